@@ -1,0 +1,357 @@
+/*
+ * fkvf.h - the one public header of libfkvf, the reference library for the
+ * FKVF archive format for transformer KV caches (spec/fkvf-v1.md).
+ *
+ * Conventions
+ *  - Every symbol has the prefix fkvf_ / FKVF_.
+ *  - Functions that can fail return an int error code: FKVF_OK (0) or one of
+ *    the FKVF_E_* values below. The numbers are stable across releases.
+ *  - Handles are opaque. *_free() accepts NULL.
+ *  - A handle carries a detailed message for its last error
+ *    (fkvf_reader_message / fkvf_writer_message) naming the file, offset,
+ *    field and the spec clause.
+ */
+#ifndef FKVF_H
+#define FKVF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(FKVF_SHARED_BUILD)
+#define FKVF_API __declspec(dllexport)
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#define FKVF_API __attribute__((visibility("default")))
+#else
+#define FKVF_API
+#endif
+
+/* ---- versions --------------------------------------------------------- */
+
+#define FKVF_VERSION_MAJOR 0
+#define FKVF_VERSION_MINOR 1
+#define FKVF_VERSION_PATCH 0
+#define FKVF_VERSION_NUMBER \
+    (FKVF_VERSION_MAJOR * 10000 + FKVF_VERSION_MINOR * 100 + FKVF_VERSION_PATCH)
+#define FKVF_VERSION_STRING "0.1.0"
+
+/* Version of the file format this library reads and writes. */
+#define FKVF_FORMAT_MAJOR 1
+#define FKVF_FORMAT_MINOR 0
+
+FKVF_API unsigned fkvf_version_number(void);     /* == FKVF_VERSION_NUMBER */
+FKVF_API const char *fkvf_version_string(void);  /* == FKVF_VERSION_STRING */
+
+/* ---- errors ----------------------------------------------------------- */
+/* Groups: 1..19 caller/environment, 20..49 invalid input file, 50..59 encoding. */
+enum {
+    FKVF_OK = 0,
+    /* caller / environment */
+    FKVF_E_INVALID_ARG = 1,  /* bad argument (NULL, out of range, inconsistent) */
+    FKVF_E_STATE = 2,        /* handle in the wrong state, or not a handle of this kind */
+    FKVF_E_NOMEM = 3,        /* allocation failed */
+    FKVF_E_IO = 4,           /* operating-system I/O error */
+    FKVF_E_RANGE = 5,        /* position, index or stream out of range */
+    FKVF_E_NOT_FOUND = 6,    /* no such section, stream, key */
+    FKVF_E_UNSUPPORTED = 7,  /* valid request this build cannot do */
+    /* invalid input file (format) */
+    FKVF_E_BAD_MAGIC = 20,   /* not an FKVF file (spec 3.1) */
+    FKVF_E_VERSION = 21,     /* format major version not supported (spec 3.1, 17) */
+    FKVF_E_FEATURE = 22,     /* unknown required feature bit (spec 3.1) */
+    FKVF_E_BYTE_ORDER = 23,  /* byte-order check failed (spec 3.1) */
+    FKVF_E_TRUNCATED = 24,   /* file or structure ends early (spec 7.2) */
+    FKVF_E_CHECKSUM = 25,    /* an XXH3 checksum does not match */
+    FKVF_E_ALIGN = 26,       /* structure not at a multiple of 64 (spec 4.1) */
+    FKVF_E_BOUNDS = 27,      /* section outside the file or its commit region (spec 4.5) */
+    FKVF_E_OVERLAP = 28,     /* sections overlap or are out of order (spec 4.5) */
+    FKVF_E_PADDING = 29,     /* padding or unused bits not zero (spec 4.1, 11.7) */
+    FKVF_E_SECTION = 30,     /* unknown required section type (spec 4.3) */
+    FKVF_E_CORRUPT = 31,     /* a field holds an invalid value */
+    FKVF_E_DUP_KEY = 32,     /* duplicate metadata key (spec 9.2) */
+    FKVF_E_SYMBOL = 33,      /* symbol out of its alphabet */
+    FKVF_E_SPAN = 34,        /* ngon span does not decode back to its anchor (spec 12.2) */
+    FKVF_E_TORN = 35,        /* torn tail after the last valid commit (strict open, spec 7.2) */
+    FKVF_E_LIMIT = 36,       /* a limit of spec 15 is exceeded */
+    FKVF_E_CODEBOOK = 37,    /* codebook missing or content hash mismatch (spec 13) */
+    FKVF_E_DEFLATE = 38,     /* deflate stream invalid or wrong length (spec 4.4) */
+    FKVF_E_CHAIN = 39,       /* commit chain broken (spec 7.1) */
+    /* encoding */
+    FKVF_E_CODEC = 50        /* the writer refused data the codec cannot store exactly */
+};
+
+enum {
+    FKVF_ERRCLASS_OK = 0,
+    FKVF_ERRCLASS_USAGE = 1,   /* caller or environment */
+    FKVF_ERRCLASS_FORMAT = 2,  /* the input is not a valid FKVF file */
+    FKVF_ERRCLASS_ENCODE = 3   /* the data cannot be encoded as asked */
+};
+
+FKVF_API const char *fkvf_strerror(int code);   /* one-line description; never NULL */
+FKVF_API const char *fkvf_error_name(int code); /* "FKVF_E_CHECKSUM"; never NULL */
+FKVF_API int fkvf_error_class(int code);        /* FKVF_ERRCLASS_* */
+
+/* ---- allocator hook ---------------------------------------------------- */
+/* All memory a handle owns comes from its allocator (NULL = malloc family).
+ * alloc may return NULL (reported as FKVF_E_NOMEM). */
+typedef struct fkvf_allocator {
+    void *(*alloc)(void *opaque, size_t size);
+    void *(*realloc)(void *opaque, void *ptr, size_t size);
+    void (*free)(void *opaque, void *ptr);
+    void *opaque;
+} fkvf_allocator;
+
+/* ---- shared types ----------------------------------------------------- */
+
+typedef enum fkvf_dtype {
+    FKVF_DTYPE_F16 = 1,
+    FKVF_DTYPE_BF16 = 2,
+    FKVF_DTYPE_F32 = 3
+} fkvf_dtype;
+
+typedef enum fkvf_profile {
+    FKVF_PROFILE_QUAD = 1,
+    FKVF_PROFILE_NGON = 2
+} fkvf_profile;
+
+/* Header feature bits (spec 3). */
+#define FKVF_FEAT_NGON              (UINT64_C(1) << 0)
+#define FKVF_FEAT_DEFLATE           (UINT64_C(1) << 1)
+#define FKVF_FEAT_EXTERNAL_CODEBOOK (UINT64_C(1) << 2)
+#define FKVF_FEATURES_KNOWN         (UINT64_C(7))
+#define FKVF_OPTFEAT_TOKEN_STREAM   (UINT64_C(1) << 0)
+
+/* Section types (spec 4.3): FourCC, first character in the lowest byte. */
+#define FKVF_FOURCC(a, b, c, d) \
+    ((uint32_t)(uint8_t)(a) | ((uint32_t)(uint8_t)(b) << 8) | \
+     ((uint32_t)(uint8_t)(c) << 16) | ((uint32_t)(uint8_t)(d) << 24))
+#define FKVF_SECTION_DESC FKVF_FOURCC('D', 'E', 'S', 'C')
+#define FKVF_SECTION_META FKVF_FOURCC('M', 'E', 'T', 'A')
+#define FKVF_SECTION_VTXS FKVF_FOURCC('V', 'T', 'X', 'S')
+#define FKVF_SECTION_CBK1 FKVF_FOURCC('C', 'B', 'K', '1')
+#define FKVF_SECTION_CBRF FKVF_FOURCC('C', 'B', 'R', 'F')
+#define FKVF_SECTION_EXAC FKVF_FOURCC('E', 'X', 'A', 'C')
+#define FKVF_SECTION_STRM FKVF_FOURCC('S', 'T', 'R', 'M')
+#define FKVF_SECTION_DIRC FKVF_FOURCC('D', 'I', 'R', 'C')
+
+#define FKVF_SECTION_REQUIRED 1u
+#define FKVF_SECTION_DEFLATE 2u
+
+/* Stream ids (spec 11.1). */
+#define FKVF_STREAM_KIND_INDEX 0u
+#define FKVF_STREAM_KIND_TOKENS 1u
+#define FKVF_STREAM_ID(kind, layer, head, kv, stage)                              \
+    (((uint64_t)(kind) << 56) | ((uint64_t)(stage) << 40) | ((uint64_t)(kv) << 32) | \
+     ((uint64_t)(head) << 16) | (uint64_t)(layer))
+#define FKVF_STREAM_ID_TOKENS FKVF_STREAM_ID(FKVF_STREAM_KIND_TOKENS, 0, 0, 0, 0)
+
+/* Cache descriptor (spec 8). Strings are NUL-terminated UTF-8. */
+typedef struct fkvf_desc {
+    uint32_t n_layers, n_kv_heads, key_dim, value_dim;
+    fkvf_dtype dtype;
+    uint8_t key_transform;  /* 0 none, 1 rope */
+    uint8_t rope_layout;    /* 0 none, 1 interleaved, 2 half-split */
+    uint8_t key_storage;    /* 0 as cached, 1 archived before rotation */
+    uint32_t rope_dims;
+    double rope_theta;
+    uint32_t n_sinks, window;
+    const char *model_id;      /* may be NULL (= "") */
+    const char *tokenizer_id;  /* may be NULL (= "") */
+    uint8_t weights_hash_kind; /* 0 none, 1 SHA-256, 2 XXH3-128 */
+    uint8_t weights_hash[32];
+} fkvf_desc;
+
+/* Metadata (spec 9). */
+typedef enum fkvf_meta_type {
+    FKVF_META_U64 = 1,
+    FKVF_META_I64 = 2,
+    FKVF_META_F64 = 3,
+    FKVF_META_BOOL = 4,
+    FKVF_META_UTF8 = 5,
+    FKVF_META_BYTES = 6
+} fkvf_meta_type;
+
+typedef struct fkvf_meta_entry {
+    const char *key;          /* not NUL-terminated: key_len bytes */
+    size_t key_len;
+    fkvf_meta_type type;
+    const void *value;        /* raw value bytes (little-endian for numbers) */
+    size_t value_len;
+    uint64_t u64;             /* decoded value for U64 / BOOL */
+    int64_t i64;              /* decoded value for I64 */
+    double f64;               /* decoded value for F64 */
+} fkvf_meta_entry;
+
+/* ---- reader ------------------------------------------------------------ */
+
+typedef struct fkvf_reader fkvf_reader;
+
+/* open flags */
+#define FKVF_OPEN_STRICT 1u  /* a torn tail is an error (FKVF_E_TORN) instead of a warning */
+
+/* Open an archive held in memory. The buffer is borrowed and must outlive the
+ * reader. Any alignment is accepted. */
+FKVF_API int fkvf_reader_open_memory(fkvf_reader **out, const void *data, size_t size,
+                                     unsigned flags, const fkvf_allocator *alloc);
+/* Open a file by path (read-only mmap, owned by the reader). On failure *out
+ * is still set when a handle could be made, so the message can be read; free
+ * it with fkvf_reader_free. */
+FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned flags,
+                                   const fkvf_allocator *alloc);
+FKVF_API void fkvf_reader_free(fkvf_reader *r);
+FKVF_API const char *fkvf_reader_message(const fkvf_reader *r);
+
+typedef struct fkvf_archive_info {
+    uint16_t format_major, format_minor;
+    uint64_t required_features, optional_features;
+    uint64_t file_size;       /* bytes in the file or buffer */
+    uint64_t committed_size;  /* end of the trusted trailer */
+    uint64_t torn_bytes;      /* bytes after it (0 in a clean file) */
+    uint64_t n_commits;
+    uint64_t n_positions, n_archived;
+    size_t n_sections;        /* sections in the effective directory */
+    size_t n_streams;
+    int has_desc;             /* 0 for a codebook file */
+} fkvf_archive_info;
+
+FKVF_API int fkvf_reader_info(const fkvf_reader *r, fkvf_archive_info *out);
+
+typedef struct fkvf_section_info {
+    uint32_t type, flags;
+    uint64_t offset, stored_size, size, key, checksum;
+    uint64_t commit_seq;
+} fkvf_section_info;
+
+/* Sections of all trusted commits, in file order. */
+FKVF_API int fkvf_reader_section(const fkvf_reader *r, size_t index, fkvf_section_info *out);
+/* Zero-copy view of a section's bytes (inflated into a buffer the reader owns
+ * when the section is deflated). Verifies its checksum on first touch. */
+FKVF_API int fkvf_reader_section_data(fkvf_reader *r, size_t index, const void **data,
+                                      size_t *size);
+
+FKVF_API int fkvf_reader_desc(fkvf_reader *r, fkvf_desc *out); /* strings owned by r */
+FKVF_API int fkvf_reader_meta_count(fkvf_reader *r, size_t *count);
+FKVF_API int fkvf_reader_meta(fkvf_reader *r, size_t index, fkvf_meta_entry *out);
+FKVF_API int fkvf_reader_meta_find(fkvf_reader *r, const char *key, fkvf_meta_entry *out);
+
+typedef struct fkvf_stream_info {
+    uint64_t id;
+    fkvf_profile profile;
+    unsigned symbol_bits;     /* quad */
+    uint32_t alphabet;        /* ngon N; quad 2^bits (0 when bits == 32) */
+    uint32_t span_symbols;    /* ngon L; quad: symbols per 128-bit span, rounded down */
+    double r;                 /* ngon */
+    uint64_t length;          /* symbols in the effective stream */
+    size_t n_segments;
+    uint64_t stored_bytes;    /* bytes of its sections, headers included */
+} fkvf_stream_info;
+
+FKVF_API int fkvf_reader_stream_count(const fkvf_reader *r, size_t *count);
+FKVF_API int fkvf_reader_stream_info(const fkvf_reader *r, size_t index, fkvf_stream_info *out);
+FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *index);
+/* One symbol, O(1): touches (and on first touch verifies) one block. */
+FKVF_API int fkvf_reader_stream_get(fkvf_reader *r, size_t index, uint64_t t, uint32_t *symbol);
+/* Symbols [first, first+count). */
+FKVF_API int fkvf_reader_stream_read(fkvf_reader *r, size_t index, uint64_t first,
+                                     uint32_t *out, size_t count);
+/* CGR point of position t (spec 12): quad fills x, y (64-bit fixed point);
+ * ngon fills fx, fy. */
+typedef struct fkvf_point {
+    uint64_t x, y;
+    double fx, fy;
+} fkvf_point;
+FKVF_API int fkvf_reader_stream_point(fkvf_reader *r, size_t index, uint64_t t,
+                                      fkvf_point *out);
+
+/* Exact rows (spec 14): a zero-copy view of the row of an exact position. */
+FKVF_API int fkvf_reader_exact_row(fkvf_reader *r, uint64_t position, const void **row,
+                                   size_t *row_bytes);
+FKVF_API int fkvf_reader_is_exact(const fkvf_reader *r, uint64_t position, int *is_exact);
+
+/* Full pass: every checksum, padding, every span, every rule the reader can
+ * check. Returns the first error; the message names it. */
+FKVF_API int fkvf_reader_verify(fkvf_reader *r);
+
+/* ---- writer ------------------------------------------------------------ */
+
+typedef struct fkvf_writer fkvf_writer;
+
+/* Where a writer's bytes go. write() returns the number of bytes written
+ * (short counts are retried), or -1 with errno set. */
+typedef struct fkvf_sink {
+    long long (*write)(void *opaque, const void *data, size_t size);
+    int (*sync)(void *opaque);  /* may be NULL */
+    void *opaque;
+} fkvf_sink;
+
+typedef struct fkvf_writer_options {
+    uint64_t required_features;  /* FKVF_FEAT_*: features the file may use */
+    uint64_t optional_features;
+    uint32_t block_size;         /* stream block size, 0 = 4096 */
+    int deflate_level;           /* for sections added with FKVF_SECTION_DEFLATE, 0 = 6 */
+    int no_sync;                 /* 1: skip fsync (tests, scratch files) */
+} fkvf_writer_options;
+
+FKVF_API void fkvf_writer_options_init(fkvf_writer_options *opts);
+
+/* Create a file atomically: bytes go to "PATH.tmp-XXXXXX", finish() fsyncs
+ * and renames it over PATH; free() before finish() removes it. */
+FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
+                                     const fkvf_writer_options *opts,
+                                     const fkvf_allocator *alloc);
+/* Stream to a sink (never seeks). */
+FKVF_API int fkvf_writer_create_sink(fkvf_writer **out, const fkvf_sink *sink,
+                                     const fkvf_writer_options *opts,
+                                     const fkvf_allocator *alloc);
+FKVF_API void fkvf_writer_free(fkvf_writer *w);
+FKVF_API const char *fkvf_writer_message(const fkvf_writer *w);
+
+FKVF_API int fkvf_writer_set_desc(fkvf_writer *w, const fkvf_desc *desc);
+FKVF_API int fkvf_writer_meta_u64(fkvf_writer *w, const char *key, uint64_t v);
+FKVF_API int fkvf_writer_meta_i64(fkvf_writer *w, const char *key, int64_t v);
+FKVF_API int fkvf_writer_meta_f64(fkvf_writer *w, const char *key, double v);
+FKVF_API int fkvf_writer_meta_bool(fkvf_writer *w, const char *key, int v);
+FKVF_API int fkvf_writer_meta_utf8(fkvf_writer *w, const char *key, const char *v);
+FKVF_API int fkvf_writer_meta_bytes(fkvf_writer *w, const char *key, const void *v, size_t n);
+
+/* Exact rows for positions [first, first+count), layout of spec 14. */
+FKVF_API int fkvf_writer_add_exact(fkvf_writer *w, uint64_t first, uint64_t count,
+                                   const void *rows, size_t size, unsigned section_flags);
+
+typedef struct fkvf_stream_spec {
+    uint64_t id;
+    fkvf_profile profile;
+    unsigned symbol_bits;   /* quad: even 2..32 */
+    uint32_t alphabet;      /* ngon: 2..65536 */
+    double r;               /* ngon: 0 = r_N */
+    uint32_t span_symbols;  /* ngon: 0 = L_max(r) */
+} fkvf_stream_spec;
+
+/* A whole stream in one segment. */
+FKVF_API int fkvf_writer_add_stream(fkvf_writer *w, const fkvf_stream_spec *spec,
+                                    const uint32_t *symbols, size_t n);
+
+/* Any section (for extensions and tests); flags FKVF_SECTION_*. */
+FKVF_API int fkvf_writer_add_section(fkvf_writer *w, uint32_t type, uint32_t flags, uint64_t key,
+                                     const void *data, size_t size);
+
+/* Positions recorded in the commit record (spec 5.1). */
+FKVF_API int fkvf_writer_set_positions(fkvf_writer *w, uint64_t n_positions,
+                                       uint64_t n_archived);
+
+/* Write the directory and trailer, sync, and (file writers) rename into place. */
+FKVF_API int fkvf_writer_finish(fkvf_writer *w);
+
+/* ---- codec (spec 12), for tools, tests and benchmarks ------------------- */
+
+/* r_N of a regular N-gon (spec 12.2); uses libm (writer side). */
+FKVF_API double fkvf_ngon_rmax(uint32_t n);
+/* Largest span length for ratio r (spec 12.2). */
+FKVF_API uint32_t fkvf_ngon_max_span(double r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FKVF_H */

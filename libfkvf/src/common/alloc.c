@@ -1,0 +1,81 @@
+#include "alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckd.h"
+
+static void *default_alloc(void *opaque, size_t size)
+{
+    (void)opaque;
+    return malloc(size ? size : 1);
+}
+static void *default_realloc(void *opaque, void *p, size_t size)
+{
+    (void)opaque;
+    return realloc(p, size ? size : 1);
+}
+static void default_free(void *opaque, void *p)
+{
+    (void)opaque;
+    free(p);
+}
+
+static const fkvf_allocator default_allocator = {default_alloc, default_realloc, default_free, NULL};
+
+const fkvf_allocator *fkvf_alloc_or_default(const fkvf_allocator *a)
+{
+    return (a && a->alloc && a->realloc && a->free) ? a : &default_allocator;
+}
+
+void *fkvf_malloc(const fkvf_allocator *a, size_t n)
+{
+    a = fkvf_alloc_or_default(a);
+    return a->alloc(a->opaque, n);
+}
+
+void *fkvf_calloc(const fkvf_allocator *a, size_t count, size_t size)
+{
+    size_t n;
+    if (!fkvf_mulsz(count, size, &n))
+        return NULL;
+    void *p = fkvf_malloc(a, n);
+    if (p)
+        memset(p, 0, n);
+    return p;
+}
+
+void *fkvf_realloc(const fkvf_allocator *a, void *p, size_t n)
+{
+    a = fkvf_alloc_or_default(a);
+    return a->realloc(a->opaque, p, n);
+}
+
+void fkvf_free(const fkvf_allocator *a, void *p)
+{
+    if (!p)
+        return;
+    a = fkvf_alloc_or_default(a);
+    a->free(a->opaque, p);
+}
+
+int fkvf_grow(const fkvf_allocator *a, void **buf, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return FKVF_OK;
+    size_t ncap = *cap ? *cap : 16;
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2)
+            return FKVF_E_NOMEM;
+        ncap *= 2;
+    }
+    size_t bytes;
+    if (!fkvf_mulsz(ncap, elem, &bytes))
+        return FKVF_E_NOMEM;
+    void *p = fkvf_realloc(a, *buf, bytes);
+    if (!p)
+        return FKVF_E_NOMEM;
+    *buf = p;
+    *cap = ncap;
+    return FKVF_OK;
+}

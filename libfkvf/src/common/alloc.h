@@ -1,0 +1,16 @@
+#ifndef FKVF_COMMON_ALLOC_H
+#define FKVF_COMMON_ALLOC_H
+
+#include "fkvf.h"
+
+/* Never NULL: the default allocator when `a` is NULL. */
+const fkvf_allocator *fkvf_alloc_or_default(const fkvf_allocator *a);
+void *fkvf_malloc(const fkvf_allocator *a, size_t n);
+void *fkvf_calloc(const fkvf_allocator *a, size_t count, size_t size); /* checked product */
+void *fkvf_realloc(const fkvf_allocator *a, void *p, size_t n);
+void fkvf_free(const fkvf_allocator *a, void *p);
+/* Grow *buf (capacity *cap elements of `elem` bytes) to hold at least `need`
+ * elements, doubling. Returns FKVF_OK or FKVF_E_NOMEM (buffer unchanged). */
+int fkvf_grow(const fkvf_allocator *a, void **buf, size_t *cap, size_t need, size_t elem);
+
+#endif

@@ -1,0 +1,17 @@
+#include "hash.h"
+
+#include <xxhash.h>
+
+uint64_t fkvf_xxh3_64(const void *data, size_t size, uint64_t seed)
+{
+    return (uint64_t)XXH3_64bits_withSeed(data, size, (XXH64_hash_t)seed);
+}
+
+void fkvf_xxh3_128(const void *data, size_t size, uint8_t out[16])
+{
+    XXH128_hash_t h = XXH3_128bits_withSeed(data, size, 0);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, h);
+    for (int i = 0; i < 16; i++)
+        out[i] = c.digest[i];
+}

@@ -1,0 +1,12 @@
+#ifndef FKVF_COMMON_HASH_H
+#define FKVF_COMMON_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* XXH3-64 with seed (spec 2.3). */
+uint64_t fkvf_xxh3_64(const void *data, size_t size, uint64_t seed);
+/* XXH3-128, seed 0, canonical 16-byte form (spec 2.3). */
+void fkvf_xxh3_128(const void *data, size_t size, uint8_t out[16]);
+
+#endif
