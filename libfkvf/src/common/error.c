@@ -1,0 +1,122 @@
+#include "error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fkvf.h"
+
+struct errdef {
+    int code;
+    const char *name;
+    const char *text;
+};
+
+static const struct errdef errors[] = {
+    {FKVF_OK, "FKVF_OK", "success"},
+    {FKVF_E_INVALID_ARG, "FKVF_E_INVALID_ARG", "invalid argument"},
+    {FKVF_E_STATE, "FKVF_E_STATE", "handle in the wrong state or of the wrong kind"},
+    {FKVF_E_NOMEM, "FKVF_E_NOMEM", "out of memory"},
+    {FKVF_E_IO, "FKVF_E_IO", "I/O error"},
+    {FKVF_E_RANGE, "FKVF_E_RANGE", "position, index or stream out of range"},
+    {FKVF_E_NOT_FOUND, "FKVF_E_NOT_FOUND", "not found"},
+    {FKVF_E_UNSUPPORTED, "FKVF_E_UNSUPPORTED", "not supported by this build"},
+    {FKVF_E_BAD_MAGIC, "FKVF_E_BAD_MAGIC", "not an FKVF file (bad magic)"},
+    {FKVF_E_VERSION, "FKVF_E_VERSION", "unsupported format major version"},
+    {FKVF_E_FEATURE, "FKVF_E_FEATURE", "unknown required feature"},
+    {FKVF_E_BYTE_ORDER, "FKVF_E_BYTE_ORDER", "byte-order check failed"},
+    {FKVF_E_TRUNCATED, "FKVF_E_TRUNCATED", "file or structure truncated"},
+    {FKVF_E_CHECKSUM, "FKVF_E_CHECKSUM", "checksum mismatch"},
+    {FKVF_E_ALIGN, "FKVF_E_ALIGN", "structure not 64-byte aligned"},
+    {FKVF_E_BOUNDS, "FKVF_E_BOUNDS", "section out of bounds"},
+    {FKVF_E_OVERLAP, "FKVF_E_OVERLAP", "sections overlap or are out of order"},
+    {FKVF_E_PADDING, "FKVF_E_PADDING", "non-zero padding"},
+    {FKVF_E_SECTION, "FKVF_E_SECTION", "unknown required section"},
+    {FKVF_E_CORRUPT, "FKVF_E_CORRUPT", "invalid field value"},
+    {FKVF_E_DUP_KEY, "FKVF_E_DUP_KEY", "duplicate metadata key"},
+    {FKVF_E_SYMBOL, "FKVF_E_SYMBOL", "symbol out of range"},
+    {FKVF_E_SPAN, "FKVF_E_SPAN", "ngon span does not decode to its anchor"},
+    {FKVF_E_TORN, "FKVF_E_TORN", "torn tail after the last valid commit"},
+    {FKVF_E_LIMIT, "FKVF_E_LIMIT", "limit exceeded"},
+    {FKVF_E_CODEBOOK, "FKVF_E_CODEBOOK", "codebook missing or hash mismatch"},
+    {FKVF_E_DEFLATE, "FKVF_E_DEFLATE", "invalid deflate stream"},
+    {FKVF_E_CHAIN, "FKVF_E_CHAIN", "commit chain broken"},
+    {FKVF_E_CODEC, "FKVF_E_CODEC", "data cannot be encoded exactly"},
+};
+
+static const struct errdef *find(int code)
+{
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+        if (errors[i].code == code)
+            return &errors[i];
+    return NULL;
+}
+
+FKVF_API const char *fkvf_strerror(int code)
+{
+    const struct errdef *e = find(code);
+    return e ? e->text : "unknown error code";
+}
+
+FKVF_API const char *fkvf_error_name(int code)
+{
+    const struct errdef *e = find(code);
+    return e ? e->name : "FKVF_E_UNKNOWN";
+}
+
+FKVF_API int fkvf_error_class(int code)
+{
+    if (code == FKVF_OK)
+        return FKVF_ERRCLASS_OK;
+    if (code >= 20 && code < 50)
+        return FKVF_ERRCLASS_FORMAT;
+    if (code >= 50 && code < 60)
+        return FKVF_ERRCLASS_ENCODE;
+    return FKVF_ERRCLASS_USAGE;
+}
+
+void fkvf_diag_clear(fkvf_diag *d)
+{
+    d->msg[0] = 0;
+    d->code = FKVF_OK;
+}
+
+__attribute__((format(printf, 5, 0))) static int vfail(fkvf_diag *d, int code, uint64_t offset,
+                                                       const char *clause, const char *fmt,
+                                                       va_list ap)
+{
+    char body[FKVF_MSG_MAX];
+    vsnprintf(body, sizeof body, fmt, ap);
+    const char *name = d->name ? d->name : "<memory>";
+    char where[64] = "";
+    if (offset != FKVF_NO_OFFSET)
+        snprintf(where, sizeof where, " offset %llu:", (unsigned long long)offset);
+    char cl[32] = "";
+    if (clause)
+        snprintf(cl, sizeof cl, " (spec %s)", clause);
+    snprintf(d->msg, sizeof d->msg, "%s:%s %s%s [%s]", name, where, body, cl,
+             fkvf_error_name(code));
+    d->code = code;
+    return code;
+}
+
+int fkvf_fail(fkvf_diag *d, int code, uint64_t offset, const char *clause, const char *fmt, ...)
+{
+    if (d->code != FKVF_OK)
+        return code;
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(d, code, offset, clause, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int fkvf_fail_replace(fkvf_diag *d, int code, uint64_t offset, const char *clause,
+                      const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(d, code, offset, clause, fmt, ap);
+    va_end(ap);
+    return code;
+}

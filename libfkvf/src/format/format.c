@@ -1,0 +1,734 @@
+#include "format.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "ckd.h"
+#include "hash.h"
+#include "le.h"
+
+const uint8_t fkvf_magic[9] = {0x89, 'F', 'K', 'V', 'F', 0x0D, 0x0A, 0x1A, 0x0A};
+const uint8_t fkvf_trailer_magic[8] = {0x89, 'F', 'K', 'V', 'T', 'R', 'L', 0x0A};
+
+#define BOM UINT32_C(0x0A0B0C0D)
+#define BOM_SWAPPED UINT32_C(0x0D0C0B0A)
+#define DIRC_MAGIC FKVF_SECTION_DIRC
+
+static int all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return 0;
+    return 1;
+}
+
+void fkvf_type_name(uint32_t type, char out[12])
+{
+    uint8_t b[4];
+    fkvf_st32(b, type);
+    int printable = 1;
+    for (int i = 0; i < 4; i++)
+        if (b[i] < 0x21 || b[i] > 0x7E)
+            printable = 0;
+    if (printable) {
+        memcpy(out, b, 4);
+        out[4] = 0;
+    } else {
+        static const char hex[] = "0123456789abcdef";
+        out[0] = '0';
+        out[1] = 'x';
+        for (int i = 0; i < 8; i++)
+            out[2 + i] = hex[(type >> (28 - 4 * i)) & 15];
+        out[10] = 0;
+    }
+}
+
+size_t fkvf_dtype_size(int dtype)
+{
+    switch (dtype) {
+    case FKVF_DTYPE_F16:
+    case FKVF_DTYPE_BF16:
+        return 2;
+    case FKVF_DTYPE_F32:
+        return 4;
+    default:
+        return 0;
+    }
+}
+
+/* ---- header --------------------------------------------------------------- */
+
+void fkvf_header_write(uint8_t out[64], const fkvf_header *h)
+{
+    memset(out, 0, 64);
+    memcpy(out, fkvf_magic, 9);
+    fkvf_st16(out + 10, h->major);
+    fkvf_st16(out + 12, h->minor);
+    fkvf_st16(out + 14, FKVF_HEADER_SIZE);
+    fkvf_st32(out + 16, BOM);
+    fkvf_st64(out + 24, h->required_features);
+    fkvf_st64(out + 32, h->optional_features);
+    fkvf_st64(out + 56, fkvf_xxh3_64(out, 56, 0));
+}
+
+int fkvf_header_parse(const uint8_t *p, size_t avail, fkvf_header *h, fkvf_diag *d)
+{
+    size_t m = avail < 9 ? avail : 9;
+    if (m && memcmp(p, fkvf_magic, m) != 0)
+        return fkvf_fail(d, FKVF_E_BAD_MAGIC, 0, "3.1", "header.magic: not an FKVF file");
+    if (avail < FKVF_HEADER_SIZE)
+        return fkvf_fail(d, FKVF_E_TRUNCATED, 0, "3.1",
+                         "header: file has %zu bytes, the header needs 64", avail);
+    h->major = fkvf_ld16(p + 10);
+    h->minor = fkvf_ld16(p + 12);
+    if (h->major != FKVF_FORMAT_MAJOR)
+        return fkvf_fail(d, FKVF_E_VERSION, 10, "3.1",
+                         "header.format_major: %u, this reader supports %u", h->major,
+                         FKVF_FORMAT_MAJOR);
+    uint32_t bom = fkvf_ld32(p + 16);
+    if (bom != BOM) {
+        if (bom == BOM_SWAPPED)
+            return fkvf_fail(d, FKVF_E_BYTE_ORDER, 16, "3.1",
+                             "header.byte_order: big-endian pattern 0A0B0C0D; file written "
+                             "with the wrong byte order");
+        return fkvf_fail(d, FKVF_E_BYTE_ORDER, 16, "3.1",
+                         "header.byte_order: expected bytes 0D 0C 0B 0A, found 0x%08x", bom);
+    }
+    uint64_t want = fkvf_xxh3_64(p, 56, 0), got = fkvf_ld64(p + 56);
+    if (want != got)
+        return fkvf_fail(d, FKVF_E_CHECKSUM, 56, "3",
+                         "header.checksum: stored %016llx, computed %016llx",
+                         (unsigned long long)got, (unsigned long long)want);
+    if (fkvf_ld16(p + 14) != FKVF_HEADER_SIZE)
+        return fkvf_fail(d, FKVF_E_CORRUPT, 14, "3", "header.header_size: %u, must be 64",
+                         fkvf_ld16(p + 14));
+    if (p[9] != 0 || fkvf_ld32(p + 20) != 0 || !all_zero(p + 40, 16))
+        return fkvf_fail(d, FKVF_E_CORRUPT, 9, "3", "header: reserved bytes not zero");
+    h->required_features = fkvf_ld64(p + 24);
+    h->optional_features = fkvf_ld64(p + 32);
+    if (h->required_features & ~FKVF_FEATURES_KNOWN)
+        return fkvf_fail(d, FKVF_E_FEATURE, 24, "3.1",
+                         "header.required_features: unknown bits 0x%llx",
+                         (unsigned long long)(h->required_features & ~FKVF_FEATURES_KNOWN));
+    return FKVF_OK;
+}
+
+/* ---- directory entries, directory header, trailer -------------------------- */
+
+void fkvf_dirent_write(uint8_t out[64], const fkvf_dirent *e)
+{
+    memset(out, 0, 64);
+    fkvf_st32(out + 0, e->type);
+    fkvf_st32(out + 4, e->flags);
+    fkvf_st64(out + 8, e->offset);
+    fkvf_st64(out + 16, e->stored_size);
+    fkvf_st64(out + 24, e->size);
+    fkvf_st64(out + 32, e->key);
+    fkvf_st64(out + 40, e->checksum);
+}
+
+void fkvf_dirent_read(const uint8_t p[64], fkvf_dirent *e)
+{
+    e->type = fkvf_ld32(p + 0);
+    e->flags = fkvf_ld32(p + 4);
+    e->offset = fkvf_ld64(p + 8);
+    e->stored_size = fkvf_ld64(p + 16);
+    e->size = fkvf_ld64(p + 24);
+    e->key = fkvf_ld64(p + 32);
+    e->checksum = fkvf_ld64(p + 40);
+}
+
+void fkvf_dirhdr_write(uint8_t out[64], const fkvf_dirhdr *h)
+{
+    memset(out, 0, 64);
+    fkvf_st32(out + 0, DIRC_MAGIC);
+    fkvf_st32(out + 4, h->entry_count);
+    fkvf_st64(out + 8, h->commit_seq);
+    fkvf_st64(out + 16, h->n_positions);
+    fkvf_st64(out + 24, h->n_archived);
+}
+
+int fkvf_dirhdr_parse(const uint8_t p[64], uint64_t off, fkvf_dirhdr *h, fkvf_diag *d)
+{
+    if (fkvf_ld32(p) != DIRC_MAGIC)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off, "5.1", "directory.magic: not \"DIRC\"");
+    h->entry_count = fkvf_ld32(p + 4);
+    h->commit_seq = fkvf_ld64(p + 8);
+    h->n_positions = fkvf_ld64(p + 16);
+    h->n_archived = fkvf_ld64(p + 24);
+    if (!all_zero(p + 32, 32))
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 32, "5.1",
+                         "directory: reserved bytes not zero");
+    if (h->entry_count > FKVF_MAX_DIR_ENTRIES)
+        return fkvf_fail(d, FKVF_E_LIMIT, off + 4, "15", "directory.entry_count: %u > %u",
+                         h->entry_count, FKVF_MAX_DIR_ENTRIES);
+    if (h->n_archived > h->n_positions)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 24, "5.1",
+                         "directory.n_archived: %llu > n_positions %llu",
+                         (unsigned long long)h->n_archived,
+                         (unsigned long long)h->n_positions);
+    return FKVF_OK;
+}
+
+void fkvf_trailer_write(uint8_t out[64], const fkvf_trailer *t, uint64_t off)
+{
+    memset(out, 0, 64);
+    memcpy(out, fkvf_trailer_magic, 8);
+    fkvf_st64(out + 8, t->commit_seq);
+    fkvf_st64(out + 16, t->dir_offset);
+    fkvf_st64(out + 24, t->dir_size);
+    fkvf_st64(out + 32, t->dir_checksum);
+    fkvf_st64(out + 40, t->prev_trailer);
+    fkvf_st64(out + 48, t->file_size);
+    fkvf_st64(out + 56, fkvf_xxh3_64(out, 56, off));
+}
+
+int fkvf_trailer_parse(const uint8_t p[64], uint64_t off, fkvf_trailer *t, fkvf_diag *d)
+{
+    if (memcmp(p, fkvf_trailer_magic, 8) != 0)
+        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "7.2",
+                         "trailer.magic: no commit trailer here (truncated or torn file)");
+    uint64_t want = fkvf_xxh3_64(p, 56, off), got = fkvf_ld64(p + 56);
+    if (want != got)
+        return fkvf_fail(d, FKVF_E_CHECKSUM, off + 56, "6.1",
+                         "trailer.checksum: stored %016llx, computed %016llx",
+                         (unsigned long long)got, (unsigned long long)want);
+    t->commit_seq = fkvf_ld64(p + 8);
+    t->dir_offset = fkvf_ld64(p + 16);
+    t->dir_size = fkvf_ld64(p + 24);
+    t->dir_checksum = fkvf_ld64(p + 32);
+    t->prev_trailer = fkvf_ld64(p + 40);
+    t->file_size = fkvf_ld64(p + 48);
+    uint64_t end;
+    if (t->file_size != off + 64)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 48, "6.1",
+                         "trailer.file_size: %llu, the trailer ends at %llu",
+                         (unsigned long long)t->file_size, (unsigned long long)(off + 64));
+    if (t->commit_seq == 0 || t->commit_seq > FKVF_MAX_COMMITS)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 8, "6.1", "trailer.commit_seq: %llu",
+                         (unsigned long long)t->commit_seq);
+    if (t->dir_offset % 64)
+        return fkvf_fail(d, FKVF_E_ALIGN, off + 16, "4.1",
+                         "trailer.dir_offset: %llu is not a multiple of 64",
+                         (unsigned long long)t->dir_offset);
+    if (t->dir_offset < FKVF_HEADER_SIZE || t->dir_size < FKVF_DIRHDR_SIZE ||
+        (t->dir_size - FKVF_DIRHDR_SIZE) % FKVF_DIRENT_SIZE ||
+        !fkvf_add64(t->dir_offset, t->dir_size, &end) || end > off || off - end >= 64)
+        return fkvf_fail(d, FKVF_E_BOUNDS, off + 16, "6.1",
+                         "trailer: directory [%llu, +%llu) must end within 64 bytes before "
+                         "the trailer at %llu",
+                         (unsigned long long)t->dir_offset, (unsigned long long)t->dir_size,
+                         (unsigned long long)off);
+    if (t->commit_seq == 1 ? t->prev_trailer != 0
+                           : (t->prev_trailer % 64 || t->prev_trailer < 64 + 64 ||
+                              t->prev_trailer + 64 > t->dir_offset))
+        return fkvf_fail(d, FKVF_E_CHAIN, off + 40, "7.1",
+                         "trailer.prev_trailer: %llu invalid for commit %llu",
+                         (unsigned long long)t->prev_trailer,
+                         (unsigned long long)t->commit_seq);
+    return FKVF_OK;
+}
+
+/* ---- stream segment header -------------------------------------------------- */
+
+int fkvf_strm_hdr_derive(fkvf_strm_hdr *h)
+{
+    uint64_t bits, db;
+    if (h->profile == FKVF_PROFILE_QUAD) {
+        if (!fkvf_mul64(h->symbol_count, h->bits, &bits))
+            return FKVF_E_LIMIT;
+        db = fkvf_ceildiv(bits, 128);
+    } else {
+        if (h->span_symbols == 0)
+            return FKVF_E_CORRUPT;
+        db = fkvf_ceildiv(h->symbol_count, h->span_symbols);
+    }
+    if (!fkvf_mul64(db, 16, &h->data_bytes) || h->block_size == 0)
+        return FKVF_E_LIMIT;
+    h->n_blocks = fkvf_ceildiv(h->data_bytes, h->block_size);
+    uint64_t t;
+    if (!fkvf_mul64(h->n_blocks, 8, &t) || !fkvf_add64(t, 64, &t) ||
+        !fkvf_align64(t, &h->data_off) || !fkvf_add64(h->data_off, h->data_bytes, &h->section_size))
+        return FKVF_E_LIMIT;
+    return h->section_size > FKVF_MAX_SECTION_SIZE ? FKVF_E_LIMIT : FKVF_OK;
+}
+
+void fkvf_strm_hdr_write(uint8_t out[64], const fkvf_strm_hdr *h, uint64_t section_off)
+{
+    memset(out, 0, 64);
+    fkvf_st64(out + 0, h->stream_id);
+    out[8] = h->profile;
+    out[9] = h->bits;
+    fkvf_st32(out + 12, h->alphabet);
+    fkvf_st64(out + 16, h->first_symbol);
+    fkvf_st64(out + 24, h->symbol_count);
+    fkvf_st32(out + 32, h->span_symbols);
+    fkvf_st32(out + 36, h->block_size);
+    fkvf_stf64(out + 40, h->r);
+    fkvf_st64(out + 56, fkvf_xxh3_64(out, 56, section_off));
+}
+
+int fkvf_strm_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_strm_hdr *h,
+                        fkvf_diag *d)
+{
+    if (size < FKVF_STRM_HDR_SIZE)
+        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "11.2",
+                         "STRM: section has %llu bytes, the header needs 64",
+                         (unsigned long long)size);
+    uint64_t want = fkvf_xxh3_64(p, 56, off), got = fkvf_ld64(p + 56);
+    if (want != got)
+        return fkvf_fail(d, FKVF_E_CHECKSUM, off + 56, "11.2",
+                         "STRM.head_checksum: stored %016llx, computed %016llx",
+                         (unsigned long long)got, (unsigned long long)want);
+    memset(h, 0, sizeof *h);
+    h->stream_id = fkvf_ld64(p + 0);
+    h->profile = p[8];
+    h->bits = p[9];
+    h->alphabet = fkvf_ld32(p + 12);
+    h->first_symbol = fkvf_ld64(p + 16);
+    h->symbol_count = fkvf_ld64(p + 24);
+    h->span_symbols = fkvf_ld32(p + 32);
+    h->block_size = fkvf_ld32(p + 36);
+    h->r = fkvf_ldf64(p + 40);
+    if (fkvf_ld16(p + 10) != 0 || fkvf_ld64(p + 48) != 0)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 10, "11.2", "STRM: reserved bytes not zero");
+    if (h->profile == FKVF_PROFILE_QUAD) {
+        if (h->bits < 2 || h->bits > 32 || (h->bits & 1))
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 9, "11.2",
+                             "STRM.symbol_bits: %u (quad needs an even width 2..32)", h->bits);
+        if (h->alphabet != 0 || h->span_symbols != 0 || fkvf_ld64(p + 40) != 0)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 12, "11.2",
+                             "STRM: alphabet, span_symbols and r must be 0 for quad");
+        if (h->first_symbol % 64)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 16, "11.6",
+                             "STRM.first_symbol: %llu not a multiple of 64",
+                             (unsigned long long)h->first_symbol);
+    } else if (h->profile == FKVF_PROFILE_NGON) {
+        if (h->bits != 0)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 9, "11.2",
+                             "STRM.symbol_bits: must be 0 for ngon");
+        if (h->alphabet < 2 || h->alphabet > FKVF_MAX_NGON_N)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 12, "11.2",
+                             "STRM.alphabet: %u (ngon needs 2..65536)", h->alphabet);
+        if (h->span_symbols < 1 || h->span_symbols > 64)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 32, "12.2",
+                             "STRM.span_symbols: %u out of range", h->span_symbols);
+        if (!isfinite(h->r) || !(h->r > 0.0) || !(h->r <= 0.5))
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 40, "12.2", "STRM.r: %g out of (0, 1/2]",
+                             h->r);
+        if (h->first_symbol % h->span_symbols)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 16, "11.6",
+                             "STRM.first_symbol: %llu not a multiple of L=%u",
+                             (unsigned long long)h->first_symbol, h->span_symbols);
+    } else {
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 8, "11.2", "STRM.profile: %u unknown",
+                         h->profile);
+    }
+    if (h->block_size < FKVF_MIN_BLOCK || h->block_size > FKVF_MAX_BLOCK || h->block_size % 64)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 36, "11.2",
+                         "STRM.block_size: %u (multiple of 64 in 64..2^20)", h->block_size);
+    if (fkvf_strm_hdr_derive(h) != FKVF_OK)
+        return fkvf_fail(d, FKVF_E_LIMIT, off + 24, "15",
+                         "STRM.symbol_count: %llu symbols do not fit the limits",
+                         (unsigned long long)h->symbol_count);
+    if (h->section_size != size)
+        return fkvf_fail(d, size < h->section_size ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT, off,
+                         "11.3", "STRM: section is %llu bytes, its header implies %llu",
+                         (unsigned long long)size, (unsigned long long)h->section_size);
+    return FKVF_OK;
+}
+
+/* ---- descriptor ---------------------------------------------------------- */
+
+int fkvf_utf8_valid(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        uint32_t cp, min;
+        if ((c & 0xE0) == 0xC0) {
+            len = 2, cp = c & 0x1F, min = 0x80;
+        } else if ((c & 0xF0) == 0xE0) {
+            len = 3, cp = c & 0x0F, min = 0x800;
+        } else if ((c & 0xF8) == 0xF0) {
+            len = 4, cp = c & 0x07, min = 0x10000;
+        } else {
+            return 0;
+        }
+        if (n - i < len)
+            return 0;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+uint64_t fkvf_desc_row_bytes(const fkvf_desc *desc)
+{
+    uint64_t v, per;
+    if (!fkvf_add64(desc->key_dim, desc->value_dim, &per) ||
+        !fkvf_mul64(per, desc->n_kv_heads, &v) || !fkvf_mul64(v, desc->n_layers, &v) ||
+        !fkvf_mul64(v, fkvf_dtype_size(desc->dtype), &v))
+        return 0;
+    return v;
+}
+
+/* Shared semantic checks; `off` is the section offset or FKVF_NO_OFFSET. */
+static int desc_validate(const fkvf_desc *x, uint64_t off, fkvf_diag *d)
+{
+#define AT(o) (off == FKVF_NO_OFFSET ? FKVF_NO_OFFSET : off + (o))
+    if (x->n_layers < 1 || x->n_layers > FKVF_MAX_LAYERS)
+        return fkvf_fail(d, FKVF_E_CORRUPT, AT(0), "8", "DESC.n_layers: %u (1..%u)",
+                         x->n_layers, FKVF_MAX_LAYERS);
+    if (x->n_kv_heads < 1 || x->n_kv_heads > FKVF_MAX_HEADS)
+        return fkvf_fail(d, FKVF_E_CORRUPT, AT(4), "8", "DESC.n_kv_heads: %u (1..%u)",
+                         x->n_kv_heads, FKVF_MAX_HEADS);
+    if (x->key_dim < 1 || x->key_dim > FKVF_MAX_DIM)
+        return fkvf_fail(d, FKVF_E_CORRUPT, AT(8), "8", "DESC.key_dim: %u (1..%u)", x->key_dim,
+                         FKVF_MAX_DIM);
+    if (x->value_dim < 1 || x->value_dim > FKVF_MAX_DIM)
+        return fkvf_fail(d, FKVF_E_CORRUPT, AT(12), "8", "DESC.value_dim: %u (1..%u)",
+                         x->value_dim, FKVF_MAX_DIM);
+    if (fkvf_dtype_size(x->dtype) == 0)
+        return fkvf_fail(d, FKVF_E_CORRUPT, AT(16), "8", "DESC.dtype: %d unknown",
+                         (int)x->dtype);
+    if (x->key_transform == 0) {
+        if (x->rope_layout || x->key_storage || x->rope_dims || x->rope_theta != 0.0)
+            return fkvf_fail(d, FKVF_E_CORRUPT, AT(17), "8",
+                             "DESC: RoPE fields must be zero when key_transform is none");
+    } else if (x->key_transform == 1) {
+        if (x->rope_layout != 1 && x->rope_layout != 2)
+            return fkvf_fail(d, FKVF_E_CORRUPT, AT(18), "8", "DESC.rope_layout: %u unknown",
+                             x->rope_layout);
+        if (x->key_storage > 1)
+            return fkvf_fail(d, FKVF_E_CORRUPT, AT(19), "8", "DESC.key_storage: %u unknown",
+                             x->key_storage);
+        if (x->rope_dims < 2 || (x->rope_dims & 1) || x->rope_dims > x->key_dim)
+            return fkvf_fail(d, FKVF_E_CORRUPT, AT(20), "8",
+                             "DESC.rope_dims: %u (even, 2..key_dim %u)", x->rope_dims,
+                             x->key_dim);
+        if (!isfinite(x->rope_theta) || !(x->rope_theta > 0.0))
+            return fkvf_fail(d, FKVF_E_CORRUPT, AT(24), "8", "DESC.rope_theta: %g",
+                             x->rope_theta);
+    } else {
+        return fkvf_fail(d, FKVF_E_CORRUPT, AT(17), "8", "DESC.key_transform: %u unknown",
+                         x->key_transform);
+    }
+    if (x->weights_hash_kind > 2)
+        return fkvf_fail(d, FKVF_E_CORRUPT, AT(48), "8", "DESC.weights_hash_kind: %u unknown",
+                         x->weights_hash_kind);
+    size_t hl = x->weights_hash_kind == 1 ? 32 : x->weights_hash_kind == 2 ? 16 : 0;
+    if (!all_zero(x->weights_hash + hl, 32 - hl))
+        return fkvf_fail(d, FKVF_E_CORRUPT, AT(56), "8",
+                         "DESC.weights_hash: bytes beyond the hash length not zero");
+    if (fkvf_desc_row_bytes(x) == 0)
+        return fkvf_fail(d, FKVF_E_LIMIT, AT(0), "15", "DESC: row size overflows");
+#undef AT
+    return FKVF_OK;
+}
+
+int fkvf_desc_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_desc_raw *out,
+                    fkvf_diag *d)
+{
+    memset(out, 0, sizeof *out);
+    if (size < FKVF_DESC_FIXED)
+        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "8", "DESC: %llu bytes, needs at least 128",
+                         (unsigned long long)size);
+    fkvf_desc *x = &out->d;
+    x->n_layers = fkvf_ld32(p + 0);
+    x->n_kv_heads = fkvf_ld32(p + 4);
+    x->key_dim = fkvf_ld32(p + 8);
+    x->value_dim = fkvf_ld32(p + 12);
+    x->dtype = (fkvf_dtype)p[16];
+    x->key_transform = p[17];
+    x->rope_layout = p[18];
+    x->key_storage = p[19];
+    x->rope_dims = fkvf_ld32(p + 20);
+    x->rope_theta = fkvf_ldf64(p + 24);
+    x->n_sinks = fkvf_ld32(p + 32);
+    x->window = fkvf_ld32(p + 36);
+    out->model_id_len = fkvf_ld32(p + 40);
+    out->tokenizer_id_len = fkvf_ld32(p + 44);
+    x->weights_hash_kind = p[48];
+    memcpy(x->weights_hash, p + 56, 32);
+    if (!all_zero(p + 49, 7) || !all_zero(p + 88, 40))
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 49, "8", "DESC: reserved bytes not zero");
+    int rc = desc_validate(x, off, d);
+    if (rc)
+        return rc;
+    if (out->model_id_len > FKVF_MAX_ID_LEN || out->tokenizer_id_len > FKVF_MAX_ID_LEN)
+        return fkvf_fail(d, FKVF_E_LIMIT, off + 40, "15",
+                         "DESC: model_id_len %u / tokenizer_id_len %u over %u",
+                         out->model_id_len, out->tokenizer_id_len, FKVF_MAX_ID_LEN);
+    uint64_t want = (uint64_t)FKVF_DESC_FIXED + out->model_id_len + out->tokenizer_id_len;
+    if (size != want)
+        return fkvf_fail(d, size < want ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT, off, "8",
+                         "DESC: section is %llu bytes, its lengths imply %llu",
+                         (unsigned long long)size, (unsigned long long)want);
+    out->model_id = p + FKVF_DESC_FIXED;
+    out->tokenizer_id = out->model_id + out->model_id_len;
+    if (!fkvf_utf8_valid(out->model_id, out->model_id_len) ||
+        !fkvf_utf8_valid(out->tokenizer_id, out->tokenizer_id_len))
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + FKVF_DESC_FIXED, "8",
+                         "DESC: model_id or tokenizer_id is not valid UTF-8");
+    return FKVF_OK;
+}
+
+int fkvf_desc_check(const fkvf_desc *desc, fkvf_diag *d)
+{
+    int rc = desc_validate(desc, FKVF_NO_OFFSET, d);
+    if (rc)
+        return rc == FKVF_E_CORRUPT || rc == FKVF_E_LIMIT ? FKVF_E_INVALID_ARG : rc;
+    const char *ids[2] = {desc->model_id, desc->tokenizer_id};
+    for (int i = 0; i < 2; i++) {
+        size_t n = ids[i] ? strlen(ids[i]) : 0;
+        if (n > FKVF_MAX_ID_LEN || !fkvf_utf8_valid((const uint8_t *)ids[i], n))
+            return fkvf_fail(d, FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, "8",
+                             "desc.%s: longer than %u bytes or not UTF-8",
+                             i ? "tokenizer_id" : "model_id", FKVF_MAX_ID_LEN);
+    }
+    return FKVF_OK;
+}
+
+size_t fkvf_desc_size(const fkvf_desc *desc)
+{
+    return FKVF_DESC_FIXED + (desc->model_id ? strlen(desc->model_id) : 0) +
+           (desc->tokenizer_id ? strlen(desc->tokenizer_id) : 0);
+}
+
+void fkvf_desc_write(uint8_t *out, const fkvf_desc *x)
+{
+    size_t ml = x->model_id ? strlen(x->model_id) : 0;
+    size_t tl = x->tokenizer_id ? strlen(x->tokenizer_id) : 0;
+    memset(out, 0, FKVF_DESC_FIXED);
+    fkvf_st32(out + 0, x->n_layers);
+    fkvf_st32(out + 4, x->n_kv_heads);
+    fkvf_st32(out + 8, x->key_dim);
+    fkvf_st32(out + 12, x->value_dim);
+    out[16] = (uint8_t)x->dtype;
+    out[17] = x->key_transform;
+    out[18] = x->rope_layout;
+    out[19] = x->key_storage;
+    fkvf_st32(out + 20, x->rope_dims);
+    fkvf_stf64(out + 24, x->rope_theta);
+    fkvf_st32(out + 32, x->n_sinks);
+    fkvf_st32(out + 36, x->window);
+    fkvf_st32(out + 40, (uint32_t)ml);
+    fkvf_st32(out + 44, (uint32_t)tl);
+    out[48] = x->weights_hash_kind;
+    memcpy(out + 56, x->weights_hash, 32);
+    if (ml)
+        memcpy(out + FKVF_DESC_FIXED, x->model_id, ml);
+    if (tl)
+        memcpy(out + FKVF_DESC_FIXED + ml, x->tokenizer_id, tl);
+}
+
+/* ---- metadata ------------------------------------------------------------ */
+
+static int meta_value_len_ok(uint8_t type, uint32_t len)
+{
+    switch (type) {
+    case FKVF_META_U64:
+    case FKVF_META_I64:
+    case FKVF_META_F64:
+        return len == 8;
+    case FKVF_META_BOOL:
+        return len == 1;
+    case FKVF_META_UTF8:
+    case FKVF_META_BYTES:
+        return len <= FKVF_MAX_META_VALUE;
+    default:
+        return 0;
+    }
+}
+
+struct mkey {
+    const uint8_t *key;
+    size_t len;
+    uint32_t index;
+};
+
+static int mkey_cmp(const void *a, const void *b)
+{
+    const struct mkey *x = a, *y = b;
+    size_t m = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->key, y->key, m);
+    if (c)
+        return c;
+    return x->len < y->len ? -1 : x->len > y->len;
+}
+
+int fkvf_meta_parse(const uint8_t *p, uint64_t size, uint64_t off, uint32_t *count,
+                    const fkvf_allocator *alloc, fkvf_diag *d)
+{
+    size_t sz;
+    if (!fkvf_tosz(size, &sz))
+        return fkvf_fail(d, FKVF_E_LIMIT, off, "15", "META: too large");
+    fkvf_rd rd = fkvf_rd_make(p, sz);
+    uint32_t n = fkvf_rd_u32(&rd);
+    uint32_t res = fkvf_rd_u32(&rd);
+    if (!fkvf_rd_ok(&rd))
+        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "9.1", "META: shorter than its 8-byte header");
+    if (res != 0)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 4, "9.1", "META: reserved field not zero");
+    if (n > FKVF_MAX_META)
+        return fkvf_fail(d, FKVF_E_LIMIT, off, "15", "META.count: %u > %u", n, FKVF_MAX_META);
+    /* Each entry needs >= 9 bytes: a count the bytes cannot hold is rejected
+     * before any work proportional to it. */
+    if ((uint64_t)n * 9 > size - 8)
+        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "9.1",
+                         "META.count: %u entries cannot fit in %llu bytes", n,
+                         (unsigned long long)size);
+    for (uint32_t i = 0; i < n; i++) {
+        size_t at = rd.pos;
+        uint16_t kl = fkvf_rd_u16(&rd);
+        uint8_t type = fkvf_rd_u8(&rd);
+        uint8_t r0 = fkvf_rd_u8(&rd);
+        uint32_t vl = fkvf_rd_u32(&rd);
+        const uint8_t *key = fkvf_rd_take(&rd, kl);
+        const uint8_t *val = fkvf_rd_take(&rd, vl);
+        if (!fkvf_rd_ok(&rd))
+            return fkvf_fail(d, FKVF_E_TRUNCATED, off + at, "9.1",
+                             "META entry %u: runs past the end of the section", i);
+        if (r0 != 0)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + at + 3, "9.1",
+                             "META entry %u: reserved byte not zero", i);
+        if (kl == 0 || kl > 255 || memchr(key, 0, kl) || !fkvf_utf8_valid(key, kl))
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + at, "9.1",
+                             "META entry %u: key must be 1..255 bytes of UTF-8 without NUL", i);
+        if (!meta_value_len_ok(type, vl))
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + at + 2, "9.1",
+                             "META entry %u: type %u with value length %u", i, type, vl);
+        if (type == FKVF_META_BOOL && val[0] > 1)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + at + 8 + kl, "9.1",
+                             "META entry %u: bool value %u", i, val[0]);
+        if (type == FKVF_META_UTF8 && !fkvf_utf8_valid(val, vl))
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + at + 8 + kl, "9.1",
+                             "META entry %u: utf8 value is not valid UTF-8", i);
+    }
+    if (rd.pos != sz)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + rd.pos, "9.1",
+                         "META: %zu bytes after the last entry", sz - rd.pos);
+    /* Duplicates: sort the keys and compare neighbours, O(n log n). */
+    if (n > 1) {
+        struct mkey *keys = fkvf_calloc(alloc, n, sizeof *keys);
+        if (!keys)
+            return fkvf_fail(d, FKVF_E_NOMEM, off, NULL, "META: no memory for %u keys", n);
+        size_t pos = 8;
+        for (uint32_t i = 0; i < n; i++) {
+            keys[i].len = fkvf_ld16(p + pos);
+            keys[i].key = p + pos + 8;
+            keys[i].index = i;
+            pos += 8 + (size_t)keys[i].len + fkvf_ld32(p + pos + 4);
+        }
+        qsort(keys, n, sizeof *keys, mkey_cmp);
+        for (uint32_t i = 1; i < n; i++) {
+            if (mkey_cmp(&keys[i - 1], &keys[i]) == 0) {
+                int rc = fkvf_fail(d, FKVF_E_DUP_KEY, off, "9.2",
+                                   "META: key \"%.*s\" appears twice (entries %u and %u)",
+                                   (int)keys[i].len, (const char *)keys[i].key,
+                                   keys[i - 1].index, keys[i].index);
+                fkvf_free(alloc, keys);
+                return rc;
+            }
+        }
+        fkvf_free(alloc, keys);
+    }
+    *count = n;
+    return FKVF_OK;
+}
+
+void fkvf_meta_entry_at(const uint8_t *p, uint64_t size, uint32_t index, fkvf_meta_entry *e)
+{
+    size_t pos = 8;
+    (void)size;
+    for (uint32_t i = 0;; i++) {
+        uint16_t kl = fkvf_ld16(p + pos);
+        uint32_t vl = fkvf_ld32(p + pos + 4);
+        if (i == index) {
+            memset(e, 0, sizeof *e);
+            e->type = (fkvf_meta_type)p[pos + 2];
+            e->key = (const char *)(p + pos + 8);
+            e->key_len = kl;
+            e->value = p + pos + 8 + kl;
+            e->value_len = vl;
+            const uint8_t *v = p + pos + 8 + kl;
+            if (e->type == FKVF_META_U64)
+                e->u64 = fkvf_ld64(v);
+            else if (e->type == FKVF_META_I64)
+                e->i64 = (int64_t)fkvf_ld64(v);
+            else if (e->type == FKVF_META_F64)
+                e->f64 = fkvf_ldf64(v);
+            else if (e->type == FKVF_META_BOOL)
+                e->u64 = v[0];
+            return;
+        }
+        pos += 8 + (size_t)kl + vl;
+    }
+}
+
+/* ---- exact rows, vertices --------------------------------------------------- */
+
+void fkvf_exac_hdr_write(uint8_t out[64], const fkvf_exac_hdr *h)
+{
+    memset(out, 0, 64);
+    fkvf_st64(out + 0, h->first);
+    fkvf_st64(out + 8, h->count);
+    out[16] = h->dtype;
+}
+
+int fkvf_exac_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t row_bytes,
+                        fkvf_exac_hdr *h, fkvf_diag *d)
+{
+    if (size < FKVF_SUBHDR_SIZE)
+        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "14", "EXAC: %llu bytes, header needs 64",
+                         (unsigned long long)size);
+    h->first = fkvf_ld64(p);
+    h->count = fkvf_ld64(p + 8);
+    h->dtype = p[16];
+    if (!all_zero(p + 17, 47))
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 17, "14", "EXAC: reserved bytes not zero");
+    uint64_t want, end;
+    if (!fkvf_mul64(h->count, row_bytes, &want) || !fkvf_add64(want, 64, &want) ||
+        !fkvf_add64(h->first, h->count, &end))
+        return fkvf_fail(d, FKVF_E_LIMIT, off + 8, "15", "EXAC.count: %llu overflows",
+                         (unsigned long long)h->count);
+    if (want != size)
+        return fkvf_fail(d, size < want ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT, off, "14",
+                         "EXAC: section is %llu bytes, %llu rows of %llu bytes need %llu",
+                         (unsigned long long)size, (unsigned long long)h->count,
+                         (unsigned long long)row_bytes, (unsigned long long)want);
+    return FKVF_OK;
+}
+
+int fkvf_vtxs_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t key, uint32_t *n,
+                    fkvf_diag *d)
+{
+    if (size < 8)
+        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "10.1", "VTXS: %llu bytes",
+                         (unsigned long long)size);
+    uint32_t nn = fkvf_ld32(p);
+    if (nn < 2 || nn > FKVF_MAX_NGON_N || key != nn || fkvf_ld32(p + 4) != 0)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off, "10.1",
+                         "VTXS.N: %u (2..65536, equal to the directory key %llu)", nn,
+                         (unsigned long long)key);
+    if (size != 8 + 16 * (uint64_t)nn)
+        return fkvf_fail(d, size < 8 + 16 * (uint64_t)nn ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT,
+                         off, "10.1", "VTXS: section is %llu bytes, N=%u needs %llu",
+                         (unsigned long long)size, nn, (unsigned long long)(8 + 16 * (uint64_t)nn));
+    *n = nn;
+    return FKVF_OK;
+}

@@ -1,0 +1,1185 @@
+/* The FKVF reader: open (spec 7), the effective directory, and zero-copy
+ * access to descriptor, metadata, exact rows and symbol streams. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "alloc.h"
+#include "ckd.h"
+#include "hash.h"
+#include "le.h"
+#include "reader_impl.h"
+
+#define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
+
+int rd_enter(const fkvf_reader *r)
+{
+    if (!r || r->magic != FKVF_READER_MAGIC)
+        return FKVF_E_STATE;
+    fkvf_diag_clear((fkvf_diag *)&r->diag);
+    return FKVF_OK;
+}
+
+/* ---- section bytes --------------------------------------------------------- */
+
+static int inflate_exact(fkvf_reader *r, const rd_section *s, const uint8_t *src, uint8_t *dst)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit(&z) != Z_OK)
+        return FAIL(FKVF_E_NOMEM, s->e.offset, NULL, "zlib: inflateInit failed");
+    /* zlib counts in uInt: feed in chunks so sizes above 4 GiB work. */
+    uint64_t in_left = s->e.stored_size, out_left = s->e.size;
+    const uint8_t *in = src;
+    uint8_t *out = dst;
+    int zr = Z_OK;
+    while (zr == Z_OK) {
+        if (z.avail_in == 0 && in_left) {
+            uInt c = in_left > (1u << 30) ? (1u << 30) : (uInt)in_left;
+            z.next_in = (Bytef *)(uintptr_t)in;
+            z.avail_in = c;
+            in += c;
+            in_left -= c;
+        }
+        if (z.avail_out == 0 && out_left) {
+            uInt c = out_left > (1u << 30) ? (1u << 30) : (uInt)out_left;
+            z.next_out = out;
+            z.avail_out = c;
+            out += c;
+            out_left -= c;
+        }
+        uInt before_in = z.avail_in, before_out = z.avail_out;
+        zr = inflate(&z, Z_NO_FLUSH);
+        if (zr == Z_BUF_ERROR && z.avail_in == before_in && z.avail_out == before_out)
+            break; /* no progress possible */
+        if (zr == Z_BUF_ERROR)
+            zr = Z_OK;
+    }
+    uint64_t produced = z.total_out;
+    int ended = zr == Z_STREAM_END;
+    int trailing = z.avail_in != 0 || in_left != 0;
+    inflateEnd(&z);
+    if (!ended)
+        return FAIL(FKVF_E_DEFLATE, s->e.offset, "4.4",
+                    "section: deflate stream invalid or longer than size %llu",
+                    (unsigned long long)s->e.size);
+    if (produced != s->e.size || trailing)
+        return FAIL(FKVF_E_DEFLATE, s->e.offset, "4.4",
+                    "section: inflates to %llu bytes (size says %llu)%s",
+                    (unsigned long long)produced, (unsigned long long)s->e.size,
+                    trailing ? ", with bytes after the stream" : "");
+    return FKVF_OK;
+}
+
+static int section_check(fkvf_reader *r, rd_section *s)
+{
+    const uint8_t *src = r->data + s->e.offset;
+    size_t stored;
+    if (!fkvf_tosz(s->e.stored_size, &stored))
+        return FAIL(FKVF_E_LIMIT, s->e.offset, "15", "section too large for this machine");
+    uint64_t sum = fkvf_xxh3_64(src, stored, s->e.offset);
+    if (sum != s->e.checksum) {
+        char tn[12];
+        fkvf_type_name(s->e.type, tn);
+        return FAIL(FKVF_E_CHECKSUM, s->e.offset, "4.6",
+                    "section %s (key %llu): checksum stored %016llx, computed %016llx", tn,
+                    (unsigned long long)s->e.key, (unsigned long long)s->e.checksum,
+                    (unsigned long long)sum);
+    }
+    if (s->e.flags & FKVF_SECTION_DEFLATE) {
+        size_t n;
+        if (!fkvf_tosz(s->e.size, &n))
+            return FAIL(FKVF_E_LIMIT, s->e.offset, "15", "section too large for this machine");
+        uint8_t *buf = fkvf_malloc(r->alloc, n);
+        if (!buf)
+            return FAIL(FKVF_E_NOMEM, s->e.offset, NULL, "no memory to inflate %zu bytes", n);
+        int rc = inflate_exact(r, s, src, buf);
+        if (rc) {
+            fkvf_free(r->alloc, buf);
+            return rc;
+        }
+        s->inflated = buf;
+    }
+    s->checked = 1;
+    return FKVF_OK;
+}
+
+int rd_section_bytes(fkvf_reader *r, size_t i, const uint8_t **p, uint64_t *size)
+{
+    rd_section *s = &r->sections[i];
+    if (!s->checked) {
+        int rc = section_check(r, s);
+        if (rc)
+            return rc;
+    }
+    *p = s->inflated ? s->inflated : r->data + s->e.offset;
+    *size = s->e.size;
+    return FKVF_OK;
+}
+
+/* ---- trailers and the commit chain (spec 6, 7) ---------------------------- */
+
+/* Full validation of the trailer at `off` (spec 6.1) including the directory
+ * checksum and header. */
+static int trailer_at(fkvf_reader *r, uint64_t off, fkvf_trailer *t, fkvf_dirhdr *dh)
+{
+    int rc = fkvf_trailer_parse(r->data + off, off, t, &r->diag);
+    if (rc)
+        return rc;
+    size_t dsz;
+    if (!fkvf_tosz(t->dir_size, &dsz))
+        return FAIL(FKVF_E_LIMIT, off + 24, "15", "directory too large");
+    uint64_t sum = fkvf_xxh3_64(r->data + t->dir_offset, dsz, t->dir_offset);
+    if (sum != t->dir_checksum)
+        return FAIL(FKVF_E_CHECKSUM, t->dir_offset, "6.1",
+                    "directory of commit %llu: checksum stored %016llx, computed %016llx",
+                    (unsigned long long)t->commit_seq, (unsigned long long)t->dir_checksum,
+                    (unsigned long long)sum);
+    rc = fkvf_dirhdr_parse(r->data + t->dir_offset, t->dir_offset, dh, &r->diag);
+    if (rc)
+        return rc;
+    if (dh->commit_seq != t->commit_seq)
+        return FAIL(FKVF_E_CHAIN, t->dir_offset + 8, "5.1",
+                    "directory.commit_seq %llu differs from the trailer's %llu",
+                    (unsigned long long)dh->commit_seq, (unsigned long long)t->commit_seq);
+    if (t->dir_size != FKVF_DIRHDR_SIZE + (uint64_t)dh->entry_count * FKVF_DIRENT_SIZE)
+        return FAIL(FKVF_E_CORRUPT, t->dir_offset + 4, "5.2",
+                    "directory: %u entries need %llu bytes, trailer says %llu", dh->entry_count,
+                    (unsigned long long)(FKVF_DIRHDR_SIZE +
+                                         (uint64_t)dh->entry_count * FKVF_DIRENT_SIZE),
+                    (unsigned long long)t->dir_size);
+    return FKVF_OK;
+}
+
+/* Walk back from the head trailer; fill r->commits in commit order. */
+static int load_chain(fkvf_reader *r, uint64_t head)
+{
+    size_t cap = 0;
+    uint64_t off = head, expect_seq = 0;
+    for (;;) {
+        fkvf_trailer t;
+        fkvf_dirhdr dh;
+        int rc = trailer_at(r, off, &t, &dh);
+        if (rc) {
+            if (off != head)
+                return fkvf_fail_replace(&r->diag, FKVF_E_CHAIN, off, "7.1",
+                                         "commit chain: earlier trailer invalid: %s",
+                                         r->diag.msg);
+            return rc;
+        }
+        if (expect_seq && t.commit_seq != expect_seq)
+            return FAIL(FKVF_E_CHAIN, off + 8, "7.1",
+                        "commit chain: trailer at %llu has commit_seq %llu, expected %llu",
+                        (unsigned long long)off, (unsigned long long)t.commit_seq,
+                        (unsigned long long)expect_seq);
+        if (fkvf_grow(r->alloc, (void **)&r->commits, &cap, r->n_commits + 1, sizeof(rd_commit)))
+            return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for the commit list");
+        rd_commit *c = &r->commits[r->n_commits++];
+        memset(c, 0, sizeof *c);
+        c->seq = t.commit_seq;
+        c->trailer_off = off;
+        c->dir_off = t.dir_offset;
+        c->dir_size = t.dir_size;
+        c->dh = dh;
+        if (t.commit_seq == 1)
+            break;
+        expect_seq = t.commit_seq - 1;
+        off = t.prev_trailer;
+    }
+    /* reverse into commit order, set regions */
+    for (size_t i = 0, j = r->n_commits - 1; i < j; i++, j--) {
+        rd_commit tmp = r->commits[i];
+        r->commits[i] = r->commits[j];
+        r->commits[j] = tmp;
+    }
+    for (size_t i = 0; i < r->n_commits; i++)
+        r->commits[i].region_start = i ? r->commits[i - 1].trailer_off + 64 : FKVF_HEADER_SIZE;
+    return FKVF_OK;
+}
+
+static int find_head(fkvf_reader *r)
+{
+    uint64_t size = r->size;
+    if (size < FKVF_HEADER_SIZE + 128)
+        return FAIL(FKVF_E_TRUNCATED, size, "7.2",
+                    "file has %llu bytes; a valid file has at least 192 (header, directory, "
+                    "trailer)",
+                    (unsigned long long)size);
+    uint64_t last = (size & ~(uint64_t)63) - 64;
+    int first_rc = FKVF_OK;
+    fkvf_diag first_diag;
+    if (size % 64) {
+        first_rc = FAIL(FKVF_E_TRUNCATED, size, "4.1",
+                        "file length %llu is not a multiple of 64 (truncated or torn)",
+                        (unsigned long long)size);
+    } else {
+        first_rc = load_chain(r, last);
+        if (first_rc == FKVF_OK) {
+            r->committed_size = size;
+            return FKVF_OK;
+        }
+    }
+    first_diag = r->diag;
+    /* Torn tail: scan back for the latest trailer with a valid chain. */
+    for (uint64_t off = last; off >= FKVF_HEADER_SIZE + 64; off -= 64) {
+        if (memcmp(r->data + off, fkvf_trailer_magic, 8) != 0 || (size % 64 == 0 && off == last))
+            continue;
+        r->n_commits = 0;
+        fkvf_diag_clear(&r->diag);
+        if (load_chain(r, off) == FKVF_OK) {
+            r->committed_size = off + 64;
+            r->torn_bytes = size - r->committed_size;
+            if (r->flags & FKVF_OPEN_STRICT)
+                return FAIL(FKVF_E_TORN, off + 64, "7.2",
+                            "%llu bytes after the last valid commit (seq %llu) at %llu: torn "
+                            "tail; first problem: %s",
+                            (unsigned long long)r->torn_bytes,
+                            (unsigned long long)r->commits[r->n_commits - 1].seq,
+                            (unsigned long long)(off + 64), first_diag.msg);
+            return FKVF_OK;
+        }
+    }
+    r->n_commits = 0;
+    r->diag = first_diag;
+    return first_rc;
+}
+
+/* ---- directories ------------------------------------------------------------ */
+
+static int known_type(uint32_t t)
+{
+    return t == FKVF_SECTION_DESC || t == FKVF_SECTION_META || t == FKVF_SECTION_VTXS ||
+           t == FKVF_SECTION_CBK1 || t == FKVF_SECTION_CBRF || t == FKVF_SECTION_EXAC ||
+           t == FKVF_SECTION_STRM;
+}
+
+static int load_directories(fkvf_reader *r)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < r->n_commits; i++)
+        total += r->commits[i].dh.entry_count;
+    if (total > FKVF_MAX_SECTIONS)
+        return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "%llu sections in all commits > %llu",
+                    (unsigned long long)total, (unsigned long long)FKVF_MAX_SECTIONS);
+    r->sections = fkvf_calloc(r->alloc, total ? (size_t)total : 1, sizeof(rd_section));
+    if (!r->sections)
+        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for %llu sections",
+                    (unsigned long long)total);
+    for (size_t ci = 0; ci < r->n_commits; ci++) {
+        rd_commit *c = &r->commits[ci];
+        c->first_section = r->n_sections;
+        uint64_t prev_end = c->region_start;
+        for (uint32_t k = 0; k < c->dh.entry_count; k++) {
+            uint64_t eoff = c->dir_off + FKVF_DIRHDR_SIZE + (uint64_t)k * FKVF_DIRENT_SIZE;
+            rd_section *s = &r->sections[r->n_sections];
+            fkvf_dirent_read(r->data + eoff, &s->e);
+            s->commit_seq = c->seq;
+            const fkvf_dirent *e = &s->e;
+            char tn[12];
+            fkvf_type_name(e->type, tn);
+            if (e->flags & ~(uint32_t)(FKVF_SECTION_REQUIRED | FKVF_SECTION_DEFLATE))
+                return FAIL(FKVF_E_CORRUPT, eoff + 4, "4.2",
+                            "directory entry %u (%s): unknown flag bits 0x%x", k, tn, e->flags);
+            if (fkvf_ld64(r->data + eoff + 48) || fkvf_ld64(r->data + eoff + 56))
+                return FAIL(FKVF_E_CORRUPT, eoff + 48, "4.2",
+                            "directory entry %u (%s): reserved bytes not zero", k, tn);
+            if (e->offset % 64)
+                return FAIL(FKVF_E_ALIGN, eoff + 8, "4.1",
+                            "directory entry %u (%s): offset %llu not a multiple of 64", k, tn,
+                            (unsigned long long)e->offset);
+            uint64_t end;
+            if (e->stored_size > FKVF_MAX_SECTION_SIZE ||
+                !fkvf_add64(e->offset, e->stored_size, &end) || e->offset < c->region_start ||
+                end > c->dir_off)
+                return FAIL(FKVF_E_BOUNDS, eoff + 8, "4.5",
+                            "directory entry %u (%s): [%llu, +%llu) outside commit %llu's "
+                            "region [%llu, %llu)",
+                            k, tn, (unsigned long long)e->offset,
+                            (unsigned long long)e->stored_size, (unsigned long long)c->seq,
+                            (unsigned long long)c->region_start, (unsigned long long)c->dir_off);
+            if (e->offset < prev_end)
+                return FAIL(FKVF_E_OVERLAP, eoff + 8, "4.5",
+                            "directory entry %u (%s): offset %llu overlaps or precedes the "
+                            "previous section ending at %llu",
+                            k, tn, (unsigned long long)e->offset, (unsigned long long)prev_end);
+            prev_end = end;
+            if (e->flags & FKVF_SECTION_DEFLATE) {
+                if (!(r->hdr.required_features & FKVF_FEAT_DEFLATE))
+                    return FAIL(FKVF_E_CORRUPT, eoff + 4, "3.3",
+                                "directory entry %u (%s): deflated, but the header does not "
+                                "declare the DEFLATE feature",
+                                k, tn);
+                if (e->type == FKVF_SECTION_STRM)
+                    return FAIL(FKVF_E_CORRUPT, eoff + 4, "4.4",
+                                "directory entry %u: STRM sections are never deflated", k);
+                if (e->size > FKVF_MAX_INFLATED || e->size / 1032 > e->stored_size)
+                    return FAIL(FKVF_E_LIMIT, eoff + 24, "4.4",
+                                "directory entry %u (%s): inflated size %llu from %llu stored "
+                                "bytes exceeds the limit",
+                                k, tn, (unsigned long long)e->size,
+                                (unsigned long long)e->stored_size);
+            } else if (e->size != e->stored_size) {
+                return FAIL(FKVF_E_CORRUPT, eoff + 24, "4.2",
+                            "directory entry %u (%s): size %llu != stored_size %llu without "
+                            "deflate",
+                            k, tn, (unsigned long long)e->size,
+                            (unsigned long long)e->stored_size);
+            }
+            if (!known_type(e->type) && (e->flags & FKVF_SECTION_REQUIRED))
+                return FAIL(FKVF_E_SECTION, eoff, "4.3",
+                            "directory entry %u: unknown required section type %s", k, tn);
+            r->n_sections++;
+        }
+        c->n_sections = r->n_sections - c->first_section;
+    }
+    return FKVF_OK;
+}
+
+/* ---- interpretation: descriptor, metadata, exact rows, streams --------------- */
+
+static char *dup_bytes(fkvf_reader *r, const uint8_t *p, size_t n)
+{
+    char *s = fkvf_malloc(r->alloc, n + 1);
+    if (s) {
+        if (n)
+            memcpy(s, p, n);
+        s[n] = 0;
+    }
+    return s;
+}
+
+static int load_desc(fkvf_reader *r, size_t i)
+{
+    const uint8_t *p;
+    uint64_t n;
+    int rc = rd_section_bytes(r, i, &p, &n);
+    if (rc)
+        return rc;
+    fkvf_desc_raw raw;
+    rc = fkvf_desc_parse(p, n, r->sections[i].e.offset, &raw, &r->diag);
+    if (rc)
+        return rc;
+    r->desc = raw.d;
+    r->model_id = dup_bytes(r, raw.model_id, raw.model_id_len);
+    r->tokenizer_id = dup_bytes(r, raw.tokenizer_id, raw.tokenizer_id_len);
+    if (!r->model_id || !r->tokenizer_id)
+        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for descriptor strings");
+    r->desc.model_id = r->model_id;
+    r->desc.tokenizer_id = r->tokenizer_id;
+    r->row_bytes = fkvf_desc_row_bytes(&r->desc);
+    r->has_desc = 1;
+    return FKVF_OK;
+}
+
+static const fkvf_ngon *get_ngon(fkvf_reader *r, uint32_t n, double rr, uint32_t span,
+                                 uint64_t at, int *rc)
+{
+    for (size_t i = 0; i < r->n_ngons; i++) {
+        const fkvf_ngon *g = &r->ngons[i]->g;
+        if (g->n == n && g->r == rr && g->span == span)
+            return g;
+    }
+    /* find the vertex table: latest VTXS with key N */
+    size_t vi = SIZE_MAX;
+    for (size_t i = 0; i < r->n_sections; i++)
+        if (r->sections[i].e.type == FKVF_SECTION_VTXS && r->sections[i].e.key == n)
+            vi = i;
+    if (vi == SIZE_MAX) {
+        *rc = FAIL(FKVF_E_CORRUPT, at, "10", "ngon stream with N=%u has no VTXS section", n);
+        return NULL;
+    }
+    const uint8_t *p;
+    uint64_t size;
+    uint32_t nn;
+    if ((*rc = rd_section_bytes(r, vi, &p, &size)) ||
+        (*rc = fkvf_vtxs_parse(p, size, r->sections[vi].e.offset, r->sections[vi].e.key, &nn,
+                               &r->diag)))
+        return NULL;
+    double *xy = fkvf_calloc(r->alloc, 2 * (size_t)nn, sizeof(double));
+    rd_ngonctx *ctx = fkvf_calloc(r->alloc, 1, sizeof *ctx);
+    size_t cap = r->n_ngons;
+    if (!xy || !ctx || fkvf_grow(r->alloc, (void **)&r->ngons, &cap, r->n_ngons + 1, sizeof *r->ngons)) {
+        fkvf_free(r->alloc, xy);
+        fkvf_free(r->alloc, ctx);
+        *rc = FAIL(FKVF_E_NOMEM, at, NULL, "no memory for an ngon context");
+        return NULL;
+    }
+    for (size_t k = 0; k < 2 * (size_t)nn; k++)
+        xy[k] = fkvf_ldf64(p + 8 + 8 * k);
+    *rc = fkvf_ngon_check_params(nn, xy, rr, span);
+    if (*rc == FKVF_OK)
+        *rc = fkvf_ngon_init(&ctx->g, nn, rr, span, xy, r->alloc);
+    fkvf_free(r->alloc, xy);
+    if (*rc) {
+        fkvf_free(r->alloc, ctx);
+        *rc = FAIL(*rc, at, "12.2",
+                   "ngon parameters N=%u r=%.17g L=%u rejected (vertex table at %llu, r <= "
+                   "r_N, L <= L_max(r))",
+                   n, rr, span, (unsigned long long)r->sections[vi].e.offset);
+        return NULL;
+    }
+    r->ngons[r->n_ngons++] = ctx;
+    return &ctx->g;
+}
+
+static rd_stream *stream_for(fkvf_reader *r, uint64_t id, size_t *cap)
+{
+    for (size_t i = 0; i < r->n_streams; i++)
+        if (r->streams[i].id == id)
+            return &r->streams[i];
+    if (fkvf_grow(r->alloc, (void **)&r->streams, cap, r->n_streams + 1, sizeof(rd_stream)))
+        return NULL;
+    rd_stream *s = &r->streams[r->n_streams++];
+    memset(s, 0, sizeof *s);
+    s->id = id;
+    return s;
+}
+
+static int add_segment(fkvf_reader *r, size_t i, size_t *cap)
+{
+    rd_section *sec = &r->sections[i];
+    uint64_t off = sec->e.offset;
+    fkvf_strm_hdr h;
+    int rc = fkvf_strm_hdr_parse(r->data + off, sec->e.stored_size, off, &h, &r->diag);
+    if (rc)
+        return rc;
+    if (h.stream_id != sec->e.key)
+        return FAIL(FKVF_E_CORRUPT, off, "11.2",
+                    "STRM.stream_id %016llx differs from the directory key %016llx",
+                    (unsigned long long)h.stream_id, (unsigned long long)sec->e.key);
+    uint8_t kind = (uint8_t)(h.stream_id >> 56);
+    if ((kind != FKVF_STREAM_KIND_INDEX && kind != FKVF_STREAM_KIND_TOKENS) ||
+        (h.stream_id & UINT64_C(0x00FF000000000000)) ||
+        (kind == FKVF_STREAM_KIND_TOKENS && (h.stream_id & UINT64_C(0x00FFFFFFFFFFFFFF))) ||
+        ((h.stream_id >> 32 & 0xFF) > 1))
+        return FAIL(FKVF_E_CORRUPT, off, "11.1", "STRM.stream_id %016llx is malformed",
+                    (unsigned long long)h.stream_id);
+    if (h.profile == FKVF_PROFILE_NGON && !(r->hdr.required_features & FKVF_FEAT_NGON))
+        return FAIL(FKVF_E_CORRUPT, off + 8, "3.3",
+                    "ngon stream, but the header does not declare the NGON feature");
+    rd_stream *s = stream_for(r, h.stream_id, cap);
+    if (!s)
+        return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for streams");
+    if (s->n_segs == 0) {
+        s->profile = h.profile;
+        s->bits = h.bits;
+        s->alphabet = h.alphabet;
+        s->span = h.span_symbols;
+        s->r = h.r;
+        if (h.profile == FKVF_PROFILE_NGON) {
+            s->ngon = get_ngon(r, h.alphabet, h.r, h.span_symbols, off, &rc);
+            if (!s->ngon)
+                return rc;
+        }
+    } else if (s->profile != h.profile || s->bits != h.bits || s->alphabet != h.alphabet ||
+               s->span != h.span_symbols || memcmp(&s->r, &h.r, sizeof h.r) != 0) {
+        return FAIL(FKVF_E_CORRUPT, off + 8, "11.6",
+                    "STRM segment parameters differ from the stream's earlier segments");
+    }
+    if (h.first_symbol > s->length)
+        return FAIL(FKVF_E_CORRUPT, off + 16, "11.6",
+                    "STRM.first_symbol %llu beyond the stream's length %llu",
+                    (unsigned long long)h.first_symbol, (unsigned long long)s->length);
+    /* cut earlier segments at first_symbol */
+    while (s->n_segs) {
+        rd_seg *last = &s->segs[s->n_segs - 1];
+        if (last->h.first_symbol >= h.first_symbol) {
+            fkvf_free(r->alloc, last->block_ok);
+            s->n_segs--;
+            continue;
+        }
+        if (last->h.first_symbol + last->count > h.first_symbol)
+            last->count = h.first_symbol - last->h.first_symbol;
+        break;
+    }
+    size_t scap = s->n_segs; /* capacity == count: grow each time (few segments) */
+    if (fkvf_grow(r->alloc, (void **)&s->segs, &scap, s->n_segs + 1, sizeof(rd_seg)))
+        return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for stream segments");
+    rd_seg *g = &s->segs[s->n_segs];
+    memset(g, 0, sizeof *g);
+    g->sec = i;
+    g->h = h;
+    g->count = h.symbol_count;
+    g->data_fileoff = off + h.data_off;
+    g->data = r->data + g->data_fileoff;
+    size_t nb;
+    if (!fkvf_tosz(h.n_blocks, &nb) || !(g->block_ok = fkvf_calloc(r->alloc, nb ? nb : 1, 1)))
+        return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for %llu block flags",
+                    (unsigned long long)h.n_blocks);
+    s->n_segs++;
+    s->length = h.first_symbol + h.symbol_count;
+    return FKVF_OK;
+}
+
+static int load_contents(fkvf_reader *r)
+{
+    size_t desc_i = SIZE_MAX, scap = 0, ecap = 0;
+    int rc;
+    rd_commit *last = &r->commits[r->n_commits - 1];
+    r->n_positions = last->dh.n_positions;
+    r->n_archived = last->dh.n_archived;
+    for (size_t i = 0; i < r->n_sections; i++) {
+        rd_section *s = &r->sections[i];
+        if (s->e.type != FKVF_SECTION_DESC)
+            continue;
+        if (desc_i != SIZE_MAX)
+            return FAIL(FKVF_E_CORRUPT, s->e.offset, "8",
+                        "second DESC section (the first is at %llu)",
+                        (unsigned long long)r->sections[desc_i].e.offset);
+        desc_i = i;
+    }
+    if (desc_i != SIZE_MAX && (rc = load_desc(r, desc_i)))
+        return rc;
+    for (size_t i = 0; i < r->n_sections; i++) {
+        rd_section *s = &r->sections[i];
+        switch (s->e.type) {
+        case FKVF_SECTION_META:
+            r->has_meta = 1;
+            r->meta_sec = i;
+            r->meta_checked = 0;
+            break;
+        case FKVF_SECTION_EXAC: {
+            if (desc_i == SIZE_MAX)
+                return FAIL(FKVF_E_CORRUPT, s->e.offset, "14", "EXAC without a DESC section");
+            const uint8_t *p;
+            uint64_t n;
+            /* the header is needed now; the rows are checked with the section */
+            if ((rc = rd_section_bytes(r, i, &p, &n)))
+                return rc;
+            if (fkvf_grow(r->alloc, (void **)&r->exact, &ecap, r->n_exact + 1, sizeof(rd_exact)))
+                return FAIL(FKVF_E_NOMEM, s->e.offset, NULL, "no memory");
+            rd_exact *x = &r->exact[r->n_exact];
+            x->sec = i;
+            if ((rc = fkvf_exac_hdr_parse(p, n, s->e.offset, r->row_bytes, &x->h, &r->diag)))
+                return rc;
+            if (x->h.dtype != r->desc.dtype)
+                return FAIL(FKVF_E_CORRUPT, s->e.offset + 16, "14",
+                            "EXAC.dtype %u differs from DESC.dtype %u", x->h.dtype,
+                            (unsigned)r->desc.dtype);
+            if (s->e.key != x->h.first)
+                return FAIL(FKVF_E_CORRUPT, s->e.offset, "14",
+                            "EXAC.first_position %llu differs from the directory key %llu",
+                            (unsigned long long)x->h.first, (unsigned long long)s->e.key);
+            r->n_exact++;
+            break;
+        }
+        case FKVF_SECTION_STRM:
+            if ((rc = add_segment(r, i, &scap)))
+                return rc;
+            break;
+        default:
+            break;
+        }
+    }
+    /* stream lengths (spec 11.6) */
+    for (size_t i = 0; i < r->n_streams; i++) {
+        rd_stream *s = &r->streams[i];
+        int tok = (s->id >> 56) == FKVF_STREAM_KIND_TOKENS;
+        uint64_t want = tok ? r->n_positions : r->n_archived;
+        if (s->length != want)
+            return FAIL(FKVF_E_CORRUPT, r->sections[s->segs[s->n_segs - 1].sec].e.offset, "11.6",
+                        "stream %016llx has %llu symbols, the last commit needs %llu",
+                        (unsigned long long)s->id, (unsigned long long)s->length,
+                        (unsigned long long)want);
+        for (size_t k = 0; k < s->n_segs; k++)
+            s->stored_bytes += r->sections[s->segs[k].sec].e.stored_size;
+        if (!tok && r->has_desc) {
+            uint32_t layer = (uint32_t)(s->id & 0xFFFF), head = (uint32_t)(s->id >> 16 & 0xFFFF);
+            if (layer >= r->desc.n_layers || head >= r->desc.n_kv_heads)
+                return FAIL(FKVF_E_CORRUPT, r->sections[s->segs[0].sec].e.offset, "11.1",
+                            "stream %016llx: layer %u / head %u outside the descriptor",
+                            (unsigned long long)s->id, layer, head);
+        }
+    }
+    if (!r->has_desc) {
+        if (r->n_exact || r->n_positions)
+            return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "8",
+                        "archive holds positions but has no DESC section");
+        return FKVF_OK;
+    }
+    /* positions (spec 14) */
+    uint64_t S = r->desc.n_sinks < r->n_positions ? r->desc.n_sinks : r->n_positions;
+    if (r->n_archived && (r->desc.n_sinks > r->n_positions ||
+                          r->n_archived > r->n_positions - r->desc.n_sinks))
+        return FAIL(FKVF_E_CORRUPT, last->dir_off + 24, "14",
+                    "n_archived %llu does not fit after %u sinks in %llu positions",
+                    (unsigned long long)r->n_archived, r->desc.n_sinks,
+                    (unsigned long long)r->n_positions);
+    /* every exact position must be covered: check the two ranges by walking
+     * positions in runs (O(runs x sections)). */
+    uint64_t ranges[2][2] = {{0, S}, {S + r->n_archived, r->n_positions}};
+    for (int k = 0; k < 2; k++) {
+        uint64_t p = ranges[k][0];
+        while (p < ranges[k][1]) {
+            uint64_t best_end = p;
+            for (size_t x = 0; x < r->n_exact; x++) {
+                const fkvf_exac_hdr *h = &r->exact[x].h;
+                if (h->first <= p && h->first + h->count > p && h->first + h->count > best_end)
+                    best_end = h->first + h->count;
+            }
+            if (best_end == p)
+                return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14",
+                            "exact position %llu is not covered by any EXAC section",
+                            (unsigned long long)p);
+            p = best_end;
+        }
+    }
+    return FKVF_OK;
+}
+
+/* ---- open / free ------------------------------------------------------------- */
+
+static int reader_new(fkvf_reader **out, const fkvf_allocator *alloc, const char *name,
+                      unsigned flags)
+{
+    alloc = fkvf_alloc_or_default(alloc);
+    fkvf_reader *r = fkvf_calloc(alloc, 1, sizeof *r);
+    if (!r)
+        return FKVF_E_NOMEM;
+    r->magic = FKVF_READER_MAGIC;
+    r->alloc = alloc;
+    r->flags = flags;
+    if (name) {
+        r->name = dup_bytes(r, (const uint8_t *)name, strlen(name));
+        if (!r->name) {
+            fkvf_free(alloc, r);
+            return FKVF_E_NOMEM;
+        }
+    }
+    r->diag.name = r->name ? r->name : "<memory>";
+    *out = r;
+    return FKVF_OK;
+}
+
+static int reader_load(fkvf_reader *r)
+{
+    size_t avail = r->size < FKVF_HEADER_SIZE ? (size_t)r->size : FKVF_HEADER_SIZE;
+    int rc = fkvf_header_parse(r->data, avail, &r->hdr, &r->diag);
+    if (rc)
+        return rc;
+    if (r->size > FKVF_MAX_FILE)
+        return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file larger than 2^62 bytes");
+    if ((rc = find_head(r)) || (rc = load_directories(r)) || (rc = load_contents(r)))
+        return rc;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_open_memory(fkvf_reader **out, const void *data, size_t size,
+                                     unsigned flags, const fkvf_allocator *alloc)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    *out = NULL;
+    if (!data && size)
+        return FKVF_E_INVALID_ARG;
+    if (flags & ~FKVF_OPEN_STRICT)
+        return FKVF_E_INVALID_ARG;
+    fkvf_reader *r;
+    int rc = reader_new(&r, alloc, NULL, flags);
+    if (rc)
+        return rc;
+    static const uint8_t empty[1] = {0};
+    r->data = size ? data : empty;
+    r->size = size;
+    *out = r;
+    return reader_load(r);
+}
+
+FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned flags,
+                                   const fkvf_allocator *alloc)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    *out = NULL;
+    if (!path || (flags & ~FKVF_OPEN_STRICT))
+        return FKVF_E_INVALID_ARG;
+    fkvf_reader *r;
+    int rc = reader_new(&r, alloc, path, flags);
+    if (rc)
+        return rc;
+    *out = r;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "open: %s", strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "fstat: %s", strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "not a regular file");
+    }
+    static const uint8_t empty[1] = {0};
+    r->data = empty;
+    r->size = 0;
+    if (st.st_size > 0) {
+        if ((uint64_t)st.st_size > SIZE_MAX) {
+            close(fd);
+            return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file too large to map");
+        }
+        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "mmap: %s", strerror(e));
+        }
+        r->map = m;
+        r->map_size = (size_t)st.st_size;
+        r->data = m;
+        r->size = (uint64_t)st.st_size;
+    }
+    close(fd);
+    return reader_load(r);
+}
+
+FKVF_API void fkvf_reader_free(fkvf_reader *r)
+{
+    if (!r || r->magic != FKVF_READER_MAGIC)
+        return;
+    const fkvf_allocator *a = r->alloc;
+    for (size_t i = 0; i < r->n_sections; i++)
+        fkvf_free(a, r->sections[i].inflated);
+    for (size_t i = 0; i < r->n_streams; i++) {
+        for (size_t k = 0; k < r->streams[i].n_segs; k++)
+            fkvf_free(a, r->streams[i].segs[k].block_ok);
+        fkvf_free(a, r->streams[i].segs);
+    }
+    for (size_t i = 0; i < r->n_ngons; i++) {
+        fkvf_ngon_fini(&r->ngons[i]->g);
+        fkvf_free(a, r->ngons[i]);
+    }
+    fkvf_free(a, r->ngons);
+    fkvf_free(a, r->streams);
+    fkvf_free(a, r->exact);
+    fkvf_free(a, r->sections);
+    fkvf_free(a, r->commits);
+    fkvf_free(a, r->model_id);
+    fkvf_free(a, r->tokenizer_id);
+    if (r->map)
+        munmap(r->map, r->map_size);
+    fkvf_free(a, r->name);
+    r->magic = 0;
+    fkvf_free(a, r);
+}
+
+FKVF_API const char *fkvf_reader_message(const fkvf_reader *r)
+{
+    if (!r || r->magic != FKVF_READER_MAGIC)
+        return "not a reader handle";
+    return r->diag.msg;
+}
+
+/* ---- queries ------------------------------------------------------------------ */
+
+FKVF_API int fkvf_reader_info(const fkvf_reader *r, fkvf_archive_info *out)
+{
+    int rc = rd_enter(r);
+    if (rc)
+        return rc;
+    if (!out || !r->n_commits)
+        return !out ? FKVF_E_INVALID_ARG : FKVF_E_STATE;
+    memset(out, 0, sizeof *out);
+    out->format_major = r->hdr.major;
+    out->format_minor = r->hdr.minor;
+    out->required_features = r->hdr.required_features;
+    out->optional_features = r->hdr.optional_features;
+    out->file_size = r->size;
+    out->committed_size = r->committed_size;
+    out->torn_bytes = r->torn_bytes;
+    out->n_commits = r->n_commits;
+    out->n_positions = r->n_positions;
+    out->n_archived = r->n_archived;
+    out->n_sections = r->n_sections;
+    out->n_streams = r->n_streams;
+    out->has_desc = r->has_desc;
+    return FKVF_OK;
+}
+
+#define ENTER(r)                           \
+    do {                                   \
+        int rc_ = rd_enter(r);             \
+        if (rc_)                           \
+            return rc_;                    \
+        if (!(r)->n_commits)               \
+            return FKVF_E_STATE;           \
+    } while (0)
+
+FKVF_API int fkvf_reader_section(const fkvf_reader *r, size_t index, fkvf_section_info *out)
+{
+    ENTER(r);
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    if (index >= r->n_sections)
+        return FKVF_E_RANGE;
+    const rd_section *s = &r->sections[index];
+    out->type = s->e.type;
+    out->flags = s->e.flags;
+    out->offset = s->e.offset;
+    out->stored_size = s->e.stored_size;
+    out->size = s->e.size;
+    out->key = s->e.key;
+    out->checksum = s->e.checksum;
+    out->commit_seq = s->commit_seq;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_section_data(fkvf_reader *r, size_t index, const void **data,
+                                      size_t *size)
+{
+    ENTER(r);
+    if (!data || !size)
+        return FKVF_E_INVALID_ARG;
+    if (index >= r->n_sections)
+        return FKVF_E_RANGE;
+    const uint8_t *p;
+    uint64_t n;
+    int rc = rd_section_bytes(r, index, &p, &n);
+    if (rc)
+        return rc;
+    if (!fkvf_tosz(n, size))
+        return FKVF_E_LIMIT;
+    *data = p;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_desc(fkvf_reader *r, fkvf_desc *out)
+{
+    ENTER(r);
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    if (!r->has_desc)
+        return fkvf_fail(&r->diag, FKVF_E_NOT_FOUND, FKVF_NO_OFFSET, "13",
+                         "no DESC section (a codebook file?)");
+    *out = r->desc;
+    return FKVF_OK;
+}
+
+static int meta_ready(fkvf_reader *r)
+{
+    if (!r->has_meta)
+        return FKVF_OK;
+    if (r->meta_checked)
+        return FKVF_OK;
+    const uint8_t *p;
+    uint64_t n;
+    int rc = rd_section_bytes(r, r->meta_sec, &p, &n);
+    if (rc)
+        return rc;
+    rc = fkvf_meta_parse(p, n, r->sections[r->meta_sec].e.offset, &r->meta_count, r->alloc,
+                         &r->diag);
+    if (rc)
+        return rc;
+    r->meta_checked = 1;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_meta_count(fkvf_reader *r, size_t *count)
+{
+    ENTER(r);
+    if (!count)
+        return FKVF_E_INVALID_ARG;
+    int rc = meta_ready(r);
+    if (rc)
+        return rc;
+    *count = r->has_meta ? r->meta_count : 0;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_meta(fkvf_reader *r, size_t index, fkvf_meta_entry *out)
+{
+    ENTER(r);
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    int rc = meta_ready(r);
+    if (rc)
+        return rc;
+    if (!r->has_meta || index >= r->meta_count)
+        return FKVF_E_RANGE;
+    const uint8_t *p;
+    uint64_t n;
+    if ((rc = rd_section_bytes(r, r->meta_sec, &p, &n)))
+        return rc;
+    fkvf_meta_entry_at(p, n, (uint32_t)index, out);
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_meta_find(fkvf_reader *r, const char *key, fkvf_meta_entry *out)
+{
+    ENTER(r);
+    if (!key || !out)
+        return FKVF_E_INVALID_ARG;
+    size_t n, kl = strlen(key);
+    int rc = fkvf_reader_meta_count(r, &n);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        fkvf_meta_entry e;
+        if ((rc = fkvf_reader_meta(r, i, &e)))
+            return rc;
+        if (e.key_len == kl && memcmp(e.key, key, kl) == 0) {
+            *out = e;
+            return FKVF_OK;
+        }
+    }
+    return FKVF_E_NOT_FOUND;
+}
+
+/* ---- exact rows ----------------------------------------------------------------- */
+
+static int exact_position(const fkvf_reader *r, uint64_t pos)
+{
+    uint64_t S = r->desc.n_sinks;
+    return pos < r->n_positions && (pos < S || pos >= S + r->n_archived);
+}
+
+FKVF_API int fkvf_reader_is_exact(const fkvf_reader *r, uint64_t position, int *is_exact)
+{
+    ENTER(r);
+    if (!is_exact)
+        return FKVF_E_INVALID_ARG;
+    if (!r->has_desc || position >= r->n_positions)
+        return FKVF_E_RANGE;
+    *is_exact = exact_position(r, position);
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_exact_row(fkvf_reader *r, uint64_t position, const void **row,
+                                   size_t *row_bytes)
+{
+    ENTER(r);
+    if (!row || !row_bytes)
+        return FKVF_E_INVALID_ARG;
+    if (!r->has_desc || !exact_position(r, position))
+        return fkvf_fail(&r->diag, FKVF_E_RANGE, FKVF_NO_OFFSET, NULL,
+                         "position %llu is not an exact position",
+                         (unsigned long long)position);
+    /* the latest section covering the position wins (spec 7.3) */
+    for (size_t x = r->n_exact; x-- > 0;) {
+        const rd_exact *e = &r->exact[x];
+        if (e->h.first <= position && position - e->h.first < e->h.count) {
+            const uint8_t *p;
+            uint64_t n;
+            int rc = rd_section_bytes(r, e->sec, &p, &n);
+            if (rc)
+                return rc;
+            *row = p + FKVF_SUBHDR_SIZE + (position - e->h.first) * r->row_bytes;
+            *row_bytes = (size_t)r->row_bytes;
+            return FKVF_OK;
+        }
+    }
+    return fkvf_fail(&r->diag, FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14",
+                     "exact position %llu not covered", (unsigned long long)position);
+}
+
+/* ---- streams ------------------------------------------------------------------- */
+
+FKVF_API int fkvf_reader_stream_count(const fkvf_reader *r, size_t *count)
+{
+    ENTER(r);
+    if (!count)
+        return FKVF_E_INVALID_ARG;
+    *count = r->n_streams;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_stream_info(const fkvf_reader *r, size_t index, fkvf_stream_info *out)
+{
+    ENTER(r);
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    if (index >= r->n_streams)
+        return FKVF_E_RANGE;
+    const rd_stream *s = &r->streams[index];
+    memset(out, 0, sizeof *out);
+    out->id = s->id;
+    out->profile = (fkvf_profile)s->profile;
+    out->symbol_bits = s->bits;
+    if (s->profile == FKVF_PROFILE_QUAD) {
+        out->alphabet = s->bits < 32 ? (uint32_t)1 << s->bits : 0;
+        out->span_symbols = fkvf_quad_span_symbols(s->bits);
+    } else {
+        out->alphabet = s->alphabet;
+        out->span_symbols = s->span;
+        out->r = s->r;
+    }
+    out->length = s->length;
+    out->n_segments = s->n_segs;
+    out->stored_bytes = s->stored_bytes;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *index)
+{
+    ENTER(r);
+    if (!index)
+        return FKVF_E_INVALID_ARG;
+    for (size_t i = 0; i < r->n_streams; i++)
+        if (r->streams[i].id == id) {
+            *index = i;
+            return FKVF_OK;
+        }
+    return FKVF_E_NOT_FOUND;
+}
+
+int rd_block_check(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t b)
+{
+    if (g->block_ok[b])
+        return FKVF_OK;
+    const fkvf_strm_hdr *h = &g->h;
+    uint64_t start = b * h->block_size;
+    uint64_t len = h->data_bytes - start < h->block_size ? h->data_bytes - start : h->block_size;
+    uint64_t table = r->sections[g->sec].e.offset + FKVF_STRM_HDR_SIZE + 8 * b;
+    uint64_t want = fkvf_ld64(r->data + table);
+    uint64_t got = fkvf_xxh3_64(g->data + start, (size_t)len, g->data_fileoff + start);
+    if (want != got)
+        return FAIL(FKVF_E_CHECKSUM, g->data_fileoff + start, "11.4",
+                    "stream %016llx block %llu: checksum stored %016llx, computed %016llx",
+                    (unsigned long long)s->id, (unsigned long long)b, (unsigned long long)want,
+                    (unsigned long long)got);
+    if (s->profile == FKVF_PROFILE_NGON) {
+        /* every span in the block must re-encode to its anchor (spec 12.2) */
+        uint64_t first_span = start / 16, n_spans = len / 16;
+        uint32_t tmp[64];
+        for (uint64_t j = first_span; j < first_span + n_spans; j++) {
+            uint64_t s0 = j * h->span_symbols;
+            uint64_t cnt = h->symbol_count - s0 < h->span_symbols ? h->symbol_count - s0
+                                                                  : h->span_symbols;
+            const uint8_t *a = g->data + 16 * j;
+            if (fkvf_ngon_decode_span(s->ngon, fkvf_ldf64(a), fkvf_ldf64(a + 8), (uint32_t)cnt,
+                                      tmp) != FKVF_OK)
+                return FAIL(FKVF_E_SPAN, g->data_fileoff + 16 * j, "12.2",
+                            "stream %016llx span %llu: anchor does not decode to %llu symbols "
+                            "that re-encode to it",
+                            (unsigned long long)s->id, (unsigned long long)j,
+                            (unsigned long long)cnt);
+        }
+    }
+    g->block_ok[b] = 1;
+    return FKVF_OK;
+}
+
+/* Segment holding symbol t (binary search on first_symbol). */
+static rd_seg *seg_for(const rd_stream *s, uint64_t t)
+{
+    size_t lo = 0, hi = s->n_segs;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (s->segs[mid].h.first_symbol <= t)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return &s->segs[lo];
+}
+
+/* Make sure the blocks holding local symbols [a, b) of segment g are verified. */
+static int seg_touch(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t a, uint64_t b)
+{
+    uint64_t lo, hi;
+    if (s->profile == FKVF_PROFILE_QUAD) {
+        lo = a * s->bits / 8;
+        hi = (b * s->bits + 7) / 8;
+    } else {
+        lo = a / s->span * 16;
+        hi = ((b - 1) / s->span + 1) * 16;
+    }
+    for (uint64_t k = lo / g->h.block_size; k <= (hi - 1) / g->h.block_size; k++) {
+        int rc = rd_block_check(r, s, g, k);
+        if (rc)
+            return rc;
+    }
+    return FKVF_OK;
+}
+
+static int seg_read(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t a, size_t n,
+                    uint32_t *out)
+{
+    int rc = seg_touch(r, s, g, a, a + n);
+    if (rc)
+        return rc;
+    size_t db = (size_t)g->h.data_bytes;
+    if (s->profile == FKVF_PROFILE_QUAD)
+        return fkvf_quad_decode(g->data, db, s->bits, a, n, out);
+    return fkvf_ngon_decode(s->ngon, g->data, db, g->h.symbol_count, a, n, out, 0);
+}
+
+FKVF_API int fkvf_reader_stream_read(fkvf_reader *r, size_t index, uint64_t first, uint32_t *out,
+                                     size_t count)
+{
+    ENTER(r);
+    if (!out && count)
+        return FKVF_E_INVALID_ARG;
+    if (index >= r->n_streams)
+        return FKVF_E_RANGE;
+    rd_stream *s = &r->streams[index];
+    if (first > s->length || count > s->length - first)
+        return fkvf_fail(&r->diag, FKVF_E_RANGE, FKVF_NO_OFFSET, NULL,
+                         "symbols [%llu, +%zu) outside stream of %llu",
+                         (unsigned long long)first, count, (unsigned long long)s->length);
+    while (count) {
+        rd_seg *g = seg_for(s, first);
+        uint64_t a = first - g->h.first_symbol;
+        uint64_t avail = g->count - a;
+        size_t n = avail < count ? (size_t)avail : count;
+        int rc = seg_read(r, s, g, a, n, out);
+        if (rc)
+            return rc;
+        out += n;
+        first += n;
+        count -= n;
+    }
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_stream_get(fkvf_reader *r, size_t index, uint64_t t, uint32_t *symbol)
+{
+    return fkvf_reader_stream_read(r, index, t, symbol, 1);
+}
+
+FKVF_API int fkvf_reader_stream_point(fkvf_reader *r, size_t index, uint64_t t, fkvf_point *out)
+{
+    ENTER(r);
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    if (index >= r->n_streams)
+        return FKVF_E_RANGE;
+    rd_stream *s = &r->streams[index];
+    if (t >= s->length)
+        return FKVF_E_RANGE;
+    memset(out, 0, sizeof *out);
+    /* the point depends on a bounded window of symbols before t */
+    uint32_t win = s->profile == FKVF_PROFILE_QUAD ? (128u + s->bits - 1u) / s->bits : s->span;
+    uint64_t first = t + 1 >= win ? t + 1 - win : 0;
+    rd_seg *g = seg_for(s, first);
+    if (g == seg_for(s, t)) {
+        uint64_t a = first - g->h.first_symbol, lt = t - g->h.first_symbol;
+        int rc = seg_touch(r, s, g, a, lt + 1);
+        if (rc)
+            return rc;
+        if (s->profile == FKVF_PROFILE_QUAD) {
+            fkvf_quad_point(g->data, (size_t)g->h.data_bytes, s->bits, lt, &out->x, &out->y);
+            return FKVF_OK;
+        }
+    }
+    uint32_t sym[128];
+    size_t n = (size_t)(t + 1 - first);
+    int rc = fkvf_reader_stream_read(r, index, first, sym, n);
+    if (rc)
+        return rc;
+    if (s->profile == FKVF_PROFILE_QUAD) {
+        /* first == 0 or the window covers >= 128 bits: the recurrence from the
+         * origin over these symbols gives the point */
+        fkvf_quad_point_ref(sym, n - 1, s->bits, &out->x, &out->y);
+    } else {
+        fkvf_ngon_encode_span(s->ngon, sym, (uint32_t)n, &out->fx, &out->fy);
+    }
+    return FKVF_OK;
+}

@@ -1,0 +1,101 @@
+/* Reader internals shared by reader.c and verify.c. */
+#ifndef FKVF_READER_IMPL_H
+#define FKVF_READER_IMPL_H
+
+#include "codec/codec.h"
+#include "error.h"
+#include "fkvf.h"
+#include "format/format.h"
+
+#define FKVF_READER_MAGIC UINT32_C(0x52564B46) /* "FKVR" */
+
+typedef struct rd_commit {
+    uint64_t seq, trailer_off, dir_off, dir_size, region_start;
+    fkvf_dirhdr dh;
+    size_t first_section, n_sections;
+} rd_commit;
+
+typedef struct rd_section {
+    fkvf_dirent e;
+    uint64_t commit_seq;
+    int checked;       /* whole-section checksum verified (and inflated if deflated) */
+    uint8_t *inflated; /* owned, when deflated */
+} rd_section;
+
+typedef struct rd_seg {
+    size_t sec;         /* index into sections */
+    fkvf_strm_hdr h;
+    uint64_t count;     /* effective symbols (after later segments cut it) */
+    const uint8_t *data; /* start of span data in the file */
+    uint64_t data_fileoff;
+    uint8_t *block_ok;  /* one byte per block: verified */
+} rd_seg;
+
+typedef struct rd_stream {
+    uint64_t id;
+    uint8_t profile, bits;
+    uint32_t alphabet, span;
+    double r;
+    const fkvf_ngon *ngon; /* shared context */
+    rd_seg *segs;
+    size_t n_segs;
+    uint64_t length;
+    uint64_t stored_bytes;
+} rd_stream;
+
+typedef struct rd_exact {
+    size_t sec;
+    fkvf_exac_hdr h;
+} rd_exact;
+
+typedef struct rd_ngonctx {
+    fkvf_ngon g;
+} rd_ngonctx;
+
+struct fkvf_reader {
+    uint32_t magic;
+    const fkvf_allocator *alloc;
+    fkvf_diag diag;
+    char *name;
+    const uint8_t *data;
+    uint64_t size;
+    void *map;
+    size_t map_size;
+    unsigned flags;
+
+    fkvf_header hdr;
+    rd_commit *commits;
+    size_t n_commits;
+    rd_section *sections;
+    size_t n_sections;
+    uint64_t committed_size, torn_bytes;
+    uint64_t n_positions, n_archived;
+
+    int has_desc;
+    fkvf_desc desc;
+    char *model_id, *tokenizer_id;
+    uint64_t row_bytes;
+
+    int has_meta;
+    size_t meta_sec;
+    uint32_t meta_count;
+    int meta_checked;
+
+    rd_exact *exact;
+    size_t n_exact;
+
+    rd_stream *streams;
+    size_t n_streams;
+
+    rd_ngonctx **ngons;
+    size_t n_ngons;
+};
+
+/* Checks the handle; clears the diagnostic. */
+int rd_enter(const fkvf_reader *r);
+/* Bytes of section i, checksum-verified (and inflated) on first touch. */
+int rd_section_bytes(fkvf_reader *r, size_t i, const uint8_t **p, uint64_t *size);
+/* Verify block b of a segment (checksum, and for ngon every span in it). */
+int rd_block_check(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t b);
+
+#endif

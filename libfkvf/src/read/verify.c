@@ -1,0 +1,107 @@
+/* fkvf_reader_verify: the full structural and checksum pass. */
+#include <string.h>
+
+#include "alloc.h"
+#include "hash.h"
+#include "le.h"
+#include "reader_impl.h"
+
+#define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
+
+static int zero_gap(fkvf_reader *r, uint64_t from, uint64_t to, const char *what)
+{
+    if (to < from)
+        return FAIL(FKVF_E_OVERLAP, to, "4.1", "%s overlaps the structure before it", what);
+    if (to - from >= 64)
+        return FAIL(FKVF_E_CORRUPT, from, "4.1",
+                    "%llu bytes between structures before %s (at most 63 padding bytes)",
+                    (unsigned long long)(to - from), what);
+    for (uint64_t i = from; i < to; i++)
+        if (r->data[i])
+            return FAIL(FKVF_E_PADDING, i, "4.1", "padding byte 0x%02x before %s is not zero",
+                        r->data[i], what);
+    return FKVF_OK;
+}
+
+static int verify_stream_segment(fkvf_reader *r, const rd_stream *s, rd_seg *g)
+{
+    const rd_section *sec = &r->sections[g->sec];
+    /* padding between the checksum table and the data */
+    uint64_t tbl_end = sec->e.offset + FKVF_STRM_HDR_SIZE + 8 * g->h.n_blocks;
+    for (uint64_t i = tbl_end; i < g->data_fileoff; i++)
+        if (r->data[i])
+            return FAIL(FKVF_E_PADDING, i, "11.3", "STRM padding before the span data not zero");
+    memset(g->block_ok, 0, (size_t)g->h.n_blocks);
+    for (uint64_t b = 0; b < g->h.n_blocks; b++) {
+        int rc = rd_block_check(r, s, g, b);
+        if (rc)
+            return rc;
+    }
+    if (s->profile == FKVF_PROFILE_QUAD &&
+        !fkvf_quad_padding_zero(g->data, (size_t)g->h.data_bytes, s->bits, g->h.symbol_count))
+        return FAIL(FKVF_E_PADDING, g->data_fileoff + g->h.data_bytes - 16, "11.7",
+                    "stream %016llx: bits after the last symbol are not zero",
+                    (unsigned long long)s->id);
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_verify(fkvf_reader *r)
+{
+    int rc = rd_enter(r);
+    if (rc)
+        return rc;
+    if (!r->n_commits)
+        return FKVF_E_STATE;
+    /* 1. layout: every byte from the header to the last trusted trailer is a
+     * structure or zero padding */
+    uint64_t pos = FKVF_HEADER_SIZE;
+    for (size_t ci = 0; ci < r->n_commits; ci++) {
+        const rd_commit *c = &r->commits[ci];
+        for (size_t k = 0; k < c->n_sections; k++) {
+            const rd_section *s = &r->sections[c->first_section + k];
+            if ((rc = zero_gap(r, pos, s->e.offset, "a section")))
+                return rc;
+            pos = s->e.offset + s->e.stored_size;
+        }
+        if ((rc = zero_gap(r, pos, c->dir_off, "a directory")) ||
+            (rc = zero_gap(r, c->dir_off + c->dir_size, c->trailer_off, "a trailer")))
+            return rc;
+        pos = c->trailer_off + 64;
+    }
+    /* 2. every section's checksum (and inflation) */
+    for (size_t i = 0; i < r->n_sections; i++) {
+        rd_section *s = &r->sections[i];
+        s->checked = 0;
+        fkvf_free(r->alloc, s->inflated);
+        s->inflated = NULL;
+        const uint8_t *p;
+        uint64_t n;
+        if ((rc = rd_section_bytes(r, i, &p, &n)))
+            return rc;
+    }
+    /* 3. contents */
+    if (r->has_meta) {
+        r->meta_checked = 0;
+        size_t n;
+        if ((rc = fkvf_reader_meta_count(r, &n)))
+            return rc;
+    }
+    for (size_t i = 0; i < r->n_streams; i++) {
+        rd_stream *s = &r->streams[i];
+        for (size_t k = 0; k < s->n_segs; k++)
+            if ((rc = verify_stream_segment(r, s, &s->segs[k])))
+                return rc;
+    }
+    for (size_t i = 0; i < r->n_sections; i++) {
+        const rd_section *s = &r->sections[i];
+        if (s->e.type == FKVF_SECTION_CBRF || s->e.type == FKVF_SECTION_CBK1)
+            if (!(s->e.flags & FKVF_SECTION_REQUIRED))
+                return FAIL(FKVF_E_CORRUPT, s->e.offset, "4.3",
+                            "codebook sections must be marked REQUIRED");
+    }
+    if (r->torn_bytes)
+        return FAIL(FKVF_E_TORN, r->committed_size, "7.2",
+                    "%llu bytes after the last valid commit: recoverable torn tail",
+                    (unsigned long long)r->torn_bytes);
+    return FKVF_OK;
+}

@@ -1,0 +1,759 @@
+/* The FKVF writer: streams sections to a sink in one pass (never seeks), then
+ * the directory and the trailer (spec 4-7). File writers create atomically:
+ * temp file, fsync, rename. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "alloc.h"
+#include "ckd.h"
+#include "codec/codec.h"
+#include "error.h"
+#include "format/format.h"
+#include "hash.h"
+#include "le.h"
+
+#define FKVF_WRITER_MAGIC UINT32_C(0x57564B46) /* "FKVW" */
+
+typedef struct wr_range {
+    uint64_t first, count;
+} wr_range;
+
+typedef struct wr_stream {
+    uint64_t id, length;
+} wr_stream;
+
+struct fkvf_writer {
+    uint32_t magic;
+    const fkvf_allocator *alloc;
+    fkvf_diag diag;
+    fkvf_writer_options opts;
+    fkvf_sink sink;
+    int fd;
+    char *path, *tmp_path;
+    int state; /* 0 open, 1 finished, 2 failed */
+    uint64_t pos;
+
+    fkvf_dirent *dir;
+    size_t n_dir, cap_dir;
+
+    int has_desc;
+    fkvf_desc desc;
+    uint64_t row_bytes;
+
+    uint8_t *meta;
+    size_t meta_size, meta_cap;
+    uint32_t meta_count;
+
+    wr_range *exact;
+    size_t n_exact, cap_exact;
+    wr_stream *streams;
+    size_t n_streams, cap_streams;
+    uint32_t *vtxs_written;
+    size_t n_vtxs, cap_vtxs;
+
+    uint64_t n_positions, n_archived;
+};
+
+#define FAIL(code, ...) fkvf_fail(&w->diag, code, FKVF_NO_OFFSET, __VA_ARGS__)
+
+static int w_enter(fkvf_writer *w)
+{
+    if (!w || w->magic != FKVF_WRITER_MAGIC)
+        return FKVF_E_STATE;
+    if (w->state == 2)
+        return w->diag.code ? w->diag.code : FKVF_E_STATE;
+    fkvf_diag_clear(&w->diag);
+    if (w->state != 0)
+        return fkvf_fail(&w->diag, FKVF_E_STATE, FKVF_NO_OFFSET, NULL,
+                         "writer already finished");
+    return FKVF_OK;
+}
+
+/* A failed write leaves the output unusable: the writer becomes sticky-failed. */
+static int w_broken(fkvf_writer *w, int rc)
+{
+    if (rc == FKVF_E_IO || rc == FKVF_E_NOMEM)
+        w->state = 2;
+    return rc;
+}
+
+/* ---- output ------------------------------------------------------------------- */
+
+static int out_bytes(fkvf_writer *w, const void *data, size_t size)
+{
+    const uint8_t *p = data;
+    while (size) {
+        long long n = w->sink.write(w->sink.opaque, p, size);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            w->state = 2;
+            return fkvf_fail(&w->diag, FKVF_E_IO, w->pos, NULL, "write: %s", strerror(e));
+        }
+        if (n == 0) {
+            w->state = 2;
+            return fkvf_fail(&w->diag, FKVF_E_IO, w->pos, NULL, "write: no progress");
+        }
+        p += n;
+        size -= (size_t)n;
+        w->pos += (uint64_t)n;
+    }
+    return FKVF_OK;
+}
+
+static int out_pad64(fkvf_writer *w)
+{
+    static const uint8_t zeros[64];
+    size_t pad = (size_t)((64 - (w->pos % 64)) % 64);
+    return pad ? out_bytes(w, zeros, pad) : FKVF_OK;
+}
+
+static long long fd_write(void *opaque, const void *data, size_t size)
+{
+    fkvf_writer *w = opaque;
+    ssize_t n = write(w->fd, data, size);
+    return (long long)n;
+}
+
+static int fd_sync(void *opaque)
+{
+    fkvf_writer *w = opaque;
+    return fsync(w->fd);
+}
+
+/* Append a section: pad, (deflate), write, record the directory entry. */
+static int put_section(fkvf_writer *w, uint32_t type, uint32_t flags, uint64_t key,
+                       const void *data, size_t size)
+{
+    int rc;
+    if (w->n_dir >= FKVF_MAX_DIR_ENTRIES)
+        return FAIL(FKVF_E_LIMIT, "15", "more than %u sections in one commit",
+                    FKVF_MAX_DIR_ENTRIES);
+    if ((rc = fkvf_grow(w->alloc, (void **)&w->dir, &w->cap_dir, w->n_dir + 1, sizeof *w->dir)))
+        return w_broken(w, FAIL(rc, NULL, "no memory for the directory"));
+    if ((rc = out_pad64(w)))
+        return rc;
+    fkvf_dirent e;
+    memset(&e, 0, sizeof e);
+    e.type = type;
+    e.flags = flags;
+    e.offset = w->pos;
+    e.key = key;
+    e.size = size;
+    const void *stored = data;
+    uint8_t *z = NULL;
+    if (flags & FKVF_SECTION_DEFLATE) {
+        uLong bound = compressBound((uLong)size);
+        z = fkvf_malloc(w->alloc, bound);
+        if (!z)
+            return w_broken(w, FAIL(FKVF_E_NOMEM, NULL, "no memory to deflate %zu bytes", size));
+        uLongf zlen = bound;
+        int lvl = w->opts.deflate_level ? w->opts.deflate_level : 6;
+        if (compress2(z, &zlen, data, (uLong)size, lvl) != Z_OK) {
+            fkvf_free(w->alloc, z);
+            return w_broken(w, FAIL(FKVF_E_NOMEM, NULL, "zlib compress2 failed"));
+        }
+        stored = z;
+        e.stored_size = zlen;
+    } else {
+        e.stored_size = size;
+    }
+    e.checksum = fkvf_xxh3_64(stored, (size_t)e.stored_size, e.offset);
+    rc = out_bytes(w, stored, (size_t)e.stored_size);
+    fkvf_free(w->alloc, z);
+    if (rc)
+        return rc;
+    w->dir[w->n_dir++] = e;
+    return FKVF_OK;
+}
+
+/* ---- create / free ----------------------------------------------------------- */
+
+FKVF_API void fkvf_writer_options_init(fkvf_writer_options *opts)
+{
+    if (opts)
+        memset(opts, 0, sizeof *opts);
+}
+
+static int writer_new(fkvf_writer **out, const fkvf_writer_options *opts,
+                      const fkvf_allocator *alloc)
+{
+    alloc = fkvf_alloc_or_default(alloc);
+    fkvf_writer *w = fkvf_calloc(alloc, 1, sizeof *w);
+    if (!w)
+        return FKVF_E_NOMEM;
+    w->magic = FKVF_WRITER_MAGIC;
+    w->alloc = alloc;
+    w->fd = -1;
+    w->diag.name = "<sink>";
+    if (opts)
+        w->opts = *opts;
+    *out = w;
+    if (w->opts.required_features & ~FKVF_FEATURES_KNOWN)
+        return FAIL(FKVF_E_INVALID_ARG, "3.1", "options.required_features: unknown bits");
+    if (w->opts.block_size == 0)
+        w->opts.block_size = 4096;
+    if (w->opts.block_size < FKVF_MIN_BLOCK || w->opts.block_size > FKVF_MAX_BLOCK ||
+        w->opts.block_size % 64)
+        return FAIL(FKVF_E_INVALID_ARG, "11.2",
+                    "options.block_size: %u (multiple of 64 in 64..2^20)", w->opts.block_size);
+    if (w->opts.deflate_level < 0 || w->opts.deflate_level > 9)
+        return FAIL(FKVF_E_INVALID_ARG, NULL, "options.deflate_level: %d (0..9)",
+                    w->opts.deflate_level);
+    return FKVF_OK;
+}
+
+static int write_header(fkvf_writer *w)
+{
+    fkvf_header h;
+    memset(&h, 0, sizeof h);
+    h.major = FKVF_FORMAT_MAJOR;
+    h.minor = FKVF_FORMAT_MINOR;
+    h.required_features = w->opts.required_features;
+    h.optional_features = w->opts.optional_features;
+    uint8_t buf[64];
+    fkvf_header_write(buf, &h);
+    return out_bytes(w, buf, sizeof buf);
+}
+
+FKVF_API int fkvf_writer_create_sink(fkvf_writer **out, const fkvf_sink *sink,
+                                     const fkvf_writer_options *opts,
+                                     const fkvf_allocator *alloc)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    *out = NULL;
+    if (!sink || !sink->write)
+        return FKVF_E_INVALID_ARG;
+    int rc = writer_new(out, opts, alloc);
+    if (rc) {
+        if (rc != FKVF_E_NOMEM)
+            (*out)->state = 2;
+        return rc;
+    }
+    (*out)->sink = *sink;
+    return w_broken(*out, write_header(*out));
+}
+
+FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
+                                     const fkvf_writer_options *opts,
+                                     const fkvf_allocator *alloc)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    *out = NULL;
+    if (!path || !*path)
+        return FKVF_E_INVALID_ARG;
+    int rc = writer_new(out, opts, alloc);
+    fkvf_writer *w = *out;
+    if (rc) {
+        if (w)
+            w->state = 2;
+        return rc;
+    }
+    size_t n = strlen(path);
+    w->path = fkvf_malloc(w->alloc, n + 1);
+    w->tmp_path = fkvf_malloc(w->alloc, n + 16);
+    if (!w->path || !w->tmp_path) {
+        w->state = 2;
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory for the path");
+    }
+    memcpy(w->path, path, n + 1);
+    w->diag.name = w->path;
+    snprintf(w->tmp_path, n + 16, "%s.tmp-XXXXXX", path);
+    w->fd = mkstemp(w->tmp_path);
+    if (w->fd < 0) {
+        int e = errno;
+        w->state = 2;
+        w->tmp_path[0] = 0;
+        return FAIL(FKVF_E_IO, NULL, "cannot create a temporary file next to it: %s",
+                    strerror(e));
+    }
+    (void)fchmod(w->fd, 0644);
+    w->sink.write = fd_write;
+    w->sink.sync = fd_sync;
+    w->sink.opaque = w;
+    return w_broken(w, write_header(w));
+}
+
+FKVF_API void fkvf_writer_free(fkvf_writer *w)
+{
+    if (!w || w->magic != FKVF_WRITER_MAGIC)
+        return;
+    const fkvf_allocator *a = w->alloc;
+    if (w->fd >= 0)
+        close(w->fd);
+    if (w->tmp_path && w->tmp_path[0] && w->state != 1)
+        unlink(w->tmp_path);
+    fkvf_free(a, w->path);
+    fkvf_free(a, w->tmp_path);
+    fkvf_free(a, w->dir);
+    fkvf_free(a, w->meta);
+    fkvf_free(a, w->exact);
+    fkvf_free(a, w->streams);
+    fkvf_free(a, w->vtxs_written);
+    fkvf_free(a, (void *)w->desc.model_id);
+    fkvf_free(a, (void *)w->desc.tokenizer_id);
+    w->magic = 0;
+    fkvf_free(a, w);
+}
+
+FKVF_API const char *fkvf_writer_message(const fkvf_writer *w)
+{
+    if (!w || w->magic != FKVF_WRITER_MAGIC)
+        return "not a writer handle";
+    return w->diag.msg;
+}
+
+/* ---- content ------------------------------------------------------------------ */
+
+static char *dup_str(fkvf_writer *w, const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    char *d = fkvf_malloc(w->alloc, n + 1);
+    if (d) {
+        if (n)
+            memcpy(d, s, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+FKVF_API int fkvf_writer_set_desc(fkvf_writer *w, const fkvf_desc *desc)
+{
+    int rc = w_enter(w);
+    if (rc)
+        return rc;
+    if (!desc)
+        return FKVF_E_INVALID_ARG;
+    if (w->has_desc)
+        return FAIL(FKVF_E_STATE, "8", "the descriptor is already set");
+    if ((rc = fkvf_desc_check(desc, &w->diag)))
+        return rc;
+    size_t n = fkvf_desc_size(desc);
+    uint8_t *buf = fkvf_malloc(w->alloc, n);
+    char *mid = dup_str(w, desc->model_id), *tid = dup_str(w, desc->tokenizer_id);
+    if (!buf || !mid || !tid) {
+        fkvf_free(w->alloc, buf);
+        fkvf_free(w->alloc, mid);
+        fkvf_free(w->alloc, tid);
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory for the descriptor");
+    }
+    fkvf_desc_write(buf, desc);
+    rc = put_section(w, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED, 0, buf, n);
+    fkvf_free(w->alloc, buf);
+    if (rc) {
+        fkvf_free(w->alloc, mid);
+        fkvf_free(w->alloc, tid);
+        return rc;
+    }
+    w->desc = *desc;
+    w->desc.model_id = mid;
+    w->desc.tokenizer_id = tid;
+    w->row_bytes = fkvf_desc_row_bytes(desc);
+    w->has_desc = 1;
+    return FKVF_OK;
+}
+
+static int meta_add(fkvf_writer *w, const char *key, uint8_t type, const void *v, size_t n)
+{
+    int rc = w_enter(w);
+    if (rc)
+        return rc;
+    if (!key || (!v && n))
+        return FKVF_E_INVALID_ARG;
+    size_t kl = strlen(key);
+    if (kl == 0 || kl > 255 || !fkvf_utf8_valid((const uint8_t *)key, kl))
+        return FAIL(FKVF_E_INVALID_ARG, "9.1", "metadata key \"%.40s\": 1..255 bytes of UTF-8",
+                    key);
+    if (kl >= 5 && memcmp(key, "fkvf.", 5) == 0)
+        return FAIL(FKVF_E_INVALID_ARG, "9.2", "metadata key \"%s\": the fkvf. namespace is "
+                    "reserved", key);
+    if (n > FKVF_MAX_META_VALUE)
+        return FAIL(FKVF_E_LIMIT, "15", "metadata value of %zu bytes", n);
+    if (type == FKVF_META_UTF8 && !fkvf_utf8_valid(v, n))
+        return FAIL(FKVF_E_INVALID_ARG, "9.1", "metadata \"%s\": value is not UTF-8", key);
+    if (w->meta_count >= FKVF_MAX_META)
+        return FAIL(FKVF_E_LIMIT, "15", "more than %u metadata entries", FKVF_MAX_META);
+    /* duplicate keys are invalid (spec 9.2) */
+    size_t pos = 8;
+    for (uint32_t i = 0; i < w->meta_count; i++) {
+        uint16_t l = fkvf_ld16(w->meta + pos);
+        if (l == kl && memcmp(w->meta + pos + 8, key, kl) == 0)
+            return FAIL(FKVF_E_DUP_KEY, "9.2", "metadata key \"%s\" already set", key);
+        pos += 8 + (size_t)l + fkvf_ld32(w->meta + pos + 4);
+    }
+    size_t need = (w->meta_size ? w->meta_size : 8) + 8 + kl + n;
+    if ((rc = fkvf_grow(w->alloc, (void **)&w->meta, &w->meta_cap, need, 1)))
+        return FAIL(rc, NULL, "no memory for metadata");
+    if (!w->meta_size) {
+        memset(w->meta, 0, 8);
+        w->meta_size = 8;
+    }
+    uint8_t *p = w->meta + w->meta_size;
+    fkvf_st16(p, (uint16_t)kl);
+    p[2] = type;
+    p[3] = 0;
+    fkvf_st32(p + 4, (uint32_t)n);
+    memcpy(p + 8, key, kl);
+    if (n)
+        memcpy(p + 8 + kl, v, n);
+    w->meta_size = need;
+    w->meta_count++;
+    fkvf_st32(w->meta, w->meta_count);
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_writer_meta_u64(fkvf_writer *w, const char *key, uint64_t v)
+{
+    uint8_t b[8];
+    fkvf_st64(b, v);
+    return meta_add(w, key, FKVF_META_U64, b, 8);
+}
+FKVF_API int fkvf_writer_meta_i64(fkvf_writer *w, const char *key, int64_t v)
+{
+    uint8_t b[8];
+    fkvf_st64(b, (uint64_t)v);
+    return meta_add(w, key, FKVF_META_I64, b, 8);
+}
+FKVF_API int fkvf_writer_meta_f64(fkvf_writer *w, const char *key, double v)
+{
+    uint8_t b[8];
+    fkvf_stf64(b, v);
+    return meta_add(w, key, FKVF_META_F64, b, 8);
+}
+FKVF_API int fkvf_writer_meta_bool(fkvf_writer *w, const char *key, int v)
+{
+    uint8_t b = v ? 1 : 0;
+    return meta_add(w, key, FKVF_META_BOOL, &b, 1);
+}
+FKVF_API int fkvf_writer_meta_utf8(fkvf_writer *w, const char *key, const char *v)
+{
+    return meta_add(w, key, FKVF_META_UTF8, v, v ? strlen(v) : 0);
+}
+FKVF_API int fkvf_writer_meta_bytes(fkvf_writer *w, const char *key, const void *v, size_t n)
+{
+    return meta_add(w, key, FKVF_META_BYTES, v, n);
+}
+
+static int check_section_flags(fkvf_writer *w, unsigned flags)
+{
+    if (flags & ~(unsigned)(FKVF_SECTION_REQUIRED | FKVF_SECTION_DEFLATE))
+        return FAIL(FKVF_E_INVALID_ARG, "4.2", "section flags 0x%x: unknown bits", flags);
+    if ((flags & FKVF_SECTION_DEFLATE) && !(w->opts.required_features & FKVF_FEAT_DEFLATE))
+        return FAIL(FKVF_E_INVALID_ARG, "3.3",
+                    "deflated section needs FKVF_FEAT_DEFLATE in the create options");
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_writer_add_exact(fkvf_writer *w, uint64_t first, uint64_t count,
+                                   const void *rows, size_t size, unsigned section_flags)
+{
+    int rc = w_enter(w);
+    if (rc)
+        return rc;
+    if ((!rows && size) || (rc = check_section_flags(w, section_flags)))
+        return rc ? rc : FKVF_E_INVALID_ARG;
+    if (!w->has_desc)
+        return FAIL(FKVF_E_STATE, "14", "exact rows need the descriptor first");
+    uint64_t want, end, total;
+    if (!fkvf_mul64(count, w->row_bytes, &want) || !fkvf_add64(first, count, &end) ||
+        !fkvf_add64(want, 64, &total) || total > SIZE_MAX)
+        return FAIL(FKVF_E_LIMIT, "15", "%llu exact rows overflow", (unsigned long long)count);
+    if (want != size)
+        return FAIL(FKVF_E_INVALID_ARG, "14", "%llu rows of %llu bytes are %llu bytes, got %zu",
+                    (unsigned long long)count, (unsigned long long)w->row_bytes,
+                    (unsigned long long)want, size);
+    uint8_t *buf = fkvf_malloc(w->alloc, (size_t)total);
+    if (!buf || fkvf_grow(w->alloc, (void **)&w->exact, &w->cap_exact, w->n_exact + 1,
+                          sizeof *w->exact)) {
+        fkvf_free(w->alloc, buf);
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory for %zu bytes of exact rows", size);
+    }
+    fkvf_exac_hdr h = {first, count, (uint8_t)w->desc.dtype};
+    fkvf_exac_hdr_write(buf, &h);
+    if (size)
+        memcpy(buf + 64, rows, size);
+    rc = put_section(w, FKVF_SECTION_EXAC, FKVF_SECTION_REQUIRED | section_flags, first, buf,
+                     (size_t)total);
+    fkvf_free(w->alloc, buf);
+    if (rc)
+        return rc;
+    w->exact[w->n_exact].first = first;
+    w->exact[w->n_exact].count = count;
+    w->n_exact++;
+    return FKVF_OK;
+}
+
+static int ensure_vtxs(fkvf_writer *w, const fkvf_ngon *g)
+{
+    for (size_t i = 0; i < w->n_vtxs; i++)
+        if (w->vtxs_written[i] == g->n)
+            return FKVF_OK;
+    size_t n = 8 + 16 * (size_t)g->n;
+    uint8_t *buf = fkvf_malloc(w->alloc, n);
+    if (!buf || fkvf_grow(w->alloc, (void **)&w->vtxs_written, &w->cap_vtxs, w->n_vtxs + 1,
+                          sizeof *w->vtxs_written)) {
+        fkvf_free(w->alloc, buf);
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory for a vertex table");
+    }
+    fkvf_st32(buf, g->n);
+    fkvf_st32(buf + 4, 0);
+    for (uint32_t c = 0; c < g->n; c++) {
+        fkvf_stf64(buf + 8 + 16 * (size_t)c, g->vx[c]);
+        fkvf_stf64(buf + 16 + 16 * (size_t)c, g->vy[c]);
+    }
+    int rc = put_section(w, FKVF_SECTION_VTXS, FKVF_SECTION_REQUIRED, g->n, buf, n);
+    fkvf_free(w->alloc, buf);
+    if (rc)
+        return rc;
+    w->vtxs_written[w->n_vtxs++] = g->n;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_writer_add_stream(fkvf_writer *w, const fkvf_stream_spec *spec,
+                                    const uint32_t *symbols, size_t n)
+{
+    int rc = w_enter(w);
+    if (rc)
+        return rc;
+    if (!spec || (!symbols && n))
+        return FKVF_E_INVALID_ARG;
+    uint8_t kind = (uint8_t)(spec->id >> 56);
+    if ((kind != FKVF_STREAM_KIND_INDEX && kind != FKVF_STREAM_KIND_TOKENS) ||
+        (spec->id & UINT64_C(0x00FF000000000000)) || ((spec->id >> 32 & 0xFF) > 1) ||
+        (kind == FKVF_STREAM_KIND_TOKENS && spec->id != FKVF_STREAM_ID_TOKENS))
+        return FAIL(FKVF_E_INVALID_ARG, "11.1", "stream id %016llx is malformed",
+                    (unsigned long long)spec->id);
+    for (size_t i = 0; i < w->n_streams; i++)
+        if (w->streams[i].id == spec->id)
+            return FAIL(FKVF_E_INVALID_ARG, "11.6", "stream %016llx already added",
+                        (unsigned long long)spec->id);
+    if (kind == FKVF_STREAM_KIND_INDEX && w->has_desc &&
+        ((spec->id & 0xFFFF) >= w->desc.n_layers ||
+         (spec->id >> 16 & 0xFFFF) >= w->desc.n_kv_heads))
+        return FAIL(FKVF_E_INVALID_ARG, "11.1", "stream %016llx: layer/head outside the descriptor",
+                    (unsigned long long)spec->id);
+    fkvf_strm_hdr h;
+    memset(&h, 0, sizeof h);
+    h.stream_id = spec->id;
+    h.profile = (uint8_t)spec->profile;
+    h.symbol_count = n;
+    h.block_size = w->opts.block_size;
+    fkvf_ngon g;
+    int have_ngon = 0;
+    if (spec->profile == FKVF_PROFILE_QUAD) {
+        if (spec->symbol_bits < 2 || spec->symbol_bits > 32 || (spec->symbol_bits & 1))
+            return FAIL(FKVF_E_INVALID_ARG, "12.1", "quad symbol_bits %u (even, 2..32)",
+                        spec->symbol_bits);
+        h.bits = (uint8_t)spec->symbol_bits;
+    } else if (spec->profile == FKVF_PROFILE_NGON) {
+        if (!(w->opts.required_features & FKVF_FEAT_NGON))
+            return FAIL(FKVF_E_INVALID_ARG, "3.3",
+                        "ngon streams need FKVF_FEAT_NGON in the create options");
+        rc = fkvf_ngon_init(&g, spec->alphabet, spec->r, spec->span_symbols, NULL, w->alloc);
+        if (rc)
+            return FAIL(rc == FKVF_E_NOMEM ? rc : FKVF_E_INVALID_ARG, "12.2",
+                        "ngon N=%u r=%g L=%u: invalid parameters", spec->alphabet, spec->r,
+                        spec->span_symbols);
+        have_ngon = 1;
+        h.alphabet = g.n;
+        h.r = g.r;
+        h.span_symbols = g.span;
+    } else {
+        return FAIL(FKVF_E_INVALID_ARG, "11.2", "unknown profile %d", (int)spec->profile);
+    }
+    uint8_t *buf = NULL;
+    if ((rc = fkvf_strm_hdr_derive(&h)) || h.section_size > SIZE_MAX) {
+        rc = FAIL(FKVF_E_LIMIT, "15", "stream of %zu symbols too large", n);
+        goto out;
+    }
+    if (fkvf_grow(w->alloc, (void **)&w->streams, &w->cap_streams, w->n_streams + 1,
+                  sizeof *w->streams) ||
+        !(buf = fkvf_calloc(w->alloc, (size_t)h.section_size, 1))) {
+        rc = FAIL(FKVF_E_NOMEM, NULL, "no memory for a stream of %zu symbols", n);
+        goto out;
+    }
+    uint8_t *data = buf + h.data_off;
+    if (h.profile == FKVF_PROFILE_QUAD)
+        rc = fkvf_quad_encode(symbols, n, h.bits, data, (size_t)h.data_bytes);
+    else
+        rc = fkvf_ngon_encode(&g, symbols, n, data, (size_t)h.data_bytes);
+    if (rc) {
+        rc = FAIL(rc, "12", "stream %016llx: %s", (unsigned long long)spec->id,
+                  rc == FKVF_E_SYMBOL ? "a symbol is outside the alphabet"
+                                      : "a span does not decode back exactly");
+        goto out;
+    }
+    if (have_ngon && (rc = ensure_vtxs(w, &g)))
+        goto out;
+    /* section offset is known only now: header and block checksums are seeded by it */
+    if ((rc = out_pad64(w)))
+        goto out;
+    uint64_t off = w->pos;
+    fkvf_strm_hdr_write(buf, &h, off);
+    for (uint64_t b = 0; b < h.n_blocks; b++) {
+        uint64_t start = b * h.block_size;
+        uint64_t len = h.data_bytes - start < h.block_size ? h.data_bytes - start : h.block_size;
+        fkvf_st64(buf + 64 + 8 * b,
+                  fkvf_xxh3_64(data + start, (size_t)len, off + h.data_off + start));
+    }
+    rc = put_section(w, FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, spec->id, buf,
+                     (size_t)h.section_size);
+    if (rc == FKVF_OK) {
+        w->streams[w->n_streams].id = spec->id;
+        w->streams[w->n_streams].length = n;
+        w->n_streams++;
+    }
+out:
+    fkvf_free(w->alloc, buf);
+    if (have_ngon)
+        fkvf_ngon_fini(&g);
+    return rc;
+}
+
+FKVF_API int fkvf_writer_add_section(fkvf_writer *w, uint32_t type, uint32_t flags, uint64_t key,
+                                     const void *data, size_t size)
+{
+    int rc = w_enter(w);
+    if (rc)
+        return rc;
+    if ((!data && size) || (rc = check_section_flags(w, flags)))
+        return rc ? rc : FKVF_E_INVALID_ARG;
+    if (type == FKVF_SECTION_DIRC || type == FKVF_SECTION_DESC || type == FKVF_SECTION_STRM ||
+        type == FKVF_SECTION_EXAC || type == FKVF_SECTION_META)
+        return FAIL(FKVF_E_INVALID_ARG, "4.3",
+                    "use the dedicated function for this section type");
+    return put_section(w, type, flags, key, data, size);
+}
+
+FKVF_API int fkvf_writer_set_positions(fkvf_writer *w, uint64_t n_positions, uint64_t n_archived)
+{
+    int rc = w_enter(w);
+    if (rc)
+        return rc;
+    if (n_archived > n_positions)
+        return FAIL(FKVF_E_INVALID_ARG, "5.1", "n_archived %llu > n_positions %llu",
+                    (unsigned long long)n_archived, (unsigned long long)n_positions);
+    w->n_positions = n_positions;
+    w->n_archived = n_archived;
+    return FKVF_OK;
+}
+
+/* The archive must be one a reader accepts (spec 11.6, 14). */
+static int check_consistency(fkvf_writer *w)
+{
+    for (size_t i = 0; i < w->n_streams; i++) {
+        int tok = (w->streams[i].id >> 56) == FKVF_STREAM_KIND_TOKENS;
+        uint64_t want = tok ? w->n_positions : w->n_archived;
+        if (w->streams[i].length != want)
+            return FAIL(FKVF_E_STATE, "11.6", "stream %016llx has %llu symbols, needs %llu",
+                        (unsigned long long)w->streams[i].id,
+                        (unsigned long long)w->streams[i].length, (unsigned long long)want);
+    }
+    if (!w->has_desc) {
+        if (w->n_positions)
+            return FAIL(FKVF_E_STATE, "8", "positions recorded but no descriptor set");
+        return FKVF_OK;
+    }
+    uint64_t S = w->desc.n_sinks < w->n_positions ? w->desc.n_sinks : w->n_positions;
+    if (w->n_archived && w->n_archived > w->n_positions - S)
+        return FAIL(FKVF_E_STATE, "14", "n_archived %llu does not fit after %llu sinks",
+                    (unsigned long long)w->n_archived, (unsigned long long)S);
+    uint64_t ranges[2][2] = {{0, S}, {S + w->n_archived, w->n_positions}};
+    for (int k = 0; k < 2; k++) {
+        uint64_t p = ranges[k][0];
+        while (p < ranges[k][1]) {
+            uint64_t best = p;
+            for (size_t x = 0; x < w->n_exact; x++)
+                if (w->exact[x].first <= p && w->exact[x].first + w->exact[x].count > best)
+                    best = w->exact[x].first + w->exact[x].count;
+            if (best == p)
+                return FAIL(FKVF_E_STATE, "14", "exact position %llu has no exact row",
+                            (unsigned long long)p);
+            p = best;
+        }
+    }
+    return FKVF_OK;
+}
+
+static int sync_dir_of(const char *path)
+{
+    size_t n = strlen(path);
+    char *copy = malloc(n + 1); /* freed below; not owned by any handle */
+    if (!copy)
+        return -1;
+    memcpy(copy, path, n + 1);
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(copy);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+FKVF_API int fkvf_writer_finish(fkvf_writer *w)
+{
+    int rc = w_enter(w);
+    if (rc)
+        return rc;
+    if ((rc = check_consistency(w)))
+        return rc;
+    if (w->meta_count &&
+        (rc = put_section(w, FKVF_SECTION_META, 0, 0, w->meta, w->meta_size)))
+        return rc;
+    if ((rc = out_pad64(w)))
+        return rc;
+    uint64_t dir_off = w->pos;
+    size_t dir_size = FKVF_DIRHDR_SIZE + w->n_dir * FKVF_DIRENT_SIZE;
+    uint8_t *dir = fkvf_malloc(w->alloc, dir_size);
+    if (!dir)
+        return w_broken(w, FAIL(FKVF_E_NOMEM, NULL, "no memory for the directory"));
+    fkvf_dirhdr dh = {(uint32_t)w->n_dir, 1, w->n_positions, w->n_archived};
+    fkvf_dirhdr_write(dir, &dh);
+    for (size_t i = 0; i < w->n_dir; i++)
+        fkvf_dirent_write(dir + FKVF_DIRHDR_SIZE + i * FKVF_DIRENT_SIZE, &w->dir[i]);
+    uint64_t dir_sum = fkvf_xxh3_64(dir, dir_size, dir_off);
+    rc = out_bytes(w, dir, dir_size);
+    fkvf_free(w->alloc, dir);
+    if (rc || (rc = out_pad64(w)))
+        return rc;
+    fkvf_trailer t = {1, dir_off, dir_size, dir_sum, 0, w->pos + 64};
+    uint8_t tb[64];
+    fkvf_trailer_write(tb, &t, w->pos);
+    if ((rc = out_bytes(w, tb, sizeof tb)))
+        return rc;
+    if (!w->opts.no_sync && w->sink.sync && w->sink.sync(w->sink.opaque) != 0) {
+        int e = errno;
+        w->state = 2;
+        return FAIL(FKVF_E_IO, NULL, "fsync: %s", strerror(e));
+    }
+    if (w->fd >= 0) {
+        if (close(w->fd) != 0) {
+            int e = errno;
+            w->fd = -1;
+            w->state = 2;
+            return FAIL(FKVF_E_IO, NULL, "close: %s", strerror(e));
+        }
+        w->fd = -1;
+        if (rename(w->tmp_path, w->path) != 0) {
+            int e = errno;
+            w->state = 2;
+            return FAIL(FKVF_E_IO, NULL, "rename into place: %s", strerror(e));
+        }
+        if (!w->opts.no_sync)
+            (void)sync_dir_of(w->path);
+    }
+    w->state = 1;
+    return FKVF_OK;
+}
