@@ -1,0 +1,23 @@
+#!/bin/sh
+# Enforces the dependency rules written in libfkvf/CMakeLists.txt:
+#   common/ includes nothing from codec/, format/, read/, write/
+#   codec/ and format/ include only common/ (and the public header)
+#   read/ never includes write/, write/ never includes read/
+#   tools/ include only the public header fkvf.h
+# usage: check_layering.sh SRCDIR
+set -u
+S=$1/libfkvf/src
+bad=0
+deny() { # deny DIR PATTERN WHY
+    hits=$(grep -nE "#include \"($2)" "$S/$1"/*.[ch] 2>/dev/null)
+    if [ -n "$hits" ]; then echo "layering: $1/ $3:"; echo "$hits"; bad=1; fi
+}
+deny common 'codec/|format/|read/|write/|reader|writer' "must not depend on other modules"
+deny codec 'format/|read/|write/|reader|writer' "may use common/ only"
+deny format 'codec/|read/|write/|reader|writer' "may use common/ only"
+deny read 'write/|writer' "must not include the writer"
+deny write 'read/|reader' "must not include the reader"
+tools_hits=$(grep -nE '#include "' "$1"/tools/*.c | grep -v '#include "fkvf.h"')
+if [ -n "$tools_hits" ]; then echo "layering: tools/ must use the public header only:"; echo "$tools_hits"; bad=1; fi
+if [ $bad -eq 0 ]; then echo "layering: 1 passed, 0 failed"; else echo "layering: 0 passed, 1 failed"; fi
+exit $bad

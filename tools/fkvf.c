@@ -1,0 +1,501 @@
+/* fkvf - command-line tool for FKVF archives. Uses the public API only. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fkvf.h"
+
+enum { EXIT_VALID = 0, EXIT_INVALID = 1, EXIT_USAGE = 2 };
+
+static const char *prog = "fkvf";
+
+static void usage_main(FILE *f)
+{
+    fprintf(f,
+            "usage: %s [--help] [--version] COMMAND [ARGS]\n"
+            "\n"
+            "Commands:\n"
+            "  info ARCHIVE [--json]     header, commits, cache shape, codecs, sizes, metadata\n"
+            "  verify ARCHIVE [--json]   full structure and checksum pass\n"
+            "                            (exit 0 valid, 1 invalid, 2 usage or I/O error)\n"
+            "  dump ARCHIVE [--json]     directory and section details\n"
+            "\n"
+            "Run '%s COMMAND --help' for a command's options.\n",
+            prog, prog);
+}
+
+/* ---- small helpers --------------------------------------------------------- */
+
+static void json_str(FILE *f, const char *s, size_t n)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c == '\t')
+            fputs("\\t", f);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void json_cstr(FILE *f, const char *s) { json_str(f, s, strlen(s)); }
+
+static void type_name(uint32_t type, char out[12])
+{
+    int printable = 1;
+    for (int i = 0; i < 4; i++) {
+        unsigned c = (type >> (8 * i)) & 0xFF;
+        if (c < 0x21 || c > 0x7E)
+            printable = 0;
+        out[i] = (char)c;
+    }
+    if (printable)
+        out[4] = 0;
+    else
+        snprintf(out, 12, "0x%08" PRIx32, type);
+}
+
+static const char *dtype_name(int d)
+{
+    return d == FKVF_DTYPE_F16 ? "f16" : d == FKVF_DTYPE_BF16 ? "bf16" : d == FKVF_DTYPE_F32 ? "f32" : "?";
+}
+
+static void stream_name(uint64_t id, char *out, size_t n)
+{
+    if ((id >> 56) == FKVF_STREAM_KIND_TOKENS)
+        snprintf(out, n, "tokens");
+    else
+        snprintf(out, n, "L%u.H%u.%c.%u", (unsigned)(id & 0xFFFF), (unsigned)(id >> 16 & 0xFFFF),
+                 (id >> 32 & 0xFF) ? 'V' : 'K', (unsigned)(id >> 40 & 0xFF));
+}
+
+/* Parse "ARCHIVE [--json]" and "--help" for a subcommand. Returns 0 ok,
+ * 1 help printed, -1 usage error. */
+static int parse_common(int argc, char **argv, const char *cmd, const char *help,
+                        const char **path, int *json)
+{
+    *path = NULL;
+    *json = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: %s %s ARCHIVE [--json]\n\n%s", prog, cmd, help);
+            return 1;
+        } else if (!strcmp(argv[i], "--json")) {
+            *json = 1;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "%s %s: unknown option '%s' (try --help)\n", prog, cmd, argv[i]);
+            return -1;
+        } else if (*path) {
+            fprintf(stderr, "%s %s: more than one ARCHIVE given\n", prog, cmd);
+            return -1;
+        } else {
+            *path = argv[i];
+        }
+    }
+    if (!*path) {
+        fprintf(stderr, "%s %s: missing ARCHIVE (try --help)\n", prog, cmd);
+        return -1;
+    }
+    return 0;
+}
+
+static int open_or_report(const char *path, fkvf_reader **r, int *exit_code)
+{
+    int rc = fkvf_reader_open_file(r, path, 0, NULL);
+    if (rc == FKVF_OK)
+        return 0;
+    const char *msg = *r ? fkvf_reader_message(*r) : fkvf_strerror(rc);
+    fprintf(stderr, "%s: %s\n", prog, msg && *msg ? msg : fkvf_strerror(rc));
+    *exit_code = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? EXIT_INVALID : EXIT_USAGE;
+    fkvf_reader_free(*r);
+    *r = NULL;
+    return -1;
+}
+
+/* ---- info -------------------------------------------------------------------- */
+
+typedef struct part_sizes {
+    uint64_t window, indices, tokens, codebooks, metadata, other, structure;
+} part_sizes;
+
+static void sizes_by_part(fkvf_reader *r, const fkvf_archive_info *ai, part_sizes *ps)
+{
+    memset(ps, 0, sizeof *ps);
+    uint64_t sections = 0;
+    for (size_t i = 0; i < ai->n_sections; i++) {
+        fkvf_section_info s;
+        if (fkvf_reader_section(r, i, &s))
+            continue;
+        sections += s.stored_size;
+        switch (s.type) {
+        case FKVF_SECTION_EXAC:
+            ps->window += s.stored_size;
+            break;
+        case FKVF_SECTION_STRM:
+            if (s.key == FKVF_STREAM_ID_TOKENS)
+                ps->tokens += s.stored_size;
+            else
+                ps->indices += s.stored_size;
+            break;
+        case FKVF_SECTION_CBK1:
+        case FKVF_SECTION_CBRF:
+        case FKVF_SECTION_VTXS:
+            ps->codebooks += s.stored_size;
+            break;
+        case FKVF_SECTION_META:
+        case FKVF_SECTION_DESC:
+            ps->metadata += s.stored_size;
+            break;
+        default:
+            ps->other += s.stored_size;
+        }
+    }
+    ps->structure = ai->committed_size - sections;
+}
+
+static const char *info_help =
+    "Shows the header, the commits, the cache shape, the codec of each stream,\n"
+    "bytes per part and the metadata. --json prints one JSON object.\n";
+
+static void print_meta_value(FILE *f, const fkvf_meta_entry *e, int json)
+{
+    switch (e->type) {
+    case FKVF_META_U64:
+        fprintf(f, "%" PRIu64, e->u64);
+        break;
+    case FKVF_META_I64:
+        fprintf(f, "%" PRId64, e->i64);
+        break;
+    case FKVF_META_F64:
+        fprintf(f, "%.17g", e->f64);
+        break;
+    case FKVF_META_BOOL:
+        fprintf(f, e->u64 ? "true" : "false");
+        break;
+    case FKVF_META_UTF8:
+        if (json)
+            json_str(f, e->value, e->value_len);
+        else
+            fprintf(f, "%.*s", (int)e->value_len, (const char *)e->value);
+        break;
+    default:
+        if (json)
+            fputc('"', f);
+        for (size_t i = 0; i < e->value_len; i++)
+            fprintf(f, "%02x", ((const unsigned char *)e->value)[i]);
+        if (json)
+            fputc('"', f);
+    }
+}
+
+static int cmd_info(int argc, char **argv)
+{
+    const char *path;
+    int json, ec = EXIT_VALID;
+    int pc = parse_common(argc, argv, "info", info_help, &path, &json);
+    if (pc)
+        return pc > 0 ? EXIT_VALID : EXIT_USAGE;
+    fkvf_reader *r;
+    if (open_or_report(path, &r, &ec))
+        return ec;
+    fkvf_archive_info ai;
+    fkvf_reader_info(r, &ai);
+    fkvf_desc d;
+    int has_desc = fkvf_reader_desc(r, &d) == FKVF_OK;
+    part_sizes ps;
+    sizes_by_part(r, &ai, &ps);
+    size_t n_meta = 0;
+    int meta_rc = fkvf_reader_meta_count(r, &n_meta);
+    uint64_t fp16_bytes = 0;
+    if (has_desc)
+        fp16_bytes = ai.n_positions * (uint64_t)d.n_layers * d.n_kv_heads * (d.key_dim + d.value_dim) * 2;
+    uint64_t no_cb = ai.committed_size - ps.codebooks;
+    FILE *f = stdout;
+    if (json) {
+        fprintf(f, "{\"file\":");
+        json_cstr(f, path);
+        fprintf(f, ",\"format\":\"%u.%u\",\"required_features\":%" PRIu64
+                   ",\"optional_features\":%" PRIu64 ",\"file_size\":%" PRIu64
+                   ",\"committed_size\":%" PRIu64 ",\"torn_bytes\":%" PRIu64
+                   ",\"commits\":%" PRIu64 ",\"positions\":%" PRIu64 ",\"archived\":%" PRIu64
+                   ",\"sections\":%zu,\"streams\":%zu",
+                ai.format_major, ai.format_minor, ai.required_features, ai.optional_features,
+                ai.file_size, ai.committed_size, ai.torn_bytes, ai.n_commits, ai.n_positions,
+                ai.n_archived, ai.n_sections, ai.n_streams);
+        if (has_desc) {
+            fprintf(f, ",\"cache\":{\"layers\":%u,\"kv_heads\":%u,\"key_dim\":%u,\"value_dim\":%u,"
+                       "\"dtype\":\"%s\",\"sinks\":%u,\"window\":%u,\"model_id\":",
+                    d.n_layers, d.n_kv_heads, d.key_dim, d.value_dim, dtype_name(d.dtype),
+                    d.n_sinks, d.window);
+            json_cstr(f, d.model_id);
+            fprintf(f, ",\"tokenizer_id\":");
+            json_cstr(f, d.tokenizer_id);
+            if (d.key_transform == 1)
+                fprintf(f, ",\"rope\":{\"theta\":%.17g,\"dims\":%u,\"layout\":\"%s\",\"keys\":\"%s\"}",
+                        d.rope_theta, d.rope_dims, d.rope_layout == 1 ? "interleaved" : "half-split",
+                        d.key_storage ? "pre-rope" : "as-is");
+            else
+                fprintf(f, ",\"rope\":null");
+            fprintf(f, "}");
+        } else {
+            fprintf(f, ",\"cache\":null");
+        }
+        fprintf(f, ",\"bytes\":{\"window\":%" PRIu64 ",\"indices\":%" PRIu64 ",\"tokens\":%" PRIu64
+                   ",\"codebooks\":%" PRIu64 ",\"metadata\":%" PRIu64 ",\"other\":%" PRIu64
+                   ",\"structure\":%" PRIu64 ",\"fp16_equivalent\":%" PRIu64 "}",
+                ps.window, ps.indices, ps.tokens, ps.codebooks, ps.metadata, ps.other, ps.structure,
+                fp16_bytes);
+        fprintf(f, ",\"stream_list\":[");
+        for (size_t i = 0; i < ai.n_streams; i++) {
+            fkvf_stream_info si;
+            fkvf_reader_stream_info(r, i, &si);
+            char nm[64];
+            stream_name(si.id, nm, sizeof nm);
+            fprintf(f, "%s{\"name\":\"%s\",\"id\":%" PRIu64 ",\"profile\":\"%s\",\"symbols\":%" PRIu64
+                       ",\"bits\":%u,\"alphabet\":%u,\"span\":%u,\"r\":%.17g,\"bytes\":%" PRIu64 "}",
+                    i ? "," : "", nm, si.id, si.profile == FKVF_PROFILE_QUAD ? "quad" : "ngon",
+                    si.length, si.symbol_bits, si.alphabet, si.span_symbols, si.r, si.stored_bytes);
+        }
+        fprintf(f, "],\"metadata\":{");
+        for (size_t i = 0; meta_rc == FKVF_OK && i < n_meta; i++) {
+            fkvf_meta_entry e;
+            if (fkvf_reader_meta(r, i, &e))
+                break;
+            if (i)
+                fputc(',', f);
+            json_str(f, e.key, e.key_len);
+            fputc(':', f);
+            print_meta_value(f, &e, 1);
+        }
+        fprintf(f, "}}\n");
+    } else {
+        fprintf(f, "file            %s\n", path);
+        fprintf(f, "format          FKVF %u.%u, required features 0x%" PRIx64 "%s%s%s, optional 0x%" PRIx64 "\n",
+                ai.format_major, ai.format_minor, ai.required_features,
+                ai.required_features & FKVF_FEAT_NGON ? " ngon" : "",
+                ai.required_features & FKVF_FEAT_DEFLATE ? " deflate" : "",
+                ai.required_features & FKVF_FEAT_EXTERNAL_CODEBOOK ? " external-codebook" : "",
+                ai.optional_features);
+        fprintf(f, "size            %" PRIu64 " bytes in %" PRIu64 " commit(s)", ai.file_size, ai.n_commits);
+        if (ai.torn_bytes)
+            fprintf(f, "; TORN TAIL: %" PRIu64 " bytes after the last valid commit", ai.torn_bytes);
+        fputc('\n', f);
+        if (has_desc) {
+            fprintf(f, "cache           %u layers x %u KV heads, key dim %u, value dim %u, %s\n",
+                    d.n_layers, d.n_kv_heads, d.key_dim, d.value_dim, dtype_name(d.dtype));
+            fprintf(f, "model           %s%s%s\n", *d.model_id ? d.model_id : "(not given)",
+                    *d.tokenizer_id ? ", tokenizer " : "", d.tokenizer_id);
+            if (d.key_transform == 1)
+                fprintf(f, "keys            RoPE theta %g, %u dims, %s pairs, archived %s\n", d.rope_theta,
+                        d.rope_dims, d.rope_layout == 1 ? "interleaved" : "half-split",
+                        d.key_storage ? "before rotation" : "as cached");
+            fprintf(f, "positions       %" PRIu64 " (%" PRIu64 " archived, %" PRIu64
+                       " exact; policy %u sinks + %u recent)\n",
+                    ai.n_positions, ai.n_archived, ai.n_positions - ai.n_archived, d.n_sinks, d.window);
+        } else {
+            fprintf(f, "kind            codebook file (no cache descriptor)\n");
+        }
+        fprintf(f, "bytes           window %" PRIu64 ", indices %" PRIu64 ", tokens %" PRIu64
+                   ", codebooks %" PRIu64 ", metadata %" PRIu64 ", other %" PRIu64
+                   ", structure %" PRIu64 "\n",
+                ps.window, ps.indices, ps.tokens, ps.codebooks, ps.metadata, ps.other, ps.structure);
+        if (fp16_bytes && ai.committed_size)
+            fprintf(f, "ratio vs fp16   %.2fx with codebooks, %.2fx without (fp16 cache: %" PRIu64 " bytes)\n",
+                    (double)fp16_bytes / (double)ai.committed_size,
+                    no_cb ? (double)fp16_bytes / (double)no_cb : 0.0, fp16_bytes);
+        fprintf(f, "streams         %zu\n", ai.n_streams);
+        for (size_t i = 0; i < ai.n_streams && i < 16; i++) {
+            fkvf_stream_info si;
+            fkvf_reader_stream_info(r, i, &si);
+            char nm[64];
+            stream_name(si.id, nm, sizeof nm);
+            double per = si.length ? (double)si.stored_bytes / (double)si.length : 0.0;
+            if (si.profile == FKVF_PROFILE_QUAD)
+                fprintf(f, "  %-14s quad %2u-bit, %" PRIu64 " symbols, %" PRIu64 " bytes (%.3f B/symbol)\n",
+                        nm, si.symbol_bits, si.length, si.stored_bytes, per);
+            else
+                fprintf(f, "  %-14s ngon N=%u r=%.6g L=%u, %" PRIu64 " symbols, %" PRIu64 " bytes (%.3f B/symbol)\n",
+                        nm, si.alphabet, si.r, si.span_symbols, si.length, si.stored_bytes, per);
+        }
+        if (ai.n_streams > 16)
+            fprintf(f, "  ... %zu more (use --json for all)\n", ai.n_streams - 16);
+        if (meta_rc != FKVF_OK) {
+            fprintf(f, "metadata        invalid: %s\n", fkvf_reader_message(r));
+            ec = EXIT_INVALID;
+        } else {
+            fprintf(f, "metadata        %zu entr%s\n", n_meta, n_meta == 1 ? "y" : "ies");
+            for (size_t i = 0; i < n_meta; i++) {
+                fkvf_meta_entry e;
+                if (fkvf_reader_meta(r, i, &e))
+                    break;
+                fprintf(f, "  %.*s = ", (int)e.key_len, e.key);
+                print_meta_value(f, &e, 0);
+                fputc('\n', f);
+            }
+        }
+    }
+    fkvf_reader_free(r);
+    return ec;
+}
+
+/* ---- verify -------------------------------------------------------------------- */
+
+static const char *verify_help =
+    "Checks every structure, checksum, padding byte and span of the archive.\n"
+    "Exit status: 0 valid, 1 invalid (the message names the offset, the field\n"
+    "and the spec clause), 2 usage or I/O error. A torn tail after the last\n"
+    "valid commit is reported as invalid but recoverable.\n";
+
+static int cmd_verify(int argc, char **argv)
+{
+    const char *path;
+    int json, ec = EXIT_VALID;
+    int pc = parse_common(argc, argv, "verify", verify_help, &path, &json);
+    if (pc)
+        return pc > 0 ? EXIT_VALID : EXIT_USAGE;
+    fkvf_reader *r = NULL;
+    int rc = fkvf_reader_open_file(&r, path, 0, NULL);
+    if (rc == FKVF_OK)
+        rc = fkvf_reader_verify(r);
+    const char *msg = r ? fkvf_reader_message(r) : "";
+    if (rc == FKVF_OK)
+        ec = EXIT_VALID;
+    else
+        ec = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? EXIT_INVALID : EXIT_USAGE;
+    fkvf_archive_info ai;
+    memset(&ai, 0, sizeof ai);
+    if (r)
+        fkvf_reader_info(r, &ai);
+    if (json) {
+        printf("{\"file\":");
+        json_cstr(stdout, path);
+        printf(",\"valid\":%s,\"code\":%d,\"error\":\"%s\",\"recoverable_torn_tail\":%s,\"message\":",
+               rc == FKVF_OK ? "true" : "false", rc, rc ? fkvf_error_name(rc) : "",
+               rc == FKVF_E_TORN ? "true" : "false");
+        json_cstr(stdout, rc ? (msg && *msg ? msg : fkvf_strerror(rc)) : "");
+        printf("}\n");
+    } else if (rc == FKVF_OK) {
+        printf("%s: OK (%" PRIu64 " commit(s), %zu sections, %" PRIu64 " positions)\n", path,
+               ai.n_commits, ai.n_sections, ai.n_positions);
+    } else {
+        fprintf(stderr, "%s: %s\n", prog, msg && *msg ? msg : fkvf_strerror(rc));
+        if (rc == FKVF_E_TORN)
+            fprintf(stderr, "%s: the committed data up to byte %" PRIu64
+                            " is intact; the torn tail can be cut off safely\n",
+                    prog, ai.committed_size);
+    }
+    fkvf_reader_free(r);
+    return ec;
+}
+
+/* ---- dump ----------------------------------------------------------------------- */
+
+static const char *dump_help =
+    "Lists every section of every trusted commit: type, flags, offset, sizes,\n"
+    "key and checksum, then the streams. --json prints one JSON object.\n";
+
+static int cmd_dump(int argc, char **argv)
+{
+    const char *path;
+    int json, ec = EXIT_VALID;
+    int pc = parse_common(argc, argv, "dump", dump_help, &path, &json);
+    if (pc)
+        return pc > 0 ? EXIT_VALID : EXIT_USAGE;
+    fkvf_reader *r;
+    if (open_or_report(path, &r, &ec))
+        return ec;
+    fkvf_archive_info ai;
+    fkvf_reader_info(r, &ai);
+    if (json)
+        printf("{\"file\":%s", "");
+    if (json) {
+        json_cstr(stdout, path);
+        printf(",\"sections\":[");
+    } else {
+        printf("%s: %" PRIu64 " bytes, %" PRIu64 " commit(s), %zu sections\n", path, ai.file_size,
+               ai.n_commits, ai.n_sections);
+        printf("%-6s %-10s %-5s %12s %12s %12s %18s %16s\n", "commit", "type", "flags", "offset",
+               "stored", "size", "key", "checksum");
+    }
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        fkvf_section_info s;
+        fkvf_reader_section(r, i, &s);
+        char tn[12];
+        type_name(s.type, tn);
+        char fl[4] = "--";
+        if (s.flags & FKVF_SECTION_REQUIRED)
+            fl[0] = 'R';
+        if (s.flags & FKVF_SECTION_DEFLATE)
+            fl[1] = 'Z';
+        if (json)
+            printf("%s{\"commit\":%" PRIu64 ",\"type\":\"%s\",\"required\":%s,\"deflate\":%s,"
+                   "\"offset\":%" PRIu64 ",\"stored_size\":%" PRIu64 ",\"size\":%" PRIu64
+                   ",\"key\":%" PRIu64 ",\"checksum\":\"%016" PRIx64 "\"}",
+                   i ? "," : "", s.commit_seq, tn, (s.flags & 1) ? "true" : "false",
+                   (s.flags & 2) ? "true" : "false", s.offset, s.stored_size, s.size, s.key,
+                   s.checksum);
+        else
+            printf("%-6" PRIu64 " %-10s %-5s %12" PRIu64 " %12" PRIu64 " %12" PRIu64 " %#18" PRIx64
+                   " %016" PRIx64 "\n",
+                   s.commit_seq, tn, fl, s.offset, s.stored_size, s.size, s.key, s.checksum);
+    }
+    if (json)
+        printf("],\"streams\":[");
+    else if (ai.n_streams)
+        printf("\n%-14s %-7s %12s %6s %8s %10s %8s %12s\n", "stream", "profile", "symbols", "bits",
+               "alphabet", "r", "span", "bytes");
+    for (size_t i = 0; i < ai.n_streams; i++) {
+        fkvf_stream_info si;
+        fkvf_reader_stream_info(r, i, &si);
+        char nm[64];
+        stream_name(si.id, nm, sizeof nm);
+        if (json)
+            printf("%s{\"name\":\"%s\",\"profile\":\"%s\",\"symbols\":%" PRIu64 ",\"segments\":%zu,"
+                   "\"bytes\":%" PRIu64 "}",
+                   i ? "," : "", nm, si.profile == FKVF_PROFILE_QUAD ? "quad" : "ngon", si.length,
+                   si.n_segments, si.stored_bytes);
+        else
+            printf("%-14s %-7s %12" PRIu64 " %6u %8u %10.6g %8u %12" PRIu64 "\n", nm,
+                   si.profile == FKVF_PROFILE_QUAD ? "quad" : "ngon", si.length, si.symbol_bits,
+                   si.alphabet, si.r, si.span_symbols, si.stored_bytes);
+    }
+    if (json)
+        printf("]}\n");
+    fkvf_reader_free(r);
+    return ec;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage_main(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage_main(stdout);
+        return EXIT_VALID;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("fkvf %s (libfkvf %s, format %d.%d)\n", FKVF_VERSION_STRING, fkvf_version_string(),
+               FKVF_FORMAT_MAJOR, FKVF_FORMAT_MINOR);
+        return EXIT_VALID;
+    }
+    if (!strcmp(cmd, "info"))
+        return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(cmd, "verify"))
+        return cmd_verify(argc - 2, argv + 2);
+    if (!strcmp(cmd, "dump"))
+        return cmd_dump(argc - 2, argv + 2);
+    fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
+    usage_main(stderr);
+    return EXIT_USAGE;
+}
