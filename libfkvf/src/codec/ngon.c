@@ -1,0 +1,815 @@
+/* ngon codec (spec 12.2): chaos-game representation on a regular N-gon in
+ * binary64, the stream cut into spans of L symbols whose end points
+ * ("anchors") are stored.
+ *
+ * Arithmetic: every formula that touches an anchor is evaluated exactly as
+ * the spec writes it, in binary64 with round-to-nearest and no fused
+ * multiply-add (the build uses -ffp-contract=off; do not use fma()).
+ *
+ * Decoders:
+ *  - canonical: the spec's backward decoder, c = argmin over all c of
+ *    (px-Vx(c))^2 + (py-Vy(c))^2, ties to the smallest c. For N > SMALL_N it
+ *    is answered by a branch-and-bound search over a box hierarchy of the
+ *    vertices sorted by angle; the bound is rigorous (see box_lb), so the
+ *    result is identical to the exhaustive scan, which the tests compare.
+ *  - fast: a pseudo-angle bucket table names a candidate vertex c, and the
+ *    exact distances to c-1, c, c+1 pick the answer (same formulas, same tie
+ *    rule). For a regular table the true nearest vertex is always among the
+ *    three, so fast == canonical; for any table the caller-visible decoder
+ *    re-encodes and falls back to the canonical one.
+ *
+ * Reader paths use no libm: only fkvf_ngon_make_vertices and fkvf_ngon_rmax
+ * (writer side) call cos/sin. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "ckd.h"
+#include "codec.h"
+#include "le.h"
+
+#if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
+#error "the ngon codec needs binary64 evaluation (FLT_EVAL_METHOD == 0, e.g. SSE2 on x86)"
+#endif
+
+#define NGON_MAX_N 65536u
+#define NGON_MAX_SPAN 64u
+/* Alphabets up to this size are decoded by the exhaustive scan. */
+#define SMALL_N 8u
+/* Vertices per leaf of the box hierarchy. */
+#define LEAF 8u
+/* pi/2 rounded to binary64 */
+#define HALF_PI 1.57079632679489661923
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static uint64_t dbits(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+}
+
+static double dabs(double d) { return d < 0 ? -d : d; }
+
+static int finite(double d)
+{
+    return (dbits(d) & UINT64_C(0x7FF0000000000000)) != UINT64_C(0x7FF0000000000000);
+}
+
+/* The squared distance of spec 12.2, evaluated as written. */
+static inline double dist2(double px, double py, double vx, double vy)
+{
+    double dx = px - vx, dy = py - vy;
+    return dx * dx + dy * dy;
+}
+
+/* Diamond angle of (x, y) in [0, 4] (4 only by rounding), NaN for (0, 0) or
+ * non-finite input. Monotone in the true angle, no libm. */
+static inline double diamond(double x, double y)
+{
+    static const double base[4] = {0.0, 4.0, 2.0, 2.0}; /* [sx*2 + sy] */
+    uint64_t ux = dbits(x), uy = dbits(y);
+    unsigned sx = (unsigned)(ux >> 63), sy = (unsigned)(uy >> 63);
+    double ax = dabs(x), ay = dabs(y);
+    double t = ay / (ax + ay);
+    /* + t when the signs agree, - t otherwise */
+    uint64_t ut = dbits(t) ^ ((uint64_t)(sx ^ sy) << 63);
+    double st;
+    memcpy(&st, &ut, sizeof st);
+    return base[sx * 2 + sy] + st;
+}
+
+/* ---- public helpers (fkvf.h) ----------------------------------------------- */
+
+/* Vertex c of the regular N-gon with libm, by exact symmetry reduction to
+ * the first octant so that equal-by-symmetry coordinates are equal and
+ * V(N/4) etc. are exact. */
+static void vertex_libm(uint32_t c, uint32_t n, double *x, double *y)
+{
+    uint64_t a4 = (uint64_t)c * 4u;
+    unsigned quad = (unsigned)(a4 / n);     /* 0..3 */
+    uint64_t rem = a4 - (uint64_t)quad * n; /* angle in quadrant = (pi/2) * rem / n */
+    double cs, sn;
+    if (2 * rem <= n) {
+        double th = HALF_PI * (double)rem / (double)n;
+        cs = cos(th);
+        sn = sin(th);
+    } else {
+        double th = HALF_PI * (double)(n - rem) / (double)n;
+        cs = sin(th);
+        sn = cos(th);
+    }
+    double vx, vy;
+    switch (quad) {
+    case 0: vx = cs; vy = sn; break;
+    case 1: vx = -sn; vy = cs; break;
+    case 2: vx = -cs; vy = -sn; break;
+    default: vx = sn; vy = -cs; break;
+    }
+    /* no negative zeros in tables */
+    *x = vx == 0 ? 0.0 : vx;
+    *y = vy == 0 ? 0.0 : vy;
+}
+
+void fkvf_ngon_make_vertices(uint32_t n, double *xy)
+{
+    for (uint32_t c = 0; c < n; c++)
+        vertex_libm(c, n, &xy[2 * (size_t)c], &xy[2 * (size_t)c + 1]);
+}
+
+/* 1/r_N = 2 * (1 + sum_{k=1}^{floor(N/4)} V(k).x), left to right. */
+static double inv_rmax_table(uint32_t n, const double *xy)
+{
+    double s = 1.0;
+    for (uint32_t k = 1; k <= n / 4; k++)
+        s = s + xy[2 * (size_t)k];
+    return 2.0 * s;
+}
+
+double fkvf_ngon_rmax_table(uint32_t n, const double *xy) { return 1.0 / inv_rmax_table(n, xy); }
+
+FKVF_API double fkvf_ngon_rmax(uint32_t n)
+{
+    if (n < 2 || n > NGON_MAX_N)
+        return 0.0;
+    double s = 1.0;
+    for (uint32_t k = 1; k <= n / 4; k++) {
+        double x, y;
+        vertex_libm(k, n, &x, &y);
+        s = s + x;
+    }
+    return 1.0 / (2.0 * s);
+}
+
+/* L_max(r): largest L with q^L <= 2^44, q = 1.0 / r, q^L by successive
+ * multiplications from 1.0. Capped at NGON_MAX_SPAN (never binding for a
+ * valid r <= 1/2, where L_max <= 44). 0 for r not finite or <= 0. */
+FKVF_API uint32_t fkvf_ngon_max_span(double r)
+{
+    if (!finite(r) || !(r > 0))
+        return 0;
+    const double q = 1.0 / r;
+    const double lim = 17592186044416.0; /* 2^44 */
+    double p = 1.0;
+    uint32_t l = 0;
+    while (l < NGON_MAX_SPAN && p * q <= lim) {
+        p = p * q;
+        l++;
+    }
+    return l;
+}
+
+int fkvf_ngon_check_params(uint32_t n, const double *xy, double r, uint32_t span)
+{
+    if (n < 2 || n > NGON_MAX_N || !xy)
+        return FKVF_E_CORRUPT;
+    /* spec 10.2 */
+    if (dbits(xy[0]) != dbits(1.0) || dbits(xy[1]) != dbits(0.0))
+        return FKVF_E_CORRUPT;
+    const double lo = 1.0 - 0x1p-40, hi = 1.0 + 0x1p-40;
+    for (uint32_t c = 0; c < n; c++) {
+        double x = xy[2 * (size_t)c], y = xy[2 * (size_t)c + 1];
+        if (!finite(x) || !finite(y))
+            return FKVF_E_CORRUPT;
+        double m = x * x + y * y;
+        if (!(m >= lo && m <= hi))
+            return FKVF_E_CORRUPT;
+    }
+    /* spec 12.2 */
+    double inv = inv_rmax_table(n, xy);
+    if (!finite(r) || !(r > 0) || !(r * inv <= 1.0))
+        return FKVF_E_CORRUPT;
+    if (span > NGON_MAX_SPAN)
+        return FKVF_E_LIMIT;
+    if (span < 1 || span > fkvf_ngon_max_span(r))
+        return FKVF_E_CORRUPT;
+    return FKVF_OK;
+}
+
+/* ---- acceleration tables ------------------------------------------------- */
+
+typedef struct ngon_fast {
+    /* extended interleaved table: ext[2*(c+1)] = V(c) for c = -1..N (mod N),
+     * so the neighbours c-1, c, c+1 are ext[2c .. 2c+5] */
+    double *ext;
+    /* pseudo-angle buckets: K = 1 << kbits entries, candidate vertex */
+    uint16_t *bucket;
+    uint32_t kmask;
+    double kscale; /* K / 4 */
+    /* box hierarchy over the vertices sorted by diamond angle: complete binary
+     * tree, node 1 the root, leaves nleaves..2*nleaves-1, leaf j holding
+     * perm[LEAF*j .. LEAF*j+LEAF) (clipped to N). box[4*node] = xmin, xmax,
+     * ymin, ymax (empty: +inf, -inf). */
+    uint32_t nleaves;
+    double *box;
+    uint32_t *perm;
+} ngon_fast;
+
+static void fast_free(const fkvf_allocator *a, ngon_fast *f)
+{
+    if (!f)
+        return;
+    fkvf_free(a, f->ext);
+    fkvf_free(a, f->bucket);
+    fkvf_free(a, f->box);
+    fkvf_free(a, f->perm);
+    fkvf_free(a, f);
+}
+
+/* Lower bound, valid for the value dist2() computes for any vertex inside
+ * box `b`, minus a safety margin: if box_lb(b) > d then every vertex in the
+ * box has dist2 > d.
+ * Proof sketch: let G^2 be the exact squared distance from p to the box and
+ * lb the computed gx*gx + gy*gy; lb <= G^2 (1+u)^4 (u = 2^-53: one rounding
+ * in each of the gaps, squares and the sum). For a vertex in the box,
+ * dist2 >= d_exact (1-u)^4 - 2^-1070 (underflow) with d_exact >= G^2. So
+ * dist2 >= lb (1 - 8u) - 2^-1070 > lb (1 - 2^-40)(1+u) - 2^-1000. Inputs are
+ * bounded (|p| <= 2^500, |V| < 2), so nothing overflows. */
+static inline double box_lb(const double *b, double px, double py)
+{
+    double gx = 0.0, gy = 0.0;
+    if (px < b[0])
+        gx = b[0] - px;
+    else if (px > b[1])
+        gx = px - b[1];
+    if (py < b[2])
+        gy = b[2] - py;
+    else if (py > b[3])
+        gy = py - b[3];
+    double lb = gx * gx + gy * gy;
+    return lb * (1.0 - 0x1p-40) - 0x1p-1000;
+}
+
+/* Exhaustive argmin, the spec's wording: first c with the least distance.
+ * Defined for any input (NaN distances never win; then c = 0). */
+static uint32_t argmin_scan(const fkvf_ngon *g, double px, double py)
+{
+    uint32_t best = 0;
+    double bd = dist2(px, py, g->vx[0], g->vy[0]);
+    for (uint32_t c = 1; c < g->n; c++) {
+        double d = dist2(px, py, g->vx[c], g->vy[c]);
+        if (d < bd) {
+            bd = d;
+            best = c;
+        }
+    }
+    return best;
+}
+
+/* Exact argmin by branch and bound, any start candidate `seed`. Requires
+ * finite |px|, |py| <= 2^500 (then no distance is NaN and the order of
+ * (dist2, c) pairs is total, so the lexicographic minimum is the answer of
+ * the exhaustive scan). */
+static uint32_t argmin_tree(const fkvf_ngon *g, const ngon_fast *f, double px, double py,
+                            uint32_t seed)
+{
+    uint32_t best = seed;
+    double bd = dist2(px, py, g->vx[seed], g->vy[seed]);
+    uint32_t stack[96];
+    unsigned sp = 0;
+    stack[sp++] = 1;
+    while (sp) {
+        uint32_t node = stack[--sp];
+        if (box_lb(f->box + 4 * (size_t)node, px, py) > bd)
+            continue;
+        if (node >= f->nleaves) {
+            size_t lo = (size_t)(node - f->nleaves) * LEAF;
+            size_t hi = lo + LEAF < g->n ? lo + LEAF : g->n;
+            for (size_t i = lo; i < hi; i++) {
+                uint32_t c = f->perm[i];
+                double d = dist2(px, py, g->vx[c], g->vy[c]);
+                if (d < bd || (d == bd && c < best)) {
+                    bd = d;
+                    best = c;
+                }
+            }
+            continue;
+        }
+        uint32_t l = 2 * node, r = 2 * node + 1;
+        double bl = box_lb(f->box + 4 * (size_t)l, px, py);
+        double br = box_lb(f->box + 4 * (size_t)r, px, py);
+        /* push the farther child first; skip children already pruned */
+        if (bl <= br) {
+            if (br <= bd)
+                stack[sp++] = r;
+            if (bl <= bd)
+                stack[sp++] = l;
+        } else {
+            if (bl <= bd)
+                stack[sp++] = l;
+            if (br <= bd)
+                stack[sp++] = r;
+        }
+    }
+    return best;
+}
+
+/* Candidate vertex from the bucket table. */
+static inline uint32_t bucket_of(const ngon_fast *f, double px, double py)
+{
+    double a = diamond(px, py) * f->kscale;
+    if (!(a < 4.0 * f->kscale + 1.0)) /* NaN, or an impossible value */
+        a = 0.0;
+    return f->bucket[(uint32_t)a & f->kmask];
+}
+
+static uint32_t argmin_canonical(const fkvf_ngon *g, double px, double py)
+{
+    const ngon_fast *f = g->fast;
+    if (g->n <= SMALL_N || !f || !(dabs(px) <= 0x1p500) || !(dabs(py) <= 0x1p500))
+        return argmin_scan(g, px, py);
+    return argmin_tree(g, f, px, py, bucket_of(f, px, py));
+}
+
+typedef struct perm_item {
+    double key;
+    uint32_t c;
+} perm_item;
+
+static int cmp_item(const void *a, const void *b)
+{
+    const perm_item *x = a, *y = b;
+    if (x->key < y->key)
+        return -1;
+    if (x->key > y->key)
+        return 1;
+    return (x->c > y->c) - (x->c < y->c);
+}
+
+static int fast_build(fkvf_ngon *g)
+{
+    const fkvf_allocator *a = g->alloc;
+    const uint32_t n = g->n;
+    ngon_fast *f = fkvf_calloc(a, 1, sizeof *f);
+    if (!f)
+        return FKVF_E_NOMEM;
+    f->ext = fkvf_calloc(a, 2 * ((size_t)n + 2), sizeof(double));
+    if (!f->ext)
+        goto nomem;
+    for (size_t i = 0; i < (size_t)n + 2; i++) {
+        size_t c = (i + n - 1) % n;
+        f->ext[2 * i] = g->vx[c];
+        f->ext[2 * i + 1] = g->vy[c];
+    }
+    if (n <= SMALL_N) {
+        g->fast = f;
+        return FKVF_OK;
+    }
+
+    /* Box hierarchy over the vertices sorted by (diamond angle, index). */
+    uint32_t nl = 1;
+    while ((uint64_t)nl * LEAF < n)
+        nl *= 2;
+    f->nleaves = nl;
+    f->perm = fkvf_calloc(a, n, sizeof(uint32_t));
+    f->box = fkvf_calloc(a, 2 * (size_t)nl * 4, sizeof(double));
+    perm_item *items = fkvf_calloc(a, n, sizeof *items);
+    if (!f->perm || !f->box || !items) {
+        fkvf_free(a, items);
+        goto nomem;
+    }
+    for (uint32_t c = 0; c < n; c++) {
+        items[c].key = diamond(g->vx[c], g->vy[c]);
+        items[c].c = c;
+    }
+    qsort(items, n, sizeof *items, cmp_item);
+    for (uint32_t i = 0; i < n; i++)
+        f->perm[i] = items[i].c;
+    fkvf_free(a, items);
+    for (size_t node = 1; node < 2 * (size_t)nl; node++) {
+        double *b = f->box + 4 * node;
+        b[0] = b[2] = HUGE_VAL;
+        b[1] = b[3] = -HUGE_VAL;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t c = f->perm[i];
+        double *b = f->box + 4 * ((size_t)nl + i / LEAF);
+        double x = g->vx[c], y = g->vy[c];
+        if (x < b[0]) b[0] = x;
+        if (x > b[1]) b[1] = x;
+        if (y < b[2]) b[2] = y;
+        if (y > b[3]) b[3] = y;
+    }
+    for (size_t node = nl - 1; node >= 1; node--) {
+        double *b = f->box + 4 * node, *l = f->box + 8 * node, *r = l + 4;
+        b[0] = l[0] < r[0] ? l[0] : r[0];
+        b[1] = l[1] > r[1] ? l[1] : r[1];
+        b[2] = l[2] < r[2] ? l[2] : r[2];
+        b[3] = l[3] > r[3] ? l[3] : r[3];
+    }
+
+    /* Buckets: K >= 2N, a power of two. A bucket spans at most 8/K radians of
+     * true angle (the diamond angle moves 1/2 to 1 units per radian), i.e.
+     * at most pi/N: it meets at most two Voronoi wedges of a regular
+     * N-gon, so the vertex nearest to its centre is within one of the
+     * nearest vertex of any point in it. */
+    uint32_t kbits = 6;
+    while ((UINT64_C(1) << kbits) < 2 * (uint64_t)n)
+        kbits++;
+    uint32_t k = (uint32_t)1 << kbits;
+    f->kmask = k - 1;
+    f->kscale = (double)k / 4.0;
+    f->bucket = fkvf_calloc(a, k, sizeof(uint16_t));
+    if (!f->bucket)
+        goto nomem;
+    for (uint32_t b = 0; b < k; b++) {
+        double da = ((double)b + 0.5) * 4.0 / (double)k;
+        unsigned q = (unsigned)da;
+        double fr = da - (double)q, x, y;
+        switch (q) {
+        case 0: x = 1.0 - fr; y = fr; break;
+        case 1: x = -fr; y = 1.0 - fr; break;
+        case 2: x = -(1.0 - fr); y = -fr; break;
+        default: x = fr; y = -(1.0 - fr); break;
+        }
+        f->bucket[b] = (uint16_t)argmin_tree(g, f, x, y, 0);
+    }
+    g->fast = f;
+    return FKVF_OK;
+nomem:
+    fast_free(a, f);
+    return FKVF_E_NOMEM;
+}
+
+/* ---- context ------------------------------------------------------------- */
+
+int fkvf_ngon_init(fkvf_ngon *g, uint32_t n, double r, uint32_t span, const double *xy,
+                   const fkvf_allocator *alloc)
+{
+    if (!g)
+        return FKVF_E_INVALID_ARG;
+    memset(g, 0, sizeof *g);
+    if (n < 2 || n > NGON_MAX_N)
+        return FKVF_E_CORRUPT;
+    g->alloc = alloc;
+    double *tab = fkvf_calloc(alloc, 2 * (size_t)n, sizeof(double));
+    if (!tab)
+        return FKVF_E_NOMEM;
+    if (xy)
+        memcpy(tab, xy, 2 * (size_t)n * sizeof(double));
+    else
+        fkvf_ngon_make_vertices(n, tab);
+    if (r == 0) {
+        /* r_N; 1.0/inv rounds so that r * inv <= 1.0 holds (see below) */
+        double inv = inv_rmax_table(n, tab);
+        r = 1.0 / inv;
+    }
+    if (span == 0)
+        span = fkvf_ngon_max_span(r);
+    int rc = fkvf_ngon_check_params(n, tab, r, span);
+    if (rc != FKVF_OK) {
+        fkvf_free(alloc, tab);
+        return rc;
+    }
+    g->n = n;
+    g->r = r;
+    g->span = span;
+    g->vx = fkvf_calloc(alloc, n, sizeof(double));
+    g->vy = fkvf_calloc(alloc, n, sizeof(double));
+    if (!g->vx || !g->vy) {
+        fkvf_free(alloc, tab);
+        fkvf_ngon_fini(g);
+        return FKVF_E_NOMEM;
+    }
+    for (uint32_t c = 0; c < n; c++) {
+        g->vx[c] = tab[2 * (size_t)c];
+        g->vy[c] = tab[2 * (size_t)c + 1];
+    }
+    fkvf_free(alloc, tab);
+    rc = fast_build(g);
+    if (rc != FKVF_OK) {
+        fkvf_ngon_fini(g);
+        return rc;
+    }
+    return FKVF_OK;
+}
+
+void fkvf_ngon_fini(fkvf_ngon *g)
+{
+    if (!g)
+        return;
+    fast_free(g->alloc, g->fast);
+    fkvf_free(g->alloc, g->vx);
+    fkvf_free(g->alloc, g->vy);
+    g->fast = NULL;
+    g->vx = g->vy = NULL;
+}
+
+int fkvf_ngon_data_bytes(const fkvf_ngon *g, uint64_t n, uint64_t *out)
+{
+    if (!g || g->span == 0)
+        return 0;
+    uint64_t spans = fkvf_ceildiv(n, g->span);
+    return fkvf_mul64(spans, 16, out);
+}
+
+/* ---- spans --------------------------------------------------------------- */
+
+void fkvf_ngon_encode_span(const fkvf_ngon *g, const uint32_t *sym, uint32_t len, double *ax,
+                           double *ay)
+{
+    const double r = g->r;
+    double px = 0.0, py = 0.0;
+    for (uint32_t k = 0; k < len; k++) {
+        double vx = g->vx[sym[k]], vy = g->vy[sym[k]];
+        px = vx + r * (px - vx);
+        py = vy + r * (py - vy);
+    }
+    *ax = px;
+    *ay = py;
+}
+
+void fkvf_ngon_decode_span_canonical(const fkvf_ngon *g, double ax, double ay, uint32_t len,
+                                     uint32_t *out)
+{
+    const double r = g->r;
+    double px = ax, py = ay;
+    for (uint32_t k = len; k > 0; k--) {
+        uint32_t c = argmin_canonical(g, px, py);
+        out[k - 1] = c;
+        double vx = g->vx[c], vy = g->vy[c];
+        px = vx + (px - vx) / r;
+        py = vy + (py - vy) / r;
+    }
+}
+
+/* One backward step of the fast decoder: candidate from the bucket table,
+ * exact distances to V(c-1), V(c), V(c+1), least distance with ties to the
+ * smallest index, then the spec's backward map. */
+static inline uint32_t fast_step(const ngon_fast *f, uint32_t nm1, double r, double *px,
+                                 double *py)
+{
+    double x = *px, y = *py;
+    uint32_t c = bucket_of(f, x, y);
+    const double *e = f->ext + 2 * (size_t)c; /* V(c-1), V(c), V(c+1) */
+    double d0 = dist2(x, y, e[0], e[1]);
+    double d1 = dist2(x, y, e[2], e[3]);
+    double d2 = dist2(x, y, e[4], e[5]);
+    uint32_t i0 = c ? c - 1 : nm1, i2 = c == nm1 ? 0 : c + 1;
+    double bd = d1;
+    uint32_t bi = c, bj = 1;
+    int t0 = d0 < bd || (d0 == bd && i0 < bi);
+    bd = t0 ? d0 : bd;
+    bi = t0 ? i0 : bi;
+    bj = t0 ? 0 : bj;
+    int t2 = d2 < bd || (d2 == bd && i2 < bi);
+    bi = t2 ? i2 : bi;
+    bj = t2 ? 2 : bj;
+    double vx = e[2 * bj], vy = e[2 * bj + 1];
+    *px = vx + (x - vx) / r;
+    *py = vy + (y - vy) / r;
+    return bi;
+}
+
+void fkvf_ngon_decode_span_fast(const fkvf_ngon *g, double ax, double ay, uint32_t len,
+                                uint32_t *out)
+{
+    const ngon_fast *f = g->fast;
+    if (g->n <= SMALL_N || !f) {
+        fkvf_ngon_decode_span_canonical(g, ax, ay, len, out);
+        return;
+    }
+    const double r = g->r;
+    const uint32_t nm1 = g->n - 1;
+    double px = ax, py = ay;
+    for (uint32_t k = len; k > 0; k--)
+        out[k - 1] = fast_step(f, nm1, r, &px, &py);
+}
+
+/* Four full spans at once (anchors at a[0..64), symbols to out[0..4L)): the
+ * four dependency chains are independent, so the core overlaps them. */
+static void decode4_fast(const fkvf_ngon *g, const uint8_t *a, uint32_t *out)
+{
+    const uint32_t L = g->span;
+    const ngon_fast *f = g->fast;
+    if (g->n <= SMALL_N || !f) {
+        for (unsigned l = 0; l < 4; l++)
+            fkvf_ngon_decode_span_canonical(g, fkvf_ldf64(a + 16 * l), fkvf_ldf64(a + 16 * l + 8),
+                                            L, out + (size_t)l * L);
+        return;
+    }
+    const double r = g->r;
+    const uint32_t nm1 = g->n - 1;
+    double x0 = fkvf_ldf64(a), y0 = fkvf_ldf64(a + 8);
+    double x1 = fkvf_ldf64(a + 16), y1 = fkvf_ldf64(a + 24);
+    double x2 = fkvf_ldf64(a + 32), y2 = fkvf_ldf64(a + 40);
+    double x3 = fkvf_ldf64(a + 48), y3 = fkvf_ldf64(a + 56);
+    uint32_t *o0 = out, *o1 = out + L, *o2 = out + 2 * (size_t)L, *o3 = out + 3 * (size_t)L;
+    for (uint32_t k = L; k > 0; k--) {
+        o0[k - 1] = fast_step(f, nm1, r, &x0, &y0);
+        o1[k - 1] = fast_step(f, nm1, r, &x1, &y1);
+        o2[k - 1] = fast_step(f, nm1, r, &x2, &y2);
+        o3[k - 1] = fast_step(f, nm1, r, &x3, &y3);
+    }
+}
+
+static int same_bits(double a, double b) { return dbits(a) == dbits(b); }
+
+/* Canonical decoding for the verifying decoder, which only needs to know
+ * whether the canonical result re-encodes: it stops early (returns 0) when
+ * a backward point leaves the annulus that any span passing the check must
+ * stay in. With q = 1/r >= 2 and q^L <= 2^44 (check_params), the canonical
+ * backward point b_k of a span that re-encodes exactly stays within
+ * e <= 2^-53 * q^L * (15q + 2)/(q - 1) <= 2^-9 * 32 = 1/16 of the forward
+ * point f_k, and for k >= 1, 1 - 2^-40 - 2.0001 r <= |f_k| <= 1 + 2^-40.
+ * So |b_k| > 2, or |b_k| < 1 - 2.001 r - 0.1 (when positive), rules the
+ * span out. This bounds the work on hostile anchors (a point far inside the
+ * polygon costs up to O(N) in the exact search). */
+static int canonical_bounded(const fkvf_ngon *g, double ax, double ay, uint32_t len, uint32_t *out)
+{
+    const double r = g->r;
+    double rin = 1.0 - 2.001 * r - 0.1;
+    double rin2 = rin > 0 ? rin * rin : -1.0;
+    double px = ax, py = ay;
+    for (uint32_t k = len; k > 0; k--) {
+        double m = px * px + py * py;
+        if (!(m <= 4.0) || m < rin2)
+            return 0;
+        uint32_t c = argmin_canonical(g, px, py);
+        out[k - 1] = c;
+        double vx = g->vx[c], vy = g->vy[c];
+        px = vx + (px - vx) / r;
+        py = vy + (py - vy) / r;
+    }
+    return 1;
+}
+
+static int reencodes(const fkvf_ngon *g, double ax, double ay, uint32_t len, const uint32_t *sym)
+{
+    double x, y;
+    fkvf_ngon_encode_span(g, sym, len, &x, &y);
+    return same_bits(x, ax) && same_bits(y, ay);
+}
+
+int fkvf_ngon_decode_span(const fkvf_ngon *g, double ax, double ay, uint32_t len, uint32_t *out)
+{
+    if (!finite(ax) || !finite(ay))
+        return FKVF_E_SPAN;
+    if (len > NGON_MAX_SPAN)
+        return FKVF_E_INVALID_ARG;
+    fkvf_ngon_decode_span_fast(g, ax, ay, len, out);
+    if (reencodes(g, ax, ay, len, out))
+        return FKVF_OK;
+    if (canonical_bounded(g, ax, ay, len, out) && reencodes(g, ax, ay, len, out))
+        return FKVF_OK;
+    return FKVF_E_SPAN;
+}
+
+/* ---- streams ------------------------------------------------------------- */
+
+int fkvf_ngon_encode(const fkvf_ngon *g, const uint32_t *sym, size_t n, uint8_t *out,
+                     size_t out_size)
+{
+    uint64_t need;
+    if (!g || !fkvf_ngon_data_bytes(g, (uint64_t)n, &need) || need > (uint64_t)out_size ||
+        (n && (!sym || !out)))
+        return FKVF_E_INVALID_ARG;
+    const uint32_t L = g->span;
+    uint32_t back[NGON_MAX_SPAN];
+    for (size_t s = 0, j = 0; s < n; s += L, j++) {
+        uint32_t len = (uint32_t)(n - s < L ? n - s : L);
+        for (uint32_t k = 0; k < len; k++)
+            if (sym[s + k] >= g->n)
+                return FKVF_E_SYMBOL;
+        double ax, ay;
+        fkvf_ngon_encode_span(g, sym + s, len, &ax, &ay);
+        /* the writer's obligation (spec 12.2): the canonical decoder must
+         * give the span back */
+        fkvf_ngon_decode_span_canonical(g, ax, ay, len, back);
+        if (memcmp(back, sym + s, len * sizeof(uint32_t)) != 0)
+            return FKVF_E_CODEC;
+        fkvf_stf64(out + 16 * j, ax);
+        fkvf_stf64(out + 16 * j + 8, ay);
+    }
+    return FKVF_OK;
+}
+
+/* Checks shared by the stream readers: data holds the anchors of `total`
+ * symbols and [first, first+n) is inside. */
+static int stream_ok(const fkvf_ngon *g, size_t data_size, uint64_t total, uint64_t first,
+                     uint64_t n)
+{
+    uint64_t need, end;
+    if (!fkvf_ngon_data_bytes(g, total, &need) || need > (uint64_t)data_size)
+        return FKVF_E_RANGE;
+    if (!fkvf_add64(first, n, &end) || end > total)
+        return FKVF_E_RANGE;
+    return FKVF_OK;
+}
+
+/* Decode span j (length len) into out, verified or not. */
+static int span_at(const fkvf_ngon *g, const uint8_t *data, uint64_t j, uint32_t len,
+                   uint32_t *out, int verify)
+{
+    const uint8_t *p = data + 16 * (size_t)j;
+    double ax = fkvf_ldf64(p), ay = fkvf_ldf64(p + 8);
+    if (verify)
+        return fkvf_ngon_decode_span(g, ax, ay, len, out);
+    fkvf_ngon_decode_span_fast(g, ax, ay, len, out);
+    return FKVF_OK;
+}
+
+int fkvf_ngon_decode(const fkvf_ngon *g, const uint8_t *data, size_t data_size, uint64_t total,
+                     uint64_t first, size_t n, uint32_t *out, int verify)
+{
+    if (!g)
+        return FKVF_E_INVALID_ARG;
+    int rc = stream_ok(g, data_size, total, first, (uint64_t)n);
+    if (rc != FKVF_OK || n == 0)
+        return rc;
+    if (!data || !out)
+        return FKVF_E_INVALID_ARG;
+    const uint32_t L = g->span;
+    uint32_t tmp[NGON_MAX_SPAN];
+    uint64_t end = first + n;
+    uint64_t t = first;
+    while (t < end) {
+        uint64_t j = t / L;
+        uint64_t s0 = j * L;
+        uint32_t len = (uint32_t)(total - s0 < L ? total - s0 : L);
+        uint64_t s1 = s0 + len; /* span covers [s0, s1) */
+        if (t == s0 && len == L && end - t >= 4 * (uint64_t)L && total - t >= 4 * (uint64_t)L) {
+            /* four full spans inside the request */
+            uint32_t *o = out + (t - first);
+            const uint8_t *a = data + 16 * (size_t)j;
+            decode4_fast(g, a, o);
+            if (verify) {
+                for (unsigned l = 0; l < 4; l++) {
+                    double ax = fkvf_ldf64(a + 16 * l), ay = fkvf_ldf64(a + 16 * l + 8);
+                    uint32_t *ol = o + (size_t)l * L;
+                    if (!finite(ax) || !finite(ay))
+                        return FKVF_E_SPAN;
+                    if (!reencodes(g, ax, ay, L, ol) &&
+                        (!canonical_bounded(g, ax, ay, L, ol) || !reencodes(g, ax, ay, L, ol)))
+                        return FKVF_E_SPAN;
+                }
+            }
+            t += 4 * (uint64_t)L;
+            continue;
+        }
+        if (t == s0 && s1 <= end) {
+            rc = span_at(g, data, j, len, out + (t - first), verify);
+            if (rc != FKVF_OK)
+                return rc;
+            t = s1;
+            continue;
+        }
+        rc = span_at(g, data, j, len, tmp, verify);
+        if (rc != FKVF_OK)
+            return rc;
+        uint64_t stop = s1 < end ? s1 : end;
+        memcpy(out + (t - first), tmp + (t - s0), (size_t)(stop - t) * sizeof(uint32_t));
+        t = stop;
+    }
+    return FKVF_OK;
+}
+
+int fkvf_ngon_get(const fkvf_ngon *g, const uint8_t *data, size_t data_size, uint64_t total,
+                  uint64_t t, uint32_t *out)
+{
+    if (!g || !out)
+        return FKVF_E_INVALID_ARG;
+    int rc = stream_ok(g, data_size, total, t, 1);
+    if (rc != FKVF_OK)
+        return rc;
+    const uint32_t L = g->span;
+    uint64_t j = t / L, s0 = j * L;
+    uint32_t len = (uint32_t)(total - s0 < L ? total - s0 : L);
+    uint32_t tmp[NGON_MAX_SPAN];
+    rc = span_at(g, data, j, len, tmp, 1);
+    if (rc != FKVF_OK)
+        return rc;
+    *out = tmp[t - s0];
+    return FKVF_OK;
+}
+
+int fkvf_ngon_point(const fkvf_ngon *g, const uint8_t *data, size_t data_size, uint64_t total,
+                    uint64_t t, double *px, double *py)
+{
+    if (!g || !px || !py)
+        return FKVF_E_INVALID_ARG;
+    int rc = stream_ok(g, data_size, total, t, 1);
+    if (rc != FKVF_OK)
+        return rc;
+    const uint32_t L = g->span;
+    uint64_t cnt = t + 1 < L ? t + 1 : L; /* last cnt symbols ending at t */
+    uint64_t j = t / L, s0 = j * L;
+    uint32_t len = (uint32_t)(total - s0 < L ? total - s0 : L);
+    uint32_t sym[2 * NGON_MAX_SPAN];
+    uint32_t *cur = sym + NGON_MAX_SPAN; /* span j at cur[0..len) */
+    rc = span_at(g, data, j, len, cur, 1);
+    if (rc != FKVF_OK)
+        return rc;
+    uint64_t in_span = t - s0 + 1; /* symbols of span j up to t */
+    if (cnt > in_span) {
+        /* the window starts in span j-1 (a full span) */
+        rc = span_at(g, data, j - 1, L, sym + NGON_MAX_SPAN - L, 1);
+        if (rc != FKVF_OK)
+            return rc;
+    }
+    fkvf_ngon_encode_span(g, cur + in_span - cnt, (uint32_t)cnt, px, py);
+    return FKVF_OK;
+}
