@@ -14,7 +14,10 @@
 
 #include "fkvf.h"
 
-enum { L = 5, H = 4, D = 8, N_POS = 100, SINKS = 4, WINDOW = 32, KS = 4, VS = 2, K = 256 };
+/* the default sample; --tiny shrinks it to a few KB (fuzz seeds, fixtures) */
+static unsigned L = 5, H = 4, D = 8, N_POS = 100, SINKS = 4, WINDOW = 32, KS = 4, VS = 2, K = 256,
+                KBITS = 8;
+#define MAX_POS 128
 
 static uint64_t rng_state = 1;
 static uint64_t rng(void)
@@ -65,14 +68,18 @@ int main(int argc, char **argv)
     int ngon = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: fkvf-mksample [--ngon] -o FILE\n\n"
+            printf("usage: fkvf-mksample [--ngon] [--tiny] -o FILE\n\n"
                    "Writes the deterministic sample archive (same bytes on every run).\n"
-                   "--ngon codes the index streams with the ngon profile (N=256).\n");
+                   "--ngon codes the index streams with the ngon profile (N=k).\n"
+                   "--tiny writes a few-KB archive (2 layers, 1 head, dim 4, 12 positions,\n"
+                   "       k = 16) for fixtures and fuzz seeds.\n");
             return 0;
         } else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
             out = argv[++i];
         } else if (!strcmp(argv[i], "--ngon")) {
             ngon = 1;
+        } else if (!strcmp(argv[i], "--tiny")) {
+            L = 2, H = 1, D = 4, N_POS = 12, SINKS = 1, WINDOW = 3, KS = 2, VS = 1, K = 16, KBITS = 4;
         } else {
             fprintf(stderr, "fkvf-mksample: unknown argument '%s' (try --help)\n", argv[i]);
             return 2;
@@ -150,7 +157,7 @@ int main(int argc, char **argv)
 
     /* index streams: every (layer, head, K|V, stage) */
     const uint64_t n_arch = N_POS - SINKS - WINDOW;
-    uint32_t sym[N_POS];
+    uint32_t sym[MAX_POS];
     for (unsigned l = 0; l < L; l++)
         for (unsigned h = 0; h < H; h++)
             for (unsigned kv = 0; kv < 2; kv++)
@@ -165,14 +172,14 @@ int main(int argc, char **argv)
                         sp.alphabet = K;
                     } else {
                         sp.profile = FKVF_PROFILE_QUAD;
-                        sp.symbol_bits = 8;
+                        sp.symbol_bits = KBITS;
                     }
                     if ((rc = fkvf_writer_add_stream(w, &sp, sym, (size_t)n_arch)))
                         return fail(w, rc, "index stream");
                 }
     /* token ids: BOS then ids below the 512-token vocabulary */
     sym[0] = 1;
-    for (int t = 1; t < N_POS; t++)
+    for (unsigned t = 1; t < N_POS; t++)
         sym[t] = (uint32_t)(3 + rng() % 509);
     fkvf_stream_spec ts;
     memset(&ts, 0, sizeof ts);
