@@ -192,7 +192,9 @@ typedef struct fkvf_reader fkvf_reader;
 #define FKVF_OPEN_STRICT 1u  /* a torn tail is an error (FKVF_E_TORN) instead of a warning */
 
 /* Open an archive held in memory. The buffer is borrowed and must outlive the
- * reader. Any alignment is accepted. */
+ * reader. Any alignment is accepted. On failure *out is still set when a
+ * handle could be made (so fkvf_reader_message can say what is wrong), else
+ * NULL; free it with fkvf_reader_free either way. */
 FKVF_API int fkvf_reader_open_memory(fkvf_reader **out, const void *data, size_t size,
                                      unsigned flags, const fkvf_allocator *alloc);
 /* Open a file by path (read-only mmap, owned by the reader). On failure *out
@@ -297,7 +299,10 @@ typedef struct fkvf_writer_options {
 FKVF_API void fkvf_writer_options_init(fkvf_writer_options *opts);
 
 /* Create a file atomically: bytes go to "PATH.tmp-XXXXXX", finish() fsyncs
- * and renames it over PATH; free() before finish() removes it. */
+ * and renames it over PATH; free() before finish() removes it. As with the
+ * reader, on failure *out is set when a handle exists (read its message,
+ * then free it). After an I/O or allocation failure during writing the
+ * writer refuses further calls with the same error. */
 FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
                                      const fkvf_writer_options *opts,
                                      const fkvf_allocator *alloc);
