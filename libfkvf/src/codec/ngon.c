@@ -93,7 +93,10 @@ static void vertex_libm(uint32_t c, uint32_t n, double *x, double *y)
     unsigned quad = (unsigned)(a4 / n);     /* 0..3 */
     uint64_t rem = a4 - (uint64_t)quad * n; /* angle in quadrant = (pi/2) * rem / n */
     double cs, sn;
-    if (2 * rem <= n) {
+    if (2 * rem == n) {
+        /* pi/4: cos and sin are the same number (libm may differ by 1 ulp) */
+        cs = sn = 0.70710678118654752440;
+    } else if (2 * rem < n) {
         double th = HALF_PI * (double)rem / (double)n;
         cs = cos(th);
         sn = sin(th);

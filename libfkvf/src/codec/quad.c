@@ -68,6 +68,8 @@ int fkvf_quad_encode(const uint32_t *sym, size_t n, unsigned bits, uint8_t *out,
         return FKVF_E_INVALID_ARG;
     if (need > (uint64_t)out_size || (n && (!sym || !out)))
         return FKVF_E_INVALID_ARG;
+    if (need == 0)
+        return FKVF_OK;
     if (bits < 32) {
         /* One pass to validate (vectorizes), so the packing loops below
          * need no exit. */
