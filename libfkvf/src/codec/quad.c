@@ -61,6 +61,40 @@ static uint64_t bits64_at(const uint8_t *d, size_t size, uint64_t pos)
     return v;
 }
 
+/* 8/16-bit encode fast paths, same shape as widen8/16; they return the OR
+ * of the symbols for the range check. */
+static uint32_t narrow8(const uint32_t *restrict sym, uint8_t *restrict out, size_t n)
+{
+    uint32_t any = 0;
+    size_t i = 0;
+    for (; n - i >= 16; i += 16)
+        for (size_t k = 0; k < 16; k++) {
+            any |= sym[i + k];
+            out[i + k] = (uint8_t)sym[i + k];
+        }
+    for (; i < n; i++) {
+        any |= sym[i];
+        out[i] = (uint8_t)sym[i];
+    }
+    return any;
+}
+
+static uint32_t narrow16(const uint32_t *restrict sym, uint8_t *restrict out, size_t n)
+{
+    uint32_t any = 0;
+    size_t i = 0;
+    for (; n - i >= 16; i += 16)
+        for (size_t k = 0; k < 16; k++) {
+            any |= sym[i + k];
+            fkvf_st16(out + 2 * (i + k), (uint16_t)sym[i + k]);
+        }
+    for (; i < n; i++) {
+        any |= sym[i];
+        fkvf_st16(out + 2 * i, (uint16_t)sym[i]);
+    }
+    return any;
+}
+
 int fkvf_quad_encode(const uint32_t *sym, size_t n, unsigned bits, uint8_t *out, size_t out_size)
 {
     uint64_t need;
@@ -70,23 +104,13 @@ int fkvf_quad_encode(const uint32_t *sym, size_t n, unsigned bits, uint8_t *out,
         return FKVF_E_INVALID_ARG;
     if (need == 0)
         return FKVF_OK;
-    if (bits < 32) {
-        /* One pass to validate (vectorizes), so the packing loops below
-         * need no exit. */
-        uint32_t any = 0;
-        for (size_t i = 0; i < n; i++)
-            any |= sym[i];
-        if (any >> bits)
-            return FKVF_E_SYMBOL;
-    }
     size_t pos = 0;
+    uint32_t any = 0; /* OR of all symbols: validated once at the end */
     if (bits == 8) {
-        for (size_t i = 0; i < n; i++)
-            out[i] = (uint8_t)sym[i];
+        any = narrow8(sym, out, n);
         pos = n;
     } else if (bits == 16) {
-        for (size_t i = 0; i < n; i++)
-            fkvf_st16(out + 2 * i, (uint16_t)sym[i]);
+        any = narrow16(sym, out, n);
         pos = 2 * n;
     } else if (bits == 32) {
         for (size_t i = 0; i < n; i++)
@@ -98,6 +122,7 @@ int fkvf_quad_encode(const uint32_t *sym, size_t n, unsigned bits, uint8_t *out,
         unsigned nacc = 0;
         for (size_t i = 0; i < n; i++) {
             uint64_t s = sym[i];
+            any |= sym[i];
             acc |= s << nacc;
             nacc += bits;
             if (nacc >= 64) {
@@ -113,9 +138,35 @@ int fkvf_quad_encode(const uint32_t *sym, size_t n, unsigned bits, uint8_t *out,
             nacc = nacc > 8 ? nacc - 8 : 0;
         }
     }
+    if (bits < 32 && (any >> bits))
+        return FKVF_E_SYMBOL; /* out holds garbage; the caller discards it */
     /* Zero padding up to the end of the last 16-byte unit (spec 11.7). */
     memset(out + pos, 0, (size_t)need - pos);
     return FKVF_OK;
+}
+
+/* 8/16-bit decode fast paths. Blocks of 16 with a constant inner trip
+ * count and restrict pointers (uint8_t may alias anything), kept out of line
+ * so that the restrict promise survives: compilers vectorize these even at
+ * -O2, where GCC's cheap cost model leaves a loop of unknown length scalar. */
+__attribute__((noinline)) static void widen8(const uint8_t *restrict p, uint32_t *restrict out, size_t n)
+{
+    size_t i = 0;
+    for (; n - i >= 16; i += 16)
+        for (size_t k = 0; k < 16; k++)
+            out[i + k] = p[i + k];
+    for (; i < n; i++)
+        out[i] = p[i];
+}
+
+__attribute__((noinline)) static void widen16(const uint8_t *restrict p, uint32_t *restrict out, size_t n)
+{
+    size_t i = 0;
+    for (; n - i >= 16; i += 16)
+        for (size_t k = 0; k < 16; k++)
+            out[i + k] = fkvf_ld16(p + 2 * (i + k));
+    for (; i < n; i++)
+        out[i] = fkvf_ld16(p + 2 * i);
 }
 
 int fkvf_quad_decode(const uint8_t *data, size_t data_size, unsigned bits, uint64_t first,
@@ -134,15 +185,11 @@ int fkvf_quad_decode(const uint8_t *data, size_t data_size, unsigned bits, uint6
     /* From here every symbol lies inside data, so first*bits/8 < data_size
      * and the index arithmetic below fits in size_t. */
     if (bits == 8) {
-        const uint8_t *p = data + (size_t)first;
-        for (size_t i = 0; i < n; i++)
-            out[i] = p[i];
+        widen8(data + (size_t)first, out, n);
         return FKVF_OK;
     }
     if (bits == 16) {
-        const uint8_t *p = data + 2 * (size_t)first;
-        for (size_t i = 0; i < n; i++)
-            out[i] = fkvf_ld16(p + 2 * i);
+        widen16(data + 2 * (size_t)first, out, n);
         return FKVF_OK;
     }
     if (bits == 32) {
