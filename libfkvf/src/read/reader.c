@@ -39,6 +39,9 @@ static int inflate_exact(fkvf_reader *r, const rd_section *s, const uint8_t *src
     const uint8_t *in = src;
     uint8_t *out = dst;
     int zr = Z_OK;
+    /* inflate() refuses a NULL next_out even with avail_out == 0: an empty
+     * section (size 0) never sets it in the loop below. */
+    z.next_out = dst;
     while (zr == Z_OK) {
         if (z.avail_in == 0 && in_left) {
             uInt c = in_left > (1u << 30) ? (1u << 30) : (uInt)in_left;
@@ -92,11 +95,13 @@ static int section_check(fkvf_reader *r, rd_section *s)
                     (unsigned long long)s->e.key, (unsigned long long)s->e.checksum,
                     (unsigned long long)sum);
     }
-    if (s->e.flags & FKVF_SECTION_DEFLATE) {
+    /* Inflate once: views of the buffer handed out earlier stay valid when
+     * verify re-checks the section (the checksum above covers the input). */
+    if ((s->e.flags & FKVF_SECTION_DEFLATE) && !s->inflated) {
         size_t n;
         if (!fkvf_tosz(s->e.size, &n))
             return FAIL(FKVF_E_LIMIT, s->e.offset, "15", "section too large for this machine");
-        uint8_t *buf = fkvf_malloc(r->alloc, n);
+        uint8_t *buf = fkvf_malloc(r->alloc, n ? n : 1);
         if (!buf)
             return FAIL(FKVF_E_NOMEM, s->e.offset, NULL, "no memory to inflate %zu bytes", n);
         int rc = inflate_exact(r, s, src, buf);
@@ -318,7 +323,8 @@ static int load_directories(fkvf_reader *r)
                 if (e->type == FKVF_SECTION_STRM)
                     return FAIL(FKVF_E_CORRUPT, eoff + 4, "4.4",
                                 "directory entry %u: STRM sections are never deflated", k);
-                if (e->size > FKVF_MAX_INFLATED || e->size / 1032 > e->stored_size)
+                /* stored_size <= 2^48 here: the product cannot overflow */
+                if (e->size > FKVF_MAX_INFLATED || e->size > 1032 * e->stored_size + 64)
                     return FAIL(FKVF_E_LIMIT, eoff + 24, "4.4",
                                 "directory entry %u (%s): inflated size %llu from %llu stored "
                                 "bytes exceeds the limit",

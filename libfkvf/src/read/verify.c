@@ -68,12 +68,11 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
             return rc;
         pos = c->trailer_off + 64;
     }
-    /* 2. every section's checksum (and inflation) */
+    /* 2. every section's checksum (and inflation). Buffers already inflated
+     * are kept: callers may hold views into them. */
     for (size_t i = 0; i < r->n_sections; i++) {
         rd_section *s = &r->sections[i];
         s->checked = 0;
-        fkvf_free(r->alloc, s->inflated);
-        s->inflated = NULL;
         const uint8_t *p;
         uint64_t n;
         if ((rc = rd_section_bytes(r, i, &p, &n)))

@@ -263,6 +263,8 @@ FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
     size_t n = strlen(path);
     w->path = fkvf_malloc(w->alloc, n + 1);
     w->tmp_path = fkvf_malloc(w->alloc, n + 16);
+    if (w->tmp_path)
+        w->tmp_path[0] = 0; /* free() unlinks a non-empty tmp_path */
     if (!w->path || !w->tmp_path) {
         w->state = 2;
         return FAIL(FKVF_E_NOMEM, NULL, "no memory for the path");

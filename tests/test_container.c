@@ -1,0 +1,3354 @@
+/* Container tests: writer -> bytes -> reader round trips, writer refusals,
+ * exhaustive truncation and bit-flip damage, hand-crafted malformed files,
+ * odd addresses, allocation failure and multi-commit (torn tail) files.
+ *
+ * Hot loops use EXPECT (an `if` around ck_abort_msg) instead of ck_assert:
+ * Check records the location of every passing ck_assert, which is slow in
+ * loops of tens of thousands of iterations. */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "codec/codec.h"
+#include "common/hash.h"
+#include "common/le.h"
+#include "fkvf.h"
+#include "format/format.h"
+#include "testutil.h"
+
+#define EXPECT(cond)                                                                    \
+    do {                                                                                \
+        if (!(cond))                                                                    \
+            ck_abort_msg("%s:%d: expected %s", __FILE__, __LINE__, #cond);              \
+    } while (0)
+#define EXPECTF(cond, ...)          \
+    do {                            \
+        if (!(cond))                \
+            ck_abort_msg(__VA_ARGS__); \
+    } while (0)
+/* rc must be `want`; print the handle's message otherwise */
+#define RC_R(r, expr, want)                                                                \
+    do {                                                                                   \
+        int rc_ = (expr);                                                                  \
+        if (rc_ != (want))                                                                 \
+            ck_abort_msg("%s:%d: %s -> %s, want %s (%s)", __FILE__, __LINE__, #expr,       \
+                         fkvf_error_name(rc_), fkvf_error_name(want),                      \
+                         fkvf_reader_message(r));                                          \
+    } while (0)
+#define RC_W(w, expr, want)                                                                \
+    do {                                                                                   \
+        int rc_ = (expr);                                                                  \
+        if (rc_ != (want))                                                                 \
+            ck_abort_msg("%s:%d: %s -> %s, want %s (%s)", __FILE__, __LINE__, #expr,       \
+                         fkvf_error_name(rc_), fkvf_error_name(want),                      \
+                         fkvf_writer_message(w));                                          \
+    } while (0)
+#define OK_R(r, expr) RC_R(r, expr, FKVF_OK)
+#define OK_W(w, expr) RC_W(w, expr, FKVF_OK)
+
+/* ==== the archive model: what a test writes and expects to read back ======== */
+
+#define MAX_STREAMS 24
+
+typedef struct tstream {
+    fkvf_stream_spec spec;
+    uint32_t *sym;
+    size_t n;
+} tstream;
+
+typedef struct model {
+    fkvf_writer_options opts;
+    fkvf_desc desc;
+    uint64_t n_positions, n_archived;
+    size_t row_bytes;
+    uint8_t *rows;       /* n_positions rows (archived positions' rows are not written) */
+    int meta;            /* write the standard metadata set */
+    unsigned exac_flags; /* extra section flags for EXAC (FKVF_SECTION_DEFLATE) */
+    int split_tail;      /* tail exact rows in two EXAC sections */
+    int extra;           /* add unknown optional sections XTRA (and XTRZ deflated) */
+    uint8_t extra_data[300];
+    tstream st[MAX_STREAMS];
+    size_t n_st;
+} model;
+
+#define XTRA FKVF_FOURCC('X', 'T', 'R', 'A')
+#define XTRZ FKVF_FOURCC('X', 'T', 'R', 'Z')
+
+static void model_add_stream(model *m, uint64_t id, fkvf_profile profile, unsigned bits,
+                             uint32_t alphabet, uint64_t seed)
+{
+    ck_assert_uint_lt(m->n_st, MAX_STREAMS);
+    tstream *s = &m->st[m->n_st++];
+    memset(s, 0, sizeof *s);
+    s->spec.id = id;
+    s->spec.profile = profile;
+    s->spec.symbol_bits = bits;
+    s->spec.alphabet = alphabet;
+    s->n = (size_t)((id >> 56) == FKVF_STREAM_KIND_TOKENS ? m->n_positions : m->n_archived);
+    s->sym = calloc(s->n + 1, sizeof *s->sym);
+    ck_assert_ptr_nonnull(s->sym);
+    tu_rng rng = {seed};
+    for (size_t i = 0; i < s->n; i++) {
+        if (profile == FKVF_PROFILE_QUAD)
+            s->sym[i] = bits == 32 ? (uint32_t)tu_next(&rng)
+                                   : (uint32_t)(tu_next(&rng) & ((UINT64_C(1) << bits) - 1));
+        else
+            s->sym[i] = tu_below(&rng, alphabet);
+    }
+    /* make the extremes appear */
+    if (s->n >= 2 && profile == FKVF_PROFILE_QUAD) {
+        s->sym[0] = 0;
+        s->sym[s->n - 1] = bits == 32 ? UINT32_MAX : (uint32_t)((UINT64_C(1) << bits) - 1);
+    } else if (s->n >= 2) {
+        s->sym[0] = alphabet - 1;
+        s->sym[s->n - 1] = 0;
+    }
+}
+
+static void model_rows(model *m, uint64_t seed)
+{
+    m->row_bytes = (size_t)fkvf_desc_row_bytes(&m->desc);
+    ck_assert_uint_gt(m->row_bytes, 0);
+    size_t n = (size_t)m->n_positions * m->row_bytes;
+    m->rows = malloc(n ? n : 1);
+    ck_assert_ptr_nonnull(m->rows);
+    tu_rng rng = {seed};
+    for (size_t i = 0; i < n; i++)
+        m->rows[i] = (uint8_t)tu_next(&rng);
+}
+
+static void model_free(model *m)
+{
+    free(m->rows);
+    for (size_t i = 0; i < m->n_st; i++)
+        free(m->st[i].sym);
+    memset(m, 0, sizeof *m);
+}
+
+static const uint8_t weights16[16] = {0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE,
+                                      0x01, 0x23, 0x45, 0x67, 0x89, 0xAB, 0xCD, 0xEF};
+
+/* The small archive of the damage tests: DESC, META, EXAC (two sections),
+ * a quad stream, an ngon stream (with its VTXS), and a token stream.
+ * S = 2, n_positions = 10, n_archived = 5: exact rows 0..1 and 7..9. */
+static void model_small(model *m)
+{
+    memset(m, 0, sizeof *m);
+    fkvf_writer_options_init(&m->opts);
+    m->opts.required_features = FKVF_FEAT_NGON;
+    m->opts.no_sync = 1;
+    fkvf_desc *d = &m->desc;
+    d->n_layers = 2;
+    d->n_kv_heads = 2;
+    d->key_dim = 8;
+    d->value_dim = 8;
+    d->dtype = FKVF_DTYPE_F16;
+    d->key_transform = 1;
+    d->rope_layout = 2;
+    d->key_storage = 1;
+    d->rope_dims = 8;
+    d->rope_theta = 10000.0;
+    d->n_sinks = 2;
+    d->window = 3;
+    d->model_id = "org/tiny-kv-\xC3\xA9";
+    d->tokenizer_id = "tok-v1";
+    d->weights_hash_kind = 2;
+    memcpy(d->weights_hash, weights16, 16);
+    m->n_positions = 10;
+    m->n_archived = 5;
+    m->meta = 1;
+    m->split_tail = 1;
+    model_rows(m, 1);
+    model_add_stream(m, FKVF_STREAM_ID(0, 0, 0, 0, 0), FKVF_PROFILE_QUAD, 8, 0, 11);
+    model_add_stream(m, FKVF_STREAM_ID(0, 1, 1, 1, 0), FKVF_PROFILE_NGON, 0, 16, 12);
+    model_add_stream(m, FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 32, 0, 13);
+}
+
+/* Many streams over several blocks, deflated exact rows, extra sections. */
+static void model_many(model *m, fkvf_dtype dtype)
+{
+    memset(m, 0, sizeof *m);
+    fkvf_writer_options_init(&m->opts);
+    m->opts.required_features = FKVF_FEAT_NGON | FKVF_FEAT_DEFLATE;
+    m->opts.optional_features = FKVF_OPTFEAT_TOKEN_STREAM;
+    m->opts.block_size = 64; /* many blocks per stream */
+    m->opts.deflate_level = 9;
+    m->opts.no_sync = 1;
+    fkvf_desc *d = &m->desc;
+    d->n_layers = 4;
+    d->n_kv_heads = 4;
+    d->key_dim = 4;
+    d->value_dim = 4;
+    d->dtype = dtype;
+    d->key_transform = 1;
+    d->rope_layout = 1;
+    d->key_storage = 0;
+    d->rope_dims = 2;
+    d->rope_theta = 500000.0;
+    d->n_sinks = 2;
+    d->window = 1024;
+    d->model_id = "meta-llama/Llama-3.1-8B";
+    d->tokenizer_id = "\xE2\x82\xAC-tok \xF0\x9F\xA6\x99";
+    d->weights_hash_kind = 1;
+    for (int i = 0; i < 32; i++)
+        d->weights_hash[i] = (uint8_t)(0xA0 + i);
+    m->n_positions = 2 + 300 + 7;
+    m->n_archived = 300;
+    m->meta = 1;
+    m->split_tail = 1;
+    m->exac_flags = FKVF_SECTION_DEFLATE;
+    m->extra = 1;
+    for (size_t i = 0; i < sizeof m->extra_data; i++)
+        m->extra_data[i] = (uint8_t)(i % 7);
+    model_rows(m, 2);
+    static const unsigned widths[] = {2, 4, 6, 8, 10, 12, 16, 20, 24, 30, 32};
+    size_t k = 0;
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++, k++)
+        model_add_stream(m, FKVF_STREAM_ID(0, k % 4, (k / 4) % 4, k % 2, k / 16),
+                         FKVF_PROFILE_QUAD, widths[i], 0, 100 + k);
+    static const uint32_t ns[] = {4, 16, 256};
+    for (size_t i = 0; i < 3; i++, k++)
+        model_add_stream(m, FKVF_STREAM_ID(0, k % 4, (k / 4) % 4, k % 2, k / 16),
+                         FKVF_PROFILE_NGON, 0, ns[i], 100 + k);
+    /* explicit r and L: 300 = 42 spans of 7 + a partial span of 6 */
+    model_add_stream(m, FKVF_STREAM_ID(0, k % 4, (k / 4) % 4, k % 2, k / 16), FKVF_PROFILE_NGON,
+                     0, 3, 100 + k);
+    m->st[m->n_st - 1].spec.r = 0.3;
+    m->st[m->n_st - 1].spec.span_symbols = 7;
+    k++;
+    model_add_stream(m, FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 32, 0, 99);
+}
+
+/* f32, no RoPE, no ids, every position exact (n_positions < n_sinks). */
+static void model_all_exact(model *m)
+{
+    memset(m, 0, sizeof *m);
+    fkvf_writer_options_init(&m->opts);
+    m->opts.no_sync = 1;
+    fkvf_desc *d = &m->desc;
+    d->n_layers = 3;
+    d->n_kv_heads = 1;
+    d->key_dim = 5;
+    d->value_dim = 3;
+    d->dtype = FKVF_DTYPE_F32;
+    d->n_sinks = 4;
+    d->weights_hash_kind = 0;
+    m->n_positions = 3;
+    m->n_archived = 0;
+    model_rows(m, 3);
+    model_add_stream(m, FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 16, 0, 31);
+}
+
+/* the standard metadata set */
+static const uint8_t blob5[5] = {0, 1, 2, 0xFF, 0};
+#define N_META 10
+
+static int write_meta(fkvf_writer *w)
+{
+    int rc;
+    if ((rc = fkvf_writer_meta_u64(w, "run.steps", UINT64_C(0xFFFFFFFFFFFFFFFA))) ||
+        (rc = fkvf_writer_meta_i64(w, "run.delta", INT64_MIN + 7)) ||
+        (rc = fkvf_writer_meta_f64(w, "run.temp", 0.1)) ||
+        (rc = fkvf_writer_meta_bool(w, "run.ok", 7)) ||
+        (rc = fkvf_writer_meta_bool(w, "run.notok", 0)) ||
+        (rc = fkvf_writer_meta_utf8(w, "model.name", "Llama-\xC3\xBC-\xF0\x9F\xA6\x99")) ||
+        (rc = fkvf_writer_meta_bytes(w, "blob", blob5, sizeof blob5)) ||
+        (rc = fkvf_writer_meta_utf8(w, "empty.str", "")) ||
+        (rc = fkvf_writer_meta_bytes(w, "empty.bytes", NULL, 0)) ||
+        (rc = fkvf_writer_meta_utf8(w, "\xD0\xBA\xD0\xBB\xD1\x8E\xD1\x87",
+                                    "\xD0\xB7\xD0\xBD\xD0\xB0\xD1\x87")))
+        return rc;
+    return FKVF_OK;
+}
+
+static uint64_t model_sinks(const model *m)
+{
+    return m->desc.n_sinks < m->n_positions ? m->desc.n_sinks : m->n_positions;
+}
+
+/* Everything up to and including finish; the first error. */
+static int write_model(const model *m, fkvf_writer *w)
+{
+    int rc;
+    if ((rc = fkvf_writer_set_desc(w, &m->desc)))
+        return rc;
+    if (m->meta && (rc = write_meta(w)))
+        return rc;
+    uint64_t S = model_sinks(m), rb = m->row_bytes;
+    if (S && (rc = fkvf_writer_add_exact(w, 0, S, m->rows, (size_t)(S * rb), m->exac_flags)))
+        return rc;
+    uint64_t tf = S + m->n_archived, tn = m->n_positions - tf;
+    if (tn) {
+        uint64_t a = m->split_tail && tn >= 2 ? 1 : tn;
+        if ((rc = fkvf_writer_add_exact(w, tf, a, m->rows + tf * rb, (size_t)(a * rb),
+                                        m->exac_flags)))
+            return rc;
+        if (a < tn && (rc = fkvf_writer_add_exact(w, tf + a, tn - a, m->rows + (tf + a) * rb,
+                                                  (size_t)((tn - a) * rb), m->exac_flags)))
+            return rc;
+    }
+    for (size_t i = 0; i < m->n_st; i++)
+        if ((rc = fkvf_writer_add_stream(w, &m->st[i].spec, m->st[i].sym, m->st[i].n)))
+            return rc;
+    if (m->extra) {
+        if ((rc = fkvf_writer_add_section(w, XTRA, 0, 7, m->extra_data, sizeof m->extra_data)))
+            return rc;
+        if ((m->opts.required_features & FKVF_FEAT_DEFLATE) &&
+            (rc = fkvf_writer_add_section(w, XTRZ, FKVF_SECTION_DEFLATE, 8, m->extra_data,
+                                          sizeof m->extra_data)))
+            return rc;
+    }
+    if ((rc = fkvf_writer_set_positions(w, m->n_positions, m->n_archived)))
+        return rc;
+    return fkvf_writer_finish(w);
+}
+
+/* Write a model to memory. */
+static void build(const model *m, tu_buf *out)
+{
+    memset(out, 0, sizeof *out);
+    fkvf_sink sink = tu_buf_sink(out);
+    fkvf_writer *w = NULL;
+    OK_W(w, fkvf_writer_create_sink(&w, &sink, &m->opts, NULL));
+    OK_W(w, write_model(m, w));
+    fkvf_writer_free(w);
+    ck_assert_uint_eq(out->size % 64, 0);
+}
+
+static size_t model_n_sections(const model *m)
+{
+    size_t n = 1 + m->n_st + (m->meta ? 1 : 0);
+    uint64_t S = model_sinks(m), tn = m->n_positions - S - m->n_archived;
+    n += (S ? 1 : 0) + (tn ? (m->split_tail && tn >= 2 ? 2 : 1) : 0);
+    uint32_t seen[MAX_STREAMS];
+    size_t ns = 0;
+    for (size_t i = 0; i < m->n_st; i++) {
+        if (m->st[i].spec.profile != FKVF_PROFILE_NGON)
+            continue;
+        int dup = 0;
+        for (size_t k = 0; k < ns; k++)
+            dup |= seen[k] == m->st[i].spec.alphabet;
+        if (!dup)
+            seen[ns++] = m->st[i].spec.alphabet;
+    }
+    n += ns;
+    if (m->extra)
+        n += (m->opts.required_features & FKVF_FEAT_DEFLATE) ? 2 : 1;
+    return n;
+}
+
+/* ==== reading back ================================================================ */
+
+static size_t find_section(fkvf_reader *r, uint32_t type, uint64_t key, fkvf_section_info *out)
+{
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    size_t found = SIZE_MAX;
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        fkvf_section_info si;
+        OK_R(r, fkvf_reader_section(r, i, &si));
+        if (si.type == type && si.key == key) {
+            found = i; /* the latest wins */
+            if (out)
+                *out = si;
+        }
+    }
+    return found;
+}
+
+static void check_desc(fkvf_reader *r, const fkvf_desc *want)
+{
+    fkvf_desc d;
+    OK_R(r, fkvf_reader_desc(r, &d));
+    ck_assert_uint_eq(d.n_layers, want->n_layers);
+    ck_assert_uint_eq(d.n_kv_heads, want->n_kv_heads);
+    ck_assert_uint_eq(d.key_dim, want->key_dim);
+    ck_assert_uint_eq(d.value_dim, want->value_dim);
+    ck_assert_int_eq(d.dtype, want->dtype);
+    ck_assert_uint_eq(d.key_transform, want->key_transform);
+    ck_assert_uint_eq(d.rope_layout, want->rope_layout);
+    ck_assert_uint_eq(d.key_storage, want->key_storage);
+    ck_assert_uint_eq(d.rope_dims, want->rope_dims);
+    ck_assert(memcmp(&d.rope_theta, &want->rope_theta, sizeof(double)) == 0);
+    ck_assert_uint_eq(d.n_sinks, want->n_sinks);
+    ck_assert_uint_eq(d.window, want->window);
+    ck_assert_ptr_nonnull(d.model_id);
+    ck_assert_ptr_nonnull(d.tokenizer_id);
+    ck_assert_str_eq(d.model_id, want->model_id ? want->model_id : "");
+    ck_assert_str_eq(d.tokenizer_id, want->tokenizer_id ? want->tokenizer_id : "");
+    ck_assert_uint_eq(d.weights_hash_kind, want->weights_hash_kind);
+    ck_assert(memcmp(d.weights_hash, want->weights_hash, 32) == 0);
+}
+
+static void check_meta_entry(const fkvf_meta_entry *e, const char *key, fkvf_meta_type type,
+                             const void *value, size_t value_len)
+{
+    ck_assert_uint_eq(e->key_len, strlen(key));
+    ck_assert(memcmp(e->key, key, e->key_len) == 0);
+    ck_assert_int_eq(e->type, type);
+    ck_assert_uint_eq(e->value_len, value_len);
+    if (value_len)
+        ck_assert(memcmp(e->value, value, value_len) == 0);
+}
+
+static void check_meta(fkvf_reader *r)
+{
+    size_t n;
+    OK_R(r, fkvf_reader_meta_count(r, &n));
+    ck_assert_uint_eq(n, N_META);
+    uint8_t v[8];
+    fkvf_meta_entry e, f;
+
+    OK_R(r, fkvf_reader_meta(r, 0, &e));
+    fkvf_st64(v, UINT64_C(0xFFFFFFFFFFFFFFFA));
+    check_meta_entry(&e, "run.steps", FKVF_META_U64, v, 8);
+    ck_assert_uint_eq(e.u64, UINT64_C(0xFFFFFFFFFFFFFFFA));
+
+    OK_R(r, fkvf_reader_meta(r, 1, &e));
+    fkvf_st64(v, (uint64_t)(INT64_MIN + 7));
+    check_meta_entry(&e, "run.delta", FKVF_META_I64, v, 8);
+    ck_assert(e.i64 == INT64_MIN + 7);
+
+    OK_R(r, fkvf_reader_meta(r, 2, &e));
+    fkvf_stf64(v, 0.1);
+    check_meta_entry(&e, "run.temp", FKVF_META_F64, v, 8);
+    ck_assert(e.f64 == 0.1);
+
+    OK_R(r, fkvf_reader_meta(r, 3, &e));
+    v[0] = 1;
+    check_meta_entry(&e, "run.ok", FKVF_META_BOOL, v, 1);
+    ck_assert_uint_eq(e.u64, 1);
+
+    OK_R(r, fkvf_reader_meta(r, 4, &e));
+    v[0] = 0;
+    check_meta_entry(&e, "run.notok", FKVF_META_BOOL, v, 1);
+    ck_assert_uint_eq(e.u64, 0);
+
+    OK_R(r, fkvf_reader_meta(r, 5, &e));
+    const char *nm = "Llama-\xC3\xBC-\xF0\x9F\xA6\x99";
+    check_meta_entry(&e, "model.name", FKVF_META_UTF8, nm, strlen(nm));
+
+    OK_R(r, fkvf_reader_meta(r, 6, &e));
+    check_meta_entry(&e, "blob", FKVF_META_BYTES, blob5, 5);
+
+    OK_R(r, fkvf_reader_meta(r, 7, &e));
+    check_meta_entry(&e, "empty.str", FKVF_META_UTF8, NULL, 0);
+    OK_R(r, fkvf_reader_meta(r, 8, &e));
+    check_meta_entry(&e, "empty.bytes", FKVF_META_BYTES, NULL, 0);
+    OK_R(r, fkvf_reader_meta(r, 9, &e));
+    check_meta_entry(&e, "\xD0\xBA\xD0\xBB\xD1\x8E\xD1\x87", FKVF_META_UTF8,
+                     "\xD0\xB7\xD0\xBD\xD0\xB0\xD1\x87", 8);
+
+    RC_R(r, fkvf_reader_meta(r, N_META, &e), FKVF_E_RANGE);
+
+    /* every entry by key equals the entry by index */
+    for (size_t i = 0; i < n; i++) {
+        OK_R(r, fkvf_reader_meta(r, i, &e));
+        char key[256];
+        memcpy(key, e.key, e.key_len);
+        key[e.key_len] = 0;
+        OK_R(r, fkvf_reader_meta_find(r, key, &f));
+        ck_assert_ptr_eq(f.key, e.key);
+        ck_assert_ptr_eq(f.value, e.value);
+        ck_assert_int_eq(f.type, e.type);
+        ck_assert_uint_eq(f.u64, e.u64);
+    }
+    RC_R(r, fkvf_reader_meta_find(r, "run", &f), FKVF_E_NOT_FOUND);
+    RC_R(r, fkvf_reader_meta_find(r, "run.steps.", &f), FKVF_E_NOT_FOUND);
+    RC_R(r, fkvf_reader_meta_find(r, "", &f), FKVF_E_NOT_FOUND);
+}
+
+/* the vertex table of N from the file (spec 10) */
+static double *read_vtxs(fkvf_reader *r, uint32_t n)
+{
+    size_t i = find_section(r, FKVF_SECTION_VTXS, n, NULL);
+    ck_assert_uint_ne(i, SIZE_MAX);
+    const void *p;
+    size_t size;
+    OK_R(r, fkvf_reader_section_data(r, i, &p, &size));
+    ck_assert_uint_eq(size, 8 + 16 * (size_t)n);
+    const uint8_t *b = p;
+    ck_assert_uint_eq(fkvf_ld32(b), n);
+    double *xy = malloc(2 * (size_t)n * sizeof *xy);
+    ck_assert_ptr_nonnull(xy);
+    for (size_t k = 0; k < 2 * (size_t)n; k++)
+        xy[k] = fkvf_ldf64(b + 8 + 8 * k);
+    ck_assert(xy[0] == 1.0 && xy[1] == 0.0);
+    return xy;
+}
+
+static void check_stream(fkvf_reader *r, const tstream *ts, uint64_t seed)
+{
+    size_t idx;
+    OK_R(r, fkvf_reader_stream_find(r, ts->spec.id, &idx));
+    fkvf_stream_info si;
+    OK_R(r, fkvf_reader_stream_info(r, idx, &si));
+    ck_assert_uint_eq(si.id, ts->spec.id);
+    ck_assert_int_eq(si.profile, ts->spec.profile);
+    ck_assert_uint_eq(si.length, ts->n);
+    ck_assert_uint_eq(si.n_segments, 1);
+    fkvf_section_info sec;
+    ck_assert_uint_ne(find_section(r, FKVF_SECTION_STRM, ts->spec.id, &sec), SIZE_MAX);
+    ck_assert_uint_eq(si.stored_bytes, sec.stored_size);
+    ck_assert_uint_eq(sec.flags, FKVF_SECTION_REQUIRED);
+    unsigned bits = ts->spec.symbol_bits;
+    uint32_t L;
+    if (ts->spec.profile == FKVF_PROFILE_QUAD) {
+        ck_assert_uint_eq(si.symbol_bits, bits);
+        ck_assert_uint_eq(si.alphabet, bits < 32 ? UINT32_C(1) << bits : 0);
+        ck_assert_uint_eq(si.span_symbols, 128 / bits);
+        L = 0;
+    } else {
+        ck_assert_uint_eq(si.alphabet, ts->spec.alphabet);
+        double want_r = ts->spec.r != 0.0 ? ts->spec.r : fkvf_ngon_rmax(ts->spec.alphabet);
+        ck_assert(si.r == want_r);
+        L = ts->spec.span_symbols ? ts->spec.span_symbols : fkvf_ngon_max_span(si.r);
+        ck_assert_uint_eq(si.span_symbols, L);
+        ck_assert_uint_ge(L, 1);
+    }
+
+    size_t n = ts->n;
+    uint32_t *out = calloc(n + 1, sizeof *out);
+    ck_assert_ptr_nonnull(out);
+    OK_R(r, fkvf_reader_stream_read(r, idx, 0, out, n));
+    for (size_t t = 0; t < n; t++)
+        EXPECTF(out[t] == ts->sym[t], "stream %016llx read: symbol %zu is %u, want %u",
+                (unsigned long long)ts->spec.id, t, out[t], ts->sym[t]);
+    for (size_t t = 0; t < n; t++) {
+        uint32_t s = 0xDEADBEEF;
+        RC_R(r, fkvf_reader_stream_get(r, idx, t, &s), FKVF_OK);
+        EXPECTF(s == ts->sym[t], "stream %016llx get(%zu) = %u, want %u",
+                (unsigned long long)ts->spec.id, t, s, ts->sym[t]);
+    }
+    tu_rng rng = {seed};
+    for (int k = 0; k < 20 && n; k++) {
+        size_t a = tu_below(&rng, (uint32_t)n), c = tu_below(&rng, (uint32_t)(n - a + 1));
+        memset(out, 0xFF, (n + 1) * sizeof *out);
+        OK_R(r, fkvf_reader_stream_read(r, idx, a, out, c));
+        EXPECT(memcmp(out, ts->sym + a, c * sizeof *out) == 0);
+        EXPECT(out[c] == UINT32_MAX); /* nothing written past count */
+    }
+    /* bounds */
+    OK_R(r, fkvf_reader_stream_read(r, idx, n, out, 0));
+    RC_R(r, fkvf_reader_stream_read(r, idx, n, out, 1), FKVF_E_RANGE);
+    RC_R(r, fkvf_reader_stream_read(r, idx, 0, out, n + 1), FKVF_E_RANGE);
+    RC_R(r, fkvf_reader_stream_read(r, idx, UINT64_MAX, out, 2), FKVF_E_RANGE);
+    uint32_t s1;
+    RC_R(r, fkvf_reader_stream_get(r, idx, n, &s1), FKVF_E_RANGE);
+    fkvf_point pt;
+    RC_R(r, fkvf_reader_stream_point(r, idx, n, &pt), FKVF_E_RANGE);
+
+    /* CGR points (spec 12), against the spec's recurrences */
+    double *xy = ts->spec.profile == FKVF_PROFILE_NGON ? read_vtxs(r, ts->spec.alphabet) : NULL;
+    for (size_t t = 0; t < n; t++) {
+        OK_R(r, fkvf_reader_stream_point(r, idx, t, &pt));
+        if (ts->spec.profile == FKVF_PROFILE_QUAD) {
+            uint64_t x, y;
+            fkvf_quad_point_ref(ts->sym, t, bits, &x, &y);
+            EXPECTF(pt.x == x && pt.y == y, "quad point %zu", t);
+        } else {
+            size_t first = t + 1 >= L ? t + 1 - L : 0;
+            double px = 0.0, py = 0.0;
+            for (size_t k = first; k <= t; k++) {
+                double vx = xy[2 * ts->sym[k]], vy = xy[2 * ts->sym[k] + 1];
+                px = vx + si.r * (px - vx);
+                py = vy + si.r * (py - vy);
+            }
+            EXPECTF(memcmp(&px, &pt.fx, 8) == 0 && memcmp(&py, &pt.fy, 8) == 0,
+                    "ngon point %zu: (%.17g, %.17g) want (%.17g, %.17g)", t, pt.fx, pt.fy, px,
+                    py);
+        }
+    }
+    free(xy);
+    free(out);
+}
+
+static void check_sections(fkvf_reader *r, const uint8_t *file, size_t file_size)
+{
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    uint64_t prev_end = 64;
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        fkvf_section_info si;
+        OK_R(r, fkvf_reader_section(r, i, &si));
+        ck_assert_uint_eq(si.offset % 64, 0);
+        ck_assert_uint_ge(si.offset, prev_end);
+        ck_assert_uint_le(si.offset + si.stored_size, file_size);
+        prev_end = si.offset + si.stored_size;
+        ck_assert_uint_ge(si.commit_seq, 1);
+        ck_assert_uint_le(si.commit_seq, ai.n_commits);
+        ck_assert_uint_ne(si.type, FKVF_SECTION_DIRC);
+        ck_assert_uint_eq(si.flags & ~3u, 0);
+        if (file)
+            ck_assert_uint_eq(si.checksum, fkvf_xxh3_64(file + si.offset, si.stored_size,
+                                                        si.offset));
+        const void *p;
+        size_t size;
+        OK_R(r, fkvf_reader_section_data(r, i, &p, &size));
+        ck_assert_uint_eq(size, si.size);
+        if (!(si.flags & FKVF_SECTION_DEFLATE)) {
+            ck_assert_uint_eq(si.size, si.stored_size);
+            if (file)
+                ck_assert_ptr_eq(p, file + si.offset); /* zero copy */
+        }
+        if (si.type == FKVF_SECTION_DESC || si.type == FKVF_SECTION_EXAC ||
+            si.type == FKVF_SECTION_STRM || si.type == FKVF_SECTION_VTXS)
+            ck_assert_uint_eq(si.flags & FKVF_SECTION_REQUIRED, FKVF_SECTION_REQUIRED);
+    }
+    fkvf_section_info si;
+    RC_R(r, fkvf_reader_section(r, ai.n_sections, &si), FKVF_E_RANGE);
+    const void *p;
+    size_t size;
+    RC_R(r, fkvf_reader_section_data(r, ai.n_sections, &p, &size), FKVF_E_RANGE);
+}
+
+static void check_exact(fkvf_reader *r, const model *m)
+{
+    uint64_t S = m->desc.n_sinks;
+    for (uint64_t p = 0; p < m->n_positions; p++) {
+        int want = p < S || p >= S + m->n_archived, is = -1;
+        OK_R(r, fkvf_reader_is_exact(r, p, &is));
+        EXPECTF(is == want, "is_exact(%llu) = %d", (unsigned long long)p, is);
+        const void *row = NULL;
+        size_t rb = 0;
+        if (want) {
+            OK_R(r, fkvf_reader_exact_row(r, p, &row, &rb));
+            EXPECT(rb == m->row_bytes);
+            EXPECTF(memcmp(row, m->rows + p * m->row_bytes, rb) == 0, "row %llu differs",
+                    (unsigned long long)p);
+        } else {
+            RC_R(r, fkvf_reader_exact_row(r, p, &row, &rb), FKVF_E_RANGE);
+        }
+    }
+    int is;
+    RC_R(r, fkvf_reader_is_exact(r, m->n_positions, &is), FKVF_E_RANGE);
+    const void *row;
+    size_t rb;
+    RC_R(r, fkvf_reader_exact_row(r, m->n_positions, &row, &rb), FKVF_E_RANGE);
+    RC_R(r, fkvf_reader_exact_row(r, UINT64_MAX, &row, &rb), FKVF_E_RANGE);
+}
+
+/* Read back and compare everything of a clean single-commit archive. */
+static void check_model(fkvf_reader *r, const model *m, const uint8_t *file, size_t size)
+{
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    ck_assert_uint_eq(ai.format_major, FKVF_FORMAT_MAJOR);
+    ck_assert_uint_eq(ai.format_minor, FKVF_FORMAT_MINOR);
+    ck_assert_uint_eq(ai.required_features, m->opts.required_features);
+    ck_assert_uint_eq(ai.optional_features, m->opts.optional_features);
+    ck_assert_uint_eq(ai.file_size, size);
+    ck_assert_uint_eq(ai.committed_size, size);
+    ck_assert_uint_eq(ai.torn_bytes, 0);
+    ck_assert_uint_eq(ai.n_commits, 1);
+    ck_assert_uint_eq(ai.n_positions, m->n_positions);
+    ck_assert_uint_eq(ai.n_archived, m->n_archived);
+    ck_assert_uint_eq(ai.n_streams, m->n_st);
+    ck_assert_int_eq(ai.has_desc, 1);
+    ck_assert_uint_eq(ai.n_sections, model_n_sections(m));
+    size_t ns;
+    OK_R(r, fkvf_reader_stream_count(r, &ns));
+    ck_assert_uint_eq(ns, m->n_st);
+
+    check_desc(r, &m->desc);
+    if (m->meta) {
+        check_meta(r);
+    } else {
+        size_t n = 99;
+        OK_R(r, fkvf_reader_meta_count(r, &n));
+        ck_assert_uint_eq(n, 0);
+        fkvf_meta_entry e;
+        RC_R(r, fkvf_reader_meta(r, 0, &e), FKVF_E_RANGE);
+        RC_R(r, fkvf_reader_meta_find(r, "run.steps", &e), FKVF_E_NOT_FOUND);
+    }
+    check_exact(r, m);
+    for (size_t i = 0; i < m->n_st; i++)
+        check_stream(r, &m->st[i], 1000 + i);
+    size_t idx;
+    RC_R(r, fkvf_reader_stream_find(r, FKVF_STREAM_ID(0, 0, 0, 0, 200), &idx),
+         FKVF_E_NOT_FOUND);
+    check_sections(r, file, size);
+    if (m->extra) {
+        size_t xi = find_section(r, XTRA, 7, NULL);
+        ck_assert_uint_ne(xi, SIZE_MAX);
+        const void *p;
+        size_t n;
+        OK_R(r, fkvf_reader_section_data(r, xi, &p, &n));
+        ck_assert_uint_eq(n, sizeof m->extra_data);
+        ck_assert(memcmp(p, m->extra_data, n) == 0);
+        if (m->opts.required_features & FKVF_FEAT_DEFLATE) {
+            fkvf_section_info si;
+            xi = find_section(r, XTRZ, 8, &si);
+            ck_assert_uint_ne(xi, SIZE_MAX);
+            ck_assert_uint_eq(si.flags, FKVF_SECTION_DEFLATE);
+            ck_assert_uint_lt(si.stored_size, si.size); /* it did compress */
+            OK_R(r, fkvf_reader_section_data(r, xi, &p, &n));
+            ck_assert_uint_eq(n, sizeof m->extra_data);
+            ck_assert(memcmp(p, m->extra_data, n) == 0);
+        }
+    }
+    OK_R(r, fkvf_reader_verify(r));
+    /* everything still readable after verify */
+    check_exact(r, m);
+}
+
+static void roundtrip_memory(const model *m)
+{
+    tu_buf b;
+    build(m, &b);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    check_model(r, m, b.data, b.size);
+    fkvf_reader_free(r);
+    /* strict open of a clean file is the same */
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, FKVF_OPEN_STRICT, NULL));
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+}
+
+/* ==== files ====================================================================== */
+
+static char *make_tmpdir(void)
+{
+    const char *base = getenv("TMPDIR");
+    char tmpl[512];
+    snprintf(tmpl, sizeof tmpl, "%s/fkvf-test-XXXXXX", base && *base ? base : "/tmp");
+    char *d = mkdtemp(tmpl);
+    ck_assert_msg(d != NULL, "mkdtemp: %s", strerror(errno));
+    return strdup(d);
+}
+
+static size_t dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            n++;
+    closedir(d);
+    return n;
+}
+
+static void rm_tmpdir(char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[1024];
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+                unlink(p);
+            }
+        closedir(d);
+    }
+    rmdir(dir);
+    free(dir);
+}
+
+static uint8_t *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "open %s: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(n ? (size_t)n : 1);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(fread(p, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *size = (size_t)n;
+    return p;
+}
+
+static void write_bytes(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(p, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static int path_exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* ==== hand-crafting files (format helpers + hash) ================================= */
+
+typedef struct craft {
+    tu_buf b;
+    fkvf_dirent e[16];
+    size_t n;
+} craft;
+
+static void cr_bytes(craft *c, const void *p, size_t n)
+{
+    fkvf_sink s = tu_buf_sink(&c->b);
+    if (n)
+        ck_assert_int_eq(s.write(s.opaque, p, n), (long long)n);
+}
+
+static void cr_pad(craft *c)
+{
+    static const uint8_t z[64];
+    if (c->b.size % 64)
+        cr_bytes(c, z, 64 - c->b.size % 64);
+}
+
+static void cr_header(craft *c, uint16_t major, uint16_t minor, uint64_t req, uint64_t opt)
+{
+    memset(c, 0, sizeof *c);
+    fkvf_header h = {major, minor, req, opt};
+    uint8_t hb[64];
+    fkvf_header_write(hb, &h);
+    cr_bytes(c, hb, 64);
+}
+
+/* Append a section's stored bytes (aligned) and record its entry. */
+static size_t cr_section(craft *c, uint32_t type, uint32_t flags, uint64_t key, const void *stored,
+                         size_t stored_n, uint64_t size)
+{
+    ck_assert_uint_lt(c->n, 16);
+    cr_pad(c);
+    fkvf_dirent *e = &c->e[c->n];
+    memset(e, 0, sizeof *e);
+    e->type = type;
+    e->flags = flags;
+    e->offset = c->b.size;
+    e->stored_size = stored_n;
+    e->size = size;
+    e->key = key;
+    cr_bytes(c, stored, stored_n);
+    e->checksum = fkvf_xxh3_64(c->b.data + e->offset, stored_n, e->offset);
+    return c->n++;
+}
+
+static size_t cr_plain(craft *c, uint32_t type, uint32_t flags, uint64_t key, const void *p,
+                       size_t n)
+{
+    return cr_section(c, type, flags, key, p, n, n);
+}
+
+/* Offset the directory will get. */
+static uint64_t cr_dir_off(craft *c)
+{
+    cr_pad(c);
+    return c->b.size;
+}
+
+/* Directory + trailer of a commit. */
+static void cr_commit(craft *c, uint64_t seq, uint64_t prev, uint64_t n_pos, uint64_t n_arch)
+{
+    uint64_t dir_off = cr_dir_off(c);
+    uint8_t blk[64];
+    fkvf_dirhdr dh = {(uint32_t)c->n, seq, n_pos, n_arch};
+    fkvf_dirhdr_write(blk, &dh);
+    cr_bytes(c, blk, 64);
+    for (size_t i = 0; i < c->n; i++) {
+        fkvf_dirent_write(blk, &c->e[i]);
+        cr_bytes(c, blk, 64);
+    }
+    uint64_t dir_size = c->b.size - dir_off;
+    fkvf_trailer t = {seq, dir_off, dir_size, fkvf_xxh3_64(c->b.data + dir_off, dir_size, dir_off),
+                      prev, c->b.size + 64};
+    fkvf_trailer_write(blk, &t, c->b.size);
+    cr_bytes(c, blk, 64);
+    c->n = 0;
+}
+
+/* A DESC section's bytes. */
+static uint8_t *desc_bytes(const fkvf_desc *d, size_t *n)
+{
+    *n = fkvf_desc_size(d);
+    uint8_t *p = malloc(*n);
+    ck_assert_ptr_nonnull(p);
+    fkvf_desc_write(p, d);
+    return p;
+}
+
+static void simple_desc(fkvf_desc *d)
+{
+    memset(d, 0, sizeof *d);
+    d->n_layers = 1;
+    d->n_kv_heads = 1;
+    d->key_dim = 4;
+    d->value_dim = 4;
+    d->dtype = FKVF_DTYPE_F16;
+    d->model_id = "model"; /* 133-byte DESC: 59 padding bytes follow */
+}
+
+static void cr_desc(craft *c, uint32_t extra_flags)
+{
+    fkvf_desc d;
+    simple_desc(&d);
+    size_t n;
+    uint8_t *p = desc_bytes(&d, &n);
+    cr_plain(c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED | extra_flags, 0, p, n);
+    free(p);
+}
+
+/* META section bytes builder */
+typedef struct mbuild {
+    tu_buf b;
+    uint32_t n;
+} mbuild;
+
+static void mb_add(mbuild *m, const char *key, uint8_t type, const void *v, uint32_t vl)
+{
+    fkvf_sink s = tu_buf_sink(&m->b);
+    if (m->b.size == 0) {
+        uint8_t z[8] = {0};
+        s.write(s.opaque, z, 8);
+    }
+    uint8_t h[8];
+    fkvf_st16(h, (uint16_t)strlen(key));
+    h[2] = type;
+    h[3] = 0;
+    fkvf_st32(h + 4, vl);
+    s.write(s.opaque, h, 8);
+    s.write(s.opaque, key, strlen(key));
+    if (vl)
+        s.write(s.opaque, v, vl);
+    m->n++;
+    fkvf_st32(m->b.data, m->n);
+}
+
+static void mb_u64(mbuild *m, const char *key, uint64_t v)
+{
+    uint8_t b[8];
+    fkvf_st64(b, v);
+    mb_add(m, key, FKVF_META_U64, b, 8);
+}
+
+/* Recompute, for the last commit, every directory entry checksum, the
+ * directory checksum and the trailer checksum (after editing payloads). */
+static void refresh_last_commit(uint8_t *b, size_t size)
+{
+    uint64_t toff = size - 64;
+    uint64_t dir_off = fkvf_ld64(b + toff + 16), dir_size = fkvf_ld64(b + toff + 24);
+    uint32_t n = fkvf_ld32(b + dir_off + 4);
+    for (uint32_t k = 0; k < n; k++) {
+        uint8_t *e = b + dir_off + 64 + 64 * (size_t)k;
+        uint64_t off = fkvf_ld64(e + 8), stored = fkvf_ld64(e + 16);
+        fkvf_st64(e + 40, fkvf_xxh3_64(b + off, (size_t)stored, off));
+    }
+    fkvf_st64(b + toff + 32, fkvf_xxh3_64(b + dir_off, (size_t)dir_size, dir_off));
+    fkvf_st64(b + toff + 56, fkvf_xxh3_64(b + toff, 56, toff));
+}
+
+/* Recompute a STRM section's head checksum and block checksums (spec 11.2-11.4). */
+static void refresh_strm(uint8_t *b, uint64_t off)
+{
+    fkvf_strm_hdr h;
+    memset(&h, 0, sizeof h);
+    const uint8_t *p = b + off;
+    h.stream_id = fkvf_ld64(p);
+    h.profile = p[8];
+    h.bits = p[9];
+    h.alphabet = fkvf_ld32(p + 12);
+    h.first_symbol = fkvf_ld64(p + 16);
+    h.symbol_count = fkvf_ld64(p + 24);
+    h.span_symbols = fkvf_ld32(p + 32);
+    h.block_size = fkvf_ld32(p + 36);
+    h.r = fkvf_ldf64(p + 40);
+    ck_assert_int_eq(fkvf_strm_hdr_derive(&h), FKVF_OK);
+    for (uint64_t j = 0; j < h.n_blocks; j++) {
+        uint64_t start = j * h.block_size;
+        uint64_t len = h.data_bytes - start < h.block_size ? h.data_bytes - start : h.block_size;
+        uint64_t abs = off + h.data_off + start;
+        fkvf_st64(b + off + 64 + 8 * j, fkvf_xxh3_64(b + abs, (size_t)len, abs));
+    }
+    fkvf_st64(b + off + 56, fkvf_xxh3_64(b + off, 56, off));
+}
+
+/* Open a copy of exactly `n` bytes (so over-reads are caught by ASan), keep
+ * the message, free everything. */
+static int try_open(const uint8_t *p, size_t n, unsigned flags, char *msg, size_t msg_size)
+{
+    uint8_t *c = malloc(n ? n : 1);
+    ck_assert_ptr_nonnull(c);
+    if (n)
+        memcpy(c, p, n);
+    fkvf_reader *r = NULL;
+    int rc = fkvf_reader_open_memory(&r, c, n, flags, NULL);
+    if (msg)
+        snprintf(msg, msg_size, "%s", r ? fkvf_reader_message(r) : "(no handle)");
+    fkvf_reader_free(r);
+    free(c);
+    return rc;
+}
+
+/* ==== 1. round trips ============================================================ */
+
+START_TEST(roundtrip_small_f16)
+{
+    model m;
+    model_small(&m);
+    roundtrip_memory(&m);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(roundtrip_many_streams_bf16_deflate_small_blocks)
+{
+    model m;
+    model_many(&m, FKVF_DTYPE_BF16);
+    roundtrip_memory(&m);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(roundtrip_f32_every_position_exact)
+{
+    model m;
+    model_all_exact(&m);
+    roundtrip_memory(&m);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(roundtrip_exact_rows_each_dtype)
+{
+    static const fkvf_dtype dts[] = {FKVF_DTYPE_F16, FKVF_DTYPE_BF16, FKVF_DTYPE_F32};
+    for (size_t i = 0; i < 3; i++) {
+        model m;
+        model_small(&m);
+        free(m.rows);
+        m.desc.dtype = dts[i];
+        model_rows(&m, 40 + i);
+        ck_assert_uint_eq(m.row_bytes, 2 * 2 * 16 * (dts[i] == FKVF_DTYPE_F32 ? 4 : 2));
+        roundtrip_memory(&m);
+        /* and deflated */
+        m.opts.required_features |= FKVF_FEAT_DEFLATE;
+        m.exac_flags = FKVF_SECTION_DEFLATE;
+        roundtrip_memory(&m);
+        model_free(&m);
+    }
+}
+END_TEST
+
+START_TEST(roundtrip_empty_archive)
+{
+    model m;
+    memset(&m, 0, sizeof m);
+    fkvf_writer_options_init(&m.opts);
+    simple_desc(&m.desc);
+    model_rows(&m, 5);
+    roundtrip_memory(&m);
+    /* with empty streams */
+    model_add_stream(&m, FKVF_STREAM_ID(0, 0, 0, 0, 0), FKVF_PROFILE_QUAD, 6, 0, 1);
+    model_add_stream(&m, FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 32, 0, 2);
+    m.opts.required_features = FKVF_FEAT_NGON;
+    model_add_stream(&m, FKVF_STREAM_ID(0, 0, 0, 1, 0), FKVF_PROFILE_NGON, 0, 5, 3);
+    roundtrip_memory(&m);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(roundtrip_through_file)
+{
+    model m;
+    model_many(&m, FKVF_DTYPE_F16);
+    char *dir = make_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/a.fkvf", dir);
+    fkvf_writer *w = NULL;
+    OK_W(w, fkvf_writer_create_file(&w, path, &m.opts, NULL));
+    OK_W(w, write_model(&m, w));
+    fkvf_writer_free(w);
+    size_t size;
+    uint8_t *bytes = read_file(path, &size);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_file(&r, path, 0, NULL));
+    check_model(r, &m, NULL, size);
+    fkvf_reader_free(r);
+    /* same bytes as a sink writer */
+    tu_buf b;
+    build(&m, &b);
+    ck_assert_uint_eq(b.size, size);
+    ck_assert(memcmp(b.data, bytes, size) == 0);
+    tu_buf_free(&b);
+    free(bytes);
+    rm_tmpdir(dir);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(sinks_exact_and_archived_positions)
+{
+    model m;
+    model_small(&m);
+    ck_assert_uint_eq(m.desc.n_sinks, 2);
+    tu_buf b;
+    build(&m, &b);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    static const int want[10] = {1, 1, 0, 0, 0, 0, 0, 1, 1, 1};
+    for (uint64_t p = 0; p < 10; p++) {
+        int is = -1;
+        OK_R(r, fkvf_reader_is_exact(r, p, &is));
+        ck_assert_int_eq(is, want[p]);
+    }
+    /* index streams hold n_archived = 5 symbols, the token stream n_positions */
+    size_t idx;
+    fkvf_stream_info si;
+    OK_R(r, fkvf_reader_stream_find(r, FKVF_STREAM_ID(0, 0, 0, 0, 0), &idx));
+    OK_R(r, fkvf_reader_stream_info(r, idx, &si));
+    ck_assert_uint_eq(si.length, 5);
+    OK_R(r, fkvf_reader_stream_find(r, FKVF_STREAM_ID(0, 1, 1, 1, 0), &idx));
+    OK_R(r, fkvf_reader_stream_info(r, idx, &si));
+    ck_assert_uint_eq(si.length, 5);
+    ck_assert_int_eq(si.profile, FKVF_PROFILE_NGON);
+    OK_R(r, fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &idx));
+    OK_R(r, fkvf_reader_stream_info(r, idx, &si));
+    ck_assert_uint_eq(si.length, 10);
+    /* the two tail EXAC sections: 7 and 8..9 */
+    fkvf_section_info sec;
+    ck_assert_uint_ne(find_section(r, FKVF_SECTION_EXAC, 0, &sec), SIZE_MAX);
+    ck_assert_uint_eq(sec.size, 64 + 2 * m.row_bytes);
+    ck_assert_uint_ne(find_section(r, FKVF_SECTION_EXAC, 7, &sec), SIZE_MAX);
+    ck_assert_uint_eq(sec.size, 64 + 1 * m.row_bytes);
+    ck_assert_uint_ne(find_section(r, FKVF_SECTION_EXAC, 8, &sec), SIZE_MAX);
+    ck_assert_uint_eq(sec.size, 64 + 2 * m.row_bytes);
+    check_exact(r, &m);
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(unknown_optional_section_is_skipped)
+{
+    model m;
+    model_small(&m);
+    m.extra = 1;
+    for (size_t i = 0; i < sizeof m.extra_data; i++)
+        m.extra_data[i] = (uint8_t)(i * 31);
+    roundtrip_memory(&m); /* checks the section is listed, readable, and verify passes */
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(unknown_required_section_is_rejected)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    memset(&b, 0, sizeof b);
+    fkvf_sink sink = tu_buf_sink(&b);
+    fkvf_writer *w = NULL;
+    OK_W(w, fkvf_writer_create_sink(&w, &sink, &m.opts, NULL));
+    OK_W(w, fkvf_writer_add_section(w, FKVF_FOURCC('X', 'R', 'E', 'Q'), FKVF_SECTION_REQUIRED, 0,
+                                    "abc", 3));
+    OK_W(w, write_model(&m, w));
+    fkvf_writer_free(w);
+    char msg[600];
+    ck_assert_int_eq(try_open(b.data, b.size, 0, msg, sizeof msg), FKVF_E_SECTION);
+    ck_assert_msg(strstr(msg, "XREQ") != NULL, "message does not name the type: %s", msg);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(deflated_sections_read_back_equal)
+{
+    /* a 1 MiB run of zeros compresses close to zlib's maximum ratio: the
+     * bomb limit of spec 4.4 must not reject what zlib itself produces */
+    size_t big = 1u << 20;
+    uint8_t *zeros = calloc(big, 1);
+    ck_assert_ptr_nonnull(zeros);
+    model m;
+    model_small(&m);
+    m.opts.required_features |= FKVF_FEAT_DEFLATE;
+    m.exac_flags = FKVF_SECTION_DEFLATE;
+    tu_buf b;
+    memset(&b, 0, sizeof b);
+    fkvf_sink sink = tu_buf_sink(&b);
+    fkvf_writer *w = NULL;
+    OK_W(w, fkvf_writer_create_sink(&w, &sink, &m.opts, NULL));
+    OK_W(w, fkvf_writer_add_section(w, XTRZ, FKVF_SECTION_DEFLATE, 1, zeros, big));
+    OK_W(w, fkvf_writer_add_section(w, XTRZ, FKVF_SECTION_DEFLATE, 2, "", 0));
+    OK_W(w, fkvf_writer_add_section(w, XTRZ, FKVF_SECTION_DEFLATE, 3, m.rows, m.row_bytes));
+    OK_W(w, write_model(&m, w));
+    fkvf_writer_free(w);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    fkvf_section_info si;
+    size_t i = find_section(r, XTRZ, 1, &si);
+    ck_assert_uint_ne(i, SIZE_MAX);
+    ck_assert_uint_eq(si.size, big);
+    ck_assert_uint_lt(si.stored_size, big / 500);
+    const void *p;
+    size_t n;
+    OK_R(r, fkvf_reader_section_data(r, i, &p, &n));
+    ck_assert_uint_eq(n, big);
+    ck_assert(memcmp(p, zeros, big) == 0);
+    i = find_section(r, XTRZ, 2, &si);
+    OK_R(r, fkvf_reader_section_data(r, i, &p, &n));
+    ck_assert_uint_eq(n, 0);
+    i = find_section(r, XTRZ, 3, &si);
+    OK_R(r, fkvf_reader_section_data(r, i, &p, &n));
+    ck_assert_uint_eq(n, m.row_bytes);
+    ck_assert(memcmp(p, m.rows, n) == 0);
+    /* deflated EXAC sections */
+    size_t e = find_section(r, FKVF_SECTION_EXAC, 0, &si);
+    ck_assert_uint_eq(si.flags, FKVF_SECTION_REQUIRED | FKVF_SECTION_DEFLATE);
+    ck_assert_uint_eq(si.size, 64 + 2 * m.row_bytes);
+    OK_R(r, fkvf_reader_section_data(r, e, &p, &n));
+    ck_assert_uint_eq(fkvf_ld64(p), 0);
+    ck_assert_uint_eq(fkvf_ld64((const uint8_t *)p + 8), 2);
+    check_exact(r, &m);
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    model_free(&m);
+    free(zeros);
+}
+END_TEST
+
+/* An allocator that never reuses memory and poisons what is freed, so a
+ * stale view reads 0xDD even without ASan. Blocks carry their size. */
+typedef struct qalloc {
+    void *dead[256];
+    size_t n_dead;
+} qalloc;
+
+static void *qa_alloc(void *opaque, size_t size)
+{
+    (void)opaque;
+    uint8_t *p = malloc(size + 16);
+    if (!p)
+        return NULL;
+    memcpy(p, &size, sizeof size);
+    return p + 16;
+}
+
+static void qa_free(void *opaque, void *ptr)
+{
+    qalloc *q = opaque;
+    if (!ptr)
+        return;
+    uint8_t *p = (uint8_t *)ptr - 16;
+    size_t size;
+    memcpy(&size, p, sizeof size);
+    memset(ptr, 0xDD, size);
+    if (q->n_dead < sizeof q->dead / sizeof q->dead[0])
+        q->dead[q->n_dead++] = p;
+    else
+        free(p);
+}
+
+static void *qa_realloc(void *opaque, void *ptr, size_t size)
+{
+    void *n = qa_alloc(opaque, size);
+    if (n && ptr) {
+        size_t old;
+        memcpy(&old, (uint8_t *)ptr - 16, sizeof old);
+        memcpy(n, ptr, old < size ? old : size);
+        qa_free(opaque, ptr);
+    }
+    return n;
+}
+
+static void qa_release(qalloc *q)
+{
+    for (size_t i = 0; i < q->n_dead; i++)
+        free(q->dead[i]);
+    q->n_dead = 0;
+}
+
+/* Bug guard: fkvf_reader_verify freed and re-inflated the buffers of
+ * deflated sections, so views handed out before (exact rows, section data,
+ * metadata) dangled afterwards. */
+START_TEST(verify_keeps_earlier_views_of_deflated_sections)
+{
+    model m;
+    model_many(&m, FKVF_DTYPE_F16);
+    tu_buf b;
+    build(&m, &b);
+    qalloc q;
+    memset(&q, 0, sizeof q);
+    fkvf_allocator qa = {qa_alloc, qa_realloc, qa_free, &q};
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, &qa));
+    const void *row;
+    size_t rb;
+    OK_R(r, fkvf_reader_exact_row(r, 0, &row, &rb));
+    size_t xi = find_section(r, XTRZ, 8, NULL);
+    const void *xd;
+    size_t xn;
+    OK_R(r, fkvf_reader_section_data(r, xi, &xd, &xn));
+    OK_R(r, fkvf_reader_verify(r));
+    OK_R(r, fkvf_reader_verify(r));
+    ck_assert(memcmp(row, m.rows, rb) == 0);
+    ck_assert(memcmp(xd, m.extra_data, xn) == 0);
+    const void *row2;
+    OK_R(r, fkvf_reader_exact_row(r, 0, &row2, &rb));
+    ck_assert_ptr_eq(row2, row);
+    fkvf_reader_free(r);
+    qa_release(&q);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(reader_api_argument_errors)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(NULL, b.data, b.size, 0, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, NULL, 10, 0, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_ptr_null(r);
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, b.data, b.size, 0x80, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_ptr_null(r);
+    ck_assert_int_eq(fkvf_reader_open_file(&r, NULL, 0, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_open_file(&r, "/nonexistent/dir/x.fkvf", 0, NULL), FKVF_E_IO);
+    ck_assert_ptr_nonnull(r); /* the handle carries the message */
+    ck_assert(strlen(fkvf_reader_message(r)) > 0);
+    fkvf_reader_free(r);
+    r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_file(&r, "/", 0, NULL), FKVF_E_IO);
+    fkvf_reader_free(r);
+    r = NULL;
+    /* NULL handles */
+    fkvf_archive_info ai;
+    ck_assert_int_eq(fkvf_reader_info(NULL, &ai), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_reader_verify(NULL), FKVF_E_STATE);
+    ck_assert_ptr_nonnull(fkvf_reader_message(NULL));
+    fkvf_reader_free(NULL);
+    /* a writer handle is not a reader */
+    tu_buf wb;
+    memset(&wb, 0, sizeof wb);
+    fkvf_sink sink = tu_buf_sink(&wb);
+    fkvf_writer *w = NULL;
+    OK_W(w, fkvf_writer_create_sink(&w, &sink, NULL, NULL));
+    ck_assert_int_eq(fkvf_reader_info((const fkvf_reader *)(void *)w, &ai), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_writer_finish((fkvf_writer *)NULL), FKVF_E_STATE);
+    fkvf_writer_free(w);
+    tu_buf_free(&wb);
+
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    ck_assert_int_eq(fkvf_reader_info(r, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_desc(r, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_meta_count(r, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_meta(r, 0, NULL), FKVF_E_INVALID_ARG);
+    fkvf_meta_entry e;
+    ck_assert_int_eq(fkvf_reader_meta_find(r, NULL, &e), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_section(r, 0, NULL), FKVF_E_INVALID_ARG);
+    const void *p;
+    size_t n;
+    ck_assert_int_eq(fkvf_reader_section_data(r, 0, NULL, &n), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_section_data(r, 0, &p, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_stream_count(r, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_stream_info(r, 0, NULL), FKVF_E_INVALID_ARG);
+    fkvf_stream_info si;
+    ck_assert_int_eq(fkvf_reader_stream_info(r, 3, &si), FKVF_E_RANGE);
+    ck_assert_int_eq(fkvf_reader_stream_find(r, 0, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_stream_read(r, 0, 0, NULL, 1), FKVF_E_INVALID_ARG);
+    uint32_t s;
+    ck_assert_int_eq(fkvf_reader_stream_get(r, 3, 0, &s), FKVF_E_RANGE);
+    ck_assert_int_eq(fkvf_reader_stream_point(r, 0, 0, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_exact_row(r, 0, NULL, &n), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_is_exact(r, 0, NULL), FKVF_E_INVALID_ARG);
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+/* ==== 2. writer determinism and atomic create ===================================== */
+
+START_TEST(writer_is_deterministic_through_sink)
+{
+    model m;
+    model_many(&m, FKVF_DTYPE_F32);
+    tu_buf a, b;
+    build(&m, &a);
+    build(&m, &b);
+    ck_assert_uint_eq(a.size, b.size);
+    ck_assert(memcmp(a.data, b.data, a.size) == 0);
+    tu_buf_free(&a);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(writer_is_deterministic_through_file)
+{
+    model m;
+    model_small(&m);
+    char *dir = make_tmpdir();
+    char p1[600], p2[600];
+    snprintf(p1, sizeof p1, "%s/one.fkvf", dir);
+    snprintf(p2, sizeof p2, "%s/two.fkvf", dir);
+    const char *paths[2] = {p1, p2};
+    for (int i = 0; i < 2; i++) {
+        fkvf_writer *w = NULL;
+        m.opts.no_sync = i; /* the sync path must not change the bytes */
+        OK_W(w, fkvf_writer_create_file(&w, paths[i], &m.opts, NULL));
+        OK_W(w, write_model(&m, w));
+        fkvf_writer_free(w);
+    }
+    size_t n1, n2;
+    uint8_t *f1 = read_file(p1, &n1), *f2 = read_file(p2, &n2);
+    ck_assert_uint_eq(n1, n2);
+    ck_assert(memcmp(f1, f2, n1) == 0);
+    tu_buf b;
+    build(&m, &b);
+    ck_assert_uint_eq(b.size, n1);
+    ck_assert(memcmp(b.data, f1, n1) == 0);
+    ck_assert_uint_eq(dir_entries(dir), 2); /* no temp files left */
+    tu_buf_free(&b);
+    free(f1);
+    free(f2);
+    rm_tmpdir(dir);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(writer_create_file_is_atomic)
+{
+    model m;
+    model_small(&m);
+    char *dir = make_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/atomic.fkvf", dir);
+
+    /* abandoned before finish: neither the file nor a temp file remains */
+    fkvf_writer *w = NULL;
+    OK_W(w, fkvf_writer_create_file(&w, path, &m.opts, NULL));
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    ck_assert(!path_exists(path));
+    ck_assert_uint_eq(dir_entries(dir), 1); /* the temp file */
+    fkvf_writer_free(w);
+    ck_assert(!path_exists(path));
+    ck_assert_uint_eq(dir_entries(dir), 0);
+
+    /* a failed finish (inconsistent archive) leaves nothing behind either */
+    w = NULL;
+    OK_W(w, fkvf_writer_create_file(&w, path, &m.opts, NULL));
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    OK_W(w, fkvf_writer_set_positions(w, 10, 5));
+    RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
+    ck_assert(!path_exists(path));
+    fkvf_writer_free(w);
+    ck_assert_uint_eq(dir_entries(dir), 0);
+
+    /* finished: the file exists under its name only, and opens */
+    w = NULL;
+    OK_W(w, fkvf_writer_create_file(&w, path, &m.opts, NULL));
+    OK_W(w, write_model(&m, w));
+    ck_assert(path_exists(path));
+    ck_assert_uint_eq(dir_entries(dir), 1);
+    RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE); /* finished once */
+    RC_W(w, fkvf_writer_meta_u64(w, "late", 1), FKVF_E_STATE);
+    fkvf_writer_free(w);
+    ck_assert(path_exists(path));
+    ck_assert_uint_eq(dir_entries(dir), 1);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL));
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    check_model(r, &m, NULL, (size_t)st.st_size);
+    fkvf_reader_free(r);
+
+    /* replacing an existing file is atomic too: the old one stays until finish */
+    w = NULL;
+    model m2;
+    model_all_exact(&m2);
+    OK_W(w, fkvf_writer_create_file(&w, path, &m2.opts, NULL));
+    OK_W(w, fkvf_writer_set_desc(w, &m2.desc));
+    r = NULL;
+    OK_R(r, fkvf_reader_open_file(&r, path, 0, NULL));
+    fkvf_reader_free(r);
+    fkvf_writer_free(w);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_file(&r, path, 0, NULL));
+    check_model(r, &m, NULL, (size_t)st.st_size);
+    fkvf_reader_free(r);
+    ck_assert_uint_eq(dir_entries(dir), 1);
+
+    /* a directory that does not exist: IO, message, nothing created */
+    char bad[700];
+    snprintf(bad, sizeof bad, "%s/missing/x.fkvf", dir);
+    w = NULL;
+    ck_assert_int_eq(fkvf_writer_create_file(&w, bad, &m.opts, NULL), FKVF_E_IO);
+    ck_assert_ptr_nonnull(w);
+    ck_assert(strlen(fkvf_writer_message(w)) > 0);
+    fkvf_writer_free(w);
+    ck_assert_uint_eq(dir_entries(dir), 1);
+
+    model_free(&m2);
+    rm_tmpdir(dir);
+    model_free(&m);
+}
+END_TEST
+
+/* ==== 3. the writer refuses inconsistent archives ================================= */
+
+static fkvf_writer *new_writer(tu_buf *b, const fkvf_writer_options *o)
+{
+    memset(b, 0, sizeof *b);
+    fkvf_sink sink = tu_buf_sink(b);
+    fkvf_writer *w = NULL;
+    OK_W(w, fkvf_writer_create_sink(&w, &sink, o, NULL));
+    return w;
+}
+
+static void assert_msg_names(fkvf_writer *w, const char *what)
+{
+    const char *msg = fkvf_writer_message(w);
+    ck_assert_ptr_nonnull(msg);
+    ck_assert_msg(strlen(msg) > 0, "empty writer message");
+    ck_assert_msg(strstr(msg, what) != NULL, "message \"%s\" does not name \"%s\"", msg, what);
+}
+
+START_TEST(writer_refuses_stream_length_mismatch)
+{
+    model m;
+    model_small(&m);
+    m.st[0].n = 4; /* n_archived is 5 */
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &m.opts);
+    RC_W(w, write_model(&m, w), FKVF_E_STATE);
+    assert_msg_names(w, "symbols");
+    assert_msg_names(w, "11.6");
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    /* the token stream must have n_positions symbols */
+    m.st[0].n = 5;
+    m.st[2].n = 5;
+    w = new_writer(&b, &m.opts);
+    RC_W(w, write_model(&m, w), FKVF_E_STATE);
+    assert_msg_names(w, "0100000000000000");
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(writer_refuses_uncovered_exact_position)
+{
+    model m;
+    model_small(&m);
+    m.split_tail = 0;
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &m.opts);
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    OK_W(w, fkvf_writer_add_exact(w, 0, 2, m.rows, 2 * m.row_bytes, 0));
+    OK_W(w, fkvf_writer_add_exact(w, 7, 2, m.rows, 2 * m.row_bytes, 0)); /* 9 missing */
+    for (size_t i = 0; i < m.n_st; i++)
+        OK_W(w, fkvf_writer_add_stream(w, &m.st[i].spec, m.st[i].sym, m.st[i].n));
+    OK_W(w, fkvf_writer_set_positions(w, 10, 5));
+    RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
+    assert_msg_names(w, "exact position 9");
+    /* still open: add the row and finish */
+    OK_W(w, fkvf_writer_add_exact(w, 9, 1, m.rows + 9 * m.row_bytes, m.row_bytes, 0));
+    OK_W(w, fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+
+    /* a sink position uncovered */
+    w = new_writer(&b, &m.opts);
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    OK_W(w, fkvf_writer_add_exact(w, 1, 1, m.rows, m.row_bytes, 0));
+    OK_W(w, fkvf_writer_set_positions(w, 2, 0));
+    RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
+    assert_msg_names(w, "exact position 0");
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+
+    /* n_archived that does not fit after the sinks */
+    w = new_writer(&b, &m.opts);
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    OK_W(w, fkvf_writer_set_positions(w, 3, 2));
+    RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
+    assert_msg_names(w, "n_archived");
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(writer_refuses_duplicate_and_reserved_meta_keys)
+{
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, NULL);
+    OK_W(w, fkvf_writer_meta_u64(w, "k", 1));
+    RC_W(w, fkvf_writer_meta_u64(w, "k", 1), FKVF_E_DUP_KEY);
+    assert_msg_names(w, "\"k\"");
+    RC_W(w, fkvf_writer_meta_utf8(w, "k", "x"), FKVF_E_DUP_KEY); /* any type */
+    OK_W(w, fkvf_writer_meta_u64(w, "kk", 1));                   /* prefix is fine */
+    RC_W(w, fkvf_writer_meta_bool(w, "fkvf.version", 1), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "fkvf.");
+    RC_W(w, fkvf_writer_meta_u64(w, "fkvf.", 1), FKVF_E_INVALID_ARG);
+    OK_W(w, fkvf_writer_meta_u64(w, "fkvf", 1)); /* not the reserved prefix */
+    OK_W(w, fkvf_writer_meta_u64(w, "FKVF.x", 1));
+    RC_W(w, fkvf_writer_meta_u64(w, "", 1), FKVF_E_INVALID_ARG);
+    char long_key[300];
+    memset(long_key, 'a', sizeof long_key);
+    long_key[256] = 0;
+    RC_W(w, fkvf_writer_meta_u64(w, long_key, 1), FKVF_E_INVALID_ARG);
+    long_key[255] = 0;
+    OK_W(w, fkvf_writer_meta_u64(w, long_key, 1)); /* 255 bytes is the maximum */
+    RC_W(w, fkvf_writer_meta_u64(w, "bad\xC0\x80", 1), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_meta_utf8(w, "v", "\xED\xA0\x80"), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_meta_u64(w, NULL, 1), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_meta_bytes(w, "nb", NULL, 3), FKVF_E_INVALID_ARG);
+    /* the refused calls left nothing behind: the file holds 4 entries */
+    OK_W(w, fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    size_t n;
+    OK_R(r, fkvf_reader_meta_count(r, &n));
+    ck_assert_uint_eq(n, 5);
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    ck_assert_int_eq(ai.has_desc, 0);
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+}
+END_TEST
+
+START_TEST(writer_refuses_ngon_without_feature)
+{
+    model m;
+    model_small(&m);
+    m.opts.required_features = 0;
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &m.opts);
+    RC_W(w, fkvf_writer_add_stream(w, &m.st[1].spec, m.st[1].sym, m.st[1].n),
+         FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "FKVF_FEAT_NGON");
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    /* deflate without its feature bit */
+    w = new_writer(&b, &m.opts);
+    RC_W(w, fkvf_writer_add_section(w, XTRA, FKVF_SECTION_DEFLATE, 0, "x", 1),
+         FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "FKVF_FEAT_DEFLATE");
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    RC_W(w, fkvf_writer_add_exact(w, 0, 1, m.rows, m.row_bytes, FKVF_SECTION_DEFLATE),
+         FKVF_E_INVALID_ARG);
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(writer_refuses_bad_streams)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &m.opts);
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    fkvf_stream_spec q = {FKVF_STREAM_ID(0, 0, 0, 0, 0), FKVF_PROFILE_QUAD, 8, 0, 0, 0};
+    uint32_t sym[5] = {1, 2, 256, 3, 4}; /* 256 needs 9 bits */
+    RC_W(w, fkvf_writer_add_stream(w, &q, sym, 5), FKVF_E_SYMBOL);
+    assert_msg_names(w, "outside the alphabet");
+    q.symbol_bits = 2;
+    sym[2] = 4;
+    RC_W(w, fkvf_writer_add_stream(w, &q, sym, 5), FKVF_E_SYMBOL);
+    static const unsigned bad_bits[] = {0, 1, 3, 7, 33, 34, 64};
+    for (size_t i = 0; i < sizeof bad_bits / sizeof bad_bits[0]; i++) {
+        q.symbol_bits = bad_bits[i];
+        RC_W(w, fkvf_writer_add_stream(w, &q, sym, 5), FKVF_E_INVALID_ARG);
+        assert_msg_names(w, "symbol_bits");
+    }
+    /* ngon symbol >= N */
+    fkvf_stream_spec g = {FKVF_STREAM_ID(0, 0, 0, 1, 0), FKVF_PROFILE_NGON, 0, 16, 0, 0};
+    uint32_t gs[5] = {0, 15, 16, 1, 2};
+    RC_W(w, fkvf_writer_add_stream(w, &g, gs, 5), FKVF_E_SYMBOL);
+    g.alphabet = 1;
+    RC_W(w, fkvf_writer_add_stream(w, &g, gs, 0), FKVF_E_INVALID_ARG);
+    g.alphabet = 16;
+    g.r = 0.9; /* > r_N */
+    RC_W(w, fkvf_writer_add_stream(w, &g, gs, 0), FKVF_E_INVALID_ARG);
+    g.r = 0;
+    g.span_symbols = fkvf_ngon_max_span(fkvf_ngon_rmax(16)) + 1; /* > L_max(r) */
+    RC_W(w, fkvf_writer_add_stream(w, &g, gs, 0), FKVF_E_INVALID_ARG);
+    g.span_symbols = 0;
+    /* malformed stream ids */
+    fkvf_stream_spec ok = {FKVF_STREAM_ID(0, 0, 0, 0, 0), FKVF_PROFILE_QUAD, 8, 0, 0, 0};
+    ok.id = FKVF_STREAM_ID(2, 0, 0, 0, 0); /* kind 2 */
+    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "stream id");
+    ok.id = FKVF_STREAM_ID(0, 0, 0, 2, 0); /* kv 2 */
+    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
+    ok.id = FKVF_STREAM_ID(1, 1, 0, 0, 0); /* token stream with a layer */
+    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
+    ok.id = FKVF_STREAM_ID(0, 2, 0, 0, 0); /* layer 2 of 2 */
+    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "layer/head");
+    ok.id = FKVF_STREAM_ID(0, 0, 2, 0, 0); /* head 2 of 2 */
+    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
+    ok.profile = (fkvf_profile)3;
+    ok.id = FKVF_STREAM_ID(0, 0, 0, 0, 0);
+    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "profile");
+    /* duplicate stream */
+    ok.profile = FKVF_PROFILE_QUAD;
+    sym[2] = 3;
+    OK_W(w, fkvf_writer_add_stream(w, &ok, sym, 5));
+    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 5), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "already");
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+typedef struct desc_case {
+    const char *field; /* the message must name it */
+    void (*mutate)(fkvf_desc *d);
+} desc_case;
+
+static void dm_layers0(fkvf_desc *d) { d->n_layers = 0; }
+static void dm_layers_big(fkvf_desc *d) { d->n_layers = 1025; }
+static void dm_heads0(fkvf_desc *d) { d->n_kv_heads = 0; }
+static void dm_heads_big(fkvf_desc *d) { d->n_kv_heads = 1025; }
+static void dm_kdim0(fkvf_desc *d) { d->key_dim = 0; }
+static void dm_kdim_big(fkvf_desc *d) { d->key_dim = 16385; }
+static void dm_vdim0(fkvf_desc *d) { d->value_dim = 0; }
+static void dm_dtype0(fkvf_desc *d) { d->dtype = (fkvf_dtype)0; }
+static void dm_dtype4(fkvf_desc *d) { d->dtype = (fkvf_dtype)4; }
+static void dm_transform2(fkvf_desc *d) { d->key_transform = 2; }
+static void dm_layout0(fkvf_desc *d) { d->rope_layout = 0; }
+static void dm_layout3(fkvf_desc *d) { d->rope_layout = 3; }
+static void dm_storage2(fkvf_desc *d) { d->key_storage = 2; }
+static void dm_rdims_odd(fkvf_desc *d) { d->rope_dims = 7; }
+static void dm_rdims0(fkvf_desc *d) { d->rope_dims = 0; }
+static void dm_rdims_big(fkvf_desc *d) { d->rope_dims = 10; }
+static void dm_theta0(fkvf_desc *d) { d->rope_theta = 0.0; }
+static void dm_theta_neg(fkvf_desc *d) { d->rope_theta = -1.0; }
+static void dm_theta_nan(fkvf_desc *d) { d->rope_theta = NAN; }
+static void dm_theta_inf(fkvf_desc *d) { d->rope_theta = INFINITY; }
+static void dm_norope_fields(fkvf_desc *d)
+{
+    d->key_transform = 0; /* rope_dims etc. still set */
+}
+static void dm_norope_theta(fkvf_desc *d)
+{
+    d->key_transform = d->rope_layout = d->key_storage = 0;
+    d->rope_dims = 0;
+    d->rope_theta = 1.0;
+}
+static void dm_hash_kind3(fkvf_desc *d) { d->weights_hash_kind = 3; }
+static void dm_hash_tail(fkvf_desc *d) { d->weights_hash[16] = 1; } /* kind 2: 16 bytes */
+static void dm_hash_none(fkvf_desc *d) { d->weights_hash_kind = 0; }
+static void dm_model_utf8(fkvf_desc *d) { d->model_id = "bad\xFF"; }
+static void dm_tok_utf8(fkvf_desc *d) { d->tokenizer_id = "\xC0\x80"; }
+static char long_id[5000];
+static void dm_model_long(fkvf_desc *d)
+{
+    memset(long_id, 'm', 4097);
+    long_id[4097] = 0;
+    d->model_id = long_id;
+}
+
+START_TEST(writer_refuses_invalid_descriptor_fields)
+{
+    static const desc_case cases[] = {
+        {"n_layers", dm_layers0},        {"n_layers", dm_layers_big},
+        {"n_kv_heads", dm_heads0},       {"n_kv_heads", dm_heads_big},
+        {"key_dim", dm_kdim0},           {"key_dim", dm_kdim_big},
+        {"value_dim", dm_vdim0},         {"dtype", dm_dtype0},
+        {"dtype", dm_dtype4},            {"key_transform", dm_transform2},
+        {"rope_layout", dm_layout0},     {"rope_layout", dm_layout3},
+        {"key_storage", dm_storage2},    {"rope_dims", dm_rdims_odd},
+        {"rope_dims", dm_rdims0},        {"rope_dims", dm_rdims_big},
+        {"rope_theta", dm_theta0},       {"rope_theta", dm_theta_neg},
+        {"rope_theta", dm_theta_nan},    {"rope_theta", dm_theta_inf},
+        {"RoPE", dm_norope_fields},      {"RoPE", dm_norope_theta},
+        {"weights_hash_kind", dm_hash_kind3}, {"weights_hash", dm_hash_tail},
+        {"weights_hash", dm_hash_none},  {"model_id", dm_model_utf8},
+        {"tokenizer_id", dm_tok_utf8},   {"model_id", dm_model_long},
+    };
+    model m;
+    model_small(&m);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fkvf_desc d = m.desc;
+        cases[i].mutate(&d);
+        tu_buf b;
+        fkvf_writer *w = new_writer(&b, &m.opts);
+        int rc = fkvf_writer_set_desc(w, &d);
+        ck_assert_msg(rc == FKVF_E_INVALID_ARG, "case %zu (%s): %s", i, cases[i].field,
+                      fkvf_error_name(rc));
+        assert_msg_names(w, cases[i].field);
+        /* the writer is still usable: the valid descriptor is accepted */
+        OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+        RC_W(w, fkvf_writer_set_desc(w, &m.desc), FKVF_E_STATE); /* only once */
+        fkvf_writer_free(w);
+        tu_buf_free(&b);
+    }
+    /* limits that are valid */
+    fkvf_desc d = m.desc;
+    d.rope_dims = d.key_dim; /* rope_dims == key_dim */
+    memset(long_id, 'm', 4096);
+    long_id[4096] = 0;
+    d.model_id = long_id;
+    d.tokenizer_id = NULL;
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &m.opts);
+    OK_W(w, fkvf_writer_set_desc(w, &d));
+    OK_W(w, fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    fkvf_desc got;
+    OK_R(r, fkvf_reader_desc(r, &got));
+    ck_assert_uint_eq(strlen(got.model_id), 4096);
+    ck_assert_str_eq(got.tokenizer_id, "");
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(writer_refuses_misuse)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &m.opts);
+    RC_W(w, fkvf_writer_add_exact(w, 0, 1, m.rows, m.row_bytes, 0), FKVF_E_STATE);
+    assert_msg_names(w, "descriptor");
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    RC_W(w, fkvf_writer_add_exact(w, 0, 1, m.rows, m.row_bytes - 1, 0), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "rows");
+    RC_W(w, fkvf_writer_add_exact(w, 0, 1, m.rows, m.row_bytes, 0x80), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_exact(w, UINT64_MAX, 2, m.rows, 2 * m.row_bytes, 0), FKVF_E_LIMIT);
+    RC_W(w, fkvf_writer_set_positions(w, 3, 4), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "n_archived");
+    static const uint32_t dedicated[] = {FKVF_SECTION_DESC, FKVF_SECTION_META, FKVF_SECTION_EXAC,
+                                         FKVF_SECTION_STRM, FKVF_SECTION_DIRC};
+    for (size_t i = 0; i < 5; i++)
+        RC_W(w, fkvf_writer_add_section(w, dedicated[i], 0, 0, "x", 1), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_section(w, XTRA, 4, 0, "x", 1), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_section(w, XTRA, 0, 0, NULL, 1), FKVF_E_INVALID_ARG);
+    /* positions recorded without a descriptor */
+    tu_buf b2;
+    fkvf_writer *w2 = new_writer(&b2, &m.opts);
+    OK_W(w2, fkvf_writer_set_positions(w2, 1, 0));
+    RC_W(w2, fkvf_writer_finish(w2), FKVF_E_STATE);
+    fkvf_writer_free(w2);
+    tu_buf_free(&b2);
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    /* bad options */
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.block_size = 100;
+    memset(&b, 0, sizeof b);
+    fkvf_sink sink = tu_buf_sink(&b);
+    w = NULL;
+    ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "block_size");
+    ck_assert_int_eq(fkvf_writer_set_desc(w, &m.desc), FKVF_E_INVALID_ARG); /* sticky */
+    fkvf_writer_free(w);
+    o.block_size = 0;
+    o.required_features = 1u << 7;
+    w = NULL;
+    ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "required_features");
+    fkvf_writer_free(w);
+    o.required_features = 0;
+    o.deflate_level = 10;
+    w = NULL;
+    ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_E_INVALID_ARG);
+    fkvf_writer_free(w);
+    fkvf_sink nosink = {NULL, NULL, NULL};
+    w = NULL;
+    ck_assert_int_eq(fkvf_writer_create_sink(&w, &nosink, NULL, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_ptr_null(w);
+    ck_assert_int_eq(fkvf_writer_create_file(&w, "", NULL, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_ptr_null(w);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+static long long failing_write(void *opaque, const void *data, size_t size)
+{
+    int *budget = opaque;
+    (void)data;
+    if (*budget <= 0) {
+        errno = ENOSPC;
+        return -1;
+    }
+    /* short writes: at most 7 bytes at a time */
+    size_t n = size < 7 ? size : 7;
+    if ((int)n > *budget)
+        n = (size_t)*budget;
+    *budget -= (int)n;
+    return (long long)n;
+}
+
+START_TEST(writer_sink_error_is_sticky_io)
+{
+    model m;
+    model_small(&m);
+    tu_buf ref;
+    build(&m, &ref);
+    for (int budget0 = 0; budget0 < (int)ref.size; budget0 += 97) {
+        int budget = budget0;
+        fkvf_sink sink = {failing_write, NULL, &budget};
+        fkvf_writer *w = NULL;
+        int rc = fkvf_writer_create_sink(&w, &sink, &m.opts, NULL);
+        if (rc == FKVF_OK)
+            rc = write_model(&m, w);
+        ck_assert_msg(rc == FKVF_E_IO, "budget %d: %s", budget0, fkvf_error_name(rc));
+        ck_assert_ptr_nonnull(w);
+        ck_assert_msg(strstr(fkvf_writer_message(w), "write") != NULL, "%s",
+                      fkvf_writer_message(w));
+        /* every later call reports the failure */
+        ck_assert_int_eq(fkvf_writer_meta_u64(w, "z", 1), FKVF_E_IO);
+        ck_assert_int_eq(fkvf_writer_finish(w), FKVF_E_IO);
+        fkvf_writer_free(w);
+    }
+    /* short writes alone are retried to completion */
+    int budget = INT32_MAX;
+    fkvf_sink sink = {failing_write, NULL, &budget};
+    fkvf_writer *w = NULL;
+    OK_W(w, fkvf_writer_create_sink(&w, &sink, &m.opts, NULL));
+    OK_W(w, write_model(&m, w));
+    fkvf_writer_free(w);
+    ck_assert_int_eq(INT32_MAX - budget, (int)ref.size);
+    tu_buf_free(&ref);
+    model_free(&m);
+}
+END_TEST
+
+/* ==== 4. every truncation ======================================================= */
+
+START_TEST(every_truncation_fails_truncated)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    ck_assert_uint_gt(b.size, 1024);
+    ck_assert_uint_lt(b.size, 8192);
+    /* A single-commit file has one trailer, at its very end: any prefix lacks
+     * it (or lacks the header), so every prefix is TRUNCATED (spec 3.1, 7.2). */
+    char msg[600];
+    for (size_t len = 0; len < b.size; len++) {
+        msg[0] = 0;
+        int rc = try_open(b.data, len, 0, msg, sizeof msg);
+        EXPECTF(rc == FKVF_E_TRUNCATED, "length %zu: %s (%s)", len, fkvf_error_name(rc), msg);
+        EXPECTF(fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT, "length %zu", len);
+        EXPECTF(strlen(msg) > 0 && strstr(msg, "TRUNCATED") != NULL, "length %zu: message %s",
+                len, msg);
+        int rc2 = try_open(b.data, len, FKVF_OPEN_STRICT, NULL, 0);
+        EXPECTF(rc2 == FKVF_E_TRUNCATED, "strict length %zu: %s", len, fkvf_error_name(rc2));
+    }
+    /* the full file opens */
+    ck_assert_int_eq(try_open(b.data, b.size, 0, NULL, 0), FKVF_OK);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(truncated_files_on_disk)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    char *dir = make_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/t.fkvf", dir);
+    for (size_t len = 0; len < b.size; len += len < 200 ? 1 : 37) {
+        write_bytes(path, b.data, len);
+        fkvf_reader *r = NULL;
+        int rc = fkvf_reader_open_file(&r, path, 0, NULL);
+        EXPECTF(rc == FKVF_E_TRUNCATED, "length %zu: %s", len, fkvf_error_name(rc));
+        EXPECT(r != NULL && strstr(fkvf_reader_message(r), path) != NULL);
+        fkvf_reader_free(r);
+    }
+    rm_tmpdir(dir);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+/* ==== 5. bit flips ============================================================= */
+
+typedef struct layout {
+    uint64_t dir_off, dir_size, trailer_off;
+} layout;
+
+static layout layout_of(const uint8_t *b, size_t size)
+{
+    layout l;
+    l.trailer_off = size - 64;
+    l.dir_off = fkvf_ld64(b + l.trailer_off + 16);
+    l.dir_size = fkvf_ld64(b + l.trailer_off + 24);
+    return l;
+}
+
+/* expected open result of flipping a bit in header byte i (spec 3.1 order) */
+static int header_flip_code(size_t i)
+{
+    if (i < 9)
+        return FKVF_E_BAD_MAGIC;
+    if (i == 10 || i == 11)
+        return FKVF_E_VERSION;
+    if (i >= 16 && i < 20)
+        return FKVF_E_BYTE_ORDER;
+    return FKVF_E_CHECKSUM;
+}
+
+static void flip_range(uint8_t *c, size_t size, uint64_t from, uint64_t to, const char *what,
+                       int (*code_of)(size_t rel))
+{
+    char msg[600];
+    for (uint64_t i = from; i < to; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            c[i] ^= (uint8_t)(1u << bit);
+            int rc = try_open(c, size, 0, msg, sizeof msg);
+            int want = code_of((size_t)(i - from));
+            EXPECTF(rc == want, "%s byte %llu bit %d: %s, want %s (%s)", what,
+                    (unsigned long long)i, bit, fkvf_error_name(rc), fkvf_error_name(want), msg);
+            EXPECTF(strlen(msg) > 0, "%s byte %llu: empty message", what, (unsigned long long)i);
+            c[i] ^= (uint8_t)(1u << bit);
+        }
+}
+
+static int dir_flip_code(size_t i)
+{
+    (void)i;
+    return FKVF_E_CHECKSUM;
+}
+
+static int trailer_flip_code(size_t i) { return i < 8 ? FKVF_E_TRUNCATED : FKVF_E_CHECKSUM; }
+
+START_TEST(every_header_bit_flip)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    flip_range(b.data, b.size, 0, 64, "header", header_flip_code);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(every_directory_bit_flip)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    layout l = layout_of(b.data, b.size);
+    ck_assert_uint_eq(l.dir_off + l.dir_size, l.trailer_off);
+    flip_range(b.data, b.size, l.dir_off, l.dir_off + l.dir_size, "directory", dir_flip_code);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(every_trailer_bit_flip)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    layout l = layout_of(b.data, b.size);
+    flip_range(b.data, b.size, l.trailer_off, b.size, "trailer", trailer_flip_code);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+/* Flips in section bytes: open or verify fails with CHECKSUM; flips in the
+ * padding between sections: open succeeds, verify reports PADDING. */
+START_TEST(every_payload_bit_flip)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    layout l = layout_of(b.data, b.size);
+    /* which bytes belong to a section */
+    uint8_t *in_sec = calloc(b.size, 1);
+    ck_assert_ptr_nonnull(in_sec);
+    {
+        fkvf_reader *r = NULL;
+        OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+        fkvf_archive_info ai;
+        OK_R(r, fkvf_reader_info(r, &ai));
+        ck_assert_uint_eq(ai.n_sections, 9); /* DESC META EXACx3 VTXS STRMx3 */
+        for (size_t i = 0; i < ai.n_sections; i++) {
+            fkvf_section_info si;
+            OK_R(r, fkvf_reader_section(r, i, &si));
+            memset(in_sec + si.offset, 1, (size_t)si.stored_size);
+        }
+        fkvf_reader_free(r);
+    }
+    uint8_t *c = malloc(b.size);
+    ck_assert_ptr_nonnull(c);
+    memcpy(c, b.data, b.size);
+    size_t n_sec = 0, n_pad = 0, at_open = 0;
+    for (uint64_t i = 64; i < l.dir_off; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            c[i] ^= (uint8_t)(1u << bit);
+            fkvf_reader *r = NULL;
+            int rc = fkvf_reader_open_memory(&r, c, b.size, 0, NULL);
+            if (in_sec[i]) {
+                n_sec++;
+                if (rc == FKVF_OK)
+                    rc = fkvf_reader_verify(r);
+                else
+                    at_open++;
+                EXPECTF(rc == FKVF_E_CHECKSUM, "section byte %llu bit %d: %s (%s)",
+                        (unsigned long long)i, bit, fkvf_error_name(rc),
+                        fkvf_reader_message(r));
+            } else {
+                n_pad++;
+                EXPECTF(rc == FKVF_OK, "padding byte %llu: open %s (%s)", (unsigned long long)i,
+                        fkvf_error_name(rc), fkvf_reader_message(r));
+                rc = fkvf_reader_verify(r);
+                EXPECTF(rc == FKVF_E_PADDING, "padding byte %llu bit %d: verify %s",
+                        (unsigned long long)i, bit, fkvf_error_name(rc));
+                EXPECT(strstr(fkvf_reader_message(r), "padding") != NULL);
+            }
+            fkvf_reader_free(r);
+            c[i] ^= (uint8_t)(1u << bit);
+        }
+    ck_assert_uint_gt(n_sec, 8 * 1000);
+    ck_assert_uint_gt(n_pad, 8 * 50);
+    ck_assert_uint_gt(at_open, 0);
+    ck_assert_uint_lt(at_open, n_sec); /* some are caught only by the lazy checks */
+    free(c);
+    free(in_sec);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+/* Lazy path: a flipped data byte is caught by the block checksum on first
+ * touch, without verify; blocks not touched stay readable. */
+START_TEST(stream_block_flip_caught_on_first_touch)
+{
+    model m;
+    model_many(&m, FKVF_DTYPE_F16);
+    tu_buf b;
+    build(&m, &b);
+    for (size_t s = 0; s < m.n_st; s++) {
+        fkvf_reader *r = NULL;
+        OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+        fkvf_section_info si;
+        ck_assert_uint_ne(find_section(r, FKVF_SECTION_STRM, m.st[s].spec.id, &si), SIZE_MAX);
+        fkvf_reader_free(r);
+        /* derive the layout from the header */
+        fkvf_strm_hdr h;
+        char msg[600];
+        fkvf_diag d;
+        memset(&d, 0, sizeof d);
+        ck_assert_int_eq(fkvf_strm_hdr_parse(b.data + si.offset, si.stored_size, si.offset, &h, &d),
+                         FKVF_OK);
+        ck_assert_uint_gt(h.n_blocks, 1);
+        /* flip the first data byte of the last block */
+        uint64_t last = h.n_blocks - 1, at = si.offset + h.data_off + last * h.block_size;
+        b.data[at] ^= 0x10;
+        r = NULL;
+        OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+        size_t idx;
+        OK_R(r, fkvf_reader_stream_find(r, m.st[s].spec.id, &idx));
+        uint32_t sym;
+        OK_R(r, fkvf_reader_stream_get(r, idx, 0, &sym)); /* block 0 is fine */
+        ck_assert_uint_eq(sym, m.st[s].sym[0]);
+        int rc = fkvf_reader_stream_get(r, idx, m.st[s].n - 1, &sym);
+        snprintf(msg, sizeof msg, "%s", fkvf_reader_message(r));
+        ck_assert_msg(rc == FKVF_E_CHECKSUM, "stream %zu: %s (%s)", s, fkvf_error_name(rc), msg);
+        ck_assert_msg(strstr(msg, "block") != NULL, "%s", msg);
+        uint32_t *all = calloc(m.st[s].n, sizeof *all);
+        RC_R(r, fkvf_reader_stream_read(r, idx, 0, all, m.st[s].n), FKVF_E_CHECKSUM);
+        free(all);
+        RC_R(r, fkvf_reader_verify(r), FKVF_E_CHECKSUM);
+        fkvf_reader_free(r);
+        b.data[at] ^= 0x10;
+    }
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+/* An ngon anchor changed by one ulp, with every checksum recomputed so
+ * only the span check (spec 12.2) can see it: SPAN from reads and verify. */
+START_TEST(ngon_anchor_with_matching_checksums_fails_span)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    fkvf_section_info si;
+    uint64_t id = m.st[1].spec.id;
+    ck_assert_int_eq(m.st[1].spec.profile, FKVF_PROFILE_NGON);
+    ck_assert_uint_ne(find_section(r, FKVF_SECTION_STRM, id, &si), SIZE_MAX);
+    fkvf_reader_free(r);
+    /* spec 11.3: one block (5 symbols, one span), data at align64(64 + 8) */
+    uint64_t data_start = si.offset + 128;
+    ck_assert_uint_eq(si.stored_size, 128 + 16);
+    double ax = fkvf_ldf64(b.data + data_start);
+    uint64_t bits;
+    memcpy(&bits, &ax, 8);
+    bits ^= 1; /* one ulp */
+    fkvf_st64(b.data + data_start, bits);
+    /* block checksum (spec 11.4): seed = absolute offset of the block */
+    fkvf_st64(b.data + si.offset + 64, fkvf_xxh3_64(b.data + data_start, 16, data_start));
+    refresh_last_commit(b.data, b.size);
+
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    size_t idx;
+    OK_R(r, fkvf_reader_stream_find(r, id, &idx));
+    uint32_t out[5];
+    RC_R(r, fkvf_reader_stream_read(r, idx, 0, out, 5), FKVF_E_SPAN);
+    ck_assert(strstr(fkvf_reader_message(r), "span") != NULL);
+    RC_R(r, fkvf_reader_stream_get(r, idx, 2, out), FKVF_E_SPAN);
+    /* the other streams are unaffected */
+    OK_R(r, fkvf_reader_stream_find(r, m.st[0].spec.id, &idx));
+    OK_R(r, fkvf_reader_stream_read(r, idx, 0, out, 5));
+    fkvf_reader_free(r);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_SPAN);
+    fkvf_reader_free(r);
+
+    /* a non-finite anchor is SPAN too */
+    fkvf_stf64(b.data + data_start, NAN);
+    fkvf_st64(b.data + si.offset + 64, fkvf_xxh3_64(b.data + data_start, 16, data_start));
+    refresh_last_commit(b.data, b.size);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_SPAN);
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+/* ==== 6. hand-crafted malformed files ============================================ */
+
+/* The baseline the crafted tests mutate: header, DESC (133 bytes, then 59
+ * padding bytes), an optional unknown section, directory, trailer. */
+static void craft_base(craft *c, uint64_t req)
+{
+    cr_header(c, 1, 0, req, 0);
+    cr_desc(c, 0);
+    cr_plain(c, XTRA, 0, 0, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+             64);
+}
+
+static int open_craft(craft *c, unsigned flags, char *msg, size_t msg_size)
+{
+    return try_open(c->b.data, c->b.size, flags, msg, msg_size);
+}
+
+#define EXPECT_OPEN(c, want, needle)                                                    \
+    do {                                                                                \
+        char m_[600];                                                                   \
+        int rc_ = open_craft(c, 0, m_, sizeof m_);                                      \
+        ck_assert_msg(rc_ == (want), "open: %s, want %s (%s)", fkvf_error_name(rc_),     \
+                      fkvf_error_name(want), m_);                                       \
+        ck_assert_msg(strstr(m_, needle) != NULL, "message \"%s\" lacks \"%s\"", m_,    \
+                      needle);                                                          \
+    } while (0)
+
+START_TEST(crafted_baseline_is_valid)
+{
+    craft c;
+    craft_base(&c, 0);
+    cr_commit(&c, 1, 0, 0, 0);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, FKVF_OPEN_STRICT, NULL));
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    ck_assert_uint_eq(ai.n_sections, 2);
+    fkvf_desc d;
+    OK_R(r, fkvf_reader_desc(r, &d));
+    ck_assert_str_eq(d.model_id, "model");
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+}
+END_TEST
+
+START_TEST(guard_non_fkvf_file_accepted)
+{
+    static const char png[] = "\x89PNG\r\n\x1a\n and then some more bytes of a png file.....";
+    char msg[600];
+    ck_assert_int_eq(try_open((const uint8_t *)png, sizeof png, 0, msg, sizeof msg),
+                     FKVF_E_BAD_MAGIC);
+    ck_assert(strstr(msg, "magic") != NULL);
+    ck_assert_int_eq(try_open((const uint8_t *)"\x89", 1, 0, NULL, 0), FKVF_E_TRUNCATED);
+    ck_assert_int_eq(try_open((const uint8_t *)"X", 1, 0, NULL, 0), FKVF_E_BAD_MAGIC);
+    craft c;
+    craft_base(&c, 0);
+    cr_commit(&c, 1, 0, 0, 0);
+    c.b.data[1] = 'G'; /* "\x89GKVF..." */
+    EXPECT_OPEN(&c, FKVF_E_BAD_MAGIC, "3.1");
+    c.b.data[1] = 'F';
+    c.b.data[8] = 0x0B;
+    EXPECT_OPEN(&c, FKVF_E_BAD_MAGIC, "magic");
+    tu_buf_free(&c.b);
+}
+END_TEST
+
+START_TEST(guard_major_version_2_read_as_v1)
+{
+    craft c;
+    cr_header(&c, 2, 0, 0, 0); /* checksum valid for major 2 */
+    cr_desc(&c, 0);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_VERSION, "format_major");
+    tu_buf_free(&c.b);
+    /* minor versions are compatible (spec 3.2) */
+    cr_header(&c, 1, 7, 0, UINT64_C(1) << 63); /* and unknown optional bits are ignored */
+    cr_desc(&c, 0);
+    cr_commit(&c, 1, 0, 0, 0);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, 0, NULL));
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    ck_assert_uint_eq(ai.format_minor, 7);
+    ck_assert_uint_eq(ai.optional_features, UINT64_C(1) << 63);
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+}
+END_TEST
+
+START_TEST(guard_big_endian_file_misread)
+{
+    craft c;
+    craft_base(&c, 0);
+    cr_commit(&c, 1, 0, 0, 0);
+    /* a big-endian writer stores 0x0A0B0C0D as 0A 0B 0C 0D */
+    uint8_t *h = c.b.data;
+    h[16] = 0x0A, h[17] = 0x0B, h[18] = 0x0C, h[19] = 0x0D;
+    fkvf_st64(h + 56, fkvf_xxh3_64(h, 56, 0));
+    EXPECT_OPEN(&c, FKVF_E_BYTE_ORDER, "big-endian");
+    h[16] = 0x0D, h[17] = 0x0C, h[18] = 0x0B, h[19] = 0x00;
+    fkvf_st64(h + 56, fkvf_xxh3_64(h, 56, 0));
+    EXPECT_OPEN(&c, FKVF_E_BYTE_ORDER, "byte_order");
+    tu_buf_free(&c.b);
+}
+END_TEST
+
+START_TEST(guard_unknown_required_feature_ignored)
+{
+    for (int bit = 3; bit < 64; bit += 5) {
+        craft c;
+        craft_base(&c, UINT64_C(1) << bit);
+        cr_commit(&c, 1, 0, 0, 0);
+        EXPECT_OPEN(&c, FKVF_E_FEATURE, "required_features");
+        tu_buf_free(&c.b);
+    }
+    /* header field checks in spec 3.1 order: reserved bytes -> CORRUPT */
+    craft c;
+    craft_base(&c, 0);
+    cr_commit(&c, 1, 0, 0, 0);
+    c.b.data[44] = 1;
+    fkvf_st64(c.b.data + 56, fkvf_xxh3_64(c.b.data, 56, 0));
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "reserved");
+    c.b.data[44] = 0;
+    fkvf_st16(c.b.data + 14, 128);
+    fkvf_st64(c.b.data + 56, fkvf_xxh3_64(c.b.data, 56, 0));
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "header_size");
+    tu_buf_free(&c.b);
+}
+END_TEST
+
+START_TEST(guard_misaligned_section_offset_accepted)
+{
+    craft c;
+    craft_base(&c, 0);
+    c.e[1].offset += 8;
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_ALIGN, "4.1");
+    tu_buf_free(&c.b);
+    /* a misaligned directory offset in the trailer */
+    craft_base(&c, 0);
+    cr_commit(&c, 1, 0, 0, 0);
+    uint64_t t = c.b.size - 64;
+    fkvf_st64(c.b.data + t + 16, fkvf_ld64(c.b.data + t + 16) + 8);
+    fkvf_st64(c.b.data + t + 56, fkvf_xxh3_64(c.b.data + t, 56, t));
+    EXPECT_OPEN(&c, FKVF_E_ALIGN, "dir_offset");
+    tu_buf_free(&c.b);
+}
+END_TEST
+
+START_TEST(guard_overlapping_sections_accepted)
+{
+    craft c;
+    craft_base(&c, 0);
+    c.e[1].offset = c.e[0].offset; /* both at 64 */
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_OVERLAP, "overlaps");
+    tu_buf_free(&c.b);
+    /* out of order */
+    craft_base(&c, 0);
+    fkvf_dirent t = c.e[0];
+    c.e[0] = c.e[1];
+    c.e[1] = t;
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_OVERLAP, "4.5");
+    tu_buf_free(&c.b);
+    /* one byte of overlap */
+    craft_base(&c, 0);
+    c.e[0].stored_size = c.e[0].size = c.e[1].offset - c.e[0].offset + 1;
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_OVERLAP, "4.5");
+    tu_buf_free(&c.b);
+}
+END_TEST
+
+START_TEST(guard_section_reaching_into_directory)
+{
+    craft c;
+    craft_base(&c, 0);
+    uint64_t dir = cr_dir_off(&c);
+    c.e[1].stored_size = c.e[1].size = dir - c.e[1].offset + 1;
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_BOUNDS, "4.5");
+    tu_buf_free(&c.b);
+    /* exactly up to the directory is fine as far as bounds go (the
+     * checksum, over the 40 bytes written, then fails) */
+    cr_header(&c, 1, 0, 0, 0);
+    cr_desc(&c, 0);
+    cr_plain(&c, XTRA, 0, 0, "0123456789012345678901234567890123456789", 40);
+    dir = cr_dir_off(&c);
+    c.e[1].stored_size = c.e[1].size = dir - c.e[1].offset;
+    cr_commit(&c, 1, 0, 0, 0);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, 0, NULL));
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_CHECKSUM);
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+    /* far beyond the file, and wrapping around */
+    craft_base(&c, 0);
+    c.e[1].offset = UINT64_C(1) << 40;
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_BOUNDS, "outside");
+    tu_buf_free(&c.b);
+    craft_base(&c, 0);
+    c.e[1].stored_size = c.e[1].size = UINT64_MAX - 63;
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_BOUNDS, "outside");
+    tu_buf_free(&c.b);
+    /* inside the header */
+    craft_base(&c, 0);
+    c.e[0].offset = 0;
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_BOUNDS, "outside");
+    tu_buf_free(&c.b);
+}
+END_TEST
+
+START_TEST(guard_nonzero_padding_unnoticed)
+{
+    craft c;
+    craft_base(&c, 0);
+    cr_commit(&c, 1, 0, 0, 0);
+    /* DESC is 133 bytes at 64: padding 197..255 */
+    uint64_t pad = 64 + 133 + 10;
+    ck_assert_uint_eq(c.b.data[pad], 0);
+    c.b.data[pad] = 0x01;
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, 0, NULL)); /* fast path */
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_PADDING);
+    ck_assert(strstr(fkvf_reader_message(r), "207") != NULL); /* names the offset */
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+    /* padding before the trailer is not possible (the directory is a multiple
+     * of 64); unused bits after a quad stream's last symbol (spec 11.7) */
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    fkvf_section_info si;
+    ck_assert_uint_ne(find_section(r, FKVF_SECTION_STRM, m.st[0].spec.id, &si), SIZE_MAX);
+    fkvf_reader_free(r);
+    /* 5 symbols of 8 bits: bytes 5..15 of the 16-byte unit are padding */
+    uint64_t data = si.offset + 128;
+    b.data[data + 9] = 0x80;
+    refresh_strm(b.data, si.offset);
+    refresh_last_commit(b.data, b.size);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    size_t idx;
+    uint32_t out[5];
+    OK_R(r, fkvf_reader_stream_find(r, m.st[0].spec.id, &idx));
+    OK_R(r, fkvf_reader_stream_read(r, idx, 0, out, 5));
+    ck_assert(memcmp(out, m.st[0].sym, sizeof out) == 0);
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_PADDING);
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(guard_duplicate_meta_keys_ambiguous)
+{
+    mbuild mb;
+    memset(&mb, 0, sizeof mb);
+    mb_u64(&mb, "alpha", 1);
+    mb_u64(&mb, "beta", 2);
+    mb_u64(&mb, "alpha", 3);
+    craft c;
+    craft_base(&c, 0);
+    cr_plain(&c, FKVF_SECTION_META, 0, 0, mb.b.data, mb.b.size);
+    cr_commit(&c, 1, 0, 0, 0);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, 0, NULL)); /* META is lazy */
+    size_t n;
+    RC_R(r, fkvf_reader_meta_count(r, &n), FKVF_E_DUP_KEY);
+    ck_assert(strstr(fkvf_reader_message(r), "alpha") != NULL);
+    fkvf_meta_entry e;
+    RC_R(r, fkvf_reader_meta_find(r, "beta", &e), FKVF_E_DUP_KEY);
+    RC_R(r, fkvf_reader_meta(r, 0, &e), FKVF_E_DUP_KEY);
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_DUP_KEY);
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+    tu_buf_free(&mb.b);
+
+    /* the same keys far apart in a larger table */
+    memset(&mb, 0, sizeof mb);
+    char key[32];
+    for (int i = 0; i < 500; i++) {
+        snprintf(key, sizeof key, "key.%d", i);
+        mb_u64(&mb, key, (uint64_t)i);
+    }
+    mb_u64(&mb, "key.0", 9);
+    craft_base(&c, 0);
+    cr_plain(&c, FKVF_SECTION_META, 0, 0, mb.b.data, mb.b.size);
+    cr_commit(&c, 1, 0, 0, 0);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, 0, NULL));
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_DUP_KEY);
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+    tu_buf_free(&mb.b);
+}
+END_TEST
+
+/* spec 4.4: size <= 2^40 and size <= 1032 * stored_size + 64, else LIMIT,
+ * checked from the directory before anything is allocated. */
+START_TEST(guard_deflate_bomb_declaration)
+{
+    static const uint8_t junk[100] = {1, 2, 3};
+    static const uint64_t sizes[] = {1032 * 100 + 65, 1032 * 100 + 1031, 1032 * 101,
+                                     UINT64_C(1) << 39, (UINT64_C(1) << 40) + 1, UINT64_MAX};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        craft c;
+        craft_base(&c, FKVF_FEAT_DEFLATE);
+        cr_section(&c, FKVF_FOURCC('B', 'O', 'M', 'B'), FKVF_SECTION_DEFLATE, 0, junk,
+                   sizeof junk, sizes[i]);
+        cr_commit(&c, 1, 0, 0, 0);
+        char msg[600];
+        int rc = open_craft(&c, 0, msg, sizeof msg);
+        ck_assert_msg(rc == FKVF_E_LIMIT, "size %llu: %s (%s)", (unsigned long long)sizes[i],
+                      fkvf_error_name(rc), msg);
+        ck_assert(strstr(msg, "4.4") != NULL);
+        tu_buf_free(&c.b);
+    }
+    /* at the limit: accepted by the directory check; the stream is junk -> DEFLATE */
+    craft c;
+    craft_base(&c, FKVF_FEAT_DEFLATE);
+    cr_section(&c, FKVF_FOURCC('B', 'O', 'M', 'B'), FKVF_SECTION_DEFLATE, 0, junk, sizeof junk,
+               1032 * 100 + 64);
+    cr_commit(&c, 1, 0, 0, 0);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, 0, NULL));
+    const void *p;
+    size_t n;
+    RC_R(r, fkvf_reader_section_data(r, 2, &p, &n), FKVF_E_DEFLATE);
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_DEFLATE);
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+    /* deflate without the header's feature bit */
+    craft_base(&c, 0);
+    cr_section(&c, FKVF_FOURCC('B', 'O', 'M', 'B'), FKVF_SECTION_DEFLATE, 0, junk, sizeof junk,
+               200);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "DEFLATE feature");
+    tu_buf_free(&c.b);
+}
+END_TEST
+
+static uint8_t *zcompress(const void *p, size_t n, size_t *zn)
+{
+    uLongf bound = compressBound((uLong)n);
+    uint8_t *z = malloc(bound);
+    ck_assert_ptr_nonnull(z);
+    ck_assert_int_eq(compress2(z, &bound, p, (uLong)n, 9), Z_OK);
+    *zn = bound;
+    return z;
+}
+
+START_TEST(guard_corrupt_deflate_served_as_data)
+{
+    fkvf_desc d;
+    simple_desc(&d);
+    d.model_id = "a model id long enough that the descriptor compresses well well well well";
+    size_t dn, zn;
+    uint8_t *dp = desc_bytes(&d, &dn);
+    uint8_t *z = zcompress(dp, dn, &zn);
+    craft c;
+    /* sanity: the intact deflated DESC opens */
+    cr_header(&c, 1, 0, FKVF_FEAT_DEFLATE, 0);
+    cr_section(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED | FKVF_SECTION_DEFLATE, 0, z, zn, dn);
+    cr_commit(&c, 1, 0, 0, 0);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, 0, NULL));
+    fkvf_desc got;
+    OK_R(r, fkvf_reader_desc(r, &got));
+    ck_assert_str_eq(got.model_id, d.model_id);
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+    /* every single-byte change of the stream (checksums recomputed): DEFLATE */
+    for (size_t i = 0; i < zn; i++) {
+        z[i] ^= 0x20;
+        cr_header(&c, 1, 0, FKVF_FEAT_DEFLATE, 0);
+        cr_section(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED | FKVF_SECTION_DEFLATE, 0, z, zn,
+                   dn);
+        cr_commit(&c, 1, 0, 0, 0);
+        char msg[600];
+        int rc = open_craft(&c, 0, msg, sizeof msg);
+        EXPECTF(rc == FKVF_E_DEFLATE, "byte %zu: %s (%s)", i, fkvf_error_name(rc), msg);
+        tu_buf_free(&c.b);
+        z[i] ^= 0x20;
+    }
+    /* declared size one more / one less than the stream gives */
+    for (int delta = -1; delta <= 1; delta += 2) {
+        cr_header(&c, 1, 0, FKVF_FEAT_DEFLATE, 0);
+        cr_section(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED | FKVF_SECTION_DEFLATE, 0, z, zn,
+                   (uint64_t)((long long)dn + delta));
+        cr_commit(&c, 1, 0, 0, 0);
+        EXPECT_OPEN(&c, FKVF_E_DEFLATE, "4.4");
+        tu_buf_free(&c.b);
+    }
+    /* a truncated stream, and bytes after the stream */
+    cr_header(&c, 1, 0, FKVF_FEAT_DEFLATE, 0);
+    cr_section(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED | FKVF_SECTION_DEFLATE, 0, z, zn - 3,
+               dn);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_DEFLATE, "4.4");
+    tu_buf_free(&c.b);
+    uint8_t *z2 = malloc(zn + 4);
+    memcpy(z2, z, zn);
+    memcpy(z2 + zn, "tail", 4);
+    cr_header(&c, 1, 0, FKVF_FEAT_DEFLATE, 0);
+    cr_section(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED | FKVF_SECTION_DEFLATE, 0, z2, zn + 4,
+               dn);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_DEFLATE, "after the stream");
+    tu_buf_free(&c.b);
+    /* a raw (not zlib-wrapped) payload */
+    cr_header(&c, 1, 0, FKVF_FEAT_DEFLATE, 0);
+    cr_section(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED | FKVF_SECTION_DEFLATE, 0, dp, dn,
+               dn);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_DEFLATE, "4.4");
+    tu_buf_free(&c.b);
+    /* STRM is never deflated (spec 4.4) */
+    cr_header(&c, 1, 0, FKVF_FEAT_DEFLATE, 0);
+    cr_desc(&c, 0);
+    cr_section(&c, FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED | FKVF_SECTION_DEFLATE, 0, z, zn, dn);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "never deflated");
+    tu_buf_free(&c.b);
+    free(z2);
+    free(z);
+    free(dp);
+}
+END_TEST
+
+START_TEST(guard_structural_field_errors)
+{
+    craft c;
+    fkvf_desc d;
+    size_t dn;
+    uint8_t *dp;
+    /* a second DESC */
+    craft_base(&c, 0);
+    cr_desc(&c, 0);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "second DESC");
+    tu_buf_free(&c.b);
+    /* a DESC field out of range (checksums valid) */
+    simple_desc(&d);
+    dp = desc_bytes(&d, &dn);
+    dp[16] = 9; /* dtype */
+    cr_header(&c, 1, 0, 0, 0);
+    cr_plain(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED, 0, dp, dn);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "dtype");
+    tu_buf_free(&c.b);
+    /* DESC lengths that do not match the section */
+    dp[16] = FKVF_DTYPE_F16;
+    cr_header(&c, 1, 0, 0, 0);
+    cr_plain(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED, 0, dp, dn - 1);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_TRUNCATED, "DESC");
+    tu_buf_free(&c.b);
+    free(dp);
+    /* unknown directory flag bits, non-zero reserved entry bytes */
+    craft_base(&c, 0);
+    c.e[1].flags = 4;
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "flag");
+    tu_buf_free(&c.b);
+    /* size != stored_size without deflate */
+    craft_base(&c, 0);
+    c.e[1].size = 65;
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "stored_size");
+    tu_buf_free(&c.b);
+    /* directory commit_seq differs from the trailer's */
+    craft_base(&c, 0);
+    cr_commit(&c, 1, 0, 0, 0);
+    {
+        layout l = layout_of(c.b.data, c.b.size);
+        fkvf_st64(c.b.data + l.dir_off + 8, 2);
+        refresh_last_commit(c.b.data, c.b.size);
+    }
+    EXPECT_OPEN(&c, FKVF_E_CHAIN, "commit_seq");
+    tu_buf_free(&c.b);
+    /* positions without exact rows */
+    craft_base(&c, 0);
+    cr_commit(&c, 1, 0, 3, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "not covered");
+    tu_buf_free(&c.b);
+    /* n_archived > n_positions */
+    craft_base(&c, 0);
+    cr_commit(&c, 1, 0, 3, 4);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "n_archived");
+    tu_buf_free(&c.b);
+    /* commit 1 with a prev_trailer */
+    craft_base(&c, 0);
+    cr_commit(&c, 1, 128, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CHAIN, "prev_trailer");
+    tu_buf_free(&c.b);
+}
+END_TEST
+
+/* ==== 7. odd addresses ========================================================== */
+
+START_TEST(odd_address_buffers)
+{
+    model m;
+    model_many(&m, FKVF_DTYPE_BF16);
+    tu_buf b;
+    build(&m, &b);
+    uint8_t *odd = tu_dup_odd(b.data, b.size);
+    ck_assert_ptr_nonnull(odd);
+    ck_assert_uint_eq((uintptr_t)odd % 2, 1);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, odd, b.size, 0, NULL));
+    check_model(r, &m, odd, b.size);
+    fkvf_reader_free(r);
+    tu_free_odd(odd);
+    /* and the small archive */
+    model m2;
+    model_small(&m2);
+    tu_buf b2;
+    build(&m2, &b2);
+    odd = tu_dup_odd(b2.data, b2.size);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, odd, b2.size, 0, NULL));
+    check_model(r, &m2, odd, b2.size);
+    fkvf_reader_free(r);
+    tu_free_odd(odd);
+    tu_buf_free(&b2);
+    model_free(&m2);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+/* ==== 8. allocation failure ======================================================= */
+
+typedef struct failalloc {
+    long count;   /* allocations so far */
+    long fail_at; /* this one fails (0 = none) */
+    int sticky;   /* and every later one */
+    int failed;
+    long live;    /* blocks outstanding */
+} failalloc;
+
+static int fa_should_fail(failalloc *f)
+{
+    f->count++;
+    if (f->fail_at && (f->count == f->fail_at || (f->sticky && f->count > f->fail_at))) {
+        f->failed = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static void *fa_alloc(void *opaque, size_t size)
+{
+    failalloc *f = opaque;
+    if (fa_should_fail(f))
+        return NULL;
+    /* one extra NUL byte after the block; the block itself is garbage */
+    uint8_t *p = malloc(size + 1);
+    if (p) {
+        memset(p, 0xA5, size);
+        p[size] = 0;
+        f->live++;
+    }
+    return p;
+}
+
+static void *fa_realloc(void *opaque, void *ptr, size_t size)
+{
+    failalloc *f = opaque;
+    if (fa_should_fail(f))
+        return NULL;
+    void *p = realloc(ptr, size ? size : 1);
+    if (p && !ptr)
+        f->live++;
+    return p;
+}
+
+static void fa_free(void *opaque, void *ptr)
+{
+    failalloc *f = opaque;
+    if (ptr) {
+        f->live--;
+        free(ptr);
+    }
+}
+
+/* Read everything; the first error. */
+static int read_everything(fkvf_reader *r)
+{
+    int rc;
+    fkvf_archive_info ai;
+    if ((rc = fkvf_reader_info(r, &ai)))
+        return rc;
+    fkvf_desc d;
+    if (ai.has_desc && (rc = fkvf_reader_desc(r, &d)))
+        return rc;
+    size_t n;
+    if ((rc = fkvf_reader_meta_count(r, &n)))
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        fkvf_meta_entry e;
+        if ((rc = fkvf_reader_meta(r, i, &e)))
+            return rc;
+    }
+    fkvf_meta_entry e;
+    if ((rc = fkvf_reader_meta_find(r, "blob", &e)) && rc != FKVF_E_NOT_FOUND)
+        return rc;
+    for (uint64_t p = 0; p < ai.n_positions; p++) {
+        int is;
+        const void *row;
+        size_t rb;
+        if ((rc = fkvf_reader_is_exact(r, p, &is)))
+            return rc;
+        if (is && (rc = fkvf_reader_exact_row(r, p, &row, &rb)))
+            return rc;
+    }
+    for (size_t s = 0; s < ai.n_streams; s++) {
+        fkvf_stream_info si;
+        if ((rc = fkvf_reader_stream_info(r, s, &si)))
+            return rc;
+        uint32_t *out = malloc((size_t)si.length * sizeof *out + 4);
+        rc = fkvf_reader_stream_read(r, s, 0, out, (size_t)si.length);
+        free(out);
+        if (rc)
+            return rc;
+        for (uint64_t t = 0; t < si.length; t++) {
+            fkvf_point pt;
+            if ((rc = fkvf_reader_stream_point(r, s, t, &pt)))
+                return rc;
+        }
+    }
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        const void *p;
+        if ((rc = fkvf_reader_section_data(r, i, &p, &n)))
+            return rc;
+    }
+    return fkvf_reader_verify(r);
+}
+
+static void alloc_failure_reader(const uint8_t *data, size_t size, const char *path, int sticky)
+{
+    long k;
+    for (k = 1;; k++) {
+        failalloc f = {0, k, sticky, 0, 0};
+        fkvf_allocator a = {fa_alloc, fa_realloc, fa_free, &f};
+        fkvf_reader *r = NULL;
+        int rc = path ? fkvf_reader_open_file(&r, path, 0, &a)
+                      : fkvf_reader_open_memory(&r, data, size, 0, &a);
+        if (rc == FKVF_OK)
+            rc = read_everything(r);
+        EXPECTF(rc == FKVF_OK || rc == FKVF_E_NOMEM, "k=%ld sticky=%d: %s (%s)", k, sticky,
+                fkvf_error_name(rc), fkvf_reader_message(r));
+        EXPECTF(rc == FKVF_OK || f.failed, "k=%ld: error without an allocation failure", k);
+        if (rc == FKVF_E_NOMEM && r)
+            EXPECTF(strlen(fkvf_reader_message(r)) > 0, "k=%ld: NOMEM without a message", k);
+        fkvf_reader_free(r);
+        EXPECTF(f.live == 0, "k=%ld sticky=%d: %ld blocks leaked", k, sticky, f.live);
+        if (!f.failed) {
+            EXPECT(rc == FKVF_OK);
+            break;
+        }
+    }
+    ck_assert_int_gt(k, 5); /* the reader does allocate */
+}
+
+START_TEST(alloc_failure_open_and_read)
+{
+    model m;
+    model_small(&m);
+    m.opts.required_features |= FKVF_FEAT_DEFLATE;
+    m.exac_flags = FKVF_SECTION_DEFLATE;
+    m.extra = 1;
+    tu_buf b;
+    build(&m, &b);
+    alloc_failure_reader(b.data, b.size, NULL, 0);
+    alloc_failure_reader(b.data, b.size, NULL, 1);
+    char *dir = make_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/f.fkvf", dir);
+    write_bytes(path, b.data, b.size);
+    alloc_failure_reader(NULL, 0, path, 0);
+    rm_tmpdir(dir);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(alloc_failure_write)
+{
+    model m;
+    model_small(&m);
+    m.opts.required_features |= FKVF_FEAT_DEFLATE;
+    m.exac_flags = FKVF_SECTION_DEFLATE;
+    m.extra = 1;
+    tu_buf ref;
+    build(&m, &ref);
+    for (int sticky = 0; sticky < 2; sticky++) {
+        long k;
+        for (k = 1;; k++) {
+            failalloc f = {0, k, sticky, 0, 0};
+            fkvf_allocator a = {fa_alloc, fa_realloc, fa_free, &f};
+            tu_buf b;
+            memset(&b, 0, sizeof b);
+            fkvf_sink sink = tu_buf_sink(&b);
+            fkvf_writer *w = NULL;
+            int rc = fkvf_writer_create_sink(&w, &sink, &m.opts, &a);
+            if (rc == FKVF_OK)
+                rc = write_model(&m, w);
+            EXPECTF(rc == FKVF_OK || rc == FKVF_E_NOMEM, "k=%ld: %s (%s)", k,
+                    fkvf_error_name(rc), fkvf_writer_message(w));
+            if (rc == FKVF_OK) /* no silently dropped content */
+                EXPECTF(b.size == ref.size && memcmp(b.data, ref.data, b.size) == 0,
+                        "k=%ld: output differs", k);
+            else if (w)
+                EXPECT(strlen(fkvf_writer_message(w)) > 0);
+            fkvf_writer_free(w);
+            EXPECTF(f.live == 0, "k=%ld: %ld blocks leaked", k, f.live);
+            tu_buf_free(&b);
+            if (!f.failed) {
+                EXPECT(rc == FKVF_OK);
+                break;
+            }
+        }
+        ck_assert_int_gt(k, 5);
+    }
+    tu_buf_free(&ref);
+    model_free(&m);
+}
+END_TEST
+
+/* Bug guard: when the path copy failed but the temp-path buffer was
+ * allocated, fkvf_writer_free read the uninitialized temp path and passed
+ * it to unlink(). The trap file is named like the garbage our allocator
+ * leaves in fresh blocks. */
+START_TEST(alloc_failure_create_file_leaves_nothing)
+{
+    model m;
+    model_small(&m);
+    tu_buf ref;
+    build(&m, &ref);
+    char *dir = make_tmpdir();
+    int cwd = open(".", O_RDONLY);
+    ck_assert_int_ge(cwd, 0);
+    ck_assert_int_eq(chdir(dir), 0);
+    const char *path = "w.fkvf"; /* relative: the temp path has 6 + 16 bytes */
+    char trap[6 + 16 + 1];
+    memset(trap, 0xA5, 6 + 16);
+    trap[6 + 16] = 0;
+    write_bytes(trap, "trap", 4);
+    for (int sticky = 0; sticky < 2; sticky++) {
+        long k;
+        for (k = 1;; k++) {
+            failalloc f = {0, k, sticky, 0, 0};
+            fkvf_allocator a = {fa_alloc, fa_realloc, fa_free, &f};
+            fkvf_writer *w = NULL;
+            int rc = fkvf_writer_create_file(&w, path, &m.opts, &a);
+            if (rc == FKVF_OK)
+                rc = write_model(&m, w);
+            EXPECTF(rc == FKVF_OK || rc == FKVF_E_NOMEM, "k=%ld: %s", k, fkvf_error_name(rc));
+            fkvf_writer_free(w);
+            EXPECTF(f.live == 0, "k=%ld: %ld blocks leaked", k, f.live);
+            EXPECTF(path_exists(trap), "k=%ld: writer_free unlinked an unrelated file", k);
+            if (rc == FKVF_OK) {
+                size_t n;
+                uint8_t *got = read_file(path, &n);
+                EXPECT(n == ref.size && memcmp(got, ref.data, n) == 0);
+                free(got);
+                unlink(path);
+            }
+            EXPECTF(dir_entries(".") == 1, "k=%ld: %zu files in the directory", k,
+                    dir_entries("."));
+            if (!f.failed)
+                break;
+        }
+    }
+    ck_assert_int_eq(fchdir(cwd), 0);
+    close(cwd);
+    rm_tmpdir(dir);
+    tu_buf_free(&ref);
+    model_free(&m);
+}
+END_TEST
+
+/* ==== 9. two commits, torn tails ================================================== */
+
+typedef struct two {
+    model m;
+    tu_buf b;       /* commit 1 + commit 2 */
+    size_t s1;      /* end of commit 1 */
+    uint8_t row9[1024];
+} two;
+
+/* Commit 2 (hand-built, spec 7.3-7.4): a META that replaces commit 1's and an
+ * EXAC that overrides position 9. */
+static void build_two(two *t, uint64_t seq2, uint64_t prev_delta)
+{
+    model_small(&t->m);
+    tu_buf c1;
+    build(&t->m, &c1);
+    t->s1 = c1.size;
+    craft c;
+    memset(&c, 0, sizeof c);
+    c.b = c1; /* take over the bytes */
+    mbuild mb;
+    memset(&mb, 0, sizeof mb);
+    mb_u64(&mb, "commit", 2);
+    mb_add(&mb, "note", FKVF_META_UTF8, "second", 6);
+    cr_plain(&c, FKVF_SECTION_META, 0, 0, mb.b.data, mb.b.size);
+    tu_buf_free(&mb.b);
+    ck_assert_uint_le(t->m.row_bytes, sizeof t->row9);
+    tu_rng rng = {77};
+    for (size_t i = 0; i < t->m.row_bytes; i++)
+        t->row9[i] = (uint8_t)tu_next(&rng);
+    uint8_t *ex = calloc(1, 64 + t->m.row_bytes);
+    fkvf_exac_hdr eh = {9, 1, (uint8_t)t->m.desc.dtype};
+    fkvf_exac_hdr_write(ex, &eh);
+    memcpy(ex + 64, t->row9, t->m.row_bytes);
+    cr_plain(&c, FKVF_SECTION_EXAC, FKVF_SECTION_REQUIRED, 9, ex, 64 + t->m.row_bytes);
+    free(ex);
+    cr_commit(&c, seq2, t->s1 - 64 - prev_delta, t->m.n_positions, t->m.n_archived);
+    t->b = c.b;
+}
+
+static void two_free(two *t)
+{
+    tu_buf_free(&t->b);
+    model_free(&t->m);
+}
+
+/* Commit 1's contents, as served from a file with a torn tail. */
+static void check_commit1(fkvf_reader *r, const two *t, size_t len)
+{
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    EXPECT(ai.n_commits == 1);
+    EXPECT(ai.file_size == len);
+    EXPECT(ai.committed_size == t->s1);
+    EXPECTF(ai.torn_bytes == len - t->s1, "torn %llu, len %zu", (unsigned long long)ai.torn_bytes,
+            len);
+    EXPECT(ai.torn_bytes > 0);
+    fkvf_meta_entry e;
+    RC_R(r, fkvf_reader_meta_find(r, "run.steps", &e), FKVF_OK);
+    EXPECT(e.u64 == UINT64_C(0xFFFFFFFFFFFFFFFA));
+    RC_R(r, fkvf_reader_meta_find(r, "commit", &e), FKVF_E_NOT_FOUND);
+    const void *row;
+    size_t rb;
+    OK_R(r, fkvf_reader_exact_row(r, 9, &row, &rb));
+    EXPECT(memcmp(row, t->m.rows + 9 * t->m.row_bytes, rb) == 0);
+    size_t idx;
+    uint32_t out[10];
+    OK_R(r, fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &idx));
+    OK_R(r, fkvf_reader_stream_read(r, idx, 0, out, 10));
+    EXPECT(memcmp(out, t->m.st[2].sym, sizeof out) == 0);
+}
+
+START_TEST(second_commit_is_served)
+{
+    two t;
+    build_two(&t, 2, 0);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, t.b.data, t.b.size, FKVF_OPEN_STRICT, NULL));
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    ck_assert_uint_eq(ai.n_commits, 2);
+    ck_assert_uint_eq(ai.committed_size, t.b.size);
+    ck_assert_uint_eq(ai.torn_bytes, 0);
+    ck_assert_uint_eq(ai.n_sections, 9 + 2);
+    /* later META replaces earlier META (spec 7.3) */
+    size_t n;
+    OK_R(r, fkvf_reader_meta_count(r, &n));
+    ck_assert_uint_eq(n, 2);
+    fkvf_meta_entry e;
+    OK_R(r, fkvf_reader_meta_find(r, "commit", &e));
+    ck_assert_uint_eq(e.u64, 2);
+    RC_R(r, fkvf_reader_meta_find(r, "run.steps", &e), FKVF_E_NOT_FOUND);
+    /* the latest EXAC covering a position wins */
+    const void *row;
+    size_t rb;
+    OK_R(r, fkvf_reader_exact_row(r, 9, &row, &rb));
+    ck_assert(memcmp(row, t.row9, rb) == 0);
+    OK_R(r, fkvf_reader_exact_row(r, 8, &row, &rb));
+    ck_assert(memcmp(row, t.m.rows + 8 * t.m.row_bytes, rb) == 0);
+    /* streams and descriptor from commit 1 */
+    check_desc(r, &t.m.desc);
+    for (size_t i = 0; i < t.m.n_st; i++)
+        check_stream(r, &t.m.st[i], i);
+    /* sections carry their commit */
+    fkvf_section_info si;
+    OK_R(r, fkvf_reader_section(r, ai.n_sections - 1, &si));
+    ck_assert_uint_eq(si.commit_seq, 2);
+    ck_assert_uint_ge(si.offset, t.s1);
+    OK_R(r, fkvf_reader_section(r, 0, &si));
+    ck_assert_uint_eq(si.commit_seq, 1);
+    check_sections(r, t.b.data, t.b.size);
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    two_free(&t);
+}
+END_TEST
+
+START_TEST(torn_second_commit_falls_back_to_first)
+{
+    two t;
+    build_two(&t, 2, 0);
+    size_t total = t.b.size;
+    ck_assert_uint_gt(total - t.s1, 3 * 64);
+    for (size_t len = t.s1 + 1; len < total; len++) {
+        uint8_t *c = malloc(len);
+        memcpy(c, t.b.data, len);
+        fkvf_reader *r = NULL;
+        RC_R(r, fkvf_reader_open_memory(&r, c, len, 0, NULL), FKVF_OK);
+        check_commit1(r, &t, len);
+        RC_R(r, fkvf_reader_verify(r), FKVF_E_TORN);
+        EXPECT(strstr(fkvf_reader_message(r), "torn") != NULL);
+        fkvf_reader_free(r);
+        r = NULL;
+        int rc = fkvf_reader_open_memory(&r, c, len, FKVF_OPEN_STRICT, NULL);
+        EXPECTF(rc == FKVF_E_TORN, "strict, length %zu: %s", len, fkvf_error_name(rc));
+        EXPECT(r != NULL && strlen(fkvf_reader_message(r)) > 0);
+        fkvf_reader_free(r);
+        free(c);
+    }
+    /* exactly commit 1: clean */
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, t.b.data, t.s1, FKVF_OPEN_STRICT, NULL));
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    /* garbage appended to the complete file: commit 2 with a torn tail */
+    uint8_t *g = calloc(1, total + 100);
+    memcpy(g, t.b.data, total);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, g, total + 100, 0, NULL));
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    ck_assert_uint_eq(ai.n_commits, 2);
+    ck_assert_uint_eq(ai.torn_bytes, 100);
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_TORN);
+    fkvf_reader_free(r);
+    free(g);
+    two_free(&t);
+}
+END_TEST
+
+START_TEST(damaged_second_commit_falls_back_to_first)
+{
+    /* commit 2 is complete but its trailer, directory or a section is
+     * damaged: the reader serves commit 1 and reports the rest as torn */
+    two t;
+    build_two(&t, 2, 0);
+    size_t total = t.b.size;
+    layout l = layout_of(t.b.data, total);
+    uint64_t spots[] = {l.trailer_off + 3, l.trailer_off + 60, l.dir_off + 70};
+    for (size_t i = 0; i < 3; i++) {
+        t.b.data[spots[i]] ^= 4;
+        fkvf_reader *r = NULL;
+        OK_R(r, fkvf_reader_open_memory(&r, t.b.data, total, 0, NULL));
+        check_commit1(r, &t, total);
+        fkvf_reader_free(r);
+        r = NULL;
+        RC_R(r, fkvf_reader_open_memory(&r, t.b.data, total, FKVF_OPEN_STRICT, NULL), FKVF_E_TORN);
+        fkvf_reader_free(r);
+        t.b.data[spots[i]] ^= 4;
+    }
+    two_free(&t);
+}
+END_TEST
+
+START_TEST(broken_chain_is_not_trusted)
+{
+    /* commit_seq 3 after 1: the chain is broken; commit 1 is served */
+    two t;
+    build_two(&t, 3, 0);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, t.b.data, t.b.size, 0, NULL));
+    check_commit1(r, &t, t.b.size);
+    fkvf_reader_free(r);
+    r = NULL;
+    RC_R(r, fkvf_reader_open_memory(&r, t.b.data, t.b.size, FKVF_OPEN_STRICT, NULL), FKVF_E_TORN);
+    ck_assert(strstr(fkvf_reader_message(r), "commit") != NULL);
+    fkvf_reader_free(r);
+    two_free(&t);
+    /* prev_trailer pointing 64 bytes before commit 1's trailer */
+    build_two(&t, 2, 64);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, t.b.data, t.b.size, 0, NULL));
+    check_commit1(r, &t, t.b.size);
+    fkvf_reader_free(r);
+    two_free(&t);
+}
+END_TEST
+
+/* ==== suite ====================================================================== */
+
+static Suite *container_suite(void)
+{
+    Suite *s = suite_create("container");
+    TCase *t = tcase_create("roundtrip");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, roundtrip_small_f16);
+    tcase_add_test(t, roundtrip_many_streams_bf16_deflate_small_blocks);
+    tcase_add_test(t, roundtrip_f32_every_position_exact);
+    tcase_add_test(t, roundtrip_exact_rows_each_dtype);
+    tcase_add_test(t, roundtrip_empty_archive);
+    tcase_add_test(t, roundtrip_through_file);
+    tcase_add_test(t, sinks_exact_and_archived_positions);
+    tcase_add_test(t, unknown_optional_section_is_skipped);
+    tcase_add_test(t, unknown_required_section_is_rejected);
+    tcase_add_test(t, deflated_sections_read_back_equal);
+    tcase_add_test(t, verify_keeps_earlier_views_of_deflated_sections);
+    tcase_add_test(t, reader_api_argument_errors);
+    suite_add_tcase(s, t);
+
+    t = tcase_create("writer");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, writer_is_deterministic_through_sink);
+    tcase_add_test(t, writer_is_deterministic_through_file);
+    tcase_add_test(t, writer_create_file_is_atomic);
+    tcase_add_test(t, writer_refuses_stream_length_mismatch);
+    tcase_add_test(t, writer_refuses_uncovered_exact_position);
+    tcase_add_test(t, writer_refuses_duplicate_and_reserved_meta_keys);
+    tcase_add_test(t, writer_refuses_ngon_without_feature);
+    tcase_add_test(t, writer_refuses_bad_streams);
+    tcase_add_test(t, writer_refuses_invalid_descriptor_fields);
+    tcase_add_test(t, writer_refuses_misuse);
+    tcase_add_test(t, writer_sink_error_is_sticky_io);
+    suite_add_tcase(s, t);
+
+    t = tcase_create("damage");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, every_truncation_fails_truncated);
+    tcase_add_test(t, truncated_files_on_disk);
+    tcase_add_test(t, every_header_bit_flip);
+    tcase_add_test(t, every_directory_bit_flip);
+    tcase_add_test(t, every_trailer_bit_flip);
+    tcase_add_test(t, every_payload_bit_flip);
+    tcase_add_test(t, stream_block_flip_caught_on_first_touch);
+    tcase_add_test(t, ngon_anchor_with_matching_checksums_fails_span);
+    suite_add_tcase(s, t);
+
+    t = tcase_create("crafted");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, crafted_baseline_is_valid);
+    tcase_add_test(t, guard_non_fkvf_file_accepted);
+    tcase_add_test(t, guard_major_version_2_read_as_v1);
+    tcase_add_test(t, guard_big_endian_file_misread);
+    tcase_add_test(t, guard_unknown_required_feature_ignored);
+    tcase_add_test(t, guard_misaligned_section_offset_accepted);
+    tcase_add_test(t, guard_overlapping_sections_accepted);
+    tcase_add_test(t, guard_section_reaching_into_directory);
+    tcase_add_test(t, guard_nonzero_padding_unnoticed);
+    tcase_add_test(t, guard_duplicate_meta_keys_ambiguous);
+    tcase_add_test(t, guard_deflate_bomb_declaration);
+    tcase_add_test(t, guard_corrupt_deflate_served_as_data);
+    tcase_add_test(t, guard_structural_field_errors);
+    suite_add_tcase(s, t);
+
+    t = tcase_create("memory");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, odd_address_buffers);
+    tcase_add_test(t, alloc_failure_open_and_read);
+    tcase_add_test(t, alloc_failure_write);
+    tcase_add_test(t, alloc_failure_create_file_leaves_nothing);
+    suite_add_tcase(s, t);
+
+    t = tcase_create("commits");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, second_commit_is_served);
+    tcase_add_test(t, torn_second_commit_falls_back_to_first);
+    tcase_add_test(t, damaged_second_commit_falls_back_to_first);
+    tcase_add_test(t, broken_chain_is_not_trusted);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(container_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
