@@ -49,8 +49,9 @@ grep_out info "5 layers x 4 KV heads" "$T/out"
 grep_out info "sample.generator = fkvf-mksample" "$T/out"
 check info-json 0 "$FKVF" info --json "$SRC/testdata/sample.fkvf"
 grep_out info-json '"positions":100' "$T/out"
+cp "$T/out" "$T/info.json"
 if command -v python3 >/dev/null; then
-    check info-json-parses 0 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["archived"]==64 and len(d["stream_list"])==121' "$T/out"
+    check info-json-parses 0 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["archived"]==64 and len(d["stream_list"])==121' "$T/info.json"
 fi
 check verify 0 "$FKVF" verify "$SRC/testdata/sample.fkvf"
 check verify-json 0 "$FKVF" verify --json "$SRC/testdata/sample.fkvf"

@@ -214,6 +214,8 @@ static int cmd_info(int argc, char **argv)
     sizes_by_part(r, &ai, &ps);
     size_t n_meta = 0;
     int meta_rc = fkvf_reader_meta_count(r, &n_meta);
+    char meta_msg[1024];
+    snprintf(meta_msg, sizeof meta_msg, "%s", meta_rc ? fkvf_reader_message(r) : "");
     uint64_t fp16_bytes = 0;
     if (has_desc)
         fp16_bytes = ai.n_positions * (uint64_t)d.n_layers * d.n_kv_heads * (d.key_dim + d.value_dim) * 2;
@@ -328,7 +330,7 @@ static int cmd_info(int argc, char **argv)
         if (ai.n_streams > 16)
             fprintf(f, "  ... %zu more (use --json for all)\n", ai.n_streams - 16);
         if (meta_rc != FKVF_OK) {
-            fprintf(f, "metadata        invalid: %s\n", fkvf_reader_message(r));
+            fprintf(f, "metadata        invalid: %s\n", meta_msg);
             ec = EXIT_INVALID;
         } else {
             fprintf(f, "metadata        %zu entr%s\n", n_meta, n_meta == 1 ? "y" : "ies");
@@ -365,7 +367,9 @@ static int cmd_verify(int argc, char **argv)
     int rc = fkvf_reader_open_file(&r, path, 0, NULL);
     if (rc == FKVF_OK)
         rc = fkvf_reader_verify(r);
-    const char *msg = r ? fkvf_reader_message(r) : "";
+    /* copy: later calls on the handle clear its message */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", r ? fkvf_reader_message(r) : "");
     if (rc == FKVF_OK)
         ec = EXIT_VALID;
     else
@@ -380,13 +384,13 @@ static int cmd_verify(int argc, char **argv)
         printf(",\"valid\":%s,\"code\":%d,\"error\":\"%s\",\"recoverable_torn_tail\":%s,\"message\":",
                rc == FKVF_OK ? "true" : "false", rc, rc ? fkvf_error_name(rc) : "",
                rc == FKVF_E_TORN ? "true" : "false");
-        json_cstr(stdout, rc ? (msg && *msg ? msg : fkvf_strerror(rc)) : "");
+        json_cstr(stdout, rc ? (*msg ? msg : fkvf_strerror(rc)) : "");
         printf("}\n");
     } else if (rc == FKVF_OK) {
         printf("%s: OK (%" PRIu64 " commit(s), %zu sections, %" PRIu64 " positions)\n", path,
                ai.n_commits, ai.n_sections, ai.n_positions);
     } else {
-        fprintf(stderr, "%s: %s\n", prog, msg && *msg ? msg : fkvf_strerror(rc));
+        fprintf(stderr, "%s: %s\n", prog, *msg ? msg : fkvf_strerror(rc));
         if (rc == FKVF_E_TORN)
             fprintf(stderr, "%s: the committed data up to byte %" PRIu64
                             " is intact; the torn tail can be cut off safely\n",
