@@ -133,24 +133,24 @@ int main(int argc, char **argv)
     }
     free(rows);
 
-    /* embedded codebooks (spec 13 layout), f16 */
+    /* embedded codebooks (spec 13), f16 */
+    fkvf_codebook_shape cs;
+    memset(&cs, 0, sizeof cs);
+    cs.n_layers = L;
+    cs.n_heads = H;
+    cs.key_dim = D;
+    cs.value_dim = D;
+    cs.k = K;
+    cs.k_stages = (uint8_t)KS;
+    cs.v_stages = (uint8_t)VS;
+    cs.dtype = FKVF_DTYPE_F16;
     size_t cb_elems = (size_t)L * H * K * (KS * D + VS * D);
-    size_t cb_size = 64 + cb_elems * 2;
-    unsigned char *cb = calloc(1, cb_size);
+    unsigned char *cb = calloc(cb_elems, 2);
     if (!cb)
         return fail(w, FKVF_E_NOMEM, "codebooks");
-    unsigned char *p = cb;
-    uint32_t hdr[5] = {L, H, D, D, K};
-    for (int i = 0; i < 5; i++)
-        for (int b = 0; b < 4; b++)
-            p[4 * i + b] = (unsigned char)(hdr[i] >> (8 * b));
-    p[20] = KS;
-    p[21] = VS;
-    p[22] = FKVF_DTYPE_F16;
-    p[23] = 0;
     for (size_t i = 0; i < cb_elems; i++)
-        put16(cb + 64 + 2 * i, to_f16((float)(unit() / (1 + (double)(i % 7)))));
-    rc = fkvf_writer_add_section(w, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cb, cb_size);
+        put16(cb + 2 * i, to_f16((float)(unit() / (1 + (double)(i % 7)))));
+    rc = fkvf_writer_add_codebooks(w, &cs, cb, cb_elems * 2, 0);
     free(cb);
     if (rc)
         return fail(w, rc, "codebooks");

@@ -184,6 +184,22 @@ typedef struct fkvf_meta_entry {
     double f64;               /* decoded value for F64 */
 } fkvf_meta_entry;
 
+/* Codebook shape (spec 13.1). */
+typedef struct fkvf_codebook_shape {
+    uint32_t n_layers, n_heads; /* n_heads = 1 when pooled */
+    uint32_t key_dim, value_dim;
+    uint32_t k;                 /* centroids per stage: power of two, 16..4096 */
+    uint8_t k_stages, v_stages; /* 0..16 each */
+    fkvf_dtype dtype;           /* F16 or F32 */
+    uint8_t pooled;             /* 0 per (layer, head), 1 per layer */
+} fkvf_codebook_shape;
+
+/* Bytes of the CBK1 section of a shape (64-byte header + tables); 0 if the
+ * shape is invalid or overflows. */
+FKVF_API uint64_t fkvf_codebook_size(const fkvf_codebook_shape *shape);
+/* Content hash (spec 13.3): XXH3-128, canonical bytes, of CBK1 contents. */
+FKVF_API void fkvf_codebook_hash(const void *cbk1, size_t size, uint8_t out[16]);
+
 /* ---- reader ------------------------------------------------------------ */
 
 typedef struct fkvf_reader fkvf_reader;
@@ -272,6 +288,21 @@ FKVF_API int fkvf_reader_exact_row(fkvf_reader *r, uint64_t position, const void
                                    size_t *row_bytes);
 FKVF_API int fkvf_reader_is_exact(const fkvf_reader *r, uint64_t position, int *is_exact);
 
+/* The archive's codebook (spec 13): shape, the CBK1 contents (header
+ * included, zero-copy) and its content hash. For an archive that refers to
+ * an external codebook, available after fkvf_reader_attach_codebook; before
+ * that FKVF_E_CODEBOOK. FKVF_E_NOT_FOUND when the archive has no codebook. */
+FKVF_API int fkvf_reader_codebook(fkvf_reader *r, fkvf_codebook_shape *shape,
+                                  const void **contents, size_t *size, uint8_t hash[16]);
+/* The external reference (spec 13.5): 1 in *is_external and the expected
+ * hash and name hint (NUL-terminated, owned by r); 0 when embedded or none. */
+FKVF_API int fkvf_reader_codebook_ref(const fkvf_reader *r, int *is_external, uint8_t hash[16],
+                                      const char **name);
+/* Resolve an external codebook with an opened codebook file (borrowed: it
+ * must outlive r). FKVF_E_CODEBOOK, naming the expected hash, when it is not
+ * a codebook file, its hash differs, or its shape does not match. */
+FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *codebook_file);
+
 /* Full pass: every checksum, padding, every span, every rule the reader can
  * check. Returns the first error; the message names it. */
 FKVF_API int fkvf_reader_verify(fkvf_reader *r);
@@ -337,6 +368,17 @@ typedef struct fkvf_stream_spec {
 /* A whole stream in one segment. */
 FKVF_API int fkvf_writer_add_stream(fkvf_writer *w, const fkvf_stream_spec *spec,
                                     const uint32_t *symbols, size_t n);
+
+/* Embedded codebooks (spec 13): `tables` holds the centroid tables in the
+ * order of spec 13.2 (size = fkvf_codebook_size - 64). Must come before the
+ * index streams, which are checked against k. A writer without a descriptor
+ * writes a codebook file (spec 13.4). */
+FKVF_API int fkvf_writer_add_codebooks(fkvf_writer *w, const fkvf_codebook_shape *shape,
+                                       const void *tables, size_t size, unsigned section_flags);
+/* Refer to an external codebook file by content hash (needs
+ * FKVF_FEAT_EXTERNAL_CODEBOOK); the shape is that codebook's. */
+FKVF_API int fkvf_writer_add_codebook_ref(fkvf_writer *w, const fkvf_codebook_shape *shape,
+                                          const uint8_t hash[16], const char *name);
 
 /* Any section (for extensions and tests); flags FKVF_SECTION_*. */
 FKVF_API int fkvf_writer_add_section(fkvf_writer *w, uint32_t type, uint32_t flags, uint64_t key,

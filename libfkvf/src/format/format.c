@@ -206,8 +206,10 @@ int fkvf_trailer_parse(const uint8_t p[64], uint64_t off, fkvf_trailer *t, fkvf_
         return fkvf_fail(d, FKVF_E_CORRUPT, off + 48, "6.1",
                          "trailer.file_size: %llu, the trailer ends at %llu",
                          (unsigned long long)t->file_size, (unsigned long long)(off + 64));
-    if (t->commit_seq == 0 || t->commit_seq > FKVF_MAX_COMMITS)
-        return fkvf_fail(d, FKVF_E_CORRUPT, off + 8, "6.1", "trailer.commit_seq: %llu",
+    if (t->commit_seq == 0)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 8, "6.2", "trailer.commit_seq: 0");
+    if (t->commit_seq > FKVF_MAX_COMMITS)
+        return fkvf_fail(d, FKVF_E_LIMIT, off + 8, "6.2", "trailer.commit_seq: %llu > 2^24",
                          (unsigned long long)t->commit_seq);
     if (t->dir_offset % 64)
         return fkvf_fail(d, FKVF_E_ALIGN, off + 16, "4.1",
@@ -228,6 +230,10 @@ int fkvf_trailer_parse(const uint8_t p[64], uint64_t off, fkvf_trailer *t, fkvf_
                          "trailer.prev_trailer: %llu invalid for commit %llu",
                          (unsigned long long)t->prev_trailer,
                          (unsigned long long)t->commit_seq);
+    if (t->dir_size > FKVF_DIRHDR_SIZE + (uint64_t)FKVF_DIRENT_SIZE * FKVF_MAX_DIR_ENTRIES)
+        return fkvf_fail(d, FKVF_E_LIMIT, off + 24, "6.2",
+                         "trailer.dir_size: %llu exceeds the largest directory",
+                         (unsigned long long)t->dir_size);
     return FKVF_OK;
 }
 
@@ -731,4 +737,114 @@ int fkvf_vtxs_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t key,
                          (unsigned long long)size, nn, (unsigned long long)(8 + 16 * (uint64_t)nn));
     *n = nn;
     return FKVF_OK;
+}
+
+/* ---- codebooks ------------------------------------------------------------- */
+
+uint64_t fkvf_cbk1_size(const fkvf_codebook_shape *s)
+{
+    if (s->n_layers < 1 || s->n_layers > FKVF_MAX_LAYERS || s->n_heads < 1 ||
+        s->n_heads > FKVF_MAX_HEADS || s->key_dim < 1 || s->key_dim > FKVF_MAX_DIM ||
+        s->value_dim < 1 || s->value_dim > FKVF_MAX_DIM || s->k < 16 || s->k > 4096 ||
+        (s->k & (s->k - 1)) || s->k_stages > 16 || s->v_stages > 16 ||
+        (s->dtype != FKVF_DTYPE_F16 && s->dtype != FKVF_DTYPE_F32) || s->pooled > 1 ||
+        (s->pooled && s->n_heads != 1))
+        return 0;
+    uint64_t per, t;
+    if (!fkvf_mul64(s->k_stages, s->key_dim, &per) || !fkvf_mul64(s->v_stages, s->value_dim, &t) ||
+        !fkvf_add64(per, t, &per) || !fkvf_mul64(per, s->k, &per) ||
+        !fkvf_mul64(per, fkvf_dtype_size(s->dtype), &per) || !fkvf_mul64(per, s->n_heads, &per) ||
+        !fkvf_mul64(per, s->n_layers, &per) || !fkvf_add64(per, 64, &per) ||
+        per > FKVF_MAX_SECTION_SIZE)
+        return 0;
+    return per;
+}
+
+void fkvf_cbk1_hdr_write(uint8_t out[64], const fkvf_codebook_shape *s)
+{
+    memset(out, 0, 64);
+    fkvf_st32(out + 0, s->n_layers);
+    fkvf_st32(out + 4, s->n_heads);
+    fkvf_st32(out + 8, s->key_dim);
+    fkvf_st32(out + 12, s->value_dim);
+    fkvf_st32(out + 16, s->k);
+    out[20] = s->k_stages;
+    out[21] = s->v_stages;
+    out[22] = (uint8_t)s->dtype;
+    out[23] = s->pooled;
+}
+
+int fkvf_cbk1_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_codebook_shape *s,
+                    fkvf_diag *d)
+{
+    if (size < 64)
+        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "13.2", "CBK1: %llu bytes, header needs 64",
+                         (unsigned long long)size);
+    memset(s, 0, sizeof *s);
+    s->n_layers = fkvf_ld32(p);
+    s->n_heads = fkvf_ld32(p + 4);
+    s->key_dim = fkvf_ld32(p + 8);
+    s->value_dim = fkvf_ld32(p + 12);
+    s->k = fkvf_ld32(p + 16);
+    s->k_stages = p[20];
+    s->v_stages = p[21];
+    s->dtype = (fkvf_dtype)p[22];
+    s->pooled = p[23];
+    if (!all_zero(p + 24, 40))
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 24, "13.1", "CBK1: reserved bytes not zero");
+    uint64_t want = fkvf_cbk1_size(s);
+    if (want == 0)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off, "13.1",
+                         "CBK1: shape out of range (layers %u, heads %u, dims %u/%u, k %u, "
+                         "stages %u/%u, dtype %u, pooled %u)",
+                         s->n_layers, s->n_heads, s->key_dim, s->value_dim, s->k, s->k_stages,
+                         s->v_stages, (unsigned)s->dtype, s->pooled);
+    if (size != want)
+        return fkvf_fail(d, size < want ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT, off, "13.2",
+                         "CBK1: section is %llu bytes, the shape needs %llu",
+                         (unsigned long long)size, (unsigned long long)want);
+    return FKVF_OK;
+}
+
+int fkvf_cbrf_parse(const uint8_t *p, uint64_t size, uint64_t off, const uint8_t **hash,
+                    const uint8_t **name, uint32_t *name_len, fkvf_diag *d)
+{
+    if (size < FKVF_CBRF_FIXED)
+        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "13.5", "CBRF: %llu bytes, needs 24",
+                         (unsigned long long)size);
+    uint32_t nl = fkvf_ld32(p + 16);
+    if (fkvf_ld32(p + 20) != 0)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 20, "13.5", "CBRF: reserved field not zero");
+    if (nl > FKVF_MAX_ID_LEN)
+        return fkvf_fail(d, FKVF_E_LIMIT, off + 16, "13.5", "CBRF.name_len: %u > %u", nl,
+                         FKVF_MAX_ID_LEN);
+    if (size != FKVF_CBRF_FIXED + (uint64_t)nl)
+        return fkvf_fail(d, size < FKVF_CBRF_FIXED + (uint64_t)nl ? FKVF_E_TRUNCATED
+                                                                 : FKVF_E_CORRUPT,
+                         off, "13.5", "CBRF: section is %llu bytes, name_len %u needs %llu",
+                         (unsigned long long)size, nl, (unsigned long long)(FKVF_CBRF_FIXED + nl));
+    if (!fkvf_utf8_valid(p + FKVF_CBRF_FIXED, nl))
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + FKVF_CBRF_FIXED, "13.5",
+                         "CBRF.name: not valid UTF-8");
+    *hash = p;
+    *name = p + FKVF_CBRF_FIXED;
+    *name_len = nl;
+    return FKVF_OK;
+}
+
+int fkvf_cbk1_matches(const fkvf_codebook_shape *s, const fkvf_desc *desc)
+{
+    return s->n_layers == desc->n_layers && s->key_dim == desc->key_dim &&
+           s->value_dim == desc->value_dim &&
+           (s->pooled ? s->n_heads == 1 : s->n_heads == desc->n_kv_heads);
+}
+
+FKVF_API uint64_t fkvf_codebook_size(const fkvf_codebook_shape *shape)
+{
+    return shape ? fkvf_cbk1_size(shape) : 0;
+}
+
+FKVF_API void fkvf_codebook_hash(const void *cbk1, size_t size, uint8_t out[16])
+{
+    fkvf_xxh3_128(cbk1, size, out);
 }

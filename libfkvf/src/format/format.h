@@ -132,6 +132,20 @@ int fkvf_exac_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t 
 int fkvf_vtxs_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t key, uint32_t *n,
                     fkvf_diag *d);
 
+/* codebooks (spec 13) */
+#define FKVF_CBRF_FIXED 24
+/* Validates a shape (spec 13.1 ranges); returns its section size or 0. */
+uint64_t fkvf_cbk1_size(const fkvf_codebook_shape *s);
+void fkvf_cbk1_hdr_write(uint8_t out[64], const fkvf_codebook_shape *s);
+/* Parse + check the header and the exact section size (spec 13.1-13.2). */
+int fkvf_cbk1_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_codebook_shape *s,
+                    fkvf_diag *d);
+/* CBRF (spec 13.5): hash and name (into p). */
+int fkvf_cbrf_parse(const uint8_t *p, uint64_t size, uint64_t off, const uint8_t **hash,
+                    const uint8_t **name, uint32_t *name_len, fkvf_diag *d);
+/* Does the shape match the descriptor (spec 13.7)? */
+int fkvf_cbk1_matches(const fkvf_codebook_shape *s, const fkvf_desc *desc);
+
 /* UTF-8 validity (no overlongs, no surrogates, <= U+10FFFF). */
 int fkvf_utf8_valid(const uint8_t *s, size_t n);
 

@@ -163,9 +163,10 @@ static int trailer_at(fkvf_reader *r, uint64_t off, fkvf_trailer *t, fkvf_dirhdr
 }
 
 /* Walk back from the head trailer; fill r->commits in commit order. */
-static int load_chain(fkvf_reader *r, uint64_t head)
+static int load_chain(fkvf_reader *r, uint64_t head, int *head_ok)
 {
     size_t cap = 0;
+    *head_ok = 0;
     uint64_t off = head, expect_seq = 0;
     for (;;) {
         fkvf_trailer t;
@@ -178,6 +179,8 @@ static int load_chain(fkvf_reader *r, uint64_t head)
                                          r->diag.msg);
             return rc;
         }
+        if (off == head)
+            *head_ok = 1;
         if (expect_seq && t.commit_seq != expect_seq)
             return FAIL(FKVF_E_CHAIN, off + 8, "7.1",
                         "commit chain: trailer at %llu has commit_seq %llu, expected %llu",
@@ -224,11 +227,16 @@ static int find_head(fkvf_reader *r)
                         "file length %llu is not a multiple of 64 (truncated or torn)",
                         (unsigned long long)size);
     } else {
-        first_rc = load_chain(r, last);
+        int head_ok;
+        first_rc = load_chain(r, last, &head_ok);
         if (first_rc == FKVF_OK) {
             r->committed_size = size;
             return FKVF_OK;
         }
+        /* A valid final trailer means the last append completed: damage
+         * behind it is not a torn tail, and no earlier commit is served. */
+        if (head_ok)
+            return first_rc;
     }
     first_diag = r->diag;
     /* Torn tail: scan back for the latest trailer with a valid chain. */
@@ -237,7 +245,8 @@ static int find_head(fkvf_reader *r)
             continue;
         r->n_commits = 0;
         fkvf_diag_clear(&r->diag);
-        if (load_chain(r, off) == FKVF_OK) {
+        int head_ok;
+        if (load_chain(r, off, &head_ok) == FKVF_OK) {
             r->committed_size = off + 64;
             r->torn_bytes = size - r->committed_size;
             if (r->flags & FKVF_OPEN_STRICT)
@@ -294,14 +303,19 @@ static int load_directories(fkvf_reader *r)
             if (fkvf_ld64(r->data + eoff + 48) || fkvf_ld64(r->data + eoff + 56))
                 return FAIL(FKVF_E_CORRUPT, eoff + 48, "4.2",
                             "directory entry %u (%s): reserved bytes not zero", k, tn);
+            if (e->type == FKVF_SECTION_DIRC)
+                return FAIL(FKVF_E_CORRUPT, eoff, "4.3",
+                            "directory entry %u: a directory is never listed as a section", k);
             if (e->offset % 64)
                 return FAIL(FKVF_E_ALIGN, eoff + 8, "4.1",
                             "directory entry %u (%s): offset %llu not a multiple of 64", k, tn,
                             (unsigned long long)e->offset);
-            uint64_t end;
-            if (e->stored_size > FKVF_MAX_SECTION_SIZE ||
-                !fkvf_add64(e->offset, e->stored_size, &end) || e->offset < c->region_start ||
-                end > c->dir_off)
+            if (e->stored_size > FKVF_MAX_SECTION_SIZE || e->size > FKVF_MAX_SECTION_SIZE)
+                return FAIL(FKVF_E_LIMIT, eoff + 16, "15",
+                            "directory entry %u (%s): size %llu / stored_size %llu over 2^48", k,
+                            tn, (unsigned long long)e->size, (unsigned long long)e->stored_size);
+            uint64_t end = e->offset + e->stored_size; /* both < 2^63: no overflow */
+            if (e->offset < c->region_start || end > c->dir_off)
                 return FAIL(FKVF_E_BOUNDS, eoff + 8, "4.5",
                             "directory entry %u (%s): [%llu, +%llu) outside commit %llu's "
                             "region [%llu, %llu)",
@@ -523,6 +537,67 @@ static int add_segment(fkvf_reader *r, size_t i, size_t *cap)
     return FKVF_OK;
 }
 
+/* CBK1 header or CBRF reference (spec 13.1, 13.5). */
+static int load_codebook(fkvf_reader *r)
+{
+    if (!r->cb_kind)
+        return FKVF_OK;
+    const uint8_t *p;
+    uint64_t n;
+    uint64_t off = r->sections[r->cb_sec].e.offset;
+    int rc = rd_section_bytes(r, r->cb_sec, &p, &n);
+    if (rc)
+        return rc;
+    if (r->cb_kind == 1) {
+        if ((rc = fkvf_cbk1_parse(p, n, off, &r->cb_shape, &r->diag)))
+            return rc;
+        if (r->has_desc && !fkvf_cbk1_matches(&r->cb_shape, &r->desc))
+            return FAIL(FKVF_E_CORRUPT, off, "13.7",
+                        "CBK1 shape (layers %u, heads %u, dims %u/%u) does not match the "
+                        "descriptor",
+                        r->cb_shape.n_layers, r->cb_shape.n_heads, r->cb_shape.key_dim,
+                        r->cb_shape.value_dim);
+        r->cb_known = 1;
+        return FKVF_OK;
+    }
+    const uint8_t *hash, *name;
+    uint32_t nl;
+    if ((rc = fkvf_cbrf_parse(p, n, off, &hash, &name, &nl, &r->diag)))
+        return rc;
+    memcpy(r->cb_ref_hash, hash, 16);
+    if (!(r->cb_ref_name = dup_bytes(r, name, nl)))
+        return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for the codebook name");
+    return FKVF_OK;
+}
+
+/* Spec 11.8: with archived positions, exactly the index streams the
+ * codebook's stages call for; `code` is CORRUPT (embedded) or CODEBOOK
+ * (external codebook attached later). */
+static int check_index_streams(fkvf_reader *r, int code)
+{
+    const fkvf_codebook_shape *cb = &r->cb_shape;
+    uint64_t n_index = 0;
+    for (size_t i = 0; i < r->n_streams; i++) {
+        uint64_t id = r->streams[i].id;
+        if ((id >> 56) != FKVF_STREAM_KIND_INDEX)
+            continue;
+        n_index++;
+        unsigned kv = (unsigned)(id >> 32 & 0xFF), stage = (unsigned)(id >> 40 & 0xFF);
+        if (stage >= (kv ? cb->v_stages : cb->k_stages))
+            return FAIL(code, r->sections[r->streams[i].segs[0].sec].e.offset, "11.8",
+                        "index stream %016llx: stage %u beyond the codebook's %u %s stages",
+                        (unsigned long long)id, stage, kv ? cb->v_stages : cb->k_stages,
+                        kv ? "value" : "key");
+    }
+    uint64_t want = (uint64_t)r->desc.n_layers * r->desc.n_kv_heads * (cb->k_stages + cb->v_stages);
+    if (r->n_archived && n_index != want)
+        return FAIL(code, FKVF_NO_OFFSET, "11.8",
+                    "%llu index streams; %u layers x %u heads x (%u + %u) stages need %llu",
+                    (unsigned long long)n_index, r->desc.n_layers, r->desc.n_kv_heads,
+                    cb->k_stages, cb->v_stages, (unsigned long long)want);
+    return FKVF_OK;
+}
+
 static int load_contents(fkvf_reader *r)
 {
     size_t desc_i = SIZE_MAX, scap = 0, ecap = 0;
@@ -540,12 +615,44 @@ static int load_contents(fkvf_reader *r)
                         (unsigned long long)r->sections[desc_i].e.offset);
         desc_i = i;
     }
-    if (desc_i != SIZE_MAX && (rc = load_desc(r, desc_i)))
-        return rc;
+    if (desc_i != SIZE_MAX) {
+        const rd_section *ds = &r->sections[desc_i];
+        if (ds->commit_seq != 1 || ds->e.key != 0)
+            return FAIL(FKVF_E_CORRUPT, ds->e.offset, "8.3",
+                        "DESC must be in commit 1 with key 0 (commit %llu, key %llu)",
+                        (unsigned long long)ds->commit_seq, (unsigned long long)ds->e.key);
+        if ((rc = load_desc(r, desc_i)))
+            return rc;
+    }
     for (size_t i = 0; i < r->n_sections; i++) {
         rd_section *s = &r->sections[i];
         switch (s->e.type) {
+        case FKVF_SECTION_CBK1:
+        case FKVF_SECTION_CBRF:
+            if (r->cb_kind)
+                return FAIL(FKVF_E_CORRUPT, s->e.offset, "13.7",
+                            "second codebook section (the first is at %llu)",
+                            (unsigned long long)r->sections[r->cb_sec].e.offset);
+            if (s->e.key != 0)
+                return FAIL(FKVF_E_CORRUPT, s->e.offset, "4.3", "codebook section key %llu, must be 0",
+                            (unsigned long long)s->e.key);
+            if (s->e.type == FKVF_SECTION_CBRF &&
+                !(r->hdr.required_features & FKVF_FEAT_EXTERNAL_CODEBOOK))
+                return FAIL(FKVF_E_CORRUPT, s->e.offset, "3.3",
+                            "CBRF section, but the header does not declare EXTERNAL_CODEBOOK");
+            r->cb_kind = s->e.type == FKVF_SECTION_CBK1 ? 1 : 2;
+            r->cb_sec = i;
+            break;
+        case FKVF_SECTION_VTXS:
+            for (size_t k = 0; k < i; k++)
+                if (r->sections[k].e.type == FKVF_SECTION_VTXS && r->sections[k].e.key == s->e.key)
+                    return FAIL(FKVF_E_CORRUPT, s->e.offset, "10.3",
+                                "second VTXS section for N=%llu", (unsigned long long)s->e.key);
+            break;
         case FKVF_SECTION_META:
+            if (s->e.key != 0)
+                return FAIL(FKVF_E_CORRUPT, s->e.offset, "4.3", "META key %llu, must be 0",
+                            (unsigned long long)s->e.key);
             r->has_meta = 1;
             r->meta_sec = i;
             r->meta_checked = 0;
@@ -603,12 +710,21 @@ static int load_contents(fkvf_reader *r)
                             (unsigned long long)s->id, layer, head);
         }
     }
+    if ((rc = load_codebook(r)))
+        return rc;
     if (!r->has_desc) {
-        if (r->n_exact || r->n_positions)
-            return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "8",
-                        "archive holds positions but has no DESC section");
+        if (r->n_exact || r->n_positions || r->n_streams || r->cb_kind != 1)
+            return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "13.4",
+                        "no DESC section, and not a codebook file (exactly one CBK1; no "
+                        "streams, exact rows, CBRF or positions)");
         return FKVF_OK;
     }
+    if (r->n_archived && !r->cb_kind)
+        return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "13.7",
+                    "%llu archived positions but no codebook section (CBK1 or CBRF)",
+                    (unsigned long long)r->n_archived);
+    if (r->cb_known && (rc = check_index_streams(r, FKVF_E_CORRUPT)))
+        return rc;
     /* positions (spec 14) */
     uint64_t S = r->desc.n_sinks < r->n_positions ? r->desc.n_sinks : r->n_positions;
     if (r->n_archived && (r->desc.n_sinks > r->n_positions ||
@@ -767,6 +883,7 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
     fkvf_free(a, r->exact);
     fkvf_free(a, r->sections);
     fkvf_free(a, r->commits);
+    fkvf_free(a, r->cb_ref_name);
     fkvf_free(a, r->model_id);
     fkvf_free(a, r->tokenizer_id);
     if (r->map)
@@ -1187,5 +1304,112 @@ FKVF_API int fkvf_reader_stream_point(fkvf_reader *r, size_t index, uint64_t t, 
     } else {
         fkvf_ngon_encode_span(s->ngon, sym, (uint32_t)n, &out->fx, &out->fy);
     }
+    return FKVF_OK;
+}
+
+/* ---- codebooks ------------------------------------------------------------------ */
+
+static void hex16(const uint8_t h[16], char out[33])
+{
+    static const char x[] = "0123456789abcdef";
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = x[h[i] >> 4];
+        out[2 * i + 1] = x[h[i] & 15];
+    }
+    out[32] = 0;
+}
+
+FKVF_API int fkvf_reader_codebook(fkvf_reader *r, fkvf_codebook_shape *shape,
+                                  const void **contents, size_t *size, uint8_t hash[16])
+{
+    ENTER(r);
+    if (!r->cb_kind)
+        return fkvf_fail(&r->diag, FKVF_E_NOT_FOUND, FKVF_NO_OFFSET, "13",
+                         "the archive has no codebook");
+    if (!r->cb_known) {
+        char hx[33];
+        hex16(r->cb_ref_hash, hx);
+        return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, r->sections[r->cb_sec].e.offset, "13.5",
+                         "external codebook %s (name hint \"%s\") is not attached", hx,
+                         r->cb_ref_name);
+    }
+    fkvf_reader *src = r->cb_kind == 1 ? r : r->cb_file;
+    size_t sec = r->cb_kind == 1 ? r->cb_sec : r->cb_file_sec;
+    const uint8_t *p;
+    uint64_t n;
+    int rc = rd_section_bytes(src, sec, &p, &n);
+    if (rc) {
+        if (src != r)
+            fkvf_fail(&r->diag, rc, FKVF_NO_OFFSET, "13", "attached codebook: %s",
+                      src->diag.msg);
+        return rc;
+    }
+    if (shape)
+        *shape = r->cb_shape;
+    if (contents)
+        *contents = p;
+    if (size && !fkvf_tosz(n, size))
+        return FKVF_E_LIMIT;
+    if (hash)
+        fkvf_xxh3_128(p, (size_t)n, hash);
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_codebook_ref(const fkvf_reader *r, int *is_external, uint8_t hash[16],
+                                      const char **name)
+{
+    ENTER(r);
+    if (!is_external)
+        return FKVF_E_INVALID_ARG;
+    *is_external = r->cb_kind == 2;
+    if (r->cb_kind == 2) {
+        if (hash)
+            memcpy(hash, r->cb_ref_hash, 16);
+        if (name)
+            *name = r->cb_ref_name;
+    }
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
+{
+    ENTER(r);
+    if (!cf || cf->magic != FKVF_READER_MAGIC || !cf->n_commits || cf == r)
+        return FKVF_E_INVALID_ARG;
+    char hx[33];
+    hex16(r->cb_ref_hash, hx);
+    if (r->cb_kind != 2)
+        return fkvf_fail(&r->diag, FKVF_E_STATE, FKVF_NO_OFFSET, "13.5",
+                         "the archive does not refer to an external codebook");
+    if (cf->has_desc || cf->cb_kind != 1)
+        return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "13.4",
+                         "%s is not a codebook file; expected codebook %s", cf->diag.name, hx);
+    const uint8_t *p;
+    uint64_t n;
+    int rc = rd_section_bytes(cf, cf->cb_sec, &p, &n);
+    if (rc)
+        return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "13.5",
+                         "codebook file %s unreadable: %s", cf->diag.name, cf->diag.msg);
+    uint8_t h[16];
+    fkvf_xxh3_128(p, (size_t)n, h);
+    if (memcmp(h, r->cb_ref_hash, 16) != 0) {
+        char got[33];
+        hex16(h, got);
+        return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, r->sections[r->cb_sec].e.offset, "13.5",
+                         "codebook file %s has content hash %s; the archive expects %s",
+                         cf->diag.name, got, hx);
+    }
+    if (!fkvf_cbk1_matches(&cf->cb_shape, &r->desc))
+        return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "13.7",
+                         "codebook %s does not match the descriptor's shape", hx);
+    fkvf_codebook_shape saved = r->cb_shape;
+    r->cb_shape = cf->cb_shape;
+    if ((rc = check_index_streams(r, FKVF_E_CODEBOOK))) {
+        r->cb_shape = saved;
+        return rc;
+    }
+    r->cb_file = cf;
+    r->cb_file_sec = cf->cb_sec;
+    r->cb_known = 1;
     return FKVF_OK;
 }

@@ -81,6 +81,16 @@ struct fkvf_reader {
     uint32_t meta_count;
     int meta_checked;
 
+    /* codebook (spec 13) */
+    int cb_kind;                  /* 0 none, 1 embedded CBK1, 2 external CBRF */
+    size_t cb_sec;
+    int cb_known;                 /* shape known: embedded, or external attached */
+    fkvf_codebook_shape cb_shape;
+    uint8_t cb_ref_hash[16];
+    char *cb_ref_name;
+    fkvf_reader *cb_file;         /* attached codebook file (borrowed) */
+    size_t cb_file_sec;
+
     rd_exact *exact;
     size_t n_exact;
 

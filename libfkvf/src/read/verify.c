@@ -93,10 +93,36 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
     }
     for (size_t i = 0; i < r->n_sections; i++) {
         const rd_section *s = &r->sections[i];
-        if (s->e.type == FKVF_SECTION_CBRF || s->e.type == FKVF_SECTION_CBK1)
-            if (!(s->e.flags & FKVF_SECTION_REQUIRED))
-                return FAIL(FKVF_E_CORRUPT, s->e.offset, "4.3",
-                            "codebook sections must be marked REQUIRED");
+        uint32_t t = s->e.type;
+        if ((t == FKVF_SECTION_DESC || t == FKVF_SECTION_VTXS || t == FKVF_SECTION_CBK1 ||
+             t == FKVF_SECTION_CBRF || t == FKVF_SECTION_EXAC || t == FKVF_SECTION_STRM) &&
+            !(s->e.flags & FKVF_SECTION_REQUIRED)) {
+            char tn[12];
+            fkvf_type_name(t, tn);
+            return FAIL(FKVF_E_CORRUPT, s->e.offset, "4.3",
+                        "%s section without the REQUIRED flag", tn);
+        }
+    }
+    /* index symbols below the codebook size (spec 11.8) */
+    if (r->cb_known) {
+        uint32_t buf[1024];
+        for (size_t i = 0; i < r->n_streams; i++) {
+            const rd_stream *s = &r->streams[i];
+            if ((s->id >> 56) != FKVF_STREAM_KIND_INDEX)
+                continue;
+            for (uint64_t t = 0; t < s->length; t += 1024) {
+                size_t n = s->length - t < 1024 ? (size_t)(s->length - t) : 1024;
+                if ((rc = fkvf_reader_stream_read(r, i, t, buf, n)))
+                    return rc;
+                for (size_t k = 0; k < n; k++)
+                    if (buf[k] >= r->cb_shape.k)
+                        return FAIL(FKVF_E_SYMBOL, FKVF_NO_OFFSET, "11.8",
+                                    "index stream %016llx symbol %llu is %u, the codebook has "
+                                    "k = %u",
+                                    (unsigned long long)s->id, (unsigned long long)(t + k),
+                                    buf[k], r->cb_shape.k);
+            }
+        }
     }
     if (r->torn_bytes)
         return FAIL(FKVF_E_TORN, r->committed_size, "7.2",

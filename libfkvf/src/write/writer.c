@@ -60,6 +60,9 @@ struct fkvf_writer {
     size_t n_vtxs, cap_vtxs;
 
     uint64_t n_positions, n_archived;
+
+    int cb_kind; /* 0 none, 1 CBK1, 2 CBRF */
+    fkvf_codebook_shape cb;
 };
 
 #define FAIL(code, ...) fkvf_fail(&w->diag, code, FKVF_NO_OFFSET, __VA_ARGS__)
@@ -341,6 +344,8 @@ FKVF_API int fkvf_writer_set_desc(fkvf_writer *w, const fkvf_desc *desc)
         return FAIL(FKVF_E_STATE, "8", "the descriptor is already set");
     if ((rc = fkvf_desc_check(desc, &w->diag)))
         return rc;
+    if (w->cb_kind && !fkvf_cbk1_matches(&w->cb, desc))
+        return FAIL(FKVF_E_INVALID_ARG, "13.7", "descriptor does not match the codebook's shape");
     size_t n = fkvf_desc_size(desc);
     uint8_t *buf = fkvf_malloc(w->alloc, n);
     char *mid = dup_str(w, desc->model_id), *tid = dup_str(w, desc->tokenizer_id);
@@ -540,11 +545,23 @@ FKVF_API int fkvf_writer_add_stream(fkvf_writer *w, const fkvf_stream_spec *spec
         if (w->streams[i].id == spec->id)
             return FAIL(FKVF_E_INVALID_ARG, "11.6", "stream %016llx already added",
                         (unsigned long long)spec->id);
-    if (kind == FKVF_STREAM_KIND_INDEX && w->has_desc &&
-        ((spec->id & 0xFFFF) >= w->desc.n_layers ||
-         (spec->id >> 16 & 0xFFFF) >= w->desc.n_kv_heads))
-        return FAIL(FKVF_E_INVALID_ARG, "11.1", "stream %016llx: layer/head outside the descriptor",
-                    (unsigned long long)spec->id);
+    if (kind == FKVF_STREAM_KIND_INDEX) {
+        if (!w->has_desc || !w->cb_kind)
+            return FAIL(FKVF_E_STATE, "11.8",
+                        "index streams need the descriptor and the codebook first");
+        unsigned kv = (unsigned)(spec->id >> 32 & 0xFF), stage = (unsigned)(spec->id >> 40 & 0xFF);
+        if ((spec->id & 0xFFFF) >= w->desc.n_layers ||
+            (spec->id >> 16 & 0xFFFF) >= w->desc.n_kv_heads ||
+            stage >= (kv ? w->cb.v_stages : w->cb.k_stages))
+            return FAIL(FKVF_E_INVALID_ARG, "11.8",
+                        "stream %016llx: layer, head or stage outside the descriptor and codebook",
+                        (unsigned long long)spec->id);
+        for (size_t i = 0; i < n; i++)
+            if (symbols[i] >= w->cb.k)
+                return FAIL(FKVF_E_INVALID_ARG, "11.8",
+                            "stream %016llx: symbol %zu is %u, the codebook has k = %u",
+                            (unsigned long long)spec->id, i, symbols[i], w->cb.k);
+    }
     fkvf_strm_hdr h;
     memset(&h, 0, sizeof h);
     h.stream_id = spec->id;
@@ -591,7 +608,9 @@ FKVF_API int fkvf_writer_add_stream(fkvf_writer *w, const fkvf_stream_spec *spec
     else
         rc = fkvf_ngon_encode(&g, symbols, n, data, (size_t)h.data_bytes);
     if (rc) {
-        rc = FAIL(rc, "12", "stream %016llx: %s", (unsigned long long)spec->id,
+        /* a symbol outside the alphabet is the caller's error */
+        rc = FAIL(rc == FKVF_E_SYMBOL ? FKVF_E_INVALID_ARG : rc, "12", "stream %016llx: %s",
+                  (unsigned long long)spec->id,
                   rc == FKVF_E_SYMBOL ? "a symbol is outside the alphabet"
                                       : "a span does not decode back exactly");
         goto out;
@@ -632,10 +651,94 @@ FKVF_API int fkvf_writer_add_section(fkvf_writer *w, uint32_t type, uint32_t fla
     if ((!data && size) || (rc = check_section_flags(w, flags)))
         return rc ? rc : FKVF_E_INVALID_ARG;
     if (type == FKVF_SECTION_DIRC || type == FKVF_SECTION_DESC || type == FKVF_SECTION_STRM ||
-        type == FKVF_SECTION_EXAC || type == FKVF_SECTION_META)
+        type == FKVF_SECTION_EXAC || type == FKVF_SECTION_META || type == FKVF_SECTION_VTXS ||
+        type == FKVF_SECTION_CBK1 || type == FKVF_SECTION_CBRF)
         return FAIL(FKVF_E_INVALID_ARG, "4.3",
                     "use the dedicated function for this section type");
     return put_section(w, type, flags, key, data, size);
+}
+
+static int codebook_common(fkvf_writer *w, const fkvf_codebook_shape *shape)
+{
+    if (w->cb_kind)
+        return FAIL(FKVF_E_STATE, "13.7", "the codebook is already set");
+    if (fkvf_cbk1_size(shape) == 0)
+        return FAIL(FKVF_E_INVALID_ARG, "13.1",
+                    "codebook shape out of range (layers %u, heads %u, dims %u/%u, k %u, stages "
+                    "%u/%u, dtype %d, pooled %u)",
+                    shape->n_layers, shape->n_heads, shape->key_dim, shape->value_dim, shape->k,
+                    shape->k_stages, shape->v_stages, (int)shape->dtype, shape->pooled);
+    if (w->has_desc && !fkvf_cbk1_matches(shape, &w->desc))
+        return FAIL(FKVF_E_INVALID_ARG, "13.7", "codebook shape does not match the descriptor");
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_writer_add_codebooks(fkvf_writer *w, const fkvf_codebook_shape *shape,
+                                       const void *tables, size_t size, unsigned section_flags)
+{
+    int rc = w_enter(w);
+    if (rc)
+        return rc;
+    if (!shape || (!tables && size))
+        return FKVF_E_INVALID_ARG;
+    if ((rc = check_section_flags(w, section_flags)) || (rc = codebook_common(w, shape)))
+        return rc;
+    uint64_t total = fkvf_cbk1_size(shape);
+    if (size != total - 64)
+        return FAIL(FKVF_E_INVALID_ARG, "13.2", "codebook tables are %zu bytes, the shape needs %llu",
+                    size, (unsigned long long)(total - 64));
+    if (total > SIZE_MAX)
+        return FAIL(FKVF_E_LIMIT, "15", "codebook too large");
+    uint8_t *buf = fkvf_malloc(w->alloc, (size_t)total);
+    if (!buf)
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory for %llu codebook bytes",
+                    (unsigned long long)total);
+    fkvf_cbk1_hdr_write(buf, shape);
+    if (size)
+        memcpy(buf + 64, tables, size);
+    rc = put_section(w, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED | section_flags, 0, buf,
+                     (size_t)total);
+    fkvf_free(w->alloc, buf);
+    if (rc)
+        return rc;
+    w->cb_kind = 1;
+    w->cb = *shape;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_writer_add_codebook_ref(fkvf_writer *w, const fkvf_codebook_shape *shape,
+                                          const uint8_t hash[16], const char *name)
+{
+    int rc = w_enter(w);
+    if (rc)
+        return rc;
+    if (!shape || !hash)
+        return FKVF_E_INVALID_ARG;
+    if (!(w->opts.required_features & FKVF_FEAT_EXTERNAL_CODEBOOK))
+        return FAIL(FKVF_E_INVALID_ARG, "3.3",
+                    "a codebook reference needs FKVF_FEAT_EXTERNAL_CODEBOOK in the create options");
+    if (!w->has_desc)
+        return FAIL(FKVF_E_STATE, "13.4", "a codebook file cannot refer to another codebook");
+    if ((rc = codebook_common(w, shape)))
+        return rc;
+    size_t nl = name ? strlen(name) : 0;
+    if (nl > FKVF_MAX_ID_LEN || !fkvf_utf8_valid((const uint8_t *)name, nl))
+        return FAIL(FKVF_E_INVALID_ARG, "13.5", "codebook name: at most %u bytes of UTF-8",
+                    FKVF_MAX_ID_LEN);
+    uint8_t *buf = fkvf_calloc(w->alloc, FKVF_CBRF_FIXED + nl, 1);
+    if (!buf)
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory");
+    memcpy(buf, hash, 16);
+    fkvf_st32(buf + 16, (uint32_t)nl);
+    if (nl)
+        memcpy(buf + FKVF_CBRF_FIXED, name, nl);
+    rc = put_section(w, FKVF_SECTION_CBRF, FKVF_SECTION_REQUIRED, 0, buf, FKVF_CBRF_FIXED + nl);
+    fkvf_free(w->alloc, buf);
+    if (rc)
+        return rc;
+    w->cb_kind = 2;
+    w->cb = *shape;
+    return FKVF_OK;
 }
 
 FKVF_API int fkvf_writer_set_positions(fkvf_writer *w, uint64_t n_positions, uint64_t n_archived)
@@ -663,9 +766,22 @@ static int check_consistency(fkvf_writer *w)
                         (unsigned long long)w->streams[i].length, (unsigned long long)want);
     }
     if (!w->has_desc) {
-        if (w->n_positions)
-            return FAIL(FKVF_E_STATE, "8", "positions recorded but no descriptor set");
+        if (w->n_positions || w->n_streams || w->n_exact || w->cb_kind != 1)
+            return FAIL(FKVF_E_STATE, "13.4",
+                        "without a descriptor the file is a codebook file: codebooks only");
         return FKVF_OK;
+    }
+    if (w->n_archived) {
+        uint64_t n_index = 0;
+        for (size_t i = 0; i < w->n_streams; i++)
+            n_index += (w->streams[i].id >> 56) == FKVF_STREAM_KIND_INDEX;
+        uint64_t want =
+            (uint64_t)w->desc.n_layers * w->desc.n_kv_heads * (w->cb.k_stages + w->cb.v_stages);
+        if (!w->cb_kind)
+            return FAIL(FKVF_E_STATE, "13.7", "archived positions need a codebook");
+        if (n_index != want)
+            return FAIL(FKVF_E_STATE, "11.8", "%llu index streams, the codebook needs %llu",
+                        (unsigned long long)n_index, (unsigned long long)want);
     }
     uint64_t S = w->desc.n_sinks < w->n_positions ? w->desc.n_sinks : w->n_positions;
     if (w->n_archived && w->n_archived > w->n_positions - S)
