@@ -705,6 +705,45 @@ START_TEST(ngon_rejects_symbols)
 }
 END_TEST
 
+/* Golden anchors: a fixed N=5 table (glibc's values, spelled out so that no
+ * libm is involved) and 1000 fixed spans hashed bit for bit. Catches any
+ * build whose arithmetic differs from the spec's binary64 without FMA (a
+ * compiler contracting a*b+c into fma changes this hash). */
+START_TEST(ngon_golden)
+{
+    static const double xy[10] = {
+        0x1p+0,  0x0p+0,  0x1.3c6ef372fe94fp-2,  0x1.e6f0e134454ffp-1,  -0x1.9e3779b97f4a8p-1,
+        0x1.2cf2304755a5ep-1,  -0x1.9e3779b97f4a8p-1,  -0x1.2cf2304755a5ep-1,
+        0x1.3c6ef372fe94fp-2,  -0x1.e6f0e134454ffp-1};
+    fkvf_ngon g;
+    ck_assert_int_eq(fkvf_ngon_init(&g, 5, 0, 0, xy, NULL), FKVF_OK);
+    ck_assert_uint_eq(dbits(g.r), dbits(0x1.8722191a02d61p-2));
+    ck_assert_uint_eq(g.span, 31);
+    uint64_t h = 0, st = 1;
+    for (int i = 0; i < 1000; i++) {
+        uint32_t sy[31], len = 1 + (uint32_t)(i % 31), back[31];
+        for (uint32_t k = 0; k < len; k++) {
+            st = st * UINT64_C(6364136223846793005) + UINT64_C(1442695040888963407);
+            sy[k] = (uint32_t)(st >> 33) % 5;
+        }
+        double ax, ay;
+        fkvf_ngon_encode_span(&g, sy, len, &ax, &ay);
+        h = (h ^ dbits(ax)) * UINT64_C(0x100000001b3);
+        h = (h ^ dbits(ay)) * UINT64_C(0x100000001b3);
+        ck_assert_int_eq(fkvf_ngon_decode_span(&g, ax, ay, len, back), FKVF_OK);
+        ck_assert_mem_eq(back, sy, len * sizeof *sy);
+    }
+    ck_assert_uint_eq(h, UINT64_C(0xd14f7321cb8264b1));
+    /* one span spelled out */
+    const uint32_t s7[7] = {0, 2, 4, 1, 1, 3, 0};
+    double ax, ay;
+    fkvf_ngon_encode_span(&g, s7, 7, &ax, &ay);
+    ck_assert_uint_eq(dbits(ax), dbits(0x1.deb26da5900aap-2));
+    ck_assert_uint_eq(dbits(ay), dbits(-0x1.e848de286dbp-6));
+    fkvf_ngon_fini(&g);
+}
+END_TEST
+
 /* The writer's obligation: with spans longer than L_max (forced here past
  * the check of init), some spans no longer decode back and encode and the
  * appender refuse them with FKVF_E_CODEC. */
@@ -1041,6 +1080,7 @@ static Suite *codec_suite(void)
     tcase_add_loop_test(tn, ngon_canonical_equals_exhaustive, 0, N_NGON);
     tcase_add_test(tn, ngon_rejects_symbols);
     tcase_add_test(tn, ngon_encode_refuses);
+    tcase_add_test(tn, ngon_golden);
     tcase_add_loop_test(tn, ngon_corrupt_anchor, 0, N_NGON);
     tcase_add_test(tn, ngon_shuffled_table);
     tcase_add_test(tn, ngon_allocator);

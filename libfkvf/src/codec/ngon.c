@@ -14,9 +14,11 @@
  *    result is identical to the exhaustive scan, which the tests compare.
  *  - fast: a pseudo-angle bucket table names a candidate vertex c, and the
  *    exact distances to c-1, c, c+1 pick the answer (same formulas, same tie
- *    rule). For a regular table the true nearest vertex is always among the
- *    three, so fast == canonical; for any table the caller-visible decoder
- *    re-encodes and falls back to the canonical one.
+ *    rule). For a regular table the nearest vertex is among the three, so
+ *    fast == canonical whenever the canonical answer is not a rounding-level
+ *    tie with a vertex two steps away (never seen: bench_codec spanrule
+ *    counts it); for any table the caller-visible decoder re-encodes and
+ *    falls back to the canonical one.
  *
  * Reader paths use no libm: only fkvf_ngon_make_vertices and fkvf_ngon_rmax
  * (writer side) call cos/sin. */
@@ -29,6 +31,15 @@
 #include "ckd.h"
 #include "codec.h"
 #include "le.h"
+
+/* No contraction into fused multiply-add: clang contracts within an
+ * expression by default, hence the pragma; GCC ignores the pragma and
+ * contracts only outside ISO mode (-std=gnu*), and the build passes
+ * -ffp-contract=off anyway. tests/test_codec.c (ngon_golden) fails on a
+ * build whose arithmetic is contracted. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 #if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
 #error "the ngon codec needs binary64 evaluation (FLT_EVAL_METHOD == 0, e.g. SSE2 on x86)"
@@ -54,7 +65,7 @@ static uint64_t dbits(double d)
 
 static double dabs(double d) { return d < 0 ? -d : d; }
 
-static int finite(double d)
+static int is_finite(double d)
 {
     return (dbits(d) & UINT64_C(0x7FF0000000000000)) != UINT64_C(0x7FF0000000000000);
 }
@@ -152,7 +163,7 @@ FKVF_API double fkvf_ngon_rmax(uint32_t n)
  * valid r <= 1/2, where L_max <= 44). 0 for r not finite or <= 0. */
 FKVF_API uint32_t fkvf_ngon_max_span(double r)
 {
-    if (!finite(r) || !(r > 0))
+    if (!is_finite(r) || !(r > 0))
         return 0;
     const double q = 1.0 / r;
     const double lim = 17592186044416.0; /* 2^44 */
@@ -175,7 +186,7 @@ int fkvf_ngon_check_params(uint32_t n, const double *xy, double r, uint32_t span
     const double lo = 1.0 - 0x1p-40, hi = 1.0 + 0x1p-40;
     for (uint32_t c = 0; c < n; c++) {
         double x = xy[2 * (size_t)c], y = xy[2 * (size_t)c + 1];
-        if (!finite(x) || !finite(y))
+        if (!is_finite(x) || !is_finite(y))
             return FKVF_E_CORRUPT;
         double m = x * x + y * y;
         if (!(m >= lo && m <= hi))
@@ -183,7 +194,7 @@ int fkvf_ngon_check_params(uint32_t n, const double *xy, double r, uint32_t span
     }
     /* spec 12.2 */
     double inv = inv_rmax_table(n, xy);
-    if (!finite(r) || !(r > 0) || !(r * inv <= 1.0))
+    if (!is_finite(r) || !(r > 0) || !(r * inv <= 1.0))
         return FKVF_E_CORRUPT;
     if (span > NGON_MAX_SPAN)
         return FKVF_E_LIMIT;
@@ -404,11 +415,11 @@ static int fast_build(fkvf_ngon *g)
         b[3] = l[3] > r[3] ? l[3] : r[3];
     }
 
-    /* Buckets: K >= 2N, a power of two. A bucket spans at most 8/K radians of
-     * true angle (the diamond angle moves 1/2 to 1 units per radian), i.e.
-     * at most pi/N: it meets at most two Voronoi wedges of a regular
-     * N-gon, so the vertex nearest to its centre is within one of the
-     * nearest vertex of any point in it. */
+    /* Buckets: K >= 2N, a power of two. The diamond angle moves 1/2 to 1
+     * units (of 4 per turn) per radian, so each half of a bucket spans at
+     * most 4/K <= 2/N radians of true angle, less than one Voronoi wedge
+     * (2 pi/N) of a regular N-gon: the vertex nearest to the bucket's
+     * centre is within one of the nearest vertex of any point in it. */
     uint32_t kbits = 6;
     while ((UINT64_C(1) << kbits) < 2 * (uint64_t)n)
         kbits++;
@@ -456,7 +467,8 @@ int fkvf_ngon_init(fkvf_ngon *g, uint32_t n, double r, uint32_t span, const doub
     else
         fkvf_ngon_make_vertices(n, tab);
     if (r == 0) {
-        /* r_N; 1.0/inv rounds so that r * inv <= 1.0 holds (see below) */
+        /* r_N. r * inv <= 1.0 holds for r = 1.0/inv: r = (1/inv)(1+d) with
+         * |d| <= 2^-53, so r * inv = 1 + d rounds to at most 1.0. */
         double inv = inv_rmax_table(n, tab);
         r = 1.0 / inv;
     }
@@ -649,7 +661,7 @@ static int reencodes(const fkvf_ngon *g, double ax, double ay, uint32_t len, con
 
 int fkvf_ngon_decode_span(const fkvf_ngon *g, double ax, double ay, uint32_t len, uint32_t *out)
 {
-    if (!finite(ax) || !finite(ay))
+    if (!is_finite(ax) || !is_finite(ay))
         return FKVF_E_SPAN;
     if (len > NGON_MAX_SPAN)
         return FKVF_E_INVALID_ARG;
@@ -743,7 +755,7 @@ int fkvf_ngon_decode(const fkvf_ngon *g, const uint8_t *data, size_t data_size, 
                 for (unsigned l = 0; l < 4; l++) {
                     double ax = fkvf_ldf64(a + 16 * l), ay = fkvf_ldf64(a + 16 * l + 8);
                     uint32_t *ol = o + (size_t)l * L;
-                    if (!finite(ax) || !finite(ay))
+                    if (!is_finite(ax) || !is_finite(ay))
                         return FKVF_E_SPAN;
                     if (!reencodes(g, ax, ay, L, ol) &&
                         (!canonical_bounded(g, ax, ay, L, ol) || !reencodes(g, ax, ay, L, ol)))
