@@ -1,6 +1,8 @@
 /* Container tests: writer -> bytes -> reader round trips, writer refusals,
  * exhaustive truncation and bit-flip damage, hand-crafted malformed files,
- * odd addresses, allocation failure and multi-commit (torn tail) files.
+ * odd addresses, allocation failure, multi-commit (torn tail) files, and
+ * codebooks (embedded CBK1, codebook files, CBRF references and attach,
+ * the index-stream set and symbol range of spec 11.8).
  *
  * Hot loops use EXPECT (an `if` around ck_abort_msg) instead of ck_assert:
  * Check records the location of every passing ck_assert, which is slow in
@@ -58,7 +60,7 @@
 
 /* ==== the archive model: what a test writes and expects to read back ======== */
 
-#define MAX_STREAMS 24
+#define MAX_STREAMS 40
 
 typedef struct tstream {
     fkvf_stream_spec spec;
@@ -79,11 +81,22 @@ typedef struct model {
     uint8_t extra_data[300];
     tstream st[MAX_STREAMS];
     size_t n_st;
+    /* embedded codebook (spec 13), written right after DESC */
+    int cb;
+    unsigned cb_flags; /* extra section flags for CBK1 (FKVF_SECTION_DEFLATE) */
+    fkvf_codebook_shape cbs;
+    uint8_t *cb_tables; /* fkvf_codebook_size(&cbs) - 64 bytes */
+    size_t cb_tables_size;
+    /* cb == 2: a CBRF reference instead (spec 13.5) */
+    uint8_t cb_hash[16];
+    const char *cb_name;
 } model;
 
 #define XTRA FKVF_FOURCC('X', 'T', 'R', 'A')
 #define XTRZ FKVF_FOURCC('X', 'T', 'R', 'Z')
 
+/* Index-stream symbols stay below the codebook size k (spec 11.8); the token
+ * stream uses the codec's whole alphabet. The extremes of the range appear. */
 static void model_add_stream(model *m, uint64_t id, fkvf_profile profile, unsigned bits,
                              uint32_t alphabet, uint64_t seed)
 {
@@ -94,25 +107,111 @@ static void model_add_stream(model *m, uint64_t id, fkvf_profile profile, unsign
     s->spec.profile = profile;
     s->spec.symbol_bits = bits;
     s->spec.alphabet = alphabet;
-    s->n = (size_t)((id >> 56) == FKVF_STREAM_KIND_TOKENS ? m->n_positions : m->n_archived);
+    int index = (id >> 56) == FKVF_STREAM_KIND_INDEX;
+    s->n = (size_t)(index ? m->n_archived : m->n_positions);
     s->sym = calloc(s->n + 1, sizeof *s->sym);
     ck_assert_ptr_nonnull(s->sym);
+    uint64_t range = profile == FKVF_PROFILE_QUAD ? UINT64_C(1) << bits : alphabet;
+    if (index && m->cb && range > m->cbs.k)
+        range = m->cbs.k;
     tu_rng rng = {seed};
     for (size_t i = 0; i < s->n; i++) {
-        if (profile == FKVF_PROFILE_QUAD)
-            s->sym[i] = bits == 32 ? (uint32_t)tu_next(&rng)
-                                   : (uint32_t)(tu_next(&rng) & ((UINT64_C(1) << bits) - 1));
+        if ((range & (range - 1)) == 0)
+            s->sym[i] = (uint32_t)(tu_next(&rng) & (range - 1));
         else
-            s->sym[i] = tu_below(&rng, alphabet);
+            s->sym[i] = tu_below(&rng, (uint32_t)range);
     }
-    /* make the extremes appear */
     if (s->n >= 2 && profile == FKVF_PROFILE_QUAD) {
         s->sym[0] = 0;
-        s->sym[s->n - 1] = bits == 32 ? UINT32_MAX : (uint32_t)((UINT64_C(1) << bits) - 1);
+        s->sym[s->n - 1] = (uint32_t)(range - 1);
     } else if (s->n >= 2) {
-        s->sym[0] = alphabet - 1;
+        s->sym[0] = (uint32_t)(range - 1);
         s->sym[s->n - 1] = 0;
     }
+}
+
+static int model_has_stream(const model *m, uint64_t id)
+{
+    for (size_t i = 0; i < m->n_st; i++)
+        if (m->st[i].spec.id == id)
+            return 1;
+    return 0;
+}
+
+typedef struct codec_choice {
+    fkvf_profile profile;
+    unsigned bits;     /* quad */
+    uint32_t alphabet; /* ngon */
+} codec_choice;
+
+/* Add the index streams spec 11.8 still requires (every layer, head and
+ * codebook stage), cycling through `cs` for their codecs. */
+static void model_fill_index_streams(model *m, const codec_choice *cs, size_t ncs, uint64_t seed)
+{
+    ck_assert(m->cb);
+    size_t j = 0;
+    for (uint32_t l = 0; l < m->desc.n_layers; l++)
+        for (uint32_t h = 0; h < m->desc.n_kv_heads; h++)
+            for (unsigned kv = 0; kv < 2; kv++)
+                for (unsigned st = 0; st < (kv ? m->cbs.v_stages : m->cbs.k_stages); st++) {
+                    uint64_t id = FKVF_STREAM_ID(0, l, h, kv, st);
+                    if (model_has_stream(m, id))
+                        continue;
+                    const codec_choice *c = &cs[j % ncs];
+                    model_add_stream(m, id, c->profile, c->bits, c->alphabet, seed + j);
+                    j++;
+                }
+}
+
+/* Finite f16 / f32 values, from a palette of 16 so that tables deflate. */
+static const uint16_t f16_palette[16] = {0x0000, 0x3C00, 0xBC00, 0x3800, 0x4000, 0x3555,
+                                         0x0001, 0x7BFF, 0xFBFF, 0x8000, 0x2E66, 0xC200,
+                                         0x1234, 0x5A5A, 0x03FF, 0x4248};
+static const uint32_t f32_palette[16] = {
+    0x00000000, 0x3F800000, 0xBF800000, 0x3F000000, 0x40000000, 0x3EAAAAAB,
+    0x00000001, 0x7F7FFFFF, 0xFF7FFFFF, 0x80000000, 0x3DCCCCCD, 0xC0490FDB,
+    0x12345678, 0x5A5A5A5A, 0x007FFFFF, 0x42C80000};
+
+static uint8_t *make_tables(const fkvf_codebook_shape *s, uint64_t seed, size_t *size)
+{
+    uint64_t total = fkvf_codebook_size(s);
+    ck_assert_uint_ge(total, 64);
+    *size = (size_t)(total - 64);
+    uint8_t *t = malloc(*size ? *size : 1);
+    ck_assert_ptr_nonnull(t);
+    tu_rng rng = {seed};
+    if (s->dtype == FKVF_DTYPE_F16)
+        for (size_t i = 0; i < *size; i += 2)
+            fkvf_st16(t + i, f16_palette[tu_next(&rng) & 15]);
+    else
+        for (size_t i = 0; i < *size; i += 4)
+            fkvf_st32(t + i, f32_palette[tu_next(&rng) & 15]);
+    return t;
+}
+
+static void shape_for(fkvf_codebook_shape *s, const fkvf_desc *d, uint32_t k, uint8_t ks,
+                      uint8_t vs, fkvf_dtype dtype, int pooled)
+{
+    memset(s, 0, sizeof *s);
+    s->n_layers = d->n_layers;
+    s->n_heads = pooled ? 1 : d->n_kv_heads;
+    s->key_dim = d->key_dim;
+    s->value_dim = d->value_dim;
+    s->k = k;
+    s->k_stages = ks;
+    s->v_stages = vs;
+    s->dtype = dtype;
+    s->pooled = (uint8_t)pooled;
+}
+
+/* An embedded codebook matching the descriptor; set it before the streams. */
+static void model_codebook(model *m, uint32_t k, uint8_t ks, uint8_t vs, fkvf_dtype dtype,
+                           int pooled, uint64_t seed)
+{
+    shape_for(&m->cbs, &m->desc, k, ks, vs, dtype, pooled);
+    free(m->cb_tables);
+    m->cb_tables = make_tables(&m->cbs, seed, &m->cb_tables_size);
+    m->cb = 1;
 }
 
 static void model_rows(model *m, uint64_t seed)
@@ -130,6 +229,7 @@ static void model_rows(model *m, uint64_t seed)
 static void model_free(model *m)
 {
     free(m->rows);
+    free(m->cb_tables);
     for (size_t i = 0; i < m->n_st; i++)
         free(m->st[i].sym);
     memset(m, 0, sizeof *m);
@@ -138,10 +238,12 @@ static void model_free(model *m)
 static const uint8_t weights16[16] = {0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE,
                                       0x01, 0x23, 0x45, 0x67, 0x89, 0xAB, 0xCD, 0xEF};
 
-/* The small archive of the damage tests: DESC, META, EXAC (two sections),
- * a quad stream, an ngon stream (with its VTXS), and a token stream.
+/* The small archive of the damage tests: DESC, CBK1 (k = 16, one key and one
+ * value stage, per head), META, EXAC (three sections), the eight index
+ * streams (st[0] quad 8 bits, st[1] ngon N = 16 with its VTXS, then quad
+ * 4/2/32, ngon 16, quad 6/16) and a token stream (st[2]).
  * S = 2, n_positions = 10, n_archived = 5: exact rows 0..1 and 7..9. */
-static void model_small(model *m)
+static void model_small_k(model *m, uint32_t k)
 {
     memset(m, 0, sizeof *m);
     fkvf_writer_options_init(&m->opts);
@@ -169,12 +271,23 @@ static void model_small(model *m)
     m->meta = 1;
     m->split_tail = 1;
     model_rows(m, 1);
+    model_codebook(m, k, 1, 1, FKVF_DTYPE_F16, 0, 14);
     model_add_stream(m, FKVF_STREAM_ID(0, 0, 0, 0, 0), FKVF_PROFILE_QUAD, 8, 0, 11);
     model_add_stream(m, FKVF_STREAM_ID(0, 1, 1, 1, 0), FKVF_PROFILE_NGON, 0, 16, 12);
     model_add_stream(m, FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 32, 0, 13);
+    static const codec_choice rest[] = {
+        {FKVF_PROFILE_QUAD, 4, 0},  {FKVF_PROFILE_QUAD, 2, 0}, {FKVF_PROFILE_QUAD, 32, 0},
+        {FKVF_PROFILE_NGON, 0, 16}, {FKVF_PROFILE_QUAD, 6, 0}, {FKVF_PROFILE_QUAD, 16, 0}};
+    model_fill_index_streams(m, rest, sizeof rest / sizeof rest[0], 20);
+    ck_assert_uint_eq(m->n_st, 2 * 2 * 2 + 1);
 }
 
-/* Many streams over several blocks, deflated exact rows, extra sections. */
+static void model_small(model *m) { model_small_k(m, 16); }
+
+/* Many streams over several blocks, deflated exact rows and codebook, extra
+ * sections. The codebook is pooled with k = 4096, so index streams of quad
+ * widths up to 12 bits use their whole alphabet; 32 index streams (4 layers x
+ * 4 heads x one key and one value stage) and a token stream. */
 static void model_many(model *m, fkvf_dtype dtype)
 {
     memset(m, 0, sizeof *m);
@@ -211,6 +324,8 @@ static void model_many(model *m, fkvf_dtype dtype)
     for (size_t i = 0; i < sizeof m->extra_data; i++)
         m->extra_data[i] = (uint8_t)(i % 7);
     model_rows(m, 2);
+    model_codebook(m, 4096, 1, 1, FKVF_DTYPE_F16, 1, 3);
+    m->cb_flags = FKVF_SECTION_DEFLATE;
     static const unsigned widths[] = {2, 4, 6, 8, 10, 12, 16, 20, 24, 30, 32};
     size_t k = 0;
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++, k++)
@@ -227,6 +342,12 @@ static void model_many(model *m, fkvf_dtype dtype)
     m->st[m->n_st - 1].spec.span_symbols = 7;
     k++;
     model_add_stream(m, FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 32, 0, 99);
+    static const codec_choice rest[] = {
+        {FKVF_PROFILE_QUAD, 12, 0}, {FKVF_PROFILE_QUAD, 14, 0}, {FKVF_PROFILE_NGON, 0, 16},
+        {FKVF_PROFILE_QUAD, 18, 0}, {FKVF_PROFILE_QUAD, 28, 0}, {FKVF_PROFILE_NGON, 0, 4},
+        {FKVF_PROFILE_QUAD, 26, 0}, {FKVF_PROFILE_QUAD, 22, 0}};
+    model_fill_index_streams(m, rest, sizeof rest / sizeof rest[0], 200);
+    ck_assert_uint_eq(m->n_st, 4 * 4 * 2 + 1);
 }
 
 /* f32, no RoPE, no ids, every position exact (n_positions < n_sinks). */
@@ -282,6 +403,11 @@ static int write_model(const model *m, fkvf_writer *w)
     int rc;
     if ((rc = fkvf_writer_set_desc(w, &m->desc)))
         return rc;
+    if (m->cb == 1 && (rc = fkvf_writer_add_codebooks(w, &m->cbs, m->cb_tables,
+                                                      m->cb_tables_size, m->cb_flags)))
+        return rc;
+    if (m->cb == 2 && (rc = fkvf_writer_add_codebook_ref(w, &m->cbs, m->cb_hash, m->cb_name)))
+        return rc;
     if (m->meta && (rc = write_meta(w)))
         return rc;
     uint64_t S = model_sinks(m), rb = m->row_bytes;
@@ -327,7 +453,7 @@ static void build(const model *m, tu_buf *out)
 
 static size_t model_n_sections(const model *m)
 {
-    size_t n = 1 + m->n_st + (m->meta ? 1 : 0);
+    size_t n = 1 + m->n_st + (m->meta ? 1 : 0) + (m->cb ? 1 : 0);
     uint64_t S = model_sinks(m), tn = m->n_positions - S - m->n_archived;
     n += (S ? 1 : 0) + (tn ? (m->split_tail && tn >= 2 ? 2 : 1) : 0);
     uint32_t seen[MAX_STREAMS];
@@ -602,7 +728,8 @@ static void check_sections(fkvf_reader *r, const uint8_t *file, size_t file_size
                 ck_assert_ptr_eq(p, file + si.offset); /* zero copy */
         }
         if (si.type == FKVF_SECTION_DESC || si.type == FKVF_SECTION_EXAC ||
-            si.type == FKVF_SECTION_STRM || si.type == FKVF_SECTION_VTXS)
+            si.type == FKVF_SECTION_STRM || si.type == FKVF_SECTION_VTXS ||
+            si.type == FKVF_SECTION_CBK1 || si.type == FKVF_SECTION_CBRF)
             ck_assert_uint_eq(si.flags & FKVF_SECTION_REQUIRED, FKVF_SECTION_REQUIRED);
     }
     fkvf_section_info si;
@@ -636,6 +763,74 @@ static void check_exact(fkvf_reader *r, const model *m)
     size_t rb;
     RC_R(r, fkvf_reader_exact_row(r, m->n_positions, &row, &rb), FKVF_E_RANGE);
     RC_R(r, fkvf_reader_exact_row(r, UINT64_MAX, &row, &rb), FKVF_E_RANGE);
+}
+
+/* The CBK1 contents of spec 13.1-13.2, laid out here from the spec's table
+ * (not with the library's helpers). */
+static uint8_t *cbk1_bytes(const fkvf_codebook_shape *s, const uint8_t *tables, size_t tsize,
+                           size_t *n)
+{
+    *n = 64 + tsize;
+    uint8_t *p = calloc(1, *n);
+    ck_assert_ptr_nonnull(p);
+    fkvf_st32(p + 0, s->n_layers);
+    fkvf_st32(p + 4, s->n_heads);
+    fkvf_st32(p + 8, s->key_dim);
+    fkvf_st32(p + 12, s->value_dim);
+    fkvf_st32(p + 16, s->k);
+    p[20] = s->k_stages;
+    p[21] = s->v_stages;
+    p[22] = (uint8_t)s->dtype;
+    p[23] = s->pooled;
+    if (tsize)
+        memcpy(p + 64, tables, tsize);
+    return p;
+}
+
+static void check_shape_eq(const fkvf_codebook_shape *a, const fkvf_codebook_shape *b)
+{
+    ck_assert_uint_eq(a->n_layers, b->n_layers);
+    ck_assert_uint_eq(a->n_heads, b->n_heads);
+    ck_assert_uint_eq(a->key_dim, b->key_dim);
+    ck_assert_uint_eq(a->value_dim, b->value_dim);
+    ck_assert_uint_eq(a->k, b->k);
+    ck_assert_uint_eq(a->k_stages, b->k_stages);
+    ck_assert_uint_eq(a->v_stages, b->v_stages);
+    ck_assert_int_eq(a->dtype, b->dtype);
+    ck_assert_uint_eq(a->pooled, b->pooled);
+}
+
+/* fkvf_reader_codebook serves exactly this codebook; its hash is XXH3-128
+ * of the contents (spec 13.3). Returns the contents pointer. */
+static const void *check_codebook(fkvf_reader *r, const fkvf_codebook_shape *shape,
+                                  const uint8_t *tables, size_t tsize)
+{
+    fkvf_codebook_shape got;
+    const void *p = NULL;
+    size_t n = 0;
+    uint8_t h[16], want_h[16], lib_h[16];
+    memset(&got, 0xEE, sizeof got);
+    OK_R(r, fkvf_reader_codebook(r, &got, &p, &n, h));
+    check_shape_eq(&got, shape);
+    ck_assert_uint_eq(n, fkvf_codebook_size(shape));
+    size_t wn;
+    uint8_t *want = cbk1_bytes(shape, tables, tsize, &wn);
+    ck_assert_uint_eq(n, wn);
+    ck_assert(memcmp(p, want, n) == 0);
+    fkvf_xxh3_128(want, wn, want_h);
+    fkvf_codebook_hash(p, n, lib_h);
+    ck_assert(memcmp(h, want_h, 16) == 0);
+    ck_assert(memcmp(h, lib_h, 16) == 0);
+    free(want);
+    /* every output is optional */
+    OK_R(r, fkvf_reader_codebook(r, NULL, NULL, NULL, NULL));
+    return p;
+}
+
+static void hex16(const uint8_t h[16], char out[33])
+{
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", h[i]);
 }
 
 /* Read back and compare everything of a clean single-commit archive. */
@@ -672,6 +867,34 @@ static void check_model(fkvf_reader *r, const model *m, const uint8_t *file, siz
         RC_R(r, fkvf_reader_meta_find(r, "run.steps", &e), FKVF_E_NOT_FOUND);
     }
     check_exact(r, m);
+    int ext = -1;
+    uint8_t ref_hash[16];
+    const char *ref_name = NULL;
+    OK_R(r, fkvf_reader_codebook_ref(r, &ext, ref_hash, &ref_name));
+    ck_assert_int_eq(ext, m->cb == 2);
+    if (m->cb == 2) {
+        /* an external codebook that is not attached (spec 13.5) */
+        ck_assert(memcmp(ref_hash, m->cb_hash, 16) == 0);
+        ck_assert_str_eq(ref_name, m->cb_name ? m->cb_name : "");
+        RC_R(r, fkvf_reader_codebook(r, NULL, NULL, NULL, NULL), FKVF_E_CODEBOOK);
+        char hx[33];
+        hex16(m->cb_hash, hx);
+        ck_assert(strstr(fkvf_reader_message(r), hx) != NULL);
+        fkvf_section_info si;
+        ck_assert_uint_ne(find_section(r, FKVF_SECTION_CBRF, 0, &si), SIZE_MAX);
+        ck_assert_uint_eq(si.flags, FKVF_SECTION_REQUIRED);
+        ck_assert_uint_eq(si.size, 24 + (m->cb_name ? strlen(m->cb_name) : 0));
+    } else if (m->cb) {
+        check_codebook(r, &m->cbs, m->cb_tables, m->cb_tables_size);
+        fkvf_section_info si;
+        ck_assert_uint_ne(find_section(r, FKVF_SECTION_CBK1, 0, &si), SIZE_MAX);
+        ck_assert_uint_eq(si.flags, FKVF_SECTION_REQUIRED | m->cb_flags);
+        ck_assert_uint_eq(si.size, fkvf_codebook_size(&m->cbs));
+        if (m->cb_flags & FKVF_SECTION_DEFLATE)
+            ck_assert_uint_lt(si.stored_size, si.size);
+    } else {
+        RC_R(r, fkvf_reader_codebook(r, NULL, NULL, NULL, NULL), FKVF_E_NOT_FOUND);
+    }
     for (size_t i = 0; i < m->n_st; i++)
         check_stream(r, &m->st[i], 1000 + i);
     size_t idx;
@@ -792,7 +1015,7 @@ static int path_exists(const char *p)
 
 typedef struct craft {
     tu_buf b;
-    fkvf_dirent e[16];
+    fkvf_dirent e[64];
     size_t n;
 } craft;
 
@@ -823,7 +1046,7 @@ static void cr_header(craft *c, uint16_t major, uint16_t minor, uint64_t req, ui
 static size_t cr_section(craft *c, uint32_t type, uint32_t flags, uint64_t key, const void *stored,
                          size_t stored_n, uint64_t size)
 {
-    ck_assert_uint_lt(c->n, 16);
+    ck_assert_uint_lt(c->n, sizeof c->e / sizeof c->e[0]);
     cr_pad(c);
     fkvf_dirent *e = &c->e[c->n];
     memset(e, 0, sizeof *e);
@@ -976,6 +1199,70 @@ static void refresh_strm(uint8_t *b, uint64_t off)
     fkvf_st64(b + off + 56, fkvf_xxh3_64(b + off, 56, off));
 }
 
+/* Take over a complete file for editing its last commit: the bytes before
+ * that commit's directory, and its entries (to drop, change or add to, then
+ * cr_commit again with the returned directory header's values). */
+static fkvf_dirhdr cr_from_file(craft *c, const uint8_t *b, size_t size)
+{
+    memset(c, 0, sizeof *c);
+    uint64_t toff = size - 64;
+    uint64_t dir_off = fkvf_ld64(b + toff + 16);
+    fkvf_dirhdr dh;
+    fkvf_diag d;
+    memset(&d, 0, sizeof d);
+    ck_assert_int_eq(fkvf_dirhdr_parse(b + dir_off, dir_off, &dh, &d), FKVF_OK);
+    ck_assert_uint_le(dh.entry_count, sizeof c->e / sizeof c->e[0]);
+    cr_bytes(c, b, (size_t)dir_off);
+    for (uint32_t k = 0; k < dh.entry_count; k++)
+        fkvf_dirent_read(b + dir_off + 64 + 64 * (size_t)k, &c->e[c->n++]);
+    return dh;
+}
+
+/* Start a further commit after a complete file. */
+static void cr_append(craft *c, const uint8_t *b, size_t size)
+{
+    memset(c, 0, sizeof *c);
+    cr_bytes(c, b, size);
+}
+
+static size_t cr_find(const craft *c, uint32_t type, uint64_t key)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (c->e[i].type == type && c->e[i].key == key)
+            return i;
+    ck_abort_msg("no such entry");
+    return SIZE_MAX;
+}
+
+static void cr_drop(craft *c, size_t i)
+{
+    ck_assert_uint_lt(i, c->n);
+    memmove(&c->e[i], &c->e[i + 1], (c->n - i - 1) * sizeof c->e[0]);
+    c->n--;
+}
+
+/* Recompute the entry checksums of the pending commit (after editing bytes). */
+static void cr_rehash(craft *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (c->e[i].offset + c->e[i].stored_size <= c->b.size)
+            c->e[i].checksum = fkvf_xxh3_64(c->b.data + c->e[i].offset,
+                                            (size_t)c->e[i].stored_size, c->e[i].offset);
+}
+
+/* CBRF contents (spec 13.5). */
+static uint8_t *cbrf_bytes(const uint8_t hash[16], const char *name, size_t *n)
+{
+    size_t nl = strlen(name);
+    *n = 24 + nl;
+    uint8_t *p = calloc(1, *n);
+    ck_assert_ptr_nonnull(p);
+    memcpy(p, hash, 16);
+    fkvf_st32(p + 16, (uint32_t)nl);
+    memcpy(p + 24, name, nl);
+    return p;
+}
+
 /* Open a copy of exactly `n` bytes (so over-reads are caught by ASan), keep
  * the message, free everything. */
 static int try_open(const uint8_t *p, size_t n, unsigned flags, char *msg, size_t msg_size)
@@ -1050,7 +1337,9 @@ START_TEST(roundtrip_empty_archive)
     simple_desc(&m.desc);
     model_rows(&m, 5);
     roundtrip_memory(&m);
-    /* with empty streams */
+    /* with empty streams; index streams need a codebook, but with n_archived
+     * = 0 not the whole set of spec 11.8 (2 of the 3 stages here) */
+    model_codebook(&m, 64, 2, 1, FKVF_DTYPE_F32, 0, 4);
     model_add_stream(&m, FKVF_STREAM_ID(0, 0, 0, 0, 0), FKVF_PROFILE_QUAD, 6, 0, 1);
     model_add_stream(&m, FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 32, 0, 2);
     m.opts.required_features = FKVF_FEAT_NGON;
@@ -1360,14 +1649,22 @@ START_TEST(reader_api_argument_errors)
     ck_assert_int_eq(fkvf_reader_stream_count(r, NULL), FKVF_E_INVALID_ARG);
     ck_assert_int_eq(fkvf_reader_stream_info(r, 0, NULL), FKVF_E_INVALID_ARG);
     fkvf_stream_info si;
-    ck_assert_int_eq(fkvf_reader_stream_info(r, 3, &si), FKVF_E_RANGE);
+    ck_assert_int_eq(fkvf_reader_stream_info(r, m.n_st, &si), FKVF_E_RANGE);
     ck_assert_int_eq(fkvf_reader_stream_find(r, 0, NULL), FKVF_E_INVALID_ARG);
     ck_assert_int_eq(fkvf_reader_stream_read(r, 0, 0, NULL, 1), FKVF_E_INVALID_ARG);
     uint32_t s;
-    ck_assert_int_eq(fkvf_reader_stream_get(r, 3, 0, &s), FKVF_E_RANGE);
+    ck_assert_int_eq(fkvf_reader_stream_get(r, m.n_st, 0, &s), FKVF_E_RANGE);
     ck_assert_int_eq(fkvf_reader_stream_point(r, 0, 0, NULL), FKVF_E_INVALID_ARG);
     ck_assert_int_eq(fkvf_reader_exact_row(r, 0, NULL, &n), FKVF_E_INVALID_ARG);
     ck_assert_int_eq(fkvf_reader_is_exact(r, 0, NULL), FKVF_E_INVALID_ARG);
+    /* codebook calls */
+    ck_assert_int_eq(fkvf_reader_codebook(NULL, NULL, NULL, NULL, NULL), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_reader_codebook_ref(r, NULL, NULL, NULL), FKVF_E_INVALID_ARG);
+    int ext;
+    ck_assert_int_eq(fkvf_reader_codebook_ref(NULL, &ext, NULL, NULL), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_reader_attach_codebook(r, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_attach_codebook(r, r), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_attach_codebook(NULL, r), FKVF_E_STATE);
     fkvf_reader_free(r);
     tu_buf_free(&b);
     model_free(&m);
@@ -1555,6 +1852,7 @@ START_TEST(writer_refuses_uncovered_exact_position)
     OK_W(w, fkvf_writer_set_desc(w, &m.desc));
     OK_W(w, fkvf_writer_add_exact(w, 0, 2, m.rows, 2 * m.row_bytes, 0));
     OK_W(w, fkvf_writer_add_exact(w, 7, 2, m.rows, 2 * m.row_bytes, 0)); /* 9 missing */
+    OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
     for (size_t i = 0; i < m.n_st; i++)
         OK_W(w, fkvf_writer_add_stream(w, &m.st[i].spec, m.st[i].sym, m.st[i].n));
     OK_W(w, fkvf_writer_set_positions(w, 10, 5));
@@ -1580,9 +1878,13 @@ START_TEST(writer_refuses_uncovered_exact_position)
     fkvf_writer_free(w);
     tu_buf_free(&b);
 
-    /* n_archived that does not fit after the sinks */
+    /* n_archived that does not fit after the sinks (with a codebook without
+     * stages, so that no index stream is needed) */
     w = new_writer(&b, &m.opts);
     OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    fkvf_codebook_shape s0 = m.cbs;
+    s0.k_stages = s0.v_stages = 0;
+    OK_W(w, fkvf_writer_add_codebooks(w, &s0, NULL, 0, 0));
     OK_W(w, fkvf_writer_set_positions(w, 3, 2));
     RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
     assert_msg_names(w, "n_archived");
@@ -1617,7 +1919,19 @@ START_TEST(writer_refuses_duplicate_and_reserved_meta_keys)
     RC_W(w, fkvf_writer_meta_utf8(w, "v", "\xED\xA0\x80"), FKVF_E_INVALID_ARG);
     RC_W(w, fkvf_writer_meta_u64(w, NULL, 1), FKVF_E_INVALID_ARG);
     RC_W(w, fkvf_writer_meta_bytes(w, "nb", NULL, 3), FKVF_E_INVALID_ARG);
-    /* the refused calls left nothing behind: the file holds 4 entries */
+    /* without a descriptor the file must be a codebook file (spec 13.4):
+     * metadata alone is refused, a codebook makes it valid */
+    RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
+    assert_msg_names(w, "13.4");
+    fkvf_desc sd;
+    simple_desc(&sd);
+    fkvf_codebook_shape cs;
+    shape_for(&cs, &sd, 16, 1, 0, FKVF_DTYPE_F16, 0);
+    size_t tn;
+    uint8_t *tables = make_tables(&cs, 1, &tn);
+    OK_W(w, fkvf_writer_add_codebooks(w, &cs, tables, tn, 0));
+    free(tables);
+    /* the refused calls left nothing behind: the file holds 5 entries */
     OK_W(w, fkvf_writer_finish(w));
     fkvf_writer_free(w);
     fkvf_reader *r = NULL;
@@ -1641,8 +1955,14 @@ START_TEST(writer_refuses_ngon_without_feature)
     m.opts.required_features = 0;
     tu_buf b;
     fkvf_writer *w = new_writer(&b, &m.opts);
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
     RC_W(w, fkvf_writer_add_stream(w, &m.st[1].spec, m.st[1].sym, m.st[1].n),
          FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "FKVF_FEAT_NGON");
+    /* the token stream too */
+    fkvf_stream_spec tg = {FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_NGON, 0, 16, 0, 0};
+    RC_W(w, fkvf_writer_add_stream(w, &tg, m.st[2].sym, 0), FKVF_E_INVALID_ARG);
     assert_msg_names(w, "FKVF_FEAT_NGON");
     fkvf_writer_free(w);
     tu_buf_free(&b);
@@ -1663,27 +1983,43 @@ END_TEST
 START_TEST(writer_refuses_bad_streams)
 {
     model m;
-    model_small(&m);
+    model_small(&m); /* codebook k = 16, one key and one value stage */
     tu_buf b;
     fkvf_writer *w = new_writer(&b, &m.opts);
     OK_W(w, fkvf_writer_set_desc(w, &m.desc));
-    fkvf_stream_spec q = {FKVF_STREAM_ID(0, 0, 0, 0, 0), FKVF_PROFILE_QUAD, 8, 0, 0, 0};
+    OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
+    /* a symbol outside the codec's alphabet is the caller's error (was SYMBOL) */
+    fkvf_stream_spec q = {FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 8, 0, 0, 0};
     uint32_t sym[5] = {1, 2, 256, 3, 4}; /* 256 needs 9 bits */
-    RC_W(w, fkvf_writer_add_stream(w, &q, sym, 5), FKVF_E_SYMBOL);
+    RC_W(w, fkvf_writer_add_stream(w, &q, sym, 5), FKVF_E_INVALID_ARG);
     assert_msg_names(w, "outside the alphabet");
+    q.id = FKVF_STREAM_ID(0, 0, 0, 0, 0);
     q.symbol_bits = 2;
-    sym[2] = 4;
-    RC_W(w, fkvf_writer_add_stream(w, &q, sym, 5), FKVF_E_SYMBOL);
+    sym[2] = 4; /* below k, but not a 2-bit symbol */
+    RC_W(w, fkvf_writer_add_stream(w, &q, sym, 5), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "outside the alphabet");
+    /* an index symbol >= k, whatever the codec could hold (spec 11.8) */
+    q.symbol_bits = 8;
+    sym[2] = 16;
+    RC_W(w, fkvf_writer_add_stream(w, &q, sym, 5), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "k = 16");
+    sym[2] = 15;
     static const unsigned bad_bits[] = {0, 1, 3, 7, 33, 34, 64};
     for (size_t i = 0; i < sizeof bad_bits / sizeof bad_bits[0]; i++) {
         q.symbol_bits = bad_bits[i];
         RC_W(w, fkvf_writer_add_stream(w, &q, sym, 5), FKVF_E_INVALID_ARG);
         assert_msg_names(w, "symbol_bits");
     }
-    /* ngon symbol >= N */
-    fkvf_stream_spec g = {FKVF_STREAM_ID(0, 0, 0, 1, 0), FKVF_PROFILE_NGON, 0, 16, 0, 0};
-    uint32_t gs[5] = {0, 15, 16, 1, 2};
-    RC_W(w, fkvf_writer_add_stream(w, &g, gs, 5), FKVF_E_SYMBOL);
+    /* ngon symbol >= N (N < k) */
+    fkvf_stream_spec g = {FKVF_STREAM_ID(0, 0, 0, 1, 0), FKVF_PROFILE_NGON, 0, 8, 0, 0};
+    uint32_t gs[5] = {0, 7, 8, 1, 2};
+    RC_W(w, fkvf_writer_add_stream(w, &g, gs, 5), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "outside the alphabet");
+    /* ngon symbol >= k (N > k) */
+    g.alphabet = 32;
+    gs[2] = 20;
+    RC_W(w, fkvf_writer_add_stream(w, &g, gs, 5), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "k = 16");
     g.alphabet = 1;
     RC_W(w, fkvf_writer_add_stream(w, &g, gs, 0), FKVF_E_INVALID_ARG);
     g.alphabet = 16;
@@ -1702,10 +2038,18 @@ START_TEST(writer_refuses_bad_streams)
     RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
     ok.id = FKVF_STREAM_ID(1, 1, 0, 0, 0); /* token stream with a layer */
     RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
+    /* layer, head or stage outside the descriptor and the codebook */
     ok.id = FKVF_STREAM_ID(0, 2, 0, 0, 0); /* layer 2 of 2 */
     RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
-    assert_msg_names(w, "layer/head");
+    assert_msg_names(w, "layer, head or stage");
     ok.id = FKVF_STREAM_ID(0, 0, 2, 0, 0); /* head 2 of 2 */
+    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
+    ok.id = FKVF_STREAM_ID(0, 0, 0, 0, 1); /* key stage 1 of 1 */
+    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "stage");
+    ok.id = FKVF_STREAM_ID(0, 0, 0, 1, 1); /* value stage 1 of 1 */
+    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
+    ok.id = FKVF_STREAM_ID(0, 0, 0, 0, 255);
     RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
     ok.profile = (fkvf_profile)3;
     ok.id = FKVF_STREAM_ID(0, 0, 0, 0, 0);
@@ -1845,10 +2189,14 @@ START_TEST(writer_refuses_misuse)
     RC_W(w, fkvf_writer_add_exact(w, UINT64_MAX, 2, m.rows, 2 * m.row_bytes, 0), FKVF_E_LIMIT);
     RC_W(w, fkvf_writer_set_positions(w, 3, 4), FKVF_E_INVALID_ARG);
     assert_msg_names(w, "n_archived");
-    static const uint32_t dedicated[] = {FKVF_SECTION_DESC, FKVF_SECTION_META, FKVF_SECTION_EXAC,
-                                         FKVF_SECTION_STRM, FKVF_SECTION_DIRC};
-    for (size_t i = 0; i < 5; i++)
-        RC_W(w, fkvf_writer_add_section(w, dedicated[i], 0, 0, "x", 1), FKVF_E_INVALID_ARG);
+    static const uint32_t dedicated[] = {
+        FKVF_SECTION_DESC, FKVF_SECTION_META, FKVF_SECTION_EXAC, FKVF_SECTION_STRM,
+        FKVF_SECTION_DIRC, FKVF_SECTION_VTXS, FKVF_SECTION_CBK1, FKVF_SECTION_CBRF};
+    for (size_t i = 0; i < sizeof dedicated / sizeof dedicated[0]; i++) {
+        RC_W(w, fkvf_writer_add_section(w, dedicated[i], FKVF_SECTION_REQUIRED, 0, "x", 1),
+             FKVF_E_INVALID_ARG);
+        assert_msg_names(w, "dedicated");
+    }
     RC_W(w, fkvf_writer_add_section(w, XTRA, 4, 0, "x", 1), FKVF_E_INVALID_ARG);
     RC_W(w, fkvf_writer_add_section(w, XTRA, 0, 0, NULL, 1), FKVF_E_INVALID_ARG);
     /* positions recorded without a descriptor */
@@ -1856,6 +2204,12 @@ START_TEST(writer_refuses_misuse)
     fkvf_writer *w2 = new_writer(&b2, &m.opts);
     OK_W(w2, fkvf_writer_set_positions(w2, 1, 0));
     RC_W(w2, fkvf_writer_finish(w2), FKVF_E_STATE);
+    fkvf_writer_free(w2);
+    tu_buf_free(&b2);
+    /* nothing at all: without a descriptor the file must be a codebook file */
+    w2 = new_writer(&b2, &m.opts);
+    RC_W(w2, fkvf_writer_finish(w2), FKVF_E_STATE);
+    assert_msg_names(w2, "codebook");
     fkvf_writer_free(w2);
     tu_buf_free(&b2);
     fkvf_writer_free(w);
@@ -2104,7 +2458,9 @@ START_TEST(every_payload_bit_flip)
         OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
         fkvf_archive_info ai;
         OK_R(r, fkvf_reader_info(r, &ai));
-        ck_assert_uint_eq(ai.n_sections, 9); /* DESC META EXACx3 VTXS STRMx3 */
+        /* DESC CBK1 META EXACx3 VTXS STRMx9 */
+        ck_assert_uint_eq(ai.n_sections, 16);
+        ck_assert_uint_eq(ai.n_sections, model_n_sections(&m));
         for (size_t i = 0; i < ai.n_sections; i++) {
             fkvf_section_info si;
             OK_R(r, fkvf_reader_section(r, i, &si));
@@ -2462,8 +2818,23 @@ START_TEST(guard_section_reaching_into_directory)
     cr_commit(&c, 1, 0, 0, 0);
     EXPECT_OPEN(&c, FKVF_E_BOUNDS, "outside");
     tu_buf_free(&c.b);
+    /* the largest size spec 4.2 allows (2^48) still fails on bounds */
     craft_base(&c, 0);
-    c.e[1].stored_size = c.e[1].size = UINT64_MAX - 63;
+    c.e[1].stored_size = c.e[1].size = UINT64_C(1) << 48;
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_BOUNDS, "outside");
+    tu_buf_free(&c.b);
+    /* an offset near 2^64 whose end wraps around to a small value (bug
+     * guard: the end was computed without an overflow check) */
+    craft_base(&c, 0);
+    c.e[1].offset = UINT64_MAX - 63;
+    c.e[1].stored_size = c.e[1].size = 128;
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_BOUNDS, "outside");
+    tu_buf_free(&c.b);
+    craft_base(&c, 0);
+    c.e[1].offset = UINT64_MAX - 63;
+    c.e[1].stored_size = c.e[1].size = UINT64_C(1) << 48;
     cr_commit(&c, 1, 0, 0, 0);
     EXPECT_OPEN(&c, FKVF_E_BOUNDS, "outside");
     tu_buf_free(&c.b);
@@ -2570,8 +2941,11 @@ END_TEST
 START_TEST(guard_deflate_bomb_declaration)
 {
     static const uint8_t junk[100] = {1, 2, 3};
+    /* (sizes above 2^48 are the LIMIT of spec 4.2 instead: see
+     * directory_entry_limits) */
     static const uint64_t sizes[] = {1032 * 100 + 65, 1032 * 100 + 1031, 1032 * 101,
-                                     UINT64_C(1) << 39, (UINT64_C(1) << 40) + 1, UINT64_MAX};
+                                     UINT64_C(1) << 39, (UINT64_C(1) << 40) + 1,
+                                     UINT64_C(1) << 48};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         craft c;
         craft_base(&c, FKVF_FEAT_DEFLATE);
@@ -2906,6 +3280,11 @@ static int read_everything(fkvf_reader *r)
         if ((rc = fkvf_reader_section_data(r, i, &p, &n)))
             return rc;
     }
+    fkvf_codebook_shape cs;
+    const void *cp;
+    uint8_t h[16];
+    if ((rc = fkvf_reader_codebook(r, &cs, &cp, &n, h)) && rc != FKVF_E_NOT_FOUND)
+        return rc;
     return fkvf_reader_verify(r);
 }
 
@@ -3136,7 +3515,7 @@ START_TEST(second_commit_is_served)
     ck_assert_uint_eq(ai.n_commits, 2);
     ck_assert_uint_eq(ai.committed_size, t.b.size);
     ck_assert_uint_eq(ai.torn_bytes, 0);
-    ck_assert_uint_eq(ai.n_sections, 9 + 2);
+    ck_assert_uint_eq(ai.n_sections, model_n_sections(&t.m) + 2);
     /* later META replaces earlier META (spec 7.3) */
     size_t n;
     OK_R(r, fkvf_reader_meta_count(r, &n));
@@ -3239,25 +3618,1374 @@ END_TEST
 
 START_TEST(broken_chain_is_not_trusted)
 {
-    /* commit_seq 3 after 1: the chain is broken; commit 1 is served */
+    /* commit_seq 3 after 1: the chain is broken. The last 64 bytes are a
+     * valid trailer, so the file is clean and rejected with CHAIN; commit 1
+     * is not served (spec 7.2 rule 1) */
     two t;
     build_two(&t, 3, 0);
     fkvf_reader *r = NULL;
-    OK_R(r, fkvf_reader_open_memory(&r, t.b.data, t.b.size, 0, NULL));
-    check_commit1(r, &t, t.b.size);
+    RC_R(r, fkvf_reader_open_memory(&r, t.b.data, t.b.size, 0, NULL), FKVF_E_CHAIN);
+    ck_assert(strstr(fkvf_reader_message(r), "commit_seq") != NULL);
     fkvf_reader_free(r);
     r = NULL;
-    RC_R(r, fkvf_reader_open_memory(&r, t.b.data, t.b.size, FKVF_OPEN_STRICT, NULL), FKVF_E_TORN);
+    RC_R(r, fkvf_reader_open_memory(&r, t.b.data, t.b.size, FKVF_OPEN_STRICT, NULL),
+         FKVF_E_CHAIN);
     ck_assert(strstr(fkvf_reader_message(r), "commit") != NULL);
     fkvf_reader_free(r);
+    /* and the same file with a torn tail: candidates whose chain is broken
+     * are skipped, commit 1 is served with the rest as torn */
+    uint8_t *g = calloc(1, t.b.size + 64);
+    memcpy(g, t.b.data, t.b.size);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, g, t.b.size + 64, 0, NULL));
+    check_commit1(r, &t, t.b.size + 64);
+    fkvf_reader_free(r);
+    free(g);
     two_free(&t);
     /* prev_trailer pointing 64 bytes before commit 1's trailer */
     build_two(&t, 2, 64);
     r = NULL;
-    OK_R(r, fkvf_reader_open_memory(&r, t.b.data, t.b.size, 0, NULL));
-    check_commit1(r, &t, t.b.size);
+    RC_R(r, fkvf_reader_open_memory(&r, t.b.data, t.b.size, 0, NULL), FKVF_E_CHAIN);
+    ck_assert(strstr(fkvf_reader_message(r), "earlier trailer") != NULL);
     fkvf_reader_free(r);
     two_free(&t);
+}
+END_TEST
+
+/* ==== 10. codebooks (spec 13) ==================================================== */
+
+/* A codebook file (spec 13.4): no DESC, one CBK1, optional META. */
+static void write_codebook_file(const fkvf_codebook_shape *shape, const uint8_t *tables,
+                                size_t tsize, unsigned flags, tu_buf *out)
+{
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.required_features = (flags & FKVF_SECTION_DEFLATE) ? FKVF_FEAT_DEFLATE : 0;
+    o.no_sync = 1;
+    fkvf_writer *w = new_writer(out, &o);
+    OK_W(w, fkvf_writer_meta_utf8(w, "train.corpus", "tiny"));
+    OK_W(w, fkvf_writer_add_codebooks(w, shape, tables, tsize, flags));
+    OK_W(w, fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+}
+
+static void hash_of(const fkvf_codebook_shape *shape, const uint8_t *tables, size_t tsize,
+                    uint8_t out[16])
+{
+    size_t n;
+    uint8_t *p = cbk1_bytes(shape, tables, tsize, &n);
+    fkvf_codebook_hash(p, n, out);
+    free(p);
+}
+
+START_TEST(codebook_embedded_round_trip)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, FKVF_OPEN_STRICT, NULL));
+    const void *p = check_codebook(r, &m.cbs, m.cb_tables, m.cb_tables_size);
+    fkvf_section_info si;
+    ck_assert_uint_ne(find_section(r, FKVF_SECTION_CBK1, 0, &si), SIZE_MAX);
+    ck_assert_ptr_eq(p, b.data + si.offset); /* zero copy */
+    ck_assert_uint_eq(si.flags, FKVF_SECTION_REQUIRED);
+    /* spec 13.2: 64 + n_layers * n_heads * k * (k_stages * key_dim + v_stages * value_dim) * 2 */
+    ck_assert_uint_eq(si.size, 64 + 2 * 2 * 16 * (8 + 8) * 2);
+    ck_assert_uint_eq(fkvf_codebook_size(&m.cbs), si.size);
+    /* the hash is that of the contents alone (spec 13.3) */
+    uint8_t h1[16], h2[16];
+    OK_R(r, fkvf_reader_codebook(r, NULL, NULL, NULL, h1));
+    fkvf_xxh3_128(b.data + si.offset, (size_t)si.size, h2);
+    ck_assert(memcmp(h1, h2, 16) == 0);
+    /* embedded: no reference; its hash and name outputs are left alone */
+    int ext = -1;
+    uint8_t rh[16];
+    memset(rh, 0xAB, sizeof rh);
+    const char *nm = "untouched";
+    OK_R(r, fkvf_reader_codebook_ref(r, &ext, rh, &nm));
+    ck_assert_int_eq(ext, 0);
+    ck_assert_uint_eq(rh[0], 0xAB);
+    ck_assert_str_eq(nm, "untouched");
+    /* nothing to attach */
+    fkvf_reader *r2 = NULL;
+    OK_R(r2, fkvf_reader_open_memory(&r2, b.data, b.size, 0, NULL));
+    RC_R(r, fkvf_reader_attach_codebook(r, r2), FKVF_E_STATE);
+    fkvf_reader_free(r2);
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+
+    /* a different table gives a different hash */
+    model m2;
+    model_small(&m2);
+    m2.cb_tables[0] ^= 1;
+    build(&m2, &b);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    OK_R(r, fkvf_reader_codebook(r, NULL, NULL, NULL, h2));
+    ck_assert(memcmp(h1, h2, 16) != 0);
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    model_free(&m2);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(codebook_size_of_shapes)
+{
+    fkvf_codebook_shape s = {1, 1, 1, 1, 16, 0, 0, FKVF_DTYPE_F16, 0};
+    ck_assert_uint_eq(fkvf_codebook_size(&s), 64); /* no stages: the header alone */
+    s.k_stages = 1;
+    ck_assert_uint_eq(fkvf_codebook_size(&s), 64 + 16 * 2);
+    s = (fkvf_codebook_shape){1, 1, 16384, 16384, 4096, 16, 16, FKVF_DTYPE_F32, 0};
+    ck_assert_uint_eq(fkvf_codebook_size(&s), 64 + (UINT64_C(1) << 33));
+    s = (fkvf_codebook_shape){1024, 1024, 1, 1, 16, 1, 0, FKVF_DTYPE_F16, 0};
+    ck_assert_uint_eq(fkvf_codebook_size(&s), 64 + (UINT64_C(1) << 25));
+    s = (fkvf_codebook_shape){3, 1, 5, 7, 64, 2, 3, FKVF_DTYPE_F32, 1};
+    ck_assert_uint_eq(fkvf_codebook_size(&s), 64 + 3 * 64 * (2 * 5 + 3 * 7) * 4);
+    /* beyond 2^48 */
+    s = (fkvf_codebook_shape){1024, 1024, 16384, 16384, 4096, 16, 16, FKVF_DTYPE_F32, 0};
+    ck_assert_uint_eq(fkvf_codebook_size(&s), 0);
+    /* fields out of range (spec 13.1) */
+    static const fkvf_codebook_shape bad[] = {
+        {0, 1, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 0},    {1025, 1, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 0},
+        {1, 0, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 0},    {1, 1025, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 0},
+        {1, 1, 0, 4, 16, 1, 1, FKVF_DTYPE_F16, 0},    {1, 1, 16385, 4, 16, 1, 1, FKVF_DTYPE_F16, 0},
+        {1, 1, 4, 0, 16, 1, 1, FKVF_DTYPE_F16, 0},    {1, 1, 4, 4, 8, 1, 1, FKVF_DTYPE_F16, 0},
+        {1, 1, 4, 4, 15, 1, 1, FKVF_DTYPE_F16, 0},    {1, 1, 4, 4, 48, 1, 1, FKVF_DTYPE_F16, 0},
+        {1, 1, 4, 4, 8192, 1, 1, FKVF_DTYPE_F16, 0},  {1, 1, 4, 4, 16, 17, 1, FKVF_DTYPE_F16, 0},
+        {1, 1, 4, 4, 16, 1, 17, FKVF_DTYPE_F16, 0},   {1, 1, 4, 4, 16, 1, 1, FKVF_DTYPE_BF16, 0},
+        {1, 1, 4, 4, 16, 1, 1, (fkvf_dtype)0, 0},     {1, 2, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 1},
+        {1, 1, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 2},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(fkvf_codebook_size(&bad[i]) == 0, "case %zu", i);
+    ck_assert_uint_eq(fkvf_codebook_size(NULL), 0);
+}
+END_TEST
+
+START_TEST(codebook_pooled_per_layer)
+{
+    model m;
+    memset(&m, 0, sizeof m);
+    fkvf_writer_options_init(&m.opts);
+    m.opts.required_features = FKVF_FEAT_NGON;
+    m.opts.no_sync = 1;
+    simple_desc(&m.desc);
+    m.desc.n_layers = 2;
+    m.desc.n_kv_heads = 3;
+    m.desc.value_dim = 2;
+    m.desc.n_sinks = 1;
+    m.n_positions = 6;
+    m.n_archived = 4;
+    model_rows(&m, 8);
+    model_codebook(&m, 32, 2, 1, FKVF_DTYPE_F32, 1, 9);
+    ck_assert_uint_eq(m.cbs.n_heads, 1);
+    static const codec_choice cs[] = {
+        {FKVF_PROFILE_QUAD, 6, 0}, {FKVF_PROFILE_NGON, 0, 32}, {FKVF_PROFILE_QUAD, 10, 0},
+        {FKVF_PROFILE_NGON, 0, 3}, {FKVF_PROFILE_QUAD, 32, 0}};
+    model_fill_index_streams(&m, cs, sizeof cs / sizeof cs[0], 5);
+    ck_assert_uint_eq(m.n_st, 2 * 3 * 3); /* every head has its streams */
+    roundtrip_memory(&m);
+    /* pooled means n_heads = 1; per head it must equal n_kv_heads */
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &m.opts);
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    fkvf_codebook_shape s = m.cbs;
+    s.n_heads = 3;
+    RC_W(w, fkvf_writer_add_codebooks(w, &s, m.cb_tables, 3 * m.cb_tables_size, 0),
+         FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "13.1");
+    s.pooled = 0;
+    s.n_heads = 1;
+    RC_W(w, fkvf_writer_add_codebooks(w, &s, m.cb_tables, m.cb_tables_size, 0),
+         FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "13.7");
+    /* f32 centroids must be finite too (spec 13.2) */
+    static const uint32_t nonfinite32[] = {0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001};
+    for (size_t i = 0; i < sizeof nonfinite32 / sizeof nonfinite32[0]; i++) {
+        uint8_t *bad = malloc(m.cb_tables_size);
+        memcpy(bad, m.cb_tables, m.cb_tables_size);
+        fkvf_st32(bad + m.cb_tables_size - 4 * (i + 1), nonfinite32[i]);
+        RC_W(w, fkvf_writer_add_codebooks(w, &m.cbs, bad, m.cb_tables_size, 0),
+             FKVF_E_INVALID_ARG);
+        assert_msg_names(w, "not finite");
+        free(bad);
+    }
+    OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(codebook_deflated)
+{
+    model m;
+    model_small(&m);
+    m.opts.required_features |= FKVF_FEAT_DEFLATE;
+    m.cb_flags = FKVF_SECTION_DEFLATE;
+    roundtrip_memory(&m); /* flags, stored_size < size, contents, hash */
+    tu_buf b;
+    build(&m, &b);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    uint8_t hd[16], hp[16];
+    const void *p;
+    size_t n;
+    OK_R(r, fkvf_reader_codebook(r, NULL, &p, &n, hd));
+    fkvf_section_info si;
+    find_section(r, FKVF_SECTION_CBK1, 0, &si);
+    ck_assert_uint_eq(si.flags, FKVF_SECTION_REQUIRED | FKVF_SECTION_DEFLATE);
+    ck_assert_uint_eq(n, si.size);
+    ck_assert((uintptr_t)p < (uintptr_t)b.data || (uintptr_t)p >= (uintptr_t)(b.data + b.size));
+    /* the hash does not depend on compression (spec 13.3) */
+    hash_of(&m.cbs, m.cb_tables, m.cb_tables_size, hp);
+    ck_assert(memcmp(hd, hp, 16) == 0);
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    /* a deflated CBK1 needs the feature bit */
+    m.opts.required_features &= ~FKVF_FEAT_DEFLATE;
+    fkvf_writer *w = new_writer(&b, &m.opts);
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    RC_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size,
+                                      FKVF_SECTION_DEFLATE),
+         FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "FKVF_FEAT_DEFLATE");
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+/* With zero stages the sum is the zero vector (spec 13.6): archived
+ * positions need a codebook but no index stream. */
+START_TEST(codebook_without_stages)
+{
+    model m;
+    memset(&m, 0, sizeof m);
+    fkvf_writer_options_init(&m.opts);
+    m.opts.no_sync = 1;
+    simple_desc(&m.desc);
+    m.desc.dtype = FKVF_DTYPE_BF16;
+    m.desc.n_sinks = 1;
+    m.n_positions = 5;
+    m.n_archived = 3;
+    model_rows(&m, 6);
+    model_codebook(&m, 16, 0, 0, FKVF_DTYPE_F32, 0, 1);
+    ck_assert_uint_eq(m.cb_tables_size, 0);
+    model_add_stream(&m, FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 16, 0, 3);
+    roundtrip_memory(&m);
+    /* and then no index stream may exist: there is no stage for it */
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &m.opts);
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, NULL, 0, 0));
+    fkvf_stream_spec q = {FKVF_STREAM_ID(0, 0, 0, 0, 0), FKVF_PROFILE_QUAD, 4, 0, 0, 0};
+    uint32_t sym[3] = {0, 1, 2};
+    RC_W(w, fkvf_writer_add_stream(w, &q, sym, 3), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "stage");
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(codebook_file_without_desc)
+{
+    model m;
+    model_small(&m);
+    for (int deflated = 0; deflated < 2; deflated++) {
+        tu_buf cf;
+        write_codebook_file(&m.cbs, m.cb_tables, m.cb_tables_size,
+                            deflated ? FKVF_SECTION_DEFLATE : 0, &cf);
+        fkvf_reader *r = NULL;
+        OK_R(r, fkvf_reader_open_memory(&r, cf.data, cf.size, FKVF_OPEN_STRICT, NULL));
+        fkvf_archive_info ai;
+        OK_R(r, fkvf_reader_info(r, &ai));
+        ck_assert_int_eq(ai.has_desc, 0);
+        ck_assert_uint_eq(ai.n_positions, 0);
+        ck_assert_uint_eq(ai.n_archived, 0);
+        ck_assert_uint_eq(ai.n_streams, 0);
+        ck_assert_uint_eq(ai.n_sections, 2); /* CBK1, META */
+        fkvf_desc d;
+        RC_R(r, fkvf_reader_desc(r, &d), FKVF_E_NOT_FOUND);
+        fkvf_meta_entry e;
+        OK_R(r, fkvf_reader_meta_find(r, "train.corpus", &e));
+        check_codebook(r, &m.cbs, m.cb_tables, m.cb_tables_size);
+        uint8_t h[16], want[16];
+        OK_R(r, fkvf_reader_codebook(r, NULL, NULL, NULL, h));
+        hash_of(&m.cbs, m.cb_tables, m.cb_tables_size, want);
+        ck_assert(memcmp(h, want, 16) == 0);
+        int ext = -1;
+        OK_R(r, fkvf_reader_codebook_ref(r, &ext, NULL, NULL));
+        ck_assert_int_eq(ext, 0);
+        OK_R(r, fkvf_reader_verify(r));
+        fkvf_reader_free(r);
+        tu_buf_free(&cf);
+    }
+    /* what a codebook file cannot hold (spec 13.4): the writer refuses */
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &m.opts);
+    OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
+    OK_W(w, fkvf_writer_set_positions(w, 1, 0));
+    RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
+    assert_msg_names(w, "13.4");
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    w = new_writer(&b, &m.opts);
+    OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
+    fkvf_stream_spec tok = {FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 32, 0, 0, 0};
+    OK_W(w, fkvf_writer_add_stream(w, &tok, NULL, 0));
+    RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
+    assert_msg_names(w, "13.4");
+    RC_W(w, fkvf_writer_add_exact(w, 0, 1, m.rows, m.row_bytes, 0), FKVF_E_STATE);
+    RC_W(w, fkvf_writer_add_stream(w, &m.st[0].spec, m.st[0].sym, m.st[0].n), FKVF_E_STATE);
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    /* a codebook file never refers to another codebook */
+    fkvf_writer_options o = m.opts;
+    o.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
+    w = new_writer(&b, &o);
+    uint8_t h[16] = {1};
+    RC_W(w, fkvf_writer_add_codebook_ref(w, &m.cbs, h, "x"), FKVF_E_STATE);
+    assert_msg_names(w, "13.4");
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    /* a codebook first, then a matching descriptor: an archive */
+    w = new_writer(&b, &m.opts);
+    OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
+    fkvf_desc d = m.desc;
+    d.value_dim = 4;
+    RC_W(w, fkvf_writer_set_desc(w, &d), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "13.7");
+    d = m.desc;
+    d.n_kv_heads = 1;
+    RC_W(w, fkvf_writer_set_desc(w, &d), FKVF_E_INVALID_ARG);
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    OK_W(w, fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    ck_assert_int_eq(ai.has_desc, 1);
+    check_codebook(r, &m.cbs, m.cb_tables, m.cb_tables_size);
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+/* An archive with a CBRF reference, plus the matching codebook file. */
+static void external_pair(model *m, tu_buf *archive, tu_buf *cbfile, const char *name)
+{
+    write_codebook_file(&m->cbs, m->cb_tables, m->cb_tables_size, 0, cbfile);
+    m->cb = 2;
+    m->cb_name = name;
+    m->opts.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
+    hash_of(&m->cbs, m->cb_tables, m->cb_tables_size, m->cb_hash);
+    build(m, archive);
+}
+
+START_TEST(external_codebook_attach)
+{
+    model m;
+    model_small(&m);
+    tu_buf ab, cb;
+    external_pair(&m, &ab, &cb, "codebooks/tiny-\xC3\xA9.fkvf");
+    roundtrip_memory(&m); /* everything but the codebook is served unattached */
+    char hx[33];
+    hex16(m.cb_hash, hx);
+    fkvf_reader *r = NULL, *c = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, ab.data, ab.size, FKVF_OPEN_STRICT, NULL));
+    OK_R(c, fkvf_reader_open_memory(&c, cb.data, cb.size, FKVF_OPEN_STRICT, NULL));
+    int ext = 0;
+    uint8_t rh[16];
+    const char *nm = NULL;
+    OK_R(r, fkvf_reader_codebook_ref(r, &ext, rh, &nm));
+    ck_assert_int_eq(ext, 1);
+    ck_assert(memcmp(rh, m.cb_hash, 16) == 0);
+    ck_assert_str_eq(nm, "codebooks/tiny-\xC3\xA9.fkvf");
+    /* before attach: CODEBOOK, naming the hash */
+    RC_R(r, fkvf_reader_codebook(r, NULL, NULL, NULL, NULL), FKVF_E_CODEBOOK);
+    ck_assert_msg(strstr(fkvf_reader_message(r), hx) != NULL, "%s", fkvf_reader_message(r));
+    OK_R(r, fkvf_reader_verify(r));
+    /* attach the right file */
+    OK_R(r, fkvf_reader_attach_codebook(r, c));
+    const void *p = check_codebook(r, &m.cbs, m.cb_tables, m.cb_tables_size);
+    fkvf_section_info si;
+    ck_assert_uint_ne(find_section(c, FKVF_SECTION_CBK1, 0, &si), SIZE_MAX);
+    ck_assert_ptr_eq(p, cb.data + si.offset); /* the codebook file's bytes */
+    OK_R(r, fkvf_reader_codebook_ref(r, &ext, rh, &nm));
+    ck_assert_int_eq(ext, 1);
+    OK_R(r, fkvf_reader_verify(r)); /* now with the symbol check */
+    for (size_t i = 0; i < m.n_st; i++)
+        check_stream(r, &m.st[i], i);
+    fkvf_reader_free(r);
+    fkvf_reader_free(c);
+    /* the name is optional */
+    tu_buf ab2;
+    m.cb_name = NULL;
+    build(&m, &ab2);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, ab2.data, ab2.size, 0, NULL));
+    OK_R(r, fkvf_reader_codebook_ref(r, &ext, rh, &nm));
+    ck_assert_str_eq(nm, "");
+    fkvf_reader_free(r);
+    tu_buf_free(&ab2);
+    tu_buf_free(&ab);
+    tu_buf_free(&cb);
+    model_free(&m);
+}
+END_TEST
+
+/* attach must fail with CODEBOOK naming the expected hash; the archive
+ * stays usable and a right file can be attached afterwards. */
+static void expect_attach_fails(const tu_buf *archive, const tu_buf *cand,
+                                const uint8_t expected[16], const char *needle)
+{
+    char hx[33];
+    hex16(expected, hx);
+    fkvf_reader *r = NULL, *c = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, archive->data, archive->size, 0, NULL));
+    OK_R(c, fkvf_reader_open_memory(&c, cand->data, cand->size, 0, NULL));
+    RC_R(r, fkvf_reader_attach_codebook(r, c), FKVF_E_CODEBOOK);
+    const char *msg = fkvf_reader_message(r);
+    ck_assert_msg(strstr(msg, hx) != NULL, "message \"%s\" lacks the hash %s", msg, hx);
+    ck_assert_msg(strstr(msg, needle) != NULL, "message \"%s\" lacks \"%s\"", msg, needle);
+    RC_R(r, fkvf_reader_codebook(r, NULL, NULL, NULL, NULL), FKVF_E_CODEBOOK);
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    fkvf_reader_free(c);
+}
+
+START_TEST(external_codebook_attach_rejects)
+{
+    model m;
+    model_small(&m);
+    tu_buf ab, good;
+    external_pair(&m, &ab, &good, "good.fkvf");
+    /* another codebook of the same shape: a different content hash */
+    size_t tn;
+    uint8_t *other_t = make_tables(&m.cbs, 99, &tn);
+    tu_buf other;
+    write_codebook_file(&m.cbs, other_t, tn, 0, &other);
+    expect_attach_fails(&ab, &other, m.cb_hash, "content hash");
+    /* not a codebook file: an archive (with an embedded codebook, even) */
+    model e;
+    model_small(&e);
+    tu_buf arch;
+    build(&e, &arch);
+    expect_attach_fails(&ab, &arch, m.cb_hash, "not a codebook file");
+    expect_attach_fails(&ab, &ab, m.cb_hash, "not a codebook file");
+    /* a codebook whose shape does not fit the descriptor (key_dim 4, not 8),
+     * referred to by its hash */
+    fkvf_codebook_shape bs = m.cbs;
+    bs.key_dim = 4;
+    uint8_t *bad_t = make_tables(&bs, 5, &tn);
+    tu_buf bad;
+    write_codebook_file(&bs, bad_t, tn, 0, &bad);
+    model m2;
+    model_small(&m2);
+    tu_buf ab2, unused;
+    external_pair(&m2, &ab2, &unused, "bad.fkvf");
+    tu_buf_free(&ab2);
+    hash_of(&bs, bad_t, tn, m2.cb_hash); /* the writer cannot know the shape behind a hash */
+    build(&m2, &ab2);
+    expect_attach_fails(&ab2, &bad, m2.cb_hash, "shape");
+    /* a codebook with two key stages: the archive's index streams (one key
+     * stage) do not match it */
+    fkvf_codebook_shape ss = m.cbs;
+    ss.k_stages = 2;
+    uint8_t *st_t = make_tables(&ss, 6, &tn);
+    tu_buf stages;
+    write_codebook_file(&ss, st_t, tn, 0, &stages);
+    tu_buf_free(&ab2);
+    hash_of(&ss, st_t, tn, m2.cb_hash);
+    build(&m2, &ab2);
+    expect_attach_fails(&ab2, &stages, m2.cb_hash, "index stream");
+    /* after failed attempts, the right file attaches */
+    fkvf_reader *r = NULL, *c = NULL, *o = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, ab.data, ab.size, 0, NULL));
+    OK_R(c, fkvf_reader_open_memory(&c, good.data, good.size, 0, NULL));
+    OK_R(o, fkvf_reader_open_memory(&o, other.data, other.size, 0, NULL));
+    RC_R(r, fkvf_reader_attach_codebook(r, o), FKVF_E_CODEBOOK);
+    OK_R(r, fkvf_reader_attach_codebook(r, c));
+    check_codebook(r, &m.cbs, m.cb_tables, m.cb_tables_size);
+    fkvf_reader_free(r);
+    fkvf_reader_free(o);
+    fkvf_reader_free(c);
+
+    free(other_t);
+    free(bad_t);
+    free(st_t);
+    tu_buf_free(&ab);
+    tu_buf_free(&ab2);
+    tu_buf_free(&unused);
+    tu_buf_free(&good);
+    tu_buf_free(&other);
+    tu_buf_free(&arch);
+    tu_buf_free(&bad);
+    tu_buf_free(&stages);
+    model_free(&m2);
+    model_free(&e);
+    model_free(&m);
+}
+END_TEST
+
+/* An attached codebook with a smaller k than the symbols need: attach
+ * succeeds (shape and stages fit), verify reports SYMBOL (spec 11.8). */
+START_TEST(external_codebook_smaller_k_fails_verify)
+{
+    model m;
+    model_small_k(&m, 32); /* symbols up to 31 */
+    tu_buf ab, cb32;
+    external_pair(&m, &ab, &cb32, "k32.fkvf");
+    fkvf_codebook_shape s16 = m.cbs;
+    s16.k = 16;
+    size_t tn;
+    uint8_t *t16 = make_tables(&s16, 7, &tn);
+    tu_buf cb16;
+    write_codebook_file(&s16, t16, tn, 0, &cb16);
+    hash_of(&s16, t16, tn, m.cb_hash);
+    tu_buf_free(&ab);
+    build(&m, &ab);
+    fkvf_reader *r = NULL, *c = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, ab.data, ab.size, 0, NULL));
+    OK_R(c, fkvf_reader_open_memory(&c, cb16.data, cb16.size, 0, NULL));
+    OK_R(r, fkvf_reader_verify(r)); /* k unknown yet */
+    OK_R(r, fkvf_reader_attach_codebook(r, c));
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_SYMBOL);
+    ck_assert(strstr(fkvf_reader_message(r), "k = 16") != NULL);
+    fkvf_reader_free(r);
+    fkvf_reader_free(c);
+    free(t16);
+    tu_buf_free(&ab);
+    tu_buf_free(&cb32);
+    tu_buf_free(&cb16);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(writer_refuses_codebook_misuse)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &m.opts);
+    /* index streams need the descriptor and the codebook first */
+    RC_W(w, fkvf_writer_add_stream(w, &m.st[0].spec, m.st[0].sym, m.st[0].n), FKVF_E_STATE);
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    RC_W(w, fkvf_writer_add_stream(w, &m.st[0].spec, m.st[0].sym, m.st[0].n), FKVF_E_STATE);
+    assert_msg_names(w, "codebook");
+    OK_W(w, fkvf_writer_add_stream(w, &m.st[2].spec, m.st[2].sym, m.st[2].n)); /* tokens */
+    /* bad codebook arguments */
+    fkvf_codebook_shape s = m.cbs;
+    s.k = 24;
+    RC_W(w, fkvf_writer_add_codebooks(w, &s, m.cb_tables, m.cb_tables_size, 0),
+         FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "13.1");
+    s = m.cbs;
+    s.key_dim = 4;
+    RC_W(w, fkvf_writer_add_codebooks(w, &s, m.cb_tables, (size_t)fkvf_codebook_size(&s) - 64, 0),
+         FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "13.7");
+    s = m.cbs;
+    s.n_layers = 1;
+    RC_W(w, fkvf_writer_add_codebooks(w, &s, m.cb_tables, (size_t)fkvf_codebook_size(&s) - 64, 0),
+         FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size - 2, 0),
+         FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "13.2");
+    RC_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size + 64, 0),
+         FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_codebooks(w, &m.cbs, NULL, m.cb_tables_size, 0), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_codebooks(w, NULL, m.cb_tables, m.cb_tables_size, 0),
+         FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0x80),
+         FKVF_E_INVALID_ARG);
+    /* centroids must be finite (spec 13.2): f16 infinity and NaN, anywhere */
+    static const uint16_t nonfinite16[] = {0x7C00, 0xFC00, 0x7E00, 0x7C01, 0xFFFF};
+    for (size_t i = 0; i < sizeof nonfinite16 / sizeof nonfinite16[0]; i++) {
+        uint8_t *bad = malloc(m.cb_tables_size);
+        memcpy(bad, m.cb_tables, m.cb_tables_size);
+        size_t at = (i * 977) % (m.cb_tables_size / 2);
+        fkvf_st16(bad + 2 * at, nonfinite16[i]);
+        RC_W(w, fkvf_writer_add_codebooks(w, &m.cbs, bad, m.cb_tables_size, 0),
+             FKVF_E_INVALID_ARG);
+        assert_msg_names(w, "not finite");
+        free(bad);
+    }
+    /* a reference needs the EXTERNAL_CODEBOOK feature */
+    RC_W(w, fkvf_writer_add_codebook_ref(w, &m.cbs, m.cb_hash, "x"), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "FKVF_FEAT_EXTERNAL_CODEBOOK");
+    /* refused calls changed nothing: the codebook can still be added, once */
+    OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
+    RC_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0),
+         FKVF_E_STATE);
+    assert_msg_names(w, "already");
+    for (size_t i = 0; i < m.n_st; i++)
+        if (i != 2)
+            OK_W(w, fkvf_writer_add_stream(w, &m.st[i].spec, m.st[i].sym, m.st[i].n));
+    OK_W(w, fkvf_writer_add_exact(w, 0, 2, m.rows, 2 * m.row_bytes, 0));
+    OK_W(w, fkvf_writer_add_exact(w, 7, 3, m.rows + 7 * m.row_bytes, 3 * m.row_bytes, 0));
+    OK_W(w, fkvf_writer_set_positions(w, 10, 5));
+    OK_W(w, fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+
+    /* references */
+    fkvf_writer_options o = m.opts;
+    o.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
+    w = new_writer(&b, &o);
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    RC_W(w, fkvf_writer_add_codebook_ref(w, &m.cbs, NULL, "x"), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_codebook_ref(w, NULL, m.cb_hash, "x"), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_codebook_ref(w, &m.cbs, m.cb_hash, "bad\xFF"), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "UTF-8");
+    memset(long_id, 'n', 4097);
+    long_id[4097] = 0;
+    RC_W(w, fkvf_writer_add_codebook_ref(w, &m.cbs, m.cb_hash, long_id), FKVF_E_INVALID_ARG);
+    s = m.cbs;
+    s.value_dim = 4;
+    RC_W(w, fkvf_writer_add_codebook_ref(w, &s, m.cb_hash, "x"), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "13.7");
+    long_id[4096] = 0; /* 4096 bytes is the maximum */
+    OK_W(w, fkvf_writer_add_codebook_ref(w, &m.cbs, m.cb_hash, long_id));
+    RC_W(w, fkvf_writer_add_codebook_ref(w, &m.cbs, m.cb_hash, "x"), FKVF_E_STATE);
+    RC_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0),
+         FKVF_E_STATE);
+    /* index streams are checked against the referenced shape */
+    fkvf_stream_spec q = m.st[0].spec;
+    q.id = FKVF_STREAM_ID(0, 0, 0, 0, 1);
+    RC_W(w, fkvf_writer_add_stream(w, &q, m.st[0].sym, m.st[0].n), FKVF_E_INVALID_ARG);
+    uint32_t big[5] = {0, 1, 16, 2, 3};
+    RC_W(w, fkvf_writer_add_stream(w, &m.st[0].spec, big, 5), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "k = 16");
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(missing_index_stream)
+{
+    /* writer: one of the eight index streams left out */
+    model m;
+    model_small(&m);
+    free(m.st[m.n_st - 1].sym);
+    m.n_st--;
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &m.opts);
+    RC_W(w, write_model(&m, w), FKVF_E_STATE);
+    assert_msg_names(w, "11.8");
+    assert_msg_names(w, "7 index streams");
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    model_free(&m);
+    /* writer: archived positions without a codebook (spec 13.7) */
+    model_small(&m);
+    w = new_writer(&b, &m.opts);
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    OK_W(w, fkvf_writer_add_exact(w, 0, 2, m.rows, 2 * m.row_bytes, 0));
+    OK_W(w, fkvf_writer_add_exact(w, 7, 3, m.rows + 7 * m.row_bytes, 3 * m.row_bytes, 0));
+    OK_W(w, fkvf_writer_add_stream(w, &m.st[2].spec, m.st[2].sym, m.st[2].n));
+    OK_W(w, fkvf_writer_set_positions(w, 10, 5));
+    RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
+    assert_msg_names(w, "13.7");
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+
+    /* reader: the same files, built by hand from a valid one */
+    build(&m, &b);
+    craft c;
+    fkvf_dirhdr dh = cr_from_file(&c, b.data, b.size);
+    cr_drop(&c, cr_find(&c, FKVF_SECTION_STRM, m.st[5].spec.id));
+    cr_commit(&c, 1, 0, dh.n_positions, dh.n_archived);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "11.8");
+    tu_buf_free(&c.b);
+    /* without CBK1 */
+    dh = cr_from_file(&c, b.data, b.size);
+    cr_drop(&c, cr_find(&c, FKVF_SECTION_CBK1, 0));
+    cr_commit(&c, 1, 0, dh.n_positions, dh.n_archived);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "13.7");
+    tu_buf_free(&c.b);
+    /* an index stream of a stage the codebook does not have (the count of
+     * streams is right) */
+    dh = cr_from_file(&c, b.data, b.size);
+    size_t k = cr_find(&c, FKVF_SECTION_STRM, m.st[5].spec.id);
+    uint64_t nid = m.st[5].spec.id | FKVF_STREAM_ID(0, 0, 0, 0, 1);
+    fkvf_st64(c.b.data + c.e[k].offset, nid);
+    refresh_strm(c.b.data, c.e[k].offset);
+    c.e[k].key = nid;
+    cr_rehash(&c);
+    cr_commit(&c, 1, 0, dh.n_positions, dh.n_archived);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "stage");
+    tu_buf_free(&c.b);
+    tu_buf_free(&b);
+    model_free(&m);
+
+    /* with n_archived = 0 the set may be incomplete (one empty index stream
+     * of three), but a stream of a stage the codebook lacks is still CORRUPT */
+    fkvf_desc d;
+    simple_desc(&d);
+    fkvf_codebook_shape cs;
+    shape_for(&cs, &d, 16, 2, 1, FKVF_DTYPE_F16, 0);
+    size_t tn;
+    uint8_t *t = make_tables(&cs, 2, &tn);
+    w = new_writer(&b, NULL);
+    OK_W(w, fkvf_writer_set_desc(w, &d));
+    OK_W(w, fkvf_writer_add_codebooks(w, &cs, t, tn, 0));
+    fkvf_stream_spec q = {FKVF_STREAM_ID(0, 0, 0, 0, 1), FKVF_PROFILE_QUAD, 4, 0, 0, 0};
+    OK_W(w, fkvf_writer_add_stream(w, &q, NULL, 0));
+    OK_W(w, fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    dh = cr_from_file(&c, b.data, b.size);
+    k = cr_find(&c, FKVF_SECTION_STRM, q.id);
+    nid = FKVF_STREAM_ID(0, 0, 0, 0, 2);
+    fkvf_st64(c.b.data + c.e[k].offset, nid);
+    refresh_strm(c.b.data, c.e[k].offset);
+    c.e[k].key = nid;
+    cr_rehash(&c);
+    cr_commit(&c, 1, 0, dh.n_positions, dh.n_archived);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "stage 2");
+    tu_buf_free(&c.b);
+    tu_buf_free(&b);
+    free(t);
+}
+END_TEST
+
+/* The raw route: a valid file with a k = 32 codebook whose CBK1 header is
+ * then patched to k = 16 (and f32, so the size still fits the shape). */
+START_TEST(index_symbol_beyond_k_fails_verify)
+{
+    model m;
+    model_small_k(&m, 32);
+    int has_big = 0;
+    for (size_t i = 0; i < m.n_st; i++)
+        if ((m.st[i].spec.id >> 56) == FKVF_STREAM_KIND_INDEX)
+            for (size_t t = 0; t < m.st[i].n; t++)
+                has_big |= m.st[i].sym[t] >= 16;
+    ck_assert(has_big);
+    tu_buf b;
+    build(&m, &b);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_section_info si;
+    ck_assert_uint_ne(find_section(r, FKVF_SECTION_CBK1, 0, &si), SIZE_MAX);
+    fkvf_reader_free(r);
+    ck_assert_uint_eq(fkvf_ld32(b.data + si.offset + 16), 32);
+    fkvf_st32(b.data + si.offset + 16, 16);
+    b.data[si.offset + 22] = FKVF_DTYPE_F32;
+    refresh_last_commit(b.data, b.size);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    fkvf_codebook_shape s;
+    OK_R(r, fkvf_reader_codebook(r, &s, NULL, NULL, NULL));
+    ck_assert_uint_eq(s.k, 16);
+    ck_assert_int_eq(s.dtype, FKVF_DTYPE_F32);
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_SYMBOL);
+    ck_assert(strstr(fkvf_reader_message(r), "k = 16") != NULL);
+    ck_assert(strstr(fkvf_reader_message(r), "11.8") != NULL);
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(second_codebook_section_is_corrupt)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    size_t cn;
+    uint8_t *cbk = cbk1_bytes(&m.cbs, m.cb_tables, m.cb_tables_size, &cn);
+    /* a second CBK1 in commit 2 */
+    craft c;
+    cr_append(&c, b.data, b.size);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cbk, cn);
+    cr_commit(&c, 2, b.size - 64, m.n_positions, m.n_archived);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "second codebook");
+    tu_buf_free(&c.b);
+    /* two in one commit */
+    fkvf_desc d = m.desc;
+    size_t dn;
+    uint8_t *dp = desc_bytes(&d, &dn);
+    cr_header(&c, 1, 0, 0, 0);
+    cr_plain(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED, 0, dp, dn);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cbk, cn);
+    cr_commit(&c, 1, 0, 0, 0);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, 0, NULL)); /* one is fine */
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+    cr_header(&c, 1, 0, 0, 0);
+    cr_plain(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED, 0, dp, dn);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cbk, cn);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cbk, cn);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "13.7");
+    tu_buf_free(&c.b);
+    /* CBK1 and CBRF */
+    size_t rn;
+    uint8_t h[16];
+    hash_of(&m.cbs, m.cb_tables, m.cb_tables_size, h);
+    uint8_t *ref = cbrf_bytes(h, "x", &rn);
+    cr_header(&c, 1, 0, FKVF_FEAT_EXTERNAL_CODEBOOK, 0);
+    cr_plain(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED, 0, dp, dn);
+    cr_plain(&c, FKVF_SECTION_CBRF, FKVF_SECTION_REQUIRED, 0, ref, rn);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cbk, cn);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "second codebook");
+    tu_buf_free(&c.b);
+    free(ref);
+    free(dp);
+    free(cbk);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+/* Spec 7.2 rule 1: the last 64 bytes are a valid trailer, so the file is
+ * clean; damage to an earlier commit is CHAIN and nothing is served. */
+START_TEST(clean_file_with_damaged_earlier_commit_is_chain)
+{
+    two t;
+    build_two(&t, 2, 0);
+    layout l1 = layout_of(t.b.data, t.s1); /* commit 1 */
+    static const struct {
+        int rel; /* 0 trailer, 1 directory */
+        uint64_t at;
+        const char *needle;
+    } spots[] = {{0, 0, "TRUNCATED"}, {0, 20, "CHECKSUM"}, {0, 60, "CHECKSUM"},
+                 {1, 0, "CHECKSUM"},  {1, 70, "CHECKSUM"}};
+    for (size_t i = 0; i < sizeof spots / sizeof spots[0]; i++) {
+        uint64_t at = (spots[i].rel ? l1.dir_off : l1.trailer_off) + spots[i].at;
+        t.b.data[at] ^= 0x40;
+        for (int strict = 0; strict < 2; strict++) {
+            char msg[600];
+            int rc = try_open(t.b.data, t.b.size, strict ? FKVF_OPEN_STRICT : 0, msg,
+                              sizeof msg);
+            ck_assert_msg(rc == FKVF_E_CHAIN, "spot %zu strict %d: %s (%s)", i, strict,
+                          fkvf_error_name(rc), msg);
+            ck_assert_msg(strstr(msg, "earlier trailer") != NULL, "%s", msg);
+            ck_assert_msg(strstr(msg, spots[i].needle) != NULL, "%s", msg);
+        }
+        t.b.data[at] ^= 0x40;
+    }
+    /* undamaged: both commits */
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, t.b.data, t.b.size, FKVF_OPEN_STRICT, NULL));
+    fkvf_reader_free(r);
+    two_free(&t);
+}
+END_TEST
+
+START_TEST(desc_placement_rules)
+{
+    model m;
+    model_small(&m);
+    size_t cn, dn;
+    uint8_t *cbk = cbk1_bytes(&m.cbs, m.cb_tables, m.cb_tables_size, &cn);
+    uint8_t *dp = desc_bytes(&m.desc, &dn);
+    /* commit 1 is a codebook file; commit 2 adds DESC (spec 8.3) */
+    craft c;
+    cr_header(&c, 1, 0, 0, 0);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cbk, cn);
+    cr_commit(&c, 1, 0, 0, 0);
+    size_t s1 = c.b.size;
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, s1, FKVF_OPEN_STRICT, NULL));
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    ck_assert_int_eq(ai.has_desc, 0);
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    cr_plain(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED, 0, dp, dn);
+    cr_commit(&c, 2, s1 - 64, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "commit 1");
+    tu_buf_free(&c.b);
+    /* DESC with key 1 */
+    cr_header(&c, 1, 0, 0, 0);
+    cr_plain(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED, 1, dp, dn);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "key");
+    tu_buf_free(&c.b);
+    /* a second DESC in commit 2 */
+    tu_buf b;
+    build(&m, &b);
+    cr_append(&c, b.data, b.size);
+    cr_plain(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED, 0, dp, dn);
+    cr_commit(&c, 2, b.size - 64, m.n_positions, m.n_archived);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "second DESC");
+    tu_buf_free(&c.b);
+    tu_buf_free(&b);
+    free(cbk);
+    free(dp);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(vtxs_twice_for_one_n_is_corrupt)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    fkvf_section_info si;
+    ck_assert_uint_ne(find_section(r, FKVF_SECTION_VTXS, 16, &si), SIZE_MAX);
+    fkvf_reader_free(r);
+    const uint8_t *vt = b.data + si.offset;
+    size_t vn = (size_t)si.size;
+    /* again in commit 2 */
+    craft c;
+    cr_append(&c, b.data, b.size);
+    cr_plain(&c, FKVF_SECTION_VTXS, FKVF_SECTION_REQUIRED, 16, vt, vn);
+    cr_commit(&c, 2, b.size - 64, m.n_positions, m.n_archived);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "second VTXS");
+    tu_buf_free(&c.b);
+    /* twice in one commit */
+    cr_header(&c, 1, 0, FKVF_FEAT_NGON, 0);
+    cr_desc(&c, 0);
+    cr_plain(&c, FKVF_SECTION_VTXS, FKVF_SECTION_REQUIRED, 16, vt, vn);
+    cr_plain(&c, FKVF_SECTION_VTXS, FKVF_SECTION_REQUIRED, 16, vt, vn);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "10.3");
+    tu_buf_free(&c.b);
+    /* once, unused by any stream: allowed */
+    cr_header(&c, 1, 0, FKVF_FEAT_NGON, 0);
+    cr_desc(&c, 0);
+    cr_plain(&c, FKVF_SECTION_VTXS, FKVF_SECTION_REQUIRED, 16, vt, vn);
+    cr_commit(&c, 1, 0, 0, 0);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, 0, NULL));
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+/* Clear REQUIRED on one entry of the last directory; open still works
+ * (readers process known types whatever the flag), verify is CORRUPT. */
+static void expect_unflagged_fails_verify(const tu_buf *file, uint32_t type, const char *name)
+{
+    uint8_t *c = malloc(file->size);
+    memcpy(c, file->data, file->size);
+    layout l = layout_of(c, file->size);
+    uint32_t n = fkvf_ld32(c + l.dir_off + 4);
+    int found = 0;
+    for (uint32_t k = 0; k < n && !found; k++) {
+        uint8_t *e = c + l.dir_off + 64 + 64 * (size_t)k;
+        if (fkvf_ld32(e) == type) {
+            ck_assert_uint_eq(fkvf_ld32(e + 4) & FKVF_SECTION_REQUIRED, FKVF_SECTION_REQUIRED);
+            fkvf_st32(e + 4, fkvf_ld32(e + 4) & ~FKVF_SECTION_REQUIRED);
+            found = 1;
+        }
+    }
+    ck_assert_msg(found, "no %s section", name);
+    refresh_last_commit(c, file->size);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c, file->size, 0, NULL));
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_CORRUPT);
+    const char *msg = fkvf_reader_message(r);
+    ck_assert_msg(strstr(msg, name) != NULL && strstr(msg, "REQUIRED") != NULL, "%s", msg);
+    fkvf_reader_free(r);
+    free(c);
+}
+
+START_TEST(unflagged_known_sections_fail_verify)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    expect_unflagged_fails_verify(&b, FKVF_SECTION_STRM, "STRM");
+    expect_unflagged_fails_verify(&b, FKVF_SECTION_DESC, "DESC");
+    expect_unflagged_fails_verify(&b, FKVF_SECTION_VTXS, "VTXS");
+    expect_unflagged_fails_verify(&b, FKVF_SECTION_CBK1, "CBK1");
+    expect_unflagged_fails_verify(&b, FKVF_SECTION_EXAC, "EXAC");
+    /* META with REQUIRED set is fine (writers SHOULD leave it clear) */
+    uint8_t *c = malloc(b.size);
+    memcpy(c, b.data, b.size);
+    layout l = layout_of(c, b.size);
+    uint32_t n = fkvf_ld32(c + l.dir_off + 4);
+    for (uint32_t k = 0; k < n; k++) {
+        uint8_t *e = c + l.dir_off + 64 + 64 * (size_t)k;
+        if (fkvf_ld32(e) == FKVF_SECTION_META)
+            fkvf_st32(e + 4, FKVF_SECTION_REQUIRED);
+    }
+    refresh_last_commit(c, b.size);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c, b.size, 0, NULL));
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    free(c);
+    tu_buf_free(&b);
+    /* CBRF */
+    tu_buf cb;
+    external_pair(&m, &b, &cb, "x");
+    expect_unflagged_fails_verify(&b, FKVF_SECTION_CBRF, "CBRF");
+    tu_buf_free(&cb);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
+START_TEST(codebook_section_fields)
+{
+    fkvf_desc d;
+    simple_desc(&d); /* 1 layer, 1 head, dims 4/4 */
+    fkvf_codebook_shape s;
+    shape_for(&s, &d, 16, 1, 1, FKVF_DTYPE_F16, 0);
+    size_t tn, cn, rn;
+    uint8_t *t = make_tables(&s, 1, &tn);
+    uint8_t *cbk = cbk1_bytes(&s, t, tn, &cn);
+    uint8_t h[16];
+    fkvf_codebook_hash(cbk, cn, h);
+    uint8_t *ref = cbrf_bytes(h, "name", &rn);
+    craft c;
+    /* baseline */
+    cr_header(&c, 1, 0, 0, 0);
+    cr_desc(&c, 0);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cbk, cn);
+    cr_commit(&c, 1, 0, 0, 0);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, 0, NULL));
+    check_codebook(r, &s, t, tn);
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+
+    /* CBK1 header fields and size (spec 13.1-13.2, 13.7) */
+    const struct {
+        size_t at;     /* byte to change, or SIZE_MAX: size change only */
+        uint8_t value;
+        long delta;    /* bytes added to / removed from the section */
+        int want;
+        const char *needle;
+    } cases[] = {
+        {30, 1, 0, FKVF_E_CORRUPT, "reserved"},
+        {63, 1, 0, FKVF_E_CORRUPT, "reserved"},
+        {16, 24, 0, FKVF_E_CORRUPT, "shape"},        /* k = 24 */
+        {22, FKVF_DTYPE_BF16, 0, FKVF_E_CORRUPT, "shape"},
+        {23, 2, 0, FKVF_E_CORRUPT, "shape"},          /* pooled 2 */
+        {20, 17, 0, FKVF_E_CORRUPT, "shape"},         /* k_stages 17 */
+        {SIZE_MAX, 0, -2, FKVF_E_TRUNCATED, "13.2"},
+        {SIZE_MAX, 0, 2, FKVF_E_CORRUPT, "13.2"},
+        {SIZE_MAX, 0, -(long)(cn - 40), FKVF_E_TRUNCATED, "header"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint8_t *p = malloc(cn + 2);
+        memcpy(p, cbk, cn);
+        p[cn] = p[cn + 1] = 0;
+        if (cases[i].at != SIZE_MAX)
+            p[cases[i].at] = cases[i].value;
+        cr_header(&c, 1, 0, 0, 0);
+        cr_desc(&c, 0);
+        cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, p,
+                 (size_t)((long)cn + cases[i].delta));
+        cr_commit(&c, 1, 0, 0, 0);
+        char msg[600];
+        int rc = open_craft(&c, 0, msg, sizeof msg);
+        ck_assert_msg(rc == cases[i].want, "case %zu: %s (%s)", i, fkvf_error_name(rc), msg);
+        ck_assert_msg(strstr(msg, cases[i].needle) != NULL, "case %zu: %s", i, msg);
+        tu_buf_free(&c.b);
+        free(p);
+    }
+    /* a valid shape that does not match the descriptor: two layers */
+    fkvf_codebook_shape s2 = s;
+    s2.n_layers = 2;
+    size_t tn2, cn2;
+    uint8_t *t2 = make_tables(&s2, 2, &tn2);
+    uint8_t *cbk2 = cbk1_bytes(&s2, t2, tn2, &cn2);
+    cr_header(&c, 1, 0, 0, 0);
+    cr_desc(&c, 0);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cbk2, cn2);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "does not match");
+    tu_buf_free(&c.b);
+    /* pooled with one head matches any head count */
+    s2 = s;
+    s2.pooled = 1;
+    free(cbk2);
+    cbk2 = cbk1_bytes(&s2, t, tn, &cn2);
+    cr_header(&c, 1, 0, 0, 0);
+    cr_desc(&c, 0);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cbk2, cn2);
+    cr_commit(&c, 1, 0, 0, 0);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, 0, NULL));
+    check_codebook(r, &s2, t, tn);
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+
+    /* CBRF fields (spec 13.5) */
+    cr_header(&c, 1, 0, FKVF_FEAT_EXTERNAL_CODEBOOK, 0);
+    cr_desc(&c, 0);
+    cr_plain(&c, FKVF_SECTION_CBRF, FKVF_SECTION_REQUIRED, 0, ref, rn);
+    cr_commit(&c, 1, 0, 0, 0);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, 0, NULL));
+    int ext;
+    const char *nm;
+    uint8_t rh[16];
+    OK_R(r, fkvf_reader_codebook_ref(r, &ext, rh, &nm));
+    ck_assert_int_eq(ext, 1);
+    ck_assert_str_eq(nm, "name");
+    ck_assert(memcmp(rh, h, 16) == 0);
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+    const struct {
+        size_t at;
+        uint8_t value;
+        long delta;
+        int want;
+        const char *needle;
+    } rcases[] = {
+        {24, 0xFF, 0, FKVF_E_CORRUPT, "UTF-8"},
+        {20, 1, 0, FKVF_E_CORRUPT, "reserved"},
+        {SIZE_MAX, 0, -1, FKVF_E_TRUNCATED, "13.5"},
+        {SIZE_MAX, 0, 1, FKVF_E_CORRUPT, "13.5"},
+        {SIZE_MAX, 0, -(long)rn + 10, FKVF_E_TRUNCATED, "13.5"},
+        {17, 0x10, 0, FKVF_E_LIMIT, "name_len"}, /* name_len 4096 + 4 */
+    };
+    for (size_t i = 0; i < sizeof rcases / sizeof rcases[0]; i++) {
+        uint8_t *p = calloc(1, rn + 2);
+        memcpy(p, ref, rn);
+        if (rcases[i].at != SIZE_MAX)
+            p[rcases[i].at] = rcases[i].value;
+        cr_header(&c, 1, 0, FKVF_FEAT_EXTERNAL_CODEBOOK, 0);
+        cr_desc(&c, 0);
+        cr_plain(&c, FKVF_SECTION_CBRF, FKVF_SECTION_REQUIRED, 0, p,
+                 (size_t)((long)rn + rcases[i].delta));
+        cr_commit(&c, 1, 0, 0, 0);
+        char msg[600];
+        int rc = open_craft(&c, 0, msg, sizeof msg);
+        ck_assert_msg(rc == rcases[i].want, "CBRF case %zu: %s (%s)", i, fkvf_error_name(rc),
+                      msg);
+        ck_assert_msg(strstr(msg, rcases[i].needle) != NULL, "CBRF case %zu: %s", i, msg);
+        tu_buf_free(&c.b);
+        free(p);
+    }
+    /* CBRF without the header's EXTERNAL_CODEBOOK bit (spec 3.3) */
+    cr_header(&c, 1, 0, 0, 0);
+    cr_desc(&c, 0);
+    cr_plain(&c, FKVF_SECTION_CBRF, FKVF_SECTION_REQUIRED, 0, ref, rn);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "EXTERNAL_CODEBOOK");
+    tu_buf_free(&c.b);
+    /* keys of META, CBK1, CBRF must be 0 (spec 4.3) */
+    cr_header(&c, 1, 0, 0, 0);
+    cr_desc(&c, 0);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 1, cbk, cn);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "key");
+    tu_buf_free(&c.b);
+    cr_header(&c, 1, 0, FKVF_FEAT_EXTERNAL_CODEBOOK, 0);
+    cr_desc(&c, 0);
+    cr_plain(&c, FKVF_SECTION_CBRF, FKVF_SECTION_REQUIRED, 2, ref, rn);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "key");
+    tu_buf_free(&c.b);
+    mbuild mb;
+    memset(&mb, 0, sizeof mb);
+    mb_u64(&mb, "a", 1);
+    cr_header(&c, 1, 0, 0, 0);
+    cr_desc(&c, 0);
+    cr_plain(&c, FKVF_SECTION_META, 0, 3, mb.b.data, mb.b.size);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "META key");
+    tu_buf_free(&c.b);
+    tu_buf_free(&mb.b);
+    free(cbk2);
+    free(t2);
+    free(ref);
+    free(cbk);
+    free(t);
+}
+END_TEST
+
+/* Spec 13.4: a file without DESC must be a codebook file. */
+START_TEST(crafted_file_without_desc)
+{
+    fkvf_desc d;
+    simple_desc(&d);
+    fkvf_codebook_shape s;
+    shape_for(&s, &d, 16, 1, 0, FKVF_DTYPE_F16, 0);
+    size_t tn, cn;
+    uint8_t *t = make_tables(&s, 3, &tn);
+    uint8_t *cbk = cbk1_bytes(&s, t, tn, &cn);
+    craft c;
+    /* nothing but an unknown optional section */
+    cr_header(&c, 1, 0, 0, 0);
+    cr_plain(&c, XTRA, 0, 0, "abc", 3);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "13.4");
+    tu_buf_free(&c.b);
+    /* metadata only */
+    mbuild mb;
+    memset(&mb, 0, sizeof mb);
+    mb_u64(&mb, "a", 1);
+    cr_header(&c, 1, 0, 0, 0);
+    cr_plain(&c, FKVF_SECTION_META, 0, 0, mb.b.data, mb.b.size);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "13.4");
+    tu_buf_free(&c.b);
+    /* a codebook file: CBK1 and META */
+    cr_header(&c, 1, 0, 0, 0);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cbk, cn);
+    cr_plain(&c, FKVF_SECTION_META, 0, 0, mb.b.data, mb.b.size);
+    cr_commit(&c, 1, 0, 0, 0);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, FKVF_OPEN_STRICT, NULL));
+    OK_R(r, fkvf_reader_verify(r));
+    check_codebook(r, &s, t, tn);
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+    /* ... with positions */
+    cr_header(&c, 1, 0, 0, 0);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cbk, cn);
+    cr_commit(&c, 1, 0, 1, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "13.4");
+    tu_buf_free(&c.b);
+    /* ... with exact rows */
+    uint8_t ex[64 + 32];
+    memset(ex, 0, sizeof ex);
+    fkvf_exac_hdr eh = {0, 1, FKVF_DTYPE_F16};
+    fkvf_exac_hdr_write(ex, &eh);
+    cr_header(&c, 1, 0, 0, 0);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cbk, cn);
+    cr_plain(&c, FKVF_SECTION_EXAC, FKVF_SECTION_REQUIRED, 0, ex, sizeof ex);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "DESC");
+    tu_buf_free(&c.b);
+    /* ... with a CBRF instead of the CBK1 */
+    uint8_t h[16] = {0};
+    size_t rn;
+    uint8_t *ref = cbrf_bytes(h, "", &rn);
+    cr_header(&c, 1, 0, FKVF_FEAT_EXTERNAL_CODEBOOK, 0);
+    cr_plain(&c, FKVF_SECTION_CBRF, FKVF_SECTION_REQUIRED, 0, ref, rn);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "13.4");
+    tu_buf_free(&c.b);
+    free(ref);
+    tu_buf_free(&mb.b);
+    free(cbk);
+    free(t);
+}
+END_TEST
+
+/* Spec 4.2, 4.7, 15: sizes over 2^48 are LIMIT, before bounds; DIRC is
+ * never a section. */
+START_TEST(directory_entry_limits)
+{
+    static const struct {
+        uint64_t offset_add, stored, size;
+        uint32_t flags;
+        int want;
+    } cases[] = {
+        {0, (UINT64_C(1) << 48) + 1, (UINT64_C(1) << 48) + 1, 0, FKVF_E_LIMIT},
+        {0, UINT64_MAX, UINT64_MAX, 0, FKVF_E_LIMIT},
+        {UINT64_C(1) << 40, UINT64_MAX - 63, UINT64_MAX - 63, 0, FKVF_E_LIMIT},
+        {0, 64, (UINT64_C(1) << 48) + 1, FKVF_SECTION_DEFLATE, FKVF_E_LIMIT},
+        {0, UINT64_C(1) << 48, UINT64_C(1) << 48, 0, FKVF_E_BOUNDS},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        craft c;
+        craft_base(&c, FKVF_FEAT_DEFLATE);
+        c.e[1].offset += cases[i].offset_add;
+        c.e[1].stored_size = cases[i].stored;
+        c.e[1].size = cases[i].size;
+        c.e[1].flags = cases[i].flags;
+        cr_commit(&c, 1, 0, 0, 0);
+        char msg[600];
+        int rc = open_craft(&c, 0, msg, sizeof msg);
+        ck_assert_msg(rc == cases[i].want, "case %zu: %s (%s)", i, fkvf_error_name(rc), msg);
+        if (rc == FKVF_E_LIMIT)
+            ck_assert_msg(strstr(msg, "2^48") != NULL, "case %zu: %s", i, msg);
+        tu_buf_free(&c.b);
+    }
+    craft c;
+    craft_base(&c, 0);
+    c.e[1].type = FKVF_SECTION_DIRC;
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "never listed");
+    tu_buf_free(&c.b);
+}
+END_TEST
+
+/* Spec 6.2 steps 4, 7 and 8. */
+START_TEST(trailer_limits)
+{
+    craft c;
+    craft_base(&c, 0);
+    cr_commit(&c, (UINT64_C(1) << 24) + 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_LIMIT, "2^24");
+    tu_buf_free(&c.b);
+    craft_base(&c, 0);
+    cr_commit(&c, UINT64_MAX, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_LIMIT, "commit_seq");
+    tu_buf_free(&c.b);
+    /* 2^24 itself passes step 4 and then fails its back link */
+    craft_base(&c, 0);
+    cr_commit(&c, UINT64_C(1) << 24, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CHAIN, "prev_trailer");
+    tu_buf_free(&c.b);
+    craft_base(&c, 0);
+    cr_commit(&c, 0, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "commit_seq");
+    tu_buf_free(&c.b);
+    /* a back link near 2^64 whose end wraps around (bug guard: it was
+     * accepted and the chain walk read far outside the file) */
+    craft_base(&c, 0);
+    cr_commit(&c, 2, UINT64_MAX - 63, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CHAIN, "prev_trailer");
+    tu_buf_free(&c.b);
+
+    /* dir_size over 64 + 64 * 2^20, in a file long enough for it to end at
+     * the trailer: LIMIT before the directory is hashed */
+    for (int over = 0; over < 2; over++) {
+        uint64_t dir_size = 64 + 64 * ((UINT64_C(1) << 20) + (uint64_t)over);
+        size_t size = (size_t)(64 + dir_size + 64);
+        uint8_t *f = calloc(1, size);
+        ck_assert_ptr_nonnull(f);
+        fkvf_header h = {1, 0, 0, 0};
+        fkvf_header_write(f, &h);
+        uint64_t toff = 64 + dir_size;
+        fkvf_trailer t = {1, 64, dir_size, 12345, 0, toff + 64};
+        fkvf_trailer_write(f + toff, &t, toff);
+        fkvf_reader *r = NULL;
+        int rc = fkvf_reader_open_memory(&r, f, size, 0, NULL);
+        if (over) {
+            ck_assert_msg(rc == FKVF_E_LIMIT, "%s (%s)", fkvf_error_name(rc),
+                          fkvf_reader_message(r));
+            ck_assert(strstr(fkvf_reader_message(r), "dir_size") != NULL);
+        } else {
+            ck_assert_msg(rc == FKVF_E_CHECKSUM, "%s (%s)", fkvf_error_name(rc),
+                          fkvf_reader_message(r));
+        }
+        fkvf_reader_free(r);
+        free(f);
+    }
 }
 END_TEST
 
@@ -3340,6 +5068,35 @@ static Suite *container_suite(void)
     tcase_add_test(t, torn_second_commit_falls_back_to_first);
     tcase_add_test(t, damaged_second_commit_falls_back_to_first);
     tcase_add_test(t, broken_chain_is_not_trusted);
+    tcase_add_test(t, clean_file_with_damaged_earlier_commit_is_chain);
+    suite_add_tcase(s, t);
+
+    t = tcase_create("codebook");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, codebook_embedded_round_trip);
+    tcase_add_test(t, codebook_size_of_shapes);
+    tcase_add_test(t, codebook_pooled_per_layer);
+    tcase_add_test(t, codebook_deflated);
+    tcase_add_test(t, codebook_without_stages);
+    tcase_add_test(t, codebook_file_without_desc);
+    tcase_add_test(t, external_codebook_attach);
+    tcase_add_test(t, external_codebook_attach_rejects);
+    tcase_add_test(t, external_codebook_smaller_k_fails_verify);
+    tcase_add_test(t, writer_refuses_codebook_misuse);
+    tcase_add_test(t, missing_index_stream);
+    tcase_add_test(t, index_symbol_beyond_k_fails_verify);
+    tcase_add_test(t, second_codebook_section_is_corrupt);
+    tcase_add_test(t, codebook_section_fields);
+    tcase_add_test(t, crafted_file_without_desc);
+    suite_add_tcase(s, t);
+
+    t = tcase_create("rules");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, desc_placement_rules);
+    tcase_add_test(t, vtxs_twice_for_one_n_is_corrupt);
+    tcase_add_test(t, unflagged_known_sections_fail_verify);
+    tcase_add_test(t, directory_entry_limits);
+    tcase_add_test(t, trailer_limits);
     suite_add_tcase(s, t);
     return s;
 }

@@ -223,9 +223,11 @@ int fkvf_trailer_parse(const uint8_t p[64], uint64_t off, fkvf_trailer *t, fkvf_
                          "the trailer at %llu",
                          (unsigned long long)t->dir_offset, (unsigned long long)t->dir_size,
                          (unsigned long long)off);
+    /* prev_trailer + 64 <= dir_offset, written so that it cannot wrap
+     * (dir_offset >= 64 here) */
     if (t->commit_seq == 1 ? t->prev_trailer != 0
                            : (t->prev_trailer % 64 || t->prev_trailer < 64 + 64 ||
-                              t->prev_trailer + 64 > t->dir_offset))
+                              t->prev_trailer > t->dir_offset - 64))
         return fkvf_fail(d, FKVF_E_CHAIN, off + 40, "7.1",
                          "trailer.prev_trailer: %llu invalid for commit %llu",
                          (unsigned long long)t->prev_trailer,

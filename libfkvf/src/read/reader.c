@@ -314,8 +314,10 @@ static int load_directories(fkvf_reader *r)
                 return FAIL(FKVF_E_LIMIT, eoff + 16, "15",
                             "directory entry %u (%s): size %llu / stored_size %llu over 2^48", k,
                             tn, (unsigned long long)e->size, (unsigned long long)e->stored_size);
-            uint64_t end = e->offset + e->stored_size; /* both < 2^63: no overflow */
-            if (e->offset < c->region_start || end > c->dir_off)
+            /* stored_size <= 2^48, but offset is any u64: the sum can wrap */
+            uint64_t end;
+            if (!fkvf_add64(e->offset, e->stored_size, &end) || e->offset < c->region_start ||
+                end > c->dir_off)
                 return FAIL(FKVF_E_BOUNDS, eoff + 8, "4.5",
                             "directory entry %u (%s): [%llu, +%llu) outside commit %llu's "
                             "region [%llu, %llu)",
@@ -572,9 +574,10 @@ static int load_codebook(fkvf_reader *r)
 
 /* Spec 11.8: with archived positions, exactly the index streams the
  * codebook's stages call for; `code` is CORRUPT (embedded) or CODEBOOK
- * (external codebook attached later). */
-static int check_index_streams(fkvf_reader *r, int code)
+ * (external codebook attached later, whose hash `ext` the message names). */
+static int check_index_streams(fkvf_reader *r, int code, const char *ext)
 {
+    const char *pre = ext ? "codebook " : "", *hx = ext ? ext : "", *sep = ext ? ": " : "";
     const fkvf_codebook_shape *cb = &r->cb_shape;
     uint64_t n_index = 0;
     for (size_t i = 0; i < r->n_streams; i++) {
@@ -585,16 +588,18 @@ static int check_index_streams(fkvf_reader *r, int code)
         unsigned kv = (unsigned)(id >> 32 & 0xFF), stage = (unsigned)(id >> 40 & 0xFF);
         if (stage >= (kv ? cb->v_stages : cb->k_stages))
             return FAIL(code, r->sections[r->streams[i].segs[0].sec].e.offset, "11.8",
-                        "index stream %016llx: stage %u beyond the codebook's %u %s stages",
-                        (unsigned long long)id, stage, kv ? cb->v_stages : cb->k_stages,
-                        kv ? "value" : "key");
+                        "%s%s%sindex stream %016llx: stage %u beyond the codebook's %u %s "
+                        "stages",
+                        pre, hx, sep, (unsigned long long)id, stage,
+                        kv ? cb->v_stages : cb->k_stages, kv ? "value" : "key");
     }
     uint64_t want = (uint64_t)r->desc.n_layers * r->desc.n_kv_heads * (cb->k_stages + cb->v_stages);
     if (r->n_archived && n_index != want)
         return FAIL(code, FKVF_NO_OFFSET, "11.8",
-                    "%llu index streams; %u layers x %u heads x (%u + %u) stages need %llu",
-                    (unsigned long long)n_index, r->desc.n_layers, r->desc.n_kv_heads,
-                    cb->k_stages, cb->v_stages, (unsigned long long)want);
+                    "%s%s%s%llu index streams; %u layers x %u heads x (%u + %u) stages need "
+                    "%llu",
+                    pre, hx, sep, (unsigned long long)n_index, r->desc.n_layers,
+                    r->desc.n_kv_heads, cb->k_stages, cb->v_stages, (unsigned long long)want);
     return FKVF_OK;
 }
 
@@ -723,7 +728,7 @@ static int load_contents(fkvf_reader *r)
         return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "13.7",
                     "%llu archived positions but no codebook section (CBK1 or CBRF)",
                     (unsigned long long)r->n_archived);
-    if (r->cb_known && (rc = check_index_streams(r, FKVF_E_CORRUPT)))
+    if (r->cb_known && (rc = check_index_streams(r, FKVF_E_CORRUPT, NULL)))
         return rc;
     /* positions (spec 14) */
     uint64_t S = r->desc.n_sinks < r->n_positions ? r->desc.n_sinks : r->n_positions;
@@ -1404,7 +1409,7 @@ FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
                          "codebook %s does not match the descriptor's shape", hx);
     fkvf_codebook_shape saved = r->cb_shape;
     r->cb_shape = cf->cb_shape;
-    if ((rc = check_index_streams(r, FKVF_E_CODEBOOK))) {
+    if ((rc = check_index_streams(r, FKVF_E_CODEBOOK, hx))) {
         r->cb_shape = saved;
         return rc;
     }

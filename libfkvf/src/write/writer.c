@@ -689,6 +689,14 @@ FKVF_API int fkvf_writer_add_codebooks(fkvf_writer *w, const fkvf_codebook_shape
                     size, (unsigned long long)(total - 64));
     if (total > SIZE_MAX)
         return FAIL(FKVF_E_LIMIT, "15", "codebook too large");
+    /* spec 13.2: writers store finite values (exponent not all ones) */
+    const uint8_t *tb = tables;
+    size_t es = shape->dtype == FKVF_DTYPE_F16 ? 2 : 4;
+    for (size_t i = 0; i < size; i += es)
+        if (es == 2 ? (fkvf_ld16(tb + i) & 0x7C00u) == 0x7C00u
+                    : (fkvf_ld32(tb + i) & UINT32_C(0x7F800000)) == UINT32_C(0x7F800000))
+            return FAIL(FKVF_E_INVALID_ARG, "13.2",
+                        "codebook table element %zu is not finite", i / es);
     uint8_t *buf = fkvf_malloc(w->alloc, (size_t)total);
     if (!buf)
         return FAIL(FKVF_E_NOMEM, NULL, "no memory for %llu codebook bytes",
