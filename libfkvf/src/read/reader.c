@@ -649,10 +649,17 @@ static int load_contents(fkvf_reader *r)
             r->cb_sec = i;
             break;
         case FKVF_SECTION_VTXS:
-            for (size_t k = 0; k < i; k++)
-                if (r->sections[k].e.type == FKVF_SECTION_VTXS && r->sections[k].e.key == s->e.key)
-                    return FAIL(FKVF_E_CORRUPT, s->e.offset, "10.3",
-                                "second VTXS section for N=%llu", (unsigned long long)s->e.key);
+            /* at most one per N (spec 10.3): one bit per possible N */
+            if (s->e.key < 2 || s->e.key > FKVF_MAX_NGON_N)
+                return FAIL(FKVF_E_CORRUPT, s->e.offset, "10.1", "VTXS key %llu is not an N in 2..65536",
+                            (unsigned long long)s->e.key);
+            if (!r->vtxs_seen &&
+                !(r->vtxs_seen = fkvf_calloc(r->alloc, FKVF_MAX_NGON_N / 8 + 1, 1)))
+                return FAIL(FKVF_E_NOMEM, s->e.offset, NULL, "no memory");
+            if (r->vtxs_seen[s->e.key / 8] & (1u << (s->e.key % 8)))
+                return FAIL(FKVF_E_CORRUPT, s->e.offset, "10.3", "second VTXS section for N=%llu",
+                            (unsigned long long)s->e.key);
+            r->vtxs_seen[s->e.key / 8] |= (uint8_t)(1u << (s->e.key % 8));
             break;
         case FKVF_SECTION_META:
             if (s->e.key != 0)
@@ -889,6 +896,7 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
     fkvf_free(a, r->sections);
     fkvf_free(a, r->commits);
     fkvf_free(a, r->cb_ref_name);
+    fkvf_free(a, r->vtxs_seen);
     fkvf_free(a, r->model_id);
     fkvf_free(a, r->tokenizer_id);
     if (r->map)

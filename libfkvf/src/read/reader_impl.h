@@ -97,6 +97,8 @@ struct fkvf_reader {
     rd_stream *streams;
     size_t n_streams;
 
+    uint8_t *vtxs_seen; /* one bit per N with a VTXS section (spec 10.3) */
+
     rd_ngonctx **ngons;
     size_t n_ngons;
 };
