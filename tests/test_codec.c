@@ -485,9 +485,12 @@ static void ngon_check_stream(const fkvf_ngon *g, size_t n, uint64_t seed, int a
         }
         ck_assert_uint_eq(ux, dbits(ax));
         ck_assert_uint_eq(uy, dbits(ay));
-        /* the canonical decoder is the exhaustive argmin */
-        uint32_t tmp[64];
+        /* the canonical decoder is the exhaustive argmin, and so is the
+         * fast one */
+        uint32_t tmp[64], tmpf[64];
         fkvf_ngon_decode_span_canonical(g, ax, ay, (uint32_t)len, tmp);
+        fkvf_ngon_decode_span_fast(g, ax, ay, (uint32_t)len, tmpf);
+        ck_assert_mem_eq(tmpf, tmp, len * sizeof *tmp);
         double px = ax, py = ay;
         for (size_t k = len; k > 0; k--) {
             uint32_t c = naive_argmin(g, px, py);
@@ -602,8 +605,8 @@ START_TEST(ngon_large)
 }
 END_TEST
 
-/* The canonical decoder equals the exhaustive argmin on arbitrary points,
- * ties included. */
+/* The canonical decoder, and the fast one, equal the exhaustive argmin on
+ * arbitrary points, ties included. */
 START_TEST(ngon_canonical_equals_exhaustive)
 {
     fkvf_ngon g;
@@ -668,10 +671,13 @@ START_TEST(ngon_canonical_equals_exhaustive)
             break;
         }
         }
-        uint32_t got;
+        uint32_t got, fast;
+        uint32_t want = naive_argmin(&g, px, py);
         fkvf_ngon_decode_span_canonical(&g, px, py, 1, &got);
-        ck_assert_msg(got == naive_argmin(&g, px, py), "N=%u p=(%a, %a): %u vs %u", n, px, py, got,
-                      naive_argmin(&g, px, py));
+        ck_assert_msg(got == want, "N=%u p=(%a, %a): %u vs %u", n, px, py, got, want);
+        /* the fast decoder certifies its answer or falls back: same result */
+        fkvf_ngon_decode_span_fast(&g, px, py, 1, &fast);
+        ck_assert_msg(fast == want, "fast N=%u p=(%a, %a): %u vs %u", n, px, py, fast, want);
     }
     /* non-finite points are defined too (first vertex) */
     uint32_t got;
@@ -856,9 +862,9 @@ START_TEST(ngon_corrupt_anchor)
 }
 END_TEST
 
-/* A valid but irregular table (vertices past N/4 shuffled): the fast
- * decoder's neighbour guess is often wrong, so decoding exercises the
- * canonical fallback. */
+/* A valid but irregular table (vertices past N/4 shuffled, so index order
+ * is not angular order): everything still round-trips, and the fast decoder
+ * still gives the canonical symbols. */
 START_TEST(ngon_shuffled_table)
 {
     const uint32_t ns[3] = {16, 256, 1024};
@@ -877,7 +883,51 @@ START_TEST(ngon_shuffled_table)
         }
         fkvf_ngon g;
         ck_assert_int_eq(fkvf_ngon_init(&g, n, 0, 0, xy, NULL), FKVF_OK);
-        ngon_check_stream(&g, 2000, 5 + n, 0, 0);
+        ngon_check_stream(&g, 2000, 5 + n, 0, 1);
+        fkvf_ngon_fini(&g);
+        free(xy);
+    }
+}
+END_TEST
+
+/* A table at the edge of the norm tolerance (|V|^2 up to 2^-40 off): the
+ * fast decoder's certificate widens with the table's worst norm, and both
+ * decoders still equal the exhaustive argmin, also next to bisectors. */
+START_TEST(ngon_perturbed_table)
+{
+    const uint32_t ns[3] = {16, 256, 65536};
+    for (int i = 0; i < 3; i++) {
+        uint32_t n = ns[i];
+        double *xy = xcalloc(2 * (size_t)n, sizeof *xy);
+        fkvf_ngon_make_vertices(n, xy);
+        tu_rng rng = {3 * n};
+        for (uint32_t c = 1; c < n; c++) {
+            double f = 1.0 + ((double)(tu_next(&rng) >> 11) * 0x1p-53 * 2.0 - 1.0) * 0x1p-42;
+            xy[2 * c] *= f;
+            xy[2 * c + 1] *= f;
+        }
+        fkvf_ngon g;
+        ck_assert_int_eq(fkvf_ngon_init(&g, n, 0, 0, xy, NULL), FKVF_OK);
+        for (int k = 0; k < 3000; k++) {
+            uint32_t c = tu_below(&rng, n), c2 = (c + 1) % n;
+            double u = (double)(tu_next(&rng) >> 11) * 0x1p-53;
+            double w = (double)(tu_next(&rng) >> 11) * 0x1p-53 - 0.5;
+            double px, py;
+            if (k & 1) { /* near the bisector of two neighbours, at radius ~u*2 */
+                double e = w * 1e-13;
+                px = (g.vx[c] * (0.5 + e) + g.vx[c2] * (0.5 - e)) * 2 * u;
+                py = (g.vy[c] * (0.5 + e) + g.vy[c2] * (0.5 - e)) * 2 * u;
+            } else { /* close to a vertex */
+                px = g.vx[c] * (1 - g.r * u) + w * g.r;
+                py = g.vy[c] * (1 - g.r * u) - w * g.r;
+            }
+            uint32_t want = naive_argmin(&g, px, py), got, fast;
+            fkvf_ngon_decode_span_canonical(&g, px, py, 1, &got);
+            fkvf_ngon_decode_span_fast(&g, px, py, 1, &fast);
+            ck_assert_uint_eq(got, want);
+            ck_assert_uint_eq(fast, want);
+        }
+        ngon_check_stream(&g, 1000, 11 + n, 0, 1);
         fkvf_ngon_fini(&g);
         free(xy);
     }
@@ -1083,6 +1133,7 @@ static Suite *codec_suite(void)
     tcase_add_test(tn, ngon_golden);
     tcase_add_loop_test(tn, ngon_corrupt_anchor, 0, N_NGON);
     tcase_add_test(tn, ngon_shuffled_table);
+    tcase_add_test(tn, ngon_perturbed_table);
     tcase_add_test(tn, ngon_allocator);
     suite_add_tcase(su, tn);
 

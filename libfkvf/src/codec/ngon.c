@@ -12,13 +12,13 @@
  *    is answered by a branch-and-bound search over a box hierarchy of the
  *    vertices sorted by angle; the bound is rigorous (see box_lb), so the
  *    result is identical to the exhaustive scan, which the tests compare.
- *  - fast: a pseudo-angle bucket table names a candidate vertex c, and the
- *    exact distances to c-1, c, c+1 pick the answer (same formulas, same tie
- *    rule). For a regular table the nearest vertex is among the three, so
- *    fast == canonical whenever the canonical answer is not a rounding-level
- *    tie with a vertex two steps away (never seen: bench_codec spanrule
- *    counts it); for any table the caller-visible decoder re-encodes and
- *    falls back to the canonical one.
+ *  - fast: a pseudo-angle bucket table names a candidate in angular order;
+ *    the computed distances to it and its neighbours pick a winner, which is
+ *    accepted only with a certificate that it is the canonical argmin (see
+ *    fast_step); otherwise that step runs the exact search. So the fast
+ *    decoder returns the canonical symbols for every anchor; the
+ *    caller-visible decoder still re-encodes every span (validity, spec
+ *    12.2) and retries with the canonical decoder before rejecting.
  *
  * Reader paths use no libm: only fkvf_ngon_make_vertices and fkvf_ngon_rmax
  * (writer side) call cos/sin. */
@@ -206,13 +206,18 @@ int fkvf_ngon_check_params(uint32_t n, const double *xy, double r, uint32_t span
 /* ---- acceleration tables ------------------------------------------------- */
 
 typedef struct ngon_fast {
-    /* extended interleaved table: ext[2*(c+1)] = V(c) for c = -1..N (mod N),
-     * so the neighbours c-1, c, c+1 are ext[2c .. 2c+5] */
-    double *ext;
-    /* pseudo-angle buckets: K = 1 << kbits entries, candidate vertex */
+    /* The vertices sorted by (diamond angle, index), i.e. in angular order
+     * around the circle, with two wrap-around entries on each side: sorted
+     * position i (-2 <= i < N+2) holds vertex sidx[i+2] = perm[i mod N] at
+     * (sxy[2(i+2)], sxy[2(i+2)+1]). */
+    double *sxy;
+    uint32_t *sidx;
+    /* pseudo-angle buckets: K = 1 << kbits entries, candidate's sorted
+     * position */
     uint16_t *bucket;
     uint32_t kmask;
     double kscale; /* K / 4 */
+    double margin; /* M of the certificate in fast_step */
     /* box hierarchy over the vertices sorted by diamond angle: complete binary
      * tree, node 1 the root, leaves nleaves..2*nleaves-1, leaf j holding
      * perm[LEAF*j .. LEAF*j+LEAF) (clipped to N). box[4*node] = xmin, xmax,
@@ -226,7 +231,8 @@ static void fast_free(const fkvf_allocator *a, ngon_fast *f)
 {
     if (!f)
         return;
-    fkvf_free(a, f->ext);
+    fkvf_free(a, f->sxy);
+    fkvf_free(a, f->sidx);
     fkvf_free(a, f->bucket);
     fkvf_free(a, f->box);
     fkvf_free(a, f->perm);
@@ -321,7 +327,7 @@ static uint32_t argmin_tree(const fkvf_ngon *g, const ngon_fast *f, double px, d
     return best;
 }
 
-/* Candidate vertex from the bucket table. */
+/* Candidate sorted position from the bucket table. */
 static inline uint32_t bucket_of(const ngon_fast *f, double px, double py)
 {
     double a = diamond(px, py) * f->kscale;
@@ -335,7 +341,7 @@ static uint32_t argmin_canonical(const fkvf_ngon *g, double px, double py)
     const ngon_fast *f = g->fast;
     if (g->n <= SMALL_N || !f || !(dabs(px) <= 0x1p500) || !(dabs(py) <= 0x1p500))
         return argmin_scan(g, px, py);
-    return argmin_tree(g, f, px, py, bucket_of(f, px, py));
+    return argmin_tree(g, f, px, py, f->perm[bucket_of(f, px, py)]);
 }
 
 typedef struct perm_item {
@@ -360,28 +366,22 @@ static int fast_build(fkvf_ngon *g)
     ngon_fast *f = fkvf_calloc(a, 1, sizeof *f);
     if (!f)
         return FKVF_E_NOMEM;
-    f->ext = fkvf_calloc(a, 2 * ((size_t)n + 2), sizeof(double));
-    if (!f->ext)
-        goto nomem;
-    for (size_t i = 0; i < (size_t)n + 2; i++) {
-        size_t c = (i + n - 1) % n;
-        f->ext[2 * i] = g->vx[c];
-        f->ext[2 * i + 1] = g->vy[c];
-    }
     if (n <= SMALL_N) {
         g->fast = f;
         return FKVF_OK;
     }
 
-    /* Box hierarchy over the vertices sorted by (diamond angle, index). */
+    /* Vertices sorted by (diamond angle, index). */
     uint32_t nl = 1;
     while ((uint64_t)nl * LEAF < n)
         nl *= 2;
     f->nleaves = nl;
     f->perm = fkvf_calloc(a, n, sizeof(uint32_t));
     f->box = fkvf_calloc(a, 2 * (size_t)nl * 4, sizeof(double));
+    f->sxy = fkvf_calloc(a, 2 * ((size_t)n + 4), sizeof(double));
+    f->sidx = fkvf_calloc(a, (size_t)n + 4, sizeof(uint32_t));
     perm_item *items = fkvf_calloc(a, n, sizeof *items);
-    if (!f->perm || !f->box || !items) {
+    if (!f->perm || !f->box || !f->sxy || !f->sidx || !items) {
         fkvf_free(a, items);
         goto nomem;
     }
@@ -393,6 +393,26 @@ static int fast_build(fkvf_ngon *g)
     for (uint32_t i = 0; i < n; i++)
         f->perm[i] = items[i].c;
     fkvf_free(a, items);
+    for (size_t i = 0; i < (size_t)n + 4; i++) {
+        uint32_t c = f->perm[(i + n - 2) % n];
+        f->sidx[i] = c;
+        f->sxy[2 * i] = g->vx[c];
+        f->sxy[2 * i + 1] = g->vy[c];
+    }
+
+    /* The certificate margin of fast_step: M = 12.5 D + 2^-48, where D
+     * bounds | |V|^2 - 1 | over the table (computed value plus 2^-51 for the
+     * rounding of x*x + y*y). */
+    double dmax = 0.0;
+    for (uint32_t c = 0; c < n; c++) {
+        double m = g->vx[c] * g->vx[c] + g->vy[c] * g->vy[c] - 1.0;
+        m = dabs(m);
+        if (m > dmax)
+            dmax = m;
+    }
+    f->margin = 12.5 * (dmax + 0x1p-51) + 0x1p-48;
+
+    /* Box hierarchy over the sorted vertices. */
     for (size_t node = 1; node < 2 * (size_t)nl; node++) {
         double *b = f->box + 4 * node;
         b[0] = b[2] = HUGE_VAL;
@@ -415,11 +435,13 @@ static int fast_build(fkvf_ngon *g)
         b[3] = l[3] > r[3] ? l[3] : r[3];
     }
 
-    /* Buckets: K >= 2N, a power of two. The diamond angle moves 1/2 to 1
-     * units (of 4 per turn) per radian, so each half of a bucket spans at
-     * most 4/K <= 2/N radians of true angle, less than one Voronoi wedge
-     * (2 pi/N) of a regular N-gon: the vertex nearest to the bucket's
-     * centre is within one of the nearest vertex of any point in it. */
+    /* Buckets: K >= 2N, a power of two, each naming the vertex nearest to
+     * the bucket's centre direction. The diamond angle moves 1/2 to 1 units
+     * (of 4 per turn) per radian, so each half of a bucket spans at most
+     * 4/K <= 2/N radians of true angle, less than one Voronoi wedge (2 pi/N)
+     * of a regular N-gon: the nearest vertex of any point in the bucket is
+     * within one angular step of the named one, and the certificate of
+     * fast_step then holds except near ties. (Only speed depends on this.) */
     uint32_t kbits = 6;
     while ((UINT64_C(1) << kbits) < 2 * (uint64_t)n)
         kbits++;
@@ -427,8 +449,13 @@ static int fast_build(fkvf_ngon *g)
     f->kmask = k - 1;
     f->kscale = (double)k / 4.0;
     f->bucket = fkvf_calloc(a, k, sizeof(uint16_t));
-    if (!f->bucket)
+    uint32_t *inv = fkvf_calloc(a, n, sizeof(uint32_t)); /* vertex -> sorted position */
+    if (!f->bucket || !inv) {
+        fkvf_free(a, inv);
         goto nomem;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        inv[f->perm[i]] = i;
     for (uint32_t b = 0; b < k; b++) {
         double da = ((double)b + 0.5) * 4.0 / (double)k;
         unsigned q = (unsigned)da;
@@ -439,8 +466,9 @@ static int fast_build(fkvf_ngon *g)
         case 2: x = -(1.0 - fr); y = -fr; break;
         default: x = fr; y = -(1.0 - fr); break;
         }
-        f->bucket[b] = (uint16_t)argmin_tree(g, f, x, y, 0);
+        f->bucket[b] = (uint16_t)inv[argmin_tree(g, f, x, y, 0)];
     }
+    fkvf_free(a, inv);
     g->fast = f;
     return FKVF_OK;
 nomem:
@@ -551,29 +579,68 @@ void fkvf_ngon_decode_span_canonical(const fkvf_ngon *g, double ax, double ay, u
     }
 }
 
-/* One backward step of the fast decoder: candidate from the bucket table,
- * exact distances to V(c-1), V(c), V(c+1), least distance with ties to the
- * smallest index, then the spec's backward map. */
-static inline uint32_t fast_step(const ngon_fast *f, uint32_t nm1, double r, double *px,
+/* One backward step of the fast decoder. The bucket table names a sorted
+ * position; the computed distances D to the vertices at sorted positions
+ * pos-2 .. pos+2 are compared, the winner w is taken among the middle three
+ * (least distance, ties to the smallest index), and it is accepted only
+ * with a certificate that it is the canonical argmin:
+ *
+ *   D(nb) > D(w) (1 + 2^-48) + M for both angular neighbours nb of w, and
+ *   D(w) <= 1 (so |p| <= 2 + 2^-41),
+ *
+ * with M = 12.5 Delta + 2^-48, Delta >= | |V|^2 - 1 | for every vertex
+ * (<= 2^-40 + 2^-51 by check_params; about 2^-50 for a libm table).
+ * Why this suffices, for any table that passes check_params: write
+ * V = (1+e) u with u on the unit circle, |e| <= 0.51 Delta, and
+ * d0(V) = |p|^2 + 1 - 2 p.u, the exact squared distance to u; the exact
+ * squared distance d(V) differs from d0(V) by at most
+ * P = 2|e|(1+|p|) + e^2 <= 3.1 Delta, and the computed D(V) = d(V)(1 + t),
+ * |t| <= 5u (u = 2^-53). The certificate gives d(nb) - d(w) >= G with
+ * G ~ M, hence d0(nb) > d0(w) for both neighbours; d0 increases with the
+ * angle between p and u, so the direction of p lies inside the arc
+ * nb..w..nb and every other vertex v lies beyond a neighbour:
+ * d0(v) >= min d0(nb), so d(v) >= d(w) + G - 4P and
+ * D(v) - D(w) >= (G - 4P)(1 - 5u) - 10u d(w) >= 2^-48.1 - 2^-49.7 > 0.
+ * So w is the unique argmin. (Vertices whose diamond angles round into the
+ * wrong order differ in direction by ~1e-16, far below the margin.) Without
+ * the certificate the step runs the exact search, so this decoder always
+ * returns the canonical decoder's symbols. */
+static inline __attribute__((always_inline)) uint32_t fast_step(const fkvf_ngon *g, const ngon_fast *f, double r, double *px,
                                  double *py)
 {
     double x = *px, y = *py;
-    uint32_t c = bucket_of(f, x, y);
-    const double *e = f->ext + 2 * (size_t)c; /* V(c-1), V(c), V(c+1) */
+    uint32_t pos = bucket_of(f, x, y);
+    const double *e = f->sxy + 2 * (size_t)pos;   /* sorted pos-2 .. pos+2 */
+    const uint32_t *id = f->sidx + pos;
     double d0 = dist2(x, y, e[0], e[1]);
     double d1 = dist2(x, y, e[2], e[3]);
     double d2 = dist2(x, y, e[4], e[5]);
-    uint32_t i0 = c ? c - 1 : nm1, i2 = c == nm1 ? 0 : c + 1;
-    double bd = d1;
-    uint32_t bi = c, bj = 1;
-    int t0 = d0 < bd || (d0 == bd && i0 < bi);
-    bd = t0 ? d0 : bd;
-    bi = t0 ? i0 : bi;
-    bj = t0 ? 0 : bj;
-    int t2 = d2 < bd || (d2 == bd && i2 < bi);
-    bi = t2 ? i2 : bi;
-    bj = t2 ? 2 : bj;
-    double vx = e[2 * bj], vy = e[2 * bj + 1];
+    double d3 = dist2(x, y, e[6], e[7]);
+    double d4 = dist2(x, y, e[8], e[9]);
+    double bd = d2, dl = d1, dr = d3;
+    uint32_t bi = id[2], bj = 2;
+    int t1 = d1 < bd || (d1 == bd && id[1] < bi);
+    bd = t1 ? d1 : bd;
+    bi = t1 ? id[1] : bi;
+    bj = t1 ? 1 : bj;
+    dl = t1 ? d0 : dl;
+    dr = t1 ? d2 : dr;
+    int t3 = d3 < bd || (d3 == bd && id[3] < bi);
+    bd = t3 ? d3 : bd;
+    bi = t3 ? id[3] : bi;
+    bj = t3 ? 3 : bj;
+    dl = t3 ? d2 : dl;
+    dr = t3 ? d4 : dr;
+    double lim = bd * (1.0 + 0x1p-48) + f->margin;
+    double vx, vy;
+    if (dl > lim && dr > lim && bd <= 1.0) {
+        vx = e[2 * bj];
+        vy = e[2 * bj + 1];
+    } else {
+        bi = argmin_canonical(g, x, y);
+        vx = g->vx[bi];
+        vy = g->vy[bi];
+    }
     *px = vx + (x - vx) / r;
     *py = vy + (y - vy) / r;
     return bi;
@@ -588,37 +655,34 @@ void fkvf_ngon_decode_span_fast(const fkvf_ngon *g, double ax, double ay, uint32
         return;
     }
     const double r = g->r;
-    const uint32_t nm1 = g->n - 1;
     double px = ax, py = ay;
     for (uint32_t k = len; k > 0; k--)
-        out[k - 1] = fast_step(f, nm1, r, &px, &py);
+        out[k - 1] = fast_step(g, f, r, &px, &py);
 }
 
-/* Four full spans at once (anchors at a[0..64), symbols to out[0..4L)): the
- * four dependency chains are independent, so the core overlaps them. */
-static void decode4_fast(const fkvf_ngon *g, const uint8_t *a, uint32_t *out)
+/* NLANES full spans at once (anchors at a[0 .. 16 NLANES), symbols to
+ * out[0 .. NLANES L)): the dependency chains of different spans are
+ * independent, so the core overlaps them. */
+#define NLANES 8u
+static void decode_lanes_fast(const fkvf_ngon *g, const uint8_t *a, uint32_t *out)
 {
     const uint32_t L = g->span;
     const ngon_fast *f = g->fast;
     if (g->n <= SMALL_N || !f) {
-        for (unsigned l = 0; l < 4; l++)
+        for (unsigned l = 0; l < NLANES; l++)
             fkvf_ngon_decode_span_canonical(g, fkvf_ldf64(a + 16 * l), fkvf_ldf64(a + 16 * l + 8),
                                             L, out + (size_t)l * L);
         return;
     }
     const double r = g->r;
-    const uint32_t nm1 = g->n - 1;
-    double x0 = fkvf_ldf64(a), y0 = fkvf_ldf64(a + 8);
-    double x1 = fkvf_ldf64(a + 16), y1 = fkvf_ldf64(a + 24);
-    double x2 = fkvf_ldf64(a + 32), y2 = fkvf_ldf64(a + 40);
-    double x3 = fkvf_ldf64(a + 48), y3 = fkvf_ldf64(a + 56);
-    uint32_t *o0 = out, *o1 = out + L, *o2 = out + 2 * (size_t)L, *o3 = out + 3 * (size_t)L;
-    for (uint32_t k = L; k > 0; k--) {
-        o0[k - 1] = fast_step(f, nm1, r, &x0, &y0);
-        o1[k - 1] = fast_step(f, nm1, r, &x1, &y1);
-        o2[k - 1] = fast_step(f, nm1, r, &x2, &y2);
-        o3[k - 1] = fast_step(f, nm1, r, &x3, &y3);
+    double x[NLANES], y[NLANES];
+    for (unsigned l = 0; l < NLANES; l++) {
+        x[l] = fkvf_ldf64(a + 16 * l);
+        y[l] = fkvf_ldf64(a + 16 * l + 8);
     }
+    for (uint32_t k = L; k > 0; k--)
+        for (unsigned l = 0; l < NLANES; l++)
+            out[(size_t)l * L + k - 1] = fast_step(g, f, r, &x[l], &y[l]);
 }
 
 static int same_bits(double a, double b) { return dbits(a) == dbits(b); }
@@ -746,13 +810,14 @@ int fkvf_ngon_decode(const fkvf_ngon *g, const uint8_t *data, size_t data_size, 
         uint64_t s0 = j * L;
         uint32_t len = (uint32_t)(total - s0 < L ? total - s0 : L);
         uint64_t s1 = s0 + len; /* span covers [s0, s1) */
-        if (t == s0 && len == L && end - t >= 4 * (uint64_t)L && total - t >= 4 * (uint64_t)L) {
-            /* four full spans inside the request */
+        if (t == s0 && len == L && end - t >= NLANES * (uint64_t)L &&
+            total - t >= NLANES * (uint64_t)L) {
+            /* NLANES full spans inside the request */
             uint32_t *o = out + (t - first);
             const uint8_t *a = data + 16 * (size_t)j;
-            decode4_fast(g, a, o);
+            decode_lanes_fast(g, a, o);
             if (verify) {
-                for (unsigned l = 0; l < 4; l++) {
+                for (unsigned l = 0; l < NLANES; l++) {
                     double ax = fkvf_ldf64(a + 16 * l), ay = fkvf_ldf64(a + 16 * l + 8);
                     uint32_t *ol = o + (size_t)l * L;
                     if (!is_finite(ax) || !is_finite(ay))
@@ -762,7 +827,7 @@ int fkvf_ngon_decode(const fkvf_ngon *g, const uint8_t *data, size_t data_size, 
                         return FKVF_E_SPAN;
                 }
             }
-            t += 4 * (uint64_t)L;
+            t += NLANES * (uint64_t)L;
             continue;
         }
         if (t == s0 && s1 <= end) {
