@@ -218,6 +218,7 @@ typedef struct ngon_fast {
     uint32_t kmask;
     double kscale; /* K / 4 */
     double margin; /* M of the certificate in fast_step */
+    double rin2;   /* inner radius^2 of the annulus of valid points, or -1 */
     /* box hierarchy over the vertices sorted by diamond angle: complete binary
      * tree, node 1 the root, leaves nleaves..2*nleaves-1, leaf j holding
      * perm[LEAF*j .. LEAF*j+LEAF) (clipped to N). box[4*node] = xmin, xmax,
@@ -336,6 +337,21 @@ static inline uint32_t bucket_of(const ngon_fast *f, double px, double py)
     return f->bucket[(uint32_t)a & f->kmask];
 }
 
+/* The annulus that every backward point of a valid span lies in. With
+ * q = 1/r >= 2 and q^L <= 2^44 (check_params), the canonical backward point
+ * b_k of a span that re-encodes exactly stays within
+ * e <= 2^-53 * q^L * (15q + 2)/(q - 1) <= 2^-9 * 32 = 1/16 of the forward
+ * point f_k, and for k >= 1, 1 - 2^-40 - 2.0001 r <= |f_k| <= 1 + 2^-40.
+ * So |b_k| > 2, or |b_k| < 1 - 2.001 r - 0.1 (when positive), rules the
+ * span out. The verifying decoders use this to bound their work on hostile
+ * anchors: a point far inside the polygon, or beyond 2^500, costs O(N) in
+ * the exact search. */
+static inline int outside_annulus(double rin2, double x, double y)
+{
+    double m = x * x + y * y;
+    return !(m <= 4.0) || m < rin2;
+}
+
 static uint32_t argmin_canonical(const fkvf_ngon *g, double px, double py)
 {
     const ngon_fast *f = g->fast;
@@ -411,6 +427,8 @@ static int fast_build(fkvf_ngon *g)
             dmax = m;
     }
     f->margin = 12.5 * (dmax + 0x1p-51) + 0x1p-48;
+    double rin = 1.0 - 2.001 * g->r - 0.1; /* see canonical_bounded */
+    f->rin2 = rin > 0 ? rin * rin : -1.0;
 
     /* Box hierarchy over the sorted vertices. */
     for (size_t node = 1; node < 2 * (size_t)nl; node++) {
@@ -604,9 +622,12 @@ void fkvf_ngon_decode_span_canonical(const fkvf_ngon *g, double ax, double ay, u
  * So w is the unique argmin. (Vertices whose diamond angles round into the
  * wrong order differ in direction by ~1e-16, far below the margin.) Without
  * the certificate the step runs the exact search, so this decoder always
- * returns the canonical decoder's symbols. */
-static inline __attribute__((always_inline)) uint32_t fast_step(const fkvf_ngon *g, const ngon_fast *f, double r, double *px,
-                                 double *py)
+ * returns the canonical decoder's symbols; except that with `bounded` set
+ * (verifying decoders) a point outside the annulus of valid points sets
+ * *bad and skips the search (the span is invalid). */
+static inline __attribute__((always_inline)) uint32_t
+fast_step(const fkvf_ngon *g, const ngon_fast *f, double r, double *px, double *py, int bounded,
+          unsigned *bad)
 {
     double x = *px, y = *py;
     uint32_t pos = bucket_of(f, x, y);
@@ -637,7 +658,12 @@ static inline __attribute__((always_inline)) uint32_t fast_step(const fkvf_ngon 
         vx = e[2 * bj];
         vy = e[2 * bj + 1];
     } else {
-        bi = argmin_canonical(g, x, y);
+        if (bounded && outside_annulus(f->rin2, x, y)) {
+            *bad = 1;
+            bi = 0;
+        } else {
+            bi = argmin_canonical(g, x, y);
+        }
         vx = g->vx[bi];
         vy = g->vy[bi];
     }
@@ -656,22 +682,48 @@ void fkvf_ngon_decode_span_fast(const fkvf_ngon *g, double ax, double ay, uint32
     }
     const double r = g->r;
     double px = ax, py = ay;
+    unsigned bad = 0;
     for (uint32_t k = len; k > 0; k--)
-        out[k - 1] = fast_step(g, f, r, &px, &py);
+        out[k - 1] = fast_step(g, f, r, &px, &py, 0, &bad);
+}
+
+static int canonical_bounded(const fkvf_ngon *g, double ax, double ay, uint32_t len,
+                             uint32_t *out);
+
+/* The fast decoder for the verifying paths: 0 if the span leaves the
+ * annulus of valid points (then it is invalid). */
+static int fast_span_bounded(const fkvf_ngon *g, double ax, double ay, uint32_t len, uint32_t *out)
+{
+    const ngon_fast *f = g->fast;
+    if (g->n <= SMALL_N || !f)
+        return canonical_bounded(g, ax, ay, len, out);
+    const double r = g->r;
+    double px = ax, py = ay;
+    unsigned bad = 0;
+    for (uint32_t k = len; k > 0; k--)
+        out[k - 1] = fast_step(g, f, r, &px, &py, 1, &bad);
+    return !bad;
 }
 
 /* NLANES full spans at once (anchors at a[0 .. 16 NLANES), symbols to
  * out[0 .. NLANES L)): the dependency chains of different spans are
  * independent, so the core overlaps them. */
 #define NLANES 8u
-static void decode_lanes_fast(const fkvf_ngon *g, const uint8_t *a, uint32_t *out)
+static void decode_lanes_fast(const fkvf_ngon *g, const uint8_t *a, uint32_t *out, int bounded,
+                              unsigned bad[NLANES])
 {
     const uint32_t L = g->span;
     const ngon_fast *f = g->fast;
+    for (unsigned l = 0; l < NLANES; l++)
+        bad[l] = 0;
     if (g->n <= SMALL_N || !f) {
-        for (unsigned l = 0; l < NLANES; l++)
-            fkvf_ngon_decode_span_canonical(g, fkvf_ldf64(a + 16 * l), fkvf_ldf64(a + 16 * l + 8),
-                                            L, out + (size_t)l * L);
+        for (unsigned l = 0; l < NLANES; l++) {
+            double ax = fkvf_ldf64(a + 16 * l), ay = fkvf_ldf64(a + 16 * l + 8);
+            if (bounded)
+                bad[l] = !canonical_bounded(g, ax, ay, L, out + (size_t)l * L);
+            else
+                fkvf_ngon_decode_span_canonical(g, ax, ay, L, out + (size_t)l * L);
+        }
         return;
     }
     const double r = g->r;
@@ -680,23 +732,22 @@ static void decode_lanes_fast(const fkvf_ngon *g, const uint8_t *a, uint32_t *ou
         x[l] = fkvf_ldf64(a + 16 * l);
         y[l] = fkvf_ldf64(a + 16 * l + 8);
     }
-    for (uint32_t k = L; k > 0; k--)
-        for (unsigned l = 0; l < NLANES; l++)
-            out[(size_t)l * L + k - 1] = fast_step(g, f, r, &x[l], &y[l]);
+    if (bounded) {
+        for (uint32_t k = L; k > 0; k--)
+            for (unsigned l = 0; l < NLANES; l++)
+                out[(size_t)l * L + k - 1] = fast_step(g, f, r, &x[l], &y[l], 1, &bad[l]);
+    } else {
+        for (uint32_t k = L; k > 0; k--)
+            for (unsigned l = 0; l < NLANES; l++)
+                out[(size_t)l * L + k - 1] = fast_step(g, f, r, &x[l], &y[l], 0, &bad[l]);
+    }
 }
 
 static int same_bits(double a, double b) { return dbits(a) == dbits(b); }
 
-/* Canonical decoding for the verifying decoder, which only needs to know
- * whether the canonical result re-encodes: it stops early (returns 0) when
- * a backward point leaves the annulus that any span passing the check must
- * stay in. With q = 1/r >= 2 and q^L <= 2^44 (check_params), the canonical
- * backward point b_k of a span that re-encodes exactly stays within
- * e <= 2^-53 * q^L * (15q + 2)/(q - 1) <= 2^-9 * 32 = 1/16 of the forward
- * point f_k, and for k >= 1, 1 - 2^-40 - 2.0001 r <= |f_k| <= 1 + 2^-40.
- * So |b_k| > 2, or |b_k| < 1 - 2.001 r - 0.1 (when positive), rules the
- * span out. This bounds the work on hostile anchors (a point far inside the
- * polygon costs up to O(N) in the exact search). */
+/* Canonical decoding for the verifying decoders, which only need to know
+ * whether the canonical result re-encodes: returns 0 as soon as a backward
+ * point leaves the annulus of valid points (see outside_annulus). */
 static int canonical_bounded(const fkvf_ngon *g, double ax, double ay, uint32_t len, uint32_t *out)
 {
     const double r = g->r;
@@ -704,8 +755,7 @@ static int canonical_bounded(const fkvf_ngon *g, double ax, double ay, uint32_t 
     double rin2 = rin > 0 ? rin * rin : -1.0;
     double px = ax, py = ay;
     for (uint32_t k = len; k > 0; k--) {
-        double m = px * px + py * py;
-        if (!(m <= 4.0) || m < rin2)
+        if (outside_annulus(rin2, px, py))
             return 0;
         uint32_t c = argmin_canonical(g, px, py);
         out[k - 1] = c;
@@ -729,9 +779,12 @@ int fkvf_ngon_decode_span(const fkvf_ngon *g, double ax, double ay, uint32_t len
         return FKVF_E_SPAN;
     if (len > NGON_MAX_SPAN)
         return FKVF_E_INVALID_ARG;
-    fkvf_ngon_decode_span_fast(g, ax, ay, len, out);
+    if (!fast_span_bounded(g, ax, ay, len, out))
+        return FKVF_E_SPAN;
     if (reencodes(g, ax, ay, len, out))
         return FKVF_OK;
+    /* the fast decoder returns the canonical symbols; retrying with the
+     * canonical decoder itself is insurance only */
     if (canonical_bounded(g, ax, ay, len, out) && reencodes(g, ax, ay, len, out))
         return FKVF_OK;
     return FKVF_E_SPAN;
@@ -815,12 +868,13 @@ int fkvf_ngon_decode(const fkvf_ngon *g, const uint8_t *data, size_t data_size, 
             /* NLANES full spans inside the request */
             uint32_t *o = out + (t - first);
             const uint8_t *a = data + 16 * (size_t)j;
-            decode_lanes_fast(g, a, o);
+            unsigned bad[NLANES];
+            decode_lanes_fast(g, a, o, verify, bad);
             if (verify) {
                 for (unsigned l = 0; l < NLANES; l++) {
                     double ax = fkvf_ldf64(a + 16 * l), ay = fkvf_ldf64(a + 16 * l + 8);
                     uint32_t *ol = o + (size_t)l * L;
-                    if (!is_finite(ax) || !is_finite(ay))
+                    if (!is_finite(ax) || !is_finite(ay) || bad[l])
                         return FKVF_E_SPAN;
                     if (!reencodes(g, ax, ay, L, ol) &&
                         (!canonical_bounded(g, ax, ay, L, ol) || !reencodes(g, ax, ay, L, ol)))
