@@ -245,6 +245,38 @@ START_TEST(quad_large)
 }
 END_TEST
 
+/* Byte output for widths <= 8 equals the naive packer's symbols at every
+ * (first, n), from an odd address; wider widths are refused. */
+START_TEST(quad_decode_u8)
+{
+    tu_rng rng = {0xB17E5};
+    enum { N = 700 };
+    uint32_t s[N];
+    for (unsigned bits = 2; bits <= 8; bits += 2) {
+        for (size_t t = 0; t < N; t++)
+            s[t] = tu_below(&rng, 1u << bits);
+        size_t size = (N * bits + 127) / 128 * 16;
+        uint8_t packed[N * 2];
+        naive_pack(s, N, bits, packed, size);
+        uint8_t *odd = tu_dup_odd(packed, size);
+        uint8_t out[N + 1];
+        for (size_t first = 0; first < 40; first++)
+            for (size_t n = 0; first + n <= N; n += 1 + n / 3) {
+                memset(out, 0xEE, sizeof out);
+                ck_assert_int_eq(fkvf_quad_decode_u8(odd, size, bits, first, n, out), FKVF_OK);
+                for (size_t k = 0; k < n; k++)
+                    ck_assert_uint_eq(out[k], s[first + k]);
+                ck_assert_uint_eq(out[n], 0xEE); /* nothing written past n */
+            }
+        ck_assert_int_eq(fkvf_quad_decode_u8(odd, size, bits, 0, N + 200, out), FKVF_E_RANGE);
+        tu_free_odd(odd);
+    }
+    uint8_t d[16] = {0}, o[4];
+    ck_assert_int_eq(fkvf_quad_decode_u8(d, 16, 10, 0, 1, o), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_quad_decode_u8(d, 16, 7, 0, 1, o), FKVF_E_INVALID_ARG);
+}
+END_TEST
+
 START_TEST(quad_rejects)
 {
     uint8_t out[64];
@@ -1117,6 +1149,7 @@ static Suite *codec_suite(void)
     tcase_add_test(tq, quad_sizes);
     tcase_add_loop_test(tq, quad_roundtrip_widths, 0, 16);
     tcase_add_test(tq, quad_large);
+    tcase_add_test(tq, quad_decode_u8);
     tcase_add_test(tq, quad_rejects);
     tcase_add_test(tq, quad_point_edges);
     suite_add_tcase(su, tq);

@@ -669,6 +669,25 @@ static void check_stream(fkvf_reader *r, const tstream *ts, uint64_t seed)
     RC_R(r, fkvf_reader_stream_read(r, idx, n, out, 1), FKVF_E_RANGE);
     RC_R(r, fkvf_reader_stream_read(r, idx, 0, out, n + 1), FKVF_E_RANGE);
     RC_R(r, fkvf_reader_stream_read(r, idx, UINT64_MAX, out, 2), FKVF_E_RANGE);
+    /* byte output: symbols that fit a byte read back equal; others refused */
+    int fits = ts->spec.profile == FKVF_PROFILE_QUAD ? bits <= 8 : si.alphabet <= 256;
+    uint8_t *b8 = calloc(n + 1, 1);
+    ck_assert_ptr_nonnull(b8);
+    if (fits) {
+        OK_R(r, fkvf_reader_stream_read_u8(r, idx, 0, b8, n));
+        for (size_t t = 0; t < n; t++)
+            EXPECTF(b8[t] == ts->sym[t], "stream %016llx read_u8: symbol %zu is %u, want %u",
+                    (unsigned long long)ts->spec.id, t, b8[t], ts->sym[t]);
+        if (n > 3) {
+            b8[n - 3] = 0xA5; /* first byte past the read below */
+            OK_R(r, fkvf_reader_stream_read_u8(r, idx, 1, b8, n - 3));
+            EXPECT(b8[0] == ts->sym[1] && b8[n - 4] == ts->sym[n - 3] && b8[n - 3] == 0xA5);
+        }
+        RC_R(r, fkvf_reader_stream_read_u8(r, idx, 0, b8, n + 1), FKVF_E_RANGE);
+    } else {
+        RC_R(r, fkvf_reader_stream_read_u8(r, idx, 0, b8, n), FKVF_E_INVALID_ARG);
+    }
+    free(b8);
     uint32_t s1;
     RC_R(r, fkvf_reader_stream_get(r, idx, n, &s1), FKVF_E_RANGE);
     fkvf_point pt;

@@ -25,6 +25,10 @@ int fkvf_quad_encode(const uint32_t *sym, size_t n, unsigned bits, uint8_t *out,
  * FKVF_E_RANGE if they are not all inside data. */
 int fkvf_quad_decode(const uint8_t *data, size_t data_size, unsigned bits, uint64_t first,
                      size_t n, uint32_t *out);
+/* Same into bytes, for widths <= 8 (FKVF_E_INVALID_ARG otherwise). For 8-bit
+ * symbols this is a copy: the stored span is the symbol bytes (spec 12.1.4). */
+int fkvf_quad_decode_u8(const uint8_t *data, size_t data_size, unsigned bits, uint64_t first,
+                        size_t n, uint8_t *out);
 /* Symbol t, O(1). Caller guarantees (t+1)*bits <= 8*data_size. */
 uint32_t fkvf_quad_get(const uint8_t *data, size_t data_size, unsigned bits, uint64_t t);
 /* CGR point after symbol t (spec 12.1): the 128-bit window of the bitstream

@@ -214,6 +214,42 @@ int fkvf_quad_decode(const uint8_t *data, size_t data_size, unsigned bits, uint6
     return FKVF_OK;
 }
 
+int fkvf_quad_decode_u8(const uint8_t *data, size_t data_size, unsigned bits, uint64_t first,
+                        size_t n, uint8_t *out)
+{
+    uint64_t end, endbits;
+    if (!bits_ok(bits) || bits > 8)
+        return FKVF_E_INVALID_ARG;
+    if (!fkvf_add64(first, (uint64_t)n, &end) || !fkvf_mul64(end, bits, &endbits) ||
+        fkvf_ceildiv(endbits, 8) > (uint64_t)data_size)
+        return FKVF_E_RANGE;
+    if (n == 0)
+        return FKVF_OK;
+    if (!data || !out)
+        return FKVF_E_INVALID_ARG;
+    if (bits == 8) {
+        /* the packed stream is the byte array of symbols (spec 12.1.4) */
+        memcpy(out, data + (size_t)first, n);
+        return FKVF_OK;
+    }
+    const unsigned per = 8 / bits; /* widths 2 and 4: symbols never straddle bytes */
+    const uint8_t mask = (uint8_t)((1u << bits) - 1u);
+    uint64_t pos = first * bits;
+    size_t i = 0;
+    if (8 % bits == 0) {
+        for (; i < n && (pos & 7u); i++, pos += bits)
+            out[i] = (uint8_t)(data[pos >> 3] >> (pos & 7u)) & mask;
+        for (; i + per <= n; i += per, pos += 8) {
+            uint8_t b = data[pos >> 3];
+            for (unsigned k = 0; k < per; k++)
+                out[i + k] = (uint8_t)(b >> (k * bits)) & mask;
+        }
+    }
+    for (; i < n; i++, pos += bits)
+        out[i] = (uint8_t)bits64_at(data, data_size, pos) & mask;
+    return FKVF_OK;
+}
+
 uint32_t fkvf_quad_get(const uint8_t *data, size_t data_size, unsigned bits, uint64_t t)
 {
     uint64_t pos;

@@ -1275,6 +1275,53 @@ FKVF_API int fkvf_reader_stream_read(fkvf_reader *r, size_t index, uint64_t firs
     return FKVF_OK;
 }
 
+FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t first,
+                                        uint8_t *out, size_t count)
+{
+    ENTER(r);
+    if (!out && count)
+        return FKVF_E_INVALID_ARG;
+    if (index >= r->n_streams)
+        return FKVF_E_RANGE;
+    rd_stream *s = &r->streams[index];
+    int quad = s->profile == FKVF_PROFILE_QUAD;
+    if (quad ? s->bits > 8 : s->alphabet > 256)
+        return fkvf_fail(&r->diag, FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, NULL,
+                         "stream %016llx: symbols do not fit in a byte",
+                         (unsigned long long)s->id);
+    if (first > s->length || count > s->length - first)
+        return fkvf_fail(&r->diag, FKVF_E_RANGE, FKVF_NO_OFFSET, NULL,
+                         "symbols [%llu, +%zu) outside stream of %llu",
+                         (unsigned long long)first, count, (unsigned long long)s->length);
+    while (count) {
+        rd_seg *g = seg_for(s, first);
+        uint64_t a = first - g->h.first_symbol;
+        uint64_t avail = g->count - a;
+        size_t n = avail < count ? (size_t)avail : count;
+        if (quad) {
+            int rc = seg_touch(r, s, g, a, a + n);
+            if (rc || (rc = fkvf_quad_decode_u8(g->data, (size_t)g->h.data_bytes, s->bits, a, n,
+                                                out)))
+                return rc;
+        } else {
+            uint32_t tmp[256];
+            for (size_t done = 0; done < n;) {
+                size_t c = n - done < 256 ? n - done : 256;
+                int rc = seg_read(r, s, g, a + done, c, tmp);
+                if (rc)
+                    return rc;
+                for (size_t k = 0; k < c; k++)
+                    out[done + k] = (uint8_t)tmp[k];
+                done += c;
+            }
+        }
+        out += n;
+        first += n;
+        count -= n;
+    }
+    return FKVF_OK;
+}
+
 FKVF_API int fkvf_reader_stream_get(fkvf_reader *r, size_t index, uint64_t t, uint32_t *symbol)
 {
     return fkvf_reader_stream_read(r, index, t, symbol, 1);
