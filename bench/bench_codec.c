@@ -183,6 +183,52 @@ static void bench(size_t nsym)
             row(c->name, !c->ngon ? "decode" : v ? "decode (verified)" : "decode (fast)", nsym,
                 packed, summarize(t, reps), mc);
         }
+        if (!c->ngon && c->bits <= 8) {
+            /* into bytes (fkvf_quad_decode_u8): the output is the packed size */
+            uint8_t *o8 = xmalloc(nsym);
+            for (int i = 0; i < reps; i++) {
+                double t0 = now();
+                die_rc("decode_u8", fkvf_quad_decode_u8(data, (size_t)dbytes, c->bits, 0, nsym, o8));
+                t[i] = now() - t0;
+            }
+            for (size_t i = 0; i < nsym; i++)
+                if (o8[i] != sym[i]) {
+                    fprintf(stderr, "%s: decode_u8 mismatch\n", c->name);
+                    exit(1);
+                }
+            row(c->name, "decode to uint8", nsym, packed, summarize(t, reps), mc);
+            free(o8);
+        }
+        if (!c->ngon) {
+            /* chunked: 4096 symbols at a time into a reused (cache-resident)
+             * uint32_t buffer, the way a consumer streams through indices;
+             * baseline: memcpy of the same packed chunks into a reused buffer */
+            enum { CH = 4096 };
+            static uint32_t cbuf[CH];
+            static uint8_t mbuf[CH * 4];
+            size_t cb = (size_t)CH * c->bits / 8;
+            double mt[MAXREP];
+            for (int i = 0; i < MAXREP; i++) {
+                double t0 = now();
+                for (size_t a = 0; a + CH <= nsym; a += CH)
+                    memcpy(mbuf, pk + a * c->bits / 8, cb);
+                mt[i] = now() - t0;
+                sink += mbuf[i];
+            }
+            timing mcc = summarize(mt, MAXREP);
+            for (int i = 0; i < reps; i++) {
+                uint32_t acc = 0;
+                double t0 = now();
+                for (size_t a = 0; a + CH <= nsym; a += CH) {
+                    die_rc("decode", fkvf_quad_decode(data, (size_t)dbytes, c->bits, a, CH, cbuf));
+                    acc += cbuf[a % CH];
+                }
+                t[i] = now() - t0;
+                sink += acc;
+            }
+            row(c->name, "decode, 4096-symbol chunks (memcpy chunked too)", nsym / CH * CH,
+                nsym / CH * cb, summarize(t, reps), mcc);
+        }
         /* random access */
         double lt[MAXREP];
         for (int i = 0; i < reps; i++) {
@@ -405,6 +451,124 @@ static void spanrule(size_t nsym, const char *nlist, const char *elist)
     }
 }
 
+/* ---- streams inside an archive: storage overhead and reader latency ------- */
+
+typedef struct membuf {
+    uint8_t *p;
+    size_t n, cap;
+} membuf;
+
+static long long mem_write(void *opaque, const void *data, size_t size)
+{
+    membuf *b = opaque;
+    if (b->n + size > b->cap) {
+        size_t nc = b->cap ? b->cap : 1 << 16;
+        while (nc < b->n + size)
+            nc *= 2;
+        uint8_t *q = realloc(b->p, nc);
+        if (!q)
+            return -1;
+        b->p = q;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, data, size);
+    b->n += size;
+    return (long long)size;
+}
+
+/* One index stream of n symbols (1 layer, 1 head, one key stage, k = 256)
+ * written through the public writer; reports the stream's share of the file
+ * and the latency of fkvf_reader_stream_get at random positions. */
+static void container(size_t n, fkvf_profile prof)
+{
+    membuf mb = {0};
+    fkvf_sink sk = {mem_write, NULL, &mb};
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.no_sync = 1;
+    if (prof == FKVF_PROFILE_NGON)
+        o.required_features = FKVF_FEAT_NGON;
+    fkvf_writer *w = NULL;
+    die_rc("create", fkvf_writer_create_sink(&w, &sk, &o, NULL));
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = d.n_kv_heads = d.key_dim = d.value_dim = 1;
+    d.dtype = FKVF_DTYPE_F16;
+    die_rc("desc", fkvf_writer_set_desc(w, &d));
+    fkvf_codebook_shape cs = {1, 1, 1, 1, 256, 1, 0, FKVF_DTYPE_F16, 0};
+    uint16_t tables[256] = {0};
+    die_rc("codebook", fkvf_writer_add_codebooks(w, &cs, tables, sizeof tables, 0));
+    uint32_t *sym = xmalloc(n * sizeof *sym);
+    for (size_t i = 0; i < n; i++)
+        sym[i] = below(256);
+    fkvf_stream_spec sp;
+    memset(&sp, 0, sizeof sp);
+    sp.id = FKVF_STREAM_ID(0, 0, 0, 0, 0);
+    sp.profile = prof;
+    sp.symbol_bits = 8;
+    sp.alphabet = 256;
+    die_rc("stream", fkvf_writer_add_stream(w, &sp, sym, n));
+    die_rc("positions", fkvf_writer_set_positions(w, n, n));
+    die_rc("finish", fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+
+    fkvf_reader *r = NULL;
+    die_rc("open", fkvf_reader_open_memory(&r, mb.p, mb.n, 0, NULL));
+    size_t ns = 0, si = 0;
+    fkvf_archive_info ai;
+    fkvf_reader_info(r, &ai);
+    uint64_t stored = 0;
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        fkvf_section_info sec;
+        fkvf_reader_section(r, i, &sec);
+        if (sec.type == FKVF_SECTION_STRM)
+            stored = sec.stored_size;
+    }
+    (void)ns;
+    die_rc("find", fkvf_reader_stream_find(r, sp.id, &si));
+    /* + its 64-byte directory entry and at most 63 bytes of alignment padding */
+    double per = (double)(stored + 64) / (double)n;
+    double payload = prof == FKVF_PROFILE_QUAD ? 1.0 : 16.0 / fkvf_ngon_max_span(fkvf_ngon_rmax(256));
+    /* latency: first pass touches (verifies) every block, then timed passes */
+    enum { NL = 1000000 };
+    uint64_t *pos = xmalloc(NL * sizeof *pos);
+    for (size_t i = 0; i < NL; i++)
+        pos[i] = rnd() % n;
+    uint32_t v;
+    for (size_t i = 0; i < n; i += 64)
+        die_rc("get", fkvf_reader_stream_get(r, si, i, &v));
+    double lt[MAXREP];
+    for (int rep = 0; rep < 5; rep++) {
+        uint32_t acc = 0;
+        double t0 = now();
+        for (size_t i = 0; i < NL; i++) {
+            fkvf_reader_stream_get(r, si, pos[i], &v);
+            acc += v;
+        }
+        lt[rep] = (now() - t0) / NL * 1e9;
+        sink += acc;
+    }
+    printf("| %s 8-bit symbols (N=256) | %zu | %llu | %.4f | %.4f | %.2f%% | %.1f |\n",
+           prof == FKVF_PROFILE_QUAD ? "quad" : "ngon", n, (unsigned long long)stored + 64, per,
+           payload, (per / payload - 1.0) * 100.0, summarize(lt, 5).best);
+    fkvf_reader_free(r);
+    free(pos);
+    free(sym);
+    free(mb.p);
+}
+
+static void containers(void)
+{
+    printf("\nStreams inside an archive (public writer and reader; block size 4096):\n\n");
+    printf("| stream | symbols | section + dir entry bytes | bytes/symbol | codec payload "
+           "bytes/symbol | container overhead | fkvf_reader_stream_get ns (best of 5) |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    static const size_t ns[] = {1000, 100000, 10000000};
+    for (int p = 0; p < 2; p++)
+        for (int i = 0; i < 3; i++)
+            container(ns[i], p ? FKVF_PROFILE_NGON : FKVF_PROFILE_QUAD);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "spanrule") == 0) {
@@ -416,5 +580,6 @@ int main(int argc, char **argv)
     if (n < 1000)
         n = 1000;
     bench(n);
+    containers();
     return 0;
 }
