@@ -8,6 +8,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/alloc.h"
 #include "common/ckd.h"
 #include "common/hash.h"
 #include "common/le.h"
@@ -313,6 +314,54 @@ START_TEST(ckd_tosz_align_ceildiv_edges)
 }
 END_TEST
 
+/* ---- allocation helpers ------------------------------------------------------------ */
+
+static long strndup_allocs;
+static void *count_alloc(void *opaque, size_t size)
+{
+    (void)opaque;
+    strndup_allocs++;
+    return malloc(size);
+}
+static void *count_realloc(void *opaque, void *p, size_t size)
+{
+    (void)opaque;
+    return realloc(p, size);
+}
+static void count_free(void *opaque, void *p)
+{
+    (void)opaque;
+    free(p);
+}
+static void *null_alloc(void *opaque, size_t size)
+{
+    (void)opaque;
+    (void)size;
+    return NULL;
+}
+
+START_TEST(strndup_copies_and_terminates)
+{
+    fkvf_allocator a = {count_alloc, count_realloc, count_free, NULL};
+    strndup_allocs = 0;
+    char *s = fkvf_strndup(&a, "abc\0def", 7); /* embedded NUL kept, then a terminator */
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(memcmp(s, "abc\0def", 8), 0);
+    ck_assert_int_eq(strndup_allocs, 1);
+    fkvf_free(&a, s);
+    s = fkvf_strndup(&a, "xyz", 2); /* a prefix */
+    ck_assert_str_eq(s, "xy");
+    fkvf_free(&a, s);
+    s = fkvf_strndup(NULL, NULL, 0); /* empty, default allocator */
+    ck_assert_ptr_nonnull(s);
+    ck_assert_str_eq(s, "");
+    fkvf_free(NULL, s);
+    fkvf_allocator none = {null_alloc, count_realloc, count_free, NULL};
+    ck_assert_ptr_null(fkvf_strndup(&none, "abc", 3));
+    ck_assert_ptr_null(fkvf_strndup(NULL, "", SIZE_MAX)); /* n + 1 overflows */
+}
+END_TEST
+
 /* ---- UTF-8 ------------------------------------------------------------------------ */
 
 static int utf8(const char *s, size_t n) { return fkvf_utf8_valid((const uint8_t *)s, n); }
@@ -512,6 +561,7 @@ static Suite *common_suite(void)
     tcase_add_test(t, le_range_ok_edges);
     tcase_add_test(t, ckd_add_mul_edges);
     tcase_add_test(t, ckd_tosz_align_ceildiv_edges);
+    tcase_add_test(t, strndup_copies_and_terminates);
     suite_add_tcase(s, t);
     t = tcase_create("utf8");
     tcase_add_test(t, utf8_accepts_valid_sequences);

@@ -79,3 +79,17 @@ int fkvf_grow(const fkvf_allocator *a, void **buf, size_t *cap, size_t need, siz
     *cap = ncap;
     return FKVF_OK;
 }
+
+char *fkvf_strndup(const fkvf_allocator *a, const void *p, size_t n)
+{
+    size_t bytes;
+    if (!fkvf_addsz(n, 1, &bytes))
+        return NULL;
+    char *s = fkvf_malloc(a, bytes);
+    if (s) {
+        if (n)
+            memcpy(s, p, n);
+        s[n] = 0;
+    }
+    return s;
+}

@@ -365,17 +365,6 @@ static int load_directories(fkvf_reader *r)
 
 /* ---- interpretation: descriptor, metadata, exact rows, streams --------------- */
 
-static char *dup_bytes(fkvf_reader *r, const uint8_t *p, size_t n)
-{
-    char *s = fkvf_malloc(r->alloc, n + 1);
-    if (s) {
-        if (n)
-            memcpy(s, p, n);
-        s[n] = 0;
-    }
-    return s;
-}
-
 static int load_desc(fkvf_reader *r, size_t i)
 {
     const uint8_t *p;
@@ -388,8 +377,8 @@ static int load_desc(fkvf_reader *r, size_t i)
     if (rc)
         return rc;
     r->desc = raw.d;
-    r->model_id = dup_bytes(r, raw.model_id, raw.model_id_len);
-    r->tokenizer_id = dup_bytes(r, raw.tokenizer_id, raw.tokenizer_id_len);
+    r->model_id = fkvf_strndup(r->alloc, raw.model_id, raw.model_id_len);
+    r->tokenizer_id = fkvf_strndup(r->alloc, raw.tokenizer_id, raw.tokenizer_id_len);
     if (!r->model_id || !r->tokenizer_id)
         return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for descriptor strings");
     r->desc.model_id = r->model_id;
@@ -567,7 +556,7 @@ static int load_codebook(fkvf_reader *r)
     if ((rc = fkvf_cbrf_parse(p, n, off, &hash, &name, &nl, &r->diag)))
         return rc;
     memcpy(r->cb_ref_hash, hash, 16);
-    if (!(r->cb_ref_name = dup_bytes(r, name, nl)))
+    if (!(r->cb_ref_name = fkvf_strndup(r->alloc, name, nl)))
         return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for the codebook name");
     return FKVF_OK;
 }
@@ -780,7 +769,7 @@ static int reader_new(fkvf_reader **out, const fkvf_allocator *alloc, const char
     r->alloc = alloc;
     r->flags = flags;
     if (name) {
-        r->name = dup_bytes(r, (const uint8_t *)name, strlen(name));
+        r->name = fkvf_strndup(alloc, name, strlen(name));
         if (!r->name) {
             fkvf_free(alloc, r);
             return FKVF_E_NOMEM;

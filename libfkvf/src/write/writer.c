@@ -264,7 +264,7 @@ FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
         return rc;
     }
     size_t n = strlen(path);
-    w->path = fkvf_malloc(w->alloc, n + 1);
+    w->path = fkvf_strndup(w->alloc, path, n);
     w->tmp_path = fkvf_malloc(w->alloc, n + 16);
     if (w->tmp_path)
         w->tmp_path[0] = 0; /* free() unlinks a non-empty tmp_path */
@@ -272,7 +272,6 @@ FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
         w->state = 2;
         return FAIL(FKVF_E_NOMEM, NULL, "no memory for the path");
     }
-    memcpy(w->path, path, n + 1);
     w->diag.name = w->path;
     snprintf(w->tmp_path, n + 16, "%s.tmp-XXXXXX", path);
     w->fd = mkstemp(w->tmp_path);
@@ -323,14 +322,7 @@ FKVF_API const char *fkvf_writer_message(const fkvf_writer *w)
 
 static char *dup_str(fkvf_writer *w, const char *s)
 {
-    size_t n = s ? strlen(s) : 0;
-    char *d = fkvf_malloc(w->alloc, n + 1);
-    if (d) {
-        if (n)
-            memcpy(d, s, n);
-        d[n] = 0;
-    }
-    return d;
+    return fkvf_strndup(w->alloc, s, s ? strlen(s) : 0);
 }
 
 FKVF_API int fkvf_writer_set_desc(fkvf_writer *w, const fkvf_desc *desc)
