@@ -1236,6 +1236,52 @@ static int seg_read(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t a, s
     return fkvf_ngon_decode(s->ngon, g->data, db, g->h.symbol_count, a, n, out, 0);
 }
 
+/* Symbols [a, a+n) of segment g as bytes (the stream's symbols fit). */
+static int seg_read_u8(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t a, size_t n,
+                       uint8_t *out)
+{
+    if (s->profile == FKVF_PROFILE_QUAD) {
+        int rc = seg_touch(r, s, g, a, a + n);
+        if (rc)
+            return rc;
+        return fkvf_quad_decode_u8(g->data, (size_t)g->h.data_bytes, s->bits, a, n, out);
+    }
+    uint32_t tmp[256];
+    for (size_t done = 0; done < n;) {
+        size_t c = n - done < 256 ? n - done : 256;
+        int rc = seg_read(r, s, g, a + done, c, tmp);
+        if (rc)
+            return rc;
+        for (size_t k = 0; k < c; k++)
+            out[done + k] = (uint8_t)tmp[k];
+        done += c;
+    }
+    return FKVF_OK;
+}
+
+/* Symbols [first, first+count) of stream s, segment by segment, into out32
+ * or (when out8 is not NULL) out8. */
+static int stream_read_at(fkvf_reader *r, rd_stream *s, uint64_t first, size_t count,
+                          uint32_t *out32, uint8_t *out8)
+{
+    if (first > s->length || count > s->length - first)
+        return fkvf_fail(&r->diag, FKVF_E_RANGE, FKVF_NO_OFFSET, NULL,
+                         "symbols [%llu, +%zu) outside stream of %llu",
+                         (unsigned long long)first, count, (unsigned long long)s->length);
+    for (size_t done = 0; done < count;) {
+        rd_seg *g = seg_for(s, first + done);
+        uint64_t a = first + done - g->h.first_symbol;
+        uint64_t avail = g->count - a;
+        size_t n = avail < count - done ? (size_t)avail : count - done;
+        int rc = out8 ? seg_read_u8(r, s, g, a, n, out8 + done)
+                      : seg_read(r, s, g, a, n, out32 + done);
+        if (rc)
+            return rc;
+        done += n;
+    }
+    return FKVF_OK;
+}
+
 FKVF_API int fkvf_reader_stream_read(fkvf_reader *r, size_t index, uint64_t first, uint32_t *out,
                                      size_t count)
 {
@@ -1244,24 +1290,7 @@ FKVF_API int fkvf_reader_stream_read(fkvf_reader *r, size_t index, uint64_t firs
         return FKVF_E_INVALID_ARG;
     if (index >= r->n_streams)
         return FKVF_E_RANGE;
-    rd_stream *s = &r->streams[index];
-    if (first > s->length || count > s->length - first)
-        return fkvf_fail(&r->diag, FKVF_E_RANGE, FKVF_NO_OFFSET, NULL,
-                         "symbols [%llu, +%zu) outside stream of %llu",
-                         (unsigned long long)first, count, (unsigned long long)s->length);
-    while (count) {
-        rd_seg *g = seg_for(s, first);
-        uint64_t a = first - g->h.first_symbol;
-        uint64_t avail = g->count - a;
-        size_t n = avail < count ? (size_t)avail : count;
-        int rc = seg_read(r, s, g, a, n, out);
-        if (rc)
-            return rc;
-        out += n;
-        first += n;
-        count -= n;
-    }
-    return FKVF_OK;
+    return stream_read_at(r, &r->streams[index], first, count, out, NULL);
 }
 
 FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t first,
@@ -1273,42 +1302,11 @@ FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t f
     if (index >= r->n_streams)
         return FKVF_E_RANGE;
     rd_stream *s = &r->streams[index];
-    int quad = s->profile == FKVF_PROFILE_QUAD;
-    if (quad ? s->bits > 8 : s->alphabet > 256)
+    if (s->profile == FKVF_PROFILE_QUAD ? s->bits > 8 : s->alphabet > 256)
         return fkvf_fail(&r->diag, FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, NULL,
                          "stream %016llx: symbols do not fit in a byte",
                          (unsigned long long)s->id);
-    if (first > s->length || count > s->length - first)
-        return fkvf_fail(&r->diag, FKVF_E_RANGE, FKVF_NO_OFFSET, NULL,
-                         "symbols [%llu, +%zu) outside stream of %llu",
-                         (unsigned long long)first, count, (unsigned long long)s->length);
-    while (count) {
-        rd_seg *g = seg_for(s, first);
-        uint64_t a = first - g->h.first_symbol;
-        uint64_t avail = g->count - a;
-        size_t n = avail < count ? (size_t)avail : count;
-        if (quad) {
-            int rc = seg_touch(r, s, g, a, a + n);
-            if (rc || (rc = fkvf_quad_decode_u8(g->data, (size_t)g->h.data_bytes, s->bits, a, n,
-                                                out)))
-                return rc;
-        } else {
-            uint32_t tmp[256];
-            for (size_t done = 0; done < n;) {
-                size_t c = n - done < 256 ? n - done : 256;
-                int rc = seg_read(r, s, g, a + done, c, tmp);
-                if (rc)
-                    return rc;
-                for (size_t k = 0; k < c; k++)
-                    out[done + k] = (uint8_t)tmp[k];
-                done += c;
-            }
-        }
-        out += n;
-        first += n;
-        count -= n;
-    }
-    return FKVF_OK;
+    return stream_read_at(r, s, first, count, NULL, out);
 }
 
 FKVF_API int fkvf_reader_stream_get(fkvf_reader *r, size_t index, uint64_t t, uint32_t *symbol)
@@ -1343,7 +1341,7 @@ FKVF_API int fkvf_reader_stream_point(fkvf_reader *r, size_t index, uint64_t t, 
     }
     uint32_t sym[128];
     size_t n = (size_t)(t + 1 - first);
-    int rc = fkvf_reader_stream_read(r, index, first, sym, n);
+    int rc = stream_read_at(r, s, first, n, sym, NULL);
     if (rc)
         return rc;
     if (s->profile == FKVF_PROFILE_QUAD) {
