@@ -4843,6 +4843,32 @@ START_TEST(codebook_section_fields)
 }
 END_TEST
 
+/* Spec 13.2, 15: a CBK1 header whose fields are all in range but whose
+ * tables would exceed 2^48 bytes is LIMIT (it was reported as CORRUPT). */
+START_TEST(cbk1_size_beyond_limit_is_limit)
+{
+    fkvf_codebook_shape big = {1024, 1024, 16384, 16384, 4096, 16, 16, FKVF_DTYPE_F32, 0};
+    uint8_t hdr[64];
+    fkvf_cbk1_hdr_write(hdr, &big);
+    craft c;
+    cr_header(&c, 1, 0, 0, 0);
+    cr_desc(&c, 0);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, hdr, sizeof hdr);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_LIMIT, "2^48");
+    tu_buf_free(&c.b);
+    /* one field out of range is still CORRUPT */
+    big.k = 8192;
+    fkvf_cbk1_hdr_write(hdr, &big);
+    cr_header(&c, 1, 0, 0, 0);
+    cr_desc(&c, 0);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, hdr, sizeof hdr);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "shape");
+    tu_buf_free(&c.b);
+}
+END_TEST
+
 /* Spec 13.4: a file without DESC must be a codebook file. */
 START_TEST(crafted_file_without_desc)
 {
@@ -5106,6 +5132,7 @@ static Suite *container_suite(void)
     tcase_add_test(t, index_symbol_beyond_k_fails_verify);
     tcase_add_test(t, second_codebook_section_is_corrupt);
     tcase_add_test(t, codebook_section_fields);
+    tcase_add_test(t, cbk1_size_beyond_limit_is_limit);
     tcase_add_test(t, crafted_file_without_desc);
     suite_add_tcase(s, t);
 

@@ -1,6 +1,8 @@
 #include "format.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +24,25 @@ static int all_zero(const uint8_t *p, size_t n)
         if (p[i])
             return 0;
     return 1;
+}
+
+/* A section must be exactly the size its fields imply (spec 8.2, 10.1,
+ * 11.2 step 5, 13.2, 13.5, 14.2): smaller is TRUNCATED, larger CORRUPT.
+ * `basis` (printf) says where `want` comes from. */
+static int __attribute__((format(printf, 7, 8)))
+exact_size(fkvf_diag *d, uint64_t size, uint64_t want, uint64_t off, const char *clause,
+           const char *name, const char *basis, ...)
+{
+    if (size == want)
+        return FKVF_OK;
+    char why[96];
+    va_list ap;
+    va_start(ap, basis);
+    vsnprintf(why, sizeof why, basis, ap);
+    va_end(ap);
+    return fkvf_fail(d, size < want ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT, off, clause,
+                     "%s: section is %llu bytes, %s %llu", name, (unsigned long long)size, why,
+                     (unsigned long long)want);
 }
 
 void fkvf_type_name(uint32_t type, char out[12])
@@ -341,11 +362,7 @@ int fkvf_strm_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_strm
         return fkvf_fail(d, FKVF_E_LIMIT, off + 24, "15",
                          "STRM.symbol_count: %llu symbols do not fit the limits",
                          (unsigned long long)h->symbol_count);
-    if (h->section_size != size)
-        return fkvf_fail(d, size < h->section_size ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT, off,
-                         "11.3", "STRM: section is %llu bytes, its header implies %llu",
-                         (unsigned long long)size, (unsigned long long)h->section_size);
-    return FKVF_OK;
+    return exact_size(d, size, h->section_size, off, "11.3", "STRM", "its header implies");
 }
 
 /* ---- descriptor ---------------------------------------------------------- */
@@ -482,10 +499,8 @@ int fkvf_desc_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_desc_raw
                          "DESC: model_id_len %u / tokenizer_id_len %u over %u",
                          out->model_id_len, out->tokenizer_id_len, FKVF_MAX_ID_LEN);
     uint64_t want = (uint64_t)FKVF_DESC_FIXED + out->model_id_len + out->tokenizer_id_len;
-    if (size != want)
-        return fkvf_fail(d, size < want ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT, off, "8",
-                         "DESC: section is %llu bytes, its lengths imply %llu",
-                         (unsigned long long)size, (unsigned long long)want);
+    if ((rc = exact_size(d, size, want, off, "8", "DESC", "its lengths imply")))
+        return rc;
     out->model_id = p + FKVF_DESC_FIXED;
     out->tokenizer_id = out->model_id + out->model_id_len;
     if (!fkvf_utf8_valid(out->model_id, out->model_id_len) ||
@@ -714,12 +729,8 @@ int fkvf_exac_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t 
         !fkvf_add64(h->first, h->count, &end))
         return fkvf_fail(d, FKVF_E_LIMIT, off + 8, "15", "EXAC.count: %llu overflows",
                          (unsigned long long)h->count);
-    if (want != size)
-        return fkvf_fail(d, size < want ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT, off, "14",
-                         "EXAC: section is %llu bytes, %llu rows of %llu bytes need %llu",
-                         (unsigned long long)size, (unsigned long long)h->count,
-                         (unsigned long long)row_bytes, (unsigned long long)want);
-    return FKVF_OK;
+    return exact_size(d, size, want, off, "14", "EXAC", "%llu rows of %llu bytes need",
+                      (unsigned long long)h->count, (unsigned long long)row_bytes);
 }
 
 int fkvf_vtxs_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t key, uint32_t *n,
@@ -733,25 +744,30 @@ int fkvf_vtxs_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t key,
         return fkvf_fail(d, FKVF_E_CORRUPT, off, "10.1",
                          "VTXS.N: %u (2..65536, equal to the directory key %llu)", nn,
                          (unsigned long long)key);
-    if (size != 8 + 16 * (uint64_t)nn)
-        return fkvf_fail(d, size < 8 + 16 * (uint64_t)nn ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT,
-                         off, "10.1", "VTXS: section is %llu bytes, N=%u needs %llu",
-                         (unsigned long long)size, nn, (unsigned long long)(8 + 16 * (uint64_t)nn));
+    int rc = exact_size(d, size, 8 + 16 * (uint64_t)nn, off, "10.1", "VTXS", "N=%u needs", nn);
+    if (rc)
+        return rc;
     *n = nn;
     return FKVF_OK;
 }
 
 /* ---- codebooks ------------------------------------------------------------- */
 
-uint64_t fkvf_cbk1_size(const fkvf_codebook_shape *s)
+/* Every field in its range (spec 13.1)? */
+static int cbk1_shape_ok(const fkvf_codebook_shape *s)
 {
-    if (s->n_layers < 1 || s->n_layers > FKVF_MAX_LAYERS || s->n_heads < 1 ||
-        s->n_heads > FKVF_MAX_HEADS || s->key_dim < 1 || s->key_dim > FKVF_MAX_DIM ||
-        s->value_dim < 1 || s->value_dim > FKVF_MAX_DIM || s->k < 16 || s->k > 4096 ||
-        (s->k & (s->k - 1)) || s->k_stages > 16 || s->v_stages > 16 ||
-        (s->dtype != FKVF_DTYPE_F16 && s->dtype != FKVF_DTYPE_F32) || s->pooled > 1 ||
-        (s->pooled && s->n_heads != 1))
-        return 0;
+    return !(s->n_layers < 1 || s->n_layers > FKVF_MAX_LAYERS || s->n_heads < 1 ||
+             s->n_heads > FKVF_MAX_HEADS || s->key_dim < 1 || s->key_dim > FKVF_MAX_DIM ||
+             s->value_dim < 1 || s->value_dim > FKVF_MAX_DIM || s->k < 16 || s->k > 4096 ||
+             (s->k & (s->k - 1)) || s->k_stages > 16 || s->v_stages > 16 ||
+             (s->dtype != FKVF_DTYPE_F16 && s->dtype != FKVF_DTYPE_F32) || s->pooled > 1 ||
+             (s->pooled && s->n_heads != 1));
+}
+
+/* Section size of a shape whose fields are in range (spec 13.2); 0 when it
+ * exceeds the section limit of spec 15. */
+static uint64_t cbk1_bytes(const fkvf_codebook_shape *s)
+{
     uint64_t per, t;
     if (!fkvf_mul64(s->k_stages, s->key_dim, &per) || !fkvf_mul64(s->v_stages, s->value_dim, &t) ||
         !fkvf_add64(per, t, &per) || !fkvf_mul64(per, s->k, &per) ||
@@ -760,6 +776,11 @@ uint64_t fkvf_cbk1_size(const fkvf_codebook_shape *s)
         per > FKVF_MAX_SECTION_SIZE)
         return 0;
     return per;
+}
+
+uint64_t fkvf_cbk1_size(const fkvf_codebook_shape *s)
+{
+    return cbk1_shape_ok(s) ? cbk1_bytes(s) : 0;
 }
 
 void fkvf_cbk1_hdr_write(uint8_t out[64], const fkvf_codebook_shape *s)
@@ -794,18 +815,17 @@ int fkvf_cbk1_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_codebook
     s->pooled = p[23];
     if (!all_zero(p + 24, 40))
         return fkvf_fail(d, FKVF_E_CORRUPT, off + 24, "13.1", "CBK1: reserved bytes not zero");
-    uint64_t want = fkvf_cbk1_size(s);
-    if (want == 0)
+    if (!cbk1_shape_ok(s))
         return fkvf_fail(d, FKVF_E_CORRUPT, off, "13.1",
                          "CBK1: shape out of range (layers %u, heads %u, dims %u/%u, k %u, "
                          "stages %u/%u, dtype %u, pooled %u)",
                          s->n_layers, s->n_heads, s->key_dim, s->value_dim, s->k, s->k_stages,
                          s->v_stages, (unsigned)s->dtype, s->pooled);
-    if (size != want)
-        return fkvf_fail(d, size < want ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT, off, "13.2",
-                         "CBK1: section is %llu bytes, the shape needs %llu",
-                         (unsigned long long)size, (unsigned long long)want);
-    return FKVF_OK;
+    uint64_t want = cbk1_bytes(s);
+    if (want == 0)
+        return fkvf_fail(d, FKVF_E_LIMIT, off, "13.2",
+                         "CBK1: the shape needs a section of more than 2^48 bytes (spec 15)");
+    return exact_size(d, size, want, off, "13.2", "CBK1", "the shape needs");
 }
 
 int fkvf_cbrf_parse(const uint8_t *p, uint64_t size, uint64_t off, const uint8_t **hash,
@@ -820,11 +840,10 @@ int fkvf_cbrf_parse(const uint8_t *p, uint64_t size, uint64_t off, const uint8_t
     if (nl > FKVF_MAX_ID_LEN)
         return fkvf_fail(d, FKVF_E_LIMIT, off + 16, "13.5", "CBRF.name_len: %u > %u", nl,
                          FKVF_MAX_ID_LEN);
-    if (size != FKVF_CBRF_FIXED + (uint64_t)nl)
-        return fkvf_fail(d, size < FKVF_CBRF_FIXED + (uint64_t)nl ? FKVF_E_TRUNCATED
-                                                                 : FKVF_E_CORRUPT,
-                         off, "13.5", "CBRF: section is %llu bytes, name_len %u needs %llu",
-                         (unsigned long long)size, nl, (unsigned long long)(FKVF_CBRF_FIXED + nl));
+    int rc = exact_size(d, size, FKVF_CBRF_FIXED + (uint64_t)nl, off, "13.5", "CBRF",
+                        "name_len %u needs", nl);
+    if (rc)
+        return rc;
     if (!fkvf_utf8_valid(p + FKVF_CBRF_FIXED, nl))
         return fkvf_fail(d, FKVF_E_CORRUPT, off + FKVF_CBRF_FIXED, "13.5",
                          "CBRF.name: not valid UTF-8");
