@@ -4602,6 +4602,75 @@ START_TEST(vtxs_twice_for_one_n_is_corrupt)
 }
 END_TEST
 
+/* VTXS bytes of the libm table for N (spec 10.1). */
+static uint8_t *vtxs_bytes(uint32_t n, double *r, uint32_t *span, size_t *size)
+{
+    double *xy = calloc(2 * (size_t)n, sizeof(double));
+    ck_assert_ptr_nonnull(xy);
+    fkvf_ngon_make_vertices(n, xy);
+    *r = fkvf_ngon_rmax_table(n, xy);
+    *span = fkvf_ngon_max_span(*r);
+    *size = 8 + 16 * (size_t)n;
+    uint8_t *p = calloc(1, *size);
+    ck_assert_ptr_nonnull(p);
+    fkvf_st32(p, n);
+    for (size_t k = 0; k < 2 * (size_t)n; k++)
+        fkvf_stf64(p + 8 + 8 * k, xy[k]);
+    free(xy);
+    return p;
+}
+
+/* An empty ngon token stream segment (64 bytes) for the next section of c. */
+static void cr_empty_ngon_tokens(craft *c, uint32_t n, double r, uint32_t span)
+{
+    fkvf_strm_hdr h;
+    memset(&h, 0, sizeof h);
+    h.stream_id = FKVF_STREAM_ID_TOKENS;
+    h.profile = FKVF_PROFILE_NGON;
+    h.alphabet = n;
+    h.span_symbols = span;
+    h.block_size = 4096;
+    h.r = r;
+    uint8_t hdr[64];
+    fkvf_strm_hdr_write(hdr, &h, cr_dir_off(c));
+    cr_plain(c, FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, FKVF_STREAM_ID_TOKENS, hdr, 64);
+}
+
+/* Spec 10.3: an ngon segment needs a VTXS for N in its own commit or an
+ * earlier one; one added by a later commit does not count (it did). */
+START_TEST(vtxs_in_a_later_commit_does_not_count)
+{
+    double r;
+    uint32_t span;
+    size_t vn;
+    uint8_t *vt = vtxs_bytes(16, &r, &span, &vn);
+    craft c;
+    /* VTXS after the segment in the same commit: fine */
+    cr_header(&c, 1, 0, FKVF_FEAT_NGON, 0);
+    cr_desc(&c, 0);
+    cr_empty_ngon_tokens(&c, 16, r, span);
+    cr_plain(&c, FKVF_SECTION_VTXS, FKVF_SECTION_REQUIRED, 16, vt, vn);
+    cr_commit(&c, 1, 0, 0, 0);
+    fkvf_reader *rd = NULL;
+    OK_R(rd, fkvf_reader_open_memory(&rd, c.b.data, c.b.size, FKVF_OPEN_STRICT, NULL));
+    OK_R(rd, fkvf_reader_verify(rd));
+    fkvf_reader_free(rd);
+    tu_buf_free(&c.b);
+    /* VTXS only in commit 2, the segment in commit 1 */
+    cr_header(&c, 1, 0, FKVF_FEAT_NGON, 0);
+    cr_desc(&c, 0);
+    cr_empty_ngon_tokens(&c, 16, r, span);
+    cr_commit(&c, 1, 0, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "VTXS"); /* commit 1 alone */
+    uint64_t t1 = c.b.size - 64;
+    cr_plain(&c, FKVF_SECTION_VTXS, FKVF_SECTION_REQUIRED, 16, vt, vn);
+    cr_commit(&c, 2, t1, 0, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "10.3");
+    tu_buf_free(&c.b);
+    free(vt);
+}
+END_TEST
+
 /* Clear REQUIRED on one entry of the last directory; open still works
  * (readers process known types whatever the flag), verify is CORRUPT. */
 static void expect_unflagged_fails_verify(const tu_buf *file, uint32_t type, const char *name)
@@ -5140,6 +5209,7 @@ static Suite *container_suite(void)
     tcase_set_timeout(t, 60);
     tcase_add_test(t, desc_placement_rules);
     tcase_add_test(t, vtxs_twice_for_one_n_is_corrupt);
+    tcase_add_test(t, vtxs_in_a_later_commit_does_not_count);
     tcase_add_test(t, unflagged_known_sections_fail_verify);
     tcase_add_test(t, directory_entry_limits);
     tcase_add_test(t, trailer_limits);

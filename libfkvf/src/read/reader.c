@@ -388,21 +388,25 @@ static int load_desc(fkvf_reader *r, size_t i)
     return FKVF_OK;
 }
 
+/* The codec of a segment of commit `seq`. Contexts are made in section
+ * order, so a cached one never rests on a VTXS later than `seq`. */
 static const fkvf_ngon *get_ngon(fkvf_reader *r, uint32_t n, double rr, uint32_t span,
-                                 uint64_t at, int *rc)
+                                 uint64_t seq, uint64_t at, int *rc)
 {
     for (size_t i = 0; i < r->n_ngons; i++) {
         const fkvf_ngon *g = &r->ngons[i]->g;
         if (g->n == n && g->r == rr && g->span == span)
             return g;
     }
-    /* find the vertex table: latest VTXS with key N */
+    /* the vertex table: the VTXS with key N in this commit or an earlier one
+     * (spec 10.3; at most one exists) */
     size_t vi = SIZE_MAX;
-    for (size_t i = 0; i < r->n_sections; i++)
+    for (size_t i = 0; i < r->n_sections && r->sections[i].commit_seq <= seq; i++)
         if (r->sections[i].e.type == FKVF_SECTION_VTXS && r->sections[i].e.key == n)
             vi = i;
     if (vi == SIZE_MAX) {
-        *rc = FAIL(FKVF_E_CORRUPT, at, "10", "ngon stream with N=%u has no VTXS section", n);
+        *rc = FAIL(FKVF_E_CORRUPT, at, "10.3",
+                   "ngon stream with N=%u has no VTXS section in its commit or before", n);
         return NULL;
     }
     const uint8_t *p;
@@ -484,7 +488,7 @@ static int add_segment(fkvf_reader *r, size_t i, size_t *cap)
         s->span = h.span_symbols;
         s->r = h.r;
         if (h.profile == FKVF_PROFILE_NGON) {
-            s->ngon = get_ngon(r, h.alphabet, h.r, h.span_symbols, off, &rc);
+            s->ngon = get_ngon(r, h.alphabet, h.r, h.span_symbols, sec->commit_seq, off, &rc);
             if (!s->ngon)
                 return rc;
         }
