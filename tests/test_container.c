@@ -4156,6 +4156,56 @@ START_TEST(external_codebook_attach_rejects)
 }
 END_TEST
 
+/* A handle whose open failed serves nothing: its state is partly loaded.
+ * Attaching such a codebook file (here a CBK1 two bytes short, whose shape
+ * was parsed before the size check failed) used to succeed and then hand
+ * out a shape that its contents do not hold. */
+START_TEST(failed_open_handle_serves_nothing)
+{
+    model m;
+    model_small(&m);
+    size_t cn;
+    uint8_t *cbk = cbk1_bytes(&m.cbs, m.cb_tables, m.cb_tables_size, &cn);
+    craft c;
+    cr_header(&c, 1, 0, 0, 0);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cbk, cn - 2);
+    cr_commit(&c, 1, 0, 0, 0);
+    /* an archive that refers to exactly those bytes */
+    m.cb = 2;
+    m.cb_name = "short.fkvf";
+    m.opts.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
+    fkvf_codebook_hash(cbk, cn - 2, m.cb_hash);
+    tu_buf ab;
+    build(&m, &ab);
+    fkvf_reader *r = NULL, *cf = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, ab.data, ab.size, 0, NULL));
+    ck_assert_int_eq(fkvf_reader_open_memory(&cf, c.b.data, c.b.size, 0, NULL), FKVF_E_TRUNCATED);
+    ck_assert_ptr_nonnull(cf);
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s", fkvf_reader_message(cf));
+    ck_assert_msg(strstr(msg, "CBK1") != NULL, "%s", msg);
+    RC_R(r, fkvf_reader_attach_codebook(r, cf), FKVF_E_INVALID_ARG);
+    RC_R(r, fkvf_reader_codebook(r, NULL, NULL, NULL, NULL), FKVF_E_CODEBOOK);
+    /* no query answers on the failed handle, and its message stays */
+    fkvf_archive_info ai;
+    fkvf_codebook_shape sh;
+    size_t n;
+    const void *p;
+    ck_assert_int_eq(fkvf_reader_info(cf, &ai), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_reader_codebook(cf, &sh, &p, &n, NULL), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_reader_section_data(cf, 0, &p, &n), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_reader_meta_count(cf, &n), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_reader_verify(cf), FKVF_E_STATE);
+    ck_assert_str_eq(fkvf_reader_message(cf), msg);
+    fkvf_reader_free(cf);
+    fkvf_reader_free(r);
+    tu_buf_free(&ab);
+    tu_buf_free(&c.b);
+    free(cbk);
+    model_free(&m);
+}
+END_TEST
+
 /* An attached codebook with a smaller k than the symbols need: attach
  * succeeds (shape and stages fit), verify reports SYMBOL (spec 11.8). */
 START_TEST(external_codebook_smaller_k_fails_verify)
@@ -5195,6 +5245,7 @@ static Suite *container_suite(void)
     tcase_add_test(t, codebook_file_without_desc);
     tcase_add_test(t, external_codebook_attach);
     tcase_add_test(t, external_codebook_attach_rejects);
+    tcase_add_test(t, failed_open_handle_serves_nothing);
     tcase_add_test(t, external_codebook_smaller_k_fails_verify);
     tcase_add_test(t, writer_refuses_codebook_misuse);
     tcase_add_test(t, missing_index_stream);

@@ -18,9 +18,11 @@
 
 #define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
 
+/* A handle whose open failed is still set (for its message, which stays)
+ * but may hold a partly loaded state: nothing of it is served. */
 int rd_enter(const fkvf_reader *r)
 {
-    if (!r || r->magic != FKVF_READER_MAGIC)
+    if (!r || r->magic != FKVF_READER_MAGIC || !r->loaded)
         return FKVF_E_STATE;
     fkvf_diag_clear((fkvf_diag *)&r->diag);
     return FKVF_OK;
@@ -794,6 +796,7 @@ static int reader_load(fkvf_reader *r)
         return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file larger than 2^62 bytes");
     if ((rc = find_head(r)) || (rc = load_directories(r)) || (rc = load_contents(r)))
         return rc;
+    r->loaded = 1;
     return FKVF_OK;
 }
 
@@ -913,8 +916,8 @@ FKVF_API int fkvf_reader_info(const fkvf_reader *r, fkvf_archive_info *out)
     int rc = rd_enter(r);
     if (rc)
         return rc;
-    if (!out || !r->n_commits)
-        return !out ? FKVF_E_INVALID_ARG : FKVF_E_STATE;
+    if (!out)
+        return FKVF_E_INVALID_ARG;
     memset(out, 0, sizeof *out);
     out->format_major = r->hdr.major;
     out->format_minor = r->hdr.minor;
@@ -932,13 +935,11 @@ FKVF_API int fkvf_reader_info(const fkvf_reader *r, fkvf_archive_info *out)
     return FKVF_OK;
 }
 
-#define ENTER(r)                           \
-    do {                                   \
-        int rc_ = rd_enter(r);             \
-        if (rc_)                           \
-            return rc_;                    \
-        if (!(r)->n_commits)               \
-            return FKVF_E_STATE;           \
+#define ENTER(r)                \
+    do {                        \
+        int rc_ = rd_enter(r);  \
+        if (rc_)                \
+            return rc_;         \
     } while (0)
 
 FKVF_API int fkvf_reader_section(const fkvf_reader *r, size_t index, fkvf_section_info *out)
@@ -1425,7 +1426,7 @@ FKVF_API int fkvf_reader_codebook_ref(const fkvf_reader *r, int *is_external, ui
 FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
 {
     ENTER(r);
-    if (!cf || cf->magic != FKVF_READER_MAGIC || !cf->n_commits || cf == r)
+    if (!cf || cf->magic != FKVF_READER_MAGIC || !cf->loaded || cf == r)
         return FKVF_E_INVALID_ARG;
     char hx[33];
     hex16(r->cb_ref_hash, hx);

@@ -62,6 +62,7 @@ struct fkvf_reader {
     void *map;
     size_t map_size;
     unsigned flags;
+    int loaded; /* the open succeeded: only then do queries serve data */
 
     fkvf_header hdr;
     rd_commit *commits;
@@ -103,7 +104,8 @@ struct fkvf_reader {
     size_t n_ngons;
 };
 
-/* Checks the handle; clears the diagnostic. */
+/* Checks the handle (FKVF_E_STATE also for one whose open failed); clears
+ * the diagnostic. */
 int rd_enter(const fkvf_reader *r);
 /* Bytes of section i, checksum-verified (and inflated) on first touch. */
 int rd_section_bytes(fkvf_reader *r, size_t i, const uint8_t **p, uint64_t *size);

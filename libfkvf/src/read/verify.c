@@ -50,8 +50,6 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
     int rc = rd_enter(r);
     if (rc)
         return rc;
-    if (!r->n_commits)
-        return FKVF_E_STATE;
     /* 1. layout: every byte from the header to the last trusted trailer is a
      * structure or zero padding */
     uint64_t pos = FKVF_HEADER_SIZE;
