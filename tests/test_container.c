@@ -4721,6 +4721,116 @@ START_TEST(vtxs_in_a_later_commit_does_not_count)
 }
 END_TEST
 
+/* Full verification parses every VTXS, also one no stream uses (spec
+ * 1.3.3, 10.1, 10.2); open may leave it alone (spec 7.5). */
+START_TEST(verify_checks_unused_vertex_tables)
+{
+    double r;
+    uint32_t span;
+    size_t vn;
+    uint8_t *vt = vtxs_bytes(16, &r, &span, &vn);
+    const struct {
+        size_t at;      /* u16 to store (SIZE_MAX: none): the top of an f64 */
+        uint16_t value;
+        size_t cut;     /* bytes removed from the end */
+        int want;
+        const char *needle;
+    } cases[] = {
+        {SIZE_MAX, 0, 0, FKVF_OK, ""},
+        {8 + 8 + 6, 0x3ff0, 0, FKVF_E_CORRUPT, "10.2"},      /* V(0).y = 1.0 */
+        {8 + 16 * 3 + 6, 0x4010, 0, FKVF_E_CORRUPT, "10.2"}, /* V(3).x about 4: |V|^2 off */
+        {8 + 16 * 5 + 6, 0x7ff8, 0, FKVF_E_CORRUPT, "10.2"}, /* V(5).x NaN */
+        {SIZE_MAX, 0, 16, FKVF_E_TRUNCATED, "10.1"},
+        {4, 1, 0, FKVF_E_CORRUPT, "10.1"},                   /* reserved field */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint8_t *p = malloc(vn);
+        memcpy(p, vt, vn);
+        if (cases[i].at != SIZE_MAX)
+            fkvf_st16(p + cases[i].at, cases[i].value);
+        craft c;
+        cr_header(&c, 1, 0, FKVF_FEAT_NGON, 0);
+        cr_desc(&c, 0);
+        cr_plain(&c, FKVF_SECTION_VTXS, FKVF_SECTION_REQUIRED, 16, p, vn - cases[i].cut);
+        cr_commit(&c, 1, 0, 0, 0);
+        fkvf_reader *rd = NULL;
+        OK_R(rd, fkvf_reader_open_memory(&rd, c.b.data, c.b.size, 0, NULL));
+        int rc = fkvf_reader_verify(rd);
+        ck_assert_msg(rc == cases[i].want, "case %zu: %s (%s)", i, fkvf_error_name(rc),
+                      fkvf_reader_message(rd));
+        ck_assert_msg(strstr(fkvf_reader_message(rd), cases[i].needle) != NULL, "case %zu: %s",
+                      i, fkvf_reader_message(rd));
+        fkvf_reader_free(rd);
+        tu_buf_free(&c.b);
+        free(p);
+    }
+    free(vt);
+}
+END_TEST
+
+/* A quad token-stream segment of b = 8 for the next section of c; `pad`
+ * goes into the first unused data byte (0 keeps the segment valid). */
+static void cr_quad_tokens(craft *c, uint64_t first, const uint8_t *sym, uint64_t count,
+                           uint8_t pad)
+{
+    fkvf_strm_hdr h;
+    memset(&h, 0, sizeof h);
+    h.stream_id = FKVF_STREAM_ID_TOKENS;
+    h.profile = FKVF_PROFILE_QUAD;
+    h.bits = 8;
+    h.first_symbol = first;
+    h.symbol_count = count;
+    h.block_size = 4096;
+    ck_assert_int_eq(fkvf_strm_hdr_derive(&h), FKVF_OK);
+    ck_assert_uint_gt(h.data_bytes, count);
+    uint8_t *p = calloc(1, (size_t)h.section_size);
+    ck_assert_ptr_nonnull(p);
+    memcpy(p + h.data_off, sym, (size_t)count);
+    p[h.data_off + count] = pad;
+    uint64_t off = cr_dir_off(c);
+    fkvf_strm_hdr_write(p, &h, off);
+    ck_assert_uint_eq(h.n_blocks, 1);
+    fkvf_st64(p + 64, fkvf_xxh3_64(p + h.data_off, (size_t)h.data_bytes, off + h.data_off));
+    cr_plain(c, FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, FKVF_STREAM_ID_TOKENS, p,
+             (size_t)h.section_size);
+    free(p);
+}
+
+/* Full verification covers stream segments that later segments replaced
+ * (spec 1.3.3: every stream block and padding bit of the committed part);
+ * it used to check only the effective ones. */
+START_TEST(verify_checks_replaced_segments)
+{
+    static const uint8_t tok[2] = {7, 9};
+    uint8_t rows[64 + 2 * 16];
+    memset(rows, 0, sizeof rows);
+    fkvf_exac_hdr eh = {0, 2, FKVF_DTYPE_F16};
+    fkvf_exac_hdr_write(rows, &eh);
+    for (int bad = 0; bad < 2; bad++) {
+        craft c;
+        cr_header(&c, 1, 0, 0, 0);
+        cr_desc(&c, 0);
+        cr_plain(&c, FKVF_SECTION_EXAC, FKVF_SECTION_REQUIRED, 0, rows, sizeof rows);
+        cr_quad_tokens(&c, 0, tok, 2, bad ? 0x40 : 0); /* non-zero unused bits */
+        cr_commit(&c, 1, 0, 2, 0);
+        uint64_t t1 = c.b.size - 64;
+        cr_quad_tokens(&c, 0, tok, 2, 0); /* replaces the whole first segment */
+        cr_commit(&c, 2, t1, 2, 0);
+        fkvf_reader *r = NULL;
+        OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, FKVF_OPEN_STRICT, NULL));
+        fkvf_stream_info si;
+        OK_R(r, fkvf_reader_stream_info(r, 0, &si));
+        ck_assert_uint_eq(si.n_segments, 1);
+        RC_R(r, fkvf_reader_verify(r), bad ? FKVF_E_PADDING : FKVF_OK);
+        if (bad)
+            ck_assert_msg(strstr(fkvf_reader_message(r), "11.7") != NULL, "%s",
+                          fkvf_reader_message(r));
+        fkvf_reader_free(r);
+        tu_buf_free(&c.b);
+    }
+}
+END_TEST
+
 /* Clear REQUIRED on one entry of the last directory; open still works
  * (readers process known types whatever the flag), verify is CORRUPT. */
 static void expect_unflagged_fails_verify(const tu_buf *file, uint32_t type, const char *name)
@@ -5261,6 +5371,8 @@ static Suite *container_suite(void)
     tcase_add_test(t, desc_placement_rules);
     tcase_add_test(t, vtxs_twice_for_one_n_is_corrupt);
     tcase_add_test(t, vtxs_in_a_later_commit_does_not_count);
+    tcase_add_test(t, verify_checks_unused_vertex_tables);
+    tcase_add_test(t, verify_checks_replaced_segments);
     tcase_add_test(t, unflagged_known_sections_fail_verify);
     tcase_add_test(t, directory_entry_limits);
     tcase_add_test(t, trailer_limits);

@@ -59,6 +59,9 @@ typedef struct fkvf_ngon {
 void fkvf_ngon_make_vertices(uint32_t n, double *xy);
 /* r_N from a vertex table (spec 12.2), no libm. */
 double fkvf_ngon_rmax_table(uint32_t n, const double *xy);
+/* Reader-side validation of a vertex table (spec 10.2): FKVF_OK or
+ * FKVF_E_CORRUPT. */
+int fkvf_ngon_check_table(uint32_t n, const double *xy);
 /* Reader-side validation of (N, table, r, L) without libm (spec 10.2, 12.2).
  * Returns FKVF_OK or FKVF_E_CORRUPT / FKVF_E_LIMIT. */
 int fkvf_ngon_check_params(uint32_t n, const double *xy, double r, uint32_t span);

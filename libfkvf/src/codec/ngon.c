@@ -176,11 +176,10 @@ FKVF_API uint32_t fkvf_ngon_max_span(double r)
     return l;
 }
 
-int fkvf_ngon_check_params(uint32_t n, const double *xy, double r, uint32_t span)
+int fkvf_ngon_check_table(uint32_t n, const double *xy)
 {
     if (n < 2 || n > NGON_MAX_N || !xy)
         return FKVF_E_CORRUPT;
-    /* spec 10.2 */
     if (dbits(xy[0]) != dbits(1.0) || dbits(xy[1]) != dbits(0.0))
         return FKVF_E_CORRUPT;
     const double lo = 1.0 - 0x1p-40, hi = 1.0 + 0x1p-40;
@@ -192,6 +191,14 @@ int fkvf_ngon_check_params(uint32_t n, const double *xy, double r, uint32_t span
         if (!(m >= lo && m <= hi))
             return FKVF_E_CORRUPT;
     }
+    return FKVF_OK;
+}
+
+int fkvf_ngon_check_params(uint32_t n, const double *xy, double r, uint32_t span)
+{
+    int rc = fkvf_ngon_check_table(n, xy); /* spec 10.2 */
+    if (rc != FKVF_OK)
+        return rc;
     /* spec 12.2 */
     double inv = inv_rmax_table(n, xy);
     if (!is_finite(r) || !(r > 0) || !(r * inv <= 1.0))

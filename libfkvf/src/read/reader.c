@@ -390,6 +390,24 @@ static int load_desc(fkvf_reader *r, size_t i)
     return FKVF_OK;
 }
 
+int rd_vtxs_table(fkvf_reader *r, size_t i, double **xy, uint32_t *n)
+{
+    const rd_section *s = &r->sections[i];
+    const uint8_t *p;
+    uint64_t size;
+    int rc;
+    if ((rc = rd_section_bytes(r, i, &p, &size)) ||
+        (rc = fkvf_vtxs_parse(p, size, s->e.offset, s->e.key, n, &r->diag)))
+        return rc;
+    double *t = fkvf_calloc(r->alloc, 2 * (size_t)*n, sizeof(double));
+    if (!t)
+        return FAIL(FKVF_E_NOMEM, s->e.offset, NULL, "no memory for a vertex table");
+    for (size_t k = 0; k < 2 * (size_t)*n; k++)
+        t[k] = fkvf_ldf64(p + 8 + 8 * k);
+    *xy = t;
+    return FKVF_OK;
+}
+
 /* The codec of a segment of commit `seq`. Contexts are made in section
  * order, so a cached one never rests on a VTXS later than `seq`. */
 static const fkvf_ngon *get_ngon(fkvf_reader *r, uint32_t n, double rr, uint32_t span,
@@ -411,24 +429,18 @@ static const fkvf_ngon *get_ngon(fkvf_reader *r, uint32_t n, double rr, uint32_t
                    "ngon stream with N=%u has no VTXS section in its commit or before", n);
         return NULL;
     }
-    const uint8_t *p;
-    uint64_t size;
+    double *xy;
     uint32_t nn;
-    if ((*rc = rd_section_bytes(r, vi, &p, &size)) ||
-        (*rc = fkvf_vtxs_parse(p, size, r->sections[vi].e.offset, r->sections[vi].e.key, &nn,
-                               &r->diag)))
+    if ((*rc = rd_vtxs_table(r, vi, &xy, &nn)))
         return NULL;
-    double *xy = fkvf_calloc(r->alloc, 2 * (size_t)nn, sizeof(double));
     rd_ngonctx *ctx = fkvf_calloc(r->alloc, 1, sizeof *ctx);
     size_t cap = r->n_ngons;
-    if (!xy || !ctx || fkvf_grow(r->alloc, (void **)&r->ngons, &cap, r->n_ngons + 1, sizeof *r->ngons)) {
+    if (!ctx || fkvf_grow(r->alloc, (void **)&r->ngons, &cap, r->n_ngons + 1, sizeof *r->ngons)) {
         fkvf_free(r->alloc, xy);
         fkvf_free(r->alloc, ctx);
         *rc = FAIL(FKVF_E_NOMEM, at, NULL, "no memory for an ngon context");
         return NULL;
     }
-    for (size_t k = 0; k < 2 * (size_t)nn; k++)
-        xy[k] = fkvf_ldf64(p + 8 + 8 * k);
     *rc = fkvf_ngon_check_params(nn, xy, rr, span);
     if (*rc == FKVF_OK)
         *rc = fkvf_ngon_init(&ctx->g, nn, rr, span, xy, r->alloc);
@@ -483,6 +495,7 @@ static int add_segment(fkvf_reader *r, size_t i, size_t *cap)
     rd_stream *s = stream_for(r, h.stream_id, cap);
     if (!s)
         return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for streams");
+    sec->stream = (size_t)(s - r->streams);
     if (s->n_segs == 0) {
         s->profile = h.profile;
         s->bits = h.bits;

@@ -19,6 +19,7 @@ typedef struct rd_section {
     fkvf_dirent e;
     uint64_t commit_seq;
     int checked;       /* whole-section checksum verified (and inflated if deflated) */
+    size_t stream;     /* STRM: index of its stream in streams */
     uint8_t *inflated; /* owned, when deflated */
 } rd_section;
 
@@ -109,6 +110,9 @@ struct fkvf_reader {
 int rd_enter(const fkvf_reader *r);
 /* Bytes of section i, checksum-verified (and inflated) on first touch. */
 int rd_section_bytes(fkvf_reader *r, size_t i, const uint8_t **p, uint64_t *size);
+/* The vertex table of VTXS section i, sizes checked (spec 10.1), values not:
+ * 2N doubles in *xy, to be freed with fkvf_free(r->alloc, ...). */
+int rd_vtxs_table(fkvf_reader *r, size_t i, double **xy, uint32_t *n);
 /* Verify block b of a segment (checksum, and for ngon every span in it). */
 int rd_block_check(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t b);
 

@@ -23,6 +23,8 @@ static int zero_gap(fkvf_reader *r, uint64_t from, uint64_t to, const char *what
     return FKVF_OK;
 }
 
+/* Padding, every block (checksum, ngon spans) and the unused bits of one
+ * segment. */
 static int verify_stream_segment(fkvf_reader *r, const rd_stream *s, rd_seg *g)
 {
     const rd_section *sec = &r->sections[g->sec];
@@ -42,6 +44,67 @@ static int verify_stream_segment(fkvf_reader *r, const rd_stream *s, rd_seg *g)
         return FAIL(FKVF_E_PADDING, g->data_fileoff + g->h.data_bytes - 16, "11.7",
                     "stream %016llx: bits after the last symbol are not zero",
                     (unsigned long long)s->id);
+    return FKVF_OK;
+}
+
+/* The effective segment of stream s held by section i, or NULL when later
+ * segments cut it away (segs are in section order). */
+static rd_seg *effective_seg(const rd_stream *s, size_t i)
+{
+    size_t lo = 0, hi = s->n_segs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->segs[mid].sec < i)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->n_segs && s->segs[lo].sec == i ? &s->segs[lo] : NULL;
+}
+
+/* Every STRM section, also those later segments cut away: they are part of
+ * the committed file (spec 1.3.3: every stream block, span and padding). */
+static int verify_strm_section(fkvf_reader *r, size_t i)
+{
+    const rd_section *sec = &r->sections[i];
+    const rd_stream *s = &r->streams[sec->stream];
+    rd_seg *g = effective_seg(s, i);
+    if (g)
+        return verify_stream_segment(r, s, g);
+    rd_seg cut;
+    memset(&cut, 0, sizeof cut);
+    cut.sec = i;
+    int rc = fkvf_strm_hdr_parse(r->data + sec->e.offset, sec->e.stored_size, sec->e.offset,
+                                 &cut.h, &r->diag);
+    if (rc)
+        return rc;
+    cut.count = cut.h.symbol_count;
+    cut.data_fileoff = sec->e.offset + cut.h.data_off;
+    cut.data = r->data + cut.data_fileoff;
+    cut.block_ok = fkvf_calloc(r->alloc, cut.h.n_blocks ? (size_t)cut.h.n_blocks : 1, 1);
+    if (!cut.block_ok)
+        return FAIL(FKVF_E_NOMEM, sec->e.offset, NULL, "no memory for %llu block flags",
+                    (unsigned long long)cut.h.n_blocks);
+    rc = verify_stream_segment(r, s, &cut);
+    fkvf_free(r->alloc, cut.block_ok);
+    return rc;
+}
+
+/* A vertex table's values (spec 10.2), also of a table no stream uses. */
+static int verify_vtxs(fkvf_reader *r, size_t i)
+{
+    double *xy;
+    uint32_t n;
+    int rc = rd_vtxs_table(r, i, &xy, &n);
+    if (rc)
+        return rc;
+    rc = fkvf_ngon_check_table(n, xy);
+    fkvf_free(r->alloc, xy);
+    if (rc)
+        return FAIL(FKVF_E_CORRUPT, r->sections[i].e.offset, "10.2",
+                    "VTXS N=%u: a coordinate is not finite, V(0) is not (+1, +0), or some "
+                    "|V(c)|^2 is off 1 by more than 2^-40",
+                    n);
     return FKVF_OK;
 }
 
@@ -83,11 +146,11 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
         if ((rc = fkvf_reader_meta_count(r, &n)))
             return rc;
     }
-    for (size_t i = 0; i < r->n_streams; i++) {
-        rd_stream *s = &r->streams[i];
-        for (size_t k = 0; k < s->n_segs; k++)
-            if ((rc = verify_stream_segment(r, s, &s->segs[k])))
-                return rc;
+    for (size_t i = 0; i < r->n_sections; i++) {
+        uint32_t t = r->sections[i].e.type;
+        if ((t == FKVF_SECTION_STRM && (rc = verify_strm_section(r, i))) ||
+            (t == FKVF_SECTION_VTXS && (rc = verify_vtxs(r, i))))
+            return rc;
     }
     for (size_t i = 0; i < r->n_sections; i++) {
         const rd_section *s = &r->sections[i];
