@@ -2193,6 +2193,36 @@ START_TEST(writer_refuses_invalid_descriptor_fields)
 }
 END_TEST
 
+/* Spec 3.4: optional feature bits 1-63 are reserved and writers write 0;
+ * the writer passed any bits through into the header. */
+START_TEST(writer_refuses_unknown_optional_features)
+{
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.no_sync = 1;
+    const uint64_t bad[] = {UINT64_C(1) << 1, UINT64_C(1) << 63,
+                            FKVF_OPTFEAT_TOKEN_STREAM | (UINT64_C(1) << 5)};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        o.optional_features = bad[i];
+        tu_buf b;
+        memset(&b, 0, sizeof b);
+        fkvf_sink sink = tu_buf_sink(&b);
+        fkvf_writer *w = NULL;
+        ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_E_INVALID_ARG);
+        ck_assert_ptr_nonnull(w);
+        assert_msg_names(w, "optional_features");
+        ck_assert_uint_eq(b.size, 0); /* not even the header */
+        fkvf_writer_free(w);
+        tu_buf_free(&b);
+    }
+    o.optional_features = FKVF_OPTFEAT_TOKEN_STREAM;
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &o);
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+}
+END_TEST
+
 START_TEST(writer_refuses_misuse)
 {
     model m;
@@ -5296,6 +5326,7 @@ static Suite *container_suite(void)
     tcase_add_test(t, writer_refuses_bad_streams);
     tcase_add_test(t, writer_refuses_invalid_descriptor_fields);
     tcase_add_test(t, writer_refuses_misuse);
+    tcase_add_test(t, writer_refuses_unknown_optional_features);
     tcase_add_test(t, writer_sink_error_is_sticky_io);
     suite_add_tcase(s, t);
 

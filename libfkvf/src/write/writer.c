@@ -203,6 +203,10 @@ static int writer_new(fkvf_writer **out, const fkvf_writer_options *opts,
     *out = w;
     if (w->opts.required_features & ~FKVF_FEATURES_KNOWN)
         return FAIL(FKVF_E_INVALID_ARG, "3.1", "options.required_features: unknown bits");
+    if (w->opts.optional_features & ~FKVF_OPTFEAT_TOKEN_STREAM)
+        return FAIL(FKVF_E_INVALID_ARG, "3.4",
+                    "options.optional_features: unknown bits 0x%llx (reserved: writers write 0)",
+                    (unsigned long long)(w->opts.optional_features & ~FKVF_OPTFEAT_TOKEN_STREAM));
     if (w->opts.block_size == 0)
         w->opts.block_size = 4096;
     if (w->opts.block_size < FKVF_MIN_BLOCK || w->opts.block_size > FKVF_MAX_BLOCK ||
