@@ -5293,6 +5293,59 @@ START_TEST(trailer_limits)
 }
 END_TEST
 
+/* Spec 14.3 coverage of exact positions by many EXAC sections: the writer's
+ * and the reader's checks walked every section for every covered run,
+ * O(sections^2) (hours for a hostile file of a few million sections); they
+ * now sort once. 100000 one-row sections, added last position first, must
+ * take well under the tcase timeout. */
+START_TEST(many_exact_sections_are_checked_fast)
+{
+    enum { N = 100000 };
+    fkvf_desc d;
+    simple_desc(&d); /* rows of 16 bytes */
+    uint8_t row[16];
+    memset(row, 0x3c, sizeof row);
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.no_sync = 1;
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &o);
+    OK_W(w, fkvf_writer_set_desc(w, &d));
+    for (uint64_t p = N; p-- > 1;) {
+        row[0] = (uint8_t)p;
+        OK_W(w, fkvf_writer_add_exact(w, p, 1, row, sizeof row, 0));
+    }
+    OK_W(w, fkvf_writer_set_positions(w, N, 0));
+    RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE); /* position 0 has no row */
+    assert_msg_names(w, "exact position 0 ");
+    OK_W(w, fkvf_writer_add_exact(w, 0, 1, row, sizeof row, 0));
+    OK_W(w, fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, FKVF_OPEN_STRICT, NULL));
+    const void *rp;
+    size_t rb;
+    OK_R(r, fkvf_reader_exact_row(r, 12345, &rp, &rb));
+    ck_assert_uint_eq(rb, 16);
+    ck_assert_uint_eq(((const uint8_t *)rp)[0], (uint8_t)12345);
+    fkvf_reader_free(r);
+    /* move the row of position 0 (the last entry) beyond n: the reader names
+     * the gap */
+    layout l = layout_of(b.data, b.size);
+    uint32_t ne = fkvf_ld32(b.data + l.dir_off + 4);
+    uint8_t *e = b.data + l.dir_off + 64 + 64 * (size_t)(ne - 1);
+    ck_assert_uint_eq(fkvf_ld32(e), FKVF_SECTION_EXAC);
+    ck_assert_uint_eq(fkvf_ld64(e + 32), 0);
+    fkvf_st64(e + 32, N);
+    fkvf_st64(b.data + fkvf_ld64(e + 8), N);
+    refresh_last_commit(b.data, b.size);
+    char msg[600];
+    ck_assert_int_eq(try_open(b.data, b.size, 0, msg, sizeof msg), FKVF_E_CORRUPT);
+    ck_assert_msg(strstr(msg, "exact position 0 ") != NULL, "%s", msg);
+    tu_buf_free(&b);
+}
+END_TEST
+
 /* ==== suite ====================================================================== */
 
 static Suite *container_suite(void)
@@ -5407,6 +5460,11 @@ static Suite *container_suite(void)
     tcase_add_test(t, unflagged_known_sections_fail_verify);
     tcase_add_test(t, directory_entry_limits);
     tcase_add_test(t, trailer_limits);
+    suite_add_tcase(s, t);
+
+    t = tcase_create("scale");
+    tcase_set_timeout(t, 10); /* 0.5 s here (1.5 s with sanitizers); 15 s when quadratic */
+    tcase_add_test(t, many_exact_sections_are_checked_fast);
     suite_add_tcase(s, t);
     return s;
 }

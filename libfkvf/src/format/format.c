@@ -733,6 +733,23 @@ int fkvf_exac_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t 
                       (unsigned long long)h->count, (unsigned long long)row_bytes);
 }
 
+static int range_cmp(const void *a, const void *b)
+{
+    const fkvf_range *x = a, *y = b;
+    return (x->first > y->first) - (x->first < y->first);
+}
+
+uint64_t fkvf_ranges_first_gap(fkvf_range *ranges, size_t n, uint64_t lo, uint64_t hi)
+{
+    if (n > 1)
+        qsort(ranges, n, sizeof *ranges, range_cmp);
+    uint64_t p = lo; /* [lo, p) is covered */
+    for (size_t i = 0; i < n && p < hi && ranges[i].first <= p; i++)
+        if (ranges[i].first + ranges[i].count > p)
+            p = ranges[i].first + ranges[i].count;
+    return p < hi ? p : hi;
+}
+
 int fkvf_vtxs_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t key, uint32_t *n,
                     fkvf_diag *d)
 {

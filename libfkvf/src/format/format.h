@@ -128,6 +128,14 @@ void fkvf_exac_hdr_write(uint8_t out[64], const fkvf_exac_hdr *h);
 int fkvf_exac_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t row_bytes,
                         fkvf_exac_hdr *h, fkvf_diag *d);
 
+/* Exact positions (spec 14.3): the first position of [lo, hi) that no range
+ * [first, first + count) covers, or hi when all are covered. Sorts `ranges`
+ * by first; O(n log n). Each first + count must fit in a u64. */
+typedef struct fkvf_range {
+    uint64_t first, count;
+} fkvf_range;
+uint64_t fkvf_ranges_first_gap(fkvf_range *ranges, size_t n, uint64_t lo, uint64_t hi);
+
 /* vertex table (spec 10): checks sizes; the values are checked by the codec. */
 int fkvf_vtxs_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t key, uint32_t *n,
                     fkvf_diag *d);

@@ -753,26 +753,27 @@ static int load_contents(fkvf_reader *r)
                     "n_archived %llu does not fit after %u sinks in %llu positions",
                     (unsigned long long)r->n_archived, r->desc.n_sinks,
                     (unsigned long long)r->n_positions);
-    /* every exact position must be covered: check the two ranges by walking
-     * positions in runs (O(runs x sections)). */
-    uint64_t ranges[2][2] = {{0, S}, {S + r->n_archived, r->n_positions}};
-    for (int k = 0; k < 2; k++) {
-        uint64_t p = ranges[k][0];
-        while (p < ranges[k][1]) {
-            uint64_t best_end = p;
-            for (size_t x = 0; x < r->n_exact; x++) {
-                const fkvf_exac_hdr *h = &r->exact[x].h;
-                if (h->first <= p && h->first + h->count > p && h->first + h->count > best_end)
-                    best_end = h->first + h->count;
-            }
-            if (best_end == p)
-                return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14",
-                            "exact position %llu is not covered by any EXAC section",
-                            (unsigned long long)p);
-            p = best_end;
-        }
+    /* every exact position must be covered (r->exact keeps section order,
+     * which exact_row needs: sort a copy) */
+    fkvf_range *cover = fkvf_calloc(r->alloc, r->n_exact ? r->n_exact : 1, sizeof *cover);
+    if (!cover)
+        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory to check %zu EXAC sections",
+                    r->n_exact);
+    for (size_t x = 0; x < r->n_exact; x++) {
+        cover[x].first = r->exact[x].h.first;
+        cover[x].count = r->exact[x].h.count;
     }
-    return FKVF_OK;
+    uint64_t ranges[2][2] = {{0, S}, {S + r->n_archived, r->n_positions}};
+    rc = FKVF_OK;
+    for (int k = 0; k < 2 && rc == FKVF_OK; k++) {
+        uint64_t p = fkvf_ranges_first_gap(cover, r->n_exact, ranges[k][0], ranges[k][1]);
+        if (p < ranges[k][1])
+            rc = FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14",
+                      "exact position %llu is not covered by any EXAC section",
+                      (unsigned long long)p);
+    }
+    fkvf_free(r->alloc, cover);
+    return rc;
 }
 
 /* ---- open / free ------------------------------------------------------------- */

@@ -22,10 +22,6 @@
 
 #define FKVF_WRITER_MAGIC UINT32_C(0x57564B46) /* "FKVW" */
 
-typedef struct wr_range {
-    uint64_t first, count;
-} wr_range;
-
 typedef struct wr_stream {
     uint64_t id, length;
 } wr_stream;
@@ -52,7 +48,7 @@ struct fkvf_writer {
     size_t meta_size, meta_cap;
     uint32_t meta_count;
 
-    wr_range *exact;
+    fkvf_range *exact; /* exact rows added (in any order) */
     size_t n_exact, cap_exact;
     wr_stream *streams;
     size_t n_streams, cap_streams;
@@ -793,17 +789,10 @@ static int check_consistency(fkvf_writer *w)
                     (unsigned long long)w->n_archived, (unsigned long long)S);
     uint64_t ranges[2][2] = {{0, S}, {S + w->n_archived, w->n_positions}};
     for (int k = 0; k < 2; k++) {
-        uint64_t p = ranges[k][0];
-        while (p < ranges[k][1]) {
-            uint64_t best = p;
-            for (size_t x = 0; x < w->n_exact; x++)
-                if (w->exact[x].first <= p && w->exact[x].first + w->exact[x].count > best)
-                    best = w->exact[x].first + w->exact[x].count;
-            if (best == p)
-                return FAIL(FKVF_E_STATE, "14", "exact position %llu has no exact row",
-                            (unsigned long long)p);
-            p = best;
-        }
+        uint64_t p = fkvf_ranges_first_gap(w->exact, w->n_exact, ranges[k][0], ranges[k][1]);
+        if (p < ranges[k][1])
+            return FAIL(FKVF_E_STATE, "14", "exact position %llu has no exact row",
+                        (unsigned long long)p);
     }
     return FKVF_OK;
 }
