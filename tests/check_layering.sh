@@ -3,7 +3,8 @@
 #   common/ includes nothing from codec/, format/, read/, write/
 #   codec/ and format/ include only common/ (and the public header)
 #   read/ never includes write/, write/ never includes read/
-#   tools/ include only the public header fkvf.h
+#   tools/ include only the public header fkvf.h (and their own cacheio.h);
+#   libfkvf never includes libarchive
 # usage: check_layering.sh SRCDIR
 set -u
 S=$1/libfkvf/src
@@ -17,7 +18,9 @@ deny codec 'format/|read/|write/|reader|writer' "may use common/ only"
 deny format 'codec/|read/|write/|reader|writer' "may use common/ only"
 deny read 'write/|writer' "must not include the writer"
 deny write 'read/|reader' "must not include the reader"
-tools_hits=$(grep -nE '#include "' "$1"/tools/*.c | grep -v '#include "fkvf.h"')
+tools_hits=$(grep -nE '#include "' "$1"/tools/*.c | grep -v '#include "fkvf.h"' | grep -v '#include "cacheio.h"')
 if [ -n "$tools_hits" ]; then echo "layering: tools/ must use the public header only:"; echo "$tools_hits"; bad=1; fi
+lib_ar=$(grep -rn '#include <archive' "$S" 2>/dev/null)
+if [ -n "$lib_ar" ]; then echo "layering: libarchive is for the tools, never libfkvf:"; echo "$lib_ar"; bad=1; fi
 if [ $bad -eq 0 ]; then echo "layering: 1 passed, 0 failed"; else echo "layering: 0 passed, 1 failed"; fi
 exit $bad

@@ -1,0 +1,1286 @@
+/* Check suite for tools/cacheio: raw KV-cache import/export.
+ *
+ * Round trips through .safetensors, .npy and .npz for every dtype, with
+ * and without token ids, in the FKVF and the Hugging Face layouts; byte-
+ * exact expectations for the files we write; every truncation of small
+ * valid files; and one hand-crafted bad input per bug the readers must
+ * catch, each checked for the error class and a message that names the
+ * file, the tensor and what is wrong. */
+#define _POSIX_C_SOURCE 200809L
+#include <archive.h>
+#include <archive_entry.h>
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cacheio.h"
+#include "testutil.h"
+
+#define ERRLEN 512
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static kvio_cache make_cache(uint32_t L, uint32_t H, uint32_t T, uint32_t Dk, uint32_t Dv,
+                             fkvf_dtype dt, int tokens, uint64_t seed)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    ck_assert_int_eq(kvio_cache_init(&c, L, H, T, Dk, Dv, dt, tokens, err, sizeof err), KVIO_OK);
+    tu_rng r = {seed};
+    size_t kb = (size_t)kvio_key_bytes(&c), vb = (size_t)kvio_value_bytes(&c);
+    for (uint32_t l = 0; l < L; l++) {
+        for (size_t i = 0; i < kb; i++)
+            c.keys[l][i] = (uint8_t)tu_next(&r);
+        for (size_t i = 0; i < vb; i++)
+            c.values[l][i] = (uint8_t)tu_next(&r);
+    }
+    if (tokens)
+        for (uint32_t t = 0; t < T; t++)
+            c.tokens[t] = (int64_t)tu_below(&r, 50000);
+    return c;
+}
+
+/* rc == code and the message contains every given substring */
+static void expect_err_(int rc, const char *err, int code, const char *file, int line, ...)
+{
+    if (rc != code)
+        ck_abort_msg("%s:%d: rc %d (%s), want %d; message: %s", file, line, rc, kvio_strerror(rc), code, err);
+    va_list ap;
+    va_start(ap, line);
+    const char *s;
+    while ((s = va_arg(ap, const char *)) != NULL)
+        if (!strstr(err, s))
+            ck_abort_msg("%s:%d: message lacks '%s': %s", file, line, s, err);
+    va_end(ap);
+}
+#define EXPECT_ERR(rc, err, code, ...) expect_err_((rc), (err), (code), __FILE__, __LINE__, __VA_ARGS__, (const char *)NULL)
+
+/* A safetensors file from a header text and data_len bytes of data. */
+static uint8_t *st_make(const char *json, size_t data_len, size_t *size)
+{
+    size_t hl = strlen(json);
+    *size = 8 + hl + data_len;
+    uint8_t *b = calloc(*size ? *size : 1, 1);
+    ck_assert_ptr_nonnull(b);
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    memcpy(b + 8, json, hl);
+    for (size_t i = 0; i < data_len; i++)
+        b[8 + hl + i] = (uint8_t)(i * 7 + 1);
+    return b;
+}
+
+static int st_read(const char *json, size_t data_len, unsigned flags, kvio_cache *c, char *err)
+{
+    size_t n;
+    uint8_t *b = st_make(json, data_len, &n);
+    uint8_t *odd = tu_dup_odd(b, n); /* no alignment assumptions */
+    free(b);
+    int rc = kvio_read_safetensors_mem(odd, n, "bad.safetensors", flags, c, err, ERRLEN);
+    tu_free_odd(odd);
+    if (rc) {
+        ck_assert_uint_eq(c->n_layers, 0);
+        ck_assert_ptr_null(c->keys);
+        ck_assert(err[0] != 0);
+    }
+    return rc;
+}
+
+/* Header of one valid 1-layer f16 cache (H=2, T=3, D=4: 48 bytes per tensor). */
+#define KV1 "\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[0,48]}," \
+            "\"layers.0.value\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[48,96]}"
+
+static int npy_read(const void *d, size_t n, kvio_cache *c, char *err)
+{
+    int rc = kvio_read_npy_mem(d, n, "bad.npy", 0, c, err, ERRLEN);
+    if (rc)
+        ck_assert(err[0] != 0);
+    return rc;
+}
+
+/* A .npy with the given header dict text and data_len bytes. */
+static uint8_t *npy_make(const char *dict, size_t data_len, size_t *size)
+{
+    size_t dl = strlen(dict);
+    *size = 10 + dl + data_len;
+    uint8_t *b = calloc(*size, 1);
+    ck_assert_ptr_nonnull(b);
+    memcpy(b, "\x93NUMPY\x01\x00", 8);
+    b[8] = (uint8_t)dl;
+    b[9] = (uint8_t)(dl >> 8);
+    memcpy(b + 10, dict, dl);
+    return b;
+}
+
+typedef struct member {
+    const char *name;
+    const void *data;
+    size_t size;
+} member;
+
+/* A zip written with libarchive from the given members. */
+static uint8_t *zip_make(const member *m, size_t n, int deflate, size_t *size)
+{
+    size_t cap = 1 << 20;
+    uint8_t *buf = malloc(cap);
+    ck_assert_ptr_nonnull(buf);
+    struct archive *a = archive_write_new();
+    archive_write_set_format_zip(a);
+    if (deflate)
+        archive_write_zip_set_compression_deflate(a);
+    else
+        archive_write_zip_set_compression_store(a);
+    archive_write_set_bytes_per_block(a, 0);
+    ck_assert_int_eq(archive_write_open_memory(a, buf, cap, size), ARCHIVE_OK);
+    for (size_t i = 0; i < n; i++) {
+        struct archive_entry *e = archive_entry_new();
+        archive_entry_set_pathname(e, m[i].name);
+        archive_entry_set_filetype(e, AE_IFREG);
+        archive_entry_set_perm(e, 0644);
+        archive_entry_set_size(e, (la_int64_t)m[i].size);
+        ck_assert_int_eq(archive_write_header(a, e), ARCHIVE_OK);
+        if (m[i].size)
+            ck_assert_int_eq(archive_write_data(a, m[i].data, m[i].size), (la_ssize_t)m[i].size);
+        archive_entry_free(e);
+    }
+    ck_assert_int_eq(archive_write_close(a), ARCHIVE_OK);
+    archive_write_free(a);
+    return buf;
+}
+
+static uint8_t *write_mem(const kvio_cache *c, kvio_format f, unsigned flags, size_t *n)
+{
+    uint8_t *b = NULL;
+    char err[ERRLEN];
+    int rc = kvio_write_mem(c, f, flags, &b, n, err, sizeof err);
+    if (rc)
+        ck_abort_msg("write %s: %s", kvio_format_name(f), err);
+    return b;
+}
+
+static void round_trip(const kvio_cache *c, kvio_format f, unsigned flags)
+{
+    size_t n;
+    uint8_t *b = write_mem(c, f, flags, &n);
+    uint8_t *odd = tu_dup_odd(b, n);
+    kvio_cache d;
+    char err[ERRLEN];
+    int rc = kvio_read_mem(odd, n, "rt", KVIO_FMT_AUTO, 0, &d, err, sizeof err);
+    if (rc)
+        ck_abort_msg("read back %s (flags %#x): %s", kvio_format_name(f), flags, err);
+    ck_assert(kvio_cache_equal(c, &d));
+    if (c->tokens)
+        ck_assert_uint_eq(d.token_width, c->token_width == 4 ? 4 : 8);
+    kvio_cache_free(&d);
+    tu_free_odd(odd);
+    free(b);
+}
+
+static const fkvf_dtype DTYPES[] = {FKVF_DTYPE_F16, FKVF_DTYPE_BF16, FKVF_DTYPE_F32};
+
+/* ---- round trips ------------------------------------------------------- */
+
+START_TEST(rt_safetensors_all_dtypes_with_and_without_tokens)
+{
+    for (int d = 0; d < 3; d++)
+        for (int tok = 0; tok < 2; tok++)
+            for (int hf = 0; hf < 2; hf++) {
+                kvio_cache c = make_cache(3, 2, 5, 4, 6, DTYPES[d], tok, 10 + (uint64_t)d);
+                round_trip(&c, KVIO_FMT_SAFETENSORS, hf ? KVIO_WRITE_HF : 0);
+                c.token_width = 4;
+                round_trip(&c, KVIO_FMT_SAFETENSORS, 0);
+                kvio_cache_free(&c);
+            }
+}
+END_TEST
+
+START_TEST(rt_npy_all_dtypes)
+{
+    for (int d = 0; d < 3; d++)
+        for (int hf = 0; hf < 2; hf++) {
+            kvio_cache c = make_cache(2, 3, 7, 4, 4, DTYPES[d], 0, 20 + (uint64_t)d);
+            round_trip(&c, KVIO_FMT_NPY, hf ? KVIO_WRITE_HF : 0);
+            kvio_cache_free(&c);
+        }
+}
+END_TEST
+
+START_TEST(rt_npz_all_dtypes_stored_and_deflate)
+{
+    for (int d = 0; d < 3; d++)
+        for (int tok = 0; tok < 2; tok++)
+            for (unsigned fl = 0; fl < 4; fl++) {
+                kvio_cache c = make_cache(3, 2, 9, 8, 4, DTYPES[d], tok, 30 + (uint64_t)d);
+                unsigned flags = ((fl & 1) ? KVIO_WRITE_DEFLATE : 0) | ((fl & 2) ? KVIO_WRITE_HF : 0);
+                round_trip(&c, KVIO_FMT_NPZ, flags);
+                c.token_width = 4;
+                round_trip(&c, KVIO_FMT_NPZ, flags);
+                kvio_cache_free(&c);
+            }
+}
+END_TEST
+
+START_TEST(rt_zero_positions)
+{
+    kvio_cache c = make_cache(2, 2, 0, 4, 4, FKVF_DTYPE_F16, 1, 1);
+    round_trip(&c, KVIO_FMT_SAFETENSORS, 0);
+    round_trip(&c, KVIO_FMT_NPZ, 0);
+    c.tokens = (free(c.tokens), NULL);
+    round_trip(&c, KVIO_FMT_NPY, 0);
+    kvio_cache_free(&c);
+}
+END_TEST
+
+START_TEST(rt_safetensors_metadata)
+{
+    kvio_cache c = make_cache(1, 1, 2, 2, 2, FKVF_DTYPE_F32, 0, 3);
+    ck_assert_int_eq(kvio_cache_set_meta(&c, "model", "stories260K \"q\" \\ \n\x01 \xc3\xa9"), KVIO_OK);
+    ck_assert_int_eq(kvio_cache_set_meta(&c, "format", "pt"), KVIO_OK);
+    ck_assert_int_eq(kvio_cache_set_meta(&c, "format", "fkvf"), KVIO_OK);
+    size_t n;
+    uint8_t *b = write_mem(&c, KVIO_FMT_SAFETENSORS, 0, &n);
+    kvio_cache d;
+    char err[ERRLEN];
+    ck_assert_int_eq(kvio_read_safetensors_mem(b, n, "m", 0, &d, err, sizeof err), KVIO_OK);
+    ck_assert_uint_eq(d.n_meta, 2);
+    ck_assert_str_eq(kvio_cache_get_meta(&d, "model"), "stories260K \"q\" \\ \n\x01 \xc3\xa9");
+    ck_assert_str_eq(kvio_cache_get_meta(&d, "format"), "fkvf");
+    ck_assert_ptr_null(kvio_cache_get_meta(&d, "nope"));
+    kvio_cache_free(&d);
+    kvio_cache_free(&c);
+    free(b);
+}
+END_TEST
+
+START_TEST(rt_files_auto_detect)
+{
+    char dir[] = "/tmp/test_cacheio.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    static const char *const names[] = {"c.safetensors", "c.npy", "c.NPZ"};
+    for (int i = 0; i < 3; i++) {
+        kvio_cache c = make_cache(2, 2, 3, 4, 4, FKVF_DTYPE_BF16, i != 1, 40);
+        char path[256], err[ERRLEN];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        ck_assert_int_eq(kvio_write(path, KVIO_FMT_AUTO, KVIO_WRITE_DEFLATE, &c, err, sizeof err), KVIO_OK);
+        kvio_cache d;
+        int rc = kvio_read(path, KVIO_FMT_AUTO, 0, &d, err, sizeof err);
+        if (rc)
+            ck_abort_msg("%s", err);
+        ck_assert(kvio_cache_equal(&c, &d));
+        kvio_cache_free(&d);
+        /* the format is found by content, whatever the name says */
+        char other[300];
+        snprintf(other, sizeof other, "%s/renamed.bin", dir);
+        ck_assert_int_eq(rename(path, other), 0);
+        ck_assert_int_eq(kvio_read(other, KVIO_FMT_AUTO, 0, &d, err, sizeof err), KVIO_OK);
+        ck_assert(kvio_cache_equal(&c, &d));
+        kvio_cache_free(&d);
+        remove(other);
+        kvio_cache_free(&c);
+    }
+    /* errors: unknown extension, missing file, unwritable place, empty file */
+    kvio_cache c = make_cache(1, 1, 1, 1, 1, FKVF_DTYPE_F16, 0, 1), d;
+    char path[256], err[ERRLEN];
+    snprintf(path, sizeof path, "%s/c.txt", dir);
+    EXPECT_ERR(kvio_write(path, KVIO_FMT_AUTO, 0, &c, err, sizeof err), err, KVIO_E_ARG, "c.txt", "format");
+    snprintf(path, sizeof path, "%s/missing.safetensors", dir);
+    EXPECT_ERR(kvio_read(path, KVIO_FMT_AUTO, 0, &d, err, sizeof err), err, KVIO_E_IO, "missing.safetensors");
+    snprintf(path, sizeof path, "%s/no/such/dir/c.npz", dir);
+    EXPECT_ERR(kvio_write(path, KVIO_FMT_AUTO, 0, &c, err, sizeof err), err, KVIO_E_IO, "c.npz");
+    snprintf(path, sizeof path, "%s/empty.npy", dir);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    EXPECT_ERR(kvio_read(path, KVIO_FMT_AUTO, 0, &d, err, sizeof err), err, KVIO_E_FORMAT, "empty.npy", "empty");
+    remove(path);
+    kvio_cache_free(&c);
+    ck_assert_int_eq(rmdir(dir), 0); /* no temporary files left behind */
+}
+END_TEST
+
+/* ---- exact bytes of what we write --------------------------------------- */
+
+START_TEST(safetensors_bytes_are_exact)
+{
+    kvio_cache c = make_cache(1, 1, 2, 1, 1, FKVF_DTYPE_F32, 1, 5);
+    c.token_width = 4;
+    c.tokens[0] = 7;
+    c.tokens[1] = 65536;
+    size_t n;
+    uint8_t *b = write_mem(&c, KVIO_FMT_SAFETENSORS, 0, &n);
+    const char *want = "{\"layers.0.key\":{\"dtype\":\"F32\",\"shape\":[1,2,1],\"data_offsets\":[0,8]},"
+                       "\"layers.0.value\":{\"dtype\":\"F32\",\"shape\":[1,2,1],\"data_offsets\":[8,16]},"
+                       "\"tokens\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[16,24]}}";
+    size_t wl = strlen(want), hl = (wl + 7) / 8 * 8;
+    ck_assert_uint_eq(n, 8 + hl + 24);
+    ck_assert_uint_eq(b[0], hl);
+    ck_assert(memcmp(b + 8, want, wl) == 0);
+    for (size_t i = wl; i < hl; i++)
+        ck_assert_uint_eq(b[8 + i], ' ');
+    ck_assert(memcmp(b + 8 + hl, c.keys[0], 8) == 0);
+    ck_assert(memcmp(b + 8 + hl + 8, c.values[0], 8) == 0);
+    static const uint8_t tok[8] = {7, 0, 0, 0, 0, 0, 1, 0};
+    ck_assert(memcmp(b + 8 + hl + 16, tok, 8) == 0);
+    free(b);
+    b = write_mem(&c, KVIO_FMT_SAFETENSORS, KVIO_WRITE_HF, &n);
+    ck_assert_ptr_nonnull(strstr((const char *)b + 8, "\"past_key_values.0.value\":{\"dtype\":\"F32\",\"shape\":[1,1,2,1]"));
+    free(b);
+    kvio_cache_free(&c);
+}
+END_TEST
+
+START_TEST(npy_bytes_are_exact)
+{
+    kvio_cache c = make_cache(3, 2, 5, 4, 4, FKVF_DTYPE_BF16, 0, 6);
+    size_t n;
+    uint8_t *b = write_mem(&c, KVIO_FMT_NPY, 0, &n);
+    const char *dict = "{'descr': '<u2', 'fortran_order': False, 'shape': (3, 2, 2, 5, 4), }";
+    ck_assert(memcmp(b, "\x93NUMPY\x01\x00", 8) == 0);
+    size_t hl = (size_t)b[8] | ((size_t)b[9] << 8);
+    ck_assert_uint_eq((10 + hl) % 64, 0);
+    ck_assert(memcmp(b + 10, dict, strlen(dict)) == 0);
+    ck_assert_uint_eq(b[10 + hl - 1], '\n');
+    size_t lb = (size_t)kvio_key_bytes(&c);
+    ck_assert_uint_eq(n, 10 + hl + 6 * lb);
+    /* [layer][k|v][head][position][dim] */
+    ck_assert(memcmp(b + 10 + hl + 3 * lb, c.values[1], lb) == 0);
+    ck_assert(memcmp(b + 10 + hl + 4 * lb, c.keys[2], lb) == 0);
+    free(b);
+    kvio_cache_free(&c);
+}
+END_TEST
+
+START_TEST(npz_members_are_named_by_the_convention)
+{
+    kvio_cache c = make_cache(2, 1, 3, 2, 2, FKVF_DTYPE_F16, 1, 7);
+    size_t n;
+    uint8_t *b = write_mem(&c, KVIO_FMT_NPZ, KVIO_WRITE_DEFLATE, &n);
+    struct archive *a = archive_read_new();
+    archive_read_support_format_zip(a);
+    ck_assert_int_eq(archive_read_open_memory(a, b, n), ARCHIVE_OK);
+    static const char *const want[] = {"layers.0.key.npy", "layers.0.value.npy", "layers.1.key.npy",
+                                       "layers.1.value.npy", "tokens.npy"};
+    struct archive_entry *e;
+    int k = 0;
+    while (archive_read_next_header(a, &e) == ARCHIVE_OK) {
+        ck_assert_int_lt(k, 5);
+        ck_assert_str_eq(archive_entry_pathname(e), want[k]);
+        k++;
+    }
+    ck_assert_int_eq(k, 5);
+    archive_read_free(a);
+    free(b);
+    kvio_cache_free(&c);
+}
+END_TEST
+
+/* ---- Hugging Face layouts ---------------------------------------------- */
+
+START_TEST(hf_layouts_accepted)
+{
+    static const char *const heads[] = {
+        "{\"past_key_values.0.key\":{\"dtype\":\"BF16\",\"shape\":[1,2,3,4],\"data_offsets\":[0,48]},"
+        "\"past_key_values.0.value\":{\"dtype\":\"BF16\",\"shape\":[1,2,3,4],\"data_offsets\":[48,96]}}",
+        "{\"past_key_values.0.1\":{\"dtype\":\"BF16\",\"shape\":[1,2,3,4],\"data_offsets\":[48,96]},"
+        "\"past_key_values.0.0\":{\"dtype\":\"BF16\",\"shape\":[2,3,4],\"data_offsets\":[0,48]}}",
+        "{\"key_cache.0\":{\"dtype\":\"BF16\",\"shape\":[1,2,3,4],\"data_offsets\":[0,48]},"
+        "\"value_cache.0\":{\"dtype\":\"BF16\",\"shape\":[1,2,3,4],\"data_offsets\":[48,96]},"
+        "\"input_ids\":{\"dtype\":\"I64\",\"shape\":[1,3],\"data_offsets\":[96,120]}}",
+    };
+    for (int i = 0; i < 3; i++) {
+        kvio_cache c;
+        char err[ERRLEN];
+        size_t n;
+        uint8_t *b = st_make(heads[i], i == 2 ? 120 : 96, &n);
+        if (i == 2)
+            memset(b + n - 24, 0, 24); /* token ids 0 */
+        int rc = kvio_read_safetensors_mem(b, n, "hf.safetensors", 0, &c, err, sizeof err);
+        if (rc)
+            ck_abort_msg("%s", err);
+        ck_assert_uint_eq(c.n_layers, 1);
+        ck_assert_uint_eq(c.n_kv_heads, 2);
+        ck_assert_uint_eq(c.n_positions, 3);
+        ck_assert_uint_eq(c.key_dim, 4);
+        ck_assert_int_eq(c.dtype, FKVF_DTYPE_BF16);
+        ck_assert(memcmp(c.keys[0], b + n - (i == 2 ? 120 : 96), 48) == 0);
+        ck_assert(memcmp(c.values[0], b + n - (i == 2 ? 72 : 48), 48) == 0);
+        ck_assert((c.tokens != NULL) == (i == 2));
+        kvio_cache_free(&c);
+        free(b);
+    }
+}
+END_TEST
+
+/* ---- truncation ---------------------------------------------------------- */
+
+START_TEST(truncated_safetensors_always_rejected)
+{
+    kvio_cache c = make_cache(2, 2, 3, 2, 2, FKVF_DTYPE_F16, 1, 8);
+    size_t n;
+    uint8_t *b = write_mem(&c, KVIO_FMT_SAFETENSORS, 0, &n);
+    for (size_t k = 0; k < n; k++) {
+        uint8_t *p = tu_dup_odd(b, k); /* exactly k bytes: ASan sees any overread */
+        kvio_cache d;
+        char err[ERRLEN] = "";
+        int rc = kvio_read_safetensors_mem(p, k, "t.safetensors", 0, &d, err, sizeof err);
+        ck_assert_msg(rc != KVIO_OK, "prefix %zu of %zu accepted", k, n);
+        ck_assert(strncmp(err, "t.safetensors: ", 15) == 0);
+        tu_free_odd(p);
+    }
+    free(b);
+    kvio_cache_free(&c);
+}
+END_TEST
+
+START_TEST(truncated_npy_always_rejected)
+{
+    kvio_cache c = make_cache(2, 2, 3, 2, 2, FKVF_DTYPE_F32, 0, 9);
+    size_t n;
+    uint8_t *b = write_mem(&c, KVIO_FMT_NPY, 0, &n);
+    for (size_t k = 0; k < n; k++) {
+        uint8_t *p = tu_dup_odd(b, k);
+        kvio_cache d;
+        char err[ERRLEN] = "";
+        ck_assert_msg(kvio_read_npy_mem(p, k, "t.npy", 0, &d, err, sizeof err) != KVIO_OK,
+                      "prefix %zu of %zu accepted", k, n);
+        ck_assert(strncmp(err, "t.npy: ", 7) == 0);
+        tu_free_odd(p);
+    }
+    free(b);
+    kvio_cache_free(&c);
+}
+END_TEST
+
+START_TEST(truncated_npz_always_rejected)
+{
+    kvio_cache c = make_cache(2, 1, 3, 2, 2, FKVF_DTYPE_F16, 1, 10);
+    for (int deflate = 0; deflate < 2; deflate++) {
+        size_t n;
+        uint8_t *b = write_mem(&c, KVIO_FMT_NPZ, deflate ? KVIO_WRITE_DEFLATE : 0, &n);
+        for (size_t k = 0; k < n; k++) {
+            uint8_t *p = tu_dup_odd(b, k);
+            kvio_cache d;
+            char err[ERRLEN] = "";
+            ck_assert_msg(kvio_read_npz_mem(p, k, "t.npz", 0, &d, err, sizeof err) != KVIO_OK,
+                          "prefix %zu of %zu accepted", k, n);
+            ck_assert(strncmp(err, "t.npz: ", 7) == 0);
+            tu_free_odd(p);
+        }
+        free(b);
+    }
+    kvio_cache_free(&c);
+}
+END_TEST
+
+/* ---- safetensors framing and offsets ------------------------------------ */
+
+START_TEST(st_header_length_beyond_file)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    size_t n;
+    uint8_t *b = st_make("{" KV1 "}", 96, &n);
+    b[0] = (uint8_t)(n - 8 + 1); /* one more than the file holds */
+    b[1] = (uint8_t)((n - 8 + 1) >> 8);
+    EXPECT_ERR(kvio_read_safetensors_mem(b, n, "f.safetensors", 0, &c, err, sizeof err), err,
+               KVIO_E_FORMAT, "f.safetensors: ", "header length", "past the end of the file");
+    memset(b, 0xff, 8);
+    EXPECT_ERR(kvio_read_safetensors_mem(b, n, "f.safetensors", 0, &c, err, sizeof err), err,
+               KVIO_E_FORMAT, "header length 18446744073709551615", "past the end");
+    free(b);
+}
+END_TEST
+
+START_TEST(st_header_length_over_limit)
+{
+    size_t n = (size_t)KVIO_MAX_ST_HEADER + 64;
+    uint8_t *b = calloc(n, 1);
+    ck_assert_ptr_nonnull(b);
+    uint64_t hl = (uint64_t)KVIO_MAX_ST_HEADER + 1;
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(hl >> (8 * i));
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(kvio_read_safetensors_mem(b, n, "big.safetensors", 0, &c, err, sizeof err), err,
+               KVIO_E_FORMAT, "big.safetensors", "exceeds the limit");
+    free(b);
+}
+END_TEST
+
+START_TEST(st_too_short_for_length)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(kvio_read_safetensors_mem("\x02\0\0\0", 4, "s.safetensors", 0, &c, err, sizeof err), err,
+               KVIO_E_FORMAT, "s.safetensors", "8-byte header length");
+}
+END_TEST
+
+START_TEST(st_offsets_out_of_range)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{" KV1 "}", 95, 0, &c, err), err, KVIO_E_FORMAT, "bad.safetensors",
+               "tensor 'layers.0.value'", "data_offsets [48, 96] run past the end of the data region (95 bytes)");
+}
+END_TEST
+
+START_TEST(st_overlapping_tensors)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[0,48]},"
+                       "\"layers.0.value\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[40,88]}}",
+                       88, 0, &c, err),
+               err, KVIO_E_FORMAT, "tensor 'layers.0.value'", "overlap tensor 'layers.0.key' [0, 48]");
+    /* the same bytes named twice */
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[0,48]},"
+                       "\"layers.0.value\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[0,48]}}",
+                       48, 0, &c, err),
+               err, KVIO_E_FORMAT, "overlap");
+}
+END_TEST
+
+START_TEST(st_gap_and_unused_tail)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[0,48]},"
+                       "\"layers.0.value\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[50,98]}}",
+                       98, 0, &c, err),
+               err, KVIO_E_FORMAT, "tensor 'layers.0.value'", "leave bytes [48, 50)", "unused");
+    EXPECT_ERR(st_read("{" KV1 "}", 100, 0, &c, err), err, KVIO_E_FORMAT, "tensor 'layers.0.value'",
+               "ends at 96", "100 bytes");
+    EXPECT_ERR(st_read("{}", 4, 0, &c, err), err, KVIO_E_FORMAT, "no tensors, but 4 bytes");
+}
+END_TEST
+
+START_TEST(st_begin_after_end)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[0],\"data_offsets\":[48,0]}}", 96, 0, &c,
+                       err),
+               err, KVIO_E_FORMAT, "tensor 'layers.0.key'", "[48, 0]", "begin is after end");
+}
+END_TEST
+
+START_TEST(st_shape_bytes_mismatch)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F32\",\"shape\":[2,3,4],\"data_offsets\":[0,48]},"
+                       "\"layers.0.value\":{\"dtype\":\"F32\",\"shape\":[2,3,4],\"data_offsets\":[48,96]}}",
+                       96, 0, &c, err),
+               err, KVIO_E_FORMAT, "tensor 'layers.0.key'", "shape [2, 3, 4] of F32 needs 96 bytes",
+               "hold 48");
+    /* product overflows 64 bits */
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[4294967296,4294967296,2],"
+                       "\"data_offsets\":[0,0]}}", 0, 0, &c, err),
+               err, KVIO_E_FORMAT, "tensor 'layers.0.key'", "overflows");
+    /* a zero dimension makes the product zero, even after a huge one */
+    EXPECT_ERR(st_read("{\"x\":{\"dtype\":\"F16\",\"shape\":[18446744073709551615,18446744073709551615,0],"
+                       "\"data_offsets\":[0,0]}}", 0, 0, &c, err),
+               err, KVIO_E_CONVENTION, "tensor 'x'", "not part of the cache naming convention");
+}
+END_TEST
+
+START_TEST(st_unknown_dtype)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F17\",\"shape\":[2,3,4],\"data_offsets\":[0,48]}}", 48,
+                       0, &c, err),
+               err, KVIO_E_UNSUPPORTED, "tensor 'layers.0.key'", "unknown dtype 'F17'");
+    /* known to safetensors, not a KV-cache dtype */
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F64\",\"shape\":[2,3,4],\"data_offsets\":[0,192]},"
+                       "\"layers.0.value\":{\"dtype\":\"F64\",\"shape\":[2,3,4],\"data_offsets\":[192,384]}}",
+                       384, 0, &c, err),
+               err, KVIO_E_UNSUPPORTED, "tensor 'layers.0.key'", "dtype F64", "f16, bf16 or f32");
+    EXPECT_ERR(st_read("{" KV1 ",\"tokens\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[96,108]}}", 108,
+                       0, &c, err),
+               err, KVIO_E_UNSUPPORTED, "tensor 'tokens'", "int32 or int64");
+}
+END_TEST
+
+/* ---- naming convention and shapes -------------------------------------- */
+
+START_TEST(st_missing_layer)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{" KV1 ",\"layers.2.key\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[96,144]},"
+                       "\"layers.2.value\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[144,192]}}",
+                       192, 0, &c, err),
+               err, KVIO_E_CONVENTION, "bad.safetensors", "missing tensor 'layers.1.key'");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[0,48]}}", 48, 0,
+                       &c, err),
+               err, KVIO_E_CONVENTION, "missing tensor 'layers.0.value'", "'layers.0.key' is present");
+    EXPECT_ERR(st_read("{\"past_key_values.0.value\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[0,48]}}",
+                       48, 0, &c, err),
+               err, KVIO_E_CONVENTION, "missing tensor 'past_key_values.0.key'");
+    EXPECT_ERR(st_read("{" KV1 ",\"layers.1.value\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[96,144]}}",
+                       144, 0, &c, err),
+               err, KVIO_E_CONVENTION, "missing tensor 'layers.1.key'", "'layers.1.value' is present");
+    EXPECT_ERR(st_read("{}", 0, 0, &c, err), err, KVIO_E_CONVENTION, "no key/value tensors");
+}
+END_TEST
+
+START_TEST(st_inconsistent_shapes_across_layers)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{" KV1 ",\"layers.1.key\":{\"dtype\":\"F16\",\"shape\":[2,2,6],\"data_offsets\":[96,144]},"
+                       "\"layers.1.value\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[144,192]}}",
+                       192, 0, &c, err),
+               err, KVIO_E_CONVENTION, "tensor 'layers.1.key'", "shape [2, 2, 6] differs from tensor 'layers.0.key' [2, 3, 4]");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[0,48]},"
+                       "\"layers.0.value\":{\"dtype\":\"F16\",\"shape\":[3,2,4],\"data_offsets\":[48,96]}}",
+                       96, 0, &c, err),
+               err, KVIO_E_CONVENTION, "tensor 'layers.0.value'", "does not match 2 kv_heads, 3 positions");
+    EXPECT_ERR(st_read("{" KV1 ",\"layers.1.key\":{\"dtype\":\"BF16\",\"shape\":[2,3,4],\"data_offsets\":[96,144]},"
+                       "\"layers.1.value\":{\"dtype\":\"BF16\",\"shape\":[2,3,4],\"data_offsets\":[144,192]}}",
+                       192, 0, &c, err),
+               err, KVIO_E_CONVENTION, "tensor 'layers.1.key'", "dtype BF16 differs from tensor 'layers.0.key' (F16)");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[2,3,4,1],\"data_offsets\":[0,48]},"
+                       "\"layers.0.value\":{\"dtype\":\"F16\",\"shape\":[24],\"data_offsets\":[48,96]}}",
+                       96, 0, &c, err),
+               err, KVIO_E_UNSUPPORTED, "tensor 'layers.0.key'", "batch dimension is 2");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[0,48]},"
+                       "\"layers.0.value\":{\"dtype\":\"F16\",\"shape\":[24],\"data_offsets\":[48,96]}}",
+                       96, 0, &c, err),
+               err, KVIO_E_CONVENTION, "tensor 'layers.0.value'", "shape [24]", "expected [kv_heads, positions, dim]");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[0,3,4],\"data_offsets\":[0,0]},"
+                       "\"layers.0.value\":{\"dtype\":\"F16\",\"shape\":[0,3,4],\"data_offsets\":[0,0]}}",
+                       0, 0, &c, err),
+               err, KVIO_E_CONVENTION, "tensor 'layers.0.key'", "zero kv_heads or dim");
+}
+END_TEST
+
+START_TEST(st_tokens_checked)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{" KV1 ",\"tokens\":{\"dtype\":\"I32\",\"shape\":[4],\"data_offsets\":[96,112]}}", 112,
+                       0, &c, err),
+               err, KVIO_E_CONVENTION, "tensor 'tokens'", "4 token ids for 3 positions");
+    EXPECT_ERR(st_read("{" KV1 ",\"tokens\":{\"dtype\":\"I32\",\"shape\":[3,1],\"data_offsets\":[96,108]}}", 108,
+                       0, &c, err),
+               err, KVIO_E_CONVENTION, "tensor 'tokens'", "expected [positions] or [1, positions]");
+    size_t n;
+    uint8_t *b = st_make("{" KV1 ",\"tokens\":{\"dtype\":\"I32\",\"shape\":[1,3],\"data_offsets\":[96,108]}}", 108, &n);
+    memset(b + n - 12, 0, 12);
+    memset(b + n - 4, 0xff, 4); /* -1 */
+    EXPECT_ERR(kvio_read_safetensors_mem(b, n, "neg.safetensors", 0, &c, err, sizeof err), err,
+               KVIO_E_CONVENTION, "neg.safetensors", "tensor 'tokens'", "token id -1 at position 2");
+    memset(b + n - 4, 0, 4);
+    ck_assert_int_eq(kvio_read_safetensors_mem(b, n, "ok.safetensors", 0, &c, err, sizeof err), KVIO_OK);
+    ck_assert_uint_eq(c.token_width, 4);
+    kvio_cache_free(&c);
+    free(b);
+    EXPECT_ERR(st_read("{" KV1 ",\"tokens\":{\"dtype\":\"I32\",\"shape\":[3],\"data_offsets\":[96,108]},"
+                       "\"input_ids\":{\"dtype\":\"I32\",\"shape\":[3],\"data_offsets\":[108,120]}}", 120, 0, &c, err),
+               err, KVIO_E_CONVENTION, "token ids given twice");
+}
+END_TEST
+
+START_TEST(st_duplicate_names)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{" KV1 ",\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[0],\"data_offsets\":[96,96]}}", 96,
+                       0, &c, err),
+               err, KVIO_E_FORMAT, "tensor 'layers.0.key'", "duplicate name");
+    /* equal after unescaping */
+    EXPECT_ERR(st_read("{" KV1 ",\"\\u006cayers.0.key\":{\"dtype\":\"F16\",\"shape\":[0],\"data_offsets\":[96,96]}}",
+                       96, 0, &c, err),
+               err, KVIO_E_FORMAT, "tensor 'layers.0.key'", "duplicate name");
+    EXPECT_ERR(st_read("{\"__metadata__\":{},\"__metadata__\":{}," KV1 "}", 96, 0, &c, err), err, KVIO_E_FORMAT,
+               "duplicate __metadata__");
+    EXPECT_ERR(st_read("{\"__metadata__\":{\"a\":\"1\",\"b\":\"2\",\"a\":\"3\"}," KV1 "}", 96, 0, &c, err), err,
+               KVIO_E_FORMAT, "__metadata__: duplicate key 'a'");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[0,48]}}",
+                       48, 0, &c, err),
+               err, KVIO_E_FORMAT, "tensor 'layers.0.key'", "duplicate field 'dtype'");
+}
+END_TEST
+
+START_TEST(st_extra_tensors_and_names)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    const char *h = "{" KV1 ",\"model.embed\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[96,112]}}";
+    EXPECT_ERR(st_read(h, 112, 0, &c, err), err, KVIO_E_CONVENTION, "tensor 'model.embed'",
+               "not part of the cache naming convention");
+    ck_assert_int_eq(st_read(h, 112, KVIO_READ_IGNORE_EXTRA, &c, err), KVIO_OK);
+    ck_assert_uint_eq(c.n_layers, 1);
+    kvio_cache_free(&c);
+    /* ignored tensors still count for offsets */
+    EXPECT_ERR(st_read(h, 113, KVIO_READ_IGNORE_EXTRA, &c, err), err, KVIO_E_FORMAT, "tensor 'model.embed'",
+               "ends at 112");
+    EXPECT_ERR(st_read("{\"layers.01.key\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[0,48]}}", 48,
+                       KVIO_READ_IGNORE_EXTRA, &c, err),
+               err, KVIO_E_CONVENTION, "tensor 'layers.01.key'", "malformed layer index");
+    EXPECT_ERR(st_read("{\"layers.4294967295.key\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[0,48]}}",
+                       48, 0, &c, err),
+               err, KVIO_E_CONVENTION, "malformed layer index");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[0,48]},"
+                       "\"past_key_values.0.value\":{\"dtype\":\"F16\",\"shape\":[2,3,4],\"data_offsets\":[48,96]}}",
+                       96, 0, &c, err),
+               err, KVIO_E_CONVENTION, "one naming scheme per file");
+    /* control characters in names are shown escaped */
+    EXPECT_ERR(st_read("{\"a\\u0001'\":{\"dtype\":\"F16\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, 0, &c, err),
+               err, KVIO_E_CONVENTION, "tensor 'a\\x01\\x27'");
+}
+END_TEST
+
+/* ---- malformed JSON ------------------------------------------------------ */
+
+START_TEST(st_json_unterminated_string)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{\"layers.0.key", 0, 0, &c, err), err, KVIO_E_FORMAT, "header byte 9", "unterminated string");
+    EXPECT_ERR(st_read("{\"a\\", 0, 0, &c, err), err, KVIO_E_FORMAT, "unterminated string");
+    EXPECT_ERR(st_read("{\"a\\u00", 0, 0, &c, err), err, KVIO_E_FORMAT, "unterminated string");
+}
+END_TEST
+
+START_TEST(st_json_bad_escape)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{\"a\\x\":{}}", 0, 0, &c, err), err, KVIO_E_FORMAT, "bad escape '\\x'");
+    EXPECT_ERR(st_read("{\"a\\u12G4\":{}}", 0, 0, &c, err), err, KVIO_E_FORMAT, "not a hex digit");
+    EXPECT_ERR(st_read("{\"a\\udc00\":{}}", 0, 0, &c, err), err, KVIO_E_FORMAT, "unpaired low surrogate");
+    EXPECT_ERR(st_read("{\"a\\ud800x\":{}}", 0, 0, &c, err), err, KVIO_E_FORMAT, "without its low half");
+    EXPECT_ERR(st_read("{\"a\\ud800\\u0041\":{}}", 0, 0, &c, err), err, KVIO_E_FORMAT, "cannot follow high surrogate");
+    EXPECT_ERR(st_read("{\"a\\u0000\":{}}", 0, 0, &c, err), err, KVIO_E_FORMAT, "NUL");
+    EXPECT_ERR(st_read("{\"a\tb\":{}}", 0, 0, &c, err), err, KVIO_E_FORMAT, "control character 0x09");
+    EXPECT_ERR(st_read("{\"a\xc0\x80\":{}}", 0, 0, &c, err), err, KVIO_E_FORMAT, "invalid UTF-8");
+    EXPECT_ERR(st_read("{\"a\xed\xa0\x80\":{}}", 0, 0, &c, err), err, KVIO_E_FORMAT, "invalid UTF-8");
+    /* a valid surrogate pair decodes to one code point (and is then an unknown tensor) */
+    EXPECT_ERR(st_read("{\"\\ud83d\\ude00\":{\"dtype\":\"F16\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, 0, &c,
+                       err),
+               err, KVIO_E_CONVENTION, "tensor '\xf0\x9f\x98\x80'");
+}
+END_TEST
+
+START_TEST(st_json_nesting_too_deep)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":{\"x\":{\"y\":{}}}}}", 0, 0, &c, err), err, KVIO_E_FORMAT,
+               "tensor 'layers.0.key'", "nested too deep");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"shape\":[[2],[3]]}}", 0, 0, &c, err), err, KVIO_E_FORMAT,
+               "nested too deep");
+    EXPECT_ERR(st_read("{\"__metadata__\":{\"k\":{\"k\":{}}}}", 0, 0, &c, err), err, KVIO_E_FORMAT,
+               "nested too deep");
+    /* 100000 levels: rejected at the first byte it cannot use, no recursion */
+    size_t depth = 100000;
+    char *deep = malloc(2 * depth + 16);
+    ck_assert_ptr_nonnull(deep);
+    strcpy(deep, "{\"a\":");
+    size_t k = strlen(deep);
+    for (size_t i = 0; i < depth; i++)
+        deep[k++] = '[';
+    for (size_t i = 0; i < depth; i++)
+        deep[k++] = ']';
+    deep[k++] = '}';
+    deep[k] = 0;
+    EXPECT_ERR(st_read(deep, 0, 0, &c, err), err, KVIO_E_FORMAT, "tensor 'a'", "header byte 13");
+    deep[0] = '[';
+    EXPECT_ERR(st_read(deep, 0, 0, &c, err), err, KVIO_E_FORMAT, "header byte 8", "must start with a JSON object");
+    free(deep);
+}
+END_TEST
+
+START_TEST(st_json_huge_and_bad_numbers)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[18446744073709551616],\"data_offsets\":[0,0]}}",
+                       0, 0, &c, err),
+               err, KVIO_E_FORMAT, "tensor 'layers.0.key'", "number too large");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,"
+                       "99999999999999999999999999999999999999999]}}", 0, 0, &c, err),
+               err, KVIO_E_FORMAT, "number too large");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[-2],\"data_offsets\":[0,0]}}", 0, 0, &c, err),
+               err, KVIO_E_FORMAT, "negative number in shape");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[2.0],\"data_offsets\":[0,0]}}", 0, 0, &c, err),
+               err, KVIO_E_FORMAT, "shape must hold integers");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[1e3],\"data_offsets\":[0,0]}}", 0, 0, &c, err),
+               err, KVIO_E_FORMAT, "shape must hold integers");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[02],\"data_offsets\":[0,4]}}", 4, 0, &c, err),
+               err, KVIO_E_FORMAT, "leading zero");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4,8]}}", 8, 0, &c, err),
+               err, KVIO_E_FORMAT, "exactly two numbers");
+}
+END_TEST
+
+START_TEST(st_json_structure_errors)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{" KV1 ",}", 96, 0, &c, err), err, KVIO_E_FORMAT, "trailing comma");
+    EXPECT_ERR(st_read("{" KV1 "} x", 96, 0, &c, err), err, KVIO_E_FORMAT, "unexpected data after the header");
+    EXPECT_ERR(st_read("{" KV1, 96, 0, &c, err), err, KVIO_E_FORMAT, "header ends where");
+    EXPECT_ERR(st_read("{\"layers.0.key\" {}}", 0, 0, &c, err), err, KVIO_E_FORMAT, "expected ':'");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[2,3,4]}}", 0, 0, &c, err), err, KVIO_E_FORMAT,
+               "tensor 'layers.0.key'", "missing field 'data_offsets'");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"offsets\":[0,0]}}", 0, 0, &c, err), err, KVIO_E_FORMAT,
+               "tensor 'layers.0.key'", "unknown field 'offsets'");
+    EXPECT_ERR(st_read("{\"layers.0.key\":\"F16\"}", 0, 0, &c, err), err, KVIO_E_FORMAT, "tensor 'layers.0.key'",
+               "expected an object");
+    EXPECT_ERR(st_read("{\"__metadata__\":{\"k\":5}}", 0, 0, &c, err), err, KVIO_E_FORMAT, "values are strings");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":F16}}", 0, 0, &c, err), err, KVIO_E_FORMAT, "found 'F'");
+    /* JSON whitespace anywhere, space padding at the end */
+    ck_assert_int_eq(st_read("{ \"layers.0.key\" :\n{\"dtype\" : \"F16\" ,\t\"shape\":[ 2 , 3 , 4 ] ,"
+                             "\"data_offsets\":[ 0 , 48 ] } , \"layers.0.value\":{\"data_offsets\":[48,96],"
+                             "\"shape\":[2,3,4],\"dtype\":\"F16\"}}      ", 96, 0, &c, err),
+                     KVIO_OK);
+    kvio_cache_free(&c);
+}
+END_TEST
+
+/* ---- .npy ---------------------------------------------------------------- */
+
+START_TEST(npy_fortran_order_true)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    size_t n;
+    uint8_t *b = npy_make("{'descr': '<f2', 'fortran_order': True, 'shape': (1, 2, 1, 1, 1), }\n", 4, &n);
+    EXPECT_ERR(npy_read(b, n, &c, err), err, KVIO_E_UNSUPPORTED, "bad.npy", "fortran_order True");
+    free(b);
+}
+END_TEST
+
+START_TEST(npy_big_endian_descr)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    size_t n;
+    uint8_t *b = npy_make("{'descr': '>f2', 'fortran_order': False, 'shape': (1, 2, 1, 1, 1), }\n", 4, &n);
+    EXPECT_ERR(npy_read(b, n, &c, err), err, KVIO_E_UNSUPPORTED, "bad.npy", "big-endian dtype '>f2'");
+    free(b);
+    b = npy_make("{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2, 1, 1, 1), }\n", 16, &n);
+    EXPECT_ERR(npy_read(b, n, &c, err), err, KVIO_E_UNSUPPORTED, "unsupported dtype '<f8'");
+    free(b);
+    b = npy_make("{'descr': [('a', '<f2')], 'fortran_order': False, 'shape': (1,), }\n", 2, &n);
+    EXPECT_ERR(npy_read(b, n, &c, err), err, KVIO_E_UNSUPPORTED, "structured dtypes");
+    free(b);
+}
+END_TEST
+
+START_TEST(npy_bad_magic_and_version)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    size_t n;
+    uint8_t *b = npy_make("{'descr': '<f2', 'fortran_order': False, 'shape': (1, 2, 1, 1, 1), }\n", 4, &n);
+    b[1] = 'n';
+    EXPECT_ERR(npy_read(b, n, &c, err), err, KVIO_E_FORMAT, "bad.npy", "bad magic");
+    b[1] = 'N';
+    b[6] = 4;
+    EXPECT_ERR(npy_read(b, n, &c, err), err, KVIO_E_UNSUPPORTED, "version 4.0");
+    b[6] = 1;
+    b[8] = 0xff; /* header length beyond the file */
+    EXPECT_ERR(npy_read(b, n, &c, err), err, KVIO_E_FORMAT, "runs past the end");
+    free(b);
+    /* v2.0 and v3.0 headers (4-byte length) are read */
+    static const char dict[] = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 1, 1, 1), }\n";
+    for (int v = 2; v <= 3; v++) {
+        size_t dl = strlen(dict);
+        uint8_t buf[256] = {0x93, 'N', 'U', 'M', 'P', 'Y', (uint8_t)v, 0, (uint8_t)dl, 0, 0, 0};
+        memcpy(buf + 12, dict, dl);
+        ck_assert_int_eq(npy_read(buf, 12 + dl + 8, &c, err), KVIO_OK);
+        ck_assert_int_eq(c.dtype, FKVF_DTYPE_F32);
+        kvio_cache_free(&c);
+    }
+}
+END_TEST
+
+START_TEST(npy_data_size_checked)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    size_t n;
+    uint8_t *b = npy_make("{'descr': '<f2', 'fortran_order': False, 'shape': (1, 2, 1, 1, 3), }\n", 14, &n);
+    EXPECT_ERR(npy_read(b, n - 4, &c, err), err, KVIO_E_FORMAT, "truncated", "needs 12 bytes of data, 10 present");
+    EXPECT_ERR(npy_read(b, n, &c, err), err, KVIO_E_FORMAT, "2 bytes after the array data");
+    free(b);
+    b = npy_make("{'descr': '<f2', 'fortran_order': False, 'shape': (4294967296, 2, 4294967296, 4294967296, 1), }\n",
+                 0, &n);
+    EXPECT_ERR(npy_read(b, n, &c, err), err, KVIO_E_FORMAT, "overflows");
+    free(b);
+}
+END_TEST
+
+START_TEST(npy_header_dict_checked)
+{
+    static const struct {
+        const char *dict;
+        int code;
+        const char *msg;
+        size_t data;
+    } cases[] = {
+        {"{'descr': '<f2', 'fortran_order': False, 'shape': (1, 2, 1, 1, 1), 'x': 1}\n", KVIO_E_FORMAT, "unexpected key 'x'", 4},
+        {"{'descr': '<f2', 'shape': (1, 2, 1, 1, 1), }\n", KVIO_E_FORMAT, "missing key 'fortran_order'", 4},
+        {"{'descr': '<f2', 'descr': '<f2', 'fortran_order': False, 'shape': (1,)}\n", KVIO_E_FORMAT, "duplicate key", 4},
+        {"{'descr': '<f2', 'fortran_order': False, 'shape': (2)}\n", KVIO_E_FORMAT, "not a tuple", 4},
+        {"{'descr': '<f2', 'fortran_order': false, 'shape': (2,)}\n", KVIO_E_FORMAT, "True or False", 4},
+        {"{'descr': '<f2', 'fortran_order': False, 'shape': (-2,)}\n", KVIO_E_FORMAT, "non-negative integers", 4},
+        {"{'descr': '<f2', 'fortran_order': False, 'shape': (2,)} x\n", KVIO_E_FORMAT, "after the dict", 4},
+        {"['descr']\n", KVIO_E_FORMAT, "not a dict literal", 4},
+        {"{'descr': '<f2', 'fortran_order': False, 'shape': (1, 2, 1, 1, 1, 1, 1, 1, 1)}\n", KVIO_E_UNSUPPORTED, "more than 8", 4},
+        {"{'descr': '<f2', 'fortran_order': False, 'shape': (1, 3, 1, 1, 1)}\n", KVIO_E_CONVENTION, "must be 2", 6},
+        {"{'descr': '<f2', 'fortran_order': False, 'shape': (1, 2, 1, 1)}\n", KVIO_E_CONVENTION, "expected [layers, 2, kv_heads", 4},
+        {"{'descr': '<i4', 'fortran_order': False, 'shape': (1, 2, 1, 1, 1)}\n", KVIO_E_UNSUPPORTED, "f16, bf16 or f32", 8},
+        {"{'descr': '<f2', 'fortran_order': False, 'shape': (1, 2, 3, 1, 1, 1)}\n", KVIO_E_UNSUPPORTED, "batch dimension is 3", 12},
+        /* no data, but a huge layer count: refused before allocating */
+        {"{'descr': '<f2', 'fortran_order': False, 'shape': (4294967295, 2, 1, 0, 1)}\n", KVIO_E_UNSUPPORTED, "at most 65536", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kvio_cache c;
+        char err[ERRLEN];
+        size_t n;
+        uint8_t *b = npy_make(cases[i].dict, cases[i].data, &n);
+        int rc = npy_read(b, n, &c, err);
+        if (rc != cases[i].code || !strstr(err, cases[i].msg) || !strstr(err, "bad.npy"))
+            ck_abort_msg("case %zu: rc %d, message: %s", i, rc, err);
+        free(b);
+    }
+}
+END_TEST
+
+/* ---- .npz ---------------------------------------------------------------- */
+
+/* the members of a written cache, as separate .npy byte strings */
+typedef struct npz_parts {
+    uint8_t *npy[5];
+    size_t size[5];
+    member m[5];
+} npz_parts;
+
+static void npy_of(const void *data, size_t nbytes, const char *descr, const uint64_t *dims, size_t nd,
+                   uint8_t **out, size_t *size)
+{
+    char dict[256];
+    size_t k = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    for (size_t i = 0; i < nd; i++)
+        k += (size_t)snprintf(dict + k, sizeof dict - k, "%llu,", (unsigned long long)dims[i]);
+    snprintf(dict + k, sizeof dict - k, "), }\n");
+    uint8_t *b = npy_make(dict, nbytes, size);
+    if (nbytes)
+        memcpy(b + *size - nbytes, data, nbytes);
+    *out = b;
+}
+
+static void make_parts(const kvio_cache *c, npz_parts *p)
+{
+    static const char *const names[] = {"layers.0.key.npy", "layers.0.value.npy", "layers.1.key.npy",
+                                        "layers.1.value.npy", "tokens.npy"};
+    uint64_t dims[3] = {c->n_kv_heads, c->n_positions, c->key_dim};
+    size_t lb = (size_t)kvio_key_bytes(c);
+    for (int i = 0; i < 4; i++)
+        npy_of(i % 2 ? c->values[i / 2] : c->keys[i / 2], lb, "<f2", dims, 3, &p->npy[i], &p->size[i]);
+    uint8_t tok[64] = {0};
+    npy_of(tok, 8 * (size_t)c->n_positions, "<i8", dims + 1, 1, &p->npy[4], &p->size[4]);
+    for (int i = 0; i < 5; i++) {
+        p->m[i].name = names[i];
+        p->m[i].data = p->npy[i];
+        p->m[i].size = p->size[i];
+    }
+}
+
+static void free_parts(npz_parts *p)
+{
+    for (int i = 0; i < 5; i++)
+        free(p->npy[i]);
+}
+
+static int npz_read(const uint8_t *z, size_t n, unsigned flags, kvio_cache *c, char *err)
+{
+    int rc = kvio_read_npz_mem(z, n, "bad.npz", flags, c, err, ERRLEN);
+    if (rc)
+        ck_assert(err[0] != 0);
+    return rc;
+}
+
+START_TEST(npz_handmade_members_accepted)
+{
+    kvio_cache c = make_cache(2, 2, 3, 4, 4, FKVF_DTYPE_F16, 0, 11), d;
+    npz_parts p;
+    make_parts(&c, &p);
+    char err[ERRLEN];
+    for (int deflate = 0; deflate < 2; deflate++) {
+        size_t n;
+        uint8_t *z = zip_make(p.m, 5, deflate, &n);
+        ck_assert_int_eq(npz_read(z, n, 0, &d, err), KVIO_OK);
+        ck_assert_ptr_nonnull(d.tokens);
+        d.tokens = (free(d.tokens), NULL);
+        ck_assert(kvio_cache_equal(&c, &d));
+        kvio_cache_free(&d);
+        free(z);
+    }
+    free_parts(&p);
+    kvio_cache_free(&c);
+}
+END_TEST
+
+START_TEST(npz_member_missing)
+{
+    kvio_cache c = make_cache(2, 2, 3, 4, 4, FKVF_DTYPE_F16, 0, 12), d;
+    npz_parts p;
+    make_parts(&c, &p);
+    char err[ERRLEN];
+    size_t n;
+    member m[4] = {p.m[0], p.m[1], p.m[2], p.m[4]}; /* no layers.1.value */
+    uint8_t *z = zip_make(m, 4, 0, &n);
+    EXPECT_ERR(npz_read(z, n, 0, &d, err), err, KVIO_E_CONVENTION, "bad.npz", "missing tensor 'layers.1.value'");
+    free(z);
+    z = zip_make(NULL, 0, 0, &n); /* an empty zip: libarchive finds no archive in it */
+    EXPECT_ERR(npz_read(z, n, 0, &d, err), err, KVIO_E_FORMAT, "bad.npz");
+    free(z);
+    free_parts(&p);
+    kvio_cache_free(&c);
+}
+END_TEST
+
+START_TEST(npz_member_corrupt)
+{
+    kvio_cache c = make_cache(2, 2, 3, 4, 4, FKVF_DTYPE_F16, 0, 13), d;
+    npz_parts p;
+    make_parts(&c, &p);
+    char err[ERRLEN];
+    for (int deflate = 0; deflate < 2; deflate++) {
+        size_t n;
+        uint8_t *z = zip_make(p.m, 5, deflate, &n);
+        /* flip one byte in the middle of the first member's data */
+        size_t at = 30 + strlen(p.m[0].name) + p.size[0] / 2;
+        z[at] ^= 0x55;
+        int rc = npz_read(z, n, 0, &d, err);
+        ck_assert_msg(rc == KVIO_E_FORMAT, "deflate %d: rc %d: %s", deflate, rc, err);
+        ck_assert_msg(strstr(err, "bad.npz") && strstr(err, "layers.0.key"), "%s", err);
+        free(z);
+    }
+    /* a member whose .npy header is bad, and one with extra bytes */
+    member m[5];
+    memcpy(m, p.m, sizeof m);
+    uint8_t *bad = malloc(p.size[2] + 1);
+    memcpy(bad, p.npy[2], p.size[2]);
+    bad[0] = 'X';
+    m[2].data = bad;
+    size_t n;
+    uint8_t *z = zip_make(m, 5, 1, &n);
+    EXPECT_ERR(npz_read(z, n, 0, &d, err), err, KVIO_E_FORMAT, "tensor 'layers.1.key' (member 'layers.1.key.npy')",
+               "bad magic");
+    free(z);
+    bad[0] = 0x93;
+    bad[p.size[2]] = 0;
+    m[2].size = p.size[2] + 1;
+    z = zip_make(m, 5, 0, &n);
+    EXPECT_ERR(npz_read(z, n, 0, &d, err), err, KVIO_E_FORMAT, "layers.1.key.npy", "does not match");
+    free(z);
+    m[2].size = p.size[2] - 1;
+    z = zip_make(m, 5, 0, &n);
+    EXPECT_ERR(npz_read(z, n, 0, &d, err), err, KVIO_E_FORMAT, "layers.1.key.npy", "does not match");
+    free(z);
+    m[2].size = 7;
+    z = zip_make(m, 5, 0, &n);
+    EXPECT_ERR(npz_read(z, n, 0, &d, err), err, KVIO_E_FORMAT, "layers.1.key.npy", "truncated .npy header");
+    free(z);
+    free(bad);
+    /* not a zip at all */
+    EXPECT_ERR(npz_read((const uint8_t *)"PK\x03\x04garbage", 11, 0, &d, err), err, KVIO_E_FORMAT, "bad.npz");
+    free_parts(&p);
+    kvio_cache_free(&c);
+}
+END_TEST
+
+START_TEST(npz_extra_and_duplicate_members)
+{
+    kvio_cache c = make_cache(2, 2, 3, 4, 4, FKVF_DTYPE_F16, 0, 14), d;
+    npz_parts p;
+    make_parts(&c, &p);
+    char err[ERRLEN];
+    size_t n;
+    member m[6];
+    memcpy(m, p.m, 5 * sizeof *m);
+    m[5].name = "README.txt";
+    m[5].data = "hello";
+    m[5].size = 5;
+    uint8_t *z = zip_make(m, 6, 0, &n);
+    EXPECT_ERR(npz_read(z, n, 0, &d, err), err, KVIO_E_CONVENTION, "member 'README.txt'", "not a .npy file");
+    ck_assert_int_eq(npz_read(z, n, KVIO_READ_IGNORE_EXTRA, &d, err), KVIO_OK);
+    kvio_cache_free(&d);
+    free(z);
+    m[5].name = "arr_0.npy";
+    z = zip_make(m, 6, 0, &n);
+    EXPECT_ERR(npz_read(z, n, 0, &d, err), err, KVIO_E_CONVENTION, "member 'arr_0.npy'", "naming convention");
+    ck_assert_int_eq(npz_read(z, n, KVIO_READ_IGNORE_EXTRA, &d, err), KVIO_OK);
+    kvio_cache_free(&d);
+    free(z);
+    m[5] = p.m[1];
+    z = zip_make(m, 6, 0, &n);
+    EXPECT_ERR(npz_read(z, n, 0, &d, err), err, KVIO_E_FORMAT, "tensor 'layers.0.value'", "duplicate name");
+    free(z);
+    /* a member of the wrong dtype / big-endian / fortran order */
+    uint64_t dims[3] = {2, 3, 4};
+    uint8_t zeros[96] = {0};
+    uint8_t *q;
+    size_t qs;
+    npy_of(zeros, 96, "<f4", dims, 3, &q, &qs);
+    memcpy(m, p.m, 5 * sizeof *m);
+    m[3].data = q;
+    m[3].size = qs;
+    z = zip_make(m, 5, 1, &n);
+    EXPECT_ERR(npz_read(z, n, 0, &d, err), err, KVIO_E_CONVENTION, "tensor 'layers.1.value'",
+               "dtype <f4 differs from tensor 'layers.0.key' (<f2)");
+    free(z);
+    free(q);
+    npy_of(zeros, 48, ">f2", dims, 3, &q, &qs);
+    m[3].data = q;
+    m[3].size = qs;
+    z = zip_make(m, 5, 1, &n);
+    EXPECT_ERR(npz_read(z, n, 0, &d, err), err, KVIO_E_UNSUPPORTED, "layers.1.value.npy", "big-endian");
+    free(z);
+    free(q);
+    free_parts(&p);
+    kvio_cache_free(&c);
+}
+END_TEST
+
+/* ---- writers refuse what they cannot store ------------------------------- */
+
+START_TEST(writers_refuse_invalid_caches)
+{
+    char err[ERRLEN];
+    uint8_t *b;
+    size_t n;
+    kvio_cache c = make_cache(1, 1, 2, 2, 3, FKVF_DTYPE_F16, 0, 15);
+    EXPECT_ERR(kvio_write_mem(&c, KVIO_FMT_NPY, 0, &b, &n, err, sizeof err), err, KVIO_E_ARG, "value_dim");
+    kvio_cache_free(&c);
+    c = make_cache(1, 1, 2, 2, 2, FKVF_DTYPE_F16, 1, 15);
+    EXPECT_ERR(kvio_write_mem(&c, KVIO_FMT_NPY, 0, &b, &n, err, sizeof err), err, KVIO_E_ARG, "token ids");
+    c.tokens[1] = -3;
+    EXPECT_ERR(kvio_write_mem(&c, KVIO_FMT_SAFETENSORS, 0, &b, &n, err, sizeof err), err, KVIO_E_ARG,
+               "token id -3 at position 1");
+    c.tokens[1] = (int64_t)1 << 40;
+    c.token_width = 4;
+    EXPECT_ERR(kvio_write_mem(&c, KVIO_FMT_NPZ, 0, &b, &n, err, sizeof err), err, KVIO_E_ARG, "does not fit int32");
+    c.token_width = 8;
+    ck_assert_int_eq(kvio_write_mem(&c, KVIO_FMT_NPZ, 0, &b, &n, err, sizeof err), KVIO_OK);
+    free(b);
+    c.dtype = (fkvf_dtype)9;
+    EXPECT_ERR(kvio_write_mem(&c, KVIO_FMT_SAFETENSORS, 0, &b, &n, err, sizeof err), err, KVIO_E_ARG, "dtype");
+    c.dtype = FKVF_DTYPE_F16;
+    EXPECT_ERR(kvio_write_mem(&c, KVIO_FMT_AUTO, 0, &b, &n, err, sizeof err), err, KVIO_E_ARG, "format");
+    kvio_cache_free(&c);
+    kvio_cache z;
+    memset(&z, 0, sizeof z);
+    z.dtype = FKVF_DTYPE_F16;
+    EXPECT_ERR(kvio_write_mem(&z, KVIO_FMT_SAFETENSORS, 0, &b, &n, err, sizeof err), err, KVIO_E_ARG, "must be >= 1");
+    /* small error buffers are always terminated */
+    char tiny[8];
+    memset(tiny, 'x', sizeof tiny);
+    ck_assert_int_eq(kvio_write_mem(&z, KVIO_FMT_SAFETENSORS, 0, &b, &n, tiny, sizeof tiny), KVIO_E_ARG);
+    ck_assert_uint_eq(strlen(tiny), 7);
+}
+END_TEST
+
+START_TEST(format_detection)
+{
+    ck_assert_int_eq(kvio_format_from_path("a/b.safetensors"), KVIO_FMT_SAFETENSORS);
+    ck_assert_int_eq(kvio_format_from_path("x.NPY"), KVIO_FMT_NPY);
+    ck_assert_int_eq(kvio_format_from_path("x.npz"), KVIO_FMT_NPZ);
+    ck_assert_int_eq(kvio_format_from_path("npz"), KVIO_FMT_AUTO);
+    ck_assert_int_eq(kvio_format_from_path(NULL), KVIO_FMT_AUTO);
+    ck_assert_int_eq(kvio_format_sniff("\x93NUMPY\x01\x00", 8), KVIO_FMT_NPY);
+    ck_assert_int_eq(kvio_format_sniff("PK\x05\x06", 4), KVIO_FMT_NPZ);
+    ck_assert_int_eq(kvio_format_sniff("\x02\0\0\0\0\0\0\0{}", 10), KVIO_FMT_SAFETENSORS);
+    ck_assert_int_eq(kvio_format_sniff("\x03\0\0\0\0\0\0\0{}", 10), KVIO_FMT_AUTO);
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(kvio_read_mem("hello", 5, "x.bin", KVIO_FMT_AUTO, 0, &c, err, sizeof err), err, KVIO_E_FORMAT,
+               "x.bin", "not a .safetensors, .npy or .npz file");
+    ck_assert_str_eq(kvio_dtype_name(FKVF_DTYPE_BF16), "bf16");
+    ck_assert_uint_eq(kvio_dtype_size(FKVF_DTYPE_F32), 4);
+    ck_assert_uint_eq(kvio_dtype_size((fkvf_dtype)0), 0);
+    for (int i = 0; i <= 7; i++)
+        ck_assert_ptr_nonnull(kvio_strerror(i));
+}
+END_TEST
+
+static Suite *cacheio_suite(void)
+{
+    Suite *s = suite_create("cacheio");
+    TCase *t = tcase_create("round_trip");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, rt_safetensors_all_dtypes_with_and_without_tokens);
+    tcase_add_test(t, rt_npy_all_dtypes);
+    tcase_add_test(t, rt_npz_all_dtypes_stored_and_deflate);
+    tcase_add_test(t, rt_zero_positions);
+    tcase_add_test(t, rt_safetensors_metadata);
+    tcase_add_test(t, rt_files_auto_detect);
+    tcase_add_test(t, safetensors_bytes_are_exact);
+    tcase_add_test(t, npy_bytes_are_exact);
+    tcase_add_test(t, npz_members_are_named_by_the_convention);
+    tcase_add_test(t, hf_layouts_accepted);
+    tcase_add_test(t, format_detection);
+    tcase_add_test(t, writers_refuse_invalid_caches);
+    suite_add_tcase(s, t);
+    t = tcase_create("truncation");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, truncated_safetensors_always_rejected);
+    tcase_add_test(t, truncated_npy_always_rejected);
+    tcase_add_test(t, truncated_npz_always_rejected);
+    suite_add_tcase(s, t);
+    t = tcase_create("safetensors_bad");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, st_header_length_beyond_file);
+    tcase_add_test(t, st_header_length_over_limit);
+    tcase_add_test(t, st_too_short_for_length);
+    tcase_add_test(t, st_offsets_out_of_range);
+    tcase_add_test(t, st_overlapping_tensors);
+    tcase_add_test(t, st_gap_and_unused_tail);
+    tcase_add_test(t, st_begin_after_end);
+    tcase_add_test(t, st_shape_bytes_mismatch);
+    tcase_add_test(t, st_unknown_dtype);
+    tcase_add_test(t, st_missing_layer);
+    tcase_add_test(t, st_inconsistent_shapes_across_layers);
+    tcase_add_test(t, st_tokens_checked);
+    tcase_add_test(t, st_duplicate_names);
+    tcase_add_test(t, st_extra_tensors_and_names);
+    tcase_add_test(t, st_json_unterminated_string);
+    tcase_add_test(t, st_json_bad_escape);
+    tcase_add_test(t, st_json_nesting_too_deep);
+    tcase_add_test(t, st_json_huge_and_bad_numbers);
+    tcase_add_test(t, st_json_structure_errors);
+    suite_add_tcase(s, t);
+    t = tcase_create("npy_npz_bad");
+    tcase_add_test(t, npy_fortran_order_true);
+    tcase_add_test(t, npy_big_endian_descr);
+    tcase_add_test(t, npy_bad_magic_and_version);
+    tcase_add_test(t, npy_data_size_checked);
+    tcase_add_test(t, npy_header_dict_checked);
+    tcase_add_test(t, npz_handmade_members_accepted);
+    tcase_add_test(t, npz_member_missing);
+    tcase_add_test(t, npz_member_corrupt);
+    tcase_add_test(t, npz_extra_and_duplicate_members);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(cacheio_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

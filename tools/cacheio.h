@@ -1,0 +1,143 @@
+/*
+ * cacheio.h - import/export of raw (unquantized) KV caches for the FKVF
+ * tools: .safetensors, .npy and .npz (docs/cache-files.md).
+ *
+ * This module belongs to the tools, not to libfkvf: it uses only the public
+ * header fkvf.h (for fkvf_dtype) and links libarchive for .npz.
+ *
+ * In memory a cache is n_layers pairs of tensors. Layer i's keys are
+ * keys[i], n_kv_heads * n_positions * key_dim elements in the order
+ * [head][position][dim] (dim fastest), stored as raw little-endian element
+ * bytes of `dtype` (f16, bf16 or f32); values[i] likewise with value_dim.
+ * Token ids (optional) are n_positions int64 values in host order.
+ *
+ * Errors: every function that can fail returns KVIO_OK (0) or a KVIO_E_*
+ * code and writes one line into the caller's buffer `err` (errlen bytes,
+ * always NUL-terminated when errlen > 0) naming the file, the tensor and
+ * what is wrong, e.g.
+ *   "cache.safetensors: tensor 'layers.3.key': data_offsets [0, 4096] run
+ *    past the end of the data region (2048 bytes)".
+ * Readers never crash or allocate more than the input justifies on hostile
+ * input: every size is checked against the bytes present before anything
+ * is allocated. On failure *out is left empty (safe to kvio_cache_free).
+ */
+#ifndef FKVF_TOOLS_CACHEIO_H
+#define FKVF_TOOLS_CACHEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fkvf.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- result codes ------------------------------------------------------ */
+enum {
+    KVIO_OK = 0,
+    KVIO_E_ARG = 1,         /* bad argument or an invalid cache given to a writer */
+    KVIO_E_IO = 2,          /* cannot open, read or write a file */
+    KVIO_E_NOMEM = 3,       /* allocation failed */
+    KVIO_E_FORMAT = 4,      /* the file is malformed (framing, header, offsets, sizes) */
+    KVIO_E_UNSUPPORTED = 5, /* well-formed, but a dtype/order/layout we do not accept */
+    KVIO_E_CONVENTION = 6   /* tensors do not form a cache (names, missing layers, shapes) */
+};
+
+typedef enum kvio_format {
+    KVIO_FMT_AUTO = 0, /* readers: by content (magic), writers: by file extension */
+    KVIO_FMT_SAFETENSORS = 1,
+    KVIO_FMT_NPY = 2,
+    KVIO_FMT_NPZ = 3
+} kvio_format;
+
+/* ---- flags ------------------------------------------------------------- */
+/* Readers: skip tensors (npz: members) whose names are not part of the
+ * naming convention instead of rejecting the file. Skipped safetensors
+ * tensors are still checked for offsets, dtype and size. */
+#define KVIO_READ_IGNORE_EXTRA 0x1u
+/* Writers: use the Hugging Face names past_key_values.{i}.key/.value and a
+ * leading batch dimension of 1 ([1, kv_heads, positions, dim]); .npy: shape
+ * [layers, 2, 1, kv_heads, positions, dim]. */
+#define KVIO_WRITE_HF 0x100u
+/* .npz writer: deflate members (default: stored, like numpy.savez). */
+#define KVIO_WRITE_DEFLATE 0x200u
+
+/* ---- limits ------------------------------------------------------------ */
+#define KVIO_MAX_ST_HEADER (100u * 1024u * 1024u) /* safetensors JSON header bytes */
+#define KVIO_MAX_NPY_HEADER (1u << 20)            /* .npy header dict bytes */
+#define KVIO_MAX_NDIM 8                           /* dimensions kept per tensor */
+#define KVIO_MAX_LAYERS 65536u                    /* layers per cache */
+#define KVIO_NPZ_MAX_EXPANSION 4096u /* .npz: decompressed bytes <= 4096 x archive bytes + 1 MiB */
+
+typedef struct kvio_meta {
+    char *key;   /* NUL-terminated UTF-8 */
+    char *value; /* NUL-terminated UTF-8 */
+} kvio_meta;
+
+typedef struct kvio_cache {
+    uint32_t n_layers, n_kv_heads, n_positions, key_dim, value_dim;
+    fkvf_dtype dtype;     /* F16, BF16 or F32 */
+    uint8_t **keys;       /* [n_layers] -> kvio_key_bytes(c) bytes each */
+    uint8_t **values;     /* [n_layers] -> kvio_value_bytes(c) bytes each */
+    int64_t *tokens;      /* NULL, or [n_positions] token ids (>= 0) */
+    unsigned token_width; /* 4 or 8: int32/int64 in the file read; what writers use (0 = 8) */
+    kvio_meta *meta;      /* safetensors "__metadata__" (other formats: none) */
+    size_t n_meta;
+} kvio_cache;
+
+/* ---- helpers ----------------------------------------------------------- */
+size_t kvio_dtype_size(fkvf_dtype dtype);     /* 2, 2, 4; 0 if unknown */
+const char *kvio_dtype_name(fkvf_dtype dtype); /* "f16", "bf16", "f32", "?" */
+const char *kvio_format_name(kvio_format fmt); /* "safetensors", "npy", "npz", "auto" */
+const char *kvio_strerror(int code);
+/* By extension: .safetensors, .npy, .npz (case-insensitive); AUTO if none. */
+kvio_format kvio_format_from_path(const char *path);
+/* By content: npy magic, zip magic, else safetensors if the first 8 bytes
+ * can be a header length; AUTO if nothing fits. */
+kvio_format kvio_format_sniff(const void *data, size_t size);
+
+/* Bytes of one layer's keys / values (0 if the shape overflows 64 bits). */
+uint64_t kvio_key_bytes(const kvio_cache *c);
+uint64_t kvio_value_bytes(const kvio_cache *c);
+
+/* Allocate a zero-filled cache (tokens zero-filled when with_tokens).
+ * Dimensions other than n_positions must be >= 1. */
+int kvio_cache_init(kvio_cache *c, uint32_t n_layers, uint32_t n_kv_heads, uint32_t n_positions,
+                    uint32_t key_dim, uint32_t value_dim, fkvf_dtype dtype, int with_tokens,
+                    char *err, size_t errlen);
+void kvio_cache_free(kvio_cache *c); /* frees everything, leaves *c zeroed; NULL ok */
+/* Append (or replace) a metadata entry; strings are copied. */
+int kvio_cache_set_meta(kvio_cache *c, const char *key, const char *value);
+const char *kvio_cache_get_meta(const kvio_cache *c, const char *key); /* NULL if absent */
+/* Is the cache well-formed (what writers require)? */
+int kvio_cache_check(const kvio_cache *c, char *err, size_t errlen);
+/* Same shape, dtype, bytes, tokens (token_width and metadata not compared). */
+int kvio_cache_equal(const kvio_cache *a, const kvio_cache *b);
+
+/* ---- reading ----------------------------------------------------------- */
+/* Read a file (fmt AUTO: by content). `out` need not be initialized. */
+int kvio_read(const char *path, kvio_format fmt, unsigned flags, kvio_cache *out, char *err,
+              size_t errlen);
+/* Parse bytes already in memory; `name` is used in messages. */
+int kvio_read_mem(const void *data, size_t size, const char *name, kvio_format fmt,
+                  unsigned flags, kvio_cache *out, char *err, size_t errlen);
+int kvio_read_safetensors_mem(const void *data, size_t size, const char *name, unsigned flags,
+                              kvio_cache *out, char *err, size_t errlen);
+int kvio_read_npy_mem(const void *data, size_t size, const char *name, unsigned flags,
+                      kvio_cache *out, char *err, size_t errlen);
+int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned flags,
+                      kvio_cache *out, char *err, size_t errlen);
+
+/* ---- writing ----------------------------------------------------------- */
+/* Write a file (fmt AUTO: by extension). A failed write removes the file. */
+int kvio_write(const char *path, kvio_format fmt, unsigned flags, const kvio_cache *c, char *err,
+               size_t errlen);
+/* Write into a malloc'd buffer (*out, *out_size); free() it. */
+int kvio_write_mem(const kvio_cache *c, kvio_format fmt, unsigned flags, uint8_t **out,
+                   size_t *out_size, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
