@@ -5346,6 +5346,127 @@ START_TEST(many_exact_sections_are_checked_fast)
 }
 END_TEST
 
+/* A file of n empty index streams (n_archived = 0 allows them, spec 11.8)
+ * of a 1024-layer, 1024-head descriptor: a directory of n + 1 entries. */
+static void build_many_streams(tu_buf *out, uint32_t n)
+{
+    memset(out, 0, sizeof *out);
+    fkvf_sink sink = tu_buf_sink(out);
+    fkvf_dirent *e = calloc((size_t)n + 1, sizeof *e);
+    ck_assert_ptr_nonnull(e);
+    uint8_t blk[64];
+    fkvf_header hh = {1, 0, 0, 0};
+    fkvf_header_write(blk, &hh);
+    sink.write(sink.opaque, blk, 64);
+    fkvf_desc d;
+    simple_desc(&d);
+    d.n_layers = 1024;
+    d.n_kv_heads = 1024;
+    size_t dn;
+    uint8_t *dp = desc_bytes(&d, &dn);
+    e[0] = (fkvf_dirent){FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED, 64, dn, dn, 0,
+                         fkvf_xxh3_64(dp, dn, 64)};
+    sink.write(sink.opaque, dp, dn);
+    free(dp);
+    static const uint8_t zeros[64];
+    sink.write(sink.opaque, zeros, 64 - out->size % 64);
+    for (uint32_t k = 0; k < n; k++) {
+        fkvf_strm_hdr h;
+        memset(&h, 0, sizeof h);
+        h.stream_id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, k % 1024, k / 1024, 0, 0);
+        h.profile = FKVF_PROFILE_QUAD;
+        h.bits = 2;
+        h.block_size = 4096;
+        uint64_t off = out->size;
+        fkvf_strm_hdr_write(blk, &h, off);
+        e[k + 1] = (fkvf_dirent){FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, off, 64, 64,
+                                 h.stream_id, fkvf_xxh3_64(blk, 64, off)};
+        sink.write(sink.opaque, blk, 64);
+    }
+    uint64_t dir_off = out->size;
+    fkvf_dirhdr dh = {n + 1, 1, 0, 0};
+    fkvf_dirhdr_write(blk, &dh);
+    sink.write(sink.opaque, blk, 64);
+    for (uint32_t k = 0; k <= n; k++) {
+        fkvf_dirent_write(blk, &e[k]);
+        sink.write(sink.opaque, blk, 64);
+    }
+    free(e);
+    uint64_t dir_size = out->size - dir_off;
+    fkvf_trailer t = {1, dir_off, dir_size,
+                      fkvf_xxh3_64(out->data + dir_off, (size_t)dir_size, dir_off), 0,
+                      out->size + 64};
+    fkvf_trailer_write(blk, &t, out->size);
+    sink.write(sink.opaque, blk, 64);
+}
+
+/* An allocator that keeps the peak of the bytes it has handed out. */
+typedef struct peakalloc {
+    size_t live, peak;
+} peakalloc;
+
+static void *pk_alloc(void *opaque, size_t size)
+{
+    peakalloc *q = opaque;
+    uint8_t *p = malloc(size + 16);
+    if (!p)
+        return NULL;
+    memcpy(p, &size, sizeof size);
+    q->live += size;
+    if (q->live > q->peak)
+        q->peak = q->live;
+    return p + 16;
+}
+
+static void pk_free(void *opaque, void *ptr)
+{
+    peakalloc *q = opaque;
+    if (!ptr)
+        return;
+    uint8_t *p = (uint8_t *)ptr - 16;
+    size_t size;
+    memcpy(&size, p, sizeof size);
+    q->live -= size;
+    free(p);
+}
+
+static void *pk_realloc(void *opaque, void *ptr, size_t size)
+{
+    void *n = pk_alloc(opaque, size);
+    if (n && ptr) {
+        size_t old;
+        memcpy(&old, (uint8_t *)ptr - 16, sizeof old);
+        memcpy(n, ptr, old < size ? old : size);
+        pk_free(opaque, ptr);
+    }
+    return n;
+}
+
+/* Opening a file of many streams looked each segment's stream up by a
+ * linear search over the streams so far, O(streams^2), and gave every
+ * stream room for 16 segments (about 2 KB for a 64-byte section). */
+START_TEST(many_streams_open_fast)
+{
+    enum { N = 200000 };
+    tu_buf b;
+    build_many_streams(&b, N);
+    peakalloc q = {0, 0};
+    fkvf_allocator a = {pk_alloc, pk_realloc, pk_free, &q};
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, FKVF_OPEN_STRICT, &a));
+    /* 128 bytes of file per stream (section and directory entry) */
+    ck_assert_msg(q.peak < (size_t)N * 512, "%zu bytes for %d streams", q.peak, (int)N);
+    size_t n, idx;
+    OK_R(r, fkvf_reader_stream_count(r, &n));
+    ck_assert_uint_eq(n, N);
+    OK_R(r, fkvf_reader_stream_find(r, FKVF_STREAM_ID(0, 7, 100, 0, 0), &idx));
+    ck_assert_uint_eq(idx, 100 * 1024 + 7);
+    fkvf_reader_free(r);
+    ck_assert_uint_eq(q.live, 0);
+    tu_buf_free(&b);
+}
+END_TEST
+
 /* ==== suite ====================================================================== */
 
 static Suite *container_suite(void)
@@ -5465,6 +5586,7 @@ static Suite *container_suite(void)
     t = tcase_create("scale");
     tcase_set_timeout(t, 10); /* 0.5 s here (1.5 s with sanitizers); 15 s when quadratic */
     tcase_add_test(t, many_exact_sections_are_checked_fast);
+    tcase_add_test(t, many_streams_open_fast);
     suite_add_tcase(s, t);
     return s;
 }

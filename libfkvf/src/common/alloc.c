@@ -63,7 +63,7 @@ int fkvf_grow(const fkvf_allocator *a, void **buf, size_t *cap, size_t need, siz
 {
     if (need <= *cap)
         return FKVF_OK;
-    size_t ncap = *cap ? *cap : 16;
+    size_t ncap = *cap ? *cap : need; /* an array that stays small stays small */
     while (ncap < need) {
         if (ncap > SIZE_MAX / 2)
             return FKVF_E_NOMEM;

@@ -10,7 +10,8 @@ void *fkvf_calloc(const fkvf_allocator *a, size_t count, size_t size); /* checke
 void *fkvf_realloc(const fkvf_allocator *a, void *p, size_t n);
 void fkvf_free(const fkvf_allocator *a, void *p);
 /* Grow *buf (capacity *cap elements of `elem` bytes) to hold at least `need`
- * elements, doubling. Returns FKVF_OK or FKVF_E_NOMEM (buffer unchanged). */
+ * elements: exactly `need` at first, then doubling. Returns FKVF_OK or
+ * FKVF_E_NOMEM (buffer unchanged). */
 int fkvf_grow(const fkvf_allocator *a, void **buf, size_t *cap, size_t need, size_t elem);
 /* A NUL-terminated copy of the n bytes at p (p may be NULL when n is 0), or
  * NULL when out of memory. */

@@ -457,20 +457,47 @@ static const fkvf_ngon *get_ngon(fkvf_reader *r, uint32_t n, double rr, uint32_t
     return &ctx->g;
 }
 
-static rd_stream *stream_for(fkvf_reader *r, uint64_t id, size_t *cap)
+/* Stream ids to indices in r->streams while the directory is applied: an
+ * open-addressing table of at least twice as many slots as STRM sections,
+ * so that a file of many streams opens in linear time. */
+typedef struct stream_map {
+    size_t *slot; /* index into r->streams, or SIZE_MAX */
+    size_t mask;
+    size_t cap;   /* capacity of r->streams */
+} stream_map;
+
+static int stream_map_init(fkvf_reader *r, stream_map *m, size_t n_strm)
 {
-    for (size_t i = 0; i < r->n_streams; i++)
-        if (r->streams[i].id == id)
-            return &r->streams[i];
-    if (fkvf_grow(r->alloc, (void **)&r->streams, cap, r->n_streams + 1, sizeof(rd_stream)))
+    size_t n = 16;
+    while (n / 2 < n_strm)
+        n *= 2;
+    memset(m, 0, sizeof *m);
+    m->slot = fkvf_calloc(r->alloc, n, sizeof *m->slot);
+    if (!m->slot)
+        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for %zu streams", n_strm);
+    for (size_t k = 0; k < n; k++)
+        m->slot[k] = SIZE_MAX;
+    m->mask = n - 1;
+    return FKVF_OK;
+}
+
+static rd_stream *stream_for(fkvf_reader *r, stream_map *m, uint64_t id)
+{
+    uint64_t h = id * UINT64_C(0x9E3779B97F4A7C15);
+    size_t k = (size_t)(h ^ (h >> 32)) & m->mask;
+    for (; m->slot[k] != SIZE_MAX; k = (k + 1) & m->mask)
+        if (r->streams[m->slot[k]].id == id)
+            return &r->streams[m->slot[k]];
+    if (fkvf_grow(r->alloc, (void **)&r->streams, &m->cap, r->n_streams + 1, sizeof(rd_stream)))
         return NULL;
+    m->slot[k] = r->n_streams;
     rd_stream *s = &r->streams[r->n_streams++];
     memset(s, 0, sizeof *s);
     s->id = id;
     return s;
 }
 
-static int add_segment(fkvf_reader *r, size_t i, size_t *cap)
+static int add_segment(fkvf_reader *r, size_t i, stream_map *map)
 {
     rd_section *sec = &r->sections[i];
     uint64_t off = sec->e.offset;
@@ -492,7 +519,7 @@ static int add_segment(fkvf_reader *r, size_t i, size_t *cap)
     if (h.profile == FKVF_PROFILE_NGON && !(r->hdr.required_features & FKVF_FEAT_NGON))
         return FAIL(FKVF_E_CORRUPT, off + 8, "3.3",
                     "ngon stream, but the header does not declare the NGON feature");
-    rd_stream *s = stream_for(r, h.stream_id, cap);
+    rd_stream *s = stream_for(r, map, h.stream_id);
     if (!s)
         return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for streams");
     sec->stream = (size_t)(s - r->streams);
@@ -528,8 +555,7 @@ static int add_segment(fkvf_reader *r, size_t i, size_t *cap)
             last->count = h.first_symbol - last->h.first_symbol;
         break;
     }
-    size_t scap = s->n_segs; /* capacity == count: grow each time (few segments) */
-    if (fkvf_grow(r->alloc, (void **)&s->segs, &scap, s->n_segs + 1, sizeof(rd_seg)))
+    if (fkvf_grow(r->alloc, (void **)&s->segs, &s->cap_segs, s->n_segs + 1, sizeof(rd_seg)))
         return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for stream segments");
     rd_seg *g = &s->segs[s->n_segs];
     memset(g, 0, sizeof *g);
@@ -611,32 +637,11 @@ static int check_index_streams(fkvf_reader *r, int code, const char *ext)
     return FKVF_OK;
 }
 
-static int load_contents(fkvf_reader *r)
+/* Codebook, VTXS, META, EXAC and STRM sections in section order (spec 7.3). */
+static int apply_sections(fkvf_reader *r, stream_map *map)
 {
-    size_t desc_i = SIZE_MAX, scap = 0, ecap = 0;
+    size_t ecap = 0;
     int rc;
-    rd_commit *last = &r->commits[r->n_commits - 1];
-    r->n_positions = last->dh.n_positions;
-    r->n_archived = last->dh.n_archived;
-    for (size_t i = 0; i < r->n_sections; i++) {
-        rd_section *s = &r->sections[i];
-        if (s->e.type != FKVF_SECTION_DESC)
-            continue;
-        if (desc_i != SIZE_MAX)
-            return FAIL(FKVF_E_CORRUPT, s->e.offset, "8",
-                        "second DESC section (the first is at %llu)",
-                        (unsigned long long)r->sections[desc_i].e.offset);
-        desc_i = i;
-    }
-    if (desc_i != SIZE_MAX) {
-        const rd_section *ds = &r->sections[desc_i];
-        if (ds->commit_seq != 1 || ds->e.key != 0)
-            return FAIL(FKVF_E_CORRUPT, ds->e.offset, "8.3",
-                        "DESC must be in commit 1 with key 0 (commit %llu, key %llu)",
-                        (unsigned long long)ds->commit_seq, (unsigned long long)ds->e.key);
-        if ((rc = load_desc(r, desc_i)))
-            return rc;
-    }
     for (size_t i = 0; i < r->n_sections; i++) {
         rd_section *s = &r->sections[i];
         switch (s->e.type) {
@@ -678,7 +683,7 @@ static int load_contents(fkvf_reader *r)
             r->meta_checked = 0;
             break;
         case FKVF_SECTION_EXAC: {
-            if (desc_i == SIZE_MAX)
+            if (!r->has_desc)
                 return FAIL(FKVF_E_CORRUPT, s->e.offset, "14", "EXAC without a DESC section");
             const uint8_t *p;
             uint64_t n;
@@ -703,13 +708,50 @@ static int load_contents(fkvf_reader *r)
             break;
         }
         case FKVF_SECTION_STRM:
-            if ((rc = add_segment(r, i, &scap)))
+            if ((rc = add_segment(r, i, map)))
                 return rc;
             break;
         default:
             break;
         }
     }
+    return FKVF_OK;
+}
+
+static int load_contents(fkvf_reader *r)
+{
+    size_t desc_i = SIZE_MAX, n_strm = 0;
+    int rc;
+    rd_commit *last = &r->commits[r->n_commits - 1];
+    r->n_positions = last->dh.n_positions;
+    r->n_archived = last->dh.n_archived;
+    for (size_t i = 0; i < r->n_sections; i++) {
+        rd_section *s = &r->sections[i];
+        n_strm += s->e.type == FKVF_SECTION_STRM;
+        if (s->e.type != FKVF_SECTION_DESC)
+            continue;
+        if (desc_i != SIZE_MAX)
+            return FAIL(FKVF_E_CORRUPT, s->e.offset, "8",
+                        "second DESC section (the first is at %llu)",
+                        (unsigned long long)r->sections[desc_i].e.offset);
+        desc_i = i;
+    }
+    if (desc_i != SIZE_MAX) {
+        const rd_section *ds = &r->sections[desc_i];
+        if (ds->commit_seq != 1 || ds->e.key != 0)
+            return FAIL(FKVF_E_CORRUPT, ds->e.offset, "8.3",
+                        "DESC must be in commit 1 with key 0 (commit %llu, key %llu)",
+                        (unsigned long long)ds->commit_seq, (unsigned long long)ds->e.key);
+        if ((rc = load_desc(r, desc_i)))
+            return rc;
+    }
+    stream_map map;
+    if ((rc = stream_map_init(r, &map, n_strm)))
+        return rc;
+    rc = apply_sections(r, &map);
+    fkvf_free(r->alloc, map.slot);
+    if (rc)
+        return rc;
     /* stream lengths (spec 11.6) */
     for (size_t i = 0; i < r->n_streams; i++) {
         rd_stream *s = &r->streams[i];

@@ -39,7 +39,7 @@ typedef struct rd_stream {
     double r;
     const fkvf_ngon *ngon; /* shared context */
     rd_seg *segs;
-    size_t n_segs;
+    size_t n_segs, cap_segs;
     uint64_t length;
     uint64_t stored_bytes;
 } rd_stream;
