@@ -44,6 +44,18 @@ check sample-identical 0 cmp "$T/s.fkvf" "$SRC/testdata/sample.fkvf"
 check mksample-ngon 0 "$MK" --ngon -o "$T/n.fkvf"
 check verify-ngon 0 "$FKVF" verify "$T/n.fkvf"
 
+# untrusted text reaches the terminal escaped (spec 18.7): ESC, BEL, DEL, C1 CSI
+check mksample-escapes 0 "$MK" --model-id "$(printf 'm\033]0;owned\007\033[2J\177\302\233x')" -o "$T/esc.fkvf"
+check info-escapes 0 "$FKVF" info "$T/esc.fkvf"
+if LC_ALL=C grep -q "$(printf '[\033\007\177\233]')" "$T/out"; then
+    echo "FAIL info-escapes: control characters in the output"; fails=$((fails + 1))
+else
+    pass=$((pass + 1))
+fi
+grep_out info-escapes 'model           m\\x1b]0;owned\\x07\\x1b\[2J\\x7f\\u009bx' "$T/out"
+check info-escapes-json 0 "$FKVF" info --json "$T/esc.fkvf"
+grep_out info-escapes-json '"model_id":"m\\u001b]0;owned\\u0007' "$T/out"
+
 check info 0 "$FKVF" info "$SRC/testdata/sample.fkvf"
 grep_out info "5 layers x 4 KV heads" "$T/out"
 grep_out info "sample.generator = fkvf-mksample" "$T/out"

@@ -64,18 +64,21 @@ static int fail(fkvf_writer *w, int rc, const char *what)
 
 int main(int argc, char **argv)
 {
-    const char *out = NULL;
+    const char *out = NULL, *model_id = "stories260K (synthetic sample)";
     int ngon = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: fkvf-mksample [--ngon] [--tiny] -o FILE\n\n"
+            printf("usage: fkvf-mksample [--ngon] [--tiny] [--model-id TEXT] -o FILE\n\n"
                    "Writes the deterministic sample archive (same bytes on every run).\n"
                    "--ngon codes the index streams with the ngon profile (N=k).\n"
                    "--tiny writes a few-KB archive (2 layers, 1 head, dim 4, 12 positions,\n"
-                   "       k = 16) for fixtures and fuzz seeds.\n");
+                   "       k = 16) for fixtures and fuzz seeds.\n"
+                   "--model-id TEXT replaces the model id (tests of how tools show it).\n");
             return 0;
         } else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
             out = argv[++i];
+        } else if (!strcmp(argv[i], "--model-id") && i + 1 < argc) {
+            model_id = argv[++i];
         } else if (!strcmp(argv[i], "--ngon")) {
             ngon = 1;
         } else if (!strcmp(argv[i], "--tiny")) {
@@ -113,7 +116,7 @@ int main(int argc, char **argv)
     d.rope_theta = 10000.0;
     d.n_sinks = SINKS;
     d.window = WINDOW;
-    d.model_id = "stories260K (synthetic sample)";
+    d.model_id = model_id;
     d.tokenizer_id = "llama2.c-tok512";
     if ((rc = fkvf_writer_set_desc(w, &d)))
         return fail(w, rc, "descriptor");

@@ -48,6 +48,35 @@ static void json_str(FILE *f, const char *s, size_t n)
 
 static void json_cstr(FILE *f, const char *s) { json_str(f, s, strlen(s)); }
 
+/* Untrusted text for a terminal (spec 18.7: ids, metadata and messages that
+ * quote them come from the file): control characters (C0, DEL, and C1 as
+ * UTF-8) are written as escapes, so that a file cannot drive the terminal. */
+static void text_str(FILE *f, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        unsigned char c1 = i + 1 < n ? (unsigned char)s[i + 1] : 0;
+        if (c < 0x20 || c == 0x7F) {
+            fprintf(f, "\\x%02x", c);
+        } else if (c == 0xC2 && c1 >= 0x80 && c1 <= 0x9F) {
+            fprintf(f, "\\u%04x", c1);
+            i++;
+        } else {
+            fputc(c, f);
+        }
+    }
+}
+
+static void text_cstr(FILE *f, const char *s) { text_str(f, s, strlen(s)); }
+
+/* "fkvf: MESSAGE" on stderr, the message escaped. */
+static void report(const char *msg)
+{
+    fprintf(stderr, "%s: ", prog);
+    text_cstr(stderr, msg);
+    fputc('\n', stderr);
+}
+
 static void type_name(uint32_t type, char out[12])
 {
     int printable = 1;
@@ -113,7 +142,7 @@ static int open_or_report(const char *path, fkvf_reader **r, int *exit_code)
     if (rc == FKVF_OK)
         return 0;
     const char *msg = *r ? fkvf_reader_message(*r) : fkvf_strerror(rc);
-    fprintf(stderr, "%s: %s\n", prog, msg && *msg ? msg : fkvf_strerror(rc));
+    report(msg && *msg ? msg : fkvf_strerror(rc));
     *exit_code = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? EXIT_INVALID : EXIT_USAGE;
     fkvf_reader_free(*r);
     *r = NULL;
@@ -184,7 +213,7 @@ static void print_meta_value(FILE *f, const fkvf_meta_entry *e, int json)
         if (json)
             json_str(f, e->value, e->value_len);
         else
-            fprintf(f, "%.*s", (int)e->value_len, (const char *)e->value);
+            text_str(f, e->value, e->value_len);
         break;
     default:
         if (json)
@@ -293,8 +322,13 @@ static int cmd_info(int argc, char **argv)
         if (has_desc) {
             fprintf(f, "cache           %u layers x %u KV heads, key dim %u, value dim %u, %s\n",
                     d.n_layers, d.n_kv_heads, d.key_dim, d.value_dim, dtype_name(d.dtype));
-            fprintf(f, "model           %s%s%s\n", *d.model_id ? d.model_id : "(not given)",
-                    *d.tokenizer_id ? ", tokenizer " : "", d.tokenizer_id);
+            fputs("model           ", f);
+            text_cstr(f, *d.model_id ? d.model_id : "(not given)");
+            if (*d.tokenizer_id) {
+                fputs(", tokenizer ", f);
+                text_cstr(f, d.tokenizer_id);
+            }
+            fputc('\n', f);
             if (d.key_transform == 1)
                 fprintf(f, "keys            RoPE theta %g, %u dims, %s pairs, archived %s\n", d.rope_theta,
                         d.rope_dims, d.rope_layout == 1 ? "interleaved" : "half-split",
@@ -330,7 +364,9 @@ static int cmd_info(int argc, char **argv)
         if (ai.n_streams > 16)
             fprintf(f, "  ... %zu more (use --json for all)\n", ai.n_streams - 16);
         if (meta_rc != FKVF_OK) {
-            fprintf(f, "metadata        invalid: %s\n", meta_msg);
+            fputs("metadata        invalid: ", f);
+            text_cstr(f, meta_msg);
+            fputc('\n', f);
             ec = EXIT_INVALID;
         } else {
             fprintf(f, "metadata        %zu entr%s\n", n_meta, n_meta == 1 ? "y" : "ies");
@@ -338,7 +374,9 @@ static int cmd_info(int argc, char **argv)
                 fkvf_meta_entry e;
                 if (fkvf_reader_meta(r, i, &e))
                     break;
-                fprintf(f, "  %.*s = ", (int)e.key_len, e.key);
+                fputs("  ", f);
+                text_str(f, e.key, e.key_len);
+                fputs(" = ", f);
                 print_meta_value(f, &e, 0);
                 fputc('\n', f);
             }
@@ -390,7 +428,7 @@ static int cmd_verify(int argc, char **argv)
         printf("%s: OK (%" PRIu64 " commit(s), %zu sections, %" PRIu64 " positions)\n", path,
                ai.n_commits, ai.n_sections, ai.n_positions);
     } else {
-        fprintf(stderr, "%s: %s\n", prog, *msg ? msg : fkvf_strerror(rc));
+        report(*msg ? msg : fkvf_strerror(rc));
         if (rc == FKVF_E_TORN)
             fprintf(stderr, "%s: the committed data up to byte %" PRIu64
                             " is intact; the torn tail can be cut off safely\n",
