@@ -97,12 +97,16 @@ static const char *dtype_name(int d)
     return d == FKVF_DTYPE_F16 ? "f16" : d == FKVF_DTYPE_BF16 ? "bf16" : d == FKVF_DTYPE_F32 ? "f32" : "?";
 }
 
-static void stream_name(uint64_t id, char *out, size_t n)
+/* Stream i's description and its name ("tokens", "L3.H1.V.0"). */
+static void stream_at(fkvf_reader *r, size_t i, fkvf_stream_info *si, char name[64])
 {
+    memset(si, 0, sizeof *si);
+    fkvf_reader_stream_info(r, i, si);
+    uint64_t id = si->id;
     if ((id >> 56) == FKVF_STREAM_KIND_TOKENS)
-        snprintf(out, n, "tokens");
+        snprintf(name, 64, "tokens");
     else
-        snprintf(out, n, "L%u.H%u.%c.%u", (unsigned)(id & 0xFFFF), (unsigned)(id >> 16 & 0xFFFF),
+        snprintf(name, 64, "L%u.H%u.%c.%u", (unsigned)(id & 0xFFFF), (unsigned)(id >> 16 & 0xFFFF),
                  (id >> 32 & 0xFF) ? 'V' : 'K', (unsigned)(id >> 40 & 0xFF));
 }
 
@@ -136,16 +140,25 @@ static int parse_common(int argc, char **argv, const char *cmd, const char *help
     return 0;
 }
 
-static int open_or_report(const char *path, fkvf_reader **r, int *exit_code)
+/* The start of info and dump: the arguments, then the archive opened with
+ * its summary in *ai. Returns -1 to go on, else the exit status (help
+ * printed, usage error, or the archive could not be opened: reported). */
+static int open_archive(int argc, char **argv, const char *cmd, const char *help,
+                        const char **path, int *json, fkvf_reader **r, fkvf_archive_info *ai)
 {
-    int rc = fkvf_reader_open_file(r, path, 0, NULL);
-    if (rc == FKVF_OK)
-        return 0;
-    const char *msg = *r ? fkvf_reader_message(*r) : fkvf_strerror(rc);
-    report(msg && *msg ? msg : fkvf_strerror(rc));
-    *exit_code = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? EXIT_INVALID : EXIT_USAGE;
-    fkvf_reader_free(*r);
     *r = NULL;
+    int pc = parse_common(argc, argv, cmd, help, path, json);
+    if (pc)
+        return pc > 0 ? EXIT_VALID : EXIT_USAGE;
+    int rc = fkvf_reader_open_file(r, *path, 0, NULL);
+    if (rc != FKVF_OK) {
+        const char *msg = *r ? fkvf_reader_message(*r) : fkvf_strerror(rc);
+        report(msg && *msg ? msg : fkvf_strerror(rc));
+        fkvf_reader_free(*r);
+        *r = NULL;
+        return fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? EXIT_INVALID : EXIT_USAGE;
+    }
+    fkvf_reader_info(*r, ai);
     return -1;
 }
 
@@ -228,15 +241,13 @@ static void print_meta_value(FILE *f, const fkvf_meta_entry *e, int json)
 static int cmd_info(int argc, char **argv)
 {
     const char *path;
-    int json, ec = EXIT_VALID;
-    int pc = parse_common(argc, argv, "info", info_help, &path, &json);
-    if (pc)
-        return pc > 0 ? EXIT_VALID : EXIT_USAGE;
+    int json;
     fkvf_reader *r;
-    if (open_or_report(path, &r, &ec))
-        return ec;
     fkvf_archive_info ai;
-    fkvf_reader_info(r, &ai);
+    int ec = open_archive(argc, argv, "info", info_help, &path, &json, &r, &ai);
+    if (ec >= 0)
+        return ec;
+    ec = EXIT_VALID;
     fkvf_desc d;
     int has_desc = fkvf_reader_desc(r, &d) == FKVF_OK;
     part_sizes ps;
@@ -287,9 +298,8 @@ static int cmd_info(int argc, char **argv)
         fprintf(f, ",\"stream_list\":[");
         for (size_t i = 0; i < ai.n_streams; i++) {
             fkvf_stream_info si;
-            fkvf_reader_stream_info(r, i, &si);
             char nm[64];
-            stream_name(si.id, nm, sizeof nm);
+            stream_at(r, i, &si, nm);
             fprintf(f, "%s{\"name\":\"%s\",\"id\":%" PRIu64 ",\"profile\":\"%s\",\"symbols\":%" PRIu64
                        ",\"bits\":%u,\"alphabet\":%u,\"span\":%u,\"r\":%.17g,\"bytes\":%" PRIu64 "}",
                     i ? "," : "", nm, si.id, si.profile == FKVF_PROFILE_QUAD ? "quad" : "ngon",
@@ -350,9 +360,8 @@ static int cmd_info(int argc, char **argv)
         fprintf(f, "streams         %zu\n", ai.n_streams);
         for (size_t i = 0; i < ai.n_streams && i < 16; i++) {
             fkvf_stream_info si;
-            fkvf_reader_stream_info(r, i, &si);
             char nm[64];
-            stream_name(si.id, nm, sizeof nm);
+            stream_at(r, i, &si, nm);
             double per = si.length ? (double)si.stored_bytes / (double)si.length : 0.0;
             if (si.profile == FKVF_PROFILE_QUAD)
                 fprintf(f, "  %-14s quad %2u-bit, %" PRIu64 " symbols, %" PRIu64 " bytes (%.3f B/symbol)\n",
@@ -447,18 +456,14 @@ static const char *dump_help =
 static int cmd_dump(int argc, char **argv)
 {
     const char *path;
-    int json, ec = EXIT_VALID;
-    int pc = parse_common(argc, argv, "dump", dump_help, &path, &json);
-    if (pc)
-        return pc > 0 ? EXIT_VALID : EXIT_USAGE;
+    int json;
     fkvf_reader *r;
-    if (open_or_report(path, &r, &ec))
-        return ec;
     fkvf_archive_info ai;
-    fkvf_reader_info(r, &ai);
-    if (json)
-        printf("{\"file\":%s", "");
+    int ec = open_archive(argc, argv, "dump", dump_help, &path, &json, &r, &ai);
+    if (ec >= 0)
+        return ec;
     if (json) {
+        printf("{\"file\":");
         json_cstr(stdout, path);
         printf(",\"sections\":[");
     } else {
@@ -496,9 +501,8 @@ static int cmd_dump(int argc, char **argv)
                "alphabet", "r", "span", "bytes");
     for (size_t i = 0; i < ai.n_streams; i++) {
         fkvf_stream_info si;
-        fkvf_reader_stream_info(r, i, &si);
         char nm[64];
-        stream_name(si.id, nm, sizeof nm);
+        stream_at(r, i, &si, nm);
         if (json)
             printf("%s{\"name\":\"%s\",\"profile\":\"%s\",\"symbols\":%" PRIu64 ",\"segments\":%zu,"
                    "\"bytes\":%" PRIu64 "}",
@@ -512,7 +516,7 @@ static int cmd_dump(int argc, char **argv)
     if (json)
         printf("]}\n");
     fkvf_reader_free(r);
-    return ec;
+    return EXIT_VALID;
 }
 
 int main(int argc, char **argv)
