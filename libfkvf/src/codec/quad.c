@@ -61,6 +61,15 @@ static uint64_t bits64_at(const uint8_t *d, size_t size, uint64_t pos)
     return v;
 }
 
+/* Are the symbols [first, first+n) of `bits` bits all inside data_size
+ * bytes? (The decoders then index with size_t safely.) */
+static int symbols_inside(size_t data_size, unsigned bits, uint64_t first, size_t n)
+{
+    uint64_t end, endbits;
+    return fkvf_add64(first, (uint64_t)n, &end) && fkvf_mul64(end, bits, &endbits) &&
+           fkvf_ceildiv(endbits, 8) <= (uint64_t)data_size;
+}
+
 /* 8/16-bit encode fast paths, same shape as widen8/16; they return the OR
  * of the symbols for the range check. */
 static uint32_t narrow8(const uint32_t *restrict sym, uint8_t *restrict out, size_t n)
@@ -172,11 +181,9 @@ __attribute__((noinline)) static void widen16(const uint8_t *restrict p, uint32_
 int fkvf_quad_decode(const uint8_t *data, size_t data_size, unsigned bits, uint64_t first,
                      size_t n, uint32_t *out)
 {
-    uint64_t end, endbits;
     if (!bits_ok(bits))
         return FKVF_E_INVALID_ARG;
-    if (!fkvf_add64(first, (uint64_t)n, &end) || !fkvf_mul64(end, bits, &endbits) ||
-        fkvf_ceildiv(endbits, 8) > (uint64_t)data_size)
+    if (!symbols_inside(data_size, bits, first, n))
         return FKVF_E_RANGE;
     if (n == 0)
         return FKVF_OK;
@@ -217,11 +224,9 @@ int fkvf_quad_decode(const uint8_t *data, size_t data_size, unsigned bits, uint6
 int fkvf_quad_decode_u8(const uint8_t *data, size_t data_size, unsigned bits, uint64_t first,
                         size_t n, uint8_t *out)
 {
-    uint64_t end, endbits;
     if (!bits_ok(bits) || bits > 8)
         return FKVF_E_INVALID_ARG;
-    if (!fkvf_add64(first, (uint64_t)n, &end) || !fkvf_mul64(end, bits, &endbits) ||
-        fkvf_ceildiv(endbits, 8) > (uint64_t)data_size)
+    if (!symbols_inside(data_size, bits, first, n))
         return FKVF_E_RANGE;
     if (n == 0)
         return FKVF_OK;
