@@ -5467,6 +5467,51 @@ START_TEST(many_streams_open_fast)
 }
 END_TEST
 
+/* fkvf_reader_meta walked the section from its start for every entry, so
+ * fkvf_reader_meta_find was O(entries^2) per call (and listing all entries
+ * too): seconds per lookup in a 65536-entry section. */
+START_TEST(meta_lookup_is_fast)
+{
+    enum { N = 65536 };
+    mbuild mb;
+    memset(&mb, 0, sizeof mb);
+    static const uint8_t f = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        char key[4] = {(char)(0x21 + i % 94), (char)(0x21 + i / 94 % 94), (char)(0x21 + i / 8836),
+                       0};
+        mb_add(&mb, key, FKVF_META_BOOL, &f, 1);
+    }
+    craft c;
+    cr_header(&c, 1, 0, 0, 0);
+    cr_desc(&c, 0);
+    cr_plain(&c, FKVF_SECTION_META, 0, 0, mb.b.data, mb.b.size);
+    cr_commit(&c, 1, 0, 0, 0);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, FKVF_OPEN_STRICT, NULL));
+    size_t n;
+    OK_R(r, fkvf_reader_meta_count(r, &n));
+    ck_assert_uint_eq(n, N);
+    for (uint32_t i = N - 8; i < N; i++) {
+        char key[4] = {(char)(0x21 + i % 94), (char)(0x21 + i / 94 % 94), (char)(0x21 + i / 8836),
+                       0};
+        fkvf_meta_entry e;
+        OK_R(r, fkvf_reader_meta_find(r, key, &e));
+        ck_assert_uint_eq(e.key_len, 3);
+        ck_assert_int_eq(memcmp(e.key, key, 3), 0);
+        ck_assert_int_eq(e.type, FKVF_META_BOOL);
+    }
+    RC_R(r, fkvf_reader_meta_find(r, "none", NULL), FKVF_E_INVALID_ARG);
+    fkvf_meta_entry e;
+    RC_R(r, fkvf_reader_meta_find(r, "none", &e), FKVF_E_NOT_FOUND);
+    OK_R(r, fkvf_reader_verify(r)); /* parses the section again */
+    OK_R(r, fkvf_reader_meta(r, N - 1, &e));
+    ck_assert_int_eq(memcmp(e.key, "2H(", 3), 0); /* i = 65535 */
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+    tu_buf_free(&mb.b);
+}
+END_TEST
+
 /* ==== suite ====================================================================== */
 
 static Suite *container_suite(void)
@@ -5587,6 +5632,7 @@ static Suite *container_suite(void)
     tcase_set_timeout(t, 10); /* 0.5 s here (1.5 s with sanitizers); 15 s when quadratic */
     tcase_add_test(t, many_exact_sections_are_checked_fast);
     tcase_add_test(t, many_streams_open_fast);
+    tcase_add_test(t, meta_lookup_is_fast);
     suite_add_tcase(s, t);
     return s;
 }

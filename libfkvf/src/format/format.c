@@ -594,10 +594,36 @@ static int mkey_cmp(const void *a, const void *b)
     return x->len < y->len ? -1 : x->len > y->len;
 }
 
+/* Spec 9.2: no key twice. Sorts the keys and compares neighbours,
+ * O(n log n). */
+static int meta_dup_check(const uint8_t *p, uint64_t off, uint32_t n, const size_t *at,
+                          const fkvf_allocator *alloc, fkvf_diag *d)
+{
+    struct mkey *keys = fkvf_calloc(alloc, n, sizeof *keys);
+    if (!keys)
+        return fkvf_fail(d, FKVF_E_NOMEM, off, NULL, "META: no memory for %u keys", n);
+    for (uint32_t i = 0; i < n; i++) {
+        keys[i].len = fkvf_ld16(p + at[i]);
+        keys[i].key = p + at[i] + 8;
+        keys[i].index = i;
+    }
+    qsort(keys, n, sizeof *keys, mkey_cmp);
+    int rc = FKVF_OK;
+    for (uint32_t i = 1; i < n && rc == FKVF_OK; i++)
+        if (mkey_cmp(&keys[i - 1], &keys[i]) == 0)
+            rc = fkvf_fail(d, FKVF_E_DUP_KEY, off, "9.2",
+                           "META: key \"%.*s\" appears twice (entries %u and %u)",
+                           (int)keys[i].len, (const char *)keys[i].key, keys[i - 1].index,
+                           keys[i].index);
+    fkvf_free(alloc, keys);
+    return rc;
+}
+
 int fkvf_meta_parse(const uint8_t *p, uint64_t size, uint64_t off, uint32_t *count,
-                    const fkvf_allocator *alloc, fkvf_diag *d)
+                    size_t **entry_off, const fkvf_allocator *alloc, fkvf_diag *d)
 {
     size_t sz;
+    *entry_off = NULL;
     if (!fkvf_tosz(size, &sz))
         return fkvf_fail(d, FKVF_E_LIMIT, off, "15", "META: too large");
     fkvf_rd rd = fkvf_rd_make(p, sz);
@@ -615,92 +641,70 @@ int fkvf_meta_parse(const uint8_t *p, uint64_t size, uint64_t off, uint32_t *cou
         return fkvf_fail(d, FKVF_E_TRUNCATED, off, "9.1",
                          "META.count: %u entries cannot fit in %llu bytes", n,
                          (unsigned long long)size);
-    for (uint32_t i = 0; i < n; i++) {
-        size_t at = rd.pos;
+    size_t *at = NULL;
+    if (n && !(at = fkvf_calloc(alloc, n, sizeof *at)))
+        return fkvf_fail(d, FKVF_E_NOMEM, off, NULL, "META: no memory for %u entries", n);
+    int rc = FKVF_OK;
+    for (uint32_t i = 0; i < n && rc == FKVF_OK; i++) {
+        at[i] = rd.pos;
         uint16_t kl = fkvf_rd_u16(&rd);
         uint8_t type = fkvf_rd_u8(&rd);
         uint8_t r0 = fkvf_rd_u8(&rd);
         uint32_t vl = fkvf_rd_u32(&rd);
         const uint8_t *key = fkvf_rd_take(&rd, kl);
         const uint8_t *val = fkvf_rd_take(&rd, vl);
+        uint64_t eo = off + at[i];
         if (!fkvf_rd_ok(&rd))
-            return fkvf_fail(d, FKVF_E_TRUNCATED, off + at, "9.1",
-                             "META entry %u: runs past the end of the section", i);
-        if (r0 != 0)
-            return fkvf_fail(d, FKVF_E_CORRUPT, off + at + 3, "9.1",
-                             "META entry %u: reserved byte not zero", i);
-        if (kl == 0 || kl > 255 || memchr(key, 0, kl) || !fkvf_utf8_valid(key, kl))
-            return fkvf_fail(d, FKVF_E_CORRUPT, off + at, "9.1",
-                             "META entry %u: key must be 1..255 bytes of UTF-8 without NUL", i);
-        if (!meta_value_len_ok(type, vl))
-            return fkvf_fail(d, FKVF_E_CORRUPT, off + at + 2, "9.1",
-                             "META entry %u: type %u with value length %u", i, type, vl);
-        if (type == FKVF_META_BOOL && val[0] > 1)
-            return fkvf_fail(d, FKVF_E_CORRUPT, off + at + 8 + kl, "9.1",
-                             "META entry %u: bool value %u", i, val[0]);
-        if (type == FKVF_META_UTF8 && !fkvf_utf8_valid(val, vl))
-            return fkvf_fail(d, FKVF_E_CORRUPT, off + at + 8 + kl, "9.1",
-                             "META entry %u: utf8 value is not valid UTF-8", i);
+            rc = fkvf_fail(d, FKVF_E_TRUNCATED, eo, "9.1",
+                           "META entry %u: runs past the end of the section", i);
+        else if (r0 != 0)
+            rc = fkvf_fail(d, FKVF_E_CORRUPT, eo + 3, "9.1",
+                           "META entry %u: reserved byte not zero", i);
+        else if (kl == 0 || kl > 255 || memchr(key, 0, kl) || !fkvf_utf8_valid(key, kl))
+            rc = fkvf_fail(d, FKVF_E_CORRUPT, eo, "9.1",
+                           "META entry %u: key must be 1..255 bytes of UTF-8 without NUL", i);
+        else if (!meta_value_len_ok(type, vl))
+            rc = fkvf_fail(d, FKVF_E_CORRUPT, eo + 2, "9.1",
+                           "META entry %u: type %u with value length %u", i, type, vl);
+        else if (type == FKVF_META_BOOL && val[0] > 1)
+            rc = fkvf_fail(d, FKVF_E_CORRUPT, eo + 8 + kl, "9.1", "META entry %u: bool value %u",
+                           i, val[0]);
+        else if (type == FKVF_META_UTF8 && !fkvf_utf8_valid(val, vl))
+            rc = fkvf_fail(d, FKVF_E_CORRUPT, eo + 8 + kl, "9.1",
+                           "META entry %u: utf8 value is not valid UTF-8", i);
     }
-    if (rd.pos != sz)
-        return fkvf_fail(d, FKVF_E_CORRUPT, off + rd.pos, "9.1",
-                         "META: %zu bytes after the last entry", sz - rd.pos);
-    /* Duplicates: sort the keys and compare neighbours, O(n log n). */
-    if (n > 1) {
-        struct mkey *keys = fkvf_calloc(alloc, n, sizeof *keys);
-        if (!keys)
-            return fkvf_fail(d, FKVF_E_NOMEM, off, NULL, "META: no memory for %u keys", n);
-        size_t pos = 8;
-        for (uint32_t i = 0; i < n; i++) {
-            keys[i].len = fkvf_ld16(p + pos);
-            keys[i].key = p + pos + 8;
-            keys[i].index = i;
-            pos += 8 + (size_t)keys[i].len + fkvf_ld32(p + pos + 4);
-        }
-        qsort(keys, n, sizeof *keys, mkey_cmp);
-        for (uint32_t i = 1; i < n; i++) {
-            if (mkey_cmp(&keys[i - 1], &keys[i]) == 0) {
-                int rc = fkvf_fail(d, FKVF_E_DUP_KEY, off, "9.2",
-                                   "META: key \"%.*s\" appears twice (entries %u and %u)",
-                                   (int)keys[i].len, (const char *)keys[i].key,
-                                   keys[i - 1].index, keys[i].index);
-                fkvf_free(alloc, keys);
-                return rc;
-            }
-        }
-        fkvf_free(alloc, keys);
+    if (rc == FKVF_OK && rd.pos != sz)
+        rc = fkvf_fail(d, FKVF_E_CORRUPT, off + rd.pos, "9.1",
+                       "META: %zu bytes after the last entry", sz - rd.pos);
+    if (rc == FKVF_OK && n > 1)
+        rc = meta_dup_check(p, off, n, at, alloc, d);
+    if (rc != FKVF_OK) {
+        fkvf_free(alloc, at);
+        return rc;
     }
     *count = n;
+    *entry_off = at;
     return FKVF_OK;
 }
 
-void fkvf_meta_entry_at(const uint8_t *p, uint64_t size, uint32_t index, fkvf_meta_entry *e)
+void fkvf_meta_entry_at(const uint8_t *p, size_t at, fkvf_meta_entry *e)
 {
-    size_t pos = 8;
-    (void)size;
-    for (uint32_t i = 0;; i++) {
-        uint16_t kl = fkvf_ld16(p + pos);
-        uint32_t vl = fkvf_ld32(p + pos + 4);
-        if (i == index) {
-            memset(e, 0, sizeof *e);
-            e->type = (fkvf_meta_type)p[pos + 2];
-            e->key = (const char *)(p + pos + 8);
-            e->key_len = kl;
-            e->value = p + pos + 8 + kl;
-            e->value_len = vl;
-            const uint8_t *v = p + pos + 8 + kl;
-            if (e->type == FKVF_META_U64)
-                e->u64 = fkvf_ld64(v);
-            else if (e->type == FKVF_META_I64)
-                e->i64 = (int64_t)fkvf_ld64(v);
-            else if (e->type == FKVF_META_F64)
-                e->f64 = fkvf_ldf64(v);
-            else if (e->type == FKVF_META_BOOL)
-                e->u64 = v[0];
-            return;
-        }
-        pos += 8 + (size_t)kl + vl;
-    }
+    uint16_t kl = fkvf_ld16(p + at);
+    const uint8_t *v = p + at + 8 + kl;
+    memset(e, 0, sizeof *e);
+    e->type = (fkvf_meta_type)p[at + 2];
+    e->key = (const char *)(p + at + 8);
+    e->key_len = kl;
+    e->value = v;
+    e->value_len = fkvf_ld32(p + at + 4);
+    if (e->type == FKVF_META_U64)
+        e->u64 = fkvf_ld64(v);
+    else if (e->type == FKVF_META_I64)
+        e->i64 = (int64_t)fkvf_ld64(v);
+    else if (e->type == FKVF_META_F64)
+        e->f64 = fkvf_ldf64(v);
+    else if (e->type == FKVF_META_BOOL)
+        e->u64 = v[0];
 }
 
 /* ---- exact rows, vertices --------------------------------------------------- */

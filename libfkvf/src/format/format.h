@@ -113,11 +113,13 @@ void fkvf_desc_write(uint8_t *out, const fkvf_desc *desc);
 uint64_t fkvf_desc_row_bytes(const fkvf_desc *desc);
 size_t fkvf_dtype_size(int dtype);
 
-/* metadata (spec 9): validate a META section, count entries. */
+/* metadata (spec 9): validate a META section, count its entries and give
+ * their offsets in the section (*entry_off: `count` values from `alloc`, or
+ * NULL when there are none; the caller frees it). */
 int fkvf_meta_parse(const uint8_t *p, uint64_t size, uint64_t off, uint32_t *count,
-                    const fkvf_allocator *alloc, fkvf_diag *d);
-/* Entry i of an already validated META section. */
-void fkvf_meta_entry_at(const uint8_t *p, uint64_t size, uint32_t index, fkvf_meta_entry *e);
+                    size_t **entry_off, const fkvf_allocator *alloc, fkvf_diag *d);
+/* The entry at offset `at` of an already validated META section. */
+void fkvf_meta_entry_at(const uint8_t *p, size_t at, fkvf_meta_entry *e);
 
 /* exact rows header (spec 14) */
 typedef struct fkvf_exac_hdr {

@@ -948,6 +948,7 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
     fkvf_free(a, r->sections);
     fkvf_free(a, r->commits);
     fkvf_free(a, r->cb_ref_name);
+    fkvf_free(a, r->meta_off);
     fkvf_free(a, r->vtxs_seen);
     fkvf_free(a, r->model_id);
     fkvf_free(a, r->tokenizer_id);
@@ -1059,8 +1060,10 @@ static int meta_ready(fkvf_reader *r)
     int rc = rd_section_bytes(r, r->meta_sec, &p, &n);
     if (rc)
         return rc;
-    rc = fkvf_meta_parse(p, n, r->sections[r->meta_sec].e.offset, &r->meta_count, r->alloc,
-                         &r->diag);
+    fkvf_free(r->alloc, r->meta_off); /* verify checks it again */
+    r->meta_off = NULL;
+    rc = fkvf_meta_parse(p, n, r->sections[r->meta_sec].e.offset, &r->meta_count, &r->meta_off,
+                         r->alloc, &r->diag);
     if (rc)
         return rc;
     r->meta_checked = 1;
@@ -1093,7 +1096,7 @@ FKVF_API int fkvf_reader_meta(fkvf_reader *r, size_t index, fkvf_meta_entry *out
     uint64_t n;
     if ((rc = rd_section_bytes(r, r->meta_sec, &p, &n)))
         return rc;
-    fkvf_meta_entry_at(p, n, (uint32_t)index, out);
+    fkvf_meta_entry_at(p, r->meta_off[index], out);
     return FKVF_OK;
 }
 

@@ -81,6 +81,7 @@ struct fkvf_reader {
     int has_meta;
     size_t meta_sec;
     uint32_t meta_count;
+    size_t *meta_off; /* offsets of its entries, once checked */
     int meta_checked;
 
     /* codebook (spec 13) */
