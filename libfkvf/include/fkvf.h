@@ -403,6 +403,147 @@ FKVF_API double fkvf_ngon_rmax(uint32_t n);
 /* Largest span length for ratio r (spec 12.2). */
 FKVF_API uint32_t fkvf_ngon_max_span(double r);
 
+/* ---- quantizer (spec 13) ---------------------------------------------- */
+/* Per-head residual vector quantization (RVQ) of KV-cache rows: training,
+ * encoding to index codes, decoding (spec 13.6), plus the RoPE rotation of
+ * spec 8.1 and f16 / bf16 conversions. Handles are immutable after creation:
+ * encode and decode may run concurrently on one handle. */
+
+/* f16 / bf16 <-> f32. Round to nearest, ties to even; f16 overflow gives
+ * infinity; subnormals exact; NaN stays NaN (top payload bits kept, so every
+ * f16 / bf16 bit pattern round-trips through f32 unchanged). */
+FKVF_API uint16_t fkvf_f32_to_f16(float f);
+FKVF_API float fkvf_f16_to_f32(uint16_t h);
+FKVF_API uint16_t fkvf_f32_to_bf16(float f);
+FKVF_API float fkvf_bf16_to_f32(uint16_t b);
+/* n elements of `from` (little-endian bytes, any alignment) to n elements of
+ * `to`; any pair of FKVF_DTYPE_*. Buffers must not overlap. */
+FKVF_API int fkvf_convert(fkvf_dtype to, void *dst, fkvf_dtype from, const void *src, size_t n);
+
+/* RoPE parameters (spec 8.1), as in the descriptor. */
+typedef struct fkvf_rope {
+    uint8_t layout;     /* 1 interleaved pairs (2i, 2i+1), 2 half-split (i, i + rope_dims/2) */
+    uint32_t rope_dims; /* even, 2..key_dim */
+    double theta;       /* finite, > 0 */
+} fkvf_rope;
+
+/* Rotate the first rope_dims components of vec (dim components) to position
+ * t: pair i by angle t * theta^(-2i/rope_dims); inverse = 1 rotates by the
+ * negative angle (un-rotates a cached key). Angles, sines and cosines in
+ * binary64; the f32 variant rounds once at the end. FKVF_E_INVALID_ARG for
+ * invalid parameters or rope_dims > dim. */
+FKVF_API int fkvf_rope_apply_f64(const fkvf_rope *rope, uint64_t t, int inverse, double *vec,
+                                 size_t dim);
+FKVF_API int fkvf_rope_apply_f32(const fkvf_rope *rope, uint64_t t, int inverse, float *vec,
+                                 size_t dim);
+
+/* Cache rows in the layout of spec 14.2 (what EXAC stores): row i holds
+ * position first_position + i; per layer the keys of heads 0..H-1, then the
+ * values. Elements little-endian, any alignment. */
+typedef struct fkvf_rows {
+    const void *data;
+    size_t n_rows;
+    fkvf_dtype dtype;
+    uint64_t first_position; /* the rotary position of row 0 (spec 8.1) */
+} fkvf_rows;
+
+/* Trained or loaded codebooks, binary32. Holds every table twice (rows and a
+ * search layout): 8 bytes per centroid element, 113 MB for GPT-2 small at
+ * K x4 V x2, k = 256. */
+typedef struct fkvf_rvq fkvf_rvq;
+
+typedef struct fkvf_rvq_params {
+    /* shape of the cache rows (required) */
+    uint32_t n_layers, n_kv_heads, key_dim, value_dim;
+    /* codebook */
+    uint32_t k;                 /* centroids per stage: power of two 16..4096 (256) */
+    uint8_t k_stages, v_stages; /* 0..16 each (4, 2) */
+    uint8_t pooled;             /* 1: one table set per layer shared by all heads (0) */
+    fkvf_dtype table_dtype;     /* F16 or F32: centroids are rounded to it, F16 clamped
+                                 * to +-65504 (F16) */
+    /* training */
+    uint64_t seed;                 /* (0) */
+    uint32_t max_iters;            /* Lloyd iterations per stage, >= 1 (25) */
+    uint32_t samples_per_centroid; /* at most this * k training vectors per table (256) */
+    /* keys: NULL = archive keys as cached (key_storage 0); else un-rotate each
+     * key at its position before training (key_storage 1, spec 8.1) */
+    const fkvf_rope *key_rope;
+    /* called after every trained stage table; may be NULL */
+    void (*progress)(void *opaque, uint64_t done, uint64_t total);
+    void *progress_opaque;
+} fkvf_rvq_params;
+
+/* Defaults (values in parentheses above); shape fields 0. */
+FKVF_API void fkvf_rvq_params_init(fkvf_rvq_params *p);
+
+/* Train codebooks on `n_blocks` blocks of rows (several caches may be given).
+ * Per (layer, head, K|V) - per (layer, K|V) when pooled - the stages are
+ * trained one after another with k-means (k-means++ seeding, Lloyd
+ * iterations until the assignment is stable or max_iters, empty clusters
+ * re-seeded from the worst-fitted point) on the residuals the encoder leaves
+ * after the previous, already rounded, stages. Training vectors are a
+ * deterministic sample of at most samples_per_centroid * k of all vectors
+ * (all of them when fewer). The result depends only on the inputs and the
+ * seed, not on which search kernel the CPU runs (assignments are exact).
+ * Single-threaded; cost about n * k * dim * (max_iters + 1) multiply-adds
+ * per stage table. Non-finite inputs are FKVF_E_INVALID_ARG. */
+FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *params,
+                            const fkvf_rows *blocks, size_t n_blocks,
+                            const fkvf_allocator *alloc);
+/* Load codebooks from CBK1 tables (spec 13.2 order, the bytes after the
+ * 64-byte header). n_kv_heads: heads of the cache rows (0 = shape->n_heads;
+ * required when pooled). Non-finite values are FKVF_E_INVALID_ARG. */
+FKVF_API int fkvf_rvq_from_tables(fkvf_rvq **out, const fkvf_codebook_shape *shape,
+                                  uint32_t n_kv_heads, const void *tables, size_t size,
+                                  const fkvf_allocator *alloc);
+/* A copy with only the first k_stages / v_stages stages (at most q's). */
+FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
+                             unsigned v_stages);
+FKVF_API void fkvf_rvq_free(fkvf_rvq *q);
+
+/* Shape of the codebook (for fkvf_writer_add_codebooks) and heads of the rows. */
+FKVF_API void fkvf_rvq_shape(const fkvf_rvq *q, fkvf_codebook_shape *shape,
+                             uint32_t *n_kv_heads);
+/* CBK1 tables in spec 13.2 order and the shape's dtype: exactly what
+ * fkvf_writer_add_codebooks(w, &shape, tables, size, flags) takes. */
+FKVF_API size_t fkvf_rvq_tables_size(const fkvf_rvq *q);
+FKVF_API int fkvf_rvq_tables(const fkvf_rvq *q, void *out, size_t size);
+/* The k x dim binary32 centroids of one stage table (kv: 0 keys, 1 values;
+ * head ignored when pooled); NULL if out of range. */
+FKVF_API const float *fkvf_rvq_centroids(const fkvf_rvq *q, uint32_t layer, uint32_t head,
+                                         unsigned kv, unsigned stage);
+
+/* Codes: one uint16 index per (layer, head, K|V, stage) and position. Within
+ * a position code j = (layer * n_kv_heads + head) * (k_stages + v_stages)
+ * + (kv == 0 ? stage : k_stages + stage); the code of position i (row i)
+ * and index j is codes[i * pos_stride + j * code_stride]. So pos_stride =
+ * codes_per_position, code_stride = 1 gives one row of codes per position;
+ * pos_stride = 1, code_stride = n_rows gives one array per index stream
+ * (FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, layer, head, kv, stage)). */
+FKVF_API size_t fkvf_rvq_codes_per_position(const fkvf_rvq *q);
+
+/* Encode rows. key_rope as in training (NULL: keys as cached). beam_width
+ * <= 1: greedy, each stage the exact nearest centroid of the residual (ties
+ * to the smallest index); 2..64: beam search over the best partial paths,
+ * whose final error (binary64 squared distance to the binary32 decoding) is
+ * never larger than greedy's. Non-finite inputs give valid but unspecified
+ * codes. */
+#define FKVF_RVQ_MAX_BEAM 64
+FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_rope,
+                             unsigned beam_width, uint16_t *codes, size_t pos_stride,
+                             size_t code_stride);
+/* Decode n_rows positions (spec 13.6): per vector the sum of the chosen
+ * centroids in stage order in binary32, keys rotated to their position
+ * (first_position + i) when key_rope is given, rounded to out_dtype, in the
+ * row layout of spec 14.2. out_size >= n_rows * row bytes. A code >= k is
+ * FKVF_E_RANGE. */
+FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
+                             size_t code_stride, size_t n_rows, uint64_t first_position,
+                             const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
+                             size_t out_size);
+
+/* ---- end of quantizer ------------------------------------------------- */
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,126 @@
+/* Internal interface of the quantizer module (spec 13): residual vector
+ * quantization (RVQ) codebooks, their training, encoding and decoding, RoPE
+ * helpers (spec 8.1) and element conversions. quant/ uses common/ only. */
+#ifndef FKVF_QUANT_H
+#define FKVF_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fkvf.h"
+
+/* ---- element access (little-endian, any alignment) ------------------------ */
+
+/* Element size of a cache dtype (2 or 4), 0 if invalid. */
+size_t fkvfq_dtype_size(fkvf_dtype dt);
+/* n elements of dtype dt at src -> f32. */
+void fkvfq_load(fkvf_dtype dt, const uint8_t *src, float *dst, size_t n);
+/* n f32 -> dtype dt at dst, rounding to nearest even. */
+void fkvfq_store(fkvf_dtype dt, const float *src, uint8_t *dst, size_t n);
+/* The same without the AVX2 path (for tests: results are identical). */
+void fkvfq_store_portable(fkvf_dtype dt, const float *src, uint8_t *dst, size_t n);
+/* 1 if the CPU has AVX2 and FMA (the fast kernels' instruction sets). */
+int fkvfq_cpu_avx2(void);
+
+/* ---- RoPE (spec 8.1) ------------------------------------------------------- */
+
+/* 1 if the parameters are usable for keys of key_dim components. */
+int fkvfq_rope_valid(const fkvf_rope *r, uint32_t key_dim);
+/* theta^(-2i / rope_dims) for every pair i (rope_dims/2 values). */
+void fkvfq_rope_freqs(const fkvf_rope *r, double *freqs);
+/* cos and sin of angle(t, i) = t * freqs[i] for every pair i: cs[2i] = cos,
+ * cs[2i+1] = sin, binary64. The same values as fkvf_rope_apply_*. */
+void fkvfq_rope_angles(const fkvf_rope *r, const double *freqs, uint64_t t, double *cs);
+/* Rotate v (binary64) by +angle (inverse = 0) or -angle (inverse = 1). */
+void fkvfq_rope_rotate(const fkvf_rope *r, const double *cs, int inverse, double *v);
+/* The same on binary32 values: computed in binary64, rounded once at the end.
+ * tmp holds rope_dims doubles. */
+void fkvfq_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, float *v,
+                           double *tmp);
+
+/* ---- nearest-centroid search ---------------------------------------------- */
+
+/* Width of a centroid panel: the encoder's copy of a stage table stores
+ * centroids in panels of FKVFQ_PANEL, element (d, i) of the panel starting at
+ * centroid p at panels[p * dim + d * FKVFQ_PANEL + i]. k is a multiple. */
+#define FKVFQ_PANEL 16
+/* Vectors searched together. */
+#define FKVFQ_BLOCK 4
+
+/* One stage table as the search sees it. */
+typedef struct fkvfq_table {
+    const float *rows;   /* k rows of dim (spec 13.2 order) */
+    const float *panels; /* the same centroids in panel layout */
+    const float *norms;  /* ||c||^2 rounded to f32 */
+    double cmax;         /* upper bound of max ||c|| */
+    uint32_t k, dim;
+} fkvfq_table;
+
+/* Build panels, norms and cmax of a table from its rows. A row equal to an
+ * earlier one gets an infinite norm (it can never be picked). scratch holds
+ * fkvfq_prepare_scratch(k) bytes, suitably aligned (from the allocator). */
+void fkvfq_table_prepare(const float *rows, uint32_t k, uint32_t dim, float *panels,
+                         float *norms, double *cmax, void *scratch);
+size_t fkvfq_prepare_scratch(uint32_t k);
+
+/* scores[j * k + c] = norms[c] - 2 * <x[j], c> in binary32 for j < 4 (all
+ * four x pointers must be valid; repeat one for fewer vectors), and
+ * pmin[j * (k / FKVFQ_PANEL) + p] = the smallest score of panel p. */
+void fkvfq_scores4(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK], float *scores,
+                   float *pmin);
+/* The same with the portable kernel only (fkvfq_scores4 uses AVX2 + FMA when
+ * the CPU has them); for tests. */
+void fkvfq_scores4_portable(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK],
+                            float *scores, float *pmin);
+
+/* Exact nearest centroid of x given its binary32 scores and panel minimums
+ * (one vector's share of fkvfq_scores4's output): the centroid with the
+ * smallest sum over d of (x[d] - c[d])^2 evaluated in binary64 in order
+ * d = 0..dim-1, ties to the smallest index. Only centroids whose binary32
+ * score lies within a proven rounding bound of the best are re-evaluated.
+ * If dist is not NULL it receives that binary64 distance. */
+uint32_t fkvfq_pick(const fkvfq_table *t, const float *x, const float *scores,
+                    const float *pmin, double *dist);
+
+/* sum over d of (x[d] - c[d])^2 in binary64, in order. */
+double fkvfq_dist(const float *x, const float *c, uint32_t dim);
+
+/* ---- the codebook handle --------------------------------------------------- */
+
+struct fkvf_rvq {
+    fkvf_allocator alloc;
+    fkvf_codebook_shape shape;
+    uint32_t n_kv_heads; /* heads of the cache rows (= shape.n_heads unless pooled) */
+    size_t n_tabs;       /* n_layers * shape.n_heads */
+    size_t per_tab;      /* floats per (layer, head): k * (ks * Dk + vs * Dv) */
+    size_t n_floats;     /* n_tabs * per_tab */
+    float *rows;         /* all tables, spec 13.2 order, binary32 */
+    float *panels;       /* the same, panel layout per stage table */
+    float *norms;        /* n_tabs * (ks + vs) * k */
+    double *cmax;        /* n_tabs * (ks + vs) */
+};
+
+/* Allocate an empty handle for a validated shape (tables uninitialized). */
+int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
+                    const fkvf_allocator *alloc);
+/* Offset (in floats) of stage table (tab, kv, s) in rows / panels. */
+size_t fkvfq_table_off(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s);
+/* View of stage table (tab, kv, s). */
+fkvfq_table fkvfq_rvq_table(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s);
+/* Fill panels, norms and cmax of every table from rows: FKVF_OK or
+ * FKVF_E_NOMEM. */
+int fkvfq_rvq_prepare(fkvf_rvq *q);
+/* One k-means stage as training runs it (for tests): n vectors of dim,
+ * initial centroids `init` (k * dim) or k-means++ seeding from `seed` when
+ * NULL, at most max_iters Lloyd iterations. Outputs the k * dim centroids,
+ * the final exact assignment (asg, n entries, may be NULL), the number of
+ * empty clusters re-seeded and the Lloyd iterations run (may be NULL).
+ * k a multiple of FKVFQ_PANEL. */
+int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t dim,
+                 uint32_t k, const float *init, uint64_t seed, uint32_t max_iters,
+                 float *centroids, uint32_t *asg, size_t *repairs, uint32_t *iters);
+
+/* Validate a codebook shape for the quantizer: FKVF_OK or FKVF_E_INVALID_ARG. */
+int fkvfq_shape_check(const fkvf_codebook_shape *s);
+
+#endif

@@ -1,0 +1,713 @@
+/* The RVQ codebook handle: shape checks, CBK1 tables in and out, stage
+ * subsets, encoding (greedy and beam) and decoding (spec 13.6). */
+#include <math.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "ckd.h"
+#include "half.h"
+#include "quant.h"
+
+/* positions converted and searched together */
+#define Q_CHUNK 64
+
+/* ---- shape and handle ------------------------------------------------------ */
+
+int fkvfq_shape_check(const fkvf_codebook_shape *s)
+{
+    if (!s || s->n_layers < 1 || s->n_layers > 1024 || s->n_heads < 1 || s->n_heads > 1024 ||
+        s->key_dim < 1 || s->key_dim > 16384 || s->value_dim < 1 || s->value_dim > 16384 ||
+        s->k < 16 || s->k > 4096 || (s->k & (s->k - 1)) || s->k_stages > 16 ||
+        s->v_stages > 16 || (s->dtype != FKVF_DTYPE_F16 && s->dtype != FKVF_DTYPE_F32) ||
+        s->pooled > 1 || (s->pooled && s->n_heads != 1))
+        return FKVF_E_INVALID_ARG;
+    return FKVF_OK;
+}
+
+int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
+                    const fkvf_allocator *alloc)
+{
+    *out = NULL;
+    if (fkvfq_shape_check(shape) || n_kv_heads < 1 || n_kv_heads > 1024 ||
+        (!shape->pooled && n_kv_heads != shape->n_heads))
+        return FKVF_E_INVALID_ARG;
+    size_t n_tabs = (size_t)shape->n_layers * shape->n_heads; /* <= 2^20 */
+    size_t kd, vd, per, total, bytes, nst, nnorm, nb, cb;
+    if (!fkvf_mulsz((size_t)shape->k_stages * shape->key_dim, shape->k, &kd) ||
+        !fkvf_mulsz((size_t)shape->v_stages * shape->value_dim, shape->k, &vd) ||
+        !fkvf_addsz(kd, vd, &per) || !fkvf_mulsz(per, n_tabs, &total) ||
+        !fkvf_mulsz(total, sizeof(float), &bytes) ||
+        !fkvf_mulsz(n_tabs, (size_t)shape->k_stages + shape->v_stages, &nst) ||
+        !fkvf_mulsz(nst, shape->k, &nnorm) || !fkvf_mulsz(nnorm, sizeof(float), &nb) ||
+        !fkvf_mulsz(nst, sizeof(double), &cb))
+        return FKVF_E_NOMEM;
+    /* the CBK1 tables must be addressable too (f32: the same byte count) */
+    fkvf_rvq *q = fkvf_malloc(alloc, sizeof *q);
+    if (!q)
+        return FKVF_E_NOMEM;
+    memset(q, 0, sizeof *q);
+    q->alloc = *fkvf_alloc_or_default(alloc);
+    q->shape = *shape;
+    q->n_kv_heads = n_kv_heads;
+    q->n_tabs = n_tabs;
+    q->per_tab = per;
+    q->n_floats = total;
+    if (total) {
+        q->rows = fkvf_malloc(&q->alloc, bytes);
+        q->panels = q->rows ? fkvf_malloc(&q->alloc, bytes) : NULL;
+        q->norms = q->panels ? fkvf_malloc(&q->alloc, nb) : NULL;
+        q->cmax = q->norms ? fkvf_malloc(&q->alloc, cb) : NULL;
+        if (!q->cmax) {
+            fkvf_rvq_free(q);
+            return FKVF_E_NOMEM;
+        }
+    }
+    *out = q;
+    return FKVF_OK;
+}
+
+FKVF_API void fkvf_rvq_free(fkvf_rvq *q)
+{
+    if (!q)
+        return;
+    fkvf_allocator a = q->alloc;
+    fkvf_free(&a, q->rows);
+    fkvf_free(&a, q->panels);
+    fkvf_free(&a, q->norms);
+    fkvf_free(&a, q->cmax);
+    fkvf_free(&a, q);
+}
+
+size_t fkvfq_table_off(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s)
+{
+    const fkvf_codebook_shape *sh = &q->shape;
+    size_t base = tab * q->per_tab;
+    if (kv == 0)
+        return base + (size_t)s * sh->k * sh->key_dim;
+    return base + (size_t)sh->k_stages * sh->k * sh->key_dim + (size_t)s * sh->k * sh->value_dim;
+}
+
+static size_t stage_index(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s)
+{
+    return tab * ((size_t)q->shape.k_stages + q->shape.v_stages) +
+           (kv == 0 ? s : (size_t)q->shape.k_stages + s);
+}
+
+fkvfq_table fkvfq_rvq_table(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s)
+{
+    fkvfq_table t;
+    size_t off = fkvfq_table_off(q, tab, kv, s), si = stage_index(q, tab, kv, s);
+    t.rows = q->rows + off;
+    t.panels = q->panels + off;
+    t.norms = q->norms + si * q->shape.k;
+    t.cmax = q->cmax[si];
+    t.k = q->shape.k;
+    t.dim = kv == 0 ? q->shape.key_dim : q->shape.value_dim;
+    return t;
+}
+
+int fkvfq_rvq_prepare(fkvf_rvq *q)
+{
+    void *scratch = fkvf_malloc(&q->alloc, fkvfq_prepare_scratch(q->shape.k));
+    if (!scratch)
+        return FKVF_E_NOMEM;
+    for (size_t tab = 0; tab < q->n_tabs; tab++)
+        for (unsigned kv = 0; kv < 2; kv++) {
+            unsigned ns = kv == 0 ? q->shape.k_stages : q->shape.v_stages;
+            uint32_t dim = kv == 0 ? q->shape.key_dim : q->shape.value_dim;
+            for (unsigned s = 0; s < ns; s++) {
+                size_t off = fkvfq_table_off(q, tab, kv, s), si = stage_index(q, tab, kv, s);
+                fkvfq_table_prepare(q->rows + off, q->shape.k, dim, q->panels + off,
+                                    q->norms + si * q->shape.k, &q->cmax[si], scratch);
+            }
+        }
+    fkvf_free(&q->alloc, scratch);
+    return FKVF_OK;
+}
+
+FKVF_API void fkvf_rvq_shape(const fkvf_rvq *q, fkvf_codebook_shape *shape, uint32_t *n_kv_heads)
+{
+    if (shape) {
+        if (q)
+            *shape = q->shape;
+        else
+            memset(shape, 0, sizeof *shape);
+    }
+    if (n_kv_heads)
+        *n_kv_heads = q ? q->n_kv_heads : 0;
+}
+
+FKVF_API size_t fkvf_rvq_tables_size(const fkvf_rvq *q)
+{
+    if (!q)
+        return 0;
+    /* n_floats * 4 was checked at allocation; f16 is half of it */
+    return q->n_floats * (q->shape.dtype == FKVF_DTYPE_F16 ? 2 : 4);
+}
+
+FKVF_API int fkvf_rvq_tables(const fkvf_rvq *q, void *out, size_t size)
+{
+    if (!q || (!out && size) || size != fkvf_rvq_tables_size(q))
+        return FKVF_E_INVALID_ARG;
+    if (size)
+        fkvfq_store(q->shape.dtype, q->rows, out, q->n_floats);
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_rvq_from_tables(fkvf_rvq **out, const fkvf_codebook_shape *shape,
+                                  uint32_t n_kv_heads, const void *tables, size_t size,
+                                  const fkvf_allocator *alloc)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    *out = NULL;
+    if (fkvfq_shape_check(shape) || (!tables && size))
+        return FKVF_E_INVALID_ARG;
+    if (!n_kv_heads)
+        n_kv_heads = shape->n_heads;
+    fkvf_rvq *q;
+    int rc = fkvfq_rvq_alloc(&q, shape, n_kv_heads, alloc);
+    if (rc)
+        return rc;
+    if (size != fkvf_rvq_tables_size(q)) {
+        fkvf_rvq_free(q);
+        return FKVF_E_INVALID_ARG;
+    }
+    if (size)
+        fkvfq_load(shape->dtype, tables, q->rows, q->n_floats);
+    for (size_t i = 0; i < q->n_floats; i++)
+        if (!isfinite(q->rows[i])) {
+            fkvf_rvq_free(q);
+            return FKVF_E_INVALID_ARG;
+        }
+    if ((rc = fkvfq_rvq_prepare(q))) {
+        fkvf_rvq_free(q);
+        return rc;
+    }
+    *out = q;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
+                             unsigned v_stages)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    *out = NULL;
+    if (!q || k_stages > q->shape.k_stages || v_stages > q->shape.v_stages)
+        return FKVF_E_INVALID_ARG;
+    fkvf_codebook_shape sh = q->shape;
+    sh.k_stages = (uint8_t)k_stages;
+    sh.v_stages = (uint8_t)v_stages;
+    fkvf_rvq *n;
+    int rc = fkvfq_rvq_alloc(&n, &sh, q->n_kv_heads, &q->alloc);
+    if (rc)
+        return rc;
+    size_t kbytes = (size_t)k_stages * sh.k * sh.key_dim * sizeof(float);
+    size_t vbytes = (size_t)v_stages * sh.k * sh.value_dim * sizeof(float);
+    for (size_t tab = 0; tab < q->n_tabs; tab++) {
+        if (kbytes)
+            memcpy(n->rows + fkvfq_table_off(n, tab, 0, 0), q->rows + fkvfq_table_off(q, tab, 0, 0),
+                   kbytes);
+        if (vbytes)
+            memcpy(n->rows + fkvfq_table_off(n, tab, 1, 0), q->rows + fkvfq_table_off(q, tab, 1, 0),
+                   vbytes);
+    }
+    if ((rc = fkvfq_rvq_prepare(n))) {
+        fkvf_rvq_free(n);
+        return rc;
+    }
+    *out = n;
+    return FKVF_OK;
+}
+
+FKVF_API const float *fkvf_rvq_centroids(const fkvf_rvq *q, uint32_t layer, uint32_t head,
+                                         unsigned kv, unsigned stage)
+{
+    if (!q || layer >= q->shape.n_layers || head >= q->n_kv_heads || kv > 1 ||
+        stage >= (kv == 0 ? q->shape.k_stages : q->shape.v_stages))
+        return NULL;
+    size_t tab = (size_t)layer * q->shape.n_heads + (q->shape.pooled ? 0 : head);
+    return q->rows + fkvfq_table_off(q, tab, kv, stage);
+}
+
+FKVF_API size_t fkvf_rvq_codes_per_position(const fkvf_rvq *q)
+{
+    if (!q)
+        return 0;
+    return (size_t)q->shape.n_layers * q->n_kv_heads * ((size_t)q->shape.k_stages + q->shape.v_stages);
+}
+
+/* ---- shared checks for encode / decode ---------------------------------------- */
+
+/* Bytes of one cache row of q's shape in dtype dt; 0 on overflow. */
+static size_t row_bytes(const fkvf_rvq *q, fkvf_dtype dt)
+{
+    size_t es = fkvfq_dtype_size(dt), n;
+    size_t per_layer = (size_t)q->n_kv_heads * ((size_t)q->shape.key_dim + q->shape.value_dim);
+    if (!fkvf_mulsz(per_layer, q->shape.n_layers, &n) || !fkvf_mulsz(n, es, &n))
+        return 0;
+    return n;
+}
+
+/* Element offset of (layer, head, kv) within a row (spec 14.2). */
+static size_t vec_off(const fkvf_rvq *q, uint32_t l, uint32_t h, unsigned kv)
+{
+    size_t H = q->n_kv_heads, Dk = q->shape.key_dim, Dv = q->shape.value_dim;
+    size_t base = (size_t)l * H * (Dk + Dv);
+    return kv == 0 ? base + h * Dk : base + H * Dk + h * Dv;
+}
+
+static int codes_check(const fkvf_rvq *q, size_t n_rows, size_t pos_stride, size_t code_stride)
+{
+    size_t nc = fkvf_rvq_codes_per_position(q), a, b, c;
+    if (!n_rows || !nc)
+        return FKVF_OK;
+    if ((n_rows > 1 && !pos_stride) || (nc > 1 && !code_stride))
+        return FKVF_E_INVALID_ARG;
+    if (!fkvf_mulsz(n_rows - 1, pos_stride, &a) || !fkvf_mulsz(nc - 1, code_stride, &b) ||
+        !fkvf_addsz(a, b, &c))
+        return FKVF_E_INVALID_ARG;
+    return FKVF_OK;
+}
+
+static size_t code_index(const fkvf_rvq *q, uint32_t l, uint32_t h, unsigned kv, unsigned s)
+{
+    size_t m = (size_t)q->shape.k_stages + q->shape.v_stages;
+    return ((size_t)l * q->n_kv_heads + h) * m + (kv == 0 ? s : (size_t)q->shape.k_stages + s);
+}
+
+/* ---- encoding ------------------------------------------------------------------ */
+
+typedef struct beam_cand {
+    double key;
+    uint32_t b, c;
+} beam_cand;
+
+typedef struct enc_scratch {
+    float *x;        /* Q_CHUNK vectors of dmax */
+    float *scores;   /* nsc * k */
+    float *pmin;     /* nsc * k / FKVFQ_PANEL */
+    double *freqs;   /* rope_dims / 2 */
+    double *cs;      /* Q_CHUNK * rope_dims */
+    double *tmp;     /* rope_dims */
+    /* beam */
+    float *res[2];   /* B * dmax each */
+    double *err[2];  /* B each */
+    uint16_t *path[2]; /* B * 16 each */
+    beam_cand *cand; /* B - 1 */
+    float *recon;    /* dmax */
+} enc_scratch;
+
+/* Beam search for one vector x of table set (tab, kv) with ns stages; the
+ * chosen codes go to out[s * ostride]. */
+static void beam_one(const fkvf_rvq *q, enc_scratch *w, size_t tab, unsigned kv, unsigned ns,
+                     unsigned B, const float *x, uint16_t *out, size_t ostride)
+{
+    const uint32_t k = q->shape.k, dim = kv == 0 ? q->shape.key_dim : q->shape.value_dim;
+    unsigned nb = 1, cur = 0;
+    memcpy(w->res[0], x, dim * sizeof(float));
+    double e0 = 0;
+    for (uint32_t d = 0; d < dim; d++)
+        e0 += (double)x[d] * x[d];
+    w->err[0][0] = e0;
+    for (unsigned s = 0; s < ns; s++) {
+        fkvfq_table t = fkvfq_rvq_table(q, tab, kv, s);
+        const float *res = w->res[cur];
+        for (unsigned b0 = 0; b0 < nb; b0 += FKVFQ_BLOCK) {
+            const float *xp[FKVFQ_BLOCK];
+            for (unsigned u = 0; u < FKVFQ_BLOCK; u++)
+                xp[u] = res + (size_t)(b0 + u < nb ? b0 + u : nb - 1) * dim;
+            fkvfq_scores4(&t, xp, w->scores + (size_t)b0 * k,
+                          w->pmin + (size_t)b0 * (k / FKVFQ_PANEL));
+        }
+        /* slot 0 carries the greedy path: its exact nearest centroid */
+        uint32_t cg = fkvfq_pick(&t, res, w->scores, w->pmin, NULL);
+        /* the B-1 best other candidates by estimated error, ties to (b, c) order */
+        unsigned nc = 0, cap = B - 1;
+        for (unsigned b = 0; b < nb && cap; b++) {
+            const float *sc = w->scores + (size_t)b * k;
+            double eb = w->err[cur][b];
+            for (uint32_t c = 0; c < k; c++) {
+                if (b == 0 && c == cg)
+                    continue;
+                double key = eb + (double)sc[c];
+                if (nc == cap && !(key < w->cand[nc - 1].key))
+                    continue;
+                unsigned pos = nc < cap ? nc++ : nc - 1;
+                while (pos > 0 && key < w->cand[pos - 1].key) {
+                    w->cand[pos] = w->cand[pos - 1];
+                    pos--;
+                }
+                w->cand[pos].key = key;
+                w->cand[pos].b = b;
+                w->cand[pos].c = c;
+            }
+        }
+        /* build the next set of paths */
+        unsigned nxt = cur ^ 1;
+        for (unsigned i = 0; i <= nc; i++) {
+            uint32_t b = i == 0 ? 0 : w->cand[i - 1].b, c = i == 0 ? cg : w->cand[i - 1].c;
+            const float *pr = res + (size_t)b * dim, *row = t.rows + (size_t)c * dim;
+            float *nr = w->res[nxt] + (size_t)i * dim;
+            double e = 0;
+            for (uint32_t d = 0; d < dim; d++) {
+                nr[d] = pr[d] - row[d];
+                e += (double)nr[d] * nr[d];
+            }
+            w->err[nxt][i] = e;
+            memcpy(w->path[nxt] + (size_t)i * 16, w->path[cur] + (size_t)b * 16,
+                   s * sizeof(uint16_t));
+            w->path[nxt][(size_t)i * 16 + s] = (uint16_t)c;
+        }
+        nb = nc + 1;
+        cur = nxt;
+    }
+    /* final choice by the decoder's reconstruction; ties keep the earlier
+     * slot, so greedy (slot 0) wins ties */
+    unsigned best = 0;
+    double be = 0;
+    for (unsigned i = 0; i < nb; i++) {
+        const uint16_t *pa = w->path[cur] + (size_t)i * 16;
+        for (uint32_t d = 0; d < dim; d++)
+            w->recon[d] = 0.0f;
+        for (unsigned s = 0; s < ns; s++) {
+            const float *row = q->rows + fkvfq_table_off(q, tab, kv, s) + (size_t)pa[s] * dim;
+            for (uint32_t d = 0; d < dim; d++)
+                w->recon[d] += row[d];
+        }
+        double e = fkvfq_dist(x, w->recon, dim);
+        if (i == 0 || e < be) {
+            be = e;
+            best = i;
+        }
+    }
+    for (unsigned s = 0; s < ns; s++)
+        out[s * ostride] = w->path[cur][(size_t)best * 16 + s];
+}
+
+static void enc_free(const fkvf_allocator *a, enc_scratch *w)
+{
+    fkvf_free(a, w->x);
+    fkvf_free(a, w->scores);
+    fkvf_free(a, w->pmin);
+    fkvf_free(a, w->freqs);
+    fkvf_free(a, w->cs);
+    fkvf_free(a, w->tmp);
+    for (int i = 0; i < 2; i++) {
+        fkvf_free(a, w->res[i]);
+        fkvf_free(a, w->err[i]);
+        fkvf_free(a, w->path[i]);
+    }
+    fkvf_free(a, w->cand);
+    fkvf_free(a, w->recon);
+}
+
+FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_rope,
+                             unsigned beam_width, uint16_t *codes, size_t pos_stride,
+                             size_t code_stride)
+{
+    if (!q || !rows || beam_width > FKVF_RVQ_MAX_BEAM)
+        return FKVF_E_INVALID_ARG;
+    const fkvf_codebook_shape *sh = &q->shape;
+    size_t es = fkvfq_dtype_size(rows->dtype), rb = es ? row_bytes(q, rows->dtype) : 0, all;
+    if (!rb || (key_rope && !fkvfq_rope_valid(key_rope, sh->key_dim)) ||
+        !fkvf_mulsz(rows->n_rows, rb, &all) || (rows->n_rows && !rows->data) ||
+        (rows->n_rows && rows->first_position > UINT64_MAX - (rows->n_rows - 1)))
+        return FKVF_E_INVALID_ARG;
+    int rc = codes_check(q, rows->n_rows, pos_stride, code_stride);
+    if (rc)
+        return rc;
+    if (!rows->n_rows || !fkvf_rvq_codes_per_position(q))
+        return FKVF_OK;
+    if (!codes)
+        return FKVF_E_INVALID_ARG;
+
+    const fkvf_allocator *a = &q->alloc;
+    const uint32_t k = sh->k;
+    const unsigned B = beam_width <= 1 ? 1 : beam_width;
+    const uint32_t dmax = sh->key_dim > sh->value_dim ? sh->key_dim : sh->value_dim;
+    const uint32_t rd = key_rope ? key_rope->rope_dims : 0;
+    unsigned nsc = B < FKVFQ_BLOCK ? FKVFQ_BLOCK : (B + FKVFQ_BLOCK - 1) / FKVFQ_BLOCK * FKVFQ_BLOCK;
+    enc_scratch w;
+    memset(&w, 0, sizeof w);
+    int ok = (w.x = fkvf_calloc(a, (size_t)Q_CHUNK * dmax, sizeof(float))) &&
+             (w.scores = fkvf_calloc(a, (size_t)nsc * k, sizeof(float))) &&
+             (w.pmin = fkvf_calloc(a, (size_t)nsc * (k / FKVFQ_PANEL), sizeof(float)));
+    if (ok && rd)
+        ok = (w.freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
+             (w.cs = fkvf_calloc(a, (size_t)Q_CHUNK * rd, sizeof(double))) &&
+             (w.tmp = fkvf_calloc(a, rd, sizeof(double)));
+    if (ok && B > 1) {
+        for (int i = 0; i < 2 && ok; i++)
+            ok = (w.res[i] = fkvf_calloc(a, (size_t)B * dmax, sizeof(float))) &&
+                 (w.err[i] = fkvf_calloc(a, B, sizeof(double))) &&
+                 (w.path[i] = fkvf_calloc(a, (size_t)B * 16, sizeof(uint16_t)));
+        ok = ok && (w.cand = fkvf_calloc(a, B, sizeof(beam_cand))) &&
+             (w.recon = fkvf_calloc(a, dmax, sizeof(float)));
+    }
+    if (!ok) {
+        enc_free(a, &w);
+        return FKVF_E_NOMEM;
+    }
+    if (rd)
+        fkvfq_rope_freqs(key_rope, w.freqs);
+
+    const uint8_t *data = rows->data;
+    for (size_t i0 = 0; i0 < rows->n_rows; i0 += Q_CHUNK) {
+        size_t nb = rows->n_rows - i0 < Q_CHUNK ? rows->n_rows - i0 : Q_CHUNK;
+        if (rd)
+            for (size_t j = 0; j < nb; j++)
+                fkvfq_rope_angles(key_rope, w.freqs, rows->first_position + i0 + j,
+                                  w.cs + j * rd);
+        for (uint32_t l = 0; l < sh->n_layers; l++)
+            for (uint32_t h = 0; h < q->n_kv_heads; h++)
+                for (unsigned kv = 0; kv < 2; kv++) {
+                    unsigned ns = kv == 0 ? sh->k_stages : sh->v_stages;
+                    uint32_t dim = kv == 0 ? sh->key_dim : sh->value_dim;
+                    if (!ns)
+                        continue;
+                    size_t tab = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h);
+                    size_t eoff = vec_off(q, l, h, kv) * es;
+                    for (size_t j = 0; j < nb; j++) {
+                        float *xj = w.x + j * dim;
+                        fkvfq_load(rows->dtype, data + (i0 + j) * rb + eoff, xj, dim);
+                        if (kv == 0 && rd)
+                            fkvfq_rope_rotate_f32(key_rope, w.cs + j * rd, 1, xj, w.tmp);
+                    }
+                    size_t c0 = code_index(q, l, h, kv, 0);
+                    if (B > 1) {
+                        for (size_t j = 0; j < nb; j++)
+                            beam_one(q, &w, tab, kv, ns, B, w.x + j * dim,
+                                     codes + (i0 + j) * pos_stride + c0 * code_stride,
+                                     code_stride);
+                        continue;
+                    }
+                    for (unsigned s = 0; s < ns; s++) {
+                        fkvfq_table t = fkvfq_rvq_table(q, tab, kv, s);
+                        for (size_t j0 = 0; j0 < nb; j0 += FKVFQ_BLOCK) {
+                            const float *xp[FKVFQ_BLOCK];
+                            for (size_t u = 0; u < FKVFQ_BLOCK; u++)
+                                xp[u] = w.x + (j0 + u < nb ? j0 + u : nb - 1) * dim;
+                            fkvfq_scores4(&t, xp, w.scores, w.pmin);
+                            for (size_t u = 0; u < FKVFQ_BLOCK && j0 + u < nb; u++) {
+                                uint32_t c = fkvfq_pick(&t, xp[u], w.scores + u * k,
+                                                        w.pmin + u * (k / FKVFQ_PANEL), NULL);
+                                codes[(i0 + j0 + u) * pos_stride + (c0 + s) * code_stride] =
+                                    (uint16_t)c;
+                                float *xr = w.x + (j0 + u) * dim;
+                                const float *row = t.rows + (size_t)c * dim;
+                                for (uint32_t d = 0; d < dim; d++)
+                                    xr[d] -= row[d];
+                            }
+                        }
+                    }
+                }
+    }
+    enc_free(a, &w);
+    return FKVF_OK;
+}
+
+/* ---- decoding ------------------------------------------------------------------ */
+
+/* positions decoded per pass over the tables: a (layer, head, K|V) table set
+ * stays in cache while the chunk's vectors are summed from it */
+#define Q_DCHUNK 512
+/* positions ahead whose centroid rows are prefetched */
+#define Q_PREFETCH 6
+/* chunks of at least this many positions stream the next table set */
+#define Q_STREAM_MIN 64
+
+/* acc = +0.0 + row 0 + row 1 + ... in binary32, stage order (spec 13.6) */
+static void sum_rows(float *restrict acc, const float *const *rowp, unsigned ns, uint32_t dim)
+{
+    uint32_t d = 0;
+    for (; d + 16 <= dim; d += 16) {
+        float a[16];
+        for (int i = 0; i < 16; i++)
+            a[i] = 0.0f;
+        for (unsigned s = 0; s < ns; s++) {
+            const float *restrict r = rowp[s] + d;
+            for (int i = 0; i < 16; i++)
+                a[i] += r[i];
+        }
+        memcpy(acc + d, a, sizeof a);
+    }
+    for (; d < dim; d++) {
+        float a = 0.0f;
+        for (unsigned s = 0; s < ns; s++)
+            a += rowp[s][d];
+        acc[d] = a;
+    }
+}
+
+#if defined(FKVFQ_HAVE_VEC) && defined(__x86_64__)
+#define Q_SUM_AVX2 1
+/* sum_rows and the conversion to dt in one pass, 8 lanes (AVX2 CPUs; the
+ * same binary32 additions in the same order, the same rounding) */
+__attribute__((target("avx2"))) static void sum_store_avx2(fkvf_dtype dt,
+                                                           const float *const *rowp,
+                                                           unsigned ns, uint32_t dim,
+                                                           uint8_t *dst)
+{
+    uint32_t d = 0;
+    for (; d + 8 <= dim; d += 8) {
+        fkvfq_vf_8 a = {0, 0, 0, 0, 0, 0, 0, 0}, r;
+        for (unsigned s = 0; s < ns; s++) {
+            memcpy(&r, rowp[s] + d, sizeof r);
+            a += r;
+        }
+        fkvfq_vi_8 bits = (fkvfq_vi_8)a;
+        fkvfq_vh_8 h;
+        if (dt == FKVF_DTYPE_F16) {
+            fkvfq_v_f16_8(&bits, &h);
+            memcpy(dst + 2 * (size_t)d, &h, sizeof h);
+        } else if (dt == FKVF_DTYPE_BF16) {
+            fkvfq_v_bf16_8(&bits, &h);
+            memcpy(dst + 2 * (size_t)d, &h, sizeof h);
+        } else {
+            memcpy(dst + 4 * (size_t)d, &a, sizeof a);
+        }
+    }
+    if (d < dim) {
+        float acc[8];
+        uint32_t m = dim - d;
+        for (uint32_t j = 0; j < m; j++) {
+            float a = 0.0f;
+            for (unsigned s = 0; s < ns; s++)
+                a += rowp[s][d + j];
+            acc[j] = a;
+        }
+        fkvfq_store(dt, acc, dst + (size_t)d * fkvfq_dtype_size(dt), m);
+    }
+}
+#endif
+
+FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
+                             size_t code_stride, size_t n_rows, uint64_t first_position,
+                             const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
+                             size_t out_size)
+{
+    if (!q)
+        return FKVF_E_INVALID_ARG;
+    const fkvf_codebook_shape *sh = &q->shape;
+    size_t es = fkvfq_dtype_size(out_dtype), rb = es ? row_bytes(q, out_dtype) : 0, all;
+    if (!rb || (key_rope && !fkvfq_rope_valid(key_rope, sh->key_dim)) ||
+        !fkvf_mulsz(n_rows, rb, &all) || out_size < all || (n_rows && !out) ||
+        (n_rows && first_position > UINT64_MAX - (n_rows - 1)))
+        return FKVF_E_INVALID_ARG;
+    int rc = codes_check(q, n_rows, pos_stride, code_stride);
+    if (rc)
+        return rc;
+    if (!n_rows)
+        return FKVF_OK;
+    size_t nc = fkvf_rvq_codes_per_position(q);
+    if (nc && !codes)
+        return FKVF_E_INVALID_ARG;
+    /* every code in range before anything is written */
+    for (size_t i = 0; i < n_rows; i++)
+        for (size_t j = 0; j < nc; j++)
+            if (codes[i * pos_stride + j * code_stride] >= sh->k)
+                return FKVF_E_RANGE;
+
+    const fkvf_allocator *a = &q->alloc;
+    const uint32_t dmax = sh->key_dim > sh->value_dim ? sh->key_dim : sh->value_dim;
+    const uint32_t rd = key_rope ? key_rope->rope_dims : 0;
+    float *acc = fkvf_calloc(a, dmax, sizeof(float));
+    double *freqs = NULL, *cs = NULL, *tmp = NULL;
+    int ok = acc != NULL;
+    if (ok && rd)
+        ok = (freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
+             (cs = fkvf_calloc(a, (size_t)Q_DCHUNK * rd, sizeof(double))) &&
+             (tmp = fkvf_calloc(a, rd, sizeof(double)));
+    if (!ok) {
+        fkvf_free(a, acc);
+        fkvf_free(a, freqs);
+        fkvf_free(a, cs);
+        fkvf_free(a, tmp);
+        return FKVF_E_NOMEM;
+    }
+    if (rd)
+        fkvfq_rope_freqs(key_rope, freqs);
+    uint8_t *o = out;
+    const size_t m = (size_t)sh->k_stages + sh->v_stages;
+#ifdef Q_SUM_AVX2
+    const int avx2 = fkvfq_cpu_avx2();
+#endif
+    for (size_t i0 = 0; i0 < n_rows; i0 += Q_DCHUNK) {
+        size_t nb = n_rows - i0 < Q_DCHUNK ? n_rows - i0 : Q_DCHUNK;
+        if (rd)
+            for (size_t i = 0; i < nb; i++)
+                fkvfq_rope_angles(key_rope, freqs, first_position + i0 + i, cs + i * rd);
+        for (uint32_t l = 0; l < sh->n_layers; l++)
+            for (uint32_t h = 0; h < q->n_kv_heads; h++)
+                for (unsigned kv = 0; kv < 2; kv++) {
+                    size_t tab = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h);
+                    unsigned ns = kv == 0 ? sh->k_stages : sh->v_stages;
+                    uint32_t dim = kv == 0 ? sh->key_dim : sh->value_dim;
+                    size_t cj = ((size_t)l * q->n_kv_heads + h) * m + (kv ? sh->k_stages : 0);
+                    size_t ooff = vec_off(q, l, h, kv) * es;
+                    const float *tb[16], *rowp[16];
+                    for (unsigned s = 0; s < ns; s++)
+                        tb[s] = q->rows + fkvfq_table_off(q, tab, kv, s);
+                    /* Stream the next table set (they follow each other in
+                     * memory in this loop order) into cache while this one
+                     * is used: sequential reads instead of random misses. */
+                    const char *nx = NULL;
+                    size_t nx_bytes = 0;
+                    if (nb >= Q_STREAM_MIN && ns) {
+                        size_t here = fkvfq_table_off(q, tab, kv, 0) +
+                                      (size_t)ns * sh->k * dim;
+                        unsigned nns = kv == 0 ? sh->v_stages : sh->k_stages;
+                        uint32_t ndim = kv == 0 ? sh->value_dim : sh->key_dim;
+                        if (here < q->n_floats) {
+                            nx = (const char *)(q->rows + here);
+                            nx_bytes = (size_t)nns * sh->k * ndim * sizeof(float);
+                            if (nx_bytes > (q->n_floats - here) * sizeof(float))
+                                nx_bytes = (q->n_floats - here) * sizeof(float);
+                        }
+                    }
+                    size_t nx_step = nx ? (nx_bytes / nb + 63) & ~(size_t)63 : 0, nx_done = 0;
+                    for (size_t i = 0; i < nb; i++) {
+#if defined(__GNUC__) || defined(__clang__)
+                        for (size_t b = 0; b < nx_step && nx_done < nx_bytes; b += 64, nx_done += 64)
+                            __builtin_prefetch(nx + nx_done);
+#endif
+                        for (unsigned s = 0; s < ns; s++)
+                            rowp[s] = tb[s] + (size_t)codes[(i0 + i) * pos_stride +
+                                                            (cj + s) * code_stride] *
+                                                  dim;
+#if defined(__GNUC__) || defined(__clang__)
+                        /* the rows a few positions ahead: random rows of a
+                         * table set that may not be in cache yet */
+                        if (i + Q_PREFETCH < nb) {
+                            size_t cn = (i0 + i + Q_PREFETCH) * pos_stride + cj * code_stride;
+                            for (unsigned s = 0; s < ns; s++) {
+                                const char *r = (const char *)(tb[s] +
+                                                               (size_t)codes[cn + s * code_stride] *
+                                                                   dim);
+                                for (size_t b = 0; b < dim * sizeof(float); b += 64)
+                                    __builtin_prefetch(r + b);
+                            }
+                        }
+#endif
+                        uint8_t *dst = o + (i0 + i) * rb + ooff;
+#ifdef Q_SUM_AVX2
+                        if (avx2 && !(kv == 0 && rd)) {
+                            sum_store_avx2(out_dtype, rowp, ns, dim, dst);
+                            continue;
+                        }
+#endif
+                        sum_rows(acc, rowp, ns, dim);
+                        if (kv == 0 && rd)
+                            fkvfq_rope_rotate_f32(key_rope, cs + i * rd, 0, acc, tmp);
+                        fkvfq_store(out_dtype, acc, dst, dim);
+                    }
+                }
+    }
+    fkvf_free(a, acc);
+    fkvf_free(a, freqs);
+    fkvf_free(a, cs);
+    fkvf_free(a, tmp);
+    return FKVF_OK;
+}

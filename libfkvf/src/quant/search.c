@@ -1,0 +1,312 @@
+/* Nearest-centroid search: binary32 scores ||c||^2 - 2<x, c> computed four
+ * vectors at a time, then an exact pick among the near-best (binary64). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+
+typedef struct norm_ix {
+    double n2;
+    uint32_t c;
+} norm_ix;
+
+static int norm_ix_cmp(const void *pa, const void *pb)
+{
+    const norm_ix *a = pa, *b = pb;
+    if (a->n2 != b->n2)
+        return a->n2 < b->n2 ? -1 : 1;
+    return a->c < b->c ? -1 : (a->c > b->c);
+}
+
+static int rows_equal(const float *a, const float *b, uint32_t dim)
+{
+    for (uint32_t d = 0; d < dim; d++)
+        if (!(a[d] == b[d]))
+            return 0;
+    return 1;
+}
+
+void fkvfq_table_prepare(const float *rows, uint32_t k, uint32_t dim, float *panels,
+                         float *norms, double *cmax, void *scratch)
+{
+    norm_ix *ix = scratch;
+    double mx = 0;
+    for (uint32_t c = 0; c < k; c++) {
+        const float *r = rows + (size_t)c * dim;
+        double n2 = 0;
+        for (uint32_t d = 0; d < dim; d++)
+            n2 += (double)r[d] * r[d];
+        norms[c] = (float)n2;
+        ix[c].n2 = n2;
+        ix[c].c = c;
+        if (n2 > mx)
+            mx = n2;
+        float *pan = panels + (size_t)(c / FKVFQ_PANEL) * FKVFQ_PANEL * dim + c % FKVFQ_PANEL;
+        for (uint32_t d = 0; d < dim; d++)
+            pan[(size_t)d * FKVFQ_PANEL] = r[d];
+    }
+    /* a little above the true maximum norm */
+    *cmax = sqrt(mx) * (1 + 0x1p-40);
+    /* A centroid equal to one with a smaller index can never be the nearest
+     * (ties go to the smaller index): an infinite norm keeps it out of the
+     * candidates, so degenerate tables (all-zero late stages trained on
+     * exhausted residuals) do not make every search a full re-check. Equal
+     * rows have equal norms: compare within runs of equal norm only. */
+    qsort(ix, k, sizeof *ix, norm_ix_cmp);
+    for (uint32_t a = 0; a < k;) {
+        uint32_t b = a + 1;
+        while (b < k && ix[b].n2 == ix[a].n2)
+            b++;
+        for (uint32_t j = a + 1; j < b; j++)
+            for (uint32_t i = a; i < j; i++)
+                if (isfinite(norms[ix[i].c]) &&
+                    rows_equal(rows + (size_t)ix[i].c * dim, rows + (size_t)ix[j].c * dim, dim)) {
+                    norms[ix[j].c] = INFINITY;
+                    break;
+                }
+        a = b;
+    }
+}
+
+size_t fkvfq_prepare_scratch(uint32_t k) { return (size_t)k * sizeof(norm_ix); }
+
+/* The scoring kernels: four vectors against a panel of centroids at a time,
+ * so every centroid element loaded is used four times, with the
+ * accumulators held in registers (explicit vectors: GCC at -O2 keeps array
+ * accumulators in memory). Every lane accumulates its dot product in order
+ * d = 0..dim-1, with or without fused multiply-add; fkvfq_pick's rounding
+ * bound covers both. */
+
+/* pmin[j * (k/16) + p] = smallest of scores[j * k + 16p .. 16p + 15] */
+static void panel_mins(const float *scores, uint32_t k, float *pmin)
+{
+    for (size_t i = 0; i < (size_t)FKVFQ_BLOCK * k; i += FKVFQ_PANEL) {
+        float m = scores[i];
+        for (int l = 1; l < FKVFQ_PANEL; l++)
+            m = scores[i + l] < m ? scores[i + l] : m;
+        pmin[i / FKVFQ_PANEL] = m;
+    }
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+typedef float q_v4 __attribute__((vector_size(16)));
+
+static inline q_v4 v4_load(const float *p)
+{
+    q_v4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void v4_store(float *p, q_v4 v) { memcpy(p, &v, sizeof v); }
+
+/* 128-bit vectors (SSE2, NEON, or scalarized by the compiler): half a panel
+ * (8 centroids) per pass, 8 accumulators. */
+static void scores4_generic(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK],
+                            float *scores, float *pmin)
+{
+    const uint32_t k = t->k, dim = t->dim;
+    const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
+    for (uint32_t p = 0; p < k; p += 8) {
+        const float *pan = t->panels + (size_t)(p / FKVFQ_PANEL) * FKVFQ_PANEL * dim +
+                           p % FKVFQ_PANEL;
+        q_v4 a00 = {0, 0, 0, 0}, a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
+             a30 = a00, a31 = a00;
+        for (uint32_t d = 0; d < dim; d++) {
+            const float *c = pan + (size_t)d * FKVFQ_PANEL;
+            q_v4 c0 = v4_load(c), c1 = v4_load(c + 4);
+            float v0 = x0[d], v1 = x1[d], v2 = x2[d], v3 = x3[d];
+            a00 += v0 * c0;
+            a01 += v0 * c1;
+            a10 += v1 * c0;
+            a11 += v1 * c1;
+            a20 += v2 * c0;
+            a21 += v2 * c1;
+            a30 += v3 * c0;
+            a31 += v3 * c1;
+        }
+        q_v4 n0 = v4_load(t->norms + p), n1 = v4_load(t->norms + p + 4);
+        v4_store(scores + p, n0 - 2.0f * a00);
+        v4_store(scores + p + 4, n1 - 2.0f * a01);
+        v4_store(scores + k + p, n0 - 2.0f * a10);
+        v4_store(scores + k + p + 4, n1 - 2.0f * a11);
+        v4_store(scores + 2 * (size_t)k + p, n0 - 2.0f * a20);
+        v4_store(scores + 2 * (size_t)k + p + 4, n1 - 2.0f * a21);
+        v4_store(scores + 3 * (size_t)k + p, n0 - 2.0f * a30);
+        v4_store(scores + 3 * (size_t)k + p + 4, n1 - 2.0f * a31);
+    }
+    panel_mins(scores, k, pmin);
+}
+#else
+/* plain C for other compilers */
+static void scores4_generic(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK],
+                            float *scores, float *pmin)
+{
+    const uint32_t k = t->k, dim = t->dim;
+    for (unsigned j = 0; j < FKVFQ_BLOCK; j++)
+        for (uint32_t c = 0; c < k; c++) {
+            const float *pan = t->panels + (size_t)(c / FKVFQ_PANEL) * FKVFQ_PANEL * dim +
+                               c % FKVFQ_PANEL;
+            float a = 0;
+            for (uint32_t d = 0; d < dim; d++)
+                a += x[j][d] * pan[(size_t)d * FKVFQ_PANEL];
+            scores[j * (size_t)k + c] = t->norms[c] - 2.0f * a;
+        }
+    panel_mins(scores, k, pmin);
+}
+#endif
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define Q_HAVE_AVX2 1
+#include <immintrin.h>
+
+/* AVX2 + FMA: a whole panel (16 centroids = 2 registers) per pass, 8
+ * accumulators. */
+__attribute__((target("avx2,fma"))) static void scores4_avx2(const fkvfq_table *t,
+                                                             const float *const x[FKVFQ_BLOCK],
+                                                             float *scores, float *pmin)
+{
+    const uint32_t k = t->k, dim = t->dim;
+    const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
+    const __m256 two = _mm256_set1_ps(2.0f);
+    for (uint32_t p = 0; p < k; p += FKVFQ_PANEL) {
+        const float *pan = t->panels + (size_t)p * dim;
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
+               a21 = a00, a30 = a00, a31 = a00;
+        for (uint32_t d = 0; d < dim; d++) {
+            const float *c = pan + (size_t)d * FKVFQ_PANEL;
+            __m256 c0 = _mm256_loadu_ps(c), c1 = _mm256_loadu_ps(c + 8), b;
+            b = _mm256_broadcast_ss(x0 + d);
+            a00 = _mm256_fmadd_ps(b, c0, a00);
+            a01 = _mm256_fmadd_ps(b, c1, a01);
+            b = _mm256_broadcast_ss(x1 + d);
+            a10 = _mm256_fmadd_ps(b, c0, a10);
+            a11 = _mm256_fmadd_ps(b, c1, a11);
+            b = _mm256_broadcast_ss(x2 + d);
+            a20 = _mm256_fmadd_ps(b, c0, a20);
+            a21 = _mm256_fmadd_ps(b, c1, a21);
+            b = _mm256_broadcast_ss(x3 + d);
+            a30 = _mm256_fmadd_ps(b, c0, a30);
+            a31 = _mm256_fmadd_ps(b, c1, a31);
+        }
+        /* norm - 2 * acc; 2 * acc is exact, so one rounding as in the generic path */
+        __m256 n0 = _mm256_loadu_ps(t->norms + p), n1 = _mm256_loadu_ps(t->norms + p + 8);
+        __m256 s0, s1, mn;
+        const size_t np = k / FKVFQ_PANEL, pi = p / FKVFQ_PANEL;
+#define Q_OUT(j, lo, hi)                                                                   \
+    s0 = _mm256_fnmadd_ps(two, lo, n0);                                                    \
+    s1 = _mm256_fnmadd_ps(two, hi, n1);                                                    \
+    _mm256_storeu_ps(scores + (j) * (size_t)k + p, s0);                                    \
+    _mm256_storeu_ps(scores + (j) * (size_t)k + p + 8, s1);                                \
+    mn = _mm256_min_ps(s0, s1);                                                            \
+    mn = _mm256_min_ps(mn, _mm256_permute2f128_ps(mn, mn, 1));                             \
+    mn = _mm256_min_ps(mn, _mm256_shuffle_ps(mn, mn, _MM_SHUFFLE(1, 0, 3, 2)));            \
+    mn = _mm256_min_ps(mn, _mm256_shuffle_ps(mn, mn, _MM_SHUFFLE(2, 3, 0, 1)));            \
+    pmin[(j) * np + pi] = _mm256_cvtss_f32(mn);
+        Q_OUT(0, a00, a01)
+        Q_OUT(1, a10, a11)
+        Q_OUT(2, a20, a21)
+        Q_OUT(3, a30, a31)
+#undef Q_OUT
+    }
+}
+#endif
+
+int fkvfq_cpu_avx2(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+void fkvfq_scores4_portable(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK],
+                            float *scores, float *pmin)
+{
+    scores4_generic(t, x, scores, pmin);
+}
+
+void fkvfq_scores4(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK], float *scores,
+                   float *pmin)
+{
+#ifdef Q_HAVE_AVX2
+    if (fkvfq_cpu_avx2()) {
+        scores4_avx2(t, x, scores, pmin);
+        return;
+    }
+#endif
+    scores4_generic(t, x, scores, pmin);
+}
+
+double fkvfq_dist(const float *x, const float *c, uint32_t dim)
+{
+    double s = 0;
+    for (uint32_t d = 0; d < dim; d++) {
+        double e = (double)x[d] - (double)c[d];
+        s += e * e;
+    }
+    return s;
+}
+
+uint32_t fkvfq_pick(const fkvfq_table *t, const float *x, const float *scores,
+                    const float *pmin, double *dist)
+{
+    const uint32_t k = t->k, dim = t->dim, np = k / FKVFQ_PANEL;
+    float bs = pmin[0];
+    for (uint32_t p = 1; p < np; p++)
+        bs = pmin[p] < bs ? pmin[p] : bs;
+    /* Rounding bound (u = 2^-24): the binary32 score of c differs from the
+     * exact ||c||^2 - 2<x, c> by at most u*||c||^2 (norm), 2*gamma_dim*
+     * ||x||*||c|| (dot product, Cauchy-Schwarz) and u*|score| (subtraction),
+     * all below u*(dim+2)*(cmax^2 + 2*||x||*cmax). E doubles that and adds a
+     * term for underflow. The true nearest centroid scores at most 2E above
+     * the best binary32 score, so only scores up to there are re-checked. */
+    double xl[4] = {0, 0, 0, 0};
+    uint32_t d = 0;
+    for (; d + 4 <= dim; d += 4)
+        for (int l = 0; l < 4; l++)
+            xl[l] += (double)x[d + l] * x[d + l];
+    for (; d < dim; d++)
+        xl[0] += (double)x[d] * x[d];
+    double xn = sqrt((xl[0] + xl[1]) + (xl[2] + xl[3])) * (1 + 0x1p-40), cm = t->cmax;
+    double e = (double)(dim + 4) * 0x1p-23 * (cm * cm + 2 * xn * cm) + (double)dim * 0x1p-120;
+    double thr = (double)bs + 2 * e;
+    float thrf = (float)thr;
+    if ((double)thrf < thr)
+        thrf = nextafterf(thrf, INFINITY);
+    /* candidates: scores <= thrf, found through the panel minimums */
+    uint32_t pick = 0, first = UINT32_MAX, nc = 0;
+    double pd = -1;
+    for (uint32_t p = 0; p < np && nc < 2; p++) {
+        if (!(pmin[p] <= thrf))
+            continue;
+        for (uint32_t c = p * FKVFQ_PANEL; c < (p + 1) * FKVFQ_PANEL; c++)
+            if (scores[c] <= thrf) {
+                if (first == UINT32_MAX)
+                    first = c;
+                if (++nc == 2)
+                    break;
+            }
+    }
+    if (nc == 1) {
+        pick = first;
+    } else if (nc > 1) {
+        for (uint32_t p = first / FKVFQ_PANEL; p < np; p++) {
+            if (!(pmin[p] <= thrf))
+                continue;
+            for (uint32_t c = p * FKVFQ_PANEL; c < (p + 1) * FKVFQ_PANEL; c++) {
+                if (!(scores[c] <= thrf))
+                    continue;
+                double dc = fkvfq_dist(x, t->rows + (size_t)c * dim, dim);
+                if (pd < 0 || dc < pd) {
+                    pd = dc;
+                    pick = c;
+                }
+            }
+        }
+    } /* nc == 0: not-a-number inputs; centroid 0 */
+    if (dist)
+        *dist = pd >= 0 ? pd : fkvfq_dist(x, t->rows + (size_t)pick * dim, dim);
+    return pick;
+}

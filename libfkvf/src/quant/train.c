@@ -1,0 +1,536 @@
+/* RVQ training: per (layer, head or pooled, K|V), stage by stage, k-means
+ * with k-means++ seeding, Lloyd iterations and empty-cluster repair on the
+ * residuals the encoder leaves after the previous stages. Deterministic:
+ * one splitmix64 stream per table and stage derived from the seed, a fixed
+ * evaluation order, exact (binary64-checked) assignments, binary64 means. */
+#include <math.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "ckd.h"
+#include "half.h"
+#include "quant.h"
+
+/* ---- PRNG (splitmix64) -------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+typedef struct q_rng {
+    uint64_t s;
+} q_rng;
+
+static uint64_t rng_next(q_rng *r) { return mix64(r->s += UINT64_C(0x9E3779B97F4A7C15)); }
+/* uniform in [0, 1) with 53 bits */
+static double rng_unit(q_rng *r) { return (double)(rng_next(r) >> 11) * 0x1p-53; }
+/* uniform in [0, n), n >= 1 (n < 2^53 here) */
+static size_t rng_below(q_rng *r, size_t n)
+{
+    size_t i = (size_t)(rng_unit(r) * (double)n);
+    return i < n ? i : n - 1;
+}
+
+/* ---- parameters ------------------------------------------------------------------- */
+
+FKVF_API void fkvf_rvq_params_init(fkvf_rvq_params *p)
+{
+    if (!p)
+        return;
+    memset(p, 0, sizeof *p);
+    p->k = 256;
+    p->k_stages = 4;
+    p->v_stages = 2;
+    p->pooled = 0;
+    p->table_dtype = FKVF_DTYPE_F16;
+    p->seed = 0;
+    p->max_iters = 25;
+    p->samples_per_centroid = 256;
+}
+
+/* 1 if the element at p (dtype dt) is not finite */
+static int elem_nonfinite(fkvf_dtype dt, const uint8_t *p)
+{
+    if (dt == FKVF_DTYPE_F16)
+        return (p[1] & 0x7C) == 0x7C;
+    if (dt == FKVF_DTYPE_BF16)
+        return (p[1] & 0x7F) == 0x7F && (p[0] & 0x80);
+    return (p[3] & 0x7F) == 0x7F && (p[2] & 0x80);
+}
+
+/* ---- k-means on n vectors of dim ---------------------------------------------- */
+
+typedef struct km {
+    const fkvf_allocator *a;
+    float *x;         /* n * dim training vectors (residuals), updated in place */
+    size_t n;
+    uint32_t dim, k;
+    uint32_t *asg, *prev; /* n */
+    double *err;      /* n: exact squared distance to the assigned centroid */
+    double *sums;     /* k * dim */
+    size_t *counts;   /* k */
+    float *scores;    /* FKVFQ_BLOCK * k */
+    float *pmin;      /* FKVFQ_BLOCK * k / FKVFQ_PANEL */
+    void *prep;       /* fkvfq_prepare_scratch(k) */
+    /* the table being trained lives in the handle's arrays */
+    float *rows, *panels, *norms;
+    double *cmax;
+    /* statistics */
+    size_t repairs;   /* empty clusters re-seeded */
+    uint32_t iters;   /* Lloyd iterations run in the last stage */
+} km;
+
+static fkvfq_table km_table(const km *m)
+{
+    fkvfq_table t;
+    t.rows = m->rows;
+    t.panels = m->panels;
+    t.norms = m->norms;
+    t.cmax = *m->cmax;
+    t.k = m->k;
+    t.dim = m->dim;
+    return t;
+}
+
+/* squared distance in binary32 with eight fixed lanes (vectorizes the same
+ * way everywhere, so seeding is reproducible), summed in binary64 */
+static double dist_lanes(const float *x, const float *c, uint32_t dim)
+{
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint32_t d = 0;
+    for (; d + 8 <= dim; d += 8)
+        for (int l = 0; l < 8; l++) {
+            float e = x[d + l] - c[d + l];
+            acc[l] += e * e;
+        }
+    for (int l = 0; d < dim; d++, l++) {
+        float e = x[d] - c[d];
+        acc[l] += e * e;
+    }
+    double s = 0;
+    for (int l = 0; l < 8; l++)
+        s += acc[l];
+    return s;
+}
+
+/* k-means++: first centre uniform, then each next one with probability
+ * proportional to the squared distance to the nearest chosen centre. When
+ * every point coincides with a centre the next is drawn uniformly. */
+static void km_seed(km *m, q_rng *r)
+{
+    const size_t n = m->n;
+    const uint32_t dim = m->dim;
+    double *d2 = m->err;
+    size_t first = rng_below(r, n);
+    memcpy(m->rows, m->x + first * dim, dim * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        d2[i] = dist_lanes(m->x + i * dim, m->rows, dim);
+    for (uint32_t j = 1; j < m->k; j++) {
+        double total = 0;
+        for (size_t i = 0; i < n; i++)
+            total += d2[i];
+        size_t pick;
+        if (total > 0) {
+            double u = rng_unit(r) * total, run = 0;
+            pick = n;
+            size_t last = 0;
+            for (size_t i = 0; i < n; i++) {
+                if (d2[i] <= 0)
+                    continue;
+                last = i;
+                run += d2[i];
+                if (run > u) {
+                    pick = i;
+                    break;
+                }
+            }
+            if (pick == n)
+                pick = last; /* rounding at the very end of the walk */
+        } else {
+            pick = rng_below(r, n);
+        }
+        float *c = m->rows + (size_t)j * dim;
+        memcpy(c, m->x + pick * dim, dim * sizeof(float));
+        for (size_t i = 0; i < n; i++) {
+            double e = dist_lanes(m->x + i * dim, c, dim);
+            if (e < d2[i])
+                d2[i] = e;
+        }
+    }
+}
+
+/* exact nearest centroid of every vector: asg, err */
+static void km_assign(km *m)
+{
+    fkvfq_table_prepare(m->rows, m->k, m->dim, m->panels, m->norms, m->cmax, m->prep);
+    fkvfq_table t = km_table(m);
+    for (size_t i0 = 0; i0 < m->n; i0 += FKVFQ_BLOCK) {
+        const float *xp[FKVFQ_BLOCK];
+        for (size_t u = 0; u < FKVFQ_BLOCK; u++)
+            xp[u] = m->x + (i0 + u < m->n ? i0 + u : m->n - 1) * m->dim;
+        fkvfq_scores4(&t, xp, m->scores, m->pmin);
+        for (size_t u = 0; u < FKVFQ_BLOCK && i0 + u < m->n; u++)
+            m->asg[i0 + u] = fkvfq_pick(&t, xp[u], m->scores + u * m->k,
+                                        m->pmin + u * (m->k / FKVFQ_PANEL), &m->err[i0 + u]);
+    }
+}
+
+/* Give every empty cluster the point that is worst served by its own
+ * centroid (largest err, ties to the lowest index), taken from a cluster
+ * that keeps at least one point. */
+static void km_repair(km *m)
+{
+    memset(m->counts, 0, m->k * sizeof(size_t));
+    for (size_t i = 0; i < m->n; i++)
+        m->counts[m->asg[i]]++;
+    for (uint32_t j = 0; j < m->k; j++) {
+        if (m->counts[j])
+            continue;
+        size_t worst = m->n;
+        for (size_t i = 0; i < m->n; i++)
+            if (m->counts[m->asg[i]] > 1 && (worst == m->n || m->err[i] > m->err[worst]))
+                worst = i;
+        if (worst == m->n)
+            return; /* fewer distinct donors than clusters: leave the rest as seeded */
+        m->counts[m->asg[worst]]--;
+        m->asg[worst] = j;
+        m->counts[j] = 1;
+        m->err[worst] = 0;
+        m->repairs++;
+    }
+}
+
+/* centroids = means of their clusters (binary64 sums in index order) */
+static void km_update(km *m)
+{
+    const uint32_t dim = m->dim;
+    memset(m->sums, 0, (size_t)m->k * dim * sizeof(double));
+    for (size_t i = 0; i < m->n; i++) {
+        double *s = m->sums + (size_t)m->asg[i] * dim;
+        const float *x = m->x + i * dim;
+        for (uint32_t d = 0; d < dim; d++)
+            s[d] += x[d];
+    }
+    for (uint32_t j = 0; j < m->k; j++) {
+        if (!m->counts[j])
+            continue;
+        double inv = (double)m->counts[j];
+        for (uint32_t d = 0; d < dim; d++)
+            m->rows[(size_t)j * dim + d] = (float)(m->sums[(size_t)j * dim + d] / inv);
+    }
+}
+
+/* Train one stage: the table ends up in m->rows (rounded to dtype, prepared)
+ * and the vectors in m->x become their residuals. */
+static void km_stage(km *m, q_rng *r, uint32_t max_iters, fkvf_dtype dtype, const float *init)
+{
+    if (init)
+        memcpy(m->rows, init, (size_t)m->k * m->dim * sizeof(float));
+    else
+        km_seed(m, r);
+    m->iters = 0;
+    for (uint32_t it = 0; it < max_iters; it++) {
+        m->iters = it + 1;
+        km_assign(m);
+        km_repair(m);
+        if (it > 0 && !memcmp(m->asg, m->prev, m->n * sizeof(uint32_t)))
+            break; /* stable: the centroids already are these clusters' means */
+        km_update(m);
+        uint32_t *t = m->prev;
+        m->prev = m->asg;
+        m->asg = t;
+    }
+    size_t total = (size_t)m->k * m->dim;
+    for (size_t i = 0; i < total; i++) {
+        float v = m->rows[i];
+        if (dtype == FKVF_DTYPE_F16) {
+            if (v > 65504.0f)
+                v = 65504.0f;
+            else if (v < -65504.0f)
+                v = -65504.0f;
+            v = fkvfq_f16_to_f32(fkvfq_f32_to_f16(v));
+        }
+        m->rows[i] = v;
+    }
+    /* residuals through the encoder's own search on the final table */
+    km_assign(m);
+    for (size_t i = 0; i < m->n; i++) {
+        float *x = m->x + i * m->dim;
+        const float *c = m->rows + (size_t)m->asg[i] * m->dim;
+        for (uint32_t d = 0; d < m->dim; d++)
+            x[d] -= c[d];
+    }
+}
+
+int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t dim,
+                 uint32_t k, const float *init, uint64_t seed, uint32_t max_iters,
+                 float *centroids, uint32_t *asg, size_t *repairs, uint32_t *iters)
+{
+    if (!x || !n || !dim || k < FKVFQ_PANEL || k % FKVFQ_PANEL || !max_iters || !centroids)
+        return FKVF_E_INVALID_ARG;
+    km m;
+    memset(&m, 0, sizeof m);
+    size_t nd = n * dim, kd = (size_t)k * dim; /* test sizes */
+    double cmax = 0;
+    m.a = alloc;
+    m.n = n;
+    m.dim = dim;
+    m.k = k;
+    m.rows = centroids;
+    m.cmax = &cmax;
+    int ok = (m.x = fkvf_calloc(alloc, nd, sizeof(float))) &&
+             (m.asg = fkvf_calloc(alloc, n, sizeof(uint32_t))) &&
+             (m.prev = fkvf_calloc(alloc, n, sizeof(uint32_t))) &&
+             (m.err = fkvf_calloc(alloc, n, sizeof(double))) &&
+             (m.sums = fkvf_calloc(alloc, kd, sizeof(double))) &&
+             (m.counts = fkvf_calloc(alloc, k, sizeof(size_t))) &&
+             (m.scores = fkvf_calloc(alloc, (size_t)FKVFQ_BLOCK * k, sizeof(float))) &&
+             (m.pmin = fkvf_calloc(alloc, (size_t)FKVFQ_BLOCK * (k / FKVFQ_PANEL), sizeof(float))) &&
+             (m.prep = fkvf_malloc(alloc, fkvfq_prepare_scratch(k))) &&
+             (m.panels = fkvf_calloc(alloc, kd, sizeof(float))) &&
+             (m.norms = fkvf_calloc(alloc, k, sizeof(float)));
+    if (ok) {
+        memcpy(m.x, x, nd * sizeof(float));
+        q_rng r = {seed};
+        km_stage(&m, &r, max_iters, FKVF_DTYPE_F32, init);
+        /* km_stage leaves the final assignment in asg */
+        if (asg)
+            memcpy(asg, m.asg, n * sizeof(uint32_t));
+        if (repairs)
+            *repairs = m.repairs;
+        if (iters)
+            *iters = m.iters;
+    }
+    fkvf_free(alloc, m.x);
+    fkvf_free(alloc, m.asg);
+    fkvf_free(alloc, m.prev);
+    fkvf_free(alloc, m.err);
+    fkvf_free(alloc, m.sums);
+    fkvf_free(alloc, m.counts);
+    fkvf_free(alloc, m.scores);
+    fkvf_free(alloc, m.pmin);
+    fkvf_free(alloc, m.prep);
+    fkvf_free(alloc, m.panels);
+    fkvf_free(alloc, m.norms);
+    return ok ? FKVF_OK : FKVF_E_NOMEM;
+}
+
+/* ---- training driver ---------------------------------------------------------- */
+
+static int params_check(const fkvf_rvq_params *p, const fkvf_rows *blocks, size_t n_blocks,
+                        size_t *total_rows)
+{
+    if (!p || !blocks || !n_blocks || p->n_layers < 1 || p->n_layers > 1024 ||
+        p->n_kv_heads < 1 || p->n_kv_heads > 1024 || p->key_dim < 1 || p->key_dim > 16384 ||
+        p->value_dim < 1 || p->value_dim > 16384 || p->k < 16 || p->k > 4096 ||
+        (p->k & (p->k - 1)) || p->k_stages > 16 || p->v_stages > 16 || p->pooled > 1 ||
+        (p->table_dtype != FKVF_DTYPE_F16 && p->table_dtype != FKVF_DTYPE_F32) ||
+        p->max_iters < 1 || p->samples_per_centroid < 1 ||
+        (p->key_rope && !fkvfq_rope_valid(p->key_rope, p->key_dim)))
+        return FKVF_E_INVALID_ARG;
+    size_t n = 0;
+    for (size_t b = 0; b < n_blocks; b++) {
+        const fkvf_rows *r = &blocks[b];
+        if (!fkvfq_dtype_size(r->dtype) || (r->n_rows && !r->data) ||
+            (r->n_rows && r->first_position > UINT64_MAX - (r->n_rows - 1)) ||
+            !fkvf_addsz(n, r->n_rows, &n))
+            return FKVF_E_INVALID_ARG;
+    }
+    if (!n)
+        return FKVF_E_INVALID_ARG;
+    *total_rows = n;
+    return FKVF_OK;
+}
+
+typedef struct tr_scratch {
+    float *x;
+    uint32_t *asg, *prev;
+    double *err, *sums;
+    size_t *counts;
+    float *scores, *pmin;
+    void *prep;
+    double *freqs, *cs, *tmp;
+} tr_scratch;
+
+static void tr_free(const fkvf_allocator *a, tr_scratch *w)
+{
+    fkvf_free(a, w->x);
+    fkvf_free(a, w->asg);
+    fkvf_free(a, w->prev);
+    fkvf_free(a, w->err);
+    fkvf_free(a, w->sums);
+    fkvf_free(a, w->counts);
+    fkvf_free(a, w->scores);
+    fkvf_free(a, w->pmin);
+    fkvf_free(a, w->prep);
+    fkvf_free(a, w->freqs);
+    fkvf_free(a, w->cs);
+    fkvf_free(a, w->tmp);
+}
+
+FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
+                            const fkvf_rows *blocks, size_t n_blocks,
+                            const fkvf_allocator *alloc)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    *out = NULL;
+    size_t total_rows;
+    int rc = params_check(p, blocks, n_blocks, &total_rows);
+    if (rc)
+        return rc;
+    fkvf_codebook_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = p->n_layers;
+    sh.n_heads = p->pooled ? 1 : p->n_kv_heads;
+    sh.key_dim = p->key_dim;
+    sh.value_dim = p->value_dim;
+    sh.k = p->k;
+    sh.k_stages = p->k_stages;
+    sh.v_stages = p->v_stages;
+    sh.dtype = p->table_dtype;
+    sh.pooled = p->pooled;
+
+    const uint32_t H = p->n_kv_heads, Dk = p->key_dim, Dv = p->value_dim;
+    const uint32_t dmax = Dk > Dv ? Dk : Dv;
+    /* row geometry and a full pass for non-finite values */
+    size_t elems_per_row = (size_t)p->n_layers * H * ((size_t)Dk + Dv);
+    for (size_t b = 0; b < n_blocks; b++) {
+        size_t es = fkvfq_dtype_size(blocks[b].dtype), rb, all;
+        if (!fkvf_mulsz(elems_per_row, es, &rb) || !fkvf_mulsz(rb, blocks[b].n_rows, &all))
+            return FKVF_E_INVALID_ARG;
+        const uint8_t *d = blocks[b].data;
+        for (size_t i = 0; i < all; i += es)
+            if (elem_nonfinite(blocks[b].dtype, d + i))
+                return FKVF_E_INVALID_ARG;
+    }
+
+    fkvf_rvq *q;
+    if ((rc = fkvfq_rvq_alloc(&q, &sh, H, alloc)))
+        return rc;
+    const fkvf_allocator *a = &q->alloc;
+
+    /* training vectors per table */
+    size_t pop, cap, n;
+    if (!fkvf_mulsz(total_rows, p->pooled ? H : 1, &pop)) {
+        fkvf_rvq_free(q);
+        return FKVF_E_NOMEM;
+    }
+    if (!fkvf_mulsz(p->samples_per_centroid, p->k, &cap))
+        cap = SIZE_MAX;
+    n = pop < cap ? pop : cap;
+    const uint32_t rd = p->key_rope ? p->key_rope->rope_dims : 0;
+
+    tr_scratch w;
+    memset(&w, 0, sizeof w);
+    int ok = (w.x = fkvf_calloc(a, n, (size_t)dmax * sizeof(float))) &&
+             (w.asg = fkvf_calloc(a, n, sizeof(uint32_t))) &&
+             (w.prev = fkvf_calloc(a, n, sizeof(uint32_t))) &&
+             (w.err = fkvf_calloc(a, n, sizeof(double))) &&
+             (w.sums = fkvf_calloc(a, (size_t)p->k * dmax, sizeof(double))) &&
+             (w.counts = fkvf_calloc(a, p->k, sizeof(size_t))) &&
+             (w.scores = fkvf_calloc(a, (size_t)FKVFQ_BLOCK * p->k, sizeof(float))) &&
+             (w.pmin = fkvf_calloc(a, (size_t)FKVFQ_BLOCK * (p->k / FKVFQ_PANEL), sizeof(float))) &&
+             (w.prep = fkvf_malloc(a, fkvfq_prepare_scratch(p->k)));
+    if (ok && rd)
+        ok = (w.freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
+             (w.cs = fkvf_calloc(a, rd, sizeof(double))) &&
+             (w.tmp = fkvf_calloc(a, rd, sizeof(double)));
+    if (!ok) {
+        tr_free(a, &w);
+        fkvf_rvq_free(q);
+        return FKVF_E_NOMEM;
+    }
+    if (rd)
+        fkvfq_rope_freqs(p->key_rope, w.freqs);
+
+    uint64_t done = 0, todo = (uint64_t)q->n_tabs * ((uint64_t)sh.k_stages + sh.v_stages);
+    for (uint32_t l = 0; l < sh.n_layers && !rc; l++)
+        for (uint32_t hh = 0; hh < sh.n_heads && !rc; hh++)
+            for (unsigned kv = 0; kv < 2 && !rc; kv++) {
+                unsigned ns = kv == 0 ? sh.k_stages : sh.v_stages;
+                uint32_t dim = kv == 0 ? Dk : Dv;
+                if (!ns)
+                    continue;
+                size_t tab = (size_t)l * sh.n_heads + hh;
+                q_rng r = {mix64(p->seed ^ mix64(((uint64_t)l << 32) | ((uint64_t)hh << 8) |
+                                                 ((uint64_t)kv << 1) | 1u))};
+                /* deterministic selection sampling (Knuth's algorithm S) of n
+                 * of the pop vectors, in population order: block, row, head */
+                uint32_t h_lo = p->pooled ? 0 : hh, h_hi = p->pooled ? H : hh + 1;
+                size_t seen = 0, got = 0;
+                for (size_t b = 0; b < n_blocks && got < n; b++) {
+                    const fkvf_rows *blk = &blocks[b];
+                    size_t es = fkvfq_dtype_size(blk->dtype), rb = elems_per_row * es;
+                    for (size_t i = 0; i < blk->n_rows && got < n; i++) {
+                        uint64_t pos = blk->first_position + i;
+                        int have_cs = 0;
+                        for (uint32_t h = h_lo; h < h_hi && got < n; h++, seen++) {
+                            if ((double)(pop - seen) * rng_unit(&r) >= (double)(n - got))
+                                continue;
+                            size_t base = (size_t)l * H * ((size_t)Dk + Dv);
+                            size_t off = kv == 0 ? base + (size_t)h * Dk
+                                                 : base + (size_t)H * Dk + (size_t)h * Dv;
+                            float *x = w.x + got * dim;
+                            fkvfq_load(blk->dtype, (const uint8_t *)blk->data + i * rb + off * es,
+                                       x, dim);
+                            if (kv == 0 && rd) {
+                                if (!have_cs) {
+                                    fkvfq_rope_angles(p->key_rope, w.freqs, pos, w.cs);
+                                    have_cs = 1;
+                                }
+                                fkvfq_rope_rotate_f32(p->key_rope, w.cs, 1, x, w.tmp);
+                                for (uint32_t d = 0; d < dim; d++)
+                                    if (!isfinite(x[d]))
+                                        rc = FKVF_E_INVALID_ARG;
+                            }
+                            got++;
+                        }
+                    }
+                }
+                if (rc)
+                    break;
+                km m;
+                m.a = a;
+                m.x = w.x;
+                m.n = got;
+                m.dim = dim;
+                m.k = sh.k;
+                m.asg = w.asg;
+                m.prev = w.prev;
+                m.err = w.err;
+                m.sums = w.sums;
+                m.counts = w.counts;
+                m.scores = w.scores;
+                m.pmin = w.pmin;
+                m.prep = w.prep;
+                m.repairs = 0;
+                m.iters = 0;
+                for (unsigned s = 0; s < ns; s++) {
+                    size_t off = fkvfq_table_off(q, tab, kv, s);
+                    size_t si = tab * ((size_t)sh.k_stages + sh.v_stages) +
+                                (kv == 0 ? s : (size_t)sh.k_stages + s);
+                    m.rows = q->rows + off;
+                    m.panels = q->panels + off;
+                    m.norms = q->norms + si * sh.k;
+                    m.cmax = &q->cmax[si];
+                    q_rng rs = {mix64(r.s ^ mix64(UINT64_C(0x5157) + s))};
+                    km_stage(&m, &rs, p->max_iters, sh.dtype, NULL);
+                    w.asg = m.asg; /* km_stage swaps them */
+                    w.prev = m.prev;
+                    done++;
+                    if (p->progress)
+                        p->progress(p->progress_opaque, done, todo);
+                }
+            }
+    tr_free(a, &w);
+    if (rc || (rc = fkvfq_rvq_prepare(q))) {
+        fkvf_rvq_free(q);
+        return rc;
+    }
+    *out = q;
+    return FKVF_OK;
+}
