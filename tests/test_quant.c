@@ -1,0 +1,1502 @@
+/* Quantizer tests (spec 8.1, 13): f16 / bf16 conversions, RoPE, the exact
+ * nearest-centroid search, RVQ training, greedy and beam encoding, decoding,
+ * codebook tables accepted by the writer, determinism, allocation failure
+ * and argument checks.
+ *
+ * Hot loops use EXPECT (an `if` around ck_abort_msg) instead of ck_assert,
+ * which records every passing check and is slow in long loops. */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fkvf.h"
+#include "quant/half.h"
+#include "quant/quant.h"
+#include "testutil.h"
+
+#define EXPECT(cond)                                                                    \
+    do {                                                                                \
+        if (!(cond))                                                                    \
+            ck_abort_msg("%s:%d: expected %s", __FILE__, __LINE__, #cond);              \
+    } while (0)
+#define EXPECTF(cond, ...)             \
+    do {                               \
+        if (!(cond))                   \
+            ck_abort_msg(__VA_ARGS__); \
+    } while (0)
+#define OK(expr) ck_assert_int_eq((expr), FKVF_OK)
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+static uint32_t f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static float u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* uniform in [-1, 1) */
+static double urand(tu_rng *r) { return (double)(tu_next(r) >> 11) * 0x1p-52 - 1.0; }
+/* roughly normal (sum of four uniforms), unit variance */
+static double nrand(tu_rng *r)
+{
+    return (urand(r) + urand(r) + urand(r) + urand(r)) * 0.8660254037844386;
+}
+
+/* ---- f16 / bf16 --------------------------------------------------------------- */
+
+/* Reference conversions by search: the binary16 (or bfloat16) value nearest
+ * to x, ties to the even pattern, values past the largest finite one by at
+ * least half a step going to infinity (treated as the next step). */
+static double f16_value(uint16_t h) /* finite or the pseudo-step 0x7C00 = 65536 */
+{
+    int e = (h >> 10) & 0x1F;
+    int m = h & 0x3FF;
+    double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+    return (h & 0x8000) ? -v : v;
+}
+static uint16_t ref_f32_to_f16(float x)
+{
+    if (isnan(x))
+        return 0; /* not used for NaN */
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    double a = fabs((double)x);
+    /* binary search over the positive patterns 0..0x7C00 (0x7C00 as 65536) */
+    unsigned lo = 0, hi = 0x7C00;
+    while (lo < hi) { /* first pattern with value >= a */
+        unsigned mid = (lo + hi) / 2;
+        if (f16_value((uint16_t)mid) < a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    unsigned up = lo;
+    if (up == 0 || f16_value((uint16_t)up) == a)
+        return (uint16_t)(sign | up);
+    unsigned dn = up - 1;
+    double du = f16_value((uint16_t)up) - a, dd = a - f16_value((uint16_t)dn);
+    unsigned r = du < dd ? up : (dd < du ? dn : ((up & 1) ? dn : up));
+    if (isinf(x))
+        r = 0x7C00;
+    return (uint16_t)(sign | r);
+}
+static double bf16_value(uint16_t b) /* positive patterns; 0x7F80 as 2^128 */
+{
+    if ((b & 0x7FFF) == 0x7F80)
+        return ldexp(1, 128);
+    return fabs((double)u2f((uint32_t)b << 16));
+}
+static uint16_t ref_f32_to_bf16(float x)
+{
+    uint32_t u = f2u(x);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    if (isinf(x))
+        return (uint16_t)(sign | 0x7F80);
+    uint16_t dn = (uint16_t)((u >> 16) & 0x7FFF), up = (uint16_t)(dn + 1);
+    double a = fabs((double)x);
+    if (bf16_value(dn) == a)
+        return (uint16_t)(sign | dn);
+    double dd = a - bf16_value(dn), du = bf16_value(up) - a;
+    uint16_t r = du < dd ? up : (dd < du ? dn : ((dn & 1) ? up : dn));
+    return (uint16_t)(sign | r);
+}
+
+START_TEST(f16_hand_values)
+{
+    static const struct {
+        float f;
+        uint16_t h;
+    } to16[] = {
+        {0.0f, 0x0000},         {-0.0f, 0x8000},        {1.0f, 0x3C00},
+        {-2.0f, 0xC000},        {0.5f, 0x3800},         {65504.0f, 0x7BFF},
+        {65519.99f, 0x7BFF},    {65520.0f, 0x7C00},     {1e10f, 0x7C00},
+        {-1e10f, 0xFC00},       {0x1p-14f, 0x0400},     {0x1p-24f, 0x0001},
+        {0x1p-25f, 0x0000},     {0x1.8p-24f, 0x0002},   {0x1.4p-24f, 0x0001},
+        {0x1p-26f, 0x0000},     {-0x1p-24f, 0x8001},    {0x1.ff8p-15f, 0x03FF},
+        {0x1.ffcp-15f, 0x0400}, {0x1.ff0p-15f, 0x03FE}, {0x1.fecp-15f, 0x03FE},
+        {0.1f, 0x2E66},         {1.0f / 3.0f, 0x3555},
+        {1.0f + 0x1p-11f, 0x3C00}, {1.0f + 0x1.8p-10f, 0x3C02},
+        {1.0f + 0x1p-10f, 0x3C01}, {3.140625f, 0x4248}, {1e-30f, 0x0000},
+        {INFINITY, 0x7C00},     {-INFINITY, 0xFC00},
+    };
+    for (size_t i = 0; i < sizeof to16 / sizeof to16[0]; i++) {
+        uint16_t h = fkvf_f32_to_f16(to16[i].f);
+        ck_assert_msg(h == to16[i].h, "f16(%a) = 0x%04x, want 0x%04x", (double)to16[i].f, h,
+                      to16[i].h);
+    }
+    /* NaN stays NaN with its top payload bits; a payload that would vanish
+     * becomes the quiet bit */
+    ck_assert_uint_eq(fkvf_f32_to_f16(u2f(0x7FC00000)), 0x7E00);
+    ck_assert_uint_eq(fkvf_f32_to_f16(u2f(0xFFC00000)), 0xFE00);
+    ck_assert_uint_eq(fkvf_f32_to_f16(u2f(0x7F800001)), 0x7E00);
+    ck_assert_uint_eq(fkvf_f32_to_f16(u2f(0x7F802000)), 0x7C01);
+    ck_assert_uint_eq(fkvf_f32_to_f16(u2f(0x7FFFFFFF)), 0x7FFF);
+    /* f16 -> f32 */
+    ck_assert(fkvf_f16_to_f32(0x3C00) == 1.0f);
+    ck_assert(fkvf_f16_to_f32(0xC000) == -2.0f);
+    ck_assert(fkvf_f16_to_f32(0x7BFF) == 65504.0f);
+    ck_assert(fkvf_f16_to_f32(0x0001) == 0x1p-24f);
+    ck_assert(fkvf_f16_to_f32(0x03FF) == 0x1.ff8p-15f);
+    ck_assert(fkvf_f16_to_f32(0x0400) == 0x1p-14f);
+    ck_assert_uint_eq(f2u(fkvf_f16_to_f32(0x8000)), 0x80000000u);
+    ck_assert(isinf(fkvf_f16_to_f32(0x7C00)) && fkvf_f16_to_f32(0x7C00) > 0);
+    ck_assert(isinf(fkvf_f16_to_f32(0xFC00)) && fkvf_f16_to_f32(0xFC00) < 0);
+    ck_assert_uint_eq(f2u(fkvf_f16_to_f32(0x7E00)), 0x7FC00000u);
+    ck_assert_uint_eq(f2u(fkvf_f16_to_f32(0x7C01)), 0x7F802000u);
+}
+END_TEST
+
+START_TEST(bf16_hand_values)
+{
+    static const struct {
+        uint32_t f;
+        uint16_t b;
+    } tob[] = {
+        {0x3F800000, 0x3F80}, /* 1 */
+        {0x40490FDB, 0x4049}, /* pi: rounds down */
+        {0x3F808000, 0x3F80}, /* 1 + 2^-8: tie to even (down) */
+        {0x3F818000, 0x3F82}, /* tie, odd below: up */
+        {0x3F808001, 0x3F81}, /* just above the tie */
+        {0x7F7FFFFF, 0x7F80}, /* FLT_MAX rounds to infinity */
+        {0x7F7F7FFF, 0x7F7F}, /* below the tie stays finite */
+        {0x00000001, 0x0000}, /* tiny subnormal */
+        {0x00008000, 0x0000}, /* subnormal tie to even */
+        {0x00018000, 0x0002}, /* subnormal tie, odd below: up */
+        {0x80000000, 0x8000}, /* -0 */
+        {0xC0000000, 0xC000}, /* -2 */
+        {0x7F800000, 0x7F80}, /* inf */
+        {0xFF800000, 0xFF80}, /* -inf */
+        {0x7FC00000, 0x7FC0}, /* quiet NaN */
+        {0x7F800001, 0x7FC0}, /* NaN whose payload would vanish */
+        {0x7FA10000, 0x7FA1}, /* NaN payload kept */
+    };
+    for (size_t i = 0; i < sizeof tob / sizeof tob[0]; i++) {
+        uint16_t b = fkvf_f32_to_bf16(u2f(tob[i].f));
+        ck_assert_msg(b == tob[i].b, "bf16(0x%08x) = 0x%04x, want 0x%04x", tob[i].f, b, tob[i].b);
+    }
+    ck_assert(fkvf_bf16_to_f32(0x3F80) == 1.0f);
+    ck_assert_uint_eq(f2u(fkvf_bf16_to_f32(0x7FA1)), 0x7FA10000u);
+}
+END_TEST
+
+/* every f16 pattern: exact value, round trip through f32, block paths equal */
+START_TEST(f16_every_pattern)
+{
+    uint16_t *h = xcalloc(65536, 2), *h2 = xcalloc(65536, 2);
+    float *f = xcalloc(65536, sizeof(float));
+    for (uint32_t i = 0; i < 65536; i++) {
+        h[i] = (uint16_t)i;
+        float v = fkvf_f16_to_f32((uint16_t)i);
+        int e = (i >> 10) & 0x1F;
+        if (e == 0x1F) {
+            EXPECTF((i & 0x3FF) ? isnan(v) : isinf(v), "0x%04x", i);
+        } else {
+            EXPECTF((double)v == f16_value((uint16_t)i), "0x%04x -> %a", i, (double)v);
+            EXPECT(!!signbit(v) == ((i & 0x8000) != 0));
+        }
+        EXPECTF(fkvf_f32_to_f16(v) == i, "round trip 0x%04x -> 0x%04x", i, fkvf_f32_to_f16(v));
+        /* and bf16 patterns through f32 */
+        EXPECTF(fkvf_f32_to_bf16(fkvf_bf16_to_f32((uint16_t)i)) == i, "bf16 0x%04x", i);
+    }
+    /* bulk (vectorized) paths, at an odd address */
+    uint8_t *odd = tu_dup_odd(h, 65536 * 2);
+    OK(fkvf_convert(FKVF_DTYPE_F32, f, FKVF_DTYPE_F16, odd, 65536));
+    for (uint32_t i = 0; i < 65536; i++)
+        EXPECTF(f2u(f[i]) == f2u(fkvf_f16_to_f32((uint16_t)i)), "bulk 0x%04x", i);
+    OK(fkvf_convert(FKVF_DTYPE_F16, odd, FKVF_DTYPE_F32, f, 65536));
+    memcpy(h2, odd, 65536 * 2);
+    EXPECT(memcmp(h2, h, 65536 * 2) == 0);
+    OK(fkvf_convert(FKVF_DTYPE_F32, f, FKVF_DTYPE_BF16, odd, 65536));
+    for (uint32_t i = 0; i < 65536; i++)
+        EXPECTF(f2u(f[i]) == ((uint32_t)i << 16), "bulk bf16 0x%04x", i);
+    OK(fkvf_convert(FKVF_DTYPE_BF16, odd, FKVF_DTYPE_F32, f, 65536));
+    memcpy(h2, odd, 65536 * 2);
+    EXPECT(memcmp(h2, h, 65536 * 2) == 0);
+    tu_free_odd(odd);
+    free(h);
+    free(h2);
+    free(f);
+}
+END_TEST
+
+/* f32 -> f16 / bf16 against the search reference, scalar and every block
+ * path (portable and the CPU's), on edge values and random patterns */
+START_TEST(f32_to_half_against_reference)
+{
+    enum { N = 1 << 18 };
+    float *f = xcalloc(N, sizeof(float));
+    uint16_t *a = xcalloc(N, 2), *b = xcalloc(N, 2);
+    tu_rng r = {42};
+    size_t n = 0;
+    /* around every f16 step boundary region: halfway points and neighbours */
+    for (uint32_t h = 0; h < 0x7C00 && n + 6 < N; h += 7) {
+        double lo = f16_value((uint16_t)h), hi = f16_value((uint16_t)(h + 1));
+        float mid = (float)((lo + hi) / 2);
+        f[n++] = mid;
+        f[n++] = nextafterf(mid, 0);
+        f[n++] = nextafterf(mid, INFINITY);
+        f[n++] = -mid;
+    }
+    while (n < N / 2) {
+        /* random values in and around the f16 range */
+        int e = (int)tu_below(&r, 60) - 40;
+        f[n++] = (float)ldexp(urand(&r), e);
+    }
+    while (n < N)
+        f[n++] = u2f((uint32_t)tu_next(&r)); /* any pattern, NaN included */
+    for (size_t i = 0; i < N; i++) {
+        uint16_t h = fkvf_f32_to_f16(f[i]);
+        if (isnan(f[i])) {
+            EXPECT((h & 0x7C00) == 0x7C00 && (h & 0x3FF));
+            EXPECT((h & 0x8000) == ((f2u(f[i]) >> 16) & 0x8000));
+            EXPECT((h & 0x3FF) == (((f2u(f[i]) >> 13) & 0x3FF) ? ((f2u(f[i]) >> 13) & 0x3FF)
+                                                              : 0x200));
+        } else {
+            EXPECTF(h == ref_f32_to_f16(f[i]), "f16(%a) = 0x%04x, ref 0x%04x", (double)f[i], h,
+                    ref_f32_to_f16(f[i]));
+        }
+        uint16_t bb = fkvf_f32_to_bf16(f[i]);
+        if (isnan(f[i]))
+            EXPECT((bb & 0x7F80) == 0x7F80 && (bb & 0x7F));
+        else
+            EXPECTF(bb == ref_f32_to_bf16(f[i]), "bf16(%a) = 0x%04x, ref 0x%04x", (double)f[i],
+                    bb, ref_f32_to_bf16(f[i]));
+    }
+    /* block paths bit-identical to the scalar ones (odd lengths for tails) */
+    fkvf_dtype dts[2] = {FKVF_DTYPE_F16, FKVF_DTYPE_BF16};
+    for (int k = 0; k < 2; k++) {
+        size_t m = N - 3;
+        fkvfq_store(dts[k], f, (uint8_t *)a, m);
+        fkvfq_store_portable(dts[k], f, (uint8_t *)b, m);
+        for (size_t i = 0; i < m; i++) {
+            uint16_t want = k == 0 ? fkvf_f32_to_f16(f[i]) : fkvf_f32_to_bf16(f[i]);
+            EXPECTF(a[i] == want && b[i] == want, "dtype %d block %zu: %04x %04x want %04x",
+                    (int)dts[k], i, a[i], b[i], want);
+        }
+    }
+    free(f);
+    free(a);
+    free(b);
+}
+END_TEST
+
+START_TEST(convert_args)
+{
+    float f[3] = {1, 2, 3};
+    uint16_t h[3];
+    ck_assert_int_eq(fkvf_convert((fkvf_dtype)0, h, FKVF_DTYPE_F32, f, 3), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_convert(FKVF_DTYPE_F16, h, (fkvf_dtype)4, f, 3), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_convert(FKVF_DTYPE_F16, NULL, FKVF_DTYPE_F32, f, 3), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_convert(FKVF_DTYPE_F16, h, FKVF_DTYPE_F32, NULL, 3), FKVF_E_INVALID_ARG);
+    OK(fkvf_convert(FKVF_DTYPE_F16, NULL, FKVF_DTYPE_F32, NULL, 0));
+    OK(fkvf_convert(FKVF_DTYPE_F16, h, FKVF_DTYPE_F32, f, 3));
+    ck_assert_uint_eq(h[2], 0x4200);
+    float g[3];
+    OK(fkvf_convert(FKVF_DTYPE_F32, g, FKVF_DTYPE_F32, f, 3));
+    ck_assert(g[1] == 2.0f);
+}
+END_TEST
+
+/* ---- RoPE --------------------------------------------------------------------------- */
+
+START_TEST(rope_hand_example)
+{
+    /* theta 10000, rope_dims 4, dim 6, t = 1: pair angles 1 and 10000^-1/2 = 0.01 */
+    fkvf_rope il = {1, 4, 10000.0}, hs = {2, 4, 10000.0};
+    double v[6] = {1, 2, 3, 4, 5, 6};
+    OK(fkvf_rope_apply_f64(&il, 1, 0, v, 6));
+    /* interleaved pairs (0,1) by 1 rad, (2,3) by 0.01 rad */
+    const double want_il[6] = {1 * cos(1.0) - 2 * sin(1.0), 1 * sin(1.0) + 2 * cos(1.0),
+                               3 * cos(0.01) - 4 * sin(0.01), 3 * sin(0.01) + 4 * cos(0.01), 5,
+                               6};
+    const double hand_il[4] = {-1.1426396637476532, 1.922075596544176, 2.9598506679133294,
+                               4.029799501669161};
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(fabs(v[i] - want_il[i]) < 1e-12, "il %d: %.17g vs %.17g", i, v[i],
+                      want_il[i]);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(fabs(v[i] - hand_il[i]) < 1e-12, "il hand %d", i);
+    ck_assert(v[4] == 5 && v[5] == 6);
+    /* half-split pairs (0,2) by 1 rad, (1,3) by 0.01 rad */
+    double w[6] = {1, 2, 3, 4, 5, 6};
+    OK(fkvf_rope_apply_f64(&hs, 1, 0, w, 6));
+    const double hand_hs[4] = {-1.9841106485555495, 1.959900667496664, 2.4623779024123156,
+                               4.019799668334994};
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(fabs(w[i] - hand_hs[i]) < 1e-12, "hs hand %d: %.17g", i, w[i]);
+    ck_assert(w[4] == 5 && w[5] == 6);
+    /* position 0 is the identity */
+    double z[6] = {1, 2, 3, 4, 5, 6};
+    OK(fkvf_rope_apply_f64(&hs, 0, 0, z, 6));
+    for (int i = 0; i < 6; i++)
+        ck_assert(z[i] == i + 1);
+    /* f32 agrees with the f64 result rounded once */
+    float vf[6] = {1, 2, 3, 4, 5, 6};
+    OK(fkvf_rope_apply_f32(&il, 1, 0, vf, 6));
+    for (int i = 0; i < 6; i++)
+        ck_assert(vf[i] == (float)v[i]);
+    /* un-rotating gives the input back */
+    OK(fkvf_rope_apply_f64(&il, 1, 1, v, 6));
+    for (int i = 0; i < 6; i++)
+        ck_assert(fabs(v[i] - (i + 1)) < 1e-14);
+}
+END_TEST
+
+START_TEST(rope_roundtrip)
+{
+    tu_rng r = {7};
+    const uint64_t ts[] = {0, 1, 2, 17, 1000, 65535, UINT64_C(1) << 20, UINT64_C(1) << 40};
+    const uint32_t dims[][2] = {{2, 2}, {8, 8}, {64, 64}, {64, 32}, {10, 4}, {128, 128}};
+    for (int layout = 1; layout <= 2; layout++)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+            for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+                uint32_t dim = dims[di][0];
+                fkvf_rope rp = {(uint8_t)layout, dims[di][1], ti % 2 ? 10000.0 : 500000.0};
+                double v[128], o[128];
+                float vf[128], of[128];
+                double n2 = 0;
+                for (uint32_t j = 0; j < dim; j++) {
+                    o[j] = v[j] = nrand(&r) * 3;
+                    of[j] = vf[j] = (float)o[j];
+                    n2 += o[j] * o[j];
+                }
+                OK(fkvf_rope_apply_f64(&rp, ts[ti], 0, v, dim));
+                double m2 = 0;
+                for (uint32_t j = 0; j < dim; j++)
+                    m2 += v[j] * v[j];
+                EXPECT(fabs(m2 - n2) < 1e-12 * n2); /* a rotation keeps the norm */
+                for (uint32_t j = dims[di][1]; j < dim; j++)
+                    EXPECT(v[j] == o[j]); /* components past rope_dims untouched */
+                OK(fkvf_rope_apply_f64(&rp, ts[ti], 1, v, dim));
+                for (uint32_t j = 0; j < dim; j++)
+                    EXPECTF(fabs(v[j] - o[j]) < 1e-12, "layout %d dim %u t %llu j %u: %g", layout,
+                            dim, (unsigned long long)ts[ti], j, v[j] - o[j]);
+                OK(fkvf_rope_apply_f32(&rp, ts[ti], 0, vf, dim));
+                OK(fkvf_rope_apply_f32(&rp, ts[ti], 1, vf, dim));
+                for (uint32_t j = 0; j < dim; j++)
+                    EXPECTF(fabsf(vf[j] - of[j]) <= 4e-7f * (1 + fabsf(of[j])),
+                            "f32 layout %d j %u: %g vs %g", layout, j, (double)vf[j],
+                            (double)of[j]);
+            }
+}
+END_TEST
+
+START_TEST(rope_invalid)
+{
+    double v[8] = {0};
+    float f[8] = {0};
+    const fkvf_rope bad[] = {
+        {0, 4, 10000}, {3, 4, 10000}, {1, 3, 10000}, {1, 0, 10000}, {1, 10, 10000},
+        {1, 4, 0},     {2, 4, -1},    {1, 4, NAN},   {1, 4, INFINITY},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(fkvf_rope_apply_f64(&bad[i], 3, 0, v, 8), FKVF_E_INVALID_ARG);
+        ck_assert_int_eq(fkvf_rope_apply_f32(&bad[i], 3, 1, f, 8), FKVF_E_INVALID_ARG);
+    }
+    fkvf_rope ok = {1, 8, 10000};
+    ck_assert_int_eq(fkvf_rope_apply_f64(NULL, 0, 0, v, 8), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rope_apply_f64(&ok, 0, 0, NULL, 8), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rope_apply_f64(&ok, 0, 0, v, 6), FKVF_E_INVALID_ARG); /* dims > dim */
+    OK(fkvf_rope_apply_f64(&ok, 0, 0, v, 8));
+}
+END_TEST
+
+/* ---- the nearest-centroid search (internal) -------------------------------------- */
+
+static uint32_t brute_nearest(const float *x, const float *rows, uint32_t k, uint32_t dim)
+{
+    uint32_t best = 0;
+    double bd = fkvfq_dist(x, rows, dim);
+    for (uint32_t c = 1; c < k; c++) {
+        double d = fkvfq_dist(x, rows + (size_t)c * dim, dim);
+        if (d < bd) {
+            bd = d;
+            best = c;
+        }
+    }
+    return best;
+}
+
+/* Both kernels pick the brute-force nearest on random tables, including
+ * duplicated centroids, exact ties and near-ties. */
+START_TEST(search_picks_true_nearest)
+{
+    const uint32_t ks[] = {16, 32, 256};
+    const uint32_t dims[] = {1, 3, 8, 17, 64, 67};
+    tu_rng r = {99};
+    for (size_t ki = 0; ki < 3; ki++)
+        for (size_t di = 0; di < 6; di++) {
+            uint32_t k = ks[ki], dim = dims[di];
+            float *rows = xcalloc((size_t)k * dim, sizeof(float));
+            float *pan = xcalloc((size_t)k * dim, sizeof(float));
+            float *norms = xcalloc(k, sizeof(float)), *sc = xcalloc(4 * (size_t)k, sizeof(float));
+            float *pm = xcalloc(4 * (size_t)k / 16, sizeof(float));
+            void *prep = xcalloc(1, fkvfq_prepare_scratch(k));
+            for (size_t i = 0; i < (size_t)k * dim; i++)
+                rows[i] = (float)urand(&r);
+            /* duplicates of earlier rows and a coarse grid (many ties) */
+            memcpy(rows + (size_t)(k - 1) * dim, rows + 2 * (size_t)dim, dim * sizeof(float));
+            memcpy(rows + (size_t)(k / 2) * dim, rows + 2 * (size_t)dim, dim * sizeof(float));
+            for (uint32_t c = 3; c < 8; c++)
+                for (uint32_t d = 0; d < dim; d++)
+                    rows[(size_t)c * dim + d] = (float)((int)(c + d) % 3 - 1) * 0.5f;
+            double cmax;
+            fkvfq_table_prepare(rows, k, dim, pan, norms, &cmax, prep);
+            EXPECT(isinf(norms[k - 1]) && isinf(norms[k / 2]) && isfinite(norms[2]));
+            fkvfq_table t = {rows, pan, norms, cmax, k, dim};
+            for (int it = 0; it < 200; it++) {
+                float x[4][67];
+                for (int j = 0; j < 4; j++)
+                    for (uint32_t d = 0; d < dim; d++) {
+                        switch ((it + j) % 4) {
+                        case 0: /* random */
+                            x[j][d] = (float)urand(&r);
+                            break;
+                        case 1: /* near a centroid */
+                            x[j][d] = rows[(size_t)(it % k) * dim + d] + (float)urand(&r) * 1e-3f;
+                            break;
+                        case 2: /* equidistant from the grid rows */
+                            x[j][d] = 0.0f;
+                            break;
+                        default: /* exactly on a duplicated centroid */
+                            x[j][d] = rows[2 * (size_t)dim + d];
+                        }
+                    }
+                const float *xp[4] = {x[0], x[1], x[2], x[3]};
+                for (int kern = 0; kern < 2; kern++) {
+                    if (kern == 0)
+                        fkvfq_scores4(&t, xp, sc, pm);
+                    else
+                        fkvfq_scores4_portable(&t, xp, sc, pm);
+                    for (int j = 0; j < 4; j++) {
+                        double dd;
+                        uint32_t got = fkvfq_pick(&t, x[j], sc + (size_t)j * k,
+                                                  pm + (size_t)j * (k / 16), &dd);
+                        uint32_t want = brute_nearest(x[j], rows, k, dim);
+                        EXPECTF(got == want, "k %u dim %u it %d j %d kernel %d: %u, want %u", k,
+                                dim, it, j, kern, got, want);
+                        EXPECT(dd == fkvfq_dist(x[j], rows + (size_t)want * dim, dim));
+                    }
+                }
+            }
+            free(rows);
+            free(pan);
+            free(norms);
+            free(sc);
+            free(pm);
+            free(prep);
+        }
+}
+END_TEST
+
+/* ---- k-means (internal) ---------------------------------------------------------- */
+
+/* 16 well-separated clusters in 8 dimensions: k-means++ and Lloyd find them */
+START_TEST(kmeans_finds_separated_clusters)
+{
+    enum { K = 16, DIM = 8, PER = 50, N = K * PER };
+    tu_rng r = {5};
+    float centers[K][DIM], *x = xcalloc(N * DIM, sizeof(float)), cent[K * DIM];
+    for (int c = 0; c < K; c++)
+        for (int d = 0; d < DIM; d++)
+            centers[c][d] = (float)(((c >> (d % 4)) & 1) * 20 + (d >= 4 ? c * 3 : 0) +
+                                    urand(&r));
+    for (int i = 0; i < N; i++)
+        for (int d = 0; d < DIM; d++)
+            x[i * DIM + d] = centers[i % K][d] + (float)(nrand(&r) * 0.1);
+    for (uint64_t seed = 1; seed <= 5; seed++) {
+        size_t repairs;
+        uint32_t iters, asg[N];
+        OK(fkvfq_kmeans(NULL, x, N, DIM, K, NULL, seed, 50, cent, asg, &repairs, &iters));
+        EXPECTF(iters < 50, "seed %llu: no convergence", (unsigned long long)seed);
+        /* every true centre has a centroid within noise distance, and points of
+         * one true cluster share one centroid */
+        for (int c = 0; c < K; c++) {
+            double best = 1e30;
+            for (int j = 0; j < K; j++) {
+                double d2 = 0;
+                for (int d = 0; d < DIM; d++)
+                    d2 += pow(cent[j * DIM + d] - centers[c][d], 2);
+                best = fmin(best, d2);
+            }
+            EXPECTF(best < 0.1, "seed %llu: cluster %d missed (%g)", (unsigned long long)seed, c,
+                    best);
+            for (int i = c + K; i < N; i += K)
+                EXPECT(asg[i] == asg[c]);
+        }
+    }
+    free(x);
+}
+END_TEST
+
+/* a centroid that attracts no point is re-seeded from the worst-fitted point */
+START_TEST(kmeans_repairs_empty_clusters)
+{
+    enum { K = 16, DIM = 4, N = 64 };
+    tu_rng r = {11};
+    float x[N * DIM], init[K * DIM], cent[K * DIM];
+    for (int i = 0; i < N * DIM; i++)
+        x[i] = (float)urand(&r);
+    /* an outlier far from everything */
+    for (int d = 0; d < DIM; d++)
+        x[7 * DIM + d] = 50.0f;
+    /* initial centroids: 15 on data points, one far from all data, which
+     * stays empty without repair */
+    for (int j = 0; j < K; j++)
+        for (int d = 0; d < DIM; d++)
+            init[j * DIM + d] = j == 5 ? -1000.0f : x[(j * 3 + 1) * DIM + d];
+    size_t repairs = 0;
+    uint32_t asg[N];
+    OK(fkvfq_kmeans(NULL, x, N, DIM, K, init, 0, 20, cent, asg, &repairs, NULL));
+    ck_assert_uint_ge(repairs, 1);
+    /* no centroid left far away; every cluster used; the outlier has its own */
+    int used[K] = {0};
+    for (int i = 0; i < N; i++)
+        used[asg[i]]++;
+    for (int j = 0; j < K; j++) {
+        ck_assert_int_gt(used[j], 0);
+        ck_assert(fabsf(cent[j * DIM]) < 60.0f);
+    }
+    ck_assert_int_eq(used[asg[7]], 1);
+    ck_assert(cent[asg[7] * DIM] == 50.0f);
+
+    /* duplicate points: fewer distinct points than clusters must not hang or
+     * fail, and every point is represented exactly */
+    float dup[N * DIM];
+    for (int i = 0; i < N; i++)
+        for (int d = 0; d < DIM; d++)
+            dup[i * DIM + d] = (float)(i % 5) + (float)d * 0.25f;
+    repairs = 0;
+    OK(fkvfq_kmeans(NULL, dup, N, DIM, K, NULL, 3, 20, cent, asg, &repairs, NULL));
+    ck_assert_uint_ge(repairs, 1); /* the seeding had to duplicate centres */
+    for (int i = 0; i < N; i++)
+        for (int d = 0; d < DIM; d++)
+            ck_assert(cent[asg[i] * DIM + d] == dup[i * DIM + d]);
+}
+END_TEST
+
+/* ---- synthetic caches ---------------------------------------------------------------- */
+
+typedef struct cache_shape {
+    uint32_t L, H, Dk, Dv;
+} cache_shape;
+
+static size_t row_elems(const cache_shape *s) { return (size_t)s->L * s->H * (s->Dk + s->Dv); }
+static size_t key_off(const cache_shape *s, uint32_t l, uint32_t h)
+{
+    return (size_t)l * s->H * (s->Dk + s->Dv) + (size_t)h * s->Dk;
+}
+static size_t val_off(const cache_shape *s, uint32_t l, uint32_t h)
+{
+    return (size_t)l * s->H * (s->Dk + s->Dv) + (size_t)s->H * s->Dk + (size_t)h * s->Dv;
+}
+
+/* n rows (f32) with clustered keys and values: the cluster centres depend on
+ * `dist_seed` only, the samples on `seed`, so two seeds give training and
+ * held-out data of one distribution. With `rope`, keys are rotated to their
+ * position (first + i) as a model caches them. */
+static float *gen_rows(const cache_shape *s, size_t n, uint64_t dist_seed, uint64_t seed,
+                       const fkvf_rope *rope, uint64_t first)
+{
+    enum { NC = 12 };
+    size_t re = row_elems(s);
+    float *rows = xcalloc(n * re, sizeof(float));
+    uint32_t dmax = s->Dk > s->Dv ? s->Dk : s->Dv;
+    float *cent = xcalloc((size_t)NC * dmax, sizeof(float));
+    tu_rng rs = {seed};
+    for (uint32_t l = 0; l < s->L; l++)
+        for (uint32_t h = 0; h < s->H; h++)
+            for (int kv = 0; kv < 2; kv++) {
+                uint32_t dim = kv ? s->Dv : s->Dk;
+                tu_rng rc = {dist_seed * 1000003u + l * 1009u + h * 17u + (uint64_t)kv};
+                for (size_t i = 0; i < (size_t)NC * dim; i++)
+                    cent[i] = (float)(nrand(&rc) * (kv ? 1.0 : 2.0));
+                for (size_t i = 0; i < n; i++) {
+                    float *v = rows + i * re + (kv ? val_off(s, l, h) : key_off(s, l, h));
+                    uint32_t c = tu_below(&rs, NC);
+                    for (uint32_t d = 0; d < dim; d++)
+                        v[d] = cent[(size_t)c * dim + d] + (float)(nrand(&rs) * 0.3);
+                    if (!kv && (i % 13) == 0)
+                        v[0] += 6.0f; /* an outlier channel */
+                    if (!kv && rope)
+                        ck_assert_int_eq(fkvf_rope_apply_f32(rope, first + i, 0, v, dim), FKVF_OK);
+                }
+            }
+    free(cent);
+    return rows;
+}
+
+static fkvf_rvq *train(const cache_shape *s, const float *rows, size_t n, uint32_t k, int ks,
+                       int vs, int pooled, uint64_t seed, const fkvf_rope *rope)
+{
+    fkvf_rvq_params p;
+    fkvf_rvq_params_init(&p);
+    p.n_layers = s->L;
+    p.n_kv_heads = s->H;
+    p.key_dim = s->Dk;
+    p.value_dim = s->Dv;
+    p.k = k;
+    p.k_stages = (uint8_t)ks;
+    p.v_stages = (uint8_t)vs;
+    p.pooled = (uint8_t)pooled;
+    p.seed = seed;
+    p.key_rope = rope;
+    fkvf_rows blk = {rows, n, FKVF_DTYPE_F32, 0};
+    fkvf_rvq *q = NULL;
+    OK(fkvf_rvq_train(&q, &p, &blk, 1, NULL));
+    ck_assert_ptr_nonnull(q);
+    return q;
+}
+
+/* squared reconstruction error of keys and values (binary64) after
+ * encode -> decode to f32 */
+static void recon_error(const fkvf_rvq *q, const cache_shape *s, const float *rows, size_t n,
+                        const fkvf_rope *rope, unsigned beam, double *ek, double *ev)
+{
+    size_t nc = fkvf_rvq_codes_per_position(q), re = row_elems(s);
+    uint16_t *codes = xcalloc(n * nc + 1, sizeof(uint16_t));
+    float *out = xcalloc(n * re, sizeof(float));
+    fkvf_rows blk = {rows, n, FKVF_DTYPE_F32, 0};
+    OK(fkvf_rvq_encode(q, &blk, rope, beam, codes, nc, 1));
+    OK(fkvf_rvq_decode(q, codes, nc, 1, n, 0, rope, FKVF_DTYPE_F32, out, n * re * 4));
+    *ek = *ev = 0;
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t l = 0; l < s->L; l++)
+            for (uint32_t h = 0; h < s->H; h++) {
+                size_t ko = i * re + key_off(s, l, h), vo = i * re + val_off(s, l, h);
+                *ek += fkvfq_dist(rows + ko, out + ko, s->Dk);
+                *ev += fkvfq_dist(rows + vo, out + vo, s->Dv);
+            }
+    free(codes);
+    free(out);
+}
+
+/* ---- RVQ ----------------------------------------------------------------------------- */
+
+/* Adding a stage never increases the reconstruction error, on the training
+ * data and on held-out data of the same distribution. */
+START_TEST(rvq_error_falls_with_stages)
+{
+    cache_shape s = {2, 2, 16, 8};
+    size_t n = 1500, nh = 700;
+    float *tr = gen_rows(&s, n, 1, 100, NULL, 0), *ho = gen_rows(&s, nh, 1, 200, NULL, 0);
+    for (int pooled = 0; pooled <= 1; pooled++) {
+        fkvf_rvq *q = train(&s, tr, n, 32, 4, 3, pooled, 9, NULL);
+        double pk[2] = {INFINITY, INFINITY}, pv[2] = {INFINITY, INFINITY};
+        for (int m = 0; m <= 4; m++) {
+            fkvf_rvq *sub;
+            OK(fkvf_rvq_subset(&sub, q, (unsigned)m, (unsigned)(m < 3 ? m : 3)));
+            for (int set = 0; set < 2; set++) {
+                double ek, ev;
+                recon_error(sub, &s, set ? ho : tr, set ? nh : n, NULL, 0, &ek, &ev);
+                ck_assert_msg(ek <= pk[set], "pooled %d set %d: key error %g after %d stages > %g",
+                              pooled, set, ek, m, pk[set]);
+                ck_assert_msg(ev <= pv[set], "pooled %d set %d: value error %g > %g", pooled, set,
+                              ev, pv[set]);
+                if (m > 0 && m <= 2) /* real progress in the first stages */
+                    ck_assert(ek < 0.9 * pk[set]);
+                pk[set] = ek;
+                pv[set] = ev;
+            }
+            fkvf_rvq_free(sub);
+        }
+        fkvf_rvq_free(q);
+    }
+    free(tr);
+    free(ho);
+}
+END_TEST
+
+/* Every code is the exact nearest centroid of the residual left by the
+ * earlier stages (brute force, binary64, ties to the smallest index), for
+ * per-head and pooled codebooks, keys as cached and un-rotated. */
+START_TEST(rvq_encode_is_exact_greedy)
+{
+    cache_shape s = {2, 3, 12, 10};
+    fkvf_rope rope = {2, 8, 10000.0};
+    size_t n = 150; /* more than one encoder chunk */
+    float *rows = gen_rows(&s, n, 2, 300, &rope, 0);
+    size_t re = row_elems(&s);
+    for (int variant = 0; variant < 3; variant++) {
+        const fkvf_rope *rp = variant == 2 ? &rope : NULL;
+        fkvf_rvq *q = train(&s, rows, n, 16, 3, 2, variant == 1, 4, rp);
+        size_t nc = fkvf_rvq_codes_per_position(q);
+        ck_assert_uint_eq(nc, (size_t)s.L * s.H * 5);
+        /* stream-major layout this time */
+        uint16_t *codes = xcalloc(n * nc, sizeof(uint16_t));
+        fkvf_rows blk = {rows, n, FKVF_DTYPE_F32, 0};
+        OK(fkvf_rvq_encode(q, &blk, rp, 0, codes, 1, n));
+        float x[16];
+        for (size_t i = 0; i < n; i++)
+            for (uint32_t l = 0; l < s.L; l++)
+                for (uint32_t h = 0; h < s.H; h++)
+                    for (unsigned kv = 0; kv < 2; kv++) {
+                        uint32_t dim = kv ? s.Dv : s.Dk;
+                        unsigned ns = kv ? 2 : 3;
+                        memcpy(x, rows + i * re + (kv ? val_off(&s, l, h) : key_off(&s, l, h)),
+                               dim * sizeof(float));
+                        if (!kv && rp)
+                            OK(fkvf_rope_apply_f32(rp, i, 1, x, dim));
+                        for (unsigned st = 0; st < ns; st++) {
+                            const float *c = fkvf_rvq_centroids(q, l, h, kv, st);
+                            ck_assert_ptr_nonnull(c);
+                            size_t j = ((size_t)l * s.H + h) * 5 + (kv ? 3 + st : st);
+                            uint32_t want = brute_nearest(x, c, 16, dim);
+                            uint16_t got = codes[j * n + i];
+                            EXPECTF(got == want, "variant %d pos %zu l%u h%u kv%u s%u: %u want %u",
+                                    variant, i, l, h, kv, st, got, want);
+                            for (uint32_t d = 0; d < dim; d++)
+                                x[d] -= c[(size_t)want * dim + d];
+                        }
+                    }
+        /* the position-major layout gives the same codes */
+        uint16_t *pm = xcalloc(n * nc, sizeof(uint16_t));
+        OK(fkvf_rvq_encode(q, &blk, rp, 1, pm, nc, 1));
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < nc; j++)
+                EXPECT(pm[i * nc + j] == codes[j * n + i]);
+        free(pm);
+        free(codes);
+        fkvf_rvq_free(q);
+    }
+    free(rows);
+}
+END_TEST
+
+/* Decoding equals the reference of spec 13.6 computed here: binary32 sum in
+ * stage order from +0.0, rotation, one rounding to the output type. */
+START_TEST(rvq_decode_matches_reference)
+{
+    cache_shape s = {2, 2, 40, 24}; /* dims that are not multiples of 16 */
+    fkvf_rope rope = {1, 32, 10000.0};
+    size_t n = 600; /* more than one decode chunk */
+    float *rows = gen_rows(&s, 200, 3, 400, NULL, 0);
+    size_t re = row_elems(&s);
+    tu_rng r = {17};
+    for (int pooled = 0; pooled <= 1; pooled++) {
+        fkvf_rvq *q = train(&s, rows, 200, 16, 3, 2, pooled, 1, NULL);
+        size_t nc = fkvf_rvq_codes_per_position(q);
+        uint16_t *codes = xcalloc(n * nc, sizeof(uint16_t));
+        for (size_t i = 0; i < n * nc; i++)
+            codes[i] = (uint16_t)tu_below(&r, 16);
+        float *ref = xcalloc(re, sizeof(float));
+        uint8_t *out = xcalloc(n * re, 4);
+        const fkvf_dtype dts[3] = {FKVF_DTYPE_F16, FKVF_DTYPE_BF16, FKVF_DTYPE_F32};
+        for (int rp = 0; rp <= 1; rp++)
+            for (int di = 0; di < 3; di++) {
+                size_t es = dts[di] == FKVF_DTYPE_F32 ? 4 : 2;
+                uint64_t first = 1000;
+                OK(fkvf_rvq_decode(q, codes, nc, 1, n, first, rp ? &rope : NULL, dts[di], out,
+                                   n * re * es));
+                for (size_t i = 0; i < n; i++) {
+                    for (uint32_t l = 0; l < s.L; l++)
+                        for (uint32_t h = 0; h < s.H; h++)
+                            for (unsigned kv = 0; kv < 2; kv++) {
+                                uint32_t dim = kv ? s.Dv : s.Dk;
+                                unsigned ns = kv ? 2 : 3;
+                                float *v = ref + (kv ? val_off(&s, l, h) : key_off(&s, l, h));
+                                for (uint32_t d = 0; d < dim; d++)
+                                    v[d] = 0.0f;
+                                for (unsigned st = 0; st < ns; st++) {
+                                    size_t j = ((size_t)l * s.H + h) * 5 + (kv ? 3 + st : st);
+                                    const float *c = fkvf_rvq_centroids(q, l, h, kv, st) +
+                                                     (size_t)codes[i * nc + j] * dim;
+                                    for (uint32_t d = 0; d < dim; d++)
+                                        v[d] += c[d];
+                                }
+                                if (!kv && rp)
+                                    OK(fkvf_rope_apply_f32(&rope, first + i, 0, v, dim));
+                            }
+                    const uint8_t *o = out + i * re * es;
+                    for (size_t e = 0; e < re; e++) {
+                        uint32_t got, want;
+                        if (es == 4) {
+                            memcpy(&got, o + 4 * e, 4);
+                            want = f2u(ref[e]);
+                        } else {
+                            got = (uint32_t)(o[2 * e] | (o[2 * e + 1] << 8));
+                            want = dts[di] == FKVF_DTYPE_F16 ? fkvf_f32_to_f16(ref[e])
+                                                             : fkvf_f32_to_bf16(ref[e]);
+                        }
+                        EXPECTF(got == want, "pooled %d rope %d dtype %d pos %zu elem %zu", pooled,
+                                rp, (int)dts[di], i, e);
+                    }
+                }
+            }
+        /* a code out of range: FKVF_E_RANGE, nothing written */
+        codes[(n - 1) * nc + nc - 1] = 16;
+        memset(out, 0xAB, n * re * 4);
+        ck_assert_int_eq(fkvf_rvq_decode(q, codes, nc, 1, n, 0, NULL, FKVF_DTYPE_F32, out,
+                                         n * re * 4),
+                         FKVF_E_RANGE);
+        ck_assert_uint_eq(out[0], 0xAB);
+        ck_assert_uint_eq(out[n * re * 4 - 1], 0xAB);
+        free(ref);
+        free(out);
+        free(codes);
+        fkvf_rvq_free(q);
+    }
+    free(rows);
+}
+END_TEST
+
+/* Beam search never ends worse than greedy, per vector, and finds better
+ * paths on some. Width 1 is greedy. */
+START_TEST(rvq_beam_not_worse_than_greedy)
+{
+    cache_shape s = {1, 2, 16, 16};
+    size_t n = 300;
+    float *tr = gen_rows(&s, 800, 4, 500, NULL, 0), *x = gen_rows(&s, n, 4, 600, NULL, 0);
+    fkvf_rvq *q = train(&s, tr, 800, 16, 4, 2, 0, 2, NULL);
+    size_t nc = fkvf_rvq_codes_per_position(q), re = row_elems(&s);
+    fkvf_rows blk = {x, n, FKVF_DTYPE_F32, 0};
+    uint16_t *g = xcalloc(n * nc, 2), *b = xcalloc(n * nc, 2);
+    float *og = xcalloc(n * re, 4), *ob = xcalloc(n * re, 4);
+    OK(fkvf_rvq_encode(q, &blk, NULL, 0, g, nc, 1));
+    OK(fkvf_rvq_encode(q, &blk, NULL, 1, b, nc, 1));
+    ck_assert(memcmp(g, b, n * nc * 2) == 0);
+    OK(fkvf_rvq_decode(q, g, nc, 1, n, 0, NULL, FKVF_DTYPE_F32, og, n * re * 4));
+    const unsigned widths[] = {2, 3, 4, 8, 64};
+    for (size_t wi = 0; wi < 5; wi++) {
+        OK(fkvf_rvq_encode(q, &blk, NULL, widths[wi], b, nc, 1));
+        OK(fkvf_rvq_decode(q, b, nc, 1, n, 0, NULL, FKVF_DTYPE_F32, ob, n * re * 4));
+        double tg = 0, tb = 0;
+        int better = 0;
+        for (size_t i = 0; i < n; i++)
+            for (uint32_t h = 0; h < s.H; h++)
+                for (int kv = 0; kv < 2; kv++) {
+                    size_t o = i * re + (kv ? val_off(&s, 0, h) : key_off(&s, 0, h));
+                    double eg = fkvfq_dist(x + o, og + o, 16), eb = fkvfq_dist(x + o, ob + o, 16);
+                    EXPECTF(eb <= eg, "width %u pos %zu: beam %g > greedy %g", widths[wi], i, eb,
+                            eg);
+                    better += eb < eg;
+                    tg += eg;
+                    tb += eb;
+                }
+        ck_assert_msg(better > 0, "width %u never improved on greedy", widths[wi]);
+        ck_assert(tb < tg);
+    }
+    ck_assert_int_eq(fkvf_rvq_encode(q, &blk, NULL, FKVF_RVQ_MAX_BEAM + 1, b, nc, 1),
+                     FKVF_E_INVALID_ARG);
+    free(g);
+    free(b);
+    free(og);
+    free(ob);
+    free(tr);
+    free(x);
+    fkvf_rvq_free(q);
+}
+END_TEST
+
+static uint8_t *tables_of(const fkvf_rvq *q, size_t *size)
+{
+    *size = fkvf_rvq_tables_size(q);
+    uint8_t *t = xcalloc(*size, 1);
+    OK(fkvf_rvq_tables(q, t, *size));
+    return t;
+}
+
+/* Same seed: identical tables, byte for byte (also when the data come in two
+ * blocks); another seed: different tables. The first stages of a deeper
+ * codebook equal a shallower one's. */
+START_TEST(rvq_deterministic)
+{
+    cache_shape s = {2, 2, 8, 8};
+    size_t n = 600;
+    float *rows = gen_rows(&s, n, 5, 700, NULL, 0);
+    size_t sa, sb, sc, sd;
+    fkvf_rvq *a = train(&s, rows, n, 16, 3, 2, 0, 77, NULL);
+    fkvf_rvq *b = train(&s, rows, n, 16, 3, 2, 0, 77, NULL);
+    fkvf_rvq *c = train(&s, rows, n, 16, 3, 2, 0, 78, NULL);
+    uint8_t *ta = tables_of(a, &sa), *tb = tables_of(b, &sb), *tc = tables_of(c, &sc);
+    ck_assert_uint_eq(sa, sb);
+    ck_assert(memcmp(ta, tb, sa) == 0);
+    ck_assert_uint_eq(sa, sc);
+    ck_assert(memcmp(ta, tc, sa) != 0);
+
+    /* the same rows as two blocks */
+    fkvf_rvq_params p;
+    fkvf_rvq_params_init(&p);
+    p.n_layers = s.L;
+    p.n_kv_heads = s.H;
+    p.key_dim = s.Dk;
+    p.value_dim = s.Dv;
+    p.k = 16;
+    p.k_stages = 3;
+    p.v_stages = 2;
+    p.seed = 77;
+    size_t re = row_elems(&s);
+    fkvf_rows two[2] = {{rows, 250, FKVF_DTYPE_F32, 0},
+                        {rows + 250 * re, n - 250, FKVF_DTYPE_F32, 250}};
+    fkvf_rvq *d;
+    OK(fkvf_rvq_train(&d, &p, two, 2, NULL));
+    uint8_t *td = tables_of(d, &sd);
+    ck_assert(memcmp(ta, td, sa) == 0);
+
+    /* a shallower codebook is a prefix of a deeper one */
+    fkvf_rvq *e = train(&s, rows, n, 16, 1, 1, 0, 77, NULL), *sub;
+    OK(fkvf_rvq_subset(&sub, a, 1, 1));
+    size_t se, ss;
+    uint8_t *te = tables_of(e, &se), *tsub = tables_of(sub, &ss);
+    ck_assert_uint_eq(se, ss);
+    ck_assert(memcmp(te, tsub, se) == 0);
+
+    free(ta);
+    free(tb);
+    free(tc);
+    free(td);
+    free(te);
+    free(tsub);
+    fkvf_rvq_free(a);
+    fkvf_rvq_free(b);
+    fkvf_rvq_free(c);
+    fkvf_rvq_free(d);
+    fkvf_rvq_free(e);
+    fkvf_rvq_free(sub);
+    free(rows);
+}
+END_TEST
+
+/* Shapes of per-head and pooled codebooks; the writer accepts the tables as
+ * they are and a reader gives them back; loading them reproduces the
+ * codebook. */
+START_TEST(rvq_shapes_and_writer)
+{
+    cache_shape s = {3, 4, 8, 12};
+    size_t n = 300;
+    float *rows = gen_rows(&s, n, 6, 800, NULL, 0);
+    for (int pooled = 0; pooled <= 1; pooled++)
+        for (int f32 = 0; f32 <= 1; f32++) {
+            fkvf_rvq_params p;
+            fkvf_rvq_params_init(&p);
+            p.n_layers = s.L;
+            p.n_kv_heads = s.H;
+            p.key_dim = s.Dk;
+            p.value_dim = s.Dv;
+            p.k = 32;
+            p.k_stages = 2;
+            p.v_stages = 1;
+            p.pooled = (uint8_t)pooled;
+            p.table_dtype = f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
+            fkvf_rows blk = {rows, n, FKVF_DTYPE_F32, 0};
+            fkvf_rvq *q;
+            OK(fkvf_rvq_train(&q, &p, &blk, 1, NULL));
+            fkvf_codebook_shape sh;
+            uint32_t nkv;
+            fkvf_rvq_shape(q, &sh, &nkv);
+            ck_assert_uint_eq(sh.n_layers, 3);
+            ck_assert_uint_eq(sh.n_heads, pooled ? 1 : 4);
+            ck_assert_uint_eq(nkv, 4);
+            ck_assert_uint_eq(sh.key_dim, 8);
+            ck_assert_uint_eq(sh.value_dim, 12);
+            ck_assert_uint_eq(sh.k, 32);
+            ck_assert_uint_eq(sh.k_stages, 2);
+            ck_assert_uint_eq(sh.v_stages, 1);
+            ck_assert_uint_eq(sh.pooled, (unsigned)pooled);
+            ck_assert_int_eq(sh.dtype, f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16);
+            ck_assert_uint_eq(fkvf_rvq_codes_per_position(q), 3 * 4 * 3);
+            size_t tsz = fkvf_rvq_tables_size(q);
+            ck_assert_uint_eq(tsz, fkvf_codebook_size(&sh) - 64);
+            ck_assert_uint_eq(tsz, (size_t)3 * (pooled ? 1 : 4) * 32 * (2 * 8 + 12) * (f32 ? 4 : 2));
+            /* pooled: every head sees the same tables */
+            const float *c0 = fkvf_rvq_centroids(q, 1, 0, 0, 1), *c3 = fkvf_rvq_centroids(q, 1, 3, 0, 1);
+            ck_assert(pooled ? c0 == c3 : c0 != c3);
+            ck_assert_ptr_null(fkvf_rvq_centroids(q, 3, 0, 0, 0));
+            ck_assert_ptr_null(fkvf_rvq_centroids(q, 0, 4, 0, 0));
+            ck_assert_ptr_null(fkvf_rvq_centroids(q, 0, 0, 0, 2));
+            ck_assert_ptr_null(fkvf_rvq_centroids(q, 0, 0, 1, 1));
+            ck_assert_ptr_null(fkvf_rvq_centroids(q, 0, 0, 2, 0));
+            uint8_t *t = xcalloc(tsz, 1);
+            ck_assert_int_eq(fkvf_rvq_tables(q, t, tsz - 1), FKVF_E_INVALID_ARG);
+            OK(fkvf_rvq_tables(q, t, tsz));
+
+            /* a codebook file through the writer and back */
+            tu_buf buf = {0};
+            fkvf_sink sink = tu_buf_sink(&buf);
+            fkvf_writer_options wo;
+            fkvf_writer_options_init(&wo);
+            wo.no_sync = 1;
+            fkvf_writer *w;
+            OK(fkvf_writer_create_sink(&w, &sink, &wo, NULL));
+            ck_assert_int_eq(fkvf_writer_add_codebooks(w, &sh, t, tsz, 0), FKVF_OK);
+            OK(fkvf_writer_finish(w));
+            fkvf_writer_free(w);
+            fkvf_reader *rd;
+            OK(fkvf_reader_open_memory(&rd, buf.data, buf.size, FKVF_OPEN_STRICT, NULL));
+            fkvf_codebook_shape rsh;
+            const void *contents;
+            size_t csz;
+            uint8_t hash[16];
+            OK(fkvf_reader_codebook(rd, &rsh, &contents, &csz, hash));
+            ck_assert_uint_eq(csz, tsz + 64);
+            ck_assert(memcmp((const uint8_t *)contents + 64, t, tsz) == 0);
+            ck_assert(rsh.n_layers == sh.n_layers && rsh.n_heads == sh.n_heads &&
+                      rsh.key_dim == sh.key_dim && rsh.value_dim == sh.value_dim &&
+                      rsh.k == sh.k && rsh.k_stages == sh.k_stages &&
+                      rsh.v_stages == sh.v_stages && rsh.dtype == sh.dtype &&
+                      rsh.pooled == sh.pooled);
+            fkvf_rvq *q2;
+            OK(fkvf_rvq_from_tables(&q2, &rsh, pooled ? 4 : 0, (const uint8_t *)contents + 64,
+                                    tsz, NULL));
+            size_t t2sz;
+            uint8_t *t2 = tables_of(q2, &t2sz);
+            ck_assert(t2sz == tsz && memcmp(t2, t, tsz) == 0);
+            /* and it encodes the same */
+            size_t nc = fkvf_rvq_codes_per_position(q);
+            uint16_t *c1 = xcalloc(n * nc, 2), *c2 = xcalloc(n * nc, 2);
+            OK(fkvf_rvq_encode(q, &blk, NULL, 0, c1, nc, 1));
+            OK(fkvf_rvq_encode(q2, &blk, NULL, 0, c2, nc, 1));
+            ck_assert(memcmp(c1, c2, n * nc * 2) == 0);
+            free(c1);
+            free(c2);
+            free(t2);
+            fkvf_rvq_free(q2);
+            fkvf_reader_free(rd);
+            tu_buf_free(&buf);
+            free(t);
+            fkvf_rvq_free(q);
+        }
+    free(rows);
+}
+END_TEST
+
+/* Keys rotated by RoPE: archiving them un-rotated (key_rope given) is much
+ * more accurate than as cached; encoding with key_rope equals encoding the
+ * keys un-rotated by hand. */
+START_TEST(rvq_keys_before_rope)
+{
+    cache_shape s = {1, 2, 16, 8};
+    fkvf_rope rope = {2, 16, 10000.0};
+    size_t n = 1200, nh = 400;
+    float *tr = gen_rows(&s, n, 7, 900, &rope, 0);
+    float *ho = gen_rows(&s, nh, 7, 901, &rope, 0);
+    fkvf_rvq *asis = train(&s, tr, n, 32, 2, 1, 0, 3, NULL);
+    fkvf_rvq *pre = train(&s, tr, n, 32, 2, 1, 0, 3, &rope);
+    double ek_a, ev_a, ek_p, ev_p;
+    recon_error(asis, &s, ho, nh, NULL, 0, &ek_a, &ev_a);
+    recon_error(pre, &s, ho, nh, &rope, 0, &ek_p, &ev_p);
+    ck_assert_msg(ek_p < 0.5 * ek_a, "pre-rope key error %g vs as-is %g", ek_p, ek_a);
+    ck_assert(ev_p == ev_a); /* values do not depend on the key mode */
+
+    /* by hand: un-rotate the rows, encode without rope */
+    size_t re = row_elems(&s), nc = fkvf_rvq_codes_per_position(pre);
+    float *un = xcalloc(nh * re, sizeof(float));
+    memcpy(un, ho, nh * re * sizeof(float));
+    for (size_t i = 0; i < nh; i++)
+        for (uint32_t h = 0; h < s.H; h++)
+            OK(fkvf_rope_apply_f32(&rope, i, 1, un + i * re + key_off(&s, 0, h), s.Dk));
+    uint16_t *c1 = xcalloc(nh * nc, 2), *c2 = xcalloc(nh * nc, 2);
+    fkvf_rows b1 = {ho, nh, FKVF_DTYPE_F32, 0}, b2 = {un, nh, FKVF_DTYPE_F32, 0};
+    OK(fkvf_rvq_encode(pre, &b1, &rope, 0, c1, nc, 1));
+    OK(fkvf_rvq_encode(pre, &b2, NULL, 0, c2, nc, 1));
+    ck_assert(memcmp(c1, c2, nh * nc * 2) == 0);
+    free(c1);
+    free(c2);
+    free(un);
+    free(tr);
+    free(ho);
+    fkvf_rvq_free(asis);
+    fkvf_rvq_free(pre);
+}
+END_TEST
+
+/* f16 and bf16 input rows encode like their f32 values */
+START_TEST(rvq_input_dtypes)
+{
+    cache_shape s = {1, 2, 8, 8};
+    size_t n = 200, re = row_elems(&s);
+    float *rows = gen_rows(&s, n, 8, 1000, NULL, 0);
+    fkvf_rvq *q = train(&s, rows, n, 16, 2, 2, 0, 5, NULL);
+    size_t nc = fkvf_rvq_codes_per_position(q);
+    for (int k = 0; k < 2; k++) {
+        fkvf_dtype dt = k ? FKVF_DTYPE_BF16 : FKVF_DTYPE_F16;
+        uint8_t *h = xcalloc(n * re, 2);
+        float *back = xcalloc(n * re, 4);
+        OK(fkvf_convert(dt, h, FKVF_DTYPE_F32, rows, n * re));
+        OK(fkvf_convert(FKVF_DTYPE_F32, back, dt, h, n * re));
+        uint8_t *odd = tu_dup_odd(h, n * re * 2);
+        fkvf_rows b1 = {odd, n, dt, 0}, b2 = {back, n, FKVF_DTYPE_F32, 0};
+        uint16_t *c1 = xcalloc(n * nc, 2), *c2 = xcalloc(n * nc, 2);
+        OK(fkvf_rvq_encode(q, &b1, NULL, 0, c1, nc, 1));
+        OK(fkvf_rvq_encode(q, &b2, NULL, 0, c2, nc, 1));
+        ck_assert(memcmp(c1, c2, n * nc * 2) == 0);
+        tu_free_odd(odd);
+        free(h);
+        free(back);
+        free(c1);
+        free(c2);
+    }
+    /* non-finite inputs: encoding still gives codes in range */
+    rows[3] = NAN;
+    rows[re + 1] = INFINITY;
+    uint16_t *c = xcalloc(n * nc, 2);
+    fkvf_rows b = {rows, n, FKVF_DTYPE_F32, 0};
+    OK(fkvf_rvq_encode(q, &b, NULL, 0, c, nc, 1));
+    OK(fkvf_rvq_encode(q, &b, NULL, 4, c, nc, 1));
+    for (size_t i = 0; i < n * nc; i++)
+        EXPECT(c[i] < 16);
+    free(c);
+    free(rows);
+    fkvf_rvq_free(q);
+}
+END_TEST
+
+/* ---- arguments ------------------------------------------------------------------------ */
+
+START_TEST(rvq_invalid_arguments)
+{
+    cache_shape s = {1, 2, 8, 8};
+    size_t n = 64, re = row_elems(&s);
+    float *rows = gen_rows(&s, n, 9, 1100, NULL, 0);
+    fkvf_rvq_params p0;
+    fkvf_rvq_params_init(&p0);
+    ck_assert_uint_eq(p0.k, 256);
+    ck_assert_uint_eq(p0.k_stages, 4);
+    ck_assert_uint_eq(p0.v_stages, 2);
+    ck_assert_int_eq(p0.table_dtype, FKVF_DTYPE_F16);
+    p0.n_layers = s.L;
+    p0.n_kv_heads = s.H;
+    p0.key_dim = s.Dk;
+    p0.value_dim = s.Dv;
+    p0.k = 16;
+    fkvf_rows blk = {rows, n, FKVF_DTYPE_F32, 0};
+    fkvf_rvq *q = (fkvf_rvq *)(uintptr_t)1;
+    fkvf_rope badrope = {1, 9, 10000}, bigrope = {1, 10, 10000};
+    for (int c = 0; c < 20; c++) {
+        fkvf_rvq_params p = p0;
+        fkvf_rows b = blk;
+        size_t nb = 1;
+        switch (c) {
+        case 0: p.k = 8; break;
+        case 1: p.k = 24; break;
+        case 2: p.k = 8192; break;
+        case 3: p.k_stages = 17; break;
+        case 4: p.v_stages = 200; break;
+        case 5: p.n_layers = 0; break;
+        case 6: p.n_kv_heads = 1025; break;
+        case 7: p.key_dim = 0; break;
+        case 8: p.value_dim = 16385; break;
+        case 9: p.table_dtype = FKVF_DTYPE_BF16; break;
+        case 10: p.max_iters = 0; break;
+        case 11: p.samples_per_centroid = 0; break;
+        case 12: p.pooled = 2; break;
+        case 13: p.key_rope = &badrope; break;
+        case 14: p.key_rope = &bigrope; break;
+        case 15: b.dtype = (fkvf_dtype)7; break;
+        case 16: b.n_rows = 0; break; /* no training data */
+        case 17: nb = 0; break;
+        case 18: b.data = NULL; break;
+        default: b.first_position = UINT64_MAX; break;
+        }
+        ck_assert_msg(fkvf_rvq_train(&q, &p, &b, nb, NULL) == FKVF_E_INVALID_ARG, "case %d", c);
+        ck_assert_ptr_null(q);
+        q = (fkvf_rvq *)(uintptr_t)1;
+    }
+    ck_assert_int_eq(fkvf_rvq_train(NULL, &p0, &blk, 1, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_train(&q, NULL, &blk, 1, NULL), FKVF_E_INVALID_ARG);
+    /* non-finite training data */
+    float keep = rows[5];
+    rows[5] = NAN;
+    ck_assert_int_eq(fkvf_rvq_train(&q, &p0, &blk, 1, NULL), FKVF_E_INVALID_ARG);
+    rows[5] = -INFINITY;
+    ck_assert_int_eq(fkvf_rvq_train(&q, &p0, &blk, 1, NULL), FKVF_E_INVALID_ARG);
+    rows[5] = keep;
+    uint16_t h16[2] = {0x3C00, 0x7C00}; /* key 1.0, value infinity */
+    fkvf_rows hb = {h16, 1, FKVF_DTYPE_F16, 0};
+    fkvf_rvq_params p1 = p0;
+    p1.n_layers = p1.n_kv_heads = p1.key_dim = p1.value_dim = 1;
+    p1.k_stages = 0; /* values only, and the one value is infinite */
+    ck_assert_int_eq(fkvf_rvq_train(&q, &p1, &hb, 1, NULL), FKVF_E_INVALID_ARG);
+
+    OK(fkvf_rvq_train(&q, &p0, &blk, 1, NULL));
+    size_t nc = fkvf_rvq_codes_per_position(q);
+    uint16_t *codes = xcalloc(n * nc, 2);
+    float *out = xcalloc(n * re, 4);
+    fkvf_rope okrope = {2, 8, 10000};
+    /* encode */
+    ck_assert_int_eq(fkvf_rvq_encode(NULL, &blk, NULL, 0, codes, nc, 1), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_encode(q, NULL, NULL, 0, codes, nc, 1), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_encode(q, &blk, &badrope, 0, codes, nc, 1), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_encode(q, &blk, NULL, 0, NULL, nc, 1), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_encode(q, &blk, NULL, 0, codes, 0, 1), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_encode(q, &blk, NULL, 0, codes, nc, 0), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_encode(q, &blk, NULL, 0, codes, SIZE_MAX / 2, 1), FKVF_E_INVALID_ARG);
+    fkvf_rows bad = blk;
+    bad.dtype = (fkvf_dtype)0;
+    ck_assert_int_eq(fkvf_rvq_encode(q, &bad, NULL, 0, codes, nc, 1), FKVF_E_INVALID_ARG);
+    bad = blk;
+    bad.n_rows = SIZE_MAX / 8;
+    ck_assert_int_eq(fkvf_rvq_encode(q, &bad, NULL, 0, codes, nc, 1), FKVF_E_INVALID_ARG);
+    bad = blk;
+    bad.first_position = UINT64_MAX - 2;
+    ck_assert_int_eq(fkvf_rvq_encode(q, &bad, &okrope, 0, codes, nc, 1), FKVF_E_INVALID_ARG);
+    bad.n_rows = 0; /* nothing to do */
+    OK(fkvf_rvq_encode(q, &bad, NULL, 0, NULL, 0, 0));
+    OK(fkvf_rvq_encode(q, &blk, &okrope, 0, codes, nc, 1));
+    /* decode */
+    size_t osz = n * re * 4;
+    ck_assert_int_eq(fkvf_rvq_decode(NULL, codes, nc, 1, n, 0, NULL, FKVF_DTYPE_F32, out, osz),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_decode(q, codes, nc, 1, n, 0, NULL, FKVF_DTYPE_F32, out, osz - 1),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_decode(q, codes, nc, 1, n, 0, NULL, (fkvf_dtype)5, out, osz),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_decode(q, codes, nc, 1, n, 0, &badrope, FKVF_DTYPE_F32, out, osz),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_decode(q, NULL, nc, 1, n, 0, NULL, FKVF_DTYPE_F32, out, osz),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_decode(q, codes, nc, 1, n, 0, NULL, FKVF_DTYPE_F32, NULL, osz),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_decode(q, codes, nc, 0, n, 0, NULL, FKVF_DTYPE_F32, out, osz),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_decode(q, codes, nc, 1, n, UINT64_MAX, NULL, FKVF_DTYPE_F32, out,
+                                     osz),
+                     FKVF_E_INVALID_ARG);
+    OK(fkvf_rvq_decode(q, codes, nc, 1, 0, 0, NULL, FKVF_DTYPE_F32, NULL, 0));
+    OK(fkvf_rvq_decode(q, codes, nc, 1, n, 0, &okrope, FKVF_DTYPE_F32, out, osz));
+    /* subset, tables, from_tables */
+    fkvf_rvq *sub = (fkvf_rvq *)(uintptr_t)1;
+    ck_assert_int_eq(fkvf_rvq_subset(&sub, q, 5, 0), FKVF_E_INVALID_ARG);
+    ck_assert_ptr_null(sub);
+    ck_assert_int_eq(fkvf_rvq_subset(&sub, q, 0, 3), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_subset(&sub, NULL, 0, 0), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_subset(NULL, q, 0, 0), FKVF_E_INVALID_ARG);
+    OK(fkvf_rvq_subset(&sub, q, 0, 0)); /* no stages: zero vectors */
+    ck_assert_uint_eq(fkvf_rvq_codes_per_position(sub), 0);
+    ck_assert_uint_eq(fkvf_rvq_tables_size(sub), 0);
+    OK(fkvf_rvq_decode(sub, NULL, 0, 0, n, 0, NULL, FKVF_DTYPE_F32, out, osz));
+    for (size_t i = 0; i < n * re; i++)
+        EXPECT(out[i] == 0.0f);
+    OK(fkvf_rvq_encode(sub, &blk, NULL, 0, NULL, 0, 0));
+    fkvf_rvq_free(sub);
+    ck_assert_int_eq(fkvf_rvq_tables(NULL, out, 4), FKVF_E_INVALID_ARG);
+    ck_assert_uint_eq(fkvf_rvq_tables_size(NULL), 0);
+    ck_assert_uint_eq(fkvf_rvq_codes_per_position(NULL), 0);
+    fkvf_codebook_shape sh;
+    fkvf_rvq_shape(q, &sh, NULL);
+    size_t tsz;
+    uint8_t *t = tables_of(q, &tsz);
+    fkvf_rvq *q2 = (fkvf_rvq *)(uintptr_t)1;
+    ck_assert_int_eq(fkvf_rvq_from_tables(&q2, &sh, 0, t, tsz - 2, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_ptr_null(q2);
+    ck_assert_int_eq(fkvf_rvq_from_tables(&q2, &sh, 3, t, tsz, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_from_tables(&q2, NULL, 0, t, tsz, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_from_tables(&q2, &sh, 0, NULL, tsz, NULL), FKVF_E_INVALID_ARG);
+    fkvf_codebook_shape bs = sh;
+    bs.pooled = 1; /* pooled with n_heads 2 */
+    ck_assert_int_eq(fkvf_rvq_from_tables(&q2, &bs, 0, t, tsz, NULL), FKVF_E_INVALID_ARG);
+    bs = sh;
+    bs.dtype = FKVF_DTYPE_BF16;
+    ck_assert_int_eq(fkvf_rvq_from_tables(&q2, &bs, 0, t, tsz, NULL), FKVF_E_INVALID_ARG);
+    t[10] = 0x00; /* an f16 infinity */
+    t[11] = 0x7C;
+    ck_assert_int_eq(fkvf_rvq_from_tables(&q2, &sh, 0, t, tsz, NULL), FKVF_E_INVALID_ARG);
+    free(t);
+    fkvf_rvq_free(NULL);
+    free(codes);
+    free(out);
+    free(rows);
+    fkvf_rvq_free(q);
+}
+END_TEST
+
+/* ---- allocation failure ---------------------------------------------------------------- */
+
+typedef struct fail_alloc {
+    long countdown; /* allocations left before failing; < 0: never fail */
+    long live;
+} fail_alloc;
+
+static void *fa_alloc(void *opaque, size_t size)
+{
+    fail_alloc *f = opaque;
+    if (f->countdown == 0)
+        return NULL;
+    if (f->countdown > 0)
+        f->countdown--;
+    void *p = malloc(size ? size : 1);
+    if (p)
+        f->live++;
+    return p;
+}
+static void *fa_realloc(void *opaque, void *ptr, size_t size)
+{
+    fail_alloc *f = opaque;
+    if (f->countdown == 0)
+        return NULL;
+    if (f->countdown > 0)
+        f->countdown--;
+    void *p = realloc(ptr, size ? size : 1);
+    if (p && !ptr)
+        f->live++;
+    return p;
+}
+static void fa_free(void *opaque, void *ptr)
+{
+    fail_alloc *f = opaque;
+    if (ptr)
+        f->live--;
+    free(ptr);
+}
+
+/* Every allocation failing in turn: FKVF_E_NOMEM, nothing leaked, and the
+ * operation succeeds once the allocator stops failing. */
+START_TEST(rvq_allocation_failures)
+{
+    cache_shape s = {2, 2, 8, 8};
+    size_t n = 80, re = row_elems(&s);
+    fkvf_rope rope = {1, 8, 10000};
+    float *rows = gen_rows(&s, n, 10, 1200, &rope, 0);
+    fkvf_rvq_params p;
+    fkvf_rvq_params_init(&p);
+    p.n_layers = s.L;
+    p.n_kv_heads = s.H;
+    p.key_dim = s.Dk;
+    p.value_dim = s.Dv;
+    p.k = 16;
+    p.k_stages = 2;
+    p.v_stages = 1;
+    p.key_rope = &rope;
+    fkvf_rows blk = {rows, n, FKVF_DTYPE_F32, 0};
+    size_t nc = (size_t)s.L * s.H * 3, tsz = 0;
+    uint16_t *codes = xcalloc(n * nc, 2);
+    float *out = xcalloc(n * re, 4);
+    uint8_t *tables = NULL;
+    fkvf_codebook_shape sh;
+    for (int op = 0; op < 7; op++) {
+        int done = 0;
+        for (long k = 0; !done; k++) {
+            ck_assert_int_lt(k, 1000);
+            fail_alloc fa = {k, 0};
+            fkvf_allocator al = {fa_alloc, fa_realloc, fa_free, &fa};
+            fail_alloc fb = {-1, 0};
+            fkvf_allocator ok = {fa_alloc, fa_realloc, fa_free, &fb};
+            fkvf_rvq *q = NULL, *base = NULL;
+            int rc;
+            /* a codebook made with an allocator that fails later */
+            if (op >= 2) {
+                OK(fkvf_rvq_from_tables(&base, &sh, 0, tables, tsz, &ok));
+                base->alloc = al; /* its later allocations go through the failing one */
+            }
+            switch (op) {
+            case 0: {
+                fkvf_rvq_params pp = p;
+                pp.pooled = 0;
+                rc = fkvf_rvq_train(&q, &pp, &blk, 1, &al);
+                break;
+            }
+            case 1:
+                rc = fkvf_rvq_from_tables(&q, &sh, 0, tables, tsz, &al);
+                break;
+            case 2:
+                rc = fkvf_rvq_subset(&q, base, 1, 1);
+                break;
+            case 3:
+                rc = fkvf_rvq_encode(base, &blk, &rope, 0, codes, nc, 1);
+                break;
+            case 4:
+                rc = fkvf_rvq_encode(base, &blk, &rope, 3, codes, nc, 1);
+                break;
+            case 5:
+                rc = fkvf_rvq_decode(base, codes, nc, 1, n, 0, &rope, FKVF_DTYPE_F16, out,
+                                     n * re * 2);
+                break;
+            default:
+                rc = fkvf_rvq_decode(base, codes, nc, 1, n, 0, NULL, FKVF_DTYPE_F32, out,
+                                     n * re * 4);
+                break;
+            }
+            EXPECTF(rc == FKVF_OK || rc == FKVF_E_NOMEM, "op %d k %ld: %s", op, k,
+                    fkvf_error_name(rc));
+            if (rc == FKVF_E_NOMEM)
+                EXPECTF(q == NULL, "op %d k %ld: handle on failure", op, k);
+            if (op == 0 && rc == FKVF_OK) {
+                fkvf_rvq_shape(q, &sh, NULL);
+                tsz = fkvf_rvq_tables_size(q);
+                tables = xcalloc(tsz, 1);
+                OK(fkvf_rvq_tables(q, tables, tsz));
+            }
+            fkvf_rvq_free(q);
+            if (base) {
+                base->alloc = ok;
+                fkvf_rvq_free(base);
+            }
+            EXPECTF(fa.live == 0, "op %d k %ld: %ld allocations leaked", op, k, fa.live);
+            EXPECTF(fb.live == 0, "op %d k %ld: %ld base allocations leaked", op, k, fb.live);
+            done = rc == FKVF_OK;
+            if (!done)
+                EXPECTF(fa.countdown == 0, "op %d k %ld: NOMEM without a failed allocation", op,
+                        k);
+        }
+    }
+    free(tables);
+    free(codes);
+    free(out);
+    free(rows);
+}
+END_TEST
+
+static Suite *quant_suite(void)
+{
+    Suite *su = suite_create("quant");
+    TCase *tc = tcase_create("convert");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, f16_hand_values);
+    tcase_add_test(tc, bf16_hand_values);
+    tcase_add_test(tc, f16_every_pattern);
+    tcase_add_test(tc, f32_to_half_against_reference);
+    tcase_add_test(tc, convert_args);
+    suite_add_tcase(su, tc);
+
+    TCase *tr = tcase_create("rope");
+    tcase_add_test(tr, rope_hand_example);
+    tcase_add_test(tr, rope_roundtrip);
+    tcase_add_test(tr, rope_invalid);
+    suite_add_tcase(su, tr);
+
+    TCase *tk = tcase_create("search");
+    tcase_set_timeout(tk, 120);
+    tcase_add_test(tk, search_picks_true_nearest);
+    tcase_add_test(tk, kmeans_finds_separated_clusters);
+    tcase_add_test(tk, kmeans_repairs_empty_clusters);
+    suite_add_tcase(su, tk);
+
+    TCase *tq = tcase_create("rvq");
+    tcase_set_timeout(tq, 120);
+    tcase_add_test(tq, rvq_error_falls_with_stages);
+    tcase_add_test(tq, rvq_encode_is_exact_greedy);
+    tcase_add_test(tq, rvq_decode_matches_reference);
+    tcase_add_test(tq, rvq_beam_not_worse_than_greedy);
+    tcase_add_test(tq, rvq_deterministic);
+    tcase_add_test(tq, rvq_shapes_and_writer);
+    tcase_add_test(tq, rvq_keys_before_rope);
+    tcase_add_test(tq, rvq_input_dtypes);
+    tcase_add_test(tq, rvq_invalid_arguments);
+    tcase_add_test(tq, rvq_allocation_failures);
+    suite_add_tcase(su, tq);
+    return su;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(quant_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
