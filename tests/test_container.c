@@ -2163,6 +2163,7 @@ START_TEST(writer_refuses_invalid_descriptor_fields)
         ck_assert_msg(rc == FKVF_E_INVALID_ARG, "case %zu (%s): %s", i, cases[i].field,
                       fkvf_error_name(rc));
         assert_msg_names(w, cases[i].field);
+        assert_msg_names(w, "[FKVF_E_INVALID_ARG]"); /* said FKVF_E_CORRUPT */
         /* the writer is still usable: the valid descriptor is accepted */
         OK_W(w, fkvf_writer_set_desc(w, &m.desc));
         RC_W(w, fkvf_writer_set_desc(w, &m.desc), FKVF_E_STATE); /* only once */

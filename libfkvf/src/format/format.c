@@ -411,56 +411,60 @@ uint64_t fkvf_desc_row_bytes(const fkvf_desc *desc)
     return v;
 }
 
-/* Shared semantic checks; `off` is the section offset or FKVF_NO_OFFSET. */
+/* Shared semantic checks; `off` is the section offset, or FKVF_NO_OFFSET
+ * for a caller's descriptor (writer side): then every failure is the
+ * caller's, FKVF_E_INVALID_ARG, in the message too. */
 static int desc_validate(const fkvf_desc *x, uint64_t off, fkvf_diag *d)
 {
 #define AT(o) (off == FKVF_NO_OFFSET ? FKVF_NO_OFFSET : off + (o))
+    const int bad = off == FKVF_NO_OFFSET ? FKVF_E_INVALID_ARG : FKVF_E_CORRUPT;
+    const int limit = off == FKVF_NO_OFFSET ? FKVF_E_INVALID_ARG : FKVF_E_LIMIT;
     if (x->n_layers < 1 || x->n_layers > FKVF_MAX_LAYERS)
-        return fkvf_fail(d, FKVF_E_CORRUPT, AT(0), "8", "DESC.n_layers: %u (1..%u)",
+        return fkvf_fail(d, bad, AT(0), "8", "DESC.n_layers: %u (1..%u)",
                          x->n_layers, FKVF_MAX_LAYERS);
     if (x->n_kv_heads < 1 || x->n_kv_heads > FKVF_MAX_HEADS)
-        return fkvf_fail(d, FKVF_E_CORRUPT, AT(4), "8", "DESC.n_kv_heads: %u (1..%u)",
+        return fkvf_fail(d, bad, AT(4), "8", "DESC.n_kv_heads: %u (1..%u)",
                          x->n_kv_heads, FKVF_MAX_HEADS);
     if (x->key_dim < 1 || x->key_dim > FKVF_MAX_DIM)
-        return fkvf_fail(d, FKVF_E_CORRUPT, AT(8), "8", "DESC.key_dim: %u (1..%u)", x->key_dim,
+        return fkvf_fail(d, bad, AT(8), "8", "DESC.key_dim: %u (1..%u)", x->key_dim,
                          FKVF_MAX_DIM);
     if (x->value_dim < 1 || x->value_dim > FKVF_MAX_DIM)
-        return fkvf_fail(d, FKVF_E_CORRUPT, AT(12), "8", "DESC.value_dim: %u (1..%u)",
+        return fkvf_fail(d, bad, AT(12), "8", "DESC.value_dim: %u (1..%u)",
                          x->value_dim, FKVF_MAX_DIM);
     if (fkvf_dtype_size(x->dtype) == 0)
-        return fkvf_fail(d, FKVF_E_CORRUPT, AT(16), "8", "DESC.dtype: %d unknown",
+        return fkvf_fail(d, bad, AT(16), "8", "DESC.dtype: %d unknown",
                          (int)x->dtype);
     if (x->key_transform == 0) {
         if (x->rope_layout || x->key_storage || x->rope_dims || x->rope_theta != 0.0)
-            return fkvf_fail(d, FKVF_E_CORRUPT, AT(17), "8",
+            return fkvf_fail(d, bad, AT(17), "8",
                              "DESC: RoPE fields must be zero when key_transform is none");
     } else if (x->key_transform == 1) {
         if (x->rope_layout != 1 && x->rope_layout != 2)
-            return fkvf_fail(d, FKVF_E_CORRUPT, AT(18), "8", "DESC.rope_layout: %u unknown",
+            return fkvf_fail(d, bad, AT(18), "8", "DESC.rope_layout: %u unknown",
                              x->rope_layout);
         if (x->key_storage > 1)
-            return fkvf_fail(d, FKVF_E_CORRUPT, AT(19), "8", "DESC.key_storage: %u unknown",
+            return fkvf_fail(d, bad, AT(19), "8", "DESC.key_storage: %u unknown",
                              x->key_storage);
         if (x->rope_dims < 2 || (x->rope_dims & 1) || x->rope_dims > x->key_dim)
-            return fkvf_fail(d, FKVF_E_CORRUPT, AT(20), "8",
+            return fkvf_fail(d, bad, AT(20), "8",
                              "DESC.rope_dims: %u (even, 2..key_dim %u)", x->rope_dims,
                              x->key_dim);
         if (!isfinite(x->rope_theta) || !(x->rope_theta > 0.0))
-            return fkvf_fail(d, FKVF_E_CORRUPT, AT(24), "8", "DESC.rope_theta: %g",
+            return fkvf_fail(d, bad, AT(24), "8", "DESC.rope_theta: %g",
                              x->rope_theta);
     } else {
-        return fkvf_fail(d, FKVF_E_CORRUPT, AT(17), "8", "DESC.key_transform: %u unknown",
+        return fkvf_fail(d, bad, AT(17), "8", "DESC.key_transform: %u unknown",
                          x->key_transform);
     }
     if (x->weights_hash_kind > 2)
-        return fkvf_fail(d, FKVF_E_CORRUPT, AT(48), "8", "DESC.weights_hash_kind: %u unknown",
+        return fkvf_fail(d, bad, AT(48), "8", "DESC.weights_hash_kind: %u unknown",
                          x->weights_hash_kind);
     size_t hl = x->weights_hash_kind == 1 ? 32 : x->weights_hash_kind == 2 ? 16 : 0;
     if (!all_zero(x->weights_hash + hl, 32 - hl))
-        return fkvf_fail(d, FKVF_E_CORRUPT, AT(56), "8",
+        return fkvf_fail(d, bad, AT(56), "8",
                          "DESC.weights_hash: bytes beyond the hash length not zero");
     if (fkvf_desc_row_bytes(x) == 0)
-        return fkvf_fail(d, FKVF_E_LIMIT, AT(0), "15", "DESC: row size overflows");
+        return fkvf_fail(d, limit, AT(0), "15", "DESC: row size overflows");
 #undef AT
     return FKVF_OK;
 }
@@ -514,7 +518,7 @@ int fkvf_desc_check(const fkvf_desc *desc, fkvf_diag *d)
 {
     int rc = desc_validate(desc, FKVF_NO_OFFSET, d);
     if (rc)
-        return rc == FKVF_E_CORRUPT || rc == FKVF_E_LIMIT ? FKVF_E_INVALID_ARG : rc;
+        return rc;
     const char *ids[2] = {desc->model_id, desc->tokenizer_id};
     for (int i = 0; i < 2; i++) {
         size_t n = ids[i] ? strlen(ids[i]) : 0;
