@@ -308,6 +308,19 @@ FKVF_API int fkvf_reader_codebook_ref(const fkvf_reader *r, int *is_external, ui
  * a codebook file, its hash differs, or its shape does not match. */
 FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *codebook_file);
 
+/* Bytes of one restored row (spec 14.2 layout) in `dtype`. */
+FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_t *row_bytes);
+/* Restore positions [first, first+count): per position, per layer the keys of
+ * heads 0..H-1 then the values (spec 14.2), converted to `dtype`. Exact
+ * positions keep their bits (dtype = the descriptor's); archived positions
+ * are reconstructed from the codebook (spec 13.6), keys rotated back to
+ * their position when they were archived before rotation. Archived
+ * positions need the codebook: attach an external one first (else
+ * FKVF_E_CODEBOOK). An index symbol >= k is FKVF_E_SYMBOL.
+ * out_size >= count * fkvf_reader_row_bytes(dtype). */
+FKVF_API int fkvf_reader_restore(fkvf_reader *r, uint64_t first, uint64_t count, fkvf_dtype dtype,
+                                 void *out, size_t out_size);
+
 /* Full pass: every checksum, padding, every span, every rule the reader can
  * check. Returns the first error; the message names it. */
 FKVF_API int fkvf_reader_verify(fkvf_reader *r);

@@ -931,6 +931,8 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
     if (!r || r->magic != FKVF_READER_MAGIC)
         return;
     const fkvf_allocator *a = r->alloc;
+    fkvf_rvq_free(r->rvq);
+    fkvf_free(a, r->cb_streams);
     for (size_t i = 0; i < r->n_sections; i++)
         fkvf_free(a, r->sections[i].inflated);
     for (size_t i = 0; i < r->n_streams; i++) {

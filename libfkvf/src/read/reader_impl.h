@@ -93,6 +93,8 @@ struct fkvf_reader {
     char *cb_ref_name;
     fkvf_reader *cb_file;         /* attached codebook file (borrowed) */
     size_t cb_file_sec;
+    struct fkvf_rvq *rvq;         /* codebook for restore, built on first use */
+    size_t *cb_streams;           /* stream index of each RVQ code j (restore) */
 
     rd_exact *exact;
     size_t n_exact;

@@ -1,0 +1,161 @@
+/* fkvf_reader_restore: every position of an archive back into cache rows
+ * (spec 13.6, 14). Exact rows are copied (converted if asked); archived rows
+ * are decoded from their index streams with the codebook. Uses the
+ * quantizer through its public API. */
+#include <string.h>
+
+#include "alloc.h"
+#include "ckd.h"
+#include "reader_impl.h"
+
+#define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
+
+/* positions decoded per batch */
+#define BATCH 64
+
+FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_t *row_bytes)
+{
+    int rc = rd_enter(r);
+    if (rc)
+        return rc;
+    if (!row_bytes || fkvf_dtype_size(dtype) == 0)
+        return FKVF_E_INVALID_ARG;
+    if (!r->n_commits || !r->has_desc)
+        return FKVF_E_STATE;
+    uint64_t elems = (uint64_t)r->desc.n_layers * r->desc.n_kv_heads *
+                     ((uint64_t)r->desc.key_dim + r->desc.value_dim);
+    uint64_t b;
+    if (!fkvf_mul64(elems, fkvf_dtype_size(dtype), &b) || !fkvf_tosz(b, row_bytes))
+        return FKVF_E_LIMIT;
+    return FKVF_OK;
+}
+
+/* The codebook as an fkvf_rvq and the stream of every code (built once). */
+static int restore_prepare(fkvf_reader *r)
+{
+    if (r->rvq)
+        return FKVF_OK;
+    fkvf_codebook_shape shape;
+    const void *contents;
+    size_t size;
+    int rc = fkvf_reader_codebook(r, &shape, &contents, &size, NULL);
+    if (rc)
+        return rc; /* message set: no codebook, or external not attached */
+    fkvf_rvq *q = NULL;
+    rc = fkvf_rvq_from_tables(&q, &shape, r->desc.n_kv_heads, (const uint8_t *)contents + 64,
+                              size - 64, r->alloc);
+    if (rc)
+        return FAIL(rc, r->sections[r->cb_sec].e.offset, "13.2",
+                    "codebook tables cannot be loaded (%s)", fkvf_strerror(rc));
+    size_t n = fkvf_rvq_codes_per_position(q);
+    size_t *map = fkvf_calloc(r->alloc, n ? n : 1, sizeof *map);
+    if (!map) {
+        fkvf_rvq_free(q);
+        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for the stream map");
+    }
+    unsigned per = (unsigned)shape.k_stages + shape.v_stages;
+    for (uint32_t l = 0; l < r->desc.n_layers; l++)
+        for (uint32_t h = 0; h < r->desc.n_kv_heads; h++)
+            for (unsigned j = 0; j < per; j++) {
+                unsigned kv = j >= shape.k_stages, stage = kv ? j - shape.k_stages : j;
+                uint64_t id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, h, kv, stage);
+                size_t idx = ((size_t)l * r->desc.n_kv_heads + h) * per + j;
+                if (fkvf_reader_stream_find(r, id, &map[idx]) != FKVF_OK) {
+                    /* n_archived > 0 guarantees every stream (spec 11.8) */
+                    fkvf_free(r->alloc, map);
+                    fkvf_rvq_free(q);
+                    return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "11.8",
+                                "index stream %016llx missing", (unsigned long long)id);
+                }
+            }
+    r->rvq = q;
+    r->cb_streams = map;
+    return FKVF_OK;
+}
+
+/* Archived positions [first, first+count), count <= BATCH, into out. */
+static int restore_archived(fkvf_reader *r, uint64_t first, size_t count, fkvf_dtype dtype,
+                            uint8_t *out, size_t row_bytes)
+{
+    size_t ncodes = fkvf_rvq_codes_per_position(r->rvq);
+    size_t bytes;
+    if (!fkvf_mulsz(ncodes, count, &bytes) || !fkvf_mulsz(bytes, sizeof(uint16_t), &bytes))
+        return FKVF_E_LIMIT;
+    uint16_t *codes = fkvf_malloc(r->alloc, bytes);
+    if (!codes)
+        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for codes");
+    uint32_t sym[BATCH];
+    uint32_t k = r->cb_shape.k;
+    uint64_t a = first - r->desc.n_sinks; /* symbol index in the streams */
+    int rc = FKVF_OK;
+    for (size_t j = 0; j < ncodes && rc == FKVF_OK; j++) {
+        rc = fkvf_reader_stream_read(r, r->cb_streams[j], a, sym, count);
+        for (size_t i = 0; rc == FKVF_OK && i < count; i++) {
+            if (sym[i] >= k)
+                rc = FAIL(FKVF_E_SYMBOL, FKVF_NO_OFFSET, "11.8",
+                          "index stream %zu symbol %llu is %u, the codebook has k = %u",
+                          r->cb_streams[j], (unsigned long long)(a + i), sym[i], k);
+            else
+                codes[i * ncodes + j] = (uint16_t)sym[i];
+        }
+    }
+    if (rc == FKVF_OK) {
+        fkvf_rope rope = {r->desc.rope_layout, r->desc.rope_dims, r->desc.rope_theta};
+        rc = fkvf_rvq_decode(r->rvq, codes, ncodes, 1, count, first,
+                             r->desc.key_storage == 1 ? &rope : NULL, dtype, out,
+                             count * row_bytes);
+        if (rc)
+            FAIL(rc, FKVF_NO_OFFSET, "13.6", "decoding positions %llu..%llu failed",
+                 (unsigned long long)first, (unsigned long long)(first + count - 1));
+    }
+    fkvf_free(r->alloc, codes);
+    return rc;
+}
+
+FKVF_API int fkvf_reader_restore(fkvf_reader *r, uint64_t first, uint64_t count, fkvf_dtype dtype,
+                                 void *out, size_t out_size)
+{
+    size_t row_bytes;
+    int rc = fkvf_reader_row_bytes(r, dtype, &row_bytes);
+    if (rc)
+        return rc;
+    if (!out && count)
+        return FKVF_E_INVALID_ARG;
+    uint64_t need;
+    if (first > r->n_positions || count > r->n_positions - first)
+        return FAIL(FKVF_E_RANGE, FKVF_NO_OFFSET, NULL, "positions [%llu, +%llu) outside %llu",
+                    (unsigned long long)first, (unsigned long long)count,
+                    (unsigned long long)r->n_positions);
+    if (!fkvf_mul64(count, row_bytes, &need) || need > out_size)
+        return FAIL(FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, NULL,
+                    "output buffer of %zu bytes, %llu rows need %llu", out_size,
+                    (unsigned long long)count, (unsigned long long)need);
+    uint8_t *o = out;
+    uint64_t S = r->desc.n_sinks, A = r->n_archived;
+    uint64_t p = first, end = first + count;
+    while (p < end) {
+        int archived = p >= S && p - S < A;
+        if (archived) {
+            if ((rc = restore_prepare(r)))
+                return rc;
+            uint64_t stop = S + A < end ? S + A : end;
+            size_t c = stop - p < BATCH ? (size_t)(stop - p) : BATCH;
+            if ((rc = restore_archived(r, p, c, dtype, o, row_bytes)))
+                return rc;
+            o += c * row_bytes;
+            p += c;
+        } else {
+            const void *row;
+            size_t rb;
+            if ((rc = fkvf_reader_exact_row(r, p, &row, &rb)))
+                return rc;
+            size_t elems = rb / fkvf_dtype_size(r->desc.dtype);
+            if ((rc = fkvf_convert(dtype, o, r->desc.dtype, row, elems)))
+                return FAIL(rc, FKVF_NO_OFFSET, NULL, "converting exact row %llu",
+                            (unsigned long long)p);
+            o += row_bytes;
+            p++;
+        }
+    }
+    return FKVF_OK;
+}

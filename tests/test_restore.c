@@ -1,0 +1,311 @@
+/* fkvf_reader_restore: exact positions bit for bit, archived positions as the
+ * quantizer decodes their codes (keys rotated back when archived before
+ * RoPE), external codebooks, errors. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fkvf.h"
+#include "testutil.h"
+
+enum { L = 2, H = 2, D = 8, N = 40, S = 4, W = 16, A = N - S - W, K = 16, KS = 2, VS = 1 };
+#define ROW_ELEMS (L * H * 2 * D)
+
+typedef struct fixture {
+    uint16_t rows[N][ROW_ELEMS]; /* f16 cache rows, spec 14.2 layout */
+    fkvf_rvq *q;
+    uint16_t codes[A][L * H * (KS + VS)];
+    fkvf_desc desc;
+    fkvf_rope rope;
+    tu_buf file;     /* the archive */
+    tu_buf cbfile;   /* a codebook file (external variant) */
+} fixture;
+
+static void make_rows(fixture *f)
+{
+    tu_rng g = {42};
+    for (int p = 0; p < N; p++)
+        for (int e = 0; e < ROW_ELEMS; e++) {
+            /* a few clusters plus noise, so that a small codebook fits */
+            double c = (double)((e * 7 + (int)tu_below(&g, 3)) % 5) - 2.0;
+            double x = c + ((double)tu_below(&g, 1000) / 1000.0 - 0.5) * 0.2;
+            f->rows[p][e] = fkvf_f32_to_f16((float)x);
+        }
+}
+
+static void build(fixture *f, int external)
+{
+    memset(f, 0, sizeof *f);
+    make_rows(f);
+    f->rope.layout = 2;
+    f->rope.rope_dims = D;
+    f->rope.theta = 10000.0;
+    fkvf_rvq_params prm;
+    fkvf_rvq_params_init(&prm);
+    prm.n_layers = L;
+    prm.n_kv_heads = H;
+    prm.key_dim = D;
+    prm.value_dim = D;
+    prm.k = K;
+    prm.k_stages = KS;
+    prm.v_stages = VS;
+    prm.table_dtype = FKVF_DTYPE_F16;
+    prm.key_rope = &f->rope;
+    fkvf_rows all = {f->rows, N, FKVF_DTYPE_F16, 0};
+    ck_assert_int_eq(fkvf_rvq_train(&f->q, &prm, &all, 1, NULL), FKVF_OK);
+    fkvf_rows arch = {f->rows[S], A, FKVF_DTYPE_F16, S};
+    ck_assert_int_eq(fkvf_rvq_encode(f->q, &arch, &f->rope, 1, &f->codes[0][0],
+                                     L * H * (KS + VS), 1),
+                     FKVF_OK);
+    fkvf_codebook_shape shape;
+    uint32_t heads;
+    fkvf_rvq_shape(f->q, &shape, &heads);
+    size_t tsz = fkvf_rvq_tables_size(f->q);
+    void *tables = malloc(tsz);
+    ck_assert_int_eq(fkvf_rvq_tables(f->q, tables, tsz), FKVF_OK);
+
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.no_sync = 1;
+    uint8_t hash[16];
+    if (external) {
+        /* codebook file first, then its hash */
+        fkvf_sink cs = tu_buf_sink(&f->cbfile);
+        fkvf_writer *cw;
+        ck_assert_int_eq(fkvf_writer_create_sink(&cw, &cs, &o, NULL), FKVF_OK);
+        ck_assert_int_eq(fkvf_writer_add_codebooks(cw, &shape, tables, tsz, 0), FKVF_OK);
+        ck_assert_int_eq(fkvf_writer_finish(cw), FKVF_OK);
+        fkvf_writer_free(cw);
+        uint8_t *cb1 = malloc(64 + tsz);
+        fkvf_reader *cr;
+        ck_assert_int_eq(fkvf_reader_open_memory(&cr, f->cbfile.data, f->cbfile.size, 0, NULL),
+                         FKVF_OK);
+        ck_assert_int_eq(fkvf_reader_codebook(cr, NULL, NULL, NULL, hash), FKVF_OK);
+        fkvf_reader_free(cr);
+        free(cb1);
+        o.required_features = FKVF_FEAT_EXTERNAL_CODEBOOK;
+    }
+    fkvf_sink sk = tu_buf_sink(&f->file);
+    fkvf_writer *w;
+    ck_assert_int_eq(fkvf_writer_create_sink(&w, &sk, &o, NULL), FKVF_OK);
+    fkvf_desc *d = &f->desc;
+    d->n_layers = L;
+    d->n_kv_heads = H;
+    d->key_dim = D;
+    d->value_dim = D;
+    d->dtype = FKVF_DTYPE_F16;
+    d->key_transform = 1;
+    d->rope_layout = 2;
+    d->key_storage = 1;
+    d->rope_dims = D;
+    d->rope_theta = 10000.0;
+    d->n_sinks = S;
+    d->window = W;
+    ck_assert_int_eq(fkvf_writer_set_desc(w, d), FKVF_OK);
+    size_t rb = sizeof f->rows[0];
+    ck_assert_int_eq(fkvf_writer_add_exact(w, 0, S, f->rows[0], S * rb, 0), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_add_exact(w, S + A, W, f->rows[S + A], W * rb, 0), FKVF_OK);
+    if (external)
+        ck_assert_int_eq(fkvf_writer_add_codebook_ref(w, &shape, hash, "cb.fkvf"), FKVF_OK);
+    else
+        ck_assert_int_eq(fkvf_writer_add_codebooks(w, &shape, tables, tsz, 0), FKVF_OK);
+    free(tables);
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++)
+            for (int j = 0; j < KS + VS; j++) {
+                uint32_t sym[A];
+                for (int t = 0; t < A; t++)
+                    sym[t] = f->codes[t][(l * H + h) * (KS + VS) + j];
+                fkvf_stream_spec sp;
+                memset(&sp, 0, sizeof sp);
+                sp.id = FKVF_STREAM_ID(0, l, h, j >= KS, j >= KS ? j - KS : j);
+                sp.profile = FKVF_PROFILE_QUAD;
+                sp.symbol_bits = 4;
+                ck_assert_int_eq(fkvf_writer_add_stream(w, &sp, sym, A), FKVF_OK);
+            }
+    ck_assert_int_eq(fkvf_writer_set_positions(w, N, A), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
+    fkvf_writer_free(w);
+}
+
+static void done(fixture *f)
+{
+    fkvf_rvq_free(f->q);
+    tu_buf_free(&f->file);
+    tu_buf_free(&f->cbfile);
+}
+
+static fixture fx;
+
+START_TEST(restore_embedded_f16)
+{
+    build(&fx, 0);
+    fkvf_reader *r;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, fx.file.data, fx.file.size, 0, NULL), FKVF_OK);
+    size_t rb;
+    ck_assert_int_eq(fkvf_reader_row_bytes(r, FKVF_DTYPE_F16, &rb), FKVF_OK);
+    ck_assert_uint_eq(rb, sizeof fx.rows[0]);
+    static uint16_t out[N][ROW_ELEMS];
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, N, FKVF_DTYPE_F16, out, sizeof out), FKVF_OK);
+    /* exact positions: the original bits */
+    for (int p = 0; p < N; p++)
+        if (p < S || p >= S + A)
+            ck_assert_mem_eq(out[p], fx.rows[p], rb);
+    /* archived positions: exactly what the quantizer decodes from the codes */
+    static uint16_t want[A][ROW_ELEMS];
+    ck_assert_int_eq(fkvf_rvq_decode(fx.q, &fx.codes[0][0], L * H * (KS + VS), 1, A, S, &fx.rope,
+                                     FKVF_DTYPE_F16, want, sizeof want),
+                     FKVF_OK);
+    ck_assert_mem_eq(out[S], want, sizeof want);
+    /* and they approximate the originals: relative error well below 1 */
+    double err = 0, ref = 0;
+    for (int p = S; p < S + A; p++)
+        for (int e = 0; e < ROW_ELEMS; e++) {
+            double a = fkvf_f16_to_f32(fx.rows[p][e]), b = fkvf_f16_to_f32(out[p][e]);
+            err += (a - b) * (a - b);
+            ref += a * a;
+        }
+    /* (an all-zero reconstruction would score 1.0; k = 16 with 2 + 1 stages
+     * on this data gives about 0.08) */
+    ck_assert_msg(err / ref < 0.25, "relative MSE %g", err / ref);
+    /* a sub-range crossing the exact/archived border gives the same rows */
+    static uint16_t part[10][ROW_ELEMS];
+    ck_assert_int_eq(fkvf_reader_restore(r, S + A - 5, 10, FKVF_DTYPE_F16, part, sizeof part),
+                     FKVF_OK);
+    ck_assert_mem_eq(part, out[S + A - 5], sizeof part);
+    fkvf_reader_free(r);
+    done(&fx);
+}
+END_TEST
+
+START_TEST(restore_converts_dtype)
+{
+    build(&fx, 0);
+    fkvf_reader *r;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, fx.file.data, fx.file.size, 0, NULL), FKVF_OK);
+    static uint16_t h[N][ROW_ELEMS];
+    static float f32[N][ROW_ELEMS];
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, N, FKVF_DTYPE_F16, h, sizeof h), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, N, FKVF_DTYPE_F32, f32, sizeof f32), FKVF_OK);
+    for (int p = 0; p < N; p++)
+        for (int e = 0; e < ROW_ELEMS; e++) {
+            if (p < S || p >= S + A) /* exact: f16 -> f32 is exact */
+                ck_assert(f32[p][e] == fkvf_f16_to_f32(h[p][e]));
+            else /* archived: f16 output is the f32 result rounded once */
+                ck_assert_uint_eq(fkvf_f32_to_f16(f32[p][e]), h[p][e]);
+        }
+    fkvf_reader_free(r);
+    done(&fx);
+}
+END_TEST
+
+START_TEST(restore_external_codebook)
+{
+    build(&fx, 1);
+    fkvf_reader *r, *cb;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, fx.file.data, fx.file.size, 0, NULL), FKVF_OK);
+    static uint16_t out[N][ROW_ELEMS];
+    /* exact positions need no codebook */
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, S, FKVF_DTYPE_F16, out, sizeof out), FKVF_OK);
+    ck_assert_mem_eq(out[0], fx.rows[0], S * sizeof fx.rows[0]);
+    /* archived ones do */
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, N, FKVF_DTYPE_F16, out, sizeof out),
+                     FKVF_E_CODEBOOK);
+    ck_assert_ptr_nonnull(strstr(fkvf_reader_message(r), "not attached"));
+    ck_assert_int_eq(fkvf_reader_open_memory(&cb, fx.cbfile.data, fx.cbfile.size, 0, NULL),
+                     FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_attach_codebook(r, cb), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, N, FKVF_DTYPE_F16, out, sizeof out), FKVF_OK);
+    static uint16_t want[A][ROW_ELEMS];
+    ck_assert_int_eq(fkvf_rvq_decode(fx.q, &fx.codes[0][0], L * H * (KS + VS), 1, A, S, &fx.rope,
+                                     FKVF_DTYPE_F16, want, sizeof want),
+                     FKVF_OK);
+    ck_assert_mem_eq(out[S], want, sizeof want);
+    ck_assert_mem_eq(out[S + A], fx.rows[S + A], W * sizeof fx.rows[0]);
+    fkvf_reader_free(r);
+    fkvf_reader_free(cb);
+    done(&fx);
+}
+END_TEST
+
+START_TEST(restore_rejects_bad_arguments)
+{
+    build(&fx, 0);
+    fkvf_reader *r;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, fx.file.data, fx.file.size, 0, NULL), FKVF_OK);
+    static uint16_t out[N][ROW_ELEMS];
+    ck_assert_int_eq(fkvf_reader_restore(r, N, 1, FKVF_DTYPE_F16, out, sizeof out), FKVF_E_RANGE);
+    ck_assert_int_eq(fkvf_reader_restore(r, 1, N, FKVF_DTYPE_F16, out, sizeof out), FKVF_E_RANGE);
+    ck_assert_int_eq(fkvf_reader_restore(r, UINT64_MAX, 2, FKVF_DTYPE_F16, out, sizeof out),
+                     FKVF_E_RANGE);
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, 2, FKVF_DTYPE_F16, out, sizeof out[0]),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, 1, (fkvf_dtype)9, out, sizeof out),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, 0, FKVF_DTYPE_F16, NULL, 0), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_restore(NULL, 0, 1, FKVF_DTYPE_F16, out, sizeof out),
+                     FKVF_E_STATE);
+    fkvf_reader_free(r);
+    done(&fx);
+}
+END_TEST
+
+/* Allocation failure at every step of open + restore: NOMEM or success,
+ * never a leak (the sanitizer build checks leaks). */
+static int fail_at, n_alloc;
+static void *f_alloc(void *o, size_t n)
+{
+    (void)o;
+    return ++n_alloc == fail_at ? NULL : malloc(n ? n : 1);
+}
+static void *f_realloc(void *o, void *p, size_t n)
+{
+    (void)o;
+    return ++n_alloc == fail_at ? NULL : realloc(p, n ? n : 1);
+}
+static void f_free(void *o, void *p)
+{
+    (void)o;
+    free(p);
+}
+
+START_TEST(restore_allocation_failures)
+{
+    build(&fx, 0);
+    fkvf_allocator a = {f_alloc, f_realloc, f_free, NULL};
+    static uint16_t out[N][ROW_ELEMS];
+    int ok = 0;
+    for (fail_at = 1; fail_at < 500 && !ok; fail_at++) {
+        n_alloc = 0;
+        fkvf_reader *r = NULL;
+        int rc = fkvf_reader_open_memory(&r, fx.file.data, fx.file.size, 0, &a);
+        if (rc == FKVF_OK)
+            rc = fkvf_reader_restore(r, 0, N, FKVF_DTYPE_F16, out, sizeof out);
+        ck_assert_msg(rc == FKVF_OK || rc == FKVF_E_NOMEM, "fail_at %d: %s", fail_at,
+                      fkvf_error_name(rc));
+        ok = rc == FKVF_OK;
+        fkvf_reader_free(r);
+    }
+    ck_assert(ok);
+    done(&fx);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("restore");
+    TCase *tc = tcase_create("restore");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, restore_embedded_f16);
+    tcase_add_test(tc, restore_converts_dtype);
+    tcase_add_test(tc, restore_external_codebook);
+    tcase_add_test(tc, restore_rejects_bad_arguments);
+    tcase_add_test(tc, restore_allocation_failures);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
