@@ -224,24 +224,54 @@ void fkvfq_rope_freqs(const fkvf_rope *r, double *freqs)
 
 void fkvfq_rope_angles(const fkvf_rope *r, const double *freqs, uint64_t t, double *cs)
 {
-    for (uint32_t i = 0; i < r->rope_dims / 2; i++)
-        cs_of(freqs[i], t, cs + 2 * i);
+    uint32_t half = r->rope_dims / 2;
+    for (uint32_t i = 0; i < half; i++) {
+        double pc[2];
+        cs_of(freqs[i], t, pc);
+        cs[i] = pc[0];
+        cs[half + i] = pc[1];
+    }
 }
+
+/* Pairs i0..i0+3 (or the tail) of a vector of T (float or double), in
+ * binary64: the same operations as rot_pair, in blocks the compiler can
+ * vectorize. A: first components, B: second ones, step between pairs. */
+#define Q_ROT_BLOCKS(T, A, B, STEP)                                                        \
+    do {                                                                                   \
+        uint32_t i = 0;                                                                    \
+        for (; i + 4 <= half; i += 4)                                                      \
+            for (int j = 0; j < 4; j++) {                                                  \
+                double c = co[i + j], s = sg * si[i + j];                                  \
+                double x0 = (A)[(size_t)(i + j) * (STEP)], x1 = (B)[(size_t)(i + j) * (STEP)]; \
+                (A)[(size_t)(i + j) * (STEP)] = (T)(x0 * c - x1 * s);                      \
+                (B)[(size_t)(i + j) * (STEP)] = (T)(x0 * s + x1 * c);                      \
+            }                                                                              \
+        for (; i < half; i++) {                                                            \
+            double c = co[i], s = sg * si[i];                                              \
+            double x0 = (A)[(size_t)i * (STEP)], x1 = (B)[(size_t)i * (STEP)];             \
+            (A)[(size_t)i * (STEP)] = (T)(x0 * c - x1 * s);                                \
+            (B)[(size_t)i * (STEP)] = (T)(x0 * s + x1 * c);                                \
+        }                                                                                  \
+    } while (0)
 
 void fkvfq_rope_rotate(const fkvf_rope *r, const double *cs, int inverse, double *v)
 {
-    for (uint32_t i = 0; i < r->rope_dims / 2; i++)
-        rot_pair(cs + 2 * i, inverse, v + pair_j0(r, i), v + pair_j1(r, i));
+    const uint32_t half = r->rope_dims / 2;
+    const double *co = cs, *si = cs + half, sg = inverse ? -1.0 : 1.0;
+    if (r->layout == 2)
+        Q_ROT_BLOCKS(double, v, v + half, 1);
+    else
+        Q_ROT_BLOCKS(double, v, v + 1, 2);
 }
 
-void fkvfq_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, float *v,
-                           double *tmp)
+void fkvfq_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, float *v)
 {
-    for (uint32_t j = 0; j < r->rope_dims; j++)
-        tmp[j] = v[j];
-    fkvfq_rope_rotate(r, cs, inverse, tmp);
-    for (uint32_t j = 0; j < r->rope_dims; j++)
-        v[j] = (float)tmp[j];
+    const uint32_t half = r->rope_dims / 2;
+    const double *co = cs, *si = cs + half, sg = inverse ? -1.0 : 1.0;
+    if (r->layout == 2)
+        Q_ROT_BLOCKS(float, v, v + half, 1);
+    else
+        Q_ROT_BLOCKS(float, v, v + 1, 2);
 }
 
 static int rope_args(const fkvf_rope *rope, const void *vec, size_t dim)

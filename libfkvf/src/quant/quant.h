@@ -28,15 +28,14 @@ int fkvfq_cpu_avx2(void);
 int fkvfq_rope_valid(const fkvf_rope *r, uint32_t key_dim);
 /* theta^(-2i / rope_dims) for every pair i (rope_dims/2 values). */
 void fkvfq_rope_freqs(const fkvf_rope *r, double *freqs);
-/* cos and sin of angle(t, i) = t * freqs[i] for every pair i: cs[2i] = cos,
- * cs[2i+1] = sin, binary64. The same values as fkvf_rope_apply_*. */
+/* cos and sin of angle(t, i) = t * freqs[i] for every pair i: cs[i] = cos,
+ * cs[rope_dims/2 + i] = sin, binary64. The same values as fkvf_rope_apply_*. */
 void fkvfq_rope_angles(const fkvf_rope *r, const double *freqs, uint64_t t, double *cs);
 /* Rotate v (binary64) by +angle (inverse = 0) or -angle (inverse = 1). */
 void fkvfq_rope_rotate(const fkvf_rope *r, const double *cs, int inverse, double *v);
-/* The same on binary32 values: computed in binary64, rounded once at the end.
- * tmp holds rope_dims doubles. */
-void fkvfq_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, float *v,
-                           double *tmp);
+/* The same on binary32 values: computed in binary64, rounded once at the end
+ * (bit-identical to fkvf_rope_apply_f32). */
+void fkvfq_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, float *v);
 
 /* ---- nearest-centroid search ---------------------------------------------- */
 

@@ -290,7 +290,6 @@ typedef struct enc_scratch {
     float *pmin;     /* nsc * k / FKVFQ_PANEL */
     double *freqs;   /* rope_dims / 2 */
     double *cs;      /* Q_CHUNK * rope_dims */
-    double *tmp;     /* rope_dims */
     /* beam */
     float *res[2];   /* B * dmax each */
     double *err[2];  /* B each */
@@ -393,7 +392,6 @@ static void enc_free(const fkvf_allocator *a, enc_scratch *w)
     fkvf_free(a, w->pmin);
     fkvf_free(a, w->freqs);
     fkvf_free(a, w->cs);
-    fkvf_free(a, w->tmp);
     for (int i = 0; i < 2; i++) {
         fkvf_free(a, w->res[i]);
         fkvf_free(a, w->err[i]);
@@ -436,8 +434,7 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
              (w.pmin = fkvf_calloc(a, (size_t)nsc * (k / FKVFQ_PANEL), sizeof(float)));
     if (ok && rd)
         ok = (w.freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
-             (w.cs = fkvf_calloc(a, (size_t)Q_CHUNK * rd, sizeof(double))) &&
-             (w.tmp = fkvf_calloc(a, rd, sizeof(double)));
+             (w.cs = fkvf_calloc(a, (size_t)Q_CHUNK * rd, sizeof(double)));
     if (ok && B > 1) {
         for (int i = 0; i < 2 && ok; i++)
             ok = (w.res[i] = fkvf_calloc(a, (size_t)B * dmax, sizeof(float))) &&
@@ -473,7 +470,7 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
                         float *xj = w.x + j * dim;
                         fkvfq_load(rows->dtype, data + (i0 + j) * rb + eoff, xj, dim);
                         if (kv == 0 && rd)
-                            fkvfq_rope_rotate_f32(key_rope, w.cs + j * rd, 1, xj, w.tmp);
+                            fkvfq_rope_rotate_f32(key_rope, w.cs + j * rd, 1, xj);
                     }
                     size_t c0 = code_index(q, l, h, kv, 0);
                     if (B > 1) {
@@ -614,17 +611,15 @@ FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t po
     const uint32_t dmax = sh->key_dim > sh->value_dim ? sh->key_dim : sh->value_dim;
     const uint32_t rd = key_rope ? key_rope->rope_dims : 0;
     float *acc = fkvf_calloc(a, dmax, sizeof(float));
-    double *freqs = NULL, *cs = NULL, *tmp = NULL;
+    double *freqs = NULL, *cs = NULL;
     int ok = acc != NULL;
     if (ok && rd)
         ok = (freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
-             (cs = fkvf_calloc(a, (size_t)Q_DCHUNK * rd, sizeof(double))) &&
-             (tmp = fkvf_calloc(a, rd, sizeof(double)));
+             (cs = fkvf_calloc(a, (size_t)Q_DCHUNK * rd, sizeof(double)));
     if (!ok) {
         fkvf_free(a, acc);
         fkvf_free(a, freqs);
         fkvf_free(a, cs);
-        fkvf_free(a, tmp);
         return FKVF_E_NOMEM;
     }
     if (rd)
@@ -697,10 +692,13 @@ FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t po
                             sum_store_avx2(out_dtype, rowp, ns, dim, dst);
                             continue;
                         }
+                        if (avx2)
+                            sum_store_avx2(FKVF_DTYPE_F32, rowp, ns, dim, (uint8_t *)acc);
+                        else
 #endif
-                        sum_rows(acc, rowp, ns, dim);
+                            sum_rows(acc, rowp, ns, dim);
                         if (kv == 0 && rd)
-                            fkvfq_rope_rotate_f32(key_rope, cs + i * rd, 0, acc, tmp);
+                            fkvfq_rope_rotate_f32(key_rope, cs + i * rd, 0, acc);
                         fkvfq_store(out_dtype, acc, dst, dim);
                     }
                 }
@@ -708,6 +706,5 @@ FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t po
     fkvf_free(a, acc);
     fkvf_free(a, freqs);
     fkvf_free(a, cs);
-    fkvf_free(a, tmp);
     return FKVF_OK;
 }

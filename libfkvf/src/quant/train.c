@@ -352,7 +352,7 @@ typedef struct tr_scratch {
     size_t *counts;
     float *scores, *pmin;
     void *prep;
-    double *freqs, *cs, *tmp;
+    double *freqs, *cs;
 } tr_scratch;
 
 static void tr_free(const fkvf_allocator *a, tr_scratch *w)
@@ -368,7 +368,6 @@ static void tr_free(const fkvf_allocator *a, tr_scratch *w)
     fkvf_free(a, w->prep);
     fkvf_free(a, w->freqs);
     fkvf_free(a, w->cs);
-    fkvf_free(a, w->tmp);
 }
 
 FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
@@ -437,8 +436,7 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
              (w.prep = fkvf_malloc(a, fkvfq_prepare_scratch(p->k)));
     if (ok && rd)
         ok = (w.freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
-             (w.cs = fkvf_calloc(a, rd, sizeof(double))) &&
-             (w.tmp = fkvf_calloc(a, rd, sizeof(double)));
+             (w.cs = fkvf_calloc(a, rd, sizeof(double)));
     if (!ok) {
         tr_free(a, &w);
         fkvf_rvq_free(q);
@@ -482,7 +480,7 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
                                     fkvfq_rope_angles(p->key_rope, w.freqs, pos, w.cs);
                                     have_cs = 1;
                                 }
-                                fkvfq_rope_rotate_f32(p->key_rope, w.cs, 1, x, w.tmp);
+                                fkvfq_rope_rotate_f32(p->key_rope, w.cs, 1, x);
                                 for (uint32_t d = 0; d < dim; d++)
                                     if (!isfinite(x[d]))
                                         rc = FKVF_E_INVALID_ARG;
