@@ -41,6 +41,7 @@ struct lm_state {
     float *kc, *kr, *vc;        /* caches: [layer][kv_head][cap][head_size] */
     float *x, *xb, *xb2, *q, *k, *v, *hb, *hb2, *att, *logits, *tmp;
     float *rc, *rs;             /* RoPE cos/sin for the current position */
+    float *qs;                  /* post-RoPE queries of the last call: [layer][dim] */
 };
 
 /* ---- errors ----------------------------------------------------------------- */
@@ -425,7 +426,8 @@ lm_state *lm_state_new(const lm_model *m, int capacity)
     s->logits = calloc((size_t)c->vocab_size, sizeof(float));
     s->rc = calloc(hs2, sizeof(float));
     s->rs = calloc(hs2, sizeof(float));
-    if (!s->kc || !s->kr || !s->vc || !s->x || !s->xb || !s->xb2 || !s->q || !s->k ||
+    s->qs = calloc((size_t)c->n_layers * (size_t)c->dim, sizeof(float));
+    if (!s->qs || !s->kc || !s->kr || !s->vc || !s->x || !s->xb || !s->xb2 || !s->q || !s->k ||
         !s->v || !s->tmp || !s->hb || !s->hb2 || !s->att || !s->logits || !s->rc || !s->rs) {
         lm_state_free(s);
         return NULL;
@@ -438,7 +440,7 @@ void lm_state_free(lm_state *s)
     if (!s)
         return;
     float *bufs[] = {s->kc, s->kr, s->vc, s->x, s->xb, s->xb2, s->q, s->k, s->v,
-                     s->tmp, s->hb, s->hb2, s->att, s->logits, s->rc, s->rs};
+                     s->tmp, s->hb, s->hb2, s->att, s->logits, s->rc, s->rs, s->qs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(s);
@@ -575,6 +577,7 @@ const float *lm_forward(lm_state *s, int token, int pos)
         }
         put_row(kc, s->k, nkv, s->cap, hs, pos);
         put_row(vc, s->v, nkv, s->cap, hs, pos);
+        memcpy(s->qs + L * (size_t)dim, s->q, (size_t)dim * sizeof(float));
 
         /* Attention, query head h reading KV head h / group. */
         for (int h = 0; h < c->n_heads; h++) {
@@ -634,6 +637,11 @@ const float *lm_forward(lm_state *s, int token, int pos)
 const float *lm_logits(const lm_state *s)
 {
     return s ? s->logits : NULL;
+}
+
+const float *lm_queries(const lm_state *s)
+{
+    return s ? s->qs : NULL;
 }
 
 /* ---- cache access ------------------------------------------------------------------- */

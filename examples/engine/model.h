@@ -104,6 +104,11 @@ const float *lm_forward(lm_state *s, int token, int pos);
 /* The logits of the last lm_forward call (zeros before the first). */
 const float *lm_logits(const lm_state *s);
 
+/* The queries of the last lm_forward call after RoPE, exactly what attention
+ * used: n_layers * dim floats, layer l at l * dim, laid out
+ * [n_heads][head_size] (zeros before the first call). */
+const float *lm_queries(const lm_state *s);
+
 /* ---- KV cache access ------------------------------------------------------- */
 
 int lm_cache_length(const lm_state *s);
