@@ -20,6 +20,10 @@ static void usage_main(FILE *f)
             "  verify ARCHIVE [--json]   full structure and checksum pass\n"
             "                            (exit 0 valid, 1 invalid, 2 usage or I/O error)\n"
             "  dump ARCHIVE [--json]     directory and section details\n"
+            "  pack CACHE -o ARCHIVE     archive a raw cache (.safetensors, .npy, .npz)\n"
+            "  unpack ARCHIVE -o CACHE   restore every position into a raw cache file\n"
+            "  train CACHE... -o FILE    train a shared codebook file\n"
+            "  compare ORIG RESTORED     reconstruction error of a restored cache\n"
             "\n"
             "Run '%s COMMAND --help' for a command's options.\n",
             prog, prog);
@@ -519,6 +523,12 @@ static int cmd_dump(int argc, char **argv)
     return EXIT_VALID;
 }
 
+/* tools/fkvf_pack.c */
+int fkvf_cli_pack(int argc, char **argv);
+int fkvf_cli_unpack(int argc, char **argv);
+int fkvf_cli_train(int argc, char **argv);
+int fkvf_cli_compare(int argc, char **argv);
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -541,6 +551,14 @@ int main(int argc, char **argv)
         return cmd_verify(argc - 2, argv + 2);
     if (!strcmp(cmd, "dump"))
         return cmd_dump(argc - 2, argv + 2);
+    if (!strcmp(cmd, "pack"))
+        return fkvf_cli_pack(argc - 2, argv + 2);
+    if (!strcmp(cmd, "unpack"))
+        return fkvf_cli_unpack(argc - 2, argv + 2);
+    if (!strcmp(cmd, "train"))
+        return fkvf_cli_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "compare"))
+        return fkvf_cli_compare(argc - 2, argv + 2);
     fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
     usage_main(stderr);
     return EXIT_USAGE;

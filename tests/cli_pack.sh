@@ -1,0 +1,143 @@
+#!/bin/sh
+# CLI pack / unpack / train / compare on the bundled real sample cache
+# (testdata/sample-cache.safetensors): round trips, exact window bit for bit,
+# external codebooks (and a wrong one), codecs, key modes, output formats,
+# exit codes.
+# usage: cli_pack.sh FKVF_BIN SRCDIR
+set -u
+FKVF=$1
+SRC=$2
+CACHE=$SRC/testdata/sample-cache.safetensors
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+pass=0
+Q="--k 16 --k-stages 2 --v-stages 1"
+check() { # check NAME EXPECTED_EXIT CMD...
+    name=$1 want=$2
+    shift 2
+    "$@" >"$T/out" 2>"$T/err"
+    got=$?
+    if [ "$got" -ne "$want" ]; then
+        echo "FAIL $name: exit $got, want $want"; cat "$T/out" "$T/err"; fails=$((fails + 1))
+    else
+        pass=$((pass + 1))
+    fi
+}
+grep_in() { # grep_in NAME PATTERN FILE
+    if grep -q -- "$2" "$3"; then pass=$((pass + 1)); else echo "FAIL $1: '$2' not in $3:"; cat "$3"; fails=$((fails + 1)); fi
+}
+# relmse_below NAME BOUND: the keys and values rel_mse of the last compare --json
+relmse_below() {
+    for kv in keys values; do
+        v=$(sed -n "s/.*\"$kv\":{\"rel_mse\":\([^,]*\),.*/\1/p" "$T/out")
+        if [ -n "$v" ] && awk -v v="$v" -v b="$2" 'BEGIN { exit !(v < b) }'; then
+            pass=$((pass + 1))
+        else
+            echo "FAIL $1: $kv rel_mse '$v' not below $2"; cat "$T/out"; fails=$((fails + 1))
+        fi
+    done
+}
+# roundtrip NAME ARCHIVE OUT SINKS RECENT: unpack, compare, exact positions identical
+roundtrip() {
+    check "$1-unpack" 0 "$FKVF" unpack "$2" -o "$3"
+    check "$1-compare" 0 "$FKVF" compare "$CACHE" "$3" --sinks "$4" --recent "$5" --json
+    n=$(( $4 + $5 ))
+    grep_in "$1-exact" "\"exact_positions\":$n,\"exact_identical\":$n," "$T/out"
+}
+
+# help and usage errors
+for c in pack unpack train compare; do
+    check "$c-help" 0 "$FKVF" $c --help
+    grep_in "$c-help-text" "usage: fkvf $c" "$T/out"
+    check "$c-noarg" 2 "$FKVF" $c
+    check "$c-badopt" 2 "$FKVF" $c --bogus x
+done
+check help-lists-pack 0 "$FKVF" --help
+grep_in help-lists-pack "pack CACHE" "$T/out"
+check pack-noout 2 "$FKVF" pack "$CACHE"
+check pack-badk 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --k 100
+check pack-badcodec 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --codec zip
+check pack-both 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --train --codebooks "$T/cb.fkvf"
+check pack-missing 2 "$FKVF" pack "$T/nonexistent.safetensors" -o "$T/x.fkvf"
+check unpack-badext 2 "$FKVF" unpack "$T/x.fkvf" -o "$T/out.bin"
+check unpack-baddtype 2 "$FKVF" unpack "$T/x.fkvf" -o "$T/out.npz" --dtype f8
+
+# corrupt input caches: exit 1, message names the file
+head -c 1000 "$CACHE" >"$T/trunc.safetensors"
+check pack-truncated 1 "$FKVF" pack "$T/trunc.safetensors" -o "$T/x.fkvf"
+grep_in pack-truncated-msg "trunc.safetensors" "$T/err"
+printf 'not a cache at all, just some text that is long enough\n' >"$T/junk.safetensors"
+check pack-junk 1 "$FKVF" pack "$T/junk.safetensors" -o "$T/x.fkvf"
+check train-truncated 1 "$FKVF" train "$T/trunc.safetensors" -o "$T/x.fkvf"
+check compare-truncated 1 "$FKVF" compare "$CACHE" "$T/trunc.safetensors"
+
+# embedded codebooks (--train), default window 4 + 32
+check pack-train 0 "$FKVF" pack "$CACHE" -o "$T/a.fkvf" --train $Q --deflate --model-id stories260K
+grep_in pack-summary "256 positions (36 exact, 220 archived)" "$T/out"
+grep_in pack-ratio "ratio vs fp16" "$T/out"
+check verify-a 0 "$FKVF" verify "$T/a.fkvf"
+check info-a 0 "$FKVF" info "$T/a.fkvf"
+grep_in info-a-meta "pack.source" "$T/out"
+roundtrip train-st "$T/a.fkvf" "$T/a.safetensors" 4 32
+relmse_below train-st 0.5
+grep_in tokens '"tokens_identical":true' "$T/out"
+roundtrip train-npz "$T/a.fkvf" "$T/a.npz" 4 32
+roundtrip train-npy "$T/a.fkvf" "$T/a.npy" 4 32
+check unpack-f32 0 "$FKVF" unpack "$T/a.fkvf" -o "$T/a32.safetensors" --dtype f32
+check compare-f32 0 "$FKVF" compare "$CACHE" "$T/a32.safetensors" --sinks 4 --recent 32
+grep_in compare-f32 "36 of 36 bit-identical" "$T/out"
+
+# other windows: none, and larger than the cache (all exact, no codebook)
+check pack-nowindow 0 "$FKVF" pack "$CACHE" -o "$T/n.fkvf" $Q --sinks 0 --recent 0
+roundtrip nowindow "$T/n.fkvf" "$T/n.safetensors" 0 0
+relmse_below nowindow 0.5
+check pack-allexact 0 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --sinks 100 --recent 1000
+grep_in allexact "(256 exact, 0 archived)" "$T/out"
+check verify-allexact 0 "$FKVF" verify "$T/x.fkvf"
+check unpack-allexact 0 "$FKVF" unpack "$T/x.fkvf" -o "$T/x.safetensors"
+check compare-allexact 0 "$FKVF" compare "$CACHE" "$T/x.safetensors" --sinks 256
+grep_in compare-allexact "256 of 256 bit-identical" "$T/out"
+
+# codec ngon, keys as-is, beam
+check pack-ngon 0 "$FKVF" pack "$CACHE" -o "$T/g.fkvf" $Q --codec ngon
+check verify-ngon 0 "$FKVF" verify "$T/g.fkvf"
+check info-ngon 0 "$FKVF" info "$T/g.fkvf"
+grep_in info-ngon "ngon" "$T/out"
+roundtrip ngon "$T/g.fkvf" "$T/g.safetensors" 4 32
+check pack-asis 0 "$FKVF" pack "$CACHE" -o "$T/s.fkvf" $Q --keys as-is --beam 4
+check info-asis 0 "$FKVF" info "$T/s.fkvf"
+grep_in info-asis "as cached" "$T/out"
+roundtrip asis "$T/s.fkvf" "$T/s.safetensors" 4 32
+relmse_below asis 0.5
+
+# external codebook file: train -> pack --codebooks -> unpack with and without --codebooks
+mkdir -p "$T/cb" "$T/other"
+check train 0 "$FKVF" train "$CACHE" "$CACHE" -o "$T/cb/books.fkvf" $Q --iters 10
+grep_in train-hash "content hash [0-9a-f]\{32\}" "$T/out"
+hash=$(sed -n 's/^content hash \([0-9a-f]*\)$/\1/p' "$T/out")
+check verify-cb 0 "$FKVF" verify "$T/cb/books.fkvf"
+check pack-ext 0 "$FKVF" pack "$CACHE" -o "$T/cb/e.fkvf" --codebooks "$T/cb/books.fkvf"
+check verify-ext 0 "$FKVF" verify "$T/cb/e.fkvf"
+roundtrip ext-hint "$T/cb/e.fkvf" "$T/e1.safetensors" 4 32
+relmse_below ext-hint 0.5
+cp "$T/cb/e.fkvf" "$T/other/e.fkvf"
+check unpack-ext-missing 1 "$FKVF" unpack "$T/other/e.fkvf" -o "$T/e2.safetensors"
+grep_in unpack-ext-missing-hash "$hash" "$T/err"
+check unpack-ext-given 0 "$FKVF" unpack "$T/other/e.fkvf" -o "$T/e2.safetensors" --codebooks "$T/cb/books.fkvf"
+check compare-ext 0 "$FKVF" compare "$T/e1.safetensors" "$T/e2.safetensors"
+grep_in compare-ext-same "relative MSE 0 " "$T/out"
+check train-other 0 "$FKVF" train "$CACHE" -o "$T/wrong.fkvf" $Q --iters 3 --seed 7
+check unpack-ext-wrong 1 "$FKVF" unpack "$T/other/e.fkvf" -o "$T/e3.safetensors" --codebooks "$T/wrong.fkvf"
+grep_in unpack-ext-wrong-hash "$hash" "$T/err"
+check unpack-ext-notcb 1 "$FKVF" unpack "$T/other/e.fkvf" -o "$T/e3.safetensors" --codebooks "$T/a.fkvf"
+grep_in unpack-ext-notcb-hash "$hash" "$T/err"
+check pack-cb-notcb 1 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --codebooks "$T/a.fkvf"
+check unpack-cbfile 1 "$FKVF" unpack "$T/cb/books.fkvf" -o "$T/x.safetensors"
+
+# compare a cache with itself
+check compare-same 0 "$FKVF" compare "$CACHE" "$CACHE"
+grep_in compare-same "relative MSE 0 " "$T/out"
+
+echo "cli_pack: $pass passed, $fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,1376 @@
+/* fkvf pack / unpack / train / compare: raw KV caches (.safetensors, .npy,
+ * .npz through cacheio) to FKVF archives and back. Public API only. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cacheio.h"
+#include "fkvf.h"
+
+/* entry points, called from fkvf.c */
+int fkvf_cli_pack(int argc, char **argv);
+int fkvf_cli_unpack(int argc, char **argv);
+int fkvf_cli_train(int argc, char **argv);
+int fkvf_cli_compare(int argc, char **argv);
+
+enum { CLI_OK = 0, CLI_INVALID = 1, CLI_USAGE = 2 };
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* One line on stderr; control characters of (possibly untrusted) text escaped. */
+static void err_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void err_line(const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fputs("fkvf: ", stderr);
+    for (const unsigned char *p = (const unsigned char *)buf; *p; p++) {
+        if (*p < 0x20 || *p == 0x7F)
+            fprintf(stderr, "\\x%02x", *p);
+        else
+            fputc(*p, stderr);
+    }
+    fputc('\n', stderr);
+}
+
+static int kvio_exit(int rc) { return rc == KVIO_E_IO || rc == KVIO_E_NOMEM ? CLI_USAGE : CLI_INVALID; }
+static int fkvf_exit(int rc)
+{
+    return (rc == FKVF_E_IO || rc == FKVF_E_NOMEM || rc == FKVF_E_INVALID_ARG) ? CLI_USAGE
+                                                                                 : CLI_INVALID;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static void hex16(const uint8_t h[16], char out[33])
+{
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", h[i]);
+}
+
+static int parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    if (!s || !*s || *s == '-')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_f64(const char *s, double *out)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Progress bar on stderr, only when stderr is a terminal. */
+typedef struct progress {
+    int on;
+    const char *label;
+    int last;
+} progress;
+
+static void progress_init(progress *p, const char *label)
+{
+    p->on = isatty(STDERR_FILENO);
+    p->label = label;
+    p->last = -1;
+}
+
+static void progress_cb(void *opaque, uint64_t done, uint64_t total)
+{
+    progress *p = opaque;
+    if (!p->on || total == 0)
+        return;
+    int pct = (int)(done * 100 / total);
+    if (pct == p->last)
+        return;
+    p->last = pct;
+    int fill = pct * 30 / 100;
+    fprintf(stderr, "\r%s [", p->label);
+    for (int i = 0; i < 30; i++)
+        fputc(i < fill ? '#' : ' ', stderr);
+    fprintf(stderr, "] %3d%%", pct);
+    if (done >= total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+static size_t row_elems(const kvio_cache *c)
+{
+    return (size_t)c->n_layers * c->n_kv_heads * ((size_t)c->key_dim + c->value_dim);
+}
+
+/* kvio layout (per layer [head][position][dim]) -> spec 14.2 rows (per
+ * position, per layer keys of heads 0..H-1 then values), same dtype. */
+static uint8_t *cache_to_rows(const kvio_cache *c)
+{
+    size_t es = kvio_dtype_size(c->dtype);
+    size_t rb = row_elems(c) * es;
+    uint8_t *rows = malloc(rb * (c->n_positions ? c->n_positions : 1));
+    if (!rows)
+        return NULL;
+    size_t kb = (size_t)c->key_dim * es, vb = (size_t)c->value_dim * es;
+    for (uint32_t p = 0; p < c->n_positions; p++) {
+        uint8_t *o = rows + (size_t)p * rb;
+        for (uint32_t l = 0; l < c->n_layers; l++) {
+            for (uint32_t h = 0; h < c->n_kv_heads; h++, o += kb)
+                memcpy(o, c->keys[l] + ((size_t)h * c->n_positions + p) * kb, kb);
+            for (uint32_t h = 0; h < c->n_kv_heads; h++, o += vb)
+                memcpy(o, c->values[l] + ((size_t)h * c->n_positions + p) * vb, vb);
+        }
+    }
+    return rows;
+}
+
+/* Rows [first, first+n) back into the kvio layout. */
+static void rows_to_cache(kvio_cache *c, const uint8_t *rows, uint32_t first, uint32_t n)
+{
+    size_t es = kvio_dtype_size(c->dtype);
+    size_t rb = row_elems(c) * es;
+    size_t kb = (size_t)c->key_dim * es, vb = (size_t)c->value_dim * es;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t p = first + i;
+        const uint8_t *s = rows + (size_t)i * rb;
+        for (uint32_t l = 0; l < c->n_layers; l++) {
+            for (uint32_t h = 0; h < c->n_kv_heads; h++, s += kb)
+                memcpy(c->keys[l] + ((size_t)h * c->n_positions + p) * kb, s, kb);
+            for (uint32_t h = 0; h < c->n_kv_heads; h++, s += vb)
+                memcpy(c->values[l] + ((size_t)h * c->n_positions + p) * vb, s, vb);
+        }
+    }
+}
+
+static int read_cache(const char *path, kvio_cache *c)
+{
+    char err[512];
+    int rc = kvio_read(path, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA, c, err, sizeof err);
+    if (rc != KVIO_OK) {
+        err_line("%s", err);
+        return kvio_exit(rc);
+    }
+    if (c->n_positions == 0) {
+        err_line("%s: the cache holds no positions", path);
+        kvio_cache_free(c);
+        return CLI_INVALID;
+    }
+    return CLI_OK;
+}
+
+/* Shared option: key handling and RoPE parameters. */
+typedef struct key_opts {
+    int keys_set;        /* --keys given */
+    int pre_rope;        /* 1: archive keys before rotation */
+    int no_rope;         /* --no-rope: the cache's keys carry no rotation */
+    double theta;
+    uint32_t dims;       /* 0 = key_dim */
+    uint8_t layout;      /* 1 interleaved, 2 half-split */
+} key_opts;
+
+static void key_opts_init(key_opts *k)
+{
+    memset(k, 0, sizeof *k);
+    k->pre_rope = 1;
+    k->theta = 10000.0;
+    k->layout = 1;
+}
+
+/* 1 consumed (argv[*i] and maybe its value), 0 not a key option, -1 error. */
+static int key_opt(key_opts *k, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!strcmp(a, "--no-rope")) {
+        k->no_rope = 1;
+        return 1;
+    }
+    if (strcmp(a, "--keys") && strcmp(a, "--rope-theta") && strcmp(a, "--rope-dims") &&
+        strcmp(a, "--rope-layout"))
+        return 0;
+    if (!v) {
+        err_line("%s needs a value", a);
+        return -1;
+    }
+    ++*i;
+    if (!strcmp(a, "--keys")) {
+        k->keys_set = 1;
+        if (!strcmp(v, "pre-rope"))
+            k->pre_rope = 1;
+        else if (!strcmp(v, "as-is"))
+            k->pre_rope = 0;
+        else {
+            err_line("--keys: '%s' is not pre-rope or as-is", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--rope-theta")) {
+        if (parse_f64(v, &k->theta) || !(k->theta > 0)) {
+            err_line("--rope-theta: '%s' is not a positive number", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--rope-dims")) {
+        uint64_t d;
+        if (parse_u64(v, 65536, &d) || d < 2 || d % 2) {
+            err_line("--rope-dims: '%s' is not an even number >= 2", v);
+            return -1;
+        }
+        k->dims = (uint32_t)d;
+    } else {
+        if (!strcmp(v, "interleaved"))
+            k->layout = 1;
+        else if (!strcmp(v, "half-split"))
+            k->layout = 2;
+        else {
+            err_line("--rope-layout: '%s' is not interleaved or half-split", v);
+            return -1;
+        }
+    }
+    return 1;
+}
+
+/* The rope to un-rotate keys with (NULL: keys as cached). */
+static int key_rope_for(const key_opts *k, uint32_t key_dim, const char *path, fkvf_rope *rope,
+                        const fkvf_rope **out)
+{
+    *out = NULL;
+    rope->layout = k->layout;
+    rope->theta = k->theta;
+    rope->rope_dims = k->dims ? k->dims : key_dim;
+    if (!k->no_rope && (rope->rope_dims > key_dim || rope->rope_dims % 2)) {
+        err_line("%s: --rope-dims %u does not fit key_dim %u (even, at most key_dim)", path,
+                 rope->rope_dims, key_dim);
+        return -1;
+    }
+    if (k->pre_rope && !k->no_rope)
+        *out = rope;
+    return 0;
+}
+
+/* Smallest even quad width whose alphabet holds values 0..maxv. */
+static unsigned quad_bits_for(uint64_t maxv)
+{
+    unsigned b = 2;
+    while (b < 32 && (maxv >> b) != 0)
+        b += 2;
+    return b;
+}
+
+/* Common stage/k options. */
+static int parse_k(const char *a, const char *v, uint32_t *k)
+{
+    uint64_t x;
+    if (parse_u64(v, 4096, &x) || x < 16 || (x & (x - 1))) {
+        err_line("%s: '%s' is not a power of two from 16 to 4096", a, v ? v : "");
+        return -1;
+    }
+    *k = (uint32_t)x;
+    return 0;
+}
+
+static int parse_stages(const char *a, const char *v, uint8_t *s)
+{
+    uint64_t x;
+    if (parse_u64(v, 16, &x)) {
+        err_line("%s: '%s' is not a stage count 0..16", a, v ? v : "");
+        return -1;
+    }
+    *s = (uint8_t)x;
+    return 0;
+}
+
+/* ---- pack --------------------------------------------------------------- */
+
+static const char *pack_help =
+    "usage: fkvf pack CACHE -o ARCHIVE [options]\n"
+    "\n"
+    "Archive a raw KV cache (.safetensors, .npy or .npz; docs/cache-files.md):\n"
+    "the first S and last W positions are kept exact, every other position is\n"
+    "stored as per-head RVQ indices, one index stream per (layer, head, K|V, stage).\n"
+    "\n"
+    "Codebooks (one of):\n"
+    "  --train               train them on this cache's rows and embed them (default)\n"
+    "  --codebooks FILE      use a codebook file from 'fkvf train'; the archive\n"
+    "                        refers to it by content hash (shape and stages are the file's)\n"
+    "Quantizer (with --train):\n"
+    "  --k N                 centroids per stage, power of two 16..4096 (256)\n"
+    "  --k-stages N          key stages 0..16 (4)\n"
+    "  --v-stages N          value stages 0..16 (2)\n"
+    "  --seed S              training seed (0)\n"
+    "  --iters N             Lloyd iterations per stage (25)\n"
+    "  --f32                 binary32 centroid tables (default f16)\n"
+    "Keys:\n"
+    "  --keys pre-rope|as-is archive keys before RoPE (default) or as cached\n"
+    "  --rope-theta X        RoPE base (10000)\n"
+    "  --rope-dims N         rotated dims, even (key_dim)\n"
+    "  --rope-layout interleaved|half-split   pair layout (interleaved)\n"
+    "  --no-rope             the cache's keys are not rotated (descriptor: no transform)\n"
+    "Archive:\n"
+    "  --sinks S             leading exact positions (4)\n"
+    "  --recent W            trailing exact positions (32)\n"
+    "  --codec quad|ngon     index stream codec (quad)\n"
+    "  --beam B              beam width for encoding, 1 = greedy (1)\n"
+    "  --deflate             deflate the exact rows\n"
+    "  --model-id STR, --tokenizer-id STR   descriptor ids\n"
+    "\n"
+    "Exit status: 0 ok, 1 invalid input, 2 usage or I/O error.\n";
+
+typedef struct pack_opts {
+    const char *in, *out, *cbfile, *model_id, *tok_id;
+    int train, ngon, deflate, f32;
+    uint32_t k, beam, iters;
+    uint8_t ks, vs;
+    uint64_t sinks, recent, seed;
+    key_opts keys;
+} pack_opts;
+
+static int pack_parse(int argc, char **argv, pack_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->k = 256;
+    o->ks = 4;
+    o->vs = 2;
+    o->sinks = 4;
+    o->recent = 32;
+    o->beam = 1;
+    o->iters = 25;
+    key_opts_init(&o->keys);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int r = key_opt(&o->keys, argc, argv, &i);
+        if (r < 0)
+            return -1;
+        if (r > 0)
+            continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(pack_help, stdout);
+            return 1;
+        } else if (!strcmp(a, "--train")) {
+            o->train = 1;
+        } else if (!strcmp(a, "--deflate")) {
+            o->deflate = 1;
+        } else if (!strcmp(a, "--f32")) {
+            o->f32 = 1;
+        } else if (a[0] == '-' && a[1] != 0) {
+            if (!v) {
+                err_line("pack: %s needs a value (or is unknown; see fkvf pack --help)", a);
+                return -1;
+            }
+            i++;
+            uint64_t x;
+            if (!strcmp(a, "-o")) {
+                o->out = v;
+            } else if (!strcmp(a, "--codebooks")) {
+                o->cbfile = v;
+            } else if (!strcmp(a, "--model-id")) {
+                o->model_id = v;
+            } else if (!strcmp(a, "--tokenizer-id")) {
+                o->tok_id = v;
+            } else if (!strcmp(a, "--k")) {
+                if (parse_k(a, v, &o->k))
+                    return -1;
+            } else if (!strcmp(a, "--k-stages")) {
+                if (parse_stages(a, v, &o->ks))
+                    return -1;
+            } else if (!strcmp(a, "--v-stages")) {
+                if (parse_stages(a, v, &o->vs))
+                    return -1;
+            } else if (!strcmp(a, "--sinks") || !strcmp(a, "--recent")) {
+                if (parse_u64(v, UINT32_MAX, &x)) {
+                    err_line("%s: '%s' is not a count", a, v);
+                    return -1;
+                }
+                *(a[2] == 's' ? &o->sinks : &o->recent) = x;
+            } else if (!strcmp(a, "--codec")) {
+                if (!strcmp(v, "quad"))
+                    o->ngon = 0;
+                else if (!strcmp(v, "ngon"))
+                    o->ngon = 1;
+                else {
+                    err_line("--codec: '%s' is not quad or ngon", v);
+                    return -1;
+                }
+            } else if (!strcmp(a, "--beam")) {
+                if (parse_u64(v, FKVF_RVQ_MAX_BEAM, &x) || x < 1) {
+                    err_line("--beam: '%s' is not 1..%d", v, FKVF_RVQ_MAX_BEAM);
+                    return -1;
+                }
+                o->beam = (uint32_t)x;
+            } else if (!strcmp(a, "--iters")) {
+                if (parse_u64(v, 100000, &x) || x < 1) {
+                    err_line("--iters: '%s' is not 1..100000", v);
+                    return -1;
+                }
+                o->iters = (uint32_t)x;
+            } else if (!strcmp(a, "--seed")) {
+                if (parse_u64(v, UINT64_MAX, &o->seed)) {
+                    err_line("--seed: '%s' is not a number", v);
+                    return -1;
+                }
+            } else {
+                err_line("pack: unknown option '%s' (see fkvf pack --help)", a);
+                return -1;
+            }
+        } else if (!o->in) {
+            o->in = a;
+        } else {
+            err_line("pack: unexpected argument '%s'", a);
+            return -1;
+        }
+    }
+    if (!o->in || !o->out) {
+        err_line("pack: need CACHE and -o ARCHIVE (see fkvf pack --help)");
+        return -1;
+    }
+    if (o->train && o->cbfile) {
+        err_line("pack: --train and --codebooks exclude each other");
+        return -1;
+    }
+    if (!o->cbfile)
+        o->train = 1;
+    return 0;
+}
+
+typedef struct pack_state {
+    kvio_cache c;
+    uint8_t *rows;
+    fkvf_rvq *q;
+    fkvf_reader *cbr;
+    uint16_t *codes;
+    uint32_t *sym;
+    void *tables;
+    fkvf_writer *w;
+} pack_state;
+
+static void pack_free(pack_state *s)
+{
+    kvio_cache_free(&s->c);
+    free(s->rows);
+    fkvf_rvq_free(s->q);
+    fkvf_reader_free(s->cbr);
+    free(s->codes);
+    free(s->sym);
+    free(s->tables);
+    fkvf_writer_free(s->w);
+}
+
+/* Load a codebook file: shape, hash, quantizer; keys mode from its metadata
+ * when --keys was not given. */
+static int load_codebook_file(const char *path, const kvio_cache *c, key_opts *keys,
+                              fkvf_reader **out_r, fkvf_rvq **out_q, fkvf_codebook_shape *shape,
+                              uint8_t hash[16])
+{
+    fkvf_reader *r = NULL;
+    int rc = fkvf_reader_open_file(&r, path, 0, NULL);
+    if (rc != FKVF_OK) {
+        err_line("%s: %s", path, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+        fkvf_reader_free(r);
+        return rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
+    }
+    *out_r = r;
+    fkvf_archive_info ai;
+    const void *contents = NULL;
+    size_t size = 0;
+    if (fkvf_reader_info(r, &ai) != FKVF_OK || ai.has_desc) {
+        err_line("%s: not a codebook file (it holds a cache descriptor: an archive?)", path);
+        return CLI_INVALID;
+    }
+    rc = fkvf_reader_codebook(r, shape, &contents, &size, hash);
+    if (rc != FKVF_OK) {
+        err_line("%s: no codebook: %s", path, fkvf_reader_message(r));
+        return CLI_INVALID;
+    }
+    if (shape->n_layers != c->n_layers || shape->key_dim != c->key_dim ||
+        shape->value_dim != c->value_dim || (!shape->pooled && shape->n_heads != c->n_kv_heads)) {
+        err_line("%s: codebook shape %u layers x %u heads, dims %u/%u does not fit the cache "
+                 "(%u layers x %u heads, dims %u/%u)",
+                 path, shape->n_layers, shape->n_heads, shape->key_dim, shape->value_dim,
+                 c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
+        return CLI_INVALID;
+    }
+    rc = fkvf_rvq_from_tables(out_q, shape, c->n_kv_heads, (const uint8_t *)contents + 64,
+                              size - 64, NULL);
+    if (rc != FKVF_OK) {
+        err_line("%s: cannot load the codebook tables: %s", path, fkvf_strerror(rc));
+        return CLI_INVALID;
+    }
+    fkvf_meta_entry e;
+    if (!keys->keys_set && fkvf_reader_meta_find(r, "train.keys", &e) == FKVF_OK &&
+        e.type == FKVF_META_UTF8) {
+        if (e.value_len == 5 && !memcmp(e.value, "as-is", 5))
+            keys->pre_rope = 0;
+        else if (e.value_len == 8 && !memcmp(e.value, "pre-rope", 8))
+            keys->pre_rope = 1;
+    }
+    return CLI_OK;
+}
+
+int fkvf_cli_pack(int argc, char **argv)
+{
+    pack_opts o;
+    int pr = pack_parse(argc, argv, &o);
+    if (pr)
+        return pr > 0 ? CLI_OK : CLI_USAGE;
+    pack_state s;
+    memset(&s, 0, sizeof s);
+    int ex = read_cache(o.in, &s.c);
+    if (ex)
+        return ex;
+    kvio_cache *c = &s.c;
+    uint64_t P = c->n_positions;
+    uint64_t S = o.sinks < P ? o.sinks : P;
+    uint64_t W = o.recent < P - S ? o.recent : P - S;
+    uint64_t A = P - S - W;
+    size_t es = kvio_dtype_size(c->dtype);
+    size_t rb = row_elems(c) * es;
+    fkvf_rope rope;
+    const fkvf_rope *krope;
+    uint8_t hash[16];
+    fkvf_codebook_shape shape;
+    memset(&shape, 0, sizeof shape);
+    char msg[512];
+
+    if (A > 0 && o.cbfile) {
+        ex = load_codebook_file(o.cbfile, c, &o.keys, &s.cbr, &s.q, &shape, hash);
+        if (ex)
+            goto out;
+    }
+    if (key_rope_for(&o.keys, c->key_dim, o.in, &rope, &krope)) {
+        ex = CLI_USAGE;
+        goto out;
+    }
+    s.rows = cache_to_rows(c);
+    if (!s.rows) {
+        err_line("%s: out of memory", o.in);
+        ex = CLI_USAGE;
+        goto out;
+    }
+    fkvf_rows all = {s.rows, (size_t)P, c->dtype, 0};
+    if (A > 0 && !s.q) {
+        fkvf_rvq_params prm;
+        fkvf_rvq_params_init(&prm);
+        prm.n_layers = c->n_layers;
+        prm.n_kv_heads = c->n_kv_heads;
+        prm.key_dim = c->key_dim;
+        prm.value_dim = c->value_dim;
+        prm.k = o.k;
+        prm.k_stages = o.ks;
+        prm.v_stages = o.vs;
+        prm.table_dtype = o.f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
+        prm.seed = o.seed;
+        prm.max_iters = o.iters;
+        prm.key_rope = krope;
+        progress pg;
+        progress_init(&pg, "train ");
+        prm.progress = progress_cb;
+        prm.progress_opaque = &pg;
+        int rc = fkvf_rvq_train(&s.q, &prm, &all, 1, NULL);
+        if (rc != FKVF_OK) {
+            err_line("%s: training failed: %s", o.in, fkvf_strerror(rc));
+            ex = rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID;
+            goto out;
+        }
+        uint32_t heads;
+        fkvf_rvq_shape(s.q, &shape, &heads);
+    }
+    size_t ncodes = s.q ? fkvf_rvq_codes_per_position(s.q) : 0;
+    if (A > 0) {
+        s.codes = malloc(ncodes * (size_t)A * sizeof *s.codes + 1);
+        s.sym = malloc((size_t)(A > P ? A : P) * sizeof *s.sym);
+        if (!s.codes || !s.sym) {
+            err_line("%s: out of memory", o.in);
+            ex = CLI_USAGE;
+            goto out;
+        }
+        progress pg;
+        progress_init(&pg, "encode");
+        const uint64_t chunk = 256;
+        for (uint64_t i = 0; i < A; i += chunk) {
+            uint64_t n = A - i < chunk ? A - i : chunk;
+            fkvf_rows part = {s.rows + (size_t)(S + i) * rb, (size_t)n, c->dtype, S + i};
+            int rc = fkvf_rvq_encode(s.q, &part, krope, o.beam, s.codes + i, 1, (size_t)A);
+            if (rc != FKVF_OK) {
+                err_line("%s: encoding failed: %s", o.in, fkvf_strerror(rc));
+                ex = CLI_INVALID;
+                goto out;
+            }
+            progress_cb(&pg, i + n, A);
+        }
+    }
+
+    /* the archive */
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    if (A > 0 && o.cbfile)
+        wo.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
+    if (A > 0 && o.ngon)
+        wo.required_features |= FKVF_FEAT_NGON;
+    if (o.deflate)
+        wo.required_features |= FKVF_FEAT_DEFLATE;
+    if (c->tokens)
+        wo.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
+    int rc = fkvf_writer_create_file(&s.w, o.out, &wo, NULL);
+    if (rc != FKVF_OK) {
+        err_line("%s: %s", o.out, s.w ? fkvf_writer_message(s.w) : fkvf_strerror(rc));
+        ex = CLI_USAGE;
+        goto out;
+    }
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = c->n_layers;
+    d.n_kv_heads = c->n_kv_heads;
+    d.key_dim = c->key_dim;
+    d.value_dim = c->value_dim;
+    d.dtype = c->dtype;
+    if (!o.keys.no_rope) {
+        d.key_transform = 1;
+        d.rope_layout = rope.layout;
+        d.rope_dims = rope.rope_dims;
+        d.rope_theta = rope.theta;
+        d.key_storage = krope ? 1 : 0;
+    }
+    d.n_sinks = (uint32_t)S;
+    d.window = (uint32_t)(o.recent > UINT32_MAX ? UINT32_MAX : o.recent);
+    d.model_id = o.model_id;
+    d.tokenizer_id = o.tok_id;
+    const char *stage = "descriptor";
+    rc = fkvf_writer_set_desc(s.w, &d);
+    if (rc == FKVF_OK) {
+        stage = "metadata";
+        rc = fkvf_writer_meta_utf8(s.w, "pack.source", base_name(o.in));
+    }
+    if (rc == FKVF_OK)
+        rc = fkvf_writer_meta_utf8(s.w, "pack.tool", "fkvf " FKVF_VERSION_STRING);
+    if (rc == FKVF_OK && A > 0) {
+        rc = fkvf_writer_meta_u64(s.w, "pack.beam", o.beam);
+        if (rc == FKVF_OK && o.train)
+            rc = fkvf_writer_meta_u64(s.w, "pack.seed", o.seed);
+        if (rc == FKVF_OK && o.cbfile)
+            rc = fkvf_writer_meta_utf8(s.w, "pack.codebooks", base_name(o.cbfile));
+    }
+    unsigned xflags = o.deflate ? FKVF_SECTION_DEFLATE : 0;
+    if (rc == FKVF_OK && S > 0) {
+        stage = "exact rows";
+        rc = fkvf_writer_add_exact(s.w, 0, S, s.rows, (size_t)S * rb, xflags);
+    }
+    if (rc == FKVF_OK && W > 0) {
+        stage = "exact rows";
+        rc = fkvf_writer_add_exact(s.w, S + A, W, s.rows + (size_t)(S + A) * rb, (size_t)W * rb,
+                                   xflags);
+    }
+    if (rc == FKVF_OK && A > 0) {
+        stage = "codebooks";
+        if (o.cbfile) {
+            rc = fkvf_writer_add_codebook_ref(s.w, &shape, hash, base_name(o.cbfile));
+        } else {
+            size_t tsz = fkvf_rvq_tables_size(s.q);
+            s.tables = malloc(tsz ? tsz : 1);
+            rc = s.tables ? fkvf_rvq_tables(s.q, s.tables, tsz) : FKVF_E_NOMEM;
+            if (rc == FKVF_OK)
+                rc = fkvf_writer_add_codebooks(s.w, &shape, s.tables, tsz, 0);
+        }
+        stage = "index streams";
+        unsigned M = shape.k_stages + shape.v_stages;
+        for (uint32_t l = 0; rc == FKVF_OK && l < c->n_layers; l++)
+            for (uint32_t h = 0; rc == FKVF_OK && h < c->n_kv_heads; h++)
+                for (unsigned j = 0; rc == FKVF_OK && j < M; j++) {
+                    const uint16_t *cj = s.codes + ((size_t)(l * c->n_kv_heads + h) * M + j) * A;
+                    for (uint64_t t = 0; t < A; t++)
+                        s.sym[t] = cj[t];
+                    unsigned kv = j >= shape.k_stages;
+                    fkvf_stream_spec sp;
+                    memset(&sp, 0, sizeof sp);
+                    sp.id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, h, kv,
+                                           kv ? j - shape.k_stages : j);
+                    if (o.ngon) {
+                        sp.profile = FKVF_PROFILE_NGON;
+                        sp.alphabet = shape.k;
+                    } else {
+                        sp.profile = FKVF_PROFILE_QUAD;
+                        sp.symbol_bits = quad_bits_for(shape.k - 1);
+                    }
+                    rc = fkvf_writer_add_stream(s.w, &sp, s.sym, (size_t)A);
+                }
+    }
+    if (rc == FKVF_OK && c->tokens) {
+        stage = "token stream";
+        uint32_t *tok = s.sym ? s.sym : malloc((size_t)P * sizeof *tok);
+        int64_t mx = 0;
+        for (uint64_t t = 0; t < P; t++)
+            mx = c->tokens[t] > mx ? c->tokens[t] : mx;
+        if (!tok) {
+            rc = FKVF_E_NOMEM;
+        } else if (mx > (int64_t)UINT32_MAX) {
+            fprintf(stderr, "fkvf: %s: token ids above 2^32-1, token stream left out\n", o.in);
+        } else {
+            for (uint64_t t = 0; t < P; t++)
+                tok[t] = (uint32_t)c->tokens[t];
+            fkvf_stream_spec sp;
+            memset(&sp, 0, sizeof sp);
+            sp.id = FKVF_STREAM_ID_TOKENS;
+            sp.profile = FKVF_PROFILE_QUAD;
+            sp.symbol_bits = quad_bits_for((uint64_t)mx);
+            rc = fkvf_writer_add_stream(s.w, &sp, tok, (size_t)P);
+        }
+        if (tok != s.sym)
+            free(tok);
+    }
+    if (rc == FKVF_OK) {
+        stage = "commit";
+        rc = fkvf_writer_set_positions(s.w, P, A);
+    }
+    if (rc == FKVF_OK)
+        rc = fkvf_writer_finish(s.w);
+    if (rc != FKVF_OK) {
+        err_line("%s: writing the %s failed: %s", o.out, stage, fkvf_writer_message(s.w));
+        ex = fkvf_exit(rc);
+        goto out;
+    }
+    struct stat st;
+    uint64_t bytes = stat(o.out, &st) == 0 ? (uint64_t)st.st_size : 0;
+    double fp16 = (double)P * (double)row_elems(c) * 2.0;
+    uint64_t cbb = A > 0 && !o.cbfile ? fkvf_codebook_size(&shape) : 0;
+    char tail[128] = "";
+    if (cbb && cbb < bytes)
+        snprintf(tail, sizeof tail, "; %.2fx without the %" PRIu64 " codebook bytes",
+                 fp16 / (double)(bytes - cbb), cbb);
+    else if (A > 0 && o.cbfile)
+        snprintf(tail, sizeof tail, "; codebooks in %s", base_name(o.cbfile));
+    snprintf(msg, sizeof msg,
+             "%s: %" PRIu64 " positions (%" PRIu64 " exact, %" PRIu64 " archived), %" PRIu64
+             " bytes, ratio vs fp16 %.2fx (%.0f bytes)%s",
+             o.out, P, P - A, A, bytes, bytes ? fp16 / (double)bytes : 0.0, fp16, tail);
+    puts(msg);
+    ex = CLI_OK;
+out:
+    pack_free(&s);
+    return ex;
+}
+
+/* ---- unpack ------------------------------------------------------------- */
+
+static const char *unpack_help =
+    "usage: fkvf unpack ARCHIVE -o CACHE.safetensors|.npz|.npy [options]\n"
+    "\n"
+    "Restore every position of an archive into a raw cache file (format by\n"
+    "extension): exact positions bit for bit, archived ones reconstructed.\n"
+    "\n"
+    "  --codebooks FILE      codebook file for an archive that refers to one\n"
+    "                        (default: the file named in the archive, next to it)\n"
+    "  --dtype f16|bf16|f32  element type of the output (the archive's)\n"
+    "\n"
+    "Exit status: 0 ok, 1 invalid input (also a missing or wrong codebook),\n"
+    "2 usage or I/O error.\n";
+
+int fkvf_cli_unpack(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL, *cbpath = NULL;
+    int dtype = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(unpack_help, stdout);
+            return CLI_OK;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--codebooks") || !strcmp(a, "--dtype")) {
+            if (!v) {
+                err_line("unpack: %s needs a value", a);
+                return CLI_USAGE;
+            }
+            i++;
+            if (a[1] == 'o')
+                out = v;
+            else if (a[2] == 'c')
+                cbpath = v;
+            else if (!strcmp(v, "f16"))
+                dtype = FKVF_DTYPE_F16;
+            else if (!strcmp(v, "bf16"))
+                dtype = FKVF_DTYPE_BF16;
+            else if (!strcmp(v, "f32"))
+                dtype = FKVF_DTYPE_F32;
+            else {
+                err_line("--dtype: '%s' is not f16, bf16 or f32", v);
+                return CLI_USAGE;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            err_line("unpack: unknown option '%s' (see fkvf unpack --help)", a);
+            return CLI_USAGE;
+        } else if (!in) {
+            in = a;
+        } else {
+            err_line("unpack: unexpected argument '%s'", a);
+            return CLI_USAGE;
+        }
+    }
+    if (!in || !out) {
+        err_line("unpack: need ARCHIVE and -o CACHE (see fkvf unpack --help)");
+        return CLI_USAGE;
+    }
+    kvio_format fmt = kvio_format_from_path(out);
+    if (fmt == KVIO_FMT_AUTO) {
+        err_line("%s: unknown output format (use .safetensors, .npz or .npy)", out);
+        return CLI_USAGE;
+    }
+    fkvf_reader *r = NULL, *cb = NULL;
+    kvio_cache c;
+    memset(&c, 0, sizeof c);
+    uint8_t *buf = NULL;
+    uint32_t *tok = NULL;
+    char *hint_path = NULL;
+    int ex = CLI_INVALID;
+    int rc = fkvf_reader_open_file(&r, in, 0, NULL);
+    if (rc != FKVF_OK) {
+        err_line("%s: %s", in, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+        ex = rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
+        goto out;
+    }
+    fkvf_archive_info ai;
+    fkvf_desc d;
+    if ((rc = fkvf_reader_info(r, &ai)) != FKVF_OK || !ai.has_desc) {
+        err_line("%s: %s", in, rc ? fkvf_reader_message(r) : "a codebook file, not an archive");
+        goto out;
+    }
+    if ((rc = fkvf_reader_desc(r, &d)) != FKVF_OK) {
+        err_line("%s: %s", in, fkvf_reader_message(r));
+        goto out;
+    }
+    if (ai.n_positions > UINT32_MAX) {
+        err_line("%s: %" PRIu64 " positions: more than a raw cache file holds", in,
+                 ai.n_positions);
+        goto out;
+    }
+    int ext = 0;
+    uint8_t want[16];
+    const char *name = NULL;
+    fkvf_reader_codebook_ref(r, &ext, want, &name);
+    char hx[33];
+    hex16(want, hx);
+    if (ext && ai.n_archived > 0) {
+        const char *path = cbpath;
+        if (!path && name && *name && !strchr(name, '/') && strcmp(name, "..") &&
+            strcmp(name, ".")) {
+            const char *sl = strrchr(in, '/');
+            size_t dl = sl ? (size_t)(sl - in + 1) : 0;
+            hint_path = malloc(dl + strlen(name) + 1);
+            if (hint_path) {
+                memcpy(hint_path, in, dl);
+                strcpy(hint_path + dl, name);
+                struct stat st;
+                if (stat(hint_path, &st) == 0)
+                    path = hint_path;
+            }
+        }
+        if (!path) {
+            err_line("%s: the archive refers to the external codebook with content hash %s "
+                     "(name hint '%s'), not found; pass --codebooks FILE",
+                     in, hx, name ? name : "");
+            goto out;
+        }
+        rc = fkvf_reader_open_file(&cb, path, 0, NULL);
+        if (rc != FKVF_OK) {
+            err_line("%s: %s (the archive %s expects the codebook with content hash %s)", path,
+                     cb ? fkvf_reader_message(cb) : fkvf_strerror(rc), in, hx);
+            ex = rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
+            goto out;
+        }
+        rc = fkvf_reader_attach_codebook(r, cb);
+        if (rc != FKVF_OK) {
+            err_line("%s: wrong codebook for %s: %s", path, in, fkvf_reader_message(r));
+            goto out;
+        }
+    }
+    fkvf_dtype dt = dtype ? (fkvf_dtype)dtype : d.dtype;
+    uint32_t P = (uint32_t)ai.n_positions;
+    fkvf_stream_info tsi;
+    size_t tidx;
+    int has_tok = fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &tidx) == FKVF_OK &&
+                  fkvf_reader_stream_info(r, tidx, &tsi) == FKVF_OK && tsi.length >= P &&
+                  fmt != KVIO_FMT_NPY; /* one array: no room for token ids */
+    char err[512];
+    if (kvio_cache_init(&c, d.n_layers, d.n_kv_heads, P, d.key_dim, d.value_dim, dt, has_tok, err,
+                        sizeof err) != KVIO_OK) {
+        err_line("%s: %s", in, err);
+        goto out;
+    }
+    size_t rb;
+    if ((rc = fkvf_reader_row_bytes(r, dt, &rb)) != FKVF_OK) {
+        err_line("%s: %s", in, fkvf_reader_message(r));
+        goto out;
+    }
+    uint32_t chunk = (uint32_t)(rb >= (16u << 20) ? 1 : (16u << 20) / rb);
+    if (chunk > P)
+        chunk = P ? P : 1;
+    buf = malloc((size_t)chunk * rb);
+    if (!buf) {
+        err_line("%s: out of memory", in);
+        ex = CLI_USAGE;
+        goto out;
+    }
+    for (uint32_t p = 0; p < P; p += chunk) {
+        uint32_t n = P - p < chunk ? P - p : chunk;
+        rc = fkvf_reader_restore(r, p, n, dt, buf, (size_t)chunk * rb);
+        if (rc != FKVF_OK) {
+            if (rc == FKVF_E_CODEBOOK)
+                err_line("%s: %s (expected codebook content hash %s)", in,
+                         fkvf_reader_message(r), hx);
+            else
+                err_line("%s: %s", in, fkvf_reader_message(r));
+            goto out;
+        }
+        rows_to_cache(&c, buf, p, n);
+    }
+    if (has_tok) {
+        tok = malloc((size_t)(P ? P : 1) * sizeof *tok);
+        if (!tok || (rc = fkvf_reader_stream_read(r, tidx, 0, tok, P)) != FKVF_OK) {
+            err_line("%s: token stream: %s", in, tok ? fkvf_reader_message(r) : "out of memory");
+            goto out;
+        }
+        for (uint32_t t = 0; t < P; t++)
+            c.tokens[t] = tok[t];
+    }
+    if (kvio_write(out, fmt, 0, &c, err, sizeof err) != KVIO_OK) {
+        err_line("%s", err);
+        ex = CLI_USAGE;
+        goto out;
+    }
+    printf("%s: %u positions (%" PRIu64 " exact, %" PRIu64 " archived), %s, %s\n", out, P,
+           ai.n_positions - ai.n_archived, ai.n_archived, kvio_dtype_name(dt),
+           kvio_format_name(fmt));
+    ex = CLI_OK;
+out:
+    free(hint_path);
+    free(buf);
+    free(tok);
+    kvio_cache_free(&c);
+    fkvf_reader_free(r);
+    fkvf_reader_free(cb);
+    return ex;
+}
+
+/* ---- train -------------------------------------------------------------- */
+
+static const char *train_help =
+    "usage: fkvf train CACHE... -o FILE [options]\n"
+    "\n"
+    "Train per-head RVQ codebooks on one or more raw caches of the same shape\n"
+    "and write a codebook file (archives refer to it by content hash: fkvf\n"
+    "pack --codebooks FILE). Prints the content hash.\n"
+    "\n"
+    "  --k N                 centroids per stage, power of two 16..4096 (256)\n"
+    "  --k-stages N          key stages 0..16 (4)\n"
+    "  --v-stages N          value stages 0..16 (2)\n"
+    "  --pooled              one codebook per layer shared by all heads\n"
+    "  --seed S              training seed (0)\n"
+    "  --iters N             Lloyd iterations per stage (25)\n"
+    "  --f32                 binary32 tables (default f16)\n"
+    "  --keys pre-rope|as-is train on keys before RoPE (default) or as cached\n"
+    "  --rope-theta X, --rope-dims N, --rope-layout interleaved|half-split\n"
+    "\n"
+    "Exit status: 0 ok, 1 invalid input, 2 usage or I/O error.\n";
+
+int fkvf_cli_train(int argc, char **argv)
+{
+    const char *out = NULL;
+    const char **ins = calloc((size_t)argc + 1, sizeof *ins);
+    size_t nin = 0;
+    key_opts keys;
+    key_opts_init(&keys);
+    fkvf_rvq_params prm;
+    fkvf_rvq_params_init(&prm);
+    prm.table_dtype = FKVF_DTYPE_F16;
+    int ex = CLI_USAGE;
+    kvio_cache *cs = NULL;
+    uint8_t **rows = NULL;
+    fkvf_rows *blocks = NULL;
+    fkvf_rvq *q = NULL;
+    void *tables = NULL;
+    fkvf_writer *w = NULL;
+    fkvf_reader *r = NULL;
+    if (!ins) {
+        err_line("out of memory");
+        return CLI_USAGE;
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int kr = key_opt(&keys, argc, argv, &i);
+        if (kr < 0)
+            goto out;
+        if (kr > 0)
+            continue;
+        uint64_t x;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(train_help, stdout);
+            ex = CLI_OK;
+            goto out;
+        } else if (!strcmp(a, "--pooled")) {
+            prm.pooled = 1;
+        } else if (!strcmp(a, "--f32")) {
+            prm.table_dtype = FKVF_DTYPE_F32;
+        } else if (a[0] == '-' && a[1]) {
+            if (!v) {
+                err_line("train: %s needs a value (or is unknown; see fkvf train --help)", a);
+                goto out;
+            }
+            i++;
+            if (!strcmp(a, "-o")) {
+                out = v;
+            } else if (!strcmp(a, "--k")) {
+                if (parse_k(a, v, &prm.k))
+                    goto out;
+            } else if (!strcmp(a, "--k-stages")) {
+                if (parse_stages(a, v, &prm.k_stages))
+                    goto out;
+            } else if (!strcmp(a, "--v-stages")) {
+                if (parse_stages(a, v, &prm.v_stages))
+                    goto out;
+            } else if (!strcmp(a, "--seed")) {
+                if (parse_u64(v, UINT64_MAX, &prm.seed)) {
+                    err_line("--seed: '%s' is not a number", v);
+                    goto out;
+                }
+            } else if (!strcmp(a, "--iters")) {
+                if (parse_u64(v, 100000, &x) || x < 1) {
+                    err_line("--iters: '%s' is not 1..100000", v);
+                    goto out;
+                }
+                prm.max_iters = (uint32_t)x;
+            } else {
+                err_line("train: unknown option '%s' (see fkvf train --help)", a);
+                goto out;
+            }
+        } else {
+            ins[nin++] = a;
+        }
+    }
+    if (!nin || !out) {
+        err_line("train: need CACHE... and -o FILE (see fkvf train --help)");
+        goto out;
+    }
+    cs = calloc(nin, sizeof *cs);
+    rows = calloc(nin, sizeof *rows);
+    blocks = calloc(nin, sizeof *blocks);
+    if (!cs || !rows || !blocks) {
+        err_line("out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nin; i++) {
+        ex = read_cache(ins[i], &cs[i]);
+        if (ex)
+            goto out;
+        ex = CLI_INVALID;
+        if (i > 0 && (cs[i].n_layers != cs[0].n_layers || cs[i].n_kv_heads != cs[0].n_kv_heads ||
+                      cs[i].key_dim != cs[0].key_dim || cs[i].value_dim != cs[0].value_dim)) {
+            err_line("%s: shape %u layers x %u heads, dims %u/%u differs from %s (%u x %u, "
+                     "%u/%u)",
+                     ins[i], cs[i].n_layers, cs[i].n_kv_heads, cs[i].key_dim, cs[i].value_dim,
+                     ins[0], cs[0].n_layers, cs[0].n_kv_heads, cs[0].key_dim, cs[0].value_dim);
+            goto out;
+        }
+        rows[i] = cache_to_rows(&cs[i]);
+        if (!rows[i]) {
+            err_line("%s: out of memory", ins[i]);
+            ex = CLI_USAGE;
+            goto out;
+        }
+        blocks[i].data = rows[i];
+        blocks[i].n_rows = cs[i].n_positions;
+        blocks[i].dtype = cs[i].dtype;
+        blocks[i].first_position = 0;
+    }
+    fkvf_rope rope;
+    if (key_rope_for(&keys, cs[0].key_dim, ins[0], &rope, &prm.key_rope)) {
+        ex = CLI_USAGE;
+        goto out;
+    }
+    prm.n_layers = cs[0].n_layers;
+    prm.n_kv_heads = cs[0].n_kv_heads;
+    prm.key_dim = cs[0].key_dim;
+    prm.value_dim = cs[0].value_dim;
+    progress pg;
+    progress_init(&pg, "train");
+    prm.progress = progress_cb;
+    prm.progress_opaque = &pg;
+    int rc = fkvf_rvq_train(&q, &prm, blocks, nin, NULL);
+    if (rc != FKVF_OK) {
+        err_line("training failed: %s", fkvf_strerror(rc));
+        ex = rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID;
+        goto out;
+    }
+    fkvf_codebook_shape shape;
+    uint32_t heads;
+    fkvf_rvq_shape(q, &shape, &heads);
+    size_t tsz = fkvf_rvq_tables_size(q);
+    tables = malloc(tsz ? tsz : 1);
+    if (!tables || fkvf_rvq_tables(q, tables, tsz) != FKVF_OK) {
+        err_line("out of memory");
+        ex = CLI_USAGE;
+        goto out;
+    }
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    rc = fkvf_writer_create_file(&w, out, &wo, NULL);
+    if (rc == FKVF_OK)
+        rc = fkvf_writer_meta_utf8(w, "train.keys", prm.key_rope ? "pre-rope" : "as-is");
+    if (rc == FKVF_OK && prm.key_rope) {
+        rc = fkvf_writer_meta_f64(w, "train.rope_theta", rope.theta);
+        if (rc == FKVF_OK)
+            rc = fkvf_writer_meta_u64(w, "train.rope_dims", rope.rope_dims);
+        if (rc == FKVF_OK)
+            rc = fkvf_writer_meta_utf8(w, "train.rope_layout",
+                                       rope.layout == 1 ? "interleaved" : "half-split");
+    }
+    if (rc == FKVF_OK)
+        rc = fkvf_writer_meta_u64(w, "train.seed", prm.seed);
+    if (rc == FKVF_OK)
+        rc = fkvf_writer_meta_u64(w, "train.caches", nin);
+    if (rc == FKVF_OK)
+        rc = fkvf_writer_add_codebooks(w, &shape, tables, tsz, 0);
+    if (rc == FKVF_OK)
+        rc = fkvf_writer_finish(w);
+    if (rc != FKVF_OK) {
+        err_line("%s: %s", out, w ? fkvf_writer_message(w) : fkvf_strerror(rc));
+        ex = CLI_USAGE;
+        goto out;
+    }
+    uint8_t hash[16];
+    char hx[33];
+    rc = fkvf_reader_open_file(&r, out, 0, NULL);
+    if (rc == FKVF_OK)
+        rc = fkvf_reader_codebook(r, NULL, NULL, NULL, hash);
+    if (rc != FKVF_OK) {
+        err_line("%s: cannot read back: %s", out, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+        ex = CLI_INVALID;
+        goto out;
+    }
+    hex16(hash, hx);
+    struct stat st;
+    printf("%s: %u layers x %u %s, k = %u, K x%u V x%u, %s tables, %lld bytes\n", out,
+           shape.n_layers, shape.pooled ? 1u : shape.n_heads, shape.pooled ? "pooled" : "heads",
+           shape.k, shape.k_stages, shape.v_stages, shape.dtype == FKVF_DTYPE_F32 ? "f32" : "f16",
+           stat(out, &st) == 0 ? (long long)st.st_size : -1LL);
+    printf("content hash %s\n", hx);
+    ex = CLI_OK;
+out:
+    if (cs)
+        for (size_t i = 0; i < nin; i++)
+            kvio_cache_free(&cs[i]);
+    if (rows)
+        for (size_t i = 0; i < nin; i++)
+            free(rows[i]);
+    free(cs);
+    free(rows);
+    free(blocks);
+    free(ins);
+    free(tables);
+    fkvf_rvq_free(q);
+    fkvf_writer_free(w);
+    fkvf_reader_free(r);
+    return ex;
+}
+
+/* ---- compare ------------------------------------------------------------ */
+
+static const char *compare_help =
+    "usage: fkvf compare ORIGINAL RESTORED [--sinks S] [--recent W] [--json]\n"
+    "\n"
+    "Compare two raw caches of the same shape. Per keys and values: relative\n"
+    "MSE (sum of squared errors / sum of squares of ORIGINAL), SNR in dB and\n"
+    "the largest absolute error, over the archived positions (those outside\n"
+    "the first S and last W; all positions when both are 0, the default); and\n"
+    "whether the exact positions (first S, last W) are bit-identical.\n"
+    "\n"
+    "Exit status: 0 shapes match, 1 they differ or a file is invalid, 2 usage\n"
+    "or I/O error.\n";
+
+typedef struct err_acc {
+    double se, ref, maxabs;
+    uint64_t n;
+} err_acc;
+
+static int to_f32(const kvio_cache *c, const uint8_t *src, size_t n, float *dst)
+{
+    return fkvf_convert(FKVF_DTYPE_F32, dst, c->dtype, src, n);
+}
+
+int fkvf_cli_compare(int argc, char **argv)
+{
+    const char *pa = NULL, *pb = NULL;
+    uint64_t sinks = 0, recent = 0;
+    int json = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(compare_help, stdout);
+            return CLI_OK;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--sinks") || !strcmp(a, "--recent")) {
+            if (i + 1 >= argc || parse_u64(argv[i + 1], UINT32_MAX, a[2] == 's' ? &sinks : &recent)) {
+                err_line("%s needs a count", a);
+                return CLI_USAGE;
+            }
+            i++;
+        } else if (a[0] == '-' && a[1]) {
+            err_line("compare: unknown option '%s' (see fkvf compare --help)", a);
+            return CLI_USAGE;
+        } else if (!pa) {
+            pa = a;
+        } else if (!pb) {
+            pb = a;
+        } else {
+            err_line("compare: unexpected argument '%s'", a);
+            return CLI_USAGE;
+        }
+    }
+    if (!pa || !pb) {
+        err_line("compare: need ORIGINAL and RESTORED (see fkvf compare --help)");
+        return CLI_USAGE;
+    }
+    kvio_cache a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    float *fa = NULL, *fb = NULL;
+    int ex = read_cache(pa, &a);
+    if (ex)
+        return ex;
+    ex = read_cache(pb, &b);
+    if (ex) {
+        kvio_cache_free(&a);
+        return ex;
+    }
+    ex = CLI_INVALID;
+    if (a.n_layers != b.n_layers || a.n_kv_heads != b.n_kv_heads ||
+        a.n_positions != b.n_positions || a.key_dim != b.key_dim || a.value_dim != b.value_dim) {
+        err_line("%s and %s differ in shape: %u layers x %u heads x %u positions, dims %u/%u vs "
+                 "%u x %u x %u, %u/%u",
+                 pa, pb, a.n_layers, a.n_kv_heads, a.n_positions, a.key_dim, a.value_dim,
+                 b.n_layers, b.n_kv_heads, b.n_positions, b.key_dim, b.value_dim);
+        goto out;
+    }
+    uint32_t P = a.n_positions;
+    uint64_t S = sinks < P ? sinks : P;
+    uint64_t W = recent < P - S ? recent : P - S;
+    size_t dmax = a.key_dim > a.value_dim ? a.key_dim : a.value_dim;
+    fa = malloc(dmax * sizeof *fa);
+    fb = malloc(dmax * sizeof *fb);
+    if (!fa || !fb) {
+        err_line("out of memory");
+        ex = CLI_USAGE;
+        goto out;
+    }
+    err_acc acc[2];
+    memset(acc, 0, sizeof acc);
+    uint64_t exact_n = 0, exact_same = 0;
+    size_t ea = kvio_dtype_size(a.dtype), eb = kvio_dtype_size(b.dtype);
+    for (uint32_t p = 0; p < P; p++) {
+        int exact = p < S || p >= P - W;
+        int same = 1;
+        for (uint32_t l = 0; l < a.n_layers; l++)
+            for (int kv = 0; kv < 2; kv++) {
+                size_t dim = kv ? a.value_dim : a.key_dim;
+                uint8_t *ta = kv ? a.values[l] : a.keys[l];
+                uint8_t *tb = kv ? b.values[l] : b.keys[l];
+                for (uint32_t h = 0; h < a.n_kv_heads; h++) {
+                    size_t off = ((size_t)h * P + p) * dim;
+                    to_f32(&a, ta + off * ea, dim, fa);
+                    to_f32(&b, tb + off * eb, dim, fb);
+                    if (exact) {
+                        if (a.dtype == b.dtype)
+                            same &= !memcmp(ta + off * ea, tb + off * eb, dim * ea);
+                        else
+                            same &= !memcmp(fa, fb, dim * sizeof *fa);
+                        continue;
+                    }
+                    err_acc *e = &acc[kv];
+                    for (size_t i = 0; i < dim; i++) {
+                        double x = fa[i], y = fb[i], dd = x - y;
+                        e->se += dd * dd;
+                        e->ref += x * x;
+                        if (fabs(dd) > e->maxabs || dd != dd)
+                            e->maxabs = fabs(dd);
+                    }
+                    e->n += dim;
+                }
+            }
+        if (exact) {
+            exact_n++;
+            exact_same += (uint64_t)(same != 0);
+        }
+    }
+    int tokens_same = -1; /* -1: not both have tokens */
+    if (a.tokens && b.tokens)
+        tokens_same = !memcmp(a.tokens, b.tokens, (size_t)P * sizeof *a.tokens);
+    const char *names[2] = {"keys", "values"};
+    if (json) {
+        printf("{\"positions\":%u,\"exact_positions\":%" PRIu64 ",\"exact_identical\":%" PRIu64
+               ",\"archived_positions\":%" PRIu64,
+               P, exact_n, exact_same, (uint64_t)P - exact_n);
+        for (int kv = 0; kv < 2; kv++) {
+            err_acc *e = &acc[kv];
+            printf(",\"%s\":{", names[kv]);
+            if (e->n && e->ref > 0)
+                printf("\"rel_mse\":%.9g,", e->se / e->ref);
+            else
+                printf("\"rel_mse\":null,");
+            if (e->n && e->se > 0 && e->ref > 0)
+                printf("\"snr_db\":%.4f,", 10.0 * log10(e->ref / e->se));
+            else
+                printf("\"snr_db\":null,");
+            printf("\"max_abs_err\":%.9g}", e->maxabs);
+        }
+        printf(",\"tokens_identical\":%s}\n",
+               tokens_same < 0 ? "null" : tokens_same ? "true" : "false");
+    } else {
+        printf("%u positions: %" PRIu64 " exact, %" PRIu64 " compared as archived\n", P, exact_n,
+               (uint64_t)P - exact_n);
+        for (int kv = 0; kv < 2; kv++) {
+            err_acc *e = &acc[kv];
+            if (!e->n) {
+                printf("%-6s  no archived positions\n", names[kv]);
+                continue;
+            }
+            printf("%-6s  relative MSE %.6g  SNR %s", names[kv], e->ref > 0 ? e->se / e->ref : 0.0,
+                   e->se > 0 ? "" : "inf dB");
+            if (e->se > 0)
+                printf("%.2f dB", e->ref > 0 ? 10.0 * log10(e->ref / e->se) : -INFINITY);
+            printf("  max abs error %.6g\n", e->maxabs);
+        }
+        if (exact_n)
+            printf("exact positions: %" PRIu64 " of %" PRIu64 " %s\n", exact_same, exact_n,
+                   exact_same == exact_n ? "bit-identical" : "identical - MISMATCH");
+        if (tokens_same >= 0)
+            printf("tokens: %s\n", tokens_same ? "identical" : "differ");
+    }
+    ex = CLI_OK;
+out:
+    free(fa);
+    free(fb);
+    kvio_cache_free(&a);
+    kvio_cache_free(&b);
+    return ex;
+}
