@@ -2,7 +2,10 @@
 # Enforces the dependency rules written in libfkvf/CMakeLists.txt:
 #   common/ includes nothing from codec/, format/, read/, write/
 #   codec/ and format/ include only common/ (and the public header)
-#   read/ never includes write/, write/ never includes read/
+#   read/ never includes write/, write/ never includes read/; quant/ and the
+#   internal headers of other modules stay out of read/ and write/ (read/
+#   uses the quantizer through fkvf.h only)
+#   quant/ includes only common/
 #   tools/ include only the public header fkvf.h (and their own cacheio.h);
 #   libfkvf never includes libarchive
 # usage: check_layering.sh SRCDIR
@@ -16,8 +19,9 @@ deny() { # deny DIR PATTERN WHY
 deny common 'codec/|format/|read/|write/|reader|writer' "must not depend on other modules"
 deny codec 'format/|read/|write/|reader|writer' "may use common/ only"
 deny format 'codec/|read/|write/|reader|writer' "may use common/ only"
-deny read 'write/|writer' "must not include the writer"
-deny write 'read/|reader' "must not include the reader"
+deny read 'write/|writer|quant/' "must not include the writer or quant/ internals"
+deny write 'read/|reader|quant/' "must not include the reader or quant/ internals"
+deny quant 'codec/|format/|read/|write/|reader|writer' "may use common/ only"
 tools_hits=$(grep -nE '#include "' "$1"/tools/*.c | grep -v '#include "fkvf.h"' | grep -v '#include "cacheio.h"')
 if [ -n "$tools_hits" ]; then echo "layering: tools/ must use the public header only:"; echo "$tools_hits"; bad=1; fi
 lib_ar=$(grep -rn '#include <archive' "$S" 2>/dev/null)

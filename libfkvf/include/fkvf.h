@@ -270,12 +270,12 @@ FKVF_API int fkvf_reader_stream_count(const fkvf_reader *r, size_t *count);
 FKVF_API int fkvf_reader_stream_info(const fkvf_reader *r, size_t index, fkvf_stream_info *out);
 FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *index);
 /* One symbol, O(1): touches (and on first touch verifies) one block. */
-/* Same into bytes, for streams whose symbols fit (quad widths <= 8, ngon
- * N <= 256; else FKVF_E_INVALID_ARG). For 8-bit quad streams this is a copy
- * of the stored bytes. */
+FKVF_API int fkvf_reader_stream_get(fkvf_reader *r, size_t index, uint64_t t, uint32_t *symbol);
+/* Same as fkvf_reader_stream_read, into bytes, for streams whose symbols fit
+ * (quad widths <= 8, ngon N <= 256; else FKVF_E_INVALID_ARG). For 8-bit quad
+ * streams this is a copy of the stored bytes. */
 FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t first,
                                         uint8_t *out, size_t count);
-FKVF_API int fkvf_reader_stream_get(fkvf_reader *r, size_t index, uint64_t t, uint32_t *symbol);
 /* Symbols [first, first+count). */
 FKVF_API int fkvf_reader_stream_read(fkvf_reader *r, size_t index, uint64_t first,
                                      uint32_t *out, size_t count);
