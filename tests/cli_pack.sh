@@ -135,6 +135,14 @@ grep_in unpack-ext-notcb-hash "$hash" "$T/err"
 check pack-cb-notcb 1 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --codebooks "$T/a.fkvf"
 check unpack-cbfile 1 "$FKVF" unpack "$T/cb/books.fkvf" -o "$T/x.safetensors"
 
+# a codebook file remembers how its keys were trained: pack follows it
+check train-asis 0 "$FKVF" train "$CACHE" -o "$T/cb/asis.fkvf" $Q --iters 3 --keys as-is
+check pack-ext-asis 0 "$FKVF" pack "$CACHE" -o "$T/cb/ea.fkvf" --codebooks "$T/cb/asis.fkvf"
+check info-ext-asis 0 "$FKVF" info "$T/cb/ea.fkvf"
+grep_in info-ext-asis "archived as cached" "$T/out"
+roundtrip ext-asis "$T/cb/ea.fkvf" "$T/ea.npz" 4 32
+relmse_below ext-asis 0.5
+
 # compare a cache with itself
 check compare-same 0 "$FKVF" compare "$CACHE" "$CACHE"
 grep_in compare-same "relative MSE 0 " "$T/out"

@@ -185,6 +185,7 @@ static int read_cache(const char *path, kvio_cache *c)
 /* Shared option: key handling and RoPE parameters. */
 typedef struct key_opts {
     int keys_set;        /* --keys given */
+    int theta_set, dims_set, layout_set; /* --rope-* given */
     int pre_rope;        /* 1: archive keys before rotation */
     int no_rope;         /* --no-rope: the cache's keys carry no rotation */
     double theta;
@@ -232,6 +233,7 @@ static int key_opt(key_opts *k, int argc, char **argv, int *i)
             err_line("--rope-theta: '%s' is not a positive number", v);
             return -1;
         }
+        k->theta_set = 1;
     } else if (!strcmp(a, "--rope-dims")) {
         uint64_t d;
         if (parse_u64(v, 65536, &d) || d < 2 || d % 2) {
@@ -239,7 +241,9 @@ static int key_opt(key_opts *k, int argc, char **argv, int *i)
             return -1;
         }
         k->dims = (uint32_t)d;
+        k->dims_set = 1;
     } else {
+        k->layout_set = 1;
         if (!strcmp(v, "interleaved"))
             k->layout = 1;
         else if (!strcmp(v, "half-split"))
@@ -518,6 +522,7 @@ static int load_codebook_file(const char *path, const kvio_cache *c, key_opts *k
         err_line("%s: cannot load the codebook tables: %s", path, fkvf_strerror(rc));
         return CLI_INVALID;
     }
+    /* keys as the codebook was trained on them, unless given */
     fkvf_meta_entry e;
     if (!keys->keys_set && fkvf_reader_meta_find(r, "train.keys", &e) == FKVF_OK &&
         e.type == FKVF_META_UTF8) {
@@ -525,6 +530,19 @@ static int load_codebook_file(const char *path, const kvio_cache *c, key_opts *k
             keys->pre_rope = 0;
         else if (e.value_len == 8 && !memcmp(e.value, "pre-rope", 8))
             keys->pre_rope = 1;
+    }
+    if (!keys->theta_set && fkvf_reader_meta_find(r, "train.rope_theta", &e) == FKVF_OK &&
+        e.type == FKVF_META_F64 && isfinite(e.f64) && e.f64 > 0)
+        keys->theta = e.f64;
+    if (!keys->dims_set && fkvf_reader_meta_find(r, "train.rope_dims", &e) == FKVF_OK &&
+        e.type == FKVF_META_U64 && e.u64 >= 2 && e.u64 <= c->key_dim && e.u64 % 2 == 0)
+        keys->dims = (uint32_t)e.u64;
+    if (!keys->layout_set && fkvf_reader_meta_find(r, "train.rope_layout", &e) == FKVF_OK &&
+        e.type == FKVF_META_UTF8) {
+        if (e.value_len == 10 && !memcmp(e.value, "half-split", 10))
+            keys->layout = 2;
+        else if (e.value_len == 11 && !memcmp(e.value, "interleaved", 11))
+            keys->layout = 1;
     }
     return CLI_OK;
 }
