@@ -43,6 +43,17 @@ static void err_line(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+/* "PATH: MESSAGE", without repeating PATH when the library's message starts
+ * with it already. */
+static void err_lib(const char *path, const char *msg)
+{
+    size_t n = strlen(path);
+    if (!strncmp(msg, path, n) && msg[n] == ':')
+        err_line("%s", msg);
+    else
+        err_line("%s: %s", path, msg);
+}
+
 static int kvio_exit(int rc) { return rc == KVIO_E_IO || rc == KVIO_E_NOMEM ? CLI_USAGE : CLI_INVALID; }
 static int fkvf_exit(int rc)
 {
@@ -491,7 +502,7 @@ static int load_codebook_file(const char *path, const kvio_cache *c, key_opts *k
     fkvf_reader *r = NULL;
     int rc = fkvf_reader_open_file(&r, path, 0, NULL);
     if (rc != FKVF_OK) {
-        err_line("%s: %s", path, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+        err_lib(path, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
         fkvf_reader_free(r);
         return rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
     }
@@ -653,7 +664,7 @@ int fkvf_cli_pack(int argc, char **argv)
         wo.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
     int rc = fkvf_writer_create_file(&s.w, o.out, &wo, NULL);
     if (rc != FKVF_OK) {
-        err_line("%s: %s", o.out, s.w ? fkvf_writer_message(s.w) : fkvf_strerror(rc));
+        err_lib(o.out, s.w ? fkvf_writer_message(s.w) : fkvf_strerror(rc));
         ex = CLI_USAGE;
         goto out;
     }
@@ -862,7 +873,7 @@ int fkvf_cli_unpack(int argc, char **argv)
     int ex = CLI_INVALID;
     int rc = fkvf_reader_open_file(&r, in, 0, NULL);
     if (rc != FKVF_OK) {
-        err_line("%s: %s", in, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+        err_lib(in, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
         ex = rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
         goto out;
     }
@@ -873,7 +884,7 @@ int fkvf_cli_unpack(int argc, char **argv)
         goto out;
     }
     if ((rc = fkvf_reader_desc(r, &d)) != FKVF_OK) {
-        err_line("%s: %s", in, fkvf_reader_message(r));
+        err_lib(in, fkvf_reader_message(r));
         goto out;
     }
     if (ai.n_positions > UINT32_MAX) {
@@ -936,7 +947,7 @@ int fkvf_cli_unpack(int argc, char **argv)
     }
     size_t rb;
     if ((rc = fkvf_reader_row_bytes(r, dt, &rb)) != FKVF_OK) {
-        err_line("%s: %s", in, fkvf_reader_message(r));
+        err_lib(in, fkvf_reader_message(r));
         goto out;
     }
     uint32_t chunk = (uint32_t)(rb >= (16u << 20) ? 1 : (16u << 20) / rb);
@@ -956,7 +967,7 @@ int fkvf_cli_unpack(int argc, char **argv)
                 err_line("%s: %s (expected codebook content hash %s)", in,
                          fkvf_reader_message(r), hx);
             else
-                err_line("%s: %s", in, fkvf_reader_message(r));
+                err_lib(in, fkvf_reader_message(r));
             goto out;
         }
         rows_to_cache(&c, buf, p, n);
@@ -1171,7 +1182,7 @@ int fkvf_cli_train(int argc, char **argv)
     if (rc == FKVF_OK)
         rc = fkvf_writer_finish(w);
     if (rc != FKVF_OK) {
-        err_line("%s: %s", out, w ? fkvf_writer_message(w) : fkvf_strerror(rc));
+        err_lib(out, w ? fkvf_writer_message(w) : fkvf_strerror(rc));
         ex = CLI_USAGE;
         goto out;
     }
