@@ -499,9 +499,12 @@ static int run_real(const opts *o)
            "L=%d, %d KV heads, %d query heads, head dim %d; fp16 = %.0f bytes/position.\n",
            o->n_train, o->n_eval, T, (unsigned long long)o->seed, now() - t0, s.L, s.H, s.NQ,
            s.D, fp16);
-    printf("RVQ: k-means max_iters %u, f16 tables (library default), samples_per_centroid "
-           "%u (library default); beam width %u where stated.\n",
-           o->iters, 256u, o->beam);
+    fkvf_rvq_params dp;
+    fkvf_rvq_params_init(&dp);
+    printf("RVQ: k-means max_iters %u, %s tables and samples_per_centroid %u (library "
+           "defaults); beam width %u where stated.\n",
+           o->iters, dp.table_dtype == FKVF_DTYPE_F16 ? "f16" : "f32",
+           (unsigned)dp.samples_per_centroid, o->beam);
     printf("Attention cosine: mean over evaluation positions t = %d..%d, %d layers, %d query "
            "heads; window %d sinks + %d recent exact.\n\n",
            o->sinks + o->recent, T - 1, s.L, s.NQ, o->sinks, o->recent);
@@ -546,8 +549,8 @@ static int run_real(const opts *o)
 
     /* RVQ configurations: one training per (k, pooled, keys) with the most
      * stages needed, subsets (fkvf_rvq_subset) for fewer stages */
-    static const int ks_all[][2] = {{1, 1}, {1, 2}, {2, 1}, {2, 2}, {4, 1},
-                                    {4, 2}, {6, 4}, {8, 4}};
+    static const int ks_all[][2] = {{1, 1}, {1, 2}, {2, 1}, {2, 2}, {4, 1}, {4, 2},
+                                    {4, 4}, {6, 4}, {8, 4}, {10, 10}};
     static const int ks_few[][2] = {{2, 2}, {4, 2}};
     static const int ks_k4v2[][2] = {{4, 2}};
     static const struct {
@@ -556,7 +559,7 @@ static int run_real(const opts *o)
         const int (*st)[2];
         size_t nst;
     } tc[] = {
-        {256, 0, 0, 4, 2, ks_all, 6},   {256, 0, 1, 8, 4, ks_all, 8},
+        {256, 0, 0, 4, 2, ks_all, 6},   {256, 0, 1, 10, 10, ks_all, 10},
         {1024, 0, 0, 4, 2, ks_few, 2},  {1024, 0, 1, 4, 2, ks_few, 2},
         {256, 1, 0, 4, 2, ks_k4v2, 1},  {256, 1, 1, 4, 2, ks_k4v2, 1},
     };
