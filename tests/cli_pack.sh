@@ -119,6 +119,8 @@ hash=$(sed -n 's/^content hash \([0-9a-f]*\)$/\1/p' "$T/out")
 check verify-cb 0 "$FKVF" verify "$T/cb/books.fkvf"
 check pack-ext 0 "$FKVF" pack "$CACHE" -o "$T/cb/e.fkvf" --codebooks "$T/cb/books.fkvf"
 check verify-ext 0 "$FKVF" verify "$T/cb/e.fkvf"
+check info-ext 0 "$FKVF" info "$T/cb/e.fkvf"
+grep_in info-ext "shared external file (hash $hash), not counted" "$T/out"
 roundtrip ext-hint "$T/cb/e.fkvf" "$T/e1.safetensors" 4 32
 relmse_below ext-hint 0.5
 cp "$T/cb/e.fkvf" "$T/other/e.fkvf"

@@ -357,10 +357,21 @@ static int cmd_info(int argc, char **argv)
                    ", codebooks %" PRIu64 ", metadata %" PRIu64 ", other %" PRIu64
                    ", structure %" PRIu64 "\n",
                 ps.window, ps.indices, ps.tokens, ps.codebooks, ps.metadata, ps.other, ps.structure);
-        if (fp16_bytes && ai.committed_size)
+        int cb_external = 0;
+        uint8_t cb_hash[16];
+        if (fkvf_reader_codebook_ref(r, &cb_external, cb_hash, NULL) != FKVF_OK)
+            cb_external = 0;
+        if (fp16_bytes && ai.committed_size && cb_external) {
+            fprintf(f, "ratio vs fp16   %.2fx; the codebook is a shared external file (hash ",
+                    (double)fp16_bytes / (double)ai.committed_size);
+            for (int i = 0; i < 16; i++)
+                fprintf(f, "%02x", cb_hash[i]);
+            fprintf(f, "), not counted (fp16 cache: %" PRIu64 " bytes)\n", fp16_bytes);
+        } else if (fp16_bytes && ai.committed_size) {
             fprintf(f, "ratio vs fp16   %.2fx with codebooks, %.2fx without (fp16 cache: %" PRIu64 " bytes)\n",
                     (double)fp16_bytes / (double)ai.committed_size,
                     no_cb ? (double)fp16_bytes / (double)no_cb : 0.0, fp16_bytes);
+        }
         fprintf(f, "streams         %zu\n", ai.n_streams);
         for (size_t i = 0; i < ai.n_streams && i < 16; i++) {
             fkvf_stream_info si;
