@@ -11,7 +11,10 @@
  *
  * Part 2 (GPT-2-small shape, synthetic with key-channel outliers): bytes per
  * archived position, ratio, training time, encode positions/s and decode GB/s
- * of f16 output on one core for K x4 V x2, k = 256.
+ * of f16 output on one core for K x4 V x2, k = 256; then whole archives of
+ * 1,024 and 8,192 positions written through the public writer with that
+ * codebook shared (CBRF) and embedded (CBK1), each checked by restoring one
+ * archived position.
  *
  * Usage: bench_rd [--model PATH] [--train N] [--eval N] [--tokens T]
  *                 [--seed S] [--iters N] [--beam W] [--sinks S] [--recent W]
@@ -720,6 +723,232 @@ static void gpt2_rows(uint16_t *out, size_t n, int L, int H, int D, uint64_t see
     free(sc);
 }
 
+/* ---- GPT-2-small shape: whole archives through the public writer --------- */
+
+typedef struct membuf {
+    uint8_t *data;
+    size_t size, cap;
+} membuf;
+
+static long long membuf_write(void *opaque, const void *data, size_t size)
+{
+    membuf *b = opaque;
+    if (size > b->cap - b->size) {
+        size_t ncap = b->cap ? b->cap : 1u << 16;
+        while (ncap - b->size < size)
+            ncap *= 2;
+        uint8_t *p = realloc(b->data, ncap);
+        if (!p)
+            return -1;
+        b->data = p;
+        b->cap = ncap;
+    }
+    memcpy(b->data + b->size, data, size);
+    b->size += size;
+    return (long long)size;
+}
+
+static void wa_fail(const char *what, const char *msg)
+{
+    fprintf(stderr, "bench_rd: whole archive: %s failed%s%s\n", what, msg ? ": " : "",
+            msg ? msg : "");
+    exit(1);
+}
+
+#define WA_W(call)                                                                        \
+    do {                                                                                  \
+        if ((call) != FKVF_OK)                                                            \
+            wa_fail(#call, fkvf_writer_message(w));                                       \
+    } while (0)
+
+/* Write the codebook file of q to *cb; its content hash to hash. */
+static void wa_codebook_file(const fkvf_rvq *q, membuf *cb, uint8_t hash[16])
+{
+    fkvf_codebook_shape cshape;
+    uint32_t heads;
+    fkvf_rvq_shape(q, &cshape, &heads);
+    const size_t tsz = fkvf_rvq_tables_size(q);
+    void *tables = xmalloc(tsz);
+    if (fkvf_rvq_tables(q, tables, tsz) != FKVF_OK)
+        wa_fail("fkvf_rvq_tables", NULL);
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    wo.no_sync = 1;
+    fkvf_sink sk = {membuf_write, NULL, cb};
+    fkvf_writer *w = NULL;
+    WA_W(fkvf_writer_create_sink(&w, &sk, &wo, NULL));
+    WA_W(fkvf_writer_add_codebooks(w, &cshape, tables, tsz, 0));
+    WA_W(fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+    free(tables);
+    fkvf_reader *r = NULL;
+    if (fkvf_reader_open_memory(&r, cb->data, cb->size, 0, NULL) != FKVF_OK ||
+        fkvf_reader_codebook(r, NULL, NULL, NULL, hash) != FKVF_OK)
+        wa_fail("reading the codebook file back", r ? fkvf_reader_message(r) : NULL);
+    fkvf_reader_free(r);
+}
+
+/* Archive of positions 0..n-1: exact rows for the sinks and the recent
+ * window, index streams (quad, 8-bit) for the others, codebooks referenced
+ * (hash != NULL) or embedded. codes: codes of every position 0.., cpp each. */
+static void wa_archive(const fkvf_rvq *q, const uint16_t *rows, size_t rw, const uint16_t *codes,
+                       size_t cpp, int L, int H, int D, int ks, int vs, size_t n, int sinks,
+                       int recent, const uint8_t *hash, membuf *out)
+{
+    const size_t na = n - (size_t)sinks - (size_t)recent;
+    fkvf_codebook_shape cshape;
+    uint32_t heads;
+    fkvf_rvq_shape(q, &cshape, &heads);
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    wo.no_sync = 1;
+    if (hash)
+        wo.required_features = FKVF_FEAT_EXTERNAL_CODEBOOK;
+    fkvf_sink sk = {membuf_write, NULL, out};
+    fkvf_writer *w = NULL;
+    WA_W(fkvf_writer_create_sink(&w, &sk, &wo, NULL));
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = (uint32_t)L;
+    d.n_kv_heads = (uint32_t)H;
+    d.key_dim = d.value_dim = (uint32_t)D;
+    d.dtype = FKVF_DTYPE_F16;
+    d.n_sinks = (uint32_t)sinks;
+    d.window = (uint32_t)recent;
+    WA_W(fkvf_writer_set_desc(w, &d));
+    const size_t rb = rw * 2;
+    WA_W(fkvf_writer_add_exact(w, 0, (uint64_t)sinks, rows, (size_t)sinks * rb, 0));
+    WA_W(fkvf_writer_add_exact(w, n - (size_t)recent, (uint64_t)recent,
+                               rows + (n - (size_t)recent) * rw, (size_t)recent * rb, 0));
+    if (hash) {
+        WA_W(fkvf_writer_add_codebook_ref(w, &cshape, hash, "gpt2-k256-k4v2.fkvf"));
+    } else {
+        const size_t tsz = fkvf_rvq_tables_size(q);
+        void *tables = xmalloc(tsz);
+        if (fkvf_rvq_tables(q, tables, tsz) != FKVF_OK)
+            wa_fail("fkvf_rvq_tables", NULL);
+        WA_W(fkvf_writer_add_codebooks(w, &cshape, tables, tsz, 0));
+        free(tables);
+    }
+    uint32_t *sym = xmalloc(na * sizeof *sym);
+    const int ns = ks + vs;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++)
+            for (int j = 0; j < ns; j++) {
+                const size_t c = ((size_t)l * (size_t)H + (size_t)h) * (size_t)ns + (size_t)j;
+                for (size_t t = 0; t < na; t++)
+                    sym[t] = codes[((size_t)sinks + t) * cpp + c];
+                fkvf_stream_spec sp;
+                memset(&sp, 0, sizeof sp);
+                sp.id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, h, j >= ks, j >= ks ? j - ks : j);
+                sp.profile = FKVF_PROFILE_QUAD;
+                sp.symbol_bits = 8;
+                WA_W(fkvf_writer_add_stream(w, &sp, sym, na));
+            }
+    free(sym);
+    WA_W(fkvf_writer_set_positions(w, n, na));
+    WA_W(fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+}
+
+/* Open an archive, sum its STRM sections, restore one archived position and
+ * compare it with what the quantizer decodes from its codes. */
+static uint64_t wa_check(const fkvf_rvq *q, const membuf *a, const membuf *cbfile,
+                         const uint16_t *codes, size_t cpp, size_t rw, uint64_t pos,
+                         const char *label)
+{
+    fkvf_reader *r = NULL, *cb = NULL;
+    if (fkvf_reader_open_memory(&r, a->data, a->size, 0, NULL) != FKVF_OK)
+        wa_fail(label, r ? fkvf_reader_message(r) : "open");
+    if (cbfile) {
+        if (fkvf_reader_open_memory(&cb, cbfile->data, cbfile->size, 0, NULL) != FKVF_OK ||
+            fkvf_reader_attach_codebook(r, cb) != FKVF_OK)
+            wa_fail(label, fkvf_reader_message(r));
+    }
+    fkvf_archive_info info;
+    if (fkvf_reader_info(r, &info) != FKVF_OK)
+        wa_fail(label, fkvf_reader_message(r));
+    uint64_t strm = 0;
+    for (size_t i = 0; i < info.n_sections; i++) {
+        fkvf_section_info si;
+        if (fkvf_reader_section(r, i, &si) != FKVF_OK)
+            wa_fail(label, fkvf_reader_message(r));
+        if (si.type == FKVF_SECTION_STRM)
+            strm += si.stored_size;
+    }
+    uint16_t *got = xmalloc(rw * 2), *want = xmalloc(rw * 2);
+    if (fkvf_reader_restore(r, pos, 1, FKVF_DTYPE_F16, got, rw * 2) != FKVF_OK)
+        wa_fail(label, fkvf_reader_message(r));
+    if (fkvf_rvq_decode(q, codes + pos * cpp, cpp, 1, 1, pos, NULL, FKVF_DTYPE_F16, want,
+                        rw * 2) != FKVF_OK)
+        wa_fail(label, "fkvf_rvq_decode");
+    if (memcmp(got, want, rw * 2) != 0) {
+        fprintf(stderr,
+                "bench_rd: whole archive: %s: restored position %llu differs from the decoded "
+                "codes\n",
+                label, (unsigned long long)pos);
+        exit(1);
+    }
+    free(got);
+    free(want);
+    fkvf_reader_free(r);
+    fkvf_reader_free(cb);
+    return strm;
+}
+
+/* Whole archives of 1,024 and 8,192 positions of fresh synthetic rows, with
+ * the codebook q (K x ks, V x vs, k = 256) trained by run_gpt2. */
+static void wa_run(const fkvf_rvq *q, int L, int H, int D, int ks, int vs, const opts *o)
+{
+    static const size_t sizes[] = {1024, 8192};
+    const size_t nmax = 8192;
+    const size_t rw = (size_t)L * (size_t)H * 2u * (size_t)D;
+    const int sinks = 4, recent = 32;
+    const size_t cpp = fkvf_rvq_codes_per_position(q);
+    const double t0 = now();
+    uint16_t *rows = xmalloc(nmax * rw * 2);
+    gpt2_rows(rows, nmax, L, H, D, o->seed * 7919u + 3u);
+    uint16_t *codes = xmalloc(nmax * cpp * sizeof *codes);
+    fkvf_rows rr = {rows, nmax, FKVF_DTYPE_F16, 0};
+    if (fkvf_rvq_encode(q, &rr, NULL, 1, codes, cpp, 1) != FKVF_OK)
+        wa_fail("fkvf_rvq_encode", NULL);
+    membuf cb = {0};
+    uint8_t hash[16];
+    wa_codebook_file(q, &cb, hash);
+    printf("Whole archive (public writer, in memory): exact rows for %d sinks + %d recent "
+           "positions, every other position archived with the K x%d V x%d k = 256 codebook "
+           "above (greedy, quad 8-bit index streams, one per (layer, head, K|V, stage)); "
+           "(a) codebook referenced by content hash (CBRF), the codebook file shared, not "
+           "counted; (b) codebooks embedded (CBK1, f16). Rows: a fresh synthetic sequence "
+           "(positions 0..N-1 of %zu). Each archive was opened and one archived position "
+           "restored and compared with the decoded codes.\n\n",
+           sinks, recent, ks, vs, nmax);
+    printf("| positions | fp16 bytes | (a) archive bytes, shared codebook | (a) vs fp16 | "
+           "(b) archive bytes, embedded | (b) vs fp16 | codebook file bytes | index bytes "
+           "per archived position (STRM) |\n|---|---|---|---|---|---|---|---|\n");
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        const size_t n = sizes[i], na = n - (size_t)sinks - (size_t)recent;
+        const double fp = (double)n * (double)rw * 2.0;
+        membuf a = {0}, b = {0};
+        wa_archive(q, rows, rw, codes, cpp, L, H, D, ks, vs, n, sinks, recent, hash, &a);
+        wa_archive(q, rows, rw, codes, cpp, L, H, D, ks, vs, n, sinks, recent, NULL, &b);
+        const uint64_t pos = (uint64_t)sinks + na / 2;
+        const uint64_t sa = wa_check(q, &a, &cb, codes, cpp, rw, pos, "(a) shared codebook");
+        const uint64_t sb = wa_check(q, &b, NULL, codes, cpp, rw, pos, "(b) embedded codebook");
+        if (sa != sb)
+            wa_fail("STRM sizes of (a) and (b) agree", NULL);
+        printf("| %zu | %.0f | %zu | %.1fx | %zu | %.2fx | %zu | %.1f |\n", n, fp, a.size,
+               fp / (double)a.size, b.size, fp / (double)b.size, cb.size,
+               (double)sa / (double)na);
+        free(a.data);
+        free(b.data);
+    }
+    printf("\n(rows, encoding and archives: %.1f s wall)\n\n", now() - t0);
+    free(cb.data);
+    free(codes);
+    free(rows);
+}
+
 static int run_gpt2(const opts *o)
 {
     const int L = 12, H = 12, D = 64;
@@ -811,6 +1040,7 @@ static int run_gpt2(const opts *o)
            (double)n * fp16 / dec_best * 1e-9, (double)n * fp16 / dec_cpu * 1e-9);
     printf("| key rel MSE / SNR (held out) | %.4f / %.2f dB |\n", ke / kn, snr_db(ke / kn));
     printf("| value rel MSE / SNR (held out) | %.4f / %.2f dB |\n\n", ve / vn, snr_db(ve / vn));
+    wa_run(q, L, H, D, 4, 2, o);
     free(codes);
     free(dec);
     free(tr);
