@@ -28,16 +28,6 @@
 #include "format/format.h"
 #include "testutil.h"
 
-#define EXPECT(cond)                                                                    \
-    do {                                                                                \
-        if (!(cond))                                                                    \
-            ck_abort_msg("%s:%d: expected %s", __FILE__, __LINE__, #cond);              \
-    } while (0)
-#define EXPECTF(cond, ...)          \
-    do {                            \
-        if (!(cond))                \
-            ck_abort_msg(__VA_ARGS__); \
-    } while (0)
 /* rc must be `want`; print the handle's message otherwise */
 #define RC_R(r, expr, want)                                                                \
     do {                                                                                   \

@@ -18,16 +18,6 @@
 #include "quant/quant.h"
 #include "testutil.h"
 
-#define EXPECT(cond)                                                                    \
-    do {                                                                                \
-        if (!(cond))                                                                    \
-            ck_abort_msg("%s:%d: expected %s", __FILE__, __LINE__, #cond);              \
-    } while (0)
-#define EXPECTF(cond, ...)             \
-    do {                               \
-        if (!(cond))                   \
-            ck_abort_msg(__VA_ARGS__); \
-    } while (0)
 #define OK(expr) ck_assert_int_eq((expr), FKVF_OK)
 
 static void *xcalloc(size_t n, size_t size)

@@ -7,6 +7,20 @@
 
 #include "fkvf.h"
 
+/* Assertions for hot loops: an `if` around ck_abort_msg (Check records the
+ * location of every passing ck_assert, which is slow in long loops). Need
+ * <check.h> included first. */
+#define EXPECT(cond)                                                               \
+    do {                                                                           \
+        if (!(cond))                                                               \
+            ck_abort_msg("%s:%d: expected %s", __FILE__, __LINE__, #cond);         \
+    } while (0)
+#define EXPECTF(cond, ...)             \
+    do {                               \
+        if (!(cond))                   \
+            ck_abort_msg(__VA_ARGS__); \
+    } while (0)
+
 /* Deterministic PRNG (splitmix64), so every test run sees the same data. */
 typedef struct tu_rng {
     uint64_t s;
