@@ -145,6 +145,19 @@ grep_in info-ext-asis "archived as cached" "$T/out"
 roundtrip ext-asis "$T/cb/ea.fkvf" "$T/ea.npz" 4 32
 relmse_below ext-asis 0.5
 
+# kvc2cache: a kvgen header whose array size 12*L*G*P*D wraps to 0 mod 2^64
+# (L = 2^20, G = D = 2^21, P = 1) must not match a 76-byte file; bad options
+KVC=$(dirname "$FKVF")/kvc2cache
+if [ -x "$KVC" ]; then
+    # "KVGENRAW", version 1, hs 64, L, G, D, P, f32 flag 1, padding; then 3 u32
+    printf 'KVGENRAW\001\000\000\000\100\000\000\000\000\000\020\000\000\000\040\000\000\000\040\000\001\000\000\000\001\000\000\000' >"$T/wrap.kvc"
+    head -c 40 /dev/zero >>"$T/wrap.kvc"
+    check kvc-wrap 1 "$KVC" "$T/wrap.kvc" "$T/wrap.safetensors"
+    grep_in kvc-wrap-msg "header sizes do not match" "$T/err"
+    check kvc-baddtype 2 "$KVC" "$T/wrap.kvc" "$T/w.safetensors" --dtype f8
+    check kvc-badpositions 2 "$KVC" "$T/wrap.kvc" "$T/w.safetensors" --positions -1
+fi
+
 # compare a cache with itself
 check compare-same 0 "$FKVF" compare "$CACHE" "$CACHE"
 grep_in compare-same "relative MSE 0 " "$T/out"

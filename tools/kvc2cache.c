@@ -6,6 +6,7 @@
  *
  * usage: kvc2cache IN.kvc OUT [--dtype f16|bf16|f32] [--positions N]
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +31,25 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
             const char *v = argv[++i];
-            dt = !strcmp(v, "f32") ? FKVF_DTYPE_F32 : !strcmp(v, "bf16") ? FKVF_DTYPE_BF16
-                                                                        : FKVF_DTYPE_F16;
+            if (!strcmp(v, "f32"))
+                dt = FKVF_DTYPE_F32;
+            else if (!strcmp(v, "bf16"))
+                dt = FKVF_DTYPE_BF16;
+            else if (!strcmp(v, "f16"))
+                dt = FKVF_DTYPE_F16;
+            else {
+                fprintf(stderr, "kvc2cache: --dtype: '%s' is not f16, bf16 or f32\n", v);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--positions") && i + 1 < argc) {
-            keep = strtoul(argv[++i], NULL, 10);
+            const char *v = argv[++i];
+            char *end;
+            errno = 0;
+            keep = strtoul(v, &end, 10);
+            if (!*v || *v == '-' || *end || errno || keep == 0) {
+                fprintf(stderr, "kvc2cache: --positions: '%s' is not a count >= 1\n", v);
+                return 2;
+            }
         } else if (!in) {
             in = argv[i];
         } else if (!out) {
@@ -70,8 +86,16 @@ int main(int argc, char **argv)
     }
     uint32_t hs = rd32(buf + 12), L = rd32(buf + 16), G = rd32(buf + 20), D = rd32(buf + 24),
              P = rd32(buf + 28);
-    uint64_t need = (uint64_t)hs + 4ull * (P + 1) + 4ull * P + 12ull * L * G * P * D;
-    if (hs < 64 || L == 0 || G == 0 || D == 0 || P == 0 || need != (uint64_t)sz) {
+    /* header + P+1 token ids + P more u32 + L x {K, K_pre, V} x G x P x D f32,
+     * overflow-checked: a wrapped product must not match a small file */
+    uint64_t need = 0, arrs = 12;
+    int ovf = hs < 64 || L == 0 || G == 0 || D == 0 || P == 0 ||
+              __builtin_mul_overflow(arrs, (uint64_t)L, &arrs) ||
+              __builtin_mul_overflow(arrs, (uint64_t)G, &arrs) ||
+              __builtin_mul_overflow(arrs, (uint64_t)P, &arrs) ||
+              __builtin_mul_overflow(arrs, (uint64_t)D, &arrs) ||
+              __builtin_add_overflow((uint64_t)hs + 8ull * P + 4, arrs, &need);
+    if (ovf || need != (uint64_t)sz) {
         fprintf(stderr, "kvc2cache: %s: header sizes do not match the file size\n", in);
         free(buf);
         return 1;
@@ -87,7 +111,7 @@ int main(int argc, char **argv)
     const uint8_t *tok = buf + hs;
     for (uint32_t p = 0; p < PO; p++)
         c.tokens[p] = rd32(tok + 4ull * p);
-    const uint8_t *arr = buf + hs + 4ull * (P + 1) + 4ull * P;
+    const uint8_t *arr = buf + hs + 8ull * P + 4;
     size_t es = kvio_dtype_size(dt);
     size_t tensor = 4ull * G * P * D;
     for (uint32_t l = 0; l < L; l++) {
