@@ -57,6 +57,12 @@ check help-lists-pack 0 "$FKVF" --help
 grep_in help-lists-pack "pack CACHE" "$T/out"
 check pack-noout 2 "$FKVF" pack "$CACHE"
 check pack-badk 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --k 100
+# numbers: digits only (strtoull would take " -1" as 2^64-1, "+4" as 4)
+check pack-seed-neg 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --seed " -1"
+check pack-sinks-blankneg 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --sinks " -0"
+check pack-k-plus 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --k "+16"
+check train-seed-neg 2 "$FKVF" train "$CACHE" -o "$T/x.fkvf" --seed " -1"
+check compare-recent-neg 2 "$FKVF" compare "$CACHE" "$CACHE" --recent " -1"
 check pack-badcodec 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --codec zip
 check pack-both 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --train --codebooks "$T/cb.fkvf"
 check pack-missing 2 "$FKVF" pack "$T/nonexistent.safetensors" -o "$T/x.fkvf"

@@ -75,7 +75,9 @@ static void hex16(const uint8_t h[16], char out[33])
 
 static int parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
-    if (!s || !*s || *s == '-')
+    /* digits only: strtoull also takes leading blanks and a sign, and
+     * " -1" would wrap to 2^64-1 */
+    if (!s || *s < '0' || *s > '9')
         return -1;
     char *end;
     errno = 0;
