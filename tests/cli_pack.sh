@@ -164,6 +164,17 @@ if [ -x "$KVC" ]; then
     check kvc-badpositions 2 "$KVC" "$T/wrap.kvc" "$T/w.safetensors" --positions -1
 fi
 
+# NaN in the original (first f16 key element := 0x7e00): --json stays JSON
+# (null, not nan), the text does not claim "relative MSE 0, SNR inf dB"
+hl=$(od -A n -t u4 -N 4 "$CACHE" | tr -d ' ')
+cp "$CACHE" "$T/nan.safetensors"
+printf '\000\176' | dd of="$T/nan.safetensors" bs=1 seek=$((8 + hl)) conv=notrunc 2>/dev/null
+check compare-nan-json 0 "$FKVF" compare "$T/nan.safetensors" "$CACHE" --json
+grep_in compare-nan-json '"keys":{"rel_mse":null,"snr_db":null,"max_abs_err":null}' "$T/out"
+if grep -qi 'nan' "$T/out"; then echo "FAIL compare-nan-json: nan in JSON"; cat "$T/out"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
+check compare-nan-text 0 "$FKVF" compare "$T/nan.safetensors" "$CACHE"
+grep_in compare-nan-text "keys    relative MSE nan  SNR nan dB" "$T/out"
+
 # compare a cache with itself
 check compare-same 0 "$FKVF" compare "$CACHE" "$CACHE"
 grep_in compare-same "relative MSE 0 " "$T/out"

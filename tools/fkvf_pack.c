@@ -1363,16 +1363,20 @@ int fkvf_cli_compare(int argc, char **argv)
                P, exact_n, exact_same, (uint64_t)P - exact_n);
         for (int kv = 0; kv < 2; kv++) {
             err_acc *e = &acc[kv];
+            /* JSON has no nan/inf: a non-finite value (NaN or Inf in a cache) is null */
             printf(",\"%s\":{", names[kv]);
-            if (e->n && e->ref > 0)
+            if (e->n && e->ref > 0 && isfinite(e->se / e->ref))
                 printf("\"rel_mse\":%.9g,", e->se / e->ref);
             else
                 printf("\"rel_mse\":null,");
-            if (e->n && e->se > 0 && e->ref > 0)
+            if (e->n && e->se > 0 && e->ref > 0 && isfinite(log10(e->ref / e->se)))
                 printf("\"snr_db\":%.4f,", 10.0 * log10(e->ref / e->se));
             else
                 printf("\"snr_db\":null,");
-            printf("\"max_abs_err\":%.9g}", e->maxabs);
+            if (isfinite(e->maxabs))
+                printf("\"max_abs_err\":%.9g}", e->maxabs);
+            else
+                printf("\"max_abs_err\":null}");
         }
         printf(",\"tokens_identical\":%s}\n",
                tokens_same < 0 ? "null" : tokens_same ? "true" : "false");
@@ -1385,9 +1389,12 @@ int fkvf_cli_compare(int argc, char **argv)
                 printf("%-6s  no archived positions\n", names[kv]);
                 continue;
             }
-            printf("%-6s  relative MSE %.6g  SNR %s", names[kv], e->ref > 0 ? e->se / e->ref : 0.0,
-                   e->se > 0 ? "" : "inf dB");
-            if (e->se > 0)
+            /* NaN in either cache: say so, not "relative MSE 0, SNR inf dB" */
+            int nan = isnan(e->se) || isnan(e->ref);
+            printf("%-6s  relative MSE %.6g  SNR %s", names[kv],
+                   nan ? (double)NAN : e->ref > 0 ? e->se / e->ref : 0.0,
+                   nan ? "nan dB" : e->se > 0 ? "" : "inf dB");
+            if (!nan && e->se > 0)
                 printf("%.2f dB", e->ref > 0 ? 10.0 * log10(e->ref / e->se) : -INFINITY);
             printf("  max abs error %.6g\n", e->maxabs);
         }
