@@ -292,6 +292,68 @@ START_TEST(restore_allocation_failures)
 }
 END_TEST
 
+/* A codebook with zero stages reconstructs archived rows as zero vectors
+ * (spec 13.6); restore must not ask the allocator for zero bytes of codes
+ * (an allocator may return NULL for that). */
+static void *strict_alloc(void *o, size_t n)
+{
+    (void)o;
+    return n ? malloc(n) : NULL;
+}
+static void *strict_realloc(void *o, void *p, size_t n)
+{
+    (void)o;
+    return n ? realloc(p, n) : NULL;
+}
+
+START_TEST(restore_zero_stage_codebook)
+{
+    enum { NP = 6, NS = 1, NA = 4 };
+    static uint16_t rows[NP][ROW_ELEMS];
+    for (int p = 0; p < NP; p++)
+        for (int e = 0; e < ROW_ELEMS; e++)
+            rows[p][e] = fkvf_f32_to_f16((float)(p + 1));
+    fkvf_codebook_shape shape = {L, H, D, D, 16, 0, 0, FKVF_DTYPE_F16, 0};
+    tu_buf buf = {0};
+    fkvf_sink sk = tu_buf_sink(&buf);
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.no_sync = 1;
+    fkvf_writer *w;
+    ck_assert_int_eq(fkvf_writer_create_sink(&w, &sk, &o, NULL), FKVF_OK);
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = L;
+    d.n_kv_heads = H;
+    d.key_dim = D;
+    d.value_dim = D;
+    d.dtype = FKVF_DTYPE_F16;
+    d.n_sinks = NS;
+    ck_assert_int_eq(fkvf_writer_set_desc(w, &d), FKVF_OK);
+    size_t rb = sizeof rows[0];
+    ck_assert_int_eq(fkvf_writer_add_exact(w, 0, NS, rows[0], NS * rb, 0), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_add_exact(w, NS + NA, NP - NS - NA, rows[NS + NA],
+                                           (NP - NS - NA) * rb, 0),
+                     FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_add_codebooks(w, &shape, NULL, 0, 0), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_set_positions(w, NP, NA), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
+    fkvf_writer_free(w);
+
+    fkvf_allocator a = {strict_alloc, strict_realloc, f_free, NULL};
+    fkvf_reader *r;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, buf.data, buf.size, 0, &a), FKVF_OK);
+    static uint16_t out[NP][ROW_ELEMS];
+    memset(out, 0xFF, sizeof out);
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, NP, FKVF_DTYPE_F16, out, sizeof out), FKVF_OK);
+    for (int p = 0; p < NP; p++)
+        for (int e = 0; e < ROW_ELEMS; e++)
+            ck_assert_uint_eq(out[p][e], p >= NS && p < NS + NA ? 0 : rows[p][e]);
+    fkvf_reader_free(r);
+    tu_buf_free(&buf);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("restore");
@@ -302,6 +364,7 @@ int main(void)
     tcase_add_test(tc, restore_external_codebook);
     tcase_add_test(tc, restore_rejects_bad_arguments);
     tcase_add_test(tc, restore_allocation_failures);
+    tcase_add_test(tc, restore_zero_stage_codebook);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -81,7 +81,7 @@ static int restore_archived(fkvf_reader *r, uint64_t first, size_t count, fkvf_d
     size_t bytes;
     if (!fkvf_mulsz(ncodes, count, &bytes) || !fkvf_mulsz(bytes, sizeof(uint16_t), &bytes))
         return FKVF_E_LIMIT;
-    uint16_t *codes = fkvf_malloc(r->alloc, bytes);
+    uint16_t *codes = fkvf_malloc(r->alloc, bytes ? bytes : 1); /* zero stages: no codes */
     if (!codes)
         return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for codes");
     uint32_t sym[BATCH];
