@@ -8,25 +8,8 @@ set -u
 FKVF=$1
 SRC=$2
 CACHE=$SRC/testdata/sample-cache.safetensors
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-pass=0
+. "$(dirname "$0")/cli_lib.sh"
 Q="--k 16 --k-stages 2 --v-stages 1"
-check() { # check NAME EXPECTED_EXIT CMD...
-    name=$1 want=$2
-    shift 2
-    "$@" >"$T/out" 2>"$T/err"
-    got=$?
-    if [ "$got" -ne "$want" ]; then
-        echo "FAIL $name: exit $got, want $want"; cat "$T/out" "$T/err"; fails=$((fails + 1))
-    else
-        pass=$((pass + 1))
-    fi
-}
-grep_in() { # grep_in NAME PATTERN FILE
-    if grep -q -- "$2" "$3"; then pass=$((pass + 1)); else echo "FAIL $1: '$2' not in $3:"; cat "$3"; fails=$((fails + 1)); fi
-}
 # relmse_below NAME BOUND: the keys and values rel_mse of the last compare --json
 relmse_below() {
     for kv in keys values; do
@@ -179,5 +162,4 @@ grep_in compare-nan-text "keys    relative MSE nan  SNR nan dB" "$T/out"
 check compare-same 0 "$FKVF" compare "$CACHE" "$CACHE"
 grep_in compare-same "relative MSE 0 " "$T/out"
 
-echo "cli_pack: $pass passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish cli_pack

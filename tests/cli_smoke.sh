@@ -6,29 +6,12 @@ set -u
 FKVF=$1
 MK=$2
 SRC=$3
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-pass=0
-check() { # check NAME EXPECTED_EXIT CMD...
-    name=$1 want=$2
-    shift 2
-    "$@" >"$T/out" 2>"$T/err"
-    got=$?
-    if [ "$got" -ne "$want" ]; then
-        echo "FAIL $name: exit $got, want $want"; cat "$T/out" "$T/err"; fails=$((fails + 1))
-    else
-        pass=$((pass + 1))
-    fi
-}
-grep_out() { # grep_out NAME PATTERN FILE
-    if grep -q -- "$2" "$3"; then pass=$((pass + 1)); else echo "FAIL $1: '$2' not in output"; cat "$3"; fails=$((fails + 1)); fi
-}
+. "$(dirname "$0")/cli_lib.sh"
 
 check version 0 "$FKVF" --version
-grep_out version "format 1.0" "$T/out"
+grep_in version "format 1.0" "$T/out"
 check help 0 "$FKVF" --help
-grep_out help "verify ARCHIVE" "$T/out"
+grep_in help "verify ARCHIVE" "$T/out"
 for c in info verify dump; do
     check "$c-help" 0 "$FKVF" $c --help
     check "$c-noarg" 2 "$FKVF" $c
@@ -52,41 +35,40 @@ if LC_ALL=C grep -q "$(printf '[\033\007\177\233]')" "$T/out"; then
 else
     pass=$((pass + 1))
 fi
-grep_out info-escapes 'model           m\\x1b]0;owned\\x07\\x1b\[2J\\x7f\\u009bx' "$T/out"
+grep_in info-escapes 'model           m\\x1b]0;owned\\x07\\x1b\[2J\\x7f\\u009bx' "$T/out"
 check info-escapes-json 0 "$FKVF" info --json "$T/esc.fkvf"
-grep_out info-escapes-json '"model_id":"m\\u001b]0;owned\\u0007' "$T/out"
+grep_in info-escapes-json '"model_id":"m\\u001b]0;owned\\u0007' "$T/out"
 
 check info 0 "$FKVF" info "$SRC/testdata/sample.fkvf"
-grep_out info "5 layers x 4 KV heads" "$T/out"
-grep_out info "sample.generator = fkvf-mksample" "$T/out"
+grep_in info "5 layers x 4 KV heads" "$T/out"
+grep_in info "sample.generator = fkvf-mksample" "$T/out"
 check info-json 0 "$FKVF" info --json "$SRC/testdata/sample.fkvf"
-grep_out info-json '"positions":100' "$T/out"
+grep_in info-json '"positions":100' "$T/out"
 cp "$T/out" "$T/info.json"
 if command -v python3 >/dev/null; then
     check info-json-parses 0 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["archived"]==64 and len(d["stream_list"])==121' "$T/info.json"
 fi
 check verify 0 "$FKVF" verify "$SRC/testdata/sample.fkvf"
 check verify-json 0 "$FKVF" verify --json "$SRC/testdata/sample.fkvf"
-grep_out verify-json '"valid":true' "$T/out"
+grep_in verify-json '"valid":true' "$T/out"
 check dump 0 "$FKVF" dump "$SRC/testdata/sample.fkvf"
-grep_out dump "DESC" "$T/out"
+grep_in dump "DESC" "$T/out"
 check dump-json 0 "$FKVF" dump --json "$SRC/testdata/sample.fkvf"
 
 # invalid inputs: exit 1 with a message naming the clause; missing file: exit 2
 check verify-missing 2 "$FKVF" verify "$T/does-not-exist"
 printf 'hello world' >"$T/bad"
 check verify-badmagic 1 "$FKVF" verify "$T/bad"
-grep_out verify-badmagic "spec 3.1" "$T/err"
+grep_in verify-badmagic "spec 3.1" "$T/err"
 size=$(wc -c <"$SRC/testdata/sample.fkvf")
 head -c $((size - 10)) "$SRC/testdata/sample.fkvf" >"$T/trunc"
 check verify-truncated 1 "$FKVF" verify "$T/trunc"
-grep_out verify-truncated "FKVF_E_TRUNCATED" "$T/err"
+grep_in verify-truncated "FKVF_E_TRUNCATED" "$T/err"
 cp "$SRC/testdata/sample.fkvf" "$T/flip"
 printf '\377' | dd of="$T/flip" bs=1 seek=1000 conv=notrunc 2>/dev/null
 check verify-flip 1 "$FKVF" verify "$T/flip"
-grep_out verify-flip "FKVF_E_CHECKSUM" "$T/err"
+grep_in verify-flip "FKVF_E_CHECKSUM" "$T/err"
 check verify-flip-json 1 "$FKVF" verify --json "$T/flip"
-grep_out verify-flip-json '"valid":false' "$T/out"
+grep_in verify-flip-json '"valid":false' "$T/out"
 
-echo "cli_smoke: $pass passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish cli_smoke
