@@ -498,16 +498,15 @@ static void container(size_t n, fkvf_profile prof)
     fkvf_codebook_shape cs = {1, 1, 1, 1, 256, 1, 0, FKVF_DTYPE_F16, 0};
     uint16_t tables[256] = {0};
     die_rc("codebook", fkvf_writer_add_codebooks(w, &cs, tables, sizeof tables, 0));
-    uint32_t *sym = xmalloc(n * sizeof *sym);
+    uint16_t *sym = xmalloc(n * sizeof *sym);
     for (size_t i = 0; i < n; i++)
-        sym[i] = below(256);
+        sym[i] = (uint16_t)below(256);
     fkvf_stream_spec sp;
     memset(&sp, 0, sizeof sp);
-    sp.id = FKVF_STREAM_ID(0, 0, 0, 0, 0);
     sp.profile = prof;
-    sp.symbol_bits = 8;
-    sp.alphabet = 256;
-    die_rc("stream", fkvf_writer_add_stream(w, &sp, sym, n));
+    sp.symbol_bits = prof == FKVF_PROFILE_QUAD ? 8 : 0;
+    sp.alphabet = prof == FKVF_PROFILE_QUAD ? 0 : 256;
+    die_rc("stream", fkvf_writer_add_index_segment(w, &sp, 0, n, sym, 1, n));
     die_rc("positions", fkvf_writer_set_positions(w, n, n));
     die_rc("finish", fkvf_writer_finish(w));
     fkvf_writer_free(w);
@@ -525,7 +524,7 @@ static void container(size_t n, fkvf_profile prof)
             stored = sec.stored_size;
     }
     (void)ns;
-    die_rc("find", fkvf_reader_stream_find(r, sp.id, &si));
+    die_rc("find", fkvf_reader_stream_find(r, FKVF_STREAM_ID(0, 0, 0, 0, 0), &si));
     /* + its 64-byte directory entry and at most 63 bytes of alignment padding */
     double per = (double)(stored + 64) / (double)n;
     double payload = prof == FKVF_PROFILE_QUAD ? 1.0 : 16.0 / fkvf_ngon_max_span(fkvf_ngon_rmax(256));

@@ -830,22 +830,14 @@ static void wa_archive(const fkvf_rvq *q, const uint16_t *rows, size_t rw, const
         WA_W(fkvf_writer_add_codebooks(w, &cshape, tables, tsz, 0));
         free(tables);
     }
-    uint32_t *sym = xmalloc(na * sizeof *sym);
-    const int ns = ks + vs;
-    for (int l = 0; l < L; l++)
-        for (int h = 0; h < H; h++)
-            for (int j = 0; j < ns; j++) {
-                const size_t c = ((size_t)l * (size_t)H + (size_t)h) * (size_t)ns + (size_t)j;
-                for (size_t t = 0; t < na; t++)
-                    sym[t] = codes[((size_t)sinks + t) * cpp + c];
-                fkvf_stream_spec sp;
-                memset(&sp, 0, sizeof sp);
-                sp.id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, h, j >= ks, j >= ks ? j - ks : j);
-                sp.profile = FKVF_PROFILE_QUAD;
-                sp.symbol_bits = 8;
-                WA_W(fkvf_writer_add_stream(w, &sp, sym, na));
-            }
-    free(sym);
+    /* all index streams in one segment: codes are one row per position */
+    (void)ks;
+    (void)vs;
+    fkvf_stream_spec sp;
+    memset(&sp, 0, sizeof sp);
+    sp.profile = FKVF_PROFILE_QUAD;
+    sp.symbol_bits = 8;
+    WA_W(fkvf_writer_add_index_segment(w, &sp, 0, na, codes + (size_t)sinks * cpp, cpp, 1));
     WA_W(fkvf_writer_set_positions(w, n, na));
     WA_W(fkvf_writer_finish(w));
     fkvf_writer_free(w);

@@ -158,38 +158,37 @@ int main(int argc, char **argv)
     if (rc)
         return fail(w, rc, "codebooks");
 
-    /* index streams: every (layer, head, K|V, stage) */
+    /* index streams: every (layer, head, K|V, stage), one array per stream */
     const uint64_t n_arch = N_POS - SINKS - WINDOW;
+    const size_t n_idx = (size_t)L * H * (KS + VS);
+    uint16_t *codes = malloc(n_idx * (size_t)n_arch * sizeof *codes);
+    if (!codes)
+        return fail(w, FKVF_E_NOMEM, "index streams");
+    for (size_t i = 0; i < n_idx * (size_t)n_arch; i++)
+        codes[i] = (uint16_t)(rng() % K);
+    fkvf_stream_spec sp;
+    memset(&sp, 0, sizeof sp);
+    if (ngon) {
+        sp.profile = FKVF_PROFILE_NGON;
+        sp.alphabet = K;
+    } else {
+        sp.profile = FKVF_PROFILE_QUAD;
+        sp.symbol_bits = KBITS;
+    }
+    rc = fkvf_writer_add_index_segment(w, &sp, 0, n_arch, codes, 1, (size_t)n_arch);
+    free(codes);
+    if (rc)
+        return fail(w, rc, "index streams");
     uint32_t sym[MAX_POS];
-    for (unsigned l = 0; l < L; l++)
-        for (unsigned h = 0; h < H; h++)
-            for (unsigned kv = 0; kv < 2; kv++)
-                for (unsigned s = 0; s < (kv ? VS : KS); s++) {
-                    for (uint64_t t = 0; t < n_arch; t++)
-                        sym[t] = (uint32_t)(rng() % K);
-                    fkvf_stream_spec sp;
-                    memset(&sp, 0, sizeof sp);
-                    sp.id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, h, kv, s);
-                    if (ngon) {
-                        sp.profile = FKVF_PROFILE_NGON;
-                        sp.alphabet = K;
-                    } else {
-                        sp.profile = FKVF_PROFILE_QUAD;
-                        sp.symbol_bits = KBITS;
-                    }
-                    if ((rc = fkvf_writer_add_stream(w, &sp, sym, (size_t)n_arch)))
-                        return fail(w, rc, "index stream");
-                }
     /* token ids: BOS then ids below the 512-token vocabulary */
     sym[0] = 1;
     for (unsigned t = 1; t < N_POS; t++)
         sym[t] = (uint32_t)(3 + rng() % 509);
     fkvf_stream_spec ts;
     memset(&ts, 0, sizeof ts);
-    ts.id = FKVF_STREAM_ID_TOKENS;
     ts.profile = FKVF_PROFILE_QUAD;
     ts.symbol_bits = 10;
-    if ((rc = fkvf_writer_add_stream(w, &ts, sym, N_POS)))
+    if ((rc = fkvf_writer_add_token_segment(w, &ts, 0, sym, N_POS)))
         return fail(w, rc, "token stream");
 
     if ((rc = fkvf_writer_meta_utf8(w, "sample.generator", "fkvf-mksample")) ||

@@ -186,7 +186,7 @@ static void sizes_by_part(fkvf_reader *r, const fkvf_archive_info *ai, part_size
             ps->window += s.stored_size;
             break;
         case FKVF_SECTION_STRM:
-            if (s.key == FKVF_STREAM_ID_TOKENS)
+            if (s.key == FKVF_STREAM_GROUP_TOKENS)
                 ps->tokens += s.stored_size;
             else
                 ps->indices += s.stored_size;

@@ -725,27 +725,19 @@ int fkvf_cli_pack(int argc, char **argv)
                 rc = fkvf_writer_add_codebooks(s.w, &shape, s.tables, tsz, 0);
         }
         stage = "index streams";
-        unsigned M = shape.k_stages + shape.v_stages;
-        for (uint32_t l = 0; rc == FKVF_OK && l < c->n_layers; l++)
-            for (uint32_t h = 0; rc == FKVF_OK && h < c->n_kv_heads; h++)
-                for (unsigned j = 0; rc == FKVF_OK && j < M; j++) {
-                    const uint16_t *cj = s.codes + ((size_t)(l * c->n_kv_heads + h) * M + j) * A;
-                    for (uint64_t t = 0; t < A; t++)
-                        s.sym[t] = cj[t];
-                    unsigned kv = j >= shape.k_stages;
-                    fkvf_stream_spec sp;
-                    memset(&sp, 0, sizeof sp);
-                    sp.id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, h, kv,
-                                           kv ? j - shape.k_stages : j);
-                    if (o.ngon) {
-                        sp.profile = FKVF_PROFILE_NGON;
-                        sp.alphabet = shape.k;
-                    } else {
-                        sp.profile = FKVF_PROFILE_QUAD;
-                        sp.symbol_bits = quad_bits_for(shape.k - 1);
-                    }
-                    rc = fkvf_writer_add_stream(s.w, &sp, s.sym, (size_t)A);
-                }
+        if (rc == FKVF_OK) {
+            fkvf_stream_spec sp;
+            memset(&sp, 0, sizeof sp);
+            if (o.ngon) {
+                sp.profile = FKVF_PROFILE_NGON;
+                sp.alphabet = shape.k;
+            } else {
+                sp.profile = FKVF_PROFILE_QUAD;
+                sp.symbol_bits = quad_bits_for(shape.k - 1);
+            }
+            /* s.codes holds one array of A codes per index stream */
+            rc = fkvf_writer_add_index_segment(s.w, &sp, 0, A, s.codes, 1, (size_t)A);
+        }
     }
     if (rc == FKVF_OK && c->tokens) {
         stage = "token stream";
@@ -762,10 +754,9 @@ int fkvf_cli_pack(int argc, char **argv)
                 tok[t] = (uint32_t)c->tokens[t];
             fkvf_stream_spec sp;
             memset(&sp, 0, sizeof sp);
-            sp.id = FKVF_STREAM_ID_TOKENS;
             sp.profile = FKVF_PROFILE_QUAD;
             sp.symbol_bits = quad_bits_for((uint64_t)mx);
-            rc = fkvf_writer_add_stream(s.w, &sp, tok, (size_t)P);
+            rc = fkvf_writer_add_token_segment(s.w, &sp, 0, tok, (size_t)P);
         }
         if (tok != s.sym)
             free(tok);

@@ -146,6 +146,9 @@ typedef enum fkvf_profile {
     (((uint64_t)(kind) << 56) | ((uint64_t)(stage) << 40) | ((uint64_t)(kv) << 32) | \
      ((uint64_t)(head) << 16) | (uint64_t)(layer))
 #define FKVF_STREAM_ID_TOKENS FKVF_STREAM_ID(FKVF_STREAM_KIND_TOKENS, 0, 0, 0, 0)
+/* Stream groups: the key of a STRM section (spec 11.2). */
+#define FKVF_STREAM_GROUP_INDEX 0u
+#define FKVF_STREAM_GROUP_TOKENS 1u
 
 /* Cache descriptor (spec 8). Strings are NUL-terminated UTF-8. */
 typedef struct fkvf_desc {
@@ -261,9 +264,10 @@ typedef struct fkvf_stream_info {
     uint32_t alphabet;        /* ngon N; quad 2^bits (0 when bits == 32) */
     uint32_t span_symbols;    /* ngon L; quad: symbols per 128-bit span, rounded down */
     double r;                 /* ngon */
+    uint32_t align;           /* segments start at multiples of this (spec 11.6) */
     uint64_t length;          /* symbols in the effective stream */
-    size_t n_segments;
-    uint64_t stored_bytes;    /* bytes of its sections, headers included */
+    size_t n_segments;        /* segments of its group (spec 11.2) */
+    uint64_t stored_bytes;    /* data bytes of this stream in those segments */
 } fkvf_stream_info;
 
 FKVF_API int fkvf_reader_stream_count(const fkvf_reader *r, size_t *count);
@@ -374,8 +378,8 @@ FKVF_API int fkvf_writer_meta_bytes(fkvf_writer *w, const char *key, const void 
 FKVF_API int fkvf_writer_add_exact(fkvf_writer *w, uint64_t first, uint64_t count,
                                    const void *rows, size_t size, unsigned section_flags);
 
+/* Codec of a stream group (spec 11.2, 12). */
 typedef struct fkvf_stream_spec {
-    uint64_t id;
     fkvf_profile profile;
     unsigned symbol_bits;   /* quad: even 2..32 */
     uint32_t alphabet;      /* ngon: 2..65536 */
@@ -383,9 +387,25 @@ typedef struct fkvf_stream_spec {
     uint32_t span_symbols;  /* ngon: 0 = L_max(r) */
 } fkvf_stream_spec;
 
-/* A whole stream in one segment. */
-FKVF_API int fkvf_writer_add_stream(fkvf_writer *w, const fkvf_stream_spec *spec,
-                                    const uint32_t *symbols, size_t n);
+/* Segment alignment unit of a codec (spec 11.6): quad 128 / gcd(bits, 128)
+ * (16 for 8-bit symbols), ngon the span length L; 0 for an invalid spec. */
+FKVF_API uint32_t fkvf_stream_spec_align(const fkvf_stream_spec *spec);
+
+/* A segment of every index stream (spec 11.2): symbols [first, first+count)
+ * of each (layer, head, K|V, stage) stream, in one STRM section. Needs the
+ * descriptor and the codebook (its stage counts and k) first. The symbol of
+ * position i (0 <= i < count, stream symbol first + i) and index stream j
+ * (the code order of fkvf_rvq_codes_per_position) is
+ * codes[i * pos_stride + j * code_stride]. first must be a multiple of
+ * fkvf_stream_spec_align and at most the streams' current length; the
+ * streams are cut at first, then extended (spec 11.6). */
+FKVF_API int fkvf_writer_add_index_segment(fkvf_writer *w, const fkvf_stream_spec *spec,
+                                           uint64_t first, uint64_t count, const uint16_t *codes,
+                                           size_t pos_stride, size_t code_stride);
+/* A segment of the token stream: token ids of positions [first, first+count). */
+FKVF_API int fkvf_writer_add_token_segment(fkvf_writer *w, const fkvf_stream_spec *spec,
+                                           uint64_t first, const uint32_t *tokens,
+                                           size_t count);
 
 /* Embedded codebooks (spec 13): `tables` holds the centroid tables in the
  * order of spec 13.2 (size = fkvf_codebook_size - 64). Must come before the
@@ -406,7 +426,16 @@ FKVF_API int fkvf_writer_add_section(fkvf_writer *w, uint32_t type, uint32_t fla
 FKVF_API int fkvf_writer_set_positions(fkvf_writer *w, uint64_t n_positions,
                                        uint64_t n_archived);
 
-/* Write the directory and trailer, sync, and (file writers) rename into place. */
+/* End the current commit (spec 7.6): the directory and the trailer, with a
+ * sync of the sections and directory before the trailer and of the trailer
+ * after it (unless no_sync). The writer stays open: what is added next goes
+ * into the next commit, which starts from the positions, streams and exact
+ * rows of this one. A file writer's commits become visible under the final
+ * path at finish. */
+FKVF_API int fkvf_writer_commit(fkvf_writer *w);
+
+/* Commit what was added since the last commit (if anything was, or if no
+ * commit was made yet), sync, and (file writers) rename into place. */
 FKVF_API int fkvf_writer_finish(fkvf_writer *w);
 
 /* ---- codec (spec 12), for tools, tests and benchmarks ------------------- */

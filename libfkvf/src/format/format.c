@@ -262,6 +262,16 @@ int fkvf_trailer_parse(const uint8_t p[64], uint64_t off, fkvf_trailer *t, fkvf_
 
 /* ---- stream segment header -------------------------------------------------- */
 
+uint32_t fkvf_strm_align(unsigned profile, unsigned bits, uint32_t span_symbols)
+{
+    if (profile != FKVF_PROFILE_QUAD)
+        return span_symbols;
+    uint32_t g = 128;
+    while (g > 1 && bits % g) /* gcd(bits, 128): the largest power of two dividing bits */
+        g /= 2;
+    return 128 / g;
+}
+
 int fkvf_strm_hdr_derive(fkvf_strm_hdr *h)
 {
     uint64_t bits, db;
@@ -274,7 +284,8 @@ int fkvf_strm_hdr_derive(fkvf_strm_hdr *h)
             return FKVF_E_CORRUPT;
         db = fkvf_ceildiv(h->symbol_count, h->span_symbols);
     }
-    if (!fkvf_mul64(db, 16, &h->data_bytes) || h->block_size == 0)
+    if (!fkvf_mul64(db, 16, &h->stream_bytes) ||
+        !fkvf_mul64(h->stream_bytes, h->n_streams, &h->data_bytes) || h->block_size == 0)
         return FKVF_E_LIMIT;
     h->n_blocks = fkvf_ceildiv(h->data_bytes, h->block_size);
     uint64_t t;
@@ -287,15 +298,18 @@ int fkvf_strm_hdr_derive(fkvf_strm_hdr *h)
 void fkvf_strm_hdr_write(uint8_t out[64], const fkvf_strm_hdr *h, uint64_t section_off)
 {
     memset(out, 0, 64);
-    fkvf_st64(out + 0, h->stream_id);
+    fkvf_st64(out + 0, h->group);
     out[8] = h->profile;
     out[9] = h->bits;
+    out[10] = h->k_stages;
+    out[11] = h->v_stages;
     fkvf_st32(out + 12, h->alphabet);
     fkvf_st64(out + 16, h->first_symbol);
     fkvf_st64(out + 24, h->symbol_count);
     fkvf_st32(out + 32, h->span_symbols);
     fkvf_st32(out + 36, h->block_size);
     fkvf_stf64(out + 40, h->r);
+    fkvf_st32(out + 48, h->n_streams);
     fkvf_st64(out + 56, fkvf_xxh3_64(out, 56, section_off));
 }
 
@@ -312,17 +326,39 @@ int fkvf_strm_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_strm
                          "STRM.head_checksum: stored %016llx, computed %016llx",
                          (unsigned long long)got, (unsigned long long)want);
     memset(h, 0, sizeof *h);
-    h->stream_id = fkvf_ld64(p + 0);
+    h->group = fkvf_ld64(p + 0);
     h->profile = p[8];
     h->bits = p[9];
+    h->k_stages = p[10];
+    h->v_stages = p[11];
     h->alphabet = fkvf_ld32(p + 12);
     h->first_symbol = fkvf_ld64(p + 16);
     h->symbol_count = fkvf_ld64(p + 24);
     h->span_symbols = fkvf_ld32(p + 32);
     h->block_size = fkvf_ld32(p + 36);
     h->r = fkvf_ldf64(p + 40);
-    if (fkvf_ld16(p + 10) != 0 || fkvf_ld64(p + 48) != 0)
-        return fkvf_fail(d, FKVF_E_CORRUPT, off + 10, "11.2", "STRM: reserved bytes not zero");
+    h->n_streams = fkvf_ld32(p + 48);
+    if (fkvf_ld32(p + 52) != 0)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 52, "11.2", "STRM: reserved bytes not zero");
+    if (h->group == FKVF_GROUP_INDEX) {
+        if (h->k_stages > 16 || h->v_stages > 16 || h->k_stages + h->v_stages == 0)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 10, "11.2",
+                             "STRM: index group with %u key and %u value stages (0..16 each, "
+                             "at least one)",
+                             h->k_stages, h->v_stages);
+        if (h->n_streams == 0 || h->n_streams > FKVF_MAX_GROUP_STREAMS)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 48, "11.2",
+                             "STRM.n_streams: %u out of range", h->n_streams);
+    } else if (h->group == FKVF_GROUP_TOKENS) {
+        if (h->k_stages || h->v_stages || h->n_streams != 1)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 10, "11.2",
+                             "STRM: token group needs 0 stages and n_streams 1 (stages %u/%u, "
+                             "n_streams %u)",
+                             h->k_stages, h->v_stages, h->n_streams);
+    } else {
+        return fkvf_fail(d, FKVF_E_CORRUPT, off, "11.2", "STRM.group: %llu unknown",
+                         (unsigned long long)h->group);
+    }
     if (h->profile == FKVF_PROFILE_QUAD) {
         if (h->bits < 2 || h->bits > 32 || (h->bits & 1))
             return fkvf_fail(d, FKVF_E_CORRUPT, off + 9, "11.2",
@@ -330,10 +366,6 @@ int fkvf_strm_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_strm
         if (h->alphabet != 0 || h->span_symbols != 0 || fkvf_ld64(p + 40) != 0)
             return fkvf_fail(d, FKVF_E_CORRUPT, off + 12, "11.2",
                              "STRM: alphabet, span_symbols and r must be 0 for quad");
-        if (h->first_symbol % 64)
-            return fkvf_fail(d, FKVF_E_CORRUPT, off + 16, "11.6",
-                             "STRM.first_symbol: %llu not a multiple of 64",
-                             (unsigned long long)h->first_symbol);
     } else if (h->profile == FKVF_PROFILE_NGON) {
         if (h->bits != 0)
             return fkvf_fail(d, FKVF_E_CORRUPT, off + 9, "11.2",
@@ -347,21 +379,22 @@ int fkvf_strm_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_strm
         if (!isfinite(h->r) || !(h->r > 0.0) || !(h->r <= 0.5))
             return fkvf_fail(d, FKVF_E_CORRUPT, off + 40, "12.2", "STRM.r: %g out of (0, 1/2]",
                              h->r);
-        if (h->first_symbol % h->span_symbols)
-            return fkvf_fail(d, FKVF_E_CORRUPT, off + 16, "11.6",
-                             "STRM.first_symbol: %llu not a multiple of L=%u",
-                             (unsigned long long)h->first_symbol, h->span_symbols);
     } else {
         return fkvf_fail(d, FKVF_E_CORRUPT, off + 8, "11.2", "STRM.profile: %u unknown",
                          h->profile);
     }
+    uint32_t u = fkvf_strm_align(h->profile, h->bits, h->span_symbols);
+    if (h->first_symbol % u)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 16, "11.6",
+                         "STRM.first_symbol: %llu not a multiple of the alignment unit %u",
+                         (unsigned long long)h->first_symbol, u);
     if (h->block_size < FKVF_MIN_BLOCK || h->block_size > FKVF_MAX_BLOCK || h->block_size % 64)
         return fkvf_fail(d, FKVF_E_CORRUPT, off + 36, "11.2",
                          "STRM.block_size: %u (multiple of 64 in 64..2^20)", h->block_size);
     if (fkvf_strm_hdr_derive(h) != FKVF_OK)
         return fkvf_fail(d, FKVF_E_LIMIT, off + 24, "15",
-                         "STRM.symbol_count: %llu symbols do not fit the limits",
-                         (unsigned long long)h->symbol_count);
+                         "STRM.symbol_count: %llu symbols of %u streams do not fit the limits",
+                         (unsigned long long)h->symbol_count, h->n_streams);
     return exact_size(d, size, h->section_size, off, "11.3", "STRM", "its header implies");
 }
 

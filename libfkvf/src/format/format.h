@@ -56,16 +56,26 @@ typedef struct fkvf_trailer {
     uint64_t commit_seq, dir_offset, dir_size, dir_checksum, prev_trailer, file_size;
 } fkvf_trailer;
 
+/* Stream groups (spec 11.2): the directory key of a STRM section. */
+#define FKVF_GROUP_INDEX 0u
+#define FKVF_GROUP_TOKENS 1u
+#define FKVF_MAX_GROUP_STREAMS (UINT32_C(1) << 25)
+
 typedef struct fkvf_strm_hdr {
-    uint64_t stream_id;
+    uint64_t group;
     uint8_t profile, bits;
+    uint8_t k_stages, v_stages;
     uint32_t alphabet;
     uint64_t first_symbol, symbol_count;
     uint32_t span_symbols, block_size;
     double r;
+    uint32_t n_streams;
     /* derived */
-    uint64_t n_blocks, data_off, data_bytes, section_size;
+    uint64_t stream_bytes, n_blocks, data_off, data_bytes, section_size;
 } fkvf_strm_hdr;
+
+/* Alignment unit of first_symbol (spec 11.6): quad 128 / gcd(b, 128), ngon L. */
+uint32_t fkvf_strm_align(unsigned profile, unsigned bits, uint32_t span_symbols);
 
 /* header */
 void fkvf_header_write(uint8_t out[64], const fkvf_header *h);
@@ -90,8 +100,8 @@ int fkvf_trailer_parse(const uint8_t p[64], uint64_t off, fkvf_trailer *t, fkvf_
 void fkvf_strm_hdr_write(uint8_t out[64], const fkvf_strm_hdr *h, uint64_t section_off);
 int fkvf_strm_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_strm_hdr *h,
                         fkvf_diag *d);
-/* Fill derived fields (n_blocks, data_off, data_bytes, section_size) from
- * the primary ones; FKVF_E_LIMIT on overflow. */
+/* Fill derived fields (stream_bytes, n_blocks, data_off, data_bytes,
+ * section_size) from the primary ones; FKVF_E_LIMIT on overflow. */
 int fkvf_strm_hdr_derive(fkvf_strm_hdr *h);
 
 /* descriptor (spec 8) */

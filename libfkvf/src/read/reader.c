@@ -457,119 +457,143 @@ static const fkvf_ngon *get_ngon(fkvf_reader *r, uint32_t n, double rr, uint32_t
     return &ctx->g;
 }
 
-/* Stream ids to indices in r->streams while the directory is applied: an
- * open-addressing table of at least twice as many slots as STRM sections,
- * so that a file of many streams opens in linear time. */
-typedef struct stream_map {
-    size_t *slot; /* index into r->streams, or SIZE_MAX */
-    size_t mask;
-    size_t cap;   /* capacity of r->streams */
-} stream_map;
-
-static int stream_map_init(fkvf_reader *r, stream_map *m, size_t n_strm)
+int rd_seg_init(fkvf_reader *r, size_t i, rd_seg *g)
 {
-    size_t n = 16;
-    while (n / 2 < n_strm)
-        n *= 2;
-    memset(m, 0, sizeof *m);
-    m->slot = fkvf_calloc(r->alloc, n, sizeof *m->slot);
-    if (!m->slot)
-        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for %zu streams", n_strm);
-    for (size_t k = 0; k < n; k++)
-        m->slot[k] = SIZE_MAX;
-    m->mask = n - 1;
+    const rd_section *sec = &r->sections[i];
+    uint64_t off = sec->e.offset;
+    memset(g, 0, sizeof *g);
+    int rc = fkvf_strm_hdr_parse(r->data + off, sec->e.stored_size, off, &g->h, &r->diag);
+    if (rc)
+        return rc;
+    if (g->h.group != sec->e.key)
+        return FAIL(FKVF_E_CORRUPT, off, "11.2",
+                    "STRM.group %llu differs from the directory key %llu",
+                    (unsigned long long)g->h.group, (unsigned long long)sec->e.key);
+    g->sec = i;
+    g->count = g->h.symbol_count;
+    g->data_fileoff = off + g->h.data_off;
+    g->data = r->data + g->data_fileoff;
+    size_t nb;
+    if (!fkvf_tosz(g->h.n_blocks, &nb) || !(g->block_ok = fkvf_calloc(r->alloc, nb ? nb : 1, 1)))
+        return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for %llu block flags",
+                    (unsigned long long)g->h.n_blocks);
     return FKVF_OK;
 }
 
-static rd_stream *stream_for(fkvf_reader *r, stream_map *m, uint64_t id)
-{
-    uint64_t h = id * UINT64_C(0x9E3779B97F4A7C15);
-    size_t k = (size_t)(h ^ (h >> 32)) & m->mask;
-    for (; m->slot[k] != SIZE_MAX; k = (k + 1) & m->mask)
-        if (r->streams[m->slot[k]].id == id)
-            return &r->streams[m->slot[k]];
-    if (fkvf_grow(r->alloc, (void **)&r->streams, &m->cap, r->n_streams + 1, sizeof(rd_stream)))
-        return NULL;
-    m->slot[k] = r->n_streams;
-    rd_stream *s = &r->streams[r->n_streams++];
-    memset(s, 0, sizeof *s);
-    s->id = id;
-    return s;
-}
-
-static int add_segment(fkvf_reader *r, size_t i, stream_map *map)
+static int add_segment(fkvf_reader *r, size_t i)
 {
     rd_section *sec = &r->sections[i];
     uint64_t off = sec->e.offset;
-    fkvf_strm_hdr h;
-    int rc = fkvf_strm_hdr_parse(r->data + off, sec->e.stored_size, off, &h, &r->diag);
+    rd_seg seg;
+    int rc = rd_seg_init(r, i, &seg);
     if (rc)
         return rc;
-    if (h.stream_id != sec->e.key)
-        return FAIL(FKVF_E_CORRUPT, off, "11.2",
-                    "STRM.stream_id %016llx differs from the directory key %016llx",
-                    (unsigned long long)h.stream_id, (unsigned long long)sec->e.key);
-    uint8_t kind = (uint8_t)(h.stream_id >> 56);
-    if ((kind != FKVF_STREAM_KIND_INDEX && kind != FKVF_STREAM_KIND_TOKENS) ||
-        (h.stream_id & UINT64_C(0x00FF000000000000)) ||
-        (kind == FKVF_STREAM_KIND_TOKENS && (h.stream_id & UINT64_C(0x00FFFFFFFFFFFFFF))) ||
-        ((h.stream_id >> 32 & 0xFF) > 1))
-        return FAIL(FKVF_E_CORRUPT, off, "11.1", "STRM.stream_id %016llx is malformed",
-                    (unsigned long long)h.stream_id);
-    if (h.profile == FKVF_PROFILE_NGON && !(r->hdr.required_features & FKVF_FEAT_NGON))
+    const fkvf_strm_hdr *h = &seg.h;
+    if (h->group == FKVF_GROUP_INDEX) {
+        uint64_t want = r->has_desc ? (uint64_t)r->desc.n_layers * r->desc.n_kv_heads *
+                                          (h->k_stages + h->v_stages)
+                                    : 0;
+        if (!r->has_desc || h->n_streams != want) {
+            fkvf_free(r->alloc, seg.block_ok);
+            return FAIL(FKVF_E_CORRUPT, off + 48, "11.2",
+                        "STRM.n_streams %u: %u layers x %u heads x (%u + %u) stages need %llu",
+                        h->n_streams, r->desc.n_layers, r->desc.n_kv_heads, h->k_stages,
+                        h->v_stages, (unsigned long long)want);
+        }
+    }
+    if (h->profile == FKVF_PROFILE_NGON && !(r->hdr.required_features & FKVF_FEAT_NGON)) {
+        fkvf_free(r->alloc, seg.block_ok);
         return FAIL(FKVF_E_CORRUPT, off + 8, "3.3",
                     "ngon stream, but the header does not declare the NGON feature");
-    rd_stream *s = stream_for(r, map, h.stream_id);
-    if (!s)
-        return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for streams");
-    sec->stream = (size_t)(s - r->streams);
-    if (s->n_segs == 0) {
-        s->profile = h.profile;
-        s->bits = h.bits;
-        s->alphabet = h.alphabet;
-        s->span = h.span_symbols;
-        s->r = h.r;
-        if (h.profile == FKVF_PROFILE_NGON) {
-            s->ngon = get_ngon(r, h.alphabet, h.r, h.span_symbols, sec->commit_seq, off, &rc);
-            if (!s->ngon)
-                return rc;
-        }
-    } else if (s->profile != h.profile || s->bits != h.bits || s->alphabet != h.alphabet ||
-               s->span != h.span_symbols || memcmp(&s->r, &h.r, sizeof h.r) != 0) {
-        return FAIL(FKVF_E_CORRUPT, off + 8, "11.6",
-                    "STRM segment parameters differ from the stream's earlier segments");
     }
-    if (h.first_symbol > s->length)
+    rd_group *s = &r->groups[h->group];
+    if (!s->present) {
+        s->present = 1;
+        s->group = (unsigned)h->group;
+        s->profile = h->profile;
+        s->bits = h->bits;
+        s->k_stages = h->k_stages;
+        s->v_stages = h->v_stages;
+        s->alphabet = h->alphabet;
+        s->span = h->span_symbols;
+        s->r = h->r;
+        s->n_streams = h->n_streams;
+        if (h->profile == FKVF_PROFILE_NGON) {
+            s->ngon = get_ngon(r, h->alphabet, h->r, h->span_symbols, sec->commit_seq, off, &rc);
+            if (!s->ngon) {
+                fkvf_free(r->alloc, seg.block_ok);
+                return rc;
+            }
+        }
+    } else if (s->profile != h->profile || s->bits != h->bits || s->alphabet != h->alphabet ||
+               s->span != h->span_symbols || memcmp(&s->r, &h->r, sizeof h->r) != 0 ||
+               s->k_stages != h->k_stages || s->v_stages != h->v_stages) {
+        fkvf_free(r->alloc, seg.block_ok);
+        return FAIL(FKVF_E_CORRUPT, off + 8, "11.6",
+                    "STRM segment parameters (codec or stages) differ from the group's earlier "
+                    "segments");
+    }
+    if (h->first_symbol > s->length) {
+        fkvf_free(r->alloc, seg.block_ok);
         return FAIL(FKVF_E_CORRUPT, off + 16, "11.6",
-                    "STRM.first_symbol %llu beyond the stream's length %llu",
-                    (unsigned long long)h.first_symbol, (unsigned long long)s->length);
+                    "STRM.first_symbol %llu beyond the streams' length %llu",
+                    (unsigned long long)h->first_symbol, (unsigned long long)s->length);
+    }
     /* cut earlier segments at first_symbol */
     while (s->n_segs) {
         rd_seg *last = &s->segs[s->n_segs - 1];
-        if (last->h.first_symbol >= h.first_symbol) {
+        if (last->h.first_symbol >= h->first_symbol) {
             fkvf_free(r->alloc, last->block_ok);
             s->n_segs--;
             continue;
         }
-        if (last->h.first_symbol + last->count > h.first_symbol)
-            last->count = h.first_symbol - last->h.first_symbol;
+        if (last->h.first_symbol + last->count > h->first_symbol)
+            last->count = h->first_symbol - last->h.first_symbol;
         break;
     }
-    if (fkvf_grow(r->alloc, (void **)&s->segs, &s->cap_segs, s->n_segs + 1, sizeof(rd_seg)))
+    if (fkvf_grow(r->alloc, (void **)&s->segs, &s->cap_segs, s->n_segs + 1, sizeof(rd_seg))) {
+        fkvf_free(r->alloc, seg.block_ok);
         return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for stream segments");
-    rd_seg *g = &s->segs[s->n_segs];
-    memset(g, 0, sizeof *g);
-    g->sec = i;
-    g->h = h;
-    g->count = h.symbol_count;
-    g->data_fileoff = off + h.data_off;
-    g->data = r->data + g->data_fileoff;
-    size_t nb;
-    if (!fkvf_tosz(h.n_blocks, &nb) || !(g->block_ok = fkvf_calloc(r->alloc, nb ? nb : 1, 1)))
-        return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for %llu block flags",
-                    (unsigned long long)h.n_blocks);
-    s->n_segs++;
-    s->length = h.first_symbol + h.symbol_count;
+    }
+    s->segs[s->n_segs++] = seg;
+    s->length = h->first_symbol + h->symbol_count;
+    return FKVF_OK;
+}
+
+/* The streams of the groups: index streams in canonical order (spec 11.2),
+ * then the token stream. */
+static int build_streams(fkvf_reader *r)
+{
+    size_t n = 0;
+    for (int k = 0; k < 2; k++)
+        n += r->groups[k].present ? r->groups[k].n_streams : 0;
+    if (!n)
+        return FKVF_OK;
+    if (!(r->streams = fkvf_calloc(r->alloc, n, sizeof *r->streams)))
+        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for %zu streams", n);
+    for (int k = 0; k < 2; k++) {
+        rd_group *g = &r->groups[k];
+        if (!g->present)
+            continue;
+        uint64_t per = 0;
+        for (size_t i = 0; i < g->n_segs; i++)
+            per += g->segs[i].h.stream_bytes;
+        for (uint32_t o = 0; o < g->n_streams; o++) {
+            rd_stream *s = &r->streams[r->n_streams++];
+            s->g = g;
+            s->ord = o;
+            s->stored_bytes = per;
+            if (k == FKVF_GROUP_TOKENS) {
+                s->id = FKVF_STREAM_ID_TOKENS;
+                continue;
+            }
+            uint32_t per_head = (uint32_t)g->k_stages + g->v_stages;
+            uint32_t lh = o / per_head, j = o % per_head;
+            uint32_t layer = lh / r->desc.n_kv_heads, head = lh % r->desc.n_kv_heads;
+            unsigned kv = j >= g->k_stages, stage = kv ? j - g->k_stages : j;
+            s->id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, layer, head, kv, stage);
+        }
+    }
     return FKVF_OK;
 }
 
@@ -613,32 +637,19 @@ static int check_index_streams(fkvf_reader *r, int code, const char *ext)
 {
     const char *pre = ext ? "codebook " : "", *hx = ext ? ext : "", *sep = ext ? ": " : "";
     const fkvf_codebook_shape *cb = &r->cb_shape;
-    uint64_t n_index = 0;
-    for (size_t i = 0; i < r->n_streams; i++) {
-        uint64_t id = r->streams[i].id;
-        if ((id >> 56) != FKVF_STREAM_KIND_INDEX)
-            continue;
-        n_index++;
-        unsigned kv = (unsigned)(id >> 32 & 0xFF), stage = (unsigned)(id >> 40 & 0xFF);
-        if (stage >= (kv ? cb->v_stages : cb->k_stages))
-            return FAIL(code, r->sections[r->streams[i].segs[0].sec].e.offset, "11.8",
-                        "%s%s%sindex stream %016llx: stage %u beyond the codebook's %u %s "
-                        "stages",
-                        pre, hx, sep, (unsigned long long)id, stage,
-                        kv ? cb->v_stages : cb->k_stages, kv ? "value" : "key");
-    }
-    uint64_t want = (uint64_t)r->desc.n_layers * r->desc.n_kv_heads * (cb->k_stages + cb->v_stages);
-    if (r->n_archived && n_index != want)
-        return FAIL(code, FKVF_NO_OFFSET, "11.8",
-                    "%s%s%s%llu index streams; %u layers x %u heads x (%u + %u) stages need "
-                    "%llu",
-                    pre, hx, sep, (unsigned long long)n_index, r->desc.n_layers,
-                    r->desc.n_kv_heads, cb->k_stages, cb->v_stages, (unsigned long long)want);
+    const rd_group *g = &r->groups[FKVF_GROUP_INDEX];
+    if (!g->present)
+        return FKVF_OK; /* n_archived = 0 (checked with the stream lengths) */
+    if (g->k_stages != cb->k_stages || g->v_stages != cb->v_stages)
+        return FAIL(code, r->sections[g->segs[0].sec].e.offset + 10, "11.8",
+                    "%s%s%sthe index streams have %u key and %u value stages, the codebook %u "
+                    "and %u",
+                    pre, hx, sep, g->k_stages, g->v_stages, cb->k_stages, cb->v_stages);
     return FKVF_OK;
 }
 
 /* Codebook, VTXS, META, EXAC and STRM sections in section order (spec 7.3). */
-static int apply_sections(fkvf_reader *r, stream_map *map)
+static int apply_sections(fkvf_reader *r)
 {
     size_t ecap = 0;
     int rc;
@@ -708,7 +719,7 @@ static int apply_sections(fkvf_reader *r, stream_map *map)
             break;
         }
         case FKVF_SECTION_STRM:
-            if ((rc = add_segment(r, i, map)))
+            if ((rc = add_segment(r, i)))
                 return rc;
             break;
         default:
@@ -720,14 +731,13 @@ static int apply_sections(fkvf_reader *r, stream_map *map)
 
 static int load_contents(fkvf_reader *r)
 {
-    size_t desc_i = SIZE_MAX, n_strm = 0;
+    size_t desc_i = SIZE_MAX;
     int rc;
     rd_commit *last = &r->commits[r->n_commits - 1];
     r->n_positions = last->dh.n_positions;
     r->n_archived = last->dh.n_archived;
     for (size_t i = 0; i < r->n_sections; i++) {
         rd_section *s = &r->sections[i];
-        n_strm += s->e.type == FKVF_SECTION_STRM;
         if (s->e.type != FKVF_SECTION_DESC)
             continue;
         if (desc_i != SIZE_MAX)
@@ -745,33 +755,24 @@ static int load_contents(fkvf_reader *r)
         if ((rc = load_desc(r, desc_i)))
             return rc;
     }
-    stream_map map;
-    if ((rc = stream_map_init(r, &map, n_strm)))
+    if ((rc = apply_sections(r)))
         return rc;
-    rc = apply_sections(r, &map);
-    fkvf_free(r->alloc, map.slot);
-    if (rc)
-        return rc;
-    /* stream lengths (spec 11.6) */
-    for (size_t i = 0; i < r->n_streams; i++) {
-        rd_stream *s = &r->streams[i];
-        int tok = (s->id >> 56) == FKVF_STREAM_KIND_TOKENS;
-        uint64_t want = tok ? r->n_positions : r->n_archived;
-        if (s->length != want)
-            return FAIL(FKVF_E_CORRUPT, r->sections[s->segs[s->n_segs - 1].sec].e.offset, "11.6",
-                        "stream %016llx has %llu symbols, the last commit needs %llu",
-                        (unsigned long long)s->id, (unsigned long long)s->length,
+    /* stream lengths (spec 11.6, 11.8) */
+    for (int k = 0; k < 2; k++) {
+        const rd_group *g = &r->groups[k];
+        uint64_t want = k == FKVF_GROUP_TOKENS ? r->n_positions : r->n_archived;
+        if (k == FKVF_GROUP_INDEX && !g->present && want)
+            return FAIL(FKVF_E_CORRUPT, last->dir_off + 24, "11.8",
+                        "%llu archived positions but no index streams",
                         (unsigned long long)want);
-        for (size_t k = 0; k < s->n_segs; k++)
-            s->stored_bytes += r->sections[s->segs[k].sec].e.stored_size;
-        if (!tok && r->has_desc) {
-            uint32_t layer = (uint32_t)(s->id & 0xFFFF), head = (uint32_t)(s->id >> 16 & 0xFFFF);
-            if (layer >= r->desc.n_layers || head >= r->desc.n_kv_heads)
-                return FAIL(FKVF_E_CORRUPT, r->sections[s->segs[0].sec].e.offset, "11.1",
-                            "stream %016llx: layer %u / head %u outside the descriptor",
-                            (unsigned long long)s->id, layer, head);
-        }
+        if (g->present && g->length != want)
+            return FAIL(FKVF_E_CORRUPT, r->sections[g->segs[g->n_segs - 1].sec].e.offset, "11.6",
+                        "the %s have %llu symbols, the last commit needs %llu",
+                        k == FKVF_GROUP_TOKENS ? "token stream" : "index streams",
+                        (unsigned long long)g->length, (unsigned long long)want);
     }
+    if ((rc = build_streams(r)))
+        return rc;
     if ((rc = load_codebook(r)))
         return rc;
     if (!r->has_desc) {
@@ -935,10 +936,10 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
     fkvf_free(a, r->cb_streams);
     for (size_t i = 0; i < r->n_sections; i++)
         fkvf_free(a, r->sections[i].inflated);
-    for (size_t i = 0; i < r->n_streams; i++) {
-        for (size_t k = 0; k < r->streams[i].n_segs; k++)
-            fkvf_free(a, r->streams[i].segs[k].block_ok);
-        fkvf_free(a, r->streams[i].segs);
+    for (int g = 0; g < 2; g++) {
+        for (size_t k = 0; k < r->groups[g].n_segs; k++)
+            fkvf_free(a, r->groups[g].segs[k].block_ok);
+        fkvf_free(a, r->groups[g].segs);
     }
     for (size_t i = 0; i < r->n_ngons; i++) {
         fkvf_ngon_fini(&r->ngons[i]->g);
@@ -1189,20 +1190,22 @@ FKVF_API int fkvf_reader_stream_info(const fkvf_reader *r, size_t index, fkvf_st
     if (index >= r->n_streams)
         return FKVF_E_RANGE;
     const rd_stream *s = &r->streams[index];
+    const rd_group *g = s->g;
     memset(out, 0, sizeof *out);
     out->id = s->id;
-    out->profile = (fkvf_profile)s->profile;
-    out->symbol_bits = s->bits;
-    if (s->profile == FKVF_PROFILE_QUAD) {
-        out->alphabet = s->bits < 32 ? (uint32_t)1 << s->bits : 0;
-        out->span_symbols = fkvf_quad_span_symbols(s->bits);
+    out->profile = (fkvf_profile)g->profile;
+    out->symbol_bits = g->bits;
+    if (g->profile == FKVF_PROFILE_QUAD) {
+        out->alphabet = g->bits < 32 ? (uint32_t)1 << g->bits : 0;
+        out->span_symbols = fkvf_quad_span_symbols(g->bits);
     } else {
-        out->alphabet = s->alphabet;
-        out->span_symbols = s->span;
-        out->r = s->r;
+        out->alphabet = g->alphabet;
+        out->span_symbols = g->span;
+        out->r = g->r;
     }
-    out->length = s->length;
-    out->n_segments = s->n_segs;
+    out->align = fkvf_strm_align(g->profile, g->bits, g->span);
+    out->length = g->length;
+    out->n_segments = g->n_segs;
     out->stored_bytes = s->stored_bytes;
     return FKVF_OK;
 }
@@ -1220,7 +1223,7 @@ FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *
     return FKVF_E_NOT_FOUND;
 }
 
-int rd_block_check(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t b)
+int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b)
 {
     if (g->block_ok[b])
         return FKVF_OK;
@@ -1232,24 +1235,26 @@ int rd_block_check(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t b)
     uint64_t got = fkvf_xxh3_64(g->data + start, (size_t)len, g->data_fileoff + start);
     if (want != got)
         return FAIL(FKVF_E_CHECKSUM, g->data_fileoff + start, "11.4",
-                    "stream %016llx block %llu: checksum stored %016llx, computed %016llx",
-                    (unsigned long long)s->id, (unsigned long long)b, (unsigned long long)want,
-                    (unsigned long long)got);
-    if (s->profile == FKVF_PROFILE_NGON) {
-        /* every span in the block must re-encode to its anchor (spec 12.2) */
-        uint64_t first_span = start / 16, n_spans = len / 16;
+                    "STRM section at %llu, block %llu: checksum stored %016llx, computed %016llx",
+                    (unsigned long long)r->sections[g->sec].e.offset, (unsigned long long)b,
+                    (unsigned long long)want, (unsigned long long)got);
+    if (gr->profile == FKVF_PROFILE_NGON) {
+        /* every span in the block must re-encode to its anchor (spec 12.2); a
+         * block can hold spans of several streams */
         uint32_t tmp[64];
-        for (uint64_t j = first_span; j < first_span + n_spans; j++) {
+        for (uint64_t o = start; o < start + len; o += 16) {
+            uint64_t ord = o / h->stream_bytes, j = o % h->stream_bytes / 16;
             uint64_t s0 = j * h->span_symbols;
             uint64_t cnt = h->symbol_count - s0 < h->span_symbols ? h->symbol_count - s0
                                                                   : h->span_symbols;
-            const uint8_t *a = g->data + 16 * j;
-            if (fkvf_ngon_decode_span(s->ngon, fkvf_ldf64(a), fkvf_ldf64(a + 8), (uint32_t)cnt,
+            const uint8_t *a = g->data + o;
+            if (fkvf_ngon_decode_span(gr->ngon, fkvf_ldf64(a), fkvf_ldf64(a + 8), (uint32_t)cnt,
                                       tmp) != FKVF_OK)
-                return FAIL(FKVF_E_SPAN, g->data_fileoff + 16 * j, "12.2",
-                            "stream %016llx span %llu: anchor does not decode to %llu symbols "
-                            "that re-encode to it",
-                            (unsigned long long)s->id, (unsigned long long)j,
+                return FAIL(FKVF_E_SPAN, g->data_fileoff + o, "12.2",
+                            "STRM section at %llu, stream %llu of the group, span %llu: anchor "
+                            "does not decode to %llu symbols that re-encode to it",
+                            (unsigned long long)r->sections[g->sec].e.offset,
+                            (unsigned long long)ord, (unsigned long long)j,
                             (unsigned long long)cnt);
         }
     }
@@ -1258,7 +1263,7 @@ int rd_block_check(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t b)
 }
 
 /* Segment holding symbol t (binary search on first_symbol). */
-static rd_seg *seg_for(const rd_stream *s, uint64_t t)
+static rd_seg *seg_for(const rd_group *s, uint64_t t)
 {
     size_t lo = 0, hi = s->n_segs;
     while (hi - lo > 1) {
@@ -1271,10 +1276,12 @@ static rd_seg *seg_for(const rd_stream *s, uint64_t t)
     return &s->segs[lo];
 }
 
-/* Make sure the blocks holding local symbols [a, b) of segment g are verified. */
-static int seg_touch(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t a, uint64_t b)
+/* Make sure the blocks holding local symbols [a, b) of stream `ord` in
+ * segment g are verified. */
+static int seg_touch(fkvf_reader *r, const rd_group *s, rd_seg *g, uint32_t ord, uint64_t a,
+                     uint64_t b)
 {
-    uint64_t lo, hi;
+    uint64_t lo, hi, base = (uint64_t)ord * g->h.stream_bytes;
     if (s->profile == FKVF_PROFILE_QUAD) {
         lo = a * s->bits / 8;
         hi = (b * s->bits + 7) / 8;
@@ -1282,6 +1289,8 @@ static int seg_touch(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t a, 
         lo = a / s->span * 16;
         hi = ((b - 1) / s->span + 1) * 16;
     }
+    lo += base;
+    hi += base;
     for (uint64_t k = lo / g->h.block_size; k <= (hi - 1) / g->h.block_size; k++) {
         int rc = rd_block_check(r, s, g, k);
         if (rc)
@@ -1290,32 +1299,38 @@ static int seg_touch(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t a, 
     return FKVF_OK;
 }
 
-static int seg_read(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t a, size_t n,
-                    uint32_t *out)
+static const uint8_t *seg_stream(const rd_seg *g, uint32_t ord)
 {
-    int rc = seg_touch(r, s, g, a, a + n);
+    return g->data + (size_t)((uint64_t)ord * g->h.stream_bytes);
+}
+
+static int seg_read(fkvf_reader *r, const rd_group *s, rd_seg *g, uint32_t ord, uint64_t a,
+                    size_t n, uint32_t *out)
+{
+    int rc = seg_touch(r, s, g, ord, a, a + n);
     if (rc)
         return rc;
-    size_t db = (size_t)g->h.data_bytes;
+    size_t db = (size_t)g->h.stream_bytes;
     if (s->profile == FKVF_PROFILE_QUAD)
-        return fkvf_quad_decode(g->data, db, s->bits, a, n, out);
-    return fkvf_ngon_decode(s->ngon, g->data, db, g->h.symbol_count, a, n, out, 0);
+        return fkvf_quad_decode(seg_stream(g, ord), db, s->bits, a, n, out);
+    return fkvf_ngon_decode(s->ngon, seg_stream(g, ord), db, g->h.symbol_count, a, n, out, 0);
 }
 
 /* Symbols [a, a+n) of segment g as bytes (the stream's symbols fit). */
-static int seg_read_u8(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t a, size_t n,
-                       uint8_t *out)
+static int seg_read_u8(fkvf_reader *r, const rd_group *s, rd_seg *g, uint32_t ord, uint64_t a,
+                       size_t n, uint8_t *out)
 {
     if (s->profile == FKVF_PROFILE_QUAD) {
-        int rc = seg_touch(r, s, g, a, a + n);
+        int rc = seg_touch(r, s, g, ord, a, a + n);
         if (rc)
             return rc;
-        return fkvf_quad_decode_u8(g->data, (size_t)g->h.data_bytes, s->bits, a, n, out);
+        return fkvf_quad_decode_u8(seg_stream(g, ord), (size_t)g->h.stream_bytes, s->bits, a, n,
+                                   out);
     }
     uint32_t tmp[256];
     for (size_t done = 0; done < n;) {
         size_t c = n - done < 256 ? n - done : 256;
-        int rc = seg_read(r, s, g, a + done, c, tmp);
+        int rc = seg_read(r, s, g, ord, a + done, c, tmp);
         if (rc)
             return rc;
         for (size_t k = 0; k < c; k++)
@@ -1327,9 +1342,10 @@ static int seg_read_u8(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t a
 
 /* Symbols [first, first+count) of stream s, segment by segment, into out32
  * or (when out8 is not NULL) out8. */
-static int stream_read_at(fkvf_reader *r, rd_stream *s, uint64_t first, size_t count,
+static int stream_read_at(fkvf_reader *r, rd_stream *st, uint64_t first, size_t count,
                           uint32_t *out32, uint8_t *out8)
 {
+    rd_group *s = st->g;
     if (first > s->length || count > s->length - first)
         return fkvf_fail(&r->diag, FKVF_E_RANGE, FKVF_NO_OFFSET, NULL,
                          "symbols [%llu, +%zu) outside stream of %llu",
@@ -1339,8 +1355,8 @@ static int stream_read_at(fkvf_reader *r, rd_stream *s, uint64_t first, size_t c
         uint64_t a = first + done - g->h.first_symbol;
         uint64_t avail = g->count - a;
         size_t n = avail < count - done ? (size_t)avail : count - done;
-        int rc = out8 ? seg_read_u8(r, s, g, a, n, out8 + done)
-                      : seg_read(r, s, g, a, n, out32 + done);
+        int rc = out8 ? seg_read_u8(r, s, g, st->ord, a, n, out8 + done)
+                      : seg_read(r, s, g, st->ord, a, n, out32 + done);
         if (rc)
             return rc;
         done += n;
@@ -1368,7 +1384,7 @@ FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t f
     if (index >= r->n_streams)
         return FKVF_E_RANGE;
     rd_stream *s = &r->streams[index];
-    if (s->profile == FKVF_PROFILE_QUAD ? s->bits > 8 : s->alphabet > 256)
+    if (s->g->profile == FKVF_PROFILE_QUAD ? s->g->bits > 8 : s->g->alphabet > 256)
         return fkvf_fail(&r->diag, FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, NULL,
                          "stream %016llx: symbols do not fit in a byte",
                          (unsigned long long)s->id);
@@ -1387,7 +1403,8 @@ FKVF_API int fkvf_reader_stream_point(fkvf_reader *r, size_t index, uint64_t t, 
         return FKVF_E_INVALID_ARG;
     if (index >= r->n_streams)
         return FKVF_E_RANGE;
-    rd_stream *s = &r->streams[index];
+    rd_stream *st = &r->streams[index];
+    rd_group *s = st->g;
     if (t >= s->length)
         return FKVF_E_RANGE;
     memset(out, 0, sizeof *out);
@@ -1397,17 +1414,18 @@ FKVF_API int fkvf_reader_stream_point(fkvf_reader *r, size_t index, uint64_t t, 
     rd_seg *g = seg_for(s, first);
     if (g == seg_for(s, t)) {
         uint64_t a = first - g->h.first_symbol, lt = t - g->h.first_symbol;
-        int rc = seg_touch(r, s, g, a, lt + 1);
+        int rc = seg_touch(r, s, g, st->ord, a, lt + 1);
         if (rc)
             return rc;
         if (s->profile == FKVF_PROFILE_QUAD) {
-            fkvf_quad_point(g->data, (size_t)g->h.data_bytes, s->bits, lt, &out->x, &out->y);
+            fkvf_quad_point(seg_stream(g, st->ord), (size_t)g->h.stream_bytes, s->bits, lt,
+                            &out->x, &out->y);
             return FKVF_OK;
         }
     }
     uint32_t sym[128];
     size_t n = (size_t)(t + 1 - first);
-    int rc = stream_read_at(r, s, first, n, sym, NULL);
+    int rc = stream_read_at(r, st, first, n, sym, NULL);
     if (rc)
         return rc;
     if (s->profile == FKVF_PROFILE_QUAD) {

@@ -19,28 +19,38 @@ typedef struct rd_section {
     fkvf_dirent e;
     uint64_t commit_seq;
     int checked;       /* whole-section checksum verified (and inflated if deflated) */
-    size_t stream;     /* STRM: index of its stream in streams */
     uint8_t *inflated; /* owned, when deflated */
 } rd_section;
 
+/* One STRM section: a segment of every stream of its group (spec 11.2). */
 typedef struct rd_seg {
-    size_t sec;         /* index into sections */
+    size_t sec;          /* index into sections */
     fkvf_strm_hdr h;
-    uint64_t count;     /* effective symbols (after later segments cut it) */
-    const uint8_t *data; /* start of span data in the file */
+    uint64_t count;      /* effective symbols per stream (after later segments cut it) */
+    const uint8_t *data; /* start of the section's data in the file */
     uint64_t data_fileoff;
-    uint8_t *block_ok;  /* one byte per block: verified */
+    uint8_t *block_ok;   /* one byte per block: verified */
 } rd_seg;
 
-typedef struct rd_stream {
-    uint64_t id;
-    uint8_t profile, bits;
-    uint32_t alphabet, span;
+/* A stream group (spec 11.2): the index streams, or the token stream. */
+typedef struct rd_group {
+    int present;
+    unsigned group;
+    uint8_t profile, bits, k_stages, v_stages;
+    uint32_t alphabet, span, n_streams;
     double r;
     const fkvf_ngon *ngon; /* shared context */
     rd_seg *segs;
     size_t n_segs, cap_segs;
     uint64_t length;
+} rd_group;
+
+/* A stream: one member of a group; index streams come first, in the
+ * canonical order of spec 11.2 (their index is their ordinal). */
+typedef struct rd_stream {
+    uint64_t id;
+    rd_group *g;
+    uint32_t ord;
     uint64_t stored_bytes;
 } rd_stream;
 
@@ -99,6 +109,7 @@ struct fkvf_reader {
     rd_exact *exact;
     size_t n_exact;
 
+    rd_group groups[2]; /* FKVF_GROUP_INDEX, FKVF_GROUP_TOKENS */
     rd_stream *streams;
     size_t n_streams;
 
@@ -117,6 +128,8 @@ int rd_section_bytes(fkvf_reader *r, size_t i, const uint8_t **p, uint64_t *size
  * 2N doubles in *xy, to be freed with fkvf_free(r->alloc, ...). */
 int rd_vtxs_table(fkvf_reader *r, size_t i, double **xy, uint32_t *n);
 /* Verify block b of a segment (checksum, and for ngon every span in it). */
-int rd_block_check(fkvf_reader *r, const rd_stream *s, rd_seg *g, uint64_t b);
+int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b);
+/* Parse a STRM section's header into a segment (block flags allocated). */
+int rd_seg_init(fkvf_reader *r, size_t i, rd_seg *g);
 
 #endif

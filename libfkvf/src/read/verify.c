@@ -23,9 +23,9 @@ static int zero_gap(fkvf_reader *r, uint64_t from, uint64_t to, const char *what
     return FKVF_OK;
 }
 
-/* Padding, every block (checksum, ngon spans) and the unused bits of one
- * segment. */
-static int verify_stream_segment(fkvf_reader *r, const rd_stream *s, rd_seg *g)
+/* Padding, every block (checksum, ngon spans) and the unused bits of every
+ * stream of one segment. */
+static int verify_stream_segment(fkvf_reader *r, const rd_group *s, rd_seg *g)
 {
     const rd_section *sec = &r->sections[g->sec];
     /* padding between the checksum table and the data */
@@ -39,21 +39,27 @@ static int verify_stream_segment(fkvf_reader *r, const rd_stream *s, rd_seg *g)
         if (rc)
             return rc;
     }
-    if (s->profile == FKVF_PROFILE_QUAD &&
-        !fkvf_quad_padding_zero(g->data, (size_t)g->h.data_bytes, s->bits, g->h.symbol_count))
-        return FAIL(FKVF_E_PADDING, g->data_fileoff + g->h.data_bytes - 16, "11.7",
-                    "stream %016llx: bits after the last symbol are not zero",
-                    (unsigned long long)s->id);
+    if (s->profile != FKVF_PROFILE_QUAD)
+        return FKVF_OK;
+    for (uint32_t o = 0; o < g->h.n_streams; o++) {
+        uint64_t at = (uint64_t)o * g->h.stream_bytes;
+        if (!fkvf_quad_padding_zero(g->data + at, (size_t)g->h.stream_bytes, s->bits,
+                                    g->h.symbol_count))
+            return FAIL(FKVF_E_PADDING, g->data_fileoff + at + g->h.stream_bytes - 16, "11.7",
+                        "STRM section at %llu, stream %u of the group: bits after the last "
+                        "symbol are not zero",
+                        (unsigned long long)sec->e.offset, o);
+    }
     return FKVF_OK;
 }
 
-/* The effective segment of stream s held by section i, or NULL when later
+/* The effective segment of group s held by section i, or NULL when later
  * segments cut it away (segs are in section order). */
-static rd_seg *effective_seg(const rd_stream *s, size_t i)
+static rd_seg *effective_seg(const rd_group *s, size_t i)
 {
     size_t lo = 0, hi = s->n_segs;
     while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
+        size_t mid = (lo + hi) / 2;
         if (s->segs[mid].sec < i)
             lo = mid + 1;
         else
@@ -67,24 +73,17 @@ static rd_seg *effective_seg(const rd_stream *s, size_t i)
 static int verify_strm_section(fkvf_reader *r, size_t i)
 {
     const rd_section *sec = &r->sections[i];
-    const rd_stream *s = &r->streams[sec->stream];
+    if (sec->e.key > FKVF_GROUP_TOKENS)
+        return FAIL(FKVF_E_CORRUPT, sec->e.offset, "11.2", "STRM key %llu unknown",
+                    (unsigned long long)sec->e.key);
+    const rd_group *s = &r->groups[sec->e.key];
     rd_seg *g = effective_seg(s, i);
     if (g)
         return verify_stream_segment(r, s, g);
     rd_seg cut;
-    memset(&cut, 0, sizeof cut);
-    cut.sec = i;
-    int rc = fkvf_strm_hdr_parse(r->data + sec->e.offset, sec->e.stored_size, sec->e.offset,
-                                 &cut.h, &r->diag);
+    int rc = rd_seg_init(r, i, &cut);
     if (rc)
         return rc;
-    cut.count = cut.h.symbol_count;
-    cut.data_fileoff = sec->e.offset + cut.h.data_off;
-    cut.data = r->data + cut.data_fileoff;
-    cut.block_ok = fkvf_calloc(r->alloc, cut.h.n_blocks ? (size_t)cut.h.n_blocks : 1, 1);
-    if (!cut.block_ok)
-        return FAIL(FKVF_E_NOMEM, sec->e.offset, NULL, "no memory for %llu block flags",
-                    (unsigned long long)cut.h.n_blocks);
     rc = verify_stream_segment(r, s, &cut);
     fkvf_free(r->alloc, cut.block_ok);
     return rc;
@@ -171,8 +170,8 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
             const rd_stream *s = &r->streams[i];
             if ((s->id >> 56) != FKVF_STREAM_KIND_INDEX)
                 continue;
-            for (uint64_t t = 0; t < s->length; t += 1024) {
-                size_t n = s->length - t < 1024 ? (size_t)(s->length - t) : 1024;
+            for (uint64_t t = 0; t < s->g->length; t += 1024) {
+                size_t n = s->g->length - t < 1024 ? (size_t)(s->g->length - t) : 1024;
                 if ((rc = fkvf_reader_stream_read(r, i, t, buf, n)))
                     return rc;
                 for (size_t k = 0; k < n; k++)

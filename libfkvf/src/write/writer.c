@@ -22,9 +22,12 @@
 
 #define FKVF_WRITER_MAGIC UINT32_C(0x57564B46) /* "FKVW" */
 
-typedef struct wr_stream {
-    uint64_t id, length;
-} wr_stream;
+/* A stream group (spec 11.2) as written so far, over all commits. */
+typedef struct wr_group {
+    int present;
+    fkvf_stream_spec spec; /* normalized: ngon r and L filled in */
+    uint64_t length;
+} wr_group;
 
 struct fkvf_writer {
     uint32_t magic;
@@ -50,8 +53,7 @@ struct fkvf_writer {
 
     fkvf_range *exact; /* exact rows added (in any order) */
     size_t n_exact, cap_exact;
-    wr_stream *streams;
-    size_t n_streams, cap_streams;
+    wr_group groups[2]; /* FKVF_GROUP_INDEX, FKVF_GROUP_TOKENS */
     uint32_t *vtxs_written;
     size_t n_vtxs, cap_vtxs;
 
@@ -59,6 +61,10 @@ struct fkvf_writer {
 
     int cb_kind; /* 0 none, 1 CBK1, 2 CBRF */
     fkvf_codebook_shape cb;
+
+    uint64_t commit_seq;   /* of the commit being built */
+    uint64_t prev_trailer; /* offset of the previous trailer; 0 before commit 1 */
+    int dirty;             /* something was added since the last commit */
 };
 
 #define FAIL(code, ...) fkvf_fail(&w->diag, code, FKVF_NO_OFFSET, __VA_ARGS__)
@@ -172,6 +178,7 @@ static int put_section(fkvf_writer *w, uint32_t type, uint32_t flags, uint64_t k
     if (rc)
         return rc;
     w->dir[w->n_dir++] = e;
+    w->dirty = 1;
     return FKVF_OK;
 }
 
@@ -194,6 +201,7 @@ static int writer_new(fkvf_writer **out, const fkvf_writer_options *opts,
     w->alloc = alloc;
     w->fd = -1;
     w->diag.name = "<sink>";
+    w->commit_seq = 1;
     if (opts)
         w->opts = *opts;
     *out = w;
@@ -303,7 +311,6 @@ FKVF_API void fkvf_writer_free(fkvf_writer *w)
     fkvf_free(a, w->dir);
     fkvf_free(a, w->meta);
     fkvf_free(a, w->exact);
-    fkvf_free(a, w->streams);
     fkvf_free(a, w->vtxs_written);
     fkvf_free(a, (void *)w->desc.model_id);
     fkvf_free(a, (void *)w->desc.tokenizer_id);
@@ -334,6 +341,8 @@ FKVF_API int fkvf_writer_set_desc(fkvf_writer *w, const fkvf_desc *desc)
         return FKVF_E_INVALID_ARG;
     if (w->has_desc)
         return FAIL(FKVF_E_STATE, "8", "the descriptor is already set");
+    if (w->commit_seq != 1)
+        return FAIL(FKVF_E_STATE, "8.3", "the descriptor belongs in commit 1");
     if ((rc = fkvf_desc_check(desc, &w->diag)))
         return rc;
     if (w->cb_kind && !fkvf_cbk1_matches(&w->cb, desc))
@@ -519,54 +528,55 @@ static int ensure_vtxs(fkvf_writer *w, const fkvf_ngon *g)
     return FKVF_OK;
 }
 
-FKVF_API int fkvf_writer_add_stream(fkvf_writer *w, const fkvf_stream_spec *spec,
-                                    const uint32_t *symbols, size_t n)
+FKVF_API uint32_t fkvf_stream_spec_align(const fkvf_stream_spec *spec)
 {
-    int rc = w_enter(w);
-    if (rc)
-        return rc;
-    if (!spec || (!symbols && n))
-        return FKVF_E_INVALID_ARG;
-    uint8_t kind = (uint8_t)(spec->id >> 56);
-    if ((kind != FKVF_STREAM_KIND_INDEX && kind != FKVF_STREAM_KIND_TOKENS) ||
-        (spec->id & UINT64_C(0x00FF000000000000)) || ((spec->id >> 32 & 0xFF) > 1) ||
-        (kind == FKVF_STREAM_KIND_TOKENS && spec->id != FKVF_STREAM_ID_TOKENS))
-        return FAIL(FKVF_E_INVALID_ARG, "11.1", "stream id %016llx is malformed",
-                    (unsigned long long)spec->id);
-    for (size_t i = 0; i < w->n_streams; i++)
-        if (w->streams[i].id == spec->id)
-            return FAIL(FKVF_E_INVALID_ARG, "11.6", "stream %016llx already added",
-                        (unsigned long long)spec->id);
-    if (kind == FKVF_STREAM_KIND_INDEX) {
-        if (!w->has_desc || !w->cb_kind)
-            return FAIL(FKVF_E_STATE, "11.8",
-                        "index streams need the descriptor and the codebook first");
-        unsigned kv = (unsigned)(spec->id >> 32 & 0xFF), stage = (unsigned)(spec->id >> 40 & 0xFF);
-        if ((spec->id & 0xFFFF) >= w->desc.n_layers ||
-            (spec->id >> 16 & 0xFFFF) >= w->desc.n_kv_heads ||
-            stage >= (kv ? w->cb.v_stages : w->cb.k_stages))
-            return FAIL(FKVF_E_INVALID_ARG, "11.8",
-                        "stream %016llx: layer, head or stage outside the descriptor and codebook",
-                        (unsigned long long)spec->id);
-        for (size_t i = 0; i < n; i++)
-            if (symbols[i] >= w->cb.k)
-                return FAIL(FKVF_E_INVALID_ARG, "11.8",
-                            "stream %016llx: symbol %zu is %u, the codebook has k = %u",
-                            (unsigned long long)spec->id, i, symbols[i], w->cb.k);
+    if (!spec)
+        return 0;
+    if (spec->profile == FKVF_PROFILE_QUAD) {
+        if (spec->symbol_bits < 2 || spec->symbol_bits > 32 || (spec->symbol_bits & 1))
+            return 0;
+        return fkvf_strm_align(FKVF_PROFILE_QUAD, spec->symbol_bits, 0);
     }
+    if (spec->profile != FKVF_PROFILE_NGON)
+        return 0;
+    if (spec->span_symbols)
+        return spec->span_symbols;
+    double r = spec->r != 0.0 ? spec->r : fkvf_ngon_rmax(spec->alphabet);
+    return fkvf_ngon_max_span(r);
+}
+
+/* One STRM section of group `grp`: `n_streams` streams of `count` symbols,
+ * symbol i of stream j = sym16[i * ps + j * cs] (index) or sym32[i] (tokens). */
+static int put_segment(fkvf_writer *w, unsigned grp, const fkvf_stream_spec *spec, uint64_t first,
+                       uint64_t count, const uint16_t *sym16, size_t ps, size_t cs,
+                       const uint32_t *sym32)
+{
+    wr_group *gr = &w->groups[grp];
+    const char *what = grp == FKVF_GROUP_INDEX ? "index streams" : "token stream";
     fkvf_strm_hdr h;
     memset(&h, 0, sizeof h);
-    h.stream_id = spec->id;
+    h.group = grp;
     h.profile = (uint8_t)spec->profile;
-    h.symbol_count = n;
+    h.first_symbol = first;
+    h.symbol_count = count;
     h.block_size = w->opts.block_size;
+    h.n_streams = 1;
+    if (grp == FKVF_GROUP_INDEX) {
+        h.k_stages = w->cb.k_stages;
+        h.v_stages = w->cb.v_stages;
+        h.n_streams = w->desc.n_layers * w->desc.n_kv_heads * (uint32_t)(h.k_stages + h.v_stages);
+    }
     fkvf_ngon g;
-    int have_ngon = 0;
+    int have_ngon = 0, rc;
+    fkvf_stream_spec norm = *spec;
     if (spec->profile == FKVF_PROFILE_QUAD) {
         if (spec->symbol_bits < 2 || spec->symbol_bits > 32 || (spec->symbol_bits & 1))
             return FAIL(FKVF_E_INVALID_ARG, "12.1", "quad symbol_bits %u (even, 2..32)",
                         spec->symbol_bits);
         h.bits = (uint8_t)spec->symbol_bits;
+        norm.alphabet = 0;
+        norm.r = 0.0;
+        norm.span_symbols = 0;
     } else if (spec->profile == FKVF_PROFILE_NGON) {
         if (!(w->opts.required_features & FKVF_FEAT_NGON))
             return FAIL(FKVF_E_INVALID_ARG, "3.3",
@@ -580,32 +590,69 @@ FKVF_API int fkvf_writer_add_stream(fkvf_writer *w, const fkvf_stream_spec *spec
         h.alphabet = g.n;
         h.r = g.r;
         h.span_symbols = g.span;
+        norm.symbol_bits = 0;
+        norm.r = g.r;
+        norm.span_symbols = g.span;
     } else {
         return FAIL(FKVF_E_INVALID_ARG, "11.2", "unknown profile %d", (int)spec->profile);
     }
     uint8_t *buf = NULL;
-    if ((rc = fkvf_strm_hdr_derive(&h)) || h.section_size > SIZE_MAX) {
-        rc = FAIL(FKVF_E_LIMIT, "15", "stream of %zu symbols too large", n);
+    uint32_t *tmp = NULL;
+    uint32_t u = fkvf_strm_align(h.profile, h.bits, h.span_symbols);
+    if (gr->present &&
+        (gr->spec.profile != norm.profile || gr->spec.symbol_bits != norm.symbol_bits ||
+         gr->spec.alphabet != norm.alphabet || gr->spec.span_symbols != norm.span_symbols ||
+         memcmp(&gr->spec.r, &norm.r, sizeof norm.r) != 0)) {
+        rc = FAIL(FKVF_E_INVALID_ARG, "11.6", "%s: codec differs from their earlier segments",
+                  what);
         goto out;
     }
-    if (fkvf_grow(w->alloc, (void **)&w->streams, &w->cap_streams, w->n_streams + 1,
-                  sizeof *w->streams) ||
-        !(buf = fkvf_calloc(w->alloc, (size_t)h.section_size, 1))) {
-        rc = FAIL(FKVF_E_NOMEM, NULL, "no memory for a stream of %zu symbols", n);
+    if (first % u || first > gr->length) {
+        rc = FAIL(FKVF_E_INVALID_ARG, "11.6",
+                  "%s: first symbol %llu must be a multiple of %u and at most their length %llu",
+                  what, (unsigned long long)first, u, (unsigned long long)gr->length);
+        goto out;
+    }
+    if ((rc = fkvf_strm_hdr_derive(&h)) || h.section_size > SIZE_MAX || count > SIZE_MAX ||
+        first + count < first) {
+        rc = FAIL(FKVF_E_LIMIT, "15", "%s: segment of %llu symbols too large", what,
+                  (unsigned long long)count);
+        goto out;
+    }
+    if (!(buf = fkvf_calloc(w->alloc, (size_t)h.section_size, 1)) ||
+        (sym16 && !(tmp = fkvf_malloc(w->alloc, count ? (size_t)count * sizeof *tmp : 1)))) {
+        rc = FAIL(FKVF_E_NOMEM, NULL, "no memory for a segment of %llu bytes",
+                  (unsigned long long)h.section_size);
         goto out;
     }
     uint8_t *data = buf + h.data_off;
-    if (h.profile == FKVF_PROFILE_QUAD)
-        rc = fkvf_quad_encode(symbols, n, h.bits, data, (size_t)h.data_bytes);
-    else
-        rc = fkvf_ngon_encode(&g, symbols, n, data, (size_t)h.data_bytes);
-    if (rc) {
-        /* a symbol outside the alphabet is the caller's error */
-        rc = FAIL(rc == FKVF_E_SYMBOL ? FKVF_E_INVALID_ARG : rc, "12", "stream %016llx: %s",
-                  (unsigned long long)spec->id,
-                  rc == FKVF_E_SYMBOL ? "a symbol is outside the alphabet"
-                                      : "a span does not decode back exactly");
-        goto out;
+    for (uint32_t j = 0; j < h.n_streams; j++) {
+        const uint32_t *src = sym32;
+        if (sym16) {
+            for (size_t i = 0; i < (size_t)count; i++) {
+                tmp[i] = sym16[i * ps + j * cs];
+                if (tmp[i] >= w->cb.k) {
+                    rc = FAIL(FKVF_E_INVALID_ARG, "11.8",
+                              "index stream %u, symbol %zu is %u, the codebook has k = %u", j, i,
+                              tmp[i], w->cb.k);
+                    goto out;
+                }
+            }
+            src = tmp;
+        }
+        uint8_t *dst = data + (size_t)(j * h.stream_bytes);
+        if (h.profile == FKVF_PROFILE_QUAD)
+            rc = fkvf_quad_encode(src, (size_t)count, h.bits, dst, (size_t)h.stream_bytes);
+        else
+            rc = fkvf_ngon_encode(&g, src, (size_t)count, dst, (size_t)h.stream_bytes);
+        if (rc) {
+            /* a symbol outside the alphabet is the caller's error */
+            rc = FAIL(rc == FKVF_E_SYMBOL ? FKVF_E_INVALID_ARG : rc, "12", "%s, stream %u: %s",
+                      what, j,
+                      rc == FKVF_E_SYMBOL ? "a symbol is outside the alphabet"
+                                          : "a span does not decode back exactly");
+            goto out;
+        }
     }
     if (have_ngon && (rc = ensure_vtxs(w, &g)))
         goto out;
@@ -620,18 +667,48 @@ FKVF_API int fkvf_writer_add_stream(fkvf_writer *w, const fkvf_stream_spec *spec
         fkvf_st64(buf + 64 + 8 * b,
                   fkvf_xxh3_64(data + start, (size_t)len, off + h.data_off + start));
     }
-    rc = put_section(w, FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, spec->id, buf,
+    rc = put_section(w, FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, grp, buf,
                      (size_t)h.section_size);
     if (rc == FKVF_OK) {
-        w->streams[w->n_streams].id = spec->id;
-        w->streams[w->n_streams].length = n;
-        w->n_streams++;
+        gr->present = 1;
+        gr->spec = norm;
+        gr->length = first + count;
     }
 out:
     fkvf_free(w->alloc, buf);
+    fkvf_free(w->alloc, tmp);
     if (have_ngon)
         fkvf_ngon_fini(&g);
     return rc;
+}
+
+FKVF_API int fkvf_writer_add_index_segment(fkvf_writer *w, const fkvf_stream_spec *spec,
+                                           uint64_t first, uint64_t count, const uint16_t *codes,
+                                           size_t pos_stride, size_t code_stride)
+{
+    int rc = w_enter(w);
+    if (rc)
+        return rc;
+    if (!spec || (!codes && count))
+        return FKVF_E_INVALID_ARG;
+    if (!w->has_desc || !w->cb_kind)
+        return FAIL(FKVF_E_STATE, "11.8", "index streams need the descriptor and the codebook first");
+    static const uint16_t none = 0;
+    return put_segment(w, FKVF_GROUP_INDEX, spec, first, count, codes ? codes : &none, pos_stride,
+                       code_stride, NULL);
+}
+
+FKVF_API int fkvf_writer_add_token_segment(fkvf_writer *w, const fkvf_stream_spec *spec,
+                                           uint64_t first, const uint32_t *tokens, size_t count)
+{
+    int rc = w_enter(w);
+    if (rc)
+        return rc;
+    if (!spec || (!tokens && count))
+        return FKVF_E_INVALID_ARG;
+    static const uint32_t none = 0;
+    return put_segment(w, FKVF_GROUP_TOKENS, spec, first, count, NULL, 0, 0,
+                       tokens ? tokens : &none);
 }
 
 FKVF_API int fkvf_writer_add_section(fkvf_writer *w, uint32_t type, uint32_t flags, uint64_t key,
@@ -751,37 +828,31 @@ FKVF_API int fkvf_writer_set_positions(fkvf_writer *w, uint64_t n_positions, uin
                     (unsigned long long)n_archived, (unsigned long long)n_positions);
     w->n_positions = n_positions;
     w->n_archived = n_archived;
+    w->dirty = 1;
     return FKVF_OK;
 }
 
-/* The archive must be one a reader accepts (spec 11.6, 14). */
+/* The archive must be one a reader accepts (spec 11.6, 11.8, 14). */
 static int check_consistency(fkvf_writer *w)
 {
-    for (size_t i = 0; i < w->n_streams; i++) {
-        int tok = (w->streams[i].id >> 56) == FKVF_STREAM_KIND_TOKENS;
-        uint64_t want = tok ? w->n_positions : w->n_archived;
-        if (w->streams[i].length != want)
-            return FAIL(FKVF_E_STATE, "11.6", "stream %016llx has %llu symbols, needs %llu",
-                        (unsigned long long)w->streams[i].id,
-                        (unsigned long long)w->streams[i].length, (unsigned long long)want);
-    }
+    const wr_group *ix = &w->groups[FKVF_GROUP_INDEX], *tk = &w->groups[FKVF_GROUP_TOKENS];
+    if (tk->present && tk->length != w->n_positions)
+        return FAIL(FKVF_E_STATE, "11.6", "the token stream has %llu symbols, needs %llu",
+                    (unsigned long long)tk->length, (unsigned long long)w->n_positions);
+    if (ix->present && ix->length != w->n_archived)
+        return FAIL(FKVF_E_STATE, "11.6", "the index streams have %llu symbols, need %llu",
+                    (unsigned long long)ix->length, (unsigned long long)w->n_archived);
     if (!w->has_desc) {
-        if (w->n_positions || w->n_streams || w->n_exact || w->cb_kind != 1)
+        if (w->n_positions || ix->present || tk->present || w->n_exact || w->cb_kind != 1)
             return FAIL(FKVF_E_STATE, "13.4",
                         "without a descriptor the file is a codebook file: codebooks only");
         return FKVF_OK;
     }
     if (w->n_archived) {
-        uint64_t n_index = 0;
-        for (size_t i = 0; i < w->n_streams; i++)
-            n_index += (w->streams[i].id >> 56) == FKVF_STREAM_KIND_INDEX;
-        uint64_t want =
-            (uint64_t)w->desc.n_layers * w->desc.n_kv_heads * (w->cb.k_stages + w->cb.v_stages);
         if (!w->cb_kind)
             return FAIL(FKVF_E_STATE, "13.7", "archived positions need a codebook");
-        if (n_index != want)
-            return FAIL(FKVF_E_STATE, "11.8", "%llu index streams, the codebook needs %llu",
-                        (unsigned long long)n_index, (unsigned long long)want);
+        if (!ix->present)
+            return FAIL(FKVF_E_STATE, "11.8", "archived positions need the index streams");
     }
     uint64_t S = w->desc.n_sinks < w->n_positions ? w->desc.n_sinks : w->n_positions;
     if (w->n_archived && w->n_archived > w->n_positions - S)
@@ -795,6 +866,91 @@ static int check_consistency(fkvf_writer *w)
                         (unsigned long long)p);
     }
     return FKVF_OK;
+}
+
+/* Merge the exact ranges (sorted by fkvf_ranges_first_gap) so that a
+ * long-lived writer keeps few of them. */
+static void coalesce_exact(fkvf_writer *w)
+{
+    (void)fkvf_ranges_first_gap(w->exact, w->n_exact, 0, 0); /* sorts */
+    size_t n = 0;
+    for (size_t i = 0; i < w->n_exact; i++) {
+        fkvf_range c = w->exact[i];
+        if (c.count == 0)
+            continue;
+        if (n && c.first <= w->exact[n - 1].first + w->exact[n - 1].count) {
+            uint64_t end = c.first + c.count, pend = w->exact[n - 1].first + w->exact[n - 1].count;
+            if (end > pend)
+                w->exact[n - 1].count = end - w->exact[n - 1].first;
+        } else {
+            w->exact[n++] = c;
+        }
+    }
+    w->n_exact = n;
+}
+
+static int do_sync(fkvf_writer *w, const char *when)
+{
+    if (w->opts.no_sync || !w->sink.sync || w->sink.sync(w->sink.opaque) == 0)
+        return FKVF_OK;
+    int e = errno;
+    w->state = 2;
+    return FAIL(FKVF_E_IO, "7.6", "sync %s: %s", when, strerror(e));
+}
+
+/* META, directory, trailer of the current commit (spec 7.6). */
+static int write_commit(fkvf_writer *w)
+{
+    int rc;
+    if ((rc = check_consistency(w)))
+        return rc;
+    if (w->meta_count &&
+        (rc = put_section(w, FKVF_SECTION_META, 0, 0, w->meta, w->meta_size)))
+        return rc;
+    if ((rc = out_pad64(w)))
+        return rc;
+    uint64_t dir_off = w->pos;
+    size_t dir_size = FKVF_DIRHDR_SIZE + w->n_dir * FKVF_DIRENT_SIZE;
+    uint8_t *dir = fkvf_malloc(w->alloc, dir_size);
+    if (!dir)
+        return w_broken(w, FAIL(FKVF_E_NOMEM, NULL, "no memory for the directory"));
+    fkvf_dirhdr dh = {(uint32_t)w->n_dir, w->commit_seq, w->n_positions, w->n_archived};
+    fkvf_dirhdr_write(dir, &dh);
+    for (size_t i = 0; i < w->n_dir; i++)
+        fkvf_dirent_write(dir + FKVF_DIRHDR_SIZE + i * FKVF_DIRENT_SIZE, &w->dir[i]);
+    uint64_t dir_sum = fkvf_xxh3_64(dir, dir_size, dir_off);
+    rc = out_bytes(w, dir, dir_size);
+    fkvf_free(w->alloc, dir);
+    if (rc || (rc = out_pad64(w)))
+        return rc;
+    /* sections and directory durable before the trailer that makes them valid */
+    if ((rc = do_sync(w, "before the trailer")))
+        return rc;
+    uint64_t toff = w->pos;
+    fkvf_trailer t = {w->commit_seq, dir_off, dir_size, dir_sum, w->prev_trailer, toff + 64};
+    uint8_t tb[64];
+    fkvf_trailer_write(tb, &t, toff);
+    if ((rc = out_bytes(w, tb, sizeof tb)) || (rc = do_sync(w, "after the trailer")))
+        return rc;
+    w->prev_trailer = toff;
+    w->commit_seq++;
+    w->n_dir = 0;
+    w->meta_count = 0;
+    w->meta_size = 0;
+    w->dirty = 0;
+    coalesce_exact(w);
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_writer_commit(fkvf_writer *w)
+{
+    int rc = w_enter(w);
+    if (rc)
+        return rc;
+    if (w->commit_seq > FKVF_MAX_COMMITS)
+        return FAIL(FKVF_E_LIMIT, "15", "more than %llu commits",
+                    (unsigned long long)FKVF_MAX_COMMITS);
+    return write_commit(w);
 }
 
 static int sync_dir_of(const char *path)
@@ -818,37 +974,8 @@ FKVF_API int fkvf_writer_finish(fkvf_writer *w)
     int rc = w_enter(w);
     if (rc)
         return rc;
-    if ((rc = check_consistency(w)))
+    if ((w->dirty || w->commit_seq == 1 || w->meta_count) && (rc = fkvf_writer_commit(w)))
         return rc;
-    if (w->meta_count &&
-        (rc = put_section(w, FKVF_SECTION_META, 0, 0, w->meta, w->meta_size)))
-        return rc;
-    if ((rc = out_pad64(w)))
-        return rc;
-    uint64_t dir_off = w->pos;
-    size_t dir_size = FKVF_DIRHDR_SIZE + w->n_dir * FKVF_DIRENT_SIZE;
-    uint8_t *dir = fkvf_malloc(w->alloc, dir_size);
-    if (!dir)
-        return w_broken(w, FAIL(FKVF_E_NOMEM, NULL, "no memory for the directory"));
-    fkvf_dirhdr dh = {(uint32_t)w->n_dir, 1, w->n_positions, w->n_archived};
-    fkvf_dirhdr_write(dir, &dh);
-    for (size_t i = 0; i < w->n_dir; i++)
-        fkvf_dirent_write(dir + FKVF_DIRHDR_SIZE + i * FKVF_DIRENT_SIZE, &w->dir[i]);
-    uint64_t dir_sum = fkvf_xxh3_64(dir, dir_size, dir_off);
-    rc = out_bytes(w, dir, dir_size);
-    fkvf_free(w->alloc, dir);
-    if (rc || (rc = out_pad64(w)))
-        return rc;
-    fkvf_trailer t = {1, dir_off, dir_size, dir_sum, 0, w->pos + 64};
-    uint8_t tb[64];
-    fkvf_trailer_write(tb, &t, w->pos);
-    if ((rc = out_bytes(w, tb, sizeof tb)))
-        return rc;
-    if (!w->opts.no_sync && w->sink.sync && w->sink.sync(w->sink.opaque) != 0) {
-        int e = errno;
-        w->state = 2;
-        return FAIL(FKVF_E_IO, NULL, "fsync: %s", strerror(e));
-    }
     if (w->fd >= 0) {
         if (close(w->fd) != 0) {
             int e = errno;
