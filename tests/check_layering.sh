@@ -6,6 +6,8 @@
 #   internal headers of other modules stay out of read/ and write/ (read/
 #   uses the quantizer through fkvf.h only)
 #   quant/ includes only common/
+#   append/ includes common/ and write/writer_resume.h only (read/ and quant/
+#   through fkvf.h)
 #   tools/ include only the public header fkvf.h (and their own cacheio.h);
 #   libfkvf never includes libarchive
 # usage: check_layering.sh SRCDIR
@@ -22,6 +24,7 @@ deny format 'codec/|read/|write/|reader|writer' "may use common/ only"
 deny read 'write/|writer|quant/' "must not include the writer or quant/ internals"
 deny write 'read/|reader|quant/' "must not include the reader or quant/ internals"
 deny quant 'codec/|format/|read/|write/|reader|writer' "may use common/ only"
+deny append 'codec/|format/|read/|quant/|reader|write/writer\.h|write/[a-vx-z]' "may use common/ and write/writer_resume.h only"
 tools_hits=$(grep -nE '#include "' "$1"/tools/*.c | grep -v '#include "fkvf.h"' | grep -v '#include "cacheio.h"')
 if [ -n "$tools_hits" ]; then echo "layering: tools/ must use the public header only:"; echo "$tools_hits"; bad=1; fi
 lib_ar=$(grep -rn '#include <archive' "$S" 2>/dev/null)

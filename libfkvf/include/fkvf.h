@@ -438,6 +438,95 @@ FKVF_API int fkvf_writer_commit(fkvf_writer *w);
  * commit was made yet), sync, and (file writers) rename into place. */
 FKVF_API int fkvf_writer_finish(fkvf_writer *w);
 
+/* ---- appender (spec 7.4-7.7, 14.3) ------------------------------------ */
+/* Grows an archive one commit at a time, as an inference engine grows its
+ * cache: append the rows (and token ids) of new positions, then commit. A
+ * commit writes only new data: exact rows of the new positions that stay in
+ * the recent window, the indices of positions that left it (quantized with
+ * the archive's codebook, spec 13.6), a token-stream segment, a directory
+ * and a trailer chained to the previous one. Its cost does not depend on the
+ * archive's size. After a crash the file opens at the last complete commit.
+ *
+ * Durability: with FKVF_SYNC_COMMIT (the default) a commit is durable when
+ * fkvf_appender_commit returns (fdatasync before and after its trailer, spec
+ * 7.6). With FKVF_SYNC_NONE nothing is synced: commits are complete in the
+ * file but may be lost by a system crash until fkvf_appender_sync returns;
+ * a process crash loses nothing committed. Either way a crash never leaves a
+ * file that opens at a partial commit. */
+typedef struct fkvf_appender fkvf_appender;
+typedef struct fkvf_rvq fkvf_rvq; /* the quantizer, below */
+
+#define FKVF_SYNC_COMMIT 0u
+#define FKVF_SYNC_NONE 1u
+
+/* File I/O of an appender, replaceable for fault injection (tests, or a
+ * caller's own accounting). NULL members use write(2) and fdatasync(2).
+ * write returns the bytes written (a short count is retried), or -1 with
+ * errno set; sync returns 0 or -1 with errno set. */
+typedef struct fkvf_io {
+    long long (*write)(void *opaque, int fd, const void *data, size_t size);
+    int (*sync)(void *opaque, int fd);
+    void *opaque;
+} fkvf_io;
+
+typedef struct fkvf_append_options {
+    unsigned sync;              /* FKVF_SYNC_COMMIT or FKVF_SYNC_NONE */
+    unsigned beam_width;        /* RVQ encoding of archived positions (0, 1: greedy) */
+    uint32_t block_size;        /* of new stream segments, 0 = 4096 */
+    fkvf_reader *codebook_file; /* for an archive that refers to an external
+                                 * codebook (borrowed during open only) */
+    int recover;                /* 1: truncate a torn tail (spec 7.7) instead of
+                                 * failing with FKVF_E_TORN */
+    const fkvf_io *io;          /* NULL: plain system calls */
+} fkvf_append_options;
+
+FKVF_API void fkvf_append_options_init(fkvf_append_options *opts);
+
+/* A new archive for appending. */
+typedef struct fkvf_append_create {
+    const fkvf_desc *desc;        /* window = W recent exact positions, n_sinks = S */
+    const fkvf_rvq *codebook;     /* embedded; NULL with no codebook_ref: every
+                                   * position stays exact */
+    fkvf_reader *codebook_ref;    /* or: refer to this codebook file by hash */
+    const char *codebook_name;    /* name hint stored with the reference */
+    fkvf_stream_spec index_codec; /* profile 0: quad, smallest width for k */
+    fkvf_stream_spec token_codec; /* profile 0: no token stream */
+} fkvf_append_create;
+
+/* Create PATH (atomically: commit 1 holds the descriptor, the codebook and
+ * empty stream groups) and open it for appending. FKVF_E_IO if it exists. */
+FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
+                                  const fkvf_append_create *create,
+                                  const fkvf_append_options *opts, const fkvf_allocator *alloc);
+/* Open an existing archive for appending. A torn tail is FKVF_E_TORN unless
+ * opts->recover. */
+FKVF_API int fkvf_appender_open(fkvf_appender **out, const char *path,
+                                const fkvf_append_options *opts, const fkvf_allocator *alloc);
+/* Queue n_rows new positions: rows in the descriptor's dtype and the layout
+ * of spec 14.2 (size = n_rows * row bytes); tokens: n_rows token ids when the
+ * archive has a token stream, else NULL. Nothing is written before commit. */
+FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t size, size_t n_rows,
+                                  const uint32_t *tokens);
+/* Write the queued positions as one commit. On an I/O error the file is cut
+ * back to the previous commit and the handle fails (reopen to continue). */
+FKVF_API int fkvf_appender_commit(fkvf_appender *a);
+/* Make every commit durable (FKVF_SYNC_NONE). */
+FKVF_API int fkvf_appender_sync(fkvf_appender *a);
+
+typedef struct fkvf_appender_state {
+    uint64_t n_positions;   /* committed */
+    uint64_t n_archived;    /* committed */
+    uint64_t pending;       /* queued, not committed */
+    uint64_t commit_seq;    /* of the last commit */
+    uint64_t file_size;     /* committed bytes */
+    uint64_t recovered_bytes; /* torn bytes truncated at open (opts.recover) */
+    int has_tokens, has_codebook;
+} fkvf_appender_state;
+FKVF_API int fkvf_appender_state_get(const fkvf_appender *a, fkvf_appender_state *out);
+FKVF_API const char *fkvf_appender_message(const fkvf_appender *a);
+/* Close; queued positions that were not committed are dropped. NULL is fine. */
+FKVF_API void fkvf_appender_free(fkvf_appender *a);
+
 /* ---- codec (spec 12), for tools, tests and benchmarks ------------------- */
 
 /* r_N of a regular N-gon (spec 12.2); uses libm (writer side). */

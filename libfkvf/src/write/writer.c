@@ -19,6 +19,7 @@
 #include "format/format.h"
 #include "hash.h"
 #include "le.h"
+#include "writer_resume.h"
 
 #define FKVF_WRITER_MAGIC UINT32_C(0x57564B46) /* "FKVW" */
 
@@ -62,7 +63,10 @@ struct fkvf_writer {
     int cb_kind; /* 0 none, 1 CBK1, 2 CBRF */
     fkvf_codebook_shape cb;
 
+    int resumed;           /* continues an existing file (writer_resume.h) */
+    uint64_t committed;    /* end of the last complete commit */
     uint64_t commit_seq;   /* of the commit being built */
+    fkvf_io io;            /* resumed writers: replaceable write / sync */
     uint64_t prev_trailer; /* offset of the previous trailer; 0 before commit 1 */
     int dirty;             /* something was added since the last commit */
 };
@@ -933,6 +937,7 @@ static int write_commit(fkvf_writer *w)
     if ((rc = out_bytes(w, tb, sizeof tb)) || (rc = do_sync(w, "after the trailer")))
         return rc;
     w->prev_trailer = toff;
+    w->committed = toff + 64;
     w->commit_seq++;
     w->n_dir = 0;
     w->meta_count = 0;
@@ -984,6 +989,10 @@ FKVF_API int fkvf_writer_finish(fkvf_writer *w)
             return FAIL(FKVF_E_IO, NULL, "close: %s", strerror(e));
         }
         w->fd = -1;
+        if (w->resumed) {
+            w->state = 1;
+            return FKVF_OK;
+        }
         if (rename(w->tmp_path, w->path) != 0) {
             int e = errno;
             w->state = 2;
@@ -993,5 +1002,149 @@ FKVF_API int fkvf_writer_finish(fkvf_writer *w)
             (void)sync_dir_of(w->path);
     }
     w->state = 1;
+    return FKVF_OK;
+}
+
+/* ---- resuming an existing file (writer_resume.h) ------------------------------ */
+
+static long long io_write(void *opaque, const void *data, size_t size)
+{
+    fkvf_writer *w = opaque;
+    if (w->io.write)
+        return w->io.write(w->io.opaque, w->fd, data, size);
+    return (long long)write(w->fd, data, size);
+}
+
+static int io_sync(void *opaque)
+{
+    fkvf_writer *w = opaque;
+    if (w->io.sync)
+        return w->io.sync(w->io.opaque, w->fd);
+    return fdatasync(w->fd);
+}
+
+int fkvf_writer_resume(fkvf_writer **out, const fkvf_resume *st, const fkvf_writer_options *opts,
+                       const fkvf_allocator *alloc)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    *out = NULL;
+    if (!st || st->fd < 0 || !st->desc || st->committed_size < 192 || st->committed_size % 64 ||
+        st->last_seq < 1) {
+        if (st && st->fd >= 0)
+            close(st->fd);
+        return FKVF_E_INVALID_ARG;
+    }
+    fkvf_writer_options o;
+    if (opts)
+        o = *opts;
+    else
+        fkvf_writer_options_init(&o);
+    o.required_features = st->required_features;
+    o.optional_features = st->optional_features;
+    int rc = writer_new(out, &o, alloc);
+    fkvf_writer *w = *out;
+    if (rc) {
+        if (w)
+            w->state = 2;
+        close(st->fd);
+        return rc;
+    }
+    w->fd = st->fd;
+    w->resumed = 1;
+    if (st->io)
+        w->io = *st->io;
+    w->sink.write = io_write;
+    w->sink.sync = io_sync;
+    w->sink.opaque = w;
+    const char *name = st->path ? st->path : "<file>";
+    if (!(w->path = fkvf_strndup(w->alloc, name, strlen(name)))) {
+        w->state = 2;
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory for the path");
+    }
+    w->diag.name = w->path;
+    /* the state the file's served commit leaves */
+    char *mid = dup_str(w, st->desc->model_id), *tid = dup_str(w, st->desc->tokenizer_id);
+    if (!mid || !tid) {
+        fkvf_free(w->alloc, mid);
+        fkvf_free(w->alloc, tid);
+        w->state = 2;
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory for the descriptor");
+    }
+    w->desc = *st->desc;
+    w->desc.model_id = mid;
+    w->desc.tokenizer_id = tid;
+    w->row_bytes = fkvf_desc_row_bytes(st->desc);
+    w->has_desc = 1;
+    if (st->cb_kind) {
+        w->cb_kind = st->cb_kind;
+        w->cb = *st->cb;
+    }
+    w->groups[FKVF_GROUP_INDEX].present = st->index_present;
+    w->groups[FKVF_GROUP_INDEX].spec = st->index_spec;
+    w->groups[FKVF_GROUP_INDEX].length = st->index_length;
+    w->groups[FKVF_GROUP_TOKENS].present = st->token_present;
+    w->groups[FKVF_GROUP_TOKENS].spec = st->token_spec;
+    w->groups[FKVF_GROUP_TOKENS].length = st->token_length;
+    w->n_positions = st->n_positions;
+    w->n_archived = st->n_archived;
+    /* every position of the served commit that must be exact is covered
+     * (the reader checked it, spec 14.3) */
+    if (st->n_positions) {
+        if (fkvf_grow(w->alloc, (void **)&w->exact, &w->cap_exact, 1, sizeof *w->exact)) {
+            w->state = 2;
+            return FAIL(FKVF_E_NOMEM, NULL, "no memory");
+        }
+        w->exact[0].first = 0;
+        w->exact[0].count = st->n_positions;
+        w->n_exact = 1;
+    }
+    if (st->n_vtxs) {
+        if (fkvf_grow(w->alloc, (void **)&w->vtxs_written, &w->cap_vtxs, st->n_vtxs,
+                      sizeof *w->vtxs_written)) {
+            w->state = 2;
+            return FAIL(FKVF_E_NOMEM, NULL, "no memory");
+        }
+        memcpy(w->vtxs_written, st->vtxs, st->n_vtxs * sizeof *st->vtxs);
+        w->n_vtxs = st->n_vtxs;
+    }
+    w->commit_seq = st->last_seq + 1;
+    w->prev_trailer = st->committed_size - 64;
+    w->committed = st->committed_size;
+    w->pos = st->committed_size;
+    if (ftruncate(w->fd, (off_t)st->committed_size) != 0 ||
+        lseek(w->fd, (off_t)st->committed_size, SEEK_SET) < 0) {
+        int e = errno;
+        w->state = 2;
+        return FAIL(FKVF_E_IO, NULL, "cannot position at the end of the last commit (%llu): %s",
+                    (unsigned long long)st->committed_size, strerror(e));
+    }
+    return FKVF_OK;
+}
+
+int fkvf_writer_rollback(fkvf_writer *w)
+{
+    if (!w || w->magic != FKVF_WRITER_MAGIC || w->fd < 0 || !w->resumed)
+        return FKVF_E_STATE;
+    if (ftruncate(w->fd, (off_t)w->committed) != 0)
+        return FKVF_E_IO;
+    (void)fdatasync(w->fd);
+    return FKVF_OK;
+}
+
+uint64_t fkvf_writer_committed_size(const fkvf_writer *w)
+{
+    return w && w->magic == FKVF_WRITER_MAGIC ? w->committed : 0;
+}
+
+int fkvf_writer_sync_now(fkvf_writer *w)
+{
+    if (!w || w->magic != FKVF_WRITER_MAGIC || w->fd < 0)
+        return FKVF_E_STATE;
+    if (io_sync(w) != 0) {
+        int e = errno;
+        return fkvf_fail(&w->diag, FKVF_E_IO, FKVF_NO_OFFSET, "7.6", "fdatasync: %s",
+                         strerror(e));
+    }
     return FKVF_OK;
 }

@@ -1,0 +1,682 @@
+/* The appender (fkvf.h "appender"): grows an archive commit by commit
+ * (spec 7.4-7.7) with a sliding exact window (spec 14.3). It reads the file
+ * it continues through the public reader API, quantizes with the public
+ * quantizer API, and writes through the writer's internal resume interface
+ * (write/writer_resume.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "ckd.h"
+#include "error.h"
+#include "fkvf.h"
+#include "write/writer_resume.h"
+
+#define FKVF_APPENDER_MAGIC UINT32_C(0x50414B46) /* "FKAP" */
+
+struct fkvf_appender {
+    uint32_t magic;
+    const fkvf_allocator *alloc;
+    fkvf_diag diag;
+    char *path;
+    fkvf_writer *w;
+    int failed;
+    fkvf_append_options opts;
+
+    fkvf_desc desc;
+    char *model_id, *tokenizer_id;
+    size_t row_bytes;
+    uint64_t S, W;
+
+    fkvf_rvq *q; /* NULL: no codebook, every position stays exact */
+    size_t cpp;  /* codes per position */
+    fkvf_rope rope;
+    int pre_rope;
+    fkvf_stream_spec ispec;
+    uint32_t iu; /* alignment unit of the index streams */
+    int has_tokens;
+    fkvf_stream_spec tspec;
+    uint32_t tu;
+
+    uint64_t n, A;       /* committed positions, archived positions */
+    uint64_t seq, recovered;
+
+    /* rows of positions [b0, n + pending): the recent window and the queue */
+    uint8_t *rows;
+    size_t rows_n, rows_cap;
+    uint64_t b0;
+    /* codes of archived positions [A - itail_n, A) (the partial unit) */
+    uint16_t *itail;
+    size_t itail_n;
+    /* token ids of positions [n - ttail_n, n + pending) */
+    uint32_t *tok;
+    size_t tok_n, tok_cap;
+    uint64_t pending;
+};
+
+#define FAIL(code, clause, ...) fkvf_fail(&a->diag, code, FKVF_NO_OFFSET, clause, __VA_ARGS__)
+
+FKVF_API void fkvf_append_options_init(fkvf_append_options *opts)
+{
+    if (opts)
+        memset(opts, 0, sizeof *opts);
+}
+
+static int a_enter(fkvf_appender *a)
+{
+    if (!a || a->magic != FKVF_APPENDER_MAGIC)
+        return FKVF_E_STATE;
+    if (a->failed)
+        return a->diag.code ? a->diag.code : FKVF_E_STATE;
+    fkvf_diag_clear(&a->diag);
+    return FKVF_OK;
+}
+
+FKVF_API const char *fkvf_appender_message(const fkvf_appender *a)
+{
+    if (!a || a->magic != FKVF_APPENDER_MAGIC)
+        return "not an appender handle";
+    return a->diag.msg;
+}
+
+FKVF_API void fkvf_appender_free(fkvf_appender *a)
+{
+    if (!a || a->magic != FKVF_APPENDER_MAGIC)
+        return;
+    const fkvf_allocator *al = a->alloc;
+    fkvf_writer_free(a->w); /* closes the file (and its lock) */
+    fkvf_rvq_free(a->q);
+    fkvf_free(al, a->rows);
+    fkvf_free(al, a->itail);
+    fkvf_free(al, a->tok);
+    fkvf_free(al, a->model_id);
+    fkvf_free(al, a->tokenizer_id);
+    fkvf_free(al, a->path);
+    a->magic = 0;
+    fkvf_free(al, a);
+}
+
+FKVF_API int fkvf_appender_state_get(const fkvf_appender *a, fkvf_appender_state *out)
+{
+    if (!a || a->magic != FKVF_APPENDER_MAGIC)
+        return FKVF_E_STATE;
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    memset(out, 0, sizeof *out);
+    out->n_positions = a->n;
+    out->n_archived = a->A;
+    out->pending = a->pending;
+    out->commit_seq = a->seq;
+    out->file_size = fkvf_writer_committed_size(a->w);
+    out->recovered_bytes = a->recovered;
+    out->has_tokens = a->has_tokens;
+    out->has_codebook = a->q != NULL;
+    return FKVF_OK;
+}
+
+/* Smallest even quad width holding symbols below k (spec 11.8). */
+static unsigned quad_bits_for(uint32_t k)
+{
+    unsigned b = 2;
+    while (b < 32 && ((uint64_t)1 << b) < k)
+        b += 2;
+    return b;
+}
+
+static int spec_from_stream(fkvf_reader *r, uint64_t id, fkvf_stream_spec *spec)
+{
+    size_t idx;
+    fkvf_stream_info si;
+    if (fkvf_reader_stream_find(r, id, &idx) != FKVF_OK ||
+        fkvf_reader_stream_info(r, idx, &si) != FKVF_OK)
+        return 0;
+    memset(spec, 0, sizeof *spec);
+    spec->profile = si.profile;
+    if (si.profile == FKVF_PROFILE_QUAD) {
+        spec->symbol_bits = si.symbol_bits;
+    } else {
+        spec->alphabet = si.alphabet;
+        spec->r = si.r;
+        spec->span_symbols = si.span_symbols;
+    }
+    return 1;
+}
+
+/* Room for `extra` more rows in the window buffer. */
+static int rows_reserve(fkvf_appender *a, size_t extra)
+{
+    size_t need;
+    if (!fkvf_addsz(a->rows_n, extra, &need))
+        return FAIL(FKVF_E_LIMIT, NULL, "too many queued positions");
+    if (need <= a->rows_cap)
+        return FKVF_OK;
+    size_t cap = a->rows_cap ? a->rows_cap : 16;
+    while (cap < need)
+        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    size_t bytes;
+    if (!fkvf_mulsz(cap, a->row_bytes, &bytes))
+        return FAIL(FKVF_E_LIMIT, NULL, "too many queued positions");
+    uint8_t *p = fkvf_realloc(a->alloc, a->rows, bytes ? bytes : 1);
+    if (!p)
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory for %zu queued rows", need);
+    a->rows = p;
+    a->rows_cap = cap;
+    return FKVF_OK;
+}
+
+static int tok_reserve(fkvf_appender *a, size_t extra)
+{
+    size_t need;
+    if (!fkvf_addsz(a->tok_n, extra, &need))
+        return FAIL(FKVF_E_LIMIT, NULL, "too many queued tokens");
+    if (need <= a->tok_cap)
+        return FKVF_OK;
+    size_t cap = a->tok_cap ? a->tok_cap : 64;
+    while (cap < need)
+        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    size_t bytes;
+    if (!fkvf_mulsz(cap, sizeof *a->tok, &bytes))
+        return FAIL(FKVF_E_LIMIT, NULL, "too many queued tokens");
+    uint32_t *p = fkvf_realloc(a->alloc, a->tok, bytes);
+    if (!p)
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory for %zu token ids", need);
+    a->tok = p;
+    a->tok_cap = cap;
+    return FKVF_OK;
+}
+
+/* Everything the appender needs from the served commit, through a reader. */
+static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_t **vtxs,
+                      size_t *n_vtxs, fkvf_codebook_shape *cb)
+{
+    int rc;
+    fkvf_archive_info ai;
+    if ((rc = fkvf_reader_info(r, &ai)))
+        return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
+    if (!ai.has_desc)
+        return FAIL(FKVF_E_INVALID_ARG, "13.4", "a codebook file, not an archive");
+    if (ai.torn_bytes && !a->opts.recover)
+        return FAIL(FKVF_E_TORN, "7.7",
+                    "%llu bytes after the last complete commit (a torn append): recover the "
+                    "file first (fkvf recover, or the recover option)",
+                    (unsigned long long)ai.torn_bytes);
+    a->recovered = ai.torn_bytes;
+    fkvf_desc d;
+    if ((rc = fkvf_reader_desc(r, &d)))
+        return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
+    size_t ml = d.model_id ? strlen(d.model_id) : 0, tl = d.tokenizer_id ? strlen(d.tokenizer_id) : 0;
+    if (!(a->model_id = fkvf_strndup(a->alloc, d.model_id ? d.model_id : "", ml)) ||
+        !(a->tokenizer_id = fkvf_strndup(a->alloc, d.tokenizer_id ? d.tokenizer_id : "", tl)))
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory for the descriptor");
+    a->desc = d;
+    a->desc.model_id = a->model_id;
+    a->desc.tokenizer_id = a->tokenizer_id;
+    if ((rc = fkvf_reader_row_bytes(r, d.dtype, &a->row_bytes)))
+        return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
+    a->S = d.n_sinks;
+    a->W = d.window;
+    a->n = ai.n_positions;
+    a->A = ai.n_archived;
+    a->seq = ai.n_commits;
+
+    /* codebook (spec 13): embedded, or external and given */
+    int ext = 0;
+    uint8_t hash[16];
+    const char *name;
+    if ((rc = fkvf_reader_codebook_ref(r, &ext, hash, &name)))
+        return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
+    if (ext) {
+        if (!a->opts.codebook_file)
+            return FAIL(FKVF_E_CODEBOOK, "13.5",
+                        "the archive refers to an external codebook (\"%s\"): give it as the "
+                        "codebook_file option",
+                        name);
+        if ((rc = fkvf_reader_attach_codebook(r, a->opts.codebook_file)))
+            return FAIL(rc, "13.5", "%s", fkvf_reader_message(r));
+    }
+    const void *contents;
+    size_t csize;
+    rc = fkvf_reader_codebook(r, cb, &contents, &csize, NULL);
+    if (rc == FKVF_OK) {
+        rc = fkvf_rvq_from_tables(&a->q, cb, d.n_kv_heads, (const uint8_t *)contents + 64,
+                                  csize - 64, a->alloc);
+        if (rc)
+            return FAIL(rc, "13.2", "the archive's codebook cannot be loaded (%s)",
+                        fkvf_strerror(rc));
+        a->cpp = fkvf_rvq_codes_per_position(a->q);
+        st->cb_kind = ext ? 2 : 1;
+        st->cb = cb;
+    } else if (rc != FKVF_E_NOT_FOUND) {
+        return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
+    }
+    if (d.key_transform == 1 && d.key_storage == 1) {
+        a->pre_rope = 1;
+        a->rope.layout = d.rope_layout;
+        a->rope.rope_dims = d.rope_dims;
+        a->rope.theta = d.rope_theta;
+    }
+
+    /* codecs of the groups (spec 11.2) */
+    st->index_present = spec_from_stream(r, FKVF_STREAM_ID(0, 0, 0, 0, 0), &st->index_spec);
+    if (st->index_present) {
+        a->ispec = st->index_spec;
+        size_t idx;
+        fkvf_stream_info si;
+        fkvf_reader_stream_find(r, FKVF_STREAM_ID(0, 0, 0, 0, 0), &idx);
+        fkvf_reader_stream_info(r, idx, &si);
+        st->index_length = si.length;
+    } else if (a->q) {
+        memset(&a->ispec, 0, sizeof a->ispec);
+        a->ispec.profile = FKVF_PROFILE_QUAD;
+        a->ispec.symbol_bits = quad_bits_for(cb->k);
+    }
+    a->iu = a->q ? fkvf_stream_spec_align(&a->ispec) : 1;
+    st->token_present = spec_from_stream(r, FKVF_STREAM_ID_TOKENS, &st->token_spec);
+    a->has_tokens = st->token_present;
+    if (a->has_tokens) {
+        a->tspec = st->token_spec;
+        a->tu = fkvf_stream_spec_align(&a->tspec);
+        st->token_length = a->n;
+    }
+
+    /* the window: rows of exact positions [b0, n) */
+    a->b0 = a->n < a->S ? a->n : a->S + a->A;
+    size_t nw = (size_t)(a->n - a->b0);
+    if ((rc = rows_reserve(a, nw)))
+        return rc;
+    for (size_t i = 0; i < nw; i++) {
+        const void *row;
+        size_t rb;
+        if ((rc = fkvf_reader_exact_row(r, a->b0 + i, &row, &rb)))
+            return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
+        memcpy(a->rows + i * a->row_bytes, row, a->row_bytes);
+    }
+    a->rows_n = nw;
+
+    /* the partial unit of the index streams and of the token stream */
+    if (a->q && a->A % a->iu) {
+        uint64_t f = a->A / a->iu * a->iu;
+        a->itail_n = (size_t)(a->A - f);
+        size_t cnt;
+        if (!fkvf_mulsz(a->itail_n, a->cpp, &cnt) ||
+            !(a->itail = fkvf_malloc(a->alloc, cnt * sizeof *a->itail)))
+            return FAIL(FKVF_E_NOMEM, NULL, "no memory");
+        uint32_t tmp[64];
+        unsigned per = (unsigned)cb->k_stages + cb->v_stages;
+        for (size_t j = 0; j < a->cpp; j++) {
+            uint32_t lh = (uint32_t)(j / per), s = (uint32_t)(j % per);
+            unsigned kv = s >= cb->k_stages;
+            uint64_t id = FKVF_STREAM_ID(0, lh / d.n_kv_heads, lh % d.n_kv_heads, kv,
+                                         kv ? s - cb->k_stages : s);
+            size_t idx;
+            if ((rc = fkvf_reader_stream_find(r, id, &idx)) ||
+                (rc = fkvf_reader_stream_read(r, idx, f, tmp, a->itail_n)))
+                return FAIL(rc, NULL, "index stream %016llx: %s", (unsigned long long)id,
+                            fkvf_reader_message(r));
+            for (size_t t = 0; t < a->itail_n; t++)
+                a->itail[t * a->cpp + j] = (uint16_t)tmp[t];
+        }
+    }
+    if (a->has_tokens && a->n % a->tu) {
+        uint64_t f = a->n / a->tu * a->tu;
+        size_t idx;
+        if ((rc = tok_reserve(a, (size_t)(a->n - f))))
+            return rc;
+        if ((rc = fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &idx)) ||
+            (rc = fkvf_reader_stream_read(r, idx, f, a->tok, (size_t)(a->n - f))))
+            return FAIL(rc, NULL, "token stream: %s", fkvf_reader_message(r));
+        a->tok_n = (size_t)(a->n - f);
+    }
+
+    /* vertex tables already in the file (spec 10.3) */
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        fkvf_section_info s;
+        if (fkvf_reader_section(r, i, &s) || s.type != FKVF_SECTION_VTXS)
+            continue;
+        size_t cap = *n_vtxs;
+        if (fkvf_grow(a->alloc, (void **)vtxs, &cap, *n_vtxs + 1, sizeof **vtxs))
+            return FAIL(FKVF_E_NOMEM, NULL, "no memory");
+        (*vtxs)[(*n_vtxs)++] = (uint32_t)s.key;
+    }
+    st->committed_size = ai.committed_size;
+    st->last_seq = ai.n_commits;
+    st->required_features = ai.required_features;
+    st->optional_features = ai.optional_features;
+    st->n_positions = a->n;
+    st->n_archived = a->A;
+    st->desc = &a->desc;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_appender_open(fkvf_appender **out, const char *path,
+                                const fkvf_append_options *opts, const fkvf_allocator *alloc)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    *out = NULL;
+    if (!path || !*path)
+        return FKVF_E_INVALID_ARG;
+    alloc = fkvf_alloc_or_default(alloc);
+    fkvf_appender *a = fkvf_calloc(alloc, 1, sizeof *a);
+    if (!a)
+        return FKVF_E_NOMEM;
+    a->magic = FKVF_APPENDER_MAGIC;
+    a->alloc = alloc;
+    *out = a;
+    if (opts)
+        a->opts = *opts;
+    if (!(a->path = fkvf_strndup(alloc, path, strlen(path)))) {
+        a->failed = 1;
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory");
+    }
+    a->diag.name = a->path;
+    if (a->opts.sync > FKVF_SYNC_NONE) {
+        a->failed = 1;
+        return FAIL(FKVF_E_INVALID_ARG, NULL, "options.sync: %u unknown", a->opts.sync);
+    }
+    /* one appender per file: an exclusive lock, held while the file is open */
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        a->failed = 1;
+        return FAIL(FKVF_E_IO, NULL, "cannot open for appending: %s", strerror(e));
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        a->failed = 1;
+        return FAIL(FKVF_E_IO, "7.4", "cannot lock the file (%s): another appender has it open",
+                    strerror(e));
+    }
+    fkvf_reader *r = NULL;
+    fkvf_resume st;
+    memset(&st, 0, sizeof st);
+    uint32_t *vtxs = NULL;
+    size_t n_vtxs = 0;
+    fkvf_codebook_shape cb;
+    memset(&cb, 0, sizeof cb);
+    int rc = fkvf_reader_open_file(&r, path, 0, alloc);
+    if (rc)
+        rc = FAIL(rc, NULL, "%s", r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+    else
+        rc = load_state(a, r, &st, &vtxs, &n_vtxs, &cb);
+    fkvf_reader_free(r); /* before the writer may truncate a torn tail */
+    if (rc) {
+        fkvf_free(alloc, vtxs);
+        close(fd);
+        a->failed = 1;
+        return rc;
+    }
+    st.fd = fd;
+    st.path = a->path;
+    st.vtxs = vtxs;
+    st.n_vtxs = n_vtxs;
+    st.io = a->opts.io;
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    wo.block_size = a->opts.block_size;
+    wo.no_sync = a->opts.sync == FKVF_SYNC_NONE;
+    rc = fkvf_writer_resume(&a->w, &st, &wo, alloc); /* owns fd from here */
+    fkvf_free(alloc, vtxs);
+    if (rc) {
+        a->failed = 1;
+        return FAIL(rc, NULL, "%s", a->w ? fkvf_writer_message(a->w) : fkvf_strerror(rc));
+    }
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
+                                  const fkvf_append_create *c, const fkvf_append_options *opts,
+                                  const fkvf_allocator *alloc)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    *out = NULL;
+    if (!path || !*path || !c || !c->desc || (c->codebook && c->codebook_ref))
+        return FKVF_E_INVALID_ARG;
+    struct stat sb;
+    if (stat(path, &sb) == 0)
+        return FKVF_E_IO; /* never replace an archive */
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    wo.no_sync = opts && opts->sync == FKVF_SYNC_NONE;
+    if (opts)
+        wo.block_size = opts->block_size;
+    fkvf_codebook_shape shape;
+    memset(&shape, 0, sizeof shape);
+    const void *ref_contents = NULL;
+    size_t ref_size = 0;
+    uint8_t hash[16];
+    int rc;
+    if (c->codebook) {
+        uint32_t heads;
+        fkvf_rvq_shape(c->codebook, &shape, &heads);
+    } else if (c->codebook_ref) {
+        if ((rc = fkvf_reader_codebook(c->codebook_ref, &shape, &ref_contents, &ref_size, hash)))
+            return rc;
+        wo.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
+    }
+    int has_cb = c->codebook || c->codebook_ref;
+    fkvf_stream_spec is = c->index_codec;
+    if (has_cb && is.profile == 0) {
+        memset(&is, 0, sizeof is);
+        is.profile = FKVF_PROFILE_QUAD;
+        is.symbol_bits = quad_bits_for(shape.k);
+    }
+    if ((has_cb && is.profile == FKVF_PROFILE_NGON) || c->token_codec.profile == FKVF_PROFILE_NGON)
+        wo.required_features |= FKVF_FEAT_NGON;
+    if (c->token_codec.profile)
+        wo.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
+    fkvf_writer *w = NULL;
+    if ((rc = fkvf_writer_create_file(&w, path, &wo, alloc)))
+        goto out;
+    if ((rc = fkvf_writer_set_desc(w, c->desc)))
+        goto out;
+    if (c->codebook) {
+        size_t tsz = fkvf_rvq_tables_size(c->codebook);
+        void *tables = fkvf_malloc(fkvf_alloc_or_default(alloc), tsz ? tsz : 1);
+        if (!tables) {
+            rc = FKVF_E_NOMEM;
+            goto out;
+        }
+        rc = fkvf_rvq_tables(c->codebook, tables, tsz);
+        if (rc == FKVF_OK)
+            rc = fkvf_writer_add_codebooks(w, &shape, tables, tsz, 0);
+        fkvf_free(fkvf_alloc_or_default(alloc), tables);
+        if (rc)
+            goto out;
+    } else if (c->codebook_ref) {
+        if ((rc = fkvf_writer_add_codebook_ref(w, &shape, hash, c->codebook_name)))
+            goto out;
+    }
+    /* empty groups record the codecs for every later commit (spec 11.8) */
+    if (has_cb && (rc = fkvf_writer_add_index_segment(w, &is, 0, 0, NULL, 0, 0)))
+        goto out;
+    if (c->token_codec.profile &&
+        (rc = fkvf_writer_add_token_segment(w, &c->token_codec, 0, NULL, 0)))
+        goto out;
+    if ((rc = fkvf_writer_set_positions(w, 0, 0)) || (rc = fkvf_writer_finish(w)))
+        goto out;
+out:
+    fkvf_writer_free(w);
+    if (rc)
+        return rc;
+    fkvf_append_options o;
+    fkvf_append_options_init(&o);
+    if (opts)
+        o = *opts;
+    if (c->codebook_ref)
+        o.codebook_file = c->codebook_ref;
+    return fkvf_appender_open(out, path, &o, alloc);
+}
+
+FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t size, size_t n_rows,
+                                  const uint32_t *tokens)
+{
+    int rc = a_enter(a);
+    if (rc)
+        return rc;
+    if ((!rows && n_rows) || (tokens && !a->has_tokens))
+        return FAIL(FKVF_E_INVALID_ARG, NULL, "%s",
+                    tokens ? "the archive has no token stream; create it with a token codec"
+                           : "rows is NULL");
+    if (a->has_tokens && !tokens && n_rows)
+        return FAIL(FKVF_E_INVALID_ARG, "11.8",
+                    "the archive has a token stream: give the token ids of the new positions");
+    size_t want;
+    if (!fkvf_mulsz(n_rows, a->row_bytes, &want) || want != size)
+        return FAIL(FKVF_E_INVALID_ARG, "14.2", "%zu rows of %zu bytes, got %zu bytes", n_rows,
+                    a->row_bytes, size);
+    uint64_t total;
+    if (!fkvf_add64(a->n + a->pending, n_rows, &total) || total > (UINT64_C(1) << 48))
+        return FAIL(FKVF_E_LIMIT, "15", "too many positions");
+    if ((rc = rows_reserve(a, n_rows)) || (tokens && (rc = tok_reserve(a, n_rows))))
+        return rc;
+    if (want)
+        memcpy(a->rows + a->rows_n * a->row_bytes, rows, want);
+    a->rows_n += n_rows;
+    if (tokens) {
+        memcpy(a->tok + a->tok_n, tokens, n_rows * sizeof *tokens);
+        a->tok_n += n_rows;
+    }
+    a->pending += n_rows;
+    return FKVF_OK;
+}
+
+/* Exact rows of positions [p0, p1) (all in the buffer) as one EXAC section. */
+static int put_exact(fkvf_appender *a, uint64_t p0, uint64_t p1)
+{
+    if (p1 <= p0)
+        return FKVF_OK;
+    const uint8_t *src = a->rows + (size_t)(p0 - a->b0) * a->row_bytes;
+    return fkvf_writer_add_exact(a->w, p0, p1 - p0, src, (size_t)(p1 - p0) * a->row_bytes, 0);
+}
+
+static int commit_fail(fkvf_appender *a, int rc, const char *what)
+{
+    if (!a->diag.code)
+        fkvf_fail(&a->diag, rc, FKVF_NO_OFFSET, NULL, "%s: %s", what,
+                  fkvf_writer_message(a->w));
+    if (rc == FKVF_E_IO || rc == FKVF_E_NOMEM || rc == FKVF_E_LIMIT) {
+        /* the commit is incomplete: cut it off so the file opens clean */
+        (void)fkvf_writer_rollback(a->w);
+        a->failed = 1;
+    }
+    return rc;
+}
+
+FKVF_API int fkvf_appender_commit(fkvf_appender *a)
+{
+    int rc = a_enter(a);
+    if (rc)
+        return rc;
+    if (!a->pending)
+        return FKVF_OK;
+    const uint64_t N = a->n + a->pending, S = a->S;
+    uint64_t A2 = a->A;
+    if (a->q && N > S + a->W && N - S - a->W > A2)
+        A2 = N - S - a->W;
+    uint16_t *codes = NULL;
+    size_t ncodes = 0;
+    /* 1. quantize positions that leave the window: [S + A, S + A2) */
+    if (A2 > a->A) {
+        uint64_t f = a->A / a->iu * a->iu;
+        size_t cnt = (size_t)(A2 - f), bytes;
+        if (!fkvf_mulsz(cnt, a->cpp, &ncodes) ||
+            !fkvf_mulsz(ncodes, sizeof *codes, &bytes) ||
+            !(codes = fkvf_malloc(a->alloc, bytes ? bytes : 1)))
+            return FAIL(FKVF_E_NOMEM, NULL, "no memory for %zu codes", ncodes);
+        if (a->itail_n)
+            memcpy(codes, a->itail, a->itail_n * a->cpp * sizeof *codes);
+        fkvf_rows rr;
+        rr.data = a->rows + (size_t)(S + a->A - a->b0) * a->row_bytes;
+        rr.n_rows = (size_t)(A2 - a->A);
+        rr.dtype = a->desc.dtype;
+        rr.first_position = S + a->A;
+        rc = fkvf_rvq_encode(a->q, &rr, a->pre_rope ? &a->rope : NULL, a->opts.beam_width,
+                             codes + a->itail_n * a->cpp, a->cpp, 1);
+        if (rc) {
+            fkvf_free(a->alloc, codes);
+            return FAIL(rc, "13.6", "encoding positions %llu..%llu failed",
+                        (unsigned long long)(S + a->A), (unsigned long long)(S + A2 - 1));
+        }
+        rc = fkvf_writer_add_index_segment(a->w, &a->ispec, f, cnt, codes, a->cpp, 1);
+        if (rc) {
+            fkvf_free(a->alloc, codes);
+            return commit_fail(a, rc, "index streams");
+        }
+    }
+    /* 2. exact rows of the new positions that stay exact: sinks, then the
+     *    recent window */
+    uint64_t s_end = N < S ? N : S, r_start = S + A2 > a->n ? S + A2 : a->n;
+    if ((a->n < s_end && (rc = put_exact(a, a->n, s_end))) ||
+        (r_start < N && (rc = put_exact(a, r_start, N)))) {
+        fkvf_free(a->alloc, codes);
+        return commit_fail(a, rc, "exact rows");
+    }
+    /* 3. token ids */
+    if (a->has_tokens) {
+        uint64_t f = a->n / a->tu * a->tu;
+        rc = fkvf_writer_add_token_segment(a->w, &a->tspec, f, a->tok, a->tok_n);
+        if (rc) {
+            fkvf_free(a->alloc, codes);
+            return commit_fail(a, rc, "token stream");
+        }
+    }
+    /* 4. directory and trailer */
+    if ((rc = fkvf_writer_set_positions(a->w, N, A2)) || (rc = fkvf_writer_commit(a->w))) {
+        fkvf_free(a->alloc, codes);
+        return commit_fail(a, rc, "commit");
+    }
+    /* committed: slide the state */
+    if (A2 > a->A) {
+        uint64_t f = a->A / a->iu * a->iu, f2 = A2 / a->iu * a->iu;
+        size_t keep = (size_t)(A2 - f2);
+        if (keep > a->itail_n) {
+            uint16_t *t = fkvf_realloc(a->alloc, a->itail, keep * a->cpp * sizeof *t);
+            if (!t) {
+                fkvf_free(a->alloc, codes);
+                a->failed = 1; /* the file is fine; this handle cannot go on */
+                return FAIL(FKVF_E_NOMEM, NULL, "no memory after a commit (it is durable)");
+            }
+            a->itail = t;
+        }
+        if (keep)
+            memcpy(a->itail, codes + (size_t)(f2 - f) * a->cpp, keep * a->cpp * sizeof *codes);
+        a->itail_n = keep;
+    }
+    fkvf_free(a->alloc, codes);
+    uint64_t b1 = N < S ? N : S + A2;
+    size_t drop = (size_t)(b1 - a->b0);
+    a->rows_n -= drop;
+    if (a->rows_n)
+        memmove(a->rows, a->rows + drop * a->row_bytes, a->rows_n * a->row_bytes);
+    a->b0 = b1;
+    if (a->has_tokens) {
+        uint64_t f = a->n / a->tu * a->tu, f2 = N / a->tu * a->tu;
+        size_t d = (size_t)(f2 - f);
+        a->tok_n -= d;
+        if (a->tok_n)
+            memmove(a->tok, a->tok + d, a->tok_n * sizeof *a->tok);
+    }
+    a->n = N;
+    a->A = A2;
+    a->pending = 0;
+    a->seq++;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_appender_sync(fkvf_appender *a)
+{
+    int rc = a_enter(a);
+    if (rc)
+        return rc;
+    if ((rc = fkvf_writer_sync_now(a->w)))
+        return FAIL(rc, "7.6", "%s", fkvf_writer_message(a->w));
+    return FKVF_OK;
+}
