@@ -909,7 +909,7 @@ static void wa_run(const fkvf_rvq *q, int L, int H, int D, int ks, int vs, const
     wa_codebook_file(q, &cb, hash);
     printf("Whole archive (public writer, in memory): exact rows for %d sinks + %d recent "
            "positions, every other position archived with the K x%d V x%d k = 256 codebook "
-           "above (greedy, quad 8-bit index streams, one per (layer, head, K|V, stage)); "
+           "above (greedy, quad 8-bit index streams, all of them in one STRM segment, spec 11.2); "
            "(a) codebook referenced by content hash (CBRF), the codebook file shared, not "
            "counted; (b) codebooks embedded (CBK1, f16). Rows: a fresh synthetic sequence "
            "(positions 0..N-1 of %zu). Each archive was opened and one archived position "
