@@ -162,4 +162,30 @@ grep_in compare-nan-text "keys    relative MSE nan  SNR nan dB" "$T/out"
 check compare-same 0 "$FKVF" compare "$CACHE" "$CACHE"
 grep_in compare-same "relative MSE 0 " "$T/out"
 
+# mkst OUT JSON DATABYTES: a tiny safetensors file (u64 header length, JSON,
+# zero data) without any tool but printf
+mkst() {
+    n=$(printf '%s' "$2" | wc -c)
+    printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $((n % 256)) $((n / 256 % 256)) 0 0)" >"$1"
+    printf '\000\000\000\000' >>"$1"
+    printf '%s' "$2" >>"$1"
+    head -c "$3" /dev/zero >>"$1"
+}
+# 1 layer, 1 head, 40 positions, key_dim 3, value_dim 2, f16
+mkst "$T/odd.safetensors" '{"layers.0.key":{"dtype":"F16","shape":[1,40,3],"data_offsets":[0,240]},"layers.0.value":{"dtype":"F16","shape":[1,40,2],"data_offsets":[240,400]}}' 400
+# odd key_dim without --rope-dims: the message does not name an option the
+# user did not give
+check pack-odd-keydim 2 "$FKVF" pack "$T/odd.safetensors" -o "$T/odd.fkvf" $Q
+grep_in pack-odd-keydim-msg "key_dim 3 is odd" "$T/err"
+check pack-odd-keydim-norope 0 "$FKVF" pack "$T/odd.safetensors" -o "$T/odd.fkvf" $Q --no-rope
+# .npy needs key_dim = value_dim: refused before restoring, nothing written
+check unpack-npy-dims 2 "$FKVF" unpack "$T/odd.fkvf" -o "$T/odd.npy"
+grep_in unpack-npy-dims-msg "key_dim 3 and value_dim 2 must be equal" "$T/err"
+if [ -e "$T/odd.npy" ]; then echo "FAIL unpack-npy-dims: output written"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
+# a codebook file is checked even when nothing ends up archived (all exact)
+printf 'not a codebook' >"$T/bad-cb.fkvf"
+check pack-bad-cb-all-exact 1 "$FKVF" pack "$CACHE" -o "$T/allexact.fkvf" --codebooks "$T/bad-cb.fkvf" --sinks 4 --recent 100000
+# a missing codebook file for unpack is invalid input (1), as the help says
+check unpack-cb-missing 1 "$FKVF" unpack "$T/other/e.fkvf" -o "$T/e3.safetensors" --codebooks "$T/nonexistent-cb.fkvf"
+
 finish cli_pack

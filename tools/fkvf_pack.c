@@ -277,6 +277,12 @@ static int key_rope_for(const key_opts *k, uint32_t key_dim, const char *path, f
     rope->layout = k->layout;
     rope->theta = k->theta;
     rope->rope_dims = k->dims ? k->dims : key_dim;
+    if (!k->no_rope && !k->dims && key_dim % 2) {
+        err_line("%s: key_dim %u is odd, and RoPE rotates pairs of dims: give --rope-dims N "
+                 "(even, at most %u) or --no-rope",
+                 path, key_dim, key_dim - 1);
+        return -1;
+    }
     if (!k->no_rope && (rope->rope_dims > key_dim || rope->rope_dims % 2)) {
         err_line("%s: --rope-dims %u does not fit key_dim %u (even, at most key_dim)", path,
                  rope->rope_dims, key_dim);
@@ -585,7 +591,9 @@ int fkvf_cli_pack(int argc, char **argv)
     memset(&shape, 0, sizeof shape);
     char msg[512];
 
-    if (A > 0 && o.cbfile) {
+    /* a codebook file is checked (and referred to) even when no position
+     * ends up archived: the archive can then archive later appends */
+    if (o.cbfile) {
         ex = load_codebook_file(o.cbfile, c, &o.keys, &s.cbr, &s.q, &shape, hash);
         if (ex)
             goto out;
@@ -656,9 +664,9 @@ int fkvf_cli_pack(int argc, char **argv)
     /* the archive */
     fkvf_writer_options wo;
     fkvf_writer_options_init(&wo);
-    if (A > 0 && o.cbfile)
+    if (o.cbfile)
         wo.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
-    if (A > 0 && o.ngon)
+    if ((A > 0 || o.cbfile) && o.ngon)
         wo.required_features |= FKVF_FEAT_NGON;
     if (o.deflate)
         wo.required_features |= FKVF_FEAT_DEFLATE;
@@ -713,7 +721,7 @@ int fkvf_cli_pack(int argc, char **argv)
         rc = fkvf_writer_add_exact(s.w, S + A, W, s.rows + (size_t)(S + A) * rb, (size_t)W * rb,
                                    xflags);
     }
-    if (rc == FKVF_OK && A > 0) {
+    if (rc == FKVF_OK && (A > 0 || o.cbfile)) {
         stage = "codebooks";
         if (o.cbfile) {
             rc = fkvf_writer_add_codebook_ref(s.w, &shape, hash, base_name(o.cbfile));
@@ -914,9 +922,10 @@ int fkvf_cli_unpack(int argc, char **argv)
         }
         rc = fkvf_reader_open_file(&cb, path, 0, NULL);
         if (rc != FKVF_OK) {
+            /* a missing or unreadable codebook is invalid input (exit 1, as
+             * the help says), like a wrong one */
             err_line("%s: %s (the archive %s expects the codebook with content hash %s)", path,
                      cb ? fkvf_reader_message(cb) : fkvf_strerror(rc), in, hx);
-            ex = rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
             goto out;
         }
         rc = fkvf_reader_attach_codebook(r, cb);
@@ -924,6 +933,14 @@ int fkvf_cli_unpack(int argc, char **argv)
             err_line("%s: wrong codebook for %s: %s", path, in, fkvf_reader_message(r));
             goto out;
         }
+    }
+    if (fmt == KVIO_FMT_NPY && d.key_dim != d.value_dim) {
+        /* found before restoring anything */
+        err_line("%s: a .npy file holds one array: key_dim %u and value_dim %u must be equal "
+                 "(use .safetensors or .npz)",
+                 out, d.key_dim, d.value_dim);
+        ex = CLI_USAGE;
+        goto out;
     }
     fkvf_dtype dt = dtype ? (fkvf_dtype)dtype : d.dtype;
     uint32_t P = (uint32_t)ai.n_positions;
