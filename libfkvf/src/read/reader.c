@@ -164,30 +164,87 @@ static int trailer_at(fkvf_reader *r, uint64_t off, fkvf_trailer *t, fkvf_dirhdr
     return FKVF_OK;
 }
 
-/* Walk back from the head trailer; fill r->commits in commit order. */
-static int load_chain(fkvf_reader *r, uint64_t head, int *head_ok)
+/* Trailers the torn-tail scan found to lead to a broken chain (spec 18.4:
+ * remember what was validated, so that each trailer is examined once). */
+typedef struct bad_set {
+    uint64_t *slot; /* offsets + 1; 0 = empty */
+    size_t mask, n;
+} bad_set;
+
+static int bad_has(const bad_set *b, uint64_t off)
+{
+    if (!b || !b->slot)
+        return 0;
+    for (size_t k = (size_t)((off / 64) * UINT64_C(0x9E3779B97F4A7C15) >> 20) & b->mask;
+         b->slot[k]; k = (k + 1) & b->mask)
+        if (b->slot[k] == off + 1)
+            return 1;
+    return 0;
+}
+
+static void bad_add(fkvf_reader *r, bad_set *b, uint64_t off)
+{
+    if (!b || bad_has(b, off))
+        return;
+    if (!b->slot || 2 * (b->n + 1) > b->mask + 1) {
+        size_t cap = b->slot ? 2 * (b->mask + 1) : 64;
+        uint64_t *ns = fkvf_calloc(r->alloc, cap, sizeof *ns);
+        if (!ns)
+            return; /* only a memo: without it the scan is slower, not wrong */
+        size_t nm = cap - 1;
+        for (size_t i = 0; b->slot && i <= b->mask; i++) {
+            if (!b->slot[i])
+                continue;
+            size_t k = (size_t)(((b->slot[i] - 1) / 64) * UINT64_C(0x9E3779B97F4A7C15) >> 20) & nm;
+            while (ns[k])
+                k = (k + 1) & nm;
+            ns[k] = b->slot[i];
+        }
+        fkvf_free(r->alloc, b->slot);
+        b->slot = ns;
+        b->mask = nm;
+    }
+    size_t k = (size_t)((off / 64) * UINT64_C(0x9E3779B97F4A7C15) >> 20) & b->mask;
+    while (b->slot[k])
+        k = (k + 1) & b->mask;
+    b->slot[k] = off + 1;
+    b->n++;
+}
+
+/* Walk back from the head trailer; fill r->commits in commit order. With
+ * `bad` (the torn-tail scan), a walk that reaches a trailer known to lead to
+ * a broken chain stops there, and the trailers of a failed walk are added. */
+static int load_chain(fkvf_reader *r, uint64_t head, int *head_ok, bad_set *bad)
 {
     size_t cap = 0;
     *head_ok = 0;
     uint64_t off = head, expect_seq = 0;
+    int rc = FKVF_OK;
     for (;;) {
         fkvf_trailer t;
         fkvf_dirhdr dh;
-        int rc = trailer_at(r, off, &t, &dh);
+        if (off != head && bad_has(bad, off)) {
+            rc = FAIL(FKVF_E_CHAIN, off, "7.1",
+                      "commit chain: earlier trailer at %llu leads to a broken chain",
+                      (unsigned long long)off);
+            break;
+        }
+        rc = trailer_at(r, off, &t, &dh);
         if (rc) {
             if (off != head)
-                return fkvf_fail_replace(&r->diag, FKVF_E_CHAIN, off, "7.1",
-                                         "commit chain: earlier trailer invalid: %s",
-                                         r->diag.msg);
-            return rc;
+                rc = fkvf_fail_replace(&r->diag, FKVF_E_CHAIN, off, "7.1",
+                                       "commit chain: earlier trailer invalid: %s", r->diag.msg);
+            break;
         }
         if (off == head)
             *head_ok = 1;
-        if (expect_seq && t.commit_seq != expect_seq)
-            return FAIL(FKVF_E_CHAIN, off + 8, "7.1",
-                        "commit chain: trailer at %llu has commit_seq %llu, expected %llu",
-                        (unsigned long long)off, (unsigned long long)t.commit_seq,
-                        (unsigned long long)expect_seq);
+        if (expect_seq && t.commit_seq != expect_seq) {
+            rc = FAIL(FKVF_E_CHAIN, off + 8, "7.1",
+                      "commit chain: trailer at %llu has commit_seq %llu, expected %llu",
+                      (unsigned long long)off, (unsigned long long)t.commit_seq,
+                      (unsigned long long)expect_seq);
+            break;
+        }
         if (fkvf_grow(r->alloc, (void **)&r->commits, &cap, r->n_commits + 1, sizeof(rd_commit)))
             return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for the commit list");
         rd_commit *c = &r->commits[r->n_commits++];
@@ -201,6 +258,14 @@ static int load_chain(fkvf_reader *r, uint64_t head, int *head_ok)
             break;
         expect_seq = t.commit_seq - 1;
         off = t.prev_trailer;
+    }
+    if (rc) {
+        /* every trailer walked leads to the same broken link */
+        for (size_t i = 0; i < r->n_commits; i++)
+            bad_add(r, bad, r->commits[i].trailer_off);
+        if (!*head_ok)
+            bad_add(r, bad, head);
+        return rc;
     }
     /* reverse into commit order, set regions */
     for (size_t i = 0, j = r->n_commits - 1; i < j; i++, j--) {
@@ -230,7 +295,7 @@ static int find_head(fkvf_reader *r)
                         (unsigned long long)size);
     } else {
         int head_ok;
-        first_rc = load_chain(r, last, &head_ok);
+        first_rc = load_chain(r, last, &head_ok, NULL);
         if (first_rc == FKVF_OK) {
             r->committed_size = size;
             return FKVF_OK;
@@ -242,25 +307,32 @@ static int find_head(fkvf_reader *r)
     }
     first_diag = r->diag;
     /* Torn tail: scan back for the latest trailer with a valid chain. */
+    bad_set bad;
+    memset(&bad, 0, sizeof bad);
+    int rc = first_rc;
     for (uint64_t off = last; off >= FKVF_HEADER_SIZE + 64; off -= 64) {
-        if (memcmp(r->data + off, fkvf_trailer_magic, 8) != 0 || (size % 64 == 0 && off == last))
+        if (memcmp(r->data + off, fkvf_trailer_magic, 8) != 0 || (size % 64 == 0 && off == last) ||
+            bad_has(&bad, off))
             continue;
         r->n_commits = 0;
         fkvf_diag_clear(&r->diag);
         int head_ok;
-        if (load_chain(r, off, &head_ok) == FKVF_OK) {
+        if (load_chain(r, off, &head_ok, &bad) == FKVF_OK) {
             r->committed_size = off + 64;
             r->torn_bytes = size - r->committed_size;
+            rc = FKVF_OK;
             if (r->flags & FKVF_OPEN_STRICT)
-                return FAIL(FKVF_E_TORN, off + 64, "7.2",
-                            "%llu bytes after the last valid commit (seq %llu) at %llu: torn "
-                            "tail; first problem: %s",
-                            (unsigned long long)r->torn_bytes,
-                            (unsigned long long)r->commits[r->n_commits - 1].seq,
-                            (unsigned long long)(off + 64), first_diag.msg);
-            return FKVF_OK;
+                rc = FAIL(FKVF_E_TORN, off + 64, "7.2",
+                          "%llu bytes after the last valid commit (seq %llu) at %llu: torn "
+                          "tail; first problem: %s",
+                          (unsigned long long)r->torn_bytes,
+                          (unsigned long long)r->commits[r->n_commits - 1].seq,
+                          (unsigned long long)(off + 64), first_diag.msg);
+            fkvf_free(r->alloc, bad.slot);
+            return rc;
         }
     }
+    fkvf_free(r->alloc, bad.slot);
     r->n_commits = 0;
     r->diag = first_diag;
     return first_rc;
