@@ -209,6 +209,11 @@ typedef struct fkvf_reader fkvf_reader;
 
 /* open flags */
 #define FKVF_OPEN_STRICT 1u  /* a torn tail is an error (FKVF_E_TORN) instead of a warning */
+/* fkvf_reader_open_file: read the file into memory the reader owns instead
+ * of mapping it. Costs memory and a full read at open; in exchange another
+ * process that truncates or rewrites the file cannot make accesses fault
+ * (SIGBUS) or change bytes after they were verified (spec 18.5). */
+#define FKVF_OPEN_READ 2u
 
 /* Open an archive held in memory. The buffer is borrowed and must outlive the
  * reader. Any alignment is accepted. On failure *out is still set when a

@@ -956,7 +956,7 @@ FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned
     if (!out)
         return FKVF_E_INVALID_ARG;
     *out = NULL;
-    if (!path || (flags & ~FKVF_OPEN_STRICT))
+    if (!path || (flags & ~(FKVF_OPEN_STRICT | FKVF_OPEN_READ)))
         return FKVF_E_INVALID_ARG;
     fkvf_reader *r;
     int rc = reader_new(&r, alloc, path, flags);
@@ -983,6 +983,34 @@ FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned
         if ((uint64_t)st.st_size > SIZE_MAX) {
             close(fd);
             return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file too large to map");
+        }
+        if (flags & FKVF_OPEN_READ) {
+            /* a private copy: immune to others truncating the file (spec 18.5) */
+            size_t n = (size_t)st.st_size, got = 0;
+            uint8_t *buf = fkvf_malloc(r->alloc, n);
+            if (!buf) {
+                close(fd);
+                return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory to read %zu bytes", n);
+            }
+            while (got < n) {
+                ssize_t k = read(fd, buf + got, n - got);
+                if (k < 0 && errno == EINTR)
+                    continue;
+                if (k < 0) {
+                    int e = errno;
+                    close(fd);
+                    fkvf_free(r->alloc, buf);
+                    return FAIL(FKVF_E_IO, got, NULL, "read: %s", strerror(e));
+                }
+                if (k == 0)
+                    break; /* the file shrank meanwhile: what was read is the file */
+                got += (size_t)k;
+            }
+            close(fd);
+            r->owned = buf;
+            r->data = buf;
+            r->size = got;
+            return reader_load(r);
         }
         void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
@@ -1029,6 +1057,7 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
     fkvf_free(a, r->tokenizer_id);
     if (r->map)
         munmap(r->map, r->map_size);
+    fkvf_free(a, r->owned);
     fkvf_free(a, r->name);
     r->magic = 0;
     fkvf_free(a, r);

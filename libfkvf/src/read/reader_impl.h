@@ -72,6 +72,7 @@ struct fkvf_reader {
     uint64_t size;
     void *map;
     size_t map_size;
+    uint8_t *owned; /* FKVF_OPEN_READ: the file's bytes */
     unsigned flags;
     int loaded; /* the open succeeded: only then do queries serve data */
 
