@@ -801,6 +801,93 @@ static int apply_sections(fkvf_reader *r)
     return FKVF_OK;
 }
 
+typedef struct xevent {
+    uint64_t pos;
+    size_t x;
+    int start;
+} xevent;
+
+static int xevent_cmp(const void *a, const void *b)
+{
+    const xevent *p = a, *q = b;
+    return p->pos < q->pos ? -1 : p->pos > q->pos;
+}
+
+/* Which EXAC section supplies each position (spec 7.3: the last covering one
+ * in section order): a sweep over range starts and ends with a max-heap of
+ * the sections covering the current position. O(m log m) for m sections. */
+static int build_xruns(fkvf_reader *r)
+{
+    size_t m = r->n_exact;
+    if (!m)
+        return FKVF_OK;
+    xevent *ev = fkvf_calloc(r->alloc, 2 * m, sizeof *ev);
+    size_t *heap = fkvf_calloc(r->alloc, m, sizeof *heap);
+    uint8_t *active = fkvf_calloc(r->alloc, m, 1);
+    r->xruns = fkvf_calloc(r->alloc, 2 * m, sizeof *r->xruns);
+    if (!ev || !heap || !active || !r->xruns) {
+        fkvf_free(r->alloc, ev);
+        fkvf_free(r->alloc, heap);
+        fkvf_free(r->alloc, active);
+        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for %zu EXAC ranges", m);
+    }
+    size_t ne = 0;
+    for (size_t x = 0; x < m; x++) {
+        if (!r->exact[x].h.count)
+            continue;
+        ev[ne++] = (xevent){r->exact[x].h.first, x, 1};
+        ev[ne++] = (xevent){r->exact[x].h.first + r->exact[x].h.count, x, 0};
+    }
+    qsort(ev, ne, sizeof *ev, xevent_cmp);
+    size_t hn = 0;
+    for (size_t i = 0; i < ne;) {
+        uint64_t p = ev[i].pos;
+        for (; i < ne && ev[i].pos == p; i++) {
+            size_t x = ev[i].x;
+            if (!ev[i].start) {
+                active[x] = 0;
+                continue;
+            }
+            active[x] = 1;
+            size_t k = hn++; /* sift up */
+            while (k && heap[(k - 1) / 2] < x) {
+                heap[k] = heap[(k - 1) / 2];
+                k = (k - 1) / 2;
+            }
+            heap[k] = x;
+        }
+        while (hn && !active[heap[0]]) { /* pop ended sections */
+            size_t last = heap[--hn], k = 0;
+            for (;;) {
+                size_t c = 2 * k + 1;
+                if (c >= hn)
+                    break;
+                if (c + 1 < hn && heap[c + 1] > heap[c])
+                    c++;
+                if (heap[c] <= last)
+                    break;
+                heap[k] = heap[c];
+                k = c;
+            }
+            if (hn)
+                heap[k] = last;
+        }
+        if (!hn || i >= ne)
+            continue;
+        uint64_t q = ev[i].pos;
+        size_t owner = heap[0];
+        rd_xrun *prev = r->n_xruns ? &r->xruns[r->n_xruns - 1] : NULL;
+        if (prev && prev->x == owner && prev->end == p)
+            prev->end = q;
+        else
+            r->xruns[r->n_xruns++] = (rd_xrun){p, q, owner};
+    }
+    fkvf_free(r->alloc, ev);
+    fkvf_free(r->alloc, heap);
+    fkvf_free(r->alloc, active);
+    return FKVF_OK;
+}
+
 static int load_contents(fkvf_reader *r)
 {
     size_t desc_i = SIZE_MAX;
@@ -888,7 +975,9 @@ static int load_contents(fkvf_reader *r)
                       (unsigned long long)p);
     }
     fkvf_free(r->alloc, cover);
-    return rc;
+    if (rc)
+        return rc;
+    return build_xruns(r);
 }
 
 /* ---- open / free ------------------------------------------------------------- */
@@ -1048,6 +1137,7 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
     fkvf_free(a, r->ngons);
     fkvf_free(a, r->streams);
     fkvf_free(a, r->exact);
+    fkvf_free(a, r->xruns);
     fkvf_free(a, r->sections);
     fkvf_free(a, r->commits);
     fkvf_free(a, r->cb_ref_name);
@@ -1254,19 +1344,25 @@ FKVF_API int fkvf_reader_exact_row(fkvf_reader *r, uint64_t position, const void
         return fkvf_fail(&r->diag, FKVF_E_RANGE, FKVF_NO_OFFSET, NULL,
                          "position %llu is not an exact position",
                          (unsigned long long)position);
-    /* the latest section covering the position wins (spec 7.3) */
-    for (size_t x = r->n_exact; x-- > 0;) {
-        const rd_exact *e = &r->exact[x];
-        if (e->h.first <= position && position - e->h.first < e->h.count) {
-            const uint8_t *p;
-            uint64_t n;
-            int rc = rd_section_bytes(r, e->sec, &p, &n);
-            if (rc)
-                return rc;
-            *row = p + FKVF_SUBHDR_SIZE + (position - e->h.first) * r->row_bytes;
-            *row_bytes = (size_t)r->row_bytes;
-            return FKVF_OK;
-        }
+    /* the latest section covering the position wins (spec 7.3): the runs */
+    size_t lo = 0, hi = r->n_xruns;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->xruns[mid].end <= position)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < r->n_xruns && r->xruns[lo].first <= position) {
+        const rd_exact *e = &r->exact[r->xruns[lo].x];
+        const uint8_t *p;
+        uint64_t n;
+        int rc = rd_section_bytes(r, e->sec, &p, &n);
+        if (rc)
+            return rc;
+        *row = p + FKVF_SUBHDR_SIZE + (position - e->h.first) * r->row_bytes;
+        *row_bytes = (size_t)r->row_bytes;
+        return FKVF_OK;
     }
     return fkvf_fail(&r->diag, FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14",
                      "exact position %llu not covered", (unsigned long long)position);

@@ -59,6 +59,13 @@ typedef struct rd_exact {
     fkvf_exac_hdr h;
 } rd_exact;
 
+/* A run of positions whose rows come from one EXAC section (the latest in
+ * section order that covers them, spec 7.3). */
+typedef struct rd_xrun {
+    uint64_t first, end;
+    size_t x; /* index into exact */
+} rd_xrun;
+
 typedef struct rd_ngonctx {
     fkvf_ngon g;
 } rd_ngonctx;
@@ -109,6 +116,8 @@ struct fkvf_reader {
 
     rd_exact *exact;
     size_t n_exact;
+    rd_xrun *xruns; /* sorted, disjoint: O(log n) row lookup however many commits */
+    size_t n_xruns;
 
     rd_group groups[2]; /* FKVF_GROUP_INDEX, FKVF_GROUP_TOKENS */
     rd_stream *streams;
