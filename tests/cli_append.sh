@@ -120,6 +120,13 @@ same compact-self-unchanged "$T/a.fkvf" "$T/a.before"
 cp "$T/a.fkvf" "$T/ip.fkvf"
 check compact-in-place 0 "$FKVF" compact "$T/ip.fkvf" --in-place
 same compact-in-place-bytes "$T/ip.fkvf" "$T/c.fkvf"
+# the external codebook is needed for its shape: next to the archive, or --codebooks
+mkdir "$T/sub"
+cp "$T/a.fkvf" "$T/sub/a.fkvf"
+check compact-no-codebook 1 "$FKVF" compact "$T/sub/a.fkvf" -o "$T/sub/c.fkvf"
+grep_in compact-no-codebook-msg "pass --codebooks FILE" "$T/err"
+check compact-codebooks 0 "$FKVF" compact "$T/sub/a.fkvf" -o "$T/sub/c.fkvf" --codebooks "$T/cb.fkvf"
+same compact-codebooks-bytes "$T/sub/c.fkvf" "$T/c.fkvf"
 # a compacted archive takes further appends
 check compact-append 0 "$FKVF" append "$T/c.fkvf" "$TRAIN" --positions 0:40 --commit-every 13
 check compact-append-verify 0 "$FKVF" verify "$T/c.fkvf"

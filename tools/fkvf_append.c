@@ -811,7 +811,7 @@ int fkvf_cli_append(int argc, char **argv)
     kvio_cache *c = &s.c;
     uint64_t before_size = 0, before_n = 0, recovered = 0;
     fkvf_stream_info tsi;
-    int arch_tok = 0;
+    int arch_tok = 0, pre_rope = 0;
 
     /* the archive as it is: descriptor, token stream, torn tail */
     if (!o.create) {
@@ -841,6 +841,7 @@ int fkvf_cli_append(int argc, char **argv)
             goto out;
         before_size = ai.committed_size;
         before_n = ai.n_positions;
+        pre_rope = d.key_transform == 1 && d.key_storage == 1;
         size_t ti;
         arch_tok = fkvf_reader_stream_find(s.r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK &&
                    fkvf_reader_stream_info(s.r, ti, &tsi) == FKVF_OK;
@@ -869,6 +870,12 @@ int fkvf_cli_append(int argc, char **argv)
         p0 = (uint32_t)before_n;
     }
     uint32_t n = p1 - p0;
+    if (o.create)
+        pre_rope = o.pre_rope && !o.no_rope;
+    if (n && pre_rope && p0 != before_n && !o.json)
+        fprintf(stderr, "fkvf: note: positions %u.. of %s become positions %" PRIu64
+                        ".. of %s; keys are un-rotated at the archive's positions (spec 8.1)\n",
+                p0, o.cache, before_n, o.archive);
 
     /* tokens */
     int use_tok = 0;
@@ -995,6 +1002,9 @@ int fkvf_cli_append(int argc, char **argv)
         if (o.create)
             printf("%s: created (commit 1: descriptor%s)\n", o.archive,
                    as.has_codebook ? ", codebook" : ", no codebook: every position exact");
+        if (!n)
+            printf("%s: nothing to append from %s (positions %u.. of %u)\n", o.archive, o.cache,
+                   p0, c->n_positions);
         printf("%s: appended %u positions (%u..%u of %s) in %" PRIu64 " commit(s)%s; now %" PRIu64
                " positions (%" PRIu64 " archived, %" PRIu64 " exact), %" PRIu64
                " commits, %" PRIu64 " bytes (+%" PRIu64 ")\n",
