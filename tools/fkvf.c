@@ -24,6 +24,10 @@ static void usage_main(FILE *f)
             "  unpack ARCHIVE -o CACHE   restore every position into a raw cache file\n"
             "  train CACHE... -o FILE    train a shared codebook file\n"
             "  compare ORIG RESTORED     reconstruction error of a restored cache\n"
+            "  append ARCHIVE CACHE      append a raw cache's positions as new commits\n"
+            "                            (--create: start a new archive)\n"
+            "  compact ARCHIVE -o OUT    rewrite a many-commit archive as one commit\n"
+            "  recover ARCHIVE           cut off a torn tail (an append that did not complete)\n"
             "\n"
             "Run '%s COMMAND --help' for a command's options.\n",
             prog, prog);
@@ -331,7 +335,9 @@ static int cmd_info(int argc, char **argv)
                 ai.optional_features);
         fprintf(f, "size            %" PRIu64 " bytes in %" PRIu64 " commit(s)", ai.file_size, ai.n_commits);
         if (ai.torn_bytes)
-            fprintf(f, "; TORN TAIL: %" PRIu64 " bytes after the last valid commit", ai.torn_bytes);
+            fprintf(f, "; TORN TAIL: %" PRIu64 " bytes after commit %" PRIu64
+                       " (committed size %" PRIu64 "), recoverable: run fkvf recover",
+                    ai.torn_bytes, ai.n_commits, ai.committed_size);
         fputc('\n', f);
         if (has_desc) {
             fprintf(f, "cache           %u layers x %u KV heads, key dim %u, value dim %u, %s\n",
@@ -416,7 +422,9 @@ static const char *verify_help =
     "Checks every structure, checksum, padding byte and span of the archive.\n"
     "Exit status: 0 valid, 1 invalid (the message names the offset, the field\n"
     "and the spec clause), 2 usage or I/O error. A torn tail after the last\n"
-    "valid commit is reported as invalid but recoverable.\n";
+    "valid commit (an append that did not complete) is reported as invalid\n"
+    "(FKVF_E_TORN, exit 1) but recoverable: the message gives the torn bytes and\n"
+    "the commit served, and 'fkvf recover ARCHIVE' cuts the tail off.\n";
 
 static int cmd_verify(int argc, char **argv)
 {
@@ -447,16 +455,26 @@ static int cmd_verify(int argc, char **argv)
                rc == FKVF_OK ? "true" : "false", rc, rc ? fkvf_error_name(rc) : "",
                rc == FKVF_E_TORN ? "true" : "false");
         json_cstr(stdout, rc ? (*msg ? msg : fkvf_strerror(rc)) : "");
+        printf(",\"commits\":%" PRIu64 ",\"torn_bytes\":%" PRIu64 ",\"committed_size\":%" PRIu64,
+               ai.n_commits, ai.torn_bytes, ai.committed_size);
+        if (rc == FKVF_E_TORN)
+            printf(",\"commit_served\":%" PRIu64 ",\"recover\":\"recoverable: run fkvf recover\"",
+                   ai.n_commits);
         printf("}\n");
     } else if (rc == FKVF_OK) {
         printf("%s: OK (%" PRIu64 " commit(s), %zu sections, %" PRIu64 " positions)\n", path,
                ai.n_commits, ai.n_sections, ai.n_positions);
     } else {
         report(*msg ? msg : fkvf_strerror(rc));
-        if (rc == FKVF_E_TORN)
+        if (rc == FKVF_E_TORN) {
             fprintf(stderr, "%s: the committed data up to byte %" PRIu64
-                            " is intact; the torn tail can be cut off safely\n",
-                    prog, ai.committed_size);
+                            " (commit %" PRIu64 ", %" PRIu64 " positions) is intact; %" PRIu64
+                            " torn bytes after it\n",
+                    prog, ai.committed_size, ai.n_commits, ai.n_positions, ai.torn_bytes);
+            fprintf(stderr, "%s: recoverable: run fkvf recover ", prog);
+            text_cstr(stderr, path);
+            fputc('\n', stderr);
+        }
     }
     fkvf_reader_free(r);
     return ec;
@@ -539,6 +557,10 @@ int fkvf_cli_pack(int argc, char **argv);
 int fkvf_cli_unpack(int argc, char **argv);
 int fkvf_cli_train(int argc, char **argv);
 int fkvf_cli_compare(int argc, char **argv);
+/* tools/fkvf_append.c */
+int fkvf_cli_append(int argc, char **argv);
+int fkvf_cli_compact(int argc, char **argv);
+int fkvf_cli_recover(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
@@ -570,6 +592,12 @@ int main(int argc, char **argv)
         return fkvf_cli_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "compare"))
         return fkvf_cli_compare(argc - 2, argv + 2);
+    if (!strcmp(cmd, "append"))
+        return fkvf_cli_append(argc - 2, argv + 2);
+    if (!strcmp(cmd, "compact"))
+        return fkvf_cli_compact(argc - 2, argv + 2);
+    if (!strcmp(cmd, "recover"))
+        return fkvf_cli_recover(argc - 2, argv + 2);
     fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
     usage_main(stderr);
     return EXIT_USAGE;

@@ -1,0 +1,1502 @@
+/* fkvf append / compact / recover: growing an archive one commit at a time
+ * (the appender, spec 7.4-7.7 and 14.3), rewriting a many-commit archive into
+ * one commit without re-encoding, and cutting off a torn tail. Public API
+ * (fkvf.h) and cacheio only. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cacheio.h"
+#include "fkvf.h"
+
+/* entry points, called from fkvf.c */
+int fkvf_cli_append(int argc, char **argv);
+int fkvf_cli_compact(int argc, char **argv);
+int fkvf_cli_recover(int argc, char **argv);
+
+enum { AX_OK = 0, AX_INVALID = 1, AX_USAGE = 2 };
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* One line on stderr, "fkvf: ...", control characters escaped (messages
+ * quote file names and library messages that quote file contents). */
+static void say_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say_err(const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fputs("fkvf: ", stderr);
+    for (const unsigned char *p = (const unsigned char *)buf; *p; p++) {
+        if (*p < 0x20 || *p == 0x7F)
+            fprintf(stderr, "\\x%02x", *p);
+        else
+            fputc(*p, stderr);
+    }
+    fputc('\n', stderr);
+}
+
+/* "PATH: MSG" without doubling PATH when the library message starts with it. */
+static void say_lib(const char *path, const char *msg)
+{
+    size_t n = strlen(path);
+    if (!msg || !*msg)
+        msg = "unknown error";
+    if (!strncmp(msg, path, n) && msg[n] == ':')
+        say_err("%s", msg);
+    else
+        say_err("%s: %s", path, msg);
+}
+
+/* Exit status of a library error: caller/environment problems are 2, bad
+ * input 1 (as in fkvf pack). */
+static int lib_exit(int rc)
+{
+    return (rc == FKVF_E_IO || rc == FKVF_E_NOMEM || rc == FKVF_E_INVALID_ARG) ? AX_USAGE
+                                                                                 : AX_INVALID;
+}
+
+static void jstr(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7F)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static const char *base_of(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static void hex_of(const uint8_t h[16], char out[33])
+{
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", h[i]);
+}
+
+/* Decimal digits only, at most max. */
+static int num_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int num_f64(const char *s, double *out)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static uint64_t file_size_of(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* Progress bar on stderr when it is a terminal (as fkvf pack draws it). */
+typedef struct bar {
+    int on, last;
+    const char *label;
+} bar;
+
+static void bar_init(bar *b, const char *label, int quiet)
+{
+    b->on = !quiet && isatty(STDERR_FILENO);
+    b->last = -1;
+    b->label = label;
+}
+
+static void bar_cb(void *opaque, uint64_t done, uint64_t total)
+{
+    bar *b = opaque;
+    if (!b->on || total == 0)
+        return;
+    int pct = (int)(done * 100 / total);
+    if (pct == b->last)
+        return;
+    b->last = pct;
+    fprintf(stderr, "\r%s [", b->label);
+    for (int i = 0; i < 30; i++)
+        fputc(i < pct * 30 / 100 ? '#' : ' ', stderr);
+    fprintf(stderr, "] %3d%%", pct);
+    if (done >= total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+/* The file named by an archive's codebook name hint, next to the archive,
+ * if it exists (a plain file name only: the hint is untrusted). */
+static char *hint_path(const char *archive, const char *name)
+{
+    if (!name || !*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+        return NULL;
+    const char *sl = strrchr(archive, '/');
+    size_t dl = sl ? (size_t)(sl - archive + 1) : 0;
+    char *p = malloc(dl + strlen(name) + 1);
+    if (!p)
+        return NULL;
+    memcpy(p, archive, dl);
+    strcpy(p + dl, name);
+    struct stat st;
+    if (stat(p, &st) != 0) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Open the codebook file an archive refers to: `given` (--codebooks) or the
+ * name hint next to the archive. Returns 0, or an exit status (reported). */
+static int open_ref_codebook(fkvf_reader *r, const char *archive, const char *given,
+                             fkvf_reader **out)
+{
+    *out = NULL;
+    int ext = 0;
+    uint8_t want[16];
+    const char *name = NULL;
+    if (fkvf_reader_codebook_ref(r, &ext, want, &name) != FKVF_OK || !ext)
+        return AX_OK;
+    char hx[33];
+    hex_of(want, hx);
+    char *hp = given ? NULL : hint_path(archive, name);
+    const char *path = given ? given : hp;
+    if (!path) {
+        say_err("%s: the archive refers to the external codebook with content hash %s "
+                "(name hint '%s'), not found next to it; pass --codebooks FILE",
+                archive, hx, name ? name : "");
+        return AX_INVALID;
+    }
+    fkvf_reader *cb = NULL;
+    int rc = fkvf_reader_open_file(&cb, path, 0, NULL);
+    if (rc != FKVF_OK) {
+        say_err("%s: %s (the archive %s expects the codebook with content hash %s)", path,
+                cb ? fkvf_reader_message(cb) : fkvf_strerror(rc), archive, hx);
+        fkvf_reader_free(cb);
+        free(hp);
+        return rc == FKVF_E_IO ? AX_USAGE : AX_INVALID;
+    }
+    free(hp);
+    *out = cb;
+    return AX_OK;
+}
+
+/* Rows of positions [p0, p1) of a cache in the layout of spec 14.2 (per
+ * position, per layer the keys of heads 0..H-1, then the values). */
+static size_t cache_row_bytes(const kvio_cache *c)
+{
+    return (size_t)c->n_layers * c->n_kv_heads * ((size_t)c->key_dim + c->value_dim) *
+           kvio_dtype_size(c->dtype);
+}
+
+static void cache_rows(const kvio_cache *c, uint32_t p0, uint32_t p1, uint8_t *out)
+{
+    size_t es = kvio_dtype_size(c->dtype);
+    size_t kb = (size_t)c->key_dim * es, vb = (size_t)c->value_dim * es;
+    for (uint32_t p = p0; p < p1; p++) {
+        for (uint32_t l = 0; l < c->n_layers; l++) {
+            for (uint32_t h = 0; h < c->n_kv_heads; h++, out += kb)
+                memcpy(out, c->keys[l] + ((size_t)h * c->n_positions + p) * kb, kb);
+            for (uint32_t h = 0; h < c->n_kv_heads; h++, out += vb)
+                memcpy(out, c->values[l] + ((size_t)h * c->n_positions + p) * vb, vb);
+        }
+    }
+}
+
+static unsigned even_bits_for(uint64_t maxv)
+{
+    unsigned b = 2;
+    while (b < 32 && (maxv >> b) != 0)
+        b += 2;
+    return b;
+}
+
+/* Symbols a stream codec can hold (0: 2^32). */
+static uint64_t alphabet_of(const fkvf_stream_info *si)
+{
+    if (si->profile == FKVF_PROFILE_NGON)
+        return si->alphabet;
+    return si->symbol_bits >= 32 ? (UINT64_C(1) << 32) : (UINT64_C(1) << si->symbol_bits);
+}
+
+static void spec_of(const fkvf_stream_info *si, fkvf_stream_spec *sp)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->profile = si->profile;
+    if (si->profile == FKVF_PROFILE_QUAD) {
+        sp->symbol_bits = si->symbol_bits;
+    } else {
+        sp->alphabet = si->alphabet;
+        sp->r = si->r;
+        sp->span_symbols = si->span_symbols;
+    }
+}
+
+/* ---- append --------------------------------------------------------------- */
+
+static const char *append_help =
+    "usage: fkvf append ARCHIVE CACHE [options]\n"
+    "       fkvf append --create ARCHIVE CACHE [options]\n"
+    "\n"
+    "Append the positions of a raw KV cache (.safetensors, .npy or .npz;\n"
+    "docs/cache-files.md) to an archive, one commit per N positions (default:\n"
+    "one commit for the whole file). Only new data is written: exact rows of\n"
+    "the new positions that stay in the recent window, the RVQ indices of the\n"
+    "positions that leave it (encoded with the archive's codebook) and the\n"
+    "token ids. The cache must match the archive's descriptor (layers, heads,\n"
+    "dims, dtype). A crash never loses an earlier commit.\n"
+    "\n"
+    "Positions:\n"
+    "  --positions A:B       append the cache's positions A..B-1 only (B may be\n"
+    "                        left out: to the end)\n"
+    "  --new                 the cache holds the whole sequence so far: append\n"
+    "                        only its positions from the archive's count on\n"
+    "Commits:\n"
+    "  --commit-every N      commit after every N positions (one commit)\n"
+    "  --sync commit|none    fdatasync every commit (default), or only once at the end\n"
+    "  --recover             cut off a torn tail first (spec 7.7; else refused)\n"
+    "  --codebooks FILE      the codebook file of an archive that refers to one\n"
+    "                        (default: the file named in the archive, next to it)\n"
+    "  --tokens              token ids are required: fail if the cache has none or\n"
+    "                        the archive has no token stream (default: stored when\n"
+    "                        both have them)\n"
+    "  --beam B              beam width for encoding archived positions (1: greedy)\n"
+    "  --json                print one JSON object\n"
+    "\n"
+    "With --create (ARCHIVE must not exist; the cache's positions are its first):\n"
+    "  --codebooks FILE      a codebook file from 'fkvf train', referred to by content\n"
+    "                        hash (keys mode and RoPE from its train.* metadata)\n"
+    "  --embed               embed a copy of the --codebooks file instead\n"
+    "  --train               train codebooks on this cache and embed them (default):\n"
+    "                        --k N (256) --k-stages N (4) --v-stages N (2) --seed S\n"
+    "                        --iters N (25) --f32\n"
+    "  --exact-only          no codebook: every position stays exact\n"
+    "  --sinks S             leading exact positions (4)\n"
+    "  --recent W            trailing exact positions, the window (32)\n"
+    "  --codec quad|ngon     index stream codec (quad)\n"
+    "  --keys pre-rope|as-is archive keys before RoPE (default) or as cached\n"
+    "  --rope-theta X        RoPE base (10000); --rope-dims N (key_dim);\n"
+    "  --rope-layout interleaved|half-split (interleaved); --no-rope\n"
+    "  --no-tokens           no token stream even if the cache has token ids\n"
+    "  --token-bits N        quad width of the token stream, even 2..32\n"
+    "                        (default: 16, or wider when the cache needs it)\n"
+    "  --model-id STR, --tokenizer-id STR   descriptor ids\n"
+    "\n"
+    "Exit status: 0 ok, 1 invalid input (a cache that does not match, a torn or\n"
+    "invalid archive, a wrong codebook), 2 usage or I/O error (also: the\n"
+    "archive is locked by another appender, or --create and it exists).\n";
+
+typedef struct append_opts {
+    const char *archive, *cache, *cbfile, *model_id, *tok_id;
+    int create, json, recover, req_tokens, no_tokens, embed, train, exact_only, ngon, f32, newonly;
+    int keys_set, pre_rope, no_rope, theta_set, dims_set, layout_set, range_set, end_set;
+    double theta;
+    uint32_t dims;
+    uint8_t layout;
+    uint64_t range0, range1, every, sinks, recent, seed, tok_bits;
+    uint32_t k, iters, beam;
+    uint8_t ks, vs;
+    unsigned sync;
+} append_opts;
+
+static int append_parse(int argc, char **argv, append_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->pre_rope = 1;
+    o->theta = 10000.0;
+    o->layout = 1;
+    o->sinks = 4;
+    o->recent = 32;
+    o->k = 256;
+    o->ks = 4;
+    o->vs = 2;
+    o->iters = 25;
+    o->beam = 1;
+    o->sync = FKVF_SYNC_COMMIT;
+    int create_only = 0;
+    const char *create_opt = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        uint64_t x;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(append_help, stdout);
+            return 1;
+        }
+        /* flags */
+        if (!strcmp(a, "--create")) {
+            o->create = 1;
+            continue;
+        } else if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        } else if (!strcmp(a, "--recover")) {
+            o->recover = 1;
+            continue;
+        } else if (!strcmp(a, "--tokens")) {
+            o->req_tokens = 1;
+            continue;
+        } else if (!strcmp(a, "--new")) {
+            o->newonly = 1;
+            continue;
+        } else if (!strcmp(a, "--no-tokens") || !strcmp(a, "--embed") || !strcmp(a, "--train") ||
+                   !strcmp(a, "--exact-only") || !strcmp(a, "--f32") || !strcmp(a, "--no-rope")) {
+            create_only = 1;
+            create_opt = a;
+            if (a[2] == 'n' && a[5] == 't')
+                o->no_tokens = 1;
+            else if (a[2] == 'e' && a[3] == 'm')
+                o->embed = 1;
+            else if (a[2] == 't')
+                o->train = 1;
+            else if (a[2] == 'e')
+                o->exact_only = 1;
+            else if (a[2] == 'f')
+                o->f32 = 1;
+            else
+                o->no_rope = 1;
+            continue;
+        }
+        if (a[0] == '-' && a[1]) {
+            if (!v) {
+                say_err("append: %s needs a value (or is unknown; see fkvf append --help)", a);
+                return -1;
+            }
+            i++;
+            if (!strcmp(a, "--codebooks")) {
+                o->cbfile = v;
+            } else if (!strcmp(a, "--commit-every")) {
+                if (num_u64(v, UINT32_MAX, &o->every) || o->every < 1) {
+                    say_err("--commit-every: '%s' is not a count >= 1", v);
+                    return -1;
+                }
+            } else if (!strcmp(a, "--sync")) {
+                if (!strcmp(v, "commit"))
+                    o->sync = FKVF_SYNC_COMMIT;
+                else if (!strcmp(v, "none"))
+                    o->sync = FKVF_SYNC_NONE;
+                else {
+                    say_err("--sync: '%s' is not commit or none", v);
+                    return -1;
+                }
+            } else if (!strcmp(a, "--beam")) {
+                if (num_u64(v, FKVF_RVQ_MAX_BEAM, &x) || x < 1) {
+                    say_err("--beam: '%s' is not 1..%d", v, FKVF_RVQ_MAX_BEAM);
+                    return -1;
+                }
+                o->beam = (uint32_t)x;
+            } else if (!strcmp(a, "--positions")) {
+                const char *colon = strchr(v, ':');
+                char head[32];
+                size_t hl = colon ? (size_t)(colon - v) : strlen(v);
+                if (!colon || hl >= sizeof head) {
+                    say_err("--positions: '%s' is not A:B or A:", v);
+                    return -1;
+                }
+                memcpy(head, v, hl);
+                head[hl] = 0;
+                if (num_u64(head, UINT32_MAX, &o->range0) ||
+                    (colon[1] && num_u64(colon + 1, UINT32_MAX, &o->range1)) ||
+                    (colon[1] && o->range1 < o->range0)) {
+                    say_err("--positions: '%s' is not A:B (A <= B) or A:", v);
+                    return -1;
+                }
+                o->range_set = 1;
+                o->end_set = colon[1] != 0;
+            } else {
+                /* options of --create */
+                create_only = 1;
+                create_opt = a;
+                if (!strcmp(a, "--sinks") || !strcmp(a, "--recent")) {
+                    if (num_u64(v, UINT32_MAX, &x)) {
+                        say_err("%s: '%s' is not a count", a, v);
+                        return -1;
+                    }
+                    *(a[2] == 's' ? &o->sinks : &o->recent) = x;
+                } else if (!strcmp(a, "--codec")) {
+                    if (!strcmp(v, "quad") || !strcmp(v, "ngon")) {
+                        o->ngon = v[0] == 'n';
+                    } else {
+                        say_err("--codec: '%s' is not quad or ngon", v);
+                        return -1;
+                    }
+                } else if (!strcmp(a, "--keys")) {
+                    if (!strcmp(v, "pre-rope") || !strcmp(v, "as-is")) {
+                        o->pre_rope = v[0] == 'p';
+                        o->keys_set = 1;
+                    } else {
+                        say_err("--keys: '%s' is not pre-rope or as-is", v);
+                        return -1;
+                    }
+                } else if (!strcmp(a, "--rope-theta")) {
+                    if (num_f64(v, &o->theta) || !(o->theta > 0)) {
+                        say_err("--rope-theta: '%s' is not a positive number", v);
+                        return -1;
+                    }
+                    o->theta_set = 1;
+                } else if (!strcmp(a, "--rope-dims")) {
+                    if (num_u64(v, 65536, &x) || x < 2 || x % 2) {
+                        say_err("--rope-dims: '%s' is not an even number >= 2", v);
+                        return -1;
+                    }
+                    o->dims = (uint32_t)x;
+                    o->dims_set = 1;
+                } else if (!strcmp(a, "--rope-layout")) {
+                    if (!strcmp(v, "interleaved") || !strcmp(v, "half-split")) {
+                        o->layout = v[0] == 'i' ? 1 : 2;
+                        o->layout_set = 1;
+                    } else {
+                        say_err("--rope-layout: '%s' is not interleaved or half-split", v);
+                        return -1;
+                    }
+                } else if (!strcmp(a, "--k")) {
+                    if (num_u64(v, 4096, &x) || x < 16 || (x & (x - 1))) {
+                        say_err("--k: '%s' is not a power of two from 16 to 4096", v);
+                        return -1;
+                    }
+                    o->k = (uint32_t)x;
+                } else if (!strcmp(a, "--k-stages") || !strcmp(a, "--v-stages")) {
+                    if (num_u64(v, 16, &x)) {
+                        say_err("%s: '%s' is not a stage count 0..16", a, v);
+                        return -1;
+                    }
+                    *(a[2] == 'k' ? &o->ks : &o->vs) = (uint8_t)x;
+                } else if (!strcmp(a, "--seed")) {
+                    if (num_u64(v, UINT64_MAX, &o->seed)) {
+                        say_err("--seed: '%s' is not a number", v);
+                        return -1;
+                    }
+                } else if (!strcmp(a, "--iters")) {
+                    if (num_u64(v, 100000, &x) || x < 1) {
+                        say_err("--iters: '%s' is not 1..100000", v);
+                        return -1;
+                    }
+                    o->iters = (uint32_t)x;
+                } else if (!strcmp(a, "--token-bits")) {
+                    if (num_u64(v, 32, &o->tok_bits) || o->tok_bits < 2 || o->tok_bits % 2) {
+                        say_err("--token-bits: '%s' is not an even width 2..32", v);
+                        return -1;
+                    }
+                } else if (!strcmp(a, "--model-id")) {
+                    o->model_id = v;
+                } else if (!strcmp(a, "--tokenizer-id")) {
+                    o->tok_id = v;
+                } else {
+                    say_err("append: unknown option '%s' (see fkvf append --help)", a);
+                    return -1;
+                }
+            }
+        } else if (!o->archive) {
+            o->archive = a;
+        } else if (!o->cache) {
+            o->cache = a;
+        } else {
+            say_err("append: unexpected argument '%s'", a);
+            return -1;
+        }
+    }
+    if (!o->archive || !o->cache) {
+        say_err("append: need ARCHIVE and CACHE (see fkvf append --help)");
+        return -1;
+    }
+    if (create_only && !o->create) {
+        say_err("append: %s is an option of --create (an existing archive keeps its settings)",
+                create_opt);
+        return -1;
+    }
+    if (o->create) {
+        int n = (o->cbfile != NULL) + o->train + o->exact_only;
+        if (n > 1) {
+            say_err("append --create: --codebooks, --train and --exact-only exclude each other");
+            return -1;
+        }
+        if (o->embed && !o->cbfile) {
+            say_err("append --create: --embed needs --codebooks FILE");
+            return -1;
+        }
+        if (n == 0)
+            o->train = 1;
+        if (o->req_tokens && o->no_tokens) {
+            say_err("append --create: --tokens and --no-tokens exclude each other");
+            return -1;
+        }
+    }
+    if (o->newonly && o->range_set) {
+        say_err("append: --new and --positions exclude each other");
+        return -1;
+    }
+    return 0;
+}
+
+/* Keys mode and RoPE of a codebook file's training (its train.* metadata),
+ * unless given on the command line. */
+static void keys_from_codebook(fkvf_reader *cb, append_opts *o, uint32_t key_dim)
+{
+    fkvf_meta_entry e;
+    if (!o->keys_set && fkvf_reader_meta_find(cb, "train.keys", &e) == FKVF_OK &&
+        e.type == FKVF_META_UTF8) {
+        if (e.value_len == 5 && !memcmp(e.value, "as-is", 5))
+            o->pre_rope = 0;
+        else if (e.value_len == 8 && !memcmp(e.value, "pre-rope", 8))
+            o->pre_rope = 1;
+    }
+    if (!o->theta_set && fkvf_reader_meta_find(cb, "train.rope_theta", &e) == FKVF_OK &&
+        e.type == FKVF_META_F64 && isfinite(e.f64) && e.f64 > 0)
+        o->theta = e.f64;
+    if (!o->dims_set && fkvf_reader_meta_find(cb, "train.rope_dims", &e) == FKVF_OK &&
+        e.type == FKVF_META_U64 && e.u64 >= 2 && e.u64 <= key_dim && e.u64 % 2 == 0)
+        o->dims = (uint32_t)e.u64;
+    if (!o->layout_set && fkvf_reader_meta_find(cb, "train.rope_layout", &e) == FKVF_OK &&
+        e.type == FKVF_META_UTF8) {
+        if (e.value_len == 10 && !memcmp(e.value, "half-split", 10))
+            o->layout = 2;
+        else if (e.value_len == 11 && !memcmp(e.value, "interleaved", 11))
+            o->layout = 1;
+    }
+}
+
+typedef struct append_state {
+    kvio_cache c;
+    fkvf_reader *r;   /* the archive, before appending (not --create) */
+    fkvf_reader *cb;  /* codebook file */
+    fkvf_rvq *q;      /* --create: the quantizer to embed */
+    fkvf_appender *a;
+    uint8_t *rows;
+    uint32_t *tok;
+} append_state;
+
+static void append_free(append_state *s)
+{
+    fkvf_appender_free(s->a);
+    kvio_cache_free(&s->c);
+    fkvf_reader_free(s->r);
+    fkvf_reader_free(s->cb);
+    fkvf_rvq_free(s->q);
+    free(s->rows);
+    free(s->tok);
+}
+
+/* The cache against the archive's descriptor. */
+static int check_shape(const append_opts *o, const kvio_cache *c, const fkvf_desc *d)
+{
+    const char *field = NULL;
+    uint64_t got = 0, want = 0;
+    if (c->n_layers != d->n_layers)
+        field = "layers", got = c->n_layers, want = d->n_layers;
+    else if (c->n_kv_heads != d->n_kv_heads)
+        field = "kv_heads", got = c->n_kv_heads, want = d->n_kv_heads;
+    else if (c->key_dim != d->key_dim)
+        field = "key_dim", got = c->key_dim, want = d->key_dim;
+    else if (c->value_dim != d->value_dim)
+        field = "value_dim", got = c->value_dim, want = d->value_dim;
+    if (field) {
+        say_err("%s: %s is %" PRIu64 ", the archive %s has %" PRIu64
+                " (the cache does not match the archive's descriptor)",
+                o->cache, field, got, o->archive, want);
+        return AX_INVALID;
+    }
+    if (c->dtype != d->dtype) {
+        say_err("%s: dtype is %s, the archive %s has %s (the cache does not match the "
+                "archive's descriptor; convert it, e.g. fkvf unpack --dtype)",
+                o->cache, kvio_dtype_name(c->dtype), o->archive, kvio_dtype_name(d->dtype));
+        return AX_INVALID;
+    }
+    return AX_OK;
+}
+
+/* --create: the descriptor and the codebook from the options and the cache.
+ * Then fkvf_appender_create. */
+static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t p1)
+{
+    kvio_cache *c = &s->c;
+    int rc;
+    struct stat st;
+    if (stat(o->archive, &st) == 0) {
+        say_err("%s: exists; --create never replaces a file (append to it without --create)",
+                o->archive);
+        return AX_USAGE;
+    }
+    fkvf_codebook_shape shape;
+    memset(&shape, 0, sizeof shape);
+    if (o->cbfile) {
+        rc = fkvf_reader_open_file(&s->cb, o->cbfile, 0, NULL);
+        if (rc != FKVF_OK) {
+            say_lib(o->cbfile, s->cb ? fkvf_reader_message(s->cb) : fkvf_strerror(rc));
+            return rc == FKVF_E_IO ? AX_USAGE : AX_INVALID;
+        }
+        fkvf_archive_info ai;
+        const void *contents;
+        size_t size;
+        if (fkvf_reader_info(s->cb, &ai) != FKVF_OK || ai.has_desc ||
+            fkvf_reader_codebook(s->cb, &shape, &contents, &size, NULL) != FKVF_OK) {
+            say_err("%s: not a codebook file (see fkvf train)", o->cbfile);
+            return AX_INVALID;
+        }
+        if (shape.n_layers != c->n_layers || shape.key_dim != c->key_dim ||
+            shape.value_dim != c->value_dim || (!shape.pooled && shape.n_heads != c->n_kv_heads)) {
+            say_err("%s: codebook shape %u layers x %u heads, dims %u/%u does not fit the cache "
+                    "%s (%u layers x %u heads, dims %u/%u)",
+                    o->cbfile, shape.n_layers, shape.n_heads, shape.key_dim, shape.value_dim,
+                    o->cache, c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
+            return AX_INVALID;
+        }
+        keys_from_codebook(s->cb, o, c->key_dim);
+        if (o->embed) {
+            rc = fkvf_rvq_from_tables(&s->q, &shape, c->n_kv_heads,
+                                      (const uint8_t *)contents + 64, size - 64, NULL);
+            if (rc != FKVF_OK) {
+                say_err("%s: cannot load the codebook tables: %s", o->cbfile, fkvf_strerror(rc));
+                return AX_INVALID;
+            }
+        }
+    }
+    fkvf_rope rope;
+    rope.layout = o->layout;
+    rope.theta = o->theta;
+    rope.rope_dims = o->dims ? o->dims : c->key_dim;
+    if (!o->no_rope && (rope.rope_dims > c->key_dim || rope.rope_dims % 2)) {
+        say_err("%s: --rope-dims %u does not fit key_dim %u (even, at most key_dim)", o->cache,
+                rope.rope_dims, c->key_dim);
+        return AX_USAGE;
+    }
+    const fkvf_rope *krope = o->pre_rope && !o->no_rope ? &rope : NULL;
+    if (o->train) {
+        if (p1 == p0) {
+            say_err("%s: no positions to train codebooks on", o->cache);
+            return AX_INVALID;
+        }
+        fkvf_rvq_params prm;
+        fkvf_rvq_params_init(&prm);
+        prm.n_layers = c->n_layers;
+        prm.n_kv_heads = c->n_kv_heads;
+        prm.key_dim = c->key_dim;
+        prm.value_dim = c->value_dim;
+        prm.k = o->k;
+        prm.k_stages = o->ks;
+        prm.v_stages = o->vs;
+        prm.table_dtype = o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
+        prm.seed = o->seed;
+        prm.max_iters = o->iters;
+        prm.key_rope = krope;
+        bar b;
+        bar_init(&b, "train ", o->json);
+        prm.progress = bar_cb;
+        prm.progress_opaque = &b;
+        /* the rows being appended are positions 0.. of the new archive */
+        fkvf_rows all = {s->rows, (size_t)(p1 - p0), c->dtype, 0};
+        rc = fkvf_rvq_train(&s->q, &prm, &all, 1, NULL);
+        if (rc != FKVF_OK) {
+            say_err("%s: training failed: %s", o->cache, fkvf_strerror(rc));
+            return rc == FKVF_E_NOMEM ? AX_USAGE : AX_INVALID;
+        }
+    }
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = c->n_layers;
+    d.n_kv_heads = c->n_kv_heads;
+    d.key_dim = c->key_dim;
+    d.value_dim = c->value_dim;
+    d.dtype = c->dtype;
+    if (!o->no_rope) {
+        d.key_transform = 1;
+        d.rope_layout = rope.layout;
+        d.rope_dims = rope.rope_dims;
+        d.rope_theta = rope.theta;
+        d.key_storage = krope ? 1 : 0;
+    }
+    d.n_sinks = (uint32_t)o->sinks;
+    d.window = (uint32_t)o->recent;
+    d.model_id = o->model_id;
+    d.tokenizer_id = o->tok_id;
+
+    fkvf_append_create cr;
+    memset(&cr, 0, sizeof cr);
+    cr.desc = &d;
+    if (s->q) {
+        cr.codebook = s->q;
+    } else if (s->cb) {
+        cr.codebook_ref = s->cb;
+        cr.codebook_name = base_of(o->cbfile);
+    }
+    if (o->ngon && (s->q || s->cb)) {
+        cr.index_codec.profile = FKVF_PROFILE_NGON;
+        cr.index_codec.alphabet = s->q ? 0 : shape.k;
+        if (s->q) {
+            fkvf_codebook_shape qs;
+            uint32_t heads;
+            fkvf_rvq_shape(s->q, &qs, &heads);
+            cr.index_codec.alphabet = qs.k;
+        }
+    }
+    int want_tok = c->tokens && !o->no_tokens;
+    if (want_tok) {
+        int64_t mx = 0;
+        for (uint32_t t = 0; t < c->n_positions; t++)
+            mx = c->tokens[t] > mx ? c->tokens[t] : mx;
+        unsigned bits = o->tok_bits ? (unsigned)o->tok_bits : 16;
+        if ((uint64_t)mx > UINT32_MAX) {
+            say_err("%s: token ids above 2^32-1 cannot be stored (use --no-tokens)", o->cache);
+            return AX_INVALID;
+        }
+        if (!o->tok_bits && even_bits_for((uint64_t)mx) > bits)
+            bits = even_bits_for((uint64_t)mx);
+        cr.token_codec.profile = FKVF_PROFILE_QUAD;
+        cr.token_codec.symbol_bits = bits;
+    }
+    fkvf_append_options ao;
+    fkvf_append_options_init(&ao);
+    ao.sync = o->sync;
+    ao.beam_width = o->beam;
+    rc = fkvf_appender_create(&s->a, o->archive, &cr, &ao, NULL);
+    if (rc != FKVF_OK) {
+        say_lib(o->archive, s->a ? fkvf_appender_message(s->a) : fkvf_strerror(rc));
+        return lib_exit(rc);
+    }
+    if (o->cbfile && !o->embed) {
+        /* the appender borrowed the codebook file during open only */
+        fkvf_reader_free(s->cb);
+        s->cb = NULL;
+    }
+    return AX_OK;
+}
+
+int fkvf_cli_append(int argc, char **argv)
+{
+    append_opts o;
+    int pr = append_parse(argc, argv, &o);
+    if (pr)
+        return pr > 0 ? AX_OK : AX_USAGE;
+    append_state s;
+    memset(&s, 0, sizeof s);
+    int ex;
+    int rc;
+    char err[512];
+    rc = kvio_read(o.cache, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA, &s.c, err, sizeof err);
+    if (rc != KVIO_OK) {
+        say_err("%s", err);
+        return rc == KVIO_E_IO || rc == KVIO_E_NOMEM ? AX_USAGE : AX_INVALID;
+    }
+    kvio_cache *c = &s.c;
+    uint64_t before_size = 0, before_n = 0, recovered = 0;
+    fkvf_stream_info tsi;
+    int arch_tok = 0, pre_rope = 0;
+
+    /* the archive as it is: descriptor, token stream, torn tail */
+    if (!o.create) {
+        rc = fkvf_reader_open_file(&s.r, o.archive, 0, NULL);
+        if (rc != FKVF_OK) {
+            say_lib(o.archive, s.r ? fkvf_reader_message(s.r) : fkvf_strerror(rc));
+            ex = rc == FKVF_E_IO ? AX_USAGE : AX_INVALID;
+            goto out;
+        }
+        fkvf_archive_info ai;
+        fkvf_desc d;
+        if (fkvf_reader_info(s.r, &ai) != FKVF_OK || !ai.has_desc ||
+            fkvf_reader_desc(s.r, &d) != FKVF_OK) {
+            say_err("%s: not an archive (a codebook file?)", o.archive);
+            ex = AX_INVALID;
+            goto out;
+        }
+        if (ai.torn_bytes && !o.recover) {
+            say_err("%s: torn tail: %" PRIu64 " bytes after commit %" PRIu64
+                    " (an append that did not complete); nothing appended. Run 'fkvf recover "
+                    "%s' (or append with --recover) to cut it off first (spec 7.7)",
+                    o.archive, ai.torn_bytes, ai.n_commits, o.archive);
+            ex = AX_INVALID;
+            goto out;
+        }
+        if ((ex = check_shape(&o, c, &d)))
+            goto out;
+        before_size = ai.committed_size;
+        before_n = ai.n_positions;
+        pre_rope = d.key_transform == 1 && d.key_storage == 1;
+        size_t ti;
+        arch_tok = fkvf_reader_stream_find(s.r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK &&
+                   fkvf_reader_stream_info(s.r, ti, &tsi) == FKVF_OK;
+        if ((ex = open_ref_codebook(s.r, o.archive, o.cbfile, &s.cb)))
+            goto out;
+    }
+
+    /* which positions */
+    uint32_t p0 = 0, p1 = c->n_positions;
+    if (o.range_set) {
+        p0 = (uint32_t)o.range0;
+        p1 = o.end_set ? (uint32_t)o.range1 : c->n_positions;
+        if (p1 > c->n_positions || p0 > p1) {
+            say_err("%s: --positions %" PRIu64 ":%s: the cache has %u positions", o.cache,
+                    o.range0, o.end_set ? "B" : "", c->n_positions);
+            ex = AX_INVALID;
+            goto out;
+        }
+    } else if (o.newonly && !o.create) {
+        if (before_n > c->n_positions) {
+            say_err("%s: --new: the cache has %u positions, the archive %s already %" PRIu64,
+                    o.cache, c->n_positions, o.archive, before_n);
+            ex = AX_INVALID;
+            goto out;
+        }
+        p0 = (uint32_t)before_n;
+    }
+    uint32_t n = p1 - p0;
+    if (o.create)
+        pre_rope = o.pre_rope && !o.no_rope;
+    if (n && pre_rope && p0 != before_n && !o.json)
+        fprintf(stderr, "fkvf: note: positions %u.. of %s become positions %" PRIu64
+                        ".. of %s; keys are un-rotated at the archive's positions (spec 8.1)\n",
+                p0, o.cache, before_n, o.archive);
+
+    /* tokens */
+    int use_tok = 0;
+    if (o.create) {
+        use_tok = c->tokens && !o.no_tokens;
+        if (o.req_tokens && !c->tokens) {
+            say_err("%s: --tokens: the cache holds no token ids", o.cache);
+            ex = AX_INVALID;
+            goto out;
+        }
+    } else if (arch_tok) {
+        if (!c->tokens) {
+            say_err("%s: the archive %s has a token stream, the cache holds no token ids",
+                    o.cache, o.archive);
+            ex = AX_INVALID;
+            goto out;
+        }
+        use_tok = 1;
+        uint64_t alpha = alphabet_of(&tsi);
+        for (uint32_t t = p0; t < p1; t++)
+            if (c->tokens[t] < 0 || (uint64_t)c->tokens[t] >= alpha) {
+                say_err("%s: token id %" PRId64 " at position %u does not fit the archive's "
+                        "token stream (symbols below %" PRIu64 ")",
+                        o.cache, c->tokens[t], t, alpha);
+                ex = AX_INVALID;
+                goto out;
+            }
+    } else if (c->tokens) {
+        if (o.req_tokens) {
+            say_err("%s: --tokens: the archive has no token stream", o.archive);
+            ex = AX_INVALID;
+            goto out;
+        }
+        if (!o.json)
+            fprintf(stderr, "fkvf: note: %s has no token stream; the token ids of %s are not "
+                            "stored\n", o.archive, o.cache);
+    } else if (o.req_tokens) {
+        say_err("%s: --tokens: the cache holds no token ids", o.cache);
+        ex = AX_INVALID;
+        goto out;
+    }
+
+    size_t rb = cache_row_bytes(c);
+    s.rows = malloc(rb * (n ? n : 1));
+    s.tok = malloc(sizeof *s.tok * (n ? n : 1));
+    if (!s.rows || !s.tok) {
+        say_err("%s: out of memory", o.cache);
+        ex = AX_USAGE;
+        goto out;
+    }
+    cache_rows(c, p0, p1, s.rows);
+    for (uint32_t t = 0; use_tok && t < n; t++)
+        s.tok[t] = (uint32_t)c->tokens[p0 + t];
+
+    if (o.create) {
+        if ((ex = append_create(&o, &s, p0, p1)))
+            goto out;
+    } else {
+        fkvf_reader_free(s.r); /* before a recovery may truncate the file */
+        s.r = NULL;
+        fkvf_append_options ao;
+        fkvf_append_options_init(&ao);
+        ao.sync = o.sync;
+        ao.beam_width = o.beam;
+        ao.recover = o.recover;
+        ao.codebook_file = s.cb;
+        rc = fkvf_appender_open(&s.a, o.archive, &ao, NULL);
+        if (rc != FKVF_OK) {
+            say_lib(o.archive, s.a ? fkvf_appender_message(s.a) : fkvf_strerror(rc));
+            ex = lib_exit(rc);
+            goto out;
+        }
+    }
+    fkvf_appender_state as;
+    fkvf_appender_state_get(s.a, &as);
+    recovered = as.recovered_bytes;
+    if (o.create) {
+        before_size = as.file_size;
+    }
+    /* the commits */
+    uint64_t every = o.every ? o.every : (n ? n : 1);
+    uint64_t commits = 0;
+    bar b;
+    bar_init(&b, "append", o.json);
+    for (uint64_t i = 0; i < n; i += every) {
+        uint64_t m = n - i < every ? n - i : every;
+        rc = fkvf_appender_append(s.a, s.rows + (size_t)i * rb, (size_t)m * rb, (size_t)m,
+                                  use_tok ? s.tok + i : NULL);
+        if (rc == FKVF_OK)
+            rc = fkvf_appender_commit(s.a);
+        if (rc != FKVF_OK) {
+            say_err("%s: commit of positions %" PRIu64 "..%" PRIu64 " of %s failed: %s "
+                    "(%" PRIu64 " commit(s) of this run are in the file)",
+                    o.archive, p0 + i, p0 + i + m - 1, o.cache, fkvf_appender_message(s.a),
+                    commits);
+            ex = lib_exit(rc);
+            goto out;
+        }
+        commits++;
+        bar_cb(&b, i + m, n);
+    }
+    if (o.sync == FKVF_SYNC_NONE && (rc = fkvf_appender_sync(s.a)) != FKVF_OK) {
+        say_lib(o.archive, fkvf_appender_message(s.a));
+        ex = lib_exit(rc);
+        goto out;
+    }
+    fkvf_appender_state_get(s.a, &as);
+    if (o.json) {
+        printf("{\"archive\":");
+        jstr(stdout, o.archive);
+        printf(",\"cache\":");
+        jstr(stdout, o.cache);
+        printf(",\"created\":%s,\"first\":%u,\"appended\":%u,\"commits\":%" PRIu64
+               ",\"commit_seq\":%" PRIu64 ",\"positions\":%" PRIu64 ",\"archived\":%" PRIu64
+               ",\"exact\":%" PRIu64 ",\"tokens\":%s,\"recovered_bytes\":%" PRIu64
+               ",\"size_before\":%" PRIu64 ",\"size\":%" PRIu64 ",\"bytes_added\":%" PRIu64 "}\n",
+               o.create ? "true" : "false", p0, n, commits, as.commit_seq, as.n_positions,
+               as.n_archived, as.n_positions - as.n_archived, use_tok ? "true" : "false",
+               recovered, before_size, as.file_size, as.file_size - before_size);
+    } else {
+        if (recovered)
+            printf("%s: recovered: cut off a torn tail of %" PRIu64 " bytes\n", o.archive,
+                   recovered);
+        if (o.create)
+            printf("%s: created (commit 1: descriptor%s)\n", o.archive,
+                   as.has_codebook ? ", codebook" : ", no codebook: every position exact");
+        if (!n)
+            printf("%s: nothing to append from %s (positions %u.. of %u)\n", o.archive, o.cache,
+                   p0, c->n_positions);
+        printf("%s: appended %u positions (%u..%u of %s) in %" PRIu64 " commit(s)%s; now %" PRIu64
+               " positions (%" PRIu64 " archived, %" PRIu64 " exact), %" PRIu64
+               " commits, %" PRIu64 " bytes (+%" PRIu64 ")\n",
+               o.archive, n, p0, n ? p1 - 1 : p0, o.cache, commits,
+               use_tok ? " with token ids" : "", as.n_positions, as.n_archived,
+               as.n_positions - as.n_archived, as.commit_seq, as.file_size,
+               as.file_size - before_size);
+    }
+    ex = AX_OK;
+out:
+    append_free(&s);
+    return ex;
+}
+
+/* ---- compact --------------------------------------------------------------- */
+
+static const char *compact_help =
+    "usage: fkvf compact ARCHIVE -o OUT [--codebooks FILE] [--json]\n"
+    "       fkvf compact ARCHIVE --in-place [--codebooks FILE] [--json]\n"
+    "\n"
+    "Rewrite an archive of any number of commits as one commit, without\n"
+    "re-encoding anything: the descriptor, the codebook (an embedded copy, or\n"
+    "the same external reference), the metadata, the rows of the exact positions\n"
+    "(sinks and recent window) only, the index streams symbol for symbol with\n"
+    "their codec, and the token stream. Every position of OUT restores bit for\n"
+    "bit as in ARCHIVE. Superseded exact rows, stream cuts and per-commit\n"
+    "directories and trailers are dropped. A torn tail of ARCHIVE is ignored\n"
+    "(only committed data is read).\n"
+    "\n"
+    "  -o OUT                the new file, created atomically (a temporary file\n"
+    "                        renamed into place); OUT must not be ARCHIVE\n"
+    "  --in-place            replace ARCHIVE itself (same atomic rename); refused\n"
+    "                        while an appender has it open\n"
+    "  --codebooks FILE      the codebook file of an archive that refers to one\n"
+    "                        (needed for its shape; default: the file named in the\n"
+    "                        archive, next to it)\n"
+    "  --json                print one JSON object\n"
+    "\n"
+    "Exit status: 0 ok, 1 invalid input, 2 usage or I/O error.\n";
+
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (stat(a, &sa) != 0 || stat(b, &sb) != 0)
+        return 0;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+int fkvf_cli_compact(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL, *cbpath = NULL;
+    int json = 0, in_place = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(compact_help, stdout);
+            return AX_OK;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--in-place")) {
+            in_place = 1;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--codebooks")) {
+            if (!v) {
+                say_err("compact: %s needs a value", a);
+                return AX_USAGE;
+            }
+            i++;
+            *(a[1] == 'o' ? &out : &cbpath) = v;
+        } else if (a[0] == '-' && a[1]) {
+            say_err("compact: unknown option '%s' (see fkvf compact --help)", a);
+            return AX_USAGE;
+        } else if (!in) {
+            in = a;
+        } else {
+            say_err("compact: unexpected argument '%s'", a);
+            return AX_USAGE;
+        }
+    }
+    if (!in || (!out && !in_place)) {
+        say_err("compact: need ARCHIVE and -o OUT or --in-place (see fkvf compact --help)");
+        return AX_USAGE;
+    }
+    if (out && !in_place && (!strcmp(in, out) || same_file(in, out))) {
+        say_err("compact: OUT %s is ARCHIVE %s; use --in-place to replace it", out, in);
+        return AX_USAGE;
+    }
+    if (in_place && out && strcmp(in, out) && !same_file(in, out)) {
+        say_err("compact: --in-place with -o %s, a different file", out);
+        return AX_USAGE;
+    }
+    if (in_place)
+        out = in;
+
+    int ex = AX_INVALID, rc, lockfd = -1;
+    fkvf_reader *r = NULL, *cb = NULL;
+    fkvf_writer *w = NULL;
+    uint8_t *rows = NULL;
+    uint16_t *codes = NULL;
+    uint32_t *sym = NULL;
+    char *kbuf = NULL, *vbuf = NULL;
+    const char *stage = "open";
+
+    if (in_place) {
+        /* no appender may add a commit to the file being replaced */
+        lockfd = open(in, O_RDONLY | O_CLOEXEC);
+        if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
+            say_err("%s: cannot %s (%s)", in, lockfd < 0 ? "open" : "lock: an appender has it open",
+                    strerror(errno));
+            ex = AX_USAGE;
+            goto out;
+        }
+    }
+    rc = fkvf_reader_open_file(&r, in, 0, NULL);
+    if (rc != FKVF_OK) {
+        say_lib(in, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+        ex = rc == FKVF_E_IO ? AX_USAGE : AX_INVALID;
+        goto out;
+    }
+    fkvf_archive_info ai;
+    fkvf_desc d;
+    if (fkvf_reader_info(r, &ai) != FKVF_OK || !ai.has_desc || fkvf_reader_desc(r, &d) != FKVF_OK) {
+        say_err("%s: not an archive (a codebook file?)", in);
+        goto out;
+    }
+    if ((ex = open_ref_codebook(r, in, cbpath, &cb)))
+        goto out;
+    ex = AX_INVALID;
+    if (cb && (rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK) {
+        say_err("%s: wrong codebook for %s: %s", cbpath ? cbpath : "codebook", in,
+                fkvf_reader_message(r));
+        goto out;
+    }
+    /* deflate flags as in the input */
+    unsigned exac_flags = 0, cbk_flags = 0;
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        fkvf_section_info si;
+        if (fkvf_reader_section(r, i, &si) != FKVF_OK)
+            continue;
+        if (si.type == FKVF_SECTION_EXAC && (si.flags & FKVF_SECTION_DEFLATE))
+            exac_flags = FKVF_SECTION_DEFLATE;
+        if (si.type == FKVF_SECTION_CBK1 && (si.flags & FKVF_SECTION_DEFLATE))
+            cbk_flags = FKVF_SECTION_DEFLATE;
+    }
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    wo.required_features = ai.required_features;
+    wo.optional_features = ai.optional_features;
+    rc = fkvf_writer_create_file(&w, out, &wo, NULL);
+    if (rc != FKVF_OK) {
+        say_lib(out, w ? fkvf_writer_message(w) : fkvf_strerror(rc));
+        ex = AX_USAGE;
+        goto out;
+    }
+    stage = "descriptor";
+    rc = fkvf_writer_set_desc(w, &d);
+
+    /* metadata, entry by entry */
+    size_t n_meta = 0;
+    if (rc == FKVF_OK) {
+        stage = "metadata";
+        rc = fkvf_reader_meta_count(r, &n_meta);
+        if (rc != FKVF_OK) {
+            say_lib(in, fkvf_reader_message(r));
+            goto out;
+        }
+    }
+    for (size_t i = 0; rc == FKVF_OK && i < n_meta; i++) {
+        fkvf_meta_entry e;
+        if ((rc = fkvf_reader_meta(r, i, &e)) != FKVF_OK) {
+            say_lib(in, fkvf_reader_message(r));
+            goto out;
+        }
+        free(kbuf);
+        free(vbuf);
+        kbuf = malloc(e.key_len + 1);
+        vbuf = malloc(e.value_len + 1);
+        if (!kbuf || !vbuf) {
+            rc = FKVF_E_NOMEM;
+            break;
+        }
+        memcpy(kbuf, e.key, e.key_len);
+        kbuf[e.key_len] = 0;
+        if (e.value_len)
+            memcpy(vbuf, e.value, e.value_len);
+        vbuf[e.value_len] = 0;
+        switch (e.type) {
+        case FKVF_META_U64:
+            rc = fkvf_writer_meta_u64(w, kbuf, e.u64);
+            break;
+        case FKVF_META_I64:
+            rc = fkvf_writer_meta_i64(w, kbuf, e.i64);
+            break;
+        case FKVF_META_F64:
+            rc = fkvf_writer_meta_f64(w, kbuf, e.f64);
+            break;
+        case FKVF_META_BOOL:
+            rc = fkvf_writer_meta_bool(w, kbuf, e.u64 != 0);
+            break;
+        case FKVF_META_UTF8:
+            if (memchr(e.value, 0, e.value_len))
+                rc = fkvf_writer_meta_bytes(w, kbuf, e.value, e.value_len);
+            else
+                rc = fkvf_writer_meta_utf8(w, kbuf, vbuf);
+            break;
+        default:
+            rc = fkvf_writer_meta_bytes(w, kbuf, e.value, e.value_len);
+        }
+    }
+
+    /* exact rows: sinks [0, min(S, n)) and the window [S + A, n); all of
+     * them when nothing is archived */
+    uint64_t P = ai.n_positions, A = ai.n_archived;
+    uint64_t S = A ? (d.n_sinks < P ? d.n_sinks : P) : P;
+    uint64_t ranges[2][2] = {{0, S}, {A ? d.n_sinks + A : P, P}};
+    size_t rb = 0;
+    if (rc == FKVF_OK && (rc = fkvf_reader_row_bytes(r, d.dtype, &rb)) != FKVF_OK) {
+        say_lib(in, fkvf_reader_message(r));
+        goto out;
+    }
+    uint64_t n_exact = 0;
+    for (int k = 0; rc == FKVF_OK && k < 2; k++) {
+        uint64_t a0 = ranges[k][0], a1 = ranges[k][1];
+        if (a1 <= a0)
+            continue;
+        stage = "exact rows";
+        free(rows);
+        rows = malloc((size_t)(a1 - a0) * rb);
+        if (!rows) {
+            rc = FKVF_E_NOMEM;
+            break;
+        }
+        for (uint64_t p = a0; p < a1; p++) {
+            const void *row;
+            size_t n;
+            if ((rc = fkvf_reader_exact_row(r, p, &row, &n)) != FKVF_OK || n != rb) {
+                say_err("%s: exact row of position %" PRIu64 ": %s", in, p,
+                        rc ? fkvf_reader_message(r) : "unexpected size");
+                goto out;
+            }
+            memcpy(rows + (size_t)(p - a0) * rb, row, rb);
+        }
+        rc = fkvf_writer_add_exact(w, a0, a1 - a0, rows, (size_t)(a1 - a0) * rb, exac_flags);
+        n_exact += a1 - a0;
+    }
+
+    /* the codebook */
+    fkvf_codebook_shape shape;
+    memset(&shape, 0, sizeof shape);
+    int has_cb = 0, ext = 0;
+    uint8_t ref_hash[16];
+    const char *ref_name = NULL;
+    if (rc == FKVF_OK) {
+        stage = "codebook";
+        const void *contents;
+        size_t csize;
+        int crc = fkvf_reader_codebook(r, &shape, &contents, &csize, NULL);
+        fkvf_reader_codebook_ref(r, &ext, ref_hash, &ref_name);
+        if (crc == FKVF_OK) {
+            has_cb = 1;
+            if (ext)
+                rc = fkvf_writer_add_codebook_ref(w, &shape, ref_hash, ref_name);
+            else
+                rc = fkvf_writer_add_codebooks(w, &shape, (const uint8_t *)contents + 64,
+                                               csize - 64, cbk_flags);
+        } else if (crc != FKVF_E_NOT_FOUND) {
+            say_lib(in, fkvf_reader_message(r));
+            goto out;
+        }
+    }
+
+    /* index streams, symbol for symbol */
+    size_t i0;
+    fkvf_stream_info si0;
+    int has_index = fkvf_reader_stream_find(r, FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, 0, 0, 0, 0),
+                                            &i0) == FKVF_OK &&
+                    fkvf_reader_stream_info(r, i0, &si0) == FKVF_OK;
+    if (rc == FKVF_OK && has_cb && has_index) {
+        stage = "index streams";
+        unsigned per = (unsigned)shape.k_stages + shape.v_stages;
+        size_t cpp = (size_t)d.n_layers * d.n_kv_heads * per;
+        codes = malloc(cpp * (size_t)A * sizeof *codes + 1);
+        sym = malloc((size_t)A * sizeof *sym + 1);
+        if (!codes || !sym) {
+            rc = FKVF_E_NOMEM;
+        } else {
+            bar b;
+            bar_init(&b, "copy  ", json);
+            for (size_t j = 0; rc == FKVF_OK && j < cpp; j++) {
+                uint32_t lh = (uint32_t)(j / per), st = (uint32_t)(j % per);
+                unsigned kv = st >= shape.k_stages;
+                uint64_t id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, lh / d.n_kv_heads,
+                                             lh % d.n_kv_heads, kv, kv ? st - shape.k_stages : st);
+                size_t idx;
+                fkvf_stream_info si;
+                if (fkvf_reader_stream_find(r, id, &idx) != FKVF_OK ||
+                    fkvf_reader_stream_info(r, idx, &si) != FKVF_OK || si.length < A) {
+                    say_err("%s: index stream %016" PRIx64 " missing or shorter than the %" PRIu64
+                            " archived positions", in, id, A);
+                    goto out;
+                }
+                if (A && (rc = fkvf_reader_stream_read(r, idx, 0, sym, (size_t)A)) != FKVF_OK) {
+                    say_lib(in, fkvf_reader_message(r));
+                    goto out;
+                }
+                for (uint64_t t = 0; t < A; t++)
+                    codes[j * A + t] = (uint16_t)sym[t];
+                bar_cb(&b, j + 1, cpp);
+            }
+            fkvf_stream_spec sp;
+            spec_of(&si0, &sp);
+            if (rc == FKVF_OK)
+                rc = fkvf_writer_add_index_segment(w, &sp, 0, A, A ? codes : NULL, 1,
+                                                   (size_t)(A ? A : 1));
+        }
+    }
+
+    /* the token stream */
+    size_t ti;
+    fkvf_stream_info tsi;
+    if (rc == FKVF_OK && fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK &&
+        fkvf_reader_stream_info(r, ti, &tsi) == FKVF_OK) {
+        stage = "token stream";
+        free(sym);
+        sym = malloc((size_t)tsi.length * sizeof *sym + 1);
+        if (!sym) {
+            rc = FKVF_E_NOMEM;
+        } else {
+            if (tsi.length &&
+                (rc = fkvf_reader_stream_read(r, ti, 0, sym, (size_t)tsi.length)) != FKVF_OK) {
+                say_lib(in, fkvf_reader_message(r));
+                goto out;
+            }
+            fkvf_stream_spec sp;
+            spec_of(&tsi, &sp);
+            rc = fkvf_writer_add_token_segment(w, &sp, 0, tsi.length ? sym : NULL,
+                                               (size_t)tsi.length);
+        }
+    }
+    if (rc == FKVF_OK) {
+        stage = "commit";
+        rc = fkvf_writer_set_positions(w, P, A);
+    }
+    if (rc == FKVF_OK)
+        rc = fkvf_writer_finish(w);
+    if (rc != FKVF_OK) {
+        say_err("%s: writing the %s failed: %s", out, stage,
+                rc == FKVF_E_NOMEM ? "out of memory" : fkvf_writer_message(w));
+        ex = lib_exit(rc);
+        goto out;
+    }
+    uint64_t after = file_size_of(out);
+    if (json) {
+        printf("{\"archive\":");
+        jstr(stdout, in);
+        printf(",\"out\":");
+        jstr(stdout, out);
+        printf(",\"in_place\":%s,\"commits_before\":%" PRIu64 ",\"commits\":1,\"positions\":%" PRIu64
+               ",\"archived\":%" PRIu64 ",\"exact\":%" PRIu64 ",\"size_before\":%" PRIu64
+               ",\"size\":%" PRIu64 ",\"torn_bytes_ignored\":%" PRIu64 "}\n",
+               in_place ? "true" : "false", ai.n_commits, P, A, n_exact, ai.file_size, after,
+               ai.torn_bytes);
+    } else {
+        printf("%s: %" PRIu64 " commit(s), %" PRIu64 " bytes -> %s: 1 commit, %" PRIu64
+               " bytes (%.1f%%); %" PRIu64 " positions (%" PRIu64 " archived, %" PRIu64
+               " exact)\n",
+               in, ai.n_commits, ai.file_size, out, after,
+               ai.file_size ? 100.0 * (double)after / (double)ai.file_size : 0.0, P, A, n_exact);
+        if (ai.torn_bytes)
+            printf("%s: a torn tail of %" PRIu64 " bytes was left out\n", in, ai.torn_bytes);
+    }
+    ex = AX_OK;
+out:
+    fkvf_writer_free(w); /* before finish: removes the temporary file */
+    fkvf_reader_free(r);
+    fkvf_reader_free(cb);
+    free(rows);
+    free(codes);
+    free(sym);
+    free(kbuf);
+    free(vbuf);
+    if (lockfd >= 0)
+        close(lockfd);
+    return ex;
+}
+
+/* ---- recover ---------------------------------------------------------------- */
+
+static const char *recover_help =
+    "usage: fkvf recover ARCHIVE [--dry-run] [--json]\n"
+    "\n"
+    "Cut off a torn tail: the bytes after the last complete commit that an\n"
+    "append left when it did not complete (a crash, a full disk). The file is\n"
+    "truncated to its committed size (spec 7.7); every complete commit stays.\n"
+    "A clean file is left untouched. Refused while an appender has the file open.\n"
+    "\n"
+    "  --dry-run             only say what would be removed\n"
+    "  --json                print one JSON object\n"
+    "\n"
+    "Exit status: 0 ok (recovered, or clean), 1 the file does not open as an\n"
+    "FKVF file (the reader's message says why), 2 usage or I/O error.\n";
+
+int fkvf_cli_recover(int argc, char **argv)
+{
+    const char *path = NULL;
+    int json = 0, dry = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(recover_help, stdout);
+            return AX_OK;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--dry-run")) {
+            dry = 1;
+        } else if (a[0] == '-' && a[1]) {
+            say_err("recover: unknown option '%s' (see fkvf recover --help)", a);
+            return AX_USAGE;
+        } else if (!path) {
+            path = a;
+        } else {
+            say_err("recover: unexpected argument '%s'", a);
+            return AX_USAGE;
+        }
+    }
+    if (!path) {
+        say_err("recover: need ARCHIVE (see fkvf recover --help)");
+        return AX_USAGE;
+    }
+    int fd = open(path, (dry ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    if (fd < 0) {
+        say_err("%s: cannot open: %s", path, strerror(errno));
+        return AX_USAGE;
+    }
+    if (!dry && flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        say_err("%s: cannot lock (%s): an appender has it open", path, strerror(errno));
+        close(fd);
+        return AX_USAGE;
+    }
+    fkvf_reader *r = NULL;
+    int rc = fkvf_reader_open_file(&r, path, 0, NULL);
+    if (rc != FKVF_OK) {
+        say_lib(path, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+        fkvf_reader_free(r);
+        close(fd);
+        return rc == FKVF_E_IO ? AX_USAGE : AX_INVALID;
+    }
+    fkvf_archive_info ai;
+    fkvf_reader_info(r, &ai);
+    fkvf_reader_free(r); /* unmap before truncating */
+    const char *action = "none";
+    if (ai.torn_bytes) {
+        action = dry ? "would-truncate" : "truncated";
+        if (!dry) {
+            if (ftruncate(fd, (off_t)ai.committed_size) != 0 || fsync(fd) != 0) {
+                say_err("%s: cannot truncate to %" PRIu64 " bytes: %s", path, ai.committed_size,
+                        strerror(errno));
+                close(fd);
+                return AX_USAGE;
+            }
+            /* it must now open clean at the same commit */
+            r = NULL;
+            fkvf_archive_info ai2;
+            rc = fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL);
+            if (rc != FKVF_OK || fkvf_reader_info(r, &ai2) != FKVF_OK ||
+                ai2.n_commits != ai.n_commits) {
+                say_lib(path, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+                fkvf_reader_free(r);
+                close(fd);
+                return AX_INVALID;
+            }
+            fkvf_reader_free(r);
+        }
+    }
+    close(fd);
+    if (json) {
+        printf("{\"file\":");
+        jstr(stdout, path);
+        printf(",\"action\":\"%s\",\"torn_bytes\":%" PRIu64 ",\"removed_bytes\":%" PRIu64
+               ",\"file_size_before\":%" PRIu64 ",\"committed_size\":%" PRIu64
+               ",\"commit\":%" PRIu64 ",\"positions\":%" PRIu64 "}\n",
+               action, ai.torn_bytes, dry ? 0 : ai.torn_bytes, ai.file_size, ai.committed_size,
+               ai.n_commits, ai.n_positions);
+    } else if (!ai.torn_bytes) {
+        printf("%s: clean (%" PRIu64 " bytes, %" PRIu64 " commit(s), %" PRIu64
+               " positions); nothing to do\n",
+               path, ai.file_size, ai.n_commits, ai.n_positions);
+    } else {
+        printf("%s: %s %" PRIu64 " torn bytes after commit %" PRIu64 " (%" PRIu64 " -> %" PRIu64
+               " bytes); commit %" PRIu64 " is served (%" PRIu64 " positions)\n",
+               path, dry ? "would remove" : "removed", ai.torn_bytes, ai.n_commits, ai.file_size,
+               ai.committed_size, ai.n_commits, ai.n_positions);
+    }
+    return AX_OK;
+}
