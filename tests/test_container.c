@@ -1,6 +1,8 @@
 /* Container tests: writer -> bytes -> reader round trips, writer refusals,
  * exhaustive truncation and bit-flip damage, hand-crafted malformed files,
- * odd addresses, allocation failure, multi-commit (torn tail) files, and
+ * odd addresses, allocation failure, multi-commit (torn tail) files, stream
+ * groups (one STRM section holds a segment of every index stream, or of the
+ * token stream; segments of later commits cut and extend them), and
  * codebooks (embedded CBK1, codebook files, CBRF references and attach,
  * the index-stream set and symbol range of spec 11.8).
  *
@@ -4390,7 +4392,7 @@ START_TEST(writer_refuses_bad_later_commits)
     size_t end1 = b.size;
     /* the descriptor belongs in commit 1; the codebook cannot be replaced */
     RC_W(w, fkvf_writer_set_desc(w, &m->desc), FKVF_E_STATE);
-    assert_msg_names(w, "8");
+    assert_msg_names(w, "already set");
     RC_W(w, fkvf_writer_add_codebooks(w, &m->cbs, m->cb_tables, m->cb_tables_size, 0),
          FKVF_E_STATE);
     size_t ni = model_n_index(m);
@@ -4445,6 +4447,68 @@ START_TEST(writer_refuses_bad_later_commits)
     OK_R(r, fkvf_reader_verify(r));
     fkvf_reader_free(r);
     tu_buf_free(&b);
+    /* a codebook file's first commit, then a descriptor: too late (spec 8.3) */
+    w = new_writer(&b, &m->opts);
+    OK_W(w, fkvf_writer_add_codebooks(w, &m->cbs, m->cb_tables, m->cb_tables_size, 0));
+    OK_W(w, fkvf_writer_commit(w));
+    RC_W(w, fkvf_writer_set_desc(w, &m->desc), FKVF_E_STATE);
+    assert_msg_names(w, "belongs in commit 1");
+    RC_W(w, write_index_segment(m, w, 0, 5), FKVF_E_STATE);
+    OK_W(w, fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, FKVF_OPEN_STRICT, NULL));
+    OK_R(r, fkvf_reader_info(r, &ai));
+    ck_assert_uint_eq(ai.n_commits, 1);
+    ck_assert_int_eq(ai.has_desc, 0);
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    growth_free(&g);
+}
+END_TEST
+
+/* A file writer's commits reach the final path at finish (spec 7.6: the
+ * temporary file is renamed into place), with the same bytes as a sink. */
+START_TEST(file_writer_commits_appear_at_finish)
+{
+    growth g;
+    build_growth(&g, &g_codecs[1][0], &g_codecs[1][1]);
+    model *m = &g.m;
+    char *dir = make_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/grow.fkvf", dir);
+    fkvf_writer *w = NULL;
+    OK_W(w, fkvf_writer_create_file(&w, path, &m->opts, NULL));
+    OK_W(w, fkvf_writer_set_desc(w, &m->desc));
+    OK_W(w, fkvf_writer_add_codebooks(w, &m->cbs, m->cb_tables, m->cb_tables_size, 0));
+    OK_W(w, write_meta(w));
+    OK_W(w, fkvf_writer_add_exact(w, 0, 2, m->rows, 2 * m->row_bytes, 0));
+    for (size_t c = 0; c < G_COMMITS; c++) {
+        if (c == 1)
+            OK_W(w, fkvf_writer_meta_u64(w, "commit", 2));
+        if (c == 2)
+            OK_W(w, fkvf_writer_add_exact(w, 1, 1, g.row1, m->row_bytes, 0));
+        OK_W(w, fkvf_writer_add_exact(w, g.exf[c], g.exn[c], m->rows + g.exf[c] * m->row_bytes,
+                                      (size_t)(g.exn[c] * m->row_bytes), 0));
+        OK_W(w, g_write_segments(&g, w, c));
+        OK_W(w, fkvf_writer_set_positions(w, g.P[c], g.A[c]));
+        OK_W(w, fkvf_writer_commit(w));
+        ck_assert(!path_exists(path));
+        ck_assert_uint_eq(dir_entries(dir), 1); /* the temporary file */
+    }
+    OK_W(w, fkvf_writer_finish(w)); /* nothing new: no fourth commit */
+    fkvf_writer_free(w);
+    ck_assert_uint_eq(dir_entries(dir), 1);
+    size_t size;
+    uint8_t *bytes = read_file(path, &size);
+    ck_assert_uint_eq(size, g.b.size);
+    ck_assert(memcmp(bytes, g.b.data, size) == 0);
+    free(bytes);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL));
+    check_growth(r, &g, 2, 1);
+    fkvf_reader_free(r);
+    rm_tmpdir(dir);
     growth_free(&g);
 }
 END_TEST
@@ -6571,6 +6635,7 @@ static Suite *container_suite(void)
     tcase_add_loop_test(t, three_commits_grow_the_streams, 0, 3);
     tcase_add_loop_test(t, torn_third_commit_serves_the_second, 0, 3);
     tcase_add_test(t, writer_refuses_bad_later_commits);
+    tcase_add_test(t, file_writer_commits_appear_at_finish);
     tcase_add_test(t, later_segment_rules);
     suite_add_tcase(s, t);
 
