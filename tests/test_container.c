@@ -1,6 +1,8 @@
 /* Container tests: writer -> bytes -> reader round trips, writer refusals,
  * exhaustive truncation and bit-flip damage, hand-crafted malformed files,
- * odd addresses, allocation failure, multi-commit (torn tail) files, and
+ * odd addresses, allocation failure, multi-commit (torn tail) files, stream
+ * groups (one STRM section holds a segment of every index stream, or of the
+ * token stream; segments of later commits cut and extend them), and
  * codebooks (embedded CBK1, codebook files, CBRF references and attach,
  * the index-stream set and symbol range of spec 11.8).
  *
@@ -50,10 +52,13 @@
 
 /* ==== the archive model: what a test writes and expects to read back ======== */
 
-#define MAX_STREAMS 40
+#define MAX_STREAMS 80
 
+/* One stream as the reader serves it: an index stream (its group's codec)
+ * or the token stream. */
 typedef struct tstream {
-    fkvf_stream_spec spec;
+    uint64_t id;
+    fkvf_stream_spec spec; /* the codec of its group */
     uint32_t *sym;
     size_t n;
 } tstream;
@@ -69,8 +74,12 @@ typedef struct model {
     int split_tail;      /* tail exact rows in two EXAC sections */
     int extra;           /* add unknown optional sections XTRA (and XTRZ deflated) */
     uint8_t extra_data[300];
+    /* the index streams in canonical order (spec 11.2), then the token stream */
     tstream st[MAX_STREAMS];
     size_t n_st;
+    int has_index, has_tokens;
+    fkvf_stream_spec ispec, tspec; /* the codecs of the two groups */
+    int codes_by_stream; /* index codes given one array per stream (pos_stride 1) */
     /* embedded codebook (spec 13), written right after DESC */
     int cb;
     unsigned cb_flags; /* extra section flags for CBK1 (FKVF_SECTION_DEFLATE) */
@@ -85,72 +94,115 @@ typedef struct model {
 #define XTRA FKVF_FOURCC('X', 'T', 'R', 'A')
 #define XTRZ FKVF_FOURCC('X', 'T', 'R', 'Z')
 
-/* Index-stream symbols stay below the codebook size k (spec 11.8); the token
- * stream uses the codec's whole alphabet. The extremes of the range appear. */
-static void model_add_stream(model *m, uint64_t id, fkvf_profile profile, unsigned bits,
-                             uint32_t alphabet, uint64_t seed)
+static fkvf_stream_spec mkspec(fkvf_profile profile, unsigned bits, uint32_t alphabet)
 {
-    ck_assert_uint_lt(m->n_st, MAX_STREAMS);
-    tstream *s = &m->st[m->n_st++];
-    memset(s, 0, sizeof *s);
-    s->spec.id = id;
-    s->spec.profile = profile;
-    s->spec.symbol_bits = bits;
-    s->spec.alphabet = alphabet;
-    int index = (id >> 56) == FKVF_STREAM_KIND_INDEX;
-    s->n = (size_t)(index ? m->n_archived : m->n_positions);
-    s->sym = calloc(s->n + 1, sizeof *s->sym);
-    ck_assert_ptr_nonnull(s->sym);
-    uint64_t range = profile == FKVF_PROFILE_QUAD ? UINT64_C(1) << bits : alphabet;
-    if (index && m->cb && range > m->cbs.k)
-        range = m->cbs.k;
+    fkvf_stream_spec s;
+    memset(&s, 0, sizeof s);
+    s.profile = profile;
+    s.symbol_bits = bits;
+    s.alphabet = alphabet;
+    return s;
+}
+
+/* `n` symbols below `range`, the extremes of the range included. */
+static uint32_t *make_symbols(size_t n, uint64_t range, int quad, uint64_t seed)
+{
+    uint32_t *sym = calloc(n + 1, sizeof *sym);
+    ck_assert_ptr_nonnull(sym);
     tu_rng rng = {seed};
-    for (size_t i = 0; i < s->n; i++) {
+    for (size_t i = 0; i < n; i++) {
         if ((range & (range - 1)) == 0)
-            s->sym[i] = (uint32_t)(tu_next(&rng) & (range - 1));
+            sym[i] = (uint32_t)(tu_next(&rng) & (range - 1));
         else
-            s->sym[i] = tu_below(&rng, (uint32_t)range);
+            sym[i] = tu_below(&rng, (uint32_t)range);
     }
-    if (s->n >= 2 && profile == FKVF_PROFILE_QUAD) {
-        s->sym[0] = 0;
-        s->sym[s->n - 1] = (uint32_t)(range - 1);
-    } else if (s->n >= 2) {
-        s->sym[0] = (uint32_t)(range - 1);
-        s->sym[s->n - 1] = 0;
+    if (n >= 2 && quad) {
+        sym[0] = 0;
+        sym[n - 1] = (uint32_t)(range - 1);
+    } else if (n >= 2) {
+        sym[0] = (uint32_t)(range - 1);
+        sym[n - 1] = 0;
     }
+    return sym;
 }
 
-static int model_has_stream(const model *m, uint64_t id)
+static uint64_t spec_range(const fkvf_stream_spec *s)
 {
-    for (size_t i = 0; i < m->n_st; i++)
-        if (m->st[i].spec.id == id)
-            return 1;
-    return 0;
+    return s->profile == FKVF_PROFILE_QUAD ? UINT64_C(1) << s->symbol_bits : s->alphabet;
 }
 
-typedef struct codec_choice {
-    fkvf_profile profile;
-    unsigned bits;     /* quad */
-    uint32_t alphabet; /* ngon */
-} codec_choice;
+static size_t model_n_index(const model *m)
+{
+    return m->has_index ? (size_t)m->desc.n_layers * m->desc.n_kv_heads *
+                              (m->cbs.k_stages + m->cbs.v_stages)
+                        : 0;
+}
 
-/* Add the index streams spec 11.8 still requires (every layer, head and
- * codebook stage), cycling through `cs` for their codecs. */
-static void model_fill_index_streams(model *m, const codec_choice *cs, size_t ncs, uint64_t seed)
+/* The index group (spec 11.2): one stream per (layer, head, K|V, stage) of
+ * the codebook, in canonical order, each of n_archived symbols below the
+ * codebook size k. Call before model_tokens. */
+static void model_index(model *m, fkvf_profile profile, unsigned bits, uint32_t alphabet,
+                        uint64_t seed)
 {
     ck_assert(m->cb);
-    size_t j = 0;
+    ck_assert(!m->has_index && !m->has_tokens);
+    m->has_index = 1;
+    m->ispec = mkspec(profile, bits, alphabet);
+    uint64_t range = spec_range(&m->ispec);
+    if (range > m->cbs.k)
+        range = m->cbs.k;
+    unsigned ks = m->cbs.k_stages, per = ks + m->cbs.v_stages;
     for (uint32_t l = 0; l < m->desc.n_layers; l++)
         for (uint32_t h = 0; h < m->desc.n_kv_heads; h++)
-            for (unsigned kv = 0; kv < 2; kv++)
-                for (unsigned st = 0; st < (kv ? m->cbs.v_stages : m->cbs.k_stages); st++) {
-                    uint64_t id = FKVF_STREAM_ID(0, l, h, kv, st);
-                    if (model_has_stream(m, id))
-                        continue;
-                    const codec_choice *c = &cs[j % ncs];
-                    model_add_stream(m, id, c->profile, c->bits, c->alphabet, seed + j);
-                    j++;
-                }
+            for (unsigned j = 0; j < per; j++) {
+                ck_assert_uint_lt(m->n_st, MAX_STREAMS);
+                tstream *s = &m->st[m->n_st++];
+                unsigned kv = j >= ks, stage = kv ? j - ks : j;
+                s->id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, h, kv, stage);
+                s->spec = m->ispec;
+                s->n = (size_t)m->n_archived;
+                s->sym = make_symbols(s->n, range, profile == FKVF_PROFILE_QUAD, seed + m->n_st);
+            }
+    ck_assert_uint_eq(m->n_st, model_n_index(m));
+}
+
+/* Explicit ngon r and L for the index group. */
+static void model_index_rl(model *m, double r, uint32_t span)
+{
+    m->ispec.r = r;
+    m->ispec.span_symbols = span;
+    for (size_t i = 0; i < model_n_index(m); i++)
+        m->st[i].spec = m->ispec;
+}
+
+/* The token stream: n_positions symbols over the codec's whole alphabet. */
+static void model_tokens(model *m, fkvf_profile profile, unsigned bits, uint32_t alphabet,
+                         uint64_t seed)
+{
+    ck_assert(!m->has_tokens);
+    ck_assert_uint_lt(m->n_st, MAX_STREAMS);
+    m->has_tokens = 1;
+    m->tspec = mkspec(profile, bits, alphabet);
+    tstream *s = &m->st[m->n_st++];
+    s->id = FKVF_STREAM_ID_TOKENS;
+    s->spec = m->tspec;
+    s->n = (size_t)m->n_positions;
+    s->sym = make_symbols(s->n, spec_range(&m->tspec), profile == FKVF_PROFILE_QUAD, seed);
+}
+
+static tstream *model_token_stream(model *m)
+{
+    ck_assert(m->has_tokens);
+    return &m->st[m->n_st - 1];
+}
+
+static size_t model_stream_of(const model *m, uint64_t id)
+{
+    for (size_t i = 0; i < m->n_st; i++)
+        if (m->st[i].id == id)
+            return i;
+    ck_abort_msg("no stream %016llx in the model", (unsigned long long)id);
+    return SIZE_MAX;
 }
 
 /* Finite f16 / f32 values, from a palette of 16 so that tables deflate. */
@@ -228,12 +280,13 @@ static void model_free(model *m)
 static const uint8_t weights16[16] = {0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE,
                                       0x01, 0x23, 0x45, 0x67, 0x89, 0xAB, 0xCD, 0xEF};
 
-/* The small archive of the damage tests: DESC, CBK1 (k = 16, one key and one
- * value stage, per head), META, EXAC (three sections), the eight index
- * streams (st[0] quad 8 bits, st[1] ngon N = 16 with its VTXS, then quad
- * 4/2/32, ngon 16, quad 6/16) and a token stream (st[2]).
+/* The small archive of the damage tests: DESC, CBK1 (k, one key and one
+ * value stage, per head), META, EXAC (three sections), VTXS, the index group
+ * (2 layers x 2 heads x 2 stages = 8 streams of 5 symbols, codec `ix`) and
+ * the token stream (quad 32 bits, 10 symbols).
  * S = 2, n_positions = 10, n_archived = 5: exact rows 0..1 and 7..9. */
-static void model_small_k(model *m, uint32_t k)
+static void model_small_codec(model *m, uint32_t k, fkvf_profile profile, unsigned bits,
+                              uint32_t alphabet)
 {
     memset(m, 0, sizeof *m);
     fkvf_writer_options_init(&m->opts);
@@ -262,29 +315,31 @@ static void model_small_k(model *m, uint32_t k)
     m->split_tail = 1;
     model_rows(m, 1);
     model_codebook(m, k, 1, 1, FKVF_DTYPE_F16, 0, 14);
-    model_add_stream(m, FKVF_STREAM_ID(0, 0, 0, 0, 0), FKVF_PROFILE_QUAD, 8, 0, 11);
-    model_add_stream(m, FKVF_STREAM_ID(0, 1, 1, 1, 0), FKVF_PROFILE_NGON, 0, 16, 12);
-    model_add_stream(m, FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 32, 0, 13);
-    static const codec_choice rest[] = {
-        {FKVF_PROFILE_QUAD, 4, 0},  {FKVF_PROFILE_QUAD, 2, 0}, {FKVF_PROFILE_QUAD, 32, 0},
-        {FKVF_PROFILE_NGON, 0, 16}, {FKVF_PROFILE_QUAD, 6, 0}, {FKVF_PROFILE_QUAD, 16, 0}};
-    model_fill_index_streams(m, rest, sizeof rest / sizeof rest[0], 20);
+    model_index(m, profile, bits, alphabet, 11);
+    model_tokens(m, FKVF_PROFILE_QUAD, 32, 0, 13);
     ck_assert_uint_eq(m->n_st, 2 * 2 * 2 + 1);
+}
+
+/* ngon index streams with N = k (k = 16: one span of 5 symbols each) */
+static void model_small_k(model *m, uint32_t k)
+{
+    model_small_codec(m, k, FKVF_PROFILE_NGON, 0, k);
 }
 
 static void model_small(model *m) { model_small_k(m, 16); }
 
-/* Many streams over several blocks, deflated exact rows and codebook, extra
- * sections. The codebook is pooled with k = 4096, so index streams of quad
- * widths up to 12 bits use their whole alphabet; 32 index streams (4 layers x
- * 4 heads x one key and one value stage) and a token stream. */
+/* Many blocks, deflated exact rows and codebook, extra sections. The
+ * codebook is pooled with k = 4096, so the 12-bit quad index streams use
+ * their whole alphabet; 32 index streams (4 layers x 4 heads x one key and
+ * one value stage) of 300 symbols in one segment over 64-byte blocks, and a
+ * quad 32 token stream. */
 static void model_many(model *m, fkvf_dtype dtype)
 {
     memset(m, 0, sizeof *m);
     fkvf_writer_options_init(&m->opts);
     m->opts.required_features = FKVF_FEAT_NGON | FKVF_FEAT_DEFLATE;
     m->opts.optional_features = FKVF_OPTFEAT_TOKEN_STREAM;
-    m->opts.block_size = 64; /* many blocks per stream */
+    m->opts.block_size = 64; /* many blocks per segment */
     m->opts.deflate_level = 9;
     m->opts.no_sync = 1;
     fkvf_desc *d = &m->desc;
@@ -316,27 +371,8 @@ static void model_many(model *m, fkvf_dtype dtype)
     model_rows(m, 2);
     model_codebook(m, 4096, 1, 1, FKVF_DTYPE_F16, 1, 3);
     m->cb_flags = FKVF_SECTION_DEFLATE;
-    static const unsigned widths[] = {2, 4, 6, 8, 10, 12, 16, 20, 24, 30, 32};
-    size_t k = 0;
-    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++, k++)
-        model_add_stream(m, FKVF_STREAM_ID(0, k % 4, (k / 4) % 4, k % 2, k / 16),
-                         FKVF_PROFILE_QUAD, widths[i], 0, 100 + k);
-    static const uint32_t ns[] = {4, 16, 256};
-    for (size_t i = 0; i < 3; i++, k++)
-        model_add_stream(m, FKVF_STREAM_ID(0, k % 4, (k / 4) % 4, k % 2, k / 16),
-                         FKVF_PROFILE_NGON, 0, ns[i], 100 + k);
-    /* explicit r and L: 300 = 42 spans of 7 + a partial span of 6 */
-    model_add_stream(m, FKVF_STREAM_ID(0, k % 4, (k / 4) % 4, k % 2, k / 16), FKVF_PROFILE_NGON,
-                     0, 3, 100 + k);
-    m->st[m->n_st - 1].spec.r = 0.3;
-    m->st[m->n_st - 1].spec.span_symbols = 7;
-    k++;
-    model_add_stream(m, FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 32, 0, 99);
-    static const codec_choice rest[] = {
-        {FKVF_PROFILE_QUAD, 12, 0}, {FKVF_PROFILE_QUAD, 14, 0}, {FKVF_PROFILE_NGON, 0, 16},
-        {FKVF_PROFILE_QUAD, 18, 0}, {FKVF_PROFILE_QUAD, 28, 0}, {FKVF_PROFILE_NGON, 0, 4},
-        {FKVF_PROFILE_QUAD, 26, 0}, {FKVF_PROFILE_QUAD, 22, 0}};
-    model_fill_index_streams(m, rest, sizeof rest / sizeof rest[0], 200);
+    model_index(m, FKVF_PROFILE_QUAD, 12, 0, 100);
+    model_tokens(m, FKVF_PROFILE_QUAD, 32, 0, 99);
     ck_assert_uint_eq(m->n_st, 4 * 4 * 2 + 1);
 }
 
@@ -357,7 +393,7 @@ static void model_all_exact(model *m)
     m->n_positions = 3;
     m->n_archived = 0;
     model_rows(m, 3);
-    model_add_stream(m, FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 16, 0, 31);
+    model_tokens(m, FKVF_PROFILE_QUAD, 16, 0, 31);
 }
 
 /* the standard metadata set */
@@ -387,7 +423,36 @@ static uint64_t model_sinks(const model *m)
     return m->desc.n_sinks < m->n_positions ? m->desc.n_sinks : m->n_positions;
 }
 
-/* Everything up to and including finish; the first error. */
+/* Symbols [first, first + count) of the model's index streams as uint16
+ * codes, in the layout the model asks for; *ps, *cs: the strides. */
+static uint16_t *model_codes(const model *m, uint64_t first, uint64_t count, size_t *ps,
+                             size_t *cs)
+{
+    size_t ni = model_n_index(m), n = (size_t)count;
+    uint16_t *codes = calloc(n * ni + 1, sizeof *codes);
+    ck_assert_ptr_nonnull(codes);
+    *ps = m->codes_by_stream ? 1 : ni;
+    *cs = m->codes_by_stream ? n : 1;
+    for (size_t j = 0; j < ni; j++)
+        for (size_t i = 0; i < n; i++)
+            codes[i * *ps + j * *cs] = (uint16_t)m->st[j].sym[first + i];
+    return codes;
+}
+
+/* The index segment [first, first + count) of the model's streams. */
+static int write_index_segment(const model *m, fkvf_writer *w, uint64_t first, uint64_t count)
+{
+    size_t ps, cs;
+    uint16_t *codes = model_codes(m, first, count, &ps, &cs);
+    int rc = fkvf_writer_add_index_segment(w, &m->ispec, first, count, codes, ps, cs);
+    free(codes);
+    return rc;
+}
+
+static int write_streams(const model *m, fkvf_writer *w);
+
+/* Everything up to and including finish; the first error. The index
+ * segment has as many symbols as the first index stream of the model. */
 static int write_model(const model *m, fkvf_writer *w)
 {
     int rc;
@@ -413,9 +478,8 @@ static int write_model(const model *m, fkvf_writer *w)
                                                   (size_t)((tn - a) * rb), m->exac_flags)))
             return rc;
     }
-    for (size_t i = 0; i < m->n_st; i++)
-        if ((rc = fkvf_writer_add_stream(w, &m->st[i].spec, m->st[i].sym, m->st[i].n)))
-            return rc;
+    if ((rc = write_streams(m, w)))
+        return rc;
     if (m->extra) {
         if ((rc = fkvf_writer_add_section(w, XTRA, 0, 7, m->extra_data, sizeof m->extra_data)))
             return rc;
@@ -441,26 +505,53 @@ static void build(const model *m, tu_buf *out)
     ck_assert_uint_eq(out->size % 64, 0);
 }
 
+/* The model's index and token segments (one each). */
+static int write_streams(const model *m, fkvf_writer *w)
+{
+    int rc;
+    if (m->has_index && (rc = write_index_segment(m, w, 0, m->st[0].n)))
+        return rc;
+    if (m->has_tokens) {
+        const tstream *t = &m->st[m->n_st - 1];
+        if ((rc = fkvf_writer_add_token_segment(w, &m->tspec, 0, t->sym, t->n)))
+            return rc;
+    }
+    return FKVF_OK;
+}
+
 static size_t model_n_sections(const model *m)
 {
-    size_t n = 1 + m->n_st + (m->meta ? 1 : 0) + (m->cb ? 1 : 0);
+    size_t n = 1 + (m->has_index ? 1 : 0) + (m->has_tokens ? 1 : 0) + (m->meta ? 1 : 0) +
+               (m->cb ? 1 : 0);
     uint64_t S = model_sinks(m), tn = m->n_positions - S - m->n_archived;
     n += (S ? 1 : 0) + (tn ? (m->split_tail && tn >= 2 ? 2 : 1) : 0);
-    uint32_t seen[MAX_STREAMS];
-    size_t ns = 0;
-    for (size_t i = 0; i < m->n_st; i++) {
-        if (m->st[i].spec.profile != FKVF_PROFILE_NGON)
-            continue;
-        int dup = 0;
-        for (size_t k = 0; k < ns; k++)
-            dup |= seen[k] == m->st[i].spec.alphabet;
-        if (!dup)
-            seen[ns++] = m->st[i].spec.alphabet;
-    }
-    n += ns;
+    int ing = m->has_index && m->ispec.profile == FKVF_PROFILE_NGON;
+    int tng = m->has_tokens && m->tspec.profile == FKVF_PROFILE_NGON;
+    n += (size_t)ing + (size_t)tng;
+    if (ing && tng && m->ispec.alphabet == m->tspec.alphabet)
+        n--; /* one VTXS per N */
     if (m->extra)
         n += (m->opts.required_features & FKVF_FEAT_DEFLATE) ? 2 : 1;
     return n;
+}
+
+/* Data bytes of `n` symbols of one stream of this codec (spec 11.3). */
+static uint64_t stream_bytes_of(const fkvf_stream_spec *s, uint64_t n)
+{
+    if (s->profile == FKVF_PROFILE_QUAD)
+        return (n * s->symbol_bits + 127) / 128 * 16;
+    uint32_t L = fkvf_stream_spec_align(s);
+    ck_assert_uint_gt(L, 0);
+    return (n + L - 1) / L * 16;
+}
+
+/* Size of a STRM section (spec 11.3) of n_streams streams of n symbols. */
+static uint64_t strm_size_of(const fkvf_stream_spec *s, uint64_t n, uint64_t n_streams,
+                             uint32_t block_size)
+{
+    uint64_t data = stream_bytes_of(s, n) * n_streams;
+    uint64_t nb = (data + block_size - 1) / block_size;
+    return (64 + 8 * nb + 63) / 64 * 64 + data;
 }
 
 /* ==== reading back ================================================================ */
@@ -603,19 +694,25 @@ static double *read_vtxs(fkvf_reader *r, uint32_t n)
     return xy;
 }
 
-static void check_stream(fkvf_reader *r, const tstream *ts, uint64_t seed)
+/* A stream of the served commit equals `ts`: info (its group's codec, n_seg
+ * segments holding `stored` data bytes of it), every read path, CGR points. */
+static void check_stream_seg(fkvf_reader *r, const tstream *ts, uint64_t seed, size_t n_seg,
+                             uint64_t stored)
 {
     size_t idx;
-    OK_R(r, fkvf_reader_stream_find(r, ts->spec.id, &idx));
+    OK_R(r, fkvf_reader_stream_find(r, ts->id, &idx));
     fkvf_stream_info si;
     OK_R(r, fkvf_reader_stream_info(r, idx, &si));
-    ck_assert_uint_eq(si.id, ts->spec.id);
+    ck_assert_uint_eq(si.id, ts->id);
     ck_assert_int_eq(si.profile, ts->spec.profile);
     ck_assert_uint_eq(si.length, ts->n);
-    ck_assert_uint_eq(si.n_segments, 1);
+    ck_assert_uint_eq(si.n_segments, n_seg);
+    ck_assert_uint_eq(si.stored_bytes, stored);
+    ck_assert_uint_eq(si.align, fkvf_stream_spec_align(&ts->spec));
+    uint64_t group = (ts->id >> 56) == FKVF_STREAM_KIND_TOKENS ? FKVF_STREAM_GROUP_TOKENS
+                                                               : FKVF_STREAM_GROUP_INDEX;
     fkvf_section_info sec;
-    ck_assert_uint_ne(find_section(r, FKVF_SECTION_STRM, ts->spec.id, &sec), SIZE_MAX);
-    ck_assert_uint_eq(si.stored_bytes, sec.stored_size);
+    ck_assert_uint_ne(find_section(r, FKVF_SECTION_STRM, group, &sec), SIZE_MAX);
     ck_assert_uint_eq(sec.flags, FKVF_SECTION_REQUIRED);
     unsigned bits = ts->spec.symbol_bits;
     uint32_t L;
@@ -623,6 +720,11 @@ static void check_stream(fkvf_reader *r, const tstream *ts, uint64_t seed)
         ck_assert_uint_eq(si.symbol_bits, bits);
         ck_assert_uint_eq(si.alphabet, bits < 32 ? UINT32_C(1) << bits : 0);
         ck_assert_uint_eq(si.span_symbols, 128 / bits);
+        /* 128 / gcd(b, 128) (spec 11.6) */
+        uint32_t g = 2;
+        while (bits % (2 * g) == 0 && g < 128)
+            g *= 2;
+        ck_assert_uint_eq(si.align, 128 / g);
         L = 0;
     } else {
         ck_assert_uint_eq(si.alphabet, ts->spec.alphabet);
@@ -630,6 +732,7 @@ static void check_stream(fkvf_reader *r, const tstream *ts, uint64_t seed)
         ck_assert(si.r == want_r);
         L = ts->spec.span_symbols ? ts->spec.span_symbols : fkvf_ngon_max_span(si.r);
         ck_assert_uint_eq(si.span_symbols, L);
+        ck_assert_uint_eq(si.align, L);
         ck_assert_uint_ge(L, 1);
     }
 
@@ -639,12 +742,12 @@ static void check_stream(fkvf_reader *r, const tstream *ts, uint64_t seed)
     OK_R(r, fkvf_reader_stream_read(r, idx, 0, out, n));
     for (size_t t = 0; t < n; t++)
         EXPECTF(out[t] == ts->sym[t], "stream %016llx read: symbol %zu is %u, want %u",
-                (unsigned long long)ts->spec.id, t, out[t], ts->sym[t]);
+                (unsigned long long)ts->id, t, out[t], ts->sym[t]);
     for (size_t t = 0; t < n; t++) {
         uint32_t s = 0xDEADBEEF;
         RC_R(r, fkvf_reader_stream_get(r, idx, t, &s), FKVF_OK);
         EXPECTF(s == ts->sym[t], "stream %016llx get(%zu) = %u, want %u",
-                (unsigned long long)ts->spec.id, t, s, ts->sym[t]);
+                (unsigned long long)ts->id, t, s, ts->sym[t]);
     }
     tu_rng rng = {seed};
     for (int k = 0; k < 20 && n; k++) {
@@ -667,7 +770,7 @@ static void check_stream(fkvf_reader *r, const tstream *ts, uint64_t seed)
         OK_R(r, fkvf_reader_stream_read_u8(r, idx, 0, b8, n));
         for (size_t t = 0; t < n; t++)
             EXPECTF(b8[t] == ts->sym[t], "stream %016llx read_u8: symbol %zu is %u, want %u",
-                    (unsigned long long)ts->spec.id, t, b8[t], ts->sym[t]);
+                    (unsigned long long)ts->id, t, b8[t], ts->sym[t]);
         if (n > 3) {
             b8[n - 3] = 0xA5; /* first byte past the read below */
             OK_R(r, fkvf_reader_stream_read_u8(r, idx, 1, b8, n - 3));
@@ -706,6 +809,12 @@ static void check_stream(fkvf_reader *r, const tstream *ts, uint64_t seed)
     }
     free(xy);
     free(out);
+}
+
+/* A stream of a single-segment group. */
+static void check_stream(fkvf_reader *r, const tstream *ts, uint64_t seed)
+{
+    check_stream_seg(r, ts, seed, 1, stream_bytes_of(&ts->spec, ts->n));
 }
 
 static void check_sections(fkvf_reader *r, const uint8_t *file, size_t file_size)
@@ -904,10 +1013,35 @@ static void check_model(fkvf_reader *r, const model *m, const uint8_t *file, siz
     } else {
         RC_R(r, fkvf_reader_codebook(r, NULL, NULL, NULL, NULL), FKVF_E_NOT_FOUND);
     }
-    for (size_t i = 0; i < m->n_st; i++)
+    for (size_t i = 0; i < m->n_st; i++) {
         check_stream(r, &m->st[i], 1000 + i);
+        /* index streams first, in canonical order, then the token stream */
+        fkvf_stream_info si;
+        size_t idx = SIZE_MAX;
+        OK_R(r, fkvf_reader_stream_info(r, i, &si));
+        ck_assert_uint_eq(si.id, m->st[i].id);
+        OK_R(r, fkvf_reader_stream_find(r, m->st[i].id, &idx));
+        ck_assert_uint_eq(idx, i);
+    }
+    /* one STRM section per group, holding all its streams (spec 11.2-11.3) */
+    uint32_t bs = m->opts.block_size ? m->opts.block_size : 4096;
+    for (unsigned g = 0; g < 2; g++) {
+        fkvf_section_info sec;
+        size_t at = find_section(r, FKVF_SECTION_STRM, g, &sec);
+        int has = g == FKVF_STREAM_GROUP_INDEX ? m->has_index : m->has_tokens;
+        ck_assert_uint_eq(at != SIZE_MAX, has);
+        if (!has)
+            continue;
+        const fkvf_stream_spec *sp = g == FKVF_STREAM_GROUP_INDEX ? &m->ispec : &m->tspec;
+        uint64_t n = g == FKVF_STREAM_GROUP_INDEX ? m->n_archived : m->n_positions;
+        uint64_t nstr = g == FKVF_STREAM_GROUP_INDEX ? model_n_index(m) : 1;
+        ck_assert_uint_eq(sec.size, strm_size_of(sp, n, nstr, bs));
+        ck_assert_uint_eq(sec.stored_size, sec.size);
+    }
     size_t idx;
     RC_R(r, fkvf_reader_stream_find(r, FKVF_STREAM_ID(0, 0, 0, 0, 200), &idx),
+         FKVF_E_NOT_FOUND);
+    RC_R(r, fkvf_reader_stream_find(r, FKVF_STREAM_ID(0, m->desc.n_layers, 0, 0, 0), &idx),
          FKVF_E_NOT_FOUND);
     check_sections(r, file, size);
     if (m->extra) {
@@ -1183,21 +1317,30 @@ static void refresh_last_commit(uint8_t *b, size_t size)
     fkvf_st64(b + toff + 56, fkvf_xxh3_64(b + toff, 56, toff));
 }
 
-/* Recompute a STRM section's head checksum and block checksums (spec 11.2-11.4). */
-static void refresh_strm(uint8_t *b, uint64_t off)
+/* The segment header of spec 11.2 at p, read field by field (no checks). */
+static fkvf_strm_hdr strm_hdr_at(const uint8_t *p)
 {
     fkvf_strm_hdr h;
     memset(&h, 0, sizeof h);
-    const uint8_t *p = b + off;
-    h.stream_id = fkvf_ld64(p);
+    h.group = fkvf_ld64(p);
     h.profile = p[8];
     h.bits = p[9];
+    h.k_stages = p[10];
+    h.v_stages = p[11];
     h.alphabet = fkvf_ld32(p + 12);
     h.first_symbol = fkvf_ld64(p + 16);
     h.symbol_count = fkvf_ld64(p + 24);
     h.span_symbols = fkvf_ld32(p + 32);
     h.block_size = fkvf_ld32(p + 36);
     h.r = fkvf_ldf64(p + 40);
+    h.n_streams = fkvf_ld32(p + 48);
+    return h;
+}
+
+/* Recompute a STRM section's head checksum and block checksums (spec 11.2-11.4). */
+static void refresh_strm(uint8_t *b, uint64_t off)
+{
+    fkvf_strm_hdr h = strm_hdr_at(b + off);
     ck_assert_int_eq(fkvf_strm_hdr_derive(&h), FKVF_OK);
     for (uint64_t j = 0; j < h.n_blocks; j++) {
         uint64_t start = j * h.block_size;
@@ -1206,6 +1349,30 @@ static void refresh_strm(uint8_t *b, uint64_t off)
         fkvf_st64(b + off + 64 + 8 * j, fkvf_xxh3_64(b + abs, (size_t)len, abs));
     }
     fkvf_st64(b + off + 56, fkvf_xxh3_64(b + off, 56, off));
+}
+
+/* A STRM section from the header fields in h (derived sizes filled in here)
+ * and `data` (data_bytes bytes, NULL = zeros), with valid checksums, as the
+ * next section of c. */
+static size_t cr_strm(craft *c, fkvf_strm_hdr h, const uint8_t *data)
+{
+    ck_assert_int_eq(fkvf_strm_hdr_derive(&h), FKVF_OK);
+    uint8_t *p = calloc(1, (size_t)h.section_size);
+    ck_assert_ptr_nonnull(p);
+    if (data && h.data_bytes)
+        memcpy(p + h.data_off, data, (size_t)h.data_bytes);
+    uint64_t off = cr_dir_off(c);
+    for (uint64_t j = 0; j < h.n_blocks; j++) {
+        uint64_t start = j * h.block_size;
+        uint64_t len = h.data_bytes - start < h.block_size ? h.data_bytes - start : h.block_size;
+        fkvf_st64(p + 64 + 8 * j,
+                  fkvf_xxh3_64(p + h.data_off + start, (size_t)len, off + h.data_off + start));
+    }
+    fkvf_strm_hdr_write(p, &h, off);
+    size_t k = cr_plain(c, FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, h.group, p,
+                        (size_t)h.section_size);
+    free(p);
+    return k;
 }
 
 /* Take over a complete file for editing its last commit: the bytes before
@@ -1309,6 +1476,77 @@ START_TEST(roundtrip_many_streams_bf16_deflate_small_blocks)
 }
 END_TEST
 
+/* One index group per codec: every quad width (the odd multiples of 2,
+ * 6, 10, 14, ..., with alignment unit 64; others 32, 16, 8, 4), ngon
+ * alphabets (N = 3, 4, 16, 256, 4096) and explicit ngon r and L; index
+ * codes given per position and per stream; token streams of several codecs.
+ * A 2-layer, 2-head cache, 2 key and 1 value stages of a pooled k = 4096
+ * codebook, 150 archived positions over 128-byte blocks. */
+typedef struct codec_choice {
+    fkvf_profile profile;
+    unsigned bits;     /* quad */
+    uint32_t alphabet; /* ngon */
+} codec_choice;
+
+static void model_codec_case(model *m, const codec_choice *ix, const codec_choice *tk, int i)
+{
+    memset(m, 0, sizeof *m);
+    fkvf_writer_options_init(&m->opts);
+    m->opts.required_features = FKVF_FEAT_NGON;
+    m->opts.no_sync = 1;
+    m->opts.block_size = i % 3 == 0 ? 0 : 128;
+    fkvf_desc *d = &m->desc;
+    d->n_layers = 2;
+    d->n_kv_heads = 2;
+    d->key_dim = 2;
+    d->value_dim = 3;
+    d->dtype = FKVF_DTYPE_F16;
+    d->n_sinks = 1;
+    m->n_positions = 1 + 150 + 2;
+    m->n_archived = 150;
+    model_rows(m, 60 + (uint64_t)i);
+    model_codebook(m, 4096, 2, 1, FKVF_DTYPE_F16, 1, 61);
+    model_index(m, ix->profile, ix->bits, ix->alphabet, 1000 * (uint64_t)i);
+    model_tokens(m, tk->profile, tk->bits, tk->alphabet, 7 + (uint64_t)i);
+    m->codes_by_stream = i & 1;
+    ck_assert_uint_eq(m->n_st, 2 * 2 * 3 + 1);
+}
+
+START_TEST(roundtrip_index_codecs)
+{
+    static const codec_choice ix[] = {
+        {FKVF_PROFILE_QUAD, 2, 0},  {FKVF_PROFILE_QUAD, 4, 0},  {FKVF_PROFILE_QUAD, 6, 0},
+        {FKVF_PROFILE_QUAD, 8, 0},  {FKVF_PROFILE_QUAD, 10, 0}, {FKVF_PROFILE_QUAD, 12, 0},
+        {FKVF_PROFILE_QUAD, 14, 0}, {FKVF_PROFILE_QUAD, 16, 0}, {FKVF_PROFILE_QUAD, 18, 0},
+        {FKVF_PROFILE_QUAD, 20, 0}, {FKVF_PROFILE_QUAD, 22, 0}, {FKVF_PROFILE_QUAD, 24, 0},
+        {FKVF_PROFILE_QUAD, 26, 0}, {FKVF_PROFILE_QUAD, 28, 0}, {FKVF_PROFILE_QUAD, 30, 0},
+        {FKVF_PROFILE_QUAD, 32, 0}, {FKVF_PROFILE_NGON, 0, 3},  {FKVF_PROFILE_NGON, 0, 4},
+        {FKVF_PROFILE_NGON, 0, 16}, {FKVF_PROFILE_NGON, 0, 256}, {FKVF_PROFILE_NGON, 0, 4096}};
+    static const codec_choice tk[] = {
+        {FKVF_PROFILE_QUAD, 32, 0}, {FKVF_PROFILE_NGON, 0, 300}, {FKVF_PROFILE_QUAD, 2, 0},
+        {FKVF_PROFILE_NGON, 0, 16}, {FKVF_PROFILE_QUAD, 18, 0}};
+    static const uint32_t units[] = {64, 32, 64, 16, 64, 32, 64, 8, 64, 32, 64,
+                                     16, 64, 32, 64, 4};
+    size_t n = sizeof ix / sizeof ix[0];
+    for (size_t i = 0; i < n; i++) {
+        model m;
+        model_codec_case(&m, &ix[i], &tk[i % 5], (int)i);
+        if (i < 16)
+            ck_assert_uint_eq(fkvf_stream_spec_align(&m.ispec), units[i]);
+        roundtrip_memory(&m);
+        model_free(&m);
+    }
+    /* explicit r and L: 150 = 21 spans of 7 + a partial span of 3 */
+    model m;
+    codec_choice n3 = {FKVF_PROFILE_NGON, 0, 3};
+    model_codec_case(&m, &n3, &tk[0], 99);
+    model_index_rl(&m, 0.3, 7);
+    ck_assert_uint_eq(fkvf_stream_spec_align(&m.ispec), 7);
+    roundtrip_memory(&m);
+    model_free(&m);
+}
+END_TEST
+
 START_TEST(roundtrip_f32_every_position_exact)
 {
     model m;
@@ -1346,13 +1584,24 @@ START_TEST(roundtrip_empty_archive)
     simple_desc(&m.desc);
     model_rows(&m, 5);
     roundtrip_memory(&m);
-    /* with empty streams; index streams need a codebook, but with n_archived
-     * = 0 not the whole set of spec 11.8 (2 of the 3 stages here) */
+    /* with empty groups: index streams need a codebook; with n_archived = 0
+     * they have no symbols (segments of 64 bytes) */
     model_codebook(&m, 64, 2, 1, FKVF_DTYPE_F32, 0, 4);
-    model_add_stream(&m, FKVF_STREAM_ID(0, 0, 0, 0, 0), FKVF_PROFILE_QUAD, 6, 0, 1);
-    model_add_stream(&m, FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 32, 0, 2);
+    model_index(&m, FKVF_PROFILE_QUAD, 6, 0, 1);
+    model_tokens(&m, FKVF_PROFILE_QUAD, 32, 0, 2);
+    ck_assert_uint_eq(m.n_st, 3 + 1);
+    roundtrip_memory(&m);
+    model_free(&m);
+    /* the same with ngon groups (N = 5 for both: one VTXS) */
+    memset(&m, 0, sizeof m);
+    fkvf_writer_options_init(&m.opts);
     m.opts.required_features = FKVF_FEAT_NGON;
-    model_add_stream(&m, FKVF_STREAM_ID(0, 0, 0, 1, 0), FKVF_PROFILE_NGON, 0, 5, 3);
+    simple_desc(&m.desc);
+    model_rows(&m, 5);
+    model_codebook(&m, 64, 2, 1, FKVF_DTYPE_F32, 0, 4);
+    model_index(&m, FKVF_PROFILE_NGON, 0, 5, 3);
+    model_tokens(&m, FKVF_PROFILE_NGON, 0, 5, 4);
+    ck_assert_uint_eq(model_n_sections(&m), 5); /* DESC CBK1 VTXS STRM STRM */
     roundtrip_memory(&m);
     model_free(&m);
 }
@@ -1831,20 +2080,20 @@ START_TEST(writer_refuses_stream_length_mismatch)
 {
     model m;
     model_small(&m);
-    m.st[0].n = 4; /* n_archived is 5 */
+    m.st[0].n = 4; /* the index segment: n_archived is 5 */
     tu_buf b;
     fkvf_writer *w = new_writer(&b, &m.opts);
     RC_W(w, write_model(&m, w), FKVF_E_STATE);
-    assert_msg_names(w, "symbols");
+    assert_msg_names(w, "index streams have 4 symbols");
     assert_msg_names(w, "11.6");
     fkvf_writer_free(w);
     tu_buf_free(&b);
     /* the token stream must have n_positions symbols */
     m.st[0].n = 5;
-    m.st[2].n = 5;
+    model_token_stream(&m)->n = 5;
     w = new_writer(&b, &m.opts);
     RC_W(w, write_model(&m, w), FKVF_E_STATE);
-    assert_msg_names(w, "0100000000000000");
+    assert_msg_names(w, "token stream has 5 symbols");
     fkvf_writer_free(w);
     tu_buf_free(&b);
     model_free(&m);
@@ -1862,8 +2111,7 @@ START_TEST(writer_refuses_uncovered_exact_position)
     OK_W(w, fkvf_writer_add_exact(w, 0, 2, m.rows, 2 * m.row_bytes, 0));
     OK_W(w, fkvf_writer_add_exact(w, 7, 2, m.rows, 2 * m.row_bytes, 0)); /* 9 missing */
     OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
-    for (size_t i = 0; i < m.n_st; i++)
-        OK_W(w, fkvf_writer_add_stream(w, &m.st[i].spec, m.st[i].sym, m.st[i].n));
+    OK_W(w, write_streams(&m, w));
     OK_W(w, fkvf_writer_set_positions(w, 10, 5));
     RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
     assert_msg_names(w, "exact position 9");
@@ -1887,13 +2135,13 @@ START_TEST(writer_refuses_uncovered_exact_position)
     fkvf_writer_free(w);
     tu_buf_free(&b);
 
-    /* n_archived that does not fit after the sinks (with a codebook without
-     * stages, so that no index stream is needed) */
+    /* n_archived that does not fit after the sinks (index streams of 2
+     * symbols, 2 sinks, 3 positions) */
     w = new_writer(&b, &m.opts);
     OK_W(w, fkvf_writer_set_desc(w, &m.desc));
-    fkvf_codebook_shape s0 = m.cbs;
-    s0.k_stages = s0.v_stages = 0;
-    OK_W(w, fkvf_writer_add_codebooks(w, &s0, NULL, 0, 0));
+    OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
+    OK_W(w, write_index_segment(&m, w, 0, 2));
+    OK_W(w, fkvf_writer_add_exact(w, 0, 3, m.rows, 3 * m.row_bytes, 0));
     OK_W(w, fkvf_writer_set_positions(w, 3, 2));
     RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
     assert_msg_names(w, "n_archived");
@@ -1960,18 +2208,18 @@ END_TEST
 START_TEST(writer_refuses_ngon_without_feature)
 {
     model m;
-    model_small(&m);
+    model_small(&m); /* ngon index streams */
     m.opts.required_features = 0;
     tu_buf b;
     fkvf_writer *w = new_writer(&b, &m.opts);
     OK_W(w, fkvf_writer_set_desc(w, &m.desc));
     OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
-    RC_W(w, fkvf_writer_add_stream(w, &m.st[1].spec, m.st[1].sym, m.st[1].n),
-         FKVF_E_INVALID_ARG);
+    RC_W(w, write_index_segment(&m, w, 0, 5), FKVF_E_INVALID_ARG);
     assert_msg_names(w, "FKVF_FEAT_NGON");
     /* the token stream too */
-    fkvf_stream_spec tg = {FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_NGON, 0, 16, 0, 0};
-    RC_W(w, fkvf_writer_add_stream(w, &tg, m.st[2].sym, 0), FKVF_E_INVALID_ARG);
+    fkvf_stream_spec tg = mkspec(FKVF_PROFILE_NGON, 0, 16);
+    RC_W(w, fkvf_writer_add_token_segment(w, &tg, 0, model_token_stream(&m)->sym, 0),
+         FKVF_E_INVALID_ARG);
     assert_msg_names(w, "FKVF_FEAT_NGON");
     fkvf_writer_free(w);
     tu_buf_free(&b);
@@ -1989,88 +2237,122 @@ START_TEST(writer_refuses_ngon_without_feature)
 }
 END_TEST
 
+/* Index codes of 8 streams x 5 positions, one row per position, all `v`
+ * except code[at] = bad. */
+static void fill_codes(uint16_t codes[40], uint16_t v, size_t at, uint16_t bad)
+{
+    for (size_t i = 0; i < 40; i++)
+        codes[i] = v;
+    if (at < 40)
+        codes[at] = bad;
+}
+
 START_TEST(writer_refuses_bad_streams)
 {
     model m;
-    model_small(&m); /* codebook k = 16, one key and one value stage */
+    model_small(&m); /* codebook k = 16, one key and one value stage: 8 index streams */
     tu_buf b;
     fkvf_writer *w = new_writer(&b, &m.opts);
     OK_W(w, fkvf_writer_set_desc(w, &m.desc));
     OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
     /* a symbol outside the codec's alphabet is the caller's error (was SYMBOL) */
-    fkvf_stream_spec q = {FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 8, 0, 0, 0};
+    fkvf_stream_spec q = mkspec(FKVF_PROFILE_QUAD, 8, 0);
     uint32_t sym[5] = {1, 2, 256, 3, 4}; /* 256 needs 9 bits */
-    RC_W(w, fkvf_writer_add_stream(w, &q, sym, 5), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_token_segment(w, &q, 0, sym, 5), FKVF_E_INVALID_ARG);
     assert_msg_names(w, "outside the alphabet");
-    q.id = FKVF_STREAM_ID(0, 0, 0, 0, 0);
+    uint16_t codes[40];
     q.symbol_bits = 2;
-    sym[2] = 4; /* below k, but not a 2-bit symbol */
-    RC_W(w, fkvf_writer_add_stream(w, &q, sym, 5), FKVF_E_INVALID_ARG);
+    fill_codes(codes, 1, 8 * 2 + 7, 4); /* position 2 of stream 7: below k, not 2 bits */
+    RC_W(w, fkvf_writer_add_index_segment(w, &q, 0, 5, codes, 8, 1), FKVF_E_INVALID_ARG);
     assert_msg_names(w, "outside the alphabet");
-    /* an index symbol >= k, whatever the codec could hold (spec 11.8) */
+    assert_msg_names(w, "stream 7");
+    /* an index symbol >= k, whatever the codec could hold (spec 11.8), in
+     * either code layout */
     q.symbol_bits = 8;
-    sym[2] = 16;
-    RC_W(w, fkvf_writer_add_stream(w, &q, sym, 5), FKVF_E_INVALID_ARG);
+    fill_codes(codes, 15, 8 * 4 + 3, 16);
+    RC_W(w, fkvf_writer_add_index_segment(w, &q, 0, 5, codes, 8, 1), FKVF_E_INVALID_ARG);
     assert_msg_names(w, "k = 16");
-    sym[2] = 15;
+    assert_msg_names(w, "index stream 3, symbol 4 is 16");
+    fill_codes(codes, 0, 5 * 6 + 1, 255); /* stream 6, position 1: pos_stride 1, code_stride 5 */
+    RC_W(w, fkvf_writer_add_index_segment(w, &q, 0, 5, codes, 1, 5), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "index stream 6, symbol 1 is 255");
+    fill_codes(codes, 15, 40, 0);
     static const unsigned bad_bits[] = {0, 1, 3, 7, 33, 34, 64};
     for (size_t i = 0; i < sizeof bad_bits / sizeof bad_bits[0]; i++) {
         q.symbol_bits = bad_bits[i];
-        RC_W(w, fkvf_writer_add_stream(w, &q, sym, 5), FKVF_E_INVALID_ARG);
+        RC_W(w, fkvf_writer_add_index_segment(w, &q, 0, 5, codes, 8, 1), FKVF_E_INVALID_ARG);
         assert_msg_names(w, "symbol_bits");
+        RC_W(w, fkvf_writer_add_token_segment(w, &q, 0, sym, 0), FKVF_E_INVALID_ARG);
+        ck_assert_uint_eq(fkvf_stream_spec_align(&q), 0);
     }
     /* ngon symbol >= N (N < k) */
-    fkvf_stream_spec g = {FKVF_STREAM_ID(0, 0, 0, 1, 0), FKVF_PROFILE_NGON, 0, 8, 0, 0};
-    uint32_t gs[5] = {0, 7, 8, 1, 2};
-    RC_W(w, fkvf_writer_add_stream(w, &g, gs, 5), FKVF_E_INVALID_ARG);
+    fkvf_stream_spec g = mkspec(FKVF_PROFILE_NGON, 0, 8);
+    fill_codes(codes, 7, 20, 8);
+    RC_W(w, fkvf_writer_add_index_segment(w, &g, 0, 5, codes, 8, 1), FKVF_E_INVALID_ARG);
     assert_msg_names(w, "outside the alphabet");
     /* ngon symbol >= k (N > k) */
     g.alphabet = 32;
-    gs[2] = 20;
-    RC_W(w, fkvf_writer_add_stream(w, &g, gs, 5), FKVF_E_INVALID_ARG);
+    fill_codes(codes, 7, 20, 20);
+    RC_W(w, fkvf_writer_add_index_segment(w, &g, 0, 5, codes, 8, 1), FKVF_E_INVALID_ARG);
     assert_msg_names(w, "k = 16");
     g.alphabet = 1;
-    RC_W(w, fkvf_writer_add_stream(w, &g, gs, 0), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_index_segment(w, &g, 0, 0, NULL, 8, 1), FKVF_E_INVALID_ARG);
     g.alphabet = 16;
     g.r = 0.9; /* > r_N */
-    RC_W(w, fkvf_writer_add_stream(w, &g, gs, 0), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_index_segment(w, &g, 0, 0, NULL, 8, 1), FKVF_E_INVALID_ARG);
     g.r = 0;
     g.span_symbols = fkvf_ngon_max_span(fkvf_ngon_rmax(16)) + 1; /* > L_max(r) */
-    RC_W(w, fkvf_writer_add_stream(w, &g, gs, 0), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_index_segment(w, &g, 0, 0, NULL, 8, 1), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_token_segment(w, &g, 0, NULL, 0), FKVF_E_INVALID_ARG);
     g.span_symbols = 0;
-    /* malformed stream ids */
-    fkvf_stream_spec ok = {FKVF_STREAM_ID(0, 0, 0, 0, 0), FKVF_PROFILE_QUAD, 8, 0, 0, 0};
-    ok.id = FKVF_STREAM_ID(2, 0, 0, 0, 0); /* kind 2 */
-    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
-    assert_msg_names(w, "stream id");
-    ok.id = FKVF_STREAM_ID(0, 0, 0, 2, 0); /* kv 2 */
-    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
-    ok.id = FKVF_STREAM_ID(1, 1, 0, 0, 0); /* token stream with a layer */
-    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
-    /* layer, head or stage outside the descriptor and the codebook */
-    ok.id = FKVF_STREAM_ID(0, 2, 0, 0, 0); /* layer 2 of 2 */
-    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
-    assert_msg_names(w, "layer, head or stage");
-    ok.id = FKVF_STREAM_ID(0, 0, 2, 0, 0); /* head 2 of 2 */
-    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
-    ok.id = FKVF_STREAM_ID(0, 0, 0, 0, 1); /* key stage 1 of 1 */
-    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
-    assert_msg_names(w, "stage");
-    ok.id = FKVF_STREAM_ID(0, 0, 0, 1, 1); /* value stage 1 of 1 */
-    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
-    ok.id = FKVF_STREAM_ID(0, 0, 0, 0, 255);
-    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
+    fkvf_stream_spec ok = mkspec(FKVF_PROFILE_QUAD, 8, 0);
     ok.profile = (fkvf_profile)3;
-    ok.id = FKVF_STREAM_ID(0, 0, 0, 0, 0);
-    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 0), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_index_segment(w, &ok, 0, 5, codes, 8, 1), FKVF_E_INVALID_ARG);
     assert_msg_names(w, "profile");
-    /* duplicate stream */
+    ck_assert_uint_eq(fkvf_stream_spec_align(&ok), 0);
+    ck_assert_uint_eq(fkvf_stream_spec_align(NULL), 0);
     ok.profile = FKVF_PROFILE_QUAD;
-    sym[2] = 3;
-    OK_W(w, fkvf_writer_add_stream(w, &ok, sym, 5));
-    RC_W(w, fkvf_writer_add_stream(w, &ok, sym, 5), FKVF_E_INVALID_ARG);
-    assert_msg_names(w, "already");
+    /* missing arguments */
+    RC_W(w, fkvf_writer_add_index_segment(w, NULL, 0, 5, codes, 8, 1), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_index_segment(w, &ok, 0, 5, NULL, 8, 1), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_token_segment(w, NULL, 0, sym, 1), FKVF_E_INVALID_ARG);
+    RC_W(w, fkvf_writer_add_token_segment(w, &ok, 0, NULL, 1), FKVF_E_INVALID_ARG);
+    /* a first segment must start at 0 (aligned and not beyond the length) */
+    RC_W(w, fkvf_writer_add_index_segment(w, &ok, 16, 5, codes, 8, 1), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "at most their length 0");
+    RC_W(w, fkvf_writer_add_index_segment(w, &ok, 8, 5, codes, 8, 1), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "multiple of 16");
+    fill_codes(codes, 15, 40, 0);
+    /* refused calls wrote nothing: the group takes its first segment now;
+     * a second one with another codec is refused (spec 11.6) */
+    OK_W(w, fkvf_writer_add_index_segment(w, &ok, 0, 5, codes, 8, 1));
+    fkvf_stream_spec ok2 = mkspec(FKVF_PROFILE_QUAD, 6, 0);
+    RC_W(w, fkvf_writer_add_index_segment(w, &ok2, 0, 5, codes, 8, 1), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "codec differs");
+    /* the same codec again replaces the streams from `first` on */
+    OK_W(w, fkvf_writer_add_index_segment(w, &ok, 0, 5, codes, 8, 1));
+    OK_W(w, fkvf_writer_add_token_segment(w, &m.tspec, 0, model_token_stream(&m)->sym, 10));
+    OK_W(w, fkvf_writer_add_exact(w, 0, 2, m.rows, 2 * m.row_bytes, 0));
+    OK_W(w, fkvf_writer_add_exact(w, 7, 3, m.rows + 7 * m.row_bytes, 3 * m.row_bytes, 0));
+    OK_W(w, fkvf_writer_set_positions(w, 10, 5));
+    OK_W(w, fkvf_writer_finish(w));
     fkvf_writer_free(w);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, FKVF_OPEN_STRICT, NULL));
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    ck_assert_uint_eq(ai.n_sections, 2 + 2 + 3); /* DESC CBK1, STRM x2 + STRM, EXAC x2 */
+    for (size_t j = 0; j < 8; j++) {
+        fkvf_stream_info si;
+        OK_R(r, fkvf_reader_stream_info(r, j, &si));
+        ck_assert_uint_eq(si.n_segments, 1); /* the second replaced the first */
+        uint32_t out[5];
+        OK_R(r, fkvf_reader_stream_read(r, j, 0, out, 5));
+        for (size_t i = 0; i < 5; i++)
+            ck_assert_uint_eq(out[i], 15);
+    }
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
     tu_buf_free(&b);
     model_free(&m);
 }
@@ -2498,8 +2780,8 @@ START_TEST(every_payload_bit_flip)
         OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
         fkvf_archive_info ai;
         OK_R(r, fkvf_reader_info(r, &ai));
-        /* DESC CBK1 META EXACx3 VTXS STRMx9 */
-        ck_assert_uint_eq(ai.n_sections, 16);
+        /* DESC CBK1 META EXACx3 VTXS STRMx2 */
+        ck_assert_uint_eq(ai.n_sections, 9);
         ck_assert_uint_eq(ai.n_sections, model_n_sections(&m));
         for (size_t i = 0; i < ai.n_sections; i++) {
             fkvf_section_info si;
@@ -2551,6 +2833,11 @@ END_TEST
 
 /* Lazy path: a flipped data byte is caught by the block checksum on first
  * touch, without verify; blocks not touched stay readable. */
+/* Lazy path: a flipped data byte is caught by the block checksum on first
+ * touch, without verify; blocks not touched stay readable. Every stream of
+ * a group lives in one section: the flip is in the last symbol of stream s
+ * (its own block), and stream s's first symbol and the other streams'
+ * symbols in other blocks still read back. */
 START_TEST(stream_block_flip_caught_on_first_touch)
 {
     model m;
@@ -2558,10 +2845,12 @@ START_TEST(stream_block_flip_caught_on_first_touch)
     tu_buf b;
     build(&m, &b);
     for (size_t s = 0; s < m.n_st; s++) {
+        const tstream *ts = &m.st[s];
+        int tok = (ts->id >> 56) == FKVF_STREAM_KIND_TOKENS;
         fkvf_reader *r = NULL;
         OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
         fkvf_section_info si;
-        ck_assert_uint_ne(find_section(r, FKVF_SECTION_STRM, m.st[s].spec.id, &si), SIZE_MAX);
+        ck_assert_uint_ne(find_section(r, FKVF_SECTION_STRM, tok, &si), SIZE_MAX);
         fkvf_reader_free(r);
         /* derive the layout from the header */
         fkvf_strm_hdr h;
@@ -2570,23 +2859,39 @@ START_TEST(stream_block_flip_caught_on_first_touch)
         memset(&d, 0, sizeof d);
         ck_assert_int_eq(fkvf_strm_hdr_parse(b.data + si.offset, si.stored_size, si.offset, &h, &d),
                          FKVF_OK);
+        ck_assert_uint_eq(h.n_streams, tok ? 1 : 32);
         ck_assert_uint_gt(h.n_blocks, 1);
-        /* flip the first data byte of the last block */
-        uint64_t last = h.n_blocks - 1, at = si.offset + h.data_off + last * h.block_size;
+        ck_assert_int_eq(ts->spec.profile, FKVF_PROFILE_QUAD);
+        /* the byte holding the first bit of the last symbol of stream s */
+        uint64_t j = tok ? 0 : s;
+        uint64_t rel = j * h.stream_bytes + (uint64_t)(ts->n - 1) * h.bits / 8;
+        uint64_t at = si.offset + h.data_off + rel;
+        uint64_t blk = rel / h.block_size;
+        ck_assert_uint_ne(blk, j * h.stream_bytes / h.block_size);
         b.data[at] ^= 0x10;
         r = NULL;
         OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
         size_t idx;
-        OK_R(r, fkvf_reader_stream_find(r, m.st[s].spec.id, &idx));
+        OK_R(r, fkvf_reader_stream_find(r, ts->id, &idx));
+        ck_assert_uint_eq(idx, s);
         uint32_t sym;
-        OK_R(r, fkvf_reader_stream_get(r, idx, 0, &sym)); /* block 0 is fine */
-        ck_assert_uint_eq(sym, m.st[s].sym[0]);
-        int rc = fkvf_reader_stream_get(r, idx, m.st[s].n - 1, &sym);
+        OK_R(r, fkvf_reader_stream_get(r, idx, 0, &sym)); /* its first block is fine */
+        ck_assert_uint_eq(sym, ts->sym[0]);
+        int rc = fkvf_reader_stream_get(r, idx, ts->n - 1, &sym);
         snprintf(msg, sizeof msg, "%s", fkvf_reader_message(r));
         ck_assert_msg(rc == FKVF_E_CHECKSUM, "stream %zu: %s (%s)", s, fkvf_error_name(rc), msg);
         ck_assert_msg(strstr(msg, "block") != NULL, "%s", msg);
-        uint32_t *all = calloc(m.st[s].n, sizeof *all);
-        RC_R(r, fkvf_reader_stream_read(r, idx, 0, all, m.st[s].n), FKVF_E_CHECKSUM);
+        uint32_t *all = calloc(ts->n, sizeof *all);
+        RC_R(r, fkvf_reader_stream_read(r, idx, 0, all, ts->n), FKVF_E_CHECKSUM);
+        /* another stream of the group whose symbols lie in other blocks */
+        if (!tok) {
+            size_t o = s < 16 ? 31 : 0;
+            uint64_t o0 = o * h.stream_bytes / h.block_size,
+                     o1 = (o * h.stream_bytes + h.stream_bytes - 1) / h.block_size;
+            ck_assert(blk < o0 || blk > o1);
+            OK_R(r, fkvf_reader_stream_read(r, o, 0, all, m.st[o].n));
+            ck_assert(memcmp(all, m.st[o].sym, m.st[o].n * sizeof *all) == 0);
+        }
         free(all);
         RC_R(r, fkvf_reader_verify(r), FKVF_E_CHECKSUM);
         fkvf_reader_free(r);
@@ -2599,42 +2904,57 @@ END_TEST
 
 /* An ngon anchor changed by one ulp, with every checksum recomputed so
  * only the span check (spec 12.2) can see it: SPAN from reads and verify. */
+/* An ngon anchor changed by one ulp, with every checksum recomputed so
+ * only the span check (spec 12.2) can see it: SPAN from reads and verify.
+ * With 64-byte blocks, the index streams of model_small (one 16-byte span
+ * each) share a block four at a time: streams 4..7 fail, 0..3 do not. */
 START_TEST(ngon_anchor_with_matching_checksums_fails_span)
 {
     model m;
     model_small(&m);
+    m.opts.block_size = 64;
     tu_buf b;
     build(&m, &b);
     fkvf_reader *r = NULL;
     OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
     fkvf_section_info si;
-    uint64_t id = m.st[1].spec.id;
-    ck_assert_int_eq(m.st[1].spec.profile, FKVF_PROFILE_NGON);
-    ck_assert_uint_ne(find_section(r, FKVF_SECTION_STRM, id, &si), SIZE_MAX);
+    uint64_t id = FKVF_STREAM_ID(0, 1, 1, 1, 0); /* canonical index 7 */
+    size_t j = model_stream_of(&m, id);
+    ck_assert_uint_eq(j, 7);
+    ck_assert_int_eq(m.ispec.profile, FKVF_PROFILE_NGON);
+    ck_assert_uint_ne(find_section(r, FKVF_SECTION_STRM, FKVF_STREAM_GROUP_INDEX, &si), SIZE_MAX);
     fkvf_reader_free(r);
-    /* spec 11.3: one block (5 symbols, one span), data at align64(64 + 8) */
-    uint64_t data_start = si.offset + 128;
-    ck_assert_uint_eq(si.stored_size, 128 + 16);
-    double ax = fkvf_ldf64(b.data + data_start);
+    /* spec 11.3: 8 streams x one span = 128 bytes in two 64-byte blocks;
+     * the table of 2 checksums, data at align64(64 + 16) = 128 */
+    ck_assert_uint_eq(si.stored_size, 128 + 8 * 16);
+    uint64_t data_start = si.offset + 128, anchor = data_start + 16 * j;
+    double ax = fkvf_ldf64(b.data + anchor);
     uint64_t bits;
     memcpy(&bits, &ax, 8);
     bits ^= 1; /* one ulp */
-    fkvf_st64(b.data + data_start, bits);
-    /* block checksum (spec 11.4): seed = absolute offset of the block */
-    fkvf_st64(b.data + si.offset + 64, fkvf_xxh3_64(b.data + data_start, 16, data_start));
+    fkvf_st64(b.data + anchor, bits);
+    /* block 1's checksum (spec 11.4): seed = absolute offset of the block */
+    fkvf_st64(b.data + si.offset + 64 + 8,
+              fkvf_xxh3_64(b.data + data_start + 64, 64, data_start + 64));
     refresh_last_commit(b.data, b.size);
 
     r = NULL;
     OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
     size_t idx;
     OK_R(r, fkvf_reader_stream_find(r, id, &idx));
-    uint32_t out[5];
+    uint32_t out[10];
     RC_R(r, fkvf_reader_stream_read(r, idx, 0, out, 5), FKVF_E_SPAN);
     ck_assert(strstr(fkvf_reader_message(r), "span") != NULL);
     RC_R(r, fkvf_reader_stream_get(r, idx, 2, out), FKVF_E_SPAN);
-    /* the other streams are unaffected */
-    OK_R(r, fkvf_reader_stream_find(r, m.st[0].spec.id, &idx));
-    OK_R(r, fkvf_reader_stream_read(r, idx, 0, out, 5));
+    /* a stream of the same block: the block's spans are checked together */
+    RC_R(r, fkvf_reader_stream_read(r, 4, 0, out, 5), FKVF_E_SPAN);
+    /* the streams of block 0 and the token stream are unaffected */
+    for (size_t k = 0; k < 4; k++) {
+        OK_R(r, fkvf_reader_stream_read(r, k, 0, out, 5));
+        ck_assert(memcmp(out, m.st[k].sym, 5 * sizeof *out) == 0);
+    }
+    OK_R(r, fkvf_reader_stream_read(r, 8, 0, out, 10));
+    ck_assert(memcmp(out, model_token_stream(&m)->sym, sizeof out) == 0);
     fkvf_reader_free(r);
     r = NULL;
     OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
@@ -2642,8 +2962,9 @@ START_TEST(ngon_anchor_with_matching_checksums_fails_span)
     fkvf_reader_free(r);
 
     /* a non-finite anchor is SPAN too */
-    fkvf_stf64(b.data + data_start, NAN);
-    fkvf_st64(b.data + si.offset + 64, fkvf_xxh3_64(b.data + data_start, 16, data_start));
+    fkvf_stf64(b.data + anchor, NAN);
+    fkvf_st64(b.data + si.offset + 64 + 8,
+              fkvf_xxh3_64(b.data + data_start + 64, 64, data_start + 64));
     refresh_last_commit(b.data, b.size);
     r = NULL;
     OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
@@ -2911,20 +3232,23 @@ START_TEST(guard_nonzero_padding_unnoticed)
     r = NULL;
     OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
     fkvf_section_info si;
-    ck_assert_uint_ne(find_section(r, FKVF_SECTION_STRM, m.st[0].spec.id, &si), SIZE_MAX);
+    ck_assert_uint_ne(find_section(r, FKVF_SECTION_STRM, FKVF_STREAM_GROUP_TOKENS, &si),
+                      SIZE_MAX);
     fkvf_reader_free(r);
-    /* 5 symbols of 8 bits: bytes 5..15 of the 16-byte unit are padding */
+    /* the token stream, 10 symbols of 32 bits: bytes 40..47 of the third
+     * 16-byte unit are padding */
+    ck_assert_uint_eq(si.stored_size, 128 + 48);
     uint64_t data = si.offset + 128;
-    b.data[data + 9] = 0x80;
+    b.data[data + 44] = 0x80;
     refresh_strm(b.data, si.offset);
     refresh_last_commit(b.data, b.size);
     r = NULL;
     OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
     size_t idx;
-    uint32_t out[5];
-    OK_R(r, fkvf_reader_stream_find(r, m.st[0].spec.id, &idx));
-    OK_R(r, fkvf_reader_stream_read(r, idx, 0, out, 5));
-    ck_assert(memcmp(out, m.st[0].sym, sizeof out) == 0);
+    uint32_t out[10];
+    OK_R(r, fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &idx));
+    OK_R(r, fkvf_reader_stream_read(r, idx, 0, out, 10));
+    ck_assert(memcmp(out, model_token_stream(&m)->sym, sizeof out) == 0);
     RC_R(r, fkvf_reader_verify(r), FKVF_E_PADDING);
     fkvf_reader_free(r);
     tu_buf_free(&b);
@@ -3541,7 +3865,7 @@ static void check_commit1(fkvf_reader *r, const two *t, size_t len)
     uint32_t out[10];
     OK_R(r, fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &idx));
     OK_R(r, fkvf_reader_stream_read(r, idx, 0, out, 10));
-    EXPECT(memcmp(out, t->m.st[2].sym, sizeof out) == 0);
+    EXPECT(memcmp(out, model_token_stream((model *)&t->m)->sym, sizeof out) == 0);
 }
 
 START_TEST(second_commit_is_served)
@@ -3692,6 +4016,568 @@ START_TEST(broken_chain_is_not_trusted)
 }
 END_TEST
 
+/* ==== 9b. a growing archive: several commits of one writer ======================= */
+
+/* Three commits of fkvf_writer_commit / finish (spec 7.6, 11.6): every
+ * commit archives more positions (index segments from the last aligned
+ * boundary at or below the old length, re-writing the partial tail), extends
+ * the token stream, and adds EXAC rows for its new exact positions. The
+ * symbols a commit writes past the next commit's cut point differ from the
+ * final ones (alt), so a cut that did not take effect shows. */
+#define G_COMMITS 3
+typedef struct growth {
+    model m;                     /* final state: streams of A[2] / P[2] symbols */
+    uint64_t P[G_COMMITS], A[G_COMMITS];
+    uint64_t fi[G_COMMITS], ft[G_COMMITS]; /* first_symbol of each commit's segments */
+    uint64_t exf[G_COMMITS], exn[G_COMMITS]; /* the tail EXAC of each commit */
+    uint8_t row1[1024];          /* commit 3 overrides sink position 1 */
+    tu_buf b;
+    size_t end[G_COMMITS];       /* file length after each commit */
+} growth;
+
+static uint32_t g_alt(const growth *g, size_t j, uint32_t v)
+{
+    const tstream *s = &g->m.st[j];
+    uint64_t range = spec_range(&s->spec);
+    if (j < model_n_index(&g->m) && range > g->m.cbs.k)
+        range = g->m.cbs.k;
+    return (uint32_t)((v + 1) % range);
+}
+
+/* Symbol t of stream j as commit c (0-based) leaves it. */
+static uint32_t g_sym(const growth *g, size_t c, size_t j, uint64_t t)
+{
+    int idx = j < model_n_index(&g->m);
+    uint64_t next = c + 1 < G_COMMITS ? (idx ? g->fi[c + 1] : g->ft[c + 1]) : UINT64_MAX;
+    uint32_t v = g->m.st[j].sym[t];
+    return t >= next ? g_alt(g, j, v) : v;
+}
+
+static uint64_t g_len(const growth *g, size_t c, size_t j)
+{
+    return j < model_n_index(&g->m) ? g->A[c] : g->P[c];
+}
+
+/* The row of exact position p as commit c leaves it. */
+static const uint8_t *g_row(const growth *g, size_t c, uint64_t p)
+{
+    if (p == 1 && c == 2)
+        return g->row1;
+    return g->m.rows + p * g->m.row_bytes;
+}
+
+/* Commit c's segments: stream symbols [f, len) as this commit writes them. */
+static int g_write_segments(const growth *g, fkvf_writer *w, size_t c)
+{
+    const model *m = &g->m;
+    size_t ni = model_n_index(m);
+    uint64_t f = g->fi[c], n = g->A[c] - f;
+    uint16_t *codes = calloc((size_t)(n * ni) + 1, sizeof *codes);
+    ck_assert_ptr_nonnull(codes);
+    for (size_t j = 0; j < ni; j++)
+        for (uint64_t i = 0; i < n; i++)
+            codes[i * ni + j] = (uint16_t)g_sym(g, c, j, f + i);
+    int rc = fkvf_writer_add_index_segment(w, &m->ispec, f, n, codes, ni, 1);
+    free(codes);
+    if (rc)
+        return rc;
+    f = g->ft[c];
+    n = g->P[c] - f;
+    uint32_t *tok = calloc((size_t)n + 1, sizeof *tok);
+    ck_assert_ptr_nonnull(tok);
+    for (uint64_t i = 0; i < n; i++)
+        tok[i] = g_sym(g, c, ni, f + i);
+    rc = fkvf_writer_add_token_segment(w, &m->tspec, f, tok, (size_t)n);
+    free(tok);
+    return rc;
+}
+
+/* A growing archive whose index group has codec ix and token stream tk. */
+static void build_growth(growth *g, const codec_choice *ix, const codec_choice *tk)
+{
+    memset(g, 0, sizeof *g);
+    model *m = &g->m;
+    fkvf_writer_options_init(&m->opts);
+    m->opts.required_features = FKVF_FEAT_NGON;
+    m->opts.optional_features = FKVF_OPTFEAT_TOKEN_STREAM;
+    m->opts.no_sync = 1;
+    m->opts.block_size = 128;
+    fkvf_desc *d = &m->desc;
+    d->n_layers = 2;
+    d->n_kv_heads = 2;
+    d->key_dim = 4;
+    d->value_dim = 4;
+    d->dtype = FKVF_DTYPE_F16;
+    d->n_sinks = 2;
+    d->window = 30;
+    d->model_id = "grow";
+    static const uint64_t P[G_COMMITS] = {110, 180, 300}, A[G_COMMITS] = {100, 150, 270};
+    memcpy(g->P, P, sizeof P);
+    memcpy(g->A, A, sizeof A);
+    m->n_positions = P[2];
+    m->n_archived = A[2];
+    model_rows(m, 70);
+    model_codebook(m, 64, 2, 1, FKVF_DTYPE_F16, 0, 71);
+    model_index(m, ix->profile, ix->bits, ix->alphabet, 72);
+    model_tokens(m, tk->profile, tk->bits, tk->alphabet, 73);
+    uint32_t ui = fkvf_stream_spec_align(&m->ispec), ut = fkvf_stream_spec_align(&m->tspec);
+    ck_assert_uint_gt(ui, 0);
+    ck_assert_uint_gt(ut, 0);
+    for (size_t c = 1; c < G_COMMITS; c++) {
+        /* the last aligned boundary at or below the old length */
+        g->fi[c] = A[c - 1] / ui * ui;
+        g->ft[c] = P[c - 1] / ut * ut;
+    }
+    /* the tail EXAC of each commit; commit 2's starts 4 rows early (rows of
+     * positions that are archived: allowed and ignored, spec 14.3) */
+    g->exf[0] = 2 + A[0];
+    g->exf[1] = 2 + A[1] - 4;
+    g->exf[2] = 2 + A[2];
+    for (size_t c = 0; c < G_COMMITS; c++)
+        g->exn[c] = P[c] - g->exf[c];
+    tu_rng rng = {74};
+    ck_assert_uint_le(m->row_bytes, sizeof g->row1);
+    for (size_t i = 0; i < m->row_bytes; i++)
+        g->row1[i] = (uint8_t)tu_next(&rng);
+
+    fkvf_sink sink = tu_buf_sink(&g->b);
+    fkvf_writer *w = NULL;
+    OK_W(w, fkvf_writer_create_sink(&w, &sink, &m->opts, NULL));
+    OK_W(w, fkvf_writer_set_desc(w, &m->desc));
+    OK_W(w, fkvf_writer_add_codebooks(w, &m->cbs, m->cb_tables, m->cb_tables_size, 0));
+    OK_W(w, write_meta(w));
+    OK_W(w, fkvf_writer_add_exact(w, 0, 2, m->rows, 2 * m->row_bytes, 0));
+    for (size_t c = 0; c < G_COMMITS; c++) {
+        if (c == 1)
+            OK_W(w, fkvf_writer_meta_u64(w, "commit", 2));
+        if (c == 2)
+            OK_W(w, fkvf_writer_add_exact(w, 1, 1, g->row1, m->row_bytes, 0));
+        OK_W(w, fkvf_writer_add_exact(w, g->exf[c], g->exn[c],
+                                      m->rows + g->exf[c] * m->row_bytes,
+                                      (size_t)(g->exn[c] * m->row_bytes), 0));
+        OK_W(w, g_write_segments(g, w, c));
+        OK_W(w, fkvf_writer_set_positions(w, g->P[c], g->A[c]));
+        if (c + 1 < G_COMMITS)
+            OK_W(w, fkvf_writer_commit(w));
+        else
+            OK_W(w, fkvf_writer_finish(w));
+        g->end[c] = g->b.size;
+        ck_assert_uint_eq(g->end[c] % 64, 0);
+    }
+    fkvf_writer_free(w);
+}
+
+static void growth_free(growth *g)
+{
+    tu_buf_free(&g->b);
+    model_free(&g->m);
+}
+
+/* Data bytes of stream j in the segments of commits 0..c that remain. */
+static uint64_t g_stored(const growth *g, size_t c, size_t j)
+{
+    int idx = j < model_n_index(&g->m);
+    const fkvf_stream_spec *sp = idx ? &g->m.ispec : &g->m.tspec;
+    uint64_t sum = 0;
+    for (size_t k = 0; k <= c; k++) {
+        uint64_t f = idx ? g->fi[k] : g->ft[k];
+        uint64_t len = idx ? g->A[k] : g->P[k];
+        /* a segment is dropped when a later one of commits <= c starts at or before it */
+        int dropped = 0;
+        for (size_t l = k + 1; l <= c; l++)
+            dropped |= (idx ? g->fi[l] : g->ft[l]) <= f;
+        if (!dropped)
+            sum += stream_bytes_of(sp, len - f);
+    }
+    return sum;
+}
+
+static size_t g_segments(const growth *g, size_t c, size_t j)
+{
+    int idx = j < model_n_index(&g->m);
+    size_t n = 0;
+    for (size_t k = 0; k <= c; k++) {
+        int dropped = 0;
+        for (size_t l = k + 1; l <= c; l++)
+            dropped |= (idx ? g->fi[l] : g->ft[l]) <= (idx ? g->fi[k] : g->ft[k]);
+        n += !dropped;
+    }
+    return n;
+}
+
+/* Everything the reader serves equals commit c of the model; `full` also
+ * checks points, every read path and the info of every stream. */
+static void check_growth(fkvf_reader *r, const growth *g, size_t c, int full)
+{
+    const model *m = &g->m;
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    EXPECT(ai.n_commits == c + 1);
+    EXPECT(ai.committed_size == g->end[c]);
+    EXPECT(ai.n_positions == g->P[c] && ai.n_archived == g->A[c]);
+    EXPECT(ai.n_streams == m->n_st);
+    uint32_t out[400];
+    for (size_t j = 0; j < m->n_st; j++) {
+        uint64_t len = g_len(g, c, j);
+        fkvf_stream_info si;
+        OK_R(r, fkvf_reader_stream_info(r, j, &si));
+        EXPECT(si.id == m->st[j].id);
+        EXPECTF(si.length == len, "commit %zu stream %zu: length %llu, want %llu", c + 1, j,
+                (unsigned long long)si.length, (unsigned long long)len);
+        EXPECTF(si.n_segments == g_segments(g, c, j), "commit %zu stream %zu: %zu segments",
+                c + 1, j, si.n_segments);
+        EXPECTF(si.stored_bytes == g_stored(g, c, j), "commit %zu stream %zu: %llu bytes",
+                c + 1, j, (unsigned long long)si.stored_bytes);
+        ck_assert_uint_le(len, 400);
+        OK_R(r, fkvf_reader_stream_read(r, j, 0, out, (size_t)len));
+        for (uint64_t t = 0; t < len; t++)
+            EXPECTF(out[t] == g_sym(g, c, j, t), "commit %zu stream %zu symbol %llu: %u, want %u",
+                    c + 1, j, (unsigned long long)t, out[t], g_sym(g, c, j, t));
+        uint32_t s1;
+        RC_R(r, fkvf_reader_stream_get(r, j, len, &s1), FKVF_E_RANGE);
+    }
+    for (uint64_t p = 0; p < g->P[c]; p++) {
+        int want = p < 2 || p >= 2 + g->A[c], is = -1;
+        OK_R(r, fkvf_reader_is_exact(r, p, &is));
+        EXPECTF(is == want, "commit %zu: is_exact(%llu) = %d", c + 1, (unsigned long long)p, is);
+        if (!want)
+            continue;
+        const void *row;
+        size_t rb;
+        OK_R(r, fkvf_reader_exact_row(r, p, &row, &rb));
+        EXPECTF(rb == m->row_bytes && memcmp(row, g_row(g, c, p), rb) == 0,
+                "commit %zu: row %llu differs", c + 1, (unsigned long long)p);
+    }
+    fkvf_meta_entry e;
+    RC_R(r, fkvf_reader_meta_find(r, "commit", &e), c >= 1 ? FKVF_OK : FKVF_E_NOT_FOUND);
+    RC_R(r, fkvf_reader_meta_find(r, "run.steps", &e), c >= 1 ? FKVF_E_NOT_FOUND : FKVF_OK);
+    if (full) {
+        /* every symbol, point and path against the model (check_stream_seg) */
+        for (size_t j = 0; j < m->n_st; j++) {
+            tstream ts = m->st[j];
+            ts.n = (size_t)g_len(g, c, j);
+            ts.sym = calloc(ts.n + 1, sizeof *ts.sym);
+            ck_assert_ptr_nonnull(ts.sym);
+            for (size_t t = 0; t < ts.n; t++)
+                ts.sym[t] = g_sym(g, c, j, t);
+            check_stream_seg(r, &ts, 500 + j, g_segments(g, c, j), g_stored(g, c, j));
+            free(ts.sym);
+        }
+    }
+}
+
+static const codec_choice g_codecs[][2] = {
+    {{FKVF_PROFILE_QUAD, 6, 0}, {FKVF_PROFILE_QUAD, 32, 0}},  /* units 64 and 4 */
+    {{FKVF_PROFILE_NGON, 0, 64}, {FKVF_PROFILE_NGON, 0, 300}}, /* units L */
+    {{FKVF_PROFILE_QUAD, 8, 0}, {FKVF_PROFILE_QUAD, 10, 0}},  /* units 16 and 64 */
+};
+
+START_TEST(three_commits_grow_the_streams)
+{
+    growth g;
+    build_growth(&g, &g_codecs[_i][0], &g_codecs[_i][1]);
+    const model *m = &g.m;
+    /* commit 2 and 3 segments start below the old lengths (the tail is
+     * re-written), except where the old length is aligned */
+    ck_assert_uint_lt(g.fi[1], g.A[0]);
+    ck_assert_uint_lt(g.fi[2], g.A[1]);
+    /* the trailers chain (spec 6, 7.4) */
+    for (size_t c = 0; c < G_COMMITS; c++) {
+        const uint8_t *t = g.b.data + g.end[c] - 64;
+        ck_assert_uint_eq(fkvf_ld64(t + 8), c + 1);
+        ck_assert_uint_eq(fkvf_ld64(t + 40), c ? g.end[c - 1] - 64 : 0);
+        ck_assert_uint_eq(fkvf_ld64(t + 48), g.end[c]);
+    }
+    /* every commit, served from its prefix of the file (clean, strict) */
+    for (size_t c = 0; c < G_COMMITS; c++) {
+        fkvf_reader *r = NULL;
+        OK_R(r, fkvf_reader_open_memory(&r, g.b.data, g.end[c], FKVF_OPEN_STRICT, NULL));
+        check_growth(r, &g, c, 1);
+        OK_R(r, fkvf_reader_verify(r));
+        fkvf_reader_free(r);
+    }
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, g.b.data, g.b.size, 0, NULL));
+    /* sections carry their commits; each commit holds one segment per group */
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    size_t strm[G_COMMITS] = {0}, vtxs = 0;
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        fkvf_section_info si;
+        OK_R(r, fkvf_reader_section(r, i, &si));
+        ck_assert_uint_ge(si.commit_seq, 1);
+        ck_assert_uint_le(si.commit_seq, G_COMMITS);
+        ck_assert_uint_ge(si.offset, si.commit_seq > 1 ? g.end[si.commit_seq - 2] : 64);
+        ck_assert_uint_lt(si.offset, g.end[si.commit_seq - 1]);
+        if (si.type == FKVF_SECTION_STRM)
+            strm[si.commit_seq - 1]++;
+        vtxs += si.type == FKVF_SECTION_VTXS;
+    }
+    for (size_t c = 0; c < G_COMMITS; c++)
+        ck_assert_uint_eq(strm[c], 2);
+    /* a vertex table once per N, in commit 1 */
+    ck_assert_uint_eq(vtxs, m->ispec.profile == FKVF_PROFILE_NGON ? 2 : 0);
+    check_sections(r, g.b.data, g.b.size);
+    fkvf_reader_free(r);
+    growth_free(&g);
+}
+END_TEST
+
+/* A truncation at every byte inside the last commit serves commit 2,
+ * bit-identically to the file that ends there; strict open is TORN. */
+START_TEST(torn_third_commit_serves_the_second)
+{
+    growth g;
+    build_growth(&g, &g_codecs[_i][0], &g_codecs[_i][1]);
+    size_t e2 = g.end[1], e3 = g.end[2];
+    ck_assert_uint_gt(e3 - e2, 1024);
+    /* what commit 2 serves: its sections' bytes */
+    fkvf_reader *r2 = NULL;
+    OK_R(r2, fkvf_reader_open_memory(&r2, g.b.data, e2, FKVF_OPEN_STRICT, NULL));
+    fkvf_archive_info a2;
+    OK_R(r2, fkvf_reader_info(r2, &a2));
+    for (size_t len = e2 + 1; len < e3; len++) {
+        uint8_t *c = malloc(len);
+        ck_assert_ptr_nonnull(c);
+        memcpy(c, g.b.data, len);
+        fkvf_reader *r = NULL;
+        RC_R(r, fkvf_reader_open_memory(&r, c, len, 0, NULL), FKVF_OK);
+        fkvf_archive_info ai;
+        OK_R(r, fkvf_reader_info(r, &ai));
+        EXPECTF(ai.torn_bytes == len - e2, "length %zu: torn %llu", len,
+                (unsigned long long)ai.torn_bytes);
+        EXPECT(ai.file_size == len);
+        EXPECT(ai.n_sections == a2.n_sections);
+        check_growth(r, &g, 1, len == e3 - 1);
+        for (size_t i = 0; i < ai.n_sections; i++) {
+            fkvf_section_info s, s2;
+            OK_R(r, fkvf_reader_section(r, i, &s));
+            OK_R(r2, fkvf_reader_section(r2, i, &s2));
+            EXPECT(memcmp(&s, &s2, sizeof s) == 0);
+            const void *p, *p2;
+            size_t n, n2;
+            OK_R(r, fkvf_reader_section_data(r, i, &p, &n));
+            OK_R(r2, fkvf_reader_section_data(r2, i, &p2, &n2));
+            EXPECT(n == n2 && memcmp(p, p2, n) == 0);
+        }
+        RC_R(r, fkvf_reader_verify(r), FKVF_E_TORN);
+        fkvf_reader_free(r);
+        r = NULL;
+        int rc = fkvf_reader_open_memory(&r, c, len, FKVF_OPEN_STRICT, NULL);
+        EXPECTF(rc == FKVF_E_TORN, "strict, length %zu: %s", len, fkvf_error_name(rc));
+        fkvf_reader_free(r);
+        free(c);
+    }
+    fkvf_reader_free(r2);
+    growth_free(&g);
+}
+END_TEST
+
+START_TEST(writer_refuses_bad_later_commits)
+{
+    growth g;
+    build_growth(&g, &g_codecs[0][0], &g_codecs[0][1]); /* quad 6: unit 64 */
+    model *m = &g.m;
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &m->opts);
+    OK_W(w, fkvf_writer_set_desc(w, &m->desc));
+    OK_W(w, fkvf_writer_add_codebooks(w, &m->cbs, m->cb_tables, m->cb_tables_size, 0));
+    OK_W(w, write_meta(w));
+    OK_W(w, fkvf_writer_add_exact(w, 0, 2, m->rows, 2 * m->row_bytes, 0));
+    OK_W(w, fkvf_writer_add_exact(w, g.exf[0], g.exn[0], m->rows + g.exf[0] * m->row_bytes,
+                                  (size_t)(g.exn[0] * m->row_bytes), 0));
+    OK_W(w, g_write_segments(&g, w, 0));
+    OK_W(w, fkvf_writer_set_positions(w, g.P[0], g.A[0]));
+    OK_W(w, fkvf_writer_commit(w));
+    size_t end1 = b.size;
+    /* the descriptor belongs in commit 1; the codebook cannot be replaced */
+    RC_W(w, fkvf_writer_set_desc(w, &m->desc), FKVF_E_STATE);
+    assert_msg_names(w, "already set");
+    RC_W(w, fkvf_writer_add_codebooks(w, &m->cbs, m->cb_tables, m->cb_tables_size, 0),
+         FKVF_E_STATE);
+    size_t ni = model_n_index(m);
+    uint16_t *codes = model_codes(m, 0, 100, &(size_t){0}, &(size_t){0});
+    /* first_symbol not a multiple of 64 (100 is the old length) */
+    RC_W(w, fkvf_writer_add_index_segment(w, &m->ispec, 100, 10, codes, ni, 1),
+         FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "multiple of 64");
+    RC_W(w, fkvf_writer_add_index_segment(w, &m->ispec, 32, 10, codes, ni, 1),
+         FKVF_E_INVALID_ARG);
+    /* beyond the old length */
+    RC_W(w, fkvf_writer_add_index_segment(w, &m->ispec, 128, 10, codes, ni, 1),
+         FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "at most their length 100");
+    /* another codec than commit 1's: quad 8, quad 4 (64 symbols fit), ngon */
+    fkvf_stream_spec other = mkspec(FKVF_PROFILE_QUAD, 8, 0);
+    RC_W(w, fkvf_writer_add_index_segment(w, &other, 64, 10, codes, ni, 1), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "codec differs");
+    other = mkspec(FKVF_PROFILE_NGON, 0, 64);
+    RC_W(w, fkvf_writer_add_index_segment(w, &other, 0, 10, codes, ni, 1), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "codec differs");
+    other = mkspec(FKVF_PROFILE_QUAD, 16, 0);
+    RC_W(w, fkvf_writer_add_token_segment(w, &other, 108, model_token_stream(m)->sym, 2),
+         FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "token stream: codec differs");
+    uint32_t tk[4] = {1, 2, 3, 4};
+    RC_W(w, fkvf_writer_add_token_segment(w, &m->tspec, 110, tk, 4), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "multiple of 4");
+    RC_W(w, fkvf_writer_add_token_segment(w, &m->tspec, 112, tk, 4), FKVF_E_INVALID_ARG);
+    assert_msg_names(w, "at most their length 110");
+    /* n_archived grown without index symbols: the commit is refused */
+    OK_W(w, fkvf_writer_set_positions(w, g.P[0], g.A[0] + 1));
+    RC_W(w, fkvf_writer_commit(w), FKVF_E_STATE);
+    assert_msg_names(w, "index streams have 100 symbols, need 101");
+    OK_W(w, fkvf_writer_set_positions(w, g.P[0], g.A[0]));
+    /* refused calls wrote nothing: a commit of nothing new, then finish adds
+     * no third commit */
+    OK_W(w, fkvf_writer_commit(w));
+    size_t end2 = b.size;
+    ck_assert_uint_eq(end2 - end1, 128); /* an empty directory and a trailer */
+    OK_W(w, fkvf_writer_finish(w));
+    ck_assert_uint_eq(b.size, end2);
+    RC_W(w, fkvf_writer_commit(w), FKVF_E_STATE);
+    fkvf_writer_free(w);
+    free(codes);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, FKVF_OPEN_STRICT, NULL));
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    ck_assert_uint_eq(ai.n_commits, 2);
+    ck_assert_uint_eq(ai.n_archived, g.A[0]);
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    /* a codebook file's first commit, then a descriptor: too late (spec 8.3) */
+    w = new_writer(&b, &m->opts);
+    OK_W(w, fkvf_writer_add_codebooks(w, &m->cbs, m->cb_tables, m->cb_tables_size, 0));
+    OK_W(w, fkvf_writer_commit(w));
+    RC_W(w, fkvf_writer_set_desc(w, &m->desc), FKVF_E_STATE);
+    assert_msg_names(w, "belongs in commit 1");
+    RC_W(w, write_index_segment(m, w, 0, 5), FKVF_E_STATE);
+    OK_W(w, fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, FKVF_OPEN_STRICT, NULL));
+    OK_R(r, fkvf_reader_info(r, &ai));
+    ck_assert_uint_eq(ai.n_commits, 1);
+    ck_assert_int_eq(ai.has_desc, 0);
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    growth_free(&g);
+}
+END_TEST
+
+/* A file writer's commits reach the final path at finish (spec 7.6: the
+ * temporary file is renamed into place), with the same bytes as a sink. */
+START_TEST(file_writer_commits_appear_at_finish)
+{
+    growth g;
+    build_growth(&g, &g_codecs[1][0], &g_codecs[1][1]);
+    model *m = &g.m;
+    char *dir = make_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/grow.fkvf", dir);
+    fkvf_writer *w = NULL;
+    OK_W(w, fkvf_writer_create_file(&w, path, &m->opts, NULL));
+    OK_W(w, fkvf_writer_set_desc(w, &m->desc));
+    OK_W(w, fkvf_writer_add_codebooks(w, &m->cbs, m->cb_tables, m->cb_tables_size, 0));
+    OK_W(w, write_meta(w));
+    OK_W(w, fkvf_writer_add_exact(w, 0, 2, m->rows, 2 * m->row_bytes, 0));
+    for (size_t c = 0; c < G_COMMITS; c++) {
+        if (c == 1)
+            OK_W(w, fkvf_writer_meta_u64(w, "commit", 2));
+        if (c == 2)
+            OK_W(w, fkvf_writer_add_exact(w, 1, 1, g.row1, m->row_bytes, 0));
+        OK_W(w, fkvf_writer_add_exact(w, g.exf[c], g.exn[c], m->rows + g.exf[c] * m->row_bytes,
+                                      (size_t)(g.exn[c] * m->row_bytes), 0));
+        OK_W(w, g_write_segments(&g, w, c));
+        OK_W(w, fkvf_writer_set_positions(w, g.P[c], g.A[c]));
+        OK_W(w, fkvf_writer_commit(w));
+        ck_assert(!path_exists(path));
+        ck_assert_uint_eq(dir_entries(dir), 1); /* the temporary file */
+    }
+    OK_W(w, fkvf_writer_finish(w)); /* nothing new: no fourth commit */
+    fkvf_writer_free(w);
+    ck_assert_uint_eq(dir_entries(dir), 1);
+    size_t size;
+    uint8_t *bytes = read_file(path, &size);
+    ck_assert_uint_eq(size, g.b.size);
+    ck_assert(memcmp(bytes, g.b.data, size) == 0);
+    free(bytes);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL));
+    check_growth(r, &g, 2, 1);
+    fkvf_reader_free(r);
+    rm_tmpdir(dir);
+    growth_free(&g);
+}
+END_TEST
+
+/* Crafted later segments that break spec 11.6 (the reader's side): commit 2
+ * of a valid file with a segment of another codec, another stage split, a
+ * misaligned or too-late first_symbol. */
+START_TEST(later_segment_rules)
+{
+    growth g;
+    build_growth(&g, &g_codecs[2][0], &g_codecs[2][1]); /* quad 8 index (unit 16), quad 10 tokens */
+    size_t e1 = g.end[0];
+    const uint8_t *b = g.b.data;
+    struct {
+        uint64_t group;
+        int field; /* 0 bits, 1 stages, 2 first_symbol */
+        uint64_t v;
+        int want;
+        const char *needle;
+    } cases[] = {
+        {FKVF_STREAM_GROUP_INDEX, 2, 96, FKVF_OK, ""},        /* valid: 96 = 6 x 16 <= 100 */
+        {FKVF_STREAM_GROUP_INDEX, 2, 100, FKVF_E_CORRUPT, "alignment unit 16"},
+        {FKVF_STREAM_GROUP_INDEX, 2, 112, FKVF_E_CORRUPT, "beyond the streams' length 100"},
+        {FKVF_STREAM_GROUP_INDEX, 0, 6, FKVF_E_CORRUPT, "differ from the group's earlier"},
+        {FKVF_STREAM_GROUP_INDEX, 1, 0, FKVF_E_CORRUPT, "differ from the group's earlier"},
+        {FKVF_STREAM_GROUP_TOKENS, 2, 64, FKVF_OK, ""},
+        {FKVF_STREAM_GROUP_TOKENS, 2, 96, FKVF_E_CORRUPT, "alignment unit 64"},
+        {FKVF_STREAM_GROUP_TOKENS, 2, 128, FKVF_E_CORRUPT, "beyond"},
+        {FKVF_STREAM_GROUP_TOKENS, 0, 12, FKVF_E_CORRUPT, "differ"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        craft c;
+        cr_append(&c, b, e1);
+        /* the index and token segments of commit 1, re-made */
+        size_t ki = SIZE_MAX, kt = SIZE_MAX;
+        {
+            fkvf_reader *r = NULL;
+            OK_R(r, fkvf_reader_open_memory(&r, b, e1, 0, NULL));
+            ki = find_section(r, FKVF_SECTION_STRM, FKVF_STREAM_GROUP_INDEX, NULL);
+            kt = find_section(r, FKVF_SECTION_STRM, FKVF_STREAM_GROUP_TOKENS, NULL);
+            fkvf_section_info si;
+            OK_R(r, fkvf_reader_section(r, cases[i].group ? kt : ki, &si));
+            fkvf_reader_free(r);
+            fkvf_strm_hdr h = strm_hdr_at(b + si.offset);
+            uint64_t f = cases[i].field == 2 ? cases[i].v : h.first_symbol;
+            if (cases[i].field == 0)
+                h.bits = (uint8_t)cases[i].v;
+            if (cases[i].field == 1) { /* 1 + 2 stages instead of 2 + 1: same n_streams */
+                h.k_stages = 1;
+                h.v_stages = 2;
+            }
+            /* symbols [f, old length) again */
+            uint64_t old_len = h.first_symbol + h.symbol_count;
+            h.first_symbol = f;
+            h.symbol_count = f <= old_len ? old_len - f : 0;
+            cr_strm(&c, h, NULL);
+        }
+        cr_commit(&c, 2, e1 - 64, g.P[0], g.A[0]);
+        char msg[600];
+        int rc = open_craft(&c, FKVF_OPEN_STRICT, msg, sizeof msg);
+        ck_assert_msg(rc == cases[i].want, "case %zu: %s, want %s (%s)", i, fkvf_error_name(rc),
+                      fkvf_error_name(cases[i].want), msg);
+        ck_assert_msg(strstr(msg, cases[i].needle) != NULL, "case %zu: %s", i, msg);
+        tu_buf_free(&c.b);
+    }
+    growth_free(&g);
+}
+END_TEST
+
 /* ==== 10. codebooks (spec 13) ==================================================== */
 
 /* A codebook file (spec 13.4): no DESC, one CBK1, optional META. */
@@ -3823,10 +4709,7 @@ START_TEST(codebook_pooled_per_layer)
     model_rows(&m, 8);
     model_codebook(&m, 32, 2, 1, FKVF_DTYPE_F32, 1, 9);
     ck_assert_uint_eq(m.cbs.n_heads, 1);
-    static const codec_choice cs[] = {
-        {FKVF_PROFILE_QUAD, 6, 0}, {FKVF_PROFILE_NGON, 0, 32}, {FKVF_PROFILE_QUAD, 10, 0},
-        {FKVF_PROFILE_NGON, 0, 3}, {FKVF_PROFILE_QUAD, 32, 0}};
-    model_fill_index_streams(&m, cs, sizeof cs / sizeof cs[0], 5);
+    model_index(&m, FKVF_PROFILE_QUAD, 6, 0, 5);
     ck_assert_uint_eq(m.n_st, 2 * 3 * 3); /* every head has its streams */
     roundtrip_memory(&m);
     /* pooled means n_heads = 1; per head it must equal n_kv_heads */
@@ -3902,6 +4785,9 @@ END_TEST
 
 /* With zero stages the sum is the zero vector (spec 13.6): archived
  * positions need a codebook but no index stream. */
+/* A codebook without stages: an index group would have no streams (spec
+ * 11.2: at least one stage), so such an archive cannot archive positions;
+ * with every position exact it is valid. */
 START_TEST(codebook_without_stages)
 {
     model m;
@@ -3912,22 +4798,37 @@ START_TEST(codebook_without_stages)
     m.desc.dtype = FKVF_DTYPE_BF16;
     m.desc.n_sinks = 1;
     m.n_positions = 5;
-    m.n_archived = 3;
+    m.n_archived = 0;
     model_rows(&m, 6);
     model_codebook(&m, 16, 0, 0, FKVF_DTYPE_F32, 0, 1);
     ck_assert_uint_eq(m.cb_tables_size, 0);
-    model_add_stream(&m, FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 16, 0, 3);
+    model_tokens(&m, FKVF_PROFILE_QUAD, 16, 0, 3);
     roundtrip_memory(&m);
-    /* and then no index stream may exist: there is no stage for it */
+    /* no index group may exist */
     tu_buf b;
     fkvf_writer *w = new_writer(&b, &m.opts);
     OK_W(w, fkvf_writer_set_desc(w, &m.desc));
     OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, NULL, 0, 0));
-    fkvf_stream_spec q = {FKVF_STREAM_ID(0, 0, 0, 0, 0), FKVF_PROFILE_QUAD, 4, 0, 0, 0};
-    uint32_t sym[3] = {0, 1, 2};
-    RC_W(w, fkvf_writer_add_stream(w, &q, sym, 3), FKVF_E_INVALID_ARG);
+    fkvf_stream_spec q = mkspec(FKVF_PROFILE_QUAD, 4, 0);
+    uint16_t codes[3] = {0, 1, 2};
+    RC_W(w, fkvf_writer_add_index_segment(w, &q, 0, 3, codes, 1, 1), FKVF_E_INVALID_ARG);
     assert_msg_names(w, "stage");
+    RC_W(w, fkvf_writer_add_index_segment(w, &q, 0, 0, NULL, 1, 1), FKVF_E_INVALID_ARG);
+    /* so archived positions are refused */
+    OK_W(w, fkvf_writer_add_exact(w, 0, 5, m.rows, 5 * m.row_bytes, 0));
+    OK_W(w, fkvf_writer_set_positions(w, 5, 3));
+    RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
+    assert_msg_names(w, "index streams");
+    OK_W(w, fkvf_writer_set_positions(w, 5, 0));
+    OK_W(w, fkvf_writer_finish(w));
     fkvf_writer_free(w);
+    /* and by the reader: the valid file with n_archived = 3 */
+    craft c;
+    fkvf_dirhdr dh = cr_from_file(&c, b.data, b.size);
+    ck_assert_uint_eq(dh.n_archived, 0);
+    cr_commit(&c, 1, 0, 5, 3);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "3 archived positions but no index streams");
+    tu_buf_free(&c.b);
     tu_buf_free(&b);
     model_free(&m);
 }
@@ -3977,12 +4878,12 @@ START_TEST(codebook_file_without_desc)
     tu_buf_free(&b);
     w = new_writer(&b, &m.opts);
     OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
-    fkvf_stream_spec tok = {FKVF_STREAM_ID_TOKENS, FKVF_PROFILE_QUAD, 32, 0, 0, 0};
-    OK_W(w, fkvf_writer_add_stream(w, &tok, NULL, 0));
+    fkvf_stream_spec tok = mkspec(FKVF_PROFILE_QUAD, 32, 0);
+    OK_W(w, fkvf_writer_add_token_segment(w, &tok, 0, NULL, 0));
     RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
     assert_msg_names(w, "13.4");
     RC_W(w, fkvf_writer_add_exact(w, 0, 1, m.rows, m.row_bytes, 0), FKVF_E_STATE);
-    RC_W(w, fkvf_writer_add_stream(w, &m.st[0].spec, m.st[0].sym, m.st[0].n), FKVF_E_STATE);
+    RC_W(w, write_index_segment(&m, w, 0, 5), FKVF_E_STATE);
     fkvf_writer_free(w);
     tu_buf_free(&b);
     /* a codebook file never refers to another codebook */
@@ -4268,11 +5169,11 @@ START_TEST(writer_refuses_codebook_misuse)
     tu_buf b;
     fkvf_writer *w = new_writer(&b, &m.opts);
     /* index streams need the descriptor and the codebook first */
-    RC_W(w, fkvf_writer_add_stream(w, &m.st[0].spec, m.st[0].sym, m.st[0].n), FKVF_E_STATE);
+    RC_W(w, write_index_segment(&m, w, 0, 5), FKVF_E_STATE);
     OK_W(w, fkvf_writer_set_desc(w, &m.desc));
-    RC_W(w, fkvf_writer_add_stream(w, &m.st[0].spec, m.st[0].sym, m.st[0].n), FKVF_E_STATE);
+    RC_W(w, write_index_segment(&m, w, 0, 5), FKVF_E_STATE);
     assert_msg_names(w, "codebook");
-    OK_W(w, fkvf_writer_add_stream(w, &m.st[2].spec, m.st[2].sym, m.st[2].n)); /* tokens */
+    OK_W(w, fkvf_writer_add_token_segment(w, &m.tspec, 0, model_token_stream(&m)->sym, 10));
     /* bad codebook arguments */
     fkvf_codebook_shape s = m.cbs;
     s.k = 24;
@@ -4318,9 +5219,7 @@ START_TEST(writer_refuses_codebook_misuse)
     RC_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0),
          FKVF_E_STATE);
     assert_msg_names(w, "already");
-    for (size_t i = 0; i < m.n_st; i++)
-        if (i != 2)
-            OK_W(w, fkvf_writer_add_stream(w, &m.st[i].spec, m.st[i].sym, m.st[i].n));
+    OK_W(w, write_index_segment(&m, w, 0, 5));
     OK_W(w, fkvf_writer_add_exact(w, 0, 2, m.rows, 2 * m.row_bytes, 0));
     OK_W(w, fkvf_writer_add_exact(w, 7, 3, m.rows + 7 * m.row_bytes, 3 * m.row_bytes, 0));
     OK_W(w, fkvf_writer_set_positions(w, 10, 5));
@@ -4353,41 +5252,100 @@ START_TEST(writer_refuses_codebook_misuse)
     RC_W(w, fkvf_writer_add_codebook_ref(w, &m.cbs, m.cb_hash, "x"), FKVF_E_STATE);
     RC_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0),
          FKVF_E_STATE);
-    /* index streams are checked against the referenced shape */
-    fkvf_stream_spec q = m.st[0].spec;
-    q.id = FKVF_STREAM_ID(0, 0, 0, 0, 1);
-    RC_W(w, fkvf_writer_add_stream(w, &q, m.st[0].sym, m.st[0].n), FKVF_E_INVALID_ARG);
-    uint32_t big[5] = {0, 1, 16, 2, 3};
-    RC_W(w, fkvf_writer_add_stream(w, &m.st[0].spec, big, 5), FKVF_E_INVALID_ARG);
+    /* index streams are checked against the referenced shape: its k, and
+     * its stages make the group's streams (spec 11.2) */
+    size_t ps, cs;
+    uint16_t *codes = model_codes(&m, 0, 5, &ps, &cs);
+    codes[2 * ps + 5 * cs] = 16;
+    RC_W(w, fkvf_writer_add_index_segment(w, &m.ispec, 0, 5, codes, ps, cs), FKVF_E_INVALID_ARG);
     assert_msg_names(w, "k = 16");
+    codes[2 * ps + 5 * cs] = 15;
+    OK_W(w, fkvf_writer_add_index_segment(w, &m.ispec, 0, 5, codes, ps, cs));
+    free(codes);
+    OK_W(w, fkvf_writer_add_exact(w, 0, 2, m.rows, 2 * m.row_bytes, 0));
+    OK_W(w, fkvf_writer_add_exact(w, 7, 3, m.rows + 7 * m.row_bytes, 3 * m.row_bytes, 0));
+    OK_W(w, fkvf_writer_set_positions(w, 10, 5));
+    OK_W(w, fkvf_writer_finish(w));
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    fkvf_stream_info si;
+    OK_R(r, fkvf_reader_stream_info(r, 7, &si));
+    ck_assert_uint_eq(si.id, FKVF_STREAM_ID(0, 1, 1, 1, 0));
+    OK_R(r, fkvf_reader_verify(r));
+    fkvf_reader_free(r);
     fkvf_writer_free(w);
     tu_buf_free(&b);
     model_free(&m);
 }
 END_TEST
 
-START_TEST(missing_index_stream)
+/* The archive of model_small with quad 8-bit index streams (one 16-byte
+ * span each, so the segment's size does not depend on symbol_count 1..16). */
+static void model_small_quad8(model *m) { model_small_codec(m, 16, FKVF_PROFILE_QUAD, 8, 0); }
+
+/* Patch the header of the STRM section of `group` in the last commit of a
+ * file (byte `at` of the header set to v, 1/4/8 bytes wide), refresh its
+ * checksums and the commit's; optionally set the directory key. Returns the
+ * open result with its message. */
+static int open_patched_strm(const tu_buf *file, uint64_t group, size_t at, unsigned width,
+                             uint64_t v, int64_t new_key, char *msg, size_t msg_size)
 {
-    /* writer: one of the eight index streams left out */
+    craft c;
+    fkvf_dirhdr dh = cr_from_file(&c, file->data, file->size);
+    size_t k = cr_find(&c, FKVF_SECTION_STRM, group);
+    uint8_t *h = c.b.data + c.e[k].offset;
+    if (width == 1)
+        h[at] = (uint8_t)v;
+    else if (width == 4)
+        fkvf_st32(h + at, (uint32_t)v);
+    else
+        fkvf_st64(h + at, v);
+    refresh_strm(c.b.data, c.e[k].offset);
+    if (new_key >= 0)
+        c.e[k].key = (uint64_t)new_key;
+    cr_rehash(&c);
+    cr_commit(&c, 1, 0, dh.n_positions, dh.n_archived);
+    int rc = open_craft(&c, 0, msg, msg_size);
+    tu_buf_free(&c.b);
+    return rc;
+}
+
+#define EXPECT_PATCHED(file, group, at, width, v, key, want, needle)                          \
+    do {                                                                                   \
+        char m_[600];                                                                      \
+        int rc_ = open_patched_strm(file, group, at, width, v, key, m_, sizeof m_);        \
+        ck_assert_msg(rc_ == (want), "patch %s@%d=%llu: %s, want %s (%s)", #group, (int)(at), \
+                      (unsigned long long)(v), fkvf_error_name(rc_), fkvf_error_name(want), m_); \
+        ck_assert_msg(strstr(m_, needle) != NULL, "message \"%s\" lacks \"%s\"", m_, needle); \
+    } while (0)
+
+START_TEST(missing_index_group)
+{
+    /* writer: archived positions without the index streams */
     model m;
     model_small(&m);
-    free(m.st[m.n_st - 1].sym);
-    m.n_st--;
     tu_buf b;
     fkvf_writer *w = new_writer(&b, &m.opts);
-    RC_W(w, write_model(&m, w), FKVF_E_STATE);
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
+    OK_W(w, fkvf_writer_add_exact(w, 0, 2, m.rows, 2 * m.row_bytes, 0));
+    OK_W(w, fkvf_writer_add_exact(w, 7, 3, m.rows + 7 * m.row_bytes, 3 * m.row_bytes, 0));
+    OK_W(w, fkvf_writer_add_token_segment(w, &m.tspec, 0, model_token_stream(&m)->sym, 10));
+    OK_W(w, fkvf_writer_set_positions(w, 10, 5));
+    RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
     assert_msg_names(w, "11.8");
-    assert_msg_names(w, "7 index streams");
+    assert_msg_names(w, "index streams");
+    /* still open: add them and finish */
+    OK_W(w, write_index_segment(&m, w, 0, 5));
+    OK_W(w, fkvf_writer_finish(w));
     fkvf_writer_free(w);
     tu_buf_free(&b);
-    model_free(&m);
     /* writer: archived positions without a codebook (spec 13.7) */
-    model_small(&m);
     w = new_writer(&b, &m.opts);
     OK_W(w, fkvf_writer_set_desc(w, &m.desc));
     OK_W(w, fkvf_writer_add_exact(w, 0, 2, m.rows, 2 * m.row_bytes, 0));
     OK_W(w, fkvf_writer_add_exact(w, 7, 3, m.rows + 7 * m.row_bytes, 3 * m.row_bytes, 0));
-    OK_W(w, fkvf_writer_add_stream(w, &m.st[2].spec, m.st[2].sym, m.st[2].n));
+    OK_W(w, fkvf_writer_add_token_segment(w, &m.tspec, 0, model_token_stream(&m)->sym, 10));
     OK_W(w, fkvf_writer_set_positions(w, 10, 5));
     RC_W(w, fkvf_writer_finish(w), FKVF_E_STATE);
     assert_msg_names(w, "13.7");
@@ -4398,9 +5356,23 @@ START_TEST(missing_index_stream)
     build(&m, &b);
     craft c;
     fkvf_dirhdr dh = cr_from_file(&c, b.data, b.size);
-    cr_drop(&c, cr_find(&c, FKVF_SECTION_STRM, m.st[5].spec.id));
+    cr_drop(&c, cr_find(&c, FKVF_SECTION_STRM, FKVF_STREAM_GROUP_INDEX));
     cr_commit(&c, 1, 0, dh.n_positions, dh.n_archived);
-    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "11.8");
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "5 archived positions but no index streams");
+    tu_buf_free(&c.b);
+    /* and with n_archived = 0 (the recent window grown over them) it is valid */
+    dh = cr_from_file(&c, b.data, b.size);
+    cr_drop(&c, cr_find(&c, FKVF_SECTION_STRM, FKVF_STREAM_GROUP_INDEX));
+    {
+        uint8_t *ex = calloc(1, 64 + 5 * m.row_bytes);
+        fkvf_exac_hdr eh = {2, 5, (uint8_t)m.desc.dtype};
+        fkvf_exac_hdr_write(ex, &eh);
+        memcpy(ex + 64, m.rows + 2 * m.row_bytes, 5 * m.row_bytes);
+        cr_plain(&c, FKVF_SECTION_EXAC, FKVF_SECTION_REQUIRED, 2, ex, 64 + 5 * m.row_bytes);
+        free(ex);
+    }
+    cr_commit(&c, 1, 0, dh.n_positions, 0);
+    ck_assert_int_eq(open_craft(&c, FKVF_OPEN_STRICT, NULL, 0), FKVF_OK);
     tu_buf_free(&c.b);
     /* without CBK1 */
     dh = cr_from_file(&c, b.data, b.size);
@@ -4408,52 +5380,131 @@ START_TEST(missing_index_stream)
     cr_commit(&c, 1, 0, dh.n_positions, dh.n_archived);
     EXPECT_OPEN(&c, FKVF_E_CORRUPT, "13.7");
     tu_buf_free(&c.b);
-    /* an index stream of a stage the codebook does not have (the count of
-     * streams is right) */
-    dh = cr_from_file(&c, b.data, b.size);
-    size_t k = cr_find(&c, FKVF_SECTION_STRM, m.st[5].spec.id);
-    uint64_t nid = m.st[5].spec.id | FKVF_STREAM_ID(0, 0, 0, 0, 1);
-    fkvf_st64(c.b.data + c.e[k].offset, nid);
-    refresh_strm(c.b.data, c.e[k].offset);
-    c.e[k].key = nid;
-    cr_rehash(&c);
-    cr_commit(&c, 1, 0, dh.n_positions, dh.n_archived);
-    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "stage");
-    tu_buf_free(&c.b);
     tu_buf_free(&b);
     model_free(&m);
+}
+END_TEST
 
-    /* with n_archived = 0 the set may be incomplete (one empty index stream
-     * of three), but a stream of a stage the codebook lacks is still CORRUPT */
-    fkvf_desc d;
-    simple_desc(&d);
-    fkvf_codebook_shape cs;
-    shape_for(&cs, &d, 16, 2, 1, FKVF_DTYPE_F16, 0);
-    size_t tn;
-    uint8_t *t = make_tables(&cs, 2, &tn);
-    w = new_writer(&b, NULL);
-    OK_W(w, fkvf_writer_set_desc(w, &d));
-    OK_W(w, fkvf_writer_add_codebooks(w, &cs, t, tn, 0));
-    fkvf_stream_spec q = {FKVF_STREAM_ID(0, 0, 0, 0, 1), FKVF_PROFILE_QUAD, 4, 0, 0, 0};
-    OK_W(w, fkvf_writer_add_stream(w, &q, NULL, 0));
-    OK_W(w, fkvf_writer_finish(w));
-    fkvf_writer_free(w);
-    fkvf_reader *r = NULL;
-    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
-    OK_R(r, fkvf_reader_verify(r));
-    fkvf_reader_free(r);
-    dh = cr_from_file(&c, b.data, b.size);
-    k = cr_find(&c, FKVF_SECTION_STRM, q.id);
-    nid = FKVF_STREAM_ID(0, 0, 0, 0, 2);
-    fkvf_st64(c.b.data + c.e[k].offset, nid);
-    refresh_strm(c.b.data, c.e[k].offset);
-    c.e[k].key = nid;
-    cr_rehash(&c);
-    cr_commit(&c, 1, 0, dh.n_positions, dh.n_archived);
-    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "stage 2");
-    tu_buf_free(&c.b);
+/* Group-level rules of the segment header (spec 11.2, 11.6, 11.8), each on
+ * an otherwise valid file with every checksum recomputed. */
+START_TEST(strm_group_header_rules)
+{
+    model m;
+    model_small_quad8(&m);
+    tu_buf b;
+    build(&m, &b);
+    ck_assert_int_eq(try_open(b.data, b.size, FKVF_OPEN_STRICT, NULL, 0), FKVF_OK);
+    const uint64_t IX = FKVF_STREAM_GROUP_INDEX, TK = FKVF_STREAM_GROUP_TOKENS;
+    /* unchanged: valid */
+    EXPECT_PATCHED(&b, IX, 8, 1, FKVF_PROFILE_QUAD, -1, FKVF_OK, "");
+    /* unknown group key (header and directory agree) */
+    EXPECT_PATCHED(&b, IX, 0, 8, 2, 2, FKVF_E_CORRUPT, "STRM.group: 2 unknown");
+    EXPECT_PATCHED(&b, TK, 0, 8, UINT64_C(1) << 56, (int64_t)1 << 56, FKVF_E_CORRUPT,
+                   "unknown");
+    /* the header's group differs from the directory key */
+    EXPECT_PATCHED(&b, TK, 0, 8, 1, 0, FKVF_E_CORRUPT, "differs from the directory key");
+    /* reserved bytes 52..55 */
+    EXPECT_PATCHED(&b, IX, 52, 4, 1, -1, FKVF_E_CORRUPT, "reserved");
+    EXPECT_PATCHED(&b, TK, 55, 1, 0x80, -1, FKVF_E_CORRUPT, "reserved");
+    /* stage counts of the index group: 0..16 each, at least one */
+    EXPECT_PATCHED(&b, IX, 10, 1, 17, -1, FKVF_E_CORRUPT, "stages");
+    EXPECT_PATCHED(&b, IX, 11, 1, 17, -1, FKVF_E_CORRUPT, "stages");
+    {
+        craft c; /* both 0 */
+        fkvf_dirhdr dh = cr_from_file(&c, b.data, b.size);
+        size_t k = cr_find(&c, FKVF_SECTION_STRM, IX);
+        c.b.data[c.e[k].offset + 10] = 0;
+        c.b.data[c.e[k].offset + 11] = 0;
+        refresh_strm(c.b.data, c.e[k].offset);
+        cr_rehash(&c);
+        cr_commit(&c, 1, 0, dh.n_positions, dh.n_archived);
+        EXPECT_OPEN(&c, FKVF_E_CORRUPT, "0 key and 0 value stages");
+        tu_buf_free(&c.b);
+    }
+    /* 2 + 1 stages: n_streams 8 does not match the descriptor (spec 11.2) */
+    EXPECT_PATCHED(&b, IX, 10, 1, 2, -1, FKVF_E_CORRUPT, "(2 + 1) stages need 12");
+    /* stage counts that keep n_streams (2 x 2 x 2) but differ from the
+     * codebook's 1 + 1 (spec 11.8): CORRUPT with an embedded codebook */
+    {
+        craft c;
+        fkvf_dirhdr dh = cr_from_file(&c, b.data, b.size);
+        size_t k = cr_find(&c, FKVF_SECTION_STRM, IX);
+        c.b.data[c.e[k].offset + 10] = 2;
+        c.b.data[c.e[k].offset + 11] = 0;
+        refresh_strm(c.b.data, c.e[k].offset);
+        cr_rehash(&c);
+        cr_commit(&c, 1, 0, dh.n_positions, dh.n_archived);
+        EXPECT_OPEN(&c, FKVF_E_CORRUPT, "the index streams have 2 key and 0 value stages, the "
+                                        "codebook 1 and 1");
+        tu_buf_free(&c.b);
+    }
+    /* the token group: no stages, one stream */
+    EXPECT_PATCHED(&b, TK, 10, 1, 1, -1, FKVF_E_CORRUPT, "token group");
+    EXPECT_PATCHED(&b, TK, 48, 4, 2, -1, FKVF_E_CORRUPT, "token group");
+    EXPECT_PATCHED(&b, TK, 48, 4, 0, -1, FKVF_E_CORRUPT, "token group");
+    EXPECT_PATCHED(&b, IX, 48, 4, 0, -1, FKVF_E_CORRUPT, "n_streams");
+    /* first_symbol not a multiple of the alignment unit: 16 for b = 8, 4
+     * for b = 32 */
+    EXPECT_PATCHED(&b, IX, 16, 8, 8, -1, FKVF_E_CORRUPT, "alignment unit 16");
+    EXPECT_PATCHED(&b, TK, 16, 8, 2, -1, FKVF_E_CORRUPT, "alignment unit 4");
+    /* aligned, but beyond the (empty) streams */
+    EXPECT_PATCHED(&b, IX, 16, 8, 16, -1, FKVF_E_CORRUPT, "beyond the streams' length 0");
+    EXPECT_PATCHED(&b, TK, 16, 8, 4, -1, FKVF_E_CORRUPT, "beyond");
+    /* group lengths must equal n_archived / n_positions (same size: one span) */
+    EXPECT_PATCHED(&b, IX, 24, 8, 4, -1, FKVF_E_CORRUPT, "index streams have 4 symbols");
+    EXPECT_PATCHED(&b, IX, 24, 8, 16, -1, FKVF_E_CORRUPT, "index streams have 16 symbols");
+    /* a size that the header does not imply */
+    EXPECT_PATCHED(&b, IX, 24, 8, 17, -1, FKVF_E_TRUNCATED, "STRM");
+    EXPECT_PATCHED(&b, TK, 24, 8, 2, -1, FKVF_E_CORRUPT, "STRM");
+    /* n_streams must be n_layers x n_kv_heads x stages: 7 (with a section of
+     * 7 streams, so that its size is right) */
+    {
+        craft c;
+        fkvf_dirhdr dh = cr_from_file(&c, b.data, b.size);
+        size_t k = cr_find(&c, FKVF_SECTION_STRM, IX);
+        fkvf_strm_hdr h = strm_hdr_at(c.b.data + c.e[k].offset);
+        ck_assert_uint_eq(h.n_streams, 8);
+        cr_drop(&c, k);
+        h.n_streams = 7;
+        cr_strm(&c, h, NULL);
+        cr_commit(&c, 1, 0, dh.n_positions, dh.n_archived);
+        EXPECT_OPEN(&c, FKVF_E_CORRUPT, "STRM.n_streams 7: 2 layers x 2 heads x (1 + 1) stages "
+                                        "need 8");
+        tu_buf_free(&c.b);
+        /* and 16 = 2 x 2 x (2 + 2), with the codebook's 1 + 1: stages */
+        dh = cr_from_file(&c, b.data, b.size);
+        k = cr_find(&c, FKVF_SECTION_STRM, IX);
+        cr_drop(&c, k);
+        h.n_streams = 16;
+        h.k_stages = h.v_stages = 2;
+        cr_strm(&c, h, NULL);
+        cr_commit(&c, 1, 0, dh.n_positions, dh.n_archived);
+        EXPECT_OPEN(&c, FKVF_E_CORRUPT, "stages");
+        tu_buf_free(&c.b);
+    }
+    /* the index group in a file without DESC (a codebook file) */
+    {
+        craft c;
+        cr_header(&c, 1, 0, 0, 0);
+        size_t cn;
+        uint8_t *cbk = cbk1_bytes(&m.cbs, m.cb_tables, m.cb_tables_size, &cn);
+        cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cbk, cn);
+        free(cbk);
+        fkvf_strm_hdr h;
+        memset(&h, 0, sizeof h);
+        h.group = IX;
+        h.profile = FKVF_PROFILE_QUAD;
+        h.bits = 8;
+        h.k_stages = h.v_stages = 1;
+        h.n_streams = 8;
+        h.block_size = 4096;
+        cr_strm(&c, h, NULL);
+        cr_commit(&c, 1, 0, 0, 0);
+        EXPECT_OPEN(&c, FKVF_E_CORRUPT, "n_streams");
+        tu_buf_free(&c.b);
+    }
     tu_buf_free(&b);
-    free(t);
+    model_free(&m);
 }
 END_TEST
 
@@ -4465,7 +5516,7 @@ START_TEST(index_symbol_beyond_k_fails_verify)
     model_small_k(&m, 32);
     int has_big = 0;
     for (size_t i = 0; i < m.n_st; i++)
-        if ((m.st[i].spec.id >> 56) == FKVF_STREAM_KIND_INDEX)
+        if ((m.st[i].id >> 56) == FKVF_STREAM_KIND_INDEX)
             for (size_t t = 0; t < m.st[i].n; t++)
                 has_big |= m.st[i].sym[t] >= 16;
     ck_assert(has_big);
@@ -4696,7 +5747,8 @@ static void cr_empty_ngon_tokens(craft *c, uint32_t n, double r, uint32_t span)
 {
     fkvf_strm_hdr h;
     memset(&h, 0, sizeof h);
-    h.stream_id = FKVF_STREAM_ID_TOKENS;
+    h.group = FKVF_STREAM_GROUP_TOKENS;
+    h.n_streams = 1;
     h.profile = FKVF_PROFILE_NGON;
     h.alphabet = n;
     h.span_symbols = span;
@@ -4704,7 +5756,7 @@ static void cr_empty_ngon_tokens(craft *c, uint32_t n, double r, uint32_t span)
     h.r = r;
     uint8_t hdr[64];
     fkvf_strm_hdr_write(hdr, &h, cr_dir_off(c));
-    cr_plain(c, FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, FKVF_STREAM_ID_TOKENS, hdr, 64);
+    cr_plain(c, FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, FKVF_STREAM_GROUP_TOKENS, hdr, 64);
 }
 
 /* Spec 10.3: an ngon segment needs a VTXS for N in its own commit or an
@@ -4796,7 +5848,8 @@ static void cr_quad_tokens(craft *c, uint64_t first, const uint8_t *sym, uint64_
 {
     fkvf_strm_hdr h;
     memset(&h, 0, sizeof h);
-    h.stream_id = FKVF_STREAM_ID_TOKENS;
+    h.group = FKVF_STREAM_GROUP_TOKENS;
+    h.n_streams = 1;
     h.profile = FKVF_PROFILE_QUAD;
     h.bits = 8;
     h.first_symbol = first;
@@ -4812,7 +5865,7 @@ static void cr_quad_tokens(craft *c, uint64_t first, const uint8_t *sym, uint64_
     fkvf_strm_hdr_write(p, &h, off);
     ck_assert_uint_eq(h.n_blocks, 1);
     fkvf_st64(p + 64, fkvf_xxh3_64(p + h.data_off, (size_t)h.data_bytes, off + h.data_off));
-    cr_plain(c, FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, FKVF_STREAM_ID_TOKENS, p,
+    cr_plain(c, FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, FKVF_STREAM_GROUP_TOKENS, p,
              (size_t)h.section_size);
     free(p);
 }
@@ -5337,58 +6390,41 @@ START_TEST(many_exact_sections_are_checked_fast)
 }
 END_TEST
 
-/* A file of n empty index streams (n_archived = 0 allows them, spec 11.8)
- * of a 1024-layer, 1024-head descriptor: a directory of n + 1 entries. */
-static void build_many_streams(tu_buf *out, uint32_t n)
+/* A file of n_layers x 1024 heads empty index streams (one key stage of a
+ * pooled codebook, n_archived = 0): one 64-byte STRM section holds them all. */
+static void build_many_streams(tu_buf *out, uint32_t n_layers)
 {
-    memset(out, 0, sizeof *out);
-    fkvf_sink sink = tu_buf_sink(out);
-    fkvf_dirent *e = calloc((size_t)n + 1, sizeof *e);
-    ck_assert_ptr_nonnull(e);
-    uint8_t blk[64];
-    fkvf_header hh = {1, 0, 0, 0};
-    fkvf_header_write(blk, &hh);
-    sink.write(sink.opaque, blk, 64);
+    craft c;
+    cr_header(&c, 1, 0, 0, 0);
     fkvf_desc d;
     simple_desc(&d);
-    d.n_layers = 1024;
+    d.n_layers = n_layers;
     d.n_kv_heads = 1024;
     size_t dn;
     uint8_t *dp = desc_bytes(&d, &dn);
-    e[0] = (fkvf_dirent){FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED, 64, dn, dn, 0,
-                         fkvf_xxh3_64(dp, dn, 64)};
-    sink.write(sink.opaque, dp, dn);
+    cr_plain(&c, FKVF_SECTION_DESC, FKVF_SECTION_REQUIRED, 0, dp, dn);
     free(dp);
-    static const uint8_t zeros[64];
-    sink.write(sink.opaque, zeros, 64 - out->size % 64);
-    for (uint32_t k = 0; k < n; k++) {
-        fkvf_strm_hdr h;
-        memset(&h, 0, sizeof h);
-        h.stream_id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, k % 1024, k / 1024, 0, 0);
-        h.profile = FKVF_PROFILE_QUAD;
-        h.bits = 2;
-        h.block_size = 4096;
-        uint64_t off = out->size;
-        fkvf_strm_hdr_write(blk, &h, off);
-        e[k + 1] = (fkvf_dirent){FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, off, 64, 64,
-                                 h.stream_id, fkvf_xxh3_64(blk, 64, off)};
-        sink.write(sink.opaque, blk, 64);
-    }
-    uint64_t dir_off = out->size;
-    fkvf_dirhdr dh = {n + 1, 1, 0, 0};
-    fkvf_dirhdr_write(blk, &dh);
-    sink.write(sink.opaque, blk, 64);
-    for (uint32_t k = 0; k <= n; k++) {
-        fkvf_dirent_write(blk, &e[k]);
-        sink.write(sink.opaque, blk, 64);
-    }
-    free(e);
-    uint64_t dir_size = out->size - dir_off;
-    fkvf_trailer t = {1, dir_off, dir_size,
-                      fkvf_xxh3_64(out->data + dir_off, (size_t)dir_size, dir_off), 0,
-                      out->size + 64};
-    fkvf_trailer_write(blk, &t, out->size);
-    sink.write(sink.opaque, blk, 64);
+    fkvf_codebook_shape cs;
+    shape_for(&cs, &d, 16, 1, 0, FKVF_DTYPE_F16, 1);
+    size_t tn, cn;
+    uint8_t *t = make_tables(&cs, 1, &tn);
+    uint8_t *cb = cbk1_bytes(&cs, t, tn, &cn);
+    cr_plain(&c, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED, 0, cb, cn);
+    free(cb);
+    free(t);
+    fkvf_strm_hdr h;
+    memset(&h, 0, sizeof h);
+    h.group = FKVF_STREAM_GROUP_INDEX;
+    h.profile = FKVF_PROFILE_QUAD;
+    h.bits = 4;
+    h.k_stages = 1;
+    h.n_streams = n_layers * 1024;
+    h.block_size = 4096;
+    uint8_t blk[64];
+    fkvf_strm_hdr_write(blk, &h, cr_dir_off(&c));
+    cr_plain(&c, FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, FKVF_STREAM_GROUP_INDEX, blk, 64);
+    cr_commit(&c, 1, 0, 0, 0);
+    *out = c.b;
 }
 
 /* An allocator that keeps the peak of the bytes it has handed out. */
@@ -5436,22 +6472,33 @@ static void *pk_realloc(void *opaque, void *ptr, size_t size)
 /* Opening a file of many streams looked each segment's stream up by a
  * linear search over the streams so far, O(streams^2), and gave every
  * stream room for 16 segments (about 2 KB for a 64-byte section). */
+/* Opening a file of many streams looked each segment's stream up by a
+ * linear search over the streams so far, O(streams^2), and gave every
+ * stream room for 16 segments (about 2 KB for a 64-byte section). Now a
+ * group of 2^20 streams is one section; its streams cost a few words each. */
 START_TEST(many_streams_open_fast)
 {
-    enum { N = 200000 };
+    enum { N = 1024 * 1024 };
     tu_buf b;
-    build_many_streams(&b, N);
+    build_many_streams(&b, 1024);
     peakalloc q = {0, 0};
     fkvf_allocator a = {pk_alloc, pk_realloc, pk_free, &q};
     fkvf_reader *r = NULL;
     OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, FKVF_OPEN_STRICT, &a));
-    /* 128 bytes of file per stream (section and directory entry) */
-    ck_assert_msg(q.peak < (size_t)N * 512, "%zu bytes for %d streams", q.peak, (int)N);
+    ck_assert_msg(q.peak < (size_t)N * 64, "%zu bytes for %d streams", q.peak, (int)N);
     size_t n, idx;
     OK_R(r, fkvf_reader_stream_count(r, &n));
     ck_assert_uint_eq(n, N);
+    /* canonical order: (layer * n_kv_heads + head) * stages + stage */
     OK_R(r, fkvf_reader_stream_find(r, FKVF_STREAM_ID(0, 7, 100, 0, 0), &idx));
-    ck_assert_uint_eq(idx, 100 * 1024 + 7);
+    ck_assert_uint_eq(idx, 7 * 1024 + 100);
+    fkvf_stream_info si;
+    OK_R(r, fkvf_reader_stream_info(r, N - 1, &si));
+    ck_assert_uint_eq(si.id, FKVF_STREAM_ID(0, 1023, 1023, 0, 0));
+    ck_assert_uint_eq(si.length, 0);
+    ck_assert_uint_eq(si.n_segments, 1);
+    ck_assert_uint_eq(si.align, 32);
+    OK_R(r, fkvf_reader_verify(r));
     fkvf_reader_free(r);
     ck_assert_uint_eq(q.live, 0);
     tu_buf_free(&b);
@@ -5512,6 +6559,7 @@ static Suite *container_suite(void)
     tcase_set_timeout(t, 60);
     tcase_add_test(t, roundtrip_small_f16);
     tcase_add_test(t, roundtrip_many_streams_bf16_deflate_small_blocks);
+    tcase_add_test(t, roundtrip_index_codecs);
     tcase_add_test(t, roundtrip_f32_every_position_exact);
     tcase_add_test(t, roundtrip_exact_rows_each_dtype);
     tcase_add_test(t, roundtrip_empty_archive);
@@ -5584,6 +6632,11 @@ static Suite *container_suite(void)
     tcase_add_test(t, damaged_second_commit_falls_back_to_first);
     tcase_add_test(t, broken_chain_is_not_trusted);
     tcase_add_test(t, clean_file_with_damaged_earlier_commit_is_chain);
+    tcase_add_loop_test(t, three_commits_grow_the_streams, 0, 3);
+    tcase_add_loop_test(t, torn_third_commit_serves_the_second, 0, 3);
+    tcase_add_test(t, writer_refuses_bad_later_commits);
+    tcase_add_test(t, file_writer_commits_appear_at_finish);
+    tcase_add_test(t, later_segment_rules);
     suite_add_tcase(s, t);
 
     t = tcase_create("codebook");
@@ -5599,7 +6652,8 @@ static Suite *container_suite(void)
     tcase_add_test(t, failed_open_handle_serves_nothing);
     tcase_add_test(t, external_codebook_smaller_k_fails_verify);
     tcase_add_test(t, writer_refuses_codebook_misuse);
-    tcase_add_test(t, missing_index_stream);
+    tcase_add_test(t, missing_index_group);
+    tcase_add_test(t, strm_group_header_rules);
     tcase_add_test(t, index_symbol_beyond_k_fails_verify);
     tcase_add_test(t, second_codebook_section_is_corrupt);
     tcase_add_test(t, codebook_section_fields);

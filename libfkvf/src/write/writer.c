@@ -697,6 +697,9 @@ FKVF_API int fkvf_writer_add_index_segment(fkvf_writer *w, const fkvf_stream_spe
         return FKVF_E_INVALID_ARG;
     if (!w->has_desc || !w->cb_kind)
         return FAIL(FKVF_E_STATE, "11.8", "index streams need the descriptor and the codebook first");
+    if (w->cb.k_stages + w->cb.v_stages == 0) /* a group of 0 streams is invalid (spec 11.2) */
+        return FAIL(FKVF_E_INVALID_ARG, "11.2",
+                    "the codebook has no stages, so there are no index streams");
     static const uint16_t none = 0;
     return put_segment(w, FKVF_GROUP_INDEX, spec, first, count, codes ? codes : &none, pos_stride,
                        code_stride, NULL);
