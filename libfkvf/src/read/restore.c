@@ -6,7 +6,7 @@
 
 #include "alloc.h"
 #include "ckd.h"
-#include "reader_impl.h"
+#include "restore.h"
 
 #define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
 
@@ -31,7 +31,7 @@ FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_
 }
 
 /* The codebook as an fkvf_rvq and the stream of every code (built once). */
-static int restore_prepare(fkvf_reader *r)
+int rd_restore_prepare(fkvf_reader *r)
 {
     if (r->rvq)
         return FKVF_OK;
@@ -136,7 +136,7 @@ FKVF_API int fkvf_reader_restore(fkvf_reader *r, uint64_t first, uint64_t count,
     while (p < end) {
         int archived = p >= S && p - S < A;
         if (archived) {
-            if ((rc = restore_prepare(r)))
+            if ((rc = rd_restore_prepare(r)))
                 return rc;
             uint64_t stop = S + A < end ? S + A : end;
             size_t c = stop - p < BATCH ? (size_t)(stop - p) : BATCH;

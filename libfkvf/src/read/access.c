@@ -1,0 +1,599 @@
+/* fkvf_reader_read: random access to a selection of positions, layers, heads
+ * and K / V of an archive (spec 11.5, 13.6, 14), in one of two layouts.
+ *
+ * Every element is bit-identical to fkvf_reader_restore's: exact rows are the
+ * EXAC bytes through fkvf_convert; archived vectors are the binary32 sum of
+ * their centroids in stage order from +0.0 (fkvf_rvq_centroids), keys rotated
+ * to their position with the arithmetic of spec 8.1 as fkvf_rvq_decode does
+ * it (angles, sines and cosines in binary64, the pair rotation in binary64,
+ * one rounding to binary32), then fkvf_convert to the output dtype.
+ *
+ * What is touched: all index streams share their segments (spec 11.2), so the
+ * segment of a position range is found once; the byte offset of every
+ * selected stream's symbols is computed directly, and only the blocks holding
+ * those bytes are verified (once: the segment's block flags). Exact rows are
+ * read from the covering EXAC section only. */
+#include <math.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "ckd.h"
+#include "le.h"
+#include "restore.h"
+
+#define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
+
+/* at most this many codes (positions x selected streams) per chunk */
+#define CODE_BUDGET 16384u
+/* positions per chunk */
+#define MAX_CHUNK 64u
+/* binary32 values staged before one conversion to the output dtype */
+#define STAGE_FLOATS 8192u
+
+/* A validated request: the selection and the output geometry (elements). */
+typedef struct plan {
+    uint64_t first, count;
+    uint32_t l0, nl, h0, nh;
+    int keys, vals;
+    uint32_t dk, dv;       /* key_dim, value_dim */
+    uint32_t dks, dvs;     /* selected: dk or 0, dv or 0 */
+    fkvf_dtype dt;
+    fkvf_layout layout;
+    size_t es;             /* output element size */
+    size_t total;          /* output elements */
+    size_t row_e;          /* ROWS: elements per position */
+    size_t layer_e;        /* ROWS: per layer within a position; HEADS: per layer block */
+    size_t vbase;          /* offset of the values within a layer (row or block) */
+} plan;
+
+static int plan_make(fkvf_diag *d, const fkvf_reader *r, const fkvf_read_request *q, plan *p)
+{
+    if (!q)
+        return FKVF_E_INVALID_ARG;
+    if (!r->n_commits || !r->has_desc)
+        return fkvf_fail(d, FKVF_E_STATE, FKVF_NO_OFFSET, "8",
+                         "no DESC section: not a cache archive");
+    memset(p, 0, sizeof *p);
+    if (q->parts & ~(FKVF_PART_KEYS | FKVF_PART_VALUES))
+        return fkvf_fail(d, FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, NULL,
+                         "parts 0x%x: FKVF_PART_KEYS | FKVF_PART_VALUES, or 0 for both",
+                         q->parts);
+    unsigned parts = q->parts ? q->parts : FKVF_PART_KEYS | FKVF_PART_VALUES;
+    p->es = fkvf_dtype_size((int)q->dtype);
+    if (!p->es)
+        return fkvf_fail(d, FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, NULL, "dtype %d is not an FKVF_DTYPE_*",
+                         (int)q->dtype);
+    if (q->layout != FKVF_LAYOUT_ROWS && q->layout != FKVF_LAYOUT_HEADS)
+        return fkvf_fail(d, FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, NULL,
+                         "layout %d is not an FKVF_LAYOUT_*", (int)q->layout);
+    const fkvf_desc *ds = &r->desc;
+    if (q->first > r->n_positions || q->count > r->n_positions - q->first)
+        return fkvf_fail(d, FKVF_E_RANGE, FKVF_NO_OFFSET, NULL,
+                         "positions [%llu, +%llu) outside the archive's %llu",
+                         (unsigned long long)q->first, (unsigned long long)q->count,
+                         (unsigned long long)r->n_positions);
+    if (q->layer_first >= ds->n_layers || q->layer_count > ds->n_layers - q->layer_first)
+        return fkvf_fail(d, FKVF_E_RANGE, FKVF_NO_OFFSET, NULL,
+                         "layers [%u, +%u) outside the archive's %u", q->layer_first,
+                         q->layer_count, ds->n_layers);
+    if (q->head_first >= ds->n_kv_heads || q->head_count > ds->n_kv_heads - q->head_first)
+        return fkvf_fail(d, FKVF_E_RANGE, FKVF_NO_OFFSET, NULL,
+                         "heads [%u, +%u) outside the archive's %u", q->head_first, q->head_count,
+                         ds->n_kv_heads);
+    p->first = q->first;
+    p->count = q->count;
+    p->l0 = q->layer_first;
+    p->nl = q->layer_count ? q->layer_count : ds->n_layers - q->layer_first;
+    p->h0 = q->head_first;
+    p->nh = q->head_count ? q->head_count : ds->n_kv_heads - q->head_first;
+    p->keys = (parts & FKVF_PART_KEYS) != 0;
+    p->vals = (parts & FKVF_PART_VALUES) != 0;
+    p->dk = ds->key_dim;
+    p->dv = ds->value_dim;
+    p->dks = p->keys ? p->dk : 0;
+    p->dvs = p->vals ? p->dv : 0;
+    p->dt = q->dtype;
+    p->layout = q->layout;
+    /* per (layer, head) elements: at most 2 * 16384; per layer: * 1024 heads;
+     * per position: * 1024 layers: below 2^36, so only the products with the
+     * position count and the element size can overflow */
+    uint64_t per_lh = (uint64_t)p->dks + p->dvs;
+    uint64_t layer_pos = per_lh * p->nh, all, bytes;
+    if (!fkvf_mul64(layer_pos * p->nl, p->count, &all) || !fkvf_mul64(all, p->es, &bytes) ||
+        !fkvf_tosz(bytes, &p->total))
+        return fkvf_fail(d, FKVF_E_LIMIT, FKVF_NO_OFFSET, NULL,
+                         "the selection (%llu positions) does not fit in memory",
+                         (unsigned long long)p->count);
+    p->total = (size_t)all;
+    if (p->layout == FKVF_LAYOUT_ROWS) {
+        p->layer_e = (size_t)layer_pos;
+        p->row_e = (size_t)layer_pos * p->nl;
+        p->vbase = (size_t)p->nh * p->dks;
+    } else {
+        p->layer_e = (size_t)(layer_pos * p->count);
+        p->vbase = (size_t)p->count * p->nh * p->dks;
+    }
+    return FKVF_OK;
+}
+
+/* Element offset in the output of the vector (position index i, selected
+ * layer li, selected head hi, kv). */
+static inline size_t out_off(const plan *p, size_t i, uint32_t li, uint32_t hi, unsigned kv)
+{
+    if (p->layout == FKVF_LAYOUT_ROWS)
+        return i * p->row_e + li * p->layer_e +
+               (kv ? p->vbase + (size_t)hi * p->dv : (size_t)hi * p->dk);
+    size_t hp = (size_t)hi * (size_t)p->count + i;
+    return li * p->layer_e + (kv ? p->vbase + hp * p->dv : hp * p->dk);
+}
+
+FKVF_API int fkvf_reader_read_size(const fkvf_reader *r, const fkvf_read_request *req,
+                                   size_t *size)
+{
+    int rc = rd_enter(r);
+    if (rc)
+        return rc;
+    if (!size)
+        return FKVF_E_INVALID_ARG;
+    plan p;
+    /* the handle's message is its only mutable part that a query may set
+     * (rd_enter clears it the same way) */
+    if ((rc = plan_make((fkvf_diag *)&r->diag, r, req, &p)))
+        return rc;
+    *size = p.total * p.es;
+    return FKVF_OK;
+}
+
+/* ---- output staging: binary32 vectors gathered into contiguous runs of the
+ * output, converted to its dtype one run at a time ------------------------- */
+
+typedef struct stage {
+    float *buf;
+    size_t cap, start, len;
+    uint8_t *out;
+    const plan *p;
+} stage;
+
+static void stage_flush(stage *s)
+{
+    if (s->len)
+        (void)fkvf_convert(s->p->dt, s->out + s->start * s->p->es, FKVF_DTYPE_F32, s->buf,
+                           s->len); /* valid dtypes, buffers: cannot fail */
+    s->len = 0;
+}
+
+/* Room for the dim values of the output vector at element offset off. */
+static float *stage_vec(stage *s, size_t off, uint32_t dim)
+{
+    if (s->len && (off != s->start + s->len || s->len + dim > s->cap))
+        stage_flush(s);
+    if (!s->len)
+        s->start = off;
+    float *v = s->buf + s->len;
+    s->len += dim;
+    return v;
+}
+
+/* ---- exact rows ------------------------------------------------------------ */
+
+/* The row of exact position pos: the last covering EXAC section (spec 14.3). */
+static int exact_row(fkvf_reader *r, uint64_t pos, const uint8_t **row)
+{
+    for (size_t x = r->n_exact; x-- > 0;) {
+        const rd_exact *e = &r->exact[x];
+        if (e->h.first <= pos && pos - e->h.first < e->h.count) {
+            const uint8_t *b;
+            uint64_t n;
+            int rc = rd_section_bytes(r, e->sec, &b, &n);
+            if (rc)
+                return rc;
+            uint64_t off = FKVF_SUBHDR_SIZE + (pos - e->h.first) * r->row_bytes;
+            if (!fkvf_range_ok(off, r->row_bytes, n)) /* the open checked the size */
+                return FAIL(FKVF_E_CORRUPT, r->sections[e->sec].e.offset, "14.2",
+                            "EXAC section too short for position %llu",
+                            (unsigned long long)pos);
+            *row = b + off;
+            return FKVF_OK;
+        }
+    }
+    return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14", "exact position %llu not covered",
+                (unsigned long long)pos);
+}
+
+static int read_exact(fkvf_reader *r, const plan *p, uint64_t pos, uint8_t *out)
+{
+    const uint8_t *row = NULL;
+    int rc = exact_row(r, pos, &row);
+    if (rc)
+        return rc;
+    const fkvf_dtype st = r->desc.dtype;
+    const size_t se = fkvf_dtype_size((int)st), H = r->desc.n_kv_heads;
+    const size_t i = (size_t)(pos - p->first);
+    for (uint32_t li = 0; li < p->nl; li++) {
+        size_t lrow = (size_t)(p->l0 + li) * H * (p->dk + p->dv); /* elements */
+        for (unsigned kv = 0; kv < 2; kv++) {
+            if (kv ? !p->vals : !p->keys)
+                continue;
+            size_t dim = kv ? p->dv : p->dk;
+            size_t src = lrow + (kv ? H * p->dk : 0) + (size_t)p->h0 * dim;
+            if (p->layout == FKVF_LAYOUT_ROWS) {
+                (void)fkvf_convert(p->dt, out + out_off(p, i, li, 0, kv) * p->es, st,
+                                   row + src * se, p->nh * dim);
+                continue;
+            }
+            for (uint32_t hi = 0; hi < p->nh; hi++)
+                (void)fkvf_convert(p->dt, out + out_off(p, i, li, hi, kv) * p->es, st,
+                                   row + (src + hi * dim) * se, dim);
+        }
+    }
+    return FKVF_OK;
+}
+
+/* ---- archived positions ------------------------------------------------------ */
+
+/* Per call scratch (one allocation). */
+typedef struct work {
+    const plan *p;
+    uint32_t ks, vs, kss, vss, sel_per; /* stages; selected stages per (layer, head) */
+    size_t nsel;                        /* selected streams */
+    size_t chunk;                       /* positions per chunk */
+    uint16_t *codes;                    /* [nsel][chunk] */
+    const float **tab;                  /* stage table of each selected stream */
+    uint32_t rd;                        /* rope dims (0: no rotation) */
+    double *freqs;                      /* rd / 2 */
+    double *cs;                         /* [chunk][rd]: cosines, then sines */
+    stage st;
+    void *mem;
+} work;
+
+static size_t sel_index(const work *w, uint32_t li, uint32_t hi, unsigned kv, unsigned s)
+{
+    return ((size_t)li * w->p->nh + hi) * w->sel_per + (kv ? w->kss + s : s);
+}
+
+static int work_init(fkvf_reader *r, const plan *p, work *w)
+{
+    memset(w, 0, sizeof *w);
+    w->p = p;
+    w->ks = r->cb_shape.k_stages;
+    w->vs = r->cb_shape.v_stages;
+    w->kss = p->keys ? w->ks : 0;
+    w->vss = p->vals ? w->vs : 0;
+    w->sel_per = w->kss + w->vss;
+    w->nsel = (size_t)p->nl * p->nh * w->sel_per; /* <= 2^20 * 32 */
+    size_t c = w->nsel ? CODE_BUDGET / w->nsel : MAX_CHUNK;
+    c = c < 1 ? 1 : c > MAX_CHUNK ? MAX_CHUNK : c;
+    if (c > p->count)
+        c = (size_t)p->count;
+    w->chunk = c;
+    w->rd = r->desc.key_storage == 1 && p->keys ? r->desc.rope_dims : 0;
+    size_t dmax = p->dk > p->dv ? p->dk : p->dv;
+    size_t cap = p->total < STAGE_FLOATS ? p->total : STAGE_FLOATS;
+    if (cap < dmax)
+        cap = dmax;
+    /* layout: floats, doubles, pointers, codes (each part's size a multiple
+     * of 8, so every part stays aligned) */
+    size_t n_f = (cap + 1) & ~(size_t)1, n_d = w->rd ? w->rd / 2 + c * w->rd : 0;
+    size_t n_c = (w->nsel * c + 3) & ~(size_t)3;
+    size_t bytes = n_f * sizeof(float) + n_d * sizeof(double) + w->nsel * sizeof(float *) +
+                   n_c * sizeof(uint16_t);
+    uint8_t *m = fkvf_malloc(r->alloc, bytes);
+    if (!m)
+        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for %zu bytes of scratch",
+                    bytes);
+    w->mem = m;
+    w->st.buf = (float *)(void *)m;
+    w->st.cap = cap;
+    m += n_f * sizeof(float);
+    if (w->rd) {
+        w->freqs = (double *)(void *)m;
+        w->cs = w->freqs + w->rd / 2;
+        m += n_d * sizeof(double);
+    }
+    w->tab = (const float **)(void *)m;
+    m += w->nsel * sizeof(float *);
+    w->codes = (uint16_t *)(void *)m;
+    w->st.p = p;
+    /* the stage tables of the selected streams */
+    const fkvf_rvq *q = r->rvq;
+    for (uint32_t li = 0; li < p->nl; li++)
+        for (uint32_t hi = 0; hi < p->nh; hi++)
+            for (unsigned kv = 0; kv < 2; kv++)
+                for (unsigned s = 0; s < (kv ? w->vss : w->kss); s++)
+                    w->tab[sel_index(w, li, hi, kv, s)] =
+                        fkvf_rvq_centroids(q, p->l0 + li, p->h0 + hi, kv, s);
+    if (w->rd) {
+        /* theta^(-2i / rope_dims), as spec 8.1 and the quantizer compute it */
+        double theta = r->desc.rope_theta;
+        for (uint32_t i = 0; i < w->rd / 2; i++)
+            w->freqs[i] = pow(theta, -(double)(2 * (uint64_t)i) / (double)w->rd);
+    }
+    return FKVF_OK;
+}
+
+/* Codes of symbols [u0, u0+n) (segment-local) of the selected streams of
+ * segment g into w->codes[j * chunk + i]. */
+static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t u0, size_t n)
+{
+    const plan *p = w->p;
+    const uint32_t per = w->ks + w->vs, k = r->cb_shape.k, H = r->desc.n_kv_heads;
+    const uint64_t sb = g->h.stream_bytes, bs = g->h.block_size;
+    const unsigned bits = gr->profile == FKVF_PROFILE_QUAD ? gr->bits : 0;
+    uint64_t lo, hi;
+    if (bits) {
+        lo = u0 * bits / 8;
+        hi = ((u0 + n) * bits + 7) / 8;
+    } else {
+        lo = u0 / gr->span * 16;
+        hi = ((u0 + n - 1) / gr->span + 1) * 16;
+    }
+    if (!fkvf_range_ok(lo, hi - lo, sb)) /* u0 + n <= the segment's symbol count */
+        return FAIL(FKVF_E_CORRUPT, r->sections[g->sec].e.offset, "11.5",
+                    "symbols [%llu, +%zu) outside the segment", (unsigned long long)u0, n);
+    uint32_t tmp[MAX_CHUNK];
+    for (uint32_t li = 0; li < p->nl; li++)
+        for (uint32_t hi2 = 0; hi2 < p->nh; hi2++)
+            for (unsigned kv = 0; kv < 2; kv++)
+                for (unsigned s = 0; s < (kv ? w->vss : w->kss); s++) {
+                    uint64_t ord = ((uint64_t)(p->l0 + li) * H + p->h0 + hi2) * per +
+                                   (kv ? w->ks + s : s);
+                    uint64_t base = ord * sb; /* inside the section: checked at open */
+                    for (uint64_t b = (base + lo) / bs; b <= (base + hi - 1) / bs; b++)
+                        if (!g->block_ok[b]) {
+                            int rc = rd_block_check(r, gr, g, b);
+                            if (rc)
+                                return rc;
+                        }
+                    const uint8_t *data = g->data + base;
+                    uint16_t *c = w->codes + sel_index(w, li, hi2, kv, s) * w->chunk;
+                    uint32_t bad = 0;
+                    size_t bad_i = 0;
+                    if (bits == 8) {
+                        const uint8_t *src = data + u0;
+                        for (size_t i = 0; i < n; i++)
+                            c[i] = src[i];
+                        for (size_t i = 0; i < n; i++)
+                            if (c[i] >= k && !bad) {
+                                bad = 1;
+                                bad_i = i;
+                            }
+                    } else {
+                        int rc;
+                        if (bits == 16) {
+                            const uint8_t *src = data + 2 * u0;
+                            for (size_t i = 0; i < n; i++)
+                                tmp[i] = fkvf_ld16(src + 2 * i);
+                            rc = FKVF_OK;
+                        } else if (bits) {
+                            rc = fkvf_quad_decode(data, (size_t)sb, bits, u0, n, tmp);
+                        } else {
+                            rc = fkvf_ngon_decode(gr->ngon, data, (size_t)sb, g->h.symbol_count,
+                                                  u0, n, tmp, 0);
+                        }
+                        if (rc)
+                            return FAIL(rc, g->data_fileoff + base, "11.5",
+                                        "index stream %llu: symbols [%llu, +%zu) of the "
+                                        "segment cannot be decoded",
+                                        (unsigned long long)ord, (unsigned long long)u0, n);
+                        for (size_t i = 0; i < n; i++) {
+                            if (tmp[i] >= k && !bad) {
+                                bad = 1;
+                                bad_i = i;
+                            }
+                            c[i] = (uint16_t)tmp[i];
+                        }
+                    }
+                    if (bad)
+                        return FAIL(FKVF_E_SYMBOL, FKVF_NO_OFFSET, "11.8",
+                                    "index stream %llu symbol %llu is %u, the codebook has k = "
+                                    "%u",
+                                    (unsigned long long)ord,
+                                    (unsigned long long)(g->h.first_symbol + u0 + bad_i),
+                                    bits == 8 ? (uint32_t)c[bad_i] : tmp[bad_i], k);
+                }
+    return FKVF_OK;
+}
+
+/* acc = +0.0 + row 0 + row 1 + ... in binary32, stage order (spec 13.6) */
+static void sum_vec(float *restrict acc, const float *const *rows, unsigned ns, uint32_t dim)
+{
+    switch (ns) {
+    case 1: {
+        const float *restrict a = rows[0];
+        for (uint32_t d = 0; d < dim; d++)
+            acc[d] = 0.0f + a[d];
+        return;
+    }
+    case 2: {
+        const float *restrict a = rows[0], *restrict b = rows[1];
+        for (uint32_t d = 0; d < dim; d++)
+            acc[d] = (0.0f + a[d]) + b[d];
+        return;
+    }
+    case 4: {
+        const float *restrict a = rows[0], *restrict b = rows[1], *restrict c = rows[2],
+                              *restrict e = rows[3];
+        for (uint32_t d = 0; d < dim; d++)
+            acc[d] = (((0.0f + a[d]) + b[d]) + c[d]) + e[d];
+        return;
+    }
+    default:
+        break;
+    }
+    for (uint32_t d = 0; d < dim; d++)
+        acc[d] = 0.0f;
+    for (unsigned s = 0; s < ns; s++) {
+        const float *restrict a = rows[s];
+        for (uint32_t d = 0; d < dim; d++)
+            acc[d] += a[d];
+    }
+}
+
+/* Rotate a reconstructed key by +angle (spec 8.1): cs = cosines then sines
+ * of the position's angles; each pair in binary64, rounded once. */
+static void rotate_key(float *v, const double *cs, uint32_t rd, uint8_t layout)
+{
+    const uint32_t half = rd / 2;
+    const double *co = cs, *si = cs + half;
+    float *a = v, *b = layout == 2 ? v + half : v + 1;
+    const size_t step = layout == 2 ? 1 : 2;
+    for (uint32_t i = 0; i < half; i++) {
+        double c = co[i], s = si[i];
+        double x0 = a[i * step], x1 = b[i * step];
+        a[i * step] = (float)(x0 * c - x1 * s);
+        b[i * step] = (float)(x0 * s + x1 * c);
+    }
+}
+
+/* One vector: the selected stream j0's stages for position index i of the
+ * chunk, into the staged output. */
+static void emit(fkvf_reader *r, work *w, size_t ci, size_t i, uint32_t li, uint32_t hi,
+                 unsigned kv)
+{
+    const plan *p = w->p;
+    unsigned ns = kv ? w->vss : w->kss;
+    uint32_t dim = kv ? p->dv : p->dk;
+    size_t j0 = sel_index(w, li, hi, kv, 0);
+    const float *rows[16];
+    for (unsigned s = 0; s < ns; s++)
+        rows[s] = w->tab[j0 + s] + (size_t)w->codes[(j0 + s) * w->chunk + ci] * dim;
+    float *v = stage_vec(&w->st, out_off(p, i, li, hi, kv), dim);
+    sum_vec(v, rows, ns, dim);
+    if (kv == 0 && w->rd)
+        rotate_key(v, w->cs + ci * w->rd, w->rd, r->desc.rope_layout);
+}
+
+/* Positions [pos, pos+n) (archived; n <= chunk), codes already read. */
+static void emit_chunk(fkvf_reader *r, work *w, uint64_t pos, size_t n)
+{
+    const plan *p = w->p;
+    if (w->rd) {
+        const uint32_t half = w->rd / 2;
+        for (size_t ci = 0; ci < n; ci++) {
+            double *cs = w->cs + ci * w->rd;
+            for (uint32_t i = 0; i < half; i++) {
+                double a = (double)(pos + ci) * w->freqs[i];
+                cs[i] = cos(a);
+                cs[half + i] = sin(a);
+            }
+        }
+    }
+    size_t i0 = (size_t)(pos - p->first);
+    if (p->layout == FKVF_LAYOUT_ROWS) {
+        for (size_t ci = 0; ci < n; ci++)
+            for (uint32_t li = 0; li < p->nl; li++)
+                for (unsigned kv = 0; kv < 2; kv++) {
+                    if (kv ? !p->vals : !p->keys)
+                        continue;
+                    for (uint32_t hi = 0; hi < p->nh; hi++)
+                        emit(r, w, ci, i0 + ci, li, hi, kv);
+                }
+        return;
+    }
+    for (uint32_t li = 0; li < p->nl; li++)
+        for (unsigned kv = 0; kv < 2; kv++) {
+            if (kv ? !p->vals : !p->keys)
+                continue;
+            for (uint32_t hi = 0; hi < p->nh; hi++)
+                for (size_t ci = 0; ci < n; ci++)
+                    emit(r, w, ci, i0 + ci, li, hi, kv);
+        }
+}
+
+/* Archived positions [pos, end). */
+static int read_archived(fkvf_reader *r, work *w, uint64_t pos, uint64_t end)
+{
+    const uint64_t S = r->desc.n_sinks;
+    if (!w->nsel) { /* no stage of the selection: zero vectors (spec 13.6) */
+        while (pos < end) {
+            size_t n = end - pos < w->chunk ? (size_t)(end - pos) : w->chunk;
+            emit_chunk(r, w, pos, n);
+            pos += n;
+        }
+        return FKVF_OK;
+    }
+    rd_group *gr = &r->groups[FKVF_GROUP_INDEX];
+    if (!gr->present || !gr->n_segs)
+        return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "11.8", "no index streams");
+    /* the segment of the first symbol (binary search), then the next ones */
+    uint64_t a = pos - S;
+    size_t lo = 0, hi = gr->n_segs;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (gr->segs[mid].h.first_symbol <= a)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    for (size_t si = lo; pos < end; si++) {
+        if (si >= gr->n_segs)
+            return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "11.6",
+                        "index symbol %llu beyond the streams' segments",
+                        (unsigned long long)(pos - S));
+        rd_seg *g = &gr->segs[si];
+        a = pos - S;
+        if (a < g->h.first_symbol || a - g->h.first_symbol >= g->count)
+            continue; /* an empty segment (cut to nothing) */
+        uint64_t u = a - g->h.first_symbol;
+        uint64_t seg_end = pos + (g->count - u); /* positions this segment supplies */
+        if (seg_end > end)
+            seg_end = end;
+        while (pos < seg_end) {
+            size_t n = seg_end - pos < w->chunk ? (size_t)(seg_end - pos) : w->chunk;
+            int rc = read_codes(r, w, gr, g, pos - S - g->h.first_symbol, n);
+            if (rc)
+                return rc;
+            emit_chunk(r, w, pos, n);
+            pos += n;
+        }
+    }
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_read(fkvf_reader *r, const fkvf_read_request *req, void *out,
+                              size_t out_size)
+{
+    int rc = rd_enter(r);
+    if (rc)
+        return rc;
+    plan p;
+    if ((rc = plan_make(&r->diag, r, req, &p)))
+        return rc;
+    size_t need = p.total * p.es; /* checked by plan_make */
+    if (out_size < need || (!out && need))
+        return FAIL(FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, NULL,
+                    "output buffer of %zu bytes%s, the selection needs %zu", out ? out_size : 0,
+                    out ? "" : " (NULL)", need);
+    if (!need)
+        return FKVF_OK;
+    uint8_t *o = out;
+    const uint64_t S = r->desc.n_sinks, A = r->n_archived;
+    const uint64_t end = p.first + p.count;
+    /* archived positions [S, S + A) when A > 0 (spec 14.3) */
+    uint64_t a0 = A ? S : end, a1 = A ? S + A : end;
+    uint64_t pos = p.first;
+    work w;
+    int have_work = 0;
+    while (pos < end && rc == FKVF_OK) {
+        if (pos >= a0 && pos < a1) {
+            if (!have_work) {
+                if ((rc = rd_restore_prepare(r)) || (rc = work_init(r, &p, &w)))
+                    return rc;
+                w.st.out = o;
+                have_work = 1;
+            }
+            uint64_t stop = a1 < end ? a1 : end;
+            rc = read_archived(r, &w, pos, stop);
+            pos = stop;
+        } else {
+            rc = read_exact(r, &p, pos, o);
+            pos++;
+        }
+    }
+    if (have_work) {
+        if (rc == FKVF_OK)
+            stage_flush(&w.st);
+        fkvf_free(r->alloc, w.mem);
+    }
+    return rc;
+}
