@@ -34,22 +34,31 @@ typedef struct cfg {
     uint64_t A[3], N[3], seg_first[3];
     uint32_t block;
     int deflate_exac;
+    int huge; /* centroids of magnitudes up to 2^127 */
 } cfg;
 
 static const cfg cfgs[] = {
     {"f16 quad4 pre-RoPE half-split, 3 commits", 3, 4, 8, 8, FKVF_DTYPE_F16, 2, 8,
      FKVF_PROFILE_QUAD, 4, 16, 2, 1, FKVF_DTYPE_F16, 0, 3, 3, {100, 150, 120}, {130, 170, 160},
-     {0, 64, 96}, 64, 0},
+     {0, 64, 96}, 64, 0, 0},
     {"bf16 quad8 pooled keys as cached, 2 commits", 2, 3, 16, 8, FKVF_DTYPE_BF16, 0, 0,
      FKVF_PROFILE_QUAD, 8, 32, 3, 2, FKVF_DTYPE_F32, 1, 4, 2, {50, 90, 0}, {70, 100, 0},
-     {0, 48, 0}, 128, 0},
+     {0, 48, 0}, 128, 0, 0},
     {"f32 ngon16 pre-RoPE interleaved partial, 3 commits", 2, 2, 12, 10, FKVF_DTYPE_F32, 1, 8,
      FKVF_PROFILE_NGON, 0, 16, 1, 3, FKVF_DTYPE_F16, 0, 2, 3, {40, 80, 70}, {60, 90, 75},
-     {0, 32, 48}, 64, 0},
+     {0, 32, 48}, 64, 0, 0},
     {"f16 quad6 k64 pre-RoPE, deflated EXAC", 2, 2, 8, 8, FKVF_DTYPE_F16, 2, 4, FKVF_PROFILE_QUAD,
-     6, 64, 4, 2, FKVF_DTYPE_F32, 0, 1, 1, {70, 0, 0}, {100, 0, 0}, {0, 0, 0}, 4096, 1},
+     6, 64, 4, 2, FKVF_DTYPE_F32, 0, 1, 1, {70, 0, 0}, {100, 0, 0}, {0, 0, 0}, 4096, 1, 0},
     {"f32 quad16 no value stages", 1, 2, 4, 4, FKVF_DTYPE_F32, 0, 0, FKVF_PROFILE_QUAD, 16, 16, 1,
-     0, FKVF_DTYPE_F32, 0, 0, 2, {30, 46, 0}, {35, 50, 0}, {0, 24, 0}, 64, 0},
+     0, FKVF_DTYPE_F32, 0, 0, 2, {30, 46, 0}, {35, 50, 0}, {0, 24, 0}, 64, 0, 0},
+    /* heads wider than the output staging buffer (8192 values per run) */
+    {"f16 wide heads (2 x 4160 dims) pre-RoPE", 1, 2, 4160, 4160, FKVF_DTYPE_F16, 2, 64,
+     FKVF_PROFILE_QUAD, 4, 16, 1, 1, FKVF_DTYPE_F16, 0, 2, 1, {12, 0, 0}, {20, 0, 0}, {0, 0, 0},
+     4096, 0, 0},
+    /* f32 centroids up to 2^127: sums overflow to infinities, rotations of
+     * infinities give NaNs; every output dtype must still match restore */
+    {"bf16 quad4 huge centroids, pre-RoPE", 2, 2, 8, 8, FKVF_DTYPE_BF16, 2, 8, FKVF_PROFILE_QUAD,
+     4, 16, 3, 2, FKVF_DTYPE_F32, 0, 1, 1, {40, 0, 0}, {50, 0, 0}, {0, 0, 0}, 64, 0, 1},
 };
 #define N_CFGS (sizeof cfgs / sizeof cfgs[0])
 
@@ -122,8 +131,15 @@ static void build(const cfg *c, tu_buf *file)
                               c->tdt, c->pooled};
     size_t tsz = (size_t)fkvf_codebook_size(&sh) - 64;
     uint8_t *tab = malloc(tsz + 1);
-    for (size_t i = 0; i < tsz / esize(c->tdt); i++)
+    for (size_t i = 0; i < tsz / esize(c->tdt); i++) {
         put_rand(&g, c->tdt, tab + i * esize(c->tdt));
+        if (c->huge && tu_below(&g, 3) != 0) { /* +-(1..2) * 1e38 */
+            float f = (1.0f + (float)tu_below(&g, 1000) / 1000.0f) * 1.0e38f;
+            if (tu_below(&g, 2))
+                f = -f;
+            memcpy(tab + i * 4, &f, 4);
+        }
+    }
     ck_assert_int_eq(fkvf_writer_add_codebooks(w, &sh, tab, tsz, 0), FKVF_OK);
     free(tab);
     fkvf_stream_spec sp;
@@ -300,6 +316,17 @@ START_TEST(read_matches_restore)
     fkvf_archive_info info;
     ck_assert_int_eq(fkvf_reader_info(r, &info), FKVF_OK);
     ck_assert_uint_eq(info.n_commits, (uint64_t)c->n_commits);
+    if (c->huge) { /* the reference holds infinities and NaNs */
+        size_t ninf = 0, nnan = 0, ne = row_bytes(c) / esize(c->dt) * x.N;
+        for (size_t i = 0; i < ne; i++) {
+            float f;
+            memcpy(&f, x.ref[FKVF_DTYPE_F32] + 4 * i, 4);
+            ninf += f - f != 0.0f && f == f;
+            nnan += f != f;
+        }
+        ck_assert_uint_gt(ninf, 0);
+        ck_assert_uint_gt(nnan, 0);
+    }
     ck_assert_uint_eq(info.n_archived, x.A);
     /* everything, both layouts, every dtype */
     for (int dt = 1; dt <= 3; dt++)

@@ -152,13 +152,43 @@ typedef struct stage {
     size_t cap, start, len;
     uint8_t *out;
     const plan *p;
+    int f16c; /* convert to f16 with F16C */
 } stage;
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_F16C 1
+/* binary32 -> f16 with the F16C instruction, round to nearest even: the same
+ * bits as fkvf_convert for every value this file produces (finite, infinite,
+ * and quiet NaNs: sums and rotations never give a signaling NaN, the only
+ * inputs whose f16 payloads the two conversions treat differently) */
+__attribute__((target("avx,f16c"))) static void f16c_store(uint8_t *dst, const float *src,
+                                                           size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128((__m128i *)(void *)(dst + 2 * i), h);
+    }
+    if (i < n)
+        (void)fkvf_convert(FKVF_DTYPE_F16, dst + 2 * i, FKVF_DTYPE_F32, src + i, n - i);
+}
+#endif
 
 static void stage_flush(stage *s)
 {
-    if (s->len)
-        (void)fkvf_convert(s->p->dt, s->out + s->start * s->p->es, FKVF_DTYPE_F32, s->buf,
-                           s->len); /* valid dtypes, buffers: cannot fail */
+    if (!s->len)
+        return;
+    uint8_t *dst = s->out + s->start * s->p->es;
+#ifdef HAVE_F16C
+    if (s->f16c && s->p->dt == FKVF_DTYPE_F16) {
+        f16c_store(dst, s->buf, s->len);
+        s->len = 0;
+        return;
+    }
+#endif
+    /* valid dtypes and buffers: cannot fail */
+    (void)fkvf_convert(s->p->dt, dst, FKVF_DTYPE_F32, s->buf, s->len);
     s->len = 0;
 }
 
@@ -231,6 +261,8 @@ static int read_exact(fkvf_reader *r, const plan *p, uint64_t pos, uint8_t *out)
 
 /* ---- archived positions ------------------------------------------------------ */
 
+static int cpu_avx(void);
+
 /* Per call scratch (one allocation). */
 typedef struct work {
     const plan *p;
@@ -239,6 +271,8 @@ typedef struct work {
     size_t chunk;                       /* positions per chunk */
     uint16_t *codes;                    /* [nsel][chunk] */
     const float **tab;                  /* stage table of each selected stream */
+    const float **rowp;                 /* LAYOUT_ROWS: the rows of one position */
+    int avx;                            /* sum with 8-lane vectors */
     uint32_t rd;                        /* rope dims (0: no rotation) */
     double *freqs;                      /* rd / 2 */
     double *cs;                         /* [chunk][rd]: cosines, then sines */
@@ -275,8 +309,8 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
      * of 8, so every part stays aligned) */
     size_t n_f = (cap + 1) & ~(size_t)1, n_d = w->rd ? w->rd / 2 + c * w->rd : 0;
     size_t n_c = (w->nsel * c + 3) & ~(size_t)3;
-    size_t bytes = n_f * sizeof(float) + n_d * sizeof(double) + w->nsel * sizeof(float *) +
-                   n_c * sizeof(uint16_t);
+    size_t bytes = n_f * sizeof(float) + n_d * sizeof(double) +
+                   2 * w->nsel * sizeof(float *) + n_c * sizeof(uint16_t);
     uint8_t *m = fkvf_malloc(r->alloc, bytes);
     if (!m)
         return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for %zu bytes of scratch",
@@ -292,6 +326,12 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     }
     w->tab = (const float **)(void *)m;
     m += w->nsel * sizeof(float *);
+    w->rowp = (const float **)(void *)m;
+    m += w->nsel * sizeof(float *);
+    w->avx = cpu_avx();
+#ifdef HAVE_F16C
+    w->st.f16c = w->avx && __builtin_cpu_supports("f16c");
+#endif
     w->codes = (uint16_t *)(void *)m;
     w->st.p = p;
     /* the stage tables of the selected streams */
@@ -319,6 +359,10 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
     const uint32_t per = w->ks + w->vs, k = r->cb_shape.k, H = r->desc.n_kv_heads;
     const uint64_t sb = g->h.stream_bytes, bs = g->h.block_size;
     const unsigned bits = gr->profile == FKVF_PROFILE_QUAD ? gr->bits : 0;
+    unsigned shift = 64; /* log2 of a power-of-two block size (64: none) */
+    if ((bs & (bs - 1)) == 0)
+        for (shift = 0; ((uint64_t)1 << shift) < bs; shift++)
+            ;
     uint64_t lo, hi;
     if (bits) {
         lo = u0 * bits / 8;
@@ -338,7 +382,9 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
                     uint64_t ord = ((uint64_t)(p->l0 + li) * H + p->h0 + hi2) * per +
                                    (kv ? w->ks + s : s);
                     uint64_t base = ord * sb; /* inside the section: checked at open */
-                    for (uint64_t b = (base + lo) / bs; b <= (base + hi - 1) / bs; b++)
+                    uint64_t b0 = shift < 64 ? (base + lo) >> shift : (base + lo) / bs,
+                             b1 = shift < 64 ? (base + hi - 1) >> shift : (base + hi - 1) / bs;
+                    for (uint64_t b = b0; b <= b1; b++)
                         if (!g->block_ok[b]) {
                             int rc = rd_block_check(r, gr, g, b);
                             if (rc)
@@ -394,50 +440,122 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
     return FKVF_OK;
 }
 
-/* acc = +0.0 + row 0 + row 1 + ... in binary32, stage order (spec 13.6) */
-static void sum_vec(float *restrict acc, const float *const *rows, unsigned ns, uint32_t dim)
+/* acc = +0.0 + row 0 + row 1 + ... in binary32, stage order (spec 13.6):
+ * per element the same additions in the same order, whatever the vector
+ * width. */
+#if defined(__GNUC__) || defined(__clang__)
+#define ACC_VEC 1
+typedef float acc_v4 __attribute__((vector_size(16)));
+#if defined(__x86_64__) || defined(__i386__)
+#define ACC_AVX 1
+typedef float acc_v8 __attribute__((vector_size(32)));
+__attribute__((target("avx"))) static void sum_vec_avx(float *acc, const float *const *rows,
+                                                       unsigned ns, uint32_t dim)
 {
-    switch (ns) {
-    case 1: {
-        const float *restrict a = rows[0];
-        for (uint32_t d = 0; d < dim; d++)
-            acc[d] = 0.0f + a[d];
+    uint32_t d = 0;
+    for (; d + 8 <= dim; d += 8) {
+        acc_v8 a = {0, 0, 0, 0, 0, 0, 0, 0}, x;
+        for (unsigned s = 0; s < ns; s++) {
+            memcpy(&x, rows[s] + d, sizeof x);
+            a += x;
+        }
+        memcpy(acc + d, &a, sizeof a);
+    }
+    for (; d < dim; d++) {
+        float a = 0.0f;
+        for (unsigned s = 0; s < ns; s++)
+            a += rows[s][d];
+        acc[d] = a;
+    }
+}
+#endif
+#endif
+
+static void sum_vec(float *acc, const float *const *rows, unsigned ns, uint32_t dim, int avx)
+{
+#ifdef ACC_AVX
+    if (avx) {
+        sum_vec_avx(acc, rows, ns, dim);
         return;
     }
-    case 2: {
-        const float *restrict a = rows[0], *restrict b = rows[1];
-        for (uint32_t d = 0; d < dim; d++)
-            acc[d] = (0.0f + a[d]) + b[d];
-        return;
+#endif
+    (void)avx;
+    uint32_t d = 0;
+#ifdef ACC_VEC
+    for (; d + 4 <= dim; d += 4) {
+        acc_v4 a = {0, 0, 0, 0}, x;
+        for (unsigned s = 0; s < ns; s++) {
+            memcpy(&x, rows[s] + d, sizeof x);
+            a += x;
+        }
+        memcpy(acc + d, &a, sizeof a);
     }
-    case 4: {
-        const float *restrict a = rows[0], *restrict b = rows[1], *restrict c = rows[2],
-                              *restrict e = rows[3];
-        for (uint32_t d = 0; d < dim; d++)
-            acc[d] = (((0.0f + a[d]) + b[d]) + c[d]) + e[d];
-        return;
-    }
-    default:
-        break;
-    }
-    for (uint32_t d = 0; d < dim; d++)
-        acc[d] = 0.0f;
-    for (unsigned s = 0; s < ns; s++) {
-        const float *restrict a = rows[s];
-        for (uint32_t d = 0; d < dim; d++)
-            acc[d] += a[d];
+#endif
+    for (; d < dim; d++) {
+        float a = 0.0f;
+        for (unsigned s = 0; s < ns; s++)
+            a += rows[s][d];
+        acc[d] = a;
     }
 }
 
+static int cpu_avx(void)
+{
+#ifdef ACC_AVX
+    static int known = -1; /* benign race: every thread stores the same value */
+    if (known < 0)
+        known = __builtin_cpu_supports("avx") ? 1 : 0;
+    return known;
+#else
+    return 0;
+#endif
+}
+
 /* Rotate a reconstructed key by +angle (spec 8.1): cs = cosines then sines
- * of the position's angles; each pair in binary64, rounded once. */
-static void rotate_key(float *v, const double *cs, uint32_t rd, uint8_t layout)
+ * of the position's angles; each pair in binary64, rounded once to binary32
+ * (the quantizer's arithmetic: x0 c - x1 s, x0 s + x1 c, no fused
+ * multiply-add). */
+#ifdef ACC_AVX
+typedef double rot_v4d __attribute__((vector_size(32)));
+typedef float rot_v4f __attribute__((vector_size(16)));
+/* half-split pairs (i, i + half), four at a time: the same operations on
+ * four lanes */
+__attribute__((target("avx"))) static uint32_t rotate_half_avx(float *v, const double *cs,
+                                                                uint32_t half)
+{
+    uint32_t i = 0;
+    for (; i + 4 <= half; i += 4) {
+        rot_v4f fa, fb;
+        rot_v4d c, s;
+        memcpy(&fa, v + i, sizeof fa);
+        memcpy(&fb, v + half + i, sizeof fb);
+        memcpy(&c, cs + i, sizeof c);
+        memcpy(&s, cs + half + i, sizeof s);
+        rot_v4d x0 = __builtin_convertvector(fa, rot_v4d), x1 = __builtin_convertvector(fb, rot_v4d);
+        rot_v4d y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
+        fa = __builtin_convertvector(y0, rot_v4f);
+        fb = __builtin_convertvector(y1, rot_v4f);
+        memcpy(v + i, &fa, sizeof fa);
+        memcpy(v + half + i, &fb, sizeof fb);
+    }
+    return i;
+}
+#endif
+
+static void rotate_key(float *v, const double *cs, uint32_t rd, uint8_t layout, int avx)
 {
     const uint32_t half = rd / 2;
     const double *co = cs, *si = cs + half;
     float *a = v, *b = layout == 2 ? v + half : v + 1;
     const size_t step = layout == 2 ? 1 : 2;
-    for (uint32_t i = 0; i < half; i++) {
+    uint32_t i = 0;
+#ifdef ACC_AVX
+    if (avx && layout == 2)
+        i = rotate_half_avx(v, cs, half);
+#else
+    (void)avx;
+#endif
+    for (; i < half; i++) {
         double c = co[i], s = si[i];
         double x0 = a[i * step], x1 = b[i * step];
         a[i * step] = (float)(x0 * c - x1 * s);
@@ -445,22 +563,38 @@ static void rotate_key(float *v, const double *cs, uint32_t rd, uint8_t layout)
     }
 }
 
-/* One vector: the selected stream j0's stages for position index i of the
- * chunk, into the staged output. */
-static void emit(fkvf_reader *r, work *w, size_t ci, size_t i, uint32_t li, uint32_t hi,
-                 unsigned kv)
+static inline void prefetch_row(const float *row, uint32_t dim)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    for (size_t b = 0; b < (size_t)dim * sizeof(float); b += 64)
+        __builtin_prefetch((const char *)row + b);
+#else
+    (void)row;
+    (void)dim;
+#endif
+}
+
+/* One output vector from its stage rows. */
+static void emit(fkvf_reader *r, work *w, const float *const *rows, size_t ci, size_t i,
+                 uint32_t li, uint32_t hi, unsigned kv)
 {
     const plan *p = w->p;
-    unsigned ns = kv ? w->vss : w->kss;
     uint32_t dim = kv ? p->dv : p->dk;
-    size_t j0 = sel_index(w, li, hi, kv, 0);
-    const float *rows[16];
-    for (unsigned s = 0; s < ns; s++)
-        rows[s] = w->tab[j0 + s] + (size_t)w->codes[(j0 + s) * w->chunk + ci] * dim;
     float *v = stage_vec(&w->st, out_off(p, i, li, hi, kv), dim);
-    sum_vec(v, rows, ns, dim);
+    sum_vec(v, rows, kv ? w->vss : w->kss, dim, w->avx);
     if (kv == 0 && w->rd)
-        rotate_key(v, w->cs + ci * w->rd, w->rd, r->desc.rope_layout);
+        rotate_key(v, w->cs + ci * w->rd, w->rd, r->desc.rope_layout, w->avx);
+}
+
+/* Stage rows of the selected stream j's stages for chunk position ci. */
+static void stage_rows(const work *w, size_t j0, unsigned ns, uint32_t dim, size_t ci,
+                       const float **rows, int prefetch)
+{
+    for (unsigned s = 0; s < ns; s++) {
+        rows[s] = w->tab[j0 + s] + (size_t)w->codes[(j0 + s) * w->chunk + ci] * dim;
+        if (prefetch)
+            prefetch_row(rows[s], dim);
+    }
 }
 
 /* Positions [pos, pos+n) (archived; n <= chunk), codes already read. */
@@ -480,23 +614,59 @@ static void emit_chunk(fkvf_reader *r, work *w, uint64_t pos, size_t n)
     }
     size_t i0 = (size_t)(pos - p->first);
     if (p->layout == FKVF_LAYOUT_ROWS) {
-        for (size_t ci = 0; ci < n; ci++)
+        /* per position: the rows of every selected stream first (prefetched:
+         * random rows of tables that may be anywhere in memory), then the
+         * vectors in output order, one (layer, K|V) run of heads at a time */
+        for (size_t ci = 0; ci < n; ci++) {
+            for (size_t j = 0; j < w->nsel; j += w->sel_per) {
+                stage_rows(w, j, w->kss, p->dk, ci, w->rowp + j, 1);
+                stage_rows(w, j + w->kss, w->vss, p->dv, ci, w->rowp + j + w->kss, 1);
+            }
             for (uint32_t li = 0; li < p->nl; li++)
                 for (unsigned kv = 0; kv < 2; kv++) {
                     if (kv ? !p->vals : !p->keys)
                         continue;
-                    for (uint32_t hi = 0; hi < p->nh; hi++)
-                        emit(r, w, ci, i0 + ci, li, hi, kv);
+                    uint32_t dim = kv ? p->dv : p->dk;
+                    unsigned ns = kv ? w->vss : w->kss;
+                    size_t run = (size_t)p->nh * dim;
+                    if (run > w->st.cap) {
+                        for (uint32_t hi = 0; hi < p->nh; hi++)
+                            emit(r, w, w->rowp + sel_index(w, li, hi, kv, 0), ci, i0 + ci, li,
+                                 hi, kv);
+                        continue;
+                    }
+                    float *v = stage_vec(&w->st, out_off(p, i0 + ci, li, 0, kv), (uint32_t)run);
+                    const float *const *rows = w->rowp + sel_index(w, li, 0, kv, 0);
+                    for (uint32_t hi = 0; hi < p->nh; hi++, v += dim, rows += w->sel_per) {
+                        sum_vec(v, rows, ns, dim, w->avx);
+                        if (kv == 0 && w->rd)
+                            rotate_key(v, w->cs + ci * w->rd, w->rd, r->desc.rope_layout, w->avx);
+                    }
                 }
+        }
         return;
     }
+    /* per (layer, K|V, head): the chunk's positions, the rows a few
+     * positions ahead prefetched */
+    enum { AHEAD = 4 };
     for (uint32_t li = 0; li < p->nl; li++)
         for (unsigned kv = 0; kv < 2; kv++) {
             if (kv ? !p->vals : !p->keys)
                 continue;
-            for (uint32_t hi = 0; hi < p->nh; hi++)
-                for (size_t ci = 0; ci < n; ci++)
-                    emit(r, w, ci, i0 + ci, li, hi, kv);
+            unsigned ns = kv ? w->vss : w->kss;
+            uint32_t dim = kv ? p->dv : p->dk;
+            for (uint32_t hi = 0; hi < p->nh; hi++) {
+                size_t j0 = sel_index(w, li, hi, kv, 0);
+                const float *rows[16], *ahead[16];
+                for (size_t ci = 0; ci < n && ci < AHEAD; ci++)
+                    stage_rows(w, j0, ns, dim, ci, ahead, 1);
+                for (size_t ci = 0; ci < n; ci++) {
+                    if (ci + AHEAD < n)
+                        stage_rows(w, j0, ns, dim, ci + AHEAD, ahead, 1);
+                    stage_rows(w, j0, ns, dim, ci, rows, 0);
+                    emit(r, w, rows, ci, i0 + ci, li, hi, kv);
+                }
+            }
         }
 }
 
