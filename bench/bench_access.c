@@ -320,7 +320,7 @@ int main(int argc, char **argv)
                 t, 5);
     /* cold blocks: a reader whose codebook is loaded, then a position whose
      * blocks nothing has touched yet (a different 4096-byte block of every
-     * stream: positions at least 8192 apart from the earlier ones) */
+     * stream: positions 4096 apart) */
     {
         fkvf_reader *r;
         die("open", fkvf_reader_open_file(&r, path, 0, NULL), r, NULL);
@@ -328,7 +328,7 @@ int main(int argc, char **argv)
         q.first = SINKS;
         die("read", fkvf_reader_read(r, &q, buf, one), r, NULL);
         int nc = 0;
-        for (uint64_t a = 8192; a + 1 < n_arch && nc < COLD; a += 8192) {
+        for (uint64_t a = 4096; a + 1 < n_arch && nc < COLD; a += 4096) {
             q.first = SINKS + a;
             double b = now();
             die("read", fkvf_reader_read(r, &q, buf, one), r, NULL);

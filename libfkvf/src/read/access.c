@@ -502,10 +502,7 @@ static void sum_vec(float *acc, const float *const *rows, unsigned ns, uint32_t 
 static int cpu_avx(void)
 {
 #ifdef ACC_AVX
-    static int known = -1; /* benign race: every thread stores the same value */
-    if (known < 0)
-        known = __builtin_cpu_supports("avx") ? 1 : 0;
-    return known;
+    return __builtin_cpu_supports("avx") ? 1 : 0;
 #else
     return 0;
 #endif
