@@ -351,19 +351,25 @@ typedef struct fkvf_read_request {
     fkvf_layout layout;
 } fkvf_read_request;
 
-/* Bytes fkvf_reader_read writes for req. */
+/* Bytes fkvf_reader_read writes for req (the same argument checks;
+ * FKVF_E_LIMIT when they do not fit in a size_t). */
 FKVF_API int fkvf_reader_read_size(const fkvf_reader *r, const fkvf_read_request *req,
                                    size_t *size);
 /* Read a selection of the cache. Every element is bit-identical to the same
  * element of fkvf_reader_restore's output: exact positions are the EXAC bytes
- * (converted to dtype), archived ones are reconstructed as spec 13.6. Touches
- * only what the selection needs: one symbol per selected index stream and
- * position (verifying only the stream blocks those bytes are in, on first
- * touch), the EXAC sections of the selected exact positions. Errors:
- * FKVF_E_INVALID_ARG (NULL, bad parts / dtype / layout, out_size below
- * fkvf_reader_read_size), FKVF_E_RANGE (positions, layers or heads outside
- * the archive), and the format errors of the bytes touched (FKVF_E_CHECKSUM,
- * FKVF_E_SYMBOL, ...) or FKVF_E_CODEBOOK as fkvf_reader_restore. */
+ * (converted to dtype), archived ones are reconstructed as spec 13.6 (keys
+ * rotated to their position when archived before RoPE). Touches only what
+ * the selection needs: one symbol per selected index stream and position
+ * (verifying, on first touch, only the stream blocks those bytes are in) and
+ * the rows of the selected exact positions. Archived positions need the
+ * codebook, built on first use as for restore. Uses a small scratch from
+ * the reader's allocator per call; like every reader call that verifies
+ * blocks, not for concurrent use of one handle. Errors: FKVF_E_INVALID_ARG
+ * (NULL, bad parts / dtype / layout, out_size below fkvf_reader_read_size:
+ * the message names the size), FKVF_E_RANGE (positions, layers or heads
+ * outside the archive), FKVF_E_CODEBOOK, and the format errors of the bytes
+ * touched (FKVF_E_CHECKSUM, FKVF_E_SYMBOL, ...) with the reader's message;
+ * after an error the contents of out are unspecified. */
 FKVF_API int fkvf_reader_read(fkvf_reader *r, const fkvf_read_request *req, void *out,
                               size_t out_size);
 

@@ -99,12 +99,13 @@ static int plan_make(fkvf_diag *d, const fkvf_reader *r, const fkvf_read_request
      * position count and the element size can overflow */
     uint64_t per_lh = (uint64_t)p->dks + p->dvs;
     uint64_t layer_pos = per_lh * p->nh, all, bytes;
+    size_t bytes_sz;
     if (!fkvf_mul64(layer_pos * p->nl, p->count, &all) || !fkvf_mul64(all, p->es, &bytes) ||
-        !fkvf_tosz(bytes, &p->total))
+        !fkvf_tosz(bytes, &bytes_sz))
         return fkvf_fail(d, FKVF_E_LIMIT, FKVF_NO_OFFSET, NULL,
                          "the selection (%llu positions) does not fit in memory",
                          (unsigned long long)p->count);
-    p->total = (size_t)all;
+    p->total = (size_t)all; /* <= bytes_sz */
     if (p->layout == FKVF_LAYOUT_ROWS) {
         p->layer_e = (size_t)layer_pos;
         p->row_e = (size_t)layer_pos * p->nl;
