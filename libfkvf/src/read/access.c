@@ -23,10 +23,14 @@
 
 #define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
 
-/* at most this many codes (positions x selected streams) per chunk */
+/* LAYOUT_ROWS: at most this many codes (positions x selected streams) per
+ * chunk of positions, and at most MAX_CHUNK positions */
 #define CODE_BUDGET 16384u
-/* positions per chunk */
 #define MAX_CHUNK 64u
+/* LAYOUT_HEADS: positions per block (each head's stage tables are read once
+ * per block), at most CS_BUDGET / rope_dims of them */
+#define HEADS_CHUNK 256u
+#define CS_BUDGET 16384u
 /* binary32 values staged before one conversion to the output dtype */
 #define STAGE_FLOATS 8192u
 
@@ -269,8 +273,8 @@ typedef struct work {
     const plan *p;
     uint32_t ks, vs, kss, vss, sel_per; /* stages; selected stages per (layer, head) */
     size_t nsel;                        /* selected streams */
-    size_t chunk;                       /* positions per chunk */
-    uint16_t *codes;                    /* [nsel][chunk] */
+    size_t chunk;                       /* positions per chunk (ROWS) or block (HEADS) */
+    uint16_t *codes;                    /* ROWS [nsel][chunk]; HEADS [16][chunk] */
     const float **tab;                  /* stage table of each selected stream */
     const float **rowp;                 /* LAYOUT_ROWS: the rows of one position */
     int avx;                            /* sum with 8-lane vectors */
@@ -296,12 +300,20 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     w->vss = p->vals ? w->vs : 0;
     w->sel_per = w->kss + w->vss;
     w->nsel = (size_t)p->nl * p->nh * w->sel_per; /* <= 2^20 * 32 */
-    size_t c = w->nsel ? CODE_BUDGET / w->nsel : MAX_CHUNK;
-    c = c < 1 ? 1 : c > MAX_CHUNK ? MAX_CHUNK : c;
+    w->rd = r->desc.key_storage == 1 && p->keys ? r->desc.rope_dims : 0;
+    size_t c, n_codes;
+    if (p->layout == FKVF_LAYOUT_ROWS) {
+        c = w->nsel ? CODE_BUDGET / w->nsel : MAX_CHUNK;
+        c = c < 1 ? 1 : c > MAX_CHUNK ? MAX_CHUNK : c;
+    } else {
+        c = HEADS_CHUNK;
+        if (w->rd && c > CS_BUDGET / w->rd)
+            c = CS_BUDGET / w->rd ? CS_BUDGET / w->rd : 1;
+    }
     if (c > p->count)
         c = (size_t)p->count;
+    n_codes = (p->layout == FKVF_LAYOUT_ROWS ? w->nsel : 16) * c;
     w->chunk = c;
-    w->rd = r->desc.key_storage == 1 && p->keys ? r->desc.rope_dims : 0;
     size_t dmax = p->dk > p->dv ? p->dk : p->dv;
     size_t cap = p->total < STAGE_FLOATS ? p->total : STAGE_FLOATS;
     if (cap < dmax)
@@ -309,7 +321,7 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     /* layout: floats, doubles, pointers, codes (each part's size a multiple
      * of 8, so every part stays aligned) */
     size_t n_f = (cap + 1) & ~(size_t)1, n_d = w->rd ? w->rd / 2 + c * w->rd : 0;
-    size_t n_c = (w->nsel * c + 3) & ~(size_t)3;
+    size_t n_c = (n_codes + 3) & ~(size_t)3;
     size_t bytes = n_f * sizeof(float) + n_d * sizeof(double) +
                    2 * w->nsel * sizeof(float *) + n_c * sizeof(uint16_t);
     uint8_t *m = fkvf_malloc(r->alloc, bytes);
@@ -352,18 +364,15 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     return FKVF_OK;
 }
 
-/* Codes of symbols [u0, u0+n) (segment-local) of the selected streams of
- * segment g into w->codes[j * chunk + i]. */
-static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t u0, size_t n)
+/* Symbols [u0, u0+n) (segment-local, n <= HEADS_CHUNK) of index stream ord
+ * of segment g as codes: the blocks holding their bytes verified first (on
+ * first touch), every code checked against k. */
+static int read_stream(fkvf_reader *r, rd_group *gr, rd_seg *g, uint64_t ord, uint64_t u0,
+                       size_t n, uint16_t *c)
 {
-    const plan *p = w->p;
-    const uint32_t per = w->ks + w->vs, k = r->cb_shape.k, H = r->desc.n_kv_heads;
+    const uint32_t k = r->cb_shape.k;
     const uint64_t sb = g->h.stream_bytes, bs = g->h.block_size;
     const unsigned bits = gr->profile == FKVF_PROFILE_QUAD ? gr->bits : 0;
-    unsigned shift = 64; /* log2 of a power-of-two block size (64: none) */
-    if ((bs & (bs - 1)) == 0)
-        for (shift = 0; ((uint64_t)1 << shift) < bs; shift++)
-            ;
     uint64_t lo, hi;
     if (bits) {
         lo = u0 * bits / 8;
@@ -375,68 +384,93 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
     if (!fkvf_range_ok(lo, hi - lo, sb)) /* u0 + n <= the segment's symbol count */
         return FAIL(FKVF_E_CORRUPT, r->sections[g->sec].e.offset, "11.5",
                     "symbols [%llu, +%zu) outside the segment", (unsigned long long)u0, n);
-    uint32_t tmp[MAX_CHUNK];
+    uint64_t base = ord * sb; /* the segment holds n_streams * sb bytes: checked at open */
+    uint64_t b0 = base + lo, b1 = base + hi - 1;
+    if ((bs & (bs - 1)) == 0) { /* the usual power-of-two block size: no division */
+        unsigned sh = (unsigned)__builtin_ctzll(bs);
+        b0 >>= sh;
+        b1 >>= sh;
+    } else {
+        b0 /= bs;
+        b1 /= bs;
+    }
+    for (uint64_t b = b0; b <= b1; b++)
+        if (!g->block_ok[b]) {
+            int rc = rd_block_check(r, gr, g, b);
+            if (rc)
+                return rc;
+        }
+    const uint8_t *data = g->data + base;
+    int bad = 0;
+    size_t bad_i = 0;
+    uint32_t tmp[HEADS_CHUNK];
+    if (bits == 8) {
+        const uint8_t *src = data + u0;
+        for (size_t i = 0; i < n; i++)
+            c[i] = src[i];
+        for (size_t i = 0; i < n; i++)
+            if (c[i] >= k && !bad) {
+                bad = 1;
+                bad_i = i;
+                tmp[i] = c[i];
+            }
+    } else {
+        int rc;
+        if (bits == 16) {
+            const uint8_t *src = data + 2 * u0;
+            for (size_t i = 0; i < n; i++)
+                tmp[i] = fkvf_ld16(src + 2 * i);
+            rc = FKVF_OK;
+        } else if (bits) {
+            rc = fkvf_quad_decode(data, (size_t)sb, bits, u0, n, tmp);
+        } else {
+            rc = fkvf_ngon_decode(gr->ngon, data, (size_t)sb, g->h.symbol_count, u0, n, tmp, 0);
+        }
+        if (rc)
+            return FAIL(rc, g->data_fileoff + base, "11.5",
+                        "index stream %llu: symbols [%llu, +%zu) of the segment cannot be "
+                        "decoded",
+                        (unsigned long long)ord, (unsigned long long)u0, n);
+        for (size_t i = 0; i < n; i++) {
+            if (tmp[i] >= k && !bad) {
+                bad = 1;
+                bad_i = i;
+            }
+            c[i] = (uint16_t)tmp[i];
+        }
+    }
+    if (bad)
+        return FAIL(FKVF_E_SYMBOL, FKVF_NO_OFFSET, "11.8",
+                    "index stream %llu symbol %llu is %u, the codebook has k = %u",
+                    (unsigned long long)ord, (unsigned long long)(g->h.first_symbol + u0 + bad_i),
+                    tmp[bad_i], k);
+    return FKVF_OK;
+}
+
+/* Index (ordinal, spec 11.2) of the stream of selected (layer, head, kv,
+ * stage). */
+static uint64_t stream_ord(const fkvf_reader *r, const work *w, uint32_t li, uint32_t hi,
+                           unsigned kv, unsigned s)
+{
+    const plan *p = w->p;
+    return ((uint64_t)(p->l0 + li) * r->desc.n_kv_heads + p->h0 + hi) * (w->ks + w->vs) +
+           (kv ? w->ks + s : s);
+}
+
+/* LAYOUT_ROWS: codes of symbols [u0, u0+n) of every selected stream of
+ * segment g into w->codes[j * chunk + i]. */
+static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t u0, size_t n)
+{
+    const plan *p = w->p;
     for (uint32_t li = 0; li < p->nl; li++)
-        for (uint32_t hi2 = 0; hi2 < p->nh; hi2++)
+        for (uint32_t hi = 0; hi < p->nh; hi++)
             for (unsigned kv = 0; kv < 2; kv++)
                 for (unsigned s = 0; s < (kv ? w->vss : w->kss); s++) {
-                    uint64_t ord = ((uint64_t)(p->l0 + li) * H + p->h0 + hi2) * per +
-                                   (kv ? w->ks + s : s);
-                    uint64_t base = ord * sb; /* inside the section: checked at open */
-                    uint64_t b0 = shift < 64 ? (base + lo) >> shift : (base + lo) / bs,
-                             b1 = shift < 64 ? (base + hi - 1) >> shift : (base + hi - 1) / bs;
-                    for (uint64_t b = b0; b <= b1; b++)
-                        if (!g->block_ok[b]) {
-                            int rc = rd_block_check(r, gr, g, b);
-                            if (rc)
-                                return rc;
-                        }
-                    const uint8_t *data = g->data + base;
-                    uint16_t *c = w->codes + sel_index(w, li, hi2, kv, s) * w->chunk;
-                    uint32_t bad = 0;
-                    size_t bad_i = 0;
-                    if (bits == 8) {
-                        const uint8_t *src = data + u0;
-                        for (size_t i = 0; i < n; i++)
-                            c[i] = src[i];
-                        for (size_t i = 0; i < n; i++)
-                            if (c[i] >= k && !bad) {
-                                bad = 1;
-                                bad_i = i;
-                            }
-                    } else {
-                        int rc;
-                        if (bits == 16) {
-                            const uint8_t *src = data + 2 * u0;
-                            for (size_t i = 0; i < n; i++)
-                                tmp[i] = fkvf_ld16(src + 2 * i);
-                            rc = FKVF_OK;
-                        } else if (bits) {
-                            rc = fkvf_quad_decode(data, (size_t)sb, bits, u0, n, tmp);
-                        } else {
-                            rc = fkvf_ngon_decode(gr->ngon, data, (size_t)sb, g->h.symbol_count,
-                                                  u0, n, tmp, 0);
-                        }
-                        if (rc)
-                            return FAIL(rc, g->data_fileoff + base, "11.5",
-                                        "index stream %llu: symbols [%llu, +%zu) of the "
-                                        "segment cannot be decoded",
-                                        (unsigned long long)ord, (unsigned long long)u0, n);
-                        for (size_t i = 0; i < n; i++) {
-                            if (tmp[i] >= k && !bad) {
-                                bad = 1;
-                                bad_i = i;
-                            }
-                            c[i] = (uint16_t)tmp[i];
-                        }
-                    }
-                    if (bad)
-                        return FAIL(FKVF_E_SYMBOL, FKVF_NO_OFFSET, "11.8",
-                                    "index stream %llu symbol %llu is %u, the codebook has k = "
-                                    "%u",
-                                    (unsigned long long)ord,
-                                    (unsigned long long)(g->h.first_symbol + u0 + bad_i),
-                                    bits == 8 ? (uint32_t)c[bad_i] : tmp[bad_i], k);
+                    size_t j = sel_index(w, li, hi, kv, s);
+                    int rc = read_stream(r, gr, g, stream_ord(r, w, li, hi, kv, s), u0, n,
+                                         w->codes + j * w->chunk);
+                    if (rc)
+                        return rc;
                 }
     return FKVF_OK;
 }
@@ -595,57 +629,83 @@ static void stage_rows(const work *w, size_t j0, unsigned ns, uint32_t dim, size
     }
 }
 
-/* Positions [pos, pos+n) (archived; n <= chunk), codes already read. */
-static void emit_chunk(fkvf_reader *r, work *w, uint64_t pos, size_t n)
+/* cos and sin of the angles of positions [pos, pos+n) into w->cs */
+static void compute_cs(work *w, uint64_t pos, size_t n)
+{
+    const uint32_t half = w->rd / 2;
+    for (size_t ci = 0; ci < n; ci++) {
+        double *cs = w->cs + ci * w->rd;
+        for (uint32_t i = 0; i < half; i++) {
+            double a = (double)(pos + ci) * w->freqs[i];
+            cs[i] = cos(a);
+            cs[half + i] = sin(a);
+        }
+    }
+}
+
+/* LAYOUT_ROWS: positions [pos, pos+n) (archived; n <= chunk), codes read. */
+static void emit_rows(fkvf_reader *r, work *w, uint64_t pos, size_t n)
 {
     const plan *p = w->p;
-    if (w->rd) {
-        const uint32_t half = w->rd / 2;
-        for (size_t ci = 0; ci < n; ci++) {
-            double *cs = w->cs + ci * w->rd;
-            for (uint32_t i = 0; i < half; i++) {
-                double a = (double)(pos + ci) * w->freqs[i];
-                cs[i] = cos(a);
-                cs[half + i] = sin(a);
-            }
-        }
-    }
+    if (w->rd)
+        compute_cs(w, pos, n);
     size_t i0 = (size_t)(pos - p->first);
-    if (p->layout == FKVF_LAYOUT_ROWS) {
-        /* per position: the rows of every selected stream first (prefetched:
-         * random rows of tables that may be anywhere in memory), then the
-         * vectors in output order, one (layer, K|V) run of heads at a time */
-        for (size_t ci = 0; ci < n; ci++) {
-            for (size_t j = 0; j < w->nsel; j += w->sel_per) {
-                stage_rows(w, j, w->kss, p->dk, ci, w->rowp + j, 1);
-                stage_rows(w, j + w->kss, w->vss, p->dv, ci, w->rowp + j + w->kss, 1);
-            }
-            for (uint32_t li = 0; li < p->nl; li++)
-                for (unsigned kv = 0; kv < 2; kv++) {
-                    if (kv ? !p->vals : !p->keys)
-                        continue;
-                    uint32_t dim = kv ? p->dv : p->dk;
-                    unsigned ns = kv ? w->vss : w->kss;
-                    size_t run = (size_t)p->nh * dim;
-                    if (run > w->st.cap) {
-                        for (uint32_t hi = 0; hi < p->nh; hi++)
-                            emit(r, w, w->rowp + sel_index(w, li, hi, kv, 0), ci, i0 + ci, li,
-                                 hi, kv);
-                        continue;
-                    }
-                    float *v = stage_vec(&w->st, out_off(p, i0 + ci, li, 0, kv), (uint32_t)run);
-                    const float *const *rows = w->rowp + sel_index(w, li, 0, kv, 0);
-                    for (uint32_t hi = 0; hi < p->nh; hi++, v += dim, rows += w->sel_per) {
-                        sum_vec(v, rows, ns, dim, w->avx);
-                        if (kv == 0 && w->rd)
-                            rotate_key(v, w->cs + ci * w->rd, w->rd, r->desc.rope_layout, w->avx);
-                    }
-                }
+    /* per position: the rows of every selected stream first (prefetched:
+     * random rows of tables that may be anywhere in memory), then the
+     * vectors in output order, one (layer, K|V) run of heads at a time */
+    for (size_t ci = 0; ci < n; ci++) {
+        for (size_t j = 0; j < w->nsel; j += w->sel_per) {
+            stage_rows(w, j, w->kss, p->dk, ci, w->rowp + j, 1);
+            stage_rows(w, j + w->kss, w->vss, p->dv, ci, w->rowp + j + w->kss, 1);
         }
-        return;
+        for (uint32_t li = 0; li < p->nl; li++)
+            for (unsigned kv = 0; kv < 2; kv++) {
+                if (kv ? !p->vals : !p->keys)
+                    continue;
+                uint32_t dim = kv ? p->dv : p->dk;
+                unsigned ns = kv ? w->vss : w->kss;
+                size_t run = (size_t)p->nh * dim;
+                if (run > w->st.cap) {
+                    for (uint32_t hi = 0; hi < p->nh; hi++)
+                        emit(r, w, w->rowp + sel_index(w, li, hi, kv, 0), ci, i0 + ci, li, hi,
+                             kv);
+                    continue;
+                }
+                float *v = stage_vec(&w->st, out_off(p, i0 + ci, li, 0, kv), (uint32_t)run);
+                const float *const *rows = w->rowp + sel_index(w, li, 0, kv, 0);
+                for (uint32_t hi = 0; hi < p->nh; hi++, v += dim, rows += w->sel_per) {
+                    sum_vec(v, rows, ns, dim, w->avx);
+                    if (kv == 0 && w->rd)
+                        rotate_key(v, w->cs + ci * w->rd, w->rd, r->desc.rope_layout, w->avx);
+                }
+            }
     }
-    /* per (layer, K|V, head): the chunk's positions, the rows a few
-     * positions ahead prefetched */
+}
+
+/* The segment supplying index symbol a, from *si on (symbols only grow). */
+static rd_seg *seg_walk(fkvf_reader *r, rd_group *gr, size_t *si, uint64_t a)
+{
+    while (*si < gr->n_segs) {
+        rd_seg *g = &gr->segs[*si];
+        if (a >= g->h.first_symbol && a - g->h.first_symbol < g->count)
+            return g;
+        ++*si;
+    }
+    (void)FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "11.6",
+               "index symbol %llu beyond the streams' segments", (unsigned long long)a);
+    return NULL;
+}
+
+/* LAYOUT_HEADS: positions [pos, pos+n) (archived; n <= chunk), head by
+ * head: the head's codes for the block, then its vectors, so that its stage
+ * tables are read once per block. *si: the segment cursor. */
+static int emit_heads(fkvf_reader *r, work *w, rd_group *gr, size_t *si, uint64_t pos, size_t n)
+{
+    const plan *p = w->p;
+    const uint64_t S = r->desc.n_sinks;
+    if (w->rd)
+        compute_cs(w, pos, n);
+    size_t i0 = (size_t)(pos - p->first), si0 = *si;
     enum { AHEAD = 4 };
     for (uint32_t li = 0; li < p->nl; li++)
         for (unsigned kv = 0; kv < 2; kv++) {
@@ -654,66 +714,82 @@ static void emit_chunk(fkvf_reader *r, work *w, uint64_t pos, size_t n)
             unsigned ns = kv ? w->vss : w->kss;
             uint32_t dim = kv ? p->dv : p->dk;
             for (uint32_t hi = 0; hi < p->nh; hi++) {
+                /* codes: the block may span segments */
+                *si = si0;
+                for (size_t done = 0; ns && done < n;) {
+                    rd_seg *g = seg_walk(r, gr, si, pos + done - S);
+                    if (!g)
+                        return r->diag.code ? r->diag.code : FKVF_E_CORRUPT;
+                    uint64_t u = pos + done - S - g->h.first_symbol;
+                    size_t m = g->count - u < n - done ? (size_t)(g->count - u) : n - done;
+                    for (unsigned s = 0; s < ns; s++) {
+                        int rc = read_stream(r, gr, g, stream_ord(r, w, li, hi, kv, s), u, m,
+                                             w->codes + s * w->chunk + done);
+                        if (rc)
+                            return rc;
+                    }
+                    done += m;
+                }
                 size_t j0 = sel_index(w, li, hi, kv, 0);
                 const float *rows[16], *ahead[16];
-                for (size_t ci = 0; ci < n && ci < AHEAD; ci++)
-                    stage_rows(w, j0, ns, dim, ci, ahead, 1);
                 for (size_t ci = 0; ci < n; ci++) {
-                    if (ci + AHEAD < n)
-                        stage_rows(w, j0, ns, dim, ci + AHEAD, ahead, 1);
-                    stage_rows(w, j0, ns, dim, ci, rows, 0);
+                    for (unsigned s = 0; s < ns; s++) {
+                        rows[s] = w->tab[j0 + s] + (size_t)w->codes[s * w->chunk + ci] * dim;
+                        if (ci + AHEAD < n) {
+                            ahead[s] = w->tab[j0 + s] +
+                                       (size_t)w->codes[s * w->chunk + ci + AHEAD] * dim;
+                            prefetch_row(ahead[s], dim);
+                        }
+                    }
                     emit(r, w, rows, ci, i0 + ci, li, hi, kv);
                 }
             }
         }
+    return FKVF_OK;
 }
 
 /* Archived positions [pos, end). */
 static int read_archived(fkvf_reader *r, work *w, uint64_t pos, uint64_t end)
 {
     const uint64_t S = r->desc.n_sinks;
-    if (!w->nsel) { /* no stage of the selection: zero vectors (spec 13.6) */
-        while (pos < end) {
-            size_t n = end - pos < w->chunk ? (size_t)(end - pos) : w->chunk;
-            emit_chunk(r, w, pos, n);
-            pos += n;
-        }
-        return FKVF_OK;
-    }
     rd_group *gr = &r->groups[FKVF_GROUP_INDEX];
-    if (!gr->present || !gr->n_segs)
-        return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "11.8", "no index streams");
-    /* the segment of the first symbol (binary search), then the next ones */
-    uint64_t a = pos - S;
-    size_t lo = 0, hi = gr->n_segs;
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (gr->segs[mid].h.first_symbol <= a)
-            lo = mid;
-        else
-            hi = mid;
+    size_t si = 0;
+    if (w->nsel) {
+        if (!gr->present || !gr->n_segs)
+            return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "11.8", "no index streams");
+        /* the segment of the first symbol, once (binary search); the later
+         * ones follow it */
+        size_t lo = 0, hi = gr->n_segs;
+        while (hi - lo > 1) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (gr->segs[mid].h.first_symbol <= pos - S)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        si = lo;
     }
-    for (size_t si = lo; pos < end; si++) {
-        if (si >= gr->n_segs)
-            return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "11.6",
-                        "index symbol %llu beyond the streams' segments",
-                        (unsigned long long)(pos - S));
-        rd_seg *g = &gr->segs[si];
-        a = pos - S;
-        if (a < g->h.first_symbol || a - g->h.first_symbol >= g->count)
-            continue; /* an empty segment (cut to nothing) */
-        uint64_t u = a - g->h.first_symbol;
-        uint64_t seg_end = pos + (g->count - u); /* positions this segment supplies */
-        if (seg_end > end)
-            seg_end = end;
-        while (pos < seg_end) {
-            size_t n = seg_end - pos < w->chunk ? (size_t)(seg_end - pos) : w->chunk;
-            int rc = read_codes(r, w, gr, g, pos - S - g->h.first_symbol, n);
+    while (pos < end) {
+        size_t n = end - pos < w->chunk ? (size_t)(end - pos) : w->chunk;
+        if (w->p->layout == FKVF_LAYOUT_HEADS) {
+            int rc = emit_heads(r, w, gr, &si, pos, n);
             if (rc)
                 return rc;
-            emit_chunk(r, w, pos, n);
-            pos += n;
+        } else if (!w->nsel) { /* no stage selected: zero vectors (spec 13.6) */
+            emit_rows(r, w, pos, n);
+        } else {
+            rd_seg *g = seg_walk(r, gr, &si, pos - S);
+            if (!g)
+                return r->diag.code ? r->diag.code : FKVF_E_CORRUPT;
+            uint64_t u = pos - S - g->h.first_symbol;
+            if (g->count - u < n)
+                n = (size_t)(g->count - u);
+            int rc = read_codes(r, w, gr, g, u, n);
+            if (rc)
+                return rc;
+            emit_rows(r, w, pos, n);
         }
+        pos += n;
     }
     return FKVF_OK;
 }
