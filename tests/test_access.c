@@ -696,6 +696,10 @@ START_TEST(read_external_codebook)
     ck_assert_mem_eq(buf, x.ref[c->dt], S * rb);
     q.count = S + 1;
     ck_assert_int_eq(fkvf_reader_read(r, &q, buf, sizeof buf), FKVF_E_CODEBOOK);
+    /* a codebook file holds no cache */
+    size_t sz;
+    ck_assert_int_eq(fkvf_reader_read_size(cb, &q, &sz), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_reader_read(cb, &q, buf, sizeof buf), FKVF_E_STATE);
     ck_assert_int_eq(fkvf_reader_attach_codebook(r, cb), FKVF_OK);
     q.first = 0;
     q.count = 20;

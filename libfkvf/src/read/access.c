@@ -12,7 +12,14 @@
  * segment of a position range is found once; the byte offset of every
  * selected stream's symbols is computed directly, and only the blocks holding
  * those bytes are verified (once: the segment's block flags). Exact rows are
- * read from the covering EXAC section only. */
+ * read from the covering EXAC section only.
+ *
+ * Order of work: LAYOUT_ROWS goes position by position (the rows of all
+ * selected streams of a position prefetched, then summed in output order);
+ * LAYOUT_HEADS goes head by head over blocks of positions, so that a head's
+ * stage tables stay in cache for the block. Values are summed into a staging
+ * buffer in output order and converted to the output dtype one contiguous
+ * run at a time. */
 #include <math.h>
 #include <string.h>
 
