@@ -13,6 +13,7 @@
 #include "fkvf.h"
 #include "error.h"
 #include "format/format.h"
+#include "hash.h"
 #include "testutil.h"
 
 /* ---- archives ------------------------------------------------------------ */
@@ -503,6 +504,64 @@ START_TEST(damaged_block_fails_only_its_reads)
 }
 END_TEST
 
+/* A symbol >= k behind a valid block checksum: the reads that decode it fail
+ * with FKVF_E_SYMBOL (as restore does), the others succeed. */
+START_TEST(symbol_out_of_codebook)
+{
+    const cfg *c = &cfgs[_i ? 4 : 1]; /* 8-bit symbols, k = 32; 16-bit, k = 16 */
+    fx x;
+    fx_open(&x, c);
+    fkvf_reader *r;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, x.file.data, x.file.size, 0, NULL), FKVF_OK);
+    seginfo sg[8];
+    size_t nseg = segments(r, &x.file, sg, 8);
+    fkvf_reader_free(r);
+    /* the last segment; stream 0 (layer 0, head 0, key stage 0); its symbol 3 */
+    const seginfo *s = &sg[nseg - 1];
+    uint64_t ord = 0, u = 3, a = s->h.first_symbol + u, p = c->S + a;
+    ck_assert_uint_lt(u, s->count);
+    uint8_t *copy = malloc(x.file.size);
+    memcpy(copy, x.file.data, x.file.size);
+    uint64_t ds = s->off + s->h.data_off, at = ds + ord * s->h.stream_bytes + u * s->h.bits / 8;
+    ck_assert(s->h.bits == 8 || s->h.bits == 16);
+    for (unsigned i = 0; i < s->h.bits / 8; i++)
+        copy[at + i] = 0xFF; /* >= k */
+    /* the block's checksum, recomputed: only the symbol check can fail */
+    uint64_t b = (at - ds) / s->h.block_size, b0 = ds + b * s->h.block_size;
+    uint64_t len = s->h.data_bytes - b * s->h.block_size;
+    len = len < s->h.block_size ? len : s->h.block_size;
+    uint64_t sum = fkvf_xxh3_64(copy + b0, (size_t)len, b0);
+    for (int i = 0; i < 8; i++)
+        copy[s->off + 64 + 8 * b + i] = (uint8_t)(sum >> (8 * i));
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, copy, x.file.size, 0, NULL), FKVF_OK);
+    static uint8_t buf[1 << 16];
+    size_t rb;
+    ck_assert_int_eq(fkvf_reader_row_bytes(r, FKVF_DTYPE_F32, &rb), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_restore(r, p, 1, FKVF_DTYPE_F32, buf, sizeof buf),
+                     FKVF_E_SYMBOL);
+    for (int lay = 0; lay < 2; lay++) {
+        fkvf_read_request q = {p, 1, 0, 0, 0, 0, 0, FKVF_DTYPE_F32, (fkvf_layout)lay};
+        ck_assert_int_eq(fkvf_reader_read(r, &q, buf, sizeof buf), FKVF_E_SYMBOL);
+        ck_assert_ptr_nonnull(strstr(fkvf_reader_message(r), "codebook has k"));
+        q.first = p > 0 ? p - 1 : p + 1; /* a neighbour */
+        ck_assert_int_eq(fkvf_reader_read(r, &q, buf, sizeof buf), FKVF_OK);
+        q.first = p;
+        q.parts = FKVF_PART_VALUES; /* the damaged stream is a key stream */
+        ck_assert_int_eq(fkvf_reader_read(r, &q, buf, sizeof buf), FKVF_OK);
+        q.parts = 0;
+        q.head_first = 1; /* another head */
+        ck_assert_int_eq(fkvf_reader_read(r, &q, buf, sizeof buf), FKVF_OK);
+        q.head_first = 0;
+        q.first = p - 2;
+        q.count = 5; /* a range across it */
+        ck_assert_int_eq(fkvf_reader_read(r, &q, buf, sizeof buf), FKVF_E_SYMBOL);
+    }
+    fkvf_reader_free(r);
+    free(copy);
+    fx_close(&x);
+}
+END_TEST
+
 /* EXAC sections are verified whole when the reader opens (it needs their
  * headers): a damaged one is refused there, so reads never see it. */
 START_TEST(damaged_exact_section)
@@ -775,6 +834,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, read_matches_restore, 0, (int)N_CFGS);
     tcase_add_loop_test(tc, damaged_block_fails_only_its_reads, 0, (int)N_CFGS);
+    tcase_add_loop_test(tc, symbol_out_of_codebook, 0, 2);
     tcase_add_test(tc, damaged_exact_section);
     tcase_add_test(tc, read_rejects_bad_arguments);
     tcase_add_test(tc, read_external_codebook);

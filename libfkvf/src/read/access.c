@@ -469,6 +469,44 @@ static uint64_t stream_ord(const fkvf_reader *r, const work *w, uint32_t li, uin
 static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t u0, size_t n)
 {
     const plan *p = w->p;
+    const uint64_t sb = g->h.stream_bytes, bs = g->h.block_size;
+    if (gr->profile == FKVF_PROFILE_QUAD && gr->bits == 8 && (bs & (bs - 1)) == 0 && n <= bs &&
+        fkvf_range_ok(u0, n, sb)) {
+        /* the common case inline: 8-bit symbols are the stored bytes (spec
+         * 12.1.4), a power-of-two block size of at least n bytes (so the
+         * symbols lie in at most two blocks); anything unusual (a block not
+         * verified yet, a code >= k) goes through read_stream */
+        const unsigned sh = (unsigned)__builtin_ctzll(bs);
+        const uint32_t k = r->cb_shape.k;
+        for (uint32_t li = 0; li < p->nl; li++)
+            for (uint32_t hi = 0; hi < p->nh; hi++)
+                for (unsigned kv = 0; kv < 2; kv++) {
+                    unsigned ns = kv ? w->vss : w->kss;
+                    if (!ns)
+                        continue;
+                    size_t j = sel_index(w, li, hi, kv, 0);
+                    uint64_t ord = stream_ord(r, w, li, hi, kv, 0);
+                    for (unsigned s = 0; s < ns; s++, j++, ord++) {
+                        uint64_t off = ord * sb + u0;
+                        uint16_t *c = w->codes + j * w->chunk;
+                        if (!g->block_ok[off >> sh] || !g->block_ok[(off + n - 1) >> sh]) {
+                            int rc = read_stream(r, gr, g, ord, u0, n, c);
+                            if (rc)
+                                return rc;
+                            continue;
+                        }
+                        const uint8_t *src = g->data + off;
+                        unsigned mx = 0;
+                        for (size_t i = 0; i < n; i++) {
+                            c[i] = src[i];
+                            mx = src[i] > mx ? src[i] : mx;
+                        }
+                        if (mx >= k) /* read_stream names the symbol */
+                            return read_stream(r, gr, g, ord, u0, n, c);
+                    }
+                }
+        return FKVF_OK;
+    }
     for (uint32_t li = 0; li < p->nl; li++)
         for (uint32_t hi = 0; hi < p->nh; hi++)
             for (unsigned kv = 0; kv < 2; kv++)
