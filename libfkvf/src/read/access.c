@@ -168,8 +168,16 @@ typedef struct stage {
 } stage;
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_F16C 1
+/* CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports lacks "f16c");
+ * used together with the AVX check, which covers the OS's YMM support */
+static int cpu_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
+}
 /* binary32 -> f16 with the F16C instruction, round to nearest even: the same
  * bits as fkvf_convert for every value this file produces (finite, infinite,
  * and quiet NaNs: sums and rotations never give a signaling NaN, the only
@@ -350,7 +358,7 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     m += w->nsel * sizeof(float *);
     w->avx = cpu_avx();
 #ifdef HAVE_F16C
-    w->st.f16c = w->avx && __builtin_cpu_supports("f16c");
+    w->st.f16c = w->avx && cpu_f16c();
 #endif
     w->codes = (uint16_t *)(void *)m;
     w->st.p = p;
