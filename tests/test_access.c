@@ -56,6 +56,11 @@ static const cfg cfgs[] = {
     {"f16 wide heads (2 x 4160 dims) pre-RoPE", 1, 2, 4160, 4160, FKVF_DTYPE_F16, 2, 64,
      FKVF_PROFILE_QUAD, 4, 16, 1, 1, FKVF_DTYPE_F16, 0, 2, 1, {12, 0, 0}, {20, 0, 0}, {0, 0, 0},
      4096, 0, 0},
+    /* many positions: several LAYOUT_HEADS blocks (128 positions each with
+     * rope_dims 128), some of them across segments */
+    {"f16 quad8 pre-RoPE 128 dims, 700 positions, 3 commits", 1, 2, 128, 4, FKVF_DTYPE_F16, 2,
+     128, FKVF_PROFILE_QUAD, 8, 16, 2, 1, FKVF_DTYPE_F16, 0, 2, 3, {300, 600, 650},
+     {320, 650, 700}, {0, 288, 592}, 64, 0, 0},
     /* f32 centroids up to 2^127: sums overflow to infinities, rotations of
      * infinities give NaNs; every output dtype must still match restore */
     {"bf16 quad4 huge centroids, pre-RoPE", 2, 2, 8, 8, FKVF_DTYPE_BF16, 2, 8, FKVF_PROFILE_QUAD,
