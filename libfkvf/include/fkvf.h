@@ -330,6 +330,54 @@ FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_
 FKVF_API int fkvf_reader_restore(fkvf_reader *r, uint64_t first, uint64_t count, fkvf_dtype dtype,
                                  void *out, size_t out_size);
 
+/* ---- random access (spec 11.5, 13.6, 14) ---- */
+/* Parts of a read request. */
+#define FKVF_PART_KEYS 1u
+#define FKVF_PART_VALUES 2u
+
+typedef enum fkvf_layout {
+    /* per position, per selected layer: the keys of the selected heads, then
+     * their values (the row order of spec 14.2 restricted to the selection) */
+    FKVF_LAYOUT_ROWS = 0,
+    /* per selected layer: keys [head][position][key_dim], then values
+     * [head][position][value_dim] (what an engine loads into a layer's cache) */
+    FKVF_LAYOUT_HEADS = 1
+} fkvf_layout;
+
+/* Positions [first, first+count), layers [layer_first, +layer_count), heads
+ * [head_first, +head_count) of every selected layer; a count of 0 for layers
+ * or heads selects all from the first one. parts: FKVF_PART_* (0 = both). */
+typedef struct fkvf_read_request {
+    uint64_t first, count;
+    uint32_t layer_first, layer_count;
+    uint32_t head_first, head_count;
+    unsigned parts;
+    fkvf_dtype dtype;
+    fkvf_layout layout;
+} fkvf_read_request;
+
+/* Bytes fkvf_reader_read writes for req (the same argument checks;
+ * FKVF_E_LIMIT when they do not fit in a size_t). */
+FKVF_API int fkvf_reader_read_size(const fkvf_reader *r, const fkvf_read_request *req,
+                                   size_t *size);
+/* Read a selection of the cache. Every element is bit-identical to the same
+ * element of fkvf_reader_restore's output: exact positions are the EXAC bytes
+ * (converted to dtype), archived ones are reconstructed as spec 13.6 (keys
+ * rotated to their position when archived before RoPE). Touches only what
+ * the selection needs: one symbol per selected index stream and position
+ * (verifying, on first touch, only the stream blocks those bytes are in) and
+ * the rows of the selected exact positions. Archived positions need the
+ * codebook, built on first use as for restore. Uses a small scratch from
+ * the reader's allocator per call; like every reader call that verifies
+ * blocks, not for concurrent use of one handle. Errors: FKVF_E_INVALID_ARG
+ * (NULL, bad parts / dtype / layout, out_size below fkvf_reader_read_size:
+ * the message names the size), FKVF_E_RANGE (positions, layers or heads
+ * outside the archive), FKVF_E_CODEBOOK, and the format errors of the bytes
+ * touched (FKVF_E_CHECKSUM, FKVF_E_SYMBOL, ...) with the reader's message;
+ * after an error the contents of out are unspecified. */
+FKVF_API int fkvf_reader_read(fkvf_reader *r, const fkvf_read_request *req, void *out,
+                              size_t out_size);
+
 /* Full pass: every checksum, padding, every span, every rule the reader can
  * check. Returns the first error; the message names it. */
 FKVF_API int fkvf_reader_verify(fkvf_reader *r);

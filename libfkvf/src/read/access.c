@@ -1,0 +1,896 @@
+/* fkvf_reader_read: random access to a selection of positions, layers, heads
+ * and K / V of an archive (spec 11.5, 13.6, 14), in one of two layouts.
+ *
+ * Every element is bit-identical to fkvf_reader_restore's: exact rows are the
+ * EXAC bytes through fkvf_convert; archived vectors are the binary32 sum of
+ * their centroids in stage order from +0.0 (fkvf_rvq_centroids), keys rotated
+ * to their position with the arithmetic of spec 8.1 as fkvf_rvq_decode does
+ * it (angles, sines and cosines in binary64, the pair rotation in binary64,
+ * one rounding to binary32), then fkvf_convert to the output dtype.
+ *
+ * What is touched: all index streams share their segments (spec 11.2), so the
+ * segment of a position range is found once; the byte offset of every
+ * selected stream's symbols is computed directly, and only the blocks holding
+ * those bytes are verified (once: the segment's block flags). Exact rows are
+ * read from the covering EXAC section only.
+ *
+ * Order of work: LAYOUT_ROWS goes position by position (the rows of all
+ * selected streams of a position prefetched, then summed in output order);
+ * LAYOUT_HEADS goes head by head over blocks of positions, so that a head's
+ * stage tables stay in cache for the block. Values are summed into a staging
+ * buffer in output order and converted to the output dtype one contiguous
+ * run at a time. */
+#include <math.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "ckd.h"
+#include "le.h"
+#include "restore.h"
+
+#define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
+
+/* LAYOUT_ROWS: at most this many codes (positions x selected streams) per
+ * chunk of positions, and at most MAX_CHUNK positions */
+#define CODE_BUDGET 16384u
+#define MAX_CHUNK 64u
+/* LAYOUT_HEADS: positions per block (each head's stage tables are read once
+ * per block), at most CS_BUDGET / rope_dims of them */
+#define HEADS_CHUNK 256u
+#define CS_BUDGET 16384u
+/* binary32 values staged before one conversion to the output dtype */
+#define STAGE_FLOATS 8192u
+
+/* A validated request: the selection and the output geometry (elements). */
+typedef struct plan {
+    uint64_t first, count;
+    uint32_t l0, nl, h0, nh;
+    int keys, vals;
+    uint32_t dk, dv;       /* key_dim, value_dim */
+    uint32_t dks, dvs;     /* selected: dk or 0, dv or 0 */
+    fkvf_dtype dt;
+    fkvf_layout layout;
+    size_t es;             /* output element size */
+    size_t total;          /* output elements */
+    size_t row_e;          /* ROWS: elements per position */
+    size_t layer_e;        /* ROWS: per layer within a position; HEADS: per layer block */
+    size_t vbase;          /* offset of the values within a layer (row or block) */
+} plan;
+
+static int plan_make(fkvf_diag *d, const fkvf_reader *r, const fkvf_read_request *q, plan *p)
+{
+    if (!q)
+        return FKVF_E_INVALID_ARG;
+    if (!r->n_commits || !r->has_desc)
+        return fkvf_fail(d, FKVF_E_STATE, FKVF_NO_OFFSET, "8",
+                         "no DESC section: not a cache archive");
+    memset(p, 0, sizeof *p);
+    if (q->parts & ~(FKVF_PART_KEYS | FKVF_PART_VALUES))
+        return fkvf_fail(d, FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, NULL,
+                         "parts 0x%x: FKVF_PART_KEYS | FKVF_PART_VALUES, or 0 for both",
+                         q->parts);
+    unsigned parts = q->parts ? q->parts : FKVF_PART_KEYS | FKVF_PART_VALUES;
+    p->es = fkvf_dtype_size((int)q->dtype);
+    if (!p->es)
+        return fkvf_fail(d, FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, NULL, "dtype %d is not an FKVF_DTYPE_*",
+                         (int)q->dtype);
+    if (q->layout != FKVF_LAYOUT_ROWS && q->layout != FKVF_LAYOUT_HEADS)
+        return fkvf_fail(d, FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, NULL,
+                         "layout %d is not an FKVF_LAYOUT_*", (int)q->layout);
+    const fkvf_desc *ds = &r->desc;
+    if (q->first > r->n_positions || q->count > r->n_positions - q->first)
+        return fkvf_fail(d, FKVF_E_RANGE, FKVF_NO_OFFSET, NULL,
+                         "positions [%llu, +%llu) outside the archive's %llu",
+                         (unsigned long long)q->first, (unsigned long long)q->count,
+                         (unsigned long long)r->n_positions);
+    if (q->layer_first >= ds->n_layers || q->layer_count > ds->n_layers - q->layer_first)
+        return fkvf_fail(d, FKVF_E_RANGE, FKVF_NO_OFFSET, NULL,
+                         "layers [%u, +%u) outside the archive's %u", q->layer_first,
+                         q->layer_count, ds->n_layers);
+    if (q->head_first >= ds->n_kv_heads || q->head_count > ds->n_kv_heads - q->head_first)
+        return fkvf_fail(d, FKVF_E_RANGE, FKVF_NO_OFFSET, NULL,
+                         "heads [%u, +%u) outside the archive's %u", q->head_first, q->head_count,
+                         ds->n_kv_heads);
+    p->first = q->first;
+    p->count = q->count;
+    p->l0 = q->layer_first;
+    p->nl = q->layer_count ? q->layer_count : ds->n_layers - q->layer_first;
+    p->h0 = q->head_first;
+    p->nh = q->head_count ? q->head_count : ds->n_kv_heads - q->head_first;
+    p->keys = (parts & FKVF_PART_KEYS) != 0;
+    p->vals = (parts & FKVF_PART_VALUES) != 0;
+    p->dk = ds->key_dim;
+    p->dv = ds->value_dim;
+    p->dks = p->keys ? p->dk : 0;
+    p->dvs = p->vals ? p->dv : 0;
+    p->dt = q->dtype;
+    p->layout = q->layout;
+    /* per (layer, head) elements: at most 2 * 16384; per layer: * 1024 heads;
+     * per position: * 1024 layers: below 2^36, so only the products with the
+     * position count and the element size can overflow */
+    uint64_t per_lh = (uint64_t)p->dks + p->dvs;
+    uint64_t layer_pos = per_lh * p->nh, all, bytes;
+    size_t bytes_sz;
+    if (!fkvf_mul64(layer_pos * p->nl, p->count, &all) || !fkvf_mul64(all, p->es, &bytes) ||
+        !fkvf_tosz(bytes, &bytes_sz))
+        return fkvf_fail(d, FKVF_E_LIMIT, FKVF_NO_OFFSET, NULL,
+                         "the selection (%llu positions) does not fit in memory",
+                         (unsigned long long)p->count);
+    p->total = (size_t)all; /* <= bytes_sz */
+    if (p->layout == FKVF_LAYOUT_ROWS) {
+        p->layer_e = (size_t)layer_pos;
+        p->row_e = (size_t)layer_pos * p->nl;
+        p->vbase = (size_t)p->nh * p->dks;
+    } else {
+        p->layer_e = (size_t)(layer_pos * p->count);
+        p->vbase = (size_t)p->count * p->nh * p->dks;
+    }
+    return FKVF_OK;
+}
+
+/* Element offset in the output of the vector (position index i, selected
+ * layer li, selected head hi, kv). */
+static inline size_t out_off(const plan *p, size_t i, uint32_t li, uint32_t hi, unsigned kv)
+{
+    if (p->layout == FKVF_LAYOUT_ROWS)
+        return i * p->row_e + li * p->layer_e +
+               (kv ? p->vbase + (size_t)hi * p->dv : (size_t)hi * p->dk);
+    size_t hp = (size_t)hi * (size_t)p->count + i;
+    return li * p->layer_e + (kv ? p->vbase + hp * p->dv : hp * p->dk);
+}
+
+FKVF_API int fkvf_reader_read_size(const fkvf_reader *r, const fkvf_read_request *req,
+                                   size_t *size)
+{
+    int rc = rd_enter(r);
+    if (rc)
+        return rc;
+    if (!size)
+        return FKVF_E_INVALID_ARG;
+    plan p;
+    /* the handle's message is its only mutable part that a query may set
+     * (rd_enter clears it the same way) */
+    if ((rc = plan_make((fkvf_diag *)&r->diag, r, req, &p)))
+        return rc;
+    *size = p.total * p.es;
+    return FKVF_OK;
+}
+
+/* ---- output staging: binary32 vectors gathered into contiguous runs of the
+ * output, converted to its dtype one run at a time ------------------------- */
+
+typedef struct stage {
+    float *buf;
+    size_t cap, start, len;
+    uint8_t *out;
+    const plan *p;
+    int f16c; /* convert to f16 with F16C */
+} stage;
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define HAVE_F16C 1
+/* CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports lacks "f16c");
+ * used together with the AVX check, which covers the OS's YMM support */
+static int cpu_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
+}
+/* binary32 -> f16 with the F16C instruction, round to nearest even: the same
+ * bits as fkvf_convert for every value this file produces (finite, infinite,
+ * and quiet NaNs: sums and rotations never give a signaling NaN, the only
+ * inputs whose f16 payloads the two conversions treat differently) */
+__attribute__((target("avx,f16c"))) static void f16c_store(uint8_t *dst, const float *src,
+                                                           size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128((__m128i *)(void *)(dst + 2 * i), h);
+    }
+    if (i < n)
+        (void)fkvf_convert(FKVF_DTYPE_F16, dst + 2 * i, FKVF_DTYPE_F32, src + i, n - i);
+}
+#endif
+
+static void stage_flush(stage *s)
+{
+    if (!s->len)
+        return;
+    uint8_t *dst = s->out + s->start * s->p->es;
+#ifdef HAVE_F16C
+    if (s->f16c && s->p->dt == FKVF_DTYPE_F16) {
+        f16c_store(dst, s->buf, s->len);
+        s->len = 0;
+        return;
+    }
+#endif
+    /* valid dtypes and buffers: cannot fail */
+    (void)fkvf_convert(s->p->dt, dst, FKVF_DTYPE_F32, s->buf, s->len);
+    s->len = 0;
+}
+
+/* Room for the dim values of the output vector at element offset off. */
+static float *stage_vec(stage *s, size_t off, uint32_t dim)
+{
+    if (s->len && (off != s->start + s->len || s->len + dim > s->cap))
+        stage_flush(s);
+    if (!s->len)
+        s->start = off;
+    float *v = s->buf + s->len;
+    s->len += dim;
+    return v;
+}
+
+/* ---- exact rows ------------------------------------------------------------ */
+
+/* The row of exact position pos: the last covering EXAC section (spec 14.3). */
+static int exact_row(fkvf_reader *r, uint64_t pos, const uint8_t **row)
+{
+    for (size_t x = r->n_exact; x-- > 0;) {
+        const rd_exact *e = &r->exact[x];
+        if (e->h.first <= pos && pos - e->h.first < e->h.count) {
+            const uint8_t *b;
+            uint64_t n;
+            int rc = rd_section_bytes(r, e->sec, &b, &n);
+            if (rc)
+                return rc;
+            uint64_t off = FKVF_SUBHDR_SIZE + (pos - e->h.first) * r->row_bytes;
+            if (!fkvf_range_ok(off, r->row_bytes, n)) /* the open checked the size */
+                return FAIL(FKVF_E_CORRUPT, r->sections[e->sec].e.offset, "14.2",
+                            "EXAC section too short for position %llu",
+                            (unsigned long long)pos);
+            *row = b + off;
+            return FKVF_OK;
+        }
+    }
+    return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14", "exact position %llu not covered",
+                (unsigned long long)pos);
+}
+
+static int read_exact(fkvf_reader *r, const plan *p, uint64_t pos, uint8_t *out)
+{
+    const uint8_t *row = NULL;
+    int rc = exact_row(r, pos, &row);
+    if (rc)
+        return rc;
+    const fkvf_dtype st = r->desc.dtype;
+    const size_t se = fkvf_dtype_size((int)st), H = r->desc.n_kv_heads;
+    const size_t i = (size_t)(pos - p->first);
+    for (uint32_t li = 0; li < p->nl; li++) {
+        size_t lrow = (size_t)(p->l0 + li) * H * (p->dk + p->dv); /* elements */
+        for (unsigned kv = 0; kv < 2; kv++) {
+            if (kv ? !p->vals : !p->keys)
+                continue;
+            size_t dim = kv ? p->dv : p->dk;
+            size_t src = lrow + (kv ? H * p->dk : 0) + (size_t)p->h0 * dim;
+            if (p->layout == FKVF_LAYOUT_ROWS) {
+                (void)fkvf_convert(p->dt, out + out_off(p, i, li, 0, kv) * p->es, st,
+                                   row + src * se, p->nh * dim);
+                continue;
+            }
+            for (uint32_t hi = 0; hi < p->nh; hi++)
+                (void)fkvf_convert(p->dt, out + out_off(p, i, li, hi, kv) * p->es, st,
+                                   row + (src + hi * dim) * se, dim);
+        }
+    }
+    return FKVF_OK;
+}
+
+/* ---- archived positions ------------------------------------------------------ */
+
+static int cpu_avx(void);
+
+/* Per call scratch (one allocation). */
+typedef struct work {
+    const plan *p;
+    uint32_t ks, vs, kss, vss, sel_per; /* stages; selected stages per (layer, head) */
+    size_t nsel;                        /* selected streams */
+    size_t chunk;                       /* positions per chunk (ROWS) or block (HEADS) */
+    uint16_t *codes;                    /* ROWS [nsel][chunk]; HEADS [16][chunk] */
+    const float **tab;                  /* stage table of each selected stream */
+    const float **rowp;                 /* LAYOUT_ROWS: the rows of one position */
+    int avx;                            /* sum with 8-lane vectors */
+    uint32_t rd;                        /* rope dims (0: no rotation) */
+    double *freqs;                      /* rd / 2 */
+    double *cs;                         /* [chunk][rd]: cosines, then sines */
+    stage st;
+    void *mem;
+} work;
+
+static size_t sel_index(const work *w, uint32_t li, uint32_t hi, unsigned kv, unsigned s)
+{
+    return ((size_t)li * w->p->nh + hi) * w->sel_per + (kv ? w->kss + s : s);
+}
+
+static int work_init(fkvf_reader *r, const plan *p, work *w)
+{
+    memset(w, 0, sizeof *w);
+    w->p = p;
+    w->ks = r->cb_shape.k_stages;
+    w->vs = r->cb_shape.v_stages;
+    w->kss = p->keys ? w->ks : 0;
+    w->vss = p->vals ? w->vs : 0;
+    w->sel_per = w->kss + w->vss;
+    w->nsel = (size_t)p->nl * p->nh * w->sel_per; /* <= 2^20 * 32 */
+    w->rd = r->desc.key_storage == 1 && p->keys ? r->desc.rope_dims : 0;
+    size_t c, n_codes;
+    if (p->layout == FKVF_LAYOUT_ROWS) {
+        c = w->nsel ? CODE_BUDGET / w->nsel : MAX_CHUNK;
+        c = c < 1 ? 1 : c > MAX_CHUNK ? MAX_CHUNK : c;
+    } else {
+        c = HEADS_CHUNK;
+        if (w->rd && c > CS_BUDGET / w->rd)
+            c = CS_BUDGET / w->rd ? CS_BUDGET / w->rd : 1;
+    }
+    if (c > p->count)
+        c = (size_t)p->count;
+    n_codes = (p->layout == FKVF_LAYOUT_ROWS ? w->nsel : 16) * c;
+    w->chunk = c;
+    size_t dmax = p->dk > p->dv ? p->dk : p->dv;
+    size_t cap = p->total < STAGE_FLOATS ? p->total : STAGE_FLOATS;
+    if (cap < dmax)
+        cap = dmax;
+    /* layout: floats, doubles, pointers, codes (each part's size a multiple
+     * of 8, so every part stays aligned) */
+    size_t n_f = (cap + 1) & ~(size_t)1, n_d = w->rd ? w->rd / 2 + c * w->rd : 0;
+    size_t n_c = (n_codes + 3) & ~(size_t)3;
+    size_t bytes = n_f * sizeof(float) + n_d * sizeof(double) +
+                   2 * w->nsel * sizeof(float *) + n_c * sizeof(uint16_t);
+    uint8_t *m = fkvf_malloc(r->alloc, bytes);
+    if (!m)
+        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for %zu bytes of scratch",
+                    bytes);
+    w->mem = m;
+    w->st.buf = (float *)(void *)m;
+    w->st.cap = cap;
+    m += n_f * sizeof(float);
+    if (w->rd) {
+        w->freqs = (double *)(void *)m;
+        w->cs = w->freqs + w->rd / 2;
+        m += n_d * sizeof(double);
+    }
+    w->tab = (const float **)(void *)m;
+    m += w->nsel * sizeof(float *);
+    w->rowp = (const float **)(void *)m;
+    m += w->nsel * sizeof(float *);
+    w->avx = cpu_avx();
+#ifdef HAVE_F16C
+    w->st.f16c = w->avx && cpu_f16c();
+#endif
+    w->codes = (uint16_t *)(void *)m;
+    w->st.p = p;
+    /* the stage tables of the selected streams */
+    const fkvf_rvq *q = r->rvq;
+    for (uint32_t li = 0; li < p->nl; li++)
+        for (uint32_t hi = 0; hi < p->nh; hi++)
+            for (unsigned kv = 0; kv < 2; kv++)
+                for (unsigned s = 0; s < (kv ? w->vss : w->kss); s++)
+                    w->tab[sel_index(w, li, hi, kv, s)] =
+                        fkvf_rvq_centroids(q, p->l0 + li, p->h0 + hi, kv, s);
+    if (w->rd) {
+        /* theta^(-2i / rope_dims), as spec 8.1 and the quantizer compute it */
+        double theta = r->desc.rope_theta;
+        for (uint32_t i = 0; i < w->rd / 2; i++)
+            w->freqs[i] = pow(theta, -(double)(2 * (uint64_t)i) / (double)w->rd);
+    }
+    return FKVF_OK;
+}
+
+/* Symbols [u0, u0+n) (segment-local, n <= HEADS_CHUNK) of index stream ord
+ * of segment g as codes: the blocks holding their bytes verified first (on
+ * first touch), every code checked against k. */
+static int read_stream(fkvf_reader *r, rd_group *gr, rd_seg *g, uint64_t ord, uint64_t u0,
+                       size_t n, uint16_t *c)
+{
+    const uint32_t k = r->cb_shape.k;
+    const uint64_t sb = g->h.stream_bytes, bs = g->h.block_size;
+    const unsigned bits = gr->profile == FKVF_PROFILE_QUAD ? gr->bits : 0;
+    uint64_t lo, hi;
+    if (bits) {
+        lo = u0 * bits / 8;
+        hi = ((u0 + n) * bits + 7) / 8;
+    } else {
+        lo = u0 / gr->span * 16;
+        hi = ((u0 + n - 1) / gr->span + 1) * 16;
+    }
+    if (!fkvf_range_ok(lo, hi - lo, sb)) /* u0 + n <= the segment's symbol count */
+        return FAIL(FKVF_E_CORRUPT, r->sections[g->sec].e.offset, "11.5",
+                    "symbols [%llu, +%zu) outside the segment", (unsigned long long)u0, n);
+    uint64_t base = ord * sb; /* the segment holds n_streams * sb bytes: checked at open */
+    uint64_t b0 = base + lo, b1 = base + hi - 1;
+    if ((bs & (bs - 1)) == 0) { /* the usual power-of-two block size: no division */
+        unsigned sh = (unsigned)__builtin_ctzll(bs);
+        b0 >>= sh;
+        b1 >>= sh;
+    } else {
+        b0 /= bs;
+        b1 /= bs;
+    }
+    for (uint64_t b = b0; b <= b1; b++)
+        if (!g->block_ok[b]) {
+            int rc = rd_block_check(r, gr, g, b);
+            if (rc)
+                return rc;
+        }
+    const uint8_t *data = g->data + base;
+    int bad = 0;
+    size_t bad_i = 0;
+    uint32_t tmp[HEADS_CHUNK];
+    if (bits == 8) {
+        const uint8_t *src = data + u0;
+        for (size_t i = 0; i < n; i++)
+            c[i] = src[i];
+        for (size_t i = 0; i < n; i++)
+            if (c[i] >= k && !bad) {
+                bad = 1;
+                bad_i = i;
+                tmp[i] = c[i];
+            }
+    } else {
+        int rc;
+        if (bits == 16) {
+            const uint8_t *src = data + 2 * u0;
+            for (size_t i = 0; i < n; i++)
+                tmp[i] = fkvf_ld16(src + 2 * i);
+            rc = FKVF_OK;
+        } else if (bits) {
+            rc = fkvf_quad_decode(data, (size_t)sb, bits, u0, n, tmp);
+        } else {
+            rc = fkvf_ngon_decode(gr->ngon, data, (size_t)sb, g->h.symbol_count, u0, n, tmp, 0);
+        }
+        if (rc)
+            return FAIL(rc, g->data_fileoff + base, "11.5",
+                        "index stream %llu: symbols [%llu, +%zu) of the segment cannot be "
+                        "decoded",
+                        (unsigned long long)ord, (unsigned long long)u0, n);
+        for (size_t i = 0; i < n; i++) {
+            if (tmp[i] >= k && !bad) {
+                bad = 1;
+                bad_i = i;
+            }
+            c[i] = (uint16_t)tmp[i];
+        }
+    }
+    if (bad)
+        return FAIL(FKVF_E_SYMBOL, FKVF_NO_OFFSET, "11.8",
+                    "index stream %llu symbol %llu is %u, the codebook has k = %u",
+                    (unsigned long long)ord, (unsigned long long)(g->h.first_symbol + u0 + bad_i),
+                    tmp[bad_i], k);
+    return FKVF_OK;
+}
+
+/* Index (ordinal, spec 11.2) of the stream of selected (layer, head, kv,
+ * stage). */
+static uint64_t stream_ord(const fkvf_reader *r, const work *w, uint32_t li, uint32_t hi,
+                           unsigned kv, unsigned s)
+{
+    const plan *p = w->p;
+    return ((uint64_t)(p->l0 + li) * r->desc.n_kv_heads + p->h0 + hi) * (w->ks + w->vs) +
+           (kv ? w->ks + s : s);
+}
+
+/* LAYOUT_ROWS: codes of symbols [u0, u0+n) of every selected stream of
+ * segment g into w->codes[j * chunk + i]. */
+static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t u0, size_t n)
+{
+    const plan *p = w->p;
+    const uint64_t sb = g->h.stream_bytes, bs = g->h.block_size;
+    if (gr->profile == FKVF_PROFILE_QUAD && gr->bits == 8 && (bs & (bs - 1)) == 0 && n <= bs &&
+        fkvf_range_ok(u0, n, sb)) {
+        /* the common case inline: 8-bit symbols are the stored bytes (spec
+         * 12.1.4), a power-of-two block size of at least n bytes (so the
+         * symbols lie in at most two blocks); anything unusual (a block not
+         * verified yet, a code >= k) goes through read_stream */
+        const unsigned sh = (unsigned)__builtin_ctzll(bs);
+        const uint32_t k = r->cb_shape.k;
+        for (uint32_t li = 0; li < p->nl; li++)
+            for (uint32_t hi = 0; hi < p->nh; hi++)
+                for (unsigned kv = 0; kv < 2; kv++) {
+                    unsigned ns = kv ? w->vss : w->kss;
+                    if (!ns)
+                        continue;
+                    size_t j = sel_index(w, li, hi, kv, 0);
+                    uint64_t ord = stream_ord(r, w, li, hi, kv, 0);
+                    for (unsigned s = 0; s < ns; s++, j++, ord++) {
+                        uint64_t off = ord * sb + u0;
+                        uint16_t *c = w->codes + j * w->chunk;
+                        if (!g->block_ok[off >> sh] || !g->block_ok[(off + n - 1) >> sh]) {
+                            int rc = read_stream(r, gr, g, ord, u0, n, c);
+                            if (rc)
+                                return rc;
+                            continue;
+                        }
+                        const uint8_t *src = g->data + off;
+                        unsigned mx = 0;
+                        for (size_t i = 0; i < n; i++) {
+                            c[i] = src[i];
+                            mx = src[i] > mx ? src[i] : mx;
+                        }
+                        if (mx >= k) /* read_stream names the symbol */
+                            return read_stream(r, gr, g, ord, u0, n, c);
+                    }
+                }
+        return FKVF_OK;
+    }
+    for (uint32_t li = 0; li < p->nl; li++)
+        for (uint32_t hi = 0; hi < p->nh; hi++)
+            for (unsigned kv = 0; kv < 2; kv++)
+                for (unsigned s = 0; s < (kv ? w->vss : w->kss); s++) {
+                    size_t j = sel_index(w, li, hi, kv, s);
+                    int rc = read_stream(r, gr, g, stream_ord(r, w, li, hi, kv, s), u0, n,
+                                         w->codes + j * w->chunk);
+                    if (rc)
+                        return rc;
+                }
+    return FKVF_OK;
+}
+
+/* acc = +0.0 + row 0 + row 1 + ... in binary32, stage order (spec 13.6):
+ * per element the same additions in the same order, whatever the vector
+ * width. */
+#if defined(__GNUC__) || defined(__clang__)
+#define ACC_VEC 1
+typedef float acc_v4 __attribute__((vector_size(16)));
+#if defined(__x86_64__) || defined(__i386__)
+#define ACC_AVX 1
+typedef float acc_v8 __attribute__((vector_size(32)));
+__attribute__((target("avx"))) static void sum_vec_avx(float *acc, const float *const *rows,
+                                                       unsigned ns, uint32_t dim)
+{
+    uint32_t d = 0;
+    for (; d + 8 <= dim; d += 8) {
+        acc_v8 a = {0, 0, 0, 0, 0, 0, 0, 0}, x;
+        for (unsigned s = 0; s < ns; s++) {
+            memcpy(&x, rows[s] + d, sizeof x);
+            a += x;
+        }
+        memcpy(acc + d, &a, sizeof a);
+    }
+    for (; d < dim; d++) {
+        float a = 0.0f;
+        for (unsigned s = 0; s < ns; s++)
+            a += rows[s][d];
+        acc[d] = a;
+    }
+}
+#endif
+#endif
+
+static void sum_vec(float *acc, const float *const *rows, unsigned ns, uint32_t dim, int avx)
+{
+#ifdef ACC_AVX
+    if (avx) {
+        sum_vec_avx(acc, rows, ns, dim);
+        return;
+    }
+#endif
+    (void)avx;
+    uint32_t d = 0;
+#ifdef ACC_VEC
+    for (; d + 4 <= dim; d += 4) {
+        acc_v4 a = {0, 0, 0, 0}, x;
+        for (unsigned s = 0; s < ns; s++) {
+            memcpy(&x, rows[s] + d, sizeof x);
+            a += x;
+        }
+        memcpy(acc + d, &a, sizeof a);
+    }
+#endif
+    for (; d < dim; d++) {
+        float a = 0.0f;
+        for (unsigned s = 0; s < ns; s++)
+            a += rows[s][d];
+        acc[d] = a;
+    }
+}
+
+static int cpu_avx(void)
+{
+#ifdef ACC_AVX
+    return __builtin_cpu_supports("avx") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
+/* Rotate a reconstructed key by +angle (spec 8.1): cs = cosines then sines
+ * of the position's angles; each pair in binary64, rounded once to binary32
+ * (the quantizer's arithmetic: x0 c - x1 s, x0 s + x1 c, no fused
+ * multiply-add). */
+#ifdef ACC_AVX
+typedef double rot_v4d __attribute__((vector_size(32)));
+typedef float rot_v4f __attribute__((vector_size(16)));
+/* half-split pairs (i, i + half), four at a time: the same operations on
+ * four lanes */
+__attribute__((target("avx"))) static uint32_t rotate_half_avx(float *v, const double *cs,
+                                                                uint32_t half)
+{
+    uint32_t i = 0;
+    for (; i + 4 <= half; i += 4) {
+        rot_v4f fa, fb;
+        rot_v4d c, s;
+        memcpy(&fa, v + i, sizeof fa);
+        memcpy(&fb, v + half + i, sizeof fb);
+        memcpy(&c, cs + i, sizeof c);
+        memcpy(&s, cs + half + i, sizeof s);
+        rot_v4d x0 = __builtin_convertvector(fa, rot_v4d), x1 = __builtin_convertvector(fb, rot_v4d);
+        rot_v4d y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
+        fa = __builtin_convertvector(y0, rot_v4f);
+        fb = __builtin_convertvector(y1, rot_v4f);
+        memcpy(v + i, &fa, sizeof fa);
+        memcpy(v + half + i, &fb, sizeof fb);
+    }
+    return i;
+}
+#endif
+
+static void rotate_key(float *v, const double *cs, uint32_t rd, uint8_t layout, int avx)
+{
+    const uint32_t half = rd / 2;
+    const double *co = cs, *si = cs + half;
+    float *a = v, *b = layout == 2 ? v + half : v + 1;
+    const size_t step = layout == 2 ? 1 : 2;
+    uint32_t i = 0;
+#ifdef ACC_AVX
+    if (avx && layout == 2)
+        i = rotate_half_avx(v, cs, half);
+#else
+    (void)avx;
+#endif
+    for (; i < half; i++) {
+        double c = co[i], s = si[i];
+        double x0 = a[i * step], x1 = b[i * step];
+        a[i * step] = (float)(x0 * c - x1 * s);
+        b[i * step] = (float)(x0 * s + x1 * c);
+    }
+}
+
+static inline void prefetch_row(const float *row, uint32_t dim)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    for (size_t b = 0; b < (size_t)dim * sizeof(float); b += 64)
+        __builtin_prefetch((const char *)row + b);
+#else
+    (void)row;
+    (void)dim;
+#endif
+}
+
+/* One output vector from its stage rows. */
+static void emit(fkvf_reader *r, work *w, const float *const *rows, size_t ci, size_t i,
+                 uint32_t li, uint32_t hi, unsigned kv)
+{
+    const plan *p = w->p;
+    uint32_t dim = kv ? p->dv : p->dk;
+    float *v = stage_vec(&w->st, out_off(p, i, li, hi, kv), dim);
+    sum_vec(v, rows, kv ? w->vss : w->kss, dim, w->avx);
+    if (kv == 0 && w->rd)
+        rotate_key(v, w->cs + ci * w->rd, w->rd, r->desc.rope_layout, w->avx);
+}
+
+/* Stage rows of the selected stream j's stages for chunk position ci. */
+static void stage_rows(const work *w, size_t j0, unsigned ns, uint32_t dim, size_t ci,
+                       const float **rows, int prefetch)
+{
+    for (unsigned s = 0; s < ns; s++) {
+        rows[s] = w->tab[j0 + s] + (size_t)w->codes[(j0 + s) * w->chunk + ci] * dim;
+        if (prefetch)
+            prefetch_row(rows[s], dim);
+    }
+}
+
+/* cos and sin of the angles of positions [pos, pos+n) into w->cs */
+static void compute_cs(work *w, uint64_t pos, size_t n)
+{
+    const uint32_t half = w->rd / 2;
+    for (size_t ci = 0; ci < n; ci++) {
+        double *cs = w->cs + ci * w->rd;
+        for (uint32_t i = 0; i < half; i++) {
+            double a = (double)(pos + ci) * w->freqs[i];
+            cs[i] = cos(a);
+            cs[half + i] = sin(a);
+        }
+    }
+}
+
+/* LAYOUT_ROWS: positions [pos, pos+n) (archived; n <= chunk), codes read. */
+static void emit_rows(fkvf_reader *r, work *w, uint64_t pos, size_t n)
+{
+    const plan *p = w->p;
+    if (w->rd)
+        compute_cs(w, pos, n);
+    size_t i0 = (size_t)(pos - p->first);
+    /* per position: the rows of every selected stream first (prefetched:
+     * random rows of tables that may be anywhere in memory), then the
+     * vectors in output order, one (layer, K|V) run of heads at a time */
+    for (size_t ci = 0; ci < n; ci++) {
+        for (size_t j = 0; j < w->nsel; j += w->sel_per) {
+            stage_rows(w, j, w->kss, p->dk, ci, w->rowp + j, 1);
+            stage_rows(w, j + w->kss, w->vss, p->dv, ci, w->rowp + j + w->kss, 1);
+        }
+        for (uint32_t li = 0; li < p->nl; li++)
+            for (unsigned kv = 0; kv < 2; kv++) {
+                if (kv ? !p->vals : !p->keys)
+                    continue;
+                uint32_t dim = kv ? p->dv : p->dk;
+                unsigned ns = kv ? w->vss : w->kss;
+                size_t run = (size_t)p->nh * dim;
+                if (run > w->st.cap) {
+                    for (uint32_t hi = 0; hi < p->nh; hi++)
+                        emit(r, w, w->rowp + sel_index(w, li, hi, kv, 0), ci, i0 + ci, li, hi,
+                             kv);
+                    continue;
+                }
+                float *v = stage_vec(&w->st, out_off(p, i0 + ci, li, 0, kv), (uint32_t)run);
+                const float *const *rows = w->rowp + sel_index(w, li, 0, kv, 0);
+                for (uint32_t hi = 0; hi < p->nh; hi++, v += dim, rows += w->sel_per) {
+                    sum_vec(v, rows, ns, dim, w->avx);
+                    if (kv == 0 && w->rd)
+                        rotate_key(v, w->cs + ci * w->rd, w->rd, r->desc.rope_layout, w->avx);
+                }
+            }
+    }
+}
+
+/* The segment supplying index symbol a, from *si on (symbols only grow). */
+static rd_seg *seg_walk(fkvf_reader *r, rd_group *gr, size_t *si, uint64_t a)
+{
+    while (*si < gr->n_segs) {
+        rd_seg *g = &gr->segs[*si];
+        if (a >= g->h.first_symbol && a - g->h.first_symbol < g->count)
+            return g;
+        ++*si;
+    }
+    (void)FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "11.6",
+               "index symbol %llu beyond the streams' segments", (unsigned long long)a);
+    return NULL;
+}
+
+/* LAYOUT_HEADS: positions [pos, pos+n) (archived; n <= chunk), head by
+ * head: the head's codes for the block, then its vectors, so that its stage
+ * tables are read once per block. *si: the segment cursor. */
+static int emit_heads(fkvf_reader *r, work *w, rd_group *gr, size_t *si, uint64_t pos, size_t n)
+{
+    const plan *p = w->p;
+    const uint64_t S = r->desc.n_sinks;
+    if (w->rd)
+        compute_cs(w, pos, n);
+    size_t i0 = (size_t)(pos - p->first), si0 = *si;
+    enum { AHEAD = 4 };
+    for (uint32_t li = 0; li < p->nl; li++)
+        for (unsigned kv = 0; kv < 2; kv++) {
+            if (kv ? !p->vals : !p->keys)
+                continue;
+            unsigned ns = kv ? w->vss : w->kss;
+            uint32_t dim = kv ? p->dv : p->dk;
+            for (uint32_t hi = 0; hi < p->nh; hi++) {
+                /* codes: the block may span segments */
+                *si = si0;
+                for (size_t done = 0; ns && done < n;) {
+                    rd_seg *g = seg_walk(r, gr, si, pos + done - S);
+                    if (!g)
+                        return r->diag.code ? r->diag.code : FKVF_E_CORRUPT;
+                    uint64_t u = pos + done - S - g->h.first_symbol;
+                    size_t m = g->count - u < n - done ? (size_t)(g->count - u) : n - done;
+                    for (unsigned s = 0; s < ns; s++) {
+                        int rc = read_stream(r, gr, g, stream_ord(r, w, li, hi, kv, s), u, m,
+                                             w->codes + s * w->chunk + done);
+                        if (rc)
+                            return rc;
+                    }
+                    done += m;
+                }
+                size_t j0 = sel_index(w, li, hi, kv, 0);
+                const float *rows[16], *ahead[16];
+                for (size_t ci = 0; ci < n; ci++) {
+                    for (unsigned s = 0; s < ns; s++) {
+                        rows[s] = w->tab[j0 + s] + (size_t)w->codes[s * w->chunk + ci] * dim;
+                        if (ci + AHEAD < n) {
+                            ahead[s] = w->tab[j0 + s] +
+                                       (size_t)w->codes[s * w->chunk + ci + AHEAD] * dim;
+                            prefetch_row(ahead[s], dim);
+                        }
+                    }
+                    emit(r, w, rows, ci, i0 + ci, li, hi, kv);
+                }
+            }
+        }
+    return FKVF_OK;
+}
+
+/* Archived positions [pos, end). */
+static int read_archived(fkvf_reader *r, work *w, uint64_t pos, uint64_t end)
+{
+    const uint64_t S = r->desc.n_sinks;
+    rd_group *gr = &r->groups[FKVF_GROUP_INDEX];
+    size_t si = 0;
+    if (w->nsel) {
+        if (!gr->present || !gr->n_segs)
+            return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "11.8", "no index streams");
+        /* the segment of the first symbol, once (binary search); the later
+         * ones follow it */
+        size_t lo = 0, hi = gr->n_segs;
+        while (hi - lo > 1) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (gr->segs[mid].h.first_symbol <= pos - S)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        si = lo;
+    }
+    while (pos < end) {
+        size_t n = end - pos < w->chunk ? (size_t)(end - pos) : w->chunk;
+        if (w->p->layout == FKVF_LAYOUT_HEADS) {
+            int rc = emit_heads(r, w, gr, &si, pos, n);
+            if (rc)
+                return rc;
+        } else if (!w->nsel) { /* no stage selected: zero vectors (spec 13.6) */
+            emit_rows(r, w, pos, n);
+        } else {
+            rd_seg *g = seg_walk(r, gr, &si, pos - S);
+            if (!g)
+                return r->diag.code ? r->diag.code : FKVF_E_CORRUPT;
+            uint64_t u = pos - S - g->h.first_symbol;
+            if (g->count - u < n)
+                n = (size_t)(g->count - u);
+            int rc = read_codes(r, w, gr, g, u, n);
+            if (rc)
+                return rc;
+            emit_rows(r, w, pos, n);
+        }
+        pos += n;
+    }
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_read(fkvf_reader *r, const fkvf_read_request *req, void *out,
+                              size_t out_size)
+{
+    int rc = rd_enter(r);
+    if (rc)
+        return rc;
+    plan p;
+    if ((rc = plan_make(&r->diag, r, req, &p)))
+        return rc;
+    size_t need = p.total * p.es; /* checked by plan_make */
+    if (out_size < need || (!out && need))
+        return FAIL(FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, NULL,
+                    "output buffer of %zu bytes%s, the selection needs %zu", out ? out_size : 0,
+                    out ? "" : " (NULL)", need);
+    if (!need)
+        return FKVF_OK;
+    uint8_t *o = out;
+    const uint64_t S = r->desc.n_sinks, A = r->n_archived;
+    const uint64_t end = p.first + p.count;
+    /* archived positions [S, S + A) when A > 0 (spec 14.3) */
+    uint64_t a0 = A ? S : end, a1 = A ? S + A : end;
+    uint64_t pos = p.first;
+    work w;
+    int have_work = 0;
+    while (pos < end && rc == FKVF_OK) {
+        if (pos >= a0 && pos < a1) {
+            if (!have_work) {
+                if ((rc = rd_restore_prepare(r)) || (rc = work_init(r, &p, &w)))
+                    return rc;
+                w.st.out = o;
+                have_work = 1;
+            }
+            uint64_t stop = a1 < end ? a1 : end;
+            rc = read_archived(r, &w, pos, stop);
+            pos = stop;
+        } else {
+            rc = read_exact(r, &p, pos, o);
+            pos++;
+        }
+    }
+    if (have_work) {
+        if (rc == FKVF_OK)
+            stage_flush(&w.st);
+        fkvf_free(r->alloc, w.mem);
+    }
+    return rc;
+}

@@ -1,0 +1,12 @@
+/* Shared by restore.c and access.c (the reconstruction of archived rows). */
+#ifndef FKVF_READ_RESTORE_H
+#define FKVF_READ_RESTORE_H
+
+#include "reader_impl.h"
+
+/* The codebook as an fkvf_rvq in r->rvq (built once, on first use): the
+ * embedded CBK1, or the attached external codebook (else FKVF_E_CODEBOOK,
+ * message set). */
+int rd_restore_prepare(fkvf_reader *r);
+
+#endif
