@@ -4834,6 +4834,38 @@ START_TEST(codebook_without_stages)
 }
 END_TEST
 
+/* An index group needs a codebook even when nothing is archived (spec 11.8):
+ * the writer cannot produce one without, and the reader refuses it. */
+START_TEST(index_group_without_codebook)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    fkvf_writer *w = new_writer(&b, &m.opts);
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    fkvf_stream_spec q = {FKVF_PROFILE_QUAD, 8, 0, 0, 0};
+    RC_W(w, fkvf_writer_add_index_segment(w, &q, 0, 0, NULL, 1, 1), FKVF_E_STATE);
+    OK_W(w, fkvf_writer_add_codebooks(w, &m.cbs, m.cb_tables, m.cb_tables_size, 0));
+    OK_W(w, fkvf_writer_add_index_segment(w, &q, 0, 0, NULL, 1, 1));
+    OK_W(w, fkvf_writer_add_exact(w, 0, 5, m.rows, 5 * m.row_bytes, 0));
+    OK_W(w, fkvf_writer_set_positions(w, 5, 0));
+    OK_W(w, fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, FKVF_OPEN_STRICT, NULL));
+    fkvf_reader_free(r);
+    /* the same file without its CBK1 entry */
+    craft c;
+    fkvf_dirhdr dh = cr_from_file(&c, b.data, b.size);
+    cr_drop(&c, cr_find(&c, FKVF_SECTION_CBK1, 0));
+    cr_commit(&c, 1, 0, dh.n_positions, 0);
+    EXPECT_OPEN(&c, FKVF_E_CORRUPT, "index streams but no codebook");
+    tu_buf_free(&c.b);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
 START_TEST(codebook_file_without_desc)
 {
     model m;
@@ -6647,6 +6679,7 @@ static Suite *container_suite(void)
     tcase_add_test(t, codebook_deflated);
     tcase_add_test(t, codebook_without_stages);
     tcase_add_test(t, codebook_file_without_desc);
+    tcase_add_test(t, index_group_without_codebook);
     tcase_add_test(t, external_codebook_attach);
     tcase_add_test(t, external_codebook_attach_rejects);
     tcase_add_test(t, failed_open_handle_serves_nothing);

@@ -633,39 +633,44 @@ static int add_segment(fkvf_reader *r, size_t i)
 }
 
 /* The streams of the groups: index streams in canonical order (spec 11.2),
- * then the token stream. */
+ * then the token stream. Streams are not materialized (a tiny file can
+ * declare 2^25 of them): rd_stream_at computes one from its index. */
 static int build_streams(fkvf_reader *r)
 {
-    size_t n = 0;
-    for (int k = 0; k < 2; k++)
-        n += r->groups[k].present ? r->groups[k].n_streams : 0;
-    if (!n)
-        return FKVF_OK;
-    if (!(r->streams = fkvf_calloc(r->alloc, n, sizeof *r->streams)))
-        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for %zu streams", n);
+    r->n_streams = 0;
     for (int k = 0; k < 2; k++) {
         rd_group *g = &r->groups[k];
         if (!g->present)
             continue;
-        uint64_t per = 0;
+        g->stored_per_stream = 0;
         for (size_t i = 0; i < g->n_segs; i++)
-            per += g->segs[i].h.stream_bytes;
-        for (uint32_t o = 0; o < g->n_streams; o++) {
-            rd_stream *s = &r->streams[r->n_streams++];
-            s->g = g;
-            s->ord = o;
-            s->stored_bytes = per;
-            if (k == FKVF_GROUP_TOKENS) {
-                s->id = FKVF_STREAM_ID_TOKENS;
-                continue;
-            }
-            uint32_t per_head = (uint32_t)g->k_stages + g->v_stages;
-            uint32_t lh = o / per_head, j = o % per_head;
-            uint32_t layer = lh / r->desc.n_kv_heads, head = lh % r->desc.n_kv_heads;
-            unsigned kv = j >= g->k_stages, stage = kv ? j - g->k_stages : j;
-            s->id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, layer, head, kv, stage);
-        }
+            g->stored_per_stream += g->segs[i].h.stream_bytes;
+        r->n_streams += g->n_streams;
     }
+    return FKVF_OK;
+}
+
+int rd_stream_at(const fkvf_reader *r, size_t index, rd_stream *s)
+{
+    if (index >= r->n_streams)
+        return FKVF_E_RANGE;
+    const rd_group *ix = &r->groups[FKVF_GROUP_INDEX];
+    size_t n_index = ix->present ? ix->n_streams : 0;
+    memset(s, 0, sizeof *s);
+    if (index >= n_index) {
+        s->g = (rd_group *)&r->groups[FKVF_GROUP_TOKENS];
+        s->ord = 0;
+        s->id = FKVF_STREAM_ID_TOKENS;
+    } else {
+        s->g = (rd_group *)ix;
+        s->ord = (uint32_t)index;
+        uint32_t per_head = (uint32_t)ix->k_stages + ix->v_stages;
+        uint32_t lh = s->ord / per_head, j = s->ord % per_head;
+        uint32_t layer = lh / r->desc.n_kv_heads, head = lh % r->desc.n_kv_heads;
+        unsigned kv = j >= ix->k_stages, stage = kv ? j - ix->k_stages : j;
+        s->id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, layer, head, kv, stage);
+    }
+    s->stored_bytes = s->g->stored_per_stream;
     return FKVF_OK;
 }
 
@@ -945,6 +950,9 @@ static int load_contents(fkvf_reader *r)
         return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "13.7",
                     "%llu archived positions but no codebook section (CBK1 or CBRF)",
                     (unsigned long long)r->n_archived);
+    if (r->groups[FKVF_GROUP_INDEX].present && !r->cb_kind)
+        return FAIL(FKVF_E_CORRUPT, r->sections[r->groups[FKVF_GROUP_INDEX].segs[0].sec].e.offset,
+                    "11.8", "index streams but no codebook section (CBK1 or CBRF)");
     if (r->cb_known && (rc = check_index_streams(r, FKVF_E_CORRUPT, NULL)))
         return rc;
     /* positions (spec 14) */
@@ -1135,7 +1143,6 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
         fkvf_free(a, r->ngons[i]);
     }
     fkvf_free(a, r->ngons);
-    fkvf_free(a, r->streams);
     fkvf_free(a, r->exact);
     fkvf_free(a, r->xruns);
     fkvf_free(a, r->sections);
@@ -1384,9 +1391,10 @@ FKVF_API int fkvf_reader_stream_info(const fkvf_reader *r, size_t index, fkvf_st
     ENTER(r);
     if (!out)
         return FKVF_E_INVALID_ARG;
-    if (index >= r->n_streams)
+    rd_stream st;
+    if (rd_stream_at(r, index, &st))
         return FKVF_E_RANGE;
-    const rd_stream *s = &r->streams[index];
+    const rd_stream *s = &st;
     const rd_group *g = s->g;
     memset(out, 0, sizeof *out);
     out->id = s->id;
@@ -1412,12 +1420,23 @@ FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *
     ENTER(r);
     if (!index)
         return FKVF_E_INVALID_ARG;
-    for (size_t i = 0; i < r->n_streams; i++)
-        if (r->streams[i].id == id) {
-            *index = i;
-            return FKVF_OK;
-        }
-    return FKVF_E_NOT_FOUND;
+    const rd_group *ix = &r->groups[FKVF_GROUP_INDEX];
+    size_t n_index = ix->present ? ix->n_streams : 0;
+    if (id == FKVF_STREAM_ID_TOKENS) {
+        if (!r->groups[FKVF_GROUP_TOKENS].present)
+            return FKVF_E_NOT_FOUND;
+        *index = n_index;
+        return FKVF_OK;
+    }
+    uint32_t layer = (uint32_t)(id & 0xFFFF), head = (uint32_t)(id >> 16 & 0xFFFF);
+    unsigned kv = (unsigned)(id >> 32 & 0xFF), stage = (unsigned)(id >> 40 & 0xFF);
+    if (!ix->present || (id >> 48) != 0 || kv > 1 || layer >= r->desc.n_layers ||
+        head >= r->desc.n_kv_heads || stage >= (kv ? ix->v_stages : ix->k_stages))
+        return FKVF_E_NOT_FOUND;
+    uint32_t per_head = (uint32_t)ix->k_stages + ix->v_stages;
+    *index = ((size_t)layer * r->desc.n_kv_heads + head) * per_head +
+             (kv ? ix->k_stages + stage : stage);
+    return FKVF_OK;
 }
 
 int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b)
@@ -1567,9 +1586,10 @@ FKVF_API int fkvf_reader_stream_read(fkvf_reader *r, size_t index, uint64_t firs
     ENTER(r);
     if (!out && count)
         return FKVF_E_INVALID_ARG;
-    if (index >= r->n_streams)
+    rd_stream st;
+    if (rd_stream_at(r, index, &st))
         return FKVF_E_RANGE;
-    return stream_read_at(r, &r->streams[index], first, count, out, NULL);
+    return stream_read_at(r, &st, first, count, out, NULL);
 }
 
 FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t first,
@@ -1578,9 +1598,10 @@ FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t f
     ENTER(r);
     if (!out && count)
         return FKVF_E_INVALID_ARG;
-    if (index >= r->n_streams)
+    rd_stream st;
+    if (rd_stream_at(r, index, &st))
         return FKVF_E_RANGE;
-    rd_stream *s = &r->streams[index];
+    rd_stream *s = &st;
     if (s->g->profile == FKVF_PROFILE_QUAD ? s->g->bits > 8 : s->g->alphabet > 256)
         return fkvf_fail(&r->diag, FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, NULL,
                          "stream %016llx: symbols do not fit in a byte",
@@ -1598,9 +1619,10 @@ FKVF_API int fkvf_reader_stream_point(fkvf_reader *r, size_t index, uint64_t t, 
     ENTER(r);
     if (!out)
         return FKVF_E_INVALID_ARG;
-    if (index >= r->n_streams)
+    rd_stream st_;
+    if (rd_stream_at(r, index, &st_))
         return FKVF_E_RANGE;
-    rd_stream *st = &r->streams[index];
+    rd_stream *st = &st_;
     rd_group *s = st->g;
     if (t >= s->length)
         return FKVF_E_RANGE;

@@ -43,6 +43,7 @@ typedef struct rd_group {
     rd_seg *segs;
     size_t n_segs, cap_segs;
     uint64_t length;
+    uint64_t stored_per_stream; /* data bytes of one stream over the segments */
 } rd_group;
 
 /* A stream: one member of a group; index streams come first, in the
@@ -120,8 +121,7 @@ struct fkvf_reader {
     size_t n_xruns;
 
     rd_group groups[2]; /* FKVF_GROUP_INDEX, FKVF_GROUP_TOKENS */
-    rd_stream *streams;
-    size_t n_streams;
+    size_t n_streams;   /* index streams, then the token stream (rd_stream_at) */
 
     uint8_t *vtxs_seen; /* one bit per N with a VTXS section (spec 10.3) */
 
@@ -139,6 +139,9 @@ int rd_section_bytes(fkvf_reader *r, size_t i, const uint8_t **p, uint64_t *size
 int rd_vtxs_table(fkvf_reader *r, size_t i, double **xy, uint32_t *n);
 /* Verify block b of a segment (checksum, and for ngon every span in it). */
 int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b);
+/* Stream `index` (index streams in canonical order, then the token
+ * stream), computed from the groups; FKVF_E_RANGE beyond n_streams. */
+int rd_stream_at(const fkvf_reader *r, size_t index, rd_stream *s);
 /* Parse a STRM section's header into a segment (block flags allocated). */
 int rd_seg_init(fkvf_reader *r, size_t i, rd_seg *g);
 

@@ -164,10 +164,14 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
         }
     }
     /* index symbols below the codebook size (spec 11.8) */
-    if (r->cb_known) {
+    if (r->cb_known && r->groups[FKVF_GROUP_INDEX].present &&
+        r->groups[FKVF_GROUP_INDEX].length) {
         uint32_t buf[1024];
         for (size_t i = 0; i < r->n_streams; i++) {
-            const rd_stream *s = &r->streams[i];
+            rd_stream st;
+            if (rd_stream_at(r, i, &st))
+                break;
+            const rd_stream *s = &st;
             if ((s->id >> 56) != FKVF_STREAM_KIND_INDEX)
                 continue;
             for (uint64_t t = 0; t < s->g->length; t += 1024) {
