@@ -398,7 +398,7 @@ static void small_archive(built *a, const cfg *c, const uint32_t *sym, uint64_t 
 
 START_TEST(worked_example_quad8)
 {
-    /* the stream of spec 19.6 */
+    /* the stream of spec 20.6 */
     static const uint32_t sym[] = {7, 1, 2, 7, 1, 2, 3, 7, 1, 2, 7, 1, 2, 7, 1, 5};
     const cfg c = {FKVF_PROFILE_QUAD, 8, 0, 0};
     built a;
@@ -421,6 +421,14 @@ START_TEST(worked_example_quad8)
     ck_assert_uint_eq(out[2], 9);
     ck_assert_uint_eq(out[3], 12);
     ck_assert_uint_eq(inf.key_symbols, 16);
+    static const uint32_t q3[] = {3, 7, 1, 2}, q4[] = {0, 7};
+    ck_assert_int_eq(fkvf_search_suffix(s, q3, 4, out, 8, &nf), FKVF_OK);
+    ck_assert_uint_eq(nf, 1);
+    ck_assert_uint_eq(out[0], 9);
+    ck_assert_int_eq(fkvf_search_suffix(s, q4, 2, out, 8, &nf), FKVF_OK);
+    ck_assert_uint_eq(nf, 0); /* entry 11 (t = 0) is in the key range, and dropped */
+    ck_assert_int_eq(fkvf_search_info_get(s, &inf), FKVF_OK);
+    ck_assert_uint_eq(inf.candidates, 1);
     fkvf_match m[3];
     size_t ng;
     static const uint32_t q2[] = {3, 7, 1, 2};
@@ -776,12 +784,12 @@ START_TEST(corrupt_index)
         int open_rc, verify_rc;
         const char *clause;
     } cases[] = {
-        {dmg_swap, FKVF_OK, FKVF_E_CORRUPT, "19.3"},
-        {dmg_key, FKVF_OK, FKVF_E_CORRUPT, "19.3"},
-        {dmg_pos, FKVF_OK, FKVF_E_CORRUPT, "19.3"},
-        {dmg_hdr, FKVF_E_CORRUPT, FKVF_E_CORRUPT, "19.2"},
-        {dmg_count, FKVF_E_TRUNCATED, FKVF_E_TRUNCATED, "19.2"},
-        {dmg_id, FKVF_E_CORRUPT, FKVF_E_CORRUPT, "19.2"},
+        {dmg_swap, FKVF_OK, FKVF_E_CORRUPT, "20.3"},
+        {dmg_key, FKVF_OK, FKVF_E_CORRUPT, "20.3"},
+        {dmg_pos, FKVF_OK, FKVF_E_CORRUPT, "20.3"},
+        {dmg_hdr, FKVF_E_CORRUPT, FKVF_E_CORRUPT, "20.2"},
+        {dmg_count, FKVF_E_TRUNCATED, FKVF_E_TRUNCATED, "20.2"},
+        {dmg_id, FKVF_E_CORRUPT, FKVF_E_CORRUPT, "20.2"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         tu_buf b;
@@ -802,7 +810,7 @@ START_TEST(corrupt_index)
                     int qrc = fkvf_search_suffix(s, q, 2, out, 400, &nf);
                     if (qrc == FKVF_E_CORRUPT) {
                         found_corrupt = 1;
-                        ck_assert_ptr_nonnull(strstr(fkvf_search_message(s), "19.3"));
+                        ck_assert_ptr_nonnull(strstr(fkvf_search_message(s), "20.3"));
                         break;
                     }
                     ck_assert_int_eq(qrc, FKVF_OK);

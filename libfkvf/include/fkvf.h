@@ -532,7 +532,7 @@ FKVF_API const char *fkvf_appender_message(const fkvf_appender *a);
 /* Close; queued positions that were not committed are dropped. NULL is fine. */
 FKVF_API void fkvf_appender_free(fkvf_appender *a);
 
-/* ---- search (spec 12.1.5, 12.2.7, 19) ---------------------------------- */
+/* ---- search (spec 12.1.5, 12.2.7, 20) ---------------------------------- */
 /* Suffix search on any stream (the token stream or an index stream): the
  * archive is its own search index. Positions are stream indices t (symbol t
  * of the stream; for an index stream that is archived position S + t). The
@@ -543,7 +543,7 @@ FKVF_API void fkvf_appender_free(fkvf_appender *a);
  * block it touches is verified on first touch, spec 11.4). Without an index
  * it keeps the stream's points (quad: the packed symbols, b/8 bytes per
  * position; ngon: the symbols and the binary64 points, 20 bytes per
- * position) and scans them. With a ZIDX section for the stream (spec 19) in
+ * position) and scans them. With a ZIDX section for the stream (spec 20) in
  * effect, positions [0, n_indexed) are answered from the sorted index by
  * binary search and only the positions after it are scanned; symbols before
  * an indexed position are decoded through the reader, touching only the
@@ -557,8 +557,8 @@ typedef struct fkvf_search fkvf_search;
 
 /* The reader is borrowed and must outlive the handle. On failure *out is set
  * when a handle exists (read its message, free it). A ZIDX section that is
- * malformed is FKVF_E_CORRUPT / FKVF_E_TRUNCATED / FKVF_E_LIMIT (spec 19.2);
- * one that is stale (spec 19.4) is ignored. */
+ * malformed is FKVF_E_CORRUPT / FKVF_E_TRUNCATED / FKVF_E_LIMIT (spec 20.2);
+ * one that is stale (spec 20.4) is ignored. */
 FKVF_API int fkvf_search_open(fkvf_search **out, fkvf_reader *r, size_t stream_index,
                               unsigned flags, const fkvf_allocator *alloc);
 FKVF_API void fkvf_search_free(fkvf_search *s);
@@ -646,7 +646,7 @@ typedef struct fkvf_prefix_reuse {
 FKVF_API int fkvf_search_prefix_reuse(fkvf_reader *r, const uint32_t *prompt, size_t n,
                                       fkvf_prefix_reuse *out);
 
-/* The ZIDX index of a stream (spec 19) covering positions [0, n) with
+/* The ZIDX index of a stream (spec 20) covering positions [0, n) with
  * n = the stream's length rounded down to its alignment unit: *data (from
  * the default allocator, free with fkvf_search_buffer_free) holds the
  * section contents, *key its directory key. Add it with

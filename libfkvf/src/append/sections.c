@@ -1,5 +1,5 @@
 /* fkvf_archive_append_sections: one commit of extra sections (such as ZIDX
- * search indexes, spec 19) appended to an existing archive (spec 7.4, 7.6).
+ * search indexes, spec 20) appended to an existing archive (spec 7.4, 7.6).
  * Reads the file's state through the public reader API and writes through
  * the writer's internal resume interface, like the appender. */
 #define _POSIX_C_SOURCE 200809L

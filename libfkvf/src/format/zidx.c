@@ -1,4 +1,4 @@
-/* ZIDX search index layout (spec 19). */
+/* ZIDX search index layout (spec 20). */
 #include "format/zidx.h"
 
 #include <string.h>
@@ -19,7 +19,7 @@ int fkvf_zidx_hdr_parse(const uint8_t *p, uint64_t size, uint64_t key, uint64_t 
                         fkvf_zidx_hdr *h, fkvf_diag *d)
 {
     if (size < FKVF_ZIDX_HDR_SIZE)
-        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "19.2",
+        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "20.2",
                          "ZIDX section of %llu bytes, shorter than its 64-byte header",
                          (unsigned long long)size);
     fkvf_rd c = fkvf_rd_make(p, FKVF_ZIDX_HDR_SIZE);
@@ -34,19 +34,19 @@ int fkvf_zidx_hdr_parse(const uint8_t *p, uint64_t size, uint64_t key, uint64_t 
     h->span = fkvf_rd_u32(&c);
     const uint8_t *res = fkvf_rd_take(&c, 28);
     if (!fkvf_rd_ok(&c) || !res)
-        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "19.2", "ZIDX header truncated");
+        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "20.2", "ZIDX header truncated");
     for (int i = 0; i < 28; i++)
         if (res[i])
-            return fkvf_fail(d, FKVF_E_CORRUPT, off + 36 + (uint64_t)i, "19.2",
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 36 + (uint64_t)i, "20.2",
                              "ZIDX reserved byte %d is not zero", 36 + i);
     if (h->stream_id != key)
-        return fkvf_fail(d, FKVF_E_CORRUPT, off, "19.2",
+        return fkvf_fail(d, FKVF_E_CORRUPT, off, "20.2",
                          "ZIDX.stream_id %016llx differs from the directory key %016llx",
                          (unsigned long long)h->stream_id, (unsigned long long)key);
     if (h->profile == FKVF_PROFILE_QUAD) {
         if (h->bits < 2 || h->bits > 32 || h->bits % 2 || h->alphabet || h->span ||
             h->entry_size != FKVF_ZIDX_QUAD_ENTRY || fkvf_ld64(p + 24) != 0)
-            return fkvf_fail(d, FKVF_E_CORRUPT, off + 8, "19.2",
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 8, "20.2",
                              "ZIDX quad header: bits %u, alphabet %u, L %u, entry_size %u "
                              "(want even bits 2..32, alphabet 0, L 0, r 0, entry_size 24)",
                              h->bits, h->alphabet, h->span, h->entry_size);
@@ -54,21 +54,21 @@ int fkvf_zidx_hdr_parse(const uint8_t *p, uint64_t size, uint64_t key, uint64_t 
         if (h->bits || h->alphabet < 2 || h->alphabet > 65536 ||
             h->entry_size != FKVF_ZIDX_NGON_ENTRY || !(h->r > 0.0 && h->r <= 0.5) ||
             h->span < 1 || h->span > 44)
-            return fkvf_fail(d, FKVF_E_CORRUPT, off + 8, "19.2",
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 8, "20.2",
                              "ZIDX ngon header: bits %u, alphabet %u, r %.17g, L %u, "
                              "entry_size %u out of range",
                              h->bits, h->alphabet, h->r, h->span, h->entry_size);
     } else {
-        return fkvf_fail(d, FKVF_E_CORRUPT, off + 8, "19.2", "ZIDX.profile %u unknown",
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 8, "20.2", "ZIDX.profile %u unknown",
                          h->profile);
     }
     uint64_t want = fkvf_zidx_size(h->profile, h->n_indexed);
     if (!want)
-        return fkvf_fail(d, FKVF_E_LIMIT, off + 16, "19.2",
+        return fkvf_fail(d, FKVF_E_LIMIT, off + 16, "20.2",
                          "ZIDX.n_indexed %llu: the section would exceed 2^48 bytes",
                          (unsigned long long)h->n_indexed);
     if (size != want)
-        return fkvf_fail(d, size < want ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT, off, "19.2",
+        return fkvf_fail(d, size < want ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT, off, "20.2",
                          "ZIDX section of %llu bytes, %llu entries need %llu",
                          (unsigned long long)size, (unsigned long long)h->n_indexed,
                          (unsigned long long)want);

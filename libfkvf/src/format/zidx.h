@@ -1,4 +1,4 @@
-/* ZIDX: the optional search index of one stream (spec 19): byte layout,
+/* ZIDX: the optional search index of one stream (spec 20): byte layout,
  * header checks, and the sort keys of its entries. Pure functions; no I/O. */
 #ifndef FKVF_FORMAT_ZIDX_H
 #define FKVF_FORMAT_ZIDX_H
@@ -24,7 +24,7 @@ typedef struct fkvf_zidx_hdr {
     uint32_t span;       /* ngon L, quad 0 */
 } fkvf_zidx_hdr;
 
-/* Parse and check the header and the size of a ZIDX section (spec 19.2):
+/* Parse and check the header and the size of a ZIDX section (spec 20.2):
  * TRUNCATED, CORRUPT or LIMIT with the clause, off = section offset for the
  * message. `key` is the directory key. */
 int fkvf_zidx_hdr_parse(const uint8_t *p, uint64_t size, uint64_t key, uint64_t off,
@@ -34,7 +34,7 @@ void fkvf_zidx_hdr_write(uint8_t *p, const fkvf_zidx_hdr *h);
 /* Section size for n entries; 0 on overflow or beyond 2^48. */
 uint64_t fkvf_zidx_size(uint8_t profile, uint64_t n);
 
-/* ngon: quantize a coordinate of [-1, 1] to 32 bits (spec 19.3):
+/* ngon: quantize a coordinate of [-1, 1] to 32 bits (spec 20.3):
  * floor((v + 1) * 2^31) in binary64, clamped to [0, 2^32 - 1]; NaN -> 0. */
 uint32_t fkvf_zidx_quant(double v);
 /* Morton interleave: bit 2i = bit i of x, bit 2i+1 = bit i of y. */

@@ -1,4 +1,4 @@
-/* ZIDX search index (spec 19), reader side: segment access for the search
+/* ZIDX search index (spec 20), reader side: segment access for the search
  * module and full verification of index sections. */
 #include "read/zidx.h"
 
@@ -30,7 +30,7 @@ FKVF_API int fkvf_reader_stream_segment(const fkvf_reader *r, size_t stream_inde
     return FKVF_OK;
 }
 
-/* Is the index (section sec, n entries) in effect for stream st (19.4)? */
+/* Is the index (section sec, n entries) in effect for stream st (20.4)? */
 static int in_effect(const rd_stream *st, size_t sec, uint64_t n)
 {
     if (n > st->g->length)
@@ -58,7 +58,7 @@ static int check_one(fkvf_reader *r, size_t sec)
         if (r->streams[i].id == h.stream_id)
             si = i;
     if (si == SIZE_MAX)
-        return FAIL(FKVF_E_CORRUPT, off, "19.2", "ZIDX for stream %016llx, which does not exist",
+        return FAIL(FKVF_E_CORRUPT, off, "20.2", "ZIDX for stream %016llx, which does not exist",
                     (unsigned long long)h.stream_id);
     const rd_stream *st = &r->streams[si];
     const rd_group *g = st->g;
@@ -68,12 +68,12 @@ static int check_one(fkvf_reader *r, size_t sec)
                     : (h.alphabet == g->alphabet && h.span == g->span &&
                        memcmp(&h.r, &g->r, sizeof h.r) == 0));
     if (!same)
-        return FAIL(FKVF_E_CORRUPT, off + 8, "19.2",
+        return FAIL(FKVF_E_CORRUPT, off + 8, "20.2",
                     "ZIDX codec parameters differ from those of stream %016llx",
                     (unsigned long long)h.stream_id);
     uint32_t u = fkvf_strm_align(g->profile, g->bits, g->span);
     if (u && h.n_indexed % u)
-        return FAIL(FKVF_E_CORRUPT, off + 16, "19.2",
+        return FAIL(FKVF_E_CORRUPT, off + 16, "20.2",
                     "ZIDX.n_indexed %llu is not a multiple of the alignment unit %u",
                     (unsigned long long)h.n_indexed, u);
     int quad = h.profile == FKVF_PROFILE_QUAD;
@@ -86,7 +86,7 @@ static int check_one(fkvf_reader *r, size_t sec)
         const uint8_t *e = e0 + i * es;
         uint64_t t = fkvf_ld64(e + (quad ? 16 : 8));
         if (t >= h.n_indexed)
-            return FAIL(FKVF_E_CORRUPT, off + FKVF_ZIDX_HDR_SIZE + i * es, "19.3",
+            return FAIL(FKVF_E_CORRUPT, off + FKVF_ZIDX_HDR_SIZE + i * es, "20.3",
                         "ZIDX entry %zu: position %llu not below n_indexed %llu", i,
                         (unsigned long long)t, (unsigned long long)h.n_indexed);
         if (i) {
@@ -95,13 +95,13 @@ static int check_one(fkvf_reader *r, size_t sec)
             uint64_t ch = quad ? fkvf_ld64(e + 8) : 0, cl = fkvf_ld64(e);
             int lt = ph < ch || (ph == ch && (pl < cl || (pl == cl && pt < t)));
             if (!lt)
-                return FAIL(FKVF_E_CORRUPT, off + FKVF_ZIDX_HDR_SIZE + i * es, "19.3",
+                return FAIL(FKVF_E_CORRUPT, off + FKVF_ZIDX_HDR_SIZE + i * es, "20.3",
                             "ZIDX entry %zu is not above entry %zu in (key, position) order", i,
                             i - 1);
         }
     }
     if (!in_effect(st, sec, h.n_indexed))
-        return FKVF_OK; /* stale (19.4): its keys describe symbols since replaced */
+        return FKVF_OK; /* stale (20.4): its keys describe symbols since replaced */
     /* keys: recompute every position's point */
     uint32_t *sym = fkvf_calloc(r->alloc, n ? n : 1, sizeof *sym);
     uint8_t *pk = NULL;
@@ -145,7 +145,7 @@ static int check_one(fkvf_reader *r, size_t sec)
                  fkvf_ld64(e) == fkvf_zidx_morton32(fkvf_zidx_quant(x), fkvf_zidx_quant(y));
         }
         if (!ok) {
-            rc = FAIL(FKVF_E_CORRUPT, off + FKVF_ZIDX_HDR_SIZE + i * es, "19.3",
+            rc = FAIL(FKVF_E_CORRUPT, off + FKVF_ZIDX_HDR_SIZE + i * es, "20.3",
                       "ZIDX entry %zu: the key of position %llu differs from the stream's "
                       "point",
                       i, (unsigned long long)t);
@@ -164,10 +164,10 @@ int rd_zidx_verify(fkvf_reader *r)
         if (r->sections[i].e.type != FKVF_SECTION_ZIDX)
             continue;
         if (r->sections[i].e.flags & FKVF_SECTION_DEFLATE)
-            return FAIL(FKVF_E_CORRUPT, r->sections[i].e.offset, "19.1",
+            return FAIL(FKVF_E_CORRUPT, r->sections[i].e.offset, "20.1",
                         "ZIDX section with the DEFLATE flag");
         if (r->sections[i].e.flags & FKVF_SECTION_REQUIRED)
-            return FAIL(FKVF_E_CORRUPT, r->sections[i].e.offset, "19.1",
+            return FAIL(FKVF_E_CORRUPT, r->sections[i].e.offset, "20.1",
                         "ZIDX section with the REQUIRED flag");
         int rc = check_one(r, i);
         if (rc)

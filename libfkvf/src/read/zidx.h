@@ -1,10 +1,10 @@
-/* Reader side of the ZIDX search index (spec 19): full verification. */
+/* Reader side of the ZIDX search index (spec 20): full verification. */
 #ifndef FKVF_READ_ZIDX_H
 #define FKVF_READ_ZIDX_H
 
 #include "read/reader_impl.h"
 
-/* Check every ZIDX section (spec 19.2-19.4): header, codec parameters equal
+/* Check every ZIDX section (spec 20.2-20.4): header, codec parameters equal
  * to the stream's, entries strictly ascending, positions below n_indexed,
  * and, for an index in effect, every key (and ngon point) equal to the one
  * the stream gives. */

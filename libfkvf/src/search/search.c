@@ -29,7 +29,7 @@ struct fkvf_search {
     uint32_t alpha; /* ngon N (quad: 0 = 2^32) */
     uint64_t n;     /* stream length */
 
-    /* index in use (spec 19): entries zero-copy in the reader's memory */
+    /* index in use (spec 20): entries zero-copy in the reader's memory */
     const uint8_t *ix;
     uint64_t n_idx;
     size_t ix_sec;
@@ -251,7 +251,7 @@ static int ent_pos(fkvf_search *s, uint64_t i, uint64_t *t)
     *t = fkvf_ld64(e + (s->quad ? 16 : 8));
     if (*t >= s->n_idx)
         return fkvf_fail(&s->diag, FKVF_E_CORRUPT, s->ix_off + FKVF_ZIDX_HDR_SIZE + i * s->es,
-                         "19.3", "ZIDX entry %llu: position %llu not below n_indexed %llu",
+                         "20.3", "ZIDX entry %llu: position %llu not below n_indexed %llu",
                          (unsigned long long)i, (unsigned long long)*t,
                          (unsigned long long)s->n_idx);
     return FKVF_OK;
@@ -308,7 +308,7 @@ FKVF_API double fkvf_search_default_radius(const fkvf_search *s, size_t len)
 
 /* Index entries whose point lies within radius of (qx, qy): the cells of
  * the largest level whose size is at least 2 * radius around the query
- * point, each a contiguous range of the Morton order (spec 19.5). Calls
+ * point, each a contiguous range of the Morton order (spec 20.5). Calls
  * fn for every entry found within the radius. */
 typedef int (*hit_fn)(fkvf_search *s, uint64_t t, void *ctx);
 
@@ -735,7 +735,7 @@ static int load_ngon(fkvf_search *s)
 }
 
 /* Is ZIDX section `sec` with n_indexed n in effect for the stream (spec
- * 19.4): n <= length, and no segment that supplies a symbol below n comes
+ * 20.4): n <= length, and no segment that supplies a symbol below n comes
  * after it in section order. */
 static int index_current(fkvf_search *s, size_t sec, uint64_t n, int *ok)
 {
@@ -767,7 +767,7 @@ static int load_index(fkvf_search *s)
             si.key != s->si.id)
             continue;
         if (si.flags & FKVF_SECTION_DEFLATE)
-            return fkvf_fail(&s->diag, FKVF_E_CORRUPT, si.offset, "19.1",
+            return fkvf_fail(&s->diag, FKVF_E_CORRUPT, si.offset, "20.1",
                              "ZIDX section with the DEFLATE flag");
         const void *d;
         size_t n;
@@ -781,10 +781,10 @@ static int load_index(fkvf_search *s)
                             : (h.alphabet == s->alpha && h.span == s->si.span_symbols &&
                                memcmp(&h.r, &s->si.r, sizeof h.r) == 0));
         if (!same)
-            return fkvf_fail(&s->diag, FKVF_E_CORRUPT, si.offset + 8, "19.2",
+            return fkvf_fail(&s->diag, FKVF_E_CORRUPT, si.offset + 8, "20.2",
                              "ZIDX codec parameters differ from the stream's");
         if (s->si.align && h.n_indexed % s->si.align)
-            return fkvf_fail(&s->diag, FKVF_E_CORRUPT, si.offset + 16, "19.2",
+            return fkvf_fail(&s->diag, FKVF_E_CORRUPT, si.offset + 16, "20.2",
                              "ZIDX.n_indexed %llu is not a multiple of the stream's alignment "
                              "unit %u",
                              (unsigned long long)h.n_indexed, s->si.align);
