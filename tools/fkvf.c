@@ -24,6 +24,10 @@ static void usage_main(FILE *f)
             "  unpack ARCHIVE -o CACHE   restore every position into a raw cache file\n"
             "  train CACHE... -o FILE    train a shared codebook file\n"
             "  compare ORIG RESTORED     reconstruction error of a restored cache\n"
+            "  search ARCHIVE --tokens L suffix search: where did these symbols occur?\n"
+            "  context ARCHIVE --at T    decode the symbols before a position\n"
+            "  index ARCHIVE             append a commit with ZIDX search indexes\n"
+            "  plot ARCHIVE --stream S   PNG of a stream's chaos-game points\n"
             "\n"
             "Run '%s COMMAND --help' for a command's options.\n",
             prog, prog);
@@ -539,6 +543,7 @@ int fkvf_cli_pack(int argc, char **argv);
 int fkvf_cli_unpack(int argc, char **argv);
 int fkvf_cli_train(int argc, char **argv);
 int fkvf_cli_compare(int argc, char **argv);
+int fkvf_cli_search_main(const char *cmd, int argc, char **argv); /* fkvf_search.c */
 
 int main(int argc, char **argv)
 {
@@ -570,6 +575,9 @@ int main(int argc, char **argv)
         return fkvf_cli_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "compare"))
         return fkvf_cli_compare(argc - 2, argv + 2);
+    int src = fkvf_cli_search_main(cmd, argc - 2, argv + 2); /* search context index plot */
+    if (src >= 0)
+        return src;
     fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
     usage_main(stderr);
     return EXIT_USAGE;
