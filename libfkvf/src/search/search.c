@@ -171,6 +171,16 @@ static inline void qkey_at(const fkvf_search *s, uint64_t t, uint64_t *hi, uint6
     *hi = (m >> sh) | (c << (64 - sh));
 }
 
+/* 8-bit quad streams: the stored bytes are the symbols (spec 12.1.4), so
+ * the next position >= t whose symbol is c is a memchr away (a vectorized
+ * scan of the stored points); n when there is none. */
+static inline uint64_t next8(const fkvf_search *s, uint64_t t, uint32_t c)
+{
+    const uint8_t *d = s->pk + PAD;
+    const uint8_t *p = memchr(d + (t - s->base), (int)c, (size_t)(s->n - t));
+    return p ? s->base + (uint64_t)(p - d) : s->n;
+}
+
 /* Key of the last m symbols of q (m <= cap), zeros below. */
 static void qkey_query(const fkvf_search *s, const uint32_t *q, size_t len, size_t m, uint64_t *hi,
                        uint64_t *lo)
@@ -491,8 +501,11 @@ FKVF_API int fkvf_search_suffix(fkvf_search *s, const uint32_t *q, size_t len, u
             }
         }
         uint64_t t0 = s->scan0 > len - 1 ? s->scan0 : len - 1;
+        const uint32_t last = q[len - 1];
         if (ml == 0 && len <= m) {
             for (uint64_t t = t0; t < s->n; t++) { /* <= 64 key bits: one word */
+                if (s->b == 8 && (t = next8(s, t, last)) >= s->n)
+                    break;
                 uint64_t hi, lo;
                 qkey_at(s, t, &hi, &lo);
                 if ((hi ^ qh) & mh)
@@ -504,6 +517,8 @@ FKVF_API int fkvf_search_suffix(fkvf_search *s, const uint32_t *q, size_t len, u
             }
         } else {
             for (uint64_t t = t0; t < s->n; t++) {
+                if (s->b == 8 && (t = next8(s, t, last)) >= s->n)
+                    break;
                 uint64_t hi, lo;
                 qkey_at(s, t, &hi, &lo);
                 if (((hi ^ qh) & mh) | ((lo ^ ql) & ml))
@@ -668,6 +683,8 @@ FKVF_API int fkvf_search_longest(fkvf_search *s, const uint32_t *q, size_t len, 
     for (uint64_t t = s->scan0; t < s->n; t++) {
         uint64_t l;
         if (s->quad) {
+            if (s->b == 8 && (t = next8(s, t, q[len - 1])) >= s->n)
+                break;
             uint64_t hi, lo;
             qkey_at(s, t, &hi, &lo);
             if ((hi ^ qh) >> (64 - s->b))
