@@ -828,6 +828,101 @@ START_TEST(corrupt_index)
 }
 END_TEST
 
+/* ZIDX flags: DEFLATE is CORRUPT (spec 20.1); REQUIRED makes the section an
+ * unknown required one for the reader (SECTION, spec 4.3). */
+START_TEST(index_flags)
+{
+    const cfg c = {FKVF_PROFILE_QUAD, 8, 0, 0};
+    uint32_t sym[64];
+    for (int i = 0; i < 64; i++)
+        sym[i] = (uint32_t)(i % 5);
+    built a;
+    small_archive(&a, &c, sym, 64, 0);
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, a.b.data, a.b.size, 0, NULL), FKVF_OK);
+    void *zd;
+    size_t zs;
+    uint64_t key;
+    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key), FKVF_OK);
+    fkvf_reader_free(r);
+    tu_buf_free(&a.b);
+    for (int k = 0; k < 2; k++) {
+        tu_buf b;
+        memset(&b, 0, sizeof b);
+        fkvf_sink sink = tu_buf_sink(&b);
+        fkvf_writer_options o;
+        fkvf_writer_options_init(&o);
+        o.no_sync = 1;
+        o.required_features = FKVF_FEAT_DEFLATE;
+        fkvf_writer *w = NULL;
+        ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_OK);
+        fkvf_desc d;
+        memset(&d, 0, sizeof d);
+        d.n_layers = d.n_kv_heads = d.key_dim = d.value_dim = 1;
+        d.dtype = FKVF_DTYPE_F32;
+        ck_assert_int_eq(fkvf_writer_set_desc(w, &d), FKVF_OK);
+        fkvf_stream_spec sp = spec_of(&c);
+        put_commit(w, &sp, sym, 0, 64);
+        ck_assert_int_eq(fkvf_writer_add_section(w, FKVF_SECTION_ZIDX,
+                                                 k ? FKVF_SECTION_REQUIRED : FKVF_SECTION_DEFLATE,
+                                                 key, zd, zs),
+                         FKVF_OK);
+        ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
+        fkvf_writer_free(w);
+        r = NULL;
+        int rc = fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL);
+        if (k) {
+            ck_assert_int_eq(rc, FKVF_E_SECTION);
+        } else {
+            ck_assert_int_eq(rc, FKVF_OK);
+            fkvf_search *s = NULL;
+            ck_assert_int_eq(fkvf_search_open(&s, r, 0, 0, NULL), FKVF_E_CORRUPT);
+            ck_assert_ptr_nonnull(strstr(fkvf_search_message(s), "20.1"));
+            fkvf_search_free(s);
+            ck_assert_int_eq(fkvf_search_open(&s, r, 0, FKVF_SEARCH_NO_INDEX, NULL), FKVF_OK);
+            fkvf_search_free(s);
+            ck_assert_int_eq(fkvf_reader_verify(r), FKVF_E_CORRUPT);
+            ck_assert_ptr_nonnull(strstr(fkvf_reader_message(r), "20.1"));
+        }
+        fkvf_reader_free(r);
+        tu_buf_free(&b);
+    }
+    fkvf_search_buffer_free(zd);
+}
+END_TEST
+
+/* An empty stream: every query finds nothing; an index of zero entries. */
+START_TEST(empty_stream)
+{
+    const cfg c = {FKVF_PROFILE_QUAD, 10, 0, 0};
+    uint32_t sym[1] = {0};
+    for (int n = 0; n < 2; n++) {
+        built a;
+        uint64_t cut = (uint64_t)n;
+        build(&a, &c, sym, &cut, 1, 0);
+        fkvf_reader *r = NULL;
+        ck_assert_int_eq(fkvf_reader_open_memory(&r, a.b.data, a.b.size, 0, NULL), FKVF_OK);
+        ck_assert_int_eq(fkvf_reader_verify(r), FKVF_OK);
+        fkvf_search *s = NULL;
+        ck_assert_int_eq(fkvf_search_open(&s, r, 0, 0, NULL), FKVF_OK);
+        uint32_t q[2] = {0, 0};
+        uint64_t out[2], nf;
+        ck_assert_int_eq(fkvf_search_suffix(s, q, 1, out, 2, &nf), FKVF_OK);
+        ck_assert_uint_eq(nf, (uint64_t)n);
+        ck_assert_int_eq(fkvf_search_suffix(s, q, 2, out, 2, &nf), FKVF_OK);
+        ck_assert_uint_eq(nf, 0);
+        fkvf_match m[2];
+        size_t ng;
+        ck_assert_int_eq(fkvf_search_longest(s, q, 2, 2, m, &ng), FKVF_OK);
+        ck_assert_uint_eq(ng, (size_t)n);
+        ck_assert_int_eq(fkvf_search_suffix(s, q, 0, out, 2, &nf), FKVF_E_INVALID_ARG);
+        fkvf_search_free(s);
+        fkvf_reader_free(r);
+        tu_buf_free(&a.b);
+    }
+}
+END_TEST
+
 /* fkvf_archive_append_sections: an index commit appended to a file. */
 START_TEST(append_index_to_file)
 {
@@ -937,6 +1032,8 @@ int main(void)
     tcase_add_test(tc, stale_index_ignored);
     tcase_add_test(tc, corrupt_index);
     tcase_add_test(tc, append_index_to_file);
+    tcase_add_test(tc, index_flags);
+    tcase_add_test(tc, empty_stream);
     tcase_add_test(tc, radius_counts);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
