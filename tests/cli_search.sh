@@ -89,6 +89,12 @@ done
 check plot-bad-size 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/x.png" --size 3
 check plot-no-out 2 "$FKVF" plot "$T/q.fkvf" --stream tokens
 check plot-unwritable 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/nodir/x.png"
+# prefix reuse: the archive's own first tokens as a prompt
+"$FKVF" context "$T/q.fkvf" --at 29 --len 30 >"$T/pfx"
+check prefix 0 "$FKVF" search "$T/q.fkvf" --tokens "$(cat "$T/pfx"),4000000000" --json
+grep_in prefix-json '"prefix_len":30' "$T/out"
+check prefix-text 0 "$FKVF" search "$T/q.fkvf" --tokens "$(cat "$T/pfx")"
+grep_in prefix-text "holds the first 30 query tokens" "$T/out"
 # a query that never occurs
 check search-none 0 "$FKVF" search "$T/q.fkvf" --tokens 4000000000 --json
 grep_in search-none '"exact":{"count":0,' "$T/out"

@@ -25,7 +25,9 @@ static const char *search_help =
     "--radius the paper's plane query: points within D of the query's point,\n"
     "verified by decoding (candidates, verified, false positives).\n"
     "Positions are stream positions t; for index streams the cache position is\n"
-    "n_sinks + t.\n"
+    "n_sinks + t. For --tokens, 'prefix' is how many of the query's first tokens\n"
+    "the archive holds at the same positions: the cached rows an engine can reuse\n"
+    "for that prompt.\n"
     "\n"
     "  --k N          longest matches to show (5)\n"
     "  --radius D     plane radius; 'auto' = the bound that holds every match\n"
@@ -300,6 +302,10 @@ static int cmd_search(int argc, char **argv)
         }
         fkvf_search_info_get(s, &ic);
     }
+    /* token queries: how much of the query the archive holds at the same
+     * positions (prefix reuse for engines) */
+    fkvf_prefix_reuse pr;
+    int has_pr = id == FKVF_STREAM_ID_TOKENS && fkvf_search_prefix_reuse(r, q, qn, &pr) == FKVF_OK;
     uint64_t S = sinks_of(r, id);
     char nm_s[64];
     stream_name(id, nm_s, sizeof nm_s);
@@ -327,6 +333,8 @@ static int cmd_search(int argc, char **argv)
             printf("}");
         }
         printf("]");
+        if (has_pr)
+            printf(",\"prefix_len\":%" PRIu64, pr.prefix_len);
         if (do_rad)
             printf(",\"radius\":{\"radius\":%.17g,\"candidates\":%" PRIu64 ",\"verified\":%" PRIu64
                    ",\"false_positives\":%" PRIu64 "}",
@@ -360,6 +368,10 @@ static int cmd_search(int argc, char **argv)
             }
             printf("\n");
         }
+        if (has_pr)
+            printf("prefix      the archive holds the first %" PRIu64 " query tokens at positions "
+                   "0..%" PRIu64 " (reusable cache rows)\n",
+                   pr.prefix_len, pr.prefix_len ? pr.prefix_len - 1 : 0);
         if (do_rad)
             printf("radius      %.6g: %" PRIu64 " candidates, %" PRIu64 " verified, %" PRIu64
                    " false positives\n",
