@@ -24,7 +24,9 @@ typedef struct cfg {
 static const cfg CFGS[] = {
     {FKVF_PROFILE_QUAD, 8, 0, 0},   {FKVF_PROFILE_QUAD, 10, 0, 0},  {FKVF_PROFILE_QUAD, 32, 0, 0},
     {FKVF_PROFILE_QUAD, 2, 0, 0},   {FKVF_PROFILE_QUAD, 6, 0, 0},   {FKVF_PROFILE_NGON, 0, 4, 0},
-    {FKVF_PROFILE_NGON, 0, 16, 0},  {FKVF_PROFILE_NGON, 0, 256, 0},
+    {FKVF_PROFILE_NGON, 0, 16, 0},  {FKVF_PROFILE_NGON, 0, 256, 0}, {FKVF_PROFILE_QUAD, 4, 0, 0},
+    {FKVF_PROFILE_QUAD, 16, 0, 0},  {FKVF_PROFILE_NGON, 0, 3, 0},   {FKVF_PROFILE_NGON, 0, 64, 0},
+    {FKVF_PROFILE_NGON, 0, 256, 3},
 };
 #define NCFG (sizeof CFGS / sizeof CFGS[0])
 
