@@ -925,6 +925,59 @@ START_TEST(empty_stream)
 }
 END_TEST
 
+/* Backward decode and indexed search touch only the blocks they need: a
+ * damaged block far from them goes unnoticed, and reading it fails. */
+START_TEST(touches_only_needed_blocks)
+{
+    tu_rng rng = {31};
+    const cfg c = {FKVF_PROFILE_QUAD, 8, 0, 0};
+    uint64_t n = 2000;
+    uint32_t *sym = malloc(n * sizeof *sym);
+    for (uint64_t i = 0; i < n; i++)
+        sym[i] = tu_below(&rng, 256);
+    built a;
+    uint64_t cut = n;
+    build(&a, &c, sym, &cut, 1, 0); /* block_size 256: 8 blocks of symbols */
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, a.b.data, a.b.size, 0, NULL), FKVF_OK);
+    fkvf_archive_info ai;
+    ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);
+    uint64_t strm = 0;
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        fkvf_section_info si;
+        ck_assert_int_eq(fkvf_reader_section(r, i, &si), FKVF_OK);
+        if (si.type == FKVF_SECTION_STRM)
+            strm = si.offset;
+    }
+    fkvf_reader_free(r);
+    ck_assert_uint_gt(strm, 0);
+    /* data_off = align64(64 + 8 * 8) = 128: damage symbol 100 (block 0) */
+    a.b.data[strm + 128 + 100] ^= 0xFF;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, a.b.data, a.b.size, 0, NULL), FKVF_OK);
+    uint32_t ctx[16];
+    size_t got;
+    ck_assert_int_eq(fkvf_search_context(r, 0, 1999, 16, ctx, &got), FKVF_OK);
+    ck_assert_int_eq(memcmp(ctx, sym + 1984, sizeof ctx), 0);
+    /* the index answers a query at the end without reading block 0 */
+    fkvf_search *s = NULL;
+    ck_assert_int_eq(fkvf_search_open(&s, r, 0, 0, NULL), FKVF_OK);
+    uint64_t out[4], nf;
+    ck_assert_int_eq(fkvf_search_suffix(s, sym + 1990, 10, out, 4, &nf), FKVF_OK);
+    ck_assert_uint_ge(nf, 1);
+    ck_assert_uint_eq(out[nf - 1], 1999);
+    /* a query longer than a key whose candidate needs block 0 reports it */
+    ck_assert_int_eq(fkvf_search_suffix(s, sym + 80, 40, out, 4, &nf), FKVF_E_CHECKSUM);
+    fkvf_search_free(s);
+    ck_assert_int_eq(fkvf_search_context(r, 0, 110, 16, ctx, &got), FKVF_E_CHECKSUM);
+    /* scanning everything reads every block */
+    ck_assert_int_eq(fkvf_search_open(&s, r, 0, FKVF_SEARCH_NO_INDEX, NULL), FKVF_E_CHECKSUM);
+    fkvf_search_free(s);
+    fkvf_reader_free(r);
+    tu_buf_free(&a.b);
+    free(sym);
+}
+END_TEST
+
 /* fkvf_archive_append_sections: an index commit appended to a file. */
 START_TEST(append_index_to_file)
 {
@@ -1036,6 +1089,7 @@ int main(void)
     tcase_add_test(tc, append_index_to_file);
     tcase_add_test(tc, index_flags);
     tcase_add_test(tc, empty_stream);
+    tcase_add_test(tc, touches_only_needed_blocks);
     tcase_add_test(tc, radius_counts);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
