@@ -89,6 +89,15 @@ done
 check plot-bad-size 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/x.png" --size 3
 check plot-no-out 2 "$FKVF" plot "$T/q.fkvf" --stream tokens
 check plot-unwritable 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/nodir/x.png"
+# pack --index: the archive comes with its index (two commits), same answers
+check pack-index 0 "$FKVF" pack "$CACHE" -o "$T/pi.fkvf" $Q --index
+check pack-index-verify 0 "$FKVF" verify "$T/pi.fkvf"
+check pack-index-info 0 "$FKVF" info "$T/pi.fkvf"
+grep_in pack-index-commits "in 2 commit" "$T/out"
+check pack-index-search 0 "$FKVF" search "$T/pi.fkvf" --tokens "$(cat "$T/ctx100")" --radius auto --json
+grep_in pack-index-used '"n_indexed":2' "$T/out"
+sed 's/"n_indexed":[0-9]*,//' "$T/out" >"$T/pi-out"
+check pack-index-same 0 cmp "$T/before-q" "$T/pi-out"
 # prefix reuse: the archive's own first tokens as a prompt
 "$FKVF" context "$T/q.fkvf" --at 29 --len 30 >"$T/pfx"
 check prefix 0 "$FKVF" search "$T/q.fkvf" --tokens "$(cat "$T/pfx"),4000000000" --json

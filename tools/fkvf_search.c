@@ -456,34 +456,11 @@ out:
 
 /* ---- index -------------------------------------------------------------- */
 
-static int cmd_index(int argc, char **argv)
+/* Index the streams named (all when nid = 0) of the archive at path in one
+ * new commit. Returns an exit status; *n_out, *pos_out, *bytes_out report. */
+static int index_file(const char *path, const uint64_t *ids, size_t nid, int nosync, size_t *n_out,
+                      uint64_t *pos_out, uint64_t *bytes_out)
 {
-    if (want_help(argc, argv, index_help))
-        return XS_OK;
-    const char *path = NULL;
-    uint64_t ids[256];
-    size_t nid = 0;
-    int nosync = 0, json = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--no-sync"))
-            nosync = 1;
-        else if (!strcmp(a, "--json"))
-            json = 1;
-        else if (!strcmp(a, "--stream") && i + 1 < argc && nid < 256 &&
-                 parse_stream_name(argv[i + 1], &ids[nid]))
-            nid++, i++;
-        else if (a[0] != '-' && !path)
-            path = a;
-        else {
-            fprintf(stderr, "fkvf index: bad argument '%s'\n%s", a, index_help);
-            return XS_USAGE;
-        }
-    }
-    if (!path) {
-        fprintf(stderr, "fkvf index: give ARCHIVE\n%s", index_help);
-        return XS_USAGE;
-    }
     fkvf_reader *r = NULL;
     if (open_archive(path, &r))
         return XS_USAGE;
@@ -542,13 +519,9 @@ static int cmd_index(int argc, char **argv)
             goto out;
         }
     }
-    if (json)
-        printf("{\"streams\":%zu,\"positions\":%" PRIu64 ",\"bytes\":%" PRIu64 "}\n", n, positions,
-               bytes);
-    else
-        printf("%s: indexed %zu stream%s (the last of %" PRIu64 " positions), %" PRIu64
-               " index bytes in one new commit\n",
-               path, n, n == 1 ? "" : "s", positions, bytes);
+    *n_out = n;
+    *pos_out = positions;
+    *bytes_out = bytes;
     ret = XS_OK;
 out:
     for (size_t i = 0; i < n; i++)
@@ -556,6 +529,58 @@ out:
     free(secs);
     fkvf_reader_free(r);
     return ret;
+}
+
+/* fkvf pack --index: index every stream of a freshly written archive. */
+int fkvf_cli_index_file(const char *path, int nosync);
+int fkvf_cli_index_file(const char *path, int nosync)
+{
+    size_t n;
+    uint64_t p, b;
+    return index_file(path, NULL, 0, nosync, &n, &p, &b);
+}
+
+static int cmd_index(int argc, char **argv)
+{
+    if (want_help(argc, argv, index_help))
+        return XS_OK;
+    const char *path = NULL;
+    uint64_t ids[256];
+    size_t nid = 0;
+    int nosync = 0, json = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--no-sync"))
+            nosync = 1;
+        else if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "--stream") && i + 1 < argc && nid < 256 &&
+                 parse_stream_name(argv[i + 1], &ids[nid]))
+            nid++, i++;
+        else if (a[0] != '-' && !path)
+            path = a;
+        else {
+            fprintf(stderr, "fkvf index: bad argument '%s'\n%s", a, index_help);
+            return XS_USAGE;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "fkvf index: give ARCHIVE\n%s", index_help);
+        return XS_USAGE;
+    }
+    size_t n = 0;
+    uint64_t positions = 0, bytes = 0;
+    int ret = index_file(path, ids, nid, nosync, &n, &positions, &bytes);
+    if (ret != XS_OK)
+        return ret;
+    if (json)
+        printf("{\"streams\":%zu,\"positions\":%" PRIu64 ",\"bytes\":%" PRIu64 "}\n", n, positions,
+               bytes);
+    else
+        printf("%s: indexed %zu stream%s (the last of %" PRIu64 " positions), %" PRIu64
+               " index bytes in one new commit\n",
+               path, n, n == 1 ? "" : "s", positions, bytes);
+    return XS_OK;
 }
 
 /* ---- plot --------------------------------------------------------------- */
