@@ -283,7 +283,7 @@ static int cmd_search(int argc, char **argv)
     }
     uint64_t nf;
     size_t nm;
-    fkvf_search_info ia, ib, ic;
+    fkvf_search_info ia;
     fkvf_radius_result rr;
     memset(&rr, 0, sizeof rr);
     if ((rc = fkvf_search_suffix(s, q, qn, pos, (size_t)maxp, &nf)) ||
@@ -292,15 +292,12 @@ static int cmd_search(int argc, char **argv)
         ret = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? XS_FAIL : XS_USAGE;
         goto out;
     }
-    fkvf_search_info_get(s, &ib);
-    memset(&ic, 0, sizeof ic);
     if (do_rad) {
         if ((rc = fkvf_search_radius(s, q, qn, rad, NULL, 0, &rr))) {
             fprintf(stderr, "fkvf: %s: %s\n", path, fkvf_search_message(s));
             ret = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? XS_FAIL : XS_USAGE;
             goto out;
         }
-        fkvf_search_info_get(s, &ic);
     }
     /* token queries: how much of the query the archive holds at the same
      * positions (prefix reuse for engines) */
@@ -377,8 +374,6 @@ static int cmd_search(int argc, char **argv)
                    " false positives\n",
                    rr.radius, rr.candidates, rr.verified, rr.candidates - rr.verified);
     }
-    (void)ib;
-    (void)ic;
     ret = XS_OK;
 out:
     fkvf_search_free(s);
