@@ -8,6 +8,8 @@
 #   quant/ includes only common/
 #   append/ includes common/ and write/writer_resume.h only (read/ and quant/
 #   through fkvf.h)
+#   search/ includes common/, codec/ and format/zidx.h only (the reader
+#   through fkvf.h)
 #   tools/ include only the public header fkvf.h (and their own cacheio.h);
 #   libfkvf never includes libarchive
 # usage: check_layering.sh SRCDIR
@@ -24,6 +26,7 @@ deny format 'codec/|read/|write/|reader|writer' "may use common/ only"
 deny read 'write/|writer|quant/' "must not include the writer or quant/ internals"
 deny write 'read/|reader|quant/' "must not include the reader or quant/ internals"
 deny quant 'codec/|format/|read/|write/|reader|writer' "may use common/ only"
+deny search 'read/|write/|quant/|append/|reader|writer|format/format' "may use common/, codec/ and format/zidx.h only (the reader through fkvf.h)"
 deny append 'codec/|format/|read/|quant/|reader|write/writer\.h|write/[a-vx-z]' "may use common/ and write/writer_resume.h only"
 tools_hits=$(grep -nE '#include "' "$1"/tools/*.c | grep -v '#include "fkvf.h"' | grep -v '#include "cacheio.h"')
 if [ -n "$tools_hits" ]; then echo "layering: tools/ must use the public header only:"; echo "$tools_hits"; bad=1; fi

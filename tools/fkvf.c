@@ -28,6 +28,10 @@ static void usage_main(FILE *f)
             "                            (--create: start a new archive)\n"
             "  compact ARCHIVE -o OUT    rewrite a many-commit archive as one commit\n"
             "  recover ARCHIVE           cut off a torn tail (an append that did not complete)\n"
+            "  search ARCHIVE --tokens L suffix search: where did these symbols occur?\n"
+            "  context ARCHIVE --at T    decode the symbols before a position\n"
+            "  index ARCHIVE             append a commit with ZIDX search indexes\n"
+            "  plot ARCHIVE --stream S   PNG of a stream's chaos-game points\n"
             "\n"
             "Run '%s COMMAND --help' for a command's options.\n",
             prog, prog);
@@ -561,6 +565,7 @@ int fkvf_cli_compare(int argc, char **argv);
 int fkvf_cli_append(int argc, char **argv);
 int fkvf_cli_compact(int argc, char **argv);
 int fkvf_cli_recover(int argc, char **argv);
+int fkvf_cli_search_main(const char *cmd, int argc, char **argv); /* fkvf_search.c */
 
 int main(int argc, char **argv)
 {
@@ -598,6 +603,9 @@ int main(int argc, char **argv)
         return fkvf_cli_compact(argc - 2, argv + 2);
     if (!strcmp(cmd, "recover"))
         return fkvf_cli_recover(argc - 2, argv + 2);
+    int src = fkvf_cli_search_main(cmd, argc - 2, argv + 2); /* search context index plot */
+    if (src >= 0)
+        return src;
     fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
     usage_main(stderr);
     return EXIT_USAGE;

@@ -14,6 +14,8 @@
 #include "cacheio.h"
 #include "fkvf.h"
 
+int fkvf_cli_index_file(const char *path, int nosync); /* fkvf_search.c */
+
 /* entry points, called from fkvf.c */
 int fkvf_cli_pack(int argc, char **argv);
 int fkvf_cli_unpack(int argc, char **argv);
@@ -357,13 +359,15 @@ static const char *pack_help =
     "  --codec quad|ngon     index stream codec (quad)\n"
     "  --beam B              beam width for encoding, 1 = greedy (1)\n"
     "  --deflate             deflate the exact rows\n"
+    "  --index               also append a commit with a ZIDX search index of every\n"
+    "                        stream (as 'fkvf index' does; spec 20)\n"
     "  --model-id STR, --tokenizer-id STR   descriptor ids\n"
     "\n"
     "Exit status: 0 ok, 1 invalid input, 2 usage or I/O error.\n";
 
 typedef struct pack_opts {
     const char *in, *out, *cbfile, *model_id, *tok_id;
-    int train, ngon, deflate, f32;
+    int train, ngon, deflate, f32, index;
     uint32_t k, beam, iters;
     uint8_t ks, vs;
     uint64_t sinks, recent, seed;
@@ -394,6 +398,8 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
             return 1;
         } else if (!strcmp(a, "--train")) {
             o->train = 1;
+        } else if (!strcmp(a, "--index")) {
+            o->index = 1;
         } else if (!strcmp(a, "--deflate")) {
             o->deflate = 1;
         } else if (!strcmp(a, "--f32")) {
@@ -780,6 +786,8 @@ int fkvf_cli_pack(int argc, char **argv)
         ex = fkvf_exit(rc);
         goto out;
     }
+    if (o.index && (ex = fkvf_cli_index_file(o.out, 0)) != CLI_OK)
+        goto out; /* search index (fkvf_search.c); the archive itself is complete */
     struct stat st;
     uint64_t bytes = stat(o.out, &st) == 0 ? (uint64_t)st.st_size : 0;
     double fp16 = (double)P * (double)row_elems(c) * 2.0;

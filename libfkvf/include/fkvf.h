@@ -580,6 +580,152 @@ FKVF_API const char *fkvf_appender_message(const fkvf_appender *a);
 /* Close; queued positions that were not committed are dropped. NULL is fine. */
 FKVF_API void fkvf_appender_free(fkvf_appender *a);
 
+/* ---- search (spec 12.1.5, 12.2.7, 20) ---------------------------------- */
+/* Suffix search on any stream (the token stream or an index stream): the
+ * archive is its own search index. Positions are stream indices t (symbol t
+ * of the stream; for an index stream that is archived position S + t). The
+ * context of t is the stream's symbols ..., c[t-1], c[t]; a query q[0..len)
+ * is matched against it most recent last: q[len-1] against c[t].
+ *
+ * A search handle reads the stream through the public reader API (every
+ * block it touches is verified on first touch, spec 11.4). Without an index
+ * it keeps the stream's points (quad: the packed symbols, b/8 bytes per
+ * position; ngon: the symbols and the binary64 points, 20 bytes per
+ * position) and scans them. With a ZIDX section for the stream (spec 20) in
+ * effect, positions [0, n_indexed) are answered from the sorted index by
+ * binary search and only the positions after it are scanned; symbols before
+ * an indexed position are decoded through the reader, touching only the
+ * blocks they live in. Results are identical with and without an index. */
+typedef struct fkvf_search fkvf_search;
+
+#define FKVF_SECTION_ZIDX FKVF_FOURCC('Z', 'I', 'D', 'X')
+
+/* open flags */
+#define FKVF_SEARCH_NO_INDEX 1u /* ignore ZIDX sections: scan every position */
+
+/* The reader is borrowed and must outlive the handle. On failure *out is set
+ * when a handle exists (read its message, free it). A ZIDX section that is
+ * malformed is FKVF_E_CORRUPT / FKVF_E_TRUNCATED / FKVF_E_LIMIT (spec 20.2);
+ * one that is stale (spec 20.4) is ignored. */
+FKVF_API int fkvf_search_open(fkvf_search **out, fkvf_reader *r, size_t stream_index,
+                              unsigned flags, const fkvf_allocator *alloc);
+FKVF_API void fkvf_search_free(fkvf_search *s);
+FKVF_API const char *fkvf_search_message(const fkvf_search *s);
+
+typedef struct fkvf_search_info {
+    uint64_t length;       /* positions of the stream */
+    uint64_t n_indexed;    /* positions answered from the index in use; 0: no index */
+    uint64_t index_section;/* its fkvf_reader_section index (when n_indexed > 0) */
+    uint32_t key_symbols;  /* symbols a point determines: quad floor(128/b), ngon L */
+    uint64_t candidates;   /* last query: positions whose key or point passed the filter */
+    uint64_t verified;     /* last query: of those, positions whose symbols matched */
+} fkvf_search_info;
+FKVF_API int fkvf_search_info_get(const fkvf_search *s, fkvf_search_info *out);
+
+/* (a) Exact suffix query: the positions t with t >= len-1 and
+ * c[t-len+1 .. t] == q[0 .. len), ascending. The first min(cap, found) go
+ * to out; *n_found is the number of all of them. len >= 1 (any length: the
+ * part beyond one key is checked by decoding); a query symbol outside the
+ * stream's alphabet matches nothing. */
+FKVF_API int fkvf_search_suffix(fkvf_search *s, const uint32_t *q, size_t len, uint64_t *out,
+                                size_t cap, uint64_t *n_found);
+
+typedef struct fkvf_match {
+    uint64_t position; /* t */
+    uint64_t length;   /* matched symbols: c[t-length+1 .. t] == q[len-length .. len) */
+} fkvf_match;
+/* (b) Longest match: the k positions whose context shares the longest
+ * suffix with q (length >= 1), by length descending then position
+ * ascending; *n_out <= k. */
+FKVF_API int fkvf_search_longest(fkvf_search *s, const uint32_t *q, size_t len, size_t k,
+                                 fkvf_match *out, size_t *n_out);
+
+/* The query's point: quad the state after feeding q (the last floor(128/b)
+ * symbols, earlier digits 0), ngon ENCODE of the last min(len, L) symbols
+ * (spec 12.2.3). FKVF_E_SYMBOL for a symbol outside the alphabet. */
+FKVF_API int fkvf_search_query_point(const fkvf_search *s, const uint32_t *q, size_t len,
+                                     fkvf_point *out);
+/* The radius that is certain to hold every position whose last len symbols
+ * equal a query's, around the query point: quad sqrt(2) * 2^(-m) with m =
+ * min(len, floor(128/b)) * b / 2 bits per coordinate; ngon r^m with m =
+ * min(len, L), widened by 1e-6 relative and 1e-13 absolute for rounding. */
+FKVF_API double fkvf_search_default_radius(const fkvf_search *s, size_t len);
+
+typedef struct fkvf_radius_result {
+    double radius;       /* radius used */
+    uint64_t candidates; /* positions whose point lies within radius of the query point */
+    uint64_t verified;   /* of those, positions whose last len symbols equal q */
+} fkvf_radius_result;
+/* (c) Radius query in the plane (the paper's form): every position whose
+ * point lies within `radius` (Euclidean; quad coordinates in [0, 1), ngon
+ * in the unit disc; radius <= 0: fkvf_search_default_radius) of the query
+ * point is a candidate; candidates are verified by decoding their last len
+ * symbols. The verified positions (ascending) go to out (first cap). With
+ * the default radius the verified set equals fkvf_search_suffix's. */
+FKVF_API int fkvf_search_radius(fkvf_search *s, const uint32_t *q, size_t len, double radius,
+                                uint64_t *out, size_t cap, fkvf_radius_result *res);
+
+/* Backward decode: the n symbols before and at t, c[t+1-m .. t] with
+ * m = min(n, t+1), into out[0 .. m); *n_out = m. Touches only the blocks
+ * (quad) or spans (ngon) holding them. */
+FKVF_API int fkvf_search_context(fkvf_reader *r, size_t stream_index, uint64_t t, size_t n,
+                                 uint32_t *out, size_t *n_out);
+
+/* Prefix reuse for engines. Given a new prompt (token ids), compare it with
+ * the archive's token stream:
+ *   prefix_len: the longest prefix of the prompt that the archive holds at
+ *     the same positions (prompt[i] == token(i) for i < prefix_len). An
+ *     engine reuses the saved cache of positions [0, prefix_len) as is
+ *     (restore them, spec 14.4) and computes only the rest of the prompt;
+ *     the keys and values of a position depend only on the tokens at and
+ *     before it, so they are exactly what the engine would compute.
+ *   match_end / match_len: the longest earlier occurrence of the prompt's
+ *     last tokens: token(match_end - match_len + 1 .. match_end) ==
+ *     prompt[n - match_len .. n) (match_len 0: none). Its cached rows are
+ *     those of a different position and context, so they are not a drop-in
+ *     cache; they tell the engine where the archive saw this text before
+ *     (retrieval, speculative continuation: the tokens after match_end).
+ * FKVF_E_NOT_FOUND when the archive has no token stream. */
+typedef struct fkvf_prefix_reuse {
+    uint64_t prefix_len;
+    uint64_t match_end, match_len;
+    uint64_t archive_positions; /* length of the token stream */
+} fkvf_prefix_reuse;
+FKVF_API int fkvf_search_prefix_reuse(fkvf_reader *r, const uint32_t *prompt, size_t n,
+                                      fkvf_prefix_reuse *out);
+
+/* The ZIDX index of a stream (spec 20) covering positions [0, n) with
+ * n = the stream's length rounded down to its alignment unit: *data (from
+ * the default allocator, free with fkvf_search_buffer_free) holds the
+ * section contents, *key its directory key. Add it with
+ * fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, data, size) or
+ * fkvf_archive_append_sections. */
+FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void **data,
+                                     size_t *size, uint64_t *key);
+FKVF_API void fkvf_search_buffer_free(void *p);
+
+/* Append one commit holding the given sections to an existing archive (the
+ * archive is append-only, spec 7.4): for optional sections such as ZIDX.
+ * The positions, streams and exact rows stay those of the last commit. The
+ * file is locked like an appender's; a torn tail is FKVF_E_TORN. msg (may be
+ * NULL) receives a message on failure. */
+typedef struct fkvf_section_add {
+    uint32_t type, flags; /* flags FKVF_SECTION_*; the known types are refused */
+    uint64_t key;
+    const void *data;
+    size_t size;
+} fkvf_section_add;
+FKVF_API int fkvf_archive_append_sections(const char *path, const fkvf_section_add *secs,
+                                          size_t n, unsigned sync, char *msg, size_t msg_size);
+
+/* Effective segment i (0 .. fkvf_stream_info.n_segments - 1, ascending
+ * first_symbol) of a stream's group: the fkvf_reader_section index of its
+ * STRM section, its first_symbol and the symbols it supplies (spec 11.6). */
+FKVF_API int fkvf_reader_stream_segment(const fkvf_reader *r, size_t stream_index, size_t i,
+                                        size_t *section, uint64_t *first, uint64_t *count);
+
+/* ---- end of search ---------------------------------------------------- */
+
 /* ---- codec (spec 12), for tools, tests and benchmarks ------------------- */
 
 /* r_N of a regular N-gon (spec 12.2); uses libm (writer side). */

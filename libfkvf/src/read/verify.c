@@ -5,6 +5,7 @@
 #include "hash.h"
 #include "le.h"
 #include "reader_impl.h"
+#include "read/zidx.h"
 
 #define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
 
@@ -188,6 +189,9 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
             }
         }
     }
+    /* search indexes (spec 19) */
+    if ((rc = rd_zidx_verify(r)))
+        return rc;
     if (r->torn_bytes)
         return FAIL(FKVF_E_TORN, r->committed_size, "7.2",
                     "%llu bytes after the last valid commit: recoverable torn tail",

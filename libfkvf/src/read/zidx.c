@@ -1,0 +1,177 @@
+/* ZIDX search index (spec 20), reader side: segment access for the search
+ * module and full verification of index sections. */
+#include "read/zidx.h"
+
+#include <string.h>
+
+#include "alloc.h"
+#include "ckd.h"
+#include "format/zidx.h"
+#include "le.h"
+
+#define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
+
+FKVF_API int fkvf_reader_stream_segment(const fkvf_reader *r, size_t stream_index, size_t i,
+                                        size_t *section, uint64_t *first, uint64_t *count)
+{
+    int rc = rd_enter(r);
+    if (rc)
+        return rc;
+    if (!section || !first || !count)
+        return FKVF_E_INVALID_ARG;
+    rd_stream stv;
+    if (rd_stream_at(r, stream_index, &stv))
+        return FKVF_E_RANGE;
+    const rd_group *g = stv.g;
+    if (i >= g->n_segs)
+        return FKVF_E_RANGE;
+    *section = g->segs[i].sec;
+    *first = g->segs[i].h.first_symbol;
+    *count = g->segs[i].count;
+    return FKVF_OK;
+}
+
+/* Is the index (section sec, n entries) in effect for stream st (20.4)? */
+static int in_effect(const rd_stream *st, size_t sec, uint64_t n)
+{
+    if (n > st->g->length)
+        return 0;
+    for (size_t i = 0; i < st->g->n_segs; i++)
+        if (st->g->segs[i].h.first_symbol < n && st->g->segs[i].sec > sec)
+            return 0;
+    return 1;
+}
+
+static int check_one(fkvf_reader *r, size_t sec)
+{
+    const rd_section *rs = &r->sections[sec];
+    uint64_t off = rs->e.offset;
+    const uint8_t *p;
+    uint64_t size;
+    int rc = rd_section_bytes(r, sec, &p, &size);
+    if (rc)
+        return rc;
+    fkvf_zidx_hdr h;
+    if ((rc = fkvf_zidx_hdr_parse(p, size, rs->e.key, off, &h, &r->diag)))
+        return rc;
+    size_t si;
+    rd_stream stv;
+    if (fkvf_reader_stream_find(r, h.stream_id, &si) != FKVF_OK || rd_stream_at(r, si, &stv))
+        return fkvf_fail_replace(&r->diag, FKVF_E_CORRUPT, off, "20.2",
+                                 "ZIDX for stream %016llx, which does not exist",
+                                 (unsigned long long)h.stream_id);
+    const rd_stream *st = &stv;
+    const rd_group *g = st->g;
+    int same = h.profile == g->profile &&
+               (g->profile == FKVF_PROFILE_QUAD
+                    ? h.bits == g->bits
+                    : (h.alphabet == g->alphabet && h.span == g->span &&
+                       memcmp(&h.r, &g->r, sizeof h.r) == 0));
+    if (!same)
+        return FAIL(FKVF_E_CORRUPT, off + 8, "20.2",
+                    "ZIDX codec parameters differ from those of stream %016llx",
+                    (unsigned long long)h.stream_id);
+    uint32_t u = fkvf_strm_align(g->profile, g->bits, g->span);
+    if (u && h.n_indexed % u)
+        return FAIL(FKVF_E_CORRUPT, off + 16, "20.2",
+                    "ZIDX.n_indexed %llu is not a multiple of the alignment unit %u",
+                    (unsigned long long)h.n_indexed, u);
+    int quad = h.profile == FKVF_PROFILE_QUAD;
+    size_t es = h.entry_size, n;
+    if (!fkvf_tosz(h.n_indexed, &n))
+        return FAIL(FKVF_E_NOMEM, off, NULL, "index too large for this address space");
+    /* order and positions */
+    const uint8_t *e0 = p + FKVF_ZIDX_HDR_SIZE;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *e = e0 + i * es;
+        uint64_t t = fkvf_ld64(e + (quad ? 16 : 8));
+        if (t >= h.n_indexed)
+            return FAIL(FKVF_E_CORRUPT, off + FKVF_ZIDX_HDR_SIZE + i * es, "20.3",
+                        "ZIDX entry %zu: position %llu not below n_indexed %llu", i,
+                        (unsigned long long)t, (unsigned long long)h.n_indexed);
+        if (i) {
+            const uint8_t *f = e - es;
+            uint64_t ph = quad ? fkvf_ld64(f + 8) : 0, pl = fkvf_ld64(f), pt = fkvf_ld64(f + (quad ? 16 : 8));
+            uint64_t ch = quad ? fkvf_ld64(e + 8) : 0, cl = fkvf_ld64(e);
+            int lt = ph < ch || (ph == ch && (pl < cl || (pl == cl && pt < t)));
+            if (!lt)
+                return FAIL(FKVF_E_CORRUPT, off + FKVF_ZIDX_HDR_SIZE + i * es, "20.3",
+                            "ZIDX entry %zu is not above entry %zu in (key, position) order", i,
+                            i - 1);
+        }
+    }
+    if (!in_effect(st, sec, h.n_indexed))
+        return FKVF_OK; /* stale (20.4): its keys describe symbols since replaced */
+    /* keys: recompute every position's point */
+    uint32_t *sym = fkvf_calloc(r->alloc, n ? n : 1, sizeof *sym);
+    uint8_t *pk = NULL;
+    uint64_t bytes = 0;
+    size_t pb = 0;
+    if (!sym)
+        return FAIL(FKVF_E_NOMEM, off, NULL, "no memory to verify the index");
+    if ((rc = fkvf_reader_stream_read(r, si, 0, sym, n)))
+        goto out;
+    if (quad) {
+        if (!fkvf_quad_data_bytes(h.n_indexed, h.bits, &bytes) || !fkvf_tosz(bytes, &pb) ||
+            pb > SIZE_MAX - 64 || !(pk = fkvf_calloc(r->alloc, pb + 40, 1))) {
+            rc = FAIL(FKVF_E_NOMEM, off, NULL, "no memory to verify the index");
+            goto out;
+        }
+        if ((rc = fkvf_quad_encode(sym, n, h.bits, pk + 16, pb)))
+            goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *e = e0 + i * es;
+        uint64_t t = fkvf_ld64(e + (quad ? 16 : 8));
+        int ok;
+        if (quad) {
+            uint64_t bit = (t + 1) * h.bits; /* window [bit - 128, bit) of the data */
+            const uint8_t *q = pk + (bit >> 3);
+            unsigned sh = (unsigned)(bit & 7);
+            uint64_t a = fkvf_ld64(q), m = fkvf_ld64(q + 8), lo = a, hi = m;
+            if (sh) {
+                lo = (a >> sh) | (m << (64 - sh));
+                hi = (m >> sh) | ((uint64_t)q[16] << (64 - sh));
+            }
+            ok = lo == fkvf_ld64(e) && hi == fkvf_ld64(e + 8);
+        } else {
+            uint64_t f = t + 1 >= g->span ? t + 1 - g->span : 0;
+            double x, y;
+            fkvf_ngon_encode_span(g->ngon, sym + f, (uint32_t)(t + 1 - f), &x, &y);
+            uint64_t xb, yb;
+            memcpy(&xb, &x, 8);
+            memcpy(&yb, &y, 8);
+            ok = fkvf_ld64(e + 16) == xb && fkvf_ld64(e + 24) == yb &&
+                 fkvf_ld64(e) == fkvf_zidx_morton32(fkvf_zidx_quant(x), fkvf_zidx_quant(y));
+        }
+        if (!ok) {
+            rc = FAIL(FKVF_E_CORRUPT, off + FKVF_ZIDX_HDR_SIZE + i * es, "20.3",
+                      "ZIDX entry %zu: the key of position %llu differs from the stream's "
+                      "point",
+                      i, (unsigned long long)t);
+            goto out;
+        }
+    }
+out:
+    fkvf_free(r->alloc, sym);
+    fkvf_free(r->alloc, pk);
+    return rc;
+}
+
+int rd_zidx_verify(fkvf_reader *r)
+{
+    for (size_t i = 0; i < r->n_sections; i++) {
+        if (r->sections[i].e.type != FKVF_SECTION_ZIDX)
+            continue;
+        if (r->sections[i].e.flags & FKVF_SECTION_DEFLATE)
+            return FAIL(FKVF_E_CORRUPT, r->sections[i].e.offset, "20.1",
+                        "ZIDX section with the DEFLATE flag");
+        if (r->sections[i].e.flags & FKVF_SECTION_REQUIRED)
+            return FAIL(FKVF_E_CORRUPT, r->sections[i].e.offset, "20.1",
+                        "ZIDX section with the REQUIRED flag");
+        int rc = check_one(r, i);
+        if (rc)
+            return rc;
+    }
+    return FKVF_OK;
+}
