@@ -199,4 +199,24 @@ grep_in recover-junk-msg "not an FKVF file" "$T/err"
 check recover-missing 2 "$FKVF" recover "$T/nonexistent.fkvf"
 check append-junk 1 "$FKVF" append "$T/junk.fkvf" "$CACHE"
 
+# compact rebuilds the search indexes (spec 20) of an indexed archive in its
+# one commit, after the stream segments (else they would be stale, 20.4)
+check zx-create 0 "$FKVF" append --create "$T/zx.fkvf" "$CACHE" --codebooks "$T/cb.fkvf" --positions 0:100
+check zx-index 0 "$FKVF" index "$T/zx.fkvf"
+check zx-more 0 "$FKVF" append "$T/zx.fkvf" "$CACHE" --positions 100:200 --commit-every 16
+check zx-compact 0 "$FKVF" compact "$T/zx.fkvf" -o "$T/zxc.fkvf"
+grep_in zx-compact-msg "search index(es) rebuilt" "$T/out"
+check zx-verify 0 "$FKVF" verify "$T/zxc.fkvf" --json
+grep_in zx-verify-commits '"commits":1' "$T/out"
+"$FKVF" dump "$T/zx.fkvf" >"$T/zx.dump"; "$FKVF" dump "$T/zxc.fkvf" >"$T/zxc.dump"
+n_in=$(grep ZIDX "$T/zx.dump" | wc -l); n_out=$(grep ZIDX "$T/zxc.dump" | wc -l)
+if [ "$n_in" -gt 0 ] && [ "$n_in" = "$n_out" ]; then pass=$((pass + 1)); else echo "FAIL zx-count: $n_in ZIDX in, $n_out out"; fails=$((fails + 1)); fi
+# the rebuilt index covers all 200 positions (the old one only the first 96)
+check zx-search 0 "$FKVF" search "$T/zxc.fkvf" --tokens 1 --json
+grep_in zx-search-covered '"n_indexed":200' "$T/out"
+cp "$T/out" "$T/zx.idx.json"
+check zx-search-scan 0 "$FKVF" search "$T/zxc.fkvf" --tokens 1 --json --no-index
+sed 's/"n_indexed":[0-9]*//' "$T/zx.idx.json" >"$T/a.j"; sed 's/"n_indexed":[0-9]*//' "$T/out" >"$T/b.j"
+same zx-search-same "$T/a.j" "$T/b.j"
+
 finish cli_append

@@ -1344,6 +1344,35 @@ int fkvf_cli_compact(int argc, char **argv)
                                                (size_t)tsi.length);
         }
     }
+    /* search indexes (spec 20): rebuilt for every stream that had one, after
+     * the stream segments so that no later segment makes them stale (20.4);
+     * the streams are copied symbol for symbol, so the input's symbols give
+     * the same keys */
+    size_t n_idx = 0;
+    for (size_t i = 0; rc == FKVF_OK && i < ai.n_sections; i++) {
+        fkvf_section_info zs;
+        size_t zi;
+        if (fkvf_reader_section(r, i, &zs) != FKVF_OK || zs.type != FKVF_SECTION_ZIDX ||
+            fkvf_reader_stream_find(r, zs.key, &zi) != FKVF_OK)
+            continue;
+        int dup = 0; /* one index per stream, however many the input had */
+        for (size_t j = 0; j < i && !dup; j++) {
+            fkvf_section_info ps;
+            dup = fkvf_reader_section(r, j, &ps) == FKVF_OK && ps.type == FKVF_SECTION_ZIDX &&
+                  ps.key == zs.key;
+        }
+        if (dup)
+            continue;
+        stage = "search index";
+        void *zd = NULL;
+        size_t zn = 0;
+        uint64_t zk = 0;
+        rc = fkvf_search_index_build(r, zi, &zd, &zn, &zk);
+        if (rc == FKVF_OK)
+            rc = fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, zk, zd, zn);
+        fkvf_search_buffer_free(zd);
+        n_idx++;
+    }
     if (rc == FKVF_OK) {
         stage = "commit";
         rc = fkvf_writer_set_positions(w, P, A);
@@ -1375,6 +1404,8 @@ int fkvf_cli_compact(int argc, char **argv)
                ai.file_size ? 100.0 * (double)after / (double)ai.file_size : 0.0, P, A, n_exact);
         if (ai.torn_bytes)
             printf("%s: a torn tail of %" PRIu64 " bytes was left out\n", in, ai.torn_bytes);
+        if (n_idx)
+            printf("%s: %zu search index(es) rebuilt\n", out, n_idx);
     }
     ex = AX_OK;
 out:
