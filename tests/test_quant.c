@@ -880,6 +880,8 @@ START_TEST(rvq_decode_kernels_match_plain_reference)
         {1, 2, 40, 24, 32, 3, 2, {1, 22, 500000.0}, 1000, 530, 2}, /* 11 pairs */
         {1, 2, 40, 24, 32, 3, 2, {2, 20, 10000.0}, 77, 530, 1},    /* 10 pairs */
         {1, 1, 20, 12, 16, 2, 3, {2, 16, 1.5}, 5, 40, 1},          /* 8 pairs, tail dims */
+        {1, 2, 40, 16, 32, 2, 1, {1, 24, 10000.0}, 9, 70, 1},      /* 12 pairs, 2 plain blocks */
+        {1, 2, 44, 8, 32, 2, 1, {2, 32, 10000.0}, 11, 70, 1},      /* 16 pairs, block + tail */
         {1, 2, 10, 10, 16, 1, 1, {1, 2, 10000.0}, 3, 20, 1},       /* one pair */
     };
     const fkvf_dtype dts[3] = {FKVF_DTYPE_F16, FKVF_DTYPE_BF16, FKVF_DTYPE_F32};

@@ -614,6 +614,69 @@ static Q_FAST_TARGET void fast_sum_store(fkvf_dtype dt, const float *const *rowp
     }
 }
 
+static inline Q_FAST_TARGET __m256 fast_sum8(const float *const *rowp, unsigned ns, uint32_t d)
+{
+    __m256 a = _mm256_setzero_ps();
+    for (unsigned s = 0; s < ns; s++)
+        a = _mm256_add_ps(a, _mm256_loadu_ps(rowp[s] + d));
+    return a;
+}
+
+/* four pairs (x0[j], x1[j]) rotated by the angles of co[j], si[j] */
+static inline Q_FAST_TARGET void fast_rot4(__m128 x0f, __m128 x1f, const double *co,
+                                           const double *si, __m128 *y0, __m128 *y1)
+{
+    __m256d x0 = _mm256_cvtps_pd(x0f), x1 = _mm256_cvtps_pd(x1f);
+    __m256d c = _mm256_loadu_pd(co), sn = _mm256_loadu_pd(si);
+    *y0 = _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(x0, c), _mm256_mul_pd(x1, sn)));
+    *y1 = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(x0, sn), _mm256_mul_pd(x1, c)));
+}
+
+/* The same as fast_sum_rope_store below when the rotated components fill
+ * whole 8-lane blocks (interleaved: rd % 8 == 0; half-split: rd % 16 == 0):
+ * sums, rotation and conversion in registers, block by block. */
+static Q_FAST_TARGET void fast_sum_rope_store_blocks(fkvf_dtype dt, const float *const *rowp,
+                                                     unsigned ns, uint32_t dim, int layout,
+                                                     uint32_t rd, const double *cs,
+                                                     uint8_t *dst)
+{
+    const size_t es = fkvfq_dtype_size(dt);
+    const uint32_t half = rd / 2;
+    const double *co = cs, *si = cs + half;
+    uint32_t d = 0;
+    __m128 y0, y1, z0, z1;
+    if (layout == 1) { /* pairs (2i, 2i + 1): block d holds pairs d/2 .. d/2 + 3 */
+        const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+        const __m256i back = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for (; d < rd; d += 8) {
+            __m256 x = _mm256_permutevar8x32_ps(fast_sum8(rowp, ns, d), even);
+            fast_rot4(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1), co + d / 2,
+                      si + d / 2, &y0, &y1);
+            __m256 y = _mm256_insertf128_ps(_mm256_castps128_ps256(y0), y1, 1);
+            fast_put8(dt, _mm256_permutevar8x32_ps(y, back), dst + d * es);
+        }
+    } else { /* pairs (i, i + half): blocks d and d + half together */
+        for (; d < half; d += 8) {
+            __m256 a = fast_sum8(rowp, ns, d), b = fast_sum8(rowp, ns, d + half);
+            fast_rot4(_mm256_castps256_ps128(a), _mm256_castps256_ps128(b), co + d, si + d, &y0,
+                      &y1);
+            fast_rot4(_mm256_extractf128_ps(a, 1), _mm256_extractf128_ps(b, 1), co + d + 4,
+                      si + d + 4, &z0, &z1);
+            fast_put8(dt, _mm256_insertf128_ps(_mm256_castps128_ps256(y0), z0, 1), dst + d * es);
+            fast_put8(dt, _mm256_insertf128_ps(_mm256_castps128_ps256(y1), z1, 1),
+                      dst + (d + half) * es);
+        }
+        d = rd;
+    }
+    for (; d + 8 <= dim; d += 8)
+        fast_put8(dt, fast_sum8(rowp, ns, d), dst + d * es);
+    if (d < dim) {
+        float acc[8];
+        fast_sum_tail(rowp, ns, d, dim - d, acc);
+        fkvfq_store_portable(dt, acc, dst + d * es, dim - d);
+    }
+}
+
 /* A key before RoPE: sum_rows into acc, fkvfq_rope_rotate_f32(r, cs, 0, acc)
  * four pairs at a time (x0 c - x1 s and x0 s + x1 c in binary64, each
  * rounded once to binary32), then the conversion to dt. */
@@ -730,6 +793,8 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     const size_t m = (size_t)sh->k_stages + sh->v_stages;
 #ifdef Q_DEC_FAST
     const int kern = fast && fkvfq_cpu_avx2() && fkvfq_cpu_f16c();
+    /* the rotated components fill whole 8-lane blocks */
+    const int rd_blocks = rd && (key_rope->layout == 1 ? rd % 8 == 0 : rd % 16 == 0);
 #endif
     for (size_t i0 = 0; i0 < n_rows; i0 += Q_DCHUNK) {
         size_t nb = n_rows - i0 < Q_DCHUNK ? n_rows - i0 : Q_DCHUNK;
@@ -797,7 +862,11 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
                         uint8_t *dst = o + (i0 + i) * rb + ooff;
 #ifdef Q_DEC_FAST
                         if (kern) {
-                            if (kv == 0 && rd)
+                            if (kv == 0 && rd && rd_blocks)
+                                fast_sum_rope_store_blocks(out_dtype, rowp, ns, dim,
+                                                           key_rope->layout, rd, cs + i * rd,
+                                                           dst);
+                            else if (kv == 0 && rd)
                                 fast_sum_rope_store(out_dtype, rowp, ns, dim, key_rope->layout,
                                                     rd, cs + i * rd, acc, dst);
                             else
