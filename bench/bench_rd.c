@@ -654,8 +654,9 @@ static int run_real(const opts *o)
         }
         fkvf_rvq_free(full);
     }
-    printf("\nTraining time (CPU seconds, one thread, %d x %d training positions):", o->n_train,
-           T);
+    printf("\nTraining time (CPU seconds, one thread, %d x %d training positions; k = 4096: %d x "
+           "%d):",
+           o->n_train, T, ntr_all, T);
     for (int i = 0; i < ntrain; i++)
         printf("%s %s %.1f s", i ? ";" : "", train_name[i], train_s[i]);
     printf(".\n\n");
