@@ -3,7 +3,8 @@
  * Part 1 (real caches): the tiny engine (examples/engine) samples seeded
  * sequences from BOS at temperature 1.0 with stories260K; codebooks are
  * trained on the rows of the training sequences and evaluated on the others.
- * Per configuration: index/code bytes per archived position, ratio vs fp16,
+ * k = 4096 is trained on more sequences (--train4096). Per configuration:
+ * index/code bytes per archived position, ratio vs fp16,
  * relative MSE and SNR of keys (post-RoPE, what attention sees) and values,
  * and the mean cosine between attention outputs computed with the exact cache
  * and with the archived cache (exact window of sinks + recent positions,
@@ -11,7 +12,9 @@
  *
  * Part 2 (GPT-2-small shape, synthetic with key-channel outliers): bytes per
  * archived position, ratio, training time, encode positions/s and decode GB/s
- * of f16 output on one core for K x4 V x2, k = 256; then whole archives of
+ * of f16 output on one core for K x4 V x2, k = 256 (keys as-is and, with the
+ * same codes, keys rotated back as from a pre-RoPE archive, both layouts),
+ * next to memcpy of the same bytes; then whole archives of
  * 1,024 and 8,192 positions written through the public writer with that
  * codebook shared (CBRF) and embedded (CBK1), each checked by restoring one
  * archived position.
