@@ -3,7 +3,8 @@
  * Part 1 (real caches): the tiny engine (examples/engine) samples seeded
  * sequences from BOS at temperature 1.0 with stories260K; codebooks are
  * trained on the rows of the training sequences and evaluated on the others.
- * Per configuration: index/code bytes per archived position, ratio vs fp16,
+ * k = 4096 is trained on more sequences (--train4096). Per configuration:
+ * index/code bytes per archived position, ratio vs fp16,
  * relative MSE and SNR of keys (post-RoPE, what attention sees) and values,
  * and the mean cosine between attention outputs computed with the exact cache
  * and with the archived cache (exact window of sinks + recent positions,
@@ -11,14 +12,17 @@
  *
  * Part 2 (GPT-2-small shape, synthetic with key-channel outliers): bytes per
  * archived position, ratio, training time, encode positions/s and decode GB/s
- * of f16 output on one core for K x4 V x2, k = 256; then whole archives of
+ * of f16 output on one core for K x4 V x2, k = 256 (keys as-is and, with the
+ * same codes, keys rotated back as from a pre-RoPE archive, both layouts),
+ * next to memcpy of the same bytes; then whole archives of
  * 1,024 and 8,192 positions written through the public writer with that
  * codebook shared (CBRF) and embedded (CBK1), each checked by restoring one
  * archived position.
  *
  * Usage: bench_rd [--model PATH] [--train N] [--eval N] [--tokens T]
  *                 [--seed S] [--iters N] [--beam W] [--sinks S] [--recent W]
- *                 [--no-k1024] [--no-real] [--no-gpt2]
+ *                 [--no-k1024] [--no-k4096] [--train4096 N] [--iters4096 N]
+ *                 [--no-real] [--no-gpt2]
  *                 [--gpt2-positions N] [--gpt2-train N] [--gpt2-iters N]
  */
 #define _POSIX_C_SOURCE 200809L
@@ -48,6 +52,9 @@ typedef struct opts {
     int k1024, real, gpt2;
     size_t gpt2_positions, gpt2_train;
     unsigned gpt2_iters;
+    int k4096;            /* train and evaluate k = 4096 */
+    int n_train4096;      /* training sequences for k = 4096 (the first n_train are shared) */
+    unsigned iters4096;   /* Lloyd iterations per stage for k = 4096 */
 } opts;
 
 /* Shape of the real model's rows. */
@@ -203,8 +210,8 @@ static void eval_reference(evalset *e)
     free(att);
 }
 
-/* Fill r->k_rel, v_rel, cos from reconstructed rows (same layout as e->rows). */
-static void eval_recon(const evalset *e, const float *rc, result *r)
+/* Relative MSE of keys and of values of reconstructed rows rc against e->rows. */
+static void rel_mse(const evalset *e, const float *rc, double *k_rel, double *v_rel)
 {
     const shape *s = e->s;
     double kn = 0, ke = 0, vn = 0, ve = 0;
@@ -223,8 +230,15 @@ static void eval_recon(const evalset *e, const float *rc, result *r)
                 ve += d * d;
             }
         }
-    r->k_rel = ke / kn;
-    r->v_rel = ve / vn;
+    *k_rel = ke / kn;
+    *v_rel = ve / vn;
+}
+
+/* Fill r->k_rel, v_rel, cos from reconstructed rows (same layout as e->rows). */
+static void eval_recon(const evalset *e, const float *rc, result *r)
+{
+    const shape *s = e->s;
+    rel_mse(e, rc, &r->k_rel, &r->v_rel);
 
     const size_t qn = (size_t)s->L * (size_t)s->NQ * (size_t)s->D;
     const int group = s->NQ / s->H;
@@ -383,7 +397,7 @@ static const fkvf_rope ROPE8 = {1, 8, LM_ROPE_THETA};
 
 static fkvf_rvq *train(const shape *s, const float *rows, int n_seq, int T, uint32_t k,
                        int pooled, int k_stages, int v_stages, const fkvf_rope *rope,
-                       const opts *o, double *secs)
+                       const opts *o, unsigned iters, double *secs)
 {
     fkvf_rvq_params p;
     fkvf_rvq_params_init(&p);
@@ -395,7 +409,7 @@ static fkvf_rvq *train(const shape *s, const float *rows, int n_seq, int T, uint
     p.v_stages = (uint8_t)v_stages;
     p.pooled = (uint8_t)pooled;
     p.seed = o->seed;
-    p.max_iters = o->iters;
+    p.max_iters = iters;
     p.key_rope = rope;
     fkvf_rows *blocks = xmalloc((size_t)n_seq * sizeof *blocks);
     for (int i = 0; i < n_seq; i++) {
@@ -477,16 +491,20 @@ static int run_real(const opts *o)
     }
     const double fp16 = (double)s.RW * 2.0;
     const size_t qn = (size_t)s.L * (size_t)s.NQ * (size_t)s.D;
-    float *tr = xmalloc((size_t)o->n_train * (size_t)T * s.RW * sizeof(float));
+    /* training sequences: n_train for k <= 1024; for k = 4096 those and more */
+    const int ntr_all = o->k4096 && o->n_train4096 > o->n_train ? o->n_train4096 : o->n_train;
+    float *tr = xmalloc((size_t)ntr_all * (size_t)T * s.RW * sizeof(float));
     float *ev = xmalloc((size_t)o->n_eval * (size_t)T * s.RW * sizeof(float));
     float *qs = xmalloc((size_t)o->n_eval * (size_t)T * qn * sizeof(float));
     float *rc = xmalloc((size_t)o->n_eval * (size_t)T * s.RW * sizeof(float));
     double *ref = xmalloc((size_t)o->n_eval * (size_t)T * qn * sizeof(double));
 
     double t0 = now();
-    for (int i = 0; i < o->n_train + o->n_eval; i++) {
-        const int is_ev = i >= o->n_train;
-        const int j = is_ev ? i - o->n_train : i;
+    /* sequence i is seeded seed * 1000003 + i: training 0..n_train-1, evaluation
+     * n_train..n_train+n_eval-1, the extra k = 4096 training sequences after */
+    for (int i = 0; i < ntr_all + o->n_eval; i++) {
+        const int is_ev = i >= o->n_train && i < o->n_train + o->n_eval;
+        const int j = is_ev ? i - o->n_train : (i < o->n_train ? i : i - o->n_eval);
         float *rows = (is_ev ? ev : tr) + (size_t)j * (size_t)T * s.RW;
         if (gen_sequence(m, &s, T, o->seed * 1000003u + (uint64_t)i, rows,
                          is_ev ? qs + (size_t)j * (size_t)T * qn : NULL) != 0) {
@@ -502,6 +520,11 @@ static int run_real(const opts *o)
            "L=%d, %d KV heads, %d query heads, head dim %d; fp16 = %.0f bytes/position.\n",
            o->n_train, o->n_eval, T, (unsigned long long)o->seed, now() - t0, s.L, s.H, s.NQ,
            s.D, fp16);
+    if (o->k4096)
+        printf("k = 4096: trained on %d sequences (the %d above and %d more; %d vectors per "
+               "head, %.1f per centroid), max_iters %u.\n",
+               ntr_all, o->n_train, ntr_all - o->n_train, ntr_all * T,
+               (double)ntr_all * T / 4096.0, o->iters4096);
     fkvf_rvq_params dp;
     fkvf_rvq_params_init(&dp);
     printf("RVQ: k-means max_iters %u, %s tables and samples_per_centroid %u (library "
@@ -555,6 +578,8 @@ static int run_real(const opts *o)
     static const int ks_all[][2] = {{1, 1}, {1, 2}, {2, 1}, {2, 2}, {4, 1}, {4, 2},
                                     {4, 4}, {6, 4}, {8, 4}, {10, 10}};
     static const int ks_few[][2] = {{2, 2}, {4, 2}};
+    static const int ks_1024[][2] = {{1, 1}, {1, 2}, {2, 1}, {2, 2}, {4, 2}, {2, 4}, {4, 4}};
+    static const int ks_4096[][2] = {{1, 1}, {1, 2}, {2, 1}, {2, 2}, {2, 3}, {2, 4}};
     static const int ks_k4v2[][2] = {{4, 2}};
     static const struct {
         uint32_t k;
@@ -563,18 +588,28 @@ static int run_real(const opts *o)
         size_t nst;
     } tc[] = {
         {256, 0, 0, 4, 2, ks_all, 6},   {256, 0, 1, 10, 10, ks_all, 10},
-        {1024, 0, 0, 4, 2, ks_few, 2},  {1024, 0, 1, 4, 2, ks_few, 2},
-        {256, 1, 0, 4, 2, ks_k4v2, 1},  {256, 1, 1, 4, 2, ks_k4v2, 1},
+        {1024, 0, 0, 4, 2, ks_few, 2},  {1024, 0, 1, 4, 4, ks_1024, 7},
+        {4096, 0, 1, 2, 4, ks_4096, 6}, {256, 1, 0, 4, 2, ks_k4v2, 1},
+        {256, 1, 1, 4, 2, ks_k4v2, 1},
     };
+    /* value SNR against value bits per dimension: V x1..4 of the per-head
+     * pre-RoPE trainings (values do not depend on the key mode) */
+    double vrel[3][5];
+    int vk_done[3] = {0, 0, 0};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 5; b++)
+            vrel[a][b] = NAN;
     for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++) {
-        if (tc[i].k == 1024 && !o->k1024)
+        if ((tc[i].k == 1024 && !o->k1024) || (tc[i].k == 4096 && !o->k4096))
             continue;
         const fkvf_rope *rope = tc[i].prerope ? &ROPE8 : NULL;
         const char *keys = tc[i].prerope ? "pre-RoPE" : "as-is";
         const char *kind = tc[i].pooled ? "pooled" : "per-head";
         double secs;
-        fkvf_rvq *full = train(&s, tr, o->n_train, T, tc[i].k, tc[i].pooled, tc[i].kmax,
-                               tc[i].vmax, rope, o, &secs);
+        const int big = tc[i].k == 4096;
+        fkvf_rvq *full = train(&s, tr, big ? ntr_all : o->n_train, T, tc[i].k, tc[i].pooled,
+                               tc[i].kmax, tc[i].vmax, rope, o, big ? o->iters4096 : o->iters,
+                               &secs);
         static char names[8][64];
         snprintf(names[ntrain], sizeof names[ntrain], "%s k=%u keys %s (K x%d V x%d)", kind,
                  (unsigned)tc[i].k, keys, tc[i].kmax, tc[i].vmax);
@@ -605,10 +640,26 @@ static int run_real(const opts *o)
             }
             fkvf_rvq_free(q);
         }
+        const int vi = tc[i].k == 256 ? 0 : tc[i].k == 1024 ? 1 : 2;
+        if (!tc[i].pooled && tc[i].prerope) {
+            for (int v = 1; v <= 4 && v <= tc[i].vmax; v++) {
+                fkvf_rvq *q = NULL;
+                if (fkvf_rvq_subset(&q, full, 0, (unsigned)v) != FKVF_OK) {
+                    fprintf(stderr, "bench_rd: fkvf_rvq_subset failed\n");
+                    return 1;
+                }
+                double secs2, krel;
+                rvq_recon(q, NULL, 1, &s, ev, o->n_eval, T, rc, &secs2);
+                rel_mse(&e, rc, &krel, &vrel[vi][v]);
+                fkvf_rvq_free(q);
+            }
+            vk_done[vi] = 1;
+        }
         fkvf_rvq_free(full);
     }
-    printf("\nTraining time (CPU seconds, one thread, %d x %d training positions):", o->n_train,
-           T);
+    printf("\nTraining time (CPU seconds, one thread, %d x %d training positions; k = 4096: %d x "
+           "%d):",
+           o->n_train, T, ntr_all, T);
     for (int i = 0; i < ntrain; i++)
         printf("%s %s %.1f s", i ? ";" : "", train_name[i], train_s[i]);
     printf(".\n\n");
@@ -639,6 +690,21 @@ static int run_real(const opts *o)
     }
     printf("- per-head RVQ beats every scalar peer at equal or fewer bytes: %s\n",
            all ? "yes" : "NO");
+    for (int i = 0; i < nres; i++) {
+        if (res[i].kind != 2 || strncmp(res[i].name, "int4", 4) != 0)
+            continue;
+        printf("- RVQ rows at <= %.0f bytes with a higher attention cosine than %s (%.5f):",
+               res[i].bytes, res[i].name, res[i].cos);
+        int any = 0;
+        for (int j = 0; j < nres; j++)
+            if (res[j].kind != 2 && res[j].bytes <= res[i].bytes + 1e-9 &&
+                res[j].cos > res[i].cos) {
+                printf("%s %s (%.0f B, %.5f)", any ? ";" : "", res[j].name, res[j].bytes,
+                       res[j].cos);
+                any = 1;
+            }
+        printf("%s\n", any ? "" : " none");
+    }
     int pr = -1;
     for (int j = 0; j < nres; j++)
         if (strstr(res[j].name, "RVQ per-head k=256 K x4 V x2, keys pre-RoPE") &&
@@ -650,6 +716,36 @@ static int run_real(const opts *o)
                 printf("- pre-RoPE K x4 V x2 (%.2fx, cos %.5f) vs %s (%.2fx, cos %.5f): %s\n",
                        fp16 / res[pr].bytes, res[pr].cos, res[i].name, fp16 / res[i].bytes,
                        res[i].cos, res[pr].cos > res[i].cos ? "RVQ better" : "RVQ NOT better");
+    printf("\n");
+
+    /* value SNR against bits per value dimension */
+    const double vdims = (double)s.L * (double)s.H * (double)s.D;
+    printf("Value SNR against value bits per dimension (Gaussian rate-distortion reference: "
+           "6.02 dB per bit per dimension for an i.i.d. Gaussian source):\n\n");
+    printf("| values | bits/dim | V rel MSE | V SNR dB | Gaussian reference dB | SNR - "
+           "reference dB |\n|---|---|---|---|---|---|\n");
+    static const uint32_t vk[3] = {256, 1024, 4096};
+    for (int vi = 0; vi < 3; vi++) {
+        if (!vk_done[vi])
+            continue;
+        double lg = 0;
+        for (uint32_t kk = vk[vi]; kk > 1; kk >>= 1)
+            lg += 1;
+        for (int v = 1; v <= 4; v++) {
+            const double b = (double)v * lg / (double)s.D;
+            printf("| RVQ per-head k=%u V x%d | %.2f | %.4f | %.2f | %.2f | %+.2f |\n",
+                   (unsigned)vk[vi], v, b, vrel[vi][v], snr_db(vrel[vi][v]), 6.02 * b,
+                   snr_db(vrel[vi][v]) - 6.02 * b);
+        }
+    }
+    for (int i = 0; i < nres; i++) {
+        if (res[i].kind != 2)
+            continue;
+        /* every scalar peer spends the same bytes on keys and on values */
+        const double b = res[i].bytes / 2.0 * 8.0 / vdims;
+        printf("| %s | %.2f | %.4f | %.2f | %.2f | %+.2f |\n", res[i].name, b, res[i].v_rel,
+               snr_db(res[i].v_rel), 6.02 * b, snr_db(res[i].v_rel) - 6.02 * b);
+    }
     printf("\n");
 
     free(tr);
@@ -975,6 +1071,14 @@ static int run_gpt2(const opts *o)
     uint16_t *dec = xmalloc(n * rw * 2);
     fkvf_rows rows = {ev, n, FKVF_DTYPE_F16, 0};
     double enc_best = INFINITY, dec_best = INFINITY, enc_cpu = INFINITY, dec_cpu = INFINITY;
+    /* decode of the same codes with keys rotated back (what a pre-RoPE
+     * archive costs; the tables here were trained on keys as-is, so only
+     * the time means something), and memcpy of the same f16 bytes */
+    static const fkvf_rope rope64[2] = {{2, 64, 10000.0}, {1, 64, 10000.0}};
+    double rdec_best[2] = {INFINITY, INFINITY}, rdec_cpu[2] = {INFINITY, INFINITY};
+    double mc_best = INFINITY, mc_cpu = INFINITY;
+    uint16_t *mc_src = xmalloc(n * rw * 2);
+    memcpy(mc_src, ev, n * rw * 2);
     for (int rep = 0; rep < 3; rep++) {
         t0 = now();
         c0 = cpu_now();
@@ -985,6 +1089,10 @@ static int run_gpt2(const opts *o)
             enc_best = dt;
         if (dc < enc_cpu)
             enc_cpu = dc;
+    }
+    /* decode: the three variants and memcpy interleaved, best of 5 each */
+    for (int rep = 0; rep < 5; rep++) {
+        double dt, dc;
         t0 = now();
         c0 = cpu_now();
         if (fkvf_rvq_decode(q, codes, cpp, 1, n, 0, NULL, FKVF_DTYPE_F16, dec, n * rw * 2) !=
@@ -996,7 +1104,36 @@ static int run_gpt2(const opts *o)
             dec_best = dt;
         if (dc < dec_cpu)
             dec_cpu = dc;
+        for (int ri = 0; ri < 2; ri++) {
+            t0 = now();
+            c0 = cpu_now();
+            if (fkvf_rvq_decode(q, codes, cpp, 1, n, 0, &rope64[ri], FKVF_DTYPE_F16, dec,
+                                n * rw * 2) != FKVF_OK)
+                return 1;
+            dt = now() - t0;
+            dc = cpu_now() - c0;
+            if (dt < rdec_best[ri])
+                rdec_best[ri] = dt;
+            if (dc < rdec_cpu[ri])
+                rdec_cpu[ri] = dc;
+        }
+        for (int mr = 0; mr < 2; mr++) {
+            t0 = now();
+            c0 = cpu_now();
+            memcpy(dec, mc_src, n * rw * 2);
+            dt = now() - t0;
+            dc = cpu_now() - c0;
+            if (dt < mc_best)
+                mc_best = dt;
+            if (dc < mc_cpu)
+                mc_cpu = dc;
+        }
     }
+    free(mc_src);
+    /* the quality figures below are of the as-is decode */
+    if (fkvf_rvq_decode(q, codes, cpp, 1, n, 0, NULL, FKVF_DTYPE_F16, dec, n * rw * 2) !=
+        FKVF_OK)
+        return 1;
     double kn = 0, ke = 0, vn = 0, ve = 0;
     const size_t HD = (size_t)H * (size_t)D;
     for (size_t i = 0; i < n; i++)
@@ -1017,8 +1154,9 @@ static int run_gpt2(const opts *o)
     printf("Generator: per (layer, head) x = mean + diag(scale) A z + 0.1 noise, z ~ N(0, I16); "
            "keys have 4 outlier channels per head (mean +-8, scale x6). f16 rows.\n");
     printf("K x4 V x2, k = 256, per-head, keys as-is, greedy; trained on %zu positions "
-           "(max_iters %u); evaluated on %zu other positions. Timings: one thread, best of 3 runs, "
-           "wall clock and CPU time of the thread (the machine may be shared).\n\n",
+           "(max_iters %u); evaluated on %zu other positions. Timings: one thread, best of 3 "
+           "(encode) or 5 (decode) runs, wall clock and CPU time of the thread (the machine may "
+           "be shared).\n\n",
            ntr, o->gpt2_iters, n);
     printf("| figure | value |\n|---|---|\n");
     printf("| index bytes per archived position | %.0f |\n", bytes);
@@ -1028,8 +1166,20 @@ static int run_gpt2(const opts *o)
     printf("| encode, greedy (%zu positions, best of 3) | %.0f positions/s wall, %.0f per "
            "CPU-second |\n",
            n, (double)n / enc_best, (double)n / enc_cpu);
-    printf("| decode to f16 (best of 3) | %.2f GB/s of f16 output wall, %.2f per CPU-second |\n",
-           (double)n * fp16 / dec_best * 1e-9, (double)n * fp16 / dec_cpu * 1e-9);
+    const double ob = (double)n * fp16;
+    printf("| memcpy of the same f16 bytes (%.1f MB, best of 10) | %.2f GB/s wall, %.2f per "
+           "CPU-second |\n",
+           ob * 1e-6, ob / mc_best * 1e-9, ob / mc_cpu * 1e-9);
+    printf("| decode to f16, keys as-is (best of 5) | %.2f GB/s of f16 output wall, %.2f per "
+           "CPU-second; %.1fx the memcpy time (wall), %.1fx (CPU) |\n",
+           ob / dec_best * 1e-9, ob / dec_cpu * 1e-9, dec_best / mc_best, dec_cpu / mc_cpu);
+    static const char *const rname[2] = {"half-split", "interleaved"};
+    for (int ri = 0; ri < 2; ri++)
+        printf("| decode to f16, keys pre-RoPE (%s, 64 dims, theta 10000; best of 5) | %.2f GB/s "
+               "of f16 output wall, %.2f per CPU-second; %.1fx the memcpy time (wall), %.1fx "
+               "(CPU) |\n",
+               rname[ri], ob / rdec_best[ri] * 1e-9, ob / rdec_cpu[ri] * 1e-9,
+               rdec_best[ri] / mc_best, rdec_cpu[ri] / mc_cpu);
     printf("| key rel MSE / SNR (held out) | %.4f / %.2f dB |\n", ke / kn, snr_db(ke / kn));
     printf("| value rel MSE / SNR (held out) | %.4f / %.2f dB |\n\n", ve / vn, snr_db(ve / vn));
     wa_run(q, L, H, D, 4, 2, o);
@@ -1056,7 +1206,7 @@ static int parse_uint(const char *s, unsigned long long min, unsigned long long 
 
 int main(int argc, char **argv)
 {
-    opts o = {BENCH_RD_MODEL, 16, 8, 512, 1, 25, 8, 4, 32, 1, 1, 1, 1024, 1024, 4};
+    opts o = {BENCH_RD_MODEL, 16, 8, 512, 1, 25, 8, 4, 32, 1, 1, 1, 1024, 1024, 4, 1, 128, 10};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         unsigned long long v = 0;
@@ -1082,7 +1232,10 @@ int main(int argc, char **argv)
         NUM("--gpt2-positions", gpt2_positions, 1, 1u << 20)
         NUM("--gpt2-train", gpt2_train, 1, 1u << 20)
         NUM("--gpt2-iters", gpt2_iters, 1, 1000)
+        NUM("--train4096", n_train4096, 1, 4096)
+        NUM("--iters4096", iters4096, 1, 1000)
         else if (strcmp(a, "--no-k1024") == 0) o.k1024 = 0;
+        else if (strcmp(a, "--no-k4096") == 0) o.k4096 = 0;
         else if (strcmp(a, "--no-real") == 0) o.real = 0;
         else if (strcmp(a, "--no-gpt2") == 0) o.gpt2 = 0;
         else bad = 1;
@@ -1091,6 +1244,7 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: bench_rd [--model PATH] [--train N] [--eval N] [--tokens T] "
                     "[--seed S] [--iters N] [--beam W] [--sinks S] [--recent W] [--no-k1024] "
+                    "[--no-k4096] [--train4096 N] [--iters4096 N] "
                     "[--no-real] [--no-gpt2] [--gpt2-positions N] [--gpt2-train N] "
                     "[--gpt2-iters N]\n");
             return 2;

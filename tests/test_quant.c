@@ -845,6 +845,170 @@ START_TEST(rvq_decode_matches_reference)
 }
 END_TEST
 
+/* The decoder's kernels (AVX2 + F16C where the CPU has them) and its
+ * portable code against a plain implementation of spec 13.6 / 8.1 written
+ * here: binary32 sums of the centroids in stage order from +0.0, then for a
+ * key before RoPE the rotation of pair i by angle t * theta^(-2i / rope_dims)
+ * (cos and sin in binary64, x0 c - x1 s and x0 s + x1 c in binary64, each
+ * rounded once to binary32), then the conversion to the output dtype (the
+ * search-based references above). Random tables with magnitudes from f16
+ * subnormals to near FLT_MAX (sums that overflow to infinity, rotations of
+ * infinities that give NaN), random codes, both layouts, full and partial
+ * rotary dims with pair counts that are and are not multiples of four, dims
+ * that are not multiples of eight, all three output dtypes, two decode
+ * chunks; every element compared bit for bit. */
+static uint32_t ref_out_bits(fkvf_dtype dt, float v)
+{
+    if (dt == FKVF_DTYPE_F32)
+        return f2u(v);
+    if (isnan(v)) /* the references above leave NaN out: the kept-payload rule */
+        return dt == FKVF_DTYPE_F16 ? fkvf_f32_to_f16(v) : fkvf_f32_to_bf16(v);
+    return dt == FKVF_DTYPE_F16 ? ref_f32_to_f16(v) : ref_f32_to_bf16(v);
+}
+
+START_TEST(rvq_decode_kernels_match_plain_reference)
+{
+    static const struct {
+        uint32_t L, H, Dk, Dv, k;
+        unsigned ks, vs;
+        fkvf_rope rope;
+        uint64_t first;
+        size_t n, code_stride;
+    } cases[] = {
+        {2, 3, 64, 64, 64, 4, 2, {1, 64, 10000.0}, 0, 600, 1},
+        {2, 3, 64, 64, 64, 4, 2, {2, 64, 10000.0}, 123456789, 600, 1},
+        {1, 2, 40, 24, 32, 3, 2, {1, 22, 500000.0}, 1000, 530, 2}, /* 11 pairs */
+        {1, 2, 40, 24, 32, 3, 2, {2, 20, 10000.0}, 77, 530, 1},    /* 10 pairs */
+        {1, 1, 20, 12, 16, 2, 3, {2, 16, 1.5}, 5, 40, 1},          /* 8 pairs, tail dims */
+        {1, 2, 40, 16, 32, 2, 1, {1, 24, 10000.0}, 9, 70, 1},      /* 12 pairs, 2 plain blocks */
+        {1, 2, 44, 8, 32, 2, 1, {2, 32, 10000.0}, 11, 70, 1},      /* 16 pairs, block + tail */
+        {1, 2, 10, 10, 16, 1, 1, {1, 2, 10000.0}, 3, 20, 1},       /* one pair */
+    };
+    const fkvf_dtype dts[3] = {FKVF_DTYPE_F16, FKVF_DTYPE_BF16, FKVF_DTYPE_F32};
+    tu_rng r = {4242};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const uint32_t L = cases[ci].L, H = cases[ci].H, Dk = cases[ci].Dk, Dv = cases[ci].Dv;
+        const uint32_t k = cases[ci].k;
+        const unsigned ks = cases[ci].ks, vs = cases[ci].vs, m = ks + vs;
+        const size_t n = cases[ci].n, cst = cases[ci].code_stride;
+        fkvf_codebook_shape sh = {L, H, Dk, Dv, k, (uint8_t)ks, (uint8_t)vs, FKVF_DTYPE_F32, 0};
+        size_t nf = (size_t)L * H * k * (ks * Dk + vs * Dv);
+        float *tab = xcalloc(nf, sizeof(float));
+        for (size_t i = 0; i < nf; i++) {
+            uint32_t kind = tu_below(&r, 64);
+            double v = nrand(&r);
+            if (kind < 4) /* two of these with one sign overflow binary32 */
+                v = (tu_below(&r, 2) ? 1 : -1) * 0x1.8p127 * (1 + urand(&r) * 0.25);
+            else if (kind < 8)
+                v *= ldexp(1.0, (int)tu_below(&r, 24) - 30); /* f16 / bf16 small and subnormal */
+            else if (kind < 12)
+                v *= 30000.0; /* near the f16 overflow threshold */
+            tab[i] = (float)v;
+        }
+        fkvf_rvq *q;
+        OK(fkvf_rvq_from_tables(&q, &sh, 0, tab, nf * sizeof(float), NULL));
+        const size_t nc = fkvf_rvq_codes_per_position(q), ps = nc * cst + 3;
+        uint16_t *codes = xcalloc(n * ps, sizeof(uint16_t));
+        for (size_t i = 0; i < n * ps; i++)
+            codes[i] = (uint16_t)tu_below(&r, k);
+        const size_t re = (size_t)L * H * (Dk + Dv);
+        float *ref = xcalloc(n * re, sizeof(float));
+        uint8_t *o1 = xcalloc(n * re, 4), *o2 = xcalloc(n * re, 4);
+        for (int rp = 0; rp <= 1; rp++) {
+            const fkvf_rope *rope = &cases[ci].rope;
+            const uint64_t first = cases[ci].first;
+            /* the reference rows */
+            for (size_t i = 0; i < n; i++)
+                for (uint32_t l = 0; l < L; l++)
+                    for (uint32_t h = 0; h < H; h++)
+                        for (unsigned kv = 0; kv < 2; kv++) {
+                            const uint32_t dim = kv ? Dv : Dk;
+                            const unsigned ns = kv ? vs : ks;
+                            float *v = ref + i * re + (size_t)l * H * (Dk + Dv) +
+                                       (kv ? (size_t)H * Dk + (size_t)h * Dv : (size_t)h * Dk);
+                            for (uint32_t d = 0; d < dim; d++) {
+                                float a = 0.0f;
+                                for (unsigned st = 0; st < ns; st++) {
+                                    size_t cj = ((size_t)l * H + h) * m + (kv ? ks : 0) + st;
+                                    const float *c = fkvf_rvq_centroids(q, l, h, kv, st) +
+                                                     (size_t)codes[i * ps + cj * cst] * dim;
+                                    a += c[d];
+                                }
+                                v[d] = a;
+                            }
+                            if (kv || !rp)
+                                continue;
+                            const uint32_t half = rope->rope_dims / 2;
+                            for (uint32_t p = 0; p < half; p++) {
+                                double fr = pow(rope->theta,
+                                                -(double)(2 * p) / (double)rope->rope_dims);
+                                double ang = (double)(first + i) * fr;
+                                double c = cos(ang), sn = sin(ang);
+                                size_t j0 = rope->layout == 1 ? 2 * (size_t)p : p;
+                                size_t j1 = rope->layout == 1 ? 2 * (size_t)p + 1 : p + half;
+                                double x0 = v[j0], x1 = v[j1];
+                                v[j0] = (float)(x0 * c - x1 * sn);
+                                v[j1] = (float)(x0 * sn + x1 * c);
+                            }
+                        }
+            for (int di = 0; di < 3; di++) {
+                const fkvf_dtype dt = dts[di];
+                const size_t es = dt == FKVF_DTYPE_F32 ? 4 : 2;
+                memset(o1, 0xA5, n * re * 4);
+                memset(o2, 0x5A, n * re * 4);
+                OK(fkvf_rvq_decode(q, codes, ps, cst, n, first, rp ? rope : NULL, dt, o1,
+                                   n * re * es));
+                OK(fkvfq_rvq_decode_portable(q, codes, ps, cst, n, first, rp ? rope : NULL, dt,
+                                             o2, n * re * es));
+                for (size_t e = 0; e < n * re; e++) {
+                    uint32_t want = ref_out_bits(dt, ref[e]), g1 = 0, g2 = 0;
+                    if (es == 4) {
+                        memcpy(&g1, o1 + 4 * e, 4);
+                        memcpy(&g2, o2 + 4 * e, 4);
+                    } else {
+                        g1 = (uint32_t)(o1[2 * e] | (o1[2 * e + 1] << 8));
+                        g2 = (uint32_t)(o2[2 * e] | (o2[2 * e + 1] << 8));
+                    }
+                    EXPECTF(g1 == want && g2 == want,
+                            "case %zu rope %d dtype %d elem %zu (pos %zu): fast 0x%x portable "
+                            "0x%x want 0x%x",
+                            ci, rp, (int)dt, e % re, e / re, g1, g2, want);
+                }
+                if (ci == 0 && di == 0 && rp) { /* the extremes were exercised */
+                    size_t n_inf = 0, n_nan = 0, n_sub = 0;
+                    for (size_t e = 0; e < n * re; e++) {
+                        n_inf += isinf(ref[e]) != 0;
+                        n_nan += isnan(ref[e]) != 0;
+                        n_sub += ref[e] != 0 && fabsf(ref[e]) < 0x1p-14f;
+                    }
+                    ck_assert_msg(n_inf > 0 && n_nan > 0 && n_sub > 0, "inf %zu nan %zu sub %zu",
+                                  n_inf, n_nan, n_sub);
+                }
+            }
+        }
+        /* range: the largest code passes, k and any higher bit fail */
+        const uint16_t bad[3] = {(uint16_t)k, (uint16_t)(k | 1u), 0x8000};
+        for (int b = 0; b < 3; b++) {
+            size_t at = (n - 1) * ps + (nc - 1) * cst;
+            uint16_t keep = codes[at];
+            codes[at] = bad[b];
+            ck_assert_int_eq(fkvf_rvq_decode(q, codes, ps, cst, n, 0, NULL, FKVF_DTYPE_F32, o1,
+                                             n * re * 4),
+                             FKVF_E_RANGE);
+            codes[at] = keep;
+        }
+        codes[0] = (uint16_t)(k - 1);
+        OK(fkvf_rvq_decode(q, codes, ps, cst, n, 0, NULL, FKVF_DTYPE_F32, o1, n * re * 4));
+        free(tab);
+        free(codes);
+        free(ref);
+        free(o1);
+        free(o2);
+        fkvf_rvq_free(q);
+    }
+}
+END_TEST
+
 /* Beam search never ends worse than greedy, per vector, and finds better
  * paths on some. Width 1 is greedy. */
 START_TEST(rvq_beam_not_worse_than_greedy)
@@ -1471,6 +1635,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tq, rvq_error_falls_with_stages);
     tcase_add_test(tq, rvq_encode_is_exact_greedy);
     tcase_add_test(tq, rvq_decode_matches_reference);
+    tcase_add_test(tq, rvq_decode_kernels_match_plain_reference);
     tcase_add_test(tq, rvq_beam_not_worse_than_greedy);
     tcase_add_test(tq, rvq_deterministic);
     tcase_add_test(tq, rvq_shapes_and_writer);

@@ -21,6 +21,8 @@ void fkvfq_store(fkvf_dtype dt, const float *src, uint8_t *dst, size_t n);
 void fkvfq_store_portable(fkvf_dtype dt, const float *src, uint8_t *dst, size_t n);
 /* 1 if the CPU has AVX2 and FMA (the fast kernels' instruction sets). */
 int fkvfq_cpu_avx2(void);
+/* 1 if the CPU has F16C (vcvtps2ph; the decoder's fast kernels). */
+int fkvfq_cpu_f16c(void);
 
 /* ---- RoPE (spec 8.1) ------------------------------------------------------- */
 
@@ -118,6 +120,13 @@ int fkvfq_rvq_prepare(fkvf_rvq *q);
 int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t dim,
                  uint32_t k, const float *init, uint64_t seed, uint32_t max_iters,
                  float *centroids, uint32_t *asg, size_t *repairs, uint32_t *iters);
+
+/* fkvf_rvq_decode with the portable code only (no AVX2 / F16C kernels);
+ * bit-identical output, for tests. */
+int fkvfq_rvq_decode_portable(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
+                              size_t code_stride, size_t n_rows, uint64_t first_position,
+                              const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
+                              size_t out_size);
 
 /* Validate a codebook shape for the quantizer: FKVF_OK or FKVF_E_INVALID_ARG. */
 int fkvfq_shape_check(const fkvf_codebook_shape *s);

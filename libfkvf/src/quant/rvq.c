@@ -538,52 +538,207 @@ static void sum_rows(float *restrict acc, const float *const *rowp, unsigned ns,
     }
 }
 
-#if defined(FKVFQ_HAVE_VEC) && defined(__x86_64__)
-#define Q_SUM_AVX2 1
-/* sum_rows and the conversion to dt in one pass, 8 lanes (AVX2 CPUs; the
- * same binary32 additions in the same order, the same rounding) */
-__attribute__((target("avx2"))) static void sum_store_avx2(fkvf_dtype dt,
-                                                           const float *const *rowp,
-                                                           unsigned ns, uint32_t dim,
-                                                           uint8_t *dst)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define Q_DEC_FAST 1
+#include <immintrin.h>
+#define Q_FAST_TARGET __attribute__((target("avx2,f16c")))
+
+/* The decoder's kernels for CPUs with AVX2 and F16C: the same binary32 sums
+ * in the same order, the same binary64 rotation, the same roundings as the
+ * portable path (sum_rows, fkvfq_rope_rotate_f32, fkvfq_store).
+ *
+ * f32 -> f16 is one vcvtps2ph (round to nearest even, the immediate; MXCSR
+ * not consulted): it equals fkvfq_f32_to_f16 on every finite value and
+ * infinity, and on every quiet NaN (payload truncated, quiet bit kept). It
+ * would differ only on signaling NaNs (the instruction sets the quiet bit),
+ * which decoding cannot produce: table entries are finite, sums of finite
+ * binary32 values are finite or infinite, and the rotation's only NaN is the
+ * default (quiet) NaN of inf - inf. */
+
+/* 8 lanes of a to dt at dst (16 or 32 bytes) */
+static inline Q_FAST_TARGET void fast_put8(fkvf_dtype dt, __m256 a, uint8_t *dst)
 {
+    if (dt == FKVF_DTYPE_F16) {
+        _mm_storeu_si128((__m128i *)(void *)dst, _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+    } else if (dt == FKVF_DTYPE_BF16) {
+        fkvfq_vi_8 bits;
+        fkvfq_vh_8 h;
+        memcpy(&bits, &a, sizeof bits);
+        fkvfq_v_bf16_8(&bits, &h);
+        memcpy(dst, &h, sizeof h);
+    } else {
+        _mm256_storeu_ps((float *)(void *)dst, a);
+    }
+}
+
+/* dim values at acc to dt at dst */
+static inline Q_FAST_TARGET void fast_store(fkvf_dtype dt, const float *acc, uint32_t dim,
+                                            uint8_t *dst)
+{
+    const size_t es = fkvfq_dtype_size(dt);
+    uint32_t d = 0;
+    for (; d + 8 <= dim; d += 8)
+        fast_put8(dt, _mm256_loadu_ps(acc + d), dst + d * es);
+    if (d < dim)
+        fkvfq_store_portable(dt, acc + d, dst + d * es, dim - d);
+}
+
+/* acc[d] = +0.0 + row 0 + ... + row ns-1 for d in [d0, d0 + m), m <= 8 */
+static inline Q_FAST_TARGET void fast_sum_tail(const float *const *rowp, unsigned ns,
+                                               uint32_t d0, uint32_t m, float *acc)
+{
+    for (uint32_t j = 0; j < m; j++) {
+        float a = 0.0f;
+        for (unsigned s = 0; s < ns; s++)
+            a += rowp[s][d0 + j];
+        acc[j] = a;
+    }
+}
+
+/* sum_rows and the conversion to dt in one pass, 8 lanes */
+static Q_FAST_TARGET void fast_sum_store(fkvf_dtype dt, const float *const *rowp, unsigned ns,
+                                         uint32_t dim, uint8_t *dst)
+{
+    const size_t es = fkvfq_dtype_size(dt);
     uint32_t d = 0;
     for (; d + 8 <= dim; d += 8) {
-        fkvfq_vf_8 a = {0, 0, 0, 0, 0, 0, 0, 0}, r;
-        for (unsigned s = 0; s < ns; s++) {
-            memcpy(&r, rowp[s] + d, sizeof r);
-            a += r;
-        }
-        fkvfq_vi_8 bits = (fkvfq_vi_8)a;
-        fkvfq_vh_8 h;
-        if (dt == FKVF_DTYPE_F16) {
-            fkvfq_v_f16_8(&bits, &h);
-            memcpy(dst + 2 * (size_t)d, &h, sizeof h);
-        } else if (dt == FKVF_DTYPE_BF16) {
-            fkvfq_v_bf16_8(&bits, &h);
-            memcpy(dst + 2 * (size_t)d, &h, sizeof h);
-        } else {
-            memcpy(dst + 4 * (size_t)d, &a, sizeof a);
-        }
+        __m256 a = _mm256_setzero_ps();
+        for (unsigned s = 0; s < ns; s++)
+            a = _mm256_add_ps(a, _mm256_loadu_ps(rowp[s] + d));
+        fast_put8(dt, a, dst + d * es);
     }
     if (d < dim) {
         float acc[8];
-        uint32_t m = dim - d;
-        for (uint32_t j = 0; j < m; j++) {
-            float a = 0.0f;
-            for (unsigned s = 0; s < ns; s++)
-                a += rowp[s][d + j];
-            acc[j] = a;
-        }
-        fkvfq_store(dt, acc, dst + (size_t)d * fkvfq_dtype_size(dt), m);
+        fast_sum_tail(rowp, ns, d, dim - d, acc);
+        fkvfq_store_portable(dt, acc, dst + d * es, dim - d);
     }
+}
+
+static inline Q_FAST_TARGET __m256 fast_sum8(const float *const *rowp, unsigned ns, uint32_t d)
+{
+    __m256 a = _mm256_setzero_ps();
+    for (unsigned s = 0; s < ns; s++)
+        a = _mm256_add_ps(a, _mm256_loadu_ps(rowp[s] + d));
+    return a;
+}
+
+/* four pairs (x0[j], x1[j]) rotated by the angles of co[j], si[j] */
+static inline Q_FAST_TARGET void fast_rot4(__m128 x0f, __m128 x1f, const double *co,
+                                           const double *si, __m128 *y0, __m128 *y1)
+{
+    __m256d x0 = _mm256_cvtps_pd(x0f), x1 = _mm256_cvtps_pd(x1f);
+    __m256d c = _mm256_loadu_pd(co), sn = _mm256_loadu_pd(si);
+    *y0 = _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(x0, c), _mm256_mul_pd(x1, sn)));
+    *y1 = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(x0, sn), _mm256_mul_pd(x1, c)));
+}
+
+/* The same as fast_sum_rope_store below when the rotated components fill
+ * whole 8-lane blocks (interleaved: rd % 8 == 0; half-split: rd % 16 == 0):
+ * sums, rotation and conversion in registers, block by block. */
+static Q_FAST_TARGET void fast_sum_rope_store_blocks(fkvf_dtype dt, const float *const *rowp,
+                                                     unsigned ns, uint32_t dim, int layout,
+                                                     uint32_t rd, const double *cs,
+                                                     uint8_t *dst)
+{
+    const size_t es = fkvfq_dtype_size(dt);
+    const uint32_t half = rd / 2;
+    const double *co = cs, *si = cs + half;
+    uint32_t d = 0;
+    __m128 y0, y1, z0, z1;
+    if (layout == 1) { /* pairs (2i, 2i + 1): block d holds pairs d/2 .. d/2 + 3 */
+        const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+        const __m256i back = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for (; d < rd; d += 8) {
+            __m256 x = _mm256_permutevar8x32_ps(fast_sum8(rowp, ns, d), even);
+            fast_rot4(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1), co + d / 2,
+                      si + d / 2, &y0, &y1);
+            __m256 y = _mm256_insertf128_ps(_mm256_castps128_ps256(y0), y1, 1);
+            fast_put8(dt, _mm256_permutevar8x32_ps(y, back), dst + d * es);
+        }
+    } else { /* pairs (i, i + half): blocks d and d + half together */
+        for (; d < half; d += 8) {
+            __m256 a = fast_sum8(rowp, ns, d), b = fast_sum8(rowp, ns, d + half);
+            fast_rot4(_mm256_castps256_ps128(a), _mm256_castps256_ps128(b), co + d, si + d, &y0,
+                      &y1);
+            fast_rot4(_mm256_extractf128_ps(a, 1), _mm256_extractf128_ps(b, 1), co + d + 4,
+                      si + d + 4, &z0, &z1);
+            fast_put8(dt, _mm256_insertf128_ps(_mm256_castps128_ps256(y0), z0, 1), dst + d * es);
+            fast_put8(dt, _mm256_insertf128_ps(_mm256_castps128_ps256(y1), z1, 1),
+                      dst + (d + half) * es);
+        }
+        d = rd;
+    }
+    for (; d + 8 <= dim; d += 8)
+        fast_put8(dt, fast_sum8(rowp, ns, d), dst + d * es);
+    if (d < dim) {
+        float acc[8];
+        fast_sum_tail(rowp, ns, d, dim - d, acc);
+        fkvfq_store_portable(dt, acc, dst + d * es, dim - d);
+    }
+}
+
+/* A key before RoPE: sum_rows into acc, fkvfq_rope_rotate_f32(r, cs, 0, acc)
+ * four pairs at a time (x0 c - x1 s and x0 s + x1 c in binary64, each
+ * rounded once to binary32), then the conversion to dt. */
+static Q_FAST_TARGET void fast_sum_rope_store(fkvf_dtype dt, const float *const *rowp,
+                                              unsigned ns, uint32_t dim, int layout,
+                                              uint32_t rd, const double *cs, float *acc,
+                                              uint8_t *dst)
+{
+    const uint32_t half = rd / 2;
+    const double *co = cs, *si = cs + half;
+    uint32_t d = 0, i = 0;
+    for (; d + 8 <= dim; d += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (unsigned s = 0; s < ns; s++)
+            a = _mm256_add_ps(a, _mm256_loadu_ps(rowp[s] + d));
+        _mm256_storeu_ps(acc + d, a);
+    }
+    if (d < dim)
+        fast_sum_tail(rowp, ns, d, dim - d, acc + d);
+    if (layout == 1) { /* pairs (2i, 2i + 1) */
+        const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+        const __m256i back = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for (; i + 4 <= half; i += 4) {
+            __m256 x = _mm256_permutevar8x32_ps(_mm256_loadu_ps(acc + 2 * i), even);
+            __m256d x0 = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+            __m256d x1 = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+            __m256d c = _mm256_loadu_pd(co + i), sn = _mm256_loadu_pd(si + i);
+            __m128 y0 = _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(x0, c), _mm256_mul_pd(x1, sn)));
+            __m128 y1 = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(x0, sn), _mm256_mul_pd(x1, c)));
+            __m256 y = _mm256_insertf128_ps(_mm256_castps128_ps256(y0), y1, 1);
+            _mm256_storeu_ps(acc + 2 * i, _mm256_permutevar8x32_ps(y, back));
+        }
+        for (; i < half; i++) {
+            double x0 = acc[2 * i], x1 = acc[2 * i + 1];
+            acc[2 * i] = (float)(x0 * co[i] - x1 * si[i]);
+            acc[2 * i + 1] = (float)(x0 * si[i] + x1 * co[i]);
+        }
+    } else { /* pairs (i, i + rd / 2) */
+        for (; i + 4 <= half; i += 4) {
+            __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(acc + i));
+            __m256d x1 = _mm256_cvtps_pd(_mm_loadu_ps(acc + half + i));
+            __m256d c = _mm256_loadu_pd(co + i), sn = _mm256_loadu_pd(si + i);
+            _mm_storeu_ps(acc + i, _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(x0, c),
+                                                                 _mm256_mul_pd(x1, sn))));
+            _mm_storeu_ps(acc + half + i, _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(x0, sn),
+                                                                        _mm256_mul_pd(x1, c))));
+        }
+        for (; i < half; i++) {
+            double x0 = acc[i], x1 = acc[half + i];
+            acc[i] = (float)(x0 * co[i] - x1 * si[i]);
+            acc[half + i] = (float)(x0 * si[i] + x1 * co[i]);
+        }
+    }
+    fast_store(dt, acc, dim, dst);
 }
 #endif
 
-FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
-                             size_t code_stride, size_t n_rows, uint64_t first_position,
-                             const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
-                             size_t out_size)
+/* fkvf_rvq_decode; fast = 0 keeps to the portable code (for tests) */
+static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
+                      size_t code_stride, size_t n_rows, uint64_t first_position,
+                      const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
+                      size_t out_size, int fast)
 {
     if (!q)
         return FKVF_E_INVALID_ARG;
@@ -601,11 +756,21 @@ FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t po
     size_t nc = fkvf_rvq_codes_per_position(q);
     if (nc && !codes)
         return FKVF_E_INVALID_ARG;
-    /* every code in range before anything is written */
-    for (size_t i = 0; i < n_rows; i++)
-        for (size_t j = 0; j < nc; j++)
-            if (codes[i * pos_stride + j * code_stride] >= sh->k)
-                return FKVF_E_RANGE;
+    /* every code in range before anything is written (k is a power of two:
+     * a code is in range iff it has no bit at or above log2 k) */
+    const unsigned high = (unsigned)(0xFFFFu & ~(sh->k - 1u));
+    for (size_t i = 0; i < n_rows; i++) {
+        const uint16_t *cp = codes + i * pos_stride;
+        unsigned any = 0;
+        if (code_stride == 1)
+            for (size_t j = 0; j < nc; j++)
+                any |= cp[j];
+        else
+            for (size_t j = 0; j < nc; j++)
+                any |= cp[j * code_stride];
+        if (any & high)
+            return FKVF_E_RANGE;
+    }
 
     const fkvf_allocator *a = &q->alloc;
     const uint32_t dmax = sh->key_dim > sh->value_dim ? sh->key_dim : sh->value_dim;
@@ -626,8 +791,10 @@ FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t po
         fkvfq_rope_freqs(key_rope, freqs);
     uint8_t *o = out;
     const size_t m = (size_t)sh->k_stages + sh->v_stages;
-#ifdef Q_SUM_AVX2
-    const int avx2 = fkvfq_cpu_avx2();
+#ifdef Q_DEC_FAST
+    const int kern = fast && fkvfq_cpu_avx2() && fkvfq_cpu_f16c();
+    /* the rotated components fill whole 8-lane blocks */
+    const int rd_blocks = rd && (key_rope->layout == 1 ? rd % 8 == 0 : rd % 16 == 0);
 #endif
     for (size_t i0 = 0; i0 < n_rows; i0 += Q_DCHUNK) {
         size_t nb = n_rows - i0 < Q_DCHUNK ? n_rows - i0 : Q_DCHUNK;
@@ -684,22 +851,36 @@ FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t po
                                 for (size_t b = 0; b < dim * sizeof(float); b += 64)
                                     __builtin_prefetch(r + b);
                             }
+                            /* and the output bytes there: rows lie a whole
+                             * cache row apart, beyond the hardware prefetchers */
+                            const char *od =
+                                (const char *)(o + (i0 + i + Q_PREFETCH) * rb + ooff);
+                            for (size_t b = 0; b < dim * es; b += 64)
+                                __builtin_prefetch(od + b, 1);
                         }
 #endif
                         uint8_t *dst = o + (i0 + i) * rb + ooff;
-#ifdef Q_SUM_AVX2
-                        if (avx2 && !(kv == 0 && rd)) {
-                            sum_store_avx2(out_dtype, rowp, ns, dim, dst);
+#ifdef Q_DEC_FAST
+                        if (kern) {
+                            if (kv == 0 && rd && rd_blocks)
+                                fast_sum_rope_store_blocks(out_dtype, rowp, ns, dim,
+                                                           key_rope->layout, rd, cs + i * rd,
+                                                           dst);
+                            else if (kv == 0 && rd)
+                                fast_sum_rope_store(out_dtype, rowp, ns, dim, key_rope->layout,
+                                                    rd, cs + i * rd, acc, dst);
+                            else
+                                fast_sum_store(out_dtype, rowp, ns, dim, dst);
                             continue;
                         }
-                        if (avx2)
-                            sum_store_avx2(FKVF_DTYPE_F32, rowp, ns, dim, (uint8_t *)acc);
-                        else
 #endif
-                            sum_rows(acc, rowp, ns, dim);
+                        sum_rows(acc, rowp, ns, dim);
                         if (kv == 0 && rd)
                             fkvfq_rope_rotate_f32(key_rope, cs + i * rd, 0, acc);
-                        fkvfq_store(out_dtype, acc, dst, dim);
+                        if (fast)
+                            fkvfq_store(out_dtype, acc, dst, dim);
+                        else
+                            fkvfq_store_portable(out_dtype, acc, dst, dim);
                     }
                 }
     }
@@ -707,4 +888,22 @@ FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t po
     fkvf_free(a, freqs);
     fkvf_free(a, cs);
     return FKVF_OK;
+}
+
+FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
+                             size_t code_stride, size_t n_rows, uint64_t first_position,
+                             const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
+                             size_t out_size)
+{
+    return rvq_decode(q, codes, pos_stride, code_stride, n_rows, first_position, key_rope,
+                      out_dtype, out, out_size, 1);
+}
+
+int fkvfq_rvq_decode_portable(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
+                              size_t code_stride, size_t n_rows, uint64_t first_position,
+                              const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
+                              size_t out_size)
+{
+    return rvq_decode(q, codes, pos_stride, code_stride, n_rows, first_position, key_rope,
+                      out_dtype, out, out_size, 0);
 }

@@ -116,9 +116,104 @@ static double dist_lanes(const float *x, const float *c, uint32_t dim)
     return s;
 }
 
+/* d2[i] = dist_lanes(x_i, c) (first) or min(d2[i], dist_lanes(x_i, c)) for
+ * every i; returns the sum of the new d2[i] in order i = 0..n-1 from 0. */
+static double seed_update_portable(const float *x, size_t n, uint32_t dim, const float *c,
+                                   double *d2, int first)
+{
+    double total = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = dist_lanes(x + i * dim, c, dim);
+        if (first || e < d2[i])
+            d2[i] = e;
+        total += d2[i];
+    }
+    return total;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define Q_SEED_AVX2 1
+#include <immintrin.h>
+/* The same, four vectors at a time: each vector's eight binary32 lanes as
+ * in dist_lanes (a short last block reads zeros, and adding +0 to a lane
+ * changes nothing), the lanes transposed so that the four binary64 sums run
+ * side by side in the same order l = 0..7; the total in order i. */
+__attribute__((target("avx2"))) static double seed_update_avx2(const float *x, size_t n,
+                                                               uint32_t dim, const float *c,
+                                                               double *d2, int first)
+{
+    const uint32_t full = dim / 8 * 8, rem = dim - full;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rem), lane);
+    double total = 0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        __m256 acc[4];
+        for (int p = 0; p < 4; p++) {
+            const float *xp = x + (i + (size_t)p) * dim;
+            __m256 a = _mm256_setzero_ps();
+            uint32_t d = 0;
+            for (; d < full; d += 8) {
+                __m256 e = _mm256_sub_ps(_mm256_loadu_ps(xp + d), _mm256_loadu_ps(c + d));
+                a = _mm256_add_ps(a, _mm256_mul_ps(e, e));
+            }
+            if (rem) {
+                __m256 e = _mm256_sub_ps(_mm256_maskload_ps(xp + d, tail),
+                                         _mm256_maskload_ps(c + d, tail));
+                a = _mm256_add_ps(a, _mm256_mul_ps(e, e));
+            }
+            acc[p] = a;
+        }
+        __m128 l0 = _mm256_castps256_ps128(acc[0]), l1 = _mm256_castps256_ps128(acc[1]);
+        __m128 l2 = _mm256_castps256_ps128(acc[2]), l3 = _mm256_castps256_ps128(acc[3]);
+        __m128 h0 = _mm256_extractf128_ps(acc[0], 1), h1 = _mm256_extractf128_ps(acc[1], 1);
+        __m128 h2 = _mm256_extractf128_ps(acc[2], 1), h3 = _mm256_extractf128_ps(acc[3], 1);
+        _MM_TRANSPOSE4_PS(l0, l1, l2, l3); /* l0 = lane 0 of the four vectors, ... */
+        _MM_TRANSPOSE4_PS(h0, h1, h2, h3);
+        __m256d sm = _mm256_setzero_pd();
+        sm = _mm256_add_pd(sm, _mm256_cvtps_pd(l0));
+        sm = _mm256_add_pd(sm, _mm256_cvtps_pd(l1));
+        sm = _mm256_add_pd(sm, _mm256_cvtps_pd(l2));
+        sm = _mm256_add_pd(sm, _mm256_cvtps_pd(l3));
+        sm = _mm256_add_pd(sm, _mm256_cvtps_pd(h0));
+        sm = _mm256_add_pd(sm, _mm256_cvtps_pd(h1));
+        sm = _mm256_add_pd(sm, _mm256_cvtps_pd(h2));
+        sm = _mm256_add_pd(sm, _mm256_cvtps_pd(h3));
+        __m256d old = _mm256_loadu_pd(d2 + i);
+        __m256d nw = first ? sm : _mm256_blendv_pd(old, sm, _mm256_cmp_pd(sm, old, _CMP_LT_OQ));
+        _mm256_storeu_pd(d2 + i, nw);
+        double v[4];
+        _mm256_storeu_pd(v, nw);
+        total += v[0];
+        total += v[1];
+        total += v[2];
+        total += v[3];
+    }
+    for (; i < n; i++) {
+        double e = dist_lanes(x + i * dim, c, dim);
+        if (first || e < d2[i])
+            d2[i] = e;
+        total += d2[i];
+    }
+    return total;
+}
+#endif
+
+static double seed_update(const float *x, size_t n, uint32_t dim, const float *c, double *d2,
+                          int first)
+{
+#ifdef Q_SEED_AVX2
+    if (fkvfq_cpu_avx2())
+        return seed_update_avx2(x, n, dim, c, d2, first);
+#endif
+    return seed_update_portable(x, n, dim, c, d2, first);
+}
+
 /* k-means++: first centre uniform, then each next one with probability
  * proportional to the squared distance to the nearest chosen centre. When
- * every point coincides with a centre the next is drawn uniformly. */
+ * every point coincides with a centre the next is drawn uniformly. The
+ * distances are updated and summed in one pass (the same values, the same
+ * order as a separate summing pass). */
 static void km_seed(km *m, q_rng *r)
 {
     const size_t n = m->n;
@@ -126,12 +221,8 @@ static void km_seed(km *m, q_rng *r)
     double *d2 = m->err;
     size_t first = rng_below(r, n);
     memcpy(m->rows, m->x + first * dim, dim * sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        d2[i] = dist_lanes(m->x + i * dim, m->rows, dim);
+    double total = seed_update(m->x, n, dim, m->rows, d2, 1);
     for (uint32_t j = 1; j < m->k; j++) {
-        double total = 0;
-        for (size_t i = 0; i < n; i++)
-            total += d2[i];
         size_t pick;
         if (total > 0) {
             double u = rng_unit(r) * total, run = 0;
@@ -154,11 +245,7 @@ static void km_seed(km *m, q_rng *r)
         }
         float *c = m->rows + (size_t)j * dim;
         memcpy(c, m->x + pick * dim, dim * sizeof(float));
-        for (size_t i = 0; i < n; i++) {
-            double e = dist_lanes(m->x + i * dim, c, dim);
-            if (e < d2[i])
-                d2[i] = e;
-        }
+        total = seed_update(m->x, n, dim, c, d2, 0);
     }
 }
 
