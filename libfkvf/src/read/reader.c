@@ -552,34 +552,31 @@ int rd_seg_init(fkvf_reader *r, size_t i, rd_seg *g)
     return FKVF_OK;
 }
 
-static int add_segment(fkvf_reader *r, size_t i)
+/* May segment g (of section `sec`) join its group (spec 11.2, 11.6)? The
+ * group takes its parameters from its first segment. */
+static int seg_admit(fkvf_reader *r, const rd_section *sec, const rd_seg *g)
 {
-    rd_section *sec = &r->sections[i];
     uint64_t off = sec->e.offset;
-    rd_seg seg;
-    int rc = rd_seg_init(r, i, &seg);
-    if (rc)
-        return rc;
-    const fkvf_strm_hdr *h = &seg.h;
+    const fkvf_strm_hdr *h = &g->h;
+    int rc = FKVF_OK;
     if (h->group == FKVF_GROUP_INDEX) {
         uint64_t want = r->has_desc ? (uint64_t)r->desc.n_layers * r->desc.n_kv_heads *
                                           (h->k_stages + h->v_stages)
                                     : 0;
-        if (!r->has_desc || h->n_streams != want) {
-            fkvf_free(r->alloc, seg.block_ok);
+        if (!r->has_desc || h->n_streams != want)
             return FAIL(FKVF_E_CORRUPT, off + 48, "11.2",
                         "STRM.n_streams %u: %u layers x %u heads x (%u + %u) stages need %llu",
                         h->n_streams, r->desc.n_layers, r->desc.n_kv_heads, h->k_stages,
                         h->v_stages, (unsigned long long)want);
-        }
     }
-    if (h->profile == FKVF_PROFILE_NGON && !(r->hdr.required_features & FKVF_FEAT_NGON)) {
-        fkvf_free(r->alloc, seg.block_ok);
+    if (h->profile == FKVF_PROFILE_NGON && !(r->hdr.required_features & FKVF_FEAT_NGON))
         return FAIL(FKVF_E_CORRUPT, off + 8, "3.3",
                     "ngon stream, but the header does not declare the NGON feature");
-    }
     rd_group *s = &r->groups[h->group];
     if (!s->present) {
+        if (h->profile == FKVF_PROFILE_NGON &&
+            !(s->ngon = get_ngon(r, h->alphabet, h->r, h->span_symbols, sec->commit_seq, off, &rc)))
+            return rc;
         s->present = 1;
         s->group = (unsigned)h->group;
         s->profile = h->profile;
@@ -590,45 +587,49 @@ static int add_segment(fkvf_reader *r, size_t i)
         s->span = h->span_symbols;
         s->r = h->r;
         s->n_streams = h->n_streams;
-        if (h->profile == FKVF_PROFILE_NGON) {
-            s->ngon = get_ngon(r, h->alphabet, h->r, h->span_symbols, sec->commit_seq, off, &rc);
-            if (!s->ngon) {
-                fkvf_free(r->alloc, seg.block_ok);
-                return rc;
-            }
-        }
     } else if (s->profile != h->profile || s->bits != h->bits || s->alphabet != h->alphabet ||
                s->span != h->span_symbols || memcmp(&s->r, &h->r, sizeof h->r) != 0 ||
                s->k_stages != h->k_stages || s->v_stages != h->v_stages) {
-        fkvf_free(r->alloc, seg.block_ok);
         return FAIL(FKVF_E_CORRUPT, off + 8, "11.6",
                     "STRM segment parameters (codec or stages) differ from the group's earlier "
                     "segments");
     }
-    if (h->first_symbol > s->length) {
-        fkvf_free(r->alloc, seg.block_ok);
+    if (h->first_symbol > s->length)
         return FAIL(FKVF_E_CORRUPT, off + 16, "11.6",
                     "STRM.first_symbol %llu beyond the streams' length %llu",
                     (unsigned long long)h->first_symbol, (unsigned long long)s->length);
+    return FKVF_OK;
+}
+
+static int add_segment(fkvf_reader *r, size_t i)
+{
+    rd_seg seg;
+    int rc = rd_seg_init(r, i, &seg);
+    if (rc)
+        return rc;
+    if ((rc = seg_admit(r, &r->sections[i], &seg))) {
+        fkvf_free(r->alloc, seg.block_ok);
+        return rc;
     }
-    /* cut earlier segments at first_symbol */
+    rd_group *s = &r->groups[seg.h.group];
+    /* cut earlier segments at first_symbol (spec 11.6) */
     while (s->n_segs) {
         rd_seg *last = &s->segs[s->n_segs - 1];
-        if (last->h.first_symbol >= h->first_symbol) {
+        if (last->h.first_symbol >= seg.h.first_symbol) {
             fkvf_free(r->alloc, last->block_ok);
             s->n_segs--;
             continue;
         }
-        if (last->h.first_symbol + last->count > h->first_symbol)
-            last->count = h->first_symbol - last->h.first_symbol;
+        if (last->h.first_symbol + last->count > seg.h.first_symbol)
+            last->count = seg.h.first_symbol - last->h.first_symbol;
         break;
     }
     if (fkvf_grow(r->alloc, (void **)&s->segs, &s->cap_segs, s->n_segs + 1, sizeof(rd_seg))) {
         fkvf_free(r->alloc, seg.block_ok);
-        return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for stream segments");
+        return FAIL(FKVF_E_NOMEM, r->sections[i].e.offset, NULL, "no memory for stream segments");
     }
     s->segs[s->n_segs++] = seg;
-    s->length = h->first_symbol + h->symbol_count;
+    s->length = seg.h.first_symbol + seg.h.symbol_count;
     return FKVF_OK;
 }
 
