@@ -278,6 +278,10 @@ typedef struct fkvf_stream_info {
 FKVF_API int fkvf_reader_stream_count(const fkvf_reader *r, size_t *count);
 FKVF_API int fkvf_reader_stream_info(const fkvf_reader *r, size_t index, fkvf_stream_info *out);
 FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *index);
+typedef struct fkvf_stream_spec fkvf_stream_spec; /* below, with the writer */
+/* The codec of a stream as a writer takes it (fkvf_writer_add_index_segment,
+ * ..._token_segment): what continuing or copying the stream needs. */
+FKVF_API int fkvf_reader_stream_spec(const fkvf_reader *r, size_t index, fkvf_stream_spec *out);
 /* One symbol, O(1): touches (and on first touch verifies) one block. */
 FKVF_API int fkvf_reader_stream_get(fkvf_reader *r, size_t index, uint64_t t, uint32_t *symbol);
 /* Same as fkvf_reader_stream_read, into bytes, for streams whose symbols fit

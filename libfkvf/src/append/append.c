@@ -15,6 +15,7 @@
 #include "ckd.h"
 #include "error.h"
 #include "fkvf.h"
+#include "append_impl.h"
 #include "write/writer_resume.h"
 
 #define FKVF_APPENDER_MAGIC UINT32_C(0x50414B46) /* "FKAP" */
@@ -26,6 +27,7 @@ struct fkvf_appender {
     char *path;
     fkvf_writer *w;
     int failed;
+    int sections_only; /* fkvf_archive_append_sections: no codebook, window, tails */
     fkvf_append_options opts;
 
     fkvf_desc desc;
@@ -128,22 +130,16 @@ static unsigned quad_bits_for(uint32_t k)
     return b;
 }
 
-static int spec_from_stream(fkvf_reader *r, uint64_t id, fkvf_stream_spec *spec)
+/* The codec of stream `id` and its length; 0 when the archive lacks it. */
+static int spec_from_stream(fkvf_reader *r, uint64_t id, fkvf_stream_spec *spec, uint64_t *len)
 {
     size_t idx;
     fkvf_stream_info si;
     if (fkvf_reader_stream_find(r, id, &idx) != FKVF_OK ||
+        fkvf_reader_stream_spec(r, idx, spec) != FKVF_OK ||
         fkvf_reader_stream_info(r, idx, &si) != FKVF_OK)
         return 0;
-    memset(spec, 0, sizeof *spec);
-    spec->profile = si.profile;
-    if (si.profile == FKVF_PROFILE_QUAD) {
-        spec->symbol_bits = si.symbol_bits;
-    } else {
-        spec->alphabet = si.alphabet;
-        spec->r = si.r;
-        spec->span_symbols = si.span_symbols;
-    }
+    *len = si.length;
     return 1;
 }
 
@@ -190,6 +186,63 @@ static int tok_reserve(fkvf_appender *a, size_t extra)
     return FKVF_OK;
 }
 
+/* The rows of the recent window and the partial units of the streams: what
+ * the next commit continues. */
+static int load_window(fkvf_appender *a, fkvf_reader *r, const fkvf_codebook_shape *cb)
+{
+    int rc;
+    /* the window: rows of exact positions [b0, n) */
+    a->b0 = a->n < a->S ? a->n : a->S + a->A;
+    size_t nw = (size_t)(a->n - a->b0);
+    if ((rc = rows_reserve(a, nw)))
+        return rc;
+    for (size_t i = 0; i < nw; i++) {
+        const void *row;
+        size_t rb;
+        if ((rc = fkvf_reader_exact_row(r, a->b0 + i, &row, &rb)))
+            return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
+        memcpy(a->rows + i * a->row_bytes, row, a->row_bytes);
+    }
+    a->rows_n = nw;
+
+    /* the partial unit of the index streams and of the token stream */
+    if (a->q && a->A % a->iu) {
+        uint64_t f = a->A / a->iu * a->iu;
+        a->itail_n = (size_t)(a->A - f);
+        size_t cnt;
+        if (!fkvf_mulsz(a->itail_n, a->cpp, &cnt) ||
+            !(a->itail = fkvf_malloc(a->alloc, cnt * sizeof *a->itail)))
+            return FAIL(FKVF_E_NOMEM, NULL, "no memory");
+        uint32_t tmp[64];
+        unsigned per = (unsigned)cb->k_stages + cb->v_stages;
+        for (size_t j = 0; j < a->cpp; j++) {
+            uint32_t lh = (uint32_t)(j / per), s = (uint32_t)(j % per);
+            unsigned kv = s >= cb->k_stages;
+            uint64_t id = FKVF_STREAM_ID(0, lh / a->desc.n_kv_heads, lh % a->desc.n_kv_heads, kv,
+                                         kv ? s - cb->k_stages : s);
+            size_t idx;
+            if ((rc = fkvf_reader_stream_find(r, id, &idx)) ||
+                (rc = fkvf_reader_stream_read(r, idx, f, tmp, a->itail_n)))
+                return FAIL(rc, NULL, "index stream %016llx: %s", (unsigned long long)id,
+                            fkvf_reader_message(r));
+            for (size_t t = 0; t < a->itail_n; t++)
+                a->itail[t * a->cpp + j] = (uint16_t)tmp[t];
+        }
+    }
+    if (a->has_tokens && a->n % a->tu) {
+        uint64_t f = a->n / a->tu * a->tu;
+        size_t idx;
+        if ((rc = tok_reserve(a, (size_t)(a->n - f))))
+            return rc;
+        if ((rc = fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &idx)) ||
+            (rc = fkvf_reader_stream_read(r, idx, f, a->tok, (size_t)(a->n - f))))
+            return FAIL(rc, NULL, "token stream: %s", fkvf_reader_message(r));
+        a->tok_n = (size_t)(a->n - f);
+    }
+
+    return FKVF_OK;
+}
+
 /* Everything the appender needs from the served commit, through a reader. */
 static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_t **vtxs,
                       size_t *n_vtxs, fkvf_codebook_shape *cb)
@@ -230,7 +283,11 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
     const char *name;
     if ((rc = fkvf_reader_codebook_ref(r, &ext, hash, &name)))
         return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
-    if (ext) {
+    if (ext && a->sections_only) {
+        /* no index segment will be written: the shape is not needed */
+        st->cb_kind = 2;
+        st->cb = cb;
+    } else if (ext) {
         if (!a->opts.codebook_file)
             return FAIL(FKVF_E_CODEBOOK, "13.5",
                         "the archive refers to an external codebook (\"%s\"): give it as the "
@@ -241,8 +298,12 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
     }
     const void *contents;
     size_t csize;
-    rc = fkvf_reader_codebook(r, cb, &contents, &csize, NULL);
-    if (rc == FKVF_OK) {
+    rc = ext && a->sections_only ? FKVF_E_NOT_FOUND
+                                 : fkvf_reader_codebook(r, cb, &contents, &csize, NULL);
+    if (rc == FKVF_OK && a->sections_only) {
+        st->cb_kind = 1;
+        st->cb = cb;
+    } else if (rc == FKVF_OK) {
         rc = fkvf_rvq_from_tables(&a->q, cb, d.n_kv_heads, (const uint8_t *)contents + 64,
                                   csize - 64, a->alloc);
         if (rc)
@@ -262,77 +323,26 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
     }
 
     /* codecs of the groups (spec 11.2) */
-    st->index_present = spec_from_stream(r, FKVF_STREAM_ID(0, 0, 0, 0, 0), &st->index_spec);
+    st->index_present = spec_from_stream(r, FKVF_STREAM_ID(0, 0, 0, 0, 0), &st->index_spec,
+                                         &st->index_length);
     if (st->index_present) {
         a->ispec = st->index_spec;
-        size_t idx;
-        fkvf_stream_info si;
-        fkvf_reader_stream_find(r, FKVF_STREAM_ID(0, 0, 0, 0, 0), &idx);
-        fkvf_reader_stream_info(r, idx, &si);
-        st->index_length = si.length;
     } else if (a->q) {
         memset(&a->ispec, 0, sizeof a->ispec);
         a->ispec.profile = FKVF_PROFILE_QUAD;
         a->ispec.symbol_bits = quad_bits_for(cb->k);
     }
     a->iu = a->q ? fkvf_stream_spec_align(&a->ispec) : 1;
-    st->token_present = spec_from_stream(r, FKVF_STREAM_ID_TOKENS, &st->token_spec);
+    st->token_present = spec_from_stream(r, FKVF_STREAM_ID_TOKENS, &st->token_spec,
+                                         &st->token_length);
     a->has_tokens = st->token_present;
     if (a->has_tokens) {
         a->tspec = st->token_spec;
         a->tu = fkvf_stream_spec_align(&a->tspec);
-        st->token_length = a->n;
     }
 
-    /* the window: rows of exact positions [b0, n) */
-    a->b0 = a->n < a->S ? a->n : a->S + a->A;
-    size_t nw = (size_t)(a->n - a->b0);
-    if ((rc = rows_reserve(a, nw)))
+    if (!a->sections_only && (rc = load_window(a, r, cb)))
         return rc;
-    for (size_t i = 0; i < nw; i++) {
-        const void *row;
-        size_t rb;
-        if ((rc = fkvf_reader_exact_row(r, a->b0 + i, &row, &rb)))
-            return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
-        memcpy(a->rows + i * a->row_bytes, row, a->row_bytes);
-    }
-    a->rows_n = nw;
-
-    /* the partial unit of the index streams and of the token stream */
-    if (a->q && a->A % a->iu) {
-        uint64_t f = a->A / a->iu * a->iu;
-        a->itail_n = (size_t)(a->A - f);
-        size_t cnt;
-        if (!fkvf_mulsz(a->itail_n, a->cpp, &cnt) ||
-            !(a->itail = fkvf_malloc(a->alloc, cnt * sizeof *a->itail)))
-            return FAIL(FKVF_E_NOMEM, NULL, "no memory");
-        uint32_t tmp[64];
-        unsigned per = (unsigned)cb->k_stages + cb->v_stages;
-        for (size_t j = 0; j < a->cpp; j++) {
-            uint32_t lh = (uint32_t)(j / per), s = (uint32_t)(j % per);
-            unsigned kv = s >= cb->k_stages;
-            uint64_t id = FKVF_STREAM_ID(0, lh / d.n_kv_heads, lh % d.n_kv_heads, kv,
-                                         kv ? s - cb->k_stages : s);
-            size_t idx;
-            if ((rc = fkvf_reader_stream_find(r, id, &idx)) ||
-                (rc = fkvf_reader_stream_read(r, idx, f, tmp, a->itail_n)))
-                return FAIL(rc, NULL, "index stream %016llx: %s", (unsigned long long)id,
-                            fkvf_reader_message(r));
-            for (size_t t = 0; t < a->itail_n; t++)
-                a->itail[t * a->cpp + j] = (uint16_t)tmp[t];
-        }
-    }
-    if (a->has_tokens && a->n % a->tu) {
-        uint64_t f = a->n / a->tu * a->tu;
-        size_t idx;
-        if ((rc = tok_reserve(a, (size_t)(a->n - f))))
-            return rc;
-        if ((rc = fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &idx)) ||
-            (rc = fkvf_reader_stream_read(r, idx, f, a->tok, (size_t)(a->n - f))))
-            return FAIL(rc, NULL, "token stream: %s", fkvf_reader_message(r));
-        a->tok_n = (size_t)(a->n - f);
-    }
-
     /* vertex tables already in the file (spec 10.3) */
     for (size_t i = 0; i < ai.n_sections; i++) {
         fkvf_section_info s;
@@ -353,8 +363,17 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
     return FKVF_OK;
 }
 
+static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_options *opts,
+                     const fkvf_allocator *alloc, int sections_only);
+
 FKVF_API int fkvf_appender_open(fkvf_appender **out, const char *path,
                                 const fkvf_append_options *opts, const fkvf_allocator *alloc)
+{
+    return open_impl(out, path, opts, alloc, 0);
+}
+
+static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_options *opts,
+                     const fkvf_allocator *alloc, int sections_only)
 {
     if (!out)
         return FKVF_E_INVALID_ARG;
@@ -367,6 +386,7 @@ FKVF_API int fkvf_appender_open(fkvf_appender **out, const char *path,
         return FKVF_E_NOMEM;
     a->magic = FKVF_APPENDER_MAGIC;
     a->alloc = alloc;
+    a->sections_only = sections_only;
     *out = a;
     if (opts)
         a->opts = *opts;
@@ -678,5 +698,32 @@ FKVF_API int fkvf_appender_sync(fkvf_appender *a)
         return rc;
     if ((rc = fkvf_writer_sync_now(a->w)))
         return FAIL(rc, "7.6", "%s", fkvf_writer_message(a->w));
+    return FKVF_OK;
+}
+
+/* ---- extra sections (append_impl.h) --------------------------------------- */
+
+int fkvf_appender_open_sections(fkvf_appender **out, const char *path, unsigned sync)
+{
+    fkvf_append_options o;
+    fkvf_append_options_init(&o);
+    o.sync = sync;
+    return open_impl(out, path, &o, NULL, 1);
+}
+
+int fkvf_appender_commit_sections(fkvf_appender *a, const fkvf_section_add *secs, size_t n)
+{
+    int rc = a_enter(a);
+    if (rc)
+        return rc;
+    if (a->pending)
+        return FAIL(FKVF_E_STATE, NULL, "positions are queued: commit them first");
+    for (size_t i = 0; i < n; i++)
+        if ((rc = fkvf_writer_add_section(a->w, secs[i].type, secs[i].flags, secs[i].key,
+                                          secs[i].data, secs[i].size)))
+            return commit_fail(a, rc, "section");
+    if ((rc = fkvf_writer_set_positions(a->w, a->n, a->A)) || (rc = fkvf_writer_commit(a->w)))
+        return commit_fail(a, rc, "commit");
+    a->seq++;
     return FKVF_OK;
 }

@@ -1416,6 +1416,26 @@ FKVF_API int fkvf_reader_stream_info(const fkvf_reader *r, size_t index, fkvf_st
     return FKVF_OK;
 }
 
+FKVF_API int fkvf_reader_stream_spec(const fkvf_reader *r, size_t index, fkvf_stream_spec *out)
+{
+    ENTER(r);
+    rd_stream st;
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    if (rd_stream_at(r, index, &st))
+        return FKVF_E_RANGE;
+    memset(out, 0, sizeof *out);
+    out->profile = (fkvf_profile)st.g->profile;
+    if (st.g->profile == FKVF_PROFILE_QUAD) {
+        out->symbol_bits = st.g->bits;
+    } else {
+        out->alphabet = st.g->alphabet;
+        out->r = st.g->r;
+        out->span_symbols = st.g->span;
+    }
+    return FKVF_OK;
+}
+
 FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *index)
 {
     ENTER(r);
