@@ -26,11 +26,11 @@
  * FKVF_SYNC_NONE always, FKVF_SYNC_COMMIT for n <= --sync-max (default
  * 10000).
  *
- * Encode time is measured separately in the same run: about every eighth
- * batch is encoded once more with fkvf_rvq_encode (as the appender calls
- * it), outside the timed calls; that cost per position times the fraction
- * of positions that get archived is the "encode" column, and "rest" is the
- * total minus it (row copies, segments, checksums, directory, trailer, I/O).
+ * Encode time is measured separately in the same run: the executable is
+ * linked with --wrap=fkvf_rvq_encode, so every call the appender makes is
+ * timed (wall and CPU) as it happens; "encode" is that time per appended
+ * position, "rest" the total minus it (row copies, segments, checksums,
+ * directory, trailer, I/O).
  * "bytes/pos appended" is (final file size - size after commit 1, which
  * holds the descriptor and the 28 MB f16 codebook) / n. Output is a
  * markdown table, then the ratios cost(largest n)/cost(smallest n) per
@@ -137,26 +137,32 @@ typedef struct result {
     uint64_t n;
     uint32_t window, every;
     unsigned sync;
-    double total, cpu, enc_pp, bytes_pp;
+    double total, cpu, enc_wall, enc_cpu, bytes_pp;
     uint64_t archived;
 } result;
 
-/* Time fkvf_rvq_encode of m pool rows starting at pool row off (as the
- * appender calls it for a batch), outside the measured append time. */
-static double time_encode(const fkvf_rvq *q, const uint16_t *pool, size_t off, size_t m,
-                          uint16_t *codes)
+/* The appender's own calls of fkvf_rvq_encode, timed: the executable is
+ * linked with -Wl,--wrap=fkvf_rvq_encode (bench/CMakeLists.txt), so the
+ * call in append.c lands here. */
+int __real_fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_rope,
+                           unsigned beam_width, uint16_t *codes, size_t pos_stride,
+                           size_t code_stride);
+int __wrap_fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_rope,
+                           unsigned beam_width, uint16_t *codes, size_t pos_stride,
+                           size_t code_stride);
+static double enc_wall, enc_cpu;
+static uint64_t enc_rows;
+
+int __wrap_fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_rope,
+                           unsigned beam_width, uint16_t *codes, size_t pos_stride,
+                           size_t code_stride)
 {
-    size_t cpp = fkvf_rvq_codes_per_position(q);
-    double t0 = cpu_now();
-    for (size_t done = 0; done < m;) {
-        size_t o = (off + done) % POOL, k = m - done < POOL - o ? m - done : POOL - o;
-        fkvf_rows r = {pool + o * ROW_ELEMS, k, FKVF_DTYPE_F16, SINKS + off + done};
-        int rc = fkvf_rvq_encode(q, &r, NULL, 0, codes, cpp, 1);
-        if (rc)
-            die("fkvf_rvq_encode", rc, NULL);
-        done += k;
-    }
-    return cpu_now() - t0;
+    double w0 = now(), c0 = cpu_now();
+    int rc = __real_fkvf_rvq_encode(q, rows, key_rope, beam_width, codes, pos_stride, code_stride);
+    enc_cpu += cpu_now() - c0;
+    enc_wall += now() - w0;
+    enc_rows += rows ? rows->n_rows : 0;
+    return rc;
 }
 
 static result run(const char *dir, const fkvf_rvq *q, const uint16_t *pool, uint64_t n,
@@ -180,13 +186,10 @@ static result run(const char *dir, const fkvf_rvq *q, const uint16_t *pool, uint
     fkvf_appender_state st;
     fkvf_appender_state_get(a, &st);
     uint64_t size0 = st.file_size; /* commit 1: descriptor and the 28 MB codebook */
-    /* encode cost, measured on the same batches: every `samp`-th batch is
-     * encoded once more, outside the timed calls (about 1/8 of the rows) */
-    uint64_t n_batches = (n + every - 1) / every, samp = n_batches / 8 ? n_batches / 8 : 1;
-    uint16_t *codes = xmalloc((size_t)every * fkvf_rvq_codes_per_position(q) * sizeof *codes);
-    double total = 0, cpu = 0, enc = 0;
-    uint64_t enc_n = 0, batch = 0;
-    for (uint64_t p = 0; p < n; batch++) {
+    double total = 0, cpu = 0;
+    enc_wall = enc_cpu = 0;
+    enc_rows = 0;
+    for (uint64_t p = 0; p < n;) {
         size_t m = (size_t)(n - p < every ? n - p : every);
         size_t off = (size_t)(p % POOL);
         double t0 = now(), c0 = cpu_now();
@@ -205,13 +208,8 @@ static result run(const char *dir, const fkvf_rvq *q, const uint16_t *pool, uint
         cpu += cpu_now() - c0;
         if (rc)
             die("fkvf_appender_commit", rc, fkvf_appender_message(a));
-        if (batch % samp == 0) {
-            enc += time_encode(q, pool, off, m, codes);
-            enc_n += m;
-        }
         p += m;
     }
-    free(codes);
     fkvf_appender_state_get(a, &st);
     fkvf_appender_free(a);
     struct stat sb;
@@ -230,23 +228,25 @@ static result run(const char *dir, const fkvf_rvq *q, const uint16_t *pool, uint
     r.cpu = cpu;
     r.archived = st.n_archived;
     r.bytes_pp = (double)((uint64_t)sb.st_size - size0) / (double)n;
-    r.enc_pp = enc / (double)enc_n;
+    r.enc_wall = enc_wall;
+    r.enc_cpu = enc_cpu;
+    if (enc_rows != st.n_archived) {
+        fprintf(stderr, "bench_append: the appender encoded %llu rows, archived %llu\n",
+                (unsigned long long)enc_rows, (unsigned long long)st.n_archived);
+        exit(1);
+    }
     return r;
-}
-
-static double enc_share(const result *r)
-{
-    return r->enc_pp * (double)r->archived / (double)r->n;
 }
 
 static void print_row(const result *r)
 {
-    double pp = r->total / (double)r->n * 1e6, cp = r->cpu / (double)r->n * 1e6;
-    double enc = enc_share(r) * 1e6;
-    printf("| %llu | %u | %u | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f |\n",
+    double n = (double)r->n;
+    double wp = r->total / n * 1e6, cp = r->cpu / n * 1e6;
+    double ew = r->enc_wall / n * 1e6, ec = r->enc_cpu / n * 1e6;
+    printf("| %llu | %u | %u | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f |\n",
            (unsigned long long)r->n, r->window, r->every,
-           r->sync == FKVF_SYNC_NONE ? "none" : "commit", r->total, pp, cp, enc, cp - enc,
-           r->bytes_pp);
+           r->sync == FKVF_SYNC_NONE ? "none" : "commit", r->total, wp, ew, wp - ew, cp, ec,
+           cp - ec, r->bytes_pp);
     fflush(stdout);
 }
 
@@ -333,9 +333,9 @@ int main(int argc, char **argv)
            "iterations (%.1f s); sinks %d; files in %s\n\n",
            NL, NH, HD, ROW_BYTES, fkvf_rvq_codes_per_position(q), n_train, iters, t_train,
            SINKS, dir);
-    printf("| positions | window | commit every | sync | wall s | wall us/pos | CPU us/pos | "
-           "encode CPU us/pos | rest CPU us/pos | bytes/pos appended |\n");
-    printf("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n");
+    printf("| positions | window | commit every | sync | wall s | wall us/pos | encode | rest | "
+           "CPU us/pos | encode | rest | bytes/pos appended |\n");
+    printf("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
 
     static const uint32_t windows[2] = {32, 0};
     result *res = xmalloc(n_sizes * 8 * sizeof *res);
@@ -355,9 +355,10 @@ int main(int argc, char **argv)
         }
 
     /* ratios: cost per position at the largest size over the smallest, per series */
-    printf("\n| window | commit every | sync | n0 -> n1 | wall ratio | CPU ratio | encode "
-           "ratio | rest (CPU) ratio |\n");
-    printf("|---:|---:|---|---|---:|---:|---:|---:|\n");
+    printf("\ncost(n1) / cost(n0) per position:\n\n");
+    printf("| window | commit every | sync | n0 -> n1 | wall | wall encode | wall rest | CPU | "
+           "CPU encode | CPU rest |\n");
+    printf("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
     for (size_t i = 0; i < nres; i++) {
         const result *lo = NULL, *hi = NULL;
         int first = 1;
@@ -376,11 +377,12 @@ int main(int argc, char **argv)
             continue;
         double w0 = lo->total / (double)lo->n, w1 = hi->total / (double)hi->n;
         double c0 = lo->cpu / (double)lo->n, c1 = hi->cpu / (double)hi->n;
-        double e0 = enc_share(lo), e1 = enc_share(hi);
-        printf("| %u | %u | %s | %llu -> %llu | %.3f | %.3f | %.3f | %.3f |\n", res[i].window,
-               res[i].every, res[i].sync == FKVF_SYNC_NONE ? "none" : "commit",
-               (unsigned long long)lo->n, (unsigned long long)hi->n, w1 / w0, c1 / c0, e1 / e0,
-               (c1 - e1) / (c0 - e0));
+        double ew0 = lo->enc_wall / (double)lo->n, ew1 = hi->enc_wall / (double)hi->n;
+        double ec0 = lo->enc_cpu / (double)lo->n, ec1 = hi->enc_cpu / (double)hi->n;
+        printf("| %u | %u | %s | %llu -> %llu | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
+               res[i].window, res[i].every, res[i].sync == FKVF_SYNC_NONE ? "none" : "commit",
+               (unsigned long long)lo->n, (unsigned long long)hi->n, w1 / w0, ew1 / ew0,
+               (w1 - ew1) / (w0 - ew0), c1 / c0, ec1 / ec0, (c1 - ec1) / (c0 - ec0));
     }
     free(res);
     free(pool);
