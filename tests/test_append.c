@@ -711,6 +711,51 @@ START_TEST(fault_io_every_call)
 }
 END_TEST
 
+/* fkvf_appender_sync of a FKVF_SYNC_NONE appender fails: a failed fdatasync
+ * may have dropped the pages it could not write (Linux reports the error
+ * once, then marks them clean), so a later sync must not report the commits
+ * durable: the handle refuses further calls. */
+START_TEST(fault_sync_now_fails)
+{
+    make_dir();
+    char path[128];
+    path_in(path, sizeof path, "s.fkvf");
+    fkvf_rvq *q = train_codebook(0);
+    static const size_t batches[] = {4, 7};
+    build(path, q, FKVF_SYNC_NONE, batches, 2);
+    fault_io f;
+    memset(&f, 0, sizeof f);
+    f.err = EIO;
+    f.fail_sync = 1;
+    fkvf_io io = {fio_write, fio_sync, &f};
+    fkvf_append_options o;
+    fault_opts(&o, FKVF_SYNC_NONE);
+    o.io = &io;
+    fkvf_appender *a = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+    f.armed = 1;
+    ck_assert_int_eq(append_range(a, 11, 19), FKVF_OK);
+    ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
+    ck_assert_int_eq(f.syncs, 0); /* FKVF_SYNC_NONE: none in the commit */
+    ck_assert_int_eq(fkvf_appender_sync(a), FKVF_E_IO);
+    ck_assert_ptr_nonnull(strstr(fkvf_appender_message(a), "fdatasync"));
+    ck_assert_int_eq(fkvf_appender_sync(a), FKVF_E_IO); /* not a false success */
+    ck_assert_int_eq(f.syncs, 1);
+    ck_assert_int_eq(append_range(a, 30, 1), FKVF_E_IO);
+    ck_assert_int_eq(fkvf_appender_commit(a), FKVF_E_IO);
+    fkvf_appender_free(a);
+    /* the commit made before is in the file (the process did not crash) */
+    snap s;
+    snap_file(path, FKVF_OPEN_STRICT, &s);
+    ck_assert_uint_eq(s.n, 30);
+    snap_expect(&s, q);
+    snap_free(&s);
+    fkvf_rvq_free(q);
+    unlink(path);
+    rmdir(tmpdir);
+}
+END_TEST
+
 /* (c) SIGKILL an appending process at a random moment. */
 static void kill_rounds(unsigned sync, int rounds, uint64_t seed, uint32_t max_us)
 {
@@ -1023,6 +1068,7 @@ static Suite *suite(void)
     tcase_set_timeout(f, 300);
     tcase_add_test(f, fault_torn_every_cut);
     tcase_add_test(f, fault_io_every_call);
+    tcase_add_test(f, fault_sync_now_fails);
     tcase_add_test(f, fault_kill_sync_none);
     tcase_add_test(f, fault_kill_sync_commit);
     tcase_add_test(f, fault_alloc_every_call);

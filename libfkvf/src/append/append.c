@@ -676,7 +676,14 @@ FKVF_API int fkvf_appender_sync(fkvf_appender *a)
     int rc = a_enter(a);
     if (rc)
         return rc;
-    if ((rc = fkvf_writer_sync_now(a->w)))
-        return FAIL(rc, "7.6", "%s", fkvf_writer_message(a->w));
+    if ((rc = fkvf_writer_sync_now(a->w))) {
+        /* a failed fdatasync may have dropped the pages it could not write
+         * (Linux reports the error once, then marks them clean): a later
+         * sync must not report the commits durable */
+        a->failed = 1;
+        return FAIL(rc, "7.6", "%s (the commits since the last successful sync may not be "
+                               "durable; reopen to continue)",
+                    fkvf_writer_message(a->w));
+    }
     return FKVF_OK;
 }
