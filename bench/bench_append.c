@@ -1,7 +1,7 @@
 /* Append cost of the appender (fkvf.h "appender") at GPT-2 shape.
  *
- *   bench_append [--sizes N,N,..] [--every C[,C]] [--dir DIR] [--sync-max N] [--window-max N]
- *                [--train N] [--iters I]
+ *   bench_append [--sizes N,N,..] [--every C[,C]] [--dir DIR] [--sync-max N] [--window-max N] [--stub-from N]
+ *                [--stub-from N] [--train N] [--iters I]
  *
  * Shape: 12 layers, 12 KV heads, 64 dims, f16 rows (36,864 bytes), RVQ with
  * k = 256, keys x4 and values x2 stages (864 index symbols of 8 bits per
@@ -31,6 +31,11 @@
  * timed (wall and CPU) as it happens; "encode" is that time per appended
  * position, "rest" the total minus it (row copies, segments, checksums,
  * directory, trailer, I/O).
+ * With --stub-from N, sizes >= N run with the encoder replaced by a trivial
+ * code generator (rows marked "(stub)"): that measures the rest (row
+ * copies, segments, checksums, directory, trailer, I/O) at sizes where real
+ * encoding (~0.5-1 ms per position, independent of the archive's size)
+ * would take too long; ratios compare stubbed rows with stubbed rows only.
  * "bytes/pos appended" is (final file size - size after commit 1, which
  * holds the descriptor and the 28 MB f16 codebook) / n. Output is a
  * markdown table, then the ratios cost(largest n)/cost(smallest n) per
@@ -139,6 +144,7 @@ typedef struct result {
     unsigned sync;
     double total, cpu, enc_wall, enc_cpu, bytes_pp;
     uint64_t archived;
+    int stub;
 } result;
 
 /* The appender's own calls of fkvf_rvq_encode, timed: the executable is
@@ -152,13 +158,27 @@ int __wrap_fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_
                            size_t code_stride);
 static double enc_wall, enc_cpu;
 static uint64_t enc_rows;
+/* --stub-from: replace the encoder by a trivial code generator (to measure
+ * the rest, I/O and container, at sizes where real encoding would take too
+ * long on the machine at hand) */
+static int stub_encode;
 
 int __wrap_fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_rope,
                            unsigned beam_width, uint16_t *codes, size_t pos_stride,
                            size_t code_stride)
 {
     double w0 = now(), c0 = cpu_now();
-    int rc = __real_fkvf_rvq_encode(q, rows, key_rope, beam_width, codes, pos_stride, code_stride);
+    int rc = FKVF_OK;
+    if (stub_encode && rows && codes) {
+        size_t cpp = fkvf_rvq_codes_per_position(q);
+        for (size_t i = 0; i < rows->n_rows; i++)
+            for (size_t j = 0; j < cpp; j++)
+                codes[i * pos_stride + j * code_stride] =
+                    (uint16_t)((rows->first_position + i) * 131 + j * 7) & 255;
+    } else {
+        rc = __real_fkvf_rvq_encode(q, rows, key_rope, beam_width, codes, pos_stride,
+                                    code_stride);
+    }
     enc_cpu += cpu_now() - c0;
     enc_wall += now() - w0;
     enc_rows += rows ? rows->n_rows : 0;
@@ -228,6 +248,7 @@ static result run(const char *dir, const fkvf_rvq *q, const uint16_t *pool, uint
     r.cpu = cpu;
     r.archived = st.n_archived;
     r.bytes_pp = (double)((uint64_t)sb.st_size - size0) / (double)n;
+    r.stub = stub_encode;
     r.enc_wall = enc_wall;
     r.enc_cpu = enc_cpu;
     if (enc_rows != st.n_archived) {
@@ -243,8 +264,8 @@ static void print_row(const result *r)
     double n = (double)r->n;
     double wp = r->total / n * 1e6, cp = r->cpu / n * 1e6;
     double ew = r->enc_wall / n * 1e6, ec = r->enc_cpu / n * 1e6;
-    printf("| %llu | %u | %u | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f |\n",
-           (unsigned long long)r->n, r->window, r->every,
+    printf("| %llu%s | %u | %u | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f |\n",
+           (unsigned long long)r->n, r->stub ? " (stub)" : "", r->window, r->every,
            r->sync == FKVF_SYNC_NONE ? "none" : "commit", r->total, wp, ew, wp - ew, cp, ec,
            cp - ec, r->bytes_pp);
     fflush(stdout);
@@ -255,7 +276,7 @@ int main(int argc, char **argv)
     uint64_t sizes[16] = {1000, 10000, 100000, 1000000};
     size_t n_sizes = 4;
     const char *dir = "/tmp";
-    uint64_t sync_max = 10000, window_max = 10000;
+    uint64_t sync_max = 10000, window_max = 10000, stub_from = 0;
     size_t n_train = 384;
     uint32_t everys[2] = {16, 1024};
     int n_everys = 2;
@@ -281,6 +302,8 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_append: --every C[,C] with C > 0\n");
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--stub-from") && v) {
+            stub_from = strtoull(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--dir") && v) {
             dir = argv[++i];
         } else if (!strcmp(argv[i], "--sync-max") && v) {
@@ -294,7 +317,7 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: bench_append [--sizes N,N,..] [--every C[,C]] [--dir DIR] "
-                    "[--sync-max N] [--window-max N] [--train N] [--iters I]\n");
+                    "[--sync-max N] [--window-max N] [--stub-from N] [--train N] [--iters I]\n");
             return 2;
         }
     }
@@ -348,6 +371,7 @@ int main(int argc, char **argv)
                 for (unsigned sync = FKVF_SYNC_NONE + 1; sync-- > 0;) {
                     if (sync == FKVF_SYNC_COMMIT && sizes[si] > sync_max)
                         continue;
+                    stub_encode = stub_from && sizes[si] >= stub_from;
                     res[nres] = run(dir, q, pool, sizes[si], windows[wi], everys[ei], sync);
                     print_row(&res[nres]);
                     nres++;
@@ -364,7 +388,7 @@ int main(int argc, char **argv)
         int first = 1;
         for (size_t j = 0; j < nres; j++) {
             if (res[j].window != res[i].window || res[j].every != res[i].every ||
-                res[j].sync != res[i].sync)
+                res[j].sync != res[i].sync || res[j].stub != res[i].stub)
                 continue;
             if (j < i)
                 first = 0;
