@@ -763,6 +763,7 @@ static void kill_rounds(unsigned sync, int rounds, uint64_t seed, uint32_t max_u
     fkvf_rvq *q = train_codebook(0);
     tu_rng rng = {seed};
     uint64_t max_seen = 0;
+    int torn_rounds = 0;
     for (int round = 0; round < rounds; round++) {
         char path[128];
         path_in(path, sizeof path, "k.fkvf");
@@ -783,6 +784,8 @@ static void kill_rounds(unsigned sync, int rounds, uint64_t seed, uint32_t max_u
             if (fkvf_appender_open(&a, path, &o, NULL) != FKVF_OK)
                 _exit(3);
             uint64_t n = 0;
+            if (write(fds[1], &n, sizeof n) != (ssize_t)sizeof n) /* ready */
+                _exit(5);
             while (n < 4000) {
                 size_t m = 1 + tu_below(&cr, 40);
                 if (append_range(a, n, m) != FKVF_OK || fkvf_appender_commit(a) != FKVF_OK)
@@ -795,6 +798,14 @@ static void kill_rounds(unsigned sync, int rounds, uint64_t seed, uint32_t max_u
                 pause();
         }
         close(fds[1]);
+        /* wait for the child to be ready and to report 0..7 commits (so that
+         * the kills spread over many commits however fast the machine is),
+         * then let it run a random while longer */
+        uint64_t last = 0, v;
+        uint32_t wait_commits = tu_below(&rng, 8);
+        for (uint32_t i = 0; i <= wait_commits; i++)
+            if (read(fds[0], &v, sizeof v) == (ssize_t)sizeof v)
+                last = v;
         uint32_t us = tu_below(&rng, max_us);
         struct timespec ts = {0, (long)us * 1000};
         nanosleep(&ts, NULL);
@@ -803,7 +814,6 @@ static void kill_rounds(unsigned sync, int rounds, uint64_t seed, uint32_t max_u
         ck_assert_int_eq(waitpid(pid, &status, 0), pid);
         ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
                       "round %d: the child failed (status %d)", round, status);
-        uint64_t last = 0, v;
         while (read(fds[0], &v, sizeof v) == (ssize_t)sizeof v)
             last = v;
         close(fds[0]);
@@ -812,6 +822,7 @@ static void kill_rounds(unsigned sync, int rounds, uint64_t seed, uint32_t max_u
         ck_assert_msg(s.n >= last, "round %d: %llu positions, the child committed %llu", round,
                       (unsigned long long)s.n, (unsigned long long)last);
         snap_expect(&s, q);
+        torn_rounds += s.torn > 0;
         if (s.n > max_seen)
             max_seen = s.n;
         /* recover and continue */
@@ -833,19 +844,20 @@ static void kill_rounds(unsigned sync, int rounds, uint64_t seed, uint32_t max_u
     }
     /* the kills did not all land before the first commit */
     ck_assert_uint_gt(max_seen, 0);
+    ck_assert_int_ge(torn_rounds, 1); /* and some of them inside a commit */
     fkvf_rvq_free(q);
     rmdir(tmpdir);
 }
 
 START_TEST(fault_kill_sync_none)
 {
-    kill_rounds(FKVF_SYNC_NONE, 30, 11, 25000);
+    kill_rounds(FKVF_SYNC_NONE, 30, 11, 5000);
 }
 END_TEST
 
 START_TEST(fault_kill_sync_commit)
 {
-    kill_rounds(FKVF_SYNC_COMMIT, 30, 12, 250000); /* two fdatasyncs per commit */
+    kill_rounds(FKVF_SYNC_COMMIT, 30, 12, 50000); /* two fdatasyncs per commit */
 }
 END_TEST
 
