@@ -756,6 +756,74 @@ START_TEST(fault_sync_now_fails)
 }
 END_TEST
 
+/* A token id the token codec cannot hold (10-bit quad: >= 1024). Whatever
+ * the call that reports it, the file must not be left with bytes after its
+ * last commit, and the handle must not keep failing on the same queue. */
+START_TEST(fault_token_out_of_range)
+{
+    make_dir();
+    char path[128];
+    path_in(path, sizeof path, "t.fkvf");
+    fkvf_rvq *q = train_codebook(0);
+    static const size_t batches[] = {4, 7, 19};
+    build(path, q, FKVF_SYNC_NONE, batches, 3);
+    const uint64_t n0 = file_len(path);
+    fkvf_append_options o;
+    fault_opts(&o, FKVF_SYNC_NONE);
+    fkvf_appender *a = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+    uint16_t rows[13 * ROW_ELEMS];
+    uint32_t tok[13];
+    gen_rows(rows, 30, 13);
+    for (int i = 0; i < 13; i++)
+        tok[i] = token_of(30 + (uint64_t)i);
+    tok[7] = 1024;
+    int rc = fkvf_appender_append(a, rows, sizeof rows, 13, tok);
+    int at_append = rc != FKVF_OK;
+    if (rc == FKVF_OK)
+        rc = fkvf_appender_commit(a);
+    ck_assert_int_eq(rc, FKVF_E_INVALID_ARG);
+    ck_assert_uint_gt(strlen(fkvf_appender_message(a)), 0);
+    /* nothing of it reached the file */
+    ck_assert_uint_eq(file_len(path), n0);
+    if (at_append) { /* refused before queuing: the handle goes on */
+        fkvf_appender_state st;
+        ck_assert_int_eq(fkvf_appender_state_get(a, &st), FKVF_OK);
+        ck_assert_uint_eq(st.pending, 0);
+        ck_assert_int_eq(append_range(a, 30, 5), FKVF_OK);
+        ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
+        fkvf_appender_free(a);
+        snap s;
+        snap_file(path, FKVF_OPEN_STRICT, &s);
+        ck_assert_uint_eq(s.n, 35);
+        snap_expect(&s, q);
+        snap_free(&s);
+        fkvf_rvq_free(q);
+        unlink(path);
+        rmdir(tmpdir);
+        return;
+    }
+    fkvf_appender_free(a);
+    snap s;
+    snap_file(path, FKVF_OPEN_STRICT, &s);
+    ck_assert_uint_eq(s.n, 30);
+    snap_free(&s);
+    /* a new appender continues */
+    a = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+    ck_assert_int_eq(append_range(a, 30, 13), FKVF_OK);
+    ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
+    fkvf_appender_free(a);
+    snap_file(path, FKVF_OPEN_STRICT, &s);
+    ck_assert_uint_eq(s.n, 43);
+    snap_expect(&s, q);
+    snap_free(&s);
+    fkvf_rvq_free(q);
+    unlink(path);
+    rmdir(tmpdir);
+}
+END_TEST
+
 /* (c) SIGKILL an appending process at a random moment. */
 static void kill_rounds(unsigned sync, int rounds, uint64_t seed, uint32_t max_us)
 {
@@ -1081,6 +1149,7 @@ static Suite *suite(void)
     tcase_add_test(f, fault_torn_every_cut);
     tcase_add_test(f, fault_io_every_call);
     tcase_add_test(f, fault_sync_now_fails);
+    tcase_add_test(f, fault_token_out_of_range);
     tcase_add_test(f, fault_kill_sync_none);
     tcase_add_test(f, fault_kill_sync_commit);
     tcase_add_test(f, fault_alloc_every_call);

@@ -528,6 +528,17 @@ FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t siz
     if (a->has_tokens && !tokens && n_rows)
         return FAIL(FKVF_E_INVALID_ARG, "11.8",
                     "the archive has a token stream: give the token ids of the new positions");
+    /* token ids the token codec cannot store (spec 11.8) would fail the
+     * commit after other sections were written */
+    for (size_t i = 0; tokens && i < n_rows; i++) {
+        int ok = a->tspec.profile == FKVF_PROFILE_QUAD
+                     ? a->tspec.symbol_bits >= 32 || tokens[i] >> a->tspec.symbol_bits == 0
+                     : tokens[i] < a->tspec.alphabet;
+        if (!ok)
+            return FAIL(FKVF_E_INVALID_ARG, "11.8",
+                        "token id %u (row %zu) does not fit the token stream's codec", tokens[i],
+                        i);
+    }
     size_t want;
     if (!fkvf_mulsz(n_rows, a->row_bytes, &want) || want != size)
         return FAIL(FKVF_E_INVALID_ARG, "14.2", "%zu rows of %zu bytes, got %zu bytes", n_rows,
@@ -562,11 +573,12 @@ static int commit_fail(fkvf_appender *a, int rc, const char *what)
     if (!a->diag.code)
         fkvf_fail(&a->diag, rc, FKVF_NO_OFFSET, NULL, "%s: %s", what,
                   fkvf_writer_message(a->w));
-    if (rc == FKVF_E_IO || rc == FKVF_E_NOMEM || rc == FKVF_E_LIMIT) {
-        /* the commit is incomplete: cut it off so the file opens clean */
-        (void)fkvf_writer_rollback(a->w);
-        a->failed = 1;
-    }
+    /* the commit is incomplete, whatever the error: sections already
+     * written (and recorded in the writer's directory and stream lengths)
+     * cannot be taken back in the writer, so cut them off the file so that
+     * it opens clean, and fail the handle (reopen to continue) */
+    (void)fkvf_writer_rollback(a->w);
+    a->failed = 1;
     return rc;
 }
 
