@@ -528,6 +528,10 @@ FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t siz
     if (a->has_tokens && !tokens && n_rows)
         return FAIL(FKVF_E_INVALID_ARG, "11.8",
                     "the archive has a token stream: give the token ids of the new positions");
+    size_t want;
+    if (!fkvf_mulsz(n_rows, a->row_bytes, &want) || want != size)
+        return FAIL(FKVF_E_INVALID_ARG, "14.2", "%zu rows of %zu bytes, got %zu bytes", n_rows,
+                    a->row_bytes, size);
     /* token ids the token codec cannot store (spec 11.8) would fail the
      * commit after other sections were written */
     for (size_t i = 0; tokens && i < n_rows; i++) {
@@ -539,10 +543,6 @@ FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t siz
                         "token id %u (row %zu) does not fit the token stream's codec", tokens[i],
                         i);
     }
-    size_t want;
-    if (!fkvf_mulsz(n_rows, a->row_bytes, &want) || want != size)
-        return FAIL(FKVF_E_INVALID_ARG, "14.2", "%zu rows of %zu bytes, got %zu bytes", n_rows,
-                    a->row_bytes, size);
     uint64_t total;
     if (!fkvf_add64(a->n + a->pending, n_rows, &total) || total > (UINT64_C(1) << 48))
         return FAIL(FKVF_E_LIMIT, "15", "too many positions");
