@@ -1,6 +1,9 @@
 /* The appender (fkvf.h "appender", spec 7.4-7.7, 14.3): positions appended
  * and committed in batches come back as a reader restores them; exact
- * positions bit for bit, archived ones as the codebook reconstructs them. */
+ * positions bit for bit, archived ones as the codebook reconstructs them.
+ * Fault tests (case "faults"): the last commit cut at every byte, a failing
+ * write / short write / sync at every call of a commit, SIGKILL of an
+ * appending process, the k-th allocation failing for every k, misuse. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <dirent.h>
