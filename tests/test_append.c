@@ -637,7 +637,7 @@ static void io_faults(size_t last_batch, int want_pad)
     uint8_t *ref = slurp(path, &n1);
     const int n_writes = f.writes, n_syncs = f.syncs;
     ck_assert_int_eq(n_writes, expected_writes(ref, n1, 5));
-    ck_assert_int_eq(n_writes, want_pad ? 6 : 5);
+    ck_assert_int_eq(n_writes, (want_pad ? 6 : 5));
     ck_assert_int_eq(n_syncs, 2); /* before and after the trailer */
 
     static const struct {
