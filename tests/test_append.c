@@ -1,11 +1,21 @@
 /* The appender (fkvf.h "appender", spec 7.4-7.7, 14.3): positions appended
  * and committed in batches come back as a reader restores them; exact
- * positions bit for bit, archived ones as the codebook reconstructs them. */
+ * positions bit for bit, archived ones as the codebook reconstructs them.
+ * Fault tests (case "faults"): the last commit cut at every byte, a failing
+ * write / short write / sync at every call of a commit, SIGKILL of an
+ * appending process, the k-th allocation failing for every k, misuse. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fkvf.h"
@@ -245,6 +255,888 @@ START_TEST(append_without_codebook_all_exact)
 }
 END_TEST
 
+/* ---- fault tests (issue 4): torn tails, failing I/O, kills, allocation
+ * failures. Archive shape as above (S = 3, W = 5, k = 16: 4-bit index
+ * symbols, unit 32; 10-bit token ids, unit 64). ---- */
+
+static uint32_t token_of(uint64_t p)
+{
+    return (uint32_t)(p * 7919 % 1000);
+}
+
+/* Queue positions [first, first+n) with their token ids; returns the rc. */
+static int append_range(fkvf_appender *a, uint64_t first, size_t n)
+{
+    uint16_t *rows = malloc((n ? n : 1) * ROW_BYTES);
+    uint32_t *t = malloc((n ? n : 1) * sizeof *t);
+    if (!rows || !t) {
+        free(rows);
+        free(t);
+        return -1;
+    }
+    gen_rows(rows, first, n);
+    for (size_t i = 0; i < n; i++)
+        t[i] = token_of(first + i);
+    int rc = fkvf_appender_append(a, rows, n * ROW_BYTES, n, t);
+    free(rows);
+    free(t);
+    return rc;
+}
+
+static void fault_create_desc(fkvf_desc *d, fkvf_append_create *c, const fkvf_rvq *q)
+{
+    *d = test_desc(0);
+    memset(c, 0, sizeof *c);
+    c->desc = d;
+    c->codebook = q;
+    c->token_codec.profile = FKVF_PROFILE_QUAD;
+    c->token_codec.symbol_bits = 10;
+}
+
+static void fault_opts(fkvf_append_options *o, unsigned sync)
+{
+    fkvf_append_options_init(o);
+    o->sync = sync;
+    o->block_size = 64;
+}
+
+/* A file with commits of the given batch sizes after commit 1. */
+static uint64_t build(const char *path, const fkvf_rvq *q, unsigned sync, const size_t *batches,
+                      size_t nb)
+{
+    fkvf_desc d;
+    fkvf_append_create c;
+    fault_create_desc(&d, &c, q);
+    fkvf_append_options o;
+    fault_opts(&o, sync);
+    fkvf_appender *a = NULL;
+    int rc = fkvf_appender_create(&a, path, &c, &o, NULL);
+    ck_assert_msg(rc == FKVF_OK, "create: %s", fkvf_appender_message(a));
+    uint64_t n = 0;
+    for (size_t i = 0; i < nb; i++) {
+        ck_assert_int_eq(append_range(a, n, batches[i]), FKVF_OK);
+        n += batches[i];
+        rc = fkvf_appender_commit(a);
+        ck_assert_msg(rc == FKVF_OK, "commit: %s", fkvf_appender_message(a));
+    }
+    fkvf_appender_free(a);
+    return n;
+}
+
+static uint8_t *slurp(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    ck_assert_int_ge(n, 0);
+    rewind(f);
+    uint8_t *b = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *size = (size_t)n;
+    return b;
+}
+
+static void spit(const char *path, const void *data, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(data, 1, size, f), size);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static uint64_t file_len(const char *path)
+{
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    return (uint64_t)sb.st_size;
+}
+
+/* What a reader serves: every position restored, and the token stream. */
+typedef struct snap {
+    uint64_t n, A, committed, torn;
+    uint16_t *rows;
+    uint32_t *tok;
+} snap;
+
+static void snap_take(fkvf_reader *r, snap *s)
+{
+    fkvf_archive_info ai;
+    ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);
+    s->n = ai.n_positions;
+    s->A = ai.n_archived;
+    s->committed = ai.committed_size;
+    s->torn = ai.torn_bytes;
+    s->rows = malloc((size_t)(s->n + 1) * ROW_BYTES);
+    s->tok = malloc((size_t)(s->n + 1) * sizeof *s->tok);
+    ck_assert(s->rows && s->tok);
+    int rc = fkvf_reader_restore(r, 0, s->n, FKVF_DTYPE_F16, s->rows, (size_t)s->n * ROW_BYTES);
+    EXPECTF(rc == FKVF_OK, "restore: %s", fkvf_reader_message(r));
+    size_t ti;
+    EXPECT(fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK);
+    EXPECT(fkvf_reader_stream_read(r, ti, 0, s->tok, (size_t)s->n) == FKVF_OK);
+}
+
+static void snap_free(snap *s)
+{
+    free(s->rows);
+    free(s->tok);
+    s->rows = NULL;
+    s->tok = NULL;
+}
+
+static int snap_same(const snap *a, const snap *b)
+{
+    return a->n == b->n && a->A == b->A &&
+           memcmp(a->rows, b->rows, (size_t)a->n * ROW_BYTES) == 0 &&
+           memcmp(a->tok, b->tok, (size_t)a->n * sizeof *a->tok) == 0;
+}
+
+static void snap_file(const char *path, unsigned flags, snap *s)
+{
+    fkvf_reader *r = NULL;
+    int rc = fkvf_reader_open_file(&r, path, flags, NULL);
+    ck_assert_msg(rc == FKVF_OK, "%s: %s: %s", path, fkvf_error_name(rc),
+                  r ? fkvf_reader_message(r) : "");
+    snap_take(r, s);
+    fkvf_reader_free(r);
+}
+
+/* Every restored position is the deterministic row of that position (exact)
+ * or decode(encode(row)) (archived), every token id token_of(p), and the
+ * archive's shape is that of the appender's policy (S = 3, W = 5). */
+static void snap_expect(const snap *s, const fkvf_rvq *q)
+{
+    EXPECTF(s->A == archived_after(s->n, 1), "n %llu: A %llu", (unsigned long long)s->n,
+            (unsigned long long)s->A);
+    for (uint64_t p = 0; p < s->n; p++) {
+        uint16_t want[ROW_ELEMS];
+        int archived = p >= 3 && p < 3 + s->A;
+        expected_row(q, 0, p, archived, want);
+        EXPECTF(memcmp(s->rows + p * ROW_ELEMS, want, ROW_BYTES) == 0,
+                "position %llu of %llu differs", (unsigned long long)p,
+                (unsigned long long)s->n);
+        EXPECTF(s->tok[p] == token_of(p), "token %llu", (unsigned long long)p);
+    }
+}
+
+/* (a) Cut the last commit at every byte. */
+START_TEST(fault_torn_every_cut)
+{
+    make_dir();
+    char path[128], cut_path[128];
+    path_in(path, sizeof path, "a.fkvf");
+    path_in(cut_path, sizeof cut_path, "cut.fkvf");
+    fkvf_rvq *q = train_codebook(0);
+    /* 30 positions: A = 22 (a partial unit of 32), tokens a partial unit of 64 */
+    static const size_t batches[] = {4, 7, 19};
+    uint64_t n_prev = build(path, q, FKVF_SYNC_NONE, batches, 3);
+    ck_assert_uint_eq(n_prev, 30);
+    snap prev;
+    snap_file(path, FKVF_OPEN_STRICT, &prev);
+    ck_assert_uint_eq(prev.A, 22);
+    snap_expect(&prev, q);
+    const uint64_t n0 = file_len(path);
+    ck_assert_uint_eq(prev.committed, n0);
+    /* the last commit: 13 positions (index segment rewriting the partial
+     * unit and crossing into the next, exact rows, token segment) */
+    fkvf_append_options o;
+    fault_opts(&o, FKVF_SYNC_NONE);
+    fkvf_appender *a = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+    ck_assert_int_eq(append_range(a, 30, 13), FKVF_OK);
+    ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
+    fkvf_appender_free(a);
+    size_t n1;
+    uint8_t *full = slurp(path, &n1);
+    ck_assert_uint_gt(n1, n0 + 256);
+    snap last;
+    snap_file(path, FKVF_OPEN_STRICT, &last);
+    ck_assert_uint_eq(last.n, 43);
+    snap_expect(&last, q);
+
+    uint8_t *buf = malloc(n1);
+    ck_assert_ptr_nonnull(buf);
+    size_t cases = 0;
+    for (uint64_t cut = n0; cut < n1; cut++) {
+        /* a private copy, so that a reader that looked past `cut` would
+         * be caught by ASan rather than read the rest of the commit */
+        memcpy(buf, full, (size_t)cut);
+        fkvf_reader *r = NULL;
+        int rc = fkvf_reader_open_memory(&r, buf, (size_t)cut, 0, NULL);
+        EXPECTF(rc == FKVF_OK, "cut %llu: %s %s", (unsigned long long)cut, fkvf_error_name(rc),
+                r ? fkvf_reader_message(r) : "");
+        snap s;
+        snap_take(r, &s);
+        EXPECTF(s.torn == cut - n0 && s.committed == n0, "cut %llu: torn %llu committed %llu",
+                (unsigned long long)cut, (unsigned long long)s.torn,
+                (unsigned long long)s.committed);
+        EXPECTF(snap_same(&s, &prev), "cut %llu: served contents differ from the previous commit",
+                (unsigned long long)cut);
+        /* a full pass finds the served commit sound and names the torn tail */
+        rc = fkvf_reader_verify(r);
+        EXPECTF(rc == (cut == n0 ? FKVF_OK : FKVF_E_TORN), "cut %llu: verify: %s %s", (unsigned long long)cut,
+                fkvf_error_name(rc), fkvf_reader_message(r));
+        /* nothing of the new commit is served */
+        uint16_t row[ROW_ELEMS];
+        const void *v;
+        size_t vb;
+        uint32_t sym;
+        size_t ti;
+        EXPECT(fkvf_reader_restore(r, 30, 1, FKVF_DTYPE_F16, row, sizeof row) != FKVF_OK);
+        EXPECT(fkvf_reader_exact_row(r, 42, &v, &vb) != FKVF_OK);
+        EXPECT(fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK);
+        EXPECT(fkvf_reader_stream_get(r, ti, 30, &sym) != FKVF_OK);
+        fkvf_reader_free(r);
+        snap_free(&s);
+        r = NULL;
+        rc = fkvf_reader_open_memory(&r, buf, (size_t)cut, FKVF_OPEN_STRICT, NULL);
+        EXPECTF(rc == (cut == n0 ? FKVF_OK : FKVF_E_TORN), "cut %llu strict: %s",
+                (unsigned long long)cut, fkvf_error_name(rc));
+        fkvf_reader_free(r);
+        cases++;
+    }
+    ck_assert_uint_eq(cases, n1 - n0);
+
+    /* the appender refuses a torn file unless asked to recover; recovered,
+     * it truncates and the same commit again gives the same bytes */
+    for (uint64_t cut = n0 + 1; cut < n1; cut += (cut - n0) % 64 == 1 ? 62 : 1) {
+        spit(cut_path, full, (size_t)cut);
+        fkvf_append_options ro;
+        fault_opts(&ro, FKVF_SYNC_NONE);
+        a = NULL;
+        int rc = fkvf_appender_open(&a, cut_path, &ro, NULL);
+        EXPECTF(rc == FKVF_E_TORN, "cut %llu: appender open %s", (unsigned long long)cut,
+                fkvf_error_name(rc));
+        EXPECT(a && strlen(fkvf_appender_message(a)) > 0);
+        fkvf_appender_free(a);
+        EXPECT(file_len(cut_path) == cut); /* refused: untouched */
+        ro.recover = 1;
+        a = NULL;
+        rc = fkvf_appender_open(&a, cut_path, &ro, NULL);
+        EXPECTF(rc == FKVF_OK, "cut %llu: recover: %s", (unsigned long long)cut,
+                fkvf_appender_message(a));
+        fkvf_appender_state st;
+        EXPECT(fkvf_appender_state_get(a, &st) == FKVF_OK);
+        EXPECT(st.recovered_bytes == cut - n0 && st.n_positions == 30 && st.n_archived == 22);
+        EXPECT(file_len(cut_path) == n0);
+        EXPECT(append_range(a, 30, 13) == FKVF_OK);
+        EXPECT(fkvf_appender_commit(a) == FKVF_OK);
+        fkvf_appender_free(a);
+        size_t m;
+        uint8_t *again = slurp(cut_path, &m);
+        EXPECTF(m == n1 && memcmp(again, full, n1) == 0,
+                "cut %llu: the recovered commit differs from the original", (unsigned long long)cut);
+        free(again);
+        unlink(cut_path);
+    }
+    free(buf);
+    free(full);
+    snap_free(&prev);
+    snap_free(&last);
+    fkvf_rvq_free(q);
+    unlink(path);
+    rmdir(tmpdir);
+}
+END_TEST
+
+/* (b) A failing file system under the appender. */
+typedef struct fault_io {
+    int armed;
+    int writes, syncs;         /* calls while armed */
+    int fail_write, fail_sync; /* 1-based call to fail; 0 never */
+    int err;                   /* errno of a failure */
+    int short_first;           /* the failing write first writes half */
+    int broken;                /* after a short write every write fails */
+} fault_io;
+
+static long long fio_write(void *opaque, int fd, const void *data, size_t size)
+{
+    fault_io *f = opaque;
+    if (f->broken) {
+        errno = f->err;
+        return -1;
+    }
+    if (f->armed && ++f->writes == f->fail_write) {
+        if (f->short_first && size > 1) {
+            f->broken = 1;
+            return (long long)write(fd, data, size / 2);
+        }
+        errno = f->err;
+        return -1;
+    }
+    return (long long)write(fd, data, size);
+}
+
+static int fio_sync(void *opaque, int fd)
+{
+    fault_io *f = opaque;
+    if (f->armed && ++f->syncs == f->fail_sync) {
+        errno = f->err;
+        return -1;
+    }
+    return fdatasync(fd);
+}
+
+/* Writes a commit makes: per section one, plus one for the zero padding
+ * after it when it does not end at a multiple of 64; the directory; the
+ * trailer (spec 7.6). */
+static int expected_writes(const uint8_t *file, size_t size, uint64_t seq)
+{
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, file, size, FKVF_OPEN_STRICT, NULL), FKVF_OK);
+    fkvf_archive_info ai;
+    ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);
+    ck_assert_uint_eq(ai.n_commits, seq);
+    int n = 2, secs = 0;
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        fkvf_section_info si;
+        ck_assert_int_eq(fkvf_reader_section(r, i, &si), FKVF_OK);
+        if (si.commit_seq != seq)
+            continue;
+        secs++;
+        n += 1 + ((si.offset + si.stored_size) % 64 != 0);
+    }
+    ck_assert_int_eq(secs, 3); /* index streams, exact rows, token stream */
+    fkvf_reader_free(r);
+    return n;
+}
+
+static void io_faults(size_t last_batch, int want_pad)
+{
+    make_dir();
+    char path[128], base_path[128];
+    path_in(path, sizeof path, "a.fkvf");
+    path_in(base_path, sizeof base_path, "base.fkvf");
+    fkvf_rvq *q = train_codebook(0);
+    static const size_t batches[] = {4, 7, 19};
+    build(base_path, q, FKVF_SYNC_COMMIT, batches, 3);
+    size_t n0;
+    uint8_t *base = slurp(base_path, &n0);
+    snap prev;
+    snap_file(base_path, FKVF_OPEN_STRICT, &prev);
+    ck_assert_uint_eq(prev.n, 30);
+
+    /* a clean commit through the counting wrapper: the reference */
+    fault_io f;
+    memset(&f, 0, sizeof f);
+    fkvf_io io = {fio_write, fio_sync, &f};
+    fkvf_append_options o;
+    fault_opts(&o, FKVF_SYNC_COMMIT);
+    o.io = &io;
+    spit(path, base, n0);
+    fkvf_appender *a = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+    ck_assert_int_eq(append_range(a, 30, last_batch), FKVF_OK);
+    f.armed = 1;
+    ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
+    fkvf_appender_free(a);
+    size_t n1;
+    uint8_t *ref = slurp(path, &n1);
+    const int n_writes = f.writes, n_syncs = f.syncs;
+    ck_assert_int_eq(n_writes, expected_writes(ref, n1, 5));
+    ck_assert_int_eq(n_writes, (want_pad ? 6 : 5));
+    ck_assert_int_eq(n_syncs, 2); /* before and after the trailer */
+
+    static const struct {
+        int err, short_first, sync;
+    } modes[] = {{EIO, 0, 0}, {ENOSPC, 0, 0}, {EIO, 1, 0}, {ENOSPC, 1, 0}, {EIO, 0, 1}};
+    int cases = 0;
+    for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++) {
+        int kmax = modes[mi].sync ? n_syncs : n_writes;
+        for (int k = 1; k <= kmax; k++) {
+            spit(path, base, n0);
+            memset(&f, 0, sizeof f);
+            f.err = modes[mi].err;
+            f.short_first = modes[mi].short_first;
+            if (modes[mi].sync)
+                f.fail_sync = k;
+            else
+                f.fail_write = k;
+            a = NULL;
+            ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+            ck_assert_int_eq(append_range(a, 30, last_batch), FKVF_OK);
+            f.armed = 1;
+            int rc = fkvf_appender_commit(a);
+            EXPECTF(rc == FKVF_E_IO, "mode %zu, call %d: commit gave %s", mi, k,
+                    fkvf_error_name(rc));
+            EXPECT(modes[mi].sync ? f.syncs == k : f.writes == k);
+            const char *msg = fkvf_appender_message(a);
+            EXPECTF(strlen(msg) > 0 && strstr(msg, modes[mi].sync ? "sync" : "write"),
+                    "mode %zu, call %d: message '%s'", mi, k, msg);
+            /* the handle is done */
+            EXPECT(append_range(a, 30, 1) == FKVF_E_IO);
+            EXPECT(fkvf_appender_commit(a) == FKVF_E_IO);
+            EXPECT(fkvf_appender_sync(a) == FKVF_E_IO);
+            fkvf_appender_free(a);
+            /* the file is the previous commit, clean */
+            EXPECTF(file_len(path) == n0, "mode %zu, call %d: %llu bytes, want %zu", mi, k,
+                    (unsigned long long)file_len(path), n0);
+            snap s;
+            snap_file(path, FKVF_OPEN_STRICT, &s);
+            EXPECT(s.torn == 0 && snap_same(&s, &prev));
+            snap_free(&s);
+            /* and it continues: the same commit gives the reference bytes */
+            fkvf_append_options o2;
+            fault_opts(&o2, FKVF_SYNC_COMMIT);
+            a = NULL;
+            ck_assert_int_eq(fkvf_appender_open(&a, path, &o2, NULL), FKVF_OK);
+            ck_assert_int_eq(append_range(a, 30, last_batch), FKVF_OK);
+            ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
+            fkvf_appender_free(a);
+            size_t m;
+            uint8_t *again = slurp(path, &m);
+            EXPECTF(m == n1 && memcmp(again, ref, n1) == 0, "mode %zu, call %d: continued file differs",
+                    mi, k);
+            free(again);
+            cases++;
+        }
+    }
+    ck_assert_int_eq(cases, 4 * n_writes + n_syncs);
+    free(base);
+    free(ref);
+    snap_free(&prev);
+    fkvf_rvq_free(q);
+    unlink(path);
+    unlink(base_path);
+    rmdir(tmpdir);
+}
+
+/* 13 positions: the index segment crosses a unit, every section ends at a
+ * multiple of 64; 8: the token segment (48 bytes of data) is followed by
+ * a padding write */
+START_TEST(fault_io_every_call)
+{
+    io_faults(13, 0);
+    io_faults(8, 1);
+}
+END_TEST
+
+/* fkvf_appender_sync of a FKVF_SYNC_NONE appender fails: a failed fdatasync
+ * may have dropped the pages it could not write (Linux reports the error
+ * once, then marks them clean), so a later sync must not report the commits
+ * durable: the handle refuses further calls. */
+START_TEST(fault_sync_now_fails)
+{
+    make_dir();
+    char path[128];
+    path_in(path, sizeof path, "s.fkvf");
+    fkvf_rvq *q = train_codebook(0);
+    static const size_t batches[] = {4, 7};
+    build(path, q, FKVF_SYNC_NONE, batches, 2);
+    fault_io f;
+    memset(&f, 0, sizeof f);
+    f.err = EIO;
+    f.fail_sync = 1;
+    fkvf_io io = {fio_write, fio_sync, &f};
+    fkvf_append_options o;
+    fault_opts(&o, FKVF_SYNC_NONE);
+    o.io = &io;
+    fkvf_appender *a = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+    f.armed = 1;
+    ck_assert_int_eq(append_range(a, 11, 19), FKVF_OK);
+    ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
+    ck_assert_int_eq(f.syncs, 0); /* FKVF_SYNC_NONE: none in the commit */
+    ck_assert_int_eq(fkvf_appender_sync(a), FKVF_E_IO);
+    ck_assert_ptr_nonnull(strstr(fkvf_appender_message(a), "fdatasync"));
+    ck_assert_int_eq(fkvf_appender_sync(a), FKVF_E_IO); /* not a false success */
+    ck_assert_int_eq(f.syncs, 1);
+    ck_assert_int_eq(append_range(a, 30, 1), FKVF_E_IO);
+    ck_assert_int_eq(fkvf_appender_commit(a), FKVF_E_IO);
+    fkvf_appender_free(a);
+    /* the commit made before is in the file (the process did not crash) */
+    snap s;
+    snap_file(path, FKVF_OPEN_STRICT, &s);
+    ck_assert_uint_eq(s.n, 30);
+    snap_expect(&s, q);
+    snap_free(&s);
+    fkvf_rvq_free(q);
+    unlink(path);
+    rmdir(tmpdir);
+}
+END_TEST
+
+/* A token id the token codec cannot hold (10-bit quad: >= 1024). Whatever
+ * the call that reports it, the file must not be left with bytes after its
+ * last commit, and the handle must not keep failing on the same queue. */
+START_TEST(fault_token_out_of_range)
+{
+    make_dir();
+    char path[128];
+    path_in(path, sizeof path, "t.fkvf");
+    fkvf_rvq *q = train_codebook(0);
+    static const size_t batches[] = {4, 7, 19};
+    build(path, q, FKVF_SYNC_NONE, batches, 3);
+    const uint64_t n0 = file_len(path);
+    fkvf_append_options o;
+    fault_opts(&o, FKVF_SYNC_NONE);
+    fkvf_appender *a = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+    uint16_t rows[13 * ROW_ELEMS];
+    uint32_t tok[13];
+    gen_rows(rows, 30, 13);
+    for (int i = 0; i < 13; i++)
+        tok[i] = token_of(30 + (uint64_t)i);
+    tok[7] = 1024;
+    int rc = fkvf_appender_append(a, rows, sizeof rows, 13, tok);
+    int at_append = rc != FKVF_OK;
+    if (rc == FKVF_OK)
+        rc = fkvf_appender_commit(a);
+    ck_assert_int_eq(rc, FKVF_E_INVALID_ARG);
+    ck_assert_uint_gt(strlen(fkvf_appender_message(a)), 0);
+    /* nothing of it reached the file */
+    ck_assert_uint_eq(file_len(path), n0);
+    if (at_append) { /* refused before queuing: the handle goes on */
+        fkvf_appender_state st;
+        ck_assert_int_eq(fkvf_appender_state_get(a, &st), FKVF_OK);
+        ck_assert_uint_eq(st.pending, 0);
+        ck_assert_int_eq(append_range(a, 30, 5), FKVF_OK);
+        ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
+        fkvf_appender_free(a);
+        snap s;
+        snap_file(path, FKVF_OPEN_STRICT, &s);
+        ck_assert_uint_eq(s.n, 35);
+        snap_expect(&s, q);
+        snap_free(&s);
+        fkvf_rvq_free(q);
+        unlink(path);
+        rmdir(tmpdir);
+        return;
+    }
+    fkvf_appender_free(a);
+    snap s;
+    snap_file(path, FKVF_OPEN_STRICT, &s);
+    ck_assert_uint_eq(s.n, 30);
+    snap_free(&s);
+    /* a new appender continues */
+    a = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+    ck_assert_int_eq(append_range(a, 30, 13), FKVF_OK);
+    ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
+    fkvf_appender_free(a);
+    snap_file(path, FKVF_OPEN_STRICT, &s);
+    ck_assert_uint_eq(s.n, 43);
+    snap_expect(&s, q);
+    snap_free(&s);
+    fkvf_rvq_free(q);
+    unlink(path);
+    rmdir(tmpdir);
+}
+END_TEST
+
+/* (c) SIGKILL an appending process at a random moment. */
+static void kill_rounds(unsigned sync, int rounds, uint64_t seed, uint32_t max_us)
+{
+    make_dir();
+    fkvf_rvq *q = train_codebook(0);
+    tu_rng rng = {seed};
+    uint64_t max_seen = 0;
+    int torn_rounds = 0;
+    for (int round = 0; round < rounds; round++) {
+        char path[128];
+        path_in(path, sizeof path, "k.fkvf");
+        unlink(path);
+        build(path, q, sync, NULL, 0);
+        int fds[2];
+        ck_assert_int_eq(pipe(fds), 0);
+        uint64_t child_seed = tu_next(&rng);
+        fflush(NULL);
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            close(fds[0]);
+            tu_rng cr = {child_seed};
+            fkvf_append_options o;
+            fault_opts(&o, sync);
+            fkvf_appender *a = NULL;
+            if (fkvf_appender_open(&a, path, &o, NULL) != FKVF_OK)
+                _exit(3);
+            uint64_t n = 0;
+            if (write(fds[1], &n, sizeof n) != (ssize_t)sizeof n) /* ready */
+                _exit(5);
+            while (n < 4000) {
+                size_t m = 1 + tu_below(&cr, 40);
+                if (append_range(a, n, m) != FKVF_OK || fkvf_appender_commit(a) != FKVF_OK)
+                    _exit(4);
+                n += m;
+                if (write(fds[1], &n, sizeof n) != (ssize_t)sizeof n)
+                    _exit(5);
+            }
+            for (;;)
+                pause();
+        }
+        close(fds[1]);
+        /* wait for the child to be ready and to report 0..7 commits (so that
+         * the kills spread over many commits however fast the machine is),
+         * then let it run a random while longer */
+        uint64_t last = 0, v;
+        uint32_t wait_commits = tu_below(&rng, 8);
+        for (uint32_t i = 0; i <= wait_commits; i++)
+            if (read(fds[0], &v, sizeof v) == (ssize_t)sizeof v)
+                last = v;
+        uint32_t us = tu_below(&rng, max_us);
+        struct timespec ts = {0, (long)us * 1000};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+                      "round %d: the child failed (status %d)", round, status);
+        while (read(fds[0], &v, sizeof v) == (ssize_t)sizeof v)
+            last = v;
+        close(fds[0]);
+        snap s;
+        snap_file(path, 0, &s);
+        ck_assert_msg(s.n >= last, "round %d: %llu positions, the child committed %llu", round,
+                      (unsigned long long)s.n, (unsigned long long)last);
+        snap_expect(&s, q);
+        torn_rounds += s.torn > 0;
+        if (s.n > max_seen)
+            max_seen = s.n;
+        /* recover and continue */
+        fkvf_append_options o;
+        fault_opts(&o, sync);
+        o.recover = 1;
+        fkvf_appender *a = NULL;
+        ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+        ck_assert_int_eq(append_range(a, s.n, 9), FKVF_OK);
+        ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
+        fkvf_appender_free(a);
+        snap s2;
+        snap_file(path, FKVF_OPEN_STRICT, &s2);
+        ck_assert_uint_eq(s2.n, s.n + 9);
+        snap_expect(&s2, q);
+        snap_free(&s);
+        snap_free(&s2);
+        unlink(path);
+    }
+    /* the kills did not all land before the first commit */
+    ck_assert_uint_gt(max_seen, 0);
+    ck_assert_int_ge(torn_rounds, 1); /* and some of them inside a commit */
+    fkvf_rvq_free(q);
+    rmdir(tmpdir);
+}
+
+START_TEST(fault_kill_sync_none)
+{
+    kill_rounds(FKVF_SYNC_NONE, 30, 11, 5000);
+}
+END_TEST
+
+START_TEST(fault_kill_sync_commit)
+{
+    kill_rounds(FKVF_SYNC_COMMIT, 30, 12, 50000); /* two fdatasyncs per commit */
+}
+END_TEST
+
+/* (d) The k-th allocation fails, for every k. */
+typedef struct count_alloc {
+    long calls, fail_at, live;
+    int failed;
+} count_alloc;
+
+static void *ca_alloc(void *opaque, size_t size)
+{
+    count_alloc *c = opaque;
+    if (++c->calls == c->fail_at) {
+        c->failed = 1;
+        return NULL;
+    }
+    void *p = malloc(size ? size : 1);
+    if (p)
+        c->live++;
+    return p;
+}
+
+static void *ca_realloc(void *opaque, void *ptr, size_t size)
+{
+    count_alloc *c = opaque;
+    if (++c->calls == c->fail_at) {
+        c->failed = 1;
+        return NULL;
+    }
+    void *p = realloc(ptr, size ? size : 1);
+    if (p && !ptr)
+        c->live++;
+    return p;
+}
+
+static void ca_free(void *opaque, void *ptr)
+{
+    count_alloc *c = opaque;
+    if (ptr) {
+        c->live--;
+        free(ptr);
+    }
+}
+
+static int tmp_files_in(const char *dir)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".tmp-"))
+            n++;
+    closedir(d);
+    return n;
+}
+
+START_TEST(fault_alloc_every_call)
+{
+    make_dir();
+    char path[128];
+    path_in(path, sizeof path, "m.fkvf");
+    fkvf_rvq *q = train_codebook(0);
+    fkvf_desc d;
+    fkvf_append_create c;
+    fault_create_desc(&d, &c, q);
+    fkvf_append_options o;
+    fault_opts(&o, FKVF_SYNC_NONE);
+    static count_alloc ca; /* the handles keep a pointer to the allocator */
+    static const fkvf_allocator al = {ca_alloc, ca_realloc, ca_free, &ca};
+    long k;
+    long failures = 0;
+    for (k = 1; k < 100000; k++) {
+        memset(&ca, 0, sizeof ca);
+        ca.fail_at = k;
+        unlink(path);
+        fkvf_appender *a = NULL;
+        int rc = fkvf_appender_create(&a, path, &c, &o, &al);
+        const char *step = "create";
+        /* create, two commits, reopen, one more commit */
+        static const size_t cut[] = {0, 6, 30, 43};
+        for (int i = 0; rc == FKVF_OK && i < 3; i++) {
+            if (i == 2) {
+                step = "reopen";
+                fkvf_appender_free(a);
+                a = NULL;
+                if ((rc = fkvf_appender_open(&a, path, &o, &al)))
+                    break;
+            }
+            step = "append";
+            if ((rc = append_range(a, cut[i], cut[i + 1] - cut[i])))
+                break;
+            step = "commit";
+            rc = fkvf_appender_commit(a);
+        }
+        EXPECTF(rc == FKVF_OK || rc == FKVF_E_NOMEM, "allocation %ld: %s gave %s (%s)", k, step,
+                fkvf_error_name(rc), a ? fkvf_appender_message(a) : "");
+        EXPECTF(rc == FKVF_OK || ca.failed, "allocation %ld: %s failed without a failed allocation",
+                k, step);
+        if (rc && a)
+            EXPECTF(strlen(fkvf_appender_message(a)) > 0 || !strcmp(step, "create"),
+                    "allocation %ld: %s: no message", k, step);
+        fkvf_appender_free(a);
+        EXPECTF(ca.live == 0, "allocation %ld (%s): %ld blocks leaked", k, step, ca.live);
+        EXPECTF(tmp_files_in(tmpdir) == 0, "allocation %ld: a temporary file was left", k);
+        /* the file, if made, opens clean at a commit of the sequence */
+        struct stat sb;
+        if (stat(path, &sb) == 0) {
+            snap s;
+            snap_file(path, FKVF_OPEN_STRICT, &s);
+            EXPECTF(s.n == 0 || s.n == 6 || s.n == 30 || s.n == 43, "allocation %ld: n %llu", k,
+                    (unsigned long long)s.n);
+            snap_expect(&s, q);
+            if (!ca.failed)
+                EXPECT(s.n == 43);
+            snap_free(&s);
+        } else {
+            EXPECTF(rc && !strcmp(step, "create"), "allocation %ld: no file after %s", k, step);
+        }
+        if (!ca.failed)
+            break;
+        failures++;
+    }
+    ck_assert_msg(!ca.failed, "did not get through without a failure");
+    ck_assert_int_gt(failures, 100); /* it did inject many */
+    fkvf_rvq_free(q);
+    unlink(path);
+    rmdir(tmpdir);
+}
+END_TEST
+
+START_TEST(append_misuse)
+{
+    make_dir();
+    char path[128];
+    path_in(path, sizeof path, "u.fkvf");
+    fkvf_rvq *q = train_codebook(0);
+    static const size_t b[] = {10};
+    build(path, q, FKVF_SYNC_NONE, b, 1);
+    fkvf_append_options o;
+    fault_opts(&o, FKVF_SYNC_NONE);
+    fkvf_appender *a = NULL, *a2 = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+    /* one appender per file */
+    ck_assert_int_eq(fkvf_appender_open(&a2, path, &o, NULL), FKVF_E_IO);
+    ck_assert_ptr_nonnull(strstr(fkvf_appender_message(a2), "lock"));
+    ck_assert_int_eq(fkvf_appender_append(a2, NULL, 0, 0, NULL), FKVF_E_IO);
+    fkvf_appender_free(a2);
+    /* wrong sizes, NULL rows, missing or unwanted tokens */
+    uint16_t rows[2 * ROW_ELEMS];
+    uint32_t tok[2] = {1, 2};
+    gen_rows(rows, 10, 2);
+    ck_assert_int_eq(fkvf_appender_append(a, rows, 2 * ROW_BYTES - 1, 2, tok), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_appender_append(a, rows, 2 * ROW_BYTES + 2, 2, tok), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_appender_append(a, rows, ROW_BYTES, 2, tok), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_appender_append(a, NULL, 2 * ROW_BYTES, 2, tok), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_appender_append(a, rows, 2 * ROW_BYTES, 2, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_appender_append(a, rows, SIZE_MAX, SIZE_MAX / 2, tok),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_uint_gt(strlen(fkvf_appender_message(a)), 0);
+    fkvf_appender_state st;
+    ck_assert_int_eq(fkvf_appender_state_get(a, &st), FKVF_OK);
+    ck_assert_uint_eq(st.pending, 0); /* nothing was queued */
+    ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK); /* nothing to commit */
+    /* the handle still works */
+    ck_assert_int_eq(append_range(a, 10, 2), FKVF_OK);
+    ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
+    fkvf_appender_free(a);
+    a = NULL;
+    /* the lock went with the handle */
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+    fkvf_appender_free(a);
+    snap s;
+    snap_file(path, FKVF_OPEN_STRICT, &s);
+    ck_assert_uint_eq(s.n, 12);
+    snap_expect(&s, q);
+    snap_free(&s);
+    /* tokens for an archive without a token stream */
+    char p2[128];
+    path_in(p2, sizeof p2, "nt.fkvf");
+    fkvf_desc d = test_desc(0);
+    fkvf_append_create c;
+    memset(&c, 0, sizeof c);
+    c.desc = &d;
+    c.codebook = q;
+    ck_assert_int_eq(fkvf_appender_create(&a, p2, &c, &o, NULL), FKVF_OK);
+    ck_assert_int_eq(fkvf_appender_append(a, rows, 2 * ROW_BYTES, 2, tok), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_appender_append(a, rows, 2 * ROW_BYTES, 2, NULL), FKVF_OK);
+    fkvf_appender_free(a); /* drops the queued positions */
+    /* create never replaces a file */
+    a = NULL;
+    ck_assert_int_eq(fkvf_appender_create(&a, p2, &c, &o, NULL), FKVF_E_IO);
+    fkvf_appender_free(a);
+    /* NULL handles */
+    fkvf_appender_free(NULL);
+    ck_assert_int_eq(fkvf_appender_commit(NULL), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_appender_sync(NULL), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_appender_append(NULL, rows, ROW_BYTES, 1, NULL), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_appender_state_get(NULL, &st), FKVF_E_STATE);
+    ck_assert_ptr_nonnull(fkvf_appender_message(NULL));
+    ck_assert_int_eq(fkvf_appender_open(NULL, path, &o, NULL), FKVF_E_INVALID_ARG);
+    fkvf_rvq_free(q);
+    unlink(path);
+    unlink(p2);
+    rmdir(tmpdir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("append");
@@ -255,6 +1147,17 @@ static Suite *suite(void)
     tcase_add_test(t, append_batches_ngon);
     tcase_add_test(t, append_without_codebook_all_exact);
     suite_add_tcase(s, t);
+    TCase *f = tcase_create("faults");
+    tcase_set_timeout(f, 300);
+    tcase_add_test(f, fault_torn_every_cut);
+    tcase_add_test(f, fault_io_every_call);
+    tcase_add_test(f, fault_sync_now_fails);
+    tcase_add_test(f, fault_token_out_of_range);
+    tcase_add_test(f, fault_kill_sync_none);
+    tcase_add_test(f, fault_kill_sync_commit);
+    tcase_add_test(f, fault_alloc_every_call);
+    tcase_add_test(f, append_misuse);
+    suite_add_tcase(s, f);
     return s;
 }
 

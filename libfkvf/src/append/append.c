@@ -552,6 +552,17 @@ FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t siz
     if (!fkvf_mulsz(n_rows, a->row_bytes, &want) || want != size)
         return FAIL(FKVF_E_INVALID_ARG, "14.2", "%zu rows of %zu bytes, got %zu bytes", n_rows,
                     a->row_bytes, size);
+    /* token ids the token codec cannot store (spec 11.8) would fail the
+     * commit after other sections were written */
+    for (size_t i = 0; tokens && i < n_rows; i++) {
+        int ok = a->tspec.profile == FKVF_PROFILE_QUAD
+                     ? a->tspec.symbol_bits >= 32 || tokens[i] >> a->tspec.symbol_bits == 0
+                     : tokens[i] < a->tspec.alphabet;
+        if (!ok)
+            return FAIL(FKVF_E_INVALID_ARG, "11.8",
+                        "token id %u (row %zu) does not fit the token stream's codec", tokens[i],
+                        i);
+    }
     uint64_t total;
     if (!fkvf_add64(a->n + a->pending, n_rows, &total) || total > (UINT64_C(1) << 48))
         return FAIL(FKVF_E_LIMIT, "15", "too many positions");
@@ -582,11 +593,12 @@ static int commit_fail(fkvf_appender *a, int rc, const char *what)
     if (!a->diag.code)
         fkvf_fail(&a->diag, rc, FKVF_NO_OFFSET, NULL, "%s: %s", what,
                   fkvf_writer_message(a->w));
-    if (rc == FKVF_E_IO || rc == FKVF_E_NOMEM || rc == FKVF_E_LIMIT) {
-        /* the commit is incomplete: cut it off so the file opens clean */
-        (void)fkvf_writer_rollback(a->w);
-        a->failed = 1;
-    }
+    /* the commit is incomplete, whatever the error: sections already
+     * written (and recorded in the writer's directory and stream lengths)
+     * cannot be taken back in the writer, so cut them off the file so that
+     * it opens clean, and fail the handle (reopen to continue) */
+    (void)fkvf_writer_rollback(a->w);
+    a->failed = 1;
     return rc;
 }
 
@@ -696,8 +708,15 @@ FKVF_API int fkvf_appender_sync(fkvf_appender *a)
     int rc = a_enter(a);
     if (rc)
         return rc;
-    if ((rc = fkvf_writer_sync_now(a->w)))
-        return FAIL(rc, "7.6", "%s", fkvf_writer_message(a->w));
+    if ((rc = fkvf_writer_sync_now(a->w))) {
+        /* a failed fdatasync may have dropped the pages it could not write
+         * (Linux reports the error once, then marks them clean): a later
+         * sync must not report the commits durable */
+        a->failed = 1;
+        return FAIL(rc, "7.6", "%s (the commits since the last successful sync may not be "
+                               "durable; reopen to continue)",
+                    fkvf_writer_message(a->w));
+    }
     return FKVF_OK;
 }
 
