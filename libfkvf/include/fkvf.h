@@ -564,10 +564,14 @@ FKVF_API int fkvf_appender_open(fkvf_appender **out, const char *path,
  * archive has a token stream, else NULL. Nothing is written before commit. */
 FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t size, size_t n_rows,
                                   const uint32_t *tokens);
-/* Write the queued positions as one commit. On an I/O error the file is cut
- * back to the previous commit and the handle fails (reopen to continue). */
+/* Write the queued positions as one commit. On any failure (I/O, memory, a
+ * limit, ...) the file is cut back to the previous commit, so that it opens
+ * clean, and the handle fails: every later call returns the error (reopen to
+ * continue). */
 FKVF_API int fkvf_appender_commit(fkvf_appender *a);
-/* Make every commit durable (FKVF_SYNC_NONE). */
+/* Make every commit durable (FKVF_SYNC_NONE). A failed sync fails the
+ * handle: the kernel may have dropped the pages it could not write, so the
+ * commits since the last successful sync are not known to be durable. */
 FKVF_API int fkvf_appender_sync(fkvf_appender *a);
 
 typedef struct fkvf_appender_state {

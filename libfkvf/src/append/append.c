@@ -532,7 +532,10 @@ out:
         o = *opts;
     if (c->codebook_ref)
         o.codebook_file = c->codebook_ref;
-    return fkvf_appender_open(out, path, &o, alloc);
+    rc = fkvf_appender_open(out, path, &o, alloc);
+    if (rc)
+        (void)unlink(path); /* the empty archive just made: a retry may create it again */
+    return rc;
 }
 
 FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t size, size_t n_rows,
