@@ -1,0 +1,185 @@
+/* Helpers shared by the CLI sources; see cli_util.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "cli_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void cli_text_str(FILE *f, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        unsigned char c1 = i + 1 < n ? (unsigned char)s[i + 1] : 0;
+        if (c < 0x20 || c == 0x7F) {
+            fprintf(f, "\\x%02x", c);
+        } else if (c == 0xC2 && c1 >= 0x80 && c1 <= 0x9F) {
+            fprintf(f, "\\u%04x", c1);
+            i++;
+        } else {
+            fputc(c, f);
+        }
+    }
+}
+
+void cli_text_cstr(FILE *f, const char *s) { cli_text_str(f, s, strlen(s)); }
+
+void cli_json_str(FILE *f, const char *s, size_t n)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c == '\t')
+            fputs("\\t", f);
+        else if (c < 0x20 || c == 0x7F)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+void cli_json_cstr(FILE *f, const char *s) { cli_json_str(f, s, strlen(s)); }
+
+void cli_err(const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fputs("fkvf: ", stderr);
+    cli_text_cstr(stderr, buf);
+    fputc('\n', stderr);
+}
+
+void cli_err_lib(const char *path, const char *msg)
+{
+    size_t n = strlen(path);
+    if (!msg || !*msg)
+        msg = "unknown error";
+    if (!strncmp(msg, path, n) && msg[n] == ':')
+        cli_err("%s", msg);
+    else
+        cli_err("%s: %s", path, msg);
+}
+
+int cli_fkvf_exit(int rc)
+{
+    return (rc == FKVF_E_IO || rc == FKVF_E_NOMEM || rc == FKVF_E_INVALID_ARG) ? CLI_USAGE
+                                                                                 : CLI_INVALID;
+}
+
+int cli_kvio_exit(int rc) { return rc == KVIO_E_IO || rc == KVIO_E_NOMEM ? CLI_USAGE : CLI_INVALID; }
+
+const char *cli_base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+void cli_hex16(const uint8_t h[16], char out[33])
+{
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", h[i]);
+}
+
+int cli_parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    /* digits only: strtoull also takes leading blanks and a sign, and
+     * " -1" would wrap to 2^64-1 */
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_f64(const char *s, double *out)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+uint64_t cli_file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+void cli_progress_init(cli_progress *p, const char *label, int quiet)
+{
+    p->on = !quiet && isatty(STDERR_FILENO);
+    p->last = -1;
+    p->label = label;
+}
+
+void cli_progress_cb(void *opaque, uint64_t done, uint64_t total)
+{
+    cli_progress *p = opaque;
+    if (!p->on || total == 0)
+        return;
+    int pct = (int)(done * 100 / total);
+    if (pct == p->last)
+        return;
+    p->last = pct;
+    int fill = pct * 30 / 100;
+    fprintf(stderr, "\r%s [", p->label);
+    for (int i = 0; i < 30; i++)
+        fputc(i < fill ? '#' : ' ', stderr);
+    fprintf(stderr, "] %3d%%", pct);
+    if (done >= total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+int cli_read_cache(const char *path, kvio_cache *c)
+{
+    char err[512];
+    int rc = kvio_read(path, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA, c, err, sizeof err);
+    if (rc != KVIO_OK) {
+        cli_err("%s", err);
+        return cli_kvio_exit(rc);
+    }
+    return CLI_OK;
+}
+
+size_t cli_cache_row_elems(const kvio_cache *c)
+{
+    return (size_t)c->n_layers * c->n_kv_heads * ((size_t)c->key_dim + c->value_dim);
+}
+
+size_t cli_cache_row_bytes(const kvio_cache *c) { return cli_cache_row_elems(c) * kvio_dtype_size(c->dtype); }
+
+void cli_cache_rows(const kvio_cache *c, uint32_t p0, uint32_t p1, uint8_t *out)
+{
+    size_t es = kvio_dtype_size(c->dtype);
+    size_t kb = (size_t)c->key_dim * es, vb = (size_t)c->value_dim * es;
+    for (uint32_t p = p0; p < p1; p++) {
+        for (uint32_t l = 0; l < c->n_layers; l++) {
+            for (uint32_t h = 0; h < c->n_kv_heads; h++, out += kb)
+                memcpy(out, c->keys[l] + ((size_t)h * c->n_positions + p) * kb, kb);
+            for (uint32_t h = 0; h < c->n_kv_heads; h++, out += vb)
+                memcpy(out, c->values[l] + ((size_t)h * c->n_positions + p) * vb, vb);
+        }
+    }
+}

@@ -1,0 +1,78 @@
+/* Small helpers shared by the CLI sources (fkvf, kvc2cache): error lines,
+ * exit statuses, JSON and terminal escaping, strict number parsing, progress
+ * bar, raw cache reading. Public API (fkvf.h) and cacheio only. */
+#ifndef FKVF_CLI_UTIL_H
+#define FKVF_CLI_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cacheio.h"
+#include "fkvf.h"
+
+/* Exit statuses of the CLI: 0 valid/done, 1 invalid input, 2 usage or
+ * environment (I/O, memory, bad arguments). */
+enum { CLI_OK = 0, CLI_INVALID = 1, CLI_USAGE = 2 };
+
+/* Untrusted text for a terminal: control characters (C0, DEL, and C1 as
+ * UTF-8) written as escapes, so that a file cannot drive the terminal. */
+void cli_text_str(FILE *f, const char *s, size_t n);
+void cli_text_cstr(FILE *f, const char *s);
+
+/* A JSON string literal of s (quotes, backslash, control characters and DEL
+ * escaped). */
+void cli_json_str(FILE *f, const char *s, size_t n);
+void cli_json_cstr(FILE *f, const char *s);
+
+/* One line "fkvf: MESSAGE" on stderr, the message escaped as cli_text_str
+ * does (messages quote file names and file contents). */
+void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* "fkvf: PATH: MSG", without repeating PATH when the library message starts
+ * with it already; a missing message is "unknown error". */
+void cli_err_lib(const char *path, const char *msg);
+
+/* Exit status of a library / cacheio error: caller or environment problems
+ * are CLI_USAGE, bad input CLI_INVALID. */
+int cli_fkvf_exit(int rc);
+int cli_kvio_exit(int rc);
+
+/* The part of path after its last '/'. */
+const char *cli_base_name(const char *path);
+
+/* Lower-case hex of a 16-byte hash. */
+void cli_hex16(const uint8_t h[16], char out[33]);
+
+/* Decimal digits only (no blank, sign or '+'), at most max: 0, or -1. */
+int cli_parse_u64(const char *s, uint64_t max, uint64_t *out);
+
+/* A finite double, the whole string: 0, or -1. */
+int cli_parse_f64(const char *s, double *out);
+
+/* Size of a file in bytes, 0 when it cannot be stat'ed. */
+uint64_t cli_file_size(const char *path);
+
+/* Progress bar on stderr, drawn only when stderr is a terminal (and not
+ * quiet), redrawn when the percentage changes. cli_progress_cb is a
+ * fkvf progress callback with the cli_progress as its opaque pointer. */
+typedef struct cli_progress {
+    int on, last;
+    const char *label;
+} cli_progress;
+
+void cli_progress_init(cli_progress *p, const char *label, int quiet);
+void cli_progress_cb(void *opaque, uint64_t done, uint64_t total);
+
+/* Read a raw cache (any format cacheio knows, extra tensors ignored).
+ * Returns CLI_OK, or an exit status after an error line. */
+int cli_read_cache(const char *path, kvio_cache *c);
+
+/* Rows of spec 14.2 (per position, per layer the keys of heads 0..H-1, then
+ * the values, in the cache's dtype): elements and bytes of one row, and the
+ * rows of positions [p0, p1) written to out. */
+size_t cli_cache_row_elems(const kvio_cache *c);
+size_t cli_cache_row_bytes(const kvio_cache *c);
+void cli_cache_rows(const kvio_cache *c, uint32_t p0, uint32_t p1, uint8_t *out);
+
+#endif
