@@ -78,6 +78,11 @@ int cli_fkvf_exit(int rc)
                                                                                  : CLI_INVALID;
 }
 
+int cli_class_exit(int rc)
+{
+    return fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? CLI_INVALID : CLI_USAGE;
+}
+
 int cli_kvio_exit(int rc) { return rc == KVIO_E_IO || rc == KVIO_E_NOMEM ? CLI_USAGE : CLI_INVALID; }
 
 const char *cli_base_name(const char *path)

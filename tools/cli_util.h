@@ -38,6 +38,10 @@ void cli_err_lib(const char *path, const char *msg);
 int cli_fkvf_exit(int rc);
 int cli_kvio_exit(int rc);
 
+/* Exit status by error class (info, verify, dump, search, context, index,
+ * plot): CLI_INVALID for a format error, CLI_USAGE for any other. */
+int cli_class_exit(int rc);
+
 /* The part of path after its last '/'. */
 const char *cli_base_name(const char *path);
 

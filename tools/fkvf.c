@@ -117,7 +117,7 @@ static int open_archive(int argc, char **argv, const char *cmd, const char *help
         cli_err("%s", msg && *msg ? msg : fkvf_strerror(rc));
         fkvf_reader_free(*r);
         *r = NULL;
-        return fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? CLI_INVALID : CLI_USAGE;
+        return cli_class_exit(rc);
     }
     fkvf_reader_info(*r, ai);
     return -1;
@@ -396,7 +396,7 @@ static int cmd_verify(int argc, char **argv)
     if (rc == FKVF_OK)
         ec = CLI_OK;
     else
-        ec = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? CLI_INVALID : CLI_USAGE;
+        ec = cli_class_exit(rc);
     fkvf_archive_info ai;
     memset(&ai, 0, sizeof ai);
     if (r)
