@@ -125,6 +125,126 @@ int cli_parse_f64(const char *s, double *out)
     return 0;
 }
 
+int cli_opt_k(const char *a, const char *v, uint32_t *k)
+{
+    uint64_t x;
+    if (cli_parse_u64(v, 4096, &x) || x < 16 || (x & (x - 1))) {
+        cli_err("%s: '%s' is not a power of two from 16 to 4096", a, v ? v : "");
+        return -1;
+    }
+    *k = (uint32_t)x;
+    return 0;
+}
+
+int cli_opt_stages(const char *a, const char *v, uint8_t *s)
+{
+    uint64_t x;
+    if (cli_parse_u64(v, 16, &x)) {
+        cli_err("%s: '%s' is not a stage count 0..16", a, v ? v : "");
+        return -1;
+    }
+    *s = (uint8_t)x;
+    return 0;
+}
+
+int cli_opt_count(const char *a, const char *v, uint64_t *n)
+{
+    if (cli_parse_u64(v, UINT32_MAX, n)) {
+        cli_err("%s: '%s' is not a count", a, v ? v : "");
+        return -1;
+    }
+    return 0;
+}
+
+int cli_opt_codec(const char *v, int *ngon)
+{
+    if (!strcmp(v, "quad") || !strcmp(v, "ngon")) {
+        *ngon = v[0] == 'n';
+        return 0;
+    }
+    cli_err("--codec: '%s' is not quad or ngon", v);
+    return -1;
+}
+
+int cli_opt_beam(const char *v, uint32_t *beam)
+{
+    uint64_t x;
+    if (cli_parse_u64(v, FKVF_RVQ_MAX_BEAM, &x) || x < 1) {
+        cli_err("--beam: '%s' is not 1..%d", v, FKVF_RVQ_MAX_BEAM);
+        return -1;
+    }
+    *beam = (uint32_t)x;
+    return 0;
+}
+
+int cli_opt_iters(const char *v, uint32_t *iters)
+{
+    uint64_t x;
+    if (cli_parse_u64(v, 100000, &x) || x < 1) {
+        cli_err("--iters: '%s' is not 1..100000", v);
+        return -1;
+    }
+    *iters = (uint32_t)x;
+    return 0;
+}
+
+int cli_opt_seed(const char *v, uint64_t *seed)
+{
+    if (cli_parse_u64(v, UINT64_MAX, seed)) {
+        cli_err("--seed: '%s' is not a number", v);
+        return -1;
+    }
+    return 0;
+}
+
+int cli_opt_keys(const char *v, int *pre_rope)
+{
+    if (!strcmp(v, "pre-rope") || !strcmp(v, "as-is")) {
+        *pre_rope = v[0] == 'p';
+        return 0;
+    }
+    cli_err("--keys: '%s' is not pre-rope or as-is", v);
+    return -1;
+}
+
+int cli_opt_rope_theta(const char *v, double *theta)
+{
+    if (cli_parse_f64(v, theta) || !(*theta > 0)) {
+        cli_err("--rope-theta: '%s' is not a positive number", v);
+        return -1;
+    }
+    return 0;
+}
+
+int cli_opt_rope_dims(const char *v, uint32_t *dims)
+{
+    uint64_t x;
+    if (cli_parse_u64(v, 65536, &x) || x < 2 || x % 2) {
+        cli_err("--rope-dims: '%s' is not an even number >= 2", v);
+        return -1;
+    }
+    *dims = (uint32_t)x;
+    return 0;
+}
+
+int cli_opt_rope_layout(const char *v, uint8_t *layout)
+{
+    if (!strcmp(v, "interleaved") || !strcmp(v, "half-split")) {
+        *layout = v[0] == 'i' ? 1 : 2;
+        return 0;
+    }
+    cli_err("--rope-layout: '%s' is not interleaved or half-split", v);
+    return -1;
+}
+
+unsigned cli_quad_bits_for(uint64_t maxv)
+{
+    unsigned b = 2;
+    while (b < 32 && (maxv >> b) != 0)
+        b += 2;
+    return b;
+}
+
 uint64_t cli_file_size(const char *path)
 {
     struct stat st;

@@ -54,6 +54,24 @@ int cli_parse_u64(const char *s, uint64_t max, uint64_t *out);
 /* A finite double, the whole string: 0, or -1. */
 int cli_parse_f64(const char *s, double *out);
 
+/* Values of the options fkvf pack, train and append --create share. Each
+ * returns 0, or -1 after an error line naming the option (a: the option as
+ * given, where one function serves several). */
+int cli_opt_k(const char *a, const char *v, uint32_t *k);      /* power of two 16..4096 */
+int cli_opt_stages(const char *a, const char *v, uint8_t *s);  /* 0..16 */
+int cli_opt_count(const char *a, const char *v, uint64_t *n);  /* 0..2^32-1 */
+int cli_opt_codec(const char *v, int *ngon);                   /* --codec quad|ngon */
+int cli_opt_beam(const char *v, uint32_t *beam);               /* 1..FKVF_RVQ_MAX_BEAM */
+int cli_opt_iters(const char *v, uint32_t *iters);             /* 1..100000 */
+int cli_opt_seed(const char *v, uint64_t *seed);
+int cli_opt_keys(const char *v, int *pre_rope);                /* pre-rope|as-is */
+int cli_opt_rope_theta(const char *v, double *theta);          /* > 0 */
+int cli_opt_rope_dims(const char *v, uint32_t *dims);          /* even, 2..65536 */
+int cli_opt_rope_layout(const char *v, uint8_t *layout);       /* 1 interleaved, 2 half-split */
+
+/* Smallest even quad symbol width (2..32) whose alphabet holds 0..maxv. */
+unsigned cli_quad_bits_for(uint64_t maxv);
+
 /* Size of a file in bytes, 0 when it cannot be stat'ed. */
 uint64_t cli_file_size(const char *path);
 

@@ -81,14 +81,6 @@ static int open_ref_codebook(fkvf_reader *r, const char *archive, const char *gi
     return CLI_OK;
 }
 
-static unsigned even_bits_for(uint64_t maxv)
-{
-    unsigned b = 2;
-    while (b < 32 && (maxv >> b) != 0)
-        b += 2;
-    return b;
-}
-
 /* Symbols a stream codec can hold (0: 2^32). */
 static uint64_t alphabet_of(const fkvf_stream_info *si)
 {
@@ -196,7 +188,6 @@ static int append_parse(int argc, char **argv, append_opts *o)
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        uint64_t x;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(append_help, stdout);
             return 1;
@@ -258,11 +249,8 @@ static int append_parse(int argc, char **argv, append_opts *o)
                     return -1;
                 }
             } else if (!strcmp(a, "--beam")) {
-                if (cli_parse_u64(v, FKVF_RVQ_MAX_BEAM, &x) || x < 1) {
-                    cli_err("--beam: '%s' is not 1..%d", v, FKVF_RVQ_MAX_BEAM);
+                if (cli_opt_beam(v, &o->beam))
                     return -1;
-                }
-                o->beam = (uint32_t)x;
             } else if (!strcmp(a, "--positions")) {
                 const char *colon = strchr(v, ':');
                 char head[32];
@@ -286,70 +274,39 @@ static int append_parse(int argc, char **argv, append_opts *o)
                 create_only = 1;
                 create_opt = a;
                 if (!strcmp(a, "--sinks") || !strcmp(a, "--recent")) {
-                    if (cli_parse_u64(v, UINT32_MAX, &x)) {
-                        cli_err("%s: '%s' is not a count", a, v);
+                    if (cli_opt_count(a, v, a[2] == 's' ? &o->sinks : &o->recent))
                         return -1;
-                    }
-                    *(a[2] == 's' ? &o->sinks : &o->recent) = x;
                 } else if (!strcmp(a, "--codec")) {
-                    if (!strcmp(v, "quad") || !strcmp(v, "ngon")) {
-                        o->ngon = v[0] == 'n';
-                    } else {
-                        cli_err("--codec: '%s' is not quad or ngon", v);
+                    if (cli_opt_codec(v, &o->ngon))
                         return -1;
-                    }
                 } else if (!strcmp(a, "--keys")) {
-                    if (!strcmp(v, "pre-rope") || !strcmp(v, "as-is")) {
-                        o->pre_rope = v[0] == 'p';
-                        o->keys_set = 1;
-                    } else {
-                        cli_err("--keys: '%s' is not pre-rope or as-is", v);
+                    if (cli_opt_keys(v, &o->pre_rope))
                         return -1;
-                    }
+                    o->keys_set = 1;
                 } else if (!strcmp(a, "--rope-theta")) {
-                    if (cli_parse_f64(v, &o->theta) || !(o->theta > 0)) {
-                        cli_err("--rope-theta: '%s' is not a positive number", v);
+                    if (cli_opt_rope_theta(v, &o->theta))
                         return -1;
-                    }
                     o->theta_set = 1;
                 } else if (!strcmp(a, "--rope-dims")) {
-                    if (cli_parse_u64(v, 65536, &x) || x < 2 || x % 2) {
-                        cli_err("--rope-dims: '%s' is not an even number >= 2", v);
+                    if (cli_opt_rope_dims(v, &o->dims))
                         return -1;
-                    }
-                    o->dims = (uint32_t)x;
                     o->dims_set = 1;
                 } else if (!strcmp(a, "--rope-layout")) {
-                    if (!strcmp(v, "interleaved") || !strcmp(v, "half-split")) {
-                        o->layout = v[0] == 'i' ? 1 : 2;
-                        o->layout_set = 1;
-                    } else {
-                        cli_err("--rope-layout: '%s' is not interleaved or half-split", v);
+                    if (cli_opt_rope_layout(v, &o->layout))
                         return -1;
-                    }
+                    o->layout_set = 1;
                 } else if (!strcmp(a, "--k")) {
-                    if (cli_parse_u64(v, 4096, &x) || x < 16 || (x & (x - 1))) {
-                        cli_err("--k: '%s' is not a power of two from 16 to 4096", v);
+                    if (cli_opt_k(a, v, &o->k))
                         return -1;
-                    }
-                    o->k = (uint32_t)x;
                 } else if (!strcmp(a, "--k-stages") || !strcmp(a, "--v-stages")) {
-                    if (cli_parse_u64(v, 16, &x)) {
-                        cli_err("%s: '%s' is not a stage count 0..16", a, v);
+                    if (cli_opt_stages(a, v, a[2] == 'k' ? &o->ks : &o->vs))
                         return -1;
-                    }
-                    *(a[2] == 'k' ? &o->ks : &o->vs) = (uint8_t)x;
                 } else if (!strcmp(a, "--seed")) {
-                    if (cli_parse_u64(v, UINT64_MAX, &o->seed)) {
-                        cli_err("--seed: '%s' is not a number", v);
+                    if (cli_opt_seed(v, &o->seed))
                         return -1;
-                    }
                 } else if (!strcmp(a, "--iters")) {
-                    if (cli_parse_u64(v, 100000, &x) || x < 1) {
-                        cli_err("--iters: '%s' is not 1..100000", v);
+                    if (cli_opt_iters(v, &o->iters))
                         return -1;
-                    }
-                    o->iters = (uint32_t)x;
                 } else if (!strcmp(a, "--token-bits")) {
                     if (cli_parse_u64(v, 32, &o->tok_bits) || o->tok_bits < 2 || o->tok_bits % 2) {
                         cli_err("--token-bits: '%s' is not an even width 2..32", v);
@@ -616,8 +573,8 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
             cli_err("%s: token ids above 2^32-1 cannot be stored (use --no-tokens)", o->cache);
             return CLI_INVALID;
         }
-        if (!o->tok_bits && even_bits_for((uint64_t)mx) > bits)
-            bits = even_bits_for((uint64_t)mx);
+        if (!o->tok_bits && cli_quad_bits_for((uint64_t)mx) > bits)
+            bits = cli_quad_bits_for((uint64_t)mx);
         cr.token_codec.profile = FKVF_PROFILE_QUAD;
         cr.token_codec.symbol_bits = bits;
     }

@@ -102,38 +102,20 @@ static int key_opt(key_opts *k, int argc, char **argv, int *i)
     ++*i;
     if (!strcmp(a, "--keys")) {
         k->keys_set = 1;
-        if (!strcmp(v, "pre-rope"))
-            k->pre_rope = 1;
-        else if (!strcmp(v, "as-is"))
-            k->pre_rope = 0;
-        else {
-            cli_err("--keys: '%s' is not pre-rope or as-is", v);
+        if (cli_opt_keys(v, &k->pre_rope))
             return -1;
-        }
     } else if (!strcmp(a, "--rope-theta")) {
-        if (cli_parse_f64(v, &k->theta) || !(k->theta > 0)) {
-            cli_err("--rope-theta: '%s' is not a positive number", v);
+        if (cli_opt_rope_theta(v, &k->theta))
             return -1;
-        }
         k->theta_set = 1;
     } else if (!strcmp(a, "--rope-dims")) {
-        uint64_t d;
-        if (cli_parse_u64(v, 65536, &d) || d < 2 || d % 2) {
-            cli_err("--rope-dims: '%s' is not an even number >= 2", v);
+        if (cli_opt_rope_dims(v, &k->dims))
             return -1;
-        }
-        k->dims = (uint32_t)d;
         k->dims_set = 1;
     } else {
         k->layout_set = 1;
-        if (!strcmp(v, "interleaved"))
-            k->layout = 1;
-        else if (!strcmp(v, "half-split"))
-            k->layout = 2;
-        else {
-            cli_err("--rope-layout: '%s' is not interleaved or half-split", v);
+        if (cli_opt_rope_layout(v, &k->layout))
             return -1;
-        }
     }
     return 1;
 }
@@ -159,38 +141,6 @@ static int key_rope_for(const key_opts *k, uint32_t key_dim, const char *path, f
     }
     if (k->pre_rope && !k->no_rope)
         *out = rope;
-    return 0;
-}
-
-/* Smallest even quad width whose alphabet holds values 0..maxv. */
-static unsigned quad_bits_for(uint64_t maxv)
-{
-    unsigned b = 2;
-    while (b < 32 && (maxv >> b) != 0)
-        b += 2;
-    return b;
-}
-
-/* Common stage/k options. */
-static int parse_k(const char *a, const char *v, uint32_t *k)
-{
-    uint64_t x;
-    if (cli_parse_u64(v, 4096, &x) || x < 16 || (x & (x - 1))) {
-        cli_err("%s: '%s' is not a power of two from 16 to 4096", a, v ? v : "");
-        return -1;
-    }
-    *k = (uint32_t)x;
-    return 0;
-}
-
-static int parse_stages(const char *a, const char *v, uint8_t *s)
-{
-    uint64_t x;
-    if (cli_parse_u64(v, 16, &x)) {
-        cli_err("%s: '%s' is not a stage count 0..16", a, v ? v : "");
-        return -1;
-    }
-    *s = (uint8_t)x;
     return 0;
 }
 
@@ -277,7 +227,6 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
                 return -1;
             }
             i++;
-            uint64_t x;
             if (!strcmp(a, "-o")) {
                 o->out = v;
             } else if (!strcmp(a, "--codebooks")) {
@@ -287,46 +236,29 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
             } else if (!strcmp(a, "--tokenizer-id")) {
                 o->tok_id = v;
             } else if (!strcmp(a, "--k")) {
-                if (parse_k(a, v, &o->k))
+                if (cli_opt_k(a, v, &o->k))
                     return -1;
             } else if (!strcmp(a, "--k-stages")) {
-                if (parse_stages(a, v, &o->ks))
+                if (cli_opt_stages(a, v, &o->ks))
                     return -1;
             } else if (!strcmp(a, "--v-stages")) {
-                if (parse_stages(a, v, &o->vs))
+                if (cli_opt_stages(a, v, &o->vs))
                     return -1;
             } else if (!strcmp(a, "--sinks") || !strcmp(a, "--recent")) {
-                if (cli_parse_u64(v, UINT32_MAX, &x)) {
-                    cli_err("%s: '%s' is not a count", a, v);
+                if (cli_opt_count(a, v, a[2] == 's' ? &o->sinks : &o->recent))
                     return -1;
-                }
-                *(a[2] == 's' ? &o->sinks : &o->recent) = x;
             } else if (!strcmp(a, "--codec")) {
-                if (!strcmp(v, "quad"))
-                    o->ngon = 0;
-                else if (!strcmp(v, "ngon"))
-                    o->ngon = 1;
-                else {
-                    cli_err("--codec: '%s' is not quad or ngon", v);
+                if (cli_opt_codec(v, &o->ngon))
                     return -1;
-                }
             } else if (!strcmp(a, "--beam")) {
-                if (cli_parse_u64(v, FKVF_RVQ_MAX_BEAM, &x) || x < 1) {
-                    cli_err("--beam: '%s' is not 1..%d", v, FKVF_RVQ_MAX_BEAM);
+                if (cli_opt_beam(v, &o->beam))
                     return -1;
-                }
-                o->beam = (uint32_t)x;
             } else if (!strcmp(a, "--iters")) {
-                if (cli_parse_u64(v, 100000, &x) || x < 1) {
-                    cli_err("--iters: '%s' is not 1..100000", v);
+                if (cli_opt_iters(v, &o->iters))
                     return -1;
-                }
-                o->iters = (uint32_t)x;
             } else if (!strcmp(a, "--seed")) {
-                if (cli_parse_u64(v, UINT64_MAX, &o->seed)) {
-                    cli_err("--seed: '%s' is not a number", v);
+                if (cli_opt_seed(v, &o->seed))
                     return -1;
-                }
             } else {
                 cli_err("pack: unknown option '%s' (see fkvf pack --help)", a);
                 return -1;
@@ -614,7 +546,7 @@ int fkvf_cli_pack(int argc, char **argv)
                 sp.alphabet = shape.k;
             } else {
                 sp.profile = FKVF_PROFILE_QUAD;
-                sp.symbol_bits = quad_bits_for(shape.k - 1);
+                sp.symbol_bits = cli_quad_bits_for(shape.k - 1);
             }
             /* s.codes holds one array of A codes per index stream */
             rc = fkvf_writer_add_index_segment(s.w, &sp, 0, A, s.codes, 1, (size_t)A);
@@ -636,7 +568,7 @@ int fkvf_cli_pack(int argc, char **argv)
             fkvf_stream_spec sp;
             memset(&sp, 0, sizeof sp);
             sp.profile = FKVF_PROFILE_QUAD;
-            sp.symbol_bits = quad_bits_for((uint64_t)mx);
+            sp.symbol_bits = cli_quad_bits_for((uint64_t)mx);
             rc = fkvf_writer_add_token_segment(s.w, &sp, 0, tok, (size_t)P);
         }
         if (tok != s.sym)
@@ -935,7 +867,6 @@ int fkvf_cli_train(int argc, char **argv)
             goto out;
         if (kr > 0)
             continue;
-        uint64_t x;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(train_help, stdout);
             ex = CLI_OK;
@@ -953,25 +884,20 @@ int fkvf_cli_train(int argc, char **argv)
             if (!strcmp(a, "-o")) {
                 out = v;
             } else if (!strcmp(a, "--k")) {
-                if (parse_k(a, v, &prm.k))
+                if (cli_opt_k(a, v, &prm.k))
                     goto out;
             } else if (!strcmp(a, "--k-stages")) {
-                if (parse_stages(a, v, &prm.k_stages))
+                if (cli_opt_stages(a, v, &prm.k_stages))
                     goto out;
             } else if (!strcmp(a, "--v-stages")) {
-                if (parse_stages(a, v, &prm.v_stages))
+                if (cli_opt_stages(a, v, &prm.v_stages))
                     goto out;
             } else if (!strcmp(a, "--seed")) {
-                if (cli_parse_u64(v, UINT64_MAX, &prm.seed)) {
-                    cli_err("--seed: '%s' is not a number", v);
+                if (cli_opt_seed(v, &prm.seed))
                     goto out;
-                }
             } else if (!strcmp(a, "--iters")) {
-                if (cli_parse_u64(v, 100000, &x) || x < 1) {
-                    cli_err("--iters: '%s' is not 1..100000", v);
+                if (cli_opt_iters(v, &prm.max_iters))
                     goto out;
-                }
-                prm.max_iters = (uint32_t)x;
             } else {
                 cli_err("train: unknown option '%s' (see fkvf train --help)", a);
                 goto out;
