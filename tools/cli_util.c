@@ -308,3 +308,30 @@ void cli_cache_rows(const kvio_cache *c, uint32_t p0, uint32_t p1, uint8_t *out)
         }
     }
 }
+
+void cli_rvq_params_for(fkvf_rvq_params *prm, const kvio_cache *c)
+{
+    fkvf_rvq_params_init(prm);
+    prm->n_layers = c->n_layers;
+    prm->n_kv_heads = c->n_kv_heads;
+    prm->key_dim = c->key_dim;
+    prm->value_dim = c->value_dim;
+}
+
+void cli_desc_for(fkvf_desc *d, const kvio_cache *c, const fkvf_rope *rope, int no_rope,
+                  const fkvf_rope *krope)
+{
+    memset(d, 0, sizeof *d);
+    d->n_layers = c->n_layers;
+    d->n_kv_heads = c->n_kv_heads;
+    d->key_dim = c->key_dim;
+    d->value_dim = c->value_dim;
+    d->dtype = c->dtype;
+    if (!no_rope) {
+        d->key_transform = 1;
+        d->rope_layout = rope->layout;
+        d->rope_dims = rope->rope_dims;
+        d->rope_theta = rope->theta;
+        d->key_storage = krope ? 1 : 0;
+    }
+}

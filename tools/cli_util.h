@@ -97,4 +97,13 @@ size_t cli_cache_row_elems(const kvio_cache *c);
 size_t cli_cache_row_bytes(const kvio_cache *c);
 void cli_cache_rows(const kvio_cache *c, uint32_t p0, uint32_t p1, uint8_t *out);
 
+/* fkvf_rvq_params_init, then the cache's shape (layers, heads, dims). */
+void cli_rvq_params_for(fkvf_rvq_params *prm, const kvio_cache *c);
+
+/* A descriptor for a cache: zeroed, then its shape and dtype and, unless
+ * no_rope, the key transform of rope (keys stored before rotation when krope
+ * is given). Sinks, window and ids are the caller's. */
+void cli_desc_for(fkvf_desc *d, const kvio_cache *c, const fkvf_rope *rope, int no_rope,
+                  const fkvf_rope *krope);
+
 #endif

@@ -501,11 +501,7 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
             return CLI_INVALID;
         }
         fkvf_rvq_params prm;
-        fkvf_rvq_params_init(&prm);
-        prm.n_layers = c->n_layers;
-        prm.n_kv_heads = c->n_kv_heads;
-        prm.key_dim = c->key_dim;
-        prm.value_dim = c->value_dim;
+        cli_rvq_params_for(&prm, c);
         prm.k = o->k;
         prm.k_stages = o->ks;
         prm.v_stages = o->vs;
@@ -526,19 +522,7 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         }
     }
     fkvf_desc d;
-    memset(&d, 0, sizeof d);
-    d.n_layers = c->n_layers;
-    d.n_kv_heads = c->n_kv_heads;
-    d.key_dim = c->key_dim;
-    d.value_dim = c->value_dim;
-    d.dtype = c->dtype;
-    if (!o->no_rope) {
-        d.key_transform = 1;
-        d.rope_layout = rope.layout;
-        d.rope_dims = rope.rope_dims;
-        d.rope_theta = rope.theta;
-        d.key_storage = krope ? 1 : 0;
-    }
+    cli_desc_for(&d, c, &rope, o->no_rope, krope);
     d.n_sinks = (uint32_t)o->sinks;
     d.window = (uint32_t)o->recent;
     d.model_id = o->model_id;

@@ -416,11 +416,7 @@ int fkvf_cli_pack(int argc, char **argv)
     fkvf_rows all = {s.rows, (size_t)P, c->dtype, 0};
     if (A > 0 && !s.q) {
         fkvf_rvq_params prm;
-        fkvf_rvq_params_init(&prm);
-        prm.n_layers = c->n_layers;
-        prm.n_kv_heads = c->n_kv_heads;
-        prm.key_dim = c->key_dim;
-        prm.value_dim = c->value_dim;
+        cli_rvq_params_for(&prm, c);
         prm.k = o.k;
         prm.k_stages = o.ks;
         prm.v_stages = o.vs;
@@ -484,19 +480,7 @@ int fkvf_cli_pack(int argc, char **argv)
         goto out;
     }
     fkvf_desc d;
-    memset(&d, 0, sizeof d);
-    d.n_layers = c->n_layers;
-    d.n_kv_heads = c->n_kv_heads;
-    d.key_dim = c->key_dim;
-    d.value_dim = c->value_dim;
-    d.dtype = c->dtype;
-    if (!o.keys.no_rope) {
-        d.key_transform = 1;
-        d.rope_layout = rope.layout;
-        d.rope_dims = rope.rope_dims;
-        d.rope_theta = rope.theta;
-        d.key_storage = krope ? 1 : 0;
-    }
+    cli_desc_for(&d, c, &rope, o.keys.no_rope, krope);
     d.n_sinks = (uint32_t)S;
     d.window = (uint32_t)(o.recent > UINT32_MAX ? UINT32_MAX : o.recent);
     d.model_id = o.model_id;
