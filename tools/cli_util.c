@@ -335,3 +335,15 @@ void cli_desc_for(fkvf_desc *d, const kvio_cache *c, const fkvf_rope *rope, int 
         d->key_storage = krope ? 1 : 0;
     }
 }
+
+int cli_open_reader(fkvf_reader **r, const char *path)
+{
+    *r = NULL;
+    int rc = fkvf_reader_open_file(r, path, 0, NULL);
+    if (rc == FKVF_OK)
+        return CLI_OK;
+    cli_err_lib(path, *r ? fkvf_reader_message(*r) : fkvf_strerror(rc));
+    fkvf_reader_free(*r);
+    *r = NULL;
+    return rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
+}

@@ -97,6 +97,11 @@ size_t cli_cache_row_elems(const kvio_cache *c);
 size_t cli_cache_row_bytes(const kvio_cache *c);
 void cli_cache_rows(const kvio_cache *c, uint32_t p0, uint32_t p1, uint8_t *out);
 
+/* Open an archive or codebook file for reading. Returns CLI_OK, or after
+ * "fkvf: PATH: MESSAGE" CLI_USAGE for an I/O error and CLI_INVALID for any
+ * other (*r is then NULL). */
+int cli_open_reader(fkvf_reader **r, const char *path);
+
 /* fkvf_rvq_params_init, then the cache's shape (layers, heads, dims). */
 void cli_rvq_params_for(fkvf_rvq_params *prm, const kvio_cache *c);
 

@@ -454,11 +454,8 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
     fkvf_codebook_shape shape;
     memset(&shape, 0, sizeof shape);
     if (o->cbfile) {
-        rc = fkvf_reader_open_file(&s->cb, o->cbfile, 0, NULL);
-        if (rc != FKVF_OK) {
-            cli_err_lib(o->cbfile, s->cb ? fkvf_reader_message(s->cb) : fkvf_strerror(rc));
-            return rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
-        }
+        if ((rc = cli_open_reader(&s->cb, o->cbfile)) != CLI_OK)
+            return rc;
         fkvf_archive_info ai;
         const void *contents;
         size_t size;
@@ -598,10 +595,8 @@ int fkvf_cli_append(int argc, char **argv)
 
     /* the archive as it is: descriptor, token stream, torn tail */
     if (!o.create) {
-        rc = fkvf_reader_open_file(&s.r, o.archive, 0, NULL);
-        if (rc != FKVF_OK) {
-            cli_err_lib(o.archive, s.r ? fkvf_reader_message(s.r) : fkvf_strerror(rc));
-            ex = rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
+        if ((rc = cli_open_reader(&s.r, o.archive)) != CLI_OK) {
+            ex = rc;
             goto out;
         }
         fkvf_archive_info ai;
@@ -901,10 +896,8 @@ int fkvf_cli_compact(int argc, char **argv)
             goto out;
         }
     }
-    rc = fkvf_reader_open_file(&r, in, 0, NULL);
-    if (rc != FKVF_OK) {
-        cli_err_lib(in, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
-        ex = rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
+    if ((rc = cli_open_reader(&r, in)) != CLI_OK) {
+        ex = rc;
         goto out;
     }
     fkvf_archive_info ai;
@@ -1258,13 +1251,11 @@ int fkvf_cli_recover(int argc, char **argv)
         close(fd);
         return CLI_USAGE;
     }
-    fkvf_reader *r = NULL;
-    int rc = fkvf_reader_open_file(&r, path, 0, NULL);
-    if (rc != FKVF_OK) {
-        cli_err_lib(path, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
-        fkvf_reader_free(r);
+    fkvf_reader *r;
+    int rc = cli_open_reader(&r, path);
+    if (rc != CLI_OK) {
         close(fd);
-        return rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
+        return rc;
     }
     fkvf_archive_info ai;
     fkvf_reader_info(r, &ai);

@@ -312,13 +312,10 @@ static int load_codebook_file(const char *path, const kvio_cache *c, key_opts *k
                               fkvf_reader **out_r, fkvf_rvq **out_q, fkvf_codebook_shape *shape,
                               uint8_t hash[16])
 {
-    fkvf_reader *r = NULL;
-    int rc = fkvf_reader_open_file(&r, path, 0, NULL);
-    if (rc != FKVF_OK) {
-        cli_err_lib(path, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
-        fkvf_reader_free(r);
-        return rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
-    }
+    fkvf_reader *r;
+    int rc = cli_open_reader(&r, path);
+    if (rc != CLI_OK)
+        return rc;
     *out_r = r;
     fkvf_archive_info ai;
     const void *contents = NULL;
@@ -662,10 +659,9 @@ int fkvf_cli_unpack(int argc, char **argv)
     uint32_t *tok = NULL;
     char *hint_path = NULL;
     int ex = CLI_INVALID;
-    int rc = fkvf_reader_open_file(&r, in, 0, NULL);
-    if (rc != FKVF_OK) {
-        cli_err_lib(in, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
-        ex = rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
+    int rc;
+    if ((rc = cli_open_reader(&r, in)) != CLI_OK) {
+        ex = rc;
         goto out;
     }
     fkvf_archive_info ai;
