@@ -237,6 +237,63 @@ int cli_opt_rope_layout(const char *v, uint8_t *layout)
     return -1;
 }
 
+void cli_key_opts_init(cli_key_opts *k)
+{
+    memset(k, 0, sizeof *k);
+    k->pre_rope = 1;
+    k->theta = 10000.0;
+    k->layout = 1;
+}
+
+int cli_key_value(cli_key_opts *k, const char *a, const char *v)
+{
+    if (!strcmp(a, "--keys")) {
+        if (cli_opt_keys(v, &k->pre_rope))
+            return -1;
+        k->keys_set = 1;
+    } else if (!strcmp(a, "--rope-theta")) {
+        if (cli_opt_rope_theta(v, &k->theta))
+            return -1;
+        k->theta_set = 1;
+    } else if (!strcmp(a, "--rope-dims")) {
+        if (cli_opt_rope_dims(v, &k->dims))
+            return -1;
+        k->dims_set = 1;
+    } else if (!strcmp(a, "--rope-layout")) {
+        if (cli_opt_rope_layout(v, &k->layout))
+            return -1;
+        k->layout_set = 1;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+void cli_keys_from_codebook(fkvf_reader *cb, cli_key_opts *k, uint32_t key_dim)
+{
+    fkvf_meta_entry e;
+    if (!k->keys_set && fkvf_reader_meta_find(cb, "train.keys", &e) == FKVF_OK &&
+        e.type == FKVF_META_UTF8) {
+        if (e.value_len == 5 && !memcmp(e.value, "as-is", 5))
+            k->pre_rope = 0;
+        else if (e.value_len == 8 && !memcmp(e.value, "pre-rope", 8))
+            k->pre_rope = 1;
+    }
+    if (!k->theta_set && fkvf_reader_meta_find(cb, "train.rope_theta", &e) == FKVF_OK &&
+        e.type == FKVF_META_F64 && isfinite(e.f64) && e.f64 > 0)
+        k->theta = e.f64;
+    if (!k->dims_set && fkvf_reader_meta_find(cb, "train.rope_dims", &e) == FKVF_OK &&
+        e.type == FKVF_META_U64 && e.u64 >= 2 && e.u64 <= key_dim && e.u64 % 2 == 0)
+        k->dims = (uint32_t)e.u64;
+    if (!k->layout_set && fkvf_reader_meta_find(cb, "train.rope_layout", &e) == FKVF_OK &&
+        e.type == FKVF_META_UTF8) {
+        if (e.value_len == 10 && !memcmp(e.value, "half-split", 10))
+            k->layout = 2;
+        else if (e.value_len == 11 && !memcmp(e.value, "interleaved", 11))
+            k->layout = 1;
+    }
+}
+
 unsigned cli_quad_bits_for(uint64_t maxv)
 {
     unsigned b = 2;

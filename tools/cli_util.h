@@ -69,6 +69,29 @@ int cli_opt_rope_theta(const char *v, double *theta);          /* > 0 */
 int cli_opt_rope_dims(const char *v, uint32_t *dims);          /* even, 2..65536 */
 int cli_opt_rope_layout(const char *v, uint8_t *layout);       /* 1 interleaved, 2 half-split */
 
+/* Key handling and RoPE options (--keys, --rope-theta, --rope-dims,
+ * --rope-layout, --no-rope) of fkvf pack, train and append --create. */
+typedef struct cli_key_opts {
+    int keys_set;                        /* --keys given */
+    int theta_set, dims_set, layout_set; /* --rope-* given */
+    int pre_rope;                        /* 1: archive keys before rotation */
+    int no_rope;                         /* --no-rope: the cache's keys carry no rotation */
+    double theta;
+    uint32_t dims;  /* 0 = key_dim */
+    uint8_t layout; /* 1 interleaved, 2 half-split */
+} cli_key_opts;
+
+/* Defaults: pre-RoPE keys, theta 10000, all dims, interleaved. */
+void cli_key_opts_init(cli_key_opts *k);
+
+/* Option a with its value v when a is --keys or --rope-*: 1 taken, 0 not a
+ * key option, -1 bad value (error line written). */
+int cli_key_value(cli_key_opts *k, const char *a, const char *v);
+
+/* Keys mode and RoPE of a codebook file's training (its train.* metadata),
+ * where not given on the command line. */
+void cli_keys_from_codebook(fkvf_reader *cb, cli_key_opts *k, uint32_t key_dim);
+
 /* Smallest even quad symbol width (2..32) whose alphabet holds 0..maxv. */
 unsigned cli_quad_bits_for(uint64_t maxv);
 

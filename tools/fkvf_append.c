@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,10 +158,8 @@ static const char *append_help =
 typedef struct append_opts {
     const char *archive, *cache, *cbfile, *model_id, *tok_id;
     int create, json, recover, req_tokens, no_tokens, embed, train, exact_only, ngon, f32, newonly;
-    int keys_set, pre_rope, no_rope, theta_set, dims_set, layout_set, range_set, end_set;
-    double theta;
-    uint32_t dims;
-    uint8_t layout;
+    int range_set, end_set;
+    cli_key_opts keys;
     uint64_t range0, range1, every, sinks, recent, seed, tok_bits;
     uint32_t k, iters, beam;
     uint8_t ks, vs;
@@ -172,9 +169,7 @@ typedef struct append_opts {
 static int append_parse(int argc, char **argv, append_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->pre_rope = 1;
-    o->theta = 10000.0;
-    o->layout = 1;
+    cli_key_opts_init(&o->keys);
     o->sinks = 4;
     o->recent = 32;
     o->k = 256;
@@ -188,6 +183,7 @@ static int append_parse(int argc, char **argv, append_opts *o)
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int kr;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(append_help, stdout);
             return 1;
@@ -223,7 +219,7 @@ static int append_parse(int argc, char **argv, append_opts *o)
             else if (a[2] == 'f')
                 o->f32 = 1;
             else
-                o->no_rope = 1;
+                o->keys.no_rope = 1;
             continue;
         }
         if (a[0] == '-' && a[1]) {
@@ -279,22 +275,9 @@ static int append_parse(int argc, char **argv, append_opts *o)
                 } else if (!strcmp(a, "--codec")) {
                     if (cli_opt_codec(v, &o->ngon))
                         return -1;
-                } else if (!strcmp(a, "--keys")) {
-                    if (cli_opt_keys(v, &o->pre_rope))
+                } else if ((kr = cli_key_value(&o->keys, a, v)) != 0) {
+                    if (kr < 0)
                         return -1;
-                    o->keys_set = 1;
-                } else if (!strcmp(a, "--rope-theta")) {
-                    if (cli_opt_rope_theta(v, &o->theta))
-                        return -1;
-                    o->theta_set = 1;
-                } else if (!strcmp(a, "--rope-dims")) {
-                    if (cli_opt_rope_dims(v, &o->dims))
-                        return -1;
-                    o->dims_set = 1;
-                } else if (!strcmp(a, "--rope-layout")) {
-                    if (cli_opt_rope_layout(v, &o->layout))
-                        return -1;
-                    o->layout_set = 1;
                 } else if (!strcmp(a, "--k")) {
                     if (cli_opt_k(a, v, &o->k))
                         return -1;
@@ -361,33 +344,6 @@ static int append_parse(int argc, char **argv, append_opts *o)
         return -1;
     }
     return 0;
-}
-
-/* Keys mode and RoPE of a codebook file's training (its train.* metadata),
- * unless given on the command line. */
-static void keys_from_codebook(fkvf_reader *cb, append_opts *o, uint32_t key_dim)
-{
-    fkvf_meta_entry e;
-    if (!o->keys_set && fkvf_reader_meta_find(cb, "train.keys", &e) == FKVF_OK &&
-        e.type == FKVF_META_UTF8) {
-        if (e.value_len == 5 && !memcmp(e.value, "as-is", 5))
-            o->pre_rope = 0;
-        else if (e.value_len == 8 && !memcmp(e.value, "pre-rope", 8))
-            o->pre_rope = 1;
-    }
-    if (!o->theta_set && fkvf_reader_meta_find(cb, "train.rope_theta", &e) == FKVF_OK &&
-        e.type == FKVF_META_F64 && isfinite(e.f64) && e.f64 > 0)
-        o->theta = e.f64;
-    if (!o->dims_set && fkvf_reader_meta_find(cb, "train.rope_dims", &e) == FKVF_OK &&
-        e.type == FKVF_META_U64 && e.u64 >= 2 && e.u64 <= key_dim && e.u64 % 2 == 0)
-        o->dims = (uint32_t)e.u64;
-    if (!o->layout_set && fkvf_reader_meta_find(cb, "train.rope_layout", &e) == FKVF_OK &&
-        e.type == FKVF_META_UTF8) {
-        if (e.value_len == 10 && !memcmp(e.value, "half-split", 10))
-            o->layout = 2;
-        else if (e.value_len == 11 && !memcmp(e.value, "interleaved", 11))
-            o->layout = 1;
-    }
 }
 
 typedef struct append_state {
@@ -472,7 +428,7 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
                     o->cache, c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
             return CLI_INVALID;
         }
-        keys_from_codebook(s->cb, o, c->key_dim);
+        cli_keys_from_codebook(s->cb, &o->keys, c->key_dim);
         if (o->embed) {
             rc = fkvf_rvq_from_tables(&s->q, &shape, c->n_kv_heads,
                                       (const uint8_t *)contents + 64, size - 64, NULL);
@@ -483,15 +439,15 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         }
     }
     fkvf_rope rope;
-    rope.layout = o->layout;
-    rope.theta = o->theta;
-    rope.rope_dims = o->dims ? o->dims : c->key_dim;
-    if (!o->no_rope && (rope.rope_dims > c->key_dim || rope.rope_dims % 2)) {
+    rope.layout = o->keys.layout;
+    rope.theta = o->keys.theta;
+    rope.rope_dims = o->keys.dims ? o->keys.dims : c->key_dim;
+    if (!o->keys.no_rope && (rope.rope_dims > c->key_dim || rope.rope_dims % 2)) {
         cli_err("%s: --rope-dims %u does not fit key_dim %u (even, at most key_dim)", o->cache,
                 rope.rope_dims, c->key_dim);
         return CLI_USAGE;
     }
-    const fkvf_rope *krope = o->pre_rope && !o->no_rope ? &rope : NULL;
+    const fkvf_rope *krope = o->keys.pre_rope && !o->keys.no_rope ? &rope : NULL;
     if (o->train) {
         if (p1 == p0) {
             cli_err("%s: no positions to train codebooks on", o->cache);
@@ -519,7 +475,7 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         }
     }
     fkvf_desc d;
-    cli_desc_for(&d, c, &rope, o->no_rope, krope);
+    cli_desc_for(&d, c, &rope, o->keys.no_rope, krope);
     d.n_sinks = (uint32_t)o->sinks;
     d.window = (uint32_t)o->recent;
     d.model_id = o->model_id;
@@ -649,7 +605,7 @@ int fkvf_cli_append(int argc, char **argv)
     }
     uint32_t n = p1 - p0;
     if (o.create)
-        pre_rope = o.pre_rope && !o.no_rope;
+        pre_rope = o.keys.pre_rope && !o.keys.no_rope;
     if (n && pre_rope && p0 != before_n && !o.json)
         fprintf(stderr, "fkvf: note: positions %u.. of %s become positions %" PRIu64
                         ".. of %s; keys are un-rotated at the archive's positions (spec 8.1)\n",

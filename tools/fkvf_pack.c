@@ -64,27 +64,8 @@ static int read_cache(const char *path, kvio_cache *c)
     return CLI_OK;
 }
 
-/* Shared option: key handling and RoPE parameters. */
-typedef struct key_opts {
-    int keys_set;        /* --keys given */
-    int theta_set, dims_set, layout_set; /* --rope-* given */
-    int pre_rope;        /* 1: archive keys before rotation */
-    int no_rope;         /* --no-rope: the cache's keys carry no rotation */
-    double theta;
-    uint32_t dims;       /* 0 = key_dim */
-    uint8_t layout;      /* 1 interleaved, 2 half-split */
-} key_opts;
-
-static void key_opts_init(key_opts *k)
-{
-    memset(k, 0, sizeof *k);
-    k->pre_rope = 1;
-    k->theta = 10000.0;
-    k->layout = 1;
-}
-
 /* 1 consumed (argv[*i] and maybe its value), 0 not a key option, -1 error. */
-static int key_opt(key_opts *k, int argc, char **argv, int *i)
+static int key_opt(cli_key_opts *k, int argc, char **argv, int *i)
 {
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
@@ -100,28 +81,11 @@ static int key_opt(key_opts *k, int argc, char **argv, int *i)
         return -1;
     }
     ++*i;
-    if (!strcmp(a, "--keys")) {
-        k->keys_set = 1;
-        if (cli_opt_keys(v, &k->pre_rope))
-            return -1;
-    } else if (!strcmp(a, "--rope-theta")) {
-        if (cli_opt_rope_theta(v, &k->theta))
-            return -1;
-        k->theta_set = 1;
-    } else if (!strcmp(a, "--rope-dims")) {
-        if (cli_opt_rope_dims(v, &k->dims))
-            return -1;
-        k->dims_set = 1;
-    } else {
-        k->layout_set = 1;
-        if (cli_opt_rope_layout(v, &k->layout))
-            return -1;
-    }
-    return 1;
+    return cli_key_value(k, a, v) < 0 ? -1 : 1;
 }
 
 /* The rope to un-rotate keys with (NULL: keys as cached). */
-static int key_rope_for(const key_opts *k, uint32_t key_dim, const char *path, fkvf_rope *rope,
+static int key_rope_for(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf_rope *rope,
                         const fkvf_rope **out)
 {
     *out = NULL;
@@ -188,7 +152,7 @@ typedef struct pack_opts {
     uint32_t k, beam, iters;
     uint8_t ks, vs;
     uint64_t sinks, recent, seed;
-    key_opts keys;
+    cli_key_opts keys;
 } pack_opts;
 
 static int pack_parse(int argc, char **argv, pack_opts *o)
@@ -201,7 +165,7 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
     o->recent = 32;
     o->beam = 1;
     o->iters = 25;
-    key_opts_init(&o->keys);
+    cli_key_opts_init(&o->keys);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -308,7 +272,7 @@ static void pack_free(pack_state *s)
 
 /* Load a codebook file: shape, hash, quantizer; keys mode from its metadata
  * when --keys was not given. */
-static int load_codebook_file(const char *path, const kvio_cache *c, key_opts *keys,
+static int load_codebook_file(const char *path, const kvio_cache *c, cli_key_opts *keys,
                               fkvf_reader **out_r, fkvf_rvq **out_q, fkvf_codebook_shape *shape,
                               uint8_t hash[16])
 {
@@ -344,27 +308,7 @@ static int load_codebook_file(const char *path, const kvio_cache *c, key_opts *k
         return CLI_INVALID;
     }
     /* keys as the codebook was trained on them, unless given */
-    fkvf_meta_entry e;
-    if (!keys->keys_set && fkvf_reader_meta_find(r, "train.keys", &e) == FKVF_OK &&
-        e.type == FKVF_META_UTF8) {
-        if (e.value_len == 5 && !memcmp(e.value, "as-is", 5))
-            keys->pre_rope = 0;
-        else if (e.value_len == 8 && !memcmp(e.value, "pre-rope", 8))
-            keys->pre_rope = 1;
-    }
-    if (!keys->theta_set && fkvf_reader_meta_find(r, "train.rope_theta", &e) == FKVF_OK &&
-        e.type == FKVF_META_F64 && isfinite(e.f64) && e.f64 > 0)
-        keys->theta = e.f64;
-    if (!keys->dims_set && fkvf_reader_meta_find(r, "train.rope_dims", &e) == FKVF_OK &&
-        e.type == FKVF_META_U64 && e.u64 >= 2 && e.u64 <= c->key_dim && e.u64 % 2 == 0)
-        keys->dims = (uint32_t)e.u64;
-    if (!keys->layout_set && fkvf_reader_meta_find(r, "train.rope_layout", &e) == FKVF_OK &&
-        e.type == FKVF_META_UTF8) {
-        if (e.value_len == 10 && !memcmp(e.value, "half-split", 10))
-            keys->layout = 2;
-        else if (e.value_len == 11 && !memcmp(e.value, "interleaved", 11))
-            keys->layout = 1;
-    }
+    cli_keys_from_codebook(r, keys, c->key_dim);
     return CLI_OK;
 }
 
@@ -822,8 +766,8 @@ int fkvf_cli_train(int argc, char **argv)
     const char *out = NULL;
     const char **ins = calloc((size_t)argc + 1, sizeof *ins);
     size_t nin = 0;
-    key_opts keys;
-    key_opts_init(&keys);
+    cli_key_opts keys;
+    cli_key_opts_init(&keys);
     fkvf_rvq_params prm;
     fkvf_rvq_params_init(&prm);
     prm.table_dtype = FKVF_DTYPE_F16;
