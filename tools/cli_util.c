@@ -294,6 +294,29 @@ void cli_keys_from_codebook(fkvf_reader *cb, cli_key_opts *k, uint32_t key_dim)
     }
 }
 
+int cli_key_rope(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf_rope *rope,
+                 const fkvf_rope **out)
+{
+    *out = NULL;
+    rope->layout = k->layout;
+    rope->theta = k->theta;
+    rope->rope_dims = k->dims ? k->dims : key_dim;
+    if (!k->no_rope && !k->dims && key_dim % 2) {
+        cli_err("%s: key_dim %u is odd, and RoPE rotates pairs of dims: give --rope-dims N "
+                "(even, at most %u) or --no-rope",
+                path, key_dim, key_dim - 1);
+        return -1;
+    }
+    if (!k->no_rope && (rope->rope_dims > key_dim || rope->rope_dims % 2)) {
+        cli_err("%s: --rope-dims %u does not fit key_dim %u (even, at most key_dim)", path,
+                rope->rope_dims, key_dim);
+        return -1;
+    }
+    if (k->pre_rope && !k->no_rope)
+        *out = rope;
+    return 0;
+}
+
 unsigned cli_quad_bits_for(uint64_t maxv)
 {
     unsigned b = 2;

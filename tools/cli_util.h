@@ -92,6 +92,13 @@ int cli_key_value(cli_key_opts *k, const char *a, const char *v);
  * where not given on the command line. */
 void cli_keys_from_codebook(fkvf_reader *cb, cli_key_opts *k, uint32_t key_dim);
 
+/* The rope of a cache's keys from the options (rope), and the rope to
+ * un-rotate them with before coding (*out; NULL: keys as cached). 0, or -1
+ * after an error line naming path (odd key_dim without --rope-dims,
+ * --rope-dims that does not fit). */
+int cli_key_rope(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf_rope *rope,
+                 const fkvf_rope **out);
+
 /* Smallest even quad symbol width (2..32) whose alphabet holds 0..maxv. */
 unsigned cli_quad_bits_for(uint64_t maxv);
 

@@ -439,15 +439,9 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         }
     }
     fkvf_rope rope;
-    rope.layout = o->keys.layout;
-    rope.theta = o->keys.theta;
-    rope.rope_dims = o->keys.dims ? o->keys.dims : c->key_dim;
-    if (!o->keys.no_rope && (rope.rope_dims > c->key_dim || rope.rope_dims % 2)) {
-        cli_err("%s: --rope-dims %u does not fit key_dim %u (even, at most key_dim)", o->cache,
-                rope.rope_dims, c->key_dim);
+    const fkvf_rope *krope;
+    if (cli_key_rope(&o->keys, c->key_dim, o->cache, &rope, &krope))
         return CLI_USAGE;
-    }
-    const fkvf_rope *krope = o->keys.pre_rope && !o->keys.no_rope ? &rope : NULL;
     if (o->train) {
         if (p1 == p0) {
             cli_err("%s: no positions to train codebooks on", o->cache);

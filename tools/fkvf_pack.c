@@ -84,30 +84,6 @@ static int key_opt(cli_key_opts *k, int argc, char **argv, int *i)
     return cli_key_value(k, a, v) < 0 ? -1 : 1;
 }
 
-/* The rope to un-rotate keys with (NULL: keys as cached). */
-static int key_rope_for(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf_rope *rope,
-                        const fkvf_rope **out)
-{
-    *out = NULL;
-    rope->layout = k->layout;
-    rope->theta = k->theta;
-    rope->rope_dims = k->dims ? k->dims : key_dim;
-    if (!k->no_rope && !k->dims && key_dim % 2) {
-        cli_err("%s: key_dim %u is odd, and RoPE rotates pairs of dims: give --rope-dims N "
-                 "(even, at most %u) or --no-rope",
-                 path, key_dim, key_dim - 1);
-        return -1;
-    }
-    if (!k->no_rope && (rope->rope_dims > key_dim || rope->rope_dims % 2)) {
-        cli_err("%s: --rope-dims %u does not fit key_dim %u (even, at most key_dim)", path,
-                 rope->rope_dims, key_dim);
-        return -1;
-    }
-    if (k->pre_rope && !k->no_rope)
-        *out = rope;
-    return 0;
-}
-
 /* ---- pack --------------------------------------------------------------- */
 
 static const char *pack_help =
@@ -344,7 +320,7 @@ int fkvf_cli_pack(int argc, char **argv)
         if (ex)
             goto out;
     }
-    if (key_rope_for(&o.keys, c->key_dim, o.in, &rope, &krope)) {
+    if (cli_key_rope(&o.keys, c->key_dim, o.in, &rope, &krope)) {
         ex = CLI_USAGE;
         goto out;
     }
@@ -866,7 +842,7 @@ int fkvf_cli_train(int argc, char **argv)
         blocks[i].first_position = 0;
     }
     fkvf_rope rope;
-    if (key_rope_for(&keys, cs[0].key_dim, ins[0], &rope, &prm.key_rope)) {
+    if (cli_key_rope(&keys, cs[0].key_dim, ins[0], &rope, &prm.key_rope)) {
         ex = CLI_USAGE;
         goto out;
     }
