@@ -317,6 +317,27 @@ int cli_key_rope(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf
     return 0;
 }
 
+/* The file named by an archive's codebook name hint, next to the archive,
+ * if it exists (a plain file name only: the hint is untrusted). */
+char *cli_hint_path(const char *archive, const char *name)
+{
+    if (!name || !*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+        return NULL;
+    const char *sl = strrchr(archive, '/');
+    size_t dl = sl ? (size_t)(sl - archive + 1) : 0;
+    char *p = malloc(dl + strlen(name) + 1);
+    if (!p)
+        return NULL;
+    memcpy(p, archive, dl);
+    strcpy(p + dl, name);
+    struct stat st;
+    if (stat(p, &st) != 0) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
 unsigned cli_quad_bits_for(uint64_t maxv)
 {
     unsigned b = 2;

@@ -99,6 +99,11 @@ void cli_keys_from_codebook(fkvf_reader *cb, cli_key_opts *k, uint32_t key_dim);
 int cli_key_rope(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf_rope *rope,
                  const fkvf_rope **out);
 
+/* The file named by an archive's codebook name hint, next to the archive,
+ * if it exists (malloc'd; NULL if not, or if the hint is not a plain file
+ * name: it is untrusted). */
+char *cli_hint_path(const char *archive, const char *name);
+
 /* Smallest even quad symbol width (2..32) whose alphabet holds 0..maxv. */
 unsigned cli_quad_bits_for(uint64_t maxv);
 

@@ -24,27 +24,6 @@ int fkvf_cli_recover(int argc, char **argv);
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* The file named by an archive's codebook name hint, next to the archive,
- * if it exists (a plain file name only: the hint is untrusted). */
-static char *hint_path(const char *archive, const char *name)
-{
-    if (!name || !*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
-        return NULL;
-    const char *sl = strrchr(archive, '/');
-    size_t dl = sl ? (size_t)(sl - archive + 1) : 0;
-    char *p = malloc(dl + strlen(name) + 1);
-    if (!p)
-        return NULL;
-    memcpy(p, archive, dl);
-    strcpy(p + dl, name);
-    struct stat st;
-    if (stat(p, &st) != 0) {
-        free(p);
-        return NULL;
-    }
-    return p;
-}
-
 /* Open the codebook file an archive refers to: `given` (--codebooks) or the
  * name hint next to the archive. Returns 0, or an exit status (reported). */
 static int open_ref_codebook(fkvf_reader *r, const char *archive, const char *given,
@@ -58,7 +37,7 @@ static int open_ref_codebook(fkvf_reader *r, const char *archive, const char *gi
         return CLI_OK;
     char hx[33];
     cli_hex16(want, hx);
-    char *hp = given ? NULL : hint_path(archive, name);
+    char *hp = given ? NULL : cli_hint_path(archive, name);
     const char *path = given ? given : hp;
     if (!path) {
         cli_err("%s: the archive refers to the external codebook with content hash %s "

@@ -607,19 +607,8 @@ int fkvf_cli_unpack(int argc, char **argv)
     cli_hex16(want, hx);
     if (ext && ai.n_archived > 0) {
         const char *path = cbpath;
-        if (!path && name && *name && !strchr(name, '/') && strcmp(name, "..") &&
-            strcmp(name, ".")) {
-            const char *sl = strrchr(in, '/');
-            size_t dl = sl ? (size_t)(sl - in + 1) : 0;
-            hint_path = malloc(dl + strlen(name) + 1);
-            if (hint_path) {
-                memcpy(hint_path, in, dl);
-                strcpy(hint_path + dl, name);
-                struct stat st;
-                if (stat(hint_path, &st) == 0)
-                    path = hint_path;
-            }
-        }
+        if (!path)
+            path = hint_path = cli_hint_path(in, name);
         if (!path) {
             cli_err("%s: the archive refers to the external codebook with content hash %s "
                      "(name hint '%s'), not found; pass --codebooks FILE",
