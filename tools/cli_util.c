@@ -237,6 +237,48 @@ int cli_opt_rope_layout(const char *v, uint8_t *layout)
     return -1;
 }
 
+void cli_code_opts_init(cli_code_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->k = 256;
+    o->ks = 4;
+    o->vs = 2;
+    o->sinks = 4;
+    o->recent = 32;
+    o->beam = 1;
+    o->iters = 25;
+}
+
+int cli_code_value(cli_code_opts *o, const char *a, const char *v)
+{
+    int bad;
+    if (!strcmp(a, "--k"))
+        bad = cli_opt_k(a, v, &o->k);
+    else if (!strcmp(a, "--k-stages"))
+        bad = cli_opt_stages(a, v, &o->ks);
+    else if (!strcmp(a, "--v-stages"))
+        bad = cli_opt_stages(a, v, &o->vs);
+    else if (!strcmp(a, "--sinks"))
+        bad = cli_opt_count(a, v, &o->sinks);
+    else if (!strcmp(a, "--recent"))
+        bad = cli_opt_count(a, v, &o->recent);
+    else if (!strcmp(a, "--codec"))
+        bad = cli_opt_codec(v, &o->ngon);
+    else if (!strcmp(a, "--beam"))
+        bad = cli_opt_beam(v, &o->beam);
+    else if (!strcmp(a, "--iters"))
+        bad = cli_opt_iters(v, &o->iters);
+    else if (!strcmp(a, "--seed"))
+        bad = cli_opt_seed(v, &o->seed);
+    else if (!strcmp(a, "--model-id"))
+        bad = (o->model_id = v, 0);
+    else if (!strcmp(a, "--tokenizer-id"))
+        bad = (o->tok_id = v, 0);
+    else
+        return 0;
+    return bad ? -1 : 1;
+}
+
 void cli_key_opts_init(cli_key_opts *k)
 {
     memset(k, 0, sizeof *k);

@@ -69,6 +69,25 @@ int cli_opt_rope_theta(const char *v, double *theta);          /* > 0 */
 int cli_opt_rope_dims(const char *v, uint32_t *dims);          /* even, 2..65536 */
 int cli_opt_rope_layout(const char *v, uint8_t *layout);       /* 1 interleaved, 2 half-split */
 
+/* Coding options of fkvf pack and append --create: --k, --k-stages,
+ * --v-stages, --sinks, --recent, --codec, --beam, --iters, --seed,
+ * --model-id, --tokenizer-id. */
+typedef struct cli_code_opts {
+    uint32_t k, beam, iters;
+    uint8_t ks, vs;
+    uint64_t sinks, recent, seed;
+    int ngon;
+    const char *model_id, *tok_id;
+} cli_code_opts;
+
+/* Defaults: k 256, 4 key and 2 value stages, 4 sinks, 32 recent, quad,
+ * beam 1, 25 iterations, seed 0. */
+void cli_code_opts_init(cli_code_opts *o);
+
+/* Option a with its value v when it is one of them: 1 taken, 0 not a
+ * coding option, -1 bad value (error line written). */
+int cli_code_value(cli_code_opts *o, const char *a, const char *v);
+
 /* Key handling and RoPE options (--keys, --rope-theta, --rope-dims,
  * --rope-layout, --no-rope) of fkvf pack, train and append --create. */
 typedef struct cli_key_opts {

@@ -135,27 +135,20 @@ static const char *append_help =
     "archive is locked by another appender, or --create and it exists).\n";
 
 typedef struct append_opts {
-    const char *archive, *cache, *cbfile, *model_id, *tok_id;
-    int create, json, recover, req_tokens, no_tokens, embed, train, exact_only, ngon, f32, newonly;
+    const char *archive, *cache, *cbfile;
+    int create, json, recover, req_tokens, no_tokens, embed, train, exact_only, f32, newonly;
     int range_set, end_set;
+    cli_code_opts code;
     cli_key_opts keys;
-    uint64_t range0, range1, every, sinks, recent, seed, tok_bits;
-    uint32_t k, iters, beam;
-    uint8_t ks, vs;
+    uint64_t range0, range1, every, tok_bits;
     unsigned sync;
 } append_opts;
 
 static int append_parse(int argc, char **argv, append_opts *o)
 {
     memset(o, 0, sizeof *o);
+    cli_code_opts_init(&o->code);
     cli_key_opts_init(&o->keys);
-    o->sinks = 4;
-    o->recent = 32;
-    o->k = 256;
-    o->ks = 4;
-    o->vs = 2;
-    o->iters = 25;
-    o->beam = 1;
     o->sync = FKVF_SYNC_COMMIT;
     int create_only = 0;
     const char *create_opt = NULL;
@@ -224,7 +217,7 @@ static int append_parse(int argc, char **argv, append_opts *o)
                     return -1;
                 }
             } else if (!strcmp(a, "--beam")) {
-                if (cli_opt_beam(v, &o->beam))
+                if (cli_opt_beam(v, &o->code.beam))
                     return -1;
             } else if (!strcmp(a, "--positions")) {
                 const char *colon = strchr(v, ':');
@@ -248,36 +241,15 @@ static int append_parse(int argc, char **argv, append_opts *o)
                 /* options of --create */
                 create_only = 1;
                 create_opt = a;
-                if (!strcmp(a, "--sinks") || !strcmp(a, "--recent")) {
-                    if (cli_opt_count(a, v, a[2] == 's' ? &o->sinks : &o->recent))
-                        return -1;
-                } else if (!strcmp(a, "--codec")) {
-                    if (cli_opt_codec(v, &o->ngon))
-                        return -1;
-                } else if ((kr = cli_key_value(&o->keys, a, v)) != 0) {
+                if ((kr = cli_code_value(&o->code, a, v)) != 0 ||
+                    (kr = cli_key_value(&o->keys, a, v)) != 0) {
                     if (kr < 0)
-                        return -1;
-                } else if (!strcmp(a, "--k")) {
-                    if (cli_opt_k(a, v, &o->k))
-                        return -1;
-                } else if (!strcmp(a, "--k-stages") || !strcmp(a, "--v-stages")) {
-                    if (cli_opt_stages(a, v, a[2] == 'k' ? &o->ks : &o->vs))
-                        return -1;
-                } else if (!strcmp(a, "--seed")) {
-                    if (cli_opt_seed(v, &o->seed))
-                        return -1;
-                } else if (!strcmp(a, "--iters")) {
-                    if (cli_opt_iters(v, &o->iters))
                         return -1;
                 } else if (!strcmp(a, "--token-bits")) {
                     if (cli_parse_u64(v, 32, &o->tok_bits) || o->tok_bits < 2 || o->tok_bits % 2) {
                         cli_err("--token-bits: '%s' is not an even width 2..32", v);
                         return -1;
                     }
-                } else if (!strcmp(a, "--model-id")) {
-                    o->model_id = v;
-                } else if (!strcmp(a, "--tokenizer-id")) {
-                    o->tok_id = v;
                 } else {
                     cli_err("append: unknown option '%s' (see fkvf append --help)", a);
                     return -1;
@@ -428,12 +400,12 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         }
         fkvf_rvq_params prm;
         cli_rvq_params_for(&prm, c);
-        prm.k = o->k;
-        prm.k_stages = o->ks;
-        prm.v_stages = o->vs;
+        prm.k = o->code.k;
+        prm.k_stages = o->code.ks;
+        prm.v_stages = o->code.vs;
         prm.table_dtype = o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
-        prm.seed = o->seed;
-        prm.max_iters = o->iters;
+        prm.seed = o->code.seed;
+        prm.max_iters = o->code.iters;
         prm.key_rope = krope;
         cli_progress b;
         cli_progress_init(&b, "train ", o->json);
@@ -449,10 +421,10 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
     }
     fkvf_desc d;
     cli_desc_for(&d, c, &rope, o->keys.no_rope, krope);
-    d.n_sinks = (uint32_t)o->sinks;
-    d.window = (uint32_t)o->recent;
-    d.model_id = o->model_id;
-    d.tokenizer_id = o->tok_id;
+    d.n_sinks = (uint32_t)o->code.sinks;
+    d.window = (uint32_t)o->code.recent;
+    d.model_id = o->code.model_id;
+    d.tokenizer_id = o->code.tok_id;
 
     fkvf_append_create cr;
     memset(&cr, 0, sizeof cr);
@@ -463,7 +435,7 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         cr.codebook_ref = s->cb;
         cr.codebook_name = cli_base_name(o->cbfile);
     }
-    if (o->ngon && (s->q || s->cb)) {
+    if (o->code.ngon && (s->q || s->cb)) {
         cr.index_codec.profile = FKVF_PROFILE_NGON;
         cr.index_codec.alphabet = s->q ? 0 : shape.k;
         if (s->q) {
@@ -491,7 +463,7 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
     fkvf_append_options ao;
     fkvf_append_options_init(&ao);
     ao.sync = o->sync;
-    ao.beam_width = o->beam;
+    ao.beam_width = o->code.beam;
     rc = fkvf_appender_create(&s->a, o->archive, &cr, &ao, NULL);
     if (rc != FKVF_OK) {
         cli_err_lib(o->archive, s->a ? fkvf_appender_message(s->a) : fkvf_strerror(rc));
@@ -646,7 +618,7 @@ int fkvf_cli_append(int argc, char **argv)
         fkvf_append_options ao;
         fkvf_append_options_init(&ao);
         ao.sync = o.sync;
-        ao.beam_width = o.beam;
+        ao.beam_width = o.code.beam;
         ao.recover = o.recover;
         ao.codebook_file = s.cb;
         rc = fkvf_appender_open(&s.a, o.archive, &ao, NULL);

@@ -123,24 +123,16 @@ static const char *pack_help =
     "Exit status: 0 ok, 1 invalid input, 2 usage or I/O error.\n";
 
 typedef struct pack_opts {
-    const char *in, *out, *cbfile, *model_id, *tok_id;
-    int train, ngon, deflate, f32, index;
-    uint32_t k, beam, iters;
-    uint8_t ks, vs;
-    uint64_t sinks, recent, seed;
+    const char *in, *out, *cbfile;
+    int train, deflate, f32, index;
+    cli_code_opts code;
     cli_key_opts keys;
 } pack_opts;
 
 static int pack_parse(int argc, char **argv, pack_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->k = 256;
-    o->ks = 4;
-    o->vs = 2;
-    o->sinks = 4;
-    o->recent = 32;
-    o->beam = 1;
-    o->iters = 25;
+    cli_code_opts_init(&o->code);
     cli_key_opts_init(&o->keys);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -171,33 +163,8 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
                 o->out = v;
             } else if (!strcmp(a, "--codebooks")) {
                 o->cbfile = v;
-            } else if (!strcmp(a, "--model-id")) {
-                o->model_id = v;
-            } else if (!strcmp(a, "--tokenizer-id")) {
-                o->tok_id = v;
-            } else if (!strcmp(a, "--k")) {
-                if (cli_opt_k(a, v, &o->k))
-                    return -1;
-            } else if (!strcmp(a, "--k-stages")) {
-                if (cli_opt_stages(a, v, &o->ks))
-                    return -1;
-            } else if (!strcmp(a, "--v-stages")) {
-                if (cli_opt_stages(a, v, &o->vs))
-                    return -1;
-            } else if (!strcmp(a, "--sinks") || !strcmp(a, "--recent")) {
-                if (cli_opt_count(a, v, a[2] == 's' ? &o->sinks : &o->recent))
-                    return -1;
-            } else if (!strcmp(a, "--codec")) {
-                if (cli_opt_codec(v, &o->ngon))
-                    return -1;
-            } else if (!strcmp(a, "--beam")) {
-                if (cli_opt_beam(v, &o->beam))
-                    return -1;
-            } else if (!strcmp(a, "--iters")) {
-                if (cli_opt_iters(v, &o->iters))
-                    return -1;
-            } else if (!strcmp(a, "--seed")) {
-                if (cli_opt_seed(v, &o->seed))
+            } else if ((r = cli_code_value(&o->code, a, v)) != 0) {
+                if (r < 0)
                     return -1;
             } else {
                 cli_err("pack: unknown option '%s' (see fkvf pack --help)", a);
@@ -301,8 +268,8 @@ int fkvf_cli_pack(int argc, char **argv)
         return ex;
     kvio_cache *c = &s.c;
     uint64_t P = c->n_positions;
-    uint64_t S = o.sinks < P ? o.sinks : P;
-    uint64_t W = o.recent < P - S ? o.recent : P - S;
+    uint64_t S = o.code.sinks < P ? o.code.sinks : P;
+    uint64_t W = o.code.recent < P - S ? o.code.recent : P - S;
     uint64_t A = P - S - W;
     size_t es = kvio_dtype_size(c->dtype);
     size_t rb = cli_cache_row_elems(c) * es;
@@ -334,12 +301,12 @@ int fkvf_cli_pack(int argc, char **argv)
     if (A > 0 && !s.q) {
         fkvf_rvq_params prm;
         cli_rvq_params_for(&prm, c);
-        prm.k = o.k;
-        prm.k_stages = o.ks;
-        prm.v_stages = o.vs;
+        prm.k = o.code.k;
+        prm.k_stages = o.code.ks;
+        prm.v_stages = o.code.vs;
         prm.table_dtype = o.f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
-        prm.seed = o.seed;
-        prm.max_iters = o.iters;
+        prm.seed = o.code.seed;
+        prm.max_iters = o.code.iters;
         prm.key_rope = krope;
         cli_progress pg;
         cli_progress_init(&pg, "train ", 0);
@@ -369,7 +336,7 @@ int fkvf_cli_pack(int argc, char **argv)
         for (uint64_t i = 0; i < A; i += chunk) {
             uint64_t n = A - i < chunk ? A - i : chunk;
             fkvf_rows part = {s.rows + (size_t)(S + i) * rb, (size_t)n, c->dtype, S + i};
-            int rc = fkvf_rvq_encode(s.q, &part, krope, o.beam, s.codes + i, 1, (size_t)A);
+            int rc = fkvf_rvq_encode(s.q, &part, krope, o.code.beam, s.codes + i, 1, (size_t)A);
             if (rc != FKVF_OK) {
                 cli_err("%s: encoding failed: %s", o.in, fkvf_strerror(rc));
                 ex = CLI_INVALID;
@@ -384,7 +351,7 @@ int fkvf_cli_pack(int argc, char **argv)
     fkvf_writer_options_init(&wo);
     if (o.cbfile)
         wo.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
-    if ((A > 0 || o.cbfile) && o.ngon)
+    if ((A > 0 || o.cbfile) && o.code.ngon)
         wo.required_features |= FKVF_FEAT_NGON;
     if (o.deflate)
         wo.required_features |= FKVF_FEAT_DEFLATE;
@@ -399,9 +366,9 @@ int fkvf_cli_pack(int argc, char **argv)
     fkvf_desc d;
     cli_desc_for(&d, c, &rope, o.keys.no_rope, krope);
     d.n_sinks = (uint32_t)S;
-    d.window = (uint32_t)(o.recent > UINT32_MAX ? UINT32_MAX : o.recent);
-    d.model_id = o.model_id;
-    d.tokenizer_id = o.tok_id;
+    d.window = (uint32_t)(o.code.recent > UINT32_MAX ? UINT32_MAX : o.code.recent);
+    d.model_id = o.code.model_id;
+    d.tokenizer_id = o.code.tok_id;
     const char *stage = "descriptor";
     rc = fkvf_writer_set_desc(s.w, &d);
     if (rc == FKVF_OK) {
@@ -411,9 +378,9 @@ int fkvf_cli_pack(int argc, char **argv)
     if (rc == FKVF_OK)
         rc = fkvf_writer_meta_utf8(s.w, "pack.tool", "fkvf " FKVF_VERSION_STRING);
     if (rc == FKVF_OK && A > 0) {
-        rc = fkvf_writer_meta_u64(s.w, "pack.beam", o.beam);
+        rc = fkvf_writer_meta_u64(s.w, "pack.beam", o.code.beam);
         if (rc == FKVF_OK && o.train)
-            rc = fkvf_writer_meta_u64(s.w, "pack.seed", o.seed);
+            rc = fkvf_writer_meta_u64(s.w, "pack.seed", o.code.seed);
         if (rc == FKVF_OK && o.cbfile)
             rc = fkvf_writer_meta_utf8(s.w, "pack.codebooks", cli_base_name(o.cbfile));
     }
@@ -442,7 +409,7 @@ int fkvf_cli_pack(int argc, char **argv)
         if (rc == FKVF_OK) {
             fkvf_stream_spec sp;
             memset(&sp, 0, sizeof sp);
-            if (o.ngon) {
+            if (o.code.ngon) {
                 sp.profile = FKVF_PROFILE_NGON;
                 sp.alphabet = shape.k;
             } else {
