@@ -4,9 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_util.h"
 #include "fkvf.h"
-
-enum { EXIT_VALID = 0, EXIT_INVALID = 1, EXIT_USAGE = 2 };
 
 static const char *prog = "fkvf";
 
@@ -38,56 +37,6 @@ static void usage_main(FILE *f)
 }
 
 /* ---- small helpers --------------------------------------------------------- */
-
-static void json_str(FILE *f, const char *s, size_t n)
-{
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", f);
-        else if (c == '\t')
-            fputs("\\t", f);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-static void json_cstr(FILE *f, const char *s) { json_str(f, s, strlen(s)); }
-
-/* Untrusted text for a terminal (spec 18.7: ids, metadata and messages that
- * quote them come from the file): control characters (C0, DEL, and C1 as
- * UTF-8) are written as escapes, so that a file cannot drive the terminal. */
-static void text_str(FILE *f, const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        unsigned char c1 = i + 1 < n ? (unsigned char)s[i + 1] : 0;
-        if (c < 0x20 || c == 0x7F) {
-            fprintf(f, "\\x%02x", c);
-        } else if (c == 0xC2 && c1 >= 0x80 && c1 <= 0x9F) {
-            fprintf(f, "\\u%04x", c1);
-            i++;
-        } else {
-            fputc(c, f);
-        }
-    }
-}
-
-static void text_cstr(FILE *f, const char *s) { text_str(f, s, strlen(s)); }
-
-/* "fkvf: MESSAGE" on stderr, the message escaped. */
-static void report(const char *msg)
-{
-    fprintf(stderr, "%s: ", prog);
-    text_cstr(stderr, msg);
-    fputc('\n', stderr);
-}
 
 static void type_name(uint32_t type, char out[12])
 {
@@ -161,14 +110,14 @@ static int open_archive(int argc, char **argv, const char *cmd, const char *help
     *r = NULL;
     int pc = parse_common(argc, argv, cmd, help, path, json);
     if (pc)
-        return pc > 0 ? EXIT_VALID : EXIT_USAGE;
+        return pc > 0 ? CLI_OK : CLI_USAGE;
     int rc = fkvf_reader_open_file(r, *path, 0, NULL);
     if (rc != FKVF_OK) {
         const char *msg = *r ? fkvf_reader_message(*r) : fkvf_strerror(rc);
-        report(msg && *msg ? msg : fkvf_strerror(rc));
+        cli_err("%s", msg && *msg ? msg : fkvf_strerror(rc));
         fkvf_reader_free(*r);
         *r = NULL;
-        return fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? EXIT_INVALID : EXIT_USAGE;
+        return cli_class_exit(rc);
     }
     fkvf_reader_info(*r, ai);
     return -1;
@@ -236,9 +185,9 @@ static void print_meta_value(FILE *f, const fkvf_meta_entry *e, int json)
         break;
     case FKVF_META_UTF8:
         if (json)
-            json_str(f, e->value, e->value_len);
+            cli_json_str(f, e->value, e->value_len);
         else
-            text_str(f, e->value, e->value_len);
+            cli_text_str(f, e->value, e->value_len);
         break;
     default:
         if (json)
@@ -259,7 +208,7 @@ static int cmd_info(int argc, char **argv)
     int ec = open_archive(argc, argv, "info", info_help, &path, &json, &r, &ai);
     if (ec >= 0)
         return ec;
-    ec = EXIT_VALID;
+    ec = CLI_OK;
     fkvf_desc d;
     int has_desc = fkvf_reader_desc(r, &d) == FKVF_OK;
     part_sizes ps;
@@ -275,7 +224,7 @@ static int cmd_info(int argc, char **argv)
     FILE *f = stdout;
     if (json) {
         fprintf(f, "{\"file\":");
-        json_cstr(f, path);
+        cli_json_cstr(f, path);
         fprintf(f, ",\"format\":\"%u.%u\",\"required_features\":%" PRIu64
                    ",\"optional_features\":%" PRIu64 ",\"file_size\":%" PRIu64
                    ",\"committed_size\":%" PRIu64 ",\"torn_bytes\":%" PRIu64
@@ -289,9 +238,9 @@ static int cmd_info(int argc, char **argv)
                        "\"dtype\":\"%s\",\"sinks\":%u,\"window\":%u,\"model_id\":",
                     d.n_layers, d.n_kv_heads, d.key_dim, d.value_dim, dtype_name(d.dtype),
                     d.n_sinks, d.window);
-            json_cstr(f, d.model_id);
+            cli_json_cstr(f, d.model_id);
             fprintf(f, ",\"tokenizer_id\":");
-            json_cstr(f, d.tokenizer_id);
+            cli_json_cstr(f, d.tokenizer_id);
             if (d.key_transform == 1)
                 fprintf(f, ",\"rope\":{\"theta\":%.17g,\"dims\":%u,\"layout\":\"%s\",\"keys\":\"%s\"}",
                         d.rope_theta, d.rope_dims, d.rope_layout == 1 ? "interleaved" : "half-split",
@@ -324,7 +273,7 @@ static int cmd_info(int argc, char **argv)
                 break;
             if (i)
                 fputc(',', f);
-            json_str(f, e.key, e.key_len);
+            cli_json_str(f, e.key, e.key_len);
             fputc(':', f);
             print_meta_value(f, &e, 1);
         }
@@ -347,10 +296,10 @@ static int cmd_info(int argc, char **argv)
             fprintf(f, "cache           %u layers x %u KV heads, key dim %u, value dim %u, %s\n",
                     d.n_layers, d.n_kv_heads, d.key_dim, d.value_dim, dtype_name(d.dtype));
             fputs("model           ", f);
-            text_cstr(f, *d.model_id ? d.model_id : "(not given)");
+            cli_text_cstr(f, *d.model_id ? d.model_id : "(not given)");
             if (*d.tokenizer_id) {
                 fputs(", tokenizer ", f);
-                text_cstr(f, d.tokenizer_id);
+                cli_text_cstr(f, d.tokenizer_id);
             }
             fputc('\n', f);
             if (d.key_transform == 1)
@@ -399,9 +348,9 @@ static int cmd_info(int argc, char **argv)
             fprintf(f, "  ... %zu more (use --json for all)\n", ai.n_streams - 16);
         if (meta_rc != FKVF_OK) {
             fputs("metadata        invalid: ", f);
-            text_cstr(f, meta_msg);
+            cli_text_cstr(f, meta_msg);
             fputc('\n', f);
-            ec = EXIT_INVALID;
+            ec = CLI_INVALID;
         } else {
             fprintf(f, "metadata        %zu entr%s\n", n_meta, n_meta == 1 ? "y" : "ies");
             for (size_t i = 0; i < n_meta; i++) {
@@ -409,7 +358,7 @@ static int cmd_info(int argc, char **argv)
                 if (fkvf_reader_meta(r, i, &e))
                     break;
                 fputs("  ", f);
-                text_str(f, e.key, e.key_len);
+                cli_text_str(f, e.key, e.key_len);
                 fputs(" = ", f);
                 print_meta_value(f, &e, 0);
                 fputc('\n', f);
@@ -433,10 +382,10 @@ static const char *verify_help =
 static int cmd_verify(int argc, char **argv)
 {
     const char *path;
-    int json, ec = EXIT_VALID;
+    int json, ec = CLI_OK;
     int pc = parse_common(argc, argv, "verify", verify_help, &path, &json);
     if (pc)
-        return pc > 0 ? EXIT_VALID : EXIT_USAGE;
+        return pc > 0 ? CLI_OK : CLI_USAGE;
     fkvf_reader *r = NULL;
     int rc = fkvf_reader_open_file(&r, path, 0, NULL);
     if (rc == FKVF_OK)
@@ -445,20 +394,20 @@ static int cmd_verify(int argc, char **argv)
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", r ? fkvf_reader_message(r) : "");
     if (rc == FKVF_OK)
-        ec = EXIT_VALID;
+        ec = CLI_OK;
     else
-        ec = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? EXIT_INVALID : EXIT_USAGE;
+        ec = cli_class_exit(rc);
     fkvf_archive_info ai;
     memset(&ai, 0, sizeof ai);
     if (r)
         fkvf_reader_info(r, &ai);
     if (json) {
         printf("{\"file\":");
-        json_cstr(stdout, path);
+        cli_json_cstr(stdout, path);
         printf(",\"valid\":%s,\"code\":%d,\"error\":\"%s\",\"recoverable_torn_tail\":%s,\"message\":",
                rc == FKVF_OK ? "true" : "false", rc, rc ? fkvf_error_name(rc) : "",
                rc == FKVF_E_TORN ? "true" : "false");
-        json_cstr(stdout, rc ? (*msg ? msg : fkvf_strerror(rc)) : "");
+        cli_json_cstr(stdout, rc ? (*msg ? msg : fkvf_strerror(rc)) : "");
         printf(",\"commits\":%" PRIu64 ",\"torn_bytes\":%" PRIu64 ",\"committed_size\":%" PRIu64,
                ai.n_commits, ai.torn_bytes, ai.committed_size);
         if (rc == FKVF_E_TORN)
@@ -469,14 +418,14 @@ static int cmd_verify(int argc, char **argv)
         printf("%s: OK (%" PRIu64 " commit(s), %zu sections, %" PRIu64 " positions)\n", path,
                ai.n_commits, ai.n_sections, ai.n_positions);
     } else {
-        report(*msg ? msg : fkvf_strerror(rc));
+        cli_err("%s", *msg ? msg : fkvf_strerror(rc));
         if (rc == FKVF_E_TORN) {
             fprintf(stderr, "%s: the committed data up to byte %" PRIu64
                             " (commit %" PRIu64 ", %" PRIu64 " positions) is intact; %" PRIu64
                             " torn bytes after it\n",
                     prog, ai.committed_size, ai.n_commits, ai.n_positions, ai.torn_bytes);
             fprintf(stderr, "%s: recoverable: run fkvf recover ", prog);
-            text_cstr(stderr, path);
+            cli_text_cstr(stderr, path);
             fputc('\n', stderr);
         }
     }
@@ -501,7 +450,7 @@ static int cmd_dump(int argc, char **argv)
         return ec;
     if (json) {
         printf("{\"file\":");
-        json_cstr(stdout, path);
+        cli_json_cstr(stdout, path);
         printf(",\"sections\":[");
     } else {
         printf("%s: %" PRIu64 " bytes, %" PRIu64 " commit(s), %zu sections\n", path, ai.file_size,
@@ -553,7 +502,7 @@ static int cmd_dump(int argc, char **argv)
     if (json)
         printf("]}\n");
     fkvf_reader_free(r);
-    return EXIT_VALID;
+    return CLI_OK;
 }
 
 /* tools/fkvf_pack.c */
@@ -571,17 +520,17 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         usage_main(stderr);
-        return EXIT_USAGE;
+        return CLI_USAGE;
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage_main(stdout);
-        return EXIT_VALID;
+        return CLI_OK;
     }
     if (!strcmp(cmd, "--version")) {
         printf("fkvf %s (libfkvf %s, format %d.%d)\n", FKVF_VERSION_STRING, fkvf_version_string(),
                FKVF_FORMAT_MAJOR, FKVF_FORMAT_MINOR);
-        return EXIT_VALID;
+        return CLI_OK;
     }
     if (!strcmp(cmd, "info"))
         return cmd_info(argc - 2, argv + 2);
@@ -608,5 +557,5 @@ int main(int argc, char **argv)
         return src;
     fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
     usage_main(stderr);
-    return EXIT_USAGE;
+    return CLI_USAGE;
 }

@@ -6,8 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +14,7 @@
 #include <unistd.h>
 
 #include "cacheio.h"
+#include "cli_util.h"
 #include "fkvf.h"
 
 /* entry points, called from fkvf.c */
@@ -23,160 +22,7 @@ int fkvf_cli_append(int argc, char **argv);
 int fkvf_cli_compact(int argc, char **argv);
 int fkvf_cli_recover(int argc, char **argv);
 
-enum { AX_OK = 0, AX_INVALID = 1, AX_USAGE = 2 };
-
 /* ---- helpers ------------------------------------------------------------ */
-
-/* One line on stderr, "fkvf: ...", control characters escaped (messages
- * quote file names and library messages that quote file contents). */
-static void say_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say_err(const char *fmt, ...)
-{
-    char buf[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    fputs("fkvf: ", stderr);
-    for (const unsigned char *p = (const unsigned char *)buf; *p; p++) {
-        if (*p < 0x20 || *p == 0x7F)
-            fprintf(stderr, "\\x%02x", *p);
-        else
-            fputc(*p, stderr);
-    }
-    fputc('\n', stderr);
-}
-
-/* "PATH: MSG" without doubling PATH when the library message starts with it. */
-static void say_lib(const char *path, const char *msg)
-{
-    size_t n = strlen(path);
-    if (!msg || !*msg)
-        msg = "unknown error";
-    if (!strncmp(msg, path, n) && msg[n] == ':')
-        say_err("%s", msg);
-    else
-        say_err("%s: %s", path, msg);
-}
-
-/* Exit status of a library error: caller/environment problems are 2, bad
- * input 1 (as in fkvf pack). */
-static int lib_exit(int rc)
-{
-    return (rc == FKVF_E_IO || rc == FKVF_E_NOMEM || rc == FKVF_E_INVALID_ARG) ? AX_USAGE
-                                                                                 : AX_INVALID;
-}
-
-static void jstr(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7F)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-static const char *base_of(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
-static void hex_of(const uint8_t h[16], char out[33])
-{
-    for (int i = 0; i < 16; i++)
-        snprintf(out + 2 * i, 3, "%02x", h[i]);
-}
-
-/* Decimal digits only, at most max. */
-static int num_u64(const char *s, uint64_t max, uint64_t *out)
-{
-    if (!s || *s < '0' || *s > '9')
-        return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int num_f64(const char *s, double *out)
-{
-    if (!s || !*s)
-        return -1;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v))
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static uint64_t file_size_of(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
-}
-
-/* Progress bar on stderr when it is a terminal (as fkvf pack draws it). */
-typedef struct bar {
-    int on, last;
-    const char *label;
-} bar;
-
-static void bar_init(bar *b, const char *label, int quiet)
-{
-    b->on = !quiet && isatty(STDERR_FILENO);
-    b->last = -1;
-    b->label = label;
-}
-
-static void bar_cb(void *opaque, uint64_t done, uint64_t total)
-{
-    bar *b = opaque;
-    if (!b->on || total == 0)
-        return;
-    int pct = (int)(done * 100 / total);
-    if (pct == b->last)
-        return;
-    b->last = pct;
-    fprintf(stderr, "\r%s [", b->label);
-    for (int i = 0; i < 30; i++)
-        fputc(i < pct * 30 / 100 ? '#' : ' ', stderr);
-    fprintf(stderr, "] %3d%%", pct);
-    if (done >= total)
-        fputc('\n', stderr);
-    fflush(stderr);
-}
-
-/* The file named by an archive's codebook name hint, next to the archive,
- * if it exists (a plain file name only: the hint is untrusted). */
-static char *hint_path(const char *archive, const char *name)
-{
-    if (!name || !*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
-        return NULL;
-    const char *sl = strrchr(archive, '/');
-    size_t dl = sl ? (size_t)(sl - archive + 1) : 0;
-    char *p = malloc(dl + strlen(name) + 1);
-    if (!p)
-        return NULL;
-    memcpy(p, archive, dl);
-    strcpy(p + dl, name);
-    struct stat st;
-    if (stat(p, &st) != 0) {
-        free(p);
-        return NULL;
-    }
-    return p;
-}
 
 /* Open the codebook file an archive refers to: `given` (--codebooks) or the
  * name hint next to the archive. Returns 0, or an exit status (reported). */
@@ -188,59 +34,29 @@ static int open_ref_codebook(fkvf_reader *r, const char *archive, const char *gi
     uint8_t want[16];
     const char *name = NULL;
     if (fkvf_reader_codebook_ref(r, &ext, want, &name) != FKVF_OK || !ext)
-        return AX_OK;
+        return CLI_OK;
     char hx[33];
-    hex_of(want, hx);
-    char *hp = given ? NULL : hint_path(archive, name);
+    cli_hex16(want, hx);
+    char *hp = given ? NULL : cli_hint_path(archive, name);
     const char *path = given ? given : hp;
     if (!path) {
-        say_err("%s: the archive refers to the external codebook with content hash %s "
+        cli_err("%s: the archive refers to the external codebook with content hash %s "
                 "(name hint '%s'), not found next to it; pass --codebooks FILE",
                 archive, hx, name ? name : "");
-        return AX_INVALID;
+        return CLI_INVALID;
     }
     fkvf_reader *cb = NULL;
     int rc = fkvf_reader_open_file(&cb, path, 0, NULL);
     if (rc != FKVF_OK) {
-        say_err("%s: %s (the archive %s expects the codebook with content hash %s)", path,
+        cli_err("%s: %s (the archive %s expects the codebook with content hash %s)", path,
                 cb ? fkvf_reader_message(cb) : fkvf_strerror(rc), archive, hx);
         fkvf_reader_free(cb);
         free(hp);
-        return rc == FKVF_E_IO ? AX_USAGE : AX_INVALID;
+        return rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
     }
     free(hp);
     *out = cb;
-    return AX_OK;
-}
-
-/* Rows of positions [p0, p1) of a cache in the layout of spec 14.2 (per
- * position, per layer the keys of heads 0..H-1, then the values). */
-static size_t cache_row_bytes(const kvio_cache *c)
-{
-    return (size_t)c->n_layers * c->n_kv_heads * ((size_t)c->key_dim + c->value_dim) *
-           kvio_dtype_size(c->dtype);
-}
-
-static void cache_rows(const kvio_cache *c, uint32_t p0, uint32_t p1, uint8_t *out)
-{
-    size_t es = kvio_dtype_size(c->dtype);
-    size_t kb = (size_t)c->key_dim * es, vb = (size_t)c->value_dim * es;
-    for (uint32_t p = p0; p < p1; p++) {
-        for (uint32_t l = 0; l < c->n_layers; l++) {
-            for (uint32_t h = 0; h < c->n_kv_heads; h++, out += kb)
-                memcpy(out, c->keys[l] + ((size_t)h * c->n_positions + p) * kb, kb);
-            for (uint32_t h = 0; h < c->n_kv_heads; h++, out += vb)
-                memcpy(out, c->values[l] + ((size_t)h * c->n_positions + p) * vb, vb);
-        }
-    }
-}
-
-static unsigned even_bits_for(uint64_t maxv)
-{
-    unsigned b = 2;
-    while (b < 32 && (maxv >> b) != 0)
-        b += 2;
-    return b;
+    return CLI_OK;
 }
 
 /* Symbols a stream codec can hold (0: 2^32). */
@@ -319,38 +135,27 @@ static const char *append_help =
     "archive is locked by another appender, or --create and it exists).\n";
 
 typedef struct append_opts {
-    const char *archive, *cache, *cbfile, *model_id, *tok_id;
-    int create, json, recover, req_tokens, no_tokens, embed, train, exact_only, ngon, f32, newonly;
-    int keys_set, pre_rope, no_rope, theta_set, dims_set, layout_set, range_set, end_set;
-    double theta;
-    uint32_t dims;
-    uint8_t layout;
-    uint64_t range0, range1, every, sinks, recent, seed, tok_bits;
-    uint32_t k, iters, beam;
-    uint8_t ks, vs;
+    const char *archive, *cache, *cbfile;
+    int create, json, recover, req_tokens, no_tokens, embed, train, exact_only, f32, newonly;
+    int range_set, end_set;
+    cli_code_opts code;
+    cli_key_opts keys;
+    uint64_t range0, range1, every, tok_bits;
     unsigned sync;
 } append_opts;
 
 static int append_parse(int argc, char **argv, append_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->pre_rope = 1;
-    o->theta = 10000.0;
-    o->layout = 1;
-    o->sinks = 4;
-    o->recent = 32;
-    o->k = 256;
-    o->ks = 4;
-    o->vs = 2;
-    o->iters = 25;
-    o->beam = 1;
+    cli_code_opts_init(&o->code);
+    cli_key_opts_init(&o->keys);
     o->sync = FKVF_SYNC_COMMIT;
     int create_only = 0;
     const char *create_opt = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        uint64_t x;
+        int kr;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(append_help, stdout);
             return 1;
@@ -386,20 +191,20 @@ static int append_parse(int argc, char **argv, append_opts *o)
             else if (a[2] == 'f')
                 o->f32 = 1;
             else
-                o->no_rope = 1;
+                o->keys.no_rope = 1;
             continue;
         }
         if (a[0] == '-' && a[1]) {
             if (!v) {
-                say_err("append: %s needs a value (or is unknown; see fkvf append --help)", a);
+                cli_err("append: %s needs a value (or is unknown; see fkvf append --help)", a);
                 return -1;
             }
             i++;
             if (!strcmp(a, "--codebooks")) {
                 o->cbfile = v;
             } else if (!strcmp(a, "--commit-every")) {
-                if (num_u64(v, UINT32_MAX, &o->every) || o->every < 1) {
-                    say_err("--commit-every: '%s' is not a count >= 1", v);
+                if (cli_parse_u64(v, UINT32_MAX, &o->every) || o->every < 1) {
+                    cli_err("--commit-every: '%s' is not a count >= 1", v);
                     return -1;
                 }
             } else if (!strcmp(a, "--sync")) {
@@ -408,29 +213,26 @@ static int append_parse(int argc, char **argv, append_opts *o)
                 else if (!strcmp(v, "none"))
                     o->sync = FKVF_SYNC_NONE;
                 else {
-                    say_err("--sync: '%s' is not commit or none", v);
+                    cli_err("--sync: '%s' is not commit or none", v);
                     return -1;
                 }
             } else if (!strcmp(a, "--beam")) {
-                if (num_u64(v, FKVF_RVQ_MAX_BEAM, &x) || x < 1) {
-                    say_err("--beam: '%s' is not 1..%d", v, FKVF_RVQ_MAX_BEAM);
+                if (cli_opt_beam(v, &o->code.beam))
                     return -1;
-                }
-                o->beam = (uint32_t)x;
             } else if (!strcmp(a, "--positions")) {
                 const char *colon = strchr(v, ':');
                 char head[32];
                 size_t hl = colon ? (size_t)(colon - v) : strlen(v);
                 if (!colon || hl >= sizeof head) {
-                    say_err("--positions: '%s' is not A:B or A:", v);
+                    cli_err("--positions: '%s' is not A:B or A:", v);
                     return -1;
                 }
                 memcpy(head, v, hl);
                 head[hl] = 0;
-                if (num_u64(head, UINT32_MAX, &o->range0) ||
-                    (colon[1] && num_u64(colon + 1, UINT32_MAX, &o->range1)) ||
+                if (cli_parse_u64(head, UINT32_MAX, &o->range0) ||
+                    (colon[1] && cli_parse_u64(colon + 1, UINT32_MAX, &o->range1)) ||
                     (colon[1] && o->range1 < o->range0)) {
-                    say_err("--positions: '%s' is not A:B (A <= B) or A:", v);
+                    cli_err("--positions: '%s' is not A:B (A <= B) or A:", v);
                     return -1;
                 }
                 o->range_set = 1;
@@ -439,82 +241,17 @@ static int append_parse(int argc, char **argv, append_opts *o)
                 /* options of --create */
                 create_only = 1;
                 create_opt = a;
-                if (!strcmp(a, "--sinks") || !strcmp(a, "--recent")) {
-                    if (num_u64(v, UINT32_MAX, &x)) {
-                        say_err("%s: '%s' is not a count", a, v);
+                if ((kr = cli_code_value(&o->code, a, v)) != 0 ||
+                    (kr = cli_key_value(&o->keys, a, v)) != 0) {
+                    if (kr < 0)
                         return -1;
-                    }
-                    *(a[2] == 's' ? &o->sinks : &o->recent) = x;
-                } else if (!strcmp(a, "--codec")) {
-                    if (!strcmp(v, "quad") || !strcmp(v, "ngon")) {
-                        o->ngon = v[0] == 'n';
-                    } else {
-                        say_err("--codec: '%s' is not quad or ngon", v);
-                        return -1;
-                    }
-                } else if (!strcmp(a, "--keys")) {
-                    if (!strcmp(v, "pre-rope") || !strcmp(v, "as-is")) {
-                        o->pre_rope = v[0] == 'p';
-                        o->keys_set = 1;
-                    } else {
-                        say_err("--keys: '%s' is not pre-rope or as-is", v);
-                        return -1;
-                    }
-                } else if (!strcmp(a, "--rope-theta")) {
-                    if (num_f64(v, &o->theta) || !(o->theta > 0)) {
-                        say_err("--rope-theta: '%s' is not a positive number", v);
-                        return -1;
-                    }
-                    o->theta_set = 1;
-                } else if (!strcmp(a, "--rope-dims")) {
-                    if (num_u64(v, 65536, &x) || x < 2 || x % 2) {
-                        say_err("--rope-dims: '%s' is not an even number >= 2", v);
-                        return -1;
-                    }
-                    o->dims = (uint32_t)x;
-                    o->dims_set = 1;
-                } else if (!strcmp(a, "--rope-layout")) {
-                    if (!strcmp(v, "interleaved") || !strcmp(v, "half-split")) {
-                        o->layout = v[0] == 'i' ? 1 : 2;
-                        o->layout_set = 1;
-                    } else {
-                        say_err("--rope-layout: '%s' is not interleaved or half-split", v);
-                        return -1;
-                    }
-                } else if (!strcmp(a, "--k")) {
-                    if (num_u64(v, 4096, &x) || x < 16 || (x & (x - 1))) {
-                        say_err("--k: '%s' is not a power of two from 16 to 4096", v);
-                        return -1;
-                    }
-                    o->k = (uint32_t)x;
-                } else if (!strcmp(a, "--k-stages") || !strcmp(a, "--v-stages")) {
-                    if (num_u64(v, 16, &x)) {
-                        say_err("%s: '%s' is not a stage count 0..16", a, v);
-                        return -1;
-                    }
-                    *(a[2] == 'k' ? &o->ks : &o->vs) = (uint8_t)x;
-                } else if (!strcmp(a, "--seed")) {
-                    if (num_u64(v, UINT64_MAX, &o->seed)) {
-                        say_err("--seed: '%s' is not a number", v);
-                        return -1;
-                    }
-                } else if (!strcmp(a, "--iters")) {
-                    if (num_u64(v, 100000, &x) || x < 1) {
-                        say_err("--iters: '%s' is not 1..100000", v);
-                        return -1;
-                    }
-                    o->iters = (uint32_t)x;
                 } else if (!strcmp(a, "--token-bits")) {
-                    if (num_u64(v, 32, &o->tok_bits) || o->tok_bits < 2 || o->tok_bits % 2) {
-                        say_err("--token-bits: '%s' is not an even width 2..32", v);
+                    if (cli_parse_u64(v, 32, &o->tok_bits) || o->tok_bits < 2 || o->tok_bits % 2) {
+                        cli_err("--token-bits: '%s' is not an even width 2..32", v);
                         return -1;
                     }
-                } else if (!strcmp(a, "--model-id")) {
-                    o->model_id = v;
-                } else if (!strcmp(a, "--tokenizer-id")) {
-                    o->tok_id = v;
                 } else {
-                    say_err("append: unknown option '%s' (see fkvf append --help)", a);
+                    cli_err("append: unknown option '%s' (see fkvf append --help)", a);
                     return -1;
                 }
             }
@@ -523,68 +260,41 @@ static int append_parse(int argc, char **argv, append_opts *o)
         } else if (!o->cache) {
             o->cache = a;
         } else {
-            say_err("append: unexpected argument '%s'", a);
+            cli_err("append: unexpected argument '%s'", a);
             return -1;
         }
     }
     if (!o->archive || !o->cache) {
-        say_err("append: need ARCHIVE and CACHE (see fkvf append --help)");
+        cli_err("append: need ARCHIVE and CACHE (see fkvf append --help)");
         return -1;
     }
     if (create_only && !o->create) {
-        say_err("append: %s is an option of --create (an existing archive keeps its settings)",
+        cli_err("append: %s is an option of --create (an existing archive keeps its settings)",
                 create_opt);
         return -1;
     }
     if (o->create) {
         int n = (o->cbfile != NULL) + o->train + o->exact_only;
         if (n > 1) {
-            say_err("append --create: --codebooks, --train and --exact-only exclude each other");
+            cli_err("append --create: --codebooks, --train and --exact-only exclude each other");
             return -1;
         }
         if (o->embed && !o->cbfile) {
-            say_err("append --create: --embed needs --codebooks FILE");
+            cli_err("append --create: --embed needs --codebooks FILE");
             return -1;
         }
         if (n == 0)
             o->train = 1;
         if (o->req_tokens && o->no_tokens) {
-            say_err("append --create: --tokens and --no-tokens exclude each other");
+            cli_err("append --create: --tokens and --no-tokens exclude each other");
             return -1;
         }
     }
     if (o->newonly && o->range_set) {
-        say_err("append: --new and --positions exclude each other");
+        cli_err("append: --new and --positions exclude each other");
         return -1;
     }
     return 0;
-}
-
-/* Keys mode and RoPE of a codebook file's training (its train.* metadata),
- * unless given on the command line. */
-static void keys_from_codebook(fkvf_reader *cb, append_opts *o, uint32_t key_dim)
-{
-    fkvf_meta_entry e;
-    if (!o->keys_set && fkvf_reader_meta_find(cb, "train.keys", &e) == FKVF_OK &&
-        e.type == FKVF_META_UTF8) {
-        if (e.value_len == 5 && !memcmp(e.value, "as-is", 5))
-            o->pre_rope = 0;
-        else if (e.value_len == 8 && !memcmp(e.value, "pre-rope", 8))
-            o->pre_rope = 1;
-    }
-    if (!o->theta_set && fkvf_reader_meta_find(cb, "train.rope_theta", &e) == FKVF_OK &&
-        e.type == FKVF_META_F64 && isfinite(e.f64) && e.f64 > 0)
-        o->theta = e.f64;
-    if (!o->dims_set && fkvf_reader_meta_find(cb, "train.rope_dims", &e) == FKVF_OK &&
-        e.type == FKVF_META_U64 && e.u64 >= 2 && e.u64 <= key_dim && e.u64 % 2 == 0)
-        o->dims = (uint32_t)e.u64;
-    if (!o->layout_set && fkvf_reader_meta_find(cb, "train.rope_layout", &e) == FKVF_OK &&
-        e.type == FKVF_META_UTF8) {
-        if (e.value_len == 10 && !memcmp(e.value, "half-split", 10))
-            o->layout = 2;
-        else if (e.value_len == 11 && !memcmp(e.value, "interleaved", 11))
-            o->layout = 1;
-    }
 }
 
 typedef struct append_state {
@@ -622,18 +332,18 @@ static int check_shape(const append_opts *o, const kvio_cache *c, const fkvf_des
     else if (c->value_dim != d->value_dim)
         field = "value_dim", got = c->value_dim, want = d->value_dim;
     if (field) {
-        say_err("%s: %s is %" PRIu64 ", the archive %s has %" PRIu64
+        cli_err("%s: %s is %" PRIu64 ", the archive %s has %" PRIu64
                 " (the cache does not match the archive's descriptor)",
                 o->cache, field, got, o->archive, want);
-        return AX_INVALID;
+        return CLI_INVALID;
     }
     if (c->dtype != d->dtype) {
-        say_err("%s: dtype is %s, the archive %s has %s (the cache does not match the "
+        cli_err("%s: dtype is %s, the archive %s has %s (the cache does not match the "
                 "archive's descriptor; convert it, e.g. fkvf unpack --dtype)",
                 o->cache, kvio_dtype_name(c->dtype), o->archive, kvio_dtype_name(d->dtype));
-        return AX_INVALID;
+        return CLI_INVALID;
     }
-    return AX_OK;
+    return CLI_OK;
 }
 
 /* --create: the descriptor and the codebook from the options and the cache.
@@ -644,102 +354,77 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
     int rc;
     struct stat st;
     if (stat(o->archive, &st) == 0) {
-        say_err("%s: exists; --create never replaces a file (append to it without --create)",
+        cli_err("%s: exists; --create never replaces a file (append to it without --create)",
                 o->archive);
-        return AX_USAGE;
+        return CLI_USAGE;
     }
     fkvf_codebook_shape shape;
     memset(&shape, 0, sizeof shape);
     if (o->cbfile) {
-        rc = fkvf_reader_open_file(&s->cb, o->cbfile, 0, NULL);
-        if (rc != FKVF_OK) {
-            say_lib(o->cbfile, s->cb ? fkvf_reader_message(s->cb) : fkvf_strerror(rc));
-            return rc == FKVF_E_IO ? AX_USAGE : AX_INVALID;
-        }
+        if ((rc = cli_open_reader(&s->cb, o->cbfile)) != CLI_OK)
+            return rc;
         fkvf_archive_info ai;
         const void *contents;
         size_t size;
         if (fkvf_reader_info(s->cb, &ai) != FKVF_OK || ai.has_desc ||
             fkvf_reader_codebook(s->cb, &shape, &contents, &size, NULL) != FKVF_OK) {
-            say_err("%s: not a codebook file (see fkvf train)", o->cbfile);
-            return AX_INVALID;
+            cli_err("%s: not a codebook file (see fkvf train)", o->cbfile);
+            return CLI_INVALID;
         }
         if (shape.n_layers != c->n_layers || shape.key_dim != c->key_dim ||
             shape.value_dim != c->value_dim || (!shape.pooled && shape.n_heads != c->n_kv_heads)) {
-            say_err("%s: codebook shape %u layers x %u heads, dims %u/%u does not fit the cache "
+            cli_err("%s: codebook shape %u layers x %u heads, dims %u/%u does not fit the cache "
                     "%s (%u layers x %u heads, dims %u/%u)",
                     o->cbfile, shape.n_layers, shape.n_heads, shape.key_dim, shape.value_dim,
                     o->cache, c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
-            return AX_INVALID;
+            return CLI_INVALID;
         }
-        keys_from_codebook(s->cb, o, c->key_dim);
+        cli_keys_from_codebook(s->cb, &o->keys, c->key_dim);
         if (o->embed) {
             rc = fkvf_rvq_from_tables(&s->q, &shape, c->n_kv_heads,
                                       (const uint8_t *)contents + 64, size - 64, NULL);
             if (rc != FKVF_OK) {
-                say_err("%s: cannot load the codebook tables: %s", o->cbfile, fkvf_strerror(rc));
-                return AX_INVALID;
+                cli_err("%s: cannot load the codebook tables: %s", o->cbfile, fkvf_strerror(rc));
+                return CLI_INVALID;
             }
         }
     }
     fkvf_rope rope;
-    rope.layout = o->layout;
-    rope.theta = o->theta;
-    rope.rope_dims = o->dims ? o->dims : c->key_dim;
-    if (!o->no_rope && (rope.rope_dims > c->key_dim || rope.rope_dims % 2)) {
-        say_err("%s: --rope-dims %u does not fit key_dim %u (even, at most key_dim)", o->cache,
-                rope.rope_dims, c->key_dim);
-        return AX_USAGE;
-    }
-    const fkvf_rope *krope = o->pre_rope && !o->no_rope ? &rope : NULL;
+    const fkvf_rope *krope;
+    if (cli_key_rope(&o->keys, c->key_dim, o->cache, &rope, &krope))
+        return CLI_USAGE;
     if (o->train) {
         if (p1 == p0) {
-            say_err("%s: no positions to train codebooks on", o->cache);
-            return AX_INVALID;
+            cli_err("%s: no positions to train codebooks on", o->cache);
+            return CLI_INVALID;
         }
         fkvf_rvq_params prm;
-        fkvf_rvq_params_init(&prm);
-        prm.n_layers = c->n_layers;
-        prm.n_kv_heads = c->n_kv_heads;
-        prm.key_dim = c->key_dim;
-        prm.value_dim = c->value_dim;
-        prm.k = o->k;
-        prm.k_stages = o->ks;
-        prm.v_stages = o->vs;
+        cli_rvq_params_for(&prm, c);
+        prm.k = o->code.k;
+        prm.k_stages = o->code.ks;
+        prm.v_stages = o->code.vs;
         prm.table_dtype = o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
-        prm.seed = o->seed;
-        prm.max_iters = o->iters;
+        prm.seed = o->code.seed;
+        prm.max_iters = o->code.iters;
         prm.key_rope = krope;
-        bar b;
-        bar_init(&b, "train ", o->json);
-        prm.progress = bar_cb;
+        cli_progress b;
+        cli_progress_init(&b, "train ", o->json);
+        prm.progress = cli_progress_cb;
         prm.progress_opaque = &b;
         /* the rows being appended are positions 0.. of the new archive */
         fkvf_rows all = {s->rows, (size_t)(p1 - p0), c->dtype, 0};
         rc = fkvf_rvq_train(&s->q, &prm, &all, 1, NULL);
         if (rc != FKVF_OK) {
-            say_err("%s: training failed: %s", o->cache, fkvf_strerror(rc));
-            return rc == FKVF_E_NOMEM ? AX_USAGE : AX_INVALID;
+            cli_err("%s: training failed: %s", o->cache, fkvf_strerror(rc));
+            return rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID;
         }
     }
     fkvf_desc d;
-    memset(&d, 0, sizeof d);
-    d.n_layers = c->n_layers;
-    d.n_kv_heads = c->n_kv_heads;
-    d.key_dim = c->key_dim;
-    d.value_dim = c->value_dim;
-    d.dtype = c->dtype;
-    if (!o->no_rope) {
-        d.key_transform = 1;
-        d.rope_layout = rope.layout;
-        d.rope_dims = rope.rope_dims;
-        d.rope_theta = rope.theta;
-        d.key_storage = krope ? 1 : 0;
-    }
-    d.n_sinks = (uint32_t)o->sinks;
-    d.window = (uint32_t)o->recent;
-    d.model_id = o->model_id;
-    d.tokenizer_id = o->tok_id;
+    cli_desc_for(&d, c, &rope, o->keys.no_rope, krope);
+    d.n_sinks = (uint32_t)o->code.sinks;
+    d.window = (uint32_t)o->code.recent;
+    d.model_id = o->code.model_id;
+    d.tokenizer_id = o->code.tok_id;
 
     fkvf_append_create cr;
     memset(&cr, 0, sizeof cr);
@@ -748,9 +433,9 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         cr.codebook = s->q;
     } else if (s->cb) {
         cr.codebook_ref = s->cb;
-        cr.codebook_name = base_of(o->cbfile);
+        cr.codebook_name = cli_base_name(o->cbfile);
     }
-    if (o->ngon && (s->q || s->cb)) {
+    if (o->code.ngon && (s->q || s->cb)) {
         cr.index_codec.profile = FKVF_PROFILE_NGON;
         cr.index_codec.alphabet = s->q ? 0 : shape.k;
         if (s->q) {
@@ -767,29 +452,29 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
             mx = c->tokens[t] > mx ? c->tokens[t] : mx;
         unsigned bits = o->tok_bits ? (unsigned)o->tok_bits : 16;
         if ((uint64_t)mx > UINT32_MAX) {
-            say_err("%s: token ids above 2^32-1 cannot be stored (use --no-tokens)", o->cache);
-            return AX_INVALID;
+            cli_err("%s: token ids above 2^32-1 cannot be stored (use --no-tokens)", o->cache);
+            return CLI_INVALID;
         }
-        if (!o->tok_bits && even_bits_for((uint64_t)mx) > bits)
-            bits = even_bits_for((uint64_t)mx);
+        if (!o->tok_bits && cli_quad_bits_for((uint64_t)mx) > bits)
+            bits = cli_quad_bits_for((uint64_t)mx);
         cr.token_codec.profile = FKVF_PROFILE_QUAD;
         cr.token_codec.symbol_bits = bits;
     }
     fkvf_append_options ao;
     fkvf_append_options_init(&ao);
     ao.sync = o->sync;
-    ao.beam_width = o->beam;
+    ao.beam_width = o->code.beam;
     rc = fkvf_appender_create(&s->a, o->archive, &cr, &ao, NULL);
     if (rc != FKVF_OK) {
-        say_lib(o->archive, s->a ? fkvf_appender_message(s->a) : fkvf_strerror(rc));
-        return lib_exit(rc);
+        cli_err_lib(o->archive, s->a ? fkvf_appender_message(s->a) : fkvf_strerror(rc));
+        return cli_fkvf_exit(rc);
     }
     if (o->cbfile && !o->embed) {
         /* the appender borrowed the codebook file during open only */
         fkvf_reader_free(s->cb);
         s->cb = NULL;
     }
-    return AX_OK;
+    return CLI_OK;
 }
 
 int fkvf_cli_append(int argc, char **argv)
@@ -797,17 +482,13 @@ int fkvf_cli_append(int argc, char **argv)
     append_opts o;
     int pr = append_parse(argc, argv, &o);
     if (pr)
-        return pr > 0 ? AX_OK : AX_USAGE;
+        return pr > 0 ? CLI_OK : CLI_USAGE;
     append_state s;
     memset(&s, 0, sizeof s);
     int ex;
     int rc;
-    char err[512];
-    rc = kvio_read(o.cache, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA, &s.c, err, sizeof err);
-    if (rc != KVIO_OK) {
-        say_err("%s", err);
-        return rc == KVIO_E_IO || rc == KVIO_E_NOMEM ? AX_USAGE : AX_INVALID;
-    }
+    if ((ex = cli_read_cache(o.cache, &s.c)) != CLI_OK)
+        return ex;
     kvio_cache *c = &s.c;
     uint64_t before_size = 0, before_n = 0, recovered = 0;
     fkvf_stream_info tsi;
@@ -815,26 +496,24 @@ int fkvf_cli_append(int argc, char **argv)
 
     /* the archive as it is: descriptor, token stream, torn tail */
     if (!o.create) {
-        rc = fkvf_reader_open_file(&s.r, o.archive, 0, NULL);
-        if (rc != FKVF_OK) {
-            say_lib(o.archive, s.r ? fkvf_reader_message(s.r) : fkvf_strerror(rc));
-            ex = rc == FKVF_E_IO ? AX_USAGE : AX_INVALID;
+        if ((rc = cli_open_reader(&s.r, o.archive)) != CLI_OK) {
+            ex = rc;
             goto out;
         }
         fkvf_archive_info ai;
         fkvf_desc d;
         if (fkvf_reader_info(s.r, &ai) != FKVF_OK || !ai.has_desc ||
             fkvf_reader_desc(s.r, &d) != FKVF_OK) {
-            say_err("%s: not an archive (a codebook file?)", o.archive);
-            ex = AX_INVALID;
+            cli_err("%s: not an archive (a codebook file?)", o.archive);
+            ex = CLI_INVALID;
             goto out;
         }
         if (ai.torn_bytes && !o.recover) {
-            say_err("%s: torn tail: %" PRIu64 " bytes after commit %" PRIu64
+            cli_err("%s: torn tail: %" PRIu64 " bytes after commit %" PRIu64
                     " (an append that did not complete); nothing appended. Run 'fkvf recover "
                     "%s' (or append with --recover) to cut it off first (spec 7.7)",
                     o.archive, ai.torn_bytes, ai.n_commits, o.archive);
-            ex = AX_INVALID;
+            ex = CLI_INVALID;
             goto out;
         }
         if ((ex = check_shape(&o, c, &d)))
@@ -855,23 +534,23 @@ int fkvf_cli_append(int argc, char **argv)
         p0 = (uint32_t)o.range0;
         p1 = o.end_set ? (uint32_t)o.range1 : c->n_positions;
         if (p1 > c->n_positions || p0 > p1) {
-            say_err("%s: --positions %" PRIu64 ":%s: the cache has %u positions", o.cache,
+            cli_err("%s: --positions %" PRIu64 ":%s: the cache has %u positions", o.cache,
                     o.range0, o.end_set ? "B" : "", c->n_positions);
-            ex = AX_INVALID;
+            ex = CLI_INVALID;
             goto out;
         }
     } else if (o.newonly && !o.create) {
         if (before_n > c->n_positions) {
-            say_err("%s: --new: the cache has %u positions, the archive %s already %" PRIu64,
+            cli_err("%s: --new: the cache has %u positions, the archive %s already %" PRIu64,
                     o.cache, c->n_positions, o.archive, before_n);
-            ex = AX_INVALID;
+            ex = CLI_INVALID;
             goto out;
         }
         p0 = (uint32_t)before_n;
     }
     uint32_t n = p1 - p0;
     if (o.create)
-        pre_rope = o.pre_rope && !o.no_rope;
+        pre_rope = o.keys.pre_rope && !o.keys.no_rope;
     if (n && pre_rope && p0 != before_n && !o.json)
         fprintf(stderr, "fkvf: note: positions %u.. of %s become positions %" PRIu64
                         ".. of %s; keys are un-rotated at the archive's positions (spec 8.1)\n",
@@ -882,51 +561,51 @@ int fkvf_cli_append(int argc, char **argv)
     if (o.create) {
         use_tok = c->tokens && !o.no_tokens;
         if (o.req_tokens && !c->tokens) {
-            say_err("%s: --tokens: the cache holds no token ids", o.cache);
-            ex = AX_INVALID;
+            cli_err("%s: --tokens: the cache holds no token ids", o.cache);
+            ex = CLI_INVALID;
             goto out;
         }
     } else if (arch_tok) {
         if (!c->tokens) {
-            say_err("%s: the archive %s has a token stream, the cache holds no token ids",
+            cli_err("%s: the archive %s has a token stream, the cache holds no token ids",
                     o.cache, o.archive);
-            ex = AX_INVALID;
+            ex = CLI_INVALID;
             goto out;
         }
         use_tok = 1;
         uint64_t alpha = alphabet_of(&tsi);
         for (uint32_t t = p0; t < p1; t++)
             if (c->tokens[t] < 0 || (uint64_t)c->tokens[t] >= alpha) {
-                say_err("%s: token id %" PRId64 " at position %u does not fit the archive's "
+                cli_err("%s: token id %" PRId64 " at position %u does not fit the archive's "
                         "token stream (symbols below %" PRIu64 ")",
                         o.cache, c->tokens[t], t, alpha);
-                ex = AX_INVALID;
+                ex = CLI_INVALID;
                 goto out;
             }
     } else if (c->tokens) {
         if (o.req_tokens) {
-            say_err("%s: --tokens: the archive has no token stream", o.archive);
-            ex = AX_INVALID;
+            cli_err("%s: --tokens: the archive has no token stream", o.archive);
+            ex = CLI_INVALID;
             goto out;
         }
         if (!o.json)
             fprintf(stderr, "fkvf: note: %s has no token stream; the token ids of %s are not "
                             "stored\n", o.archive, o.cache);
     } else if (o.req_tokens) {
-        say_err("%s: --tokens: the cache holds no token ids", o.cache);
-        ex = AX_INVALID;
+        cli_err("%s: --tokens: the cache holds no token ids", o.cache);
+        ex = CLI_INVALID;
         goto out;
     }
 
-    size_t rb = cache_row_bytes(c);
+    size_t rb = cli_cache_row_bytes(c);
     s.rows = malloc(rb * (n ? n : 1));
     s.tok = malloc(sizeof *s.tok * (n ? n : 1));
     if (!s.rows || !s.tok) {
-        say_err("%s: out of memory", o.cache);
-        ex = AX_USAGE;
+        cli_err("%s: out of memory", o.cache);
+        ex = CLI_USAGE;
         goto out;
     }
-    cache_rows(c, p0, p1, s.rows);
+    cli_cache_rows(c, p0, p1, s.rows);
     for (uint32_t t = 0; use_tok && t < n; t++)
         s.tok[t] = (uint32_t)c->tokens[p0 + t];
 
@@ -939,13 +618,13 @@ int fkvf_cli_append(int argc, char **argv)
         fkvf_append_options ao;
         fkvf_append_options_init(&ao);
         ao.sync = o.sync;
-        ao.beam_width = o.beam;
+        ao.beam_width = o.code.beam;
         ao.recover = o.recover;
         ao.codebook_file = s.cb;
         rc = fkvf_appender_open(&s.a, o.archive, &ao, NULL);
         if (rc != FKVF_OK) {
-            say_lib(o.archive, s.a ? fkvf_appender_message(s.a) : fkvf_strerror(rc));
-            ex = lib_exit(rc);
+            cli_err_lib(o.archive, s.a ? fkvf_appender_message(s.a) : fkvf_strerror(rc));
+            ex = cli_fkvf_exit(rc);
             goto out;
         }
     }
@@ -958,8 +637,8 @@ int fkvf_cli_append(int argc, char **argv)
     /* the commits */
     uint64_t every = o.every ? o.every : (n ? n : 1);
     uint64_t commits = 0;
-    bar b;
-    bar_init(&b, "append", o.json);
+    cli_progress b;
+    cli_progress_init(&b, "append", o.json);
     for (uint64_t i = 0; i < n; i += every) {
         uint64_t m = n - i < every ? n - i : every;
         rc = fkvf_appender_append(s.a, s.rows + (size_t)i * rb, (size_t)m * rb, (size_t)m,
@@ -967,27 +646,27 @@ int fkvf_cli_append(int argc, char **argv)
         if (rc == FKVF_OK)
             rc = fkvf_appender_commit(s.a);
         if (rc != FKVF_OK) {
-            say_err("%s: commit of positions %" PRIu64 "..%" PRIu64 " of %s failed: %s "
+            cli_err("%s: commit of positions %" PRIu64 "..%" PRIu64 " of %s failed: %s "
                     "(%" PRIu64 " commit(s) of this run are in the file)",
                     o.archive, p0 + i, p0 + i + m - 1, o.cache, fkvf_appender_message(s.a),
                     commits);
-            ex = lib_exit(rc);
+            ex = cli_fkvf_exit(rc);
             goto out;
         }
         commits++;
-        bar_cb(&b, i + m, n);
+        cli_progress_cb(&b, i + m, n);
     }
     if (o.sync == FKVF_SYNC_NONE && (rc = fkvf_appender_sync(s.a)) != FKVF_OK) {
-        say_lib(o.archive, fkvf_appender_message(s.a));
-        ex = lib_exit(rc);
+        cli_err_lib(o.archive, fkvf_appender_message(s.a));
+        ex = cli_fkvf_exit(rc);
         goto out;
     }
     fkvf_appender_state_get(s.a, &as);
     if (o.json) {
         printf("{\"archive\":");
-        jstr(stdout, o.archive);
+        cli_json_cstr(stdout, o.archive);
         printf(",\"cache\":");
-        jstr(stdout, o.cache);
+        cli_json_cstr(stdout, o.cache);
         printf(",\"created\":%s,\"first\":%u,\"appended\":%u,\"commits\":%" PRIu64
                ",\"commit_seq\":%" PRIu64 ",\"positions\":%" PRIu64 ",\"archived\":%" PRIu64
                ",\"exact\":%" PRIu64 ",\"tokens\":%s,\"recovered_bytes\":%" PRIu64
@@ -1013,7 +692,7 @@ int fkvf_cli_append(int argc, char **argv)
                as.n_positions - as.n_archived, as.commit_seq, as.file_size,
                as.file_size - before_size);
     }
-    ex = AX_OK;
+    ex = CLI_OK;
 out:
     append_free(&s);
     return ex;
@@ -1062,44 +741,44 @@ int fkvf_cli_compact(int argc, char **argv)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(compact_help, stdout);
-            return AX_OK;
+            return CLI_OK;
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--in-place")) {
             in_place = 1;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--codebooks")) {
             if (!v) {
-                say_err("compact: %s needs a value", a);
-                return AX_USAGE;
+                cli_err("compact: %s needs a value", a);
+                return CLI_USAGE;
             }
             i++;
             *(a[1] == 'o' ? &out : &cbpath) = v;
         } else if (a[0] == '-' && a[1]) {
-            say_err("compact: unknown option '%s' (see fkvf compact --help)", a);
-            return AX_USAGE;
+            cli_err("compact: unknown option '%s' (see fkvf compact --help)", a);
+            return CLI_USAGE;
         } else if (!in) {
             in = a;
         } else {
-            say_err("compact: unexpected argument '%s'", a);
-            return AX_USAGE;
+            cli_err("compact: unexpected argument '%s'", a);
+            return CLI_USAGE;
         }
     }
     if (!in || (!out && !in_place)) {
-        say_err("compact: need ARCHIVE and -o OUT or --in-place (see fkvf compact --help)");
-        return AX_USAGE;
+        cli_err("compact: need ARCHIVE and -o OUT or --in-place (see fkvf compact --help)");
+        return CLI_USAGE;
     }
     if (out && !in_place && (!strcmp(in, out) || same_file(in, out))) {
-        say_err("compact: OUT %s is ARCHIVE %s; use --in-place to replace it", out, in);
-        return AX_USAGE;
+        cli_err("compact: OUT %s is ARCHIVE %s; use --in-place to replace it", out, in);
+        return CLI_USAGE;
     }
     if (in_place && out && strcmp(in, out) && !same_file(in, out)) {
-        say_err("compact: --in-place with -o %s, a different file", out);
-        return AX_USAGE;
+        cli_err("compact: --in-place with -o %s, a different file", out);
+        return CLI_USAGE;
     }
     if (in_place)
         out = in;
 
-    int ex = AX_INVALID, rc, lockfd = -1;
+    int ex = CLI_INVALID, rc, lockfd = -1;
     fkvf_reader *r = NULL, *cb = NULL;
     fkvf_writer *w = NULL;
     uint8_t *rows = NULL;
@@ -1112,29 +791,27 @@ int fkvf_cli_compact(int argc, char **argv)
         /* no appender may add a commit to the file being replaced */
         lockfd = open(in, O_RDONLY | O_CLOEXEC);
         if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
-            say_err("%s: cannot %s (%s)", in, lockfd < 0 ? "open" : "lock: an appender has it open",
+            cli_err("%s: cannot %s (%s)", in, lockfd < 0 ? "open" : "lock: an appender has it open",
                     strerror(errno));
-            ex = AX_USAGE;
+            ex = CLI_USAGE;
             goto out;
         }
     }
-    rc = fkvf_reader_open_file(&r, in, 0, NULL);
-    if (rc != FKVF_OK) {
-        say_lib(in, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
-        ex = rc == FKVF_E_IO ? AX_USAGE : AX_INVALID;
+    if ((rc = cli_open_reader(&r, in)) != CLI_OK) {
+        ex = rc;
         goto out;
     }
     fkvf_archive_info ai;
     fkvf_desc d;
     if (fkvf_reader_info(r, &ai) != FKVF_OK || !ai.has_desc || fkvf_reader_desc(r, &d) != FKVF_OK) {
-        say_err("%s: not an archive (a codebook file?)", in);
+        cli_err("%s: not an archive (a codebook file?)", in);
         goto out;
     }
     if ((ex = open_ref_codebook(r, in, cbpath, &cb)))
         goto out;
-    ex = AX_INVALID;
+    ex = CLI_INVALID;
     if (cb && (rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK) {
-        say_err("%s: wrong codebook for %s: %s", cbpath ? cbpath : "codebook", in,
+        cli_err("%s: wrong codebook for %s: %s", cbpath ? cbpath : "codebook", in,
                 fkvf_reader_message(r));
         goto out;
     }
@@ -1155,8 +832,8 @@ int fkvf_cli_compact(int argc, char **argv)
     wo.optional_features = ai.optional_features;
     rc = fkvf_writer_create_file(&w, out, &wo, NULL);
     if (rc != FKVF_OK) {
-        say_lib(out, w ? fkvf_writer_message(w) : fkvf_strerror(rc));
-        ex = AX_USAGE;
+        cli_err_lib(out, w ? fkvf_writer_message(w) : fkvf_strerror(rc));
+        ex = CLI_USAGE;
         goto out;
     }
     stage = "descriptor";
@@ -1168,14 +845,14 @@ int fkvf_cli_compact(int argc, char **argv)
         stage = "metadata";
         rc = fkvf_reader_meta_count(r, &n_meta);
         if (rc != FKVF_OK) {
-            say_lib(in, fkvf_reader_message(r));
+            cli_err_lib(in, fkvf_reader_message(r));
             goto out;
         }
     }
     for (size_t i = 0; rc == FKVF_OK && i < n_meta; i++) {
         fkvf_meta_entry e;
         if ((rc = fkvf_reader_meta(r, i, &e)) != FKVF_OK) {
-            say_lib(in, fkvf_reader_message(r));
+            cli_err_lib(in, fkvf_reader_message(r));
             goto out;
         }
         free(kbuf);
@@ -1222,7 +899,7 @@ int fkvf_cli_compact(int argc, char **argv)
     uint64_t ranges[2][2] = {{0, S}, {A ? d.n_sinks + A : P, P}};
     size_t rb = 0;
     if (rc == FKVF_OK && (rc = fkvf_reader_row_bytes(r, d.dtype, &rb)) != FKVF_OK) {
-        say_lib(in, fkvf_reader_message(r));
+        cli_err_lib(in, fkvf_reader_message(r));
         goto out;
     }
     uint64_t n_exact = 0;
@@ -1241,7 +918,7 @@ int fkvf_cli_compact(int argc, char **argv)
             const void *row;
             size_t n;
             if ((rc = fkvf_reader_exact_row(r, p, &row, &n)) != FKVF_OK || n != rb) {
-                say_err("%s: exact row of position %" PRIu64 ": %s", in, p,
+                cli_err("%s: exact row of position %" PRIu64 ": %s", in, p,
                         rc ? fkvf_reader_message(r) : "unexpected size");
                 goto out;
             }
@@ -1271,7 +948,7 @@ int fkvf_cli_compact(int argc, char **argv)
                 rc = fkvf_writer_add_codebooks(w, &shape, (const uint8_t *)contents + 64,
                                                csize - 64, cbk_flags);
         } else if (crc != FKVF_E_NOT_FOUND) {
-            say_lib(in, fkvf_reader_message(r));
+            cli_err_lib(in, fkvf_reader_message(r));
             goto out;
         }
     }
@@ -1291,8 +968,8 @@ int fkvf_cli_compact(int argc, char **argv)
         if (!codes || !sym) {
             rc = FKVF_E_NOMEM;
         } else {
-            bar b;
-            bar_init(&b, "copy  ", json);
+            cli_progress b;
+            cli_progress_init(&b, "copy  ", json);
             for (size_t j = 0; rc == FKVF_OK && j < cpp; j++) {
                 uint32_t lh = (uint32_t)(j / per), st = (uint32_t)(j % per);
                 unsigned kv = st >= shape.k_stages;
@@ -1302,17 +979,17 @@ int fkvf_cli_compact(int argc, char **argv)
                 fkvf_stream_info si;
                 if (fkvf_reader_stream_find(r, id, &idx) != FKVF_OK ||
                     fkvf_reader_stream_info(r, idx, &si) != FKVF_OK || si.length < A) {
-                    say_err("%s: index stream %016" PRIx64 " missing or shorter than the %" PRIu64
+                    cli_err("%s: index stream %016" PRIx64 " missing or shorter than the %" PRIu64
                             " archived positions", in, id, A);
                     goto out;
                 }
                 if (A && (rc = fkvf_reader_stream_read(r, idx, 0, sym, (size_t)A)) != FKVF_OK) {
-                    say_lib(in, fkvf_reader_message(r));
+                    cli_err_lib(in, fkvf_reader_message(r));
                     goto out;
                 }
                 for (uint64_t t = 0; t < A; t++)
                     codes[j * A + t] = (uint16_t)sym[t];
-                bar_cb(&b, j + 1, cpp);
+                cli_progress_cb(&b, j + 1, cpp);
             }
             fkvf_stream_spec sp;
             spec_of(&si0, &sp);
@@ -1335,7 +1012,7 @@ int fkvf_cli_compact(int argc, char **argv)
         } else {
             if (tsi.length &&
                 (rc = fkvf_reader_stream_read(r, ti, 0, sym, (size_t)tsi.length)) != FKVF_OK) {
-                say_lib(in, fkvf_reader_message(r));
+                cli_err_lib(in, fkvf_reader_message(r));
                 goto out;
             }
             fkvf_stream_spec sp;
@@ -1380,17 +1057,17 @@ int fkvf_cli_compact(int argc, char **argv)
     if (rc == FKVF_OK)
         rc = fkvf_writer_finish(w);
     if (rc != FKVF_OK) {
-        say_err("%s: writing the %s failed: %s", out, stage,
+        cli_err("%s: writing the %s failed: %s", out, stage,
                 rc == FKVF_E_NOMEM ? "out of memory" : fkvf_writer_message(w));
-        ex = lib_exit(rc);
+        ex = cli_fkvf_exit(rc);
         goto out;
     }
-    uint64_t after = file_size_of(out);
+    uint64_t after = cli_file_size(out);
     if (json) {
         printf("{\"archive\":");
-        jstr(stdout, in);
+        cli_json_cstr(stdout, in);
         printf(",\"out\":");
-        jstr(stdout, out);
+        cli_json_cstr(stdout, out);
         printf(",\"in_place\":%s,\"commits_before\":%" PRIu64 ",\"commits\":1,\"positions\":%" PRIu64
                ",\"archived\":%" PRIu64 ",\"exact\":%" PRIu64 ",\"size_before\":%" PRIu64
                ",\"size\":%" PRIu64 ",\"torn_bytes_ignored\":%" PRIu64 "}\n",
@@ -1407,7 +1084,7 @@ int fkvf_cli_compact(int argc, char **argv)
         if (n_idx)
             printf("%s: %zu search index(es) rebuilt\n", out, n_idx);
     }
-    ex = AX_OK;
+    ex = CLI_OK;
 out:
     fkvf_writer_free(w); /* before finish: removes the temporary file */
     fkvf_reader_free(r);
@@ -1446,42 +1123,40 @@ int fkvf_cli_recover(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(recover_help, stdout);
-            return AX_OK;
+            return CLI_OK;
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--dry-run")) {
             dry = 1;
         } else if (a[0] == '-' && a[1]) {
-            say_err("recover: unknown option '%s' (see fkvf recover --help)", a);
-            return AX_USAGE;
+            cli_err("recover: unknown option '%s' (see fkvf recover --help)", a);
+            return CLI_USAGE;
         } else if (!path) {
             path = a;
         } else {
-            say_err("recover: unexpected argument '%s'", a);
-            return AX_USAGE;
+            cli_err("recover: unexpected argument '%s'", a);
+            return CLI_USAGE;
         }
     }
     if (!path) {
-        say_err("recover: need ARCHIVE (see fkvf recover --help)");
-        return AX_USAGE;
+        cli_err("recover: need ARCHIVE (see fkvf recover --help)");
+        return CLI_USAGE;
     }
     int fd = open(path, (dry ? O_RDONLY : O_RDWR) | O_CLOEXEC);
     if (fd < 0) {
-        say_err("%s: cannot open: %s", path, strerror(errno));
-        return AX_USAGE;
+        cli_err("%s: cannot open: %s", path, strerror(errno));
+        return CLI_USAGE;
     }
     if (!dry && flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        say_err("%s: cannot lock (%s): an appender has it open", path, strerror(errno));
+        cli_err("%s: cannot lock (%s): an appender has it open", path, strerror(errno));
         close(fd);
-        return AX_USAGE;
+        return CLI_USAGE;
     }
-    fkvf_reader *r = NULL;
-    int rc = fkvf_reader_open_file(&r, path, 0, NULL);
-    if (rc != FKVF_OK) {
-        say_lib(path, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
-        fkvf_reader_free(r);
+    fkvf_reader *r;
+    int rc = cli_open_reader(&r, path);
+    if (rc != CLI_OK) {
         close(fd);
-        return rc == FKVF_E_IO ? AX_USAGE : AX_INVALID;
+        return rc;
     }
     fkvf_archive_info ai;
     fkvf_reader_info(r, &ai);
@@ -1491,10 +1166,10 @@ int fkvf_cli_recover(int argc, char **argv)
         action = dry ? "would-truncate" : "truncated";
         if (!dry) {
             if (ftruncate(fd, (off_t)ai.committed_size) != 0 || fsync(fd) != 0) {
-                say_err("%s: cannot truncate to %" PRIu64 " bytes: %s", path, ai.committed_size,
+                cli_err("%s: cannot truncate to %" PRIu64 " bytes: %s", path, ai.committed_size,
                         strerror(errno));
                 close(fd);
-                return AX_USAGE;
+                return CLI_USAGE;
             }
             /* it must now open clean at the same commit */
             r = NULL;
@@ -1502,10 +1177,10 @@ int fkvf_cli_recover(int argc, char **argv)
             rc = fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL);
             if (rc != FKVF_OK || fkvf_reader_info(r, &ai2) != FKVF_OK ||
                 ai2.n_commits != ai.n_commits) {
-                say_lib(path, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+                cli_err_lib(path, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
                 fkvf_reader_free(r);
                 close(fd);
-                return AX_INVALID;
+                return CLI_INVALID;
             }
             fkvf_reader_free(r);
         }
@@ -1513,7 +1188,7 @@ int fkvf_cli_recover(int argc, char **argv)
     close(fd);
     if (json) {
         printf("{\"file\":");
-        jstr(stdout, path);
+        cli_json_cstr(stdout, path);
         printf(",\"action\":\"%s\",\"torn_bytes\":%" PRIu64 ",\"removed_bytes\":%" PRIu64
                ",\"file_size_before\":%" PRIu64 ",\"committed_size\":%" PRIu64
                ",\"commit\":%" PRIu64 ",\"positions\":%" PRIu64 "}\n",
@@ -1529,5 +1204,5 @@ int fkvf_cli_recover(int argc, char **argv)
                path, dry ? "would remove" : "removed", ai.torn_bytes, ai.n_commits, ai.file_size,
                ai.committed_size, ai.n_commits, ai.n_positions);
     }
-    return AX_OK;
+    return CLI_OK;
 }

@@ -1,17 +1,15 @@
 /* fkvf pack / unpack / train / compare: raw KV caches (.safetensors, .npy,
  * .npz through cacheio) to FKVF archives and back. Public API only. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "cacheio.h"
+#include "cli_util.h"
 #include "fkvf.h"
 
 int fkvf_cli_index_file(const char *path, int nosync); /* fkvf_search.c */
@@ -22,144 +20,15 @@ int fkvf_cli_unpack(int argc, char **argv);
 int fkvf_cli_train(int argc, char **argv);
 int fkvf_cli_compare(int argc, char **argv);
 
-enum { CLI_OK = 0, CLI_INVALID = 1, CLI_USAGE = 2 };
-
 /* ---- helpers ------------------------------------------------------------ */
 
-/* One line on stderr; control characters of (possibly untrusted) text escaped. */
-static void err_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void err_line(const char *fmt, ...)
-{
-    char buf[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    fputs("fkvf: ", stderr);
-    for (const unsigned char *p = (const unsigned char *)buf; *p; p++) {
-        if (*p < 0x20 || *p == 0x7F)
-            fprintf(stderr, "\\x%02x", *p);
-        else
-            fputc(*p, stderr);
-    }
-    fputc('\n', stderr);
-}
-
-/* "PATH: MESSAGE", without repeating PATH when the library's message starts
- * with it already. */
-static void err_lib(const char *path, const char *msg)
-{
-    size_t n = strlen(path);
-    if (!strncmp(msg, path, n) && msg[n] == ':')
-        err_line("%s", msg);
-    else
-        err_line("%s: %s", path, msg);
-}
-
-static int kvio_exit(int rc) { return rc == KVIO_E_IO || rc == KVIO_E_NOMEM ? CLI_USAGE : CLI_INVALID; }
-static int fkvf_exit(int rc)
-{
-    return (rc == FKVF_E_IO || rc == FKVF_E_NOMEM || rc == FKVF_E_INVALID_ARG) ? CLI_USAGE
-                                                                                 : CLI_INVALID;
-}
-
-static const char *base_name(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
-static void hex16(const uint8_t h[16], char out[33])
-{
-    for (int i = 0; i < 16; i++)
-        snprintf(out + 2 * i, 3, "%02x", h[i]);
-}
-
-static int parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-    /* digits only: strtoull also takes leading blanks and a sign, and
-     * " -1" would wrap to 2^64-1 */
-    if (!s || *s < '0' || *s > '9')
-        return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_f64(const char *s, double *out)
-{
-    if (!s || !*s)
-        return -1;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v))
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* Progress bar on stderr, only when stderr is a terminal. */
-typedef struct progress {
-    int on;
-    const char *label;
-    int last;
-} progress;
-
-static void progress_init(progress *p, const char *label)
-{
-    p->on = isatty(STDERR_FILENO);
-    p->label = label;
-    p->last = -1;
-}
-
-static void progress_cb(void *opaque, uint64_t done, uint64_t total)
-{
-    progress *p = opaque;
-    if (!p->on || total == 0)
-        return;
-    int pct = (int)(done * 100 / total);
-    if (pct == p->last)
-        return;
-    p->last = pct;
-    int fill = pct * 30 / 100;
-    fprintf(stderr, "\r%s [", p->label);
-    for (int i = 0; i < 30; i++)
-        fputc(i < fill ? '#' : ' ', stderr);
-    fprintf(stderr, "] %3d%%", pct);
-    if (done >= total)
-        fputc('\n', stderr);
-    fflush(stderr);
-}
-
-static size_t row_elems(const kvio_cache *c)
-{
-    return (size_t)c->n_layers * c->n_kv_heads * ((size_t)c->key_dim + c->value_dim);
-}
-
-/* kvio layout (per layer [head][position][dim]) -> spec 14.2 rows (per
- * position, per layer keys of heads 0..H-1 then values), same dtype. */
+/* The whole cache as spec 14.2 rows (malloc'd). */
 static uint8_t *cache_to_rows(const kvio_cache *c)
 {
-    size_t es = kvio_dtype_size(c->dtype);
-    size_t rb = row_elems(c) * es;
-    uint8_t *rows = malloc(rb * (c->n_positions ? c->n_positions : 1));
+    uint8_t *rows = malloc(cli_cache_row_bytes(c) * (c->n_positions ? c->n_positions : 1));
     if (!rows)
         return NULL;
-    size_t kb = (size_t)c->key_dim * es, vb = (size_t)c->value_dim * es;
-    for (uint32_t p = 0; p < c->n_positions; p++) {
-        uint8_t *o = rows + (size_t)p * rb;
-        for (uint32_t l = 0; l < c->n_layers; l++) {
-            for (uint32_t h = 0; h < c->n_kv_heads; h++, o += kb)
-                memcpy(o, c->keys[l] + ((size_t)h * c->n_positions + p) * kb, kb);
-            for (uint32_t h = 0; h < c->n_kv_heads; h++, o += vb)
-                memcpy(o, c->values[l] + ((size_t)h * c->n_positions + p) * vb, vb);
-        }
-    }
+    cli_cache_rows(c, 0, c->n_positions, rows);
     return rows;
 }
 
@@ -167,7 +36,7 @@ static uint8_t *cache_to_rows(const kvio_cache *c)
 static void rows_to_cache(kvio_cache *c, const uint8_t *rows, uint32_t first, uint32_t n)
 {
     size_t es = kvio_dtype_size(c->dtype);
-    size_t rb = row_elems(c) * es;
+    size_t rb = cli_cache_row_bytes(c);
     size_t kb = (size_t)c->key_dim * es, vb = (size_t)c->value_dim * es;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t p = first + i;
@@ -181,43 +50,22 @@ static void rows_to_cache(kvio_cache *c, const uint8_t *rows, uint32_t first, ui
     }
 }
 
+/* A raw cache with at least one position. */
 static int read_cache(const char *path, kvio_cache *c)
 {
-    char err[512];
-    int rc = kvio_read(path, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA, c, err, sizeof err);
-    if (rc != KVIO_OK) {
-        err_line("%s", err);
-        return kvio_exit(rc);
-    }
+    int ex = cli_read_cache(path, c);
+    if (ex != CLI_OK)
+        return ex;
     if (c->n_positions == 0) {
-        err_line("%s: the cache holds no positions", path);
+        cli_err("%s: the cache holds no positions", path);
         kvio_cache_free(c);
         return CLI_INVALID;
     }
     return CLI_OK;
 }
 
-/* Shared option: key handling and RoPE parameters. */
-typedef struct key_opts {
-    int keys_set;        /* --keys given */
-    int theta_set, dims_set, layout_set; /* --rope-* given */
-    int pre_rope;        /* 1: archive keys before rotation */
-    int no_rope;         /* --no-rope: the cache's keys carry no rotation */
-    double theta;
-    uint32_t dims;       /* 0 = key_dim */
-    uint8_t layout;      /* 1 interleaved, 2 half-split */
-} key_opts;
-
-static void key_opts_init(key_opts *k)
-{
-    memset(k, 0, sizeof *k);
-    k->pre_rope = 1;
-    k->theta = 10000.0;
-    k->layout = 1;
-}
-
 /* 1 consumed (argv[*i] and maybe its value), 0 not a key option, -1 error. */
-static int key_opt(key_opts *k, int argc, char **argv, int *i)
+static int key_opt(cli_key_opts *k, int argc, char **argv, int *i)
 {
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
@@ -229,102 +77,11 @@ static int key_opt(key_opts *k, int argc, char **argv, int *i)
         strcmp(a, "--rope-layout"))
         return 0;
     if (!v) {
-        err_line("%s needs a value", a);
+        cli_err("%s needs a value", a);
         return -1;
     }
     ++*i;
-    if (!strcmp(a, "--keys")) {
-        k->keys_set = 1;
-        if (!strcmp(v, "pre-rope"))
-            k->pre_rope = 1;
-        else if (!strcmp(v, "as-is"))
-            k->pre_rope = 0;
-        else {
-            err_line("--keys: '%s' is not pre-rope or as-is", v);
-            return -1;
-        }
-    } else if (!strcmp(a, "--rope-theta")) {
-        if (parse_f64(v, &k->theta) || !(k->theta > 0)) {
-            err_line("--rope-theta: '%s' is not a positive number", v);
-            return -1;
-        }
-        k->theta_set = 1;
-    } else if (!strcmp(a, "--rope-dims")) {
-        uint64_t d;
-        if (parse_u64(v, 65536, &d) || d < 2 || d % 2) {
-            err_line("--rope-dims: '%s' is not an even number >= 2", v);
-            return -1;
-        }
-        k->dims = (uint32_t)d;
-        k->dims_set = 1;
-    } else {
-        k->layout_set = 1;
-        if (!strcmp(v, "interleaved"))
-            k->layout = 1;
-        else if (!strcmp(v, "half-split"))
-            k->layout = 2;
-        else {
-            err_line("--rope-layout: '%s' is not interleaved or half-split", v);
-            return -1;
-        }
-    }
-    return 1;
-}
-
-/* The rope to un-rotate keys with (NULL: keys as cached). */
-static int key_rope_for(const key_opts *k, uint32_t key_dim, const char *path, fkvf_rope *rope,
-                        const fkvf_rope **out)
-{
-    *out = NULL;
-    rope->layout = k->layout;
-    rope->theta = k->theta;
-    rope->rope_dims = k->dims ? k->dims : key_dim;
-    if (!k->no_rope && !k->dims && key_dim % 2) {
-        err_line("%s: key_dim %u is odd, and RoPE rotates pairs of dims: give --rope-dims N "
-                 "(even, at most %u) or --no-rope",
-                 path, key_dim, key_dim - 1);
-        return -1;
-    }
-    if (!k->no_rope && (rope->rope_dims > key_dim || rope->rope_dims % 2)) {
-        err_line("%s: --rope-dims %u does not fit key_dim %u (even, at most key_dim)", path,
-                 rope->rope_dims, key_dim);
-        return -1;
-    }
-    if (k->pre_rope && !k->no_rope)
-        *out = rope;
-    return 0;
-}
-
-/* Smallest even quad width whose alphabet holds values 0..maxv. */
-static unsigned quad_bits_for(uint64_t maxv)
-{
-    unsigned b = 2;
-    while (b < 32 && (maxv >> b) != 0)
-        b += 2;
-    return b;
-}
-
-/* Common stage/k options. */
-static int parse_k(const char *a, const char *v, uint32_t *k)
-{
-    uint64_t x;
-    if (parse_u64(v, 4096, &x) || x < 16 || (x & (x - 1))) {
-        err_line("%s: '%s' is not a power of two from 16 to 4096", a, v ? v : "");
-        return -1;
-    }
-    *k = (uint32_t)x;
-    return 0;
-}
-
-static int parse_stages(const char *a, const char *v, uint8_t *s)
-{
-    uint64_t x;
-    if (parse_u64(v, 16, &x)) {
-        err_line("%s: '%s' is not a stage count 0..16", a, v ? v : "");
-        return -1;
-    }
-    *s = (uint8_t)x;
-    return 0;
+    return cli_key_value(k, a, v) < 0 ? -1 : 1;
 }
 
 /* ---- pack --------------------------------------------------------------- */
@@ -366,25 +123,17 @@ static const char *pack_help =
     "Exit status: 0 ok, 1 invalid input, 2 usage or I/O error.\n";
 
 typedef struct pack_opts {
-    const char *in, *out, *cbfile, *model_id, *tok_id;
-    int train, ngon, deflate, f32, index;
-    uint32_t k, beam, iters;
-    uint8_t ks, vs;
-    uint64_t sinks, recent, seed;
-    key_opts keys;
+    const char *in, *out, *cbfile;
+    int train, deflate, f32, index;
+    cli_code_opts code;
+    cli_key_opts keys;
 } pack_opts;
 
 static int pack_parse(int argc, char **argv, pack_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->k = 256;
-    o->ks = 4;
-    o->vs = 2;
-    o->sinks = 4;
-    o->recent = 32;
-    o->beam = 1;
-    o->iters = 25;
-    key_opts_init(&o->keys);
+    cli_code_opts_init(&o->code);
+    cli_key_opts_init(&o->keys);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -406,77 +155,34 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
             o->f32 = 1;
         } else if (a[0] == '-' && a[1] != 0) {
             if (!v) {
-                err_line("pack: %s needs a value (or is unknown; see fkvf pack --help)", a);
+                cli_err("pack: %s needs a value (or is unknown; see fkvf pack --help)", a);
                 return -1;
             }
             i++;
-            uint64_t x;
             if (!strcmp(a, "-o")) {
                 o->out = v;
             } else if (!strcmp(a, "--codebooks")) {
                 o->cbfile = v;
-            } else if (!strcmp(a, "--model-id")) {
-                o->model_id = v;
-            } else if (!strcmp(a, "--tokenizer-id")) {
-                o->tok_id = v;
-            } else if (!strcmp(a, "--k")) {
-                if (parse_k(a, v, &o->k))
+            } else if ((r = cli_code_value(&o->code, a, v)) != 0) {
+                if (r < 0)
                     return -1;
-            } else if (!strcmp(a, "--k-stages")) {
-                if (parse_stages(a, v, &o->ks))
-                    return -1;
-            } else if (!strcmp(a, "--v-stages")) {
-                if (parse_stages(a, v, &o->vs))
-                    return -1;
-            } else if (!strcmp(a, "--sinks") || !strcmp(a, "--recent")) {
-                if (parse_u64(v, UINT32_MAX, &x)) {
-                    err_line("%s: '%s' is not a count", a, v);
-                    return -1;
-                }
-                *(a[2] == 's' ? &o->sinks : &o->recent) = x;
-            } else if (!strcmp(a, "--codec")) {
-                if (!strcmp(v, "quad"))
-                    o->ngon = 0;
-                else if (!strcmp(v, "ngon"))
-                    o->ngon = 1;
-                else {
-                    err_line("--codec: '%s' is not quad or ngon", v);
-                    return -1;
-                }
-            } else if (!strcmp(a, "--beam")) {
-                if (parse_u64(v, FKVF_RVQ_MAX_BEAM, &x) || x < 1) {
-                    err_line("--beam: '%s' is not 1..%d", v, FKVF_RVQ_MAX_BEAM);
-                    return -1;
-                }
-                o->beam = (uint32_t)x;
-            } else if (!strcmp(a, "--iters")) {
-                if (parse_u64(v, 100000, &x) || x < 1) {
-                    err_line("--iters: '%s' is not 1..100000", v);
-                    return -1;
-                }
-                o->iters = (uint32_t)x;
-            } else if (!strcmp(a, "--seed")) {
-                if (parse_u64(v, UINT64_MAX, &o->seed)) {
-                    err_line("--seed: '%s' is not a number", v);
-                    return -1;
-                }
             } else {
-                err_line("pack: unknown option '%s' (see fkvf pack --help)", a);
+                cli_err("pack: unknown option '%s' (see fkvf pack --help)", a);
                 return -1;
             }
         } else if (!o->in) {
             o->in = a;
         } else {
-            err_line("pack: unexpected argument '%s'", a);
+            cli_err("pack: unexpected argument '%s'", a);
             return -1;
         }
     }
     if (!o->in || !o->out) {
-        err_line("pack: need CACHE and -o ARCHIVE (see fkvf pack --help)");
+        cli_err("pack: need CACHE and -o ARCHIVE (see fkvf pack --help)");
         return -1;
     }
     if (o->train && o->cbfile) {
-        err_line("pack: --train and --codebooks exclude each other");
+        cli_err("pack: --train and --codebooks exclude each other");
         return -1;
     }
     if (!o->cbfile)
@@ -509,33 +215,30 @@ static void pack_free(pack_state *s)
 
 /* Load a codebook file: shape, hash, quantizer; keys mode from its metadata
  * when --keys was not given. */
-static int load_codebook_file(const char *path, const kvio_cache *c, key_opts *keys,
+static int load_codebook_file(const char *path, const kvio_cache *c, cli_key_opts *keys,
                               fkvf_reader **out_r, fkvf_rvq **out_q, fkvf_codebook_shape *shape,
                               uint8_t hash[16])
 {
-    fkvf_reader *r = NULL;
-    int rc = fkvf_reader_open_file(&r, path, 0, NULL);
-    if (rc != FKVF_OK) {
-        err_lib(path, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
-        fkvf_reader_free(r);
-        return rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
-    }
+    fkvf_reader *r;
+    int rc = cli_open_reader(&r, path);
+    if (rc != CLI_OK)
+        return rc;
     *out_r = r;
     fkvf_archive_info ai;
     const void *contents = NULL;
     size_t size = 0;
     if (fkvf_reader_info(r, &ai) != FKVF_OK || ai.has_desc) {
-        err_line("%s: not a codebook file (it holds a cache descriptor: an archive?)", path);
+        cli_err("%s: not a codebook file (it holds a cache descriptor: an archive?)", path);
         return CLI_INVALID;
     }
     rc = fkvf_reader_codebook(r, shape, &contents, &size, hash);
     if (rc != FKVF_OK) {
-        err_line("%s: no codebook: %s", path, fkvf_reader_message(r));
+        cli_err("%s: no codebook: %s", path, fkvf_reader_message(r));
         return CLI_INVALID;
     }
     if (shape->n_layers != c->n_layers || shape->key_dim != c->key_dim ||
         shape->value_dim != c->value_dim || (!shape->pooled && shape->n_heads != c->n_kv_heads)) {
-        err_line("%s: codebook shape %u layers x %u heads, dims %u/%u does not fit the cache "
+        cli_err("%s: codebook shape %u layers x %u heads, dims %u/%u does not fit the cache "
                  "(%u layers x %u heads, dims %u/%u)",
                  path, shape->n_layers, shape->n_heads, shape->key_dim, shape->value_dim,
                  c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
@@ -544,31 +247,11 @@ static int load_codebook_file(const char *path, const kvio_cache *c, key_opts *k
     rc = fkvf_rvq_from_tables(out_q, shape, c->n_kv_heads, (const uint8_t *)contents + 64,
                               size - 64, NULL);
     if (rc != FKVF_OK) {
-        err_line("%s: cannot load the codebook tables: %s", path, fkvf_strerror(rc));
+        cli_err("%s: cannot load the codebook tables: %s", path, fkvf_strerror(rc));
         return CLI_INVALID;
     }
     /* keys as the codebook was trained on them, unless given */
-    fkvf_meta_entry e;
-    if (!keys->keys_set && fkvf_reader_meta_find(r, "train.keys", &e) == FKVF_OK &&
-        e.type == FKVF_META_UTF8) {
-        if (e.value_len == 5 && !memcmp(e.value, "as-is", 5))
-            keys->pre_rope = 0;
-        else if (e.value_len == 8 && !memcmp(e.value, "pre-rope", 8))
-            keys->pre_rope = 1;
-    }
-    if (!keys->theta_set && fkvf_reader_meta_find(r, "train.rope_theta", &e) == FKVF_OK &&
-        e.type == FKVF_META_F64 && isfinite(e.f64) && e.f64 > 0)
-        keys->theta = e.f64;
-    if (!keys->dims_set && fkvf_reader_meta_find(r, "train.rope_dims", &e) == FKVF_OK &&
-        e.type == FKVF_META_U64 && e.u64 >= 2 && e.u64 <= c->key_dim && e.u64 % 2 == 0)
-        keys->dims = (uint32_t)e.u64;
-    if (!keys->layout_set && fkvf_reader_meta_find(r, "train.rope_layout", &e) == FKVF_OK &&
-        e.type == FKVF_META_UTF8) {
-        if (e.value_len == 10 && !memcmp(e.value, "half-split", 10))
-            keys->layout = 2;
-        else if (e.value_len == 11 && !memcmp(e.value, "interleaved", 11))
-            keys->layout = 1;
-    }
+    cli_keys_from_codebook(r, keys, c->key_dim);
     return CLI_OK;
 }
 
@@ -585,11 +268,11 @@ int fkvf_cli_pack(int argc, char **argv)
         return ex;
     kvio_cache *c = &s.c;
     uint64_t P = c->n_positions;
-    uint64_t S = o.sinks < P ? o.sinks : P;
-    uint64_t W = o.recent < P - S ? o.recent : P - S;
+    uint64_t S = o.code.sinks < P ? o.code.sinks : P;
+    uint64_t W = o.code.recent < P - S ? o.code.recent : P - S;
     uint64_t A = P - S - W;
     size_t es = kvio_dtype_size(c->dtype);
-    size_t rb = row_elems(c) * es;
+    size_t rb = cli_cache_row_elems(c) * es;
     fkvf_rope rope;
     const fkvf_rope *krope;
     uint8_t hash[16];
@@ -604,38 +287,34 @@ int fkvf_cli_pack(int argc, char **argv)
         if (ex)
             goto out;
     }
-    if (key_rope_for(&o.keys, c->key_dim, o.in, &rope, &krope)) {
+    if (cli_key_rope(&o.keys, c->key_dim, o.in, &rope, &krope)) {
         ex = CLI_USAGE;
         goto out;
     }
     s.rows = cache_to_rows(c);
     if (!s.rows) {
-        err_line("%s: out of memory", o.in);
+        cli_err("%s: out of memory", o.in);
         ex = CLI_USAGE;
         goto out;
     }
     fkvf_rows all = {s.rows, (size_t)P, c->dtype, 0};
     if (A > 0 && !s.q) {
         fkvf_rvq_params prm;
-        fkvf_rvq_params_init(&prm);
-        prm.n_layers = c->n_layers;
-        prm.n_kv_heads = c->n_kv_heads;
-        prm.key_dim = c->key_dim;
-        prm.value_dim = c->value_dim;
-        prm.k = o.k;
-        prm.k_stages = o.ks;
-        prm.v_stages = o.vs;
+        cli_rvq_params_for(&prm, c);
+        prm.k = o.code.k;
+        prm.k_stages = o.code.ks;
+        prm.v_stages = o.code.vs;
         prm.table_dtype = o.f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
-        prm.seed = o.seed;
-        prm.max_iters = o.iters;
+        prm.seed = o.code.seed;
+        prm.max_iters = o.code.iters;
         prm.key_rope = krope;
-        progress pg;
-        progress_init(&pg, "train ");
-        prm.progress = progress_cb;
+        cli_progress pg;
+        cli_progress_init(&pg, "train ", 0);
+        prm.progress = cli_progress_cb;
         prm.progress_opaque = &pg;
         int rc = fkvf_rvq_train(&s.q, &prm, &all, 1, NULL);
         if (rc != FKVF_OK) {
-            err_line("%s: training failed: %s", o.in, fkvf_strerror(rc));
+            cli_err("%s: training failed: %s", o.in, fkvf_strerror(rc));
             ex = rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID;
             goto out;
         }
@@ -647,23 +326,23 @@ int fkvf_cli_pack(int argc, char **argv)
         s.codes = malloc(ncodes * (size_t)A * sizeof *s.codes + 1);
         s.sym = malloc((size_t)(A > P ? A : P) * sizeof *s.sym);
         if (!s.codes || !s.sym) {
-            err_line("%s: out of memory", o.in);
+            cli_err("%s: out of memory", o.in);
             ex = CLI_USAGE;
             goto out;
         }
-        progress pg;
-        progress_init(&pg, "encode");
+        cli_progress pg;
+        cli_progress_init(&pg, "encode", 0);
         const uint64_t chunk = 256;
         for (uint64_t i = 0; i < A; i += chunk) {
             uint64_t n = A - i < chunk ? A - i : chunk;
             fkvf_rows part = {s.rows + (size_t)(S + i) * rb, (size_t)n, c->dtype, S + i};
-            int rc = fkvf_rvq_encode(s.q, &part, krope, o.beam, s.codes + i, 1, (size_t)A);
+            int rc = fkvf_rvq_encode(s.q, &part, krope, o.code.beam, s.codes + i, 1, (size_t)A);
             if (rc != FKVF_OK) {
-                err_line("%s: encoding failed: %s", o.in, fkvf_strerror(rc));
+                cli_err("%s: encoding failed: %s", o.in, fkvf_strerror(rc));
                 ex = CLI_INVALID;
                 goto out;
             }
-            progress_cb(&pg, i + n, A);
+            cli_progress_cb(&pg, i + n, A);
         }
     }
 
@@ -672,7 +351,7 @@ int fkvf_cli_pack(int argc, char **argv)
     fkvf_writer_options_init(&wo);
     if (o.cbfile)
         wo.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
-    if ((A > 0 || o.cbfile) && o.ngon)
+    if ((A > 0 || o.cbfile) && o.code.ngon)
         wo.required_features |= FKVF_FEAT_NGON;
     if (o.deflate)
         wo.required_features |= FKVF_FEAT_DEFLATE;
@@ -680,42 +359,30 @@ int fkvf_cli_pack(int argc, char **argv)
         wo.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
     int rc = fkvf_writer_create_file(&s.w, o.out, &wo, NULL);
     if (rc != FKVF_OK) {
-        err_lib(o.out, s.w ? fkvf_writer_message(s.w) : fkvf_strerror(rc));
+        cli_err_lib(o.out, s.w ? fkvf_writer_message(s.w) : fkvf_strerror(rc));
         ex = CLI_USAGE;
         goto out;
     }
     fkvf_desc d;
-    memset(&d, 0, sizeof d);
-    d.n_layers = c->n_layers;
-    d.n_kv_heads = c->n_kv_heads;
-    d.key_dim = c->key_dim;
-    d.value_dim = c->value_dim;
-    d.dtype = c->dtype;
-    if (!o.keys.no_rope) {
-        d.key_transform = 1;
-        d.rope_layout = rope.layout;
-        d.rope_dims = rope.rope_dims;
-        d.rope_theta = rope.theta;
-        d.key_storage = krope ? 1 : 0;
-    }
+    cli_desc_for(&d, c, &rope, o.keys.no_rope, krope);
     d.n_sinks = (uint32_t)S;
-    d.window = (uint32_t)(o.recent > UINT32_MAX ? UINT32_MAX : o.recent);
-    d.model_id = o.model_id;
-    d.tokenizer_id = o.tok_id;
+    d.window = (uint32_t)(o.code.recent > UINT32_MAX ? UINT32_MAX : o.code.recent);
+    d.model_id = o.code.model_id;
+    d.tokenizer_id = o.code.tok_id;
     const char *stage = "descriptor";
     rc = fkvf_writer_set_desc(s.w, &d);
     if (rc == FKVF_OK) {
         stage = "metadata";
-        rc = fkvf_writer_meta_utf8(s.w, "pack.source", base_name(o.in));
+        rc = fkvf_writer_meta_utf8(s.w, "pack.source", cli_base_name(o.in));
     }
     if (rc == FKVF_OK)
         rc = fkvf_writer_meta_utf8(s.w, "pack.tool", "fkvf " FKVF_VERSION_STRING);
     if (rc == FKVF_OK && A > 0) {
-        rc = fkvf_writer_meta_u64(s.w, "pack.beam", o.beam);
+        rc = fkvf_writer_meta_u64(s.w, "pack.beam", o.code.beam);
         if (rc == FKVF_OK && o.train)
-            rc = fkvf_writer_meta_u64(s.w, "pack.seed", o.seed);
+            rc = fkvf_writer_meta_u64(s.w, "pack.seed", o.code.seed);
         if (rc == FKVF_OK && o.cbfile)
-            rc = fkvf_writer_meta_utf8(s.w, "pack.codebooks", base_name(o.cbfile));
+            rc = fkvf_writer_meta_utf8(s.w, "pack.codebooks", cli_base_name(o.cbfile));
     }
     unsigned xflags = o.deflate ? FKVF_SECTION_DEFLATE : 0;
     if (rc == FKVF_OK && S > 0) {
@@ -730,7 +397,7 @@ int fkvf_cli_pack(int argc, char **argv)
     if (rc == FKVF_OK && (A > 0 || o.cbfile)) {
         stage = "codebooks";
         if (o.cbfile) {
-            rc = fkvf_writer_add_codebook_ref(s.w, &shape, hash, base_name(o.cbfile));
+            rc = fkvf_writer_add_codebook_ref(s.w, &shape, hash, cli_base_name(o.cbfile));
         } else {
             size_t tsz = fkvf_rvq_tables_size(s.q);
             s.tables = malloc(tsz ? tsz : 1);
@@ -742,12 +409,12 @@ int fkvf_cli_pack(int argc, char **argv)
         if (rc == FKVF_OK) {
             fkvf_stream_spec sp;
             memset(&sp, 0, sizeof sp);
-            if (o.ngon) {
+            if (o.code.ngon) {
                 sp.profile = FKVF_PROFILE_NGON;
                 sp.alphabet = shape.k;
             } else {
                 sp.profile = FKVF_PROFILE_QUAD;
-                sp.symbol_bits = quad_bits_for(shape.k - 1);
+                sp.symbol_bits = cli_quad_bits_for(shape.k - 1);
             }
             /* s.codes holds one array of A codes per index stream */
             rc = fkvf_writer_add_index_segment(s.w, &sp, 0, A, s.codes, 1, (size_t)A);
@@ -769,7 +436,7 @@ int fkvf_cli_pack(int argc, char **argv)
             fkvf_stream_spec sp;
             memset(&sp, 0, sizeof sp);
             sp.profile = FKVF_PROFILE_QUAD;
-            sp.symbol_bits = quad_bits_for((uint64_t)mx);
+            sp.symbol_bits = cli_quad_bits_for((uint64_t)mx);
             rc = fkvf_writer_add_token_segment(s.w, &sp, 0, tok, (size_t)P);
         }
         if (tok != s.sym)
@@ -782,22 +449,21 @@ int fkvf_cli_pack(int argc, char **argv)
     if (rc == FKVF_OK)
         rc = fkvf_writer_finish(s.w);
     if (rc != FKVF_OK) {
-        err_line("%s: writing the %s failed: %s", o.out, stage, fkvf_writer_message(s.w));
-        ex = fkvf_exit(rc);
+        cli_err("%s: writing the %s failed: %s", o.out, stage, fkvf_writer_message(s.w));
+        ex = cli_fkvf_exit(rc);
         goto out;
     }
     if (o.index && (ex = fkvf_cli_index_file(o.out, 0)) != CLI_OK)
         goto out; /* search index (fkvf_search.c); the archive itself is complete */
-    struct stat st;
-    uint64_t bytes = stat(o.out, &st) == 0 ? (uint64_t)st.st_size : 0;
-    double fp16 = (double)P * (double)row_elems(c) * 2.0;
+    uint64_t bytes = cli_file_size(o.out);
+    double fp16 = (double)P * (double)cli_cache_row_elems(c) * 2.0;
     uint64_t cbb = A > 0 && !o.cbfile ? fkvf_codebook_size(&shape) : 0;
     char tail[128] = "";
     if (cbb && cbb < bytes)
         snprintf(tail, sizeof tail, "; %.2fx without the %" PRIu64 " codebook bytes",
                  fp16 / (double)(bytes - cbb), cbb);
     else if (A > 0 && o.cbfile)
-        snprintf(tail, sizeof tail, "; codebooks in %s", base_name(o.cbfile));
+        snprintf(tail, sizeof tail, "; codebooks in %s", cli_base_name(o.cbfile));
     snprintf(msg, sizeof msg,
              "%s: %" PRIu64 " positions (%" PRIu64 " exact, %" PRIu64 " archived), %" PRIu64
              " bytes, ratio vs fp16 %.2fx (%.0f bytes)%s",
@@ -836,7 +502,7 @@ int fkvf_cli_unpack(int argc, char **argv)
             return CLI_OK;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--codebooks") || !strcmp(a, "--dtype")) {
             if (!v) {
-                err_line("unpack: %s needs a value", a);
+                cli_err("unpack: %s needs a value", a);
                 return CLI_USAGE;
             }
             i++;
@@ -851,26 +517,26 @@ int fkvf_cli_unpack(int argc, char **argv)
             else if (!strcmp(v, "f32"))
                 dtype = FKVF_DTYPE_F32;
             else {
-                err_line("--dtype: '%s' is not f16, bf16 or f32", v);
+                cli_err("--dtype: '%s' is not f16, bf16 or f32", v);
                 return CLI_USAGE;
             }
         } else if (a[0] == '-' && a[1]) {
-            err_line("unpack: unknown option '%s' (see fkvf unpack --help)", a);
+            cli_err("unpack: unknown option '%s' (see fkvf unpack --help)", a);
             return CLI_USAGE;
         } else if (!in) {
             in = a;
         } else {
-            err_line("unpack: unexpected argument '%s'", a);
+            cli_err("unpack: unexpected argument '%s'", a);
             return CLI_USAGE;
         }
     }
     if (!in || !out) {
-        err_line("unpack: need ARCHIVE and -o CACHE (see fkvf unpack --help)");
+        cli_err("unpack: need ARCHIVE and -o CACHE (see fkvf unpack --help)");
         return CLI_USAGE;
     }
     kvio_format fmt = kvio_format_from_path(out);
     if (fmt == KVIO_FMT_AUTO) {
-        err_line("%s: unknown output format (use .safetensors, .npz or .npy)", out);
+        cli_err("%s: unknown output format (use .safetensors, .npz or .npy)", out);
         return CLI_USAGE;
     }
     fkvf_reader *r = NULL, *cb = NULL;
@@ -880,24 +546,23 @@ int fkvf_cli_unpack(int argc, char **argv)
     uint32_t *tok = NULL;
     char *hint_path = NULL;
     int ex = CLI_INVALID;
-    int rc = fkvf_reader_open_file(&r, in, 0, NULL);
-    if (rc != FKVF_OK) {
-        err_lib(in, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
-        ex = rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
+    int rc;
+    if ((rc = cli_open_reader(&r, in)) != CLI_OK) {
+        ex = rc;
         goto out;
     }
     fkvf_archive_info ai;
     fkvf_desc d;
     if ((rc = fkvf_reader_info(r, &ai)) != FKVF_OK || !ai.has_desc) {
-        err_line("%s: %s", in, rc ? fkvf_reader_message(r) : "a codebook file, not an archive");
+        cli_err("%s: %s", in, rc ? fkvf_reader_message(r) : "a codebook file, not an archive");
         goto out;
     }
     if ((rc = fkvf_reader_desc(r, &d)) != FKVF_OK) {
-        err_lib(in, fkvf_reader_message(r));
+        cli_err_lib(in, fkvf_reader_message(r));
         goto out;
     }
     if (ai.n_positions > UINT32_MAX) {
-        err_line("%s: %" PRIu64 " positions: more than a raw cache file holds", in,
+        cli_err("%s: %" PRIu64 " positions: more than a raw cache file holds", in,
                  ai.n_positions);
         goto out;
     }
@@ -906,24 +571,13 @@ int fkvf_cli_unpack(int argc, char **argv)
     const char *name = NULL;
     fkvf_reader_codebook_ref(r, &ext, want, &name);
     char hx[33];
-    hex16(want, hx);
+    cli_hex16(want, hx);
     if (ext && ai.n_archived > 0) {
         const char *path = cbpath;
-        if (!path && name && *name && !strchr(name, '/') && strcmp(name, "..") &&
-            strcmp(name, ".")) {
-            const char *sl = strrchr(in, '/');
-            size_t dl = sl ? (size_t)(sl - in + 1) : 0;
-            hint_path = malloc(dl + strlen(name) + 1);
-            if (hint_path) {
-                memcpy(hint_path, in, dl);
-                strcpy(hint_path + dl, name);
-                struct stat st;
-                if (stat(hint_path, &st) == 0)
-                    path = hint_path;
-            }
-        }
+        if (!path)
+            path = hint_path = cli_hint_path(in, name);
         if (!path) {
-            err_line("%s: the archive refers to the external codebook with content hash %s "
+            cli_err("%s: the archive refers to the external codebook with content hash %s "
                      "(name hint '%s'), not found; pass --codebooks FILE",
                      in, hx, name ? name : "");
             goto out;
@@ -932,19 +586,19 @@ int fkvf_cli_unpack(int argc, char **argv)
         if (rc != FKVF_OK) {
             /* a missing or unreadable codebook is invalid input (exit 1, as
              * the help says), like a wrong one */
-            err_line("%s: %s (the archive %s expects the codebook with content hash %s)", path,
+            cli_err("%s: %s (the archive %s expects the codebook with content hash %s)", path,
                      cb ? fkvf_reader_message(cb) : fkvf_strerror(rc), in, hx);
             goto out;
         }
         rc = fkvf_reader_attach_codebook(r, cb);
         if (rc != FKVF_OK) {
-            err_line("%s: wrong codebook for %s: %s", path, in, fkvf_reader_message(r));
+            cli_err("%s: wrong codebook for %s: %s", path, in, fkvf_reader_message(r));
             goto out;
         }
     }
     if (fmt == KVIO_FMT_NPY && d.key_dim != d.value_dim) {
         /* found before restoring anything */
-        err_line("%s: a .npy file holds one array: key_dim %u and value_dim %u must be equal "
+        cli_err("%s: a .npy file holds one array: key_dim %u and value_dim %u must be equal "
                  "(use .safetensors or .npz)",
                  out, d.key_dim, d.value_dim);
         ex = CLI_USAGE;
@@ -960,12 +614,12 @@ int fkvf_cli_unpack(int argc, char **argv)
     char err[512];
     if (kvio_cache_init(&c, d.n_layers, d.n_kv_heads, P, d.key_dim, d.value_dim, dt, has_tok, err,
                         sizeof err) != KVIO_OK) {
-        err_line("%s: %s", in, err);
+        cli_err("%s: %s", in, err);
         goto out;
     }
     size_t rb;
     if ((rc = fkvf_reader_row_bytes(r, dt, &rb)) != FKVF_OK) {
-        err_lib(in, fkvf_reader_message(r));
+        cli_err_lib(in, fkvf_reader_message(r));
         goto out;
     }
     uint32_t chunk = (uint32_t)(rb >= (16u << 20) ? 1 : (16u << 20) / rb);
@@ -973,7 +627,7 @@ int fkvf_cli_unpack(int argc, char **argv)
         chunk = P ? P : 1;
     buf = malloc((size_t)chunk * rb);
     if (!buf) {
-        err_line("%s: out of memory", in);
+        cli_err("%s: out of memory", in);
         ex = CLI_USAGE;
         goto out;
     }
@@ -982,10 +636,10 @@ int fkvf_cli_unpack(int argc, char **argv)
         rc = fkvf_reader_restore(r, p, n, dt, buf, (size_t)chunk * rb);
         if (rc != FKVF_OK) {
             if (rc == FKVF_E_CODEBOOK)
-                err_line("%s: %s (expected codebook content hash %s)", in,
+                cli_err("%s: %s (expected codebook content hash %s)", in,
                          fkvf_reader_message(r), hx);
             else
-                err_lib(in, fkvf_reader_message(r));
+                cli_err_lib(in, fkvf_reader_message(r));
             goto out;
         }
         rows_to_cache(&c, buf, p, n);
@@ -993,14 +647,14 @@ int fkvf_cli_unpack(int argc, char **argv)
     if (has_tok) {
         tok = malloc((size_t)(P ? P : 1) * sizeof *tok);
         if (!tok || (rc = fkvf_reader_stream_read(r, tidx, 0, tok, P)) != FKVF_OK) {
-            err_line("%s: token stream: %s", in, tok ? fkvf_reader_message(r) : "out of memory");
+            cli_err("%s: token stream: %s", in, tok ? fkvf_reader_message(r) : "out of memory");
             goto out;
         }
         for (uint32_t t = 0; t < P; t++)
             c.tokens[t] = tok[t];
     }
     if (kvio_write(out, fmt, 0, &c, err, sizeof err) != KVIO_OK) {
-        err_line("%s", err);
+        cli_err("%s", err);
         ex = CLI_USAGE;
         goto out;
     }
@@ -1044,8 +698,8 @@ int fkvf_cli_train(int argc, char **argv)
     const char *out = NULL;
     const char **ins = calloc((size_t)argc + 1, sizeof *ins);
     size_t nin = 0;
-    key_opts keys;
-    key_opts_init(&keys);
+    cli_key_opts keys;
+    cli_key_opts_init(&keys);
     fkvf_rvq_params prm;
     fkvf_rvq_params_init(&prm);
     prm.table_dtype = FKVF_DTYPE_F16;
@@ -1058,7 +712,7 @@ int fkvf_cli_train(int argc, char **argv)
     fkvf_writer *w = NULL;
     fkvf_reader *r = NULL;
     if (!ins) {
-        err_line("out of memory");
+        cli_err("out of memory");
         return CLI_USAGE;
     }
     for (int i = 0; i < argc; i++) {
@@ -1069,7 +723,6 @@ int fkvf_cli_train(int argc, char **argv)
             goto out;
         if (kr > 0)
             continue;
-        uint64_t x;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(train_help, stdout);
             ex = CLI_OK;
@@ -1080,34 +733,29 @@ int fkvf_cli_train(int argc, char **argv)
             prm.table_dtype = FKVF_DTYPE_F32;
         } else if (a[0] == '-' && a[1]) {
             if (!v) {
-                err_line("train: %s needs a value (or is unknown; see fkvf train --help)", a);
+                cli_err("train: %s needs a value (or is unknown; see fkvf train --help)", a);
                 goto out;
             }
             i++;
             if (!strcmp(a, "-o")) {
                 out = v;
             } else if (!strcmp(a, "--k")) {
-                if (parse_k(a, v, &prm.k))
+                if (cli_opt_k(a, v, &prm.k))
                     goto out;
             } else if (!strcmp(a, "--k-stages")) {
-                if (parse_stages(a, v, &prm.k_stages))
+                if (cli_opt_stages(a, v, &prm.k_stages))
                     goto out;
             } else if (!strcmp(a, "--v-stages")) {
-                if (parse_stages(a, v, &prm.v_stages))
+                if (cli_opt_stages(a, v, &prm.v_stages))
                     goto out;
             } else if (!strcmp(a, "--seed")) {
-                if (parse_u64(v, UINT64_MAX, &prm.seed)) {
-                    err_line("--seed: '%s' is not a number", v);
+                if (cli_opt_seed(v, &prm.seed))
                     goto out;
-                }
             } else if (!strcmp(a, "--iters")) {
-                if (parse_u64(v, 100000, &x) || x < 1) {
-                    err_line("--iters: '%s' is not 1..100000", v);
+                if (cli_opt_iters(v, &prm.max_iters))
                     goto out;
-                }
-                prm.max_iters = (uint32_t)x;
             } else {
-                err_line("train: unknown option '%s' (see fkvf train --help)", a);
+                cli_err("train: unknown option '%s' (see fkvf train --help)", a);
                 goto out;
             }
         } else {
@@ -1115,14 +763,14 @@ int fkvf_cli_train(int argc, char **argv)
         }
     }
     if (!nin || !out) {
-        err_line("train: need CACHE... and -o FILE (see fkvf train --help)");
+        cli_err("train: need CACHE... and -o FILE (see fkvf train --help)");
         goto out;
     }
     cs = calloc(nin, sizeof *cs);
     rows = calloc(nin, sizeof *rows);
     blocks = calloc(nin, sizeof *blocks);
     if (!cs || !rows || !blocks) {
-        err_line("out of memory");
+        cli_err("out of memory");
         goto out;
     }
     for (size_t i = 0; i < nin; i++) {
@@ -1132,7 +780,7 @@ int fkvf_cli_train(int argc, char **argv)
         ex = CLI_INVALID;
         if (i > 0 && (cs[i].n_layers != cs[0].n_layers || cs[i].n_kv_heads != cs[0].n_kv_heads ||
                       cs[i].key_dim != cs[0].key_dim || cs[i].value_dim != cs[0].value_dim)) {
-            err_line("%s: shape %u layers x %u heads, dims %u/%u differs from %s (%u x %u, "
+            cli_err("%s: shape %u layers x %u heads, dims %u/%u differs from %s (%u x %u, "
                      "%u/%u)",
                      ins[i], cs[i].n_layers, cs[i].n_kv_heads, cs[i].key_dim, cs[i].value_dim,
                      ins[0], cs[0].n_layers, cs[0].n_kv_heads, cs[0].key_dim, cs[0].value_dim);
@@ -1140,7 +788,7 @@ int fkvf_cli_train(int argc, char **argv)
         }
         rows[i] = cache_to_rows(&cs[i]);
         if (!rows[i]) {
-            err_line("%s: out of memory", ins[i]);
+            cli_err("%s: out of memory", ins[i]);
             ex = CLI_USAGE;
             goto out;
         }
@@ -1150,7 +798,7 @@ int fkvf_cli_train(int argc, char **argv)
         blocks[i].first_position = 0;
     }
     fkvf_rope rope;
-    if (key_rope_for(&keys, cs[0].key_dim, ins[0], &rope, &prm.key_rope)) {
+    if (cli_key_rope(&keys, cs[0].key_dim, ins[0], &rope, &prm.key_rope)) {
         ex = CLI_USAGE;
         goto out;
     }
@@ -1158,13 +806,13 @@ int fkvf_cli_train(int argc, char **argv)
     prm.n_kv_heads = cs[0].n_kv_heads;
     prm.key_dim = cs[0].key_dim;
     prm.value_dim = cs[0].value_dim;
-    progress pg;
-    progress_init(&pg, "train");
-    prm.progress = progress_cb;
+    cli_progress pg;
+    cli_progress_init(&pg, "train", 0);
+    prm.progress = cli_progress_cb;
     prm.progress_opaque = &pg;
     int rc = fkvf_rvq_train(&q, &prm, blocks, nin, NULL);
     if (rc != FKVF_OK) {
-        err_line("training failed: %s", fkvf_strerror(rc));
+        cli_err("training failed: %s", fkvf_strerror(rc));
         ex = rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID;
         goto out;
     }
@@ -1174,7 +822,7 @@ int fkvf_cli_train(int argc, char **argv)
     size_t tsz = fkvf_rvq_tables_size(q);
     tables = malloc(tsz ? tsz : 1);
     if (!tables || fkvf_rvq_tables(q, tables, tsz) != FKVF_OK) {
-        err_line("out of memory");
+        cli_err("out of memory");
         ex = CLI_USAGE;
         goto out;
     }
@@ -1200,7 +848,7 @@ int fkvf_cli_train(int argc, char **argv)
     if (rc == FKVF_OK)
         rc = fkvf_writer_finish(w);
     if (rc != FKVF_OK) {
-        err_lib(out, w ? fkvf_writer_message(w) : fkvf_strerror(rc));
+        cli_err_lib(out, w ? fkvf_writer_message(w) : fkvf_strerror(rc));
         ex = CLI_USAGE;
         goto out;
     }
@@ -1210,11 +858,11 @@ int fkvf_cli_train(int argc, char **argv)
     if (rc == FKVF_OK)
         rc = fkvf_reader_codebook(r, NULL, NULL, NULL, hash);
     if (rc != FKVF_OK) {
-        err_line("%s: cannot read back: %s", out, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+        cli_err("%s: cannot read back: %s", out, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
         ex = CLI_INVALID;
         goto out;
     }
-    hex16(hash, hx);
+    cli_hex16(hash, hx);
     struct stat st;
     printf("%s: %u layers x %u %s, k = %u, K x%u V x%u, %s tables, %lld bytes\n", out,
            shape.n_layers, shape.pooled ? 1u : shape.n_heads, shape.pooled ? "pooled" : "heads",
@@ -1277,25 +925,25 @@ int fkvf_cli_compare(int argc, char **argv)
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--sinks") || !strcmp(a, "--recent")) {
-            if (i + 1 >= argc || parse_u64(argv[i + 1], UINT32_MAX, a[2] == 's' ? &sinks : &recent)) {
-                err_line("%s needs a count", a);
+            if (i + 1 >= argc || cli_parse_u64(argv[i + 1], UINT32_MAX, a[2] == 's' ? &sinks : &recent)) {
+                cli_err("%s needs a count", a);
                 return CLI_USAGE;
             }
             i++;
         } else if (a[0] == '-' && a[1]) {
-            err_line("compare: unknown option '%s' (see fkvf compare --help)", a);
+            cli_err("compare: unknown option '%s' (see fkvf compare --help)", a);
             return CLI_USAGE;
         } else if (!pa) {
             pa = a;
         } else if (!pb) {
             pb = a;
         } else {
-            err_line("compare: unexpected argument '%s'", a);
+            cli_err("compare: unexpected argument '%s'", a);
             return CLI_USAGE;
         }
     }
     if (!pa || !pb) {
-        err_line("compare: need ORIGINAL and RESTORED (see fkvf compare --help)");
+        cli_err("compare: need ORIGINAL and RESTORED (see fkvf compare --help)");
         return CLI_USAGE;
     }
     kvio_cache a, b;
@@ -1313,7 +961,7 @@ int fkvf_cli_compare(int argc, char **argv)
     ex = CLI_INVALID;
     if (a.n_layers != b.n_layers || a.n_kv_heads != b.n_kv_heads ||
         a.n_positions != b.n_positions || a.key_dim != b.key_dim || a.value_dim != b.value_dim) {
-        err_line("%s and %s differ in shape: %u layers x %u heads x %u positions, dims %u/%u vs "
+        cli_err("%s and %s differ in shape: %u layers x %u heads x %u positions, dims %u/%u vs "
                  "%u x %u x %u, %u/%u",
                  pa, pb, a.n_layers, a.n_kv_heads, a.n_positions, a.key_dim, a.value_dim,
                  b.n_layers, b.n_kv_heads, b.n_positions, b.key_dim, b.value_dim);
@@ -1326,7 +974,7 @@ int fkvf_cli_compare(int argc, char **argv)
     fa = malloc(dmax * sizeof *fa);
     fb = malloc(dmax * sizeof *fb);
     if (!fa || !fb) {
-        err_line("out of memory");
+        cli_err("out of memory");
         ex = CLI_USAGE;
         goto out;
     }

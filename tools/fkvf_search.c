@@ -8,9 +8,8 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "cli_util.h"
 #include "fkvf.h"
-
-enum { XS_OK = 0, XS_FAIL = 1, XS_USAGE = 2 };
 
 int fkvf_cli_search_main(const char *cmd, int argc, char **argv);
 
@@ -69,18 +68,6 @@ static int want_help(int argc, char **argv, const char *help)
             return 1;
         }
     return 0;
-}
-
-static int parse_u64(const char *s, uint64_t *v)
-{
-    if (!s || !*s || *s == '-')
-        return 0;
-    char *end;
-    unsigned long long x = strtoull(s, &end, 10);
-    if (*end)
-        return 0;
-    *v = x;
-    return 1;
 }
 
 /* "12,55,9" -> symbols (malloc'd). */
@@ -155,7 +142,7 @@ static int open_archive(const char *path, fkvf_reader **r)
 {
     int rc = fkvf_reader_open_file(r, path, 0, NULL);
     if (rc) {
-        fprintf(stderr, "fkvf: %s\n", *r ? fkvf_reader_message(*r) : fkvf_strerror(rc));
+        cli_err("%s", *r ? fkvf_reader_message(*r) : fkvf_strerror(rc));
         fkvf_reader_free(*r);
         *r = NULL;
         return rc;
@@ -169,7 +156,7 @@ static int find_stream(fkvf_reader *r, const char *path, uint64_t id, size_t *id
         return 1;
     char nm[64];
     stream_name(id, nm, sizeof nm);
-    fprintf(stderr, "fkvf: %s: no stream %s in the archive\n", path, nm);
+    cli_err("%s: no stream %s in the archive", path, nm);
     return 0;
 }
 
@@ -192,7 +179,7 @@ static void print_syms(const uint32_t *v, size_t n)
 static int cmd_search(int argc, char **argv)
 {
     if (want_help(argc, argv, search_help))
-        return XS_OK;
+        return CLI_OK;
     const char *path = NULL, *tokens = NULL, *stream = NULL, *symbols = NULL, *radius = NULL;
     uint64_t k = 5, ctx = 0, maxp = 20;
     int json = 0, noidx = 0;
@@ -211,54 +198,52 @@ static int cmd_search(int argc, char **argv)
             symbols = argv[++i];
         else if (!strcmp(a, "--radius") && v)
             radius = argv[++i];
-        else if (!strcmp(a, "--k") && v && parse_u64(v, &k) && k >= 1 && k <= 100000)
+        else if (!strcmp(a, "--k") && v && !cli_parse_u64(v, 100000, &k) && k >= 1)
             i++;
-        else if (!strcmp(a, "--context") && v && parse_u64(v, &ctx) && ctx <= 100000)
+        else if (!strcmp(a, "--context") && v && !cli_parse_u64(v, 100000, &ctx))
             i++;
-        else if (!strcmp(a, "--max") && v && parse_u64(v, &maxp) && maxp <= 100000000)
+        else if (!strcmp(a, "--max") && v && !cli_parse_u64(v, 100000000, &maxp))
             i++;
         else if (a[0] != '-' && !path)
             path = a;
         else {
             fprintf(stderr, "fkvf search: bad argument '%s'\n%s", a, search_help);
-            return XS_USAGE;
+            return CLI_USAGE;
         }
     }
     if (!path || (!tokens == !symbols) || (tokens && stream) || (symbols && !stream)) {
         fprintf(stderr, "fkvf search: give ARCHIVE and either --tokens LIST or --stream NAME "
                         "--symbols LIST\n%s",
                 search_help);
-        return XS_USAGE;
+        return CLI_USAGE;
     }
     uint64_t id = FKVF_STREAM_ID_TOKENS;
     if (stream && !parse_stream_name(stream, &id)) {
         fprintf(stderr, "fkvf search: bad stream name '%s' (tokens or Lx.Hy.K|V.stage)\n", stream);
-        return XS_USAGE;
+        return CLI_USAGE;
     }
     uint32_t *q;
     size_t qn;
     if (!parse_list(tokens ? tokens : symbols, &q, &qn)) {
         fprintf(stderr, "fkvf search: bad symbol list '%s' (comma-separated integers)\n",
                 tokens ? tokens : symbols);
-        return XS_USAGE;
+        return CLI_USAGE;
     }
     double rad = 0.0;
     int do_rad = radius != NULL;
     if (radius && strcmp(radius, "auto")) {
-        char *end;
-        rad = strtod(radius, &end);
-        if (*end || !(rad > 0.0) || !isfinite(rad)) {
+        if (cli_parse_f64(radius, &rad) || !(rad > 0.0)) {
             fprintf(stderr, "fkvf search: bad radius '%s' (a positive number or 'auto')\n", radius);
             free(q);
-            return XS_USAGE;
+            return CLI_USAGE;
         }
     }
     fkvf_reader *r = NULL;
     if (open_archive(path, &r)) {
         free(q);
-        return XS_USAGE;
+        return CLI_USAGE;
     }
-    int ret = XS_USAGE;
+    int ret = CLI_USAGE;
     size_t idx;
     fkvf_search *s = NULL;
     uint64_t *pos = NULL;
@@ -268,8 +253,8 @@ static int cmd_search(int argc, char **argv)
         goto out;
     int rc = fkvf_search_open(&s, r, idx, noidx ? FKVF_SEARCH_NO_INDEX : 0, NULL);
     if (rc) {
-        fprintf(stderr, "fkvf: %s: %s\n", path, s ? fkvf_search_message(s) : fkvf_strerror(rc));
-        ret = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? XS_FAIL : XS_USAGE;
+        cli_err("%s: %s", path, s ? fkvf_search_message(s) : fkvf_strerror(rc));
+        ret = cli_class_exit(rc);
         goto out;
     }
     fkvf_search_info inf;
@@ -288,14 +273,14 @@ static int cmd_search(int argc, char **argv)
     memset(&rr, 0, sizeof rr);
     if ((rc = fkvf_search_suffix(s, q, qn, pos, (size_t)maxp, &nf)) ||
         (fkvf_search_info_get(s, &ia), rc = fkvf_search_longest(s, q, qn, (size_t)k, m, &nm))) {
-        fprintf(stderr, "fkvf: %s: %s\n", path, fkvf_search_message(s));
-        ret = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? XS_FAIL : XS_USAGE;
+        cli_err("%s: %s", path, fkvf_search_message(s));
+        ret = cli_class_exit(rc);
         goto out;
     }
     if (do_rad) {
         if ((rc = fkvf_search_radius(s, q, qn, rad, NULL, 0, &rr))) {
-            fprintf(stderr, "fkvf: %s: %s\n", path, fkvf_search_message(s));
-            ret = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? XS_FAIL : XS_USAGE;
+            cli_err("%s: %s", path, fkvf_search_message(s));
+            ret = cli_class_exit(rc);
             goto out;
         }
     }
@@ -374,7 +359,7 @@ static int cmd_search(int argc, char **argv)
                    " false positives\n",
                    rr.radius, rr.candidates, rr.verified, rr.candidates - rr.verified);
     }
-    ret = XS_OK;
+    ret = CLI_OK;
 out:
     fkvf_search_free(s);
     fkvf_reader_free(r);
@@ -390,7 +375,7 @@ out:
 static int cmd_context(int argc, char **argv)
 {
     if (want_help(argc, argv, context_help))
-        return XS_OK;
+        return CLI_OK;
     const char *path = NULL, *stream = "tokens";
     uint64_t at = 0, len = 0;
     int has_at = 0, has_len = 0, json = 0;
@@ -399,9 +384,9 @@ static int cmd_context(int argc, char **argv)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json"))
             json = 1;
-        else if (!strcmp(a, "--at") && v && parse_u64(v, &at))
+        else if (!strcmp(a, "--at") && v && !cli_parse_u64(v, UINT64_MAX, &at))
             has_at = 1, i++;
-        else if (!strcmp(a, "--len") && v && parse_u64(v, &len) && len >= 1 && len <= 100000000)
+        else if (!strcmp(a, "--len") && v && !cli_parse_u64(v, 100000000, &len) && len >= 1)
             has_len = 1, i++;
         else if (!strcmp(a, "--stream") && v)
             stream = argv[++i];
@@ -409,28 +394,28 @@ static int cmd_context(int argc, char **argv)
             path = a;
         else {
             fprintf(stderr, "fkvf context: bad argument '%s'\n%s", a, context_help);
-            return XS_USAGE;
+            return CLI_USAGE;
         }
     }
     uint64_t id;
     if (!path || !has_at || !has_len || !parse_stream_name(stream, &id)) {
         fprintf(stderr, "fkvf context: give ARCHIVE, --at T, --len N (and a valid --stream)\n%s",
                 context_help);
-        return XS_USAGE;
+        return CLI_USAGE;
     }
     fkvf_reader *r = NULL;
     if (open_archive(path, &r))
-        return XS_USAGE;
+        return CLI_USAGE;
     size_t idx, got = 0;
-    int ret = XS_USAGE;
+    int ret = CLI_USAGE;
     uint32_t *buf = malloc((size_t)len * sizeof *buf);
     if (!buf || !find_stream(r, path, id, &idx))
         goto out;
     int rc = fkvf_search_context(r, idx, at, (size_t)len, buf, &got);
     if (rc) {
-        fprintf(stderr, "fkvf: %s: position %" PRIu64 ": %s\n", path, at,
+        cli_err("%s: position %" PRIu64 ": %s", path, at,
                 rc == FKVF_E_RANGE ? "outside the stream" : fkvf_reader_message(r));
-        ret = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? XS_FAIL : XS_USAGE;
+        ret = cli_class_exit(rc);
         goto out;
     }
     if (json) {
@@ -442,7 +427,7 @@ static int cmd_context(int argc, char **argv)
         print_syms(buf, got);
         printf("\n");
     }
-    ret = XS_OK;
+    ret = CLI_OK;
 out:
     free(buf);
     fkvf_reader_free(r);
@@ -458,13 +443,13 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
 {
     fkvf_reader *r = NULL;
     if (open_archive(path, &r))
-        return XS_USAGE;
+        return CLI_USAGE;
     size_t ns = 0;
     fkvf_reader_stream_count(r, &ns);
     fkvf_section_add *secs = calloc(ns ? ns : 1, sizeof *secs);
     size_t n = 0;
     uint64_t bytes = 0, positions = 0;
-    int ret = XS_USAGE;
+    int ret = CLI_USAGE;
     if (!secs)
         goto out;
     for (size_t i = 0; i < ns; i++) {
@@ -484,9 +469,9 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
         if (rc) {
             char nm[64];
             stream_name(si.id, nm, sizeof nm);
-            fprintf(stderr, "fkvf: %s: stream %s: %s\n", path, nm,
+            cli_err("%s: stream %s: %s", path, nm,
                     rc == FKVF_E_NOMEM ? "out of memory" : fkvf_reader_message(r));
-            ret = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? XS_FAIL : XS_USAGE;
+            ret = cli_class_exit(rc);
             goto out;
         }
         secs[n].type = FKVF_SECTION_ZIDX;
@@ -509,15 +494,15 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
         int rc = fkvf_archive_append_sections(path, secs, n, nosync ? FKVF_SYNC_NONE : FKVF_SYNC_COMMIT,
                                               msg, sizeof msg);
         if (rc) {
-            fprintf(stderr, "fkvf: %s\n", msg);
-            ret = rc == FKVF_E_TORN ? XS_FAIL : XS_USAGE;
+            cli_err("%s", msg);
+            ret = rc == FKVF_E_TORN ? CLI_INVALID : CLI_USAGE;
             goto out;
         }
     }
     *n_out = n;
     *pos_out = positions;
     *bytes_out = bytes;
-    ret = XS_OK;
+    ret = CLI_OK;
 out:
     for (size_t i = 0; i < n; i++)
         fkvf_search_buffer_free((void *)secs[i].data);
@@ -538,7 +523,7 @@ int fkvf_cli_index_file(const char *path, int nosync)
 static int cmd_index(int argc, char **argv)
 {
     if (want_help(argc, argv, index_help))
-        return XS_OK;
+        return CLI_OK;
     const char *path = NULL;
     uint64_t ids[256];
     size_t nid = 0;
@@ -556,17 +541,17 @@ static int cmd_index(int argc, char **argv)
             path = a;
         else {
             fprintf(stderr, "fkvf index: bad argument '%s'\n%s", a, index_help);
-            return XS_USAGE;
+            return CLI_USAGE;
         }
     }
     if (!path) {
         fprintf(stderr, "fkvf index: give ARCHIVE\n%s", index_help);
-        return XS_USAGE;
+        return CLI_USAGE;
     }
     size_t n = 0;
     uint64_t positions = 0, bytes = 0;
     int ret = index_file(path, ids, nid, nosync, &n, &positions, &bytes);
-    if (ret != XS_OK)
+    if (ret != CLI_OK)
         return ret;
     if (json)
         printf("{\"streams\":%zu,\"positions\":%" PRIu64 ",\"bytes\":%" PRIu64 "}\n", n, positions,
@@ -575,7 +560,7 @@ static int cmd_index(int argc, char **argv)
         printf("%s: indexed %zu stream%s (the last of %" PRIu64 " positions), %" PRIu64
                " index bytes in one new commit\n",
                path, n, n == 1 ? "" : "s", positions, bytes);
-    return XS_OK;
+    return CLI_OK;
 }
 
 /* ---- plot --------------------------------------------------------------- */
@@ -642,7 +627,7 @@ static int write_png(const char *path, const unsigned char *pix, uint32_t w, uin
 static int cmd_plot(int argc, char **argv)
 {
     if (want_help(argc, argv, plot_help))
-        return XS_OK;
+        return CLI_OK;
     const char *path = NULL, *stream = NULL, *out = NULL;
     uint64_t size = 512;
     for (int i = 0; i < argc; i++) {
@@ -652,24 +637,24 @@ static int cmd_plot(int argc, char **argv)
             stream = argv[++i];
         else if (!strcmp(a, "-o") && v)
             out = argv[++i];
-        else if (!strcmp(a, "--size") && v && parse_u64(v, &size) && size >= 16 && size <= 8192)
+        else if (!strcmp(a, "--size") && v && !cli_parse_u64(v, 8192, &size) && size >= 16)
             i++;
         else if (a[0] != '-' && !path)
             path = a;
         else {
             fprintf(stderr, "fkvf plot: bad argument '%s'\n%s", a, plot_help);
-            return XS_USAGE;
+            return CLI_USAGE;
         }
     }
     uint64_t id;
     if (!path || !stream || !out || !parse_stream_name(stream, &id)) {
         fprintf(stderr, "fkvf plot: give ARCHIVE, --stream NAME and -o FILE.png\n%s", plot_help);
-        return XS_USAGE;
+        return CLI_USAGE;
     }
     fkvf_reader *r = NULL;
     if (open_archive(path, &r))
-        return XS_USAGE;
-    int ret = XS_USAGE;
+        return CLI_USAGE;
+    int ret = CLI_USAGE;
     size_t idx;
     uint32_t W = (uint32_t)size;
     uint32_t *cnt = calloc((size_t)W * W, sizeof *cnt);
@@ -683,8 +668,8 @@ static int cmd_plot(int argc, char **argv)
         fkvf_point p;
         int rc = fkvf_reader_stream_point(r, idx, t, &p);
         if (rc) {
-            fprintf(stderr, "fkvf: %s: %s\n", path, fkvf_reader_message(r));
-            ret = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? XS_FAIL : XS_USAGE;
+            cli_err("%s: %s", path, fkvf_reader_message(r));
+            ret = cli_class_exit(rc);
             goto out;
         }
         double x, y;
@@ -721,7 +706,7 @@ static int cmd_plot(int argc, char **argv)
     stream_name(id, nm, sizeof nm);
     printf("%s: %" PRIu64 " points of %s, %ux%u pixels, densest pixel %u\n", out, si.length, nm, W,
            W, mx);
-    ret = XS_OK;
+    ret = CLI_OK;
 out:
     free(cnt);
     free(pix);

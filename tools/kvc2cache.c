@@ -6,12 +6,13 @@
  *
  * usage: kvc2cache IN.kvc OUT [--dtype f16|bf16|f32] [--positions N]
  */
-#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cacheio.h"
+#include "cli_util.h"
 #include "fkvf.h"
 
 static uint32_t rd32(const uint8_t *p)
@@ -43,13 +44,12 @@ int main(int argc, char **argv)
             }
         } else if (!strcmp(argv[i], "--positions") && i + 1 < argc) {
             const char *v = argv[++i];
-            char *end;
-            errno = 0;
-            keep = strtoul(v, &end, 10);
-            if (!*v || *v == '-' || *end || errno || keep == 0) {
+            uint64_t x;
+            if (cli_parse_u64(v, ULONG_MAX, &x) || x == 0) {
                 fprintf(stderr, "kvc2cache: --positions: '%s' is not a count >= 1\n", v);
                 return 2;
             }
+            keep = (unsigned long)x;
         } else if (!in) {
             in = argv[i];
         } else if (!out) {
