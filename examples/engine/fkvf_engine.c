@@ -595,17 +595,19 @@ static int bench_resume(const lm_model *m, const char *dir, const char *codebook
     lm_state *st = lm_state_new(m, 0), *st2 = lm_state_new(m, 0);
     int *toks = malloc(512 * sizeof *toks);
     double *t_re = malloc((size_t)reps * sizeof(double)),
-           *t_rs = malloc((size_t)reps * sizeof(double));
+           *t_rs = malloc((size_t)reps * sizeof(double)),
+           *t_op = malloc((size_t)reps * sizeof(double)),
+           *t_ro = malloc((size_t)reps * sizeof(double));
     sink_state sk;
     memset(&sk, 0, sizeof sk);
     sk.row_bytes = (size_t)c->n_layers * 2 * (size_t)c->kv_dim * sizeof(float);
     sk.row = malloc(sk.row_bytes);
-    if (!st || !st2 || !toks || !t_re || !t_rs || !sk.row)
+    if (!st || !st2 || !toks || !t_re || !t_rs || !t_op || !t_ro || !sk.row)
         goto out;
-    printf("bench-resume: %s, %d reps, medians; archive %s\n", c->seq_len >= 512 ? "ok" : "?",
+    printf("bench-resume: %d reps, medians, f32 archive %s (4 sinks + 32 recent exact)\n",
            reps, codebooks ? codebooks : "exact-only");
-    printf("%8s %14s %16s %9s %12s %s\n", "prompt", "recompute_ms", "open+restore_ms",
-           "speedup", "bytes", "bit-identical");
+    printf("%6s %13s %16s %8s %10s %8s %9s %s\n", "prompt", "recompute_ms",
+           "open+restore_ms", "open_ms", "restore_ms", "speedup", "bytes", "cache-identical");
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
         int n = lens[li];
         if (n > lm_state_capacity(st))
@@ -652,9 +654,12 @@ static int bench_resume(const lm_model *m, const char *dir, const char *codebook
             int e = fkvf_reader_open_file(&r, path, 0, NULL);
             if (e == 0 && cb)
                 e = fkvf_reader_attach_codebook(r, cb);
+            double t1 = now_seconds();
             if (e == 0)
                 e = restore_cache(r, st2, n);
             t_rs[k] = now_seconds() - t0;
+            t_op[k] = t1 - t0;
+            t_ro[k] = t_rs[k] - t_op[k];
             if (e) {
                 fprintf(stderr, "fkvf-engine: %s: %s\n", path,
                         r ? fkvf_reader_message(r) : fkvf_strerror(e));
@@ -673,9 +678,11 @@ static int bench_resume(const lm_model *m, const char *dir, const char *codebook
                     if (memcmp(a, b, (size_t)n * c->head_size * sizeof(float)))
                         identical = 0;
                 }
-        double re = median(t_re, reps), rs = median(t_rs, reps);
-        printf("%8d %14.3f %16.3f %8.1fx %12llu %s\n", n, re * 1e3, rs * 1e3, re / rs,
-               (unsigned long long)as.file_size, identical ? "yes" : "no");
+        double re = median(t_re, reps), rs = median(t_rs, reps), op = median(t_op, reps);
+        double rsonly = median(t_ro, reps);
+        printf("%6d %13.3f %16.3f %8.3f %10.3f %7.1fx %9llu %s\n", n, re * 1e3, rs * 1e3,
+               op * 1e3, rsonly * 1e3, re / rs, (unsigned long long)as.file_size,
+               identical ? "yes" : "no");
         (void)sinkv;
     }
     rc = 0;
@@ -687,6 +694,8 @@ out:
     free(toks);
     free(t_re);
     free(t_rs);
+    free(t_op);
+    free(t_ro);
     free(sk.row);
     return rc;
 }
