@@ -82,15 +82,21 @@ echo "(a) checked: prefix reuse (30 of 33 prompt tokens) equals a fresh run"
 # ---- (b) SIGKILL mid-generation ---------------------------------------------
 G=300
 run kfull --generate $G --temperature 1 --seed 11
-b=$T/kill.fkvf
+# two rounds: 3 ms between steps, killed after 80 printed steps (lands between
+# commits or in one); no delay, each step bound by its commit's fsyncs, killed
+# after 30 (more often inside a commit)
+for round in 3:80 0:30; do
+delay=${round%%:*}
+want_steps=${round#*:}
+b=$T/kill-$delay.fkvf
 "$E" --model "$MODEL" --generate $G --temperature 1 --seed 11 --save "$b" --exact-only \
-    --commit-every 1 --delay-ms 3 >"$T/killed" 2>"$T/killed.err" &
+    --commit-every 1 --delay-ms "$delay" >"$T/killed" 2>"$T/killed.err" &
 pid=$!
 i=0
 while :; do
     c=$(grep -c '^step ' "$T/killed" 2>/dev/null)
-    [ "${c:-0}" -ge 80 ] || [ $i -ge 1000 ] && break
-    sleep 0.02
+    [ "${c:-0}" -ge "$want_steps" ] || [ $i -ge 2000 ] && break
+    sleep 0.01
     i=$((i + 1))
 done
 kill -KILL $pid
@@ -112,7 +118,8 @@ steps kfull | tail -n $((G + 1 - n)) >"$T/want"
 steps kresume >"$T/got"
 same "(b) continuation after SIGKILL" "$T/want" "$T/got"
 "$F" verify "$b" >/dev/null 2>&1 && ok || bad "(b) fkvf verify after the resume"
-echo "(b) checked: SIGKILL after $seen printed steps (last pos $last): archive held $n positions, continuation of $((G + 1 - n)) steps bit-identical; torn tail cut: ${torn:-0} bytes"
+echo "(b) checked: delay ${delay} ms, SIGKILL after $seen printed steps (last pos $last): archive held $n positions, continuation of $((G + 1 - n)) steps bit-identical; torn tail cut: ${torn:-0} bytes"
+done
 
 # ---- (c) quantized archive --------------------------------------------------
 cb=$T/cb.fkvf
