@@ -37,6 +37,16 @@ same() { # same NAME FILE1 FILE2
     if cmp -s "$2" "$3"; then ok; else bad "$1: differs"; diff "$2" "$3" | head -5; fi
 }
 
+# ---- the model README check: 64 greedy ids, mean NLL of 65 picks 0.8781 ----
+run readme --generate 65 --quiet
+README_IDS="461 461 401 401 401 461 378 455 473 456 435 299 362 409 283 264 283 452 288 13 \
+431 431 431 431 431 431 431 431 431 431 431 431 431 293 430 417 363 416 315 342 418 424 400 442 \
+402 303 266 299 374 466 396 303 271 362 390 469 306 469 423 314 347 305 356 333"
+got_ids=$(ids_of readme | cut -d' ' -f1-64)
+[ "$got_ids" = "$README_IDS" ] && ok || bad "README ids: $got_ids"
+grep -q '^mean-nll: 0.8781[0-9]* over 65 tokens' "$T/readme" && ok ||
+    bad "README NLL: $(grep '^mean-nll' "$T/readme")"
+
 # ---- (a) lossless save / stop / resume --------------------------------------
 for mode in "greedy:--temperature 0" "sampled:--temperature 1 --seed 5"; do
     name=${mode%%:*}
@@ -78,6 +88,16 @@ grep -q "prefix_len 30, reused 30, recomputed 3" "$T/reuse" && ok ||
     bad "(a) diverging prompt: $(grep '^resume:' "$T/reuse")"
 grep -q "new.fkvf: 53 positions" "$T/reuse" && ok || bad "(a) new archive: $(grep '^archive:' "$T/reuse")"
 echo "(a) checked: prefix reuse (30 of 33 prompt tokens) equals a fresh run"
+
+# an archive is refused by a model with other weights (descriptor weights hash)
+cp "$MODEL" "$T/other.bin"
+chmod u+w "$T/other.bin"
+printf '\125' | dd of="$T/other.bin" bs=1 seek=28 conv=notrunc 2>/dev/null
+if "$E" --model "$T/other.bin" --resume "$T/a-greedy-1.fkvf" --generate 1 >"$T/other" 2>&1; then
+    bad "(a) an archive of another model was resumed"
+else
+    grep -q 'saved with other model weights' "$T/other" && ok || { bad "(a) other model:"; cat "$T/other"; }
+fi
 
 # ---- (b) SIGKILL mid-generation ---------------------------------------------
 G=300

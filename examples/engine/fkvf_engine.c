@@ -128,6 +128,40 @@ static const char *base_name(const char *p)
     return s ? s + 1 : p;
 }
 
+/* XXH3-128 (canonical bytes) of the checkpoint file, for the descriptor's
+ * weights_hash (kind 2, spec 8): fkvf_codebook_hash is XXH3-128 of the bytes
+ * it is given. -1 if the file cannot be read. */
+static int hash_file(const char *path, uint8_t out[16])
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    size_t cap = 1 << 20, n = 0;
+    unsigned char *b = malloc(cap);
+    while (b) {
+        if (n == cap) {
+            unsigned char *nb = realloc(b, cap * 2);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+        size_t k = fread(b + n, 1, cap - n, f);
+        n += k;
+        if (k == 0)
+            break;
+    }
+    int bad = !b || ferror(f);
+    fclose(f);
+    if (!bad)
+        fkvf_codebook_hash(b, n, out);
+    free(b);
+    return bad ? -1 : 0;
+}
+
 /* ---- the engine's cache <-> FKVF rows ------------------------------------- */
 
 /* Row of one position in the layout of spec 14.2, binary32: per layer the
@@ -235,6 +269,8 @@ static int create_archive(fkvf_appender **out, const char *path, const lm_config
     d.window = so->recent;
     d.model_id = base_name(model_path);
     d.tokenizer_id = "llama2c-ids";
+    if (hash_file(model_path, d.weights_hash) == 0)
+        d.weights_hash_kind = 2; /* XXH3-128 of the checkpoint file */
     fkvf_append_create cr;
     memset(&cr, 0, sizeof cr);
     cr.desc = &d;
@@ -370,6 +406,30 @@ static int run(const lm_model *m, run_opts *o)
                     r ? fkvf_reader_message(r) : fkvf_strerror(e));
             goto out;
         }
+        /* the archive must come from this model (weights hash, spec 8) */
+        fkvf_desc ad;
+        uint8_t mh[16];
+        if ((e = fkvf_reader_desc(r, &ad))) {
+            fprintf(stderr, "fkvf-engine: %s: %s\n", o->resume, fkvf_reader_message(r));
+            goto out;
+        }
+        if (ad.n_layers != (uint32_t)c->n_layers || ad.n_kv_heads != (uint32_t)c->n_kv_heads ||
+            ad.key_dim != (uint32_t)c->head_size || ad.value_dim != (uint32_t)c->head_size) {
+            fprintf(stderr, "fkvf-engine: %s: cache shape %u layers x %u heads x %u/%u, the "
+                    "model has %d x %d x %d\n", o->resume, ad.n_layers, ad.n_kv_heads,
+                    ad.key_dim, ad.value_dim, c->n_layers, c->n_kv_heads, c->head_size);
+            goto out;
+        }
+        if (ad.weights_hash_kind == 2 && hash_file(o->model_path, mh) == 0 &&
+            memcmp(mh, ad.weights_hash, 16) != 0) {
+            fprintf(stderr, "fkvf-engine: %s was saved with other model weights "
+                    "(model_id \"%s\"; weights hash differs from %s)\n", o->resume,
+                    ad.model_id, o->model_path);
+            goto out;
+        }
+        if (ad.weights_hash_kind != 2)
+            fprintf(stderr, "fkvf-engine: note: %s has no XXH3-128 weights hash; cannot check "
+                    "that it comes from this model\n", o->resume);
         int ext = 0;
         uint8_t h[16];
         const char *hint = NULL;
