@@ -399,6 +399,8 @@ static int run(const lm_model *m, run_opts *o)
     uint64_t n_arch = 0; /* positions in the archive */
     double t_restore = 0;
     if (o->resume) {
+        uint8_t mh[16];
+        int have_mh = hash_file(o->model_path, mh) == 0;
         double t0 = now_seconds();
         int e = fkvf_reader_open_file(&r, o->resume, 0, NULL);
         if (e) {
@@ -408,7 +410,6 @@ static int run(const lm_model *m, run_opts *o)
         }
         /* the archive must come from this model (weights hash, spec 8) */
         fkvf_desc ad;
-        uint8_t mh[16];
         if ((e = fkvf_reader_desc(r, &ad))) {
             fprintf(stderr, "fkvf-engine: %s: %s\n", o->resume, fkvf_reader_message(r));
             goto out;
@@ -420,7 +421,7 @@ static int run(const lm_model *m, run_opts *o)
                     ad.key_dim, ad.value_dim, c->n_layers, c->n_kv_heads, c->head_size);
             goto out;
         }
-        if (ad.weights_hash_kind == 2 && hash_file(o->model_path, mh) == 0 &&
+        if (ad.weights_hash_kind == 2 && have_mh &&
             memcmp(mh, ad.weights_hash, 16) != 0) {
             fprintf(stderr, "fkvf-engine: %s was saved with other model weights "
                     "(model_id \"%s\"; weights hash differs from %s)\n", o->resume,
@@ -457,6 +458,16 @@ static int run(const lm_model *m, run_opts *o)
         if ((e = read_tokens(r, &atok, &n_arch))) {
             fprintf(stderr, "fkvf-engine: %s: no token stream (%s)\n", o->resume,
                     fkvf_strerror(e));
+            goto out;
+        }
+        if (!o->prompt && n_arch > (uint64_t)lm_state_capacity(st)) {
+            fprintf(stderr, "fkvf-engine: %s: %llu positions, more than the model's %d\n",
+                    o->resume, (unsigned long long)n_arch, lm_state_capacity(st));
+            goto out;
+        }
+        if (o->prompt && o->n_prompt > lm_state_capacity(st)) {
+            fprintf(stderr, "fkvf-engine: a prompt of %d tokens exceeds seq_len %d\n",
+                    o->n_prompt, lm_state_capacity(st));
             goto out;
         }
         if (!o->prompt) { /* continue the archived sequence */
@@ -600,6 +611,11 @@ static int run(const lm_model *m, run_opts *o)
     }
     if (sink_flush(&sk))
         goto out;
+    if (sk.a && o->so.sync == FKVF_SYNC_NONE && fkvf_appender_sync(sk.a)) {
+        fprintf(stderr, "fkvf-engine: %s: sync failed: %s\n", sk.path,
+                fkvf_appender_message(sk.a));
+        goto out;
+    }
     if (sk.a) {
         fkvf_appender_state as;
         fkvf_appender_state_get(sk.a, &as);
