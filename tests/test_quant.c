@@ -1605,6 +1605,62 @@ START_TEST(rvq_allocation_failures)
 }
 END_TEST
 
+/* A codebook loaded for decoding only decodes exactly as the full handle
+ * (the same tables), refuses to encode, and its subsets stay decode-only. */
+START_TEST(rvq_decode_only_handle)
+{
+    tu_rng r = {77};
+    fkvf_codebook_shape sh = {2, 3, 8, 6, 16, 3, 2, FKVF_DTYPE_F32, 0};
+    size_t nf = (size_t)2 * 3 * 16 * (3 * 8 + 2 * 6);
+    float *tab = xcalloc(nf, sizeof(float));
+    for (size_t i = 0; i < nf; i++)
+        tab[i] = (float)((double)tu_below(&r, 20001) / 1000.0 - 10.0);
+    fkvf_rvq *full, *dec;
+    OK(fkvf_rvq_from_tables(&full, &sh, 0, tab, nf * sizeof(float), NULL));
+    OK(fkvf_rvq_from_tables_decode(&dec, &sh, 0, tab, nf * sizeof(float), NULL));
+    const size_t nc = fkvf_rvq_codes_per_position(full), n = 37;
+    ck_assert_uint_eq(fkvf_rvq_codes_per_position(dec), nc);
+    uint16_t *codes = xcalloc(n * nc, sizeof(uint16_t));
+    for (size_t i = 0; i < n * nc; i++)
+        codes[i] = (uint16_t)tu_below(&r, 16);
+    const size_t rb = (size_t)2 * 3 * (8 + 6) * 4;
+    uint8_t *a = xcalloc(n, rb), *b = xcalloc(n, rb);
+    fkvf_rope rope = {2, 6, 10000.0};
+    for (int rp = 0; rp < 2; rp++)
+        for (int dt = FKVF_DTYPE_F16; dt <= FKVF_DTYPE_F32; dt++) {
+            memset(a, 0xAB, n * rb);
+            memset(b, 0xCD, n * rb);
+            OK(fkvf_rvq_decode(full, codes, nc, 1, n, 5, rp ? &rope : NULL, (fkvf_dtype)dt, a,
+                               n * rb));
+            OK(fkvf_rvq_decode(dec, codes, nc, 1, n, 5, rp ? &rope : NULL, (fkvf_dtype)dt, b,
+                               n * rb));
+            /* f16 and bf16 rows are half as long as the f32 buffer */
+            ck_assert(memcmp(a, b, n * rb / (dt == FKVF_DTYPE_F32 ? 1 : 2)) == 0);
+        }
+    for (unsigned st = 0; st < 3; st++)
+        ck_assert(memcmp(fkvf_rvq_centroids(full, 1, 2, 0, st),
+                         fkvf_rvq_centroids(dec, 1, 2, 0, st), 16 * 8 * sizeof(float)) == 0);
+    /* encoding needs the search layout */
+    float *rows = xcalloc(n, rb);
+    fkvf_rows in = {rows, n, FKVF_DTYPE_F32, 0};
+    OK(fkvf_rvq_encode(full, &in, NULL, 0, codes, nc, 1));
+    ck_assert_int_eq(fkvf_rvq_encode(dec, &in, NULL, 0, codes, nc, 1), FKVF_E_STATE);
+    fkvf_rvq *sub;
+    OK(fkvf_rvq_subset(&sub, dec, 2, 1));
+    ck_assert_int_eq(fkvf_rvq_encode(sub, &in, NULL, 0, codes, fkvf_rvq_codes_per_position(sub),
+                                     1),
+                     FKVF_E_STATE);
+    fkvf_rvq_free(sub);
+    fkvf_rvq_free(full);
+    fkvf_rvq_free(dec);
+    free(rows);
+    free(a);
+    free(b);
+    free(codes);
+    free(tab);
+}
+END_TEST
+
 static Suite *quant_suite(void)
 {
     Suite *su = suite_create("quant");
@@ -1643,6 +1699,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tq, rvq_input_dtypes);
     tcase_add_test(tq, rvq_invalid_arguments);
     tcase_add_test(tq, rvq_allocation_failures);
+    tcase_add_test(tq, rvq_decode_only_handle);
     suite_add_tcase(su, tq);
     return su;
 }

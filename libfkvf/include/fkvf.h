@@ -834,6 +834,13 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *params,
 FKVF_API int fkvf_rvq_from_tables(fkvf_rvq **out, const fkvf_codebook_shape *shape,
                                   uint32_t n_kv_heads, const void *tables, size_t size,
                                   const fkvf_allocator *alloc);
+/* The same, for decoding only (fkvf_rvq_decode, fkvf_rvq_centroids): skips
+ * the encoder's search layout (half the memory, and a sort per stage table:
+ * about 17 ms at k = 256 for a small model's codebook); fkvf_rvq_encode on
+ * such a handle is FKVF_E_STATE. Readers load archive codebooks this way. */
+FKVF_API int fkvf_rvq_from_tables_decode(fkvf_rvq **out, const fkvf_codebook_shape *shape,
+                                         uint32_t n_kv_heads, const void *tables, size_t size,
+                                         const fkvf_allocator *alloc);
 /* A copy with only the first k_stages / v_stages stages (at most q's). */
 FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
                              unsigned v_stages);

@@ -99,10 +99,11 @@ struct fkvf_rvq {
     float *panels;       /* the same, panel layout per stage table */
     float *norms;        /* n_tabs * (ks + vs) * k */
     double *cmax;        /* n_tabs * (ks + vs) */
+    int decode_only;     /* rows only: no search layout (fkvf_rvq_from_tables_decode) */
 };
 
 /* Allocate an empty handle for a validated shape (tables uninitialized). */
-int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
+int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads, int decode_only,
                     const fkvf_allocator *alloc);
 /* Offset (in floats) of stage table (tab, kv, s) in rows / panels. */
 size_t fkvfq_table_off(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s);

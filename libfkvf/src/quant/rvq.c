@@ -25,7 +25,7 @@ int fkvfq_shape_check(const fkvf_codebook_shape *s)
 }
 
 int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
-                    const fkvf_allocator *alloc)
+                    int decode_only, const fkvf_allocator *alloc)
 {
     *out = NULL;
     if (fkvfq_shape_check(shape) || n_kv_heads < 1 || n_kv_heads > 1024 ||
@@ -52,7 +52,13 @@ int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
     q->n_tabs = n_tabs;
     q->per_tab = per;
     q->n_floats = total;
-    if (total) {
+    q->decode_only = decode_only;
+    if (total && decode_only) {
+        if (!(q->rows = fkvf_malloc(&q->alloc, bytes))) {
+            fkvf_rvq_free(q);
+            return FKVF_E_NOMEM;
+        }
+    } else if (total) {
         q->rows = fkvf_malloc(&q->alloc, bytes);
         q->panels = q->rows ? fkvf_malloc(&q->alloc, bytes) : NULL;
         q->norms = q->panels ? fkvf_malloc(&q->alloc, nb) : NULL;
@@ -154,9 +160,9 @@ FKVF_API int fkvf_rvq_tables(const fkvf_rvq *q, void *out, size_t size)
     return FKVF_OK;
 }
 
-FKVF_API int fkvf_rvq_from_tables(fkvf_rvq **out, const fkvf_codebook_shape *shape,
-                                  uint32_t n_kv_heads, const void *tables, size_t size,
-                                  const fkvf_allocator *alloc)
+static int from_tables(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
+                       const void *tables, size_t size, const fkvf_allocator *alloc,
+                       int decode_only)
 {
     if (!out)
         return FKVF_E_INVALID_ARG;
@@ -166,7 +172,7 @@ FKVF_API int fkvf_rvq_from_tables(fkvf_rvq **out, const fkvf_codebook_shape *sha
     if (!n_kv_heads)
         n_kv_heads = shape->n_heads;
     fkvf_rvq *q;
-    int rc = fkvfq_rvq_alloc(&q, shape, n_kv_heads, alloc);
+    int rc = fkvfq_rvq_alloc(&q, shape, n_kv_heads, decode_only, alloc);
     if (rc)
         return rc;
     if (size != fkvf_rvq_tables_size(q)) {
@@ -180,12 +186,26 @@ FKVF_API int fkvf_rvq_from_tables(fkvf_rvq **out, const fkvf_codebook_shape *sha
             fkvf_rvq_free(q);
             return FKVF_E_INVALID_ARG;
         }
-    if ((rc = fkvfq_rvq_prepare(q))) {
+    if (!decode_only && (rc = fkvfq_rvq_prepare(q))) {
         fkvf_rvq_free(q);
         return rc;
     }
     *out = q;
     return FKVF_OK;
+}
+
+FKVF_API int fkvf_rvq_from_tables(fkvf_rvq **out, const fkvf_codebook_shape *shape,
+                                  uint32_t n_kv_heads, const void *tables, size_t size,
+                                  const fkvf_allocator *alloc)
+{
+    return from_tables(out, shape, n_kv_heads, tables, size, alloc, 0);
+}
+
+FKVF_API int fkvf_rvq_from_tables_decode(fkvf_rvq **out, const fkvf_codebook_shape *shape,
+                                         uint32_t n_kv_heads, const void *tables, size_t size,
+                                         const fkvf_allocator *alloc)
+{
+    return from_tables(out, shape, n_kv_heads, tables, size, alloc, 1);
 }
 
 FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
@@ -200,7 +220,7 @@ FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stage
     sh.k_stages = (uint8_t)k_stages;
     sh.v_stages = (uint8_t)v_stages;
     fkvf_rvq *n;
-    int rc = fkvfq_rvq_alloc(&n, &sh, q->n_kv_heads, &q->alloc);
+    int rc = fkvfq_rvq_alloc(&n, &sh, q->n_kv_heads, q->decode_only, &q->alloc);
     if (rc)
         return rc;
     size_t kbytes = (size_t)k_stages * sh.k * sh.key_dim * sizeof(float);
@@ -213,7 +233,7 @@ FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stage
             memcpy(n->rows + fkvfq_table_off(n, tab, 1, 0), q->rows + fkvfq_table_off(q, tab, 1, 0),
                    vbytes);
     }
-    if ((rc = fkvfq_rvq_prepare(n))) {
+    if (!n->decode_only && (rc = fkvfq_rvq_prepare(n))) {
         fkvf_rvq_free(n);
         return rc;
     }
@@ -407,6 +427,8 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
 {
     if (!q || !rows || beam_width > FKVF_RVQ_MAX_BEAM)
         return FKVF_E_INVALID_ARG;
+    if (q->decode_only)
+        return FKVF_E_STATE; /* no search layout: loaded for decoding only */
     const fkvf_codebook_shape *sh = &q->shape;
     size_t es = fkvfq_dtype_size(rows->dtype), rb = es ? row_bytes(q, rows->dtype) : 0, all;
     if (!rb || (key_rope && !fkvfq_rope_valid(key_rope, sh->key_dim)) ||

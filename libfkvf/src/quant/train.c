@@ -495,7 +495,7 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
     }
 
     fkvf_rvq *q;
-    if ((rc = fkvfq_rvq_alloc(&q, &sh, H, alloc)))
+    if ((rc = fkvfq_rvq_alloc(&q, &sh, H, 0, alloc)))
         return rc;
     const fkvf_allocator *a = &q->alloc;
 

@@ -85,8 +85,8 @@ int rd_restore_prepare(fkvf_reader *r)
     if (rc)
         return rc; /* message set: no codebook, or external not attached */
     fkvf_rvq *q = NULL;
-    rc = fkvf_rvq_from_tables(&q, &shape, r->desc.n_kv_heads, (const uint8_t *)contents + 64,
-                              size - 64, codebook_allocator(r));
+    rc = fkvf_rvq_from_tables_decode(&q, &shape, r->desc.n_kv_heads, (const uint8_t *)contents + 64,
+                                     size - 64, codebook_allocator(r));
     if (rc)
         return FAIL(rc, r->sections[r->cb_sec].e.offset, "13.2",
                     "codebook tables cannot be loaded (%s)", fkvf_strerror(rc));
