@@ -170,6 +170,8 @@ typedef struct {
     unsigned extra_flags;
     uint32_t block_size;
     uint64_t seed;
+    const char *model_id, *tok_id; /* NULL: the defaults */
+    const char *long_key;          /* an extra META key */
 } cfg;
 
 static void cfg_init(cfg *c)
@@ -297,8 +299,8 @@ static void build(const char *name, const cfg *c)
     }
     d.n_sinks = c->sinks;
     d.window = c->window;
-    d.model_id = "fkvf-conformance synthetic";
-    d.tokenizer_id = c->tokens ? "synthetic-1024" : "";
+    d.model_id = c->model_id ? c->model_id : "fkvf-conformance synthetic";
+    d.tokenizer_id = c->tok_id ? c->tok_id : c->tokens ? "synthetic-1024" : "";
     W(fkvf_writer_set_desc(w, &d), "descriptor");
 
     /* which positions are exact: [0, S) and [n - W, n), or all when the
@@ -383,6 +385,8 @@ static void build(const char *name, const cfg *c)
         W(fkvf_writer_meta_f64(w, "conformance.f64", 0.25), "meta");
         W(fkvf_writer_meta_bool(w, "conformance.bool", 1), "meta");
         W(fkvf_writer_meta_bytes(w, "conformance.bytes", "\x00\x01\x02", 3), "meta");
+        if (c->long_key)
+            W(fkvf_writer_meta_utf8(w, c->long_key, "a key of 255 bytes"), "meta");
     }
     if (c->extra_type) {
         static const char payload[] = "an extension section a v1.0 reader does not know";
@@ -599,6 +603,100 @@ int main(int argc, char **argv)
     c.seed = 14;
     build("edge_no_tokens_no_meta.fkvf", &c);
     acc("edge_no_tokens_no_meta.fkvf", "§11.8", "writer: no token stream, no META");
+
+    {
+        static char mid[4097], tid[4097], key[256];
+        memset(mid, 'm', 4096);
+        memset(tid, 't', 4096);
+        memset(key, 'k', 255);
+        cfg_init(&c);
+        c.seed = 19;
+        c.model_id = mid;
+        c.tok_id = tid;
+        c.long_key = key;
+        build("edge_max_strings.fkvf", &c);
+        acc("edge_max_strings.fkvf", "§8, §9.1, §15",
+            "writer: model_id and tokenizer_id of 4096 bytes (the limit), a META key of 255 bytes");
+        buf b = load("edge_max_strings.fkvf");
+        uint64_t T = last_trailer(&b), e = entry(&b, T, "DESC", 0), off = sec_off(&b, e);
+        put32(b.p + off + 40, 4097);
+        put32(b.p + off + 44, 4095);
+        reseal_section(&b, e);
+        reseal_dir(&b, T);
+        save("limit_model_id_len.fkvf", b.p, b.n);
+        rej("limit_model_id_len.fkvf", "LIMIT", "§8.2, §15",
+            "edge_max_strings with model_id_len 4097, tokenizer_id_len 4095 (sizes still add up); "
+            "DESC and directory re-sealed");
+        free(b.p);
+    }
+    cfg_init(&c);
+    c.seed = 20;
+    c.L = 1, c.H = 1, c.KD = 2, c.VD = 2;
+    c.ks = 16, c.vs = 16;
+    c.n_pos = 20;
+    build("edge_max_stages.fkvf", &c);
+    acc("edge_max_stages.fkvf", "§13.1", "writer: k_stages = v_stages = 16 (the maximum), k = 16");
+    cfg_init(&c);
+    c.seed = 21;
+    c.L = 1, c.H = 1, c.KD = 1, c.VD = 1;
+    c.ks = 1, c.vs = 1, c.k = 4096, c.qbits = 12;
+    c.n_pos = 30;
+    build("edge_k4096.fkvf", &c);
+    acc("edge_k4096.fkvf", "§13.1", "writer: k = 4096 (the maximum), 12-bit quad symbols, dims 1");
+    {
+        /* an archive grown by the appender: 4 commits */
+        cfg_init(&c);
+        c.seed = 22;
+        rng_state = c.seed;
+        size_t tn;
+        unsigned char *t = cb_tables(&c, &tn);
+        fkvf_codebook_shape cs = cb_shape(&c);
+        fkvf_rvq *q = NULL;
+        if (fkvf_rvq_from_tables(&q, &cs, c.H, t, tn, NULL))
+            die("rvq", "from tables");
+        free(t);
+        fkvf_desc d;
+        memset(&d, 0, sizeof d);
+        d.n_layers = c.L, d.n_kv_heads = c.H, d.key_dim = c.KD, d.value_dim = c.VD;
+        d.dtype = FKVF_DTYPE_F16;
+        d.key_transform = 1, d.rope_layout = 1, d.key_storage = 1, d.rope_dims = c.KD;
+        d.rope_theta = 10000.0;
+        d.n_sinks = 2, d.window = 6;
+        d.model_id = "fkvf-conformance appender";
+        fkvf_append_create ac;
+        memset(&ac, 0, sizeof ac);
+        ac.desc = &d;
+        ac.codebook = q;
+        ac.token_codec.profile = FKVF_PROFILE_QUAD;
+        ac.token_codec.symbol_bits = 10;
+        fkvf_append_options ao;
+        fkvf_append_options_init(&ao);
+        ao.sync = FKVF_SYNC_NONE;
+        remove(path_of("valid_appender_4commits.fkvf"));
+        fkvf_appender *a = NULL;
+        if (fkvf_appender_create(&a, path_of("valid_appender_4commits.fkvf"), &ac, &ao, NULL))
+            die("appender", a ? fkvf_appender_message(a) : "create");
+        size_t rowb = (size_t)c.L * c.H * (c.KD + c.VD) * 2;
+        static const unsigned counts[3] = {10, 15, 20};
+        for (int k = 0; k < 3; k++) {
+            unsigned char rows[20 * 128];
+            if (counts[k] * rowb > sizeof rows)
+                die("appender", "row buffer");
+            uint32_t tok[20];
+            for (size_t i = 0; i < counts[k] * rowb; i += 2)
+                put16(rows + i, fkvf_f32_to_f16(unitf()));
+            for (unsigned i = 0; i < counts[k]; i++)
+                tok[i] = (uint32_t)(rng() % 1024);
+            if (fkvf_appender_append(a, rows, counts[k] * rowb, counts[k], tok) ||
+                fkvf_appender_commit(a))
+                die("appender", fkvf_appender_message(a));
+        }
+        fkvf_appender_free(a);
+        fkvf_rvq_free(q);
+        acc("valid_appender_4commits.fkvf", "§7.6, §14.3",
+            "fkvf_appender: create (commit 1, empty), then 10, 15 and 20 positions (sinks 2, "
+            "window 6, keys pre-RoPE), RVQ-encoded with a synthetic codebook");
+    }
 
     /* ZIDX: one commit appended to a copy of the quad file */
     {
