@@ -1273,6 +1273,104 @@ int main(int argc, char **argv)
         free(s.p);
     }
 
+    /* more single-field faults */
+    {
+        save("hdr_short_not_magic.fkvf", "\x89" "FX", 3);
+        rej("hdr_short_not_magic.fkvf", "BAD_MAGIC", "§3.1 step 1",
+            "3 bytes 89 46 58: not a prefix of the magic");
+        b = copy(q);
+        b.p[20] = 1;
+        reseal_header(&b);
+        save("hdr_flags.fkvf", b.p, b.n);
+        rej("hdr_flags.fkvf", "CORRUPT", "§3.1 step 7", "header flags = 1; re-sealed");
+        free(b.p);
+        b = copy(q);
+        b.p[9] = 1;
+        reseal_header(&b);
+        save("hdr_byte9.fkvf", b.p, b.n);
+        rej("hdr_byte9.fkvf", "CORRUPT", "§3.1 step 7", "header byte 9 = 1; re-sealed");
+        free(b.p);
+        uint64_t d = get64(q.p + T + 16);
+        b = copy(q);
+        b.p[d + 40] = 1;
+        reseal_dir(&b, T);
+        save("dir_reserved.fkvf", b.p, b.n);
+        rej("dir_reserved.fkvf", "CORRUPT", "§5.3", "directory header reserved byte 40 = 1; re-sealed");
+        free(b.p);
+        uint64_t e = entry(&q, T, "EXAC", 0), off = sec_off(&q, e);
+        b = copy(q);
+        b.p[e + 50] = 1;
+        reseal_dir(&b, T);
+        save("entry_reserved.fkvf", b.p, b.n);
+        rej("entry_reserved.fkvf", "CORRUPT", "§4.2", "EXAC entry reserved byte 50 = 1; re-sealed");
+        free(b.p);
+        b = copy(q);
+        b.p[off + 16] = FKVF_DTYPE_F32;
+        reseal_section(&b, e);
+        reseal_dir(&b, T);
+        save("exac_dtype.fkvf", b.p, b.n);
+        rej("exac_dtype.fkvf", "CORRUPT", "§14.2", "first EXAC header dtype f32 (descriptor f16); re-sealed");
+        free(b.p);
+        b = copy(q);
+        put64(b.p + off, 1);
+        reseal_section(&b, e);
+        reseal_dir(&b, T);
+        save("exac_first_position.fkvf", b.p, b.n);
+        rej("exac_first_position.fkvf", "CORRUPT", "§14.2",
+            "first EXAC first_position 1 != directory key 0; re-sealed");
+        free(b.p);
+        uint64_t ed = entry(&q, T, "DESC", 0);
+        b = copy(q);
+        b.p[sec_off(&q, ed) + 100] = 1;
+        reseal_section(&b, ed);
+        reseal_dir(&b, T);
+        save("desc_reserved.fkvf", b.p, b.n);
+        rej("desc_reserved.fkvf", "CORRUPT", "§8.2", "DESC reserved byte 100 = 1; re-sealed");
+        free(b.p);
+
+        buf df = load("valid_deflate.fkvf");
+        uint64_t Td = last_trailer(&df), ex = entry(&df, Td, "XDFL", 0), es = entry(&df, Td, "STRM", 0);
+        b = copy(df);
+        b.p[sec_off(&df, ex) + sec_size(&df, ex) - 2] ^= 0x01; /* the Adler-32 */
+        save("unknown_optional_checksum.fkvf", b.p, b.n);
+        row("unknown_optional_checksum.fkvf", "reject", "either", "CHECKSUM", "§4.3, §4.6", "-",
+            "valid_deflate with a stored byte of the unknown optional section XDFL flipped");
+        reseal_section(&b, ex);
+        reseal_dir(&b, Td);
+        save("unknown_optional_deflate.fkvf", b.p, b.n);
+        row("unknown_optional_deflate.fkvf", "reject", "either", "DEFLATE", "§4.3, §4.4", "-",
+            "as unknown_optional_checksum with the section checksum re-sealed: its zlib stream "
+            "(Adler-32) is invalid; readers ignore the contents, full verification checks them");
+        free(b.p);
+        b = copy(df);
+        put32(b.p + es + 4, get32(b.p + es + 4) | FKVF_SECTION_DEFLATE);
+        reseal_dir(&b, Td);
+        save("strm_deflate_flag.fkvf", b.p, b.n);
+        rej("strm_deflate_flag.fkvf", "CORRUPT", "§4.4",
+            "valid_deflate (DEFLATE feature set) with the DEFLATE flag on a STRM entry; re-sealed");
+        free(b.p);
+        free(df.p);
+
+        buf r = load("valid_cbrf.fkvf");
+        save("codebook_wrong_file.fkvf", r.p, r.n);
+        free(r.p);
+        row("codebook_wrong_file.fkvf", "reject", "reject", "CODEBOOK", "§13.5",
+            "valid_quad_f16_rope.fkvf",
+            "a copy of valid_cbrf given an archive, not a codebook file, as its codebook");
+        cfg_init(&c);
+        c.seed = 23;
+        build_codebook_file("valid_codebook_file2.fkvf", &c);
+        acc("valid_codebook_file2.fkvf", "§13.4",
+            "writer: a codebook file of the same shape as valid_codebook_file, other values");
+        r = load("valid_cbrf.fkvf");
+        save("codebook_other_codebook.fkvf", r.p, r.n);
+        free(r.p);
+        row("codebook_other_codebook.fkvf", "reject", "reject", "CODEBOOK", "§13.5",
+            "valid_codebook_file2.fkvf",
+            "a copy of valid_cbrf given a codebook file of the right shape whose content hash "
+            "differs");
+    }
+
     /* commit chain and torn tails (§7) */
     {
         buf m = load("valid_multicommit3.fkvf");
