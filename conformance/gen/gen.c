@@ -801,8 +801,11 @@ int main(int argc, char **argv)
     /* header (§3.1) */
     save("hdr_empty.fkvf", "", 0);
     rej("hdr_empty.fkvf", "TRUNCATED", "§3.1 step 2", "empty file");
-    save("hdr_not_fkvf.fkvf", "PK\x03\x04 not an fkvf file\n", 24);
-    rej("hdr_not_fkvf.fkvf", "BAD_MAGIC", "§3.1 step 1", "24 bytes of text");
+    {
+        static const char text[] = "PK\x03\x04 not an fkvf file\n";
+        save("hdr_not_fkvf.fkvf", text, sizeof text - 1);
+    }
+    rej("hdr_not_fkvf.fkvf", "BAD_MAGIC", "§3.1 step 1", "22 bytes: PK 03 04 and text");
     b = copy(q);
     b.p[1] = 'G';
     save("hdr_bad_magic.fkvf", b.p, b.n);
