@@ -1302,6 +1302,25 @@ int main(int argc, char **argv)
         save("dir_reserved.fkvf", b.p, b.n);
         rej("dir_reserved.fkvf", "CORRUPT", "§5.3", "directory header reserved byte 40 = 1; re-sealed");
         free(b.p);
+        b = copy(q);
+        put64(b.p + d + 24, get64(q.p + d + 16) - 1); /* S + A > n */
+        reseal_dir(&b, T);
+        save("dir_archived_past_end.fkvf", b.p, b.n);
+        rej("dir_archived_past_end.fkvf", "CORRUPT", "§14.3",
+            "n_archived = n_positions - 1 with 2 sinks (S + A > n; the index streams are then "
+            "also shorter than A, §11.6, CORRUPT as well); re-sealed");
+        free(b.p);
+        {
+            buf nt = load("edge_no_tokens_no_meta.fkvf");
+            uint64_t Tn = last_trailer(&nt), dn = get64(nt.p + Tn + 16);
+            put64(nt.p + dn + 16, get64(nt.p + dn + 16) + 1);
+            reseal_dir(&nt, Tn);
+            save("dir_exact_uncovered.fkvf", nt.p, nt.n);
+            free(nt.p);
+            rej("dir_exact_uncovered.fkvf", "CORRUPT", "§14.3",
+                "edge_no_tokens_no_meta with n_positions + 1: the new last position is exact but "
+                "no EXAC covers it; re-sealed");
+        }
         uint64_t e = entry(&q, T, "EXAC", 0), off = sec_off(&q, e);
         b = copy(q);
         b.p[e + 50] = 1;
