@@ -54,8 +54,25 @@ while IFS=$tab read -r name verify open class clause digest codebook prov; do
     fi
     CONF_FILE=$suite/files/$name CONF_CODEBOOK=$cbk $tmo sh -c "$cmd" >"$out" 2>/dev/null </dev/null
     rc=$?
-    got_digest=$(sed -n 's/^digest \([0-9a-fA-F]\{16\}\)$/\1/p' "$out" | head -n 1 | tr 'A-F' 'a-f')
-    got_class=$(sed -n 's/^class \([A-Z_]*\)$/\1/p' "$out" | head -n 1)
+    # the first "digest HEX" and "class NAME" lines (read without forking)
+    got_digest= got_class=
+    while IFS= read -r line || [ -n "$line" ]; do
+        case $line in
+            "digest "*)
+                d=${line#digest }
+                case $d in
+                    *[!0-9a-fA-F]*) ;;
+                    ????????????????) [ -n "$got_digest" ] || got_digest=$d ;;
+                esac ;;
+            "class "*)
+                c=${line#class }
+                case $c in
+                    *[!A-Z_]* | "") ;;
+                    *) [ -n "$got_class" ] || got_class=$c ;;
+                esac ;;
+        esac
+    done <"$out"
+    case $got_digest in *[A-F]*) got_digest=$(printf '%s' "$got_digest" | tr 'A-F' 'a-f') ;; esac
     note=
     case $rc in
         0) got=accept ;;
