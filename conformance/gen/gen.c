@@ -950,6 +950,13 @@ int main(int argc, char **argv)
             "directory commit_seq 2 != trailer commit_seq 1; re-sealed");
         free(b.p);
         b = copy(q);
+        put32(b.p + d + 4, (UINT32_C(1) << 20) + 1);
+        reseal_dir(&b, T);
+        save("limit_entry_count.fkvf", b.p, b.n);
+        rej("limit_entry_count.fkvf", "LIMIT", "§5.3, §6.2 step 10, §15",
+            "directory entry_count 2^20 + 1 (checked before dir_size, §5.3 order); re-sealed");
+        free(b.p);
+        b = copy(q);
         put64(b.p + d + 24, get64(b.p + d + 16) + 1);
         reseal_dir(&b, T);
         save("dir_archived_gt_positions.fkvf", b.p, b.n);
