@@ -1,0 +1,1464 @@
+/* fkvf-conf-gen: rebuilds the FKVF conformance suite (conformance/README.md).
+ *
+ *   fkvf-conf-gen OUTDIR
+ *
+ * Writes OUTDIR/files/ (the .fkvf files) and OUTDIR/manifest.tsv. Valid files are made
+ * with the public libfkvf writer API from seeded synthetic data; invalid
+ * files are made from them by byte-level surgery on the spec's layouts
+ * (re-sealing the checksums that must stay valid so that each file has one
+ * fault). Same bytes on every run and every host. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+#include "conf_digest.h"
+
+static const char *outdir;
+static FILE *manifest;
+static int failures;
+
+/* ---- deterministic data ------------------------------------------------ */
+static uint64_t rng_state;
+static uint64_t rng(void)
+{
+    uint64_t z = (rng_state += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+static float unitf(void) { return (float)((double)(rng() >> 40) / 16777216.0 * 2.0 - 1.0); }
+
+/* ---- little-endian helpers -------------------------------------------- */
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static uint32_t get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
+/* ---- files -------------------------------------------------------------- */
+typedef struct {
+    unsigned char *p;
+    size_t n;
+} buf;
+
+static char *path_of(const char *name)
+{
+    static char p[4096];
+    snprintf(p, sizeof p, "%s/files/%s", outdir, name);
+    return p;
+}
+static void die(const char *what, const char *detail)
+{
+    fprintf(stderr, "fkvf-conf-gen: %s: %s\n", what, detail);
+    exit(1);
+}
+static buf load(const char *name)
+{
+    buf b = {NULL, 0};
+    FILE *f = fopen(path_of(name), "rb");
+    if (!f)
+        die("cannot open", name);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    b.n = (size_t)n;
+    b.p = malloc(b.n + 1);
+    if (!b.p || fread(b.p, 1, b.n, f) != b.n)
+        die("cannot read", name);
+    fclose(f);
+    return b;
+}
+static void save(const char *name, const void *p, size_t n)
+{
+    FILE *f = fopen(path_of(name), "wb");
+    if (!f || (n && fwrite(p, 1, n, f) != n) || fclose(f))
+        die("cannot write", name);
+}
+static buf copy(buf b)
+{
+    buf c = {malloc(b.n + 1), b.n};
+    if (!c.p)
+        die("out of memory", "copy");
+    memcpy(c.p, b.p, b.n);
+    return c;
+}
+
+/* ---- manifest ----------------------------------------------------------- */
+/* name verify open class clause digest codebook provenance */
+static void row(const char *name, const char *verify, const char *open, const char *cls,
+                const char *clause, const char *codebook, const char *prov)
+{
+    char digest[32] = "-";
+    if (!strcmp(open, "accept") || !strcmp(verify, "accept")) {
+        /* the digest of what an accepting (non-strict) reader serves */
+        fkvf_reader *r = NULL, *cb = NULL;
+        int rc = fkvf_reader_open_file(&r, path_of(name), FKVF_OPEN_READ, NULL);
+        if (!rc && codebook[0] != '-') {
+            rc = fkvf_reader_open_file(&cb, path_of(codebook), FKVF_OPEN_READ, NULL);
+            if (!rc)
+                rc = fkvf_reader_attach_codebook(r, cb);
+        }
+        uint64_t d;
+        if (!rc)
+            rc = conf_digest(r, &d);
+        if (rc == FKVF_OK)
+            snprintf(digest, sizeof digest, "%016" PRIx64, d);
+        if (!rc && !strcmp(open, "accept"))
+            rc = conf_decode_all(r);
+        if (rc) {
+            fprintf(stderr, "fkvf-conf-gen: %s: expected to decode: %s\n", name,
+                    r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+            failures++;
+        }
+        fkvf_reader_free(r);
+        fkvf_reader_free(cb);
+    }
+    fprintf(manifest, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, verify, open, cls, clause, digest,
+            codebook, prov);
+}
+static void acc(const char *name, const char *clause, const char *prov)
+{
+    row(name, "accept", "accept", "-", clause, "-", prov);
+}
+/* rejected both by full verification and by a reader that decodes everything */
+static void rej(const char *name, const char *cls, const char *clause, const char *prov)
+{
+    row(name, "reject", "reject", cls, clause, "-", prov);
+}
+
+/* ---- building valid archives with the writer -------------------------- */
+typedef struct {
+    unsigned L, H, KD, VD;
+    fkvf_dtype dtype;
+    unsigned n_pos, sinks, window;
+    int codec;          /* 0 none (every position exact), 1 quad, 2 ngon */
+    int cb_mode;        /* 0 embedded, 1 reference to cb_file */
+    const char *cb_file;
+    unsigned ks, vs, k, qbits;
+    int pooled;
+    fkvf_dtype cb_dtype;
+    int rope;           /* keys archived before RoPE */
+    int tokens;         /* token stream, bits */
+    unsigned tok_bits;
+    int meta;
+    unsigned deflate;   /* FKVF_SECTION_DEFLATE on DESC-less sections we add */
+    int deflate_all;    /* also for EXAC and CBK1 */
+    int commits;        /* 1 or 3: commit 2 replaces META, commit 3 adds exact rows of... */
+    const char *extra_type; /* an extra section of this type */
+    unsigned extra_flags;
+    uint32_t block_size;
+    uint64_t seed;
+    const char *model_id, *tok_id; /* NULL: the defaults */
+    const char *long_key;          /* an extra META key */
+} cfg;
+
+static void cfg_init(cfg *c)
+{
+    memset(c, 0, sizeof *c);
+    c->L = 2, c->H = 2, c->KD = 8, c->VD = 8;
+    c->dtype = FKVF_DTYPE_F16;
+    c->n_pos = 40, c->sinks = 2, c->window = 6;
+    c->codec = 1;
+    c->ks = 2, c->vs = 1, c->k = 16, c->qbits = 4;
+    c->cb_dtype = FKVF_DTYPE_F16;
+    c->tokens = 1, c->tok_bits = 10;
+    c->meta = 1;
+    c->commits = 1;
+    c->seed = 1;
+}
+
+static size_t esize(fkvf_dtype d) { return d == FKVF_DTYPE_F32 ? 4 : 2; }
+static void put_elem(unsigned char *p, fkvf_dtype d, float v)
+{
+    if (d == FKVF_DTYPE_F32) {
+        uint32_t x;
+        memcpy(&x, &v, 4);
+        put32(p, x);
+    } else if (d == FKVF_DTYPE_BF16) {
+        put16(p, fkvf_f32_to_bf16(v));
+    } else {
+        put16(p, fkvf_f32_to_f16(v));
+    }
+}
+
+static void wfail(fkvf_writer *w, int rc, const char *what)
+{
+    fprintf(stderr, "fkvf-conf-gen: %s: %s\n", what,
+            w && *fkvf_writer_message(w) ? fkvf_writer_message(w) : fkvf_strerror(rc));
+    exit(1);
+}
+#define W(call, what)                                                                              \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_)                                                                                   \
+            wfail(w, rc_, what);                                                               \
+    } while (0)
+
+static fkvf_codebook_shape cb_shape(const cfg *c)
+{
+    fkvf_codebook_shape cs;
+    memset(&cs, 0, sizeof cs);
+    cs.n_layers = c->L;
+    cs.n_heads = c->pooled ? 1 : c->H;
+    cs.key_dim = c->KD;
+    cs.value_dim = c->VD;
+    cs.k = c->k;
+    cs.k_stages = (uint8_t)c->ks;
+    cs.v_stages = (uint8_t)c->vs;
+    cs.dtype = c->cb_dtype;
+    cs.pooled = (uint8_t)c->pooled;
+    return cs;
+}
+/* centroid tables in spec 13.2 order (the generator only needs the size) */
+static unsigned char *cb_tables(const cfg *c, size_t *size)
+{
+    fkvf_codebook_shape cs = cb_shape(c);
+    uint64_t total = fkvf_codebook_size(&cs);
+    if (total < 64)
+        die("codebook", "bad shape");
+    *size = (size_t)(total - 64);
+    size_t e = esize(c->cb_dtype);
+    unsigned char *t = malloc(*size);
+    if (!t)
+        die("out of memory", "codebook");
+    for (size_t i = 0; i + e <= *size; i += e)
+        put_elem(t + i, c->cb_dtype, unitf() * 0.5f);
+    return t;
+}
+
+/* a codebook file (spec 13.4) */
+static void build_codebook_file(const char *name, const cfg *c)
+{
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.no_sync = 1;
+    fkvf_writer *w = NULL;
+    W(fkvf_writer_create_file(&w, path_of(name), &o, NULL), name);
+    rng_state = c->seed;
+    size_t n;
+    unsigned char *t = cb_tables(c, &n);
+    fkvf_codebook_shape cs = cb_shape(c);
+    W(fkvf_writer_add_codebooks(w, &cs, t, n, 0), "codebooks");
+    free(t);
+    W(fkvf_writer_finish(w), name);
+    fkvf_writer_free(w);
+}
+
+static void build(const char *name, const cfg *c)
+{
+    rng_state = c->seed;
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.no_sync = 1;
+    o.block_size = c->block_size;
+    if (c->tokens)
+        o.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
+    if (c->codec == 2)
+        o.required_features |= FKVF_FEAT_NGON;
+    if (c->deflate)
+        o.required_features |= FKVF_FEAT_DEFLATE;
+    if (c->codec && c->cb_mode == 1)
+        o.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
+    fkvf_writer *w = NULL;
+    W(fkvf_writer_create_file(&w, path_of(name), &o, NULL), name);
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = c->L;
+    d.n_kv_heads = c->H;
+    d.key_dim = c->KD;
+    d.value_dim = c->VD;
+    d.dtype = c->dtype;
+    if (c->rope) {
+        d.key_transform = 1;
+        d.rope_layout = (uint8_t)c->rope; /* 1 interleaved, 2 half-split */
+        d.key_storage = 1;
+        d.rope_dims = c->KD;
+        d.rope_theta = 10000.0;
+    }
+    d.n_sinks = c->sinks;
+    d.window = c->window;
+    d.model_id = c->model_id ? c->model_id : "fkvf-conformance synthetic";
+    d.tokenizer_id = c->tok_id ? c->tok_id : c->tokens ? "synthetic-1024" : "";
+    W(fkvf_writer_set_desc(w, &d), "descriptor");
+
+    /* which positions are exact: [0, S) and [n - W, n), or all when the
+     * codec is none or the window covers the cache (spec 14.3) */
+    unsigned n = c->n_pos;
+    unsigned s = c->sinks < n ? c->sinks : n;
+    unsigned tail = c->window < n - s ? c->window : n - s;
+    unsigned n_arch = c->codec ? n - s - tail : 0;
+    if (!c->codec)
+        s = n, tail = 0;
+    size_t row = (size_t)c->L * c->H * (c->KD + c->VD) * esize(c->dtype);
+    unsigned char *rows = calloc(n ? n : 1, row);
+    if (!rows)
+        die("out of memory", "rows");
+    for (size_t i = 0; i + esize(c->dtype) <= (size_t)n * row; i += esize(c->dtype))
+        put_elem(rows + i, c->dtype, unitf() * 2.0f);
+    unsigned xf = c->deflate_all ? c->deflate : 0;
+    if (s)
+        W(fkvf_writer_add_exact(w, 0, s, rows, (size_t)s * row, xf), "exact rows");
+    if (c->codec) {
+        if (c->cb_mode == 0) {
+            size_t tn;
+            unsigned char *t = cb_tables(c, &tn);
+            fkvf_codebook_shape cs = cb_shape(c);
+            W(fkvf_writer_add_codebooks(w, &cs, t, tn, xf), "codebooks");
+            free(t);
+        } else {
+            fkvf_reader *cr = NULL;
+            if (fkvf_reader_open_file(&cr, path_of(c->cb_file), 0, NULL))
+                die("cannot open codebook file", c->cb_file);
+            fkvf_codebook_shape cs;
+            const void *cc;
+            size_t cn;
+            uint8_t h[16];
+            if (fkvf_reader_codebook(cr, &cs, &cc, &cn, h))
+                die("not a codebook file", c->cb_file);
+            W(fkvf_writer_add_codebook_ref(w, &cs, h, c->cb_file), "codebook ref");
+            fkvf_reader_free(cr);
+        }
+        size_t n_idx = (size_t)c->L * c->H * (c->ks + c->vs);
+        uint16_t *codes = malloc((n_idx * n_arch + 1) * sizeof *codes);
+        if (!codes)
+            die("out of memory", "codes");
+        for (size_t i = 0; i < n_idx * n_arch; i++)
+            codes[i] = (uint16_t)(rng() % c->k);
+        fkvf_stream_spec sp;
+        memset(&sp, 0, sizeof sp);
+        if (c->codec == 2) {
+            sp.profile = FKVF_PROFILE_NGON;
+            sp.alphabet = c->k;
+        } else {
+            sp.profile = FKVF_PROFILE_QUAD;
+            sp.symbol_bits = c->qbits;
+        }
+        W(fkvf_writer_add_index_segment(w, &sp, 0, n_arch, codes, 1, n_arch), "index streams");
+        free(codes);
+    }
+    if (tail)
+        W(fkvf_writer_add_exact(w, n - tail, tail, rows + (size_t)(n - tail) * row,
+                                (size_t)tail * row, xf),
+          "exact rows");
+    free(rows);
+    if (c->tokens) {
+        uint32_t *tok = malloc((n + 1) * sizeof *tok);
+        if (!tok)
+            die("out of memory", "tokens");
+        for (unsigned t = 0; t < n; t++)
+            tok[t] = (uint32_t)(rng() % (1u << (c->tok_bits > 20 ? 20 : c->tok_bits)));
+        if (c->tok_bits == 32 && n)
+            tok[n - 1] = UINT32_C(0xFFFFFFFF);
+        fkvf_stream_spec ts;
+        memset(&ts, 0, sizeof ts);
+        ts.profile = FKVF_PROFILE_QUAD;
+        ts.symbol_bits = c->tok_bits;
+        W(fkvf_writer_add_token_segment(w, &ts, 0, tok, n), "token stream");
+        free(tok);
+    }
+    if (c->meta) {
+        W(fkvf_writer_meta_utf8(w, "conformance.generator", "fkvf-conf-gen"), "meta");
+        W(fkvf_writer_meta_u64(w, "conformance.seed", c->seed), "meta");
+        W(fkvf_writer_meta_i64(w, "conformance.i64", -5), "meta");
+        W(fkvf_writer_meta_f64(w, "conformance.f64", 0.25), "meta");
+        W(fkvf_writer_meta_bool(w, "conformance.bool", 1), "meta");
+        W(fkvf_writer_meta_bytes(w, "conformance.bytes", "\x00\x01\x02", 3), "meta");
+        if (c->long_key)
+            W(fkvf_writer_meta_utf8(w, c->long_key, "a key of 255 bytes"), "meta");
+    }
+    if (c->extra_type) {
+        static const char payload[] = "an extension section a v1.0 reader does not know";
+        W(fkvf_writer_add_section(w, FKVF_FOURCC(c->extra_type[0], c->extra_type[1],
+                                                 c->extra_type[2], c->extra_type[3]),
+                                  c->extra_flags, 0, payload, sizeof payload),
+          "extra section");
+    }
+    W(fkvf_writer_set_positions(w, n, n_arch), "positions");
+    if (c->commits > 1) {
+        W(fkvf_writer_commit(w), "commit 1");
+        /* commit 2: replacement metadata (spec 9.3) */
+        W(fkvf_writer_meta_utf8(w, "conformance.generator", "fkvf-conf-gen commit 2"), "meta");
+        W(fkvf_writer_set_positions(w, n, n_arch), "positions");
+        W(fkvf_writer_commit(w), "commit 2");
+        /* commit 3: an optional section of an unknown type and more metadata */
+        static const char note[] = "commit 3";
+        W(fkvf_writer_add_section(w, FKVF_FOURCC('X', 'N', 'O', 'T'), 0, 0, note, sizeof note),
+          "note");
+        W(fkvf_writer_meta_u64(w, "conformance.commit", 3), "meta");
+        W(fkvf_writer_set_positions(w, n, n_arch), "positions");
+    }
+    W(fkvf_writer_finish(w), name);
+    fkvf_writer_free(w);
+}
+
+/* ---- surgery ------------------------------------------------------------ */
+static uint64_t h64(const buf *b, uint64_t off, uint64_t n)
+{
+    return XXH3_64bits_withSeed(b->p + off, (size_t)n, off);
+}
+static void reseal_header(buf *b) { put64(b->p + 56, XXH3_64bits_withSeed(b->p, 56, 0)); }
+static void reseal_trailer(buf *b, uint64_t T) { put64(b->p + T + 56, h64(b, T, 56)); }
+/* directory checksum of the commit whose trailer is at T, then the trailer */
+static void reseal_dir(buf *b, uint64_t T)
+{
+    uint64_t off = get64(b->p + T + 16), size = get64(b->p + T + 24);
+    put64(b->p + T + 32, h64(b, off, size));
+    reseal_trailer(b, T);
+}
+static uint64_t last_trailer(const buf *b) { return b->n - 64; }
+static uint64_t prev_trailer(const buf *b, uint64_t T) { return get64(b->p + T + 40); }
+/* absolute offset of the nth (0-based) entry of type in the directory of the
+ * commit at T; dies when absent */
+static uint64_t entry(const buf *b, uint64_t T, const char *type, int nth)
+{
+    uint64_t d = get64(b->p + T + 16);
+    uint32_t count = get32(b->p + d + 4);
+    for (uint32_t i = 0; i < count; i++) {
+        uint64_t e = d + 64 + 64 * (uint64_t)i;
+        if (!memcmp(b->p + e, type, 4) && nth-- == 0)
+            return e;
+    }
+    die("no such section", type);
+    return 0;
+}
+static uint64_t sec_off(const buf *b, uint64_t e) { return get64(b->p + e + 8); }
+static uint64_t sec_size(const buf *b, uint64_t e) { return get64(b->p + e + 16); }
+static void reseal_section(buf *b, uint64_t e)
+{
+    put64(b->p + e + 40, h64(b, sec_off(b, e), sec_size(b, e)));
+}
+/* STRM: segment header checksum and every block checksum (spec 11.2-11.4) */
+static uint64_t strm_data_off(const buf *b, uint64_t e, uint64_t *data_bytes, uint64_t *n_blocks)
+{
+    const unsigned char *h = b->p + sec_off(b, e);
+    uint64_t count = get64(h + 24), bs = get32(h + 36), ns = get32(h + 48), sb;
+    if (h[8] == 1)
+        sb = (count * h[9] + 127) / 128 * 16;
+    else
+        sb = (count + get32(h + 32) - 1) / get32(h + 32) * 16;
+    *data_bytes = ns * sb;
+    *n_blocks = (*data_bytes + bs - 1) / bs;
+    return (64 + 8 * *n_blocks + 63) / 64 * 64;
+}
+static void reseal_strm(buf *b, uint64_t e)
+{
+    uint64_t off = sec_off(b, e), db, nb;
+    put64(b->p + off + 56, h64(b, off, 56));
+    uint64_t doff = strm_data_off(b, e, &db, &nb), bs = get32(b->p + off + 36);
+    for (uint64_t i = 0; i < nb; i++) {
+        uint64_t start = off + doff + i * bs, len = db - i * bs < bs ? db - i * bs : bs;
+        put64(b->p + off + 64 + 8 * i, h64(b, start, len));
+    }
+    reseal_section(b, e);
+}
+static void cut(const char *name, buf b, size_t n) { save(name, b.p, n < b.n ? n : b.n); }
+
+/* a section one byte shorter than its fields require (the freed byte zeroed,
+ * section and directory re-sealed) */
+static void trunc_section(const char *base, const char *type, const char *clause,
+                          const char *open)
+{
+    buf b = load(base);
+    uint64_t T = last_trailer(&b), e = entry(&b, T, type, 0), off = sec_off(&b, e);
+    uint64_t sz = sec_size(&b, e);
+    b.p[off + sz - 1] = 0;
+    put64(b.p + e + 16, sz - 1);
+    put64(b.p + e + 24, sz - 1);
+    reseal_section(&b, e);
+    reseal_dir(&b, T);
+    char name[64], prov[256];
+    snprintf(name, sizeof name, "trunc_section_%s.fkvf", type);
+    snprintf(prov, sizeof prov,
+             "%s with the %s entry's stored_size = size = size - 1 (the freed byte zeroed); "
+             "section and directory re-sealed", base, type);
+    save(name, b.p, b.n);
+    free(b.p);
+    row(name, "reject", open, "TRUNCATED", clause, "-", prov);
+}
+
+/* ---- the suite ---------------------------------------------------------- */
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: fkvf-conf-gen OUTDIR\n");
+        return 2;
+    }
+    outdir = argv[1];
+    char mp[4096];
+    snprintf(mp, sizeof mp, "%s/files", outdir);
+    mkdir(outdir, 0777);
+    mkdir(mp, 0777);
+    snprintf(mp, sizeof mp, "%s/manifest.tsv", outdir);
+    manifest = fopen(mp, "wb");
+    if (!manifest)
+        die("cannot write", mp);
+    fprintf(manifest, "name\tverify\topen\tclass\tclause\tdigest\tcodebook\tprovenance\n");
+    cfg c;
+
+    /* == valid files ==================================================== */
+    cfg_init(&c);
+    c.rope = 1;
+    build("valid_quad_f16_rope.fkvf", &c);
+    acc("valid_quad_f16_rope.fkvf", "§1.3",
+        "writer: quad 4-bit index streams, embedded f16 CBK1 (k=16, 2+1 stages), keys archived "
+        "before interleaved RoPE, f16 EXAC sinks+window, 10-bit token stream, META of every type");
+
+    cfg_init(&c);
+    c.codec = 2;
+    c.rope = 2;
+    c.seed = 2;
+    build("valid_ngon_f16.fkvf", &c);
+    acc("valid_ngon_f16.fkvf", "§12.2",
+        "writer: ngon N=16 index streams (r = r_N, L = L_max) with VTXS, half-split RoPE pre-rope "
+        "keys, embedded codebook, token stream");
+
+    cfg_init(&c);
+    c.dtype = FKVF_DTYPE_F32;
+    c.cb_dtype = FKVF_DTYPE_F32;
+    c.seed = 3;
+    c.KD = 4;
+    c.VD = 12;
+    build("valid_quad_f32.fkvf", &c);
+    acc("valid_quad_f32.fkvf", "§8, §14.2",
+        "writer: f32 cache and f32 codebook, key_dim 4 != value_dim 12, no RoPE");
+
+    cfg_init(&c);
+    c.dtype = FKVF_DTYPE_BF16;
+    c.seed = 4;
+    c.pooled = 1;
+    c.k = 64;
+    c.qbits = 6;
+    c.ks = 3;
+    c.vs = 2;
+    build("valid_quad_bf16_pooled.fkvf", &c);
+    acc("valid_quad_bf16_pooled.fkvf", "§13.1",
+        "writer: bf16 cache, pooled codebook (one per layer), k=64, 6-bit quad symbols");
+
+    cfg_init(&c);
+    c.seed = 5;
+    c.deflate = FKVF_SECTION_DEFLATE;
+    c.deflate_all = 1;
+    c.extra_type = "XDFL";
+    c.extra_flags = FKVF_SECTION_DEFLATE;
+    build("valid_deflate.fkvf", &c);
+    acc("valid_deflate.fkvf", "§4.4",
+        "writer: DEFLATE feature; EXAC, CBK1 and an unknown optional section stored deflated");
+
+    cfg_init(&c);
+    c.seed = 6;
+    c.commits = 3;
+    build("valid_multicommit3.fkvf", &c);
+    acc("valid_multicommit3.fkvf", "§7.1, §7.3, §9.3",
+        "writer: 3 commits (2: replacement META; 3: META + unknown optional section XNOT)");
+
+    cfg_init(&c);
+    c.seed = 7;
+    build_codebook_file("valid_codebook_file.fkvf", &c);
+    acc("valid_codebook_file.fkvf", "§13.4",
+        "writer: a codebook file (CBK1 only, no DESC); digest = XXH3-64 of the CBK1 contents");
+    c.cb_mode = 1;
+    c.cb_file = "valid_codebook_file.fkvf";
+    c.seed = 8;
+    build("valid_cbrf.fkvf", &c);
+    row("valid_cbrf.fkvf", "accept", "accept", "-", "§13.5", "valid_codebook_file.fkvf",
+        "writer: CBRF reference (EXTERNAL_CODEBOOK) to valid_codebook_file.fkvf");
+
+    cfg_init(&c);
+    c.seed = 9;
+    c.tok_bits = 32;
+    c.block_size = 64;
+    build("valid_tokens32_block64.fkvf", &c);
+    acc("valid_tokens32_block64.fkvf", "§11.3, §11.4",
+        "writer: 32-bit token stream (last id 0xFFFFFFFF), block_size 64 (many blocks)");
+
+    cfg_init(&c);
+    c.n_pos = 0;
+    c.seed = 10;
+    build("edge_no_positions.fkvf", &c);
+    acc("edge_no_positions.fkvf", "§5.1", "writer: n_positions = 0, codebook, empty streams");
+
+    cfg_init(&c);
+    c.n_pos = 1;
+    c.seed = 11;
+    build("edge_one_position.fkvf", &c);
+    acc("edge_one_position.fkvf", "§14.3", "writer: one position (a sink)");
+
+    cfg_init(&c);
+    c.codec = 0;
+    c.n_pos = 12;
+    c.seed = 12;
+    build("edge_window_only.fkvf", &c);
+    acc("edge_window_only.fkvf", "§14.3", "writer: every position exact, no codebook, no index streams");
+
+    cfg_init(&c);
+    c.n_pos = 5;
+    c.window = 32;
+    c.seed = 13;
+    build("edge_window_gt_cache.fkvf", &c);
+    acc("edge_window_gt_cache.fkvf", "§14.3",
+        "writer: window 32 > 5 positions: all exact although a codebook is present");
+
+    cfg_init(&c);
+    c.tokens = 0;
+    c.meta = 0;
+    c.seed = 14;
+    build("edge_no_tokens_no_meta.fkvf", &c);
+    acc("edge_no_tokens_no_meta.fkvf", "§11.8", "writer: no token stream, no META");
+
+    {
+        static char mid[4097], tid[4097], key[256];
+        memset(mid, 'm', 4096);
+        memset(tid, 't', 4096);
+        memset(key, 'k', 255);
+        cfg_init(&c);
+        c.seed = 19;
+        c.model_id = mid;
+        c.tok_id = tid;
+        c.long_key = key;
+        build("edge_max_strings.fkvf", &c);
+        acc("edge_max_strings.fkvf", "§8, §9.1, §15",
+            "writer: model_id and tokenizer_id of 4096 bytes (the limit), a META key of 255 bytes");
+        buf b = load("edge_max_strings.fkvf");
+        uint64_t T = last_trailer(&b), e = entry(&b, T, "DESC", 0), off = sec_off(&b, e);
+        put32(b.p + off + 40, 4097);
+        put32(b.p + off + 44, 4095);
+        reseal_section(&b, e);
+        reseal_dir(&b, T);
+        save("limit_model_id_len.fkvf", b.p, b.n);
+        rej("limit_model_id_len.fkvf", "LIMIT", "§8.2, §15",
+            "edge_max_strings with model_id_len 4097, tokenizer_id_len 4095 (sizes still add up); "
+            "DESC and directory re-sealed");
+        free(b.p);
+    }
+    cfg_init(&c);
+    c.seed = 20;
+    c.L = 1, c.H = 1, c.KD = 2, c.VD = 2;
+    c.ks = 16, c.vs = 16;
+    c.n_pos = 20;
+    build("edge_max_stages.fkvf", &c);
+    acc("edge_max_stages.fkvf", "§13.1", "writer: k_stages = v_stages = 16 (the maximum), k = 16");
+    cfg_init(&c);
+    c.seed = 21;
+    c.L = 1, c.H = 1, c.KD = 1, c.VD = 1;
+    c.ks = 1, c.vs = 1, c.k = 4096, c.qbits = 12;
+    c.n_pos = 30;
+    build("edge_k4096.fkvf", &c);
+    acc("edge_k4096.fkvf", "§13.1", "writer: k = 4096 (the maximum), 12-bit quad symbols, dims 1");
+    {
+        /* an archive grown by the appender: 4 commits */
+        cfg_init(&c);
+        c.seed = 22;
+        rng_state = c.seed;
+        size_t tn;
+        unsigned char *t = cb_tables(&c, &tn);
+        fkvf_codebook_shape cs = cb_shape(&c);
+        fkvf_rvq *q = NULL;
+        if (fkvf_rvq_from_tables(&q, &cs, c.H, t, tn, NULL))
+            die("rvq", "from tables");
+        free(t);
+        fkvf_desc d;
+        memset(&d, 0, sizeof d);
+        d.n_layers = c.L, d.n_kv_heads = c.H, d.key_dim = c.KD, d.value_dim = c.VD;
+        d.dtype = FKVF_DTYPE_F16;
+        d.key_transform = 1, d.rope_layout = 1, d.key_storage = 1, d.rope_dims = c.KD;
+        d.rope_theta = 10000.0;
+        d.n_sinks = 2, d.window = 6;
+        d.model_id = "fkvf-conformance appender";
+        fkvf_append_create ac;
+        memset(&ac, 0, sizeof ac);
+        ac.desc = &d;
+        ac.codebook = q;
+        ac.token_codec.profile = FKVF_PROFILE_QUAD;
+        ac.token_codec.symbol_bits = 10;
+        fkvf_append_options ao;
+        fkvf_append_options_init(&ao);
+        ao.sync = FKVF_SYNC_NONE;
+        remove(path_of("valid_appender_4commits.fkvf"));
+        fkvf_appender *a = NULL;
+        if (fkvf_appender_create(&a, path_of("valid_appender_4commits.fkvf"), &ac, &ao, NULL))
+            die("appender", a ? fkvf_appender_message(a) : "create");
+        size_t rowb = (size_t)c.L * c.H * (c.KD + c.VD) * 2;
+        static const unsigned counts[3] = {10, 15, 20};
+        for (int k = 0; k < 3; k++) {
+            unsigned char rows[20 * 128];
+            if (counts[k] * rowb > sizeof rows)
+                die("appender", "row buffer");
+            uint32_t tok[20];
+            for (size_t i = 0; i < counts[k] * rowb; i += 2)
+                put16(rows + i, fkvf_f32_to_f16(unitf()));
+            for (unsigned i = 0; i < counts[k]; i++)
+                tok[i] = (uint32_t)(rng() % 1024);
+            if (fkvf_appender_append(a, rows, counts[k] * rowb, counts[k], tok) ||
+                fkvf_appender_commit(a))
+                die("appender", fkvf_appender_message(a));
+        }
+        fkvf_appender_free(a);
+        fkvf_rvq_free(q);
+        acc("valid_appender_4commits.fkvf", "§7.6, §14.3",
+            "fkvf_appender: create (commit 1, empty), then 10, 15 and 20 positions (sinks 2, "
+            "window 6, keys pre-RoPE), RVQ-encoded with a synthetic codebook");
+    }
+
+    /* ZIDX: one commit appended to a copy of the quad file */
+    {
+        buf q = load("valid_quad_f16_rope.fkvf");
+        save("valid_zidx.fkvf", q.p, q.n);
+        free(q.p);
+        fkvf_reader *r = NULL;
+        if (fkvf_reader_open_file(&r, path_of("valid_zidx.fkvf"), FKVF_OPEN_READ, NULL))
+            die("open", "valid_zidx.fkvf");
+        size_t ns = 0;
+        fkvf_reader_stream_count(r, &ns);
+        fkvf_section_add secs[2];
+        void *data[2] = {NULL, NULL};
+        size_t k = 0;
+        for (size_t i = 0; i < ns && k < 2; i += ns - 1 ? ns - 1 : 1) {
+            size_t sz;
+            uint64_t key;
+            if (fkvf_search_index_build(r, i, &data[k], &sz, &key))
+                die("index build", fkvf_reader_message(r));
+            secs[k].type = FKVF_SECTION_ZIDX;
+            secs[k].flags = 0;
+            secs[k].key = key;
+            secs[k].data = data[k];
+            secs[k].size = sz;
+            k++;
+            if (ns < 2)
+                break;
+        }
+        fkvf_reader_free(r);
+        char msg[512] = "";
+        if (fkvf_archive_append_sections(path_of("valid_zidx.fkvf"), secs, k, FKVF_SYNC_NONE, msg,
+                                         sizeof msg))
+            die("append ZIDX", msg);
+        for (size_t i = 0; i < k; i++)
+            fkvf_search_buffer_free(data[i]);
+        acc("valid_zidx.fkvf", "§20",
+            "valid_quad_f16_rope + fkvf_archive_append_sections: commit 2 with ZIDX of the first "
+            "and last stream");
+    }
+
+    /* from the future */
+    {
+        buf b = load("valid_multicommit3.fkvf");
+        put16(b.p + 12, 7);                 /* format_minor 7 */
+        put64(b.p + 32, UINT64_C(0x8000000000000021)); /* unknown optional bits */
+        reseal_header(&b);
+        save("future_minor_optional.fkvf", b.p, b.n);
+        acc("future_minor_optional.fkvf", "§3.2, §17.2",
+            "valid_multicommit3 (has unknown optional section XNOT) with format_minor 7 and "
+            "unknown optional_features bits 5 and 63; header re-sealed");
+        put64(b.p + 24, UINT64_C(1) << 9);  /* unknown required bit */
+        reseal_header(&b);
+        save("future_required_bit.fkvf", b.p, b.n);
+        rej("future_required_bit.fkvf", "FEATURE", "§3.1 step 8, §3.4",
+            "future_minor_optional with required_features bit 9; header re-sealed");
+        free(b.p);
+        cfg_init(&c);
+        c.seed = 15;
+        c.extra_type = "XREQ";
+        c.extra_flags = FKVF_SECTION_REQUIRED;
+        build("future_required_section.fkvf", &c);
+        rej("future_required_section.fkvf", "SECTION", "§4.3",
+            "writer: an unknown section type XREQ with REQUIRED set");
+        cfg_init(&c);
+        c.seed = 16;
+        c.extra_type = "XOPT";
+        build("future_optional_section.fkvf", &c);
+        acc("future_optional_section.fkvf", "§4.3",
+            "writer: an unknown section type XOPT without REQUIRED (ignored)");
+    }
+
+    /* == invalid files ================================================== */
+    buf q = load("valid_quad_f16_rope.fkvf");
+    uint64_t T = last_trailer(&q);
+    buf b;
+
+    /* header (§3.1) */
+    save("hdr_empty.fkvf", "", 0);
+    rej("hdr_empty.fkvf", "TRUNCATED", "§3.1 step 2", "empty file");
+    {
+        static const char text[] = "PK\x03\x04 not an fkvf file\n";
+        save("hdr_not_fkvf.fkvf", text, sizeof text - 1);
+    }
+    rej("hdr_not_fkvf.fkvf", "BAD_MAGIC", "§3.1 step 1", "22 bytes: PK 03 04 and text");
+    b = copy(q);
+    b.p[1] = 'G';
+    save("hdr_bad_magic.fkvf", b.p, b.n);
+    rej("hdr_bad_magic.fkvf", "BAD_MAGIC", "§3.1 step 1", "valid_quad_f16_rope, magic byte 1 'F' -> 'G'");
+    b.p[1] = 'F';
+    b.p[5] = '\n';
+    save("hdr_magic_crlf.fkvf", b.p, b.n);
+    rej("hdr_magic_crlf.fkvf", "BAD_MAGIC", "§3.1 step 1",
+        "valid_quad_f16_rope, magic CR (byte 5) -> LF as a line-ending conversion would");
+    free(b.p);
+    cut("hdr_truncated_40.fkvf", q, 40);
+    rej("hdr_truncated_40.fkvf", "TRUNCATED", "§3.1 step 2", "first 40 bytes of valid_quad_f16_rope");
+    cut("hdr_truncated_5.fkvf", q, 5);
+    rej("hdr_truncated_5.fkvf", "TRUNCATED", "§3.1 step 2", "first 5 bytes (a magic prefix)");
+    b = copy(q);
+    put16(b.p + 10, 2);
+    reseal_header(&b);
+    save("hdr_major_2.fkvf", b.p, b.n);
+    rej("hdr_major_2.fkvf", "VERSION", "§3.1 step 3, §17.1", "format_major 2; header re-sealed");
+    free(b.p);
+    b = copy(q);
+    put16(b.p + 10, 0x100);
+    put16(b.p + 12, 0);
+    b.p[16] = 0x0A, b.p[17] = 0x0B, b.p[18] = 0x0C, b.p[19] = 0x0D;
+    reseal_header(&b);
+    save("hdr_big_endian.fkvf", b.p, b.n);
+    rej("hdr_big_endian.fkvf", "VERSION", "§3.1 note",
+        "major and byte_order written big-endian: major reads 256 (VERSION before BYTE_ORDER)");
+    free(b.p);
+    b = copy(q);
+    b.p[16] = 0x0A, b.p[17] = 0x0B, b.p[18] = 0x0C, b.p[19] = 0x0D;
+    reseal_header(&b);
+    save("hdr_byte_order.fkvf", b.p, b.n);
+    rej("hdr_byte_order.fkvf", "BYTE_ORDER", "§3.1 step 4", "byte_order bytes 0A 0B 0C 0D; re-sealed");
+    free(b.p);
+    b = copy(q);
+    b.p[56] ^= 1;
+    save("hdr_checksum.fkvf", b.p, b.n);
+    rej("hdr_checksum.fkvf", "CHECKSUM", "§3.1 step 5", "header_checksum bit 0 flipped");
+    free(b.p);
+    b = copy(q);
+    put16(b.p + 14, 128);
+    reseal_header(&b);
+    save("hdr_size_128.fkvf", b.p, b.n);
+    rej("hdr_size_128.fkvf", "CORRUPT", "§3.1 step 6", "header_size 128; re-sealed");
+    free(b.p);
+    b = copy(q);
+    b.p[44] = 1;
+    reseal_header(&b);
+    save("hdr_reserved.fkvf", b.p, b.n);
+    rej("hdr_reserved.fkvf", "CORRUPT", "§3.1 step 7", "header reserved byte 44 = 1; re-sealed");
+    free(b.p);
+    b = copy(q);
+    put64(b.p + 24, get64(b.p + 24) | (UINT64_C(1) << 3));
+    reseal_header(&b);
+    save("hdr_feature_bit3.fkvf", b.p, b.n);
+    rej("hdr_feature_bit3.fkvf", "FEATURE", "§3.1 step 8, §3.4", "required_features bit 3; re-sealed");
+    free(b.p);
+
+    /* open / truncation (§7.2) */
+    cut("trunc_128.fkvf", q, 128);
+    rej("trunc_128.fkvf", "TRUNCATED", "§7.2", "first 128 bytes (< 192)");
+    {
+        uint64_t e0 = entry(&q, T, "DESC", 0), d = get64(q.p + T + 16);
+        cut("trunc_in_first_section.fkvf", q, sec_off(&q, e0) + 10);
+        rej("trunc_in_first_section.fkvf", "TRUNCATED", "§7.2", "cut 10 bytes into the first section");
+        cut("trunc_at_directory.fkvf", q, d);
+        rej("trunc_at_directory.fkvf", "TRUNCATED", "§7.2",
+            "cut where the directory starts (a multiple of 64, last slot without trailer magic)");
+        cut("trunc_in_directory.fkvf", q, d + 70);
+        rej("trunc_in_directory.fkvf", "TRUNCATED", "§7.2", "cut 70 bytes into the directory");
+        cut("trunc_at_trailer.fkvf", q, T);
+        rej("trunc_at_trailer.fkvf", "TRUNCATED", "§7.2", "the trailer removed");
+        cut("trunc_in_trailer.fkvf", q, T + 32);
+        rej("trunc_in_trailer.fkvf", "TRUNCATED", "§7.2", "cut 32 bytes into the trailer");
+        cut("trunc_last_byte.fkvf", q, q.n - 1);
+        rej("trunc_last_byte.fkvf", "TRUNCATED", "§7.2", "the last byte removed");
+    }
+
+    /* trailer (§6.2) */
+    b = copy(q);
+    b.p[T + 60] ^= 0x40;
+    save("trl_checksum.fkvf", b.p, b.n);
+    rej("trl_checksum.fkvf", "CHECKSUM", "§6.2 step 2, §7.2 rule 4", "trailer_checksum flipped");
+    free(b.p);
+    b = copy(q);
+    put64(b.p + T + 48, T + 128);
+    reseal_trailer(&b, T);
+    save("trl_file_size.fkvf", b.p, b.n);
+    rej("trl_file_size.fkvf", "CORRUPT", "§6.2 step 3", "trailer file_size + 64; re-sealed");
+    free(b.p);
+    b = copy(q);
+    put64(b.p + T + 8, 0);
+    reseal_trailer(&b, T);
+    save("trl_seq_zero.fkvf", b.p, b.n);
+    rej("trl_seq_zero.fkvf", "CORRUPT", "§6.2 step 4", "trailer commit_seq 0; re-sealed");
+    free(b.p);
+    b = copy(q);
+    put64(b.p + T + 8, (UINT64_C(1) << 24) + 1);
+    reseal_trailer(&b, T);
+    save("limit_commit_seq.fkvf", b.p, b.n);
+    rej("limit_commit_seq.fkvf", "LIMIT", "§6.2 step 4, §15", "trailer commit_seq 2^24+1; re-sealed");
+    free(b.p);
+    b = copy(q);
+    put64(b.p + T + 16, get64(b.p + T + 16) + 8);
+    reseal_trailer(&b, T);
+    save("align_dir_offset.fkvf", b.p, b.n);
+    rej("align_dir_offset.fkvf", "ALIGN", "§6.2 step 5", "trailer dir_offset + 8; re-sealed");
+    free(b.p);
+    b = copy(q);
+    put64(b.p + T + 16, get64(b.p + T + 16) - 64);
+    reseal_trailer(&b, T);
+    save("bounds_dir_offset.fkvf", b.p, b.n);
+    rej("bounds_dir_offset.fkvf", "BOUNDS", "§6.2 step 6",
+        "trailer dir_offset - 64 (directory does not end at the trailer); re-sealed");
+    free(b.p);
+    b = copy(q);
+    put64(b.p + T + 40, 64);
+    reseal_trailer(&b, T);
+    save("chain_prev_in_commit1.fkvf", b.p, b.n);
+    rej("chain_prev_in_commit1.fkvf", "CHAIN", "§6.2 step 7",
+        "commit 1's trailer prev_trailer = 64 (must be 0); re-sealed");
+    free(b.p);
+    b = copy(q);
+    b.p[get64(q.p + T + 16) + 20] ^= 1;
+    save("dir_checksum.fkvf", b.p, b.n);
+    rej("dir_checksum.fkvf", "CHECKSUM", "§6.2 step 9", "a directory byte (n_positions) flipped");
+    free(b.p);
+    {
+        uint64_t d = get64(q.p + T + 16);
+        b = copy(q);
+        b.p[d] = 'X';
+        reseal_dir(&b, T);
+        save("dir_magic.fkvf", b.p, b.n);
+        rej("dir_magic.fkvf", "CORRUPT", "§5.3", "directory magic XIRC; re-sealed");
+        free(b.p);
+        b = copy(q);
+        put64(b.p + d + 8, 2);
+        reseal_dir(&b, T);
+        save("chain_dir_seq.fkvf", b.p, b.n);
+        rej("chain_dir_seq.fkvf", "CHAIN", "§5.3",
+            "directory commit_seq 2 != trailer commit_seq 1; re-sealed");
+        free(b.p);
+        b = copy(q);
+        put32(b.p + d + 4, (UINT32_C(1) << 20) + 1);
+        reseal_dir(&b, T);
+        save("limit_entry_count.fkvf", b.p, b.n);
+        rej("limit_entry_count.fkvf", "LIMIT", "§5.3, §6.2 step 10, §15",
+            "directory entry_count 2^20 + 1 (checked before dir_size, §5.3 order); re-sealed");
+        free(b.p);
+        b = copy(q);
+        put64(b.p + d + 24, get64(b.p + d + 16) + 1);
+        reseal_dir(&b, T);
+        save("dir_archived_gt_positions.fkvf", b.p, b.n);
+        rej("dir_archived_gt_positions.fkvf", "CORRUPT", "§5.3", "n_archived = n_positions + 1; re-sealed");
+        free(b.p);
+    }
+
+    /* directory entries (§4.2-§4.5) */
+    {
+        uint64_t e = entry(&q, T, "EXAC", 0);
+        b = copy(q);
+        put64(b.p + e + 8, sec_off(&q, e) + 16);
+        reseal_dir(&b, T);
+        save("align_section.fkvf", b.p, b.n);
+        rej("align_section.fkvf", "ALIGN", "§4.1, §4.2", "EXAC entry offset + 16; re-sealed");
+        free(b.p);
+        uint64_t e1 = entry(&q, T, "CBK1", 0);
+        b = copy(q);
+        put64(b.p + e1 + 8, sec_off(&q, e));
+        reseal_dir(&b, T);
+        save("overlap_sections.fkvf", b.p, b.n);
+        rej("overlap_sections.fkvf", "OVERLAP", "§4.5",
+            "CBK1 entry offset = the preceding EXAC's offset; re-sealed");
+        free(b.p);
+        b = copy(q);
+        put64(b.p + e + 8, 0);
+        reseal_dir(&b, T);
+        save("bounds_section_before_region.fkvf", b.p, b.n);
+        rej("bounds_section_before_region.fkvf", "BOUNDS", "§4.5",
+            "EXAC entry offset 0 (inside the header); re-sealed");
+        free(b.p);
+        uint64_t em = entry(&q, T, "META", 0);
+        b = copy(q);
+        put64(b.p + em + 8, get64(q.p + T + 16));
+        reseal_dir(&b, T);
+        save("bounds_section_past_dir.fkvf", b.p, b.n);
+        rej("bounds_section_past_dir.fkvf", "BOUNDS", "§4.5",
+            "META entry offset = dir_offset (ends inside the directory); re-sealed");
+        free(b.p);
+        b = copy(q);
+        b.p[e + 6] = 1;
+        reseal_dir(&b, T);
+        save("entry_flags.fkvf", b.p, b.n);
+        rej("entry_flags.fkvf", "CORRUPT", "§4.2", "EXAC entry flags bit 16; re-sealed");
+        free(b.p);
+        b = copy(q);
+        memcpy(b.p + em, "DIRC", 4);
+        reseal_dir(&b, T);
+        save("entry_type_dirc.fkvf", b.p, b.n);
+        rej("entry_type_dirc.fkvf", "CORRUPT", "§4.2", "META entry type DIRC; re-sealed");
+        free(b.p);
+        b = copy(q);
+        put32(b.p + e + 4, get32(b.p + e + 4) | FKVF_SECTION_DEFLATE);
+        reseal_dir(&b, T);
+        save("deflate_flag_without_feature.fkvf", b.p, b.n);
+        rej("deflate_flag_without_feature.fkvf", "CORRUPT", "§3.3, §4.2",
+            "EXAC entry DEFLATE flag while the header's DEFLATE bit is clear; re-sealed");
+        free(b.p);
+        b = copy(q);
+        put64(b.p + e + 24, sec_size(&q, e) + 64);
+        reseal_dir(&b, T);
+        save("entry_size_mismatch.fkvf", b.p, b.n);
+        rej("entry_size_mismatch.fkvf", "CORRUPT", "§4.2", "EXAC size != stored_size without DEFLATE");
+        free(b.p);
+        b = copy(q);
+        put64(b.p + e + 16, (UINT64_C(1) << 48) + 64);
+        put64(b.p + e + 24, (UINT64_C(1) << 48) + 64);
+        reseal_dir(&b, T);
+        save("limit_section_size.fkvf", b.p, b.n);
+        rej("limit_section_size.fkvf", "LIMIT", "§4.2, §15", "EXAC stored_size = size = 2^48 + 64");
+        free(b.p);
+        b = copy(q);
+        uint64_t es = entry(&q, T, "STRM", 0);
+        put32(b.p + es + 4, get32(b.p + es + 4) & ~FKVF_SECTION_REQUIRED);
+        reseal_dir(&b, T);
+        save("strm_not_required.fkvf", b.p, b.n);
+        row("strm_not_required.fkvf", "reject", "either", "CORRUPT", "§4.3",
+            "-", "STRM entry without REQUIRED (full verification rejects; readers process it)");
+        free(b.p);
+    }
+
+    /* padding (§4.1) */
+    {
+        /* the gap after the last section before the directory */
+        uint64_t d = get64(q.p + T + 16), last = 0;
+        uint32_t cnt = get32(q.p + d + 4);
+        for (uint32_t i = 0; i < cnt; i++) {
+            uint64_t e = d + 64 + 64 * (uint64_t)i;
+            if (sec_off(&q, e) + sec_size(&q, e) > last)
+                last = sec_off(&q, e) + sec_size(&q, e);
+        }
+        if (last == d)
+            die("padding", "no gap before the directory");
+        b = copy(q);
+        b.p[d - 1] = 0x55;
+        save("padding_before_directory.fkvf", b.p, b.n);
+        row("padding_before_directory.fkvf", "reject", "either", "PADDING", "§4.1",
+            "-", "last padding byte before the directory = 0x55 (no checksum covers it)");
+        free(b.p);
+        /* inside STRM: the padding between the block table and the data */
+        uint64_t e = entry(&q, T, "STRM", 0), db, nb;
+        uint64_t doff = strm_data_off(&q, e, &db, &nb);
+        if (64 + 8 * nb < doff) {
+            b = copy(q);
+            b.p[sec_off(&q, e) + doff - 1] = 1;
+            reseal_section(&b, e);
+            reseal_dir(&b, T);
+            save("padding_strm_table.fkvf", b.p, b.n);
+            row("padding_strm_table.fkvf", "reject", "either", "PADDING", "§11.3",
+                "-", "STRM padding byte before the data = 1; section checksum re-sealed");
+            free(b.p);
+        }
+        /* unused bits of the token stream's last span: the token STRM (key 1) */
+        uint64_t et = entry(&q, T, "STRM", 1);
+        if (get64(q.p + et + 32) != 1)
+            die("padding", "second STRM is not the token group");
+        uint64_t off = sec_off(&q, et);
+        doff = strm_data_off(&q, et, &db, &nb);
+        /* 40 symbols of 10 bits = 400 bits; the 4 spans hold 512 */
+        b = copy(q);
+        b.p[off + doff + db - 1] |= 0x80;
+        reseal_strm(&b, et);
+        reseal_dir(&b, T);
+        save("padding_unused_bits.fkvf", b.p, b.n);
+        row("padding_unused_bits.fkvf", "reject", "either", "PADDING", "§11.7",
+            "-", "token stream's last unused bit set; block and section checksums re-sealed");
+        free(b.p);
+    }
+
+    /* checksum per section kind (§4.6, §11.2, §11.4) */
+    {
+        static const char *kinds[] = {"DESC", "META", "CBK1", "EXAC"};
+        for (int i = 0; i < 4; i++) {
+            uint64_t e = entry(&q, T, kinds[i], 0);
+            char name[64], prov[128];
+            snprintf(name, sizeof name, "checksum_%s.fkvf", kinds[i]);
+            snprintf(prov, sizeof prov, "one byte of the %s section flipped", kinds[i]);
+            b = copy(q);
+            b.p[sec_off(&q, e) + sec_size(&q, e) / 2] ^= 0x10;
+            save(name, b.p, b.n);
+            row(name, "reject", strcmp(kinds[i], "META") ? "reject" : "either", "CHECKSUM",
+                "§4.6", "-", prov);
+            free(b.p);
+        }
+        uint64_t e = entry(&q, T, "STRM", 0), db, nb, off = sec_off(&q, e);
+        uint64_t doff = strm_data_off(&q, e, &db, &nb);
+        b = copy(q);
+        b.p[off + 20] ^= 1;
+        save("checksum_STRM_header.fkvf", b.p, b.n);
+        rej("checksum_STRM_header.fkvf", "CHECKSUM", "§11.2 step 2",
+            "a byte of the index segment header flipped");
+        free(b.p);
+        b = copy(q);
+        b.p[off + doff + 3] ^= 0x01;
+        save("checksum_STRM_block.fkvf", b.p, b.n);
+        rej("checksum_STRM_block.fkvf", "CHECKSUM", "§11.4", "a data byte of block 0 flipped");
+        free(b.p);
+        b = copy(q);
+        b.p[off + doff + 3] ^= 0x01;
+        put64(b.p + off + 64, h64(&b, off + doff, db < 4096 ? db : 4096));
+        save("checksum_STRM_section.fkvf", b.p, b.n);
+        row("checksum_STRM_section.fkvf", "reject", "either", "CHECKSUM", "§4.6",
+            "-", "a data byte flipped and its block checksum re-sealed: only the whole-section "
+            "checksum catches it (the symbol changes)");
+        free(b.p);
+
+        buf n = load("valid_ngon_f16.fkvf");
+        uint64_t Tn = last_trailer(&n), ev = entry(&n, Tn, "VTXS", 0);
+        b = copy(n);
+        b.p[sec_off(&n, ev) + 70] ^= 0x01;
+        save("checksum_VTXS.fkvf", b.p, b.n);
+        rej("checksum_VTXS.fkvf", "CHECKSUM", "§4.6", "one byte of the VTXS section flipped");
+        free(b.p);
+        /* ngon span that does not decode: anchor x of span 0 = NaN */
+        e = entry(&n, Tn, "STRM", 0);
+        off = sec_off(&n, e);
+        doff = strm_data_off(&n, e, &db, &nb);
+        b = copy(n);
+        memset(b.p + off + doff, 0xFF, 8);
+        reseal_strm(&b, e);
+        reseal_dir(&b, Tn);
+        save("span_nan_anchor.fkvf", b.p, b.n);
+        rej("span_nan_anchor.fkvf", "SPAN", "§12.2.5",
+            "valid_ngon_f16, first span's anchor x = NaN bits; checksums re-sealed");
+        free(b.p);
+        b = copy(n);
+        b.p[off + doff + 1] ^= 0x01; /* a low mantissa bit of anchor x */
+        reseal_strm(&b, e);
+        reseal_dir(&b, Tn);
+        save("span_not_canonical.fkvf", b.p, b.n);
+        rej("span_not_canonical.fkvf", "SPAN", "§12.2.5",
+            "valid_ngon_f16, bit 8 of the first span's anchor x flipped (does not re-encode to "
+            "itself); checksums re-sealed");
+        free(b.p);
+        free(n.p);
+
+        buf df = load("valid_deflate.fkvf");
+        uint64_t Td = last_trailer(&df), ec = entry(&df, Td, "CBK1", 0);
+        b = copy(df);
+        b.p[sec_off(&df, ec) + sec_size(&df, ec) / 2] ^= 0x08;
+        save("checksum_deflated_CBK1.fkvf", b.p, b.n);
+        rej("checksum_deflated_CBK1.fkvf", "CHECKSUM", "§4.4, §4.6",
+            "a stored (compressed) byte of the deflated CBK1 flipped");
+        reseal_section(&b, ec);
+        reseal_dir(&b, Td);
+        save("deflate_bad_stream.fkvf", b.p, b.n);
+        rej("deflate_bad_stream.fkvf", "DEFLATE", "§4.4",
+            "as checksum_deflated_CBK1 with the section checksum re-sealed (zlib/Adler-32 fails)");
+        free(b.p);
+        b = copy(df);
+        put64(b.p + ec + 24, sec_size(&df, ec) * 1032 + 65);
+        reseal_dir(&b, Td);
+        save("limit_deflate_ratio.fkvf", b.p, b.n);
+        rej("limit_deflate_ratio.fkvf", "LIMIT", "§4.4",
+            "deflated CBK1 size = 1032 * stored_size + 65; re-sealed");
+        free(b.p);
+        b = copy(df);
+        put64(b.p + ec + 24, get64(df.p + ec + 24) + 1);
+        reseal_dir(&b, Td);
+        save("deflate_size_short.fkvf", b.p, b.n);
+        rej("deflate_size_short.fkvf", "DEFLATE", "§4.4",
+            "deflated CBK1 size + 1 (the stream ends before size bytes); re-sealed");
+        free(b.p);
+        uint64_t ex = entry(&df, Td, "EXAC", 0);
+        b = copy(df);
+        b.p[sec_off(&df, ex) + 3] ^= 0x20;
+        save("checksum_deflated_EXAC.fkvf", b.p, b.n);
+        rej("checksum_deflated_EXAC.fkvf", "CHECKSUM", "§4.6", "a stored byte of a deflated EXAC flipped");
+        free(b.p);
+        free(df.p);
+
+        buf z = load("valid_zidx.fkvf");
+        uint64_t Tz = last_trailer(&z), ez = entry(&z, Tz, "ZIDX", 0);
+        b = copy(z);
+        b.p[sec_off(&z, ez) + sec_size(&z, ez) - 1] ^= 0x01;
+        save("checksum_ZIDX.fkvf", b.p, b.n);
+        row("checksum_ZIDX.fkvf", "reject", "either", "CHECKSUM", "§4.6, §20",
+            "-", "last byte of the first ZIDX section flipped (the digest does not use ZIDX)");
+        free(b.p);
+        free(z.p);
+
+        buf r = load("valid_cbrf.fkvf");
+        uint64_t Tr = last_trailer(&r), er = entry(&r, Tr, "CBRF", 0);
+        b = copy(r);
+        b.p[sec_off(&r, er) + 3] ^= 0x01;
+        save("checksum_CBRF.fkvf", b.p, b.n);
+        row("checksum_CBRF.fkvf", "reject", "reject", "CHECKSUM", "§4.6",
+            "valid_codebook_file.fkvf", "a byte of the CBRF content hash flipped");
+        reseal_section(&b, er);
+        reseal_dir(&b, Tr);
+        save("codebook_hash_mismatch.fkvf", b.p, b.n);
+        row("codebook_hash_mismatch.fkvf", "reject", "reject", "CODEBOOK", "§13.5",
+            "valid_codebook_file.fkvf",
+            "CBRF content hash changed (re-sealed): the given codebook file does not match");
+        free(b.p);
+        free(r.p);
+    }
+
+    /* section contents */
+    {
+        /* duplicate metadata keys */
+        /* two keys of the same length; the second renamed to the first */
+        fkvf_writer_options o;
+        fkvf_writer_options_init(&o);
+        o.no_sync = 1;
+        fkvf_writer *w = NULL;
+        W(fkvf_writer_create_file(&w, path_of("dup_key_meta.fkvf"), &o, NULL), "dup");
+        fkvf_desc d;
+        memset(&d, 0, sizeof d);
+        d.n_layers = 1, d.n_kv_heads = 1, d.key_dim = 4, d.value_dim = 4;
+        d.dtype = FKVF_DTYPE_F16;
+        W(fkvf_writer_set_desc(w, &d), "desc");
+        unsigned char rows2[2 * 16];
+        for (int i = 0; i < 16; i++)
+            put16(rows2 + 2 * i, fkvf_f32_to_f16((float)i / 8.0f));
+        W(fkvf_writer_add_exact(w, 0, 2, rows2, sizeof rows2, 0), "exact");
+        W(fkvf_writer_meta_u64(w, "dupkey.a", 1), "meta");
+        W(fkvf_writer_meta_u64(w, "dupkey.b", 2), "meta");
+        W(fkvf_writer_set_positions(w, 2, 0), "positions");
+        W(fkvf_writer_finish(w), "dup");
+        fkvf_writer_free(w);
+        b = load("dup_key_meta.fkvf");
+        uint64_t Tk = last_trailer(&b), e = entry(&b, Tk, "META", 0), off = sec_off(&b, e);
+        int found = 0;
+        for (uint64_t i = off; i + 8 <= off + sec_size(&b, e); i++)
+            if (!memcmp(b.p + i, "dupkey.b", 8)) {
+                b.p[i + 7] = 'a';
+                found = 1;
+            }
+        if (!found)
+            die("dup key", "key not found in META");
+        reseal_section(&b, e);
+        reseal_dir(&b, Tk);
+        save("dup_key_meta.fkvf", b.p, b.n);
+        free(b.p);
+        row("dup_key_meta.fkvf", "reject", "either", "DUP_KEY", "§9.2", "-",
+            "writer: META with keys dupkey.a, dupkey.b; the second renamed dupkey.a; re-sealed");
+    }
+    trunc_section("valid_quad_f16_rope.fkvf", "DESC", "§8.2", "reject");
+    trunc_section("valid_quad_f16_rope.fkvf", "META", "§9.1", "either");
+    trunc_section("valid_quad_f16_rope.fkvf", "EXAC", "§14.2", "reject");
+    trunc_section("valid_quad_f16_rope.fkvf", "STRM", "§11.2 step 5", "reject");
+    trunc_section("valid_quad_f16_rope.fkvf", "CBK1", "§13.2", "reject");
+    trunc_section("valid_ngon_f16.fkvf", "VTXS", "§10.1", "reject");
+    trunc_section("valid_cbrf.fkvf", "CBRF", "§13.5", "reject");
+    trunc_section("valid_zidx.fkvf", "ZIDX", "§20.2", "either");
+    {
+        /* symbol out of range: k = 16 with 8-bit quad symbols */
+        cfg_init(&c);
+        c.seed = 18;
+        c.qbits = 8;
+        build("symbol_base.fkvf", &c);
+        buf s = load("symbol_base.fkvf");
+        remove(path_of("symbol_base.fkvf"));
+        uint64_t Ts = last_trailer(&s), e = entry(&s, Ts, "STRM", 0), db, nb, off = sec_off(&s, e);
+        uint64_t doff = strm_data_off(&s, e, &db, &nb);
+        b = copy(s);
+        b.p[off + doff + 5] = 0xF3;
+        reseal_strm(&b, e);
+        reseal_dir(&b, Ts);
+        save("symbol_out_of_range.fkvf", b.p, b.n);
+        rej("symbol_out_of_range.fkvf", "SYMBOL", "§11.8, §13.7",
+            "8-bit quad index streams with k = 16; symbol 5 of stream 0 set to 243; checksums "
+            "re-sealed");
+        free(b.p);
+        free(s.p);
+    }
+
+    /* more single-field faults */
+    {
+        save("hdr_short_not_magic.fkvf", "\x89" "FX", 3);
+        rej("hdr_short_not_magic.fkvf", "BAD_MAGIC", "§3.1 step 1",
+            "3 bytes 89 46 58: not a prefix of the magic");
+        b = copy(q);
+        b.p[20] = 1;
+        reseal_header(&b);
+        save("hdr_flags.fkvf", b.p, b.n);
+        rej("hdr_flags.fkvf", "CORRUPT", "§3.1 step 7", "header flags = 1; re-sealed");
+        free(b.p);
+        b = copy(q);
+        b.p[9] = 1;
+        reseal_header(&b);
+        save("hdr_byte9.fkvf", b.p, b.n);
+        rej("hdr_byte9.fkvf", "CORRUPT", "§3.1 step 7", "header byte 9 = 1; re-sealed");
+        free(b.p);
+        uint64_t d = get64(q.p + T + 16);
+        b = copy(q);
+        b.p[d + 40] = 1;
+        reseal_dir(&b, T);
+        save("dir_reserved.fkvf", b.p, b.n);
+        rej("dir_reserved.fkvf", "CORRUPT", "§5.3", "directory header reserved byte 40 = 1; re-sealed");
+        free(b.p);
+        b = copy(q);
+        put64(b.p + d + 24, get64(q.p + d + 16) - 1); /* S + A > n */
+        reseal_dir(&b, T);
+        save("dir_archived_past_end.fkvf", b.p, b.n);
+        rej("dir_archived_past_end.fkvf", "CORRUPT", "§14.3",
+            "n_archived = n_positions - 1 with 2 sinks (S + A > n; the index streams are then "
+            "also shorter than A, §11.6, CORRUPT as well); re-sealed");
+        free(b.p);
+        {
+            buf nt = load("edge_no_tokens_no_meta.fkvf");
+            uint64_t Tn = last_trailer(&nt), dn = get64(nt.p + Tn + 16);
+            put64(nt.p + dn + 16, get64(nt.p + dn + 16) + 1);
+            reseal_dir(&nt, Tn);
+            save("dir_exact_uncovered.fkvf", nt.p, nt.n);
+            free(nt.p);
+            rej("dir_exact_uncovered.fkvf", "CORRUPT", "§14.3",
+                "edge_no_tokens_no_meta with n_positions + 1: the new last position is exact but "
+                "no EXAC covers it; re-sealed");
+        }
+        uint64_t e = entry(&q, T, "EXAC", 0), off = sec_off(&q, e);
+        b = copy(q);
+        b.p[e + 50] = 1;
+        reseal_dir(&b, T);
+        save("entry_reserved.fkvf", b.p, b.n);
+        rej("entry_reserved.fkvf", "CORRUPT", "§4.2", "EXAC entry reserved byte 50 = 1; re-sealed");
+        free(b.p);
+        b = copy(q);
+        b.p[off + 16] = FKVF_DTYPE_F32;
+        reseal_section(&b, e);
+        reseal_dir(&b, T);
+        save("exac_dtype.fkvf", b.p, b.n);
+        rej("exac_dtype.fkvf", "CORRUPT", "§14.2", "first EXAC header dtype f32 (descriptor f16); re-sealed");
+        free(b.p);
+        b = copy(q);
+        put64(b.p + off, 1);
+        reseal_section(&b, e);
+        reseal_dir(&b, T);
+        save("exac_first_position.fkvf", b.p, b.n);
+        rej("exac_first_position.fkvf", "CORRUPT", "§14.2",
+            "first EXAC first_position 1 != directory key 0; re-sealed");
+        free(b.p);
+        uint64_t ed = entry(&q, T, "DESC", 0);
+        b = copy(q);
+        b.p[sec_off(&q, ed) + 100] = 1;
+        reseal_section(&b, ed);
+        reseal_dir(&b, T);
+        save("desc_reserved.fkvf", b.p, b.n);
+        rej("desc_reserved.fkvf", "CORRUPT", "§8.2", "DESC reserved byte 100 = 1; re-sealed");
+        free(b.p);
+
+        buf df = load("valid_deflate.fkvf");
+        uint64_t Td = last_trailer(&df), ex = entry(&df, Td, "XDFL", 0), es = entry(&df, Td, "STRM", 0);
+        b = copy(df);
+        b.p[sec_off(&df, ex) + sec_size(&df, ex) - 2] ^= 0x01; /* the Adler-32 */
+        save("unknown_optional_checksum.fkvf", b.p, b.n);
+        row("unknown_optional_checksum.fkvf", "reject", "either", "CHECKSUM", "§4.3, §4.6", "-",
+            "valid_deflate with a stored byte of the unknown optional section XDFL flipped");
+        reseal_section(&b, ex);
+        reseal_dir(&b, Td);
+        save("unknown_optional_deflate.fkvf", b.p, b.n);
+        row("unknown_optional_deflate.fkvf", "reject", "either", "DEFLATE", "§4.3, §4.4", "-",
+            "as unknown_optional_checksum with the section checksum re-sealed: its zlib stream "
+            "(Adler-32) is invalid; readers ignore the contents, full verification checks them");
+        free(b.p);
+        b = copy(df);
+        put32(b.p + es + 4, get32(b.p + es + 4) | FKVF_SECTION_DEFLATE);
+        reseal_dir(&b, Td);
+        save("strm_deflate_flag.fkvf", b.p, b.n);
+        rej("strm_deflate_flag.fkvf", "CORRUPT", "§4.4",
+            "valid_deflate (DEFLATE feature set) with the DEFLATE flag on a STRM entry; re-sealed");
+        free(b.p);
+        free(df.p);
+
+        buf r = load("valid_cbrf.fkvf");
+        save("codebook_wrong_file.fkvf", r.p, r.n);
+        free(r.p);
+        row("codebook_wrong_file.fkvf", "reject", "reject", "CODEBOOK", "§13.5",
+            "valid_quad_f16_rope.fkvf",
+            "a copy of valid_cbrf given an archive, not a codebook file, as its codebook");
+        cfg_init(&c);
+        c.seed = 23;
+        build_codebook_file("valid_codebook_file2.fkvf", &c);
+        acc("valid_codebook_file2.fkvf", "§13.4",
+            "writer: a codebook file of the same shape as valid_codebook_file, other values");
+        r = load("valid_cbrf.fkvf");
+        save("codebook_other_codebook.fkvf", r.p, r.n);
+        free(r.p);
+        row("codebook_other_codebook.fkvf", "reject", "reject", "CODEBOOK", "§13.5",
+            "valid_codebook_file2.fkvf",
+            "a copy of valid_cbrf given a codebook file of the right shape whose content hash "
+            "differs");
+    }
+
+    /* commit chain and torn tails (§7) */
+    {
+        buf m = load("valid_multicommit3.fkvf");
+        uint64_t T3 = last_trailer(&m), T2 = prev_trailer(&m, T3), T1 = prev_trailer(&m, T2);
+        b = copy(m);
+        b.p = realloc(b.p, m.n + 200);
+        memcpy(b.p + m.n, q.p + 64, 200);
+        b.n = m.n + 200;
+        save("torn_partial_append.fkvf", b.p, b.n);
+        row("torn_partial_append.fkvf", "reject", "accept", "TORN", "§7.2 rule 3, §1.3.3",
+            "-", "valid_multicommit3 + 200 bytes of an append that did not complete; non-strict "
+            "open serves commit 3");
+        free(b.p);
+        b = copy(m);
+        b.p[T3 + 50] ^= 0x01;
+        save("torn_last_trailer_damaged.fkvf", b.p, b.n);
+        row("torn_last_trailer_damaged.fkvf", "reject", "accept", "TORN", "§7.2 rule 3",
+            "-", "valid_multicommit3 with commit 3's trailer damaged: serves commit 2");
+        free(b.p);
+        cut("torn_cut_commit3.fkvf", m, T2 + 64 + 100);
+        row("torn_cut_commit3.fkvf", "reject", "accept", "TORN", "§7.2 rule 3",
+            "-", "valid_multicommit3 cut 100 bytes into commit 3: serves commit 2");
+        b = copy(m);
+        b.p[T1 + 20] ^= 0x01;
+        save("chain_commit1_trailer.fkvf", b.p, b.n);
+        rej("chain_commit1_trailer.fkvf", "CHAIN", "§7.1, §7.2 rule 1",
+            "valid_multicommit3 with commit 1's trailer damaged; the last trailer is valid");
+        free(b.p);
+        b = copy(m);
+        put64(b.p + T3 + 40, T1);
+        reseal_trailer(&b, T3);
+        save("chain_prev_link.fkvf", b.p, b.n);
+        rej("chain_prev_link.fkvf", "CHAIN", "§7.1",
+            "commit 3's prev_trailer points at commit 1 (sequence 3 -> 1); re-sealed");
+        free(b.p);
+        b = copy(m);
+        put64(b.p + T3 + 8, 4);
+        put64(b.p + get64(m.p + T3 + 16) + 8, 4);
+        reseal_dir(&b, T3);
+        save("chain_seq_gap.fkvf", b.p, b.n);
+        rej("chain_seq_gap.fkvf", "CHAIN", "§7.1",
+            "commit 3 numbered 4 in its trailer and directory (gap); re-sealed");
+        free(b.p);
+        b = copy(m);
+        put64(b.p + T2 + 40, 64);
+        reseal_trailer(&b, T2);
+        save("chain_prev_misaligned.fkvf", b.p, b.n);
+        rej("chain_prev_misaligned.fkvf", "CHAIN", "§6.2 step 7, §7.1",
+            "commit 2's prev_trailer = 64 (< 128); re-sealed");
+        free(b.p);
+        free(m.p);
+    }
+    free(q.p);
+    fclose(manifest);
+    if (failures) {
+        fprintf(stderr, "fkvf-conf-gen: %d files did not decode as expected\n", failures);
+        return 1;
+    }
+    return 0;
+}
