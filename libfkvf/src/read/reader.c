@@ -932,8 +932,8 @@ static int load_contents(fkvf_reader *r)
                         (unsigned long long)want);
         if (g->present && g->length != want)
             return FAIL(FKVF_E_CORRUPT, r->sections[g->segs[g->n_segs - 1].sec].e.offset, "11.6",
-                        "the %s have %llu symbols, the last commit needs %llu",
-                        k == FKVF_GROUP_TOKENS ? "token stream" : "index streams",
+                        "the %s %llu symbols, the last commit needs %llu",
+                        k == FKVF_GROUP_TOKENS ? "token stream has" : "index streams have",
                         (unsigned long long)g->length, (unsigned long long)want);
     }
     if ((rc = build_streams(r)))
