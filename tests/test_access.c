@@ -845,9 +845,5 @@ int main(void)
     tcase_add_test(tc, read_external_codebook);
     tcase_add_loop_test(tc, read_allocation_failures, 0, 2);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(s);
 }

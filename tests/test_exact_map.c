@@ -83,9 +83,5 @@ int main(void)
     TCase *t = tcase_create("exact_map");
     tcase_add_test(t, latest_covering_section_wins);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(s);
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "model.h"
+#include "testutil.h"
 
 static const int readme_ids[64] = {
     461, 461, 401, 401, 401, 461, 378, 455, 473, 456, 435, 299, 362, 409, 283, 264,
@@ -698,9 +699,5 @@ static Suite *model_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(model_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(model_suite());
 }

@@ -86,9 +86,5 @@ int main(void)
     tcase_add_test(t, open_read_survives_truncation);
     tcase_add_test(t, open_read_flags);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(s);
 }

@@ -121,9 +121,5 @@ int main(void)
     tcase_set_timeout(t, 60);
     tcase_add_test(t, many_declared_streams_cost_no_memory);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(s);
 }

@@ -380,9 +380,5 @@ int main(void)
     tcase_add_test(tc, restore_allocation_failures);
     tcase_add_test(tc, restore_zero_stage_codebook);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(s);
 }

@@ -1,7 +1,8 @@
-#include "testutil.h"
-
+#include <check.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "testutil.h"
 
 uint64_t tu_next(tu_rng *r)
 {
@@ -57,4 +58,13 @@ void tu_free_odd(uint8_t *p)
 {
     if (p)
         free(p - 1);
+}
+
+int tu_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -41,4 +41,10 @@ void tu_buf_free(tu_buf *b);
 uint8_t *tu_dup_odd(const void *data, size_t size);
 void tu_free_odd(uint8_t *p);
 
+/* Run a Check suite (CK_NORMAL output); the exit status for main(). Needs
+ * <check.h> included before this header for the Suite type. */
+#ifdef CHECK_H
+int tu_run_suite(Suite *s);
+#endif
+
 #endif
