@@ -219,4 +219,14 @@ check zx-search-scan 0 "$FKVF" search "$T/zxc.fkvf" --tokens 1 --json --no-index
 sed 's/"n_indexed":[0-9]*//' "$T/zx.idx.json" >"$T/a.j"; sed 's/"n_indexed":[0-9]*//' "$T/out" >"$T/b.j"
 same zx-search-same "$T/a.j" "$T/b.j"
 
+# fkvf verify --codebooks: an archive that refers to an external codebook is
+# checked against the file (hash, shape, index symbols below k)
+check verify-cb 0 "$FKVF" verify "$T/zxc.fkvf" --codebooks "$T/cb.fkvf"
+check verify-cb-missing 1 "$FKVF" verify "$T/zxc.fkvf" --codebooks "$T/nonexistent-cb.fkvf"
+check verify-cb-wrong-train 0 "$FKVF" train "$TRAIN" -o "$T/cb-other.fkvf" $Q --seed 9
+check verify-cb-wrong 1 "$FKVF" verify "$T/zxc.fkvf" --codebooks "$T/cb-other.fkvf"
+grep_in verify-cb-wrong-msg "FKVF_E_CODEBOOK" "$T/err"
+check verify-cb-none 0 "$FKVF" verify "$T/zxc.fkvf" --codebooks ""
+check verify-cb-noarg 2 "$FKVF" verify "$T/zxc.fkvf" --codebooks
+
 finish cli_append

@@ -377,22 +377,67 @@ static const char *verify_help =
     "and the spec clause), 2 usage or I/O error. A torn tail after the last\n"
     "valid commit (an append that did not complete) is reported as invalid\n"
     "(FKVF_E_TORN, exit 1) but recoverable: the message gives the torn bytes and\n"
-    "the commit served, and 'fkvf recover ARCHIVE' cuts the tail off.\n";
+    "the commit served, and 'fkvf recover ARCHIVE' cuts the tail off.\n"
+    "\n"
+    "  --codebooks FILE   the codebook file of an archive that refers to one (spec\n"
+    "                     13.5): its content hash and shape are checked, and every\n"
+    "                     index symbol against its k (a wrong or unreadable file is\n"
+    "                     exit 1; an empty FILE means none)\n";
 
 static int cmd_verify(int argc, char **argv)
 {
-    const char *path;
+    const char *path, *cbpath = NULL;
     int json, ec = CLI_OK;
-    int pc = parse_common(argc, argv, "verify", verify_help, &path, &json);
+    /* --codebooks FILE is verify's own; the rest is parsed as for info */
+    char **rest = malloc((size_t)(argc > 0 ? argc : 1) * sizeof *rest);
+    int nrest = 0;
+    if (!rest) {
+        cli_err("out of memory");
+        return CLI_USAGE;
+    }
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--codebooks")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "%s verify: --codebooks needs a FILE\n", prog);
+                free(rest);
+                return CLI_USAGE;
+            }
+            cbpath = argv[++i];
+            if (!*cbpath)
+                cbpath = NULL; /* "" = none: lets scripts pass an optional file */
+        } else {
+            rest[nrest++] = argv[i];
+        }
+    }
+    int pc = parse_common(nrest, rest, "verify", verify_help, &path, &json);
+    free(rest);
     if (pc)
         return pc > 0 ? CLI_OK : CLI_USAGE;
-    fkvf_reader *r = NULL;
+    fkvf_reader *r = NULL, *cb = NULL;
     int rc = fkvf_reader_open_file(&r, path, 0, NULL);
+    char msg[1024];
+    msg[0] = 0;
+    if (rc == FKVF_OK && cbpath) {
+        int ext = 0;
+        uint8_t want[16];
+        const char *name = NULL;
+        fkvf_reader_codebook_ref(r, &ext, want, &name);
+        if (!ext) {
+            rc = FKVF_E_INVALID_ARG;
+            snprintf(msg, sizeof msg, "%s: --codebooks given, but the archive does not refer to "
+                     "an external codebook", path);
+        } else if ((rc = fkvf_reader_open_file(&cb, cbpath, 0, NULL)) != FKVF_OK) {
+            snprintf(msg, sizeof msg, "%s", cb ? fkvf_reader_message(cb) : fkvf_strerror(rc));
+            rc = FKVF_E_CODEBOOK; /* a missing or broken codebook file: invalid input */
+        } else if ((rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK) {
+            snprintf(msg, sizeof msg, "%s", fkvf_reader_message(r));
+        }
+    }
     if (rc == FKVF_OK)
         rc = fkvf_reader_verify(r);
     /* copy: later calls on the handle clear its message */
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", r ? fkvf_reader_message(r) : "");
+    if (!*msg)
+        snprintf(msg, sizeof msg, "%s", r ? fkvf_reader_message(r) : "");
     if (rc == FKVF_OK)
         ec = CLI_OK;
     else
@@ -430,6 +475,7 @@ static int cmd_verify(int argc, char **argv)
         }
     }
     fkvf_reader_free(r);
+    fkvf_reader_free(cb);
     return ec;
 }
 
