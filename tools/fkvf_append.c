@@ -67,19 +67,6 @@ static uint64_t alphabet_of(const fkvf_stream_info *si)
     return si->symbol_bits >= 32 ? (UINT64_C(1) << 32) : (UINT64_C(1) << si->symbol_bits);
 }
 
-static void spec_of(const fkvf_stream_info *si, fkvf_stream_spec *sp)
-{
-    memset(sp, 0, sizeof *sp);
-    sp->profile = si->profile;
-    if (si->profile == FKVF_PROFILE_QUAD) {
-        sp->symbol_bits = si->symbol_bits;
-    } else {
-        sp->alphabet = si->alphabet;
-        sp->r = si->r;
-        sp->span_symbols = si->span_symbols;
-    }
-}
-
 /* ---- append --------------------------------------------------------------- */
 
 static const char *append_help =
@@ -955,10 +942,10 @@ int fkvf_cli_compact(int argc, char **argv)
 
     /* index streams, symbol for symbol */
     size_t i0;
-    fkvf_stream_info si0;
+    fkvf_stream_spec isp; /* the codec the copy keeps */
     int has_index = fkvf_reader_stream_find(r, FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, 0, 0, 0, 0),
                                             &i0) == FKVF_OK &&
-                    fkvf_reader_stream_info(r, i0, &si0) == FKVF_OK;
+                    fkvf_reader_stream_spec(r, i0, &isp) == FKVF_OK;
     if (rc == FKVF_OK && has_cb && has_index) {
         stage = "index streams";
         unsigned per = (unsigned)shape.k_stages + shape.v_stages;
@@ -991,10 +978,8 @@ int fkvf_cli_compact(int argc, char **argv)
                     codes[j * A + t] = (uint16_t)sym[t];
                 cli_progress_cb(&b, j + 1, cpp);
             }
-            fkvf_stream_spec sp;
-            spec_of(&si0, &sp);
             if (rc == FKVF_OK)
-                rc = fkvf_writer_add_index_segment(w, &sp, 0, A, A ? codes : NULL, 1,
+                rc = fkvf_writer_add_index_segment(w, &isp, 0, A, A ? codes : NULL, 1,
                                                    (size_t)(A ? A : 1));
         }
     }
@@ -1016,9 +1001,9 @@ int fkvf_cli_compact(int argc, char **argv)
                 goto out;
             }
             fkvf_stream_spec sp;
-            spec_of(&tsi, &sp);
-            rc = fkvf_writer_add_token_segment(w, &sp, 0, tsi.length ? sym : NULL,
-                                               (size_t)tsi.length);
+            if ((rc = fkvf_reader_stream_spec(r, ti, &sp)) == FKVF_OK)
+                rc = fkvf_writer_add_token_segment(w, &sp, 0, tsi.length ? sym : NULL,
+                                                   (size_t)tsi.length);
         }
     }
     /* search indexes (spec 20): rebuilt for every stream that had one, after
