@@ -1036,6 +1036,73 @@ START_TEST(append_index_to_file)
 }
 END_TEST
 
+/* fkvf_archive_append_sections on an archive whose codebook has no key
+ * stages (k_stages 0): its first index stream is value stage 0. The resume
+ * path looked only for key stage 0, found no index group and refused the
+ * commit ("archived positions need the index streams"); found by the
+ * random archives of conformance_random. */
+START_TEST(append_sections_value_stages_only)
+{
+    char path[] = "/tmp/fkvf-search-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.no_sync = 1;
+    fkvf_writer *w = NULL;
+    ck_assert_int_eq(fkvf_writer_create_file(&w, path, &o, NULL), FKVF_OK);
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = 1;
+    d.n_kv_heads = 1;
+    d.key_dim = 2;
+    d.value_dim = 2;
+    d.dtype = FKVF_DTYPE_F32;
+    ck_assert_int_eq(fkvf_writer_set_desc(w, &d), FKVF_OK);
+    fkvf_codebook_shape cs = {1, 1, 2, 2, 16, 0, 1, FKVF_DTYPE_F32, 0};
+    float tables[16 * 2];
+    for (int i = 0; i < 32; i++)
+        tables[i] = (float)i;
+    ck_assert_int_eq(fkvf_writer_add_codebooks(w, &cs, tables, sizeof tables, 0), FKVF_OK);
+    uint16_t codes[32];
+    for (int i = 0; i < 32; i++)
+        codes[i] = (uint16_t)(i * 7 % 16);
+    fkvf_stream_spec sp = {FKVF_PROFILE_QUAD, 4, 0, 0, 0};
+    ck_assert_msg(fkvf_writer_add_index_segment(w, &sp, 0, 32, codes, 1, 1) == FKVF_OK, "%s",
+                  fkvf_writer_message(w));
+    ck_assert_int_eq(fkvf_writer_set_positions(w, 32, 32), FKVF_OK);
+    ck_assert_msg(fkvf_writer_finish(w) == FKVF_OK, "%s", fkvf_writer_message(w));
+    fkvf_writer_free(w);
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_file(&r, path, 0, NULL), FKVF_OK);
+    void *zd;
+    size_t zs;
+    uint64_t key;
+    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key), FKVF_OK);
+    ck_assert_uint_eq(key, FKVF_STREAM_ID(0, 0, 0, 1, 0));
+    fkvf_reader_free(r);
+    fkvf_section_add sa = {FKVF_SECTION_ZIDX, 0, key, zd, zs};
+    char msg[256];
+    ck_assert_msg(fkvf_archive_append_sections(path, &sa, 1, FKVF_SYNC_NONE, msg, sizeof msg) ==
+                      FKVF_OK,
+                  "%s", msg);
+    fkvf_search_buffer_free(zd);
+    ck_assert_int_eq(fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL), FKVF_OK);
+    ck_assert_msg(fkvf_reader_verify(r) == FKVF_OK, "%s", fkvf_reader_message(r));
+    fkvf_archive_info ai;
+    ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);
+    ck_assert_uint_eq(ai.n_commits, 2);
+    ck_assert_uint_eq(ai.n_archived, 32);
+    uint32_t got[32];
+    ck_assert_int_eq(fkvf_reader_stream_read(r, 0, 0, got, 32), FKVF_OK);
+    for (int i = 0; i < 32; i++)
+        ck_assert_uint_eq(got[i], codes[i]);
+    fkvf_reader_free(r);
+    unlink(path);
+}
+END_TEST
+
 START_TEST(radius_counts)
 {
     /* a larger radius finds more candidates, never fewer verified */
@@ -1087,6 +1154,7 @@ int main(void)
     tcase_add_test(tc, stale_index_ignored);
     tcase_add_test(tc, corrupt_index);
     tcase_add_test(tc, append_index_to_file);
+    tcase_add_test(tc, append_sections_value_stages_only);
     tcase_add_test(tc, index_flags);
     tcase_add_test(tc, empty_stream);
     tcase_add_test(tc, touches_only_needed_blocks);

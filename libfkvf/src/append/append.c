@@ -322,8 +322,11 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
         a->rope.theta = d.rope_theta;
     }
 
-    /* codecs of the groups (spec 11.2) */
+    /* codecs of the groups (spec 11.2); the first index stream is key stage 0,
+     * or value stage 0 when the codebook has no key stages */
     st->index_present = spec_from_stream(r, FKVF_STREAM_ID(0, 0, 0, 0, 0), &st->index_spec,
+                                         &st->index_length) ||
+                        spec_from_stream(r, FKVF_STREAM_ID(0, 0, 0, 1, 0), &st->index_spec,
                                          &st->index_length);
     if (st->index_present) {
         a->ispec = st->index_spec;
