@@ -3256,6 +3256,37 @@ START_TEST(guard_nonzero_padding_unnoticed)
 }
 END_TEST
 
+/* Full verification parses every META section, also one a later commit
+ * replaced (spec 1.3.3, 9.3); the ordinary path reads only the one in
+ * effect. Found by the second reader (conformance/pyreader). */
+START_TEST(verify_replaced_meta)
+{
+    mbuild mb;
+    memset(&mb, 0, sizeof mb);
+    mb_u64(&mb, "alpha", 1);
+    mb_u64(&mb, "alpha", 2);
+    craft c;
+    craft_base(&c, 0);
+    cr_plain(&c, FKVF_SECTION_META, 0, 0, mb.b.data, mb.b.size);
+    cr_commit(&c, 1, 0, 0, 0);
+    tu_buf_free(&mb.b);
+    uint64_t t1 = c.b.size - 64;
+    memset(&mb, 0, sizeof mb);
+    mb_u64(&mb, "alpha", 3);
+    cr_plain(&c, FKVF_SECTION_META, 0, 0, mb.b.data, mb.b.size);
+    cr_commit(&c, 2, t1, 0, 0);
+    tu_buf_free(&mb.b);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, c.b.data, c.b.size, FKVF_OPEN_STRICT, NULL));
+    fkvf_meta_entry e;
+    OK_R(r, fkvf_reader_meta_find(r, "alpha", &e));
+    ck_assert_uint_eq(e.u64, 3);
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_DUP_KEY);
+    fkvf_reader_free(r);
+    tu_buf_free(&c.b);
+}
+END_TEST
+
 START_TEST(guard_duplicate_meta_keys_ambiguous)
 {
     mbuild mb;
@@ -6645,6 +6676,7 @@ static Suite *container_suite(void)
     tcase_add_test(t, guard_nonzero_padding_unnoticed);
     tcase_add_test(t, guard_duplicate_meta_keys_ambiguous);
     tcase_add_test(t, guard_deflate_bomb_declaration);
+    tcase_add_test(t, verify_replaced_meta);
     tcase_add_test(t, guard_corrupt_deflate_served_as_data);
     tcase_add_test(t, guard_structural_field_errors);
     suite_add_tcase(s, t);

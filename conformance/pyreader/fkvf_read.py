@@ -105,7 +105,7 @@ class Trailer:
 
 class Entry:
     __slots__ = ("type", "flags", "offset", "stored", "size", "key", "checksum",
-                 "commit", "order", "eoff", "_data", "_ok")
+                 "commit", "order", "eoff", "_data", "_ok", "_seg")
 
     def tname(self):
         return self.type.decode("latin-1")

@@ -146,6 +146,22 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
         if ((rc = fkvf_reader_meta_count(r, &n)))
             return rc;
     }
+    /* META sections a later one replaced are part of the committed file too
+     * (spec 1.3.3, 9.3) */
+    for (size_t i = 0; i < r->n_sections; i++) {
+        if (r->sections[i].e.type != FKVF_SECTION_META || (r->has_meta && i == r->meta_sec))
+            continue;
+        const uint8_t *p;
+        uint64_t n;
+        uint32_t count;
+        size_t *offs = NULL;
+        if ((rc = rd_section_bytes(r, i, &p, &n)))
+            return rc;
+        rc = fkvf_meta_parse(p, n, r->sections[i].e.offset, &count, &offs, r->alloc, &r->diag);
+        fkvf_free(r->alloc, offs);
+        if (rc)
+            return rc;
+    }
     for (size_t i = 0; i < r->n_sections; i++) {
         uint32_t t = r->sections[i].e.type;
         if ((t == FKVF_SECTION_STRM && (rc = verify_strm_section(r, i))) ||
