@@ -3259,6 +3259,49 @@ END_TEST
 /* Full verification parses every META section, also one a later commit
  * replaced (spec 1.3.3, 9.3); the ordinary path reads only the one in
  * effect. Found by the second reader (conformance/pyreader). */
+/* A codebook element that is not finite (spec 13.2): full verification
+ * rejects it with CORRUPT, and so does restoring an archived row (the
+ * reader used to report FKVF_E_INVALID_ARG, a caller error, spec 16.3).
+ * Found by the second reader (conformance/pyreader). */
+START_TEST(codebook_value_not_finite)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    uint64_t cbk = 0, cbk_n = 0;
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        fkvf_section_info si;
+        OK_R(r, fkvf_reader_section(r, i, &si));
+        if (si.type == FKVF_SECTION_CBK1) {
+            ck_assert_uint_eq(si.flags & FKVF_SECTION_DEFLATE, 0);
+            cbk = si.offset;
+            cbk_n = si.stored_size;
+        }
+    }
+    fkvf_reader_free(r);
+    ck_assert_uint_gt(cbk_n, 64 + 10);
+    fkvf_st16(b.data + cbk + 64 + 2 * 5, 0x7C00); /* +inf in f16 */
+    refresh_last_commit(b.data, b.size);
+    r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    size_t rb;
+    OK_R(r, fkvf_reader_row_bytes(r, FKVF_DTYPE_F32, &rb));
+    float *out = malloc(rb);
+    ck_assert_ptr_nonnull(out);
+    RC_R(r, fkvf_reader_restore(r, m.desc.n_sinks, 1, FKVF_DTYPE_F32, out, rb), FKVF_E_CORRUPT);
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_CORRUPT);
+    free(out);
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
 START_TEST(verify_replaced_meta)
 {
     mbuild mb;
@@ -6677,6 +6720,7 @@ static Suite *container_suite(void)
     tcase_add_test(t, guard_duplicate_meta_keys_ambiguous);
     tcase_add_test(t, guard_deflate_bomb_declaration);
     tcase_add_test(t, verify_replaced_meta);
+    tcase_add_test(t, codebook_value_not_finite);
     tcase_add_test(t, guard_corrupt_deflate_served_as_data);
     tcase_add_test(t, guard_structural_field_errors);
     suite_add_tcase(s, t);

@@ -712,11 +712,11 @@ class Reader:
         c.size = size
         return c
 
-    def check_cbk_finite(self, c, off):
+    def check_cbk_finite(self, c, off, cls="CORRUPT"):
         fmt = "<%d%s" % ((c.size - 64) // ESIZE[c.dtype], "e" if c.dtype == 1 else "f")
         for x in struct.unpack_from(fmt, c.data, 64):
             if not math.isfinite(x):
-                raise Reject("CORRUPT", off, "CBK1 holds a non-finite centroid element", "§13.2")
+                raise Reject(cls, off, "CBK1 holds a non-finite centroid element", "§13.2")
 
     def parse_cbrf(self, e):
         d = self.contents(e)
@@ -1005,12 +1005,14 @@ class Reader:
             if ce.type == b"CBK1":
                 cbk = self.parse_cbk1(ce)
                 self.match_codebook(cbk, "CORRUPT", ce.offset)
-                if self.full:
+                if self.full or A:  # full verification, or tables needed to restore rows
                     self.check_cbk_finite(cbk, ce.offset)
                 cbhash = xxh3_128_canonical(bytes(cbk.data))
             else:
                 cbhash = self.parse_cbrf(ce)
                 cbk = self.external_codebook(cbhash, ce.offset, A)
+                if cbk is not None and (self.full or A):
+                    self.check_cbk_finite(cbk, ce.offset, "CODEBOOK")
         if A and cbk is None:
             raise Reject("CODEBOOK", None, "archived positions need the external codebook; none given",
                          "§13.5")

@@ -87,6 +87,18 @@ int rd_restore_prepare(fkvf_reader *r)
     fkvf_rvq *q = NULL;
     rc = fkvf_rvq_from_tables_decode(&q, &shape, r->desc.n_kv_heads, (const uint8_t *)contents + 64,
                                      size - 64, codebook_allocator(r));
+    if (rc == FKVF_E_INVALID_ARG) {
+        /* the shape was checked when the codebook was loaded: a non-finite
+         * element (spec 13.2), a fault of the file, not of the caller */
+        int ext = 0;
+        uint8_t h[16];
+        const char *name;
+        if (fkvf_reader_codebook_ref(r, &ext, h, &name) != FKVF_OK)
+            ext = 0;
+        return FAIL(ext ? FKVF_E_CODEBOOK : FKVF_E_CORRUPT, r->sections[r->cb_sec].e.offset,
+                    "13.2", "%s codebook holds a non-finite centroid element",
+                    ext ? "the external" : "the CBK1");
+    }
     if (rc)
         return FAIL(rc, r->sections[r->cb_sec].e.offset, "13.2",
                     "codebook tables cannot be loaded (%s)", fkvf_strerror(rc));
