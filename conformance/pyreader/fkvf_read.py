@@ -420,6 +420,8 @@ class Reader:
             bad = "rope_dims %d invalid" % rdims
         elif kt == 1 and not (math.isfinite(theta) and theta > 0):
             bad = "rope_theta not finite and > 0"
+        elif kt == 1 and rl == 0:
+            bad = "rope_layout 0 with key_transform 1"
         elif kt == 0 and (rl or ks or rdims or not is_zero(d[24:32])):
             bad = "non-zero RoPE field with key_transform 0"
         elif not is_zero(d[56 + (0, 32, 16)[whk]:88]):
@@ -1013,7 +1015,9 @@ class Reader:
                 cbk = self.external_codebook(cbhash, ce.offset, A)
                 if cbk is not None and (self.full or A):
                     self.check_cbk_finite(cbk, ce.offset, "CODEBOOK")
-        if A and cbk is None:
+        if A and cbk is None and not self.full:
+            # restoring archived rows needs the codebook; full verification
+            # checks everything else without it (§13.5)
             raise Reject("CODEBOOK", None, "archived positions need the external codebook; none given",
                          "§13.5")
         # decode
@@ -1022,7 +1026,7 @@ class Reader:
             s0 = self.first_seg[0]
             for j in range(s0.ns):
                 syms = self.stream_symbols(0, j)
-                if max(syms) >= cbk.k:
+                if cbk is not None and max(syms) >= cbk.k:
                     a = max(range(len(syms)), key=syms.__getitem__)
                     raise Reject("SYMBOL", None, "index stream %d symbol %d is %d >= k = %d"
                                  % (j, a, syms[a], cbk.k), "§11.8")
