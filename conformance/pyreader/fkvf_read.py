@@ -1098,7 +1098,9 @@ class Reader:
                 data = fh.read()
         except OSError as x:
             raise Reject("CODEBOOK", off, "cannot read the codebook file %s: %s" % (p, x), "§13.5")
-        sub = Reader(data, self.mode, None, p)
+        # opened by §7.2 (non-strict: a torn candidate serves its last
+        # commit); its values are checked by the caller (§13.2)
+        sub = Reader(memoryview(data), "open", None, p)
         try:
             sub.run()
         except Reject as x:
