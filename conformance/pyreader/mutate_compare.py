@@ -111,8 +111,22 @@ def main():
         path, cb, data, commits, entries = bases[rng.randrange(len(bases))]
         buf = bytearray(data)
         inflated = {}
-        kind = rng.choice(["section"] * 6 + ["directory", "trailer", "header"])
-        if kind == "section":
+        vtxs = [e for e in entries if e.type == b"VTXS" and not e.flags & R.F_DEFLATE]
+        kind = rng.choice(["section"] * 6 + ["directory", "trailer", "header"] +
+                          (["vtxs"] * 2 if vtxs else []))
+        if kind == "vtxs":
+            # a vertex table that is no longer a regular polygon (§10.2, §12.2.5):
+            # one coordinate moved by a few units in the last place
+            e = rng.choice(vtxs)
+            nv = (e.stored - 8) // 16
+            c = rng.randrange(1, nv)
+            o = e.offset + 8 + 16 * c + 8 * rng.randrange(2)
+            bits = struct.unpack_from("<q", buf, o)[0] + rng.choice([1, -1, 2, -2, 16, -16, 4096])
+            struct.pack_into("<q", buf, o, bits)
+            reseal(buf, commits, entries, inflated)
+            old = new = 0
+            where = "VTXS@%d V(%d) moved" % (e.offset, c)
+        elif kind == "section":
             e = rng.choice(entries)
             if e.flags & R.F_DEFLATE:
                 z = zlib.decompress(bytes(data[e.offset:e.offset + e.stored]))
@@ -141,27 +155,30 @@ def main():
             rel = rng.randrange(9, 56)
             tgt, off = buf, rel
             where = "header+%d" % rel
-        old = tgt[off]
-        choice = rng.random()
-        if choice < 0.3:
-            new = old ^ (1 << rng.randrange(8))
-        elif choice < 0.5:
-            new = (old + rng.choice([1, -1])) & 255
-        elif choice < 0.7:
-            new = rng.choice([0, 255, 1, 0x80])
-        else:
-            new = rng.randrange(256)
-        if new == old:
-            continue
-        tgt[off] = new
-        reseal(buf, commits, entries, inflated)
+        if kind != "vtxs":
+            old = tgt[off]
+            choice = rng.random()
+            if choice < 0.3:
+                new = old ^ (1 << rng.randrange(8))
+            elif choice < 0.5:
+                new = (old + rng.choice([1, -1])) & 255
+            elif choice < 0.7:
+                new = rng.choice([0, 255, 1, 0x80])
+            else:
+                new = rng.randrange(256)
+            if new == old:
+                continue
+            tgt[off] = new
+            reseal(buf, commits, entries, inflated)
         mp = os.path.join(tmp.name, "m.fkvf")
         with open(mp, "wb") as fh:
             fh.write(buf)
         res = {}
         for mode in ("verify", "open"):
             res[mode] = (c_read(a.read, mp, mode, cb), py_read(buf, mode, cb))
-        desc = "%s %s %02x->%02x" % (os.path.basename(path), where, old, new)
+        desc = "%s %s" % (os.path.basename(path), where)
+        if kind != "vtxs":
+            desc += " %02x->%02x" % (old, new)
         diff = [m for m in res if res[m][0][0] != res[m][1][0]]
         if not diff:
             same += 1
