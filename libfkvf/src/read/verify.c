@@ -115,8 +115,11 @@ static int verify_codebook_values(fkvf_reader *r)
     fkvf_codebook_shape sh;
     const void *contents;
     size_t size;
-    if (fkvf_reader_codebook(r, &sh, &contents, &size, NULL) != FKVF_OK)
-        return FKVF_OK; /* none, or an external one not attached */
+    if (!r->cb_known) /* none, or an external one not attached */
+        return FKVF_OK;
+    int rc = fkvf_reader_codebook(r, &sh, &contents, &size, NULL);
+    if (rc)
+        return rc;
     int ext = 0;
     uint8_t h[16];
     const char *name;
