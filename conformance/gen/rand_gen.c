@@ -349,6 +349,8 @@ static int make_one(const char *dir, unsigned idx, uint64_t seed)
             }
             zidx_done = 1;
         }
+        fkvf_reader_free(r);
+        r = NULL;
     }
     printf("%s\t%s\t%s%s\n", name, cbkind == 2 ? cbname : "-", desc_txt,
            zidx && !zidx_done ? " (no stream to index)" : "");
