@@ -504,7 +504,7 @@ static void check_contents(vctx *c)
             continue;
         fkvf_diag_clear(&dg);
         int rc = FKVF_OK;
-        const char *chk = "SEC-CONTENT";
+        const char *chk = NULL; /* set by every case that parses */
         switch (e->type) {
         case FKVF_SECTION_DESC: {
             fkvf_desc_raw d;
