@@ -10,6 +10,7 @@
  * exactly the fault named. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -599,6 +600,44 @@ START_TEST(conformance_suite)
 }
 END_TEST
 
+/* the open fuzzer's corpus (hostile inputs, past crashers): validation runs
+ * to the end on each, and a file full verification rejects has a violation */
+START_TEST(fuzz_corpus)
+{
+    const char *src = getenv("FKVF_SRCDIR");
+    ck_assert_ptr_nonnull(src);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/fuzz/corpus/open", src);
+    DIR *dir = opendir(path);
+    ck_assert_ptr_nonnull(dir);
+    struct dirent *de;
+    int files = 0;
+    while ((de = readdir(dir)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "%s/fuzz/corpus/open/%s", src, de->d_name);
+        FILE *f = fopen(path, "rb");
+        ck_assert_ptr_nonnull(f);
+        uint8_t *d = malloc(1 << 20);
+        ck_assert_ptr_nonnull(d);
+        size_t n = fread(d, 1, 1 << 20, f);
+        fclose(f);
+        vlist l = validate(d, n, FKVF_VALIDATE_STRICT);
+        fkvf_reader *r = NULL;
+        int rc = fkvf_reader_open_memory(&r, d, n, 0, NULL);
+        if (rc == FKVF_OK)
+            rc = fkvf_reader_verify(r);
+        fkvf_reader_free(r);
+        EXPECTF(rc == FKVF_OK || l.n > 0, "%s: verify %s, validate found nothing", de->d_name,
+                fkvf_error_name(rc));
+        free(d);
+        files++;
+    }
+    closedir(dir);
+    ck_assert_int_gt(files, 50);
+}
+END_TEST
+
 START_TEST(api_arguments)
 {
     fkvf_validate_result res;
@@ -624,6 +663,7 @@ static Suite *suite(void)
     tcase_add_test(t, all_faults_reported);
     tcase_add_test(t, damage_never_valid);
     tcase_add_test(t, conformance_suite);
+    tcase_add_test(t, fuzz_corpus);
     tcase_add_test(t, api_arguments);
     suite_add_tcase(s, t);
     return s;
