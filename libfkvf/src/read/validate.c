@@ -62,7 +62,7 @@ typedef struct vctx {
         int code;
         char clause[16];
         uint64_t off;
-    } seen[64];
+    } seen[256];
     size_t n_seen;
     fkvf_reader *r; /* chain handle (rd_open_chain) */
     vsec *vs;
@@ -121,35 +121,29 @@ static int same_chapter(const char *a, const char *b)
 }
 
 /* A diagnostic of the format parsers or the reader ("NAME: offset N: what
- * (spec X) [FKVF_E_...]") as a violation. */
-static void report_diag(vctx *c, const fkvf_diag *dg, const char *check, long sec, int dedup)
+ * (spec X) [FKVF_E_...]"): its offset, clause and text. */
+static void parse_diag(const fkvf_diag *dg, uint64_t *off, char clause[16], char *body_out,
+                       size_t body_cap)
 {
-    if (dg->code == FKVF_E_NOMEM) {
-        c->env_rc = FKVF_E_NOMEM;
-        c->stop = 1;
-        return;
-    }
-    if (fkvf_error_class(dg->code) != FKVF_ERRCLASS_FORMAT)
-        return;
     const char *m = dg->msg;
-    uint64_t off = NO_OFF;
+    *off = NO_OFF;
     const char *o = strstr(m, ": offset ");
     const char *body = strchr(m, ':');
     body = body ? body + 1 : m;
     if (o) {
-        off = strtoull(o + 9, NULL, 10);
+        *off = strtoull(o + 9, NULL, 10);
         const char *e = strchr(o + 9, ':');
         if (e)
             body = e + 1;
     }
     while (*body == ' ')
         body++;
-    char clause[16] = "16";
+    snprintf(clause, 16, "16");
     size_t blen = strlen(body);
     const char *sp = strstr(body, " (spec ");
     if (sp) {
         const char *cs = sp + 7, *ce = strchr(cs, ')');
-        if (ce && ce > cs && (size_t)(ce - cs) < sizeof clause) {
+        if (ce && ce > cs && (size_t)(ce - cs) < 16) {
             memcpy(clause, cs, (size_t)(ce - cs));
             clause[ce - cs] = 0;
         }
@@ -170,18 +164,42 @@ static void report_diag(vctx *c, const fkvf_diag *dg, const char *check, long se
                  {FKVF_E_TRUNCATED, "11.3", "11.2"}, {FKVF_E_TRUNCATED, "4.1", "7.2"}};
     for (size_t i = 0; i < sizeof remap / sizeof remap[0]; i++)
         if ((!remap[i].code || remap[i].code == dg->code) && !strcmp(clause, remap[i].from)) {
-            snprintf(clause, sizeof clause, "%s", remap[i].to);
+            snprintf(clause, 16, "%s", remap[i].to);
             break;
         }
-    if (dedup)
-        for (size_t i = 0; i < c->n_seen; i++)
-            if (c->seen[i].code == dg->code &&
-                (same_chapter(c->seen[i].clause, clause) || !strcmp(clause, "15") ||
-                 !strcmp(c->seen[i].clause, "15") ||
-                 (off != NO_OFF && c->seen[i].off == off)))
-                return;
-    char b[400];
-    snprintf(b, sizeof b, "%.*s", (int)(blen < 399 ? blen : 399), body);
+    if (blen >= body_cap)
+        blen = body_cap - 1;
+    memcpy(body_out, body, blen);
+    body_out[blen] = 0;
+}
+
+/* Was a violation of this class already reported at this offset or in the
+ * same chapter of the spec? (The net and the commit-state check see faults
+ * the checks above have reported already.) */
+static int seen_like(const vctx *c, int code, const char *clause, uint64_t off)
+{
+    for (size_t i = 0; i < c->n_seen; i++)
+        if (c->seen[i].code == code &&
+            (same_chapter(c->seen[i].clause, clause) || !strcmp(clause, "15") ||
+             !strcmp(c->seen[i].clause, "15") || (off != NO_OFF && c->seen[i].off == off)))
+            return 1;
+    return 0;
+}
+
+static void report_diag(vctx *c, const fkvf_diag *dg, const char *check, long sec, int dedup)
+{
+    if (dg->code == FKVF_E_NOMEM) {
+        c->env_rc = FKVF_E_NOMEM;
+        c->stop = 1;
+        return;
+    }
+    if (fkvf_error_class(dg->code) != FKVF_ERRCLASS_FORMAT)
+        return;
+    uint64_t off;
+    char clause[16], b[400];
+    parse_diag(dg, &off, clause, b, sizeof b);
+    if (dedup && seen_like(c, dg->code, clause, off))
+        return;
     uint32_t type = sec >= 0 ? c->r->sections[sec].e.type : 0;
     report(c, dg->code, clause, check, 0, off, sec, type, "%s", b);
 }
@@ -914,11 +932,16 @@ static void check_prefixes(vctx *c)
         fkvf_reader *p = NULL;
         uint64_t len = r->commits[ci].trailer_off + 64;
         int rc = fkvf_reader_open_memory(&p, c->d, (size_t)len, FKVF_OPEN_STRICT, c->alloc);
-        if (rc && p && fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT)
-            report(c, rc, "7.3", "W-COMMIT-STATE", 1, r->commits[ci].trailer_off, -1, 0,
-                   "commit %llu does not leave a valid state on its own: %s",
-                   (unsigned long long)r->commits[ci].seq, fkvf_reader_message(p));
-        else if (rc == FKVF_E_NOMEM)
+        if (rc && p && fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT) {
+            uint64_t off;
+            char clause[16], b[400];
+            parse_diag(&p->diag, &off, clause, b, sizeof b);
+            if (!seen_like(c, rc, clause, off))
+                report(c, rc, "7.3", "W-COMMIT-STATE", 1, r->commits[ci].trailer_off, -1, 0,
+                       "commit %llu alone (the file cut after its trailer) is not valid: %s "
+                       "(spec %s)",
+                       (unsigned long long)r->commits[ci].seq, b, clause);
+        } else if (rc == FKVF_E_NOMEM)
             c->env_rc = rc;
         fkvf_reader_free(p);
     }
