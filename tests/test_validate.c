@@ -125,10 +125,12 @@ static void reader_accepts(const uint8_t *d, size_t n)
 
 /* 1 layer, 1 head, dims 4/4, f16, 2 sinks; 12 positions of which 6 archived
  * (RVQ k = 16, 1 + 1 stages, quad 4-bit index streams), 8-bit token stream,
- * META with 3 keys; commits == 2 adds a commit with a new META. */
-#define NPOS 12
-#define NAR 6
+ * META with 3 keys; commits == 2 adds a commit with a new META (and
+ * commits == 3 a ZIDX index of the token stream in it). */
+#define NPOS 40
+#define NAR 32
 #define SINKS 2
+/* commits == 3: commit 2 as for 2, plus a ZIDX index of the token stream */
 static tu_buf base_file(int commits)
 {
     tu_buf b = {0};
@@ -197,9 +199,25 @@ static tu_buf base_file(int commits)
     rc = fkvf_writer_add_token_segment(w, &ts, 0, tok, NPOS);
     ck_assert_msg(rc == FKVF_OK, "%s", fkvf_writer_message(w));
     ck_assert_int_eq(fkvf_writer_set_positions(w, NPOS, NAR), FKVF_OK);
-    if (commits == 2) {
+    if (commits >= 2) {
         ck_assert_int_eq(fkvf_writer_commit(w), FKVF_OK);
         ck_assert_int_eq(fkvf_writer_meta_u64(w, "org.test.seed", 8), FKVF_OK);
+    }
+    if (commits == 3) {
+        /* the index from a reader over commit 1 (the sink holds it) */
+        fkvf_reader *r;
+        ck_assert_int_eq(fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL), FKVF_OK);
+        size_t tsi;
+        ck_assert_int_eq(fkvf_reader_stream_find(r, UINT64_C(1) << 56, &tsi), FKVF_OK);
+        void *zd;
+        size_t zn;
+        uint64_t key;
+        ck_assert_int_eq(fkvf_search_index_build(r, tsi, &zd, &zn, &key), FKVF_OK);
+        ck_assert_uint_eq(zn, 64 + 32 * 24); /* 32 positions indexed */
+        rc = fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, zd, zn);
+        ck_assert_msg(rc == FKVF_OK, "%s", fkvf_writer_message(w));
+        fkvf_search_buffer_free(zd);
+        fkvf_reader_free(r);
     }
     rc = fkvf_writer_finish(w);
     ck_assert_msg(rc == FKVF_OK, "%s", fkvf_writer_message(w));
@@ -298,7 +316,7 @@ static void reseal_block(uint8_t *d, const loc *l, uint64_t b)
 
 START_TEST(base_is_valid)
 {
-    for (int commits = 1; commits <= 2; commits++) {
+    for (int commits = 1; commits <= 3; commits++) {
         tu_buf b = base_file(commits);
         reader_accepts(b.data, b.size);
         vlist l = validate(b.data, b.size, FKVF_VALIDATE_STRICT);
@@ -399,6 +417,30 @@ static void inj_dead_bytes(tu_buf *b)
     reseal_trailer(n, tr);
 }
 
+/* the whole-section checksum of a STRM section, which the access path may
+ * skip when the header and the blocks are intact (spec 4.6) */
+static void inj_strm_section_sum(tu_buf *b)
+{
+    loc l;
+    ck_assert(find_section(b->data, b->size, FKVF_SECTION_STRM, 0, &l));
+    b->data[l.entry + 40] ^= 1;
+    reseal_trailer(b->data, l.trailer);
+}
+
+/* two ZIDX entries swapped: the order of spec 20.3 broken; readers may skip
+ * that check on the access path */
+static void inj_zidx_order(tu_buf *b)
+{
+    loc l;
+    ck_assert(find_section(b->data, b->size, FKVF_SECTION_ZIDX, 0, &l));
+    uint8_t t[24], *e0 = b->data + l.off + 64, *e1 = e0 + 24;
+    ck_assert(memcmp(e0, e1, 24) != 0);
+    memcpy(t, e0, 24);
+    memcpy(e0, e1, 24);
+    memcpy(e1, t, 24);
+    reseal(b->data, &l);
+}
+
 /* commit 1 of a two-commit file claims one more position than it covers:
  * the served commit 2 is valid, commit 1 alone is not (spec 7.3) */
 static void inj_commit1_state(tu_buf *b)
@@ -430,6 +472,8 @@ static const fixture fixtures[] = {
     {"CBK1 inf", inj_cbk1_inf, 1, FKVF_E_CORRUPT, "13.2", "W-CBK1-FINITE", 1},
     {"theta -0", inj_theta_negzero, 1, FKVF_E_CORRUPT, "8", "W-THETA-BYTES", 1},
     {"commit 1 state", inj_commit1_state, 2, FKVF_E_CORRUPT, "7.3", "W-COMMIT-STATE", 1},
+    {"STRM section checksum", inj_strm_section_sum, 1, FKVF_E_CHECKSUM, "4.6", "SEC-CHECKSUM", 0},
+    {"ZIDX order", inj_zidx_order, 3, FKVF_E_CORRUPT, "20.3", "NET-VERIFY", 0},
 };
 #define N_FIXTURES (sizeof fixtures / sizeof fixtures[0])
 
