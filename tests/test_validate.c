@@ -441,6 +441,29 @@ static void inj_zidx_order(tu_buf *b)
     reseal(b->data, &l);
 }
 
+/* the last entry's key raised to the largest value: the order holds, the key
+ * is not the stream's (spec 20.3, checked by full verification only) */
+static void inj_zidx_key(tu_buf *b)
+{
+    loc l;
+    ck_assert(find_section(b->data, b->size, FKVF_SECTION_ZIDX, 0, &l));
+    uint64_t n = fkvf_ld64(b->data + l.off + 16);
+    memset(b->data + l.off + 64 + (n - 1) * 24, 0xFF, 16);
+    reseal(b->data, &l);
+}
+
+/* an index of a stream the archive does not have (stream_id and key both
+ * changed: the header itself is consistent, spec 20.2 step 5) */
+static void inj_zidx_stream(tu_buf *b)
+{
+    loc l;
+    ck_assert(find_section(b->data, b->size, FKVF_SECTION_ZIDX, 0, &l));
+    uint64_t id = (UINT64_C(1) << 56) | 1; /* kind 1 with layer 1 */
+    fkvf_st64(b->data + l.off, id);
+    fkvf_st64(b->data + l.entry + 32, id);
+    reseal(b->data, &l);
+}
+
 /* commit 1 of a two-commit file claims one more position than it covers:
  * the served commit 2 is valid, commit 1 alone is not (spec 7.3) */
 static void inj_commit1_state(tu_buf *b)
@@ -473,7 +496,9 @@ static const fixture fixtures[] = {
     {"theta -0", inj_theta_negzero, 1, FKVF_E_CORRUPT, "8", "W-THETA-BYTES", 1},
     {"commit 1 state", inj_commit1_state, 2, FKVF_E_CORRUPT, "7.3", "W-COMMIT-STATE", 1},
     {"STRM section checksum", inj_strm_section_sum, 1, FKVF_E_CHECKSUM, "4.6", "SEC-CHECKSUM", 0},
-    {"ZIDX order", inj_zidx_order, 3, FKVF_E_CORRUPT, "20.3", "NET-VERIFY", 0},
+    {"ZIDX order", inj_zidx_order, 3, FKVF_E_CORRUPT, "20.3", "ZIDX-ORDER", 0},
+    {"ZIDX stream", inj_zidx_stream, 3, FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", 0},
+    {"ZIDX key", inj_zidx_key, 3, FKVF_E_CORRUPT, "20.3", "NET-VERIFY", 0},
 };
 #define N_FIXTURES (sizeof fixtures / sizeof fixtures[0])
 

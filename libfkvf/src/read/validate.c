@@ -45,6 +45,11 @@ typedef struct vsec {
     fkvf_strm_hdr h;      /* STRM */
     uint32_t vtxs_n;      /* VTXS */
     fkvf_codebook_shape cb; /* CBK1 */
+    struct {                /* ZIDX header (spec 20.2) */
+        uint64_t stream_id, n_indexed, r_bits;
+        uint8_t profile, bits;
+        uint32_t alphabet, span;
+    } z;
 } vsec;
 
 typedef struct vctx {
@@ -516,6 +521,99 @@ static void check_cbk1_values(vctx *c, size_t i)
     }
 }
 
+/* A ZIDX section's header, size, entry order and positions (spec 20.2,
+ * 20.3); the stream it names and the keys are checked with the streams. */
+static int check_zidx(vctx *c, size_t i)
+{
+    vsec *v = &c->vs[i];
+    const fkvf_dirent *e = &c->r->sections[i].e;
+    const uint8_t *p = v->p;
+    if (v->n < 64) {
+        RS(FKVF_E_TRUNCATED, "20.2", "ZIDX-HEADER", i, "ZIDX section %zu: %llu bytes, the header "
+           "needs 64", i, (unsigned long long)v->n);
+        return 0;
+    }
+    v->z.stream_id = fkvf_ld64(p);
+    v->z.profile = p[8];
+    v->z.bits = p[9];
+    uint16_t esz = fkvf_ld16(p + 10);
+    v->z.alphabet = fkvf_ld32(p + 12);
+    v->z.n_indexed = fkvf_ld64(p + 16);
+    v->z.r_bits = fkvf_ld64(p + 24);
+    v->z.span = fkvf_ld32(p + 32);
+    double r = fkvf_ldf64(p + 24);
+    int ok = 1;
+    for (int k = 36; k < 64; k++)
+        if (p[k])
+            ok = 0;
+    if (v->z.stream_id != e->key)
+        ok = 0;
+    if (v->z.profile == FKVF_PROFILE_QUAD)
+        ok = ok && v->z.bits >= 2 && v->z.bits <= 32 && v->z.bits % 2 == 0 && esz == 24 &&
+             v->z.alphabet == 0 && v->z.r_bits == 0 && v->z.span == 0;
+    else if (v->z.profile == FKVF_PROFILE_NGON)
+        ok = ok && v->z.bits == 0 && esz == 32 && v->z.alphabet >= 2 &&
+             v->z.alphabet <= FKVF_MAX_NGON_N && r > 0 && r <= 0.5 && v->z.span >= 1 &&
+             v->z.span <= 44;
+    else
+        ok = 0;
+    if (!ok) {
+        RS(FKVF_E_CORRUPT, "20.2", "ZIDX-HEADER", i,
+           "ZIDX section %zu: header fields invalid (reserved bytes, stream_id = key %llu, "
+           "profile %u with symbol_bits %u, entry_size %u, alphabet %u, r, span_symbols %u)",
+           i, (unsigned long long)e->key, v->z.profile, v->z.bits, esz, v->z.alphabet,
+           v->z.span);
+        return 0;
+    }
+    uint64_t want;
+    if (!fkvf_mul64(v->z.n_indexed, esz, &want) || !fkvf_add64(want, 64, &want) ||
+        want > FKVF_MAX_SECTION_SIZE) {
+        RS(FKVF_E_LIMIT, "20.2", "ZIDX-HEADER", i, "ZIDX section %zu: n_indexed %llu too large",
+           i, (unsigned long long)v->z.n_indexed);
+        return 0;
+    }
+    if (want != v->n) {
+        RS(want > v->n ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT, "20.2", "ZIDX-HEADER", i,
+           "ZIDX section %zu: %llu entries need %llu bytes, the section has %llu", i,
+           (unsigned long long)v->z.n_indexed, (unsigned long long)want,
+           (unsigned long long)v->n);
+        return 0;
+    }
+    int pos_bad = 0, order_bad = 0;
+    uint64_t ph = 0, pl = 0, pp = 0;
+    for (uint64_t k = 0; k < v->z.n_indexed && !c->stop; k++) {
+        const uint8_t *q = p + 64 + k * esz;
+        uint64_t hi, lo, pos;
+        if (esz == 24) {
+            lo = fkvf_ld64(q);
+            hi = fkvf_ld64(q + 8);
+            pos = fkvf_ld64(q + 16);
+        } else {
+            hi = fkvf_ld64(q);
+            lo = 0;
+            pos = fkvf_ld64(q + 8);
+        }
+        if (pos >= v->z.n_indexed && !pos_bad) {
+            RS(FKVF_E_CORRUPT, "20.3", "ZIDX-POSITION", i,
+               "ZIDX section %zu: entry %llu has position %llu, n_indexed is %llu", i,
+               (unsigned long long)k, (unsigned long long)pos,
+               (unsigned long long)v->z.n_indexed);
+            pos_bad = 1;
+        }
+        if (k && !order_bad &&
+            !(hi > ph || (hi == ph && (lo > pl || (lo == pl && pos > pp))))) {
+            RS(FKVF_E_CORRUPT, "20.3", "ZIDX-ORDER", i,
+               "ZIDX section %zu: entry %llu is not above entry %llu in (key, position) order",
+               i, (unsigned long long)k, (unsigned long long)(k - 1));
+            order_bad = 1;
+        }
+        ph = hi;
+        pl = lo;
+        pp = pos;
+    }
+    return !pos_bad && !order_bad;
+}
+
 static void check_contents(vctx *c)
 {
     fkvf_reader *r = c->r;
@@ -622,8 +720,12 @@ static void check_contents(vctx *c)
                        (unsigned long long)xh.first, (unsigned long long)e->key);
             }
             break;
+        case FKVF_SECTION_ZIDX:
+            if (!(e->flags & FKVF_SECTION_DEFLATE) && check_zidx(c, i))
+                v->parsed = 1;
+            continue;
         default:
-            continue; /* ZIDX: by the net (full verification); unknown: ignored */
+            continue; /* unknown: ignored */
         }
         if (rc) {
             report_diag(c, &dg, chk, (long)i, 0);
@@ -840,6 +942,49 @@ static void check_between(vctx *c)
     }
     if (c->stop)
         return;
+    /* the stream a ZIDX names exists, with the header's codec (spec 20.2
+     * step 5); its keys are compared with the stream by the net */
+    for (size_t i = 0; i < r->n_sections && !c->stop; i++) {
+        const vsec *v = &c->vs[i];
+        if (r->sections[i].e.type != FKVF_SECTION_ZIDX || !v->parsed)
+            continue;
+        uint64_t id = v->z.stream_id;
+        unsigned kind = (unsigned)(id >> 56);
+        const vgroup *g = kind <= 1 ? &groups[kind] : NULL;
+        if (g && g->present == 2)
+            continue; /* a segment header is bad: unknown */
+        const fkvf_strm_hdr *h = g && g->present ? &c->vs[g->first].h : NULL;
+        int exists = 0;
+        if (h && kind == 1)
+            exists = id == (UINT64_C(1) << 56);
+        else if (h && kind == 0 && c->have_desc) {
+            unsigned layer = (unsigned)(id & 0xFFFF), hd = (unsigned)((id >> 16) & 0xFFFF);
+            unsigned kv = (unsigned)((id >> 32) & 0xFF), stage = (unsigned)((id >> 40) & 0xFF);
+            exists = ((id >> 48) & 0xFF) == 0 && layer < c->desc.d.n_layers &&
+                     hd < c->desc.d.n_kv_heads && kv <= 1 &&
+                     stage < (kv ? h->v_stages : h->k_stages);
+        }
+        if (!exists) {
+            RS(FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", i,
+               "ZIDX section %zu: stream %016llx does not exist", i, (unsigned long long)id);
+            continue;
+        }
+        uint64_t rb;
+        memcpy(&rb, &h->r, 8);
+        uint32_t u = fkvf_strm_align(h->profile, h->bits, h->span_symbols);
+        if (v->z.profile != h->profile ||
+            (h->profile == FKVF_PROFILE_QUAD ? v->z.bits != h->bits
+                                              : (v->z.alphabet != h->alphabet ||
+                                                 v->z.r_bits != rb ||
+                                                 v->z.span != h->span_symbols)))
+            RS(FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", i,
+               "ZIDX section %zu: codec parameters differ from those of stream %016llx", i,
+               (unsigned long long)id);
+        else if (u && v->z.n_indexed % u)
+            RS(FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", i,
+               "ZIDX section %zu: n_indexed %llu is not a multiple of the stream's unit %u", i,
+               (unsigned long long)v->z.n_indexed, u);
+    }
     int has_desc = n_desc > 0;
     if (!has_desc) {
         /* a codebook file (spec 13.4) */
