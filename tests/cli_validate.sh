@@ -59,7 +59,7 @@ assert f[1]["valid"] is False and f[1]["count"] == len(f[1]["violations"]) >= 1
 v = f[1]["violations"][0]
 assert v["clause"] == "4.5" and v["class"] == "OVERLAP" and v["code"] == 28
 assert isinstance(v["offset"], int) and v["check"] and v["message"]
-assert v["writer_rule"] is False
+assert v["writer_rule"] is False and v["section"] >= 0 and len(v["section_type"]) == 4
 ' "$T/v.json"
 fi
 check cap 1 "$FKVF" validate --max-violations 1 --json "$C/overlap_sections.fkvf"

@@ -28,7 +28,8 @@ static const char *validate_help =
     "  --strict            add the writer-side rules\n"
     "  --json              one JSON object: {\"files\": [{\"file\", \"valid\",\n"
     "                      \"violations\": [{\"offset\", \"clause\", \"class\", \"code\",\n"
-    "                      \"check\", \"writer_rule\", \"section\", \"message\"}], ...}]}\n"
+    "                      \"check\", \"writer_rule\", \"section\", \"section_type\",\n"
+    "                      \"message\"}], \"valid\", \"count\", \"capped\"}]}\n"
     "  --codebooks FILE    the codebook file of archives with an external codebook\n"
     "                      (content hash, shape and symbols are then checked too)\n"
     "  --max-violations N  stop a file after N violations (default 1000)\n"
@@ -63,8 +64,17 @@ static int on_violation(void *opaque, const fkvf_violation *v)
         cli_json_cstr(stdout, class_name(v->code));
         printf(", \"code\": %d, \"check\": ", v->code);
         cli_json_cstr(stdout, v->check);
-        printf(", \"writer_rule\": %s, \"section\": %ld, \"message\": ",
+        printf(", \"writer_rule\": %s, \"section\": %ld, \"section_type\": ",
                v->writer_rule ? "true" : "false", v->section);
+        if (v->section_type) {
+            char t[4];
+            for (int k = 0; k < 4; k++)
+                t[k] = (char)((v->section_type >> (8 * k)) & 0xFF);
+            cli_json_str(stdout, t, 4);
+        } else {
+            printf("null");
+        }
+        printf(", \"message\": ");
         cli_json_cstr(stdout, v->message);
         printf("}");
     } else {

@@ -1196,7 +1196,7 @@ FKVF_API int fkvf_validate_memory(const void *data, size_t size,
     fkvf_free(c.alloc, c.layout_bad);
     if (res) {
         res->violations = c.count;
-        res->capped = c.stop && c.count >= c.cap;
+        res->capped = c.stop && !c.env_rc; /* the cap or the callback */
     }
     return c.env_rc ? c.env_rc : FKVF_OK;
 }
