@@ -57,7 +57,8 @@ static void usage(FILE *f)
             "usage: fkvf-quality [--model PATH] [--seqs S] [--tokens T] [--train N]\n"
             "                    [--train4096 N] [--seed X] [--sinks S] [--recent W]\n"
             "                    [--iters N] [--iters4096 N] [--cache-dir DIR]\n"
-            "                    [--set exact|smoke|main|full] [--no-verify] [--print-ids]\n"
+            "                    [--set exact|smoke|main|full] [--only NAME]... [--from-exact]\n"
+            "                    [--no-verify] [--print-ids]\n"
             "  --seqs S        evaluation sequences (64)\n"
             "  --tokens T      positions per sequence, BOS included (512)\n"
             "  --train N       training sequences for k = 256 and 1024 (64)\n"
@@ -66,6 +67,10 @@ static void usage(FILE *f)
             "  --cache-dir DIR keep trained codebooks there (reused when present)\n"
             "  --set           exact: the exact cache only; smoke: exact and two RVQ rows;\n"
             "                  main (default): everything but k = 4096; full: with k = 4096\n"
+            "  --only NAME     run only the rows named NAME exactly (\"exact\": the exact cache;\n"
+            "                  repeatable, at most 16)\n"
+            "  --from-exact    quantize the exact run's rows of each position instead of the\n"
+            "                  rows this configuration's run computed (no compounding)\n"
             "  --print-ids     print the token ids of evaluation sequence 0 and its exact\n"
             "                  mean NLL (to compare with fkvf-engine --force)\n"
             "default model: %s\n",
@@ -276,6 +281,7 @@ typedef struct ctx {
     const char *cache_dir;
     int *ev_tokens;   /* S * T */
     double *ev_exact; /* per sequence: summed NLL with the exact cache (sampling run) */
+    float *ev_rows;   /* --from-exact: the sampling run's rows, S * T * RW */
     float *train_rows;
     int n_train_rows; /* sequences generated so far */
 } ctx;
@@ -436,12 +442,14 @@ static void run_config(ctx *c, const config *cf, fkvf_rvq *q, const fkvf_rope *r
     const int first_late = c->sinks + c->recent;
     for (int i = 0; i < c->S; i++) {
         const int *tok = c->ev_tokens + (size_t)i * (size_t)T;
+        /* what is quantized: this run's own rows, or (--from-exact) the exact run's */
+        const float *src = c->ev_rows ? c->ev_rows + (size_t)i * (size_t)T * s->RW : ex;
         double sum = 0, late = 0;
         for (int p = 0; p < T; p++) {
             const int a = p - c->recent; /* leaves the window now */
             if (cf->kind != C_EXACT && a >= c->sinks) {
                 if (cf->kind == C_RVQ) {
-                    fkvf_rows r = {ex + (size_t)a * s->RW, 1, FKVF_DTYPE_F32, (uint64_t)a};
+                    fkvf_rows r = {src + (size_t)a * s->RW, 1, FKVF_DTYPE_F32, (uint64_t)a};
                     int e = fkvf_rvq_encode(q, &r, rope, cf->beam, codes, cpp, 1);
                     if (e == FKVF_OK)
                         e = fkvf_rvq_decode(q, codes, cpp, 1, 1, (uint64_t)a, rope,
@@ -452,7 +460,7 @@ static void run_config(ctx *c, const config *cf, fkvf_rvq *q, const fkvf_rope *r
                         exit(1);
                     }
                 } else {
-                    scalar_row(s, ex, T, a, cf->scheme, cf->bits, rc);
+                    scalar_row(s, src, T, a, cf->scheme, cf->bits, rc);
                 }
                 scatter_row(s, st, a, rc, cf->parts);
                 if (rec_out && i == 0) {
@@ -701,7 +709,9 @@ int main(int argc, char **argv)
     const char *model = LM_DEFAULT_MODEL;
     long S = 64, T = 512, NT = 64, NT4096 = 128, seed = 1, sinks = 4, recent = 32, iters = 25,
          iters4096 = 10;
-    int set = SET_MAIN, verify = 1, print_ids = 0;
+    int set = SET_MAIN, verify = 1, print_ids = 0, from_exact = 0;
+    const char *only[16];
+    int n_only = 0;
     const char *cache_dir = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -713,6 +723,13 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--no-verify")) {
             verify = 0;
+            continue;
+        } else if (!strcmp(a, "--from-exact")) {
+            from_exact = 1;
+            continue;
+        } else if (!strcmp(a, "--only") && v && n_only < 16) {
+            only[n_only++] = v;
+            i++;
             continue;
         } else if (!strcmp(a, "--print-ids")) {
             print_ids = 1;
@@ -807,12 +824,17 @@ int main(int argc, char **argv)
     c.cache_dir = cache_dir;
 
     const double t_start = now();
+    if (from_exact) {
+        c.ev_rows = xmalloc(xsize((size_t)S, (size_t)T, c.s.RW, sizeof(float)));
+        verify = 0; /* the appender quantizes the rows it is given, i.e. this run's */
+    }
     c.ev_tokens = xmalloc(xsize((size_t)S, (size_t)T, 1, sizeof(int)));
     c.ev_exact = xmalloc((size_t)S * sizeof(double));
     for (int i = 0; i < c.S; i++)
-        c.ev_exact[i] = sample_sequence(m, &c.s, c.T,
-                                        c.seed * 1000003u + EVAL_SEED_OFFSET + (uint64_t)i,
-                                        c.ev_tokens + (size_t)i * (size_t)T, NULL);
+        c.ev_exact[i] = sample_sequence(
+            m, &c.s, c.T, c.seed * 1000003u + EVAL_SEED_OFFSET + (uint64_t)i,
+            c.ev_tokens + (size_t)i * (size_t)T,
+            c.ev_rows ? c.ev_rows + (size_t)i * (size_t)T * c.s.RW : NULL);
     if (print_ids) {
         printf("ids:");
         for (int p = 1; p < c.T; p++)
@@ -841,6 +863,9 @@ int main(int argc, char **argv)
            model, c.s.L, c.s.H, c.s.D, c.S, c.T, (unsigned long long)c.seed, EVAL_SEED_OFFSET,
            c.T - 1, c.sinks, c.recent, (unsigned long long)c.seed, NT, NT4096, iters, iters4096,
            fp16);
+    if (from_exact)
+        printf("--from-exact: archived positions are quantized from the exact cache's rows "
+               "(the sampling run), not from the rows each configuration's run computed\n\n");
     printf("| configuration | bytes/archived pos | vs fp16 | mean NLL | perplexity | delta | "
            "delta, steps >= %d | dNLL +- s.e. |\n",
            c.sinks + c.recent);
@@ -852,6 +877,12 @@ int main(int argc, char **argv)
     for (size_t ci = 0; ci < N_CONFIGS; ci++) {
         const config *cf = &CONFIGS[ci];
         if (!in_set(cf, set))
+            continue;
+        int want = n_only == 0;
+        for (int j = 0; j < n_only; j++)
+            want |= !strcmp(cf->name, only[j]) ||
+                    (!strcmp(only[j], "exact") && cf->kind == C_EXACT);
+        if (!want)
             continue;
         fkvf_rvq *q = NULL;
         const fkvf_rope *rope = NULL;
@@ -942,6 +973,7 @@ int main(int argc, char **argv)
         fkvf_rvq_free(cbs[b].q);
     free(c.ev_tokens);
     free(c.ev_exact);
+    free(c.ev_rows);
     free(c.train_rows);
     lm_free(m);
     return rc_main;
