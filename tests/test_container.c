@@ -3263,6 +3263,39 @@ END_TEST
  * rejects it with CORRUPT, and so does restoring an archived row (the
  * reader used to report FKVF_E_INVALID_ARG, a caller error, spec 16.3).
  * Found by the second reader (conformance/pyreader). */
+/* An EXAC count whose rows exceed 2^48 bytes is LIMIT even though the
+ * section is also shorter than they need (spec 14.2, 15, 16.2); libfkvf
+ * said TRUNCATED unless count * row_bytes overflowed 64 bits. Found by the
+ * second reader (conformance/pyreader). */
+START_TEST(exac_count_beyond_limit)
+{
+    model m;
+    model_small(&m);
+    tu_buf b;
+    build(&m, &b);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL));
+    fkvf_archive_info ai;
+    OK_R(r, fkvf_reader_info(r, &ai));
+    uint64_t exac = 0;
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        fkvf_section_info si;
+        OK_R(r, fkvf_reader_section(r, i, &si));
+        if (si.type == FKVF_SECTION_EXAC && !(si.flags & FKVF_SECTION_DEFLATE))
+            exac = si.offset;
+    }
+    fkvf_reader_free(r);
+    ck_assert_uint_gt(exac, 0);
+    fkvf_st64(b.data + exac + 8, UINT64_C(1) << 44); /* x 128-byte rows > 2^48, no overflow */
+    refresh_last_commit(b.data, b.size);
+    r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL), FKVF_E_LIMIT);
+    fkvf_reader_free(r);
+    tu_buf_free(&b);
+    model_free(&m);
+}
+END_TEST
+
 START_TEST(codebook_value_not_finite)
 {
     model m;
@@ -6721,6 +6754,7 @@ static Suite *container_suite(void)
     tcase_add_test(t, guard_deflate_bomb_declaration);
     tcase_add_test(t, verify_replaced_meta);
     tcase_add_test(t, codebook_value_not_finite);
+    tcase_add_test(t, exac_count_beyond_limit);
     tcase_add_test(t, guard_corrupt_deflate_served_as_data);
     tcase_add_test(t, guard_structural_field_errors);
     suite_add_tcase(s, t);

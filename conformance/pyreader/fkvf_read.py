@@ -422,7 +422,7 @@ class Reader:
             bad = "rope_theta not finite and > 0"
         elif kt == 1 and rl == 0:
             bad = "rope_layout 0 with key_transform 1"
-        elif kt == 0 and (rl or ks or rdims or not is_zero(d[24:32])):
+        elif kt == 0 and (rl or ks or rdims or theta != 0.0):  # -0.0 is zero (§8.2)
             bad = "non-zero RoPE field with key_transform 0"
         elif not is_zero(d[56 + (0, 32, 16)[whk]:88]):
             bad = "weights_hash bytes beyond the hash length not zero"

@@ -770,6 +770,12 @@ int fkvf_exac_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t 
         !fkvf_add64(h->first, h->count, &end))
         return fkvf_fail(d, FKVF_E_LIMIT, off + 8, "15", "EXAC.count: %llu overflows",
                          (unsigned long long)h->count);
+    /* the section within 2^48 bytes (spec 15), before the size check that
+     * uses count (spec 16.2) */
+    if (want > FKVF_MAX_SECTION_SIZE)
+        return fkvf_fail(d, FKVF_E_LIMIT, off + 8, "15",
+                         "EXAC.count: %llu rows of %llu bytes exceed 2^48 bytes",
+                         (unsigned long long)h->count, (unsigned long long)row_bytes);
     return exact_size(d, size, want, off, "14", "EXAC", "%llu rows of %llu bytes need",
                       (unsigned long long)h->count, (unsigned long long)row_bytes);
 }
