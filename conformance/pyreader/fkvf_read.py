@@ -1007,13 +1007,13 @@ class Reader:
             if ce.type == b"CBK1":
                 cbk = self.parse_cbk1(ce)
                 self.match_codebook(cbk, "CORRUPT", ce.offset)
-                if self.full or A:  # full verification, or tables needed to restore rows
+                if A and not self.full:  # restoring archived rows fails (§13.2); not verification
                     self.check_cbk_finite(cbk, ce.offset)
                 cbhash = xxh3_128_canonical(bytes(cbk.data))
             else:
                 cbhash = self.parse_cbrf(ce)
                 cbk = self.external_codebook(cbhash, ce.offset, A)
-                if cbk is not None and (self.full or A):
+                if cbk is not None and A and not self.full:
                     self.check_cbk_finite(cbk, ce.offset, "CODEBOOK")
         if A and cbk is None and not self.full:
             # restoring archived rows needs the codebook; full verification
@@ -1079,7 +1079,6 @@ class Reader:
         self.first_seg, self.glen, self.pieces, self.segs = {}, {}, {0: [], 1: []}, []
         c = self.parse_cbk1(cb[0])
         if self.full:
-            self.check_cbk_finite(c, cb[0].offset)
             for e in E:
                 if e.type == b"VTXS":
                     self.load_vtxs(e)

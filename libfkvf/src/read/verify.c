@@ -108,37 +108,6 @@ static int verify_vtxs(fkvf_reader *r, size_t i)
     return FKVF_OK;
 }
 
-/* Every centroid element finite (spec 13.2): CORRUPT for the file's own
- * codebook, CODEBOOK for an attached external one (spec 13.5). */
-static int verify_codebook_values(fkvf_reader *r)
-{
-    fkvf_codebook_shape sh;
-    const void *contents;
-    size_t size;
-    if (!r->cb_known) /* none, or an external one not attached */
-        return FKVF_OK;
-    int rc = fkvf_reader_codebook(r, &sh, &contents, &size, NULL);
-    if (rc)
-        return rc;
-    int ext = 0;
-    uint8_t h[16];
-    const char *name;
-    if (fkvf_reader_codebook_ref(r, &ext, h, &name) != FKVF_OK)
-        ext = 0;
-    const uint8_t *p = (const uint8_t *)contents;
-    size_t e = sh.dtype == FKVF_DTYPE_F32 ? 4 : 2;
-    for (size_t at = 64; at + e <= size; at += e) {
-        int bad = e == 4 ? (fkvf_ld32(p + at) & 0x7F800000u) == 0x7F800000u
-                         : (fkvf_ld16(p + at) & 0x7C00u) == 0x7C00u;
-        if (bad)
-            return FAIL(ext ? FKVF_E_CODEBOOK : FKVF_E_CORRUPT,
-                        ext ? FKVF_NO_OFFSET : r->sections[r->cb_sec].e.offset, "13.2",
-                        "%s codebook: centroid element at byte %zu of CBK1 is not finite",
-                        ext ? "the external" : "CBK1", at);
-    }
-    return FKVF_OK;
-}
-
 FKVF_API int fkvf_reader_verify(fkvf_reader *r)
 {
     int rc = rd_enter(r);
@@ -211,8 +180,6 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
                         "%s section without the REQUIRED flag", tn);
         }
     }
-    if ((rc = verify_codebook_values(r)))
-        return rc;
     /* index symbols below the codebook size (spec 11.8) */
     if (r->cb_known && r->groups[FKVF_GROUP_INDEX].present &&
         r->groups[FKVF_GROUP_INDEX].length) {
