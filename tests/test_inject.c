@@ -1,0 +1,1057 @@
+/* Failure injection over the public API (issue 6, item 6): for every entry
+ * point that allocates or does I/O, the k-th allocation (or I/O call) fails,
+ * for every k from 1 to the number the call makes when nothing fails. Each
+ * failing run must
+ *   - return the clean error (FKVF_E_NOMEM; FKVF_E_IO for I/O), with the
+ *     handle's message set when a handle exists;
+ *   - leave the handle either failed for good (every later call returns the
+ *     same error: the writer after a failed write, the appender) or fully
+ *     usable: the failed call, retried, succeeds and the run ends with
+ *     exactly the results of a run without failures (readers, search,
+ *     quantizer);
+ *   - leak nothing: outstanding allocations and bytes are 0 after the
+ *     handles are freed;
+ *   - leave a committed archive intact: a file that existed still opens in
+ *     strict mode and is byte-identical (or, after a successful rename, is
+ *     the new archive), no temporary file is left.
+ *
+ * How failures are injected. Allocation: the fkvf_allocator hook where the
+ * entry point takes one; every other allocation through GNU ld
+ * --wrap=malloc,calloc,realloc,free,aligned_alloc on this executable, which
+ * is linked against the static library, so the library's own calls to the
+ * malloc family come here too (calls inside other shared libraries, such as
+ * zlib's inflateInit, cannot be reached this way: they are not counted). One
+ * counter numbers the allocations of both kinds, so "the k-th allocation"
+ * is either. I/O: the writer's fkvf_sink and, for files, --wrap of the
+ * system calls libfkvf makes (open, read, write, fsync, fdatasync, rename,
+ * mkstemp, ftruncate, fstat, mmap, flock): the k-th call fails with EIO or
+ * ENOSPC, or (write) writes half of its bytes and every later write fails.
+ * The appender's own fkvf_io hook is exercised by test_append.
+ *
+ * Every public function of fkvf.h, and what covers it here. "alloc" / "io":
+ * the allocation / I/O loop of the named scenario; the scenario's step
+ * kinds assert that the step makes allocations (A), I/O calls (I), both
+ * (B), or neither (-) in a run without failures, so a function listed as
+ * n/a is checked to allocate nothing and do no I/O; "n/a pure": no
+ * allocation and no I/O, checked by test na_pure_functions; "test_append":
+ * covered by test_append's fault tests (b) and (d).
+ *
+ *  function                          | covered by
+ *  ----------------------------------+-------------------------------------
+ *  fkvf_version_number/_string       | n/a pure
+ *  fkvf_strerror, _error_name, _class| n/a pure
+ *  fkvf_codebook_size, _hash         | n/a pure
+ *  fkvf_reader_open_memory           | alloc (reader_mem)
+ *  fkvf_reader_open_file             | alloc + io (reader_file, flags 0 / OPEN_READ / STRICT)
+ *  fkvf_reader_free, _message        | n/a (every scenario frees; no I/O)
+ *  fkvf_reader_info, _section        | n/a, asserted (reader_mem steps)
+ *  fkvf_reader_section_data          | alloc (reader_mem: deflated section)
+ *  fkvf_reader_desc                  | alloc/n/a asserted (reader_mem)
+ *  fkvf_reader_meta_count/meta/_find | asserted in reader_mem
+ *  fkvf_reader_stream_count/info/find| n/a, asserted (reader_mem)
+ *  fkvf_reader_stream_spec           | n/a, asserted (reader_mem)
+ *  fkvf_reader_stream_get/read_u8/   | alloc (reader_mem: block verification state)
+ *    read/point                      |
+ *  fkvf_reader_stream_segment        | n/a, asserted (reader_mem)
+ *  fkvf_reader_exact_row, _is_exact  | asserted (reader_mem)
+ *  fkvf_reader_codebook, _ref        | asserted (reader_mem, reader_ext)
+ *  fkvf_reader_attach_codebook       | alloc (reader_ext)
+ *  fkvf_reader_row_bytes, _read_size | n/a, asserted (reader_mem)
+ *  fkvf_reader_restore, _read        | alloc (reader_mem, reader_ext)
+ *  fkvf_reader_verify                | alloc (reader_mem)
+ *  fkvf_writer_options_init          | n/a pure
+ *  fkvf_writer_create_sink           | alloc + io (writer_sink)
+ *  fkvf_writer_create_file           | alloc + io (writer_file)
+ *  fkvf_writer_free, _message        | n/a (every writer scenario)
+ *  fkvf_writer_set_desc, meta_*(6)   | alloc + io (writer_sink, writer_file)
+ *  fkvf_writer_add_exact             | alloc + io (writer_*)
+ *  fkvf_stream_spec_align            | n/a pure
+ *  fkvf_writer_add_index_segment     | alloc + io (writer_*)
+ *  fkvf_writer_add_token_segment     | alloc + io (writer_*)
+ *  fkvf_writer_add_codebooks         | alloc + io (writer_*, writer_cbfile)
+ *  fkvf_writer_add_codebook_ref      | alloc + io (writer_ext)
+ *  fkvf_writer_add_section           | alloc + io (writer_*: plain and deflated)
+ *  fkvf_writer_set_positions         | n/a, asserted (writer_*)
+ *  fkvf_writer_commit, _finish       | alloc + io (writer_*)
+ *  fkvf_append_options_init          | n/a pure
+ *  fkvf_appender_create/open/append/ | alloc: test_append (d); io: here (appender,
+ *    commit                          |   system calls) and test_append (b, fkvf_io)
+ *  fkvf_appender_sync                | io (appender); test_append (fault_sync_now_fails)
+ *  fkvf_appender_state_get/_message/ | n/a (no allocation, no I/O)
+ *    _free                           |
+ *  fkvf_search_open                  | alloc (search, search_zidx)
+ *  fkvf_search_free/_message/info_get| n/a
+ *  fkvf_search_suffix/_longest/      | alloc (search, search_zidx)
+ *    _radius                         |
+ *  fkvf_search_query_point,          | n/a, asserted (search)
+ *    _default_radius                 |
+ *  fkvf_search_context               | alloc/n/a asserted (search)
+ *  fkvf_search_prefix_reuse          | alloc (search)
+ *  fkvf_search_index_build           | alloc (search; default allocator: --wrap)
+ *  fkvf_search_buffer_free           | n/a
+ *  fkvf_archive_append_sections      | alloc + io (append_sections; --wrap)
+ *  fkvf_ngon_rmax, _max_span         | n/a pure
+ *  fkvf_f32_to_f16 ... bf16_to_f32   | n/a pure
+ *  fkvf_convert                      | n/a pure (asserted)
+ *  fkvf_rope_apply_f64/_f32          | n/a pure (asserted)
+ *  fkvf_rvq_params_init              | n/a pure
+ *  fkvf_rvq_train                    | alloc (rvq)
+ *  fkvf_rvq_from_tables(_decode)     | alloc (rvq)
+ *  fkvf_rvq_subset                   | alloc (rvq)
+ *  fkvf_rvq_free/_shape/_tables_size/| n/a (asserted in na_pure_functions)
+ *    _tables/_centroids/             |
+ *    _codes_per_position             |
+ *  fkvf_rvq_encode, _decode          | alloc/n/a asserted (rvq)
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fkvf.h"
+#include "testutil.h"
+
+/* ---- the injector ---------------------------------------------------------- */
+
+#define MAX_STEPS 48
+
+typedef struct injector {
+    /* allocation */
+    int track;           /* record allocations in the live set */
+    int armed;           /* count (and maybe fail) allocations and I/O calls */
+    long calls, fail_at; /* allocations while armed; the one to fail (0 never) */
+    int failed;
+    long live;
+    size_t live_bytes;
+    /* I/O */
+    long io_calls, io_fail_at;
+    int io_err;   /* errno of the failure */
+    int io_short; /* the failing write writes half, then every write fails */
+    int io_broken, io_failed;
+    const char *fail_call; /* the call that failed */
+    int fail_step;         /* in this step */
+    /* per step (clean runs): calls made */
+    int step;
+    long step_allocs[MAX_STEPS], step_io[MAX_STEPS];
+} injector;
+
+static injector g;
+
+/* Live set: open addressing over the pointers allocated while tracking. */
+#define LIVE_CAP (1u << 16)
+static struct {
+    void *p;
+    size_t n;
+} live_set[LIVE_CAP];
+static const uintptr_t TOMB = 1;
+
+static size_t slot_of(void *p) { return (size_t)(((uintptr_t)p >> 4) * 2654435761u) & (LIVE_CAP - 1); }
+
+static void live_add(void *p, size_t n)
+{
+    size_t i = slot_of(p);
+    for (size_t probe = 0; probe < LIVE_CAP; probe++, i = (i + 1) & (LIVE_CAP - 1)) {
+        if (!live_set[i].p || (uintptr_t)live_set[i].p == TOMB) {
+            live_set[i].p = p;
+            live_set[i].n = n;
+            g.live++;
+            g.live_bytes += n;
+            return;
+        }
+    }
+    abort(); /* more live blocks than the set holds: make LIVE_CAP larger */
+}
+
+/* 1 when p was tracked (and is forgotten now) */
+static int live_del(void *p)
+{
+    if (!p || !g.live)
+        return 0;
+    size_t i = slot_of(p);
+    for (size_t probe = 0; probe < LIVE_CAP; probe++, i = (i + 1) & (LIVE_CAP - 1)) {
+        if (!live_set[i].p)
+            return 0;
+        if (live_set[i].p == p) {
+            live_set[i].p = (void *)TOMB;
+            g.live--;
+            g.live_bytes -= live_set[i].n;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void live_reset(void)
+{
+    memset(live_set, 0, sizeof live_set);
+    g.live = 0;
+    g.live_bytes = 0;
+}
+
+/* 1: this allocation fails */
+static int alloc_fails(void)
+{
+    if (!g.armed)
+        return 0;
+    g.calls++;
+    if (g.step >= 0 && g.step < MAX_STEPS)
+        g.step_allocs[g.step]++;
+    if (g.calls == g.fail_at) {
+        g.failed = 1;
+        g.fail_call = "alloc";
+        g.fail_step = g.step;
+        return 1;
+    }
+    return 0;
+}
+
+/* 1: this I/O call fails (errno set) */
+static int io_fails(const char *call)
+{
+    if (!g.armed)
+        return 0;
+    g.io_calls++;
+    if (g.step >= 0 && g.step < MAX_STEPS)
+        g.step_io[g.step]++;
+    if (g.io_calls == g.io_fail_at) {
+        g.io_failed = 1;
+        g.fail_call = call;
+        g.fail_step = g.step;
+        errno = g.io_err;
+        return 1;
+    }
+    return 0;
+}
+
+#ifdef FKVF_INJECT_WRAP
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t c, size_t n);
+void *__real_realloc(void *p, size_t n);
+void __real_free(void *p);
+void *__real_aligned_alloc(size_t a, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t c, size_t n);
+void *__wrap_realloc(void *p, size_t n);
+void __wrap_free(void *p);
+void *__wrap_aligned_alloc(size_t a, size_t n);
+#define REAL_MALLOC __real_malloc
+#define REAL_REALLOC __real_realloc
+#define REAL_FREE __real_free
+#else
+#define REAL_MALLOC malloc
+#define REAL_REALLOC realloc
+#define REAL_FREE free
+#endif
+
+static void *track_new(void *p, size_t n)
+{
+    if (p && g.track)
+        live_add(p, n);
+    return p;
+}
+
+static void *inj_malloc(size_t n)
+{
+    if (alloc_fails())
+        return NULL;
+    return track_new(REAL_MALLOC(n ? n : 1), n);
+}
+
+static void *inj_realloc(void *p, size_t n)
+{
+    if (alloc_fails())
+        return NULL;
+    void *q = REAL_REALLOC(p, n ? n : 1);
+    if (q) {
+        int was = p ? live_del(p) : g.track;
+        if (was)
+            live_add(q, n);
+    }
+    return q;
+}
+
+static void inj_free(void *p)
+{
+    if (p) {
+        live_del(p);
+        REAL_FREE(p);
+    }
+}
+
+#ifdef FKVF_INJECT_WRAP
+void *__wrap_malloc(size_t n) { return inj_malloc(n); }
+void *__wrap_calloc(size_t c, size_t n)
+{
+    if (n && c > SIZE_MAX / n)
+        return NULL;
+    void *p = inj_malloc(c * n);
+    if (p)
+        memset(p, 0, c * n);
+    return p;
+}
+void *__wrap_realloc(void *p, size_t n) { return inj_realloc(p, n); }
+void __wrap_free(void *p) { inj_free(p); }
+void *__wrap_aligned_alloc(size_t a, size_t n)
+{
+    if (alloc_fails())
+        return NULL;
+    return track_new(__real_aligned_alloc(a, n), n);
+}
+
+/* the system calls libfkvf makes */
+int __real_open(const char *path, int flags, ...);
+int __wrap_open(const char *path, int flags, ...);
+ssize_t __real_read(int fd, void *buf, size_t n);
+ssize_t __wrap_read(int fd, void *buf, size_t n);
+ssize_t __real_write(int fd, const void *buf, size_t n);
+ssize_t __wrap_write(int fd, const void *buf, size_t n);
+int __real_fsync(int fd);
+int __wrap_fsync(int fd);
+int __real_fdatasync(int fd);
+int __wrap_fdatasync(int fd);
+int __real_rename(const char *a, const char *b);
+int __wrap_rename(const char *a, const char *b);
+int __real_mkstemp(char *tmpl);
+int __wrap_mkstemp(char *tmpl);
+int __real_ftruncate(int fd, off_t n);
+int __wrap_ftruncate(int fd, off_t n);
+int __real_fstat(int fd, struct stat *st);
+int __wrap_fstat(int fd, struct stat *st);
+void *__real_mmap(void *addr, size_t n, int prot, int flags, int fd, off_t off);
+void *__wrap_mmap(void *addr, size_t n, int prot, int flags, int fd, off_t off);
+int __real_flock(int fd, int op);
+int __wrap_flock(int fd, int op);
+
+int __wrap_open(const char *path, int flags, ...)
+{
+    mode_t mode = 0;
+    if (flags & (O_CREAT | O_TMPFILE)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = (mode_t)va_arg(ap, int);
+        va_end(ap);
+    }
+    if (io_fails("open"))
+        return -1;
+    return __real_open(path, flags, mode);
+}
+ssize_t __wrap_read(int fd, void *buf, size_t n)
+{
+    return io_fails("read") ? -1 : __real_read(fd, buf, n);
+}
+ssize_t __wrap_write(int fd, const void *buf, size_t n)
+{
+    if (g.io_broken) {
+        errno = g.io_err;
+        return -1;
+    }
+    if (io_fails("write")) {
+        if (g.io_short && n > 1) {
+            g.io_broken = 1;
+            return __real_write(fd, buf, n / 2);
+        }
+        return -1;
+    }
+    return __real_write(fd, buf, n);
+}
+int __wrap_fsync(int fd) { return io_fails("fsync") ? -1 : __real_fsync(fd); }
+int __wrap_fdatasync(int fd) { return io_fails("fdatasync") ? -1 : __real_fdatasync(fd); }
+int __wrap_rename(const char *a, const char *b) { return io_fails("rename") ? -1 : __real_rename(a, b); }
+int __wrap_mkstemp(char *tmpl) { return io_fails("mkstemp") ? -1 : __real_mkstemp(tmpl); }
+int __wrap_ftruncate(int fd, off_t n) { return io_fails("ftruncate") ? -1 : __real_ftruncate(fd, n); }
+int __wrap_fstat(int fd, struct stat *st) { return io_fails("fstat") ? -1 : __real_fstat(fd, st); }
+void *__wrap_mmap(void *addr, size_t n, int prot, int flags, int fd, off_t off)
+{
+    return io_fails("mmap") ? MAP_FAILED : __real_mmap(addr, n, prot, flags, fd, off);
+}
+int __wrap_flock(int fd, int op) { return io_fails("flock") ? -1 : __real_flock(fd, op); }
+#endif
+
+/* the allocator hook: the same counter and live set */
+static void *h_alloc(void *opaque, size_t n)
+{
+    (void)opaque;
+    return inj_malloc(n);
+}
+static void *h_realloc(void *opaque, void *p, size_t n)
+{
+    (void)opaque;
+    return inj_realloc(p, n);
+}
+static void h_free(void *opaque, void *p)
+{
+    (void)opaque;
+    inj_free(p);
+}
+static const fkvf_allocator AL = {h_alloc, h_realloc, h_free, NULL};
+
+/* a sink into a growable buffer whose k-th write / sync fails (io_fails) */
+typedef struct fsink {
+    uint8_t *data;
+    size_t size, cap;
+} fsink;
+
+static long long fs_write(void *opaque, const void *data, size_t size)
+{
+    fsink *b = opaque;
+    if (g.io_broken) {
+        errno = g.io_err;
+        return -1;
+    }
+    if (io_fails("sink write")) {
+        if (!g.io_short || size < 2)
+            return -1;
+        g.io_broken = 1;
+        size /= 2;
+    }
+    if (b->size + size > b->cap) {
+        size_t nc = b->cap ? b->cap : 4096;
+        while (nc < b->size + size)
+            nc *= 2;
+        uint8_t *p = REAL_REALLOC(b->data, nc);
+        if (!p)
+            return -1;
+        b->data = p;
+        b->cap = nc;
+    }
+    memcpy(b->data + b->size, data, size);
+    b->size += size;
+    return (long long)size;
+}
+static int fs_sync(void *opaque)
+{
+    (void)opaque;
+    return io_fails("sink sync") ? -1 : 0;
+}
+static void fs_free(fsink *b)
+{
+    REAL_FREE(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+/* ---- files ------------------------------------------------------------------- */
+
+static char tmpdir[64];
+
+static void make_dir(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/fkvf-inject-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void path_in(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", tmpdir, name); }
+
+static void clear_dir(void)
+{
+    DIR *d = opendir(tmpdir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        (void)unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+}
+
+static void remove_dir(void)
+{
+    clear_dir();
+    rmdir(tmpdir);
+}
+
+static int tmp_files(void)
+{
+    DIR *d = opendir(tmpdir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".tmp-"))
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* plain stdio: not counted */
+static uint8_t *slurp(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = REAL_MALLOC(n > 0 ? (size_t)n : 1);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(fread(p, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *size = (size_t)n;
+    return p;
+}
+
+static void spit(const char *path, const void *data, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(data, 1, size, f), size);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static int file_is(const char *path, const uint8_t *want, size_t n)
+{
+    size_t m;
+    uint8_t *p = slurp(path, &m);
+    int same = p && m == n && memcmp(p, want, n) == 0;
+    REAL_FREE(p);
+    return same;
+}
+
+/* ---- fixture: a cache, its codebook and archives ------------------------------ */
+
+enum { L = 2, H = 2, D = 4, N = 64, S = 2, W = 8, NA = N - S - W, K = 16, KS = 2, VS = 1 };
+#define ROW_BYTES ((size_t)L * H * 2 * D * 2) /* f16 */
+#define ROW_F32 ((size_t)L * H * 2 * D * 4)
+
+typedef struct fixture {
+    uint16_t rows[N * ROW_BYTES / 2];
+    uint32_t tokens[N];
+    fkvf_rvq *q;
+    fkvf_codebook_shape shape;
+    void *tables;
+    size_t tables_size;
+    uint16_t *codes; /* NA x codes_per_position */
+    size_t cpp;
+    uint8_t xtra[3000]; /* a compressible extra section */
+    char long_key[240];  /* metadata keys and text */
+    char long_text[400];
+    fsink a;  /* the main archive (writer_sink's clean run) */
+    fsink cb; /* a codebook file */
+    fsink x;  /* an archive that refers to cb */
+    uint8_t cb_hash[16];
+} fixture;
+
+static fixture *fx;
+
+static fkvf_desc fx_desc(void)
+{
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = L;
+    d.n_kv_heads = H;
+    d.key_dim = d.value_dim = D;
+    d.dtype = FKVF_DTYPE_F16;
+    d.n_sinks = S;
+    d.window = W;
+    d.model_id = "test/inject";
+    d.tokenizer_id = "tok";
+    return d;
+}
+
+static fkvf_stream_spec idx_spec(void)
+{
+    fkvf_stream_spec s;
+    memset(&s, 0, sizeof s);
+    s.profile = FKVF_PROFILE_QUAD;
+    s.symbol_bits = 4;
+    return s;
+}
+
+static fkvf_stream_spec tok_spec(void)
+{
+    fkvf_stream_spec s;
+    memset(&s, 0, sizeof s);
+    s.profile = FKVF_PROFILE_QUAD;
+    s.symbol_bits = 10;
+    return s;
+}
+
+static void fx_rvq_params(fkvf_rvq_params *p)
+{
+    fkvf_rvq_params_init(p);
+    p->n_layers = L;
+    p->n_kv_heads = H;
+    p->key_dim = p->value_dim = D;
+    p->k = K;
+    p->k_stages = KS;
+    p->v_stages = VS;
+    p->max_iters = 3;
+    p->table_dtype = FKVF_DTYPE_F16;
+}
+
+/* ---- scenarios ---------------------------------------------------------------- */
+
+/* A scenario is a sequence of calls (steps) on a context. kinds[i] says what
+ * step i does in a run without failures: 'A' allocates, 'I' does I/O, 'B'
+ * both, '-' neither, '?' depends (not asserted). */
+typedef struct scen {
+    const char *title;
+    size_t n_steps;
+    const char *const *names;
+    const char *kinds;
+    void *ctx;
+    void (*setup)(void *ctx);
+    int (*step)(void *ctx, size_t i);
+    const char *(*message)(void *ctx); /* the handle's message, NULL without a handle */
+    /* I/O failures nothing reports: after its rename, fkvf_writer_finish
+     * fsyncs the directory and ignores a failure of that (open, fsync): the
+     * archive is in place and complete. The step where that is accepted. */
+    const char *quiet_io_step;
+    /* after the run (unarmed): clean 1 for the reference run; stopped: the
+     * step that failed for good, or -1 when every step succeeded. Checks
+     * the results and the files, frees every handle. */
+    void (*finish)(void *ctx, int clean, long stopped);
+} scen;
+
+enum { MODE_ALLOC, MODE_IO_EIO, MODE_IO_ENOSPC, MODE_IO_SHORT };
+
+typedef struct run_result {
+    long stopped;    /* step that failed for good, -1 none */
+    long failures;   /* failing calls seen */
+    long recovered;  /* of those, steps that succeeded when retried */
+} run_result;
+
+static void run_once(const scen *sc, int mode, long k, int clean, run_result *res)
+{
+    memset(&g, 0, sizeof g);
+    g.step = -1;
+    live_reset();
+    if (mode == MODE_ALLOC) {
+        g.fail_at = k;
+    } else {
+        g.io_fail_at = k;
+        g.io_err = mode == MODE_IO_ENOSPC ? ENOSPC : EIO;
+        g.io_short = mode == MODE_IO_SHORT;
+    }
+    g.track = 1;
+    sc->setup(sc->ctx);
+    res->stopped = -1;
+    const int want = mode == MODE_ALLOC ? FKVF_E_NOMEM : FKVF_E_IO;
+    for (size_t i = 0; i < sc->n_steps; i++) {
+        g.step = (int)i;
+        g.armed = 1;
+        int rc = sc->step(sc->ctx, i);
+        g.armed = 0;
+        if (rc == FKVF_OK)
+            continue;
+        EXPECTF(!clean, "%s: step %s failed without injection: %s (%s)", sc->title, sc->names[i],
+                fkvf_error_name(rc), sc->message(sc->ctx) ? sc->message(sc->ctx) : "");
+        EXPECTF(rc == want, "%s mode %d k %ld: step %s gave %s, want %s (%s)", sc->title, mode, k,
+                sc->names[i], fkvf_error_name(rc), fkvf_error_name(want),
+                sc->message(sc->ctx) ? sc->message(sc->ctx) : "");
+        EXPECTF(mode == MODE_ALLOC ? g.failed : g.io_failed,
+                "%s k %ld: step %s failed with %s but nothing was injected", sc->title, k,
+                sc->names[i], fkvf_error_name(rc));
+        const char *msg = sc->message(sc->ctx);
+        EXPECTF(!msg || *msg, "%s mode %d k %ld: step %s: %s without a message", sc->title, mode,
+                k, sc->names[i], fkvf_error_name(rc));
+        res->failures++;
+        /* retry: the handle failed for good, or the call now succeeds */
+        g.io_broken = 0;
+        int rc2 = sc->step(sc->ctx, i);
+        if (rc2 == FKVF_OK) {
+            res->recovered++;
+            continue;
+        }
+        EXPECTF(rc2 == rc, "%s mode %d k %ld: step %s retried gave %s after %s", sc->title, mode, k,
+                sc->names[i], fkvf_error_name(rc2), fkvf_error_name(rc));
+        res->stopped = (long)i;
+        break;
+    }
+    g.step = -1;
+    sc->finish(sc->ctx, clean, res->stopped);
+    g.track = 0;
+    EXPECTF(g.live == 0 && g.live_bytes == 0, "%s mode %d k %ld (%s): %ld blocks, %zu bytes leaked",
+            sc->title, mode, k,
+            res->stopped >= 0 ? sc->names[res->stopped] : "completed", g.live, g.live_bytes);
+}
+
+/* The reference run, the kinds check, then every k; returns the clean run's
+ * count of allocations (MODE_ALLOC) or I/O calls. */
+static long loop(const scen *sc, int mode)
+{
+    run_result res;
+    memset(&res, 0, sizeof res);
+    run_once(sc, mode, 0, 1, &res);
+    long total = mode == MODE_ALLOC ? g.calls : g.io_calls;
+    long per[MAX_STEPS], per_io[MAX_STEPS];
+    memcpy(per, g.step_allocs, sizeof per);
+    memcpy(per_io, g.step_io, sizeof per_io);
+    if (mode == MODE_ALLOC || mode == MODE_IO_EIO) {
+        for (size_t i = 0; i < sc->n_steps; i++) {
+            char kd = sc->kinds[i];
+            int a = per[i] > 0, io = per_io[i] > 0;
+            if (getenv("FKVF_INJECT_VERBOSE"))
+                fprintf(stderr, "%s %s: %ld allocations, %ld I/O calls\n", sc->title,
+                        sc->names[i], per[i], per_io[i]);
+            if (kd == '?' || getenv("FKVF_INJECT_CALIBRATE"))
+                continue;
+            EXPECTF(a == (kd == 'A' || kd == 'B') && io == (kd == 'I' || kd == 'B'),
+                    "%s: step %s is '%c' but made %ld allocations and %ld I/O calls", sc->title,
+                    sc->names[i], kd, per[i], per_io[i]);
+        }
+    }
+    ck_assert_msg(total > 0, "%s: nothing to inject", sc->title);
+    long failures = 0, quiet_runs = 0;
+    for (long k = 1; k <= total; k++) {
+        memset(&res, 0, sizeof res);
+        run_once(sc, mode, k, 0, &res);
+        int quiet = res.failures == 0 && mode != MODE_ALLOC && sc->quiet_io_step &&
+                    g.fail_step >= 0 && !strcmp(sc->names[g.fail_step], sc->quiet_io_step) &&
+                    (!strcmp(g.fail_call, "open") || !strcmp(g.fail_call, "fsync"));
+        EXPECTF(res.failures >= 1 || quiet,
+                "%s mode %d k %ld: the injected failure (%s in %s) was not reported", sc->title,
+                mode, k, g.fail_call ? g.fail_call : "none",
+                g.fail_step >= 0 ? sc->names[g.fail_step] : "setup");
+        quiet_runs += quiet;
+        failures += res.failures;
+    }
+    ck_assert_int_ge(failures + quiet_runs, total);
+    ck_assert_int_le(quiet_runs, 2); /* the directory's open and fsync */
+    return total;
+}
+
+/* ---- writer scenarios --------------------------------------------------------- */
+
+typedef struct wctx {
+    int to_file;   /* 0 sink, 1 create_file */
+    int kind;      /* 0 main archive, 1 codebook file, 2 external ref */
+    fkvf_writer *w;
+    fsink out;
+    char path[128];
+    uint8_t *old; /* the file at path before (to_file) */
+    size_t old_size;
+    size_t commit1; /* reference: bytes of commit 1 */
+} wctx;
+
+static const char *const w_names[] = {
+    "create",     "set_desc",      "meta_bool",         "meta_u64",
+    "meta_i64",   "meta_f64",      "meta_utf8",         "meta_bytes",
+    "add_codebooks", "add_exact(sinks)", "add_exact(window)", "add_index_segment",
+    "add_token_segment", "set_positions", "commit", "add_section(deflate)",
+    "add_section", "finish"};
+enum { W_STEPS = sizeof w_names / sizeof w_names[0] };
+static const char *const cbw_names[] = {"create", "add_codebooks", "finish"};
+static const char *const xw_names[] = {"create", "set_desc", "add_codebook_ref", "add_exact",
+                                       "add_index_segment", "set_positions", "finish"};
+
+static const char *w_message(void *ctx)
+{
+    wctx *c = ctx;
+    return c->w ? fkvf_writer_message(c->w) : NULL;
+}
+
+static void w_setup(void *ctx)
+{
+    wctx *c = ctx;
+    c->w = NULL;
+    fs_free(&c->out);
+    if (c->to_file)
+        spit(c->path, c->old, c->old_size);
+}
+
+static int w_create(wctx *c, uint64_t req)
+{
+    fkvf_writer_free(c->w);
+    c->w = NULL;
+    fs_free(&c->out);
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.optional_features = c->kind == 0 ? FKVF_OPTFEAT_TOKEN_STREAM : 0;
+    o.required_features = req;
+    o.block_size = 64;
+    if (c->to_file)
+        return fkvf_writer_create_file(&c->w, c->path, &o, &AL);
+    fkvf_sink s = {fs_write, fs_sync, &c->out};
+    return fkvf_writer_create_sink(&c->w, &s, &o, &AL);
+}
+
+static int w_step(void *ctx, size_t i)
+{
+    wctx *c = ctx;
+    fkvf_desc d = fx_desc();
+    fkvf_stream_spec is = idx_spec(), ts = tok_spec();
+    static const uint8_t blob[5] = {1, 2, 3, 4, 5};
+    switch (i) {
+    case 0: return w_create(c, FKVF_FEAT_DEFLATE);
+    case 1: return fkvf_writer_set_desc(c->w, &d);
+    /* each entry outgrows the metadata buffer (it doubles), so each allocates */
+    case 2: return fkvf_writer_meta_bool(c->w, "b", 1);
+    case 3: return fkvf_writer_meta_u64(c->w, "u.abcdefghijklmnopqrstuvw", 7);
+    case 4: return fkvf_writer_meta_i64(c->w, fx->long_key + 120, -7);
+    case 5: return fkvf_writer_meta_f64(c->w, fx->long_key, 0.5);
+    case 6: return fkvf_writer_meta_utf8(c->w, "s", fx->long_text);
+    case 7: return fkvf_writer_meta_bytes(c->w, "y", fx->xtra, 1000);
+    case 8: return fkvf_writer_add_codebooks(c->w, &fx->shape, fx->tables, fx->tables_size, 0);
+    case 9: return fkvf_writer_add_exact(c->w, 0, S, fx->rows, S * ROW_BYTES, 0);
+    case 10:
+        return fkvf_writer_add_exact(c->w, N - W, W, (const uint8_t *)fx->rows + (N - W) * ROW_BYTES,
+                                     W * ROW_BYTES, 0);
+    case 11: return fkvf_writer_add_index_segment(c->w, &is, 0, NA, fx->codes, fx->cpp, 1);
+    case 12: return fkvf_writer_add_token_segment(c->w, &ts, 0, fx->tokens, N);
+    case 13: return fkvf_writer_set_positions(c->w, N, NA);
+    case 14: {
+        int rc = fkvf_writer_commit(c->w);
+        if (rc == FKVF_OK && !c->commit1)
+            c->commit1 = c->to_file ? 1 : c->out.size;
+        return rc;
+    }
+    case 15:
+        return fkvf_writer_add_section(c->w, FKVF_FOURCC('X', 'T', 'R', 'A'), FKVF_SECTION_DEFLATE,
+                                       1, fx->xtra, sizeof fx->xtra);
+    case 16:
+        return fkvf_writer_add_section(c->w, FKVF_FOURCC('X', 'T', 'R', 'B'), 0, 2, blob,
+                                       sizeof blob);
+    default: return fkvf_writer_finish(c->w);
+    }
+}
+
+static int cbw_step(void *ctx, size_t i)
+{
+    wctx *c = ctx;
+    switch (i) {
+    case 0: return w_create(c, 0);
+    case 1: return fkvf_writer_add_codebooks(c->w, &fx->shape, fx->tables, fx->tables_size, 0);
+    default: return fkvf_writer_finish(c->w);
+    }
+}
+
+static int xw_step(void *ctx, size_t i)
+{
+    wctx *c = ctx;
+    fkvf_desc d = fx_desc();
+    fkvf_stream_spec is = idx_spec();
+    switch (i) {
+    case 0: return w_create(c, FKVF_FEAT_EXTERNAL_CODEBOOK);
+    case 1: return fkvf_writer_set_desc(c->w, &d);
+    case 2: return fkvf_writer_add_codebook_ref(c->w, &fx->shape, fx->cb_hash, "cb.fkvf");
+    case 3: return fkvf_writer_add_exact(c->w, 0, S, fx->rows, S * ROW_BYTES, 0);
+    case 4: return fkvf_writer_add_index_segment(c->w, &is, 0, NA, fx->codes, fx->cpp, 1);
+    case 5: return fkvf_writer_set_positions(c->w, S + NA, NA);
+    default: return fkvf_writer_finish(c->w);
+    }
+}
+
+/* Restore of every position of an archive in memory: 0 or an error. */
+static int restore_all(const uint8_t *data, size_t size, unsigned flags, float *out,
+                       uint64_t *commits)
+{
+    fkvf_reader *r = NULL;
+    int rc = fkvf_reader_open_memory(&r, data, size, flags, NULL);
+    fkvf_archive_info ai;
+    if (!rc)
+        rc = fkvf_reader_info(r, &ai);
+    if (!rc && commits)
+        *commits = ai.n_commits;
+    if (!rc && out)
+        rc = fkvf_reader_restore(r, 0, ai.n_positions, FKVF_DTYPE_F32, out,
+                                 (size_t)ai.n_positions * ROW_F32);
+    fkvf_reader_free(r);
+    return rc;
+}
+
+static fsink *w_ref(const wctx *c)
+{
+    return c->kind == 0 ? &fx->a : c->kind == 1 ? &fx->cb : &fx->x;
+}
+
+static void w_finish(void *ctx, int clean, long stopped)
+{
+    wctx *c = ctx;
+    fsink *ref = w_ref(c);
+    if (stopped >= 0) {
+        /* failed for good: every later call gives the same error */
+        int rc = fkvf_writer_commit(c->w);
+        EXPECTF(rc == FKVF_E_NOMEM || rc == FKVF_E_IO || stopped == 0,
+                "writer: commit after a failure gave %s", fkvf_error_name(rc));
+        if (stopped > 0)
+            EXPECT(fkvf_writer_finish(c->w) == rc);
+    }
+    fkvf_writer_free(c->w);
+    c->w = NULL;
+    if (c->to_file) {
+        EXPECTF(tmp_files() == 0, "writer: a temporary file was left (stopped at %ld)", stopped);
+        if (stopped < 0) {
+            /* the new archive is in place: the bytes the sink writer wrote */
+            EXPECTF(file_is(c->path, ref->data, ref->size),
+                    "writer: %s is not the reference archive", c->path);
+        } else {
+            /* the file that was there is untouched */
+            EXPECTF(file_is(c->path, c->old, c->old_size), "writer: %s changed after a failure",
+                    c->path);
+        }
+        return;
+    }
+    if (stopped < 0) {
+        if (clean && ref->size == 0) { /* fx_build: the reference */
+            *ref = c->out;
+            memset(&c->out, 0, sizeof c->out);
+        } else {
+            EXPECTF(c->out.size == ref->size && memcmp(c->out.data, ref->data, ref->size) == 0,
+                    "writer: the output differs from the reference");
+        }
+    } else {
+        /* what reached the sink is a prefix of the reference; when commit 1
+         * was complete it opens (not strict) at commit 1 */
+        EXPECT(c->out.size <= ref->size && memcmp(c->out.data, ref->data, c->out.size) == 0);
+        if (c->kind == 0 && c->out.size >= c->commit1 && c->commit1 > 0) {
+            uint64_t commits = 0;
+            EXPECT(restore_all(c->out.data, c->out.size, 0, NULL, &commits) == FKVF_OK);
+            /* commit 2 complete: only its sync failed */
+            EXPECT(commits == 1 || (commits == 2 && c->out.size == ref->size));
+        }
+    }
+    fs_free(&c->out);
+}
+
+static scen w_scen(wctx *c, int kind)
+{
+    scen s;
+    memset(&s, 0, sizeof s);
+    c->kind = kind;
+    s.ctx = c;
+    s.setup = w_setup;
+    s.message = w_message;
+    s.finish = w_finish;
+    s.quiet_io_step = "finish";
+    if (kind == 0) {
+        s.title = c->to_file ? "writer_file" : "writer_sink";
+        s.n_steps = W_STEPS;
+        s.names = w_names;
+        s.step = w_step;
+        /* the metadata is buffered until the commit; set_positions only
+         * records the numbers */
+        s.kinds = "BBAAAAAABBBBB-BBIB";
+    } else if (kind == 1) {
+        s.title = c->to_file ? "writer_cbfile_file" : "writer_cbfile";
+        s.n_steps = 3;
+        s.names = cbw_names;
+        s.step = cbw_step;
+        s.kinds = "BBB";
+    } else {
+        s.title = "writer_ext";
+        s.n_steps = 7;
+        s.names = xw_names;
+        s.step = xw_step;
+        s.kinds = "BBBBB-B";
+    }
+    return s;
+}
+
+/* ---- fixture construction ------------------------------------------------------ */
+
+static void fx_build(void)
+{
+    if (fx)
+        return;
+    fx = REAL_MALLOC(sizeof *fx);
+    ck_assert_ptr_nonnull(fx);
+    memset(fx, 0, sizeof *fx);
+    tu_rng rng = {42};
+    for (size_t i = 0; i < N * ROW_BYTES / 2; i++)
+        fx->rows[i] = fkvf_f32_to_f16((float)((int)tu_below(&rng, 2001) - 1000) / 500.0f);
+    static const uint32_t words[] = {5, 9, 3, 700, 5, 9, 44, 3};
+    for (size_t t = 0; t < N; t++)
+        fx->tokens[t] = t % 11 == 10 ? tu_below(&rng, 1000) : words[t % 8];
+    for (size_t i = 0; i + 1 < sizeof fx->long_key; i++)
+        fx->long_key[i] = (char)('a' + i % 26);
+    for (size_t i = 0; i + 1 < sizeof fx->long_text; i++)
+        fx->long_text[i] = (char)('A' + i % 26);
+    for (size_t i = 0; i < sizeof fx->xtra; i++)
+        fx->xtra[i] = (uint8_t)(i % 13 == 0 ? i : 'a' + i % 3);
+    fkvf_rvq_params p;
+    fx_rvq_params(&p);
+    fkvf_rows blk = {fx->rows, N, FKVF_DTYPE_F16, 0};
+    ck_assert_int_eq(fkvf_rvq_train(&fx->q, &p, &blk, 1, NULL), FKVF_OK);
+    uint32_t heads;
+    fkvf_rvq_shape(fx->q, &fx->shape, &heads);
+    fx->tables_size = fkvf_rvq_tables_size(fx->q);
+    fx->tables = REAL_MALLOC(fx->tables_size);
+    ck_assert_int_eq(fkvf_rvq_tables(fx->q, fx->tables, fx->tables_size), FKVF_OK);
+    fx->cpp = fkvf_rvq_codes_per_position(fx->q);
+    fx->codes = REAL_MALLOC(NA * fx->cpp * sizeof *fx->codes);
+    fkvf_rows arch = {(const uint8_t *)fx->rows + S * ROW_BYTES, NA, FKVF_DTYPE_F16, S};
+    ck_assert_int_eq(fkvf_rvq_encode(fx->q, &arch, NULL, 1, fx->codes, fx->cpp, 1), FKVF_OK);
+    /* the archives: the clean runs of the writer scenarios */
+    static wctx c;
+    memset(&c, 0, sizeof c);
+    scen s = w_scen(&c, 0);
+    run_result res;
+    run_once(&s, MODE_ALLOC, 0, 1, &res);
+    s = w_scen(&c, 1);
+    run_once(&s, MODE_ALLOC, 0, 1, &res);
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, fx->cb.data, fx->cb.size, FKVF_OPEN_STRICT, NULL),
+                     FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_codebook(r, NULL, NULL, NULL, fx->cb_hash), FKVF_OK);
+    fkvf_reader_free(r);
+    s = w_scen(&c, 2);
+    run_once(&s, MODE_ALLOC, 0, 1, &res);
+    ck_assert_uint_gt(fx->a.size, 0);
+    ck_assert_uint_gt(fx->x.size, 0);
+    /* the main archive is valid and restores (strict) */
+    ck_assert_int_eq(restore_all(fx->a.data, fx->a.size, FKVF_OPEN_STRICT, NULL, NULL), FKVF_OK);
+}
+
+START_TEST(inject_writer_sink)
+{
+    fx_build();
+    wctx c;
+    memset(&c, 0, sizeof c);
+    for (int kind = 0; kind < 3; kind++) {
+        scen s = w_scen(&c, kind);
+        loop(&s, MODE_ALLOC);
+        loop(&s, MODE_IO_EIO);
+        loop(&s, MODE_IO_SHORT);
+    }
+}
+END_TEST
+
+START_TEST(inject_writer_file)
+{
+    fx_build();
+    make_dir();
+    wctx c;
+    memset(&c, 0, sizeof c);
+    c.to_file = 1;
+    path_in(c.path, sizeof c.path, "w.fkvf");
+    /* an older archive at the path: intact until the rename */
+    c.old_size = fx->x.size;
+    c.old = REAL_MALLOC(c.old_size);
+    memcpy(c.old, fx->x.data, c.old_size);
+    for (int kind = 0; kind < 2; kind++) {
+        scen s = w_scen(&c, kind);
+        loop(&s, MODE_ALLOC);
+#ifdef FKVF_INJECT_WRAP
+        loop(&s, MODE_IO_EIO);
+        loop(&s, MODE_IO_ENOSPC);
+        loop(&s, MODE_IO_SHORT);
+#endif
+    }
+    REAL_FREE(c.old);
+    remove_dir();
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("inject");
+    TCase *t = tcase_create("inject");
+    tcase_set_timeout(t, 600);
+    tcase_add_test(t, inject_writer_sink);
+    tcase_add_test(t, inject_writer_file);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void) { return tu_run_suite(suite()); }
