@@ -607,6 +607,9 @@ typedef struct scen {
      * fsyncs the directory and ignores a failure of that (open, fsync): the
      * archive is in place and complete. The step where that is accepted. */
     const char *quiet_io_step;
+    /* optional: right after step i failed (unarmed), before the retry */
+    void (*after_fail)(void *ctx, size_t i);
+    int syscalls; /* its I/O is system calls: not counted without FKVF_INJECT_WRAP */
     /* after the run (unarmed): clean 1 for the reference run; stopped: the
      * step that failed for good, or -1 when every step succeeded. Checks
      * the results and the files, frees every handle. */
@@ -656,6 +659,10 @@ static void run_once(const scen *sc, int mode, long k, int clean, run_result *re
         EXPECTF(!msg || *msg, "%s mode %d k %ld: step %s: %s without a message", sc->title, mode,
                 k, sc->names[i], fkvf_error_name(rc));
         res->failures++;
+        if (sc->after_fail) {
+            g.io_broken = 0;
+            sc->after_fail(sc->ctx, i);
+        }
         /* retry: the handle failed for good, or the call now succeeds */
         g.io_broken = 0;
         int rc2 = sc->step(sc->ctx, i);
@@ -696,6 +703,10 @@ static long loop(const scen *sc, int mode)
                         sc->names[i], per[i], per_io[i]);
             if (kd == '?' || getenv("FKVF_INJECT_CALIBRATE"))
                 continue;
+#ifndef FKVF_INJECT_WRAP
+            if (sc->syscalls) /* I/O not seen */
+                kd = kd == 'B' ? 'A' : kd == 'I' ? '-' : kd;
+#endif
             EXPECTF(a == (kd == 'A' || kd == 'B') && io == (kd == 'I' || kd == 'B'),
                     "%s: step %s is '%c' but made %ld allocations and %ld I/O calls", sc->title,
                     sc->names[i], kd, per[i], per_io[i]);
@@ -924,6 +935,7 @@ static scen w_scen(wctx *c, int kind)
     s.message = w_message;
     s.finish = w_finish;
     s.quiet_io_step = "finish";
+    s.syscalls = c->to_file;
     if (kind == 0) {
         s.title = c->to_file ? "writer_file" : "writer_sink";
         s.n_steps = W_STEPS;
@@ -1003,6 +1015,892 @@ static void fx_build(void)
     ck_assert_int_eq(restore_all(fx->a.data, fx->a.size, FKVF_OPEN_STRICT, NULL, NULL), FKVF_OK);
 }
 
+/* ---- reader scenarios ----------------------------------------------------------- */
+
+typedef struct rctx {
+    fkvf_reader *r;
+    int file;         /* reader_file: open_file with flags */
+    unsigned flags;
+    char path[128];
+    size_t xsec, tok, idx0; /* section and stream indices */
+    const void *xdata;
+    size_t xsize;
+    fkvf_desc d;
+    size_t n_meta;
+    uint64_t meta_sum;
+    fkvf_meta_entry found;
+    fkvf_stream_info si;
+    fkvf_stream_spec sp;
+    size_t seg_section;
+    uint64_t seg_first, seg_count;
+    uint32_t sym;
+    uint8_t u8[NA];
+    uint32_t toks[N];
+    fkvf_point pt;
+    const void *xrow;
+    size_t xrow_bytes;
+    int is_exact;
+    fkvf_codebook_shape cbs;
+    uint8_t cb_hash[16];
+    int is_ext;
+    size_t row_bytes, read_bytes;
+    float restored[N * ROW_F32 / 4];
+    uint16_t partial[N * ROW_BYTES / 2];
+    /* references (the clean run) */
+    int have_ref;
+    float ref_restored[N * ROW_F32 / 4];
+    uint16_t ref_partial[N * ROW_BYTES / 2];
+    uint8_t ref_u8[NA];
+    fkvf_point ref_pt;
+} rctx;
+
+static const char *const r_names[] = {
+    "open_memory", "info",  "section",   "section_data", "desc",      "meta_count",
+    "meta",        "meta_find", "stream_count", "stream_find", "stream_info", "stream_spec",
+    "stream_segment", "stream_get", "stream_read_u8", "stream_read", "stream_point",
+    "exact_row",   "is_exact", "codebook",  "codebook_ref", "row_bytes", "restore",
+    "read_size",   "read",   "verify"};
+enum { R_STEPS = sizeof r_names / sizeof r_names[0] };
+
+static const char *r_message(void *ctx)
+{
+    rctx *c = ctx;
+    return c->r ? fkvf_reader_message(c->r) : NULL;
+}
+
+static void r_setup(void *ctx)
+{
+    rctx *c = ctx;
+    c->r = NULL;
+    if (c->file)
+        spit(c->path, fx->a.data, fx->a.size);
+}
+
+static fkvf_read_request r_request(void)
+{
+    fkvf_read_request q;
+    memset(&q, 0, sizeof q);
+    q.first = 1;
+    q.count = N - 3;
+    q.layer_first = 1;
+    q.head_first = 1;
+    q.parts = FKVF_PART_VALUES;
+    q.dtype = FKVF_DTYPE_F16;
+    q.layout = FKVF_LAYOUT_HEADS;
+    return q;
+}
+
+static int r_step(void *ctx, size_t i)
+{
+    rctx *c = ctx;
+    int rc;
+    fkvf_archive_info ai;
+    fkvf_read_request q = r_request();
+    switch (i) {
+    case 0:
+        fkvf_reader_free(c->r);
+        c->r = NULL;
+        return fkvf_reader_open_memory(&c->r, fx->a.data, fx->a.size, FKVF_OPEN_STRICT, &AL);
+    case 1:
+        if ((rc = fkvf_reader_info(c->r, &ai)))
+            return rc;
+        return ai.n_positions == N && ai.n_commits == 2 ? FKVF_OK : FKVF_E_CORRUPT;
+    case 2:
+        if ((rc = fkvf_reader_info(c->r, &ai)))
+            return rc;
+        for (size_t k = 0; k < ai.n_sections; k++) {
+            fkvf_section_info si;
+            if ((rc = fkvf_reader_section(c->r, k, &si)))
+                return rc;
+            if (si.type == FKVF_FOURCC('X', 'T', 'R', 'A') && (si.flags & FKVF_SECTION_DEFLATE)) {
+                c->xsec = k;
+                return FKVF_OK;
+            }
+        }
+        return FKVF_E_NOT_FOUND;
+    case 3: return fkvf_reader_section_data(c->r, c->xsec, &c->xdata, &c->xsize);
+    case 4: return fkvf_reader_desc(c->r, &c->d);
+    case 5: return fkvf_reader_meta_count(c->r, &c->n_meta);
+    case 6:
+        c->meta_sum = 0;
+        for (size_t k = 0; k < c->n_meta; k++) {
+            fkvf_meta_entry e;
+            if ((rc = fkvf_reader_meta(c->r, k, &e)))
+                return rc;
+            c->meta_sum += e.key_len + e.value_len;
+        }
+        return FKVF_OK;
+    case 7: return fkvf_reader_meta_find(c->r, "s", &c->found);
+    case 8: {
+        size_t n;
+        if ((rc = fkvf_reader_stream_count(c->r, &n)))
+            return rc;
+        return n == (size_t)L * H * (KS + VS) + 1 ? FKVF_OK : FKVF_E_CORRUPT;
+    }
+    case 9:
+        if ((rc = fkvf_reader_stream_find(c->r, FKVF_STREAM_ID_TOKENS, &c->tok)))
+            return rc;
+        return fkvf_reader_stream_find(c->r, FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, 1, 1, 1, 0),
+                                       &c->idx0);
+    case 10: return fkvf_reader_stream_info(c->r, c->tok, &c->si);
+    case 11: return fkvf_reader_stream_spec(c->r, c->tok, &c->sp);
+    case 12:
+        return fkvf_reader_stream_segment(c->r, c->tok, 0, &c->seg_section, &c->seg_first,
+                                          &c->seg_count);
+    case 13: return fkvf_reader_stream_get(c->r, c->tok, 37, &c->sym);
+    case 14: return fkvf_reader_stream_read_u8(c->r, c->idx0, 0, c->u8, NA);
+    case 15: return fkvf_reader_stream_read(c->r, c->tok, 0, c->toks, N);
+    case 16: return fkvf_reader_stream_point(c->r, c->tok, 50, &c->pt);
+    case 17: return fkvf_reader_exact_row(c->r, N - 1, &c->xrow, &c->xrow_bytes);
+    case 18: return fkvf_reader_is_exact(c->r, S + 3, &c->is_exact);
+    case 19: return fkvf_reader_codebook(c->r, &c->cbs, NULL, NULL, c->cb_hash);
+    case 20: return fkvf_reader_codebook_ref(c->r, &c->is_ext, NULL, NULL);
+    case 21: return fkvf_reader_row_bytes(c->r, FKVF_DTYPE_F32, &c->row_bytes);
+    case 22:
+        return fkvf_reader_restore(c->r, 0, N, FKVF_DTYPE_F32, c->restored, sizeof c->restored);
+    case 23: return fkvf_reader_read_size(c->r, &q, &c->read_bytes);
+    case 24: return fkvf_reader_read(c->r, &q, c->partial, sizeof c->partial);
+    default: return fkvf_reader_verify(c->r);
+    }
+}
+
+static void r_finish(void *ctx, int clean, long stopped)
+{
+    rctx *c = ctx;
+    /* a reader never fails for good: the failed call, retried, succeeded */
+    EXPECTF(stopped < 0, "reader: %s failed again when retried", stopped >= 0 ? r_names[stopped] : "");
+    if (stopped < 0) {
+        /* what the archive holds (independent of the reader) */
+        EXPECT(c->xsize == sizeof fx->xtra && memcmp(c->xdata, fx->xtra, c->xsize) == 0);
+        EXPECT(!strcmp(c->d.model_id, "test/inject") && !strcmp(c->d.tokenizer_id, "tok"));
+        EXPECT(c->d.n_layers == L && c->d.window == W);
+        EXPECT(c->n_meta == 6);
+        EXPECT(c->meta_sum == 1 + 1 + 25 + 8 + 119 + 8 + 239 + 8 + 1 + 399 + 1 + 1000);
+        EXPECT(c->found.value_len == 399 && !memcmp(c->found.value, fx->long_text, 399));
+        EXPECT(c->si.length == N && c->sp.symbol_bits == 10 && c->seg_first == 0 &&
+               c->seg_count == N);
+        EXPECT(c->sym == fx->tokens[37]);
+        EXPECT(memcmp(c->toks, fx->tokens, sizeof c->toks) == 0);
+        for (size_t t = 0; t < NA; t++) /* layer 1, head 1, values, stage 0 */
+            EXPECT(c->u8[t] == fx->codes[t * fx->cpp + (1 * H + 1) * (KS + VS) + KS]);
+        EXPECT(c->xrow_bytes == ROW_BYTES &&
+               !memcmp(c->xrow, (const uint8_t *)fx->rows + (N - 1) * ROW_BYTES, ROW_BYTES));
+        EXPECT(c->is_exact == 0 && c->is_ext == 0);
+        EXPECT(c->cbs.k == K && !memcmp(c->cb_hash, fx->cb_hash, 16));
+        EXPECT(c->row_bytes == ROW_F32 && c->read_bytes == (size_t)(N - 3) * 1 * 1 * D * 2);
+        /* exact positions restore to their rows */
+        for (size_t e = 0; e < (size_t)L * H * 2 * D; e++) {
+            EXPECT(c->restored[e] == fkvf_f16_to_f32(fx->rows[e]));
+            EXPECT(c->restored[(N - 1) * ROW_F32 / 4 + e] ==
+                   fkvf_f16_to_f32(fx->rows[(N - 1) * ROW_BYTES / 2 + e]));
+        }
+        if (clean && !c->have_ref) {
+            memcpy(c->ref_restored, c->restored, sizeof c->restored);
+            memcpy(c->ref_partial, c->partial, c->read_bytes);
+            c->ref_pt = c->pt;
+            c->have_ref = 1;
+        } else {
+            EXPECT(!memcmp(c->restored, c->ref_restored, sizeof c->restored));
+            EXPECT(!memcmp(c->partial, c->ref_partial, c->read_bytes));
+            EXPECT(c->pt.x == c->ref_pt.x && c->pt.y == c->ref_pt.y);
+        }
+    }
+    fkvf_reader_free(c->r);
+    c->r = NULL;
+}
+
+/* open_file (flags), restore, verify */
+static const char *const rf_names[] = {"open_file", "restore", "verify"};
+
+static int rf_step(void *ctx, size_t i)
+{
+    rctx *c = ctx;
+    switch (i) {
+    case 0:
+        fkvf_reader_free(c->r);
+        c->r = NULL;
+        return fkvf_reader_open_file(&c->r, c->path, c->flags, &AL);
+    case 1:
+        return fkvf_reader_restore(c->r, 0, N, FKVF_DTYPE_F32, c->restored, sizeof c->restored);
+    default: return fkvf_reader_verify(c->r);
+    }
+}
+
+static void rf_finish(void *ctx, int clean, long stopped)
+{
+    rctx *c = ctx;
+    (void)clean;
+    EXPECTF(stopped < 0, "reader_file: %s failed again when retried",
+            stopped >= 0 ? rf_names[stopped] : "");
+    float *ref = REAL_MALLOC(sizeof c->restored);
+    ck_assert_ptr_nonnull(ref);
+    EXPECT(restore_all(fx->a.data, fx->a.size, FKVF_OPEN_STRICT, ref, NULL) == FKVF_OK);
+    if (stopped < 0)
+        EXPECT(!memcmp(ref, c->restored, sizeof c->restored));
+    REAL_FREE(ref);
+    fkvf_reader_free(c->r);
+    c->r = NULL;
+    EXPECT(file_is(c->path, fx->a.data, fx->a.size));
+}
+
+/* an archive that refers to an external codebook: attach, restore, read */
+typedef struct xctx {
+    fkvf_reader *r, *cb;
+    int is_ext;
+    const char *name;
+    float restored[N * ROW_F32 / 4];
+    uint16_t partial[N * ROW_BYTES / 2];
+    int have_ref;
+    float ref_restored[N * ROW_F32 / 4];
+} xctx;
+
+static const char *const x_names[] = {"open_memory(archive)", "open_memory(codebook)",
+                                      "codebook_ref", "attach_codebook", "codebook", "restore",
+                                      "read"};
+
+static const char *x_message(void *ctx)
+{
+    xctx *c = ctx;
+    fkvf_reader *r = g.step == 1 ? c->cb : c->r; /* the handle of the step */
+    return r ? fkvf_reader_message(r) : NULL;
+}
+
+static void x_setup(void *ctx)
+{
+    xctx *c = ctx;
+    c->r = c->cb = NULL;
+}
+
+static int x_step(void *ctx, size_t i)
+{
+    xctx *c = ctx;
+    fkvf_read_request q = r_request();
+    q.count = S + NA - 1;
+    switch (i) {
+    case 0:
+        fkvf_reader_free(c->r);
+        c->r = NULL;
+        return fkvf_reader_open_memory(&c->r, fx->x.data, fx->x.size, FKVF_OPEN_STRICT, &AL);
+    case 1:
+        fkvf_reader_free(c->cb);
+        c->cb = NULL;
+        return fkvf_reader_open_memory(&c->cb, fx->cb.data, fx->cb.size, FKVF_OPEN_STRICT, &AL);
+    case 2: return fkvf_reader_codebook_ref(c->r, &c->is_ext, NULL, &c->name);
+    case 3: return fkvf_reader_attach_codebook(c->r, c->cb);
+    case 4: return fkvf_reader_codebook(c->r, NULL, NULL, NULL, NULL);
+    case 5:
+        return fkvf_reader_restore(c->r, 0, S + NA, FKVF_DTYPE_F32, c->restored,
+                                   (S + NA) * ROW_F32);
+    default: return fkvf_reader_read(c->r, &q, c->partial, sizeof c->partial);
+    }
+}
+
+static void x_finish(void *ctx, int clean, long stopped)
+{
+    xctx *c = ctx;
+    (void)clean;
+    EXPECTF(stopped < 0, "reader_ext: %s failed again when retried",
+            stopped >= 0 ? x_names[stopped] : "");
+    if (stopped < 0) {
+        EXPECT(c->is_ext == 1 && !strcmp(c->name, "cb.fkvf"));
+        if (!c->have_ref) {
+            /* the same codes and codebook as the main archive: the same rows */
+            float *a = REAL_MALLOC(N * ROW_F32);
+            ck_assert_ptr_nonnull(a);
+            EXPECT(restore_all(fx->a.data, fx->a.size, 0, a, NULL) == FKVF_OK);
+            EXPECT(!memcmp(a, c->restored, (S + NA) * ROW_F32));
+            REAL_FREE(a);
+            memcpy(c->ref_restored, c->restored, (S + NA) * ROW_F32);
+            c->have_ref = 1;
+        }
+        EXPECT(!memcmp(c->restored, c->ref_restored, (S + NA) * ROW_F32));
+    }
+    fkvf_reader_free(c->r);
+    fkvf_reader_free(c->cb);
+    c->r = c->cb = NULL;
+}
+
+/* ---- search -------------------------------------------------------------------- */
+
+enum { QLEN = 3, CAP = N };
+
+typedef struct sctx {
+    const uint8_t *data; /* the archive */
+    size_t size;
+    int has_zidx;
+    int partial; /* only the steps up to search_radius */
+    fkvf_reader *r;
+    fkvf_search *s;
+    size_t tok;
+    fkvf_search_info info;
+    uint64_t found[CAP], n_found;
+    fkvf_match longest[4];
+    size_t n_longest;
+    fkvf_point qp;
+    uint64_t rad[CAP];
+    fkvf_radius_result rr;
+    uint32_t ctxs[8];
+    size_t n_ctx;
+    fkvf_prefix_reuse pr;
+    uint8_t *zidx; /* the index built (copy) */
+    size_t zsize;
+    uint64_t zkey;
+} sctx;
+
+static const uint32_t query[QLEN] = {5, 9, 3};
+static const uint32_t prompt[6] = {5, 9, 3, 700, 5, 1023};
+
+static const char *const s_names[] = {"search_open", "search_info_get", "search_suffix",
+                                      "search_longest", "search_query_point",
+                                      "search_default_radius", "search_radius",
+                                      "search_context", "search_prefix_reuse",
+                                      "search_index_build"};
+
+static const char *s_message(void *ctx)
+{
+    sctx *c = ctx;
+    return c->s ? fkvf_search_message(c->s) : NULL;
+}
+
+static void s_setup(void *ctx)
+{
+    sctx *c = ctx;
+    c->s = NULL;
+    c->r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&c->r, c->data, c->size, 0, &AL), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_stream_find(c->r, FKVF_STREAM_ID_TOKENS, &c->tok), FKVF_OK);
+    REAL_FREE(c->zidx);
+    c->zidx = NULL;
+}
+
+static int s_step(void *ctx, size_t i)
+{
+    sctx *c = ctx;
+    int rc;
+    switch (i) {
+    case 0:
+        fkvf_search_free(c->s);
+        c->s = NULL;
+        return fkvf_search_open(&c->s, c->r, c->tok, 0, &AL);
+    case 1: return fkvf_search_info_get(c->s, &c->info);
+    case 2: return fkvf_search_suffix(c->s, query, QLEN, c->found, CAP, &c->n_found);
+    case 3: return fkvf_search_longest(c->s, prompt, 6, 4, c->longest, &c->n_longest);
+    case 4: return fkvf_search_query_point(c->s, query, QLEN, &c->qp);
+    case 5: return fkvf_search_default_radius(c->s, QLEN) > 0 ? FKVF_OK : FKVF_E_CORRUPT;
+    case 6: return fkvf_search_radius(c->s, query, QLEN, 0, c->rad, CAP, &c->rr);
+    case 7: return fkvf_search_context(c->r, c->tok, 40, 8, c->ctxs, &c->n_ctx);
+    case 8: return fkvf_search_prefix_reuse(c->r, prompt, 6, &c->pr);
+    default: {
+        void *d = NULL;
+        size_t n = 0;
+        if ((rc = fkvf_search_index_build(c->r, c->tok, &d, &n, &c->zkey)))
+            return rc;
+        REAL_FREE(c->zidx);
+        c->zidx = REAL_MALLOC(n);
+        memcpy(c->zidx, d, n);
+        c->zsize = n;
+        fkvf_search_buffer_free(d);
+        return FKVF_OK;
+    }
+    }
+}
+
+/* positions t >= len-1 whose last len tokens equal q */
+static size_t naive_suffix(const uint32_t *q, size_t len, uint64_t *out)
+{
+    size_t n = 0;
+    for (size_t t = len - 1; t < N; t++) {
+        size_t j = 0;
+        while (j < len && fx->tokens[t - j] == q[len - 1 - j])
+            j++;
+        if (j == len)
+            out[n++] = t;
+    }
+    return n;
+}
+
+static uint8_t *zidx_ref;
+static size_t zidx_ref_size;
+static uint64_t zidx_ref_key;
+
+static void s_finish(void *ctx, int clean, long stopped)
+{
+    sctx *c = ctx;
+    (void)clean;
+    EXPECTF(stopped < 0, "search: %s failed again when retried",
+            stopped >= 0 ? s_names[stopped] : "");
+    if (stopped < 0) {
+        uint64_t want[CAP];
+        size_t nw = naive_suffix(query, QLEN, want);
+        EXPECT(nw >= 2 && c->n_found == nw && !memcmp(c->found, want, nw * sizeof *want));
+        EXPECT(c->rr.verified == nw && !memcmp(c->rad, want, nw * sizeof *want));
+        EXPECT(c->info.length == N && (c->info.n_indexed > 0) == (c->has_zidx != 0));
+        /* the longest match of the prompt's tail (..., 5, 1023): 1023 never
+         * occurs (tokens are below 1000), so nothing matches it */
+        EXPECT(c->n_longest == 0);
+    }
+    if (stopped < 0 && !c->partial) {
+        EXPECT(c->n_ctx == 8 && !memcmp(c->ctxs, fx->tokens + 33, 8 * sizeof *c->ctxs));
+        uint64_t pl = 0;
+        while (pl < 6 && prompt[pl] == fx->tokens[pl])
+            pl++;
+        EXPECT(c->pr.prefix_len == pl && c->pr.archive_positions == N && c->pr.match_len == 0);
+        if (!zidx_ref) {
+            zidx_ref = REAL_MALLOC(c->zsize);
+            memcpy(zidx_ref, c->zidx, c->zsize);
+            zidx_ref_size = c->zsize;
+            zidx_ref_key = c->zkey;
+        }
+        EXPECT(c->zsize == zidx_ref_size && !memcmp(c->zidx, zidx_ref, c->zsize) &&
+               c->zkey == zidx_ref_key);
+    }
+    fkvf_search_free(c->s);
+    fkvf_reader_free(c->r);
+    c->s = NULL;
+    c->r = NULL;
+    REAL_FREE(c->zidx);
+    c->zidx = NULL;
+}
+
+/* ---- fkvf_archive_append_sections ---------------------------------------------- */
+
+typedef struct actx {
+    char path[128];
+    char msg[256];
+    const uint8_t *base; /* the file before */
+    size_t base_size;
+} actx;
+
+static const char *const as_names[] = {"archive_append_sections"};
+
+static const char *as_message(void *ctx)
+{
+    actx *c = ctx;
+    return c->msg;
+}
+
+static void as_setup(void *ctx)
+{
+    actx *c = ctx;
+    c->msg[0] = 0;
+    spit(c->path, c->base, c->base_size);
+}
+
+static int as_step(void *ctx, size_t i)
+{
+    actx *c = ctx;
+    (void)i;
+    static const uint8_t extra[70] = {9};
+    fkvf_section_add secs[2] = {
+        {FKVF_SECTION_ZIDX, 0, zidx_ref_key, zidx_ref, zidx_ref_size},
+        {FKVF_FOURCC('X', 'T', 'R', 'C'), 0, 3, extra, sizeof extra}};
+    return fkvf_archive_append_sections(c->path, secs, 2, FKVF_SYNC_COMMIT, c->msg, sizeof c->msg);
+}
+
+/* the file opens strict at n commits with the cache of the main archive */
+static void expect_archive(const char *path, uint64_t commits)
+{
+    size_t n;
+    uint8_t *p = slurp(path, &n);
+    ck_assert_ptr_nonnull(p);
+    uint64_t got = 0;
+    float *a = REAL_MALLOC(N * ROW_F32), *b = REAL_MALLOC(N * ROW_F32);
+    EXPECTF(restore_all(p, n, FKVF_OPEN_STRICT, a, &got) == FKVF_OK && got == commits,
+            "%s: does not open strict at commit %llu (%llu)", path, (unsigned long long)commits,
+            (unsigned long long)got);
+    EXPECT(restore_all(fx->a.data, fx->a.size, 0, b, NULL) == FKVF_OK);
+    EXPECT(!memcmp(a, b, N * ROW_F32));
+    REAL_FREE(a);
+    REAL_FREE(b);
+    REAL_FREE(p);
+}
+
+static void as_after_fail(void *ctx, size_t i)
+{
+    actx *c = ctx;
+    (void)i;
+    /* cut back: the file is the archive it was */
+    EXPECTF(file_is(c->path, c->base, c->base_size), "append_sections: the file changed (%s)",
+            c->msg);
+}
+
+static void as_finish(void *ctx, int clean, long stopped)
+{
+    actx *c = ctx;
+    (void)clean;
+    EXPECT(stopped < 0);
+    if (stopped < 0)
+        expect_archive(c->path, 3);
+}
+
+/* ---- appender (system calls; its allocations and fkvf_io: test_append) --------- */
+
+typedef struct pctx {
+    char path[128];
+    fkvf_appender *a;
+    uint64_t committed; /* positions of the last successful commit */
+} pctx;
+
+static const char *const ap_names[] = {"appender_create", "appender_append", "appender_commit",
+                                       "appender_open",   "appender_append", "appender_commit",
+                                       "appender_sync"};
+
+static const char *ap_message(void *ctx)
+{
+    pctx *c = ctx;
+    return c->a ? fkvf_appender_message(c->a) : NULL;
+}
+
+static void ap_setup(void *ctx)
+{
+    pctx *c = ctx;
+    c->a = NULL;
+    c->committed = 0;
+    unlink(c->path);
+}
+
+static int ap_step(void *ctx, size_t i)
+{
+    pctx *c = ctx;
+    fkvf_append_options o;
+    fkvf_append_options_init(&o);
+    o.block_size = 64;
+    int rc;
+    switch (i) {
+    case 0: {
+        fkvf_desc d = fx_desc();
+        fkvf_append_create cr;
+        memset(&cr, 0, sizeof cr);
+        cr.desc = &d;
+        cr.codebook = fx->q;
+        cr.token_codec = tok_spec();
+        fkvf_appender_free(c->a);
+        c->a = NULL;
+        return fkvf_appender_create(&c->a, c->path, &cr, &o, NULL);
+    }
+    case 1: return fkvf_appender_append(c->a, fx->rows, 20 * ROW_BYTES, 20, fx->tokens);
+    case 2:
+    case 5:
+        if ((rc = fkvf_appender_commit(c->a)) == FKVF_OK)
+            c->committed = i == 2 ? 20 : N;
+        return rc;
+    case 3:
+        fkvf_appender_free(c->a);
+        c->a = NULL;
+        o.sync = FKVF_SYNC_NONE;
+        return fkvf_appender_open(&c->a, c->path, &o, NULL);
+    case 4:
+        return fkvf_appender_append(c->a, (const uint8_t *)fx->rows + 20 * ROW_BYTES,
+                                    (N - 20) * ROW_BYTES, N - 20, fx->tokens + 20);
+    default: return fkvf_appender_sync(c->a);
+    }
+}
+
+/* the file opens strict at the last commit that succeeded, with its rows */
+static void ap_check_file(const pctx *c)
+{
+    struct stat sb;
+    if (stat(c->path, &sb) != 0) {
+        EXPECT(c->committed == 0);
+        return;
+    }
+    size_t n;
+    uint8_t *p = slurp(c->path, &n);
+    ck_assert_ptr_nonnull(p);
+    fkvf_reader *r = NULL;
+    int rc = fkvf_reader_open_memory(&r, p, n, FKVF_OPEN_STRICT, NULL);
+    fkvf_archive_info ai;
+    EXPECTF(rc == FKVF_OK && fkvf_reader_info(r, &ai) == FKVF_OK &&
+                ai.n_positions == c->committed,
+            "appender: the file does not open strict at %llu positions: %s",
+            (unsigned long long)c->committed, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+    if (rc == FKVF_OK && c->committed) {
+        /* the recent window is exact: the rows appended */
+        const void *row;
+        size_t rb;
+        EXPECT(fkvf_reader_exact_row(r, c->committed - 1, &row, &rb) == FKVF_OK &&
+               !memcmp(row, (const uint8_t *)fx->rows + (c->committed - 1) * ROW_BYTES, rb));
+    }
+    fkvf_reader_free(r);
+    REAL_FREE(p);
+}
+
+static void ap_after_fail(void *ctx, size_t i)
+{
+    pctx *c = ctx;
+    (void)i;
+    ap_check_file(c);
+}
+
+static void ap_finish(void *ctx, int clean, long stopped)
+{
+    pctx *c = ctx;
+    (void)clean;
+    if (stopped >= 0 && c->a) /* the handle is done */
+        EXPECT(fkvf_appender_commit(c->a) != FKVF_OK);
+    fkvf_appender_free(c->a);
+    c->a = NULL;
+    EXPECT(tmp_files() == 0);
+    if (stopped < 0)
+        EXPECT(c->committed == N);
+    ap_check_file(c);
+}
+
+/* ---- quantizer --------------------------------------------------------------- */
+
+typedef struct qctx {
+    fkvf_rvq *t, *q, *qd, *sub;
+    uint16_t codes[NA * 64], codes_beam[NA * 64];
+    float dec[NA * ROW_F32 / 4];
+    uint8_t tables[1 << 14];
+    int have_ref;
+    float ref_dec[NA * ROW_F32 / 4];
+    uint16_t ref_beam[NA * 64];
+} qctx;
+
+static const char *const q_names[] = {"rvq_train",  "rvq_from_tables", "rvq_from_tables_decode",
+                                      "rvq_subset", "rvq_encode",      "rvq_encode(beam)",
+                                      "rvq_decode"};
+
+static const char *q_message(void *ctx)
+{
+    (void)ctx;
+    return NULL;
+}
+
+static void q_setup(void *ctx)
+{
+    qctx *c = ctx;
+    c->t = c->q = c->qd = c->sub = NULL;
+}
+
+static int q_step(void *ctx, size_t i)
+{
+    qctx *c = ctx;
+    fkvf_rvq_params p;
+    fx_rvq_params(&p);
+    fkvf_rows blk = {fx->rows, N, FKVF_DTYPE_F16, 0};
+    fkvf_rows arch = {(const uint8_t *)fx->rows + S * ROW_BYTES, NA, FKVF_DTYPE_F16, S};
+    switch (i) {
+    case 0:
+        fkvf_rvq_free(c->t);
+        c->t = NULL;
+        return fkvf_rvq_train(&c->t, &p, &blk, 1, &AL);
+    case 1:
+        fkvf_rvq_free(c->q);
+        c->q = NULL;
+        return fkvf_rvq_from_tables(&c->q, &fx->shape, 0, fx->tables, fx->tables_size, &AL);
+    case 2:
+        fkvf_rvq_free(c->qd);
+        c->qd = NULL;
+        return fkvf_rvq_from_tables_decode(&c->qd, &fx->shape, 0, fx->tables, fx->tables_size,
+                                           &AL);
+    case 3:
+        fkvf_rvq_free(c->sub);
+        c->sub = NULL;
+        return fkvf_rvq_subset(&c->sub, c->q, 1, 1);
+    case 4: return fkvf_rvq_encode(c->q, &arch, NULL, 1, c->codes, fx->cpp, 1);
+    case 5: return fkvf_rvq_encode(c->q, &arch, NULL, 4, c->codes_beam, fx->cpp, 1);
+    default:
+        return fkvf_rvq_decode(c->qd, c->codes, fx->cpp, 1, NA, S, NULL, FKVF_DTYPE_F32, c->dec,
+                               sizeof c->dec);
+    }
+}
+
+static void q_finish(void *ctx, int clean, long stopped)
+{
+    qctx *c = ctx;
+    (void)clean;
+    EXPECTF(stopped < 0, "rvq: %s failed again when retried", stopped >= 0 ? q_names[stopped] : "");
+    if (stopped < 0) {
+        /* training is deterministic: the fixture's tables; greedy codes: the fixture's */
+        EXPECT(fkvf_rvq_tables_size(c->t) == fx->tables_size && fx->tables_size <= sizeof c->tables);
+        EXPECT(fkvf_rvq_tables(c->t, c->tables, fx->tables_size) == FKVF_OK &&
+               !memcmp(c->tables, fx->tables, fx->tables_size));
+        EXPECT(!memcmp(c->codes, fx->codes, NA * fx->cpp * sizeof *c->codes));
+        EXPECT(fkvf_rvq_codes_per_position(c->sub) == (size_t)L * H * 2);
+        if (!c->have_ref) {
+            memcpy(c->ref_dec, c->dec, sizeof c->dec);
+            memcpy(c->ref_beam, c->codes_beam, sizeof c->codes_beam);
+            c->have_ref = 1;
+        }
+        EXPECT(!memcmp(c->dec, c->ref_dec, sizeof c->dec));
+        EXPECT(!memcmp(c->codes_beam, c->ref_beam, sizeof c->codes_beam));
+    }
+    fkvf_rvq_free(c->t);
+    fkvf_rvq_free(c->q);
+    fkvf_rvq_free(c->qd);
+    fkvf_rvq_free(c->sub);
+    c->t = c->q = c->qd = c->sub = NULL;
+}
+
+#define SCEN(sc, ttl, names_, kinds_, ctx_, pre)                          \
+    do {                                                                  \
+        memset(&(sc), 0, sizeof(sc));                                     \
+        (sc).title = (ttl);                                               \
+        (sc).n_steps = sizeof(names_) / sizeof((names_)[0]);              \
+        (sc).names = (names_);                                            \
+        (sc).kinds = (kinds_);                                            \
+        (sc).ctx = (ctx_);                                                \
+        (sc).setup = pre##_setup;                                         \
+        (sc).step = pre##_step;                                           \
+        (sc).message = pre##_message;                                     \
+        (sc).finish = pre##_finish;                                       \
+        ck_assert_uint_eq(strlen(kinds_), (sc).n_steps);                  \
+    } while (0)
+
+START_TEST(inject_reader)
+{
+    fx_build();
+    static rctx c;
+    memset(&c, 0, sizeof c);
+    scen s;
+    /* the stream block state is made at open; desc and meta_count parse lazily */
+    SCEN(s, "reader_mem", r_names, "A--A-A----------------A-AA", &c, r);
+    loop(&s, MODE_ALLOC);
+}
+END_TEST
+
+START_TEST(inject_reader_file)
+{
+    fx_build();
+    make_dir();
+    static rctx c;
+    memset(&c, 0, sizeof c);
+    c.file = 1;
+    path_in(c.path, sizeof c.path, "r.fkvf");
+    static const unsigned flags[] = {0, FKVF_OPEN_READ, FKVF_OPEN_READ | FKVF_OPEN_STRICT};
+    for (size_t f = 0; f < 3; f++) {
+        c.flags = flags[f];
+        scen s;
+        SCEN(s, "reader_file", rf_names, "BAA", &c, r);
+        s.syscalls = 1;
+        s.step = rf_step;
+        s.finish = rf_finish;
+        loop(&s, MODE_ALLOC);
+#ifdef FKVF_INJECT_WRAP
+        loop(&s, MODE_IO_EIO);
+#endif
+    }
+    remove_dir();
+}
+END_TEST
+
+START_TEST(inject_reader_ext)
+{
+    fx_build();
+    static xctx c;
+    memset(&c, 0, sizeof c);
+    scen s;
+    SCEN(s, "reader_ext", x_names, "AA---AA", &c, x);
+    loop(&s, MODE_ALLOC);
+}
+END_TEST
+
+START_TEST(inject_search)
+{
+    fx_build();
+    static sctx c;
+    memset(&c, 0, sizeof c);
+    c.data = fx->a.data;
+    c.size = fx->a.size;
+    scen s;
+    SCEN(s, "search", s_names, "A-A-----AA", &c, s);
+    loop(&s, MODE_ALLOC);
+    /* with the index appended: the search answers from it */
+    make_dir();
+    static actx ac;
+    memset(&ac, 0, sizeof ac);
+    path_in(ac.path, sizeof ac.path, "z.fkvf");
+    ac.base = fx->a.data;
+    ac.base_size = fx->a.size;
+    as_setup(&ac);
+    ck_assert_int_eq(as_step(&ac, 0), FKVF_OK);
+    size_t n;
+    uint8_t *z = slurp(ac.path, &n);
+    c.data = z;
+    c.size = n;
+    c.has_zidx = 1;
+    SCEN(s, "search_zidx", s_names, "A-A-----AA", &c, s);
+    s.n_steps = 7; /* open .. radius */
+    s.kinds = "A-A----";
+    c.partial = 1;
+    loop(&s, MODE_ALLOC);
+    REAL_FREE(z);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(inject_append_sections)
+{
+    fx_build();
+    make_dir();
+    /* the ZIDX section to append: built once */
+    static sctx sc0;
+    memset(&sc0, 0, sizeof sc0);
+    sc0.data = fx->a.data;
+    sc0.size = fx->a.size;
+    s_setup(&sc0);
+    ck_assert_int_eq(s_step(&sc0, 9), FKVF_OK);
+    if (!zidx_ref) {
+        zidx_ref = REAL_MALLOC(sc0.zsize);
+        memcpy(zidx_ref, sc0.zidx, sc0.zsize);
+        zidx_ref_size = sc0.zsize;
+        zidx_ref_key = sc0.zkey;
+    }
+    fkvf_reader_free(sc0.r);
+    REAL_FREE(sc0.zidx);
+    static actx c;
+    memset(&c, 0, sizeof c);
+    path_in(c.path, sizeof c.path, "s.fkvf");
+    c.base = fx->a.data;
+    c.base_size = fx->a.size;
+    scen s;
+    SCEN(s, "append_sections", as_names, "B", &c, as);
+    s.syscalls = 1;
+    s.after_fail = as_after_fail;
+    loop(&s, MODE_ALLOC);
+#ifdef FKVF_INJECT_WRAP
+    loop(&s, MODE_IO_EIO);
+    loop(&s, MODE_IO_ENOSPC);
+    loop(&s, MODE_IO_SHORT);
+#endif
+    remove_dir();
+}
+END_TEST
+
+#ifdef FKVF_INJECT_WRAP
+START_TEST(inject_appender_io)
+{
+    fx_build();
+    make_dir();
+    static pctx c;
+    memset(&c, 0, sizeof c);
+    path_in(c.path, sizeof c.path, "p.fkvf");
+    scen s;
+    SCEN(s, "appender", ap_names, "BABBABI", &c, ap);
+    s.syscalls = 1;
+    s.after_fail = ap_after_fail;
+    s.quiet_io_step = "appender_create";
+    loop(&s, MODE_IO_EIO);
+    loop(&s, MODE_IO_ENOSPC);
+    loop(&s, MODE_IO_SHORT);
+    remove_dir();
+}
+END_TEST
+#endif
+
+START_TEST(inject_rvq)
+{
+    fx_build();
+    static qctx c;
+    memset(&c, 0, sizeof c);
+    scen s;
+    SCEN(s, "rvq", q_names, "AAAAAAA", &c, q);
+    loop(&s, MODE_ALLOC);
+}
+END_TEST
+
 START_TEST(inject_writer_sink)
 {
     fx_build();
@@ -1043,6 +1941,71 @@ START_TEST(inject_writer_file)
 }
 END_TEST
 
+/* The functions listed "n/a pure": armed so that the first allocation and
+ * the first I/O call would fail, they make none and still give their results. */
+START_TEST(na_pure_functions)
+{
+    fx_build();
+    fkvf_reader *cbr = NULL;
+    const void *cbk1;
+    size_t cbk1_size;
+    ck_assert_int_eq(fkvf_reader_open_memory(&cbr, fx->cb.data, fx->cb.size, 0, NULL), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_codebook(cbr, NULL, &cbk1, &cbk1_size, NULL), FKVF_OK);
+    memset(&g, 0, sizeof g);
+    g.step = -1;
+    g.fail_at = 1;
+    g.io_fail_at = 1;
+    g.io_err = EIO;
+    g.armed = 1;
+    int ok = 1;
+    ok &= fkvf_version_number() == FKVF_VERSION_NUMBER;
+    ok &= !strcmp(fkvf_version_string(), FKVF_VERSION_STRING);
+    ok &= *fkvf_strerror(FKVF_E_NOMEM) != 0;
+    ok &= !strcmp(fkvf_error_name(FKVF_E_IO), "FKVF_E_IO");
+    ok &= fkvf_error_class(FKVF_E_CHECKSUM) == FKVF_ERRCLASS_FORMAT;
+    ok &= fkvf_codebook_size(&fx->shape) == fx->tables_size + 64;
+    uint8_t h[16];
+    fkvf_codebook_hash(cbk1, cbk1_size, h);
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    ok &= wo.block_size == 0;
+    fkvf_append_options ao;
+    fkvf_append_options_init(&ao);
+    ok &= ao.io == NULL;
+    fkvf_stream_spec sp = tok_spec();
+    ok &= fkvf_stream_spec_align(&sp) == 64; /* 128 / gcd(10, 128) */
+    ok &= fkvf_ngon_rmax(4) > 0.4 && fkvf_ngon_rmax(4) < 0.6;
+    ok &= fkvf_ngon_max_span(0.5) > 0;
+    ok &= fkvf_f16_to_f32(fkvf_f32_to_f16(1.5f)) == 1.5f;
+    ok &= fkvf_bf16_to_f32(fkvf_f32_to_bf16(-2.0f)) == -2.0f;
+    float f[4];
+    ok &= fkvf_convert(FKVF_DTYPE_F32, f, FKVF_DTYPE_F16, fx->rows, 4) == FKVF_OK &&
+          f[1] == fkvf_f16_to_f32(fx->rows[1]);
+    fkvf_rope rope = {1, 4, 10000.0};
+    double v[4] = {1, 0, 1, 0};
+    ok &= fkvf_rope_apply_f64(&rope, 3, 0, v, 4) == FKVF_OK && v[0] != 1;
+    ok &= fkvf_rope_apply_f32(&rope, 3, 1, f, 4) == FKVF_OK;
+    fkvf_rvq_params p;
+    fkvf_rvq_params_init(&p);
+    ok &= p.k == 256;
+    fkvf_codebook_shape cs;
+    uint32_t heads;
+    fkvf_rvq_shape(fx->q, &cs, &heads);
+    ok &= heads == H && cs.k == K;
+    ok &= fkvf_rvq_tables_size(fx->q) == fx->tables_size;
+    ok &= fkvf_rvq_codes_per_position(fx->q) == fx->cpp;
+    ok &= fkvf_rvq_centroids(fx->q, 1, 1, 1, 0) != NULL;
+    ok &= fkvf_rvq_tables(fx->q, NULL, 0) != FKVF_OK; /* too small: refused, no allocation */
+    g.armed = 0;
+    ck_assert_msg(ok, "a pure function gave a wrong result");
+    ck_assert_msg(!memcmp(h, fx->cb_hash, 16), "fkvf_codebook_hash differs from the reader's");
+    ck_assert_uint_eq(cbk1_size, fx->tables_size + 64);
+    fkvf_reader_free(cbr);
+    ck_assert_int_eq(g.calls, 0);
+    ck_assert_int_eq(g.io_calls, 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("inject");
@@ -1050,6 +2013,16 @@ static Suite *suite(void)
     tcase_set_timeout(t, 600);
     tcase_add_test(t, inject_writer_sink);
     tcase_add_test(t, inject_writer_file);
+    tcase_add_test(t, inject_reader);
+    tcase_add_test(t, inject_reader_file);
+    tcase_add_test(t, inject_reader_ext);
+    tcase_add_test(t, inject_search);
+    tcase_add_test(t, inject_append_sections);
+#ifdef FKVF_INJECT_WRAP
+    tcase_add_test(t, inject_appender_io);
+#endif
+    tcase_add_test(t, inject_rvq);
+    tcase_add_test(t, na_pure_functions);
     suite_add_tcase(s, t);
     return s;
 }
