@@ -28,80 +28,121 @@
  * ENOSPC, or (write) writes half of its bytes and every later write fails.
  * The appender's own fkvf_io hook is exercised by test_append.
  *
- * Every public function of fkvf.h, and what covers it here. "alloc" / "io":
- * the allocation / I/O loop of the named scenario; the scenario's step
- * kinds assert that the step makes allocations (A), I/O calls (I), both
- * (B), or neither (-) in a run without failures, so a function listed as
- * n/a is checked to allocate nothing and do no I/O; "n/a pure": no
- * allocation and no I/O, checked by test na_pure_functions; "test_append":
- * covered by test_append's fault tests (b) and (d).
+ * Every public function of fkvf.h (104), one per row, and what covers it
+ * (test public_functions_listed checks that this table names them all):
+ *   alloc         the allocation loop of the named scenarios
+ *   io            the I/O loop (sink hook; --wrap of the system calls)
+ *   n/a asserted  a step of a scenario that, in a run without failures, is
+ *                 asserted to make no allocation and no I/O call (the step
+ *                 kinds: 'A' allocates, 'I' I/O, 'B' both, '-' neither)
+ *   n/a pure      no allocation and no I/O, asserted by na_pure_functions
+ *   n/a free      releases only; the leak check after every run covers it
+ *   test_append   covered by test_append's fault tests (b) and (d)
  *
- *  function                          | covered by
- *  ----------------------------------+-------------------------------------
- *  fkvf_version_number/_string       | n/a pure
- *  fkvf_strerror, _error_name, _class| n/a pure
- *  fkvf_codebook_size, _hash         | n/a pure
- *  fkvf_reader_open_memory           | alloc (reader_mem)
- *  fkvf_reader_open_file             | alloc + io (reader_file, flags 0 / OPEN_READ / STRICT)
- *  fkvf_reader_free, _message        | n/a (every scenario frees; no I/O)
- *  fkvf_reader_info, _section        | n/a, asserted (reader_mem steps)
- *  fkvf_reader_section_data          | alloc (reader_mem: deflated section)
- *  fkvf_reader_desc                  | alloc/n/a asserted (reader_mem)
- *  fkvf_reader_meta_count/meta/_find | asserted in reader_mem
- *  fkvf_reader_stream_count/info/find| n/a, asserted (reader_mem)
- *  fkvf_reader_stream_spec           | n/a, asserted (reader_mem)
- *  fkvf_reader_stream_get/read_u8/   | alloc (reader_mem: block verification state)
- *    read/point                      |
- *  fkvf_reader_stream_segment        | n/a, asserted (reader_mem)
- *  fkvf_reader_exact_row, _is_exact  | asserted (reader_mem)
- *  fkvf_reader_codebook, _ref        | asserted (reader_mem, reader_ext)
- *  fkvf_reader_attach_codebook       | alloc (reader_ext)
- *  fkvf_reader_row_bytes, _read_size | n/a, asserted (reader_mem)
- *  fkvf_reader_restore, _read        | alloc (reader_mem, reader_ext)
- *  fkvf_reader_verify                | alloc (reader_mem)
- *  fkvf_writer_options_init          | n/a pure
- *  fkvf_writer_create_sink           | alloc + io (writer_sink)
- *  fkvf_writer_create_file           | alloc + io (writer_file)
- *  fkvf_writer_free, _message        | n/a (every writer scenario)
- *  fkvf_writer_set_desc, meta_*(6)   | alloc + io (writer_sink, writer_file)
- *  fkvf_writer_add_exact             | alloc + io (writer_*)
- *  fkvf_stream_spec_align            | n/a pure
- *  fkvf_writer_add_index_segment     | alloc + io (writer_*)
- *  fkvf_writer_add_token_segment     | alloc + io (writer_*)
- *  fkvf_writer_add_codebooks         | alloc + io (writer_*, writer_cbfile)
- *  fkvf_writer_add_codebook_ref      | alloc + io (writer_ext)
- *  fkvf_writer_add_section           | alloc + io (writer_*: plain and deflated)
- *  fkvf_writer_set_positions         | n/a, asserted (writer_*)
- *  fkvf_writer_commit, _finish       | alloc + io (writer_*)
- *  fkvf_append_options_init          | n/a pure
- *  fkvf_appender_create/open/append/ | alloc: test_append (d); io: here (appender,
- *    commit                          |   system calls) and test_append (b, fkvf_io)
- *  fkvf_appender_sync                | io (appender); test_append (fault_sync_now_fails)
- *  fkvf_appender_state_get/_message/ | n/a (no allocation, no I/O)
- *    _free                           |
- *  fkvf_search_open                  | alloc (search, search_zidx)
- *  fkvf_search_free/_message/info_get| n/a
- *  fkvf_search_suffix/_longest/      | alloc (search, search_zidx)
- *    _radius                         |
- *  fkvf_search_query_point,          | n/a, asserted (search)
- *    _default_radius                 |
- *  fkvf_search_context               | alloc/n/a asserted (search)
- *  fkvf_search_prefix_reuse          | alloc (search)
- *  fkvf_search_index_build           | alloc (search; default allocator: --wrap)
- *  fkvf_search_buffer_free           | n/a
- *  fkvf_archive_append_sections      | alloc + io (append_sections; --wrap)
- *  fkvf_ngon_rmax, _max_span         | n/a pure
- *  fkvf_f32_to_f16 ... bf16_to_f32   | n/a pure
- *  fkvf_convert                      | n/a pure (asserted)
- *  fkvf_rope_apply_f64/_f32          | n/a pure (asserted)
- *  fkvf_rvq_params_init              | n/a pure
- *  fkvf_rvq_train                    | alloc (rvq)
- *  fkvf_rvq_from_tables(_decode)     | alloc (rvq)
- *  fkvf_rvq_subset                   | alloc (rvq)
- *  fkvf_rvq_free/_shape/_tables_size/| n/a (asserted in na_pure_functions)
- *    _tables/_centroids/             |
- *    _codes_per_position             |
- *  fkvf_rvq_encode, _decode          | alloc/n/a asserted (rvq)
+ *  fkvf_version_number           | n/a pure
+ *  fkvf_version_string           | n/a pure
+ *  fkvf_strerror                 | n/a pure
+ *  fkvf_error_name               | n/a pure
+ *  fkvf_error_class              | n/a pure
+ *  fkvf_codebook_size            | n/a pure
+ *  fkvf_codebook_hash            | n/a pure
+ *  fkvf_reader_open_memory       | alloc (reader_mem, reader_ext, reader_zidx)
+ *  fkvf_reader_open_file         | alloc + io (reader_file: flags 0, READ, READ|STRICT)
+ *  fkvf_reader_free              | n/a free (every scenario; leak check)
+ *  fkvf_reader_message           | n/a (read after every failure)
+ *  fkvf_reader_info              | n/a asserted (reader_mem)
+ *  fkvf_reader_section           | n/a asserted (reader_mem)
+ *  fkvf_reader_section_data      | alloc (reader_mem: deflated section)
+ *  fkvf_reader_desc              | n/a asserted (reader_mem: parsed at open)
+ *  fkvf_reader_meta_count        | alloc (reader_mem: metadata index, lazily)
+ *  fkvf_reader_meta              | n/a asserted (reader_mem)
+ *  fkvf_reader_meta_find         | n/a asserted (reader_mem)
+ *  fkvf_reader_stream_count      | n/a asserted (reader_mem)
+ *  fkvf_reader_stream_info       | n/a asserted (reader_mem)
+ *  fkvf_reader_stream_find       | n/a asserted (reader_mem)
+ *  fkvf_reader_stream_spec       | n/a asserted (reader_mem)
+ *  fkvf_reader_stream_get        | n/a asserted (reader_mem: block state made at open)
+ *  fkvf_reader_stream_read_u8    | n/a asserted (reader_mem)
+ *  fkvf_reader_stream_read       | n/a asserted (reader_mem)
+ *  fkvf_reader_stream_point      | n/a asserted (reader_mem)
+ *  fkvf_reader_exact_row         | n/a asserted (reader_mem)
+ *  fkvf_reader_is_exact          | n/a asserted (reader_mem)
+ *  fkvf_reader_codebook          | n/a asserted (reader_mem, reader_ext)
+ *  fkvf_reader_codebook_ref      | n/a asserted (reader_mem, reader_ext)
+ *  fkvf_reader_attach_codebook   | n/a asserted (reader_ext: the codebook is built at first use)
+ *  fkvf_reader_row_bytes         | n/a asserted (reader_mem)
+ *  fkvf_reader_restore           | alloc (reader_mem, reader_file, reader_ext)
+ *  fkvf_reader_read_size         | n/a asserted (reader_mem)
+ *  fkvf_reader_read              | alloc (reader_mem, reader_ext)
+ *  fkvf_reader_verify            | alloc (reader_mem, reader_file, reader_zidx)
+ *  fkvf_writer_options_init      | n/a pure
+ *  fkvf_writer_create_file       | alloc + io (writer_file, writer_cbfile_file)
+ *  fkvf_writer_create_sink       | alloc + io (writer_sink, writer_cbfile, writer_ext)
+ *  fkvf_writer_free              | n/a free (every writer scenario; unlinks the temporary file)
+ *  fkvf_writer_message           | n/a (read after every failure)
+ *  fkvf_writer_set_desc          | alloc + io (writer_*)
+ *  fkvf_writer_meta_u64          | alloc (writer_*; written at commit)
+ *  fkvf_writer_meta_i64          | alloc (writer_*)
+ *  fkvf_writer_meta_f64          | alloc (writer_*)
+ *  fkvf_writer_meta_bool         | alloc (writer_*)
+ *  fkvf_writer_meta_utf8         | alloc (writer_*)
+ *  fkvf_writer_meta_bytes        | alloc (writer_*)
+ *  fkvf_writer_add_exact         | alloc + io (writer_*)
+ *  fkvf_stream_spec_align        | n/a pure
+ *  fkvf_writer_add_index_segment | alloc + io (writer_*)
+ *  fkvf_writer_add_token_segment | alloc + io (writer_sink, writer_file)
+ *  fkvf_writer_add_codebooks     | alloc + io (writer_*, writer_cbfile*)
+ *  fkvf_writer_add_codebook_ref  | alloc + io (writer_ext)
+ *  fkvf_writer_add_section       | alloc + io (writer_sink, writer_file: deflated and plain)
+ *  fkvf_writer_set_positions     | n/a asserted (writer_*)
+ *  fkvf_writer_commit            | alloc + io (writer_sink, writer_file)
+ *  fkvf_writer_finish            | alloc + io (writer_*)
+ *  fkvf_append_options_init      | n/a pure
+ *  fkvf_appender_create          | io (appender, system calls); alloc: test_append (d)
+ *  fkvf_appender_open            | io (appender); alloc: test_append (d)
+ *  fkvf_appender_append          | alloc: test_append (d); no I/O, asserted (appender)
+ *  fkvf_appender_commit          | io (appender); fkvf_io and alloc: test_append (b), (d)
+ *  fkvf_appender_sync            | io (appender); test_append fault_sync_now_fails
+ *  fkvf_appender_state_get       | n/a (no allocation, no I/O)
+ *  fkvf_appender_message         | n/a (read after every failure)
+ *  fkvf_appender_free            | n/a free (appender; leak check)
+ *  fkvf_search_open              | alloc (search, search_zidx)
+ *  fkvf_search_free              | n/a free (search)
+ *  fkvf_search_message           | n/a (read after every failure)
+ *  fkvf_search_info_get          | n/a asserted (search)
+ *  fkvf_search_suffix            | alloc (search, search_zidx)
+ *  fkvf_search_longest           | n/a asserted (search, search_zidx)
+ *  fkvf_search_query_point       | n/a asserted (search)
+ *  fkvf_search_default_radius    | n/a asserted (search)
+ *  fkvf_search_radius            | n/a asserted (search, search_zidx)
+ *  fkvf_search_context           | n/a asserted (search)
+ *  fkvf_search_prefix_reuse      | alloc (search)
+ *  fkvf_search_index_build       | alloc (search: default allocator, --wrap)
+ *  fkvf_search_buffer_free       | n/a free (search)
+ *  fkvf_archive_append_sections  | alloc + io (append_sections: --wrap)
+ *  fkvf_reader_stream_segment    | n/a asserted (reader_mem)
+ *  fkvf_ngon_rmax                | n/a pure
+ *  fkvf_ngon_max_span            | n/a pure
+ *  fkvf_f32_to_f16               | n/a pure
+ *  fkvf_f16_to_f32               | n/a pure
+ *  fkvf_f32_to_bf16              | n/a pure
+ *  fkvf_bf16_to_f32              | n/a pure
+ *  fkvf_convert                  | n/a pure
+ *  fkvf_rope_apply_f64           | n/a pure
+ *  fkvf_rope_apply_f32           | n/a pure
+ *  fkvf_rvq_params_init          | n/a pure
+ *  fkvf_rvq_train                | alloc (rvq)
+ *  fkvf_rvq_from_tables          | alloc (rvq)
+ *  fkvf_rvq_from_tables_decode   | alloc (rvq)
+ *  fkvf_rvq_subset               | alloc (rvq)
+ *  fkvf_rvq_free                 | n/a free (rvq)
+ *  fkvf_rvq_shape                | n/a pure
+ *  fkvf_rvq_tables_size          | n/a pure
+ *  fkvf_rvq_tables               | n/a pure
+ *  fkvf_rvq_centroids            | n/a pure
+ *  fkvf_rvq_codes_per_position   | n/a pure
+ *  fkvf_rvq_encode               | alloc (rvq: greedy and beam)
+ *  fkvf_rvq_decode               | alloc (rvq)
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -1462,6 +1503,49 @@ static void s_finish(void *ctx, int clean, long stopped)
     c->zidx = NULL;
 }
 
+
+/* open + verify of an archive with a ZIDX section (its verification allocates) */
+typedef struct zctx {
+    const uint8_t *data;
+    size_t size;
+    fkvf_reader *r;
+} zctx;
+
+static const char *const z_names[] = {"open_memory", "verify"};
+
+static const char *z_message(void *ctx)
+{
+    zctx *c = ctx;
+    return c->r ? fkvf_reader_message(c->r) : NULL;
+}
+
+static void z_setup(void *ctx)
+{
+    zctx *c = ctx;
+    c->r = NULL;
+}
+
+static int z_step(void *ctx, size_t i)
+{
+    zctx *c = ctx;
+    if (i == 0) {
+        fkvf_reader_free(c->r);
+        c->r = NULL;
+        return fkvf_reader_open_memory(&c->r, c->data, c->size, FKVF_OPEN_STRICT, &AL);
+    }
+    return fkvf_reader_verify(c->r);
+}
+
+static void z_finish(void *ctx, int clean, long stopped)
+{
+    zctx *c = ctx;
+    (void)clean;
+    EXPECTF(stopped < 0, "reader_zidx: %s failed again when retried",
+            stopped >= 0 ? z_names[stopped] : "");
+    fkvf_reader_free(c->r);
+    c->r = NULL;
+}
+
 /* ---- fkvf_archive_append_sections ---------------------------------------------- */
 
 typedef struct actx {
@@ -1826,6 +1910,11 @@ START_TEST(inject_search)
     s.kinds = "A-A----";
     c.partial = 1;
     loop(&s, MODE_ALLOC);
+    static zctx zc;
+    zc.data = z;
+    zc.size = n;
+    SCEN(s, "reader_zidx", z_names, "AA", &zc, z);
+    loop(&s, MODE_ALLOC);
     REAL_FREE(z);
     remove_dir();
 }
@@ -2006,6 +2095,58 @@ START_TEST(na_pure_functions)
 }
 END_TEST
 
+/* The table at the top names every FKVF_API function of fkvf.h, once. */
+static char *read_text(const char *path)
+{
+    size_t n;
+    uint8_t *p = slurp(path, &n);
+    ck_assert_msg(p != NULL, "cannot read %s", path);
+    char *t = REAL_REALLOC(p, n + 1);
+    ck_assert_ptr_nonnull(t);
+    t[n] = 0;
+    return t;
+}
+
+START_TEST(public_functions_listed)
+{
+    const char *src = getenv("FKVF_SRCDIR");
+    ck_assert_msg(src != NULL, "FKVF_SRCDIR not set");
+    char path[512];
+    snprintf(path, sizeof path, "%s/libfkvf/include/fkvf.h", src);
+    char *h = read_text(path);
+    snprintf(path, sizeof path, "%s/tests/test_inject.c", src);
+    char *me = read_text(path);
+    char *table_end = strstr(me, "#define _GNU_SOURCE");
+    ck_assert_ptr_nonnull(table_end);
+    *table_end = 0;
+    int n = 0, rows = 0;
+    for (char *q = strstr(me, " *  fkvf_"); q; q = strstr(q + 1, " *  fkvf_"))
+        rows++;
+    for (char *q = strstr(h, "FKVF_API "); q; q = strstr(q + 1, "FKVF_API ")) {
+        char *paren = strchr(q, '(');
+        char *semi = strchr(q, ';');
+        if (!paren || (semi && semi < paren))
+            continue; /* the macro's definition */
+        char *e = paren;
+        char *b = e;
+        while (b > q && (b[-1] == '_' || (b[-1] >= 'a' && b[-1] <= 'z') ||
+                         (b[-1] >= '0' && b[-1] <= '9')))
+            b--;
+        if (strncmp(b, "fkvf_", 5))
+            continue;
+        char row[128];
+        snprintf(row, sizeof row, " *  %.*s ", (int)(e - b), b);
+        ck_assert_msg(strstr(me, row) != NULL, "%.*s is not in the table of test_inject.c",
+                      (int)(e - b), b);
+        n++;
+    }
+    ck_assert_int_eq(n, 104);
+    ck_assert_int_eq(rows, n);
+    REAL_FREE(h);
+    REAL_FREE(me);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("inject");
@@ -2023,6 +2164,7 @@ static Suite *suite(void)
 #endif
     tcase_add_test(t, inject_rvq);
     tcase_add_test(t, na_pure_functions);
+    tcase_add_test(t, public_functions_listed);
     suite_add_tcase(s, t);
     return s;
 }
