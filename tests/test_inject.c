@@ -2147,37 +2147,6 @@ START_TEST(public_functions_listed)
 }
 END_TEST
 
-/* fkvf_reader_codebook_ref of an archive without an external codebook
- * defines its outputs (zero hash, name ""): fkvf unpack printed the hash of
- * an embedded codebook's archive from uninitialised bytes (valgrind_cli). */
-START_TEST(codebook_ref_outputs_defined)
-{
-    fx_build();
-    const fsink *files[] = {&fx->a, &fx->cb, &fx->x};
-    for (int i = 0; i < 3; i++) {
-        fkvf_reader *r = NULL;
-        ck_assert_int_eq(fkvf_reader_open_memory(&r, files[i]->data, files[i]->size, 0, NULL),
-                         FKVF_OK);
-        int ext = -1;
-        uint8_t h[16];
-        memset(h, 0xA5, sizeof h);
-        const char *name = "junk";
-        ck_assert_int_eq(fkvf_reader_codebook_ref(r, &ext, h, &name), FKVF_OK);
-        static const uint8_t zero[16];
-        if (i == 2) {
-            ck_assert_int_eq(ext, 1);
-            ck_assert_mem_eq(h, fx->cb_hash, 16);
-            ck_assert_str_eq(name, "cb.fkvf");
-        } else {
-            ck_assert_int_eq(ext, 0);
-            ck_assert_mem_eq(h, zero, 16);
-            ck_assert_str_eq(name, "");
-        }
-        fkvf_reader_free(r);
-    }
-}
-END_TEST
-
 static Suite *suite(void)
 {
     Suite *s = suite_create("inject");
@@ -2196,7 +2165,6 @@ static Suite *suite(void)
     tcase_add_test(t, inject_rvq);
     tcase_add_test(t, na_pure_functions);
     tcase_add_test(t, public_functions_listed);
-    tcase_add_test(t, codebook_ref_outputs_defined);
     suite_add_tcase(s, t);
     return s;
 }

@@ -313,8 +313,7 @@ FKVF_API int fkvf_reader_is_exact(const fkvf_reader *r, uint64_t position, int *
 FKVF_API int fkvf_reader_codebook(fkvf_reader *r, fkvf_codebook_shape *shape,
                                   const void **contents, size_t *size, uint8_t hash[16]);
 /* The external reference (spec 13.5): 1 in *is_external and the expected
- * hash and name hint (NUL-terminated, owned by r); 0 when embedded or none,
- * with the hash all zero and the name "". */
+ * hash and name hint (NUL-terminated, owned by r); 0 when embedded or none. */
 FKVF_API int fkvf_reader_codebook_ref(const fkvf_reader *r, int *is_external, uint8_t hash[16],
                                       const char **name);
 /* Resolve an external codebook with an opened codebook file (borrowed: it

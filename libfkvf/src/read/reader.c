@@ -1733,15 +1733,12 @@ FKVF_API int fkvf_reader_codebook_ref(const fkvf_reader *r, int *is_external, ui
     if (!is_external)
         return FKVF_E_INVALID_ARG;
     *is_external = r->cb_kind == 2;
-    /* defined outputs either way: callers print the hash before looking */
-    if (hash) {
-        if (r->cb_kind == 2)
+    if (r->cb_kind == 2) {
+        if (hash)
             memcpy(hash, r->cb_ref_hash, 16);
-        else
-            memset(hash, 0, 16);
+        if (name)
+            *name = r->cb_ref_name;
     }
-    if (name)
-        *name = r->cb_kind == 2 ? r->cb_ref_name : "";
     return FKVF_OK;
 }
 
