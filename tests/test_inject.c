@@ -28,6 +28,12 @@
  * ENOSPC, or (write) writes half of its bytes and every later write fails.
  * The appender's own fkvf_io hook is exercised by test_append.
  *
+ * Accepted without an error: fkvf_writer_finish ignores a failed fsync of
+ * the directory after its rename (open or fsync of the directory): the
+ * archive is complete and in place. Built without FKVF_INJECT_WRAP (a
+ * linker without --wrap), only the hook and sink loops run. The --wrap part
+ * works under ASan+UBSan (the __real_ functions are ASan's interceptors).
+ *
  * Every public function of fkvf.h (104), one per row, and what covers it
  * (test public_functions_listed checks that this table names them all):
  *   alloc         the allocation loop of the named scenarios
