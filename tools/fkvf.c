@@ -18,6 +18,7 @@ static void usage_main(FILE *f)
             "  info ARCHIVE [--json]     header, commits, cache shape, codecs, sizes, metadata\n"
             "  verify ARCHIVE [--json]   full structure and checksum pass\n"
             "                            (exit 0 valid, 1 invalid, 2 usage or I/O error)\n"
+            "  validate [--strict] FILE... every violation of the spec, with its clause\n"
             "  dump ARCHIVE [--json]     directory and section details\n"
             "  pack CACHE -o ARCHIVE     archive a raw cache (.safetensors, .npy, .npz)\n"
             "  unpack ARCHIVE -o CACHE   restore every position into a raw cache file\n"
@@ -560,6 +561,7 @@ int fkvf_cli_compare(int argc, char **argv);
 int fkvf_cli_append(int argc, char **argv);
 int fkvf_cli_compact(int argc, char **argv);
 int fkvf_cli_recover(int argc, char **argv);
+int fkvf_cli_validate(int argc, char **argv);
 int fkvf_cli_search_main(const char *cmd, int argc, char **argv); /* fkvf_search.c */
 
 int main(int argc, char **argv)
@@ -598,6 +600,8 @@ int main(int argc, char **argv)
         return fkvf_cli_compact(argc - 2, argv + 2);
     if (!strcmp(cmd, "recover"))
         return fkvf_cli_recover(argc - 2, argv + 2);
+    if (!strcmp(cmd, "validate"))
+        return fkvf_cli_validate(argc - 2, argv + 2);
     int src = fkvf_cli_search_main(cmd, argc - 2, argv + 2); /* search context index plot */
     if (src >= 0)
         return src;

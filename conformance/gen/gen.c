@@ -1264,6 +1264,44 @@ int main(int argc, char **argv)
     trunc_section("valid_cbrf.fkvf", "CBRF", "§13.5", "reject");
     trunc_section("valid_zidx.fkvf", "ZIDX", "§20.2", "either");
     {
+        /* A field over its limit in a section too short for what the field
+         * declares: LIMIT, not TRUNCATED (§16.2: the limit check of a field
+         * precedes the size checks that use it). */
+        buf lb = load("valid_quad_f16_rope.fkvf");
+        uint64_t lT = last_trailer(&lb), le = entry(&lb, lT, "META", 0);
+        put32(lb.p + sec_off(&lb, le), 65537);
+        reseal_section(&lb, le);
+        reseal_dir(&lb, lT);
+        save("limit_meta_count.fkvf", lb.p, lb.n);
+        row("limit_meta_count.fkvf", "reject", "either", "LIMIT", "§9.1, §15, §16.2", "-",
+            "valid_quad_f16_rope.fkvf with META count 65537 (the entries cannot fit either); "
+            "re-sealed");
+        free(lb.p);
+
+        lb = load("valid_cbrf.fkvf");
+        lT = last_trailer(&lb), le = entry(&lb, lT, "CBRF", 0);
+        put32(lb.p + sec_off(&lb, le) + 16, 4097);
+        reseal_section(&lb, le);
+        reseal_dir(&lb, lT);
+        save("limit_cbrf_name_len.fkvf", lb.p, lb.n);
+        row("limit_cbrf_name_len.fkvf", "reject", "reject", "LIMIT", "§13.5, §15, §16.2",
+            "valid_codebook_file.fkvf",
+            "valid_cbrf.fkvf with CBRF name_len 4097 (the section is also too short for it); "
+            "re-sealed");
+        free(lb.p);
+
+        lb = load("valid_zidx.fkvf");
+        lT = last_trailer(&lb), le = entry(&lb, lT, "ZIDX", 0);
+        put64(lb.p + sec_off(&lb, le) + 16, (uint64_t)1 << 44);
+        reseal_section(&lb, le);
+        reseal_dir(&lb, lT);
+        save("limit_zidx_size.fkvf", lb.p, lb.n);
+        row("limit_zidx_size.fkvf", "reject", "either", "LIMIT", "§20.2 step 3, §16.2", "-",
+            "valid_zidx.fkvf with the first ZIDX n_indexed = 2^44 (64 + 2^44 x 24 > 2^48; "
+            "the section is also too short); re-sealed");
+        free(lb.p);
+    }
+    {
         /* symbol out of range: k = 16 with 8-bit quad symbols */
         cfg_init(&c);
         c.seed = 18;

@@ -386,6 +386,56 @@ FKVF_API int fkvf_reader_read(fkvf_reader *r, const fkvf_read_request *req, void
  * check. Returns the first error; the message names it. */
 FKVF_API int fkvf_reader_verify(fkvf_reader *r);
 
+/* ---- validation: a file against every rule of the spec ------------------ */
+
+/* fkvf_validate_memory / fkvf_validate_file check a file against the spec
+ * and report EVERY violation they find (not only the first) through a
+ * callback, each with its spec clause and error class. Without flags they
+ * check what full verification checks (spec 1.3.3); FKVF_VALIDATE_STRICT
+ * adds the writer-side rules a reader may be lenient about (reserved
+ * optional feature bits, "fkvf." metadata keys, finite codebook values,
+ * zero bytes of an unused rope_theta, every earlier commit a valid state on
+ * its own, spec 7.3). spec/requirements.md lists every requirement and the
+ * check that covers it. Work and memory are bounded by the file size. */
+#define FKVF_VALIDATE_STRICT 1u
+#define FKVF_VALIDATE_NO_OFFSET UINT64_MAX
+
+typedef struct fkvf_violation {
+    int code;              /* error class of spec 16 (FKVF_E_CORRUPT, ...) */
+    const char *clause;    /* spec clause, e.g. "4.1" */
+    const char *check;     /* check id (spec/requirements.md), e.g. "LAYOUT-PAD" */
+    int writer_rule;       /* 1: a writer-side rule, checked with FKVF_VALIDATE_STRICT */
+    uint64_t offset;       /* file offset, or FKVF_VALIDATE_NO_OFFSET */
+    long section;          /* directory entry (fkvf_reader_section order), or -1 */
+    uint32_t section_type; /* its FKVF_SECTION_* type, or 0 */
+    const char *message;   /* what is wrong (field, values) */
+} fkvf_violation;
+
+/* Called once per violation; the pointers are valid during the call only.
+ * Return non-zero to stop validating. */
+typedef int (*fkvf_violation_fn)(void *opaque, const fkvf_violation *v);
+
+typedef struct fkvf_validate_options {
+    unsigned flags;                /* FKVF_VALIDATE_* */
+    size_t max_violations;         /* stop after this many; 0 = 1000 */
+    fkvf_reader *codebook;         /* the codebook file of an archive with a CBRF, or NULL */
+    const fkvf_allocator *alloc;   /* NULL = malloc */
+} fkvf_validate_options;
+
+typedef struct fkvf_validate_result {
+    size_t violations;  /* reported */
+    int capped;         /* stopped at max_violations (or by the callback) */
+} fkvf_validate_result;
+
+/* FKVF_OK when the validation ran (whatever it found: see res); an
+ * environment code (FKVF_E_NOMEM, FKVF_E_IO, FKVF_E_INVALID_ARG) otherwise.
+ * opt, fn and res may be NULL. */
+FKVF_API int fkvf_validate_memory(const void *data, size_t size,
+                                  const fkvf_validate_options *opt, fkvf_violation_fn fn,
+                                  void *opaque, fkvf_validate_result *res);
+FKVF_API int fkvf_validate_file(const char *path, const fkvf_validate_options *opt,
+                                fkvf_violation_fn fn, void *opaque, fkvf_validate_result *res);
+
 /* ---- writer ------------------------------------------------------------ */
 
 typedef struct fkvf_writer fkvf_writer;

@@ -1027,6 +1027,30 @@ static int reader_load(fkvf_reader *r)
     return FKVF_OK;
 }
 
+/* For the validator (validate.c): a handle over `data` with the header
+ * parsed and the served commit's chain established (spec 3.1, 7.2), in
+ * non-strict mode; no directory is loaded. *out is set whenever a handle was
+ * made (its message says what failed); free it with fkvf_reader_free. */
+int rd_open_chain(fkvf_reader **out, const void *data, size_t size, const char *name,
+                  const fkvf_allocator *alloc)
+{
+    *out = NULL;
+    fkvf_reader *r;
+    int rc = reader_new(&r, alloc, name, 0);
+    if (rc)
+        return rc;
+    static const uint8_t empty[1] = {0};
+    r->data = size ? data : empty;
+    r->size = size;
+    *out = r;
+    size_t avail = r->size < FKVF_HEADER_SIZE ? (size_t)r->size : FKVF_HEADER_SIZE;
+    if ((rc = fkvf_header_parse(r->data, avail, &r->hdr, &r->diag)))
+        return rc;
+    if (r->size > FKVF_MAX_FILE)
+        return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file larger than 2^62 bytes");
+    return find_head(r);
+}
+
 FKVF_API int fkvf_reader_open_memory(fkvf_reader **out, const void *data, size_t size,
                                      unsigned flags, const fkvf_allocator *alloc)
 {

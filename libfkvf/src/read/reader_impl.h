@@ -145,4 +145,8 @@ int rd_stream_at(const fkvf_reader *r, size_t index, rd_stream *s);
 /* Parse a STRM section's header into a segment (block flags allocated). */
 int rd_seg_init(fkvf_reader *r, size_t i, rd_seg *g);
 
+/* validate.c: header + commit chain only (see reader.c). */
+int rd_open_chain(fkvf_reader **out, const void *data, size_t size, const char *name,
+                  const fkvf_allocator *alloc);
+
 #endif

@@ -1,0 +1,980 @@
+/* fkvf-quality: what archiving the KV cache costs in next-token loss, with
+ * the paper's protocol (issue 7 item 3; results and commands in
+ * docs/quality.md).
+ *
+ * Protocol. S evaluation sequences of T positions are sampled from BOS at
+ * temperature 1 with the exact cache (sequence i: lm_rng seeded with
+ * seed * 1000003 + 10000 + i). Each configuration then teacher-forces the
+ * same tokens through the model (model.c) while keeping the cache the way an
+ * FKVF appender with n_sinks = 4 and window = 32 keeps it: at step t the
+ * attention sees positions 0..3 and t-31..t exactly and every other earlier
+ * position as its reconstruction. A position is quantized once, from the
+ * exact row this run computed for it, at the step it leaves the window (step
+ * p + 32 for position p), and its reconstruction then replaces it in the
+ * cache for the rest of the sequence. The NLL of every next token (T - 1 per
+ * sequence) is summed; mean NLL, perplexity = exp(mean NLL), and the
+ * perplexity change against the exact cache in percent are printed, also for
+ * the predictions made at steps t >= 36 only (the steps at which at least one
+ * position is archived).
+ *
+ * Quantizers. RVQ through libfkvf's public API: codebooks trained with
+ * fkvf_rvq_train on the caches of N other sampled sequences (training
+ * sequence i: seed * 1000003 + i, i < N; never an evaluation seed), f16
+ * tables, rows encoded with fkvf_rvq_encode (greedy, as the appender) and
+ * decoded with fkvf_rvq_decode to f32; "pre-RoPE" passes the model's RoPE
+ * (interleaved, 8 dims, theta 10000) to train / encode / decode, so keys are
+ * un-rotated at their position before quantization and the reconstruction
+ * rotated back (spec 8.1, 13.6). Configurations with fewer stages are
+ * fkvf_rvq_subset of one training with the most stages. Scalar peers as in
+ * bench/bench_rd.c (f16 scales and zero points, counted in the bytes).
+ * --verify checks once that an archive written by fkvf_appender and restored
+ * by fkvf_reader_restore gives the same rows bit for bit.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <fkvf.h>
+
+#include "model.h"
+
+#ifndef LM_DEFAULT_MODEL
+#define LM_DEFAULT_MODEL "../shared/models/stories260K.bin"
+#endif
+
+#define EVAL_SEED_OFFSET 10000u
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: fkvf-quality [--model PATH] [--seqs S] [--tokens T] [--train N]\n"
+            "                    [--train4096 N] [--seed X] [--sinks S] [--recent W]\n"
+            "                    [--iters N] [--iters4096 N] [--cache-dir DIR]\n"
+            "                    [--set exact|smoke|main|full] [--only NAME]... [--from-exact]\n"
+            "                    [--no-verify] [--print-ids]\n"
+            "  --seqs S        evaluation sequences (64)\n"
+            "  --tokens T      positions per sequence, BOS included (512)\n"
+            "  --train N       training sequences for k = 256 and 1024 (64)\n"
+            "  --train4096 N   training sequences for k = 4096 (128)\n"
+            "  --iters N       Lloyd iterations per stage (25); --iters4096 (10) for k = 4096\n"
+            "  --cache-dir DIR keep trained codebooks there (reused when present)\n"
+            "  --set           exact: the exact cache only; smoke: exact and two RVQ rows;\n"
+            "                  main (default): everything but k = 4096; full: with k = 4096\n"
+            "  --only NAME     run only the rows named NAME exactly (\"exact\": the exact cache;\n"
+            "                  repeatable, at most 16)\n"
+            "  --from-exact    quantize the exact run's rows of each position instead of the\n"
+            "                  rows this configuration's run computed (no compounding)\n"
+            "  --print-ids     print the token ids of evaluation sequence 0 and its exact\n"
+            "                  mean NLL (to compare with fkvf-engine --force)\n"
+            "default model: %s\n",
+            LM_DEFAULT_MODEL);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "fkvf-quality: out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+/* a * b * c elements of size es, overflow-checked */
+static size_t xsize(size_t a, size_t b, size_t c, size_t es)
+{
+    size_t n = a;
+    if ((b && n > SIZE_MAX / b) || ((n *= b), c && n > SIZE_MAX / c) ||
+        ((n *= c), es && n > SIZE_MAX / es)) {
+        fprintf(stderr, "fkvf-quality: size overflow\n");
+        exit(1);
+    }
+    return n * es;
+}
+
+/* ---- shape ------------------------------------------------------------------ */
+
+typedef struct shape {
+    int L, H, D; /* layers, KV heads, head dim */
+    size_t HD;   /* H * D: one layer's key (or value) row */
+    size_t RW;   /* floats per row (spec 14.2): L * 2 * HD */
+    int V;       /* vocabulary */
+} shape;
+
+static const fkvf_rope ROPE8 = {1, 8, LM_ROPE_THETA};
+
+/* Copy position p of every layer from the state into row (spec 14.2 layout:
+ * per layer the keys of heads 0..H-1 after RoPE, then the values). */
+static void gather_row(const shape *s, const lm_state *st, int p, float *row)
+{
+    for (int l = 0; l < s->L; l++) {
+        float *r = row + (size_t)l * 2 * s->HD;
+        lm_cache_get(st, l, p, LM_KEY, r);
+        lm_cache_get(st, l, p, LM_VALUE, r + s->HD);
+    }
+}
+
+/* Overwrite position p's keys (parts & 1) and values (parts & 2) from row. */
+static void scatter_row(const shape *s, lm_state *st, int p, const float *row, unsigned parts)
+{
+    for (int l = 0; l < s->L; l++) {
+        const float *r = row + (size_t)l * 2 * s->HD;
+        if (parts & 1u)
+            lm_cache_set(st, l, p, LM_KEY, r);
+        if (parts & 2u)
+            lm_cache_set(st, l, p, LM_VALUE, r + s->HD);
+    }
+}
+
+/* Sample a sequence of T positions (tokens[0] = BOS) with the exact cache;
+ * rows (T * RW floats) if not NULL; returns the summed NLL of tokens 1..T-1. */
+static double sample_sequence(const lm_model *m, const shape *s, int T, uint64_t seed, int *tokens,
+                              float *rows)
+{
+    lm_state *st = lm_state_new(m, T);
+    if (!st) {
+        fprintf(stderr, "fkvf-quality: lm_state_new failed\n");
+        exit(1);
+    }
+    lm_rng rng;
+    lm_rng_seed(&rng, seed);
+    double sum = 0;
+    tokens[0] = LM_BOS;
+    for (int p = 0; p < T; p++) {
+        const float *logits = lm_forward(st, tokens[p], p);
+        if (!logits) {
+            fprintf(stderr, "fkvf-quality: lm_forward failed\n");
+            exit(1);
+        }
+        if (p + 1 < T) {
+            tokens[p + 1] = lm_sample(logits, s->V, 1.0, &rng);
+            sum += lm_nll(logits, s->V, tokens[p + 1]);
+        }
+        if (rows)
+            gather_row(s, st, p, rows + (size_t)p * s->RW);
+    }
+    lm_state_free(st);
+    return sum;
+}
+
+/* ---- scalar peers (definitions of bench/bench_rd.c) ---------------------------- */
+
+static float f16r(float x)
+{
+    return fkvf_f16_to_f32(fkvf_f32_to_f16(x));
+}
+
+/* Symmetric: f16 scale = max|x| / qmax, codes in [-qmax, qmax]. */
+static void q_sym(const float *x, float *y, size_t n, size_t stride, int bits)
+{
+    const int qmax = (1 << (bits - 1)) - 1;
+    float mx = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(x[i * stride]) > mx)
+            mx = fabsf(x[i * stride]);
+    const float sc = f16r(mx / (float)qmax);
+    for (size_t i = 0; i < n; i++) {
+        float c = sc == 0.0f ? 0.0f : nearbyintf(x[i * stride] / sc);
+        c = c > (float)qmax ? (float)qmax : c < (float)-qmax ? (float)-qmax : c;
+        y[i * stride] = c * sc;
+    }
+}
+
+/* Asymmetric: f16 zero = min, f16 scale = (max - min) / (2^bits - 1), codes in
+ * [0, 2^bits - 1], dequantized as zero + code * scale. */
+static void q_asym(const float *x, float *y, size_t n, size_t stride, int bits)
+{
+    const int qmax = (1 << bits) - 1;
+    float mn = x[0], mx = x[0];
+    for (size_t i = 1; i < n; i++) {
+        const float a = x[i * stride];
+        mn = a < mn ? a : mn;
+        mx = a > mx ? a : mx;
+    }
+    const float z = f16r(mn);
+    const float sc = f16r((mx - mn) / (float)qmax);
+    for (size_t i = 0; i < n; i++) {
+        float c = sc == 0.0f ? 0.0f : nearbyintf((x[i * stride] - z) / sc);
+        c = c > (float)qmax ? (float)qmax : c < 0.0f ? 0.0f : c;
+        y[i * stride] = z + c * sc;
+    }
+}
+
+enum { SC_HEAD_SYM, SC_TOKEN_G32, SC_KIVI };
+
+/* Quantize position p (exact rows of the sequence in ex, T positions) into
+ * out (one row). KIVI keys: per channel over the aligned group of 32
+ * positions holding p (positions 32g .. 32g+31 of the sequence, all computed
+ * by the time p leaves the window). */
+static void scalar_row(const shape *s, const float *ex, int T, int p, int scheme, int bits,
+                       float *out)
+{
+    const float *x = ex + (size_t)p * s->RW;
+    for (int l = 0; l < s->L; l++) {
+        const size_t o = (size_t)l * 2 * s->HD;
+        for (size_t kv = 0; kv < 2; kv++) {
+            const float *xv = x + o + kv * s->HD;
+            float *yv = out + o + kv * s->HD;
+            if (scheme == SC_HEAD_SYM) {
+                for (size_t g = 0; g < s->HD; g += (size_t)s->D)
+                    q_sym(xv + g, yv + g, (size_t)s->D, 1, bits);
+            } else if (scheme == SC_TOKEN_G32 || kv == 1) {
+                for (size_t j = 0; j < s->HD; j += 32)
+                    q_asym(xv + j, yv + j, s->HD - j < 32 ? s->HD - j : 32, 1, bits);
+            } else {
+                const int p0 = p / 32 * 32;
+                const int m = T - p0 < 32 ? T - p0 : 32;
+                float col[32], qc[32];
+                for (size_t c = 0; c < s->HD; c++) {
+                    for (int i = 0; i < m; i++)
+                        col[i] = ex[(size_t)(p0 + i) * s->RW + o + c];
+                    q_asym(col, qc, (size_t)m, 1, bits);
+                    yv[c] = qc[p - p0];
+                }
+            }
+        }
+    }
+}
+
+/* Bytes per archived position of a scalar scheme for the archived parts. */
+static double scalar_bytes(const shape *s, int scheme, int bits, unsigned parts)
+{
+    const double nparts = (double)((parts & 1u) + ((parts >> 1) & 1u));
+    if (scheme == SC_HEAD_SYM) /* D codes + f16 scale per vector */
+        return nparts * s->L * s->H * ((double)s->D * bits / 8.0 + 2.0);
+    /* groups of 32 elements (KIVI keys: 32 positions of one channel): 32
+     * codes + f16 scale + f16 zero */
+    return nparts * s->L * ((double)s->HD / 32.0) * (32.0 * bits / 8.0 + 4.0);
+}
+
+/* ---- codebooks ------------------------------------------------------------- */
+
+typedef struct cbspec {
+    uint32_t k;
+    int pooled, pre_rope, ks, vs; /* stages trained (subsets use fewer) */
+    int train;                    /* training sequences */
+    unsigned iters;
+    fkvf_rvq *q;   /* trained (lazily) */
+    double secs;   /* training time */
+    int loaded;    /* from the cache dir */
+} cbspec;
+
+typedef struct ctx {
+    const lm_model *m;
+    shape s;
+    int S, T, sinks, recent;
+    uint64_t seed;
+    const char *cache_dir;
+    int *ev_tokens;   /* S * T */
+    double *ev_exact; /* per sequence: summed NLL with the exact cache (sampling run) */
+    float *ev_rows;   /* --from-exact: the sampling run's rows, S * T * RW */
+    float *train_rows;
+    int n_train_rows; /* sequences generated so far */
+} ctx;
+
+static void ensure_train(ctx *c, int n)
+{
+    if (n <= c->n_train_rows)
+        return;
+    const size_t per = xsize((size_t)c->T, c->s.RW, 1, sizeof(float));
+    float *r = realloc(c->train_rows, xsize((size_t)n, per, 1, 1));
+    if (!r) {
+        fprintf(stderr, "fkvf-quality: out of memory\n");
+        exit(1);
+    }
+    c->train_rows = r;
+    int *tok = xmalloc((size_t)c->T * sizeof *tok);
+    for (int i = c->n_train_rows; i < n; i++)
+        sample_sequence(c->m, &c->s, c->T, c->seed * 1000003u + (uint64_t)i, tok,
+                        c->train_rows + (size_t)i * (size_t)c->T * c->s.RW);
+    free(tok);
+    c->n_train_rows = n;
+}
+
+static void cb_shape(const ctx *c, const cbspec *b, fkvf_codebook_shape *sh)
+{
+    memset(sh, 0, sizeof *sh);
+    sh->n_layers = (uint32_t)c->s.L;
+    sh->n_heads = b->pooled ? 1u : (uint32_t)c->s.H;
+    sh->key_dim = sh->value_dim = (uint32_t)c->s.D;
+    sh->k = b->k;
+    sh->k_stages = (uint8_t)b->ks;
+    sh->v_stages = (uint8_t)b->vs;
+    sh->dtype = FKVF_DTYPE_F16;
+    sh->pooled = (uint8_t)b->pooled;
+}
+
+static void cb_path(const ctx *c, const cbspec *b, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/cb-k%u-%s-%s-K%dV%d-n%d-T%d-i%u-s%llu.tables", c->cache_dir, b->k,
+             b->pooled ? "pooled" : "head", b->pre_rope ? "prerope" : "asis", b->ks, b->vs,
+             b->train, c->T, b->iters, (unsigned long long)c->seed);
+}
+
+static fkvf_rvq *cb_get(ctx *c, cbspec *b)
+{
+    if (b->q)
+        return b->q;
+    char path[1024];
+    if (c->cache_dir) {
+        cb_path(c, b, path, sizeof path);
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            fkvf_codebook_shape sh;
+            cb_shape(c, b, &sh);
+            const uint64_t want = fkvf_codebook_size(&sh) - 64;
+            void *buf = xmalloc((size_t)want);
+            const size_t got = fread(buf, 1, (size_t)want, f);
+            fclose(f);
+            if (got == want &&
+                fkvf_rvq_from_tables(&b->q, &sh, (uint32_t)c->s.H, buf, (size_t)want, NULL) ==
+                    FKVF_OK) {
+                free(buf);
+                b->loaded = 1;
+                fprintf(stderr, "fkvf-quality: loaded %s\n", path);
+                return b->q;
+            }
+            free(buf);
+            b->q = NULL;
+        }
+    }
+    ensure_train(c, b->train);
+    fkvf_rvq_params p;
+    fkvf_rvq_params_init(&p);
+    p.n_layers = (uint32_t)c->s.L;
+    p.n_kv_heads = (uint32_t)c->s.H;
+    p.key_dim = p.value_dim = (uint32_t)c->s.D;
+    p.k = b->k;
+    p.k_stages = (uint8_t)b->ks;
+    p.v_stages = (uint8_t)b->vs;
+    p.pooled = (uint8_t)b->pooled;
+    p.table_dtype = FKVF_DTYPE_F16;
+    p.seed = c->seed;
+    p.max_iters = b->iters;
+    p.key_rope = b->pre_rope ? &ROPE8 : NULL;
+    fkvf_rows *blocks = xmalloc((size_t)b->train * sizeof *blocks);
+    for (int i = 0; i < b->train; i++) {
+        blocks[i].data = c->train_rows + (size_t)i * (size_t)c->T * c->s.RW;
+        blocks[i].n_rows = (size_t)c->T;
+        blocks[i].dtype = FKVF_DTYPE_F32;
+        blocks[i].first_position = 0;
+    }
+    fprintf(stderr, "fkvf-quality: training k=%u %s %s K x%d V x%d on %d x %d positions...\n",
+            b->k, b->pooled ? "pooled" : "per-head", b->pre_rope ? "pre-RoPE" : "as-is", b->ks,
+            b->vs, b->train, c->T);
+    const double t0 = now();
+    int rc = fkvf_rvq_train(&b->q, &p, blocks, (size_t)b->train, NULL);
+    b->secs = now() - t0;
+    free(blocks);
+    if (rc != FKVF_OK) {
+        fprintf(stderr, "fkvf-quality: fkvf_rvq_train: %s\n", fkvf_strerror(rc));
+        exit(1);
+    }
+    fprintf(stderr, "fkvf-quality: trained in %.1f s\n", b->secs);
+    if (c->cache_dir) {
+        const size_t n = fkvf_rvq_tables_size(b->q);
+        void *buf = xmalloc(n);
+        FILE *f = NULL;
+        if (fkvf_rvq_tables(b->q, buf, n) == FKVF_OK && (f = fopen(path, "wb")) != NULL) {
+            if (fwrite(buf, 1, n, f) != n)
+                fprintf(stderr, "fkvf-quality: %s: short write\n", path);
+            fclose(f);
+        }
+        free(buf);
+    }
+    return b->q;
+}
+
+/* ---- configurations -------------------------------------------------------- */
+
+enum { C_EXACT, C_RVQ, C_SCALAR };
+
+typedef struct config {
+    const char *name;
+    int kind;
+    int cb;          /* C_RVQ: index into the codebook specs */
+    int ks, vs;      /* C_RVQ: stages used (0 = that part stays exact) */
+    int scheme, bits; /* C_SCALAR */
+    unsigned parts;  /* archived parts: 1 keys, 2 values, 3 both */
+    unsigned beam;   /* C_RVQ: fkvf_rvq_encode beam width (0: greedy, the appender's default) */
+} config;
+
+typedef struct result {
+    double bytes;
+    double sum_all, sum_late; /* summed NLL: all predictions; steps >= sinks + recent */
+    double n_all, n_late;
+    double sq_diff, sum_diff; /* per-sequence mean NLL difference vs exact */
+    double secs;
+} result;
+
+/* One configuration over all evaluation sequences. rec/ex_out (both or
+ * neither): rows of evaluation sequence 0 as reconstructed / as computed. */
+static void run_config(ctx *c, const config *cf, fkvf_rvq *q, const fkvf_rope *rope, result *res,
+                       float *rec_out, float *ex_out)
+{
+    const shape *s = &c->s;
+    const int T = c->T;
+    float *ex = xmalloc(xsize((size_t)T, s->RW, 1, sizeof(float)));
+    float *rc = xmalloc(xsize(1, s->RW, 1, sizeof(float)));
+    size_t cpp = q ? fkvf_rvq_codes_per_position(q) : 0;
+    uint16_t *codes = xmalloc((cpp ? cpp : 1) * sizeof *codes);
+    lm_state *st = lm_state_new(c->m, T);
+    if (!st) {
+        fprintf(stderr, "fkvf-quality: lm_state_new failed\n");
+        exit(1);
+    }
+    memset(res, 0, sizeof *res);
+    const double t0 = now();
+    const int first_late = c->sinks + c->recent;
+    for (int i = 0; i < c->S; i++) {
+        const int *tok = c->ev_tokens + (size_t)i * (size_t)T;
+        /* what is quantized: this run's own rows, or (--from-exact) the exact run's */
+        const float *src = c->ev_rows ? c->ev_rows + (size_t)i * (size_t)T * s->RW : ex;
+        double sum = 0, late = 0;
+        for (int p = 0; p < T; p++) {
+            const int a = p - c->recent; /* leaves the window now */
+            if (cf->kind != C_EXACT && a >= c->sinks) {
+                if (cf->kind == C_RVQ) {
+                    fkvf_rows r = {src + (size_t)a * s->RW, 1, FKVF_DTYPE_F32, (uint64_t)a};
+                    int e = fkvf_rvq_encode(q, &r, rope, cf->beam, codes, cpp, 1);
+                    if (e == FKVF_OK)
+                        e = fkvf_rvq_decode(q, codes, cpp, 1, 1, (uint64_t)a, rope,
+                                            FKVF_DTYPE_F32, rc, s->RW * sizeof(float));
+                    if (e != FKVF_OK) {
+                        fprintf(stderr, "fkvf-quality: RVQ encode/decode: %s\n",
+                                fkvf_strerror(e));
+                        exit(1);
+                    }
+                } else {
+                    scalar_row(s, src, T, a, cf->scheme, cf->bits, rc);
+                }
+                scatter_row(s, st, a, rc, cf->parts);
+                if (rec_out && i == 0) {
+                    /* what the cache holds for a now */
+                    gather_row(s, st, a, rec_out + (size_t)a * s->RW);
+                }
+            }
+            const float *logits = lm_forward(st, tok[p], p);
+            if (!logits) {
+                fprintf(stderr, "fkvf-quality: lm_forward failed\n");
+                exit(1);
+            }
+            gather_row(s, st, p, ex + (size_t)p * s->RW);
+            if (p + 1 < T) {
+                const double e = lm_nll(logits, s->V, tok[p + 1]);
+                sum += e;
+                if (p >= first_late) {
+                    late += e;
+                    res->n_late += 1;
+                }
+                res->n_all += 1;
+            }
+        }
+        if (ex_out && i == 0) {
+            memcpy(ex_out, ex, (size_t)T * s->RW * sizeof(float));
+            for (int p = 0; p < T; p++)
+                if (p < c->sinks || p > T - 1 - c->recent)
+                    memcpy(rec_out + (size_t)p * s->RW, ex + (size_t)p * s->RW,
+                           s->RW * sizeof(float));
+        }
+        res->sum_all += sum;
+        res->sum_late += late;
+        const double d = (sum - c->ev_exact[i]) / (double)(T - 1);
+        res->sum_diff += d;
+        res->sq_diff += d * d;
+    }
+    res->secs = now() - t0;
+    lm_state_free(st);
+    free(ex);
+    free(rc);
+    free(codes);
+}
+
+/* ---- the appender check ------------------------------------------------------ */
+
+/* Write evaluation sequence 0's computed rows (ex) through fkvf_appender with
+ * codebook q, restore every position with fkvf_reader_restore and compare
+ * with what the study's cache held (rec) bit for bit. Returns 0 if equal. */
+static int verify_archive(const ctx *c, const fkvf_rvq *q, int pre_rope, const float *ex,
+                          const float *rec, const char *what)
+{
+    const shape *s = &c->s;
+    char dir[] = "/tmp/fkvf-quality-XXXXXX";
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "fkvf-quality: mkdtemp: %s\n", strerror(errno));
+        return -1;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "%s/seq0.fkvf", dir);
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = (uint32_t)s->L;
+    d.n_kv_heads = (uint32_t)s->H;
+    d.key_dim = d.value_dim = (uint32_t)s->D;
+    d.dtype = FKVF_DTYPE_F32;
+    d.key_transform = 1;
+    d.rope_layout = 1;
+    d.key_storage = (uint8_t)pre_rope;
+    d.rope_dims = (uint32_t)s->D;
+    d.rope_theta = LM_ROPE_THETA;
+    d.n_sinks = (uint32_t)c->sinks;
+    d.window = (uint32_t)c->recent;
+    fkvf_append_create cr;
+    memset(&cr, 0, sizeof cr);
+    cr.desc = &d;
+    cr.codebook = q;
+    fkvf_append_options ao;
+    fkvf_append_options_init(&ao);
+    ao.sync = FKVF_SYNC_NONE;
+    fkvf_appender *a = NULL;
+    fkvf_reader *r = NULL;
+    const size_t rowb = s->RW * sizeof(float);
+    float *got = xmalloc(xsize((size_t)c->T, rowb, 1, 1));
+    int ok = -1;
+    int e = fkvf_appender_create(&a, path, &cr, &ao, NULL);
+    /* one position per append, a commit every 16, as an engine would */
+    for (int p = 0; e == FKVF_OK && p < c->T; p++) {
+        e = fkvf_appender_append(a, ex + (size_t)p * s->RW, rowb, 1, NULL);
+        if (e == FKVF_OK && ((p + 1) % 16 == 0 || p + 1 == c->T))
+            e = fkvf_appender_commit(a);
+    }
+    if (e != FKVF_OK) {
+        fprintf(stderr, "fkvf-quality: appender: %s\n",
+                a ? fkvf_appender_message(a) : fkvf_strerror(e));
+        goto out;
+    }
+    fkvf_appender_free(a);
+    a = NULL;
+    if ((e = fkvf_reader_open_file(&r, path, 0, NULL)) != FKVF_OK ||
+        (e = fkvf_reader_restore(r, 0, (uint64_t)c->T, FKVF_DTYPE_F32, got,
+                                 (size_t)c->T * rowb)) != FKVF_OK) {
+        fprintf(stderr, "fkvf-quality: reader: %s\n",
+                r ? fkvf_reader_message(r) : fkvf_strerror(e));
+        goto out;
+    }
+    int bad = 0, first_bad = -1;
+    for (int p = 0; p < c->T; p++)
+        if (memcmp(got + (size_t)p * s->RW, rec + (size_t)p * s->RW, rowb)) {
+            bad++;
+            if (first_bad < 0)
+                first_bad = p;
+        }
+    printf("verify (%s): archive written by fkvf_appender (f32 rows, %d sinks, window %d, "
+           "codebook embedded) and restored by fkvf_reader_restore vs the study's cache, "
+           "evaluation sequence 0, %d positions (%d archived): %s",
+           what, c->sinks, c->recent, c->T, c->T - c->sinks - c->recent,
+           bad ? "DIFFERENT" : "identical bit for bit");
+    if (bad)
+        printf(" (%d positions differ, first %d)", bad, first_bad);
+    printf("\n");
+    ok = bad ? -1 : 0;
+out:
+    fkvf_appender_free(a);
+    fkvf_reader_free(r);
+    free(got);
+    unlink(path);
+    rmdir(dir);
+    return ok;
+}
+
+/* ---- main ------------------------------------------------------------------ */
+
+static int parse_int(const char *a, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(a, &end, 10);
+    if (errno || end == a || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+enum { SET_EXACT, SET_SMOKE, SET_MAIN, SET_FULL };
+
+/* codebook specs (index constants used by the configuration table) */
+enum {
+    CB256_ASIS,   /* per-head k=256 keys as-is, K x4 V x2 */
+    CB256_PRE,    /* per-head k=256 pre-RoPE, K x8 V x4 */
+    CB256P_ASIS,  /* pooled k=256 as-is, K x4 V x2 */
+    CB256P_PRE,   /* pooled k=256 pre-RoPE, K x4 V x2 */
+    CB1024_ASIS,  /* per-head k=1024 as-is, K x4 V x2 */
+    CB1024_PRE,   /* per-head k=1024 pre-RoPE, K x4 V x4 */
+    CB4096_PRE,   /* per-head k=4096 pre-RoPE, K x4 V x2 */
+    CB256_PRE16,  /* per-head k=256 pre-RoPE, K x4 V x2, 16 training sequences */
+    CB_COUNT
+};
+
+#define RVQB(n, cb, k, v, b) {n, C_RVQ, cb, k, v, 0, 0, ((k) ? 1u : 0u) | ((v) ? 2u : 0u), b}
+#define RVQ(n, cb, k, v) RVQB(n, cb, k, v, 0)
+#define SCAL(n, sc, b, parts) {n, C_SCALAR, 0, 0, 0, sc, b, parts, 0}
+
+static const config CONFIGS[] = {
+    {"exact cache", C_EXACT, 0, 0, 0, 0, 0, 0, 0},
+    RVQ("RVQ per-head k=256 K x1 V x1, keys as-is", CB256_ASIS, 1, 1),
+    RVQ("RVQ per-head k=256 K x1 V x2, keys as-is", CB256_ASIS, 1, 2),
+    RVQ("RVQ per-head k=256 K x2 V x1, keys as-is", CB256_ASIS, 2, 1),
+    RVQ("RVQ per-head k=256 K x2 V x2, keys as-is", CB256_ASIS, 2, 2),
+    RVQ("RVQ per-head k=256 K x4 V x1, keys as-is", CB256_ASIS, 4, 1),
+    RVQ("RVQ per-head k=256 K x4 V x2, keys as-is", CB256_ASIS, 4, 2),
+    RVQ("RVQ per-head k=256 K x1 V x1, keys pre-RoPE", CB256_PRE, 1, 1),
+    RVQ("RVQ per-head k=256 K x1 V x2, keys pre-RoPE", CB256_PRE, 1, 2),
+    RVQ("RVQ per-head k=256 K x2 V x1, keys pre-RoPE", CB256_PRE, 2, 1),
+    RVQ("RVQ per-head k=256 K x2 V x2, keys pre-RoPE", CB256_PRE, 2, 2),
+    RVQ("RVQ per-head k=256 K x4 V x1, keys pre-RoPE", CB256_PRE, 4, 1),
+    RVQ("RVQ per-head k=256 K x4 V x2, keys pre-RoPE", CB256_PRE, 4, 2),
+    RVQ("RVQ per-head k=256 K x4 V x4, keys pre-RoPE", CB256_PRE, 4, 4),
+    RVQ("RVQ per-head k=256 K x6 V x4, keys pre-RoPE", CB256_PRE, 6, 4),
+    RVQ("RVQ per-head k=256 K x8 V x4, keys pre-RoPE", CB256_PRE, 8, 4),
+    RVQ("RVQ per-head k=256 K x6 V x2, keys pre-RoPE", CB256_PRE, 6, 2),
+    RVQ("RVQ per-head k=256 K x5 V x3, keys pre-RoPE", CB256_PRE, 5, 3),
+    RVQ("RVQ per-head k=256 K x8 V x2, keys pre-RoPE", CB256_PRE, 8, 2),
+    RVQ("RVQ per-head k=256 K x7 V x3, keys pre-RoPE", CB256_PRE, 7, 3),
+    RVQB("RVQ per-head k=256 K x4 V x2, keys pre-RoPE, beam 8", CB256_PRE, 4, 2, 8),
+    RVQB("RVQ per-head k=256 K x6 V x4, keys pre-RoPE, beam 8", CB256_PRE, 6, 4, 8),
+    /* the key/value asymmetry: one part archived, the other exact */
+    RVQ("keys only: RVQ per-head k=256 K x1, keys as-is", CB256_ASIS, 1, 0),
+    RVQ("keys only: RVQ per-head k=256 K x2, keys as-is", CB256_ASIS, 2, 0),
+    RVQ("keys only: RVQ per-head k=256 K x4, keys as-is", CB256_ASIS, 4, 0),
+    RVQ("keys only: RVQ per-head k=256 K x1, keys pre-RoPE", CB256_PRE, 1, 0),
+    RVQ("keys only: RVQ per-head k=256 K x2, keys pre-RoPE", CB256_PRE, 2, 0),
+    RVQ("keys only: RVQ per-head k=256 K x4, keys pre-RoPE", CB256_PRE, 4, 0),
+    RVQ("values only: RVQ per-head k=256 V x1", CB256_PRE, 0, 1),
+    RVQ("values only: RVQ per-head k=256 V x2", CB256_PRE, 0, 2),
+    RVQ("values only: RVQ per-head k=256 V x4", CB256_PRE, 0, 4),
+    /* pooled: one table set per layer shared by its 4 KV heads */
+    RVQ("RVQ pooled k=256 K x2 V x2, keys as-is", CB256P_ASIS, 2, 2),
+    RVQ("RVQ pooled k=256 K x4 V x2, keys as-is", CB256P_ASIS, 4, 2),
+    RVQ("RVQ pooled k=256 K x2 V x2, keys pre-RoPE", CB256P_PRE, 2, 2),
+    RVQ("RVQ pooled k=256 K x4 V x2, keys pre-RoPE", CB256P_PRE, 4, 2),
+    /* larger k */
+    RVQ("RVQ per-head k=1024 K x2 V x2, keys as-is", CB1024_ASIS, 2, 2),
+    RVQ("RVQ per-head k=1024 K x4 V x2, keys as-is", CB1024_ASIS, 4, 2),
+    RVQ("RVQ per-head k=1024 K x2 V x2, keys pre-RoPE", CB1024_PRE, 2, 2),
+    RVQ("RVQ per-head k=1024 K x4 V x2, keys pre-RoPE", CB1024_PRE, 4, 2),
+    RVQ("RVQ per-head k=1024 K x4 V x4, keys pre-RoPE", CB1024_PRE, 4, 4),
+    RVQ("keys only: RVQ per-head k=1024 K x4, keys pre-RoPE", CB1024_PRE, 4, 0),
+    RVQ("values only: RVQ per-head k=1024 V x2", CB1024_PRE, 0, 2),
+    RVQ("RVQ per-head k=256 K x4 V x2, keys pre-RoPE, codebooks from 16 sequences",
+        CB256_PRE16, 4, 2),
+    RVQ("RVQ per-head k=4096 K x2 V x2, keys pre-RoPE", CB4096_PRE, 2, 2),
+    RVQ("RVQ per-head k=4096 K x4 V x2, keys pre-RoPE", CB4096_PRE, 4, 2),
+    /* scalar peers */
+    SCAL("int8 per token, asymmetric, group 32 (f16 scale+zero)", SC_TOKEN_G32, 8, 3u),
+    SCAL("int4 per token-head, symmetric (f16 scale per 8-dim vector)", SC_HEAD_SYM, 4, 3u),
+    SCAL("int4 per token, asymmetric, group 32 (f16 scale+zero)", SC_TOKEN_G32, 4, 3u),
+    SCAL("int2 per token, asymmetric, group 32 (f16 scale+zero)", SC_TOKEN_G32, 2, 3u),
+    SCAL("KIVI-2: K per channel over 32 positions, V per token group 32 (f16 scale+zero)",
+         SC_KIVI, 2, 3u),
+    SCAL("keys only: int4 per token, group 32", SC_TOKEN_G32, 4, 1u),
+    SCAL("values only: int4 per token, group 32", SC_TOKEN_G32, 4, 2u),
+    SCAL("keys only: int2 per token, group 32", SC_TOKEN_G32, 2, 1u),
+    SCAL("values only: int2 per token, group 32", SC_TOKEN_G32, 2, 2u),
+    SCAL("keys only: KIVI-2 keys (per channel over 32 positions)", SC_KIVI, 2, 1u),
+};
+#define N_CONFIGS (sizeof CONFIGS / sizeof CONFIGS[0])
+
+static int in_set(const config *cf, int set)
+{
+    switch (set) {
+    case SET_EXACT:
+        return cf->kind == C_EXACT;
+    case SET_SMOKE:
+        return cf->kind == C_EXACT ||
+               (cf->kind == C_RVQ && cf->cb == CB256_PRE && cf->ks == 4 && cf->vs == 2) ||
+               (cf->kind == C_SCALAR && cf->scheme == SC_KIVI && cf->parts == 3u);
+    case SET_MAIN:
+        return !(cf->kind == C_RVQ && cf->cb == CB4096_PRE);
+    default:
+        return 1;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = LM_DEFAULT_MODEL;
+    long S = 64, T = 512, NT = 64, NT4096 = 128, seed = 1, sinks = 4, recent = 32, iters = 25,
+         iters4096 = 10;
+    int set = SET_MAIN, verify = 1, print_ids = 0, from_exact = 0;
+    const char *only[16];
+    int n_only = 0;
+    const char *cache_dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long *target = NULL;
+        long lo = 1, hi = 1000000;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--no-verify")) {
+            verify = 0;
+            continue;
+        } else if (!strcmp(a, "--from-exact")) {
+            from_exact = 1;
+            continue;
+        } else if (!strcmp(a, "--only") && v && n_only < 16) {
+            only[n_only++] = v;
+            i++;
+            continue;
+        } else if (!strcmp(a, "--print-ids")) {
+            print_ids = 1;
+            continue;
+        } else if (!v) {
+            usage(stderr);
+            return 2;
+        } else if (!strcmp(a, "--model")) {
+            model = v;
+        } else if (!strcmp(a, "--cache-dir")) {
+            cache_dir = v;
+        } else if (!strcmp(a, "--set")) {
+            if (!strcmp(v, "exact"))
+                set = SET_EXACT;
+            else if (!strcmp(v, "smoke"))
+                set = SET_SMOKE;
+            else if (!strcmp(v, "main"))
+                set = SET_MAIN;
+            else if (!strcmp(v, "full"))
+                set = SET_FULL;
+            else {
+                usage(stderr);
+                return 2;
+            }
+        } else if (!strcmp(a, "--seqs")) {
+            target = &S;
+        } else if (!strcmp(a, "--tokens")) {
+            target = &T;
+            lo = 2;
+        } else if (!strcmp(a, "--train")) {
+            target = &NT;
+        } else if (!strcmp(a, "--train4096")) {
+            target = &NT4096;
+        } else if (!strcmp(a, "--seed")) {
+            target = &seed;
+            lo = 0;
+        } else if (!strcmp(a, "--sinks")) {
+            target = &sinks;
+            lo = 0;
+            hi = 1 << 20;
+        } else if (!strcmp(a, "--recent")) {
+            target = &recent;
+        } else if (!strcmp(a, "--iters")) {
+            target = &iters;
+            hi = 1000;
+        } else if (!strcmp(a, "--iters4096")) {
+            target = &iters4096;
+            hi = 1000;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+        if (target && parse_int(v, lo, hi, target)) {
+            fprintf(stderr, "fkvf-quality: bad value for %s: %s\n", a, v);
+            return 2;
+        }
+        i++;
+    }
+    char err[512];
+    lm_model *m = lm_load(model, err, sizeof err);
+    if (!m) {
+        fprintf(stderr, "fkvf-quality: %s\n", err);
+        return 1;
+    }
+    const lm_config *mc = lm_model_config(m);
+    if (T > mc->seq_len) {
+        fprintf(stderr, "fkvf-quality: --tokens %ld exceeds the model's %d\n", T, mc->seq_len);
+        return 2;
+    }
+    if (mc->head_size != 8 || mc->kv_dim % 32 != 0) {
+        fprintf(stderr, "fkvf-quality: written for head size 8 and kv_dim a multiple of 32\n");
+        return 1;
+    }
+    if (cache_dir && mkdir(cache_dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "fkvf-quality: %s: %s\n", cache_dir, strerror(errno));
+        return 1;
+    }
+    ctx c;
+    memset(&c, 0, sizeof c);
+    c.m = m;
+    c.s.L = mc->n_layers;
+    c.s.H = mc->n_kv_heads;
+    c.s.D = mc->head_size;
+    c.s.HD = (size_t)mc->kv_dim;
+    c.s.RW = (size_t)c.s.L * 2 * c.s.HD;
+    c.s.V = mc->vocab_size;
+    c.S = (int)S;
+    c.T = (int)T;
+    c.sinks = (int)sinks;
+    c.recent = (int)recent;
+    c.seed = (uint64_t)seed;
+    c.cache_dir = cache_dir;
+
+    const double t_start = now();
+    if (from_exact) {
+        c.ev_rows = xmalloc(xsize((size_t)S, (size_t)T, c.s.RW, sizeof(float)));
+        verify = 0; /* the appender quantizes the rows it is given, i.e. this run's */
+    }
+    c.ev_tokens = xmalloc(xsize((size_t)S, (size_t)T, 1, sizeof(int)));
+    c.ev_exact = xmalloc((size_t)S * sizeof(double));
+    for (int i = 0; i < c.S; i++)
+        c.ev_exact[i] = sample_sequence(
+            m, &c.s, c.T, c.seed * 1000003u + EVAL_SEED_OFFSET + (uint64_t)i,
+            c.ev_tokens + (size_t)i * (size_t)T,
+            c.ev_rows ? c.ev_rows + (size_t)i * (size_t)T * c.s.RW : NULL);
+    if (print_ids) {
+        printf("ids:");
+        for (int p = 1; p < c.T; p++)
+            printf("%s%d", p == 1 ? " " : ",", c.ev_tokens[p]);
+        printf("\nexact mean-nll sequence 0: %.6f over %d tokens\n",
+               c.ev_exact[0] / (double)(c.T - 1), c.T - 1);
+    }
+
+    cbspec cbs[CB_COUNT] = {
+        [CB256_ASIS] = {256, 0, 0, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0},
+        [CB256_PRE] = {256, 0, 1, 8, 4, (int)NT, (unsigned)iters, NULL, 0, 0},
+        [CB256P_ASIS] = {256, 1, 0, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0},
+        [CB256P_PRE] = {256, 1, 1, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0},
+        [CB1024_ASIS] = {1024, 0, 0, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0},
+        [CB1024_PRE] = {1024, 0, 1, 4, 4, (int)NT, (unsigned)iters, NULL, 0, 0},
+        [CB4096_PRE] = {4096, 0, 1, 4, 2, (int)NT4096, (unsigned)iters4096, NULL, 0, 0},
+        [CB256_PRE16] = {256, 0, 1, 4, 2, 16, (unsigned)iters, NULL, 0, 0},
+    };
+
+    const double fp16 = (double)c.s.RW * 2.0;
+    printf("fkvf-quality: model %s (%d layers, %d KV heads, head dim %d); %d evaluation "
+           "sequences x %d positions (seeds %llu * 1000003 + %u + i), %d next-token "
+           "predictions each; exact window: %d sinks + %d recent; training sequences: "
+           "seeds %llu * 1000003 + i, i < N (N = %ld; k = 4096: %ld); Lloyd iterations %ld "
+           "(k = 4096: %ld); fp16 = %.0f bytes per position\n\n",
+           model, c.s.L, c.s.H, c.s.D, c.S, c.T, (unsigned long long)c.seed, EVAL_SEED_OFFSET,
+           c.T - 1, c.sinks, c.recent, (unsigned long long)c.seed, NT, NT4096, iters, iters4096,
+           fp16);
+    if (from_exact)
+        printf("--from-exact: archived positions are quantized from the exact cache's rows "
+               "(the sampling run), not from the rows each configuration's run computed\n\n");
+    printf("| configuration | bytes/archived pos | vs fp16 | mean NLL | perplexity | delta | "
+           "delta, steps >= %d | dNLL +- s.e. |\n",
+           c.sinks + c.recent);
+    printf("|---|---|---|---|---|---|---|---|\n");
+    fflush(stdout);
+
+    double exact_all = NAN, exact_late = NAN;
+    int verified = 0, rc_main = 0;
+    for (size_t ci = 0; ci < N_CONFIGS; ci++) {
+        const config *cf = &CONFIGS[ci];
+        if (!in_set(cf, set))
+            continue;
+        int want = n_only == 0;
+        for (int j = 0; j < n_only; j++)
+            want |= !strcmp(cf->name, only[j]) ||
+                    (!strcmp(only[j], "exact") && cf->kind == C_EXACT);
+        if (!want)
+            continue;
+        fkvf_rvq *q = NULL;
+        const fkvf_rope *rope = NULL;
+        double bytes = 0;
+        if (cf->kind == C_RVQ) {
+            cbspec *b = &cbs[cf->cb];
+            fkvf_rvq *full = cb_get(&c, b);
+            if (fkvf_rvq_subset(&q, full, (unsigned)cf->ks, (unsigned)cf->vs) != FKVF_OK) {
+                fprintf(stderr, "fkvf-quality: fkvf_rvq_subset failed\n");
+                return 1;
+            }
+            rope = b->pre_rope ? &ROPE8 : NULL;
+            double bits = 0;
+            for (uint32_t k = b->k; k > 1; k >>= 1)
+                bits += 1;
+            bytes = (double)(cf->ks + cf->vs) * bits / 8.0 * c.s.L * c.s.H;
+        } else if (cf->kind == C_SCALAR) {
+            bytes = scalar_bytes(&c.s, cf->scheme, cf->bits, cf->parts);
+        }
+        /* the appender check: K x4 V x2 k = 256, both key storages */
+        const int check = verify && cf->kind == C_RVQ && cf->ks == 4 && cf->vs == 2 && !cf->beam &&
+                          (cf->cb == CB256_PRE || cf->cb == CB256_ASIS);
+        float *rec = NULL, *ex = NULL;
+        if (check) {
+            rec = xmalloc(xsize((size_t)c.T, c.s.RW, 1, sizeof(float)));
+            ex = xmalloc(xsize((size_t)c.T, c.s.RW, 1, sizeof(float)));
+        }
+        result r;
+        run_config(&c, cf, q, rope, &r, rec, ex);
+        const double mean = r.sum_all / r.n_all, late = r.sum_late / r.n_late;
+        if (cf->kind == C_EXACT) {
+            exact_all = mean;
+            exact_late = late;
+            double gen = 0;
+            for (int i = 0; i < c.S; i++)
+                gen += c.ev_exact[i];
+            if (gen != r.sum_all) {
+                fprintf(stderr, "fkvf-quality: the exact teacher-forced NLL (%.17g) differs "
+                                "from the sampling run's (%.17g)\n",
+                        r.sum_all, gen);
+                rc_main = 1;
+            }
+        }
+        const double dmean = r.sum_diff / c.S;
+        const double var = c.S > 1 ? (r.sq_diff - c.S * dmean * dmean) / (c.S - 1) : 0;
+        const double se = sqrt(var > 0 ? var : 0) / sqrt((double)c.S);
+        char bb[32], ratio[32];
+        if (cf->kind == C_EXACT) {
+            snprintf(bb, sizeof bb, "%.0f (fp16)", fp16);
+            snprintf(ratio, sizeof ratio, "1x");
+        } else {
+            snprintf(bb, sizeof bb, "%.1f", bytes);
+            snprintf(ratio, sizeof ratio, "%.2fx", fp16 / bytes);
+        }
+        printf("| %s | %s | %s | %.4f | %.3f | %+.1f%% | %+.1f%% | %+.4f +- %.4f |\n", cf->name,
+               bb, ratio, mean, exp(mean), 100.0 * (exp(mean - exact_all) - 1.0),
+               100.0 * (exp(late - exact_late) - 1.0), dmean, se);
+        fflush(stdout);
+        fprintf(stderr, "fkvf-quality: %s: %.1f s\n", cf->name, r.secs);
+        if (check) {
+            if (verify_archive(&c, q, cbs[cf->cb].pre_rope, ex, rec,
+                               cbs[cf->cb].pre_rope ? "k=256 K x4 V x2, keys pre-RoPE"
+                                                    : "k=256 K x4 V x2, keys as-is"))
+                rc_main = 1;
+            verified++;
+        }
+        free(rec);
+        free(ex);
+        fkvf_rvq_free(q);
+    }
+    printf("\n");
+    for (int b = 0; b < CB_COUNT; b++)
+        if (cbs[b].q && !cbs[b].loaded) {
+            const double vecs = (double)cbs[b].train * c.T * (cbs[b].pooled ? c.s.H : 1);
+            const double used = vecs < 256.0 * cbs[b].k ? vecs : 256.0 * cbs[b].k;
+            printf("codebook k=%u %s %s K x%d V x%d: trained on %d x %d positions (%.0f "
+                   "vectors per table, %.1f per centroid), %u Lloyd iterations max, %.1f s\n",
+                   cbs[b].k, cbs[b].pooled ? "pooled" : "per-head",
+                   cbs[b].pre_rope ? "pre-RoPE" : "as-is", cbs[b].ks, cbs[b].vs, cbs[b].train,
+                   c.T, used, used / cbs[b].k, cbs[b].iters, cbs[b].secs);
+        } else if (cbs[b].q) {
+            printf("codebook k=%u %s %s: loaded from %s\n", cbs[b].k,
+                   cbs[b].pooled ? "pooled" : "per-head", cbs[b].pre_rope ? "pre-RoPE" : "as-is",
+                   c.cache_dir);
+        }
+    printf("total wall time %.1f s\n", now() - t_start);
+    for (int b = 0; b < CB_COUNT; b++)
+        fkvf_rvq_free(cbs[b].q);
+    free(c.ev_tokens);
+    free(c.ev_exact);
+    free(c.ev_rows);
+    free(c.train_rows);
+    lm_free(m);
+    return rc_main;
+}

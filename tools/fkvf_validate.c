@@ -1,0 +1,196 @@
+/* fkvf validate: check files against every rule of the spec and report
+ * every violation with its clause (fkvf_validate_file). Public API only. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_util.h"
+#include "fkvf.h"
+
+int fkvf_cli_validate(int argc, char **argv);
+
+static const char *validate_help =
+    "usage: fkvf validate [--strict] [--json] [--codebooks FILE] [--max-violations N] FILE...\n"
+    "\n"
+    "Check each FILE against every rule of the FKVF spec that can be checked from\n"
+    "the file, and report EVERY violation found (fkvf verify stops at the first),\n"
+    "one line each:\n"
+    "\n"
+    "  FILE: offset 0x...: [clause 4.1] CLASS: message (check ID)\n"
+    "\n"
+    "then a summary line per file. Without --strict the rules are those of full\n"
+    "verification (spec 1.3.3); --strict adds the writer-side rules a reader may\n"
+    "be lenient about (reserved optional feature bits, fkvf. metadata keys, finite\n"
+    "codebook values, zero rope_theta bytes, every commit a valid state on its\n"
+    "own). spec/requirements.md maps every requirement of the spec to its check.\n"
+    "\n"
+    "  --strict            add the writer-side rules\n"
+    "  --json              one JSON object: {\"files\": [{\"file\", \"valid\",\n"
+    "                      \"violations\": [{\"offset\", \"clause\", \"class\", \"code\",\n"
+    "                      \"check\", \"writer_rule\", \"section\", \"section_type\",\n"
+    "                      \"message\"}], \"valid\", \"count\", \"capped\"}]}\n"
+    "  --codebooks FILE    the codebook file of archives with an external codebook\n"
+    "                      (content hash, shape and symbols are then checked too)\n"
+    "  --max-violations N  stop a file after N violations (default 1000)\n"
+    "\n"
+    "Exit status: 0 every file valid, 1 some file has violations, 2 usage or I/O\n"
+    "error.\n";
+
+typedef struct vstate {
+    const char *path;
+    int json;
+    size_t n;
+} vstate;
+
+static const char *class_name(int code)
+{
+    const char *n = fkvf_error_name(code);
+    return strncmp(n, "FKVF_E_", 7) == 0 ? n + 7 : n;
+}
+
+static int on_violation(void *opaque, const fkvf_violation *v)
+{
+    vstate *s = opaque;
+    if (s->json) {
+        printf("%s\n      {\"offset\": ", s->n ? "," : "");
+        if (v->offset == FKVF_VALIDATE_NO_OFFSET)
+            printf("null");
+        else
+            printf("%" PRIu64, v->offset);
+        printf(", \"clause\": ");
+        cli_json_cstr(stdout, v->clause);
+        printf(", \"class\": ");
+        cli_json_cstr(stdout, class_name(v->code));
+        printf(", \"code\": %d, \"check\": ", v->code);
+        cli_json_cstr(stdout, v->check);
+        printf(", \"writer_rule\": %s, \"section\": %ld, \"section_type\": ",
+               v->writer_rule ? "true" : "false", v->section);
+        if (v->section_type) {
+            char t[4];
+            for (int k = 0; k < 4; k++)
+                t[k] = (char)((v->section_type >> (8 * k)) & 0xFF);
+            cli_json_str(stdout, t, 4);
+        } else {
+            printf("null");
+        }
+        printf(", \"message\": ");
+        cli_json_cstr(stdout, v->message);
+        printf("}");
+    } else {
+        printf("%s: ", s->path);
+        if (v->offset == FKVF_VALIDATE_NO_OFFSET)
+            printf("offset -: ");
+        else
+            printf("offset 0x%" PRIx64 ": ", v->offset);
+        printf("[clause %s] %s: ", v->clause, class_name(v->code));
+        cli_text_cstr(stdout, v->message);
+        printf(" (check %s%s)\n", v->check, v->writer_rule ? ", writer rule" : "");
+    }
+    s->n++;
+    return 0;
+}
+
+int fkvf_cli_validate(int argc, char **argv)
+{
+    int json = 0, strict = 0;
+    const char *cbpath = NULL;
+    uint64_t maxv = 0;
+    char **files = malloc((size_t)(argc > 0 ? argc : 1) * sizeof *files);
+    int nfiles = 0;
+    if (!files) {
+        cli_err("out of memory");
+        return CLI_USAGE;
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(validate_help, stdout);
+            free(files);
+            return CLI_OK;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--strict")) {
+            strict = 1;
+        } else if (!strcmp(a, "--codebooks") || !strcmp(a, "--max-violations")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "fkvf validate: %s needs a value\n", a);
+                free(files);
+                return CLI_USAGE;
+            }
+            const char *val = argv[++i];
+            if (a[2] == 'c') {
+                cbpath = *val ? val : NULL; /* "" = none */
+            } else if (cli_parse_u64(val, 1000000000u, &maxv) || maxv == 0) {
+                fprintf(stderr, "fkvf validate: --max-violations: '%s' is not 1..1e9\n", val);
+                free(files);
+                return CLI_USAGE;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "fkvf validate: unknown option '%s'\n%s", a, validate_help);
+            free(files);
+            return CLI_USAGE;
+        } else {
+            files[nfiles++] = argv[i];
+        }
+    }
+    if (!nfiles) {
+        fprintf(stderr, "fkvf validate: no FILE\n%s", validate_help);
+        free(files);
+        return CLI_USAGE;
+    }
+    fkvf_reader *cb = NULL;
+    if (cbpath) {
+        int rc = fkvf_reader_open_file(&cb, cbpath, 0, NULL);
+        if (rc != FKVF_OK) {
+            cli_err_lib(cbpath, cb ? fkvf_reader_message(cb) : fkvf_strerror(rc));
+            fkvf_reader_free(cb);
+            free(files);
+            return CLI_USAGE;
+        }
+    }
+    fkvf_validate_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.flags = strict ? FKVF_VALIDATE_STRICT : 0;
+    opt.max_violations = (size_t)maxv;
+    opt.codebook = cb;
+    int ec = CLI_OK;
+    if (json)
+        printf("{\"strict\": %s, \"files\": [", strict ? "true" : "false");
+    for (int f = 0; f < nfiles; f++) {
+        vstate s = {files[f], json, 0};
+        if (json) {
+            printf("%s\n  {\"file\": ", f ? "," : "");
+            cli_json_cstr(stdout, files[f]);
+            printf(", \"violations\": [");
+        }
+        fkvf_validate_result res;
+        int rc = fkvf_validate_file(files[f], &opt, on_violation, &s, &res);
+        if (rc != FKVF_OK) {
+            if (json)
+                printf("], \"error\": \"%s\"}", class_name(rc));
+            fprintf(stderr, "fkvf validate: %s: cannot validate: %s\n", files[f],
+                    fkvf_strerror(rc));
+            ec = CLI_USAGE;
+            continue;
+        }
+        if (res.violations && ec == CLI_OK)
+            ec = CLI_INVALID;
+        if (json) {
+            printf("%s], \"valid\": %s, \"count\": %zu, \"capped\": %s}", s.n ? "\n    " : "",
+                   res.violations ? "false" : "true", res.violations,
+                   res.capped ? "true" : "false");
+        } else if (res.violations) {
+            printf("%s: %zu violation%s%s%s\n", files[f], res.violations,
+                   res.violations == 1 ? "" : "s", res.capped ? " (stopped at the cap)" : "",
+                   strict ? " (strict)" : "");
+        } else {
+            printf("%s: valid%s\n", files[f], strict ? " (strict: writer rules too)" : "");
+        }
+    }
+    if (json)
+        printf("\n]}\n");
+    fkvf_reader_free(cb);
+    free(files);
+    return ec;
+}
