@@ -567,11 +567,11 @@ int fkvf_cli_unpack(int argc, char **argv)
         goto out;
     }
     int ext = 0;
-    uint8_t want[16];
+    uint8_t want[16] = {0}; /* left alone by the library when not external */
     const char *name = NULL;
     fkvf_reader_codebook_ref(r, &ext, want, &name);
     char hx[33];
-    cli_hex16(want, hx);
+    cli_hex16(want, hx); /* printed only in the messages of an external codebook */
     if (ext && ai.n_archived > 0) {
         const char *path = cbpath;
         if (!path)

@@ -1092,6 +1092,11 @@ static void run_net(vctx *c, const fkvf_validate_options *opt)
 {
     fkvf_reader *r = NULL;
     int rc = fkvf_reader_open_memory(&r, c->d, (size_t)c->n, 0, c->alloc);
+    if (rc == FKVF_E_NOMEM && !r) { /* no handle to report through: nothing was checked */
+        c->env_rc = FKVF_E_NOMEM;
+        c->stop = 1;
+        return;
+    }
     if (rc == FKVF_OK && opt && opt->codebook) {
         rc = fkvf_reader_attach_codebook(r, opt->codebook);
         if (rc == FKVF_E_CODEBOOK)

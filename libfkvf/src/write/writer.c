@@ -961,15 +961,14 @@ FKVF_API int fkvf_writer_commit(fkvf_writer *w)
     return write_commit(w);
 }
 
-static int sync_dir_of(const char *path)
+/* fsync the directory holding path (the rename). scratch: at least
+ * strlen(path) + 1 bytes, overwritten (the writer's tmp_path, no longer needed
+ * after the rename): no allocation here, which could fail unreported. */
+static int sync_dir_of(const char *path, char *scratch)
 {
-    size_t n = strlen(path);
-    char *copy = malloc(n + 1); /* freed below; not owned by any handle */
-    if (!copy)
-        return -1;
-    memcpy(copy, path, n + 1);
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(copy);
+    memcpy(scratch, path, strlen(path) + 1);
+    int fd = open(dirname(scratch), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    scratch[0] = 0;
     if (fd < 0)
         return -1;
     int rc = fsync(fd);
@@ -1002,7 +1001,7 @@ FKVF_API int fkvf_writer_finish(fkvf_writer *w)
             return FAIL(FKVF_E_IO, NULL, "rename into place: %s", strerror(e));
         }
         if (!w->opts.no_sync)
-            (void)sync_dir_of(w->path);
+            (void)sync_dir_of(w->path, w->tmp_path); /* tmp_path: n + 16 bytes */
     }
     w->state = 1;
     return FKVF_OK;
