@@ -125,6 +125,73 @@ int cli_parse_f64(const char *s, double *out)
     return 0;
 }
 
+int cli_parse_list(const char *s, uint32_t **out, size_t *n)
+{
+    size_t cap = 16, k = 0;
+    uint32_t *v = malloc(cap * sizeof *v);
+    if (!v)
+        return 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        if (*p < '0' || *p > '9') {
+            free(v);
+            return 0;
+        }
+        unsigned long long x = strtoull(p, &end, 10);
+        if (end == p || x > UINT32_MAX || (*end && *end != ',')) {
+            free(v);
+            return 0;
+        }
+        if (k == cap) {
+            cap *= 2;
+            uint32_t *t = realloc(v, cap * sizeof *v);
+            if (!t) {
+                free(v);
+                return 0;
+            }
+            v = t;
+        }
+        v[k++] = (uint32_t)x;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) {
+            free(v);
+            return 0;
+        }
+    }
+    if (!k) {
+        free(v);
+        return 0;
+    }
+    *out = v;
+    *n = k;
+    return 1;
+}
+
+int cli_parse_stream_name(const char *s, uint64_t *id)
+{
+    if (!strcmp(s, "tokens")) {
+        *id = FKVF_STREAM_ID_TOKENS;
+        return 1;
+    }
+    unsigned l, h, st;
+    char kv, extra;
+    if (sscanf(s, "L%u.H%u.%c.%u%c", &l, &h, &kv, &st, &extra) != 4 || (kv != 'K' && kv != 'V') ||
+        l > 0xFFFF || h > 0xFFFF || st > 0xFF)
+        return 0;
+    *id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, h, kv == 'V', st);
+    return 1;
+}
+
+void cli_stream_name(uint64_t id, char *out, size_t n)
+{
+    if ((id >> 56) == FKVF_STREAM_KIND_TOKENS)
+        snprintf(out, n, "tokens");
+    else
+        snprintf(out, n, "L%u.H%u.%c.%u", (unsigned)(id & 0xFFFF), (unsigned)(id >> 16 & 0xFFFF),
+                 (id >> 32 & 0xFF) ? 'V' : 'K', (unsigned)(id >> 40 & 0xFF));
+}
+
 int cli_opt_k(const char *a, const char *v, uint32_t *k)
 {
     uint64_t x;
