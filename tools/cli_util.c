@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli_util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -114,7 +115,9 @@ int cli_parse_u64(const char *s, uint64_t max, uint64_t *out)
 
 int cli_parse_f64(const char *s, double *out)
 {
-    if (!s || !*s)
+    /* strtod skips leading blanks: " 2" is not a number here, as for
+     * cli_parse_u64 */
+    if (!s || !*s || isspace((unsigned char)*s))
         return -1;
     char *end;
     errno = 0;

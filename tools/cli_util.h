@@ -51,7 +51,7 @@ void cli_hex16(const uint8_t h[16], char out[33]);
 /* Decimal digits only (no blank, sign or '+'), at most max: 0, or -1. */
 int cli_parse_u64(const char *s, uint64_t max, uint64_t *out);
 
-/* A finite double, the whole string: 0, or -1. */
+/* A finite double, the whole string (no blanks around it): 0, or -1. */
 int cli_parse_f64(const char *s, double *out);
 
 /* "12,55,9": decimal numbers up to 2^32-1 separated by single commas, at
