@@ -171,16 +171,39 @@ int cli_parse_list(const char *s, uint32_t **out, size_t *n)
     return 1;
 }
 
+/* Decimal digits at *p (at least one) with a value <= max: advances *p. */
+static int name_number(const char **p, unsigned max, unsigned *v)
+{
+    const char *s = *p;
+    unsigned x = 0;
+    if (*s < '0' || *s > '9')
+        return 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        x = x * 10 + (unsigned)(*s - '0');
+        if (x > max)
+            return 0;
+    }
+    *p = s;
+    *v = x;
+    return 1;
+}
+
 int cli_parse_stream_name(const char *s, uint64_t *id)
 {
     if (!strcmp(s, "tokens")) {
         *id = FKVF_STREAM_ID_TOKENS;
         return 1;
     }
+    /* "L%u.H%u.%c.%u" by hand: sscanf's %u skips blanks, takes a sign and
+     * wraps large numbers ("L4294967296" was layer 0) */
     unsigned l, h, st;
-    char kv, extra;
-    if (sscanf(s, "L%u.H%u.%c.%u%c", &l, &h, &kv, &st, &extra) != 4 || (kv != 'K' && kv != 'V') ||
-        l > 0xFFFF || h > 0xFFFF || st > 0xFF)
+    const char *p = s;
+    char kv;
+    if (*p++ != 'L' || !name_number(&p, 0xFFFF, &l) || *p++ != '.' || *p++ != 'H' ||
+        !name_number(&p, 0xFFFF, &h) || *p++ != '.')
+        return 0;
+    kv = *p++;
+    if ((kv != 'K' && kv != 'V') || *p++ != '.' || !name_number(&p, 0xFF, &st) || *p)
         return 0;
     *id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, h, kv == 'V', st);
     return 1;
