@@ -20,3 +20,14 @@ function(fkvf_fuzz_link tgt name)
     target_link_libraries(${tgt} PRIVATE fkvf_cacheio m)
   endif()
 endfunction()
+
+# Inputs a target runs on besides fuzz/corpus/<name>: the archive targets
+# start from (and replay) the conformance suite too, so their committed
+# corpora hold only what adds coverage beyond it (fuzz/README.md).
+function(fkvf_fuzz_extra_dirs name out)
+  if(name MATCHES "^(open|decode|search)$")
+    set(${out} ${PROJECT_SOURCE_DIR}/conformance/files PARENT_SCOPE)
+  else()
+    set(${out} "" PARENT_SCOPE)
+  endif()
+endfunction()

@@ -57,6 +57,11 @@ run_one() {
     if [ -d "$SRC/$t" ]; then
         find "$SRC/$t" -maxdepth 1 -type f ! -name '.*' -exec cp {} "$W/corpus/$t/" \;
     fi
+    # the archive targets start from the conformance suite too (their
+    # committed corpora only hold what adds coverage beyond it)
+    case $t in
+    open | decode | search) cp conformance/files/*.fkvf "$W/corpus/$t/" ;;
+    esac
     # -timeout: one input may take at most 30 s; -rss_limit_mb: per process;
     # -entropic=0: clang 14's entropic schedule spent most of the time in
     # UpdateFeatureFrequency here (fuzz_decode: 28 exec/s with it, 133 without)
