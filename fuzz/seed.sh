@@ -4,8 +4,9 @@
 # small generated files:
 #   open, decode, search   conformance/files, tiny quad/ngon samples from
 #                          fkvf-mksample, the committed corpus/open|search;
-#                          decode also random "recipes" (any bytes not
-#                          starting with the FKVF magic)
+#                          decode also the same files with the first byte
+#                          0x88 (checksums recomputed by the target) and
+#                          random "recipes" (bytes without the magic)
 #   codec, quant, append   random bytes (the targets read parameters from
 #                          any input) of a few sizes
 #   safetensors, npy, npz  the tiny samples unpacked with `fkvf unpack` in
@@ -37,6 +38,11 @@ trap 'rm -rf "$tmp"' EXIT
 for t in open decode search; do
     cp conformance/files/*.fkvf "$OUT/$t/"
     cp "$tmp/tiny.fkvf" "$tmp/tiny-ngon.fkvf" "$OUT/$t/"
+done
+# decode: the same files with the first magic byte 0x88, which makes the
+# target recompute their checksums before opening them
+for f in conformance/files/*.fkvf "$tmp/tiny.fkvf" "$tmp/tiny-ngon.fkvf"; do
+    { printf '\210'; tail -c +2 "$f"; } >"$OUT/decode/fix-$(basename "$f" .fkvf)"
 done
 cp fuzz/corpus/open/* "$OUT/open/" 2>/dev/null || true
 cp fuzz/corpus/search/* "$OUT/search/" 2>/dev/null || true
