@@ -1,18 +1,35 @@
-/* Fuzz target: open any bytes as an archive, then verify and read
- * everything the reader exposes. Must never crash, hang or leak. */
+/* Fuzz target: open any bytes as an archive (non-strict and strict), then
+ * verify and read everything the reader exposes. Must never crash, hang or
+ * leak; the archive info must be consistent (committed + torn bytes = the
+ * file, archived <= positions), a strict open succeeds only on a file
+ * without a torn tail and agrees with the non-strict one, and a handle is
+ * returned with a message whenever open fails after making one. */
 #include <stddef.h>
 #include <stdint.h>
 
 #include "fkvf.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fkvf_reader *r = NULL;
     if (fkvf_reader_open_memory(&r, data, size, 0, NULL) == FKVF_OK) {
         fkvf_archive_info ai;
-        fkvf_reader_info(r, &ai);
+        FZ_CHECK(fkvf_reader_info(r, &ai) == FKVF_OK);
+        FZ_CHECK(ai.file_size == size && ai.committed_size <= size &&
+                 ai.torn_bytes == size - ai.committed_size && ai.n_archived <= ai.n_positions);
+        fkvf_reader *rs = NULL;
+        int rcs = fkvf_reader_open_memory(&rs, data, size, FKVF_OPEN_STRICT, NULL);
+        FZ_CHECK((rcs == FKVF_OK) == (ai.torn_bytes == 0));
+        if (rcs == FKVF_OK) {
+            fkvf_archive_info as;
+            FZ_CHECK(fkvf_reader_info(rs, &as) == FKVF_OK);
+            FZ_CHECK(as.n_commits == ai.n_commits && as.n_positions == ai.n_positions &&
+                     as.n_sections == ai.n_sections && as.n_streams == ai.n_streams);
+        } else {
+            FZ_CHECK(rcs == FKVF_E_TORN);
+        }
+        fkvf_reader_free(rs);
         fkvf_desc d;
         (void)fkvf_reader_desc(r, &d);
         size_t n = 0;

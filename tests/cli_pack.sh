@@ -44,6 +44,7 @@ check pack-badk 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --k 100
 check pack-seed-neg 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --seed " -1"
 check pack-sinks-blankneg 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --sinks " -0"
 check pack-k-plus 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --k "+16"
+check pack-theta-blank 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --rope-theta " 10000"
 check train-seed-neg 2 "$FKVF" train "$CACHE" -o "$T/x.fkvf" --seed " -1"
 check compare-recent-neg 2 "$FKVF" compare "$CACHE" "$CACHE" --recent " -1"
 check pack-badcodec 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --codec zip

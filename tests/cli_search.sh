@@ -30,7 +30,11 @@ check both-queries 2 "$FKVF" search "$T/q.fkvf" --tokens 1 --symbols 2
 check symbols-no-stream 2 "$FKVF" search "$T/q.fkvf" --symbols 2
 check bad-stream 2 "$FKVF" search "$T/q.fkvf" --stream L1.X2 --symbols 1
 check no-stream 2 "$FKVF" search "$T/q.fkvf" --stream L9.H0.K.0 --symbols 1
+check stream-l0 0 "$FKVF" search "$T/q.fkvf" --stream L0.H0.K.0 --symbols 1
+check bad-stream-wrap 2 "$FKVF" search "$T/q.fkvf" --stream L4294967296.H0.K.0 --symbols 1
+check bad-stream-blank 2 "$FKVF" search "$T/q.fkvf" --stream "L 0.H0.K.0" --symbols 1
 check bad-radius 2 "$FKVF" search "$T/q.fkvf" --tokens 1 --radius -1
+check bad-radius-blank 2 "$FKVF" search "$T/q.fkvf" --tokens 1 --radius " 0.5"
 
 # context: the decoded symbols up to a position
 check context 0 "$FKVF" context "$T/q.fkvf" --at 100 --len 10

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli_util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -114,7 +115,9 @@ int cli_parse_u64(const char *s, uint64_t max, uint64_t *out)
 
 int cli_parse_f64(const char *s, double *out)
 {
-    if (!s || !*s)
+    /* strtod skips leading blanks: " 2" is not a number here, as for
+     * cli_parse_u64 */
+    if (!s || !*s || isspace((unsigned char)*s))
         return -1;
     char *end;
     errno = 0;
@@ -123,6 +126,96 @@ int cli_parse_f64(const char *s, double *out)
         return -1;
     *out = v;
     return 0;
+}
+
+int cli_parse_list(const char *s, uint32_t **out, size_t *n)
+{
+    size_t cap = 16, k = 0;
+    uint32_t *v = malloc(cap * sizeof *v);
+    if (!v)
+        return 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        if (*p < '0' || *p > '9') {
+            free(v);
+            return 0;
+        }
+        unsigned long long x = strtoull(p, &end, 10);
+        if (end == p || x > UINT32_MAX || (*end && *end != ',')) {
+            free(v);
+            return 0;
+        }
+        if (k == cap) {
+            cap *= 2;
+            uint32_t *t = realloc(v, cap * sizeof *v);
+            if (!t) {
+                free(v);
+                return 0;
+            }
+            v = t;
+        }
+        v[k++] = (uint32_t)x;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) {
+            free(v);
+            return 0;
+        }
+    }
+    if (!k) {
+        free(v);
+        return 0;
+    }
+    *out = v;
+    *n = k;
+    return 1;
+}
+
+/* Decimal digits at *p (at least one) with a value <= max: advances *p. */
+static int name_number(const char **p, unsigned max, unsigned *v)
+{
+    const char *s = *p;
+    unsigned x = 0;
+    if (*s < '0' || *s > '9')
+        return 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        x = x * 10 + (unsigned)(*s - '0');
+        if (x > max)
+            return 0;
+    }
+    *p = s;
+    *v = x;
+    return 1;
+}
+
+int cli_parse_stream_name(const char *s, uint64_t *id)
+{
+    if (!strcmp(s, "tokens")) {
+        *id = FKVF_STREAM_ID_TOKENS;
+        return 1;
+    }
+    /* "L%u.H%u.%c.%u" by hand: sscanf's %u skips blanks, takes a sign and
+     * wraps large numbers ("L4294967296" was layer 0) */
+    unsigned l, h, st;
+    const char *p = s;
+    char kv;
+    if (*p++ != 'L' || !name_number(&p, 0xFFFF, &l) || *p++ != '.' || *p++ != 'H' ||
+        !name_number(&p, 0xFFFF, &h) || *p++ != '.')
+        return 0;
+    kv = *p++;
+    if ((kv != 'K' && kv != 'V') || *p++ != '.' || !name_number(&p, 0xFF, &st) || *p)
+        return 0;
+    *id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, h, kv == 'V', st);
+    return 1;
+}
+
+void cli_stream_name(uint64_t id, char *out, size_t n)
+{
+    if ((id >> 56) == FKVF_STREAM_KIND_TOKENS)
+        snprintf(out, n, "tokens");
+    else
+        snprintf(out, n, "L%u.H%u.%c.%u", (unsigned)(id & 0xFFFF), (unsigned)(id >> 16 & 0xFFFF),
+                 (id >> 32 & 0xFF) ? 'V' : 'K', (unsigned)(id >> 40 & 0xFF));
 }
 
 int cli_opt_k(const char *a, const char *v, uint32_t *k)

@@ -51,8 +51,18 @@ void cli_hex16(const uint8_t h[16], char out[33]);
 /* Decimal digits only (no blank, sign or '+'), at most max: 0, or -1. */
 int cli_parse_u64(const char *s, uint64_t max, uint64_t *out);
 
-/* A finite double, the whole string: 0, or -1. */
+/* A finite double, the whole string (no blanks around it): 0, or -1. */
 int cli_parse_f64(const char *s, double *out);
+
+/* "12,55,9": decimal numbers up to 2^32-1 separated by single commas, at
+ * least one -> 1 and a malloc'd array in *out (*n entries); else 0. */
+int cli_parse_list(const char *s, uint32_t **out, size_t *n);
+
+/* A stream name: "tokens" or "L<layer>.H<head>.<K|V>.<stage>" (layer and head
+ * 0..65535, stage 0..255) -> 1 and its stream id; else 0. */
+int cli_parse_stream_name(const char *s, uint64_t *id);
+/* The name of a stream id (the inverse of cli_parse_stream_name). */
+void cli_stream_name(uint64_t id, char *out, size_t n);
 
 /* Values of the options fkvf pack, train and append --create share. Each
  * returns 0, or -1 after an error line naming the option (a: the option as

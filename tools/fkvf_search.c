@@ -70,73 +70,6 @@ static int want_help(int argc, char **argv, const char *help)
     return 0;
 }
 
-/* "12,55,9" -> symbols (malloc'd). */
-static int parse_list(const char *s, uint32_t **out, size_t *n)
-{
-    size_t cap = 16, k = 0;
-    uint32_t *v = malloc(cap * sizeof *v);
-    if (!v)
-        return 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        if (*p < '0' || *p > '9') {
-            free(v);
-            return 0;
-        }
-        unsigned long long x = strtoull(p, &end, 10);
-        if (end == p || x > UINT32_MAX || (*end && *end != ',')) {
-            free(v);
-            return 0;
-        }
-        if (k == cap) {
-            cap *= 2;
-            uint32_t *t = realloc(v, cap * sizeof *v);
-            if (!t) {
-                free(v);
-                return 0;
-            }
-            v = t;
-        }
-        v[k++] = (uint32_t)x;
-        p = *end ? end + 1 : end;
-        if (*end && !*p) {
-            free(v);
-            return 0;
-        }
-    }
-    if (!k) {
-        free(v);
-        return 0;
-    }
-    *out = v;
-    *n = k;
-    return 1;
-}
-
-static int parse_stream_name(const char *s, uint64_t *id)
-{
-    if (!strcmp(s, "tokens")) {
-        *id = FKVF_STREAM_ID_TOKENS;
-        return 1;
-    }
-    unsigned l, h, st;
-    char kv, extra;
-    if (sscanf(s, "L%u.H%u.%c.%u%c", &l, &h, &kv, &st, &extra) != 4 || (kv != 'K' && kv != 'V') ||
-        l > 0xFFFF || h > 0xFFFF || st > 0xFF)
-        return 0;
-    *id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, h, kv == 'V', st);
-    return 1;
-}
-
-static void stream_name(uint64_t id, char *out, size_t n)
-{
-    if ((id >> 56) == FKVF_STREAM_KIND_TOKENS)
-        snprintf(out, n, "tokens");
-    else
-        snprintf(out, n, "L%u.H%u.%c.%u", (unsigned)(id & 0xFFFF), (unsigned)(id >> 16 & 0xFFFF),
-                 (id >> 32 & 0xFF) ? 'V' : 'K', (unsigned)(id >> 40 & 0xFF));
-}
 
 static int open_archive(const char *path, fkvf_reader **r)
 {
@@ -155,7 +88,7 @@ static int find_stream(fkvf_reader *r, const char *path, uint64_t id, size_t *id
     if (fkvf_reader_stream_find(r, id, idx) == FKVF_OK)
         return 1;
     char nm[64];
-    stream_name(id, nm, sizeof nm);
+    cli_stream_name(id, nm, sizeof nm);
     cli_err("%s: no stream %s in the archive", path, nm);
     return 0;
 }
@@ -218,13 +151,13 @@ static int cmd_search(int argc, char **argv)
         return CLI_USAGE;
     }
     uint64_t id = FKVF_STREAM_ID_TOKENS;
-    if (stream && !parse_stream_name(stream, &id)) {
+    if (stream && !cli_parse_stream_name(stream, &id)) {
         fprintf(stderr, "fkvf search: bad stream name '%s' (tokens or Lx.Hy.K|V.stage)\n", stream);
         return CLI_USAGE;
     }
     uint32_t *q;
     size_t qn;
-    if (!parse_list(tokens ? tokens : symbols, &q, &qn)) {
+    if (!cli_parse_list(tokens ? tokens : symbols, &q, &qn)) {
         fprintf(stderr, "fkvf search: bad symbol list '%s' (comma-separated integers)\n",
                 tokens ? tokens : symbols);
         return CLI_USAGE;
@@ -290,7 +223,7 @@ static int cmd_search(int argc, char **argv)
     int has_pr = id == FKVF_STREAM_ID_TOKENS && fkvf_search_prefix_reuse(r, q, qn, &pr) == FKVF_OK;
     uint64_t S = sinks_of(r, id);
     char nm_s[64];
-    stream_name(id, nm_s, sizeof nm_s);
+    cli_stream_name(id, nm_s, sizeof nm_s);
     size_t shown = nf < maxp ? (size_t)nf : (size_t)maxp;
     if (json) {
         printf("{\"stream\":\"%s\",\"length\":%" PRIu64 ",\"n_indexed\":%" PRIu64
@@ -398,7 +331,7 @@ static int cmd_context(int argc, char **argv)
         }
     }
     uint64_t id;
-    if (!path || !has_at || !has_len || !parse_stream_name(stream, &id)) {
+    if (!path || !has_at || !has_len || !cli_parse_stream_name(stream, &id)) {
         fprintf(stderr, "fkvf context: give ARCHIVE, --at T, --len N (and a valid --stream)\n%s",
                 context_help);
         return CLI_USAGE;
@@ -468,7 +401,7 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
         int rc = fkvf_search_index_build(r, i, &d, &sz, &key);
         if (rc) {
             char nm[64];
-            stream_name(si.id, nm, sizeof nm);
+            cli_stream_name(si.id, nm, sizeof nm);
             cli_err("%s: stream %s: %s", path, nm,
                     rc == FKVF_E_NOMEM ? "out of memory" : fkvf_reader_message(r));
             ret = cli_class_exit(rc);
@@ -535,7 +468,7 @@ static int cmd_index(int argc, char **argv)
         else if (!strcmp(a, "--json"))
             json = 1;
         else if (!strcmp(a, "--stream") && i + 1 < argc && nid < 256 &&
-                 parse_stream_name(argv[i + 1], &ids[nid]))
+                 cli_parse_stream_name(argv[i + 1], &ids[nid]))
             nid++, i++;
         else if (a[0] != '-' && !path)
             path = a;
@@ -647,7 +580,7 @@ static int cmd_plot(int argc, char **argv)
         }
     }
     uint64_t id;
-    if (!path || !stream || !out || !parse_stream_name(stream, &id)) {
+    if (!path || !stream || !out || !cli_parse_stream_name(stream, &id)) {
         fprintf(stderr, "fkvf plot: give ARCHIVE, --stream NAME and -o FILE.png\n%s", plot_help);
         return CLI_USAGE;
     }
@@ -703,7 +636,7 @@ static int cmd_plot(int argc, char **argv)
         goto out;
     }
     char nm[64];
-    stream_name(id, nm, sizeof nm);
+    cli_stream_name(id, nm, sizeof nm);
     printf("%s: %" PRIu64 " points of %s, %ux%u pixels, densest pixel %u\n", out, si.length, nm, W,
            W, mx);
     ret = CLI_OK;
