@@ -204,6 +204,9 @@ static void run_batches(int pre_rope, int with_cb, int ngon, const size_t *batch
     ck_assert_msg(rc == FKVF_OK, "create: %s %s", fkvf_error_name(rc), fkvf_appender_message(a));
     uint32_t tokens[4096];
     uint64_t n = 0;
+    /* zero rows with token ids before the appender has a token buffer: a
+     * no-op (was a memcpy to a NULL buffer: UBSan, found by replay_append) */
+    append_n(a, 0, 0, tokens, 1);
     for (size_t i = 0; i < nb; i++) {
         append_n(a, n, batches[i], tokens, 1);
         n += batches[i];

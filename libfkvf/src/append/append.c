@@ -577,7 +577,7 @@ FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t siz
     if (want)
         memcpy(a->rows + a->rows_n * a->row_bytes, rows, want);
     a->rows_n += n_rows;
-    if (tokens) {
+    if (tokens && n_rows) {
         memcpy(a->tok + a->tok_n, tokens, n_rows * sizeof *tokens);
         a->tok_n += n_rows;
     }
