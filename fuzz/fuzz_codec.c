@@ -78,22 +78,22 @@ static void fuzz_quad(fz *f)
     }
     free(dec);
     /* the appender writes the same bytes, also when read in between */
-    fkvf_appender ap;
-    FZ_CHECK(fkvf_appender_init_quad(&ap, bits, NULL) == FKVF_OK);
+    fkvf_sym_appender ap;
+    FZ_CHECK(fkvf_sym_appender_init_quad(&ap, bits, NULL) == FKVF_OK);
     size_t step = 1 + (mode >> 1) % 97;
     for (size_t i = 0; i < n; i++) {
-        FZ_CHECK(fkvf_appender_push(&ap, sym[i]) == FKVF_OK);
+        FZ_CHECK(fkvf_sym_appender_push(&ap, sym[i]) == FKVF_OK);
         const uint8_t *ad;
         size_t as;
         if ((i + 1) % step == 0 || i + 1 == n) {
-            FZ_CHECK(fkvf_appender_bytes(&ap, &ad, &as) == FKVF_OK);
+            FZ_CHECK(fkvf_sym_appender_bytes(&ap, &ad, &as) == FKVF_OK);
             uint64_t want;
             FZ_CHECK(fkvf_quad_data_bytes(i + 1, bits, &want) && want == as);
             if (i + 1 == n)
                 FZ_CHECK(as == bytes && memcmp(ad, data, as) == 0);
         }
     }
-    fkvf_appender_fini(&ap);
+    fkvf_sym_appender_fini(&ap);
 out:
     free(data);
     free(sym);
@@ -164,21 +164,21 @@ static void fuzz_ngon(fz *f)
         }
     }
     free(dec);
-    fkvf_appender ap;
-    FZ_CHECK(fkvf_appender_init_ngon(&ap, &g, NULL) == FKVF_OK);
+    fkvf_sym_appender ap;
+    FZ_CHECK(fkvf_sym_appender_init_ngon(&ap, &g, NULL) == FKVF_OK);
     size_t step = 1 + (mode >> 2) % 61;
     for (size_t i = 0; i < n; i++) {
-        FZ_CHECK(fkvf_appender_push(&ap, sym[i]) == FKVF_OK);
+        FZ_CHECK(fkvf_sym_appender_push(&ap, sym[i]) == FKVF_OK);
         if ((i + 1) % step == 0 || i + 1 == n) {
             const uint8_t *ad;
             size_t as;
-            FZ_CHECK(fkvf_appender_bytes(&ap, &ad, &as) == FKVF_OK);
+            FZ_CHECK(fkvf_sym_appender_bytes(&ap, &ad, &as) == FKVF_OK);
             FZ_CHECK(as == ((i + 1) + L - 1) / L * 16);
             if (i + 1 == n)
                 FZ_CHECK(as == bytes && memcmp(ad, data, as) == 0);
         }
     }
-    fkvf_appender_fini(&ap);
+    fkvf_sym_appender_fini(&ap);
 out:
     free(data);
     free(sym);

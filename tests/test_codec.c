@@ -795,16 +795,16 @@ START_TEST(ngon_encode_refuses)
     fill_symbols(&rng, s, 64 * 50, 4);
     uint8_t out[16 * 50];
     ck_assert_int_eq(fkvf_ngon_encode(&g, s, 64 * 50, out, sizeof out), FKVF_E_CODEC);
-    fkvf_appender a;
-    ck_assert_int_eq(fkvf_appender_init_ngon(&a, &g, NULL), FKVF_OK);
+    fkvf_sym_appender a;
+    ck_assert_int_eq(fkvf_sym_appender_init_ngon(&a, &g, NULL), FKVF_OK);
     int rc = FKVF_OK;
     size_t k = 0;
     for (; k < 64 * 50 && rc == FKVF_OK; k++)
-        rc = fkvf_appender_push(&a, s[k]);
+        rc = fkvf_sym_appender_push(&a, s[k]);
     ck_assert_int_eq(rc, FKVF_E_CODEC);
     ck_assert_uint_eq(k % 64, 0);  /* refused when a span completes */
     ck_assert_uint_eq(a.n, k - 1); /* and the symbol was not appended */
-    fkvf_appender_fini(&a);
+    fkvf_sym_appender_fini(&a);
     fkvf_ngon_fini(&g);
 }
 END_TEST
@@ -1035,13 +1035,13 @@ START_TEST(appender_quad)
         fill_symbols(&rng, s, n, UINT64_C(1) << bits);
         counting cnt = {0, 0, 0};
         fkvf_allocator al = {c_alloc, c_realloc, c_free, &cnt};
-        fkvf_appender a;
-        ck_assert_int_eq(fkvf_appender_init_quad(&a, bits, &al), FKVF_OK);
+        fkvf_sym_appender a;
+        ck_assert_int_eq(fkvf_sym_appender_init_quad(&a, bits, &al), FKVF_OK);
         uint8_t ref[1216];
         for (size_t k = 0; k <= n; k++) {
             const uint8_t *d;
             size_t size;
-            ck_assert_int_eq(fkvf_appender_bytes(&a, &d, &size), FKVF_OK);
+            ck_assert_int_eq(fkvf_sym_appender_bytes(&a, &d, &size), FKVF_OK);
             uint64_t want;
             ck_assert(fkvf_quad_data_bytes(k, bits, &want));
             ck_assert_uint_eq(size, want);
@@ -1051,16 +1051,16 @@ START_TEST(appender_quad)
             if (k == n)
                 break;
             if (bits < 32)
-                ck_assert_int_eq(fkvf_appender_push(&a, (uint32_t)1 << bits), FKVF_E_SYMBOL);
-            ck_assert_int_eq(fkvf_appender_push(&a, s[k]), FKVF_OK);
+                ck_assert_int_eq(fkvf_sym_appender_push(&a, (uint32_t)1 << bits), FKVF_E_SYMBOL);
+            ck_assert_int_eq(fkvf_sym_appender_push(&a, s[k]), FKVF_OK);
         }
         ck_assert_uint_eq(a.n, n);
-        fkvf_appender_fini(&a);
+        fkvf_sym_appender_fini(&a);
         ck_assert_int_eq(cnt.live, 0);
     }
-    fkvf_appender a;
-    ck_assert_int_eq(fkvf_appender_init_quad(&a, 7, NULL), FKVF_E_INVALID_ARG);
-    fkvf_appender_fini(&a);
+    fkvf_sym_appender a;
+    ck_assert_int_eq(fkvf_sym_appender_init_quad(&a, 7, NULL), FKVF_E_INVALID_ARG);
+    fkvf_sym_appender_fini(&a);
 }
 END_TEST
 
@@ -1074,34 +1074,34 @@ START_TEST(appender_ngon)
         tu_rng rng = {ns[i] + 1};
         uint32_t s[200];
         fill_symbols(&rng, s, n, g.n);
-        fkvf_appender a;
-        ck_assert_int_eq(fkvf_appender_init_ngon(&a, &g, NULL), FKVF_OK);
+        fkvf_sym_appender a;
+        ck_assert_int_eq(fkvf_sym_appender_init_ngon(&a, &g, NULL), FKVF_OK);
         uint8_t ref[16 * 200];
         for (size_t k = 0; k <= n; k++) {
             const uint8_t *d;
             size_t size;
-            ck_assert_int_eq(fkvf_appender_bytes(&a, &d, &size), FKVF_OK);
+            ck_assert_int_eq(fkvf_sym_appender_bytes(&a, &d, &size), FKVF_OK);
             ck_assert_uint_eq(size, (k + g.span - 1) / g.span * 16);
             ck_assert_int_eq(fkvf_ngon_encode(&g, s, k, ref, sizeof ref), FKVF_OK);
             if (size)
                 ck_assert_mem_eq(d, ref, size);
             if (k == n)
                 break;
-            ck_assert_int_eq(fkvf_appender_push(&a, g.n), FKVF_E_SYMBOL);
-            ck_assert_int_eq(fkvf_appender_push(&a, s[k]), FKVF_OK);
+            ck_assert_int_eq(fkvf_sym_appender_push(&a, g.n), FKVF_E_SYMBOL);
+            ck_assert_int_eq(fkvf_sym_appender_push(&a, s[k]), FKVF_OK);
         }
         /* bytes() twice in a row gives the same */
         const uint8_t *d1, *d2;
         size_t z1, z2;
-        ck_assert_int_eq(fkvf_appender_bytes(&a, &d1, &z1), FKVF_OK);
-        ck_assert_int_eq(fkvf_appender_bytes(&a, &d2, &z2), FKVF_OK);
+        ck_assert_int_eq(fkvf_sym_appender_bytes(&a, &d1, &z1), FKVF_OK);
+        ck_assert_int_eq(fkvf_sym_appender_bytes(&a, &d2, &z2), FKVF_OK);
         ck_assert_uint_eq(z1, z2);
         ck_assert_mem_eq(d2, ref, z2);
         /* decodable */
         uint32_t o[200];
         ck_assert_int_eq(fkvf_ngon_decode(&g, d2, z2, n, 0, n, o, 1), FKVF_OK);
         ck_assert_mem_eq(o, s, n * sizeof *s);
-        fkvf_appender_fini(&a);
+        fkvf_sym_appender_fini(&a);
         fkvf_ngon_fini(&g);
     }
 }
@@ -1110,33 +1110,33 @@ END_TEST
 START_TEST(appender_large)
 {
     /* amortized O(1): a million pushes */
-    fkvf_appender a;
-    ck_assert_int_eq(fkvf_appender_init_quad(&a, 8, NULL), FKVF_OK);
+    fkvf_sym_appender a;
+    ck_assert_int_eq(fkvf_sym_appender_init_quad(&a, 8, NULL), FKVF_OK);
     for (uint32_t k = 0; k < 1000000; k++)
-        ck_assert_int_eq(fkvf_appender_push(&a, k & 255), FKVF_OK);
+        ck_assert_int_eq(fkvf_sym_appender_push(&a, k & 255), FKVF_OK);
     const uint8_t *d;
     size_t size;
-    ck_assert_int_eq(fkvf_appender_bytes(&a, &d, &size), FKVF_OK);
+    ck_assert_int_eq(fkvf_sym_appender_bytes(&a, &d, &size), FKVF_OK);
     ck_assert_uint_eq(size, 1000000);
     for (uint32_t k = 0; k < 1000000; k += 4999)
         ck_assert_uint_eq(d[k], k & 255);
-    fkvf_appender_fini(&a);
+    fkvf_sym_appender_fini(&a);
 
     fkvf_ngon g;
     ngon_init_ok(&g, 256, 0, 0);
-    ck_assert_int_eq(fkvf_appender_init_ngon(&a, &g, NULL), FKVF_OK);
+    ck_assert_int_eq(fkvf_sym_appender_init_ngon(&a, &g, NULL), FKVF_OK);
     tu_rng rng = {5};
     const size_t n = 200000;
     uint32_t *s = xcalloc(n, sizeof *s), *o = xcalloc(n, sizeof *o);
     fill_symbols(&rng, s, n, 256);
     for (size_t k = 0; k < n; k++)
-        ck_assert_int_eq(fkvf_appender_push(&a, s[k]), FKVF_OK);
-    ck_assert_int_eq(fkvf_appender_bytes(&a, &d, &size), FKVF_OK);
+        ck_assert_int_eq(fkvf_sym_appender_push(&a, s[k]), FKVF_OK);
+    ck_assert_int_eq(fkvf_sym_appender_bytes(&a, &d, &size), FKVF_OK);
     ck_assert_int_eq(fkvf_ngon_decode(&g, d, size, n, 0, n, o, 1), FKVF_OK);
     ck_assert_mem_eq(o, s, n * sizeof *s);
     free(s);
     free(o);
-    fkvf_appender_fini(&a);
+    fkvf_sym_appender_fini(&a);
     fkvf_ngon_fini(&g);
 }
 END_TEST

@@ -1,6 +1,7 @@
-/* Appender: O(1) amortized append of symbols to a quad or ngon stream, whose
- * serialization at any moment is byte-for-byte what fkvf_quad_encode /
- * fkvf_ngon_encode give for the same symbols.
+/* Symbol appender (fkvf_sym_appender, internal): O(1) amortized append of
+ * symbols to a quad or ngon stream, whose serialization at any moment is
+ * byte-for-byte what fkvf_quad_encode / fkvf_ngon_encode give for the same
+ * symbols.
  *
  * quad: the packed bitstream grows in place (the buffer beyond the last
  * symbol is kept zero, which is the padding of spec 11.7).
@@ -14,13 +15,13 @@
 #include "codec.h"
 #include "le.h"
 
-static void appender_zero(fkvf_appender *a, const fkvf_allocator *alloc)
+static void appender_zero(fkvf_sym_appender *a, const fkvf_allocator *alloc)
 {
     memset(a, 0, sizeof *a);
     a->alloc = alloc;
 }
 
-int fkvf_appender_init_quad(fkvf_appender *a, unsigned bits, const fkvf_allocator *alloc)
+int fkvf_sym_appender_init_quad(fkvf_sym_appender *a, unsigned bits, const fkvf_allocator *alloc)
 {
     if (!a)
         return FKVF_E_INVALID_ARG;
@@ -32,7 +33,7 @@ int fkvf_appender_init_quad(fkvf_appender *a, unsigned bits, const fkvf_allocato
     return FKVF_OK;
 }
 
-int fkvf_appender_init_ngon(fkvf_appender *a, const fkvf_ngon *g, const fkvf_allocator *alloc)
+int fkvf_sym_appender_init_ngon(fkvf_sym_appender *a, const fkvf_ngon *g, const fkvf_allocator *alloc)
 {
     if (!a)
         return FKVF_E_INVALID_ARG;
@@ -45,7 +46,7 @@ int fkvf_appender_init_ngon(fkvf_appender *a, const fkvf_ngon *g, const fkvf_all
 }
 
 /* Make room for `need` bytes, zero-filling what is new. */
-static int reserve(fkvf_appender *a, uint64_t need)
+static int reserve(fkvf_sym_appender *a, uint64_t need)
 {
     size_t want;
     if (!fkvf_tosz(need, &want))
@@ -64,7 +65,7 @@ static int reserve(fkvf_appender *a, uint64_t need)
     return FKVF_OK;
 }
 
-static int push_quad(fkvf_appender *a, uint32_t sym)
+static int push_quad(fkvf_sym_appender *a, uint32_t sym)
 {
     const unsigned bits = a->bits;
     if (bits < 32 && (sym >> bits))
@@ -90,7 +91,7 @@ static int push_quad(fkvf_appender *a, uint32_t sym)
 }
 
 /* Encode and check the open span (len symbols) into the anchor slot j. */
-static int store_open_span(fkvf_appender *a, uint32_t len, uint64_t j)
+static int store_open_span(fkvf_sym_appender *a, uint32_t len, uint64_t j)
 {
     const fkvf_ngon *g = a->ngon;
     uint32_t back[64];
@@ -105,7 +106,7 @@ static int store_open_span(fkvf_appender *a, uint32_t len, uint64_t j)
     return FKVF_OK;
 }
 
-static int push_ngon(fkvf_appender *a, uint32_t sym)
+static int push_ngon(fkvf_sym_appender *a, uint32_t sym)
 {
     const fkvf_ngon *g = a->ngon;
     const uint32_t L = g->span;
@@ -116,7 +117,7 @@ static int push_ngon(fkvf_appender *a, uint32_t sym)
     uint64_t j = a->n / L;
     uint32_t k = (uint32_t)(a->n % L);
     uint64_t need;
-    /* room for span j's anchor (also used by fkvf_appender_bytes) */
+    /* room for span j's anchor (also used by fkvf_sym_appender_bytes) */
     if (!fkvf_mul64(j + 1, 16, &need))
         return FKVF_E_LIMIT;
     int rc = reserve(a, need);
@@ -132,7 +133,7 @@ static int push_ngon(fkvf_appender *a, uint32_t sym)
     return FKVF_OK;
 }
 
-int fkvf_appender_push(fkvf_appender *a, uint32_t sym)
+int fkvf_sym_appender_push(fkvf_sym_appender *a, uint32_t sym)
 {
     if (!a)
         return FKVF_E_INVALID_ARG;
@@ -143,7 +144,7 @@ int fkvf_appender_push(fkvf_appender *a, uint32_t sym)
     return FKVF_E_STATE;
 }
 
-int fkvf_appender_bytes(fkvf_appender *a, const uint8_t **data, size_t *size)
+int fkvf_sym_appender_bytes(fkvf_sym_appender *a, const uint8_t **data, size_t *size)
 {
     if (!a || !data || !size)
         return FKVF_E_INVALID_ARG;
@@ -170,7 +171,7 @@ int fkvf_appender_bytes(fkvf_appender *a, const uint8_t **data, size_t *size)
     return FKVF_OK;
 }
 
-void fkvf_appender_fini(fkvf_appender *a)
+void fkvf_sym_appender_fini(fkvf_sym_appender *a)
 {
     if (!a)
         return;
