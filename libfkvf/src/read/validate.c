@@ -27,6 +27,7 @@
 #include "alloc.h"
 #include "ckd.h"
 #include "hash.h"
+#include "format/zidx.h"
 #include "le.h"
 #include "reader_impl.h"
 
@@ -45,11 +46,7 @@ typedef struct vsec {
     fkvf_strm_hdr h;      /* STRM */
     uint32_t vtxs_n;      /* VTXS */
     fkvf_codebook_shape cb; /* CBK1 */
-    struct {                /* ZIDX header (spec 20.2) */
-        uint64_t stream_id, n_indexed, r_bits;
-        uint8_t profile, bits;
-        uint32_t alphabet, span;
-    } z;
+    fkvf_zidx_hdr z;        /* ZIDX (spec 20.2) */
 } vsec;
 
 typedef struct vctx {
@@ -521,64 +518,14 @@ static void check_cbk1_values(vctx *c, size_t i)
     }
 }
 
-/* A ZIDX section's header, size, entry order and positions (spec 20.2,
- * 20.3); the stream it names and the keys are checked with the streams. */
-static int check_zidx(vctx *c, size_t i)
+/* A ZIDX section's entry order and positions (spec 20.3), its header and
+ * size having passed fkvf_zidx_hdr_parse; the stream it names and the keys
+ * are checked with the streams. */
+static int check_zidx_entries(vctx *c, size_t i)
 {
     vsec *v = &c->vs[i];
-    const fkvf_dirent *e = &c->r->sections[i].e;
     const uint8_t *p = v->p;
-    if (v->n < 64) {
-        RS(FKVF_E_TRUNCATED, "20.2", "ZIDX-HEADER", i, "ZIDX section %zu: %llu bytes, the header "
-           "needs 64", i, (unsigned long long)v->n);
-        return 0;
-    }
-    v->z.stream_id = fkvf_ld64(p);
-    v->z.profile = p[8];
-    v->z.bits = p[9];
-    uint16_t esz = fkvf_ld16(p + 10);
-    v->z.alphabet = fkvf_ld32(p + 12);
-    v->z.n_indexed = fkvf_ld64(p + 16);
-    v->z.r_bits = fkvf_ld64(p + 24);
-    v->z.span = fkvf_ld32(p + 32);
-    double r = fkvf_ldf64(p + 24);
-    int ok = 1;
-    for (int k = 36; k < 64; k++)
-        if (p[k])
-            ok = 0;
-    if (v->z.stream_id != e->key)
-        ok = 0;
-    if (v->z.profile == FKVF_PROFILE_QUAD)
-        ok = ok && v->z.bits >= 2 && v->z.bits <= 32 && v->z.bits % 2 == 0 && esz == 24 &&
-             v->z.alphabet == 0 && v->z.r_bits == 0 && v->z.span == 0;
-    else if (v->z.profile == FKVF_PROFILE_NGON)
-        ok = ok && v->z.bits == 0 && esz == 32 && v->z.alphabet >= 2 &&
-             v->z.alphabet <= FKVF_MAX_NGON_N && r > 0 && r <= 0.5 && v->z.span >= 1 &&
-             v->z.span <= 44;
-    else
-        ok = 0;
-    if (!ok) {
-        RS(FKVF_E_CORRUPT, "20.2", "ZIDX-HEADER", i,
-           "ZIDX section %zu: header fields invalid (reserved bytes, stream_id = key %llu, "
-           "profile %u with symbol_bits %u, entry_size %u, alphabet %u, r, span_symbols %u)",
-           i, (unsigned long long)e->key, v->z.profile, v->z.bits, esz, v->z.alphabet,
-           v->z.span);
-        return 0;
-    }
-    uint64_t want;
-    if (!fkvf_mul64(v->z.n_indexed, esz, &want) || !fkvf_add64(want, 64, &want) ||
-        want > FKVF_MAX_SECTION_SIZE) {
-        RS(FKVF_E_LIMIT, "20.2", "ZIDX-HEADER", i, "ZIDX section %zu: n_indexed %llu too large",
-           i, (unsigned long long)v->z.n_indexed);
-        return 0;
-    }
-    if (want != v->n) {
-        RS(want > v->n ? FKVF_E_TRUNCATED : FKVF_E_CORRUPT, "20.2", "ZIDX-HEADER", i,
-           "ZIDX section %zu: %llu entries need %llu bytes, the section has %llu", i,
-           (unsigned long long)v->z.n_indexed, (unsigned long long)want,
-           (unsigned long long)v->n);
-        return 0;
-    }
+    const uint16_t esz = v->z.entry_size;
     int pos_bad = 0, order_bad = 0;
     uint64_t ph = 0, pl = 0, pp = 0;
     for (uint64_t k = 0; k < v->z.n_indexed && !c->stop; k++) {
@@ -721,9 +668,13 @@ static void check_contents(vctx *c)
             }
             break;
         case FKVF_SECTION_ZIDX:
-            if (!(e->flags & FKVF_SECTION_DEFLATE) && check_zidx(c, i))
-                v->parsed = 1;
-            continue;
+            if (e->flags & FKVF_SECTION_DEFLATE)
+                continue; /* reported with the directory */
+            chk = "ZIDX-HEADER";
+            rc = fkvf_zidx_hdr_parse(v->p, v->n, e->key, e->offset, &v->z, &dg);
+            if (rc == FKVF_OK && !check_zidx_entries(c, i))
+                continue; /* reported there */
+            break;
         default:
             continue; /* unknown: ignored */
         }
@@ -969,13 +920,11 @@ static void check_between(vctx *c)
                "ZIDX section %zu: stream %016llx does not exist", i, (unsigned long long)id);
             continue;
         }
-        uint64_t rb;
-        memcpy(&rb, &h->r, 8);
         uint32_t u = fkvf_strm_align(h->profile, h->bits, h->span_symbols);
         if (v->z.profile != h->profile ||
             (h->profile == FKVF_PROFILE_QUAD ? v->z.bits != h->bits
                                               : (v->z.alphabet != h->alphabet ||
-                                                 v->z.r_bits != rb ||
+                                                 memcmp(&v->z.r, &h->r, 8) ||
                                                  v->z.span != h->span_symbols)))
             RS(FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", i,
                "ZIDX section %zu: codec parameters differ from those of stream %016llx", i,
