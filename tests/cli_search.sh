@@ -64,6 +64,11 @@ for a in q n; do
     # index: one new commit, valid, same answers
     check "index-$a" 0 "$FKVF" index "$T/$a.fkvf" --no-sync
     grep_in "index-$a-msg" "indexed 61 streams" "$T/out"
+    # a second run finds every index current: no commit, the file unchanged
+    cp "$T/$a.fkvf" "$T/$a-once.fkvf"
+    check "index-$a-again" 0 "$FKVF" index "$T/$a.fkvf" --no-sync
+    grep_in "index-$a-again-msg" "nothing to do, the file is unchanged; 61 streams already have a current index" "$T/out"
+    check "index-$a-again-same" 0 cmp "$T/$a.fkvf" "$T/$a-once.fkvf"
     check "verify-$a" 0 "$FKVF" verify "$T/$a.fkvf"
     check "info-$a" 0 "$FKVF" info "$T/$a.fkvf"
     grep_in "info-$a-commits" "in 2 commit" "$T/out"
@@ -80,8 +85,8 @@ for a in q n; do
     check "search-$a-scan-same" 0 cmp "$T/before-$a" "$T/scan-$a"
     # one stream only
     check "index-$a-one" 0 "$FKVF" index "$T/$a.fkvf" --stream tokens --no-sync --json
-    grep_in "index-$a-one-json" '"streams":1,' "$T/out"
-    check "verify-$a-2" 0 "$FKVF" verify "$T/$a.fkvf"
+    grep_in "index-$a-one-json" '"streams":0,"entries":0,"bytes":0,"current":1,"too_short":0,"changed":false' "$T/out"
+    check "index-$a-one-same" 0 cmp "$T/$a.fkvf" "$T/$a-once.fkvf"
     check "index-$a-nosuch" 2 "$FKVF" index "$T/$a.fkvf" --stream L99.H0.K.0
 
     # plot: a PNG
@@ -90,6 +95,27 @@ for a in q n; do
     [ "$sig" = "89504e470d0a1a0a" ] && pass=$((pass + 1)) || { echo "FAIL plot-$a-sig: $sig"; fails=$((fails + 1)); }
     check "plot-$a-tokens" 0 "$FKVF" plot "$T/$a.fkvf" --stream tokens -o "$T/$a-t.png"
 done
+# index one stream, then all: only the others are indexed
+check pack-part 0 "$FKVF" pack "$CACHE" -o "$T/part.fkvf" $Q
+check index-part-tokens 0 "$FKVF" index "$T/part.fkvf" --stream tokens --no-sync --json
+grep_in index-part-tokens-json '"streams":1,"entries":256,' "$T/out"
+check index-part-all 0 "$FKVF" index "$T/part.fkvf" --no-sync
+grep_in index-part-all-msg "indexed 60 streams .*; 1 stream already has a current index" "$T/out"
+check index-part-info 0 "$FKVF" info "$T/part.fkvf"
+grep_in index-part-commits "in 3 commit" "$T/out"
+check index-part-verify 0 "$FKVF" verify "$T/part.fkvf"
+# an archive that grew past its index is indexed again; then current again
+check grow-create 0 "$FKVF" append --create "$T/g.fkvf" "$CACHE" --exact-only --positions 0:100
+check grow-index 0 "$FKVF" index "$T/g.fkvf" --no-sync --json
+grep_in grow-index-json '"streams":1,' "$T/out"
+check grow-append 0 "$FKVF" append "$T/g.fkvf" "$CACHE" --new
+check grow-reindex 0 "$FKVF" index "$T/g.fkvf" --no-sync --json
+grep_in grow-reindex-json '"streams":1,"entries":256,.*"changed":true' "$T/out"
+cp "$T/g.fkvf" "$T/g-once.fkvf"
+check grow-again 0 "$FKVF" index "$T/g.fkvf" --no-sync
+check grow-again-same 0 cmp "$T/g.fkvf" "$T/g-once.fkvf"
+check grow-search 0 "$FKVF" search "$T/g.fkvf" --tokens "$(cat "$T/ctx100")" --json
+grep_in grow-search-indexed '"n_indexed":256' "$T/out"
 check plot-bad-size 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/x.png" --size 3
 check plot-no-out 2 "$FKVF" plot "$T/q.fkvf" --stream tokens
 check plot-unwritable 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/nodir/x.png"
