@@ -2,7 +2,9 @@
 # CLI search / context / index / plot on archives packed from the bundled
 # real sample cache (testdata/sample-cache.safetensors, with token ids):
 # answers against the decoded stream, identical with and without an index,
-# the index commit verifies, PNG output, usage errors.
+# the index commit verifies, a second 'fkvf index' leaves the file unchanged,
+# occurrences printed as [first, end), symbols outside the alphabet refused,
+# PNG output, usage errors.
 # usage: cli_search.sh FKVF_BIN SRCDIR
 set -u
 FKVF=$1
@@ -50,16 +52,26 @@ check context-index-stream 0 "$FKVF" context "$T/q.fkvf" --at 50 --len 5 --strea
 for a in q n; do
     CTX=$(cat "$T/ctx100")
     check "search-$a" 0 "$FKVF" search "$T/$a.fkvf" --tokens "$CTX" --radius auto --json
-    grep_in "search-$a-exact" '"positions":\[[0-9,]*100' "$T/out"
-    grep_in "search-$a-longest" '{"position":100,"length":10}' "$T/out"
+    # an occurrence is the positions it covers, [first, end): 91..100
+    grep_in "search-$a-exact" '"matches":\[.*{"first":91,"end":101}' "$T/out"
+    grep_in "search-$a-longest" '{"first":91,"end":101,"length":10}' "$T/out"
     cnt=$(sed -n 's/.*"exact":{"count":\([0-9]*\).*/\1/p' "$T/out")
     grep_in "search-$a-radius" "\"verified\":$cnt," "$T/out"
     sed 's/"n_indexed":[0-9]*,//' "$T/out" >"$T/before-$a"
+    check "search-$a-text" 0 "$FKVF" search "$T/$a.fkvf" --tokens "$CTX"
+    grep_in "search-$a-text-query" "^query       10 tokens: $CTX\$" "$T/out"
+    grep_in "search-$a-text-exact" '^exact       [0-9]* occurrences*, positions \[first, end):.* \[91, 101)' "$T/out"
+    grep_in "search-$a-text-longest" '^  \[91, 101) *10 tokens (the whole query)$' "$T/out"
     # an index stream query, before the index
     "$FKVF" context "$T/$a.fkvf" --at 150 --len 3 --stream L2.H1.K.1 >"$T/ictx"
     check "search-$a-stream" 0 "$FKVF" search "$T/$a.fkvf" --stream L2.H1.K.1 --symbols "$(cat "$T/ictx")" --k 4 --context 3 --json
-    grep_in "search-$a-stream-found" '"positions":\[[0-9,]*150' "$T/out"
+    grep_in "search-$a-stream-found" '"matches":\[.*{"first":148,"end":151}' "$T/out"
     sed 's/"n_indexed":[0-9]*,//' "$T/out" >"$T/sbefore-$a"
+    # symbols outside the stream's alphabet (k = 16) are a usage error
+    check "search-$a-alphabet" 2 "$FKVF" search "$T/$a.fkvf" --stream L2.H1.K.1 --symbols 3,16
+    grep_in "search-$a-alphabet-msg" "symbol 16 (item 2 of the query) is outside stream L2.H1.K.1's alphabet 0..15" "$T/err"
+    check "search-$a-alphabet-top" 0 "$FKVF" search "$T/$a.fkvf" --stream L2.H1.K.1 --symbols 3,15
+    grep_in "search-$a-alphabet-text" '^stream      L2.H1.K.1: 220 positions (cache positions 4..223), no index (scan)$' "$T/out"
 
     # index: one new commit, valid, same answers
     check "index-$a" 0 "$FKVF" index "$T/$a.fkvf" --no-sync
@@ -132,10 +144,22 @@ check pack-index-same 0 cmp "$T/before-q" "$T/pi-out"
 "$FKVF" context "$T/q.fkvf" --at 29 --len 30 >"$T/pfx"
 check prefix 0 "$FKVF" search "$T/q.fkvf" --tokens "$(cat "$T/pfx"),4000000000" --json
 grep_in prefix-json '"prefix_len":30' "$T/out"
-check prefix-text 0 "$FKVF" search "$T/q.fkvf" --tokens "$(cat "$T/pfx")"
-grep_in prefix-text "holds the first 30 query tokens" "$T/out"
+check prefix-text 0 "$FKVF" search "$T/q.fkvf" --tokens "$(cat "$T/pfx"),4000000000"
+grep_in prefix-text "^prefix      the query's first 30 tokens match the archive's positions \[0, 30): 30 reusable cache rows$" "$T/out"
+check prefix-one 0 "$FKVF" search "$T/q.fkvf" --tokens "$(cut -d, -f1 "$T/pfx")"
+grep_in prefix-one "^query       1 token: [0-9]*$" "$T/out"
+grep_in prefix-one-text "^prefix      the whole query (1 token) matches the archive's positions \[0, 1): 1 reusable cache row$" "$T/out"
 # a query that never occurs
 check search-none 0 "$FKVF" search "$T/q.fkvf" --tokens 4000000000 --json
 grep_in search-none '"exact":{"count":0,' "$T/out"
 grep_in search-none-longest '"longest":\[\]' "$T/out"
+grep_in search-none-note "note: token 4000000000 (item 1 of the query) is above the token stream's width (0..[0-9]*)" "$T/err"
+check search-none-text 0 "$FKVF" search "$T/q.fkvf" --tokens 4000000000
+grep_in search-none-exact "^exact       0 occurrences$" "$T/out"
+grep_in search-none-prefix "^prefix      none: the query's first token is not the archive's first token" "$T/out"
+# an embedded codebook bounds index symbols by its k (32 < the 6-bit alphabet)
+check pack-k32 0 "$FKVF" pack "$CACHE" -o "$T/k32.fkvf" --train --k 32 --k-stages 1 --v-stages 1
+check search-k32 2 "$FKVF" search "$T/k32.fkvf" --stream L0.H0.K.0 --symbols 32
+grep_in search-k32-msg "symbol 32 (item 1 of the query) is outside stream L0.H0.K.0's alphabet 0..31, the codebook's k" "$T/err"
+check search-k32-ok 0 "$FKVF" search "$T/k32.fkvf" --stream L0.H0.K.0 --symbols 31
 finish cli_search

@@ -19,19 +19,28 @@ static const char *search_help =
     "Finds where the query's symbols occurred in a stream, without decoding the\n"
     "archive: LIST is comma-separated symbols, oldest first (the last one is the\n"
     "most recent). NAME is 'tokens' or Lx.Hy.K|V.stage (e.g. L3.H2.K.0).\n"
-    "Prints the positions whose context ends with the whole query (exact), the\n"
-    "k positions sharing the longest suffix with it (longest), and with\n"
-    "--radius the paper's plane query: points within D of the query's point,\n"
-    "verified by decoding (candidates, verified, false positives).\n"
-    "Positions are stream positions t; for index streams the cache position is\n"
-    "n_sinks + t. For --tokens, 'prefix' is how many of the query's first tokens\n"
-    "the archive holds at the same positions: the cached rows an engine can reuse\n"
-    "for that prompt.\n"
+    "Prints every occurrence of the whole query (exact), the k occurrences of\n"
+    "the longest suffixes of the query (longest), and with --radius the\n"
+    "paper's plane query: points within D of the query's point, verified by\n"
+    "decoding (candidates, verified, false positives).\n"
+    "\n"
+    "An occurrence is printed as the stream positions it covers, [first, end):\n"
+    "its first symbol is at position first, its last at end - 1 (text and\n"
+    "--json). For index streams the cache position is n_sinks + t (shown as\n"
+    "'cache'). For --tokens, 'prefix' is how many of the query's first tokens\n"
+    "the archive holds at the same positions: the cached rows an engine can\n"
+    "reuse for that prompt.\n"
+    "\n"
+    "A symbol outside an index stream's alphabet (0..k-1, k the codebook size\n"
+    "when the archive embeds its codebook, else the stream's alphabet) is\n"
+    "refused: exit 2, as for any bad value on the command line. A token id\n"
+    "above the token stream's width cannot occur in it: a note says so and the\n"
+    "search runs (the prefix answer still holds).\n"
     "\n"
     "  --k N          longest matches to show (5)\n"
     "  --radius D     plane radius; 'auto' = the bound that holds every match\n"
-    "  --context N    show the N symbols up to each longest match (0)\n"
-    "  --max N        exact positions to print (20; the count is always exact)\n"
+    "  --context N    show the N symbols up to the end of each longest match (0)\n"
+    "  --max N        exact occurrences to print (20; the count is always exact)\n"
     "  --no-index     ignore ZIDX sections (scan)\n"
     "  --json         one JSON object\n";
 
@@ -127,6 +136,46 @@ static void print_syms(const uint32_t *v, size_t n)
         printf("%s%" PRIu32, i ? "," : "", v[i]);
 }
 
+static const char *plural(uint64_t n) { return n == 1 ? "" : "s"; }
+
+/* The query against the stream's alphabet: a symbol an index stream cannot
+ * hold (>= its alphabet, or >= the embedded codebook's k) is refused with
+ * 0 (a bad value given on the command line: exit 2); a token id above the
+ * token stream's width gets a note (it cannot occur, but the prompt it is
+ * part of still has a reusable prefix). */
+static int query_in_alphabet(fkvf_reader *r, const char *path, size_t idx, const char *name,
+                             int is_tok, const uint32_t *q, size_t qn)
+{
+    fkvf_stream_info si;
+    if (fkvf_reader_stream_info(r, idx, &si) != FKVF_OK)
+        return 1; /* the search reports it */
+    uint64_t bound = si.alphabet ? si.alphabet : (uint64_t)UINT32_MAX + 1;
+    fkvf_codebook_shape cs;
+    int by_k = 0;
+    if (!is_tok && fkvf_reader_codebook(r, &cs, NULL, NULL, NULL) == FKVF_OK && cs.k < bound) {
+        bound = cs.k;
+        by_k = 1;
+    }
+    for (size_t i = 0; i < qn; i++) {
+        if (q[i] < bound)
+            continue;
+        if (is_tok) {
+            fprintf(stderr,
+                    "fkvf search: %s: note: token %" PRIu32 " (item %zu of the query) is above the "
+                    "token stream's width (0..%" PRIu64 "): it occurs nowhere, so no match "
+                    "includes it\n",
+                    path, q[i], i + 1, bound - 1);
+            return 1;
+        }
+        fprintf(stderr,
+                "fkvf search: %s: symbol %" PRIu32 " (item %zu of the query) is outside stream "
+                "%s's alphabet 0..%" PRIu64 "%s\n",
+                path, q[i], i + 1, name, bound - 1, by_k ? ", the codebook's k" : "");
+        return 0;
+    }
+    return 1;
+}
+
 /* ---- search ------------------------------------------------------------- */
 
 static int cmd_search(int argc, char **argv)
@@ -204,6 +253,12 @@ static int cmd_search(int argc, char **argv)
     uint32_t *cbuf = NULL;
     if (!find_stream(r, path, id, &idx))
         goto out;
+    char nm_s[64];
+    cli_stream_name(id, nm_s, sizeof nm_s);
+    int is_tok = id == FKVF_STREAM_ID_TOKENS;
+    const char *unit = is_tok ? "token" : "symbol";
+    if (!query_in_alphabet(r, path, idx, nm_s, is_tok, q, qn))
+        goto out;
     int rc = fkvf_search_open(&s, r, idx, noidx ? FKVF_SEARCH_NO_INDEX : 0, NULL);
     if (rc) {
         cli_err("%s: %s", path, s ? fkvf_search_message(s) : fkvf_strerror(rc));
@@ -242,22 +297,21 @@ static int cmd_search(int argc, char **argv)
     fkvf_prefix_reuse pr;
     int has_pr = id == FKVF_STREAM_ID_TOKENS && fkvf_search_prefix_reuse(r, q, qn, &pr) == FKVF_OK;
     uint64_t S = sinks_of(r, id);
-    char nm_s[64];
-    cli_stream_name(id, nm_s, sizeof nm_s);
     size_t shown = nf < maxp ? (size_t)nf : (size_t)maxp;
     if (json) {
         printf("{\"stream\":\"%s\",\"length\":%" PRIu64 ",\"n_indexed\":%" PRIu64
                ",\"cache_offset\":%" PRIu64 ",\"query\":[",
                nm_s, inf.length, inf.n_indexed, S);
         print_syms(q, qn);
-        printf("],\"exact\":{\"count\":%" PRIu64 ",\"candidates\":%" PRIu64 ",\"positions\":[", nf,
+        printf("],\"exact\":{\"count\":%" PRIu64 ",\"candidates\":%" PRIu64 ",\"matches\":[", nf,
                ia.candidates);
         for (size_t i = 0; i < shown; i++)
-            printf("%s%" PRIu64, i ? "," : "", pos[i]);
+            printf("%s{\"first\":%" PRIu64 ",\"end\":%" PRIu64 "}", i ? "," : "",
+                   pos[i] + 1 - qn, pos[i] + 1);
         printf("]},\"longest\":[");
         for (size_t i = 0; i < nm; i++) {
-            printf("%s{\"position\":%" PRIu64 ",\"length\":%" PRIu64, i ? "," : "", m[i].position,
-                   m[i].length);
+            printf("%s{\"first\":%" PRIu64 ",\"end\":%" PRIu64 ",\"length\":%" PRIu64,
+                   i ? "," : "", m[i].position + 1 - m[i].length, m[i].position + 1, m[i].length);
             if (ctx) {
                 size_t got = 0;
                 fkvf_search_context(r, idx, m[i].position, (size_t)ctx, cbuf, &got);
@@ -276,41 +330,68 @@ static int cmd_search(int argc, char **argv)
                    rr.radius, rr.candidates, rr.verified, rr.candidates - rr.verified);
         printf("}\n");
     } else {
-        printf("stream      %s, %" PRIu64 " positions, %" PRIu64 " indexed%s\n", nm_s, inf.length,
-               inf.n_indexed, inf.n_indexed ? "" : " (scan)");
-        printf("query       %zu symbols: ", qn);
+        printf("stream      %s: %" PRIu64 " position%s", nm_s, inf.length, plural(inf.length));
+        if (S && inf.length)
+            printf(" (cache positions %" PRIu64 "..%" PRIu64 ")", S, S + inf.length - 1);
+        if (inf.n_indexed)
+            printf(", %" PRIu64 " indexed\n", inf.n_indexed);
+        else
+            printf(", no index (scan)\n");
+        printf("query       %zu %s%s: ", qn, unit, plural(qn));
         print_syms(q, qn < 32 ? qn : 32);
         printf("%s\n", qn > 32 ? ",..." : "");
-        printf("exact       %" PRIu64 " position%s", nf, nf == 1 ? "" : "s");
+        printf("exact       %" PRIu64 " occurrence%s", nf, plural(nf));
         if (shown) {
-            printf(":");
+            printf(", positions [first, end):");
             for (size_t i = 0; i < shown; i++)
-                printf(" %" PRIu64, pos[i]);
+                printf(" [%" PRIu64 ", %" PRIu64 ")", pos[i] + 1 - qn, pos[i] + 1);
             if (nf > shown)
-                printf(" ...");
+                printf(" ... (--max)");
         }
         printf("\n");
-        printf("longest     %zu match%s (k = %" PRIu64 ")\n", nm, nm == 1 ? "" : "es", k);
+        printf("longest     %zu match%s (k = %" PRIu64 ")%s\n", nm, nm == 1 ? "" : "es", k,
+               nm > 1 ? ", longest first" : "");
         for (size_t i = 0; i < nm; i++) {
-            printf("  t=%-10" PRIu64 " length %-6" PRIu64, m[i].position, m[i].length);
+            uint64_t first = m[i].position + 1 - m[i].length, end = m[i].position + 1;
+            char rng[64];
+            snprintf(rng, sizeof rng, "[%" PRIu64 ", %" PRIu64 ")", first, end);
+            printf("  %-22s %" PRIu64 " %s%s", rng, m[i].length, unit, plural(m[i].length));
+            if (m[i].length == qn)
+                printf(" (the whole query)");
+            else
+                printf(" (the query's last %" PRIu64 ")", m[i].length);
             if (S)
-                printf(" cache position %" PRIu64, S + m[i].position);
+                printf(", cache [%" PRIu64 ", %" PRIu64 ")", S + first, S + end);
             if (ctx) {
                 size_t got = 0;
                 fkvf_search_context(r, idx, m[i].position, (size_t)ctx, cbuf, &got);
-                printf(" context ");
+                printf(", the %zu %s%s up to it: ", got, unit, plural(got));
                 print_syms(cbuf, got);
             }
             printf("\n");
         }
-        if (has_pr)
-            printf("prefix      the archive holds the first %" PRIu64 " query tokens at positions "
-                   "0..%" PRIu64 " (reusable cache rows)\n",
-                   pr.prefix_len, pr.prefix_len ? pr.prefix_len - 1 : 0);
+        if (has_pr) {
+            uint64_t p = pr.prefix_len;
+            printf("prefix      ");
+            if (pr.archive_positions == 0)
+                printf("the archive holds no tokens: no cache rows to reuse\n");
+            else if (p == 0)
+                printf("none: the query's first token is not the archive's first token (no "
+                       "cache rows to reuse)\n");
+            else if (p == qn)
+                printf("the whole query (%" PRIu64 " token%s) matches the archive's positions "
+                       "[0, %" PRIu64 "): %" PRIu64 " reusable cache row%s\n",
+                       p, plural(p), p, p, plural(p));
+            else
+                printf("the query's first %" PRIu64 " token%s %s the archive's positions [0, %" PRIu64
+                       "): %" PRIu64 " reusable cache row%s\n",
+                       p, plural(p), p == 1 ? "matches" : "match", p, p, plural(p));
+        }
         if (do_rad)
-            printf("radius      %.6g: %" PRIu64 " candidates, %" PRIu64 " verified, %" PRIu64
-                   " false positives\n",
-                   rr.radius, rr.candidates, rr.verified, rr.candidates - rr.verified);
+            printf("radius      %.6g: %" PRIu64 " candidate%s, %" PRIu64 " verified, %" PRIu64
+                   " false positive%s\n",
+                   rr.radius, rr.candidates, plural(rr.candidates), rr.verified,
+                   rr.candidates - rr.verified, plural(rr.candidates - rr.verified));
     }
     ret = CLI_OK;
 out:
