@@ -8,7 +8,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 void cli_text_str(FILE *f, const char *s, size_t n)
@@ -487,36 +490,156 @@ uint64_t cli_file_size(const char *path)
     return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
+static double now_seconds(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        return 0.0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 void cli_progress_init(cli_progress *p, const char *label, int quiet)
 {
+    memset(p, 0, sizeof *p);
     p->on = !quiet && isatty(STDERR_FILENO);
     p->last = -1;
     p->label = label;
+    p->t0 = now_seconds();
+}
+
+void cli_fmt_duration(double secs, char *out, size_t n)
+{
+    if (!(secs >= 0.0))
+        secs = 0.0;
+    if (secs > 359999.0 * 3600.0)
+        secs = 359999.0 * 3600.0; /* "359999h00m": no overflow below */
+    if (secs < 9.95) {
+        snprintf(out, n, "%.1fs", secs);
+        return;
+    }
+    long s = (long)(secs + 0.5);
+    if (s < 60)
+        snprintf(out, n, "%lds", s);
+    else if (s < 3600)
+        snprintf(out, n, "%ldm%02lds", s / 60, s % 60);
+    else
+        snprintf(out, n, "%ldh%02ldm", s / 3600, (s % 3600) / 60);
+}
+
+
+void cli_progress_format(char *out, size_t n, const char *label, uint64_t done, uint64_t total,
+                         double elapsed, int bytes)
+{
+    /* at most 79 columns: a wrapped line would not be redrawn in place */
+    const unsigned BAR = bytes ? 20 : 30;
+    if (done > total)
+        done = total;
+    int fin = done >= total;
+    /* integer percentage and fill, rounded down: 100% only when done */
+    unsigned pct = total ? (unsigned)((long double)done * 100 / total) : 100;
+    unsigned fill = total ? (unsigned)((long double)done * BAR / total) : BAR;
+    char bar[32];
+    for (unsigned i = 0; i < BAR; i++)
+        bar[i] = i < fill ? '#' : ' ';
+    bar[BAR] = 0;
+    char el[32], sz[64] = "";
+    cli_fmt_duration(elapsed, el, sizeof el);
+    if (bytes) {
+        int gib = total >= ((uint64_t)1 << 30);
+        double u = gib ? 1024.0 * 1024.0 * 1024.0 : 1024.0 * 1024.0;
+        snprintf(sz, sizeof sz, "  %.*f/%.*f %s", gib ? 2 : 1, (double)done / u, gib ? 2 : 1,
+                 (double)total / u, gib ? "GiB" : "MiB");
+    }
+    if (fin) {
+        snprintf(out, n, "%-6s [%s] %3u%%%s  done in %s", label, bar, pct, sz, el);
+        return;
+    }
+    char eta[48] = "";
+    if (done > 0 && elapsed >= CLI_PROGRESS_ETA_AFTER) {
+        char t[32];
+        cli_fmt_duration(elapsed * (double)(total - done) / (double)done, t, sizeof t);
+        snprintf(eta, sizeof eta, ", ETA %s", t);
+    }
+    snprintf(out, n, "%-6s [%s] %3u%%%s  %s elapsed%s", label, bar, pct, sz, el, eta);
 }
 
 void cli_progress_cb(void *opaque, uint64_t done, uint64_t total)
 {
     cli_progress *p = opaque;
-    if (!p->on || total == 0)
+    if (!p->on || total == 0 || p->ended)
         return;
-    int pct = (int)(done * 100 / total);
-    if (pct == p->last)
+    double t = now_seconds();
+    int fin = done >= total;
+    if (!fin && p->drawn && t - p->t_draw < CLI_PROGRESS_REDRAW)
         return;
-    p->last = pct;
-    int fill = pct * 30 / 100;
-    fprintf(stderr, "\r%s [", p->label);
-    for (int i = 0; i < 30; i++)
-        fputc(i < fill ? '#' : ' ', stderr);
-    fprintf(stderr, "] %3d%%", pct);
-    if (done >= total)
+    char line[256];
+    cli_progress_format(line, sizeof line, p->label, done, total, t - p->t0, p->bytes);
+    size_t w = strlen(line);
+    /* pad over the rest of a longer earlier line */
+    fprintf(stderr, "\r%s%*s", line, p->width > w ? (int)(p->width - w) : 0, "");
+    if (fin) {
         fputc('\n', stderr);
+        p->ended = 1;
+    }
     fflush(stderr);
+    p->drawn = 1;
+    p->width = w;
+    p->t_draw = t;
+    p->last = total ? (int)((long double)(done > total ? total : done) * 100 / total) : 100;
+}
+
+/* A large cache file with a progress bar: map it, read the mapping page by
+ * page (which reads the file) with the bar, then parse it in place. Memory
+ * is what kvio_read uses (the mapping and the parsed cache); 1 when the
+ * file could not be mapped here (the caller reads it the ordinary way and
+ * reports any error), else 0 and a kvio result in *rc. */
+static int read_cache_progress(const char *path, uint64_t size64, kvio_cache *c, char *err,
+                               size_t errlen, int *rc)
+{
+    if (size64 > SIZE_MAX)
+        return 1;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return 1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size64) {
+        close(fd);
+        return 1;
+    }
+    size_t size = (size_t)size64;
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return 1;
+    posix_madvise(map, size, POSIX_MADV_SEQUENTIAL);
+    cli_progress pg;
+    cli_progress_init(&pg, "read", 0);
+    pg.bytes = 1;
+    long pgsz = sysconf(_SC_PAGESIZE);
+    size_t step = pgsz > 0 ? (size_t)pgsz : 4096, chunk = (size_t)8 << 20;
+    const volatile unsigned char *b = map;
+    unsigned sum = 0;
+    for (size_t off = 0; off < size;) {
+        size_t end = size - off > chunk ? off + chunk : size;
+        for (size_t i = off; i < end; i += step)
+            sum += b[i];
+        off = end;
+        cli_progress_cb(&pg, off, size);
+    }
+    (void)sum;
+    *rc = kvio_read_mem(map, size, path, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA, c, err, errlen);
+    munmap(map, size);
+    return 0;
 }
 
 int cli_read_cache(const char *path, kvio_cache *c)
 {
     char err[512];
-    int rc = kvio_read(path, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA, c, err, sizeof err);
+    int rc;
+    uint64_t size = cli_file_size(path);
+    if (size < CLI_READ_PROGRESS_MIN || !isatty(STDERR_FILENO) ||
+        read_cache_progress(path, size, c, err, sizeof err, &rc))
+        rc = kvio_read(path, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA, c, err, sizeof err);
     if (rc != KVIO_OK) {
         cli_err("%s", err);
         return cli_kvio_exit(rc);

@@ -140,18 +140,45 @@ unsigned cli_quad_bits_for(uint64_t maxv);
 uint64_t cli_file_size(const char *path);
 
 /* Progress bar on stderr, drawn only when stderr is a terminal (and not
- * quiet), redrawn when the percentage changes. cli_progress_cb is a
- * fkvf progress callback with the cli_progress as its opaque pointer. */
+ * quiet): the bar, the percentage, the elapsed time and an estimate of the
+ * time left ("ETA 1m23s", once the work has run for CLI_PROGRESS_ETA_AFTER
+ * seconds). Redrawn at most every CLI_PROGRESS_REDRAW seconds; when done
+ * reaches total a final line ("done in 4.2s") ends with a newline.
+ * cli_progress_cb is a fkvf progress callback with the cli_progress as its
+ * opaque pointer. */
+#define CLI_PROGRESS_REDRAW 0.1
+#define CLI_PROGRESS_ETA_AFTER 0.25
 typedef struct cli_progress {
     int on, last;
     const char *label;
+    int bytes;          /* show done/total as sizes (set after init) */
+    int drawn, ended;   /* a line is on the terminal; the final one was drawn */
+    size_t width;       /* characters of the last line drawn */
+    double t0, t_draw;  /* start and last redraw, seconds of a monotonic clock */
 } cli_progress;
 
 void cli_progress_init(cli_progress *p, const char *label, int quiet);
 void cli_progress_cb(void *opaque, uint64_t done, uint64_t total);
 
+/* A duration for people: "0.4s" (below 10 s), "12s", "1m23s", "2h05m". */
+void cli_fmt_duration(double secs, char *out, size_t n);
+
+/* One progress line, without carriage return or newline, for done of total
+ * after `elapsed` seconds:
+ *   "train  [###############               ]  50%  5.0s elapsed, ETA 5.0s"
+ * (bytes: a 20-character bar, then "50%  32.0/64.0 MiB  5.0s elapsed, ...",
+ * GiB with two decimals from 1 GiB on). The ETA is
+ * elapsed * (total - done) / done, shown once done > 0 and elapsed >=
+ * CLI_PROGRESS_ETA_AFTER; when done >= total the line ends "done in 5.0s".
+ * done is clamped to total; total 0 counts as done. */
+void cli_progress_format(char *out, size_t n, const char *label, uint64_t done, uint64_t total,
+                         double elapsed, int bytes);
+
 /* Read a raw cache (any format cacheio knows, extra tensors ignored).
- * Returns CLI_OK, or an exit status after an error line. */
+ * Files of CLI_READ_PROGRESS_MIN bytes or more are read with a progress bar
+ * when stderr is a terminal (the mapping is read page by page, then
+ * parsed). Returns CLI_OK, or an exit status after an error line. */
+#define CLI_READ_PROGRESS_MIN (64u << 20)
 int cli_read_cache(const char *path, kvio_cache *c);
 
 /* Rows of spec 14.2 (per position, per layer the keys of heads 0..H-1, then

@@ -1,0 +1,122 @@
+/* Check suite for tools/cli_util: the progress line (elapsed time, ETA,
+ * final line) and the duration format, checked against strings written out
+ * by hand. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_util.h"
+#include "testutil.h"
+
+static void dur_is(double secs, const char *want)
+{
+    char b[32];
+    cli_fmt_duration(secs, b, sizeof b);
+    ck_assert_msg(!strcmp(b, want), "duration %g: got '%s', want '%s'", secs, b, want);
+}
+
+START_TEST(duration_format)
+{
+    dur_is(0.0, "0.0s");
+    dur_is(0.44, "0.4s");
+    dur_is(9.94, "9.9s");
+    dur_is(9.96, "10s");
+    dur_is(12.0, "12s");
+    dur_is(59.4, "59s");
+    dur_is(59.6, "1m00s");
+    dur_is(83.0, "1m23s");
+    dur_is(3599.4, "59m59s");
+    dur_is(3600.0, "1h00m");
+    dur_is(7530.0, "2h05m");
+    /* nonsense in, something short and sane out */
+    dur_is(-1.0, "0.0s");
+    dur_is(NAN, "0.0s");
+    dur_is(1e30, "359999h00m");
+}
+END_TEST
+
+static void line_is(const char *label, uint64_t done, uint64_t total, double el, int bytes,
+                    const char *want)
+{
+    char b[256];
+    cli_progress_format(b, sizeof b, label, done, total, el, bytes);
+    ck_assert_msg(!strcmp(b, want), "%llu/%llu at %g s:\n got '%s'\nwant '%s'",
+                  (unsigned long long)done, (unsigned long long)total, el, b, want);
+    ck_assert_msg(strlen(b) <= 79, "line of %zu columns: '%s'", strlen(b), b);
+}
+
+START_TEST(progress_line_eta)
+{
+    /* half done after 5 s: 5 s to go */
+    line_is("train", 50, 100, 5.0, 0,
+            "train  [###############               ]  50%  5.0s elapsed, ETA 5.0s");
+    /* a third after 41.5 s: 83 s to go */
+    line_is("train ", 1, 3, 41.5, 0,
+            "train  [##########                    ]  33%  42s elapsed, ETA 1m23s");
+    /* 1% after 10 minutes: 990 minutes to go */
+    line_is("encode", 1, 100, 600.0, 0,
+            "encode [                              ]   1%  10m00s elapsed, ETA 16h30m");
+}
+END_TEST
+
+START_TEST(progress_line_no_eta_yet)
+{
+    /* too early for an estimate, or nothing done yet */
+    line_is("encode", 20, 100, 0.2, 0,
+            "encode [######                        ]  20%  0.2s elapsed");
+    line_is("train", 0, 100, 5.0, 0, "train  [                              ]   0%  5.0s elapsed");
+}
+END_TEST
+
+START_TEST(progress_line_final)
+{
+    line_is("train", 100, 100, 65.0, 0,
+            "train  [##############################] 100%  done in 1m05s");
+    /* more than the total is the total; a zero total is done */
+    line_is("copy", 7, 5, 1.25, 0, "copy   [##############################] 100%  done in 1.2s");
+    line_is("copy", 0, 0, 0.0, 0, "copy   [##############################] 100%  done in 0.0s");
+    /* 99.9% is not 100% */
+    line_is("train", 999, 1000, 1.0, 0,
+            "train  [############################# ]  99%  1.0s elapsed, ETA 0.0s");
+}
+END_TEST
+
+START_TEST(progress_line_bytes)
+{
+    const uint64_t MiB = 1u << 20;
+    line_is("read", 32 * MiB, 64 * MiB, 2.0, 1,
+            "read   [##########          ]  50%  32.0/64.0 MiB  2.0s elapsed, ETA 2.0s");
+    line_is("read", 64 * MiB, 64 * MiB, 3.0, 1,
+            "read   [####################] 100%  64.0/64.0 MiB  done in 3.0s");
+    /* from 1 GiB on: GiB, two decimals; a long run still fits 79 columns */
+    line_is("read", 3 * 512 * MiB, 56 * 1024 * MiB, 3900.0, 1,
+            "read   [                    ]   2%  1.50/56.00 GiB  1h05m elapsed, ETA 39h21m");
+}
+END_TEST
+
+START_TEST(progress_line_small_buffer)
+{
+    char b[12];
+    memset(b, 'x', sizeof b);
+    cli_progress_format(b, 10, "train", 1, 2, 1.0, 0);
+    ck_assert_str_eq(b, "train  [#");
+    ck_assert_int_eq(b[10], 'x');
+}
+END_TEST
+
+static Suite *cli_util_suite(void)
+{
+    Suite *s = suite_create("cli_util");
+    TCase *t = tcase_create("progress");
+    tcase_add_test(t, duration_format);
+    tcase_add_test(t, progress_line_eta);
+    tcase_add_test(t, progress_line_no_eta_yet);
+    tcase_add_test(t, progress_line_final);
+    tcase_add_test(t, progress_line_bytes);
+    tcase_add_test(t, progress_line_small_buffer);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void) { return tu_run_suite(cli_util_suite()); }
