@@ -4,13 +4,15 @@
 # answers against the decoded stream, identical with and without an index,
 # the index commit verifies, a second 'fkvf index' leaves the file unchanged,
 # occurrences printed as [first, end), symbols outside the alphabet refused,
-# PNG output, usage errors.
+# PNG output (valid, of the stated size, title and legend drawn, query
+# matches ringed in the cell or disc of their last symbol), usage errors.
 # usage: cli_search.sh FKVF_BIN SRCDIR
 set -u
 FKVF=$1
 SRC=$2
 CACHE=$SRC/testdata/sample-cache.safetensors
 . "$(dirname "$0")/cli_lib.sh"
+PNG=$(dirname "$0")/png_check.py
 Q="--train --k 16 --k-stages 2 --v-stages 1"
 
 # help and usage errors
@@ -101,11 +103,35 @@ for a in q n; do
     check "index-$a-one-same" 0 cmp "$T/$a.fkvf" "$T/$a-once.fkvf"
     check "index-$a-nosuch" 2 "$FKVF" index "$T/$a.fkvf" --stream L99.H0.K.0
 
-    # plot: a PNG
+    # plot: a valid PNG (every CRC, the pixels: tests/png_check.py) of the
+    # stated size, with a title and a legend
     check "plot-$a" 0 "$FKVF" plot "$T/$a.fkvf" --stream L0.H0.K.0 -o "$T/$a.png" --size 64
-    sig=$(od -An -tx1 -N8 "$T/$a.png" | tr -d ' \n')
-    [ "$sig" = "89504e470d0a1a0a" ] && pass=$((pass + 1)) || { echo "FAIL plot-$a-sig: $sig"; fails=$((fails + 1)); }
+    grep_in "plot-$a-msg" "^$T/$a.png: 210x130 pixels (plot 64x64 at 42,32), 220 points of L0.H0.K.0" "$T/out"
+    check "plot-$a-valid" 0 python3 "$PNG" size "$T/$a.png"
+    grep_in "plot-$a-size" "^210 130\$" "$T/out"
     check "plot-$a-tokens" 0 "$FKVF" plot "$T/$a.fkvf" --stream tokens -o "$T/$a-t.png"
+    grep_in "plot-$a-tokens-msg" "804x644 pixels (plot 512x512 at 84,64), 256 points of tokens" "$T/out"
+    check "plot-$a-tokens-valid" 0 python3 "$PNG" size "$T/$a-t.png"
+    grep_in "plot-$a-tokens-size" "^804 644\$" "$T/out"
+    check "plot-$a-title" 0 python3 "$PNG" ink "$T/$a-t.png" 0 0 804 30
+    check "plot-$a-legend" 0 python3 "$PNG" ink "$T/$a-t.png" 600 64 804 576
+    check "plot-$a-below" 0 python3 "$PNG" ink "$T/$a-t.png" 84 580 596 644
+    # the matches of a query: rings in the cell (quad) or disc (ngon) of its
+    # last symbol, placed by png_check.py from the spec, nowhere else
+    sym=$("$FKVF" context "$T/$a.fkvf" --stream L0.H0.K.0 --at 100 --len 1)
+    nmatch=$("$FKVF" search "$T/$a.fkvf" --stream L0.H0.K.0 --symbols "$sym" --json | sed -n 's/.*"exact":{"count":\([0-9]*\).*/\1/p')
+    check "plot-$a-base" 0 "$FKVF" plot "$T/$a.fkvf" --stream L0.H0.K.0 -o "$T/$a-base.png" --size 256
+    check "plot-$a-hl" 0 "$FKVF" plot "$T/$a.fkvf" --stream L0.H0.K.0 -o "$T/$a-hl.png" --size 256 --highlight-symbols "$sym"
+    grep_in "plot-$a-hl-count" ", $nmatch match\(es\)\{0,1\} highlighted\$" "$T/out"
+    if [ $a = q ]; then
+        set -- $(python3 "$PNG" quadcell 42 32 256 4 "$sym")
+    else
+        r=$("$FKVF" info "$T/$a.fkvf" | sed -n 's/.*L0.H0.K.0 *ngon N=16 r=\([0-9.e-]*\).*/\1/p')
+        set -- $(python3 "$PNG" ngondisc 42 32 256 16 "$r" "$sym")
+    fi
+    check "plot-$a-hl-where" 0 python3 "$PNG" diff "$T/$a-base.png" "$T/$a-hl.png" 42 32 298 288 $(($1 - 10)) $(($2 - 10)) $(($3 + 10)) $(($4 + 10)) 0 190 60
+    check "plot-$a-hl-legend" 0 python3 "$PNG" ink "$T/$a-hl.png" 300 32 402 288
+    check "plot-$a-hl-alphabet" 2 "$FKVF" plot "$T/$a.fkvf" --stream L0.H0.K.0 -o "$T/$a-x.png" --highlight-symbols 16
 done
 # index one stream, then all: only the others are indexed
 check pack-part 0 "$FKVF" pack "$CACHE" -o "$T/part.fkvf" $Q
@@ -129,6 +155,25 @@ check grow-again-same 0 cmp "$T/g.fkvf" "$T/g-once.fkvf"
 check grow-search 0 "$FKVF" search "$T/g.fkvf" --tokens "$(cat "$T/ctx100")" --json
 grep_in grow-search-indexed '"n_indexed":256' "$T/out"
 check plot-bad-size 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/x.png" --size 3
+check plot-small 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/x.png" --size 63
+check plot-large 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/x.png" --size 4097
+# the output must be a .png name (any case); nothing is written otherwise
+check plot-not-png 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/x.jpg"
+grep_in plot-not-png-msg "x.jpg: the output is a PNG image: give a name ending in .png" "$T/err"
+[ ! -e "$T/x.jpg" ] && pass=$((pass + 1)) || { echo "FAIL plot-not-png-file: $T/x.jpg written"; fails=$((fails + 1)); }
+check plot-no-ext 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/png"
+check plot-dot-png 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/.png"
+check plot-upper 0 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/X.PNG" --size 64
+check plot-both-hl 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/x.png" --highlight-tokens 1 --highlight-symbols 1
+# a token query on an index stream: the point of each matched cache position
+# (n_sinks + t) the stream holds; here one match, at cache position 130
+"$FKVF" context "$T/q.fkvf" --at 130 --len 4 >"$T/tq"
+check plot-hl-tokens-count 0 "$FKVF" search "$T/q.fkvf" --tokens "$(cat "$T/tq")" --json
+grep_in plot-hl-tokens-one '"exact":{"count":1,.*{"first":127,"end":131}' "$T/out"
+check plot-hl-tokens 0 "$FKVF" plot "$T/q.fkvf" --stream L0.H0.K.0 -o "$T/q-ht.png" --size 256 --highlight-tokens "$(cat "$T/tq")"
+grep_in plot-hl-tokens-msg ", 1 match highlighted\$" "$T/out"
+set -- $(python3 "$PNG" quadcell 42 32 256 4 "$("$FKVF" context "$T/q.fkvf" --stream L0.H0.K.0 --at 126 --len 1)")
+check plot-hl-tokens-where 0 python3 "$PNG" diff "$T/q-base.png" "$T/q-ht.png" 42 32 298 288 $(($1 - 10)) $(($2 - 10)) $(($3 + 10)) $(($4 + 10)) 0 190 60
 check plot-no-out 2 "$FKVF" plot "$T/q.fkvf" --stream tokens
 check plot-unwritable 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/nodir/x.png"
 # pack --index: the archive comes with its index (two commits), same answers

@@ -1,17 +1,19 @@
 /* fkvf search | context | index | plot: retrieval on an archive's streams
- * (spec 12.1.5, 12.2.7, 20). Uses the public API only (fkvf.h) and zlib for
- * the PNG of `plot`. */
+ * (spec 12.1.5, 12.2.7, 20); plot itself is in fkvf_plot.c. Uses the public
+ * API only (fkvf.h). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "cli_util.h"
 #include "fkvf.h"
 
 int fkvf_cli_search_main(const char *cmd, int argc, char **argv);
+int fkvf_cli_plot_main(int argc, char **argv); /* fkvf_plot.c */
+int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *cmd, const char *path, size_t idx,
+                               const char *name, int is_tok, const uint32_t *q, size_t qn);
 
 static const char *search_help =
     "usage: fkvf search ARCHIVE (--tokens LIST | --stream NAME --symbols LIST) [options]\n"
@@ -80,13 +82,6 @@ static const char *index_help =
     "  --json         one JSON object: streams indexed, entries, bytes, streams\n"
     "                 already current, streams too short, changed\n";
 
-static const char *plot_help =
-    "usage: fkvf plot ARCHIVE --stream NAME -o FILE.png [--size PIXELS]\n"
-    "\n"
-    "Draws the chaos-game points of a stream (one per position) as a grayscale\n"
-    "density image (log scale, darker = more points): the unit square for quad\n"
-    "streams, the unit disc's square for ngon streams. --size 512 by default.\n";
-
 /* ---- helpers ------------------------------------------------------------ */
 
 static int want_help(int argc, char **argv, const char *help)
@@ -143,8 +138,8 @@ static const char *plural(uint64_t n) { return n == 1 ? "" : "s"; }
  * 0 (a bad value given on the command line: exit 2); a token id above the
  * token stream's width gets a note (it cannot occur, but the prompt it is
  * part of still has a reusable prefix). */
-static int query_in_alphabet(fkvf_reader *r, const char *path, size_t idx, const char *name,
-                             int is_tok, const uint32_t *q, size_t qn)
+int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *cmd, const char *path, size_t idx,
+                               const char *name, int is_tok, const uint32_t *q, size_t qn)
 {
     fkvf_stream_info si;
     if (fkvf_reader_stream_info(r, idx, &si) != FKVF_OK)
@@ -161,16 +156,16 @@ static int query_in_alphabet(fkvf_reader *r, const char *path, size_t idx, const
             continue;
         if (is_tok) {
             fprintf(stderr,
-                    "fkvf search: %s: note: token %" PRIu32 " (item %zu of the query) is above the "
+                    "fkvf %s: %s: note: token %" PRIu32 " (item %zu of the query) is above the "
                     "token stream's width (0..%" PRIu64 "): it occurs nowhere, so no match "
                     "includes it\n",
-                    path, q[i], i + 1, bound - 1);
+                    cmd, path, q[i], i + 1, bound - 1);
             return 1;
         }
         fprintf(stderr,
-                "fkvf search: %s: symbol %" PRIu32 " (item %zu of the query) is outside stream "
+                "fkvf %s: %s: symbol %" PRIu32 " (item %zu of the query) is outside stream "
                 "%s's alphabet 0..%" PRIu64 "%s\n",
-                path, q[i], i + 1, name, bound - 1, by_k ? ", the codebook's k" : "");
+                cmd, path, q[i], i + 1, name, bound - 1, by_k ? ", the codebook's k" : "");
         return 0;
     }
     return 1;
@@ -257,7 +252,7 @@ static int cmd_search(int argc, char **argv)
     cli_stream_name(id, nm_s, sizeof nm_s);
     int is_tok = id == FKVF_STREAM_ID_TOKENS;
     const char *unit = is_tok ? "token" : "symbol";
-    if (!query_in_alphabet(r, path, idx, nm_s, is_tok, q, qn))
+    if (!fkvf_cli_query_in_alphabet(r, "search", path, idx, nm_s, is_tok, q, qn))
         goto out;
     int rc = fkvf_search_open(&s, r, idx, noidx ? FKVF_SEARCH_NO_INDEX : 0, NULL);
     if (rc) {
@@ -642,157 +637,6 @@ static int cmd_index(int argc, char **argv)
     return CLI_OK;
 }
 
-/* ---- plot --------------------------------------------------------------- */
-
-static void be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
-static int png_chunk(FILE *f, const char *type, const unsigned char *data, uint32_t n)
-{
-    unsigned char h[8];
-    be32(h, n);
-    memcpy(h + 4, type, 4);
-    uLong crc = crc32(0L, Z_NULL, 0);
-    crc = crc32(crc, h + 4, 4);
-    if (n)
-        crc = crc32(crc, data, n);
-    unsigned char c[4];
-    be32(c, (uint32_t)crc);
-    return fwrite(h, 1, 8, f) == 8 && (!n || fwrite(data, 1, n, f) == n) && fwrite(c, 1, 4, f) == 4;
-}
-
-/* 8-bit grayscale PNG: signature, IHDR, one IDAT (zlib), IEND. */
-static int write_png(const char *path, const unsigned char *pix, uint32_t w, uint32_t h)
-{
-    size_t raw_n = (size_t)h * (w + 1);
-    unsigned char *raw = malloc(raw_n);
-    uLongf zn = compressBound((uLong)raw_n);
-    unsigned char *z = malloc(zn);
-    int ok = raw && z;
-    if (ok) {
-        for (uint32_t y = 0; y < h; y++) {
-            raw[(size_t)y * (w + 1)] = 0; /* filter: none */
-            memcpy(raw + (size_t)y * (w + 1) + 1, pix + (size_t)y * w, w);
-        }
-        ok = compress2(z, &zn, raw, (uLong)raw_n, 9) == Z_OK;
-    }
-    FILE *f = ok ? fopen(path, "wb") : NULL;
-    if (f) {
-        static const unsigned char sig[8] = {137, 80, 78, 71, 13, 10, 26, 10};
-        unsigned char ihdr[13];
-        be32(ihdr, w);
-        be32(ihdr + 4, h);
-        ihdr[8] = 8;  /* bit depth */
-        ihdr[9] = 0;  /* grayscale */
-        ihdr[10] = 0; /* deflate */
-        ihdr[11] = 0; /* adaptive filtering */
-        ihdr[12] = 0; /* no interlace */
-        ok = fwrite(sig, 1, 8, f) == 8 && png_chunk(f, "IHDR", ihdr, 13) &&
-             png_chunk(f, "IDAT", z, (uint32_t)zn) && png_chunk(f, "IEND", NULL, 0);
-        ok = (fclose(f) == 0) && ok;
-    } else {
-        ok = 0;
-    }
-    free(raw);
-    free(z);
-    return ok;
-}
-
-static int cmd_plot(int argc, char **argv)
-{
-    if (want_help(argc, argv, plot_help))
-        return CLI_OK;
-    const char *path = NULL, *stream = NULL, *out = NULL;
-    uint64_t size = 512;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--stream") && v)
-            stream = argv[++i];
-        else if (!strcmp(a, "-o") && v)
-            out = argv[++i];
-        else if (!strcmp(a, "--size") && v && !cli_parse_u64(v, 8192, &size) && size >= 16)
-            i++;
-        else if (a[0] != '-' && !path)
-            path = a;
-        else {
-            fprintf(stderr, "fkvf plot: bad argument '%s'\n%s", a, plot_help);
-            return CLI_USAGE;
-        }
-    }
-    uint64_t id;
-    if (!path || !stream || !out || !cli_parse_stream_name(stream, &id)) {
-        fprintf(stderr, "fkvf plot: give ARCHIVE, --stream NAME and -o FILE.png\n%s", plot_help);
-        return CLI_USAGE;
-    }
-    fkvf_reader *r = NULL;
-    if (open_archive(path, &r))
-        return CLI_USAGE;
-    int ret = CLI_USAGE;
-    size_t idx;
-    uint32_t W = (uint32_t)size;
-    uint32_t *cnt = calloc((size_t)W * W, sizeof *cnt);
-    unsigned char *pix = malloc((size_t)W * W);
-    if (!cnt || !pix || !find_stream(r, path, id, &idx))
-        goto out;
-    fkvf_stream_info si;
-    fkvf_reader_stream_info(r, idx, &si);
-    uint32_t mx = 0;
-    for (uint64_t t = 0; t < si.length; t++) {
-        fkvf_point p;
-        int rc = fkvf_reader_stream_point(r, idx, t, &p);
-        if (rc) {
-            cli_err("%s: %s", path, fkvf_reader_message(r));
-            ret = cli_class_exit(rc);
-            goto out;
-        }
-        double x, y;
-        if (si.profile == FKVF_PROFILE_QUAD) {
-            x = ldexp((double)p.x, -64);
-            y = ldexp((double)p.y, -64);
-        } else {
-            x = (p.fx + 1.0) / 2.0;
-            y = (p.fy + 1.0) / 2.0;
-        }
-        long px = (long)(x * W), py = (long)((1.0 - y) * W); /* y up */
-        if (px < 0)
-            px = 0;
-        if (px >= (long)W)
-            px = (long)W - 1;
-        if (py < 0)
-            py = 0;
-        if (py >= (long)W)
-            py = (long)W - 1;
-        uint32_t *c = &cnt[(size_t)py * W + (size_t)px];
-        if (*c < UINT32_MAX)
-            (*c)++;
-        if (*c > mx)
-            mx = *c;
-    }
-    double lm = log1p((double)mx);
-    for (size_t i = 0; i < (size_t)W * W; i++)
-        pix[i] = cnt[i] ? (unsigned char)(200.0 - 200.0 * log1p((double)cnt[i]) / lm) : 255;
-    if (!write_png(out, pix, W, W)) {
-        fprintf(stderr, "fkvf plot: cannot write %s\n", out);
-        goto out;
-    }
-    char nm[64];
-    cli_stream_name(id, nm, sizeof nm);
-    printf("%s: %" PRIu64 " points of %s, %ux%u pixels, densest pixel %u\n", out, si.length, nm, W,
-           W, mx);
-    ret = CLI_OK;
-out:
-    free(cnt);
-    free(pix);
-    fkvf_reader_free(r);
-    return ret;
-}
-
 /* Returns the exit status, or -1 when cmd is not one of these commands. */
 int fkvf_cli_search_main(const char *cmd, int argc, char **argv)
 {
@@ -803,6 +647,6 @@ int fkvf_cli_search_main(const char *cmd, int argc, char **argv)
     if (!strcmp(cmd, "index"))
         return cmd_index(argc, argv);
     if (!strcmp(cmd, "plot"))
-        return cmd_plot(argc, argv);
+        return fkvf_cli_plot_main(argc, argv); /* fkvf_plot.c */
     return -1;
 }
