@@ -164,6 +164,9 @@ grep_in plot-not-png-msg "x.jpg: the output is a PNG image: give a name ending i
 check plot-no-ext 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/png"
 check plot-dot-png 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/.png"
 check plot-upper 0 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/X.PNG" --size 64
+# a control character in the output name is escaped on the terminal
+check plot-ctl-name 0 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/$(printf 'ctl\001.png')" --size 64
+grep_in plot-ctl-name-escaped 'ctl\\x01.png: 210x130 pixels' "$T/out"
 check plot-both-hl 2 "$FKVF" plot "$T/q.fkvf" --stream tokens -o "$T/x.png" --highlight-tokens 1 --highlight-symbols 1
 # a token query on an index stream: the point of each matched cache position
 # (n_sinks + t) the stream holds; here one match, at cache position 130

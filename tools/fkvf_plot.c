@@ -886,9 +886,10 @@ static int plot(const plot_opts *o)
         fprintf(stderr, "fkvf plot: cannot write %s\n", o->out);
         goto out;
     }
-    printf("%s: %ldx%ld pixels (plot %ldx%ld at %ld,%ld), %" PRIu64
+    cli_text_cstr(stdout, o->out); /* a name for the terminal: escaped */
+    printf(": %ldx%ld pixels (plot %ldx%ld at %ld,%ld), %" PRIu64
            " point%s of %s, densest square %" PRIu32 " (%ldx%ld px)",
-           o->out, cv.w, cv.h, P, P, ML, MT, si.length, si.length == 1 ? "" : "s", nm, mx, B, B);
+           cv.w, cv.h, P, P, ML, MT, si.length, si.length == 1 ? "" : "s", nm, mx, B, B);
     if (hl)
         printf(", %" PRIu64 " match%s highlighted", nh, nh == 1 ? "" : "es");
     if (outside)

@@ -621,12 +621,13 @@ static int cmd_index(int argc, char **argv)
                rep.built ? "true" : "false");
         return CLI_OK;
     }
+    cli_text_cstr(stdout, path); /* a name for the terminal: escaped */
     if (rep.built)
-        printf("%s: indexed %zu stream%s (%" PRIu64 " positions in all), %" PRIu64
+        printf(": indexed %zu stream%s (%" PRIu64 " positions in all), %" PRIu64
                " index bytes in one new commit",
-               path, rep.built, rep.built == 1 ? "" : "s", rep.entries, rep.bytes);
+               rep.built, rep.built == 1 ? "" : "s", rep.entries, rep.bytes);
     else
-        printf("%s: nothing to do, the file is unchanged", path);
+        printf(": nothing to do, the file is unchanged");
     if (rep.current)
         printf("; %zu stream%s already %s a current index", rep.current,
                rep.current == 1 ? "" : "s", rep.current == 1 ? "has" : "have");
