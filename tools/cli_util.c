@@ -423,9 +423,9 @@ void cli_keys_from_codebook(fkvf_reader *cb, cli_key_opts *k, uint32_t key_dim)
     if (!k->layout_set && fkvf_reader_meta_find(cb, "train.rope_layout", &e) == FKVF_OK &&
         e.type == FKVF_META_UTF8) {
         if (e.value_len == 10 && !memcmp(e.value, "half-split", 10))
-            k->layout = 2;
+            k->layout = 2, k->layout_cb = 1;
         else if (e.value_len == 11 && !memcmp(e.value, "interleaved", 11))
-            k->layout = 1;
+            k->layout = 1, k->layout_cb = 1;
     }
 }
 
@@ -513,10 +513,10 @@ void cli_progress_cb(void *opaque, uint64_t done, uint64_t total)
     fflush(stderr);
 }
 
-int cli_read_cache(const char *path, kvio_cache *c)
+int cli_read_cache(const char *path, unsigned flags, kvio_cache *c)
 {
-    char err[512];
-    int rc = kvio_read(path, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA, c, err, sizeof err);
+    char err[1024];
+    int rc = kvio_read(path, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA | flags, c, err, sizeof err);
     if (rc != KVIO_OK) {
         cli_err("%s", err);
         return cli_kvio_exit(rc);
