@@ -1,9 +1,10 @@
 /* The property every raw-cache importer target checks (tools/cacheio.c),
- * for one format: any bytes parsed strictly and with extra arrays ignored
- * must never crash, hang or leak; a failure leaves a message and an empty
- * cache; a cache that parses is well-formed (kvio_cache_check), writes back
- * in the same format (which sniffs as that format) and reads back to the
- * same cache, metadata included. */
+ * for one format: any bytes parsed strictly, with extra arrays ignored, and
+ * positions-first (KVIO_READ_NHD) must never crash, hang or leak; a failure
+ * leaves a message and an empty cache; a cache that parses is well-formed
+ * (kvio_cache_check), lists at most KVIO_MAX_IGNORED skipped names, writes
+ * back in the same format and layout (which sniffs as that format) and
+ * reads back to the same cache, metadata included. */
 #ifndef FKVF_FUZZ_IMPORTER_H
 #define FKVF_FUZZ_IMPORTER_H
 
@@ -20,8 +21,9 @@ typedef int (*fz_import_fn)(const void *data, size_t size, const char *name, uns
 static inline int fz_importer(const uint8_t *data, size_t size, fz_import_fn import,
                               kvio_format fmt)
 {
-    static const unsigned flags[] = {0, KVIO_READ_IGNORE_EXTRA};
+    static const unsigned flags[] = {0, KVIO_READ_IGNORE_EXTRA, KVIO_READ_IGNORE_EXTRA | KVIO_READ_NHD};
     for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++) {
+        unsigned nhd = flags[f] & KVIO_READ_NHD;
         kvio_cache c;
         char err[256];
         err[0] = 0;
@@ -30,12 +32,14 @@ static inline int fz_importer(const uint8_t *data, size_t size, fz_import_fn imp
             continue;
         }
         FZ_CHECK(kvio_cache_check(&c, err, sizeof err) == KVIO_OK);
+        for (size_t i = 0; i < KVIO_MAX_IGNORED; i++)
+            FZ_CHECK((c.ignored[i] != NULL) == (i < c.n_ignored));
         uint8_t *out = NULL;
         size_t n = 0;
-        FZ_CHECK(kvio_write_mem(&c, fmt, 0, &out, &n, err, sizeof err) == KVIO_OK);
+        FZ_CHECK(kvio_write_mem(&c, fmt, nhd ? KVIO_WRITE_NHD : 0, &out, &n, err, sizeof err) == KVIO_OK);
         FZ_CHECK(kvio_format_sniff(out, n) == fmt);
         kvio_cache d;
-        FZ_CHECK(import(out, n, "fuzz-rt", 0, &d, err, sizeof err) == KVIO_OK);
+        FZ_CHECK(import(out, n, "fuzz-rt", nhd, &d, err, sizeof err) == KVIO_OK);
         FZ_CHECK(kvio_cache_equal(&c, &d) && d.n_meta == c.n_meta);
         kvio_cache_free(&d);
         free(out);

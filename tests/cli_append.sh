@@ -79,7 +79,10 @@ check compare-a 0 "$FKVF" compare "$CACHE" "$T/a.safetensors" --sinks 4 --recent
 grep_in compare-a-exact '"exact_positions":36,"exact_identical":36,' "$T/out"
 grep_in compare-a-tokens '"tokens_identical":true' "$T/out"
 # appended in 18 commits == packed in one: the same codes, the same rows
-same append-equals-pack "$T/ref.safetensors" "$T/a.safetensors"
+# (as .npz: pack keeps the cache's safetensors __metadata__, append does not)
+check unpack-ref-npz 0 "$FKVF" unpack "$T/ref.fkvf" -o "$T/ref.npz"
+check unpack-a-npz 0 "$FKVF" unpack "$T/a.fkvf" -o "$T/a.npz"
+same append-equals-pack "$T/ref.npz" "$T/a.npz"
 
 # a cache that does not match: clear error, archive byte for byte unchanged
 cp "$T/a.fkvf" "$T/a.before"

@@ -1216,6 +1216,340 @@ START_TEST(format_detection)
 }
 END_TEST
 
+/* ---- layouts, name schemes, companions (issue 12) ------------------------ */
+
+/* A safetensors file from n tensors: name, dtype, shape text ("2,3,4") and
+ * bytes each, laid out in order (independent of the writer under test). */
+typedef struct st_part {
+    const char *name, *dtype, *shape;
+    const uint8_t *data;
+    size_t len;
+} st_part;
+
+static uint8_t *st_from(const st_part *p, size_t n, const char *meta, size_t *size)
+{
+    char json[8192];
+    size_t k = (size_t)snprintf(json, sizeof json, "{%s%s", meta ? meta : "", meta && n ? "," : "");
+    size_t off = 0, total = 0;
+    for (size_t i = 0; i < n; i++) {
+        k += (size_t)snprintf(json + k, sizeof json - k, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                              i ? "," : "", p[i].name, p[i].dtype, p[i].shape, off, off + p[i].len);
+        off += p[i].len;
+    }
+    ck_assert_uint_lt(k + 2, sizeof json);
+    json[k++] = '}';
+    json[k] = 0;
+    total = off;
+    uint8_t *b = st_make(json, total, size);
+    size_t at = *size - total;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i].len)
+            memcpy(b + at, p[i].data, p[i].len);
+        at += p[i].len;
+    }
+    return b;
+}
+
+/* One layer tensor [H][T][row] (row bytes rb) written positions-first
+ * [T][H][row], by hand. */
+static uint8_t *to_nhd(const uint8_t *hnd, uint32_t H, uint32_t T, size_t rb)
+{
+    uint8_t *o = malloc((size_t)H * T * rb + 1);
+    ck_assert_ptr_nonnull(o);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t h = 0; h < H; h++)
+            memcpy(o + ((size_t)t * H + h) * rb, hnd + ((size_t)h * T + t) * rb, rb);
+    return o;
+}
+
+START_TEST(nhd_safetensors_read_transposed)
+{
+    /* 2 layers, H=3 heads, T=5 positions, Dk 4, Dv 2: [T, H, D] and [1, T, H, D] */
+    kvio_cache c = make_cache(2, 3, 5, 4, 2, FKVF_DTYPE_F16, 1, 50), d;
+    uint8_t *nk[2], *nv[2], tok[40];
+    for (int l = 0; l < 2; l++) {
+        nk[l] = to_nhd(c.keys[l], 3, 5, 8);
+        nv[l] = to_nhd(c.values[l], 3, 5, 4);
+    }
+    for (int t = 0; t < 5; t++)
+        for (int i = 0; i < 8; i++)
+            tok[8 * t + i] = (uint8_t)((uint64_t)c.tokens[t] >> (8 * i));
+    st_part p[5] = {{"layers.0.key", "F16", "5,3,4", nk[0], 120},
+                    {"layers.0.value", "F16", "1,5,3,2", nv[0], 60},
+                    {"layers.1.key", "F16", "1,5,3,4", nk[1], 120},
+                    {"layers.1.value", "F16", "5,3,2", nv[1], 60},
+                    {"tokens", "I64", "5", tok, 40}};
+    size_t n;
+    uint8_t *b = st_from(p, 5, NULL, &n);
+    char err[ERRLEN];
+    int rc = kvio_read_safetensors_mem(b, n, "nhd.safetensors", KVIO_READ_NHD, &d, err, sizeof err);
+    if (rc)
+        ck_abort_msg("%s", err);
+    ck_assert(kvio_cache_equal(&c, &d));
+    kvio_cache_free(&d);
+    /* read heads-first, the token count gives the transposition away */
+    EXPECT_ERR(kvio_read_safetensors_mem(b, n, "nhd.safetensors", 0, &d, err, sizeof err), err,
+               KVIO_E_CONVENTION, "tensor 'tokens'", "5 token ids for 3 positions", "positions-first",
+               "--layout nhd");
+    free(b);
+    /* without tokens it reads (wrongly) as 5 heads x 3 positions: what the CLI warns about */
+    b = st_from(p, 4, NULL, &n);
+    ck_assert_int_eq(kvio_read_safetensors_mem(b, n, "nhd.safetensors", 0, &d, err, sizeof err), KVIO_OK);
+    ck_assert_uint_eq(d.n_kv_heads, 5);
+    ck_assert_uint_eq(d.n_positions, 3);
+    kvio_cache_free(&d);
+    /* the expected-shape message names the positions-first axes */
+    p[0].shape = "5,3,4,1,1";
+    free(b);
+    b = st_from(p, 4, NULL, &n);
+    EXPECT_ERR(kvio_read_safetensors_mem(b, n, "nhd.safetensors", KVIO_READ_NHD, &d, err, sizeof err), err,
+               KVIO_E_CONVENTION, "tensor 'layers.0.key'", "[positions, kv_heads, dim]");
+    free(b);
+    for (int l = 0; l < 2; l++) {
+        free(nk[l]);
+        free(nv[l]);
+    }
+    kvio_cache_free(&c);
+}
+END_TEST
+
+START_TEST(nhd_npy_npz_read_transposed)
+{
+    kvio_cache c = make_cache(2, 3, 5, 4, 4, FKVF_DTYPE_BF16, 0, 51), d;
+    char err[ERRLEN];
+    /* .npy [L, 2, T, H, D] and [L, 2, 1, T, H, D] */
+    size_t lb = (size_t)kvio_key_bytes(&c);
+    uint8_t *arr = malloc(4 * lb);
+    ck_assert_ptr_nonnull(arr);
+    for (int l = 0; l < 2; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            uint8_t *t = to_nhd(kv ? c.values[l] : c.keys[l], 3, 5, 8);
+            memcpy(arr + (2 * (size_t)l + (size_t)kv) * lb, t, lb);
+            free(t);
+        }
+    static const uint64_t d5[5] = {2, 2, 5, 3, 4}, d6[6] = {2, 2, 1, 5, 3, 4};
+    for (int six = 0; six < 2; six++) {
+        uint8_t *q;
+        size_t qs;
+        npy_of(arr, 4 * lb, "<u2", six ? d6 : d5, six ? 6 : 5, &q, &qs);
+        ck_assert_int_eq(kvio_read_npy_mem(q, qs, "nhd.npy", KVIO_READ_NHD, &d, err, sizeof err), KVIO_OK);
+        ck_assert(kvio_cache_equal(&c, &d));
+        ck_assert_int_eq(d.names, KVIO_NAMES_NONE);
+        kvio_cache_free(&d);
+        ck_assert_int_eq(kvio_read_npy_mem(q, qs, "nhd.npy", 0, &d, err, sizeof err), KVIO_OK);
+        ck_assert_uint_eq(d.n_kv_heads, 5);
+        kvio_cache_free(&d);
+        free(q);
+    }
+    /* .npz members [T, H, D] */
+    npz_parts p;
+    kvio_cache c16 = make_cache(2, 2, 3, 4, 4, FKVF_DTYPE_F16, 0, 52);
+    make_parts(&c16, &p);
+    uint64_t dims[3] = {3, 2, 4};
+    for (int i = 0; i < 4; i++) {
+        uint8_t *t = to_nhd(i % 2 ? c16.values[i / 2] : c16.keys[i / 2], 2, 3, 8);
+        free(p.npy[i]);
+        npy_of(t, 48, "<f2", dims, 3, &p.npy[i], &p.size[i]);
+        p.m[i].data = p.npy[i];
+        p.m[i].size = p.size[i];
+        free(t);
+    }
+    size_t n;
+    uint8_t *z = zip_make(p.m, 5, 1, &n);
+    ck_assert_int_eq(npz_read(z, n, KVIO_READ_NHD, &d, err), KVIO_OK);
+    d.tokens = (free(d.tokens), NULL);
+    ck_assert(kvio_cache_equal(&c16, &d));
+    kvio_cache_free(&d);
+    free(z);
+    free_parts(&p);
+    free(arr);
+    kvio_cache_free(&c16);
+    kvio_cache_free(&c);
+}
+END_TEST
+
+START_TEST(nhd_writers_round_trip)
+{
+    kvio_cache c = make_cache(2, 3, 5, 4, 4, FKVF_DTYPE_F32, 0, 53), d;
+    char err[ERRLEN];
+    static const kvio_format F[] = {KVIO_FMT_SAFETENSORS, KVIO_FMT_NPY, KVIO_FMT_NPZ};
+    for (int f = 0; f < 3; f++)
+        for (int hf = 0; hf < 2; hf++) {
+            unsigned wf = KVIO_WRITE_NHD | (hf ? KVIO_WRITE_HF : 0);
+            size_t n;
+            uint8_t *b = write_mem(&c, F[f], wf, &n);
+            ck_assert_int_eq(kvio_read_mem(b, n, "w", F[f], KVIO_READ_NHD, &d, err, sizeof err), KVIO_OK);
+            ck_assert(kvio_cache_equal(&c, &d));
+            kvio_cache_free(&d);
+            /* heads-first, the axes are swapped */
+            ck_assert_int_eq(kvio_read_mem(b, n, "w", F[f], 0, &d, err, sizeof err), KVIO_OK);
+            ck_assert_uint_eq(d.n_kv_heads, 5);
+            ck_assert_uint_eq(d.n_positions, 3);
+            kvio_cache_free(&d);
+            free(b);
+        }
+    /* the bytes: shape [T, H, D], data position-major */
+    size_t n;
+    uint8_t *b = write_mem(&c, KVIO_FMT_SAFETENSORS, KVIO_WRITE_NHD, &n);
+    ck_assert_ptr_nonnull(strstr((const char *)b + 8, "\"layers.1.value\":{\"dtype\":\"F32\",\"shape\":[5,3,4]"));
+    size_t hl = (size_t)b[0] | ((size_t)b[1] << 8);
+    uint8_t *want = to_nhd(c.keys[0], 3, 5, 16);
+    ck_assert(memcmp(b + 8 + hl, want, 240) == 0);
+    free(want);
+    free(b);
+    kvio_cache_free(&c);
+}
+END_TEST
+
+START_TEST(names_scheme_reported)
+{
+    static const char *const k[] = {"layers.0.key", "past_key_values.0.key", "past_key_values.0.0", "key_cache.0"};
+    static const char *const v[] = {"layers.0.value", "past_key_values.0.value", "past_key_values.0.1",
+                                    "value_cache.0"};
+    static const char *const name[] = {"fkvf", "hf", "hf-legacy", "hf-dynamic"};
+    uint8_t z[48] = {0};
+    for (int i = 0; i < 4; i++) {
+        st_part p[2] = {{k[i], "F16", "2,3,4", z, 48}, {v[i], "F16", "2,3,4", z, 48}};
+        size_t n;
+        uint8_t *b = st_from(p, 2, NULL, &n);
+        kvio_cache c;
+        char err[ERRLEN];
+        ck_assert_int_eq(kvio_read_safetensors_mem(b, n, "s", 0, &c, err, sizeof err), KVIO_OK);
+        ck_assert_int_eq(c.names, KVIO_NAMES_FKVF + i);
+        ck_assert_str_eq(kvio_names_name(c.names), name[i]);
+        ck_assert_int_eq(kvio_names_is_hf(c.names), i > 0);
+        kvio_cache_free(&c);
+        free(b);
+    }
+    ck_assert_str_eq(kvio_names_name(KVIO_NAMES_NONE), "none");
+    ck_assert_int_eq(kvio_names_is_hf(KVIO_NAMES_NONE), 0);
+}
+END_TEST
+
+START_TEST(companions_ignored_and_reported)
+{
+    uint8_t z[96] = {0};
+    kvio_cache c;
+    char err[ERRLEN];
+    size_t n;
+    /* attention_mask and position_ids next to a HF cache: skipped without any flag */
+    st_part p[5] = {{"past_key_values.0.key", "BF16", "1,2,3,4", z, 48},
+                    {"past_key_values.0.value", "BF16", "1,2,3,4", z, 48},
+                    {"attention_mask", "I64", "1,3", z, 24},
+                    {"position_ids", "I64", "1,3", z, 24},
+                    {"model.embed", "F32", "2", z, 8}};
+    uint8_t *b = st_from(p, 4, NULL, &n);
+    ck_assert_int_eq(kvio_read_safetensors_mem(b, n, "hf.safetensors", 0, &c, err, sizeof err), KVIO_OK);
+    ck_assert_uint_eq(c.n_ignored, 2);
+    ck_assert_str_eq(c.ignored[0], "attention_mask");
+    ck_assert_str_eq(c.ignored[1], "position_ids");
+    ck_assert_ptr_null(c.ignored[2]);
+    ck_assert_int_eq(kvio_is_companion("cache_position"), 1);
+    ck_assert_int_eq(kvio_is_companion("model.embed"), 0);
+    kvio_cache_free(&c);
+    free(b);
+    /* any other name: an error that lists the accepted schemes, or skipped
+     * with KVIO_READ_IGNORE_EXTRA and reported */
+    b = st_from(p, 5, NULL, &n);
+    EXPECT_ERR(kvio_read_safetensors_mem(b, n, "hf.safetensors", 0, &c, err, sizeof err), err, KVIO_E_CONVENTION,
+               "tensor 'model.embed'", "not part of the cache naming convention", "layers.{i}.key/.value",
+               "past_key_values.{i}.key/.value", "past_key_values.{i}.0/.1", "key_cache.{i}/value_cache.{i}",
+               "input_ids");
+    ck_assert_int_eq(kvio_read_safetensors_mem(b, n, "hf.safetensors", KVIO_READ_IGNORE_EXTRA, &c, err, sizeof err),
+                     KVIO_OK);
+    ck_assert_uint_eq(c.n_ignored, 3);
+    ck_assert_str_eq(c.ignored[2], "model.embed");
+    kvio_cache_free(&c);
+    free(b);
+    /* more than KVIO_MAX_IGNORED: all counted, the first 8 kept */
+    st_part q[12];
+    char names[10][16];
+    q[0] = p[0];
+    q[1] = p[1];
+    for (int i = 0; i < 10; i++) {
+        snprintf(names[i], sizeof names[i], "extra_%d", i);
+        q[2 + i] = (st_part){names[i], "I64", "1", z, 8};
+    }
+    b = st_from(q, 12, NULL, &n);
+    ck_assert_int_eq(kvio_read_safetensors_mem(b, n, "x.safetensors", KVIO_READ_IGNORE_EXTRA, &c, err, sizeof err),
+                     KVIO_OK);
+    ck_assert_uint_eq(c.n_ignored, 10);
+    ck_assert_str_eq(c.ignored[7], "extra_7");
+    kvio_cache_free(&c);
+    free(b);
+    /* .npz: a companion member is skipped without the flag, and reported */
+    kvio_cache c16 = make_cache(2, 2, 3, 4, 4, FKVF_DTYPE_F16, 0, 54), d;
+    npz_parts pp;
+    make_parts(&c16, &pp);
+    member m[6];
+    memcpy(m, pp.m, 5 * sizeof *m);
+    m[5] = pp.m[4];
+    m[5].name = "attention_mask.npy";
+    uint8_t *zz = zip_make(m, 6, 0, &n);
+    ck_assert_int_eq(npz_read(zz, n, 0, &d, err), KVIO_OK);
+    ck_assert_uint_eq(d.n_ignored, 1);
+    ck_assert_str_eq(d.ignored[0], "attention_mask");
+    ck_assert_int_eq(d.names, KVIO_NAMES_FKVF);
+    kvio_cache_free(&d);
+    free(zz);
+    free_parts(&pp);
+    kvio_cache_free(&c16);
+}
+END_TEST
+
+START_TEST(no_kv_tensors_lists_schemes_and_names)
+{
+    uint8_t z[48] = {0};
+    kvio_cache c;
+    char err[ERRLEN];
+    size_t n;
+    st_part p[5] = {{"k0", "F16", "2,3,4", z, 48}, {"v0", "F16", "2,3,4", z, 48}, {"mask", "I64", "3", z, 24},
+                    {"x1", "I64", "1", z, 8}, {"x2", "I64", "1", z, 8}};
+    uint8_t *b = st_from(p, 5, NULL, &n);
+    EXPECT_ERR(kvio_read_safetensors_mem(b, n, "odd.safetensors", KVIO_READ_IGNORE_EXTRA, &c, err, sizeof err), err,
+               KVIO_E_CONVENTION, "odd.safetensors", "no key/value tensors", "past_key_values.{i}.key/.value",
+               "key_cache.{i}/value_cache.{i}", "the file holds 'k0', 'v0', 'mask', 'x1' and 1 more");
+    free(b);
+    /* .npz: the members skipped before say what the file holds */
+    kvio_cache c16 = make_cache(2, 2, 3, 4, 4, FKVF_DTYPE_F16, 0, 55);
+    npz_parts pp;
+    make_parts(&c16, &pp);
+    member m[2] = {pp.m[0], pp.m[1]};
+    m[0].name = "k0.npy";
+    m[1].name = "v0.npy";
+    uint8_t *zz = zip_make(m, 2, 0, &n);
+    EXPECT_ERR(npz_read(zz, n, KVIO_READ_IGNORE_EXTRA, &c, err), err, KVIO_E_CONVENTION, "no key/value tensors",
+               "layers.{i}.key/.value", "the file holds 'k0', 'v0'");
+    free(zz);
+    free_parts(&pp);
+    kvio_cache_free(&c16);
+}
+END_TEST
+
+START_TEST(hf_writer_writes_input_ids)
+{
+    kvio_cache c = make_cache(1, 2, 2, 1, 1, FKVF_DTYPE_F16, 1, 56);
+    size_t n;
+    uint8_t *b = write_mem(&c, KVIO_FMT_SAFETENSORS, KVIO_WRITE_HF, &n);
+    ck_assert_ptr_nonnull(strstr((const char *)b + 8, "\"input_ids\":{\"dtype\":\"I64\",\"shape\":[1,2]"));
+    ck_assert_ptr_null(strstr((const char *)b + 8, "\"tokens\""));
+    free(b);
+    b = write_mem(&c, KVIO_FMT_NPZ, KVIO_WRITE_HF, &n);
+    struct archive *a = archive_read_new();
+    archive_read_support_format_zip(a);
+    ck_assert_int_eq(archive_read_open_memory(a, b, n), ARCHIVE_OK);
+    static const char *const want[] = {"past_key_values.0.key.npy", "past_key_values.0.value.npy", "input_ids.npy"};
+    struct archive_entry *e;
+    int k = 0;
+    while (archive_read_next_header(a, &e) == ARCHIVE_OK && k < 3)
+        ck_assert_str_eq(archive_entry_pathname(e), want[k++]);
+    ck_assert_int_eq(k, 3);
+    archive_read_free(a);
+    free(b);
+    kvio_cache_free(&c);
+}
+END_TEST
+
 static Suite *cacheio_suite(void)
 {
     Suite *s = suite_create("cacheio");
@@ -1272,6 +1606,15 @@ static Suite *cacheio_suite(void)
     tcase_add_test(t, npz_member_missing);
     tcase_add_test(t, npz_member_corrupt);
     tcase_add_test(t, npz_extra_and_duplicate_members);
+    suite_add_tcase(s, t);
+    t = tcase_create("layouts_and_names");
+    tcase_add_test(t, nhd_safetensors_read_transposed);
+    tcase_add_test(t, nhd_npy_npz_read_transposed);
+    tcase_add_test(t, nhd_writers_round_trip);
+    tcase_add_test(t, names_scheme_reported);
+    tcase_add_test(t, companions_ignored_and_reported);
+    tcase_add_test(t, no_kv_tensors_lists_schemes_and_names);
+    tcase_add_test(t, hf_writer_writes_input_ids);
     suite_add_tcase(s, t);
     return s;
 }

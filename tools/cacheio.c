@@ -257,6 +257,36 @@ const char *kvio_format_name(kvio_format fmt)
     }
 }
 
+const char *kvio_names_name(kvio_names names)
+{
+    switch (names) {
+    case KVIO_NAMES_NONE: return "none";
+    case KVIO_NAMES_FKVF: return "fkvf";
+    case KVIO_NAMES_HF: return "hf";
+    case KVIO_NAMES_HF_LEGACY: return "hf-legacy";
+    case KVIO_NAMES_HF_DYNAMIC: return "hf-dynamic";
+    default: return "?";
+    }
+}
+
+int kvio_names_is_hf(kvio_names names)
+{
+    return names == KVIO_NAMES_HF || names == KVIO_NAMES_HF_LEGACY || names == KVIO_NAMES_HF_DYNAMIC;
+}
+
+/* What a Hugging Face model call takes or returns next to its cache, and
+ * what people save with it. */
+static const char *const COMPANIONS[] = {"attention_mask", "position_ids", "cache_position",
+                                         "token_type_ids", "logits"};
+
+int kvio_is_companion(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof COMPANIONS / sizeof COMPANIONS[0]; i++)
+        if (!strcmp(name, COMPANIONS[i]))
+            return 1;
+    return 0;
+}
+
 static uint64_t layer_bytes(const kvio_cache *c, uint32_t dim)
 {
     uint64_t n;
@@ -287,6 +317,8 @@ void kvio_cache_free(kvio_cache *c)
         free(c->meta[i].value);
     }
     free(c->meta);
+    for (size_t i = 0; i < KVIO_MAX_IGNORED; i++)
+        free(c->ignored[i]);
     memset(c, 0, sizeof *c);
 }
 
@@ -438,7 +470,7 @@ int kvio_cache_equal(const kvio_cache *a, const kvio_cache *b)
 /* ======================================================================== */
 
 enum { T_F16, T_BF16, T_F32, T_I32, T_I64, T_OTHER };
-enum { R_EXTRA, R_KEY, R_VALUE, R_TOKENS, R_BADINDEX };
+enum { R_EXTRA, R_KEY, R_VALUE, R_TOKENS, R_BADINDEX, R_COMPANION };
 
 /* One tensor found in a file, before it is known to be part of a cache. */
 typedef struct kv_tensor {
@@ -502,6 +534,10 @@ static void classify(kv_tensor *t)
             t->role = R_TOKENS;
             return;
         }
+    if (kvio_is_companion(t->name)) {
+        t->role = R_COMPANION;
+        return;
+    }
     for (size_t s = 0; s < N_SCHEMES; s++) {
         for (int kv = 0; kv < 2; kv++) {
             uint32_t idx = 0;
@@ -533,6 +569,64 @@ static name_str scheme_name(int s, int kv, uint32_t layer)
     return o;
 }
 
+/* For messages: every accepted name scheme. */
+#define SCHEMES_TEXT                                                                               \
+    "accepted: layers.{i}.key/.value (FKVF), past_key_values.{i}.key/.value, "                     \
+    "past_key_values.{i}.0/.1 or key_cache.{i}/value_cache.{i} (Hugging Face), token ids as "      \
+    "tokens or input_ids; see docs/cache-files.md"
+
+/* Names skipped by a reader, for kvio_cache.ignored. */
+typedef struct ign_list {
+    char *names[KVIO_MAX_IGNORED];
+    size_t n; /* all skipped names, also those not kept */
+} ign_list;
+
+static int ign_add(ign_list *g, const char *name)
+{
+    if (g->n < KVIO_MAX_IGNORED && !(g->names[g->n] = dupstr(show(name).s)))
+        return KVIO_E_NOMEM;
+    g->n++;
+    return KVIO_OK;
+}
+
+static void ign_free(ign_list *g)
+{
+    for (size_t i = 0; i < KVIO_MAX_IGNORED; i++)
+        free(g->names[i]);
+    memset(g, 0, sizeof *g);
+}
+
+/* "'a', 'b', 'c', 'd' and 3 more": the first names of a file, for the
+ * message of a file without key/value tensors (n tensors t, then the npz
+ * members in pre that never became tensors). */
+typedef struct found_str {
+    char s[260];
+} found_str;
+
+static found_str found_names(const kv_tensor *t, size_t n, const ign_list *pre)
+{
+    found_str o;
+    size_t k = 0, listed = 0, total = n + (pre ? pre->n : 0);
+    o.s[0] = 0;
+    for (size_t i = 0; i < total && listed < 4; i++) {
+        const char *name = i < n ? t[i].name : i - n < KVIO_MAX_IGNORED ? pre->names[i - n] : NULL;
+        if (!name)
+            break;
+        shown sh = show(name); /* names in pre are shown already */
+        if (i >= n)
+            snprintf(sh.s, sizeof sh.s, "%s", name);
+        if (strlen(sh.s) > 40)
+            memcpy(sh.s + 40, "...", 4);
+        k += (size_t)snprintf(o.s + k, sizeof o.s - k, "%s'%s'", listed ? ", " : "", sh.s);
+        listed++;
+    }
+    if (!total)
+        snprintf(o.s, sizeof o.s, "no tensors");
+    else if (listed < total)
+        snprintf(o.s + k, sizeof o.s - k, " and %zu more", total - listed);
+    return o;
+}
+
 static int cmp_tensor_name(const void *a, const void *b)
 {
     const kv_tensor *const *x = a, *const *y = b;
@@ -560,10 +654,12 @@ static int check_duplicates(const ctx *x, kv_tensor *t, size_t n)
     return KVIO_OK;
 }
 
-/* Shape of a key/value tensor: [H, T, D] or [1, H, T, D]. */
-static int kv_shape(const ctx *x, const kv_tensor *t, uint32_t htd[3])
+/* Shape of a key/value tensor: [H, T, D] or [1, H, T, D]; positions-first
+ * (nhd): [T, H, D] or [1, T, H, D]. htd gets H, T, D. */
+static int kv_shape(const ctx *x, const kv_tensor *t, int nhd, uint32_t htd[3])
 {
     const uint64_t *d = t->dims;
+    const char *ax = nhd ? "positions, kv_heads" : "kv_heads, positions";
     if (t->ndim == 4 && d[0] == 1)
         d++;
     else if (t->ndim == 4)
@@ -571,15 +667,18 @@ static int kv_shape(const ctx *x, const kv_tensor *t, uint32_t htd[3])
                     "tensor '%s': batch dimension is %" PRIu64 "; only batch size 1 is supported",
                     show(t->name).s, d[0]);
     else if (t->ndim != 3)
-        return fail(x, KVIO_E_CONVENTION,
-                    "tensor '%s': shape %s; expected [kv_heads, positions, dim] or "
-                    "[1, kv_heads, positions, dim]",
-                    show(t->name).s, fmt_shape(t->dims, t->ndim).s);
+        return fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s; expected [%s, dim] or [1, %s, dim]",
+                    show(t->name).s, fmt_shape(t->dims, t->ndim).s, ax, ax);
     for (int i = 0; i < 3; i++) {
         if (d[i] >= UINT32_MAX)
             return fail(x, KVIO_E_UNSUPPORTED, "tensor '%s': shape %s: dimension too large",
                         show(t->name).s, fmt_shape(t->dims, t->ndim).s);
         htd[i] = (uint32_t)d[i];
+    }
+    if (nhd) {
+        uint32_t tmp = htd[0];
+        htd[0] = htd[1];
+        htd[1] = tmp;
     }
     if (!htd[0] || !htd[2])
         return fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s: zero kv_heads or dim",
@@ -596,9 +695,28 @@ static fkvf_dtype to_fkvf(int type)
     return type == T_F16 ? FKVF_DTYPE_F16 : type == T_BF16 ? FKVF_DTYPE_BF16 : FKVF_DTYPE_F32;
 }
 
-/* Copy (or adopt, for owned npz buffers) a tensor's bytes. */
-static uint8_t *take_bytes(kv_tensor *t)
+/* [A][B][row] -> [B][A][row], rows of rb bytes. */
+static void transpose_rows(uint8_t *dst, const uint8_t *src, size_t A, size_t B, size_t rb)
 {
+    for (size_t a = 0; a < A; a++)
+        for (size_t b = 0; b < B; b++)
+            memcpy(dst + (b * A + a) * rb, src + (a * B + b) * rb, rb);
+}
+
+/* Copy (or adopt, for owned npz buffers) a tensor's bytes; a positions-first
+ * tensor (nhd, H heads, T positions, rows of rb bytes) is transposed to
+ * [H][T][D] (and an owned buffer freed at once). */
+static uint8_t *take_bytes(kv_tensor *t, int nhd, uint32_t H, uint32_t T, size_t rb)
+{
+    if (nhd && t->nbytes) {
+        uint8_t *p = malloc((size_t)t->nbytes);
+        if (p)
+            transpose_rows(p, t->data, T, H, rb);
+        free(t->owned);
+        t->owned = NULL;
+        t->data = NULL;
+        return p;
+    }
     if (t->owned) {
         uint8_t *p = t->owned;
         if (t->nbytes)
@@ -614,14 +732,17 @@ static uint8_t *take_bytes(kv_tensor *t)
 }
 
 /* From n tensors (names, dtypes, shapes and bytes already checked by the
- * format parser) to a cache. Takes over `meta` (n_meta entries) on success
- * and on failure. */
+ * format parser) to a cache. Takes over `meta` (n_meta entries) and the
+ * names in `ign` (npz members skipped before; more are added here) on
+ * success and on failure. */
 static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_meta *meta,
-                    size_t n_meta, kvio_cache *out)
+                    size_t n_meta, ign_list *ign, kvio_cache *out)
 {
     int rc = KVIO_OK;
     kv_tensor **key_of = NULL, **val_of = NULL, *tok = NULL, *first = NULL;
     size_t nk = 0, nv = 0;
+    int nhd = (flags & KVIO_READ_NHD) != 0;
+    ign_list pre = *ign; /* for the message of a file without key/value tensors */
     memset(out, 0, sizeof *out);
     out->meta = meta;
     out->n_meta = n_meta;
@@ -636,14 +757,18 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
                       "tensor '%s': malformed layer index (decimal, no leading zeros, below 2^32-1)",
                       show(t[i].name).s);
             goto done;
+        case R_COMPANION:
+            if ((rc = ign_add(ign, t[i].name)))
+                goto nomem;
+            break;
         case R_EXTRA:
-            if (flags & KVIO_READ_IGNORE_EXTRA)
+            if (flags & KVIO_READ_IGNORE_EXTRA) {
+                if ((rc = ign_add(ign, t[i].name)))
+                    goto nomem;
                 break;
-            rc = fail(x, KVIO_E_CONVENTION,
-                      "tensor '%s': not part of the cache naming convention (expected layers.{i}.key, "
-                      "layers.{i}.value, tokens, or a Hugging Face past_key_values layout; "
-                      "see docs/cache-files.md)",
-                      show(t[i].name).s);
+            }
+            rc = fail(x, KVIO_E_CONVENTION, "tensor '%s': not part of the cache naming convention (%s)",
+                      show(t[i].name).s, SCHEMES_TEXT);
             goto done;
         case R_TOKENS:
             if (tok) {
@@ -670,8 +795,8 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
         }
     }
     if (!first) {
-        rc = fail(x, KVIO_E_CONVENTION,
-                  "no key/value tensors (expected layers.{i}.key and layers.{i}.value)");
+        rc = fail(x, KVIO_E_CONVENTION, "no key/value tensors (%s); the file holds %s", SCHEMES_TEXT,
+                  found_names(t, n, &pre).s);
         goto done;
     }
     int s = first->scheme;
@@ -717,11 +842,11 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
 
     /* shapes and dtypes: everything agrees with layer 0 */
     uint32_t k0[3], v0[3];
-    if ((rc = kv_shape(x, key_of[0], k0)) || (rc = kv_shape(x, val_of[0], v0)))
+    if ((rc = kv_shape(x, key_of[0], nhd, k0)) || (rc = kv_shape(x, val_of[0], nhd, v0)))
         goto done;
     for (size_t l = 0; l < L; l++) {
         uint32_t k[3], v[3];
-        if ((rc = kv_shape(x, key_of[l], k)) || (rc = kv_shape(x, val_of[l], v)))
+        if ((rc = kv_shape(x, key_of[l], nhd, k)) || (rc = kv_shape(x, val_of[l], nhd, v)))
             goto done;
         if (k[0] != k0[0] || k[1] != k0[1] || k[2] != k0[2]) {
             rc = fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s differs from tensor '%s' %s",
@@ -777,8 +902,14 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
             goto done;
         }
         if (d[0] != out->n_positions) {
-            rc = fail(x, KVIO_E_CONVENTION, "tensor '%s': %" PRIu64 " token ids for %u positions",
-                      show(tok->name).s, d[0], out->n_positions);
+            /* a positions-first cache read heads-first: as many ids as "heads" */
+            int swapped = d[0] == out->n_kv_heads;
+            rc = fail(x, KVIO_E_CONVENTION, "tensor '%s': %" PRIu64 " token ids for %u positions%s",
+                      show(tok->name).s, d[0], out->n_positions,
+                      !swapped ? ""
+                      : nhd    ? " (are the key/value tensors heads-first, [kv_heads, positions, dim]?)"
+                               : " (are the key/value tensors positions-first, [positions, kv_heads, "
+                                 "dim]? fkvf: --layout nhd)");
             goto done;
         }
         if (tok->nbytes != d[0] * tok->esize) {
@@ -811,17 +942,26 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
         goto done;
     }
     out->n_layers = (uint32_t)L;
+    size_t es = kvio_dtype_size(out->dtype);
     for (size_t l = 0; l < L; l++) {
-        out->keys[l] = take_bytes(key_of[l]);
-        out->values[l] = take_bytes(val_of[l]);
+        out->keys[l] = take_bytes(key_of[l], nhd, k0[0], k0[1], (size_t)k0[2] * es);
+        out->values[l] = take_bytes(val_of[l], nhd, k0[0], k0[1], (size_t)v0[2] * es);
         if (!out->keys[l] || !out->values[l]) {
             rc = fail(x, KVIO_E_NOMEM, "out of memory for layer %zu", l);
             goto done;
         }
     }
+    out->names = (kvio_names)(KVIO_NAMES_FKVF + s);
+    out->n_ignored = ign->n;
+    memcpy(out->ignored, ign->names, sizeof out->ignored);
+    memset(ign, 0, sizeof *ign);
+    goto done;
+nomem:
+    rc = fail(x, KVIO_E_NOMEM, "out of memory");
 done:
     free(key_of);
     free(val_of);
+    ign_free(ign);
     if (rc)
         kvio_cache_free(out);
     return rc;
@@ -1394,7 +1534,9 @@ int kvio_read_safetensors_mem(const void *data, size_t size, const char *name, u
             }
         }
     }
-    rc = assemble(&x, t, n, flags, final_meta, n_meta, out);
+    ign_list ign;
+    memset(&ign, 0, sizeof ign);
+    rc = assemble(&x, t, n, flags, final_meta, n_meta, &ign, out);
 done:
     free(meta);
     free(t);
@@ -1650,14 +1792,16 @@ static int npy_parse(const ctx *x, const char *label, const uint8_t *d, size_t s
 }
 
 /* Single-array .npy: [layers, 2, kv_heads, positions, dim] or with a
- * batch of 1: [layers, 2, 1, kv_heads, positions, dim]; index 0 = keys. */
+ * batch of 1: [layers, 2, 1, kv_heads, positions, dim]; index 0 = keys.
+ * KVIO_READ_NHD: [layers, 2, (1,) positions, kv_heads, dim]. */
 int kvio_read_npy_mem(const void *data, size_t size, const char *name, unsigned flags,
                       kvio_cache *out, char *err, size_t errlen)
 {
     ctx x = {name, err, errlen};
     npy_hdr h;
     int rc;
-    (void)flags;
+    int nhd = (flags & KVIO_READ_NHD) != 0;
+    const char *ax = nhd ? "positions, kv_heads" : "kv_heads, positions";
     if (!out)
         return fail(&x, KVIO_E_ARG, "no output cache");
     memset(out, 0, sizeof *out);
@@ -1674,11 +1818,11 @@ int kvio_read_npy_mem(const void *data, size_t size, const char *name, unsigned 
                     sh.s, d[2]);
     } else if (h.ndim != 5) {
         return fail(&x, KVIO_E_CONVENTION,
-                    "array: shape %s; expected [layers, 2, kv_heads, positions, dim] or "
-                    "[layers, 2, 1, kv_heads, positions, dim]",
-                    sh.s);
+                    "array: shape %s; expected [layers, 2, %s, dim] or [layers, 2, 1, %s, dim]", sh.s,
+                    ax, ax);
     }
-    const uint64_t *htd = h.ndim == 6 ? d + 3 : d + 2;
+    const uint64_t *td = h.ndim == 6 ? d + 3 : d + 2;
+    uint64_t htd[3] = {td[nhd ? 1 : 0], td[nhd ? 0 : 1], td[2]};
     if (d[1] != 2)
         return fail(&x, KVIO_E_CONVENTION, "array: shape %s: second dimension must be 2 (keys, values)", sh.s);
     if (h.type != T_F16 && h.type != T_BF16 && h.type != T_F32)
@@ -1713,7 +1857,12 @@ int kvio_read_npy_mem(const void *data, size_t size, const char *name, unsigned 
             kvio_cache_free(&c);
             return fail(&x, KVIO_E_NOMEM, "out of memory");
         }
-        if (lb) {
+        if (lb && nhd) {
+            size_t rb = (size_t)c.key_dim * kvio_dtype_size(c.dtype);
+            transpose_rows(c.keys[l], src + (size_t)lb * (2 * (size_t)l), c.n_positions, c.n_kv_heads, rb);
+            transpose_rows(c.values[l], src + (size_t)lb * (2 * (size_t)l + 1), c.n_positions,
+                           c.n_kv_heads, rb);
+        } else if (lb) {
             memcpy(c.keys[l], src + (size_t)lb * (2 * (size_t)l), (size_t)lb);
             memcpy(c.values[l], src + (size_t)lb * (2 * (size_t)l + 1), (size_t)lb);
         }
@@ -1862,6 +2011,8 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
     size_t n = 0, cap = 0;
     int rc = KVIO_OK;
     uint64_t used = 0, budget;
+    ign_list ign;
+    memset(&ign, 0, sizeof ign);
     if (!out)
         return fail(&x, KVIO_E_ARG, "no output cache");
     memset(out, 0, sizeof *out);
@@ -1898,30 +2049,36 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
         kv_tensor tmp;
         memset(&tmp, 0, sizeof tmp);
         char *tname = is_npy ? malloc(ml - 3) : NULL;
+        if (is_npy && !tname) {
+            rc = fail(&x, KVIO_E_NOMEM, "out of memory");
+            goto done;
+        }
         if (tname) {
             memcpy(tname, mname, ml - 4);
             tname[ml - 4] = 0;
             tmp.name = tname;
             classify(&tmp);
         }
-        if (!is_npy || tmp.role == R_EXTRA) {
-            free(tname);
-            if (flags & KVIO_READ_IGNORE_EXTRA) {
+        if (!is_npy || tmp.role == R_EXTRA || tmp.role == R_COMPANION) {
+            if ((flags & KVIO_READ_IGNORE_EXTRA) || tmp.role == R_COMPANION) {
+                rc = ign_add(&ign, tname ? tname : mname);
+                free(tname);
+                if (rc) {
+                    rc = fail(&x, KVIO_E_NOMEM, "out of memory");
+                    goto done;
+                }
                 if (archive_read_data_skip(a) != ARCHIVE_OK) {
                     rc = fail(&x, KVIO_E_FORMAT, "member '%s': corrupt: %s", show(mname).s, archive_error_string(a));
                     goto done;
                 }
                 continue;
             }
+            free(tname);
             rc = is_npy ? fail(&x, KVIO_E_CONVENTION,
-                               "member '%s': tensor not part of the cache naming convention (expected "
-                               "layers.{i}.key.npy, layers.{i}.value.npy, tokens.npy; see docs/cache-files.md)",
-                               show(mname).s)
+                               "member '%s': tensor not part of the cache naming convention (members are "
+                               "TENSOR.npy; %s)",
+                               show(mname).s, SCHEMES_TEXT)
                         : fail(&x, KVIO_E_CONVENTION, "member '%s': not a .npy file", show(mname).s);
-            goto done;
-        }
-        if (!tname) {
-            rc = fail(&x, KVIO_E_NOMEM, "out of memory");
             goto done;
         }
         if (archive_entry_filetype(e) != AE_IFREG) {
@@ -1947,8 +2104,9 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
         if ((rc = npz_member(&x, a, e, label, &used, budget, &t[n - 1])))
             goto done;
     }
-    rc = assemble(&x, t, n, flags, NULL, 0, out);
+    rc = assemble(&x, t, n, flags, NULL, 0, &ign, out);
 done:
+    ign_free(&ign);
     for (size_t i = 0; i < n; i++) {
         free(t[i].owned);
         free((char *)(uintptr_t)t[i].name);
@@ -2058,33 +2216,56 @@ typedef struct out_tensor {
     uint64_t nbytes;
     const uint8_t *data; /* NULL: token ids */
     int is_tokens;
+    int nhd;   /* write data [H][T][row] as [T][H][row] */
+    size_t rb; /* row bytes (dim x element size) */
 } out_tensor;
 
 static void out_kv(const kvio_cache *c, unsigned flags, uint32_t l, int kv, out_tensor *o)
 {
     int hf = (flags & KVIO_WRITE_HF) != 0;
+    o->nhd = (flags & KVIO_WRITE_NHD) != 0;
     snprintf(o->name, sizeof o->name, "%s%" PRIu32 "%s", hf ? "past_key_values." : "layers.", l,
              kv ? ".value" : ".key");
     size_t k = 0;
     if (hf)
         o->dims[k++] = 1;
-    o->dims[k++] = c->n_kv_heads;
-    o->dims[k++] = c->n_positions;
+    o->dims[k++] = o->nhd ? c->n_positions : c->n_kv_heads;
+    o->dims[k++] = o->nhd ? c->n_kv_heads : c->n_positions;
     o->dims[k++] = kv ? c->value_dim : c->key_dim;
     o->ndim = k;
     o->nbytes = kv ? kvio_value_bytes(c) : kvio_key_bytes(c);
     o->data = kv ? c->values[l] : c->keys[l];
+    o->rb = (size_t)(kv ? c->value_dim : c->key_dim) * kvio_dtype_size(c->dtype);
     o->is_tokens = 0;
 }
 
-static void out_tok(const kvio_cache *c, out_tensor *o)
+/* Token ids: "tokens" [T], or with KVIO_WRITE_HF "input_ids" [1, T]. */
+static void out_tok(const kvio_cache *c, unsigned flags, out_tensor *o)
 {
-    snprintf(o->name, sizeof o->name, "tokens");
-    o->dims[0] = c->n_positions;
-    o->ndim = 1;
+    size_t k = 0;
+    int hf = (flags & KVIO_WRITE_HF) != 0;
+    snprintf(o->name, sizeof o->name, "%s", hf ? "input_ids" : "tokens");
+    if (hf)
+        o->dims[k++] = 1;
+    o->dims[k++] = c->n_positions;
+    o->ndim = k;
     o->nbytes = (uint64_t)c->n_positions * token_width(c);
     o->data = NULL;
     o->is_tokens = 1;
+    o->nhd = 0;
+    o->rb = 0;
+}
+
+/* A key/value tensor's bytes in the order of its file shape. */
+static void sk_kv(sink *s, const kvio_cache *c, const out_tensor *o)
+{
+    if (!o->nhd) {
+        sk_put(s, o->data, (size_t)o->nbytes);
+        return;
+    }
+    for (uint32_t t = 0; t < c->n_positions; t++)
+        for (uint32_t h = 0; h < c->n_kv_heads; h++)
+            sk_put(s, o->data + ((size_t)h * c->n_positions + t) * o->rb, o->rb);
 }
 
 static void sk_tensor(sink *s, const kvio_cache *c, const out_tensor *o)
@@ -2092,7 +2273,7 @@ static void sk_tensor(sink *s, const kvio_cache *c, const out_tensor *o)
     if (o->is_tokens)
         sk_tokens(s, c, token_width(c));
     else
-        sk_put(s, o->data, (size_t)o->nbytes);
+        sk_kv(s, c, o);
 }
 
 static const char *st_dtype(fkvf_dtype d)
@@ -2127,7 +2308,7 @@ static int write_safetensors(const ctx *x, sink *s, const kvio_cache *c, unsigne
         if (i < 2 * (size_t)c->n_layers)
             out_kv(c, flags, (uint32_t)(i / 2), (int)(i % 2), &o);
         else
-            out_tok(c, &o);
+            out_tok(c, flags, &o);
         if (i || c->n_meta)
             sk_put(&h, ",", 1);
         sk_printf(&h, "\"%s\":{\"dtype\":\"%s\",\"shape\":[", o.name,
@@ -2158,7 +2339,7 @@ static int write_safetensors(const ctx *x, sink *s, const kvio_cache *c, unsigne
         if (i < 2 * (size_t)c->n_layers)
             out_kv(c, flags, (uint32_t)(i / 2), (int)(i % 2), &o);
         else
-            out_tok(c, &o);
+            out_tok(c, flags, &o);
         sk_tensor(s, c, &o);
     }
     return s->rc ? fail(x, s->rc, "write failed: %s", s->rc == KVIO_E_IO ? strerror(errno) : "out of memory")
@@ -2205,15 +2386,18 @@ static int write_npy(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
     dims[nd++] = 2;
     if (flags & KVIO_WRITE_HF)
         dims[nd++] = 1;
-    dims[nd++] = c->n_kv_heads;
-    dims[nd++] = c->n_positions;
+    int nhd = (flags & KVIO_WRITE_NHD) != 0;
+    dims[nd++] = nhd ? c->n_positions : c->n_kv_heads;
+    dims[nd++] = nhd ? c->n_kv_heads : c->n_positions;
     dims[nd++] = c->key_dim;
     if (npy_header(s, npy_descr(c->dtype), dims, nd))
         return fail(x, KVIO_E_ARG, "cannot build the .npy header");
-    size_t lb = (size_t)kvio_key_bytes(c);
     for (uint32_t l = 0; l < c->n_layers; l++) {
-        sk_put(s, c->keys[l], lb);
-        sk_put(s, c->values[l], lb);
+        out_tensor o;
+        out_kv(c, flags, l, 0, &o);
+        sk_kv(s, c, &o);
+        out_kv(c, flags, l, 1, &o);
+        sk_kv(s, c, &o);
     }
     return s->rc ? fail(x, s->rc, "write failed: %s", s->rc == KVIO_E_IO ? strerror(errno) : "out of memory")
                  : KVIO_OK;
@@ -2255,7 +2439,7 @@ static int write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
             out_kv(c, flags, (uint32_t)(i / 2), (int)(i % 2), &o);
             descr = npy_descr(c->dtype);
         } else {
-            out_tok(c, &o);
+            out_tok(c, flags, &o);
             descr = token_width(c) == 4 ? "<i4" : "<i8";
         }
         sink h = {0};
@@ -2289,15 +2473,31 @@ static int write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
             }
             free(tk.buf);
         } else {
+            /* positions-first: a transposed copy of the tensor */
+            sink tr = {0};
+            const uint8_t *data = o.data;
+            if (o.nhd) {
+                tr.buf = malloc(o.nbytes ? (size_t)o.nbytes : 1);
+                tr.cap = tr.buf ? (size_t)o.nbytes : 0;
+                sk_kv(&tr, c, &o);
+                if (tr.rc) {
+                    free(tr.buf);
+                    rc = fail(x, KVIO_E_NOMEM, "member '%s': out of memory", mname);
+                    goto done;
+                }
+                data = tr.buf;
+            }
             for (uint64_t at = 0; at < o.nbytes;) {
                 size_t chunk = o.nbytes - at > (1u << 20) ? (1u << 20) : (size_t)(o.nbytes - at);
-                la_ssize_t w = archive_write_data(a, o.data + at, chunk);
+                la_ssize_t w = archive_write_data(a, data + at, chunk);
                 if (w <= 0) {
+                    free(tr.buf);
                     rc = fail(x, KVIO_E_IO, "member '%s': %s", mname, archive_error_string(a));
                     goto done;
                 }
                 at += (uint64_t)w;
             }
+            free(tr.buf);
         }
     }
     if (archive_write_close(a) != ARCHIVE_OK) {

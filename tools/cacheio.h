@@ -54,14 +54,26 @@ typedef enum kvio_format {
 /* ---- flags ------------------------------------------------------------- */
 /* Readers: skip tensors (npz: members) whose names are not part of the
  * naming convention instead of rejecting the file. Skipped safetensors
- * tensors are still checked for offsets, dtype and size. */
+ * tensors are still checked for offsets, dtype and size. The known
+ * companions of a Hugging Face cache (kvio_is_companion: attention_mask,
+ * position_ids, ...) are skipped with or without this flag. Every skipped
+ * name is reported in kvio_cache.ignored. */
 #define KVIO_READ_IGNORE_EXTRA 0x1u
+/* Readers: key/value tensors are positions-first, [positions, kv_heads, dim]
+ * or [1, positions, kv_heads, dim] (.npy: [layers, 2, positions, kv_heads,
+ * dim] or [layers, 2, 1, positions, kv_heads, dim]), and are transposed
+ * into the in-memory [head][position][dim] order. Default: heads-first. */
+#define KVIO_READ_NHD 0x2u
 /* Writers: use the Hugging Face names past_key_values.{i}.key/.value and a
- * leading batch dimension of 1 ([1, kv_heads, positions, dim]); .npy: shape
- * [layers, 2, 1, kv_heads, positions, dim]. */
+ * leading batch dimension of 1 ([1, kv_heads, positions, dim]), token ids
+ * as input_ids [1, positions]; .npy: shape [layers, 2, 1, kv_heads,
+ * positions, dim]. */
 #define KVIO_WRITE_HF 0x100u
 /* .npz writer: deflate members (default: stored, like numpy.savez). */
 #define KVIO_WRITE_DEFLATE 0x200u
+/* Writers: key/value tensors positions-first (the shapes of KVIO_READ_NHD;
+ * with KVIO_WRITE_HF [1, positions, kv_heads, dim]). */
+#define KVIO_WRITE_NHD 0x400u
 
 /* ---- limits ------------------------------------------------------------ */
 #define KVIO_MAX_ST_HEADER (100u * 1024u * 1024u) /* safetensors JSON header bytes */
@@ -69,6 +81,16 @@ typedef enum kvio_format {
 #define KVIO_MAX_NDIM 8                           /* dimensions kept per tensor */
 #define KVIO_MAX_LAYERS 65536u                    /* layers per cache */
 #define KVIO_NPZ_MAX_EXPANSION 4096u /* .npz: decompressed bytes <= 4096 x archive bytes + 1 MiB */
+#define KVIO_MAX_IGNORED 8           /* skipped tensor names kept in kvio_cache.ignored */
+
+/* The tensor name scheme a reader met (docs/cache-files.md section 2). */
+typedef enum kvio_names {
+    KVIO_NAMES_NONE = 0,      /* no names: .npy, or a cache built in memory */
+    KVIO_NAMES_FKVF = 1,      /* layers.{i}.key / layers.{i}.value */
+    KVIO_NAMES_HF = 2,        /* past_key_values.{i}.key / .value */
+    KVIO_NAMES_HF_LEGACY = 3, /* past_key_values.{i}.0 / .1 */
+    KVIO_NAMES_HF_DYNAMIC = 4 /* key_cache.{i} / value_cache.{i} */
+} kvio_names;
 
 typedef struct kvio_meta {
     char *key;   /* NUL-terminated UTF-8 */
@@ -84,6 +106,13 @@ typedef struct kvio_cache {
     unsigned token_width; /* 4 or 8: int32/int64 in the file read; what writers use (0 = 8) */
     kvio_meta *meta;      /* safetensors "__metadata__" (other formats: none) */
     size_t n_meta;
+    /* Filled by the readers, ignored by the writers: */
+    kvio_names names; /* the name scheme of the key/value tensors */
+    size_t n_ignored; /* tensors (npz: members) skipped: companions, extras */
+    char *ignored[KVIO_MAX_IGNORED]; /* the first min(n_ignored, 8) of their names
+                                      * in file order (npz: tensor name, or the
+                                      * member name if not .npy), escaped like
+                                      * names in messages; freed by kvio_cache_free */
 } kvio_cache;
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -91,6 +120,13 @@ size_t kvio_dtype_size(fkvf_dtype dtype);     /* 2, 2, 4; 0 if unknown */
 const char *kvio_dtype_name(fkvf_dtype dtype); /* "f16", "bf16", "f32", "?" */
 const char *kvio_format_name(kvio_format fmt); /* "safetensors", "npy", "npz", "auto" */
 const char *kvio_strerror(int code);
+/* "none", "fkvf", "hf", "hf-legacy", "hf-dynamic" ("?" if unknown). */
+const char *kvio_names_name(kvio_names names);
+/* 1 for the Hugging Face schemes (HF, HF_LEGACY, HF_DYNAMIC). */
+int kvio_names_is_hf(kvio_names names);
+/* 1 if name is a known companion of a Hugging Face cache that readers skip:
+ * attention_mask, position_ids, cache_position, token_type_ids, logits. */
+int kvio_is_companion(const char *name);
 /* By extension: .safetensors, .npy, .npz (case-insensitive); AUTO if none. */
 kvio_format kvio_format_from_path(const char *path);
 /* By content: npy magic, zip magic, else safetensors if the first 8 bytes

@@ -426,9 +426,9 @@ void cli_keys_from_codebook(fkvf_reader *cb, cli_key_opts *k, uint32_t key_dim)
     if (!k->layout_set && fkvf_reader_meta_find(cb, "train.rope_layout", &e) == FKVF_OK &&
         e.type == FKVF_META_UTF8) {
         if (e.value_len == 10 && !memcmp(e.value, "half-split", 10))
-            k->layout = 2;
+            k->layout = 2, k->layout_cb = 1;
         else if (e.value_len == 11 && !memcmp(e.value, "interleaved", 11))
-            k->layout = 1;
+            k->layout = 1, k->layout_cb = 1;
     }
 }
 
@@ -593,8 +593,8 @@ void cli_progress_cb(void *opaque, uint64_t done, uint64_t total)
  * is what kvio_read uses (the mapping and the parsed cache); 1 when the
  * file could not be mapped here (the caller reads it the ordinary way and
  * reports any error), else 0 and a kvio result in *rc. */
-static int read_cache_progress(const char *path, uint64_t size64, kvio_cache *c, char *err,
-                               size_t errlen, int *rc)
+static int read_cache_progress(const char *path, uint64_t size64, unsigned flags, kvio_cache *c,
+                               char *err, size_t errlen, int *rc)
 {
     if (size64 > SIZE_MAX)
         return 1;
@@ -627,19 +627,20 @@ static int read_cache_progress(const char *path, uint64_t size64, kvio_cache *c,
         cli_progress_cb(&pg, off, size);
     }
     (void)sum;
-    *rc = kvio_read_mem(map, size, path, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA, c, err, errlen);
+    *rc = kvio_read_mem(map, size, path, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA | flags, c, err,
+                        errlen);
     munmap(map, size);
     return 0;
 }
 
-int cli_read_cache(const char *path, kvio_cache *c)
+int cli_read_cache(const char *path, unsigned flags, kvio_cache *c)
 {
-    char err[512];
+    char err[1024];
     int rc;
     uint64_t size = cli_file_size(path);
     if (size < CLI_READ_PROGRESS_MIN || !isatty(STDERR_FILENO) ||
-        read_cache_progress(path, size, c, err, sizeof err, &rc))
-        rc = kvio_read(path, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA, c, err, sizeof err);
+        read_cache_progress(path, size, flags, c, err, sizeof err, &rc))
+        rc = kvio_read(path, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA | flags, c, err, sizeof err);
     if (rc != KVIO_OK) {
         cli_err("%s", err);
         return cli_kvio_exit(rc);

@@ -103,6 +103,7 @@ int cli_code_value(cli_code_opts *o, const char *a, const char *v);
 typedef struct cli_key_opts {
     int keys_set;                        /* --keys given */
     int theta_set, dims_set, layout_set; /* --rope-* given */
+    int layout_cb;                       /* layout taken from a codebook file's train.* */
     int pre_rope;                        /* 1: archive keys before rotation */
     int no_rope;                         /* --no-rope: the cache's keys carry no rotation */
     double theta;
@@ -174,12 +175,12 @@ void cli_fmt_duration(double secs, char *out, size_t n);
 void cli_progress_format(char *out, size_t n, const char *label, uint64_t done, uint64_t total,
                          double elapsed, int bytes);
 
-/* Read a raw cache (any format cacheio knows, extra tensors ignored).
- * Files of CLI_READ_PROGRESS_MIN bytes or more are read with a progress bar
+/* Read a raw cache (any format cacheio knows, extra tensors ignored; flags:
+ * more KVIO_READ_* flags). Files of CLI_READ_PROGRESS_MIN bytes or more are read with a progress bar
  * when stderr is a terminal (the mapping is read page by page, then
  * parsed). Returns CLI_OK, or an exit status after an error line. */
 #define CLI_READ_PROGRESS_MIN (64u << 20)
-int cli_read_cache(const char *path, kvio_cache *c);
+int cli_read_cache(const char *path, unsigned flags, kvio_cache *c);
 
 /* Rows of spec 14.2 (per position, per layer the keys of heads 0..H-1, then
  * the values, in the cache's dtype): elements and bytes of one row, and the
@@ -201,5 +202,57 @@ void cli_rvq_params_for(fkvf_rvq_params *prm, const kvio_cache *c);
  * is given). Sinks, window and ids are the caller's. */
 void cli_desc_for(fkvf_desc *d, const kvio_cache *c, const fkvf_rope *rope, int no_rope,
                   const fkvf_rope *krope);
+
+/* ---- reading the user's caches right (cli_cache.c) ---------------------- */
+
+/* --layout of the commands that read caches: not given (heads-first, with
+ * the warning of cli_cache_notes), hnd (heads-first) or nhd (positions-first). */
+enum { CLI_LAYOUT_UNSET = 0, CLI_LAYOUT_HND = 1, CLI_LAYOUT_NHD = 2 };
+int cli_opt_layout(const char *v, int *layout); /* 0, or -1 after an error line */
+
+/* Notes on stderr about a cache just read from path: every tensor the reader
+ * skipped (kvio_cache.ignored), and, when layout is CLI_LAYOUT_UNSET, a
+ * warning naming --layout if there are more "heads" than "positions". */
+void cli_cache_notes(const char *path, const kvio_cache *c, int layout);
+
+/* cli_read_cache in the given layout, then cli_cache_notes. */
+int cli_read_cache_layout(const char *path, int layout, kvio_cache *c);
+
+/* Hugging Face caches rotate half-split pairs: when the cache's tensor names
+ * are a Hugging Face scheme and the pair layout was neither given nor taken
+ * from a codebook file (and not --no-rope), choose half-split and say so. */
+void cli_keys_hf_default(cli_key_opts *k, const kvio_cache *c, const char *path);
+
+/* The RoPE check: on up to 256 positions of [p0, p1) (evenly spaced), per
+ * (layer, head), the spread of the keys (mean squared distance to their mean
+ * over their mean squared norm) as cached and un-rotated with each candidate
+ * (the chosen settings, both pair layouts at the chosen theta and at 10000,
+ * 500000 and 1000000, rope_dims of rope), pooled over all heads. Keys before
+ * RoPE are concentrated; a wrong un-rotation spreads them. */
+typedef struct cli_rope_cand {
+    int as_cached;   /* 1: keys as cached, else un-rotated with rope */
+    fkvf_rope rope;
+    double spread;   /* pooled over all (layer, head) pairs */
+    uint64_t wins;   /* (layer, head) pairs where this candidate is lowest */
+} cli_rope_cand;
+typedef struct cli_rope_report {
+    uint32_t positions, sampled; /* in [p0, p1); sampled of them */
+    uint64_t heads;              /* layers x kv_heads */
+    size_t n;                    /* candidates (0: cannot measure) */
+    cli_rope_cand c[10];
+    size_t chosen, best;         /* chosen: c[0]; best: the lowest spread */
+    int verdict; /* 0 the chosen settings look right, 1 another candidate is lower by
+                  * more than 3%: they look wrong, -1 cannot tell (< 16 positions) */
+} cli_rope_report;
+
+/* Measure (pos0 + t - p0 is the rotary position of cache position t; rope:
+ * the chosen settings, unrotate 0 when the keys are archived as cached).
+ * 0, or -1 when out of memory. */
+int cli_rope_measure(const kvio_cache *c, uint32_t p0, uint32_t p1, uint64_t pos0,
+                     const fkvf_rope *rope, int unrotate, cli_rope_report *r);
+/* The table and the verdict (fkvf pack --check-rope). */
+void cli_rope_print(FILE *f, const char *path, const cli_rope_report *r);
+/* A warning line on stderr when the verdict is 1. */
+void cli_rope_warn(const char *path, const cli_rope_report *r);
 
 #endif

@@ -96,6 +96,8 @@ static const char *append_help =
     "                        the archive has no token stream (default: stored when\n"
     "                        both have them)\n"
     "  --beam B              beam width for encoding archived positions (1: greedy)\n"
+    "  --layout hnd|nhd      the cache's tensors heads-first [H, T, D] (default) or\n"
+    "                        positions-first [T, H, D] (docs/cache-files.md)\n"
     "  --json                print one JSON object\n"
     "\n"
     "With --create (ARCHIVE must not exist; the cache's positions are its first):\n"
@@ -111,7 +113,9 @@ static const char *append_help =
     "  --codec quad|ngon     index stream codec (quad)\n"
     "  --keys pre-rope|as-is archive keys before RoPE (default) or as cached\n"
     "  --rope-theta X        RoPE base (10000); --rope-dims N (key_dim);\n"
-    "  --rope-layout interleaved|half-split (interleaved); --no-rope\n"
+    "  --rope-layout interleaved|half-split (interleaved; half-split for Hugging\n"
+    "                        Face tensor names, said on stderr); --no-rope; a\n"
+    "                        warning when the keys do not look rotated that way\n"
     "  --no-tokens           no token stream even if the cache has token ids\n"
     "  --token-bits N        quad width of the token stream, even 2..32\n"
     "                        (default: 16, or wider when the cache needs it)\n"
@@ -124,7 +128,7 @@ static const char *append_help =
 typedef struct append_opts {
     const char *archive, *cache, *cbfile;
     int create, json, recover, req_tokens, no_tokens, embed, train, exact_only, f32, newonly;
-    int range_set, end_set;
+    int range_set, end_set, layout;
     cli_code_opts code;
     cli_key_opts keys;
     uint64_t range0, range1, every, tok_bits;
@@ -205,6 +209,9 @@ static int append_parse(int argc, char **argv, append_opts *o)
                 }
             } else if (!strcmp(a, "--beam")) {
                 if (cli_opt_beam(v, &o->code.beam))
+                    return -1;
+            } else if (!strcmp(a, "--layout")) {
+                if (cli_opt_layout(v, &o->layout))
                     return -1;
             } else if (!strcmp(a, "--positions")) {
                 const char *colon = strchr(v, ':');
@@ -376,10 +383,17 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
             }
         }
     }
+    cli_keys_hf_default(&o->keys, c, o->cache);
     fkvf_rope rope;
     const fkvf_rope *krope;
     if (cli_key_rope(&o->keys, c->key_dim, o->cache, &rope, &krope))
         return CLI_USAGE;
+    if (krope && (s->q || s->cb || o->train)) {
+        /* the rows p0.. are positions 0.. of the new archive */
+        cli_rope_report rr;
+        if (cli_rope_measure(c, p0, p1, 0, &rope, 1, &rr) == 0)
+            cli_rope_warn(o->cache, &rr);
+    }
     if (o->train) {
         if (p1 == p0) {
             cli_err("%s: no positions to train codebooks on", o->cache);
@@ -474,7 +488,7 @@ int fkvf_cli_append(int argc, char **argv)
     memset(&s, 0, sizeof s);
     int ex;
     int rc;
-    if ((ex = cli_read_cache(o.cache, &s.c)) != CLI_OK)
+    if ((ex = cli_read_cache_layout(o.cache, o.layout, &s.c)) != CLI_OK)
         return ex;
     kvio_cache *c = &s.c;
     uint64_t before_size = 0, before_n = 0, recovered = 0;

@@ -50,10 +50,10 @@ static void rows_to_cache(kvio_cache *c, const uint8_t *rows, uint32_t first, ui
     }
 }
 
-/* A raw cache with at least one position. */
-static int read_cache(const char *path, kvio_cache *c)
+/* A raw cache with at least one position (layout: CLI_LAYOUT_*). */
+static int read_cache(const char *path, int layout, kvio_cache *c)
 {
-    int ex = cli_read_cache(path, c);
+    int ex = cli_read_cache_layout(path, layout, c);
     if (ex != CLI_OK)
         return ex;
     if (c->n_positions == 0) {
@@ -86,6 +86,44 @@ static int key_opt(cli_key_opts *k, int argc, char **argv, int *i)
 
 /* ---- pack --------------------------------------------------------------- */
 
+/* At most this many safetensors __metadata__ entries are kept (the writer
+ * checks each new key against all earlier ones). */
+#define PACK_MAX_ST_META 4096
+#define ST_META_PREFIX "safetensors."
+
+/* What unpack needs to write the cache back as it came (docs/cache-files.md):
+ * pack.names (the tensor name scheme, when the file has names), pack.layout,
+ * and every safetensors __metadata__ entry as safetensors.KEY. An entry the
+ * archive cannot hold (key over 255 bytes with the prefix, value over 2^24
+ * bytes) is left out with a warning. */
+static int pack_source_meta(fkvf_writer *w, const kvio_cache *c, int layout, const char *path)
+{
+    int rc = fkvf_writer_meta_utf8(w, "pack.layout", layout == CLI_LAYOUT_NHD ? "nhd" : "hnd");
+    if (rc == FKVF_OK && c->names != KVIO_NAMES_NONE)
+        rc = fkvf_writer_meta_utf8(w, "pack.names", kvio_names_name(c->names));
+    size_t kept = 0, over = 0;
+    for (size_t i = 0; rc == FKVF_OK && i < c->n_meta; i++) {
+        size_t kl = strlen(c->meta[i].key), vl = strlen(c->meta[i].value);
+        if (kept >= PACK_MAX_ST_META) {
+            over++;
+            continue;
+        }
+        if (kl > 255 - strlen(ST_META_PREFIX) || vl > (1u << 24)) {
+            cli_err("%s: warning: __metadata__ entry '%.60s%s' not kept: %s", path, c->meta[i].key,
+                    kl > 60 ? "..." : "", vl > (1u << 24) ? "value over 16 MiB" : "key over 243 bytes");
+            continue;
+        }
+        char key[256];
+        snprintf(key, sizeof key, "%s%s", ST_META_PREFIX, c->meta[i].key);
+        rc = fkvf_writer_meta_utf8(w, key, c->meta[i].value);
+        kept++;
+    }
+    if (over)
+        cli_err("%s: warning: %zu more __metadata__ entries not kept (at most %d are)", path, over,
+                PACK_MAX_ST_META);
+    return rc;
+}
+
 static const char *pack_help =
     "usage: fkvf pack CACHE -o ARCHIVE [options]\n"
     "\n"
@@ -110,6 +148,17 @@ static const char *pack_help =
     "  --rope-dims N         rotated dims, even (key_dim)\n"
     "  --rope-layout interleaved|half-split   pair layout (interleaved)\n"
     "  --no-rope             the cache's keys are not rotated (descriptor: no transform)\n"
+    "  --check-rope          print how well un-rotating with these settings (and the\n"
+    "                        alternatives) concentrates the keys; exit 1 if they look\n"
+    "                        wrong (writing nothing). Without -o: measure only\n"
+    "                        (docs/cache-files.md). Without it, pack warns when the\n"
+    "                        settings look wrong\n"
+    "  Hugging Face tensor names (past_key_values.*, key_cache.*): the pair layout\n"
+    "  defaults to half-split, said on stderr (a --codebooks file's wins)\n"
+    "Input:\n"
+    "  --layout hnd|nhd      key/value tensors heads-first [H, T, D] (hnd, default) or\n"
+    "                        positions-first [T, H, D] (nhd; .npy [L, 2, T, H, D]);\n"
+    "                        without it, more heads than positions is warned about\n"
     "Archive:\n"
     "  --sinks S             leading exact positions (4)\n"
     "  --recent W            trailing exact positions (32)\n"
@@ -124,7 +173,7 @@ static const char *pack_help =
 
 typedef struct pack_opts {
     const char *in, *out, *cbfile;
-    int train, deflate, f32, index;
+    int train, deflate, f32, index, layout, check_rope;
     cli_code_opts code;
     cli_key_opts keys;
 } pack_opts;
@@ -153,6 +202,8 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
             o->deflate = 1;
         } else if (!strcmp(a, "--f32")) {
             o->f32 = 1;
+        } else if (!strcmp(a, "--check-rope")) {
+            o->check_rope = 1;
         } else if (a[0] == '-' && a[1] != 0) {
             if (!v) {
                 cli_err("pack: %s needs a value (or is unknown; see fkvf pack --help)", a);
@@ -161,6 +212,9 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
             i++;
             if (!strcmp(a, "-o")) {
                 o->out = v;
+            } else if (!strcmp(a, "--layout")) {
+                if (cli_opt_layout(v, &o->layout))
+                    return -1;
             } else if (!strcmp(a, "--codebooks")) {
                 o->cbfile = v;
             } else if ((r = cli_code_value(&o->code, a, v)) != 0) {
@@ -177,7 +231,7 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
             return -1;
         }
     }
-    if (!o->in || !o->out) {
+    if (!o->in || (!o->out && !o->check_rope)) {
         cli_err("pack: need CACHE and -o ARCHIVE (see fkvf pack --help)");
         return -1;
     }
@@ -263,7 +317,7 @@ int fkvf_cli_pack(int argc, char **argv)
         return pr > 0 ? CLI_OK : CLI_USAGE;
     pack_state s;
     memset(&s, 0, sizeof s);
-    int ex = read_cache(o.in, &s.c);
+    int ex = read_cache(o.in, o.layout, &s.c);
     if (ex)
         return ex;
     kvio_cache *c = &s.c;
@@ -287,9 +341,31 @@ int fkvf_cli_pack(int argc, char **argv)
         if (ex)
             goto out;
     }
+    cli_keys_hf_default(&o.keys, c, o.in);
     if (cli_key_rope(&o.keys, c->key_dim, o.in, &rope, &krope)) {
         ex = CLI_USAGE;
         goto out;
+    }
+    /* are the keys un-rotated right? (always with --check-rope; else when
+     * they are un-rotated at all) */
+    if (o.check_rope || krope) {
+        cli_rope_report rr;
+        if (cli_rope_measure(c, 0, c->n_positions, 0, &rope, krope != NULL, &rr)) {
+            cli_err("%s: out of memory", o.in);
+            ex = CLI_USAGE;
+            goto out;
+        }
+        if (o.check_rope)
+            cli_rope_print(stdout, o.in, &rr);
+        else
+            cli_rope_warn(o.in, &rr);
+        if (o.check_rope && (rr.verdict == 1 || !o.out)) {
+            if (rr.verdict == 1 && o.out)
+                cli_err("%s: --check-rope: the RoPE settings look wrong; %s not written", o.in,
+                        o.out);
+            ex = rr.verdict == 1 ? CLI_INVALID : CLI_OK;
+            goto out;
+        }
     }
     s.rows = cache_to_rows(c);
     if (!s.rows) {
@@ -377,6 +453,8 @@ int fkvf_cli_pack(int argc, char **argv)
     }
     if (rc == FKVF_OK)
         rc = fkvf_writer_meta_utf8(s.w, "pack.tool", "fkvf " FKVF_VERSION_STRING);
+    if (rc == FKVF_OK)
+        rc = pack_source_meta(s.w, c, o.layout, o.in);
     if (rc == FKVF_OK && A > 0) {
         rc = fkvf_writer_meta_u64(s.w, "pack.beam", o.code.beam);
         if (rc == FKVF_OK && o.train)
@@ -486,20 +564,100 @@ static const char *unpack_help =
     "  --codebooks FILE      codebook file for an archive that refers to one\n"
     "                        (default: the file named in the archive, next to it)\n"
     "  --dtype f16|bf16|f32  element type of the output (the archive's)\n"
+    "  --names fkvf|hf       tensor names: layers.{i}.key/.value [H, T, D] and tokens\n"
+    "                        [T] (fkvf), or Hugging Face past_key_values.{i}.key/.value\n"
+    "                        [1, H, T, D] and input_ids [1, T] (hf; .npy: [L, 2, 1, H,\n"
+    "                        T, D]). Default: as packed (the archive's pack.names: hf\n"
+    "                        for any Hugging Face scheme), else fkvf\n"
+    "  --hf                  the same as --names hf\n"
+    "  --layout hnd|nhd      heads-first [H, T, D] or positions-first [T, H, D]\n"
+    "                        (default: as packed, the archive's pack.layout, else hnd)\n"
+    "\n"
+    "A .safetensors output gets the __metadata__ of the packed file back (kept in\n"
+    "the archive as safetensors.KEY). .npz and .npy carry no metadata, and .npy no\n"
+    "token ids: what they cannot hold is named on stderr.\n"
     "\n"
     "Exit status: 0 ok, 1 invalid input (also a missing or wrong codebook),\n"
     "2 usage or I/O error.\n";
 
+/* Is the archive's metadata entry key the UTF-8 text word? */
+static int meta_is(fkvf_reader *r, const char *key, const char *word)
+{
+    fkvf_meta_entry e;
+    return fkvf_reader_meta_find(r, key, &e) == FKVF_OK && e.type == FKVF_META_UTF8 &&
+           e.value_len == strlen(word) && !memcmp(e.value, word, e.value_len);
+}
+
+/* The archive's safetensors.KEY entries back into c's metadata (for a
+ * .safetensors output; else counted). Returns the number of entries, or -1
+ * when out of memory. */
+static long unpack_st_meta(fkvf_reader *r, kvio_cache *c, int keep, const char *out)
+{
+    size_t n = 0, pl = strlen(ST_META_PREFIX);
+    long found = 0;
+    if (fkvf_reader_meta_count(r, &n) != FKVF_OK)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        fkvf_meta_entry e;
+        if (fkvf_reader_meta(r, i, &e) != FKVF_OK || e.type != FKVF_META_UTF8 ||
+            e.key_len < pl || memcmp(e.key, ST_META_PREFIX, pl))
+            continue;
+        found++;
+        if (!keep)
+            continue;
+        char *key = malloc(e.key_len - pl + 1), *val = malloc(e.value_len + 1);
+        if (!key || !val) {
+            free(key);
+            free(val);
+            return -1;
+        }
+        memcpy(key, e.key + pl, e.key_len - pl);
+        key[e.key_len - pl] = 0;
+        memcpy(val, e.value, e.value_len);
+        val[e.value_len] = 0;
+        int rc = KVIO_OK;
+        if (strlen(key) != e.key_len - pl || strlen(val) != e.value_len ||
+            !strcmp(key, "__metadata__"))
+            cli_err("%s: warning: metadata entry '%s%s' not written (a NUL byte, or a reserved "
+                    "name)",
+                    out, ST_META_PREFIX, key);
+        else
+            rc = kvio_cache_set_meta(c, key, val);
+        free(key);
+        free(val);
+        if (rc != KVIO_OK)
+            return -1;
+    }
+    return found;
+}
+
 int fkvf_cli_unpack(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *cbpath = NULL;
-    int dtype = 0;
+    int dtype = 0, names = 0, layout = CLI_LAYOUT_UNSET; /* names: 0 as packed, 1 fkvf, 2 hf */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(unpack_help, stdout);
             return CLI_OK;
+        } else if (!strcmp(a, "--hf")) {
+            names = 2;
+        } else if (!strcmp(a, "--names") || !strcmp(a, "--layout")) {
+            if (!v) {
+                cli_err("unpack: %s needs a value", a);
+                return CLI_USAGE;
+            }
+            i++;
+            if (a[2] == 'l') {
+                if (cli_opt_layout(v, &layout))
+                    return CLI_USAGE;
+            } else if (!strcmp(v, "fkvf") || !strcmp(v, "hf")) {
+                names = v[0] == 'f' ? 1 : 2;
+            } else {
+                cli_err("--names: '%s' is not fkvf or hf", v);
+                return CLI_USAGE;
+            }
         } else if (!strcmp(a, "-o") || !strcmp(a, "--codebooks") || !strcmp(a, "--dtype")) {
             if (!v) {
                 cli_err("unpack: %s needs a value", a);
@@ -608,9 +766,9 @@ int fkvf_cli_unpack(int argc, char **argv)
     uint32_t P = (uint32_t)ai.n_positions;
     fkvf_stream_info tsi;
     size_t tidx;
-    int has_tok = fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &tidx) == FKVF_OK &&
-                  fkvf_reader_stream_info(r, tidx, &tsi) == FKVF_OK && tsi.length >= P &&
-                  fmt != KVIO_FMT_NPY; /* one array: no room for token ids */
+    int has_tok_stream = fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &tidx) == FKVF_OK &&
+                         fkvf_reader_stream_info(r, tidx, &tsi) == FKVF_OK && tsi.length >= P;
+    int has_tok = has_tok_stream && fmt != KVIO_FMT_NPY; /* one array: no room for token ids */
     char err[512];
     if (kvio_cache_init(&c, d.n_layers, d.n_kv_heads, P, d.key_dim, d.value_dim, dt, has_tok, err,
                         sizeof err) != KVIO_OK) {
@@ -653,7 +811,34 @@ int fkvf_cli_unpack(int argc, char **argv)
         for (uint32_t t = 0; t < P; t++)
             c.tokens[t] = tok[t];
     }
-    if (kvio_write(out, fmt, 0, &c, err, sizeof err) != KVIO_OK) {
+    /* names, layout and metadata as packed, unless given */
+    if (!names && (meta_is(r, "pack.names", "hf") || meta_is(r, "pack.names", "hf-legacy") ||
+                   meta_is(r, "pack.names", "hf-dynamic"))) {
+        names = 2;
+        cli_err("%s: Hugging Face names and shapes (past_key_values.{i}.key [1, H, T, D], "
+                "input_ids), as packed (--names fkvf for layers.{i}.key [H, T, D])",
+                out);
+    }
+    if (layout == CLI_LAYOUT_UNSET && meta_is(r, "pack.layout", "nhd")) {
+        layout = CLI_LAYOUT_NHD;
+        cli_err("%s: positions-first tensors [T, H, D], as packed (--layout hnd for [H, T, D])", out);
+    }
+    long nmeta = unpack_st_meta(r, &c, fmt == KVIO_FMT_SAFETENSORS, out);
+    if (nmeta < 0) {
+        cli_err("%s: out of memory", in);
+        ex = CLI_USAGE;
+        goto out;
+    }
+    if (nmeta > 0 && fmt != KVIO_FMT_SAFETENSORS)
+        cli_err("%s: warning: the archive's %ld safetensors __metadata__ entries are not written "
+                "(a .%s file has no metadata; use .safetensors)",
+                out, nmeta, kvio_format_name(fmt));
+    if (fmt == KVIO_FMT_NPY && has_tok_stream)
+        cli_err("%s: warning: the archive's %u token ids are not written (a .npy file holds one "
+                "array; use .safetensors or .npz)",
+                out, P);
+    unsigned wflags = (names == 2 ? KVIO_WRITE_HF : 0) | (layout == CLI_LAYOUT_NHD ? KVIO_WRITE_NHD : 0);
+    if (kvio_write(out, fmt, wflags, &c, err, sizeof err) != KVIO_OK) {
         cli_err("%s", err);
         ex = CLI_USAGE;
         goto out;
@@ -690,6 +875,13 @@ static const char *train_help =
     "  --f32                 binary32 tables (default f16)\n"
     "  --keys pre-rope|as-is train on keys before RoPE (default) or as cached\n"
     "  --rope-theta X, --rope-dims N, --rope-layout interleaved|half-split\n"
+    "                        (10000, key_dim, interleaved; half-split when every\n"
+    "                        cache has Hugging Face tensor names, said on stderr);\n"
+    "                        a warning when the first cache's keys do not look\n"
+    "                        rotated that way (see fkvf pack --check-rope)\n"
+    "  --no-rope             the caches' keys are not rotated\n"
+    "  --layout hnd|nhd      tensors heads-first [H, T, D] (default) or\n"
+    "                        positions-first [T, H, D] (every cache)\n"
     "\n"
     "Exit status: 0 ok, 1 invalid input, 2 usage or I/O error.\n";
 
@@ -711,6 +903,7 @@ int fkvf_cli_train(int argc, char **argv)
     void *tables = NULL;
     fkvf_writer *w = NULL;
     fkvf_reader *r = NULL;
+    int layout = CLI_LAYOUT_UNSET;
     if (!ins) {
         cli_err("out of memory");
         return CLI_USAGE;
@@ -754,6 +947,9 @@ int fkvf_cli_train(int argc, char **argv)
             } else if (!strcmp(a, "--iters")) {
                 if (cli_opt_iters(v, &prm.max_iters))
                     goto out;
+            } else if (!strcmp(a, "--layout")) {
+                if (cli_opt_layout(v, &layout))
+                    goto out;
             } else {
                 cli_err("train: unknown option '%s' (see fkvf train --help)", a);
                 goto out;
@@ -773,8 +969,9 @@ int fkvf_cli_train(int argc, char **argv)
         cli_err("out of memory");
         goto out;
     }
+    int all_hf = 1;
     for (size_t i = 0; i < nin; i++) {
-        ex = read_cache(ins[i], &cs[i]);
+        ex = read_cache(ins[i], layout, &cs[i]);
         if (ex)
             goto out;
         ex = CLI_INVALID;
@@ -796,11 +993,19 @@ int fkvf_cli_train(int argc, char **argv)
         blocks[i].n_rows = cs[i].n_positions;
         blocks[i].dtype = cs[i].dtype;
         blocks[i].first_position = 0;
+        all_hf &= kvio_names_is_hf(cs[i].names);
     }
+    if (all_hf)
+        cli_keys_hf_default(&keys, &cs[0], ins[0]);
     fkvf_rope rope;
     if (cli_key_rope(&keys, cs[0].key_dim, ins[0], &rope, &prm.key_rope)) {
         ex = CLI_USAGE;
         goto out;
+    }
+    if (prm.key_rope) {
+        cli_rope_report rr;
+        if (cli_rope_measure(&cs[0], 0, cs[0].n_positions, 0, &rope, 1, &rr) == 0)
+            cli_rope_warn(ins[0], &rr);
     }
     prm.n_layers = cs[0].n_layers;
     prm.n_kv_heads = cs[0].n_kv_heads;
@@ -891,13 +1096,18 @@ out:
 /* ---- compare ------------------------------------------------------------ */
 
 static const char *compare_help =
-    "usage: fkvf compare ORIGINAL RESTORED [--sinks S] [--recent W] [--json]\n"
+    "usage: fkvf compare ORIGINAL RESTORED [--sinks S] [--recent W] [--layout L[,L2]] [--json]\n"
     "\n"
     "Compare two raw caches of the same shape. Per keys and values: relative\n"
     "MSE (sum of squared errors / sum of squares of ORIGINAL), SNR in dB and\n"
     "the largest absolute error, over the archived positions (those outside\n"
     "the first S and last W; all positions when both are 0, the default); and\n"
     "whether the exact positions (first S, last W) are bit-identical.\n"
+    "\n"
+    "  --layout hnd|nhd      tensors heads-first [H, T, D] (default) or positions-\n"
+    "                        first [T, H, D], for both files; hnd,nhd or nhd,hnd:\n"
+    "                        ORIGINAL's, then RESTORED's (e.g. an nhd cache against\n"
+    "                        what fkvf unpack --layout hnd wrote)\n"
     "\n"
     "Exit status: 0 shapes match, 1 they differ or a file is invalid, 2 usage\n"
     "or I/O error.\n";
@@ -916,7 +1126,7 @@ int fkvf_cli_compare(int argc, char **argv)
 {
     const char *pa = NULL, *pb = NULL;
     uint64_t sinks = 0, recent = 0;
-    int json = 0;
+    int json = 0, lay[2] = {CLI_LAYOUT_UNSET, CLI_LAYOUT_UNSET};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -924,6 +1134,18 @@ int fkvf_cli_compare(int argc, char **argv)
             return CLI_OK;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--layout")) {
+            const char *v = i + 1 < argc ? argv[++i] : NULL;
+            char one[4] = "";
+            if (v && strlen(v) == 7 && v[3] == ',') {
+                memcpy(one, v, 3);
+                if (cli_opt_layout(one, &lay[0]) || cli_opt_layout(v + 4, &lay[1]))
+                    return CLI_USAGE;
+            } else if (cli_opt_layout(v, &lay[0])) {
+                return CLI_USAGE;
+            } else {
+                lay[1] = lay[0];
+            }
         } else if (!strcmp(a, "--sinks") || !strcmp(a, "--recent")) {
             if (i + 1 >= argc || cli_parse_u64(argv[i + 1], UINT32_MAX, a[2] == 's' ? &sinks : &recent)) {
                 cli_err("%s needs a count", a);
@@ -950,10 +1172,10 @@ int fkvf_cli_compare(int argc, char **argv)
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
     float *fa = NULL, *fb = NULL;
-    int ex = read_cache(pa, &a);
+    int ex = read_cache(pa, lay[0], &a);
     if (ex)
         return ex;
-    ex = read_cache(pb, &b);
+    ex = read_cache(pb, lay[1], &b);
     if (ex) {
         kvio_cache_free(&a);
         return ex;

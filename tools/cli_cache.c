@@ -1,0 +1,255 @@
+/* Reading the user's raw caches right (fkvf pack, train, compare, append):
+ * --layout, the notes after reading a cache (skipped tensors, a layout that
+ * looks transposed), the RoPE pair layout of Hugging Face caches, and the
+ * RoPE check. See cli_util.h and docs/cache-files.md. Public API only. */
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_util.h"
+
+int cli_opt_layout(const char *v, int *layout)
+{
+    if (v && (!strcmp(v, "hnd") || !strcmp(v, "nhd"))) {
+        *layout = v[0] == 'h' ? CLI_LAYOUT_HND : CLI_LAYOUT_NHD;
+        return 0;
+    }
+    cli_err("--layout: '%s' is not hnd (heads first) or nhd (positions first)", v ? v : "");
+    return -1;
+}
+
+void cli_cache_notes(const char *path, const kvio_cache *c, int layout)
+{
+    for (size_t i = 0; i < c->n_ignored && i < KVIO_MAX_IGNORED; i++)
+        cli_err("%s: ignored tensor '%s' (%s)", path, c->ignored[i] ? c->ignored[i] : "",
+                kvio_is_companion(c->ignored[i])
+                    ? "a companion of a Hugging Face cache, not part of it"
+                    : "not a cache tensor name; docs/cache-files.md lists the accepted names");
+    if (c->n_ignored > KVIO_MAX_IGNORED)
+        cli_err("%s: ignored %zu more tensors", path, c->n_ignored - KVIO_MAX_IGNORED);
+    /* A positions-first cache read heads-first has its axes swapped: many
+     * "heads" (KV heads are 1-8 in GQA models, rarely more than 64 in any),
+     * few "positions". A short heads-first cache can have H > T too: warn,
+     * do not refuse. */
+    if (layout == CLI_LAYOUT_UNSET && c->n_positions > 0 && c->n_kv_heads > c->n_positions)
+        cli_err("%s: warning: read heads-first as %u KV heads x %u positions%s; if the tensors "
+                "are positions-first ([positions, kv_heads, dim]), pass --layout nhd "
+                "(--layout hnd keeps this reading without this warning)",
+                path, c->n_kv_heads, c->n_positions,
+                c->n_kv_heads > 64 ? ", more KV heads than models have" : "");
+}
+
+int cli_read_cache_layout(const char *path, int layout, kvio_cache *c)
+{
+    int ex = cli_read_cache(path, layout == CLI_LAYOUT_NHD ? KVIO_READ_NHD : 0, c);
+    if (ex == CLI_OK)
+        cli_cache_notes(path, c, layout);
+    return ex;
+}
+
+void cli_keys_hf_default(cli_key_opts *k, const kvio_cache *c, const char *path)
+{
+    if (k->layout_set || k->layout_cb || k->no_rope || !kvio_names_is_hf(c->names))
+        return;
+    k->layout = 2;
+    cli_err("%s: Hugging Face tensor names (%s): RoPE pairs taken as half-split (rotate_half, "
+            "as Transformers rotates them); pass --rope-layout interleaved for a model that "
+            "rotates adjacent pairs",
+            path, kvio_names_name(c->names));
+}
+
+/* ---- the RoPE check ------------------------------------------------------ */
+
+#define ROPE_SAMPLES 256    /* positions sampled per (layer, head) */
+#define ROPE_MIN_SAMPLES 16 /* fewer: cannot tell */
+#define ROPE_MARGIN 0.97    /* another candidate must be this much lower */
+
+static const double USUAL_THETAS[] = {10000.0, 500000.0, 1000000.0};
+
+static void add_cand(cli_rope_report *r, int as_cached, uint8_t layout, double theta,
+                     uint32_t dims)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (r->c[i].as_cached == as_cached &&
+            (as_cached || (r->c[i].rope.layout == layout && r->c[i].rope.theta == theta)))
+            return;
+    if (r->n >= sizeof r->c / sizeof r->c[0])
+        return;
+    cli_rope_cand *x = &r->c[r->n++];
+    memset(x, 0, sizeof *x);
+    x->as_cached = as_cached;
+    x->rope.layout = layout;
+    x->rope.theta = theta;
+    x->rope.rope_dims = dims;
+}
+
+int cli_rope_measure(const kvio_cache *c, uint32_t p0, uint32_t p1, uint64_t pos0,
+                     const fkvf_rope *rope, int unrotate, cli_rope_report *r)
+{
+    memset(r, 0, sizeof *r);
+    r->positions = p1 - p0;
+    r->heads = (uint64_t)c->n_layers * c->n_kv_heads;
+    r->verdict = -1;
+    uint32_t D = c->key_dim;
+    uint32_t dims = rope->rope_dims ? rope->rope_dims : D;
+    if (dims > D)
+        dims = D;
+    dims &= ~1u;
+    if (dims < 2 || p1 <= p0)
+        return 0; /* nothing to rotate, or no keys */
+    /* the chosen settings first: as cached, or un-rotated with rope */
+    add_cand(r, !unrotate, rope->layout, rope->theta, dims);
+    add_cand(r, 1, 0, 0, dims);
+    for (int l = 1; l <= 2; l++) {
+        add_cand(r, 0, (uint8_t)l, rope->theta, dims);
+        for (size_t i = 0; i < sizeof USUAL_THETAS / sizeof USUAL_THETAS[0]; i++)
+            add_cand(r, 0, (uint8_t)l, USUAL_THETAS[i], dims);
+    }
+    r->chosen = 0;
+    uint32_t n = r->positions < ROPE_SAMPLES ? r->positions : ROPE_SAMPLES;
+    r->sampled = n;
+    size_t es = kvio_dtype_size(c->dtype);
+    float *f = malloc((size_t)D * sizeof *f);
+    double *v = malloc((size_t)D * sizeof *v), *sum = malloc((size_t)D * sizeof *sum);
+    double *var = calloc(r->n, sizeof *var), *energy = calloc(r->n, sizeof *energy);
+    double *hv = malloc(r->n * sizeof *hv);
+    int rc = -1;
+    if (!f || !v || !sum || !var || !energy || !hv)
+        goto out;
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        for (uint32_t h = 0; h < c->n_kv_heads; h++) {
+            for (size_t k = 0; k < r->n; k++) {
+                const cli_rope_cand *x = &r->c[k];
+                double sq = 0;
+                memset(sum, 0, (size_t)D * sizeof *sum);
+                for (uint32_t i = 0; i < n; i++) {
+                    uint32_t t = p0 + (uint32_t)((uint64_t)i * r->positions / n);
+                    const uint8_t *src = c->keys[l] + ((size_t)h * c->n_positions + t) * D * es;
+                    fkvf_convert(FKVF_DTYPE_F32, f, c->dtype, src, D);
+                    for (uint32_t d = 0; d < D; d++)
+                        v[d] = f[d];
+                    if (!x->as_cached &&
+                        fkvf_rope_apply_f64(&x->rope, pos0 + (t - p0), 1, v, D) != FKVF_OK)
+                        goto out;
+                    for (uint32_t d = 0; d < D; d++) {
+                        sum[d] += v[d];
+                        sq += v[d] * v[d];
+                    }
+                }
+                double m2 = 0;
+                for (uint32_t d = 0; d < D; d++)
+                    m2 += (sum[d] / n) * (sum[d] / n);
+                /* n * (mean squared norm - squared norm of the mean) */
+                double hvar = sq - n * m2;
+                var[k] += hvar > 0 ? hvar : 0;
+                energy[k] += sq;
+                hv[k] = sq > 0 ? hvar / sq : 0;
+            }
+            size_t best = 0;
+            for (size_t k = 1; k < r->n; k++)
+                if (hv[k] < hv[best])
+                    best = k;
+            r->c[best].wins++;
+        }
+    r->best = 0;
+    int finite = 1;
+    for (size_t k = 0; k < r->n; k++) {
+        r->c[k].spread = energy[k] > 0 ? var[k] / energy[k] : 0;
+        finite &= isfinite(r->c[k].spread) && isfinite(energy[k]) && energy[k] > 0;
+        if (r->c[k].spread < r->c[r->best].spread)
+            r->best = k;
+    }
+    if (!finite || n < ROPE_MIN_SAMPLES)
+        r->verdict = -1;
+    else
+        r->verdict = r->best != r->chosen &&
+                     r->c[r->best].spread < ROPE_MARGIN * r->c[r->chosen].spread;
+    rc = 0;
+out:
+    free(f);
+    free(v);
+    free(sum);
+    free(var);
+    free(energy);
+    free(hv);
+    return rc;
+}
+
+static void cand_label(const cli_rope_cand *x, char *out, size_t n)
+{
+    if (x->as_cached)
+        snprintf(out, n, "as cached (not un-rotated)");
+    else
+        snprintf(out, n, "un-rotated with %s pairs, theta %.10g",
+                 x->rope.layout == 1 ? "interleaved" : "half-split", x->rope.theta);
+}
+
+/* The options that select candidate b instead of the chosen a. */
+static void cand_options(const cli_rope_cand *a, const cli_rope_cand *b, char *out, size_t n)
+{
+    size_t k = 0;
+    out[0] = 0;
+    if (b->as_cached) {
+        snprintf(out, n, "--no-rope if the model has no RoPE (GPT-2), or --keys as-is");
+        return;
+    }
+    if (a->as_cached)
+        k += (size_t)snprintf(out + k, n - k, "--keys pre-rope ");
+    if (a->as_cached || a->rope.layout != b->rope.layout)
+        k += (size_t)snprintf(out + k, n - k, "--rope-layout %s ",
+                              b->rope.layout == 1 ? "interleaved" : "half-split");
+    if (k < n && (a->as_cached || a->rope.theta != b->rope.theta))
+        k += (size_t)snprintf(out + k, n - k, "--rope-theta %.10g ", b->rope.theta);
+    if (k > 0 && k < n)
+        out[k - 1] = 0;
+}
+
+void cli_rope_print(FILE *f, const char *path, const cli_rope_report *r)
+{
+    cli_text_cstr(f, path);
+    fprintf(f, ": RoPE check on %u of %u positions, %" PRIu64 " (layer, head) pairs\n", r->sampled,
+            r->positions, r->heads);
+    if (!r->n) {
+        fprintf(f, "verdict: cannot tell (no rotated dims or no positions)\n");
+        return;
+    }
+    fprintf(f, "spread: mean squared distance of a head's keys to their mean over their mean "
+               "squared norm;\nkeys before RoPE cluster, so the right un-rotation gives the "
+               "lowest spread\n");
+    fprintf(f, "  spread   best in  keys\n");
+    for (size_t k = 0; k < r->n; k++) {
+        char lab[96];
+        cand_label(&r->c[k], lab, sizeof lab);
+        fprintf(f, "  %.4f  %4" PRIu64 "/%-4" PRIu64 " %s%s\n", r->c[k].spread, r->c[k].wins, r->heads, lab,
+                k == r->chosen && k == r->best ? "  <- chosen, lowest"
+                : k == r->chosen               ? "  <- chosen"
+                : k == r->best                 ? "  <- lowest"
+                                               : "");
+    }
+    if (r->verdict < 0) {
+        fprintf(f, "verdict: cannot tell (%s)\n",
+                r->sampled < ROPE_MIN_SAMPLES ? "fewer than 16 positions" : "no finite keys");
+    } else if (r->verdict == 0) {
+        fprintf(f, "verdict: the chosen settings look right\n");
+    } else {
+        char opts[160];
+        cand_options(&r->c[r->chosen], &r->c[r->best], opts, sizeof opts);
+        fprintf(f, "verdict: the chosen settings look wrong; try %s\n", opts);
+    }
+}
+
+void cli_rope_warn(const char *path, const cli_rope_report *r)
+{
+    if (r->verdict != 1)
+        return;
+    char a[96], b[96], opts[160];
+    cand_label(&r->c[r->chosen], a, sizeof a);
+    cand_label(&r->c[r->best], b, sizeof b);
+    cand_options(&r->c[r->chosen], &r->c[r->best], opts, sizeof opts);
+    cli_err("%s: warning: the RoPE settings look wrong: the keys spread %.3f about their mean %s, "
+            "but %.3f %s (lower compresses better); try %s (fkvf pack --check-rope prints the "
+            "measurement)",
+            path, r->c[r->chosen].spread, a, r->c[r->best].spread, b, opts);
+}
