@@ -1,6 +1,7 @@
 /* fkvf search | context | index | plot: retrieval on an archive's streams
  * (spec 12.1.5, 12.2.7, 20). Uses the public API only (fkvf.h) and zlib for
  * the PNG of `plot`. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,14 +34,22 @@ static const char *search_help =
     "  --context N    show the N symbols up to each longest match (0)\n"
     "  --max N        exact positions to print (20; the count is always exact)\n"
     "  --no-index     ignore ZIDX sections (scan)\n"
-    "  --json         one JSON object\n";
+    "  --json         one JSON object (on failure {\"error\":{...}}, docs/cli.md)\n"
+    "\n"
+    "Exit status: 0 ok (also when nothing matches), 1 invalid input (not an\n"
+    "archive, no such stream, e.g. --tokens on an archive without a token\n"
+    "stream), 2 usage or I/O error (bad option or list, ARCHIVE does not exist).\n";
 
 static const char *context_help =
     "usage: fkvf context ARCHIVE --at T --len N [--stream NAME] [--json]\n"
     "\n"
     "Decodes the N symbols of a stream up to and including position T (fewer at\n"
     "the start of the stream), touching only the blocks that hold them.\n"
-    "NAME is 'tokens' (default) or Lx.Hy.K|V.stage.\n";
+    "NAME is 'tokens' (default) or Lx.Hy.K|V.stage. --json: one JSON object\n"
+    "(on failure {\"error\":{...}}, docs/cli.md).\n"
+    "\n"
+    "Exit status: 0 ok, 1 invalid input (not an archive, no such stream, T\n"
+    "outside the stream), 2 usage or I/O error (ARCHIVE does not exist).\n";
 
 static const char *index_help =
     "usage: fkvf index ARCHIVE [--stream NAME]... [--no-sync] [--json]\n"
@@ -49,14 +58,26 @@ static const char *index_help =
     "(or the streams named), each covering the stream's positions rounded down\n"
     "to its alignment unit. The archive is append-only: earlier commits are not\n"
     "touched, and readers that do not know ZIDX ignore it. Later appends are\n"
-    "scanned until the next 'fkvf index'.\n";
+    "scanned until the next 'fkvf index'. --json: one JSON object (on failure\n"
+    "{\"error\":{...}}, docs/cli.md).\n"
+    "\n"
+    "Exit status: 0 ok, 1 invalid input (not an archive, a codebook file, no\n"
+    "such stream, a torn tail), 2 usage or I/O error (ARCHIVE does not exist or\n"
+    "cannot be written, an appender has it open).\n";
 
 static const char *plot_help =
-    "usage: fkvf plot ARCHIVE --stream NAME -o FILE.png [--size PIXELS]\n"
+    "usage: fkvf plot ARCHIVE --stream NAME -o FILE.png [--size PIXELS] [--force] [--json]\n"
     "\n"
     "Draws the chaos-game points of a stream (one per position) as a grayscale\n"
     "density image (log scale, darker = more points): the unit square for quad\n"
-    "streams, the unit disc's square for ngon streams. --size 512 by default.\n";
+    "streams, the unit disc's square for ngon streams. --size 512 by default.\n"
+    "--force replaces FILE.png if it exists (default: refused; ARCHIVE is never\n"
+    "replaced). --json: one JSON object (on failure {\"error\":{...}},\n"
+    "docs/cli.md).\n"
+    "\n"
+    "Exit status: 0 ok, 1 invalid input (not an archive, no such stream;\n"
+    "FILE.png exists without --force or is ARCHIVE), 2 usage or I/O error\n"
+    "(ARCHIVE does not exist, FILE.png cannot be written).\n";
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -71,26 +92,25 @@ static int want_help(int argc, char **argv, const char *help)
 }
 
 
-static int open_archive(const char *path, fkvf_reader **r)
-{
-    int rc = fkvf_reader_open_file(r, path, 0, NULL);
-    if (rc) {
-        cli_err("%s", *r ? fkvf_reader_message(*r) : fkvf_strerror(rc));
-        fkvf_reader_free(*r);
-        *r = NULL;
-        return rc;
-    }
-    return FKVF_OK;
-}
-
+/* The stream id of the archive at path: 1 found, else 0 after an error
+ * line (exit 1: the archive has no such stream). */
 static int find_stream(fkvf_reader *r, const char *path, uint64_t id, size_t *idx)
 {
     if (fkvf_reader_stream_find(r, id, idx) == FKVF_OK)
         return 1;
     char nm[64];
     cli_stream_name(id, nm, sizeof nm);
-    cli_err("%s: no stream %s in the archive", path, nm);
+    cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, path, "no stream %s in the archive%s", nm,
+             id == FKVF_STREAM_ID_TOKENS ? " (it was packed without token ids)" : "");
     return 0;
+}
+
+/* A search handle's error (or rc alone). */
+static int search_fail(int rc, const fkvf_search *s, const char *path)
+{
+    fkvf_error_info e;
+    int have = s && fkvf_search_error(s, &e) == FKVF_OK && e.code != FKVF_OK;
+    return cli_fail_lib(rc, have ? &e : NULL, path, "");
 }
 
 static uint64_t sinks_of(fkvf_reader *r, uint64_t id)
@@ -139,44 +159,35 @@ static int cmd_search(int argc, char **argv)
             i++;
         else if (a[0] != '-' && !path)
             path = a;
-        else {
-            fprintf(stderr, "fkvf search: bad argument '%s'\n%s", a, search_help);
-            return CLI_USAGE;
-        }
+        else
+            return cli_usage("bad argument '%s' (see fkvf search --help)", a);
     }
-    if (!path || (!tokens == !symbols) || (tokens && stream) || (symbols && !stream)) {
-        fprintf(stderr, "fkvf search: give ARCHIVE and either --tokens LIST or --stream NAME "
-                        "--symbols LIST\n%s",
-                search_help);
-        return CLI_USAGE;
-    }
+    if (!path || (!tokens == !symbols) || (tokens && stream) || (symbols && !stream))
+        return cli_usage("give ARCHIVE and either --tokens LIST or --stream NAME --symbols LIST "
+                         "(see fkvf search --help)");
     uint64_t id = FKVF_STREAM_ID_TOKENS;
-    if (stream && !cli_parse_stream_name(stream, &id)) {
-        fprintf(stderr, "fkvf search: bad stream name '%s' (tokens or Lx.Hy.K|V.stage)\n", stream);
-        return CLI_USAGE;
-    }
+    if (stream && !cli_parse_stream_name(stream, &id))
+        return cli_usage("bad stream name '%s' (tokens or Lx.Hy.K|V.stage)", stream);
     uint32_t *q;
     size_t qn;
-    if (!cli_parse_list(tokens ? tokens : symbols, &q, &qn)) {
-        fprintf(stderr, "fkvf search: bad symbol list '%s' (comma-separated integers)\n",
-                tokens ? tokens : symbols);
-        return CLI_USAGE;
-    }
+    if (!cli_parse_list(tokens ? tokens : symbols, &q, &qn))
+        return cli_usage("bad symbol list '%s' (comma-separated integers)",
+                         tokens ? tokens : symbols);
     double rad = 0.0;
     int do_rad = radius != NULL;
     if (radius && strcmp(radius, "auto")) {
         if (cli_parse_f64(radius, &rad) || !(rad > 0.0)) {
-            fprintf(stderr, "fkvf search: bad radius '%s' (a positive number or 'auto')\n", radius);
             free(q);
-            return CLI_USAGE;
+            return cli_usage("bad radius '%s' (a positive number or 'auto')", radius);
         }
     }
     fkvf_reader *r = NULL;
-    if (open_archive(path, &r)) {
+    int ret = cli_open_archive(&r, path);
+    if (ret != CLI_OK) {
         free(q);
-        return CLI_USAGE;
+        return ret;
     }
-    int ret = CLI_USAGE;
+    ret = CLI_INVALID;
     size_t idx;
     fkvf_search *s = NULL;
     uint64_t *pos = NULL;
@@ -186,8 +197,7 @@ static int cmd_search(int argc, char **argv)
         goto out;
     int rc = fkvf_search_open(&s, r, idx, noidx ? FKVF_SEARCH_NO_INDEX : 0, NULL);
     if (rc) {
-        cli_err("%s: %s", path, s ? fkvf_search_message(s) : fkvf_strerror(rc));
-        ret = cli_class_exit(rc);
+        ret = search_fail(rc, s, path);
         goto out;
     }
     fkvf_search_info inf;
@@ -196,7 +206,7 @@ static int cmd_search(int argc, char **argv)
     m = malloc((size_t)k * sizeof *m);
     cbuf = malloc((size_t)(ctx ? ctx : 1) * sizeof *cbuf);
     if (!pos || !m || !cbuf) {
-        fprintf(stderr, "fkvf search: out of memory\n");
+        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
         goto out;
     }
     uint64_t nf;
@@ -206,14 +216,12 @@ static int cmd_search(int argc, char **argv)
     memset(&rr, 0, sizeof rr);
     if ((rc = fkvf_search_suffix(s, q, qn, pos, (size_t)maxp, &nf)) ||
         (fkvf_search_info_get(s, &ia), rc = fkvf_search_longest(s, q, qn, (size_t)k, m, &nm))) {
-        cli_err("%s: %s", path, fkvf_search_message(s));
-        ret = cli_class_exit(rc);
+        ret = search_fail(rc, s, path);
         goto out;
     }
     if (do_rad) {
         if ((rc = fkvf_search_radius(s, q, qn, rad, NULL, 0, &rr))) {
-            cli_err("%s: %s", path, fkvf_search_message(s));
-            ret = cli_class_exit(rc);
+            ret = search_fail(rc, s, path);
             goto out;
         }
     }
@@ -325,30 +333,40 @@ static int cmd_context(int argc, char **argv)
             stream = argv[++i];
         else if (a[0] != '-' && !path)
             path = a;
-        else {
-            fprintf(stderr, "fkvf context: bad argument '%s'\n%s", a, context_help);
-            return CLI_USAGE;
-        }
+        else
+            return cli_usage("bad argument '%s' (see fkvf context --help)", a);
     }
     uint64_t id;
-    if (!path || !has_at || !has_len || !cli_parse_stream_name(stream, &id)) {
-        fprintf(stderr, "fkvf context: give ARCHIVE, --at T, --len N (and a valid --stream)\n%s",
-                context_help);
-        return CLI_USAGE;
-    }
+    if (!path || !has_at || !has_len || !cli_parse_stream_name(stream, &id))
+        return cli_usage("give ARCHIVE, --at T, --len N (and a valid --stream; see fkvf context "
+                         "--help)");
     fkvf_reader *r = NULL;
-    if (open_archive(path, &r))
-        return CLI_USAGE;
+    int ret = cli_open_archive(&r, path);
+    if (ret != CLI_OK)
+        return ret;
     size_t idx, got = 0;
-    int ret = CLI_USAGE;
+    ret = CLI_INVALID;
     uint32_t *buf = malloc((size_t)len * sizeof *buf);
-    if (!buf || !find_stream(r, path, id, &idx))
+    if (!buf) {
+        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+        goto out;
+    }
+    if (!find_stream(r, path, id, &idx))
         goto out;
     int rc = fkvf_search_context(r, idx, at, (size_t)len, buf, &got);
+    if (rc == FKVF_E_RANGE) {
+        fkvf_stream_info si;
+        memset(&si, 0, sizeof si);
+        fkvf_reader_stream_info(r, idx, &si);
+        ret = cli_fail(CLI_INVALID, rc, path,
+                       "--at %" PRIu64 ": outside the stream %s (positions 0..%" PRIu64 ")", at,
+                       stream, si.length ? si.length - 1 : 0);
+        goto out;
+    }
     if (rc) {
-        cli_err("%s: position %" PRIu64 ": %s", path, at,
-                rc == FKVF_E_RANGE ? "outside the stream" : fkvf_reader_message(r));
-        ret = cli_class_exit(rc);
+        char pre[64];
+        snprintf(pre, sizeof pre, "position %" PRIu64 ": ", at);
+        ret = cli_fail_reader(rc, r, path, pre);
         goto out;
     }
     if (json) {
@@ -375,16 +393,19 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
                       uint64_t *pos_out, uint64_t *bytes_out)
 {
     fkvf_reader *r = NULL;
-    if (open_archive(path, &r))
-        return CLI_USAGE;
+    int ret = cli_open_archive(&r, path);
+    if (ret != CLI_OK)
+        return ret;
     size_t ns = 0;
     fkvf_reader_stream_count(r, &ns);
     fkvf_section_add *secs = calloc(ns ? ns : 1, sizeof *secs);
     size_t n = 0;
     uint64_t bytes = 0, positions = 0;
-    int ret = CLI_USAGE;
-    if (!secs)
+    ret = CLI_USAGE;
+    if (!secs) {
+        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
         goto out;
+    }
     for (size_t i = 0; i < ns; i++) {
         fkvf_stream_info si;
         fkvf_reader_stream_info(r, i, &si);
@@ -400,11 +421,13 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
         uint64_t key;
         int rc = fkvf_search_index_build(r, i, &d, &sz, &key);
         if (rc) {
-            char nm[64];
+            char nm[64], pre[80];
             cli_stream_name(si.id, nm, sizeof nm);
-            cli_err("%s: stream %s: %s", path, nm,
-                    rc == FKVF_E_NOMEM ? "out of memory" : fkvf_reader_message(r));
-            ret = cli_class_exit(rc);
+            snprintf(pre, sizeof pre, "stream %s: ", nm);
+            if (rc == FKVF_E_NOMEM)
+                ret = cli_fail(CLI_USAGE, rc, path, "%sout of memory", pre);
+            else
+                ret = cli_fail_reader(rc, r, path, pre);
             goto out;
         }
         secs[n].type = FKVF_SECTION_ZIDX;
@@ -417,7 +440,8 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
         n++;
     }
     if (nid && n != nid) {
-        fprintf(stderr, "fkvf index: %s: %zu of the %zu streams named exist\n", path, n, nid);
+        ret = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, path, "%zu of the %zu streams named exist",
+                       n, nid);
         goto out;
     }
     fkvf_reader_free(r); /* before appending */
@@ -427,8 +451,7 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
         int rc = fkvf_archive_append_sections(path, secs, n, nosync ? FKVF_SYNC_NONE : FKVF_SYNC_COMMIT,
                                               msg, sizeof msg);
         if (rc) {
-            cli_err("%s", msg);
-            ret = rc == FKVF_E_TORN ? CLI_INVALID : CLI_USAGE;
+            ret = cli_fail(cli_fkvf_exit(rc), rc, path, "%s", msg);
             goto out;
         }
     }
@@ -472,23 +495,22 @@ static int cmd_index(int argc, char **argv)
             nid++, i++;
         else if (a[0] != '-' && !path)
             path = a;
-        else {
-            fprintf(stderr, "fkvf index: bad argument '%s'\n%s", a, index_help);
-            return CLI_USAGE;
-        }
+        else
+            return cli_usage("bad argument '%s' (see fkvf index --help)", a);
     }
-    if (!path) {
-        fprintf(stderr, "fkvf index: give ARCHIVE\n%s", index_help);
-        return CLI_USAGE;
-    }
+    if (!path)
+        return cli_usage("give ARCHIVE (see fkvf index --help)");
     size_t n = 0;
     uint64_t positions = 0, bytes = 0;
     int ret = index_file(path, ids, nid, nosync, &n, &positions, &bytes);
     if (ret != CLI_OK)
         return ret;
-    if (json)
-        printf("{\"streams\":%zu,\"positions\":%" PRIu64 ",\"bytes\":%" PRIu64 "}\n", n, positions,
-               bytes);
+    if (json) {
+        printf("{\"archive\":");
+        cli_json_cstr(stdout, path);
+        printf(",\"streams\":%zu,\"positions\":%" PRIu64 ",\"bytes\":%" PRIu64 "}\n", n,
+               positions, bytes);
+    }
     else
         printf("%s: indexed %zu stream%s (the last of %" PRIu64 " positions), %" PRIu64
                " index bytes in one new commit\n",
@@ -520,8 +542,10 @@ static int png_chunk(FILE *f, const char *type, const unsigned char *data, uint3
     return fwrite(h, 1, 8, f) == 8 && (!n || fwrite(data, 1, n, f) == n) && fwrite(c, 1, 4, f) == 4;
 }
 
-/* 8-bit grayscale PNG: signature, IHDR, one IDAT (zlib), IEND. */
-static int write_png(const char *path, const unsigned char *pix, uint32_t w, uint32_t h)
+/* 8-bit grayscale PNG: signature, IHDR, one IDAT (zlib), IEND. Without
+ * force a file at path (even one made since the check) is not replaced. */
+static int write_png(const char *path, const unsigned char *pix, uint32_t w, uint32_t h,
+                     int force)
 {
     size_t raw_n = (size_t)h * (w + 1);
     unsigned char *raw = malloc(raw_n);
@@ -535,7 +559,7 @@ static int write_png(const char *path, const unsigned char *pix, uint32_t w, uin
         }
         ok = compress2(z, &zn, raw, (uLong)raw_n, 9) == Z_OK;
     }
-    FILE *f = ok ? fopen(path, "wb") : NULL;
+    FILE *f = ok ? fopen(path, force ? "wb" : "wbx") : NULL;
     if (f) {
         static const unsigned char sig[8] = {137, 80, 78, 71, 13, 10, 26, 10};
         unsigned char ihdr[13];
@@ -563,10 +587,15 @@ static int cmd_plot(int argc, char **argv)
         return CLI_OK;
     const char *path = NULL, *stream = NULL, *out = NULL;
     uint64_t size = 512;
+    int force = 0, json = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--stream") && v)
+        if (!strcmp(a, "--force"))
+            force = 1;
+        else if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "--stream") && v)
             stream = argv[++i];
         else if (!strcmp(a, "-o") && v)
             out = argv[++i];
@@ -574,25 +603,28 @@ static int cmd_plot(int argc, char **argv)
             i++;
         else if (a[0] != '-' && !path)
             path = a;
-        else {
-            fprintf(stderr, "fkvf plot: bad argument '%s'\n%s", a, plot_help);
-            return CLI_USAGE;
-        }
+        else
+            return cli_usage("bad argument '%s' (see fkvf plot --help)", a);
     }
     uint64_t id;
-    if (!path || !stream || !out || !cli_parse_stream_name(stream, &id)) {
-        fprintf(stderr, "fkvf plot: give ARCHIVE, --stream NAME and -o FILE.png\n%s", plot_help);
-        return CLI_USAGE;
-    }
+    if (!path || !stream || !out || !cli_parse_stream_name(stream, &id))
+        return cli_usage("give ARCHIVE, --stream NAME and -o FILE.png (see fkvf plot --help)");
+    int ret = cli_check_output(out, &path, 1, force);
+    if (ret != CLI_OK)
+        return ret;
     fkvf_reader *r = NULL;
-    if (open_archive(path, &r))
-        return CLI_USAGE;
-    int ret = CLI_USAGE;
+    if ((ret = cli_open_archive(&r, path)) != CLI_OK)
+        return ret;
+    ret = CLI_INVALID;
     size_t idx;
     uint32_t W = (uint32_t)size;
     uint32_t *cnt = calloc((size_t)W * W, sizeof *cnt);
     unsigned char *pix = malloc((size_t)W * W);
-    if (!cnt || !pix || !find_stream(r, path, id, &idx))
+    if (!cnt || !pix) {
+        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+        goto out;
+    }
+    if (!find_stream(r, path, id, &idx))
         goto out;
     fkvf_stream_info si;
     fkvf_reader_stream_info(r, idx, &si);
@@ -601,8 +633,7 @@ static int cmd_plot(int argc, char **argv)
         fkvf_point p;
         int rc = fkvf_reader_stream_point(r, idx, t, &p);
         if (rc) {
-            cli_err("%s: %s", path, fkvf_reader_message(r));
-            ret = cli_class_exit(rc);
+            ret = cli_fail_reader(rc, r, path, "");
             goto out;
         }
         double x, y;
@@ -631,14 +662,29 @@ static int cmd_plot(int argc, char **argv)
     double lm = log1p((double)mx);
     for (size_t i = 0; i < (size_t)W * W; i++)
         pix[i] = cnt[i] ? (unsigned char)(200.0 - 200.0 * log1p((double)cnt[i]) / lm) : 255;
-    if (!write_png(out, pix, W, W)) {
-        fprintf(stderr, "fkvf plot: cannot write %s\n", out);
+    errno = 0;
+    if (!write_png(out, pix, W, W, force)) {
+        int e = errno;
+        if (e == EEXIST)
+            ret = cli_fail(CLI_INVALID, FKVF_E_EXISTS, out,
+                           "appeared while the plot was drawn; not replaced");
+        else
+            ret = cli_fail(CLI_USAGE, FKVF_E_IO, out, "cannot write: %s",
+                           e ? strerror(e) : "error");
         goto out;
     }
     char nm[64];
     cli_stream_name(id, nm, sizeof nm);
-    printf("%s: %" PRIu64 " points of %s, %ux%u pixels, densest pixel %u\n", out, si.length, nm, W,
-           W, mx);
+    if (json) {
+        printf("{\"archive\":");
+        cli_json_cstr(stdout, path);
+        printf(",\"stream\":\"%s\",\"out\":", nm);
+        cli_json_cstr(stdout, out);
+        printf(",\"points\":%" PRIu64 ",\"size\":%u,\"densest\":%u}\n", si.length, W, mx);
+    } else {
+        printf("%s: %" PRIu64 " points of %s, %ux%u pixels, densest pixel %u\n", out, si.length,
+               nm, W, W, mx);
+    }
     ret = CLI_OK;
 out:
     free(cnt);
