@@ -337,6 +337,8 @@ int cli_fkvf_exit(int rc)
                : CLI_INVALID;
 }
 
+int cli_class_exit(int rc) { return cli_fkvf_exit(rc); }
+
 int cli_kvio_exit(int rc)
 {
     return rc == KVIO_E_IO || rc == KVIO_E_NOMEM || rc == KVIO_E_ARG ? CLI_USAGE : CLI_INVALID;
