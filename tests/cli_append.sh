@@ -58,7 +58,7 @@ check unpack-ref 0 "$FKVF" unpack "$T/ref.fkvf" -o "$T/ref.safetensors"
 check create 0 "$FKVF" append --create "$T/a.fkvf" "$CACHE" --codebooks "$T/cb.fkvf" --positions 0:100
 grep_in create-msg "created" "$T/out"
 grep_in create-count "appended 100 positions" "$T/out"
-check create-exists 2 "$FKVF" append --create "$T/a.fkvf" "$CACHE" --codebooks "$T/cb.fkvf"
+check create-exists 1 "$FKVF" append --create "$T/a.fkvf" "$CACHE" --codebooks "$T/cb.fkvf"
 check append-2 0 "$FKVF" append "$T/a.fkvf" "$CACHE" --positions 100:180 --commit-every 16
 grep_in append-2-commits "in 5 commit(s)" "$T/out"
 check append-3 0 "$FKVF" append "$T/a.fkvf" "$CACHE" --new --commit-every 7 --sync none --json
@@ -105,6 +105,63 @@ same append-range-unchanged "$T/a.fkvf" "$T/a.before"
 check append-codebook-file-missing 2 "$FKVF" append "$T/a.fkvf" "$CACHE" --codebooks "$T/nonexistent.fkvf" --positions 0:1
 same append-nocb-unchanged "$T/a.fkvf" "$T/a.before"
 
+# a cache's position p is sequence position p (issue 12, item 3): an append
+# continues the archive at the cache position equal to its count N; an
+# overlap or a gap is refused (exit 1, archive untouched, the message says
+# what the archive holds and what to pass) unless --continues
+check pr-create 0 "$FKVF" append --create "$T/pr.fkvf" "$CACHE" --codebooks "$T/cb.fkvf" --positions 0:50
+cp "$T/pr.fkvf" "$T/pr.before"
+check pr-overlap 1 "$FKVF" append "$T/pr.fkvf" "$CACHE" --positions 40:60
+grep_in pr-overlap-holds "fkvf append: $CACHE: --positions starts at cache position 40, but the archive $T/pr.fkvf holds positions 0..49: cache positions 40..49 are in it already (an overlap)" "$T/err"
+grep_in pr-overlap-next "must start at cache position 50: append what is new with --positions 50:B (or --new)" "$T/err"
+grep_in pr-overlap-continues "cache position 40 becomes position 50), add --continues" "$T/err"
+same pr-overlap-unchanged "$T/pr.fkvf" "$T/pr.before"
+check pr-gap 1 "$FKVF" append "$T/pr.fkvf" "$CACHE" --positions 60:70
+grep_in pr-gap-msg "positions 50..59 would be missing (a gap)" "$T/err"
+same pr-gap-unchanged "$T/pr.fkvf" "$T/pr.before"
+check pr-plain 1 "$FKVF" append "$T/pr.fkvf" "$CACHE"
+grep_in pr-plain-msg "the whole cache (positions 0..255) would follow them" "$T/err"
+same pr-plain-unchanged "$T/pr.fkvf" "$T/pr.before"
+check pr-overlap-json 1 "$FKVF" append "$T/pr.fkvf" "$CACHE" --positions 40:60 --json
+cp "$T/out" "$T/pr.json"
+check pr-overlap-json-error 0 /usr/bin/python3 -c '
+import json, sys
+e = json.load(open(sys.argv[1]))["error"]
+assert e["name"] == "FKVF_E_RANGE" and e["code"] == 5 and e["class"] == "input", e
+assert e["file"] == sys.argv[2] and "--continues" in e["message"], e
+' "$T/pr.json" "$CACHE"
+# the cache position equal to the archive's count: accepted
+check pr-aligned 0 "$FKVF" append "$T/pr.fkvf" "$CACHE" --positions 50:60 --json
+cp "$T/out" "$T/pr.json"
+check pr-aligned-json 0 /usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["first"] == 50 and d["archive_first"] == 50 and d["continues"] is False, d
+assert d["appended"] == 10 and d["positions"] == 60, d
+' "$T/pr.json"
+# --continues: the cache's positions 0..9 are new ones, archive positions 60..69
+check pr-continues 0 "$FKVF" append "$T/pr.fkvf" "$CACHE" --positions 0:10 --continues --json
+grep_in pr-continues-note "warning: .*cache positions 0..9 become positions 60..69 of .*pr.fkvf; keys are un-rotated at the archive's positions" "$T/err"
+cp "$T/out" "$T/pr.json"
+check pr-continues-json 0 /usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["first"] == 0 and d["archive_first"] == 60 and d["continues"] is True, d
+assert d["positions"] == 70, d
+' "$T/pr.json"
+# --new follows the archive's count whatever came before
+check pr-new 0 "$FKVF" append "$T/pr.fkvf" "$CACHE" --new
+grep_in pr-new-msg "appended 186 positions (70..255 of" "$T/out"
+# usage: an empty range, --new with --continues
+check pr-empty-range 2 "$FKVF" append "$T/pr.fkvf" "$CACHE" --positions 10:10
+check pr-new-continues 2 "$FKVF" append "$T/pr.fkvf" "$CACHE" --new --continues
+# --create: the cache's first appended position is the archive's position 0
+check pr-create-offset 1 "$FKVF" append --create "$T/pr2.fkvf" "$CACHE" --exact-only --positions 10:20
+grep_in pr-create-offset-msg "holds no positions yet" "$T/err"
+if [ -e "$T/pr2.fkvf" ]; then echo "FAIL pr-create-offset: the archive was created"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
+check pr-create-continues 0 "$FKVF" append --create "$T/pr2.fkvf" "$CACHE" --exact-only --positions 10:20 --continues
+grep_in pr-create-continues-msg "now 10 positions" "$T/out"
+
 # compact: one commit, smaller, every position restores identically
 check compact 0 "$FKVF" compact "$T/a.fkvf" -o "$T/c.fkvf"
 grep_in compact-msg "18 commit(s), .* bytes -> .*c.fkvf: 1 commit" "$T/out"
@@ -118,7 +175,7 @@ check compact-json 0 "$FKVF" compact "$T/a.fkvf" -o "$T/c2.fkvf" --json
 json_ok compact
 grep_in compact-json '"commits_before":18,"commits":1,"positions":256,"archived":220,"exact":36' "$T/out"
 same compact-deterministic "$T/c.fkvf" "$T/c2.fkvf"
-check compact-self 2 "$FKVF" compact "$T/a.fkvf" -o "$T/a.fkvf"
+check compact-self 1 "$FKVF" compact "$T/a.fkvf" -o "$T/a.fkvf"
 same compact-self-unchanged "$T/a.fkvf" "$T/a.before"
 cp "$T/a.fkvf" "$T/ip.fkvf"
 check compact-in-place 0 "$FKVF" compact "$T/ip.fkvf" --in-place
@@ -131,9 +188,9 @@ grep_in compact-no-codebook-msg "pass --codebooks FILE" "$T/err"
 check compact-codebooks 0 "$FKVF" compact "$T/sub/a.fkvf" -o "$T/sub/c.fkvf" --codebooks "$T/cb.fkvf"
 same compact-codebooks-bytes "$T/sub/c.fkvf" "$T/c.fkvf"
 # a compacted archive takes further appends
-check compact-append 0 "$FKVF" append "$T/c.fkvf" "$TRAIN" --positions 0:40 --commit-every 13
+check compact-append 0 "$FKVF" append "$T/c.fkvf" "$TRAIN" --positions 0:40 --commit-every 13 --continues
 check compact-append-verify 0 "$FKVF" verify "$T/c.fkvf"
-check append-more 0 "$FKVF" append "$T/a.fkvf" "$TRAIN" --positions 0:40 --commit-every 13
+check append-more 0 "$FKVF" append "$T/a.fkvf" "$TRAIN" --positions 0:40 --commit-every 13 --continues
 check unpack-more-a 0 "$FKVF" unpack "$T/a.fkvf" -o "$T/ma.safetensors"
 check unpack-more-c 0 "$FKVF" unpack "$T/c.fkvf" -o "$T/mc.safetensors"
 same append-after-compact-identical "$T/ma.safetensors" "$T/mc.safetensors"
@@ -188,11 +245,11 @@ check recover-clean-json 0 "$FKVF" recover "$T/t.fkvf" --json
 grep_in recover-clean-json '"action":"none"' "$T/out"
 same recover-clean-unchanged "$T/t.fkvf" "$T/t.clean"
 # the recovered file serves the last complete commit; appending continues
-check append-recovered 0 "$FKVF" append "$T/t.fkvf" "$CACHE" --positions 0:4
+check append-recovered 0 "$FKVF" append "$T/t.fkvf" "$CACHE" --positions 0:4 --continues
 check verify-append-recovered 0 "$FKVF" verify "$T/t.fkvf"
 # --recover on append does both in one go
 cp "$T/t.before" "$T/t2.fkvf"
-check append-recover 0 "$FKVF" append "$T/t2.fkvf" "$CACHE" --positions 0:4 --recover
+check append-recover 0 "$FKVF" append "$T/t2.fkvf" "$CACHE" --positions 0:4 --recover --continues
 grep_in append-recover "recovered" "$T/out"
 same append-recover-equals "$T/t.fkvf" "$T/t2.fkvf"
 # not an FKVF file at all
@@ -225,7 +282,7 @@ same zx-search-same "$T/a.j" "$T/b.j"
 # fkvf verify --codebooks: an archive that refers to an external codebook is
 # checked against the file (hash, shape, index symbols below k)
 check verify-cb 0 "$FKVF" verify "$T/zxc.fkvf" --codebooks "$T/cb.fkvf"
-check verify-cb-missing 1 "$FKVF" verify "$T/zxc.fkvf" --codebooks "$T/nonexistent-cb.fkvf"
+check verify-cb-missing 2 "$FKVF" verify "$T/zxc.fkvf" --codebooks "$T/nonexistent-cb.fkvf"
 check verify-cb-wrong-train 0 "$FKVF" train "$TRAIN" -o "$T/cb-other.fkvf" $Q --seed 9
 check verify-cb-wrong 1 "$FKVF" verify "$T/zxc.fkvf" --codebooks "$T/cb-other.fkvf"
 grep_in verify-cb-wrong-msg "FKVF_E_CODEBOOK" "$T/err"

@@ -69,19 +69,19 @@ grep_in compare-mixed-exact '"exact_positions":36,"exact_identical":36,' "$T/out
 check compare-badlayout 2 "$FKVF" compare "$T/nhd.safetensors" "$T/r-hnd.safetensors" --layout nhd,xyz
 # without --layout: a warning naming the option (no token ids), or a refusal
 # that asks (token ids give the transposition away)
-check pack-nhd-nolayout 0 "$FKVF" pack "$T/nhd-nt.safetensors" -o "$T/x.fkvf" $Q
+check pack-nhd-nolayout 0 "$FKVF" pack "$T/nhd-nt.safetensors" -o "$T/x.fkvf" --force $Q
 grep_in pack-nhd-warn "read heads-first as 256 KV heads x 4 positions" "$T/err"
 grep_in pack-nhd-warn-option "pass --layout nhd" "$T/err"
 grep_in pack-nhd-warn-64 "more KV heads than models have" "$T/err"
-check pack-nhd-tokens-nolayout 1 "$FKVF" pack "$T/nhd.safetensors" -o "$T/x.fkvf" $Q
+check pack-nhd-tokens-nolayout 1 "$FKVF" pack "$T/nhd.safetensors" -o "$T/x.fkvf" --force $Q
 grep_in pack-nhd-tokens-hint "256 token ids for 4 positions (are the key/value tensors positions-first" "$T/err"
-check pack-nhd-hnd 0 "$FKVF" pack "$T/nhd-nt.safetensors" --layout hnd -o "$T/x.fkvf" $Q
+check pack-nhd-hnd 0 "$FKVF" pack "$T/nhd-nt.safetensors" --layout hnd -o "$T/x.fkvf" --force $Q
 no_grep pack-nhd-hnd-quiet "warning" "$T/err"
 # a short heads-first cache (4 heads, 2 positions) is real: warned, packed
-check pack-short 0 "$FKVF" pack "$T/short.safetensors" -o "$T/x.fkvf" $Q
+check pack-short 0 "$FKVF" pack "$T/short.safetensors" -o "$T/x.fkvf" --force $Q
 grep_in pack-short-warn "4 KV heads x 2 positions; if" "$T/err"
 no_grep pack-short-warn-64 "than models have" "$T/err"
-check pack-badlayout 2 "$FKVF" pack "$T/hnd.safetensors" -o "$T/x.fkvf" --layout thd
+check pack-badlayout 2 "$FKVF" pack "$T/hnd.safetensors" -o "$T/x.fkvf" --force --layout thd
 # train and append read positions-first too
 check train-hnd 0 "$FKVF" train "$T/hnd.safetensors" -o "$T/cb-hnd.fkvf" $Q
 check train-nhd 0 "$FKVF" train "$T/nhd.safetensors" --layout nhd -o "$T/cb-nhd.fkvf" $Q
@@ -105,20 +105,20 @@ grep_in pack-hf-hs-note "Hugging Face tensor names (hf): RoPE pairs taken as hal
 no_grep pack-hf-hs-right "look wrong" "$T/err"
 check info-hf-hs 0 "$FKVF" info "$T/hf-hs.fkvf" --json
 grep_in info-hf-hs-layout '"layout":"half-split"' "$T/out"
-check pack-dyn-hs 0 "$FKVF" pack "$T/dyn-hs.npz" -o "$T/x.fkvf" $Q
+check pack-dyn-hs 0 "$FKVF" pack "$T/dyn-hs.npz" -o "$T/x.fkvf" --force $Q
 grep_in pack-dyn-hs-note "Hugging Face tensor names (hf-dynamic)" "$T/err"
 no_grep pack-dyn-hs-right "look wrong" "$T/err"
-check pack-leg-hs 0 "$FKVF" pack "$T/leg-hs.safetensors" -o "$T/x.fkvf" $Q
+check pack-leg-hs 0 "$FKVF" pack "$T/leg-hs.safetensors" -o "$T/x.fkvf" --force $Q
 grep_in pack-leg-hs-note "Hugging Face tensor names (hf-legacy)" "$T/err"
 # FKVF names keep the interleaved default: a half-split cache is warned about
-check pack-fk-hs 0 "$FKVF" pack "$T/fk-hs.safetensors" -o "$T/x.fkvf" $Q
+check pack-fk-hs 0 "$FKVF" pack "$T/fk-hs.safetensors" -o "$T/x.fkvf" --force $Q
 no_grep pack-fk-hs-nonote "Hugging Face" "$T/err"
 grep_in pack-fk-hs-warn "the RoPE settings look wrong" "$T/err"
 grep_in pack-fk-hs-try "try --rope-layout half-split" "$T/err"
 # HF names on adjacent-pair keys (a llama.cpp-style cache): the default is warned about
-check pack-hf-il 0 "$FKVF" pack "$T/hf-il.safetensors" -o "$T/x.fkvf" $Q
+check pack-hf-il 0 "$FKVF" pack "$T/hf-il.safetensors" -o "$T/x.fkvf" --force $Q
 grep_in pack-hf-il-try "try --rope-layout interleaved" "$T/err"
-check pack-hf-il-given 0 "$FKVF" pack "$T/hf-il.safetensors" -o "$T/x.fkvf" $Q --rope-layout interleaved
+check pack-hf-il-given 0 "$FKVF" pack "$T/hf-il.safetensors" -o "$T/x.fkvf" --force $Q --rope-layout interleaved
 no_grep pack-hf-il-given-nonote "Hugging Face tensor names" "$T/err"
 no_grep pack-hf-il-given-right "look wrong" "$T/err"
 # a codebook file's train.* settings win over the default
@@ -157,14 +157,14 @@ grep_in check-rope-right-verdict "verdict: the chosen settings look right" "$T/o
 check check-rope-hf 0 "$FKVF" pack "$T/hf-hs.safetensors" --check-rope
 check check-rope-wrong 1 "$FKVF" pack "$T/fk-hs.safetensors" --check-rope
 grep_in check-rope-wrong-verdict "look wrong; try --rope-layout half-split" "$T/out"
-check check-rope-wrong-o 1 "$FKVF" pack "$T/fk-hs.safetensors" --check-rope -o "$T/cr.fkvf"
+check check-rope-wrong-o 1 "$FKVF" pack "$T/fk-hs.safetensors" --check-rope -o "$T/cr.fkvf" --force
 grep_in check-rope-wrong-o-msg "not written" "$T/err"
 if [ -e "$T/cr.fkvf" ]; then echo "FAIL check-rope-wrong-o: cr.fkvf written"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
-check check-rope-ok-o 0 "$FKVF" pack "$T/fk-hs.safetensors" --check-rope --rope-layout half-split -o "$T/cr.fkvf" $Q
+check check-rope-ok-o 0 "$FKVF" pack "$T/fk-hs.safetensors" --check-rope --rope-layout half-split -o "$T/cr.fkvf" --force $Q
 grep_in check-rope-ok-o-packed "256 positions (36 exact, 220 archived)" "$T/out"
 check check-rope-norope 1 "$FKVF" pack "$T/nr.safetensors" --check-rope
 grep_in check-rope-norope-try "try --no-rope" "$T/out"
-check pack-norope 0 "$FKVF" pack "$T/nr.safetensors" --no-rope -o "$T/x.fkvf" $Q
+check pack-norope 0 "$FKVF" pack "$T/nr.safetensors" --no-rope -o "$T/x.fkvf" --force $Q
 no_grep pack-norope-quiet "look wrong" "$T/err"
 check check-rope-short 0 "$FKVF" pack "$T/short.safetensors" --check-rope
 grep_in check-rope-short-verdict "cannot tell (fewer than 16 positions)" "$T/out"
@@ -173,14 +173,14 @@ grep_in check-rope-short-verdict "cannot tell (fewer than 16 positions)" "$T/out
 GEN convert "$CACHE" "$T/hf-extra.safetensors" --names hf --batch --extra attention_mask --extra position_ids --extra cache_position --extra lm_head.bias
 GEN convert "$CACHE" "$T/odd.safetensors" --names odd
 GEN convert "$CACHE" "$T/hf-extra.npz" --names hf --batch --extra attention_mask
-check pack-companions 0 "$FKVF" pack "$T/hf-extra.safetensors" -o "$T/x.fkvf" $Q --rope-layout interleaved
+check pack-companions 0 "$FKVF" pack "$T/hf-extra.safetensors" -o "$T/x.fkvf" --force $Q --rope-layout interleaved
 grep_in companion-mask "ignored tensor 'attention_mask' (a companion of a Hugging Face cache" "$T/err"
 grep_in companion-pos "ignored tensor 'position_ids' (a companion" "$T/err"
 grep_in companion-cpos "ignored tensor 'cache_position' (a companion" "$T/err"
 grep_in extra-unknown "ignored tensor 'lm_head.bias' (not a cache tensor name" "$T/err"
-check pack-companions-npz 0 "$FKVF" pack "$T/hf-extra.npz" -o "$T/x.fkvf" $Q --rope-layout interleaved
+check pack-companions-npz 0 "$FKVF" pack "$T/hf-extra.npz" -o "$T/x.fkvf" --force $Q --rope-layout interleaved
 grep_in companion-npz "ignored tensor 'attention_mask' (a companion" "$T/err"
-check pack-odd 1 "$FKVF" pack "$T/odd.safetensors" -o "$T/x.fkvf" $Q
+check pack-odd 1 "$FKVF" pack "$T/odd.safetensors" -o "$T/x.fkvf" --force $Q
 grep_in odd-msg "odd.safetensors: no key/value tensors" "$T/err"
 grep_in odd-schemes "layers.{i}.key/.value (FKVF), past_key_values.{i}.key/.value, past_key_values.{i}.0/.1 or key_cache.{i}/value_cache.{i}" "$T/err"
 grep_in odd-found "the file holds 'k0', 'v0', 'k1', 'v1' and 7 more" "$T/err"
@@ -231,8 +231,8 @@ check unpack-hf-npy 0 "$FKVF" unpack "$T/hndy.fkvf" --hf -o "$T/h.npy"
 grep_in unpack-hf-npy-shape "'shape': (5, 2, 1, 4, 256, 8)" "$T/h.npy"
 check unpack-hfb-npz 0 "$FKVF" unpack "$T/hfb.fkvf" -o "$T/hfb.npz"
 grep_in unpack-hfb-npz-meta "the archive's 3 safetensors __metadata__ entries are not written" "$T/err"
-check unpack-badnames 2 "$FKVF" unpack "$T/hfb.fkvf" --names torch -o "$T/x.safetensors"
-check unpack-nolayout 2 "$FKVF" unpack "$T/hfb.fkvf" -o "$T/x.safetensors" --layout
+check unpack-badnames 2 "$FKVF" unpack "$T/hfb.fkvf" --names torch -o "$T/x.safetensors" --force
+check unpack-nolayout 2 "$FKVF" unpack "$T/hfb.fkvf" -o "$T/x.safetensors" --force --layout
 # the bundled sample's own __metadata__ survives pack + unpack
 check pack-sample 0 "$FKVF" pack "$CACHE" -o "$T/s.fkvf" $Q
 check unpack-sample 0 "$FKVF" unpack "$T/s.fkvf" -o "$T/s.safetensors"

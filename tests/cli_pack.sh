@@ -186,7 +186,8 @@ if [ -e "$T/odd.npy" ]; then echo "FAIL unpack-npy-dims: output written"; fails=
 # a codebook file is checked even when nothing ends up archived (all exact)
 printf 'not a codebook' >"$T/bad-cb.fkvf"
 check pack-bad-cb-all-exact 1 "$FKVF" pack "$CACHE" -o "$T/allexact.fkvf" --codebooks "$T/bad-cb.fkvf" --sinks 4 --recent 100000
-# a missing codebook file for unpack is invalid input (1), as the help says
-check unpack-cb-missing 1 "$FKVF" unpack "$T/other/e.fkvf" -o "$T/e3.safetensors" --codebooks "$T/nonexistent-cb.fkvf"
+# a --codebooks FILE that does not exist is a path that does not exist (2),
+# as for every command (an archive whose codebook is not found is 1, above)
+check unpack-cb-missing 2 "$FKVF" unpack "$T/other/e.fkvf" -o "$T/e3.safetensors" --codebooks "$T/nonexistent-cb.fkvf"
 
 finish cli_pack

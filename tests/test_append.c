@@ -1123,7 +1123,7 @@ START_TEST(append_misuse)
     fkvf_appender_free(a); /* drops the queued positions */
     /* create never replaces a file */
     a = NULL;
-    ck_assert_int_eq(fkvf_appender_create(&a, p2, &c, &o, NULL), FKVF_E_IO);
+    ck_assert_int_eq(fkvf_appender_create(&a, p2, &c, &o, NULL), FKVF_E_EXISTS);
     fkvf_appender_free(a);
     /* NULL handles */
     fkvf_appender_free(NULL);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cacheio.h"
@@ -252,6 +253,46 @@ START_TEST(rt_safetensors_metadata)
     kvio_cache_free(&d);
     kvio_cache_free(&c);
     free(b);
+}
+END_TEST
+
+/* KVIO_WRITE_NO_REPLACE: an existing file is left alone (KVIO_E_EXISTS);
+ * without the flag it is replaced; no temporary file stays behind. */
+START_TEST(write_no_replace)
+{
+    char dir[] = "/tmp/test_cacheio.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kvio_cache c = make_cache(1, 1, 2, 2, 2, FKVF_DTYPE_F16, 1, 7), d;
+    char path[256], err[ERRLEN];
+    snprintf(path, sizeof path, "%s/c.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs("precious", f);
+    fclose(f);
+    EXPECT_ERR(kvio_write(path, KVIO_FMT_AUTO, KVIO_WRITE_NO_REPLACE, &c, err, sizeof err), err,
+               KVIO_E_EXISTS, "c.safetensors", "exists");
+    f = fopen(path, "rb");
+    char buf[16] = {0};
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fread(buf, 1, sizeof buf, f), 8);
+    fclose(f);
+    ck_assert_str_eq(buf, "precious");
+    /* no file: written, under its name only */
+    remove(path);
+    ck_assert_int_eq(kvio_write(path, KVIO_FMT_AUTO, KVIO_WRITE_NO_REPLACE, &c, err, sizeof err),
+                     KVIO_OK);
+    ck_assert_int_eq(kvio_read(path, KVIO_FMT_AUTO, 0, &d, err, sizeof err), KVIO_OK);
+    ck_assert(kvio_cache_equal(&c, &d));
+    kvio_cache_free(&d);
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_nlink, 1);
+    /* the default replaces it */
+    ck_assert_int_eq(kvio_write(path, KVIO_FMT_AUTO, 0, &c, err, sizeof err), KVIO_OK);
+    ck_assert_str_eq(kvio_strerror(KVIO_E_EXISTS), "the file exists");
+    remove(path);
+    kvio_cache_free(&c);
+    ck_assert_int_eq(rmdir(dir), 0); /* no temporary files left behind */
 }
 END_TEST
 
@@ -1561,6 +1602,7 @@ static Suite *cacheio_suite(void)
     tcase_add_test(t, rt_zero_positions);
     tcase_add_test(t, rt_safetensors_metadata);
     tcase_add_test(t, rt_files_auto_detect);
+    tcase_add_test(t, write_no_replace);
     tcase_add_test(t, safetensors_bytes_are_exact);
     tcase_add_test(t, npy_bytes_are_exact);
     tcase_add_test(t, npz_members_are_named_by_the_convention);

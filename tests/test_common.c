@@ -31,6 +31,7 @@ static const struct {
     {FKVF_E_RANGE, "FKVF_E_RANGE", FKVF_ERRCLASS_USAGE},
     {FKVF_E_NOT_FOUND, "FKVF_E_NOT_FOUND", FKVF_ERRCLASS_USAGE},
     {FKVF_E_UNSUPPORTED, "FKVF_E_UNSUPPORTED", FKVF_ERRCLASS_USAGE},
+    {FKVF_E_EXISTS, "FKVF_E_EXISTS", FKVF_ERRCLASS_USAGE},
     {FKVF_E_BAD_MAGIC, "FKVF_E_BAD_MAGIC", FKVF_ERRCLASS_FORMAT},
     {FKVF_E_VERSION, "FKVF_E_VERSION", FKVF_ERRCLASS_FORMAT},
     {FKVF_E_FEATURE, "FKVF_E_FEATURE", FKVF_ERRCLASS_FORMAT},
@@ -84,7 +85,7 @@ END_TEST
 
 START_TEST(error_unknown_code_never_null)
 {
-    static const int unknown[] = {-1, 8, 19, 40, 49, 51, 59, 60, 1000, INT32_MAX, INT32_MIN};
+    static const int unknown[] = {-1, 9, 19, 40, 49, 51, 59, 60, 1000, INT32_MAX, INT32_MIN};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         int c = unknown[i];
         const char *name = fkvf_error_name(c), *text = fkvf_strerror(c);

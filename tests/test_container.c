@@ -2057,6 +2057,159 @@ START_TEST(writer_create_file_is_atomic)
 }
 END_TEST
 
+/* fkvf_writer_options.no_replace: an existing PATH is never replaced, not
+ * even one that appears while the file is written (another process). */
+START_TEST(writer_no_replace_keeps_existing_file)
+{
+    model m;
+    model_small(&m);
+    char *dir = make_tmpdir();
+    char path[600], link_path[620];
+    snprintf(path, sizeof path, "%s/keep.fkvf", dir);
+    fkvf_writer_options o = m.opts;
+    o.no_replace = 1;
+    static const char other[] = "someone else's file\n";
+    fkvf_error_info e;
+
+    /* PATH exists at create: FKVF_E_EXISTS, nothing written */
+    write_bytes(path, other, sizeof other);
+    fkvf_writer *w = NULL;
+    ck_assert_int_eq(fkvf_writer_create_file(&w, path, &o, NULL), FKVF_E_EXISTS);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_int_eq(fkvf_writer_error(w, &e), FKVF_OK);
+    ck_assert_int_eq(e.code, FKVF_E_EXISTS);
+    ck_assert_str_eq(e.file, path);
+    ck_assert(e.offset == FKVF_ERROR_NO_OFFSET && e.clause == NULL);
+    ck_assert_str_eq(e.message, fkvf_writer_message(w));
+    fkvf_writer_free(w);
+    ck_assert_uint_eq(dir_entries(dir), 1);
+
+    /* a dangling symbolic link is a file at PATH too (rename would replace it) */
+    snprintf(link_path, sizeof link_path, "%s/dangling.fkvf", dir);
+    ck_assert_int_eq(symlink("no-such-target", link_path), 0);
+    w = NULL;
+    ck_assert_int_eq(fkvf_writer_create_file(&w, link_path, &o, NULL), FKVF_E_EXISTS);
+    fkvf_writer_free(w);
+    ck_assert_int_eq(unlink(link_path), 0);
+
+    /* PATH appears between create and finish: finish refuses, the other
+     * file keeps its bytes, the temporary file goes away with free() */
+    ck_assert_int_eq(unlink(path), 0);
+    w = NULL;
+    OK_W(w, fkvf_writer_create_file(&w, path, &o, NULL));
+    OK_W(w, fkvf_writer_set_desc(w, &m.desc));
+    write_bytes(path, other, sizeof other);
+    OK_W(w, fkvf_writer_set_positions(w, 0, 0));
+    RC_W(w, fkvf_writer_finish(w), FKVF_E_EXISTS);
+    ck_assert_int_eq(fkvf_writer_error(w, &e), FKVF_OK);
+    ck_assert_int_eq(e.code, FKVF_E_EXISTS);
+    fkvf_writer_free(w);
+    size_t n;
+    uint8_t *got = read_file(path, &n);
+    ck_assert_uint_eq(n, sizeof other);
+    ck_assert(!memcmp(got, other, n));
+    free(got);
+    ck_assert_uint_eq(dir_entries(dir), 1);
+
+    /* no file at PATH: the archive is put in place under its name only */
+    ck_assert_int_eq(unlink(path), 0);
+    w = NULL;
+    OK_W(w, fkvf_writer_create_file(&w, path, &o, NULL));
+    OK_W(w, write_model(&m, w));
+    fkvf_writer_free(w);
+    ck_assert_uint_eq(dir_entries(dir), 1);
+    fkvf_reader *r = NULL;
+    OK_R(r, fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL));
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_nlink, 1);
+    check_model(r, &m, NULL, (size_t)st.st_size);
+    fkvf_reader_free(r);
+
+    /* the default replaces it */
+    fkvf_writer_options_init(&o);
+    ck_assert_int_eq(o.no_replace, 0);
+    rm_tmpdir(dir);
+    model_free(&m);
+}
+END_TEST
+
+/* The fields of fkvf_reader_error / fkvf_appender_error on known-corrupt
+ * files of the conformance suite: the class and clause its manifest lists,
+ * and the offset of the field the spec's header table places the fault in
+ * (hdr_byte_order: byte_order at offset 16; hdr_major_2: format_major at
+ * offset 10, spec 3). */
+START_TEST(error_info_of_conformance_files)
+{
+    const char *src = getenv("FKVF_SRCDIR");
+    ck_assert_msg(src != NULL, "FKVF_SRCDIR not set");
+    static const struct {
+        const char *name;
+        uint64_t offset;
+    } cases[] = {{"hdr_byte_order.fkvf", 16}, {"hdr_major_2.fkvf", 10}};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/conformance/manifest.tsv", src);
+    size_t msize;
+    uint8_t *mtext = read_file(path, &msize);
+    char *manifest = realloc(mtext, msize + 1);
+    ck_assert_ptr_nonnull(manifest);
+    manifest[msize] = 0;
+    char *dir = make_tmpdir();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        /* the manifest row: name, verify, open, class, clause, ... */
+        char key[128];
+        snprintf(key, sizeof key, "\n%s\t", cases[i].name);
+        char *row = strstr(manifest, key);
+        ck_assert_msg(row != NULL, "%s not in the manifest", cases[i].name);
+        char cls[32], clause[64];
+        ck_assert_int_eq(sscanf(row + 1, "%*[^\t]\t%*[^\t]\t%*[^\t]\t%31[^\t]\t%63[^\t]", cls,
+                                clause),
+                         2);
+        char want_name[48];
+        snprintf(want_name, sizeof want_name, "FKVF_E_%s", cls);
+
+        snprintf(path, sizeof path, "%s/conformance/files/%s", src, cases[i].name);
+        fkvf_reader *r = NULL;
+        int rc = fkvf_reader_open_file(&r, path, 0, NULL);
+        ck_assert_str_eq(fkvf_error_name(rc), want_name);
+        fkvf_error_info e;
+        ck_assert_int_eq(fkvf_reader_error(r, &e), FKVF_OK);
+        ck_assert_int_eq(e.code, rc);
+        ck_assert_uint_eq(e.offset, cases[i].offset);
+        ck_assert_ptr_nonnull(e.clause);
+        /* "3.1" is the clause of "§3.1 step 4" */
+        char cited[32];
+        snprintf(cited, sizeof cited, "\xc2\xa7%s", e.clause);
+        ck_assert_msg(!strncmp(clause, cited, strlen(cited)) &&
+                          (clause[strlen(cited)] == ' ' || clause[strlen(cited)] == ',' ||
+                           !clause[strlen(cited)]),
+                      "%s: clause %s, the manifest has %s", cases[i].name, e.clause, clause);
+        ck_assert_str_eq(e.file, path);
+        ck_assert_str_eq(e.message, fkvf_reader_message(r));
+        fkvf_reader_free(r);
+
+        /* the appender keeps the fields of the reader's error */
+        size_t n;
+        uint8_t *bytes = read_file(path, &n);
+        char copy[700];
+        snprintf(copy, sizeof copy, "%s/%s", dir, cases[i].name);
+        write_bytes(copy, bytes, n);
+        free(bytes);
+        fkvf_appender *a = NULL;
+        ck_assert_int_eq(fkvf_appender_open(&a, copy, NULL, NULL), rc);
+        ck_assert_ptr_nonnull(a);
+        ck_assert_int_eq(fkvf_appender_error(a, &e), FKVF_OK);
+        ck_assert_int_eq(e.code, rc);
+        ck_assert_uint_eq(e.offset, cases[i].offset);
+        ck_assert_ptr_nonnull(e.clause);
+        ck_assert_msg(!strncmp(clause, cited, strlen(cited)), "appender: clause %s", e.clause);
+        fkvf_appender_free(a);
+    }
+    free(manifest);
+    rm_tmpdir(dir);
+}
+END_TEST
+
 /* ==== 3. the writer refuses inconsistent archives ================================= */
 
 static fkvf_writer *new_writer(tu_buf *b, const fkvf_writer_options *o)
@@ -6717,6 +6870,8 @@ static Suite *container_suite(void)
     tcase_add_test(t, writer_is_deterministic_through_sink);
     tcase_add_test(t, writer_is_deterministic_through_file);
     tcase_add_test(t, writer_create_file_is_atomic);
+    tcase_add_test(t, writer_no_replace_keeps_existing_file);
+    tcase_add_test(t, error_info_of_conformance_files);
     tcase_add_test(t, writer_refuses_stream_length_mismatch);
     tcase_add_test(t, writer_refuses_uncovered_exact_position);
     tcase_add_test(t, writer_refuses_duplicate_and_reserved_meta_keys);

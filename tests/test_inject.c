@@ -24,7 +24,7 @@
  * counter numbers the allocations of both kinds, so "the k-th allocation"
  * is either. I/O: the writer's fkvf_sink and, for files, --wrap of the
  * system calls libfkvf makes (open, read, write, fsync, fdatasync, rename,
- * mkstemp, ftruncate, fstat, mmap, flock): the k-th call fails with EIO or
+ * mkstemp, ftruncate, fstat, mmap, flock, link): the k-th call fails with EIO or
  * ENOSPC, or (write) writes half of its bytes and every later write fails.
  * The appender's own fkvf_io hook is exercised by test_append.
  *
@@ -58,6 +58,7 @@
  *  fkvf_reader_open_file         | alloc + io (reader_file: flags 0, READ, READ|STRICT)
  *  fkvf_reader_free              | n/a free (every scenario; leak check)
  *  fkvf_reader_message           | n/a (read after every failure)
+ *  fkvf_reader_error             | n/a pure (na_pure_functions: a failed open's handle)
  *  fkvf_reader_info              | n/a asserted (reader_mem)
  *  fkvf_reader_section           | n/a asserted (reader_mem)
  *  fkvf_reader_section_data      | alloc (reader_mem: deflated section)
@@ -86,10 +87,12 @@
  *  fkvf_validate_memory          | alloc (validate; compiled where fkvf.h has it)
  *  fkvf_validate_file            | alloc + io (validate; compiled where fkvf.h has it)
  *  fkvf_writer_options_init      | n/a pure
- *  fkvf_writer_create_file       | alloc + io (writer_file, writer_cbfile_file)
+ *  fkvf_writer_create_file       | alloc + io (writer_file, writer_cbfile_file,
+ *                                |   writer_noreplace_file: the link of no_replace)
  *  fkvf_writer_create_sink       | alloc + io (writer_sink, writer_cbfile, writer_ext)
  *  fkvf_writer_free              | n/a free (every writer scenario; unlinks the temporary file)
  *  fkvf_writer_message           | n/a (read after every failure)
+ *  fkvf_writer_error             | n/a pure (na_pure_functions: a failed create's handle)
  *  fkvf_writer_set_desc          | alloc + io (writer_*)
  *  fkvf_writer_meta_u64          | alloc (writer_*; written at commit)
  *  fkvf_writer_meta_i64          | alloc (writer_*)
@@ -115,10 +118,12 @@
  *  fkvf_appender_sync            | io (appender); test_append fault_sync_now_fails
  *  fkvf_appender_state_get       | n/a (no allocation, no I/O)
  *  fkvf_appender_message         | n/a (read after every failure)
+ *  fkvf_appender_error           | n/a pure (na_pure_functions: not a handle)
  *  fkvf_appender_free            | n/a free (appender; leak check)
  *  fkvf_search_open              | alloc (search, search_zidx)
  *  fkvf_search_free              | n/a free (search)
  *  fkvf_search_message           | n/a (read after every failure)
+ *  fkvf_search_error             | n/a pure (na_pure_functions)
  *  fkvf_search_info_get          | n/a asserted (search)
  *  fkvf_search_suffix            | alloc (search, search_zidx)
  *  fkvf_search_longest           | n/a asserted (search, search_zidx)
@@ -381,6 +386,8 @@ void *__real_mmap(void *addr, size_t n, int prot, int flags, int fd, off_t off);
 void *__wrap_mmap(void *addr, size_t n, int prot, int flags, int fd, off_t off);
 int __real_flock(int fd, int op);
 int __wrap_flock(int fd, int op);
+int __real_link(const char *a, const char *b);
+int __wrap_link(const char *a, const char *b);
 
 int __wrap_open(const char *path, int flags, ...)
 {
@@ -418,6 +425,7 @@ int __wrap_fsync(int fd) { return io_fails("fsync") ? -1 : __real_fsync(fd); }
 int __wrap_fdatasync(int fd) { return io_fails("fdatasync") ? -1 : __real_fdatasync(fd); }
 int __wrap_rename(const char *a, const char *b) { return io_fails("rename") ? -1 : __real_rename(a, b); }
 int __wrap_mkstemp(char *tmpl) { return io_fails("mkstemp") ? -1 : __real_mkstemp(tmpl); }
+int __wrap_link(const char *a, const char *b) { return io_fails("link") ? -1 : __real_link(a, b); }
 int __wrap_ftruncate(int fd, off_t n) { return io_fails("ftruncate") ? -1 : __real_ftruncate(fd, n); }
 int __wrap_fstat(int fd, struct stat *st) { return io_fails("fstat") ? -1 : __real_fstat(fd, st); }
 void *__wrap_mmap(void *addr, size_t n, int prot, int flags, int fd, off_t off)
@@ -787,6 +795,7 @@ static long loop(const scen *sc, int mode)
 
 typedef struct wctx {
     int to_file;   /* 0 sink, 1 create_file */
+    int no_replace; /* create_file with no_replace: no file at the path before */
     int kind;      /* 0 main archive, 1 codebook file, 2 external ref */
     fkvf_writer *w;
     fsink out;
@@ -818,7 +827,9 @@ static void w_setup(void *ctx)
     wctx *c = ctx;
     c->w = NULL;
     fs_free(&c->out);
-    if (c->to_file)
+    if (c->to_file && c->no_replace)
+        unlink(c->path);
+    else if (c->to_file)
         spit(c->path, c->old, c->old_size);
 }
 
@@ -832,6 +843,7 @@ static int w_create(wctx *c, uint64_t req)
     o.optional_features = c->kind == 0 ? FKVF_OPTFEAT_TOKEN_STREAM : 0;
     o.required_features = req;
     o.block_size = 64;
+    o.no_replace = c->no_replace;
     if (c->to_file)
         return fkvf_writer_create_file(&c->w, c->path, &o, &AL);
     fkvf_sink s = {fs_write, fs_sync, &c->out};
@@ -947,6 +959,10 @@ static void w_finish(void *ctx, int clean, long stopped)
             /* the new archive is in place: the bytes the sink writer wrote */
             EXPECTF(file_is(c->path, ref->data, ref->size),
                     "writer: %s is not the reference archive", c->path);
+        } else if (c->no_replace) {
+            /* nothing at the path: no partial file, no link */
+            struct stat sb;
+            EXPECTF(lstat(c->path, &sb) != 0, "writer: %s exists after a failure", c->path);
         } else {
             /* the file that was there is untouched */
             EXPECTF(file_is(c->path, c->old, c->old_size), "writer: %s changed after a failure",
@@ -996,7 +1012,9 @@ static scen w_scen(wctx *c, int kind)
          * records the numbers */
         s.kinds = "BBAAAAAABBBBB-BBIB";
     } else if (kind == 1) {
-        s.title = c->to_file ? "writer_cbfile_file" : "writer_cbfile";
+        s.title = c->no_replace ? "writer_noreplace_file"
+                  : c->to_file  ? "writer_cbfile_file"
+                                : "writer_cbfile";
         s.n_steps = 3;
         s.names = cbw_names;
         s.step = cbw_step;
@@ -2035,6 +2053,15 @@ START_TEST(inject_writer_file)
         loop(&s, MODE_IO_SHORT);
 #endif
     }
+    /* no_replace: link() instead of rename() puts the file in place */
+    c.no_replace = 1;
+    scen s = w_scen(&c, 1);
+    loop(&s, MODE_ALLOC);
+#ifdef FKVF_INJECT_WRAP
+    loop(&s, MODE_IO_EIO);
+    loop(&s, MODE_IO_ENOSPC);
+#endif
+    c.no_replace = 0;
     REAL_FREE(c.old);
     remove_dir();
 }
@@ -2126,6 +2153,22 @@ START_TEST(na_pure_functions)
     size_t cbk1_size;
     ck_assert_int_eq(fkvf_reader_open_memory(&cbr, fx->cb.data, fx->cb.size, 0, NULL), FKVF_OK);
     ck_assert_int_eq(fkvf_reader_codebook(cbr, NULL, &cbk1, &cbk1_size, NULL), FKVF_OK);
+    /* handles for the *_error functions, made before counting: a failed
+     * open, a failed create, a search */
+    static const uint8_t junk[64] = "not an FKVF file";
+    fkvf_reader *bad = NULL, *ar = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&bad, junk, sizeof junk, 0, NULL), FKVF_E_BAD_MAGIC);
+    ck_assert_ptr_nonnull(bad);
+    fkvf_writer *bw = NULL;
+    fkvf_writer_options bwo;
+    fkvf_writer_options_init(&bwo);
+    bwo.block_size = 100; /* not a multiple of 64 */
+    ck_assert_int_eq(fkvf_writer_create_sink(&bw, &(fkvf_sink){fs_write, NULL, NULL}, &bwo, NULL),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_ptr_nonnull(bw);
+    ck_assert_int_eq(fkvf_reader_open_memory(&ar, fx->a.data, fx->a.size, 0, NULL), FKVF_OK);
+    fkvf_search *srch = NULL;
+    ck_assert_int_eq(fkvf_search_open(&srch, ar, 0, 0, NULL), FKVF_OK);
     memset(&g, 0, sizeof g);
     g.step = -1;
     g.fail_at = 1;
@@ -2171,11 +2214,30 @@ START_TEST(na_pure_functions)
     ok &= fkvf_rvq_codes_per_position(fx->q) == fx->cpp;
     ok &= fkvf_rvq_centroids(fx->q, 1, 1, 1, 0) != NULL;
     ok &= fkvf_rvq_tables(fx->q, NULL, 0) != FKVF_OK; /* too small: refused, no allocation */
+    fkvf_error_info ei;
+    ok &= fkvf_reader_error(bad, &ei) == FKVF_OK && ei.code == FKVF_E_BAD_MAGIC &&
+          ei.offset == 0 && ei.clause && !strcmp(ei.clause, "3.1") && *ei.message;
+    ok &= fkvf_reader_error(cbr, &ei) == FKVF_OK && ei.code == FKVF_OK && !ei.clause &&
+          ei.offset == FKVF_ERROR_NO_OFFSET;
+    ok &= fkvf_reader_error(NULL, &ei) == FKVF_E_STATE && ei.code == FKVF_E_STATE;
+    ok &= fkvf_reader_error(bad, NULL) == FKVF_E_INVALID_ARG;
+    ok &= fkvf_writer_error(bw, &ei) == FKVF_OK && ei.code == FKVF_E_INVALID_ARG &&
+          ei.clause && !strcmp(ei.clause, "11.2") && ei.offset == FKVF_ERROR_NO_OFFSET;
+    ok &= fkvf_writer_error(NULL, &ei) == FKVF_E_STATE;
+    ok &= fkvf_appender_error(NULL, &ei) == FKVF_E_STATE && ei.code == FKVF_E_STATE &&
+          *ei.message;
+    ok &= fkvf_search_error(srch, &ei) == FKVF_OK && ei.code == FKVF_OK &&
+          !strcmp(ei.file, "search");
+    ok &= fkvf_search_error(NULL, &ei) == FKVF_E_STATE;
     g.armed = 0;
     ck_assert_msg(ok, "a pure function gave a wrong result");
     ck_assert_msg(!memcmp(h, fx->cb_hash, 16), "fkvf_codebook_hash differs from the reader's");
     ck_assert_uint_eq(cbk1_size, fx->tables_size + 64);
     fkvf_reader_free(cbr);
+    fkvf_search_free(srch);
+    fkvf_reader_free(ar);
+    fkvf_reader_free(bad);
+    fkvf_writer_free(bw);
     ck_assert_int_eq(g.calls, 0);
     ck_assert_int_eq(g.io_calls, 0);
 }

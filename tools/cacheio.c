@@ -219,6 +219,7 @@ const char *kvio_strerror(int code)
     case KVIO_E_FORMAT: return "malformed file";
     case KVIO_E_UNSUPPORTED: return "unsupported content";
     case KVIO_E_CONVENTION: return "tensors do not form a KV cache";
+    case KVIO_E_EXISTS: return "the file exists";
     default: return "unknown error";
     }
 }
@@ -2662,28 +2663,50 @@ int kvio_write(const char *path, kvio_format fmt, unsigned flags, const kvio_cac
         kvio_cache_check(c, err, errlen);
         return rc;
     }
-    /* write a temporary file next to the target, then rename it */
+    struct stat sb;
+    int noreplace = (flags & KVIO_WRITE_NO_REPLACE) != 0;
+    if (noreplace && lstat(path, &sb) == 0)
+        return fail(&x, KVIO_E_EXISTS, "exists; not replaced");
+    /* write a temporary file next to the target, then rename (or link) it */
     size_t n = strlen(path);
     char *tmp = malloc(n + 32);
     if (!tmp)
         return fail(&x, KVIO_E_NOMEM, "out of memory");
-    snprintf(tmp, n + 32, "%s.tmp-%ld", path, (long)getpid());
+    snprintf(tmp, n + 32, "%s.tmp-XXXXXX", path);
     sink s = {0};
-    s.f = fopen(tmp, "wb");
+    int fd = mkstemp(tmp);
+    s.f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!s.f) {
-        rc = fail(&x, KVIO_E_IO, "cannot create %s: %s", tmp, strerror(errno));
+        rc = fail(&x, KVIO_E_IO, "cannot create a temporary file next to it: %s", strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            remove(tmp);
+        }
         free(tmp);
         return rc;
     }
+    (void)fchmod(fd, 0644);
     rc = write_any(&x, &s, c, fmt, flags);
     if (fflush(s.f) != 0 && !rc)
         rc = fail(&x, KVIO_E_IO, "write failed: %s", strerror(errno));
     if (fclose(s.f) != 0 && !rc)
         rc = fail(&x, KVIO_E_IO, "write failed: %s", strerror(errno));
-    if (!rc && rename(tmp, path) != 0)
+    if (!rc && noreplace) {
+        /* link() fails if path exists, atomically; without hard links, a
+         * check just before the rename */
+        if (link(tmp, path) != 0) {
+            int e = errno;
+            if (e == EEXIST)
+                rc = fail(&x, KVIO_E_EXISTS, "appeared while it was written; not replaced");
+            else if (lstat(path, &sb) == 0)
+                rc = fail(&x, KVIO_E_EXISTS, "exists; not replaced");
+            else if (rename(tmp, path) != 0)
+                rc = fail(&x, KVIO_E_IO, "cannot rename %s: %s", tmp, strerror(errno));
+        }
+    } else if (!rc && rename(tmp, path) != 0) {
         rc = fail(&x, KVIO_E_IO, "cannot rename %s: %s", tmp, strerror(errno));
-    if (rc)
-        remove(tmp);
+    }
+    remove(tmp); /* after a link or a failure; gone after a rename */
     free(tmp);
     return rc;
 }

@@ -41,7 +41,8 @@ enum {
     KVIO_E_NOMEM = 3,       /* allocation failed */
     KVIO_E_FORMAT = 4,      /* the file is malformed (framing, header, offsets, sizes) */
     KVIO_E_UNSUPPORTED = 5, /* well-formed, but a dtype/order/layout we do not accept */
-    KVIO_E_CONVENTION = 6   /* tensors do not form a cache (names, missing layers, shapes) */
+    KVIO_E_CONVENTION = 6,  /* tensors do not form a cache (names, missing layers, shapes) */
+    KVIO_E_EXISTS = 7       /* writers with KVIO_WRITE_NO_REPLACE: the file exists */
 };
 
 typedef enum kvio_format {
@@ -74,6 +75,9 @@ typedef enum kvio_format {
 /* Writers: key/value tensors positions-first (the shapes of KVIO_READ_NHD;
  * with KVIO_WRITE_HF [1, positions, kv_heads, dim]). */
 #define KVIO_WRITE_NHD 0x400u
+/* kvio_write: never replace an existing file, not even one that appears
+ * while the temporary file is written (link(2) into place; KVIO_E_EXISTS). */
+#define KVIO_WRITE_NO_REPLACE 0x800u
 
 /* ---- limits ------------------------------------------------------------ */
 #define KVIO_MAX_ST_HEADER (100u * 1024u * 1024u) /* safetensors JSON header bytes */
@@ -166,7 +170,10 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
                       kvio_cache *out, char *err, size_t errlen);
 
 /* ---- writing ----------------------------------------------------------- */
-/* Write a file (fmt AUTO: by extension). A failed write removes the file. */
+/* Write a file (fmt AUTO: by extension): a temporary file next to it,
+ * renamed over path when complete (KVIO_WRITE_NO_REPLACE: linked to path,
+ * which fails with KVIO_E_EXISTS if path exists). A failed write removes the
+ * temporary file and leaves path as it was. */
 int kvio_write(const char *path, kvio_format fmt, unsigned flags, const kvio_cache *c, char *err,
                size_t errlen);
 /* Write into a malloc'd buffer (*out, *out_size); free() it. */

@@ -16,25 +16,25 @@ int cli_opt_layout(const char *v, int *layout)
         *layout = v[0] == 'h' ? CLI_LAYOUT_HND : CLI_LAYOUT_NHD;
         return 0;
     }
-    cli_err("--layout: '%s' is not hnd (heads first) or nhd (positions first)", v ? v : "");
+    cli_usage("--layout: '%s' is not hnd (heads first) or nhd (positions first)", v ? v : "");
     return -1;
 }
 
 void cli_cache_notes(const char *path, const kvio_cache *c, int layout)
 {
     for (size_t i = 0; i < c->n_ignored && i < KVIO_MAX_IGNORED; i++)
-        cli_err("%s: ignored tensor '%s' (%s)", path, c->ignored[i] ? c->ignored[i] : "",
+        cli_note("%s: ignored tensor '%s' (%s)", path, c->ignored[i] ? c->ignored[i] : "",
                 kvio_is_companion(c->ignored[i])
                     ? "a companion of a Hugging Face cache, not part of it"
                     : "not a cache tensor name; docs/cache-files.md lists the accepted names");
     if (c->n_ignored > KVIO_MAX_IGNORED)
-        cli_err("%s: ignored %zu more tensors", path, c->n_ignored - KVIO_MAX_IGNORED);
+        cli_note("%s: ignored %zu more tensors", path, c->n_ignored - KVIO_MAX_IGNORED);
     /* A positions-first cache read heads-first has its axes swapped: many
      * "heads" (KV heads are 1-8 in GQA models, rarely more than 64 in any),
      * few "positions". A short heads-first cache can have H > T too: warn,
      * do not refuse. */
     if (layout == CLI_LAYOUT_UNSET && c->n_positions > 0 && c->n_kv_heads > c->n_positions)
-        cli_err("%s: warning: read heads-first as %u KV heads x %u positions%s; if the tensors "
+        cli_warn("%s: read heads-first as %u KV heads x %u positions%s; if the tensors "
                 "are positions-first ([positions, kv_heads, dim]), pass --layout nhd "
                 "(--layout hnd keeps this reading without this warning)",
                 path, c->n_kv_heads, c->n_positions,
@@ -54,7 +54,7 @@ void cli_keys_hf_default(cli_key_opts *k, const kvio_cache *c, const char *path)
     if (k->layout_set || k->layout_cb || k->no_rope || !kvio_names_is_hf(c->names))
         return;
     k->layout = 2;
-    cli_err("%s: Hugging Face tensor names (%s): RoPE pairs taken as half-split (rotate_half, "
+    cli_note("%s: Hugging Face tensor names (%s): RoPE pairs taken as half-split (rotate_half, "
             "as Transformers rotates them); pass --rope-layout interleaved for a model that "
             "rotates adjacent pairs",
             path, kvio_names_name(c->names));
@@ -240,6 +240,29 @@ void cli_rope_print(FILE *f, const char *path, const cli_rope_report *r)
     }
 }
 
+void cli_rope_json(FILE *f, const char *path, const cli_rope_report *r)
+{
+    fputs("{\"cache\":", f);
+    cli_json_cstr(f, path);
+    fprintf(f, ",\"positions\":%u,\"sampled\":%u,\"heads\":%" PRIu64 ",\"candidates\":[",
+            r->positions, r->sampled, r->heads);
+    for (size_t k = 0; k < r->n; k++) {
+        const cli_rope_cand *x = &r->c[k];
+        fprintf(f, "%s{\"keys\":\"%s\"", k ? "," : "", x->as_cached ? "as-is" : "pre-rope");
+        if (!x->as_cached)
+            fprintf(f, ",\"rope_layout\":\"%s\",\"rope_theta\":%.17g",
+                    x->rope.layout == 1 ? "interleaved" : "half-split", x->rope.theta);
+        if (isfinite(x->spread))
+            fprintf(f, ",\"spread\":%.6g", x->spread);
+        else
+            fputs(",\"spread\":null", f);
+        fprintf(f, ",\"wins\":%" PRIu64 ",\"chosen\":%s,\"lowest\":%s}", x->wins,
+                k == r->chosen ? "true" : "false", k == r->best ? "true" : "false");
+    }
+    fprintf(f, "],\"verdict\":\"%s\"}\n",
+            !r->n || r->verdict < 0 ? "unknown" : r->verdict == 0 ? "right" : "wrong");
+}
+
 void cli_rope_warn(const char *path, const cli_rope_report *r)
 {
     if (r->verdict != 1)
@@ -248,7 +271,7 @@ void cli_rope_warn(const char *path, const cli_rope_report *r)
     cand_label(&r->c[r->chosen], a, sizeof a);
     cand_label(&r->c[r->best], b, sizeof b);
     cand_options(&r->c[r->chosen], &r->c[r->best], opts, sizeof opts);
-    cli_err("%s: warning: the RoPE settings look wrong: the keys spread %.3f about their mean %s, "
+    cli_warn("%s: the RoPE settings look wrong: the keys spread %.3f about their mean %s, "
             "but %.3f %s (lower compresses better); try %s (fkvf pack --check-rope prints the "
             "measurement)",
             path, r->c[r->chosen].spread, a, r->c[r->best].spread, b, opts);

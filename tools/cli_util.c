@@ -10,6 +10,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,6 +54,150 @@ void cli_json_str(FILE *f, const char *s, size_t n)
 
 void cli_json_cstr(FILE *f, const char *s) { cli_json_str(f, s, strlen(s)); }
 
+/* ---- the command, its error lines and the --json error object ---------- */
+
+static const char *g_prog = "fkvf", *g_cmd;
+static int g_json, g_json_done;
+
+/* the first error of the run */
+static struct {
+    int set, ex, code; /* ex 0: by the final exit status; code 0: by ex */
+    char msg[2048], file[1024];
+    int has_file;
+    uint64_t offset; /* FKVF_ERROR_NO_OFFSET: none */
+    char clause[32];
+} g_err;
+
+void cli_set_command(const char *prog, const char *cmd, int json)
+{
+    g_prog = prog;
+    g_cmd = cmd;
+    g_json = json;
+}
+
+int cli_json_mode(void) { return g_json; }
+void cli_json_done(void) { g_json_done = 1; }
+
+static void line_start(FILE *f)
+{
+    fputs(g_prog, f);
+    if (g_cmd) {
+        fputc(' ', f);
+        fputs(g_cmd, f);
+    }
+    fputs(": ", f);
+}
+
+static void put_line(const char *msg)
+{
+    line_start(stderr);
+    cli_text_cstr(stderr, msg);
+    fputc('\n', stderr);
+}
+
+/* s into out[n], cut to fit */
+static void copy_cut(char *out, size_t n, const char *s)
+{
+    size_t l = strlen(s);
+    if (l >= n)
+        l = n - 1;
+    memcpy(out, s, l);
+    out[l] = 0;
+}
+
+static void record(int ex, int code, const char *file, const char *msg, uint64_t offset,
+                   const char *clause)
+{
+    if (g_err.set)
+        return;
+    g_err.set = 1;
+    g_err.ex = ex;
+    g_err.code = code;
+    copy_cut(g_err.msg, sizeof g_err.msg, msg);
+    g_err.has_file = file != NULL;
+    copy_cut(g_err.file, sizeof g_err.file, file ? file : "");
+    g_err.offset = offset;
+    copy_cut(g_err.clause, sizeof g_err.clause, clause ? clause : "");
+}
+
+static const char *const kvio_code_names[] = {"KVIO_OK",     "KVIO_E_ARG",         "KVIO_E_IO",
+                                         "KVIO_E_NOMEM", "KVIO_E_FORMAT",     "KVIO_E_UNSUPPORTED",
+                                         "KVIO_E_CONVENTION", "KVIO_E_EXISTS"};
+
+static void error_object(FILE *f, int rex, int code, const char *msg, const char *file,
+                         uint64_t offset, const char *clause)
+{
+    if (!code)
+        code = FKVF_E_INVALID_ARG;
+    const char *name = code >= 100 && code - 100 < (int)(sizeof kvio_code_names / sizeof kvio_code_names[0])
+                           ? kvio_code_names[code - 100]
+                           : fkvf_error_name(code);
+    const char *cls;
+    if (rex == CLI_USAGE)
+        cls = code == FKVF_E_IO || code == FKVF_E_NOMEM || code == FKVF_E_UNSUPPORTED
+                  ? "environment"
+                  : "usage";
+    else
+        cls = code < 100 && fkvf_error_class(code) == FKVF_ERRCLASS_FORMAT ? "format" : "input";
+    fprintf(f, "{\"code\":%d,\"name\":", code);
+    cli_json_cstr(f, name);
+    fprintf(f, ",\"class\":\"%s\",\"message\":", cls);
+    cli_json_cstr(f, msg);
+    fputs(",\"file\":", f);
+    if (file)
+        cli_json_cstr(f, file);
+    else
+        fputs("null", f);
+    if (offset != FKVF_ERROR_NO_OFFSET)
+        fprintf(f, ",\"offset\":%llu", (unsigned long long)offset);
+    else
+        fputs(",\"offset\":null", f);
+    fputs(",\"clause\":", f);
+    if (clause && *clause)
+        cli_json_cstr(f, clause);
+    else
+        fputs("null", f);
+    fputc('}', f);
+}
+
+void cli_json_error_object(FILE *f, int ex, int code, const char *file, const char *msg)
+{
+    error_object(f, ex, code, msg, file, FKVF_ERROR_NO_OFFSET, NULL);
+}
+
+static void json_error_object(FILE *f, int ex)
+{
+    char generic[64];
+    snprintf(generic, sizeof generic, "failed with exit status %d", ex);
+    if (!g_err.set) {
+        error_object(f, ex, 0, generic, NULL, FKVF_ERROR_NO_OFFSET, NULL);
+        return;
+    }
+    error_object(f, g_err.ex ? g_err.ex : ex, g_err.code, g_err.msg,
+                 g_err.has_file ? g_err.file : NULL, g_err.offset, g_err.clause);
+}
+
+void cli_json_error_member(FILE *f, int ex)
+{
+    fputs(",\"error\":", f);
+    if (ex == CLI_OK && !g_err.set) {
+        fputs("null", f);
+        return;
+    }
+    json_error_object(f, ex);
+}
+
+int cli_finish(int ex)
+{
+    if (g_json && ex != CLI_OK && !g_json_done) {
+        fputs("{\"error\":", stdout);
+        json_error_object(stdout, ex);
+        fputs("}\n", stdout);
+    }
+    fflush(stdout);
+    return ex;
+}
+
 void cli_err(const char *fmt, ...)
 {
     char buf[2048];
@@ -60,9 +205,133 @@ void cli_err(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fputs("fkvf: ", stderr);
+    put_line(buf);
+    record(0, 0, NULL, buf, FKVF_ERROR_NO_OFFSET, NULL);
+}
+
+int cli_usage(const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    put_line(buf);
+    record(CLI_USAGE, FKVF_E_INVALID_ARG, NULL, buf, FKVF_ERROR_NO_OFFSET, NULL);
+    return CLI_USAGE;
+}
+
+static void vline_tagged(const char *tag, const char *fmt, va_list ap)
+{
+    char buf[2048];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    line_start(stderr);
+    fputs(tag, stderr);
     cli_text_cstr(stderr, buf);
     fputc('\n', stderr);
+}
+
+void cli_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vline_tagged("warning: ", fmt, ap);
+    va_end(ap);
+}
+
+void cli_note(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vline_tagged("note: ", fmt, ap);
+    va_end(ap);
+}
+
+/* "FILE: " in front of body unless body starts with it */
+static void with_file(char *out, size_t n, const char *file, const char *body)
+{
+    size_t fl = file ? strlen(file) : 0;
+    if (!file || (!strncmp(body, file, fl) && body[fl] == ':'))
+        snprintf(out, n, "%s", body);
+    else
+        snprintf(out, n, "%s: %s", file, body);
+}
+
+int cli_fail(int ex, int code, const char *file, const char *fmt, ...)
+{
+    char body[2048], buf[3072];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    with_file(buf, sizeof buf, file, body);
+    put_line(buf);
+    record(ex, code, file, buf, FKVF_ERROR_NO_OFFSET, NULL);
+    return ex;
+}
+
+int cli_fail_at(int ex, int code, const char *file, uint64_t offset, const char *clause,
+                const char *fmt, ...)
+{
+    char body[2048], buf[3072];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    with_file(buf, sizeof buf, file, body);
+    put_line(buf);
+    record(ex, code, file, buf, offset, clause);
+    return ex;
+}
+
+int cli_fail_lib(int rc, const fkvf_error_info *e, const char *file, const char *prefix)
+{
+    const char *msg = e && e->message && *e->message ? e->message : fkvf_strerror(rc);
+    size_t fl = file ? strlen(file) : 0;
+    /* the library's message names the file first: once is enough */
+    if (file && !strncmp(msg, file, fl) && msg[fl] == ':')
+        msg += fl + (msg[fl + 1] == ' ' ? 2 : 1);
+    char body[2048], buf[3072];
+    snprintf(body, sizeof body, "%s%s", prefix ? prefix : "", msg);
+    with_file(buf, sizeof buf, file, body);
+    put_line(buf);
+    int ex = cli_fkvf_exit(rc);
+    record(ex, rc, file, buf, e ? e->offset : FKVF_ERROR_NO_OFFSET, e ? e->clause : NULL);
+    return ex;
+}
+
+int cli_fail_reader(int rc, const fkvf_reader *r, const char *file, const char *prefix)
+{
+    fkvf_error_info e;
+    int have = r && fkvf_reader_error(r, &e) == FKVF_OK && e.code != FKVF_OK;
+    return cli_fail_lib(rc, have ? &e : NULL, file, prefix);
+}
+
+int cli_fail_writer(int rc, const fkvf_writer *w, const char *file, const char *prefix)
+{
+    fkvf_error_info e;
+    int have = w && fkvf_writer_error(w, &e) == FKVF_OK && e.code != FKVF_OK;
+    return cli_fail_lib(rc, have ? &e : NULL, file, prefix);
+}
+
+int cli_fail_appender(int rc, const fkvf_appender *a, const char *file, const char *prefix)
+{
+    fkvf_error_info e;
+    int have = a && fkvf_appender_error(a, &e) == FKVF_OK && e.code != FKVF_OK;
+    return cli_fail_lib(rc, have ? &e : NULL, file, prefix);
+}
+
+int cli_fail_kvio(int rc, const char *file, const char *err)
+{
+    int code = rc == KVIO_E_IO ? FKVF_E_IO : rc == KVIO_E_NOMEM ? FKVF_E_NOMEM
+             : rc == KVIO_E_ARG ? FKVF_E_INVALID_ARG : rc == KVIO_E_EXISTS ? FKVF_E_EXISTS
+                                                                      : 100 + rc;
+    char buf[3072];
+    with_file(buf, sizeof buf, file, err && *err ? err : kvio_strerror(rc));
+    put_line(buf);
+    int ex = cli_kvio_exit(rc);
+    record(ex, code, file, buf, FKVF_ERROR_NO_OFFSET, NULL);
+    return ex;
 }
 
 void cli_err_lib(const char *path, const char *msg)
@@ -78,16 +347,58 @@ void cli_err_lib(const char *path, const char *msg)
 
 int cli_fkvf_exit(int rc)
 {
-    return (rc == FKVF_E_IO || rc == FKVF_E_NOMEM || rc == FKVF_E_INVALID_ARG) ? CLI_USAGE
-                                                                                 : CLI_INVALID;
+    return (rc == FKVF_E_IO || rc == FKVF_E_NOMEM || rc == FKVF_E_INVALID_ARG ||
+            rc == FKVF_E_STATE || rc == FKVF_E_UNSUPPORTED)
+               ? CLI_USAGE
+               : CLI_INVALID;
 }
 
-int cli_class_exit(int rc)
+int cli_class_exit(int rc) { return cli_fkvf_exit(rc); }
+
+int cli_kvio_exit(int rc)
 {
-    return fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT ? CLI_INVALID : CLI_USAGE;
+    return rc == KVIO_E_IO || rc == KVIO_E_NOMEM || rc == KVIO_E_ARG ? CLI_USAGE : CLI_INVALID;
 }
 
-int cli_kvio_exit(int rc) { return rc == KVIO_E_IO || rc == KVIO_E_NOMEM ? CLI_USAGE : CLI_INVALID; }
+/* ---- output files ----------------------------------------------------------- */
+
+int cli_check_output(const char *out, const char *const *in, size_t n_in, int force)
+{
+    struct stat so, si;
+    if (stat(out, &so) == 0) {
+        for (size_t i = 0; i < n_in; i++)
+            if (in[i] && stat(in[i], &si) == 0 && si.st_dev == so.st_dev &&
+                si.st_ino == so.st_ino)
+                return cli_fail(CLI_INVALID, FKVF_E_EXISTS, out,
+                                "is the same file as the input %s (an output never replaces "
+                                "an input, not even with --force)",
+                                in[i]);
+        if (!force)
+            return cli_fail(CLI_INVALID, FKVF_E_EXISTS, out,
+                            "exists; not replaced (give --force to replace it)");
+    } else if (!force && lstat(out, &so) == 0) {
+        return cli_fail(CLI_INVALID, FKVF_E_EXISTS, out,
+                        "exists (a symbolic link to nothing); not replaced (give --force to "
+                        "replace it)");
+    }
+    return CLI_OK;
+}
+
+void cli_warn_fkvf_name(const char *out, const char *what)
+{
+    static const char *const other[] = {".safetensors", ".npz", ".npy", ".pt",
+                                        ".pth",         ".bin", ".gguf"};
+    const char *dot = strrchr(cli_base_name(out), '.');
+    if (!dot)
+        return;
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+        if (!strcasecmp(dot, other[i])) {
+            cli_warn("%s: the name ends in %s, but the file written is an FKVF %s, not a %s "
+                     "file (name it .fkvf)",
+                     out, dot, what, other[i] + 1);
+            return;
+        }
+}
 
 const char *cli_base_name(const char *path)
 {
@@ -225,7 +536,7 @@ int cli_opt_k(const char *a, const char *v, uint32_t *k)
 {
     uint64_t x;
     if (cli_parse_u64(v, 4096, &x) || x < 16 || (x & (x - 1))) {
-        cli_err("%s: '%s' is not a power of two from 16 to 4096", a, v ? v : "");
+        cli_usage("%s: '%s' is not a power of two from 16 to 4096", a, v ? v : "");
         return -1;
     }
     *k = (uint32_t)x;
@@ -236,7 +547,7 @@ int cli_opt_stages(const char *a, const char *v, uint8_t *s)
 {
     uint64_t x;
     if (cli_parse_u64(v, 16, &x)) {
-        cli_err("%s: '%s' is not a stage count 0..16", a, v ? v : "");
+        cli_usage("%s: '%s' is not a stage count 0..16", a, v ? v : "");
         return -1;
     }
     *s = (uint8_t)x;
@@ -246,7 +557,7 @@ int cli_opt_stages(const char *a, const char *v, uint8_t *s)
 int cli_opt_count(const char *a, const char *v, uint64_t *n)
 {
     if (cli_parse_u64(v, UINT32_MAX, n)) {
-        cli_err("%s: '%s' is not a count", a, v ? v : "");
+        cli_usage("%s: '%s' is not a count", a, v ? v : "");
         return -1;
     }
     return 0;
@@ -258,7 +569,7 @@ int cli_opt_codec(const char *v, int *ngon)
         *ngon = v[0] == 'n';
         return 0;
     }
-    cli_err("--codec: '%s' is not quad or ngon", v);
+    cli_usage("--codec: '%s' is not quad or ngon", v);
     return -1;
 }
 
@@ -266,7 +577,7 @@ int cli_opt_beam(const char *v, uint32_t *beam)
 {
     uint64_t x;
     if (cli_parse_u64(v, FKVF_RVQ_MAX_BEAM, &x) || x < 1) {
-        cli_err("--beam: '%s' is not 1..%d", v, FKVF_RVQ_MAX_BEAM);
+        cli_usage("--beam: '%s' is not 1..%d", v, FKVF_RVQ_MAX_BEAM);
         return -1;
     }
     *beam = (uint32_t)x;
@@ -277,7 +588,7 @@ int cli_opt_iters(const char *v, uint32_t *iters)
 {
     uint64_t x;
     if (cli_parse_u64(v, 100000, &x) || x < 1) {
-        cli_err("--iters: '%s' is not 1..100000", v);
+        cli_usage("--iters: '%s' is not 1..100000", v);
         return -1;
     }
     *iters = (uint32_t)x;
@@ -287,7 +598,7 @@ int cli_opt_iters(const char *v, uint32_t *iters)
 int cli_opt_seed(const char *v, uint64_t *seed)
 {
     if (cli_parse_u64(v, UINT64_MAX, seed)) {
-        cli_err("--seed: '%s' is not a number", v);
+        cli_usage("--seed: '%s' is not a number", v);
         return -1;
     }
     return 0;
@@ -299,14 +610,14 @@ int cli_opt_keys(const char *v, int *pre_rope)
         *pre_rope = v[0] == 'p';
         return 0;
     }
-    cli_err("--keys: '%s' is not pre-rope or as-is", v);
+    cli_usage("--keys: '%s' is not pre-rope or as-is", v);
     return -1;
 }
 
 int cli_opt_rope_theta(const char *v, double *theta)
 {
     if (cli_parse_f64(v, theta) || !(*theta > 0)) {
-        cli_err("--rope-theta: '%s' is not a positive number", v);
+        cli_usage("--rope-theta: '%s' is not a positive number", v);
         return -1;
     }
     return 0;
@@ -316,7 +627,7 @@ int cli_opt_rope_dims(const char *v, uint32_t *dims)
 {
     uint64_t x;
     if (cli_parse_u64(v, 65536, &x) || x < 2 || x % 2) {
-        cli_err("--rope-dims: '%s' is not an even number >= 2", v);
+        cli_usage("--rope-dims: '%s' is not an even number >= 2", v);
         return -1;
     }
     *dims = (uint32_t)x;
@@ -329,7 +640,7 @@ int cli_opt_rope_layout(const char *v, uint8_t *layout)
         *layout = v[0] == 'i' ? 1 : 2;
         return 0;
     }
-    cli_err("--rope-layout: '%s' is not interleaved or half-split", v);
+    cli_usage("--rope-layout: '%s' is not interleaved or half-split", v);
     return -1;
 }
 
@@ -440,13 +751,13 @@ int cli_key_rope(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf
     rope->theta = k->theta;
     rope->rope_dims = k->dims ? k->dims : key_dim;
     if (!k->no_rope && !k->dims && key_dim % 2) {
-        cli_err("%s: key_dim %u is odd, and RoPE rotates pairs of dims: give --rope-dims N "
+        cli_usage("%s: key_dim %u is odd, and RoPE rotates pairs of dims: give --rope-dims N "
                 "(even, at most %u) or --no-rope",
                 path, key_dim, key_dim - 1);
         return -1;
     }
     if (!k->no_rope && (rope->rope_dims > key_dim || rope->rope_dims % 2)) {
-        cli_err("%s: --rope-dims %u does not fit key_dim %u (even, at most key_dim)", path,
+        cli_usage("%s: --rope-dims %u does not fit key_dim %u (even, at most key_dim)", path,
                 rope->rope_dims, key_dim);
         return -1;
     }
@@ -641,10 +952,8 @@ int cli_read_cache(const char *path, unsigned flags, kvio_cache *c)
     if (size < CLI_READ_PROGRESS_MIN || !isatty(STDERR_FILENO) ||
         read_cache_progress(path, size, flags, c, err, sizeof err, &rc))
         rc = kvio_read(path, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA | flags, c, err, sizeof err);
-    if (rc != KVIO_OK) {
-        cli_err("%s", err);
-        return cli_kvio_exit(rc);
-    }
+    if (rc != KVIO_OK)
+        return cli_fail_kvio(rc, path, err);
     return CLI_OK;
 }
 
@@ -702,8 +1011,22 @@ int cli_open_reader(fkvf_reader **r, const char *path)
     int rc = fkvf_reader_open_file(r, path, 0, NULL);
     if (rc == FKVF_OK)
         return CLI_OK;
-    cli_err_lib(path, *r ? fkvf_reader_message(*r) : fkvf_strerror(rc));
+    int ex = cli_fail_reader(rc, *r, path, "");
     fkvf_reader_free(*r);
     *r = NULL;
-    return rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
+    return ex;
+}
+
+int cli_open_archive(fkvf_reader **r, const char *path)
+{
+    int ex = cli_open_reader(r, path);
+    if (ex != CLI_OK)
+        return ex;
+    fkvf_archive_info ai;
+    if (fkvf_reader_info(*r, &ai) == FKVF_OK && ai.has_desc)
+        return CLI_OK;
+    fkvf_reader_free(*r);
+    *r = NULL;
+    return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, path,
+                    "a codebook file (no cache descriptor), not an archive");
 }

@@ -1,6 +1,7 @@
 /* Small helpers shared by the CLI sources (fkvf, kvc2cache): error lines,
- * exit statuses, JSON and terminal escaping, strict number parsing, progress
- * bar, raw cache reading. Public API (fkvf.h) and cacheio only. */
+ * exit statuses, the --json error object, output-file safety, JSON and
+ * terminal escaping, strict number parsing, progress bar, raw cache reading.
+ * Public API (fkvf.h) and cacheio only. */
 #ifndef FKVF_CLI_UTIL_H
 #define FKVF_CLI_UTIL_H
 
@@ -11,9 +12,66 @@
 #include "cacheio.h"
 #include "fkvf.h"
 
-/* Exit statuses of the CLI: 0 valid/done, 1 invalid input, 2 usage or
- * environment (I/O, memory, bad arguments). */
+/* Exit statuses of the CLI (docs/cli.md), the same for every command:
+ * 0 done (valid), 1 invalid input data (a file that is not what it should
+ * be, a stream or position that does not exist, files that do not fit each
+ * other; also an output that exists without --force or is an input),
+ * 2 usage or environment (a bad option or argument, a path that does not
+ * exist or cannot be read or written, out of memory). */
 enum { CLI_OK = 0, CLI_INVALID = 1, CLI_USAGE = 2 };
+
+/* ---- error lines and the --json error object ------------------------------
+ * Every error line is "PROG CMD: FILE: what is wrong" on stderr (PROG CMD
+ * as set by cli_set_command). The first error of a run is also recorded:
+ * with --json, cli_finish prints it on stdout as the one JSON object
+ *   {"error":{"code":N,"name":"FKVF_E_...","class":"usage|environment|
+ *    format|input","message":"...","file":"..."|null,"offset":N|null,
+ *    "clause":"..."|null}}
+ * (code and name: the library's FKVF_E_* code; 100 + n and "KVIO_E_*" for a
+ * raw cache file that cacheio cannot read; FKVF_E_INVALID_ARG for a usage
+ * error; class: exit 2 is "environment" for FKVF_E_IO, FKVF_E_NOMEM and
+ * FKVF_E_UNSUPPORTED, else "usage"; exit 1 is "format" for the library's
+ * format class, else "input"). */
+
+/* Program and command named by every error line ("fkvf", "pack"; cmd NULL:
+ * "PROG: "), and whether --json was given. */
+void cli_set_command(const char *prog, const char *cmd, int json);
+int cli_json_mode(void);
+
+/* The exit status of a command: with --json and a failure, the error object
+ * on stdout, unless the command printed its own object (cli_json_done). */
+int cli_finish(int ex);
+/* The command printed its own JSON object, with the error in it
+ * (cli_json_error_member). */
+void cli_json_done(void);
+/* ',"error":{...}' of the recorded error (as cli_finish prints it), or
+ * ',"error":null' when there is none and ex is CLI_OK. */
+void cli_json_error_member(FILE *f, int ex);
+
+/* An error object (no offset, no clause) for an error that is not the
+ * recorded one (fkvf validate: the error of one of several files). */
+void cli_json_error_object(FILE *f, int ex, int code, const char *file, const char *msg);
+
+/* An error line, recorded: exit status ex (CLI_INVALID / CLI_USAGE), code
+ * (FKVF_E_*; 0: by ex, FKVF_E_INVALID_ARG), the file it is about (NULL:
+ * none; the line starts "FILE: " unless the message already does). Returns
+ * ex. */
+int cli_fail(int ex, int code, const char *file, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The same with the offset (FKVF_ERROR_NO_OFFSET: none) and the spec clause
+ * (NULL: none) of the fault as fields of the error object. */
+int cli_fail_at(int ex, int code, const char *file, uint64_t offset, const char *clause,
+                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* A library error: rc, its fields (e: from fkvf_reader_error and the like;
+ * NULL: none), the file, and a prefix for the message ("" or "writing the
+ * index streams: "). The exit status is cli_fkvf_exit(rc). */
+int cli_fail_lib(int rc, const fkvf_error_info *e, const char *file, const char *prefix);
+/* Helpers for the handles: their fields, then cli_fail_lib. */
+int cli_fail_reader(int rc, const fkvf_reader *r, const char *file, const char *prefix);
+int cli_fail_writer(int rc, const fkvf_writer *w, const char *file, const char *prefix);
+int cli_fail_appender(int rc, const fkvf_appender *a, const char *file, const char *prefix);
+/* A cacheio error (rc, its one-line message err, which names the file). */
+int cli_fail_kvio(int rc, const char *file, const char *err);
 
 /* Untrusted text for a terminal: control characters (C0, DEL, and C1 as
  * UTF-8) written as escapes, so that a file cannot drive the terminal. */
@@ -25,22 +83,48 @@ void cli_text_cstr(FILE *f, const char *s);
 void cli_json_str(FILE *f, const char *s, size_t n);
 void cli_json_cstr(FILE *f, const char *s);
 
-/* One line "fkvf: MESSAGE" on stderr, the message escaped as cli_text_str
- * does (messages quote file names and file contents). */
+/* One line "PROG CMD: MESSAGE" on stderr, the message escaped as
+ * cli_text_str does (messages quote file names and file contents);
+ * recorded as an error without a code (the exit status decides it). */
 void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A usage error: the line, recorded as FKVF_E_INVALID_ARG; CLI_USAGE. */
+int cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A warning line "PROG CMD: warning: ..." and a note line "PROG CMD:
+ * note: ..." on stderr (escaped as cli_err does; not recorded as errors). */
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* "fkvf: PATH: MSG", without repeating PATH when the library message starts
- * with it already; a missing message is "unknown error". */
+/* "PROG CMD: PATH: MSG", without repeating PATH when the library message
+ * starts with it already; a missing message is "unknown error". */
 void cli_err_lib(const char *path, const char *msg);
 
-/* Exit status of a library / cacheio error: caller or environment problems
- * are CLI_USAGE, bad input CLI_INVALID. */
+/* Exit status of a library / cacheio error, one rule for every command:
+ * the caller or the environment (FKVF_E_INVALID_ARG, FKVF_E_STATE,
+ * FKVF_E_NOMEM, FKVF_E_IO, FKVF_E_UNSUPPORTED; KVIO_E_ARG, KVIO_E_IO,
+ * KVIO_E_NOMEM) CLI_USAGE, anything about the data CLI_INVALID (format
+ * errors, FKVF_E_RANGE, FKVF_E_NOT_FOUND, FKVF_E_EXISTS, FKVF_E_CODEC). */
 int cli_fkvf_exit(int rc);
 int cli_kvio_exit(int rc);
-
-/* Exit status by error class (info, verify, dump, search, context, index,
- * plot): CLI_INVALID for a format error, CLI_USAGE for any other. */
+/* The same as cli_fkvf_exit (it used to give CLI_USAGE for every code
+ * outside the format class, so that a missing stream or a position outside
+ * the archive was exit 2); kept for callers not yet moved to cli_fkvf_exit. */
 int cli_class_exit(int rc);
+
+/* ---- output files ----------------------------------------------------------
+ * Every command that writes a file calls this first: out must not be the
+ * same file as any input (st_dev and st_ino, so a symbolic link, a hard
+ * link or another spelling of the path is caught), with or without force;
+ * without force it must not exist (the writer then also refuses one that
+ * appears meanwhile: no_replace / KVIO_WRITE_NO_REPLACE). NULL entries of in
+ * are skipped. Returns CLI_OK, or CLI_INVALID after an error line naming
+ * both paths (code FKVF_E_EXISTS). */
+int cli_check_output(const char *out, const char *const *in, size_t n_in, int force);
+
+/* Commands that write an FKVF file (pack, train, compact, append --create):
+ * a warning when the name of out ends in the extension of another format
+ * (.safetensors, .npz, .npy, .pt, .pth, .bin, .gguf). what: "archive" or
+ * "codebook file". */
+void cli_warn_fkvf_name(const char *out, const char *what);
 
 /* The part of path after its last '/'. */
 const char *cli_base_name(const char *path);
@@ -190,9 +274,14 @@ size_t cli_cache_row_bytes(const kvio_cache *c);
 void cli_cache_rows(const kvio_cache *c, uint32_t p0, uint32_t p1, uint8_t *out);
 
 /* Open an archive or codebook file for reading. Returns CLI_OK, or after
- * "fkvf: PATH: MESSAGE" CLI_USAGE for an I/O error and CLI_INVALID for any
- * other (*r is then NULL). */
+ * "PROG CMD: PATH: MESSAGE" cli_fkvf_exit (CLI_USAGE for an I/O error, a
+ * path that does not exist, CLI_INVALID for a file that is not a valid FKVF
+ * file; *r is then NULL). */
 int cli_open_reader(fkvf_reader **r, const char *path);
+/* The same for a command that needs an archive: a codebook file (no cache
+ * descriptor) is CLI_INVALID (FKVF_E_INVALID_ARG, "a codebook file, not an
+ * archive"). */
+int cli_open_archive(fkvf_reader **r, const char *path);
 
 /* fkvf_rvq_params_init, then the cache's shape (layers, heads, dims). */
 void cli_rvq_params_for(fkvf_rvq_params *prm, const kvio_cache *c);
@@ -252,6 +341,10 @@ int cli_rope_measure(const kvio_cache *c, uint32_t p0, uint32_t p1, uint64_t pos
                      const fkvf_rope *rope, int unrotate, cli_rope_report *r);
 /* The table and the verdict (fkvf pack --check-rope). */
 void cli_rope_print(FILE *f, const char *path, const cli_rope_report *r);
+/* The same as one JSON object: cache, positions, sampled, heads,
+ * candidates [{keys, rope_layout, rope_theta, spread, wins, chosen,
+ * lowest}], verdict "right" | "wrong" | "unknown". */
+void cli_rope_json(FILE *f, const char *path, const cli_rope_report *r);
 /* A warning line on stderr when the verdict is 1. */
 void cli_rope_warn(const char *path, const cli_rope_report *r);
 

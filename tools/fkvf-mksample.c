@@ -59,22 +59,27 @@ static int fail(fkvf_writer *w, int rc, const char *what)
     fprintf(stderr, "fkvf-mksample: %s: %s\n", what,
             w && *fkvf_writer_message(w) ? fkvf_writer_message(w) : fkvf_strerror(rc));
     fkvf_writer_free(w);
-    return 1;
+    /* exit 2: usage or I/O (FKVF_E_IO, memory); 1: the output exists */
+    return rc == FKVF_E_EXISTS ? 1 : 2;
 }
 
 int main(int argc, char **argv)
 {
     const char *out = NULL, *model_id = "stories260K (synthetic sample)";
-    int ngon = 0;
+    int ngon = 0, force = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: fkvf-mksample [--ngon] [--tiny] [--model-id TEXT] -o FILE\n\n"
+            printf("usage: fkvf-mksample [--ngon] [--tiny] [--model-id TEXT] [--force] -o FILE\n\n"
                    "Writes the deterministic sample archive (same bytes on every run).\n"
                    "--ngon codes the index streams with the ngon profile (N=k).\n"
                    "--tiny writes a few-KB archive (2 layers, 1 head, dim 4, 12 positions,\n"
                    "       k = 16) for fixtures and fuzz seeds.\n"
-                   "--model-id TEXT replaces the model id (tests of how tools show it).\n");
+                   "--model-id TEXT replaces the model id (tests of how tools show it).\n"
+                   "--force replaces FILE if it exists (default: refused, exit 1).\n"
+                   "Exit status: 0 ok, 1 FILE exists, 2 usage or I/O error.\n");
             return 0;
+        } else if (!strcmp(argv[i], "--force")) {
+            force = 1;
         } else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
             out = argv[++i];
         } else if (!strcmp(argv[i], "--model-id") && i + 1 < argc) {
@@ -97,8 +102,15 @@ int main(int argc, char **argv)
     o.optional_features = FKVF_OPTFEAT_TOKEN_STREAM;
     if (ngon)
         o.required_features |= FKVF_FEAT_NGON;
+    o.no_replace = !force;
     fkvf_writer *w = NULL;
     int rc = fkvf_writer_create_file(&w, out, &o, NULL);
+    if (rc == FKVF_E_EXISTS) {
+        fprintf(stderr, "fkvf-mksample: %s: exists; not replaced (give --force to replace it)\n",
+                out);
+        fkvf_writer_free(w);
+        return 1;
+    }
     if (rc)
         return fail(w, rc, out);
 

@@ -33,6 +33,13 @@ static void usage_main(FILE *f)
             "  index ARCHIVE             append a commit with ZIDX search indexes\n"
             "  plot ARCHIVE --stream S   PNG of a stream's chaos-game points\n"
             "\n"
+            "Every command: exit status 0 ok, 1 invalid input data, 2 usage or\n"
+            "environment (bad option, missing or unreadable path, out of memory);\n"
+            "errors as 'fkvf COMMAND: FILE: what' on stderr, and with --json one JSON\n"
+            "object on stdout (on failure {\"error\":{...}}; docs/cli.md). Commands\n"
+            "that write a file never replace an input and, without --force, never an\n"
+            "existing file.\n"
+            "\n"
             "Run '%s COMMAND --help' for a command's options.\n",
             prog, prog);
 }
@@ -86,17 +93,17 @@ static int parse_common(int argc, char **argv, const char *cmd, const char *help
         } else if (!strcmp(argv[i], "--json")) {
             *json = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "%s %s: unknown option '%s' (try --help)\n", prog, cmd, argv[i]);
+            cli_usage("unknown option '%s' (try --help)", argv[i]);
             return -1;
         } else if (*path) {
-            fprintf(stderr, "%s %s: more than one ARCHIVE given\n", prog, cmd);
+            cli_usage("more than one ARCHIVE given");
             return -1;
         } else {
             *path = argv[i];
         }
     }
     if (!*path) {
-        fprintf(stderr, "%s %s: missing ARCHIVE (try --help)\n", prog, cmd);
+        cli_usage("missing ARCHIVE (try --help)");
         return -1;
     }
     return 0;
@@ -112,14 +119,9 @@ static int open_archive(int argc, char **argv, const char *cmd, const char *help
     int pc = parse_common(argc, argv, cmd, help, path, json);
     if (pc)
         return pc > 0 ? CLI_OK : CLI_USAGE;
-    int rc = fkvf_reader_open_file(r, *path, 0, NULL);
-    if (rc != FKVF_OK) {
-        const char *msg = *r ? fkvf_reader_message(*r) : fkvf_strerror(rc);
-        cli_err("%s", msg && *msg ? msg : fkvf_strerror(rc));
-        fkvf_reader_free(*r);
-        *r = NULL;
-        return cli_class_exit(rc);
-    }
+    int ex = cli_open_reader(r, *path);
+    if (ex != CLI_OK)
+        return ex;
     fkvf_reader_info(*r, ai);
     return -1;
 }
@@ -167,7 +169,12 @@ static void sizes_by_part(fkvf_reader *r, const fkvf_archive_info *ai, part_size
 
 static const char *info_help =
     "Shows the header, the commits, the cache shape, the codec of each stream,\n"
-    "bytes per part and the metadata. --json prints one JSON object.\n";
+    "bytes per part and the metadata (of an archive or a codebook file). --json\n"
+    "prints one JSON object (with \"error\": null, or the error object of\n"
+    "docs/cli.md when the metadata is invalid).\n"
+    "\n"
+    "Exit status: 0 ok, 1 invalid input (not an FKVF file, invalid metadata),\n"
+    "2 usage or I/O error (also: ARCHIVE does not exist).\n";
 
 static void print_meta_value(FILE *f, const fkvf_meta_entry *e, int json)
 {
@@ -218,6 +225,8 @@ static int cmd_info(int argc, char **argv)
     int meta_rc = fkvf_reader_meta_count(r, &n_meta);
     char meta_msg[1024];
     snprintf(meta_msg, sizeof meta_msg, "%s", meta_rc ? fkvf_reader_message(r) : "");
+    if (meta_rc != FKVF_OK)
+        ec = cli_fail_reader(meta_rc, r, path, "metadata: ");
     uint64_t fp16_bytes = 0;
     if (has_desc)
         fp16_bytes = ai.n_positions * (uint64_t)d.n_layers * d.n_kv_heads * (d.key_dim + d.value_dim) * 2;
@@ -278,7 +287,10 @@ static int cmd_info(int argc, char **argv)
             fputc(':', f);
             print_meta_value(f, &e, 1);
         }
-        fprintf(f, "}}\n");
+        fprintf(f, "}");
+        cli_json_error_member(f, ec);
+        cli_json_done();
+        fprintf(f, "}\n");
     } else {
         fprintf(f, "file            %s\n", path);
         fprintf(f, "format          FKVF %u.%u, required features 0x%" PRIx64 "%s%s%s, optional 0x%" PRIx64 "\n",
@@ -351,7 +363,6 @@ static int cmd_info(int argc, char **argv)
             fputs("metadata        invalid: ", f);
             cli_text_cstr(f, meta_msg);
             fputc('\n', f);
-            ec = CLI_INVALID;
         } else {
             fprintf(f, "metadata        %zu entr%s\n", n_meta, n_meta == 1 ? "y" : "ies");
             for (size_t i = 0; i < n_meta; i++) {
@@ -382,8 +393,12 @@ static const char *verify_help =
     "\n"
     "  --codebooks FILE   the codebook file of an archive that refers to one (spec\n"
     "                     13.5): its content hash and shape are checked, and every\n"
-    "                     index symbol against its k (a wrong or unreadable file is\n"
-    "                     exit 1; an empty FILE means none)\n";
+    "                     index symbol against its k (a wrong file is exit 1, a\n"
+    "                     FILE that does not exist or cannot be read exit 2; an\n"
+    "                     empty FILE means none)\n"
+    "  --json             one JSON object: file, valid, code, recoverable_torn_tail,\n"
+    "                     message, commits, torn_bytes, committed_size and error\n"
+    "                     (null, or the error object of docs/cli.md)\n";
 
 static int cmd_verify(int argc, char **argv)
 {
@@ -392,16 +407,13 @@ static int cmd_verify(int argc, char **argv)
     /* --codebooks FILE is verify's own; the rest is parsed as for info */
     char **rest = malloc((size_t)(argc > 0 ? argc : 1) * sizeof *rest);
     int nrest = 0;
-    if (!rest) {
-        cli_err("out of memory");
-        return CLI_USAGE;
-    }
+    if (!rest)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--codebooks")) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "%s verify: --codebooks needs a FILE\n", prog);
                 free(rest);
-                return CLI_USAGE;
+                return cli_usage("--codebooks needs a FILE");
             }
             cbpath = argv[++i];
             if (!*cbpath)
@@ -418,31 +430,35 @@ static int cmd_verify(int argc, char **argv)
     int rc = fkvf_reader_open_file(&r, path, 0, NULL);
     char msg[1024];
     msg[0] = 0;
-    if (rc == FKVF_OK && cbpath) {
+    if (rc != FKVF_OK) {
+        ec = cli_fail_reader(rc, r, path, "");
+    } else if (cbpath) {
         int ext = 0;
         uint8_t want[16];
         const char *name = NULL;
         fkvf_reader_codebook_ref(r, &ext, want, &name);
         if (!ext) {
             rc = FKVF_E_INVALID_ARG;
-            snprintf(msg, sizeof msg, "%s: --codebooks given, but the archive does not refer to "
-                     "an external codebook", path);
+            ec = cli_fail(CLI_USAGE, rc, path, "--codebooks given, but the archive does not "
+                          "refer to an external codebook");
         } else if ((rc = fkvf_reader_open_file(&cb, cbpath, 0, NULL)) != FKVF_OK) {
+            /* a file that is not there: exit 2; a broken one: invalid input */
             snprintf(msg, sizeof msg, "%s", cb ? fkvf_reader_message(cb) : fkvf_strerror(rc));
-            rc = FKVF_E_CODEBOOK; /* a missing or broken codebook file: invalid input */
+            if (rc != FKVF_E_IO && rc != FKVF_E_NOMEM)
+                rc = FKVF_E_CODEBOOK;
+            ec = cli_fail(cli_fkvf_exit(rc), rc, cbpath, "%s (the codebook file of %s)", msg,
+                          path);
         } else if ((rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK) {
-            snprintf(msg, sizeof msg, "%s", fkvf_reader_message(r));
+            ec = cli_fail_reader(rc, r, cbpath, "");
         }
     }
-    if (rc == FKVF_OK)
-        rc = fkvf_reader_verify(r);
+    if (rc == FKVF_OK && (rc = fkvf_reader_verify(r)) != FKVF_OK)
+        ec = cli_fail_reader(rc, r, path, "");
     /* copy: later calls on the handle clear its message */
     if (!*msg)
         snprintf(msg, sizeof msg, "%s", r ? fkvf_reader_message(r) : "");
     if (rc == FKVF_OK)
         ec = CLI_OK;
-    else
-        ec = cli_class_exit(rc);
     fkvf_archive_info ai;
     memset(&ai, 0, sizeof ai);
     if (r)
@@ -450,30 +466,28 @@ static int cmd_verify(int argc, char **argv)
     if (json) {
         printf("{\"file\":");
         cli_json_cstr(stdout, path);
-        printf(",\"valid\":%s,\"code\":%d,\"error\":\"%s\",\"recoverable_torn_tail\":%s,\"message\":",
-               rc == FKVF_OK ? "true" : "false", rc, rc ? fkvf_error_name(rc) : "",
-               rc == FKVF_E_TORN ? "true" : "false");
+        printf(",\"valid\":%s,\"code\":%d,\"recoverable_torn_tail\":%s,\"message\":",
+               rc == FKVF_OK ? "true" : "false", rc, rc == FKVF_E_TORN ? "true" : "false");
         cli_json_cstr(stdout, rc ? (*msg ? msg : fkvf_strerror(rc)) : "");
         printf(",\"commits\":%" PRIu64 ",\"torn_bytes\":%" PRIu64 ",\"committed_size\":%" PRIu64,
                ai.n_commits, ai.torn_bytes, ai.committed_size);
         if (rc == FKVF_E_TORN)
             printf(",\"commit_served\":%" PRIu64 ",\"recover\":\"recoverable: run fkvf recover\"",
                    ai.n_commits);
+        cli_json_error_member(stdout, ec);
+        cli_json_done();
         printf("}\n");
     } else if (rc == FKVF_OK) {
         printf("%s: OK (%" PRIu64 " commit(s), %zu sections, %" PRIu64 " positions)\n", path,
                ai.n_commits, ai.n_sections, ai.n_positions);
-    } else {
-        cli_err("%s", *msg ? msg : fkvf_strerror(rc));
-        if (rc == FKVF_E_TORN) {
-            fprintf(stderr, "%s: the committed data up to byte %" PRIu64
-                            " (commit %" PRIu64 ", %" PRIu64 " positions) is intact; %" PRIu64
-                            " torn bytes after it\n",
-                    prog, ai.committed_size, ai.n_commits, ai.n_positions, ai.torn_bytes);
-            fprintf(stderr, "%s: recoverable: run fkvf recover ", prog);
-            cli_text_cstr(stderr, path);
-            fputc('\n', stderr);
-        }
+    } else if (rc == FKVF_E_TORN) {
+        fprintf(stderr, "%s verify: %s: the committed data up to byte %" PRIu64
+                        " (commit %" PRIu64 ", %" PRIu64 " positions) is intact; %" PRIu64
+                        " torn bytes after it\n",
+                prog, path, ai.committed_size, ai.n_commits, ai.n_positions, ai.torn_bytes);
+        fprintf(stderr, "%s verify: %s: recoverable: run fkvf recover ", prog, path);
+        cli_text_cstr(stderr, path);
+        fputc('\n', stderr);
     }
     fkvf_reader_free(r);
     fkvf_reader_free(cb);
@@ -484,7 +498,10 @@ static int cmd_verify(int argc, char **argv)
 
 static const char *dump_help =
     "Lists every section of every trusted commit: type, flags, offset, sizes,\n"
-    "key and checksum, then the streams. --json prints one JSON object.\n";
+    "key and checksum, then the streams. --json prints one JSON object.\n"
+    "\n"
+    "Exit status: 0 ok, 1 invalid input (not an FKVF file), 2 usage or I/O error\n"
+    "(also: ARCHIVE does not exist).\n";
 
 static int cmd_dump(int argc, char **argv)
 {
@@ -564,7 +581,27 @@ int fkvf_cli_recover(int argc, char **argv);
 int fkvf_cli_validate(int argc, char **argv);
 int fkvf_cli_search_main(const char *cmd, int argc, char **argv); /* fkvf_search.c */
 
+static int run(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+    /* every error line names the command; --json anywhere asks for the
+     * error object too (cli_finish), usage errors included */
+    int json = 0;
+    for (int i = 2; i < argc; i++)
+        json |= !strcmp(argv[i], "--json");
+    static const char *const cmds[] = {"info",   "verify",  "validate", "dump",  "pack",
+                                       "unpack", "train",   "compare",  "append", "compact",
+                                       "recover", "search", "context",  "index", "plot"};
+    const char *cmd = NULL;
+    for (size_t i = 0; argc >= 2 && i < sizeof cmds / sizeof cmds[0]; i++)
+        if (!strcmp(argv[1], cmds[i]))
+            cmd = cmds[i];
+    cli_set_command(prog, cmd, json && cmd);
+    return cli_finish(run(argc, argv));
+}
+
+static int run(int argc, char **argv)
 {
     if (argc < 2) {
         usage_main(stderr);
@@ -605,7 +642,7 @@ int main(int argc, char **argv)
     int src = fkvf_cli_search_main(cmd, argc - 2, argv + 2); /* search context index plot */
     if (src >= 0)
         return src;
-    fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
+    cli_usage("unknown command '%s'", cmd);
     usage_main(stderr);
     return CLI_USAGE;
 }

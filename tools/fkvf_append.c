@@ -25,11 +25,14 @@ int fkvf_cli_recover(int argc, char **argv);
 /* ---- helpers ------------------------------------------------------------ */
 
 /* Open the codebook file an archive refers to: `given` (--codebooks) or the
- * name hint next to the archive. Returns 0, or an exit status (reported). */
+ * name hint next to the archive (its path in *path_out when not NULL:
+ * malloc'd, free it). Returns 0, or an exit status (reported). */
 static int open_ref_codebook(fkvf_reader *r, const char *archive, const char *given,
-                             fkvf_reader **out)
+                             fkvf_reader **out, char **path_out)
 {
     *out = NULL;
+    if (path_out)
+        *path_out = NULL;
     int ext = 0;
     uint8_t want[16];
     const char *name = NULL;
@@ -39,22 +42,28 @@ static int open_ref_codebook(fkvf_reader *r, const char *archive, const char *gi
     cli_hex16(want, hx);
     char *hp = given ? NULL : cli_hint_path(archive, name);
     const char *path = given ? given : hp;
-    if (!path) {
-        cli_err("%s: the archive refers to the external codebook with content hash %s "
-                "(name hint '%s'), not found next to it; pass --codebooks FILE",
-                archive, hx, name ? name : "");
-        return CLI_INVALID;
-    }
+    if (!path)
+        return cli_fail(CLI_INVALID, FKVF_E_CODEBOOK, archive,
+                        "the archive refers to the external codebook with content hash %s "
+                        "(name hint '%s'), not found next to it; pass --codebooks FILE",
+                        hx, name ? name : "");
     fkvf_reader *cb = NULL;
     int rc = fkvf_reader_open_file(&cb, path, 0, NULL);
     if (rc != FKVF_OK) {
-        cli_err("%s: %s (the archive %s expects the codebook with content hash %s)", path,
-                cb ? fkvf_reader_message(cb) : fkvf_strerror(rc), archive, hx);
+        /* a FILE that is not there: exit 2, as any path; one that is not a
+         * codebook file: invalid input */
+        char pre[128];
+        snprintf(pre, sizeof pre, "(the archive expects the codebook with content hash %s) ", hx);
+        int ex = cli_fail_reader(rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? rc : FKVF_E_CODEBOOK,
+                                 cb, path, pre);
         fkvf_reader_free(cb);
         free(hp);
-        return rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
+        return ex;
     }
-    free(hp);
+    if (path_out)
+        *path_out = hp ? hp : strdup(given);
+    else
+        free(hp);
     *out = cb;
     return CLI_OK;
 }
@@ -81,11 +90,17 @@ static const char *append_help =
     "token ids. The cache must match the archive's descriptor (layers, heads,\n"
     "dims, dtype). A crash never loses an earlier commit.\n"
     "\n"
-    "Positions:\n"
-    "  --positions A:B       append the cache's positions A..B-1 only (B may be\n"
-    "                        left out: to the end)\n"
+    "Positions: a cache's position p is sequence position p, so an append\n"
+    "continues the archive at the cache position equal to the archive's count N:\n"
+    "--positions A:B needs A = N, and a plain append (the whole cache) N = 0.\n"
+    "An overlap (A < N) or a gap (A > N) is refused (exit 1) unless --continues.\n"
+    "  --positions A:B       append the cache's positions A..B-1 only, A < B (B may\n"
+    "                        be left out: to the end)\n"
     "  --new                 the cache holds the whole sequence so far: append\n"
     "                        only its positions from the archive's count on\n"
+    "  --continues           the cache's positions are new ones that continue the\n"
+    "                        archive: its first appended position becomes the\n"
+    "                        archive's next one (needed when they do not line up)\n"
     "Commits:\n"
     "  --commit-every N      commit after every N positions (one commit)\n"
     "  --sync commit|none    fdatasync every commit (default), or only once at the end\n"
@@ -98,9 +113,11 @@ static const char *append_help =
     "  --beam B              beam width for encoding archived positions (1: greedy)\n"
     "  --layout hnd|nhd      the cache's tensors heads-first [H, T, D] (default) or\n"
     "                        positions-first [T, H, D] (docs/cache-files.md)\n"
-    "  --json                print one JSON object\n"
+    "  --json                print one JSON object (on failure {\"error\":{...}},\n"
+    "                        docs/cli.md)\n"
     "\n"
-    "With --create (ARCHIVE must not exist; the cache's positions are its first):\n"
+    "With --create (ARCHIVE must not exist and is never replaced, there is no\n"
+    "--force; the cache's positions are its first: A = 0, or --continues):\n"
     "  --codebooks FILE      a codebook file from 'fkvf train', referred to by content\n"
     "                        hash (keys mode and RoPE from its train.* metadata)\n"
     "  --embed               embed a copy of the --codebooks file instead\n"
@@ -121,13 +138,16 @@ static const char *append_help =
     "                        (default: 16, or wider when the cache needs it)\n"
     "  --model-id STR, --tokenizer-id STR   descriptor ids\n"
     "\n"
-    "Exit status: 0 ok, 1 invalid input (a cache that does not match, a torn or\n"
-    "invalid archive, a wrong codebook), 2 usage or I/O error (also: the\n"
-    "archive is locked by another appender, or --create and it exists).\n";
+    "Exit status: 0 ok, 1 invalid input (a cache that does not match, positions\n"
+    "that overlap the archive or leave a gap, a torn or invalid archive, a wrong\n"
+    "codebook; --create and ARCHIVE exists or is an input), 2 usage or I/O error\n"
+    "(bad option, a path that does not exist, the archive is locked by another\n"
+    "appender).\n";
 
 typedef struct append_opts {
     const char *archive, *cache, *cbfile;
     int create, json, recover, req_tokens, no_tokens, embed, train, exact_only, f32, newonly;
+    int continues;
     int range_set, end_set, layout;
     cli_code_opts code;
     cli_key_opts keys;
@@ -167,6 +187,9 @@ static int append_parse(int argc, char **argv, append_opts *o)
         } else if (!strcmp(a, "--new")) {
             o->newonly = 1;
             continue;
+        } else if (!strcmp(a, "--continues")) {
+            o->continues = 1;
+            continue;
         } else if (!strcmp(a, "--no-tokens") || !strcmp(a, "--embed") || !strcmp(a, "--train") ||
                    !strcmp(a, "--exact-only") || !strcmp(a, "--f32") || !strcmp(a, "--no-rope")) {
             create_only = 1;
@@ -187,7 +210,7 @@ static int append_parse(int argc, char **argv, append_opts *o)
         }
         if (a[0] == '-' && a[1]) {
             if (!v) {
-                cli_err("append: %s needs a value (or is unknown; see fkvf append --help)", a);
+                cli_usage("%s needs a value (or is unknown; see fkvf append --help)", a);
                 return -1;
             }
             i++;
@@ -195,7 +218,7 @@ static int append_parse(int argc, char **argv, append_opts *o)
                 o->cbfile = v;
             } else if (!strcmp(a, "--commit-every")) {
                 if (cli_parse_u64(v, UINT32_MAX, &o->every) || o->every < 1) {
-                    cli_err("--commit-every: '%s' is not a count >= 1", v);
+                    cli_usage("--commit-every: '%s' is not a count >= 1", v);
                     return -1;
                 }
             } else if (!strcmp(a, "--sync")) {
@@ -204,7 +227,7 @@ static int append_parse(int argc, char **argv, append_opts *o)
                 else if (!strcmp(v, "none"))
                     o->sync = FKVF_SYNC_NONE;
                 else {
-                    cli_err("--sync: '%s' is not commit or none", v);
+                    cli_usage("--sync: '%s' is not commit or none", v);
                     return -1;
                 }
             } else if (!strcmp(a, "--beam")) {
@@ -218,15 +241,15 @@ static int append_parse(int argc, char **argv, append_opts *o)
                 char head[32];
                 size_t hl = colon ? (size_t)(colon - v) : strlen(v);
                 if (!colon || hl >= sizeof head) {
-                    cli_err("--positions: '%s' is not A:B or A:", v);
+                    cli_usage("--positions: '%s' is not A:B or A:", v);
                     return -1;
                 }
                 memcpy(head, v, hl);
                 head[hl] = 0;
                 if (cli_parse_u64(head, UINT32_MAX, &o->range0) ||
                     (colon[1] && cli_parse_u64(colon + 1, UINT32_MAX, &o->range1)) ||
-                    (colon[1] && o->range1 < o->range0)) {
-                    cli_err("--positions: '%s' is not A:B (A <= B) or A:", v);
+                    (colon[1] && o->range1 <= o->range0)) {
+                    cli_usage("--positions: '%s' is not A:B (A < B) or A:", v);
                     return -1;
                 }
                 o->range_set = 1;
@@ -241,11 +264,11 @@ static int append_parse(int argc, char **argv, append_opts *o)
                         return -1;
                 } else if (!strcmp(a, "--token-bits")) {
                     if (cli_parse_u64(v, 32, &o->tok_bits) || o->tok_bits < 2 || o->tok_bits % 2) {
-                        cli_err("--token-bits: '%s' is not an even width 2..32", v);
+                        cli_usage("--token-bits: '%s' is not an even width 2..32", v);
                         return -1;
                     }
                 } else {
-                    cli_err("append: unknown option '%s' (see fkvf append --help)", a);
+                    cli_usage("unknown option '%s' (see fkvf append --help)", a);
                     return -1;
                 }
             }
@@ -254,38 +277,43 @@ static int append_parse(int argc, char **argv, append_opts *o)
         } else if (!o->cache) {
             o->cache = a;
         } else {
-            cli_err("append: unexpected argument '%s'", a);
+            cli_usage("unexpected argument '%s'", a);
             return -1;
         }
     }
     if (!o->archive || !o->cache) {
-        cli_err("append: need ARCHIVE and CACHE (see fkvf append --help)");
+        cli_usage("need ARCHIVE and CACHE (see fkvf append --help)");
         return -1;
     }
     if (create_only && !o->create) {
-        cli_err("append: %s is an option of --create (an existing archive keeps its settings)",
+        cli_usage("%s is an option of --create (an existing archive keeps its settings)",
                 create_opt);
         return -1;
     }
     if (o->create) {
         int n = (o->cbfile != NULL) + o->train + o->exact_only;
         if (n > 1) {
-            cli_err("append --create: --codebooks, --train and --exact-only exclude each other");
+            cli_usage("--create: --codebooks, --train and --exact-only exclude each other");
             return -1;
         }
         if (o->embed && !o->cbfile) {
-            cli_err("append --create: --embed needs --codebooks FILE");
+            cli_usage("--create: --embed needs --codebooks FILE");
             return -1;
         }
         if (n == 0)
             o->train = 1;
         if (o->req_tokens && o->no_tokens) {
-            cli_err("append --create: --tokens and --no-tokens exclude each other");
+            cli_usage("--create: --tokens and --no-tokens exclude each other");
             return -1;
         }
     }
     if (o->newonly && o->range_set) {
-        cli_err("append: --new and --positions exclude each other");
+        cli_usage("--new and --positions exclude each other");
+        return -1;
+    }
+    if (o->newonly && o->continues) {
+        cli_usage("--new and --continues exclude each other (--new appends the cache's "
+                  "positions from the archive's count on: they line up)");
         return -1;
     }
     return 0;
@@ -325,18 +353,16 @@ static int check_shape(const append_opts *o, const kvio_cache *c, const fkvf_des
         field = "key_dim", got = c->key_dim, want = d->key_dim;
     else if (c->value_dim != d->value_dim)
         field = "value_dim", got = c->value_dim, want = d->value_dim;
-    if (field) {
-        cli_err("%s: %s is %" PRIu64 ", the archive %s has %" PRIu64
-                " (the cache does not match the archive's descriptor)",
-                o->cache, field, got, o->archive, want);
-        return CLI_INVALID;
-    }
-    if (c->dtype != d->dtype) {
-        cli_err("%s: dtype is %s, the archive %s has %s (the cache does not match the "
-                "archive's descriptor; convert it, e.g. fkvf unpack --dtype)",
-                o->cache, kvio_dtype_name(c->dtype), o->archive, kvio_dtype_name(d->dtype));
-        return CLI_INVALID;
-    }
+    if (field)
+        return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->cache,
+                        "%s is %" PRIu64 ", the archive %s has %" PRIu64
+                        " (the cache does not match the archive's descriptor)",
+                        field, got, o->archive, want);
+    if (c->dtype != d->dtype)
+        return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->cache,
+                        "dtype is %s, the archive %s has %s (the cache does not match the "
+                        "archive's descriptor; convert it, e.g. fkvf unpack --dtype)",
+                        kvio_dtype_name(c->dtype), o->archive, kvio_dtype_name(d->dtype));
     return CLI_OK;
 }
 
@@ -346,12 +372,6 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
 {
     kvio_cache *c = &s->c;
     int rc;
-    struct stat st;
-    if (stat(o->archive, &st) == 0) {
-        cli_err("%s: exists; --create never replaces a file (append to it without --create)",
-                o->archive);
-        return CLI_USAGE;
-    }
     fkvf_codebook_shape shape;
     memset(&shape, 0, sizeof shape);
     if (o->cbfile) {
@@ -361,26 +381,23 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         const void *contents;
         size_t size;
         if (fkvf_reader_info(s->cb, &ai) != FKVF_OK || ai.has_desc ||
-            fkvf_reader_codebook(s->cb, &shape, &contents, &size, NULL) != FKVF_OK) {
-            cli_err("%s: not a codebook file (see fkvf train)", o->cbfile);
-            return CLI_INVALID;
-        }
+            fkvf_reader_codebook(s->cb, &shape, &contents, &size, NULL) != FKVF_OK)
+            return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->cbfile,
+                            "not a codebook file (see fkvf train)");
         if (shape.n_layers != c->n_layers || shape.key_dim != c->key_dim ||
-            shape.value_dim != c->value_dim || (!shape.pooled && shape.n_heads != c->n_kv_heads)) {
-            cli_err("%s: codebook shape %u layers x %u heads, dims %u/%u does not fit the cache "
-                    "%s (%u layers x %u heads, dims %u/%u)",
-                    o->cbfile, shape.n_layers, shape.n_heads, shape.key_dim, shape.value_dim,
-                    o->cache, c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
-            return CLI_INVALID;
-        }
+            shape.value_dim != c->value_dim || (!shape.pooled && shape.n_heads != c->n_kv_heads))
+            return cli_fail(CLI_INVALID, FKVF_E_CODEBOOK, o->cbfile,
+                            "codebook shape %u layers x %u heads, dims %u/%u does not fit the "
+                            "cache %s (%u layers x %u heads, dims %u/%u)",
+                            shape.n_layers, shape.n_heads, shape.key_dim, shape.value_dim,
+                            o->cache, c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
         cli_keys_from_codebook(s->cb, &o->keys, c->key_dim);
         if (o->embed) {
             rc = fkvf_rvq_from_tables(&s->q, &shape, c->n_kv_heads,
                                       (const uint8_t *)contents + 64, size - 64, NULL);
-            if (rc != FKVF_OK) {
-                cli_err("%s: cannot load the codebook tables: %s", o->cbfile, fkvf_strerror(rc));
-                return CLI_INVALID;
-            }
+            if (rc != FKVF_OK)
+                return cli_fail(cli_fkvf_exit(rc), rc, o->cbfile,
+                                "cannot load the codebook tables: %s", fkvf_strerror(rc));
         }
     }
     cli_keys_hf_default(&o->keys, c, o->cache);
@@ -395,10 +412,9 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
             cli_rope_warn(o->cache, &rr);
     }
     if (o->train) {
-        if (p1 == p0) {
-            cli_err("%s: no positions to train codebooks on", o->cache);
-            return CLI_INVALID;
-        }
+        if (p1 == p0)
+            return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->cache,
+                            "no positions to train codebooks on");
         fkvf_rvq_params prm;
         cli_rvq_params_for(&prm, c);
         prm.k = o->code.k;
@@ -415,10 +431,9 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         /* the rows being appended are positions 0.. of the new archive */
         fkvf_rows all = {s->rows, (size_t)(p1 - p0), c->dtype, 0};
         rc = fkvf_rvq_train(&s->q, &prm, &all, 1, NULL);
-        if (rc != FKVF_OK) {
-            cli_err("%s: training failed: %s", o->cache, fkvf_strerror(rc));
-            return rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID;
-        }
+        if (rc != FKVF_OK)
+            return cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, o->cache,
+                            "training failed: %s", fkvf_strerror(rc));
     }
     fkvf_desc d;
     cli_desc_for(&d, c, &rope, o->keys.no_rope, krope);
@@ -452,10 +467,9 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         for (uint32_t t = 0; t < c->n_positions; t++)
             mx = c->tokens[t] > mx ? c->tokens[t] : mx;
         unsigned bits = o->tok_bits ? (unsigned)o->tok_bits : 16;
-        if ((uint64_t)mx > UINT32_MAX) {
-            cli_err("%s: token ids above 2^32-1 cannot be stored (use --no-tokens)", o->cache);
-            return CLI_INVALID;
-        }
+        if ((uint64_t)mx > UINT32_MAX)
+            return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->cache,
+                            "token ids above 2^32-1 cannot be stored (use --no-tokens)");
         if (!o->tok_bits && cli_quad_bits_for((uint64_t)mx) > bits)
             bits = cli_quad_bits_for((uint64_t)mx);
         cr.token_codec.profile = FKVF_PROFILE_QUAD;
@@ -466,16 +480,52 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
     ao.sync = o->sync;
     ao.beam_width = o->code.beam;
     rc = fkvf_appender_create(&s->a, o->archive, &cr, &ao, NULL);
-    if (rc != FKVF_OK) {
-        cli_err_lib(o->archive, s->a ? fkvf_appender_message(s->a) : fkvf_strerror(rc));
-        return cli_fkvf_exit(rc);
-    }
+    if (rc == FKVF_E_EXISTS)
+        return cli_fail(CLI_INVALID, rc, o->archive,
+                        "appeared while it was created; not replaced");
+    if (rc != FKVF_OK)
+        return cli_fail_appender(rc, s->a, o->archive, "");
     if (o->cbfile && !o->embed) {
         /* the appender borrowed the codebook file during open only */
         fkvf_reader_free(s->cb);
         s->cb = NULL;
     }
     return CLI_OK;
+}
+
+/* The refusal of an append whose cache positions [p0, p1) do not start at
+ * the archive's count N (an overlap or a gap): what the archive holds and
+ * what to pass. */
+static int misaligned(const append_opts *o, uint32_t p0, uint32_t p1, uint64_t N,
+                      uint32_t cache_n)
+{
+    char holds[96], what[160], next[160];
+    if (N)
+        snprintf(holds, sizeof holds, "holds positions 0..%" PRIu64, N - 1);
+    else
+        snprintf(holds, sizeof holds, "holds no positions yet");
+    if (!o->range_set)
+        snprintf(what, sizeof what, "the whole cache (positions 0..%u) would follow them",
+                 cache_n - 1);
+    else if (p0 < N)
+        snprintf(what, sizeof what, "cache positions %u..%" PRIu64 " are in it already (an overlap)",
+                 p0, (uint64_t)p1 - 1 < N - 1 ? (uint64_t)p1 - 1 : N - 1);
+    else
+        snprintf(what, sizeof what, "positions %" PRIu64 "..%u would be missing (a gap)", N,
+                 p0 - 1);
+    if (N < cache_n)
+        snprintf(next, sizeof next, "append what is new with --positions %" PRIu64 ":%s%s",
+                 N, o->end_set && o->range1 > N ? "B" : "", o->create ? "" : " (or --new)");
+    else
+        snprintf(next, sizeof next, "the cache holds nothing after position %" PRIu64, N - 1);
+    return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->cache,
+                    "%s starts at cache position %u, but the archive %s %s: %s. A cache's "
+                    "position p is sequence position p, so the append must start at cache "
+                    "position %" PRIu64 ": %s; if the cache's positions are new ones that "
+                    "continue the archive (cache position %u becomes position %" PRIu64
+                    "), add --continues",
+                    o->range_set ? "--positions" : "the append", p0, o->archive, holds, what, N,
+                    next, p0, N);
 }
 
 int fkvf_cli_append(int argc, char **argv)
@@ -488,6 +538,19 @@ int fkvf_cli_append(int argc, char **argv)
     memset(&s, 0, sizeof s);
     int ex;
     int rc;
+    if (o.create) {
+        /* the new archive is an output: never an input, never a file that
+         * exists (--create has no --force) */
+        const char *inputs[] = {o.cache, o.cbfile};
+        if ((ex = cli_check_output(o.archive, inputs, 2, 1)) != CLI_OK)
+            return ex;
+        struct stat st;
+        if (lstat(o.archive, &st) == 0)
+            return cli_fail(CLI_INVALID, FKVF_E_EXISTS, o.archive,
+                            "exists; --create never replaces a file (append to it without "
+                            "--create)");
+        cli_warn_fkvf_name(o.archive, "archive");
+    }
     if ((ex = cli_read_cache_layout(o.cache, o.layout, &s.c)) != CLI_OK)
         return ex;
     kvio_cache *c = &s.c;
@@ -497,24 +560,21 @@ int fkvf_cli_append(int argc, char **argv)
 
     /* the archive as it is: descriptor, token stream, torn tail */
     if (!o.create) {
-        if ((rc = cli_open_reader(&s.r, o.archive)) != CLI_OK) {
-            ex = rc;
+        if ((ex = cli_open_archive(&s.r, o.archive)) != CLI_OK)
             goto out;
-        }
         fkvf_archive_info ai;
         fkvf_desc d;
-        if (fkvf_reader_info(s.r, &ai) != FKVF_OK || !ai.has_desc ||
-            fkvf_reader_desc(s.r, &d) != FKVF_OK) {
-            cli_err("%s: not an archive (a codebook file?)", o.archive);
-            ex = CLI_INVALID;
+        if ((rc = fkvf_reader_info(s.r, &ai)) != FKVF_OK ||
+            (rc = fkvf_reader_desc(s.r, &d)) != FKVF_OK) {
+            ex = cli_fail_reader(rc, s.r, o.archive, "");
             goto out;
         }
         if (ai.torn_bytes && !o.recover) {
-            cli_err("%s: torn tail: %" PRIu64 " bytes after commit %" PRIu64
-                    " (an append that did not complete); nothing appended. Run 'fkvf recover "
-                    "%s' (or append with --recover) to cut it off first (spec 7.7)",
-                    o.archive, ai.torn_bytes, ai.n_commits, o.archive);
-            ex = CLI_INVALID;
+            ex = cli_fail(CLI_INVALID, FKVF_E_TORN, o.archive,
+                          "torn tail: %" PRIu64 " bytes after commit %" PRIu64
+                          " (an append that did not complete); nothing appended. Run 'fkvf "
+                          "recover %s' (or append with --recover) to cut it off first (spec 7.7)",
+                          ai.torn_bytes, ai.n_commits, o.archive);
             goto out;
         }
         if ((ex = check_shape(&o, c, &d)))
@@ -525,7 +585,7 @@ int fkvf_cli_append(int argc, char **argv)
         size_t ti;
         arch_tok = fkvf_reader_stream_find(s.r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK &&
                    fkvf_reader_stream_info(s.r, ti, &tsi) == FKVF_OK;
-        if ((ex = open_ref_codebook(s.r, o.archive, o.cbfile, &s.cb)))
+        if ((ex = open_ref_codebook(s.r, o.archive, o.cbfile, &s.cb, NULL)))
             goto out;
     }
 
@@ -535,75 +595,86 @@ int fkvf_cli_append(int argc, char **argv)
         p0 = (uint32_t)o.range0;
         p1 = o.end_set ? (uint32_t)o.range1 : c->n_positions;
         if (p1 > c->n_positions || p0 > p1) {
-            cli_err("%s: --positions %" PRIu64 ":%s: the cache has %u positions", o.cache,
-                    o.range0, o.end_set ? "B" : "", c->n_positions);
-            ex = CLI_INVALID;
+            char b[24] = "";
+            if (o.end_set)
+                snprintf(b, sizeof b, "%" PRIu64, o.range1);
+            ex = cli_fail(CLI_INVALID, FKVF_E_RANGE, o.cache,
+                          "--positions %" PRIu64 ":%s: the cache has %u positions", o.range0, b,
+                          c->n_positions);
             goto out;
         }
     } else if (o.newonly && !o.create) {
         if (before_n > c->n_positions) {
-            cli_err("%s: --new: the cache has %u positions, the archive %s already %" PRIu64,
-                    o.cache, c->n_positions, o.archive, before_n);
-            ex = CLI_INVALID;
+            ex = cli_fail(CLI_INVALID, FKVF_E_RANGE, o.cache,
+                          "--new: the cache has %u positions, the archive %s already %" PRIu64,
+                          c->n_positions, o.archive, before_n);
             goto out;
         }
         p0 = (uint32_t)before_n;
     }
     uint32_t n = p1 - p0;
-    if (o.create)
-        pre_rope = o.keys.pre_rope && !o.keys.no_rope;
-    if (n && pre_rope && p0 != before_n && !o.json)
-        fprintf(stderr, "fkvf: note: positions %u.. of %s become positions %" PRIu64
-                        ".. of %s; keys are un-rotated at the archive's positions (spec 8.1)\n",
-                p0, o.cache, before_n, o.archive);
 
     /* tokens */
     int use_tok = 0;
     if (o.create) {
         use_tok = c->tokens && !o.no_tokens;
         if (o.req_tokens && !c->tokens) {
-            cli_err("%s: --tokens: the cache holds no token ids", o.cache);
-            ex = CLI_INVALID;
+            ex = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o.cache,
+                          "--tokens: the cache holds no token ids");
             goto out;
         }
     } else if (arch_tok) {
         if (!c->tokens) {
-            cli_err("%s: the archive %s has a token stream, the cache holds no token ids",
-                    o.cache, o.archive);
-            ex = CLI_INVALID;
+            ex = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o.cache,
+                          "the archive %s has a token stream, the cache holds no token ids",
+                          o.archive);
             goto out;
         }
         use_tok = 1;
         uint64_t alpha = alphabet_of(&tsi);
         for (uint32_t t = p0; t < p1; t++)
             if (c->tokens[t] < 0 || (uint64_t)c->tokens[t] >= alpha) {
-                cli_err("%s: token id %" PRId64 " at position %u does not fit the archive's "
-                        "token stream (symbols below %" PRIu64 ")",
-                        o.cache, c->tokens[t], t, alpha);
-                ex = CLI_INVALID;
+                ex = cli_fail(CLI_INVALID, FKVF_E_RANGE, o.cache,
+                              "token id %" PRId64 " at position %u does not fit the archive's "
+                              "token stream (symbols below %" PRIu64 ")",
+                              c->tokens[t], t, alpha);
                 goto out;
             }
     } else if (c->tokens) {
         if (o.req_tokens) {
-            cli_err("%s: --tokens: the archive has no token stream", o.archive);
-            ex = CLI_INVALID;
+            ex = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o.archive,
+                          "--tokens: the archive has no token stream");
             goto out;
         }
         if (!o.json)
-            fprintf(stderr, "fkvf: note: %s has no token stream; the token ids of %s are not "
-                            "stored\n", o.archive, o.cache);
+            fprintf(stderr, "fkvf append: note: %s has no token stream; the token ids of %s "
+                            "are not stored\n", o.archive, o.cache);
     } else if (o.req_tokens) {
-        cli_err("%s: --tokens: the cache holds no token ids", o.cache);
-        ex = CLI_INVALID;
+        ex = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o.cache,
+                      "--tokens: the cache holds no token ids");
         goto out;
     }
+
+    /* a cache's position p is sequence position p: what is appended starts
+     * at the archive's count, unless the user says that the cache's
+     * positions are new ones that continue the archive */
+    if (n && p0 != before_n && !o.continues) {
+        ex = misaligned(&o, p0, p1, before_n, c->n_positions);
+        goto out;
+    }
+    if (o.create)
+        pre_rope = o.keys.pre_rope && !o.keys.no_rope;
+    if (n && p0 != before_n)
+        cli_warn("%s: --continues: cache positions %u..%u become positions %" PRIu64 "..%" PRIu64
+                 " of %s%s",
+                 o.cache, p0, p1 - 1, before_n, before_n + n - 1, o.archive,
+                 pre_rope ? "; keys are un-rotated at the archive's positions (spec 8.1)" : "");
 
     size_t rb = cli_cache_row_bytes(c);
     s.rows = malloc(rb * (n ? n : 1));
     s.tok = malloc(sizeof *s.tok * (n ? n : 1));
     if (!s.rows || !s.tok) {
-        cli_err("%s: out of memory", o.cache);
-        ex = CLI_USAGE;
+        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o.cache, "out of memory");
         goto out;
     }
     cli_cache_rows(c, p0, p1, s.rows);
@@ -624,8 +695,7 @@ int fkvf_cli_append(int argc, char **argv)
         ao.codebook_file = s.cb;
         rc = fkvf_appender_open(&s.a, o.archive, &ao, NULL);
         if (rc != FKVF_OK) {
-            cli_err_lib(o.archive, s.a ? fkvf_appender_message(s.a) : fkvf_strerror(rc));
-            ex = cli_fkvf_exit(rc);
+            ex = cli_fail_appender(rc, s.a, o.archive, "");
             goto out;
         }
     }
@@ -647,19 +717,19 @@ int fkvf_cli_append(int argc, char **argv)
         if (rc == FKVF_OK)
             rc = fkvf_appender_commit(s.a);
         if (rc != FKVF_OK) {
-            cli_err("%s: commit of positions %" PRIu64 "..%" PRIu64 " of %s failed: %s "
-                    "(%" PRIu64 " commit(s) of this run are in the file)",
-                    o.archive, p0 + i, p0 + i + m - 1, o.cache, fkvf_appender_message(s.a),
-                    commits);
-            ex = cli_fkvf_exit(rc);
+            char pre[600];
+            snprintf(pre, sizeof pre,
+                     "commit of positions %" PRIu64 "..%" PRIu64 " of %s failed "
+                     "(%" PRIu64 " commit(s) of this run are in the file): ",
+                     p0 + i, p0 + i + m - 1, o.cache, commits);
+            ex = cli_fail_appender(rc, s.a, o.archive, pre);
             goto out;
         }
         commits++;
         cli_progress_cb(&b, i + m, n);
     }
     if (o.sync == FKVF_SYNC_NONE && (rc = fkvf_appender_sync(s.a)) != FKVF_OK) {
-        cli_err_lib(o.archive, fkvf_appender_message(s.a));
-        ex = cli_fkvf_exit(rc);
+        ex = cli_fail_appender(rc, s.a, o.archive, "");
         goto out;
     }
     fkvf_appender_state_get(s.a, &as);
@@ -668,11 +738,13 @@ int fkvf_cli_append(int argc, char **argv)
         cli_json_cstr(stdout, o.archive);
         printf(",\"cache\":");
         cli_json_cstr(stdout, o.cache);
-        printf(",\"created\":%s,\"first\":%u,\"appended\":%u,\"commits\":%" PRIu64
+        printf(",\"created\":%s,\"first\":%u,\"archive_first\":%" PRIu64
+               ",\"continues\":%s,\"appended\":%u,\"commits\":%" PRIu64
                ",\"commit_seq\":%" PRIu64 ",\"positions\":%" PRIu64 ",\"archived\":%" PRIu64
                ",\"exact\":%" PRIu64 ",\"tokens\":%s,\"recovered_bytes\":%" PRIu64
                ",\"size_before\":%" PRIu64 ",\"size\":%" PRIu64 ",\"bytes_added\":%" PRIu64 "}\n",
-               o.create ? "true" : "false", p0, n, commits, as.commit_seq, as.n_positions,
+               o.create ? "true" : "false", p0, before_n, p0 != before_n ? "true" : "false", n,
+               commits, as.commit_seq, as.n_positions,
                as.n_archived, as.n_positions - as.n_archived, use_tok ? "true" : "false",
                recovered, before_size, as.file_size, as.file_size - before_size);
     } else {
@@ -715,15 +787,21 @@ static const char *compact_help =
     "(only committed data is read).\n"
     "\n"
     "  -o OUT                the new file, created atomically (a temporary file\n"
-    "                        renamed into place); OUT must not be ARCHIVE\n"
+    "                        renamed into place); OUT must not be ARCHIVE or its\n"
+    "                        codebook file (even with --force), nor exist\n"
+    "  --force               replace OUT if it exists (default: refused)\n"
     "  --in-place            replace ARCHIVE itself (same atomic rename); refused\n"
     "                        while an appender has it open\n"
     "  --codebooks FILE      the codebook file of an archive that refers to one\n"
     "                        (needed for its shape; default: the file named in the\n"
     "                        archive, next to it)\n"
-    "  --json                print one JSON object\n"
+    "  --json                print one JSON object (on failure {\"error\":{...}},\n"
+    "                        docs/cli.md)\n"
+    "A warning says so when OUT's name ends in the extension of another format.\n"
     "\n"
-    "Exit status: 0 ok, 1 invalid input, 2 usage or I/O error.\n";
+    "Exit status: 0 ok, 1 invalid input (not an archive, its codebook not found\n"
+    "or wrong; OUT exists without --force or is an input), 2 usage or I/O error\n"
+    "(bad option, a path that does not exist, the archive locked by an appender).\n";
 
 static int same_file(const char *a, const char *b)
 {
@@ -736,7 +814,7 @@ static int same_file(const char *a, const char *b)
 int fkvf_cli_compact(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *cbpath = NULL;
-    int json = 0, in_place = 0;
+    int json = 0, in_place = 0, force = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -747,34 +825,36 @@ int fkvf_cli_compact(int argc, char **argv)
             json = 1;
         } else if (!strcmp(a, "--in-place")) {
             in_place = 1;
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--codebooks")) {
-            if (!v) {
-                cli_err("compact: %s needs a value", a);
-                return CLI_USAGE;
-            }
+            if (!v)
+                return cli_usage("%s needs a value", a);
             i++;
             *(a[1] == 'o' ? &out : &cbpath) = v;
         } else if (a[0] == '-' && a[1]) {
-            cli_err("compact: unknown option '%s' (see fkvf compact --help)", a);
-            return CLI_USAGE;
+            return cli_usage("unknown option '%s' (see fkvf compact --help)", a);
         } else if (!in) {
             in = a;
         } else {
-            cli_err("compact: unexpected argument '%s'", a);
-            return CLI_USAGE;
+            return cli_usage("unexpected argument '%s'", a);
         }
     }
-    if (!in || (!out && !in_place)) {
-        cli_err("compact: need ARCHIVE and -o OUT or --in-place (see fkvf compact --help)");
-        return CLI_USAGE;
-    }
-    if (out && !in_place && (!strcmp(in, out) || same_file(in, out))) {
-        cli_err("compact: OUT %s is ARCHIVE %s; use --in-place to replace it", out, in);
-        return CLI_USAGE;
-    }
-    if (in_place && out && strcmp(in, out) && !same_file(in, out)) {
-        cli_err("compact: --in-place with -o %s, a different file", out);
-        return CLI_USAGE;
+    if (!in || (!out && !in_place))
+        return cli_usage("need ARCHIVE and -o OUT or --in-place (see fkvf compact --help)");
+    if (in_place && out && strcmp(in, out) && !same_file(in, out))
+        return cli_usage("--in-place with -o %s, a different file", out);
+    if (!in_place && (!strcmp(in, out) || same_file(in, out)))
+        return cli_fail(CLI_INVALID, FKVF_E_EXISTS, out,
+                        "is the same file as ARCHIVE %s (an output never replaces an input, "
+                        "not even with --force); use --in-place to replace it",
+                        in);
+    if (!in_place) {
+        const char *inputs[] = {in, cbpath};
+        int ex = cli_check_output(out, inputs, 2, force);
+        if (ex)
+            return ex;
+        cli_warn_fkvf_name(out, "archive");
     }
     if (in_place)
         out = in;
@@ -785,35 +865,37 @@ int fkvf_cli_compact(int argc, char **argv)
     uint8_t *rows = NULL;
     uint16_t *codes = NULL;
     uint32_t *sym = NULL;
-    char *kbuf = NULL, *vbuf = NULL;
+    char *kbuf = NULL, *vbuf = NULL, *cb_path = NULL;
     const char *stage = "open";
 
     if (in_place) {
         /* no appender may add a commit to the file being replaced */
         lockfd = open(in, O_RDONLY | O_CLOEXEC);
         if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
-            cli_err("%s: cannot %s (%s)", in, lockfd < 0 ? "open" : "lock: an appender has it open",
-                    strerror(errno));
-            ex = CLI_USAGE;
+            ex = cli_fail(CLI_USAGE, FKVF_E_IO, in, "cannot %s (%s)",
+                          lockfd < 0 ? "open" : "lock: an appender has it open", strerror(errno));
             goto out;
         }
     }
-    if ((rc = cli_open_reader(&r, in)) != CLI_OK) {
-        ex = rc;
+    if ((ex = cli_open_archive(&r, in)) != CLI_OK)
         goto out;
-    }
     fkvf_archive_info ai;
     fkvf_desc d;
-    if (fkvf_reader_info(r, &ai) != FKVF_OK || !ai.has_desc || fkvf_reader_desc(r, &d) != FKVF_OK) {
-        cli_err("%s: not an archive (a codebook file?)", in);
+    if ((rc = fkvf_reader_info(r, &ai)) != FKVF_OK || (rc = fkvf_reader_desc(r, &d)) != FKVF_OK) {
+        ex = cli_fail_reader(rc, r, in, "");
         goto out;
     }
-    if ((ex = open_ref_codebook(r, in, cbpath, &cb)))
+    if ((ex = open_ref_codebook(r, in, cbpath, &cb, &cb_path)))
+        goto out;
+    /* the codebook file found next to the archive is an input too */
+    if (cb_path && !in_place &&
+        (ex = cli_check_output(out, (const char *const *)&cb_path, 1, 1)) != CLI_OK)
         goto out;
     ex = CLI_INVALID;
     if (cb && (rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK) {
-        cli_err("%s: wrong codebook for %s: %s", cbpath ? cbpath : "codebook", in,
-                fkvf_reader_message(r));
+        char pre[600];
+        snprintf(pre, sizeof pre, "wrong codebook for %s: ", in);
+        ex = cli_fail_reader(rc, r, cb_path ? cb_path : "codebook", pre);
         goto out;
     }
     /* deflate flags as in the input */
@@ -831,10 +913,10 @@ int fkvf_cli_compact(int argc, char **argv)
     fkvf_writer_options_init(&wo);
     wo.required_features = ai.required_features;
     wo.optional_features = ai.optional_features;
+    wo.no_replace = !in_place && !force; /* nor one that appears meanwhile */
     rc = fkvf_writer_create_file(&w, out, &wo, NULL);
     if (rc != FKVF_OK) {
-        cli_err_lib(out, w ? fkvf_writer_message(w) : fkvf_strerror(rc));
-        ex = CLI_USAGE;
+        ex = cli_fail_writer(rc, w, out, "");
         goto out;
     }
     stage = "descriptor";
@@ -846,14 +928,14 @@ int fkvf_cli_compact(int argc, char **argv)
         stage = "metadata";
         rc = fkvf_reader_meta_count(r, &n_meta);
         if (rc != FKVF_OK) {
-            cli_err_lib(in, fkvf_reader_message(r));
+            ex = cli_fail_reader(rc, r, in, "");
             goto out;
         }
     }
     for (size_t i = 0; rc == FKVF_OK && i < n_meta; i++) {
         fkvf_meta_entry e;
         if ((rc = fkvf_reader_meta(r, i, &e)) != FKVF_OK) {
-            cli_err_lib(in, fkvf_reader_message(r));
+            ex = cli_fail_reader(rc, r, in, "");
             goto out;
         }
         free(kbuf);
@@ -900,7 +982,7 @@ int fkvf_cli_compact(int argc, char **argv)
     uint64_t ranges[2][2] = {{0, S}, {A ? d.n_sinks + A : P, P}};
     size_t rb = 0;
     if (rc == FKVF_OK && (rc = fkvf_reader_row_bytes(r, d.dtype, &rb)) != FKVF_OK) {
-        cli_err_lib(in, fkvf_reader_message(r));
+        ex = cli_fail_reader(rc, r, in, "");
         goto out;
     }
     uint64_t n_exact = 0;
@@ -919,8 +1001,12 @@ int fkvf_cli_compact(int argc, char **argv)
             const void *row;
             size_t n;
             if ((rc = fkvf_reader_exact_row(r, p, &row, &n)) != FKVF_OK || n != rb) {
-                cli_err("%s: exact row of position %" PRIu64 ": %s", in, p,
-                        rc ? fkvf_reader_message(r) : "unexpected size");
+                char pre[64];
+                snprintf(pre, sizeof pre, "exact row of position %" PRIu64 ": ", p);
+                if (rc)
+                    ex = cli_fail_reader(rc, r, in, pre);
+                else
+                    ex = cli_fail(CLI_INVALID, FKVF_E_CORRUPT, in, "%sunexpected size", pre);
                 goto out;
             }
             memcpy(rows + (size_t)(p - a0) * rb, row, rb);
@@ -949,7 +1035,7 @@ int fkvf_cli_compact(int argc, char **argv)
                 rc = fkvf_writer_add_codebooks(w, &shape, (const uint8_t *)contents + 64,
                                                csize - 64, cbk_flags);
         } else if (crc != FKVF_E_NOT_FOUND) {
-            cli_err_lib(in, fkvf_reader_message(r));
+            ex = cli_fail_reader(rc, r, in, "");
             goto out;
         }
     }
@@ -980,12 +1066,13 @@ int fkvf_cli_compact(int argc, char **argv)
                 fkvf_stream_info si;
                 if (fkvf_reader_stream_find(r, id, &idx) != FKVF_OK ||
                     fkvf_reader_stream_info(r, idx, &si) != FKVF_OK || si.length < A) {
-                    cli_err("%s: index stream %016" PRIx64 " missing or shorter than the %" PRIu64
-                            " archived positions", in, id, A);
+                    ex = cli_fail(CLI_INVALID, FKVF_E_CORRUPT, in,
+                                  "index stream %016" PRIx64 " missing or shorter than the %" PRIu64
+                                  " archived positions", id, A);
                     goto out;
                 }
                 if (A && (rc = fkvf_reader_stream_read(r, idx, 0, sym, (size_t)A)) != FKVF_OK) {
-                    cli_err_lib(in, fkvf_reader_message(r));
+                    ex = cli_fail_reader(rc, r, in, "");
                     goto out;
                 }
                 for (uint64_t t = 0; t < A; t++)
@@ -1011,7 +1098,7 @@ int fkvf_cli_compact(int argc, char **argv)
         } else {
             if (tsi.length &&
                 (rc = fkvf_reader_stream_read(r, ti, 0, sym, (size_t)tsi.length)) != FKVF_OK) {
-                cli_err_lib(in, fkvf_reader_message(r));
+                ex = cli_fail_reader(rc, r, in, "");
                 goto out;
             }
             fkvf_stream_spec sp;
@@ -1056,9 +1143,12 @@ int fkvf_cli_compact(int argc, char **argv)
     if (rc == FKVF_OK)
         rc = fkvf_writer_finish(w);
     if (rc != FKVF_OK) {
-        cli_err("%s: writing the %s failed: %s", out, stage,
-                rc == FKVF_E_NOMEM ? "out of memory" : fkvf_writer_message(w));
-        ex = cli_fkvf_exit(rc);
+        char pre[64];
+        snprintf(pre, sizeof pre, "writing the %s failed: ", stage);
+        if (rc == FKVF_E_NOMEM)
+            ex = cli_fail(CLI_USAGE, rc, out, "%sout of memory", pre);
+        else
+            ex = cli_fail_writer(rc, w, out, pre);
         goto out;
     }
     uint64_t after = cli_file_size(out);
@@ -1088,6 +1178,7 @@ out:
     fkvf_writer_free(w); /* before finish: removes the temporary file */
     fkvf_reader_free(r);
     fkvf_reader_free(cb);
+    free(cb_path);
     free(rows);
     free(codes);
     free(sym);
@@ -1111,8 +1202,10 @@ static const char *recover_help =
     "  --dry-run             only say what would be removed\n"
     "  --json                print one JSON object\n"
     "\n"
-    "Exit status: 0 ok (recovered, or clean), 1 the file does not open as an\n"
-    "FKVF file (the reader's message says why), 2 usage or I/O error.\n";
+    "Exit status: 0 ok (recovered, or clean; also a codebook file, which is an\n"
+    "FKVF file), 1 the file does not open as an FKVF file (the reader's message\n"
+    "says why), 2 usage or I/O error (also: ARCHIVE does not exist, or an\n"
+    "appender has it open).\n";
 
 int fkvf_cli_recover(int argc, char **argv)
 {
@@ -1128,28 +1221,23 @@ int fkvf_cli_recover(int argc, char **argv)
         } else if (!strcmp(a, "--dry-run")) {
             dry = 1;
         } else if (a[0] == '-' && a[1]) {
-            cli_err("recover: unknown option '%s' (see fkvf recover --help)", a);
-            return CLI_USAGE;
+            return cli_usage("unknown option '%s' (see fkvf recover --help)", a);
         } else if (!path) {
             path = a;
         } else {
-            cli_err("recover: unexpected argument '%s'", a);
-            return CLI_USAGE;
+            return cli_usage("unexpected argument '%s'", a);
         }
     }
-    if (!path) {
-        cli_err("recover: need ARCHIVE (see fkvf recover --help)");
-        return CLI_USAGE;
-    }
+    if (!path)
+        return cli_usage("need ARCHIVE (see fkvf recover --help)");
     int fd = open(path, (dry ? O_RDONLY : O_RDWR) | O_CLOEXEC);
-    if (fd < 0) {
-        cli_err("%s: cannot open: %s", path, strerror(errno));
-        return CLI_USAGE;
-    }
+    if (fd < 0)
+        return cli_fail(CLI_USAGE, FKVF_E_IO, path, "cannot open: %s", strerror(errno));
     if (!dry && flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        cli_err("%s: cannot lock (%s): an appender has it open", path, strerror(errno));
+        int e = errno;
         close(fd);
-        return CLI_USAGE;
+        return cli_fail(CLI_USAGE, FKVF_E_IO, path, "cannot lock (%s): an appender has it open",
+                        strerror(e));
     }
     fkvf_reader *r;
     int rc = cli_open_reader(&r, path);
@@ -1165,10 +1253,11 @@ int fkvf_cli_recover(int argc, char **argv)
         action = dry ? "would-truncate" : "truncated";
         if (!dry) {
             if (ftruncate(fd, (off_t)ai.committed_size) != 0 || fsync(fd) != 0) {
-                cli_err("%s: cannot truncate to %" PRIu64 " bytes: %s", path, ai.committed_size,
-                        strerror(errno));
+                int e = errno;
                 close(fd);
-                return CLI_USAGE;
+                return cli_fail(CLI_USAGE, FKVF_E_IO, path,
+                                "cannot truncate to %" PRIu64 " bytes: %s", ai.committed_size,
+                                strerror(e));
             }
             /* it must now open clean at the same commit */
             r = NULL;
@@ -1176,10 +1265,10 @@ int fkvf_cli_recover(int argc, char **argv)
             rc = fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL);
             if (rc != FKVF_OK || fkvf_reader_info(r, &ai2) != FKVF_OK ||
                 ai2.n_commits != ai.n_commits) {
-                cli_err_lib(path, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+                int ex = cli_fail_reader(rc ? rc : FKVF_E_CORRUPT, r, path, "after the cut: ");
                 fkvf_reader_free(r);
                 close(fd);
-                return CLI_INVALID;
+                return ex ? ex : CLI_INVALID;
             }
             fkvf_reader_free(r);
         }

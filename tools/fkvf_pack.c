@@ -57,9 +57,8 @@ static int read_cache(const char *path, int layout, kvio_cache *c)
     if (ex != CLI_OK)
         return ex;
     if (c->n_positions == 0) {
-        cli_err("%s: the cache holds no positions", path);
         kvio_cache_free(c);
-        return CLI_INVALID;
+        return cli_fail(CLI_INVALID, FKVF_E_RANGE, path, "the cache holds no positions");
     }
     return CLI_OK;
 }
@@ -77,7 +76,7 @@ static int key_opt(cli_key_opts *k, int argc, char **argv, int *i)
         strcmp(a, "--rope-layout"))
         return 0;
     if (!v) {
-        cli_err("%s needs a value", a);
+        cli_usage("%s needs a value", a);
         return -1;
     }
     ++*i;
@@ -109,7 +108,7 @@ static int pack_source_meta(fkvf_writer *w, const kvio_cache *c, int layout, con
             continue;
         }
         if (kl > 255 - strlen(ST_META_PREFIX) || vl > (1u << 24)) {
-            cli_err("%s: warning: __metadata__ entry '%.60s%s' not kept: %s", path, c->meta[i].key,
+            cli_warn("%s: __metadata__ entry '%.60s%s' not kept: %s", path, c->meta[i].key,
                     kl > 60 ? "..." : "", vl > (1u << 24) ? "value over 16 MiB" : "key over 243 bytes");
             continue;
         }
@@ -119,7 +118,7 @@ static int pack_source_meta(fkvf_writer *w, const kvio_cache *c, int layout, con
         kept++;
     }
     if (over)
-        cli_err("%s: warning: %zu more __metadata__ entries not kept (at most %d are)", path, over,
+        cli_warn("%s: %zu more __metadata__ entries not kept (at most %d are)", path, over,
                 PACK_MAX_ST_META);
     return rc;
 }
@@ -168,12 +167,23 @@ static const char *pack_help =
     "  --index               also append a commit with a ZIDX search index of every\n"
     "                        stream (as 'fkvf index' does; spec 20)\n"
     "  --model-id STR, --tokenizer-id STR   descriptor ids\n"
+    "Output:\n"
+    "  --force               replace ARCHIVE if it exists (default: refused); an\n"
+    "                        input (CACHE, the --codebooks FILE) is never replaced\n"
+    "  --json                one JSON object: archive, cache, positions, exact,\n"
+    "                        archived, bytes, fp16_bytes, codebook_bytes, ratio_fp16\n"
+    "                        (on failure {\"error\":{...}}, docs/cli.md)\n"
+    "A warning says so when ARCHIVE's name ends in the extension of another\n"
+    "format (.safetensors, .npz, .npy, .pt, .bin, .gguf).\n"
     "\n"
-    "Exit status: 0 ok, 1 invalid input, 2 usage or I/O error.\n";
+    "Exit status: 0 ok, 1 invalid input (a file that is not a cache or not a\n"
+    "codebook file, a codebook that does not fit; ARCHIVE exists without --force\n"
+    "or is an input), 2 usage or I/O error (bad option, a path that does not\n"
+    "exist or cannot be written, out of memory).\n";
 
 typedef struct pack_opts {
     const char *in, *out, *cbfile;
-    int train, deflate, f32, index, layout, check_rope;
+    int train, deflate, f32, index, layout, check_rope, force, json;
     cli_code_opts code;
     cli_key_opts keys;
 } pack_opts;
@@ -204,9 +214,13 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
             o->f32 = 1;
         } else if (!strcmp(a, "--check-rope")) {
             o->check_rope = 1;
+        } else if (!strcmp(a, "--force")) {
+            o->force = 1;
+        } else if (!strcmp(a, "--json")) {
+            o->json = 1;
         } else if (a[0] == '-' && a[1] != 0) {
             if (!v) {
-                cli_err("pack: %s needs a value (or is unknown; see fkvf pack --help)", a);
+                cli_usage("%s needs a value (or is unknown; see fkvf pack --help)", a);
                 return -1;
             }
             i++;
@@ -221,22 +235,22 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
                 if (r < 0)
                     return -1;
             } else {
-                cli_err("pack: unknown option '%s' (see fkvf pack --help)", a);
+                cli_usage("unknown option '%s' (see fkvf pack --help)", a);
                 return -1;
             }
         } else if (!o->in) {
             o->in = a;
         } else {
-            cli_err("pack: unexpected argument '%s'", a);
+            cli_usage("unexpected argument '%s'", a);
             return -1;
         }
     }
     if (!o->in || (!o->out && !o->check_rope)) {
-        cli_err("pack: need CACHE and -o ARCHIVE (see fkvf pack --help)");
+        cli_usage("need CACHE and -o ARCHIVE (see fkvf pack --help)");
         return -1;
     }
     if (o->train && o->cbfile) {
-        cli_err("pack: --train and --codebooks exclude each other");
+        cli_usage("--train and --codebooks exclude each other");
         return -1;
     }
     if (!o->cbfile)
@@ -281,29 +295,25 @@ static int load_codebook_file(const char *path, const kvio_cache *c, cli_key_opt
     fkvf_archive_info ai;
     const void *contents = NULL;
     size_t size = 0;
-    if (fkvf_reader_info(r, &ai) != FKVF_OK || ai.has_desc) {
-        cli_err("%s: not a codebook file (it holds a cache descriptor: an archive?)", path);
-        return CLI_INVALID;
-    }
+    if (fkvf_reader_info(r, &ai) != FKVF_OK || ai.has_desc)
+        return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, path,
+                        "not a codebook file (it holds a cache descriptor: an archive?)");
     rc = fkvf_reader_codebook(r, shape, &contents, &size, hash);
-    if (rc != FKVF_OK) {
-        cli_err("%s: no codebook: %s", path, fkvf_reader_message(r));
-        return CLI_INVALID;
-    }
+    if (rc != FKVF_OK)
+        return cli_fail_reader(rc == FKVF_E_NOT_FOUND ? FKVF_E_CODEBOOK : rc, r, path,
+                               "no codebook: ");
     if (shape->n_layers != c->n_layers || shape->key_dim != c->key_dim ||
-        shape->value_dim != c->value_dim || (!shape->pooled && shape->n_heads != c->n_kv_heads)) {
-        cli_err("%s: codebook shape %u layers x %u heads, dims %u/%u does not fit the cache "
-                 "(%u layers x %u heads, dims %u/%u)",
-                 path, shape->n_layers, shape->n_heads, shape->key_dim, shape->value_dim,
-                 c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
-        return CLI_INVALID;
-    }
+        shape->value_dim != c->value_dim || (!shape->pooled && shape->n_heads != c->n_kv_heads))
+        return cli_fail(CLI_INVALID, FKVF_E_CODEBOOK, path,
+                        "codebook shape %u layers x %u heads, dims %u/%u does not fit the cache "
+                        "(%u layers x %u heads, dims %u/%u)",
+                        shape->n_layers, shape->n_heads, shape->key_dim, shape->value_dim,
+                        c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
     rc = fkvf_rvq_from_tables(out_q, shape, c->n_kv_heads, (const uint8_t *)contents + 64,
                               size - 64, NULL);
-    if (rc != FKVF_OK) {
-        cli_err("%s: cannot load the codebook tables: %s", path, fkvf_strerror(rc));
-        return CLI_INVALID;
-    }
+    if (rc != FKVF_OK)
+        return cli_fail(cli_fkvf_exit(rc), rc, path, "cannot load the codebook tables: %s",
+                        fkvf_strerror(rc));
     /* keys as the codebook was trained on them, unless given */
     cli_keys_from_codebook(r, keys, c->key_dim);
     return CLI_OK;
@@ -315,9 +325,16 @@ int fkvf_cli_pack(int argc, char **argv)
     int pr = pack_parse(argc, argv, &o);
     if (pr)
         return pr > 0 ? CLI_OK : CLI_USAGE;
+    const char *inputs[] = {o.in, o.cbfile};
+    int ex = CLI_OK;
+    if (o.out) { /* --check-rope alone writes nothing */
+        if ((ex = cli_check_output(o.out, inputs, 2, o.force)) != CLI_OK)
+            return ex;
+        cli_warn_fkvf_name(o.out, "archive");
+    }
     pack_state s;
     memset(&s, 0, sizeof s);
-    int ex = read_cache(o.in, o.layout, &s.c);
+    ex = read_cache(o.in, o.layout, &s.c);
     if (ex)
         return ex;
     kvio_cache *c = &s.c;
@@ -351,26 +368,30 @@ int fkvf_cli_pack(int argc, char **argv)
     if (o.check_rope || krope) {
         cli_rope_report rr;
         if (cli_rope_measure(c, 0, c->n_positions, 0, &rope, krope != NULL, &rr)) {
-            cli_err("%s: out of memory", o.in);
-            ex = CLI_USAGE;
+            ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o.in, "out of memory");
             goto out;
         }
-        if (o.check_rope)
-            cli_rope_print(stdout, o.in, &rr);
+        /* with --json: the check's object when it is all the command does
+         * (no -o, right settings), else its table on stderr */
+        if (o.check_rope && o.json && !o.out && rr.verdict != 1)
+            cli_rope_json(stdout, o.in, &rr);
+        else if (o.check_rope)
+            cli_rope_print(o.json ? stderr : stdout, o.in, &rr);
         else
             cli_rope_warn(o.in, &rr);
         if (o.check_rope && (rr.verdict == 1 || !o.out)) {
-            if (rr.verdict == 1 && o.out)
-                cli_err("%s: --check-rope: the RoPE settings look wrong; %s not written", o.in,
-                        o.out);
-            ex = rr.verdict == 1 ? CLI_INVALID : CLI_OK;
+            if (rr.verdict == 1)
+                ex = cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o.in,
+                              "--check-rope: the RoPE settings look wrong%s%s%s", o.out ? "; " : "",
+                              o.out ? o.out : "", o.out ? " not written" : "");
+            else
+                ex = CLI_OK;
             goto out;
         }
     }
     s.rows = cache_to_rows(c);
     if (!s.rows) {
-        cli_err("%s: out of memory", o.in);
-        ex = CLI_USAGE;
+        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o.in, "out of memory");
         goto out;
     }
     fkvf_rows all = {s.rows, (size_t)P, c->dtype, 0};
@@ -390,8 +411,8 @@ int fkvf_cli_pack(int argc, char **argv)
         prm.progress_opaque = &pg;
         int rc = fkvf_rvq_train(&s.q, &prm, &all, 1, NULL);
         if (rc != FKVF_OK) {
-            cli_err("%s: training failed: %s", o.in, fkvf_strerror(rc));
-            ex = rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID;
+            ex = cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, o.in,
+                          "training failed: %s", fkvf_strerror(rc));
             goto out;
         }
         uint32_t heads;
@@ -402,8 +423,7 @@ int fkvf_cli_pack(int argc, char **argv)
         s.codes = malloc(ncodes * (size_t)A * sizeof *s.codes + 1);
         s.sym = malloc((size_t)(A > P ? A : P) * sizeof *s.sym);
         if (!s.codes || !s.sym) {
-            cli_err("%s: out of memory", o.in);
-            ex = CLI_USAGE;
+            ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o.in, "out of memory");
             goto out;
         }
         cli_progress pg;
@@ -414,8 +434,8 @@ int fkvf_cli_pack(int argc, char **argv)
             fkvf_rows part = {s.rows + (size_t)(S + i) * rb, (size_t)n, c->dtype, S + i};
             int rc = fkvf_rvq_encode(s.q, &part, krope, o.code.beam, s.codes + i, 1, (size_t)A);
             if (rc != FKVF_OK) {
-                cli_err("%s: encoding failed: %s", o.in, fkvf_strerror(rc));
-                ex = CLI_INVALID;
+                ex = cli_fail(cli_fkvf_exit(rc), rc, o.in, "encoding failed: %s",
+                              fkvf_strerror(rc));
                 goto out;
             }
             cli_progress_cb(&pg, i + n, A);
@@ -433,10 +453,10 @@ int fkvf_cli_pack(int argc, char **argv)
         wo.required_features |= FKVF_FEAT_DEFLATE;
     if (c->tokens)
         wo.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
+    wo.no_replace = !o.force; /* nor one that appears meanwhile */
     int rc = fkvf_writer_create_file(&s.w, o.out, &wo, NULL);
     if (rc != FKVF_OK) {
-        cli_err_lib(o.out, s.w ? fkvf_writer_message(s.w) : fkvf_strerror(rc));
-        ex = CLI_USAGE;
+        ex = cli_fail_writer(rc, s.w, o.out, "");
         goto out;
     }
     fkvf_desc d;
@@ -507,7 +527,7 @@ int fkvf_cli_pack(int argc, char **argv)
         if (!tok) {
             rc = FKVF_E_NOMEM;
         } else if (mx > (int64_t)UINT32_MAX) {
-            fprintf(stderr, "fkvf: %s: token ids above 2^32-1, token stream left out\n", o.in);
+            cli_warn("%s: token ids above 2^32-1, token stream left out", o.in);
         } else {
             for (uint64_t t = 0; t < P; t++)
                 tok[t] = (uint32_t)c->tokens[t];
@@ -527,8 +547,9 @@ int fkvf_cli_pack(int argc, char **argv)
     if (rc == FKVF_OK)
         rc = fkvf_writer_finish(s.w);
     if (rc != FKVF_OK) {
-        cli_err("%s: writing the %s failed: %s", o.out, stage, fkvf_writer_message(s.w));
-        ex = cli_fkvf_exit(rc);
+        char pre[64];
+        snprintf(pre, sizeof pre, "writing the %s failed: ", stage);
+        ex = cli_fail_writer(rc, s.w, o.out, pre);
         goto out;
     }
     if (o.index && (ex = fkvf_cli_index_file(o.out, 0)) != CLI_OK)
@@ -542,11 +563,31 @@ int fkvf_cli_pack(int argc, char **argv)
                  fp16 / (double)(bytes - cbb), cbb);
     else if (A > 0 && o.cbfile)
         snprintf(tail, sizeof tail, "; codebooks in %s", cli_base_name(o.cbfile));
-    snprintf(msg, sizeof msg,
-             "%s: %" PRIu64 " positions (%" PRIu64 " exact, %" PRIu64 " archived), %" PRIu64
-             " bytes, ratio vs fp16 %.2fx (%.0f bytes)%s",
-             o.out, P, P - A, A, bytes, bytes ? fp16 / (double)bytes : 0.0, fp16, tail);
-    puts(msg);
+    if (o.json) {
+        printf("{\"archive\":");
+        cli_json_cstr(stdout, o.out);
+        printf(",\"cache\":");
+        cli_json_cstr(stdout, o.in);
+        printf(",\"positions\":%" PRIu64 ",\"exact\":%" PRIu64 ",\"archived\":%" PRIu64
+               ",\"bytes\":%" PRIu64 ",\"fp16_bytes\":%.0f,\"codebook_bytes\":%" PRIu64
+               ",\"codebooks\":",
+               P, P - A, A, bytes, fp16, cbb);
+        if (o.cbfile) {
+            printf("{\"external\":");
+            cli_json_cstr(stdout, o.cbfile);
+            printf("}");
+        } else {
+            printf(A > 0 ? "\"embedded\"" : "null");
+        }
+        printf(",\"ratio_fp16\":%.6g,\"indexed\":%s}\n", bytes ? fp16 / (double)bytes : 0.0,
+               o.index ? "true" : "false");
+    } else {
+        snprintf(msg, sizeof msg,
+                 "%s: %" PRIu64 " positions (%" PRIu64 " exact, %" PRIu64 " archived), %" PRIu64
+                 " bytes, ratio vs fp16 %.2fx (%.0f bytes)%s",
+                 o.out, P, P - A, A, bytes, bytes ? fp16 / (double)bytes : 0.0, fp16, tail);
+        puts(msg);
+    }
     ex = CLI_OK;
 out:
     pack_free(&s);
@@ -572,13 +613,20 @@ static const char *unpack_help =
     "  --hf                  the same as --names hf\n"
     "  --layout hnd|nhd      heads-first [H, T, D] or positions-first [T, H, D]\n"
     "                        (default: as packed, the archive's pack.layout, else hnd)\n"
+    "  --force               replace CACHE if it exists (default: refused); an input\n"
+    "                        (ARCHIVE, its codebook file) is never replaced\n"
+    "  --json                one JSON object: archive, out, format, dtype, positions,\n"
+    "                        exact, archived, tokens, bytes (on failure\n"
+    "                        {\"error\":{...}}, docs/cli.md)\n"
     "\n"
     "A .safetensors output gets the __metadata__ of the packed file back (kept in\n"
     "the archive as safetensors.KEY). .npz and .npy carry no metadata, and .npy no\n"
     "token ids: what they cannot hold is named on stderr.\n"
     "\n"
-    "Exit status: 0 ok, 1 invalid input (also a missing or wrong codebook),\n"
-    "2 usage or I/O error.\n";
+    "Exit status: 0 ok, 1 invalid input (not an archive; its codebook not found\n"
+    "or wrong; CACHE exists without --force or is an input), 2 usage or I/O\n"
+    "error (bad option, unknown output extension, a path that does not exist\n"
+    "or cannot be written, also a --codebooks FILE that does not exist).\n";
 
 /* Is the archive's metadata entry key the UTF-8 text word? */
 static int meta_is(fkvf_reader *r, const char *key, const char *word)
@@ -618,7 +666,7 @@ static long unpack_st_meta(fkvf_reader *r, kvio_cache *c, int keep, const char *
         int rc = KVIO_OK;
         if (strlen(key) != e.key_len - pl || strlen(val) != e.value_len ||
             !strcmp(key, "__metadata__"))
-            cli_err("%s: warning: metadata entry '%s%s' not written (a NUL byte, or a reserved "
+            cli_warn("%s: metadata entry '%s%s' not written (a NUL byte, or a reserved "
                     "name)",
                     out, ST_META_PREFIX, key);
         else
@@ -635,6 +683,7 @@ int fkvf_cli_unpack(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *cbpath = NULL;
     int dtype = 0, names = 0, layout = CLI_LAYOUT_UNSET; /* names: 0 as packed, 1 fkvf, 2 hf */
+    int force = 0, json = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -644,10 +693,8 @@ int fkvf_cli_unpack(int argc, char **argv)
         } else if (!strcmp(a, "--hf")) {
             names = 2;
         } else if (!strcmp(a, "--names") || !strcmp(a, "--layout")) {
-            if (!v) {
-                cli_err("unpack: %s needs a value", a);
-                return CLI_USAGE;
-            }
+            if (!v)
+                return cli_usage("%s needs a value", a);
             i++;
             if (a[2] == 'l') {
                 if (cli_opt_layout(v, &layout))
@@ -655,14 +702,15 @@ int fkvf_cli_unpack(int argc, char **argv)
             } else if (!strcmp(v, "fkvf") || !strcmp(v, "hf")) {
                 names = v[0] == 'f' ? 1 : 2;
             } else {
-                cli_err("--names: '%s' is not fkvf or hf", v);
-                return CLI_USAGE;
+                return cli_usage("--names: '%s' is not fkvf or hf", v);
             }
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--codebooks") || !strcmp(a, "--dtype")) {
-            if (!v) {
-                cli_err("unpack: %s needs a value", a);
-                return CLI_USAGE;
-            }
+            if (!v)
+                return cli_usage("%s needs a value", a);
             i++;
             if (a[1] == 'o')
                 out = v;
@@ -674,54 +722,45 @@ int fkvf_cli_unpack(int argc, char **argv)
                 dtype = FKVF_DTYPE_BF16;
             else if (!strcmp(v, "f32"))
                 dtype = FKVF_DTYPE_F32;
-            else {
-                cli_err("--dtype: '%s' is not f16, bf16 or f32", v);
-                return CLI_USAGE;
-            }
+            else
+                return cli_usage("--dtype: '%s' is not f16, bf16 or f32", v);
         } else if (a[0] == '-' && a[1]) {
-            cli_err("unpack: unknown option '%s' (see fkvf unpack --help)", a);
-            return CLI_USAGE;
+            return cli_usage("unknown option '%s' (see fkvf unpack --help)", a);
         } else if (!in) {
             in = a;
         } else {
-            cli_err("unpack: unexpected argument '%s'", a);
-            return CLI_USAGE;
+            return cli_usage("unexpected argument '%s'", a);
         }
     }
-    if (!in || !out) {
-        cli_err("unpack: need ARCHIVE and -o CACHE (see fkvf unpack --help)");
-        return CLI_USAGE;
-    }
+    if (!in || !out)
+        return cli_usage("need ARCHIVE and -o CACHE (see fkvf unpack --help)");
     kvio_format fmt = kvio_format_from_path(out);
-    if (fmt == KVIO_FMT_AUTO) {
-        cli_err("%s: unknown output format (use .safetensors, .npz or .npy)", out);
-        return CLI_USAGE;
-    }
+    if (fmt == KVIO_FMT_AUTO)
+        return cli_fail(CLI_USAGE, FKVF_E_INVALID_ARG, out,
+                        "unknown output format (use .safetensors, .npz or .npy)");
+    const char *inputs[] = {in, cbpath};
+    int ex = cli_check_output(out, inputs, 2, force);
+    if (ex)
+        return ex;
     fkvf_reader *r = NULL, *cb = NULL;
     kvio_cache c;
     memset(&c, 0, sizeof c);
     uint8_t *buf = NULL;
     uint32_t *tok = NULL;
     char *hint_path = NULL;
-    int ex = CLI_INVALID;
     int rc;
-    if ((rc = cli_open_reader(&r, in)) != CLI_OK) {
-        ex = rc;
+    if ((ex = cli_open_archive(&r, in)) != CLI_OK)
         goto out;
-    }
+    ex = CLI_INVALID;
     fkvf_archive_info ai;
     fkvf_desc d;
-    if ((rc = fkvf_reader_info(r, &ai)) != FKVF_OK || !ai.has_desc) {
-        cli_err("%s: %s", in, rc ? fkvf_reader_message(r) : "a codebook file, not an archive");
-        goto out;
-    }
-    if ((rc = fkvf_reader_desc(r, &d)) != FKVF_OK) {
-        cli_err_lib(in, fkvf_reader_message(r));
+    if ((rc = fkvf_reader_info(r, &ai)) != FKVF_OK || (rc = fkvf_reader_desc(r, &d)) != FKVF_OK) {
+        ex = cli_fail_reader(rc, r, in, "");
         goto out;
     }
     if (ai.n_positions > UINT32_MAX) {
-        cli_err("%s: %" PRIu64 " positions: more than a raw cache file holds", in,
-                 ai.n_positions);
+        ex = cli_fail(CLI_INVALID, FKVF_E_LIMIT, in,
+                      "%" PRIu64 " positions: more than a raw cache file holds", ai.n_positions);
         goto out;
     }
     int ext = 0;
@@ -735,31 +774,40 @@ int fkvf_cli_unpack(int argc, char **argv)
         if (!path)
             path = hint_path = cli_hint_path(in, name);
         if (!path) {
-            cli_err("%s: the archive refers to the external codebook with content hash %s "
-                     "(name hint '%s'), not found; pass --codebooks FILE",
-                     in, hx, name ? name : "");
+            ex = cli_fail(CLI_INVALID, FKVF_E_CODEBOOK, in,
+                          "the archive refers to the external codebook with content hash %s "
+                          "(name hint '%s'), not found; pass --codebooks FILE",
+                          hx, name ? name : "");
             goto out;
         }
+        /* found next to the archive: it is an input too */
+        if (!cbpath && (ex = cli_check_output(out, (const char *const *)&hint_path, 1, 1)))
+            goto out;
         rc = fkvf_reader_open_file(&cb, path, 0, NULL);
         if (rc != FKVF_OK) {
-            /* a missing or unreadable codebook is invalid input (exit 1, as
-             * the help says), like a wrong one */
-            cli_err("%s: %s (the archive %s expects the codebook with content hash %s)", path,
-                     cb ? fkvf_reader_message(cb) : fkvf_strerror(rc), in, hx);
+            /* a given FILE that is not there is exit 2 (as any path); one
+             * that is not a codebook file is invalid input, like a wrong one */
+            char pre[128];
+            snprintf(pre, sizeof pre, "(the archive expects the codebook with content hash %s) ",
+                     hx);
+            ex = cli_fail_reader(rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? rc : FKVF_E_CODEBOOK, cb,
+                                 path, pre);
             goto out;
         }
         rc = fkvf_reader_attach_codebook(r, cb);
         if (rc != FKVF_OK) {
-            cli_err("%s: wrong codebook for %s: %s", path, in, fkvf_reader_message(r));
+            char pre[600];
+            snprintf(pre, sizeof pre, "wrong codebook for %s: ", in);
+            ex = cli_fail_reader(rc, r, path, pre);
             goto out;
         }
     }
     if (fmt == KVIO_FMT_NPY && d.key_dim != d.value_dim) {
         /* found before restoring anything */
-        cli_err("%s: a .npy file holds one array: key_dim %u and value_dim %u must be equal "
-                 "(use .safetensors or .npz)",
-                 out, d.key_dim, d.value_dim);
-        ex = CLI_USAGE;
+        ex = cli_fail(CLI_USAGE, FKVF_E_INVALID_ARG, out,
+                      "a .npy file holds one array: key_dim %u and value_dim %u must be equal "
+                      "(use .safetensors or .npz)",
+                      d.key_dim, d.value_dim);
         goto out;
     }
     fkvf_dtype dt = dtype ? (fkvf_dtype)dtype : d.dtype;
@@ -770,14 +818,14 @@ int fkvf_cli_unpack(int argc, char **argv)
                          fkvf_reader_stream_info(r, tidx, &tsi) == FKVF_OK && tsi.length >= P;
     int has_tok = has_tok_stream && fmt != KVIO_FMT_NPY; /* one array: no room for token ids */
     char err[512];
-    if (kvio_cache_init(&c, d.n_layers, d.n_kv_heads, P, d.key_dim, d.value_dim, dt, has_tok, err,
-                        sizeof err) != KVIO_OK) {
-        cli_err("%s: %s", in, err);
+    if ((rc = kvio_cache_init(&c, d.n_layers, d.n_kv_heads, P, d.key_dim, d.value_dim, dt,
+                              has_tok, err, sizeof err)) != KVIO_OK) {
+        ex = cli_fail_kvio(rc, in, err);
         goto out;
     }
     size_t rb;
     if ((rc = fkvf_reader_row_bytes(r, dt, &rb)) != FKVF_OK) {
-        cli_err_lib(in, fkvf_reader_message(r));
+        ex = cli_fail_reader(rc, r, in, "");
         goto out;
     }
     uint32_t chunk = (uint32_t)(rb >= (16u << 20) ? 1 : (16u << 20) / rb);
@@ -785,27 +833,32 @@ int fkvf_cli_unpack(int argc, char **argv)
         chunk = P ? P : 1;
     buf = malloc((size_t)chunk * rb);
     if (!buf) {
-        cli_err("%s: out of memory", in);
-        ex = CLI_USAGE;
+        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
         goto out;
     }
     for (uint32_t p = 0; p < P; p += chunk) {
         uint32_t n = P - p < chunk ? P - p : chunk;
         rc = fkvf_reader_restore(r, p, n, dt, buf, (size_t)chunk * rb);
         if (rc != FKVF_OK) {
-            if (rc == FKVF_E_CODEBOOK)
-                cli_err("%s: %s (expected codebook content hash %s)", in,
-                         fkvf_reader_message(r), hx);
-            else
-                cli_err_lib(in, fkvf_reader_message(r));
+            if (rc == FKVF_E_CODEBOOK) {
+                char pre[96];
+                snprintf(pre, sizeof pre, "(expected codebook content hash %s) ", hx);
+                ex = cli_fail_reader(rc, r, in, pre);
+            } else {
+                ex = cli_fail_reader(rc, r, in, "");
+            }
             goto out;
         }
         rows_to_cache(&c, buf, p, n);
     }
     if (has_tok) {
         tok = malloc((size_t)(P ? P : 1) * sizeof *tok);
-        if (!tok || (rc = fkvf_reader_stream_read(r, tidx, 0, tok, P)) != FKVF_OK) {
-            cli_err("%s: token stream: %s", in, tok ? fkvf_reader_message(r) : "out of memory");
+        if (!tok) {
+            ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
+            goto out;
+        }
+        if ((rc = fkvf_reader_stream_read(r, tidx, 0, tok, P)) != FKVF_OK) {
+            ex = cli_fail_reader(rc, r, in, "token stream: ");
             goto out;
         }
         for (uint32_t t = 0; t < P; t++)
@@ -815,37 +868,47 @@ int fkvf_cli_unpack(int argc, char **argv)
     if (!names && (meta_is(r, "pack.names", "hf") || meta_is(r, "pack.names", "hf-legacy") ||
                    meta_is(r, "pack.names", "hf-dynamic"))) {
         names = 2;
-        cli_err("%s: Hugging Face names and shapes (past_key_values.{i}.key [1, H, T, D], "
+        cli_note("%s: Hugging Face names and shapes (past_key_values.{i}.key [1, H, T, D], "
                 "input_ids), as packed (--names fkvf for layers.{i}.key [H, T, D])",
                 out);
     }
     if (layout == CLI_LAYOUT_UNSET && meta_is(r, "pack.layout", "nhd")) {
         layout = CLI_LAYOUT_NHD;
-        cli_err("%s: positions-first tensors [T, H, D], as packed (--layout hnd for [H, T, D])", out);
+        cli_note("%s: positions-first tensors [T, H, D], as packed (--layout hnd for [H, T, D])", out);
     }
     long nmeta = unpack_st_meta(r, &c, fmt == KVIO_FMT_SAFETENSORS, out);
     if (nmeta < 0) {
-        cli_err("%s: out of memory", in);
-        ex = CLI_USAGE;
+        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
         goto out;
     }
     if (nmeta > 0 && fmt != KVIO_FMT_SAFETENSORS)
-        cli_err("%s: warning: the archive's %ld safetensors __metadata__ entries are not written "
+        cli_warn("%s: the archive's %ld safetensors __metadata__ entries are not written "
                 "(a .%s file has no metadata; use .safetensors)",
                 out, nmeta, kvio_format_name(fmt));
     if (fmt == KVIO_FMT_NPY && has_tok_stream)
-        cli_err("%s: warning: the archive's %u token ids are not written (a .npy file holds one "
+        cli_warn("%s: the archive's %u token ids are not written (a .npy file holds one "
                 "array; use .safetensors or .npz)",
                 out, P);
-    unsigned wflags = (names == 2 ? KVIO_WRITE_HF : 0) | (layout == CLI_LAYOUT_NHD ? KVIO_WRITE_NHD : 0);
-    if (kvio_write(out, fmt, wflags, &c, err, sizeof err) != KVIO_OK) {
-        cli_err("%s", err);
-        ex = CLI_USAGE;
+    unsigned wflags = (names == 2 ? KVIO_WRITE_HF : 0) | (layout == CLI_LAYOUT_NHD ? KVIO_WRITE_NHD : 0) |
+                      (force ? 0 : KVIO_WRITE_NO_REPLACE);
+    if ((rc = kvio_write(out, fmt, wflags, &c, err, sizeof err)) != KVIO_OK) {
+        ex = cli_fail_kvio(rc, out, err);
         goto out;
     }
-    printf("%s: %u positions (%" PRIu64 " exact, %" PRIu64 " archived), %s, %s\n", out, P,
-           ai.n_positions - ai.n_archived, ai.n_archived, kvio_dtype_name(dt),
-           kvio_format_name(fmt));
+    if (json) {
+        printf("{\"archive\":");
+        cli_json_cstr(stdout, in);
+        printf(",\"out\":");
+        cli_json_cstr(stdout, out);
+        printf(",\"format\":\"%s\",\"dtype\":\"%s\",\"positions\":%u,\"exact\":%" PRIu64
+               ",\"archived\":%" PRIu64 ",\"tokens\":%s,\"bytes\":%" PRIu64 "}\n",
+               kvio_format_name(fmt), kvio_dtype_name(dt), P, ai.n_positions - ai.n_archived,
+               ai.n_archived, has_tok ? "true" : "false", cli_file_size(out));
+    } else {
+        printf("%s: %u positions (%" PRIu64 " exact, %" PRIu64 " archived), %s, %s\n", out, P,
+               ai.n_positions - ai.n_archived, ai.n_archived, kvio_dtype_name(dt),
+               kvio_format_name(fmt));
+    }
     ex = CLI_OK;
 out:
     free(hint_path);
@@ -882,14 +945,23 @@ static const char *train_help =
     "  --no-rope             the caches' keys are not rotated\n"
     "  --layout hnd|nhd      tensors heads-first [H, T, D] (default) or\n"
     "                        positions-first [T, H, D] (every cache)\n"
+    "  --force               replace FILE if it exists (default: refused); an input\n"
+    "                        CACHE is never replaced\n"
+    "  --json                one JSON object: out, caches, layers, heads, pooled, k,\n"
+    "                        k_stages, v_stages, dtype, bytes, content_hash (on\n"
+    "                        failure {\"error\":{...}}, docs/cli.md)\n"
+    "A warning says so when FILE's name ends in the extension of another format.\n"
     "\n"
-    "Exit status: 0 ok, 1 invalid input, 2 usage or I/O error.\n";
+    "Exit status: 0 ok, 1 invalid input (a file that is not a cache, caches of\n"
+    "different shapes; FILE exists without --force or is an input), 2 usage or\n"
+    "I/O error (bad option, a path that does not exist or cannot be written).\n";
 
 int fkvf_cli_train(int argc, char **argv)
 {
     const char *out = NULL;
     const char **ins = calloc((size_t)argc + 1, sizeof *ins);
     size_t nin = 0;
+    int force = 0, json = 0;
     cli_key_opts keys;
     cli_key_opts_init(&keys);
     fkvf_rvq_params prm;
@@ -904,10 +976,8 @@ int fkvf_cli_train(int argc, char **argv)
     fkvf_writer *w = NULL;
     fkvf_reader *r = NULL;
     int layout = CLI_LAYOUT_UNSET;
-    if (!ins) {
-        cli_err("out of memory");
-        return CLI_USAGE;
-    }
+    if (!ins)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -924,9 +994,13 @@ int fkvf_cli_train(int argc, char **argv)
             prm.pooled = 1;
         } else if (!strcmp(a, "--f32")) {
             prm.table_dtype = FKVF_DTYPE_F32;
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
         } else if (a[0] == '-' && a[1]) {
             if (!v) {
-                cli_err("train: %s needs a value (or is unknown; see fkvf train --help)", a);
+                cli_usage("%s needs a value (or is unknown; see fkvf train --help)", a);
                 goto out;
             }
             i++;
@@ -951,7 +1025,7 @@ int fkvf_cli_train(int argc, char **argv)
                 if (cli_opt_layout(v, &layout))
                     goto out;
             } else {
-                cli_err("train: unknown option '%s' (see fkvf train --help)", a);
+                cli_usage("unknown option '%s' (see fkvf train --help)", a);
                 goto out;
             }
         } else {
@@ -959,14 +1033,18 @@ int fkvf_cli_train(int argc, char **argv)
         }
     }
     if (!nin || !out) {
-        cli_err("train: need CACHE... and -o FILE (see fkvf train --help)");
+        cli_usage("need CACHE... and -o FILE (see fkvf train --help)");
         goto out;
     }
+    if ((ex = cli_check_output(out, ins, nin, force)) != CLI_OK)
+        goto out;
+    ex = CLI_USAGE;
+    cli_warn_fkvf_name(out, "codebook file");
     cs = calloc(nin, sizeof *cs);
     rows = calloc(nin, sizeof *rows);
     blocks = calloc(nin, sizeof *blocks);
     if (!cs || !rows || !blocks) {
-        cli_err("out of memory");
+        cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
         goto out;
     }
     int all_hf = 1;
@@ -977,16 +1055,15 @@ int fkvf_cli_train(int argc, char **argv)
         ex = CLI_INVALID;
         if (i > 0 && (cs[i].n_layers != cs[0].n_layers || cs[i].n_kv_heads != cs[0].n_kv_heads ||
                       cs[i].key_dim != cs[0].key_dim || cs[i].value_dim != cs[0].value_dim)) {
-            cli_err("%s: shape %u layers x %u heads, dims %u/%u differs from %s (%u x %u, "
-                     "%u/%u)",
-                     ins[i], cs[i].n_layers, cs[i].n_kv_heads, cs[i].key_dim, cs[i].value_dim,
-                     ins[0], cs[0].n_layers, cs[0].n_kv_heads, cs[0].key_dim, cs[0].value_dim);
+            cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, ins[i],
+                     "shape %u layers x %u heads, dims %u/%u differs from %s (%u x %u, %u/%u)",
+                     cs[i].n_layers, cs[i].n_kv_heads, cs[i].key_dim, cs[i].value_dim, ins[0],
+                     cs[0].n_layers, cs[0].n_kv_heads, cs[0].key_dim, cs[0].value_dim);
             goto out;
         }
         rows[i] = cache_to_rows(&cs[i]);
         if (!rows[i]) {
-            cli_err("%s: out of memory", ins[i]);
-            ex = CLI_USAGE;
+            ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, ins[i], "out of memory");
             goto out;
         }
         blocks[i].data = rows[i];
@@ -1017,8 +1094,8 @@ int fkvf_cli_train(int argc, char **argv)
     prm.progress_opaque = &pg;
     int rc = fkvf_rvq_train(&q, &prm, blocks, nin, NULL);
     if (rc != FKVF_OK) {
-        cli_err("training failed: %s", fkvf_strerror(rc));
-        ex = rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID;
+        ex = cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, ins[0],
+                      "training failed: %s", fkvf_strerror(rc));
         goto out;
     }
     fkvf_codebook_shape shape;
@@ -1027,12 +1104,12 @@ int fkvf_cli_train(int argc, char **argv)
     size_t tsz = fkvf_rvq_tables_size(q);
     tables = malloc(tsz ? tsz : 1);
     if (!tables || fkvf_rvq_tables(q, tables, tsz) != FKVF_OK) {
-        cli_err("out of memory");
-        ex = CLI_USAGE;
+        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
         goto out;
     }
     fkvf_writer_options wo;
     fkvf_writer_options_init(&wo);
+    wo.no_replace = !force;
     rc = fkvf_writer_create_file(&w, out, &wo, NULL);
     if (rc == FKVF_OK)
         rc = fkvf_writer_meta_utf8(w, "train.keys", prm.key_rope ? "pre-rope" : "as-is");
@@ -1053,8 +1130,7 @@ int fkvf_cli_train(int argc, char **argv)
     if (rc == FKVF_OK)
         rc = fkvf_writer_finish(w);
     if (rc != FKVF_OK) {
-        cli_err_lib(out, w ? fkvf_writer_message(w) : fkvf_strerror(rc));
-        ex = CLI_USAGE;
+        ex = cli_fail_writer(rc, w, out, "");
         goto out;
     }
     uint8_t hash[16];
@@ -1063,17 +1139,33 @@ int fkvf_cli_train(int argc, char **argv)
     if (rc == FKVF_OK)
         rc = fkvf_reader_codebook(r, NULL, NULL, NULL, hash);
     if (rc != FKVF_OK) {
-        cli_err("%s: cannot read back: %s", out, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
-        ex = CLI_INVALID;
+        ex = cli_fail_reader(rc, r, out, "cannot read back: ");
         goto out;
     }
     cli_hex16(hash, hx);
     struct stat st;
-    printf("%s: %u layers x %u %s, k = %u, K x%u V x%u, %s tables, %lld bytes\n", out,
-           shape.n_layers, shape.pooled ? 1u : shape.n_heads, shape.pooled ? "pooled" : "heads",
-           shape.k, shape.k_stages, shape.v_stages, shape.dtype == FKVF_DTYPE_F32 ? "f32" : "f16",
-           stat(out, &st) == 0 ? (long long)st.st_size : -1LL);
-    printf("content hash %s\n", hx);
+    long long fsz = stat(out, &st) == 0 ? (long long)st.st_size : -1LL;
+    if (json) {
+        printf("{\"out\":");
+        cli_json_cstr(stdout, out);
+        printf(",\"caches\":[");
+        for (size_t i = 0; i < nin; i++) {
+            if (i)
+                putchar(',');
+            cli_json_cstr(stdout, ins[i]);
+        }
+        printf("],\"layers\":%u,\"heads\":%u,\"pooled\":%s,\"k\":%u,\"k_stages\":%u,"
+               "\"v_stages\":%u,\"dtype\":\"%s\",\"bytes\":%lld,\"content_hash\":\"%s\"}\n",
+               shape.n_layers, shape.pooled ? 1u : shape.n_heads, shape.pooled ? "true" : "false",
+               shape.k, shape.k_stages, shape.v_stages,
+               shape.dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz, hx);
+    } else {
+        printf("%s: %u layers x %u %s, k = %u, K x%u V x%u, %s tables, %lld bytes\n", out,
+               shape.n_layers, shape.pooled ? 1u : shape.n_heads,
+               shape.pooled ? "pooled" : "heads", shape.k, shape.k_stages, shape.v_stages,
+               shape.dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz);
+        printf("content hash %s\n", hx);
+    }
     ex = CLI_OK;
 out:
     if (cs)
@@ -1108,9 +1200,11 @@ static const char *compare_help =
     "                        first [T, H, D], for both files; hnd,nhd or nhd,hnd:\n"
     "                        ORIGINAL's, then RESTORED's (e.g. an nhd cache against\n"
     "                        what fkvf unpack --layout hnd wrote)\n"
+    "  --json                one JSON object (on failure {\"error\":{...}},\n"
+    "                        docs/cli.md)\n"
     "\n"
     "Exit status: 0 shapes match, 1 they differ or a file is invalid, 2 usage\n"
-    "or I/O error.\n";
+    "or I/O error (also: a path that does not exist).\n";
 
 typedef struct err_acc {
     double se, ref, maxabs;
@@ -1147,27 +1241,21 @@ int fkvf_cli_compare(int argc, char **argv)
                 lay[1] = lay[0];
             }
         } else if (!strcmp(a, "--sinks") || !strcmp(a, "--recent")) {
-            if (i + 1 >= argc || cli_parse_u64(argv[i + 1], UINT32_MAX, a[2] == 's' ? &sinks : &recent)) {
-                cli_err("%s needs a count", a);
-                return CLI_USAGE;
-            }
+            if (i + 1 >= argc || cli_parse_u64(argv[i + 1], UINT32_MAX, a[2] == 's' ? &sinks : &recent))
+                return cli_usage("%s needs a count", a);
             i++;
         } else if (a[0] == '-' && a[1]) {
-            cli_err("compare: unknown option '%s' (see fkvf compare --help)", a);
-            return CLI_USAGE;
+            return cli_usage("unknown option '%s' (see fkvf compare --help)", a);
         } else if (!pa) {
             pa = a;
         } else if (!pb) {
             pb = a;
         } else {
-            cli_err("compare: unexpected argument '%s'", a);
-            return CLI_USAGE;
+            return cli_usage("unexpected argument '%s'", a);
         }
     }
-    if (!pa || !pb) {
-        cli_err("compare: need ORIGINAL and RESTORED (see fkvf compare --help)");
-        return CLI_USAGE;
-    }
+    if (!pa || !pb)
+        return cli_usage("need ORIGINAL and RESTORED (see fkvf compare --help)");
     kvio_cache a, b;
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
@@ -1183,10 +1271,11 @@ int fkvf_cli_compare(int argc, char **argv)
     ex = CLI_INVALID;
     if (a.n_layers != b.n_layers || a.n_kv_heads != b.n_kv_heads ||
         a.n_positions != b.n_positions || a.key_dim != b.key_dim || a.value_dim != b.value_dim) {
-        cli_err("%s and %s differ in shape: %u layers x %u heads x %u positions, dims %u/%u vs "
+        cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, pb,
+                 "differs in shape from %s: %u layers x %u heads x %u positions, dims %u/%u vs "
                  "%u x %u x %u, %u/%u",
-                 pa, pb, a.n_layers, a.n_kv_heads, a.n_positions, a.key_dim, a.value_dim,
-                 b.n_layers, b.n_kv_heads, b.n_positions, b.key_dim, b.value_dim);
+                 pa, b.n_layers, b.n_kv_heads, b.n_positions, b.key_dim, b.value_dim,
+                 a.n_layers, a.n_kv_heads, a.n_positions, a.key_dim, a.value_dim);
         goto out;
     }
     uint32_t P = a.n_positions;
@@ -1196,8 +1285,7 @@ int fkvf_cli_compare(int argc, char **argv)
     fa = malloc(dmax * sizeof *fa);
     fb = malloc(dmax * sizeof *fb);
     if (!fa || !fb) {
-        cli_err("out of memory");
-        ex = CLI_USAGE;
+        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
         goto out;
     }
     err_acc acc[2];

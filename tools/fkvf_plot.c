@@ -4,6 +4,7 @@
  * (ngon) of the last symbols with their labels, and optionally the matches
  * of a query marked. Public API only (fkvf.h); zlib writes the PNG; text is
  * drawn with the bitmap font below (no font library). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,12 +20,13 @@
 int fkvf_cli_plot_main(int argc, char **argv);
 /* fkvf_search.c: the query against the stream's alphabet (0: refused, an
  * error line written) */
-int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *cmd, const char *path, size_t idx,
+int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *path, size_t idx,
                                const char *name, int is_tok, const uint32_t *q, size_t qn);
 
 static const char *plot_help =
     "usage: fkvf plot ARCHIVE --stream NAME -o FILE.png [--size PIXELS]\n"
     "                 [--highlight-tokens LIST | --highlight-symbols LIST]\n"
+    "                 [--force] [--json]\n"
     "\n"
     "Draws the chaos-game points of a stream (one per position) as a PNG: the\n"
     "unit square for quad streams, the unit disc for ngon streams. Each small\n"
@@ -51,10 +53,20 @@ static const char *plot_help =
     "                           with LIST (as 'fkvf search --tokens'); on an\n"
     "                           index stream, the points of those cache\n"
     "                           positions (n_sinks + t) that it holds\n"
+    "  --force                  replace FILE.png if it exists (default: refused);\n"
+    "                           ARCHIVE is never replaced\n"
+    "  --json                   one JSON object: archive, stream, out, width,\n"
+    "                           height, points, densest, matches (on failure\n"
+    "                           {\"error\":{...}}, docs/cli.md)\n"
     "\n"
     "Highlight symbols outside an index stream's alphabet are refused (exit 2),\n"
     "as in fkvf search. Prints the image size, the plot area's place in it,\n"
-    "the densest square and the number of matches.\n";
+    "the densest square and the number of matches.\n"
+    "\n"
+    "Exit status: 0 ok, 1 invalid input (not an archive, a codebook file, no\n"
+    "such stream, no token stream for --highlight-tokens; FILE.png exists\n"
+    "without --force or is ARCHIVE), 2 usage or I/O error (a bad option, a name\n"
+    "not ending in .png, ARCHIVE does not exist, FILE.png cannot be written).\n";
 
 /* ---- a bitmap font: 5 x 8 cells (7 rows above the baseline, 1 below) ---- */
 
@@ -320,7 +332,9 @@ static int png_chunk(FILE *f, const char *type, const unsigned char *data, uint3
     return fwrite(h, 1, 8, f) == 8 && (!n || fwrite(data, 1, n, f) == n) && fwrite(c, 1, 4, f) == 4;
 }
 
-static int write_png(const char *path, const canvas *cv)
+/* Without force a file at path (even one made since the output check) is
+ * not replaced: errno EEXIST. */
+static int write_png(const char *path, const canvas *cv, int force)
 {
     enum { OUT = 1 << 16 };
     unsigned char *out = malloc(OUT), *row = malloc((size_t)cv->w * 3 + 1);
@@ -328,7 +342,7 @@ static int write_png(const char *path, const canvas *cv)
     memset(&z, 0, sizeof z);
     int ok = out && row && deflateInit(&z, 9) == Z_OK;
     int zinit = ok;
-    FILE *f = ok ? fopen(path, "wb") : NULL;
+    FILE *f = ok ? fopen(path, force ? "wb" : "wbx") : NULL;
     ok = f != NULL;
     if (ok) {
         static const unsigned char sig[8] = {137, 80, 78, 71, 13, 10, 26, 10};
@@ -551,17 +565,15 @@ static int cmp_sq(const void *a, const void *b)
 typedef struct plot_opts {
     const char *path, *stream, *out, *hl_tokens, *hl_symbols;
     uint64_t size;
+    int force, json;
 } plot_opts;
 
-static int open_plot_archive(const char *path, fkvf_reader **r)
+/* A search handle's error (or rc alone). */
+static int search_fail(int rc, const fkvf_search *s, const char *path)
 {
-    int rc = fkvf_reader_open_file(r, path, 0, NULL);
-    if (rc) {
-        cli_err("%s", *r ? fkvf_reader_message(*r) : fkvf_strerror(rc));
-        fkvf_reader_free(*r);
-        *r = NULL;
-    }
-    return rc;
+    fkvf_error_info e;
+    int have = s && fkvf_search_error(s, &e) == FKVF_OK && e.code != FKVF_OK;
+    return cli_fail_lib(rc, have ? &e : NULL, path, "");
 }
 
 static int ends_png(const char *s)
@@ -585,10 +597,9 @@ static int highlight_positions(fkvf_reader *r, const plot_opts *o, size_t idx, u
     *n = *outside = 0;
     int tok = o->hl_tokens != NULL;
     size_t qidx = idx;
-    if (tok && fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &qidx) != FKVF_OK) {
-        cli_err("%s: the archive has no token stream (--highlight-tokens)", o->path);
-        return CLI_INVALID;
-    }
+    if (tok && fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &qidx) != FKVF_OK)
+        return cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o->path,
+                        "the archive has no token stream (--highlight-tokens)");
     fkvf_search *s = NULL;
     uint64_t *pos = NULL, nf = 0;
     int rc = fkvf_search_open(&s, r, qidx, 0, NULL);
@@ -599,10 +610,10 @@ static int highlight_positions(fkvf_reader *r, const plot_opts *o, size_t idx, u
     if (!rc)
         rc = fkvf_search_suffix(s, q, qn, pos, (size_t)nf, &nf);
     if (rc) {
-        cli_err("%s: %s", o->path, s ? fkvf_search_message(s) : fkvf_strerror(rc));
+        int ex = search_fail(rc, s, o->path);
         fkvf_search_free(s);
         free(pos);
-        return cli_class_exit(rc);
+        return ex;
     }
     fkvf_search_free(s);
     uint64_t k = 0, S = 0;
@@ -630,23 +641,20 @@ static int highlight_positions(fkvf_reader *r, const plot_opts *o, size_t idx, u
 static int plot(const plot_opts *o)
 {
     uint64_t id;
-    if (!cli_parse_stream_name(o->stream, &id)) {
-        fprintf(stderr, "fkvf plot: bad stream name '%s' (tokens or Lx.Hy.K|V.stage)\n", o->stream);
-        return CLI_USAGE;
-    }
+    if (!cli_parse_stream_name(o->stream, &id))
+        return cli_usage("bad stream name '%s' (tokens or Lx.Hy.K|V.stage)", o->stream);
     uint32_t *q = NULL;
     size_t qn = 0;
     const char *hl = o->hl_tokens ? o->hl_tokens : o->hl_symbols;
-    if (hl && !cli_parse_list(hl, &q, &qn)) {
-        fprintf(stderr, "fkvf plot: bad symbol list '%s' (comma-separated integers)\n", hl);
-        return CLI_USAGE;
-    }
+    if (hl && !cli_parse_list(hl, &q, &qn))
+        return cli_usage("bad symbol list '%s' (comma-separated integers)", hl);
     fkvf_reader *r = NULL;
-    if (open_plot_archive(o->path, &r)) {
+    int ret = cli_open_archive(&r, o->path);
+    if (ret != CLI_OK) {
         free(q);
-        return CLI_USAGE;
+        return ret;
     }
-    int ret = CLI_USAGE;
+    ret = CLI_USAGE;
     canvas cv = {0, 0, NULL};
     uint32_t *cnt = NULL;
     uint64_t *hpos = NULL, nh = 0, outside = 0;
@@ -655,22 +663,22 @@ static int plot(const plot_opts *o)
     char nm[64];
     cli_stream_name(id, nm, sizeof nm);
     if (fkvf_reader_stream_find(r, id, &idx) != FKVF_OK) {
-        cli_err("%s: no stream %s in the archive", o->path, nm);
+        ret = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o->path, "no stream %s in the archive%s", nm,
+                       id == FKVF_STREAM_ID_TOKENS ? " (it was packed without token ids)" : "");
         goto out;
     }
     fkvf_stream_info si;
     fkvf_reader_stream_info(r, idx, &si);
     int quad = si.profile == FKVF_PROFILE_QUAD;
     if (o->hl_symbols &&
-        !fkvf_cli_query_in_alphabet(r, "plot", o->path, idx, nm, id == FKVF_STREAM_ID_TOKENS, q, qn))
+        !fkvf_cli_query_in_alphabet(r, o->path, idx, nm, id == FKVF_STREAM_ID_TOKENS, q, qn))
         goto out;
     if (hl && (ret = highlight_positions(r, o, idx, id, &si, q, qn, &hpos, &nh, &outside)) != CLI_OK)
         goto out;
     ret = CLI_USAGE;
     int rc = fkvf_search_open(&s, r, idx, 0, NULL);
     if (rc) {
-        cli_err("%s: %s", o->path, s ? fkvf_search_message(s) : fkvf_strerror(rc));
-        ret = cli_class_exit(rc);
+        ret = search_fail(rc, s, o->path);
         goto out;
     }
 
@@ -686,7 +694,7 @@ static int plot(const plot_opts *o)
     cv.p = malloc((size_t)cv.w * (size_t)cv.h * 3);
     cnt = calloc((size_t)nb * (size_t)nb, sizeof *cnt);
     if (!cv.p || !cnt) {
-        fprintf(stderr, "fkvf plot: out of memory\n");
+        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
         goto out;
     }
     memset(cv.p, 255, (size_t)cv.w * (size_t)cv.h * 3);
@@ -696,8 +704,7 @@ static int plot(const plot_opts *o)
     for (uint64_t t = 0; t < si.length; t++) {
         fkvf_point p;
         if ((rc = fkvf_reader_stream_point(r, idx, t, &p))) {
-            cli_err("%s: %s", o->path, fkvf_reader_message(r));
-            ret = cli_class_exit(rc);
+            ret = cli_fail_reader(rc, r, o->path, "");
             goto out;
         }
         double x, y;
@@ -724,7 +731,7 @@ static int plot(const plot_opts *o)
         nz += cnt[i] != 0;
     sq_ent *order = malloc((nz ? nz : 1) * sizeof *order);
     if (!order) {
-        fprintf(stderr, "fkvf plot: out of memory\n");
+        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
         goto out;
     }
     nz = 0;
@@ -882,8 +889,31 @@ static int plot(const plot_opts *o)
         text(&cv, lx, hy + 11 * sc, e, sc, AXIS);
     }
 
-    if (!write_png(o->out, &cv)) {
-        fprintf(stderr, "fkvf plot: cannot write %s\n", o->out);
+    errno = 0;
+    if (!write_png(o->out, &cv, o->force)) {
+        int e = errno;
+        if (e == EEXIST)
+            ret = cli_fail(CLI_INVALID, FKVF_E_EXISTS, o->out,
+                           "appeared while the plot was drawn; not replaced");
+        else
+            ret = cli_fail(CLI_USAGE, FKVF_E_IO, o->out, "cannot write: %s",
+                           e ? strerror(e) : "error");
+        goto out;
+    }
+    if (o->json) {
+        printf("{\"archive\":");
+        cli_json_cstr(stdout, o->path);
+        printf(",\"stream\":\"%s\",\"out\":", nm);
+        cli_json_cstr(stdout, o->out);
+        printf(",\"width\":%ld,\"height\":%ld,\"plot\":{\"x\":%ld,\"y\":%ld,\"size\":%ld}"
+               ",\"points\":%" PRIu64 ",\"densest\":%" PRIu32 ",\"square\":%ld",
+               cv.w, cv.h, ML, MT, P, si.length, mx, B);
+        if (hl)
+            printf(",\"matches\":%" PRIu64 ",\"outside\":%" PRIu64, nh, outside);
+        else
+            printf(",\"matches\":null");
+        printf("}\n");
+        ret = CLI_OK;
         goto out;
     }
     cli_text_cstr(stdout, o->out); /* a name for the terminal: escaped */
@@ -913,11 +943,15 @@ int fkvf_cli_plot_main(int argc, char **argv)
             fputs(plot_help, stdout);
             return CLI_OK;
         }
-    plot_opts o = {NULL, NULL, NULL, NULL, NULL, 512};
+    plot_opts o = {NULL, NULL, NULL, NULL, NULL, 512, 0, 0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--stream") && v)
+        if (!strcmp(a, "--force"))
+            o.force = 1;
+        else if (!strcmp(a, "--json"))
+            o.json = 1;
+        else if (!strcmp(a, "--stream") && v)
             o.stream = argv[++i];
         else if (!strcmp(a, "-o") && v)
             o.out = argv[++i];
@@ -929,23 +963,17 @@ int fkvf_cli_plot_main(int argc, char **argv)
             o.hl_symbols = argv[++i];
         else if (a[0] != '-' && !o.path)
             o.path = a;
-        else {
-            fprintf(stderr, "fkvf plot: bad argument '%s'\n%s", a, plot_help);
-            return CLI_USAGE;
-        }
+        else
+            return cli_usage("bad argument '%s' (see fkvf plot --help)", a);
     }
-    if (!o.path || !o.stream || !o.out) {
-        fprintf(stderr, "fkvf plot: give ARCHIVE, --stream NAME and -o FILE.png\n%s", plot_help);
-        return CLI_USAGE;
-    }
-    if (o.hl_tokens && o.hl_symbols) {
-        fprintf(stderr, "fkvf plot: give --highlight-tokens or --highlight-symbols, not both\n");
-        return CLI_USAGE;
-    }
-    if (!ends_png(o.out)) {
-        fprintf(stderr, "fkvf plot: %s: the output is a PNG image: give a name ending in .png\n",
-                o.out);
-        return CLI_USAGE;
-    }
+    if (!o.path || !o.stream || !o.out)
+        return cli_usage("give ARCHIVE, --stream NAME and -o FILE.png (see fkvf plot --help)");
+    if (o.hl_tokens && o.hl_symbols)
+        return cli_usage("give --highlight-tokens or --highlight-symbols, not both");
+    if (!ends_png(o.out))
+        return cli_usage("%s: the output is a PNG image: give a name ending in .png", o.out);
+    int ret = cli_check_output(o.out, &o.path, 1, o.force);
+    if (ret != CLI_OK)
+        return ret;
     return plot(&o);
 }

@@ -1,6 +1,7 @@
 /* fkvf search | context | index | plot: retrieval on an archive's streams
  * (spec 12.1.5, 12.2.7, 20); plot itself is in fkvf_plot.c. Uses the public
  * API only (fkvf.h). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +13,7 @@
 
 int fkvf_cli_search_main(const char *cmd, int argc, char **argv);
 int fkvf_cli_plot_main(int argc, char **argv); /* fkvf_plot.c */
-int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *cmd, const char *path, size_t idx,
+int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *path, size_t idx,
                                const char *name, int is_tok, const uint32_t *q, size_t qn);
 
 static const char *search_help =
@@ -44,14 +45,22 @@ static const char *search_help =
     "  --context N    show the N symbols up to the end of each longest match (0)\n"
     "  --max N        exact occurrences to print (20; the count is always exact)\n"
     "  --no-index     ignore ZIDX sections (scan)\n"
-    "  --json         one JSON object\n";
+    "  --json         one JSON object (on failure {\"error\":{...}}, docs/cli.md)\n"
+    "\n"
+    "Exit status: 0 ok (also when nothing matches), 1 invalid input (not an\n"
+    "archive, no such stream, e.g. --tokens on an archive without a token\n"
+    "stream), 2 usage or I/O error (bad option or list, ARCHIVE does not exist).\n";
 
 static const char *context_help =
     "usage: fkvf context ARCHIVE --at T --len N [--stream NAME] [--json]\n"
     "\n"
     "Decodes the N symbols of a stream up to and including position T (fewer at\n"
     "the start of the stream), touching only the blocks that hold them.\n"
-    "NAME is 'tokens' (default) or Lx.Hy.K|V.stage.\n";
+    "NAME is 'tokens' (default) or Lx.Hy.K|V.stage. --json: one JSON object\n"
+    "(on failure {\"error\":{...}}, docs/cli.md).\n"
+    "\n"
+    "Exit status: 0 ok, 1 invalid input (not an archive, no such stream, T\n"
+    "outside the stream), 2 usage or I/O error (ARCHIVE does not exist).\n";
 
 static const char *index_help =
     "usage: fkvf index ARCHIVE [--stream NAME]... [--no-sync] [--json]\n"
@@ -80,7 +89,12 @@ static const char *index_help =
     "                 default: every stream)\n"
     "  --no-sync      do not fsync the new commit\n"
     "  --json         one JSON object: streams indexed, entries, bytes, streams\n"
-    "                 already current, streams too short, changed\n";
+    "                 already current, streams too short, changed (on failure\n"
+    "                 {\"error\":{...}}, docs/cli.md)\n"
+    "\n"
+    "Exit status: 0 ok, 1 invalid input (not an archive, a codebook file, no\n"
+    "such stream, a torn tail), 2 usage or I/O error (ARCHIVE does not exist or\n"
+    "cannot be written, an appender has it open).\n";
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -95,26 +109,25 @@ static int want_help(int argc, char **argv, const char *help)
 }
 
 
-static int open_archive(const char *path, fkvf_reader **r)
-{
-    int rc = fkvf_reader_open_file(r, path, 0, NULL);
-    if (rc) {
-        cli_err("%s", *r ? fkvf_reader_message(*r) : fkvf_strerror(rc));
-        fkvf_reader_free(*r);
-        *r = NULL;
-        return rc;
-    }
-    return FKVF_OK;
-}
-
+/* The stream id of the archive at path: 1 found, else 0 after an error
+ * line (exit 1: the archive has no such stream). */
 static int find_stream(fkvf_reader *r, const char *path, uint64_t id, size_t *idx)
 {
     if (fkvf_reader_stream_find(r, id, idx) == FKVF_OK)
         return 1;
     char nm[64];
     cli_stream_name(id, nm, sizeof nm);
-    cli_err("%s: no stream %s in the archive", path, nm);
+    cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, path, "no stream %s in the archive%s", nm,
+             id == FKVF_STREAM_ID_TOKENS ? " (it was packed without token ids)" : "");
     return 0;
+}
+
+/* A search handle's error (or rc alone). */
+static int search_fail(int rc, const fkvf_search *s, const char *path)
+{
+    fkvf_error_info e;
+    int have = s && fkvf_search_error(s, &e) == FKVF_OK && e.code != FKVF_OK;
+    return cli_fail_lib(rc, have ? &e : NULL, path, "");
 }
 
 static uint64_t sinks_of(fkvf_reader *r, uint64_t id)
@@ -138,7 +151,7 @@ static const char *plural(uint64_t n) { return n == 1 ? "" : "s"; }
  * 0 (a bad value given on the command line: exit 2); a token id above the
  * token stream's width gets a note (it cannot occur, but the prompt it is
  * part of still has a reusable prefix). */
-int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *cmd, const char *path, size_t idx,
+int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *path, size_t idx,
                                const char *name, int is_tok, const uint32_t *q, size_t qn)
 {
     fkvf_stream_info si;
@@ -155,17 +168,14 @@ int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *cmd, const char *path
         if (q[i] < bound)
             continue;
         if (is_tok) {
-            fprintf(stderr,
-                    "fkvf %s: %s: note: token %" PRIu32 " (item %zu of the query) is above the "
-                    "token stream's width (0..%" PRIu64 "): it occurs nowhere, so no match "
-                    "includes it\n",
-                    cmd, path, q[i], i + 1, bound - 1);
+            cli_note("%s: token %" PRIu32 " (item %zu of the query) is above the token stream's "
+                     "width (0..%" PRIu64 "): it occurs nowhere, so no match includes it",
+                     path, q[i], i + 1, bound - 1);
             return 1;
         }
-        fprintf(stderr,
-                "fkvf %s: %s: symbol %" PRIu32 " (item %zu of the query) is outside stream "
-                "%s's alphabet 0..%" PRIu64 "%s\n",
-                cmd, path, q[i], i + 1, name, bound - 1, by_k ? ", the codebook's k" : "");
+        cli_usage("%s: symbol %" PRIu32 " (item %zu of the query) is outside stream %s's "
+                  "alphabet 0..%" PRIu64 "%s",
+                  path, q[i], i + 1, name, bound - 1, by_k ? ", the codebook's k" : "");
         return 0;
     }
     return 1;
@@ -203,44 +213,35 @@ static int cmd_search(int argc, char **argv)
             i++;
         else if (a[0] != '-' && !path)
             path = a;
-        else {
-            fprintf(stderr, "fkvf search: bad argument '%s'\n%s", a, search_help);
-            return CLI_USAGE;
-        }
+        else
+            return cli_usage("bad argument '%s' (see fkvf search --help)", a);
     }
-    if (!path || (!tokens == !symbols) || (tokens && stream) || (symbols && !stream)) {
-        fprintf(stderr, "fkvf search: give ARCHIVE and either --tokens LIST or --stream NAME "
-                        "--symbols LIST\n%s",
-                search_help);
-        return CLI_USAGE;
-    }
+    if (!path || (!tokens == !symbols) || (tokens && stream) || (symbols && !stream))
+        return cli_usage("give ARCHIVE and either --tokens LIST or --stream NAME --symbols LIST "
+                         "(see fkvf search --help)");
     uint64_t id = FKVF_STREAM_ID_TOKENS;
-    if (stream && !cli_parse_stream_name(stream, &id)) {
-        fprintf(stderr, "fkvf search: bad stream name '%s' (tokens or Lx.Hy.K|V.stage)\n", stream);
-        return CLI_USAGE;
-    }
+    if (stream && !cli_parse_stream_name(stream, &id))
+        return cli_usage("bad stream name '%s' (tokens or Lx.Hy.K|V.stage)", stream);
     uint32_t *q;
     size_t qn;
-    if (!cli_parse_list(tokens ? tokens : symbols, &q, &qn)) {
-        fprintf(stderr, "fkvf search: bad symbol list '%s' (comma-separated integers)\n",
-                tokens ? tokens : symbols);
-        return CLI_USAGE;
-    }
+    if (!cli_parse_list(tokens ? tokens : symbols, &q, &qn))
+        return cli_usage("bad symbol list '%s' (comma-separated integers)",
+                         tokens ? tokens : symbols);
     double rad = 0.0;
     int do_rad = radius != NULL;
     if (radius && strcmp(radius, "auto")) {
         if (cli_parse_f64(radius, &rad) || !(rad > 0.0)) {
-            fprintf(stderr, "fkvf search: bad radius '%s' (a positive number or 'auto')\n", radius);
             free(q);
-            return CLI_USAGE;
+            return cli_usage("bad radius '%s' (a positive number or 'auto')", radius);
         }
     }
     fkvf_reader *r = NULL;
-    if (open_archive(path, &r)) {
+    int ret = cli_open_archive(&r, path);
+    if (ret != CLI_OK) {
         free(q);
-        return CLI_USAGE;
+        return ret;
     }
-    int ret = CLI_USAGE;
+    ret = CLI_INVALID;
     size_t idx;
     fkvf_search *s = NULL;
     uint64_t *pos = NULL;
@@ -252,12 +253,13 @@ static int cmd_search(int argc, char **argv)
     cli_stream_name(id, nm_s, sizeof nm_s);
     int is_tok = id == FKVF_STREAM_ID_TOKENS;
     const char *unit = is_tok ? "token" : "symbol";
-    if (!fkvf_cli_query_in_alphabet(r, "search", path, idx, nm_s, is_tok, q, qn))
+    if (!fkvf_cli_query_in_alphabet(r, path, idx, nm_s, is_tok, q, qn)) {
+        ret = CLI_USAGE;
         goto out;
+    }
     int rc = fkvf_search_open(&s, r, idx, noidx ? FKVF_SEARCH_NO_INDEX : 0, NULL);
     if (rc) {
-        cli_err("%s: %s", path, s ? fkvf_search_message(s) : fkvf_strerror(rc));
-        ret = cli_class_exit(rc);
+        ret = search_fail(rc, s, path);
         goto out;
     }
     fkvf_search_info inf;
@@ -266,7 +268,7 @@ static int cmd_search(int argc, char **argv)
     m = malloc((size_t)k * sizeof *m);
     cbuf = malloc((size_t)(ctx ? ctx : 1) * sizeof *cbuf);
     if (!pos || !m || !cbuf) {
-        fprintf(stderr, "fkvf search: out of memory\n");
+        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
         goto out;
     }
     uint64_t nf;
@@ -276,14 +278,12 @@ static int cmd_search(int argc, char **argv)
     memset(&rr, 0, sizeof rr);
     if ((rc = fkvf_search_suffix(s, q, qn, pos, (size_t)maxp, &nf)) ||
         (fkvf_search_info_get(s, &ia), rc = fkvf_search_longest(s, q, qn, (size_t)k, m, &nm))) {
-        cli_err("%s: %s", path, fkvf_search_message(s));
-        ret = cli_class_exit(rc);
+        ret = search_fail(rc, s, path);
         goto out;
     }
     if (do_rad) {
         if ((rc = fkvf_search_radius(s, q, qn, rad, NULL, 0, &rr))) {
-            cli_err("%s: %s", path, fkvf_search_message(s));
-            ret = cli_class_exit(rc);
+            ret = search_fail(rc, s, path);
             goto out;
         }
     }
@@ -421,30 +421,40 @@ static int cmd_context(int argc, char **argv)
             stream = argv[++i];
         else if (a[0] != '-' && !path)
             path = a;
-        else {
-            fprintf(stderr, "fkvf context: bad argument '%s'\n%s", a, context_help);
-            return CLI_USAGE;
-        }
+        else
+            return cli_usage("bad argument '%s' (see fkvf context --help)", a);
     }
     uint64_t id;
-    if (!path || !has_at || !has_len || !cli_parse_stream_name(stream, &id)) {
-        fprintf(stderr, "fkvf context: give ARCHIVE, --at T, --len N (and a valid --stream)\n%s",
-                context_help);
-        return CLI_USAGE;
-    }
+    if (!path || !has_at || !has_len || !cli_parse_stream_name(stream, &id))
+        return cli_usage("give ARCHIVE, --at T, --len N (and a valid --stream; see fkvf context "
+                         "--help)");
     fkvf_reader *r = NULL;
-    if (open_archive(path, &r))
-        return CLI_USAGE;
+    int ret = cli_open_archive(&r, path);
+    if (ret != CLI_OK)
+        return ret;
     size_t idx, got = 0;
-    int ret = CLI_USAGE;
+    ret = CLI_INVALID;
     uint32_t *buf = malloc((size_t)len * sizeof *buf);
-    if (!buf || !find_stream(r, path, id, &idx))
+    if (!buf) {
+        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+        goto out;
+    }
+    if (!find_stream(r, path, id, &idx))
         goto out;
     int rc = fkvf_search_context(r, idx, at, (size_t)len, buf, &got);
+    if (rc == FKVF_E_RANGE) {
+        fkvf_stream_info si;
+        memset(&si, 0, sizeof si);
+        fkvf_reader_stream_info(r, idx, &si);
+        ret = cli_fail(CLI_INVALID, rc, path,
+                       "--at %" PRIu64 ": outside the stream %s (positions 0..%" PRIu64 ")", at,
+                       stream, si.length ? si.length - 1 : 0);
+        goto out;
+    }
     if (rc) {
-        cli_err("%s: position %" PRIu64 ": %s", path, at,
-                rc == FKVF_E_RANGE ? "outside the stream" : fkvf_reader_message(r));
-        ret = cli_class_exit(rc);
+        char pre[64];
+        snprintf(pre, sizeof pre, "position %" PRIu64 ": ", at);
+        ret = cli_fail_reader(rc, r, path, pre);
         goto out;
     }
     if (json) {
@@ -498,15 +508,18 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
 {
     memset(rep, 0, sizeof *rep);
     fkvf_reader *r = NULL;
-    if (open_archive(path, &r))
-        return CLI_USAGE;
+    int ret = cli_open_archive(&r, path);
+    if (ret != CLI_OK)
+        return ret;
     size_t ns = 0, named = 0;
     fkvf_reader_stream_count(r, &ns);
     fkvf_section_add *secs = calloc(ns ? ns : 1, sizeof *secs);
     size_t n = 0;
-    int ret = CLI_USAGE;
-    if (!secs)
+    ret = CLI_USAGE;
+    if (!secs) {
+        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
         goto out;
+    }
     for (size_t i = 0; i < ns; i++) {
         fkvf_stream_info si;
         fkvf_reader_stream_info(r, i, &si);
@@ -532,11 +545,13 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
         uint64_t key;
         int rc = fkvf_search_index_build(r, i, &d, &sz, &key);
         if (rc) {
-            char nm[64];
+            char nm[64], pre[80];
             cli_stream_name(si.id, nm, sizeof nm);
-            cli_err("%s: stream %s: %s", path, nm,
-                    rc == FKVF_E_NOMEM ? "out of memory" : fkvf_reader_message(r));
-            ret = cli_class_exit(rc);
+            snprintf(pre, sizeof pre, "stream %s: ", nm);
+            if (rc == FKVF_E_NOMEM)
+                ret = cli_fail(CLI_USAGE, rc, path, "%sout of memory", pre);
+            else
+                ret = cli_fail_reader(rc, r, path, pre);
             goto out;
         }
         secs[n].type = FKVF_SECTION_ZIDX;
@@ -549,7 +564,8 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
         n++;
     }
     if (nid && named != nid) {
-        fprintf(stderr, "fkvf index: %s: %zu of the %zu streams named exist\n", path, named, nid);
+        ret = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, path, "%zu of the %zu streams named exist",
+                       named, nid);
         goto out;
     }
     fkvf_reader_free(r); /* before appending */
@@ -559,8 +575,7 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
         int rc = fkvf_archive_append_sections(path, secs, n, nosync ? FKVF_SYNC_NONE : FKVF_SYNC_COMMIT,
                                               msg, sizeof msg);
         if (rc) {
-            cli_err("%s", msg);
-            ret = rc == FKVF_E_TORN ? CLI_INVALID : CLI_USAGE;
+            ret = cli_fail(cli_fkvf_exit(rc), rc, path, "%s", msg);
             goto out;
         }
     }
@@ -601,21 +616,19 @@ static int cmd_index(int argc, char **argv)
             nid++, i++;
         else if (a[0] != '-' && !path)
             path = a;
-        else {
-            fprintf(stderr, "fkvf index: bad argument '%s'\n%s", a, index_help);
-            return CLI_USAGE;
-        }
+        else
+            return cli_usage("bad argument '%s' (see fkvf index --help)", a);
     }
-    if (!path) {
-        fprintf(stderr, "fkvf index: give ARCHIVE\n%s", index_help);
-        return CLI_USAGE;
-    }
+    if (!path)
+        return cli_usage("give ARCHIVE (see fkvf index --help)");
     index_report rep;
     int ret = index_file(path, ids, nid, nosync, &rep);
     if (ret != CLI_OK)
         return ret;
     if (json) {
-        printf("{\"streams\":%zu,\"entries\":%" PRIu64 ",\"bytes\":%" PRIu64
+        printf("{\"archive\":");
+        cli_json_cstr(stdout, path);
+        printf(",\"streams\":%zu,\"entries\":%" PRIu64 ",\"bytes\":%" PRIu64
                ",\"current\":%zu,\"too_short\":%zu,\"changed\":%s}\n",
                rep.built, rep.entries, rep.bytes, rep.current, rep.short_,
                rep.built ? "true" : "false");

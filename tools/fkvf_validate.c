@@ -29,18 +29,25 @@ static const char *validate_help =
     "  --json              one JSON object: {\"files\": [{\"file\", \"valid\",\n"
     "                      \"violations\": [{\"offset\", \"clause\", \"class\", \"code\",\n"
     "                      \"check\", \"writer_rule\", \"section\", \"section_type\",\n"
-    "                      \"message\"}], \"valid\", \"count\", \"capped\"}]}\n"
+    "                      \"message\"}], \"valid\", \"count\", \"capped\"}],\n"
+    "                      \"error\": null or the error object of docs/cli.md}\n"
+    "                      (a file that cannot be validated has \"error\" instead\n"
+    "                      of its results)\n"
     "  --codebooks FILE    the codebook file of archives with an external codebook\n"
     "                      (content hash, shape and symbols are then checked too)\n"
     "  --max-violations N  stop a file after N violations (default 1000)\n"
     "\n"
     "Exit status: 0 every file valid, 1 some file has violations, 2 usage or I/O\n"
-    "error.\n";
+    "error (also: a FILE or the --codebooks FILE does not exist).\n";
 
 typedef struct vstate {
     const char *path;
     int json;
     size_t n;
+    /* the first violation: the error line (and error object) of the file */
+    int code;
+    uint64_t offset;
+    char clause[32], check[32], message[512];
 } vstate;
 
 static const char *class_name(int code)
@@ -52,6 +59,13 @@ static const char *class_name(int code)
 static int on_violation(void *opaque, const fkvf_violation *v)
 {
     vstate *s = opaque;
+    if (!s->n) {
+        s->code = v->code;
+        s->offset = v->offset;
+        snprintf(s->clause, sizeof s->clause, "%s", v->clause);
+        snprintf(s->check, sizeof s->check, "%s", v->check);
+        snprintf(s->message, sizeof s->message, "%s", v->message);
+    }
     if (s->json) {
         printf("%s\n      {\"offset\": ", s->n ? "," : "");
         if (v->offset == FKVF_VALIDATE_NO_OFFSET)
@@ -98,10 +112,8 @@ int fkvf_cli_validate(int argc, char **argv)
     uint64_t maxv = 0;
     char **files = malloc((size_t)(argc > 0 ? argc : 1) * sizeof *files);
     int nfiles = 0;
-    if (!files) {
-        cli_err("out of memory");
-        return CLI_USAGE;
-    }
+    if (!files)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -114,36 +126,34 @@ int fkvf_cli_validate(int argc, char **argv)
             strict = 1;
         } else if (!strcmp(a, "--codebooks") || !strcmp(a, "--max-violations")) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "fkvf validate: %s needs a value\n", a);
                 free(files);
-                return CLI_USAGE;
+                return cli_usage("%s needs a value", a);
             }
             const char *val = argv[++i];
             if (a[2] == 'c') {
                 cbpath = *val ? val : NULL; /* "" = none */
             } else if (cli_parse_u64(val, 1000000000u, &maxv) || maxv == 0) {
-                fprintf(stderr, "fkvf validate: --max-violations: '%s' is not 1..1e9\n", val);
                 free(files);
-                return CLI_USAGE;
+                return cli_usage("--max-violations: '%s' is not 1..1e9", val);
             }
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "fkvf validate: unknown option '%s'\n%s", a, validate_help);
             free(files);
-            return CLI_USAGE;
+            return cli_usage("unknown option '%s' (see fkvf validate --help)", a);
         } else {
             files[nfiles++] = argv[i];
         }
     }
     if (!nfiles) {
-        fprintf(stderr, "fkvf validate: no FILE\n%s", validate_help);
         free(files);
-        return CLI_USAGE;
+        return cli_usage("no FILE (see fkvf validate --help)");
     }
     fkvf_reader *cb = NULL;
     if (cbpath) {
         int rc = fkvf_reader_open_file(&cb, cbpath, 0, NULL);
         if (rc != FKVF_OK) {
-            cli_err_lib(cbpath, cb ? fkvf_reader_message(cb) : fkvf_strerror(rc));
+            /* a --codebooks FILE that cannot be used stops before any result:
+             * exit 2 whatever its fault (the files are not validated) */
+            cli_fail_reader(rc, cb, cbpath, "--codebooks: ");
             fkvf_reader_free(cb);
             free(files);
             return CLI_USAGE;
@@ -158,7 +168,10 @@ int fkvf_cli_validate(int argc, char **argv)
     if (json)
         printf("{\"strict\": %s, \"files\": [", strict ? "true" : "false");
     for (int f = 0; f < nfiles; f++) {
-        vstate s = {files[f], json, 0};
+        vstate s;
+        memset(&s, 0, sizeof s);
+        s.path = files[f];
+        s.json = json;
         if (json) {
             printf("%s\n  {\"file\": ", f ? "," : "");
             cli_json_cstr(stdout, files[f]);
@@ -167,15 +180,31 @@ int fkvf_cli_validate(int argc, char **argv)
         fkvf_validate_result res;
         int rc = fkvf_validate_file(files[f], &opt, on_violation, &s, &res);
         if (rc != FKVF_OK) {
-            if (json)
-                printf("], \"error\": \"%s\"}", class_name(rc));
-            fprintf(stderr, "fkvf validate: %s: cannot validate: %s\n", files[f],
-                    fkvf_strerror(rc));
-            ec = CLI_USAGE;
+            ec = cli_fail(CLI_USAGE, rc, files[f], "cannot validate: %s", fkvf_strerror(rc));
+            if (json) {
+                char m[1200];
+                snprintf(m, sizeof m, "%s: cannot validate: %s", files[f], fkvf_strerror(rc));
+                printf("], \"error\": ");
+                cli_json_error_object(stdout, CLI_USAGE, rc, files[f], m);
+                printf("}");
+            }
             continue;
         }
-        if (res.violations && ec == CLI_OK)
-            ec = CLI_INVALID;
+        if (res.violations) {
+            /* on stderr too, as every command's errors: the file, the count
+             * and the first violation (with its offset and clause) */
+            char at[32] = "-";
+            if (s.offset != FKVF_VALIDATE_NO_OFFSET)
+                snprintf(at, sizeof at, "0x%" PRIx64, s.offset);
+            cli_fail_at(CLI_INVALID, s.code, files[f], s.offset, s.clause,
+                        "invalid: %zu violation%s%s, the first at offset %s: [clause %s] %s: %s "
+                        "(check %s)",
+                        res.violations, res.violations == 1 ? "" : "s",
+                        res.capped ? " (capped)" : "", at, s.clause, class_name(s.code),
+                        s.message, s.check);
+            if (ec == CLI_OK)
+                ec = CLI_INVALID;
+        }
         if (json) {
             printf("%s], \"valid\": %s, \"count\": %zu, \"capped\": %s}", s.n ? "\n    " : "",
                    res.violations ? "false" : "true", res.violations,
@@ -188,8 +217,12 @@ int fkvf_cli_validate(int argc, char **argv)
             printf("%s: valid%s\n", files[f], strict ? " (strict: writer rules too)" : "");
         }
     }
-    if (json)
-        printf("\n]}\n");
+    if (json) {
+        printf("\n]");
+        cli_json_error_member(stdout, ec);
+        printf("}\n");
+        cli_json_done();
+    }
     fkvf_reader_free(cb);
     free(files);
     return ec;

@@ -57,6 +57,8 @@ enum {
     FKVF_E_RANGE = 5,        /* position, index or stream out of range */
     FKVF_E_NOT_FOUND = 6,    /* no such section, stream, key */
     FKVF_E_UNSUPPORTED = 7,  /* valid request this build cannot do */
+    FKVF_E_EXISTS = 8,       /* the output file exists and was not to be replaced
+                              * (fkvf_writer_options.no_replace, fkvf_appender_create) */
     /* invalid input file (format) */
     FKVF_E_BAD_MAGIC = 20,   /* not an FKVF file (spec 3.1) */
     FKVF_E_VERSION = 21,     /* format major version not supported (spec 3.1, 17) */
@@ -92,6 +94,29 @@ enum {
 FKVF_API const char *fkvf_strerror(int code);   /* one-line description; never NULL */
 FKVF_API const char *fkvf_error_name(int code); /* "FKVF_E_CHECKSUM"; never NULL */
 FKVF_API int fkvf_error_class(int code);        /* FKVF_ERRCLASS_* */
+
+/* The last error of a handle as fields, for programs that report errors in
+ * their own format (JSON, a log record) instead of parsing the message:
+ * fkvf_reader_error, fkvf_writer_error, fkvf_appender_error and
+ * fkvf_search_error fill one. The message (the text of the handle's
+ * *_message function) names the field that is wrong; offset and clause are
+ * the ones it cites, as numbers and text. */
+#define FKVF_ERROR_NO_OFFSET UINT64_MAX
+
+typedef struct fkvf_error_info {
+    int code;            /* FKVF_E_* of the last error; FKVF_OK: none (the rest
+                          * then says nothing: no offset, no clause, "" message) */
+    uint64_t offset;     /* file offset of the faulty structure or field, or
+                          * FKVF_ERROR_NO_OFFSET when there is none (environment
+                          * errors, errors about the arguments) */
+    const char *clause;  /* spec clause the error cites, e.g. "11.4" (no "spec"
+                          * or section sign), or NULL when it cites none */
+    const char *file;    /* the file the handle reads or writes, "<memory>" for a
+                          * buffer, "<sink>" for a writer sink, "search" for a
+                          * search handle */
+    const char *message; /* the handle's message, "" when there is no error;
+                          * never NULL */
+} fkvf_error_info;
 
 /* ---- allocator hook ---------------------------------------------------- */
 /* All memory a handle owns comes from its allocator (NULL = malloc family).
@@ -228,6 +253,14 @@ FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned
                                    const fkvf_allocator *alloc);
 FKVF_API void fkvf_reader_free(fkvf_reader *r);
 FKVF_API const char *fkvf_reader_message(const fkvf_reader *r);
+/* The last error of r as fields (fkvf_error_info above); works on the handle
+ * a failed open leaves. The strings belong to r: valid until the next call
+ * on r that can fail (it clears or replaces the error) or fkvf_reader_free.
+ * No allocation, no I/O. Returns FKVF_OK, FKVF_E_INVALID_ARG (out NULL) or
+ * FKVF_E_STATE (r is not a reader handle; *out is then zeroed with code
+ * FKVF_E_STATE). Thread-safety: as every call on r, not concurrently with
+ * another call on the same handle. */
+FKVF_API int fkvf_reader_error(const fkvf_reader *r, fkvf_error_info *out);
 
 typedef struct fkvf_archive_info {
     uint16_t format_major, format_minor;
@@ -454,12 +487,21 @@ typedef struct fkvf_writer_options {
     uint32_t block_size;         /* stream block size, 0 = 4096 */
     int deflate_level;           /* for sections added with FKVF_SECTION_DEFLATE, 0 = 6 */
     int no_sync;                 /* 1: skip fsync (tests, scratch files) */
+    int no_replace;              /* 1 (file writers): never replace an existing
+                                  * PATH: fkvf_writer_create_file fails with
+                                  * FKVF_E_EXISTS if it exists, and so does
+                                  * fkvf_writer_finish if it appeared meanwhile
+                                  * (the temporary file is then removed, PATH is
+                                  * untouched). 0 (default): PATH is replaced. */
 } fkvf_writer_options;
 
 FKVF_API void fkvf_writer_options_init(fkvf_writer_options *opts);
 
 /* Create a file atomically: bytes go to "PATH.tmp-XXXXXX", finish() fsyncs
- * and renames it over PATH; free() before finish() removes it. As with the
+ * and renames it over PATH (with no_replace: links it to PATH, which fails
+ * if PATH exists, then removes the temporary name; on a file system without
+ * hard links it checks that PATH does not exist, then renames); free()
+ * before finish() removes it. As with the
  * reader, on failure *out is set when a handle exists (read its message,
  * then free it). After an I/O or allocation failure during writing the
  * writer refuses further calls with the same error. */
@@ -472,6 +514,12 @@ FKVF_API int fkvf_writer_create_sink(fkvf_writer **out, const fkvf_sink *sink,
                                      const fkvf_allocator *alloc);
 FKVF_API void fkvf_writer_free(fkvf_writer *w);
 FKVF_API const char *fkvf_writer_message(const fkvf_writer *w);
+/* The last error of w as fields (fkvf_error_info); works on the handle a
+ * failed create leaves. Strings owned by w, valid until the next call on w
+ * or fkvf_writer_free. No allocation, no I/O. FKVF_OK, FKVF_E_INVALID_ARG
+ * (out NULL) or FKVF_E_STATE (not a writer handle). One handle, one thread
+ * at a time. */
+FKVF_API int fkvf_writer_error(const fkvf_writer *w, fkvf_error_info *out);
 
 FKVF_API int fkvf_writer_set_desc(fkvf_writer *w, const fkvf_desc *desc);
 FKVF_API int fkvf_writer_meta_u64(fkvf_writer *w, const char *key, uint64_t v);
@@ -601,7 +649,9 @@ typedef struct fkvf_append_create {
 } fkvf_append_create;
 
 /* Create PATH (atomically: commit 1 holds the descriptor, the codebook and
- * empty stream groups) and open it for appending. FKVF_E_IO if it exists. */
+ * empty stream groups) and open it for appending. Never replaces a file:
+ * FKVF_E_EXISTS if PATH exists, or if it appears before commit 1 is in
+ * place (the writer's no_replace). */
 FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
                                   const fkvf_append_create *create,
                                   const fkvf_append_options *opts, const fkvf_allocator *alloc);
@@ -635,6 +685,12 @@ typedef struct fkvf_appender_state {
 } fkvf_appender_state;
 FKVF_API int fkvf_appender_state_get(const fkvf_appender *a, fkvf_appender_state *out);
 FKVF_API const char *fkvf_appender_message(const fkvf_appender *a);
+/* The last error of a as fields (fkvf_error_info); an error of the archive
+ * or codebook file read at open keeps that file's offset and clause. Strings
+ * owned by a, valid until the next call on a or fkvf_appender_free. No
+ * allocation, no I/O. FKVF_OK, FKVF_E_INVALID_ARG (out NULL) or
+ * FKVF_E_STATE (not an appender handle). One handle, one thread at a time. */
+FKVF_API int fkvf_appender_error(const fkvf_appender *a, fkvf_error_info *out);
 /* Close; queued positions that were not committed are dropped. NULL is fine. */
 FKVF_API void fkvf_appender_free(fkvf_appender *a);
 
@@ -669,6 +725,11 @@ FKVF_API int fkvf_search_open(fkvf_search **out, fkvf_reader *r, size_t stream_i
                               unsigned flags, const fkvf_allocator *alloc);
 FKVF_API void fkvf_search_free(fkvf_search *s);
 FKVF_API const char *fkvf_search_message(const fkvf_search *s);
+/* The last error of s as fields (fkvf_error_info; file is "search"). Strings
+ * owned by s, valid until the next call on s or fkvf_search_free. No
+ * allocation, no I/O. FKVF_OK, FKVF_E_INVALID_ARG (out NULL) or
+ * FKVF_E_STATE (not a search handle). One handle, one thread at a time. */
+FKVF_API int fkvf_search_error(const fkvf_search *s, fkvf_error_info *out);
 
 typedef struct fkvf_search_info {
     uint64_t length;       /* positions of the stream */

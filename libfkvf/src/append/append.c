@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -63,6 +64,21 @@ struct fkvf_appender {
 
 #define FAIL(code, clause, ...) fkvf_fail(&a->diag, code, FKVF_NO_OFFSET, clause, __VA_ARGS__)
 
+/* Record an error of the reader r (what: a prefix for the message) as the
+ * appender's, keeping its offset and clause as fields (fkvf_appender_error);
+ * the message quotes the reader's, which cites them. */
+static int fail_reader(fkvf_appender *a, int rc, const fkvf_reader *r, const char *what)
+{
+    if (a->diag.code != FKVF_OK)
+        return rc;
+    fkvf_error_info e;
+    fkvf_reader_error(r, &e);
+    fkvf_fail(&a->diag, rc, FKVF_NO_OFFSET, NULL, "%s%s", what, e.message);
+    a->diag.offset = e.offset;
+    snprintf(a->diag.clause, sizeof a->diag.clause, "%s", e.clause ? e.clause : "");
+    return rc;
+}
+
 FKVF_API void fkvf_append_options_init(fkvf_append_options *opts)
 {
     if (opts)
@@ -84,6 +100,21 @@ FKVF_API const char *fkvf_appender_message(const fkvf_appender *a)
     if (!a || a->magic != FKVF_APPENDER_MAGIC)
         return "not an appender handle";
     return a->diag.msg;
+}
+
+FKVF_API int fkvf_appender_error(const fkvf_appender *a, fkvf_error_info *out)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    if (!a || a->magic != FKVF_APPENDER_MAGIC) {
+        memset(out, 0, sizeof *out);
+        out->code = FKVF_E_STATE;
+        out->offset = FKVF_ERROR_NO_OFFSET;
+        out->message = "not an appender handle";
+        return FKVF_E_STATE;
+    }
+    fkvf_diag_info(&a->diag, out);
+    return FKVF_OK;
 }
 
 FKVF_API void fkvf_appender_free(fkvf_appender *a)
@@ -200,7 +231,7 @@ static int load_window(fkvf_appender *a, fkvf_reader *r, const fkvf_codebook_sha
         const void *row;
         size_t rb;
         if ((rc = fkvf_reader_exact_row(r, a->b0 + i, &row, &rb)))
-            return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
+            return fail_reader(a, rc, r, "");
         memcpy(a->rows + i * a->row_bytes, row, a->row_bytes);
     }
     a->rows_n = nw;
@@ -222,9 +253,11 @@ static int load_window(fkvf_appender *a, fkvf_reader *r, const fkvf_codebook_sha
                                          kv ? s - cb->k_stages : s);
             size_t idx;
             if ((rc = fkvf_reader_stream_find(r, id, &idx)) ||
-                (rc = fkvf_reader_stream_read(r, idx, f, tmp, a->itail_n)))
-                return FAIL(rc, NULL, "index stream %016llx: %s", (unsigned long long)id,
-                            fkvf_reader_message(r));
+                (rc = fkvf_reader_stream_read(r, idx, f, tmp, a->itail_n))) {
+                char pre[48];
+                snprintf(pre, sizeof pre, "index stream %016llx: ", (unsigned long long)id);
+                return fail_reader(a, rc, r, pre);
+            }
             for (size_t t = 0; t < a->itail_n; t++)
                 a->itail[t * a->cpp + j] = (uint16_t)tmp[t];
         }
@@ -236,7 +269,7 @@ static int load_window(fkvf_appender *a, fkvf_reader *r, const fkvf_codebook_sha
             return rc;
         if ((rc = fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &idx)) ||
             (rc = fkvf_reader_stream_read(r, idx, f, a->tok, (size_t)(a->n - f))))
-            return FAIL(rc, NULL, "token stream: %s", fkvf_reader_message(r));
+            return fail_reader(a, rc, r, "token stream: ");
         a->tok_n = (size_t)(a->n - f);
     }
 
@@ -250,7 +283,7 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
     int rc;
     fkvf_archive_info ai;
     if ((rc = fkvf_reader_info(r, &ai)))
-        return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
+        return fail_reader(a, rc, r, "");
     if (!ai.has_desc)
         return FAIL(FKVF_E_INVALID_ARG, "13.4", "a codebook file, not an archive");
     if (ai.torn_bytes && !a->opts.recover)
@@ -261,7 +294,7 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
     a->recovered = ai.torn_bytes;
     fkvf_desc d;
     if ((rc = fkvf_reader_desc(r, &d)))
-        return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
+        return fail_reader(a, rc, r, "");
     size_t ml = d.model_id ? strlen(d.model_id) : 0, tl = d.tokenizer_id ? strlen(d.tokenizer_id) : 0;
     if (!(a->model_id = fkvf_strndup(a->alloc, d.model_id ? d.model_id : "", ml)) ||
         !(a->tokenizer_id = fkvf_strndup(a->alloc, d.tokenizer_id ? d.tokenizer_id : "", tl)))
@@ -270,7 +303,7 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
     a->desc.model_id = a->model_id;
     a->desc.tokenizer_id = a->tokenizer_id;
     if ((rc = fkvf_reader_row_bytes(r, d.dtype, &a->row_bytes)))
-        return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
+        return fail_reader(a, rc, r, "");
     a->S = d.n_sinks;
     a->W = d.window;
     a->n = ai.n_positions;
@@ -282,7 +315,7 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
     uint8_t hash[16];
     const char *name;
     if ((rc = fkvf_reader_codebook_ref(r, &ext, hash, &name)))
-        return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
+        return fail_reader(a, rc, r, "");
     if (ext && a->sections_only) {
         /* no index segment will be written: the shape is not needed */
         st->cb_kind = 2;
@@ -294,7 +327,7 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
                         "codebook_file option",
                         name);
         if ((rc = fkvf_reader_attach_codebook(r, a->opts.codebook_file)))
-            return FAIL(rc, "13.5", "%s", fkvf_reader_message(r));
+            return fail_reader(a, rc, r, "");
     }
     const void *contents;
     size_t csize;
@@ -313,7 +346,7 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
         st->cb_kind = ext ? 2 : 1;
         st->cb = cb;
     } else if (rc != FKVF_E_NOT_FOUND) {
-        return FAIL(rc, NULL, "%s", fkvf_reader_message(r));
+        return fail_reader(a, rc, r, "");
     }
     if (d.key_transform == 1 && d.key_storage == 1) {
         a->pre_rope = 1;
@@ -425,7 +458,7 @@ static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_op
     memset(&cb, 0, sizeof cb);
     int rc = fkvf_reader_open_file(&r, path, 0, alloc);
     if (rc)
-        rc = FAIL(rc, NULL, "%s", r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+        rc = r ? fail_reader(a, rc, r, "") : FAIL(rc, NULL, "%s", fkvf_strerror(rc));
     else
         rc = load_state(a, r, &st, &vtxs, &n_vtxs, &cb);
     fkvf_reader_free(r); /* before the writer may truncate a torn tail */
@@ -463,10 +496,11 @@ FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
     if (!path || !*path || !c || !c->desc || (c->codebook && c->codebook_ref))
         return FKVF_E_INVALID_ARG;
     struct stat sb;
-    if (stat(path, &sb) == 0)
-        return FKVF_E_IO; /* never replace an archive */
+    if (lstat(path, &sb) == 0)
+        return FKVF_E_EXISTS; /* never replace a file */
     fkvf_writer_options wo;
     fkvf_writer_options_init(&wo);
+    wo.no_replace = 1; /* nor one that appears while commit 1 is written */
     wo.no_sync = opts && opts->sync == FKVF_SYNC_NONE;
     if (opts)
         wo.block_size = opts->block_size;

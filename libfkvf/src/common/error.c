@@ -21,6 +21,7 @@ static const struct errdef errors[] = {
     {FKVF_E_RANGE, "FKVF_E_RANGE", "position, index or stream out of range"},
     {FKVF_E_NOT_FOUND, "FKVF_E_NOT_FOUND", "not found"},
     {FKVF_E_UNSUPPORTED, "FKVF_E_UNSUPPORTED", "not supported by this build"},
+    {FKVF_E_EXISTS, "FKVF_E_EXISTS", "the output file exists (not replaced)"},
     {FKVF_E_BAD_MAGIC, "FKVF_E_BAD_MAGIC", "not an FKVF file (bad magic)"},
     {FKVF_E_VERSION, "FKVF_E_VERSION", "unsupported format major version"},
     {FKVF_E_FEATURE, "FKVF_E_FEATURE", "unknown required feature"},
@@ -79,6 +80,18 @@ void fkvf_diag_clear(fkvf_diag *d)
 {
     d->msg[0] = 0;
     d->code = FKVF_OK;
+    d->offset = FKVF_NO_OFFSET;
+    d->clause[0] = 0;
+}
+
+void fkvf_diag_info(const fkvf_diag *d, fkvf_error_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->code = d->code;
+    out->offset = d->code != FKVF_OK ? d->offset : FKVF_ERROR_NO_OFFSET;
+    out->clause = d->code != FKVF_OK && d->clause[0] ? d->clause : NULL;
+    out->file = d->name ? d->name : "<memory>";
+    out->message = d->msg;
 }
 
 __attribute__((format(printf, 5, 0))) static int vfail(fkvf_diag *d, int code, uint64_t offset,
@@ -98,6 +111,8 @@ __attribute__((format(printf, 5, 0))) static int vfail(fkvf_diag *d, int code, u
     snprintf(d->msg, sizeof d->msg, "%.120s:%.63s %.239s%.31s [%.40s]", name, where, body, cl,
              fkvf_error_name(code));
     d->code = code;
+    d->offset = offset;
+    snprintf(d->clause, sizeof d->clause, "%s", clause ? clause : "");
     return code;
 }
 

@@ -1,20 +1,30 @@
 /* Per-handle diagnostics: one formatted message naming file, offset, field
- * and spec clause, plus the code. */
+ * and spec clause, plus the code, the offset and the clause as fields (what
+ * fkvf_reader_error and the other *_error functions report). */
 #ifndef FKVF_COMMON_ERROR_H
 #define FKVF_COMMON_ERROR_H
 
 #include <stdint.h>
 
+#include "fkvf.h"
+
 #define FKVF_MSG_MAX 512
 #define FKVF_NO_OFFSET UINT64_MAX
+
+#define FKVF_CLAUSE_MAX 16
 
 typedef struct fkvf_diag {
     char msg[FKVF_MSG_MAX];
     const char *name; /* file name or "<memory>", borrowed */
     int code;
+    uint64_t offset;              /* FKVF_NO_OFFSET when none */
+    char clause[FKVF_CLAUSE_MAX]; /* "" when none */
 } fkvf_diag;
 
 void fkvf_diag_clear(fkvf_diag *d);
+/* The fields of a diagnostic as the public fkvf_error_info (the strings
+ * point into d, or are NULL / a static string). */
+void fkvf_diag_info(const fkvf_diag *d, fkvf_error_info *out);
 /* Record an error and return `code`. `clause` like "3.1" (or NULL); fmt
  * describes the field and what is wrong. Keeps the first error recorded
  * until cleared. */

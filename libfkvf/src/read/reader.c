@@ -1192,6 +1192,21 @@ FKVF_API const char *fkvf_reader_message(const fkvf_reader *r)
     return r->diag.msg;
 }
 
+FKVF_API int fkvf_reader_error(const fkvf_reader *r, fkvf_error_info *out)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    if (!r || r->magic != FKVF_READER_MAGIC) {
+        memset(out, 0, sizeof *out);
+        out->code = FKVF_E_STATE;
+        out->offset = FKVF_ERROR_NO_OFFSET;
+        out->message = "not a reader handle";
+        return FKVF_E_STATE;
+    }
+    fkvf_diag_info(&r->diag, out);
+    return FKVF_OK;
+}
+
 /* ---- queries ------------------------------------------------------------------ */
 
 FKVF_API int fkvf_reader_info(const fkvf_reader *r, fkvf_archive_info *out)

@@ -932,6 +932,21 @@ FKVF_API const char *fkvf_search_message(const fkvf_search *s)
     return s->diag.msg[0] ? s->diag.msg : "ok";
 }
 
+FKVF_API int fkvf_search_error(const fkvf_search *s, fkvf_error_info *out)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    if (!s || s->magic != SEARCH_MAGIC) {
+        memset(out, 0, sizeof *out);
+        out->code = FKVF_E_STATE;
+        out->offset = FKVF_ERROR_NO_OFFSET;
+        out->message = "not a search handle";
+        return FKVF_E_STATE;
+    }
+    fkvf_diag_info(&s->diag, out);
+    return FKVF_OK;
+}
+
 FKVF_API int fkvf_search_info_get(const fkvf_search *s, fkvf_search_info *out)
 {
     if (!s || s->magic != SEARCH_MAGIC)

@@ -285,6 +285,11 @@ FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
         return FAIL(FKVF_E_NOMEM, NULL, "no memory for the path");
     }
     w->diag.name = w->path;
+    struct stat sb;
+    if (w->opts.no_replace && lstat(path, &sb) == 0) {
+        w->state = 2;
+        return FAIL(FKVF_E_EXISTS, NULL, "exists, and the writer was asked not to replace it");
+    }
     snprintf(w->tmp_path, n + 16, "%s.tmp-XXXXXX", path);
     w->fd = mkstemp(w->tmp_path);
     if (w->fd < 0) {
@@ -327,6 +332,21 @@ FKVF_API const char *fkvf_writer_message(const fkvf_writer *w)
     if (!w || w->magic != FKVF_WRITER_MAGIC)
         return "not a writer handle";
     return w->diag.msg;
+}
+
+FKVF_API int fkvf_writer_error(const fkvf_writer *w, fkvf_error_info *out)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    if (!w || w->magic != FKVF_WRITER_MAGIC) {
+        memset(out, 0, sizeof *out);
+        out->code = FKVF_E_STATE;
+        out->offset = FKVF_ERROR_NO_OFFSET;
+        out->message = "not a writer handle";
+        return FKVF_E_STATE;
+    }
+    fkvf_diag_info(&w->diag, out);
+    return FKVF_OK;
 }
 
 /* ---- content ------------------------------------------------------------------ */
@@ -976,6 +996,38 @@ static int sync_dir_of(const char *path, char *scratch)
     return rc;
 }
 
+/* no_replace: the complete temporary file becomes PATH only if PATH does not
+ * exist. link() fails with EEXIST if it does, atomically: an output that
+ * appeared since create (another process) is never replaced. On a file
+ * system without hard links, a check just before rename() (a small window).
+ * A failure leaves PATH untouched; free() removes the temporary file. */
+static int place_no_replace(fkvf_writer *w)
+{
+    if (link(w->tmp_path, w->path) == 0) {
+        /* in place under both names: drop the temporary one (if that fails,
+         * the archive is in place all the same) */
+        (void)unlink(w->tmp_path);
+        w->tmp_path[0] = 0;
+        return FKVF_OK;
+    }
+    int e = errno;
+    if (e == EPERM || e == ENOTSUP || e == EOPNOTSUPP || e == ENOSYS || e == EMLINK) {
+        struct stat sb;
+        if (lstat(w->path, &sb) != 0 && errno == ENOENT) {
+            if (rename(w->tmp_path, w->path) == 0)
+                return FKVF_OK;
+            e = errno;
+        } else {
+            e = EEXIST;
+        }
+    }
+    w->state = 2;
+    if (e == EEXIST)
+        return FAIL(FKVF_E_EXISTS, NULL,
+                    "appeared while the file was written; not replaced (no_replace)");
+    return FAIL(FKVF_E_IO, NULL, "link into place: %s", strerror(e));
+}
+
 FKVF_API int fkvf_writer_finish(fkvf_writer *w)
 {
     int rc = w_enter(w);
@@ -995,7 +1047,9 @@ FKVF_API int fkvf_writer_finish(fkvf_writer *w)
             w->state = 1;
             return FKVF_OK;
         }
-        if (rename(w->tmp_path, w->path) != 0) {
+        if ((rc = w->opts.no_replace ? place_no_replace(w) : FKVF_OK))
+            return rc;
+        if (!w->opts.no_replace && rename(w->tmp_path, w->path) != 0) {
             int e = errno;
             w->state = 2;
             return FAIL(FKVF_E_IO, NULL, "rename into place: %s", strerror(e));
