@@ -321,6 +321,55 @@ FKVF_API int fkvf_reader_codebook_ref(const fkvf_reader *r, int *is_external, ui
  * a codebook file, its hash differs, or its shape does not match. */
 FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *codebook_file);
 
+/* Entries of one directory that fkvf_reader_find_codebook looks at, at most. */
+#define FKVF_CODEBOOK_SCAN_MAX 10000
+
+/* Find the external codebook of r by its content hash (spec 13.5) and attach
+ * it (as fkvf_reader_attach_codebook does). Not a format rule: one way of
+ * obtaining the file that 13.5 leaves to readers.
+ *
+ * Where, in this order, each directory once (one met again, same device and
+ * inode, is skipped):
+ *   1. the directory of the path r was opened with (fkvf_reader_open_file;
+ *      "." for a path without '/'; none for fkvf_reader_open_memory);
+ *   2. each directory of search_path: a colon-separated list, searched left
+ *      to right; empty entries are skipped; NULL or "" = none. Relative
+ *      directories are relative to the working directory.
+ * The library reads no environment variable; the fkvf CLI passes
+ * FKVF_CODEBOOK_PATH as search_path.
+ * In each directory: first the file named by the CBRF name hint, if the
+ * hint is a plain file name (not empty, no '/', not "." or "..", no NUL
+ * byte: it is untrusted, spec 18.7; it never names anything outside the
+ * directory), then the other entries in directory order, at most
+ * FKVF_CODEBOOK_SCAN_MAX entries. A candidate must be a regular file (a
+ * symbolic link is not followed, a device or FIFO not opened), between 64
+ * bytes and the largest codebook file the descriptor allows (k 4096, 16 key
+ * and 16 value stages, f32 tables, per head, plus 16 MiB), and start with the
+ * FKVF magic; it is then opened (mapped: only its directory is parsed) and,
+ * if it is a codebook file (spec 13.4) whose shape fits the descriptor, its
+ * CBK1 is hashed and compared. Anything else is skipped, as are missing or
+ * unreadable directories. The first match is attached.
+ *
+ * codebook_file: on FKVF_OK, the reader of the codebook file found, opened
+ * with r's allocator and open flags; the caller owns it and r borrows it,
+ * so free it after r (as for fkvf_reader_attach_codebook). NULL when r
+ * refers to no external codebook or has one attached already (FKVF_OK: there
+ * is nothing to find).
+ * Errors: FKVF_E_CODEBOOK when no file matches (the message names the
+ * expected hash, the name hint and every directory searched, with what was
+ * wrong with one: missing, unreadable, only its first entries looked at), or
+ * when the file whose hash matches does not fit the archive (the errors of
+ * fkvf_reader_attach_codebook); FKVF_E_IO when nothing matches and a
+ * candidate or directory could not be read for a reason other than its
+ * absence or permissions (EIO, EMFILE, ...: the message names it);
+ * FKVF_E_NOMEM; FKVF_E_INVALID_ARG (codebook_file NULL); FKVF_E_STATE (not
+ * a reader, or one whose open failed). On an error r is unchanged.
+ * Thread-safety: like every call on r, one thread at a time per handle; the
+ * directories are read while it runs (another process may change them: every
+ * candidate is checked through the file descriptor it was opened with). */
+FKVF_API int fkvf_reader_find_codebook(fkvf_reader *r, const char *search_path,
+                                       fkvf_reader **codebook_file);
+
 /* Bytes of one restored row (spec 14.2 layout) in `dtype`. */
 FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_t *row_bytes);
 /* Restore positions [first, first+count): per position, per layer the keys of

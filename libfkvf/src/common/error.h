@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#define FKVF_MSG_MAX 512
+#define FKVF_MSG_MAX 1024
 #define FKVF_NO_OFFSET UINT64_MAX
 
 typedef struct fkvf_diag {
