@@ -99,7 +99,7 @@ grep_in append-no-tokens-msg "token stream" "$T/err"
 same append-no-tokens-unchanged "$T/a.fkvf" "$T/a.before"
 check append-range 1 "$FKVF" append "$T/a.fkvf" "$CACHE" --positions 10:300
 same append-range-unchanged "$T/a.fkvf" "$T/a.before"
-check append-codebook-file-missing 2 "$FKVF" append "$T/a.fkvf" "$CACHE" --codebooks "$T/nonexistent.fkvf" --positions 0:1
+check append-codebook-file-missing 1 "$FKVF" append "$T/a.fkvf" "$CACHE" --codebooks "$T/nonexistent.fkvf" --positions 0:1
 same append-nocb-unchanged "$T/a.fkvf" "$T/a.before"
 
 # compact: one commit, smaller, every position restores identically

@@ -43,9 +43,10 @@ static void spit(const char *path, const void *data, size_t size)
 
 /* A codebook file whose tables come from `seed`: the bytes in *out, the
  * content hash in hash. */
-static void make_codebook(unsigned seed, tu_buf *out, uint8_t hash[16])
+static void make_codebook_stages(unsigned seed, uint8_t k_stages, tu_buf *out, uint8_t hash[16])
 {
     fkvf_codebook_shape s = shape();
+    s.k_stages = k_stages;
     size_t n = (size_t)fkvf_codebook_size(&s) - 64;
     uint16_t *t = malloc(n);
     ck_assert_ptr_nonnull(t);
@@ -68,6 +69,11 @@ static void make_codebook(unsigned seed, tu_buf *out, uint8_t hash[16])
                      FKVF_OK);
     ck_assert_int_eq(fkvf_reader_codebook(r, NULL, NULL, NULL, hash), FKVF_OK);
     fkvf_reader_free(r);
+}
+
+static void make_codebook(unsigned seed, tu_buf *out, uint8_t hash[16])
+{
+    make_codebook_stages(seed, 1, out, hash);
 }
 
 /* An archive of N positions (S + W exact, A archived) that refers to the
@@ -249,7 +255,7 @@ START_TEST(memory_reader_uses_the_path_only)
     put("b/x", &cb);
     fkvf_reader *r, *c;
     ck_assert_int_eq(fkvf_reader_open_memory(&r, arch.data, arch.size, 0, NULL), FKVF_OK);
-    ck_assert_int_eq(fkvf_reader_find_codebook(r, NULL, &c), FKVF_E_CODEBOOK);
+    ck_assert_int_eq(fkvf_reader_find_codebook(r, NULL, &c), FKVF_E_NOT_FOUND);
     ck_assert_ptr_null(c);
     assert_msg_has(r, "no directory");
     char pb[96];
@@ -266,7 +272,7 @@ START_TEST(right_name_wrong_hash_skipped)
     /* the hint names a codebook of the same shape with another hash */
     put("a/cb.fkvf", &cb_other);
     fkvf_reader *r = open_archive(0), *c;
-    ck_assert_int_eq(fkvf_reader_find_codebook(r, NULL, &c), FKVF_E_CODEBOOK);
+    ck_assert_int_eq(fkvf_reader_find_codebook(r, NULL, &c), FKVF_E_NOT_FOUND);
     ck_assert_ptr_null(c);
     ck_assert_int_eq(restore_archived(r), FKVF_E_CODEBOOK);
     /* the right one under another name, in the same directory, is found */
@@ -275,6 +281,28 @@ START_TEST(right_name_wrong_hash_skipped)
     assert_found(r, c, "a/zz-real");
     fkvf_reader_free(r);
     fkvf_reader_free(c);
+}
+END_TEST
+
+START_TEST(hash_match_that_does_not_fit)
+{
+    /* an archive whose index streams have 1 key stage, referring by hash to
+     * a codebook of 2: the file is found, and refused (FKVF_E_CODEBOOK, not
+     * "not found") */
+    tu_buf two, x;
+    uint8_t h2[16];
+    make_codebook_stages(3, 2, &two, h2);
+    make_archive(h2, "cb.fkvf", &x);
+    put("a/archive.fkvf", &x);
+    put("a/two-stages", &two);
+    fkvf_reader *r = open_archive(0), *c;
+    ck_assert_int_eq(fkvf_reader_find_codebook(r, NULL, &c), FKVF_E_CODEBOOK);
+    ck_assert_ptr_null(c);
+    assert_msg_has(r, "stages");
+    ck_assert_int_eq(restore_archived(r), FKVF_E_CODEBOOK);
+    fkvf_reader_free(r);
+    tu_buf_free(&two);
+    tu_buf_free(&x);
 }
 END_TEST
 
@@ -292,7 +320,7 @@ START_TEST(not_found_names_hash_hint_and_dirs)
     /* b twice (and a again via the path): each directory listed once */
     snprintf(sp, sizeof sp, "%s:%s:%s:%s:%s", pb, pm, pf, pb, pa);
     fkvf_reader *r = open_archive(0), *c;
-    ck_assert_int_eq(fkvf_reader_find_codebook(r, sp, &c), FKVF_E_CODEBOOK);
+    ck_assert_int_eq(fkvf_reader_find_codebook(r, sp, &c), FKVF_E_NOT_FOUND);
     ck_assert_ptr_null(c);
     assert_msg_has(r, hx);
     assert_msg_has(r, "\"cb.fkvf\"");
@@ -300,7 +328,7 @@ START_TEST(not_found_names_hash_hint_and_dirs)
     snprintf(want, sizeof want, "%s (the archive's directory), %s, %s (missing), %s (not a directory)",
              pa, pb, pm, pf);
     assert_msg_has(r, want);
-    assert_msg_has(r, "FKVF_E_CODEBOOK");
+    assert_msg_has(r, "FKVF_E_NOT_FOUND");
     ck_assert_ptr_null(strstr(strstr(fkvf_reader_message(r), pf) + strlen(pf), pb));
     /* r is unchanged: a file attached by hand still works */
     fkvf_reader *m;
@@ -331,7 +359,7 @@ START_TEST(unreadable_dir_skipped)
      * anyway: then it is only listed) */
     snprintf(sp, sizeof sp, "%s", pl);
     r = open_archive(0);
-    ck_assert_int_eq(fkvf_reader_find_codebook(r, sp, &c), FKVF_E_CODEBOOK);
+    ck_assert_int_eq(fkvf_reader_find_codebook(r, sp, &c), FKVF_E_NOT_FOUND);
     char want[256];
     snprintf(want, sizeof want, "%s%s", pl, geteuid() == 0 ? "" : " (unreadable)");
     assert_msg_has(r, want);
@@ -352,7 +380,7 @@ START_TEST(hint_never_leaves_the_directory)
         put("a/archive.fkvf", &x);
         tu_buf_free(&x);
         fkvf_reader *r = open_archive(0), *c;
-        ck_assert_int_eq(fkvf_reader_find_codebook(r, NULL, &c), FKVF_E_CODEBOOK);
+        ck_assert_int_eq(fkvf_reader_find_codebook(r, NULL, &c), FKVF_E_NOT_FOUND);
         ck_assert_ptr_null(c);
         /* the directory where the hint would lead, when on the path: found
          * there by its hash */
@@ -374,7 +402,7 @@ START_TEST(symlinks_and_fifos_not_followed)
     path(pf, sizeof pf, "a/fifo");
     ck_assert_int_eq(mkfifo(pf, 0644), 0); /* opening it for reading would block */
     fkvf_reader *r = open_archive(0), *c;
-    ck_assert_int_eq(fkvf_reader_find_codebook(r, NULL, &c), FKVF_E_CODEBOOK);
+    ck_assert_int_eq(fkvf_reader_find_codebook(r, NULL, &c), FKVF_E_NOT_FOUND);
     /* the directory of the link's target, on the path */
     char pd[96];
     path(pd, sizeof pd, "b");
@@ -410,7 +438,7 @@ START_TEST(many_dirs_message_bounded)
     for (int i = 0; i < 300; i++)
         n += (size_t)snprintf(sp + n, cap - n, "%s/missing-%03d:", root, i);
     fkvf_reader *r = open_archive(0), *c;
-    ck_assert_int_eq(fkvf_reader_find_codebook(r, sp, &c), FKVF_E_CODEBOOK);
+    ck_assert_int_eq(fkvf_reader_find_codebook(r, sp, &c), FKVF_E_NOT_FOUND);
     assert_msg_has(r, " more");
     ck_assert_uint_lt(strlen(fkvf_reader_message(r)), 1024);
     free(sp);
@@ -428,6 +456,7 @@ static Suite *suite(void)
     tcase_add_test(t, found_via_search_path_by_hash);
     tcase_add_test(t, memory_reader_uses_the_path_only);
     tcase_add_test(t, right_name_wrong_hash_skipped);
+    tcase_add_test(t, hash_match_that_does_not_fit);
     tcase_add_test(t, not_found_names_hash_hint_and_dirs);
     tcase_add_test(t, unreadable_dir_skipped);
     tcase_add_test(t, hint_never_leaves_the_directory);

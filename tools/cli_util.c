@@ -452,25 +452,49 @@ int cli_key_rope(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf
     return 0;
 }
 
-/* The file named by an archive's codebook name hint, next to the archive,
- * if it exists (a plain file name only: the hint is untrusted). */
-char *cli_hint_path(const char *archive, const char *name)
+int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
+                        fkvf_reader **cb, char *missing, size_t missing_size)
 {
-    if (!name || !*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
-        return NULL;
-    const char *sl = strrchr(archive, '/');
-    size_t dl = sl ? (size_t)(sl - archive + 1) : 0;
-    char *p = malloc(dl + strlen(name) + 1);
-    if (!p)
-        return NULL;
-    memcpy(p, archive, dl);
-    strcpy(p + dl, name);
-    struct stat st;
-    if (stat(p, &st) != 0) {
-        free(p);
-        return NULL;
+    *cb = NULL;
+    if (missing && missing_size)
+        missing[0] = 0;
+    int ext = 0;
+    uint8_t want[16];
+    const char *name = NULL;
+    if (fkvf_reader_codebook_ref(r, &ext, want, &name) != FKVF_OK || !ext)
+        return CLI_OK;
+    char hx[33];
+    cli_hex16(want, hx);
+    if (given) {
+        fkvf_reader *c = NULL;
+        int rc = fkvf_reader_open_file(&c, given, 0, NULL);
+        if (rc != FKVF_OK) {
+            cli_err("%s: %s (the archive %s expects the codebook with content hash %s)", given,
+                    c ? fkvf_reader_message(c) : fkvf_strerror(rc), archive, hx);
+            fkvf_reader_free(c);
+            return CLI_INVALID;
+        }
+        if ((rc = fkvf_reader_attach_codebook(r, c)) != FKVF_OK) {
+            cli_err("%s: wrong codebook for %s: %s", given, archive, fkvf_reader_message(r));
+            fkvf_reader_free(c);
+            return CLI_INVALID;
+        }
+        *cb = c;
+        return CLI_OK;
     }
-    return p;
+    int rc = fkvf_reader_find_codebook(r, getenv("FKVF_CODEBOOK_PATH"), cb);
+    if (rc == FKVF_OK)
+        return CLI_OK;
+    const char *msg = fkvf_reader_message(r);
+    if ((rc == FKVF_E_NOT_FOUND || rc == FKVF_E_IO) && missing) {
+        snprintf(missing, missing_size, "%s", msg);
+        return CLI_OK;
+    }
+    if (rc == FKVF_E_NOT_FOUND)
+        cli_err("%s; pass --codebooks FILE, or put its directory in FKVF_CODEBOOK_PATH", msg);
+    else
+        cli_err_lib(archive, msg);
+    return rc == FKVF_E_NOT_FOUND || rc == FKVF_E_CODEBOOK ? CLI_INVALID : CLI_USAGE;
 }
 
 unsigned cli_quad_bits_for(uint64_t maxv)

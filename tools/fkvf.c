@@ -167,7 +167,11 @@ static void sizes_by_part(fkvf_reader *r, const fkvf_archive_info *ai, part_size
 
 static const char *info_help =
     "Shows the header, the commits, the cache shape, the codec of each stream,\n"
-    "bytes per part and the metadata. --json prints one JSON object.\n";
+    "bytes per part and the metadata. --json prints one JSON object.\n"
+    "The ratio vs fp16 counts the codebook: an embedded one (also given without\n"
+    "it), or for an archive that refers to a codebook file, that file as found\n"
+    "by content hash in the archive's directory, then in each directory of\n"
+    "FKVF_CODEBOOK_PATH (docs/codebooks.md); the ratio without it too.\n";
 
 static void print_meta_value(FILE *f, const fkvf_meta_entry *e, int json)
 {
@@ -222,6 +226,16 @@ static int cmd_info(int argc, char **argv)
     if (has_desc)
         fp16_bytes = ai.n_positions * (uint64_t)d.n_layers * d.n_kv_heads * (d.key_dim + d.value_dim) * 2;
     uint64_t no_cb = ai.committed_size - ps.codebooks;
+    /* an external codebook, found by content hash, counted in the ratio */
+    fkvf_reader *cbf = NULL;
+    char cb_missing[1024] = "";
+    uint64_t cbf_bytes = 0;
+    int ext_rc = cli_attach_codebook(r, path, NULL, &cbf, cb_missing, sizeof cb_missing);
+    fkvf_archive_info cbi;
+    if (cbf && fkvf_reader_info(cbf, &cbi) == FKVF_OK)
+        cbf_bytes = cbi.file_size;
+    if (ext_rc != CLI_OK)
+        ec = ext_rc; /* a file of its hash that does not fit: reported */
     FILE *f = stdout;
     if (json) {
         fprintf(f, "{\"file\":");
@@ -254,9 +268,14 @@ static int cmd_info(int argc, char **argv)
         }
         fprintf(f, ",\"bytes\":{\"window\":%" PRIu64 ",\"indices\":%" PRIu64 ",\"tokens\":%" PRIu64
                    ",\"codebooks\":%" PRIu64 ",\"metadata\":%" PRIu64 ",\"other\":%" PRIu64
-                   ",\"structure\":%" PRIu64 ",\"fp16_equivalent\":%" PRIu64 "}",
+                   ",\"structure\":%" PRIu64 ",\"fp16_equivalent\":%" PRIu64,
                 ps.window, ps.indices, ps.tokens, ps.codebooks, ps.metadata, ps.other, ps.structure,
                 fp16_bytes);
+        /* the external codebook file found by content hash (null: none, or not found) */
+        if (cbf)
+            fprintf(f, ",\"codebook_file\":%" PRIu64 "}", cbf_bytes);
+        else
+            fprintf(f, ",\"codebook_file\":null}");
         fprintf(f, ",\"stream_list\":[");
         for (size_t i = 0; i < ai.n_streams; i++) {
             fkvf_stream_info si;
@@ -321,12 +340,17 @@ static int cmd_info(int argc, char **argv)
         uint8_t cb_hash[16];
         if (fkvf_reader_codebook_ref(r, &cb_external, cb_hash, NULL) != FKVF_OK)
             cb_external = 0;
-        if (fp16_bytes && ai.committed_size && cb_external) {
-            fprintf(f, "ratio vs fp16   %.2fx; the codebook is a shared external file (hash ",
-                    (double)fp16_bytes / (double)ai.committed_size);
-            for (int i = 0; i < 16; i++)
-                fprintf(f, "%02x", cb_hash[i]);
-            fprintf(f, "), not counted (fp16 cache: %" PRIu64 " bytes)\n", fp16_bytes);
+        char hx[33];
+        cli_hex16(cb_hash, hx);
+        if (fp16_bytes && ai.committed_size && cb_external && cbf) {
+            fprintf(f, "ratio vs fp16   %.2fx with the codebook file (%" PRIu64 " bytes, content "
+                       "hash %s), %.2fx without it (fp16 cache: %" PRIu64 " bytes)\n",
+                    (double)fp16_bytes / (double)(ai.committed_size + cbf_bytes), cbf_bytes, hx,
+                    (double)fp16_bytes / (double)ai.committed_size, fp16_bytes);
+        } else if (fp16_bytes && ai.committed_size && cb_external) {
+            fprintf(f, "ratio vs fp16   %.2fx without the codebook file (content hash %s, not "
+                       "found: see FKVF_CODEBOOK_PATH; fp16 cache: %" PRIu64 " bytes)\n",
+                    (double)fp16_bytes / (double)ai.committed_size, hx, fp16_bytes);
         } else if (fp16_bytes && ai.committed_size) {
             fprintf(f, "ratio vs fp16   %.2fx with codebooks, %.2fx without (fp16 cache: %" PRIu64 " bytes)\n",
                     (double)fp16_bytes / (double)ai.committed_size,
@@ -367,6 +391,7 @@ static int cmd_info(int argc, char **argv)
         }
     }
     fkvf_reader_free(r);
+    fkvf_reader_free(cbf);
     return ec;
 }
 
@@ -383,7 +408,11 @@ static const char *verify_help =
     "  --codebooks FILE   the codebook file of an archive that refers to one (spec\n"
     "                     13.5): its content hash and shape are checked, and every\n"
     "                     index symbol against its k (a wrong or unreadable file is\n"
-    "                     exit 1; an empty FILE means none)\n";
+    "                     exit 1; an empty FILE means none). Default: the file found\n"
+    "                     by content hash in the archive's directory, then in each\n"
+    "                     directory of FKVF_CODEBOOK_PATH (docs/codebooks.md); when\n"
+    "                     none is found, a note on stderr and those checks are not\n"
+    "                     made (a file of that hash that does not fit: exit 1)\n";
 
 static int cmd_verify(int argc, char **argv)
 {
@@ -423,19 +452,39 @@ static int cmd_verify(int argc, char **argv)
         uint8_t want[16];
         const char *name = NULL;
         fkvf_reader_codebook_ref(r, &ext, want, &name);
+        char hx[33];
+        cli_hex16(want, hx);
         if (!ext) {
             rc = FKVF_E_INVALID_ARG;
             snprintf(msg, sizeof msg, "%s: --codebooks given, but the archive does not refer to "
                      "an external codebook", path);
         } else if ((rc = fkvf_reader_open_file(&cb, cbpath, 0, NULL)) != FKVF_OK) {
-            snprintf(msg, sizeof msg, "%s", cb ? fkvf_reader_message(cb) : fkvf_strerror(rc));
+            snprintf(msg, sizeof msg, "%.900s (the archive expects the codebook with content hash %s)",
+                     cb ? fkvf_reader_message(cb) : fkvf_strerror(rc), hx);
             rc = FKVF_E_CODEBOOK; /* a missing or broken codebook file: invalid input */
         } else if ((rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK) {
             snprintf(msg, sizeof msg, "%s", fkvf_reader_message(r));
         }
     }
+    /* without --codebooks: the codebook found by content hash (archive's
+     * directory, FKVF_CODEBOOK_PATH); none found: verified without it */
+    char cb_note[1024] = "";
+    if (rc == FKVF_OK && !cbpath) {
+        int ext = 0;
+        if (fkvf_reader_codebook_ref(r, &ext, NULL, NULL) == FKVF_OK && ext) {
+            int frc = fkvf_reader_find_codebook(r, getenv("FKVF_CODEBOOK_PATH"), &cb);
+            if (frc == FKVF_E_NOT_FOUND || frc == FKVF_E_IO)
+                snprintf(cb_note, sizeof cb_note, "%s", fkvf_reader_message(r));
+            else if (frc != FKVF_OK) /* found by its hash, and it does not fit */
+                snprintf(msg, sizeof msg, "%s", fkvf_reader_message(r)), rc = frc;
+        }
+    }
     if (rc == FKVF_OK)
         rc = fkvf_reader_verify(r);
+    if (*cb_note && rc == FKVF_OK)
+        cli_err("note: %s; verified without it: the checks that need the codebook (spec 11.8: "
+                "stage counts, symbol range) were not made (pass --codebooks FILE)",
+                cb_note);
     /* copy: later calls on the handle clear its message */
     if (!*msg)
         snprintf(msg, sizeof msg, "%s", r ? fkvf_reader_message(r) : "");

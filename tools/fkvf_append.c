@@ -24,41 +24,6 @@ int fkvf_cli_recover(int argc, char **argv);
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* Open the codebook file an archive refers to: `given` (--codebooks) or the
- * name hint next to the archive. Returns 0, or an exit status (reported). */
-static int open_ref_codebook(fkvf_reader *r, const char *archive, const char *given,
-                             fkvf_reader **out)
-{
-    *out = NULL;
-    int ext = 0;
-    uint8_t want[16];
-    const char *name = NULL;
-    if (fkvf_reader_codebook_ref(r, &ext, want, &name) != FKVF_OK || !ext)
-        return CLI_OK;
-    char hx[33];
-    cli_hex16(want, hx);
-    char *hp = given ? NULL : cli_hint_path(archive, name);
-    const char *path = given ? given : hp;
-    if (!path) {
-        cli_err("%s: the archive refers to the external codebook with content hash %s "
-                "(name hint '%s'), not found next to it; pass --codebooks FILE",
-                archive, hx, name ? name : "");
-        return CLI_INVALID;
-    }
-    fkvf_reader *cb = NULL;
-    int rc = fkvf_reader_open_file(&cb, path, 0, NULL);
-    if (rc != FKVF_OK) {
-        cli_err("%s: %s (the archive %s expects the codebook with content hash %s)", path,
-                cb ? fkvf_reader_message(cb) : fkvf_strerror(rc), archive, hx);
-        fkvf_reader_free(cb);
-        free(hp);
-        return rc == FKVF_E_IO ? CLI_USAGE : CLI_INVALID;
-    }
-    free(hp);
-    *out = cb;
-    return CLI_OK;
-}
-
 /* Symbols a stream codec can hold (0: 2^32). */
 static uint64_t alphabet_of(const fkvf_stream_info *si)
 {
@@ -91,7 +56,8 @@ static const char *append_help =
     "  --sync commit|none    fdatasync every commit (default), or only once at the end\n"
     "  --recover             cut off a torn tail first (spec 7.7; else refused)\n"
     "  --codebooks FILE      the codebook file of an archive that refers to one\n"
-    "                        (default: the file named in the archive, next to it)\n"
+    "                        (default: found by content hash in the archive's\n"
+    "                        directory, then in FKVF_CODEBOOK_PATH; docs/codebooks.md)\n"
     "  --tokens              token ids are required: fail if the cache has none or\n"
     "                        the archive has no token stream (default: stored when\n"
     "                        both have them)\n"
@@ -511,7 +477,7 @@ int fkvf_cli_append(int argc, char **argv)
         size_t ti;
         arch_tok = fkvf_reader_stream_find(s.r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK &&
                    fkvf_reader_stream_info(s.r, ti, &tsi) == FKVF_OK;
-        if ((ex = open_ref_codebook(s.r, o.archive, o.cbfile, &s.cb)))
+        if ((ex = cli_attach_codebook(s.r, o.archive, o.cbfile, &s.cb, NULL, 0)))
             goto out;
     }
 
@@ -705,8 +671,8 @@ static const char *compact_help =
     "  --in-place            replace ARCHIVE itself (same atomic rename); refused\n"
     "                        while an appender has it open\n"
     "  --codebooks FILE      the codebook file of an archive that refers to one\n"
-    "                        (needed for its shape; default: the file named in the\n"
-    "                        archive, next to it)\n"
+    "                        (needed for its shape; default: found by content hash\n"
+    "                        in the archive's directory, then in FKVF_CODEBOOK_PATH)\n"
     "  --json                print one JSON object\n"
     "\n"
     "Exit status: 0 ok, 1 invalid input, 2 usage or I/O error.\n";
@@ -794,14 +760,9 @@ int fkvf_cli_compact(int argc, char **argv)
         cli_err("%s: not an archive (a codebook file?)", in);
         goto out;
     }
-    if ((ex = open_ref_codebook(r, in, cbpath, &cb)))
+    if ((ex = cli_attach_codebook(r, in, cbpath, &cb, NULL, 0)))
         goto out;
     ex = CLI_INVALID;
-    if (cb && (rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK) {
-        cli_err("%s: wrong codebook for %s: %s", cbpath ? cbpath : "codebook", in,
-                fkvf_reader_message(r));
-        goto out;
-    }
     /* deflate flags as in the input */
     unsigned exac_flags = 0, cbk_flags = 0;
     for (size_t i = 0; i < ai.n_sections; i++) {

@@ -484,7 +484,9 @@ static const char *unpack_help =
     "extension): exact positions bit for bit, archived ones reconstructed.\n"
     "\n"
     "  --codebooks FILE      codebook file for an archive that refers to one\n"
-    "                        (default: the file named in the archive, next to it)\n"
+    "                        (default: found by content hash in the archive's\n"
+    "                        directory, then in each directory of FKVF_CODEBOOK_PATH;\n"
+    "                        docs/codebooks.md)\n"
     "  --dtype f16|bf16|f32  element type of the output (the archive's)\n"
     "\n"
     "Exit status: 0 ok, 1 invalid input (also a missing or wrong codebook),\n"
@@ -544,7 +546,6 @@ int fkvf_cli_unpack(int argc, char **argv)
     memset(&c, 0, sizeof c);
     uint8_t *buf = NULL;
     uint32_t *tok = NULL;
-    char *hint_path = NULL;
     int ex = CLI_INVALID;
     int rc;
     if ((rc = cli_open_reader(&r, in)) != CLI_OK) {
@@ -568,34 +569,12 @@ int fkvf_cli_unpack(int argc, char **argv)
     }
     int ext = 0;
     uint8_t want[16] = {0}; /* left alone by the library when not external */
-    const char *name = NULL;
-    fkvf_reader_codebook_ref(r, &ext, want, &name);
+    fkvf_reader_codebook_ref(r, &ext, want, NULL);
     char hx[33];
     cli_hex16(want, hx); /* printed only in the messages of an external codebook */
-    if (ext && ai.n_archived > 0) {
-        const char *path = cbpath;
-        if (!path)
-            path = hint_path = cli_hint_path(in, name);
-        if (!path) {
-            cli_err("%s: the archive refers to the external codebook with content hash %s "
-                     "(name hint '%s'), not found; pass --codebooks FILE",
-                     in, hx, name ? name : "");
-            goto out;
-        }
-        rc = fkvf_reader_open_file(&cb, path, 0, NULL);
-        if (rc != FKVF_OK) {
-            /* a missing or unreadable codebook is invalid input (exit 1, as
-             * the help says), like a wrong one */
-            cli_err("%s: %s (the archive %s expects the codebook with content hash %s)", path,
-                     cb ? fkvf_reader_message(cb) : fkvf_strerror(rc), in, hx);
-            goto out;
-        }
-        rc = fkvf_reader_attach_codebook(r, cb);
-        if (rc != FKVF_OK) {
-            cli_err("%s: wrong codebook for %s: %s", path, in, fkvf_reader_message(r));
-            goto out;
-        }
-    }
+    if (ext && ai.n_archived > 0 && (ex = cli_attach_codebook(r, in, cbpath, &cb, NULL, 0)))
+        goto out;
+    ex = CLI_INVALID;
     if (fmt == KVIO_FMT_NPY && d.key_dim != d.value_dim) {
         /* found before restoring anything */
         cli_err("%s: a .npy file holds one array: key_dim %u and value_dim %u must be equal "
@@ -663,7 +642,6 @@ int fkvf_cli_unpack(int argc, char **argv)
            kvio_format_name(fmt));
     ex = CLI_OK;
 out:
-    free(hint_path);
     free(buf);
     free(tok);
     kvio_cache_free(&c);

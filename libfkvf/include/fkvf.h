@@ -55,7 +55,7 @@ enum {
     FKVF_E_NOMEM = 3,        /* allocation failed */
     FKVF_E_IO = 4,           /* operating-system I/O error */
     FKVF_E_RANGE = 5,        /* position, index or stream out of range */
-    FKVF_E_NOT_FOUND = 6,    /* no such section, stream, key */
+    FKVF_E_NOT_FOUND = 6,    /* no such section, stream, key, file */
     FKVF_E_UNSUPPORTED = 7,  /* valid request this build cannot do */
     /* invalid input file (format) */
     FKVF_E_BAD_MAGIC = 20,   /* not an FKVF file (spec 3.1) */
@@ -355,13 +355,14 @@ FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *codebook_f
  * so free it after r (as for fkvf_reader_attach_codebook). NULL when r
  * refers to no external codebook or has one attached already (FKVF_OK: there
  * is nothing to find).
- * Errors: FKVF_E_CODEBOOK when no file matches (the message names the
+ * Errors: FKVF_E_NOT_FOUND when no file matches (the message names the
  * expected hash, the name hint and every directory searched, with what was
- * wrong with one: missing, unreadable, only its first entries looked at), or
- * when the file whose hash matches does not fit the archive (the errors of
- * fkvf_reader_attach_codebook); FKVF_E_IO when nothing matches and a
- * candidate or directory could not be read for a reason other than its
- * absence or permissions (EIO, EMFILE, ...: the message names it);
+ * wrong with one: missing, unreadable, only its first entries looked at);
+ * FKVF_E_CODEBOOK when the file whose hash matches does not fit the archive
+ * (the errors of fkvf_reader_attach_codebook: the archive is inconsistent
+ * with its codebook); FKVF_E_IO when nothing matches and a candidate or
+ * directory could not be read for a reason other than its absence or
+ * permissions (EIO, EMFILE, ...: the message names it);
  * FKVF_E_NOMEM; FKVF_E_INVALID_ARG (codebook_file NULL); FKVF_E_STATE (not
  * a reader, or one whose open failed). On an error r is unchanged.
  * Thread-safety: like every call on r, one thread at a time per handle; the

@@ -380,7 +380,7 @@ FKVF_API int fkvf_reader_find_codebook(fkvf_reader *r, const char *search_path,
                          "external codebook %s (name hint \"%.64s\") not found: %s; searched %s%s",
                          hx, r->cb_ref_name, f.io_what, f.n_dirs || f.list_len ? f.list : "nothing",
                          more);
-    return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, off, "13.5",
+    return fkvf_fail(&r->diag, FKVF_E_NOT_FOUND, off, "13.5",
                      "external codebook %s (name hint \"%.64s\") not found by content hash in %s%s",
                      hx, r->cb_ref_name, f.list_len ? f.list : "no directory (no path given)",
                      more);
