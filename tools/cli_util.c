@@ -345,9 +345,10 @@ void cli_code_opts_init(cli_code_opts *o)
 int cli_code_value(cli_code_opts *o, const char *a, const char *v)
 {
     int bad;
-    if (!strcmp(a, "--k"))
+    if (!strcmp(a, "--k")) {
         bad = cli_opt_k(a, v, &o->k);
-    else if (!strcmp(a, "--k-stages"))
+        o->k_set = 1;
+    } else if (!strcmp(a, "--k-stages"))
         bad = cli_opt_stages(a, v, &o->ks);
     else if (!strcmp(a, "--v-stages"))
         bad = cli_opt_stages(a, v, &o->vs);

@@ -84,6 +84,7 @@ int cli_opt_rope_layout(const char *v, uint8_t *layout);       /* 1 interleaved,
  * --model-id, --tokenizer-id. */
 typedef struct cli_code_opts {
     uint32_t k, beam, iters;
+    int k_set; /* --k given */
     uint8_t ks, vs;
     uint64_t sinks, recent, seed;
     int ngon;

@@ -84,6 +84,81 @@ static int key_opt(cli_key_opts *k, int argc, char **argv, int *i)
     return cli_key_value(k, a, v) < 0 ? -1 : 1;
 }
 
+/* ---- codebook size rules (pack --train, train) -------------------------- */
+
+/* The automatic k of pack --train (no --k): the largest power of two from
+ * CB_K_MIN to CB_K_MAX whose embedded codebook takes at most 1/CB_FRACTION
+ * of the fp16 bytes of the rows it encodes, with at least CB_ROWS_PER_K
+ * rows per centroid (docs/codebooks.md: measured on stories260K caches). */
+#define CB_K_MIN 16u
+#define CB_K_MAX 256u
+#define CB_FRACTION 4u
+#define CB_ROWS_PER_K 4u
+
+/* Bytes of the CBK1 section of k centroids per stage for the cache's shape
+ * (one table set per head, or per layer when pooled); 0 when invalid. */
+static uint64_t cb_bytes(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs, int f32,
+                         int pooled)
+{
+    fkvf_codebook_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = c->n_layers;
+    sh.n_heads = pooled ? 1 : c->n_kv_heads;
+    sh.key_dim = c->key_dim;
+    sh.value_dim = c->value_dim;
+    sh.k = k;
+    sh.k_stages = ks;
+    sh.v_stages = vs;
+    sh.dtype = f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
+    sh.pooled = (uint8_t)(pooled != 0);
+    return fkvf_codebook_size(&sh);
+}
+
+/* fp16 bytes of n rows of the cache */
+static double fp16_rows(const kvio_cache *c, uint64_t n)
+{
+    return (double)n * (double)cli_cache_row_elems(c) * 2.0;
+}
+
+/* The rule above for A archived rows: k, or 0 when even CB_K_MIN breaks it. */
+static uint32_t auto_k(const kvio_cache *c, uint64_t A, uint8_t ks, uint8_t vs, int f32)
+{
+    uint32_t best = 0;
+    for (uint32_t k = CB_K_MIN; k <= CB_K_MAX; k *= 2) {
+        uint64_t cb = cb_bytes(c, k, ks, vs, f32, 0);
+        if (cb && (double)cb * CB_FRACTION <= fp16_rows(c, A) && (uint64_t)k * CB_ROWS_PER_K <= A)
+            best = k;
+    }
+    return best;
+}
+
+/* A warning when a codebook of k wastes bytes: larger than the fp16 bytes of
+ * the `n` rows it is for, or fewer than CB_ROWS_PER_K rows per centroid
+ * (`per_table` rows train each table set: it memorises them). who: the file
+ * named; noun, noun_table: what the n and per_table rows are; advice: what
+ * to do instead. 1 if warned. */
+static int warn_codebook(const char *who, const kvio_cache *c, uint32_t k, uint64_t cb,
+                         uint64_t n, uint64_t per_table, const char *noun, const char *noun_table,
+                         const char *advice)
+{
+    double fp = fp16_rows(c, n);
+    int big = (double)cb > fp, few = (uint64_t)k * CB_ROWS_PER_K > per_table;
+    if (!big && !few)
+        return 0;
+    char what[320];
+    if (big)
+        snprintf(what, sizeof what, "the codebook (k = %u, %" PRIu64 " bytes) is %.1fx the %.0f "
+                 "fp16 bytes of the %" PRIu64 " %s%s",
+                 k, cb, fp > 0 ? (double)cb / fp : 0.0, fp, n, noun,
+                 few ? ", and k is more than a quarter of them" : "");
+    else
+        snprintf(what, sizeof what, "k = %u is more than a quarter of the %" PRIu64
+                 " %s (fewer than %u per centroid: the codebook memorises them)",
+                 k, per_table, noun_table, CB_ROWS_PER_K);
+    cli_err("%s: warning: %s; %s", who, what, advice);
+    return 1;
+}
+
 /* ---- pack --------------------------------------------------------------- */
 
 static const char *pack_help =
@@ -97,8 +172,18 @@ static const char *pack_help =
     "  --train               train them on this cache's rows and embed them (default)\n"
     "  --codebooks FILE      use a codebook file from 'fkvf train'; the archive\n"
     "                        refers to it by content hash (shape and stages are the file's)\n"
+    "                        and stores only indices: best for many or small caches\n"
     "Quantizer (with --train):\n"
-    "  --k N                 centroids per stage, power of two 16..4096 (256)\n"
+    "  --k N                 centroids per stage, power of two 16..4096 (default:\n"
+    "                        automatic, the largest power of two from 16 to 256 whose\n"
+    "                        embedded codebook takes at most 1/4 of the fp16 bytes of\n"
+    "                        the archived rows, with k <= archived rows / 4; when even\n"
+    "                        k = 16 breaks that rule, k = 16 with a warning, or, when\n"
+    "                        its codebook and indices would take more bytes than the\n"
+    "                        rows themselves, every position is stored exact (no\n"
+    "                        codebook; a note says so). A given --k is used as given,\n"
+    "                        with a warning when its codebook is larger than the rows\n"
+    "                        it encodes or k > archived rows / 4; docs/codebooks.md)\n"
     "  --k-stages N          key stages 0..16 (4)\n"
     "  --v-stages N          value stages 0..16 (2)\n"
     "  --seed S              training seed (0)\n"
@@ -119,6 +204,9 @@ static const char *pack_help =
     "  --index               also append a commit with a ZIDX search index of every\n"
     "                        stream (as 'fkvf index' does; spec 20)\n"
     "  --model-id STR, --tokenizer-id STR   descriptor ids\n"
+    "\n"
+    "Prints the archive's size and its ratio vs fp16 with the codebook counted\n"
+    "(embedded, or the --codebooks file's size) and without it.\n"
     "\n"
     "Exit status: 0 ok, 1 invalid input, 2 usage or I/O error.\n";
 
@@ -271,6 +359,7 @@ int fkvf_cli_pack(int argc, char **argv)
     uint64_t S = o.code.sinks < P ? o.code.sinks : P;
     uint64_t W = o.code.recent < P - S ? o.code.recent : P - S;
     uint64_t A = P - S - W;
+    uint64_t S_policy = S; /* the descriptor's sinks, whatever is stored exact */
     size_t es = kvio_dtype_size(c->dtype);
     size_t rb = cli_cache_row_elems(c) * es;
     fkvf_rope rope;
@@ -278,7 +367,7 @@ int fkvf_cli_pack(int argc, char **argv)
     uint8_t hash[16];
     fkvf_codebook_shape shape;
     memset(&shape, 0, sizeof shape);
-    char msg[512];
+    char msg[1024];
 
     /* a codebook file is checked (and referred to) even when no position
      * ends up archived: the archive can then archive later appends */
@@ -297,11 +386,46 @@ int fkvf_cli_pack(int argc, char **argv)
         ex = CLI_USAGE;
         goto out;
     }
+    /* --train: k by the rule of pack --help when --k is not given; every
+     * position exact when even the smallest codebook costs more than the
+     * rows it would encode */
+    uint32_t k = o.code.k;
+    const char *advice = "for small caches a shared codebook compresses better: train it once "
+                         "(fkvf train CACHE... -o CODEBOOKS) and pack with --codebooks CODEBOOKS";
+    if (A > 0 && !o.cbfile && !o.code.k_set) {
+        k = auto_k(c, A, o.code.ks, o.code.vs, o.f32);
+        if (!k) {
+            k = CB_K_MIN;
+            uint64_t cb = cb_bytes(c, k, o.code.ks, o.code.vs, o.f32, 0);
+            double idx = (double)A * c->n_layers * c->n_kv_heads * (o.code.ks + o.code.vs) *
+                         cli_quad_bits_for(k - 1) / 8.0;
+            double exact = (double)A * (double)rb;
+            if ((double)cb + idx >= exact) {
+                cli_err("%s: note: %" PRIu64 " archived positions are too few for an embedded "
+                        "codebook (k = %u: %" PRIu64 " codebook bytes + about %.0f index bytes "
+                        ">= the %.0f bytes of the rows): every position stored exact, no "
+                        "codebook (--k N forces one); %s",
+                        o.in, A, k, cb, idx, exact, advice);
+                S = P;
+                W = 0;
+                A = 0;
+            } else {
+                cli_err("%s: warning: %" PRIu64 " archived positions: even k = %u gives a "
+                        "codebook of %" PRIu64 " bytes, %.0f%% of the %.0f fp16 bytes of those "
+                        "rows (the automatic k keeps it within 1/%u); %s",
+                        o.in, A, k, cb, 100.0 * (double)cb / fp16_rows(c, A), fp16_rows(c, A),
+                        CB_FRACTION, advice);
+            }
+        }
+    } else if (A > 0 && !o.cbfile) {
+        warn_codebook(o.in, c, k, cb_bytes(c, k, o.code.ks, o.code.vs, o.f32, 0), A, A,
+                      "archived rows it encodes", "archived rows it encodes", advice);
+    }
     fkvf_rows all = {s.rows, (size_t)P, c->dtype, 0};
     if (A > 0 && !s.q) {
         fkvf_rvq_params prm;
         cli_rvq_params_for(&prm, c);
-        prm.k = o.code.k;
+        prm.k = k;
         prm.k_stages = o.code.ks;
         prm.v_stages = o.code.vs;
         prm.table_dtype = o.f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
@@ -365,7 +489,7 @@ int fkvf_cli_pack(int argc, char **argv)
     }
     fkvf_desc d;
     cli_desc_for(&d, c, &rope, o.keys.no_rope, krope);
-    d.n_sinks = (uint32_t)S;
+    d.n_sinks = (uint32_t)S_policy;
     d.window = (uint32_t)(o.code.recent > UINT32_MAX ? UINT32_MAX : o.code.recent);
     d.model_id = o.code.model_id;
     d.tokenizer_id = o.code.tok_id;
@@ -455,19 +579,29 @@ int fkvf_cli_pack(int argc, char **argv)
     }
     if (o.index && (ex = fkvf_cli_index_file(o.out, 0)) != CLI_OK)
         goto out; /* search index (fkvf_search.c); the archive itself is complete */
+    /* the ratio with the codebook counted (embedded, or the file's size),
+     * then without it */
     uint64_t bytes = cli_file_size(o.out);
-    double fp16 = (double)P * (double)cli_cache_row_elems(c) * 2.0;
+    double fp16 = fp16_rows(c, P);
     uint64_t cbb = A > 0 && !o.cbfile ? fkvf_codebook_size(&shape) : 0;
-    char tail[128] = "";
-    if (cbb && cbb < bytes)
-        snprintf(tail, sizeof tail, "; %.2fx without the %" PRIu64 " codebook bytes",
-                 fp16 / (double)(bytes - cbb), cbb);
-    else if (A > 0 && o.cbfile)
-        snprintf(tail, sizeof tail, "; codebooks in %s", cli_base_name(o.cbfile));
+    char ratio[256];
+    if (o.cbfile) {
+        uint64_t fb = cli_file_size(o.cbfile);
+        snprintf(ratio, sizeof ratio, "%.2fx with the codebook file (%s, %" PRIu64
+                 " bytes), %.2fx without it", fp16 / (double)(bytes + fb),
+                 cli_base_name(o.cbfile), fb, bytes ? fp16 / (double)bytes : 0.0);
+    } else if (cbb && cbb < bytes) {
+        snprintf(ratio, sizeof ratio, "%.2fx with the embedded codebook (k = %u, %" PRIu64
+                 " bytes), %.2fx without it", fp16 / (double)bytes, shape.k, cbb,
+                 fp16 / (double)(bytes - cbb));
+    } else {
+        snprintf(ratio, sizeof ratio, "%.2fx, no codebook (every position exact)",
+                 bytes ? fp16 / (double)bytes : 0.0);
+    }
     snprintf(msg, sizeof msg,
              "%s: %" PRIu64 " positions (%" PRIu64 " exact, %" PRIu64 " archived), %" PRIu64
-             " bytes, ratio vs fp16 %.2fx (%.0f bytes)%s",
-             o.out, P, P - A, A, bytes, bytes ? fp16 / (double)bytes : 0.0, fp16, tail);
+             " bytes, ratio vs fp16 %s; fp16 cache %.0f bytes",
+             o.out, P, P - A, A, bytes, ratio, fp16);
     puts(msg);
     ex = CLI_OK;
 out:
@@ -657,7 +791,9 @@ static const char *train_help =
     "\n"
     "Train per-head RVQ codebooks on one or more raw caches of the same shape\n"
     "and write a codebook file (archives refer to it by content hash: fkvf\n"
-    "pack --codebooks FILE). Prints the content hash.\n"
+    "pack --codebooks FILE). Prints the content hash. Warns when the codebook is\n"
+    "larger than the fp16 bytes of its training rows or k is more than a quarter\n"
+    "of them (per table: pooled tables see every head's rows): it memorises them.\n"
     "\n"
     "  --k N                 centroids per stage, power of two 16..4096 (256)\n"
     "  --k-stages N          key stages 0..16 (4)\n"
@@ -797,6 +933,17 @@ int fkvf_cli_train(int argc, char **argv)
     fkvf_codebook_shape shape;
     uint32_t heads;
     fkvf_rvq_shape(q, &shape, &heads);
+    /* a codebook larger than its training rows, or k near their count,
+     * memorises them: it will not serve other caches */
+    uint64_t n_rows = 0;
+    for (size_t i = 0; i < nin; i++)
+        n_rows += cs[i].n_positions;
+    warn_codebook(out, &cs[0], shape.k, fkvf_codebook_size(&shape), n_rows,
+                  n_rows * (prm.pooled ? cs[0].n_kv_heads : 1),
+                  "training rows",
+                  prm.pooled ? "training vectors (rows x heads: pooled)" : "training rows",
+                  "train on more positions (several caches: fkvf train CACHE... -o FILE) or "
+                  "give a smaller --k");
     size_t tsz = fkvf_rvq_tables_size(q);
     tables = malloc(tsz ? tsz : 1);
     if (!tables || fkvf_rvq_tables(q, tables, tsz) != FKVF_OK) {
