@@ -337,7 +337,7 @@ static int cmd_info(int argc, char **argv)
                    ", structure %" PRIu64 "\n",
                 ps.window, ps.indices, ps.tokens, ps.codebooks, ps.metadata, ps.other, ps.structure);
         int cb_external = 0;
-        uint8_t cb_hash[16];
+        uint8_t cb_hash[16] = {0}; /* set only for an external codebook */
         if (fkvf_reader_codebook_ref(r, &cb_external, cb_hash, NULL) != FKVF_OK)
             cb_external = 0;
         char hx[33];

@@ -392,7 +392,7 @@ int fkvf_cli_pack(int argc, char **argv)
     uint32_t k = o.code.k;
     const char *advice = "for small caches a shared codebook compresses better: train it once "
                          "(fkvf train CACHE... -o CODEBOOKS) and pack with --codebooks CODEBOOKS";
-    if (A > 0 && !o.cbfile && !o.code.k_set) {
+    if (A > 0 && !o.cbfile && !o.code.k_set && o.code.ks + o.code.vs > 0) {
         k = auto_k(c, A, o.code.ks, o.code.vs, o.f32);
         if (!k) {
             k = CB_K_MIN;

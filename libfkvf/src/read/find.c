@@ -141,6 +141,14 @@ static int try_file(finder *f, const char *dir, const char *name)
         note_errno(f, path, "open", errno);
         goto out;
     }
+    /* the file opened, which may have replaced the one lstat saw */
+    if (fstat(fd, &st) != 0) {
+        note_errno(f, path, "fstat", errno);
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size < FKVF_HEADER_SIZE ||
+        (uint64_t)st.st_size > f->max_size)
+        goto out;
     uint8_t magic[sizeof fkvf_magic];
     ssize_t got = read_some(fd, magic, sizeof magic);
     if (got < 0) {
