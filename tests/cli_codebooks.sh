@@ -56,6 +56,9 @@ check verify-missing 0 "$FKVF" verify ../arch/a.fkvf
 grep_in verify-missing-note "note: .*$hash.*not made" "$T/err"
 check verify-path 0 env FKVF_CODEBOOK_PATH="$T/cbs" "$FKVF" verify ../arch/a.fkvf
 if [ -s "$T/err" ]; then echo "FAIL verify-path-quiet: $(cat "$T/err")"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
+# --codebooks "": none and not looked up (no note either)
+check verify-none 0 env FKVF_CODEBOOK_PATH="$T/cbs" "$FKVF" verify ../arch/a.fkvf --codebooks ""
+if [ -s "$T/err" ]; then echo "FAIL verify-none-quiet: $(cat "$T/err")"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
 
 # info: the ratio with the codebook file counted when it is found
 check info-missing 0 "$FKVF" info ../arch/a.fkvf

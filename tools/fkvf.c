@@ -408,16 +408,17 @@ static const char *verify_help =
     "  --codebooks FILE   the codebook file of an archive that refers to one (spec\n"
     "                     13.5): its content hash and shape are checked, and every\n"
     "                     index symbol against its k (a wrong or unreadable file is\n"
-    "                     exit 1; an empty FILE means none). Default: the file found\n"
-    "                     by content hash in the archive's directory, then in each\n"
-    "                     directory of FKVF_CODEBOOK_PATH (docs/codebooks.md); when\n"
-    "                     none is found, a note on stderr and those checks are not\n"
-    "                     made (a file of that hash that does not fit: exit 1)\n";
+    "                     exit 1; an empty FILE means none, not looked up). Default:\n"
+    "                     the file found by content hash in the archive's directory,\n"
+    "                     then in each directory of FKVF_CODEBOOK_PATH\n"
+    "                     (docs/codebooks.md); when none is found, a note on stderr\n"
+    "                     and those checks are not made (a file of that hash that\n"
+    "                     does not fit: exit 1)\n";
 
 static int cmd_verify(int argc, char **argv)
 {
     const char *path, *cbpath = NULL;
-    int json, ec = CLI_OK;
+    int json, ec = CLI_OK, cb_none = 0;
     /* --codebooks FILE is verify's own; the rest is parsed as for info */
     char **rest = malloc((size_t)(argc > 0 ? argc : 1) * sizeof *rest);
     int nrest = 0;
@@ -433,8 +434,9 @@ static int cmd_verify(int argc, char **argv)
                 return CLI_USAGE;
             }
             cbpath = argv[++i];
-            if (!*cbpath)
-                cbpath = NULL; /* "" = none: lets scripts pass an optional file */
+            cb_none = !*cbpath;
+            if (cb_none)
+                cbpath = NULL; /* "" = none, not looked up: lets scripts pass an optional file */
         } else {
             rest[nrest++] = argv[i];
         }
@@ -469,7 +471,7 @@ static int cmd_verify(int argc, char **argv)
     /* without --codebooks: the codebook found by content hash (archive's
      * directory, FKVF_CODEBOOK_PATH); none found: verified without it */
     char cb_note[1024] = "";
-    if (rc == FKVF_OK && !cbpath) {
+    if (rc == FKVF_OK && !cbpath && !cb_none) {
         int ext = 0;
         if (fkvf_reader_codebook_ref(r, &ext, NULL, NULL) == FKVF_OK && ext) {
             int frc = fkvf_reader_find_codebook(r, getenv("FKVF_CODEBOOK_PATH"), &cb);
