@@ -4,6 +4,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fails=0
 pass=0
+unset FKVF_CODEBOOK_PATH # each test says where codebooks are found
 check() { # check NAME EXPECTED_EXIT CMD... (stdout in $T/out, stderr in $T/err)
     name=$1 want=$2
     shift 2

@@ -110,7 +110,9 @@ check verify-cb 0 "$FKVF" verify "$T/cb/books.fkvf"
 check pack-ext 0 "$FKVF" pack "$CACHE" -o "$T/cb/e.fkvf" --codebooks "$T/cb/books.fkvf"
 check verify-ext 0 "$FKVF" verify "$T/cb/e.fkvf"
 check info-ext 0 "$FKVF" info "$T/cb/e.fkvf"
-grep_in info-ext "shared external file (hash $hash), not counted" "$T/out"
+# the codebook file next to it, found by hash and counted in the ratio
+cbsize=$(wc -c <"$T/cb/books.fkvf" | tr -d ' ')
+grep_in info-ext "with the codebook file ($cbsize bytes, content hash $hash), .*x without it" "$T/out"
 roundtrip ext-hint "$T/cb/e.fkvf" "$T/e1.safetensors" 4 32
 relmse_below ext-hint 0.5
 cp "$T/cb/e.fkvf" "$T/other/e.fkvf"

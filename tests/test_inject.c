@@ -24,7 +24,8 @@
  * counter numbers the allocations of both kinds, so "the k-th allocation"
  * is either. I/O: the writer's fkvf_sink and, for files, --wrap of the
  * system calls libfkvf makes (open, read, write, fsync, fdatasync, rename,
- * mkstemp, ftruncate, fstat, mmap, flock, link): the k-th call fails with EIO or
+ * mkstemp, ftruncate, fstat, mmap, flock, link, lstat, opendir, readdir): the
+ * k-th call fails with EIO or
  * ENOSPC, or (write) writes half of its bytes and every later write fails.
  * The appender's own fkvf_io hook is exercised by test_append.
  *
@@ -59,6 +60,7 @@
  *  fkvf_reader_free              | n/a free (every scenario; leak check)
  *  fkvf_reader_message           | n/a (read after every failure)
  *  fkvf_reader_error             | n/a pure (na_pure_functions: a failed open's handle)
+ *  fkvf_reader_file_name         | n/a pure (na_pure_functions; test_find: the path found)
  *  fkvf_reader_info              | n/a asserted (reader_mem)
  *  fkvf_reader_section           | n/a asserted (reader_mem)
  *  fkvf_reader_section_data      | alloc (reader_mem: deflated section)
@@ -79,6 +81,8 @@
  *  fkvf_reader_codebook          | n/a asserted (reader_mem, reader_ext)
  *  fkvf_reader_codebook_ref      | n/a asserted (reader_mem, reader_ext)
  *  fkvf_reader_attach_codebook   | n/a asserted (reader_ext: the codebook is built at first use)
+ *  fkvf_reader_find_codebook     | alloc + io (reader_find: by hint in the archive's directory,
+ *                                |   flags 0 and READ; by hash in a search path, memory archive)
  *  fkvf_reader_row_bytes         | n/a asserted (reader_mem)
  *  fkvf_reader_restore           | alloc (reader_mem, reader_file, reader_ext)
  *  fkvf_reader_read_size         | n/a asserted (reader_mem)
@@ -388,6 +392,12 @@ int __real_flock(int fd, int op);
 int __wrap_flock(int fd, int op);
 int __real_link(const char *a, const char *b);
 int __wrap_link(const char *a, const char *b);
+int __real_lstat(const char *path, struct stat *st);
+int __wrap_lstat(const char *path, struct stat *st);
+DIR *__real_opendir(const char *path);
+DIR *__wrap_opendir(const char *path);
+struct dirent *__real_readdir(DIR *d);
+struct dirent *__wrap_readdir(DIR *d);
 
 int __wrap_open(const char *path, int flags, ...)
 {
@@ -433,6 +443,12 @@ void *__wrap_mmap(void *addr, size_t n, int prot, int flags, int fd, off_t off)
     return io_fails("mmap") ? MAP_FAILED : __real_mmap(addr, n, prot, flags, fd, off);
 }
 int __wrap_flock(int fd, int op) { return io_fails("flock") ? -1 : __real_flock(fd, op); }
+int __wrap_lstat(const char *path, struct stat *st)
+{
+    return io_fails("lstat") ? -1 : __real_lstat(path, st);
+}
+DIR *__wrap_opendir(const char *path) { return io_fails("opendir") ? NULL : __real_opendir(path); }
+struct dirent *__wrap_readdir(DIR *d) { return io_fails("readdir") ? NULL : __real_readdir(d); }
 #endif
 
 /* the allocator hook: the same counter and live set */
@@ -666,6 +682,10 @@ typedef struct scen {
      * fsyncs the directory and ignores a failure of that (open, fsync): the
      * archive is in place and complete. The step where that is accepted. */
     const char *quiet_io_step;
+    /* the call whose failure there goes unreported (NULL: the directory's
+     * open or fsync); fkvf_reader_find_codebook skips a name it could not
+     * lstat and finds the codebook further on */
+    const char *quiet_io_call;
     /* optional: right after step i failed (unarmed), before the retry */
     void (*after_fail)(void *ctx, size_t i);
     int syscalls; /* its I/O is system calls: not counted without FKVF_INJECT_WRAP */
@@ -778,7 +798,8 @@ static long loop(const scen *sc, int mode)
         run_once(sc, mode, k, 0, &res);
         int quiet = res.failures == 0 && mode != MODE_ALLOC && sc->quiet_io_step &&
                     g.fail_step >= 0 && !strcmp(sc->names[g.fail_step], sc->quiet_io_step) &&
-                    (!strcmp(g.fail_call, "open") || !strcmp(g.fail_call, "fsync"));
+                    (sc->quiet_io_call ? !strcmp(g.fail_call, sc->quiet_io_call)
+                                       : (!strcmp(g.fail_call, "open") || !strcmp(g.fail_call, "fsync")));
         EXPECTF(res.failures >= 1 || quiet,
                 "%s mode %d k %ld: the injected failure (%s in %s) was not reported", sc->title,
                 mode, k, g.fail_call ? g.fail_call : "none",
@@ -1389,6 +1410,72 @@ static void x_finish(void *ctx, int clean, long stopped)
     c->r = c->cb = NULL;
 }
 
+/* fkvf_reader_find_codebook: the archive that refers to cb.fkvf, with the
+ * codebook file in tmpdir; by the name hint next to the archive (open_file,
+ * flags), or by content hash under another name in the search path (the
+ * archive from memory: no directory of its own). */
+typedef struct fctx {
+    fkvf_reader *r, *cb;
+    int by_path;     /* 0: archive file + hint; 1: memory archive + search path */
+    unsigned flags;
+    char apath[128]; /* the archive (by_path 0) */
+    float restored[N * ROW_F32 / 4];
+} fctx;
+
+static const char *const f_names[] = {"open", "find_codebook", "restore"};
+
+static const char *f_message(void *ctx)
+{
+    fctx *c = ctx;
+    return c->r ? fkvf_reader_message(c->r) : NULL;
+}
+
+static void f_setup(void *ctx)
+{
+    fctx *c = ctx;
+    c->r = c->cb = NULL;
+}
+
+static int f_step(void *ctx, size_t i)
+{
+    fctx *c = ctx;
+    switch (i) {
+    case 0:
+        fkvf_reader_free(c->r);
+        c->r = NULL;
+        if (c->by_path)
+            return fkvf_reader_open_memory(&c->r, fx->x.data, fx->x.size, c->flags, &AL);
+        return fkvf_reader_open_file(&c->r, c->apath, c->flags, &AL);
+    case 1:
+        fkvf_reader_free(c->cb);
+        c->cb = NULL;
+        return fkvf_reader_find_codebook(c->r, c->by_path ? tmpdir : NULL, &c->cb);
+    default:
+        return fkvf_reader_restore(c->r, 0, S + NA, FKVF_DTYPE_F32, c->restored,
+                                   (S + NA) * ROW_F32);
+    }
+}
+
+static void f_finish(void *ctx, int clean, long stopped)
+{
+    fctx *c = ctx;
+    (void)clean;
+    EXPECTF(stopped < 0, "reader_find: %s failed again when retried",
+            stopped >= 0 ? f_names[stopped] : "");
+    if (stopped < 0) {
+        EXPECT(c->cb != NULL);
+        /* the same codes and codebook as the main archive: the same rows */
+        float *a = REAL_MALLOC(N * ROW_F32);
+        ck_assert_ptr_nonnull(a);
+        EXPECT(restore_all(fx->a.data, fx->a.size, 0, a, NULL) == FKVF_OK);
+        EXPECT(!memcmp(a, c->restored, (S + NA) * ROW_F32));
+        REAL_FREE(a);
+    }
+    fkvf_reader_free(c->r);
+    fkvf_reader_free(c->cb);
+    c->r = c->cb = NULL;
+}
+
 /* ---- search -------------------------------------------------------------------- */
 
 enum { QLEN = 3, CAP = N };
@@ -1909,6 +1996,48 @@ START_TEST(inject_reader_ext)
 }
 END_TEST
 
+START_TEST(inject_reader_find)
+{
+    fx_build();
+    make_dir();
+    static fctx c;
+    memset(&c, 0, sizeof c);
+    char p[128];
+    path_in(c.apath, sizeof c.apath, "x.fkvf");
+    spit(c.apath, fx->x.data, fx->x.size);
+    path_in(p, sizeof p, "cb.fkvf");
+    spit(p, fx->cb.data, fx->cb.size);
+    static const unsigned flags[] = {0, FKVF_OPEN_READ};
+    for (size_t f = 0; f < 2; f++) {
+        c.flags = flags[f];
+        scen s;
+        SCEN(s, "reader_find(hint)", f_names, "BBA", &c, f);
+        s.syscalls = 1;
+        loop(&s, MODE_ALLOC);
+#ifdef FKVF_INJECT_WRAP
+        loop(&s, MODE_IO_EIO);
+#endif
+    }
+    /* by hash: the codebook under another name, the archive from memory */
+    clear_dir();
+    path_in(p, sizeof p, "shared-codebook");
+    spit(p, fx->cb.data, fx->cb.size);
+    c.by_path = 1;
+    c.flags = FKVF_OPEN_STRICT;
+    scen s;
+    SCEN(s, "reader_find(path)", f_names, "ABA", &c, f);
+    s.syscalls = 1;
+    /* the name hint cb.fkvf, absent: a failed lstat of it changes nothing */
+    s.quiet_io_step = "find_codebook";
+    s.quiet_io_call = "lstat";
+    loop(&s, MODE_ALLOC);
+#ifdef FKVF_INJECT_WRAP
+    loop(&s, MODE_IO_EIO);
+#endif
+    remove_dir();
+}
+END_TEST
+
 START_TEST(inject_search)
 {
     fx_build();
@@ -2221,6 +2350,7 @@ START_TEST(na_pure_functions)
           ei.offset == FKVF_ERROR_NO_OFFSET;
     ok &= fkvf_reader_error(NULL, &ei) == FKVF_E_STATE && ei.code == FKVF_E_STATE;
     ok &= fkvf_reader_error(bad, NULL) == FKVF_E_INVALID_ARG;
+    ok &= fkvf_reader_file_name(cbr) == NULL && fkvf_reader_file_name(NULL) == NULL;
     ok &= fkvf_writer_error(bw, &ei) == FKVF_OK && ei.code == FKVF_E_INVALID_ARG &&
           ei.clause && !strcmp(ei.clause, "11.2") && ei.offset == FKVF_ERROR_NO_OFFSET;
     ok &= fkvf_writer_error(NULL, &ei) == FKVF_E_STATE;
@@ -2310,6 +2440,7 @@ static Suite *suite(void)
     tcase_add_test(t, inject_reader);
     tcase_add_test(t, inject_reader_file);
     tcase_add_test(t, inject_reader_ext);
+    tcase_add_test(t, inject_reader_find);
     tcase_add_test(t, inject_search);
     tcase_add_test(t, inject_append_sections);
 #ifdef FKVF_INJECT_WRAP

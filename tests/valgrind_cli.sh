@@ -8,7 +8,8 @@
 #
 # usage: valgrind_cli.sh VALGRIND BINDIR SRCDIR [SUITE...]
 #   BINDIR: where fkvf, fkvf-mksample, kvc2cache are (the build's tools/)
-#   SUITE:  cli_smoke cli_search cli_append cli_pack cli_cachefiles, side by side
+#   SUITE:  cli_smoke cli_search cli_append cli_pack cli_cachefiles cli_codebooks
+#           cli_defaults, run side by side
 #           (default: cli_smoke cli_append, as the ctest; cli_pack trains
 #           codebooks, which takes minutes under valgrind)
 set -u
@@ -37,7 +38,7 @@ done
 for s in "$@"; do
     case $s in
     cli_smoke) args="$W/bin/fkvf $W/bin/fkvf-mksample $SRC" ;;
-    cli_search | cli_append | cli_pack | cli_cachefiles) args="$W/bin/fkvf $SRC" ;;
+    cli_search | cli_append | cli_pack | cli_cachefiles | cli_codebooks | cli_defaults) args="$W/bin/fkvf $SRC" ;;
     *) echo "valgrind_cli: unknown suite $s"; exit 2 ;;
     esac
     (

@@ -659,9 +659,10 @@ void cli_code_opts_init(cli_code_opts *o)
 int cli_code_value(cli_code_opts *o, const char *a, const char *v)
 {
     int bad;
-    if (!strcmp(a, "--k"))
+    if (!strcmp(a, "--k")) {
         bad = cli_opt_k(a, v, &o->k);
-    else if (!strcmp(a, "--k-stages"))
+        o->k_set = 1;
+    } else if (!strcmp(a, "--k-stages"))
         bad = cli_opt_stages(a, v, &o->ks);
     else if (!strcmp(a, "--v-stages"))
         bad = cli_opt_stages(a, v, &o->vs);
@@ -766,25 +767,57 @@ int cli_key_rope(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf
     return 0;
 }
 
-/* The file named by an archive's codebook name hint, next to the archive,
- * if it exists (a plain file name only: the hint is untrusted). */
-char *cli_hint_path(const char *archive, const char *name)
+int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
+                        fkvf_reader **cb, char *missing, size_t missing_size)
 {
-    if (!name || !*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
-        return NULL;
-    const char *sl = strrchr(archive, '/');
-    size_t dl = sl ? (size_t)(sl - archive + 1) : 0;
-    char *p = malloc(dl + strlen(name) + 1);
-    if (!p)
-        return NULL;
-    memcpy(p, archive, dl);
-    strcpy(p + dl, name);
-    struct stat st;
-    if (stat(p, &st) != 0) {
-        free(p);
-        return NULL;
+    *cb = NULL;
+    if (missing && missing_size)
+        missing[0] = 0;
+    int ext = 0;
+    uint8_t want[16];
+    const char *name = NULL;
+    if (fkvf_reader_codebook_ref(r, &ext, want, &name) != FKVF_OK || !ext)
+        return CLI_OK;
+    char hx[33];
+    cli_hex16(want, hx);
+    if (given) {
+        fkvf_reader *c = NULL;
+        int rc = fkvf_reader_open_file(&c, given, 0, NULL);
+        if (rc != FKVF_OK) {
+            /* a FILE that is not there or cannot be read: exit 2, as any
+             * path; one that is not a codebook file: invalid input */
+            char pre[200];
+            snprintf(pre, sizeof pre, "(the archive %.80s expects the codebook with content hash %s) ",
+                     archive, hx);
+            int ex = cli_fail_reader(rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? rc : FKVF_E_CODEBOOK,
+                                     c, given, pre);
+            fkvf_reader_free(c);
+            return ex;
+        }
+        if ((rc = fkvf_reader_attach_codebook(r, c)) != FKVF_OK) {
+            char pre[160];
+            snprintf(pre, sizeof pre, "wrong codebook for %.120s: ", archive);
+            int ex = cli_fail_reader(rc, r, given, pre);
+            fkvf_reader_free(c);
+            return ex;
+        }
+        *cb = c;
+        return CLI_OK;
     }
-    return p;
+    int rc = fkvf_reader_find_codebook(r, getenv("FKVF_CODEBOOK_PATH"), cb);
+    if (rc == FKVF_OK)
+        return CLI_OK;
+    if ((rc == FKVF_E_NOT_FOUND || rc == FKVF_E_IO) && missing) {
+        snprintf(missing, missing_size, "%s", fkvf_reader_message(r));
+        return CLI_OK;
+    }
+    /* not found or not fitting: invalid input, as a wrong --codebooks FILE;
+     * an I/O error while searching: environment */
+    if (rc == FKVF_E_NOT_FOUND)
+        return cli_fail(CLI_INVALID, FKVF_E_CODEBOOK, archive,
+                        "%s; pass --codebooks FILE, or put its directory in FKVF_CODEBOOK_PATH",
+                        fkvf_reader_message(r));
+    return cli_fail_reader(rc, r, archive, "");
 }
 
 unsigned cli_quad_bits_for(uint64_t maxv)

@@ -168,6 +168,7 @@ int cli_opt_rope_layout(const char *v, uint8_t *layout);       /* 1 interleaved,
  * --model-id, --tokenizer-id. */
 typedef struct cli_code_opts {
     uint32_t k, beam, iters;
+    int k_set; /* --k given */
     uint8_t ks, vs;
     uint64_t sinks, recent, seed;
     int ngon;
@@ -213,10 +214,22 @@ void cli_keys_from_codebook(fkvf_reader *cb, cli_key_opts *k, uint32_t key_dim);
 int cli_key_rope(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf_rope *rope,
                  const fkvf_rope **out);
 
-/* The file named by an archive's codebook name hint, next to the archive,
- * if it exists (malloc'd; NULL if not, or if the hint is not a plain file
- * name: it is untrusted). */
-char *cli_hint_path(const char *archive, const char *name);
+/* The external codebook of the archive r (opened from path `archive`),
+ * attached to r: the file `given` (--codebooks FILE) when not NULL, else the
+ * file found by content hash with fkvf_reader_find_codebook in the
+ * archive's directory and the directories of FKVF_CODEBOOK_PATH (the
+ * environment variable, colon-separated). *cb: the codebook file's reader,
+ * to free after r; NULL when the archive refers to no external codebook.
+ * Returns CLI_OK, or after an error line CLI_INVALID (the codebook is not
+ * found, not a codebook file, has another hash or does not fit the
+ * archive: the one exit status of every command for a missing or wrong
+ * codebook) or CLI_USAGE (a given FILE that does not exist or cannot be
+ * read, as any path; out of memory; an I/O error while searching).
+ * With `missing` (not NULL), a codebook that is not found is no error:
+ * CLI_OK, *cb NULL and the reason (naming the hash, the hint and the
+ * directories searched) in missing; "" when found or not needed. */
+int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
+                        fkvf_reader **cb, char *missing, size_t missing_size);
 
 /* Smallest even quad symbol width (2..32) whose alphabet holds 0..maxv. */
 unsigned cli_quad_bits_for(uint64_t maxv);

@@ -172,6 +172,10 @@ static const char *info_help =
     "bytes per part and the metadata (of an archive or a codebook file). --json\n"
     "prints one JSON object (with \"error\": null, or the error object of\n"
     "docs/cli.md when the metadata is invalid).\n"
+    "The ratio vs fp16 counts the codebook: an embedded one (also given without\n"
+    "it), or for an archive that refers to a codebook file, that file as found\n"
+    "by content hash in the archive's directory, then in each directory of\n"
+    "FKVF_CODEBOOK_PATH (docs/codebooks.md); the ratio without it too.\n"
     "\n"
     "Exit status: 0 ok, 1 invalid input (not an FKVF file, invalid metadata),\n"
     "2 usage or I/O error (also: ARCHIVE does not exist).\n";
@@ -231,6 +235,16 @@ static int cmd_info(int argc, char **argv)
     if (has_desc)
         fp16_bytes = ai.n_positions * (uint64_t)d.n_layers * d.n_kv_heads * (d.key_dim + d.value_dim) * 2;
     uint64_t no_cb = ai.committed_size - ps.codebooks;
+    /* an external codebook, found by content hash, counted in the ratio */
+    fkvf_reader *cbf = NULL;
+    char cb_missing[1024] = "";
+    uint64_t cbf_bytes = 0;
+    int ext_rc = cli_attach_codebook(r, path, NULL, &cbf, cb_missing, sizeof cb_missing);
+    fkvf_archive_info cbi;
+    if (cbf && fkvf_reader_info(cbf, &cbi) == FKVF_OK)
+        cbf_bytes = cbi.file_size;
+    if (ext_rc != CLI_OK)
+        ec = ext_rc; /* a file of its hash that does not fit: reported */
     FILE *f = stdout;
     if (json) {
         fprintf(f, "{\"file\":");
@@ -263,9 +277,14 @@ static int cmd_info(int argc, char **argv)
         }
         fprintf(f, ",\"bytes\":{\"window\":%" PRIu64 ",\"indices\":%" PRIu64 ",\"tokens\":%" PRIu64
                    ",\"codebooks\":%" PRIu64 ",\"metadata\":%" PRIu64 ",\"other\":%" PRIu64
-                   ",\"structure\":%" PRIu64 ",\"fp16_equivalent\":%" PRIu64 "}",
+                   ",\"structure\":%" PRIu64 ",\"fp16_equivalent\":%" PRIu64,
                 ps.window, ps.indices, ps.tokens, ps.codebooks, ps.metadata, ps.other, ps.structure,
                 fp16_bytes);
+        /* the external codebook file found by content hash (null: none, or not found) */
+        if (cbf)
+            fprintf(f, ",\"codebook_file\":%" PRIu64 "}", cbf_bytes);
+        else
+            fprintf(f, ",\"codebook_file\":null}");
         fprintf(f, ",\"stream_list\":[");
         for (size_t i = 0; i < ai.n_streams; i++) {
             fkvf_stream_info si;
@@ -330,15 +349,20 @@ static int cmd_info(int argc, char **argv)
                    ", structure %" PRIu64 "\n",
                 ps.window, ps.indices, ps.tokens, ps.codebooks, ps.metadata, ps.other, ps.structure);
         int cb_external = 0;
-        uint8_t cb_hash[16];
+        uint8_t cb_hash[16] = {0}; /* set only for an external codebook */
         if (fkvf_reader_codebook_ref(r, &cb_external, cb_hash, NULL) != FKVF_OK)
             cb_external = 0;
-        if (fp16_bytes && ai.committed_size && cb_external) {
-            fprintf(f, "ratio vs fp16   %.2fx; the codebook is a shared external file (hash ",
-                    (double)fp16_bytes / (double)ai.committed_size);
-            for (int i = 0; i < 16; i++)
-                fprintf(f, "%02x", cb_hash[i]);
-            fprintf(f, "), not counted (fp16 cache: %" PRIu64 " bytes)\n", fp16_bytes);
+        char hx[33];
+        cli_hex16(cb_hash, hx);
+        if (fp16_bytes && ai.committed_size && cb_external && cbf) {
+            fprintf(f, "ratio vs fp16   %.2fx with the codebook file (%" PRIu64 " bytes, content "
+                       "hash %s), %.2fx without it (fp16 cache: %" PRIu64 " bytes)\n",
+                    (double)fp16_bytes / (double)(ai.committed_size + cbf_bytes), cbf_bytes, hx,
+                    (double)fp16_bytes / (double)ai.committed_size, fp16_bytes);
+        } else if (fp16_bytes && ai.committed_size && cb_external) {
+            fprintf(f, "ratio vs fp16   %.2fx without the codebook file (content hash %s, not "
+                       "found: see FKVF_CODEBOOK_PATH; fp16 cache: %" PRIu64 " bytes)\n",
+                    (double)fp16_bytes / (double)ai.committed_size, hx, fp16_bytes);
         } else if (fp16_bytes && ai.committed_size) {
             fprintf(f, "ratio vs fp16   %.2fx with codebooks, %.2fx without (fp16 cache: %" PRIu64 " bytes)\n",
                     (double)fp16_bytes / (double)ai.committed_size,
@@ -378,6 +402,7 @@ static int cmd_info(int argc, char **argv)
         }
     }
     fkvf_reader_free(r);
+    fkvf_reader_free(cbf);
     return ec;
 }
 
@@ -395,7 +420,12 @@ static const char *verify_help =
     "                     13.5): its content hash and shape are checked, and every\n"
     "                     index symbol against its k (a wrong file is exit 1, a\n"
     "                     FILE that does not exist or cannot be read exit 2; an\n"
-    "                     empty FILE means none)\n"
+    "                     empty FILE means none, not looked up). Default: the\n"
+    "                     file found by content hash in the archive's directory,\n"
+    "                     then in each directory of FKVF_CODEBOOK_PATH\n"
+    "                     (docs/codebooks.md); when none is found, a note on stderr\n"
+    "                     and those checks are not made (a file of that hash that\n"
+    "                     does not fit: exit 1)\n"
     "  --json             one JSON object: file, valid, code, recoverable_torn_tail,\n"
     "                     message, commits, torn_bytes, committed_size and error\n"
     "                     (null, or the error object of docs/cli.md)\n";
@@ -403,7 +433,7 @@ static const char *verify_help =
 static int cmd_verify(int argc, char **argv)
 {
     const char *path, *cbpath = NULL;
-    int json, ec = CLI_OK;
+    int json, ec = CLI_OK, cb_none = 0;
     /* --codebooks FILE is verify's own; the rest is parsed as for info */
     char **rest = malloc((size_t)(argc > 0 ? argc : 1) * sizeof *rest);
     int nrest = 0;
@@ -416,8 +446,9 @@ static int cmd_verify(int argc, char **argv)
                 return cli_usage("--codebooks needs a FILE");
             }
             cbpath = argv[++i];
-            if (!*cbpath)
-                cbpath = NULL; /* "" = none: lets scripts pass an optional file */
+            cb_none = !*cbpath;
+            if (cb_none)
+                cbpath = NULL; /* "" = none, not looked up: lets scripts pass an optional file */
         } else {
             rest[nrest++] = argv[i];
         }
@@ -437,23 +468,43 @@ static int cmd_verify(int argc, char **argv)
         uint8_t want[16];
         const char *name = NULL;
         fkvf_reader_codebook_ref(r, &ext, want, &name);
+        char hx[33];
+        cli_hex16(want, hx);
         if (!ext) {
             rc = FKVF_E_INVALID_ARG;
             ec = cli_fail(CLI_USAGE, rc, path, "--codebooks given, but the archive does not "
                           "refer to an external codebook");
         } else if ((rc = fkvf_reader_open_file(&cb, cbpath, 0, NULL)) != FKVF_OK) {
             /* a file that is not there: exit 2; a broken one: invalid input */
-            snprintf(msg, sizeof msg, "%s", cb ? fkvf_reader_message(cb) : fkvf_strerror(rc));
+            snprintf(msg, sizeof msg, "%.700s", cb ? fkvf_reader_message(cb) : fkvf_strerror(rc));
             if (rc != FKVF_E_IO && rc != FKVF_E_NOMEM)
                 rc = FKVF_E_CODEBOOK;
-            ec = cli_fail(cli_fkvf_exit(rc), rc, cbpath, "%s (the codebook file of %s)", msg,
-                          path);
+            ec = cli_fail(cli_fkvf_exit(rc), rc, cbpath,
+                          "%s (the archive %s expects the codebook with content hash %s)", msg,
+                          path, hx);
         } else if ((rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK) {
             ec = cli_fail_reader(rc, r, cbpath, "");
         }
     }
+    /* without --codebooks: the codebook found by content hash (archive's
+     * directory, FKVF_CODEBOOK_PATH); none found: verified without it */
+    char cb_note[1024] = "";
+    if (rc == FKVF_OK && !cbpath && !cb_none) {
+        int ext = 0;
+        if (fkvf_reader_codebook_ref(r, &ext, NULL, NULL) == FKVF_OK && ext) {
+            int frc = fkvf_reader_find_codebook(r, getenv("FKVF_CODEBOOK_PATH"), &cb);
+            if (frc == FKVF_E_NOT_FOUND || frc == FKVF_E_IO)
+                snprintf(cb_note, sizeof cb_note, "%s", fkvf_reader_message(r));
+            else if (frc != FKVF_OK) /* found by its hash, and it does not fit */
+                ec = cli_fail_reader(rc = frc, r, path, "");
+        }
+    }
     if (rc == FKVF_OK && (rc = fkvf_reader_verify(r)) != FKVF_OK)
         ec = cli_fail_reader(rc, r, path, "");
+    if (*cb_note && rc == FKVF_OK)
+        cli_note("%s; verified without it: the checks that need the codebook (spec 11.8: "
+                 "stage counts, symbol range) were not made (pass --codebooks FILE)",
+                 cb_note);
     /* copy: later calls on the handle clear its message */
     if (!*msg)
         snprintf(msg, sizeof msg, "%s", r ? fkvf_reader_message(r) : "");

@@ -24,50 +24,6 @@ int fkvf_cli_recover(int argc, char **argv);
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* Open the codebook file an archive refers to: `given` (--codebooks) or the
- * name hint next to the archive (its path in *path_out when not NULL:
- * malloc'd, free it). Returns 0, or an exit status (reported). */
-static int open_ref_codebook(fkvf_reader *r, const char *archive, const char *given,
-                             fkvf_reader **out, char **path_out)
-{
-    *out = NULL;
-    if (path_out)
-        *path_out = NULL;
-    int ext = 0;
-    uint8_t want[16];
-    const char *name = NULL;
-    if (fkvf_reader_codebook_ref(r, &ext, want, &name) != FKVF_OK || !ext)
-        return CLI_OK;
-    char hx[33];
-    cli_hex16(want, hx);
-    char *hp = given ? NULL : cli_hint_path(archive, name);
-    const char *path = given ? given : hp;
-    if (!path)
-        return cli_fail(CLI_INVALID, FKVF_E_CODEBOOK, archive,
-                        "the archive refers to the external codebook with content hash %s "
-                        "(name hint '%s'), not found next to it; pass --codebooks FILE",
-                        hx, name ? name : "");
-    fkvf_reader *cb = NULL;
-    int rc = fkvf_reader_open_file(&cb, path, 0, NULL);
-    if (rc != FKVF_OK) {
-        /* a FILE that is not there: exit 2, as any path; one that is not a
-         * codebook file: invalid input */
-        char pre[128];
-        snprintf(pre, sizeof pre, "(the archive expects the codebook with content hash %s) ", hx);
-        int ex = cli_fail_reader(rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? rc : FKVF_E_CODEBOOK,
-                                 cb, path, pre);
-        fkvf_reader_free(cb);
-        free(hp);
-        return ex;
-    }
-    if (path_out)
-        *path_out = hp ? hp : strdup(given);
-    else
-        free(hp);
-    *out = cb;
-    return CLI_OK;
-}
-
 /* Symbols a stream codec can hold (0: 2^32). */
 static uint64_t alphabet_of(const fkvf_stream_info *si)
 {
@@ -106,7 +62,8 @@ static const char *append_help =
     "  --sync commit|none    fdatasync every commit (default), or only once at the end\n"
     "  --recover             cut off a torn tail first (spec 7.7; else refused)\n"
     "  --codebooks FILE      the codebook file of an archive that refers to one\n"
-    "                        (default: the file named in the archive, next to it)\n"
+    "                        (default: found by content hash in the archive's\n"
+    "                        directory, then in FKVF_CODEBOOK_PATH; docs/codebooks.md)\n"
     "  --tokens              token ids are required: fail if the cache has none or\n"
     "                        the archive has no token stream (default: stored when\n"
     "                        both have them)\n"
@@ -585,7 +542,7 @@ int fkvf_cli_append(int argc, char **argv)
         size_t ti;
         arch_tok = fkvf_reader_stream_find(s.r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK &&
                    fkvf_reader_stream_info(s.r, ti, &tsi) == FKVF_OK;
-        if ((ex = open_ref_codebook(s.r, o.archive, o.cbfile, &s.cb, NULL)))
+        if ((ex = cli_attach_codebook(s.r, o.archive, o.cbfile, &s.cb, NULL, 0)))
             goto out;
     }
 
@@ -647,8 +604,8 @@ int fkvf_cli_append(int argc, char **argv)
             goto out;
         }
         if (!o.json)
-            fprintf(stderr, "fkvf append: note: %s has no token stream; the token ids of %s "
-                            "are not stored\n", o.archive, o.cache);
+            cli_note("%s has no token stream; the token ids of %s are not stored", o.archive,
+                     o.cache);
     } else if (o.req_tokens) {
         ex = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o.cache,
                       "--tokens: the cache holds no token ids");
@@ -793,8 +750,8 @@ static const char *compact_help =
     "  --in-place            replace ARCHIVE itself (same atomic rename); refused\n"
     "                        while an appender has it open\n"
     "  --codebooks FILE      the codebook file of an archive that refers to one\n"
-    "                        (needed for its shape; default: the file named in the\n"
-    "                        archive, next to it)\n"
+    "                        (needed for its shape; default: found by content hash\n"
+    "                        in the archive's directory, then in FKVF_CODEBOOK_PATH)\n"
     "  --json                print one JSON object (on failure {\"error\":{...}},\n"
     "                        docs/cli.md)\n"
     "A warning says so when OUT's name ends in the extension of another format.\n"
@@ -865,7 +822,7 @@ int fkvf_cli_compact(int argc, char **argv)
     uint8_t *rows = NULL;
     uint16_t *codes = NULL;
     uint32_t *sym = NULL;
-    char *kbuf = NULL, *vbuf = NULL, *cb_path = NULL;
+    char *kbuf = NULL, *vbuf = NULL;
     const char *stage = "open";
 
     if (in_place) {
@@ -885,19 +842,13 @@ int fkvf_cli_compact(int argc, char **argv)
         ex = cli_fail_reader(rc, r, in, "");
         goto out;
     }
-    if ((ex = open_ref_codebook(r, in, cbpath, &cb, &cb_path)))
+    if ((ex = cli_attach_codebook(r, in, cbpath, &cb, NULL, 0)))
         goto out;
-    /* the codebook file found next to the archive is an input too */
-    if (cb_path && !in_place &&
-        (ex = cli_check_output(out, (const char *const *)&cb_path, 1, 1)) != CLI_OK)
+    /* the codebook file (given or found) is an input too */
+    const char *cb_path = cb ? fkvf_reader_file_name(cb) : NULL;
+    if (cb_path && !in_place && (ex = cli_check_output(out, &cb_path, 1, 1)) != CLI_OK)
         goto out;
     ex = CLI_INVALID;
-    if (cb && (rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK) {
-        char pre[600];
-        snprintf(pre, sizeof pre, "wrong codebook for %s: ", in);
-        ex = cli_fail_reader(rc, r, cb_path ? cb_path : "codebook", pre);
-        goto out;
-    }
     /* deflate flags as in the input */
     unsigned exac_flags = 0, cbk_flags = 0;
     for (size_t i = 0; i < ai.n_sections; i++) {
@@ -1178,7 +1129,6 @@ out:
     fkvf_writer_free(w); /* before finish: removes the temporary file */
     fkvf_reader_free(r);
     fkvf_reader_free(cb);
-    free(cb_path);
     free(rows);
     free(codes);
     free(sym);

@@ -83,6 +83,81 @@ static int key_opt(cli_key_opts *k, int argc, char **argv, int *i)
     return cli_key_value(k, a, v) < 0 ? -1 : 1;
 }
 
+/* ---- codebook size rules (pack --train, train) -------------------------- */
+
+/* The automatic k of pack --train (no --k): the largest power of two from
+ * CB_K_MIN to CB_K_MAX whose embedded codebook takes at most 1/CB_FRACTION
+ * of the fp16 bytes of the rows it encodes, with at least CB_ROWS_PER_K
+ * rows per centroid (docs/codebooks.md: measured on stories260K caches). */
+#define CB_K_MIN 16u
+#define CB_K_MAX 256u
+#define CB_FRACTION 4u
+#define CB_ROWS_PER_K 4u
+
+/* Bytes of the CBK1 section of k centroids per stage for the cache's shape
+ * (one table set per head, or per layer when pooled); 0 when invalid. */
+static uint64_t cb_bytes(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs, int f32,
+                         int pooled)
+{
+    fkvf_codebook_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = c->n_layers;
+    sh.n_heads = pooled ? 1 : c->n_kv_heads;
+    sh.key_dim = c->key_dim;
+    sh.value_dim = c->value_dim;
+    sh.k = k;
+    sh.k_stages = ks;
+    sh.v_stages = vs;
+    sh.dtype = f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
+    sh.pooled = (uint8_t)(pooled != 0);
+    return fkvf_codebook_size(&sh);
+}
+
+/* fp16 bytes of n rows of the cache */
+static double fp16_rows(const kvio_cache *c, uint64_t n)
+{
+    return (double)n * (double)cli_cache_row_elems(c) * 2.0;
+}
+
+/* The rule above for A archived rows: k, or 0 when even CB_K_MIN breaks it. */
+static uint32_t auto_k(const kvio_cache *c, uint64_t A, uint8_t ks, uint8_t vs, int f32)
+{
+    uint32_t best = 0;
+    for (uint32_t k = CB_K_MIN; k <= CB_K_MAX; k *= 2) {
+        uint64_t cb = cb_bytes(c, k, ks, vs, f32, 0);
+        if (cb && (double)cb * CB_FRACTION <= fp16_rows(c, A) && (uint64_t)k * CB_ROWS_PER_K <= A)
+            best = k;
+    }
+    return best;
+}
+
+/* A warning when a codebook of k wastes bytes: larger than the fp16 bytes of
+ * the `n` rows it is for, or fewer than CB_ROWS_PER_K rows per centroid
+ * (`per_table` rows train each table set: it memorises them). who: the file
+ * named; noun, noun_table: what the n and per_table rows are; advice: what
+ * to do instead. 1 if warned. */
+static int warn_codebook(const char *who, const kvio_cache *c, uint32_t k, uint64_t cb,
+                         uint64_t n, uint64_t per_table, const char *noun, const char *noun_table,
+                         const char *advice)
+{
+    double fp = fp16_rows(c, n);
+    int big = (double)cb > fp, few = (uint64_t)k * CB_ROWS_PER_K > per_table;
+    if (!big && !few)
+        return 0;
+    char what[320];
+    if (big)
+        snprintf(what, sizeof what, "the codebook (k = %u, %" PRIu64 " bytes) is %.1fx the %.0f "
+                 "fp16 bytes of the %" PRIu64 " %s%s",
+                 k, cb, fp > 0 ? (double)cb / fp : 0.0, fp, n, noun,
+                 few ? ", and k is more than a quarter of them" : "");
+    else
+        snprintf(what, sizeof what, "k = %u is more than a quarter of the %" PRIu64
+                 " %s (fewer than %u per centroid: the codebook memorises them)",
+                 k, per_table, noun_table, CB_ROWS_PER_K);
+    cli_warn("%s: %s; %s", who, what, advice);
+    return 1;
+}
+
 /* ---- pack --------------------------------------------------------------- */
 
 /* At most this many safetensors __metadata__ entries are kept (the writer
@@ -134,8 +209,18 @@ static const char *pack_help =
     "  --train               train them on this cache's rows and embed them (default)\n"
     "  --codebooks FILE      use a codebook file from 'fkvf train'; the archive\n"
     "                        refers to it by content hash (shape and stages are the file's)\n"
+    "                        and stores only indices: best for many or small caches\n"
     "Quantizer (with --train):\n"
-    "  --k N                 centroids per stage, power of two 16..4096 (256)\n"
+    "  --k N                 centroids per stage, power of two 16..4096 (default:\n"
+    "                        automatic, the largest power of two from 16 to 256 whose\n"
+    "                        embedded codebook takes at most 1/4 of the fp16 bytes of\n"
+    "                        the archived rows, with k <= archived rows / 4; when even\n"
+    "                        k = 16 breaks that rule, k = 16 with a warning, or, when\n"
+    "                        its codebook and indices would take more bytes than the\n"
+    "                        rows themselves, every position is stored exact (no\n"
+    "                        codebook; a note says so). A given --k is used as given,\n"
+    "                        with a warning when its codebook is larger than the rows\n"
+    "                        it encodes or k > archived rows / 4; docs/codebooks.md)\n"
     "  --k-stages N          key stages 0..16 (4)\n"
     "  --v-stages N          value stages 0..16 (2)\n"
     "  --seed S              training seed (0)\n"
@@ -175,6 +260,9 @@ static const char *pack_help =
     "                        (on failure {\"error\":{...}}, docs/cli.md)\n"
     "A warning says so when ARCHIVE's name ends in the extension of another\n"
     "format (.safetensors, .npz, .npy, .pt, .bin, .gguf).\n"
+    "\n"
+    "Prints the archive's size and its ratio vs fp16 with the codebook counted\n"
+    "(embedded, or the --codebooks file's size) and without it.\n"
     "\n"
     "Exit status: 0 ok, 1 invalid input (a file that is not a cache or not a\n"
     "codebook file, a codebook that does not fit; ARCHIVE exists without --force\n"
@@ -342,6 +430,7 @@ int fkvf_cli_pack(int argc, char **argv)
     uint64_t S = o.code.sinks < P ? o.code.sinks : P;
     uint64_t W = o.code.recent < P - S ? o.code.recent : P - S;
     uint64_t A = P - S - W;
+    uint64_t S_policy = S; /* the descriptor's sinks, whatever is stored exact */
     size_t es = kvio_dtype_size(c->dtype);
     size_t rb = cli_cache_row_elems(c) * es;
     fkvf_rope rope;
@@ -349,7 +438,7 @@ int fkvf_cli_pack(int argc, char **argv)
     uint8_t hash[16];
     fkvf_codebook_shape shape;
     memset(&shape, 0, sizeof shape);
-    char msg[512];
+    char msg[1024];
 
     /* a codebook file is checked (and referred to) even when no position
      * ends up archived: the archive can then archive later appends */
@@ -394,11 +483,46 @@ int fkvf_cli_pack(int argc, char **argv)
         ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o.in, "out of memory");
         goto out;
     }
+    /* --train: k by the rule of pack --help when --k is not given; every
+     * position exact when even the smallest codebook costs more than the
+     * rows it would encode */
+    uint32_t k = o.code.k;
+    const char *advice = "for small caches a shared codebook compresses better: train it once "
+                         "(fkvf train CACHE... -o CODEBOOKS) and pack with --codebooks CODEBOOKS";
+    if (A > 0 && !o.cbfile && !o.code.k_set && o.code.ks + o.code.vs > 0) {
+        k = auto_k(c, A, o.code.ks, o.code.vs, o.f32);
+        if (!k) {
+            k = CB_K_MIN;
+            uint64_t cb = cb_bytes(c, k, o.code.ks, o.code.vs, o.f32, 0);
+            double idx = (double)A * c->n_layers * c->n_kv_heads * (o.code.ks + o.code.vs) *
+                         cli_quad_bits_for(k - 1) / 8.0;
+            double exact = (double)A * (double)rb;
+            if ((double)cb + idx >= exact) {
+                cli_note("%s: %" PRIu64 " archived positions are too few for an embedded "
+                        "codebook (k = %u: %" PRIu64 " codebook bytes + about %.0f index bytes "
+                        ">= the %.0f bytes of the rows): every position stored exact, no "
+                        "codebook (--k N forces one); %s",
+                        o.in, A, k, cb, idx, exact, advice);
+                S = P;
+                W = 0;
+                A = 0;
+            } else {
+                cli_warn("%s: %" PRIu64 " archived positions: even k = %u gives a "
+                        "codebook of %" PRIu64 " bytes, %.0f%% of the %.0f fp16 bytes of those "
+                        "rows (the automatic k keeps it within 1/%u); %s",
+                        o.in, A, k, cb, 100.0 * (double)cb / fp16_rows(c, A), fp16_rows(c, A),
+                        CB_FRACTION, advice);
+            }
+        }
+    } else if (A > 0 && !o.cbfile) {
+        warn_codebook(o.in, c, k, cb_bytes(c, k, o.code.ks, o.code.vs, o.f32, 0), A, A,
+                      "archived rows it encodes", "archived rows it encodes", advice);
+    }
     fkvf_rows all = {s.rows, (size_t)P, c->dtype, 0};
     if (A > 0 && !s.q) {
         fkvf_rvq_params prm;
         cli_rvq_params_for(&prm, c);
-        prm.k = o.code.k;
+        prm.k = k;
         prm.k_stages = o.code.ks;
         prm.v_stages = o.code.vs;
         prm.table_dtype = o.f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
@@ -461,7 +585,7 @@ int fkvf_cli_pack(int argc, char **argv)
     }
     fkvf_desc d;
     cli_desc_for(&d, c, &rope, o.keys.no_rope, krope);
-    d.n_sinks = (uint32_t)S;
+    d.n_sinks = (uint32_t)S_policy;
     d.window = (uint32_t)(o.code.recent > UINT32_MAX ? UINT32_MAX : o.code.recent);
     d.model_id = o.code.model_id;
     d.tokenizer_id = o.code.tok_id;
@@ -554,15 +678,28 @@ int fkvf_cli_pack(int argc, char **argv)
     }
     if (o.index && (ex = fkvf_cli_index_file(o.out, 0)) != CLI_OK)
         goto out; /* search index (fkvf_search.c); the archive itself is complete */
+    /* the ratio with the codebook counted (embedded, or the file's size),
+     * then without it */
     uint64_t bytes = cli_file_size(o.out);
-    double fp16 = (double)P * (double)cli_cache_row_elems(c) * 2.0;
+    double fp16 = fp16_rows(c, P);
     uint64_t cbb = A > 0 && !o.cbfile ? fkvf_codebook_size(&shape) : 0;
-    char tail[128] = "";
-    if (cbb && cbb < bytes)
-        snprintf(tail, sizeof tail, "; %.2fx without the %" PRIu64 " codebook bytes",
-                 fp16 / (double)(bytes - cbb), cbb);
-    else if (A > 0 && o.cbfile)
-        snprintf(tail, sizeof tail, "; codebooks in %s", cli_base_name(o.cbfile));
+    char ratio[256];
+    uint64_t fb = o.cbfile ? cli_file_size(o.cbfile) : 0;
+    double r_with, r_without; /* the codebook counted, and not */
+    if (o.cbfile) {
+        r_with = fp16 / (double)(bytes + fb);
+        r_without = bytes ? fp16 / (double)bytes : 0.0;
+        snprintf(ratio, sizeof ratio, "%.2fx with the codebook file (%s, %" PRIu64
+                 " bytes), %.2fx without it", r_with, cli_base_name(o.cbfile), fb, r_without);
+    } else if (cbb && cbb < bytes) {
+        r_with = fp16 / (double)bytes;
+        r_without = fp16 / (double)(bytes - cbb);
+        snprintf(ratio, sizeof ratio, "%.2fx with the embedded codebook (k = %u, %" PRIu64
+                 " bytes), %.2fx without it", r_with, shape.k, cbb, r_without);
+    } else {
+        r_with = r_without = bytes ? fp16 / (double)bytes : 0.0;
+        snprintf(ratio, sizeof ratio, "%.2fx, no codebook (every position exact)", r_with);
+    }
     if (o.json) {
         printf("{\"archive\":");
         cli_json_cstr(stdout, o.out);
@@ -570,8 +707,8 @@ int fkvf_cli_pack(int argc, char **argv)
         cli_json_cstr(stdout, o.in);
         printf(",\"positions\":%" PRIu64 ",\"exact\":%" PRIu64 ",\"archived\":%" PRIu64
                ",\"bytes\":%" PRIu64 ",\"fp16_bytes\":%.0f,\"codebook_bytes\":%" PRIu64
-               ",\"codebooks\":",
-               P, P - A, A, bytes, fp16, cbb);
+               ",\"k\":%u,\"codebooks\":",
+               P, P - A, A, bytes, fp16, o.cbfile ? fb : cbb, A > 0 || o.cbfile ? shape.k : 0u);
         if (o.cbfile) {
             printf("{\"external\":");
             cli_json_cstr(stdout, o.cbfile);
@@ -579,13 +716,14 @@ int fkvf_cli_pack(int argc, char **argv)
         } else {
             printf(A > 0 ? "\"embedded\"" : "null");
         }
-        printf(",\"ratio_fp16\":%.6g,\"indexed\":%s}\n", bytes ? fp16 / (double)bytes : 0.0,
-               o.index ? "true" : "false");
+        printf(",\"ratio_fp16\":%.6g,\"ratio_fp16_with_codebook\":%.6g,"
+               "\"ratio_fp16_without_codebook\":%.6g,\"indexed\":%s}\n",
+               bytes ? fp16 / (double)bytes : 0.0, r_with, r_without, o.index ? "true" : "false");
     } else {
         snprintf(msg, sizeof msg,
                  "%s: %" PRIu64 " positions (%" PRIu64 " exact, %" PRIu64 " archived), %" PRIu64
-                 " bytes, ratio vs fp16 %.2fx (%.0f bytes)%s",
-                 o.out, P, P - A, A, bytes, bytes ? fp16 / (double)bytes : 0.0, fp16, tail);
+                 " bytes, ratio vs fp16 %s; fp16 cache %.0f bytes",
+                 o.out, P, P - A, A, bytes, ratio, fp16);
         puts(msg);
     }
     ex = CLI_OK;
@@ -603,7 +741,9 @@ static const char *unpack_help =
     "extension): exact positions bit for bit, archived ones reconstructed.\n"
     "\n"
     "  --codebooks FILE      codebook file for an archive that refers to one\n"
-    "                        (default: the file named in the archive, next to it)\n"
+    "                        (default: found by content hash in the archive's\n"
+    "                        directory, then in each directory of FKVF_CODEBOOK_PATH;\n"
+    "                        docs/codebooks.md)\n"
     "  --dtype f16|bf16|f32  element type of the output (the archive's)\n"
     "  --names fkvf|hf       tensor names: layers.{i}.key/.value [H, T, D] and tokens\n"
     "                        [T] (fkvf), or Hugging Face past_key_values.{i}.key/.value\n"
@@ -747,7 +887,6 @@ int fkvf_cli_unpack(int argc, char **argv)
     memset(&c, 0, sizeof c);
     uint8_t *buf = NULL;
     uint32_t *tok = NULL;
-    char *hint_path = NULL;
     int rc;
     if ((ex = cli_open_archive(&r, in)) != CLI_OK)
         goto out;
@@ -765,43 +904,18 @@ int fkvf_cli_unpack(int argc, char **argv)
     }
     int ext = 0;
     uint8_t want[16] = {0}; /* left alone by the library when not external */
-    const char *name = NULL;
-    fkvf_reader_codebook_ref(r, &ext, want, &name);
+    fkvf_reader_codebook_ref(r, &ext, want, NULL);
     char hx[33];
     cli_hex16(want, hx); /* printed only in the messages of an external codebook */
     if (ext && ai.n_archived > 0) {
-        const char *path = cbpath;
-        if (!path)
-            path = hint_path = cli_hint_path(in, name);
-        if (!path) {
-            ex = cli_fail(CLI_INVALID, FKVF_E_CODEBOOK, in,
-                          "the archive refers to the external codebook with content hash %s "
-                          "(name hint '%s'), not found; pass --codebooks FILE",
-                          hx, name ? name : "");
+        if ((ex = cli_attach_codebook(r, in, cbpath, &cb, NULL, 0)))
             goto out;
-        }
-        /* found next to the archive: it is an input too */
-        if (!cbpath && (ex = cli_check_output(out, (const char *const *)&hint_path, 1, 1)))
+        /* the codebook file found by its hash is an input too */
+        const char *cb_path = cb ? fkvf_reader_file_name(cb) : NULL;
+        if (!cbpath && cb_path && (ex = cli_check_output(out, &cb_path, 1, 1)))
             goto out;
-        rc = fkvf_reader_open_file(&cb, path, 0, NULL);
-        if (rc != FKVF_OK) {
-            /* a given FILE that is not there is exit 2 (as any path); one
-             * that is not a codebook file is invalid input, like a wrong one */
-            char pre[128];
-            snprintf(pre, sizeof pre, "(the archive expects the codebook with content hash %s) ",
-                     hx);
-            ex = cli_fail_reader(rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? rc : FKVF_E_CODEBOOK, cb,
-                                 path, pre);
-            goto out;
-        }
-        rc = fkvf_reader_attach_codebook(r, cb);
-        if (rc != FKVF_OK) {
-            char pre[600];
-            snprintf(pre, sizeof pre, "wrong codebook for %s: ", in);
-            ex = cli_fail_reader(rc, r, path, pre);
-            goto out;
-        }
     }
+    ex = CLI_INVALID;
     if (fmt == KVIO_FMT_NPY && d.key_dim != d.value_dim) {
         /* found before restoring anything */
         ex = cli_fail(CLI_USAGE, FKVF_E_INVALID_ARG, out,
@@ -911,7 +1025,6 @@ int fkvf_cli_unpack(int argc, char **argv)
     }
     ex = CLI_OK;
 out:
-    free(hint_path);
     free(buf);
     free(tok);
     kvio_cache_free(&c);
@@ -927,7 +1040,9 @@ static const char *train_help =
     "\n"
     "Train per-head RVQ codebooks on one or more raw caches of the same shape\n"
     "and write a codebook file (archives refer to it by content hash: fkvf\n"
-    "pack --codebooks FILE). Prints the content hash.\n"
+    "pack --codebooks FILE). Prints the content hash. Warns when the codebook is\n"
+    "larger than the fp16 bytes of its training rows or k is more than a quarter\n"
+    "of them (per table: pooled tables see every head's rows): it memorises them.\n"
     "\n"
     "  --k N                 centroids per stage, power of two 16..4096 (256)\n"
     "  --k-stages N          key stages 0..16 (4)\n"
@@ -1101,6 +1216,17 @@ int fkvf_cli_train(int argc, char **argv)
     fkvf_codebook_shape shape;
     uint32_t heads;
     fkvf_rvq_shape(q, &shape, &heads);
+    /* a codebook larger than its training rows, or k near their count,
+     * memorises them: it will not serve other caches */
+    uint64_t n_rows = 0;
+    for (size_t i = 0; i < nin; i++)
+        n_rows += cs[i].n_positions;
+    warn_codebook(out, &cs[0], shape.k, fkvf_codebook_size(&shape), n_rows,
+                  n_rows * (prm.pooled ? cs[0].n_kv_heads : 1),
+                  "training rows",
+                  prm.pooled ? "training vectors (rows x heads: pooled)" : "training rows",
+                  "train on more positions (several caches: fkvf train CACHE... -o FILE) or "
+                  "give a smaller --k");
     size_t tsz = fkvf_rvq_tables_size(q);
     tables = malloc(tsz ? tsz : 1);
     if (!tables || fkvf_rvq_tables(q, tables, tsz) != FKVF_OK) {

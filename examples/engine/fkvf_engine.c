@@ -232,6 +232,14 @@ typedef struct save_opts {
 
 /* Open a codebook file; its train.keys metadata says whether keys are
  * archived before RoPE. */
+/* 1 when a codebook file was trained on keys before RoPE (train.keys). */
+static int codebook_pre_rope(fkvf_reader *cb)
+{
+    fkvf_meta_entry e;
+    return fkvf_reader_meta_find(cb, "train.keys", &e) == FKVF_OK && e.type == FKVF_META_UTF8 &&
+           e.value_len == 8 && !memcmp(e.value, "pre-rope", 8);
+}
+
 static int open_codebook(const char *path, fkvf_reader **out, int *pre_rope)
 {
     int rc = fkvf_reader_open_file(out, path, 0, NULL);
@@ -242,11 +250,7 @@ static int open_codebook(const char *path, fkvf_reader **out, int *pre_rope)
         *out = NULL;
         return -1;
     }
-    fkvf_meta_entry e;
-    *pre_rope = 0;
-    if (fkvf_reader_meta_find(*out, "train.keys", &e) == FKVF_OK && e.type == FKVF_META_UTF8 &&
-        e.value_len == 8 && !memcmp(e.value, "pre-rope", 8))
-        *pre_rope = 1;
+    *pre_rope = codebook_pre_rope(*out);
     return 0;
 }
 
@@ -432,25 +436,18 @@ static int run(const lm_model *m, run_opts *o)
             fprintf(stderr, "fkvf-engine: note: %s has no XXH3-128 weights hash; cannot check "
                     "that it comes from this model\n", o->resume);
         int ext = 0;
-        uint8_t h[16];
-        const char *hint = NULL;
-        if (fkvf_reader_codebook_ref(r, &ext, h, &hint) == 0 && ext) {
+        if (fkvf_reader_codebook_ref(r, &ext, NULL, NULL) == 0 && ext) {
             if (!cb) {
-                /* the name stored in the archive, next to it */
-                const char *slash = strrchr(o->resume, '/');
-                size_t dl = slash ? (size_t)(slash - o->resume) + 1 : 0;
-                size_t len = dl + strlen(hint) + 1;
-                char *p = malloc(len);
-                if (!p)
+                /* found by content hash: in the archive's directory (the
+                 * name stored in the archive first), then in the
+                 * directories of FKVF_CODEBOOK_PATH */
+                if ((e = fkvf_reader_find_codebook(r, getenv("FKVF_CODEBOOK_PATH"), &cb))) {
+                    fprintf(stderr, "fkvf-engine: %s (give --codebooks FILE)\n",
+                            fkvf_reader_message(r));
                     goto out;
-                memcpy(p, o->resume, dl);
-                memcpy(p + dl, hint, strlen(hint) + 1);
-                int ok = open_codebook(p, &cb, &pre_rope);
-                free(p);
-                if (ok)
-                    goto out;
-            }
-            if ((e = fkvf_reader_attach_codebook(r, cb))) {
+                }
+                pre_rope = codebook_pre_rope(cb);
+            } else if ((e = fkvf_reader_attach_codebook(r, cb))) {
                 fprintf(stderr, "fkvf-engine: %s: %s\n", o->resume, fkvf_reader_message(r));
                 goto out;
             }

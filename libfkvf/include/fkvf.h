@@ -55,7 +55,7 @@ enum {
     FKVF_E_NOMEM = 3,        /* allocation failed */
     FKVF_E_IO = 4,           /* operating-system I/O error */
     FKVF_E_RANGE = 5,        /* position, index or stream out of range */
-    FKVF_E_NOT_FOUND = 6,    /* no such section, stream, key */
+    FKVF_E_NOT_FOUND = 6,    /* no such section, stream, key, file */
     FKVF_E_UNSUPPORTED = 7,  /* valid request this build cannot do */
     FKVF_E_EXISTS = 8,       /* the output file exists and was not to be replaced
                               * (fkvf_writer_options.no_replace, fkvf_appender_create) */
@@ -253,6 +253,12 @@ FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned
                                    const fkvf_allocator *alloc);
 FKVF_API void fkvf_reader_free(fkvf_reader *r);
 FKVF_API const char *fkvf_reader_message(const fkvf_reader *r);
+/* The path r was opened from (fkvf_reader_open_file, or the file that
+ * fkvf_reader_find_codebook found), as given, NUL-terminated and owned by
+ * r: valid until fkvf_reader_free. NULL for a reader of memory
+ * (fkvf_reader_open_memory) and for anything that is not a reader handle. No allocation, no I/O; it does not change r's message.
+ * Thread-safety: as every call on r. */
+FKVF_API const char *fkvf_reader_file_name(const fkvf_reader *r);
 /* The last error of r as fields (fkvf_error_info above); works on the handle
  * a failed open leaves. The strings belong to r: valid until the next call
  * on r that can fail (it clears or replaces the error) or fkvf_reader_free.
@@ -353,6 +359,56 @@ FKVF_API int fkvf_reader_codebook_ref(const fkvf_reader *r, int *is_external, ui
  * must outlive r). FKVF_E_CODEBOOK, naming the expected hash, when it is not
  * a codebook file, its hash differs, or its shape does not match. */
 FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *codebook_file);
+
+/* Entries of one directory that fkvf_reader_find_codebook looks at, at most. */
+#define FKVF_CODEBOOK_SCAN_MAX 10000
+
+/* Find the external codebook of r by its content hash (spec 13.5) and attach
+ * it (as fkvf_reader_attach_codebook does). Not a format rule: one way of
+ * obtaining the file that 13.5 leaves to readers.
+ *
+ * Where, in this order, each directory once (one met again, same device and
+ * inode, is skipped):
+ *   1. the directory of the path r was opened with (fkvf_reader_open_file;
+ *      "." for a path without '/'; none for fkvf_reader_open_memory);
+ *   2. each directory of search_path: a colon-separated list, searched left
+ *      to right; empty entries are skipped; NULL or "" = none. Relative
+ *      directories are relative to the working directory.
+ * The library reads no environment variable; the fkvf CLI passes
+ * FKVF_CODEBOOK_PATH as search_path.
+ * In each directory: first the file named by the CBRF name hint, if the
+ * hint is a plain file name (not empty, no '/', not "." or "..", no NUL
+ * byte: it is untrusted, spec 18.7; it never names anything outside the
+ * directory), then the other entries in directory order, at most
+ * FKVF_CODEBOOK_SCAN_MAX entries. A candidate must be a regular file (a
+ * symbolic link is not followed, a device or FIFO not opened), between 64
+ * bytes and the largest codebook file the descriptor allows (k 4096, 16 key
+ * and 16 value stages, f32 tables, per head, plus 16 MiB), and start with the
+ * FKVF magic; it is then opened (mapped: only its directory is parsed) and,
+ * if it is a codebook file (spec 13.4) whose shape fits the descriptor, its
+ * CBK1 is hashed and compared. Anything else is skipped, as are missing or
+ * unreadable directories. The first match is attached.
+ *
+ * codebook_file: on FKVF_OK, the reader of the codebook file found, opened
+ * with r's allocator and open flags; the caller owns it and r borrows it,
+ * so free it after r (as for fkvf_reader_attach_codebook). NULL when r
+ * refers to no external codebook or has one attached already (FKVF_OK: there
+ * is nothing to find).
+ * Errors: FKVF_E_NOT_FOUND when no file matches (the message names the
+ * expected hash, the name hint and every directory searched, with what was
+ * wrong with one: missing, unreadable, only its first entries looked at);
+ * FKVF_E_CODEBOOK when the file whose hash matches does not fit the archive
+ * (the errors of fkvf_reader_attach_codebook: the archive is inconsistent
+ * with its codebook); FKVF_E_IO when nothing matches and a candidate or
+ * directory could not be read for a reason other than its absence or
+ * permissions (EIO, EMFILE, ...: the message names it);
+ * FKVF_E_NOMEM; FKVF_E_INVALID_ARG (codebook_file NULL); FKVF_E_STATE (not
+ * a reader, or one whose open failed). On an error r is unchanged.
+ * Thread-safety: like every call on r, one thread at a time per handle; the
+ * directories are read while it runs (another process may change them: every
+ * candidate is checked through the file descriptor it was opened with). */
+FKVF_API int fkvf_reader_find_codebook(fkvf_reader *r, const char *search_path,
+                                       fkvf_reader **codebook_file);
 
 /* Bytes of one restored row (spec 14.2 layout) in `dtype`. */
 FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_t *row_bytes);

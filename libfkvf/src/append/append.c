@@ -498,6 +498,8 @@ FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
     struct stat sb;
     if (lstat(path, &sb) == 0)
         return FKVF_E_EXISTS; /* never replace a file */
+    if (errno != ENOENT)
+        return FKVF_E_IO; /* cannot tell whether it exists */
     fkvf_writer_options wo;
     fkvf_writer_options_init(&wo);
     wo.no_replace = 1; /* nor one that appears while commit 1 is written */

@@ -99,7 +99,7 @@ __attribute__((format(printf, 5, 0))) static int vfail(fkvf_diag *d, int code, u
                                                        va_list ap)
 {
     /* sized so that the whole message always fits in FKVF_MSG_MAX */
-    char body[240];
+    char body[760];
     vsnprintf(body, sizeof body, fmt, ap);
     const char *name = d->name ? d->name : "<memory>";
     char where[64] = "";
@@ -108,7 +108,7 @@ __attribute__((format(printf, 5, 0))) static int vfail(fkvf_diag *d, int code, u
     char cl[32] = "";
     if (clause)
         snprintf(cl, sizeof cl, " (spec %s)", clause);
-    snprintf(d->msg, sizeof d->msg, "%.120s:%.63s %.239s%.31s [%.40s]", name, where, body, cl,
+    snprintf(d->msg, sizeof d->msg, "%.120s:%.63s %.759s%.31s [%.40s]", name, where, body, cl,
              fkvf_error_name(code));
     d->code = code;
     d->offset = offset;

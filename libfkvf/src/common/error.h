@@ -8,7 +8,7 @@
 
 #include "fkvf.h"
 
-#define FKVF_MSG_MAX 512
+#define FKVF_MSG_MAX 1024
 #define FKVF_NO_OFFSET UINT64_MAX
 
 #define FKVF_CLAUSE_MAX 16

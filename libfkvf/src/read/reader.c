@@ -705,6 +705,7 @@ static int load_codebook(fkvf_reader *r)
     memcpy(r->cb_ref_hash, hash, 16);
     if (!(r->cb_ref_name = fkvf_strndup(r->alloc, name, nl)))
         return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for the codebook name");
+    r->cb_ref_name_len = nl;
     return FKVF_OK;
 }
 
@@ -1072,6 +1073,73 @@ FKVF_API int fkvf_reader_open_memory(fkvf_reader **out, const void *data, size_t
     return reader_load(r);
 }
 
+/* The file open as fd into r (r->flags): mapped, or read into memory with
+ * FKVF_OPEN_READ (from offset 0), then loaded. Does not close fd. */
+static int load_fd(fkvf_reader *r, int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "fstat: %s", strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "not a regular file");
+    static const uint8_t empty[1] = {0};
+    r->data = empty;
+    r->size = 0;
+    if (st.st_size > 0) {
+        if ((uint64_t)st.st_size > SIZE_MAX)
+            return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file too large to map");
+        if (r->flags & FKVF_OPEN_READ) {
+            /* a private copy: immune to others truncating the file (spec 18.5) */
+            size_t n = (size_t)st.st_size, got = 0;
+            uint8_t *buf = fkvf_malloc(r->alloc, n);
+            if (!buf)
+                return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory to read %zu bytes", n);
+            if (lseek(fd, 0, SEEK_SET) != 0) {
+                int e = errno;
+                fkvf_free(r->alloc, buf);
+                return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "lseek: %s", strerror(e));
+            }
+            while (got < n) {
+                ssize_t k = read(fd, buf + got, n - got);
+                if (k < 0 && errno == EINTR)
+                    continue;
+                if (k < 0) {
+                    int e = errno;
+                    fkvf_free(r->alloc, buf);
+                    return FAIL(FKVF_E_IO, got, NULL, "read: %s", strerror(e));
+                }
+                if (k == 0)
+                    break; /* the file shrank meanwhile: what was read is the file */
+                got += (size_t)k;
+            }
+            r->owned = buf;
+            r->data = buf;
+            r->size = got;
+            return reader_load(r);
+        }
+        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED)
+            return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "mmap: %s", strerror(errno));
+        r->map = m;
+        r->map_size = (size_t)st.st_size;
+        r->data = m;
+        r->size = (uint64_t)st.st_size;
+    }
+    return reader_load(r);
+}
+
+int rd_open_fd(fkvf_reader **out, int fd, const char *name, unsigned flags,
+               const fkvf_allocator *alloc)
+{
+    *out = NULL;
+    fkvf_reader *r;
+    int rc = reader_new(&r, alloc, name, flags);
+    if (rc)
+        return rc;
+    *out = r;
+    return load_fd(r, fd);
+}
+
 FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned flags,
                                    const fkvf_allocator *alloc)
 {
@@ -1088,65 +1156,9 @@ FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "open: %s", strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "fstat: %s", strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "not a regular file");
-    }
-    static const uint8_t empty[1] = {0};
-    r->data = empty;
-    r->size = 0;
-    if (st.st_size > 0) {
-        if ((uint64_t)st.st_size > SIZE_MAX) {
-            close(fd);
-            return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file too large to map");
-        }
-        if (flags & FKVF_OPEN_READ) {
-            /* a private copy: immune to others truncating the file (spec 18.5) */
-            size_t n = (size_t)st.st_size, got = 0;
-            uint8_t *buf = fkvf_malloc(r->alloc, n);
-            if (!buf) {
-                close(fd);
-                return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory to read %zu bytes", n);
-            }
-            while (got < n) {
-                ssize_t k = read(fd, buf + got, n - got);
-                if (k < 0 && errno == EINTR)
-                    continue;
-                if (k < 0) {
-                    int e = errno;
-                    close(fd);
-                    fkvf_free(r->alloc, buf);
-                    return FAIL(FKVF_E_IO, got, NULL, "read: %s", strerror(e));
-                }
-                if (k == 0)
-                    break; /* the file shrank meanwhile: what was read is the file */
-                got += (size_t)k;
-            }
-            close(fd);
-            r->owned = buf;
-            r->data = buf;
-            r->size = got;
-            return reader_load(r);
-        }
-        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "mmap: %s", strerror(e));
-        }
-        r->map = m;
-        r->map_size = (size_t)st.st_size;
-        r->data = m;
-        r->size = (uint64_t)st.st_size;
-    }
+    rc = load_fd(r, fd);
     close(fd);
-    return reader_load(r);
+    return rc;
 }
 
 FKVF_API void fkvf_reader_free(fkvf_reader *r)
@@ -1190,6 +1202,13 @@ FKVF_API const char *fkvf_reader_message(const fkvf_reader *r)
     if (!r || r->magic != FKVF_READER_MAGIC)
         return "not a reader handle";
     return r->diag.msg;
+}
+
+FKVF_API const char *fkvf_reader_file_name(const fkvf_reader *r)
+{
+    if (!r || r->magic != FKVF_READER_MAGIC)
+        return NULL;
+    return r->name;
 }
 
 FKVF_API int fkvf_reader_error(const fkvf_reader *r, fkvf_error_info *out)

@@ -110,6 +110,7 @@ struct fkvf_reader {
     fkvf_codebook_shape cb_shape;
     uint8_t cb_ref_hash[16];
     char *cb_ref_name;
+    uint32_t cb_ref_name_len;     /* its length in the CBRF (a NUL inside: strlen is shorter) */
     fkvf_reader *cb_file;         /* attached codebook file (borrowed) */
     size_t cb_file_sec;
     struct fkvf_rvq *rvq;         /* codebook for restore, built on first use */
@@ -144,6 +145,13 @@ int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b);
 int rd_stream_at(const fkvf_reader *r, size_t index, rd_stream *s);
 /* Parse a STRM section's header into a segment (block flags allocated). */
 int rd_seg_init(fkvf_reader *r, size_t i, rd_seg *g);
+
+/* A reader over the regular file open as fd (not closed), named `name` in
+ * messages, with fkvf_reader_open_file's flags: mapped, or with
+ * FKVF_OPEN_READ read from offset 0. *out is set whenever a handle was made
+ * (find.c: codebook candidates opened without following symbolic links). */
+int rd_open_fd(fkvf_reader **out, int fd, const char *name, unsigned flags,
+               const fkvf_allocator *alloc);
 
 /* validate.c: header + commit chain only (see reader.c). */
 int rd_open_chain(fkvf_reader **out, const void *data, size_t size, const char *name,

@@ -286,9 +286,16 @@ FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
     }
     w->diag.name = w->path;
     struct stat sb;
-    if (w->opts.no_replace && lstat(path, &sb) == 0) {
-        w->state = 2;
-        return FAIL(FKVF_E_EXISTS, NULL, "exists, and the writer was asked not to replace it");
+    if (w->opts.no_replace) {
+        if (lstat(path, &sb) == 0) {
+            w->state = 2;
+            return FAIL(FKVF_E_EXISTS, NULL, "exists, and the writer was asked not to replace it");
+        }
+        if (errno != ENOENT) { /* cannot tell whether it exists */
+            int e = errno;
+            w->state = 2;
+            return FAIL(FKVF_E_IO, NULL, "cannot check whether it exists: %s", strerror(e));
+        }
     }
     snprintf(w->tmp_path, n + 16, "%s.tmp-XXXXXX", path);
     w->fd = mkstemp(w->tmp_path);
@@ -1013,12 +1020,14 @@ static int place_no_replace(fkvf_writer *w)
     int e = errno;
     if (e == EPERM || e == ENOTSUP || e == EOPNOTSUPP || e == ENOSYS || e == EMLINK) {
         struct stat sb;
-        if (lstat(w->path, &sb) != 0 && errno == ENOENT) {
+        if (lstat(w->path, &sb) == 0) {
+            e = EEXIST;
+        } else if (errno != ENOENT) {
+            e = errno; /* cannot tell whether it exists: nothing replaced */
+        } else {
             if (rename(w->tmp_path, w->path) == 0)
                 return FKVF_OK;
             e = errno;
-        } else {
-            e = EEXIST;
         }
     }
     w->state = 2;

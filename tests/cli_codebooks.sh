@@ -1,0 +1,99 @@
+#!/bin/sh
+# CLI: an archive that refers to an external codebook, used from another
+# directory (issue 12, item 9). The codebook is found by content hash in the
+# archive's directory (name hint first) and in FKVF_CODEBOOK_PATH, by
+# unpack, verify, info, append and compact through one helper; one exit
+# status (1) for a codebook that is missing or wrong; the messages name the
+# hash, the hint and every directory searched.
+# usage: cli_codebooks.sh FKVF_BIN SRCDIR
+set -u
+FKVF=$1
+SRC=$2
+CACHE=$SRC/testdata/sample-cache.safetensors
+TRAIN=$SRC/testdata/train-cache.safetensors
+. "$(dirname "$0")/cli_lib.sh"
+case $FKVF in /*) ;; *) FKVF=$(pwd)/$FKVF ;; esac
+case $CACHE in /*) ;; *) CACHE=$(pwd)/$CACHE TRAIN=$(pwd)/$TRAIN ;; esac
+Q="--k 16 --k-stages 2 --v-stages 1 --iters 5"
+same() { check "$1" 0 cmp "$2" "$3"; }
+
+mkdir "$T/arch" "$T/cbs" "$T/work" "$T/other"
+check train 0 "$FKVF" train "$TRAIN" -o "$T/cbs/cb.fkvf" $Q
+hash=$(sed -n 's/^content hash \([0-9a-f]*\)$/\1/p' "$T/out")
+check train-other 0 "$FKVF" train "$TRAIN" -o "$T/other/cb.fkvf" $Q --seed 9
+check pack 0 "$FKVF" pack "$CACHE" -o "$T/arch/a.fkvf" --codebooks "$T/cbs/cb.fkvf"
+check unpack-given 0 "$FKVF" unpack "$T/arch/a.fkvf" -o "$T/ref.safetensors" --codebooks "$T/cbs/cb.fkvf"
+
+# from another directory, nothing to find: exit 1, the message names the
+# hash, the name hint and the directory searched
+cd "$T/work" || exit 2
+check unpack-missing 1 "$FKVF" unpack ../arch/a.fkvf -o x.safetensors
+grep_in unpack-missing-hash "$hash" "$T/err"
+grep_in unpack-missing-hint '(name hint "cb.fkvf")' "$T/err"
+grep_in unpack-missing-dir "in \.\./arch (the archive's directory)" "$T/err"
+grep_in unpack-missing-advice "FKVF_CODEBOOK_PATH" "$T/err"
+
+# FKVF_CODEBOOK_PATH: each directory in turn (a missing one is listed and
+# skipped), found by its hash
+check unpack-path 0 env FKVF_CODEBOOK_PATH="$T/nonexistent:$T/cbs" "$FKVF" unpack ../arch/a.fkvf -o p.safetensors
+same unpack-path-same "$T/ref.safetensors" p.safetensors
+check unpack-path-missing 1 env FKVF_CODEBOOK_PATH="$T/nonexistent::$T/other" "$FKVF" unpack ../arch/a.fkvf -o q.safetensors
+grep_in unpack-path-missing-dirs "\.\./arch (the archive's directory), $T/nonexistent (missing), $T/other" "$T/err"
+# the right name, the wrong hash (other/cb.fkvf): skipped; the right file
+# under another name in a later directory: found
+mv "$T/cbs/cb.fkvf" "$T/cbs/renamed-codebook"
+check unpack-by-hash 0 env FKVF_CODEBOOK_PATH="$T/other:$T/cbs" "$FKVF" unpack ../arch/a.fkvf -o h.safetensors
+same unpack-by-hash-same "$T/ref.safetensors" h.safetensors
+# next to the archive under another name: found without a path
+cp "$T/cbs/renamed-codebook" "$T/arch/shared.bin"
+check unpack-archive-dir 0 "$FKVF" unpack ../arch/a.fkvf -o d.safetensors
+same unpack-archive-dir-same "$T/ref.safetensors" d.safetensors
+rm "$T/arch/shared.bin"
+
+# verify: without the codebook, a note and the other checks (exit 0); with
+# it found, no note
+check verify-missing 0 "$FKVF" verify ../arch/a.fkvf
+grep_in verify-missing-note "note: .*$hash.*not made" "$T/err"
+check verify-path 0 env FKVF_CODEBOOK_PATH="$T/cbs" "$FKVF" verify ../arch/a.fkvf
+if [ -s "$T/err" ]; then echo "FAIL verify-path-quiet: $(cat "$T/err")"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
+# --codebooks "": none and not looked up (no note either)
+check verify-none 0 env FKVF_CODEBOOK_PATH="$T/cbs" "$FKVF" verify ../arch/a.fkvf --codebooks ""
+if [ -s "$T/err" ]; then echo "FAIL verify-none-quiet: $(cat "$T/err")"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
+
+# info: the ratio with the codebook file counted when it is found
+check info-missing 0 "$FKVF" info ../arch/a.fkvf
+grep_in info-missing-ratio "x without the codebook file (content hash $hash, not found" "$T/out"
+cbsize=$(wc -c <"$T/cbs/renamed-codebook" | tr -d ' ')
+check info-path 0 env FKVF_CODEBOOK_PATH="$T/cbs" "$FKVF" info ../arch/a.fkvf
+grep_in info-path-ratio "x with the codebook file ($cbsize bytes, content hash $hash), .*x without it" "$T/out"
+check info-path-json 0 env FKVF_CODEBOOK_PATH="$T/cbs" "$FKVF" info ../arch/a.fkvf --json
+grep_in info-path-json-bytes "\"codebook_file\":$cbsize}" "$T/out"
+
+# compact and append from elsewhere
+check compact-missing 1 "$FKVF" compact ../arch/a.fkvf -o c.fkvf
+grep_in compact-missing-hash "$hash" "$T/err"
+check compact-path 0 env FKVF_CODEBOOK_PATH="$T/cbs" "$FKVF" compact ../arch/a.fkvf -o c.fkvf
+cp "$T/cbs/renamed-codebook" "$T/cbs/cb.fkvf"
+check create 0 "$FKVF" append --create ../arch/live.fkvf "$CACHE" --codebooks "$T/cbs/cb.fkvf" --positions 0:100
+cp ../arch/live.fkvf live.before
+check append-missing 1 "$FKVF" append ../arch/live.fkvf "$CACHE" --positions 100:180
+same append-missing-unchanged ../arch/live.fkvf live.before
+check append-path 0 env FKVF_CODEBOOK_PATH="$T/cbs" "$FKVF" append ../arch/live.fkvf "$CACHE" --positions 100:180
+grep_in append-path-count "appended 80 positions" "$T/out"
+
+# one exit status in every command for a --codebooks FILE that is not a
+# codebook or the wrong one (1: invalid input), and one for a FILE that does
+# not exist (2, as any path that does not exist: docs/cli.md)
+cp ../arch/live.fkvf live.before2
+for f in "$T/nonexistent.fkvf" "$CACHE" "$T/other/cb.fkvf"; do
+    n=$(basename "$f")
+    want=1
+    [ -e "$f" ] || want=2
+    check unpack-given-bad-$n $want "$FKVF" unpack ../arch/a.fkvf -o z.safetensors --codebooks "$f"
+    check compact-given-bad-$n $want "$FKVF" compact ../arch/a.fkvf -o z.fkvf --codebooks "$f"
+    check append-given-bad-$n $want "$FKVF" append ../arch/live.fkvf "$CACHE" --positions 180:200 --codebooks "$f"
+    check verify-given-bad-$n $want "$FKVF" verify ../arch/a.fkvf --codebooks "$f"
+    grep_in given-bad-$n-hash "$hash" "$T/err"
+done
+same append-given-bad-unchanged ../arch/live.fkvf live.before2
+finish cli_codebooks
