@@ -3,11 +3,12 @@
 # the configured one) and consumes the installed package as a user would:
 #  - the files: fkvf.h, the fkvf CLI, libfkvf.so / .a, libfkvf.pc, fkvfConfig.cmake
 #  - find_package(fkvf): the examples project (examples/CMakeLists.txt)
-#    builds read_archive with fkvf::fkvf (shared) and read_archive_static
-#    with fkvf::fkvf_static; both run
+#    builds read_archive with fkvf::fkvf (shared), read_archive_static with
+#    fkvf::fkvf_static, restore_archive with fkvf::fkvf; each runs
 #  - pkg-config without --define-variable: --cflags and --libs name the
 #    temporary prefix; a consumer links with --libs (shared) and with
 #    -static and --static --libs (every dependency listed)
+#  - the installed CLI and restore_archive run tests/example_restore.sh
 # usage: install_test.sh BUILD_DIR SRC_DIR C_COMPILER
 set -u
 B=$1
@@ -67,4 +68,9 @@ check pc-static-build 0 "$CC" -static -o "$T/pc_static" "$S/examples/read_archiv
 check pc-static-run 0 "$T/pc_static" "$SAMPLE"
 cp "$T/out" "$T/got"
 check pc-static-same 0 cmp "$T/want" "$T/got"
+
+# the README's library example (an external codebook) with the installed CLI
+check example-restore 0 env LD_LIBRARY_PATH="$LIBDIR" sh "$S/tests/example_restore.sh" \
+    "$P/bin/fkvf" "$T/ex/restore_archive" "$S"
+grep_in example-restore-ran "example_restore: [1-9][0-9]* passed, 0 failed" "$T/out"
 finish install_test
