@@ -1,25 +1,76 @@
 #!/bin/sh
-# Installs the build into a temporary prefix, then builds the example against
-# it twice: with find_package(fkvf) and with pkg-config; runs both on the sample.
+# Installs the build into a temporary prefix (cmake --install --prefix, not
+# the configured one) and consumes the installed package as a user would:
+#  - the files: fkvf.h, the fkvf CLI, libfkvf.so / .a, libfkvf.pc, fkvfConfig.cmake
+#  - find_package(fkvf): the examples project (examples/CMakeLists.txt)
+#    builds read_archive with fkvf::fkvf (shared), read_archive_static with
+#    fkvf::fkvf_static, restore_archive with fkvf::fkvf; each runs
+#  - pkg-config without --define-variable: --cflags and --libs name the
+#    temporary prefix; a consumer links with --libs (shared) and with
+#    -static and --static --libs (every dependency listed)
+#  - the installed CLI and restore_archive run tests/example_restore.sh
 # usage: install_test.sh BUILD_DIR SRC_DIR C_COMPILER
-set -eu
+set -u
 B=$1
 S=$2
 CC=$3
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-cmake --install "$B" --prefix "$T/prefix" >/dev/null
-test -f "$T/prefix/include/fkvf.h"
-cmake -S "$S/examples" -B "$T/ex" -DCMAKE_PREFIX_PATH="$T/prefix" -DCMAKE_C_COMPILER="$CC" >/dev/null
-cmake --build "$T/ex" >/dev/null
-LD_LIBRARY_PATH="$T/prefix/lib:$T/prefix/lib64:${LD_LIBRARY_PATH:-}" "$T/ex/read_archive" "$S/testdata/sample.fkvf" >"$T/out1"
-grep -q "5 layers, 4 KV heads" "$T/out1"
-PCDIR=$(dirname "$(find "$T/prefix" -name libfkvf.pc | head -n 1)")
-PC="pkg-config --define-variable=prefix=$T/prefix"
-PKG_CONFIG_PATH="$PCDIR" $PC --exists libfkvf
+. "$(dirname "$0")/cli_lib.sh"
+P=$T/prefix
+SAMPLE=$S/testdata/sample.fkvf
+# needed_libs FILE: the DT_NEEDED entries of an executable, one a line
+needed_libs() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\].*/\1/p'; }
+
+check install 0 cmake --install "$B" --prefix "$P"
+for f in include/fkvf.h bin/fkvf; do
+    check "installed-$f" 0 test -f "$P/$f"
+done
+LIBDIR=$(dirname "$(find "$P" -name libfkvf.a | head -n 1)")
+check installed-libfkvf.so 0 test -e "$LIBDIR/libfkvf.so"
+check installed-libfkvf.pc 0 test -f "$LIBDIR/pkgconfig/libfkvf.pc"
+check installed-config 0 test -f "$LIBDIR/cmake/fkvf/fkvfConfig.cmake"
+check installed-cli 0 "$P/bin/fkvf" --version
+
+# find_package(fkvf): shared and static targets
+check ex-configure 0 cmake -S "$S/examples" -B "$T/ex" -DCMAKE_PREFIX_PATH="$P" \
+    -DCMAKE_C_COMPILER="$CC"
+check ex-build 0 cmake --build "$T/ex"
+check ex-shared-run 0 env LD_LIBRARY_PATH="$LIBDIR" "$T/ex/read_archive" "$SAMPLE"
+grep_in ex-shared-out "5 layers, 4 KV heads" "$T/out"
+cp "$T/out" "$T/want"
+check ex-shared-needs-so 0 sh -c "readelf -d '$T/ex/read_archive' | grep -q 'NEEDED.*libfkvf.so'"
+check ex-static-run 0 "$T/ex/read_archive_static" "$SAMPLE"
+cp "$T/out" "$T/got"
+check ex-static-same 0 cmp "$T/want" "$T/got"
+needed_libs "$T/ex/read_archive_static" >"$T/needed"
+check ex-static-no-so 1 grep -q libfkvf "$T/needed"
+
+# pkg-config, no --define-variable: the paths are the install prefix's
+PC="env PKG_CONFIG_PATH=$LIBDIR/pkgconfig pkg-config"
+check pc-exists 0 $PC --exists libfkvf
+check pc-cflags 0 $PC --cflags libfkvf
+grep_in pc-cflags-prefix "^-I$P/include *\$" "$T/out"
+check pc-libs 0 $PC --libs libfkvf
+grep_in pc-libs-prefix "^-L$LIBDIR -lfkvf *\$" "$T/out"
+check pc-static-libs 0 $PC --static --libs libfkvf
+for l in -lfkvf -lxxhash -lz -lm; do
+    grep_in "pc-static-libs$l" " $l\\( \\|\$\\)" "$T/out"
+done
 # shellcheck disable=SC2046
-"$CC" -o "$T/ex2" "$S/examples/read_archive.c" $(PKG_CONFIG_PATH="$PCDIR" $PC --cflags libfkvf) \
-    "$(dirname "$PCDIR")/libfkvf.a" $(pkg-config --libs libxxhash zlib) -lm
-"$T/ex2" "$S/testdata/sample.fkvf" >"$T/out2"
-cmp "$T/out1" "$T/out2"
-echo "install_test: 1 passed, 0 failed"
+check pc-shared-build 0 "$CC" -o "$T/pc_shared" "$S/examples/read_archive.c" \
+    $($PC --cflags --libs libfkvf)
+check pc-shared-run 0 env LD_LIBRARY_PATH="$LIBDIR" "$T/pc_shared" "$SAMPLE"
+cp "$T/out" "$T/got"
+check pc-shared-same 0 cmp "$T/want" "$T/got"
+# a fully static executable: links only if --static --libs lists every dependency
+# shellcheck disable=SC2046
+check pc-static-build 0 "$CC" -static -o "$T/pc_static" "$S/examples/read_archive.c" \
+    $($PC --cflags --static --libs libfkvf)
+check pc-static-run 0 "$T/pc_static" "$SAMPLE"
+cp "$T/out" "$T/got"
+check pc-static-same 0 cmp "$T/want" "$T/got"
+
+# the README's library example (an external codebook) with the installed CLI
+check example-restore 0 env LD_LIBRARY_PATH="$LIBDIR" sh "$S/tests/example_restore.sh" \
+    "$P/bin/fkvf" "$T/ex/restore_archive" "$S"
+grep_in example-restore-ran "example_restore: [1-9][0-9]* passed, 0 failed" "$T/out"
+finish install_test
