@@ -6,6 +6,10 @@
  *
  *   restore_archive ARCHIVE CODEBOOK ROWS.f32
  *
+ * CODEBOOK "-": find the codebook file by its content hash in the archive's
+ * directory, then in the directories of FKVF_CODEBOOK_PATH (colon-separated),
+ * as the fkvf CLI does (fkvf_reader_find_codebook).
+ *
  * Exit status: 0 done, 1 invalid input (not an archive, wrong codebook),
  * 2 usage or I/O. Build against an installed libfkvf as read_archive.c. */
 #include <inttypes.h>
@@ -25,7 +29,7 @@ static int status_of(int rc)
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: %s ARCHIVE CODEBOOK ROWS.f32\n", argv[0]);
+        fprintf(stderr, "usage: %s ARCHIVE CODEBOOK|- ROWS.f32\n", argv[0]);
         return 2;
     }
     const char *archive = argv[1], *codebook = argv[2], *outpath = argv[3];
@@ -46,20 +50,33 @@ int main(int argc, char **argv)
     const char *hint = NULL;
     fkvf_reader_codebook_ref(r, &external, hash, &hint);
     if (external) {
-        /* The archive stores the codebook's content hash and a name hint;
-         * the caller says where the file is. The codebook handle must stay
-         * open as long as r: r reads the tables from it. */
-        rc = fkvf_reader_open_file(&cb, codebook, 0, NULL);
-        if (rc != FKVF_OK) {
-            fprintf(stderr, "%s\n", cb ? fkvf_reader_message(cb) : fkvf_strerror(rc));
-            status = 1; /* a missing or unreadable codebook is invalid input */
-            goto done;
-        }
-        if ((rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK) {
-            /* wrong file: the message names the expected content hash */
-            fprintf(stderr, "%s\n", fkvf_reader_message(r));
-            status = 1;
-            goto done;
+        /* The archive stores the codebook's content hash and a name hint.
+         * Either the library finds the file by that hash, or the caller says
+         * where it is. The codebook handle must stay open as long as r: r
+         * reads the tables from it. */
+        if (!strcmp(codebook, "-")) {
+            rc = fkvf_reader_find_codebook(r, getenv("FKVF_CODEBOOK_PATH"), &cb);
+            if (rc != FKVF_OK) {
+                /* not found: the message names the hash, the hint and
+                 * every directory searched */
+                fprintf(stderr, "%s\n", fkvf_reader_message(r));
+                status = rc == FKVF_E_NOT_FOUND || rc == FKVF_E_CODEBOOK ? 1 : 2;
+                goto done;
+            }
+            codebook = fkvf_reader_file_name(cb);
+        } else {
+            rc = fkvf_reader_open_file(&cb, codebook, 0, NULL);
+            if (rc != FKVF_OK) {
+                fprintf(stderr, "%s\n", cb ? fkvf_reader_message(cb) : fkvf_strerror(rc));
+                status = 1; /* a missing or unreadable codebook is invalid input */
+                goto done;
+            }
+            if ((rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK) {
+                /* wrong file: the message names the expected content hash */
+                fprintf(stderr, "%s\n", fkvf_reader_message(r));
+                status = 1;
+                goto done;
+            }
         }
         printf("codebook %s (name hint \"%s\"): ", codebook, hint);
         for (int i = 0; i < 16; i++)

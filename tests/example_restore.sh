@@ -29,5 +29,18 @@ grep_in wrong-codebook-hash "expected codebook ${hash:-NO-HASH-PRINTED}" "$T/err
 check missing-codebook 1 "$RESTORE" "$T/a.fkvf" "$T/nothing.fkvf" "$T/rows2.f32"
 grep_in missing-codebook-msg "nothing.fkvf" "$T/err"
 check not-an-archive 1 "$RESTORE" "$CACHE" "$T/cb.fkvf" "$T/rows2.f32"
+# "-": the library finds the codebook by content hash (fkvf_reader_find_codebook),
+# in the archive's directory under another name, or in FKVF_CODEBOOK_PATH
+mkdir "$T/arch" "$T/books"
+cp "$T/a.fkvf" "$T/arch/a.fkvf"
+cp "$T/cb.fkvf" "$T/arch/renamed-codebook"
+check find-archive-dir 0 env -u FKVF_CODEBOOK_PATH "$RESTORE" "$T/arch/a.fkvf" - "$T/rows3.f32"
+grep_in find-archive-dir-path "codebook $T/arch/renamed-codebook (name hint \"cb.fkvf\")" "$T/out"
+check find-archive-dir-same 0 cmp "$T/rows.f32" "$T/rows3.f32"
+mv "$T/arch/renamed-codebook" "$T/books/shared"
+check find-not-found 1 env -u FKVF_CODEBOOK_PATH "$RESTORE" "$T/arch/a.fkvf" - "$T/rows4.f32"
+grep_in find-not-found-hash "${hash:-NO-HASH-PRINTED}" "$T/err"
+check find-path 0 env FKVF_CODEBOOK_PATH="$T/nowhere:$T/books" "$RESTORE" "$T/arch/a.fkvf" - "$T/rows4.f32"
+check find-path-same 0 cmp "$T/rows.f32" "$T/rows4.f32"
 check usage 2 "$RESTORE" "$T/a.fkvf"
 finish example_restore
