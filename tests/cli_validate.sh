@@ -20,6 +20,13 @@ check maxv-zero 2 "$FKVF" validate --max-violations 0 "$C/valid_quad_f16_rope.fk
 check maxv-missing 2 "$FKVF" validate "$C/valid_quad_f16_rope.fkvf" --max-violations
 check missing-file 2 "$FKVF" validate "$T/nonexistent.fkvf"
 check missing-codebook 2 "$FKVF" validate --codebooks "$T/nonexistent.fkvf" "$C/valid_cbrf.fkvf"
+# a --codebooks FILE that is not a codebook file is invalid input (exit 1, as
+# verify --codebooks), not a usage error; --json says so in its error object
+printf 'not an FKVF file at all, just some text of more than 64 bytes in length......\n' >"$T/junk.fkvf"
+check junk-codebook 1 "$FKVF" validate --codebooks "$T/junk.fkvf" "$C/valid_cbrf.fkvf"
+check junk-codebook-json 1 "$FKVF" validate --json --codebooks "$T/junk.fkvf" "$C/valid_cbrf.fkvf"
+cp "$T/out" "$T/junk.json"
+check junk-codebook-json-obj 0 /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); e=d["error"]; assert e["name"]=="FKVF_E_CODEBOOK" and e["class"]=="format", e' "$T/junk.json"
 
 # valid files: exit 0, strict too
 check valid 0 "$FKVF" validate "$C/valid_quad_f16_rope.fkvf"

@@ -151,12 +151,15 @@ int fkvf_cli_validate(int argc, char **argv)
     if (cbpath) {
         int rc = fkvf_reader_open_file(&cb, cbpath, 0, NULL);
         if (rc != FKVF_OK) {
-            /* a --codebooks FILE that cannot be used stops before any result:
-             * exit 2 whatever its fault (the files are not validated) */
-            cli_fail_reader(rc, cb, cbpath, "--codebooks: ");
+            /* a --codebooks FILE that cannot be used stops before any result
+             * (the files are not validated): exit 2 when it does not exist or
+             * cannot be read, as any path; 1 when it is not a codebook file,
+             * as in verify and unpack */
+            int ex = cli_fail_reader(rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? rc : FKVF_E_CODEBOOK,
+                                     cb, cbpath, "--codebooks: ");
             fkvf_reader_free(cb);
             free(files);
-            return CLI_USAGE;
+            return ex;
         }
     }
     fkvf_validate_options opt;
