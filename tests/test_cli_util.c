@@ -1,9 +1,11 @@
 /* Check suite for tools/cli_util: the progress line (elapsed time, ETA,
- * final line) and the duration format, checked against strings written out
- * by hand. */
+ * final line), the duration format and JSON strings, checked against
+ * strings written out by hand. */
+#define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli_util.h"
@@ -15,6 +17,32 @@ static void dur_is(double secs, const char *want)
     cli_fmt_duration(secs, b, sizeof b);
     ck_assert_msg(!strcmp(b, want), "duration %g: got '%s', want '%s'", secs, b, want);
 }
+
+static void json_is(const char *in, size_t n, const char *want)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ck_assert_ptr_nonnull(f);
+    cli_json_str(f, in, n);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_msg(!strcmp(buf, want), "json of %zu bytes: got '%s', want '%s'", n, buf, want);
+    free(buf);
+}
+
+/* JSON text is UTF-8: well-formed sequences pass, anything else is U+FFFD */
+START_TEST(json_string_utf8)
+{
+    json_is("a\"b\\c\n\t\x01\x7f", 9, "\"a\\\"b\\\\c\\n\\t\\u0001\\u007f\"");
+    json_is("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14, "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"");
+    json_is("x\xffy", 3, "\"x\\ufffdy\"");                    /* never valid */
+    json_is("\xc3", 1, "\"\\ufffd\"");                          /* cut short */
+    json_is("\xc0\xaf", 2, "\"\\ufffd\\ufffd\"");               /* overlong '/' */
+    json_is("\xed\xa0\x80", 3, "\"\\ufffd\\ufffd\\ufffd\"");     /* surrogate U+D800 */
+    json_is("\xf4\x90\x80\x80", 4, "\"\\ufffd\\ufffd\\ufffd\\ufffd\""); /* above U+10FFFF */
+    json_is("\xe2\x82", 2, "\"\\ufffd\\ufffd\"");               /* truncated 3-byte form */
+}
+END_TEST
 
 START_TEST(duration_format)
 {
@@ -110,6 +138,7 @@ static Suite *cli_util_suite(void)
     Suite *s = suite_create("cli_util");
     TCase *t = tcase_create("progress");
     tcase_add_test(t, duration_format);
+    tcase_add_test(t, json_string_utf8);
     tcase_add_test(t, progress_line_eta);
     tcase_add_test(t, progress_line_no_eta_yet);
     tcase_add_test(t, progress_line_final);

@@ -33,12 +33,51 @@ void cli_text_str(FILE *f, const char *s, size_t n)
 
 void cli_text_cstr(FILE *f, const char *s) { cli_text_str(f, s, strlen(s)); }
 
+/* Bytes of the well-formed UTF-8 sequence at s[0..n) (1..4; no overlong
+ * form, no surrogate, at most U+10FFFF), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len;
+    unsigned lo = 0x80, hi = 0xBF; /* the second byte's range */
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        lo = c == 0xE0 ? 0xA0 : 0x80;
+        hi = c == 0xED ? 0x9F : 0xBF;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        lo = c == 0xF0 ? 0x90 : 0x80;
+        hi = c == 0xF4 ? 0x8F : 0xBF;
+    } else
+        return 0;
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t k = 2; k < len; k++)
+        if (s[k] < 0x80 || s[k] > 0xBF)
+            return 0;
+    return len;
+}
+
 void cli_json_str(FILE *f, const char *s, size_t n)
 {
     fputc('"', f);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
+        if (c >= 0x80) {
+            /* JSON text is UTF-8: a byte that does not start a well-formed
+             * sequence (a file name in another encoding) becomes U+FFFD */
+            size_t len = utf8_len((const unsigned char *)s + i, n - i);
+            if (!len) {
+                fputs("\\ufffd", f);
+            } else {
+                fwrite(s + i, 1, len, f);
+                i += len - 1;
+            }
+        } else if (c == '"' || c == '\\')
             fprintf(f, "\\%c", c);
         else if (c == '\n')
             fputs("\\n", f);

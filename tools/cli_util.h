@@ -79,7 +79,8 @@ void cli_text_str(FILE *f, const char *s, size_t n);
 void cli_text_cstr(FILE *f, const char *s);
 
 /* A JSON string literal of s (quotes, backslash, control characters and DEL
- * escaped). */
+ * escaped; a byte that does not begin well-formed UTF-8 is written as
+ * \ufffd, so that the output is valid JSON whatever the bytes). */
 void cli_json_str(FILE *f, const char *s, size_t n);
 void cli_json_cstr(FILE *f, const char *s);
 
