@@ -129,6 +129,13 @@ check main-help 0 "$FKVF" --help
 grep_in main-help-exit "exit status 0 ok, 1 invalid input data, 2 usage" "$T/out"
 check unknown-command 2 "$FKVF" frobnicate
 grep_in unknown-command-msg "^fkvf: unknown command 'frobnicate'" "$T/err"
+# with --json, an unknown command (or --json alone) is one JSON error object too
+for args in "frobnicate --json" "--json"; do
+    n=$(echo "$args" | tr -c 'a-z\n' _)
+    check "unknown-command-$n" 2 "$FKVF" $args
+    cp "$T/out" "$T/uc.json"
+    check "unknown-command-$n-obj" 0 "$PY" -c 'import json,sys; e=json.load(open(sys.argv[1]))["error"]; assert e["name"]=="FKVF_E_INVALID_ARG" and e["class"]=="usage" and "unknown command" in e["message"], e' "$T/uc.json"
+done
 
 # ---- data faults are invalid input (1), not usage (2) -----------------------
 A=$T/a.fkvf

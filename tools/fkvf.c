@@ -639,7 +639,7 @@ int main(int argc, char **argv)
     /* every error line names the command; --json anywhere asks for the
      * error object too (cli_finish), usage errors included */
     int json = 0;
-    for (int i = 2; i < argc; i++)
+    for (int i = 1; i < argc; i++)
         json |= !strcmp(argv[i], "--json");
     static const char *const cmds[] = {"info",   "verify",  "validate", "dump",  "pack",
                                        "unpack", "train",   "compare",  "append", "compact",
@@ -648,7 +648,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; argc >= 2 && i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(argv[1], cmds[i]))
             cmd = cmds[i];
-    cli_set_command(prog, cmd, json && cmd);
+    cli_set_command(prog, cmd, json); /* an unknown command too: its usage error */
     return cli_finish(run(argc, argv));
 }
 
