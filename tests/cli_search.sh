@@ -103,6 +103,11 @@ for a in q n; do
     check "index-$a-one-same" 0 cmp "$T/$a.fkvf" "$T/$a-once.fkvf"
     check "verify-$a-2" 0 "$FKVF" verify "$T/$a.fkvf"
     check "index-$a-nosuch" 1 "$FKVF" index "$T/$a.fkvf" --stream L99.H0.K.0
+    # the stream that does not exist is named; a stream named twice is one
+    check "index-$a-nosuch2" 1 "$FKVF" index "$T/$a.fkvf" --stream tokens --stream L99.H0.K.0
+    grep_in "index-$a-nosuch2-msg" "no stream L99.H0.K.0 in the archive" "$T/err"
+    check "index-$a-twice" 0 "$FKVF" index "$T/$a.fkvf" --stream tokens --stream tokens --no-sync --json
+    grep_in "index-$a-twice-json" '"streams":0,"entries":0,"bytes":0,"current":1,' "$T/out"
 
     # plot: a valid PNG (every CRC, the pixels: tests/png_check.py) of the
     # stated size, with a title and a legend

@@ -511,7 +511,7 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
     int ret = cli_open_archive(&r, path);
     if (ret != CLI_OK)
         return ret;
-    size_t ns = 0, named = 0;
+    size_t ns = 0;
     fkvf_reader_stream_count(r, &ns);
     fkvf_section_add *secs = calloc(ns ? ns : 1, sizeof *secs);
     size_t n = 0;
@@ -519,6 +519,13 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
     if (!secs) {
         ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
         goto out;
+    }
+    for (size_t k = 0; k < nid; k++) { /* every stream named exists */
+        size_t idx;
+        if (!find_stream(r, path, ids[k], &idx)) {
+            ret = CLI_INVALID;
+            goto out;
+        }
     }
     for (size_t i = 0; i < ns; i++) {
         fkvf_stream_info si;
@@ -530,7 +537,6 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
             if (!want)
                 continue;
         }
-        named++;
         uint64_t u = si.align ? si.align : 1, cover = si.length / u * u;
         if (cover == 0) {
             rep->short_++;
@@ -562,11 +568,6 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
         rep->bytes += sz;
         rep->entries += cover;
         n++;
-    }
-    if (nid && named != nid) {
-        ret = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, path, "%zu of the %zu streams named exist",
-                       named, nid);
-        goto out;
     }
     fkvf_reader_free(r); /* before appending */
     r = NULL;
@@ -612,8 +613,13 @@ static int cmd_index(int argc, char **argv)
         else if (!strcmp(a, "--json"))
             json = 1;
         else if (!strcmp(a, "--stream") && i + 1 < argc && nid < 256 &&
-                 cli_parse_stream_name(argv[i + 1], &ids[nid]))
-            nid++, i++;
+                 cli_parse_stream_name(argv[i + 1], &ids[nid])) {
+            size_t k = 0;
+            while (k < nid && ids[k] != ids[nid])
+                k++;
+            nid += k == nid; /* a stream named twice is indexed once */
+            i++;
+        }
         else if (a[0] != '-' && !path)
             path = a;
         else
