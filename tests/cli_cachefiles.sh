@@ -159,6 +159,16 @@ check check-rope-wrong 1 "$FKVF" pack "$T/fk-hs.safetensors" --check-rope
 grep_in check-rope-wrong-verdict "look wrong; try --rope-layout half-split" "$T/out"
 check check-rope-wrong-o 1 "$FKVF" pack "$T/fk-hs.safetensors" --check-rope -o "$T/cr.fkvf" --force
 grep_in check-rope-wrong-o-msg "not written" "$T/err"
+# --no-rope wins over --keys pre-rope: the advice drops it (following
+# "try --keys pre-rope ..." with --no-rope still given changes nothing)
+check check-rope-norope 1 "$FKVF" pack "$CACHE" --check-rope --no-rope
+grep_in check-rope-norope-advice "look wrong; try dropping --no-rope, with --rope-layout interleaved --rope-theta 10000\$" "$T/out"
+check check-rope-asis 1 "$FKVF" pack "$CACHE" --check-rope --keys as-is
+grep_in check-rope-asis-advice "look wrong; try --keys pre-rope --rope-layout interleaved --rope-theta 10000\$" "$T/out"
+# --check-rope --json without -o: one JSON object
+check check-rope-json 0 "$FKVF" pack "$CACHE" --check-rope --json
+cp "$T/out" "$T/cr.json"
+check check-rope-json-obj 0 /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["verdict"]=="right" and any(c["chosen"] and c["lowest"] for c in d["candidates"]), d' "$T/cr.json"
 if [ -e "$T/cr.fkvf" ]; then echo "FAIL check-rope-wrong-o: cr.fkvf written"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
 check check-rope-ok-o 0 "$FKVF" pack "$T/fk-hs.safetensors" --check-rope --rope-layout half-split -o "$T/cr.fkvf" --force $Q
 grep_in check-rope-ok-o-packed "256 positions (36 exact, 220 archived)" "$T/out"

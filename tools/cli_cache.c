@@ -187,7 +187,8 @@ static void cand_label(const cli_rope_cand *x, char *out, size_t n)
 }
 
 /* The options that select candidate b instead of the chosen a. */
-static void cand_options(const cli_rope_cand *a, const cli_rope_cand *b, char *out, size_t n)
+static void cand_options(const cli_rope_cand *a, const cli_rope_cand *b, int no_rope, char *out,
+                         size_t n)
 {
     size_t k = 0;
     out[0] = 0;
@@ -195,8 +196,10 @@ static void cand_options(const cli_rope_cand *a, const cli_rope_cand *b, char *o
         snprintf(out, n, "--no-rope if the model has no RoPE (GPT-2), or --keys as-is");
         return;
     }
+    /* --no-rope wins over --keys pre-rope: the advice must drop it */
     if (a->as_cached)
-        k += (size_t)snprintf(out + k, n - k, "--keys pre-rope ");
+        k += (size_t)snprintf(out + k, n - k, "%s", no_rope ? "dropping --no-rope, with "
+                                                              : "--keys pre-rope ");
     if (a->as_cached || a->rope.layout != b->rope.layout)
         k += (size_t)snprintf(out + k, n - k, "--rope-layout %s ",
                               b->rope.layout == 1 ? "interleaved" : "half-split");
@@ -235,7 +238,7 @@ void cli_rope_print(FILE *f, const char *path, const cli_rope_report *r)
         fprintf(f, "verdict: the chosen settings look right\n");
     } else {
         char opts[160];
-        cand_options(&r->c[r->chosen], &r->c[r->best], opts, sizeof opts);
+        cand_options(&r->c[r->chosen], &r->c[r->best], r->no_rope, opts, sizeof opts);
         fprintf(f, "verdict: the chosen settings look wrong; try %s\n", opts);
     }
 }
@@ -270,7 +273,7 @@ void cli_rope_warn(const char *path, const cli_rope_report *r)
     char a[96], b[96], opts[160];
     cand_label(&r->c[r->chosen], a, sizeof a);
     cand_label(&r->c[r->best], b, sizeof b);
-    cand_options(&r->c[r->chosen], &r->c[r->best], opts, sizeof opts);
+    cand_options(&r->c[r->chosen], &r->c[r->best], r->no_rope, opts, sizeof opts);
     cli_warn("%s: the RoPE settings look wrong: the keys spread %.3f about their mean %s, "
             "but %.3f %s (lower compresses better); try %s (fkvf pack --check-rope prints the "
             "measurement)",

@@ -346,6 +346,8 @@ typedef struct cli_rope_report {
     size_t chosen, best;         /* chosen: c[0]; best: the lowest spread */
     int verdict; /* 0 the chosen settings look right, 1 another candidate is lower by
                   * more than 3%: they look wrong, -1 cannot tell (< 16 positions) */
+    int no_rope; /* set by the caller after measuring: --no-rope was given (the advice
+                  * then says to drop it) */
 } cli_rope_report;
 
 /* Measure (pos0 + t - p0 is the rotary position of cache position t; rope:

@@ -460,6 +460,7 @@ int fkvf_cli_pack(int argc, char **argv)
             ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o.in, "out of memory");
             goto out;
         }
+        rr.no_rope = o.keys.no_rope;
         /* with --json: the check's object when it is all the command does
          * (no -o, right settings), else its table on stderr */
         if (o.check_rope && o.json && !o.out && rr.verdict != 1)
