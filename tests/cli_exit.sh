@@ -182,13 +182,27 @@ for c in "unpack @ -o $T/sub/u.safetensors" "compact @ -o $T/sub/c.fkvf" "append
     a=$(printf '%s' "$c" | sed "s#@#$T/sub/e.fkvf#")
     # shellcheck disable=SC2086
     check "$n-cb-not-found" 1 "$FKVF" $a --json
+    # the line names the code it is reported with, not the lookup's NOT_FOUND
+    if grep -q "FKVF_E_NOT_FOUND" "$T/err"; then
+        echo "FAIL $n-cb-not-found-tag: FKVF_E_NOT_FOUND in a FKVF_E_CODEBOOK error:"; cat "$T/err"; fails=$((fails + 1))
+    else pass=$((pass + 1)); fi
     jerr "$n-cb-not-found" 1 "$T/sub/e.fkvf" FKVF_E_CODEBOOK format
+    # the offset and clause of the lookup's fault (the CBRF section, spec 13.5)
+    check "$n-cb-not-found-where" 0 "$PY" -c 'import json,sys; e=json.load(open(sys.argv[1]))["error"]; assert e["clause"]=="13.5" and isinstance(e["offset"], int) and e["offset"] > 0, e' "$T/j.out"
+    # a wrong --codebooks FILE (an archive): one "fkvf CMD: ARCHIVE: " prefix,
+    # then the library's words
+    cn=${c%% *}
+    # shellcheck disable=SC2086
+    check "$cn-cb-wrong" 1 "$FKVF" $a --codebooks "$SRC/testdata/sample.fkvf"
+    grep_in "$cn-cb-wrong-msg" "^fkvf $cn: $T/sub/e.fkvf: $SRC/testdata/sample.fkvf is not a codebook file; expected codebook" "$T/err"
     # shellcheck disable=SC2086
     check "$n-cb-missing-path" 2 "$FKVF" $a --codebooks "$T/nope-cb.fkvf" --json
     jerr "$n-cb-missing-path" 2 "$T/nope-cb.fkvf" FKVF_E_IO environment
 done
 check verify-cb-missing-path 2 "$FKVF" verify "$T/sub/e.fkvf" --codebooks "$T/nope-cb.fkvf"
 check verify-cb-not-a-codebook 1 "$FKVF" verify "$T/sub/e.fkvf" --codebooks "$T/junk"
+check verify-cb-wrong 1 "$FKVF" verify "$T/sub/e.fkvf" --codebooks "$SRC/testdata/sample.fkvf"
+grep_in verify-cb-wrong-msg "^fkvf verify: $T/sub/e.fkvf: $SRC/testdata/sample.fkvf is not a codebook file; expected codebook" "$T/err"
 
 # ---- offset and clause as fields: known-corrupt files of the conformance
 # ---- suite (class and clause from its manifest, offset from spec 3's table)

@@ -834,9 +834,8 @@ int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
             return ex;
         }
         if ((rc = fkvf_reader_attach_codebook(r, c)) != FKVF_OK) {
-            char pre[160];
-            snprintf(pre, sizeof pre, "wrong codebook for %.120s: ", archive);
-            int ex = cli_fail_reader(rc, r, given, pre);
+            /* the library's message names the archive and the file */
+            int ex = cli_fail_reader(rc, r, archive, "");
             fkvf_reader_free(c);
             return ex;
         }
@@ -852,10 +851,21 @@ int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
     }
     /* not found or not fitting: invalid input, as a wrong --codebooks FILE;
      * an I/O error while searching: environment */
-    if (rc == FKVF_E_NOT_FOUND)
-        return cli_fail(CLI_INVALID, FKVF_E_CODEBOOK, archive,
-                        "%s; pass --codebooks FILE, or put its directory in FKVF_CODEBOOK_PATH",
-                        fkvf_reader_message(r));
+    if (rc == FKVF_E_NOT_FOUND) {
+        /* reported as FKVF_E_CODEBOOK (the archive cannot be decoded without
+         * it), so the library's "[FKVF_E_NOT_FOUND]" tag is left out */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", fkvf_reader_message(r));
+        size_t ml = strlen(msg), tl = strlen(" [FKVF_E_NOT_FOUND]");
+        if (ml >= tl && !strcmp(msg + ml - tl, " [FKVF_E_NOT_FOUND]"))
+            msg[ml - tl] = 0;
+        fkvf_error_info e;
+        int have = fkvf_reader_error(r, &e) == FKVF_OK;
+        return cli_fail_at(CLI_INVALID, FKVF_E_CODEBOOK, archive,
+                           have ? e.offset : FKVF_ERROR_NO_OFFSET, have ? e.clause : NULL,
+                           "%s; pass --codebooks FILE, or put its directory in FKVF_CODEBOOK_PATH",
+                           msg);
+    }
     return cli_fail_reader(rc, r, archive, "");
 }
 

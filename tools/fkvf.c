@@ -483,7 +483,7 @@ static int cmd_verify(int argc, char **argv)
                           "%s (the archive %s expects the codebook with content hash %s)", msg,
                           path, hx);
         } else if ((rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK) {
-            ec = cli_fail_reader(rc, r, cbpath, "");
+            ec = cli_fail_reader(rc, r, path, ""); /* names the archive and FILE */
         }
     }
     /* without --codebooks: the codebook found by content hash (archive's
