@@ -10,8 +10,9 @@
  * directory, then in the directories of FKVF_CODEBOOK_PATH (colon-separated),
  * as the fkvf CLI does (fkvf_reader_find_codebook).
  *
- * Exit status: 0 done, 1 invalid input (not an archive, wrong codebook),
- * 2 usage or I/O. Build against an installed libfkvf as read_archive.c. */
+ * Exit status: 0 done, 1 invalid input (not an archive, not a codebook
+ * file, the wrong one, none found), 2 usage or I/O (also a CODEBOOK path
+ * that does not exist). Build against an installed libfkvf as read_archive.c. */
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,7 +69,9 @@ int main(int argc, char **argv)
             rc = fkvf_reader_open_file(&cb, codebook, 0, NULL);
             if (rc != FKVF_OK) {
                 fprintf(stderr, "%s\n", cb ? fkvf_reader_message(cb) : fkvf_strerror(rc));
-                status = 1; /* a missing or unreadable codebook is invalid input */
+                /* a file that does not exist or cannot be read: 2, as any
+                 * path; one that is not an FKVF file: invalid input */
+                status = rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? 2 : 1;
                 goto done;
             }
             if ((rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK) {

@@ -9,10 +9,11 @@
 # checked with python3; data faults (a stream or position that does not
 # exist, a search without a token stream) are exit 1; every --help states
 # the exit statuses.
-# usage: cli_exit.sh FKVF_BIN SRCDIR
+# usage: cli_exit.sh FKVF_BIN SRCDIR [ADD_SECTION_BIN]
 set -u
 FKVF=$1
 SRC=$2
+ADDSEC=${3:-}
 CACHE=$SRC/testdata/sample-cache.safetensors
 CB=$SRC/conformance/files/valid_codebook_file.fkvf
 MANIFEST=$SRC/conformance/manifest.tsv
@@ -203,6 +204,18 @@ check verify-cb-missing-path 2 "$FKVF" verify "$T/sub/e.fkvf" --codebooks "$T/no
 check verify-cb-not-a-codebook 1 "$FKVF" verify "$T/sub/e.fkvf" --codebooks "$T/junk"
 check verify-cb-wrong 1 "$FKVF" verify "$T/sub/e.fkvf" --codebooks "$SRC/testdata/sample.fkvf"
 grep_in verify-cb-wrong-msg "^fkvf verify: $T/sub/e.fkvf: $SRC/testdata/sample.fkvf is not a codebook file; expected codebook" "$T/err"
+
+# ---- dump --json of an optional section whose type is spelled with a quote
+# ---- and a backslash (tests/add_section.c): still one valid JSON object
+if [ -n "$ADDSEC" ]; then
+    cp "$T/a.fkvf" "$T/odd-type.fkvf"
+    check add-odd-section 0 "$ADDSEC" "$T/odd-type.fkvf" 'q"\z'
+    check dump-odd-type 0 "$FKVF" dump "$T/odd-type.fkvf" --json
+    cp "$T/out" "$T/odd.json"
+    check dump-odd-type-json 0 "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert any(s["type"] == "q\"\\z" for s in d["sections"]), [s["type"] for s in d["sections"]]' "$T/odd.json"
+else
+    echo "cli_exit: dump of an odd section type SKIPPED (no add_section binary given)"
+fi
 
 # ---- offset and clause as fields: known-corrupt files of the conformance
 # ---- suite (class and clause from its manifest, offset from spec 3's table)

@@ -4,7 +4,8 @@
 # fkvf pack --codebooks, then the example restores every position, and
 # tests/check_restored.py compares the rows with the original cache without
 # libfkvf (exact window bit for bit, SNR of the archived positions). Without
-# the right codebook file the example fails with exit 1, naming the hash.
+# the right codebook file the example fails with exit 1, naming the hash
+# (exit 2 for a codebook path that does not exist, as any path).
 # usage: example_restore.sh FKVF_BIN RESTORE_ARCHIVE_BIN SRCDIR
 # (install_test.sh runs it with the installed fkvf and an example built
 # against the installed package; ctest example_restore with the build's)
@@ -26,7 +27,7 @@ check rows-match-original 0 /usr/bin/python3 "$SRC/tests/check_restored.py" "$CA
 # an archive is not a codebook file: exit 1, the message names the expected hash
 check wrong-codebook 1 "$RESTORE" "$T/a.fkvf" "$SRC/testdata/sample.fkvf" "$T/rows2.f32"
 grep_in wrong-codebook-hash "expected codebook ${hash:-NO-HASH-PRINTED}" "$T/err"
-check missing-codebook 1 "$RESTORE" "$T/a.fkvf" "$T/nothing.fkvf" "$T/rows2.f32"
+check missing-codebook 2 "$RESTORE" "$T/a.fkvf" "$T/nothing.fkvf" "$T/rows2.f32"
 grep_in missing-codebook-msg "nothing.fkvf" "$T/err"
 check not-an-archive 1 "$RESTORE" "$CACHE" "$T/cb.fkvf" "$T/rows2.f32"
 # "-": the library finds the codebook by content hash (fkvf_reader_find_codebook),

@@ -583,17 +583,20 @@ static int cmd_dump(int argc, char **argv)
             fl[0] = 'R';
         if (s.flags & FKVF_SECTION_DEFLATE)
             fl[1] = 'Z';
-        if (json)
-            printf("%s{\"commit\":%" PRIu64 ",\"type\":\"%s\",\"required\":%s,\"deflate\":%s,"
+        if (json) {
+            /* a type of printable bytes may hold a quote or a backslash */
+            printf("%s{\"commit\":%" PRIu64 ",\"type\":", i ? "," : "", s.commit_seq);
+            cli_json_cstr(stdout, tn);
+            printf(",\"required\":%s,\"deflate\":%s,"
                    "\"offset\":%" PRIu64 ",\"stored_size\":%" PRIu64 ",\"size\":%" PRIu64
                    ",\"key\":%" PRIu64 ",\"checksum\":\"%016" PRIx64 "\"}",
-                   i ? "," : "", s.commit_seq, tn, (s.flags & 1) ? "true" : "false",
-                   (s.flags & 2) ? "true" : "false", s.offset, s.stored_size, s.size, s.key,
-                   s.checksum);
-        else
+                   (s.flags & 1) ? "true" : "false", (s.flags & 2) ? "true" : "false", s.offset,
+                   s.stored_size, s.size, s.key, s.checksum);
+        } else {
             printf("%-6" PRIu64 " %-10s %-5s %12" PRIu64 " %12" PRIu64 " %12" PRIu64 " %#18" PRIx64
                    " %016" PRIx64 "\n",
                    s.commit_seq, tn, fl, s.offset, s.stored_size, s.size, s.key, s.checksum);
+        }
     }
     if (json)
         printf("],\"streams\":[");
