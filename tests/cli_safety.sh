@@ -78,6 +78,12 @@ refused_same unpack-cb-hint "$FKVF" unpack "$T/d/e2.fkvf" -o "$T/d/cb2.npz" --fo
 unchanged unpack-cb-hint "$T/d/cb2.npz" "$T/cb2.orig"
 refused_same unpack-cb-given "$FKVF" unpack "$T/d/e2.fkvf" -o "$T/d/cb2.npz" --codebooks "$T/d/cb2.npz" --force
 unchanged unpack-cb-given "$T/d/cb2.npz" "$T/cb2.orig"
+# also when no position is archived (the codebook is not needed to restore,
+# but it is the archive's input all the same)
+check pack-cb2-exact 0 "$FKVF" pack "$CACHE" -o "$T/d/e3.fkvf" --codebooks "$T/d/cb2.npz" --recent 300
+grep_in pack-cb2-exact-all "256 positions (256 exact, 0 archived)" "$T/out"
+refused_same unpack-cb-exact "$FKVF" unpack "$T/d/e3.fkvf" -o "$T/d/cb2.npz" --force
+unchanged unpack-cb-exact "$T/d/cb2.npz" "$T/cb2.orig"
 cp "$T/d/a.fkvf" "$T/d/a.npz"
 cp "$T/d/a.npz" "$T/anpz.orig"
 refused_same unpack-self "$FKVF" unpack "$T/d/a.npz" -o "$T/d/a.npz" --force

@@ -911,11 +911,15 @@ int fkvf_cli_unpack(int argc, char **argv)
     if (ext && ai.n_archived > 0) {
         if ((ex = cli_attach_codebook(r, in, cbpath, &cb, NULL, 0)))
             goto out;
-        /* the codebook file found by its hash is an input too */
-        const char *cb_path = cb ? fkvf_reader_file_name(cb) : NULL;
-        if (!cbpath && cb_path && (ex = cli_check_output(out, &cb_path, 1, 1)))
-            goto out;
+    } else if (ext && !cbpath) {
+        /* not needed to restore, but it is an input all the same: the
+         * output must not replace it (not found: nothing to protect) */
+        (void)fkvf_reader_find_codebook(r, getenv("FKVF_CODEBOOK_PATH"), &cb);
     }
+    /* the codebook file found by its hash is an input too */
+    const char *cb_path = cb ? fkvf_reader_file_name(cb) : NULL;
+    if (!cbpath && cb_path && (ex = cli_check_output(out, &cb_path, 1, 1)))
+        goto out;
     ex = CLI_INVALID;
     if (fmt == KVIO_FMT_NPY && d.key_dim != d.value_dim) {
         /* found before restoring anything */
