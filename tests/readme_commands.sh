@@ -11,8 +11,9 @@
 #    before the fence leaves that block out (the set-up scripts that install
 #    packages and run everything);
 #  - a fenced block tagged c after <!-- readme-test: excerpt FILE --> must be
-#    an excerpt of FILE: its lines, leading and trailing blanks aside, occur
-#    in FILE in the same order (a line "..." stands for lines left out);
+#    an excerpt of FILE: leading and trailing blanks and blank lines aside,
+#    its lines are FILE's lines in the same order, and a line "..." stands
+#    for lines left out (lines left out without one are an error);
 #  - a command-like line (fkvf, ./, cmake, cc at its start) in an untagged
 #    fenced block or an indented block is an error: tag the block sh (run)
 #    or text (not run), so that no command is skipped by accident.
@@ -71,16 +72,39 @@ if [ -s "$T/errors" ]; then
 fi
 check blocks-found 0 test -s "$T/run.sh"
 
-# 2. excerpts: every line of the block occurs in the file, in order
+# 2. excerpts: the lines between two "..." lines (a run) are consecutive
+# non-blank lines of the file, and the runs occur in the file in order: a
+# line left out without a "..." in its place is an error
 n=1
 while [ -f "$T/excerpt.$n" ]; do
     f=$(cat "$T/excerpt.$n.file")
     line=$(cat "$T/excerpt.$n.line")
     check "excerpt-README.md:$line-$f" 0 awk -v want="$T/excerpt.$n" '
         function trim(x) { sub(/^[ \t]+/, "", x); sub(/[ \t]+$/, "", x); return x }
-        BEGIN { while ((getline l < want) > 0) if (l != "...") w[++nw] = l; i = 1 }
-        i <= nw && trim($0) == w[i] { i++ }
-        END { if (i <= nw) { print "not in order in the file: " w[i]; exit 1 } }' "$SRC/$f"
+        BEGIN {
+            nr = 1; len[1] = 0
+            while ((getline l < want) > 0) {
+                if (l == "...") { if (len[nr] > 0) { nr++; len[nr] = 0 } }
+                else w[nr, ++len[nr]] = l
+            }
+            if (len[nr] == 0) nr--
+        }
+        trim($0) != "" { F[++nf] = trim($0) }
+        END {
+            pos = 1
+            for (r = 1; r <= nr; r++) {
+                found = 0
+                for (p = pos; p + len[r] - 1 <= nf && !found; p++) {
+                    ok = 1
+                    for (k = 1; k <= len[r] && ok; k++) ok = F[p + k - 1] == w[r, k]
+                    if (ok) { found = 1; pos = p + len[r] }
+                }
+                if (!found) {
+                    print "not in the file as consecutive lines, after the part before: " w[r, 1] " ... (" len[r] " lines; a line left out needs a \"...\" in its place)"
+                    exit 1
+                }
+            }
+        }' "$SRC/$f"
     n=$((n + 1))
 done
 
