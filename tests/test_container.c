@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -2131,6 +2132,55 @@ START_TEST(writer_no_replace_keeps_existing_file)
     ck_assert_int_eq(o.no_replace, 0);
     rm_tmpdir(dir);
     model_free(&m);
+}
+END_TEST
+
+/* The mode of a written file: 0666 less the umask by default (as open(2)
+ * and fopen give; it was always 0644), or exactly opts.mode. Each umask in a
+ * child process (the umask is per process). */
+static unsigned written_mode(const char *path, unsigned umask_bits, unsigned opt_mode)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        umask((mode_t)umask_bits);
+        model m;
+        model_small(&m);
+        fkvf_writer_options o = m.opts;
+        o.mode = opt_mode;
+        fkvf_writer *w = NULL;
+        unlink(path);
+        if (fkvf_writer_create_file(&w, path, &o, NULL) != FKVF_OK || write_model(&m, w) != FKVF_OK)
+            _exit(1);
+        fkvf_writer_free(w);
+        model_free(&m);
+        _exit(0);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    return (unsigned)st.st_mode & 07777;
+}
+
+START_TEST(writer_file_mode)
+{
+    char *dir = make_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/mode.fkvf", dir);
+    ck_assert_uint_eq(written_mode(path, 077, 0), 0600);
+    ck_assert_uint_eq(written_mode(path, 022, 0), 0644);
+    ck_assert_uint_eq(written_mode(path, 002, 0), 0664);
+    /* opts.mode: exactly these bits, whatever the umask */
+    ck_assert_uint_eq(written_mode(path, 022, 0600), 0600);
+    ck_assert_uint_eq(written_mode(path, 077, 0640), 0640);
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    ck_assert_uint_eq(o.mode, 0);
+    unlink(path);
+    rm_tmpdir(dir);
 }
 END_TEST
 
@@ -6871,6 +6921,7 @@ static Suite *container_suite(void)
     tcase_add_test(t, writer_is_deterministic_through_file);
     tcase_add_test(t, writer_create_file_is_atomic);
     tcase_add_test(t, writer_no_replace_keeps_existing_file);
+    tcase_add_test(t, writer_file_mode);
     tcase_add_test(t, error_info_of_conformance_files);
     tcase_add_test(t, writer_refuses_stream_length_mismatch);
     tcase_add_test(t, writer_refuses_uncovered_exact_position);

@@ -549,11 +549,17 @@ typedef struct fkvf_writer_options {
                                   * fkvf_writer_finish if it appeared meanwhile
                                   * (the temporary file is then removed, PATH is
                                   * untouched). 0 (default): PATH is replaced. */
+    unsigned mode;               /* file writers: the permission bits of the new
+                                  * file. 0 (default): 0666 less the process's
+                                  * umask, as open(2) and fopen give; else these
+                                  * bits exactly (& 07777; e.g. the mode of the
+                                  * file a compaction replaces). */
 } fkvf_writer_options;
 
 FKVF_API void fkvf_writer_options_init(fkvf_writer_options *opts);
 
-/* Create a file atomically: bytes go to "PATH.tmp-XXXXXX", finish() fsyncs
+/* Create a file atomically: bytes go to "PATH.tmp-XXXXXX" (a new file,
+ * O_EXCL, with the permissions of opts.mode), finish() fsyncs
  * and renames it over PATH (with no_replace: links it to PATH, which fails
  * if PATH exists, then removes the temporary name; on a file system without
  * hard links it checks that PATH does not exist, then renames); free()

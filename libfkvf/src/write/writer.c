@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -297,16 +299,38 @@ FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
             return FAIL(FKVF_E_IO, NULL, "cannot check whether it exists: %s", strerror(e));
         }
     }
-    snprintf(w->tmp_path, n + 16, "%s.tmp-XXXXXX", path);
-    w->fd = mkstemp(w->tmp_path);
+    /* a new temporary file next to PATH (not mkstemp: its 0600 would have
+     * to be widened by hand, and the library does not read the umask) */
+    w->fd = -1;
+    int e = EEXIST;
+    uint64_t x = (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)w;
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
+        x ^= (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec;
+    for (int attempt = 0; attempt < 100 && w->fd < 0 && e == EEXIST; attempt++) {
+        static const char abc[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+        char sfx[7];
+        for (int i = 0; i < 6; i++) {
+            x = x * 6364136223846793005u + 1442695040888963407u; /* LCG step */
+            sfx[i] = abc[(x >> 33) % 62];
+        }
+        sfx[6] = 0;
+        snprintf(w->tmp_path, n + 16, "%s.tmp-%s", path, sfx);
+        w->fd = open(w->tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        e = w->fd < 0 ? errno : 0;
+    }
     if (w->fd < 0) {
-        int e = errno;
         w->state = 2;
         w->tmp_path[0] = 0;
         return FAIL(FKVF_E_IO, NULL, "cannot create a temporary file next to it: %s",
                     strerror(e));
     }
-    (void)fchmod(w->fd, 0644);
+    if (w->opts.mode && fchmod(w->fd, (mode_t)(w->opts.mode & 07777)) != 0) {
+        e = errno;
+        w->state = 2; /* free() removes the temporary file */
+        return FAIL(FKVF_E_IO, NULL, "cannot set the mode %04o of its temporary file: %s",
+                    w->opts.mode & 07777, strerror(e));
+    }
     w->sink.write = fd_write;
     w->sink.sync = fd_sync;
     w->sink.opaque = w;
