@@ -178,6 +178,17 @@ for cmd in "unpack $T/d/a.fkvf -o @.safetensors" "plot $T/d/a.fkvf --stream toke
 done
 if ls "$T/o" | grep -q '\.tmp-'; then echo "FAIL no-temp-files-o: $(ls "$T/o")"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
 
+# ---- outputs get the mode fopen would give: 0666 less the umask
+for m in 077:600 022:644 002:664; do
+    (umask "${m%%:*}" && "$FKVF" unpack "$T/d/a.fkvf" -o "$T/o/m.safetensors" >/dev/null 2>&1 &&
+        "$FKVF" plot "$T/d/a.fkvf" --stream tokens -o "$T/o/m.png" --size 64 >/dev/null 2>&1)
+    for f in m.safetensors m.png; do
+        got=$(stat -c %a "$T/o/$f" 2>/dev/null)
+        if [ "$got" = "${m##*:}" ]; then pass=$((pass + 1)); else echo "FAIL mode-umask-${m%%:*}: $f is ${got:-missing}, want ${m##*:}"; fails=$((fails + 1)); fi
+    done
+    rm -f "$T/o/m.safetensors" "$T/o/m.png"
+done
+
 # ---- FKVF files named like another format: a warning, the file still written
 for e in safetensors npz npy pt bin gguf; do
     check "pack-name-$e" 0 "$FKVF" pack "$CACHE" -o "$T/n.$e" $Q

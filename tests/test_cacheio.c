@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cacheio.h"
@@ -319,8 +320,8 @@ static void expect_file(const char *path, const char *text)
 
 /* kvio_tmp_*: the output protocol of the tools. A file that appears while
  * the temporary file is written is not replaced without replace; with it the
- * name is replaced, not the contents (a hard link keeps its bytes); nothing
- * is left under a temporary name. */
+ * name is replaced, not the contents (a hard link keeps its bytes); the mode
+ * is 0666 less the umask; nothing is left under a temporary name. */
 START_TEST(tmp_output_files)
 {
     char dir[] = "/tmp/test_cacheio.XXXXXX";
@@ -329,6 +330,9 @@ START_TEST(tmp_output_files)
     snprintf(path, sizeof path, "%s/o.bin", dir);
     snprintf(other, sizeof other, "%s/other.bin", dir);
     snprintf(dang, sizeof dang, "%s/dangling.bin", dir);
+    mode_t um = umask(0);
+    umask(um);
+    ck_assert_uint_eq(kvio_output_mode(), 0666u & ~(unsigned)um);
 
     /* no replace: the file appears after the temporary file was made */
     kvio_tmp t;
@@ -355,7 +359,7 @@ START_TEST(tmp_output_files)
     ck_assert_int_eq(remove(dang), 0);
 
     /* replace: the name gets the new file, a hard link to the old one keeps
-     * the old bytes */
+     * the old bytes; the mode is the umask's */
     ck_assert_int_eq(link(path, other), 0);
     ck_assert_int_eq(kvio_tmp_open(&t, path, err, sizeof err), KVIO_OK);
     fputs("new", t.f);
@@ -364,6 +368,7 @@ START_TEST(tmp_output_files)
     expect_file(path, "new");
     expect_file(other, "precious");
     ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777u, 0666u & ~(unsigned)um);
     ck_assert_uint_eq(st.st_nlink, 1);
 
     /* no replace, no file: placed under its name only */
@@ -426,6 +431,42 @@ START_TEST(tmp_output_files)
     remove(path);
     remove(other);
     ck_assert_int_eq(rmdir(dir), 0); /* no temporary files left behind */
+}
+END_TEST
+
+/* kvio_write: the file's mode follows the umask (0666 less it), as fopen's
+ * would; it was 0644 whatever the umask. Each umask in a child process of its
+ * own (kvio_output_mode reads the umask once per process). */
+START_TEST(write_mode_follows_umask)
+{
+    char dir[] = "/tmp/test_cacheio.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kvio_cache c = make_cache(1, 1, 2, 2, 2, FKVF_DTYPE_F16, 0, 3);
+    static const unsigned um[3] = {077, 022, 002}, want[3] = {0600, 0644, 0664};
+    for (int i = 0; i < 3; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/c%d.npy", dir, i);
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            char err[ERRLEN];
+            umask((mode_t)um[i]);
+            _exit(kvio_write(path, KVIO_FMT_AUTO, KVIO_WRITE_NO_REPLACE, &c, err, sizeof err) ==
+                          KVIO_OK
+                      ? 0
+                      : 1);
+        }
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        struct stat st;
+        ck_assert_int_eq(stat(path, &st), 0);
+        ck_assert_msg((st.st_mode & 07777u) == want[i], "umask %03o: mode %03o, want %03o", um[i],
+                      (unsigned)(st.st_mode & 07777u), want[i]);
+        remove(path);
+    }
+    kvio_cache_free(&c);
+    ck_assert_int_eq(rmdir(dir), 0);
 }
 END_TEST
 
@@ -1737,6 +1778,7 @@ static Suite *cacheio_suite(void)
     tcase_add_test(t, rt_files_auto_detect);
     tcase_add_test(t, write_no_replace);
     tcase_add_test(t, tmp_output_files);
+    tcase_add_test(t, write_mode_follows_umask);
     tcase_add_test(t, safetensors_bytes_are_exact);
     tcase_add_test(t, npy_bytes_are_exact);
     tcase_add_test(t, npz_members_are_named_by_the_convention);

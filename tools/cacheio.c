@@ -2651,6 +2651,19 @@ int kvio_read(const char *path, kvio_format fmt, unsigned flags, kvio_cache *out
 
 /* ---- output files: a temporary file next to the output, put in place ---- */
 
+unsigned kvio_output_mode(void)
+{
+    static int known;
+    static mode_t mode;
+    if (!known) {
+        mode_t m = umask(0); /* the only way to read it; restored at once */
+        umask(m);
+        mode = (mode_t)(0666 & ~m);
+        known = 1;
+    }
+    return (unsigned)mode;
+}
+
 void kvio_tmp_discard(kvio_tmp *t)
 {
     if (!t)
@@ -2689,7 +2702,9 @@ int kvio_tmp_open(kvio_tmp *t, const char *path, char *err, size_t errlen)
         free(tmp);
         return fail(&x, KVIO_E_IO, "cannot create a temporary file next to it: %s", strerror(e));
     }
-    (void)fchmod(fd, 0644);
+    /* mkstemp ignores the umask; the mode fopen would give. If the file
+     * system refuses, the file stays 0600: narrower, never wider. */
+    (void)fchmod(fd, (mode_t)kvio_output_mode());
     FILE *f = fdopen(fd, "wb");
     if (!f) {
         int e = errno;

@@ -174,8 +174,8 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
 /* Write a file (fmt AUTO: by extension) through kvio_tmp_open/_place (see
  * "output files" below): a temporary file next to it, renamed over path when
  * complete (KVIO_WRITE_NO_REPLACE: refused with KVIO_E_EXISTS if path exists
- * before or after the write). A failed write removes the temporary file and
- * leaves path as it was. */
+ * before or after the write). The file's mode is kvio_output_mode(). A failed
+ * write removes the temporary file and leaves path as it was. */
 int kvio_write(const char *path, kvio_format fmt, unsigned flags, const kvio_cache *c, char *err,
                size_t errlen);
 /* Write into a malloc'd buffer (*out, *out_size); free() it. */
@@ -196,14 +196,21 @@ int kvio_write_mem(const kvio_cache *c, kvio_format fmt, unsigned flags, uint8_t
  * the old file keeps the old bytes, a symbolic link at path is replaced by
  * the regular file (its target is left alone). Any failure removes the
  * temporary file and leaves path as it was. Not thread-safe on a shared
- * kvio_tmp. */
+ * kvio_tmp; see kvio_output_mode for the mode. */
 typedef struct kvio_tmp {
     char *path; /* the temporary file, "<path>.tmp-XXXXXX" (malloc'd); NULL: none */
     FILE *f;    /* open for writing ("wb") until placed or discarded */
 } kvio_tmp;
 
+/* The permission bits of the tools' output files: 0666 & ~umask, as fopen(3)
+ * would create them. The umask is read on the first call (umask(0), then
+ * restored at once), which is not thread-safe: the tools are single-threaded;
+ * a threaded program makes the first call before it starts threads. */
+unsigned kvio_output_mode(void);
+
 /* Create the temporary file for path (mkstemp(3) next to it, then fchmod to
- * 0644; if the file system refuses the fchmod the file stays 0600). On success t->f is open for writing; on failure
+ * kvio_output_mode(); if the file system refuses the fchmod the file stays
+ * 0600, never wider). On success t->f is open for writing; on failure
  * (KVIO_E_IO: e.g. the directory does not exist or is not writable;
  * KVIO_E_NOMEM; KVIO_E_ARG: no path) *t is empty. */
 int kvio_tmp_open(kvio_tmp *t, const char *path, char *err, size_t errlen);
