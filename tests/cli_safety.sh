@@ -151,6 +151,50 @@ fi
 # nothing was left behind: no temporary files next to the outputs
 if ls "$T/d" | grep -q '\.tmp-'; then echo "FAIL no-temp-files: $(ls "$T/d")"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
 
+# ---- --force replaces the name, atomically, never the contents of a file:
+# a hard link keeps the other file's bytes, a symbolic link is replaced by a
+# regular file and its target kept, a failed write keeps the old file
+mkdir "$T/o"
+printf 'other\n' >"$T/other.orig"
+for cmd in "unpack $T/d/a.fkvf -o @.safetensors" "plot $T/d/a.fkvf --stream tokens -o @.png --size 64"; do
+    c=${cmd%% *}
+    out=$(printf '%s\n' "$cmd" | sed "s#.*-o \\([^ ]*\\).*#\\1#" | sed "s#@#$T/o/$c#")
+    args=$(printf '%s\n' "$cmd" | sed "s#@#$T/o/$c#")
+    cp "$T/other.orig" "$T/o/$c-other"
+    ln "$T/o/$c-other" "$out"
+    # shellcheck disable=SC2086
+    check "$c-force-hardlink" 0 "$FKVF" $args --force
+    unchanged "$c-force-hardlink-other" "$T/o/$c-other" "$T/other.orig"
+    if cmp -s "$out" "$T/other.orig"; then echo "FAIL $c-force-hardlink: not replaced"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
+    rm -f "$out"
+    cp "$T/other.orig" "$T/o/$c-target"
+    ln -s "$c-target" "$out"
+    # shellcheck disable=SC2086
+    check "$c-force-symlink" 0 "$FKVF" $args --force
+    unchanged "$c-force-symlink-target" "$T/o/$c-target" "$T/other.orig"
+    if [ -f "$out" ] && [ ! -L "$out" ]; then pass=$((pass + 1)); else echo "FAIL $c-force-symlink: $(ls -l "$out")"; fails=$((fails + 1)); fi
+    # a write that fails (the file size limit: EFBIG, not the signal) keeps
+    # the old file: exit 2, a message naming the output
+    cp "$T/other.orig" "$out"
+    # shellcheck disable=SC2086
+    check "$c-force-efbig" 2 sh -c 'trap "" XFSZ; ulimit -f 1; exec "$@"' sh "$FKVF" $args --force
+    grep_in "$c-force-efbig-msg" "fkvf $c: $out: .*File too large" "$T/err"
+    unchanged "$c-force-efbig" "$out" "$T/other.orig"
+    rm -f "$out"
+done
+if ls "$T/o" | grep -q '\.tmp-'; then echo "FAIL no-temp-files-o: $(ls "$T/o")"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
+
+# ---- outputs get the mode fopen would give: 0666 less the umask
+for m in 077:600 022:644 002:664; do
+    (umask "${m%%:*}" && "$FKVF" unpack "$T/d/a.fkvf" -o "$T/o/m.safetensors" >/dev/null 2>&1 &&
+        "$FKVF" plot "$T/d/a.fkvf" --stream tokens -o "$T/o/m.png" --size 64 >/dev/null 2>&1)
+    for f in m.safetensors m.png; do
+        got=$(stat -c %a "$T/o/$f" 2>/dev/null)
+        if [ "$got" = "${m##*:}" ]; then pass=$((pass + 1)); else echo "FAIL mode-umask-${m%%:*}: $f is ${got:-missing}, want ${m##*:}"; fails=$((fails + 1)); fi
+    done
+    rm -f "$T/o/m.safetensors" "$T/o/m.png"
+done
+
 # ---- FKVF files named like another format: a warning, the file still written
 for e in safetensors npz npy pt bin gguf; do
     check "pack-name-$e" 0 "$FKVF" pack "$CACHE" -o "$T/n.$e" $Q

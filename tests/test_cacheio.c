@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cacheio.h"
@@ -293,6 +296,177 @@ START_TEST(write_no_replace)
     remove(path);
     kvio_cache_free(&c);
     ck_assert_int_eq(rmdir(dir), 0); /* no temporary files left behind */
+}
+END_TEST
+
+static void put_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void expect_file(const char *path, const char *text)
+{
+    char buf[64] = {0};
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    ck_assert_uint_eq(n, strlen(text));
+    ck_assert_str_eq(buf, text);
+}
+
+/* kvio_tmp_*: the output protocol of the tools. A file that appears while
+ * the temporary file is written is not replaced without replace; with it the
+ * name is replaced, not the contents (a hard link keeps its bytes); the mode
+ * is 0666 less the umask; nothing is left under a temporary name. */
+START_TEST(tmp_output_files)
+{
+    char dir[] = "/tmp/test_cacheio.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[256], other[256], dang[256], err[ERRLEN];
+    snprintf(path, sizeof path, "%s/o.bin", dir);
+    snprintf(other, sizeof other, "%s/other.bin", dir);
+    snprintf(dang, sizeof dang, "%s/dangling.bin", dir);
+    mode_t um = umask(0);
+    umask(um);
+    ck_assert_uint_eq(kvio_output_mode(), 0666u & ~(unsigned)um);
+
+    /* no replace: the file appears after the temporary file was made */
+    kvio_tmp t;
+    ck_assert_int_eq(kvio_tmp_open(&t, path, err, sizeof err), KVIO_OK);
+    ck_assert_ptr_nonnull(t.f);
+    ck_assert_ptr_nonnull(t.path);
+    ck_assert(strncmp(t.path, path, strlen(path)) == 0);
+    fputs("new", t.f);
+    put_file(path, "precious");
+    EXPECT_ERR(kvio_tmp_place(&t, path, KVIO_WRITE_NO_REPLACE, err, sizeof err), err, KVIO_E_EXISTS,
+               "o.bin", "appeared while it was written");
+    ck_assert_ptr_null(t.path);
+    ck_assert_ptr_null(t.f);
+    expect_file(path, "precious");
+    /* a dangling symbolic link is a file too */
+    ck_assert_int_eq(symlink("nothing-here", dang), 0);
+    ck_assert_int_eq(kvio_tmp_open(&t, dang, err, sizeof err), KVIO_OK);
+    fputs("new", t.f);
+    EXPECT_ERR(kvio_tmp_place(&t, dang, KVIO_WRITE_NO_REPLACE, err, sizeof err), err, KVIO_E_EXISTS,
+               "dangling.bin");
+    struct stat st;
+    ck_assert_int_eq(lstat(dang, &st), 0);
+    ck_assert(S_ISLNK(st.st_mode));
+    ck_assert_int_eq(remove(dang), 0);
+
+    /* replace: the name gets the new file, a hard link to the old one keeps
+     * the old bytes; the mode is the umask's */
+    ck_assert_int_eq(link(path, other), 0);
+    ck_assert_int_eq(kvio_tmp_open(&t, path, err, sizeof err), KVIO_OK);
+    fputs("new", t.f);
+    ck_assert_int_eq(kvio_tmp_place(&t, path, 0, err, sizeof err), KVIO_OK);
+    ck_assert_ptr_null(t.path);
+    expect_file(path, "new");
+    expect_file(other, "precious");
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777u, 0666u & ~(unsigned)um);
+    ck_assert_uint_eq(st.st_nlink, 1);
+
+    /* no replace, no file: placed under its name only */
+    ck_assert_int_eq(remove(path), 0);
+    ck_assert_int_eq(kvio_tmp_open(&t, path, err, sizeof err), KVIO_OK);
+    fputs("newer", t.f);
+    ck_assert_int_eq(kvio_tmp_place(&t, path, KVIO_WRITE_NO_REPLACE, err, sizeof err), KVIO_OK);
+    expect_file(path, "newer");
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_nlink, 1);
+
+    /* discard: the temporary file goes, the output stays as it was */
+    ck_assert_int_eq(kvio_tmp_open(&t, path, err, sizeof err), KVIO_OK);
+    fputs("discarded", t.f);
+    kvio_tmp_discard(&t);
+    ck_assert_ptr_null(t.path);
+    ck_assert_ptr_null(t.f);
+    kvio_tmp_discard(&t); /* a no-op, as is NULL */
+    kvio_tmp_discard(NULL);
+    expect_file(path, "newer");
+    /* a write that fails (past the file size limit, SIGXFSZ ignored: EFBIG,
+     * seen when the buffer is flushed): refused, the output kept */
+    struct rlimit old_lim, lim;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old_lim), 0);
+    lim = old_lim;
+    lim.rlim_cur = 4096;
+    void (*old_sig)(int) = signal(SIGXFSZ, SIG_IGN);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int rc[2];
+    char err2[ERRLEN];
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(kvio_tmp_open(&t, path, k ? err2 : err, ERRLEN), KVIO_OK);
+        /* k = 0: the error is met when the buffer is flushed by place;
+         * k = 1: already in fputs (the stream's error flag) */
+        static char big[65536], small[1024]; /* glibc ignores the size of a NULL buffer */
+        ck_assert_int_eq(k ? setvbuf(t.f, small, _IOFBF, sizeof small)
+                           : setvbuf(t.f, big, _IOFBF, sizeof big),
+                         0);
+        for (int i = 0; i < 1024; i++)
+            fputs("0123456789abcdef", t.f);
+        rc[k] = kvio_tmp_place(&t, path, 0, k ? err2 : err, ERRLEN);
+    }
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old_lim), 0);
+    signal(SIGXFSZ, old_sig);
+    EXPECT_ERR(rc[0], err, KVIO_E_IO, "o.bin", "write failed: File too large");
+    EXPECT_ERR(rc[1], err2, KVIO_E_IO, "o.bin", "write failed (a write to the temporary file failed)");
+    ck_assert_ptr_null(t.path);
+    expect_file(path, "newer");
+
+    /* a directory that does not exist; no path */
+    char nodir[300];
+    snprintf(nodir, sizeof nodir, "%s/no/such/o.bin", dir);
+    EXPECT_ERR(kvio_tmp_open(&t, nodir, err, sizeof err), err, KVIO_E_IO, "o.bin",
+               "cannot create a temporary file");
+    ck_assert_ptr_null(t.path);
+    ck_assert_ptr_null(t.f);
+    ck_assert_int_eq(kvio_tmp_open(&t, "", err, sizeof err), KVIO_E_ARG);
+    ck_assert_int_eq(kvio_tmp_place(&t, path, 0, err, sizeof err), KVIO_E_ARG);
+
+    remove(path);
+    remove(other);
+    ck_assert_int_eq(rmdir(dir), 0); /* no temporary files left behind */
+}
+END_TEST
+
+/* kvio_write: the file's mode follows the umask (0666 less it), as fopen's
+ * would; it was 0644 whatever the umask. Each umask in a child process of its
+ * own (kvio_output_mode reads the umask once per process). */
+START_TEST(write_mode_follows_umask)
+{
+    char dir[] = "/tmp/test_cacheio.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kvio_cache c = make_cache(1, 1, 2, 2, 2, FKVF_DTYPE_F16, 0, 3);
+    static const unsigned um[3] = {077, 022, 002}, want[3] = {0600, 0644, 0664};
+    for (int i = 0; i < 3; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/c%d.npy", dir, i);
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            char err[ERRLEN];
+            umask((mode_t)um[i]);
+            _exit(kvio_write(path, KVIO_FMT_AUTO, KVIO_WRITE_NO_REPLACE, &c, err, sizeof err) ==
+                          KVIO_OK
+                      ? 0
+                      : 1);
+        }
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        struct stat st;
+        ck_assert_int_eq(stat(path, &st), 0);
+        ck_assert_msg((st.st_mode & 07777u) == want[i], "umask %03o: mode %03o, want %03o", um[i],
+                      (unsigned)(st.st_mode & 07777u), want[i]);
+        remove(path);
+    }
+    kvio_cache_free(&c);
+    ck_assert_int_eq(rmdir(dir), 0);
 }
 END_TEST
 
@@ -1603,6 +1777,8 @@ static Suite *cacheio_suite(void)
     tcase_add_test(t, rt_safetensors_metadata);
     tcase_add_test(t, rt_files_auto_detect);
     tcase_add_test(t, write_no_replace);
+    tcase_add_test(t, tmp_output_files);
+    tcase_add_test(t, write_mode_follows_umask);
     tcase_add_test(t, safetensors_bytes_are_exact);
     tcase_add_test(t, npy_bytes_are_exact);
     tcase_add_test(t, npz_members_are_named_by_the_convention);

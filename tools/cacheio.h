@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "fkvf.h"
 
@@ -170,15 +171,64 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
                       kvio_cache *out, char *err, size_t errlen);
 
 /* ---- writing ----------------------------------------------------------- */
-/* Write a file (fmt AUTO: by extension): a temporary file next to it,
- * renamed over path when complete (KVIO_WRITE_NO_REPLACE: linked to path,
- * which fails with KVIO_E_EXISTS if path exists). A failed write removes the
- * temporary file and leaves path as it was. */
+/* Write a file (fmt AUTO: by extension) through kvio_tmp_open/_place (see
+ * "output files" below): a temporary file next to it, renamed over path when
+ * complete (KVIO_WRITE_NO_REPLACE: refused with KVIO_E_EXISTS if path exists
+ * before or after the write). The file's mode is kvio_output_mode(). A failed
+ * write removes the temporary file and leaves path as it was. */
 int kvio_write(const char *path, kvio_format fmt, unsigned flags, const kvio_cache *c, char *err,
                size_t errlen);
 /* Write into a malloc'd buffer (*out, *out_size); free() it. */
 int kvio_write_mem(const kvio_cache *c, kvio_format fmt, unsigned flags, uint8_t **out,
                    size_t *out_size, char *err, size_t errlen);
+
+/* ---- output files ------------------------------------------------------ */
+/* How every output file of the tools is written (kvio_write, fkvf plot):
+ *
+ *   kvio_tmp t;
+ *   if (kvio_tmp_open(&t, path, err, errlen) != KVIO_OK) -> error
+ *   ... write through t.f ...; on a failure of your own: kvio_tmp_discard(&t)
+ *   rc = kvio_tmp_place(&t, path, flags, err, errlen);
+ *
+ * The data go to a new temporary file next to path (same directory, so the
+ * final rename(2) is atomic); path is not touched until the file is complete
+ * and on disk. Replacing path replaces the directory entry: a hard link to
+ * the old file keeps the old bytes, a symbolic link at path is replaced by
+ * the regular file (its target is left alone). Any failure removes the
+ * temporary file and leaves path as it was. Not thread-safe on a shared
+ * kvio_tmp; see kvio_output_mode for the mode. */
+typedef struct kvio_tmp {
+    char *path; /* the temporary file, "<path>.tmp-XXXXXX" (malloc'd); NULL: none */
+    FILE *f;    /* open for writing ("wb") until placed or discarded */
+} kvio_tmp;
+
+/* The permission bits of the tools' output files: 0666 & ~umask, as fopen(3)
+ * would create them. The umask is read on the first call (umask(0), then
+ * restored at once), which is not thread-safe: the tools are single-threaded;
+ * a threaded program makes the first call before it starts threads. */
+unsigned kvio_output_mode(void);
+
+/* Create the temporary file for path (mkstemp(3) next to it, then fchmod to
+ * kvio_output_mode(); if the file system refuses the fchmod the file stays
+ * 0600, never wider). On success t->f is open for writing; on failure
+ * (KVIO_E_IO: e.g. the directory does not exist or is not writable;
+ * KVIO_E_NOMEM; KVIO_E_ARG: no path) *t is empty. */
+int kvio_tmp_open(kvio_tmp *t, const char *path, char *err, size_t errlen);
+
+/* Finish t and put it at path: flush, fsync and close t->f (a write error
+ * recorded on t->f, or one reported now, is KVIO_E_IO), then rename(2) it
+ * over path; with KVIO_WRITE_NO_REPLACE in flags (other flags are ignored)
+ * link(2) it to path instead and remove the temporary name, which fails with
+ * KVIO_E_EXISTS if path exists, even as a dangling symbolic link or as a file
+ * that appeared while t was written (on a file system without hard links: a
+ * check just before the rename, a small window). The directory is then
+ * fsynced (best effort). Success or not, t is released: the temporary file is
+ * gone and *t is empty. */
+int kvio_tmp_place(kvio_tmp *t, const char *path, unsigned flags, char *err, size_t errlen);
+
+/* Give up t: close t->f, remove the temporary file, empty *t. NULL and an
+ * empty t are fine (a no-op). */
+void kvio_tmp_discard(kvio_tmp *t);
 
 #ifdef __cplusplus
 }

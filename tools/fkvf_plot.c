@@ -332,18 +332,28 @@ static int png_chunk(FILE *f, const char *type, const unsigned char *data, uint3
     return fwrite(h, 1, 8, f) == 8 && (!n || fwrite(data, 1, n, f) == n) && fwrite(c, 1, 4, f) == 4;
 }
 
-/* Without force a file at path (even one made since the output check) is
- * not replaced: errno EEXIST. */
-static int write_png(const char *path, const canvas *cv, int force)
+/* Write the PNG to a temporary file next to path and put it in place
+ * (kvio_tmp_*): with force renamed over path, without it linked, so that a
+ * file at path, even one made since the output check, is never replaced
+ * (KVIO_E_EXISTS). Any failure leaves path as it was. Returns KVIO_OK or a
+ * KVIO_E_* code with the message in err. */
+static int write_png(const char *path, const canvas *cv, int force, char *err, size_t errlen)
 {
     enum { OUT = 1 << 16 };
     unsigned char *out = malloc(OUT), *row = malloc((size_t)cv->w * 3 + 1);
     z_stream z;
     memset(&z, 0, sizeof z);
-    int ok = out && row && deflateInit(&z, 9) == Z_OK;
-    int zinit = ok;
-    FILE *f = ok ? fopen(path, force ? "wb" : "wbx") : NULL;
-    ok = f != NULL;
+    if (!out || !row || deflateInit(&z, 9) != Z_OK) {
+        free(out);
+        free(row);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return KVIO_E_NOMEM;
+    }
+    kvio_tmp t;
+    int rc = kvio_tmp_open(&t, path, err, errlen);
+    int ok = rc == KVIO_OK;
+    FILE *f = t.f;
+    errno = 0; /* a failure below without errno: "error" */
     if (ok) {
         static const unsigned char sig[8] = {137, 80, 78, 71, 13, 10, 26, 10};
         unsigned char ihdr[13];
@@ -380,15 +390,20 @@ static int write_png(const char *path, const canvas *cv, int force)
     }
     if (ok)
         ok = png_chunk(f, "IEND", NULL, 0);
-    if (f)
-        ok = (fclose(f) == 0) && ok;
-    if (f && !ok)
-        remove(path);
-    if (zinit)
-        deflateEnd(&z);
+    if (rc == KVIO_OK) {
+        if (ok) {
+            rc = kvio_tmp_place(&t, path, force ? 0 : KVIO_WRITE_NO_REPLACE, err, errlen);
+        } else {
+            int e = errno;
+            kvio_tmp_discard(&t);
+            snprintf(err, errlen, "%s: cannot write: %s", path, e ? strerror(e) : "error");
+            rc = KVIO_E_IO;
+        }
+    }
+    deflateEnd(&z);
     free(out);
     free(row);
-    return ok;
+    return rc;
 }
 
 /* ---- the plot ------------------------------------------------------------ */
@@ -889,15 +904,9 @@ static int plot(const plot_opts *o)
         text(&cv, lx, hy + 11 * sc, e, sc, AXIS);
     }
 
-    errno = 0;
-    if (!write_png(o->out, &cv, o->force)) {
-        int e = errno;
-        if (e == EEXIST)
-            ret = cli_fail(CLI_INVALID, FKVF_E_EXISTS, o->out,
-                           "appeared while the plot was drawn; not replaced");
-        else
-            ret = cli_fail(CLI_USAGE, FKVF_E_IO, o->out, "cannot write: %s",
-                           e ? strerror(e) : "error");
+    char werr[1024];
+    if ((rc = write_png(o->out, &cv, o->force, werr, sizeof werr)) != KVIO_OK) {
+        ret = cli_fail_kvio(rc, o->out, werr); /* exists: 1, I/O: 2 */
         goto out;
     }
     if (o->json) {
