@@ -96,7 +96,8 @@ static const char *append_help =
     "  --model-id STR, --tokenizer-id STR   descriptor ids\n"
     "\n"
     "Exit status: 0 ok, 1 invalid input (a cache that does not match, positions\n"
-    "that overlap the archive or leave a gap, a torn or invalid archive, a wrong\n"
+    "that overlap the archive or leave a gap, an archive that another append\n"
+    "changed after the positions were checked, a torn or invalid archive, a wrong\n"
     "codebook; --create and ARCHIVE exists or is an input), 2 usage or I/O error\n"
     "(bad option, a path that does not exist, the archive is locked by another\n"
     "appender).\n";
@@ -511,7 +512,7 @@ int fkvf_cli_append(int argc, char **argv)
     if ((ex = cli_read_cache_layout(o.cache, o.layout, &s.c)) != CLI_OK)
         return ex;
     kvio_cache *c = &s.c;
-    uint64_t before_size = 0, before_n = 0, recovered = 0;
+    uint64_t before_size = 0, before_n = 0, before_commits = 0, recovered = 0;
     fkvf_stream_info tsi;
     int arch_tok = 0, pre_rope = 0;
 
@@ -538,6 +539,7 @@ int fkvf_cli_append(int argc, char **argv)
             goto out;
         before_size = ai.committed_size;
         before_n = ai.n_positions;
+        before_commits = ai.n_commits;
         pre_rope = d.key_transform == 1 && d.key_storage == 1;
         size_t ti;
         arch_tok = fkvf_reader_stream_find(s.r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK &&
@@ -659,6 +661,19 @@ int fkvf_cli_append(int argc, char **argv)
     fkvf_appender_state as;
     fkvf_appender_state_get(s.a, &as);
     recovered = as.recovered_bytes;
+    /* The positions were checked against the archive as a plain reader saw
+     * it, without the lock; the appender holds it from here on. Another
+     * append that committed in between would make them overlap (or leave a
+     * gap): refuse, with nothing appended. */
+    if (!o.create && (as.n_positions != before_n || as.commit_seq != before_commits)) {
+        ex = cli_fail(CLI_INVALID, FKVF_E_RANGE, o.archive,
+                      "changed meanwhile (another append or a compact ran in between): it "
+                      "held %" PRIu64 " positions (commit %" PRIu64 ") when this append "
+                      "checked its positions, %" PRIu64 " positions (commit %" PRIu64
+                      ") once locked for appending; nothing appended: run the append again",
+                      before_n, before_commits, as.n_positions, as.commit_seq);
+        goto out;
+    }
     if (o.create) {
         before_size = as.file_size;
     }
