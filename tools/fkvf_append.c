@@ -50,6 +50,10 @@ static const char *append_help =
     "continues the archive at the cache position equal to the archive's count N:\n"
     "--positions A:B needs A = N, and a plain append (the whole cache) N = 0.\n"
     "An overlap (A < N) or a gap (A > N) is refused (exit 1) unless --continues.\n"
+    "The cache holds the sequence from its position 0: when it has token ids and\n"
+    "the archive a token stream, its ids at positions 0..N-1 (as far as it has\n"
+    "them) must be the archive's, or it is another sequence (exit 1, naming the\n"
+    "first position that differs); not compared with --continues.\n"
     "  --positions A:B       append the cache's positions A..B-1 only, A < B (B may\n"
     "                        be left out: to the end)\n"
     "  --new                 the cache holds the whole sequence so far: append\n"
@@ -486,6 +490,37 @@ static int misaligned(const append_opts *o, uint32_t p0, uint32_t p1, uint64_t N
                     next, p0, N);
 }
 
+/* The cache holds the sequence from position 0 on: where it overlaps what
+ * the archive holds, positions [0, m), its token ids must be the ids of the
+ * archive's token stream (stream ti of r). CLI_OK, or exit 1 naming the
+ * first position that differs and both ids. */
+static int check_token_overlap(const append_opts *o, fkvf_reader *r, size_t ti,
+                               const kvio_cache *c, uint64_t m)
+{
+    enum { CHUNK = 4096 };
+    uint32_t buf[CHUNK];
+    for (uint64_t t0 = 0; t0 < m; t0 += CHUNK) {
+        size_t n = m - t0 < CHUNK ? (size_t)(m - t0) : CHUNK;
+        int rc = fkvf_reader_stream_read(r, ti, t0, buf, n);
+        if (rc != FKVF_OK)
+            return cli_fail_reader(rc, r, o->archive, "reading the token stream: ");
+        for (size_t i = 0; i < n; i++) {
+            int64_t want = (int64_t)buf[i], got = c->tokens[t0 + i];
+            if (got == want)
+                continue;
+            return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->cache,
+                            "token id %" PRId64 " at cache position %" PRIu64 ", the archive %s "
+                            "has token id %" PRId64 " at position %" PRIu64 ": the cache is not "
+                            "the sequence the archive holds (its positions 0..%" PRIu64 " must "
+                            "be the archive's, a cache's position p is sequence position p); "
+                            "nothing appended. If the cache's positions are new ones that "
+                            "continue the archive, add --continues",
+                            got, t0 + i, o->archive, want, t0 + i, m - 1);
+        }
+    }
+    return CLI_OK;
+}
+
 int fkvf_cli_append(int argc, char **argv)
 {
     append_opts o;
@@ -514,6 +549,7 @@ int fkvf_cli_append(int argc, char **argv)
     kvio_cache *c = &s.c;
     uint64_t before_size = 0, before_n = 0, before_commits = 0, recovered = 0;
     fkvf_stream_info tsi;
+    size_t ti = 0;
     int arch_tok = 0, pre_rope = 0;
 
     /* the archive as it is: descriptor, token stream, torn tail */
@@ -541,7 +577,6 @@ int fkvf_cli_append(int argc, char **argv)
         before_n = ai.n_positions;
         before_commits = ai.n_commits;
         pre_rope = d.key_transform == 1 && d.key_storage == 1;
-        size_t ti;
         arch_tok = fkvf_reader_stream_find(s.r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK &&
                    fkvf_reader_stream_info(s.r, ti, &tsi) == FKVF_OK;
         if ((ex = cli_attach_codebook(s.r, o.archive, o.cbfile, &s.cb, NULL, 0)))
@@ -620,6 +655,16 @@ int fkvf_cli_append(int argc, char **argv)
     if (n && p0 != before_n && !o.continues) {
         ex = misaligned(&o, p0, p1, before_n, c->n_positions);
         goto out;
+    }
+    /* the positions line up: then the cache's token ids where it overlaps
+     * the archive (cache positions [0, min(N, T))) must be the archive's,
+     * or a different sequence would be continued without a word; with
+     * --continues the cache's positions are new ones and overlap nothing */
+    if (arch_tok && c->tokens && !o.continues) {
+        uint64_t m = before_n < c->n_positions ? before_n : c->n_positions;
+        m = tsi.length < m ? tsi.length : m;
+        if ((ex = check_token_overlap(&o, s.r, ti, c, m)) != CLI_OK)
+            goto out;
     }
     if (o.create)
         pre_rope = o.keys.pre_rope && !o.keys.no_rope;
