@@ -5,7 +5,8 @@
 # rows, k <= rows / 4), stores every position exact when even k = 16 costs
 # more than the rows, warns about a codebook that is larger than the rows or
 # memorises them (pack --k, train), and prints the ratio vs fp16 with the
-# codebook counted and without it. Caches of 64, 128, 300 and 512 positions
+# codebook counted and without it. fkvf append --create --train takes its k
+# by the same rule, for the rows it trains on. Caches of 64, 128, 300 and 512 positions
 # are cut from testdata/train-cache.safetensors with the CLI itself.
 # usage: cli_defaults.sh FKVF_BIN SRCDIR
 set -u
@@ -111,6 +112,29 @@ check train-64 0 "$FKVF" train "$TRAIN" -o "$T/cb64.fkvf" --k 64 --iters 5
 empty train-64-quiet "$T/err"
 check train-few 0 "$FKVF" train "$T/c64.safetensors" -o "$T/cbf.fkvf" --k 32 --k-stages 1 --v-stages 1 --iters 2
 grep_in train-few-warn "k = 32 is more than a quarter of the 64 training rows" "$T/err"
+
+# append --create --train (its default) takes k by the same rule, for the
+# rows it trains on (the old k = 256 made a 256-position live archive 3x
+# the fp16 cache), and warns as pack does
+SAMPLE=$SRC/testdata/sample-cache.safetensors
+check append-create-256 0 "$FKVF" append --create "$T/live256.fkvf" "$SAMPLE"
+grep_in append-create-256-k "created (commit 1: descriptor, codebook trained on 256 positions, k = 16)" "$T/out"
+empty append-create-256-quiet "$T/err"
+smaller append-create-256-smaller "$T/live256.fkvf" "$SAMPLE"
+check append-create-512 0 "$FKVF" append --create "$T/live512.fkvf" "$TRAIN" --iters 5
+grep_in append-create-512-k "trained on 512 positions, k = 32)" "$T/out"
+check append-create-128 0 "$FKVF" append --create "$T/live128.fkvf" "$T/c128.safetensors" --iters 5
+grep_in append-create-128-k "trained on 128 positions, k = 16)" "$T/out"
+grep_in append-create-128-warn "warning: .*c128.safetensors: 128 positions to train the codebook on: even k = 16 gives a codebook of 30784 bytes" "$T/err"
+grep_in append-create-128-advice "every later append; .*(fkvf train .* --codebooks" "$T/err"
+# a given --k is used as given, with pack's warning
+check append-create-k256 0 "$FKVF" append --create "$T/livek.fkvf" "$SAMPLE" --k 256 --iters 2
+grep_in append-create-k256-k "k = 256)" "$T/out"
+grep_in append-create-k256-warn "warning: .*: the codebook (k = 256, 491584 bytes) is 3.0x the 163840 fp16 bytes of the 256 rows it is trained on" "$T/err"
+check append-create-k16 0 "$FKVF" append --create "$T/livek16.fkvf" "$TRAIN" --k 16 --iters 2
+empty append-create-k16-quiet "$T/err"
+check append-help 0 "$FKVF" append --help
+grep_in append-help-k "k by the rule of fkvf" "$T/out"
 
 # --codebooks: the ratio with the shared file counted, and without it
 check pack-ext 0 "$FKVF" pack "$T/c300.safetensors" -o "$T/x300.fkvf" --codebooks "$T/cb64.fkvf"

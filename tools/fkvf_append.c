@@ -82,9 +82,17 @@ static const char *append_help =
     "  --codebooks FILE      a codebook file from 'fkvf train', referred to by content\n"
     "                        hash (keys mode and RoPE from its train.* metadata)\n"
     "  --embed               embed a copy of the --codebooks file instead\n"
-    "  --train               train codebooks on this cache and embed them (default):\n"
-    "                        --k N (256) --k-stages N (4) --v-stages N (2) --seed S\n"
-    "                        --iters N (25) --f32\n"
+    "  --train               train codebooks on this cache's appended positions and\n"
+    "                        embed them (default): --k N --k-stages N (4) --v-stages N\n"
+    "                        (2) --seed S --iters N (25) --f32. k by the rule of fkvf\n"
+    "                        pack for the rows trained on when --k is not given: the\n"
+    "                        largest power of two from 16 to 256 whose codebook takes at\n"
+    "                        most 1/4 of their fp16 bytes, k <= rows / 4; k = 16 with a\n"
+    "                        warning when even 16 breaks it. A given --k is used, with\n"
+    "                        a warning when its codebook is larger than those rows or\n"
+    "                        k > rows / 4 (docs/codebooks.md). The codebook serves every\n"
+    "                        later append: for small caches a shared one from fkvf train\n"
+    "                        (--codebooks) compresses better\n"
     "  --exact-only          no codebook: every position stays exact\n"
     "  --sinks S             leading exact positions (4)\n"
     "  --recent W            trailing exact positions, the window (32)\n"
@@ -289,6 +297,7 @@ typedef struct append_state {
     fkvf_appender *a;
     uint8_t *rows;
     uint32_t *tok;
+    uint32_t k_trained; /* --create --train: the k of the codebook trained */
 } append_state;
 
 static void append_free(append_state *s)
@@ -377,9 +386,30 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         if (p1 == p0)
             return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->cache,
                             "no positions to train codebooks on");
+        /* k: the rule of fkvf pack (docs/codebooks.md, one copy in
+         * cli_codebook.c) for the rows it is trained on, when --k is not
+         * given; a given --k that wastes bytes is warned about */
+        uint64_t n_train = p1 - p0;
+        uint32_t k = o->code.k;
+        const char *advice = "the archive keeps this codebook for every later append; for small "
+                             "caches a shared codebook compresses better: train it once (fkvf "
+                             "train CACHE... -o CODEBOOKS) and create with --codebooks CODEBOOKS";
+        if (o->code.ks + o->code.vs > 0 && !o->code.k_set) {
+            k = cli_auto_k(c, n_train, o->code.ks, o->code.vs, o->f32);
+            if (!k) {
+                k = CLI_CB_K_MIN;
+                cli_warn_k_min(o->cache, c, n_train, "positions to train the codebook on",
+                               o->code.ks, o->code.vs, o->f32, advice);
+            }
+        } else if (o->code.ks + o->code.vs > 0) {
+            cli_warn_codebook(o->cache, c, k, cli_cb_bytes(c, k, o->code.ks, o->code.vs, o->f32, 0),
+                              n_train, n_train, "rows it is trained on", "rows it is trained on",
+                              advice);
+        }
+        s->k_trained = k;
         fkvf_rvq_params prm;
         cli_rvq_params_for(&prm, c);
-        prm.k = o->code.k;
+        prm.k = k;
         prm.k_stages = o->code.ks;
         prm.v_stages = o->code.vs;
         prm.table_dtype = o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
@@ -768,7 +798,10 @@ int fkvf_cli_append(int argc, char **argv)
         if (recovered)
             printf("%s: recovered: cut off a torn tail of %" PRIu64 " bytes\n", o.archive,
                    recovered);
-        if (o.create)
+        if (o.create && s.k_trained)
+            printf("%s: created (commit 1: descriptor, codebook trained on %u positions, k = "
+                   "%u)\n", o.archive, n, s.k_trained);
+        else if (o.create)
             printf("%s: created (commit 1: descriptor%s)\n", o.archive,
                    as.has_codebook ? ", codebook" : ", no codebook: every position exact");
         if (!n)
