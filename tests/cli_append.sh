@@ -220,6 +220,19 @@ same compact-self-unchanged "$T/a.fkvf" "$T/a.before"
 cp "$T/a.fkvf" "$T/ip.fkvf"
 check compact-in-place 0 "$FKVF" compact "$T/ip.fkvf" --in-place
 same compact-in-place-bytes "$T/ip.fkvf" "$T/c.fkvf"
+# --in-place through a symbolic link: the file it points to is compacted,
+# the link stays the same link (the rename used to replace the link with a
+# regular file and leave the target as it was)
+mkdir "$T/ln"
+cp "$T/a.fkvf" "$T/ln/target.fkvf"
+ln -s target.fkvf "$T/ln/link.fkvf"
+check compact-link 0 "$FKVF" compact "$T/ln/link.fkvf" --in-place --codebooks "$T/cb.fkvf" --json
+grep_in compact-link-out "\"out\":\"[^\"]*/ln/target.fkvf\",\"in_place\":true" "$T/out"
+if [ -L "$T/ln/link.fkvf" ] && [ "$(readlink "$T/ln/link.fkvf")" = target.fkvf ]; then pass=$((pass + 1)); else
+    echo "FAIL compact-link-still-link: $(ls -l "$T/ln")"; fails=$((fails + 1)); fi
+same compact-link-target "$T/ln/target.fkvf" "$T/c.fkvf"
+check compact-link-info 0 "$FKVF" info "$T/ln/link.fkvf" --json
+grep_in compact-link-commits '"commits":1,' "$T/out"
 # the external codebook is needed for its shape: next to the archive, or --codebooks
 mkdir "$T/sub"
 cp "$T/a.fkvf" "$T/sub/a.fkvf"

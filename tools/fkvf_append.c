@@ -3,6 +3,7 @@
  * one commit without re-encoding, and cutting off a torn tail. Public API
  * (fkvf.h) and cacheio only. */
 #define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -841,7 +842,9 @@ static const char *compact_help =
     "                        codebook file (even with --force), nor exist\n"
     "  --force               replace OUT if it exists (default: refused)\n"
     "  --in-place            replace ARCHIVE itself (same atomic rename); refused\n"
-    "                        while an appender has it open\n"
+    "                        while an appender has it open. A symbolic link is\n"
+    "                        followed: the file it points to is replaced, the link\n"
+    "                        stays a link to it\n"
     "  --codebooks FILE      the codebook file of an archive that refers to one\n"
     "                        (needed for its shape; default: found by content hash\n"
     "                        in the archive's directory, then in FKVF_CODEBOOK_PATH)\n"
@@ -906,8 +909,17 @@ int fkvf_cli_compact(int argc, char **argv)
             return ex;
         cli_warn_fkvf_name(out, "archive");
     }
-    if (in_place)
-        out = in;
+    /* --in-place through a symbolic link: the file it points to is the one
+     * compacted (the writer renames a temporary file over its path; over
+     * the link's path it would replace the link with a regular file and
+     * leave the target as it was) */
+    char *real = NULL;
+    if (in_place) {
+        if (!(real = realpath(in, NULL)))
+            return cli_fail(CLI_USAGE, FKVF_E_IO, in, "cannot resolve the path: %s",
+                            strerror(errno));
+        out = real;
+    }
 
     int ex = CLI_INVALID, rc, lockfd = -1;
     fkvf_reader *r = NULL, *cb = NULL;
@@ -1227,6 +1239,7 @@ out:
     free(sym);
     free(kbuf);
     free(vbuf);
+    free(real);
     if (lockfd >= 0)
         close(lockfd);
     return ex;
