@@ -90,10 +90,27 @@ check pack-64 0 "$FKVF" pack "$T/c64.safetensors" -o "$T/a64.fkvf"
 grep_in pack-64-exact "(64 exact, 0 archived)" "$T/out"
 grep_in pack-64-nocb "no codebook (every position exact)" "$T/out"
 grep_in pack-64-note "note: .*: 28 archived positions are too few .* every position stored exact" "$T/err"
+grep_in pack-64-note-append "every position a later fkvf append adds to the archive is stored exact too" "$T/err"
+grep_in pack-64-note-advice "--k N forces a codebook; .*(fkvf train CACHE... -o CODEBOOKS) and pack with --codebooks" "$T/err"
 check unpack-64 0 "$FKVF" unpack "$T/a64.fkvf" -o "$T/r64.safetensors"
 check compare-64 0 "$FKVF" compare "$T/c64.safetensors" "$T/r64.safetensors" --sinks 64
 grep_in compare-64-exact "64 of 64 bit-identical" "$T/out"
 check verify-64 0 "$FKVF" verify "$T/a64.fkvf"
+# appending to it: still every position exact, and a note says so, once
+# (not once per commit)
+cp "$T/a64.fkvf" "$T/g64.fkvf"
+check append-64 0 "$FKVF" append "$T/g64.fkvf" "$T/c128.safetensors" --new --commit-every 16
+grep_in append-64-exact "now 128 positions (0 archived, 128 exact)" "$T/out"
+grep_in append-64-note "note: .*g64.fkvf has no codebook: the positions that leave its recent window stay exact (92 of its 128 positions are outside its 4 sinks and 32 recent positions, all stored exact)" "$T/err"
+grep_in append-64-note-advice "fkvf pack --k N, or a shared codebook from fkvf train and --codebooks FILE" "$T/err"
+n_notes=$(grep -c "has no codebook" "$T/err")
+if [ "$n_notes" = 1 ]; then pass=$((pass + 1)); else echo "FAIL append-64-note-once: $n_notes notes"; fails=$((fails + 1)); fi
+# nothing appended, nothing said; an archive with a codebook: no note
+check append-64-nothing 0 "$FKVF" append "$T/g64.fkvf" "$T/c128.safetensors" --new
+empty append-64-nothing-quiet "$T/err"
+cp "$T/a300.fkvf" "$T/g300.fkvf"
+check append-300 0 "$FKVF" append "$T/g300.fkvf" "$T/c512.safetensors" --new
+empty append-300-quiet "$T/err"
 # a given --k is used as given: a codebook, with a warning
 check pack-64-k16 0 "$FKVF" pack "$T/c64.safetensors" -o "$T/k64.fkvf" --k 16
 grep_in pack-64-k16-archived "(36 exact, 28 archived)" "$T/out"

@@ -579,6 +579,7 @@ int fkvf_cli_append(int argc, char **argv)
         return ex;
     kvio_cache *c = &s.c;
     uint64_t before_size = 0, before_n = 0, before_commits = 0, recovered = 0;
+    uint64_t sinks = 0, window = 0; /* the descriptor's */
     fkvf_stream_info tsi;
     size_t ti = 0;
     int arch_tok = 0, pre_rope = 0;
@@ -607,6 +608,8 @@ int fkvf_cli_append(int argc, char **argv)
         before_size = ai.committed_size;
         before_n = ai.n_positions;
         before_commits = ai.n_commits;
+        sinks = d.n_sinks;
+        window = d.window;
         pre_rope = d.key_transform == 1 && d.key_storage == 1;
         arch_tok = fkvf_reader_stream_find(s.r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK &&
                    fkvf_reader_stream_info(s.r, ti, &tsi) == FKVF_OK;
@@ -781,6 +784,17 @@ int fkvf_cli_append(int argc, char **argv)
         goto out;
     }
     fkvf_appender_state_get(s.a, &as);
+    /* an archive without a codebook (fkvf pack makes one for too few
+     * positions, or --exact-only) keeps the positions that leave its
+     * window exact: said once per run (--create says so in its first line) */
+    if (!o.create && n && !as.has_codebook && as.n_positions > sinks + window)
+        cli_note("%s has no codebook: the positions that leave its recent window stay exact "
+                 "(%" PRIu64 " of its %" PRIu64 " positions are outside its %" PRIu64
+                 " sinks and %" PRIu64 " recent positions, all stored exact); an archive's "
+                 "codebook is chosen when it is made: to store such positions as indices, make "
+                 "it with one (fkvf pack --k N, or a shared codebook from fkvf train and "
+                 "--codebooks FILE)",
+                 o.archive, as.n_positions - sinks - window, as.n_positions, sinks, window);
     if (o.json) {
         printf("{\"archive\":");
         cli_json_cstr(stdout, o.archive);

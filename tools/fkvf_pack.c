@@ -143,9 +143,10 @@ static const char *pack_help =
     "                        k = 16 breaks that rule, k = 16 with a warning, or, when\n"
     "                        its codebook and indices would take more bytes than the\n"
     "                        rows themselves, every position is stored exact (no\n"
-    "                        codebook; a note says so). A given --k is used as given,\n"
-    "                        with a warning when its codebook is larger than the rows\n"
-    "                        it encodes or k > archived rows / 4; docs/codebooks.md)\n"
+    "                        codebook, so later appends stay exact too; a note says\n"
+    "                        so). A given --k is used as given, with a warning when\n"
+    "                        its codebook is larger than the rows it encodes or\n"
+    "                        k > archived rows / 4; docs/codebooks.md)\n"
     "  --k-stages N          key stages 0..16 (4)\n"
     "  --v-stages N          value stages 0..16 (2)\n"
     "  --seed S              training seed (0)\n"
@@ -424,10 +425,12 @@ int fkvf_cli_pack(int argc, char **argv)
             double exact = (double)A * (double)rb;
             if ((double)cb + idx >= exact) {
                 cli_note("%s: %" PRIu64 " archived positions are too few for an embedded "
-                        "codebook (k = %u: %" PRIu64 " codebook bytes + about %.0f index bytes "
-                        ">= the %.0f bytes of the rows): every position stored exact, no "
-                        "codebook (--k N forces one); %s",
-                        o.in, A, k, cb, idx, exact, advice);
+                         "codebook (k = %u: %" PRIu64 " codebook bytes + about %.0f index bytes "
+                         ">= the %.0f bytes of the rows): every position stored exact, no "
+                         "codebook, and every position a later fkvf append adds to the "
+                         "archive is stored exact too (an archive's codebook is chosen when it "
+                         "is made); --k N forces a codebook; %s",
+                         o.in, A, k, cb, idx, exact, advice);
                 S = P;
                 W = 0;
                 A = 0;
