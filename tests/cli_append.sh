@@ -132,6 +132,7 @@ assert e["file"] == sys.argv[2] and "--continues" in e["message"], e
 ' "$T/pr.json" "$CACHE"
 # the cache position equal to the archive's count: accepted
 check pr-aligned 0 "$FKVF" append "$T/pr.fkvf" "$CACHE" --positions 50:60 --json
+cp "$T/pr.fkvf" "$T/pr3.fkvf"
 cp "$T/out" "$T/pr.json"
 check pr-aligned-json 0 /usr/bin/python3 -c '
 import json, sys
@@ -149,9 +150,14 @@ d = json.load(open(sys.argv[1]))
 assert d["first"] == 0 and d["archive_first"] == 60 and d["continues"] is True, d
 assert d["positions"] == 70, d
 ' "$T/pr.json"
-# --new follows the archive's count whatever came before
-check pr-new 0 "$FKVF" append "$T/pr.fkvf" "$CACHE" --new
-grep_in pr-new-msg "appended 186 positions (70..255 of" "$T/out"
+# --new follows the archive's count, the cache holding the sequence so far
+check pr-new 0 "$FKVF" append "$T/pr3.fkvf" "$CACHE" --new
+grep_in pr-new-msg "appended 196 positions (60..255 of" "$T/out"
+# ... which pr.fkvf is not any more: its positions 60..69 are the cache's 0..9
+cp "$T/pr.fkvf" "$T/pr.before"
+check pr-new-after-continues 1 "$FKVF" append "$T/pr.fkvf" "$CACHE" --new
+grep_in pr-new-after-continues-msg "token id [0-9]* at cache position 60, the archive $T/pr.fkvf has token id [0-9]* at position 60: the cache is not the sequence the archive holds (its positions 0..69 must be the archive's" "$T/err"
+same pr-new-after-continues-unchanged "$T/pr.fkvf" "$T/pr.before"
 # usage: an empty range, --new with --continues
 check pr-empty-range 2 "$FKVF" append "$T/pr.fkvf" "$CACHE" --positions 10:10
 check pr-new-continues 2 "$FKVF" append "$T/pr.fkvf" "$CACHE" --new --continues
@@ -161,6 +167,40 @@ grep_in pr-create-offset-msg "holds no positions yet" "$T/err"
 if [ -e "$T/pr2.fkvf" ]; then echo "FAIL pr-create-offset: the archive was created"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
 check pr-create-continues 0 "$FKVF" append --create "$T/pr2.fkvf" "$CACHE" --exact-only --positions 10:20 --continues
 grep_in pr-create-continues-msg "now 10 positions" "$T/out"
+
+# --new and --positions N: continue the archive's sequence: the cache's
+# token ids 0..N-1 must be the archive's (train-cache is another sequence:
+# its position 0 is BOS too, position 1 differs); --continues overlaps nothing
+check tok-create 0 "$FKVF" append --create "$T/tok.fkvf" "$CACHE" --exact-only --positions 0:50
+cp "$T/tok.fkvf" "$T/tok2.fkvf"
+cp "$T/tok.fkvf" "$T/tok.before"
+check tok-new 1 "$FKVF" append "$T/tok.fkvf" "$TRAIN" --new
+grep_in tok-new-msg "fkvf append: $TRAIN: token id 306 at cache position 1, the archive $T/tok.fkvf has token id 356 at position 1: the cache is not the sequence the archive holds (its positions 0..49 must be the archive's" "$T/err"
+grep_in tok-new-hint "nothing appended. If the cache's positions are new ones that continue the archive, add --continues" "$T/err"
+same tok-new-unchanged "$T/tok.fkvf" "$T/tok.before"
+check tok-positions 1 "$FKVF" append "$T/tok.fkvf" "$TRAIN" --positions 50:
+grep_in tok-positions-msg "token id 306 at cache position 1" "$T/err"
+check tok-positions-json 1 "$FKVF" append "$T/tok.fkvf" "$TRAIN" --positions 50:60 --json
+cp "$T/out" "$T/tok.json"
+check tok-positions-json-error 0 /usr/bin/python3 -c '
+import json, sys
+e = json.load(open(sys.argv[1]))["error"]
+assert e["name"] == "FKVF_E_INVALID_ARG" and e["class"] == "input", e
+assert e["file"] == sys.argv[2] and "cache position 1" in e["message"], e
+' "$T/tok.json" "$TRAIN"
+same tok-positions-unchanged "$T/tok.fkvf" "$T/tok.before"
+# nothing new (a 50-position cache of the other sequence), still not the
+# archive's sequence: refused too
+check tok-cut 0 "$FKVF" append --create "$T/tok50.fkvf" "$TRAIN" --exact-only --positions 0:50
+check tok-cut-unpack 0 "$FKVF" unpack "$T/tok50.fkvf" -o "$T/tok50.safetensors"
+check tok-nothing-new 1 "$FKVF" append "$T/tok.fkvf" "$T/tok50.safetensors" --new
+grep_in tok-nothing-new-msg "token id 306 at cache position 1" "$T/err"
+same tok-nothing-new-unchanged "$T/tok.fkvf" "$T/tok.before"
+# --continues: the cache's positions are new ones, no overlap to compare
+check tok-continues 0 "$FKVF" append "$T/tok.fkvf" "$TRAIN" --positions 0:10 --continues
+grep_in tok-continues-msg "now 60 positions" "$T/out"
+# the archive's own sequence: --new appends the rest
+check tok-new-same 0 "$FKVF" append "$T/tok2.fkvf" "$CACHE" --new
 
 # compact: one commit, smaller, every position restores identically
 check compact 0 "$FKVF" compact "$T/a.fkvf" -o "$T/c.fkvf"
@@ -180,6 +220,19 @@ same compact-self-unchanged "$T/a.fkvf" "$T/a.before"
 cp "$T/a.fkvf" "$T/ip.fkvf"
 check compact-in-place 0 "$FKVF" compact "$T/ip.fkvf" --in-place
 same compact-in-place-bytes "$T/ip.fkvf" "$T/c.fkvf"
+# --in-place through a symbolic link: the file it points to is compacted,
+# the link stays the same link (the rename used to replace the link with a
+# regular file and leave the target as it was)
+mkdir "$T/ln"
+cp "$T/a.fkvf" "$T/ln/target.fkvf"
+ln -s target.fkvf "$T/ln/link.fkvf"
+check compact-link 0 "$FKVF" compact "$T/ln/link.fkvf" --in-place --codebooks "$T/cb.fkvf" --json
+grep_in compact-link-out "\"out\":\"[^\"]*/ln/target.fkvf\",\"in_place\":true" "$T/out"
+if [ -L "$T/ln/link.fkvf" ] && [ "$(readlink "$T/ln/link.fkvf")" = target.fkvf ]; then pass=$((pass + 1)); else
+    echo "FAIL compact-link-still-link: $(ls -l "$T/ln")"; fails=$((fails + 1)); fi
+same compact-link-target "$T/ln/target.fkvf" "$T/c.fkvf"
+check compact-link-info 0 "$FKVF" info "$T/ln/link.fkvf" --json
+grep_in compact-link-commits '"commits":1,' "$T/out"
 # the external codebook is needed for its shape: next to the archive, or --codebooks
 mkdir "$T/sub"
 cp "$T/a.fkvf" "$T/sub/a.fkvf"

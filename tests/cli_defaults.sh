@@ -5,7 +5,8 @@
 # rows, k <= rows / 4), stores every position exact when even k = 16 costs
 # more than the rows, warns about a codebook that is larger than the rows or
 # memorises them (pack --k, train), and prints the ratio vs fp16 with the
-# codebook counted and without it. Caches of 64, 128, 300 and 512 positions
+# codebook counted and without it. fkvf append --create --train takes its k
+# by the same rule, for the rows it trains on. Caches of 64, 128, 300 and 512 positions
 # are cut from testdata/train-cache.safetensors with the CLI itself.
 # usage: cli_defaults.sh FKVF_BIN SRCDIR
 set -u
@@ -89,10 +90,27 @@ check pack-64 0 "$FKVF" pack "$T/c64.safetensors" -o "$T/a64.fkvf"
 grep_in pack-64-exact "(64 exact, 0 archived)" "$T/out"
 grep_in pack-64-nocb "no codebook (every position exact)" "$T/out"
 grep_in pack-64-note "note: .*: 28 archived positions are too few .* every position stored exact" "$T/err"
+grep_in pack-64-note-append "every position a later fkvf append adds to the archive is stored exact too" "$T/err"
+grep_in pack-64-note-advice "--k N forces a codebook; .*(fkvf train CACHE... -o CODEBOOKS) and pack with --codebooks" "$T/err"
 check unpack-64 0 "$FKVF" unpack "$T/a64.fkvf" -o "$T/r64.safetensors"
 check compare-64 0 "$FKVF" compare "$T/c64.safetensors" "$T/r64.safetensors" --sinks 64
 grep_in compare-64-exact "64 of 64 bit-identical" "$T/out"
 check verify-64 0 "$FKVF" verify "$T/a64.fkvf"
+# appending to it: still every position exact, and a note says so, once
+# (not once per commit)
+cp "$T/a64.fkvf" "$T/g64.fkvf"
+check append-64 0 "$FKVF" append "$T/g64.fkvf" "$T/c128.safetensors" --new --commit-every 16
+grep_in append-64-exact "now 128 positions (0 archived, 128 exact)" "$T/out"
+grep_in append-64-note "note: .*g64.fkvf has no codebook: the positions that leave its recent window stay exact (92 of its 128 positions are outside its 4 sinks and 32 recent positions, all stored exact)" "$T/err"
+grep_in append-64-note-advice "fkvf pack --k N, or a shared codebook from fkvf train and --codebooks FILE" "$T/err"
+n_notes=$(grep -c "has no codebook" "$T/err")
+if [ "$n_notes" = 1 ]; then pass=$((pass + 1)); else echo "FAIL append-64-note-once: $n_notes notes"; fails=$((fails + 1)); fi
+# nothing appended, nothing said; an archive with a codebook: no note
+check append-64-nothing 0 "$FKVF" append "$T/g64.fkvf" "$T/c128.safetensors" --new
+empty append-64-nothing-quiet "$T/err"
+cp "$T/a300.fkvf" "$T/g300.fkvf"
+check append-300 0 "$FKVF" append "$T/g300.fkvf" "$T/c512.safetensors" --new
+empty append-300-quiet "$T/err"
 # a given --k is used as given: a codebook, with a warning
 check pack-64-k16 0 "$FKVF" pack "$T/c64.safetensors" -o "$T/k64.fkvf" --k 16
 grep_in pack-64-k16-archived "(36 exact, 28 archived)" "$T/out"
@@ -111,6 +129,29 @@ check train-64 0 "$FKVF" train "$TRAIN" -o "$T/cb64.fkvf" --k 64 --iters 5
 empty train-64-quiet "$T/err"
 check train-few 0 "$FKVF" train "$T/c64.safetensors" -o "$T/cbf.fkvf" --k 32 --k-stages 1 --v-stages 1 --iters 2
 grep_in train-few-warn "k = 32 is more than a quarter of the 64 training rows" "$T/err"
+
+# append --create --train (its default) takes k by the same rule, for the
+# rows it trains on (the old k = 256 made a 256-position live archive 3x
+# the fp16 cache), and warns as pack does
+SAMPLE=$SRC/testdata/sample-cache.safetensors
+check append-create-256 0 "$FKVF" append --create "$T/live256.fkvf" "$SAMPLE"
+grep_in append-create-256-k "created (commit 1: descriptor, codebook trained on 256 positions, k = 16)" "$T/out"
+empty append-create-256-quiet "$T/err"
+smaller append-create-256-smaller "$T/live256.fkvf" "$SAMPLE"
+check append-create-512 0 "$FKVF" append --create "$T/live512.fkvf" "$TRAIN" --iters 5
+grep_in append-create-512-k "trained on 512 positions, k = 32)" "$T/out"
+check append-create-128 0 "$FKVF" append --create "$T/live128.fkvf" "$T/c128.safetensors" --iters 5
+grep_in append-create-128-k "trained on 128 positions, k = 16)" "$T/out"
+grep_in append-create-128-warn "warning: .*c128.safetensors: 128 positions to train the codebook on: even k = 16 gives a codebook of 30784 bytes" "$T/err"
+grep_in append-create-128-advice "every later append; .*(fkvf train .* --codebooks" "$T/err"
+# a given --k is used as given, with pack's warning
+check append-create-k256 0 "$FKVF" append --create "$T/livek.fkvf" "$SAMPLE" --k 256 --iters 2
+grep_in append-create-k256-k "k = 256)" "$T/out"
+grep_in append-create-k256-warn "warning: .*: the codebook (k = 256, 491584 bytes) is 3.0x the 163840 fp16 bytes of the 256 rows it is trained on" "$T/err"
+check append-create-k16 0 "$FKVF" append --create "$T/livek16.fkvf" "$TRAIN" --k 16 --iters 2
+empty append-create-k16-quiet "$T/err"
+check append-help 0 "$FKVF" append --help
+grep_in append-help-k "k by the rule of fkvf" "$T/out"
 
 # --codebooks: the ratio with the shared file counted, and without it
 check pack-ext 0 "$FKVF" pack "$T/c300.safetensors" -o "$T/x300.fkvf" --codebooks "$T/cb64.fkvf"

@@ -260,8 +260,9 @@ int cli_usage(const char *fmt, ...)
     return CLI_USAGE;
 }
 
-__attribute__((format(printf, 2, 0))) static void vline_tagged(const char *tag, const char *fmt,
-                                                             va_list ap)
+static void vline_tagged(const char *tag, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+static void vline_tagged(const char *tag, const char *fmt, va_list ap)
 {
     char buf[2048];
     vsnprintf(buf, sizeof buf, fmt, ap);

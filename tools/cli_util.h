@@ -1,6 +1,8 @@
 /* Small helpers shared by the CLI sources (fkvf, kvc2cache): error lines,
  * exit statuses, the --json error object, output-file safety, JSON and
- * terminal escaping, strict number parsing, progress bar, raw cache reading.
+ * terminal escaping, strict number parsing, progress bar, raw cache reading;
+ * the codebook size rules (cli_codebook.c) and reading caches right
+ * (cli_cache.c).
  * Public API (fkvf.h) and cacheio only. */
 #ifndef FKVF_CLI_UTIL_H
 #define FKVF_CLI_UTIL_H
@@ -305,6 +307,39 @@ void cli_rvq_params_for(fkvf_rvq_params *prm, const kvio_cache *c);
  * is given). Sinks, window and ids are the caller's. */
 void cli_desc_for(fkvf_desc *d, const kvio_cache *c, const fkvf_rope *rope, int no_rope,
                   const fkvf_rope *krope);
+
+/* ---- codebook size rules (cli_codebook.c) --------------------------------
+ * The automatic k of embedded codebooks (fkvf pack, append --create --train;
+ * docs/codebooks.md): the largest power of two from CLI_CB_K_MIN to
+ * CLI_CB_K_MAX whose embedded codebook takes at most 1/CLI_CB_FRACTION of
+ * the fp16 bytes of the rows it is for, with at least CLI_CB_ROWS_PER_K
+ * rows per centroid (measured on stories260K caches). */
+#define CLI_CB_K_MIN 16u
+#define CLI_CB_K_MAX 256u
+#define CLI_CB_FRACTION 4u
+#define CLI_CB_ROWS_PER_K 4u
+
+/* Bytes of the CBK1 section of k centroids per stage for the cache's shape
+ * (one table set per head, or per layer when pooled); 0 when invalid. */
+uint64_t cli_cb_bytes(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs, int f32,
+                      int pooled);
+/* fp16 bytes of n rows of the cache. */
+double cli_fp16_rows(const kvio_cache *c, uint64_t n);
+/* The rule for a codebook for n rows: k, or 0 when even CLI_CB_K_MIN breaks it. */
+uint32_t cli_auto_k(const kvio_cache *c, uint64_t n, uint8_t ks, uint8_t vs, int f32);
+/* The warning when the rule gave 0 and CLI_CB_K_MIN is used anyway:
+ * "WHO: N NOUN: even k = 16 gives a codebook of B bytes, P% of the F fp16
+ * bytes of those rows (...); ADVICE". */
+void cli_warn_k_min(const char *who, const kvio_cache *c, uint64_t n, const char *noun,
+                    uint8_t ks, uint8_t vs, int f32, const char *advice);
+/* A warning when a codebook of k (cb bytes) wastes bytes: larger than the
+ * fp16 bytes of the n rows it is for, or fewer than CLI_CB_ROWS_PER_K rows
+ * per centroid (per_table rows train each table set: it memorises them).
+ * who: the file named; noun, noun_table: what the n and per_table rows are;
+ * advice: what to do instead. 1 if warned. */
+int cli_warn_codebook(const char *who, const kvio_cache *c, uint32_t k, uint64_t cb, uint64_t n,
+                      uint64_t per_table, const char *noun, const char *noun_table,
+                      const char *advice);
 
 /* ---- reading the user's caches right (cli_cache.c) ---------------------- */
 

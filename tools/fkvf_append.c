@@ -3,6 +3,7 @@
  * one commit without re-encoding, and cutting off a torn tail. Public API
  * (fkvf.h) and cacheio only. */
 #define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -50,6 +51,10 @@ static const char *append_help =
     "continues the archive at the cache position equal to the archive's count N:\n"
     "--positions A:B needs A = N, and a plain append (the whole cache) N = 0.\n"
     "An overlap (A < N) or a gap (A > N) is refused (exit 1) unless --continues.\n"
+    "The cache holds the sequence from its position 0: when it has token ids and\n"
+    "the archive a token stream, its ids at positions 0..N-1 (as far as it has\n"
+    "them) must be the archive's, or it is another sequence (exit 1, naming the\n"
+    "first position that differs); not compared with --continues.\n"
     "  --positions A:B       append the cache's positions A..B-1 only, A < B (B may\n"
     "                        be left out: to the end)\n"
     "  --new                 the cache holds the whole sequence so far: append\n"
@@ -78,9 +83,17 @@ static const char *append_help =
     "  --codebooks FILE      a codebook file from 'fkvf train', referred to by content\n"
     "                        hash (keys mode and RoPE from its train.* metadata)\n"
     "  --embed               embed a copy of the --codebooks file instead\n"
-    "  --train               train codebooks on this cache and embed them (default):\n"
-    "                        --k N (256) --k-stages N (4) --v-stages N (2) --seed S\n"
-    "                        --iters N (25) --f32\n"
+    "  --train               train codebooks on this cache's appended positions and\n"
+    "                        embed them (default): --k N --k-stages N (4) --v-stages N\n"
+    "                        (2) --seed S --iters N (25) --f32. k by the rule of fkvf\n"
+    "                        pack for the rows trained on when --k is not given: the\n"
+    "                        largest power of two from 16 to 256 whose codebook takes at\n"
+    "                        most 1/4 of their fp16 bytes, k <= rows / 4; k = 16 with a\n"
+    "                        warning when even 16 breaks it. A given --k is used, with\n"
+    "                        a warning when its codebook is larger than those rows or\n"
+    "                        k > rows / 4 (docs/codebooks.md). The codebook serves every\n"
+    "                        later append: for small caches a shared one from fkvf train\n"
+    "                        (--codebooks) compresses better\n"
     "  --exact-only          no codebook: every position stays exact\n"
     "  --sinks S             leading exact positions (4)\n"
     "  --recent W            trailing exact positions, the window (32)\n"
@@ -96,7 +109,8 @@ static const char *append_help =
     "  --model-id STR, --tokenizer-id STR   descriptor ids\n"
     "\n"
     "Exit status: 0 ok, 1 invalid input (a cache that does not match, positions\n"
-    "that overlap the archive or leave a gap, a torn or invalid archive, a wrong\n"
+    "that overlap the archive or leave a gap, an archive that another append\n"
+    "changed after the positions were checked, a torn or invalid archive, a wrong\n"
     "codebook; --create and ARCHIVE exists or is an input), 2 usage or I/O error\n"
     "(bad option, a path that does not exist, the archive is locked by another\n"
     "appender).\n";
@@ -284,6 +298,7 @@ typedef struct append_state {
     fkvf_appender *a;
     uint8_t *rows;
     uint32_t *tok;
+    uint32_t k_trained; /* --create --train: the k of the codebook trained */
 } append_state;
 
 static void append_free(append_state *s)
@@ -372,9 +387,30 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         if (p1 == p0)
             return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->cache,
                             "no positions to train codebooks on");
+        /* k: the rule of fkvf pack (docs/codebooks.md, one copy in
+         * cli_codebook.c) for the rows it is trained on, when --k is not
+         * given; a given --k that wastes bytes is warned about */
+        uint64_t n_train = p1 - p0;
+        uint32_t k = o->code.k;
+        const char *advice = "the archive keeps this codebook for every later append; for small "
+                             "caches a shared codebook compresses better: train it once (fkvf "
+                             "train CACHE... -o CODEBOOKS) and create with --codebooks CODEBOOKS";
+        if (o->code.ks + o->code.vs > 0 && !o->code.k_set) {
+            k = cli_auto_k(c, n_train, o->code.ks, o->code.vs, o->f32);
+            if (!k) {
+                k = CLI_CB_K_MIN;
+                cli_warn_k_min(o->cache, c, n_train, "positions to train the codebook on",
+                               o->code.ks, o->code.vs, o->f32, advice);
+            }
+        } else if (o->code.ks + o->code.vs > 0) {
+            cli_warn_codebook(o->cache, c, k, cli_cb_bytes(c, k, o->code.ks, o->code.vs, o->f32, 0),
+                              n_train, n_train, "rows it is trained on", "rows it is trained on",
+                              advice);
+        }
+        s->k_trained = k;
         fkvf_rvq_params prm;
         cli_rvq_params_for(&prm, c);
-        prm.k = o->code.k;
+        prm.k = k;
         prm.k_stages = o->code.ks;
         prm.v_stages = o->code.vs;
         prm.table_dtype = o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
@@ -485,6 +521,37 @@ static int misaligned(const append_opts *o, uint32_t p0, uint32_t p1, uint64_t N
                     next, p0, N);
 }
 
+/* The cache holds the sequence from position 0 on: where it overlaps what
+ * the archive holds, positions [0, m), its token ids must be the ids of the
+ * archive's token stream (stream ti of r). CLI_OK, or exit 1 naming the
+ * first position that differs and both ids. */
+static int check_token_overlap(const append_opts *o, fkvf_reader *r, size_t ti,
+                               const kvio_cache *c, uint64_t m)
+{
+    enum { CHUNK = 4096 };
+    uint32_t buf[CHUNK];
+    for (uint64_t t0 = 0; t0 < m; t0 += CHUNK) {
+        size_t n = m - t0 < CHUNK ? (size_t)(m - t0) : CHUNK;
+        int rc = fkvf_reader_stream_read(r, ti, t0, buf, n);
+        if (rc != FKVF_OK)
+            return cli_fail_reader(rc, r, o->archive, "reading the token stream: ");
+        for (size_t i = 0; i < n; i++) {
+            int64_t want = (int64_t)buf[i], got = c->tokens[t0 + i];
+            if (got == want)
+                continue;
+            return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->cache,
+                            "token id %" PRId64 " at cache position %" PRIu64 ", the archive %s "
+                            "has token id %" PRId64 " at position %" PRIu64 ": the cache is not "
+                            "the sequence the archive holds (its positions 0..%" PRIu64 " must "
+                            "be the archive's, a cache's position p is sequence position p); "
+                            "nothing appended. If the cache's positions are new ones that "
+                            "continue the archive, add --continues",
+                            got, t0 + i, o->archive, want, t0 + i, m - 1);
+        }
+    }
+    return CLI_OK;
+}
+
 int fkvf_cli_append(int argc, char **argv)
 {
     append_opts o;
@@ -511,8 +578,10 @@ int fkvf_cli_append(int argc, char **argv)
     if ((ex = cli_read_cache_layout(o.cache, o.layout, &s.c)) != CLI_OK)
         return ex;
     kvio_cache *c = &s.c;
-    uint64_t before_size = 0, before_n = 0, recovered = 0;
+    uint64_t before_size = 0, before_n = 0, before_commits = 0, recovered = 0;
+    uint64_t sinks = 0, window = 0; /* the descriptor's */
     fkvf_stream_info tsi;
+    size_t ti = 0;
     int arch_tok = 0, pre_rope = 0;
 
     /* the archive as it is: descriptor, token stream, torn tail */
@@ -538,8 +607,10 @@ int fkvf_cli_append(int argc, char **argv)
             goto out;
         before_size = ai.committed_size;
         before_n = ai.n_positions;
+        before_commits = ai.n_commits;
+        sinks = d.n_sinks;
+        window = d.window;
         pre_rope = d.key_transform == 1 && d.key_storage == 1;
-        size_t ti;
         arch_tok = fkvf_reader_stream_find(s.r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK &&
                    fkvf_reader_stream_info(s.r, ti, &tsi) == FKVF_OK;
         if ((ex = cli_attach_codebook(s.r, o.archive, o.cbfile, &s.cb, NULL, 0)))
@@ -619,6 +690,16 @@ int fkvf_cli_append(int argc, char **argv)
         ex = misaligned(&o, p0, p1, before_n, c->n_positions);
         goto out;
     }
+    /* the positions line up: then the cache's token ids where it overlaps
+     * the archive (cache positions [0, min(N, T))) must be the archive's,
+     * or a different sequence would be continued without a word; with
+     * --continues the cache's positions are new ones and overlap nothing */
+    if (arch_tok && c->tokens && !o.continues) {
+        uint64_t m = before_n < c->n_positions ? before_n : c->n_positions;
+        m = tsi.length < m ? tsi.length : m;
+        if ((ex = check_token_overlap(&o, s.r, ti, c, m)) != CLI_OK)
+            goto out;
+    }
     if (o.create)
         pre_rope = o.keys.pre_rope && !o.keys.no_rope;
     if (n && p0 != before_n)
@@ -659,6 +740,19 @@ int fkvf_cli_append(int argc, char **argv)
     fkvf_appender_state as;
     fkvf_appender_state_get(s.a, &as);
     recovered = as.recovered_bytes;
+    /* The positions were checked against the archive as a plain reader saw
+     * it, without the lock; the appender holds it from here on. Another
+     * append that committed in between would make them overlap (or leave a
+     * gap): refuse, with nothing appended. */
+    if (!o.create && (as.n_positions != before_n || as.commit_seq != before_commits)) {
+        ex = cli_fail(CLI_INVALID, FKVF_E_RANGE, o.archive,
+                      "changed meanwhile (another append or a compact ran in between): it "
+                      "held %" PRIu64 " positions (commit %" PRIu64 ") when this append "
+                      "checked its positions, %" PRIu64 " positions (commit %" PRIu64
+                      ") once locked for appending; nothing appended: run the append again",
+                      before_n, before_commits, as.n_positions, as.commit_seq);
+        goto out;
+    }
     if (o.create) {
         before_size = as.file_size;
     }
@@ -690,6 +784,17 @@ int fkvf_cli_append(int argc, char **argv)
         goto out;
     }
     fkvf_appender_state_get(s.a, &as);
+    /* an archive without a codebook (fkvf pack makes one for too few
+     * positions, or --exact-only) keeps the positions that leave its
+     * window exact: said once per run (--create says so in its first line) */
+    if (!o.create && n && !as.has_codebook && as.n_positions > sinks + window)
+        cli_note("%s has no codebook: the positions that leave its recent window stay exact "
+                 "(%" PRIu64 " of its %" PRIu64 " positions are outside its %" PRIu64
+                 " sinks and %" PRIu64 " recent positions, all stored exact); an archive's "
+                 "codebook is chosen when it is made: to store such positions as indices, make "
+                 "it with one (fkvf pack --k N, or a shared codebook from fkvf train and "
+                 "--codebooks FILE)",
+                 o.archive, as.n_positions - sinks - window, as.n_positions, sinks, window);
     if (o.json) {
         printf("{\"archive\":");
         cli_json_cstr(stdout, o.archive);
@@ -708,7 +813,10 @@ int fkvf_cli_append(int argc, char **argv)
         if (recovered)
             printf("%s: recovered: cut off a torn tail of %" PRIu64 " bytes\n", o.archive,
                    recovered);
-        if (o.create)
+        if (o.create && s.k_trained)
+            printf("%s: created (commit 1: descriptor, codebook trained on %u positions, k = "
+                   "%u)\n", o.archive, n, s.k_trained);
+        else if (o.create)
             printf("%s: created (commit 1: descriptor%s)\n", o.archive,
                    as.has_codebook ? ", codebook" : ", no codebook: every position exact");
         if (!n)
@@ -748,7 +856,9 @@ static const char *compact_help =
     "                        codebook file (even with --force), nor exist\n"
     "  --force               replace OUT if it exists (default: refused)\n"
     "  --in-place            replace ARCHIVE itself (same atomic rename); refused\n"
-    "                        while an appender has it open\n"
+    "                        while an appender has it open. A symbolic link is\n"
+    "                        followed: the file it points to is replaced, the link\n"
+    "                        stays a link to it\n"
     "  --codebooks FILE      the codebook file of an archive that refers to one\n"
     "                        (needed for its shape; default: found by content hash\n"
     "                        in the archive's directory, then in FKVF_CODEBOOK_PATH)\n"
@@ -813,8 +923,17 @@ int fkvf_cli_compact(int argc, char **argv)
             return ex;
         cli_warn_fkvf_name(out, "archive");
     }
-    if (in_place)
-        out = in;
+    /* --in-place through a symbolic link: the file it points to is the one
+     * compacted (the writer renames a temporary file over its path; over
+     * the link's path it would replace the link with a regular file and
+     * leave the target as it was) */
+    char *real = NULL;
+    if (in_place) {
+        if (!(real = realpath(in, NULL)))
+            return cli_fail(CLI_USAGE, FKVF_E_IO, in, "cannot resolve the path: %s",
+                            strerror(errno));
+        out = real;
+    }
 
     int ex = CLI_INVALID, rc, lockfd = -1;
     fkvf_reader *r = NULL, *cb = NULL;
@@ -1134,6 +1253,7 @@ out:
     free(sym);
     free(kbuf);
     free(vbuf);
+    free(real);
     if (lockfd >= 0)
         close(lockfd);
     return ex;

@@ -83,81 +83,6 @@ static int key_opt(cli_key_opts *k, int argc, char **argv, int *i)
     return cli_key_value(k, a, v) < 0 ? -1 : 1;
 }
 
-/* ---- codebook size rules (pack --train, train) -------------------------- */
-
-/* The automatic k of pack --train (no --k): the largest power of two from
- * CB_K_MIN to CB_K_MAX whose embedded codebook takes at most 1/CB_FRACTION
- * of the fp16 bytes of the rows it encodes, with at least CB_ROWS_PER_K
- * rows per centroid (docs/codebooks.md: measured on stories260K caches). */
-#define CB_K_MIN 16u
-#define CB_K_MAX 256u
-#define CB_FRACTION 4u
-#define CB_ROWS_PER_K 4u
-
-/* Bytes of the CBK1 section of k centroids per stage for the cache's shape
- * (one table set per head, or per layer when pooled); 0 when invalid. */
-static uint64_t cb_bytes(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs, int f32,
-                         int pooled)
-{
-    fkvf_codebook_shape sh;
-    memset(&sh, 0, sizeof sh);
-    sh.n_layers = c->n_layers;
-    sh.n_heads = pooled ? 1 : c->n_kv_heads;
-    sh.key_dim = c->key_dim;
-    sh.value_dim = c->value_dim;
-    sh.k = k;
-    sh.k_stages = ks;
-    sh.v_stages = vs;
-    sh.dtype = f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
-    sh.pooled = (uint8_t)(pooled != 0);
-    return fkvf_codebook_size(&sh);
-}
-
-/* fp16 bytes of n rows of the cache */
-static double fp16_rows(const kvio_cache *c, uint64_t n)
-{
-    return (double)n * (double)cli_cache_row_elems(c) * 2.0;
-}
-
-/* The rule above for A archived rows: k, or 0 when even CB_K_MIN breaks it. */
-static uint32_t auto_k(const kvio_cache *c, uint64_t A, uint8_t ks, uint8_t vs, int f32)
-{
-    uint32_t best = 0;
-    for (uint32_t k = CB_K_MIN; k <= CB_K_MAX; k *= 2) {
-        uint64_t cb = cb_bytes(c, k, ks, vs, f32, 0);
-        if (cb && (double)cb * CB_FRACTION <= fp16_rows(c, A) && (uint64_t)k * CB_ROWS_PER_K <= A)
-            best = k;
-    }
-    return best;
-}
-
-/* A warning when a codebook of k wastes bytes: larger than the fp16 bytes of
- * the `n` rows it is for, or fewer than CB_ROWS_PER_K rows per centroid
- * (`per_table` rows train each table set: it memorises them). who: the file
- * named; noun, noun_table: what the n and per_table rows are; advice: what
- * to do instead. 1 if warned. */
-static int warn_codebook(const char *who, const kvio_cache *c, uint32_t k, uint64_t cb,
-                         uint64_t n, uint64_t per_table, const char *noun, const char *noun_table,
-                         const char *advice)
-{
-    double fp = fp16_rows(c, n);
-    int big = (double)cb > fp, few = (uint64_t)k * CB_ROWS_PER_K > per_table;
-    if (!big && !few)
-        return 0;
-    char what[320];
-    if (big)
-        snprintf(what, sizeof what, "the codebook (k = %u, %" PRIu64 " bytes) is %.1fx the %.0f "
-                 "fp16 bytes of the %" PRIu64 " %s%s",
-                 k, cb, fp > 0 ? (double)cb / fp : 0.0, fp, n, noun,
-                 few ? ", and k is more than a quarter of them" : "");
-    else
-        snprintf(what, sizeof what, "k = %u is more than a quarter of the %" PRIu64
-                 " %s (fewer than %u per centroid: the codebook memorises them)",
-                 k, per_table, noun_table, CB_ROWS_PER_K);
-    cli_warn("%s: %s; %s", who, what, advice);
-    return 1;
-}
-
 /* ---- pack --------------------------------------------------------------- */
 
 /* At most this many safetensors __metadata__ entries are kept (the writer
@@ -218,9 +143,10 @@ static const char *pack_help =
     "                        k = 16 breaks that rule, k = 16 with a warning, or, when\n"
     "                        its codebook and indices would take more bytes than the\n"
     "                        rows themselves, every position is stored exact (no\n"
-    "                        codebook; a note says so). A given --k is used as given,\n"
-    "                        with a warning when its codebook is larger than the rows\n"
-    "                        it encodes or k > archived rows / 4; docs/codebooks.md)\n"
+    "                        codebook, so later appends stay exact too; a note says\n"
+    "                        so). A given --k is used as given, with a warning when\n"
+    "                        its codebook is larger than the rows it encodes or\n"
+    "                        k > archived rows / 4; docs/codebooks.md)\n"
     "  --k-stages N          key stages 0..16 (4)\n"
     "  --v-stages N          value stages 0..16 (2)\n"
     "  --seed S              training seed (0)\n"
@@ -491,33 +417,32 @@ int fkvf_cli_pack(int argc, char **argv)
     const char *advice = "for small caches a shared codebook compresses better: train it once "
                          "(fkvf train CACHE... -o CODEBOOKS) and pack with --codebooks CODEBOOKS";
     if (A > 0 && !o.cbfile && !o.code.k_set && o.code.ks + o.code.vs > 0) {
-        k = auto_k(c, A, o.code.ks, o.code.vs, o.f32);
+        k = cli_auto_k(c, A, o.code.ks, o.code.vs, o.f32);
         if (!k) {
-            k = CB_K_MIN;
-            uint64_t cb = cb_bytes(c, k, o.code.ks, o.code.vs, o.f32, 0);
+            k = CLI_CB_K_MIN;
+            uint64_t cb = cli_cb_bytes(c, k, o.code.ks, o.code.vs, o.f32, 0);
             double idx = (double)A * c->n_layers * c->n_kv_heads * (o.code.ks + o.code.vs) *
                          cli_quad_bits_for(k - 1) / 8.0;
             double exact = (double)A * (double)rb;
             if ((double)cb + idx >= exact) {
                 cli_note("%s: %" PRIu64 " archived positions are too few for an embedded "
-                        "codebook (k = %u: %" PRIu64 " codebook bytes + about %.0f index bytes "
-                        ">= the %.0f bytes of the rows): every position stored exact, no "
-                        "codebook (--k N forces one); %s",
-                        o.in, A, k, cb, idx, exact, advice);
+                         "codebook (k = %u: %" PRIu64 " codebook bytes + about %.0f index bytes "
+                         ">= the %.0f bytes of the rows): every position stored exact, no "
+                         "codebook, and every position a later fkvf append adds to the "
+                         "archive is stored exact too (an archive's codebook is chosen when it "
+                         "is made); --k N forces a codebook; %s",
+                         o.in, A, k, cb, idx, exact, advice);
                 S = P;
                 W = 0;
                 A = 0;
             } else {
-                cli_warn("%s: %" PRIu64 " archived positions: even k = %u gives a "
-                        "codebook of %" PRIu64 " bytes, %.0f%% of the %.0f fp16 bytes of those "
-                        "rows (the automatic k keeps it within 1/%u); %s",
-                        o.in, A, k, cb, 100.0 * (double)cb / fp16_rows(c, A), fp16_rows(c, A),
-                        CB_FRACTION, advice);
+                cli_warn_k_min(o.in, c, A, "archived positions", o.code.ks, o.code.vs, o.f32,
+                               advice);
             }
         }
     } else if (A > 0 && !o.cbfile) {
-        warn_codebook(o.in, c, k, cb_bytes(c, k, o.code.ks, o.code.vs, o.f32, 0), A, A,
-                      "archived rows it encodes", "archived rows it encodes", advice);
+        cli_warn_codebook(o.in, c, k, cli_cb_bytes(c, k, o.code.ks, o.code.vs, o.f32, 0), A, A,
+                          "archived rows it encodes", "archived rows it encodes", advice);
     }
     fkvf_rows all = {s.rows, (size_t)P, c->dtype, 0};
     if (A > 0 && !s.q) {
@@ -682,7 +607,7 @@ int fkvf_cli_pack(int argc, char **argv)
     /* the ratio with the codebook counted (embedded, or the file's size),
      * then without it */
     uint64_t bytes = cli_file_size(o.out);
-    double fp16 = fp16_rows(c, P);
+    double fp16 = cli_fp16_rows(c, P);
     uint64_t cbb = A > 0 && !o.cbfile ? fkvf_codebook_size(&shape) : 0;
     char ratio[256];
     uint64_t fb = o.cbfile ? cli_file_size(o.cbfile) : 0;
@@ -1226,12 +1151,11 @@ int fkvf_cli_train(int argc, char **argv)
     uint64_t n_rows = 0;
     for (size_t i = 0; i < nin; i++)
         n_rows += cs[i].n_positions;
-    warn_codebook(out, &cs[0], shape.k, fkvf_codebook_size(&shape), n_rows,
-                  n_rows * (prm.pooled ? cs[0].n_kv_heads : 1),
-                  "training rows",
-                  prm.pooled ? "training vectors (rows x heads: pooled)" : "training rows",
-                  "train on more positions (several caches: fkvf train CACHE... -o FILE) or "
-                  "give a smaller --k");
+    cli_warn_codebook(out, &cs[0], shape.k, fkvf_codebook_size(&shape), n_rows,
+                      n_rows * (prm.pooled ? cs[0].n_kv_heads : 1), "training rows",
+                      prm.pooled ? "training vectors (rows x heads: pooled)" : "training rows",
+                      "train on more positions (several caches: fkvf train CACHE... -o FILE) or "
+                      "give a smaller --k");
     size_t tsz = fkvf_rvq_tables_size(q);
     tables = malloc(tsz ? tsz : 1);
     if (!tables || fkvf_rvq_tables(q, tables, tsz) != FKVF_OK) {

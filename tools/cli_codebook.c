@@ -1,0 +1,78 @@
+/* The size rules of embedded codebooks, one copy for fkvf pack, train and
+ * append --create (see cli_util.h and docs/codebooks.md, "automatic k"):
+ * the bytes of a codebook for a cache's shape, the automatic k, and the
+ * warnings about a codebook that costs more than the rows it is for.
+ * Public API only. */
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_util.h"
+
+uint64_t cli_cb_bytes(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs, int f32,
+                      int pooled)
+{
+    fkvf_codebook_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = c->n_layers;
+    sh.n_heads = pooled ? 1 : c->n_kv_heads;
+    sh.key_dim = c->key_dim;
+    sh.value_dim = c->value_dim;
+    sh.k = k;
+    sh.k_stages = ks;
+    sh.v_stages = vs;
+    sh.dtype = f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
+    sh.pooled = (uint8_t)(pooled != 0);
+    return fkvf_codebook_size(&sh);
+}
+
+double cli_fp16_rows(const kvio_cache *c, uint64_t n)
+{
+    return (double)n * (double)cli_cache_row_elems(c) * 2.0;
+}
+
+uint32_t cli_auto_k(const kvio_cache *c, uint64_t n, uint8_t ks, uint8_t vs, int f32)
+{
+    uint32_t best = 0;
+    for (uint32_t k = CLI_CB_K_MIN; k <= CLI_CB_K_MAX; k *= 2) {
+        uint64_t cb = cli_cb_bytes(c, k, ks, vs, f32, 0);
+        if (cb && (double)cb * CLI_CB_FRACTION <= cli_fp16_rows(c, n) &&
+            (uint64_t)k * CLI_CB_ROWS_PER_K <= n)
+            best = k;
+    }
+    return best;
+}
+
+void cli_warn_k_min(const char *who, const kvio_cache *c, uint64_t n, const char *noun,
+                    uint8_t ks, uint8_t vs, int f32, const char *advice)
+{
+    uint64_t cb = cli_cb_bytes(c, CLI_CB_K_MIN, ks, vs, f32, 0);
+    double fp = cli_fp16_rows(c, n);
+    cli_warn("%s: %" PRIu64 " %s: even k = %u gives a codebook of %" PRIu64 " bytes, %.0f%% of "
+             "the %.0f fp16 bytes of those rows (the automatic k keeps it within 1/%u); %s",
+             who, n, noun, CLI_CB_K_MIN, cb, fp > 0 ? 100.0 * (double)cb / fp : 0.0, fp,
+             CLI_CB_FRACTION, advice);
+}
+
+int cli_warn_codebook(const char *who, const kvio_cache *c, uint32_t k, uint64_t cb, uint64_t n,
+                      uint64_t per_table, const char *noun, const char *noun_table,
+                      const char *advice)
+{
+    double fp = cli_fp16_rows(c, n);
+    int big = (double)cb > fp, few = (uint64_t)k * CLI_CB_ROWS_PER_K > per_table;
+    if (!big && !few)
+        return 0;
+    char what[320];
+    if (big)
+        snprintf(what, sizeof what, "the codebook (k = %u, %" PRIu64 " bytes) is %.1fx the %.0f "
+                 "fp16 bytes of the %" PRIu64 " %s%s",
+                 k, cb, fp > 0 ? (double)cb / fp : 0.0, fp, n, noun,
+                 few ? ", and k is more than a quarter of them" : "");
+    else
+        snprintf(what, sizeof what, "k = %u is more than a quarter of the %" PRIu64
+                 " %s (fewer than %u per centroid: the codebook memorises them)",
+                 k, per_table, noun_table, CLI_CB_ROWS_PER_K);
+    cli_warn("%s: %s; %s", who, what, advice);
+    return 1;
+}
