@@ -218,8 +218,13 @@ same compact-deterministic "$T/c.fkvf" "$T/c2.fkvf"
 check compact-self 1 "$FKVF" compact "$T/a.fkvf" -o "$T/a.fkvf"
 same compact-self-unchanged "$T/a.fkvf" "$T/a.before"
 cp "$T/a.fkvf" "$T/ip.fkvf"
+chmod 600 "$T/ip.fkvf"
 check compact-in-place 0 "$FKVF" compact "$T/ip.fkvf" --in-place
 same compact-in-place-bytes "$T/ip.fkvf" "$T/c.fkvf"
+# the compacted file keeps the permissions of the one it replaces (a private
+# archive stays private whatever the umask)
+m=$(stat -c %a "$T/ip.fkvf")
+[ "$m" = 600 ] && pass=$((pass + 1)) || { echo "FAIL compact-in-place-mode: $m, want 600"; fails=$((fails + 1)); }
 # --in-place through a symbolic link: the file it points to is compacted,
 # the link stays the same link (the rename used to replace the link with a
 # regular file and leave the target as it was)

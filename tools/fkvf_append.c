@@ -984,6 +984,9 @@ int fkvf_cli_compact(int argc, char **argv)
     wo.required_features = ai.required_features;
     wo.optional_features = ai.optional_features;
     wo.no_replace = !in_place && !force; /* nor one that appears meanwhile */
+    struct stat ist;
+    if (in_place && fstat(lockfd, &ist) == 0)
+        wo.mode = (unsigned)ist.st_mode & 07777; /* the file keeps its permissions */
     rc = fkvf_writer_create_file(&w, out, &wo, NULL);
     if (rc != FKVF_OK) {
         ex = cli_fail_writer(rc, w, out, "");
