@@ -33,6 +33,7 @@ int __wrap_flock(int fd, int op);
 static char g_dir[64], g_archive[128], g_cache[512];
 static const char *g_between; /* --positions of the append run in between; NULL: none */
 static int g_between_exit = -1;
+static int g_replace; /* 1: the first exclusive lock first renames a copy over the archive */
 
 /* fkvf append ARGS... in this process (the tool's own entry point), stdout
  * and stderr to files of g_dir; the exit status. */
@@ -90,6 +91,15 @@ static char *slurp(const char *name)
  * before this one is taken. */
 int __wrap_flock(int fd, int op)
 {
+    if (g_replace && (op & LOCK_EX)) {
+        /* as fkvf compact --in-place does: a new file renamed over the path
+         * after this process opened the old one, before it locks it */
+        g_replace = 0;
+        char copy[160];
+        snprintf(copy, sizeof copy, "%s/copy.fkvf", g_dir);
+        if (rename(copy, g_archive) != 0)
+            return -1;
+    }
     if (g_between && (op & LOCK_EX)) {
         const char *range = g_between;
         g_between = NULL;
@@ -116,6 +126,7 @@ static void setup(void)
     snprintf(g_archive, sizeof g_archive, "%s/a.fkvf", g_dir);
     g_between = NULL;
     g_between_exit = -1;
+    g_replace = 0;
     /* 50 positions, token ids 0..49 of the cache */
     int ex = run_append("create", "--create", g_archive, g_cache, "--positions", "0:50",
                         "--exact-only", (char *)NULL);
@@ -124,8 +135,8 @@ static void setup(void)
 
 static void teardown(void)
 {
-    const char *names[] = {"a.fkvf",     "create.out", "create.err", "between.out",
-                           "between.err", "test.out",   "test.err"};
+    const char *names[] = {"a.fkvf",      "create.out", "create.err", "between.out",
+                           "between.err", "test.out",   "test.err",   "copy.fkvf"};
     char p[160];
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         snprintf(p, sizeof p, "%s/%s", g_dir, names[i]);
@@ -202,6 +213,32 @@ START_TEST(positions_refused_when_archive_grew)
 }
 END_TEST
 
+/* The file at the path is replaced (a compaction renamed its result over
+ * it) between the appender's open and its lock: the appender must lock and
+ * append to the file the path names now, not to the replaced one, whose
+ * commits would be lost with it (fkvf_appender_open checks the locked file
+ * is still the path's). */
+START_TEST(file_replaced_before_the_lock)
+{
+    char copy[160];
+    snprintf(copy, sizeof copy, "%s/copy.fkvf", g_dir);
+    /* a byte-identical copy: another file (inode) with the same contents */
+    FILE *in = fopen(g_archive, "rb"), *f = fopen(copy, "wb");
+    ck_assert(in != NULL && f != NULL);
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, in)) > 0;)
+        ck_assert(fwrite(buf, 1, n, f) == n);
+    ck_assert(fclose(in) == 0 && fclose(f) == 0);
+    g_replace = 1;
+    int ex = run_append("test", g_archive, g_cache, "--new", (char *)NULL);
+    ck_assert_int_eq(g_replace, 0); /* the rename happened */
+    char *err = slurp("test.err");
+    ck_assert_msg(ex == CLI_OK, "exit %d: %s", ex, err);
+    free(err);
+    archive_is(256, 3);
+}
+END_TEST
+
 /* nothing in between: the lock is taken and the append goes through */
 START_TEST(no_change_appends)
 {
@@ -220,6 +257,7 @@ int main(void)
     tcase_add_test(tc, new_refused_when_archive_grew);
     tcase_add_test(tc, positions_refused_when_archive_grew);
     tcase_add_test(tc, no_change_appends);
+    tcase_add_test(tc, file_replaced_before_the_lock);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -718,7 +718,11 @@ FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
                                   const fkvf_append_create *create,
                                   const fkvf_append_options *opts, const fkvf_allocator *alloc);
 /* Open an existing archive for appending. A torn tail is FKVF_E_TORN unless
- * opts->recover. */
+ * opts->recover. The file is locked exclusively (flock) while the handle
+ * lives: FKVF_E_IO when another appender holds it. The file locked is the
+ * one PATH names once locked: a file renamed over PATH between the open and
+ * the lock (a compaction in place) is opened and locked instead of the one
+ * it replaced. */
 FKVF_API int fkvf_appender_open(fkvf_appender **out, const char *path,
                                 const fkvf_append_options *opts, const fkvf_allocator *alloc);
 /* Queue n_rows new positions: rows in the descriptor's dtype and the layout

@@ -435,19 +435,41 @@ static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_op
         a->failed = 1;
         return FAIL(FKVF_E_INVALID_ARG, NULL, "options.sync: %u unknown", a->opts.sync);
     }
-    /* one appender per file: an exclusive lock, held while the file is open */
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        a->failed = 1;
-        return FAIL(FKVF_E_IO, NULL, "cannot open for appending: %s", strerror(e));
-    }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int e = errno;
+    /* one appender per file: an exclusive lock, held while the file is open.
+     * The file locked must still be the one the path names: a compaction
+     * that renamed a new file over the path between the open and the lock
+     * leaves this process holding the old one, whose commits would be lost
+     * with it; then lock the new one (a few times at most). */
+    int fd = -1;
+    for (int attempt = 0;; attempt++) {
+        fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd < 0) {
+            int e = errno;
+            a->failed = 1;
+            return FAIL(FKVF_E_IO, NULL, "cannot open for appending: %s", strerror(e));
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            close(fd);
+            a->failed = 1;
+            return FAIL(FKVF_E_IO, "7.4",
+                        "cannot lock the file (%s): another appender has it open", strerror(e));
+        }
+        struct stat held, named;
+        if (fstat(fd, &held) != 0 || stat(path, &named) != 0) {
+            int e = errno;
+            close(fd);
+            a->failed = 1;
+            return FAIL(FKVF_E_IO, NULL, "cannot stat the file locked: %s", strerror(e));
+        }
+        if (held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+            break;
         close(fd);
-        a->failed = 1;
-        return FAIL(FKVF_E_IO, "7.4", "cannot lock the file (%s): another appender has it open",
-                    strerror(e));
+        if (attempt == 7) {
+            a->failed = 1;
+            return FAIL(FKVF_E_IO, "7.4", "the file is being replaced while it is locked (8 "
+                                          "attempts): another process keeps renaming files over it");
+        }
     }
     fkvf_reader *r = NULL;
     fkvf_resume st;
