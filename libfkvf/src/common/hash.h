@@ -9,4 +9,7 @@ uint64_t fkvf_xxh3_64(const void *data, size_t size, uint64_t seed);
 /* XXH3-128, seed 0, canonical 16-byte form (spec 2.3). */
 void fkvf_xxh3_128(const void *data, size_t size, uint8_t out[16]);
 
+/* A 16-byte hash (a codebook's content hash) as 32 lower-case hex digits. */
+void fkvf_hex16(const uint8_t h[16], char out[33]);
+
 #endif

@@ -315,16 +315,6 @@ static uint64_t max_codebook_file(const fkvf_desc *d)
     return t;
 }
 
-static void hex16(const uint8_t h[16], char out[33])
-{
-    static const char x[] = "0123456789abcdef";
-    for (int i = 0; i < 16; i++) {
-        out[2 * i] = x[h[i] >> 4];
-        out[2 * i + 1] = x[h[i] & 15];
-    }
-    out[32] = 0;
-}
-
 FKVF_API int fkvf_reader_find_codebook(fkvf_reader *r, const char *search_path,
                                        fkvf_reader **codebook_file)
 {
@@ -379,7 +369,7 @@ FKVF_API int fkvf_reader_find_codebook(fkvf_reader *r, const char *search_path,
         return FKVF_OK;
     }
     char hx[33], more[40] = "";
-    hex16(r->cb_ref_hash, hx);
+    fkvf_hex16(r->cb_ref_hash, hx);
     if (f.list_more)
         snprintf(more, sizeof more, " and %zu more", f.list_more);
     uint64_t off = r->sections[r->cb_sec].e.offset;

@@ -1738,16 +1738,6 @@ FKVF_API int fkvf_reader_stream_point(fkvf_reader *r, size_t index, uint64_t t, 
 
 /* ---- codebooks ------------------------------------------------------------------ */
 
-static void hex16(const uint8_t h[16], char out[33])
-{
-    static const char x[] = "0123456789abcdef";
-    for (int i = 0; i < 16; i++) {
-        out[2 * i] = x[h[i] >> 4];
-        out[2 * i + 1] = x[h[i] & 15];
-    }
-    out[32] = 0;
-}
-
 FKVF_API int fkvf_reader_codebook(fkvf_reader *r, fkvf_codebook_shape *shape,
                                   const void **contents, size_t *size, uint8_t hash[16])
 {
@@ -1757,7 +1747,7 @@ FKVF_API int fkvf_reader_codebook(fkvf_reader *r, fkvf_codebook_shape *shape,
                          "the archive has no codebook");
     if (!r->cb_known) {
         char hx[33];
-        hex16(r->cb_ref_hash, hx);
+        fkvf_hex16(r->cb_ref_hash, hx);
         return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, r->sections[r->cb_sec].e.offset, "13.5",
                          "external codebook %s (name hint \"%s\") is not attached", hx,
                          r->cb_ref_name);
@@ -1806,7 +1796,7 @@ FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
     if (!cf || cf->magic != FKVF_READER_MAGIC || !cf->loaded || cf == r)
         return FKVF_E_INVALID_ARG;
     char hx[33];
-    hex16(r->cb_ref_hash, hx);
+    fkvf_hex16(r->cb_ref_hash, hx);
     if (r->cb_kind != 2)
         return fkvf_fail(&r->diag, FKVF_E_STATE, FKVF_NO_OFFSET, "13.5",
                          "the archive does not refer to an external codebook");
@@ -1823,7 +1813,7 @@ FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
     fkvf_xxh3_128(p, (size_t)n, h);
     if (memcmp(h, r->cb_ref_hash, 16) != 0) {
         char got[33];
-        hex16(h, got);
+        fkvf_hex16(h, got);
         return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, r->sections[r->cb_sec].e.offset, "13.5",
                          "codebook file %s has content hash %s; the archive expects %s",
                          cf->diag.name, got, hx);
