@@ -239,7 +239,12 @@ void cli_rope_print(FILE *f, const char *path, const cli_rope_report *r)
     } else {
         char opts[160];
         cand_options(&r->c[r->chosen], &r->c[r->best], r->no_rope, opts, sizeof opts);
-        fprintf(f, "verdict: the chosen settings look wrong; try %s\n", opts);
+        if (r->codebook)
+            fprintf(f, "verdict: the chosen settings (those %s was trained with) look wrong; "
+                       "train a codebook with %s (fkvf train CACHE... %s -o FILE)\n",
+                    r->codebook, opts, opts);
+        else
+            fprintf(f, "verdict: the chosen settings look wrong; try %s\n", opts);
     }
 }
 
@@ -270,12 +275,19 @@ void cli_rope_warn(const char *path, const cli_rope_report *r)
 {
     if (r->verdict != 1)
         return;
-    char a[96], b[96], opts[160];
+    char a[96], b[96], opts[160], advice[512];
     cand_label(&r->c[r->chosen], a, sizeof a);
     cand_label(&r->c[r->best], b, sizeof b);
     cand_options(&r->c[r->chosen], &r->c[r->best], r->no_rope, opts, sizeof opts);
+    /* with a codebook file the settings are its training: an option alone
+     * would not fit it (and is refused) */
+    if (r->codebook)
+        snprintf(advice, sizeof advice, "they are those %s was trained with: train a codebook "
+                 "with %s (fkvf train CACHE... %s -o FILE)", r->codebook, opts, opts);
+    else
+        snprintf(advice, sizeof advice, "try %s", opts);
     cli_warn("%s: the RoPE settings look wrong: the keys spread %.3f about their mean %s, "
-            "but %.3f %s (lower compresses better); try %s (fkvf pack --check-rope prints the "
-            "measurement)",
-            path, r->c[r->chosen].spread, a, r->c[r->best].spread, b, opts);
+             "but %.3f %s (lower compresses better); %s (fkvf pack --check-rope prints the "
+             "measurement)",
+             path, r->c[r->chosen].spread, a, r->c[r->best].spread, b, advice);
 }

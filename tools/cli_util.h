@@ -208,7 +208,12 @@ int cli_key_value(cli_key_opts *k, const char *a, const char *v);
 
 /* Keys mode and RoPE of a codebook file's training (its train.* metadata),
  * where not given on the command line. */
-void cli_keys_from_codebook(fkvf_reader *cb, cli_key_opts *k, uint32_t key_dim);
+/* Returns 0, or CLI_INVALID after an error line naming cbpath when an option
+ * given contradicts the training (--keys, or with keys un-rotated
+ * --rope-theta/--rope-dims/--rope-layout): the codebook does not fit keys
+ * handled that way. */
+int cli_keys_from_codebook(fkvf_reader *cb, const char *cbpath, cli_key_opts *k,
+                           uint32_t key_dim);
 
 /* The rope of a cache's keys from the options (rope), and the rope to
  * un-rotate them with before coding (*out; NULL: keys as cached). 0, or -1
@@ -383,6 +388,8 @@ typedef struct cli_rope_report {
                   * more than 3%: they look wrong, -1 cannot tell (< 16 positions) */
     int no_rope; /* set by the caller after measuring: --no-rope was given (the advice
                   * then says to drop it) */
+    const char *codebook; /* set by the caller: the keys' settings come from this
+                           * codebook file's training (the advice: train another) */
 } cli_rope_report;
 
 /* Measure (pos0 + t - p0 is the rotary position of cache position t; rope:

@@ -363,7 +363,8 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
                             "cache %s (%u layers x %u heads, dims %u/%u)",
                             shape.n_layers, shape.n_heads, shape.key_dim, shape.value_dim,
                             o->cache, c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
-        cli_keys_from_codebook(s->cb, &o->keys, c->key_dim);
+        if ((rc = cli_keys_from_codebook(s->cb, o->cbfile, &o->keys, c->key_dim)) != 0)
+            return rc;
         if (o->embed) {
             rc = fkvf_rvq_from_tables(&s->q, &shape, c->n_kv_heads,
                                       (const uint8_t *)contents + 64, size - 64, NULL);
@@ -380,8 +381,10 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
     if (krope && (s->q || s->cb || o->train)) {
         /* the rows p0.. are positions 0.. of the new archive */
         cli_rope_report rr;
-        if (cli_rope_measure(c, p0, p1, 0, &rope, 1, &rr) == 0)
+        if (cli_rope_measure(c, p0, p1, 0, &rope, 1, &rr) == 0) {
+            rr.codebook = s->cb ? o->cbfile : NULL;
             cli_rope_warn(o->cache, &rr);
+        }
     }
     if (o->train) {
         if (p1 == p0)

@@ -134,7 +134,10 @@ static const char *pack_help =
     "  --train               train them on this cache's rows and embed them (default)\n"
     "  --codebooks FILE      use a codebook file from 'fkvf train'; the archive\n"
     "                        refers to it by content hash (shape and stages are the file's)\n"
-    "                        and stores only indices: best for many or small caches\n"
+    "                        and stores only indices: best for many or small caches;\n"
+    "                        keys mode and RoPE are those it was trained with (its\n"
+    "                        train.* metadata; a --keys/--rope-* option that\n"
+    "                        contradicts them is refused: train another codebook)\n"
     "Quantizer (with --train):\n"
     "  --k N                 centroids per stage, power of two 16..4096 (default:\n"
     "                        automatic, the largest power of two from 16 to 256 whose\n"
@@ -328,9 +331,8 @@ static int load_codebook_file(const char *path, const kvio_cache *c, cli_key_opt
     if (rc != FKVF_OK)
         return cli_fail(cli_fkvf_exit(rc), rc, path, "cannot load the codebook tables: %s",
                         fkvf_strerror(rc));
-    /* keys as the codebook was trained on them, unless given */
-    cli_keys_from_codebook(r, keys, c->key_dim);
-    return CLI_OK;
+    /* keys as the codebook was trained on them; a given option must agree */
+    return cli_keys_from_codebook(r, path, keys, c->key_dim);
 }
 
 int fkvf_cli_pack(int argc, char **argv)
@@ -387,6 +389,7 @@ int fkvf_cli_pack(int argc, char **argv)
             goto out;
         }
         rr.no_rope = o.keys.no_rope;
+        rr.codebook = o.cbfile;
         /* with --json: the check's object when it is all the command does
          * (no -o, right settings), else its table on stderr */
         if (o.check_rope && o.json && !o.out && rr.verdict != 1)
