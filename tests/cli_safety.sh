@@ -28,6 +28,16 @@ cp "$CACHE" "$T/d/c.safetensors"
 cp "$T/d/c.safetensors" "$T/c.orig"
 C=$T/d/c.safetensors
 
+# an output that is a directory: a usage error that says so (it said "exists;
+# give --force", and --force then failed with "rename into place")
+mkdir "$T/outdir"
+for f in "" --force; do
+    check "pack-dir$f" 2 "$FKVF" pack "$C" -o "$T/outdir" $Q $f
+    grep_in "pack-dir$f-msg" "fkvf pack: $T/outdir: is a directory: give the name of the file to write" "$T/err"
+    check "unpack-dir$f" 2 "$FKVF" unpack "$SRC/testdata/sample.fkvf" -o "$T/outdir/" $f
+done
+check dir-untouched 0 test -z "$(ls -A "$T/outdir")"
+
 # ---- the same file as an input, in every spelling, with and without --force
 ln -s c.safetensors "$T/d/sym.safetensors"
 ln "$C" "$T/d/hard.safetensors"

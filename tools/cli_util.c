@@ -407,6 +407,9 @@ int cli_check_output(const char *out, const char *const *in, size_t n_in, int fo
 {
     struct stat so, si;
     if (stat(out, &so) == 0) {
+        if (S_ISDIR(so.st_mode)) /* --force could not help: say what to give */
+            return cli_fail(CLI_USAGE, FKVF_E_INVALID_ARG, out,
+                            "is a directory: give the name of the file to write");
         for (size_t i = 0; i < n_in; i++)
             if (in[i] && stat(in[i], &si) == 0 && si.st_dev == so.st_dev &&
                 si.st_ino == so.st_ino)
