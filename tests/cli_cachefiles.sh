@@ -224,6 +224,9 @@ grep_in info-hfb-layout "pack.layout = hnd" "$T/out"
 grep_in info-hfb-meta "safetensors.format = pt" "$T/out"
 check unpack-hfb 0 "$FKVF" unpack "$T/hfb.fkvf" -o "$T/hfb-out.safetensors"
 grep_in unpack-hfb-note "Hugging Face names and shapes (past_key_values.{i}.key \[1, H, T, D\], input_ids), as packed" "$T/err"
+# with --layout nhd the note names the positions-first shape it writes
+check unpack-hfb-nhd 0 "$FKVF" unpack "$T/hfb.fkvf" -o "$T/hfb-nhd.safetensors" --layout nhd
+grep_in unpack-hfb-nhd-note "past_key_values.{i}.key \[1, T, H, D\], input_ids), as packed (--names fkvf for layers.{i}.key \[T, H, D\])" "$T/err"
 GEN header "$T/hfb.safetensors" >"$T/h-in"
 GEN header "$T/hfb-out.safetensors" >"$T/h-out"
 # the same names, shapes, dtypes and __metadata__ (the companion aside)

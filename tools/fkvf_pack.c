@@ -911,17 +911,19 @@ int fkvf_cli_unpack(int argc, char **argv)
         for (uint32_t t = 0; t < P; t++)
             c.tokens[t] = tok[t];
     }
-    /* names, layout and metadata as packed, unless given */
-    if (!names && (meta_is(r, "pack.names", "hf") || meta_is(r, "pack.names", "hf-legacy") ||
-                   meta_is(r, "pack.names", "hf-dynamic"))) {
-        names = 2;
-        cli_note("%s: Hugging Face names and shapes (past_key_values.{i}.key [1, H, T, D], "
-                "input_ids), as packed (--names fkvf for layers.{i}.key [H, T, D])",
-                out);
-    }
+    /* names, layout and metadata as packed, unless given; the notes name
+     * the shapes written (the layout decided first) */
     if (layout == CLI_LAYOUT_UNSET && meta_is(r, "pack.layout", "nhd")) {
         layout = CLI_LAYOUT_NHD;
         cli_note("%s: positions-first tensors [T, H, D], as packed (--layout hnd for [H, T, D])", out);
+    }
+    if (!names && (meta_is(r, "pack.names", "hf") || meta_is(r, "pack.names", "hf-legacy") ||
+                   meta_is(r, "pack.names", "hf-dynamic"))) {
+        names = 2;
+        int nhd = layout == CLI_LAYOUT_NHD;
+        cli_note("%s: Hugging Face names and shapes (past_key_values.{i}.key %s, input_ids), "
+                 "as packed (--names fkvf for layers.{i}.key %s)",
+                 out, nhd ? "[1, T, H, D]" : "[1, H, T, D]", nhd ? "[T, H, D]" : "[H, T, D]");
     }
     long nmeta = unpack_st_meta(r, &c, fmt == KVIO_FMT_SAFETENSORS, out);
     if (nmeta < 0) {
