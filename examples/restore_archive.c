@@ -6,6 +6,9 @@
  *
  *   restore_archive ARCHIVE CODEBOOK ROWS.f32
  *
+ * ROWS.f32 must not exist (an existing file, such as one of the inputs, is
+ * never replaced).
+ *
  * CODEBOOK "-": find the codebook file by its content hash in the archive's
  * directory, then in the directories of FKVF_CODEBOOK_PATH (colon-separated),
  * as the fkvf CLI does (fkvf_reader_find_codebook).
@@ -104,7 +107,10 @@ int main(int argc, char **argv)
         goto done;
     }
     rows = malloc(CHUNK * row_bytes);
-    out = fopen(outpath, "wb");
+    /* "x": a new file only. Never replace an existing one: it could be an
+     * input (the archive or the codebook, which are mapped while they are
+     * read: truncating one would lose it and fault this process) */
+    out = rows ? fopen(outpath, "wbx") : NULL;
     if (!rows || !out) {
         perror(rows ? outpath : "malloc");
         goto done;

@@ -44,4 +44,10 @@ grep_in find-not-found-hash "${hash:-NO-HASH-PRINTED}" "$T/err"
 check find-path 0 env FKVF_CODEBOOK_PATH="$T/nowhere:$T/books" "$RESTORE" "$T/arch/a.fkvf" - "$T/rows4.f32"
 check find-path-same 0 cmp "$T/rows.f32" "$T/rows4.f32"
 check usage 2 "$RESTORE" "$T/a.fkvf"
+# the output is a new file: an existing one (here the codebook itself, which
+# it truncated while it was mapped: SIGBUS, codebook lost) is refused
+cp "$T/cb.fkvf" "$T/cb.copy"
+check output-exists 2 "$RESTORE" "$T/a.fkvf" "$T/cb.fkvf" "$T/cb.fkvf"
+check output-exists-kept 0 cmp "$T/cb.fkvf" "$T/cb.copy"
+check output-exists-rows 2 "$RESTORE" "$T/a.fkvf" "$T/cb.fkvf" "$T/rows.f32"
 finish example_restore
