@@ -256,8 +256,9 @@ FKVF_API const char *fkvf_reader_message(const fkvf_reader *r);
 /* The path r was opened from (fkvf_reader_open_file, or the file that
  * fkvf_reader_find_codebook found), as given, NUL-terminated and owned by
  * r: valid until fkvf_reader_free. NULL for a reader of memory
- * (fkvf_reader_open_memory) and for anything that is not a reader handle. No allocation, no I/O; it does not change r's message.
- * Thread-safety: as every call on r. */
+ * (fkvf_reader_open_memory) and for anything that is not a reader handle.
+ * No allocation, no I/O; it does not change r's message. Thread-safety: as
+ * every call on r. */
 FKVF_API const char *fkvf_reader_file_name(const fkvf_reader *r);
 /* The last error of r as fields (fkvf_error_info above); works on the handle
  * a failed open leaves. The strings belong to r: valid until the next call
