@@ -1,8 +1,8 @@
-/* The size rules of embedded codebooks, one copy for fkvf pack, train and
- * append --create (see cli_util.h and docs/codebooks.md, "automatic k"):
- * the bytes of a codebook for a cache's shape, the automatic k, and the
- * warnings about a codebook that costs more than the rows it is for.
- * Public API only. */
+/* Codebooks in the CLI, one copy for fkvf pack, train and append --create
+ * (see cli_util.h and docs/codebooks.md, "automatic k"): loading a codebook
+ * file given with --codebooks, the bytes of a codebook for a cache's shape,
+ * the automatic k, and the warnings about a codebook that costs more than
+ * the rows it is for. Public API only. */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
 #include <stdio.h>
@@ -75,4 +75,39 @@ int cli_warn_codebook(const char *who, const kvio_cache *c, uint32_t k, uint64_t
                  k, per_table, noun_table, CLI_CB_ROWS_PER_K);
     cli_warn("%s: %s; %s", who, what, advice);
     return 1;
+}
+
+int cli_load_codebook_file(const char *path, const kvio_cache *c, cli_key_opts *keys,
+                           fkvf_reader **r, fkvf_codebook_shape *shape, uint8_t hash[16],
+                           fkvf_rvq **q)
+{
+    int rc = cli_open_reader(r, path);
+    if (rc != CLI_OK)
+        return rc;
+    fkvf_archive_info ai;
+    const void *contents = NULL;
+    size_t size = 0;
+    if (fkvf_reader_info(*r, &ai) != FKVF_OK || ai.has_desc)
+        return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, path,
+                        "not a codebook file (it holds a cache descriptor: an archive? see fkvf "
+                        "train)");
+    rc = fkvf_reader_codebook(*r, shape, &contents, &size, hash);
+    if (rc != FKVF_OK)
+        return cli_fail_reader(rc == FKVF_E_NOT_FOUND ? FKVF_E_CODEBOOK : rc, *r, path,
+                               "no codebook: ");
+    if (shape->n_layers != c->n_layers || shape->key_dim != c->key_dim ||
+        shape->value_dim != c->value_dim || (!shape->pooled && shape->n_heads != c->n_kv_heads))
+        return cli_fail(CLI_INVALID, FKVF_E_CODEBOOK, path,
+                        "codebook shape %u layers x %u heads, dims %u/%u does not fit the cache "
+                        "(%u layers x %u heads, dims %u/%u)",
+                        shape->n_layers, shape->n_heads, shape->key_dim, shape->value_dim,
+                        c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
+    /* keys as the codebook was trained on them; a given option must agree */
+    if ((rc = cli_keys_from_codebook(*r, path, keys, c->key_dim)) != 0)
+        return rc;
+    if (q && (rc = fkvf_rvq_from_tables(q, shape, c->n_kv_heads, (const uint8_t *)contents + 64,
+                                        size - 64, NULL)) != FKVF_OK)
+        return cli_fail(cli_fkvf_exit(rc), rc, path, "cannot load the codebook tables: %s",
+                        fkvf_strerror(rc));
+    return CLI_OK;
 }

@@ -313,7 +313,20 @@ void cli_rvq_params_for(fkvf_rvq_params *prm, const kvio_cache *c);
 void cli_desc_for(fkvf_desc *d, const kvio_cache *c, const fkvf_rope *rope, int no_rope,
                   const fkvf_rope *krope);
 
-/* ---- codebook size rules (cli_codebook.c) --------------------------------
+/* ---- codebook files and size rules (cli_codebook.c) ----------------------
+ * A codebook file from fkvf train, given with --codebooks to fkvf pack or
+ * append --create: it must be a codebook file (no cache descriptor) whose
+ * shape fits the cache c; the keys mode and RoPE options come from its
+ * training (cli_keys_from_codebook: a contradicting option is refused).
+ * *r: its reader, set as soon as it is open (the caller frees it, also after
+ * a failure); shape and hash (hash may be NULL) filled; q (NULL: not wanted)
+ * the quantizer of its tables. CLI_OK, or an exit status after an error
+ * line naming path. */
+int cli_load_codebook_file(const char *path, const kvio_cache *c, cli_key_opts *keys,
+                           fkvf_reader **r, fkvf_codebook_shape *shape, uint8_t hash[16],
+                           fkvf_rvq **q);
+
+/* The size rules (cli_codebook.c).
  * The automatic k of embedded codebooks (fkvf pack, append --create --train;
  * docs/codebooks.md): the largest power of two from CLI_CB_K_MIN to
  * CLI_CB_K_MAX whose embedded codebook takes at most 1/CLI_CB_FRACTION of

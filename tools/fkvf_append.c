@@ -346,33 +346,10 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
     int rc;
     fkvf_codebook_shape shape;
     memset(&shape, 0, sizeof shape);
-    if (o->cbfile) {
-        if ((rc = cli_open_reader(&s->cb, o->cbfile)) != CLI_OK)
-            return rc;
-        fkvf_archive_info ai;
-        const void *contents;
-        size_t size;
-        if (fkvf_reader_info(s->cb, &ai) != FKVF_OK || ai.has_desc ||
-            fkvf_reader_codebook(s->cb, &shape, &contents, &size, NULL) != FKVF_OK)
-            return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->cbfile,
-                            "not a codebook file (see fkvf train)");
-        if (shape.n_layers != c->n_layers || shape.key_dim != c->key_dim ||
-            shape.value_dim != c->value_dim || (!shape.pooled && shape.n_heads != c->n_kv_heads))
-            return cli_fail(CLI_INVALID, FKVF_E_CODEBOOK, o->cbfile,
-                            "codebook shape %u layers x %u heads, dims %u/%u does not fit the "
-                            "cache %s (%u layers x %u heads, dims %u/%u)",
-                            shape.n_layers, shape.n_heads, shape.key_dim, shape.value_dim,
-                            o->cache, c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
-        if ((rc = cli_keys_from_codebook(s->cb, o->cbfile, &o->keys, c->key_dim)) != 0)
-            return rc;
-        if (o->embed) {
-            rc = fkvf_rvq_from_tables(&s->q, &shape, c->n_kv_heads,
-                                      (const uint8_t *)contents + 64, size - 64, NULL);
-            if (rc != FKVF_OK)
-                return cli_fail(cli_fkvf_exit(rc), rc, o->cbfile,
-                                "cannot load the codebook tables: %s", fkvf_strerror(rc));
-        }
-    }
+    if (o->cbfile &&
+        (rc = cli_load_codebook_file(o->cbfile, c, &o->keys, &s->cb, &shape, NULL,
+                                     o->embed ? &s->q : NULL)) != CLI_OK)
+        return rc;
     cli_keys_hf_default(&o->keys, c, o->cache);
     fkvf_rope rope;
     const fkvf_rope *krope;

@@ -298,43 +298,6 @@ static void pack_free(pack_state *s)
     fkvf_writer_free(s->w);
 }
 
-/* Load a codebook file: shape, hash, quantizer; keys mode from its metadata
- * when --keys was not given. */
-static int load_codebook_file(const char *path, const kvio_cache *c, cli_key_opts *keys,
-                              fkvf_reader **out_r, fkvf_rvq **out_q, fkvf_codebook_shape *shape,
-                              uint8_t hash[16])
-{
-    fkvf_reader *r;
-    int rc = cli_open_reader(&r, path);
-    if (rc != CLI_OK)
-        return rc;
-    *out_r = r;
-    fkvf_archive_info ai;
-    const void *contents = NULL;
-    size_t size = 0;
-    if (fkvf_reader_info(r, &ai) != FKVF_OK || ai.has_desc)
-        return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, path,
-                        "not a codebook file (it holds a cache descriptor: an archive?)");
-    rc = fkvf_reader_codebook(r, shape, &contents, &size, hash);
-    if (rc != FKVF_OK)
-        return cli_fail_reader(rc == FKVF_E_NOT_FOUND ? FKVF_E_CODEBOOK : rc, r, path,
-                               "no codebook: ");
-    if (shape->n_layers != c->n_layers || shape->key_dim != c->key_dim ||
-        shape->value_dim != c->value_dim || (!shape->pooled && shape->n_heads != c->n_kv_heads))
-        return cli_fail(CLI_INVALID, FKVF_E_CODEBOOK, path,
-                        "codebook shape %u layers x %u heads, dims %u/%u does not fit the cache "
-                        "(%u layers x %u heads, dims %u/%u)",
-                        shape->n_layers, shape->n_heads, shape->key_dim, shape->value_dim,
-                        c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
-    rc = fkvf_rvq_from_tables(out_q, shape, c->n_kv_heads, (const uint8_t *)contents + 64,
-                              size - 64, NULL);
-    if (rc != FKVF_OK)
-        return cli_fail(cli_fkvf_exit(rc), rc, path, "cannot load the codebook tables: %s",
-                        fkvf_strerror(rc));
-    /* keys as the codebook was trained on them; a given option must agree */
-    return cli_keys_from_codebook(r, path, keys, c->key_dim);
-}
-
 int fkvf_cli_pack(int argc, char **argv)
 {
     pack_opts o;
@@ -371,7 +334,7 @@ int fkvf_cli_pack(int argc, char **argv)
     /* a codebook file is checked (and referred to) even when no position
      * ends up archived: the archive can then archive later appends */
     if (o.cbfile) {
-        ex = load_codebook_file(o.cbfile, c, &o.keys, &s.cbr, &s.q, &shape, hash);
+        ex = cli_load_codebook_file(o.cbfile, c, &o.keys, &s.cbr, &shape, hash, &s.q);
         if (ex)
             goto out;
     }
