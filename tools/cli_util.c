@@ -375,17 +375,6 @@ int cli_fail_kvio(int rc, const char *file, const char *err)
     return ex;
 }
 
-void cli_err_lib(const char *path, const char *msg)
-{
-    size_t n = strlen(path);
-    if (!msg || !*msg)
-        msg = "unknown error";
-    if (!strncmp(msg, path, n) && msg[n] == ':')
-        cli_err("%s", msg);
-    else
-        cli_err("%s: %s", path, msg);
-}
-
 int cli_fkvf_exit(int rc)
 {
     return (rc == FKVF_E_IO || rc == FKVF_E_NOMEM || rc == FKVF_E_INVALID_ARG ||
@@ -393,8 +382,6 @@ int cli_fkvf_exit(int rc)
                ? CLI_USAGE
                : CLI_INVALID;
 }
-
-int cli_class_exit(int rc) { return cli_fkvf_exit(rc); }
 
 int cli_kvio_exit(int rc)
 {

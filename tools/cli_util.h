@@ -97,10 +97,6 @@ int cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* "PROG CMD: PATH: MSG", without repeating PATH when the library message
- * starts with it already; a missing message is "unknown error". */
-void cli_err_lib(const char *path, const char *msg);
-
 /* Exit status of a library / cacheio error, one rule for every command:
  * the caller or the environment (FKVF_E_INVALID_ARG, FKVF_E_STATE,
  * FKVF_E_NOMEM, FKVF_E_IO, FKVF_E_UNSUPPORTED; KVIO_E_ARG, KVIO_E_IO,
@@ -108,10 +104,6 @@ void cli_err_lib(const char *path, const char *msg);
  * errors, FKVF_E_RANGE, FKVF_E_NOT_FOUND, FKVF_E_EXISTS, FKVF_E_CODEC). */
 int cli_fkvf_exit(int rc);
 int cli_kvio_exit(int rc);
-/* The same as cli_fkvf_exit (it used to give CLI_USAGE for every code
- * outside the format class, so that a missing stream or a position outside
- * the archive was exit 2); kept for callers not yet moved to cli_fkvf_exit. */
-int cli_class_exit(int rc);
 
 /* ---- output files ----------------------------------------------------------
  * Every command that writes a file calls this first: out must not be the
