@@ -237,17 +237,6 @@ int cli_finish(int ex)
     return ex;
 }
 
-void cli_err(const char *fmt, ...)
-{
-    char buf[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    put_line(buf);
-    record(0, 0, NULL, buf, FKVF_ERROR_NO_OFFSET, NULL);
-}
-
 int cli_usage(const char *fmt, ...)
 {
     char buf[2048];

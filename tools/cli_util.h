@@ -86,14 +86,12 @@ void cli_text_cstr(FILE *f, const char *s);
 void cli_json_str(FILE *f, const char *s, size_t n);
 void cli_json_cstr(FILE *f, const char *s);
 
-/* One line "PROG CMD: MESSAGE" on stderr, the message escaped as
- * cli_text_str does (messages quote file names and file contents);
- * recorded as an error without a code (the exit status decides it). */
-void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* A usage error: the line, recorded as FKVF_E_INVALID_ARG; CLI_USAGE. */
+/* A usage error: one line "PROG CMD: MESSAGE" on stderr, the message
+ * escaped as cli_text_str does (messages quote file names and file
+ * contents), recorded as FKVF_E_INVALID_ARG; CLI_USAGE. */
 int cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A warning line "PROG CMD: warning: ..." and a note line "PROG CMD:
- * note: ..." on stderr (escaped as cli_err does; not recorded as errors). */
+ * note: ..." on stderr (escaped the same way; not recorded as errors). */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
