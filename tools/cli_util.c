@@ -351,6 +351,13 @@ int cli_fail_appender(int rc, const fkvf_appender *a, const char *file, const ch
     return cli_fail_lib(rc, have ? &e : NULL, file, prefix);
 }
 
+int cli_fail_search(int rc, const fkvf_search *s, const char *file, const char *prefix)
+{
+    fkvf_error_info e;
+    int have = s && fkvf_search_error(s, &e) == FKVF_OK && e.code != FKVF_OK;
+    return cli_fail_lib(rc, have ? &e : NULL, file, prefix);
+}
+
 int cli_fail_kvio(int rc, const char *file, const char *err)
 {
     int code = rc == KVIO_E_IO ? FKVF_E_IO : rc == KVIO_E_NOMEM ? FKVF_E_NOMEM

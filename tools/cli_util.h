@@ -72,6 +72,7 @@ int cli_fail_lib(int rc, const fkvf_error_info *e, const char *file, const char 
 int cli_fail_reader(int rc, const fkvf_reader *r, const char *file, const char *prefix);
 int cli_fail_writer(int rc, const fkvf_writer *w, const char *file, const char *prefix);
 int cli_fail_appender(int rc, const fkvf_appender *a, const char *file, const char *prefix);
+int cli_fail_search(int rc, const fkvf_search *s, const char *file, const char *prefix);
 /* A cacheio error (rc, its one-line message err, which names the file). */
 int cli_fail_kvio(int rc, const char *file, const char *err);
 

@@ -583,13 +583,6 @@ typedef struct plot_opts {
     int force, json;
 } plot_opts;
 
-/* A search handle's error (or rc alone). */
-static int search_fail(int rc, const fkvf_search *s, const char *path)
-{
-    fkvf_error_info e;
-    int have = s && fkvf_search_error(s, &e) == FKVF_OK && e.code != FKVF_OK;
-    return cli_fail_lib(rc, have ? &e : NULL, path, "");
-}
 
 static int ends_png(const char *s)
 {
@@ -625,7 +618,7 @@ static int highlight_positions(fkvf_reader *r, const plot_opts *o, size_t idx, u
     if (!rc)
         rc = fkvf_search_suffix(s, q, qn, pos, (size_t)nf, &nf);
     if (rc) {
-        int ex = search_fail(rc, s, o->path);
+        int ex = cli_fail_search(rc, s, o->path, "");
         fkvf_search_free(s);
         free(pos);
         return ex;
@@ -693,7 +686,7 @@ static int plot(const plot_opts *o)
     ret = CLI_USAGE;
     int rc = fkvf_search_open(&s, r, idx, 0, NULL);
     if (rc) {
-        ret = search_fail(rc, s, o->path);
+        ret = cli_fail_search(rc, s, o->path, "");
         goto out;
     }
 

@@ -122,13 +122,6 @@ static int find_stream(fkvf_reader *r, const char *path, uint64_t id, size_t *id
     return 0;
 }
 
-/* A search handle's error (or rc alone). */
-static int search_fail(int rc, const fkvf_search *s, const char *path)
-{
-    fkvf_error_info e;
-    int have = s && fkvf_search_error(s, &e) == FKVF_OK && e.code != FKVF_OK;
-    return cli_fail_lib(rc, have ? &e : NULL, path, "");
-}
 
 static uint64_t sinks_of(fkvf_reader *r, uint64_t id)
 {
@@ -259,7 +252,7 @@ static int cmd_search(int argc, char **argv)
     }
     int rc = fkvf_search_open(&s, r, idx, noidx ? FKVF_SEARCH_NO_INDEX : 0, NULL);
     if (rc) {
-        ret = search_fail(rc, s, path);
+        ret = cli_fail_search(rc, s, path, "");
         goto out;
     }
     fkvf_search_info inf;
@@ -278,12 +271,12 @@ static int cmd_search(int argc, char **argv)
     memset(&rr, 0, sizeof rr);
     if ((rc = fkvf_search_suffix(s, q, qn, pos, (size_t)maxp, &nf)) ||
         (fkvf_search_info_get(s, &ia), rc = fkvf_search_longest(s, q, qn, (size_t)k, m, &nm))) {
-        ret = search_fail(rc, s, path);
+        ret = cli_fail_search(rc, s, path, "");
         goto out;
     }
     if (do_rad) {
         if ((rc = fkvf_search_radius(s, q, qn, rad, NULL, 0, &rr))) {
-            ret = search_fail(rc, s, path);
+            ret = cli_fail_search(rc, s, path, "");
             goto out;
         }
     }
