@@ -26,26 +26,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cacheio.h"
-
-#if defined(__GNUC__)
-#define KVIO_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define KVIO_PRINTF(a, b)
-#endif
+#include "cacheio_impl.h"
 
 /* ======================================================================== */
 /* 1. messages and helpers                                                   */
 /* ======================================================================== */
 
-typedef struct ctx {
-    const char *file; /* name used in messages */
-    char *err;
-    size_t errlen;
-} ctx;
-
 /* Write "FILE: <message>" into the caller's buffer; returns code. */
-static int KVIO_PRINTF(3, 4) fail(const ctx *x, int code, const char *fmt, ...)
+int KVIO_PRINTF(3, 4) cio_fail(const ctx *x, int code, const char *fmt, ...)
 {
     if (x->err && x->errlen) {
         int n = snprintf(x->err, x->errlen, "%s: ", x->file ? x->file : "(input)");
@@ -61,13 +49,7 @@ static int KVIO_PRINTF(3, 4) fail(const ctx *x, int code, const char *fmt, ...)
     return code;
 }
 
-/* A name made safe to print: control bytes, quotes and backslashes as
- * \xNN, long names cut with "...". Used as show(s).s inside one call. */
-typedef struct shown {
-    char s[112];
-} shown;
-
-static shown show(const char *s)
+shown cio_show(const char *s)
 {
     shown o;
     size_t k = 0;
@@ -90,11 +72,7 @@ static shown show(const char *s)
     return o;
 }
 
-typedef struct shape_str {
-    char s[200];
-} shape_str;
-
-static shape_str fmt_shape(const uint64_t *dims, size_t ndim)
+shape_str cio_fmt_shape(const uint64_t *dims, size_t ndim)
 {
     shape_str o;
     size_t k = 0;
@@ -113,62 +91,9 @@ static shape_str fmt_shape(const uint64_t *dims, size_t ndim)
     return o;
 }
 
-static uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint32_t rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
-static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-
-static void wr64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void wr32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-/* *r = a * b; returns 0 on overflow */
-static int mul_ok(uint64_t a, uint64_t b, uint64_t *r)
-{
-    if (a && b > UINT64_MAX / a)
-        return 0;
-    *r = a * b;
-    return 1;
-}
-
-static int add_ok(uint64_t a, uint64_t b, uint64_t *r)
-{
-    if (b > UINT64_MAX - a)
-        return 0;
-    *r = a + b;
-    return 1;
-}
-
-static char *dupstr(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *p = malloc(n);
-    if (p)
-        memcpy(p, s, n);
-    return p;
-}
-
 /* Strict UTF-8: no overlongs, no surrogates, <= U+10FFFF. Returns the length
  * of the sequence at p (1..4), 0 if invalid or cut by `avail`. */
-static size_t utf8_seq(const uint8_t *p, size_t avail)
+size_t cio_utf8_seq(const uint8_t *p, size_t avail)
 {
     uint8_t c = p[0];
     if (c < 0x80)
@@ -201,7 +126,7 @@ static int utf8_valid(const char *s)
     const uint8_t *p = (const uint8_t *)s;
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq(p + i, n - i);
+        size_t k = cio_utf8_seq(p + i, n - i);
         if (!k)
             return 0;
         i += k;
@@ -329,12 +254,12 @@ int kvio_cache_init(kvio_cache *c, uint32_t n_layers, uint32_t n_kv_heads, uint3
 {
     ctx x = {"(cache)", err, errlen};
     if (!c)
-        return fail(&x, KVIO_E_ARG, "no cache given");
+        return cio_fail(&x, KVIO_E_ARG, "no cache given");
     memset(c, 0, sizeof *c);
     if (!kvio_dtype_size(dtype))
-        return fail(&x, KVIO_E_ARG, "unknown dtype %d", (int)dtype);
+        return cio_fail(&x, KVIO_E_ARG, "unknown dtype %d", (int)dtype);
     if (!n_layers || !n_kv_heads || !key_dim || !value_dim)
-        return fail(&x, KVIO_E_ARG, "layers, kv_heads and dims must be >= 1");
+        return cio_fail(&x, KVIO_E_ARG, "layers, kv_heads and dims must be >= 1");
     c->n_kv_heads = n_kv_heads;
     c->n_positions = n_positions;
     c->key_dim = key_dim;
@@ -342,12 +267,12 @@ int kvio_cache_init(kvio_cache *c, uint32_t n_layers, uint32_t n_kv_heads, uint3
     c->dtype = dtype;
     uint64_t kb = kvio_key_bytes(c), vb = kvio_value_bytes(c);
     if ((n_positions && (!kb || !vb)) || kb > SIZE_MAX || vb > SIZE_MAX)
-        return fail(&x, KVIO_E_ARG, "layer size overflows");
+        return cio_fail(&x, KVIO_E_ARG, "layer size overflows");
     c->keys = calloc(n_layers, sizeof *c->keys);
     c->values = calloc(n_layers, sizeof *c->values);
     if (!c->keys || !c->values) {
         kvio_cache_free(c);
-        return fail(&x, KVIO_E_NOMEM, "out of memory");
+        return cio_fail(&x, KVIO_E_NOMEM, "out of memory");
     }
     c->n_layers = n_layers;
     for (uint32_t i = 0; i < n_layers; i++) {
@@ -355,7 +280,7 @@ int kvio_cache_init(kvio_cache *c, uint32_t n_layers, uint32_t n_kv_heads, uint3
         c->values[i] = calloc(vb ? (size_t)vb : 1, 1);
         if (!c->keys[i] || !c->values[i]) {
             kvio_cache_free(c);
-            return fail(&x, KVIO_E_NOMEM, "out of memory for %u layers of %" PRIu64 " bytes",
+            return cio_fail(&x, KVIO_E_NOMEM, "out of memory for %u layers of %" PRIu64 " bytes",
                         n_layers, kb + vb);
         }
     }
@@ -364,7 +289,7 @@ int kvio_cache_init(kvio_cache *c, uint32_t n_layers, uint32_t n_kv_heads, uint3
         c->tokens = calloc(n_positions ? n_positions : 1, sizeof *c->tokens);
         if (!c->tokens) {
             kvio_cache_free(c);
-            return fail(&x, KVIO_E_NOMEM, "out of memory");
+            return cio_fail(&x, KVIO_E_NOMEM, "out of memory");
         }
     }
     return KVIO_OK;
@@ -411,41 +336,41 @@ int kvio_cache_check(const kvio_cache *c, char *err, size_t errlen)
 {
     ctx x = {"(cache)", err, errlen};
     if (!c)
-        return fail(&x, KVIO_E_ARG, "no cache given");
+        return cio_fail(&x, KVIO_E_ARG, "no cache given");
     if (!kvio_dtype_size(c->dtype))
-        return fail(&x, KVIO_E_ARG, "unknown dtype %d", (int)c->dtype);
+        return cio_fail(&x, KVIO_E_ARG, "unknown dtype %d", (int)c->dtype);
     if (!c->n_layers || !c->n_kv_heads || !c->key_dim || !c->value_dim)
-        return fail(&x, KVIO_E_ARG, "layers (%u), kv_heads (%u), key_dim (%u) and value_dim (%u) must be >= 1",
+        return cio_fail(&x, KVIO_E_ARG, "layers (%u), kv_heads (%u), key_dim (%u) and value_dim (%u) must be >= 1",
                     c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
     uint64_t kb = kvio_key_bytes(c), vb = kvio_value_bytes(c);
     if ((c->n_positions && (!kb || !vb)) || kb > SIZE_MAX || vb > SIZE_MAX)
-        return fail(&x, KVIO_E_ARG, "layer size overflows");
+        return cio_fail(&x, KVIO_E_ARG, "layer size overflows");
     if (!c->keys || !c->values)
-        return fail(&x, KVIO_E_ARG, "no key/value arrays");
+        return cio_fail(&x, KVIO_E_ARG, "no key/value arrays");
     for (uint32_t i = 0; i < c->n_layers; i++)
         if ((kb && !c->keys[i]) || (vb && !c->values[i]))
-            return fail(&x, KVIO_E_ARG, "layer %u has no data", i);
+            return cio_fail(&x, KVIO_E_ARG, "layer %u has no data", i);
     if (c->token_width != 0 && c->token_width != 4 && c->token_width != 8)
-        return fail(&x, KVIO_E_ARG, "token_width %u (must be 4 or 8)", c->token_width);
+        return cio_fail(&x, KVIO_E_ARG, "token_width %u (must be 4 or 8)", c->token_width);
     if (c->tokens)
         for (uint32_t t = 0; t < c->n_positions; t++) {
             if (c->tokens[t] < 0)
-                return fail(&x, KVIO_E_ARG, "token id %" PRId64 " at position %u is negative",
+                return cio_fail(&x, KVIO_E_ARG, "token id %" PRId64 " at position %u is negative",
                             c->tokens[t], t);
             if (c->token_width == 4 && c->tokens[t] > INT32_MAX)
-                return fail(&x, KVIO_E_ARG, "token id %" PRId64 " at position %u does not fit int32",
+                return cio_fail(&x, KVIO_E_ARG, "token id %" PRId64 " at position %u does not fit int32",
                             c->tokens[t], t);
         }
     for (size_t i = 0; i < c->n_meta; i++) {
         if (!c->meta || !c->meta[i].key || !c->meta[i].value)
-            return fail(&x, KVIO_E_ARG, "metadata entry %zu is NULL", i);
+            return cio_fail(&x, KVIO_E_ARG, "metadata entry %zu is NULL", i);
         if (!utf8_valid(c->meta[i].key) || !utf8_valid(c->meta[i].value))
-            return fail(&x, KVIO_E_ARG, "metadata entry '%s' is not valid UTF-8", show(c->meta[i].key).s);
+            return cio_fail(&x, KVIO_E_ARG, "metadata entry '%s' is not valid UTF-8", cio_show(c->meta[i].key).s);
         if (!strcmp(c->meta[i].key, "__metadata__"))
-            return fail(&x, KVIO_E_ARG, "metadata key '__metadata__' is reserved");
+            return cio_fail(&x, KVIO_E_ARG, "metadata key '__metadata__' is reserved");
         for (size_t j = 0; j < i; j++)
             if (!strcmp(c->meta[i].key, c->meta[j].key))
-                return fail(&x, KVIO_E_ARG, "duplicate metadata key '%s'", show(c->meta[i].key).s);
+                return cio_fail(&x, KVIO_E_ARG, "duplicate metadata key '%s'", cio_show(c->meta[i].key).s);
     }
     return KVIO_OK;
 }
@@ -469,25 +394,6 @@ int kvio_cache_equal(const kvio_cache *a, const kvio_cache *b)
 /* ======================================================================== */
 /* 3. naming convention: tensors -> cache                                    */
 /* ======================================================================== */
-
-enum { T_F16, T_BF16, T_F32, T_I32, T_I64, T_OTHER };
-enum { R_EXTRA, R_KEY, R_VALUE, R_TOKENS, R_BADINDEX, R_COMPANION };
-
-/* One tensor found in a file, before it is known to be part of a cache. */
-typedef struct kv_tensor {
-    const char *name;
-    char dtype_name[16]; /* as written in the file ("F16", "<f2") */
-    int type;            /* T_* */
-    size_t esize;
-    size_t ndim;                   /* may exceed KVIO_MAX_NDIM ... */
-    uint64_t dims[KVIO_MAX_NDIM];  /* ... then only the first ones are kept */
-    uint64_t begin, end;           /* safetensors data_offsets */
-    const uint8_t *data;
-    uint64_t nbytes;
-    uint8_t *owned; /* npz: malloc'd member bytes that `data` points into */
-    int role, scheme;
-    uint32_t layer;
-} kv_tensor;
 
 /* Accepted names: key is kpre{i}ksuf, value is vpre{i}vsuf. */
 static const struct {
@@ -526,7 +432,7 @@ static int match_indexed(const char *name, const char *pre, const char *suf, uin
     return 1;
 }
 
-static void classify(kv_tensor *t)
+void cio_classify(kv_tensor *t)
 {
     t->role = R_EXTRA;
     t->scheme = -1;
@@ -570,27 +476,15 @@ static name_str scheme_name(int s, int kv, uint32_t layer)
     return o;
 }
 
-/* For messages: every accepted name scheme. */
-#define SCHEMES_TEXT                                                                               \
-    "accepted: layers.{i}.key/.value (FKVF), past_key_values.{i}.key/.value, "                     \
-    "past_key_values.{i}.0/.1 or key_cache.{i}/value_cache.{i} (Hugging Face), token ids as "      \
-    "tokens or input_ids; see docs/cache-files.md"
-
-/* Names skipped by a reader, for kvio_cache.ignored. */
-typedef struct ign_list {
-    char *names[KVIO_MAX_IGNORED];
-    size_t n; /* all skipped names, also those not kept */
-} ign_list;
-
-static int ign_add(ign_list *g, const char *name)
+int cio_ign_add(ign_list *g, const char *name)
 {
-    if (g->n < KVIO_MAX_IGNORED && !(g->names[g->n] = dupstr(show(name).s)))
+    if (g->n < KVIO_MAX_IGNORED && !(g->names[g->n] = dupstr(cio_show(name).s)))
         return KVIO_E_NOMEM;
     g->n++;
     return KVIO_OK;
 }
 
-static void ign_free(ign_list *g)
+void cio_ign_free(ign_list *g)
 {
     for (size_t i = 0; i < KVIO_MAX_IGNORED; i++)
         free(g->names[i]);
@@ -613,7 +507,7 @@ static found_str found_names(const kv_tensor *t, size_t n, const ign_list *pre)
         const char *name = i < n ? t[i].name : i - n < KVIO_MAX_IGNORED ? pre->names[i - n] : NULL;
         if (!name)
             break;
-        shown sh = show(name); /* names in pre are shown already */
+        shown sh = cio_show(name); /* names in pre are shown already */
         if (i >= n)
             snprintf(sh.s, sizeof sh.s, "%s", name);
         if (strlen(sh.s) > 40)
@@ -635,19 +529,19 @@ static int cmp_tensor_name(const void *a, const void *b)
 }
 
 /* Reject duplicate names among n tensors (sorted copy of pointers). */
-static int check_duplicates(const ctx *x, kv_tensor *t, size_t n)
+int cio_check_duplicates(const ctx *x, kv_tensor *t, size_t n)
 {
     if (n < 2)
         return KVIO_OK;
     kv_tensor **p = malloc(n * sizeof *p);
     if (!p)
-        return fail(x, KVIO_E_NOMEM, "out of memory");
+        return cio_fail(x, KVIO_E_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++)
         p[i] = &t[i];
     qsort(p, n, sizeof *p, cmp_tensor_name);
     for (size_t i = 1; i < n; i++)
         if (!strcmp(p[i - 1]->name, p[i]->name)) {
-            int rc = fail(x, KVIO_E_FORMAT, "tensor '%s': duplicate name", show(p[i]->name).s);
+            int rc = cio_fail(x, KVIO_E_FORMAT, "tensor '%s': duplicate name", cio_show(p[i]->name).s);
             free(p);
             return rc;
         }
@@ -664,16 +558,16 @@ static int kv_shape(const ctx *x, const kv_tensor *t, int nhd, uint32_t htd[3])
     if (t->ndim == 4 && d[0] == 1)
         d++;
     else if (t->ndim == 4)
-        return fail(x, KVIO_E_UNSUPPORTED,
+        return cio_fail(x, KVIO_E_UNSUPPORTED,
                     "tensor '%s': batch dimension is %" PRIu64 "; only batch size 1 is supported",
-                    show(t->name).s, d[0]);
+                    cio_show(t->name).s, d[0]);
     else if (t->ndim != 3)
-        return fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s; expected [%s, dim] or [1, %s, dim]",
-                    show(t->name).s, fmt_shape(t->dims, t->ndim).s, ax, ax);
+        return cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s; expected [%s, dim] or [1, %s, dim]",
+                    cio_show(t->name).s, cio_fmt_shape(t->dims, t->ndim).s, ax, ax);
     for (int i = 0; i < 3; i++) {
         if (d[i] >= UINT32_MAX)
-            return fail(x, KVIO_E_UNSUPPORTED, "tensor '%s': shape %s: dimension too large",
-                        show(t->name).s, fmt_shape(t->dims, t->ndim).s);
+            return cio_fail(x, KVIO_E_UNSUPPORTED, "tensor '%s': shape %s: dimension too large",
+                        cio_show(t->name).s, cio_fmt_shape(t->dims, t->ndim).s);
         htd[i] = (uint32_t)d[i];
     }
     if (nhd) {
@@ -682,22 +576,17 @@ static int kv_shape(const ctx *x, const kv_tensor *t, int nhd, uint32_t htd[3])
         htd[1] = tmp;
     }
     if (!htd[0] || !htd[2])
-        return fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s: zero kv_heads or dim",
-                    show(t->name).s, fmt_shape(t->dims, t->ndim).s);
+        return cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s: zero kv_heads or dim",
+                    cio_show(t->name).s, cio_fmt_shape(t->dims, t->ndim).s);
     if (t->type != T_F16 && t->type != T_BF16 && t->type != T_F32)
-        return fail(x, KVIO_E_UNSUPPORTED,
+        return cio_fail(x, KVIO_E_UNSUPPORTED,
                     "tensor '%s': dtype %s; keys and values must be f16, bf16 or f32",
-                    show(t->name).s, show(t->dtype_name).s);
+                    cio_show(t->name).s, cio_show(t->dtype_name).s);
     return KVIO_OK;
 }
 
-static fkvf_dtype to_fkvf(int type)
-{
-    return type == T_F16 ? FKVF_DTYPE_F16 : type == T_BF16 ? FKVF_DTYPE_BF16 : FKVF_DTYPE_F32;
-}
-
 /* [A][B][row] -> [B][A][row], rows of rb bytes. */
-static void transpose_rows(uint8_t *dst, const uint8_t *src, size_t A, size_t B, size_t rb)
+void cio_transpose_rows(uint8_t *dst, const uint8_t *src, size_t A, size_t B, size_t rb)
 {
     for (size_t a = 0; a < A; a++)
         for (size_t b = 0; b < B; b++)
@@ -712,7 +601,7 @@ static uint8_t *take_bytes(kv_tensor *t, int nhd, uint32_t H, uint32_t T, size_t
     if (nhd && t->nbytes) {
         uint8_t *p = malloc((size_t)t->nbytes);
         if (p)
-            transpose_rows(p, t->data, T, H, rb);
+            cio_transpose_rows(p, t->data, T, H, rb);
         free(t->owned);
         t->owned = NULL;
         t->data = NULL;
@@ -736,7 +625,7 @@ static uint8_t *take_bytes(kv_tensor *t, int nhd, uint32_t H, uint32_t T, size_t
  * format parser) to a cache. Takes over `meta` (n_meta entries) and the
  * names in `ign` (npz members skipped before; more are added here) on
  * success and on failure. */
-static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_meta *meta,
+int cio_assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_meta *meta,
                     size_t n_meta, ign_list *ign, kvio_cache *out)
 {
     int rc = KVIO_OK;
@@ -748,33 +637,33 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
     out->meta = meta;
     out->n_meta = n_meta;
 
-    if ((rc = check_duplicates(x, t, n)))
+    if ((rc = cio_check_duplicates(x, t, n)))
         goto done;
     for (size_t i = 0; i < n; i++) {
-        classify(&t[i]);
+        cio_classify(&t[i]);
         switch (t[i].role) {
         case R_BADINDEX:
-            rc = fail(x, KVIO_E_CONVENTION,
+            rc = cio_fail(x, KVIO_E_CONVENTION,
                       "tensor '%s': malformed layer index (decimal, no leading zeros, below 2^32-1)",
-                      show(t[i].name).s);
+                      cio_show(t[i].name).s);
             goto done;
         case R_COMPANION:
-            if ((rc = ign_add(ign, t[i].name)))
+            if ((rc = cio_ign_add(ign, t[i].name)))
                 goto nomem;
             break;
         case R_EXTRA:
             if (flags & KVIO_READ_IGNORE_EXTRA) {
-                if ((rc = ign_add(ign, t[i].name)))
+                if ((rc = cio_ign_add(ign, t[i].name)))
                     goto nomem;
                 break;
             }
-            rc = fail(x, KVIO_E_CONVENTION, "tensor '%s': not part of the cache naming convention (%s)",
-                      show(t[i].name).s, SCHEMES_TEXT);
+            rc = cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': not part of the cache naming convention (%s)",
+                      cio_show(t[i].name).s, SCHEMES_TEXT);
             goto done;
         case R_TOKENS:
             if (tok) {
-                rc = fail(x, KVIO_E_CONVENTION, "tensor '%s': token ids given twice (also '%s')",
-                          show(t[i].name).s, show(tok->name).s);
+                rc = cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': token ids given twice (also '%s')",
+                          cio_show(t[i].name).s, cio_show(tok->name).s);
                 goto done;
             }
             tok = &t[i];
@@ -783,9 +672,9 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
             if (!first) {
                 first = &t[i];
             } else if (first->scheme != t[i].scheme) {
-                rc = fail(x, KVIO_E_CONVENTION,
+                rc = cio_fail(x, KVIO_E_CONVENTION,
                           "tensor '%s': named like %s but tensor '%s' like %s; one naming scheme per file",
-                          show(t[i].name).s, scheme_name(t[i].scheme, 0, 0).s, show(first->name).s,
+                          cio_show(t[i].name).s, scheme_name(t[i].scheme, 0, 0).s, cio_show(first->name).s,
                           scheme_name(first->scheme, 0, 0).s);
                 goto done;
             }
@@ -796,20 +685,20 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
         }
     }
     if (!first) {
-        rc = fail(x, KVIO_E_CONVENTION, "no key/value tensors (%s); the file holds %s", SCHEMES_TEXT,
+        rc = cio_fail(x, KVIO_E_CONVENTION, "no key/value tensors (%s); the file holds %s", SCHEMES_TEXT,
                   found_names(t, n, &pre).s);
         goto done;
     }
     int s = first->scheme;
     size_t L = nk;
     if (L == 0) {
-        rc = fail(x, KVIO_E_CONVENTION, "missing tensor '%s'", scheme_name(s, 0, 0).s);
+        rc = cio_fail(x, KVIO_E_CONVENTION, "missing tensor '%s'", scheme_name(s, 0, 0).s);
         goto done;
     }
     key_of = calloc(L, sizeof *key_of);
     val_of = calloc(L, sizeof *val_of);
     if (!key_of || !val_of) {
-        rc = fail(x, KVIO_E_NOMEM, "out of memory");
+        rc = cio_fail(x, KVIO_E_NOMEM, "out of memory");
         goto done;
     }
     for (size_t i = 0; i < n; i++)
@@ -817,27 +706,27 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
             key_of[t[i].layer] = &t[i];
     for (size_t l = 0; l < L; l++)
         if (!key_of[l]) {
-            rc = fail(x, KVIO_E_CONVENTION, "missing tensor '%s' (found %zu key tensors)",
+            rc = cio_fail(x, KVIO_E_CONVENTION, "missing tensor '%s' (found %zu key tensors)",
                       scheme_name(s, 0, (uint32_t)l).s, L);
             goto done;
         }
     for (size_t i = 0; i < n; i++)
         if (t[i].role == R_VALUE) {
             if (t[i].layer >= L) {
-                rc = fail(x, KVIO_E_CONVENTION, "missing tensor '%s' (its value tensor '%s' is present)",
-                          scheme_name(s, 0, t[i].layer).s, show(t[i].name).s);
+                rc = cio_fail(x, KVIO_E_CONVENTION, "missing tensor '%s' (its value tensor '%s' is present)",
+                          scheme_name(s, 0, t[i].layer).s, cio_show(t[i].name).s);
                 goto done;
             }
             val_of[t[i].layer] = &t[i];
         }
     for (size_t l = 0; l < L; l++)
         if (!val_of[l]) {
-            rc = fail(x, KVIO_E_CONVENTION, "missing tensor '%s' (its key tensor '%s' is present)",
-                      scheme_name(s, 1, (uint32_t)l).s, show(key_of[l]->name).s);
+            rc = cio_fail(x, KVIO_E_CONVENTION, "missing tensor '%s' (its key tensor '%s' is present)",
+                      scheme_name(s, 1, (uint32_t)l).s, cio_show(key_of[l]->name).s);
             goto done;
         }
     if (L > KVIO_MAX_LAYERS) {
-        rc = fail(x, KVIO_E_UNSUPPORTED, "%zu layers (at most %u are accepted)", L, KVIO_MAX_LAYERS);
+        rc = cio_fail(x, KVIO_E_UNSUPPORTED, "%zu layers (at most %u are accepted)", L, KVIO_MAX_LAYERS);
         goto done;
     }
 
@@ -850,25 +739,25 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
         if ((rc = kv_shape(x, key_of[l], nhd, k)) || (rc = kv_shape(x, val_of[l], nhd, v)))
             goto done;
         if (k[0] != k0[0] || k[1] != k0[1] || k[2] != k0[2]) {
-            rc = fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s differs from tensor '%s' %s",
-                      show(key_of[l]->name).s, fmt_shape(key_of[l]->dims, key_of[l]->ndim).s,
-                      show(key_of[0]->name).s, fmt_shape(key_of[0]->dims, key_of[0]->ndim).s);
+            rc = cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s differs from tensor '%s' %s",
+                      cio_show(key_of[l]->name).s, cio_fmt_shape(key_of[l]->dims, key_of[l]->ndim).s,
+                      cio_show(key_of[0]->name).s, cio_fmt_shape(key_of[0]->dims, key_of[0]->ndim).s);
             goto done;
         }
         if (v[0] != k0[0] || v[1] != k0[1] || v[2] != v0[2]) {
-            rc = fail(x, KVIO_E_CONVENTION,
+            rc = cio_fail(x, KVIO_E_CONVENTION,
                       "tensor '%s': shape %s does not match %u kv_heads, %u positions, value dim %u "
                       "(from tensors '%s' and '%s')",
-                      show(val_of[l]->name).s, fmt_shape(val_of[l]->dims, val_of[l]->ndim).s, k0[0],
-                      k0[1], v0[2], show(key_of[0]->name).s, show(val_of[0]->name).s);
+                      cio_show(val_of[l]->name).s, cio_fmt_shape(val_of[l]->dims, val_of[l]->ndim).s, k0[0],
+                      k0[1], v0[2], cio_show(key_of[0]->name).s, cio_show(val_of[0]->name).s);
             goto done;
         }
         for (int kv = 0; kv < 2; kv++) {
             kv_tensor *q = kv ? val_of[l] : key_of[l];
             if (q->type != key_of[0]->type) {
-                rc = fail(x, KVIO_E_CONVENTION, "tensor '%s': dtype %s differs from tensor '%s' (%s)",
-                          show(q->name).s, show(q->dtype_name).s, show(key_of[0]->name).s,
-                          show(key_of[0]->dtype_name).s);
+                rc = cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': dtype %s differs from tensor '%s' (%s)",
+                          cio_show(q->name).s, cio_show(q->dtype_name).s, cio_show(key_of[0]->name).s,
+                          cio_show(key_of[0]->dtype_name).s);
                 goto done;
             }
         }
@@ -882,8 +771,8 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
     uint64_t kb = kvio_key_bytes(out), vb = kvio_value_bytes(out);
     for (size_t l = 0; l < L; l++)
         if (key_of[l]->nbytes != kb || val_of[l]->nbytes != vb) {
-            rc = fail(x, KVIO_E_FORMAT, "tensor '%s': byte length does not match its shape",
-                      show(key_of[l]->nbytes != kb ? key_of[l]->name : val_of[l]->name).s);
+            rc = cio_fail(x, KVIO_E_FORMAT, "tensor '%s': byte length does not match its shape",
+                      cio_show(key_of[l]->nbytes != kb ? key_of[l]->name : val_of[l]->name).s);
             goto done;
         }
 
@@ -891,22 +780,22 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
     if (tok) {
         const uint64_t *d = tok->dims;
         if (tok->type != T_I32 && tok->type != T_I64) {
-            rc = fail(x, KVIO_E_UNSUPPORTED, "tensor '%s': dtype %s; token ids must be int32 or int64",
-                      show(tok->name).s, show(tok->dtype_name).s);
+            rc = cio_fail(x, KVIO_E_UNSUPPORTED, "tensor '%s': dtype %s; token ids must be int32 or int64",
+                      cio_show(tok->name).s, cio_show(tok->dtype_name).s);
             goto done;
         }
         if (tok->ndim == 2 && d[0] == 1)
             d++;
         else if (tok->ndim != 1) {
-            rc = fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s; expected [positions] or [1, positions]",
-                      show(tok->name).s, fmt_shape(tok->dims, tok->ndim).s);
+            rc = cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s; expected [positions] or [1, positions]",
+                      cio_show(tok->name).s, cio_fmt_shape(tok->dims, tok->ndim).s);
             goto done;
         }
         if (d[0] != out->n_positions) {
             /* a positions-first cache read heads-first: as many ids as "heads" */
             int swapped = d[0] == out->n_kv_heads;
-            rc = fail(x, KVIO_E_CONVENTION, "tensor '%s': %" PRIu64 " token ids for %u positions%s",
-                      show(tok->name).s, d[0], out->n_positions,
+            rc = cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': %" PRIu64 " token ids for %u positions%s",
+                      cio_show(tok->name).s, d[0], out->n_positions,
                       !swapped ? ""
                       : nhd    ? " (are the key/value tensors heads-first, [kv_heads, positions, dim]?)"
                                : " (are the key/value tensors positions-first, [positions, kv_heads, "
@@ -914,22 +803,22 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
             goto done;
         }
         if (tok->nbytes != d[0] * tok->esize) {
-            rc = fail(x, KVIO_E_FORMAT, "tensor '%s': byte length does not match its shape",
-                      show(tok->name).s);
+            rc = cio_fail(x, KVIO_E_FORMAT, "tensor '%s': byte length does not match its shape",
+                      cio_show(tok->name).s);
             goto done;
         }
         out->token_width = (unsigned)tok->esize;
         out->tokens = malloc(out->n_positions ? out->n_positions * sizeof *out->tokens : 1);
         if (!out->tokens) {
-            rc = fail(x, KVIO_E_NOMEM, "out of memory");
+            rc = cio_fail(x, KVIO_E_NOMEM, "out of memory");
             goto done;
         }
         for (uint32_t p = 0; p < out->n_positions; p++) {
             int64_t v = tok->esize == 4 ? (int64_t)(int32_t)rd32(tok->data + 4 * (size_t)p)
                                         : (int64_t)rd64(tok->data + 8 * (size_t)p);
             if (v < 0) {
-                rc = fail(x, KVIO_E_CONVENTION, "tensor '%s': token id %" PRId64 " at position %u is negative",
-                          show(tok->name).s, v, p);
+                rc = cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': token id %" PRId64 " at position %u is negative",
+                          cio_show(tok->name).s, v, p);
                 goto done;
             }
             out->tokens[p] = v;
@@ -939,7 +828,7 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
     out->keys = calloc(L, sizeof *out->keys);
     out->values = calloc(L, sizeof *out->values);
     if (!out->keys || !out->values) {
-        rc = fail(x, KVIO_E_NOMEM, "out of memory");
+        rc = cio_fail(x, KVIO_E_NOMEM, "out of memory");
         goto done;
     }
     out->n_layers = (uint32_t)L;
@@ -948,7 +837,7 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
         out->keys[l] = take_bytes(key_of[l], nhd, k0[0], k0[1], (size_t)k0[2] * es);
         out->values[l] = take_bytes(val_of[l], nhd, k0[0], k0[1], (size_t)v0[2] * es);
         if (!out->keys[l] || !out->values[l]) {
-            rc = fail(x, KVIO_E_NOMEM, "out of memory for layer %zu", l);
+            rc = cio_fail(x, KVIO_E_NOMEM, "out of memory for layer %zu", l);
             goto done;
         }
     }
@@ -958,11 +847,11 @@ static int assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_m
     memset(ign, 0, sizeof *ign);
     goto done;
 nomem:
-    rc = fail(x, KVIO_E_NOMEM, "out of memory");
+    rc = cio_fail(x, KVIO_E_NOMEM, "out of memory");
 done:
     free(key_of);
     free(val_of);
-    ign_free(ign);
+    cio_ign_free(ign);
     if (rc)
         kvio_cache_free(out);
     return rc;
@@ -1001,8 +890,8 @@ static int KVIO_PRINTF(3, 4) jfail(jp *j, int code, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (j->tensor)
-        return fail(j->x, code, "tensor '%s': header byte %zu: %s", show(j->tensor).s, j->base + j->i, msg);
-    return fail(j->x, code, "header byte %zu: %s", j->base + j->i, msg);
+        return cio_fail(j->x, code, "tensor '%s': header byte %zu: %s", cio_show(j->tensor).s, j->base + j->i, msg);
+    return cio_fail(j->x, code, "header byte %zu: %s", j->base + j->i, msg);
 }
 
 static void jws(jp *j)
@@ -1142,7 +1031,7 @@ static int jstring(jp *j, const char **out)
             continue;
         }
         if (c >= 0x80) {
-            size_t m = utf8_seq(j->s + j->i, j->n - j->i);
+            size_t m = cio_utf8_seq(j->s + j->i, j->n - j->i);
             if (!m)
                 return jfail(j, KVIO_E_FORMAT, "invalid UTF-8 inside a string");
             memcpy(o + k, j->s + j->i, m);
@@ -1239,7 +1128,7 @@ static int parse_meta(jp *j, kvio_meta **meta, size_t *n_meta)
             cap = cap ? 2 * cap : 8;
             kvio_meta *m = realloc(*meta, cap * sizeof *m);
             if (!m)
-                return fail(j->x, KVIO_E_NOMEM, "out of memory");
+                return cio_fail(j->x, KVIO_E_NOMEM, "out of memory");
             *meta = m;
         }
         (*meta)[*n_meta].key = (char *)(uintptr_t)k; /* arena pointers; copied at the end */
@@ -1278,7 +1167,7 @@ static int parse_tensor(jp *j, kv_tensor *t, uint64_t data_len)
         if (!f) {
             j->i = key_at;
             return jfail(j, KVIO_E_FORMAT, "unknown field '%s' (expected dtype, shape, data_offsets)",
-                         show(key).s);
+                         cio_show(key).s);
         }
         if (seen & f) {
             j->i = key_at;
@@ -1296,8 +1185,8 @@ static int parse_tensor(jp *j, kv_tensor *t, uint64_t data_len)
                 if (!strcmp(d, ST_DTYPES[k].name))
                     break;
             if (k == sizeof ST_DTYPES / sizeof ST_DTYPES[0])
-                return fail(j->x, KVIO_E_UNSUPPORTED, "tensor '%s': unknown dtype '%s'",
-                            show(t->name).s, show(d).s);
+                return cio_fail(j->x, KVIO_E_UNSUPPORTED, "tensor '%s': unknown dtype '%s'",
+                            cio_show(t->name).s, cio_show(d).s);
             snprintf(t->dtype_name, sizeof t->dtype_name, "%s", ST_DTYPES[k].name);
             t->type = ST_DTYPES[k].type;
             t->esize = ST_DTYPES[k].size;
@@ -1345,24 +1234,24 @@ static int parse_tensor(jp *j, kv_tensor *t, uint64_t data_len)
     const char *missing = !(seen & F_DTYPE) ? "dtype" : !(seen & F_SHAPE) ? "shape"
                         : !(seen & F_OFFS) ? "data_offsets" : NULL;
     if (missing)
-        return fail(j->x, KVIO_E_FORMAT, "tensor '%s': missing field '%s'", show(t->name).s, missing);
+        return cio_fail(j->x, KVIO_E_FORMAT, "tensor '%s': missing field '%s'", cio_show(t->name).s, missing);
     if (t->begin > t->end)
-        return fail(j->x, KVIO_E_FORMAT, "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "]: begin is after end",
-                    show(t->name).s, t->begin, t->end);
+        return cio_fail(j->x, KVIO_E_FORMAT, "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "]: begin is after end",
+                    cio_show(t->name).s, t->begin, t->end);
     if (t->end > data_len)
-        return fail(j->x, KVIO_E_FORMAT,
+        return cio_fail(j->x, KVIO_E_FORMAT,
                     "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] run past the end of the data region (%" PRIu64 " bytes)",
-                    show(t->name).s, t->begin, t->end, data_len);
+                    cio_show(t->name).s, t->begin, t->end, data_len);
     uint64_t need;
     if (zero)
         count = 0, overflow = 0;
     if (overflow || !mul_ok(count, t->esize, &need))
-        return fail(j->x, KVIO_E_FORMAT, "tensor '%s': shape %s of %s overflows 64 bits",
-                    show(t->name).s, fmt_shape(t->dims, t->ndim).s, t->dtype_name);
+        return cio_fail(j->x, KVIO_E_FORMAT, "tensor '%s': shape %s of %s overflows 64 bits",
+                    cio_show(t->name).s, cio_fmt_shape(t->dims, t->ndim).s, t->dtype_name);
     if (need != t->end - t->begin)
-        return fail(j->x, KVIO_E_FORMAT,
+        return cio_fail(j->x, KVIO_E_FORMAT,
                     "tensor '%s': shape %s of %s needs %" PRIu64 " bytes but data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64,
-                    show(t->name).s, fmt_shape(t->dims, t->ndim).s, t->dtype_name, need, t->begin,
+                    cio_show(t->name).s, cio_fmt_shape(t->dims, t->ndim).s, t->dtype_name, need, t->begin,
                     t->end, t->end - t->begin);
     t->nbytes = need;
     return KVIO_OK;
@@ -1384,28 +1273,28 @@ static int check_coverage(const ctx *x, kv_tensor *t, size_t n, uint64_t data_le
     int rc = KVIO_OK;
     kv_tensor **p = malloc((n ? n : 1) * sizeof *p);
     if (!p)
-        return fail(x, KVIO_E_NOMEM, "out of memory");
+        return cio_fail(x, KVIO_E_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++)
         p[i] = &t[i];
     qsort(p, n, sizeof *p, cmp_by_offset);
     uint64_t at = 0;
     for (size_t i = 0; i < n && !rc; i++) {
         if (p[i]->begin < at)
-            rc = fail(x, KVIO_E_FORMAT,
+            rc = cio_fail(x, KVIO_E_FORMAT,
                       "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] overlap tensor '%s' [%" PRIu64 ", %" PRIu64 "]",
-                      show(p[i]->name).s, p[i]->begin, p[i]->end, show(p[i - 1]->name).s,
+                      cio_show(p[i]->name).s, p[i]->begin, p[i]->end, cio_show(p[i - 1]->name).s,
                       p[i - 1]->begin, p[i - 1]->end);
         else if (p[i]->begin > at)
-            rc = fail(x, KVIO_E_FORMAT,
+            rc = cio_fail(x, KVIO_E_FORMAT,
                       "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] leave bytes [%" PRIu64 ", %" PRIu64 ") of the data region unused",
-                      show(p[i]->name).s, p[i]->begin, p[i]->end, at, p[i]->begin);
+                      cio_show(p[i]->name).s, p[i]->begin, p[i]->end, at, p[i]->begin);
         at = p[i]->end;
     }
     if (!rc && at != data_len)
-        rc = n ? fail(x, KVIO_E_FORMAT,
+        rc = n ? cio_fail(x, KVIO_E_FORMAT,
                       "tensor '%s': ends at %" PRIu64 " but the data region is %" PRIu64 " bytes (unused bytes at the end)",
-                      show(p[n - 1]->name).s, at, data_len)
-               : fail(x, KVIO_E_FORMAT, "no tensors, but %" PRIu64 " bytes of data", data_len);
+                      cio_show(p[n - 1]->name).s, at, data_len)
+               : cio_fail(x, KVIO_E_FORMAT, "no tensors, but %" PRIu64 " bytes of data", data_len);
     free(p);
     return rc;
 }
@@ -1427,22 +1316,22 @@ int kvio_read_safetensors_mem(const void *data, size_t size, const char *name, u
     int rc = KVIO_OK, seen_meta = 0;
     jp j = {0};
     if (!out)
-        return fail(&x, KVIO_E_ARG, "no output cache");
+        return cio_fail(&x, KVIO_E_ARG, "no output cache");
     memset(out, 0, sizeof *out);
     if (!d && size)
-        return fail(&x, KVIO_E_ARG, "no data");
+        return cio_fail(&x, KVIO_E_ARG, "no data");
     if (size < 8)
-        return fail(&x, KVIO_E_FORMAT,
+        return cio_fail(&x, KVIO_E_FORMAT,
                     "file is %zu bytes; a safetensors file starts with an 8-byte header length", size);
     uint64_t hlen = rd64(d);
     if (hlen > size - 8)
-        return fail(&x, KVIO_E_FORMAT, "header length %" PRIu64 " runs past the end of the file (%zu bytes)",
+        return cio_fail(&x, KVIO_E_FORMAT, "header length %" PRIu64 " runs past the end of the file (%zu bytes)",
                     hlen, size);
     if (hlen > KVIO_MAX_ST_HEADER)
-        return fail(&x, KVIO_E_FORMAT, "header length %" PRIu64 " exceeds the limit of %u bytes", hlen,
+        return cio_fail(&x, KVIO_E_FORMAT, "header length %" PRIu64 " exceeds the limit of %u bytes", hlen,
                     KVIO_MAX_ST_HEADER);
     if (hlen < 2)
-        return fail(&x, KVIO_E_FORMAT, "header length %" PRIu64 " is too small for a JSON object", hlen);
+        return cio_fail(&x, KVIO_E_FORMAT, "header length %" PRIu64 " is too small for a JSON object", hlen);
     uint64_t data_len = size - 8 - hlen;
     const uint8_t *region = d + 8 + hlen;
 
@@ -1452,7 +1341,7 @@ int kvio_read_safetensors_mem(const void *data, size_t size, const char *name, u
     j.base = 8;
     j.arena = malloc(j.n + 1);
     if (!j.arena)
-        return fail(&x, KVIO_E_NOMEM, "out of memory for a %zu-byte header", j.n);
+        return cio_fail(&x, KVIO_E_NOMEM, "out of memory for a %zu-byte header", j.n);
     if (jpeek(&j) != '{') {
         rc = junexpected(&j, "'{' (the header must start with a JSON object)");
         goto done;
@@ -1485,7 +1374,7 @@ int kvio_read_safetensors_mem(const void *data, size_t size, const char *name, u
                 cap = cap ? 2 * cap : 16;
                 kv_tensor *nt = realloc(t, cap * sizeof *nt);
                 if (!nt) {
-                    rc = fail(&x, KVIO_E_NOMEM, "out of memory");
+                    rc = cio_fail(&x, KVIO_E_NOMEM, "out of memory");
                     goto done;
                 }
                 t = nt;
@@ -1505,19 +1394,19 @@ int kvio_read_safetensors_mem(const void *data, size_t size, const char *name, u
         rc = jfail(&j, KVIO_E_FORMAT, "unexpected data after the header object (only spaces may pad it)");
         goto done;
     }
-    if ((rc = check_duplicates(&x, t, n)) || (rc = check_coverage(&x, t, n, data_len)))
+    if ((rc = cio_check_duplicates(&x, t, n)) || (rc = check_coverage(&x, t, n, data_len)))
         goto done;
     /* metadata: unique keys, then owned copies */
     if (n_meta) {
         qsort(meta, n_meta, sizeof *meta, cmp_meta);
         for (size_t i = 1; i < n_meta; i++)
             if (!strcmp(meta[i - 1].key, meta[i].key)) {
-                rc = fail(&x, KVIO_E_FORMAT, "__metadata__: duplicate key '%s'", show(meta[i].key).s);
+                rc = cio_fail(&x, KVIO_E_FORMAT, "__metadata__: duplicate key '%s'", cio_show(meta[i].key).s);
                 goto done;
             }
         final_meta = calloc(n_meta, sizeof *final_meta);
         if (!final_meta) {
-            rc = fail(&x, KVIO_E_NOMEM, "out of memory");
+            rc = cio_fail(&x, KVIO_E_NOMEM, "out of memory");
             goto done;
         }
         for (size_t i = 0; i < n_meta; i++) {
@@ -1530,14 +1419,14 @@ int kvio_read_safetensors_mem(const void *data, size_t size, const char *name, u
                 }
                 free(final_meta);
                 final_meta = NULL;
-                rc = fail(&x, KVIO_E_NOMEM, "out of memory");
+                rc = cio_fail(&x, KVIO_E_NOMEM, "out of memory");
                 goto done;
             }
         }
     }
     ign_list ign;
     memset(&ign, 0, sizeof ign);
-    rc = assemble(&x, t, n, flags, final_meta, n_meta, &ign, out);
+    rc = cio_assemble(&x, t, n, flags, final_meta, n_meta, &ign, out);
 done:
     free(meta);
     free(t);
@@ -1549,39 +1438,28 @@ done:
 /* 5. .npy                                                                   */
 /* ======================================================================== */
 
-typedef struct npy_hdr {
-    char descr[16];
-    int type;
-    size_t esize;
-    size_t ndim;
-    uint64_t dims[KVIO_MAX_NDIM];
-    size_t data_off; /* bytes before the array data */
-    uint64_t nbytes; /* bytes of array data */
-} npy_hdr;
-
-static const uint8_t NPY_MAGIC[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
-#define NPY_NEED_MORE (-1)
+const uint8_t cio_npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
 /* The fixed prefix: magic, version, header length. Sets *hdr_end (bytes of
  * prefix + header). NPY_NEED_MORE when avail is too short to tell. */
-static int npy_prefix(const ctx *x, const char *label, const uint8_t *d, size_t avail,
+int cio_npy_prefix(const ctx *x, const char *label, const uint8_t *d, size_t avail,
                       size_t *prefix, size_t *hdr_end)
 {
     size_t m = avail < 6 ? avail : 6;
-    if (memcmp(d, NPY_MAGIC, m))
-        return fail(x, KVIO_E_FORMAT, "%s: bad magic (not a .npy array: expected \\x93NUMPY)", label);
+    if (memcmp(d, cio_npy_magic, m))
+        return cio_fail(x, KVIO_E_FORMAT, "%s: bad magic (not a .npy array: expected \\x93NUMPY)", label);
     if (avail < 8)
         return NPY_NEED_MORE;
     unsigned major = d[6], minor = d[7];
     if (major < 1 || major > 3 || minor != 0)
-        return fail(x, KVIO_E_UNSUPPORTED, "%s: .npy format version %u.%u (known: 1.0, 2.0, 3.0)", label,
+        return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: .npy format version %u.%u (known: 1.0, 2.0, 3.0)", label,
                     major, minor);
     size_t pre = major == 1 ? 10 : 12;
     if (avail < pre)
         return NPY_NEED_MORE;
     uint64_t hl = major == 1 ? rd16(d + 8) : rd32(d + 8);
     if (hl > KVIO_MAX_NPY_HEADER)
-        return fail(x, KVIO_E_FORMAT, "%s: .npy header length %" PRIu64 " exceeds the limit of %u bytes",
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header length %" PRIu64 " exceeds the limit of %u bytes",
                     label, hl, KVIO_MAX_NPY_HEADER);
     *prefix = pre;
     *hdr_end = pre + (size_t)hl;
@@ -1633,7 +1511,7 @@ static int pword(pyp *p, const char *w)
 }
 
 /* Parse the header dict and check descr/order/size. */
-static int npy_dict(const ctx *x, const char *label, const uint8_t *h, size_t hl, npy_hdr *o)
+int cio_npy_dict(const ctx *x, const char *label, const uint8_t *h, size_t hl, npy_hdr *o)
 {
     pyp p = {h, hl, 0};
     int have_descr = 0, have_order = 0, have_shape = 0, fortran = 0;
@@ -1641,7 +1519,7 @@ static int npy_dict(const ctx *x, const char *label, const uint8_t *h, size_t hl
     memset(o, 0, sizeof *o);
     pws(&p);
     if (p.i >= p.n || p.s[p.i] != '{')
-        return fail(x, KVIO_E_FORMAT, "%s: .npy header is not a dict literal", label);
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header is not a dict literal", label);
     p.i++;
     for (;;) {
         pws(&p);
@@ -1651,37 +1529,37 @@ static int npy_dict(const ctx *x, const char *label, const uint8_t *h, size_t hl
         }
         int r = pstr(&p, key, sizeof key);
         if (r)
-            return fail(x, KVIO_E_FORMAT, "%s: .npy header: expected a quoted key at byte %zu", label, p.i);
+            return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: expected a quoted key at byte %zu", label, p.i);
         pws(&p);
         if (p.i >= p.n || p.s[p.i] != ':')
-            return fail(x, KVIO_E_FORMAT, "%s: .npy header: expected ':' after '%s'", label, show(key).s);
+            return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: expected ':' after '%s'", label, cio_show(key).s);
         p.i++;
         pws(&p);
         if (!strcmp(key, "descr")) {
             if (have_descr)
-                return fail(x, KVIO_E_FORMAT, "%s: .npy header: duplicate key 'descr'", label);
+                return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: duplicate key 'descr'", label);
             have_descr = 1;
             if (p.i < p.n && p.s[p.i] == '[')
-                return fail(x, KVIO_E_UNSUPPORTED, "%s: structured dtypes are not supported", label);
+                return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: structured dtypes are not supported", label);
             r = pstr(&p, o->descr, sizeof o->descr);
             if (r == 2)
-                return fail(x, KVIO_E_UNSUPPORTED, "%s: unsupported dtype (descr too long)", label);
+                return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: unsupported dtype (descr too long)", label);
             if (r)
-                return fail(x, KVIO_E_FORMAT, "%s: .npy header: descr is not a string literal", label);
+                return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: descr is not a string literal", label);
         } else if (!strcmp(key, "fortran_order")) {
             if (have_order)
-                return fail(x, KVIO_E_FORMAT, "%s: .npy header: duplicate key 'fortran_order'", label);
+                return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: duplicate key 'fortran_order'", label);
             have_order = 1;
             if (pword(&p, "True"))
                 fortran = 1;
             else if (!pword(&p, "False"))
-                return fail(x, KVIO_E_FORMAT, "%s: .npy header: fortran_order must be True or False", label);
+                return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: fortran_order must be True or False", label);
         } else if (!strcmp(key, "shape")) {
             if (have_shape)
-                return fail(x, KVIO_E_FORMAT, "%s: .npy header: duplicate key 'shape'", label);
+                return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: duplicate key 'shape'", label);
             have_shape = 1;
             if (p.i >= p.n || p.s[p.i] != '(')
-                return fail(x, KVIO_E_FORMAT, "%s: .npy header: shape must be a tuple", label);
+                return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: shape must be a tuple", label);
             p.i++;
             int commas = 0;
             for (;;) {
@@ -1691,18 +1569,18 @@ static int npy_dict(const ctx *x, const char *label, const uint8_t *h, size_t hl
                     break;
                 }
                 if (p.i >= p.n || p.s[p.i] < '0' || p.s[p.i] > '9')
-                    return fail(x, KVIO_E_FORMAT, "%s: .npy header: shape must hold non-negative integers", label);
+                    return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: shape must hold non-negative integers", label);
                 uint64_t v = 0;
                 while (p.i < p.n && p.s[p.i] >= '0' && p.s[p.i] <= '9') {
                     unsigned dg = (unsigned)(p.s[p.i++] - '0');
                     if (v > (UINT64_MAX - dg) / 10)
-                        return fail(x, KVIO_E_FORMAT, "%s: .npy header: shape dimension too large", label);
+                        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: shape dimension too large", label);
                     v = v * 10 + dg;
                 }
                 if (o->ndim < KVIO_MAX_NDIM)
                     o->dims[o->ndim] = v;
                 else
-                    return fail(x, KVIO_E_UNSUPPORTED, "%s: more than %d dimensions", label, KVIO_MAX_NDIM);
+                    return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: more than %d dimensions", label, KVIO_MAX_NDIM);
                 o->ndim++;
                 pws(&p);
                 if (p.i < p.n && p.s[p.i] == ',') {
@@ -1711,27 +1589,27 @@ static int npy_dict(const ctx *x, const char *label, const uint8_t *h, size_t hl
                 } else if (p.i < p.n && p.s[p.i] == ')') {
                     p.i++;
                     if (o->ndim == 1 && !commas)
-                        return fail(x, KVIO_E_FORMAT, "%s: .npy header: shape (n) is not a tuple; write (n,)", label);
+                        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: shape (n) is not a tuple; write (n,)", label);
                     break;
                 } else {
-                    return fail(x, KVIO_E_FORMAT, "%s: .npy header: expected ',' or ')' in shape", label);
+                    return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: expected ',' or ')' in shape", label);
                 }
             }
         } else {
-            return fail(x, KVIO_E_FORMAT, "%s: .npy header: unexpected key '%s'", label, show(key).s);
+            return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: unexpected key '%s'", label, cio_show(key).s);
         }
         pws(&p);
         if (p.i < p.n && p.s[p.i] == ',') {
             p.i++;
         } else if (!(p.i < p.n && p.s[p.i] == '}')) {
-            return fail(x, KVIO_E_FORMAT, "%s: .npy header: expected ',' or '}'", label);
+            return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: expected ',' or '}'", label);
         }
     }
     pws(&p);
     if (p.i != p.n)
-        return fail(x, KVIO_E_FORMAT, "%s: .npy header: unexpected bytes after the dict", label);
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: unexpected bytes after the dict", label);
     if (!have_descr || !have_order || !have_shape)
-        return fail(x, KVIO_E_FORMAT, "%s: .npy header: missing key '%s'", label,
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: missing key '%s'", label,
                     !have_descr ? "descr" : !have_order ? "fortran_order" : "shape");
 
     static const struct {
@@ -1748,23 +1626,23 @@ static int npy_dict(const ctx *x, const char *label, const uint8_t *h, size_t hl
             break;
     if (k == sizeof known / sizeof known[0]) {
         if (o->descr[0] == '>')
-            return fail(x, KVIO_E_UNSUPPORTED, "%s: big-endian dtype '%s'; only little-endian data is accepted",
-                        label, show(o->descr).s);
-        return fail(x, KVIO_E_UNSUPPORTED,
+            return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: big-endian dtype '%s'; only little-endian data is accepted",
+                        label, cio_show(o->descr).s);
+        return cio_fail(x, KVIO_E_UNSUPPORTED,
                     "%s: unsupported dtype '%s' (accepted: '<f2', '<f4', '<u2' = bf16 bits, '<i4', '<i8')",
-                    label, show(o->descr).s);
+                    label, cio_show(o->descr).s);
     }
     o->type = known[k].type;
     o->esize = known[k].size;
     if (fortran && o->ndim > 1)
-        return fail(x, KVIO_E_UNSUPPORTED, "%s: fortran_order True (column-major) is not supported; save a C-ordered array",
+        return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: fortran_order True (column-major) is not supported; save a C-ordered array",
                     label);
     uint64_t count = 1;
     for (size_t i = 0; i < o->ndim; i++)
         if (!mul_ok(count, o->dims[i], &count))
-            return fail(x, KVIO_E_FORMAT, "%s: shape %s overflows 64 bits", label, fmt_shape(o->dims, o->ndim).s);
+            return cio_fail(x, KVIO_E_FORMAT, "%s: shape %s overflows 64 bits", label, cio_fmt_shape(o->dims, o->ndim).s);
     if (!mul_ok(count, o->esize, &o->nbytes))
-        return fail(x, KVIO_E_FORMAT, "%s: shape %s overflows 64 bits", label, fmt_shape(o->dims, o->ndim).s);
+        return cio_fail(x, KVIO_E_FORMAT, "%s: shape %s overflows 64 bits", label, cio_fmt_shape(o->dims, o->ndim).s);
     return KVIO_OK;
 }
 
@@ -1772,23 +1650,23 @@ static int npy_dict(const ctx *x, const char *label, const uint8_t *h, size_t hl
 static int npy_parse(const ctx *x, const char *label, const uint8_t *d, size_t size, npy_hdr *o)
 {
     size_t pre = 0, hdr_end = 0;
-    int rc = npy_prefix(x, label, d, size, &pre, &hdr_end);
+    int rc = cio_npy_prefix(x, label, d, size, &pre, &hdr_end);
     if (rc == NPY_NEED_MORE)
-        return fail(x, KVIO_E_FORMAT, "%s: truncated .npy header (%zu bytes)", label, size);
+        return cio_fail(x, KVIO_E_FORMAT, "%s: truncated .npy header (%zu bytes)", label, size);
     if (rc)
         return rc;
     if (hdr_end > size)
-        return fail(x, KVIO_E_FORMAT, "%s: .npy header length %zu runs past the end (%zu bytes)", label,
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header length %zu runs past the end (%zu bytes)", label,
                     hdr_end - pre, size);
-    if ((rc = npy_dict(x, label, d + pre, hdr_end - pre, o)))
+    if ((rc = cio_npy_dict(x, label, d + pre, hdr_end - pre, o)))
         return rc;
     o->data_off = hdr_end;
     uint64_t have = size - hdr_end;
     if (have < o->nbytes)
-        return fail(x, KVIO_E_FORMAT, "%s: truncated: shape %s needs %" PRIu64 " bytes of data, %" PRIu64 " present",
-                    label, fmt_shape(o->dims, o->ndim).s, o->nbytes, have);
+        return cio_fail(x, KVIO_E_FORMAT, "%s: truncated: shape %s needs %" PRIu64 " bytes of data, %" PRIu64 " present",
+                    label, cio_fmt_shape(o->dims, o->ndim).s, o->nbytes, have);
     if (have > o->nbytes)
-        return fail(x, KVIO_E_FORMAT, "%s: %" PRIu64 " bytes after the array data", label, have - o->nbytes);
+        return cio_fail(x, KVIO_E_FORMAT, "%s: %" PRIu64 " bytes after the array data", label, have - o->nbytes);
     return KVIO_OK;
 }
 
@@ -1804,38 +1682,38 @@ int kvio_read_npy_mem(const void *data, size_t size, const char *name, unsigned 
     int nhd = (flags & KVIO_READ_NHD) != 0;
     const char *ax = nhd ? "positions, kv_heads" : "kv_heads, positions";
     if (!out)
-        return fail(&x, KVIO_E_ARG, "no output cache");
+        return cio_fail(&x, KVIO_E_ARG, "no output cache");
     memset(out, 0, sizeof *out);
     if (!data && size)
-        return fail(&x, KVIO_E_ARG, "no data");
+        return cio_fail(&x, KVIO_E_ARG, "no data");
     if ((rc = npy_parse(&x, "array", data, size, &h)))
         return rc;
     const uint64_t *d = h.dims;
-    shape_str sh = fmt_shape(h.dims, h.ndim);
+    shape_str sh = cio_fmt_shape(h.dims, h.ndim);
     if (h.ndim == 6 && d[2] == 1) {
         /* drop the batch dimension */
     } else if (h.ndim == 6) {
-        return fail(&x, KVIO_E_UNSUPPORTED, "array: shape %s: batch dimension is %" PRIu64 "; only 1 is supported",
+        return cio_fail(&x, KVIO_E_UNSUPPORTED, "array: shape %s: batch dimension is %" PRIu64 "; only 1 is supported",
                     sh.s, d[2]);
     } else if (h.ndim != 5) {
-        return fail(&x, KVIO_E_CONVENTION,
+        return cio_fail(&x, KVIO_E_CONVENTION,
                     "array: shape %s; expected [layers, 2, %s, dim] or [layers, 2, 1, %s, dim]", sh.s,
                     ax, ax);
     }
     const uint64_t *td = h.ndim == 6 ? d + 3 : d + 2;
     uint64_t htd[3] = {td[nhd ? 1 : 0], td[nhd ? 0 : 1], td[2]};
     if (d[1] != 2)
-        return fail(&x, KVIO_E_CONVENTION, "array: shape %s: second dimension must be 2 (keys, values)", sh.s);
+        return cio_fail(&x, KVIO_E_CONVENTION, "array: shape %s: second dimension must be 2 (keys, values)", sh.s);
     if (h.type != T_F16 && h.type != T_BF16 && h.type != T_F32)
-        return fail(&x, KVIO_E_UNSUPPORTED, "array: dtype '%s'; keys and values must be f16, bf16 or f32",
-                    show(h.descr).s);
+        return cio_fail(&x, KVIO_E_UNSUPPORTED, "array: dtype '%s'; keys and values must be f16, bf16 or f32",
+                    cio_show(h.descr).s);
     if (!d[0] || !htd[0] || !htd[2])
-        return fail(&x, KVIO_E_CONVENTION, "array: shape %s: zero layers, kv_heads or dim", sh.s);
+        return cio_fail(&x, KVIO_E_CONVENTION, "array: shape %s: zero layers, kv_heads or dim", sh.s);
     if (d[0] > KVIO_MAX_LAYERS)
-        return fail(&x, KVIO_E_UNSUPPORTED, "array: shape %s: %" PRIu64 " layers (at most %u are accepted)", sh.s,
+        return cio_fail(&x, KVIO_E_UNSUPPORTED, "array: shape %s: %" PRIu64 " layers (at most %u are accepted)", sh.s,
                     d[0], KVIO_MAX_LAYERS);
     if (htd[0] >= UINT32_MAX || htd[1] >= UINT32_MAX || htd[2] >= UINT32_MAX)
-        return fail(&x, KVIO_E_UNSUPPORTED, "array: shape %s: dimension too large", sh.s);
+        return cio_fail(&x, KVIO_E_UNSUPPORTED, "array: shape %s: dimension too large", sh.s);
     kvio_cache c = {0};
     c.n_kv_heads = (uint32_t)htd[0];
     c.n_positions = (uint32_t)htd[1];
@@ -1847,7 +1725,7 @@ int kvio_read_npy_mem(const void *data, size_t size, const char *name, unsigned 
     c.values = calloc((size_t)d[0], sizeof *c.values);
     if (!c.keys || !c.values) {
         kvio_cache_free(&c);
-        return fail(&x, KVIO_E_NOMEM, "out of memory");
+        return cio_fail(&x, KVIO_E_NOMEM, "out of memory");
     }
     c.n_layers = (uint32_t)d[0];
     const uint8_t *src = (const uint8_t *)data + h.data_off;
@@ -1856,12 +1734,12 @@ int kvio_read_npy_mem(const void *data, size_t size, const char *name, unsigned 
         c.values[l] = malloc(lb ? (size_t)lb : 1);
         if (!c.keys[l] || !c.values[l]) {
             kvio_cache_free(&c);
-            return fail(&x, KVIO_E_NOMEM, "out of memory");
+            return cio_fail(&x, KVIO_E_NOMEM, "out of memory");
         }
         if (lb && nhd) {
             size_t rb = (size_t)c.key_dim * kvio_dtype_size(c.dtype);
-            transpose_rows(c.keys[l], src + (size_t)lb * (2 * (size_t)l), c.n_positions, c.n_kv_heads, rb);
-            transpose_rows(c.values[l], src + (size_t)lb * (2 * (size_t)l + 1), c.n_positions,
+            cio_transpose_rows(c.keys[l], src + (size_t)lb * (2 * (size_t)l), c.n_positions, c.n_kv_heads, rb);
+            cio_transpose_rows(c.values[l], src + (size_t)lb * (2 * (size_t)l + 1), c.n_positions,
                            c.n_kv_heads, rb);
         } else if (lb) {
             memcpy(c.keys[l], src + (size_t)lb * (2 * (size_t)l), (size_t)lb);
@@ -1894,11 +1772,11 @@ static int npz_member(const ctx *x, struct archive *a, struct archive_entry *e, 
                 uint8_t extra;
                 la_ssize_t r = archive_read_data(a, &extra, 1);
                 if (r < 0) {
-                    rc = fail(x, KVIO_E_FORMAT, "%s: corrupt member: %s", label, archive_error_string(a));
+                    rc = cio_fail(x, KVIO_E_FORMAT, "%s: corrupt member: %s", label, archive_error_string(a));
                     goto out;
                 }
                 if (r > 0) {
-                    rc = fail(x, KVIO_E_FORMAT, "%s: member holds more bytes than its .npy header describes (%" PRIu64 ")",
+                    rc = cio_fail(x, KVIO_E_FORMAT, "%s: member holds more bytes than its .npy header describes (%" PRIu64 ")",
                               label, expect);
                     goto out;
                 }
@@ -1908,24 +1786,24 @@ static int npz_member(const ctx *x, struct archive *a, struct archive_entry *e, 
             if (nc > limit)
                 nc = limit;
             if (nc > SIZE_MAX) {
-                rc = fail(x, KVIO_E_NOMEM, "%s: member too large for memory", label);
+                rc = cio_fail(x, KVIO_E_NOMEM, "%s: member too large for memory", label);
                 goto out;
             }
             uint8_t *nb = realloc(buf, nc ? (size_t)nc : 1);
             if (!nb) {
-                rc = fail(x, KVIO_E_NOMEM, "%s: out of memory", label);
+                rc = cio_fail(x, KVIO_E_NOMEM, "%s: out of memory", label);
                 goto out;
             }
             buf = nb;
             cap = (size_t)nc;
             if (cap == len) { /* limit reached before the header was parsed */
-                rc = fail(x, KVIO_E_FORMAT, "%s: .npy header too long", label);
+                rc = cio_fail(x, KVIO_E_FORMAT, "%s: .npy header too long", label);
                 goto out;
             }
         }
         la_ssize_t r = archive_read_data(a, buf + len, cap - len);
         if (r < 0) {
-            rc = fail(x, KVIO_E_FORMAT, "%s: corrupt member: %s", label, archive_error_string(a));
+            rc = cio_fail(x, KVIO_E_FORMAT, "%s: corrupt member: %s", label, archive_error_string(a));
             goto out;
         }
         if (r == 0)
@@ -1933,19 +1811,19 @@ static int npz_member(const ctx *x, struct archive *a, struct archive_entry *e, 
         len += (size_t)r;
         *used += (uint64_t)r;
         if (parsed && len > limit) {
-            rc = fail(x, KVIO_E_FORMAT, "%s: member holds more bytes than its .npy header describes (%" PRIu64 ")",
+            rc = cio_fail(x, KVIO_E_FORMAT, "%s: member holds more bytes than its .npy header describes (%" PRIu64 ")",
                       label, expect);
             goto out;
         }
         if (*used > budget) {
-            rc = fail(x, KVIO_E_FORMAT,
+            rc = cio_fail(x, KVIO_E_FORMAT,
                       "%s: the archive decompresses to more than %u times its size; refusing",
                       label, KVIO_NPZ_MAX_EXPANSION);
             goto out;
         }
         if (!parsed) {
             if (!hdr_end) {
-                rc = npy_prefix(x, label, buf, len, &pre, &hdr_end);
+                rc = cio_npy_prefix(x, label, buf, len, &pre, &hdr_end);
                 if (rc == NPY_NEED_MORE) {
                     rc = KVIO_OK;
                     continue;
@@ -1955,14 +1833,14 @@ static int npz_member(const ctx *x, struct archive *a, struct archive_entry *e, 
             }
             if (len < hdr_end)
                 continue;
-            if ((rc = npy_dict(x, label, buf + pre, hdr_end - pre, &h)))
+            if ((rc = cio_npy_dict(x, label, buf + pre, hdr_end - pre, &h)))
                 goto out;
             if (!add_ok(hdr_end, h.nbytes, &expect)) {
-                rc = fail(x, KVIO_E_FORMAT, "%s: size overflows", label);
+                rc = cio_fail(x, KVIO_E_FORMAT, "%s: size overflows", label);
                 goto out;
             }
             if (declared >= 0 && (uint64_t)declared != expect) {
-                rc = fail(x, KVIO_E_FORMAT,
+                rc = cio_fail(x, KVIO_E_FORMAT,
                           "%s: zip entry size %" PRId64 " does not match the %" PRIu64 " bytes its .npy header describes",
                           label, declared, expect);
                 goto out;
@@ -1970,7 +1848,7 @@ static int npz_member(const ctx *x, struct archive *a, struct archive_entry *e, 
             parsed = 1;
             limit = expect;
             if (len > limit) {
-                rc = fail(x, KVIO_E_FORMAT, "%s: member holds more bytes than its .npy header describes (%" PRIu64 ")",
+                rc = cio_fail(x, KVIO_E_FORMAT, "%s: member holds more bytes than its .npy header describes (%" PRIu64 ")",
                           label, expect);
                 goto out;
             }
@@ -1978,16 +1856,16 @@ static int npz_member(const ctx *x, struct archive *a, struct archive_entry *e, 
     }
     if (!parsed) {
         if (!hdr_end) {
-            rc = npy_prefix(x, label, buf ? buf : (const uint8_t *)"", len, &pre, &hdr_end);
+            rc = cio_npy_prefix(x, label, buf ? buf : (const uint8_t *)"", len, &pre, &hdr_end);
             if (rc == NPY_NEED_MORE || rc == KVIO_OK)
-                rc = fail(x, KVIO_E_FORMAT, "%s: truncated .npy header (%zu bytes)", label, len);
+                rc = cio_fail(x, KVIO_E_FORMAT, "%s: truncated .npy header (%zu bytes)", label, len);
         } else {
-            rc = fail(x, KVIO_E_FORMAT, "%s: truncated .npy header (%zu of %zu bytes)", label, len, hdr_end);
+            rc = cio_fail(x, KVIO_E_FORMAT, "%s: truncated .npy header (%zu of %zu bytes)", label, len, hdr_end);
         }
         goto out;
     }
     if (len < expect) {
-        rc = fail(x, KVIO_E_FORMAT, "%s: truncated: member ends after %zu of %" PRIu64 " bytes", label, len, expect);
+        rc = cio_fail(x, KVIO_E_FORMAT, "%s: truncated: member ends after %zu of %" PRIu64 " bytes", label, len, expect);
         goto out;
     }
     snprintf(t->dtype_name, sizeof t->dtype_name, "%s", h.descr);
@@ -2015,18 +1893,18 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
     ign_list ign;
     memset(&ign, 0, sizeof ign);
     if (!out)
-        return fail(&x, KVIO_E_ARG, "no output cache");
+        return cio_fail(&x, KVIO_E_ARG, "no output cache");
     memset(out, 0, sizeof *out);
     if (!data || !size)
-        return fail(&x, KVIO_E_FORMAT, "empty file (not a zip archive)");
+        return cio_fail(&x, KVIO_E_FORMAT, "empty file (not a zip archive)");
     if (!mul_ok(size, KVIO_NPZ_MAX_EXPANSION, &budget) || !add_ok(budget, 1u << 20, &budget))
         budget = UINT64_MAX;
     struct archive *a = archive_read_new();
     if (!a)
-        return fail(&x, KVIO_E_NOMEM, "out of memory");
+        return cio_fail(&x, KVIO_E_NOMEM, "out of memory");
     archive_read_support_format_zip_seekable(a); /* needs the central directory */
     if (archive_read_open_memory(a, data, size) != ARCHIVE_OK) {
-        rc = fail(&x, KVIO_E_FORMAT, "not a readable zip archive: %s", archive_error_string(a));
+        rc = cio_fail(&x, KVIO_E_FORMAT, "not a readable zip archive: %s", archive_error_string(a));
         goto done;
     }
     for (;;) {
@@ -2035,12 +1913,12 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
         if (r == ARCHIVE_EOF)
             break;
         if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-            rc = fail(&x, KVIO_E_FORMAT, "corrupt zip archive: %s", archive_error_string(a));
+            rc = cio_fail(&x, KVIO_E_FORMAT, "corrupt zip archive: %s", archive_error_string(a));
             goto done;
         }
         const char *mname = archive_entry_pathname(e);
         if (!mname || !*mname) {
-            rc = fail(&x, KVIO_E_FORMAT, "zip member %zu has no usable name", n);
+            rc = cio_fail(&x, KVIO_E_FORMAT, "zip member %zu has no usable name", n);
             goto done;
         }
         if (archive_entry_filetype(e) == AE_IFDIR)
@@ -2051,40 +1929,40 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
         memset(&tmp, 0, sizeof tmp);
         char *tname = is_npy ? malloc(ml - 3) : NULL;
         if (is_npy && !tname) {
-            rc = fail(&x, KVIO_E_NOMEM, "out of memory");
+            rc = cio_fail(&x, KVIO_E_NOMEM, "out of memory");
             goto done;
         }
         if (tname) {
             memcpy(tname, mname, ml - 4);
             tname[ml - 4] = 0;
             tmp.name = tname;
-            classify(&tmp);
+            cio_classify(&tmp);
         }
         if (!is_npy || tmp.role == R_EXTRA || tmp.role == R_COMPANION) {
             if ((flags & KVIO_READ_IGNORE_EXTRA) || tmp.role == R_COMPANION) {
-                rc = ign_add(&ign, tname ? tname : mname);
+                rc = cio_ign_add(&ign, tname ? tname : mname);
                 free(tname);
                 if (rc) {
-                    rc = fail(&x, KVIO_E_NOMEM, "out of memory");
+                    rc = cio_fail(&x, KVIO_E_NOMEM, "out of memory");
                     goto done;
                 }
                 if (archive_read_data_skip(a) != ARCHIVE_OK) {
-                    rc = fail(&x, KVIO_E_FORMAT, "member '%s': corrupt: %s", show(mname).s, archive_error_string(a));
+                    rc = cio_fail(&x, KVIO_E_FORMAT, "member '%s': corrupt: %s", cio_show(mname).s, archive_error_string(a));
                     goto done;
                 }
                 continue;
             }
             free(tname);
-            rc = is_npy ? fail(&x, KVIO_E_CONVENTION,
+            rc = is_npy ? cio_fail(&x, KVIO_E_CONVENTION,
                                "member '%s': tensor not part of the cache naming convention (members are "
                                "TENSOR.npy; %s)",
-                               show(mname).s, SCHEMES_TEXT)
-                        : fail(&x, KVIO_E_CONVENTION, "member '%s': not a .npy file", show(mname).s);
+                               cio_show(mname).s, SCHEMES_TEXT)
+                        : cio_fail(&x, KVIO_E_CONVENTION, "member '%s': not a .npy file", cio_show(mname).s);
             goto done;
         }
         if (archive_entry_filetype(e) != AE_IFREG) {
             free(tname);
-            rc = fail(&x, KVIO_E_FORMAT, "member '%s': not a regular file", show(mname).s);
+            rc = cio_fail(&x, KVIO_E_FORMAT, "member '%s': not a regular file", cio_show(mname).s);
             goto done;
         }
         if (n == cap) {
@@ -2092,7 +1970,7 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
             kv_tensor *nt = realloc(t, nc * sizeof *nt);
             if (!nt) {
                 free(tname);
-                rc = fail(&x, KVIO_E_NOMEM, "out of memory");
+                rc = cio_fail(&x, KVIO_E_NOMEM, "out of memory");
                 goto done;
             }
             t = nt;
@@ -2101,13 +1979,13 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
         t[n] = tmp;
         n++; /* owns tname from here on */
         char label[300];
-        snprintf(label, sizeof label, "tensor '%s' (member '%s')", show(tname).s, show(mname).s);
+        snprintf(label, sizeof label, "tensor '%s' (member '%s')", cio_show(tname).s, cio_show(mname).s);
         if ((rc = npz_member(&x, a, e, label, &used, budget, &t[n - 1])))
             goto done;
     }
-    rc = assemble(&x, t, n, flags, NULL, 0, &ign, out);
+    rc = cio_assemble(&x, t, n, flags, NULL, 0, &ign, out);
 done:
-    ign_free(&ign);
+    cio_ign_free(&ign);
     for (size_t i = 0; i < n; i++) {
         free(t[i].owned);
         free((char *)(uintptr_t)t[i].name);
@@ -2121,14 +1999,7 @@ done:
 /* 7. writers                                                                */
 /* ======================================================================== */
 
-typedef struct sink {
-    FILE *f;      /* file, or ... */
-    uint8_t *buf; /* ... a growable buffer */
-    size_t len, cap;
-    int rc; /* first error: KVIO_E_IO or KVIO_E_NOMEM */
-} sink;
-
-static void sk_put(sink *s, const void *p, size_t n)
+void cio_sk_put(sink *s, const void *p, size_t n)
 {
     if (s->rc || !n)
         return;
@@ -2158,7 +2029,7 @@ static void sk_put(sink *s, const void *p, size_t n)
     s->len += n;
 }
 
-static void KVIO_PRINTF(2, 3) sk_printf(sink *s, const char *fmt, ...)
+void KVIO_PRINTF(2, 3) cio_sk_printf(sink *s, const char *fmt, ...)
 {
     char tmp[256];
     va_list ap;
@@ -2169,27 +2040,27 @@ static void KVIO_PRINTF(2, 3) sk_printf(sink *s, const char *fmt, ...)
         s->rc = s->rc ? s->rc : KVIO_E_ARG;
         return;
     }
-    sk_put(s, tmp, (size_t)n);
+    cio_sk_put(s, tmp, (size_t)n);
 }
 
 static void sk_json_string(sink *s, const char *str)
 {
-    sk_put(s, "\"", 1);
+    cio_sk_put(s, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
         if (*p == '"' || *p == '\\') {
             char e[2] = {'\\', (char)*p};
-            sk_put(s, e, 2);
+            cio_sk_put(s, e, 2);
         } else if (*p < 0x20) {
-            sk_printf(s, "\\u%04x", *p);
+            cio_sk_printf(s, "\\u%04x", *p);
         } else {
-            sk_put(s, p, 1);
+            cio_sk_put(s, p, 1);
         }
     }
-    sk_put(s, "\"", 1);
+    cio_sk_put(s, "\"", 1);
 }
 
 /* Token ids as little-endian int32/int64. */
-static void sk_tokens(sink *s, const kvio_cache *c, unsigned w)
+void cio_sk_tokens(sink *s, const kvio_cache *c, unsigned w)
 {
     uint8_t tmp[4096];
     size_t k = 0;
@@ -2200,28 +2071,14 @@ static void sk_tokens(sink *s, const kvio_cache *c, unsigned w)
             wr64(tmp + k, (uint64_t)c->tokens[p]);
         k += w;
         if (k + 8 > sizeof tmp) {
-            sk_put(s, tmp, k);
+            cio_sk_put(s, tmp, k);
             k = 0;
         }
     }
-    sk_put(s, tmp, k);
+    cio_sk_put(s, tmp, k);
 }
 
-static unsigned token_width(const kvio_cache *c) { return c->token_width == 4 ? 4 : 8; }
-
-/* Tensor names, shapes and sizes in the order they are written. */
-typedef struct out_tensor {
-    char name[48];
-    uint64_t dims[4];
-    size_t ndim;
-    uint64_t nbytes;
-    const uint8_t *data; /* NULL: token ids */
-    int is_tokens;
-    int nhd;   /* write data [H][T][row] as [T][H][row] */
-    size_t rb; /* row bytes (dim x element size) */
-} out_tensor;
-
-static void out_kv(const kvio_cache *c, unsigned flags, uint32_t l, int kv, out_tensor *o)
+void cio_out_kv(const kvio_cache *c, unsigned flags, uint32_t l, int kv, out_tensor *o)
 {
     int hf = (flags & KVIO_WRITE_HF) != 0;
     o->nhd = (flags & KVIO_WRITE_NHD) != 0;
@@ -2241,7 +2098,7 @@ static void out_kv(const kvio_cache *c, unsigned flags, uint32_t l, int kv, out_
 }
 
 /* Token ids: "tokens" [T], or with KVIO_WRITE_HF "input_ids" [1, T]. */
-static void out_tok(const kvio_cache *c, unsigned flags, out_tensor *o)
+void cio_out_tok(const kvio_cache *c, unsigned flags, out_tensor *o)
 {
     size_t k = 0;
     int hf = (flags & KVIO_WRITE_HF) != 0;
@@ -2258,23 +2115,23 @@ static void out_tok(const kvio_cache *c, unsigned flags, out_tensor *o)
 }
 
 /* A key/value tensor's bytes in the order of its file shape. */
-static void sk_kv(sink *s, const kvio_cache *c, const out_tensor *o)
+void cio_sk_kv(sink *s, const kvio_cache *c, const out_tensor *o)
 {
     if (!o->nhd) {
-        sk_put(s, o->data, (size_t)o->nbytes);
+        cio_sk_put(s, o->data, (size_t)o->nbytes);
         return;
     }
     for (uint32_t t = 0; t < c->n_positions; t++)
         for (uint32_t h = 0; h < c->n_kv_heads; h++)
-            sk_put(s, o->data + ((size_t)h * c->n_positions + t) * o->rb, o->rb);
+            cio_sk_put(s, o->data + ((size_t)h * c->n_positions + t) * o->rb, o->rb);
 }
 
 static void sk_tensor(sink *s, const kvio_cache *c, const out_tensor *o)
 {
     if (o->is_tokens)
-        sk_tokens(s, c, token_width(c));
+        cio_sk_tokens(s, c, token_width(c));
     else
-        sk_kv(s, c, o);
+        cio_sk_kv(s, c, o);
 }
 
 static const char *st_dtype(fkvf_dtype d)
@@ -2282,73 +2139,73 @@ static const char *st_dtype(fkvf_dtype d)
     return d == FKVF_DTYPE_F16 ? "F16" : d == FKVF_DTYPE_BF16 ? "BF16" : "F32";
 }
 
-static const char *npy_descr(fkvf_dtype d)
+const char *cio_npy_descr(fkvf_dtype d)
 {
     return d == FKVF_DTYPE_F16 ? "<f2" : d == FKVF_DTYPE_BF16 ? "<u2" : "<f4";
 }
 
-static int write_safetensors(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
+int cio_write_safetensors(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
 {
     sink h = {0};
     uint64_t off = 0;
     size_t nt = 2 * (size_t)c->n_layers + (c->tokens ? 1 : 0);
-    sk_put(&h, "{", 1);
+    cio_sk_put(&h, "{", 1);
     if (c->n_meta) {
-        sk_put(&h, "\"__metadata__\":{", 16);
+        cio_sk_put(&h, "\"__metadata__\":{", 16);
         for (size_t i = 0; i < c->n_meta; i++) {
             if (i)
-                sk_put(&h, ",", 1);
+                cio_sk_put(&h, ",", 1);
             sk_json_string(&h, c->meta[i].key);
-            sk_put(&h, ":", 1);
+            cio_sk_put(&h, ":", 1);
             sk_json_string(&h, c->meta[i].value);
         }
-        sk_put(&h, "}", 1);
+        cio_sk_put(&h, "}", 1);
     }
     for (size_t i = 0; i < nt; i++) {
         out_tensor o;
         if (i < 2 * (size_t)c->n_layers)
-            out_kv(c, flags, (uint32_t)(i / 2), (int)(i % 2), &o);
+            cio_out_kv(c, flags, (uint32_t)(i / 2), (int)(i % 2), &o);
         else
-            out_tok(c, flags, &o);
+            cio_out_tok(c, flags, &o);
         if (i || c->n_meta)
-            sk_put(&h, ",", 1);
-        sk_printf(&h, "\"%s\":{\"dtype\":\"%s\",\"shape\":[", o.name,
+            cio_sk_put(&h, ",", 1);
+        cio_sk_printf(&h, "\"%s\":{\"dtype\":\"%s\",\"shape\":[", o.name,
                   o.is_tokens ? (token_width(c) == 4 ? "I32" : "I64") : st_dtype(c->dtype));
         for (size_t k = 0; k < o.ndim; k++)
-            sk_printf(&h, "%s%" PRIu64, k ? "," : "", o.dims[k]);
-        sk_printf(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + o.nbytes);
+            cio_sk_printf(&h, "%s%" PRIu64, k ? "," : "", o.dims[k]);
+        cio_sk_printf(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + o.nbytes);
         off += o.nbytes;
     }
-    sk_put(&h, "}", 1);
+    cio_sk_put(&h, "}", 1);
     while (!h.rc && (8 + h.len) % 8)
-        sk_put(&h, " ", 1);
+        cio_sk_put(&h, " ", 1);
     if (h.rc) {
         free(h.buf);
-        return fail(x, h.rc, "cannot build the header");
+        return cio_fail(x, h.rc, "cannot build the header");
     }
     if (h.len > KVIO_MAX_ST_HEADER) {
         free(h.buf);
-        return fail(x, KVIO_E_ARG, "header of %zu bytes exceeds the %u-byte limit", h.len, KVIO_MAX_ST_HEADER);
+        return cio_fail(x, KVIO_E_ARG, "header of %zu bytes exceeds the %u-byte limit", h.len, KVIO_MAX_ST_HEADER);
     }
     uint8_t le[8];
     wr64(le, h.len);
-    sk_put(s, le, 8);
-    sk_put(s, h.buf, h.len);
+    cio_sk_put(s, le, 8);
+    cio_sk_put(s, h.buf, h.len);
     free(h.buf);
     for (size_t i = 0; i < nt && !s->rc; i++) {
         out_tensor o;
         if (i < 2 * (size_t)c->n_layers)
-            out_kv(c, flags, (uint32_t)(i / 2), (int)(i % 2), &o);
+            cio_out_kv(c, flags, (uint32_t)(i / 2), (int)(i % 2), &o);
         else
-            out_tok(c, flags, &o);
+            cio_out_tok(c, flags, &o);
         sk_tensor(s, c, &o);
     }
-    return s->rc ? fail(x, s->rc, "write failed: %s", s->rc == KVIO_E_IO ? strerror(errno) : "out of memory")
+    return s->rc ? cio_fail(x, s->rc, "write failed: %s", s->rc == KVIO_E_IO ? strerror(errno) : "out of memory")
                  : KVIO_OK;
 }
 
 /* .npy header (magic .. '\n') for descr and shape, padded to 64 bytes. */
-static int npy_header(sink *s, const char *descr, const uint64_t *dims, size_t ndim)
+int cio_npy_header(sink *s, const char *descr, const uint64_t *dims, size_t ndim)
 {
     char dict[512];
     size_t k = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
@@ -2363,23 +2220,23 @@ static int npy_header(sink *s, const char *descr, const uint64_t *dims, size_t n
     k += pad;
     dict[k++] = '\n';
     uint8_t pre[10];
-    memcpy(pre, NPY_MAGIC, 6);
+    memcpy(pre, cio_npy_magic, 6);
     pre[6] = 1;
     pre[7] = 0;
     pre[8] = (uint8_t)k;
     pre[9] = (uint8_t)(k >> 8);
-    sk_put(s, pre, 10);
-    sk_put(s, dict, k);
+    cio_sk_put(s, pre, 10);
+    cio_sk_put(s, dict, k);
     return KVIO_OK;
 }
 
-static int write_npy(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
+int cio_write_npy(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
 {
     if (c->key_dim != c->value_dim)
-        return fail(x, KVIO_E_ARG, "a .npy file holds one array: key_dim %u and value_dim %u must be equal "
+        return cio_fail(x, KVIO_E_ARG, "a .npy file holds one array: key_dim %u and value_dim %u must be equal "
                                    "(use .safetensors or .npz)", c->key_dim, c->value_dim);
     if (c->tokens)
-        return fail(x, KVIO_E_ARG, "a .npy file holds one array and cannot carry token ids "
+        return cio_fail(x, KVIO_E_ARG, "a .npy file holds one array and cannot carry token ids "
                                    "(use .safetensors or .npz, or drop the tokens)");
     uint64_t dims[6];
     size_t nd = 0;
@@ -2391,23 +2248,23 @@ static int write_npy(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
     dims[nd++] = nhd ? c->n_positions : c->n_kv_heads;
     dims[nd++] = nhd ? c->n_kv_heads : c->n_positions;
     dims[nd++] = c->key_dim;
-    if (npy_header(s, npy_descr(c->dtype), dims, nd))
-        return fail(x, KVIO_E_ARG, "cannot build the .npy header");
+    if (cio_npy_header(s, cio_npy_descr(c->dtype), dims, nd))
+        return cio_fail(x, KVIO_E_ARG, "cannot build the .npy header");
     for (uint32_t l = 0; l < c->n_layers; l++) {
         out_tensor o;
-        out_kv(c, flags, l, 0, &o);
-        sk_kv(s, c, &o);
-        out_kv(c, flags, l, 1, &o);
-        sk_kv(s, c, &o);
+        cio_out_kv(c, flags, l, 0, &o);
+        cio_sk_kv(s, c, &o);
+        cio_out_kv(c, flags, l, 1, &o);
+        cio_sk_kv(s, c, &o);
     }
-    return s->rc ? fail(x, s->rc, "write failed: %s", s->rc == KVIO_E_IO ? strerror(errno) : "out of memory")
+    return s->rc ? cio_fail(x, s->rc, "write failed: %s", s->rc == KVIO_E_IO ? strerror(errno) : "out of memory")
                  : KVIO_OK;
 }
 
 static la_ssize_t npz_write_cb(struct archive *a, void *ud, const void *buf, size_t n)
 {
     sink *s = ud;
-    sk_put(s, buf, n);
+    cio_sk_put(s, buf, n);
     if (s->rc) {
         archive_set_error(a, EIO, "%s", s->rc == KVIO_E_IO ? "write failed" : "out of memory");
         return -1;
@@ -2415,13 +2272,13 @@ static la_ssize_t npz_write_cb(struct archive *a, void *ud, const void *buf, siz
     return (la_ssize_t)n;
 }
 
-static int write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
+int cio_write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
 {
     int rc = KVIO_OK;
     struct archive *a = archive_write_new();
     struct archive_entry *e = archive_entry_new();
     if (!a || !e) {
-        rc = fail(x, KVIO_E_NOMEM, "out of memory");
+        rc = cio_fail(x, KVIO_E_NOMEM, "out of memory");
         goto done;
     }
     if (archive_write_set_format_zip(a) != ARCHIVE_OK ||
@@ -2429,7 +2286,7 @@ static int write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
                                       : archive_write_zip_set_compression_store(a)) != ARCHIVE_OK ||
         archive_write_set_bytes_per_block(a, 0) != ARCHIVE_OK ||
         archive_write_open2(a, s, NULL, npz_write_cb, NULL, NULL) != ARCHIVE_OK) {
-        rc = fail(x, KVIO_E_IO, "cannot start the zip archive: %s", archive_error_string(a));
+        rc = cio_fail(x, KVIO_E_IO, "cannot start the zip archive: %s", archive_error_string(a));
         goto done;
     }
     size_t nt = 2 * (size_t)c->n_layers + (c->tokens ? 1 : 0);
@@ -2437,16 +2294,16 @@ static int write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
         out_tensor o;
         const char *descr;
         if (i < 2 * (size_t)c->n_layers) {
-            out_kv(c, flags, (uint32_t)(i / 2), (int)(i % 2), &o);
-            descr = npy_descr(c->dtype);
+            cio_out_kv(c, flags, (uint32_t)(i / 2), (int)(i % 2), &o);
+            descr = cio_npy_descr(c->dtype);
         } else {
-            out_tok(c, flags, &o);
+            cio_out_tok(c, flags, &o);
             descr = token_width(c) == 4 ? "<i4" : "<i8";
         }
         sink h = {0};
-        if (npy_header(&h, descr, o.dims, o.ndim) || h.rc) {
+        if (cio_npy_header(&h, descr, o.dims, o.ndim) || h.rc) {
             free(h.buf);
-            rc = fail(x, KVIO_E_NOMEM, "cannot build the .npy header");
+            rc = cio_fail(x, KVIO_E_NOMEM, "cannot build the .npy header");
             goto done;
         }
         char mname[64];
@@ -2460,16 +2317,16 @@ static int write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
         if (archive_write_header(a, e) != ARCHIVE_OK ||
             archive_write_data(a, h.buf, h.len) != (la_ssize_t)h.len) {
             free(h.buf);
-            rc = fail(x, KVIO_E_IO, "member '%s': %s", mname, archive_error_string(a));
+            rc = cio_fail(x, KVIO_E_IO, "member '%s': %s", mname, archive_error_string(a));
             goto done;
         }
         free(h.buf);
         if (o.is_tokens) {
             sink tk = {0};
-            sk_tokens(&tk, c, token_width(c));
+            cio_sk_tokens(&tk, c, token_width(c));
             if (tk.rc || (tk.len && archive_write_data(a, tk.buf, tk.len) != (la_ssize_t)tk.len)) {
                 free(tk.buf);
-                rc = fail(x, KVIO_E_IO, "member '%s': %s", mname, tk.rc ? "out of memory" : archive_error_string(a));
+                rc = cio_fail(x, KVIO_E_IO, "member '%s': %s", mname, tk.rc ? "out of memory" : archive_error_string(a));
                 goto done;
             }
             free(tk.buf);
@@ -2480,10 +2337,10 @@ static int write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
             if (o.nhd) {
                 tr.buf = malloc(o.nbytes ? (size_t)o.nbytes : 1);
                 tr.cap = tr.buf ? (size_t)o.nbytes : 0;
-                sk_kv(&tr, c, &o);
+                cio_sk_kv(&tr, c, &o);
                 if (tr.rc) {
                     free(tr.buf);
-                    rc = fail(x, KVIO_E_NOMEM, "member '%s': out of memory", mname);
+                    rc = cio_fail(x, KVIO_E_NOMEM, "member '%s': out of memory", mname);
                     goto done;
                 }
                 data = tr.buf;
@@ -2493,7 +2350,7 @@ static int write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
                 la_ssize_t w = archive_write_data(a, data + at, chunk);
                 if (w <= 0) {
                     free(tr.buf);
-                    rc = fail(x, KVIO_E_IO, "member '%s': %s", mname, archive_error_string(a));
+                    rc = cio_fail(x, KVIO_E_IO, "member '%s': %s", mname, archive_error_string(a));
                     goto done;
                 }
                 at += (uint64_t)w;
@@ -2502,7 +2359,7 @@ static int write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
         }
     }
     if (archive_write_close(a) != ARCHIVE_OK) {
-        rc = fail(x, KVIO_E_IO, "cannot finish the zip archive: %s", archive_error_string(a));
+        rc = cio_fail(x, KVIO_E_IO, "cannot finish the zip archive: %s", archive_error_string(a));
         goto done;
     }
 done:
@@ -2511,7 +2368,7 @@ done:
     if (a)
         archive_write_free(a);
     if (!rc && s->rc)
-        rc = fail(x, s->rc, "write failed");
+        rc = cio_fail(x, s->rc, "write failed");
     return rc;
 }
 
@@ -2521,10 +2378,10 @@ static int write_any(const ctx *x, sink *s, const kvio_cache *c, kvio_format fmt
     if (rc)
         return rc;
     switch (fmt) {
-    case KVIO_FMT_SAFETENSORS: return write_safetensors(x, s, c, flags);
-    case KVIO_FMT_NPY: return write_npy(x, s, c, flags);
-    case KVIO_FMT_NPZ: return write_npz(x, s, c, flags);
-    default: return fail(x, KVIO_E_ARG, "no output format (use a .safetensors, .npy or .npz name)");
+    case KVIO_FMT_SAFETENSORS: return cio_write_safetensors(x, s, c, flags);
+    case KVIO_FMT_NPY: return cio_write_npy(x, s, c, flags);
+    case KVIO_FMT_NPZ: return cio_write_npz(x, s, c, flags);
+    default: return cio_fail(x, KVIO_E_ARG, "no output format (use a .safetensors, .npy or .npz name)");
     }
 }
 
@@ -2534,7 +2391,7 @@ int kvio_write_mem(const kvio_cache *c, kvio_format fmt, unsigned flags, uint8_t
     ctx x = {"(memory)", err, errlen};
     sink s = {0};
     if (!out || !out_size)
-        return fail(&x, KVIO_E_ARG, "no output buffer");
+        return cio_fail(&x, KVIO_E_ARG, "no output buffer");
     *out = NULL;
     *out_size = 0;
     int rc = write_any(&x, &s, c, fmt, flags);
@@ -2544,7 +2401,7 @@ int kvio_write_mem(const kvio_cache *c, kvio_format fmt, unsigned flags, uint8_t
     }
     *out = s.buf ? s.buf : malloc(1);
     *out_size = s.len;
-    return *out ? KVIO_OK : fail(&x, KVIO_E_NOMEM, "out of memory");
+    return *out ? KVIO_OK : cio_fail(&x, KVIO_E_NOMEM, "out of memory");
 }
 
 /* ======================================================================== */
@@ -2581,7 +2438,7 @@ kvio_format kvio_format_sniff(const void *data, size_t size)
     const uint8_t *d = data;
     if (!d)
         return KVIO_FMT_AUTO;
-    if (size >= 6 && !memcmp(d, NPY_MAGIC, 6))
+    if (size >= 6 && !memcmp(d, cio_npy_magic, 6))
         return KVIO_FMT_NPY;
     if (size >= 4 && d[0] == 'P' && d[1] == 'K' &&
         ((d[2] == 3 && d[3] == 4) || (d[2] == 5 && d[3] == 6)))
@@ -2606,7 +2463,7 @@ int kvio_read_mem(const void *data, size_t size, const char *name, kvio_format f
     default:
         if (out)
             memset(out, 0, sizeof *out);
-        return fail(&x, KVIO_E_FORMAT, "not a .safetensors, .npy or .npz file");
+        return cio_fail(&x, KVIO_E_FORMAT, "not a .safetensors, .npy or .npz file");
     }
 }
 
@@ -2616,34 +2473,34 @@ int kvio_read(const char *path, kvio_format fmt, unsigned flags, kvio_cache *out
     if (out)
         memset(out, 0, sizeof *out);
     if (!path || !out)
-        return fail(&x, KVIO_E_ARG, "no path or output cache");
+        return cio_fail(&x, KVIO_E_ARG, "no path or output cache");
     int fd = open(path, O_RDONLY);
     if (fd < 0)
-        return fail(&x, KVIO_E_IO, "cannot open: %s", strerror(errno));
+        return cio_fail(&x, KVIO_E_IO, "cannot open: %s", strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(&x, KVIO_E_IO, "cannot stat: %s", strerror(e));
+        return cio_fail(&x, KVIO_E_IO, "cannot stat: %s", strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(&x, KVIO_E_IO, "not a regular file");
+        return cio_fail(&x, KVIO_E_IO, "not a regular file");
     }
     if (st.st_size == 0) {
         close(fd);
-        return fail(&x, KVIO_E_FORMAT, "empty file");
+        return cio_fail(&x, KVIO_E_FORMAT, "empty file");
     }
     if ((uint64_t)st.st_size > SIZE_MAX) {
         close(fd);
-        return fail(&x, KVIO_E_NOMEM, "file too large for this platform");
+        return cio_fail(&x, KVIO_E_NOMEM, "file too large for this platform");
     }
     size_t size = (size_t)st.st_size;
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);
     if (map == MAP_FAILED)
-        return fail(&x, KVIO_E_IO, "cannot map: %s", strerror(e));
+        return cio_fail(&x, KVIO_E_IO, "cannot map: %s", strerror(e));
     int rc = kvio_read_mem(map, size, path, fmt, flags, out, err, errlen);
     munmap(map, size);
     return rc;
@@ -2683,24 +2540,24 @@ int kvio_tmp_open(kvio_tmp *t, const char *path, char *err, size_t errlen)
     ctx x = {path, err, errlen};
     static const char suffix[] = ".tmp-XXXXXX";
     if (!t)
-        return fail(&x, KVIO_E_ARG, "no temporary file handle");
+        return cio_fail(&x, KVIO_E_ARG, "no temporary file handle");
     t->path = NULL;
     t->f = NULL;
     if (!path || !*path)
-        return fail(&x, KVIO_E_ARG, "no path");
+        return cio_fail(&x, KVIO_E_ARG, "no path");
     size_t n = strlen(path);
     if (n > SIZE_MAX - sizeof suffix)
-        return fail(&x, KVIO_E_ARG, "path too long");
+        return cio_fail(&x, KVIO_E_ARG, "path too long");
     char *tmp = malloc(n + sizeof suffix);
     if (!tmp)
-        return fail(&x, KVIO_E_NOMEM, "out of memory");
+        return cio_fail(&x, KVIO_E_NOMEM, "out of memory");
     memcpy(tmp, path, n);
     memcpy(tmp + n, suffix, sizeof suffix);
     int fd = mkstemp(tmp); /* O_EXCL, mode 0600 */
     if (fd < 0) {
         int e = errno;
         free(tmp);
-        return fail(&x, KVIO_E_IO, "cannot create a temporary file next to it: %s", strerror(e));
+        return cio_fail(&x, KVIO_E_IO, "cannot create a temporary file next to it: %s", strerror(e));
     }
     /* mkstemp ignores the umask; the mode fopen would give. If the file
      * system refuses, the file stays 0600: narrower, never wider. */
@@ -2711,7 +2568,7 @@ int kvio_tmp_open(kvio_tmp *t, const char *path, char *err, size_t errlen)
         close(fd);
         unlink(tmp);
         free(tmp);
-        return fail(&x, e == ENOMEM ? KVIO_E_NOMEM : KVIO_E_IO, "cannot open the temporary file: %s",
+        return cio_fail(&x, e == ENOMEM ? KVIO_E_NOMEM : KVIO_E_IO, "cannot open the temporary file: %s",
                     strerror(e));
     }
     t->path = tmp;
@@ -2739,8 +2596,8 @@ static int tmp_link(const ctx *x, const char *tmp, const char *path)
             e = errno;
     }
     if (e == EEXIST)
-        return fail(x, KVIO_E_EXISTS, "appeared while it was written; not replaced");
-    return fail(x, KVIO_E_IO, "cannot link %s into place: %s", tmp, strerror(e));
+        return cio_fail(x, KVIO_E_EXISTS, "appeared while it was written; not replaced");
+    return cio_fail(x, KVIO_E_IO, "cannot link %s into place: %s", tmp, strerror(e));
 }
 
 int kvio_tmp_place(kvio_tmp *t, const char *path, unsigned flags, char *err, size_t errlen)
@@ -2748,11 +2605,11 @@ int kvio_tmp_place(kvio_tmp *t, const char *path, unsigned flags, char *err, siz
     ctx x = {path, err, errlen};
     if (!t || !t->path) {
         kvio_tmp_discard(t);
-        return fail(&x, KVIO_E_ARG, "no temporary file");
+        return cio_fail(&x, KVIO_E_ARG, "no temporary file");
     }
     if (!path || !*path) {
         kvio_tmp_discard(t);
-        return fail(&x, KVIO_E_ARG, "no path");
+        return cio_fail(&x, KVIO_E_ARG, "no path");
     }
     int rc = KVIO_OK;
     if (t->f) {
@@ -2766,9 +2623,9 @@ int kvio_tmp_place(kvio_tmp *t, const char *path, unsigned flags, char *err, siz
         if (fclose(f) != 0 && !e && !earlier)
             e = errno;
         if (earlier)
-            rc = fail(&x, KVIO_E_IO, "write failed (a write to the temporary file failed)");
+            rc = cio_fail(&x, KVIO_E_IO, "write failed (a write to the temporary file failed)");
         else if (e)
-            rc = fail(&x, KVIO_E_IO, "write failed: %s", strerror(e));
+            rc = cio_fail(&x, KVIO_E_IO, "write failed: %s", strerror(e));
     }
     if (!rc && (flags & KVIO_WRITE_NO_REPLACE)) {
         rc = tmp_link(&x, t->path, path); /* then the temporary name goes */
@@ -2776,7 +2633,7 @@ int kvio_tmp_place(kvio_tmp *t, const char *path, unsigned flags, char *err, siz
         if (rename(t->path, path) == 0)
             t->path[0] = 0; /* nothing left under the temporary name */
         else
-            rc = fail(&x, KVIO_E_IO, "cannot rename %s into place: %s", t->path, strerror(errno));
+            rc = cio_fail(&x, KVIO_E_IO, "cannot rename %s into place: %s", t->path, strerror(errno));
     }
     if (t->path[0])
         unlink(t->path);
@@ -2806,11 +2663,11 @@ int kvio_write(const char *path, kvio_format fmt, unsigned flags, const kvio_cac
 {
     ctx x = {path, err, errlen};
     if (!path)
-        return fail(&x, KVIO_E_ARG, "no path");
+        return cio_fail(&x, KVIO_E_ARG, "no path");
     if (fmt == KVIO_FMT_AUTO)
         fmt = kvio_format_from_path(path);
     if (fmt == KVIO_FMT_AUTO)
-        return fail(&x, KVIO_E_ARG, "cannot tell the format from the name (use .safetensors, .npy or .npz)");
+        return cio_fail(&x, KVIO_E_ARG, "cannot tell the format from the name (use .safetensors, .npy or .npz)");
     int rc = kvio_cache_check(c, NULL, 0);
     if (rc) {
         kvio_cache_check(c, err, errlen);
@@ -2818,7 +2675,7 @@ int kvio_write(const char *path, kvio_format fmt, unsigned flags, const kvio_cac
     }
     struct stat sb;
     if ((flags & KVIO_WRITE_NO_REPLACE) && lstat(path, &sb) == 0)
-        return fail(&x, KVIO_E_EXISTS, "exists; not replaced");
+        return cio_fail(&x, KVIO_E_EXISTS, "exists; not replaced");
     kvio_tmp t;
     if ((rc = kvio_tmp_open(&t, path, err, errlen)) != KVIO_OK)
         return rc;
