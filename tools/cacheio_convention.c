@@ -236,147 +236,127 @@ static uint8_t *take_bytes(kv_tensor *t, int nhd, uint32_t H, uint32_t T, size_t
     return p;
 }
 
-/* From n tensors (names, dtypes, shapes and bytes already checked by the
- * format parser) to a cache. Takes over `meta` (n_meta entries) and the
- * names in `ign` (npz members skipped before; more are added here) on
- * success and on failure. */
-int cio_assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_meta *meta,
-                    size_t n_meta, ign_list *ign, kvio_cache *out)
+/* A name readers skip (companion, or extra with KVIO_READ_IGNORE_EXTRA). */
+static int skip_name(const ctx *x, ign_list *ign, const char *name)
 {
-    int rc = KVIO_OK;
-    kv_tensor **key_of = NULL, **val_of = NULL, *tok = NULL, *first = NULL;
-    size_t nk = 0, nv = 0;
-    int nhd = (flags & KVIO_READ_NHD) != 0;
-    ign_list pre = *ign; /* for the message of a file without key/value tensors */
-    memset(out, 0, sizeof *out);
-    out->meta = meta;
-    out->n_meta = n_meta;
+    return cio_ign_add(ign, name) ? cio_fail(x, KVIO_E_NOMEM, "out of memory") : KVIO_OK;
+}
 
-    if ((rc = cio_check_duplicates(x, t, n)))
-        goto done;
+/* The keys, values and token ids among n tensors, by name: companions (and
+ * with KVIO_READ_IGNORE_EXTRA other names) go to ign, the token ids to
+ * *tok, the first key or value tensor to *first (the others must share its
+ * scheme); *nk counts the key tensors. */
+static int sort_roles(const ctx *x, kv_tensor *t, size_t n, unsigned flags, ign_list *ign,
+                      kv_tensor **tok, kv_tensor **first, size_t *nk)
+{
+    int rc;
     for (size_t i = 0; i < n; i++) {
         cio_classify(&t[i]);
         switch (t[i].role) {
         case R_BADINDEX:
-            rc = cio_fail(x, KVIO_E_CONVENTION,
-                      "tensor '%s': malformed layer index (decimal, no leading zeros, below 2^32-1)",
-                      cio_show(t[i].name).s);
-            goto done;
+            return cio_fail(x, KVIO_E_CONVENTION,
+                            "tensor '%s': malformed layer index (decimal, no leading zeros, below 2^32-1)",
+                            cio_show(t[i].name).s);
         case R_COMPANION:
-            if ((rc = cio_ign_add(ign, t[i].name)))
-                goto nomem;
+            if ((rc = skip_name(x, ign, t[i].name)))
+                return rc;
             break;
         case R_EXTRA:
-            if (flags & KVIO_READ_IGNORE_EXTRA) {
-                if ((rc = cio_ign_add(ign, t[i].name)))
-                    goto nomem;
-                break;
-            }
-            rc = cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': not part of the cache naming convention (%s)",
-                      cio_show(t[i].name).s, SCHEMES_TEXT);
-            goto done;
+            if (!(flags & KVIO_READ_IGNORE_EXTRA))
+                return cio_fail(x, KVIO_E_CONVENTION,
+                                "tensor '%s': not part of the cache naming convention (%s)",
+                                cio_show(t[i].name).s, SCHEMES_TEXT);
+            if ((rc = skip_name(x, ign, t[i].name)))
+                return rc;
+            break;
         case R_TOKENS:
-            if (tok) {
-                rc = cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': token ids given twice (also '%s')",
-                          cio_show(t[i].name).s, cio_show(tok->name).s);
-                goto done;
-            }
-            tok = &t[i];
+            if (*tok)
+                return cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': token ids given twice (also '%s')",
+                                cio_show(t[i].name).s, cio_show((*tok)->name).s);
+            *tok = &t[i];
             break;
         default:
-            if (!first) {
-                first = &t[i];
-            } else if (first->scheme != t[i].scheme) {
-                rc = cio_fail(x, KVIO_E_CONVENTION,
-                          "tensor '%s': named like %s but tensor '%s' like %s; one naming scheme per file",
-                          cio_show(t[i].name).s, scheme_name(t[i].scheme, 0, 0).s, cio_show(first->name).s,
-                          scheme_name(first->scheme, 0, 0).s);
-                goto done;
-            }
+            if (!*first)
+                *first = &t[i];
+            else if ((*first)->scheme != t[i].scheme)
+                return cio_fail(x, KVIO_E_CONVENTION,
+                                "tensor '%s': named like %s but tensor '%s' like %s; one naming scheme per file",
+                                cio_show(t[i].name).s, scheme_name(t[i].scheme, 0, 0).s,
+                                cio_show((*first)->name).s, scheme_name((*first)->scheme, 0, 0).s);
             if (t[i].role == R_KEY)
-                nk++;
-            else
-                nv++;
+                (*nk)++;
         }
     }
-    if (!first) {
-        rc = cio_fail(x, KVIO_E_CONVENTION, "no key/value tensors (%s); the file holds %s", SCHEMES_TEXT,
-                  found_names(t, n, &pre).s);
-        goto done;
-    }
-    int s = first->scheme;
-    size_t L = nk;
-    if (L == 0) {
-        rc = cio_fail(x, KVIO_E_CONVENTION, "missing tensor '%s'", scheme_name(s, 0, 0).s);
-        goto done;
-    }
-    key_of = calloc(L, sizeof *key_of);
-    val_of = calloc(L, sizeof *val_of);
-    if (!key_of || !val_of) {
-        rc = cio_fail(x, KVIO_E_NOMEM, "out of memory");
-        goto done;
-    }
+    return KVIO_OK;
+}
+
+/* key_of[l] and val_of[l] for layers 0..L-1 of scheme s (L = the number of
+ * key tensors): every layer needs both, and no value may be beyond them. */
+static int pair_layers(const ctx *x, kv_tensor *t, size_t n, int s, size_t L, kv_tensor **key_of,
+                       kv_tensor **val_of)
+{
     for (size_t i = 0; i < n; i++)
         if (t[i].role == R_KEY && t[i].layer < L)
             key_of[t[i].layer] = &t[i];
     for (size_t l = 0; l < L; l++)
-        if (!key_of[l]) {
-            rc = cio_fail(x, KVIO_E_CONVENTION, "missing tensor '%s' (found %zu key tensors)",
-                      scheme_name(s, 0, (uint32_t)l).s, L);
-            goto done;
-        }
+        if (!key_of[l])
+            return cio_fail(x, KVIO_E_CONVENTION, "missing tensor '%s' (found %zu key tensors)",
+                            scheme_name(s, 0, (uint32_t)l).s, L);
     for (size_t i = 0; i < n; i++)
         if (t[i].role == R_VALUE) {
-            if (t[i].layer >= L) {
-                rc = cio_fail(x, KVIO_E_CONVENTION, "missing tensor '%s' (its value tensor '%s' is present)",
-                          scheme_name(s, 0, t[i].layer).s, cio_show(t[i].name).s);
-                goto done;
-            }
+            if (t[i].layer >= L)
+                return cio_fail(x, KVIO_E_CONVENTION, "missing tensor '%s' (its value tensor '%s' is present)",
+                                scheme_name(s, 0, t[i].layer).s, cio_show(t[i].name).s);
             val_of[t[i].layer] = &t[i];
         }
     for (size_t l = 0; l < L; l++)
-        if (!val_of[l]) {
-            rc = cio_fail(x, KVIO_E_CONVENTION, "missing tensor '%s' (its key tensor '%s' is present)",
-                      scheme_name(s, 1, (uint32_t)l).s, cio_show(key_of[l]->name).s);
-            goto done;
-        }
-    if (L > KVIO_MAX_LAYERS) {
-        rc = cio_fail(x, KVIO_E_UNSUPPORTED, "%zu layers (at most %u are accepted)", L, KVIO_MAX_LAYERS);
-        goto done;
-    }
+        if (!val_of[l])
+            return cio_fail(x, KVIO_E_CONVENTION, "missing tensor '%s' (its key tensor '%s' is present)",
+                            scheme_name(s, 1, (uint32_t)l).s, cio_show(key_of[l]->name).s);
+    return KVIO_OK;
+}
 
-    /* shapes and dtypes: everything agrees with layer 0 */
-    uint32_t k0[3], v0[3];
-    if ((rc = kv_shape(x, key_of[0], nhd, k0)) || (rc = kv_shape(x, val_of[0], nhd, v0)))
-        goto done;
-    for (size_t l = 0; l < L; l++) {
-        uint32_t k[3], v[3];
-        if ((rc = kv_shape(x, key_of[l], nhd, k)) || (rc = kv_shape(x, val_of[l], nhd, v)))
-            goto done;
-        if (k[0] != k0[0] || k[1] != k0[1] || k[2] != k0[2]) {
-            rc = cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s differs from tensor '%s' %s",
-                      cio_show(key_of[l]->name).s, cio_fmt_shape(key_of[l]->dims, key_of[l]->ndim).s,
-                      cio_show(key_of[0]->name).s, cio_fmt_shape(key_of[0]->dims, key_of[0]->ndim).s);
-            goto done;
-        }
-        if (v[0] != k0[0] || v[1] != k0[1] || v[2] != v0[2]) {
-            rc = cio_fail(x, KVIO_E_CONVENTION,
-                      "tensor '%s': shape %s does not match %u kv_heads, %u positions, value dim %u "
-                      "(from tensors '%s' and '%s')",
-                      cio_show(val_of[l]->name).s, cio_fmt_shape(val_of[l]->dims, val_of[l]->ndim).s, k0[0],
-                      k0[1], v0[2], cio_show(key_of[0]->name).s, cio_show(val_of[0]->name).s);
-            goto done;
-        }
-        for (int kv = 0; kv < 2; kv++) {
-            kv_tensor *q = kv ? val_of[l] : key_of[l];
-            if (q->type != key_of[0]->type) {
-                rc = cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': dtype %s differs from tensor '%s' (%s)",
-                          cio_show(q->name).s, cio_show(q->dtype_name).s, cio_show(key_of[0]->name).s,
-                          cio_show(key_of[0]->dtype_name).s);
-                goto done;
-            }
-        }
+/* Layer l's keys and values have layer 0's shapes (k0, v0: [H, T, D]) and
+ * the dtype of layer 0's keys. */
+static int check_layer_shape(const ctx *x, kv_tensor **key_of, kv_tensor **val_of, size_t l, int nhd,
+                             const uint32_t k0[3], const uint32_t v0[3])
+{
+    uint32_t k[3], v[3];
+    int rc;
+    if ((rc = kv_shape(x, key_of[l], nhd, k)) || (rc = kv_shape(x, val_of[l], nhd, v)))
+        return rc;
+    if (k[0] != k0[0] || k[1] != k0[1] || k[2] != k0[2])
+        return cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s differs from tensor '%s' %s",
+                        cio_show(key_of[l]->name).s, cio_fmt_shape(key_of[l]->dims, key_of[l]->ndim).s,
+                        cio_show(key_of[0]->name).s, cio_fmt_shape(key_of[0]->dims, key_of[0]->ndim).s);
+    if (v[0] != k0[0] || v[1] != k0[1] || v[2] != v0[2])
+        return cio_fail(x, KVIO_E_CONVENTION,
+                        "tensor '%s': shape %s does not match %u kv_heads, %u positions, value dim %u "
+                        "(from tensors '%s' and '%s')",
+                        cio_show(val_of[l]->name).s, cio_fmt_shape(val_of[l]->dims, val_of[l]->ndim).s,
+                        k0[0], k0[1], v0[2], cio_show(key_of[0]->name).s, cio_show(val_of[0]->name).s);
+    for (int kv = 0; kv < 2; kv++) {
+        kv_tensor *q = kv ? val_of[l] : key_of[l];
+        if (q->type != key_of[0]->type)
+            return cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': dtype %s differs from tensor '%s' (%s)",
+                            cio_show(q->name).s, cio_show(q->dtype_name).s, cio_show(key_of[0]->name).s,
+                            cio_show(key_of[0]->dtype_name).s);
     }
+    return KVIO_OK;
+}
+
+/* The cache's geometry and dtype from the L layers, which must all agree
+ * with layer 0 (k0, v0 get its [H, T, D] of keys and values), and every
+ * tensor's byte length must match it. */
+static int set_geometry(const ctx *x, kv_tensor **key_of, kv_tensor **val_of, size_t L, int nhd,
+                        uint32_t k0[3], uint32_t v0[3], kvio_cache *out)
+{
+    int rc;
+    if ((rc = kv_shape(x, key_of[0], nhd, k0)) || (rc = kv_shape(x, val_of[0], nhd, v0)))
+        return rc;
+    for (size_t l = 0; l < L; l++)
+        if ((rc = check_layer_shape(x, key_of, val_of, l, nhd, k0, v0)))
+            return rc;
     out->dtype = to_fkvf(key_of[0]->type);
     out->n_kv_heads = k0[0];
     out->n_positions = k0[1];
@@ -385,84 +365,129 @@ int cio_assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_meta
     out->token_width = 8;
     uint64_t kb = kvio_key_bytes(out), vb = kvio_value_bytes(out);
     for (size_t l = 0; l < L; l++)
-        if (key_of[l]->nbytes != kb || val_of[l]->nbytes != vb) {
-            rc = cio_fail(x, KVIO_E_FORMAT, "tensor '%s': byte length does not match its shape",
-                      cio_show(key_of[l]->nbytes != kb ? key_of[l]->name : val_of[l]->name).s);
-            goto done;
-        }
+        if (key_of[l]->nbytes != kb || val_of[l]->nbytes != vb)
+            return cio_fail(x, KVIO_E_FORMAT, "tensor '%s': byte length does not match its shape",
+                            cio_show(key_of[l]->nbytes != kb ? key_of[l]->name : val_of[l]->name).s);
+    return KVIO_OK;
+}
 
-    /* token ids */
-    if (tok) {
-        const uint64_t *d = tok->dims;
-        if (tok->type != T_I32 && tok->type != T_I64) {
-            rc = cio_fail(x, KVIO_E_UNSUPPORTED, "tensor '%s': dtype %s; token ids must be int32 or int64",
-                      cio_show(tok->name).s, cio_show(tok->dtype_name).s);
-            goto done;
-        }
-        if (tok->ndim == 2 && d[0] == 1)
-            d++;
-        else if (tok->ndim != 1) {
-            rc = cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s; expected [positions] or [1, positions]",
-                      cio_show(tok->name).s, cio_fmt_shape(tok->dims, tok->ndim).s);
-            goto done;
-        }
-        if (d[0] != out->n_positions) {
-            /* a positions-first cache read heads-first: as many ids as "heads" */
-            int swapped = d[0] == out->n_kv_heads;
-            rc = cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': %" PRIu64 " token ids for %u positions%s",
-                      cio_show(tok->name).s, d[0], out->n_positions,
-                      !swapped ? ""
-                      : nhd    ? " (are the key/value tensors heads-first, [kv_heads, positions, dim]?)"
-                               : " (are the key/value tensors positions-first, [positions, kv_heads, "
-                                 "dim]? fkvf: --layout nhd)");
-            goto done;
-        }
-        if (tok->nbytes != d[0] * tok->esize) {
-            rc = cio_fail(x, KVIO_E_FORMAT, "tensor '%s': byte length does not match its shape",
-                      cio_show(tok->name).s);
-            goto done;
-        }
-        out->token_width = (unsigned)tok->esize;
-        out->tokens = malloc(out->n_positions ? out->n_positions * sizeof *out->tokens : 1);
-        if (!out->tokens) {
-            rc = cio_fail(x, KVIO_E_NOMEM, "out of memory");
-            goto done;
-        }
-        for (uint32_t p = 0; p < out->n_positions; p++) {
-            int64_t v = tok->esize == 4 ? (int64_t)(int32_t)rd32(tok->data + 4 * (size_t)p)
-                                        : (int64_t)rd64(tok->data + 8 * (size_t)p);
-            if (v < 0) {
-                rc = cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': token id %" PRId64 " at position %u is negative",
-                          cio_show(tok->name).s, v, p);
-                goto done;
-            }
-            out->tokens[p] = v;
-        }
+/* The token ids tensor: int32 or int64, [positions] or [1, positions],
+ * as many ids as the cache has positions, bytes to match. */
+static int check_tokens_shape(const ctx *x, const kv_tensor *tok, int nhd, const kvio_cache *out)
+{
+    const uint64_t *d = tok->dims;
+    if (tok->type != T_I32 && tok->type != T_I64)
+        return cio_fail(x, KVIO_E_UNSUPPORTED, "tensor '%s': dtype %s; token ids must be int32 or int64",
+                        cio_show(tok->name).s, cio_show(tok->dtype_name).s);
+    if (tok->ndim == 2 && d[0] == 1)
+        d++;
+    else if (tok->ndim != 1)
+        return cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': shape %s; expected [positions] or [1, positions]",
+                        cio_show(tok->name).s, cio_fmt_shape(tok->dims, tok->ndim).s);
+    if (d[0] != out->n_positions) {
+        /* a positions-first cache read heads-first: as many ids as "heads" */
+        int swapped = d[0] == out->n_kv_heads;
+        return cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': %" PRIu64 " token ids for %u positions%s",
+                        cio_show(tok->name).s, d[0], out->n_positions,
+                        !swapped ? ""
+                        : nhd    ? " (are the key/value tensors heads-first, [kv_heads, positions, dim]?)"
+                                 : " (are the key/value tensors positions-first, [positions, kv_heads, "
+                                   "dim]? fkvf: --layout nhd)");
     }
+    if (tok->nbytes != d[0] * tok->esize)
+        return cio_fail(x, KVIO_E_FORMAT, "tensor '%s': byte length does not match its shape",
+                        cio_show(tok->name).s);
+    return KVIO_OK;
+}
 
+/* out->tokens from the token ids tensor (checked first); ids are >= 0. */
+static int take_tokens(const ctx *x, const kv_tensor *tok, int nhd, kvio_cache *out)
+{
+    int rc = check_tokens_shape(x, tok, nhd, out);
+    if (rc)
+        return rc;
+    out->token_width = (unsigned)tok->esize;
+    out->tokens = malloc(out->n_positions ? out->n_positions * sizeof *out->tokens : 1);
+    if (!out->tokens)
+        return cio_fail(x, KVIO_E_NOMEM, "out of memory");
+    for (uint32_t p = 0; p < out->n_positions; p++) {
+        int64_t v = tok->esize == 4 ? (int64_t)(int32_t)rd32(tok->data + 4 * (size_t)p)
+                                    : (int64_t)rd64(tok->data + 8 * (size_t)p);
+        if (v < 0)
+            return cio_fail(x, KVIO_E_CONVENTION, "tensor '%s': token id %" PRId64 " at position %u is negative",
+                            cio_show(tok->name).s, v, p);
+        out->tokens[p] = v;
+    }
+    return KVIO_OK;
+}
+
+/* out->keys and out->values: the L layers' bytes, in [H][T][D] order. */
+static int take_layers(const ctx *x, kv_tensor **key_of, kv_tensor **val_of, size_t L, int nhd,
+                       const uint32_t k0[3], const uint32_t v0[3], kvio_cache *out)
+{
     out->keys = calloc(L, sizeof *out->keys);
     out->values = calloc(L, sizeof *out->values);
-    if (!out->keys || !out->values) {
-        rc = cio_fail(x, KVIO_E_NOMEM, "out of memory");
-        goto done;
-    }
+    if (!out->keys || !out->values)
+        return cio_fail(x, KVIO_E_NOMEM, "out of memory");
     out->n_layers = (uint32_t)L;
     size_t es = kvio_dtype_size(out->dtype);
     for (size_t l = 0; l < L; l++) {
         out->keys[l] = take_bytes(key_of[l], nhd, k0[0], k0[1], (size_t)k0[2] * es);
         out->values[l] = take_bytes(val_of[l], nhd, k0[0], k0[1], (size_t)v0[2] * es);
-        if (!out->keys[l] || !out->values[l]) {
-            rc = cio_fail(x, KVIO_E_NOMEM, "out of memory for layer %zu", l);
-            goto done;
-        }
+        if (!out->keys[l] || !out->values[l])
+            return cio_fail(x, KVIO_E_NOMEM, "out of memory for layer %zu", l);
     }
-    out->names = (kvio_names)(KVIO_NAMES_FKVF + s);
+    return KVIO_OK;
+}
+
+/* From n tensors (names, dtypes, shapes and bytes already checked by the
+ * format parser) to a cache. Takes over `meta` (n_meta entries) and the
+ * names in `ign` (npz members skipped before; more are added here) on
+ * success and on failure. */
+int cio_assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_meta *meta,
+                 size_t n_meta, ign_list *ign, kvio_cache *out)
+{
+    int rc;
+    kv_tensor **key_of = NULL, **val_of = NULL, *tok = NULL, *first = NULL;
+    size_t L = 0; /* layers: the number of key tensors */
+    int nhd = (flags & KVIO_READ_NHD) != 0;
+    uint32_t k0[3], v0[3];
+    ign_list pre = *ign; /* for the message of a file without key/value tensors */
+    memset(out, 0, sizeof *out);
+    out->meta = meta;
+    out->n_meta = n_meta;
+
+    if ((rc = cio_check_duplicates(x, t, n)) || (rc = sort_roles(x, t, n, flags, ign, &tok, &first, &L)))
+        goto done;
+    if (!first) {
+        rc = cio_fail(x, KVIO_E_CONVENTION, "no key/value tensors (%s); the file holds %s", SCHEMES_TEXT,
+                      found_names(t, n, &pre).s);
+        goto done;
+    }
+    if (L == 0) {
+        rc = cio_fail(x, KVIO_E_CONVENTION, "missing tensor '%s'", scheme_name(first->scheme, 0, 0).s);
+        goto done;
+    }
+    key_of = calloc(L, sizeof *key_of);
+    val_of = calloc(L, sizeof *val_of);
+    if (!key_of || !val_of) {
+        rc = cio_fail(x, KVIO_E_NOMEM, "out of memory");
+        goto done;
+    }
+    if ((rc = pair_layers(x, t, n, first->scheme, L, key_of, val_of)))
+        goto done;
+    if (L > KVIO_MAX_LAYERS) {
+        rc = cio_fail(x, KVIO_E_UNSUPPORTED, "%zu layers (at most %u are accepted)", L, KVIO_MAX_LAYERS);
+        goto done;
+    }
+    if ((rc = set_geometry(x, key_of, val_of, L, nhd, k0, v0, out)) ||
+        (tok && (rc = take_tokens(x, tok, nhd, out))) ||
+        (rc = take_layers(x, key_of, val_of, L, nhd, k0, v0, out)))
+        goto done;
+    out->names = (kvio_names)(KVIO_NAMES_FKVF + first->scheme);
     out->n_ignored = ign->n;
     memcpy(out->ignored, ign->names, sizeof out->ignored);
     memset(ign, 0, sizeof *ign);
-    goto done;
-nomem:
-    rc = cio_fail(x, KVIO_E_NOMEM, "out of memory");
 done:
     free(key_of);
     free(val_of);
