@@ -82,12 +82,159 @@ static int pword(pyp *p, const char *w)
     return 0;
 }
 
+/* The keys of a .npy header dict met so far. */
+typedef struct npy_seen {
+    int descr, order, shape;
+    int fortran; /* fortran_order: True */
+} npy_seen;
+
+/* 'descr': a string literal (a structured dtype, a list, is refused). */
+static int npy_descr_value(const ctx *x, const char *label, pyp *p, npy_hdr *o, npy_seen *seen)
+{
+    if (seen->descr)
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: duplicate key 'descr'", label);
+    seen->descr = 1;
+    if (p->i < p->n && p->s[p->i] == '[')
+        return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: structured dtypes are not supported", label);
+    int r = pstr(p, o->descr, sizeof o->descr);
+    if (r == 2)
+        return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: unsupported dtype (descr too long)", label);
+    if (r)
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: descr is not a string literal", label);
+    return KVIO_OK;
+}
+
+/* 'fortran_order': True or False. */
+static int npy_order_value(const ctx *x, const char *label, pyp *p, npy_seen *seen)
+{
+    if (seen->order)
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: duplicate key 'fortran_order'", label);
+    seen->order = 1;
+    if (pword(p, "True"))
+        seen->fortran = 1;
+    else if (!pword(p, "False"))
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: fortran_order must be True or False", label);
+    return KVIO_OK;
+}
+
+/* One dimension of the shape tuple: a decimal integer below 2^64. */
+static int npy_dim(const ctx *x, const char *label, pyp *p, uint64_t *v)
+{
+    if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9')
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: shape must hold non-negative integers", label);
+    *v = 0;
+    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
+        unsigned dg = (unsigned)(p->s[p->i++] - '0');
+        if (*v > (UINT64_MAX - dg) / 10)
+            return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: shape dimension too large", label);
+        *v = *v * 10 + dg;
+    }
+    return KVIO_OK;
+}
+
+/* 'shape': a tuple of at most KVIO_MAX_NDIM integers, "(n,)" for one. */
+static int npy_shape_value(const ctx *x, const char *label, pyp *p, npy_hdr *o, npy_seen *seen)
+{
+    int rc, commas = 0;
+    if (seen->shape)
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: duplicate key 'shape'", label);
+    seen->shape = 1;
+    if (p->i >= p->n || p->s[p->i] != '(')
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: shape must be a tuple", label);
+    p->i++;
+    for (;;) {
+        uint64_t v = 0;
+        pws(p);
+        if (p->i < p->n && p->s[p->i] == ')') {
+            p->i++;
+            return KVIO_OK;
+        }
+        if ((rc = npy_dim(x, label, p, &v)))
+            return rc;
+        if (o->ndim >= KVIO_MAX_NDIM)
+            return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: more than %d dimensions", label, KVIO_MAX_NDIM);
+        o->dims[o->ndim++] = v;
+        pws(p);
+        if (p->i < p->n && p->s[p->i] == ',') {
+            p->i++;
+            commas++;
+        } else if (p->i < p->n && p->s[p->i] == ')') {
+            p->i++;
+            if (o->ndim == 1 && !commas)
+                return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: shape (n) is not a tuple; write (n,)", label);
+            return KVIO_OK;
+        } else {
+            return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: expected ',' or ')' in shape", label);
+        }
+    }
+}
+
+/* One "'key': value" entry of the header dict. */
+static int npy_entry(const ctx *x, const char *label, pyp *p, npy_hdr *o, npy_seen *seen)
+{
+    char key[32];
+    if (pstr(p, key, sizeof key))
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: expected a quoted key at byte %zu", label, p->i);
+    pws(p);
+    if (p->i >= p->n || p->s[p->i] != ':')
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: expected ':' after '%s'", label, cio_show(key).s);
+    p->i++;
+    pws(p);
+    if (!strcmp(key, "descr"))
+        return npy_descr_value(x, label, p, o, seen);
+    if (!strcmp(key, "fortran_order"))
+        return npy_order_value(x, label, p, seen);
+    if (!strcmp(key, "shape"))
+        return npy_shape_value(x, label, p, o, seen);
+    return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: unexpected key '%s'", label, cio_show(key).s);
+}
+
+/* The element type of o->descr: little-endian f16, f32, bf16 bits, int32,
+ * int64. */
+static int npy_known_dtype(const ctx *x, const char *label, npy_hdr *o)
+{
+    static const struct {
+        const char *descr;
+        int type;
+        size_t size;
+    } known[] = {
+        {"<f2", T_F16, 2}, {"<f4", T_F32, 4}, {"<u2", T_BF16, 2}, {"<V2", T_BF16, 2},
+        {"|V2", T_BF16, 2}, {"<i4", T_I32, 4}, {"<i8", T_I64, 8},
+    };
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+        if (!strcmp(o->descr, known[k].descr)) {
+            o->type = known[k].type;
+            o->esize = known[k].size;
+            return KVIO_OK;
+        }
+    if (o->descr[0] == '>')
+        return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: big-endian dtype '%s'; only little-endian data is accepted",
+                        label, cio_show(o->descr).s);
+    return cio_fail(x, KVIO_E_UNSUPPORTED,
+                    "%s: unsupported dtype '%s' (accepted: '<f2', '<f4', '<u2' = bf16 bits, '<i4', '<i8')",
+                    label, cio_show(o->descr).s);
+}
+
+/* o->nbytes: the bytes of array data its shape and dtype need. */
+static int npy_data_bytes(const ctx *x, const char *label, npy_hdr *o)
+{
+    uint64_t count = 1;
+    for (size_t i = 0; i < o->ndim; i++)
+        if (!mul_ok(count, o->dims[i], &count))
+            return cio_fail(x, KVIO_E_FORMAT, "%s: shape %s overflows 64 bits", label,
+                            cio_fmt_shape(o->dims, o->ndim).s);
+    if (!mul_ok(count, o->esize, &o->nbytes))
+        return cio_fail(x, KVIO_E_FORMAT, "%s: shape %s overflows 64 bits", label,
+                        cio_fmt_shape(o->dims, o->ndim).s);
+    return KVIO_OK;
+}
+
 /* Parse the header dict and check descr/order/size. */
 int cio_npy_dict(const ctx *x, const char *label, const uint8_t *h, size_t hl, npy_hdr *o)
 {
     pyp p = {h, hl, 0};
-    int have_descr = 0, have_order = 0, have_shape = 0, fortran = 0;
-    char key[32];
+    npy_seen seen = {0, 0, 0, 0};
+    int rc;
     memset(o, 0, sizeof *o);
     pws(&p);
     if (p.i >= p.n || p.s[p.i] != '{')
@@ -99,123 +246,26 @@ int cio_npy_dict(const ctx *x, const char *label, const uint8_t *h, size_t hl, n
             p.i++;
             break;
         }
-        int r = pstr(&p, key, sizeof key);
-        if (r)
-            return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: expected a quoted key at byte %zu", label, p.i);
+        if ((rc = npy_entry(x, label, &p, o, &seen)))
+            return rc;
         pws(&p);
-        if (p.i >= p.n || p.s[p.i] != ':')
-            return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: expected ':' after '%s'", label, cio_show(key).s);
-        p.i++;
-        pws(&p);
-        if (!strcmp(key, "descr")) {
-            if (have_descr)
-                return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: duplicate key 'descr'", label);
-            have_descr = 1;
-            if (p.i < p.n && p.s[p.i] == '[')
-                return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: structured dtypes are not supported", label);
-            r = pstr(&p, o->descr, sizeof o->descr);
-            if (r == 2)
-                return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: unsupported dtype (descr too long)", label);
-            if (r)
-                return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: descr is not a string literal", label);
-        } else if (!strcmp(key, "fortran_order")) {
-            if (have_order)
-                return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: duplicate key 'fortran_order'", label);
-            have_order = 1;
-            if (pword(&p, "True"))
-                fortran = 1;
-            else if (!pword(&p, "False"))
-                return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: fortran_order must be True or False", label);
-        } else if (!strcmp(key, "shape")) {
-            if (have_shape)
-                return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: duplicate key 'shape'", label);
-            have_shape = 1;
-            if (p.i >= p.n || p.s[p.i] != '(')
-                return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: shape must be a tuple", label);
+        if (p.i < p.n && p.s[p.i] == ',')
             p.i++;
-            int commas = 0;
-            for (;;) {
-                pws(&p);
-                if (p.i < p.n && p.s[p.i] == ')') {
-                    p.i++;
-                    break;
-                }
-                if (p.i >= p.n || p.s[p.i] < '0' || p.s[p.i] > '9')
-                    return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: shape must hold non-negative integers", label);
-                uint64_t v = 0;
-                while (p.i < p.n && p.s[p.i] >= '0' && p.s[p.i] <= '9') {
-                    unsigned dg = (unsigned)(p.s[p.i++] - '0');
-                    if (v > (UINT64_MAX - dg) / 10)
-                        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: shape dimension too large", label);
-                    v = v * 10 + dg;
-                }
-                if (o->ndim < KVIO_MAX_NDIM)
-                    o->dims[o->ndim] = v;
-                else
-                    return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: more than %d dimensions", label, KVIO_MAX_NDIM);
-                o->ndim++;
-                pws(&p);
-                if (p.i < p.n && p.s[p.i] == ',') {
-                    p.i++;
-                    commas++;
-                } else if (p.i < p.n && p.s[p.i] == ')') {
-                    p.i++;
-                    if (o->ndim == 1 && !commas)
-                        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: shape (n) is not a tuple; write (n,)", label);
-                    break;
-                } else {
-                    return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: expected ',' or ')' in shape", label);
-                }
-            }
-        } else {
-            return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: unexpected key '%s'", label, cio_show(key).s);
-        }
-        pws(&p);
-        if (p.i < p.n && p.s[p.i] == ',') {
-            p.i++;
-        } else if (!(p.i < p.n && p.s[p.i] == '}')) {
+        else if (!(p.i < p.n && p.s[p.i] == '}'))
             return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: expected ',' or '}'", label);
-        }
     }
     pws(&p);
     if (p.i != p.n)
         return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: unexpected bytes after the dict", label);
-    if (!have_descr || !have_order || !have_shape)
+    if (!seen.descr || !seen.order || !seen.shape)
         return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header: missing key '%s'", label,
-                    !have_descr ? "descr" : !have_order ? "fortran_order" : "shape");
-
-    static const struct {
-        const char *descr;
-        int type;
-        size_t size;
-    } known[] = {
-        {"<f2", T_F16, 2}, {"<f4", T_F32, 4}, {"<u2", T_BF16, 2}, {"<V2", T_BF16, 2},
-        {"|V2", T_BF16, 2}, {"<i4", T_I32, 4}, {"<i8", T_I64, 8},
-    };
-    size_t k;
-    for (k = 0; k < sizeof known / sizeof known[0]; k++)
-        if (!strcmp(o->descr, known[k].descr))
-            break;
-    if (k == sizeof known / sizeof known[0]) {
-        if (o->descr[0] == '>')
-            return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: big-endian dtype '%s'; only little-endian data is accepted",
-                        label, cio_show(o->descr).s);
+                        !seen.descr ? "descr" : !seen.order ? "fortran_order" : "shape");
+    if ((rc = npy_known_dtype(x, label, o)))
+        return rc;
+    if (seen.fortran && o->ndim > 1)
         return cio_fail(x, KVIO_E_UNSUPPORTED,
-                    "%s: unsupported dtype '%s' (accepted: '<f2', '<f4', '<u2' = bf16 bits, '<i4', '<i8')",
-                    label, cio_show(o->descr).s);
-    }
-    o->type = known[k].type;
-    o->esize = known[k].size;
-    if (fortran && o->ndim > 1)
-        return cio_fail(x, KVIO_E_UNSUPPORTED, "%s: fortran_order True (column-major) is not supported; save a C-ordered array",
-                    label);
-    uint64_t count = 1;
-    for (size_t i = 0; i < o->ndim; i++)
-        if (!mul_ok(count, o->dims[i], &count))
-            return cio_fail(x, KVIO_E_FORMAT, "%s: shape %s overflows 64 bits", label, cio_fmt_shape(o->dims, o->ndim).s);
-    if (!mul_ok(count, o->esize, &o->nbytes))
-        return cio_fail(x, KVIO_E_FORMAT, "%s: shape %s overflows 64 bits", label, cio_fmt_shape(o->dims, o->ndim).s);
-    return KVIO_OK;
+                        "%s: fortran_order True (column-major) is not supported; save a C-ordered array", label);
+    return npy_data_bytes(x, label, o);
 }
 
 /* A complete .npy held in memory: header and exactly nbytes of data. */
