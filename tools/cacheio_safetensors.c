@@ -291,13 +291,145 @@ static int parse_meta(jp *j, kvio_meta **meta, size_t *n_meta)
     return KVIO_OK;
 }
 
+/* The fields of a tensor's object, as bits of what was seen. */
+enum { F_DTYPE = 1, F_SHAPE = 2, F_OFFS = 4 };
+
+/* The element count of a shape while it is parsed: the product of the
+ * dimensions, whether it overflowed, whether a dimension is 0 (then the
+ * count is 0, however large the others). */
+typedef struct st_count {
+    uint64_t count;
+    int overflow, zero;
+} st_count;
+
+/* "dtype": one of ST_DTYPES. */
+static int parse_dtype(jp *j, kv_tensor *t)
+{
+    const char *d;
+    int rc;
+    if (jpeek(j) != '"')
+        return junexpected(j, "a string for dtype");
+    if ((rc = jstring(j, &d)))
+        return rc;
+    for (size_t k = 0; k < sizeof ST_DTYPES / sizeof ST_DTYPES[0]; k++)
+        if (!strcmp(d, ST_DTYPES[k].name)) {
+            snprintf(t->dtype_name, sizeof t->dtype_name, "%s", ST_DTYPES[k].name);
+            t->type = ST_DTYPES[k].type;
+            t->esize = ST_DTYPES[k].size;
+            return KVIO_OK;
+        }
+    return cio_fail(j->x, KVIO_E_UNSUPPORTED, "tensor '%s': unknown dtype '%s'", cio_show(t->name).s,
+                    cio_show(d).s);
+}
+
+/* "shape": an array of integers (the first KVIO_MAX_NDIM kept, all counted). */
+static int parse_shape(jp *j, kv_tensor *t, st_count *c)
+{
+    int rc, more = 1;
+    if (jpeek(j) != '[')
+        return junexpected(j, "an array of integers for shape");
+    j->i++;
+    jws(j);
+    if (jpeek(j) == ']') {
+        j->i++;
+        more = 0;
+    }
+    while (more) {
+        uint64_t v;
+        jws(j);
+        if ((rc = ju64(j, &v, "shape")))
+            return rc;
+        if (t->ndim < KVIO_MAX_NDIM)
+            t->dims[t->ndim] = v;
+        t->ndim++;
+        if (v == 0)
+            c->zero = 1;
+        else if (!mul_ok(c->count, v, &c->count))
+            c->overflow = 1;
+        if ((rc = jnext(j, ']', &more)))
+            return rc;
+    }
+    return KVIO_OK;
+}
+
+/* "data_offsets": [begin, end], exactly two integers. */
+static int parse_offsets(jp *j, kv_tensor *t)
+{
+    int rc;
+    if (jpeek(j) != '[')
+        return junexpected(j, "[begin, end] for data_offsets");
+    j->i++;
+    jws(j);
+    if ((rc = ju64(j, &t->begin, "data_offsets")) || (rc = jexpect(j, ',', "',' in data_offsets [begin, end]")))
+        return rc;
+    jws(j);
+    if ((rc = ju64(j, &t->end, "data_offsets")) ||
+        (rc = jexpect(j, ']', "']' closing data_offsets (exactly two numbers)")))
+        return rc;
+    return KVIO_OK;
+}
+
+/* One "field": value member of a tensor's object; each field at most once. */
+static int parse_tensor_field(jp *j, kv_tensor *t, unsigned *seen, st_count *c)
+{
+    const char *key;
+    int rc;
+    jws(j);
+    size_t key_at = j->i;
+    if ((rc = jstring(j, &key)) || (rc = jexpect(j, ':', "':'")))
+        return rc;
+    jws(j);
+    unsigned f = !strcmp(key, "dtype") ? F_DTYPE : !strcmp(key, "shape") ? F_SHAPE
+               : !strcmp(key, "data_offsets") ? F_OFFS : 0;
+    if (!f) {
+        j->i = key_at;
+        return jfail(j, KVIO_E_FORMAT, "unknown field '%s' (expected dtype, shape, data_offsets)",
+                     cio_show(key).s);
+    }
+    if (*seen & f) {
+        j->i = key_at;
+        return jfail(j, KVIO_E_FORMAT, "duplicate field '%s'", key);
+    }
+    *seen |= f;
+    return f == F_DTYPE ? parse_dtype(j, t) : f == F_SHAPE ? parse_shape(j, t, c) : parse_offsets(j, t);
+}
+
+/* A parsed tensor: every field present, its offsets inside the data region
+ * and as many bytes between them as its shape and dtype need. */
+static int check_tensor(const ctx *x, kv_tensor *t, unsigned seen, st_count c, uint64_t data_len)
+{
+    const char *missing = !(seen & F_DTYPE) ? "dtype" : !(seen & F_SHAPE) ? "shape"
+                        : !(seen & F_OFFS) ? "data_offsets" : NULL;
+    if (missing)
+        return cio_fail(x, KVIO_E_FORMAT, "tensor '%s': missing field '%s'", cio_show(t->name).s, missing);
+    if (t->begin > t->end)
+        return cio_fail(x, KVIO_E_FORMAT, "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "]: begin is after end",
+                        cio_show(t->name).s, t->begin, t->end);
+    if (t->end > data_len)
+        return cio_fail(x, KVIO_E_FORMAT,
+                        "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] run past the end of the data region (%" PRIu64 " bytes)",
+                        cio_show(t->name).s, t->begin, t->end, data_len);
+    uint64_t need;
+    if (c.zero)
+        c.count = 0, c.overflow = 0;
+    if (c.overflow || !mul_ok(c.count, t->esize, &need))
+        return cio_fail(x, KVIO_E_FORMAT, "tensor '%s': shape %s of %s overflows 64 bits",
+                        cio_show(t->name).s, cio_fmt_shape(t->dims, t->ndim).s, t->dtype_name);
+    if (need != t->end - t->begin)
+        return cio_fail(x, KVIO_E_FORMAT,
+                        "tensor '%s': shape %s of %s needs %" PRIu64 " bytes but data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64,
+                        cio_show(t->name).s, cio_fmt_shape(t->dims, t->ndim).s, t->dtype_name, need, t->begin,
+                        t->end, t->end - t->begin);
+    t->nbytes = need;
+    return KVIO_OK;
+}
+
+/* A tensor's object: {"dtype": ..., "shape": [...], "data_offsets": [b, e]}. */
 static int parse_tensor(jp *j, kv_tensor *t, uint64_t data_len)
 {
-    enum { F_DTYPE = 1, F_SHAPE = 2, F_OFFS = 4 };
     unsigned seen = 0;
     int rc, more = 1;
-    uint64_t count = 1;
-    int overflow = 0, zero = 0;
+    st_count c = {1, 0, 0};
     j->tensor = t->name;
     if ((rc = jexpect(j, '{', "an object describing the tensor")))
         return rc;
@@ -306,106 +438,11 @@ static int parse_tensor(jp *j, kv_tensor *t, uint64_t data_len)
         j->i++;
         more = 0;
     }
-    while (more) {
-        const char *key;
-        jws(j);
-        size_t key_at = j->i;
-        if ((rc = jstring(j, &key)) || (rc = jexpect(j, ':', "':'")))
+    while (more)
+        if ((rc = parse_tensor_field(j, t, &seen, &c)) || (rc = jnext(j, '}', &more)))
             return rc;
-        jws(j);
-        unsigned f = !strcmp(key, "dtype") ? F_DTYPE : !strcmp(key, "shape") ? F_SHAPE
-                   : !strcmp(key, "data_offsets") ? F_OFFS : 0;
-        if (!f) {
-            j->i = key_at;
-            return jfail(j, KVIO_E_FORMAT, "unknown field '%s' (expected dtype, shape, data_offsets)",
-                         cio_show(key).s);
-        }
-        if (seen & f) {
-            j->i = key_at;
-            return jfail(j, KVIO_E_FORMAT, "duplicate field '%s'", key);
-        }
-        seen |= f;
-        if (f == F_DTYPE) {
-            const char *d;
-            if (jpeek(j) != '"')
-                return junexpected(j, "a string for dtype");
-            if ((rc = jstring(j, &d)))
-                return rc;
-            size_t k;
-            for (k = 0; k < sizeof ST_DTYPES / sizeof ST_DTYPES[0]; k++)
-                if (!strcmp(d, ST_DTYPES[k].name))
-                    break;
-            if (k == sizeof ST_DTYPES / sizeof ST_DTYPES[0])
-                return cio_fail(j->x, KVIO_E_UNSUPPORTED, "tensor '%s': unknown dtype '%s'",
-                            cio_show(t->name).s, cio_show(d).s);
-            snprintf(t->dtype_name, sizeof t->dtype_name, "%s", ST_DTYPES[k].name);
-            t->type = ST_DTYPES[k].type;
-            t->esize = ST_DTYPES[k].size;
-        } else if (f == F_SHAPE) {
-            if (jpeek(j) != '[')
-                return junexpected(j, "an array of integers for shape");
-            j->i++;
-            jws(j);
-            int m2 = 1;
-            if (jpeek(j) == ']') {
-                j->i++;
-                m2 = 0;
-            }
-            while (m2) {
-                uint64_t v;
-                jws(j);
-                if ((rc = ju64(j, &v, "shape")))
-                    return rc;
-                if (t->ndim < KVIO_MAX_NDIM)
-                    t->dims[t->ndim] = v;
-                t->ndim++;
-                if (v == 0)
-                    zero = 1;
-                else if (!mul_ok(count, v, &count))
-                    overflow = 1;
-                if ((rc = jnext(j, ']', &m2)))
-                    return rc;
-            }
-        } else {
-            if (jpeek(j) != '[')
-                return junexpected(j, "[begin, end] for data_offsets");
-            j->i++;
-            jws(j);
-            if ((rc = ju64(j, &t->begin, "data_offsets")) || (rc = jexpect(j, ',', "',' in data_offsets [begin, end]")))
-                return rc;
-            jws(j);
-            if ((rc = ju64(j, &t->end, "data_offsets")) ||
-                (rc = jexpect(j, ']', "']' closing data_offsets (exactly two numbers)")))
-                return rc;
-        }
-        if ((rc = jnext(j, '}', &more)))
-            return rc;
-    }
     j->tensor = NULL;
-    const char *missing = !(seen & F_DTYPE) ? "dtype" : !(seen & F_SHAPE) ? "shape"
-                        : !(seen & F_OFFS) ? "data_offsets" : NULL;
-    if (missing)
-        return cio_fail(j->x, KVIO_E_FORMAT, "tensor '%s': missing field '%s'", cio_show(t->name).s, missing);
-    if (t->begin > t->end)
-        return cio_fail(j->x, KVIO_E_FORMAT, "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "]: begin is after end",
-                    cio_show(t->name).s, t->begin, t->end);
-    if (t->end > data_len)
-        return cio_fail(j->x, KVIO_E_FORMAT,
-                    "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] run past the end of the data region (%" PRIu64 " bytes)",
-                    cio_show(t->name).s, t->begin, t->end, data_len);
-    uint64_t need;
-    if (zero)
-        count = 0, overflow = 0;
-    if (overflow || !mul_ok(count, t->esize, &need))
-        return cio_fail(j->x, KVIO_E_FORMAT, "tensor '%s': shape %s of %s overflows 64 bits",
-                    cio_show(t->name).s, cio_fmt_shape(t->dims, t->ndim).s, t->dtype_name);
-    if (need != t->end - t->begin)
-        return cio_fail(j->x, KVIO_E_FORMAT,
-                    "tensor '%s': shape %s of %s needs %" PRIu64 " bytes but data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64,
-                    cio_show(t->name).s, cio_fmt_shape(t->dims, t->ndim).s, t->dtype_name, need, t->begin,
-                    t->end, t->end - t->begin);
-    t->nbytes = need;
-    return KVIO_OK;
+    return check_tensor(j->x, t, seen, c, data_len);
 }
 
 static int cmp_by_offset(const void *a, const void *b)
