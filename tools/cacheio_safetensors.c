@@ -493,36 +493,144 @@ static int cmp_meta(const void *a, const void *b)
     return strcmp(x->key, y->key);
 }
 
+/* The 8-byte header length: the header lies inside the file, within
+ * KVIO_MAX_ST_HEADER, and can hold a JSON object. */
+static int st_header_length(const ctx *x, const uint8_t *d, size_t size, uint64_t *hlen)
+{
+    if (size < 8)
+        return cio_fail(x, KVIO_E_FORMAT,
+                        "file is %zu bytes; a safetensors file starts with an 8-byte header length", size);
+    *hlen = rd64(d);
+    if (*hlen > size - 8)
+        return cio_fail(x, KVIO_E_FORMAT, "header length %" PRIu64 " runs past the end of the file (%zu bytes)",
+                        *hlen, size);
+    if (*hlen > KVIO_MAX_ST_HEADER)
+        return cio_fail(x, KVIO_E_FORMAT, "header length %" PRIu64 " exceeds the limit of %u bytes", *hlen,
+                        KVIO_MAX_ST_HEADER);
+    if (*hlen < 2)
+        return cio_fail(x, KVIO_E_FORMAT, "header length %" PRIu64 " is too small for a JSON object", *hlen);
+    return KVIO_OK;
+}
+
+/* What the header object holds, as it is parsed. */
+typedef struct st_header {
+    kv_tensor *t; /* the tensors, in header order */
+    size_t n, cap;
+    kvio_meta *meta; /* __metadata__: keys and values point into the arena */
+    size_t n_meta;
+    int seen_meta;
+    uint64_t data_len;     /* bytes of the data region after the header */
+    const uint8_t *region; /* its first byte */
+} st_header;
+
+/* One member of the header object: "__metadata__" (at most once) or a
+ * tensor. */
+static int st_member(jp *j, st_header *h)
+{
+    const char *key;
+    int rc;
+    jws(j);
+    size_t key_at = j->i;
+    if ((rc = jstring(j, &key)) || (rc = jexpect(j, ':', "':'")))
+        return rc;
+    jws(j);
+    if (!strcmp(key, "__metadata__")) {
+        if (h->seen_meta) {
+            j->i = key_at;
+            return jfail(j, KVIO_E_FORMAT, "duplicate __metadata__");
+        }
+        h->seen_meta = 1;
+        return parse_meta(j, &h->meta, &h->n_meta);
+    }
+    if (h->n == h->cap) {
+        size_t nc = h->cap ? 2 * h->cap : 16;
+        kv_tensor *nt = realloc(h->t, nc * sizeof *nt);
+        if (!nt)
+            return cio_fail(j->x, KVIO_E_NOMEM, "out of memory");
+        h->t = nt;
+        h->cap = nc;
+    }
+    kv_tensor *t = &h->t[h->n];
+    memset(t, 0, sizeof *t);
+    t->name = key;
+    if ((rc = parse_tensor(j, t, h->data_len)))
+        return rc;
+    t->data = h->region + t->begin;
+    h->n++;
+    return KVIO_OK;
+}
+
+/* The header: one JSON object, then nothing but spaces. */
+static int st_header_object(jp *j, st_header *h)
+{
+    int rc, more = 1;
+    if (jpeek(j) != '{')
+        return junexpected(j, "'{' (the header must start with a JSON object)");
+    j->i++;
+    jws(j);
+    if (jpeek(j) == '}') {
+        j->i++;
+        more = 0;
+    }
+    while (more)
+        if ((rc = st_member(j, h)) || (rc = jnext(j, '}', &more)))
+            return rc;
+    jws(j);
+    if (j->i != j->n)
+        return jfail(j, KVIO_E_FORMAT, "unexpected data after the header object (only spaces may pad it)");
+    return KVIO_OK;
+}
+
+/* __metadata__ (n_meta entries pointing into the arena; sorted here) with
+ * unique keys, as owned copies in *out (NULL when there is none). */
+static int st_own_meta(const ctx *x, kvio_meta *meta, size_t n_meta, kvio_meta **out)
+{
+    *out = NULL;
+    if (!n_meta)
+        return KVIO_OK;
+    qsort(meta, n_meta, sizeof *meta, cmp_meta);
+    for (size_t i = 1; i < n_meta; i++)
+        if (!strcmp(meta[i - 1].key, meta[i].key))
+            return cio_fail(x, KVIO_E_FORMAT, "__metadata__: duplicate key '%s'", cio_show(meta[i].key).s);
+    kvio_meta *m = calloc(n_meta, sizeof *m);
+    if (!m)
+        return cio_fail(x, KVIO_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < n_meta; i++) {
+        m[i].key = dupstr(meta[i].key);
+        m[i].value = dupstr(meta[i].value);
+        if (!m[i].key || !m[i].value) {
+            for (size_t k = 0; k <= i; k++) {
+                free(m[k].key);
+                free(m[k].value);
+            }
+            free(m);
+            return cio_fail(x, KVIO_E_NOMEM, "out of memory");
+        }
+    }
+    *out = m;
+    return KVIO_OK;
+}
+
 int kvio_read_safetensors_mem(const void *data, size_t size, const char *name, unsigned flags,
                               kvio_cache *out, char *err, size_t errlen)
 {
     ctx x = {name, err, errlen};
     const uint8_t *d = data;
-    kv_tensor *t = NULL;
-    size_t n = 0, cap = 0, n_meta = 0;
-    kvio_meta *meta = NULL, *final_meta = NULL;
-    int rc = KVIO_OK, seen_meta = 0;
+    st_header h;
+    kvio_meta *final_meta = NULL;
+    uint64_t hlen = 0;
+    int rc;
     jp j = {0};
     if (!out)
         return cio_fail(&x, KVIO_E_ARG, "no output cache");
     memset(out, 0, sizeof *out);
     if (!d && size)
         return cio_fail(&x, KVIO_E_ARG, "no data");
-    if (size < 8)
-        return cio_fail(&x, KVIO_E_FORMAT,
-                    "file is %zu bytes; a safetensors file starts with an 8-byte header length", size);
-    uint64_t hlen = rd64(d);
-    if (hlen > size - 8)
-        return cio_fail(&x, KVIO_E_FORMAT, "header length %" PRIu64 " runs past the end of the file (%zu bytes)",
-                    hlen, size);
-    if (hlen > KVIO_MAX_ST_HEADER)
-        return cio_fail(&x, KVIO_E_FORMAT, "header length %" PRIu64 " exceeds the limit of %u bytes", hlen,
-                    KVIO_MAX_ST_HEADER);
-    if (hlen < 2)
-        return cio_fail(&x, KVIO_E_FORMAT, "header length %" PRIu64 " is too small for a JSON object", hlen);
-    uint64_t data_len = size - 8 - hlen;
-    const uint8_t *region = d + 8 + hlen;
-
+    if ((rc = st_header_length(&x, d, size, &hlen)))
+        return rc;
+    memset(&h, 0, sizeof h);
+    h.data_len = size - 8 - hlen;
+    h.region = d + 8 + hlen;
     j.x = &x;
     j.s = d + 8;
     j.n = (size_t)hlen;
@@ -530,94 +638,15 @@ int kvio_read_safetensors_mem(const void *data, size_t size, const char *name, u
     j.arena = malloc(j.n + 1);
     if (!j.arena)
         return cio_fail(&x, KVIO_E_NOMEM, "out of memory for a %zu-byte header", j.n);
-    if (jpeek(&j) != '{') {
-        rc = junexpected(&j, "'{' (the header must start with a JSON object)");
-        goto done;
+    if (!(rc = st_header_object(&j, &h)) && !(rc = cio_check_duplicates(&x, h.t, h.n)) &&
+        !(rc = check_coverage(&x, h.t, h.n, h.data_len)) &&
+        !(rc = st_own_meta(&x, h.meta, h.n_meta, &final_meta))) {
+        ign_list ign;
+        memset(&ign, 0, sizeof ign);
+        rc = cio_assemble(&x, h.t, h.n, flags, final_meta, h.n_meta, &ign, out);
     }
-    j.i++;
-    jws(&j);
-    int more = 1;
-    if (jpeek(&j) == '}') {
-        j.i++;
-        more = 0;
-    }
-    while (more) {
-        const char *key;
-        jws(&j);
-        size_t key_at = j.i;
-        if ((rc = jstring(&j, &key)) || (rc = jexpect(&j, ':', "':'")))
-            goto done;
-        jws(&j);
-        if (!strcmp(key, "__metadata__")) {
-            if (seen_meta) {
-                j.i = key_at;
-                rc = jfail(&j, KVIO_E_FORMAT, "duplicate __metadata__");
-                goto done;
-            }
-            seen_meta = 1;
-            if ((rc = parse_meta(&j, &meta, &n_meta)))
-                goto done;
-        } else {
-            if (n == cap) {
-                cap = cap ? 2 * cap : 16;
-                kv_tensor *nt = realloc(t, cap * sizeof *nt);
-                if (!nt) {
-                    rc = cio_fail(&x, KVIO_E_NOMEM, "out of memory");
-                    goto done;
-                }
-                t = nt;
-            }
-            memset(&t[n], 0, sizeof t[n]);
-            t[n].name = key;
-            if ((rc = parse_tensor(&j, &t[n], data_len)))
-                goto done;
-            t[n].data = region + t[n].begin;
-            n++;
-        }
-        if ((rc = jnext(&j, '}', &more)))
-            goto done;
-    }
-    jws(&j);
-    if (j.i != j.n) {
-        rc = jfail(&j, KVIO_E_FORMAT, "unexpected data after the header object (only spaces may pad it)");
-        goto done;
-    }
-    if ((rc = cio_check_duplicates(&x, t, n)) || (rc = check_coverage(&x, t, n, data_len)))
-        goto done;
-    /* metadata: unique keys, then owned copies */
-    if (n_meta) {
-        qsort(meta, n_meta, sizeof *meta, cmp_meta);
-        for (size_t i = 1; i < n_meta; i++)
-            if (!strcmp(meta[i - 1].key, meta[i].key)) {
-                rc = cio_fail(&x, KVIO_E_FORMAT, "__metadata__: duplicate key '%s'", cio_show(meta[i].key).s);
-                goto done;
-            }
-        final_meta = calloc(n_meta, sizeof *final_meta);
-        if (!final_meta) {
-            rc = cio_fail(&x, KVIO_E_NOMEM, "out of memory");
-            goto done;
-        }
-        for (size_t i = 0; i < n_meta; i++) {
-            final_meta[i].key = dupstr(meta[i].key);
-            final_meta[i].value = dupstr(meta[i].value);
-            if (!final_meta[i].key || !final_meta[i].value) {
-                for (size_t k = 0; k <= i; k++) {
-                    free(final_meta[k].key);
-                    free(final_meta[k].value);
-                }
-                free(final_meta);
-                final_meta = NULL;
-                rc = cio_fail(&x, KVIO_E_NOMEM, "out of memory");
-                goto done;
-            }
-        }
-    }
-    ign_list ign;
-    memset(&ign, 0, sizeof ign);
-    rc = cio_assemble(&x, t, n, flags, final_meta, n_meta, &ign, out);
-done:
-    free(meta);
-    free(t);
+    free(h.meta);
+    free(h.t);
     free(j.arena);
     return rc;
 }
