@@ -12,151 +12,259 @@
 
 #include "cacheio_impl.h"
 
+/* ---- reading ----------------------------------------------------------- */
+
+/* One member's bytes as they are read. */
+typedef struct npz_buf {
+    uint8_t *buf; /* malloc'd: cap bytes, len of them read */
+    size_t len, cap;
+    size_t pre, hdr_end; /* .npy prefix, and prefix + header bytes (0: not known yet) */
+    uint64_t limit;      /* the most bytes the member may hold: a header's, then expect */
+    uint64_t expect;     /* bytes of header and data, once the header is parsed */
+    int parsed;          /* the .npy header is parsed (h) */
+    npy_hdr h;
+} npz_buf;
+
+/* Room for more of the member in b (full: len == cap), never past limit. */
+static int npz_grow(const ctx *x, const char *label, npz_buf *b)
+{
+    uint64_t nc = b->cap ? 2 * (uint64_t)b->cap : 65536;
+    if (nc > b->limit)
+        nc = b->limit;
+    if (nc > SIZE_MAX)
+        return cio_fail(x, KVIO_E_NOMEM, "%s: member too large for memory", label);
+    uint8_t *nb = realloc(b->buf, nc ? (size_t)nc : 1);
+    if (!nb)
+        return cio_fail(x, KVIO_E_NOMEM, "%s: out of memory", label);
+    b->buf = nb;
+    b->cap = (size_t)nc;
+    if (b->cap == b->len) /* limit reached before the header was parsed */
+        return cio_fail(x, KVIO_E_FORMAT, "%s: .npy header too long", label);
+    return KVIO_OK;
+}
+
+/* All the bytes the .npy header describes are read: the member must end. */
+static int npz_at_end(const ctx *x, struct archive *a, const char *label, uint64_t expect)
+{
+    uint8_t extra;
+    la_ssize_t r = archive_read_data(a, &extra, 1);
+    if (r < 0)
+        return cio_fail(x, KVIO_E_FORMAT, "%s: corrupt member: %s", label, archive_error_string(a));
+    if (r > 0)
+        return cio_fail(x, KVIO_E_FORMAT, "%s: member holds more bytes than its .npy header describes (%" PRIu64 ")",
+                        label, expect);
+    return KVIO_OK;
+}
+
+/* The member's .npy header from the bytes read so far (NPY_NEED_MORE until
+ * they hold it), checked against the zip entry's size (declared; -1 if the
+ * entry does not tell); then the member's size is known (b->expect). */
+static int npz_header(const ctx *x, const char *label, npz_buf *b, int64_t declared)
+{
+    int rc;
+    if (!b->hdr_end && (rc = cio_npy_prefix(x, label, b->buf, b->len, &b->pre, &b->hdr_end)))
+        return rc;
+    if (b->len < b->hdr_end)
+        return NPY_NEED_MORE;
+    if ((rc = cio_npy_dict(x, label, b->buf + b->pre, b->hdr_end - b->pre, &b->h)))
+        return rc;
+    if (!add_ok(b->hdr_end, b->h.nbytes, &b->expect))
+        return cio_fail(x, KVIO_E_FORMAT, "%s: size overflows", label);
+    if (declared >= 0 && (uint64_t)declared != b->expect)
+        return cio_fail(x, KVIO_E_FORMAT,
+                        "%s: zip entry size %" PRId64 " does not match the %" PRIu64 " bytes its .npy header describes",
+                        label, declared, b->expect);
+    b->parsed = 1;
+    b->limit = b->expect;
+    if (b->len > b->limit)
+        return cio_fail(x, KVIO_E_FORMAT, "%s: member holds more bytes than its .npy header describes (%" PRIu64 ")",
+                        label, b->expect);
+    return KVIO_OK;
+}
+
+/* The member ended before its .npy header did. */
+static int npz_short_header(const ctx *x, const char *label, npz_buf *b)
+{
+    if (b->hdr_end)
+        return cio_fail(x, KVIO_E_FORMAT, "%s: truncated .npy header (%zu of %zu bytes)", label, b->len,
+                        b->hdr_end);
+    int rc = cio_npy_prefix(x, label, b->buf ? b->buf : (const uint8_t *)"", b->len, &b->pre, &b->hdr_end);
+    if (rc == NPY_NEED_MORE || rc == KVIO_OK)
+        rc = cio_fail(x, KVIO_E_FORMAT, "%s: truncated .npy header (%zu bytes)", label, b->len);
+    return rc;
+}
+
 /* Read the current member fully (bounded by its .npy header and the
  * expansion budget) into a malloc'd buffer; fill t. */
 static int npz_member(const ctx *x, struct archive *a, struct archive_entry *e, const char *label,
                       uint64_t *used, uint64_t budget, kv_tensor *t)
 {
-    uint8_t *buf = NULL;
-    size_t len = 0, cap = 0, pre = 0, hdr_end = 0;
-    uint64_t limit = 12 + (uint64_t)KVIO_MAX_NPY_HEADER, expect = 0;
-    int parsed = 0, rc = KVIO_OK;
-    npy_hdr h;
+    npz_buf b;
+    int rc = KVIO_OK;
     int64_t declared = archive_entry_size_is_set(e) ? archive_entry_size(e) : -1;
+    memset(&b, 0, sizeof b);
+    b.limit = 12 + (uint64_t)KVIO_MAX_NPY_HEADER;
 
     for (;;) {
-        if (len == cap) {
-            if (parsed && cap >= limit) { /* all expected bytes read: must be at EOF */
-                uint8_t extra;
-                la_ssize_t r = archive_read_data(a, &extra, 1);
-                if (r < 0) {
-                    rc = cio_fail(x, KVIO_E_FORMAT, "%s: corrupt member: %s", label, archive_error_string(a));
-                    goto out;
-                }
-                if (r > 0) {
-                    rc = cio_fail(x, KVIO_E_FORMAT, "%s: member holds more bytes than its .npy header describes (%" PRIu64 ")",
-                              label, expect);
-                    goto out;
-                }
+        if (b.len == b.cap) {
+            if (b.parsed && b.cap >= b.limit) {
+                rc = npz_at_end(x, a, label, b.expect);
                 break;
             }
-            uint64_t nc = cap ? 2 * (uint64_t)cap : 65536;
-            if (nc > limit)
-                nc = limit;
-            if (nc > SIZE_MAX) {
-                rc = cio_fail(x, KVIO_E_NOMEM, "%s: member too large for memory", label);
-                goto out;
-            }
-            uint8_t *nb = realloc(buf, nc ? (size_t)nc : 1);
-            if (!nb) {
-                rc = cio_fail(x, KVIO_E_NOMEM, "%s: out of memory", label);
-                goto out;
-            }
-            buf = nb;
-            cap = (size_t)nc;
-            if (cap == len) { /* limit reached before the header was parsed */
-                rc = cio_fail(x, KVIO_E_FORMAT, "%s: .npy header too long", label);
-                goto out;
-            }
+            if ((rc = npz_grow(x, label, &b)))
+                break;
         }
-        la_ssize_t r = archive_read_data(a, buf + len, cap - len);
+        la_ssize_t r = archive_read_data(a, b.buf + b.len, b.cap - b.len);
         if (r < 0) {
             rc = cio_fail(x, KVIO_E_FORMAT, "%s: corrupt member: %s", label, archive_error_string(a));
-            goto out;
+            break;
         }
         if (r == 0)
             break;
-        len += (size_t)r;
+        b.len += (size_t)r;
         *used += (uint64_t)r;
-        if (parsed && len > limit) {
+        if (b.parsed && b.len > b.limit) {
             rc = cio_fail(x, KVIO_E_FORMAT, "%s: member holds more bytes than its .npy header describes (%" PRIu64 ")",
-                      label, expect);
-            goto out;
+                          label, b.expect);
+            break;
         }
         if (*used > budget) {
             rc = cio_fail(x, KVIO_E_FORMAT,
-                      "%s: the archive decompresses to more than %u times its size; refusing",
-                      label, KVIO_NPZ_MAX_EXPANSION);
-            goto out;
+                          "%s: the archive decompresses to more than %u times its size; refusing",
+                          label, KVIO_NPZ_MAX_EXPANSION);
+            break;
         }
-        if (!parsed) {
-            if (!hdr_end) {
-                rc = cio_npy_prefix(x, label, buf, len, &pre, &hdr_end);
-                if (rc == NPY_NEED_MORE) {
-                    rc = KVIO_OK;
-                    continue;
-                }
-                if (rc)
-                    goto out;
-            }
-            if (len < hdr_end)
-                continue;
-            if ((rc = cio_npy_dict(x, label, buf + pre, hdr_end - pre, &h)))
-                goto out;
-            if (!add_ok(hdr_end, h.nbytes, &expect)) {
-                rc = cio_fail(x, KVIO_E_FORMAT, "%s: size overflows", label);
-                goto out;
-            }
-            if (declared >= 0 && (uint64_t)declared != expect) {
-                rc = cio_fail(x, KVIO_E_FORMAT,
-                          "%s: zip entry size %" PRId64 " does not match the %" PRIu64 " bytes its .npy header describes",
-                          label, declared, expect);
-                goto out;
-            }
-            parsed = 1;
-            limit = expect;
-            if (len > limit) {
-                rc = cio_fail(x, KVIO_E_FORMAT, "%s: member holds more bytes than its .npy header describes (%" PRIu64 ")",
-                          label, expect);
-                goto out;
-            }
+        if (!b.parsed && (rc = npz_header(x, label, &b, declared)) != KVIO_OK) {
+            if (rc != NPY_NEED_MORE)
+                break;
+            rc = KVIO_OK;
         }
     }
-    if (!parsed) {
-        if (!hdr_end) {
-            rc = cio_npy_prefix(x, label, buf ? buf : (const uint8_t *)"", len, &pre, &hdr_end);
-            if (rc == NPY_NEED_MORE || rc == KVIO_OK)
-                rc = cio_fail(x, KVIO_E_FORMAT, "%s: truncated .npy header (%zu bytes)", label, len);
-        } else {
-            rc = cio_fail(x, KVIO_E_FORMAT, "%s: truncated .npy header (%zu of %zu bytes)", label, len, hdr_end);
-        }
-        goto out;
+    if (!rc && !b.parsed)
+        rc = npz_short_header(x, label, &b);
+    else if (!rc && b.len < b.expect)
+        rc = cio_fail(x, KVIO_E_FORMAT, "%s: truncated: member ends after %zu of %" PRIu64 " bytes", label,
+                      b.len, b.expect);
+    if (!rc) {
+        snprintf(t->dtype_name, sizeof t->dtype_name, "%s", b.h.descr);
+        t->type = b.h.type;
+        t->esize = b.h.esize;
+        t->ndim = b.h.ndim;
+        memcpy(t->dims, b.h.dims, sizeof t->dims);
+        t->nbytes = b.h.nbytes;
+        t->data = b.buf + b.hdr_end;
+        t->owned = b.buf;
+        b.buf = NULL;
     }
-    if (len < expect) {
-        rc = cio_fail(x, KVIO_E_FORMAT, "%s: truncated: member ends after %zu of %" PRIu64 " bytes", label, len, expect);
-        goto out;
-    }
-    snprintf(t->dtype_name, sizeof t->dtype_name, "%s", h.descr);
-    t->type = h.type;
-    t->esize = h.esize;
-    t->ndim = h.ndim;
-    memcpy(t->dims, h.dims, sizeof t->dims);
-    t->nbytes = h.nbytes;
-    t->data = buf + hdr_end;
-    t->owned = buf;
-    buf = NULL;
-out:
-    free(buf);
+    free(b.buf);
     return rc;
+}
+
+/* What the reader has collected so far. */
+typedef struct npz_read {
+    kv_tensor *t; /* the members that are tensors; each owns its name and bytes */
+    size_t n, cap;
+    ign_list ign;          /* members skipped */
+    uint64_t used, budget; /* bytes decompressed, and the most allowed */
+    unsigned flags;
+} npz_read;
+
+/* The tensor name of a member "NAME.npy" (malloc'd) in *tname; NULL for a
+ * member whose name does not end in .npy. */
+static int npz_tensor_name(const ctx *x, const char *mname, char **tname)
+{
+    size_t ml = strlen(mname);
+    *tname = NULL;
+    if (!(ml > 4 && !strcmp(mname + ml - 4, ".npy")))
+        return KVIO_OK;
+    if (!(*tname = malloc(ml - 3)))
+        return cio_fail(x, KVIO_E_NOMEM, "out of memory");
+    memcpy(*tname, mname, ml - 4);
+    (*tname)[ml - 4] = 0;
+    return KVIO_OK;
+}
+
+/* A member that is no key, value or token tensor (tname: its tensor name,
+ * NULL if it is not a .npy; taken over): skipped if it is a companion or
+ * with KVIO_READ_IGNORE_EXTRA, refused otherwise. */
+static int npz_other(const ctx *x, struct archive *a, npz_read *r, const char *mname, char *tname,
+                     int role)
+{
+    if ((r->flags & KVIO_READ_IGNORE_EXTRA) || role == R_COMPANION) {
+        int rc = cio_ign_add(&r->ign, tname ? tname : mname);
+        free(tname);
+        if (rc)
+            return cio_fail(x, KVIO_E_NOMEM, "out of memory");
+        if (archive_read_data_skip(a) != ARCHIVE_OK)
+            return cio_fail(x, KVIO_E_FORMAT, "member '%s': corrupt: %s", cio_show(mname).s,
+                            archive_error_string(a));
+        return KVIO_OK;
+    }
+    if (!tname)
+        return cio_fail(x, KVIO_E_CONVENTION, "member '%s': not a .npy file", cio_show(mname).s);
+    free(tname);
+    return cio_fail(x, KVIO_E_CONVENTION,
+                    "member '%s': tensor not part of the cache naming convention (members are "
+                    "TENSOR.npy; %s)",
+                    cio_show(mname).s, SCHEMES_TEXT);
+}
+
+/* The archive's current entry: skipped (a directory, a member npz_other
+ * skips) or read into r->t. */
+static int npz_entry(const ctx *x, struct archive *a, struct archive_entry *e, npz_read *r)
+{
+    const char *mname = archive_entry_pathname(e);
+    char *tname;
+    kv_tensor tmp;
+    int rc;
+    if (!mname || !*mname)
+        return cio_fail(x, KVIO_E_FORMAT, "zip member %zu has no usable name", r->n);
+    if (archive_entry_filetype(e) == AE_IFDIR)
+        return KVIO_OK;
+    memset(&tmp, 0, sizeof tmp);
+    if ((rc = npz_tensor_name(x, mname, &tname)))
+        return rc;
+    if (tname) {
+        tmp.name = tname;
+        cio_classify(&tmp);
+    }
+    if (!tname || tmp.role == R_EXTRA || tmp.role == R_COMPANION)
+        return npz_other(x, a, r, mname, tname, tmp.role);
+    if (archive_entry_filetype(e) != AE_IFREG) {
+        free(tname);
+        return cio_fail(x, KVIO_E_FORMAT, "member '%s': not a regular file", cio_show(mname).s);
+    }
+    if (r->n == r->cap) {
+        size_t nc = r->cap ? 2 * r->cap : 16;
+        kv_tensor *nt = realloc(r->t, nc * sizeof *nt);
+        if (!nt) {
+            free(tname);
+            return cio_fail(x, KVIO_E_NOMEM, "out of memory");
+        }
+        r->t = nt;
+        r->cap = nc;
+    }
+    r->t[r->n++] = tmp; /* owns tname from here on */
+    char label[300];
+    snprintf(label, sizeof label, "tensor '%s' (member '%s')", cio_show(tname).s, cio_show(mname).s);
+    return npz_member(x, a, e, label, &r->used, r->budget, &r->t[r->n - 1]);
 }
 
 int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned flags,
                       kvio_cache *out, char *err, size_t errlen)
 {
     ctx x = {name, err, errlen};
-    kv_tensor *t = NULL;
-    size_t n = 0, cap = 0;
+    npz_read r;
     int rc = KVIO_OK;
-    uint64_t used = 0, budget;
-    ign_list ign;
-    memset(&ign, 0, sizeof ign);
+    memset(&r, 0, sizeof r);
+    r.flags = flags;
     if (!out)
         return cio_fail(&x, KVIO_E_ARG, "no output cache");
     memset(out, 0, sizeof *out);
     if (!data || !size)
         return cio_fail(&x, KVIO_E_FORMAT, "empty file (not a zip archive)");
-    if (!mul_ok(size, KVIO_NPZ_MAX_EXPANSION, &budget) || !add_ok(budget, 1u << 20, &budget))
-        budget = UINT64_MAX;
+    if (!mul_ok(size, KVIO_NPZ_MAX_EXPANSION, &r.budget) || !add_ok(r.budget, 1u << 20, &r.budget))
+        r.budget = UINT64_MAX;
     struct archive *a = archive_read_new();
     if (!a)
         return cio_fail(&x, KVIO_E_NOMEM, "out of memory");
@@ -167,91 +275,29 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
     }
     for (;;) {
         struct archive_entry *e;
-        int r = archive_read_next_header(a, &e);
-        if (r == ARCHIVE_EOF)
+        int ar = archive_read_next_header(a, &e);
+        if (ar == ARCHIVE_EOF)
             break;
-        if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+        if (ar != ARCHIVE_OK && ar != ARCHIVE_WARN) {
             rc = cio_fail(&x, KVIO_E_FORMAT, "corrupt zip archive: %s", archive_error_string(a));
             goto done;
         }
-        const char *mname = archive_entry_pathname(e);
-        if (!mname || !*mname) {
-            rc = cio_fail(&x, KVIO_E_FORMAT, "zip member %zu has no usable name", n);
-            goto done;
-        }
-        if (archive_entry_filetype(e) == AE_IFDIR)
-            continue;
-        size_t ml = strlen(mname);
-        int is_npy = ml > 4 && !strcmp(mname + ml - 4, ".npy");
-        kv_tensor tmp;
-        memset(&tmp, 0, sizeof tmp);
-        char *tname = is_npy ? malloc(ml - 3) : NULL;
-        if (is_npy && !tname) {
-            rc = cio_fail(&x, KVIO_E_NOMEM, "out of memory");
-            goto done;
-        }
-        if (tname) {
-            memcpy(tname, mname, ml - 4);
-            tname[ml - 4] = 0;
-            tmp.name = tname;
-            cio_classify(&tmp);
-        }
-        if (!is_npy || tmp.role == R_EXTRA || tmp.role == R_COMPANION) {
-            if ((flags & KVIO_READ_IGNORE_EXTRA) || tmp.role == R_COMPANION) {
-                rc = cio_ign_add(&ign, tname ? tname : mname);
-                free(tname);
-                if (rc) {
-                    rc = cio_fail(&x, KVIO_E_NOMEM, "out of memory");
-                    goto done;
-                }
-                if (archive_read_data_skip(a) != ARCHIVE_OK) {
-                    rc = cio_fail(&x, KVIO_E_FORMAT, "member '%s': corrupt: %s", cio_show(mname).s, archive_error_string(a));
-                    goto done;
-                }
-                continue;
-            }
-            free(tname);
-            rc = is_npy ? cio_fail(&x, KVIO_E_CONVENTION,
-                               "member '%s': tensor not part of the cache naming convention (members are "
-                               "TENSOR.npy; %s)",
-                               cio_show(mname).s, SCHEMES_TEXT)
-                        : cio_fail(&x, KVIO_E_CONVENTION, "member '%s': not a .npy file", cio_show(mname).s);
-            goto done;
-        }
-        if (archive_entry_filetype(e) != AE_IFREG) {
-            free(tname);
-            rc = cio_fail(&x, KVIO_E_FORMAT, "member '%s': not a regular file", cio_show(mname).s);
-            goto done;
-        }
-        if (n == cap) {
-            size_t nc = cap ? 2 * cap : 16;
-            kv_tensor *nt = realloc(t, nc * sizeof *nt);
-            if (!nt) {
-                free(tname);
-                rc = cio_fail(&x, KVIO_E_NOMEM, "out of memory");
-                goto done;
-            }
-            t = nt;
-            cap = nc;
-        }
-        t[n] = tmp;
-        n++; /* owns tname from here on */
-        char label[300];
-        snprintf(label, sizeof label, "tensor '%s' (member '%s')", cio_show(tname).s, cio_show(mname).s);
-        if ((rc = npz_member(&x, a, e, label, &used, budget, &t[n - 1])))
+        if ((rc = npz_entry(&x, a, e, &r)))
             goto done;
     }
-    rc = cio_assemble(&x, t, n, flags, NULL, 0, &ign, out);
+    rc = cio_assemble(&x, r.t, r.n, flags, NULL, 0, &r.ign, out);
 done:
-    cio_ign_free(&ign);
-    for (size_t i = 0; i < n; i++) {
-        free(t[i].owned);
-        free((char *)(uintptr_t)t[i].name);
+    cio_ign_free(&r.ign);
+    for (size_t i = 0; i < r.n; i++) {
+        free(r.t[i].owned);
+        free((char *)(uintptr_t)r.t[i].name);
     }
-    free(t);
+    free(r.t);
     archive_read_free(a);
     return rc;
 }
+
+/* ---- writing ----------------------------------------------------------- */
 
 static la_ssize_t npz_write_cb(struct archive *a, void *ud, const void *buf, size_t n)
 {
