@@ -310,6 +310,86 @@ static la_ssize_t npz_write_cb(struct archive *a, void *ud, const void *buf, siz
     return (la_ssize_t)n;
 }
 
+/* The token ids as the data of member mname. */
+static int npz_put_tokens(const ctx *x, struct archive *a, const kvio_cache *c, const char *mname)
+{
+    sink tk = {0};
+    cio_sk_tokens(&tk, c, token_width(c));
+    if (tk.rc || (tk.len && archive_write_data(a, tk.buf, tk.len) != (la_ssize_t)tk.len)) {
+        free(tk.buf);
+        return cio_fail(x, KVIO_E_IO, "member '%s': %s", mname, tk.rc ? "out of memory" : archive_error_string(a));
+    }
+    free(tk.buf);
+    return KVIO_OK;
+}
+
+/* A key/value tensor as the data of member mname, in chunks of at most
+ * 1 MiB (positions-first: from a transposed copy). */
+static int npz_put_kv(const ctx *x, struct archive *a, const kvio_cache *c, const out_tensor *o,
+                      const char *mname)
+{
+    sink tr = {0};
+    const uint8_t *data = o->data;
+    int rc = KVIO_OK;
+    if (o->nhd) {
+        tr.buf = malloc(o->nbytes ? (size_t)o->nbytes : 1);
+        tr.cap = tr.buf ? (size_t)o->nbytes : 0;
+        cio_sk_kv(&tr, c, o);
+        if (tr.rc) {
+            free(tr.buf);
+            return cio_fail(x, KVIO_E_NOMEM, "member '%s': out of memory", mname);
+        }
+        data = tr.buf;
+    }
+    for (uint64_t at = 0; at < o->nbytes;) {
+        size_t chunk = o->nbytes - at > (1u << 20) ? (1u << 20) : (size_t)(o->nbytes - at);
+        la_ssize_t w = archive_write_data(a, data + at, chunk);
+        if (w <= 0) {
+            rc = cio_fail(x, KVIO_E_IO, "member '%s': %s", mname, archive_error_string(a));
+            break;
+        }
+        at += (uint64_t)w;
+    }
+    free(tr.buf);
+    return rc;
+}
+
+/* Tensor i of the cache (layer i / 2's keys or values, then the token ids)
+ * as member "NAME.npy": its .npy header, then its data. */
+static int npz_put_member(const ctx *x, struct archive *a, struct archive_entry *e, const kvio_cache *c,
+                          unsigned flags, size_t i)
+{
+    out_tensor o;
+    const char *descr;
+    if (i < 2 * (size_t)c->n_layers) {
+        cio_out_kv(c, flags, (uint32_t)(i / 2), (int)(i % 2), &o);
+        descr = cio_npy_descr(c->dtype);
+    } else {
+        cio_out_tok(c, flags, &o);
+        descr = token_width(c) == 4 ? "<i4" : "<i8";
+    }
+    sink h = {0};
+    if (cio_npy_header(&h, descr, o.dims, o.ndim) || h.rc) {
+        free(h.buf);
+        return cio_fail(x, KVIO_E_NOMEM, "cannot build the .npy header");
+    }
+    char mname[64];
+    snprintf(mname, sizeof mname, "%s.npy", o.name);
+    archive_entry_clear(e);
+    archive_entry_set_pathname(e, mname);
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0644);
+    archive_entry_set_mtime(e, 315532800, 0); /* 1980-01-01: reproducible output */
+    archive_entry_set_size(e, (la_int64_t)(h.len + o.nbytes));
+    if (archive_write_header(a, e) != ARCHIVE_OK ||
+        archive_write_data(a, h.buf, h.len) != (la_ssize_t)h.len) {
+        free(h.buf);
+        return cio_fail(x, KVIO_E_IO, "member '%s': %s", mname, archive_error_string(a));
+    }
+    free(h.buf);
+    return o.is_tokens ? npz_put_tokens(x, a, c, mname) : npz_put_kv(x, a, c, &o, mname);
+}
+
 int cio_write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
 {
     int rc = KVIO_OK;
@@ -328,78 +408,10 @@ int cio_write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
         goto done;
     }
     size_t nt = 2 * (size_t)c->n_layers + (c->tokens ? 1 : 0);
-    for (size_t i = 0; i < nt; i++) {
-        out_tensor o;
-        const char *descr;
-        if (i < 2 * (size_t)c->n_layers) {
-            cio_out_kv(c, flags, (uint32_t)(i / 2), (int)(i % 2), &o);
-            descr = cio_npy_descr(c->dtype);
-        } else {
-            cio_out_tok(c, flags, &o);
-            descr = token_width(c) == 4 ? "<i4" : "<i8";
-        }
-        sink h = {0};
-        if (cio_npy_header(&h, descr, o.dims, o.ndim) || h.rc) {
-            free(h.buf);
-            rc = cio_fail(x, KVIO_E_NOMEM, "cannot build the .npy header");
-            goto done;
-        }
-        char mname[64];
-        snprintf(mname, sizeof mname, "%s.npy", o.name);
-        archive_entry_clear(e);
-        archive_entry_set_pathname(e, mname);
-        archive_entry_set_filetype(e, AE_IFREG);
-        archive_entry_set_perm(e, 0644);
-        archive_entry_set_mtime(e, 315532800, 0); /* 1980-01-01: reproducible output */
-        archive_entry_set_size(e, (la_int64_t)(h.len + o.nbytes));
-        if (archive_write_header(a, e) != ARCHIVE_OK ||
-            archive_write_data(a, h.buf, h.len) != (la_ssize_t)h.len) {
-            free(h.buf);
-            rc = cio_fail(x, KVIO_E_IO, "member '%s': %s", mname, archive_error_string(a));
-            goto done;
-        }
-        free(h.buf);
-        if (o.is_tokens) {
-            sink tk = {0};
-            cio_sk_tokens(&tk, c, token_width(c));
-            if (tk.rc || (tk.len && archive_write_data(a, tk.buf, tk.len) != (la_ssize_t)tk.len)) {
-                free(tk.buf);
-                rc = cio_fail(x, KVIO_E_IO, "member '%s': %s", mname, tk.rc ? "out of memory" : archive_error_string(a));
-                goto done;
-            }
-            free(tk.buf);
-        } else {
-            /* positions-first: a transposed copy of the tensor */
-            sink tr = {0};
-            const uint8_t *data = o.data;
-            if (o.nhd) {
-                tr.buf = malloc(o.nbytes ? (size_t)o.nbytes : 1);
-                tr.cap = tr.buf ? (size_t)o.nbytes : 0;
-                cio_sk_kv(&tr, c, &o);
-                if (tr.rc) {
-                    free(tr.buf);
-                    rc = cio_fail(x, KVIO_E_NOMEM, "member '%s': out of memory", mname);
-                    goto done;
-                }
-                data = tr.buf;
-            }
-            for (uint64_t at = 0; at < o.nbytes;) {
-                size_t chunk = o.nbytes - at > (1u << 20) ? (1u << 20) : (size_t)(o.nbytes - at);
-                la_ssize_t w = archive_write_data(a, data + at, chunk);
-                if (w <= 0) {
-                    free(tr.buf);
-                    rc = cio_fail(x, KVIO_E_IO, "member '%s': %s", mname, archive_error_string(a));
-                    goto done;
-                }
-                at += (uint64_t)w;
-            }
-            free(tr.buf);
-        }
-    }
-    if (archive_write_close(a) != ARCHIVE_OK) {
+    for (size_t i = 0; i < nt && !rc; i++)
+        rc = npz_put_member(x, a, e, c, flags, i);
+    if (!rc && archive_write_close(a) != ARCHIVE_OK)
         rc = cio_fail(x, KVIO_E_IO, "cannot finish the zip archive: %s", archive_error_string(a));
-        goto done;
-    }
 done:
     if (e)
         archive_entry_free(e);
