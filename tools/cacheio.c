@@ -314,46 +314,65 @@ const char *kvio_cache_get_meta(const kvio_cache *c, const char *key)
     return NULL;
 }
 
+/* kvio_cache_check: dtype, dimensions, and data for every layer. */
+static int check_layers(const ctx *x, const kvio_cache *c)
+{
+    if (!kvio_dtype_size(c->dtype))
+        return cio_fail(x, KVIO_E_ARG, "unknown dtype %d", (int)c->dtype);
+    if (!c->n_layers || !c->n_kv_heads || !c->key_dim || !c->value_dim)
+        return cio_fail(x, KVIO_E_ARG, "layers (%u), kv_heads (%u), key_dim (%u) and value_dim (%u) must be >= 1",
+                        c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
+    uint64_t kb = kvio_key_bytes(c), vb = kvio_value_bytes(c);
+    if ((c->n_positions && (!kb || !vb)) || kb > SIZE_MAX || vb > SIZE_MAX)
+        return cio_fail(x, KVIO_E_ARG, "layer size overflows");
+    if (!c->keys || !c->values)
+        return cio_fail(x, KVIO_E_ARG, "no key/value arrays");
+    for (uint32_t i = 0; i < c->n_layers; i++)
+        if ((kb && !c->keys[i]) || (vb && !c->values[i]))
+            return cio_fail(x, KVIO_E_ARG, "layer %u has no data", i);
+    return KVIO_OK;
+}
+
+/* kvio_cache_check: token width, and token ids >= 0 that fit it. */
+static int check_tokens(const ctx *x, const kvio_cache *c)
+{
+    if (c->token_width != 0 && c->token_width != 4 && c->token_width != 8)
+        return cio_fail(x, KVIO_E_ARG, "token_width %u (must be 4 or 8)", c->token_width);
+    for (uint32_t t = 0; c->tokens && t < c->n_positions; t++) {
+        if (c->tokens[t] < 0)
+            return cio_fail(x, KVIO_E_ARG, "token id %" PRId64 " at position %u is negative", c->tokens[t], t);
+        if (c->token_width == 4 && c->tokens[t] > INT32_MAX)
+            return cio_fail(x, KVIO_E_ARG, "token id %" PRId64 " at position %u does not fit int32",
+                            c->tokens[t], t);
+    }
+    return KVIO_OK;
+}
+
+/* kvio_cache_check: metadata entries are UTF-8, unique, not "__metadata__". */
+static int check_meta(const ctx *x, const kvio_cache *c)
+{
+    for (size_t i = 0; i < c->n_meta; i++) {
+        if (!c->meta || !c->meta[i].key || !c->meta[i].value)
+            return cio_fail(x, KVIO_E_ARG, "metadata entry %zu is NULL", i);
+        if (!utf8_valid(c->meta[i].key) || !utf8_valid(c->meta[i].value))
+            return cio_fail(x, KVIO_E_ARG, "metadata entry '%s' is not valid UTF-8", cio_show(c->meta[i].key).s);
+        if (!strcmp(c->meta[i].key, "__metadata__"))
+            return cio_fail(x, KVIO_E_ARG, "metadata key '__metadata__' is reserved");
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(c->meta[i].key, c->meta[j].key))
+                return cio_fail(x, KVIO_E_ARG, "duplicate metadata key '%s'", cio_show(c->meta[i].key).s);
+    }
+    return KVIO_OK;
+}
+
 int kvio_cache_check(const kvio_cache *c, char *err, size_t errlen)
 {
     ctx x = {"(cache)", err, errlen};
+    int rc;
     if (!c)
         return cio_fail(&x, KVIO_E_ARG, "no cache given");
-    if (!kvio_dtype_size(c->dtype))
-        return cio_fail(&x, KVIO_E_ARG, "unknown dtype %d", (int)c->dtype);
-    if (!c->n_layers || !c->n_kv_heads || !c->key_dim || !c->value_dim)
-        return cio_fail(&x, KVIO_E_ARG, "layers (%u), kv_heads (%u), key_dim (%u) and value_dim (%u) must be >= 1",
-                    c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim);
-    uint64_t kb = kvio_key_bytes(c), vb = kvio_value_bytes(c);
-    if ((c->n_positions && (!kb || !vb)) || kb > SIZE_MAX || vb > SIZE_MAX)
-        return cio_fail(&x, KVIO_E_ARG, "layer size overflows");
-    if (!c->keys || !c->values)
-        return cio_fail(&x, KVIO_E_ARG, "no key/value arrays");
-    for (uint32_t i = 0; i < c->n_layers; i++)
-        if ((kb && !c->keys[i]) || (vb && !c->values[i]))
-            return cio_fail(&x, KVIO_E_ARG, "layer %u has no data", i);
-    if (c->token_width != 0 && c->token_width != 4 && c->token_width != 8)
-        return cio_fail(&x, KVIO_E_ARG, "token_width %u (must be 4 or 8)", c->token_width);
-    if (c->tokens)
-        for (uint32_t t = 0; t < c->n_positions; t++) {
-            if (c->tokens[t] < 0)
-                return cio_fail(&x, KVIO_E_ARG, "token id %" PRId64 " at position %u is negative",
-                            c->tokens[t], t);
-            if (c->token_width == 4 && c->tokens[t] > INT32_MAX)
-                return cio_fail(&x, KVIO_E_ARG, "token id %" PRId64 " at position %u does not fit int32",
-                            c->tokens[t], t);
-        }
-    for (size_t i = 0; i < c->n_meta; i++) {
-        if (!c->meta || !c->meta[i].key || !c->meta[i].value)
-            return cio_fail(&x, KVIO_E_ARG, "metadata entry %zu is NULL", i);
-        if (!utf8_valid(c->meta[i].key) || !utf8_valid(c->meta[i].value))
-            return cio_fail(&x, KVIO_E_ARG, "metadata entry '%s' is not valid UTF-8", cio_show(c->meta[i].key).s);
-        if (!strcmp(c->meta[i].key, "__metadata__"))
-            return cio_fail(&x, KVIO_E_ARG, "metadata key '__metadata__' is reserved");
-        for (size_t j = 0; j < i; j++)
-            if (!strcmp(c->meta[i].key, c->meta[j].key))
-                return cio_fail(&x, KVIO_E_ARG, "duplicate metadata key '%s'", cio_show(c->meta[i].key).s);
-    }
+    if ((rc = check_layers(&x, c)) || (rc = check_tokens(&x, c)) || (rc = check_meta(&x, c)))
+        return rc;
     return KVIO_OK;
 }
 
