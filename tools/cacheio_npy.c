@@ -292,6 +292,79 @@ static int npy_parse(const ctx *x, const char *label, const uint8_t *d, size_t s
     return KVIO_OK;
 }
 
+/* The cache a single-array .npy holds, from its shape and dtype: c gets
+ * the dimensions and dtype (no data yet). */
+static int npy_cache_shape(const ctx *x, const npy_hdr *h, int nhd, kvio_cache *c)
+{
+    const char *ax = nhd ? "positions, kv_heads" : "kv_heads, positions";
+    const uint64_t *d = h->dims;
+    shape_str sh = cio_fmt_shape(h->dims, h->ndim);
+    if (h->ndim == 6 && d[2] == 1) {
+        /* drop the batch dimension */
+    } else if (h->ndim == 6) {
+        return cio_fail(x, KVIO_E_UNSUPPORTED, "array: shape %s: batch dimension is %" PRIu64 "; only 1 is supported",
+                        sh.s, d[2]);
+    } else if (h->ndim != 5) {
+        return cio_fail(x, KVIO_E_CONVENTION,
+                        "array: shape %s; expected [layers, 2, %s, dim] or [layers, 2, 1, %s, dim]", sh.s,
+                        ax, ax);
+    }
+    const uint64_t *td = h->ndim == 6 ? d + 3 : d + 2;
+    uint64_t htd[3] = {td[nhd ? 1 : 0], td[nhd ? 0 : 1], td[2]};
+    if (d[1] != 2)
+        return cio_fail(x, KVIO_E_CONVENTION, "array: shape %s: second dimension must be 2 (keys, values)", sh.s);
+    if (h->type != T_F16 && h->type != T_BF16 && h->type != T_F32)
+        return cio_fail(x, KVIO_E_UNSUPPORTED, "array: dtype '%s'; keys and values must be f16, bf16 or f32",
+                        cio_show(h->descr).s);
+    if (!d[0] || !htd[0] || !htd[2])
+        return cio_fail(x, KVIO_E_CONVENTION, "array: shape %s: zero layers, kv_heads or dim", sh.s);
+    if (d[0] > KVIO_MAX_LAYERS)
+        return cio_fail(x, KVIO_E_UNSUPPORTED, "array: shape %s: %" PRIu64 " layers (at most %u are accepted)", sh.s,
+                        d[0], KVIO_MAX_LAYERS);
+    if (htd[0] >= UINT32_MAX || htd[1] >= UINT32_MAX || htd[2] >= UINT32_MAX)
+        return cio_fail(x, KVIO_E_UNSUPPORTED, "array: shape %s: dimension too large", sh.s);
+    memset(c, 0, sizeof *c);
+    c->n_kv_heads = (uint32_t)htd[0];
+    c->n_positions = (uint32_t)htd[1];
+    c->key_dim = c->value_dim = (uint32_t)htd[2];
+    c->dtype = to_fkvf(h->type);
+    c->token_width = 8;
+    return KVIO_OK;
+}
+
+/* c's n_layers layers from the array data at src: layer l's keys, then its
+ * values, each transposed to [H][T][D] when positions-first (nhd). On
+ * failure c is freed. */
+static int npy_take_layers(const ctx *x, kvio_cache *c, uint64_t n_layers, const uint8_t *src, int nhd)
+{
+    uint64_t lb = kvio_key_bytes(c); /* fits: the whole array is in memory */
+    c->keys = calloc((size_t)n_layers, sizeof *c->keys);
+    c->values = calloc((size_t)n_layers, sizeof *c->values);
+    if (!c->keys || !c->values) {
+        kvio_cache_free(c);
+        return cio_fail(x, KVIO_E_NOMEM, "out of memory");
+    }
+    c->n_layers = (uint32_t)n_layers;
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        c->keys[l] = malloc(lb ? (size_t)lb : 1);
+        c->values[l] = malloc(lb ? (size_t)lb : 1);
+        if (!c->keys[l] || !c->values[l]) {
+            kvio_cache_free(c);
+            return cio_fail(x, KVIO_E_NOMEM, "out of memory");
+        }
+        if (lb && nhd) {
+            size_t rb = (size_t)c->key_dim * kvio_dtype_size(c->dtype);
+            cio_transpose_rows(c->keys[l], src + (size_t)lb * (2 * (size_t)l), c->n_positions, c->n_kv_heads, rb);
+            cio_transpose_rows(c->values[l], src + (size_t)lb * (2 * (size_t)l + 1), c->n_positions,
+                               c->n_kv_heads, rb);
+        } else if (lb) {
+            memcpy(c->keys[l], src + (size_t)lb * (2 * (size_t)l), (size_t)lb);
+            memcpy(c->values[l], src + (size_t)lb * (2 * (size_t)l + 1), (size_t)lb);
+        }
+    }
+    return KVIO_OK;
+}
+
 /* Single-array .npy: [layers, 2, kv_heads, positions, dim] or with a
  * batch of 1: [layers, 2, 1, kv_heads, positions, dim]; index 0 = keys.
  * KVIO_READ_NHD: [layers, 2, (1,) positions, kv_heads, dim]. */
@@ -300,74 +373,17 @@ int kvio_read_npy_mem(const void *data, size_t size, const char *name, unsigned 
 {
     ctx x = {name, err, errlen};
     npy_hdr h;
+    kvio_cache c;
     int rc;
     int nhd = (flags & KVIO_READ_NHD) != 0;
-    const char *ax = nhd ? "positions, kv_heads" : "kv_heads, positions";
     if (!out)
         return cio_fail(&x, KVIO_E_ARG, "no output cache");
     memset(out, 0, sizeof *out);
     if (!data && size)
         return cio_fail(&x, KVIO_E_ARG, "no data");
-    if ((rc = npy_parse(&x, "array", data, size, &h)))
+    if ((rc = npy_parse(&x, "array", data, size, &h)) || (rc = npy_cache_shape(&x, &h, nhd, &c)) ||
+        (rc = npy_take_layers(&x, &c, h.dims[0], (const uint8_t *)data + h.data_off, nhd)))
         return rc;
-    const uint64_t *d = h.dims;
-    shape_str sh = cio_fmt_shape(h.dims, h.ndim);
-    if (h.ndim == 6 && d[2] == 1) {
-        /* drop the batch dimension */
-    } else if (h.ndim == 6) {
-        return cio_fail(&x, KVIO_E_UNSUPPORTED, "array: shape %s: batch dimension is %" PRIu64 "; only 1 is supported",
-                    sh.s, d[2]);
-    } else if (h.ndim != 5) {
-        return cio_fail(&x, KVIO_E_CONVENTION,
-                    "array: shape %s; expected [layers, 2, %s, dim] or [layers, 2, 1, %s, dim]", sh.s,
-                    ax, ax);
-    }
-    const uint64_t *td = h.ndim == 6 ? d + 3 : d + 2;
-    uint64_t htd[3] = {td[nhd ? 1 : 0], td[nhd ? 0 : 1], td[2]};
-    if (d[1] != 2)
-        return cio_fail(&x, KVIO_E_CONVENTION, "array: shape %s: second dimension must be 2 (keys, values)", sh.s);
-    if (h.type != T_F16 && h.type != T_BF16 && h.type != T_F32)
-        return cio_fail(&x, KVIO_E_UNSUPPORTED, "array: dtype '%s'; keys and values must be f16, bf16 or f32",
-                    cio_show(h.descr).s);
-    if (!d[0] || !htd[0] || !htd[2])
-        return cio_fail(&x, KVIO_E_CONVENTION, "array: shape %s: zero layers, kv_heads or dim", sh.s);
-    if (d[0] > KVIO_MAX_LAYERS)
-        return cio_fail(&x, KVIO_E_UNSUPPORTED, "array: shape %s: %" PRIu64 " layers (at most %u are accepted)", sh.s,
-                    d[0], KVIO_MAX_LAYERS);
-    if (htd[0] >= UINT32_MAX || htd[1] >= UINT32_MAX || htd[2] >= UINT32_MAX)
-        return cio_fail(&x, KVIO_E_UNSUPPORTED, "array: shape %s: dimension too large", sh.s);
-    kvio_cache c = {0};
-    c.n_kv_heads = (uint32_t)htd[0];
-    c.n_positions = (uint32_t)htd[1];
-    c.key_dim = c.value_dim = (uint32_t)htd[2];
-    c.dtype = to_fkvf(h.type);
-    c.token_width = 8;
-    uint64_t lb = kvio_key_bytes(&c); /* fits: the whole array is in memory */
-    c.keys = calloc((size_t)d[0], sizeof *c.keys);
-    c.values = calloc((size_t)d[0], sizeof *c.values);
-    if (!c.keys || !c.values) {
-        kvio_cache_free(&c);
-        return cio_fail(&x, KVIO_E_NOMEM, "out of memory");
-    }
-    c.n_layers = (uint32_t)d[0];
-    const uint8_t *src = (const uint8_t *)data + h.data_off;
-    for (uint32_t l = 0; l < c.n_layers; l++) {
-        c.keys[l] = malloc(lb ? (size_t)lb : 1);
-        c.values[l] = malloc(lb ? (size_t)lb : 1);
-        if (!c.keys[l] || !c.values[l]) {
-            kvio_cache_free(&c);
-            return cio_fail(&x, KVIO_E_NOMEM, "out of memory");
-        }
-        if (lb && nhd) {
-            size_t rb = (size_t)c.key_dim * kvio_dtype_size(c.dtype);
-            cio_transpose_rows(c.keys[l], src + (size_t)lb * (2 * (size_t)l), c.n_positions, c.n_kv_heads, rb);
-            cio_transpose_rows(c.values[l], src + (size_t)lb * (2 * (size_t)l + 1), c.n_positions,
-                           c.n_kv_heads, rb);
-        } else if (lb) {
-            memcpy(c.keys[l], src + (size_t)lb * (2 * (size_t)l), (size_t)lb);
-            memcpy(c.values[l], src + (size_t)lb * (2 * (size_t)l + 1), (size_t)lb);
-        }
-    }
     *out = c;
     return KVIO_OK;
 }
