@@ -95,6 +95,92 @@ static int jhex4(jp *j, size_t at, uint32_t *v)
     return KVIO_OK;
 }
 
+/* The \uXXXX escape at j->i (a surrogate pair joined) as a code point in
+ * *cp, never NUL; j->i moves past it. */
+static int ju_escape(jp *j, uint32_t *cp)
+{
+    uint32_t lo;
+    int rc;
+    if ((rc = jhex4(j, j->i + 2, cp)))
+        return rc;
+    j->i += 6;
+    if (*cp >= 0xDC00 && *cp <= 0xDFFF)
+        return jfail(j, KVIO_E_FORMAT, "bad \\u escape: unpaired low surrogate U+%04X", (unsigned)*cp);
+    if (*cp >= 0xD800 && *cp <= 0xDBFF) {
+        if (j->i + 1 >= j->n || j->s[j->i] != '\\' || j->s[j->i + 1] != 'u')
+            return jfail(j, KVIO_E_FORMAT, "bad \\u escape: high surrogate U+%04X without its low half",
+                         (unsigned)*cp);
+        if ((rc = jhex4(j, j->i + 2, &lo)))
+            return rc;
+        if (lo < 0xDC00 || lo > 0xDFFF)
+            return jfail(j, KVIO_E_FORMAT, "bad \\u escape: U+%04X cannot follow high surrogate U+%04X",
+                         (unsigned)lo, (unsigned)*cp);
+        j->i += 6;
+        *cp = 0x10000 + ((*cp - 0xD800) << 10) + (lo - 0xDC00);
+    }
+    if (*cp == 0)
+        return jfail(j, KVIO_E_FORMAT, "\\u0000 (NUL) is not allowed in a string");
+    return KVIO_OK;
+}
+
+/* Code point cp (<= U+10FFFF) as UTF-8 at o + *k. */
+static void put_utf8(char *o, size_t *k, uint32_t cp)
+{
+    if (cp < 0x80) {
+        o[(*k)++] = (char)cp;
+    } else if (cp < 0x800) {
+        o[(*k)++] = (char)(0xC0 | (cp >> 6));
+        o[(*k)++] = (char)(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        o[(*k)++] = (char)(0xE0 | (cp >> 12));
+        o[(*k)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[(*k)++] = (char)(0x80 | (cp & 0x3F));
+    } else {
+        o[(*k)++] = (char)(0xF0 | (cp >> 18));
+        o[(*k)++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        o[(*k)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[(*k)++] = (char)(0x80 | (cp & 0x3F));
+    }
+}
+
+/* The escape at j->i (a backslash inside the string that starts at
+ * `start`) decoded to o + *k; j->i moves past it. */
+static int jescape(jp *j, size_t start, char *o, size_t *k)
+{
+    if (j->i + 1 >= j->n) {
+        j->i = start;
+        return jfail(j, KVIO_E_FORMAT, "unterminated string (header ends after a backslash)");
+    }
+    uint8_t e = j->s[j->i + 1];
+    char simple = 0;
+    switch (e) {
+    case '"': simple = '"'; break;
+    case '\\': simple = '\\'; break;
+    case '/': simple = '/'; break;
+    case 'b': simple = '\b'; break;
+    case 'f': simple = '\f'; break;
+    case 'n': simple = '\n'; break;
+    case 'r': simple = '\r'; break;
+    case 't': simple = '\t'; break;
+    case 'u': break;
+    default:
+        if (e >= 0x20 && e < 0x7f)
+            return jfail(j, KVIO_E_FORMAT, "bad escape '\\%c' in a string", e);
+        return jfail(j, KVIO_E_FORMAT, "bad escape (backslash then byte 0x%02x) in a string", e);
+    }
+    if (simple) {
+        o[(*k)++] = simple;
+        j->i += 2;
+        return KVIO_OK;
+    }
+    uint32_t cp;
+    int rc = ju_escape(j, &cp);
+    if (rc)
+        return rc;
+    put_utf8(o, k, cp);
+    return KVIO_OK;
+}
+
 /* Parse a JSON string at j->i (which must be '"') into the arena. */
 static int jstring(jp *j, const char **out)
 {
@@ -103,6 +189,7 @@ static int jstring(jp *j, const char **out)
     size_t start = j->i;
     char *o = j->arena + j->used;
     size_t k = 0;
+    int rc;
     j->i++;
     for (;;) {
         if (j->i >= j->n) {
@@ -117,68 +204,8 @@ static int jstring(jp *j, const char **out)
         if (c < 0x20)
             return jfail(j, KVIO_E_FORMAT, "control character 0x%02x inside a string", c);
         if (c == '\\') {
-            if (j->i + 1 >= j->n) {
-                j->i = start;
-                return jfail(j, KVIO_E_FORMAT, "unterminated string (header ends after a backslash)");
-            }
-            uint8_t e = j->s[j->i + 1];
-            char simple = 0;
-            switch (e) {
-            case '"': simple = '"'; break;
-            case '\\': simple = '\\'; break;
-            case '/': simple = '/'; break;
-            case 'b': simple = '\b'; break;
-            case 'f': simple = '\f'; break;
-            case 'n': simple = '\n'; break;
-            case 'r': simple = '\r'; break;
-            case 't': simple = '\t'; break;
-            case 'u': break;
-            default:
-                if (e >= 0x20 && e < 0x7f)
-                    return jfail(j, KVIO_E_FORMAT, "bad escape '\\%c' in a string", e);
-                return jfail(j, KVIO_E_FORMAT, "bad escape (backslash then byte 0x%02x) in a string", e);
-            }
-            if (simple) {
-                o[k++] = simple;
-                j->i += 2;
-                continue;
-            }
-            uint32_t cp, lo;
-            int rc;
-            if ((rc = jhex4(j, j->i + 2, &cp)))
+            if ((rc = jescape(j, start, o, &k)))
                 return rc;
-            j->i += 6;
-            if (cp >= 0xDC00 && cp <= 0xDFFF)
-                return jfail(j, KVIO_E_FORMAT, "bad \\u escape: unpaired low surrogate U+%04X", (unsigned)cp);
-            if (cp >= 0xD800 && cp <= 0xDBFF) {
-                if (j->i + 1 >= j->n || j->s[j->i] != '\\' || j->s[j->i + 1] != 'u')
-                    return jfail(j, KVIO_E_FORMAT, "bad \\u escape: high surrogate U+%04X without its low half",
-                                 (unsigned)cp);
-                if ((rc = jhex4(j, j->i + 2, &lo)))
-                    return rc;
-                if (lo < 0xDC00 || lo > 0xDFFF)
-                    return jfail(j, KVIO_E_FORMAT, "bad \\u escape: U+%04X cannot follow high surrogate U+%04X",
-                                 (unsigned)lo, (unsigned)cp);
-                j->i += 6;
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            }
-            if (cp == 0)
-                return jfail(j, KVIO_E_FORMAT, "\\u0000 (NUL) is not allowed in a string");
-            if (cp < 0x80) {
-                o[k++] = (char)cp;
-            } else if (cp < 0x800) {
-                o[k++] = (char)(0xC0 | (cp >> 6));
-                o[k++] = (char)(0x80 | (cp & 0x3F));
-            } else if (cp < 0x10000) {
-                o[k++] = (char)(0xE0 | (cp >> 12));
-                o[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-                o[k++] = (char)(0x80 | (cp & 0x3F));
-            } else {
-                o[k++] = (char)(0xF0 | (cp >> 18));
-                o[k++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-                o[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-                o[k++] = (char)(0x80 | (cp & 0x3F));
-            }
             continue;
         }
         if (c >= 0x80) {
