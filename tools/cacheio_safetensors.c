@@ -281,23 +281,47 @@ static int jnext(jp *j, char close, int *more)
     return junexpected(j, close == '}' ? "',' or '}'" : "',' or ']'");
 }
 
-static int parse_meta(jp *j, kvio_meta **meta, size_t *n_meta)
+/* The "key": of an object member into the arena (*key_at: where it starts,
+ * for messages); j->i moves to the value. */
+static int jkey(jp *j, const char **key, size_t *key_at)
 {
-    int rc, more = 1;
-    size_t cap = 0;
-    if ((rc = jexpect(j, '{', "an object for __metadata__")))
+    int rc;
+    jws(j);
+    *key_at = j->i;
+    if ((rc = jstring(j, key)) || (rc = jexpect(j, ':', "':'")))
         return rc;
     jws(j);
-    if (jpeek(j) == '}') {
+    return KVIO_OK;
+}
+
+/* The `open` of an array or object at j->i (`what` names it in the message
+ * if it is not there); *more is 0 when `close` follows at once. */
+static int jopen(jp *j, char open, char close, const char *what, int *more)
+{
+    if (jpeek(j) != open)
+        return junexpected(j, what);
+    j->i++;
+    jws(j);
+    *more = 1;
+    if (jpeek(j) == close) {
         j->i++;
-        return KVIO_OK;
+        *more = 0;
     }
+    return KVIO_OK;
+}
+
+static int parse_meta(jp *j, kvio_meta **meta, size_t *n_meta)
+{
+    int rc, more;
+    size_t cap = 0;
+    jws(j);
+    if ((rc = jopen(j, '{', '}', "an object for __metadata__", &more)))
+        return rc;
     while (more) {
         const char *k, *v;
-        jws(j);
-        if ((rc = jstring(j, &k)) || (rc = jexpect(j, ':', "':'")))
+        size_t key_at;
+        if ((rc = jkey(j, &k, &key_at)))
             return rc;
-        jws(j);
         if (jpeek(j) != '"')
             return junexpected(j, "a string (__metadata__ values are strings)");
         if ((rc = jstring(j, &v)))
@@ -352,15 +376,9 @@ static int parse_dtype(jp *j, kv_tensor *t)
 /* "shape": an array of integers (the first KVIO_MAX_NDIM kept, all counted). */
 static int parse_shape(jp *j, kv_tensor *t, st_count *c)
 {
-    int rc, more = 1;
-    if (jpeek(j) != '[')
-        return junexpected(j, "an array of integers for shape");
-    j->i++;
-    jws(j);
-    if (jpeek(j) == ']') {
-        j->i++;
-        more = 0;
-    }
+    int rc, more;
+    if ((rc = jopen(j, '[', ']', "an array of integers for shape", &more)))
+        return rc;
     while (more) {
         uint64_t v;
         jws(j);
@@ -400,12 +418,10 @@ static int parse_offsets(jp *j, kv_tensor *t)
 static int parse_tensor_field(jp *j, kv_tensor *t, unsigned *seen, st_count *c)
 {
     const char *key;
+    size_t key_at;
     int rc;
-    jws(j);
-    size_t key_at = j->i;
-    if ((rc = jstring(j, &key)) || (rc = jexpect(j, ':', "':'")))
+    if ((rc = jkey(j, &key, &key_at)))
         return rc;
-    jws(j);
     unsigned f = !strcmp(key, "dtype") ? F_DTYPE : !strcmp(key, "shape") ? F_SHAPE
                : !strcmp(key, "data_offsets") ? F_OFFS : 0;
     if (!f) {
@@ -455,16 +471,12 @@ static int check_tensor(const ctx *x, kv_tensor *t, unsigned seen, st_count c, u
 static int parse_tensor(jp *j, kv_tensor *t, uint64_t data_len)
 {
     unsigned seen = 0;
-    int rc, more = 1;
+    int rc, more;
     st_count c = {1, 0, 0};
     j->tensor = t->name;
-    if ((rc = jexpect(j, '{', "an object describing the tensor")))
-        return rc;
     jws(j);
-    if (jpeek(j) == '}') {
-        j->i++;
-        more = 0;
-    }
+    if ((rc = jopen(j, '{', '}', "an object describing the tensor", &more)))
+        return rc;
     while (more)
         if ((rc = parse_tensor_field(j, t, &seen, &c)) || (rc = jnext(j, '}', &more)))
             return rc;
@@ -555,12 +567,10 @@ typedef struct st_header {
 static int st_member(jp *j, st_header *h)
 {
     const char *key;
+    size_t key_at;
     int rc;
-    jws(j);
-    size_t key_at = j->i;
-    if ((rc = jstring(j, &key)) || (rc = jexpect(j, ':', "':'")))
+    if ((rc = jkey(j, &key, &key_at)))
         return rc;
-    jws(j);
     if (!strcmp(key, "__metadata__")) {
         if (h->seen_meta) {
             j->i = key_at;
@@ -590,15 +600,9 @@ static int st_member(jp *j, st_header *h)
 /* The header: one JSON object, then nothing but spaces. */
 static int st_header_object(jp *j, st_header *h)
 {
-    int rc, more = 1;
-    if (jpeek(j) != '{')
-        return junexpected(j, "'{' (the header must start with a JSON object)");
-    j->i++;
-    jws(j);
-    if (jpeek(j) == '}') {
-        j->i++;
-        more = 0;
-    }
+    int rc, more;
+    if ((rc = jopen(j, '{', '}', "'{' (the header must start with a JSON object)", &more)))
+        return rc;
     while (more)
         if ((rc = st_member(j, h)) || (rc = jnext(j, '}', &more)))
             return rc;
