@@ -1,13 +1,8 @@
 /*
  * cacheio.c - raw KV-cache import/export (.safetensors, .npy, .npz; see
  * cacheio.h and docs/cache-files.md): messages, small helpers and the
- * in-memory cache (init/free/check/equal/metadata).
- *
- * The module's other sources (cacheio_impl.h lists them): the naming
- * convention (cacheio_convention.c), one file per format
- * (cacheio_safetensors.c, cacheio_npy.c, cacheio_npz.c), the writers' sink
- * (cacheio_sink.c), reading files (cacheio_read.c), writing files and the
- * output files (cacheio_write.c).
+ * in-memory cache (init/free/check/equal/metadata). cacheio_impl.h lists
+ * the module's other sources.
  */
 #include <inttypes.h>
 #include <stdarg.h>

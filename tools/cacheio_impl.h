@@ -12,6 +12,9 @@
  *   cacheio_sink.c        the writers' byte sink and the tensors a cache is written as
  *   cacheio_read.c        format detection, kvio_read_mem and kvio_read (mmap)
  *   cacheio_write.c       kvio_write_mem, kvio_write and the output files (kvio_tmp_*)
+ *
+ * Functions declared here are named cio_* (the static helpers of one source
+ * keep short names); only the fkvf_cacheio library links them.
  */
 #ifndef FKVF_TOOLS_CACHEIO_IMPL_H
 #define FKVF_TOOLS_CACHEIO_IMPL_H
