@@ -1,4 +1,4 @@
-/* The property every raw-cache importer target checks (tools/cacheio.c),
+/* The property every raw-cache importer target checks (tools/cacheio*.c),
  * for one format: any bytes parsed strictly, with extra arrays ignored, and
  * positions-first (KVIO_READ_NHD) must never crash, hang or leak; a failure
  * leaves a message and an empty cache; a cache that parses is well-formed

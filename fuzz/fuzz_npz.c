@@ -1,4 +1,4 @@
-/* Fuzz target: parse any bytes as a .npz KV cache (tools/cacheio.c,
+/* Fuzz target: parse any bytes as a .npz KV cache (tools/cacheio_npz.c,
  * kvio_read_npz_mem); the property is fz_importer's (fuzz_importer.h). */
 #include <stddef.h>
 #include <stdint.h>

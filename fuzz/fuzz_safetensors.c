@@ -1,4 +1,4 @@
-/* Fuzz target: parse any bytes as a .safetensors KV cache (tools/cacheio.c,
+/* Fuzz target: parse any bytes as a .safetensors KV cache (tools/cacheio_safetensors.c,
  * kvio_read_safetensors_mem); the property is fz_importer's (fuzz_importer.h). */
 #include <stddef.h>
 #include <stdint.h>

@@ -4,7 +4,7 @@
 # fuzz/corpus/<name> and fuzz/crashers/<name>).
 set(FKVF_FUZZ_TARGETS open decode codec quant append search)
 if(FKVF_BUILD_TOOLS)
-  # tools/cacheio.c importers and tools/cli_util.c number parsers
+  # tools/cacheio*.c importers and tools/cli_util.c number parsers
   list(APPEND FKVF_FUZZ_TARGETS safetensors npy npz cli_numbers)
 endif()
 

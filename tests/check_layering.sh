@@ -11,7 +11,8 @@
 #   search/ includes common/, codec/ and format/zidx.h only (the reader
 #   through fkvf.h)
 #   tools/ include only the public header fkvf.h (and their own cacheio.h and
-#   cli_util.h);
+#   cli_util.h); cacheio's internal header cacheio_impl.h only in cacheio's
+#   own sources (tools/cacheio.c, tools/cacheio_*.c);
 #   libfkvf never includes libarchive
 # usage: check_layering.sh SRCDIR
 set -u
@@ -29,7 +30,8 @@ deny write 'read/|reader|quant/' "must not include the reader or quant/ internal
 deny quant 'codec/|format/|read/|write/|reader|writer' "may use common/ only"
 deny search 'read/|write/|quant/|append/|reader|writer|format/format' "may use common/, codec/ and format/zidx.h only (the reader through fkvf.h)"
 deny append 'codec/|format/|read/|quant/|reader|write/writer\.h|write/[a-vx-z]' "may use common/ and write/writer_resume.h only"
-tools_hits=$(grep -nE '#include "' "$1"/tools/*.[ch] | grep -vE '#include "(fkvf|cacheio|cli_util)\.h"')
+tools_hits=$(grep -nE '#include "' "$1"/tools/*.[ch] | grep -vE '#include "(fkvf|cacheio|cli_util)\.h"' |
+    grep -vE '/tools/cacheio(_[a-z]+)?\.c:[0-9]+:#include "cacheio_impl\.h"')
 if [ -n "$tools_hits" ]; then echo "layering: tools/ must use the public header only:"; echo "$tools_hits"; bad=1; fi
 lib_ar=$(grep -rn '#include <archive' "$S" 2>/dev/null)
 if [ -n "$lib_ar" ]; then echo "layering: libarchive is for the tools, never libfkvf:"; echo "$lib_ar"; bad=1; fi

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Reading the user's cache files right (issue 12, items 4-7), on twins of
 # the bundled sample cache made by tests/cachefiles.py (Python standard
-# library only, independent of tools/cacheio.c): positions-first layouts
+# library only, independent of tools/cacheio*.c): positions-first layouts
 # (--layout), the Hugging Face RoPE pair-layout default and the RoPE check
 # (--check-rope), companions and unknown tensor names, unpack --hf/--names
 # with token ids, shapes and safetensors __metadata__ through an archive.

@@ -1372,6 +1372,106 @@ END_TEST
 
 /* ---- writers refuse what they cannot store ------------------------------- */
 
+/* Arguments every reader refuses before it looks at any byte. */
+START_TEST(readers_refuse_bad_arguments)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    static const uint8_t five[5] = {1, 2, 3, 4, 5};
+    EXPECT_ERR(kvio_read_safetensors_mem(five, 5, "a.safetensors", 0, NULL, err, sizeof err), err, KVIO_E_ARG,
+               "a.safetensors", "no output cache");
+    EXPECT_ERR(kvio_read_npy_mem(five, 5, "a.npy", 0, NULL, err, sizeof err), err, KVIO_E_ARG, "a.npy",
+               "no output cache");
+    EXPECT_ERR(kvio_read_npz_mem(five, 5, "a.npz", 0, NULL, err, sizeof err), err, KVIO_E_ARG, "a.npz",
+               "no output cache");
+    EXPECT_ERR(kvio_read_safetensors_mem(NULL, 5, "a.safetensors", 0, &c, err, sizeof err), err, KVIO_E_ARG,
+               "no data");
+    ck_assert_uint_eq(c.n_layers, 0);
+    EXPECT_ERR(kvio_read_npy_mem(NULL, 5, "a.npy", 0, &c, err, sizeof err), err, KVIO_E_ARG, "no data");
+    ck_assert_uint_eq(c.n_layers, 0);
+    EXPECT_ERR(kvio_read_npz_mem(NULL, 5, "a.npz", 0, &c, err, sizeof err), err, KVIO_E_FORMAT, "empty file");
+    ck_assert_uint_eq(c.n_layers, 0);
+    ck_assert_int_eq(kvio_format_sniff(NULL, 16), KVIO_FMT_AUTO);
+    EXPECT_ERR(kvio_read(NULL, KVIO_FMT_AUTO, 0, &c, err, sizeof err), err, KVIO_E_ARG, "no path");
+    EXPECT_ERR(kvio_read("a.npy", KVIO_FMT_AUTO, 0, NULL, err, sizeof err), err, KVIO_E_ARG, "no path");
+    char dir[] = "/tmp/cacheio-dir-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    EXPECT_ERR(kvio_read(dir, KVIO_FMT_AUTO, 0, &c, err, sizeof err), err, KVIO_E_IO, dir, "not a regular file");
+    ck_assert_uint_eq(c.n_layers, 0);
+    rmdir(dir);
+}
+END_TEST
+
+/* A key/value dimension of 2^32-1 or more is refused, even in a tensor of
+ * no bytes (another dimension 0). */
+START_TEST(st_dimension_too_large)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[4294967296,1,0],\"data_offsets\":[0,0]},"
+                       "\"layers.0.value\":{\"dtype\":\"F16\",\"shape\":[1,1,1],\"data_offsets\":[0,2]}}",
+                       2, 0, &c, err),
+               err, KVIO_E_UNSUPPORTED, "tensor 'layers.0.key'", "[4294967296, 1, 0]", "dimension too large");
+    EXPECT_ERR(st_read("{\"layers.0.key\":{\"dtype\":\"F16\",\"shape\":[1,1,1],\"data_offsets\":[0,2]},"
+                       "\"layers.0.value\":{\"dtype\":\"F16\",\"shape\":[1,4294967295,0],\"data_offsets\":[2,2]}}",
+                       2, 0, &c, err),
+               err, KVIO_E_UNSUPPORTED, "tensor 'layers.0.value'", "dimension too large");
+}
+END_TEST
+
+/* More than KVIO_MAX_LAYERS layers (here of no positions, so no data). */
+START_TEST(st_too_many_layers)
+{
+    size_t L = (size_t)KVIO_MAX_LAYERS + 1, cap = L * 2 * 96 + 16, k = 0;
+    char *json = malloc(cap);
+    ck_assert_ptr_nonnull(json);
+    json[k++] = '{';
+    for (size_t l = 0; l < L; l++)
+        for (int kv = 0; kv < 2; kv++)
+            k += (size_t)snprintf(json + k, cap - k,
+                                  "%s\"layers.%zu.%s\":{\"dtype\":\"F16\",\"shape\":[1,0,1],\"data_offsets\":[0,0]}",
+                                  k > 1 ? "," : "", l, kv ? "value" : "key");
+    ck_assert_uint_lt(k + 2, cap);
+    json[k++] = '}';
+    json[k] = 0;
+    kvio_cache c;
+    char err[ERRLEN];
+    EXPECT_ERR(st_read(json, 0, 0, &c, err), err, KVIO_E_UNSUPPORTED, "65537 layers (at most 65536 are accepted)");
+    /* one layer fewer is accepted */
+    char *cut = strstr(json, ",\"layers.65536.key\"");
+    ck_assert_ptr_nonnull(cut);
+    memcpy(cut, "}", 2);
+    ck_assert_int_eq(st_read(json, 0, 0, &c, err), KVIO_OK);
+    ck_assert_uint_eq(c.n_layers, KVIO_MAX_LAYERS);
+    ck_assert_uint_eq(c.n_positions, 0);
+    kvio_cache_free(&c);
+    free(json);
+}
+END_TEST
+
+/* An .npz member whose .npy header describes more bytes than 64 bits count
+ * (header + data), and one that ends inside its .npy header. */
+START_TEST(npz_member_size_and_header_cut)
+{
+    kvio_cache c;
+    char err[ERRLEN];
+    size_t ns, n;
+    uint8_t *npy = npy_make("{'descr': '<i8', 'fortran_order': False, 'shape': (2305843009213693951,), }", 0, &ns);
+    member m[1] = {{"layers.0.key.npy", npy, ns}};
+    uint8_t *z = zip_make(m, 1, 0, &n);
+    EXPECT_ERR(npz_read(z, n, 0, &c, err), err, KVIO_E_FORMAT, "tensor 'layers.0.key' (member 'layers.0.key.npy')",
+               "size overflows");
+    free(z);
+    m[0].size = 15; /* the 10-byte prefix and 5 bytes of its header */
+    z = zip_make(m, 1, 1, &n);
+    char want[64];
+    snprintf(want, sizeof want, "truncated .npy header (15 of %zu bytes)", ns);
+    EXPECT_ERR(npz_read(z, n, 0, &c, err), err, KVIO_E_FORMAT, "layers.0.key.npy", want);
+    free(z);
+    free(npy);
+}
+END_TEST
+
 START_TEST(writers_refuse_invalid_caches)
 {
     char err[ERRLEN];
@@ -1785,6 +1885,7 @@ static Suite *cacheio_suite(void)
     tcase_add_test(t, hf_layouts_accepted);
     tcase_add_test(t, format_detection);
     tcase_add_test(t, writers_refuse_invalid_caches);
+    tcase_add_test(t, readers_refuse_bad_arguments);
     suite_add_tcase(s, t);
     t = tcase_create("truncation");
     tcase_set_timeout(t, 300);
@@ -1813,6 +1914,8 @@ static Suite *cacheio_suite(void)
     tcase_add_test(t, st_json_nesting_too_deep);
     tcase_add_test(t, st_json_huge_and_bad_numbers);
     tcase_add_test(t, st_json_structure_errors);
+    tcase_add_test(t, st_dimension_too_large);
+    tcase_add_test(t, st_too_many_layers);
     suite_add_tcase(s, t);
     t = tcase_create("npy_npz_bad");
     tcase_add_test(t, npy_fortran_order_true);
@@ -1824,6 +1927,7 @@ static Suite *cacheio_suite(void)
     tcase_add_test(t, npz_member_missing);
     tcase_add_test(t, npz_member_corrupt);
     tcase_add_test(t, npz_extra_and_duplicate_members);
+    tcase_add_test(t, npz_member_size_and_header_cut);
     suite_add_tcase(s, t);
     t = tcase_create("layouts_and_names");
     tcase_add_test(t, nhd_safetensors_read_transposed);
