@@ -3,7 +3,6 @@
  * one commit without re-encoding, and cutting off a torn tail. Public API
  * (fkvf.h) and cacheio only. */
 #define _POSIX_C_SOURCE 200809L
-#define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -858,387 +857,134 @@ static int same_file(const char *a, const char *b)
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-int fkvf_cli_compact(int argc, char **argv)
+typedef struct compact_opts {
+    const char *in, *out, *cbpath;
+    int json, in_place, force;
+} compact_opts;
+
+/* 0: run, 1: --help printed, -1: a usage error printed. */
+static int compact_parse(int argc, char **argv, compact_opts *o)
 {
-    const char *in = NULL, *out = NULL, *cbpath = NULL;
-    int json = 0, in_place = 0, force = 0;
+    memset(o, 0, sizeof *o);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(compact_help, stdout);
-            return CLI_OK;
+            return 1;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            o->json = 1;
         } else if (!strcmp(a, "--in-place")) {
-            in_place = 1;
+            o->in_place = 1;
         } else if (!strcmp(a, "--force")) {
-            force = 1;
+            o->force = 1;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--codebooks")) {
             if (!v)
-                return cli_usage("%s needs a value", a);
+                return cli_usage("%s needs a value", a), -1;
             i++;
-            *(a[1] == 'o' ? &out : &cbpath) = v;
+            *(a[1] == 'o' ? &o->out : &o->cbpath) = v;
         } else if (a[0] == '-' && a[1]) {
-            return cli_usage("unknown option '%s' (see fkvf compact --help)", a);
-        } else if (!in) {
-            in = a;
+            return cli_usage("unknown option '%s' (see fkvf compact --help)", a), -1;
+        } else if (!o->in) {
+            o->in = a;
         } else {
-            return cli_usage("unexpected argument '%s'", a);
+            return cli_usage("unexpected argument '%s'", a), -1;
         }
     }
-    if (!in || (!out && !in_place))
-        return cli_usage("need ARCHIVE and -o OUT or --in-place (see fkvf compact --help)");
-    if (in_place && out && strcmp(in, out) && !same_file(in, out))
-        return cli_usage("--in-place with -o %s, a different file", out);
-    if (!in_place && (!strcmp(in, out) || same_file(in, out)))
-        return cli_fail(CLI_INVALID, FKVF_E_EXISTS, out,
+    if (!o->in || (!o->out && !o->in_place))
+        return cli_usage("need ARCHIVE and -o OUT or --in-place (see fkvf compact --help)"), -1;
+    if (o->in_place && o->out && strcmp(o->in, o->out) && !same_file(o->in, o->out))
+        return cli_usage("--in-place with -o %s, a different file", o->out), -1;
+    return 0;
+}
+
+/* -o OUT never replaces an input: ARCHIVE or the --codebooks FILE (the
+ * codebook file found is checked once found); without --force it must not
+ * exist. CLI_OK or the exit status after an error line. */
+static int compact_check_output(const compact_opts *o)
+{
+    if (!strcmp(o->in, o->out) || same_file(o->in, o->out))
+        return cli_fail(CLI_INVALID, FKVF_E_EXISTS, o->out,
                         "is the same file as ARCHIVE %s (an output never replaces an input, "
                         "not even with --force); use --in-place to replace it",
-                        in);
-    if (!in_place) {
-        const char *inputs[] = {in, cbpath};
-        int ex = cli_check_output(out, inputs, 2, force);
-        if (ex)
-            return ex;
-        cli_warn_fkvf_name(out, "archive");
-    }
-    /* --in-place through a symbolic link: the file it points to is the one
-     * compacted (the writer renames a temporary file over its path; over
-     * the link's path it would replace the link with a regular file and
-     * leave the target as it was) */
-    char *real = NULL;
-    if (in_place) {
-        if (!(real = realpath(in, NULL)))
-            return cli_fail(CLI_USAGE, FKVF_E_IO, in, "cannot resolve the path: %s",
-                            strerror(errno));
-        out = real;
-    }
+                        o->in);
+    const char *inputs[] = {o->in, o->cbpath};
+    int ex = cli_check_output(o->out, inputs, 2, o->force);
+    if (ex == CLI_OK)
+        cli_warn_fkvf_name(o->out, "archive");
+    return ex;
+}
 
-    int ex = CLI_INVALID, rc, lockfd = -1;
-    fkvf_reader *r = NULL, *cb = NULL;
-    fkvf_writer *w = NULL;
-    uint8_t *rows = NULL;
-    uint16_t *codes = NULL;
-    uint32_t *sym = NULL;
-    char *kbuf = NULL, *vbuf = NULL;
-    const char *stage = "open";
-
-    if (in_place) {
-        /* no appender may add a commit to the file being replaced */
-        lockfd = open(in, O_RDONLY | O_CLOEXEC);
-        if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
-            ex = cli_fail(CLI_USAGE, FKVF_E_IO, in, "cannot %s (%s)",
-                          lockfd < 0 ? "open" : "lock: an appender has it open", strerror(errno));
-            goto out;
-        }
-    }
-    if ((ex = cli_open_archive(&r, in)) != CLI_OK)
-        goto out;
-    fkvf_archive_info ai;
-    fkvf_desc d;
-    if ((rc = fkvf_reader_info(r, &ai)) != FKVF_OK || (rc = fkvf_reader_desc(r, &d)) != FKVF_OK) {
-        ex = cli_fail_reader(rc, r, in, "");
-        goto out;
-    }
-    if ((ex = cli_attach_codebook(r, in, cbpath, &cb, NULL, 0)))
-        goto out;
-    /* the codebook file (given or found) is an input too */
-    const char *cb_path = cb ? fkvf_reader_file_name(cb) : NULL;
-    if (cb_path && !in_place && (ex = cli_check_output(out, &cb_path, 1, 1)) != CLI_OK)
-        goto out;
-    ex = CLI_INVALID;
-    /* deflate flags as in the input */
-    unsigned exac_flags = 0, cbk_flags = 0;
-    for (size_t i = 0; i < ai.n_sections; i++) {
-        fkvf_section_info si;
-        if (fkvf_reader_section(r, i, &si) != FKVF_OK)
-            continue;
-        if (si.type == FKVF_SECTION_EXAC && (si.flags & FKVF_SECTION_DEFLATE))
-            exac_flags = FKVF_SECTION_DEFLATE;
-        if (si.type == FKVF_SECTION_CBK1 && (si.flags & FKVF_SECTION_DEFLATE))
-            cbk_flags = FKVF_SECTION_DEFLATE;
-    }
-    fkvf_writer_options wo;
-    fkvf_writer_options_init(&wo);
-    wo.required_features = ai.required_features;
-    wo.optional_features = ai.optional_features;
-    wo.no_replace = !in_place && !force; /* nor one that appears meanwhile */
-    struct stat ist;
-    if (in_place && fstat(lockfd, &ist) == 0)
-        wo.mode = (unsigned)ist.st_mode & 07777; /* the file keeps its permissions */
-    rc = fkvf_writer_create_file(&w, out, &wo, NULL);
-    if (rc != FKVF_OK) {
-        ex = cli_fail_writer(rc, w, out, "");
-        goto out;
-    }
-    stage = "descriptor";
-    rc = fkvf_writer_set_desc(w, &d);
-
-    /* metadata, entry by entry */
-    size_t n_meta = 0;
-    if (rc == FKVF_OK) {
-        stage = "metadata";
-        rc = fkvf_reader_meta_count(r, &n_meta);
-        if (rc != FKVF_OK) {
-            ex = cli_fail_reader(rc, r, in, "");
-            goto out;
-        }
-    }
-    for (size_t i = 0; rc == FKVF_OK && i < n_meta; i++) {
-        fkvf_meta_entry e;
-        if ((rc = fkvf_reader_meta(r, i, &e)) != FKVF_OK) {
-            ex = cli_fail_reader(rc, r, in, "");
-            goto out;
-        }
-        free(kbuf);
-        free(vbuf);
-        kbuf = malloc(e.key_len + 1);
-        vbuf = malloc(e.value_len + 1);
-        if (!kbuf || !vbuf) {
-            rc = FKVF_E_NOMEM;
-            break;
-        }
-        memcpy(kbuf, e.key, e.key_len);
-        kbuf[e.key_len] = 0;
-        if (e.value_len)
-            memcpy(vbuf, e.value, e.value_len);
-        vbuf[e.value_len] = 0;
-        switch (e.type) {
-        case FKVF_META_U64:
-            rc = fkvf_writer_meta_u64(w, kbuf, e.u64);
-            break;
-        case FKVF_META_I64:
-            rc = fkvf_writer_meta_i64(w, kbuf, e.i64);
-            break;
-        case FKVF_META_F64:
-            rc = fkvf_writer_meta_f64(w, kbuf, e.f64);
-            break;
-        case FKVF_META_BOOL:
-            rc = fkvf_writer_meta_bool(w, kbuf, e.u64 != 0);
-            break;
-        case FKVF_META_UTF8:
-            if (memchr(e.value, 0, e.value_len))
-                rc = fkvf_writer_meta_bytes(w, kbuf, e.value, e.value_len);
-            else
-                rc = fkvf_writer_meta_utf8(w, kbuf, vbuf);
-            break;
-        default:
-            rc = fkvf_writer_meta_bytes(w, kbuf, e.value, e.value_len);
-        }
-    }
-
-    /* exact rows: sinks [0, min(S, n)) and the window [S + A, n); all of
-     * them when nothing is archived */
-    uint64_t P = ai.n_positions, A = ai.n_archived;
-    uint64_t S = A ? (d.n_sinks < P ? d.n_sinks : P) : P;
-    uint64_t ranges[2][2] = {{0, S}, {A ? d.n_sinks + A : P, P}};
-    size_t rb = 0;
-    if (rc == FKVF_OK && (rc = fkvf_reader_row_bytes(r, d.dtype, &rb)) != FKVF_OK) {
-        ex = cli_fail_reader(rc, r, in, "");
-        goto out;
-    }
-    uint64_t n_exact = 0;
-    for (int k = 0; rc == FKVF_OK && k < 2; k++) {
-        uint64_t a0 = ranges[k][0], a1 = ranges[k][1];
-        if (a1 <= a0)
-            continue;
-        stage = "exact rows";
-        free(rows);
-        rows = malloc((size_t)(a1 - a0) * rb);
-        if (!rows) {
-            rc = FKVF_E_NOMEM;
-            break;
-        }
-        for (uint64_t p = a0; p < a1; p++) {
-            const void *row;
-            size_t n;
-            if ((rc = fkvf_reader_exact_row(r, p, &row, &n)) != FKVF_OK || n != rb) {
-                char pre[64];
-                snprintf(pre, sizeof pre, "exact row of position %" PRIu64 ": ", p);
-                if (rc)
-                    ex = cli_fail_reader(rc, r, in, pre);
-                else
-                    ex = cli_fail(CLI_INVALID, FKVF_E_CORRUPT, in, "%sunexpected size", pre);
-                goto out;
-            }
-            memcpy(rows + (size_t)(p - a0) * rb, row, rb);
-        }
-        rc = fkvf_writer_add_exact(w, a0, a1 - a0, rows, (size_t)(a1 - a0) * rb, exac_flags);
-        n_exact += a1 - a0;
-    }
-
-    /* the codebook */
-    fkvf_codebook_shape shape;
-    memset(&shape, 0, sizeof shape);
-    int has_cb = 0, ext = 0;
-    uint8_t ref_hash[16];
-    const char *ref_name = NULL;
-    if (rc == FKVF_OK) {
-        stage = "codebook";
-        const void *contents;
-        size_t csize;
-        int crc = fkvf_reader_codebook(r, &shape, &contents, &csize, NULL);
-        fkvf_reader_codebook_ref(r, &ext, ref_hash, &ref_name);
-        if (crc == FKVF_OK) {
-            has_cb = 1;
-            if (ext)
-                rc = fkvf_writer_add_codebook_ref(w, &shape, ref_hash, ref_name);
-            else
-                rc = fkvf_writer_add_codebooks(w, &shape, (const uint8_t *)contents + 64,
-                                               csize - 64, cbk_flags);
-        } else if (crc != FKVF_E_NOT_FOUND) {
-            ex = cli_fail_reader(rc, r, in, "");
-            goto out;
-        }
-    }
-
-    /* index streams, symbol for symbol */
-    size_t i0;
-    fkvf_stream_spec isp; /* the codec the copy keeps */
-    int has_index = fkvf_reader_stream_find(r, FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, 0, 0, 0, 0),
-                                            &i0) == FKVF_OK &&
-                    fkvf_reader_stream_spec(r, i0, &isp) == FKVF_OK;
-    if (rc == FKVF_OK && has_cb && has_index) {
-        stage = "index streams";
-        unsigned per = (unsigned)shape.k_stages + shape.v_stages;
-        size_t cpp = (size_t)d.n_layers * d.n_kv_heads * per;
-        codes = malloc(cpp * (size_t)A * sizeof *codes + 1);
-        sym = malloc((size_t)A * sizeof *sym + 1);
-        if (!codes || !sym) {
-            rc = FKVF_E_NOMEM;
-        } else {
-            cli_progress b;
-            cli_progress_init(&b, "copy  ", json);
-            for (size_t j = 0; rc == FKVF_OK && j < cpp; j++) {
-                uint32_t lh = (uint32_t)(j / per), st = (uint32_t)(j % per);
-                unsigned kv = st >= shape.k_stages;
-                uint64_t id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, lh / d.n_kv_heads,
-                                             lh % d.n_kv_heads, kv, kv ? st - shape.k_stages : st);
-                size_t idx;
-                fkvf_stream_info si;
-                if (fkvf_reader_stream_find(r, id, &idx) != FKVF_OK ||
-                    fkvf_reader_stream_info(r, idx, &si) != FKVF_OK || si.length < A) {
-                    ex = cli_fail(CLI_INVALID, FKVF_E_CORRUPT, in,
-                                  "index stream %016" PRIx64 " missing or shorter than the %" PRIu64
-                                  " archived positions", id, A);
-                    goto out;
-                }
-                if (A && (rc = fkvf_reader_stream_read(r, idx, 0, sym, (size_t)A)) != FKVF_OK) {
-                    ex = cli_fail_reader(rc, r, in, "");
-                    goto out;
-                }
-                for (uint64_t t = 0; t < A; t++)
-                    codes[j * A + t] = (uint16_t)sym[t];
-                cli_progress_cb(&b, j + 1, cpp);
-            }
-            if (rc == FKVF_OK)
-                rc = fkvf_writer_add_index_segment(w, &isp, 0, A, A ? codes : NULL, 1,
-                                                   (size_t)(A ? A : 1));
-        }
-    }
-
-    /* the token stream */
-    size_t ti;
-    fkvf_stream_info tsi;
-    if (rc == FKVF_OK && fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK &&
-        fkvf_reader_stream_info(r, ti, &tsi) == FKVF_OK) {
-        stage = "token stream";
-        free(sym);
-        sym = malloc((size_t)tsi.length * sizeof *sym + 1);
-        if (!sym) {
-            rc = FKVF_E_NOMEM;
-        } else {
-            if (tsi.length &&
-                (rc = fkvf_reader_stream_read(r, ti, 0, sym, (size_t)tsi.length)) != FKVF_OK) {
-                ex = cli_fail_reader(rc, r, in, "");
-                goto out;
-            }
-            fkvf_stream_spec sp;
-            if ((rc = fkvf_reader_stream_spec(r, ti, &sp)) == FKVF_OK)
-                rc = fkvf_writer_add_token_segment(w, &sp, 0, tsi.length ? sym : NULL,
-                                                   (size_t)tsi.length);
-        }
-    }
-    /* search indexes (spec 20): rebuilt for every stream that had one, after
-     * the stream segments so that no later segment makes them stale (20.4);
-     * the streams are copied symbol for symbol, so the input's symbols give
-     * the same keys */
-    size_t n_idx = 0;
-    for (size_t i = 0; rc == FKVF_OK && i < ai.n_sections; i++) {
-        fkvf_section_info zs;
-        size_t zi;
-        if (fkvf_reader_section(r, i, &zs) != FKVF_OK || zs.type != FKVF_SECTION_ZIDX ||
-            fkvf_reader_stream_find(r, zs.key, &zi) != FKVF_OK)
-            continue;
-        int dup = 0; /* one index per stream, however many the input had */
-        for (size_t j = 0; j < i && !dup; j++) {
-            fkvf_section_info ps;
-            dup = fkvf_reader_section(r, j, &ps) == FKVF_OK && ps.type == FKVF_SECTION_ZIDX &&
-                  ps.key == zs.key;
-        }
-        if (dup)
-            continue;
-        stage = "search index";
-        void *zd = NULL;
-        size_t zn = 0;
-        uint64_t zk = 0;
-        rc = fkvf_search_index_build(r, zi, &zd, &zn, &zk);
-        if (rc == FKVF_OK)
-            rc = fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, zk, zd, zn);
-        fkvf_search_buffer_free(zd);
-        n_idx++;
-    }
-    if (rc == FKVF_OK) {
-        stage = "commit";
-        rc = fkvf_writer_set_positions(w, P, A);
-    }
-    if (rc == FKVF_OK)
-        rc = fkvf_writer_finish(w);
-    if (rc != FKVF_OK) {
-        char pre[64];
-        snprintf(pre, sizeof pre, "writing the %s failed: ", stage);
-        if (rc == FKVF_E_NOMEM)
-            ex = cli_fail(CLI_USAGE, rc, out, "%sout of memory", pre);
-        else
-            ex = cli_fail_writer(rc, w, out, pre);
-        goto out;
-    }
-    uint64_t after = cli_file_size(out);
-    if (json) {
+static void compact_print(const compact_opts *o, const fkvf_compact_result *res)
+{
+    if (o->json) {
         printf("{\"archive\":");
-        cli_json_cstr(stdout, in);
+        cli_json_cstr(stdout, o->in);
         printf(",\"out\":");
-        cli_json_cstr(stdout, out);
+        cli_json_cstr(stdout, res->path);
         printf(",\"in_place\":%s,\"commits_before\":%" PRIu64 ",\"commits\":1,\"positions\":%" PRIu64
                ",\"archived\":%" PRIu64 ",\"exact\":%" PRIu64 ",\"size_before\":%" PRIu64
                ",\"size\":%" PRIu64 ",\"torn_bytes_ignored\":%" PRIu64 "}\n",
-               in_place ? "true" : "false", ai.n_commits, P, A, n_exact, ai.file_size, after,
-               ai.torn_bytes);
-    } else {
-        printf("%s: %" PRIu64 " commit(s), %" PRIu64 " bytes -> %s: 1 commit, %" PRIu64
-               " bytes (%.1f%%); %" PRIu64 " positions (%" PRIu64 " archived, %" PRIu64
-               " exact)\n",
-               in, ai.n_commits, ai.file_size, out, after,
-               ai.file_size ? 100.0 * (double)after / (double)ai.file_size : 0.0, P, A, n_exact);
-        if (ai.torn_bytes)
-            printf("%s: a torn tail of %" PRIu64 " bytes was left out\n", in, ai.torn_bytes);
-        if (n_idx)
-            printf("%s: %zu search index(es) rebuilt\n", out, n_idx);
+               o->in_place ? "true" : "false", res->commits_before, res->positions, res->archived,
+               res->exact, res->size_before, res->size, res->torn_bytes);
+        return;
     }
-    ex = CLI_OK;
-out:
-    fkvf_writer_free(w); /* before finish: removes the temporary file */
+    printf("%s: %" PRIu64 " commit(s), %" PRIu64 " bytes -> %s: 1 commit, %" PRIu64
+           " bytes (%.1f%%); %" PRIu64 " positions (%" PRIu64 " archived, %" PRIu64 " exact)\n",
+           o->in, res->commits_before, res->size_before, res->path, res->size,
+           res->size_before ? 100.0 * (double)res->size / (double)res->size_before : 0.0,
+           res->positions, res->archived, res->exact);
+    if (res->torn_bytes)
+        printf("%s: a torn tail of %" PRIu64 " bytes was left out\n", o->in, res->torn_bytes);
+    if (res->search_indexes)
+        printf("%s: %zu search index(es) rebuilt\n", res->path, res->search_indexes);
+}
+
+int fkvf_cli_compact(int argc, char **argv)
+{
+    compact_opts o;
+    int pr = compact_parse(argc, argv, &o);
+    if (pr)
+        return pr > 0 ? CLI_OK : CLI_USAGE;
+    int ex;
+    if (!o.in_place && (ex = compact_check_output(&o)) != CLI_OK)
+        return ex;
+    /* the archive and its codebook file (given or found by content hash),
+     * whose file must not be OUT either */
+    fkvf_reader *r = NULL, *cb = NULL;
+    ex = cli_open_archive(&r, o.in);
+    if (ex == CLI_OK)
+        ex = cli_attach_codebook(r, o.in, o.cbpath, &cb, NULL, 0);
     fkvf_reader_free(r);
+    if (ex == CLI_OK && cb && !o.in_place) {
+        const char *cb_path = fkvf_reader_file_name(cb);
+        ex = cli_check_output(o.out, &cb_path, 1, 1);
+    }
+    if (ex != CLI_OK) {
+        fkvf_reader_free(cb);
+        return ex;
+    }
+    fkvf_compact_options co;
+    fkvf_compact_options_init(&co);
+    co.in_place = o.in_place;
+    co.no_replace = !o.in_place && !o.force;
+    co.codebook_file = cb;
+    cli_progress b;
+    cli_progress_init(&b, "copy  ", o.json);
+    co.progress = cli_progress_cb;
+    co.progress_opaque = &b;
+    fkvf_compaction *h = NULL;
+    fkvf_compact_result res;
+    int rc = fkvf_archive_compact(&h, o.in, o.in_place ? NULL : o.out, &co, &res);
+    if (rc == FKVF_OK) {
+        compact_print(&o, &res);
+    } else {
+        fkvf_error_info e;
+        int have = fkvf_compaction_error(h, &e) == FKVF_OK && e.code != FKVF_OK;
+        ex = cli_fail_lib(rc, have ? &e : NULL, have ? e.file : o.in, "");
+    }
+    fkvf_compaction_free(h);
     fkvf_reader_free(cb);
-    free(rows);
-    free(codes);
-    free(sym);
-    free(kbuf);
-    free(vbuf);
-    free(real);
-    if (lockfd >= 0)
-        close(lockfd);
     return ex;
 }
 
