@@ -531,6 +531,318 @@ static int check_token_overlap(const append_opts *o, fkvf_reader *r, size_t ti,
     return CLI_OK;
 }
 
+/* What an append works with, from the checks to the printout. */
+typedef struct append_run {
+    append_opts *o; /* append_create completes its key options */
+    append_state *s;
+    /* the archive before the append (not --create) */
+    uint64_t before_size, before_n, before_commits;
+    uint64_t sinks, window; /* the descriptor's */
+    fkvf_stream_info tsi;   /* its token stream, when arch_tok */
+    size_t ti;
+    int arch_tok, pre_rope;
+    /* what is appended: cache positions [p0, p1), with token ids or not */
+    uint32_t p0, p1, n;
+    int use_tok;
+    size_t rb;
+    uint64_t recovered, commits;
+    fkvf_appender_state as;
+} append_run;
+
+/* --create: the new archive is an output: never an input, never a file that
+ * exists (--create has no --force). */
+static int append_check_create(const append_opts *o)
+{
+    const char *inputs[] = {o->cache, o->cbfile};
+    int ex = cli_check_output(o->archive, inputs, 2, 1);
+    if (ex != CLI_OK)
+        return ex;
+    struct stat st;
+    if (lstat(o->archive, &st) == 0)
+        return cli_fail(CLI_INVALID, FKVF_E_EXISTS, o->archive,
+                        "exists; --create never replaces a file (append to it without "
+                        "--create)");
+    cli_warn_fkvf_name(o->archive, "archive");
+    return CLI_OK;
+}
+
+/* The archive as it is: descriptor, token stream, torn tail; the cache
+ * must match its descriptor. */
+static int append_read_archive(append_run *u)
+{
+    const append_opts *o = u->o;
+    append_state *s = u->s;
+    int ex, rc;
+    if ((ex = cli_open_archive(&s->r, o->archive)) != CLI_OK)
+        return ex;
+    fkvf_archive_info ai;
+    fkvf_desc d;
+    if ((rc = fkvf_reader_info(s->r, &ai)) != FKVF_OK ||
+        (rc = fkvf_reader_desc(s->r, &d)) != FKVF_OK)
+        return cli_fail_reader(rc, s->r, o->archive, "");
+    if (ai.torn_bytes && !o->recover)
+        return cli_fail(CLI_INVALID, FKVF_E_TORN, o->archive,
+                        "torn tail: %" PRIu64 " bytes after commit %" PRIu64
+                        " (an append that did not complete); nothing appended. Run 'fkvf "
+                        "recover %s' (or append with --recover) to cut it off first (spec 7.7)",
+                        ai.torn_bytes, ai.n_commits, o->archive);
+    if ((ex = check_shape(o, &s->c, &d)))
+        return ex;
+    u->before_size = ai.committed_size;
+    u->before_n = ai.n_positions;
+    u->before_commits = ai.n_commits;
+    u->sinks = d.n_sinks;
+    u->window = d.window;
+    u->pre_rope = d.key_transform == 1 && d.key_storage == 1;
+    u->arch_tok = fkvf_reader_stream_find(s->r, FKVF_STREAM_ID_TOKENS, &u->ti) == FKVF_OK &&
+                  fkvf_reader_stream_info(s->r, u->ti, &u->tsi) == FKVF_OK;
+    return cli_attach_codebook(s->r, o->archive, o->cbfile, &s->cb, NULL, 0);
+}
+
+/* Which cache positions: --positions, --new, or all. */
+static int append_positions(append_run *u)
+{
+    const append_opts *o = u->o;
+    const kvio_cache *c = &u->s->c;
+    u->p0 = 0;
+    u->p1 = c->n_positions;
+    if (o->range_set) {
+        u->p0 = (uint32_t)o->range0;
+        u->p1 = o->end_set ? (uint32_t)o->range1 : c->n_positions;
+        if (u->p1 > c->n_positions || u->p0 > u->p1) {
+            char b[24] = "";
+            if (o->end_set)
+                snprintf(b, sizeof b, "%" PRIu64, o->range1);
+            return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->cache,
+                            "--positions %" PRIu64 ":%s: the cache has %u positions", o->range0, b,
+                            c->n_positions);
+        }
+    } else if (o->newonly && !o->create) {
+        if (u->before_n > c->n_positions)
+            return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->cache,
+                            "--new: the cache has %u positions, the archive %s already %" PRIu64,
+                            c->n_positions, o->archive, u->before_n);
+        u->p0 = (uint32_t)u->before_n;
+    }
+    u->n = u->p1 - u->p0;
+    return CLI_OK;
+}
+
+/* Token ids: stored when both the cache and the archive (or --create) have
+ * them; --tokens requires them; they must fit the archive's stream. */
+static int append_tokens(append_run *u)
+{
+    const append_opts *o = u->o;
+    const kvio_cache *c = &u->s->c;
+    u->use_tok = 0;
+    if (o->create) {
+        u->use_tok = c->tokens && !o->no_tokens;
+        if (o->req_tokens && !c->tokens)
+            return cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o->cache,
+                            "--tokens: the cache holds no token ids");
+    } else if (u->arch_tok) {
+        if (!c->tokens)
+            return cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o->cache,
+                            "the archive %s has a token stream, the cache holds no token ids",
+                            o->archive);
+        u->use_tok = 1;
+        uint64_t alpha = alphabet_of(&u->tsi);
+        for (uint32_t t = u->p0; t < u->p1; t++)
+            if (c->tokens[t] < 0 || (uint64_t)c->tokens[t] >= alpha)
+                return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->cache,
+                                "token id %" PRId64 " at position %u does not fit the archive's "
+                                "token stream (symbols below %" PRIu64 ")",
+                                c->tokens[t], t, alpha);
+    } else if (c->tokens) {
+        if (o->req_tokens)
+            return cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o->archive,
+                            "--tokens: the archive has no token stream");
+        if (!o->json)
+            cli_note("%s has no token stream; the token ids of %s are not stored", o->archive,
+                     o->cache);
+    } else if (o->req_tokens) {
+        return cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o->cache,
+                        "--tokens: the cache holds no token ids");
+    }
+    return CLI_OK;
+}
+
+/* A cache's position p is sequence position p: what is appended starts at
+ * the archive's count, unless the user says that the cache's positions are
+ * new ones that continue the archive. */
+static int append_check_alignment(append_run *u)
+{
+    const append_opts *o = u->o;
+    const kvio_cache *c = &u->s->c;
+    int ex;
+    if (u->n && u->p0 != u->before_n && !o->continues)
+        return misaligned(o, u->p0, u->p1, u->before_n, c->n_positions);
+    /* the positions line up: then the cache's token ids where it overlaps
+     * the archive (cache positions [0, min(N, T))) must be the archive's,
+     * or a different sequence would be continued without a word; with
+     * --continues the cache's positions are new ones and overlap nothing */
+    if (u->arch_tok && c->tokens && !o->continues) {
+        uint64_t m = u->before_n < c->n_positions ? u->before_n : c->n_positions;
+        m = u->tsi.length < m ? u->tsi.length : m;
+        if ((ex = check_token_overlap(o, u->s->r, u->ti, c, m)) != CLI_OK)
+            return ex;
+    }
+    if (o->create)
+        u->pre_rope = o->keys.pre_rope && !o->keys.no_rope;
+    if (u->n && u->p0 != u->before_n)
+        cli_warn("%s: --continues: cache positions %u..%u become positions %" PRIu64 "..%" PRIu64
+                 " of %s%s",
+                 o->cache, u->p0, u->p1 - 1, u->before_n, u->before_n + u->n - 1, o->archive,
+                 u->pre_rope ? "; keys are un-rotated at the archive's positions (spec 8.1)" : "");
+    return CLI_OK;
+}
+
+/* The rows (and token ids) of the positions appended, in the archive's row
+ * layout. */
+static int append_gather(append_run *u)
+{
+    const append_opts *o = u->o;
+    append_state *s = u->s;
+    const kvio_cache *c = &s->c;
+    u->rb = cli_cache_row_bytes(c);
+    s->rows = malloc(u->rb * (u->n ? u->n : 1));
+    s->tok = malloc(sizeof *s->tok * (u->n ? u->n : 1));
+    if (!s->rows || !s->tok)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->cache, "out of memory");
+    cli_cache_rows(c, u->p0, u->p1, s->rows);
+    for (uint32_t t = 0; u->use_tok && t < u->n; t++)
+        s->tok[t] = (uint32_t)c->tokens[u->p0 + t];
+    return CLI_OK;
+}
+
+/* The appender: a new archive (--create), or the archive opened and locked,
+ * which must still be the one the positions were checked against. */
+static int append_open(append_run *u)
+{
+    const append_opts *o = u->o;
+    append_state *s = u->s;
+    int ex, rc;
+    if (o->create) {
+        if ((ex = append_create(u->o, s, u->p0, u->p1)))
+            return ex;
+    } else {
+        fkvf_reader_free(s->r); /* before a recovery may truncate the file */
+        s->r = NULL;
+        fkvf_append_options ao;
+        fkvf_append_options_init(&ao);
+        ao.sync = o->sync;
+        ao.beam_width = o->code.beam;
+        ao.recover = o->recover;
+        ao.codebook_file = s->cb;
+        rc = fkvf_appender_open(&s->a, o->archive, &ao, NULL);
+        if (rc != FKVF_OK)
+            return cli_fail_appender(rc, s->a, o->archive, "");
+    }
+    fkvf_appender_state_get(s->a, &u->as);
+    u->recovered = u->as.recovered_bytes;
+    /* The positions were checked against the archive as a plain reader saw
+     * it, without the lock; the appender holds it from here on. Another
+     * append that committed in between would make them overlap (or leave a
+     * gap): refuse, with nothing appended. */
+    if (!o->create && (u->as.n_positions != u->before_n || u->as.commit_seq != u->before_commits))
+        return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->archive,
+                        "changed meanwhile (another append or a compact ran in between): it "
+                        "held %" PRIu64 " positions (commit %" PRIu64 ") when this append "
+                        "checked its positions, %" PRIu64 " positions (commit %" PRIu64
+                        ") once locked for appending; nothing appended: run the append again",
+                        u->before_n, u->before_commits, u->as.n_positions, u->as.commit_seq);
+    if (o->create)
+        u->before_size = u->as.file_size;
+    return CLI_OK;
+}
+
+/* The commits: every --commit-every positions (one commit by default). */
+static int append_commit_all(append_run *u)
+{
+    const append_opts *o = u->o;
+    append_state *s = u->s;
+    int rc;
+    uint64_t every = o->every ? o->every : (u->n ? u->n : 1);
+    u->commits = 0;
+    cli_progress b;
+    cli_progress_init(&b, "append", o->json);
+    for (uint64_t i = 0; i < u->n; i += every) {
+        uint64_t m = u->n - i < every ? u->n - i : every;
+        rc = fkvf_appender_append(s->a, s->rows + (size_t)i * u->rb, (size_t)m * u->rb, (size_t)m,
+                                  u->use_tok ? s->tok + i : NULL);
+        if (rc == FKVF_OK)
+            rc = fkvf_appender_commit(s->a);
+        if (rc != FKVF_OK) {
+            char pre[600];
+            snprintf(pre, sizeof pre,
+                     "commit of positions %" PRIu64 "..%" PRIu64 " of %s failed "
+                     "(%" PRIu64 " commit(s) of this run are in the file): ",
+                     u->p0 + i, u->p0 + i + m - 1, o->cache, u->commits);
+            return cli_fail_appender(rc, s->a, o->archive, pre);
+        }
+        u->commits++;
+        cli_progress_cb(&b, i + m, u->n);
+    }
+    if (o->sync == FKVF_SYNC_NONE && (rc = fkvf_appender_sync(s->a)) != FKVF_OK)
+        return cli_fail_appender(rc, s->a, o->archive, "");
+    fkvf_appender_state_get(s->a, &u->as);
+    return CLI_OK;
+}
+
+static void append_print(const append_run *u)
+{
+    const append_opts *o = u->o;
+    const fkvf_appender_state *as = &u->as;
+    uint32_t p0 = u->p0, p1 = u->p1, n = u->n;
+    /* an archive without a codebook (fkvf pack makes one for too few
+     * positions, or --exact-only) keeps the positions that leave its
+     * window exact: said once per run (--create says so in its first line) */
+    if (!o->create && n && !as->has_codebook && as->n_positions > u->sinks + u->window)
+        cli_note("%s has no codebook: the positions that leave its recent window stay exact "
+                 "(%" PRIu64 " of its %" PRIu64 " positions are outside its %" PRIu64
+                 " sinks and %" PRIu64 " recent positions, all stored exact); an archive's "
+                 "codebook is chosen when it is made: to store such positions as indices, make "
+                 "it with one (fkvf pack --k N, or a shared codebook from fkvf train and "
+                 "--codebooks FILE)",
+                 o->archive, as->n_positions - u->sinks - u->window, as->n_positions, u->sinks,
+                 u->window);
+    if (o->json) {
+        printf("{\"archive\":");
+        cli_json_cstr(stdout, o->archive);
+        printf(",\"cache\":");
+        cli_json_cstr(stdout, o->cache);
+        printf(",\"created\":%s,\"first\":%u,\"archive_first\":%" PRIu64
+               ",\"continues\":%s,\"appended\":%u,\"commits\":%" PRIu64
+               ",\"commit_seq\":%" PRIu64 ",\"positions\":%" PRIu64 ",\"archived\":%" PRIu64
+               ",\"exact\":%" PRIu64 ",\"tokens\":%s,\"recovered_bytes\":%" PRIu64
+               ",\"size_before\":%" PRIu64 ",\"size\":%" PRIu64 ",\"bytes_added\":%" PRIu64 "}\n",
+               o->create ? "true" : "false", p0, u->before_n, p0 != u->before_n ? "true" : "false",
+               n, u->commits, as->commit_seq, as->n_positions, as->n_archived,
+               as->n_positions - as->n_archived, u->use_tok ? "true" : "false", u->recovered,
+               u->before_size, as->file_size, as->file_size - u->before_size);
+        return;
+    }
+    if (u->recovered)
+        printf("%s: recovered: cut off a torn tail of %" PRIu64 " bytes\n", o->archive,
+               u->recovered);
+    if (o->create && u->s->k_trained)
+        printf("%s: created (commit 1: descriptor, codebook trained on %u positions, k = "
+               "%u)\n", o->archive, n, u->s->k_trained);
+    else if (o->create)
+        printf("%s: created (commit 1: descriptor%s)\n", o->archive,
+               as->has_codebook ? ", codebook" : ", no codebook: every position exact");
+    if (!n)
+        printf("%s: nothing to append from %s (positions %u.. of %u)\n", o->archive, o->cache,
+               p0, u->s->c.n_positions);
+    printf("%s: appended %u positions (%u..%u of %s) in %" PRIu64 " commit(s)%s; now %" PRIu64
+           " positions (%" PRIu64 " archived, %" PRIu64 " exact), %" PRIu64
+           " commits, %" PRIu64 " bytes (+%" PRIu64 ")\n",
+           o->archive, n, p0, n ? p1 - 1 : p0, o->cache, u->commits,
+           u->use_tok ? " with token ids" : "", as->n_positions, as->n_archived,
+           as->n_positions - as->n_archived, as->commit_seq, as->file_size,
+           as->file_size - u->before_size);
+}
+
 int fkvf_cli_append(int argc, char **argv)
 {
     append_opts o;
@@ -539,278 +851,20 @@ int fkvf_cli_append(int argc, char **argv)
         return pr > 0 ? CLI_OK : CLI_USAGE;
     append_state s;
     memset(&s, 0, sizeof s);
+    append_run u;
+    memset(&u, 0, sizeof u);
+    u.o = &o;
+    u.s = &s;
     int ex;
-    int rc;
-    if (o.create) {
-        /* the new archive is an output: never an input, never a file that
-         * exists (--create has no --force) */
-        const char *inputs[] = {o.cache, o.cbfile};
-        if ((ex = cli_check_output(o.archive, inputs, 2, 1)) != CLI_OK)
-            return ex;
-        struct stat st;
-        if (lstat(o.archive, &st) == 0)
-            return cli_fail(CLI_INVALID, FKVF_E_EXISTS, o.archive,
-                            "exists; --create never replaces a file (append to it without "
-                            "--create)");
-        cli_warn_fkvf_name(o.archive, "archive");
-    }
+    if (o.create && (ex = append_check_create(&o)) != CLI_OK)
+        return ex;
     if ((ex = cli_read_cache_layout(o.cache, o.layout, &s.c)) != CLI_OK)
         return ex;
-    kvio_cache *c = &s.c;
-    uint64_t before_size = 0, before_n = 0, before_commits = 0, recovered = 0;
-    uint64_t sinks = 0, window = 0; /* the descriptor's */
-    fkvf_stream_info tsi;
-    size_t ti = 0;
-    int arch_tok = 0, pre_rope = 0;
-
-    /* the archive as it is: descriptor, token stream, torn tail */
-    if (!o.create) {
-        if ((ex = cli_open_archive(&s.r, o.archive)) != CLI_OK)
-            goto out;
-        fkvf_archive_info ai;
-        fkvf_desc d;
-        if ((rc = fkvf_reader_info(s.r, &ai)) != FKVF_OK ||
-            (rc = fkvf_reader_desc(s.r, &d)) != FKVF_OK) {
-            ex = cli_fail_reader(rc, s.r, o.archive, "");
-            goto out;
-        }
-        if (ai.torn_bytes && !o.recover) {
-            ex = cli_fail(CLI_INVALID, FKVF_E_TORN, o.archive,
-                          "torn tail: %" PRIu64 " bytes after commit %" PRIu64
-                          " (an append that did not complete); nothing appended. Run 'fkvf "
-                          "recover %s' (or append with --recover) to cut it off first (spec 7.7)",
-                          ai.torn_bytes, ai.n_commits, o.archive);
-            goto out;
-        }
-        if ((ex = check_shape(&o, c, &d)))
-            goto out;
-        before_size = ai.committed_size;
-        before_n = ai.n_positions;
-        before_commits = ai.n_commits;
-        sinks = d.n_sinks;
-        window = d.window;
-        pre_rope = d.key_transform == 1 && d.key_storage == 1;
-        arch_tok = fkvf_reader_stream_find(s.r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK &&
-                   fkvf_reader_stream_info(s.r, ti, &tsi) == FKVF_OK;
-        if ((ex = cli_attach_codebook(s.r, o.archive, o.cbfile, &s.cb, NULL, 0)))
-            goto out;
-    }
-
-    /* which positions */
-    uint32_t p0 = 0, p1 = c->n_positions;
-    if (o.range_set) {
-        p0 = (uint32_t)o.range0;
-        p1 = o.end_set ? (uint32_t)o.range1 : c->n_positions;
-        if (p1 > c->n_positions || p0 > p1) {
-            char b[24] = "";
-            if (o.end_set)
-                snprintf(b, sizeof b, "%" PRIu64, o.range1);
-            ex = cli_fail(CLI_INVALID, FKVF_E_RANGE, o.cache,
-                          "--positions %" PRIu64 ":%s: the cache has %u positions", o.range0, b,
-                          c->n_positions);
-            goto out;
-        }
-    } else if (o.newonly && !o.create) {
-        if (before_n > c->n_positions) {
-            ex = cli_fail(CLI_INVALID, FKVF_E_RANGE, o.cache,
-                          "--new: the cache has %u positions, the archive %s already %" PRIu64,
-                          c->n_positions, o.archive, before_n);
-            goto out;
-        }
-        p0 = (uint32_t)before_n;
-    }
-    uint32_t n = p1 - p0;
-
-    /* tokens */
-    int use_tok = 0;
-    if (o.create) {
-        use_tok = c->tokens && !o.no_tokens;
-        if (o.req_tokens && !c->tokens) {
-            ex = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o.cache,
-                          "--tokens: the cache holds no token ids");
-            goto out;
-        }
-    } else if (arch_tok) {
-        if (!c->tokens) {
-            ex = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o.cache,
-                          "the archive %s has a token stream, the cache holds no token ids",
-                          o.archive);
-            goto out;
-        }
-        use_tok = 1;
-        uint64_t alpha = alphabet_of(&tsi);
-        for (uint32_t t = p0; t < p1; t++)
-            if (c->tokens[t] < 0 || (uint64_t)c->tokens[t] >= alpha) {
-                ex = cli_fail(CLI_INVALID, FKVF_E_RANGE, o.cache,
-                              "token id %" PRId64 " at position %u does not fit the archive's "
-                              "token stream (symbols below %" PRIu64 ")",
-                              c->tokens[t], t, alpha);
-                goto out;
-            }
-    } else if (c->tokens) {
-        if (o.req_tokens) {
-            ex = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o.archive,
-                          "--tokens: the archive has no token stream");
-            goto out;
-        }
-        if (!o.json)
-            cli_note("%s has no token stream; the token ids of %s are not stored", o.archive,
-                     o.cache);
-    } else if (o.req_tokens) {
-        ex = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o.cache,
-                      "--tokens: the cache holds no token ids");
-        goto out;
-    }
-
-    /* a cache's position p is sequence position p: what is appended starts
-     * at the archive's count, unless the user says that the cache's
-     * positions are new ones that continue the archive */
-    if (n && p0 != before_n && !o.continues) {
-        ex = misaligned(&o, p0, p1, before_n, c->n_positions);
-        goto out;
-    }
-    /* the positions line up: then the cache's token ids where it overlaps
-     * the archive (cache positions [0, min(N, T))) must be the archive's,
-     * or a different sequence would be continued without a word; with
-     * --continues the cache's positions are new ones and overlap nothing */
-    if (arch_tok && c->tokens && !o.continues) {
-        uint64_t m = before_n < c->n_positions ? before_n : c->n_positions;
-        m = tsi.length < m ? tsi.length : m;
-        if ((ex = check_token_overlap(&o, s.r, ti, c, m)) != CLI_OK)
-            goto out;
-    }
-    if (o.create)
-        pre_rope = o.keys.pre_rope && !o.keys.no_rope;
-    if (n && p0 != before_n)
-        cli_warn("%s: --continues: cache positions %u..%u become positions %" PRIu64 "..%" PRIu64
-                 " of %s%s",
-                 o.cache, p0, p1 - 1, before_n, before_n + n - 1, o.archive,
-                 pre_rope ? "; keys are un-rotated at the archive's positions (spec 8.1)" : "");
-
-    size_t rb = cli_cache_row_bytes(c);
-    s.rows = malloc(rb * (n ? n : 1));
-    s.tok = malloc(sizeof *s.tok * (n ? n : 1));
-    if (!s.rows || !s.tok) {
-        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o.cache, "out of memory");
-        goto out;
-    }
-    cli_cache_rows(c, p0, p1, s.rows);
-    for (uint32_t t = 0; use_tok && t < n; t++)
-        s.tok[t] = (uint32_t)c->tokens[p0 + t];
-
-    if (o.create) {
-        if ((ex = append_create(&o, &s, p0, p1)))
-            goto out;
-    } else {
-        fkvf_reader_free(s.r); /* before a recovery may truncate the file */
-        s.r = NULL;
-        fkvf_append_options ao;
-        fkvf_append_options_init(&ao);
-        ao.sync = o.sync;
-        ao.beam_width = o.code.beam;
-        ao.recover = o.recover;
-        ao.codebook_file = s.cb;
-        rc = fkvf_appender_open(&s.a, o.archive, &ao, NULL);
-        if (rc != FKVF_OK) {
-            ex = cli_fail_appender(rc, s.a, o.archive, "");
-            goto out;
-        }
-    }
-    fkvf_appender_state as;
-    fkvf_appender_state_get(s.a, &as);
-    recovered = as.recovered_bytes;
-    /* The positions were checked against the archive as a plain reader saw
-     * it, without the lock; the appender holds it from here on. Another
-     * append that committed in between would make them overlap (or leave a
-     * gap): refuse, with nothing appended. */
-    if (!o.create && (as.n_positions != before_n || as.commit_seq != before_commits)) {
-        ex = cli_fail(CLI_INVALID, FKVF_E_RANGE, o.archive,
-                      "changed meanwhile (another append or a compact ran in between): it "
-                      "held %" PRIu64 " positions (commit %" PRIu64 ") when this append "
-                      "checked its positions, %" PRIu64 " positions (commit %" PRIu64
-                      ") once locked for appending; nothing appended: run the append again",
-                      before_n, before_commits, as.n_positions, as.commit_seq);
-        goto out;
-    }
-    if (o.create) {
-        before_size = as.file_size;
-    }
-    /* the commits */
-    uint64_t every = o.every ? o.every : (n ? n : 1);
-    uint64_t commits = 0;
-    cli_progress b;
-    cli_progress_init(&b, "append", o.json);
-    for (uint64_t i = 0; i < n; i += every) {
-        uint64_t m = n - i < every ? n - i : every;
-        rc = fkvf_appender_append(s.a, s.rows + (size_t)i * rb, (size_t)m * rb, (size_t)m,
-                                  use_tok ? s.tok + i : NULL);
-        if (rc == FKVF_OK)
-            rc = fkvf_appender_commit(s.a);
-        if (rc != FKVF_OK) {
-            char pre[600];
-            snprintf(pre, sizeof pre,
-                     "commit of positions %" PRIu64 "..%" PRIu64 " of %s failed "
-                     "(%" PRIu64 " commit(s) of this run are in the file): ",
-                     p0 + i, p0 + i + m - 1, o.cache, commits);
-            ex = cli_fail_appender(rc, s.a, o.archive, pre);
-            goto out;
-        }
-        commits++;
-        cli_progress_cb(&b, i + m, n);
-    }
-    if (o.sync == FKVF_SYNC_NONE && (rc = fkvf_appender_sync(s.a)) != FKVF_OK) {
-        ex = cli_fail_appender(rc, s.a, o.archive, "");
-        goto out;
-    }
-    fkvf_appender_state_get(s.a, &as);
-    /* an archive without a codebook (fkvf pack makes one for too few
-     * positions, or --exact-only) keeps the positions that leave its
-     * window exact: said once per run (--create says so in its first line) */
-    if (!o.create && n && !as.has_codebook && as.n_positions > sinks + window)
-        cli_note("%s has no codebook: the positions that leave its recent window stay exact "
-                 "(%" PRIu64 " of its %" PRIu64 " positions are outside its %" PRIu64
-                 " sinks and %" PRIu64 " recent positions, all stored exact); an archive's "
-                 "codebook is chosen when it is made: to store such positions as indices, make "
-                 "it with one (fkvf pack --k N, or a shared codebook from fkvf train and "
-                 "--codebooks FILE)",
-                 o.archive, as.n_positions - sinks - window, as.n_positions, sinks, window);
-    if (o.json) {
-        printf("{\"archive\":");
-        cli_json_cstr(stdout, o.archive);
-        printf(",\"cache\":");
-        cli_json_cstr(stdout, o.cache);
-        printf(",\"created\":%s,\"first\":%u,\"archive_first\":%" PRIu64
-               ",\"continues\":%s,\"appended\":%u,\"commits\":%" PRIu64
-               ",\"commit_seq\":%" PRIu64 ",\"positions\":%" PRIu64 ",\"archived\":%" PRIu64
-               ",\"exact\":%" PRIu64 ",\"tokens\":%s,\"recovered_bytes\":%" PRIu64
-               ",\"size_before\":%" PRIu64 ",\"size\":%" PRIu64 ",\"bytes_added\":%" PRIu64 "}\n",
-               o.create ? "true" : "false", p0, before_n, p0 != before_n ? "true" : "false", n,
-               commits, as.commit_seq, as.n_positions,
-               as.n_archived, as.n_positions - as.n_archived, use_tok ? "true" : "false",
-               recovered, before_size, as.file_size, as.file_size - before_size);
-    } else {
-        if (recovered)
-            printf("%s: recovered: cut off a torn tail of %" PRIu64 " bytes\n", o.archive,
-                   recovered);
-        if (o.create && s.k_trained)
-            printf("%s: created (commit 1: descriptor, codebook trained on %u positions, k = "
-                   "%u)\n", o.archive, n, s.k_trained);
-        else if (o.create)
-            printf("%s: created (commit 1: descriptor%s)\n", o.archive,
-                   as.has_codebook ? ", codebook" : ", no codebook: every position exact");
-        if (!n)
-            printf("%s: nothing to append from %s (positions %u.. of %u)\n", o.archive, o.cache,
-                   p0, c->n_positions);
-        printf("%s: appended %u positions (%u..%u of %s) in %" PRIu64 " commit(s)%s; now %" PRIu64
-               " positions (%" PRIu64 " archived, %" PRIu64 " exact), %" PRIu64
-               " commits, %" PRIu64 " bytes (+%" PRIu64 ")\n",
-               o.archive, n, p0, n ? p1 - 1 : p0, o.cache, commits,
-               use_tok ? " with token ids" : "", as.n_positions, as.n_archived,
-               as.n_positions - as.n_archived, as.commit_seq, as.file_size,
-               as.file_size - before_size);
-    }
-    ex = CLI_OK;
-out:
+    if ((o.create || (ex = append_read_archive(&u)) == CLI_OK) &&
+        (ex = append_positions(&u)) == CLI_OK && (ex = append_tokens(&u)) == CLI_OK &&
+        (ex = append_check_alignment(&u)) == CLI_OK && (ex = append_gather(&u)) == CLI_OK &&
+        (ex = append_open(&u)) == CLI_OK && (ex = append_commit_all(&u)) == CLI_OK)
+        append_print(&u);
     append_free(&s);
     return ex;
 }
