@@ -125,168 +125,151 @@ typedef struct append_opts {
     unsigned sync;
 } append_opts;
 
+/* A flag (an option without a value): its field set, 1; 0 when a is none.
+ * *create_opt: the flag when it is an option of --create. */
+static int append_flag(append_opts *o, const char *a, const char **create_opt)
+{
+    const struct {
+        const char *name;
+        int *field;
+        int create_only;
+    } flags[] = {
+        {"--create", &o->create, 0},       {"--json", &o->json, 0},
+        {"--recover", &o->recover, 0},     {"--tokens", &o->req_tokens, 0},
+        {"--new", &o->newonly, 0},         {"--continues", &o->continues, 0},
+        {"--no-tokens", &o->no_tokens, 1}, {"--embed", &o->embed, 1},
+        {"--train", &o->train, 1},         {"--exact-only", &o->exact_only, 1},
+        {"--f32", &o->f32, 1},             {"--no-rope", &o->keys.no_rope, 1},
+    };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        if (strcmp(a, flags[i].name))
+            continue;
+        *flags[i].field = 1;
+        if (flags[i].create_only)
+            *create_opt = a;
+        return 1;
+    }
+    return 0;
+}
+
+/* --positions A:B or A: (to the end). */
+static int append_opt_positions(append_opts *o, const char *v)
+{
+    const char *colon = strchr(v, ':');
+    char head[32];
+    size_t hl = colon ? (size_t)(colon - v) : strlen(v);
+    if (!colon || hl >= sizeof head)
+        return cli_usage("--positions: '%s' is not A:B or A:", v), -1;
+    memcpy(head, v, hl);
+    head[hl] = 0;
+    if (cli_parse_u64(head, UINT32_MAX, &o->range0) ||
+        (colon[1] && cli_parse_u64(colon + 1, UINT32_MAX, &o->range1)) ||
+        (colon[1] && o->range1 <= o->range0))
+        return cli_usage("--positions: '%s' is not A:B (A < B) or A:", v), -1;
+    o->range_set = 1;
+    o->end_set = colon[1] != 0;
+    return 0;
+}
+
+/* An option a with its value v: 0, or -1 after a usage error.
+ * *create_opt: a when it is an option of --create. */
+static int append_value(append_opts *o, const char *a, const char *v, const char **create_opt)
+{
+    int kr;
+    if (!strcmp(a, "--codebooks")) {
+        o->cbfile = v;
+    } else if (!strcmp(a, "--commit-every")) {
+        if (cli_parse_u64(v, UINT32_MAX, &o->every) || o->every < 1)
+            return cli_usage("--commit-every: '%s' is not a count >= 1", v), -1;
+    } else if (!strcmp(a, "--sync")) {
+        if (!strcmp(v, "commit"))
+            o->sync = FKVF_SYNC_COMMIT;
+        else if (!strcmp(v, "none"))
+            o->sync = FKVF_SYNC_NONE;
+        else
+            return cli_usage("--sync: '%s' is not commit or none", v), -1;
+    } else if (!strcmp(a, "--beam")) {
+        return cli_opt_beam(v, &o->code.beam) ? -1 : 0;
+    } else if (!strcmp(a, "--layout")) {
+        return cli_opt_layout(v, &o->layout) ? -1 : 0;
+    } else if (!strcmp(a, "--positions")) {
+        return append_opt_positions(o, v);
+    } else {
+        /* options of --create */
+        *create_opt = a;
+        if ((kr = cli_code_value(&o->code, a, v)) != 0 ||
+            (kr = cli_key_value(&o->keys, a, v)) != 0)
+            return kr < 0 ? -1 : 0;
+        if (strcmp(a, "--token-bits"))
+            return cli_usage("unknown option '%s' (see fkvf append --help)", a), -1;
+        if (cli_parse_u64(v, 32, &o->tok_bits) || o->tok_bits < 2 || o->tok_bits % 2)
+            return cli_usage("--token-bits: '%s' is not an even width 2..32", v), -1;
+    }
+    return 0;
+}
+
+/* The options together: what excludes what, --create's defaults. 0 or -1
+ * after a usage error. */
+static int append_check_opts(append_opts *o, const char *create_opt)
+{
+    if (!o->archive || !o->cache)
+        return cli_usage("need ARCHIVE and CACHE (see fkvf append --help)"), -1;
+    if (create_opt && !o->create)
+        return cli_usage("%s is an option of --create (an existing archive keeps its settings)",
+                         create_opt), -1;
+    if (o->create) {
+        int n = (o->cbfile != NULL) + o->train + o->exact_only;
+        if (n > 1)
+            return cli_usage("--create: --codebooks, --train and --exact-only exclude each other"),
+                   -1;
+        if (o->embed && !o->cbfile)
+            return cli_usage("--create: --embed needs --codebooks FILE"), -1;
+        if (n == 0)
+            o->train = 1;
+        if (o->req_tokens && o->no_tokens)
+            return cli_usage("--create: --tokens and --no-tokens exclude each other"), -1;
+    }
+    if (o->newonly && o->range_set)
+        return cli_usage("--new and --positions exclude each other"), -1;
+    if (o->newonly && o->continues)
+        return cli_usage("--new and --continues exclude each other (--new appends the cache's "
+                         "positions from the archive's count on: they line up)"), -1;
+    return 0;
+}
+
+/* 0: run, 1: --help printed, -1: a usage error printed. */
 static int append_parse(int argc, char **argv, append_opts *o)
 {
     memset(o, 0, sizeof *o);
     cli_code_opts_init(&o->code);
     cli_key_opts_init(&o->keys);
     o->sync = FKVF_SYNC_COMMIT;
-    int create_only = 0;
-    const char *create_opt = NULL;
+    const char *create_opt = NULL; /* the last option of --create given */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int kr;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(append_help, stdout);
             return 1;
         }
-        /* flags */
-        if (!strcmp(a, "--create")) {
-            o->create = 1;
+        if (append_flag(o, a, &create_opt))
             continue;
-        } else if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
-        } else if (!strcmp(a, "--recover")) {
-            o->recover = 1;
-            continue;
-        } else if (!strcmp(a, "--tokens")) {
-            o->req_tokens = 1;
-            continue;
-        } else if (!strcmp(a, "--new")) {
-            o->newonly = 1;
-            continue;
-        } else if (!strcmp(a, "--continues")) {
-            o->continues = 1;
-            continue;
-        } else if (!strcmp(a, "--no-tokens") || !strcmp(a, "--embed") || !strcmp(a, "--train") ||
-                   !strcmp(a, "--exact-only") || !strcmp(a, "--f32") || !strcmp(a, "--no-rope")) {
-            create_only = 1;
-            create_opt = a;
-            if (a[2] == 'n' && a[5] == 't')
-                o->no_tokens = 1;
-            else if (a[2] == 'e' && a[3] == 'm')
-                o->embed = 1;
-            else if (a[2] == 't')
-                o->train = 1;
-            else if (a[2] == 'e')
-                o->exact_only = 1;
-            else if (a[2] == 'f')
-                o->f32 = 1;
-            else
-                o->keys.no_rope = 1;
-            continue;
-        }
         if (a[0] == '-' && a[1]) {
-            if (!v) {
-                cli_usage("%s needs a value (or is unknown; see fkvf append --help)", a);
-                return -1;
-            }
+            if (!v)
+                return cli_usage("%s needs a value (or is unknown; see fkvf append --help)", a),
+                       -1;
             i++;
-            if (!strcmp(a, "--codebooks")) {
-                o->cbfile = v;
-            } else if (!strcmp(a, "--commit-every")) {
-                if (cli_parse_u64(v, UINT32_MAX, &o->every) || o->every < 1) {
-                    cli_usage("--commit-every: '%s' is not a count >= 1", v);
-                    return -1;
-                }
-            } else if (!strcmp(a, "--sync")) {
-                if (!strcmp(v, "commit"))
-                    o->sync = FKVF_SYNC_COMMIT;
-                else if (!strcmp(v, "none"))
-                    o->sync = FKVF_SYNC_NONE;
-                else {
-                    cli_usage("--sync: '%s' is not commit or none", v);
-                    return -1;
-                }
-            } else if (!strcmp(a, "--beam")) {
-                if (cli_opt_beam(v, &o->code.beam))
-                    return -1;
-            } else if (!strcmp(a, "--layout")) {
-                if (cli_opt_layout(v, &o->layout))
-                    return -1;
-            } else if (!strcmp(a, "--positions")) {
-                const char *colon = strchr(v, ':');
-                char head[32];
-                size_t hl = colon ? (size_t)(colon - v) : strlen(v);
-                if (!colon || hl >= sizeof head) {
-                    cli_usage("--positions: '%s' is not A:B or A:", v);
-                    return -1;
-                }
-                memcpy(head, v, hl);
-                head[hl] = 0;
-                if (cli_parse_u64(head, UINT32_MAX, &o->range0) ||
-                    (colon[1] && cli_parse_u64(colon + 1, UINT32_MAX, &o->range1)) ||
-                    (colon[1] && o->range1 <= o->range0)) {
-                    cli_usage("--positions: '%s' is not A:B (A < B) or A:", v);
-                    return -1;
-                }
-                o->range_set = 1;
-                o->end_set = colon[1] != 0;
-            } else {
-                /* options of --create */
-                create_only = 1;
-                create_opt = a;
-                if ((kr = cli_code_value(&o->code, a, v)) != 0 ||
-                    (kr = cli_key_value(&o->keys, a, v)) != 0) {
-                    if (kr < 0)
-                        return -1;
-                } else if (!strcmp(a, "--token-bits")) {
-                    if (cli_parse_u64(v, 32, &o->tok_bits) || o->tok_bits < 2 || o->tok_bits % 2) {
-                        cli_usage("--token-bits: '%s' is not an even width 2..32", v);
-                        return -1;
-                    }
-                } else {
-                    cli_usage("unknown option '%s' (see fkvf append --help)", a);
-                    return -1;
-                }
-            }
+            if (append_value(o, a, v, &create_opt))
+                return -1;
         } else if (!o->archive) {
             o->archive = a;
         } else if (!o->cache) {
             o->cache = a;
         } else {
-            cli_usage("unexpected argument '%s'", a);
-            return -1;
+            return cli_usage("unexpected argument '%s'", a), -1;
         }
     }
-    if (!o->archive || !o->cache) {
-        cli_usage("need ARCHIVE and CACHE (see fkvf append --help)");
-        return -1;
-    }
-    if (create_only && !o->create) {
-        cli_usage("%s is an option of --create (an existing archive keeps its settings)",
-                create_opt);
-        return -1;
-    }
-    if (o->create) {
-        int n = (o->cbfile != NULL) + o->train + o->exact_only;
-        if (n > 1) {
-            cli_usage("--create: --codebooks, --train and --exact-only exclude each other");
-            return -1;
-        }
-        if (o->embed && !o->cbfile) {
-            cli_usage("--create: --embed needs --codebooks FILE");
-            return -1;
-        }
-        if (n == 0)
-            o->train = 1;
-        if (o->req_tokens && o->no_tokens) {
-            cli_usage("--create: --tokens and --no-tokens exclude each other");
-            return -1;
-        }
-    }
-    if (o->newonly && o->range_set) {
-        cli_usage("--new and --positions exclude each other");
-        return -1;
-    }
-    if (o->newonly && o->continues) {
-        cli_usage("--new and --continues exclude each other (--new appends the cache's "
-                  "positions from the archive's count on: they line up)");
-        return -1;
-    }
-    return 0;
+    return append_check_opts(o, create_opt);
 }
 
 typedef struct append_state {
