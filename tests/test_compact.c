@@ -1,4 +1,4 @@
-/* fkvf_archive_compact (fkvf.h "compaction"): an archive of several commits
+/* fkvf_archive_compact (fkvf.h "operations on a whole archive file"): an archive of several commits
  * with a torn tail rewritten as one commit, to a new file and in place
  * (also through a symbolic link); every position restores bit for bit as
  * in the input, the token stream and the search indexes come along. The
@@ -309,11 +309,11 @@ START_TEST(compact_to_new_file)
     fkvf_compact_options_init(&o);
     o.no_replace = 1;
     o.sync = FKVF_SYNC_NONE;
-    fkvf_compaction *c = NULL;
+    fkvf_archive_op *c = NULL;
     fkvf_compact_result res;
     int rc = fkvf_archive_compact(&c, src, dst, &o, &res);
     fkvf_error_info e;
-    ck_assert_int_eq(fkvf_compaction_error(c, &e), FKVF_OK);
+    ck_assert_int_eq(fkvf_archive_op_error(c, &e), FKVF_OK);
     ck_assert_msg(rc == FKVF_OK, "%s", e.message);
     ck_assert_int_eq(e.code, FKVF_OK);
     ck_assert_str_eq(e.message, "");
@@ -329,7 +329,7 @@ START_TEST(compact_to_new_file)
     ck_assert_int_eq(stat(dst, &st), 0);
     ck_assert_uint_eq(res.size, (uint64_t)st.st_size);
     ck_assert_uint_lt(res.size, n);
-    fkvf_compaction_free(c);
+    fkvf_archive_op_free(c);
     expect_compacted(dst, &s, NULL);
     ck_assert(same_bytes(src, copy)); /* the input as it was */
 
@@ -367,18 +367,18 @@ START_TEST(compact_in_place)
     fkvf_compact_options o;
     fkvf_compact_options_init(&o);
     o.in_place = 1;
-    fkvf_compaction *c = NULL;
+    fkvf_archive_op *c = NULL;
     fkvf_compact_result res;
     int rc = fkvf_archive_compact(&c, src, NULL, &o, &res);
     fkvf_error_info e;
-    fkvf_compaction_error(c, &e);
+    fkvf_archive_op_error(c, &e);
     ck_assert_msg(rc == FKVF_OK, "%s", e.message);
     ck_assert_uint_eq(res.commits_before, commits);
     ck_assert_uint_gt(res.torn_bytes, 0);
     char *real = realpath(src, NULL);
     ck_assert_str_eq(res.path, real);
     free(real);
-    fkvf_compaction_free(c);
+    fkvf_archive_op_free(c);
     expect_compacted(src, &s, NULL);
     ck_assert(same_bytes(src, ref));
     struct stat st;
@@ -387,9 +387,9 @@ START_TEST(compact_in_place)
     /* dst naming the same file is fine in place; another file is not */
     ck_assert_int_eq(fkvf_archive_compact(NULL, src, src, &o, NULL), FKVF_OK);
     ck_assert_int_eq(fkvf_archive_compact(&c, src, ref, &o, NULL), FKVF_E_INVALID_ARG);
-    fkvf_compaction_error(c, &e);
+    fkvf_archive_op_error(c, &e);
     ck_assert_ptr_nonnull(strstr(e.message, "another file"));
-    fkvf_compaction_free(c);
+    fkvf_archive_op_free(c);
     ck_assert_int_eq(n_files(), 2);
     snap_free(&s);
     remove_dir();
@@ -412,13 +412,13 @@ START_TEST(compact_in_place_link)
     fkvf_compact_options o;
     fkvf_compact_options_init(&o);
     o.in_place = 1;
-    fkvf_compaction *c = NULL;
+    fkvf_archive_op *c = NULL;
     fkvf_compact_result res;
     ck_assert_int_eq(fkvf_archive_compact(&c, link, NULL, &o, &res), FKVF_OK);
     char *real = realpath(src, NULL);
     ck_assert_str_eq(res.path, real);
     free(real);
-    fkvf_compaction_free(c);
+    fkvf_archive_op_free(c);
     struct stat st;
     ck_assert_int_eq(lstat(link, &st), 0);
     ck_assert(S_ISLNK(st.st_mode));
@@ -440,14 +440,14 @@ START_TEST(compact_dst_exists)
     fkvf_compact_options o;
     fkvf_compact_options_init(&o);
     o.no_replace = 1;
-    fkvf_compaction *c = NULL;
+    fkvf_archive_op *c = NULL;
     ck_assert_int_eq(fkvf_archive_compact(&c, src, dst, &o, NULL), FKVF_E_EXISTS);
     fkvf_error_info e;
-    ck_assert_int_eq(fkvf_compaction_error(c, &e), FKVF_OK);
+    ck_assert_int_eq(fkvf_archive_op_error(c, &e), FKVF_OK);
     ck_assert_int_eq(e.code, FKVF_E_EXISTS);
     ck_assert_str_eq(e.file, dst);
     ck_assert_ptr_nonnull(strstr(e.message, dst));
-    fkvf_compaction_free(c);
+    fkvf_archive_op_free(c);
     size_t n;
     uint8_t *p = slurp(dst, &n);
     ck_assert_uint_eq(n, 7);
@@ -465,9 +465,9 @@ START_TEST(compact_dst_exists)
     char alias[160];
     snprintf(alias, sizeof alias, "%s/./a.fkvf", tmpdir);
     ck_assert_int_eq(fkvf_archive_compact(&c, src, alias, &o, NULL), FKVF_E_INVALID_ARG);
-    fkvf_compaction_error(c, &e);
+    fkvf_archive_op_error(c, &e);
     ck_assert_ptr_nonnull(strstr(e.message, "same file"));
-    fkvf_compaction_free(c);
+    fkvf_archive_op_free(c);
     ck_assert_uint_eq(fkvf_archive_compact(NULL, src, NULL, &o, NULL), FKVF_E_INVALID_ARG);
     ck_assert_uint_eq(fkvf_archive_compact(NULL, NULL, dst, &o, NULL), FKVF_E_INVALID_ARG);
     o.sync = 9;
@@ -498,17 +498,17 @@ START_TEST(compact_src_locked)
     fkvf_compact_options o;
     fkvf_compact_options_init(&o);
     o.in_place = 1;
-    fkvf_compaction *c = NULL;
+    fkvf_archive_op *c = NULL;
     ck_assert_int_eq(fkvf_archive_compact(&c, src, NULL, &o, NULL), FKVF_E_IO);
     fkvf_error_info e;
-    ck_assert_int_eq(fkvf_compaction_error(c, &e), FKVF_OK);
+    ck_assert_int_eq(fkvf_archive_op_error(c, &e), FKVF_OK);
     ck_assert_int_eq(e.code, FKVF_E_IO);
     ck_assert_str_eq(e.file, src);
     ck_assert_ptr_nonnull(e.clause);
     ck_assert_str_eq(e.clause, "7.4");
     ck_assert_uint_eq(e.offset, FKVF_ERROR_NO_OFFSET);
     ck_assert_ptr_nonnull(strstr(e.message, "another appender has it open"));
-    fkvf_compaction_free(c);
+    fkvf_archive_op_free(c);
     ck_assert(same_bytes(src, copy));
     /* to another file it reads the committed data, lock or not */
     snap s;
@@ -534,10 +534,10 @@ START_TEST(compact_not_an_archive)
     uint8_t junk[256];
     memset(junk, 'j', sizeof junk);
     spit(src, junk, sizeof junk);
-    fkvf_compaction *c = NULL;
+    fkvf_archive_op *c = NULL;
     ck_assert_int_eq(fkvf_archive_compact(&c, src, dst, NULL, NULL), FKVF_E_BAD_MAGIC);
     fkvf_error_info e;
-    ck_assert_int_eq(fkvf_compaction_error(c, &e), FKVF_OK);
+    ck_assert_int_eq(fkvf_archive_op_error(c, &e), FKVF_OK);
     ck_assert_int_eq(e.code, FKVF_E_BAD_MAGIC);
     ck_assert_str_eq(e.file, src);
     ck_assert_uint_eq(e.offset, 0);
@@ -547,17 +547,17 @@ START_TEST(compact_not_an_archive)
     const char *tag = strstr(e.message, "[FKVF_E_BAD_MAGIC]");
     ck_assert_ptr_nonnull(tag);
     ck_assert_ptr_null(strstr(tag + 1, "[FKVF_E_BAD_MAGIC]"));
-    fkvf_compaction_free(c);
+    fkvf_archive_op_free(c);
     ck_assert_int_eq(access(dst, F_OK), -1);
     /* a missing file */
     path_in(src, sizeof src, "missing.fkvf");
     ck_assert_int_eq(fkvf_archive_compact(&c, src, dst, NULL, NULL), FKVF_E_IO);
-    fkvf_compaction_free(c);
+    fkvf_archive_op_free(c);
     /* not a handle */
-    ck_assert_int_eq(fkvf_compaction_error(NULL, &e), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_archive_op_error(NULL, &e), FKVF_E_STATE);
     ck_assert_int_eq(e.code, FKVF_E_STATE);
-    ck_assert_int_eq(fkvf_compaction_error(c, NULL), FKVF_E_INVALID_ARG);
-    fkvf_compaction_free(NULL);
+    ck_assert_int_eq(fkvf_archive_op_error(c, NULL), FKVF_E_INVALID_ARG);
+    fkvf_archive_op_free(NULL);
     remove_dir();
 }
 END_TEST
@@ -578,12 +578,12 @@ START_TEST(compact_external_codebook)
     build(src, cb, &commits, &positions);
     snap s;
     snap_take(src, cb, &s);
-    fkvf_compaction *c = NULL;
+    fkvf_archive_op *c = NULL;
     ck_assert_int_eq(fkvf_archive_compact(&c, src, dst, NULL, NULL), FKVF_E_CODEBOOK);
     fkvf_error_info e;
-    fkvf_compaction_error(c, &e);
+    fkvf_archive_op_error(c, &e);
     ck_assert_str_eq(e.file, src);
-    fkvf_compaction_free(c);
+    fkvf_archive_op_free(c);
     ck_assert_int_eq(access(dst, F_OK), -1);
     fkvf_compact_options o;
     fkvf_compact_options_init(&o);
@@ -592,7 +592,7 @@ START_TEST(compact_external_codebook)
     expect_compacted(dst, &s, cb);
     /* the codebook file is an input: never dst */
     ck_assert_int_eq(fkvf_archive_compact(&c, src, cbp, &o, NULL), FKVF_E_INVALID_ARG);
-    fkvf_compaction_free(c);
+    fkvf_archive_op_free(c);
     fkvf_reader *r = NULL;
     ck_assert_int_eq(fkvf_reader_open_file(&r, dst, FKVF_OPEN_STRICT, NULL), FKVF_OK);
     int ext = 0;
@@ -743,11 +743,11 @@ static void alloc_loop(int in_place)
             unlink(dst);
         memset(&cnt, 0, sizeof cnt);
         cnt.fail_at = k;
-        fkvf_compaction *c = NULL;
+        fkvf_archive_op *c = NULL;
         int rc = fkvf_archive_compact(&c, src, in_place ? NULL : dst, &o, NULL);
         if (rc == FKVF_OK) { /* a failure the library works around (a memo it does without) */
             absorbed++;
-            fkvf_compaction_free(c);
+            fkvf_archive_op_free(c);
             EXPECTF(cnt.live == 0, "k %ld: %ld blocks leaked", k, cnt.live);
             expect_compacted(result, &s, NULL);
             continue;
@@ -755,10 +755,10 @@ static void alloc_loop(int in_place)
         fkvf_error_info e;
         EXPECTF(rc == FKVF_E_NOMEM, "k %ld: %s", k, fkvf_error_name(rc));
         if (c) {
-            ck_assert_int_eq(fkvf_compaction_error(c, &e), FKVF_OK);
+            ck_assert_int_eq(fkvf_archive_op_error(c, &e), FKVF_OK);
             EXPECTF(e.code == FKVF_E_NOMEM && e.message[0], "k %ld: no message", k);
         }
-        fkvf_compaction_free(c);
+        fkvf_archive_op_free(c);
         EXPECTF(cnt.live == 0, "k %ld: %ld blocks leaked", k, cnt.live);
         EXPECTF(n_files() == 2, "k %ld: %d files (a temporary file left?)", k, n_files());
         EXPECTF(same_bytes(src, copy), "k %ld: the input changed", k);

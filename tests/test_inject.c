@@ -127,8 +127,8 @@
  *  fkvf_compact_options_init     | n/a pure
  *  fkvf_archive_compact          | alloc + io (compact, compact_in_place: --wrap); the
  *                                |   caller's allocator: test_compact
- *  fkvf_compaction_error         | n/a pure (na_pure_functions: a failed compaction's handle)
- *  fkvf_compaction_free          | n/a free (compact; leak check)
+ *  fkvf_archive_op_error         | n/a pure (na_pure_functions: a failed compaction's handle)
+ *  fkvf_archive_op_free          | n/a free (compact; leak check)
  *  fkvf_search_open              | alloc (search, search_zidx)
  *  fkvf_search_free              | n/a free (search)
  *  fkvf_search_message           | n/a (read after every failure)
@@ -1742,7 +1742,7 @@ static void as_finish(void *ctx, int clean, long stopped)
 typedef struct cctx {
     char src[128], dst[128];
     int in_place;
-    fkvf_compaction *h;
+    fkvf_archive_op *h;
 } cctx;
 
 static const char *const cp_names[] = {"archive_compact"};
@@ -1751,7 +1751,7 @@ static const char *cp_message(void *ctx)
 {
     cctx *c = ctx;
     fkvf_error_info e;
-    return c->h && fkvf_compaction_error(c->h, &e) == FKVF_OK ? e.message : NULL;
+    return c->h && fkvf_archive_op_error(c->h, &e) == FKVF_OK ? e.message : NULL;
 }
 
 static void cp_setup(void *ctx)
@@ -1766,7 +1766,7 @@ static int cp_step(void *ctx, size_t i)
 {
     cctx *c = ctx;
     (void)i;
-    fkvf_compaction_free(c->h);
+    fkvf_archive_op_free(c->h);
     c->h = NULL;
     fkvf_compact_options o;
     fkvf_compact_options_init(&o);
@@ -1790,7 +1790,7 @@ static void cp_finish(void *ctx, int clean, long stopped)
 {
     cctx *c = ctx;
     (void)clean;
-    fkvf_compaction_free(c->h);
+    fkvf_archive_op_free(c->h);
     c->h = NULL;
     EXPECT(stopped < 0);
     EXPECT(tmp_files() == 0);
@@ -2391,7 +2391,7 @@ START_TEST(na_pure_functions)
     ck_assert_int_eq(fkvf_reader_open_memory(&ar, fx->a.data, fx->a.size, 0, NULL), FKVF_OK);
     fkvf_search *srch = NULL;
     ck_assert_int_eq(fkvf_search_open(&srch, ar, 0, 0, NULL), FKVF_OK);
-    fkvf_compaction *cph = NULL; /* a compaction of a file that does not exist */
+    fkvf_archive_op *cph = NULL; /* a compaction of a file that does not exist */
     ck_assert_int_eq(fkvf_archive_compact(&cph, "/nonexistent/a.fkvf", "/nonexistent/c.fkvf",
                                           NULL, NULL),
                      FKVF_E_IO);
@@ -2460,9 +2460,9 @@ START_TEST(na_pure_functions)
     fkvf_compact_options co;
     fkvf_compact_options_init(&co);
     ok &= co.in_place == 0 && co.alloc == NULL;
-    ok &= fkvf_compaction_error(cph, &ei) == FKVF_OK && ei.code == FKVF_E_IO &&
+    ok &= fkvf_archive_op_error(cph, &ei) == FKVF_OK && ei.code == FKVF_E_IO &&
           !strcmp(ei.file, "/nonexistent/a.fkvf") && *ei.message;
-    ok &= fkvf_compaction_error(NULL, &ei) == FKVF_E_STATE && ei.code == FKVF_E_STATE;
+    ok &= fkvf_archive_op_error(NULL, &ei) == FKVF_E_STATE && ei.code == FKVF_E_STATE;
     g.armed = 0;
     ck_assert_msg(ok, "a pure function gave a wrong result");
     ck_assert_msg(!memcmp(h, fx->cb_hash, 16), "fkvf_codebook_hash differs from the reader's");
@@ -2472,7 +2472,7 @@ START_TEST(na_pure_functions)
     fkvf_reader_free(ar);
     fkvf_reader_free(bad);
     fkvf_writer_free(bw);
-    fkvf_compaction_free(cph);
+    fkvf_archive_op_free(cph);
     ck_assert_int_eq(g.calls, 0);
     ck_assert_int_eq(g.io_calls, 0);
 }

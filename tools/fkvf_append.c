@@ -1010,17 +1010,17 @@ int fkvf_cli_compact(int argc, char **argv)
     cli_progress_init(&b, "copy  ", o.json);
     co.progress = cli_progress_cb;
     co.progress_opaque = &b;
-    fkvf_compaction *h = NULL;
+    fkvf_archive_op *h = NULL;
     fkvf_compact_result res;
     int rc = fkvf_archive_compact(&h, o.in, o.in_place ? NULL : o.out, &co, &res);
     if (rc == FKVF_OK) {
         compact_print(&o, &res);
     } else {
         fkvf_error_info e;
-        int have = fkvf_compaction_error(h, &e) == FKVF_OK && e.code != FKVF_OK;
+        int have = fkvf_archive_op_error(h, &e) == FKVF_OK && e.code != FKVF_OK;
         ex = cli_fail_lib(rc, have ? &e : NULL, have ? e.file : o.in, "");
     }
-    fkvf_compaction_free(h);
+    fkvf_archive_op_free(h);
     fkvf_reader_free(cb);
     return ex;
 }

@@ -761,7 +761,24 @@ FKVF_API int fkvf_appender_error(const fkvf_appender *a, fkvf_error_info *out);
 /* Close; queued positions that were not committed are dropped. NULL is fine. */
 FKVF_API void fkvf_appender_free(fkvf_appender *a);
 
-/* ---- compaction: an archive rewritten as one commit ---- */
+/* ---- operations on a whole archive file: compaction, recovery ---- */
+/* fkvf_archive_compact and fkvf_archive_recover each run to completion in
+ * one call. Their handle, fkvf_archive_op, only carries the outcome: set
+ * through the call's out parameter whenever one could be allocated (on
+ * failure too), read with fkvf_archive_op_error, released with
+ * fkvf_archive_op_free. out may be NULL (the error is then only the code). */
+typedef struct fkvf_archive_op fkvf_archive_op;
+
+/* The error of the call as fields (fkvf_error_info): file is the archive or
+ * the file written, whichever it is about; an error of the reader or the
+ * writer the call used keeps its offset and clause. code FKVF_OK and ""
+ * after a call that succeeded. Strings owned by op, valid until
+ * fkvf_archive_op_free. No allocation, no I/O. FKVF_OK, FKVF_E_INVALID_ARG
+ * (out NULL) or FKVF_E_STATE (not such a handle; out then says so). */
+FKVF_API int fkvf_archive_op_error(const fkvf_archive_op *op, fkvf_error_info *out);
+/* Release the handle (NULL is fine). */
+FKVF_API void fkvf_archive_op_free(fkvf_archive_op *op);
+
 /* fkvf_archive_compact rewrites an archive of any number of commits as one
  * commit without re-encoding anything: the descriptor, the codebook (an
  * embedded copy, or the same external reference), the metadata, the rows of
@@ -773,8 +790,6 @@ FKVF_API void fkvf_appender_free(fkvf_appender *a);
  * torn tail of the input is ignored (only committed data is read). The
  * result is written like fkvf_writer_create_file's: a temporary file, synced
  * and renamed into place. */
-typedef struct fkvf_compaction fkvf_compaction;
-
 typedef struct fkvf_compact_options {
     int in_place;        /* 1: replace src itself (dst NULL or a path of the same
                           * file). src is locked as an appender locks it
@@ -827,20 +842,11 @@ typedef struct fkvf_compact_result {
  * of the reader (src is not a valid archive, FKVF_E_CODEBOOK: its external
  * codebook not given or not its own) or of the writer. On failure dst (or
  * src in place) is untouched and no temporary file is left.
- * out (may be NULL): the handle of the call, set whenever one could be
- * allocated (on failure too): read its error with fkvf_compaction_error,
- * then free it. Opens its own reader and writer: any number of calls may
- * run at once in threads on different files. */
-FKVF_API int fkvf_archive_compact(fkvf_compaction **out, const char *src, const char *dst,
+ * out (may be NULL): the handle of the call (fkvf_archive_op). Opens its
+ * own reader and writer: any number of calls may run at once in threads on
+ * different files. */
+FKVF_API int fkvf_archive_compact(fkvf_archive_op **out, const char *src, const char *dst,
                                   const fkvf_compact_options *opts, fkvf_compact_result *result);
-/* The error of the call as fields (fkvf_error_info): file is src or dst,
- * whichever it is about; an error of src's reader or dst's writer keeps its
- * offset and clause. Strings owned by c, valid until fkvf_compaction_free.
- * No allocation, no I/O. FKVF_OK, FKVF_E_INVALID_ARG (out NULL) or
- * FKVF_E_STATE (not a compaction handle). */
-FKVF_API int fkvf_compaction_error(const fkvf_compaction *c, fkvf_error_info *out);
-/* Release the handle (NULL is fine). */
-FKVF_API void fkvf_compaction_free(fkvf_compaction *c);
 
 /* ---- search (spec 12.1.5, 12.2.7, 20) ---------------------------------- */
 /* Suffix search on any stream (the token stream or an index stream): the

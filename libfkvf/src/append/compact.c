@@ -1,4 +1,4 @@
-/* fkvf_archive_compact (fkvf.h "appender"): an archive of any number of
+/* fkvf_archive_compact (fkvf.h, whole-archive operations): an archive of any number of
  * commits rewritten as one commit without re-encoding anything (spec 7.4):
  * descriptor, codebook (embedded copy or the same external reference),
  * metadata, the rows of the exact positions of the last commit (spec 14.3),
@@ -23,16 +23,7 @@
 #include "error.h"
 #include "fkvf.h"
 #include "append_impl.h"
-
-#define FKVF_COMPACTION_MAGIC UINT32_C(0x4D434B46) /* "FKCM" */
-
-struct fkvf_compaction {
-    uint32_t magic;
-    const fkvf_allocator *alloc;
-    fkvf_diag diag; /* name: src or path, whichever the error is about */
-    char *src;
-    char *path; /* the file written (in place: src with its links resolved) */
-};
+#include "archive_op.h"
 
 FKVF_API void fkvf_compact_options_init(fkvf_compact_options *opts)
 {
@@ -40,86 +31,29 @@ FKVF_API void fkvf_compact_options_init(fkvf_compact_options *opts)
         memset(opts, 0, sizeof *opts);
 }
 
-FKVF_API int fkvf_compaction_error(const fkvf_compaction *c, fkvf_error_info *out)
+/* ---- errors (on the fkvf_archive_op handle, archive_op.h) ------------------ */
+
+#define FAIL(file, code, ...) fkvf_archive_op_fail(c, file, code, __VA_ARGS__)
+
+static int fail_reader(fkvf_archive_op *c, int rc, const fkvf_reader *r, const char *prefix)
 {
-    if (!out)
-        return FKVF_E_INVALID_ARG;
-    if (!c || c->magic != FKVF_COMPACTION_MAGIC) {
-        memset(out, 0, sizeof *out);
-        out->code = FKVF_E_STATE;
-        out->offset = FKVF_ERROR_NO_OFFSET;
-        out->message = "not a compaction handle";
-        return FKVF_E_STATE;
-    }
-    fkvf_diag_info(&c->diag, out);
-    return FKVF_OK;
+    return fkvf_archive_op_fail_reader(c, rc, r, prefix);
 }
 
-FKVF_API void fkvf_compaction_free(fkvf_compaction *c)
-{
-    if (!c || c->magic != FKVF_COMPACTION_MAGIC)
-        return;
-    const fkvf_allocator *al = c->alloc;
-    fkvf_free(al, c->src);
-    fkvf_free(al, c->path);
-    c->magic = 0;
-    fkvf_free(al, c);
-}
-
-/* ---- errors --------------------------------------------------------------- */
-
-#define FAIL(file, code, ...) (c->diag.name = (file), \
-                               fkvf_fail(&c->diag, code, FKVF_NO_OFFSET, NULL, __VA_ARGS__))
-
-/* Record the error e of a reader or writer (about `file`, one of c's
- * strings) as the compaction's, with a prefix: its offset and clause stay
- * fields, its message is quoted without the file name and the code that
- * the compaction's own message adds again. */
-static int fail_from(fkvf_compaction *c, int rc, const fkvf_error_info *e, const char *file,
-                     const char *prefix)
-{
-    if (c->diag.code != FKVF_OK)
-        return rc;
-    const char *m = e && e->code != FKVF_OK && e->message[0] ? e->message : fkvf_strerror(rc);
-    size_t fl = strlen(file), ml;
-    if (!strncmp(m, file, fl) && m[fl] == ':')
-        m += fl + 1 + (m[fl + 1] == ' ');
-    char tag[48];
-    snprintf(tag, sizeof tag, " [%s]", fkvf_error_name(rc));
-    size_t tl = strlen(tag);
-    ml = strlen(m);
-    if (ml >= tl && !strcmp(m + ml - tl, tag))
-        ml -= tl;
-    c->diag.name = file;
-    fkvf_fail(&c->diag, rc, FKVF_NO_OFFSET, NULL, "%s%.*s", prefix, (int)ml, m);
-    if (e && e->code != FKVF_OK) {
-        c->diag.offset = e->offset;
-        snprintf(c->diag.clause, sizeof c->diag.clause, "%s", e->clause ? e->clause : "");
-    }
-    return rc;
-}
-
-static int fail_reader(fkvf_compaction *c, int rc, const fkvf_reader *r, const char *prefix)
-{
-    fkvf_error_info e;
-    int have = r && fkvf_reader_error(r, &e) == FKVF_OK;
-    return fail_from(c, rc, have ? &e : NULL, c->src, prefix);
-}
-
-static int fail_writer(fkvf_compaction *c, int rc, const fkvf_writer *w, const char *stage)
+static int fail_writer(fkvf_archive_op *c, int rc, const fkvf_writer *w, const char *stage)
 {
     char pre[64];
     snprintf(pre, sizeof pre, "writing the %s failed: ", stage);
     fkvf_error_info e;
     int have = rc != FKVF_E_NOMEM && w && fkvf_writer_error(w, &e) == FKVF_OK;
-    return fail_from(c, rc, have ? &e : NULL, c->path, pre);
+    return fkvf_archive_op_fail_from(c, rc, have ? &e : NULL, c->path, pre);
 }
 
 /* ---- the copy ------------------------------------------------------------- */
 
 /* What one compaction works with. */
 typedef struct job {
-    fkvf_compaction *c;
+    fkvf_archive_op *c;
     const fkvf_compact_options *opt;
     fkvf_reader *r;
     fkvf_writer *w;
@@ -146,7 +80,7 @@ static uint64_t index_stream_id(const fkvf_desc *d, const fkvf_codebook_shape *s
 /* Metadata, entry by entry, with its type. */
 static int copy_meta(job *j)
 {
-    fkvf_compaction *c = j->c;
+    fkvf_archive_op *c = j->c;
     size_t n = 0;
     int rc = fkvf_reader_meta_count(j->r, &n);
     if (rc != FKVF_OK)
@@ -195,7 +129,7 @@ static int copy_meta(job *j)
  * them when nothing is archived. */
 static int copy_exact(job *j)
 {
-    fkvf_compaction *c = j->c;
+    fkvf_archive_op *c = j->c;
     uint64_t P = j->ai.n_positions, A = j->ai.n_archived, S = j->d.n_sinks;
     uint64_t s_end = A ? (S < P ? S : P) : P;
     uint64_t ranges[2][2] = {{0, s_end}, {A ? S + A : P, P}};
@@ -239,7 +173,7 @@ static int copy_exact(job *j)
 /* The codebook: the same external reference, or the embedded tables. */
 static int copy_codebook(job *j)
 {
-    fkvf_compaction *c = j->c;
+    fkvf_archive_op *c = j->c;
     const void *contents;
     size_t size;
     int ext = 0;
@@ -264,7 +198,7 @@ static int copy_codebook(job *j)
 /* The index streams, symbol for symbol, in one segment with their codec. */
 static int copy_index(job *j)
 {
-    fkvf_compaction *c = j->c;
+    fkvf_archive_op *c = j->c;
     size_t i0;
     fkvf_stream_spec isp; /* the codec the copy keeps */
     if (!j->has_cb ||
@@ -317,7 +251,7 @@ static int copy_index(job *j)
 /* The token stream, with its codec. */
 static int copy_tokens(job *j)
 {
-    fkvf_compaction *c = j->c;
+    fkvf_archive_op *c = j->c;
     size_t ti, n, bytes;
     fkvf_stream_info si;
     fkvf_stream_spec sp;
@@ -350,7 +284,7 @@ static int copy_tokens(job *j)
  * same keys. One index per stream, however many the input had. */
 static int rebuild_zidx(job *j)
 {
-    fkvf_compaction *c = j->c;
+    fkvf_archive_op *c = j->c;
     for (size_t i = 0; i < j->ai.n_sections; i++) {
         fkvf_section_info zs;
         size_t zi;
@@ -382,7 +316,7 @@ static int rebuild_zidx(job *j)
 /* The writer of the new file: the input's feature bits and deflate flags. */
 static int create_writer(job *j, int lockfd)
 {
-    fkvf_compaction *c = j->c;
+    fkvf_archive_op *c = j->c;
     for (size_t i = 0; i < j->ai.n_sections; i++) {
         fkvf_section_info si;
         if (fkvf_reader_section(j->r, i, &si) != FKVF_OK || !(si.flags & FKVF_SECTION_DEFLATE))
@@ -409,7 +343,7 @@ static int create_writer(job *j, int lockfd)
     if (rc != FKVF_OK) {
         fkvf_error_info e;
         int have = j->w && fkvf_writer_error(j->w, &e) == FKVF_OK;
-        return fail_from(c, rc, have ? &e : NULL, c->path, "");
+        return fkvf_archive_op_fail_from(c, rc, have ? &e : NULL, c->path, "");
     }
     return FKVF_OK;
 }
@@ -425,7 +359,7 @@ static int same_file(const char *a, const char *b)
 /* The reader of src, its descriptor and commit, the codebook attached. */
 static int open_src(job *j)
 {
-    fkvf_compaction *c = j->c;
+    fkvf_archive_op *c = j->c;
     int rc = fkvf_reader_open_file(&j->r, c->src, 0, c->alloc);
     if (rc == FKVF_OK && j->opt->codebook_file)
         rc = fkvf_reader_attach_codebook(j->r, j->opt->codebook_file);
@@ -466,7 +400,7 @@ static int compact(job *j, int lockfd)
 /* c->path, the file to write: in place src with its links resolved, under
  * the appender's lock (*lockfd), else dst, which must not be src or the
  * codebook file. */
-static int set_paths(fkvf_compaction *c, const char *dst, const fkvf_compact_options *o,
+static int set_paths(fkvf_archive_op *c, const char *dst, const fkvf_compact_options *o,
                      int *lockfd)
 {
     const char *src = c->src;
@@ -500,7 +434,7 @@ static int set_paths(fkvf_compaction *c, const char *dst, const fkvf_compact_opt
     return c->path ? FKVF_OK : FAIL(c->src, FKVF_E_NOMEM, "no memory");
 }
 
-FKVF_API int fkvf_archive_compact(fkvf_compaction **out, const char *src, const char *dst,
+FKVF_API int fkvf_archive_compact(fkvf_archive_op **out, const char *src, const char *dst,
                                   const fkvf_compact_options *opts, fkvf_compact_result *result)
 {
     if (out)
@@ -514,15 +448,12 @@ FKVF_API int fkvf_archive_compact(fkvf_compaction **out, const char *src, const 
     if (!src || !*src || (!o.in_place && (!dst || !*dst)) || o.sync > FKVF_SYNC_NONE ||
         o.mode > 07777)
         return FKVF_E_INVALID_ARG;
-    const fkvf_allocator *al = fkvf_alloc_or_default(o.alloc);
-    fkvf_compaction *c = fkvf_calloc(al, 1, sizeof *c);
-    if (!c)
-        return FKVF_E_NOMEM;
-    c->magic = FKVF_COMPACTION_MAGIC;
-    c->alloc = al;
-    fkvf_diag_clear(&c->diag);
+    fkvf_archive_op *c = NULL;
+    int rc = fkvf_archive_op_new(&c, src, o.alloc), lockfd = -1;
     if (out)
         *out = c;
+    if (!c)
+        return rc;
     fkvf_compact_result res;
     memset(&res, 0, sizeof res);
     job j;
@@ -530,12 +461,8 @@ FKVF_API int fkvf_archive_compact(fkvf_compaction **out, const char *src, const 
     j.c = c;
     j.opt = &o;
     j.res = &res;
-    int rc = FKVF_OK, lockfd = -1;
-    if (!(c->src = fkvf_strndup(al, src, strlen(src)))) {
-        rc = FAIL(src, FKVF_E_NOMEM, "no memory");
-        c->diag.name = NULL; /* src is the caller's */
+    if (rc != FKVF_OK)
         goto done;
-    }
     if ((rc = set_paths(c, dst, &o, &lockfd)) != FKVF_OK)
         goto done;
     rc = compact(&j, lockfd);
@@ -557,6 +484,6 @@ done:
     if (rc == FKVF_OK && result)
         *result = res;
     if (!out)
-        fkvf_compaction_free(c);
+        fkvf_archive_op_free(c);
     return rc;
 }
