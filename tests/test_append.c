@@ -991,6 +991,62 @@ static int tmp_files_in(const char *dir)
     return n;
 }
 
+/* (e) A torn tail, and the k-th allocation of the reader's open failing, for
+ * every k: the open fails with FKVF_E_NOMEM or serves the last complete
+ * commit, never an earlier one (the torn-tail scan took an allocation
+ * failure at the last valid trailer for a broken chain and went on to an
+ * earlier trailer: the reader served an older commit, and a recovery cut
+ * complete commits off). */
+START_TEST(fault_alloc_torn_open)
+{
+    make_dir();
+    char path[128];
+    path_in(path, sizeof path, "t.fkvf");
+    fkvf_rvq *q = train_codebook(0);
+    static const size_t b[] = {4, 9, 13, 2};
+    uint64_t n = build(path, q, FKVF_SYNC_NONE, b, 4);
+    size_t sz;
+    uint8_t *p = slurp(path, &sz);
+    uint8_t *torn = malloc(sz + 100);
+    ck_assert_ptr_nonnull(torn);
+    memcpy(torn, p, sz);
+    memset(torn + sz, 'x', 100);
+    spit(path, torn, sz + 100);
+    count_alloc ca;
+    fkvf_allocator al = {ca_alloc, ca_realloc, ca_free, &ca};
+    long total = 0;
+    for (long k = 0;; k++) {
+        memset(&ca, 0, sizeof ca);
+        ca.fail_at = k;
+        fkvf_reader *r = NULL;
+        int rc = fkvf_reader_open_file(&r, path, 0, &al);
+        if (k == 0) {
+            ck_assert_int_eq(rc, FKVF_OK);
+            total = ca.calls;
+        }
+        if (rc == FKVF_OK) {
+            fkvf_archive_info ai;
+            ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);
+            EXPECTF(ai.n_commits == 5 && ai.n_positions == n && ai.committed_size == sz &&
+                        ai.torn_bytes == 100,
+                    "k %ld: opened at commit %llu (%llu positions), not at commit 5", k,
+                    (unsigned long long)ai.n_commits, (unsigned long long)ai.n_positions);
+        } else {
+            EXPECTF(rc == FKVF_E_NOMEM, "k %ld: %s", k, fkvf_error_name(rc));
+        }
+        fkvf_reader_free(r);
+        EXPECTF(ca.live == 0, "k %ld: %ld blocks leaked", k, (long)ca.live);
+        if (k >= total)
+            break;
+    }
+    free(p);
+    free(torn);
+    fkvf_rvq_free(q);
+    unlink(path);
+    rmdir(tmpdir);
+}
+END_TEST
+
 START_TEST(fault_alloc_every_call)
 {
     make_dir();
@@ -1161,6 +1217,7 @@ static Suite *suite(void)
     tcase_add_test(f, fault_kill_sync_none);
     tcase_add_test(f, fault_kill_sync_commit);
     tcase_add_test(f, fault_alloc_every_call);
+    tcase_add_test(f, fault_alloc_torn_open);
     tcase_add_test(f, append_misuse);
     suite_add_tcase(s, f);
     return s;
