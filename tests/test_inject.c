@@ -128,7 +128,9 @@
  *  fkvf_archive_compact          | alloc + io (compact, compact_in_place: --wrap); the
  *                                |   caller's allocator: test_compact
  *  fkvf_archive_op_error         | n/a pure (na_pure_functions: a failed compaction's handle)
- *  fkvf_archive_op_free          | n/a free (compact; leak check)
+ *  fkvf_archive_op_free          | n/a free (compact, recover; leak check)
+ *  fkvf_recover_options_init     | n/a pure
+ *  fkvf_archive_recover          | alloc + io (recover: --wrap)
  *  fkvf_search_open              | alloc (search, search_zidx)
  *  fkvf_search_free              | n/a free (search)
  *  fkvf_search_message           | n/a (read after every failure)
@@ -1798,6 +1800,62 @@ static void cp_finish(void *ctx, int clean, long stopped)
         expect_archive(c->in_place ? c->src : c->dst, 1);
 }
 
+/* ---- fkvf_archive_recover --------------------------------------------------------- */
+
+typedef struct rvctx {
+    char path[128];
+    uint8_t *torn; /* the main archive and a torn tail of 100 bytes */
+    size_t torn_size;
+    fkvf_archive_op *h;
+} rvctx;
+
+static const char *const rv_names[] = {"archive_recover"};
+
+static const char *rv_message(void *ctx)
+{
+    rvctx *c = ctx;
+    fkvf_error_info e;
+    return c->h && fkvf_archive_op_error(c->h, &e) == FKVF_OK ? e.message : NULL;
+}
+
+static void rv_setup(void *ctx)
+{
+    rvctx *c = ctx;
+    c->h = NULL;
+    spit(c->path, c->torn, c->torn_size);
+}
+
+static int rv_step(void *ctx, size_t i)
+{
+    rvctx *c = ctx;
+    (void)i;
+    fkvf_archive_op_free(c->h);
+    c->h = NULL;
+    return fkvf_archive_recover(&c->h, c->path, NULL, NULL);
+}
+
+/* a failed recovery leaves the file torn as it was, or cut (a failure after
+ * the cut: its sync, the check) */
+static void rv_after_fail(void *ctx, size_t i)
+{
+    rvctx *c = ctx;
+    (void)i;
+    EXPECTF(file_is(c->path, c->torn, c->torn_size) || file_is(c->path, fx->a.data, fx->a.size),
+            "recover: the file is neither as it was nor cut (%s)", rv_message(c));
+}
+
+static void rv_finish(void *ctx, int clean, long stopped)
+{
+    rvctx *c = ctx;
+    (void)clean;
+    fkvf_archive_op_free(c->h);
+    c->h = NULL;
+    EXPECT(stopped < 0);
+    if (stopped < 0)
+        EXPECTF(file_is(c->path, fx->a.data, fx->a.size), "recover: the file is not cut (%s)",
+                clean ? "clean run" : "after a failure");
+}
+
 /* ---- appender (system calls; its allocations and fkvf_io: test_append) --------- */
 
 typedef struct pctx {
@@ -2208,6 +2266,33 @@ START_TEST(inject_compact)
 }
 END_TEST
 
+START_TEST(inject_recover)
+{
+    fx_build();
+    make_dir();
+    static rvctx c;
+    memset(&c, 0, sizeof c);
+    path_in(c.path, sizeof c.path, "t.fkvf");
+    c.torn_size = fx->a.size + 100;
+    c.torn = REAL_MALLOC(c.torn_size);
+    ck_assert_ptr_nonnull(c.torn);
+    memcpy(c.torn, fx->a.data, fx->a.size);
+    memset(c.torn + fx->a.size, 'x', 100);
+    scen s;
+    SCEN(s, "recover", rv_names, "B", &c, rv);
+    s.syscalls = 1;
+    s.after_fail = rv_after_fail;
+    loop(&s, MODE_ALLOC);
+#ifdef FKVF_INJECT_WRAP
+    loop(&s, MODE_IO_EIO);
+    loop(&s, MODE_IO_ENOSPC);
+    loop(&s, MODE_IO_SHORT);
+#endif
+    REAL_FREE(c.torn);
+    remove_dir();
+}
+END_TEST
+
 #ifdef FKVF_INJECT_WRAP
 START_TEST(inject_appender_io)
 {
@@ -2463,6 +2548,9 @@ START_TEST(na_pure_functions)
     ok &= fkvf_archive_op_error(cph, &ei) == FKVF_OK && ei.code == FKVF_E_IO &&
           !strcmp(ei.file, "/nonexistent/a.fkvf") && *ei.message;
     ok &= fkvf_archive_op_error(NULL, &ei) == FKVF_E_STATE && ei.code == FKVF_E_STATE;
+    fkvf_recover_options rvo;
+    fkvf_recover_options_init(&rvo);
+    ok &= rvo.dry_run == 0 && rvo.alloc == NULL;
     g.armed = 0;
     ck_assert_msg(ok, "a pure function gave a wrong result");
     ck_assert_msg(!memcmp(h, fx->cb_hash, 16), "fkvf_codebook_hash differs from the reader's");
@@ -2549,6 +2637,7 @@ static Suite *suite(void)
     tcase_add_test(t, inject_search);
     tcase_add_test(t, inject_append_sections);
     tcase_add_test(t, inject_compact);
+    tcase_add_test(t, inject_recover);
 #ifdef FKVF_INJECT_WRAP
     tcase_add_test(t, inject_appender_io);
 #endif

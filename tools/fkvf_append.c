@@ -1,17 +1,15 @@
-/* fkvf append / compact / recover: growing an archive one commit at a time
- * (the appender, spec 7.4-7.7 and 14.3), rewriting a many-commit archive into
- * one commit without re-encoding, and cutting off a torn tail. Public API
- * (fkvf.h) and cacheio only. */
+/* fkvf append / compact / recover: the command lines of the appender
+ * (growing an archive one commit at a time, spec 7.4-7.7 and 14.3), of
+ * fkvf_archive_compact (a many-commit archive rewritten as one commit
+ * without re-encoding) and of fkvf_archive_recover (a torn tail cut off):
+ * parse, check the files, call the library, print. Public API (fkvf.h) and
+ * cacheio only. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "cacheio.h"
 #include "cli_util.h"
@@ -1043,90 +1041,79 @@ static const char *recover_help =
     "says why), 2 usage or I/O error (also: ARCHIVE does not exist, or an\n"
     "appender has it open).\n";
 
-int fkvf_cli_recover(int argc, char **argv)
+typedef struct recover_opts {
+    const char *path;
+    int json, dry;
+} recover_opts;
+
+/* 0: run, 1: --help printed, -1: a usage error printed. */
+static int recover_parse(int argc, char **argv, recover_opts *o)
 {
-    const char *path = NULL;
-    int json = 0, dry = 0;
+    memset(o, 0, sizeof *o);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(recover_help, stdout);
-            return CLI_OK;
+            return 1;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            o->json = 1;
         } else if (!strcmp(a, "--dry-run")) {
-            dry = 1;
+            o->dry = 1;
         } else if (a[0] == '-' && a[1]) {
-            return cli_usage("unknown option '%s' (see fkvf recover --help)", a);
-        } else if (!path) {
-            path = a;
+            return cli_usage("unknown option '%s' (see fkvf recover --help)", a), -1;
+        } else if (!o->path) {
+            o->path = a;
         } else {
-            return cli_usage("unexpected argument '%s'", a);
+            return cli_usage("unexpected argument '%s'", a), -1;
         }
     }
-    if (!path)
-        return cli_usage("need ARCHIVE (see fkvf recover --help)");
-    int fd = open(path, (dry ? O_RDONLY : O_RDWR) | O_CLOEXEC);
-    if (fd < 0)
-        return cli_fail(CLI_USAGE, FKVF_E_IO, path, "cannot open: %s", strerror(errno));
-    if (!dry && flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int e = errno;
-        close(fd);
-        return cli_fail(CLI_USAGE, FKVF_E_IO, path, "cannot lock (%s): an appender has it open",
-                        strerror(e));
-    }
-    fkvf_reader *r;
-    int rc = cli_open_reader(&r, path);
-    if (rc != CLI_OK) {
-        close(fd);
-        return rc;
-    }
-    fkvf_archive_info ai;
-    fkvf_reader_info(r, &ai);
-    fkvf_reader_free(r); /* unmap before truncating */
-    const char *action = "none";
-    if (ai.torn_bytes) {
-        action = dry ? "would-truncate" : "truncated";
-        if (!dry) {
-            if (ftruncate(fd, (off_t)ai.committed_size) != 0 || fsync(fd) != 0) {
-                int e = errno;
-                close(fd);
-                return cli_fail(CLI_USAGE, FKVF_E_IO, path,
-                                "cannot truncate to %" PRIu64 " bytes: %s", ai.committed_size,
-                                strerror(e));
-            }
-            /* it must now open clean at the same commit */
-            r = NULL;
-            fkvf_archive_info ai2;
-            rc = fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL);
-            if (rc != FKVF_OK || fkvf_reader_info(r, &ai2) != FKVF_OK ||
-                ai2.n_commits != ai.n_commits) {
-                int ex = cli_fail_reader(rc ? rc : FKVF_E_CORRUPT, r, path, "after the cut: ");
-                fkvf_reader_free(r);
-                close(fd);
-                return ex ? ex : CLI_INVALID;
-            }
-            fkvf_reader_free(r);
-        }
-    }
-    close(fd);
-    if (json) {
+    if (!o->path)
+        return cli_usage("need ARCHIVE (see fkvf recover --help)"), -1;
+    return 0;
+}
+
+static void recover_print(const recover_opts *o, const fkvf_recover_result *r)
+{
+    if (o->json) {
+        const char *action = !r->torn_bytes ? "none" : o->dry ? "would-truncate" : "truncated";
         printf("{\"file\":");
-        cli_json_cstr(stdout, path);
+        cli_json_cstr(stdout, o->path);
         printf(",\"action\":\"%s\",\"torn_bytes\":%" PRIu64 ",\"removed_bytes\":%" PRIu64
                ",\"file_size_before\":%" PRIu64 ",\"committed_size\":%" PRIu64
                ",\"commit\":%" PRIu64 ",\"positions\":%" PRIu64 "}\n",
-               action, ai.torn_bytes, dry ? 0 : ai.torn_bytes, ai.file_size, ai.committed_size,
-               ai.n_commits, ai.n_positions);
-    } else if (!ai.torn_bytes) {
+               action, r->torn_bytes, r->truncated ? r->torn_bytes : 0, r->file_size,
+               r->committed_size, r->commits, r->positions);
+    } else if (!r->torn_bytes) {
         printf("%s: clean (%" PRIu64 " bytes, %" PRIu64 " commit(s), %" PRIu64
                " positions); nothing to do\n",
-               path, ai.file_size, ai.n_commits, ai.n_positions);
+               o->path, r->file_size, r->commits, r->positions);
     } else {
         printf("%s: %s %" PRIu64 " torn bytes after commit %" PRIu64 " (%" PRIu64 " -> %" PRIu64
                " bytes); commit %" PRIu64 " is served (%" PRIu64 " positions)\n",
-               path, dry ? "would remove" : "removed", ai.torn_bytes, ai.n_commits, ai.file_size,
-               ai.committed_size, ai.n_commits, ai.n_positions);
+               o->path, o->dry ? "would remove" : "removed", r->torn_bytes, r->commits,
+               r->file_size, r->committed_size, r->commits, r->positions);
     }
-    return CLI_OK;
+}
+
+int fkvf_cli_recover(int argc, char **argv)
+{
+    recover_opts o;
+    int pr = recover_parse(argc, argv, &o);
+    if (pr)
+        return pr > 0 ? CLI_OK : CLI_USAGE;
+    fkvf_recover_options ro;
+    fkvf_recover_options_init(&ro);
+    ro.dry_run = o.dry;
+    fkvf_archive_op *op = NULL;
+    fkvf_recover_result res;
+    int rc = fkvf_archive_recover(&op, o.path, &ro, &res), ex = CLI_OK;
+    if (rc == FKVF_OK) {
+        recover_print(&o, &res);
+    } else {
+        fkvf_error_info e;
+        int have = fkvf_archive_op_error(op, &e) == FKVF_OK && e.code != FKVF_OK;
+        ex = cli_fail_lib(rc, have ? &e : NULL, o.path, "");
+    }
+    fkvf_archive_op_free(op);
+    return ex;
 }

@@ -848,6 +848,42 @@ typedef struct fkvf_compact_result {
 FKVF_API int fkvf_archive_compact(fkvf_archive_op **out, const char *src, const char *dst,
                                   const fkvf_compact_options *opts, fkvf_compact_result *result);
 
+/* fkvf_archive_recover cuts off a torn tail: the bytes after the last
+ * complete commit that an append left when it did not complete (a crash, a
+ * full disk). The file is truncated to its committed size (spec 7.7) under
+ * the appender's lock and synced; every complete commit stays, and the file
+ * must then open in strict mode at the same commit. A clean file (also a
+ * codebook file) is left untouched. */
+typedef struct fkvf_recover_options {
+    int dry_run;                 /* 1: only report (no lock, nothing written) */
+    int no_sync;                 /* 1: no fsync after the cut (tests, scratch files) */
+    const fkvf_allocator *alloc; /* the readers' allocations; NULL: malloc */
+} fkvf_recover_options;
+
+/* Defaults: cut and sync. */
+FKVF_API void fkvf_recover_options_init(fkvf_recover_options *opts);
+
+typedef struct fkvf_recover_result {
+    uint64_t file_size;      /* bytes before */
+    uint64_t committed_size; /* bytes of the complete commits */
+    uint64_t torn_bytes;     /* file_size - committed_size */
+    uint64_t commits;        /* complete commits (the last one is served) */
+    uint64_t positions;      /* of the last commit */
+    int truncated;           /* 1: the tail was cut (0: clean, or dry_run) */
+} fkvf_recover_result;
+
+/* Recover path; opts NULL: the defaults. FKVF_OK and *result (may be NULL;
+ * filled as far as known on failure too), or an error: FKVF_E_INVALID_ARG
+ * (path NULL or empty), FKVF_E_IO (the file cannot be opened, locked: an
+ * appender has it open, clause 7.4, or truncated and synced), FKVF_E_NOMEM,
+ * or the reader's error for a file that is not a valid FKVF file, before
+ * the cut or after it (then the message starts "after the cut: "). out (may
+ * be NULL): the handle of the call (fkvf_archive_op). Truncating a file
+ * that a reader has mapped can fault that reader if it touches the bytes
+ * cut (spec 18.5). */
+FKVF_API int fkvf_archive_recover(fkvf_archive_op **out, const char *path,
+                                  const fkvf_recover_options *opts, fkvf_recover_result *result);
+
 /* ---- search (spec 12.1.5, 12.2.7, 20) ---------------------------------- */
 /* Suffix search on any stream (the token stream or an index stream): the
  * archive is its own search index. Positions are stream indices t (symbol t
