@@ -1,4 +1,5 @@
-/* The appender (fkvf.h "appender", spec 7.4-7.7, 14.3): positions appended
+/* The appender (fkvf.h "appender", spec 7.4-7.7, 14.3) and the recovery of
+ * a torn tail (fkvf_archive_recover, case "append"): positions appended
  * and committed in batches come back as a reader restores them; exact
  * positions bit for bit, archived ones as the codebook reconstructs them.
  * Fault tests (case "faults"): the last commit cut at every byte, a failing
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -991,6 +993,62 @@ static int tmp_files_in(const char *dir)
     return n;
 }
 
+/* (e) A torn tail, and the k-th allocation of the reader's open failing, for
+ * every k: the open fails with FKVF_E_NOMEM or serves the last complete
+ * commit, never an earlier one (the torn-tail scan took an allocation
+ * failure at the last valid trailer for a broken chain and went on to an
+ * earlier trailer: the reader served an older commit, and a recovery cut
+ * complete commits off). */
+START_TEST(fault_alloc_torn_open)
+{
+    make_dir();
+    char path[128];
+    path_in(path, sizeof path, "t.fkvf");
+    fkvf_rvq *q = train_codebook(0);
+    static const size_t b[] = {4, 9, 13, 2};
+    uint64_t n = build(path, q, FKVF_SYNC_NONE, b, 4);
+    size_t sz;
+    uint8_t *p = slurp(path, &sz);
+    uint8_t *torn = malloc(sz + 100);
+    ck_assert_ptr_nonnull(torn);
+    memcpy(torn, p, sz);
+    memset(torn + sz, 'x', 100);
+    spit(path, torn, sz + 100);
+    count_alloc ca;
+    fkvf_allocator al = {ca_alloc, ca_realloc, ca_free, &ca};
+    long total = 0;
+    for (long k = 0;; k++) {
+        memset(&ca, 0, sizeof ca);
+        ca.fail_at = k;
+        fkvf_reader *r = NULL;
+        int rc = fkvf_reader_open_file(&r, path, 0, &al);
+        if (k == 0) {
+            ck_assert_int_eq(rc, FKVF_OK);
+            total = ca.calls;
+        }
+        if (rc == FKVF_OK) {
+            fkvf_archive_info ai;
+            ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);
+            EXPECTF(ai.n_commits == 5 && ai.n_positions == n && ai.committed_size == sz &&
+                        ai.torn_bytes == 100,
+                    "k %ld: opened at commit %llu (%llu positions), not at commit 5", k,
+                    (unsigned long long)ai.n_commits, (unsigned long long)ai.n_positions);
+        } else {
+            EXPECTF(rc == FKVF_E_NOMEM, "k %ld: %s", k, fkvf_error_name(rc));
+        }
+        fkvf_reader_free(r);
+        EXPECTF(ca.live == 0, "k %ld: %ld blocks leaked", k, (long)ca.live);
+        if (k >= total)
+            break;
+    }
+    free(p);
+    free(torn);
+    fkvf_rvq_free(q);
+    unlink(path);
+    rmdir(tmpdir);
+}
+END_TEST
+
 START_TEST(fault_alloc_every_call)
 {
     make_dir();
@@ -1142,6 +1200,99 @@ START_TEST(append_misuse)
 }
 END_TEST
 
+/* fkvf_archive_recover: a torn tail cut off under the appender's lock (a dry
+ * run only reports), a clean file untouched, the refusals with their error
+ * fields. */
+START_TEST(archive_recover)
+{
+    make_dir();
+    char path[128], copy[128];
+    path_in(path, sizeof path, "r.fkvf");
+    path_in(copy, sizeof copy, "r.copy");
+    fkvf_rvq *q = train_codebook(0);
+    static const size_t b[] = {4, 9, 13};
+    uint64_t n = build(path, q, FKVF_SYNC_NONE, b, 3);
+    snap clean;
+    snap_file(path, FKVF_OPEN_STRICT, &clean);
+    uint64_t committed = file_len(path);
+    /* a torn tail: 100 bytes of an append that did not complete */
+    size_t sz;
+    uint8_t *p = slurp(path, &sz);
+    uint8_t *torn = malloc(sz + 100);
+    ck_assert_ptr_nonnull(torn);
+    memcpy(torn, p, sz);
+    memset(torn + sz, 'x', 100);
+    spit(path, torn, sz + 100);
+    spit(copy, torn, sz + 100);
+    fkvf_archive_op *op = NULL;
+    fkvf_recover_options o;
+    fkvf_recover_options_init(&o);
+    o.dry_run = 1;
+    fkvf_recover_result res;
+    ck_assert_int_eq(fkvf_archive_recover(&op, path, &o, &res), FKVF_OK);
+    ck_assert_uint_eq(res.torn_bytes, 100);
+    ck_assert_uint_eq(res.file_size, sz + 100);
+    ck_assert_uint_eq(res.committed_size, committed);
+    ck_assert_uint_eq(res.commits, 4);
+    ck_assert_uint_eq(res.positions, n);
+    ck_assert_int_eq(res.truncated, 0);
+    fkvf_archive_op_free(op);
+    ck_assert_uint_eq(file_len(path), sz + 100);
+    /* refused while another process (here: another open file) holds the lock */
+    o.dry_run = 0;
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(flock(fd, LOCK_EX | LOCK_NB), 0);
+    ck_assert_int_eq(fkvf_archive_recover(&op, path, &o, &res), FKVF_E_IO);
+    fkvf_error_info e;
+    ck_assert_int_eq(fkvf_archive_op_error(op, &e), FKVF_OK);
+    ck_assert_int_eq(e.code, FKVF_E_IO);
+    ck_assert_str_eq(e.file, path);
+    ck_assert_ptr_nonnull(e.clause);
+    ck_assert_str_eq(e.clause, "7.4");
+    fkvf_archive_op_free(op);
+    close(fd);
+    ck_assert_uint_eq(file_len(path), sz + 100);
+    /* cut: the file opens strict at the same commit and serves the same */
+    ck_assert_int_eq(fkvf_archive_recover(NULL, path, &o, &res), FKVF_OK);
+    ck_assert_int_eq(res.truncated, 1);
+    ck_assert_uint_eq(res.torn_bytes, 100);
+    ck_assert_uint_eq(file_len(path), committed);
+    snap after;
+    snap_file(path, FKVF_OPEN_STRICT, &after);
+    ck_assert(snap_same(&after, &clean));
+    snap_free(&after);
+    /* clean: nothing to do, nothing written */
+    ck_assert_int_eq(fkvf_archive_recover(&op, path, NULL, &res), FKVF_OK);
+    ck_assert_int_eq(res.truncated, 0);
+    ck_assert_uint_eq(res.torn_bytes, 0);
+    ck_assert_int_eq(fkvf_archive_op_error(op, &e), FKVF_OK);
+    ck_assert_int_eq(e.code, FKVF_OK);
+    fkvf_archive_op_free(op);
+    ck_assert_uint_eq(file_len(path), committed);
+    /* not an FKVF file: the reader's error, with its file and clause */
+    memset(torn, 'j', 256);
+    spit(path, torn, 256);
+    ck_assert_int_eq(fkvf_archive_recover(&op, path, &o, &res), FKVF_E_BAD_MAGIC);
+    ck_assert_int_eq(fkvf_archive_op_error(op, &e), FKVF_OK);
+    ck_assert_str_eq(e.file, path);
+    ck_assert_uint_eq(e.offset, 0);
+    ck_assert_ptr_nonnull(strstr(e.message, "not an FKVF file"));
+    fkvf_archive_op_free(op);
+    ck_assert_uint_eq(file_len(path), 256);
+    unlink(path);
+    ck_assert_int_eq(fkvf_archive_recover(NULL, path, &o, &res), FKVF_E_IO);
+    ck_assert_int_eq(fkvf_archive_recover(NULL, NULL, &o, &res), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_archive_op_error(NULL, &e), FKVF_E_STATE);
+    snap_free(&clean);
+    free(p);
+    free(torn);
+    fkvf_rvq_free(q);
+    unlink(copy);
+    rmdir(tmpdir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("append");
@@ -1151,6 +1302,7 @@ static Suite *suite(void)
     tcase_add_test(t, append_batches_reopen);
     tcase_add_test(t, append_batches_ngon);
     tcase_add_test(t, append_without_codebook_all_exact);
+    tcase_add_test(t, archive_recover);
     suite_add_tcase(s, t);
     TCase *f = tcase_create("faults");
     tcase_set_timeout(f, 300);
@@ -1161,6 +1313,7 @@ static Suite *suite(void)
     tcase_add_test(f, fault_kill_sync_none);
     tcase_add_test(f, fault_kill_sync_commit);
     tcase_add_test(f, fault_alloc_every_call);
+    tcase_add_test(f, fault_alloc_torn_open);
     tcase_add_test(f, append_misuse);
     suite_add_tcase(s, f);
     return s;

@@ -124,6 +124,13 @@
  *  fkvf_appender_message         | n/a (read after every failure)
  *  fkvf_appender_error           | n/a pure (na_pure_functions: not a handle)
  *  fkvf_appender_free            | n/a free (appender; leak check)
+ *  fkvf_compact_options_init     | n/a pure
+ *  fkvf_archive_compact          | alloc + io (compact, compact_in_place: --wrap); the
+ *                                |   caller's allocator: test_compact
+ *  fkvf_archive_op_error         | n/a pure (na_pure_functions: a failed compaction's handle)
+ *  fkvf_archive_op_free          | n/a free (compact, recover; leak check)
+ *  fkvf_recover_options_init     | n/a pure
+ *  fkvf_archive_recover          | alloc + io (recover: --wrap)
  *  fkvf_search_open              | alloc (search, search_zidx)
  *  fkvf_search_free              | n/a free (search)
  *  fkvf_search_message           | n/a (read after every failure)
@@ -1732,6 +1739,123 @@ static void as_finish(void *ctx, int clean, long stopped)
         expect_archive(c->path, 3);
 }
 
+/* ---- fkvf_archive_compact ------------------------------------------------------- */
+
+typedef struct cctx {
+    char src[128], dst[128];
+    int in_place;
+    fkvf_archive_op *h;
+} cctx;
+
+static const char *const cp_names[] = {"archive_compact"};
+
+static const char *cp_message(void *ctx)
+{
+    cctx *c = ctx;
+    fkvf_error_info e;
+    return c->h && fkvf_archive_op_error(c->h, &e) == FKVF_OK ? e.message : NULL;
+}
+
+static void cp_setup(void *ctx)
+{
+    cctx *c = ctx;
+    c->h = NULL;
+    spit(c->src, fx->a.data, fx->a.size);
+    unlink(c->dst);
+}
+
+static int cp_step(void *ctx, size_t i)
+{
+    cctx *c = ctx;
+    (void)i;
+    fkvf_archive_op_free(c->h);
+    c->h = NULL;
+    fkvf_compact_options o;
+    fkvf_compact_options_init(&o);
+    o.in_place = c->in_place;
+    o.no_replace = 1;
+    return fkvf_archive_compact(&c->h, c->src, c->in_place ? NULL : c->dst, &o, NULL);
+}
+
+/* a failed compaction leaves its input as it was, no output, no temporary file */
+static void cp_after_fail(void *ctx, size_t i)
+{
+    cctx *c = ctx;
+    (void)i;
+    EXPECTF(file_is(c->src, fx->a.data, fx->a.size), "compact: the input changed (%s)",
+            cp_message(c));
+    EXPECT(c->in_place || access(c->dst, F_OK) != 0);
+    EXPECT(tmp_files() == 0);
+}
+
+static void cp_finish(void *ctx, int clean, long stopped)
+{
+    cctx *c = ctx;
+    (void)clean;
+    fkvf_archive_op_free(c->h);
+    c->h = NULL;
+    EXPECT(stopped < 0);
+    EXPECT(tmp_files() == 0);
+    if (stopped < 0)
+        expect_archive(c->in_place ? c->src : c->dst, 1);
+}
+
+/* ---- fkvf_archive_recover --------------------------------------------------------- */
+
+typedef struct rvctx {
+    char path[128];
+    uint8_t *torn; /* the main archive and a torn tail of 100 bytes */
+    size_t torn_size;
+    fkvf_archive_op *h;
+} rvctx;
+
+static const char *const rv_names[] = {"archive_recover"};
+
+static const char *rv_message(void *ctx)
+{
+    rvctx *c = ctx;
+    fkvf_error_info e;
+    return c->h && fkvf_archive_op_error(c->h, &e) == FKVF_OK ? e.message : NULL;
+}
+
+static void rv_setup(void *ctx)
+{
+    rvctx *c = ctx;
+    c->h = NULL;
+    spit(c->path, c->torn, c->torn_size);
+}
+
+static int rv_step(void *ctx, size_t i)
+{
+    rvctx *c = ctx;
+    (void)i;
+    fkvf_archive_op_free(c->h);
+    c->h = NULL;
+    return fkvf_archive_recover(&c->h, c->path, NULL, NULL);
+}
+
+/* a failed recovery leaves the file torn as it was, or cut (a failure after
+ * the cut: its sync, the check) */
+static void rv_after_fail(void *ctx, size_t i)
+{
+    rvctx *c = ctx;
+    (void)i;
+    EXPECTF(file_is(c->path, c->torn, c->torn_size) || file_is(c->path, fx->a.data, fx->a.size),
+            "recover: the file is neither as it was nor cut (%s)", rv_message(c));
+}
+
+static void rv_finish(void *ctx, int clean, long stopped)
+{
+    rvctx *c = ctx;
+    (void)clean;
+    fkvf_archive_op_free(c->h);
+    c->h = NULL;
+    EXPECT(stopped < 0);
+    if (stopped < 0)
+        EXPECTF(file_is(c->path, fx->a.data, fx->a.size), "recover: the file is not cut (%s)",
+                clean ? "clean run" : "after a failure");
+}
+
 /* ---- appender (system calls; its allocations and fkvf_io: test_append) --------- */
 
 typedef struct pctx {
@@ -2115,6 +2239,60 @@ START_TEST(inject_append_sections)
 }
 END_TEST
 
+START_TEST(inject_compact)
+{
+    fx_build();
+    make_dir();
+    static cctx c;
+    for (int in_place = 0; in_place < 2; in_place++) {
+        memset(&c, 0, sizeof c);
+        path_in(c.src, sizeof c.src, "a.fkvf");
+        path_in(c.dst, sizeof c.dst, "c.fkvf");
+        c.in_place = in_place;
+        scen s;
+        SCEN(s, in_place ? "compact_in_place" : "compact", cp_names, "B", &c, cp);
+        s.syscalls = 1;
+        s.after_fail = cp_after_fail;
+        s.quiet_io_step = "archive_compact"; /* the writer's directory fsync after its rename */
+        loop(&s, MODE_ALLOC);
+#ifdef FKVF_INJECT_WRAP
+        loop(&s, MODE_IO_EIO);
+        loop(&s, MODE_IO_ENOSPC);
+        loop(&s, MODE_IO_SHORT);
+#endif
+        clear_dir();
+    }
+    remove_dir();
+}
+END_TEST
+
+START_TEST(inject_recover)
+{
+    fx_build();
+    make_dir();
+    static rvctx c;
+    memset(&c, 0, sizeof c);
+    path_in(c.path, sizeof c.path, "t.fkvf");
+    c.torn_size = fx->a.size + 100;
+    c.torn = REAL_MALLOC(c.torn_size);
+    ck_assert_ptr_nonnull(c.torn);
+    memcpy(c.torn, fx->a.data, fx->a.size);
+    memset(c.torn + fx->a.size, 'x', 100);
+    scen s;
+    SCEN(s, "recover", rv_names, "B", &c, rv);
+    s.syscalls = 1;
+    s.after_fail = rv_after_fail;
+    loop(&s, MODE_ALLOC);
+#ifdef FKVF_INJECT_WRAP
+    loop(&s, MODE_IO_EIO);
+    loop(&s, MODE_IO_ENOSPC);
+    loop(&s, MODE_IO_SHORT);
+#endif
+    REAL_FREE(c.torn);
+    remove_dir();
+}
+END_TEST
+
 #ifdef FKVF_INJECT_WRAP
 START_TEST(inject_appender_io)
 {
@@ -2298,6 +2476,11 @@ START_TEST(na_pure_functions)
     ck_assert_int_eq(fkvf_reader_open_memory(&ar, fx->a.data, fx->a.size, 0, NULL), FKVF_OK);
     fkvf_search *srch = NULL;
     ck_assert_int_eq(fkvf_search_open(&srch, ar, 0, 0, NULL), FKVF_OK);
+    fkvf_archive_op *cph = NULL; /* a compaction of a file that does not exist */
+    ck_assert_int_eq(fkvf_archive_compact(&cph, "/nonexistent/a.fkvf", "/nonexistent/c.fkvf",
+                                          NULL, NULL),
+                     FKVF_E_IO);
+    ck_assert_ptr_nonnull(cph);
     memset(&g, 0, sizeof g);
     g.step = -1;
     g.fail_at = 1;
@@ -2359,6 +2542,15 @@ START_TEST(na_pure_functions)
     ok &= fkvf_search_error(srch, &ei) == FKVF_OK && ei.code == FKVF_OK &&
           !strcmp(ei.file, "search");
     ok &= fkvf_search_error(NULL, &ei) == FKVF_E_STATE;
+    fkvf_compact_options co;
+    fkvf_compact_options_init(&co);
+    ok &= co.in_place == 0 && co.alloc == NULL;
+    ok &= fkvf_archive_op_error(cph, &ei) == FKVF_OK && ei.code == FKVF_E_IO &&
+          !strcmp(ei.file, "/nonexistent/a.fkvf") && *ei.message;
+    ok &= fkvf_archive_op_error(NULL, &ei) == FKVF_E_STATE && ei.code == FKVF_E_STATE;
+    fkvf_recover_options rvo;
+    fkvf_recover_options_init(&rvo);
+    ok &= rvo.dry_run == 0 && rvo.alloc == NULL;
     g.armed = 0;
     ck_assert_msg(ok, "a pure function gave a wrong result");
     ck_assert_msg(!memcmp(h, fx->cb_hash, 16), "fkvf_codebook_hash differs from the reader's");
@@ -2368,6 +2560,7 @@ START_TEST(na_pure_functions)
     fkvf_reader_free(ar);
     fkvf_reader_free(bad);
     fkvf_writer_free(bw);
+    fkvf_archive_op_free(cph);
     ck_assert_int_eq(g.calls, 0);
     ck_assert_int_eq(g.io_calls, 0);
 }
@@ -2443,6 +2636,8 @@ static Suite *suite(void)
     tcase_add_test(t, inject_reader_find);
     tcase_add_test(t, inject_search);
     tcase_add_test(t, inject_append_sections);
+    tcase_add_test(t, inject_compact);
+    tcase_add_test(t, inject_recover);
 #ifdef FKVF_INJECT_WRAP
     tcase_add_test(t, inject_appender_io);
 #endif

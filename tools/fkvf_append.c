@@ -1,18 +1,15 @@
-/* fkvf append / compact / recover: growing an archive one commit at a time
- * (the appender, spec 7.4-7.7 and 14.3), rewriting a many-commit archive into
- * one commit without re-encoding, and cutting off a torn tail. Public API
- * (fkvf.h) and cacheio only. */
+/* fkvf append / compact / recover: the command lines of the appender
+ * (growing an archive one commit at a time, spec 7.4-7.7 and 14.3), of
+ * fkvf_archive_compact (a many-commit archive rewritten as one commit
+ * without re-encoding) and of fkvf_archive_recover (a torn tail cut off):
+ * parse, check the files, call the library, print. Public API (fkvf.h) and
+ * cacheio only. */
 #define _POSIX_C_SOURCE 200809L
-#define _XOPEN_SOURCE 700 /* realpath */
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "cacheio.h"
 #include "cli_util.h"
@@ -126,168 +123,151 @@ typedef struct append_opts {
     unsigned sync;
 } append_opts;
 
+/* A flag (an option without a value): its field set, 1; 0 when a is none.
+ * *create_opt: the flag when it is an option of --create. */
+static int append_flag(append_opts *o, const char *a, const char **create_opt)
+{
+    const struct {
+        const char *name;
+        int *field;
+        int create_only;
+    } flags[] = {
+        {"--create", &o->create, 0},       {"--json", &o->json, 0},
+        {"--recover", &o->recover, 0},     {"--tokens", &o->req_tokens, 0},
+        {"--new", &o->newonly, 0},         {"--continues", &o->continues, 0},
+        {"--no-tokens", &o->no_tokens, 1}, {"--embed", &o->embed, 1},
+        {"--train", &o->train, 1},         {"--exact-only", &o->exact_only, 1},
+        {"--f32", &o->f32, 1},             {"--no-rope", &o->keys.no_rope, 1},
+    };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        if (strcmp(a, flags[i].name))
+            continue;
+        *flags[i].field = 1;
+        if (flags[i].create_only)
+            *create_opt = a;
+        return 1;
+    }
+    return 0;
+}
+
+/* --positions A:B or A: (to the end). */
+static int append_opt_positions(append_opts *o, const char *v)
+{
+    const char *colon = strchr(v, ':');
+    char head[32];
+    size_t hl = colon ? (size_t)(colon - v) : strlen(v);
+    if (!colon || hl >= sizeof head)
+        return cli_usage("--positions: '%s' is not A:B or A:", v), -1;
+    memcpy(head, v, hl);
+    head[hl] = 0;
+    if (cli_parse_u64(head, UINT32_MAX, &o->range0) ||
+        (colon[1] && cli_parse_u64(colon + 1, UINT32_MAX, &o->range1)) ||
+        (colon[1] && o->range1 <= o->range0))
+        return cli_usage("--positions: '%s' is not A:B (A < B) or A:", v), -1;
+    o->range_set = 1;
+    o->end_set = colon[1] != 0;
+    return 0;
+}
+
+/* An option a with its value v: 0, or -1 after a usage error.
+ * *create_opt: a when it is an option of --create. */
+static int append_value(append_opts *o, const char *a, const char *v, const char **create_opt)
+{
+    int kr;
+    if (!strcmp(a, "--codebooks")) {
+        o->cbfile = v;
+    } else if (!strcmp(a, "--commit-every")) {
+        if (cli_parse_u64(v, UINT32_MAX, &o->every) || o->every < 1)
+            return cli_usage("--commit-every: '%s' is not a count >= 1", v), -1;
+    } else if (!strcmp(a, "--sync")) {
+        if (!strcmp(v, "commit"))
+            o->sync = FKVF_SYNC_COMMIT;
+        else if (!strcmp(v, "none"))
+            o->sync = FKVF_SYNC_NONE;
+        else
+            return cli_usage("--sync: '%s' is not commit or none", v), -1;
+    } else if (!strcmp(a, "--beam")) {
+        return cli_opt_beam(v, &o->code.beam) ? -1 : 0;
+    } else if (!strcmp(a, "--layout")) {
+        return cli_opt_layout(v, &o->layout) ? -1 : 0;
+    } else if (!strcmp(a, "--positions")) {
+        return append_opt_positions(o, v);
+    } else {
+        /* options of --create */
+        *create_opt = a;
+        if ((kr = cli_code_value(&o->code, a, v)) != 0 ||
+            (kr = cli_key_value(&o->keys, a, v)) != 0)
+            return kr < 0 ? -1 : 0;
+        if (strcmp(a, "--token-bits"))
+            return cli_usage("unknown option '%s' (see fkvf append --help)", a), -1;
+        if (cli_parse_u64(v, 32, &o->tok_bits) || o->tok_bits < 2 || o->tok_bits % 2)
+            return cli_usage("--token-bits: '%s' is not an even width 2..32", v), -1;
+    }
+    return 0;
+}
+
+/* The options together: what excludes what, --create's defaults. 0 or -1
+ * after a usage error. */
+static int append_check_opts(append_opts *o, const char *create_opt)
+{
+    if (!o->archive || !o->cache)
+        return cli_usage("need ARCHIVE and CACHE (see fkvf append --help)"), -1;
+    if (create_opt && !o->create)
+        return cli_usage("%s is an option of --create (an existing archive keeps its settings)",
+                         create_opt), -1;
+    if (o->create) {
+        int n = (o->cbfile != NULL) + o->train + o->exact_only;
+        if (n > 1)
+            return cli_usage("--create: --codebooks, --train and --exact-only exclude each other"),
+                   -1;
+        if (o->embed && !o->cbfile)
+            return cli_usage("--create: --embed needs --codebooks FILE"), -1;
+        if (n == 0)
+            o->train = 1;
+        if (o->req_tokens && o->no_tokens)
+            return cli_usage("--create: --tokens and --no-tokens exclude each other"), -1;
+    }
+    if (o->newonly && o->range_set)
+        return cli_usage("--new and --positions exclude each other"), -1;
+    if (o->newonly && o->continues)
+        return cli_usage("--new and --continues exclude each other (--new appends the cache's "
+                         "positions from the archive's count on: they line up)"), -1;
+    return 0;
+}
+
+/* 0: run, 1: --help printed, -1: a usage error printed. */
 static int append_parse(int argc, char **argv, append_opts *o)
 {
     memset(o, 0, sizeof *o);
     cli_code_opts_init(&o->code);
     cli_key_opts_init(&o->keys);
     o->sync = FKVF_SYNC_COMMIT;
-    int create_only = 0;
-    const char *create_opt = NULL;
+    const char *create_opt = NULL; /* the last option of --create given */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int kr;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(append_help, stdout);
             return 1;
         }
-        /* flags */
-        if (!strcmp(a, "--create")) {
-            o->create = 1;
+        if (append_flag(o, a, &create_opt))
             continue;
-        } else if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
-        } else if (!strcmp(a, "--recover")) {
-            o->recover = 1;
-            continue;
-        } else if (!strcmp(a, "--tokens")) {
-            o->req_tokens = 1;
-            continue;
-        } else if (!strcmp(a, "--new")) {
-            o->newonly = 1;
-            continue;
-        } else if (!strcmp(a, "--continues")) {
-            o->continues = 1;
-            continue;
-        } else if (!strcmp(a, "--no-tokens") || !strcmp(a, "--embed") || !strcmp(a, "--train") ||
-                   !strcmp(a, "--exact-only") || !strcmp(a, "--f32") || !strcmp(a, "--no-rope")) {
-            create_only = 1;
-            create_opt = a;
-            if (a[2] == 'n' && a[5] == 't')
-                o->no_tokens = 1;
-            else if (a[2] == 'e' && a[3] == 'm')
-                o->embed = 1;
-            else if (a[2] == 't')
-                o->train = 1;
-            else if (a[2] == 'e')
-                o->exact_only = 1;
-            else if (a[2] == 'f')
-                o->f32 = 1;
-            else
-                o->keys.no_rope = 1;
-            continue;
-        }
         if (a[0] == '-' && a[1]) {
-            if (!v) {
-                cli_usage("%s needs a value (or is unknown; see fkvf append --help)", a);
-                return -1;
-            }
+            if (!v)
+                return cli_usage("%s needs a value (or is unknown; see fkvf append --help)", a),
+                       -1;
             i++;
-            if (!strcmp(a, "--codebooks")) {
-                o->cbfile = v;
-            } else if (!strcmp(a, "--commit-every")) {
-                if (cli_parse_u64(v, UINT32_MAX, &o->every) || o->every < 1) {
-                    cli_usage("--commit-every: '%s' is not a count >= 1", v);
-                    return -1;
-                }
-            } else if (!strcmp(a, "--sync")) {
-                if (!strcmp(v, "commit"))
-                    o->sync = FKVF_SYNC_COMMIT;
-                else if (!strcmp(v, "none"))
-                    o->sync = FKVF_SYNC_NONE;
-                else {
-                    cli_usage("--sync: '%s' is not commit or none", v);
-                    return -1;
-                }
-            } else if (!strcmp(a, "--beam")) {
-                if (cli_opt_beam(v, &o->code.beam))
-                    return -1;
-            } else if (!strcmp(a, "--layout")) {
-                if (cli_opt_layout(v, &o->layout))
-                    return -1;
-            } else if (!strcmp(a, "--positions")) {
-                const char *colon = strchr(v, ':');
-                char head[32];
-                size_t hl = colon ? (size_t)(colon - v) : strlen(v);
-                if (!colon || hl >= sizeof head) {
-                    cli_usage("--positions: '%s' is not A:B or A:", v);
-                    return -1;
-                }
-                memcpy(head, v, hl);
-                head[hl] = 0;
-                if (cli_parse_u64(head, UINT32_MAX, &o->range0) ||
-                    (colon[1] && cli_parse_u64(colon + 1, UINT32_MAX, &o->range1)) ||
-                    (colon[1] && o->range1 <= o->range0)) {
-                    cli_usage("--positions: '%s' is not A:B (A < B) or A:", v);
-                    return -1;
-                }
-                o->range_set = 1;
-                o->end_set = colon[1] != 0;
-            } else {
-                /* options of --create */
-                create_only = 1;
-                create_opt = a;
-                if ((kr = cli_code_value(&o->code, a, v)) != 0 ||
-                    (kr = cli_key_value(&o->keys, a, v)) != 0) {
-                    if (kr < 0)
-                        return -1;
-                } else if (!strcmp(a, "--token-bits")) {
-                    if (cli_parse_u64(v, 32, &o->tok_bits) || o->tok_bits < 2 || o->tok_bits % 2) {
-                        cli_usage("--token-bits: '%s' is not an even width 2..32", v);
-                        return -1;
-                    }
-                } else {
-                    cli_usage("unknown option '%s' (see fkvf append --help)", a);
-                    return -1;
-                }
-            }
+            if (append_value(o, a, v, &create_opt))
+                return -1;
         } else if (!o->archive) {
             o->archive = a;
         } else if (!o->cache) {
             o->cache = a;
         } else {
-            cli_usage("unexpected argument '%s'", a);
-            return -1;
+            return cli_usage("unexpected argument '%s'", a), -1;
         }
     }
-    if (!o->archive || !o->cache) {
-        cli_usage("need ARCHIVE and CACHE (see fkvf append --help)");
-        return -1;
-    }
-    if (create_only && !o->create) {
-        cli_usage("%s is an option of --create (an existing archive keeps its settings)",
-                create_opt);
-        return -1;
-    }
-    if (o->create) {
-        int n = (o->cbfile != NULL) + o->train + o->exact_only;
-        if (n > 1) {
-            cli_usage("--create: --codebooks, --train and --exact-only exclude each other");
-            return -1;
-        }
-        if (o->embed && !o->cbfile) {
-            cli_usage("--create: --embed needs --codebooks FILE");
-            return -1;
-        }
-        if (n == 0)
-            o->train = 1;
-        if (o->req_tokens && o->no_tokens) {
-            cli_usage("--create: --tokens and --no-tokens exclude each other");
-            return -1;
-        }
-    }
-    if (o->newonly && o->range_set) {
-        cli_usage("--new and --positions exclude each other");
-        return -1;
-    }
-    if (o->newonly && o->continues) {
-        cli_usage("--new and --continues exclude each other (--new appends the cache's "
-                  "positions from the archive's count on: they line up)");
-        return -1;
-    }
-    return 0;
+    return append_check_opts(o, create_opt);
 }
 
 typedef struct append_state {
@@ -532,6 +512,318 @@ static int check_token_overlap(const append_opts *o, fkvf_reader *r, size_t ti,
     return CLI_OK;
 }
 
+/* What an append works with, from the checks to the printout. */
+typedef struct append_run {
+    append_opts *o; /* append_create completes its key options */
+    append_state *s;
+    /* the archive before the append (not --create) */
+    uint64_t before_size, before_n, before_commits;
+    uint64_t sinks, window; /* the descriptor's */
+    fkvf_stream_info tsi;   /* its token stream, when arch_tok */
+    size_t ti;
+    int arch_tok, pre_rope;
+    /* what is appended: cache positions [p0, p1), with token ids or not */
+    uint32_t p0, p1, n;
+    int use_tok;
+    size_t rb;
+    uint64_t recovered, commits;
+    fkvf_appender_state as;
+} append_run;
+
+/* --create: the new archive is an output: never an input, never a file that
+ * exists (--create has no --force). */
+static int append_check_create(const append_opts *o)
+{
+    const char *inputs[] = {o->cache, o->cbfile};
+    int ex = cli_check_output(o->archive, inputs, 2, 1);
+    if (ex != CLI_OK)
+        return ex;
+    struct stat st;
+    if (lstat(o->archive, &st) == 0)
+        return cli_fail(CLI_INVALID, FKVF_E_EXISTS, o->archive,
+                        "exists; --create never replaces a file (append to it without "
+                        "--create)");
+    cli_warn_fkvf_name(o->archive, "archive");
+    return CLI_OK;
+}
+
+/* The archive as it is: descriptor, token stream, torn tail; the cache
+ * must match its descriptor. */
+static int append_read_archive(append_run *u)
+{
+    const append_opts *o = u->o;
+    append_state *s = u->s;
+    int ex, rc;
+    if ((ex = cli_open_archive(&s->r, o->archive)) != CLI_OK)
+        return ex;
+    fkvf_archive_info ai;
+    fkvf_desc d;
+    if ((rc = fkvf_reader_info(s->r, &ai)) != FKVF_OK ||
+        (rc = fkvf_reader_desc(s->r, &d)) != FKVF_OK)
+        return cli_fail_reader(rc, s->r, o->archive, "");
+    if (ai.torn_bytes && !o->recover)
+        return cli_fail(CLI_INVALID, FKVF_E_TORN, o->archive,
+                        "torn tail: %" PRIu64 " bytes after commit %" PRIu64
+                        " (an append that did not complete); nothing appended. Run 'fkvf "
+                        "recover %s' (or append with --recover) to cut it off first (spec 7.7)",
+                        ai.torn_bytes, ai.n_commits, o->archive);
+    if ((ex = check_shape(o, &s->c, &d)))
+        return ex;
+    u->before_size = ai.committed_size;
+    u->before_n = ai.n_positions;
+    u->before_commits = ai.n_commits;
+    u->sinks = d.n_sinks;
+    u->window = d.window;
+    u->pre_rope = d.key_transform == 1 && d.key_storage == 1;
+    u->arch_tok = fkvf_reader_stream_find(s->r, FKVF_STREAM_ID_TOKENS, &u->ti) == FKVF_OK &&
+                  fkvf_reader_stream_info(s->r, u->ti, &u->tsi) == FKVF_OK;
+    return cli_attach_codebook(s->r, o->archive, o->cbfile, &s->cb, NULL, 0);
+}
+
+/* Which cache positions: --positions, --new, or all. */
+static int append_positions(append_run *u)
+{
+    const append_opts *o = u->o;
+    const kvio_cache *c = &u->s->c;
+    u->p0 = 0;
+    u->p1 = c->n_positions;
+    if (o->range_set) {
+        u->p0 = (uint32_t)o->range0;
+        u->p1 = o->end_set ? (uint32_t)o->range1 : c->n_positions;
+        if (u->p1 > c->n_positions || u->p0 > u->p1) {
+            char b[24] = "";
+            if (o->end_set)
+                snprintf(b, sizeof b, "%" PRIu64, o->range1);
+            return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->cache,
+                            "--positions %" PRIu64 ":%s: the cache has %u positions", o->range0, b,
+                            c->n_positions);
+        }
+    } else if (o->newonly && !o->create) {
+        if (u->before_n > c->n_positions)
+            return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->cache,
+                            "--new: the cache has %u positions, the archive %s already %" PRIu64,
+                            c->n_positions, o->archive, u->before_n);
+        u->p0 = (uint32_t)u->before_n;
+    }
+    u->n = u->p1 - u->p0;
+    return CLI_OK;
+}
+
+/* Token ids: stored when both the cache and the archive (or --create) have
+ * them; --tokens requires them; they must fit the archive's stream. */
+static int append_tokens(append_run *u)
+{
+    const append_opts *o = u->o;
+    const kvio_cache *c = &u->s->c;
+    u->use_tok = 0;
+    if (o->create) {
+        u->use_tok = c->tokens && !o->no_tokens;
+        if (o->req_tokens && !c->tokens)
+            return cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o->cache,
+                            "--tokens: the cache holds no token ids");
+    } else if (u->arch_tok) {
+        if (!c->tokens)
+            return cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o->cache,
+                            "the archive %s has a token stream, the cache holds no token ids",
+                            o->archive);
+        u->use_tok = 1;
+        uint64_t alpha = alphabet_of(&u->tsi);
+        for (uint32_t t = u->p0; t < u->p1; t++)
+            if (c->tokens[t] < 0 || (uint64_t)c->tokens[t] >= alpha)
+                return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->cache,
+                                "token id %" PRId64 " at position %u does not fit the archive's "
+                                "token stream (symbols below %" PRIu64 ")",
+                                c->tokens[t], t, alpha);
+    } else if (c->tokens) {
+        if (o->req_tokens)
+            return cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o->archive,
+                            "--tokens: the archive has no token stream");
+        if (!o->json)
+            cli_note("%s has no token stream; the token ids of %s are not stored", o->archive,
+                     o->cache);
+    } else if (o->req_tokens) {
+        return cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o->cache,
+                        "--tokens: the cache holds no token ids");
+    }
+    return CLI_OK;
+}
+
+/* A cache's position p is sequence position p: what is appended starts at
+ * the archive's count, unless the user says that the cache's positions are
+ * new ones that continue the archive. */
+static int append_check_alignment(append_run *u)
+{
+    const append_opts *o = u->o;
+    const kvio_cache *c = &u->s->c;
+    int ex;
+    if (u->n && u->p0 != u->before_n && !o->continues)
+        return misaligned(o, u->p0, u->p1, u->before_n, c->n_positions);
+    /* the positions line up: then the cache's token ids where it overlaps
+     * the archive (cache positions [0, min(N, T))) must be the archive's,
+     * or a different sequence would be continued without a word; with
+     * --continues the cache's positions are new ones and overlap nothing */
+    if (u->arch_tok && c->tokens && !o->continues) {
+        uint64_t m = u->before_n < c->n_positions ? u->before_n : c->n_positions;
+        m = u->tsi.length < m ? u->tsi.length : m;
+        if ((ex = check_token_overlap(o, u->s->r, u->ti, c, m)) != CLI_OK)
+            return ex;
+    }
+    if (o->create)
+        u->pre_rope = o->keys.pre_rope && !o->keys.no_rope;
+    if (u->n && u->p0 != u->before_n)
+        cli_warn("%s: --continues: cache positions %u..%u become positions %" PRIu64 "..%" PRIu64
+                 " of %s%s",
+                 o->cache, u->p0, u->p1 - 1, u->before_n, u->before_n + u->n - 1, o->archive,
+                 u->pre_rope ? "; keys are un-rotated at the archive's positions (spec 8.1)" : "");
+    return CLI_OK;
+}
+
+/* The rows (and token ids) of the positions appended, in the archive's row
+ * layout. */
+static int append_gather(append_run *u)
+{
+    const append_opts *o = u->o;
+    append_state *s = u->s;
+    const kvio_cache *c = &s->c;
+    u->rb = cli_cache_row_bytes(c);
+    s->rows = malloc(u->rb * (u->n ? u->n : 1));
+    s->tok = malloc(sizeof *s->tok * (u->n ? u->n : 1));
+    if (!s->rows || !s->tok)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->cache, "out of memory");
+    cli_cache_rows(c, u->p0, u->p1, s->rows);
+    for (uint32_t t = 0; u->use_tok && t < u->n; t++)
+        s->tok[t] = (uint32_t)c->tokens[u->p0 + t];
+    return CLI_OK;
+}
+
+/* The appender: a new archive (--create), or the archive opened and locked,
+ * which must still be the one the positions were checked against. */
+static int append_open(append_run *u)
+{
+    const append_opts *o = u->o;
+    append_state *s = u->s;
+    int ex, rc;
+    if (o->create) {
+        if ((ex = append_create(u->o, s, u->p0, u->p1)))
+            return ex;
+    } else {
+        fkvf_reader_free(s->r); /* before a recovery may truncate the file */
+        s->r = NULL;
+        fkvf_append_options ao;
+        fkvf_append_options_init(&ao);
+        ao.sync = o->sync;
+        ao.beam_width = o->code.beam;
+        ao.recover = o->recover;
+        ao.codebook_file = s->cb;
+        rc = fkvf_appender_open(&s->a, o->archive, &ao, NULL);
+        if (rc != FKVF_OK)
+            return cli_fail_appender(rc, s->a, o->archive, "");
+    }
+    fkvf_appender_state_get(s->a, &u->as);
+    u->recovered = u->as.recovered_bytes;
+    /* The positions were checked against the archive as a plain reader saw
+     * it, without the lock; the appender holds it from here on. Another
+     * append that committed in between would make them overlap (or leave a
+     * gap): refuse, with nothing appended. */
+    if (!o->create && (u->as.n_positions != u->before_n || u->as.commit_seq != u->before_commits))
+        return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->archive,
+                        "changed meanwhile (another append or a compact ran in between): it "
+                        "held %" PRIu64 " positions (commit %" PRIu64 ") when this append "
+                        "checked its positions, %" PRIu64 " positions (commit %" PRIu64
+                        ") once locked for appending; nothing appended: run the append again",
+                        u->before_n, u->before_commits, u->as.n_positions, u->as.commit_seq);
+    if (o->create)
+        u->before_size = u->as.file_size;
+    return CLI_OK;
+}
+
+/* The commits: every --commit-every positions (one commit by default). */
+static int append_commit_all(append_run *u)
+{
+    const append_opts *o = u->o;
+    append_state *s = u->s;
+    int rc;
+    uint64_t every = o->every ? o->every : (u->n ? u->n : 1);
+    u->commits = 0;
+    cli_progress b;
+    cli_progress_init(&b, "append", o->json);
+    for (uint64_t i = 0; i < u->n; i += every) {
+        uint64_t m = u->n - i < every ? u->n - i : every;
+        rc = fkvf_appender_append(s->a, s->rows + (size_t)i * u->rb, (size_t)m * u->rb, (size_t)m,
+                                  u->use_tok ? s->tok + i : NULL);
+        if (rc == FKVF_OK)
+            rc = fkvf_appender_commit(s->a);
+        if (rc != FKVF_OK) {
+            char pre[600];
+            snprintf(pre, sizeof pre,
+                     "commit of positions %" PRIu64 "..%" PRIu64 " of %s failed "
+                     "(%" PRIu64 " commit(s) of this run are in the file): ",
+                     u->p0 + i, u->p0 + i + m - 1, o->cache, u->commits);
+            return cli_fail_appender(rc, s->a, o->archive, pre);
+        }
+        u->commits++;
+        cli_progress_cb(&b, i + m, u->n);
+    }
+    if (o->sync == FKVF_SYNC_NONE && (rc = fkvf_appender_sync(s->a)) != FKVF_OK)
+        return cli_fail_appender(rc, s->a, o->archive, "");
+    fkvf_appender_state_get(s->a, &u->as);
+    return CLI_OK;
+}
+
+static void append_print(const append_run *u)
+{
+    const append_opts *o = u->o;
+    const fkvf_appender_state *as = &u->as;
+    uint32_t p0 = u->p0, p1 = u->p1, n = u->n;
+    /* an archive without a codebook (fkvf pack makes one for too few
+     * positions, or --exact-only) keeps the positions that leave its
+     * window exact: said once per run (--create says so in its first line) */
+    if (!o->create && n && !as->has_codebook && as->n_positions > u->sinks + u->window)
+        cli_note("%s has no codebook: the positions that leave its recent window stay exact "
+                 "(%" PRIu64 " of its %" PRIu64 " positions are outside its %" PRIu64
+                 " sinks and %" PRIu64 " recent positions, all stored exact); an archive's "
+                 "codebook is chosen when it is made: to store such positions as indices, make "
+                 "it with one (fkvf pack --k N, or a shared codebook from fkvf train and "
+                 "--codebooks FILE)",
+                 o->archive, as->n_positions - u->sinks - u->window, as->n_positions, u->sinks,
+                 u->window);
+    if (o->json) {
+        printf("{\"archive\":");
+        cli_json_cstr(stdout, o->archive);
+        printf(",\"cache\":");
+        cli_json_cstr(stdout, o->cache);
+        printf(",\"created\":%s,\"first\":%u,\"archive_first\":%" PRIu64
+               ",\"continues\":%s,\"appended\":%u,\"commits\":%" PRIu64
+               ",\"commit_seq\":%" PRIu64 ",\"positions\":%" PRIu64 ",\"archived\":%" PRIu64
+               ",\"exact\":%" PRIu64 ",\"tokens\":%s,\"recovered_bytes\":%" PRIu64
+               ",\"size_before\":%" PRIu64 ",\"size\":%" PRIu64 ",\"bytes_added\":%" PRIu64 "}\n",
+               o->create ? "true" : "false", p0, u->before_n, p0 != u->before_n ? "true" : "false",
+               n, u->commits, as->commit_seq, as->n_positions, as->n_archived,
+               as->n_positions - as->n_archived, u->use_tok ? "true" : "false", u->recovered,
+               u->before_size, as->file_size, as->file_size - u->before_size);
+        return;
+    }
+    if (u->recovered)
+        printf("%s: recovered: cut off a torn tail of %" PRIu64 " bytes\n", o->archive,
+               u->recovered);
+    if (o->create && u->s->k_trained)
+        printf("%s: created (commit 1: descriptor, codebook trained on %u positions, k = "
+               "%u)\n", o->archive, n, u->s->k_trained);
+    else if (o->create)
+        printf("%s: created (commit 1: descriptor%s)\n", o->archive,
+               as->has_codebook ? ", codebook" : ", no codebook: every position exact");
+    if (!n)
+        printf("%s: nothing to append from %s (positions %u.. of %u)\n", o->archive, o->cache,
+               p0, u->s->c.n_positions);
+    printf("%s: appended %u positions (%u..%u of %s) in %" PRIu64 " commit(s)%s; now %" PRIu64
+           " positions (%" PRIu64 " archived, %" PRIu64 " exact), %" PRIu64
+           " commits, %" PRIu64 " bytes (+%" PRIu64 ")\n",
+           o->archive, n, p0, n ? p1 - 1 : p0, o->cache, u->commits,
+           u->use_tok ? " with token ids" : "", as->n_positions, as->n_archived,
+           as->n_positions - as->n_archived, as->commit_seq, as->file_size,
+           as->file_size - u->before_size);
+}
+
 int fkvf_cli_append(int argc, char **argv)
 {
     append_opts o;
@@ -540,278 +832,20 @@ int fkvf_cli_append(int argc, char **argv)
         return pr > 0 ? CLI_OK : CLI_USAGE;
     append_state s;
     memset(&s, 0, sizeof s);
+    append_run u;
+    memset(&u, 0, sizeof u);
+    u.o = &o;
+    u.s = &s;
     int ex;
-    int rc;
-    if (o.create) {
-        /* the new archive is an output: never an input, never a file that
-         * exists (--create has no --force) */
-        const char *inputs[] = {o.cache, o.cbfile};
-        if ((ex = cli_check_output(o.archive, inputs, 2, 1)) != CLI_OK)
-            return ex;
-        struct stat st;
-        if (lstat(o.archive, &st) == 0)
-            return cli_fail(CLI_INVALID, FKVF_E_EXISTS, o.archive,
-                            "exists; --create never replaces a file (append to it without "
-                            "--create)");
-        cli_warn_fkvf_name(o.archive, "archive");
-    }
+    if (o.create && (ex = append_check_create(&o)) != CLI_OK)
+        return ex;
     if ((ex = cli_read_cache_layout(o.cache, o.layout, &s.c)) != CLI_OK)
         return ex;
-    kvio_cache *c = &s.c;
-    uint64_t before_size = 0, before_n = 0, before_commits = 0, recovered = 0;
-    uint64_t sinks = 0, window = 0; /* the descriptor's */
-    fkvf_stream_info tsi;
-    size_t ti = 0;
-    int arch_tok = 0, pre_rope = 0;
-
-    /* the archive as it is: descriptor, token stream, torn tail */
-    if (!o.create) {
-        if ((ex = cli_open_archive(&s.r, o.archive)) != CLI_OK)
-            goto out;
-        fkvf_archive_info ai;
-        fkvf_desc d;
-        if ((rc = fkvf_reader_info(s.r, &ai)) != FKVF_OK ||
-            (rc = fkvf_reader_desc(s.r, &d)) != FKVF_OK) {
-            ex = cli_fail_reader(rc, s.r, o.archive, "");
-            goto out;
-        }
-        if (ai.torn_bytes && !o.recover) {
-            ex = cli_fail(CLI_INVALID, FKVF_E_TORN, o.archive,
-                          "torn tail: %" PRIu64 " bytes after commit %" PRIu64
-                          " (an append that did not complete); nothing appended. Run 'fkvf "
-                          "recover %s' (or append with --recover) to cut it off first (spec 7.7)",
-                          ai.torn_bytes, ai.n_commits, o.archive);
-            goto out;
-        }
-        if ((ex = check_shape(&o, c, &d)))
-            goto out;
-        before_size = ai.committed_size;
-        before_n = ai.n_positions;
-        before_commits = ai.n_commits;
-        sinks = d.n_sinks;
-        window = d.window;
-        pre_rope = d.key_transform == 1 && d.key_storage == 1;
-        arch_tok = fkvf_reader_stream_find(s.r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK &&
-                   fkvf_reader_stream_info(s.r, ti, &tsi) == FKVF_OK;
-        if ((ex = cli_attach_codebook(s.r, o.archive, o.cbfile, &s.cb, NULL, 0)))
-            goto out;
-    }
-
-    /* which positions */
-    uint32_t p0 = 0, p1 = c->n_positions;
-    if (o.range_set) {
-        p0 = (uint32_t)o.range0;
-        p1 = o.end_set ? (uint32_t)o.range1 : c->n_positions;
-        if (p1 > c->n_positions || p0 > p1) {
-            char b[24] = "";
-            if (o.end_set)
-                snprintf(b, sizeof b, "%" PRIu64, o.range1);
-            ex = cli_fail(CLI_INVALID, FKVF_E_RANGE, o.cache,
-                          "--positions %" PRIu64 ":%s: the cache has %u positions", o.range0, b,
-                          c->n_positions);
-            goto out;
-        }
-    } else if (o.newonly && !o.create) {
-        if (before_n > c->n_positions) {
-            ex = cli_fail(CLI_INVALID, FKVF_E_RANGE, o.cache,
-                          "--new: the cache has %u positions, the archive %s already %" PRIu64,
-                          c->n_positions, o.archive, before_n);
-            goto out;
-        }
-        p0 = (uint32_t)before_n;
-    }
-    uint32_t n = p1 - p0;
-
-    /* tokens */
-    int use_tok = 0;
-    if (o.create) {
-        use_tok = c->tokens && !o.no_tokens;
-        if (o.req_tokens && !c->tokens) {
-            ex = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o.cache,
-                          "--tokens: the cache holds no token ids");
-            goto out;
-        }
-    } else if (arch_tok) {
-        if (!c->tokens) {
-            ex = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o.cache,
-                          "the archive %s has a token stream, the cache holds no token ids",
-                          o.archive);
-            goto out;
-        }
-        use_tok = 1;
-        uint64_t alpha = alphabet_of(&tsi);
-        for (uint32_t t = p0; t < p1; t++)
-            if (c->tokens[t] < 0 || (uint64_t)c->tokens[t] >= alpha) {
-                ex = cli_fail(CLI_INVALID, FKVF_E_RANGE, o.cache,
-                              "token id %" PRId64 " at position %u does not fit the archive's "
-                              "token stream (symbols below %" PRIu64 ")",
-                              c->tokens[t], t, alpha);
-                goto out;
-            }
-    } else if (c->tokens) {
-        if (o.req_tokens) {
-            ex = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o.archive,
-                          "--tokens: the archive has no token stream");
-            goto out;
-        }
-        if (!o.json)
-            cli_note("%s has no token stream; the token ids of %s are not stored", o.archive,
-                     o.cache);
-    } else if (o.req_tokens) {
-        ex = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o.cache,
-                      "--tokens: the cache holds no token ids");
-        goto out;
-    }
-
-    /* a cache's position p is sequence position p: what is appended starts
-     * at the archive's count, unless the user says that the cache's
-     * positions are new ones that continue the archive */
-    if (n && p0 != before_n && !o.continues) {
-        ex = misaligned(&o, p0, p1, before_n, c->n_positions);
-        goto out;
-    }
-    /* the positions line up: then the cache's token ids where it overlaps
-     * the archive (cache positions [0, min(N, T))) must be the archive's,
-     * or a different sequence would be continued without a word; with
-     * --continues the cache's positions are new ones and overlap nothing */
-    if (arch_tok && c->tokens && !o.continues) {
-        uint64_t m = before_n < c->n_positions ? before_n : c->n_positions;
-        m = tsi.length < m ? tsi.length : m;
-        if ((ex = check_token_overlap(&o, s.r, ti, c, m)) != CLI_OK)
-            goto out;
-    }
-    if (o.create)
-        pre_rope = o.keys.pre_rope && !o.keys.no_rope;
-    if (n && p0 != before_n)
-        cli_warn("%s: --continues: cache positions %u..%u become positions %" PRIu64 "..%" PRIu64
-                 " of %s%s",
-                 o.cache, p0, p1 - 1, before_n, before_n + n - 1, o.archive,
-                 pre_rope ? "; keys are un-rotated at the archive's positions (spec 8.1)" : "");
-
-    size_t rb = cli_cache_row_bytes(c);
-    s.rows = malloc(rb * (n ? n : 1));
-    s.tok = malloc(sizeof *s.tok * (n ? n : 1));
-    if (!s.rows || !s.tok) {
-        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o.cache, "out of memory");
-        goto out;
-    }
-    cli_cache_rows(c, p0, p1, s.rows);
-    for (uint32_t t = 0; use_tok && t < n; t++)
-        s.tok[t] = (uint32_t)c->tokens[p0 + t];
-
-    if (o.create) {
-        if ((ex = append_create(&o, &s, p0, p1)))
-            goto out;
-    } else {
-        fkvf_reader_free(s.r); /* before a recovery may truncate the file */
-        s.r = NULL;
-        fkvf_append_options ao;
-        fkvf_append_options_init(&ao);
-        ao.sync = o.sync;
-        ao.beam_width = o.code.beam;
-        ao.recover = o.recover;
-        ao.codebook_file = s.cb;
-        rc = fkvf_appender_open(&s.a, o.archive, &ao, NULL);
-        if (rc != FKVF_OK) {
-            ex = cli_fail_appender(rc, s.a, o.archive, "");
-            goto out;
-        }
-    }
-    fkvf_appender_state as;
-    fkvf_appender_state_get(s.a, &as);
-    recovered = as.recovered_bytes;
-    /* The positions were checked against the archive as a plain reader saw
-     * it, without the lock; the appender holds it from here on. Another
-     * append that committed in between would make them overlap (or leave a
-     * gap): refuse, with nothing appended. */
-    if (!o.create && (as.n_positions != before_n || as.commit_seq != before_commits)) {
-        ex = cli_fail(CLI_INVALID, FKVF_E_RANGE, o.archive,
-                      "changed meanwhile (another append or a compact ran in between): it "
-                      "held %" PRIu64 " positions (commit %" PRIu64 ") when this append "
-                      "checked its positions, %" PRIu64 " positions (commit %" PRIu64
-                      ") once locked for appending; nothing appended: run the append again",
-                      before_n, before_commits, as.n_positions, as.commit_seq);
-        goto out;
-    }
-    if (o.create) {
-        before_size = as.file_size;
-    }
-    /* the commits */
-    uint64_t every = o.every ? o.every : (n ? n : 1);
-    uint64_t commits = 0;
-    cli_progress b;
-    cli_progress_init(&b, "append", o.json);
-    for (uint64_t i = 0; i < n; i += every) {
-        uint64_t m = n - i < every ? n - i : every;
-        rc = fkvf_appender_append(s.a, s.rows + (size_t)i * rb, (size_t)m * rb, (size_t)m,
-                                  use_tok ? s.tok + i : NULL);
-        if (rc == FKVF_OK)
-            rc = fkvf_appender_commit(s.a);
-        if (rc != FKVF_OK) {
-            char pre[600];
-            snprintf(pre, sizeof pre,
-                     "commit of positions %" PRIu64 "..%" PRIu64 " of %s failed "
-                     "(%" PRIu64 " commit(s) of this run are in the file): ",
-                     p0 + i, p0 + i + m - 1, o.cache, commits);
-            ex = cli_fail_appender(rc, s.a, o.archive, pre);
-            goto out;
-        }
-        commits++;
-        cli_progress_cb(&b, i + m, n);
-    }
-    if (o.sync == FKVF_SYNC_NONE && (rc = fkvf_appender_sync(s.a)) != FKVF_OK) {
-        ex = cli_fail_appender(rc, s.a, o.archive, "");
-        goto out;
-    }
-    fkvf_appender_state_get(s.a, &as);
-    /* an archive without a codebook (fkvf pack makes one for too few
-     * positions, or --exact-only) keeps the positions that leave its
-     * window exact: said once per run (--create says so in its first line) */
-    if (!o.create && n && !as.has_codebook && as.n_positions > sinks + window)
-        cli_note("%s has no codebook: the positions that leave its recent window stay exact "
-                 "(%" PRIu64 " of its %" PRIu64 " positions are outside its %" PRIu64
-                 " sinks and %" PRIu64 " recent positions, all stored exact); an archive's "
-                 "codebook is chosen when it is made: to store such positions as indices, make "
-                 "it with one (fkvf pack --k N, or a shared codebook from fkvf train and "
-                 "--codebooks FILE)",
-                 o.archive, as.n_positions - sinks - window, as.n_positions, sinks, window);
-    if (o.json) {
-        printf("{\"archive\":");
-        cli_json_cstr(stdout, o.archive);
-        printf(",\"cache\":");
-        cli_json_cstr(stdout, o.cache);
-        printf(",\"created\":%s,\"first\":%u,\"archive_first\":%" PRIu64
-               ",\"continues\":%s,\"appended\":%u,\"commits\":%" PRIu64
-               ",\"commit_seq\":%" PRIu64 ",\"positions\":%" PRIu64 ",\"archived\":%" PRIu64
-               ",\"exact\":%" PRIu64 ",\"tokens\":%s,\"recovered_bytes\":%" PRIu64
-               ",\"size_before\":%" PRIu64 ",\"size\":%" PRIu64 ",\"bytes_added\":%" PRIu64 "}\n",
-               o.create ? "true" : "false", p0, before_n, p0 != before_n ? "true" : "false", n,
-               commits, as.commit_seq, as.n_positions,
-               as.n_archived, as.n_positions - as.n_archived, use_tok ? "true" : "false",
-               recovered, before_size, as.file_size, as.file_size - before_size);
-    } else {
-        if (recovered)
-            printf("%s: recovered: cut off a torn tail of %" PRIu64 " bytes\n", o.archive,
-                   recovered);
-        if (o.create && s.k_trained)
-            printf("%s: created (commit 1: descriptor, codebook trained on %u positions, k = "
-                   "%u)\n", o.archive, n, s.k_trained);
-        else if (o.create)
-            printf("%s: created (commit 1: descriptor%s)\n", o.archive,
-                   as.has_codebook ? ", codebook" : ", no codebook: every position exact");
-        if (!n)
-            printf("%s: nothing to append from %s (positions %u.. of %u)\n", o.archive, o.cache,
-                   p0, c->n_positions);
-        printf("%s: appended %u positions (%u..%u of %s) in %" PRIu64 " commit(s)%s; now %" PRIu64
-               " positions (%" PRIu64 " archived, %" PRIu64 " exact), %" PRIu64
-               " commits, %" PRIu64 " bytes (+%" PRIu64 ")\n",
-               o.archive, n, p0, n ? p1 - 1 : p0, o.cache, commits,
-               use_tok ? " with token ids" : "", as.n_positions, as.n_archived,
-               as.n_positions - as.n_archived, as.commit_seq, as.file_size,
-               as.file_size - before_size);
-    }
-    ex = CLI_OK;
-out:
+    if ((o.create || (ex = append_read_archive(&u)) == CLI_OK) &&
+        (ex = append_positions(&u)) == CLI_OK && (ex = append_tokens(&u)) == CLI_OK &&
+        (ex = append_check_alignment(&u)) == CLI_OK && (ex = append_gather(&u)) == CLI_OK &&
+        (ex = append_open(&u)) == CLI_OK && (ex = append_commit_all(&u)) == CLI_OK)
+        append_print(&u);
     append_free(&s);
     return ex;
 }
@@ -858,387 +892,134 @@ static int same_file(const char *a, const char *b)
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-int fkvf_cli_compact(int argc, char **argv)
+typedef struct compact_opts {
+    const char *in, *out, *cbpath;
+    int json, in_place, force;
+} compact_opts;
+
+/* 0: run, 1: --help printed, -1: a usage error printed. */
+static int compact_parse(int argc, char **argv, compact_opts *o)
 {
-    const char *in = NULL, *out = NULL, *cbpath = NULL;
-    int json = 0, in_place = 0, force = 0;
+    memset(o, 0, sizeof *o);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(compact_help, stdout);
-            return CLI_OK;
+            return 1;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            o->json = 1;
         } else if (!strcmp(a, "--in-place")) {
-            in_place = 1;
+            o->in_place = 1;
         } else if (!strcmp(a, "--force")) {
-            force = 1;
+            o->force = 1;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--codebooks")) {
             if (!v)
-                return cli_usage("%s needs a value", a);
+                return cli_usage("%s needs a value", a), -1;
             i++;
-            *(a[1] == 'o' ? &out : &cbpath) = v;
+            *(a[1] == 'o' ? &o->out : &o->cbpath) = v;
         } else if (a[0] == '-' && a[1]) {
-            return cli_usage("unknown option '%s' (see fkvf compact --help)", a);
-        } else if (!in) {
-            in = a;
+            return cli_usage("unknown option '%s' (see fkvf compact --help)", a), -1;
+        } else if (!o->in) {
+            o->in = a;
         } else {
-            return cli_usage("unexpected argument '%s'", a);
+            return cli_usage("unexpected argument '%s'", a), -1;
         }
     }
-    if (!in || (!out && !in_place))
-        return cli_usage("need ARCHIVE and -o OUT or --in-place (see fkvf compact --help)");
-    if (in_place && out && strcmp(in, out) && !same_file(in, out))
-        return cli_usage("--in-place with -o %s, a different file", out);
-    if (!in_place && (!strcmp(in, out) || same_file(in, out)))
-        return cli_fail(CLI_INVALID, FKVF_E_EXISTS, out,
+    if (!o->in || (!o->out && !o->in_place))
+        return cli_usage("need ARCHIVE and -o OUT or --in-place (see fkvf compact --help)"), -1;
+    if (o->in_place && o->out && strcmp(o->in, o->out) && !same_file(o->in, o->out))
+        return cli_usage("--in-place with -o %s, a different file", o->out), -1;
+    return 0;
+}
+
+/* -o OUT never replaces an input: ARCHIVE or the --codebooks FILE (the
+ * codebook file found is checked once found); without --force it must not
+ * exist. CLI_OK or the exit status after an error line. */
+static int compact_check_output(const compact_opts *o)
+{
+    if (!strcmp(o->in, o->out) || same_file(o->in, o->out))
+        return cli_fail(CLI_INVALID, FKVF_E_EXISTS, o->out,
                         "is the same file as ARCHIVE %s (an output never replaces an input, "
                         "not even with --force); use --in-place to replace it",
-                        in);
-    if (!in_place) {
-        const char *inputs[] = {in, cbpath};
-        int ex = cli_check_output(out, inputs, 2, force);
-        if (ex)
-            return ex;
-        cli_warn_fkvf_name(out, "archive");
-    }
-    /* --in-place through a symbolic link: the file it points to is the one
-     * compacted (the writer renames a temporary file over its path; over
-     * the link's path it would replace the link with a regular file and
-     * leave the target as it was) */
-    char *real = NULL;
-    if (in_place) {
-        if (!(real = realpath(in, NULL)))
-            return cli_fail(CLI_USAGE, FKVF_E_IO, in, "cannot resolve the path: %s",
-                            strerror(errno));
-        out = real;
-    }
+                        o->in);
+    const char *inputs[] = {o->in, o->cbpath};
+    int ex = cli_check_output(o->out, inputs, 2, o->force);
+    if (ex == CLI_OK)
+        cli_warn_fkvf_name(o->out, "archive");
+    return ex;
+}
 
-    int ex = CLI_INVALID, rc, lockfd = -1;
-    fkvf_reader *r = NULL, *cb = NULL;
-    fkvf_writer *w = NULL;
-    uint8_t *rows = NULL;
-    uint16_t *codes = NULL;
-    uint32_t *sym = NULL;
-    char *kbuf = NULL, *vbuf = NULL;
-    const char *stage = "open";
-
-    if (in_place) {
-        /* no appender may add a commit to the file being replaced */
-        lockfd = open(in, O_RDONLY | O_CLOEXEC);
-        if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
-            ex = cli_fail(CLI_USAGE, FKVF_E_IO, in, "cannot %s (%s)",
-                          lockfd < 0 ? "open" : "lock: an appender has it open", strerror(errno));
-            goto out;
-        }
-    }
-    if ((ex = cli_open_archive(&r, in)) != CLI_OK)
-        goto out;
-    fkvf_archive_info ai;
-    fkvf_desc d;
-    if ((rc = fkvf_reader_info(r, &ai)) != FKVF_OK || (rc = fkvf_reader_desc(r, &d)) != FKVF_OK) {
-        ex = cli_fail_reader(rc, r, in, "");
-        goto out;
-    }
-    if ((ex = cli_attach_codebook(r, in, cbpath, &cb, NULL, 0)))
-        goto out;
-    /* the codebook file (given or found) is an input too */
-    const char *cb_path = cb ? fkvf_reader_file_name(cb) : NULL;
-    if (cb_path && !in_place && (ex = cli_check_output(out, &cb_path, 1, 1)) != CLI_OK)
-        goto out;
-    ex = CLI_INVALID;
-    /* deflate flags as in the input */
-    unsigned exac_flags = 0, cbk_flags = 0;
-    for (size_t i = 0; i < ai.n_sections; i++) {
-        fkvf_section_info si;
-        if (fkvf_reader_section(r, i, &si) != FKVF_OK)
-            continue;
-        if (si.type == FKVF_SECTION_EXAC && (si.flags & FKVF_SECTION_DEFLATE))
-            exac_flags = FKVF_SECTION_DEFLATE;
-        if (si.type == FKVF_SECTION_CBK1 && (si.flags & FKVF_SECTION_DEFLATE))
-            cbk_flags = FKVF_SECTION_DEFLATE;
-    }
-    fkvf_writer_options wo;
-    fkvf_writer_options_init(&wo);
-    wo.required_features = ai.required_features;
-    wo.optional_features = ai.optional_features;
-    wo.no_replace = !in_place && !force; /* nor one that appears meanwhile */
-    struct stat ist;
-    if (in_place && fstat(lockfd, &ist) == 0)
-        wo.mode = (unsigned)ist.st_mode & 07777; /* the file keeps its permissions */
-    rc = fkvf_writer_create_file(&w, out, &wo, NULL);
-    if (rc != FKVF_OK) {
-        ex = cli_fail_writer(rc, w, out, "");
-        goto out;
-    }
-    stage = "descriptor";
-    rc = fkvf_writer_set_desc(w, &d);
-
-    /* metadata, entry by entry */
-    size_t n_meta = 0;
-    if (rc == FKVF_OK) {
-        stage = "metadata";
-        rc = fkvf_reader_meta_count(r, &n_meta);
-        if (rc != FKVF_OK) {
-            ex = cli_fail_reader(rc, r, in, "");
-            goto out;
-        }
-    }
-    for (size_t i = 0; rc == FKVF_OK && i < n_meta; i++) {
-        fkvf_meta_entry e;
-        if ((rc = fkvf_reader_meta(r, i, &e)) != FKVF_OK) {
-            ex = cli_fail_reader(rc, r, in, "");
-            goto out;
-        }
-        free(kbuf);
-        free(vbuf);
-        kbuf = malloc(e.key_len + 1);
-        vbuf = malloc(e.value_len + 1);
-        if (!kbuf || !vbuf) {
-            rc = FKVF_E_NOMEM;
-            break;
-        }
-        memcpy(kbuf, e.key, e.key_len);
-        kbuf[e.key_len] = 0;
-        if (e.value_len)
-            memcpy(vbuf, e.value, e.value_len);
-        vbuf[e.value_len] = 0;
-        switch (e.type) {
-        case FKVF_META_U64:
-            rc = fkvf_writer_meta_u64(w, kbuf, e.u64);
-            break;
-        case FKVF_META_I64:
-            rc = fkvf_writer_meta_i64(w, kbuf, e.i64);
-            break;
-        case FKVF_META_F64:
-            rc = fkvf_writer_meta_f64(w, kbuf, e.f64);
-            break;
-        case FKVF_META_BOOL:
-            rc = fkvf_writer_meta_bool(w, kbuf, e.u64 != 0);
-            break;
-        case FKVF_META_UTF8:
-            if (memchr(e.value, 0, e.value_len))
-                rc = fkvf_writer_meta_bytes(w, kbuf, e.value, e.value_len);
-            else
-                rc = fkvf_writer_meta_utf8(w, kbuf, vbuf);
-            break;
-        default:
-            rc = fkvf_writer_meta_bytes(w, kbuf, e.value, e.value_len);
-        }
-    }
-
-    /* exact rows: sinks [0, min(S, n)) and the window [S + A, n); all of
-     * them when nothing is archived */
-    uint64_t P = ai.n_positions, A = ai.n_archived;
-    uint64_t S = A ? (d.n_sinks < P ? d.n_sinks : P) : P;
-    uint64_t ranges[2][2] = {{0, S}, {A ? d.n_sinks + A : P, P}};
-    size_t rb = 0;
-    if (rc == FKVF_OK && (rc = fkvf_reader_row_bytes(r, d.dtype, &rb)) != FKVF_OK) {
-        ex = cli_fail_reader(rc, r, in, "");
-        goto out;
-    }
-    uint64_t n_exact = 0;
-    for (int k = 0; rc == FKVF_OK && k < 2; k++) {
-        uint64_t a0 = ranges[k][0], a1 = ranges[k][1];
-        if (a1 <= a0)
-            continue;
-        stage = "exact rows";
-        free(rows);
-        rows = malloc((size_t)(a1 - a0) * rb);
-        if (!rows) {
-            rc = FKVF_E_NOMEM;
-            break;
-        }
-        for (uint64_t p = a0; p < a1; p++) {
-            const void *row;
-            size_t n;
-            if ((rc = fkvf_reader_exact_row(r, p, &row, &n)) != FKVF_OK || n != rb) {
-                char pre[64];
-                snprintf(pre, sizeof pre, "exact row of position %" PRIu64 ": ", p);
-                if (rc)
-                    ex = cli_fail_reader(rc, r, in, pre);
-                else
-                    ex = cli_fail(CLI_INVALID, FKVF_E_CORRUPT, in, "%sunexpected size", pre);
-                goto out;
-            }
-            memcpy(rows + (size_t)(p - a0) * rb, row, rb);
-        }
-        rc = fkvf_writer_add_exact(w, a0, a1 - a0, rows, (size_t)(a1 - a0) * rb, exac_flags);
-        n_exact += a1 - a0;
-    }
-
-    /* the codebook */
-    fkvf_codebook_shape shape;
-    memset(&shape, 0, sizeof shape);
-    int has_cb = 0, ext = 0;
-    uint8_t ref_hash[16];
-    const char *ref_name = NULL;
-    if (rc == FKVF_OK) {
-        stage = "codebook";
-        const void *contents;
-        size_t csize;
-        int crc = fkvf_reader_codebook(r, &shape, &contents, &csize, NULL);
-        fkvf_reader_codebook_ref(r, &ext, ref_hash, &ref_name);
-        if (crc == FKVF_OK) {
-            has_cb = 1;
-            if (ext)
-                rc = fkvf_writer_add_codebook_ref(w, &shape, ref_hash, ref_name);
-            else
-                rc = fkvf_writer_add_codebooks(w, &shape, (const uint8_t *)contents + 64,
-                                               csize - 64, cbk_flags);
-        } else if (crc != FKVF_E_NOT_FOUND) {
-            ex = cli_fail_reader(rc, r, in, "");
-            goto out;
-        }
-    }
-
-    /* index streams, symbol for symbol */
-    size_t i0;
-    fkvf_stream_spec isp; /* the codec the copy keeps */
-    int has_index = fkvf_reader_stream_find(r, FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, 0, 0, 0, 0),
-                                            &i0) == FKVF_OK &&
-                    fkvf_reader_stream_spec(r, i0, &isp) == FKVF_OK;
-    if (rc == FKVF_OK && has_cb && has_index) {
-        stage = "index streams";
-        unsigned per = (unsigned)shape.k_stages + shape.v_stages;
-        size_t cpp = (size_t)d.n_layers * d.n_kv_heads * per;
-        codes = malloc(cpp * (size_t)A * sizeof *codes + 1);
-        sym = malloc((size_t)A * sizeof *sym + 1);
-        if (!codes || !sym) {
-            rc = FKVF_E_NOMEM;
-        } else {
-            cli_progress b;
-            cli_progress_init(&b, "copy  ", json);
-            for (size_t j = 0; rc == FKVF_OK && j < cpp; j++) {
-                uint32_t lh = (uint32_t)(j / per), st = (uint32_t)(j % per);
-                unsigned kv = st >= shape.k_stages;
-                uint64_t id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, lh / d.n_kv_heads,
-                                             lh % d.n_kv_heads, kv, kv ? st - shape.k_stages : st);
-                size_t idx;
-                fkvf_stream_info si;
-                if (fkvf_reader_stream_find(r, id, &idx) != FKVF_OK ||
-                    fkvf_reader_stream_info(r, idx, &si) != FKVF_OK || si.length < A) {
-                    ex = cli_fail(CLI_INVALID, FKVF_E_CORRUPT, in,
-                                  "index stream %016" PRIx64 " missing or shorter than the %" PRIu64
-                                  " archived positions", id, A);
-                    goto out;
-                }
-                if (A && (rc = fkvf_reader_stream_read(r, idx, 0, sym, (size_t)A)) != FKVF_OK) {
-                    ex = cli_fail_reader(rc, r, in, "");
-                    goto out;
-                }
-                for (uint64_t t = 0; t < A; t++)
-                    codes[j * A + t] = (uint16_t)sym[t];
-                cli_progress_cb(&b, j + 1, cpp);
-            }
-            if (rc == FKVF_OK)
-                rc = fkvf_writer_add_index_segment(w, &isp, 0, A, A ? codes : NULL, 1,
-                                                   (size_t)(A ? A : 1));
-        }
-    }
-
-    /* the token stream */
-    size_t ti;
-    fkvf_stream_info tsi;
-    if (rc == FKVF_OK && fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK &&
-        fkvf_reader_stream_info(r, ti, &tsi) == FKVF_OK) {
-        stage = "token stream";
-        free(sym);
-        sym = malloc((size_t)tsi.length * sizeof *sym + 1);
-        if (!sym) {
-            rc = FKVF_E_NOMEM;
-        } else {
-            if (tsi.length &&
-                (rc = fkvf_reader_stream_read(r, ti, 0, sym, (size_t)tsi.length)) != FKVF_OK) {
-                ex = cli_fail_reader(rc, r, in, "");
-                goto out;
-            }
-            fkvf_stream_spec sp;
-            if ((rc = fkvf_reader_stream_spec(r, ti, &sp)) == FKVF_OK)
-                rc = fkvf_writer_add_token_segment(w, &sp, 0, tsi.length ? sym : NULL,
-                                                   (size_t)tsi.length);
-        }
-    }
-    /* search indexes (spec 20): rebuilt for every stream that had one, after
-     * the stream segments so that no later segment makes them stale (20.4);
-     * the streams are copied symbol for symbol, so the input's symbols give
-     * the same keys */
-    size_t n_idx = 0;
-    for (size_t i = 0; rc == FKVF_OK && i < ai.n_sections; i++) {
-        fkvf_section_info zs;
-        size_t zi;
-        if (fkvf_reader_section(r, i, &zs) != FKVF_OK || zs.type != FKVF_SECTION_ZIDX ||
-            fkvf_reader_stream_find(r, zs.key, &zi) != FKVF_OK)
-            continue;
-        int dup = 0; /* one index per stream, however many the input had */
-        for (size_t j = 0; j < i && !dup; j++) {
-            fkvf_section_info ps;
-            dup = fkvf_reader_section(r, j, &ps) == FKVF_OK && ps.type == FKVF_SECTION_ZIDX &&
-                  ps.key == zs.key;
-        }
-        if (dup)
-            continue;
-        stage = "search index";
-        void *zd = NULL;
-        size_t zn = 0;
-        uint64_t zk = 0;
-        rc = fkvf_search_index_build(r, zi, &zd, &zn, &zk);
-        if (rc == FKVF_OK)
-            rc = fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, zk, zd, zn);
-        fkvf_search_buffer_free(zd);
-        n_idx++;
-    }
-    if (rc == FKVF_OK) {
-        stage = "commit";
-        rc = fkvf_writer_set_positions(w, P, A);
-    }
-    if (rc == FKVF_OK)
-        rc = fkvf_writer_finish(w);
-    if (rc != FKVF_OK) {
-        char pre[64];
-        snprintf(pre, sizeof pre, "writing the %s failed: ", stage);
-        if (rc == FKVF_E_NOMEM)
-            ex = cli_fail(CLI_USAGE, rc, out, "%sout of memory", pre);
-        else
-            ex = cli_fail_writer(rc, w, out, pre);
-        goto out;
-    }
-    uint64_t after = cli_file_size(out);
-    if (json) {
+static void compact_print(const compact_opts *o, const fkvf_compact_result *res)
+{
+    if (o->json) {
         printf("{\"archive\":");
-        cli_json_cstr(stdout, in);
+        cli_json_cstr(stdout, o->in);
         printf(",\"out\":");
-        cli_json_cstr(stdout, out);
+        cli_json_cstr(stdout, res->path);
         printf(",\"in_place\":%s,\"commits_before\":%" PRIu64 ",\"commits\":1,\"positions\":%" PRIu64
                ",\"archived\":%" PRIu64 ",\"exact\":%" PRIu64 ",\"size_before\":%" PRIu64
                ",\"size\":%" PRIu64 ",\"torn_bytes_ignored\":%" PRIu64 "}\n",
-               in_place ? "true" : "false", ai.n_commits, P, A, n_exact, ai.file_size, after,
-               ai.torn_bytes);
-    } else {
-        printf("%s: %" PRIu64 " commit(s), %" PRIu64 " bytes -> %s: 1 commit, %" PRIu64
-               " bytes (%.1f%%); %" PRIu64 " positions (%" PRIu64 " archived, %" PRIu64
-               " exact)\n",
-               in, ai.n_commits, ai.file_size, out, after,
-               ai.file_size ? 100.0 * (double)after / (double)ai.file_size : 0.0, P, A, n_exact);
-        if (ai.torn_bytes)
-            printf("%s: a torn tail of %" PRIu64 " bytes was left out\n", in, ai.torn_bytes);
-        if (n_idx)
-            printf("%s: %zu search index(es) rebuilt\n", out, n_idx);
+               o->in_place ? "true" : "false", res->commits_before, res->positions, res->archived,
+               res->exact, res->size_before, res->size, res->torn_bytes);
+        return;
     }
-    ex = CLI_OK;
-out:
-    fkvf_writer_free(w); /* before finish: removes the temporary file */
+    printf("%s: %" PRIu64 " commit(s), %" PRIu64 " bytes -> %s: 1 commit, %" PRIu64
+           " bytes (%.1f%%); %" PRIu64 " positions (%" PRIu64 " archived, %" PRIu64 " exact)\n",
+           o->in, res->commits_before, res->size_before, res->path, res->size,
+           res->size_before ? 100.0 * (double)res->size / (double)res->size_before : 0.0,
+           res->positions, res->archived, res->exact);
+    if (res->torn_bytes)
+        printf("%s: a torn tail of %" PRIu64 " bytes was left out\n", o->in, res->torn_bytes);
+    if (res->search_indexes)
+        printf("%s: %zu search index(es) rebuilt\n", res->path, res->search_indexes);
+}
+
+int fkvf_cli_compact(int argc, char **argv)
+{
+    compact_opts o;
+    int pr = compact_parse(argc, argv, &o);
+    if (pr)
+        return pr > 0 ? CLI_OK : CLI_USAGE;
+    int ex;
+    if (!o.in_place && (ex = compact_check_output(&o)) != CLI_OK)
+        return ex;
+    /* the archive and its codebook file (given or found by content hash),
+     * whose file must not be OUT either */
+    fkvf_reader *r = NULL, *cb = NULL;
+    ex = cli_open_archive(&r, o.in);
+    if (ex == CLI_OK)
+        ex = cli_attach_codebook(r, o.in, o.cbpath, &cb, NULL, 0);
     fkvf_reader_free(r);
+    if (ex == CLI_OK && cb && !o.in_place) {
+        const char *cb_path = fkvf_reader_file_name(cb);
+        ex = cli_check_output(o.out, &cb_path, 1, 1);
+    }
+    if (ex != CLI_OK) {
+        fkvf_reader_free(cb);
+        return ex;
+    }
+    fkvf_compact_options co;
+    fkvf_compact_options_init(&co);
+    co.in_place = o.in_place;
+    co.no_replace = !o.in_place && !o.force;
+    co.codebook_file = cb;
+    cli_progress b;
+    cli_progress_init(&b, "copy  ", o.json);
+    co.progress = cli_progress_cb;
+    co.progress_opaque = &b;
+    fkvf_archive_op *h = NULL;
+    fkvf_compact_result res;
+    int rc = fkvf_archive_compact(&h, o.in, o.in_place ? NULL : o.out, &co, &res);
+    if (rc == FKVF_OK) {
+        compact_print(&o, &res);
+    } else {
+        fkvf_error_info e;
+        int have = fkvf_archive_op_error(h, &e) == FKVF_OK && e.code != FKVF_OK;
+        ex = cli_fail_lib(rc, have ? &e : NULL, have ? e.file : o.in, "");
+    }
+    fkvf_archive_op_free(h);
     fkvf_reader_free(cb);
-    free(rows);
-    free(codes);
-    free(sym);
-    free(kbuf);
-    free(vbuf);
-    free(real);
-    if (lockfd >= 0)
-        close(lockfd);
     return ex;
 }
 
@@ -1260,90 +1041,79 @@ static const char *recover_help =
     "says why), 2 usage or I/O error (also: ARCHIVE does not exist, or an\n"
     "appender has it open).\n";
 
-int fkvf_cli_recover(int argc, char **argv)
+typedef struct recover_opts {
+    const char *path;
+    int json, dry;
+} recover_opts;
+
+/* 0: run, 1: --help printed, -1: a usage error printed. */
+static int recover_parse(int argc, char **argv, recover_opts *o)
 {
-    const char *path = NULL;
-    int json = 0, dry = 0;
+    memset(o, 0, sizeof *o);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(recover_help, stdout);
-            return CLI_OK;
+            return 1;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            o->json = 1;
         } else if (!strcmp(a, "--dry-run")) {
-            dry = 1;
+            o->dry = 1;
         } else if (a[0] == '-' && a[1]) {
-            return cli_usage("unknown option '%s' (see fkvf recover --help)", a);
-        } else if (!path) {
-            path = a;
+            return cli_usage("unknown option '%s' (see fkvf recover --help)", a), -1;
+        } else if (!o->path) {
+            o->path = a;
         } else {
-            return cli_usage("unexpected argument '%s'", a);
+            return cli_usage("unexpected argument '%s'", a), -1;
         }
     }
-    if (!path)
-        return cli_usage("need ARCHIVE (see fkvf recover --help)");
-    int fd = open(path, (dry ? O_RDONLY : O_RDWR) | O_CLOEXEC);
-    if (fd < 0)
-        return cli_fail(CLI_USAGE, FKVF_E_IO, path, "cannot open: %s", strerror(errno));
-    if (!dry && flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int e = errno;
-        close(fd);
-        return cli_fail(CLI_USAGE, FKVF_E_IO, path, "cannot lock (%s): an appender has it open",
-                        strerror(e));
-    }
-    fkvf_reader *r;
-    int rc = cli_open_reader(&r, path);
-    if (rc != CLI_OK) {
-        close(fd);
-        return rc;
-    }
-    fkvf_archive_info ai;
-    fkvf_reader_info(r, &ai);
-    fkvf_reader_free(r); /* unmap before truncating */
-    const char *action = "none";
-    if (ai.torn_bytes) {
-        action = dry ? "would-truncate" : "truncated";
-        if (!dry) {
-            if (ftruncate(fd, (off_t)ai.committed_size) != 0 || fsync(fd) != 0) {
-                int e = errno;
-                close(fd);
-                return cli_fail(CLI_USAGE, FKVF_E_IO, path,
-                                "cannot truncate to %" PRIu64 " bytes: %s", ai.committed_size,
-                                strerror(e));
-            }
-            /* it must now open clean at the same commit */
-            r = NULL;
-            fkvf_archive_info ai2;
-            rc = fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL);
-            if (rc != FKVF_OK || fkvf_reader_info(r, &ai2) != FKVF_OK ||
-                ai2.n_commits != ai.n_commits) {
-                int ex = cli_fail_reader(rc ? rc : FKVF_E_CORRUPT, r, path, "after the cut: ");
-                fkvf_reader_free(r);
-                close(fd);
-                return ex ? ex : CLI_INVALID;
-            }
-            fkvf_reader_free(r);
-        }
-    }
-    close(fd);
-    if (json) {
+    if (!o->path)
+        return cli_usage("need ARCHIVE (see fkvf recover --help)"), -1;
+    return 0;
+}
+
+static void recover_print(const recover_opts *o, const fkvf_recover_result *r)
+{
+    if (o->json) {
+        const char *action = !r->torn_bytes ? "none" : o->dry ? "would-truncate" : "truncated";
         printf("{\"file\":");
-        cli_json_cstr(stdout, path);
+        cli_json_cstr(stdout, o->path);
         printf(",\"action\":\"%s\",\"torn_bytes\":%" PRIu64 ",\"removed_bytes\":%" PRIu64
                ",\"file_size_before\":%" PRIu64 ",\"committed_size\":%" PRIu64
                ",\"commit\":%" PRIu64 ",\"positions\":%" PRIu64 "}\n",
-               action, ai.torn_bytes, dry ? 0 : ai.torn_bytes, ai.file_size, ai.committed_size,
-               ai.n_commits, ai.n_positions);
-    } else if (!ai.torn_bytes) {
+               action, r->torn_bytes, r->truncated ? r->torn_bytes : 0, r->file_size,
+               r->committed_size, r->commits, r->positions);
+    } else if (!r->torn_bytes) {
         printf("%s: clean (%" PRIu64 " bytes, %" PRIu64 " commit(s), %" PRIu64
                " positions); nothing to do\n",
-               path, ai.file_size, ai.n_commits, ai.n_positions);
+               o->path, r->file_size, r->commits, r->positions);
     } else {
         printf("%s: %s %" PRIu64 " torn bytes after commit %" PRIu64 " (%" PRIu64 " -> %" PRIu64
                " bytes); commit %" PRIu64 " is served (%" PRIu64 " positions)\n",
-               path, dry ? "would remove" : "removed", ai.torn_bytes, ai.n_commits, ai.file_size,
-               ai.committed_size, ai.n_commits, ai.n_positions);
+               o->path, o->dry ? "would remove" : "removed", r->torn_bytes, r->commits,
+               r->file_size, r->committed_size, r->commits, r->positions);
     }
-    return CLI_OK;
+}
+
+int fkvf_cli_recover(int argc, char **argv)
+{
+    recover_opts o;
+    int pr = recover_parse(argc, argv, &o);
+    if (pr)
+        return pr > 0 ? CLI_OK : CLI_USAGE;
+    fkvf_recover_options ro;
+    fkvf_recover_options_init(&ro);
+    ro.dry_run = o.dry;
+    fkvf_archive_op *op = NULL;
+    fkvf_recover_result res;
+    int rc = fkvf_archive_recover(&op, o.path, &ro, &res), ex = CLI_OK;
+    if (rc == FKVF_OK) {
+        recover_print(&o, &res);
+    } else {
+        fkvf_error_info e;
+        int have = fkvf_archive_op_error(op, &e) == FKVF_OK && e.code != FKVF_OK;
+        ex = cli_fail_lib(rc, have ? &e : NULL, o.path, "");
+    }
+    fkvf_archive_op_free(op);
+    return ex;
 }

@@ -761,6 +761,129 @@ FKVF_API int fkvf_appender_error(const fkvf_appender *a, fkvf_error_info *out);
 /* Close; queued positions that were not committed are dropped. NULL is fine. */
 FKVF_API void fkvf_appender_free(fkvf_appender *a);
 
+/* ---- operations on a whole archive file: compaction, recovery ---- */
+/* fkvf_archive_compact and fkvf_archive_recover each run to completion in
+ * one call. Their handle, fkvf_archive_op, only carries the outcome: set
+ * through the call's out parameter whenever one could be allocated (on
+ * failure too), read with fkvf_archive_op_error, released with
+ * fkvf_archive_op_free. out may be NULL (the error is then only the code). */
+typedef struct fkvf_archive_op fkvf_archive_op;
+
+/* The error of the call as fields (fkvf_error_info): file is the archive or
+ * the file written, whichever it is about; an error of the reader or the
+ * writer the call used keeps its offset and clause. code FKVF_OK and ""
+ * after a call that succeeded. Strings owned by op, valid until
+ * fkvf_archive_op_free. No allocation, no I/O. FKVF_OK, FKVF_E_INVALID_ARG
+ * (out NULL) or FKVF_E_STATE (not such a handle; out then says so). */
+FKVF_API int fkvf_archive_op_error(const fkvf_archive_op *op, fkvf_error_info *out);
+/* Release the handle (NULL is fine). */
+FKVF_API void fkvf_archive_op_free(fkvf_archive_op *op);
+
+/* fkvf_archive_compact rewrites an archive of any number of commits as one
+ * commit without re-encoding anything: the descriptor, the codebook (an
+ * embedded copy, or the same external reference), the metadata, the rows of
+ * the exact positions (sinks and recent window, spec 14.3) only, the index
+ * streams symbol for symbol with their codec, the token stream, and a new
+ * search index (spec 20) for every stream that had one. Every position of
+ * the result restores bit for bit as in the input; superseded exact rows,
+ * stream cuts and the per-commit directories and trailers are dropped. A
+ * torn tail of the input is ignored (only committed data is read). The
+ * result is written like fkvf_writer_create_file's: a temporary file, synced
+ * and renamed into place. */
+typedef struct fkvf_compact_options {
+    int in_place;        /* 1: replace src itself (dst NULL or a path of the same
+                          * file). src is locked as an appender locks it
+                          * (fkvf_appender_open: FKVF_E_IO while an appender
+                          * has it open) until the result is renamed over it;
+                          * a symbolic link is followed: the file it points to
+                          * is replaced, the link stays a link to it */
+    int no_replace;      /* 1 (not in place): never replace an existing dst:
+                          * FKVF_E_EXISTS when it exists or appears meanwhile
+                          * (fkvf_writer_options.no_replace); 0: replaced */
+    unsigned mode;       /* permission bits of the new file (<= 07777). 0
+                          * (default): in place the bits of the file replaced,
+                          * else 0666 less the umask */
+    unsigned sync;       /* FKVF_SYNC_COMMIT (default): the result is synced
+                          * before its rename; FKVF_SYNC_NONE: not synced */
+    fkvf_reader *codebook_file; /* the codebook file of an archive that refers to
+                          * an external one (borrowed during the call only) */
+    const fkvf_allocator *alloc; /* every allocation of the call; NULL: malloc.
+                          * (Rebuilding a search index allocates with malloc,
+                          * as fkvf_search_index_build does.) */
+    void (*progress)(void *opaque, uint64_t done, uint64_t total); /* NULL: none;
+                          * called after each index stream copied */
+    void *progress_opaque;
+} fkvf_compact_options;
+
+/* Defaults: a new dst that may replace a file, synced, 0666 less the umask. */
+FKVF_API void fkvf_compact_options_init(fkvf_compact_options *opts);
+
+typedef struct fkvf_compact_result {
+    const char *path;        /* the file written: dst, or in place src with its
+                              * symbolic links resolved; owned by the handle
+                              * (NULL when the call was given no handle) */
+    uint64_t commits_before; /* commits of src */
+    uint64_t size_before;    /* bytes of src (its torn tail included) */
+    uint64_t torn_bytes;     /* torn tail of src, left out */
+    uint64_t positions;      /* of the result (as of src's last commit) */
+    uint64_t archived;       /* of them, stored as indices */
+    uint64_t exact;          /* of them, stored as exact rows */
+    uint64_t size;           /* bytes of the result */
+    size_t search_indexes;   /* ZIDX sections rebuilt */
+} fkvf_compact_result;
+
+/* Compact src into dst (or src itself, opts->in_place); opts NULL: the
+ * defaults. Returns FKVF_OK and fills *result (may be NULL), or an error:
+ * FKVF_E_INVALID_ARG (src NULL or empty; dst NULL or empty when not in
+ * place, or naming src or the codebook file; in place with a dst that is
+ * another file; an option out of range), FKVF_E_IO (src cannot be opened,
+ * locked or resolved; writing failed), FKVF_E_NOMEM, FKVF_E_EXISTS
+ * (no_replace), FKVF_E_LIMIT (the streams do not fit in memory), an error
+ * of the reader (src is not a valid archive, FKVF_E_CODEBOOK: its external
+ * codebook not given or not its own) or of the writer. On failure dst (or
+ * src in place) is untouched and no temporary file is left.
+ * out (may be NULL): the handle of the call (fkvf_archive_op). Opens its
+ * own reader and writer: any number of calls may run at once in threads on
+ * different files. */
+FKVF_API int fkvf_archive_compact(fkvf_archive_op **out, const char *src, const char *dst,
+                                  const fkvf_compact_options *opts, fkvf_compact_result *result);
+
+/* fkvf_archive_recover cuts off a torn tail: the bytes after the last
+ * complete commit that an append left when it did not complete (a crash, a
+ * full disk). The file is truncated to its committed size (spec 7.7) under
+ * the appender's lock and synced; every complete commit stays, and the file
+ * must then open in strict mode at the same commit. A clean file (also a
+ * codebook file) is left untouched. */
+typedef struct fkvf_recover_options {
+    int dry_run;                 /* 1: only report (no lock, nothing written) */
+    int no_sync;                 /* 1: no fsync after the cut (tests, scratch files) */
+    const fkvf_allocator *alloc; /* the readers' allocations; NULL: malloc */
+} fkvf_recover_options;
+
+/* Defaults: cut and sync. */
+FKVF_API void fkvf_recover_options_init(fkvf_recover_options *opts);
+
+typedef struct fkvf_recover_result {
+    uint64_t file_size;      /* bytes before */
+    uint64_t committed_size; /* bytes of the complete commits */
+    uint64_t torn_bytes;     /* file_size - committed_size */
+    uint64_t commits;        /* complete commits (the last one is served) */
+    uint64_t positions;      /* of the last commit */
+    int truncated;           /* 1: the tail was cut (0: clean, or dry_run) */
+} fkvf_recover_result;
+
+/* Recover path; opts NULL: the defaults. FKVF_OK and *result (may be NULL;
+ * filled as far as known on failure too), or an error: FKVF_E_INVALID_ARG
+ * (path NULL or empty), FKVF_E_IO (the file cannot be opened, locked: an
+ * appender has it open, clause 7.4, or truncated and synced), FKVF_E_NOMEM,
+ * or the reader's error for a file that is not a valid FKVF file, before
+ * the cut or after it (then the message starts "after the cut: "). out (may
+ * be NULL): the handle of the call (fkvf_archive_op). Truncating a file
+ * that a reader has mapped can fault that reader if it touches the bytes
+ * cut (spec 18.5). */
+FKVF_API int fkvf_archive_recover(fkvf_archive_op **out, const char *path,
+                                  const fkvf_recover_options *opts, fkvf_recover_result *result);
+
 /* ---- search (spec 12.1.5, 12.2.7, 20) ---------------------------------- */
 /* Suffix search on any stream (the token stream or an index stream): the
  * archive is its own search index. Positions are stream indices t (symbol t

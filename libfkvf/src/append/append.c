@@ -399,6 +399,48 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
     return FKVF_OK;
 }
 
+/* The lock protocol of append_impl.h: the flock, then the check that the
+ * file locked is the one the path names. */
+int fkvf_append_lock(const char *path, int oflags, const char *purpose, fkvf_diag *d, int *fd_out)
+{
+    /* The file locked must still be the one the path names: a compaction
+     * that renamed a new file over the path between the open and the lock
+     * leaves this process holding the old one, whose commits would be lost
+     * with it; then lock the new one (a few times at most). */
+    *fd_out = -1;
+    for (int attempt = 0;; attempt++) {
+        int fd = open(path, oflags | O_CLOEXEC);
+        if (fd < 0) {
+            int e = errno;
+            return fkvf_fail(d, FKVF_E_IO, FKVF_NO_OFFSET, NULL, "cannot open for %s: %s",
+                             purpose, strerror(e));
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            close(fd);
+            return fkvf_fail(d, FKVF_E_IO, FKVF_NO_OFFSET, "7.4",
+                             "cannot lock the file (%s): another appender has it open",
+                             strerror(e));
+        }
+        struct stat held, named;
+        if (fstat(fd, &held) != 0 || stat(path, &named) != 0) {
+            int e = errno;
+            close(fd);
+            return fkvf_fail(d, FKVF_E_IO, FKVF_NO_OFFSET, NULL,
+                             "cannot stat the file locked: %s", strerror(e));
+        }
+        if (held.st_dev == named.st_dev && held.st_ino == named.st_ino) {
+            *fd_out = fd;
+            return FKVF_OK;
+        }
+        close(fd);
+        if (attempt == 7)
+            return fkvf_fail(d, FKVF_E_IO, FKVF_NO_OFFSET, "7.4",
+                             "the file is being replaced while it is locked (8 "
+                             "attempts): another process keeps renaming files over it");
+    }
+}
+
 static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_options *opts,
                      const fkvf_allocator *alloc, int sections_only);
 
@@ -435,41 +477,11 @@ static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_op
         a->failed = 1;
         return FAIL(FKVF_E_INVALID_ARG, NULL, "options.sync: %u unknown", a->opts.sync);
     }
-    /* one appender per file: an exclusive lock, held while the file is open.
-     * The file locked must still be the one the path names: a compaction
-     * that renamed a new file over the path between the open and the lock
-     * leaves this process holding the old one, whose commits would be lost
-     * with it; then lock the new one (a few times at most). */
+    /* one appender per file: an exclusive lock, held while the file is open */
     int fd = -1;
-    for (int attempt = 0;; attempt++) {
-        fd = open(path, O_RDWR | O_CLOEXEC);
-        if (fd < 0) {
-            int e = errno;
-            a->failed = 1;
-            return FAIL(FKVF_E_IO, NULL, "cannot open for appending: %s", strerror(e));
-        }
-        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-            int e = errno;
-            close(fd);
-            a->failed = 1;
-            return FAIL(FKVF_E_IO, "7.4",
-                        "cannot lock the file (%s): another appender has it open", strerror(e));
-        }
-        struct stat held, named;
-        if (fstat(fd, &held) != 0 || stat(path, &named) != 0) {
-            int e = errno;
-            close(fd);
-            a->failed = 1;
-            return FAIL(FKVF_E_IO, NULL, "cannot stat the file locked: %s", strerror(e));
-        }
-        if (held.st_dev == named.st_dev && held.st_ino == named.st_ino)
-            break;
-        close(fd);
-        if (attempt == 7) {
-            a->failed = 1;
-            return FAIL(FKVF_E_IO, "7.4", "the file is being replaced while it is locked (8 "
-                                          "attempts): another process keeps renaming files over it");
-        }
+    if (fkvf_append_lock(path, O_RDWR, "appending", &a->diag, &fd) != FKVF_OK) {
+        a->failed = 1;
+        return a->diag.code;
     }
     fkvf_reader *r = NULL;
     fkvf_resume st;

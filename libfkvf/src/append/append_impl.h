@@ -1,11 +1,25 @@
-/* Internal to the append module: the appender's open and commit paths for
+/* Internal to the append module: the appender's lock protocol (for the
+ * appender and a compaction in place), and its open and commit paths for
  * commits that add only extra sections (fkvf_archive_append_sections). */
 #ifndef FKVF_APPEND_IMPL_H
 #define FKVF_APPEND_IMPL_H
 
 #include <stddef.h>
 
+#include "error.h"
 #include "fkvf.h"
+
+/* The one copy of the lock that makes an appender the only writer of a file
+ * (spec 7.4): open PATH with oflags (O_RDWR for an appender, O_RDONLY for a
+ * compaction in place; O_CLOEXEC is added), take an exclusive flock without
+ * waiting, and check that the file locked is still the one PATH names: a
+ * file renamed over PATH between the open and the lock (a compaction in
+ * place) is opened and locked instead, 8 attempts at most. *fd: the locked
+ * descriptor (closing it releases the lock), -1 on failure. purpose names
+ * the use in the message of a failed open ("appending"). FKVF_OK, or
+ * FKVF_E_IO recorded in d (clause 7.4 when another process holds the lock
+ * or keeps replacing the file). */
+int fkvf_append_lock(const char *path, int oflags, const char *purpose, fkvf_diag *d, int *fd);
 
 /* Open PATH for appending sections only: the file's state is read (lock,
  * torn-tail refusal, groups, codecs) but not the codebook, the window or the

@@ -316,8 +316,13 @@ static int find_head(fkvf_reader *r)
             continue;
         r->n_commits = 0;
         fkvf_diag_clear(&r->diag);
-        int head_ok;
-        if (load_chain(r, off, &head_ok, &bad) == FKVF_OK) {
+        int head_ok, lrc = load_chain(r, off, &head_ok, &bad);
+        if (lrc == FKVF_E_NOMEM) { /* not a broken chain: an earlier commit is no answer */
+            fkvf_free(r->alloc, bad.slot);
+            r->n_commits = 0;
+            return lrc;
+        }
+        if (lrc == FKVF_OK) {
             r->committed_size = off + 64;
             r->torn_bytes = size - r->committed_size;
             rc = FKVF_OK;

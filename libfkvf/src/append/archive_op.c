@@ -1,0 +1,100 @@
+/* fkvf_archive_op (fkvf.h): the handle of fkvf_archive_compact and
+ * fkvf_archive_recover, the operations on a whole archive file; it only
+ * carries their error (archive_op.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "error.h"
+#include "fkvf.h"
+#include "archive_op.h"
+
+#define FKVF_ARCHIVE_OP_MAGIC UINT32_C(0x504F4B46) /* "FKOP" */
+
+int fkvf_archive_op_new(fkvf_archive_op **out, const char *src, const fkvf_allocator *alloc)
+{
+    const fkvf_allocator *al = fkvf_alloc_or_default(alloc);
+    fkvf_archive_op *op = fkvf_calloc(al, 1, sizeof *op);
+    *out = op;
+    if (!op)
+        return FKVF_E_NOMEM;
+    op->magic = FKVF_ARCHIVE_OP_MAGIC;
+    op->alloc = al;
+    fkvf_diag_clear(&op->diag);
+    if (!(op->src = fkvf_strndup(al, src, strlen(src))))
+        return fkvf_fail(&op->diag, FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory");
+    op->diag.name = op->src;
+    return FKVF_OK;
+}
+
+int fkvf_archive_op_fail(fkvf_archive_op *op, const char *file, int code, const char *fmt, ...)
+{
+    if (op->diag.code != FKVF_OK)
+        return code;
+    char body[760];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    op->diag.name = file;
+    return fkvf_fail(&op->diag, code, FKVF_NO_OFFSET, NULL, "%s", body);
+}
+
+int fkvf_archive_op_fail_from(fkvf_archive_op *op, int rc, const fkvf_error_info *e,
+                              const char *file, const char *prefix)
+{
+    if (op->diag.code != FKVF_OK)
+        return rc;
+    const char *m = e && e->code != FKVF_OK && e->message[0] ? e->message : fkvf_strerror(rc);
+    size_t fl = strlen(file);
+    if (!strncmp(m, file, fl) && m[fl] == ':')
+        m += fl + 1 + (m[fl + 1] == ' ');
+    char tag[48];
+    snprintf(tag, sizeof tag, " [%s]", fkvf_error_name(rc));
+    size_t tl = strlen(tag), ml = strlen(m);
+    if (ml >= tl && !strcmp(m + ml - tl, tag))
+        ml -= tl;
+    op->diag.name = file;
+    fkvf_fail(&op->diag, rc, FKVF_NO_OFFSET, NULL, "%s%.*s", prefix, (int)ml, m);
+    if (e && e->code != FKVF_OK) {
+        op->diag.offset = e->offset;
+        snprintf(op->diag.clause, sizeof op->diag.clause, "%s", e->clause ? e->clause : "");
+    }
+    return rc;
+}
+
+int fkvf_archive_op_fail_reader(fkvf_archive_op *op, int rc, const fkvf_reader *r,
+                                const char *prefix)
+{
+    fkvf_error_info e;
+    int have = r && fkvf_reader_error(r, &e) == FKVF_OK;
+    return fkvf_archive_op_fail_from(op, rc, have ? &e : NULL, op->src, prefix);
+}
+
+FKVF_API int fkvf_archive_op_error(const fkvf_archive_op *op, fkvf_error_info *out)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    if (!op || op->magic != FKVF_ARCHIVE_OP_MAGIC) {
+        memset(out, 0, sizeof *out);
+        out->code = FKVF_E_STATE;
+        out->offset = FKVF_ERROR_NO_OFFSET;
+        out->message = "not an archive operation handle";
+        return FKVF_E_STATE;
+    }
+    fkvf_diag_info(&op->diag, out);
+    return FKVF_OK;
+}
+
+FKVF_API void fkvf_archive_op_free(fkvf_archive_op *op)
+{
+    if (!op || op->magic != FKVF_ARCHIVE_OP_MAGIC)
+        return;
+    const fkvf_allocator *al = op->alloc;
+    fkvf_free(al, op->src);
+    fkvf_free(al, op->path);
+    op->magic = 0;
+    fkvf_free(al, op);
+}

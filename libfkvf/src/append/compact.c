@@ -1,0 +1,489 @@
+/* fkvf_archive_compact (fkvf.h, whole-archive operations): an archive of any number of
+ * commits rewritten as one commit without re-encoding anything (spec 7.4):
+ * descriptor, codebook (embedded copy or the same external reference),
+ * metadata, the rows of the exact positions of the last commit (spec 14.3),
+ * the index streams symbol for symbol with their codec, the token stream,
+ * and a new search index for every stream that had one (spec 20.4). It
+ * reads through the public reader API and writes with the public writer;
+ * in place, it holds the appender's lock (append_impl.h) until the new
+ * file is renamed over the old one. */
+#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "ckd.h"
+#include "error.h"
+#include "fkvf.h"
+#include "append_impl.h"
+#include "archive_op.h"
+
+FKVF_API void fkvf_compact_options_init(fkvf_compact_options *opts)
+{
+    if (opts)
+        memset(opts, 0, sizeof *opts);
+}
+
+/* ---- errors (on the fkvf_archive_op handle, archive_op.h) ------------------ */
+
+#define FAIL(file, code, ...) fkvf_archive_op_fail(c, file, code, __VA_ARGS__)
+
+static int fail_reader(fkvf_archive_op *c, int rc, const fkvf_reader *r, const char *prefix)
+{
+    return fkvf_archive_op_fail_reader(c, rc, r, prefix);
+}
+
+static int fail_writer(fkvf_archive_op *c, int rc, const fkvf_writer *w, const char *stage)
+{
+    char pre[64];
+    snprintf(pre, sizeof pre, "writing the %s failed: ", stage);
+    fkvf_error_info e;
+    int have = rc != FKVF_E_NOMEM && w && fkvf_writer_error(w, &e) == FKVF_OK;
+    return fkvf_archive_op_fail_from(c, rc, have ? &e : NULL, c->path, pre);
+}
+
+/* ---- the copy ------------------------------------------------------------- */
+
+/* What one compaction works with. */
+typedef struct job {
+    fkvf_archive_op *c;
+    const fkvf_compact_options *opt;
+    fkvf_reader *r;
+    fkvf_writer *w;
+    fkvf_archive_info ai;
+    fkvf_desc d;
+    fkvf_codebook_shape shape;
+    int has_cb;
+    unsigned exac_flags, cbk_flags;
+    fkvf_compact_result *res;
+} job;
+
+/* The index stream of code j in the code order of
+ * fkvf_rvq_codes_per_position: (layer * H + head) * (ks + vs) + stage, the
+ * key stages first. */
+static uint64_t index_stream_id(const fkvf_desc *d, const fkvf_codebook_shape *s, size_t j)
+{
+    unsigned per = (unsigned)s->k_stages + s->v_stages;
+    uint32_t lh = (uint32_t)(j / per), st = (uint32_t)(j % per);
+    unsigned kv = st >= s->k_stages;
+    return FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, lh / d->n_kv_heads, lh % d->n_kv_heads, kv,
+                          kv ? st - s->k_stages : st);
+}
+
+/* Metadata, entry by entry, with its type. */
+static int copy_meta(job *j)
+{
+    fkvf_archive_op *c = j->c;
+    size_t n = 0;
+    int rc = fkvf_reader_meta_count(j->r, &n);
+    if (rc != FKVF_OK)
+        return fail_reader(c, rc, j->r, "");
+    for (size_t i = 0; i < n; i++) {
+        fkvf_meta_entry e;
+        if ((rc = fkvf_reader_meta(j->r, i, &e)) != FKVF_OK)
+            return fail_reader(c, rc, j->r, "");
+        char *key = fkvf_strndup(c->alloc, e.key, e.key_len);
+        char *val = fkvf_strndup(c->alloc, e.value, e.value_len);
+        if (!key || !val) {
+            rc = FKVF_E_NOMEM;
+        } else {
+            switch (e.type) {
+            case FKVF_META_U64:
+                rc = fkvf_writer_meta_u64(j->w, key, e.u64);
+                break;
+            case FKVF_META_I64:
+                rc = fkvf_writer_meta_i64(j->w, key, e.i64);
+                break;
+            case FKVF_META_F64:
+                rc = fkvf_writer_meta_f64(j->w, key, e.f64);
+                break;
+            case FKVF_META_BOOL:
+                rc = fkvf_writer_meta_bool(j->w, key, e.u64 != 0);
+                break;
+            case FKVF_META_UTF8:
+                if (memchr(e.value, 0, e.value_len))
+                    rc = fkvf_writer_meta_bytes(j->w, key, e.value, e.value_len);
+                else
+                    rc = fkvf_writer_meta_utf8(j->w, key, val);
+                break;
+            default:
+                rc = fkvf_writer_meta_bytes(j->w, key, e.value, e.value_len);
+            }
+        }
+        fkvf_free(c->alloc, key);
+        fkvf_free(c->alloc, val);
+        if (rc != FKVF_OK)
+            return fail_writer(c, rc, j->w, "metadata");
+    }
+    return FKVF_OK;
+}
+
+/* The exact rows: sinks [0, min(S, P)) and the window [S + A, P); all of
+ * them when nothing is archived. */
+static int copy_exact(job *j)
+{
+    fkvf_archive_op *c = j->c;
+    uint64_t P = j->ai.n_positions, A = j->ai.n_archived, S = j->d.n_sinks;
+    uint64_t s_end = A ? (S < P ? S : P) : P;
+    uint64_t ranges[2][2] = {{0, s_end}, {A ? S + A : P, P}};
+    size_t rb = 0;
+    int rc = fkvf_reader_row_bytes(j->r, j->d.dtype, &rb);
+    if (rc != FKVF_OK)
+        return fail_reader(c, rc, j->r, "");
+    for (int k = 0; k < 2; k++) {
+        uint64_t a0 = ranges[k][0], a1 = ranges[k][1];
+        if (a1 <= a0)
+            continue;
+        size_t n, bytes;
+        if (!fkvf_tosz(a1 - a0, &n) || !fkvf_mulsz(n, rb, &bytes))
+            return FAIL(c->src, FKVF_E_LIMIT, "%" PRIu64 " exact rows of %zu bytes do not fit "
+                        "in memory", a1 - a0, rb);
+        uint8_t *rows = fkvf_malloc(c->alloc, bytes);
+        if (!rows)
+            return fail_writer(c, FKVF_E_NOMEM, NULL, "exact rows");
+        for (uint64_t p = a0; p < a1; p++) {
+            const void *row;
+            size_t got;
+            if ((rc = fkvf_reader_exact_row(j->r, p, &row, &got)) != FKVF_OK || got != rb) {
+                fkvf_free(c->alloc, rows);
+                char pre[64];
+                snprintf(pre, sizeof pre, "exact row of position %" PRIu64 ": ", p);
+                if (rc)
+                    return fail_reader(c, rc, j->r, pre);
+                return FAIL(c->src, FKVF_E_CORRUPT, "%sunexpected size", pre);
+            }
+            memcpy(rows + (size_t)(p - a0) * rb, row, rb);
+        }
+        rc = fkvf_writer_add_exact(j->w, a0, a1 - a0, rows, bytes, j->exac_flags);
+        fkvf_free(c->alloc, rows);
+        if (rc != FKVF_OK)
+            return fail_writer(c, rc, j->w, "exact rows");
+        j->res->exact += a1 - a0;
+    }
+    return FKVF_OK;
+}
+
+/* The codebook: the same external reference, or the embedded tables. */
+static int copy_codebook(job *j)
+{
+    fkvf_archive_op *c = j->c;
+    const void *contents;
+    size_t size;
+    int ext = 0;
+    uint8_t hash[16];
+    const char *name = NULL;
+    int rc = fkvf_reader_codebook(j->r, &j->shape, &contents, &size, NULL);
+    if (rc == FKVF_E_NOT_FOUND)
+        return FKVF_OK;
+    if (rc != FKVF_OK)
+        return fail_reader(c, rc, j->r, "");
+    if ((rc = fkvf_reader_codebook_ref(j->r, &ext, hash, &name)) != FKVF_OK)
+        return fail_reader(c, rc, j->r, "");
+    j->has_cb = 1;
+    if (ext)
+        rc = fkvf_writer_add_codebook_ref(j->w, &j->shape, hash, name);
+    else
+        rc = fkvf_writer_add_codebooks(j->w, &j->shape, (const uint8_t *)contents + 64,
+                                       size - 64, j->cbk_flags);
+    return rc != FKVF_OK ? fail_writer(c, rc, j->w, "codebook") : FKVF_OK;
+}
+
+/* The index streams, symbol for symbol, in one segment with their codec. */
+static int copy_index(job *j)
+{
+    fkvf_archive_op *c = j->c;
+    size_t i0;
+    fkvf_stream_spec isp; /* the codec the copy keeps */
+    if (!j->has_cb ||
+        fkvf_reader_stream_find(j->r, FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, 0, 0, 0, 0), &i0) !=
+            FKVF_OK ||
+        fkvf_reader_stream_spec(j->r, i0, &isp) != FKVF_OK)
+        return FKVF_OK;
+    uint64_t A = j->ai.n_archived;
+    size_t per = (size_t)j->shape.k_stages + j->shape.v_stages, cpp, na, n_codes, cbytes, sbytes;
+    if (!fkvf_mulsz((size_t)j->d.n_layers * j->d.n_kv_heads, per, &cpp) || !fkvf_tosz(A, &na) ||
+        !fkvf_mulsz(cpp, na, &n_codes) || !fkvf_mulsz(n_codes, sizeof(uint16_t), &cbytes) ||
+        !fkvf_mulsz(na, sizeof(uint32_t), &sbytes))
+        return FAIL(c->src, FKVF_E_LIMIT, "the index streams of %" PRIu64 " archived positions "
+                    "do not fit in memory", A);
+    uint16_t *codes = fkvf_malloc(c->alloc, cbytes + 1);
+    uint32_t *sym = fkvf_malloc(c->alloc, sbytes + 1);
+    int rc = FKVF_OK;
+    if (!codes || !sym)
+        rc = fail_writer(c, FKVF_E_NOMEM, NULL, "index streams");
+    for (size_t k = 0; rc == FKVF_OK && k < cpp; k++) {
+        uint64_t id = index_stream_id(&j->d, &j->shape, k);
+        size_t idx;
+        fkvf_stream_info si;
+        if (fkvf_reader_stream_find(j->r, id, &idx) != FKVF_OK ||
+            fkvf_reader_stream_info(j->r, idx, &si) != FKVF_OK || si.length < A) {
+            rc = FAIL(c->src, FKVF_E_CORRUPT,
+                      "index stream %016" PRIx64 " missing or shorter than the %" PRIu64
+                      " archived positions", id, A);
+            break;
+        }
+        if (na && (rc = fkvf_reader_stream_read(j->r, idx, 0, sym, na)) != FKVF_OK) {
+            fail_reader(c, rc, j->r, "");
+            break;
+        }
+        for (size_t t = 0; t < na; t++)
+            codes[k * na + t] = (uint16_t)sym[t];
+        if (j->opt->progress)
+            j->opt->progress(j->opt->progress_opaque, k + 1, cpp);
+    }
+    if (rc == FKVF_OK) {
+        rc = fkvf_writer_add_index_segment(j->w, &isp, 0, A, na ? codes : NULL, 1, na ? na : 1);
+        if (rc != FKVF_OK)
+            fail_writer(c, rc, j->w, "index streams");
+    }
+    fkvf_free(c->alloc, codes);
+    fkvf_free(c->alloc, sym);
+    return rc;
+}
+
+/* The token stream, with its codec. */
+static int copy_tokens(job *j)
+{
+    fkvf_archive_op *c = j->c;
+    size_t ti, n, bytes;
+    fkvf_stream_info si;
+    fkvf_stream_spec sp;
+    if (fkvf_reader_stream_find(j->r, FKVF_STREAM_ID_TOKENS, &ti) != FKVF_OK ||
+        fkvf_reader_stream_info(j->r, ti, &si) != FKVF_OK)
+        return FKVF_OK;
+    if (!fkvf_tosz(si.length, &n) || !fkvf_mulsz(n, sizeof(uint32_t), &bytes))
+        return FAIL(c->src, FKVF_E_LIMIT, "a token stream of %" PRIu64 " symbols does not fit "
+                    "in memory", si.length);
+    uint32_t *sym = fkvf_malloc(c->alloc, bytes + 1);
+    if (!sym)
+        return fail_writer(c, FKVF_E_NOMEM, NULL, "token stream");
+    int rc = n ? fkvf_reader_stream_read(j->r, ti, 0, sym, n) : FKVF_OK;
+    if (rc == FKVF_OK)
+        rc = fkvf_reader_stream_spec(j->r, ti, &sp);
+    if (rc != FKVF_OK) {
+        fail_reader(c, rc, j->r, "");
+    } else {
+        rc = fkvf_writer_add_token_segment(j->w, &sp, 0, n ? sym : NULL, n);
+        if (rc != FKVF_OK)
+            fail_writer(c, rc, j->w, "token stream");
+    }
+    fkvf_free(c->alloc, sym);
+    return rc;
+}
+
+/* Search indexes (spec 20): rebuilt for every stream that had one, after
+ * the stream segments so that no later segment makes them stale (20.4);
+ * the streams are copied symbol for symbol, so the input's symbols give the
+ * same keys. One index per stream, however many the input had. */
+static int rebuild_zidx(job *j)
+{
+    fkvf_archive_op *c = j->c;
+    for (size_t i = 0; i < j->ai.n_sections; i++) {
+        fkvf_section_info zs;
+        size_t zi;
+        if (fkvf_reader_section(j->r, i, &zs) != FKVF_OK || zs.type != FKVF_SECTION_ZIDX ||
+            fkvf_reader_stream_find(j->r, zs.key, &zi) != FKVF_OK)
+            continue;
+        int dup = 0;
+        for (size_t k = 0; k < i && !dup; k++) {
+            fkvf_section_info ps;
+            dup = fkvf_reader_section(j->r, k, &ps) == FKVF_OK && ps.type == FKVF_SECTION_ZIDX &&
+                  ps.key == zs.key;
+        }
+        if (dup)
+            continue;
+        void *zd = NULL;
+        size_t zn = 0;
+        uint64_t zk = 0;
+        int rc = fkvf_search_index_build(j->r, zi, &zd, &zn, &zk);
+        if (rc == FKVF_OK)
+            rc = fkvf_writer_add_section(j->w, FKVF_SECTION_ZIDX, 0, zk, zd, zn);
+        fkvf_search_buffer_free(zd);
+        if (rc != FKVF_OK)
+            return fail_writer(c, rc, j->w, "search index");
+        j->res->search_indexes++;
+    }
+    return FKVF_OK;
+}
+
+/* The writer of the new file: the input's feature bits and deflate flags. */
+static int create_writer(job *j, int lockfd)
+{
+    fkvf_archive_op *c = j->c;
+    for (size_t i = 0; i < j->ai.n_sections; i++) {
+        fkvf_section_info si;
+        if (fkvf_reader_section(j->r, i, &si) != FKVF_OK || !(si.flags & FKVF_SECTION_DEFLATE))
+            continue;
+        if (si.type == FKVF_SECTION_EXAC)
+            j->exac_flags = FKVF_SECTION_DEFLATE;
+        if (si.type == FKVF_SECTION_CBK1)
+            j->cbk_flags = FKVF_SECTION_DEFLATE;
+    }
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    wo.required_features = j->ai.required_features;
+    wo.optional_features = j->ai.optional_features;
+    wo.no_replace = !j->opt->in_place && j->opt->no_replace; /* nor one that appears meanwhile */
+    wo.no_sync = j->opt->sync == FKVF_SYNC_NONE;
+    wo.mode = j->opt->mode;
+    struct stat st;
+    if (!wo.mode && lockfd >= 0) { /* in place: the file keeps its permissions */
+        if (fstat(lockfd, &st) != 0)
+            return FAIL(c->src, FKVF_E_IO, "cannot stat the file locked: %s", strerror(errno));
+        wo.mode = (unsigned)st.st_mode & 07777;
+    }
+    int rc = fkvf_writer_create_file(&j->w, c->path, &wo, c->alloc);
+    if (rc != FKVF_OK) {
+        fkvf_error_info e;
+        int have = j->w && fkvf_writer_error(j->w, &e) == FKVF_OK;
+        return fkvf_archive_op_fail_from(c, rc, have ? &e : NULL, c->path, "");
+    }
+    return FKVF_OK;
+}
+
+/* Two paths that name one file. */
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+/* The reader of src, its descriptor and commit, the codebook attached. */
+static int open_src(job *j)
+{
+    fkvf_archive_op *c = j->c;
+    int rc = fkvf_reader_open_file(&j->r, c->src, 0, c->alloc);
+    if (rc == FKVF_OK && j->opt->codebook_file)
+        rc = fkvf_reader_attach_codebook(j->r, j->opt->codebook_file);
+    if (rc == FKVF_OK)
+        rc = fkvf_reader_info(j->r, &j->ai);
+    if (rc == FKVF_OK)
+        rc = fkvf_reader_desc(j->r, &j->d);
+    return rc != FKVF_OK ? fail_reader(c, rc, j->r, "") : FKVF_OK;
+}
+
+/* The whole copy, into c->path, then the rename. */
+static int compact(job *j, int lockfd)
+{
+    int rc = open_src(j);
+    if (rc == FKVF_OK)
+        rc = create_writer(j, lockfd);
+    if (rc == FKVF_OK && (rc = fkvf_writer_set_desc(j->w, &j->d)) != FKVF_OK)
+        fail_writer(j->c, rc, j->w, "descriptor");
+    if (rc == FKVF_OK)
+        rc = copy_meta(j);
+    if (rc == FKVF_OK)
+        rc = copy_exact(j);
+    if (rc == FKVF_OK)
+        rc = copy_codebook(j);
+    if (rc == FKVF_OK)
+        rc = copy_index(j);
+    if (rc == FKVF_OK)
+        rc = copy_tokens(j);
+    if (rc == FKVF_OK)
+        rc = rebuild_zidx(j);
+    if (rc == FKVF_OK && ((rc = fkvf_writer_set_positions(j->w, j->ai.n_positions,
+                                                          j->ai.n_archived)) != FKVF_OK ||
+                          (rc = fkvf_writer_finish(j->w)) != FKVF_OK))
+        fail_writer(j->c, rc, j->w, "commit");
+    return rc;
+}
+
+/* c->path, the file to write: in place src with its links resolved, under
+ * the appender's lock (*lockfd), else dst, which must not be src or the
+ * codebook file. */
+static int set_paths(fkvf_archive_op *c, const char *dst, const fkvf_compact_options *o,
+                     int *lockfd)
+{
+    const char *src = c->src;
+    if (o->in_place) {
+        /* dst, if given, must name src; the file replaced is the one a
+         * symbolic link points to (the writer renames its temporary file
+         * over the path: over the link's, it would replace the link and
+         * leave the archive as it was) */
+        if (dst && strcmp(src, dst) && !same_file(src, dst))
+            return FAIL(c->src, FKVF_E_INVALID_ARG, "in place, but dst %s is another file", dst);
+        /* no appender may add a commit to the file being replaced */
+        c->diag.name = c->src;
+        int rc = fkvf_append_lock(src, O_RDONLY, "compacting in place", &c->diag, lockfd);
+        if (rc != FKVF_OK)
+            return rc;
+        char *real = realpath(src, NULL);
+        if (!real)
+            return FAIL(c->src, FKVF_E_IO, "cannot resolve the path: %s", strerror(errno));
+        c->path = fkvf_strndup(c->alloc, real, strlen(real));
+        free(real);
+    } else {
+        if (same_file(src, dst))
+            return FAIL(c->src, FKVF_E_INVALID_ARG, "dst %s is the same file (an output never "
+                        "replaces its input; compact in place instead)", dst);
+        const char *cbf = o->codebook_file ? fkvf_reader_file_name(o->codebook_file) : NULL;
+        if (cbf && same_file(cbf, dst))
+            return FAIL(c->src, FKVF_E_INVALID_ARG, "dst %s is the codebook file the archive "
+                        "refers to", dst);
+        c->path = fkvf_strndup(c->alloc, dst, strlen(dst));
+    }
+    return c->path ? FKVF_OK : FAIL(c->src, FKVF_E_NOMEM, "no memory");
+}
+
+FKVF_API int fkvf_archive_compact(fkvf_archive_op **out, const char *src, const char *dst,
+                                  const fkvf_compact_options *opts, fkvf_compact_result *result)
+{
+    if (out)
+        *out = NULL;
+    if (result)
+        memset(result, 0, sizeof *result);
+    fkvf_compact_options o;
+    fkvf_compact_options_init(&o);
+    if (opts)
+        o = *opts;
+    if (!src || !*src || (!o.in_place && (!dst || !*dst)) || o.sync > FKVF_SYNC_NONE ||
+        o.mode > 07777)
+        return FKVF_E_INVALID_ARG;
+    fkvf_archive_op *c = NULL;
+    int rc = fkvf_archive_op_new(&c, src, o.alloc), lockfd = -1;
+    if (out)
+        *out = c;
+    if (!c)
+        return rc;
+    fkvf_compact_result res;
+    memset(&res, 0, sizeof res);
+    job j;
+    memset(&j, 0, sizeof j);
+    j.c = c;
+    j.opt = &o;
+    j.res = &res;
+    if (rc != FKVF_OK)
+        goto done;
+    if ((rc = set_paths(c, dst, &o, &lockfd)) != FKVF_OK)
+        goto done;
+    rc = compact(&j, lockfd);
+    if (rc == FKVF_OK) {
+        struct stat st;
+        res.path = out ? c->path : NULL; /* freed below without a handle */
+        res.commits_before = j.ai.n_commits;
+        res.size_before = j.ai.file_size;
+        res.torn_bytes = j.ai.torn_bytes;
+        res.positions = j.ai.n_positions;
+        res.archived = j.ai.n_archived;
+        res.size = stat(c->path, &st) == 0 ? (uint64_t)st.st_size : 0;
+    }
+done:
+    fkvf_writer_free(j.w); /* unfinished: removes the temporary file */
+    fkvf_reader_free(j.r);
+    if (lockfd >= 0)
+        close(lockfd);
+    if (rc == FKVF_OK && result)
+        *result = res;
+    if (!out)
+        fkvf_archive_op_free(c);
+    return rc;
+}
