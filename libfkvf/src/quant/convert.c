@@ -254,16 +254,6 @@ void fkvfq_rope_angles(const fkvf_rope *r, const double *freqs, uint64_t t, doub
         }                                                                                  \
     } while (0)
 
-void fkvfq_rope_rotate(const fkvf_rope *r, const double *cs, int inverse, double *v)
-{
-    const uint32_t half = r->rope_dims / 2;
-    const double *co = cs, *si = cs + half, sg = inverse ? -1.0 : 1.0;
-    if (r->layout == 2)
-        Q_ROT_BLOCKS(double, v, v + half, 1);
-    else
-        Q_ROT_BLOCKS(double, v, v + 1, 2);
-}
-
 void fkvfq_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, float *v)
 {
     const uint32_t half = r->rope_dims / 2;

@@ -33,10 +33,9 @@ void fkvfq_rope_freqs(const fkvf_rope *r, double *freqs);
 /* cos and sin of angle(t, i) = t * freqs[i] for every pair i: cs[i] = cos,
  * cs[rope_dims/2 + i] = sin, binary64. The same values as fkvf_rope_apply_*. */
 void fkvfq_rope_angles(const fkvf_rope *r, const double *freqs, uint64_t t, double *cs);
-/* Rotate v (binary64) by +angle (inverse = 0) or -angle (inverse = 1). */
-void fkvfq_rope_rotate(const fkvf_rope *r, const double *cs, int inverse, double *v);
-/* The same on binary32 values: computed in binary64, rounded once at the end
- * (bit-identical to fkvf_rope_apply_f32). */
+/* Rotate binary32 values v by +angle (inverse = 0) or -angle (inverse = 1):
+ * computed in binary64, rounded once at the end (bit-identical to
+ * fkvf_rope_apply_f32). */
 void fkvfq_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, float *v);
 
 /* ---- nearest-centroid search ---------------------------------------------- */
