@@ -106,8 +106,6 @@ int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
                     const fkvf_allocator *alloc);
 /* Offset (in floats) of stage table (tab, kv, s) in rows / panels. */
 size_t fkvfq_table_off(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s);
-/* View of stage table (tab, kv, s). */
-fkvfq_table fkvfq_rvq_table(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s);
 /* Fill panels, norms and cmax of every table from rows: FKVF_OK or
  * FKVF_E_NOMEM. */
 int fkvfq_rvq_prepare(fkvf_rvq *q);
@@ -127,8 +125,5 @@ int fkvfq_rvq_decode_portable(const fkvf_rvq *q, const uint16_t *codes, size_t p
                               size_t code_stride, size_t n_rows, uint64_t first_position,
                               const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
                               size_t out_size);
-
-/* Validate a codebook shape for the quantizer: FKVF_OK or FKVF_E_INVALID_ARG. */
-int fkvfq_shape_check(const fkvf_codebook_shape *s);
 
 #endif

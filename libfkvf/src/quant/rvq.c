@@ -13,7 +13,8 @@
 
 /* ---- shape and handle ------------------------------------------------------ */
 
-int fkvfq_shape_check(const fkvf_codebook_shape *s)
+/* a codebook shape the quantizer takes: FKVF_OK or FKVF_E_INVALID_ARG */
+static int shape_check(const fkvf_codebook_shape *s)
 {
     if (!s || s->n_layers < 1 || s->n_layers > 1024 || s->n_heads < 1 || s->n_heads > 1024 ||
         s->key_dim < 1 || s->key_dim > 16384 || s->value_dim < 1 || s->value_dim > 16384 ||
@@ -28,7 +29,7 @@ int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
                     int decode_only, const fkvf_allocator *alloc)
 {
     *out = NULL;
-    if (fkvfq_shape_check(shape) || n_kv_heads < 1 || n_kv_heads > 1024 ||
+    if (shape_check(shape) || n_kv_heads < 1 || n_kv_heads > 1024 ||
         (!shape->pooled && n_kv_heads != shape->n_heads))
         return FKVF_E_INVALID_ARG;
     size_t n_tabs = (size_t)shape->n_layers * shape->n_heads; /* <= 2^20 */
@@ -99,7 +100,8 @@ static size_t stage_index(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s
            (kv == 0 ? s : (size_t)q->shape.k_stages + s);
 }
 
-fkvfq_table fkvfq_rvq_table(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s)
+/* view of stage table (tab, kv, s) */
+static fkvfq_table rvq_table(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s)
 {
     fkvfq_table t;
     size_t off = fkvfq_table_off(q, tab, kv, s), si = stage_index(q, tab, kv, s);
@@ -167,7 +169,7 @@ static int from_tables(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_
     if (!out)
         return FKVF_E_INVALID_ARG;
     *out = NULL;
-    if (fkvfq_shape_check(shape) || (!tables && size))
+    if (shape_check(shape) || (!tables && size))
         return FKVF_E_INVALID_ARG;
     if (!n_kv_heads)
         n_kv_heads = shape->n_heads;
@@ -331,7 +333,7 @@ static void beam_one(const fkvf_rvq *q, enc_scratch *w, size_t tab, unsigned kv,
         e0 += (double)x[d] * x[d];
     w->err[0][0] = e0;
     for (unsigned s = 0; s < ns; s++) {
-        fkvfq_table t = fkvfq_rvq_table(q, tab, kv, s);
+        fkvfq_table t = rvq_table(q, tab, kv, s);
         const float *res = w->res[cur];
         for (unsigned b0 = 0; b0 < nb; b0 += FKVFQ_BLOCK) {
             const float *xp[FKVFQ_BLOCK];
@@ -503,7 +505,7 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
                         continue;
                     }
                     for (unsigned s = 0; s < ns; s++) {
-                        fkvfq_table t = fkvfq_rvq_table(q, tab, kv, s);
+                        fkvfq_table t = rvq_table(q, tab, kv, s);
                         for (size_t j0 = 0; j0 < nb; j0 += FKVFQ_BLOCK) {
                             const float *xp[FKVFQ_BLOCK];
                             for (size_t u = 0; u < FKVFQ_BLOCK; u++)
