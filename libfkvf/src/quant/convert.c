@@ -4,6 +4,7 @@
 
 #include "half.h"
 #include "le.h"
+#include "cpu.h"
 #include "quant.h"
 
 #if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) && \
@@ -104,7 +105,7 @@ __attribute__((target("avx2"))) static void store_avx2(fkvf_dtype dt, const floa
 void fkvfq_store(fkvf_dtype dt, const float *src, uint8_t *dst, size_t n)
 {
 #ifdef Q_STORE_AVX2
-    if (dt != FKVF_DTYPE_F32 && fkvfq_cpu_avx2()) {
+    if (dt != FKVF_DTYPE_F32 && fkvf_cpu_avx2()) {
         store_avx2(dt, src, dst, n);
         return;
     }

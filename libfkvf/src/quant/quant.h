@@ -19,10 +19,6 @@ void fkvfq_load(fkvf_dtype dt, const uint8_t *src, float *dst, size_t n);
 void fkvfq_store(fkvf_dtype dt, const float *src, uint8_t *dst, size_t n);
 /* The same without the AVX2 path (for tests: results are identical). */
 void fkvfq_store_portable(fkvf_dtype dt, const float *src, uint8_t *dst, size_t n);
-/* 1 if the CPU has AVX2 and FMA (the fast kernels' instruction sets). */
-int fkvfq_cpu_avx2(void);
-/* 1 if the CPU has F16C (vcvtps2ph; the decoder's fast kernels). */
-int fkvfq_cpu_f16c(void);
 
 /* ---- RoPE (spec 8.1) ------------------------------------------------------- */
 

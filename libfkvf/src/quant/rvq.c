@@ -6,6 +6,7 @@
 #include "alloc.h"
 #include "ckd.h"
 #include "half.h"
+#include "cpu.h"
 #include "quant.h"
 
 /* positions converted and searched together */
@@ -816,7 +817,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     uint8_t *o = out;
     const size_t m = (size_t)sh->k_stages + sh->v_stages;
 #ifdef Q_DEC_FAST
-    const int kern = fast && fkvfq_cpu_avx2() && fkvfq_cpu_f16c();
+    const int kern = fast && fkvf_cpu_avx2() && fkvf_cpu_f16c();
     /* the rotated components fill whole 8-lane blocks */
     const int rd_blocks = rd && (key_rope->layout == 1 ? rd % 8 == 0 : rd % 16 == 0);
 #endif

@@ -9,6 +9,7 @@
 #include "alloc.h"
 #include "ckd.h"
 #include "half.h"
+#include "cpu.h"
 #include "quant.h"
 
 /* ---- PRNG (splitmix64) -------------------------------------------------------- */
@@ -203,7 +204,7 @@ static double seed_update(const float *x, size_t n, uint32_t dim, const float *c
                           int first)
 {
 #ifdef Q_SEED_AVX2
-    if (fkvfq_cpu_avx2())
+    if (fkvf_cpu_avx2())
         return seed_update_avx2(x, n, dim, c, d2, first);
 #endif
     return seed_update_portable(x, n, dim, c, d2, first);

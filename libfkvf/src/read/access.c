@@ -25,6 +25,7 @@
 
 #include "alloc.h"
 #include "ckd.h"
+#include "cpu.h"
 #include "le.h"
 #include "restore.h"
 
@@ -168,16 +169,8 @@ typedef struct stage {
 } stage;
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_F16C 1
-/* CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports lacks "f16c");
- * used together with the AVX check, which covers the OS's YMM support */
-static int cpu_f16c(void)
-{
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
-}
 /* binary32 -> f16 with the F16C instruction, round to nearest even: the same
  * bits as fkvf_convert for every value this file produces (finite, infinite,
  * and quiet NaNs: sums and rotations never give a signaling NaN, the only
@@ -281,8 +274,6 @@ static int read_exact(fkvf_reader *r, const plan *p, uint64_t pos, uint8_t *out)
 
 /* ---- archived positions ------------------------------------------------------ */
 
-static int cpu_avx(void);
-
 /* Per call scratch (one allocation). */
 typedef struct work {
     const plan *p;
@@ -356,10 +347,8 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     m += w->nsel * sizeof(float *);
     w->rowp = (const float **)(void *)m;
     m += w->nsel * sizeof(float *);
-    w->avx = cpu_avx();
-#ifdef HAVE_F16C
-    w->st.f16c = w->avx && cpu_f16c();
-#endif
+    w->avx = fkvf_cpu_avx();
+    w->st.f16c = fkvf_cpu_f16c();
     w->codes = (uint16_t *)(void *)m;
     w->st.p = p;
     /* the stage tables of the selected streams */
@@ -585,15 +574,6 @@ static void sum_vec(float *acc, const float *const *rows, unsigned ns, uint32_t 
             a += rows[s][d];
         acc[d] = a;
     }
-}
-
-static int cpu_avx(void)
-{
-#ifdef ACC_AVX
-    return __builtin_cpu_supports("avx") ? 1 : 0;
-#else
-    return 0;
-#endif
 }
 
 /* Rotate a reconstructed key by +angle (spec 8.1): cs = cosines then sines
