@@ -10,8 +10,8 @@
  *
  * The subnormal f16 path relies on a binary32 addition rounding to nearest
  * even (the default environment, no flush-to-zero). */
-#ifndef FKVF_QUANT_HALF_H
-#define FKVF_QUANT_HALF_H
+#ifndef FKVF_COMMON_HALF_H
+#define FKVF_COMMON_HALF_H
 
 #include <stdint.h>
 #include <string.h>
