@@ -142,4 +142,40 @@ static inline void fkvfq_bf16_to_f32_blk(const uint16_t *h, float *dst)
 }
 #endif
 
+/* ---- F16C (x86-64 with GCC or clang) -------------------------------------------
+ * binary32 -> f16 with the vcvtps2ph instruction, round to nearest even (the
+ * immediate; MXCSR not consulted): the same bits as fkvfq_f32_to_f16 on every
+ * finite value, on infinities and on every quiet NaN (payload truncated, quiet
+ * bit kept). It would differ only on signaling NaNs (the instruction sets the
+ * quiet bit), which decoding cannot produce: table entries are finite, sums of
+ * finite binary32 values are finite or infinite, and the rotation's only NaN
+ * is the default (quiet) NaN of inf - inf. The one copy of this store, used by
+ * fkvf_rvq_decode (restore) and fkvf_reader_read (random access); callers
+ * check fkvf_cpu_f16c() (common/cpu.h) first. */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define FKVF_HAVE_F16C 1
+#include <immintrin.h>
+
+/* 8 lanes of a as f16 at dst (16 bytes, any alignment) */
+static inline __attribute__((target("avx,f16c"))) void fkvf_f16c_put8(__m256 a, uint8_t *dst)
+{
+    _mm_storeu_si128((__m128i *)(void *)dst, _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* n values at src as f16 at dst (little-endian, any alignment): blocks of 8
+ * by fkvf_f16c_put8, the tail by fkvfq_f32_to_f16 */
+static inline __attribute__((target("avx,f16c"))) void fkvf_f16c_store(uint8_t *dst,
+                                                                       const float *src,
+                                                                       size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        fkvf_f16c_put8(_mm256_loadu_ps(src + i), dst + 2 * i);
+    for (; i < n; i++) {
+        uint16_t h = fkvfq_f32_to_f16(src[i]);
+        memcpy(dst + 2 * i, &h, sizeof h);
+    }
+}
+#endif
+
 #endif

@@ -563,28 +563,20 @@ static void sum_rows(float *restrict acc, const float *const *rowp, unsigned ns,
     }
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(FKVF_HAVE_F16C)
 #define Q_DEC_FAST 1
-#include <immintrin.h>
 #define Q_FAST_TARGET __attribute__((target("avx2,f16c")))
 
 /* The decoder's kernels for CPUs with AVX2 and F16C: the same binary32 sums
  * in the same order, the same binary64 rotation, the same roundings as the
- * portable path (sum_rows, fkvfq_rope_rotate_f32, fkvfq_store).
- *
- * f32 -> f16 is one vcvtps2ph (round to nearest even, the immediate; MXCSR
- * not consulted): it equals fkvfq_f32_to_f16 on every finite value and
- * infinity, and on every quiet NaN (payload truncated, quiet bit kept). It
- * would differ only on signaling NaNs (the instruction sets the quiet bit),
- * which decoding cannot produce: table entries are finite, sums of finite
- * binary32 values are finite or infinite, and the rotation's only NaN is the
- * default (quiet) NaN of inf - inf. */
+ * portable path (sum_rows, fkvfq_rope_rotate_f32, fkvfq_store); f32 -> f16
+ * is fkvf_f16c_put8 (common/half.h: why it equals fkvfq_f32_to_f16 here). */
 
 /* 8 lanes of a to dt at dst (16 or 32 bytes) */
 static inline Q_FAST_TARGET void fast_put8(fkvf_dtype dt, __m256 a, uint8_t *dst)
 {
     if (dt == FKVF_DTYPE_F16) {
-        _mm_storeu_si128((__m128i *)(void *)dst, _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+        fkvf_f16c_put8(a, dst);
     } else if (dt == FKVF_DTYPE_BF16) {
         fkvfq_vi_8 bits;
         fkvfq_vh_8 h;

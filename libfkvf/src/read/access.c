@@ -26,6 +26,7 @@
 #include "alloc.h"
 #include "ckd.h"
 #include "cpu.h"
+#include "half.h"
 #include "le.h"
 #include "restore.h"
 
@@ -165,37 +166,17 @@ typedef struct stage {
     size_t cap, start, len;
     uint8_t *out;
     const plan *p;
-    int f16c; /* convert to f16 with F16C */
+    int f16c; /* convert to f16 with fkvf_f16c_store */
 } stage;
-
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#include <immintrin.h>
-#define HAVE_F16C 1
-/* binary32 -> f16 with the F16C instruction, round to nearest even: the same
- * bits as fkvf_convert for every value this file produces (finite, infinite,
- * and quiet NaNs: sums and rotations never give a signaling NaN, the only
- * inputs whose f16 payloads the two conversions treat differently) */
-__attribute__((target("avx,f16c"))) static void f16c_store(uint8_t *dst, const float *src,
-                                                           size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
-        _mm_storeu_si128((__m128i *)(void *)(dst + 2 * i), h);
-    }
-    if (i < n)
-        (void)fkvf_convert(FKVF_DTYPE_F16, dst + 2 * i, FKVF_DTYPE_F32, src + i, n - i);
-}
-#endif
 
 static void stage_flush(stage *s)
 {
     if (!s->len)
         return;
     uint8_t *dst = s->out + s->start * s->p->es;
-#ifdef HAVE_F16C
+#ifdef FKVF_HAVE_F16C
     if (s->f16c && s->p->dt == FKVF_DTYPE_F16) {
-        f16c_store(dst, s->buf, s->len);
+        fkvf_f16c_store(dst, s->buf, s->len);
         s->len = 0;
         return;
     }
