@@ -1,6 +1,6 @@
 /* Internal interface of the quantizer module (spec 13): residual vector
- * quantization (RVQ) codebooks, their training, encoding and decoding, RoPE
- * helpers (spec 8.1) and element conversions. quant/ uses common/ only. */
+ * quantization (RVQ) codebooks, their training, encoding and decoding, and
+ * element conversions. quant/ uses common/ only (RoPE: common/rope.h). */
 #ifndef FKVF_QUANT_H
 #define FKVF_QUANT_H
 
@@ -19,20 +19,6 @@ void fkvfq_load(fkvf_dtype dt, const uint8_t *src, float *dst, size_t n);
 void fkvfq_store(fkvf_dtype dt, const float *src, uint8_t *dst, size_t n);
 /* The same without the AVX2 path (for tests: results are identical). */
 void fkvfq_store_portable(fkvf_dtype dt, const float *src, uint8_t *dst, size_t n);
-
-/* ---- RoPE (spec 8.1) ------------------------------------------------------- */
-
-/* 1 if the parameters are usable for keys of key_dim components. */
-int fkvfq_rope_valid(const fkvf_rope *r, uint32_t key_dim);
-/* theta^(-2i / rope_dims) for every pair i (rope_dims/2 values). */
-void fkvfq_rope_freqs(const fkvf_rope *r, double *freqs);
-/* cos and sin of angle(t, i) = t * freqs[i] for every pair i: cs[i] = cos,
- * cs[rope_dims/2 + i] = sin, binary64. The same values as fkvf_rope_apply_*. */
-void fkvfq_rope_angles(const fkvf_rope *r, const double *freqs, uint64_t t, double *cs);
-/* Rotate binary32 values v by +angle (inverse = 0) or -angle (inverse = 1):
- * computed in binary64, rounded once at the end (bit-identical to
- * fkvf_rope_apply_f32). */
-void fkvfq_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, float *v);
 
 /* ---- nearest-centroid search ---------------------------------------------- */
 

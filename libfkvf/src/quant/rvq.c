@@ -5,9 +5,10 @@
 
 #include "alloc.h"
 #include "ckd.h"
-#include "half.h"
 #include "cpu.h"
+#include "half.h"
 #include "quant.h"
+#include "rope.h"
 
 /* positions converted and searched together */
 #define Q_CHUNK 64
@@ -434,7 +435,7 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
         return FKVF_E_STATE; /* no search layout: loaded for decoding only */
     const fkvf_codebook_shape *sh = &q->shape;
     size_t es = fkvfq_dtype_size(rows->dtype), rb = es ? row_bytes(q, rows->dtype) : 0, all;
-    if (!rb || (key_rope && !fkvfq_rope_valid(key_rope, sh->key_dim)) ||
+    if (!rb || (key_rope && !fkvf_rope_valid(key_rope, sh->key_dim)) ||
         !fkvf_mulsz(rows->n_rows, rb, &all) || (rows->n_rows && !rows->data) ||
         (rows->n_rows && rows->first_position > UINT64_MAX - (rows->n_rows - 1)))
         return FKVF_E_INVALID_ARG;
@@ -473,14 +474,14 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
         return FKVF_E_NOMEM;
     }
     if (rd)
-        fkvfq_rope_freqs(key_rope, w.freqs);
+        fkvf_rope_freqs(key_rope, w.freqs);
 
     const uint8_t *data = rows->data;
     for (size_t i0 = 0; i0 < rows->n_rows; i0 += Q_CHUNK) {
         size_t nb = rows->n_rows - i0 < Q_CHUNK ? rows->n_rows - i0 : Q_CHUNK;
         if (rd)
             for (size_t j = 0; j < nb; j++)
-                fkvfq_rope_angles(key_rope, w.freqs, rows->first_position + i0 + j,
+                fkvf_rope_angles(key_rope, w.freqs, rows->first_position + i0 + j,
                                   w.cs + j * rd);
         for (uint32_t l = 0; l < sh->n_layers; l++)
             for (uint32_t h = 0; h < q->n_kv_heads; h++)
@@ -495,7 +496,7 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
                         float *xj = w.x + j * dim;
                         fkvfq_load(rows->dtype, data + (i0 + j) * rb + eoff, xj, dim);
                         if (kv == 0 && rd)
-                            fkvfq_rope_rotate_f32(key_rope, w.cs + j * rd, 1, xj);
+                            fkvf_rope_rotate_f32(key_rope, w.cs + j * rd, 1, xj);
                     }
                     size_t c0 = code_index(q, l, h, kv, 0);
                     if (B > 1) {
@@ -569,7 +570,7 @@ static void sum_rows(float *restrict acc, const float *const *rowp, unsigned ns,
 
 /* The decoder's kernels for CPUs with AVX2 and F16C: the same binary32 sums
  * in the same order, the same binary64 rotation, the same roundings as the
- * portable path (sum_rows, fkvfq_rope_rotate_f32, fkvfq_store); f32 -> f16
+ * portable path (sum_rows, fkvf_rope_rotate_f32, fkvfq_store); f32 -> f16
  * is fkvf_f16c_put8 (common/half.h: why it equals fkvfq_f32_to_f16 here). */
 
 /* 8 lanes of a to dt at dst (16 or 32 bytes) */
@@ -694,7 +695,7 @@ static Q_FAST_TARGET void fast_sum_rope_store_blocks(fkvf_dtype dt, const float 
     }
 }
 
-/* A key before RoPE: sum_rows into acc, fkvfq_rope_rotate_f32(r, cs, 0, acc)
+/* A key before RoPE: sum_rows into acc, fkvf_rope_rotate_f32(r, cs, 0, acc)
  * four pairs at a time (x0 c - x1 s and x0 s + x1 c in binary64, each
  * rounded once to binary32), then the conversion to dt. */
 static Q_FAST_TARGET void fast_sum_rope_store(fkvf_dtype dt, const float *const *rowp,
@@ -761,7 +762,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
         return FKVF_E_INVALID_ARG;
     const fkvf_codebook_shape *sh = &q->shape;
     size_t es = fkvfq_dtype_size(out_dtype), rb = es ? row_bytes(q, out_dtype) : 0, all;
-    if (!rb || (key_rope && !fkvfq_rope_valid(key_rope, sh->key_dim)) ||
+    if (!rb || (key_rope && !fkvf_rope_valid(key_rope, sh->key_dim)) ||
         !fkvf_mulsz(n_rows, rb, &all) || out_size < all || (n_rows && !out) ||
         (n_rows && first_position > UINT64_MAX - (n_rows - 1)))
         return FKVF_E_INVALID_ARG;
@@ -805,7 +806,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
         return FKVF_E_NOMEM;
     }
     if (rd)
-        fkvfq_rope_freqs(key_rope, freqs);
+        fkvf_rope_freqs(key_rope, freqs);
     uint8_t *o = out;
     const size_t m = (size_t)sh->k_stages + sh->v_stages;
 #ifdef Q_DEC_FAST
@@ -817,7 +818,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
         size_t nb = n_rows - i0 < Q_DCHUNK ? n_rows - i0 : Q_DCHUNK;
         if (rd)
             for (size_t i = 0; i < nb; i++)
-                fkvfq_rope_angles(key_rope, freqs, first_position + i0 + i, cs + i * rd);
+                fkvf_rope_angles(key_rope, freqs, first_position + i0 + i, cs + i * rd);
         for (uint32_t l = 0; l < sh->n_layers; l++)
             for (uint32_t h = 0; h < q->n_kv_heads; h++)
                 for (unsigned kv = 0; kv < 2; kv++) {
@@ -893,7 +894,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
 #endif
                         sum_rows(acc, rowp, ns, dim);
                         if (kv == 0 && rd)
-                            fkvfq_rope_rotate_f32(key_rope, cs + i * rd, 0, acc);
+                            fkvf_rope_rotate_f32(key_rope, cs + i * rd, 0, acc);
                         if (fast)
                             fkvfq_store(out_dtype, acc, dst, dim);
                         else
