@@ -3,7 +3,6 @@
  * decoding (fkvf_rvq_decode: restore) and by random access (fkvf_reader_read),
  * and behind fkvf_rope_apply_f64 / _f32. */
 #include <math.h>
-#include <string.h>
 
 #include "rope.h"
 
@@ -28,11 +27,6 @@ static void cs_of(double freq, uint64_t t, double cs[2])
     cs[1] = sin(a);
 }
 
-static void pair_cs(const fkvf_rope *r, uint64_t t, uint32_t i, double cs[2])
-{
-    cs_of(inv_freq(r, i), t, cs);
-}
-
 /* components of pair i: interleaved (2i, 2i+1), half-split (i, i + rope_dims/2) */
 static inline size_t pair_j0(const fkvf_rope *r, uint32_t i)
 {
@@ -41,15 +35,6 @@ static inline size_t pair_j0(const fkvf_rope *r, uint32_t i)
 static inline size_t pair_j1(const fkvf_rope *r, uint32_t i)
 {
     return r->layout == 1 ? 2 * (size_t)i + 1 : (size_t)i + r->rope_dims / 2;
-}
-
-/* R(a) on one pair; inverse = R(-a) (cos(-a) = cos a, sin(-a) = -sin a) */
-static inline void rot_pair(const double cs[2], int inverse, double *x0, double *x1)
-{
-    double c = cs[0], s = inverse ? -cs[1] : cs[1];
-    double a = *x0, b = *x1;
-    *x0 = a * c - b * s;
-    *x1 = a * s + b * c;
 }
 
 void fkvf_rope_freqs(const fkvf_rope *r, double *freqs)
@@ -69,35 +54,65 @@ void fkvf_rope_angles(const fkvf_rope *r, const double *freqs, uint64_t t, doubl
     }
 }
 
-/* Pairs i0..i0+3 (or the tail) of a vector of T (float or double), in
- * binary64: the same operations as rot_pair, in blocks the compiler can
- * vectorize. A: first components, B: second ones, step between pairs. */
-#define Q_ROT_BLOCKS(T, A, B, STEP)                                                        \
-    do {                                                                                   \
-        uint32_t i = 0;                                                                    \
-        for (; i + 4 <= half; i += 4)                                                      \
-            for (int j = 0; j < 4; j++) {                                                  \
-                double c = co[i + j], s = sg * si[i + j];                                  \
-                double x0 = (A)[(size_t)(i + j) * (STEP)], x1 = (B)[(size_t)(i + j) * (STEP)]; \
-                (A)[(size_t)(i + j) * (STEP)] = (T)(x0 * c - x1 * s);                      \
-                (B)[(size_t)(i + j) * (STEP)] = (T)(x0 * s + x1 * c);                      \
-            }                                                                              \
-        for (; i < half; i++) {                                                            \
-            double c = co[i], s = sg * si[i];                                              \
-            double x0 = (A)[(size_t)i * (STEP)], x1 = (B)[(size_t)i * (STEP)];             \
-            (A)[(size_t)i * (STEP)] = (T)(x0 * c - x1 * s);                                \
-            (B)[(size_t)i * (STEP)] = (T)(x0 * s + x1 * c);                                \
-        }                                                                                  \
-    } while (0)
+/* pair i of binary32 values: a[i * step] and b[i * step], cosine c, sine s */
+static inline void turn_f32(float *a, float *b, size_t step, uint32_t i, double c, double s)
+{
+    double x0 = a[i * step], x1 = b[i * step];
+    fkvf_rope_turn(c, s, &x0, &x1);
+    a[i * step] = (float)x0;
+    b[i * step] = (float)x1;
+}
 
-void fkvf_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, float *v)
+#ifdef FKVF_HAVE_ROPE_AVX
+/* The forward rotation of the first pairs, four at a time (fkvf_rope_turn4);
+ * returns how many pairs it did. */
+__attribute__((target("avx"))) static uint32_t rotate_avx(uint8_t layout, uint32_t half,
+                                                          const double *co, const double *si,
+                                                          float *v)
+{
+    uint32_t i = 0;
+    __m128 y0, y1;
+    if (layout == 2) { /* pairs (i, i + half) */
+        for (; i + 4 <= half; i += 4) {
+            fkvf_rope_turn4(_mm_loadu_ps(v + i), _mm_loadu_ps(v + half + i), co + i, si + i, &y0,
+                            &y1);
+            _mm_storeu_ps(v + i, y0);
+            _mm_storeu_ps(v + half + i, y1);
+        }
+    } else { /* pairs (2i, 2i + 1): even and odd components of 8 */
+        for (; i + 4 <= half; i += 4) {
+            __m128 a = _mm_loadu_ps(v + 2 * i), b = _mm_loadu_ps(v + 2 * i + 4);
+            fkvf_rope_turn4(_mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)), co + i, si + i, &y0,
+                            &y1);
+            _mm_storeu_ps(v + 2 * i, _mm_unpacklo_ps(y0, y1));
+            _mm_storeu_ps(v + 2 * i + 4, _mm_unpackhi_ps(y0, y1));
+        }
+    }
+    return i;
+}
+#endif
+
+void fkvf_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, float *v, int avx)
 {
     const uint32_t half = r->rope_dims / 2;
+    /* R(-a): cos(-a) = cos a, sin(-a) = -sin a */
     const double *co = cs, *si = cs + half, sg = inverse ? -1.0 : 1.0;
-    if (r->layout == 2)
-        Q_ROT_BLOCKS(float, v, v + half, 1);
-    else
-        Q_ROT_BLOCKS(float, v, v + 1, 2);
+    float *a = v, *b = r->layout == 2 ? v + half : v + 1;
+    const size_t step = r->layout == 2 ? 1 : 2;
+    uint32_t i = 0;
+#ifdef FKVF_HAVE_ROPE_AVX
+    if (avx && !inverse)
+        i = rotate_avx(r->layout, half, co, si, v);
+#else
+    (void)avx;
+#endif
+    /* in blocks of four pairs the compiler can vectorize, then the tail */
+    for (; i + 4 <= half; i += 4)
+        for (uint32_t j = i; j < i + 4; j++)
+            turn_f32(a, b, step, j, co[j], sg * si[j]);
+    for (; i < half; i++)
+        turn_f32(a, b, step, i, co[i], sg * si[i]);
 }
 
 static int rope_args(const fkvf_rope *rope, const void *vec, size_t dim)
@@ -105,6 +120,14 @@ static int rope_args(const fkvf_rope *rope, const void *vec, size_t dim)
     if (!rope || !vec || dim > UINT32_MAX || !fkvf_rope_valid(rope, (uint32_t)dim))
         return FKVF_E_INVALID_ARG;
     return FKVF_OK;
+}
+
+/* cosine and sine of pair i at position t, the sine negated for R(-a) */
+static void pair_turn(const fkvf_rope *r, uint64_t t, uint32_t i, int inverse, double cs[2])
+{
+    cs_of(inv_freq(r, i), t, cs);
+    if (inverse)
+        cs[1] = -cs[1];
 }
 
 FKVF_API int fkvf_rope_apply_f64(const fkvf_rope *rope, uint64_t t, int inverse, double *vec,
@@ -115,8 +138,8 @@ FKVF_API int fkvf_rope_apply_f64(const fkvf_rope *rope, uint64_t t, int inverse,
         return rc;
     for (uint32_t i = 0; i < rope->rope_dims / 2; i++) {
         double cs[2];
-        pair_cs(rope, t, i, cs);
-        rot_pair(cs, inverse != 0, vec + pair_j0(rope, i), vec + pair_j1(rope, i));
+        pair_turn(rope, t, i, inverse, cs);
+        fkvf_rope_turn(cs[0], cs[1], vec + pair_j0(rope, i), vec + pair_j1(rope, i));
     }
     return FKVF_OK;
 }
@@ -129,12 +152,8 @@ FKVF_API int fkvf_rope_apply_f32(const fkvf_rope *rope, uint64_t t, int inverse,
         return rc;
     for (uint32_t i = 0; i < rope->rope_dims / 2; i++) {
         double cs[2];
-        pair_cs(rope, t, i, cs);
-        size_t j0 = pair_j0(rope, i), j1 = pair_j1(rope, i);
-        double x0 = vec[j0], x1 = vec[j1];
-        rot_pair(cs, inverse != 0, &x0, &x1);
-        vec[j0] = (float)x0;
-        vec[j1] = (float)x1;
+        pair_turn(rope, t, i, inverse, cs);
+        turn_f32(vec + pair_j0(rope, i), vec + pair_j1(rope, i), 0, 0, cs[0], cs[1]);
     }
     return FKVF_OK;
 }

@@ -496,7 +496,7 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
                         float *xj = w.x + j * dim;
                         fkvfq_load(rows->dtype, data + (i0 + j) * rb + eoff, xj, dim);
                         if (kv == 0 && rd)
-                            fkvf_rope_rotate_f32(key_rope, w.cs + j * rd, 1, xj);
+                            fkvf_rope_rotate_f32(key_rope, w.cs + j * rd, 1, xj, 0);
                     }
                     size_t c0 = code_index(q, l, h, kv, 0);
                     if (B > 1) {
@@ -640,19 +640,10 @@ static inline Q_FAST_TARGET __m256 fast_sum8(const float *const *rowp, unsigned 
     return a;
 }
 
-/* four pairs (x0[j], x1[j]) rotated by the angles of co[j], si[j] */
-static inline Q_FAST_TARGET void fast_rot4(__m128 x0f, __m128 x1f, const double *co,
-                                           const double *si, __m128 *y0, __m128 *y1)
-{
-    __m256d x0 = _mm256_cvtps_pd(x0f), x1 = _mm256_cvtps_pd(x1f);
-    __m256d c = _mm256_loadu_pd(co), sn = _mm256_loadu_pd(si);
-    *y0 = _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(x0, c), _mm256_mul_pd(x1, sn)));
-    *y1 = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(x0, sn), _mm256_mul_pd(x1, c)));
-}
-
 /* The same as fast_sum_rope_store below when the rotated components fill
  * whole 8-lane blocks (interleaved: rd % 8 == 0; half-split: rd % 16 == 0):
- * sums, rotation and conversion in registers, block by block. */
+ * sums, rotation (fkvf_rope_turn4) and conversion in registers, block by
+ * block. */
 static Q_FAST_TARGET void fast_sum_rope_store_blocks(fkvf_dtype dt, const float *const *rowp,
                                                      unsigned ns, uint32_t dim, int layout,
                                                      uint32_t rd, const double *cs,
@@ -668,18 +659,18 @@ static Q_FAST_TARGET void fast_sum_rope_store_blocks(fkvf_dtype dt, const float 
         const __m256i back = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for (; d < rd; d += 8) {
             __m256 x = _mm256_permutevar8x32_ps(fast_sum8(rowp, ns, d), even);
-            fast_rot4(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1), co + d / 2,
-                      si + d / 2, &y0, &y1);
+            fkvf_rope_turn4(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1),
+                            co + d / 2, si + d / 2, &y0, &y1);
             __m256 y = _mm256_insertf128_ps(_mm256_castps128_ps256(y0), y1, 1);
             fast_put8(dt, _mm256_permutevar8x32_ps(y, back), dst + d * es);
         }
     } else { /* pairs (i, i + half): blocks d and d + half together */
         for (; d < half; d += 8) {
             __m256 a = fast_sum8(rowp, ns, d), b = fast_sum8(rowp, ns, d + half);
-            fast_rot4(_mm256_castps256_ps128(a), _mm256_castps256_ps128(b), co + d, si + d, &y0,
-                      &y1);
-            fast_rot4(_mm256_extractf128_ps(a, 1), _mm256_extractf128_ps(b, 1), co + d + 4,
-                      si + d + 4, &z0, &z1);
+            fkvf_rope_turn4(_mm256_castps256_ps128(a), _mm256_castps256_ps128(b), co + d,
+                            si + d, &y0, &y1);
+            fkvf_rope_turn4(_mm256_extractf128_ps(a, 1), _mm256_extractf128_ps(b, 1),
+                            co + d + 4, si + d + 4, &z0, &z1);
             fast_put8(dt, _mm256_insertf128_ps(_mm256_castps128_ps256(y0), z0, 1), dst + d * es);
             fast_put8(dt, _mm256_insertf128_ps(_mm256_castps128_ps256(y1), z1, 1),
                       dst + (d + half) * es);
@@ -695,59 +686,18 @@ static Q_FAST_TARGET void fast_sum_rope_store_blocks(fkvf_dtype dt, const float 
     }
 }
 
-/* A key before RoPE: sum_rows into acc, fkvf_rope_rotate_f32(r, cs, 0, acc)
- * four pairs at a time (x0 c - x1 s and x0 s + x1 c in binary64, each
- * rounded once to binary32), then the conversion to dt. */
+/* A key before RoPE: the sums into acc, fkvf_rope_rotate_f32(r, cs, 0, acc,
+ * 1), then the conversion to dt. */
 static Q_FAST_TARGET void fast_sum_rope_store(fkvf_dtype dt, const float *const *rowp,
-                                              unsigned ns, uint32_t dim, int layout,
-                                              uint32_t rd, const double *cs, float *acc,
-                                              uint8_t *dst)
+                                              unsigned ns, uint32_t dim, const fkvf_rope *r,
+                                              const double *cs, float *acc, uint8_t *dst)
 {
-    const uint32_t half = rd / 2;
-    const double *co = cs, *si = cs + half;
-    uint32_t d = 0, i = 0;
-    for (; d + 8 <= dim; d += 8) {
-        __m256 a = _mm256_setzero_ps();
-        for (unsigned s = 0; s < ns; s++)
-            a = _mm256_add_ps(a, _mm256_loadu_ps(rowp[s] + d));
-        _mm256_storeu_ps(acc + d, a);
-    }
+    uint32_t d = 0;
+    for (; d + 8 <= dim; d += 8)
+        _mm256_storeu_ps(acc + d, fast_sum8(rowp, ns, d));
     if (d < dim)
         fast_sum_tail(rowp, ns, d, dim - d, acc + d);
-    if (layout == 1) { /* pairs (2i, 2i + 1) */
-        const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-        const __m256i back = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-        for (; i + 4 <= half; i += 4) {
-            __m256 x = _mm256_permutevar8x32_ps(_mm256_loadu_ps(acc + 2 * i), even);
-            __m256d x0 = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-            __m256d x1 = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
-            __m256d c = _mm256_loadu_pd(co + i), sn = _mm256_loadu_pd(si + i);
-            __m128 y0 = _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(x0, c), _mm256_mul_pd(x1, sn)));
-            __m128 y1 = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(x0, sn), _mm256_mul_pd(x1, c)));
-            __m256 y = _mm256_insertf128_ps(_mm256_castps128_ps256(y0), y1, 1);
-            _mm256_storeu_ps(acc + 2 * i, _mm256_permutevar8x32_ps(y, back));
-        }
-        for (; i < half; i++) {
-            double x0 = acc[2 * i], x1 = acc[2 * i + 1];
-            acc[2 * i] = (float)(x0 * co[i] - x1 * si[i]);
-            acc[2 * i + 1] = (float)(x0 * si[i] + x1 * co[i]);
-        }
-    } else { /* pairs (i, i + rd / 2) */
-        for (; i + 4 <= half; i += 4) {
-            __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(acc + i));
-            __m256d x1 = _mm256_cvtps_pd(_mm_loadu_ps(acc + half + i));
-            __m256d c = _mm256_loadu_pd(co + i), sn = _mm256_loadu_pd(si + i);
-            _mm_storeu_ps(acc + i, _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(x0, c),
-                                                                 _mm256_mul_pd(x1, sn))));
-            _mm_storeu_ps(acc + half + i, _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(x0, sn),
-                                                                        _mm256_mul_pd(x1, c))));
-        }
-        for (; i < half; i++) {
-            double x0 = acc[i], x1 = acc[half + i];
-            acc[i] = (float)(x0 * co[i] - x1 * si[i]);
-            acc[half + i] = (float)(x0 * si[i] + x1 * co[i]);
-        }
-    }
+    fkvf_rope_rotate_f32(r, cs, 0, acc, 1);
     fast_store(dt, acc, dim, dst);
 }
 #endif
@@ -809,6 +759,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
         fkvf_rope_freqs(key_rope, freqs);
     uint8_t *o = out;
     const size_t m = (size_t)sh->k_stages + sh->v_stages;
+    const int avx = fast && fkvf_cpu_avx();
 #ifdef Q_DEC_FAST
     const int kern = fast && fkvf_cpu_avx2() && fkvf_cpu_f16c();
     /* the rotated components fill whole 8-lane blocks */
@@ -885,8 +836,8 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
                                                            key_rope->layout, rd, cs + i * rd,
                                                            dst);
                             else if (kv == 0 && rd)
-                                fast_sum_rope_store(out_dtype, rowp, ns, dim, key_rope->layout,
-                                                    rd, cs + i * rd, acc, dst);
+                                fast_sum_rope_store(out_dtype, rowp, ns, dim, key_rope,
+                                                    cs + i * rd, acc, dst);
                             else
                                 fast_sum_store(out_dtype, rowp, ns, dim, dst);
                             continue;
@@ -894,7 +845,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
 #endif
                         sum_rows(acc, rowp, ns, dim);
                         if (kv == 0 && rd)
-                            fkvf_rope_rotate_f32(key_rope, cs + i * rd, 0, acc);
+                            fkvf_rope_rotate_f32(key_rope, cs + i * rd, 0, acc, avx);
                         if (fast)
                             fkvfq_store(out_dtype, acc, dst, dim);
                         else

@@ -569,7 +569,7 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
                                     fkvf_rope_angles(p->key_rope, w.freqs, pos, w.cs);
                                     have_cs = 1;
                                 }
-                                fkvf_rope_rotate_f32(p->key_rope, w.cs, 1, x);
+                                fkvf_rope_rotate_f32(p->key_rope, w.cs, 1, x, 0);
                                 for (uint32_t d = 0; d < dim; d++)
                                     if (!isfinite(x[d]))
                                         rc = FKVF_E_INVALID_ARG;

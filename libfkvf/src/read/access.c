@@ -4,9 +4,10 @@
  * Every element is bit-identical to fkvf_reader_restore's: exact rows are the
  * EXAC bytes through fkvf_convert; archived vectors are the binary32 sum of
  * their centroids in stage order from +0.0 (fkvf_rvq_centroids), keys rotated
- * to their position with the arithmetic of spec 8.1 as fkvf_rvq_decode does
- * it (angles, sines and cosines in binary64, the pair rotation in binary64,
- * one rounding to binary32), then fkvf_convert to the output dtype.
+ * to their position by common/rope.h, the code fkvf_rvq_decode rotates them
+ * with (angles, sines and cosines in binary64, the pair rotation in binary64,
+ * one rounding to binary32), then fkvf_convert (or, for f16, the F16C store
+ * of common/half.h that fkvf_rvq_decode uses) to the output dtype.
  *
  * What is touched: all index streams share their segments (spec 11.2), so the
  * segment of a position range is found once; the byte offset of every
@@ -20,7 +21,6 @@
  * stage tables stay in cache for the block. Values are summed into a staging
  * buffer in output order and converted to the output dtype one contiguous
  * run at a time. */
-#include <math.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -28,6 +28,7 @@
 #include "cpu.h"
 #include "half.h"
 #include "le.h"
+#include "rope.h"
 #include "restore.h"
 
 #define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
@@ -266,6 +267,7 @@ typedef struct work {
     const float **rowp;                 /* LAYOUT_ROWS: the rows of one position */
     int avx;                            /* sum with 8-lane vectors */
     uint32_t rd;                        /* rope dims (0: no rotation) */
+    fkvf_rope rope;                     /* the archive's RoPE (rd > 0) */
     double *freqs;                      /* rd / 2 */
     double *cs;                         /* [chunk][rd]: cosines, then sines */
     stage st;
@@ -341,10 +343,8 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
                     w->tab[sel_index(w, li, hi, kv, s)] =
                         fkvf_rvq_centroids(q, p->l0 + li, p->h0 + hi, kv, s);
     if (w->rd) {
-        /* theta^(-2i / rope_dims), as spec 8.1 and the quantizer compute it */
-        double theta = r->desc.rope_theta;
-        for (uint32_t i = 0; i < w->rd / 2; i++)
-            w->freqs[i] = pow(theta, -(double)(2 * (uint64_t)i) / (double)w->rd);
+        w->rope = (fkvf_rope){r->desc.rope_layout, w->rd, r->desc.rope_theta};
+        fkvf_rope_freqs(&w->rope, w->freqs);
     }
     return FKVF_OK;
 }
@@ -557,58 +557,6 @@ static void sum_vec(float *acc, const float *const *rows, unsigned ns, uint32_t 
     }
 }
 
-/* Rotate a reconstructed key by +angle (spec 8.1): cs = cosines then sines
- * of the position's angles; each pair in binary64, rounded once to binary32
- * (the quantizer's arithmetic: x0 c - x1 s, x0 s + x1 c, no fused
- * multiply-add). */
-#ifdef ACC_AVX
-typedef double rot_v4d __attribute__((vector_size(32)));
-typedef float rot_v4f __attribute__((vector_size(16)));
-/* half-split pairs (i, i + half), four at a time: the same operations on
- * four lanes */
-__attribute__((target("avx"))) static uint32_t rotate_half_avx(float *v, const double *cs,
-                                                                uint32_t half)
-{
-    uint32_t i = 0;
-    for (; i + 4 <= half; i += 4) {
-        rot_v4f fa, fb;
-        rot_v4d c, s;
-        memcpy(&fa, v + i, sizeof fa);
-        memcpy(&fb, v + half + i, sizeof fb);
-        memcpy(&c, cs + i, sizeof c);
-        memcpy(&s, cs + half + i, sizeof s);
-        rot_v4d x0 = __builtin_convertvector(fa, rot_v4d), x1 = __builtin_convertvector(fb, rot_v4d);
-        rot_v4d y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
-        fa = __builtin_convertvector(y0, rot_v4f);
-        fb = __builtin_convertvector(y1, rot_v4f);
-        memcpy(v + i, &fa, sizeof fa);
-        memcpy(v + half + i, &fb, sizeof fb);
-    }
-    return i;
-}
-#endif
-
-static void rotate_key(float *v, const double *cs, uint32_t rd, uint8_t layout, int avx)
-{
-    const uint32_t half = rd / 2;
-    const double *co = cs, *si = cs + half;
-    float *a = v, *b = layout == 2 ? v + half : v + 1;
-    const size_t step = layout == 2 ? 1 : 2;
-    uint32_t i = 0;
-#ifdef ACC_AVX
-    if (avx && layout == 2)
-        i = rotate_half_avx(v, cs, half);
-#else
-    (void)avx;
-#endif
-    for (; i < half; i++) {
-        double c = co[i], s = si[i];
-        double x0 = a[i * step], x1 = b[i * step];
-        a[i * step] = (float)(x0 * c - x1 * s);
-        b[i * step] = (float)(x0 * s + x1 * c);
-    }
-}
-
 static inline void prefetch_row(const float *row, uint32_t dim)
 {
 #if defined(__GNUC__) || defined(__clang__)
@@ -621,7 +569,7 @@ static inline void prefetch_row(const float *row, uint32_t dim)
 }
 
 /* One output vector from its stage rows. */
-static void emit(fkvf_reader *r, work *w, const float *const *rows, size_t ci, size_t i,
+static void emit(work *w, const float *const *rows, size_t ci, size_t i,
                  uint32_t li, uint32_t hi, unsigned kv)
 {
     const plan *p = w->p;
@@ -629,7 +577,7 @@ static void emit(fkvf_reader *r, work *w, const float *const *rows, size_t ci, s
     float *v = stage_vec(&w->st, out_off(p, i, li, hi, kv), dim);
     sum_vec(v, rows, kv ? w->vss : w->kss, dim, w->avx);
     if (kv == 0 && w->rd)
-        rotate_key(v, w->cs + ci * w->rd, w->rd, r->desc.rope_layout, w->avx);
+        fkvf_rope_rotate_f32(&w->rope, w->cs + ci * w->rd, 0, v, w->avx);
 }
 
 /* Stage rows of the selected stream j's stages for chunk position ci. */
@@ -646,19 +594,12 @@ static void stage_rows(const work *w, size_t j0, unsigned ns, uint32_t dim, size
 /* cos and sin of the angles of positions [pos, pos+n) into w->cs */
 static void compute_cs(work *w, uint64_t pos, size_t n)
 {
-    const uint32_t half = w->rd / 2;
-    for (size_t ci = 0; ci < n; ci++) {
-        double *cs = w->cs + ci * w->rd;
-        for (uint32_t i = 0; i < half; i++) {
-            double a = (double)(pos + ci) * w->freqs[i];
-            cs[i] = cos(a);
-            cs[half + i] = sin(a);
-        }
-    }
+    for (size_t ci = 0; ci < n; ci++)
+        fkvf_rope_angles(&w->rope, w->freqs, pos + ci, w->cs + ci * w->rd);
 }
 
 /* LAYOUT_ROWS: positions [pos, pos+n) (archived; n <= chunk), codes read. */
-static void emit_rows(fkvf_reader *r, work *w, uint64_t pos, size_t n)
+static void emit_rows(work *w, uint64_t pos, size_t n)
 {
     const plan *p = w->p;
     if (w->rd)
@@ -681,7 +622,7 @@ static void emit_rows(fkvf_reader *r, work *w, uint64_t pos, size_t n)
                 size_t run = (size_t)p->nh * dim;
                 if (run > w->st.cap) {
                     for (uint32_t hi = 0; hi < p->nh; hi++)
-                        emit(r, w, w->rowp + sel_index(w, li, hi, kv, 0), ci, i0 + ci, li, hi,
+                        emit(w, w->rowp + sel_index(w, li, hi, kv, 0), ci, i0 + ci, li, hi,
                              kv);
                     continue;
                 }
@@ -690,7 +631,7 @@ static void emit_rows(fkvf_reader *r, work *w, uint64_t pos, size_t n)
                 for (uint32_t hi = 0; hi < p->nh; hi++, v += dim, rows += w->sel_per) {
                     sum_vec(v, rows, ns, dim, w->avx);
                     if (kv == 0 && w->rd)
-                        rotate_key(v, w->cs + ci * w->rd, w->rd, r->desc.rope_layout, w->avx);
+                        fkvf_rope_rotate_f32(&w->rope, w->cs + ci * w->rd, 0, v, w->avx);
                 }
             }
     }
@@ -755,7 +696,7 @@ static int emit_heads(fkvf_reader *r, work *w, rd_group *gr, size_t *si, uint64_
                             prefetch_row(ahead[s], dim);
                         }
                     }
-                    emit(r, w, rows, ci, i0 + ci, li, hi, kv);
+                    emit(w, rows, ci, i0 + ci, li, hi, kv);
                 }
             }
         }
@@ -790,7 +731,7 @@ static int read_archived(fkvf_reader *r, work *w, uint64_t pos, uint64_t end)
             if (rc)
                 return rc;
         } else if (!w->nsel) { /* no stage selected: zero vectors (spec 13.6) */
-            emit_rows(r, w, pos, n);
+            emit_rows(w, pos, n);
         } else {
             rd_seg *g = seg_walk(r, gr, &si, pos - S);
             if (!g)
@@ -801,7 +742,7 @@ static int read_archived(fkvf_reader *r, work *w, uint64_t pos, uint64_t end)
             int rc = read_codes(r, w, gr, g, u, n);
             if (rc)
                 return rc;
-            emit_rows(r, w, pos, n);
+            emit_rows(w, pos, n);
         }
         pos += n;
     }
