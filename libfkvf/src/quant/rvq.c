@@ -9,6 +9,7 @@
 #include "half.h"
 #include "quant.h"
 #include "rope.h"
+#include "stage_sum.h"
 
 /* positions converted and searched together */
 #define Q_CHUNK 64
@@ -541,36 +542,13 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
 /* chunks of at least this many positions stream the next table set */
 #define Q_STREAM_MIN 64
 
-/* acc = +0.0 + row 0 + row 1 + ... in binary32, stage order (spec 13.6) */
-static void sum_rows(float *restrict acc, const float *const *rowp, unsigned ns, uint32_t dim)
-{
-    uint32_t d = 0;
-    for (; d + 16 <= dim; d += 16) {
-        float a[16];
-        for (int i = 0; i < 16; i++)
-            a[i] = 0.0f;
-        for (unsigned s = 0; s < ns; s++) {
-            const float *restrict r = rowp[s] + d;
-            for (int i = 0; i < 16; i++)
-                a[i] += r[i];
-        }
-        memcpy(acc + d, a, sizeof a);
-    }
-    for (; d < dim; d++) {
-        float a = 0.0f;
-        for (unsigned s = 0; s < ns; s++)
-            a += rowp[s][d];
-        acc[d] = a;
-    }
-}
-
 #if defined(FKVF_HAVE_F16C)
 #define Q_DEC_FAST 1
 #define Q_FAST_TARGET __attribute__((target("avx2,f16c")))
 
 /* The decoder's kernels for CPUs with AVX2 and F16C: the same binary32 sums
  * in the same order, the same binary64 rotation, the same roundings as the
- * portable path (sum_rows, fkvf_rope_rotate_f32, fkvfq_store); f32 -> f16
+ * portable path (fkvf_stage_sum, fkvf_rope_rotate_f32, fkvfq_store); f32 -> f16
  * is fkvf_f16c_put8 (common/half.h: why it equals fkvfq_f32_to_f16 here). */
 
 /* 8 lanes of a to dt at dst (16 or 32 bytes) */
@@ -601,43 +579,27 @@ static inline Q_FAST_TARGET void fast_store(fkvf_dtype dt, const float *acc, uin
         fkvfq_store_portable(dt, acc + d, dst + d * es, dim - d);
 }
 
-/* acc[d] = +0.0 + row 0 + ... + row ns-1 for d in [d0, d0 + m), m <= 8 */
+/* acc[j] = component d0 + j of the stage sum for j < m */
 static inline Q_FAST_TARGET void fast_sum_tail(const float *const *rowp, unsigned ns,
                                                uint32_t d0, uint32_t m, float *acc)
 {
-    for (uint32_t j = 0; j < m; j++) {
-        float a = 0.0f;
-        for (unsigned s = 0; s < ns; s++)
-            a += rowp[s][d0 + j];
-        acc[j] = a;
-    }
+    for (uint32_t j = 0; j < m; j++)
+        acc[j] = fkvf_stage_sum1(rowp, ns, d0 + j);
 }
 
-/* sum_rows and the conversion to dt in one pass, 8 lanes */
+/* the stage sum and the conversion to dt in one pass, 8 lanes */
 static Q_FAST_TARGET void fast_sum_store(fkvf_dtype dt, const float *const *rowp, unsigned ns,
                                          uint32_t dim, uint8_t *dst)
 {
     const size_t es = fkvfq_dtype_size(dt);
     uint32_t d = 0;
-    for (; d + 8 <= dim; d += 8) {
-        __m256 a = _mm256_setzero_ps();
-        for (unsigned s = 0; s < ns; s++)
-            a = _mm256_add_ps(a, _mm256_loadu_ps(rowp[s] + d));
-        fast_put8(dt, a, dst + d * es);
-    }
+    for (; d + 8 <= dim; d += 8)
+        fast_put8(dt, fkvf_stage_sum8(rowp, ns, d), dst + d * es);
     if (d < dim) {
         float acc[8];
         fast_sum_tail(rowp, ns, d, dim - d, acc);
         fkvfq_store_portable(dt, acc, dst + d * es, dim - d);
     }
-}
-
-static inline Q_FAST_TARGET __m256 fast_sum8(const float *const *rowp, unsigned ns, uint32_t d)
-{
-    __m256 a = _mm256_setzero_ps();
-    for (unsigned s = 0; s < ns; s++)
-        a = _mm256_add_ps(a, _mm256_loadu_ps(rowp[s] + d));
-    return a;
 }
 
 /* The same as fast_sum_rope_store below when the rotated components fill
@@ -658,7 +620,7 @@ static Q_FAST_TARGET void fast_sum_rope_store_blocks(fkvf_dtype dt, const float 
         const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
         const __m256i back = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for (; d < rd; d += 8) {
-            __m256 x = _mm256_permutevar8x32_ps(fast_sum8(rowp, ns, d), even);
+            __m256 x = _mm256_permutevar8x32_ps(fkvf_stage_sum8(rowp, ns, d), even);
             fkvf_rope_turn4(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1),
                             co + d / 2, si + d / 2, &y0, &y1);
             __m256 y = _mm256_insertf128_ps(_mm256_castps128_ps256(y0), y1, 1);
@@ -666,7 +628,7 @@ static Q_FAST_TARGET void fast_sum_rope_store_blocks(fkvf_dtype dt, const float 
         }
     } else { /* pairs (i, i + half): blocks d and d + half together */
         for (; d < half; d += 8) {
-            __m256 a = fast_sum8(rowp, ns, d), b = fast_sum8(rowp, ns, d + half);
+            __m256 a = fkvf_stage_sum8(rowp, ns, d), b = fkvf_stage_sum8(rowp, ns, d + half);
             fkvf_rope_turn4(_mm256_castps256_ps128(a), _mm256_castps256_ps128(b), co + d,
                             si + d, &y0, &y1);
             fkvf_rope_turn4(_mm256_extractf128_ps(a, 1), _mm256_extractf128_ps(b, 1),
@@ -678,7 +640,7 @@ static Q_FAST_TARGET void fast_sum_rope_store_blocks(fkvf_dtype dt, const float 
         d = rd;
     }
     for (; d + 8 <= dim; d += 8)
-        fast_put8(dt, fast_sum8(rowp, ns, d), dst + d * es);
+        fast_put8(dt, fkvf_stage_sum8(rowp, ns, d), dst + d * es);
     if (d < dim) {
         float acc[8];
         fast_sum_tail(rowp, ns, d, dim - d, acc);
@@ -692,11 +654,7 @@ static Q_FAST_TARGET void fast_sum_rope_store(fkvf_dtype dt, const float *const 
                                               unsigned ns, uint32_t dim, const fkvf_rope *r,
                                               const double *cs, float *acc, uint8_t *dst)
 {
-    uint32_t d = 0;
-    for (; d + 8 <= dim; d += 8)
-        _mm256_storeu_ps(acc + d, fast_sum8(rowp, ns, d));
-    if (d < dim)
-        fast_sum_tail(rowp, ns, d, dim - d, acc + d);
+    fkvf_stage_sum(acc, rowp, ns, dim, 1);
     fkvf_rope_rotate_f32(r, cs, 0, acc, 1);
     fast_store(dt, acc, dim, dst);
 }
@@ -843,7 +801,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
                             continue;
                         }
 #endif
-                        sum_rows(acc, rowp, ns, dim);
+                        fkvf_stage_sum(acc, rowp, ns, dim, avx);
                         if (kv == 0 && rd)
                             fkvf_rope_rotate_f32(key_rope, cs + i * rd, 0, acc, avx);
                         if (fast)

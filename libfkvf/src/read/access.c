@@ -29,6 +29,7 @@
 #include "half.h"
 #include "le.h"
 #include "rope.h"
+#include "stage_sum.h"
 #include "restore.h"
 
 #define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
@@ -265,7 +266,7 @@ typedef struct work {
     uint16_t *codes;                    /* ROWS [nsel][chunk]; HEADS [16][chunk] */
     const float **tab;                  /* stage table of each selected stream */
     const float **rowp;                 /* LAYOUT_ROWS: the rows of one position */
-    int avx;                            /* sum with 8-lane vectors */
+    int avx;                            /* sum and rotate with AVX */
     uint32_t rd;                        /* rope dims (0: no rotation) */
     fkvf_rope rope;                     /* the archive's RoPE (rd > 0) */
     double *freqs;                      /* rd / 2 */
@@ -498,65 +499,6 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
     return FKVF_OK;
 }
 
-/* acc = +0.0 + row 0 + row 1 + ... in binary32, stage order (spec 13.6):
- * per element the same additions in the same order, whatever the vector
- * width. */
-#if defined(__GNUC__) || defined(__clang__)
-#define ACC_VEC 1
-typedef float acc_v4 __attribute__((vector_size(16)));
-#if defined(__x86_64__) || defined(__i386__)
-#define ACC_AVX 1
-typedef float acc_v8 __attribute__((vector_size(32)));
-__attribute__((target("avx"))) static void sum_vec_avx(float *acc, const float *const *rows,
-                                                       unsigned ns, uint32_t dim)
-{
-    uint32_t d = 0;
-    for (; d + 8 <= dim; d += 8) {
-        acc_v8 a = {0, 0, 0, 0, 0, 0, 0, 0}, x;
-        for (unsigned s = 0; s < ns; s++) {
-            memcpy(&x, rows[s] + d, sizeof x);
-            a += x;
-        }
-        memcpy(acc + d, &a, sizeof a);
-    }
-    for (; d < dim; d++) {
-        float a = 0.0f;
-        for (unsigned s = 0; s < ns; s++)
-            a += rows[s][d];
-        acc[d] = a;
-    }
-}
-#endif
-#endif
-
-static void sum_vec(float *acc, const float *const *rows, unsigned ns, uint32_t dim, int avx)
-{
-#ifdef ACC_AVX
-    if (avx) {
-        sum_vec_avx(acc, rows, ns, dim);
-        return;
-    }
-#endif
-    (void)avx;
-    uint32_t d = 0;
-#ifdef ACC_VEC
-    for (; d + 4 <= dim; d += 4) {
-        acc_v4 a = {0, 0, 0, 0}, x;
-        for (unsigned s = 0; s < ns; s++) {
-            memcpy(&x, rows[s] + d, sizeof x);
-            a += x;
-        }
-        memcpy(acc + d, &a, sizeof a);
-    }
-#endif
-    for (; d < dim; d++) {
-        float a = 0.0f;
-        for (unsigned s = 0; s < ns; s++)
-            a += rows[s][d];
-        acc[d] = a;
-    }
-}
-
 static inline void prefetch_row(const float *row, uint32_t dim)
 {
 #if defined(__GNUC__) || defined(__clang__)
@@ -575,7 +517,7 @@ static void emit(work *w, const float *const *rows, size_t ci, size_t i,
     const plan *p = w->p;
     uint32_t dim = kv ? p->dv : p->dk;
     float *v = stage_vec(&w->st, out_off(p, i, li, hi, kv), dim);
-    sum_vec(v, rows, kv ? w->vss : w->kss, dim, w->avx);
+    fkvf_stage_sum(v, rows, kv ? w->vss : w->kss, dim, w->avx);
     if (kv == 0 && w->rd)
         fkvf_rope_rotate_f32(&w->rope, w->cs + ci * w->rd, 0, v, w->avx);
 }
@@ -629,7 +571,7 @@ static void emit_rows(work *w, uint64_t pos, size_t n)
                 float *v = stage_vec(&w->st, out_off(p, i0 + ci, li, 0, kv), (uint32_t)run);
                 const float *const *rows = w->rowp + sel_index(w, li, 0, kv, 0);
                 for (uint32_t hi = 0; hi < p->nh; hi++, v += dim, rows += w->sel_per) {
-                    sum_vec(v, rows, ns, dim, w->avx);
+                    fkvf_stage_sum(v, rows, ns, dim, w->avx);
                     if (kv == 0 && w->rd)
                         fkvf_rope_rotate_f32(&w->rope, w->cs + ci * w->rd, 0, v, w->avx);
                 }
