@@ -1,5 +1,6 @@
 /* The arithmetic restore and random access share (common/rope.h, common/half.h,
- * common/cpu.h): the RoPE rotate kernel's scalar and AVX paths agree bit for
+ * common/stage_sum.h, common/cpu.h): the stage sum's scalar, 4-lane and AVX
+ * paths agree, the RoPE rotate kernel's scalar and AVX paths agree bit for
  * bit with each other and with fkvf_rope_apply_f32, the F16C store agrees with
  * the scalar f32 -> f16 conversion on every value decoding can produce, and on
  * the sample archive (keys archived before RoPE) fkvf_reader_read, for whole
@@ -18,6 +19,7 @@
 #include "fkvf.h"
 #include "half.h"
 #include "rope.h"
+#include "stage_sum.h"
 #include "testutil.h"
 
 static uint32_t f2u(float f)
@@ -42,6 +44,40 @@ START_TEST(cpu_features_consistent)
     /* asked twice, the same answers (the F16C answer is cached) */
     ck_assert_int_eq(fkvf_cpu_f16c(), fkvf_cpu_f16c());
     ck_assert_int_eq(fkvf_cpu_avx(), fkvf_cpu_avx());
+}
+END_TEST
+
+/* ---- the stage sum: every path the same additions ---------------------------- */
+
+START_TEST(stage_sum_paths_agree)
+{
+    enum { DMAX = 133, NS = 16 };
+    static float tab[NS][DMAX];
+    tu_rng g = {13};
+    for (int s = 0; s < NS; s++)
+        for (int d = 0; d < DMAX; d++) {
+            double m = (double)(tu_next(&g) >> 11) / 9007199254740992.0;
+            float x = (float)ldexp(m, (int)tu_below(&g, 30) - 10);
+            if (tu_below(&g, 50) == 0)
+                x = 3.0e38f; /* sums overflow to infinity, +inf - inf gives NaN */
+            tab[s][d] = tu_below(&g, 2) ? -x : x;
+        }
+    const float *rows[NS];
+    float a[DMAX], b[DMAX];
+    for (unsigned ns = 0; ns <= NS; ns++)
+        for (uint32_t dim = 1; dim <= DMAX; dim += ns % 2 ? 1 : 7) {
+            for (unsigned s = 0; s < ns; s++)
+                rows[s] = tab[(s * 5 + dim) % NS];
+            fkvf_stage_sum(a, rows, ns, dim, 0);
+            for (uint32_t d = 0; d < dim; d++)
+                EXPECTF(f2u(a[d]) == f2u(fkvf_stage_sum1(rows, ns, d)),
+                        "ns %u dim %u component %u: vector and scalar sums differ", ns, dim, d);
+            if (!fkvf_cpu_avx())
+                continue;
+            fkvf_stage_sum(b, rows, ns, dim, 1);
+            EXPECTF(memcmp(a, b, dim * sizeof(float)) == 0, "ns %u dim %u: AVX sum differs",
+                    ns, dim);
+        }
 }
 END_TEST
 
@@ -344,6 +380,7 @@ int main(void)
     TCase *tc = tcase_create("arith");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, cpu_features_consistent);
+    tcase_add_test(tc, stage_sum_paths_agree);
     tcase_add_test(tc, rope_kernel_paths_agree);
     tcase_add_test(tc, f16c_store_matches_scalar);
     tcase_add_loop_test(tc, sample_read_matches_restore, 0, 3);
