@@ -9,28 +9,32 @@
  *  - f16 / bf16 -> f32: exact.
  *
  * The subnormal f16 path relies on a binary32 addition rounding to nearest
- * even (the default environment, no flush-to-zero). */
+ * even (the default environment, no flush-to-zero).
+ *
+ * The library's one copy of these conversions: fkvf_convert and
+ * fkvf_f32_to_f16 & co (quant/convert.c), training, encoding and decoding
+ * use them, and read/ through fkvf_convert and the F16C store below. */
 #ifndef FKVF_COMMON_HALF_H
 #define FKVF_COMMON_HALF_H
 
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t fkvfq_f32_bits(float f)
+static inline uint32_t fkvf_cvt_f32_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static inline float fkvfq_bits_f32(uint32_t u)
+static inline float fkvf_cvt_bits_f32(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static inline float fkvfq_f16_to_f32(uint16_t h)
+static inline float fkvf_cvt_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t em = h & 0x7FFFu; /* exponent and mantissa */
@@ -39,14 +43,14 @@ static inline float fkvfq_f16_to_f32(uint16_t h)
     /* infinity / NaN: all-ones exponent, payload moved to the top */
     uint32_t special = (em << 13) | UINT32_C(0x7F800000);
     /* zero / subnormal: em units of 2^-24; exact in binary32 */
-    uint32_t sub = fkvfq_f32_bits((float)em * 0x1p-24f);
+    uint32_t sub = fkvf_cvt_f32_bits((float)em * 0x1p-24f);
     uint32_t r = em >= 0x7C00u ? special : (em >= 0x0400u ? normal : sub);
-    return fkvfq_bits_f32(r | sign);
+    return fkvf_cvt_bits_f32(r | sign);
 }
 
-static inline uint16_t fkvfq_f32_to_f16(float f)
+static inline uint16_t fkvf_cvt_f32_to_f16(float f)
 {
-    uint32_t x = fkvfq_f32_bits(f);
+    uint32_t x = fkvf_cvt_f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t a = x & UINT32_C(0x7FFFFFFF);
     /* normal results (2^-14 <= |f| < 65520): drop 13 mantissa bits with
@@ -55,7 +59,7 @@ static inline uint16_t fkvfq_f32_to_f16(float f)
     uint32_t nrm = (a - UINT32_C(0x38000000) + 0x0FFFu + ((a >> 13) & 1u)) >> 13;
     /* subnormal results (|f| < 2^-14): in [0.5, 1) binary32 steps are 2^-24,
      * the f16 subnormal unit, so adding 0.5 rounds |f| to that grid */
-    uint32_t sub = fkvfq_f32_bits(fkvfq_bits_f32(a) + 0.5f) - UINT32_C(0x3F000000);
+    uint32_t sub = fkvf_cvt_f32_bits(fkvf_cvt_bits_f32(a) + 0.5f) - UINT32_C(0x3F000000);
     uint32_t pay = (a >> 13) & 0x3FFu;
     uint32_t nan = 0x7C00u | pay | (pay == 0 ? 0x200u : 0u);
     uint32_t r = a > UINT32_C(0x7F800000)
@@ -65,11 +69,14 @@ static inline uint16_t fkvfq_f32_to_f16(float f)
     return (uint16_t)(r | sign);
 }
 
-static inline float fkvfq_bf16_to_f32(uint16_t b) { return fkvfq_bits_f32((uint32_t)b << 16); }
-
-static inline uint16_t fkvfq_f32_to_bf16(float f)
+static inline float fkvf_cvt_bf16_to_f32(uint16_t b)
 {
-    uint32_t x = fkvfq_f32_bits(f);
+    return fkvf_cvt_bits_f32((uint32_t)b << 16);
+}
+
+static inline uint16_t fkvf_cvt_f32_to_bf16(float f)
+{
+    uint32_t x = fkvf_cvt_f32_bits(f);
     uint32_t rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
     uint32_t hi = x >> 16;
     uint32_t nan = hi | ((hi & 0x7Fu) == 0 ? 0x40u : 0u);
@@ -77,7 +84,7 @@ static inline uint16_t fkvfq_f32_to_bf16(float f)
     return (uint16_t)r;
 }
 
-/* ---- blocks of FKVFQ_CVT elements ---------------------------------------------
+/* ---- blocks of FKVF_CVT_BLOCK elements ---------------------------------------------
  * The same conversions on fixed-size blocks, bit-identical to the scalar
  * functions above (tests compare them on every f16 pattern and many f32
  * ones). With GCC or clang they use the compilers' generic vector types:
@@ -85,66 +92,66 @@ static inline uint16_t fkvfq_f32_to_bf16(float f)
  * vector unit the target (or a function's target attribute) has. Vectors
  * never cross a function boundary by value, so there is no vector ABI
  * involved. Halves are host-order uint16; callers handle byte order. */
-#define FKVFQ_CVT 16
+#define FKVF_CVT_BLOCK 16
 
 #if defined(__GNUC__) || defined(__clang__)
-#define FKVFQ_HAVE_VEC 1
+#define FKVF_CVT_HAVE_VEC 1
 /* 4 lanes: one SSE2 / NEON register (wider generic vectors are lowered lane
  * by lane for comparisons on SSE2) */
-#define FKVFQ_VBYTES 16
-#define FKVFQ_VSFX _4
+#define FKVF_CVT_VBYTES 16
+#define FKVF_CVT_VSFX _4
 #include "half_vec.h"
 /* 8 lanes: for functions compiled with target("avx2") */
-#define FKVFQ_VBYTES 32
-#define FKVFQ_VSFX _8
+#define FKVF_CVT_VBYTES 32
+#define FKVF_CVT_VSFX _8
 #include "half_vec.h"
 
-static inline void fkvfq_f32_to_f16_blk(const float *src, uint16_t *out)
+static inline void fkvf_cvt_f32_to_f16_blk(const float *src, uint16_t *out)
 {
-    for (int i = 0; i < FKVFQ_CVT; i += 4)
-        fkvfq_f32_to_f16_4(src + i, out + i);
+    for (int i = 0; i < FKVF_CVT_BLOCK; i += 4)
+        fkvf_cvt_f32_to_f16_4(src + i, out + i);
 }
-static inline void fkvfq_f16_to_f32_blk(const uint16_t *h, float *dst)
+static inline void fkvf_cvt_f16_to_f32_blk(const uint16_t *h, float *dst)
 {
-    for (int i = 0; i < FKVFQ_CVT; i += 4)
-        fkvfq_f16_to_f32_4(h + i, dst + i);
+    for (int i = 0; i < FKVF_CVT_BLOCK; i += 4)
+        fkvf_cvt_f16_to_f32_4(h + i, dst + i);
 }
-static inline void fkvfq_f32_to_bf16_blk(const float *src, uint16_t *out)
+static inline void fkvf_cvt_f32_to_bf16_blk(const float *src, uint16_t *out)
 {
-    for (int i = 0; i < FKVFQ_CVT; i += 4)
-        fkvfq_f32_to_bf16_4(src + i, out + i);
+    for (int i = 0; i < FKVF_CVT_BLOCK; i += 4)
+        fkvf_cvt_f32_to_bf16_4(src + i, out + i);
 }
-static inline void fkvfq_bf16_to_f32_blk(const uint16_t *h, float *dst)
+static inline void fkvf_cvt_bf16_to_f32_blk(const uint16_t *h, float *dst)
 {
-    for (int i = 0; i < FKVFQ_CVT; i += 4)
-        fkvfq_bf16_to_f32_4(h + i, dst + i);
+    for (int i = 0; i < FKVF_CVT_BLOCK; i += 4)
+        fkvf_cvt_bf16_to_f32_4(h + i, dst + i);
 }
 #else
-static inline void fkvfq_f32_to_f16_blk(const float *src, uint16_t *out)
+static inline void fkvf_cvt_f32_to_f16_blk(const float *src, uint16_t *out)
 {
-    for (int i = 0; i < FKVFQ_CVT; i++)
-        out[i] = fkvfq_f32_to_f16(src[i]);
+    for (int i = 0; i < FKVF_CVT_BLOCK; i++)
+        out[i] = fkvf_cvt_f32_to_f16(src[i]);
 }
-static inline void fkvfq_f16_to_f32_blk(const uint16_t *h, float *dst)
+static inline void fkvf_cvt_f16_to_f32_blk(const uint16_t *h, float *dst)
 {
-    for (int i = 0; i < FKVFQ_CVT; i++)
-        dst[i] = fkvfq_f16_to_f32(h[i]);
+    for (int i = 0; i < FKVF_CVT_BLOCK; i++)
+        dst[i] = fkvf_cvt_f16_to_f32(h[i]);
 }
-static inline void fkvfq_f32_to_bf16_blk(const float *src, uint16_t *out)
+static inline void fkvf_cvt_f32_to_bf16_blk(const float *src, uint16_t *out)
 {
-    for (int i = 0; i < FKVFQ_CVT; i++)
-        out[i] = fkvfq_f32_to_bf16(src[i]);
+    for (int i = 0; i < FKVF_CVT_BLOCK; i++)
+        out[i] = fkvf_cvt_f32_to_bf16(src[i]);
 }
-static inline void fkvfq_bf16_to_f32_blk(const uint16_t *h, float *dst)
+static inline void fkvf_cvt_bf16_to_f32_blk(const uint16_t *h, float *dst)
 {
-    for (int i = 0; i < FKVFQ_CVT; i++)
-        dst[i] = fkvfq_bf16_to_f32(h[i]);
+    for (int i = 0; i < FKVF_CVT_BLOCK; i++)
+        dst[i] = fkvf_cvt_bf16_to_f32(h[i]);
 }
 #endif
 
 /* ---- F16C (x86-64 with GCC or clang) -------------------------------------------
  * binary32 -> f16 with the vcvtps2ph instruction, round to nearest even (the
- * immediate; MXCSR not consulted): the same bits as fkvfq_f32_to_f16 on every
+ * immediate; MXCSR not consulted): the same bits as fkvf_cvt_f32_to_f16 on every
  * finite value, on infinities and on every quiet NaN (payload truncated, quiet
  * bit kept). It would differ only on signaling NaNs (the instruction sets the
  * quiet bit), which decoding cannot produce: table entries are finite, sums of
@@ -163,7 +170,7 @@ static inline __attribute__((target("avx,f16c"))) void fkvf_f16c_put8(__m256 a, 
 }
 
 /* n values at src as f16 at dst (little-endian, any alignment): blocks of 8
- * by fkvf_f16c_put8, the tail by fkvfq_f32_to_f16 */
+ * by fkvf_f16c_put8, the tail by fkvf_cvt_f32_to_f16 */
 static inline __attribute__((target("avx,f16c"))) void fkvf_f16c_store(uint8_t *dst,
                                                                        const float *src,
                                                                        size_t n)
@@ -172,7 +179,7 @@ static inline __attribute__((target("avx,f16c"))) void fkvf_f16c_store(uint8_t *
     for (; i + 8 <= n; i += 8)
         fkvf_f16c_put8(_mm256_loadu_ps(src + i), dst + 2 * i);
     for (; i < n; i++) {
-        uint16_t h = fkvfq_f32_to_f16(src[i]);
+        uint16_t h = fkvf_cvt_f32_to_f16(src[i]);
         memcpy(dst + 2 * i, &h, sizeof h);
     }
 }

@@ -47,22 +47,22 @@ void fkvfq_load(fkvf_dtype dt, const uint8_t *src, float *dst, size_t n)
 {
     size_t i = 0;
     if (dt == FKVF_DTYPE_F16 || dt == FKVF_DTYPE_BF16) {
-        uint16_t h[FKVFQ_CVT];
-        for (; i + FKVFQ_CVT <= n; i += FKVFQ_CVT) {
+        uint16_t h[FKVF_CVT_BLOCK];
+        for (; i + FKVF_CVT_BLOCK <= n; i += FKVF_CVT_BLOCK) {
 #if Q_LE_HOST
             memcpy(h, src + 2 * i, sizeof h);
 #else
-            for (int j = 0; j < FKVFQ_CVT; j++)
+            for (int j = 0; j < FKVF_CVT_BLOCK; j++)
                 h[j] = fkvf_ld16(src + 2 * (i + j));
 #endif
             if (dt == FKVF_DTYPE_F16)
-                fkvfq_f16_to_f32_blk(h, dst + i);
+                fkvf_cvt_f16_to_f32_blk(h, dst + i);
             else
-                fkvfq_bf16_to_f32_blk(h, dst + i);
+                fkvf_cvt_bf16_to_f32_blk(h, dst + i);
         }
         for (; i < n; i++) {
             uint16_t v = q_ld16(src + 2 * i);
-            dst[i] = dt == FKVF_DTYPE_F16 ? fkvfq_f16_to_f32(v) : fkvfq_bf16_to_f32(v);
+            dst[i] = dt == FKVF_DTYPE_F16 ? fkvf_cvt_f16_to_f32(v) : fkvf_cvt_bf16_to_f32(v);
         }
     } else {
 #if Q_LE_HOST
@@ -70,12 +70,12 @@ void fkvfq_load(fkvf_dtype dt, const uint8_t *src, float *dst, size_t n)
             memcpy(dst, src, n * sizeof(float));
 #else
         for (; i < n; i++)
-            dst[i] = fkvfq_bits_f32(fkvf_ld32(src + 4 * i));
+            dst[i] = fkvf_cvt_bits_f32(fkvf_ld32(src + 4 * i));
 #endif
     }
 }
 
-#if defined(FKVFQ_HAVE_VEC) && defined(__x86_64__) && Q_LE_HOST
+#if defined(FKVF_CVT_HAVE_VEC) && defined(__x86_64__) && Q_LE_HOST
 #define Q_STORE_AVX2 1
 /* the same with 8-lane vectors, for CPUs with AVX2 */
 __attribute__((target("avx2"))) static void store_avx2(fkvf_dtype dt, const float *src,
@@ -85,18 +85,18 @@ __attribute__((target("avx2"))) static void store_avx2(fkvf_dtype dt, const floa
     uint16_t h[8];
     if (dt == FKVF_DTYPE_F16) {
         for (; i + 8 <= n; i += 8) {
-            fkvfq_f32_to_f16_8(src + i, h);
+            fkvf_cvt_f32_to_f16_8(src + i, h);
             memcpy(dst + 2 * i, h, sizeof h);
         }
         for (; i < n; i++)
-            q_st16(dst + 2 * i, fkvfq_f32_to_f16(src[i]));
+            q_st16(dst + 2 * i, fkvf_cvt_f32_to_f16(src[i]));
     } else {
         for (; i + 8 <= n; i += 8) {
-            fkvfq_f32_to_bf16_8(src + i, h);
+            fkvf_cvt_f32_to_bf16_8(src + i, h);
             memcpy(dst + 2 * i, h, sizeof h);
         }
         for (; i < n; i++)
-            q_st16(dst + 2 * i, fkvfq_f32_to_bf16(src[i]));
+            q_st16(dst + 2 * i, fkvf_cvt_f32_to_bf16(src[i]));
     }
 }
 #endif
@@ -116,37 +116,37 @@ void fkvfq_store_portable(fkvf_dtype dt, const float *src, uint8_t *dst, size_t 
 {
     size_t i = 0;
     if (dt == FKVF_DTYPE_F16 || dt == FKVF_DTYPE_BF16) {
-        uint16_t h[FKVFQ_CVT];
-        for (; i + FKVFQ_CVT <= n; i += FKVFQ_CVT) {
+        uint16_t h[FKVF_CVT_BLOCK];
+        for (; i + FKVF_CVT_BLOCK <= n; i += FKVF_CVT_BLOCK) {
             if (dt == FKVF_DTYPE_F16)
-                fkvfq_f32_to_f16_blk(src + i, h);
+                fkvf_cvt_f32_to_f16_blk(src + i, h);
             else
-                fkvfq_f32_to_bf16_blk(src + i, h);
+                fkvf_cvt_f32_to_bf16_blk(src + i, h);
 #if Q_LE_HOST
             memcpy(dst + 2 * i, h, sizeof h);
 #else
-            for (int j = 0; j < FKVFQ_CVT; j++)
+            for (int j = 0; j < FKVF_CVT_BLOCK; j++)
                 fkvf_st16(dst + 2 * (i + j), h[j]);
 #endif
         }
         for (; i < n; i++)
-            q_st16(dst + 2 * i,
-                   dt == FKVF_DTYPE_F16 ? fkvfq_f32_to_f16(src[i]) : fkvfq_f32_to_bf16(src[i]));
+            q_st16(dst + 2 * i, dt == FKVF_DTYPE_F16 ? fkvf_cvt_f32_to_f16(src[i])
+                                                     : fkvf_cvt_f32_to_bf16(src[i]));
     } else {
 #if Q_LE_HOST
         if (n)
             memcpy(dst, src, n * sizeof(float));
 #else
         for (; i < n; i++)
-            fkvf_st32(dst + 4 * i, fkvfq_f32_bits(src[i]));
+            fkvf_st32(dst + 4 * i, fkvf_cvt_f32_bits(src[i]));
 #endif
     }
 }
 
-FKVF_API uint16_t fkvf_f32_to_f16(float f) { return fkvfq_f32_to_f16(f); }
-FKVF_API float fkvf_f16_to_f32(uint16_t h) { return fkvfq_f16_to_f32(h); }
-FKVF_API uint16_t fkvf_f32_to_bf16(float f) { return fkvfq_f32_to_bf16(f); }
-FKVF_API float fkvf_bf16_to_f32(uint16_t b) { return fkvfq_bf16_to_f32(b); }
+FKVF_API uint16_t fkvf_f32_to_f16(float f) { return fkvf_cvt_f32_to_f16(f); }
+FKVF_API float fkvf_f16_to_f32(uint16_t h) { return fkvf_cvt_f16_to_f32(h); }
+FKVF_API uint16_t fkvf_f32_to_bf16(float f) { return fkvf_cvt_f32_to_bf16(f); }
+FKVF_API float fkvf_bf16_to_f32(uint16_t b) { return fkvf_cvt_bf16_to_f32(b); }
 
 FKVF_API int fkvf_convert(fkvf_dtype to, void *dst, fkvf_dtype from, const void *src, size_t n)
 {

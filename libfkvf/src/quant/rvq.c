@@ -549,7 +549,7 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
 /* The decoder's kernels for CPUs with AVX2 and F16C: the same binary32 sums
  * in the same order, the same binary64 rotation, the same roundings as the
  * portable path (fkvf_stage_sum, fkvf_rope_rotate_f32, fkvfq_store); f32 -> f16
- * is fkvf_f16c_put8 (common/half.h: why it equals fkvfq_f32_to_f16 here). */
+ * is fkvf_f16c_put8 (common/half.h: why it equals fkvf_cvt_f32_to_f16 here). */
 
 /* 8 lanes of a to dt at dst (16 or 32 bytes) */
 static inline Q_FAST_TARGET void fast_put8(fkvf_dtype dt, __m256 a, uint8_t *dst)
@@ -557,10 +557,10 @@ static inline Q_FAST_TARGET void fast_put8(fkvf_dtype dt, __m256 a, uint8_t *dst
     if (dt == FKVF_DTYPE_F16) {
         fkvf_f16c_put8(a, dst);
     } else if (dt == FKVF_DTYPE_BF16) {
-        fkvfq_vi_8 bits;
-        fkvfq_vh_8 h;
+        fkvf_cvt_vi_8 bits;
+        fkvf_cvt_vh_8 h;
         memcpy(&bits, &a, sizeof bits);
-        fkvfq_v_bf16_8(&bits, &h);
+        fkvf_cvt_v_bf16_8(&bits, &h);
         memcpy(dst, &h, sizeof h);
     } else {
         _mm256_storeu_ps((float *)(void *)dst, a);

@@ -340,7 +340,7 @@ static void km_stage(km *m, q_rng *r, uint32_t max_iters, fkvf_dtype dtype, cons
                 v = 65504.0f;
             else if (v < -65504.0f)
                 v = -65504.0f;
-            v = fkvfq_f16_to_f32(fkvfq_f32_to_f16(v));
+            v = fkvf_cvt_f16_to_f32(fkvf_cvt_f32_to_f16(v));
         }
         m->rows[i] = v;
     }
