@@ -1,8 +1,8 @@
 #!/bin/sh
 # Enforces the dependency rules written in libfkvf/CMakeLists.txt:
 #   common/ includes nothing from codec/, format/, quant/, read/, write/,
-#   search/, append/ (it holds what several modules share, e.g. cpu.h: the
-#   CPU feature checks of quant/ and read/)
+#   search/, append/ (it holds what several modules share, among it the
+#   arithmetic of quant/ and read/: cpu.h, half.h, rope.h, stage_sum.h)
 #   codec/ and format/ include only common/ (and the public header)
 #   read/ never includes write/, write/ never includes read/; quant/ and the
 #   internal headers of other modules stay out of read/ and write/ (read/
