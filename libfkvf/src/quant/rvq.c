@@ -579,25 +579,18 @@ static inline Q_FAST_TARGET void fast_store(fkvf_dtype dt, const float *acc, uin
         fkvfq_store_portable(dt, acc + d, dst + d * es, dim - d);
 }
 
-/* acc[j] = component d0 + j of the stage sum for j < m */
-static inline Q_FAST_TARGET void fast_sum_tail(const float *const *rowp, unsigned ns,
-                                               uint32_t d0, uint32_t m, float *acc)
-{
-    for (uint32_t j = 0; j < m; j++)
-        acc[j] = fkvf_stage_sum1(rowp, ns, d0 + j);
-}
-
-/* the stage sum and the conversion to dt in one pass, 8 lanes */
+/* the stage sum and the conversion to dt in one pass, 8 lanes, for
+ * components [d, dim) */
 static Q_FAST_TARGET void fast_sum_store(fkvf_dtype dt, const float *const *rowp, unsigned ns,
-                                         uint32_t dim, uint8_t *dst)
+                                         uint32_t d, uint32_t dim, uint8_t *dst)
 {
     const size_t es = fkvfq_dtype_size(dt);
-    uint32_t d = 0;
     for (; d + 8 <= dim; d += 8)
         fast_put8(dt, fkvf_stage_sum8(rowp, ns, d), dst + d * es);
     if (d < dim) {
         float acc[8];
-        fast_sum_tail(rowp, ns, d, dim - d, acc);
+        for (uint32_t j = 0; j < dim - d; j++)
+            acc[j] = fkvf_stage_sum1(rowp, ns, d + j);
         fkvfq_store_portable(dt, acc, dst + d * es, dim - d);
     }
 }
@@ -639,13 +632,7 @@ static Q_FAST_TARGET void fast_sum_rope_store_blocks(fkvf_dtype dt, const float 
         }
         d = rd;
     }
-    for (; d + 8 <= dim; d += 8)
-        fast_put8(dt, fkvf_stage_sum8(rowp, ns, d), dst + d * es);
-    if (d < dim) {
-        float acc[8];
-        fast_sum_tail(rowp, ns, d, dim - d, acc);
-        fkvfq_store_portable(dt, acc, dst + d * es, dim - d);
-    }
+    fast_sum_store(dt, rowp, ns, d, dim, dst); /* the components after them */
 }
 
 /* A key before RoPE: the sums into acc, fkvf_rope_rotate_f32(r, cs, 0, acc,
@@ -797,7 +784,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
                                 fast_sum_rope_store(out_dtype, rowp, ns, dim, key_rope,
                                                     cs + i * rd, acc, dst);
                             else
-                                fast_sum_store(out_dtype, rowp, ns, dim, dst);
+                                fast_sum_store(out_dtype, rowp, ns, 0, dim, dst);
                             continue;
                         }
 #endif
