@@ -122,38 +122,33 @@ static int rope_args(const fkvf_rope *rope, const void *vec, size_t dim)
     return FKVF_OK;
 }
 
-/* cosine and sine of pair i at position t, the sine negated for R(-a) */
-static void pair_turn(const fkvf_rope *r, uint64_t t, uint32_t i, int inverse, double cs[2])
+/* fkvf_rope_apply_*: vd (binary64) or vf (binary32) rotated pair by pair */
+static int apply(const fkvf_rope *rope, uint64_t t, int inverse, double *vd, float *vf,
+                 size_t dim)
 {
-    cs_of(inv_freq(r, i), t, cs);
-    if (inverse)
-        cs[1] = -cs[1];
+    int rc = rope_args(rope, vd ? (const void *)vd : (const void *)vf, dim);
+    for (uint32_t i = 0; !rc && i < rope->rope_dims / 2; i++) {
+        double cs[2];
+        size_t j0 = pair_j0(rope, i), j1 = pair_j1(rope, i);
+        cs_of(inv_freq(rope, i), t, cs);
+        if (inverse) /* R(-a) */
+            cs[1] = -cs[1];
+        if (vd)
+            fkvf_rope_turn(cs[0], cs[1], vd + j0, vd + j1);
+        else
+            turn_f32(vf + j0, vf + j1, 0, 0, cs[0], cs[1]);
+    }
+    return rc;
 }
 
 FKVF_API int fkvf_rope_apply_f64(const fkvf_rope *rope, uint64_t t, int inverse, double *vec,
                                  size_t dim)
 {
-    int rc = rope_args(rope, vec, dim);
-    if (rc)
-        return rc;
-    for (uint32_t i = 0; i < rope->rope_dims / 2; i++) {
-        double cs[2];
-        pair_turn(rope, t, i, inverse, cs);
-        fkvf_rope_turn(cs[0], cs[1], vec + pair_j0(rope, i), vec + pair_j1(rope, i));
-    }
-    return FKVF_OK;
+    return apply(rope, t, inverse, vec, NULL, dim);
 }
 
 FKVF_API int fkvf_rope_apply_f32(const fkvf_rope *rope, uint64_t t, int inverse, float *vec,
                                  size_t dim)
 {
-    int rc = rope_args(rope, vec, dim);
-    if (rc)
-        return rc;
-    for (uint32_t i = 0; i < rope->rope_dims / 2; i++) {
-        double cs[2];
-        pair_turn(rope, t, i, inverse, cs);
-        turn_f32(vec + pair_j0(rope, i), vec + pair_j1(rope, i), 0, 0, cs[0], cs[1]);
-    }
-    return FKVF_OK;
+    return apply(rope, t, inverse, NULL, vec, dim);
 }
