@@ -28,9 +28,9 @@
 #include "cpu.h"
 #include "half.h"
 #include "le.h"
+#include "restore.h"
 #include "rope.h"
 #include "stage_sum.h"
-#include "restore.h"
 
 #define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
 
