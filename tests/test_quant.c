@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "fkvf.h"
-#include "quant/half.h"
+#include "half.h"
 #include "quant/quant.h"
 #include "testutil.h"
 

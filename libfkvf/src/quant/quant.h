@@ -1,6 +1,6 @@
 /* Internal interface of the quantizer module (spec 13): residual vector
- * quantization (RVQ) codebooks, their training, encoding and decoding, RoPE
- * helpers (spec 8.1) and element conversions. quant/ uses common/ only. */
+ * quantization (RVQ) codebooks, their training, encoding and decoding, and
+ * element conversions. quant/ uses common/ only (RoPE: common/rope.h). */
 #ifndef FKVF_QUANT_H
 #define FKVF_QUANT_H
 
@@ -19,25 +19,6 @@ void fkvfq_load(fkvf_dtype dt, const uint8_t *src, float *dst, size_t n);
 void fkvfq_store(fkvf_dtype dt, const float *src, uint8_t *dst, size_t n);
 /* The same without the AVX2 path (for tests: results are identical). */
 void fkvfq_store_portable(fkvf_dtype dt, const float *src, uint8_t *dst, size_t n);
-/* 1 if the CPU has AVX2 and FMA (the fast kernels' instruction sets). */
-int fkvfq_cpu_avx2(void);
-/* 1 if the CPU has F16C (vcvtps2ph; the decoder's fast kernels). */
-int fkvfq_cpu_f16c(void);
-
-/* ---- RoPE (spec 8.1) ------------------------------------------------------- */
-
-/* 1 if the parameters are usable for keys of key_dim components. */
-int fkvfq_rope_valid(const fkvf_rope *r, uint32_t key_dim);
-/* theta^(-2i / rope_dims) for every pair i (rope_dims/2 values). */
-void fkvfq_rope_freqs(const fkvf_rope *r, double *freqs);
-/* cos and sin of angle(t, i) = t * freqs[i] for every pair i: cs[i] = cos,
- * cs[rope_dims/2 + i] = sin, binary64. The same values as fkvf_rope_apply_*. */
-void fkvfq_rope_angles(const fkvf_rope *r, const double *freqs, uint64_t t, double *cs);
-/* Rotate v (binary64) by +angle (inverse = 0) or -angle (inverse = 1). */
-void fkvfq_rope_rotate(const fkvf_rope *r, const double *cs, int inverse, double *v);
-/* The same on binary32 values: computed in binary64, rounded once at the end
- * (bit-identical to fkvf_rope_apply_f32). */
-void fkvfq_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, float *v);
 
 /* ---- nearest-centroid search ---------------------------------------------- */
 
@@ -107,8 +88,6 @@ int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
                     const fkvf_allocator *alloc);
 /* Offset (in floats) of stage table (tab, kv, s) in rows / panels. */
 size_t fkvfq_table_off(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s);
-/* View of stage table (tab, kv, s). */
-fkvfq_table fkvfq_rvq_table(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s);
 /* Fill panels, norms and cmax of every table from rows: FKVF_OK or
  * FKVF_E_NOMEM. */
 int fkvfq_rvq_prepare(fkvf_rvq *q);
@@ -128,8 +107,5 @@ int fkvfq_rvq_decode_portable(const fkvf_rvq *q, const uint16_t *codes, size_t p
                               size_t code_stride, size_t n_rows, uint64_t first_position,
                               const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
                               size_t out_size);
-
-/* Validate a codebook shape for the quantizer: FKVF_OK or FKVF_E_INVALID_ARG. */
-int fkvfq_shape_check(const fkvf_codebook_shape *s);
 
 #endif

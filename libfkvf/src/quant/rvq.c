@@ -5,15 +5,19 @@
 
 #include "alloc.h"
 #include "ckd.h"
+#include "cpu.h"
 #include "half.h"
 #include "quant.h"
+#include "rope.h"
+#include "stage_sum.h"
 
 /* positions converted and searched together */
 #define Q_CHUNK 64
 
 /* ---- shape and handle ------------------------------------------------------ */
 
-int fkvfq_shape_check(const fkvf_codebook_shape *s)
+/* a codebook shape the quantizer takes: FKVF_OK or FKVF_E_INVALID_ARG */
+static int shape_check(const fkvf_codebook_shape *s)
 {
     if (!s || s->n_layers < 1 || s->n_layers > 1024 || s->n_heads < 1 || s->n_heads > 1024 ||
         s->key_dim < 1 || s->key_dim > 16384 || s->value_dim < 1 || s->value_dim > 16384 ||
@@ -28,7 +32,7 @@ int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
                     int decode_only, const fkvf_allocator *alloc)
 {
     *out = NULL;
-    if (fkvfq_shape_check(shape) || n_kv_heads < 1 || n_kv_heads > 1024 ||
+    if (shape_check(shape) || n_kv_heads < 1 || n_kv_heads > 1024 ||
         (!shape->pooled && n_kv_heads != shape->n_heads))
         return FKVF_E_INVALID_ARG;
     size_t n_tabs = (size_t)shape->n_layers * shape->n_heads; /* <= 2^20 */
@@ -99,7 +103,8 @@ static size_t stage_index(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s
            (kv == 0 ? s : (size_t)q->shape.k_stages + s);
 }
 
-fkvfq_table fkvfq_rvq_table(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s)
+/* view of stage table (tab, kv, s) */
+static fkvfq_table rvq_table(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s)
 {
     fkvfq_table t;
     size_t off = fkvfq_table_off(q, tab, kv, s), si = stage_index(q, tab, kv, s);
@@ -167,7 +172,7 @@ static int from_tables(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_
     if (!out)
         return FKVF_E_INVALID_ARG;
     *out = NULL;
-    if (fkvfq_shape_check(shape) || (!tables && size))
+    if (shape_check(shape) || (!tables && size))
         return FKVF_E_INVALID_ARG;
     if (!n_kv_heads)
         n_kv_heads = shape->n_heads;
@@ -331,7 +336,7 @@ static void beam_one(const fkvf_rvq *q, enc_scratch *w, size_t tab, unsigned kv,
         e0 += (double)x[d] * x[d];
     w->err[0][0] = e0;
     for (unsigned s = 0; s < ns; s++) {
-        fkvfq_table t = fkvfq_rvq_table(q, tab, kv, s);
+        fkvfq_table t = rvq_table(q, tab, kv, s);
         const float *res = w->res[cur];
         for (unsigned b0 = 0; b0 < nb; b0 += FKVFQ_BLOCK) {
             const float *xp[FKVFQ_BLOCK];
@@ -431,7 +436,7 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
         return FKVF_E_STATE; /* no search layout: loaded for decoding only */
     const fkvf_codebook_shape *sh = &q->shape;
     size_t es = fkvfq_dtype_size(rows->dtype), rb = es ? row_bytes(q, rows->dtype) : 0, all;
-    if (!rb || (key_rope && !fkvfq_rope_valid(key_rope, sh->key_dim)) ||
+    if (!rb || (key_rope && !fkvf_rope_valid(key_rope, sh->key_dim)) ||
         !fkvf_mulsz(rows->n_rows, rb, &all) || (rows->n_rows && !rows->data) ||
         (rows->n_rows && rows->first_position > UINT64_MAX - (rows->n_rows - 1)))
         return FKVF_E_INVALID_ARG;
@@ -470,14 +475,14 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
         return FKVF_E_NOMEM;
     }
     if (rd)
-        fkvfq_rope_freqs(key_rope, w.freqs);
+        fkvf_rope_freqs(key_rope, w.freqs);
 
     const uint8_t *data = rows->data;
     for (size_t i0 = 0; i0 < rows->n_rows; i0 += Q_CHUNK) {
         size_t nb = rows->n_rows - i0 < Q_CHUNK ? rows->n_rows - i0 : Q_CHUNK;
         if (rd)
             for (size_t j = 0; j < nb; j++)
-                fkvfq_rope_angles(key_rope, w.freqs, rows->first_position + i0 + j,
+                fkvf_rope_angles(key_rope, w.freqs, rows->first_position + i0 + j,
                                   w.cs + j * rd);
         for (uint32_t l = 0; l < sh->n_layers; l++)
             for (uint32_t h = 0; h < q->n_kv_heads; h++)
@@ -492,7 +497,7 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
                         float *xj = w.x + j * dim;
                         fkvfq_load(rows->dtype, data + (i0 + j) * rb + eoff, xj, dim);
                         if (kv == 0 && rd)
-                            fkvfq_rope_rotate_f32(key_rope, w.cs + j * rd, 1, xj);
+                            fkvf_rope_rotate_f32(key_rope, w.cs + j * rd, 1, xj, 0);
                     }
                     size_t c0 = code_index(q, l, h, kv, 0);
                     if (B > 1) {
@@ -503,7 +508,7 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
                         continue;
                     }
                     for (unsigned s = 0; s < ns; s++) {
-                        fkvfq_table t = fkvfq_rvq_table(q, tab, kv, s);
+                        fkvfq_table t = rvq_table(q, tab, kv, s);
                         for (size_t j0 = 0; j0 < nb; j0 += FKVFQ_BLOCK) {
                             const float *xp[FKVFQ_BLOCK];
                             for (size_t u = 0; u < FKVFQ_BLOCK; u++)
@@ -537,56 +542,25 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
 /* chunks of at least this many positions stream the next table set */
 #define Q_STREAM_MIN 64
 
-/* acc = +0.0 + row 0 + row 1 + ... in binary32, stage order (spec 13.6) */
-static void sum_rows(float *restrict acc, const float *const *rowp, unsigned ns, uint32_t dim)
-{
-    uint32_t d = 0;
-    for (; d + 16 <= dim; d += 16) {
-        float a[16];
-        for (int i = 0; i < 16; i++)
-            a[i] = 0.0f;
-        for (unsigned s = 0; s < ns; s++) {
-            const float *restrict r = rowp[s] + d;
-            for (int i = 0; i < 16; i++)
-                a[i] += r[i];
-        }
-        memcpy(acc + d, a, sizeof a);
-    }
-    for (; d < dim; d++) {
-        float a = 0.0f;
-        for (unsigned s = 0; s < ns; s++)
-            a += rowp[s][d];
-        acc[d] = a;
-    }
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(FKVF_HAVE_F16C)
 #define Q_DEC_FAST 1
-#include <immintrin.h>
 #define Q_FAST_TARGET __attribute__((target("avx2,f16c")))
 
 /* The decoder's kernels for CPUs with AVX2 and F16C: the same binary32 sums
  * in the same order, the same binary64 rotation, the same roundings as the
- * portable path (sum_rows, fkvfq_rope_rotate_f32, fkvfq_store).
- *
- * f32 -> f16 is one vcvtps2ph (round to nearest even, the immediate; MXCSR
- * not consulted): it equals fkvfq_f32_to_f16 on every finite value and
- * infinity, and on every quiet NaN (payload truncated, quiet bit kept). It
- * would differ only on signaling NaNs (the instruction sets the quiet bit),
- * which decoding cannot produce: table entries are finite, sums of finite
- * binary32 values are finite or infinite, and the rotation's only NaN is the
- * default (quiet) NaN of inf - inf. */
+ * portable path (fkvf_stage_sum, fkvf_rope_rotate_f32, fkvfq_store); f32 -> f16
+ * is fkvf_f16c_put8 (common/half.h: why it equals fkvf_cvt_f32_to_f16 here). */
 
 /* 8 lanes of a to dt at dst (16 or 32 bytes) */
 static inline Q_FAST_TARGET void fast_put8(fkvf_dtype dt, __m256 a, uint8_t *dst)
 {
     if (dt == FKVF_DTYPE_F16) {
-        _mm_storeu_si128((__m128i *)(void *)dst, _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+        fkvf_f16c_put8(a, dst);
     } else if (dt == FKVF_DTYPE_BF16) {
-        fkvfq_vi_8 bits;
-        fkvfq_vh_8 h;
+        fkvf_cvt_vi_8 bits;
+        fkvf_cvt_vh_8 h;
         memcpy(&bits, &a, sizeof bits);
-        fkvfq_v_bf16_8(&bits, &h);
+        fkvf_cvt_v_bf16_8(&bits, &h);
         memcpy(dst, &h, sizeof h);
     } else {
         _mm256_storeu_ps((float *)(void *)dst, a);
@@ -605,58 +579,26 @@ static inline Q_FAST_TARGET void fast_store(fkvf_dtype dt, const float *acc, uin
         fkvfq_store_portable(dt, acc + d, dst + d * es, dim - d);
 }
 
-/* acc[d] = +0.0 + row 0 + ... + row ns-1 for d in [d0, d0 + m), m <= 8 */
-static inline Q_FAST_TARGET void fast_sum_tail(const float *const *rowp, unsigned ns,
-                                               uint32_t d0, uint32_t m, float *acc)
-{
-    for (uint32_t j = 0; j < m; j++) {
-        float a = 0.0f;
-        for (unsigned s = 0; s < ns; s++)
-            a += rowp[s][d0 + j];
-        acc[j] = a;
-    }
-}
-
-/* sum_rows and the conversion to dt in one pass, 8 lanes */
+/* the stage sum and the conversion to dt in one pass, 8 lanes, for
+ * components [d, dim) */
 static Q_FAST_TARGET void fast_sum_store(fkvf_dtype dt, const float *const *rowp, unsigned ns,
-                                         uint32_t dim, uint8_t *dst)
+                                         uint32_t d, uint32_t dim, uint8_t *dst)
 {
     const size_t es = fkvfq_dtype_size(dt);
-    uint32_t d = 0;
-    for (; d + 8 <= dim; d += 8) {
-        __m256 a = _mm256_setzero_ps();
-        for (unsigned s = 0; s < ns; s++)
-            a = _mm256_add_ps(a, _mm256_loadu_ps(rowp[s] + d));
-        fast_put8(dt, a, dst + d * es);
-    }
+    for (; d + 8 <= dim; d += 8)
+        fast_put8(dt, fkvf_stage_sum8(rowp, ns, d), dst + d * es);
     if (d < dim) {
         float acc[8];
-        fast_sum_tail(rowp, ns, d, dim - d, acc);
+        for (uint32_t j = 0; j < dim - d; j++)
+            acc[j] = fkvf_stage_sum1(rowp, ns, d + j);
         fkvfq_store_portable(dt, acc, dst + d * es, dim - d);
     }
 }
 
-static inline Q_FAST_TARGET __m256 fast_sum8(const float *const *rowp, unsigned ns, uint32_t d)
-{
-    __m256 a = _mm256_setzero_ps();
-    for (unsigned s = 0; s < ns; s++)
-        a = _mm256_add_ps(a, _mm256_loadu_ps(rowp[s] + d));
-    return a;
-}
-
-/* four pairs (x0[j], x1[j]) rotated by the angles of co[j], si[j] */
-static inline Q_FAST_TARGET void fast_rot4(__m128 x0f, __m128 x1f, const double *co,
-                                           const double *si, __m128 *y0, __m128 *y1)
-{
-    __m256d x0 = _mm256_cvtps_pd(x0f), x1 = _mm256_cvtps_pd(x1f);
-    __m256d c = _mm256_loadu_pd(co), sn = _mm256_loadu_pd(si);
-    *y0 = _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(x0, c), _mm256_mul_pd(x1, sn)));
-    *y1 = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(x0, sn), _mm256_mul_pd(x1, c)));
-}
-
 /* The same as fast_sum_rope_store below when the rotated components fill
  * whole 8-lane blocks (interleaved: rd % 8 == 0; half-split: rd % 16 == 0):
- * sums, rotation and conversion in registers, block by block. */
+ * sums, rotation (fkvf_rope_turn4) and conversion in registers, block by
+ * block. */
 static Q_FAST_TARGET void fast_sum_rope_store_blocks(fkvf_dtype dt, const float *const *rowp,
                                                      unsigned ns, uint32_t dim, int layout,
                                                      uint32_t rd, const double *cs,
@@ -671,87 +613,36 @@ static Q_FAST_TARGET void fast_sum_rope_store_blocks(fkvf_dtype dt, const float 
         const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
         const __m256i back = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for (; d < rd; d += 8) {
-            __m256 x = _mm256_permutevar8x32_ps(fast_sum8(rowp, ns, d), even);
-            fast_rot4(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1), co + d / 2,
-                      si + d / 2, &y0, &y1);
+            __m256 x = _mm256_permutevar8x32_ps(fkvf_stage_sum8(rowp, ns, d), even);
+            fkvf_rope_turn4(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1),
+                            co + d / 2, si + d / 2, &y0, &y1);
             __m256 y = _mm256_insertf128_ps(_mm256_castps128_ps256(y0), y1, 1);
             fast_put8(dt, _mm256_permutevar8x32_ps(y, back), dst + d * es);
         }
     } else { /* pairs (i, i + half): blocks d and d + half together */
         for (; d < half; d += 8) {
-            __m256 a = fast_sum8(rowp, ns, d), b = fast_sum8(rowp, ns, d + half);
-            fast_rot4(_mm256_castps256_ps128(a), _mm256_castps256_ps128(b), co + d, si + d, &y0,
-                      &y1);
-            fast_rot4(_mm256_extractf128_ps(a, 1), _mm256_extractf128_ps(b, 1), co + d + 4,
-                      si + d + 4, &z0, &z1);
+            __m256 a = fkvf_stage_sum8(rowp, ns, d), b = fkvf_stage_sum8(rowp, ns, d + half);
+            fkvf_rope_turn4(_mm256_castps256_ps128(a), _mm256_castps256_ps128(b), co + d,
+                            si + d, &y0, &y1);
+            fkvf_rope_turn4(_mm256_extractf128_ps(a, 1), _mm256_extractf128_ps(b, 1),
+                            co + d + 4, si + d + 4, &z0, &z1);
             fast_put8(dt, _mm256_insertf128_ps(_mm256_castps128_ps256(y0), z0, 1), dst + d * es);
             fast_put8(dt, _mm256_insertf128_ps(_mm256_castps128_ps256(y1), z1, 1),
                       dst + (d + half) * es);
         }
         d = rd;
     }
-    for (; d + 8 <= dim; d += 8)
-        fast_put8(dt, fast_sum8(rowp, ns, d), dst + d * es);
-    if (d < dim) {
-        float acc[8];
-        fast_sum_tail(rowp, ns, d, dim - d, acc);
-        fkvfq_store_portable(dt, acc, dst + d * es, dim - d);
-    }
+    fast_sum_store(dt, rowp, ns, d, dim, dst); /* the components after them */
 }
 
-/* A key before RoPE: sum_rows into acc, fkvfq_rope_rotate_f32(r, cs, 0, acc)
- * four pairs at a time (x0 c - x1 s and x0 s + x1 c in binary64, each
- * rounded once to binary32), then the conversion to dt. */
+/* A key before RoPE: the sums into acc, fkvf_rope_rotate_f32(r, cs, 0, acc,
+ * 1), then the conversion to dt. */
 static Q_FAST_TARGET void fast_sum_rope_store(fkvf_dtype dt, const float *const *rowp,
-                                              unsigned ns, uint32_t dim, int layout,
-                                              uint32_t rd, const double *cs, float *acc,
-                                              uint8_t *dst)
+                                              unsigned ns, uint32_t dim, const fkvf_rope *r,
+                                              const double *cs, float *acc, uint8_t *dst)
 {
-    const uint32_t half = rd / 2;
-    const double *co = cs, *si = cs + half;
-    uint32_t d = 0, i = 0;
-    for (; d + 8 <= dim; d += 8) {
-        __m256 a = _mm256_setzero_ps();
-        for (unsigned s = 0; s < ns; s++)
-            a = _mm256_add_ps(a, _mm256_loadu_ps(rowp[s] + d));
-        _mm256_storeu_ps(acc + d, a);
-    }
-    if (d < dim)
-        fast_sum_tail(rowp, ns, d, dim - d, acc + d);
-    if (layout == 1) { /* pairs (2i, 2i + 1) */
-        const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-        const __m256i back = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-        for (; i + 4 <= half; i += 4) {
-            __m256 x = _mm256_permutevar8x32_ps(_mm256_loadu_ps(acc + 2 * i), even);
-            __m256d x0 = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-            __m256d x1 = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
-            __m256d c = _mm256_loadu_pd(co + i), sn = _mm256_loadu_pd(si + i);
-            __m128 y0 = _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(x0, c), _mm256_mul_pd(x1, sn)));
-            __m128 y1 = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(x0, sn), _mm256_mul_pd(x1, c)));
-            __m256 y = _mm256_insertf128_ps(_mm256_castps128_ps256(y0), y1, 1);
-            _mm256_storeu_ps(acc + 2 * i, _mm256_permutevar8x32_ps(y, back));
-        }
-        for (; i < half; i++) {
-            double x0 = acc[2 * i], x1 = acc[2 * i + 1];
-            acc[2 * i] = (float)(x0 * co[i] - x1 * si[i]);
-            acc[2 * i + 1] = (float)(x0 * si[i] + x1 * co[i]);
-        }
-    } else { /* pairs (i, i + rd / 2) */
-        for (; i + 4 <= half; i += 4) {
-            __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(acc + i));
-            __m256d x1 = _mm256_cvtps_pd(_mm_loadu_ps(acc + half + i));
-            __m256d c = _mm256_loadu_pd(co + i), sn = _mm256_loadu_pd(si + i);
-            _mm_storeu_ps(acc + i, _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(x0, c),
-                                                                 _mm256_mul_pd(x1, sn))));
-            _mm_storeu_ps(acc + half + i, _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(x0, sn),
-                                                                        _mm256_mul_pd(x1, c))));
-        }
-        for (; i < half; i++) {
-            double x0 = acc[i], x1 = acc[half + i];
-            acc[i] = (float)(x0 * co[i] - x1 * si[i]);
-            acc[half + i] = (float)(x0 * si[i] + x1 * co[i]);
-        }
-    }
+    fkvf_stage_sum(acc, rowp, ns, dim, 1);
+    fkvf_rope_rotate_f32(r, cs, 0, acc, 1);
     fast_store(dt, acc, dim, dst);
 }
 #endif
@@ -766,7 +657,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
         return FKVF_E_INVALID_ARG;
     const fkvf_codebook_shape *sh = &q->shape;
     size_t es = fkvfq_dtype_size(out_dtype), rb = es ? row_bytes(q, out_dtype) : 0, all;
-    if (!rb || (key_rope && !fkvfq_rope_valid(key_rope, sh->key_dim)) ||
+    if (!rb || (key_rope && !fkvf_rope_valid(key_rope, sh->key_dim)) ||
         !fkvf_mulsz(n_rows, rb, &all) || out_size < all || (n_rows && !out) ||
         (n_rows && first_position > UINT64_MAX - (n_rows - 1)))
         return FKVF_E_INVALID_ARG;
@@ -810,11 +701,12 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
         return FKVF_E_NOMEM;
     }
     if (rd)
-        fkvfq_rope_freqs(key_rope, freqs);
+        fkvf_rope_freqs(key_rope, freqs);
     uint8_t *o = out;
     const size_t m = (size_t)sh->k_stages + sh->v_stages;
+    const int avx = fast && fkvf_cpu_avx();
 #ifdef Q_DEC_FAST
-    const int kern = fast && fkvfq_cpu_avx2() && fkvfq_cpu_f16c();
+    const int kern = fast && fkvf_cpu_avx2() && fkvf_cpu_f16c();
     /* the rotated components fill whole 8-lane blocks */
     const int rd_blocks = rd && (key_rope->layout == 1 ? rd % 8 == 0 : rd % 16 == 0);
 #endif
@@ -822,7 +714,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
         size_t nb = n_rows - i0 < Q_DCHUNK ? n_rows - i0 : Q_DCHUNK;
         if (rd)
             for (size_t i = 0; i < nb; i++)
-                fkvfq_rope_angles(key_rope, freqs, first_position + i0 + i, cs + i * rd);
+                fkvf_rope_angles(key_rope, freqs, first_position + i0 + i, cs + i * rd);
         for (uint32_t l = 0; l < sh->n_layers; l++)
             for (uint32_t h = 0; h < q->n_kv_heads; h++)
                 for (unsigned kv = 0; kv < 2; kv++) {
@@ -889,16 +781,16 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
                                                            key_rope->layout, rd, cs + i * rd,
                                                            dst);
                             else if (kv == 0 && rd)
-                                fast_sum_rope_store(out_dtype, rowp, ns, dim, key_rope->layout,
-                                                    rd, cs + i * rd, acc, dst);
+                                fast_sum_rope_store(out_dtype, rowp, ns, dim, key_rope,
+                                                    cs + i * rd, acc, dst);
                             else
-                                fast_sum_store(out_dtype, rowp, ns, dim, dst);
+                                fast_sum_store(out_dtype, rowp, ns, 0, dim, dst);
                             continue;
                         }
 #endif
-                        sum_rows(acc, rowp, ns, dim);
+                        fkvf_stage_sum(acc, rowp, ns, dim, avx);
                         if (kv == 0 && rd)
-                            fkvfq_rope_rotate_f32(key_rope, cs + i * rd, 0, acc);
+                            fkvf_rope_rotate_f32(key_rope, cs + i * rd, 0, acc, avx);
                         if (fast)
                             fkvfq_store(out_dtype, acc, dst, dim);
                         else

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "quant.h"
 
 typedef struct norm_ix {
@@ -212,37 +213,6 @@ __attribute__((target("avx2,fma"))) static void scores4_avx2(const fkvfq_table *
 }
 #endif
 
-int fkvfq_cpu_avx2(void)
-{
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return 0;
-#endif
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
-#include <stdatomic.h>
-/* 0 not yet known, 1 no, 2 yes (cpuid is slow in a VM: asked once) */
-static atomic_int q_f16c_state;
-#endif
-
-int fkvfq_cpu_f16c(void)
-{
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    int st = atomic_load_explicit(&q_f16c_state, memory_order_relaxed);
-    if (!st) {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        st = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) ? 2 : 1;
-        atomic_store_explicit(&q_f16c_state, st, memory_order_relaxed);
-    }
-    return st == 2;
-#else
-    return 0;
-#endif
-}
-
 void fkvfq_scores4_portable(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK],
                             float *scores, float *pmin)
 {
@@ -253,7 +223,7 @@ void fkvfq_scores4(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK], floa
                    float *pmin)
 {
 #ifdef Q_HAVE_AVX2
-    if (fkvfq_cpu_avx2()) {
+    if (fkvf_cpu_avx2()) {
         scores4_avx2(t, x, scores, pmin);
         return;
     }

@@ -8,8 +8,10 @@
 
 #include "alloc.h"
 #include "ckd.h"
+#include "cpu.h"
 #include "half.h"
 #include "quant.h"
+#include "rope.h"
 
 /* ---- PRNG (splitmix64) -------------------------------------------------------- */
 
@@ -203,7 +205,7 @@ static double seed_update(const float *x, size_t n, uint32_t dim, const float *c
                           int first)
 {
 #ifdef Q_SEED_AVX2
-    if (fkvfq_cpu_avx2())
+    if (fkvf_cpu_avx2())
         return seed_update_avx2(x, n, dim, c, d2, first);
 #endif
     return seed_update_portable(x, n, dim, c, d2, first);
@@ -338,7 +340,7 @@ static void km_stage(km *m, q_rng *r, uint32_t max_iters, fkvf_dtype dtype, cons
                 v = 65504.0f;
             else if (v < -65504.0f)
                 v = -65504.0f;
-            v = fkvfq_f16_to_f32(fkvfq_f32_to_f16(v));
+            v = fkvf_cvt_f16_to_f32(fkvf_cvt_f32_to_f16(v));
         }
         m->rows[i] = v;
     }
@@ -416,7 +418,7 @@ static int params_check(const fkvf_rvq_params *p, const fkvf_rows *blocks, size_
         (p->k & (p->k - 1)) || p->k_stages > 16 || p->v_stages > 16 || p->pooled > 1 ||
         (p->table_dtype != FKVF_DTYPE_F16 && p->table_dtype != FKVF_DTYPE_F32) ||
         p->max_iters < 1 || p->samples_per_centroid < 1 ||
-        (p->key_rope && !fkvfq_rope_valid(p->key_rope, p->key_dim)))
+        (p->key_rope && !fkvf_rope_valid(p->key_rope, p->key_dim)))
         return FKVF_E_INVALID_ARG;
     size_t n = 0;
     for (size_t b = 0; b < n_blocks; b++) {
@@ -530,7 +532,7 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
         return FKVF_E_NOMEM;
     }
     if (rd)
-        fkvfq_rope_freqs(p->key_rope, w.freqs);
+        fkvf_rope_freqs(p->key_rope, w.freqs);
 
     uint64_t done = 0, todo = (uint64_t)q->n_tabs * ((uint64_t)sh.k_stages + sh.v_stages);
     for (uint32_t l = 0; l < sh.n_layers && !rc; l++)
@@ -564,10 +566,10 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
                                        x, dim);
                             if (kv == 0 && rd) {
                                 if (!have_cs) {
-                                    fkvfq_rope_angles(p->key_rope, w.freqs, pos, w.cs);
+                                    fkvf_rope_angles(p->key_rope, w.freqs, pos, w.cs);
                                     have_cs = 1;
                                 }
-                                fkvfq_rope_rotate_f32(p->key_rope, w.cs, 1, x);
+                                fkvf_rope_rotate_f32(p->key_rope, w.cs, 1, x, 0);
                                 for (uint32_t d = 0; d < dim; d++)
                                     if (!isfinite(x[d]))
                                         rc = FKVF_E_INVALID_ARG;

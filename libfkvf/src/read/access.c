@@ -4,9 +4,10 @@
  * Every element is bit-identical to fkvf_reader_restore's: exact rows are the
  * EXAC bytes through fkvf_convert; archived vectors are the binary32 sum of
  * their centroids in stage order from +0.0 (fkvf_rvq_centroids), keys rotated
- * to their position with the arithmetic of spec 8.1 as fkvf_rvq_decode does
- * it (angles, sines and cosines in binary64, the pair rotation in binary64,
- * one rounding to binary32), then fkvf_convert to the output dtype.
+ * to their position by common/rope.h, the code fkvf_rvq_decode rotates them
+ * with (angles, sines and cosines in binary64, the pair rotation in binary64,
+ * one rounding to binary32), then fkvf_convert (or, for f16, the F16C store
+ * of common/half.h that fkvf_rvq_decode uses) to the output dtype.
  *
  * What is touched: all index streams share their segments (spec 11.2), so the
  * segment of a position range is found once; the byte offset of every
@@ -20,13 +21,16 @@
  * stage tables stay in cache for the block. Values are summed into a staging
  * buffer in output order and converted to the output dtype one contiguous
  * run at a time. */
-#include <math.h>
 #include <string.h>
 
 #include "alloc.h"
 #include "ckd.h"
+#include "cpu.h"
+#include "half.h"
 #include "le.h"
 #include "restore.h"
+#include "rope.h"
+#include "stage_sum.h"
 
 #define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
 
@@ -164,45 +168,17 @@ typedef struct stage {
     size_t cap, start, len;
     uint8_t *out;
     const plan *p;
-    int f16c; /* convert to f16 with F16C */
+    int f16c; /* convert to f16 with fkvf_f16c_store */
 } stage;
-
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#include <cpuid.h>
-#include <immintrin.h>
-#define HAVE_F16C 1
-/* CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports lacks "f16c");
- * used together with the AVX check, which covers the OS's YMM support */
-static int cpu_f16c(void)
-{
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
-}
-/* binary32 -> f16 with the F16C instruction, round to nearest even: the same
- * bits as fkvf_convert for every value this file produces (finite, infinite,
- * and quiet NaNs: sums and rotations never give a signaling NaN, the only
- * inputs whose f16 payloads the two conversions treat differently) */
-__attribute__((target("avx,f16c"))) static void f16c_store(uint8_t *dst, const float *src,
-                                                           size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
-        _mm_storeu_si128((__m128i *)(void *)(dst + 2 * i), h);
-    }
-    if (i < n)
-        (void)fkvf_convert(FKVF_DTYPE_F16, dst + 2 * i, FKVF_DTYPE_F32, src + i, n - i);
-}
-#endif
 
 static void stage_flush(stage *s)
 {
     if (!s->len)
         return;
     uint8_t *dst = s->out + s->start * s->p->es;
-#ifdef HAVE_F16C
+#ifdef FKVF_HAVE_F16C
     if (s->f16c && s->p->dt == FKVF_DTYPE_F16) {
-        f16c_store(dst, s->buf, s->len);
+        fkvf_f16c_store(dst, s->buf, s->len);
         s->len = 0;
         return;
     }
@@ -281,8 +257,6 @@ static int read_exact(fkvf_reader *r, const plan *p, uint64_t pos, uint8_t *out)
 
 /* ---- archived positions ------------------------------------------------------ */
 
-static int cpu_avx(void);
-
 /* Per call scratch (one allocation). */
 typedef struct work {
     const plan *p;
@@ -292,8 +266,9 @@ typedef struct work {
     uint16_t *codes;                    /* ROWS [nsel][chunk]; HEADS [16][chunk] */
     const float **tab;                  /* stage table of each selected stream */
     const float **rowp;                 /* LAYOUT_ROWS: the rows of one position */
-    int avx;                            /* sum with 8-lane vectors */
+    int avx;                            /* sum and rotate with AVX */
     uint32_t rd;                        /* rope dims (0: no rotation) */
+    fkvf_rope rope;                     /* the archive's RoPE (rd > 0) */
     double *freqs;                      /* rd / 2 */
     double *cs;                         /* [chunk][rd]: cosines, then sines */
     stage st;
@@ -356,10 +331,8 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     m += w->nsel * sizeof(float *);
     w->rowp = (const float **)(void *)m;
     m += w->nsel * sizeof(float *);
-    w->avx = cpu_avx();
-#ifdef HAVE_F16C
-    w->st.f16c = w->avx && cpu_f16c();
-#endif
+    w->avx = fkvf_cpu_avx();
+    w->st.f16c = fkvf_cpu_f16c();
     w->codes = (uint16_t *)(void *)m;
     w->st.p = p;
     /* the stage tables of the selected streams */
@@ -371,10 +344,8 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
                     w->tab[sel_index(w, li, hi, kv, s)] =
                         fkvf_rvq_centroids(q, p->l0 + li, p->h0 + hi, kv, s);
     if (w->rd) {
-        /* theta^(-2i / rope_dims), as spec 8.1 and the quantizer compute it */
-        double theta = r->desc.rope_theta;
-        for (uint32_t i = 0; i < w->rd / 2; i++)
-            w->freqs[i] = pow(theta, -(double)(2 * (uint64_t)i) / (double)w->rd);
+        w->rope = (fkvf_rope){r->desc.rope_layout, w->rd, r->desc.rope_theta};
+        fkvf_rope_freqs(&w->rope, w->freqs);
     }
     return FKVF_OK;
 }
@@ -528,126 +499,6 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
     return FKVF_OK;
 }
 
-/* acc = +0.0 + row 0 + row 1 + ... in binary32, stage order (spec 13.6):
- * per element the same additions in the same order, whatever the vector
- * width. */
-#if defined(__GNUC__) || defined(__clang__)
-#define ACC_VEC 1
-typedef float acc_v4 __attribute__((vector_size(16)));
-#if defined(__x86_64__) || defined(__i386__)
-#define ACC_AVX 1
-typedef float acc_v8 __attribute__((vector_size(32)));
-__attribute__((target("avx"))) static void sum_vec_avx(float *acc, const float *const *rows,
-                                                       unsigned ns, uint32_t dim)
-{
-    uint32_t d = 0;
-    for (; d + 8 <= dim; d += 8) {
-        acc_v8 a = {0, 0, 0, 0, 0, 0, 0, 0}, x;
-        for (unsigned s = 0; s < ns; s++) {
-            memcpy(&x, rows[s] + d, sizeof x);
-            a += x;
-        }
-        memcpy(acc + d, &a, sizeof a);
-    }
-    for (; d < dim; d++) {
-        float a = 0.0f;
-        for (unsigned s = 0; s < ns; s++)
-            a += rows[s][d];
-        acc[d] = a;
-    }
-}
-#endif
-#endif
-
-static void sum_vec(float *acc, const float *const *rows, unsigned ns, uint32_t dim, int avx)
-{
-#ifdef ACC_AVX
-    if (avx) {
-        sum_vec_avx(acc, rows, ns, dim);
-        return;
-    }
-#endif
-    (void)avx;
-    uint32_t d = 0;
-#ifdef ACC_VEC
-    for (; d + 4 <= dim; d += 4) {
-        acc_v4 a = {0, 0, 0, 0}, x;
-        for (unsigned s = 0; s < ns; s++) {
-            memcpy(&x, rows[s] + d, sizeof x);
-            a += x;
-        }
-        memcpy(acc + d, &a, sizeof a);
-    }
-#endif
-    for (; d < dim; d++) {
-        float a = 0.0f;
-        for (unsigned s = 0; s < ns; s++)
-            a += rows[s][d];
-        acc[d] = a;
-    }
-}
-
-static int cpu_avx(void)
-{
-#ifdef ACC_AVX
-    return __builtin_cpu_supports("avx") ? 1 : 0;
-#else
-    return 0;
-#endif
-}
-
-/* Rotate a reconstructed key by +angle (spec 8.1): cs = cosines then sines
- * of the position's angles; each pair in binary64, rounded once to binary32
- * (the quantizer's arithmetic: x0 c - x1 s, x0 s + x1 c, no fused
- * multiply-add). */
-#ifdef ACC_AVX
-typedef double rot_v4d __attribute__((vector_size(32)));
-typedef float rot_v4f __attribute__((vector_size(16)));
-/* half-split pairs (i, i + half), four at a time: the same operations on
- * four lanes */
-__attribute__((target("avx"))) static uint32_t rotate_half_avx(float *v, const double *cs,
-                                                                uint32_t half)
-{
-    uint32_t i = 0;
-    for (; i + 4 <= half; i += 4) {
-        rot_v4f fa, fb;
-        rot_v4d c, s;
-        memcpy(&fa, v + i, sizeof fa);
-        memcpy(&fb, v + half + i, sizeof fb);
-        memcpy(&c, cs + i, sizeof c);
-        memcpy(&s, cs + half + i, sizeof s);
-        rot_v4d x0 = __builtin_convertvector(fa, rot_v4d), x1 = __builtin_convertvector(fb, rot_v4d);
-        rot_v4d y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
-        fa = __builtin_convertvector(y0, rot_v4f);
-        fb = __builtin_convertvector(y1, rot_v4f);
-        memcpy(v + i, &fa, sizeof fa);
-        memcpy(v + half + i, &fb, sizeof fb);
-    }
-    return i;
-}
-#endif
-
-static void rotate_key(float *v, const double *cs, uint32_t rd, uint8_t layout, int avx)
-{
-    const uint32_t half = rd / 2;
-    const double *co = cs, *si = cs + half;
-    float *a = v, *b = layout == 2 ? v + half : v + 1;
-    const size_t step = layout == 2 ? 1 : 2;
-    uint32_t i = 0;
-#ifdef ACC_AVX
-    if (avx && layout == 2)
-        i = rotate_half_avx(v, cs, half);
-#else
-    (void)avx;
-#endif
-    for (; i < half; i++) {
-        double c = co[i], s = si[i];
-        double x0 = a[i * step], x1 = b[i * step];
-        a[i * step] = (float)(x0 * c - x1 * s);
-        b[i * step] = (float)(x0 * s + x1 * c);
-    }
-}
-
 static inline void prefetch_row(const float *row, uint32_t dim)
 {
 #if defined(__GNUC__) || defined(__clang__)
@@ -660,15 +511,15 @@ static inline void prefetch_row(const float *row, uint32_t dim)
 }
 
 /* One output vector from its stage rows. */
-static void emit(fkvf_reader *r, work *w, const float *const *rows, size_t ci, size_t i,
+static void emit(work *w, const float *const *rows, size_t ci, size_t i,
                  uint32_t li, uint32_t hi, unsigned kv)
 {
     const plan *p = w->p;
     uint32_t dim = kv ? p->dv : p->dk;
     float *v = stage_vec(&w->st, out_off(p, i, li, hi, kv), dim);
-    sum_vec(v, rows, kv ? w->vss : w->kss, dim, w->avx);
+    fkvf_stage_sum(v, rows, kv ? w->vss : w->kss, dim, w->avx);
     if (kv == 0 && w->rd)
-        rotate_key(v, w->cs + ci * w->rd, w->rd, r->desc.rope_layout, w->avx);
+        fkvf_rope_rotate_f32(&w->rope, w->cs + ci * w->rd, 0, v, w->avx);
 }
 
 /* Stage rows of the selected stream j's stages for chunk position ci. */
@@ -685,19 +536,12 @@ static void stage_rows(const work *w, size_t j0, unsigned ns, uint32_t dim, size
 /* cos and sin of the angles of positions [pos, pos+n) into w->cs */
 static void compute_cs(work *w, uint64_t pos, size_t n)
 {
-    const uint32_t half = w->rd / 2;
-    for (size_t ci = 0; ci < n; ci++) {
-        double *cs = w->cs + ci * w->rd;
-        for (uint32_t i = 0; i < half; i++) {
-            double a = (double)(pos + ci) * w->freqs[i];
-            cs[i] = cos(a);
-            cs[half + i] = sin(a);
-        }
-    }
+    for (size_t ci = 0; ci < n; ci++)
+        fkvf_rope_angles(&w->rope, w->freqs, pos + ci, w->cs + ci * w->rd);
 }
 
 /* LAYOUT_ROWS: positions [pos, pos+n) (archived; n <= chunk), codes read. */
-static void emit_rows(fkvf_reader *r, work *w, uint64_t pos, size_t n)
+static void emit_rows(work *w, uint64_t pos, size_t n)
 {
     const plan *p = w->p;
     if (w->rd)
@@ -720,16 +564,16 @@ static void emit_rows(fkvf_reader *r, work *w, uint64_t pos, size_t n)
                 size_t run = (size_t)p->nh * dim;
                 if (run > w->st.cap) {
                     for (uint32_t hi = 0; hi < p->nh; hi++)
-                        emit(r, w, w->rowp + sel_index(w, li, hi, kv, 0), ci, i0 + ci, li, hi,
+                        emit(w, w->rowp + sel_index(w, li, hi, kv, 0), ci, i0 + ci, li, hi,
                              kv);
                     continue;
                 }
                 float *v = stage_vec(&w->st, out_off(p, i0 + ci, li, 0, kv), (uint32_t)run);
                 const float *const *rows = w->rowp + sel_index(w, li, 0, kv, 0);
                 for (uint32_t hi = 0; hi < p->nh; hi++, v += dim, rows += w->sel_per) {
-                    sum_vec(v, rows, ns, dim, w->avx);
+                    fkvf_stage_sum(v, rows, ns, dim, w->avx);
                     if (kv == 0 && w->rd)
-                        rotate_key(v, w->cs + ci * w->rd, w->rd, r->desc.rope_layout, w->avx);
+                        fkvf_rope_rotate_f32(&w->rope, w->cs + ci * w->rd, 0, v, w->avx);
                 }
             }
     }
@@ -794,7 +638,7 @@ static int emit_heads(fkvf_reader *r, work *w, rd_group *gr, size_t *si, uint64_
                             prefetch_row(ahead[s], dim);
                         }
                     }
-                    emit(r, w, rows, ci, i0 + ci, li, hi, kv);
+                    emit(w, rows, ci, i0 + ci, li, hi, kv);
                 }
             }
         }
@@ -829,7 +673,7 @@ static int read_archived(fkvf_reader *r, work *w, uint64_t pos, uint64_t end)
             if (rc)
                 return rc;
         } else if (!w->nsel) { /* no stage selected: zero vectors (spec 13.6) */
-            emit_rows(r, w, pos, n);
+            emit_rows(w, pos, n);
         } else {
             rd_seg *g = seg_walk(r, gr, &si, pos - S);
             if (!g)
@@ -840,7 +684,7 @@ static int read_archived(fkvf_reader *r, work *w, uint64_t pos, uint64_t end)
             int rc = read_codes(r, w, gr, g, u, n);
             if (rc)
                 return rc;
-            emit_rows(r, w, pos, n);
+            emit_rows(w, pos, n);
         }
         pos += n;
     }

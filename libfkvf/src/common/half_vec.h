@@ -1,21 +1,21 @@
 /* Vector forms of the conversions in half.h, instantiated by half.h for
- * FKVFQ_VBYTES-byte vectors with names suffixed FKVFQ_VSFX (_4 or _8 lanes).
+ * FKVF_CVT_VBYTES-byte vectors with names suffixed FKVF_CVT_VSFX (_4 or _8 lanes).
  * Bit-identical to the scalar functions. No include guard: included once per
  * width. */
 #define Q_CAT2(a, b) a##b
 #define Q_CAT(a, b) Q_CAT2(a, b)
-#define Q_VI Q_CAT(fkvfq_vi, FKVFQ_VSFX)
-#define Q_VU Q_CAT(fkvfq_vu, FKVFQ_VSFX)
-#define Q_VF Q_CAT(fkvfq_vf, FKVFQ_VSFX)
-#define Q_VH Q_CAT(fkvfq_vh, FKVFQ_VSFX)
+#define Q_VI Q_CAT(fkvf_cvt_vi, FKVF_CVT_VSFX)
+#define Q_VU Q_CAT(fkvf_cvt_vu, FKVF_CVT_VSFX)
+#define Q_VF Q_CAT(fkvf_cvt_vf, FKVF_CVT_VSFX)
+#define Q_VH Q_CAT(fkvf_cvt_vh, FKVF_CVT_VSFX)
 
-typedef int32_t Q_VI __attribute__((vector_size(FKVFQ_VBYTES)));
-typedef uint32_t Q_VU __attribute__((vector_size(FKVFQ_VBYTES)));
-typedef float Q_VF __attribute__((vector_size(FKVFQ_VBYTES)));
-typedef uint16_t Q_VH __attribute__((vector_size(FKVFQ_VBYTES / 2)));
+typedef int32_t Q_VI __attribute__((vector_size(FKVF_CVT_VBYTES)));
+typedef uint32_t Q_VU __attribute__((vector_size(FKVF_CVT_VBYTES)));
+typedef float Q_VF __attribute__((vector_size(FKVF_CVT_VBYTES)));
+typedef uint16_t Q_VH __attribute__((vector_size(FKVF_CVT_VBYTES / 2)));
 
 /* f32 lanes (as bits) -> f16 lanes */
-static inline void Q_CAT(fkvfq_v_f16, FKVFQ_VSFX)(const Q_VI *xp, Q_VH *out)
+static inline void Q_CAT(fkvf_cvt_v_f16, FKVF_CVT_VSFX)(const Q_VI *xp, Q_VH *out)
 {
     Q_VI x = *xp, a, sub;
     Q_VF af;
@@ -37,7 +37,7 @@ static inline void Q_CAT(fkvfq_v_f16, FKVFQ_VSFX)(const Q_VI *xp, Q_VH *out)
 }
 
 /* f32 lanes (as bits) -> bf16 lanes */
-static inline void Q_CAT(fkvfq_v_bf16, FKVFQ_VSFX)(const Q_VI *xp, Q_VH *out)
+static inline void Q_CAT(fkvf_cvt_v_bf16, FKVF_CVT_VSFX)(const Q_VI *xp, Q_VH *out)
 {
     Q_VU x = (Q_VU)*xp;
     Q_VU rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
@@ -48,16 +48,16 @@ static inline void Q_CAT(fkvfq_v_bf16, FKVFQ_VSFX)(const Q_VI *xp, Q_VH *out)
     *out = __builtin_convertvector(r, Q_VH);
 }
 
-static inline void Q_CAT(fkvfq_f32_to_f16, FKVFQ_VSFX)(const float *src, uint16_t *dst)
+static inline void Q_CAT(fkvf_cvt_f32_to_f16, FKVF_CVT_VSFX)(const float *src, uint16_t *dst)
 {
     Q_VI x;
     Q_VH h;
     memcpy(&x, src, sizeof x);
-    Q_CAT(fkvfq_v_f16, FKVFQ_VSFX)(&x, &h);
+    Q_CAT(fkvf_cvt_v_f16, FKVF_CVT_VSFX)(&x, &h);
     memcpy(dst, &h, sizeof h);
 }
 
-static inline void Q_CAT(fkvfq_f16_to_f32, FKVFQ_VSFX)(const uint16_t *src, float *dst)
+static inline void Q_CAT(fkvf_cvt_f16_to_f32, FKVF_CVT_VSFX)(const uint16_t *src, float *dst)
 {
     Q_VH hv;
     memcpy(&hv, src, sizeof hv);
@@ -74,16 +74,16 @@ static inline void Q_CAT(fkvfq_f16_to_f32, FKVFQ_VSFX)(const uint16_t *src, floa
     memcpy(dst, &o, sizeof o);
 }
 
-static inline void Q_CAT(fkvfq_f32_to_bf16, FKVFQ_VSFX)(const float *src, uint16_t *dst)
+static inline void Q_CAT(fkvf_cvt_f32_to_bf16, FKVF_CVT_VSFX)(const float *src, uint16_t *dst)
 {
     Q_VI x;
     Q_VH h;
     memcpy(&x, src, sizeof x);
-    Q_CAT(fkvfq_v_bf16, FKVFQ_VSFX)(&x, &h);
+    Q_CAT(fkvf_cvt_v_bf16, FKVF_CVT_VSFX)(&x, &h);
     memcpy(dst, &h, sizeof h);
 }
 
-static inline void Q_CAT(fkvfq_bf16_to_f32, FKVFQ_VSFX)(const uint16_t *src, float *dst)
+static inline void Q_CAT(fkvf_cvt_bf16_to_f32, FKVF_CVT_VSFX)(const uint16_t *src, float *dst)
 {
     Q_VH hv;
     memcpy(&hv, src, sizeof hv);
@@ -97,5 +97,5 @@ static inline void Q_CAT(fkvfq_bf16_to_f32, FKVFQ_VSFX)(const uint16_t *src, flo
 #undef Q_VH
 #undef Q_CAT
 #undef Q_CAT2
-#undef FKVFQ_VBYTES
-#undef FKVFQ_VSFX
+#undef FKVF_CVT_VBYTES
+#undef FKVF_CVT_VSFX
