@@ -10,6 +10,7 @@
 
 #include "common/alloc.h"
 #include "common/ckd.h"
+#include "common/error.h"
 #include "common/hash.h"
 #include "common/le.h"
 #include "fkvf.h"
@@ -109,6 +110,72 @@ START_TEST(error_class_ranges)
         ck_assert_int_eq(fkvf_error_class(c), FKVF_ERRCLASS_FORMAT);
     for (int c = 50; c < 60; c++)
         ck_assert_int_eq(fkvf_error_class(c), FKVF_ERRCLASS_ENCODE);
+}
+END_TEST
+
+/* ---- diagnostics ---------------------------------------------------------------- */
+
+/* fkvf_fail keeps code, offset, clause, field and text as fields beside the
+ * message it formats from them */
+START_TEST(diag_fields_beside_the_message)
+{
+    fkvf_diag d;
+    d.name = "a.fkvf";
+    fkvf_diag_clear(&d);
+    size_t len;
+    ck_assert_str_eq(fkvf_diag_text(&d, &len), "");
+    ck_assert_uint_eq(len, 0);
+    ck_assert_int_eq(fkvf_fail(&d, FKVF_E_CORRUPT, 4104, "5.3", "directory.entry[%d].offset: %u",
+                               3, 7u),
+                     FKVF_E_CORRUPT);
+    ck_assert_str_eq(d.msg, "a.fkvf: offset 4104: directory.entry[3].offset: 7 (spec 5.3) "
+                            "[FKVF_E_CORRUPT]");
+    ck_assert_str_eq(d.field, "directory.entry[3].offset");
+    ck_assert_str_eq(d.clause, "5.3");
+    ck_assert_uint_eq(d.offset, 4104);
+    const char *t = fkvf_diag_text(&d, &len);
+    ck_assert_uint_eq(len, strlen("directory.entry[3].offset: 7"));
+    ck_assert(!strncmp(t, "directory.entry[3].offset: 7", len));
+    /* the first error is kept; replace overwrites every field */
+    ck_assert_int_eq(fkvf_fail(&d, FKVF_E_IO, FKVF_NO_OFFSET, NULL, "header: x"), FKVF_E_IO);
+    ck_assert_str_eq(d.field, "directory.entry[3].offset");
+    fkvf_fail_replace(&d, FKVF_E_IO, FKVF_NO_OFFSET, NULL, "cannot read: %s", "EIO");
+    ck_assert_str_eq(d.msg, "a.fkvf: cannot read: EIO [FKVF_E_IO]");
+    ck_assert_str_eq(d.field, ""); /* "cannot read" is no field name */
+    ck_assert_str_eq(d.clause, "");
+    t = fkvf_diag_text(&d, &len);
+    ck_assert(len == strlen("cannot read: EIO") && !strncmp(t, "cannot read: EIO", len));
+    fkvf_error_info e;
+    fkvf_diag_info(&d, &e);
+    ck_assert_ptr_null(e.field);
+    ck_assert_ptr_null(e.clause);
+    d.name = NULL;
+    fkvf_fail_replace(&d, FKVF_E_BAD_MAGIC, 0, "3.1", "header.magic: not an FKVF file");
+    ck_assert_str_eq(d.msg, "<memory>: offset 0: header.magic: not an FKVF file (spec 3.1) "
+                            "[FKVF_E_BAD_MAGIC]");
+    fkvf_diag_info(&d, &e);
+    ck_assert_str_eq(e.field, "header.magic");
+    ck_assert_str_eq(e.clause, "3.1");
+    fkvf_diag_clear(&d);
+    fkvf_diag_info(&d, &e);
+    ck_assert_ptr_null(e.field);
+    ck_assert_str_eq(d.field, "");
+}
+END_TEST
+
+/* the public fields of a reader's error name the field its message names */
+START_TEST(reader_error_names_the_field)
+{
+    static const uint8_t not_fkvf[64] = "not an archive";
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, not_fkvf, sizeof not_fkvf, 0, NULL),
+                     FKVF_E_BAD_MAGIC);
+    fkvf_error_info e;
+    ck_assert_int_eq(fkvf_reader_error(r, &e), FKVF_OK);
+    ck_assert_str_eq(e.field, "header.magic");
+    ck_assert_str_eq(e.clause, "3.1");
+    ck_assert_uint_eq(e.offset, 0);
+    fkvf_reader_free(r);
 }
 END_TEST
 
@@ -553,6 +620,8 @@ static Suite *common_suite(void)
     tcase_add_test(t, error_unknown_code_never_null);
     tcase_add_test(t, error_class_ranges);
     tcase_add_test(t, version_macros_match_runtime);
+    tcase_add_test(t, diag_fields_beside_the_message);
+    tcase_add_test(t, reader_error_names_the_field);
     suite_add_tcase(s, t);
     t = tcase_create("le_ckd");
     tcase_add_test(t, le_store_load_round_trip);
