@@ -144,7 +144,7 @@ static int trailer_at(fkvf_reader *r, uint64_t off, fkvf_trailer *t, fkvf_dirhdr
         return FAIL(FKVF_E_LIMIT, off + 24, "15", "directory too large");
     uint64_t sum = fkvf_xxh3_64(r->data + t->dir_offset, dsz, t->dir_offset);
     if (sum != t->dir_checksum)
-        return FAIL(FKVF_E_CHECKSUM, t->dir_offset, "6.1",
+        return FAIL(FKVF_E_CHECKSUM, t->dir_offset, "6.2",
                     "directory of commit %llu: checksum stored %016llx, computed %016llx",
                     (unsigned long long)t->commit_seq, (unsigned long long)t->dir_checksum,
                     (unsigned long long)sum);
@@ -152,7 +152,7 @@ static int trailer_at(fkvf_reader *r, uint64_t off, fkvf_trailer *t, fkvf_dirhdr
     if (rc)
         return rc;
     if (dh->commit_seq != t->commit_seq)
-        return FAIL(FKVF_E_CHAIN, t->dir_offset + 8, "5.1",
+        return FAIL(FKVF_E_CHAIN, t->dir_offset + 8, "5.3",
                     "directory.commit_seq %llu differs from the trailer's %llu",
                     (unsigned long long)dh->commit_seq, (unsigned long long)t->commit_seq);
     if (t->dir_size != FKVF_DIRHDR_SIZE + (uint64_t)dh->entry_count * FKVF_DIRENT_SIZE)
@@ -290,7 +290,7 @@ static int find_head(fkvf_reader *r)
     int first_rc = FKVF_OK;
     fkvf_diag first_diag;
     if (size % 64) {
-        first_rc = FAIL(FKVF_E_TRUNCATED, size, "4.1",
+        first_rc = FAIL(FKVF_E_TRUNCATED, size, "7.2",
                         "file length %llu is not a multiple of 64 (truncated or torn)",
                         (unsigned long long)size);
     } else {
@@ -774,7 +774,7 @@ static int apply_sections(fkvf_reader *r)
             break;
         case FKVF_SECTION_EXAC: {
             if (!r->has_desc)
-                return FAIL(FKVF_E_CORRUPT, s->e.offset, "14", "EXAC without a DESC section");
+                return FAIL(FKVF_E_CORRUPT, s->e.offset, "14.2", "EXAC without a DESC section");
             const uint8_t *p;
             uint64_t n;
             /* the header is needed now; the rows are checked with the section */
@@ -787,11 +787,11 @@ static int apply_sections(fkvf_reader *r)
             if ((rc = fkvf_exac_hdr_parse(p, n, s->e.offset, r->row_bytes, &x->h, &r->diag)))
                 return rc;
             if (x->h.dtype != r->desc.dtype)
-                return FAIL(FKVF_E_CORRUPT, s->e.offset + 16, "14",
+                return FAIL(FKVF_E_CORRUPT, s->e.offset + 16, "14.2",
                             "EXAC.dtype %u differs from DESC.dtype %u", x->h.dtype,
                             (unsigned)r->desc.dtype);
             if (s->e.key != x->h.first)
-                return FAIL(FKVF_E_CORRUPT, s->e.offset, "14",
+                return FAIL(FKVF_E_CORRUPT, s->e.offset, "14.2",
                             "EXAC.first_position %llu differs from the directory key %llu",
                             (unsigned long long)x->h.first, (unsigned long long)s->e.key);
             r->n_exact++;
@@ -907,7 +907,7 @@ static int load_contents(fkvf_reader *r)
         if (s->e.type != FKVF_SECTION_DESC)
             continue;
         if (desc_i != SIZE_MAX)
-            return FAIL(FKVF_E_CORRUPT, s->e.offset, "8",
+            return FAIL(FKVF_E_CORRUPT, s->e.offset, "8.2",
                         "second DESC section (the first is at %llu)",
                         (unsigned long long)r->sections[desc_i].e.offset);
         desc_i = i;
@@ -961,7 +961,7 @@ static int load_contents(fkvf_reader *r)
     uint64_t S = r->desc.n_sinks < r->n_positions ? r->desc.n_sinks : r->n_positions;
     if (r->n_archived && (r->desc.n_sinks > r->n_positions ||
                           r->n_archived > r->n_positions - r->desc.n_sinks))
-        return FAIL(FKVF_E_CORRUPT, last->dir_off + 24, "14",
+        return FAIL(FKVF_E_CORRUPT, last->dir_off + 24, "14.2",
                     "n_archived %llu does not fit after %u sinks in %llu positions",
                     (unsigned long long)r->n_archived, r->desc.n_sinks,
                     (unsigned long long)r->n_positions);
@@ -980,7 +980,7 @@ static int load_contents(fkvf_reader *r)
     for (int k = 0; k < 2 && rc == FKVF_OK; k++) {
         uint64_t p = fkvf_ranges_first_gap(cover, r->n_exact, ranges[k][0], ranges[k][1]);
         if (p < ranges[k][1])
-            rc = FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14",
+            rc = FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14.2",
                       "exact position %llu is not covered by any EXAC section",
                       (unsigned long long)p);
     }
@@ -1430,7 +1430,7 @@ FKVF_API int fkvf_reader_exact_row(fkvf_reader *r, uint64_t position, const void
         *row_bytes = (size_t)r->row_bytes;
         return FKVF_OK;
     }
-    return fkvf_fail(&r->diag, FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14",
+    return fkvf_fail(&r->diag, FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14.2",
                      "exact position %llu not covered", (unsigned long long)position);
 }
 
@@ -1545,7 +1545,7 @@ int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b)
             const uint8_t *a = g->data + o;
             if (fkvf_ngon_decode_span(gr->ngon, fkvf_ldf64(a), fkvf_ldf64(a + 8), (uint32_t)cnt,
                                       tmp) != FKVF_OK)
-                return FAIL(FKVF_E_SPAN, g->data_fileoff + o, "12.2",
+                return FAIL(FKVF_E_SPAN, g->data_fileoff + o, "12.2.5",
                             "STRM section at %llu, stream %llu of the group, span %llu: anchor "
                             "does not decode to %llu symbols that re-encode to it",
                             (unsigned long long)r->sections[g->sec].e.offset,
