@@ -20,13 +20,7 @@
 
 /* A handle whose open failed is still set (for its message, which stays)
  * but may hold a partly loaded state: nothing of it is served. */
-int rd_enter(const fkvf_reader *r)
-{
-    if (!r || r->magic != FKVF_READER_MAGIC || !r->loaded)
-        return FKVF_E_STATE;
-    fkvf_diag_clear((fkvf_diag *)&r->diag);
-    return FKVF_OK;
-}
+int rd_enter(const fkvf_reader *r) { return FKVF_HANDLE_ENTER(r, FKVF_HANDLE_READER, "reader"); }
 
 /* ---- section bytes --------------------------------------------------------- */
 
@@ -999,7 +993,8 @@ static int reader_new(fkvf_reader **out, const fkvf_allocator *alloc, const char
     fkvf_reader *r = fkvf_calloc(alloc, 1, sizeof *r);
     if (!r)
         return FKVF_E_NOMEM;
-    r->magic = FKVF_READER_MAGIC;
+    fkvf_handle_init(&r->h, FKVF_HANDLE_READER);
+    fkvf_handle_fail(&r->h, FKVF_E_STATE); /* until it is loaded */
     r->alloc = alloc;
     r->flags = flags;
     if (name) {
@@ -1024,7 +1019,7 @@ static int reader_load(fkvf_reader *r)
         return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file larger than 2^62 bytes");
     if ((rc = find_head(r)) || (rc = load_directories(r)) || (rc = load_contents(r)))
         return rc;
-    r->loaded = 1;
+    r->h.state = FKVF_HANDLE_OPEN;
     return FKVF_OK;
 }
 
@@ -1163,7 +1158,7 @@ FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned
 
 FKVF_API void fkvf_reader_free(fkvf_reader *r)
 {
-    if (!r || r->magic != FKVF_READER_MAGIC)
+    if (!FKVF_HANDLE_IS(r, FKVF_HANDLE_READER))
         return;
     const fkvf_allocator *a = r->alloc;
     fkvf_rvq_free(r->rvq);
@@ -1193,20 +1188,20 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
         munmap(r->map, r->map_size);
     fkvf_free(a, r->owned);
     fkvf_free(a, r->name);
-    r->magic = 0;
+    r->h.magic = 0;
     fkvf_free(a, r);
 }
 
 FKVF_API const char *fkvf_reader_message(const fkvf_reader *r)
 {
-    if (!r || r->magic != FKVF_READER_MAGIC)
+    if (!FKVF_HANDLE_IS(r, FKVF_HANDLE_READER))
         return "not a reader handle";
     return r->diag.msg;
 }
 
 FKVF_API const char *fkvf_reader_file_name(const fkvf_reader *r)
 {
-    if (!r || r->magic != FKVF_READER_MAGIC)
+    if (!FKVF_HANDLE_IS(r, FKVF_HANDLE_READER))
         return NULL;
     return r->name;
 }
@@ -1215,7 +1210,7 @@ FKVF_API int fkvf_reader_error(const fkvf_reader *r, fkvf_error_info *out)
 {
     if (!out)
         return FKVF_E_INVALID_ARG;
-    if (!r || r->magic != FKVF_READER_MAGIC) {
+    if (!FKVF_HANDLE_IS(r, FKVF_HANDLE_READER)) {
         memset(out, 0, sizeof *out);
         out->code = FKVF_E_STATE;
         out->offset = FKVF_ERROR_NO_OFFSET;
@@ -1793,7 +1788,7 @@ FKVF_API int fkvf_reader_codebook_ref(const fkvf_reader *r, int *is_external, ui
 FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
 {
     ENTER(r);
-    if (!cf || cf->magic != FKVF_READER_MAGIC || !cf->loaded || cf == r)
+    if (!FKVF_HANDLE_IS_OPEN(cf, FKVF_HANDLE_READER) || cf == r)
         return FKVF_E_INVALID_ARG;
     char hx[33];
     fkvf_hex16(r->cb_ref_hash, hx);

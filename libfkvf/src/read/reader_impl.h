@@ -4,10 +4,10 @@
 
 #include "codec/codec.h"
 #include "error.h"
+#include "handle.h"
 #include "fkvf.h"
 #include "format/format.h"
 
-#define FKVF_READER_MAGIC UINT32_C(0x52564B46) /* "FKVR" */
 
 typedef struct rd_commit {
     uint64_t seq, trailer_off, dir_off, dir_size, region_start;
@@ -72,7 +72,10 @@ typedef struct rd_ngonctx {
 } rd_ngonctx;
 
 struct fkvf_reader {
-    uint32_t magic;
+    /* kind FKVF_HANDLE_READER; FAILED (calls return FKVF_E_STATE, the
+     * message of the open kept) until the open succeeds, then OPEN: only
+     * then do queries serve data */
+    fkvf_handle h;
     const fkvf_allocator *alloc;
     fkvf_diag diag;
     char *name;
@@ -82,7 +85,6 @@ struct fkvf_reader {
     size_t map_size;
     uint8_t *owned; /* FKVF_OPEN_READ: the file's bytes */
     unsigned flags;
-    int loaded; /* the open succeeded: only then do queries serve data */
 
     fkvf_header hdr;
     rd_commit *commits;
