@@ -29,7 +29,7 @@
 #include "hash.h"
 #include "format/zidx.h"
 #include "le.h"
-#include "reader_impl.h"
+#include "read/reader_impl.h"
 
 #define DEFAULT_CAP 1000
 #define NO_OFF FKVF_VALIDATE_NO_OFFSET
