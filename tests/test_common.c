@@ -1,7 +1,10 @@
 /* Tests of the common helpers: error codes, versions, little-endian access
  * and cursors, overflow-checked arithmetic, the UTF-8 validator and the
  * XXH3 wrappers. */
+#define _POSIX_C_SOURCE 200809L
 #include <check.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 #include "common/alloc.h"
 #include "common/ckd.h"
 #include "common/error.h"
+#include "common/filemap.h"
 #include "common/hash.h"
 #include "common/le.h"
 #include "fkvf.h"
@@ -176,6 +180,62 @@ START_TEST(reader_error_names_the_field)
     ck_assert_str_eq(e.clause, "3.1");
     ck_assert_uint_eq(e.offset, 0);
     fkvf_reader_free(r);
+}
+END_TEST
+
+/* ---- file maps ------------------------------------------------------------------- */
+
+/* the bytes of a file mapped and read, an empty file, and what is no
+ * regular file */
+START_TEST(filemap_maps_and_reads)
+{
+    char dir[] = "/tmp/fkvf_filemap_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof path, "%s/f", dir);
+    static const char text[] = "0123456789abcdef";
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, 16), 16);
+    close(fd);
+    fkvf_diag d;
+    d.name = path;
+    fkvf_diag_clear(&d);
+    for (int read_copy = 0; read_copy < 2; read_copy++) {
+        fd = open(path, O_RDONLY);
+        ck_assert_int_ge(fd, 0);
+        if (read_copy)
+            ck_assert_int_eq(lseek(fd, 5, SEEK_SET), 5); /* read from offset 0 all the same */
+        fkvf_filemap m;
+        ck_assert_int_eq(fkvf_filemap_fd(&m, fd, read_copy, NULL, &d), FKVF_OK);
+        close(fd); /* the bytes outlive the descriptor */
+        ck_assert_uint_eq(m.size, 16);
+        ck_assert(memcmp(m.data, text, 16) == 0);
+        ck_assert(read_copy ? m.owned != NULL && m.map == NULL : m.map != NULL && !m.owned);
+        fkvf_filemap_release(&m, NULL);
+        ck_assert_uint_eq(m.size, 0);
+        ck_assert_ptr_nonnull(m.data);
+    }
+    /* empty */
+    fd = open(path, O_WRONLY | O_TRUNC);
+    close(fd);
+    fd = open(path, O_RDONLY);
+    fkvf_filemap m;
+    ck_assert_int_eq(fkvf_filemap_fd(&m, fd, 0, NULL, &d), FKVF_OK);
+    ck_assert_uint_eq(m.size, 0);
+    ck_assert_ptr_nonnull(m.data);
+    fkvf_filemap_release(&m, NULL);
+    close(fd);
+    /* a directory */
+    fd = open(dir, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fkvf_filemap_fd(&m, fd, 1, NULL, &d), FKVF_E_IO);
+    close(fd);
+    ck_assert_ptr_nonnull(strstr(d.msg, "not a regular file"));
+    ck_assert_int_eq(fkvf_validate_file(dir, NULL, NULL, NULL, NULL), FKVF_E_IO);
+    ck_assert_int_eq(fkvf_validate_file(path, NULL, NULL, NULL, NULL), FKVF_OK);
+    unlink(path);
+    rmdir(dir);
 }
 END_TEST
 
@@ -622,6 +682,7 @@ static Suite *common_suite(void)
     tcase_add_test(t, version_macros_match_runtime);
     tcase_add_test(t, diag_fields_beside_the_message);
     tcase_add_test(t, reader_error_names_the_field);
+    tcase_add_test(t, filemap_maps_and_reads);
     suite_add_tcase(s, t);
     t = tcase_create("le_ckd");
     tcase_add_test(t, le_store_load_round_trip);

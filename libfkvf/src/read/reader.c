@@ -5,8 +5,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -1072,54 +1070,11 @@ FKVF_API int fkvf_reader_open_memory(fkvf_reader **out, const void *data, size_t
  * FKVF_OPEN_READ (from offset 0), then loaded. Does not close fd. */
 static int load_fd(fkvf_reader *r, int fd)
 {
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "fstat: %s", strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "not a regular file");
-    static const uint8_t empty[1] = {0};
-    r->data = empty;
-    r->size = 0;
-    if (st.st_size > 0) {
-        if ((uint64_t)st.st_size > SIZE_MAX)
-            return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file too large to map");
-        if (r->flags & FKVF_OPEN_READ) {
-            /* a private copy: immune to others truncating the file (spec 18.5) */
-            size_t n = (size_t)st.st_size, got = 0;
-            uint8_t *buf = fkvf_malloc(r->alloc, n);
-            if (!buf)
-                return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory to read %zu bytes", n);
-            if (lseek(fd, 0, SEEK_SET) != 0) {
-                int e = errno;
-                fkvf_free(r->alloc, buf);
-                return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "lseek: %s", strerror(e));
-            }
-            while (got < n) {
-                ssize_t k = read(fd, buf + got, n - got);
-                if (k < 0 && errno == EINTR)
-                    continue;
-                if (k < 0) {
-                    int e = errno;
-                    fkvf_free(r->alloc, buf);
-                    return FAIL(FKVF_E_IO, got, NULL, "read: %s", strerror(e));
-                }
-                if (k == 0)
-                    break; /* the file shrank meanwhile: what was read is the file */
-                got += (size_t)k;
-            }
-            r->owned = buf;
-            r->data = buf;
-            r->size = got;
-            return reader_load(r);
-        }
-        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED)
-            return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "mmap: %s", strerror(errno));
-        r->map = m;
-        r->map_size = (size_t)st.st_size;
-        r->data = m;
-        r->size = (uint64_t)st.st_size;
-    }
+    int rc = fkvf_filemap_fd(&r->file, fd, (r->flags & FKVF_OPEN_READ) != 0, r->alloc, &r->diag);
+    if (rc)
+        return rc;
+    r->data = r->file.data;
+    r->size = r->file.size;
     return reader_load(r);
 }
 
@@ -1184,9 +1139,7 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
     fkvf_free(a, r->vtxs_seen);
     fkvf_free(a, r->model_id);
     fkvf_free(a, r->tokenizer_id);
-    if (r->map)
-        munmap(r->map, r->map_size);
-    fkvf_free(a, r->owned);
+    fkvf_filemap_release(&r->file, a);
     fkvf_free(a, r->name);
     r->h.magic = 0;
     fkvf_free(a, r);

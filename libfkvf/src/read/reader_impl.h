@@ -4,6 +4,7 @@
 
 #include "codec/codec.h"
 #include "error.h"
+#include "filemap.h"
 #include "handle.h"
 #include "fkvf.h"
 #include "format/format.h"
@@ -81,9 +82,7 @@ struct fkvf_reader {
     char *name;
     const uint8_t *data;
     uint64_t size;
-    void *map;
-    size_t map_size;
-    uint8_t *owned; /* FKVF_OPEN_READ: the file's bytes */
+    fkvf_filemap file; /* a file's bytes, mapped or (FKVF_OPEN_READ) read */
     unsigned flags;
 
     fkvf_header hdr;

@@ -20,11 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "alloc.h"
+#include "filemap.h"
 #include "ckd.h"
 #include "hash.h"
 #include "format/zidx.h"
@@ -1129,23 +1128,15 @@ FKVF_API int fkvf_validate_file(const char *path, const fkvf_validate_options *o
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return FKVF_E_IO;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > SIZE_MAX) {
-        close(fd);
-        return FKVF_E_IO;
-    }
-    size_t n = (size_t)st.st_size;
-    void *m = NULL;
-    if (n) {
-        m = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            close(fd);
-            return FKVF_E_IO;
-        }
-    }
+    fkvf_diag d; /* no handle to report through: the return code says it */
+    d.name = path;
+    fkvf_diag_clear(&d);
+    fkvf_filemap m;
+    int rc = fkvf_filemap_fd(&m, fd, 0, NULL, &d);
     close(fd);
-    int rc = fkvf_validate_memory(m, n, opt, fn, opaque, res);
-    if (m)
-        munmap(m, n);
+    if (rc)
+        return FKVF_E_IO;
+    rc = fkvf_validate_memory(m.data, m.size, opt, fn, opaque, res);
+    fkvf_filemap_release(&m, NULL);
     return rc;
 }
