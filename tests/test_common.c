@@ -183,6 +183,33 @@ START_TEST(reader_error_names_the_field)
 }
 END_TEST
 
+/* the allocator for big tables: the default's blocks of 4 MiB and more
+ * 2 MiB-aligned on Linux, small ones as malloc's; another allocator as given */
+START_TEST(alloc_large_tables)
+{
+    const fkvf_allocator *a = fkvf_alloc_large_tables(NULL);
+    ck_assert_ptr_nonnull(a);
+    size_t big = ((size_t)5 << 20) + 3;
+    uint8_t *p = fkvf_malloc(a, big);
+    ck_assert_ptr_nonnull(p);
+#if defined(__linux__)
+    ck_assert_uint_eq((uintptr_t)p % ((uintptr_t)2 << 20), 0);
+#endif
+    memset(p, 1, big);
+    p = fkvf_realloc(a, p, 16); /* realloc and free as the default's */
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(p[15], 1);
+    fkvf_free(a, p);
+    p = fkvf_malloc(a, 100);
+    ck_assert_ptr_nonnull(p);
+    fkvf_free(a, p);
+    ck_assert_ptr_eq(fkvf_alloc_large_tables(fkvf_alloc_or_default(NULL)), a);
+    fkvf_allocator other = *fkvf_alloc_or_default(NULL);
+    other.opaque = &other; /* a complete allocator of the caller's */
+    ck_assert_ptr_eq(fkvf_alloc_large_tables(&other), &other);
+}
+END_TEST
+
 /* ---- file maps ------------------------------------------------------------------- */
 
 /* the bytes of a file mapped and read, an empty file, and what is no
@@ -683,6 +710,7 @@ static Suite *common_suite(void)
     tcase_add_test(t, diag_fields_beside_the_message);
     tcase_add_test(t, reader_error_names_the_field);
     tcase_add_test(t, filemap_maps_and_reads);
+    tcase_add_test(t, alloc_large_tables);
     suite_add_tcase(s, t);
     t = tcase_create("le_ckd");
     tcase_add_test(t, le_store_load_round_trip);

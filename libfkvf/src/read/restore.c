@@ -2,10 +2,6 @@
  * (spec 13.6, 14). Exact rows are copied (converted if asked); archived rows
  * are decoded from their index streams with the codebook. Uses the
  * quantizer through its public API. */
-#if defined(__linux__)
-#define _DEFAULT_SOURCE /* madvise */
-#include <sys/mman.h>
-#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,44 +31,6 @@ FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_
     return FKVF_OK;
 }
 
-/* With the default allocator, the codebook's big tables go to memory that
- * Linux may back with transparent huge pages: decoding reads random centroid
- * rows of tables of tens of megabytes, and with 4 KiB pages nearly every row
- * is a TLB miss (random single positions of GPT-2 small decode about twice as
- * fast with huge pages). Any other allocator is used as given. */
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-#define HUGE_MIN ((size_t)4 << 20)
-#define HUGE_PAGE ((size_t)2 << 20)
-static void *hp_alloc(void *opaque, size_t n)
-{
-    (void)opaque;
-    if (n < HUGE_MIN)
-        return malloc(n ? n : 1);
-    size_t sz = (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1); /* n < SIZE_MAX / 2 here */
-    void *p = aligned_alloc(HUGE_PAGE, sz);
-    if (p)
-        (void)madvise(p, sz, MADV_HUGEPAGE); /* a hint: failure changes nothing */
-    return p;
-}
-static void *hp_realloc(void *opaque, void *p, size_t n)
-{
-    (void)opaque;
-    return realloc(p, n ? n : 1);
-}
-static void hp_free(void *opaque, void *p)
-{
-    (void)opaque;
-    free(p);
-}
-static const fkvf_allocator hp_allocator = {hp_alloc, hp_realloc, hp_free, NULL};
-static const fkvf_allocator *codebook_allocator(const fkvf_reader *r)
-{
-    return r->alloc == fkvf_alloc_or_default(NULL) ? &hp_allocator : r->alloc;
-}
-#else
-static const fkvf_allocator *codebook_allocator(const fkvf_reader *r) { return r->alloc; }
-#endif
-
 /* The codebook as an fkvf_rvq and the stream of every code (built once). */
 int rd_restore_prepare(fkvf_reader *r)
 {
@@ -86,7 +44,7 @@ int rd_restore_prepare(fkvf_reader *r)
         return rc; /* message set: no codebook, or external not attached */
     fkvf_rvq *q = NULL;
     rc = fkvf_rvq_from_tables_decode(&q, &shape, r->desc.n_kv_heads, (const uint8_t *)contents + 64,
-                                     size - 64, codebook_allocator(r));
+                                     size - 64, fkvf_alloc_large_tables(r->alloc));
     if (rc == FKVF_E_INVALID_ARG) {
         /* the shape was checked when the codebook was loaded: a non-finite
          * element (spec 13.2), a fault of the file, not of the caller */
