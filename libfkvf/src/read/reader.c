@@ -1278,9 +1278,8 @@ static int meta_ready(fkvf_reader *r)
     return FKVF_OK;
 }
 
-FKVF_API int fkvf_reader_meta_count(fkvf_reader *r, size_t *count)
+int rd_meta_count(fkvf_reader *r, size_t *count)
 {
-    ENTER(r);
     if (!count)
         return FKVF_E_INVALID_ARG;
     int rc = meta_ready(r);
@@ -1290,9 +1289,14 @@ FKVF_API int fkvf_reader_meta_count(fkvf_reader *r, size_t *count)
     return FKVF_OK;
 }
 
-FKVF_API int fkvf_reader_meta(fkvf_reader *r, size_t index, fkvf_meta_entry *out)
+FKVF_API int fkvf_reader_meta_count(fkvf_reader *r, size_t *count)
 {
     ENTER(r);
+    return rd_meta_count(r, count);
+}
+
+int rd_meta(fkvf_reader *r, size_t index, fkvf_meta_entry *out)
+{
     if (!out)
         return FKVF_E_INVALID_ARG;
     int rc = meta_ready(r);
@@ -1308,18 +1312,24 @@ FKVF_API int fkvf_reader_meta(fkvf_reader *r, size_t index, fkvf_meta_entry *out
     return FKVF_OK;
 }
 
+FKVF_API int fkvf_reader_meta(fkvf_reader *r, size_t index, fkvf_meta_entry *out)
+{
+    ENTER(r);
+    return rd_meta(r, index, out);
+}
+
 FKVF_API int fkvf_reader_meta_find(fkvf_reader *r, const char *key, fkvf_meta_entry *out)
 {
     ENTER(r);
     if (!key || !out)
         return FKVF_E_INVALID_ARG;
     size_t n, kl = strlen(key);
-    int rc = fkvf_reader_meta_count(r, &n);
+    int rc = rd_meta_count(r, &n);
     if (rc)
         return rc;
     for (size_t i = 0; i < n; i++) {
         fkvf_meta_entry e;
-        if ((rc = fkvf_reader_meta(r, i, &e)))
+        if ((rc = rd_meta(r, i, &e)))
             return rc;
         if (e.key_len == kl && memcmp(e.key, key, kl) == 0) {
             *out = e;
@@ -1348,10 +1358,8 @@ FKVF_API int fkvf_reader_is_exact(const fkvf_reader *r, uint64_t position, int *
     return FKVF_OK;
 }
 
-FKVF_API int fkvf_reader_exact_row(fkvf_reader *r, uint64_t position, const void **row,
-                                   size_t *row_bytes)
+int rd_exact_row(fkvf_reader *r, uint64_t position, const void **row, size_t *row_bytes)
 {
-    ENTER(r);
     if (!row || !row_bytes)
         return FKVF_E_INVALID_ARG;
     if (!r->has_desc || !exact_position(r, position))
@@ -1380,6 +1388,13 @@ FKVF_API int fkvf_reader_exact_row(fkvf_reader *r, uint64_t position, const void
     }
     return fkvf_fail(&r->diag, FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14.2",
                      "exact position %llu not covered", (unsigned long long)position);
+}
+
+FKVF_API int fkvf_reader_exact_row(fkvf_reader *r, uint64_t position, const void **row,
+                                   size_t *row_bytes)
+{
+    ENTER(r);
+    return rd_exact_row(r, position, row, row_bytes);
 }
 
 /* ---- streams ------------------------------------------------------------------- */
@@ -1442,9 +1457,8 @@ FKVF_API int fkvf_reader_stream_spec(const fkvf_reader *r, size_t index, fkvf_st
     return FKVF_OK;
 }
 
-FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *index)
+int rd_stream_find(const fkvf_reader *r, uint64_t id, size_t *index)
 {
-    ENTER(r);
     if (!index)
         return FKVF_E_INVALID_ARG;
     const rd_group *ix = &r->groups[FKVF_GROUP_INDEX];
@@ -1464,6 +1478,12 @@ FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *
     *index = ((size_t)layer * r->desc.n_kv_heads + head) * per_head +
              (kv ? ix->k_stages + stage : stage);
     return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *index)
+{
+    ENTER(r);
+    return rd_stream_find(r, id, index);
 }
 
 int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b)
@@ -1607,16 +1627,21 @@ static int stream_read_at(fkvf_reader *r, rd_stream *st, uint64_t first, size_t 
     return FKVF_OK;
 }
 
-FKVF_API int fkvf_reader_stream_read(fkvf_reader *r, size_t index, uint64_t first, uint32_t *out,
-                                     size_t count)
+int rd_stream_read(fkvf_reader *r, size_t index, uint64_t first, uint32_t *out, size_t count)
 {
-    ENTER(r);
     if (!out && count)
         return FKVF_E_INVALID_ARG;
     rd_stream st;
     if (rd_stream_at(r, index, &st))
         return FKVF_E_RANGE;
     return stream_read_at(r, &st, first, count, out, NULL);
+}
+
+FKVF_API int fkvf_reader_stream_read(fkvf_reader *r, size_t index, uint64_t first, uint32_t *out,
+                                     size_t count)
+{
+    ENTER(r);
+    return rd_stream_read(r, index, first, out, count);
 }
 
 FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t first,
@@ -1638,7 +1663,8 @@ FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t f
 
 FKVF_API int fkvf_reader_stream_get(fkvf_reader *r, size_t index, uint64_t t, uint32_t *symbol)
 {
-    return fkvf_reader_stream_read(r, index, t, symbol, 1);
+    ENTER(r);
+    return rd_stream_read(r, index, t, symbol, 1);
 }
 
 FKVF_API int fkvf_reader_stream_point(fkvf_reader *r, size_t index, uint64_t t, fkvf_point *out)
@@ -1686,10 +1712,9 @@ FKVF_API int fkvf_reader_stream_point(fkvf_reader *r, size_t index, uint64_t t, 
 
 /* ---- codebooks ------------------------------------------------------------------ */
 
-FKVF_API int fkvf_reader_codebook(fkvf_reader *r, fkvf_codebook_shape *shape,
-                                  const void **contents, size_t *size, uint8_t hash[16])
+int rd_codebook(fkvf_reader *r, fkvf_codebook_shape *shape, const void **contents, size_t *size,
+                uint8_t hash[16])
 {
-    ENTER(r);
     if (!r->cb_kind)
         return fkvf_fail(&r->diag, FKVF_E_NOT_FOUND, FKVF_NO_OFFSET, "13",
                          "the archive has no codebook");
@@ -1722,6 +1747,13 @@ FKVF_API int fkvf_reader_codebook(fkvf_reader *r, fkvf_codebook_shape *shape,
     return FKVF_OK;
 }
 
+FKVF_API int fkvf_reader_codebook(fkvf_reader *r, fkvf_codebook_shape *shape,
+                                  const void **contents, size_t *size, uint8_t hash[16])
+{
+    ENTER(r);
+    return rd_codebook(r, shape, contents, size, hash);
+}
+
 FKVF_API int fkvf_reader_codebook_ref(const fkvf_reader *r, int *is_external, uint8_t hash[16],
                                       const char **name)
 {
@@ -1738,9 +1770,8 @@ FKVF_API int fkvf_reader_codebook_ref(const fkvf_reader *r, int *is_external, ui
     return FKVF_OK;
 }
 
-FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
+int rd_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
 {
-    ENTER(r);
     if (!FKVF_HANDLE_IS_OPEN(cf, FKVF_HANDLE_READER) || cf == r)
         return FKVF_E_INVALID_ARG;
     char hx[33];
@@ -1779,4 +1810,10 @@ FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
     r->cb_file_sec = cf->cb_sec;
     r->cb_known = 1;
     return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
+{
+    ENTER(r);
+    return rd_attach_codebook(r, cf);
 }

@@ -147,6 +147,19 @@ int rd_stream_at(const fkvf_reader *r, size_t index, rd_stream *s);
 /* Parse a STRM section's header into a segment (block flags allocated). */
 int rd_seg_init(fkvf_reader *r, size_t i, rd_seg *g);
 
+/* The work of the public calls of the same name (fkvf_reader_meta_count,
+ * fkvf_reader_meta, ...) without their entry check, for the reader's own
+ * code: a public call clears the handle's message, these do not (arguments,
+ * errors and messages otherwise as the public call's, fkvf.h). */
+int rd_meta_count(fkvf_reader *r, size_t *count);
+int rd_meta(fkvf_reader *r, size_t index, fkvf_meta_entry *out);
+int rd_exact_row(fkvf_reader *r, uint64_t position, const void **row, size_t *row_bytes);
+int rd_stream_find(const fkvf_reader *r, uint64_t id, size_t *index);
+int rd_stream_read(fkvf_reader *r, size_t index, uint64_t first, uint32_t *out, size_t count);
+int rd_codebook(fkvf_reader *r, fkvf_codebook_shape *shape, const void **contents, size_t *size,
+                uint8_t hash[16]);
+int rd_attach_codebook(fkvf_reader *r, fkvf_reader *cf);
+
 /* A reader over the regular file open as fd (not closed), named `name` in
  * messages, with fkvf_reader_open_file's flags: mapped, or with
  * FKVF_OPEN_READ read from offset 0. *out is set whenever a handle was made

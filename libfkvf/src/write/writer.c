@@ -988,15 +988,21 @@ static int write_commit(fkvf_writer *w)
     return FKVF_OK;
 }
 
+/* fkvf_writer_commit without its entry check (fkvf_writer_finish) */
+static int commit(fkvf_writer *w)
+{
+    if (w->commit_seq > FKVF_MAX_COMMITS)
+        return FAIL(FKVF_E_LIMIT, "15", "more than %llu commits",
+                    (unsigned long long)FKVF_MAX_COMMITS);
+    return write_commit(w);
+}
+
 FKVF_API int fkvf_writer_commit(fkvf_writer *w)
 {
     int rc = w_enter(w);
     if (rc)
         return rc;
-    if (w->commit_seq > FKVF_MAX_COMMITS)
-        return FAIL(FKVF_E_LIMIT, "15", "more than %llu commits",
-                    (unsigned long long)FKVF_MAX_COMMITS);
-    return write_commit(w);
+    return commit(w);
 }
 
 /* fsync the directory holding path (the rename). scratch: at least
@@ -1053,7 +1059,7 @@ FKVF_API int fkvf_writer_finish(fkvf_writer *w)
     int rc = w_enter(w);
     if (rc)
         return rc;
-    if ((w->dirty || w->commit_seq == 1 || w->meta_count) && (rc = fkvf_writer_commit(w)))
+    if ((w->dirty || w->commit_seq == 1 || w->meta_count) && (rc = commit(w)))
         return rc;
     if (w->fd >= 0) {
         if (close(w->fd) != 0) {
