@@ -270,7 +270,7 @@ static int load_chain(fkvf_reader *r, uint64_t head, int *head_ok, bad_set *bad)
     return FKVF_OK;
 }
 
-static int find_head(fkvf_reader *r)
+int rd_find_head(fkvf_reader *r)
 {
     uint64_t size = r->size;
     if (size < FKVF_HEADER_SIZE + 128)
@@ -339,7 +339,7 @@ static int known_type(uint32_t t)
            t == FKVF_SECTION_STRM;
 }
 
-static int load_directories(fkvf_reader *r)
+int rd_load_directories(fkvf_reader *r)
 {
     uint64_t total = 0;
     for (size_t i = 0; i < r->n_commits; i++)
@@ -701,10 +701,8 @@ static int load_codebook(fkvf_reader *r)
     return FKVF_OK;
 }
 
-/* Spec 11.8: with archived positions, exactly the index streams the
- * codebook's stages call for; `code` is CORRUPT (embedded) or CODEBOOK
- * (external codebook attached later, whose hash `ext` the message names). */
-static int check_index_streams(fkvf_reader *r, int code, const char *ext)
+/* (reader_impl.h) */
+int rd_check_index_streams(fkvf_reader *r, int code, const char *ext)
 {
     const char *pre = ext ? "codebook " : "", *hx = ext ? ext : "", *sep = ext ? ": " : "";
     const fkvf_codebook_shape *cb = &r->cb_shape;
@@ -887,7 +885,7 @@ static int build_xruns(fkvf_reader *r)
     return FKVF_OK;
 }
 
-static int load_contents(fkvf_reader *r)
+int rd_load_contents(fkvf_reader *r)
 {
     size_t desc_i = SIZE_MAX;
     int rc;
@@ -947,7 +945,7 @@ static int load_contents(fkvf_reader *r)
     if (r->groups[FKVF_GROUP_INDEX].present && !r->cb_kind)
         return FAIL(FKVF_E_CORRUPT, r->sections[r->groups[FKVF_GROUP_INDEX].segs[0].sec].e.offset,
                     "11.8", "index streams but no codebook section (CBK1 or CBRF)");
-    if (r->cb_known && (rc = check_index_streams(r, FKVF_E_CORRUPT, NULL)))
+    if (r->cb_known && (rc = rd_check_index_streams(r, FKVF_E_CORRUPT, NULL)))
         return rc;
     /* positions (spec 14) */
     uint64_t S = r->desc.n_sinks < r->n_positions ? r->desc.n_sinks : r->n_positions;
@@ -1015,7 +1013,7 @@ static int reader_load(fkvf_reader *r)
         return rc;
     if (r->size > FKVF_MAX_FILE)
         return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file larger than 2^62 bytes");
-    if ((rc = find_head(r)) || (rc = load_directories(r)) || (rc = load_contents(r)))
+    if ((rc = rd_find_head(r)) || (rc = rd_load_directories(r)) || (rc = rd_load_contents(r)))
         return rc;
     r->h.state = FKVF_HANDLE_OPEN;
     return FKVF_OK;
@@ -1042,7 +1040,7 @@ int rd_open_chain(fkvf_reader **out, const void *data, size_t size, const char *
         return rc;
     if (r->size > FKVF_MAX_FILE)
         return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file larger than 2^62 bytes");
-    return find_head(r);
+    return rd_find_head(r);
 }
 
 FKVF_API int fkvf_reader_open_memory(fkvf_reader **out, const void *data, size_t size,
@@ -1199,13 +1197,6 @@ FKVF_API int fkvf_reader_info(const fkvf_reader *r, fkvf_archive_info *out)
     out->has_desc = r->has_desc;
     return FKVF_OK;
 }
-
-#define ENTER(r)                \
-    do {                        \
-        int rc_ = rd_enter(r);  \
-        if (rc_)                \
-            return rc_;         \
-    } while (0)
 
 FKVF_API int fkvf_reader_section(const fkvf_reader *r, size_t index, fkvf_section_info *out)
 {
@@ -1802,7 +1793,7 @@ int rd_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
                          "codebook %s does not match the descriptor's shape", hx);
     fkvf_codebook_shape saved = r->cb_shape;
     r->cb_shape = cf->cb_shape;
-    if ((rc = check_index_streams(r, FKVF_E_CODEBOOK, hx))) {
+    if ((rc = rd_check_index_streams(r, FKVF_E_CODEBOOK, hx))) {
         r->cb_shape = saved;
         return rc;
     }

@@ -134,6 +134,13 @@ struct fkvf_reader {
 /* Checks the handle (FKVF_E_STATE also for one whose open failed); clears
  * the diagnostic. */
 int rd_enter(const fkvf_reader *r);
+/* rd_enter as the first statement of a public call: returns its error */
+#define ENTER(r)                \
+    do {                        \
+        int rc_ = rd_enter(r);  \
+        if (rc_)                \
+            return rc_;         \
+    } while (0)
 /* Bytes of section i, checksum-verified (and inflated) on first touch. */
 int rd_section_bytes(fkvf_reader *r, size_t i, const uint8_t **p, uint64_t *size);
 /* The vertex table of VTXS section i, sizes checked (spec 10.1), values not:
@@ -159,6 +166,18 @@ int rd_stream_read(fkvf_reader *r, size_t index, uint64_t first, uint32_t *out, 
 int rd_codebook(fkvf_reader *r, fkvf_codebook_shape *shape, const void **contents, size_t *size,
                 uint8_t hash[16]);
 int rd_attach_codebook(fkvf_reader *r, fkvf_reader *cf);
+
+/* Opening (reader.c): the served commit found and its chain loaded (spec
+ * 7.2; the commits, their directories' headers, torn bytes), then every
+ * directory's entries (the effective directory, spec 7.3), then the
+ * contents interpreted (descriptor, codebook, exact rows, streams). */
+int rd_find_head(fkvf_reader *r);
+int rd_load_directories(fkvf_reader *r);
+int rd_load_contents(fkvf_reader *r);
+/* Spec 11.8: with archived positions, exactly the index streams the
+ * codebook's stages call for; `code` is CORRUPT (embedded) or CODEBOOK
+ * (external codebook attached later, whose hash `ext` the message names). */
+int rd_check_index_streams(fkvf_reader *r, int code, const char *ext);
 
 /* A reader over the regular file open as fd (not closed), named `name` in
  * messages, with fkvf_reader_open_file's flags: mapped, or with
