@@ -42,26 +42,16 @@ const fkvf_allocator *fkvf_alloc_or_default(const fkvf_allocator *a)
 #define HUGE_PAGE ((size_t)2 << 20)
 static void *hp_alloc(void *opaque, size_t n)
 {
-    (void)opaque;
     if (n < HUGE_MIN)
-        return malloc(n ? n : 1);
+        return default_alloc(opaque, n);
     size_t sz = (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1); /* n < SIZE_MAX / 2 here */
     void *p = aligned_alloc(HUGE_PAGE, sz);
     if (p)
         (void)madvise(p, sz, MADV_HUGEPAGE); /* a hint: failure changes nothing */
     return p;
 }
-static void *hp_realloc(void *opaque, void *p, size_t n)
-{
-    (void)opaque;
-    return realloc(p, n ? n : 1);
-}
-static void hp_free(void *opaque, void *p)
-{
-    (void)opaque;
-    free(p);
-}
-static const fkvf_allocator hp_allocator = {hp_alloc, hp_realloc, hp_free, NULL};
+/* realloc and free as the default's: aligned_alloc's blocks are free's */
+static const fkvf_allocator hp_allocator = {hp_alloc, default_realloc, default_free, NULL};
 const fkvf_allocator *fkvf_alloc_large_tables(const fkvf_allocator *a)
 {
     return fkvf_alloc_or_default(a) == &default_allocator ? &hp_allocator : a;
