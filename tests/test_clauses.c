@@ -72,6 +72,7 @@ static const char *const files[] = {
     "exac_first_position.fkvf", "trunc_section_EXAC.fkvf",
     "trunc_section_STRM.fkvf",  /* STRM section size: 11.2 step 5 */
     "trunc_last_byte.fkvf",     /* a file length not a multiple of 64: 7.2 */
+    "dir_exact_uncovered.fkvf", /* every exact position covered: 14.3 */
 };
 #define N_FILES (sizeof files / sizeof files[0])
 

@@ -534,7 +534,7 @@ int rd_load_contents(fkvf_reader *r)
     uint64_t S = r->desc.n_sinks < r->n_positions ? r->desc.n_sinks : r->n_positions;
     if (r->n_archived && (r->desc.n_sinks > r->n_positions ||
                           r->n_archived > r->n_positions - r->desc.n_sinks))
-        return FAIL(FKVF_E_CORRUPT, last->dir_off + 24, "14.2",
+        return FAIL(FKVF_E_CORRUPT, last->dir_off + 24, "14.3",
                     "n_archived %llu does not fit after %u sinks in %llu positions",
                     (unsigned long long)r->n_archived, r->desc.n_sinks,
                     (unsigned long long)r->n_positions);
@@ -553,7 +553,7 @@ int rd_load_contents(fkvf_reader *r)
     for (int k = 0; k < 2 && rc == FKVF_OK; k++) {
         uint64_t p = fkvf_ranges_first_gap(cover, r->n_exact, ranges[k][0], ranges[k][1]);
         if (p < ranges[k][1])
-            rc = FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14.2",
+            rc = FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14.3",
                       "exact position %llu is not covered by any EXAC section",
                       (unsigned long long)p);
     }

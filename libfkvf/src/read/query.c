@@ -216,7 +216,7 @@ int rd_exact_row(fkvf_reader *r, uint64_t position, const void **row, size_t *ro
         *row_bytes = (size_t)r->row_bytes;
         return FKVF_OK;
     }
-    return fkvf_fail(&r->diag, FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14.2",
+    return fkvf_fail(&r->diag, FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14.3",
                      "exact position %llu not covered", (unsigned long long)position);
 }
 
