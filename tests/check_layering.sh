@@ -12,6 +12,9 @@
 #   through fkvf.h)
 #   search/ includes common/, codec/ and format/zidx.h only (the reader
 #   through fkvf.h)
+#   validate/ includes common/, format/ and read/reader_impl.h only (the
+#   chain handle of the reader; everything else through fkvf.h), and no
+#   other module includes validate/
 #   tools/ include only the public header fkvf.h (and their own cacheio.h and
 #   cli_util.h); cacheio's internal header cacheio_impl.h only in cacheio's
 #   own sources (tools/cacheio.c, tools/cacheio_*.c);
@@ -32,6 +35,14 @@ deny write 'read/|reader|quant/' "must not include the reader or quant/ internal
 deny quant 'codec/|format/|read/|write/|reader|writer' "may use common/ only"
 deny search 'read/|write/|quant/|append/|reader|writer|format/format' "may use common/, codec/ and format/zidx.h only (the reader through fkvf.h)"
 deny append 'codec/|format/|read/|quant/|reader|write/writer\.h|write/[a-vx-z]' "may use common/ and write/writer_resume.h only"
+# allow DIR PATTERN WHY: every include "..." of DIR is one PATTERN matches
+allow() {
+    hits=$(grep -nE '#include "' "$S/$1"/*.[ch] 2>/dev/null | grep -vE "#include \"($2)\"")
+    if [ -n "$hits" ]; then echo "layering: $1/ $3:"; echo "$hits"; bad=1; fi
+}
+allow validate 'fkvf\.h|alloc\.h|ckd\.h|error\.h|filemap\.h|handle\.h|hash\.h|le\.h|format/[a-z_]+\.h|read/reader_impl\.h' "may use common/, format/ and read/reader_impl.h only"
+val_hits=$(grep -rnE '#include "(validate/|\.\./validate/)' "$S" 2>/dev/null | grep -v "^$S/validate/")
+if [ -n "$val_hits" ]; then echo "layering: nothing includes validate/:"; echo "$val_hits"; bad=1; fi
 tools_hits=$(grep -nE '#include "' "$1"/tools/*.[ch] | grep -vE '#include "(fkvf|cacheio|cli_util)\.h"' |
     grep -vE '/tools/cacheio(_[a-z]+)?\.c:[0-9]+:#include "cacheio_impl\.h"')
 if [ -n "$tools_hits" ]; then echo "layering: tools/ must use the public header only:"; echo "$tools_hits"; bad=1; fi

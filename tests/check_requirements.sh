@@ -10,7 +10,7 @@ set -u
 SRC=$1
 SPEC="$SRC/spec/fkvf-v1.md"
 INV="$SRC/spec/requirements.md"
-VAL="$SRC/libfkvf/src/read/validate.c"
+VAL="$SRC/libfkvf/src/validate/validate.c"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fails=0

@@ -1,7 +1,10 @@
 /* Tests of the common helpers: error codes, versions, little-endian access
  * and cursors, overflow-checked arithmetic, the UTF-8 validator and the
  * XXH3 wrappers. */
+#define _POSIX_C_SOURCE 200809L
 #include <check.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +13,8 @@
 
 #include "common/alloc.h"
 #include "common/ckd.h"
+#include "common/error.h"
+#include "common/filemap.h"
 #include "common/hash.h"
 #include "common/le.h"
 #include "fkvf.h"
@@ -109,6 +114,155 @@ START_TEST(error_class_ranges)
         ck_assert_int_eq(fkvf_error_class(c), FKVF_ERRCLASS_FORMAT);
     for (int c = 50; c < 60; c++)
         ck_assert_int_eq(fkvf_error_class(c), FKVF_ERRCLASS_ENCODE);
+}
+END_TEST
+
+/* ---- diagnostics ---------------------------------------------------------------- */
+
+/* fkvf_fail keeps code, offset, clause, field and text as fields beside the
+ * message it formats from them */
+START_TEST(diag_fields_beside_the_message)
+{
+    fkvf_diag d;
+    d.name = "a.fkvf";
+    fkvf_diag_clear(&d);
+    size_t len;
+    ck_assert_str_eq(fkvf_diag_text(&d, &len), "");
+    ck_assert_uint_eq(len, 0);
+    ck_assert_int_eq(fkvf_fail(&d, FKVF_E_CORRUPT, 4104, "5.3", "directory.entry[%d].offset: %u",
+                               3, 7u),
+                     FKVF_E_CORRUPT);
+    ck_assert_str_eq(d.msg, "a.fkvf: offset 4104: directory.entry[3].offset: 7 (spec 5.3) "
+                            "[FKVF_E_CORRUPT]");
+    ck_assert_str_eq(d.field, "directory.entry[3].offset");
+    ck_assert_str_eq(d.clause, "5.3");
+    ck_assert_uint_eq(d.offset, 4104);
+    const char *t = fkvf_diag_text(&d, &len);
+    ck_assert_uint_eq(len, strlen("directory.entry[3].offset: 7"));
+    ck_assert(!strncmp(t, "directory.entry[3].offset: 7", len));
+    /* the first error is kept; replace overwrites every field */
+    ck_assert_int_eq(fkvf_fail(&d, FKVF_E_IO, FKVF_NO_OFFSET, NULL, "header: x"), FKVF_E_IO);
+    ck_assert_str_eq(d.field, "directory.entry[3].offset");
+    fkvf_fail_replace(&d, FKVF_E_IO, FKVF_NO_OFFSET, NULL, "cannot read: %s", "EIO");
+    ck_assert_str_eq(d.msg, "a.fkvf: cannot read: EIO [FKVF_E_IO]");
+    ck_assert_str_eq(d.field, ""); /* "cannot read" is no field name */
+    ck_assert_str_eq(d.clause, "");
+    t = fkvf_diag_text(&d, &len);
+    ck_assert(len == strlen("cannot read: EIO") && !strncmp(t, "cannot read: EIO", len));
+    fkvf_error_info e;
+    fkvf_diag_info(&d, &e);
+    ck_assert_ptr_null(e.field);
+    ck_assert_ptr_null(e.clause);
+    d.name = NULL;
+    fkvf_fail_replace(&d, FKVF_E_BAD_MAGIC, 0, "3.1", "header.magic: not an FKVF file");
+    ck_assert_str_eq(d.msg, "<memory>: offset 0: header.magic: not an FKVF file (spec 3.1) "
+                            "[FKVF_E_BAD_MAGIC]");
+    fkvf_diag_info(&d, &e);
+    ck_assert_str_eq(e.field, "header.magic");
+    ck_assert_str_eq(e.clause, "3.1");
+    fkvf_diag_clear(&d);
+    fkvf_diag_info(&d, &e);
+    ck_assert_ptr_null(e.field);
+    ck_assert_str_eq(d.field, "");
+}
+END_TEST
+
+/* the public fields of a reader's error name the field its message names */
+START_TEST(reader_error_names_the_field)
+{
+    static const uint8_t not_fkvf[64] = "not an archive";
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, not_fkvf, sizeof not_fkvf, 0, NULL),
+                     FKVF_E_BAD_MAGIC);
+    fkvf_error_info e;
+    ck_assert_int_eq(fkvf_reader_error(r, &e), FKVF_OK);
+    ck_assert_str_eq(e.field, "header.magic");
+    ck_assert_str_eq(e.clause, "3.1");
+    ck_assert_uint_eq(e.offset, 0);
+    fkvf_reader_free(r);
+}
+END_TEST
+
+/* the allocator for big tables: the default's blocks of 4 MiB and more
+ * 2 MiB-aligned on Linux, small ones as malloc's; another allocator as given */
+START_TEST(alloc_large_tables)
+{
+    const fkvf_allocator *a = fkvf_alloc_large_tables(NULL);
+    ck_assert_ptr_nonnull(a);
+    size_t big = ((size_t)5 << 20) + 3;
+    uint8_t *p = fkvf_malloc(a, big);
+    ck_assert_ptr_nonnull(p);
+#if defined(__linux__)
+    ck_assert_uint_eq((uintptr_t)p % ((uintptr_t)2 << 20), 0);
+#endif
+    memset(p, 1, big);
+    p = fkvf_realloc(a, p, 16); /* realloc and free as the default's */
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(p[15], 1);
+    fkvf_free(a, p);
+    p = fkvf_malloc(a, 100);
+    ck_assert_ptr_nonnull(p);
+    fkvf_free(a, p);
+    ck_assert_ptr_eq(fkvf_alloc_large_tables(fkvf_alloc_or_default(NULL)), a);
+    fkvf_allocator other = *fkvf_alloc_or_default(NULL);
+    other.opaque = &other; /* a complete allocator of the caller's */
+    ck_assert_ptr_eq(fkvf_alloc_large_tables(&other), &other);
+}
+END_TEST
+
+/* ---- file maps ------------------------------------------------------------------- */
+
+/* the bytes of a file mapped and read, an empty file, and what is no
+ * regular file */
+START_TEST(filemap_maps_and_reads)
+{
+    char dir[] = "/tmp/fkvf_filemap_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof path, "%s/f", dir);
+    static const char text[] = "0123456789abcdef";
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, 16), 16);
+    close(fd);
+    fkvf_diag d;
+    d.name = path;
+    fkvf_diag_clear(&d);
+    for (int read_copy = 0; read_copy < 2; read_copy++) {
+        fd = open(path, O_RDONLY);
+        ck_assert_int_ge(fd, 0);
+        if (read_copy)
+            ck_assert_int_eq(lseek(fd, 5, SEEK_SET), 5); /* read from offset 0 all the same */
+        fkvf_filemap m;
+        ck_assert_int_eq(fkvf_filemap_fd(&m, fd, read_copy, NULL, &d), FKVF_OK);
+        close(fd); /* the bytes outlive the descriptor */
+        ck_assert_uint_eq(m.size, 16);
+        ck_assert(memcmp(m.data, text, 16) == 0);
+        ck_assert(read_copy ? m.owned != NULL && m.map == NULL : m.map != NULL && !m.owned);
+        fkvf_filemap_release(&m, NULL);
+        ck_assert_uint_eq(m.size, 0);
+        ck_assert_ptr_nonnull(m.data);
+    }
+    /* empty */
+    fd = open(path, O_WRONLY | O_TRUNC);
+    close(fd);
+    fd = open(path, O_RDONLY);
+    fkvf_filemap m;
+    ck_assert_int_eq(fkvf_filemap_fd(&m, fd, 0, NULL, &d), FKVF_OK);
+    ck_assert_uint_eq(m.size, 0);
+    ck_assert_ptr_nonnull(m.data);
+    fkvf_filemap_release(&m, NULL);
+    close(fd);
+    /* a directory */
+    fd = open(dir, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fkvf_filemap_fd(&m, fd, 1, NULL, &d), FKVF_E_IO);
+    close(fd);
+    ck_assert_ptr_nonnull(strstr(d.msg, "not a regular file"));
+    ck_assert_int_eq(fkvf_validate_file(dir, NULL, NULL, NULL, NULL), FKVF_E_IO);
+    ck_assert_int_eq(fkvf_validate_file(path, NULL, NULL, NULL, NULL), FKVF_OK);
+    unlink(path);
+    rmdir(dir);
 }
 END_TEST
 
@@ -553,6 +707,10 @@ static Suite *common_suite(void)
     tcase_add_test(t, error_unknown_code_never_null);
     tcase_add_test(t, error_class_ranges);
     tcase_add_test(t, version_macros_match_runtime);
+    tcase_add_test(t, diag_fields_beside_the_message);
+    tcase_add_test(t, reader_error_names_the_field);
+    tcase_add_test(t, filemap_maps_and_reads);
+    tcase_add_test(t, alloc_large_tables);
     suite_add_tcase(s, t);
     t = tcase_create("le_ckd");
     tcase_add_test(t, le_store_load_round_trip);

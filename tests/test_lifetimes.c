@@ -172,6 +172,67 @@ END_TEST
 
 /* ---- zero-copy views ------------------------------------------------------------- */
 
+/* Every kind of handle refuses NULL and the other kinds with FKVF_E_STATE
+ * (each handle's magic); a finished writer refuses further calls with
+ * FKVF_E_STATE and says so. */
+START_TEST(handles_refuse_other_kinds)
+{
+    tu_buf b = {0};
+    uint8_t rows[N_POS * ROW_BYTES];
+    exact_archive(&b, 0, rows);
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL), FKVF_OK);
+    tu_buf out = {0};
+    fkvf_sink sk = tu_buf_sink(&out);
+    fkvf_writer *w = NULL;
+    ck_assert_int_eq(fkvf_writer_create_sink(&w, &sk, NULL, NULL), FKVF_OK);
+    fkvf_archive_info ai;
+    size_t count;
+    fkvf_error_info e;
+    fkvf_appender_state as;
+    fkvf_search_info si;
+    /* a writer is no reader, a reader no writer, appender or search handle */
+    fkvf_reader *wr = (fkvf_reader *)(void *)w;
+    ck_assert_int_eq(fkvf_reader_info(wr, &ai), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_reader_stream_count(NULL, &count), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_reader_error(wr, &e), FKVF_E_STATE);
+    ck_assert_int_eq(e.code, FKVF_E_STATE);
+    ck_assert_str_eq(fkvf_reader_message(wr), "not a reader handle");
+    fkvf_writer *rw = (fkvf_writer *)(void *)r;
+    ck_assert_int_eq(fkvf_writer_finish(rw), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_writer_error(rw, &e), FKVF_E_STATE);
+    ck_assert_str_eq(fkvf_writer_message(rw), "not a writer handle");
+    fkvf_appender *ra = (fkvf_appender *)(void *)r;
+    ck_assert_int_eq(fkvf_appender_state_get(ra, &as), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_appender_error(ra, &e), FKVF_E_STATE);
+    ck_assert_str_eq(fkvf_appender_message(ra), "not an appender handle");
+    fkvf_search *rs = (fkvf_search *)(void *)r;
+    ck_assert_int_eq(fkvf_search_info_get(rs, &si), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_search_error(rs, &e), FKVF_E_STATE);
+    ck_assert_str_eq(fkvf_search_message(rs), "not a search handle");
+    fkvf_reader_free(wr); /* not a reader: nothing freed */
+    /* the reader still works */
+    ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);
+    fkvf_reader_free(r);
+    /* a finished writer */
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = 1;
+    d.n_kv_heads = 2;
+    d.key_dim = 4;
+    d.value_dim = 4;
+    d.dtype = FKVF_DTYPE_F16;
+    ck_assert_int_eq(fkvf_writer_set_desc(w, &d), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_meta_utf8(w, "late", "x"), FKVF_E_STATE);
+    ck_assert_ptr_nonnull(strstr(fkvf_writer_message(w), "writer already finished"));
+    ck_assert_int_eq(fkvf_writer_finish(w), FKVF_E_STATE);
+    fkvf_writer_free(w);
+    tu_buf_free(&out);
+    tu_buf_free(&b);
+}
+END_TEST
+
 START_TEST(views_stable_until_free)
 {
     int deflate = _i;
@@ -348,6 +409,7 @@ int main(void)
     tcase_add_test(tc, reader_message_cleared_by_next_call);
     tcase_add_test(tc, failed_open_keeps_message);
     tcase_add_test(tc, failed_writer_keeps_message);
+    tcase_add_test(tc, handles_refuse_other_kinds);
     tcase_add_loop_test(tc, views_stable_until_free, 0, 2);
     tcase_add_test(tc, open_read_survives_truncation);
 #ifndef UNDER_ASAN

@@ -116,6 +116,11 @@ typedef struct fkvf_error_info {
                           * search handle */
     const char *message; /* the handle's message, "" when there is no error;
                           * never NULL */
+    const char *field;   /* the field the message names first, e.g.
+                          * "header.magic" or "trailer.prev_trailer" (the text
+                          * of the message before its colon), or NULL when it
+                          * names none (environment and argument errors mostly
+                          * name none) */
 } fkvf_error_info;
 
 /* ---- allocator hook ---------------------------------------------------- */

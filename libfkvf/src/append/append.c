@@ -15,19 +15,17 @@
 #include "alloc.h"
 #include "ckd.h"
 #include "error.h"
+#include "handle.h"
 #include "fkvf.h"
 #include "append_impl.h"
 #include "write/writer_resume.h"
 
-#define FKVF_APPENDER_MAGIC UINT32_C(0x50414B46) /* "FKAP" */
-
 struct fkvf_appender {
-    uint32_t magic;
+    fkvf_handle h; /* kind FKVF_HANDLE_APPENDER; OPEN or FAILED */
     const fkvf_allocator *alloc;
     fkvf_diag diag;
     char *path;
     fkvf_writer *w;
-    int failed;
     int sections_only; /* fkvf_archive_append_sections: no codebook, window, tails */
     fkvf_append_options opts;
 
@@ -87,17 +85,12 @@ FKVF_API void fkvf_append_options_init(fkvf_append_options *opts)
 
 static int a_enter(fkvf_appender *a)
 {
-    if (!a || a->magic != FKVF_APPENDER_MAGIC)
-        return FKVF_E_STATE;
-    if (a->failed)
-        return a->diag.code ? a->diag.code : FKVF_E_STATE;
-    fkvf_diag_clear(&a->diag);
-    return FKVF_OK;
+    return FKVF_HANDLE_ENTER(a, FKVF_HANDLE_APPENDER, "appender");
 }
 
 FKVF_API const char *fkvf_appender_message(const fkvf_appender *a)
 {
-    if (!a || a->magic != FKVF_APPENDER_MAGIC)
+    if (!FKVF_HANDLE_IS(a, FKVF_HANDLE_APPENDER))
         return "not an appender handle";
     return a->diag.msg;
 }
@@ -106,7 +99,7 @@ FKVF_API int fkvf_appender_error(const fkvf_appender *a, fkvf_error_info *out)
 {
     if (!out)
         return FKVF_E_INVALID_ARG;
-    if (!a || a->magic != FKVF_APPENDER_MAGIC) {
+    if (!FKVF_HANDLE_IS(a, FKVF_HANDLE_APPENDER)) {
         memset(out, 0, sizeof *out);
         out->code = FKVF_E_STATE;
         out->offset = FKVF_ERROR_NO_OFFSET;
@@ -119,7 +112,7 @@ FKVF_API int fkvf_appender_error(const fkvf_appender *a, fkvf_error_info *out)
 
 FKVF_API void fkvf_appender_free(fkvf_appender *a)
 {
-    if (!a || a->magic != FKVF_APPENDER_MAGIC)
+    if (!FKVF_HANDLE_IS(a, FKVF_HANDLE_APPENDER))
         return;
     const fkvf_allocator *al = a->alloc;
     fkvf_writer_free(a->w); /* closes the file (and its lock) */
@@ -130,13 +123,13 @@ FKVF_API void fkvf_appender_free(fkvf_appender *a)
     fkvf_free(al, a->model_id);
     fkvf_free(al, a->tokenizer_id);
     fkvf_free(al, a->path);
-    a->magic = 0;
+    a->h.magic = 0;
     fkvf_free(al, a);
 }
 
 FKVF_API int fkvf_appender_state_get(const fkvf_appender *a, fkvf_appender_state *out)
 {
-    if (!a || a->magic != FKVF_APPENDER_MAGIC)
+    if (!FKVF_HANDLE_IS(a, FKVF_HANDLE_APPENDER))
         return FKVF_E_STATE;
     if (!out)
         return FKVF_E_INVALID_ARG;
@@ -462,25 +455,25 @@ static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_op
     fkvf_appender *a = fkvf_calloc(alloc, 1, sizeof *a);
     if (!a)
         return FKVF_E_NOMEM;
-    a->magic = FKVF_APPENDER_MAGIC;
+    fkvf_handle_init(&a->h, FKVF_HANDLE_APPENDER);
     a->alloc = alloc;
     a->sections_only = sections_only;
     *out = a;
     if (opts)
         a->opts = *opts;
     if (!(a->path = fkvf_strndup(alloc, path, strlen(path)))) {
-        a->failed = 1;
+        fkvf_handle_fail(&a->h, 0);
         return FAIL(FKVF_E_NOMEM, NULL, "no memory");
     }
     a->diag.name = a->path;
     if (a->opts.sync > FKVF_SYNC_NONE) {
-        a->failed = 1;
+        fkvf_handle_fail(&a->h, 0);
         return FAIL(FKVF_E_INVALID_ARG, NULL, "options.sync: %u unknown", a->opts.sync);
     }
     /* one appender per file: an exclusive lock, held while the file is open */
     int fd = -1;
     if (fkvf_append_lock(path, O_RDWR, "appending", &a->diag, &fd) != FKVF_OK) {
-        a->failed = 1;
+        fkvf_handle_fail(&a->h, 0);
         return a->diag.code;
     }
     fkvf_reader *r = NULL;
@@ -499,7 +492,7 @@ static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_op
     if (rc) {
         fkvf_free(alloc, vtxs);
         close(fd);
-        a->failed = 1;
+        fkvf_handle_fail(&a->h, 0);
         return rc;
     }
     st.fd = fd;
@@ -514,7 +507,7 @@ static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_op
     rc = fkvf_writer_resume(&a->w, &st, &wo, alloc); /* owns fd from here */
     fkvf_free(alloc, vtxs);
     if (rc) {
-        a->failed = 1;
+        fkvf_handle_fail(&a->h, 0);
         return FAIL(rc, NULL, "%s", a->w ? fkvf_writer_message(a->w) : fkvf_strerror(rc));
     }
     return FKVF_OK;
@@ -674,7 +667,7 @@ static int commit_fail(fkvf_appender *a, int rc, const char *what)
      * cannot be taken back in the writer, so cut them off the file so that
      * it opens clean, and fail the handle (reopen to continue) */
     (void)fkvf_writer_rollback(a->w);
-    a->failed = 1;
+    fkvf_handle_fail(&a->h, 0);
     return rc;
 }
 
@@ -749,7 +742,7 @@ FKVF_API int fkvf_appender_commit(fkvf_appender *a)
             uint16_t *t = fkvf_realloc(a->alloc, a->itail, keep * a->cpp * sizeof *t);
             if (!t) {
                 fkvf_free(a->alloc, codes);
-                a->failed = 1; /* the file is fine; this handle cannot go on */
+                fkvf_handle_fail(&a->h, 0); /* the file is fine; this handle cannot go on */
                 return FAIL(FKVF_E_NOMEM, NULL, "no memory after a commit (it is durable)");
             }
             a->itail = t;
@@ -788,7 +781,7 @@ FKVF_API int fkvf_appender_sync(fkvf_appender *a)
         /* a failed fdatasync may have dropped the pages it could not write
          * (Linux reports the error once, then marks them clean): a later
          * sync must not report the commits durable */
-        a->failed = 1;
+        fkvf_handle_fail(&a->h, 0);
         return FAIL(rc, "7.6", "%s (the commits since the last successful sync may not be "
                                "durable; reopen to continue)",
                     fkvf_writer_message(a->w));

@@ -82,6 +82,25 @@ void fkvf_diag_clear(fkvf_diag *d)
     d->code = FKVF_OK;
     d->offset = FKVF_NO_OFFSET;
     d->clause[0] = 0;
+    d->field[0] = 0;
+    d->body_at = d->body_len = 0;
+}
+
+const char *fkvf_diag_text(const fkvf_diag *d, size_t *len)
+{
+    *len = d->code != FKVF_OK ? d->body_len : 0;
+    return d->code != FKVF_OK ? d->msg + d->body_at : "";
+}
+
+/* The field a message names: its text up to the first colon, when that is a
+ * field name (letters, digits, '_', '.', '[', ']'); "" otherwise. */
+static void field_of(const char *text, char out[FKVF_FIELD_MAX])
+{
+    size_t n = strspn(text, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]");
+    if (n == 0 || n >= FKVF_FIELD_MAX || text[n] != ':')
+        n = 0;
+    memcpy(out, text, n);
+    out[n] = 0;
 }
 
 void fkvf_diag_info(const fkvf_diag *d, fkvf_error_info *out)
@@ -92,6 +111,7 @@ void fkvf_diag_info(const fkvf_diag *d, fkvf_error_info *out)
     out->clause = d->code != FKVF_OK && d->clause[0] ? d->clause : NULL;
     out->file = d->name ? d->name : "<memory>";
     out->message = d->msg;
+    out->field = d->code != FKVF_OK && d->field[0] ? d->field : NULL;
 }
 
 __attribute__((format(printf, 5, 0))) static int vfail(fkvf_diag *d, int code, uint64_t offset,
@@ -108,8 +128,12 @@ __attribute__((format(printf, 5, 0))) static int vfail(fkvf_diag *d, int code, u
     char cl[32] = "";
     if (clause)
         snprintf(cl, sizeof cl, " (spec %s)", clause);
-    snprintf(d->msg, sizeof d->msg, "%.120s:%.63s %.759s%.31s [%.40s]", name, where, body, cl,
+    int at = snprintf(d->msg, sizeof d->msg, "%.120s:%.63s ", name, where);
+    snprintf(d->msg + at, sizeof d->msg - (size_t)at, "%s%.31s [%.40s]", body, cl,
              fkvf_error_name(code));
+    d->body_at = (unsigned short)at;
+    d->body_len = (unsigned short)strlen(body);
+    field_of(body, d->field);
     d->code = code;
     d->offset = offset;
     snprintf(d->clause, sizeof d->clause, "%s", clause ? clause : "");

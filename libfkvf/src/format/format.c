@@ -119,14 +119,14 @@ int fkvf_header_parse(const uint8_t *p, size_t avail, fkvf_header *h, fkvf_diag 
     }
     uint64_t want = fkvf_xxh3_64(p, 56, 0), got = fkvf_ld64(p + 56);
     if (want != got)
-        return fkvf_fail(d, FKVF_E_CHECKSUM, 56, "3",
+        return fkvf_fail(d, FKVF_E_CHECKSUM, 56, "3.1",
                          "header.checksum: stored %016llx, computed %016llx",
                          (unsigned long long)got, (unsigned long long)want);
     if (fkvf_ld16(p + 14) != FKVF_HEADER_SIZE)
-        return fkvf_fail(d, FKVF_E_CORRUPT, 14, "3", "header.header_size: %u, must be 64",
+        return fkvf_fail(d, FKVF_E_CORRUPT, 14, "3.1", "header.header_size: %u, must be 64",
                          fkvf_ld16(p + 14));
     if (p[9] != 0 || fkvf_ld32(p + 20) != 0 || !all_zero(p + 40, 16))
-        return fkvf_fail(d, FKVF_E_CORRUPT, 9, "3", "header: reserved bytes not zero");
+        return fkvf_fail(d, FKVF_E_CORRUPT, 9, "3.1", "header: reserved bytes not zero");
     h->required_features = fkvf_ld64(p + 24);
     h->optional_features = fkvf_ld64(p + 32);
     if (h->required_features & ~FKVF_FEATURES_KNOWN)
@@ -174,19 +174,19 @@ void fkvf_dirhdr_write(uint8_t out[64], const fkvf_dirhdr *h)
 int fkvf_dirhdr_parse(const uint8_t p[64], uint64_t off, fkvf_dirhdr *h, fkvf_diag *d)
 {
     if (fkvf_ld32(p) != DIRC_MAGIC)
-        return fkvf_fail(d, FKVF_E_CORRUPT, off, "5.1", "directory.magic: not \"DIRC\"");
+        return fkvf_fail(d, FKVF_E_CORRUPT, off, "5.3", "directory.magic: not \"DIRC\"");
     h->entry_count = fkvf_ld32(p + 4);
     h->commit_seq = fkvf_ld64(p + 8);
     h->n_positions = fkvf_ld64(p + 16);
     h->n_archived = fkvf_ld64(p + 24);
     if (!all_zero(p + 32, 32))
-        return fkvf_fail(d, FKVF_E_CORRUPT, off + 32, "5.1",
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 32, "5.3",
                          "directory: reserved bytes not zero");
     if (h->entry_count > FKVF_MAX_DIR_ENTRIES)
         return fkvf_fail(d, FKVF_E_LIMIT, off + 4, "15", "directory.entry_count: %u > %u",
                          h->entry_count, FKVF_MAX_DIR_ENTRIES);
     if (h->n_archived > h->n_positions)
-        return fkvf_fail(d, FKVF_E_CORRUPT, off + 24, "5.1",
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 24, "5.3",
                          "directory.n_archived: %llu > n_positions %llu",
                          (unsigned long long)h->n_archived,
                          (unsigned long long)h->n_positions);
@@ -213,7 +213,7 @@ int fkvf_trailer_parse(const uint8_t p[64], uint64_t off, fkvf_trailer *t, fkvf_
                          "trailer.magic: no commit trailer here (truncated or torn file)");
     uint64_t want = fkvf_xxh3_64(p, 56, off), got = fkvf_ld64(p + 56);
     if (want != got)
-        return fkvf_fail(d, FKVF_E_CHECKSUM, off + 56, "6.1",
+        return fkvf_fail(d, FKVF_E_CHECKSUM, off + 56, "6.2",
                          "trailer.checksum: stored %016llx, computed %016llx",
                          (unsigned long long)got, (unsigned long long)want);
     t->commit_seq = fkvf_ld64(p + 8);
@@ -224,7 +224,7 @@ int fkvf_trailer_parse(const uint8_t p[64], uint64_t off, fkvf_trailer *t, fkvf_
     t->file_size = fkvf_ld64(p + 48);
     uint64_t end;
     if (t->file_size != off + 64)
-        return fkvf_fail(d, FKVF_E_CORRUPT, off + 48, "6.1",
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 48, "6.2",
                          "trailer.file_size: %llu, the trailer ends at %llu",
                          (unsigned long long)t->file_size, (unsigned long long)(off + 64));
     if (t->commit_seq == 0)
@@ -239,7 +239,7 @@ int fkvf_trailer_parse(const uint8_t p[64], uint64_t off, fkvf_trailer *t, fkvf_
     if (t->dir_offset < FKVF_HEADER_SIZE || t->dir_size < FKVF_DIRHDR_SIZE ||
         (t->dir_size - FKVF_DIRHDR_SIZE) % FKVF_DIRENT_SIZE ||
         !fkvf_add64(t->dir_offset, t->dir_size, &end) || end > off || off - end >= 64)
-        return fkvf_fail(d, FKVF_E_BOUNDS, off + 16, "6.1",
+        return fkvf_fail(d, FKVF_E_BOUNDS, off + 16, "6.2",
                          "trailer: directory [%llu, +%llu) must end within 64 bytes before "
                          "the trailer at %llu",
                          (unsigned long long)t->dir_offset, (unsigned long long)t->dir_size,
@@ -395,7 +395,7 @@ int fkvf_strm_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_strm
         return fkvf_fail(d, FKVF_E_LIMIT, off + 24, "15",
                          "STRM.symbol_count: %llu symbols of %u streams do not fit the limits",
                          (unsigned long long)h->symbol_count, h->n_streams);
-    return exact_size(d, size, h->section_size, off, "11.3", "STRM", "its header implies");
+    return exact_size(d, size, h->section_size, off, "11.2", "STRM", "its header implies");
 }
 
 /* ---- descriptor ---------------------------------------------------------- */
@@ -453,48 +453,48 @@ static int desc_validate(const fkvf_desc *x, uint64_t off, fkvf_diag *d)
     const int bad = off == FKVF_NO_OFFSET ? FKVF_E_INVALID_ARG : FKVF_E_CORRUPT;
     const int limit = off == FKVF_NO_OFFSET ? FKVF_E_INVALID_ARG : FKVF_E_LIMIT;
     if (x->n_layers < 1 || x->n_layers > FKVF_MAX_LAYERS)
-        return fkvf_fail(d, bad, AT(0), "8", "DESC.n_layers: %u (1..%u)",
+        return fkvf_fail(d, bad, AT(0), "8.2", "DESC.n_layers: %u (1..%u)",
                          x->n_layers, FKVF_MAX_LAYERS);
     if (x->n_kv_heads < 1 || x->n_kv_heads > FKVF_MAX_HEADS)
-        return fkvf_fail(d, bad, AT(4), "8", "DESC.n_kv_heads: %u (1..%u)",
+        return fkvf_fail(d, bad, AT(4), "8.2", "DESC.n_kv_heads: %u (1..%u)",
                          x->n_kv_heads, FKVF_MAX_HEADS);
     if (x->key_dim < 1 || x->key_dim > FKVF_MAX_DIM)
-        return fkvf_fail(d, bad, AT(8), "8", "DESC.key_dim: %u (1..%u)", x->key_dim,
+        return fkvf_fail(d, bad, AT(8), "8.2", "DESC.key_dim: %u (1..%u)", x->key_dim,
                          FKVF_MAX_DIM);
     if (x->value_dim < 1 || x->value_dim > FKVF_MAX_DIM)
-        return fkvf_fail(d, bad, AT(12), "8", "DESC.value_dim: %u (1..%u)",
+        return fkvf_fail(d, bad, AT(12), "8.2", "DESC.value_dim: %u (1..%u)",
                          x->value_dim, FKVF_MAX_DIM);
     if (fkvf_dtype_size(x->dtype) == 0)
-        return fkvf_fail(d, bad, AT(16), "8", "DESC.dtype: %d unknown",
+        return fkvf_fail(d, bad, AT(16), "8.2", "DESC.dtype: %d unknown",
                          (int)x->dtype);
     if (x->key_transform == 0) {
         if (x->rope_layout || x->key_storage || x->rope_dims || x->rope_theta != 0.0)
-            return fkvf_fail(d, bad, AT(17), "8",
+            return fkvf_fail(d, bad, AT(17), "8.2",
                              "DESC: RoPE fields must be zero when key_transform is none");
     } else if (x->key_transform == 1) {
         if (x->rope_layout != 1 && x->rope_layout != 2)
-            return fkvf_fail(d, bad, AT(18), "8", "DESC.rope_layout: %u unknown",
+            return fkvf_fail(d, bad, AT(18), "8.2", "DESC.rope_layout: %u unknown",
                              x->rope_layout);
         if (x->key_storage > 1)
-            return fkvf_fail(d, bad, AT(19), "8", "DESC.key_storage: %u unknown",
+            return fkvf_fail(d, bad, AT(19), "8.2", "DESC.key_storage: %u unknown",
                              x->key_storage);
         if (x->rope_dims < 2 || (x->rope_dims & 1) || x->rope_dims > x->key_dim)
-            return fkvf_fail(d, bad, AT(20), "8",
+            return fkvf_fail(d, bad, AT(20), "8.2",
                              "DESC.rope_dims: %u (even, 2..key_dim %u)", x->rope_dims,
                              x->key_dim);
         if (!isfinite(x->rope_theta) || !(x->rope_theta > 0.0))
-            return fkvf_fail(d, bad, AT(24), "8", "DESC.rope_theta: %g",
+            return fkvf_fail(d, bad, AT(24), "8.2", "DESC.rope_theta: %g",
                              x->rope_theta);
     } else {
-        return fkvf_fail(d, bad, AT(17), "8", "DESC.key_transform: %u unknown",
+        return fkvf_fail(d, bad, AT(17), "8.2", "DESC.key_transform: %u unknown",
                          x->key_transform);
     }
     if (x->weights_hash_kind > 2)
-        return fkvf_fail(d, bad, AT(48), "8", "DESC.weights_hash_kind: %u unknown",
+        return fkvf_fail(d, bad, AT(48), "8.2", "DESC.weights_hash_kind: %u unknown",
                          x->weights_hash_kind);
     size_t hl = x->weights_hash_kind == 1 ? 32 : x->weights_hash_kind == 2 ? 16 : 0;
     if (!all_zero(x->weights_hash + hl, 32 - hl))
-        return fkvf_fail(d, bad, AT(56), "8",
+        return fkvf_fail(d, bad, AT(56), "8.2",
                          "DESC.weights_hash: bytes beyond the hash length not zero");
     if (fkvf_desc_row_bytes(x) == 0)
         return fkvf_fail(d, limit, AT(0), "15", "DESC: row size overflows");
@@ -507,7 +507,7 @@ int fkvf_desc_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_desc_raw
 {
     memset(out, 0, sizeof *out);
     if (size < FKVF_DESC_FIXED)
-        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "8", "DESC: %llu bytes, needs at least 128",
+        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "8.2", "DESC: %llu bytes, needs at least 128",
                          (unsigned long long)size);
     fkvf_desc *x = &out->d;
     x->n_layers = fkvf_ld32(p + 0);
@@ -527,7 +527,7 @@ int fkvf_desc_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_desc_raw
     x->weights_hash_kind = p[48];
     memcpy(x->weights_hash, p + 56, 32);
     if (!all_zero(p + 49, 7) || !all_zero(p + 88, 40))
-        return fkvf_fail(d, FKVF_E_CORRUPT, off + 49, "8", "DESC: reserved bytes not zero");
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 49, "8.2", "DESC: reserved bytes not zero");
     int rc = desc_validate(x, off, d);
     if (rc)
         return rc;
@@ -536,13 +536,13 @@ int fkvf_desc_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_desc_raw
                          "DESC: model_id_len %u / tokenizer_id_len %u over %u",
                          out->model_id_len, out->tokenizer_id_len, FKVF_MAX_ID_LEN);
     uint64_t want = (uint64_t)FKVF_DESC_FIXED + out->model_id_len + out->tokenizer_id_len;
-    if ((rc = exact_size(d, size, want, off, "8", "DESC", "its lengths imply")))
+    if ((rc = exact_size(d, size, want, off, "8.2", "DESC", "its lengths imply")))
         return rc;
     out->model_id = p + FKVF_DESC_FIXED;
     out->tokenizer_id = out->model_id + out->model_id_len;
     if (!fkvf_utf8_valid(out->model_id, out->model_id_len) ||
         !fkvf_utf8_valid(out->tokenizer_id, out->tokenizer_id_len))
-        return fkvf_fail(d, FKVF_E_CORRUPT, off + FKVF_DESC_FIXED, "8",
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + FKVF_DESC_FIXED, "8.2",
                          "DESC: model_id or tokenizer_id is not valid UTF-8");
     return FKVF_OK;
 }
@@ -556,7 +556,7 @@ int fkvf_desc_check(const fkvf_desc *desc, fkvf_diag *d)
     for (int i = 0; i < 2; i++) {
         size_t n = ids[i] ? strlen(ids[i]) : 0;
         if (n > FKVF_MAX_ID_LEN || !fkvf_utf8_valid((const uint8_t *)ids[i], n))
-            return fkvf_fail(d, FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, "8",
+            return fkvf_fail(d, FKVF_E_INVALID_ARG, FKVF_NO_OFFSET, "8.2",
                              "desc.%s: longer than %u bytes or not UTF-8",
                              i ? "tokenizer_id" : "model_id", FKVF_MAX_ID_LEN);
     }
@@ -758,13 +758,13 @@ int fkvf_exac_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t 
                         fkvf_exac_hdr *h, fkvf_diag *d)
 {
     if (size < FKVF_SUBHDR_SIZE)
-        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "14", "EXAC: %llu bytes, header needs 64",
+        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "14.2", "EXAC: %llu bytes, header needs 64",
                          (unsigned long long)size);
     h->first = fkvf_ld64(p);
     h->count = fkvf_ld64(p + 8);
     h->dtype = p[16];
     if (!all_zero(p + 17, 47))
-        return fkvf_fail(d, FKVF_E_CORRUPT, off + 17, "14", "EXAC: reserved bytes not zero");
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 17, "14.2", "EXAC: reserved bytes not zero");
     uint64_t want, end;
     if (!fkvf_mul64(h->count, row_bytes, &want) || !fkvf_add64(want, 64, &want) ||
         !fkvf_add64(h->first, h->count, &end))
@@ -776,7 +776,7 @@ int fkvf_exac_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t 
         return fkvf_fail(d, FKVF_E_LIMIT, off + 8, "15",
                          "EXAC.count: %llu rows of %llu bytes exceed 2^48 bytes",
                          (unsigned long long)h->count, (unsigned long long)row_bytes);
-    return exact_size(d, size, want, off, "14", "EXAC", "%llu rows of %llu bytes need",
+    return exact_size(d, size, want, off, "14.2", "EXAC", "%llu rows of %llu bytes need",
                       (unsigned long long)h->count, (unsigned long long)row_bytes);
 }
 

@@ -203,7 +203,9 @@ static int try_file(finder *f, const char *dir, const char *name)
             goto out;
         }
     }
-    rc = fkvf_reader_attach_codebook(r, c);
+    /* the match replaces a note of a candidate skipped before */
+    fkvf_diag_clear(&r->diag);
+    rc = rd_attach_codebook(r, c);
     if (rc == FKVF_OK) {
         f->found = c;
         c = NULL;

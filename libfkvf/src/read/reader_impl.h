@@ -4,10 +4,11 @@
 
 #include "codec/codec.h"
 #include "error.h"
+#include "filemap.h"
+#include "handle.h"
 #include "fkvf.h"
 #include "format/format.h"
 
-#define FKVF_READER_MAGIC UINT32_C(0x52564B46) /* "FKVR" */
 
 typedef struct rd_commit {
     uint64_t seq, trailer_off, dir_off, dir_size, region_start;
@@ -72,17 +73,17 @@ typedef struct rd_ngonctx {
 } rd_ngonctx;
 
 struct fkvf_reader {
-    uint32_t magic;
+    /* kind FKVF_HANDLE_READER; FAILED (calls return FKVF_E_STATE, the
+     * message of the open kept) until the open succeeds, then OPEN: only
+     * then do queries serve data */
+    fkvf_handle h;
     const fkvf_allocator *alloc;
     fkvf_diag diag;
     char *name;
     const uint8_t *data;
     uint64_t size;
-    void *map;
-    size_t map_size;
-    uint8_t *owned; /* FKVF_OPEN_READ: the file's bytes */
+    fkvf_filemap file; /* a file's bytes, mapped or (FKVF_OPEN_READ) read */
     unsigned flags;
-    int loaded; /* the open succeeded: only then do queries serve data */
 
     fkvf_header hdr;
     rd_commit *commits;
@@ -133,6 +134,13 @@ struct fkvf_reader {
 /* Checks the handle (FKVF_E_STATE also for one whose open failed); clears
  * the diagnostic. */
 int rd_enter(const fkvf_reader *r);
+/* rd_enter as the first statement of a public call: returns its error */
+#define ENTER(r)                \
+    do {                        \
+        int rc_ = rd_enter(r);  \
+        if (rc_)                \
+            return rc_;         \
+    } while (0)
 /* Bytes of section i, checksum-verified (and inflated) on first touch. */
 int rd_section_bytes(fkvf_reader *r, size_t i, const uint8_t **p, uint64_t *size);
 /* The vertex table of VTXS section i, sizes checked (spec 10.1), values not:
@@ -145,6 +153,31 @@ int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b);
 int rd_stream_at(const fkvf_reader *r, size_t index, rd_stream *s);
 /* Parse a STRM section's header into a segment (block flags allocated). */
 int rd_seg_init(fkvf_reader *r, size_t i, rd_seg *g);
+
+/* The work of the public calls of the same name (fkvf_reader_meta_count,
+ * fkvf_reader_meta, ...) without their entry check, for the reader's own
+ * code: a public call clears the handle's message, these do not (arguments,
+ * errors and messages otherwise as the public call's, fkvf.h). */
+int rd_meta_count(fkvf_reader *r, size_t *count);
+int rd_meta(fkvf_reader *r, size_t index, fkvf_meta_entry *out);
+int rd_exact_row(fkvf_reader *r, uint64_t position, const void **row, size_t *row_bytes);
+int rd_stream_find(const fkvf_reader *r, uint64_t id, size_t *index);
+int rd_stream_read(fkvf_reader *r, size_t index, uint64_t first, uint32_t *out, size_t count);
+int rd_codebook(fkvf_reader *r, fkvf_codebook_shape *shape, const void **contents, size_t *size,
+                uint8_t hash[16]);
+int rd_attach_codebook(fkvf_reader *r, fkvf_reader *cf);
+
+/* Opening (reader.c): the served commit found and its chain loaded (spec
+ * 7.2; the commits, their directories' headers, torn bytes), then every
+ * directory's entries (the effective directory, spec 7.3), then the
+ * contents interpreted (descriptor, codebook, exact rows, streams). */
+int rd_find_head(fkvf_reader *r);
+int rd_load_directories(fkvf_reader *r);
+int rd_load_contents(fkvf_reader *r);
+/* Spec 11.8: with archived positions, exactly the index streams the
+ * codebook's stages call for; `code` is CORRUPT (embedded) or CODEBOOK
+ * (external codebook attached later, whose hash `ext` the message names). */
+int rd_check_index_streams(fkvf_reader *r, int code, const char *ext);
 
 /* A reader over the regular file open as fd (not closed), named `name` in
  * messages, with fkvf_reader_open_file's flags: mapped, or with

@@ -2,10 +2,6 @@
  * (spec 13.6, 14). Exact rows are copied (converted if asked); archived rows
  * are decoded from their index streams with the codebook. Uses the
  * quantizer through its public API. */
-#if defined(__linux__)
-#define _DEFAULT_SOURCE /* madvise */
-#include <sys/mman.h>
-#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,11 +14,8 @@
 /* positions decoded per batch */
 #define BATCH 64
 
-FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_t *row_bytes)
+int rd_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_t *row_bytes)
 {
-    int rc = rd_enter(r);
-    if (rc)
-        return rc;
     if (!row_bytes || fkvf_dtype_size(dtype) == 0)
         return FKVF_E_INVALID_ARG;
     if (!r->n_commits || !r->has_desc)
@@ -35,43 +28,13 @@ FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_
     return FKVF_OK;
 }
 
-/* With the default allocator, the codebook's big tables go to memory that
- * Linux may back with transparent huge pages: decoding reads random centroid
- * rows of tables of tens of megabytes, and with 4 KiB pages nearly every row
- * is a TLB miss (random single positions of GPT-2 small decode about twice as
- * fast with huge pages). Any other allocator is used as given. */
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-#define HUGE_MIN ((size_t)4 << 20)
-#define HUGE_PAGE ((size_t)2 << 20)
-static void *hp_alloc(void *opaque, size_t n)
+FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_t *row_bytes)
 {
-    (void)opaque;
-    if (n < HUGE_MIN)
-        return malloc(n ? n : 1);
-    size_t sz = (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1); /* n < SIZE_MAX / 2 here */
-    void *p = aligned_alloc(HUGE_PAGE, sz);
-    if (p)
-        (void)madvise(p, sz, MADV_HUGEPAGE); /* a hint: failure changes nothing */
-    return p;
+    int rc = rd_enter(r);
+    if (rc)
+        return rc;
+    return rd_row_bytes(r, dtype, row_bytes);
 }
-static void *hp_realloc(void *opaque, void *p, size_t n)
-{
-    (void)opaque;
-    return realloc(p, n ? n : 1);
-}
-static void hp_free(void *opaque, void *p)
-{
-    (void)opaque;
-    free(p);
-}
-static const fkvf_allocator hp_allocator = {hp_alloc, hp_realloc, hp_free, NULL};
-static const fkvf_allocator *codebook_allocator(const fkvf_reader *r)
-{
-    return r->alloc == fkvf_alloc_or_default(NULL) ? &hp_allocator : r->alloc;
-}
-#else
-static const fkvf_allocator *codebook_allocator(const fkvf_reader *r) { return r->alloc; }
-#endif
 
 /* The codebook as an fkvf_rvq and the stream of every code (built once). */
 int rd_restore_prepare(fkvf_reader *r)
@@ -81,20 +44,16 @@ int rd_restore_prepare(fkvf_reader *r)
     fkvf_codebook_shape shape;
     const void *contents;
     size_t size;
-    int rc = fkvf_reader_codebook(r, &shape, &contents, &size, NULL);
+    int rc = rd_codebook(r, &shape, &contents, &size, NULL);
     if (rc)
         return rc; /* message set: no codebook, or external not attached */
     fkvf_rvq *q = NULL;
     rc = fkvf_rvq_from_tables_decode(&q, &shape, r->desc.n_kv_heads, (const uint8_t *)contents + 64,
-                                     size - 64, codebook_allocator(r));
+                                     size - 64, fkvf_alloc_large_tables(r->alloc));
     if (rc == FKVF_E_INVALID_ARG) {
         /* the shape was checked when the codebook was loaded: a non-finite
          * element (spec 13.2), a fault of the file, not of the caller */
-        int ext = 0;
-        uint8_t h[16];
-        const char *name;
-        if (fkvf_reader_codebook_ref(r, &ext, h, &name) != FKVF_OK)
-            ext = 0;
+        int ext = r->cb_kind == 2;
         return FAIL(ext ? FKVF_E_CODEBOOK : FKVF_E_CORRUPT, r->sections[r->cb_sec].e.offset,
                     "13.2", "%s codebook holds a non-finite centroid element",
                     ext ? "the external" : "the CBK1");
@@ -115,7 +74,7 @@ int rd_restore_prepare(fkvf_reader *r)
                 unsigned kv = j >= shape.k_stages, stage = kv ? j - shape.k_stages : j;
                 uint64_t id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, h, kv, stage);
                 size_t idx = ((size_t)l * r->desc.n_kv_heads + h) * per + j;
-                if (fkvf_reader_stream_find(r, id, &map[idx]) != FKVF_OK) {
+                if (rd_stream_find(r, id, &map[idx]) != FKVF_OK) {
                     /* n_archived > 0 guarantees every stream (spec 11.8) */
                     fkvf_free(r->alloc, map);
                     fkvf_rvq_free(q);
@@ -144,7 +103,7 @@ static int restore_archived(fkvf_reader *r, uint64_t first, size_t count, fkvf_d
     uint64_t a = first - r->desc.n_sinks; /* symbol index in the streams */
     int rc = FKVF_OK;
     for (size_t j = 0; j < ncodes && rc == FKVF_OK; j++) {
-        rc = fkvf_reader_stream_read(r, r->cb_streams[j], a, sym, count);
+        rc = rd_stream_read(r, r->cb_streams[j], a, sym, count);
         for (size_t i = 0; rc == FKVF_OK && i < count; i++) {
             if (sym[i] >= k)
                 rc = FAIL(FKVF_E_SYMBOL, FKVF_NO_OFFSET, "11.8",
@@ -170,9 +129,11 @@ static int restore_archived(fkvf_reader *r, uint64_t first, size_t count, fkvf_d
 FKVF_API int fkvf_reader_restore(fkvf_reader *r, uint64_t first, uint64_t count, fkvf_dtype dtype,
                                  void *out, size_t out_size)
 {
-    size_t row_bytes;
-    int rc = fkvf_reader_row_bytes(r, dtype, &row_bytes);
+    int rc = rd_enter(r);
     if (rc)
+        return rc;
+    size_t row_bytes;
+    if ((rc = rd_row_bytes(r, dtype, &row_bytes)))
         return rc;
     if (!out && count)
         return FKVF_E_INVALID_ARG;
@@ -202,7 +163,7 @@ FKVF_API int fkvf_reader_restore(fkvf_reader *r, uint64_t first, uint64_t count,
         } else {
             const void *row;
             size_t rb;
-            if ((rc = fkvf_reader_exact_row(r, p, &row, &rb)))
+            if ((rc = rd_exact_row(r, p, &row, &rb)))
                 return rc;
             size_t elems = rb / fkvf_dtype_size(r->desc.dtype);
             if ((rc = fkvf_convert(dtype, o, r->desc.dtype, row, elems)))

@@ -8,5 +8,7 @@
  * embedded CBK1, or the attached external codebook (else FKVF_E_CODEBOOK,
  * message set). */
 int rd_restore_prepare(fkvf_reader *r);
+/* fkvf_reader_row_bytes without its entry check (reader_impl.h: rd_meta...) */
+int rd_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_t *row_bytes);
 
 #endif

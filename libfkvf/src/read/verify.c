@@ -143,7 +143,7 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
     if (r->has_meta) {
         r->meta_checked = 0;
         size_t n;
-        if ((rc = fkvf_reader_meta_count(r, &n)))
+        if ((rc = rd_meta_count(r, &n)))
             return rc;
     }
     /* META sections a later one replaced are part of the committed file too
@@ -193,7 +193,7 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
                 continue;
             for (uint64_t t = 0; t < s->g->length; t += 1024) {
                 size_t n = s->g->length - t < 1024 ? (size_t)(s->g->length - t) : 1024;
-                if ((rc = fkvf_reader_stream_read(r, i, t, buf, n)))
+                if ((rc = rd_stream_read(r, i, t, buf, n)))
                     return rc;
                 for (size_t k = 0; k < n; k++)
                     if (buf[k] >= r->cb_shape.k)
@@ -205,7 +205,7 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
             }
         }
     }
-    /* search indexes (spec 19) */
+    /* search indexes (spec 20) */
     if ((rc = rd_zidx_verify(r)))
         return rc;
     if (r->torn_bytes)

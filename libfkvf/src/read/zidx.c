@@ -56,7 +56,7 @@ static int check_one(fkvf_reader *r, size_t sec)
         return rc;
     size_t si;
     rd_stream stv;
-    if (fkvf_reader_stream_find(r, h.stream_id, &si) != FKVF_OK || rd_stream_at(r, si, &stv))
+    if (rd_stream_find(r, h.stream_id, &si) != FKVF_OK || rd_stream_at(r, si, &stv))
         return fkvf_fail_replace(&r->diag, FKVF_E_CORRUPT, off, "20.2",
                                  "ZIDX for stream %016llx, which does not exist",
                                  (unsigned long long)h.stream_id);
@@ -109,7 +109,7 @@ static int check_one(fkvf_reader *r, size_t sec)
     size_t pb = 0;
     if (!sym)
         return FAIL(FKVF_E_NOMEM, off, NULL, "no memory to verify the index");
-    if ((rc = fkvf_reader_stream_read(r, si, 0, sym, n)))
+    if ((rc = rd_stream_read(r, si, 0, sym, n)))
         goto out;
     if (quad) {
         if (!fkvf_quad_data_bytes(h.n_indexed, h.bits, &bytes) || !fkvf_tosz(bytes, &pb) ||

@@ -9,15 +9,15 @@
 #include "ckd.h"
 #include "codec/codec.h"
 #include "error.h"
+#include "handle.h"
 #include "fkvf.h"
 #include "format/zidx.h"
 #include "le.h"
 
-#define SEARCH_MAGIC UINT32_C(0x48435253) /* "SRCH" */
 #define PAD 16                            /* zero bytes before and after the packed tail */
 
 struct fkvf_search {
-    uint32_t magic;
+    fkvf_handle h; /* kind FKVF_HANDLE_SEARCH; always OPEN */
     const fkvf_allocator *alloc;
     fkvf_diag diag;
     fkvf_reader *r;
@@ -287,7 +287,7 @@ static inline int ngon_near(double x, double y, double qx, double qy, double r2)
 FKVF_API int fkvf_search_query_point(const fkvf_search *s, const uint32_t *q, size_t len,
                                      fkvf_point *out)
 {
-    if (!s || s->magic != SEARCH_MAGIC)
+    if (!FKVF_HANDLE_IS(s, FKVF_HANDLE_SEARCH))
         return FKVF_E_STATE;
     if (!out || (!q && len))
         return FKVF_E_INVALID_ARG;
@@ -308,7 +308,7 @@ FKVF_API int fkvf_search_query_point(const fkvf_search *s, const uint32_t *q, si
 
 FKVF_API double fkvf_search_default_radius(const fkvf_search *s, size_t len)
 {
-    if (!s || s->magic != SEARCH_MAGIC)
+    if (!FKVF_HANDLE_IS(s, FKVF_HANDLE_SEARCH))
         return 0.0;
     size_t m = len < s->cap ? len : s->cap;
     if (s->quad)
@@ -439,9 +439,9 @@ static int hit_verify(fkvf_search *s, uint64_t t, void *vctx)
 
 static int enter(fkvf_search *s)
 {
-    if (!s || s->magic != SEARCH_MAGIC)
-        return FKVF_E_STATE;
-    fkvf_diag_clear(&s->diag);
+    int rc = FKVF_HANDLE_ENTER(s, FKVF_HANDLE_SEARCH, "search");
+    if (rc)
+        return rc;
     s->last_cand = s->last_ver = 0;
     s->res_n = 0;
     s->mt_n = 0;
@@ -882,7 +882,7 @@ FKVF_API int fkvf_search_open(fkvf_search **out, fkvf_reader *r, size_t stream_i
     fkvf_search *s = fkvf_calloc(alloc, 1, sizeof *s);
     if (!s)
         return FKVF_E_NOMEM;
-    s->magic = SEARCH_MAGIC;
+    fkvf_handle_init(&s->h, FKVF_HANDLE_SEARCH);
     s->alloc = alloc;
     s->diag.name = "search";
     s->r = r;
@@ -910,7 +910,7 @@ FKVF_API int fkvf_search_open(fkvf_search **out, fkvf_reader *r, size_t stream_i
 
 FKVF_API void fkvf_search_free(fkvf_search *s)
 {
-    if (!s || s->magic != SEARCH_MAGIC)
+    if (!FKVF_HANDLE_IS(s, FKVF_HANDLE_SEARCH))
         return;
     const fkvf_allocator *a = s->alloc;
     if (s->has_g)
@@ -921,13 +921,13 @@ FKVF_API void fkvf_search_free(fkvf_search *s)
     fkvf_free(a, s->py);
     fkvf_free(a, s->res);
     fkvf_free(a, s->mt);
-    s->magic = 0;
+    s->h.magic = 0;
     fkvf_free(a, s);
 }
 
 FKVF_API const char *fkvf_search_message(const fkvf_search *s)
 {
-    if (!s || s->magic != SEARCH_MAGIC)
+    if (!FKVF_HANDLE_IS(s, FKVF_HANDLE_SEARCH))
         return "not a search handle";
     return s->diag.msg[0] ? s->diag.msg : "ok";
 }
@@ -936,7 +936,7 @@ FKVF_API int fkvf_search_error(const fkvf_search *s, fkvf_error_info *out)
 {
     if (!out)
         return FKVF_E_INVALID_ARG;
-    if (!s || s->magic != SEARCH_MAGIC) {
+    if (!FKVF_HANDLE_IS(s, FKVF_HANDLE_SEARCH)) {
         memset(out, 0, sizeof *out);
         out->code = FKVF_E_STATE;
         out->offset = FKVF_ERROR_NO_OFFSET;
@@ -949,7 +949,7 @@ FKVF_API int fkvf_search_error(const fkvf_search *s, fkvf_error_info *out)
 
 FKVF_API int fkvf_search_info_get(const fkvf_search *s, fkvf_search_info *out)
 {
-    if (!s || s->magic != SEARCH_MAGIC)
+    if (!FKVF_HANDLE_IS(s, FKVF_HANDLE_SEARCH))
         return FKVF_E_STATE;
     if (!out)
         return FKVF_E_INVALID_ARG;

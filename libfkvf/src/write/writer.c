@@ -18,12 +18,11 @@
 #include "ckd.h"
 #include "codec/codec.h"
 #include "error.h"
+#include "handle.h"
 #include "format/format.h"
 #include "hash.h"
 #include "le.h"
 #include "writer_resume.h"
-
-#define FKVF_WRITER_MAGIC UINT32_C(0x57564B46) /* "FKVW" */
 
 /* A stream group (spec 11.2) as written so far, over all commits. */
 typedef struct wr_group {
@@ -33,14 +32,13 @@ typedef struct wr_group {
 } wr_group;
 
 struct fkvf_writer {
-    uint32_t magic;
+    fkvf_handle h; /* kind FKVF_HANDLE_WRITER; OPEN, FINISHED or FAILED */
     const fkvf_allocator *alloc;
     fkvf_diag diag;
     fkvf_writer_options opts;
     fkvf_sink sink;
     int fd;
     char *path, *tmp_path;
-    int state; /* 0 open, 1 finished, 2 failed */
     uint64_t pos;
 
     fkvf_dirent *dir;
@@ -75,24 +73,13 @@ struct fkvf_writer {
 
 #define FAIL(code, ...) fkvf_fail(&w->diag, code, FKVF_NO_OFFSET, __VA_ARGS__)
 
-static int w_enter(fkvf_writer *w)
-{
-    if (!w || w->magic != FKVF_WRITER_MAGIC)
-        return FKVF_E_STATE;
-    if (w->state == 2)
-        return w->diag.code ? w->diag.code : FKVF_E_STATE;
-    fkvf_diag_clear(&w->diag);
-    if (w->state != 0)
-        return fkvf_fail(&w->diag, FKVF_E_STATE, FKVF_NO_OFFSET, NULL,
-                         "writer already finished");
-    return FKVF_OK;
-}
+static int w_enter(fkvf_writer *w) { return FKVF_HANDLE_ENTER(w, FKVF_HANDLE_WRITER, "writer"); }
 
 /* A failed write leaves the output unusable: the writer becomes sticky-failed. */
 static int w_broken(fkvf_writer *w, int rc)
 {
     if (rc == FKVF_E_IO || rc == FKVF_E_NOMEM)
-        w->state = 2;
+        fkvf_handle_fail(&w->h, 0);
     return rc;
 }
 
@@ -107,11 +94,11 @@ static int out_bytes(fkvf_writer *w, const void *data, size_t size)
             if (errno == EINTR)
                 continue;
             int e = errno;
-            w->state = 2;
+            fkvf_handle_fail(&w->h, 0);
             return fkvf_fail(&w->diag, FKVF_E_IO, w->pos, NULL, "write: %s", strerror(e));
         }
         if (n == 0) {
-            w->state = 2;
+            fkvf_handle_fail(&w->h, 0);
             return fkvf_fail(&w->diag, FKVF_E_IO, w->pos, NULL, "write: no progress");
         }
         p += n;
@@ -203,7 +190,7 @@ static int writer_new(fkvf_writer **out, const fkvf_writer_options *opts,
     fkvf_writer *w = fkvf_calloc(alloc, 1, sizeof *w);
     if (!w)
         return FKVF_E_NOMEM;
-    w->magic = FKVF_WRITER_MAGIC;
+    fkvf_handle_init(&w->h, FKVF_HANDLE_WRITER);
     w->alloc = alloc;
     w->fd = -1;
     w->diag.name = "<sink>";
@@ -254,7 +241,7 @@ FKVF_API int fkvf_writer_create_sink(fkvf_writer **out, const fkvf_sink *sink,
     int rc = writer_new(out, opts, alloc);
     if (rc) {
         if (rc != FKVF_E_NOMEM)
-            (*out)->state = 2;
+            fkvf_handle_fail(&(*out)->h, 0);
         return rc;
     }
     (*out)->sink = *sink;
@@ -274,7 +261,7 @@ FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
     fkvf_writer *w = *out;
     if (rc) {
         if (w)
-            w->state = 2;
+            fkvf_handle_fail(&w->h, 0);
         return rc;
     }
     size_t n = strlen(path);
@@ -283,19 +270,19 @@ FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
     if (w->tmp_path)
         w->tmp_path[0] = 0; /* free() unlinks a non-empty tmp_path */
     if (!w->path || !w->tmp_path) {
-        w->state = 2;
+        fkvf_handle_fail(&w->h, 0);
         return FAIL(FKVF_E_NOMEM, NULL, "no memory for the path");
     }
     w->diag.name = w->path;
     struct stat sb;
     if (w->opts.no_replace) {
         if (lstat(path, &sb) == 0) {
-            w->state = 2;
+            fkvf_handle_fail(&w->h, 0);
             return FAIL(FKVF_E_EXISTS, NULL, "exists, and the writer was asked not to replace it");
         }
         if (errno != ENOENT) { /* cannot tell whether it exists */
             int e = errno;
-            w->state = 2;
+            fkvf_handle_fail(&w->h, 0);
             return FAIL(FKVF_E_IO, NULL, "cannot check whether it exists: %s", strerror(e));
         }
     }
@@ -320,14 +307,14 @@ FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
         e = w->fd < 0 ? errno : 0;
     }
     if (w->fd < 0) {
-        w->state = 2;
+        fkvf_handle_fail(&w->h, 0);
         w->tmp_path[0] = 0;
         return FAIL(FKVF_E_IO, NULL, "cannot create a temporary file next to it: %s",
                     strerror(e));
     }
     if (w->opts.mode && fchmod(w->fd, (mode_t)(w->opts.mode & 07777)) != 0) {
         e = errno;
-        w->state = 2; /* free() removes the temporary file */
+        fkvf_handle_fail(&w->h, 0); /* free() removes the temporary file */
         return FAIL(FKVF_E_IO, NULL, "cannot set the mode %04o of its temporary file: %s",
                     w->opts.mode & 07777, strerror(e));
     }
@@ -339,12 +326,12 @@ FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
 
 FKVF_API void fkvf_writer_free(fkvf_writer *w)
 {
-    if (!w || w->magic != FKVF_WRITER_MAGIC)
+    if (!FKVF_HANDLE_IS(w, FKVF_HANDLE_WRITER))
         return;
     const fkvf_allocator *a = w->alloc;
     if (w->fd >= 0)
         close(w->fd);
-    if (w->tmp_path && w->tmp_path[0] && w->state != 1)
+    if (w->tmp_path && w->tmp_path[0] && w->h.state != FKVF_HANDLE_FINISHED)
         unlink(w->tmp_path);
     fkvf_free(a, w->path);
     fkvf_free(a, w->tmp_path);
@@ -354,13 +341,13 @@ FKVF_API void fkvf_writer_free(fkvf_writer *w)
     fkvf_free(a, w->vtxs_written);
     fkvf_free(a, (void *)w->desc.model_id);
     fkvf_free(a, (void *)w->desc.tokenizer_id);
-    w->magic = 0;
+    w->h.magic = 0;
     fkvf_free(a, w);
 }
 
 FKVF_API const char *fkvf_writer_message(const fkvf_writer *w)
 {
-    if (!w || w->magic != FKVF_WRITER_MAGIC)
+    if (!FKVF_HANDLE_IS(w, FKVF_HANDLE_WRITER))
         return "not a writer handle";
     return w->diag.msg;
 }
@@ -369,7 +356,7 @@ FKVF_API int fkvf_writer_error(const fkvf_writer *w, fkvf_error_info *out)
 {
     if (!out)
         return FKVF_E_INVALID_ARG;
-    if (!w || w->magic != FKVF_WRITER_MAGIC) {
+    if (!FKVF_HANDLE_IS(w, FKVF_HANDLE_WRITER)) {
         memset(out, 0, sizeof *out);
         out->code = FKVF_E_STATE;
         out->offset = FKVF_ERROR_NO_OFFSET;
@@ -952,7 +939,7 @@ static int do_sync(fkvf_writer *w, const char *when)
     if (w->opts.no_sync || !w->sink.sync || w->sink.sync(w->sink.opaque) == 0)
         return FKVF_OK;
     int e = errno;
-    w->state = 2;
+    fkvf_handle_fail(&w->h, 0);
     return FAIL(FKVF_E_IO, "7.6", "sync %s: %s", when, strerror(e));
 }
 
@@ -1001,15 +988,21 @@ static int write_commit(fkvf_writer *w)
     return FKVF_OK;
 }
 
+/* fkvf_writer_commit without its entry check (fkvf_writer_finish) */
+static int commit(fkvf_writer *w)
+{
+    if (w->commit_seq > FKVF_MAX_COMMITS)
+        return FAIL(FKVF_E_LIMIT, "15", "more than %llu commits",
+                    (unsigned long long)FKVF_MAX_COMMITS);
+    return write_commit(w);
+}
+
 FKVF_API int fkvf_writer_commit(fkvf_writer *w)
 {
     int rc = w_enter(w);
     if (rc)
         return rc;
-    if (w->commit_seq > FKVF_MAX_COMMITS)
-        return FAIL(FKVF_E_LIMIT, "15", "more than %llu commits",
-                    (unsigned long long)FKVF_MAX_COMMITS);
-    return write_commit(w);
+    return commit(w);
 }
 
 /* fsync the directory holding path (the rename). scratch: at least
@@ -1054,7 +1047,7 @@ static int place_no_replace(fkvf_writer *w)
             e = errno;
         }
     }
-    w->state = 2;
+    fkvf_handle_fail(&w->h, 0);
     if (e == EEXIST)
         return FAIL(FKVF_E_EXISTS, NULL,
                     "appeared while the file was written; not replaced (no_replace)");
@@ -1066,31 +1059,31 @@ FKVF_API int fkvf_writer_finish(fkvf_writer *w)
     int rc = w_enter(w);
     if (rc)
         return rc;
-    if ((w->dirty || w->commit_seq == 1 || w->meta_count) && (rc = fkvf_writer_commit(w)))
+    if ((w->dirty || w->commit_seq == 1 || w->meta_count) && (rc = commit(w)))
         return rc;
     if (w->fd >= 0) {
         if (close(w->fd) != 0) {
             int e = errno;
             w->fd = -1;
-            w->state = 2;
+            fkvf_handle_fail(&w->h, 0);
             return FAIL(FKVF_E_IO, NULL, "close: %s", strerror(e));
         }
         w->fd = -1;
         if (w->resumed) {
-            w->state = 1;
+            w->h.state = FKVF_HANDLE_FINISHED;
             return FKVF_OK;
         }
         if ((rc = w->opts.no_replace ? place_no_replace(w) : FKVF_OK))
             return rc;
         if (!w->opts.no_replace && rename(w->tmp_path, w->path) != 0) {
             int e = errno;
-            w->state = 2;
+            fkvf_handle_fail(&w->h, 0);
             return FAIL(FKVF_E_IO, NULL, "rename into place: %s", strerror(e));
         }
         if (!w->opts.no_sync)
             (void)sync_dir_of(w->path, w->tmp_path); /* tmp_path: n + 16 bytes */
     }
-    w->state = 1;
+    w->h.state = FKVF_HANDLE_FINISHED;
     return FKVF_OK;
 }
 
@@ -1135,7 +1128,7 @@ int fkvf_writer_resume(fkvf_writer **out, const fkvf_resume *st, const fkvf_writ
     fkvf_writer *w = *out;
     if (rc) {
         if (w)
-            w->state = 2;
+            fkvf_handle_fail(&w->h, 0);
         close(st->fd);
         return rc;
     }
@@ -1148,7 +1141,7 @@ int fkvf_writer_resume(fkvf_writer **out, const fkvf_resume *st, const fkvf_writ
     w->sink.opaque = w;
     const char *name = st->path ? st->path : "<file>";
     if (!(w->path = fkvf_strndup(w->alloc, name, strlen(name)))) {
-        w->state = 2;
+        fkvf_handle_fail(&w->h, 0);
         return FAIL(FKVF_E_NOMEM, NULL, "no memory for the path");
     }
     w->diag.name = w->path;
@@ -1157,7 +1150,7 @@ int fkvf_writer_resume(fkvf_writer **out, const fkvf_resume *st, const fkvf_writ
     if (!mid || !tid) {
         fkvf_free(w->alloc, mid);
         fkvf_free(w->alloc, tid);
-        w->state = 2;
+        fkvf_handle_fail(&w->h, 0);
         return FAIL(FKVF_E_NOMEM, NULL, "no memory for the descriptor");
     }
     w->desc = *st->desc;
@@ -1181,7 +1174,7 @@ int fkvf_writer_resume(fkvf_writer **out, const fkvf_resume *st, const fkvf_writ
      * (the reader checked it, spec 14.3) */
     if (st->n_positions) {
         if (fkvf_grow(w->alloc, (void **)&w->exact, &w->cap_exact, 1, sizeof *w->exact)) {
-            w->state = 2;
+            fkvf_handle_fail(&w->h, 0);
             return FAIL(FKVF_E_NOMEM, NULL, "no memory");
         }
         w->exact[0].first = 0;
@@ -1191,7 +1184,7 @@ int fkvf_writer_resume(fkvf_writer **out, const fkvf_resume *st, const fkvf_writ
     if (st->n_vtxs) {
         if (fkvf_grow(w->alloc, (void **)&w->vtxs_written, &w->cap_vtxs, st->n_vtxs,
                       sizeof *w->vtxs_written)) {
-            w->state = 2;
+            fkvf_handle_fail(&w->h, 0);
             return FAIL(FKVF_E_NOMEM, NULL, "no memory");
         }
         memcpy(w->vtxs_written, st->vtxs, st->n_vtxs * sizeof *st->vtxs);
@@ -1204,7 +1197,7 @@ int fkvf_writer_resume(fkvf_writer **out, const fkvf_resume *st, const fkvf_writ
     if (ftruncate(w->fd, (off_t)st->committed_size) != 0 ||
         lseek(w->fd, (off_t)st->committed_size, SEEK_SET) < 0) {
         int e = errno;
-        w->state = 2;
+        fkvf_handle_fail(&w->h, 0);
         return FAIL(FKVF_E_IO, NULL, "cannot position at the end of the last commit (%llu): %s",
                     (unsigned long long)st->committed_size, strerror(e));
     }
@@ -1213,7 +1206,7 @@ int fkvf_writer_resume(fkvf_writer **out, const fkvf_resume *st, const fkvf_writ
 
 int fkvf_writer_rollback(fkvf_writer *w)
 {
-    if (!w || w->magic != FKVF_WRITER_MAGIC || w->fd < 0 || !w->resumed)
+    if (!FKVF_HANDLE_IS(w, FKVF_HANDLE_WRITER) || w->fd < 0 || !w->resumed)
         return FKVF_E_STATE;
     if (ftruncate(w->fd, (off_t)w->committed) != 0)
         return FKVF_E_IO;
@@ -1223,12 +1216,12 @@ int fkvf_writer_rollback(fkvf_writer *w)
 
 uint64_t fkvf_writer_committed_size(const fkvf_writer *w)
 {
-    return w && w->magic == FKVF_WRITER_MAGIC ? w->committed : 0;
+    return FKVF_HANDLE_IS(w, FKVF_HANDLE_WRITER) ? w->committed : 0;
 }
 
 int fkvf_writer_sync_now(fkvf_writer *w)
 {
-    if (!w || w->magic != FKVF_WRITER_MAGIC || w->fd < 0)
+    if (!FKVF_HANDLE_IS(w, FKVF_HANDLE_WRITER) || w->fd < 0)
         return FKVF_E_STATE;
     if (io_sync(w) != 0) {
         int e = errno;

@@ -20,16 +20,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "alloc.h"
+#include "filemap.h"
 #include "ckd.h"
 #include "hash.h"
 #include "format/zidx.h"
 #include "le.h"
-#include "reader_impl.h"
+#include "read/reader_impl.h"
 
 #define DEFAULT_CAP 1000
 #define NO_OFF FKVF_VALIDATE_NO_OFFSET
@@ -122,57 +121,19 @@ static int same_chapter(const char *a, const char *b)
     return la == lb && !strncmp(a, b, la);
 }
 
-/* A diagnostic of the format parsers or the reader ("NAME: offset N: what
- * (spec X) [FKVF_E_...]"): its offset, clause and text. */
-static void parse_diag(const fkvf_diag *dg, uint64_t *off, char clause[16], char *body_out,
-                       size_t body_cap)
+/* A diagnostic of the format parsers or the reader: its offset, its clause
+ * ("16", the error classes, when it cites none) and its text. */
+static void diag_facts(const fkvf_diag *dg, uint64_t *off, const char **clause, char *text_out,
+                       size_t text_cap)
 {
-    const char *m = dg->msg;
-    *off = NO_OFF;
-    const char *o = strstr(m, ": offset ");
-    const char *body = strchr(m, ':');
-    body = body ? body + 1 : m;
-    if (o) {
-        *off = strtoull(o + 9, NULL, 10);
-        const char *e = strchr(o + 9, ':');
-        if (e)
-            body = e + 1;
-    }
-    while (*body == ' ')
-        body++;
-    snprintf(clause, 16, "16");
-    size_t blen = strlen(body);
-    const char *sp = strstr(body, " (spec ");
-    if (sp) {
-        const char *cs = sp + 7, *ce = strchr(cs, ')');
-        if (ce && ce > cs && (size_t)(ce - cs) < 16) {
-            memcpy(clause, cs, (size_t)(ce - cs));
-            clause[ce - cs] = 0;
-        }
-        blen = (size_t)(sp - body);
-    } else {
-        const char *br = strstr(body, " [FKVF_E_");
-        if (br)
-            blen = (size_t)(br - body);
-    }
-    /* the library's diagnostics cite the clause of a structure; name the
-     * clause of its checks where the spec has one */
-    static const struct {
-        int code; /* 0: any */
-        const char *from, *to;
-    } remap[] = {{0, "3", "3.1"},           {0, "5.1", "5.3"},
-                 {0, "6.1", "6.2"},         {0, "8", "8.2"},
-                 {0, "14", "14.2"},         {FKVF_E_SPAN, "12.2", "12.2.5"},
-                 {FKVF_E_TRUNCATED, "11.3", "11.2"}, {FKVF_E_TRUNCATED, "4.1", "7.2"}};
-    for (size_t i = 0; i < sizeof remap / sizeof remap[0]; i++)
-        if ((!remap[i].code || remap[i].code == dg->code) && !strcmp(clause, remap[i].from)) {
-            snprintf(clause, 16, "%s", remap[i].to);
-            break;
-        }
-    if (blen >= body_cap)
-        blen = body_cap - 1;
-    memcpy(body_out, body, blen);
-    body_out[blen] = 0;
+    *off = dg->offset;
+    *clause = dg->clause[0] ? dg->clause : "16";
+    size_t len;
+    const char *text = fkvf_diag_text(dg, &len);
+    if (len >= text_cap)
+        len = text_cap - 1;
+    memcpy(text_out, text, len);
+    text_out[len] = 0;
 }
 
 /* Was a violation of this class already reported at this offset or in the
@@ -200,8 +161,9 @@ static void report_diag(vctx *c, const fkvf_diag *dg, const char *check, long se
     if (fkvf_error_class(dg->code) != FKVF_ERRCLASS_FORMAT)
         return;
     uint64_t off;
-    char clause[16], b[400];
-    parse_diag(dg, &off, clause, b, sizeof b);
+    const char *clause;
+    char b[400];
+    diag_facts(dg, &off, &clause, b, sizeof b);
     if (dedup == 1 && seen_like(c, dg->code, clause, off))
         return;
     if (dedup == 2) /* the same fault met again */
@@ -1081,8 +1043,9 @@ static void check_prefixes(vctx *c)
         int rc = fkvf_reader_open_memory(&p, c->d, (size_t)len, FKVF_OPEN_STRICT, c->alloc);
         if (rc && p && fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT) {
             uint64_t off;
-            char clause[16], b[400];
-            parse_diag(&p->diag, &off, clause, b, sizeof b);
+            const char *clause;
+            char b[400];
+            diag_facts(&p->diag, &off, &clause, b, sizeof b);
             if (!seen_like(c, rc, clause, off))
                 report(c, rc, "7.3", "W-COMMIT-STATE", 1, r->commits[ci].trailer_off, -1, 0,
                        "commit %llu alone (the file cut after its trailer) is not valid: %s "
@@ -1165,23 +1128,15 @@ FKVF_API int fkvf_validate_file(const char *path, const fkvf_validate_options *o
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return FKVF_E_IO;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > SIZE_MAX) {
-        close(fd);
-        return FKVF_E_IO;
-    }
-    size_t n = (size_t)st.st_size;
-    void *m = NULL;
-    if (n) {
-        m = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            close(fd);
-            return FKVF_E_IO;
-        }
-    }
+    fkvf_diag d; /* no handle to report through: the return code says it */
+    d.name = path;
+    fkvf_diag_clear(&d);
+    fkvf_filemap m;
+    int rc = fkvf_filemap_fd(&m, fd, 0, NULL, &d);
     close(fd);
-    int rc = fkvf_validate_memory(m, n, opt, fn, opaque, res);
-    if (m)
-        munmap(m, n);
+    if (rc)
+        return FKVF_E_IO;
+    rc = fkvf_validate_memory(m.data, m.size, opt, fn, opaque, res);
+    fkvf_filemap_release(&m, NULL);
     return rc;
 }

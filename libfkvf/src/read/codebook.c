@@ -1,0 +1,120 @@
+/* The codebook of an open reader (spec 13): the embedded CBK1 or the
+ * external codebook attached to it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "ckd.h"
+#include "hash.h"
+#include "le.h"
+#include "reader_impl.h"
+
+#define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
+
+/* ---- codebooks ------------------------------------------------------------------ */
+
+int rd_codebook(fkvf_reader *r, fkvf_codebook_shape *shape, const void **contents, size_t *size,
+                uint8_t hash[16])
+{
+    if (!r->cb_kind)
+        return fkvf_fail(&r->diag, FKVF_E_NOT_FOUND, FKVF_NO_OFFSET, "13",
+                         "the archive has no codebook");
+    if (!r->cb_known) {
+        char hx[33];
+        fkvf_hex16(r->cb_ref_hash, hx);
+        return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, r->sections[r->cb_sec].e.offset, "13.5",
+                         "external codebook %s (name hint \"%s\") is not attached", hx,
+                         r->cb_ref_name);
+    }
+    fkvf_reader *src = r->cb_kind == 1 ? r : r->cb_file;
+    size_t sec = r->cb_kind == 1 ? r->cb_sec : r->cb_file_sec;
+    const uint8_t *p;
+    uint64_t n;
+    int rc = rd_section_bytes(src, sec, &p, &n);
+    if (rc) {
+        if (src != r)
+            fkvf_fail(&r->diag, rc, FKVF_NO_OFFSET, "13", "attached codebook: %s",
+                      src->diag.msg);
+        return rc;
+    }
+    if (shape)
+        *shape = r->cb_shape;
+    if (contents)
+        *contents = p;
+    if (size && !fkvf_tosz(n, size))
+        return FKVF_E_LIMIT;
+    if (hash)
+        fkvf_xxh3_128(p, (size_t)n, hash);
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_codebook(fkvf_reader *r, fkvf_codebook_shape *shape,
+                                  const void **contents, size_t *size, uint8_t hash[16])
+{
+    ENTER(r);
+    return rd_codebook(r, shape, contents, size, hash);
+}
+
+FKVF_API int fkvf_reader_codebook_ref(const fkvf_reader *r, int *is_external, uint8_t hash[16],
+                                      const char **name)
+{
+    ENTER(r);
+    if (!is_external)
+        return FKVF_E_INVALID_ARG;
+    *is_external = r->cb_kind == 2;
+    if (r->cb_kind == 2) {
+        if (hash)
+            memcpy(hash, r->cb_ref_hash, 16);
+        if (name)
+            *name = r->cb_ref_name;
+    }
+    return FKVF_OK;
+}
+
+int rd_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
+{
+    if (!FKVF_HANDLE_IS_OPEN(cf, FKVF_HANDLE_READER) || cf == r)
+        return FKVF_E_INVALID_ARG;
+    char hx[33];
+    fkvf_hex16(r->cb_ref_hash, hx);
+    if (r->cb_kind != 2)
+        return fkvf_fail(&r->diag, FKVF_E_STATE, FKVF_NO_OFFSET, "13.5",
+                         "the archive does not refer to an external codebook");
+    if (cf->has_desc || cf->cb_kind != 1)
+        return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "13.4",
+                         "%s is not a codebook file; expected codebook %s", cf->diag.name, hx);
+    const uint8_t *p;
+    uint64_t n;
+    int rc = rd_section_bytes(cf, cf->cb_sec, &p, &n);
+    if (rc)
+        return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "13.5",
+                         "codebook file %s unreadable: %s", cf->diag.name, cf->diag.msg);
+    uint8_t h[16];
+    fkvf_xxh3_128(p, (size_t)n, h);
+    if (memcmp(h, r->cb_ref_hash, 16) != 0) {
+        char got[33];
+        fkvf_hex16(h, got);
+        return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, r->sections[r->cb_sec].e.offset, "13.5",
+                         "codebook file %s has content hash %s; the archive expects %s",
+                         cf->diag.name, got, hx);
+    }
+    if (!fkvf_cbk1_matches(&cf->cb_shape, &r->desc))
+        return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "13.7",
+                         "codebook %s does not match the descriptor's shape", hx);
+    fkvf_codebook_shape saved = r->cb_shape;
+    r->cb_shape = cf->cb_shape;
+    if ((rc = rd_check_index_streams(r, FKVF_E_CODEBOOK, hx))) {
+        r->cb_shape = saved;
+        return rc;
+    }
+    r->cb_file = cf;
+    r->cb_file_sec = cf->cb_sec;
+    r->cb_known = 1;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
+{
+    ENTER(r);
+    return rd_attach_codebook(r, cf);
+}
