@@ -10,8 +10,8 @@
 #   through fkvf.h)
 #   search/ includes common/, codec/ and format/zidx.h only (the reader
 #   through fkvf.h)
-#   tools/ include only the public header fkvf.h (and their own cacheio.h and
-#   cli_util.h);
+#   tools/ include only the public header fkvf.h (and their own cacheio.h,
+#   cli_util.h and commands.h);
 #   libfkvf never includes libarchive
 # usage: check_layering.sh SRCDIR
 set -u
@@ -29,7 +29,7 @@ deny write 'read/|reader|quant/' "must not include the reader or quant/ internal
 deny quant 'codec/|format/|read/|write/|reader|writer' "may use common/ only"
 deny search 'read/|write/|quant/|append/|reader|writer|format/format' "may use common/, codec/ and format/zidx.h only (the reader through fkvf.h)"
 deny append 'codec/|format/|read/|quant/|reader|write/writer\.h|write/[a-vx-z]' "may use common/ and write/writer_resume.h only"
-tools_hits=$(grep -nE '#include "' "$1"/tools/*.[ch] | grep -vE '#include "(fkvf|cacheio|cli_util)\.h"')
+tools_hits=$(grep -nE '#include "' "$1"/tools/*.[ch] | grep -vE '#include "(fkvf|cacheio|cli_util|commands)\.h"')
 if [ -n "$tools_hits" ]; then echo "layering: tools/ must use the public header only:"; echo "$tools_hits"; bad=1; fi
 lib_ar=$(grep -rn '#include <archive' "$S" 2>/dev/null)
 if [ -n "$lib_ar" ]; then echo "layering: libarchive is for the tools, never libfkvf:"; echo "$lib_ar"; bad=1; fi

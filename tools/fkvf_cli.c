@@ -5,44 +5,10 @@
 #include <string.h>
 
 #include "cli_util.h"
+#include "commands.h"
 #include "fkvf.h"
 
 static const char *prog = "fkvf";
-
-static void usage_main(FILE *f)
-{
-    fprintf(f,
-            "usage: %s [--help] [--version] COMMAND [ARGS]\n"
-            "\n"
-            "Commands:\n"
-            "  info ARCHIVE [--json]     header, commits, cache shape, codecs, sizes, metadata\n"
-            "  verify ARCHIVE [--json]   full structure and checksum pass\n"
-            "                            (exit 0 valid, 1 invalid, 2 usage or I/O error)\n"
-            "  validate [--strict] FILE... every violation of the spec, with its clause\n"
-            "  dump ARCHIVE [--json]     directory and section details\n"
-            "  pack CACHE -o ARCHIVE     archive a raw cache (.safetensors, .npy, .npz)\n"
-            "  unpack ARCHIVE -o CACHE   restore every position into a raw cache file\n"
-            "  train CACHE... -o FILE    train a shared codebook file\n"
-            "  compare ORIG RESTORED     reconstruction error of a restored cache\n"
-            "  append ARCHIVE CACHE      append a raw cache's positions as new commits\n"
-            "                            (--create: start a new archive)\n"
-            "  compact ARCHIVE -o OUT    rewrite a many-commit archive as one commit\n"
-            "  recover ARCHIVE           cut off a torn tail (an append that did not complete)\n"
-            "  search ARCHIVE --tokens L suffix search: where did these symbols occur?\n"
-            "  context ARCHIVE --at T    decode the symbols before a position\n"
-            "  index ARCHIVE             append a commit with ZIDX search indexes\n"
-            "  plot ARCHIVE --stream S   PNG of a stream's chaos-game points\n"
-            "\n"
-            "Every command: exit status 0 ok, 1 invalid input data, 2 usage or\n"
-            "environment (bad option, missing or unreadable path, out of memory);\n"
-            "errors as 'fkvf COMMAND: FILE: what' on stderr, and with --json one JSON\n"
-            "object on stdout (on failure {\"error\":{...}}; docs/cli.md). Commands\n"
-            "that write a file never replace an input and, without --force, never an\n"
-            "existing file.\n"
-            "\n"
-            "Run '%s COMMAND --help' for a command's options.\n",
-            prog, prog);
-}
 
 /* ---- small helpers --------------------------------------------------------- */
 
@@ -211,7 +177,7 @@ static void print_meta_value(FILE *f, const fkvf_meta_entry *e, int json)
     }
 }
 
-static int cmd_info(int argc, char **argv)
+int fkvf_cli_info(int argc, char **argv)
 {
     const char *path;
     int json;
@@ -430,7 +396,7 @@ static const char *verify_help =
     "                     message, commits, torn_bytes, committed_size and error\n"
     "                     (null, or the error object of docs/cli.md)\n";
 
-static int cmd_verify(int argc, char **argv)
+int fkvf_cli_verify(int argc, char **argv)
 {
     const char *path, *cbpath = NULL;
     int json, ec = CLI_OK, cb_none = 0;
@@ -554,7 +520,7 @@ static const char *dump_help =
     "Exit status: 0 ok, 1 invalid input (not an FKVF file), 2 usage or I/O error\n"
     "(also: ARCHIVE does not exist).\n";
 
-static int cmd_dump(int argc, char **argv)
+int fkvf_cli_dump(int argc, char **argv)
 {
     const char *path;
     int json;
@@ -623,17 +589,72 @@ static int cmd_dump(int argc, char **argv)
     return CLI_OK;
 }
 
-/* tools/fkvf_pack.c */
-int fkvf_cli_pack(int argc, char **argv);
-int fkvf_cli_unpack(int argc, char **argv);
-int fkvf_cli_train(int argc, char **argv);
-int fkvf_cli_compare(int argc, char **argv);
-/* tools/fkvf_append.c */
-int fkvf_cli_append(int argc, char **argv);
-int fkvf_cli_compact(int argc, char **argv);
-int fkvf_cli_recover(int argc, char **argv);
-int fkvf_cli_validate(int argc, char **argv);
-int fkvf_cli_search_main(const char *cmd, int argc, char **argv); /* fkvf_search.c */
+/* ---- the command table ----------------------------------------------------- */
+
+/* A subcommand: its name, its arguments and summary in the top-level --help
+ * (a '\n' in the summary continues it on an indented line), its entry. */
+typedef struct cli_command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *args;
+    const char *summary;
+} cli_command;
+
+static const cli_command commands[] = {
+    {"info", fkvf_cli_info, "ARCHIVE [--json]", "header, commits, cache shape, codecs, sizes, metadata"},
+    {"verify", fkvf_cli_verify, "ARCHIVE [--json]",
+     "full structure and checksum pass\n(exit 0 valid, 1 invalid, 2 usage or I/O error)"},
+    {"validate", fkvf_cli_validate, "[--strict] FILE...", "every violation of the spec, with its clause"},
+    {"dump", fkvf_cli_dump, "ARCHIVE [--json]", "directory and section details"},
+    {"pack", fkvf_cli_pack, "CACHE -o ARCHIVE", "archive a raw cache (.safetensors, .npy, .npz)"},
+    {"unpack", fkvf_cli_unpack, "ARCHIVE -o CACHE", "restore every position into a raw cache file"},
+    {"train", fkvf_cli_train, "CACHE... -o FILE", "train a shared codebook file"},
+    {"compare", fkvf_cli_compare, "ORIG RESTORED", "reconstruction error of a restored cache"},
+    {"append", fkvf_cli_append, "ARCHIVE CACHE",
+     "append a raw cache's positions as new commits\n(--create: start a new archive)"},
+    {"compact", fkvf_cli_compact, "ARCHIVE -o OUT", "rewrite a many-commit archive as one commit"},
+    {"recover", fkvf_cli_recover, "ARCHIVE", "cut off a torn tail (an append that did not complete)"},
+    {"search", fkvf_cli_search, "ARCHIVE --tokens L", "suffix search: where did these symbols occur?"},
+    {"context", fkvf_cli_context, "ARCHIVE --at T", "decode the symbols before a position"},
+    {"index", fkvf_cli_index, "ARCHIVE", "append a commit with ZIDX search indexes"},
+    {"plot", fkvf_cli_plot, "ARCHIVE --stream S", "PNG of a stream's chaos-game points"},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static const cli_command *find_command(const char *name)
+{
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(name, commands[i].name))
+            return &commands[i];
+    return NULL;
+}
+
+static void usage_main(FILE *f)
+{
+    fprintf(f, "usage: %s [--help] [--version] COMMAND [ARGS]\n\nCommands:\n", prog);
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        char synopsis[64];
+        snprintf(synopsis, sizeof synopsis, "%s %s", commands[i].name, commands[i].args);
+        fprintf(f, "  %-25s ", synopsis);
+        for (const char *c = commands[i].summary; *c; c++) {
+            fputc(*c, f);
+            if (*c == '\n')
+                fprintf(f, "%28s", "");
+        }
+        fputc('\n', f);
+    }
+    fprintf(f,
+            "\n"
+            "Every command: exit status 0 ok, 1 invalid input data, 2 usage or\n"
+            "environment (bad option, missing or unreadable path, out of memory);\n"
+            "errors as 'fkvf COMMAND: FILE: what' on stderr, and with --json one JSON\n"
+            "object on stdout (on failure {\"error\":{...}}; docs/cli.md). Commands\n"
+            "that write a file never replace an input and, without --force, never an\n"
+            "existing file.\n"
+            "\n"
+            "Run '%s COMMAND --help' for a command's options.\n",
+            prog);
+}
 
 static int run(int argc, char **argv);
 
@@ -644,14 +665,8 @@ int main(int argc, char **argv)
     int json = 0;
     for (int i = 1; i < argc; i++)
         json |= !strcmp(argv[i], "--json");
-    static const char *const cmds[] = {"info",   "verify",  "validate", "dump",  "pack",
-                                       "unpack", "train",   "compare",  "append", "compact",
-                                       "recover", "search", "context",  "index", "plot"};
-    const char *cmd = NULL;
-    for (size_t i = 0; argc >= 2 && i < sizeof cmds / sizeof cmds[0]; i++)
-        if (!strcmp(argv[1], cmds[i]))
-            cmd = cmds[i];
-    cli_set_command(prog, cmd, json); /* an unknown command too: its usage error */
+    const cli_command *c = argc >= 2 ? find_command(argv[1]) : NULL;
+    cli_set_command(prog, c ? c->name : NULL, json); /* an unknown command too: its usage error */
     return cli_finish(run(argc, argv));
 }
 
@@ -671,31 +686,9 @@ static int run(int argc, char **argv)
                FKVF_FORMAT_MAJOR, FKVF_FORMAT_MINOR);
         return CLI_OK;
     }
-    if (!strcmp(cmd, "info"))
-        return cmd_info(argc - 2, argv + 2);
-    if (!strcmp(cmd, "verify"))
-        return cmd_verify(argc - 2, argv + 2);
-    if (!strcmp(cmd, "dump"))
-        return cmd_dump(argc - 2, argv + 2);
-    if (!strcmp(cmd, "pack"))
-        return fkvf_cli_pack(argc - 2, argv + 2);
-    if (!strcmp(cmd, "unpack"))
-        return fkvf_cli_unpack(argc - 2, argv + 2);
-    if (!strcmp(cmd, "train"))
-        return fkvf_cli_train(argc - 2, argv + 2);
-    if (!strcmp(cmd, "compare"))
-        return fkvf_cli_compare(argc - 2, argv + 2);
-    if (!strcmp(cmd, "append"))
-        return fkvf_cli_append(argc - 2, argv + 2);
-    if (!strcmp(cmd, "compact"))
-        return fkvf_cli_compact(argc - 2, argv + 2);
-    if (!strcmp(cmd, "recover"))
-        return fkvf_cli_recover(argc - 2, argv + 2);
-    if (!strcmp(cmd, "validate"))
-        return fkvf_cli_validate(argc - 2, argv + 2);
-    int src = fkvf_cli_search_main(cmd, argc - 2, argv + 2); /* search context index plot */
-    if (src >= 0)
-        return src;
+    const cli_command *c = find_command(cmd);
+    if (c)
+        return c->run(argc - 2, argv + 2);
     cli_usage("unknown command '%s'", cmd);
     usage_main(stderr);
     return CLI_USAGE;

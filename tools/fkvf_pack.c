@@ -10,15 +10,8 @@
 
 #include "cacheio.h"
 #include "cli_util.h"
+#include "commands.h"
 #include "fkvf.h"
-
-int fkvf_cli_index_file(const char *path, int nosync); /* fkvf_search.c */
-
-/* entry points, called from fkvf.c */
-int fkvf_cli_pack(int argc, char **argv);
-int fkvf_cli_unpack(int argc, char **argv);
-int fkvf_cli_train(int argc, char **argv);
-int fkvf_cli_compare(int argc, char **argv);
 
 /* ---- helpers ------------------------------------------------------------ */
 

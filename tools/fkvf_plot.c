@@ -13,15 +13,11 @@
 #include <zlib.h>
 
 #include "cli_util.h"
+#include "commands.h"
 #include "fkvf.h"
 
 #define PI 3.14159265358979323846
 
-int fkvf_cli_plot_main(int argc, char **argv);
-/* fkvf_search.c: the query against the stream's alphabet (0: refused, an
- * error line written) */
-int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *path, size_t idx,
-                               const char *name, int is_tok, const uint32_t *q, size_t qn);
 
 static const char *plot_help =
     "usage: fkvf plot ARCHIVE --stream NAME -o FILE.png [--size PIXELS]\n"
@@ -938,7 +934,7 @@ out:
     return ret;
 }
 
-int fkvf_cli_plot_main(int argc, char **argv)
+int fkvf_cli_plot(int argc, char **argv)
 {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {

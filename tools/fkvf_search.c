@@ -9,12 +9,8 @@
 #include <string.h>
 
 #include "cli_util.h"
+#include "commands.h"
 #include "fkvf.h"
-
-int fkvf_cli_search_main(const char *cmd, int argc, char **argv);
-int fkvf_cli_plot_main(int argc, char **argv); /* fkvf_plot.c */
-int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *path, size_t idx,
-                               const char *name, int is_tok, const uint32_t *q, size_t qn);
 
 static const char *search_help =
     "usage: fkvf search ARCHIVE (--tokens LIST | --stream NAME --symbols LIST) [options]\n"
@@ -176,7 +172,7 @@ int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *path, size_t idx,
 
 /* ---- search ------------------------------------------------------------- */
 
-static int cmd_search(int argc, char **argv)
+int fkvf_cli_search(int argc, char **argv)
 {
     if (want_help(argc, argv, search_help))
         return CLI_OK;
@@ -394,7 +390,7 @@ out:
 
 /* ---- context ------------------------------------------------------------ */
 
-static int cmd_context(int argc, char **argv)
+int fkvf_cli_context(int argc, char **argv)
 {
     if (want_help(argc, argv, context_help))
         return CLI_OK;
@@ -584,14 +580,13 @@ out:
 }
 
 /* fkvf pack --index: index every stream of a freshly written archive. */
-int fkvf_cli_index_file(const char *path, int nosync);
 int fkvf_cli_index_file(const char *path, int nosync)
 {
     index_report rep;
     return index_file(path, NULL, 0, nosync, &rep);
 }
 
-static int cmd_index(int argc, char **argv)
+int fkvf_cli_index(int argc, char **argv)
 {
     if (want_help(argc, argv, index_help))
         return CLI_OK;
@@ -648,18 +643,4 @@ static int cmd_index(int argc, char **argv)
                rep.short_ == 1 ? " is" : "s are", rep.short_ == 1 ? "its" : "their");
     printf("\n");
     return CLI_OK;
-}
-
-/* Returns the exit status, or -1 when cmd is not one of these commands. */
-int fkvf_cli_search_main(const char *cmd, int argc, char **argv)
-{
-    if (!strcmp(cmd, "search"))
-        return cmd_search(argc, argv);
-    if (!strcmp(cmd, "context"))
-        return cmd_context(argc, argv);
-    if (!strcmp(cmd, "index"))
-        return cmd_index(argc, argv);
-    if (!strcmp(cmd, "plot"))
-        return fkvf_cli_plot_main(argc, argv); /* fkvf_plot.c */
-    return -1;
 }

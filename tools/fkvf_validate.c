@@ -6,9 +6,8 @@
 #include <string.h>
 
 #include "cli_util.h"
+#include "commands.h"
 #include "fkvf.h"
-
-int fkvf_cli_validate(int argc, char **argv);
 
 static const char *validate_help =
     "usage: fkvf validate [--strict] [--json] [--codebooks FILE] [--max-violations N] FILE...\n"
