@@ -832,12 +832,56 @@ int cli_key_rope(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf
     return 0;
 }
 
-int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
-                        fkvf_reader **cb, char *missing, size_t missing_size)
+/* The code and message of a failure about to be reported, into st (when
+ * not NULL): the message of the handle `from`, or without one the text of
+ * the library's code `lib_rc`. */
+static void codebook_failure(cli_codebook_status *st, int rc, const fkvf_reader *from, int lib_rc)
+{
+    if (!st)
+        return;
+    st->rc = rc;
+    snprintf(st->message, sizeof st->message, "%s",
+             from ? fkvf_reader_message(from) : fkvf_strerror(lib_rc));
+}
+
+/* The codebook file `given` opened and attached to r. */
+static int attach_given(fkvf_reader *r, const char *archive, const char *given, const char *hx,
+                        fkvf_reader **cb, cli_codebook_status *st)
+{
+    fkvf_reader *c = NULL;
+    int rc = fkvf_reader_open_file(&c, given, 0, NULL);
+    if (rc != FKVF_OK) {
+        /* a FILE that is not there or cannot be read: exit 2, as any
+         * path; one that is not a codebook file: invalid input */
+        char pre[200];
+        snprintf(pre, sizeof pre, "(the archive %.80s expects the codebook with content hash %s) ",
+                 archive, hx);
+        int code = rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? rc : FKVF_E_CODEBOOK;
+        codebook_failure(st, code, c, rc);
+        int ex = cli_fail_reader(code, c, given, pre);
+        fkvf_reader_free(c);
+        return ex;
+    }
+    if ((rc = fkvf_reader_attach_codebook(r, c)) != FKVF_OK) {
+        /* the library's message names the archive and the file */
+        codebook_failure(st, rc, r, rc);
+        int ex = cli_fail_reader(rc, r, archive, "");
+        fkvf_reader_free(c);
+        return ex;
+    }
+    *cb = c;
+    return CLI_OK;
+}
+
+int cli_open_codebook(fkvf_reader *r, const char *archive, const char *given, fkvf_reader **cb,
+                      cli_codebook_status *st)
 {
     *cb = NULL;
-    if (missing && missing_size)
-        missing[0] = 0;
+    if (st) {
+        st->rc = FKVF_OK;
+        st->message[0] = 0;
+        st->missing[0] = 0;
+    }
     int ext = 0;
     uint8_t want[16];
     const char *name = NULL;
@@ -845,34 +889,13 @@ int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
         return CLI_OK;
     char hx[33];
     cli_hex16(want, hx);
-    if (given) {
-        fkvf_reader *c = NULL;
-        int rc = fkvf_reader_open_file(&c, given, 0, NULL);
-        if (rc != FKVF_OK) {
-            /* a FILE that is not there or cannot be read: exit 2, as any
-             * path; one that is not a codebook file: invalid input */
-            char pre[200];
-            snprintf(pre, sizeof pre, "(the archive %.80s expects the codebook with content hash %s) ",
-                     archive, hx);
-            int ex = cli_fail_reader(rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? rc : FKVF_E_CODEBOOK,
-                                     c, given, pre);
-            fkvf_reader_free(c);
-            return ex;
-        }
-        if ((rc = fkvf_reader_attach_codebook(r, c)) != FKVF_OK) {
-            /* the library's message names the archive and the file */
-            int ex = cli_fail_reader(rc, r, archive, "");
-            fkvf_reader_free(c);
-            return ex;
-        }
-        *cb = c;
-        return CLI_OK;
-    }
+    if (given)
+        return attach_given(r, archive, given, hx, cb, st);
     int rc = fkvf_reader_find_codebook(r, getenv("FKVF_CODEBOOK_PATH"), cb);
     if (rc == FKVF_OK)
         return CLI_OK;
-    if ((rc == FKVF_E_NOT_FOUND || rc == FKVF_E_IO) && missing) {
-        snprintf(missing, missing_size, "%s", fkvf_reader_message(r));
+    if ((rc == FKVF_E_NOT_FOUND || rc == FKVF_E_IO) && st && st->allow_missing) {
+        snprintf(st->missing, sizeof st->missing, "%s", fkvf_reader_message(r));
         return CLI_OK;
     }
     /* not found or not fitting: invalid input, as a wrong --codebooks FILE;
@@ -887,12 +910,25 @@ int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
             msg[ml - tl] = 0;
         fkvf_error_info e;
         int have = fkvf_reader_error(r, &e) == FKVF_OK;
+        codebook_failure(st, FKVF_E_CODEBOOK, r, rc);
         return cli_fail_at(CLI_INVALID, FKVF_E_CODEBOOK, archive,
                            have ? e.offset : FKVF_ERROR_NO_OFFSET, have ? e.clause : NULL,
                            "%s; pass --codebooks FILE, or put its directory in FKVF_CODEBOOK_PATH",
                            msg);
     }
+    codebook_failure(st, rc, r, rc);
     return cli_fail_reader(rc, r, archive, "");
+}
+
+int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
+                        fkvf_reader **cb, char *missing, size_t missing_size)
+{
+    cli_codebook_status st;
+    st.allow_missing = missing != NULL;
+    int ex = cli_open_codebook(r, archive, given, cb, &st);
+    if (missing && missing_size)
+        snprintf(missing, missing_size, "%s", st.missing);
+    return ex;
 }
 
 unsigned cli_quad_bits_for(uint64_t maxv)

@@ -432,39 +432,27 @@ int fkvf_cli_verify(int argc, char **argv)
         ec = cli_fail_reader(rc, r, path, "");
     } else if (cbpath) {
         int ext = 0;
-        uint8_t want[16];
-        const char *name = NULL;
-        fkvf_reader_codebook_ref(r, &ext, want, &name);
-        char hx[33];
-        cli_hex16(want, hx);
+        fkvf_reader_codebook_ref(r, &ext, NULL, NULL);
+        cli_codebook_status st;
+        st.allow_missing = 0;
         if (!ext) {
             rc = FKVF_E_INVALID_ARG;
             ec = cli_fail(CLI_USAGE, rc, path, "--codebooks given, but the archive does not "
                           "refer to an external codebook");
-        } else if ((rc = fkvf_reader_open_file(&cb, cbpath, 0, NULL)) != FKVF_OK) {
-            /* a file that is not there: exit 2; a broken one: invalid input */
-            snprintf(msg, sizeof msg, "%.700s", cb ? fkvf_reader_message(cb) : fkvf_strerror(rc));
-            if (rc != FKVF_E_IO && rc != FKVF_E_NOMEM)
-                rc = FKVF_E_CODEBOOK;
-            ec = cli_fail(cli_fkvf_exit(rc), rc, cbpath,
-                          "%s (the archive %s expects the codebook with content hash %s)", msg,
-                          path, hx);
-        } else if ((rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK) {
-            ec = cli_fail_reader(rc, r, path, ""); /* names the archive and FILE */
+        } else if ((ec = cli_open_codebook(r, path, cbpath, &cb, &st)) != CLI_OK) {
+            rc = st.rc;
+            snprintf(msg, sizeof msg, "%s", st.message);
         }
     }
     /* without --codebooks: the codebook found by content hash (archive's
      * directory, FKVF_CODEBOOK_PATH); none found: verified without it */
     char cb_note[1024] = "";
     if (rc == FKVF_OK && !cbpath && !cb_none) {
-        int ext = 0;
-        if (fkvf_reader_codebook_ref(r, &ext, NULL, NULL) == FKVF_OK && ext) {
-            int frc = fkvf_reader_find_codebook(r, getenv("FKVF_CODEBOOK_PATH"), &cb);
-            if (frc == FKVF_E_NOT_FOUND || frc == FKVF_E_IO)
-                snprintf(cb_note, sizeof cb_note, "%s", fkvf_reader_message(r));
-            else if (frc != FKVF_OK) /* found by its hash, and it does not fit */
-                ec = cli_fail_reader(rc = frc, r, path, "");
-        }
+        cli_codebook_status st;
+        st.allow_missing = 1;
+        if ((ec = cli_open_codebook(r, path, NULL, &cb, &st)) != CLI_OK)
+            rc = st.rc; /* found by its hash, and it does not fit */
+        snprintf(cb_note, sizeof cb_note, "%s", st.missing);
     }
     if (rc == FKVF_OK && (rc = fkvf_reader_verify(r)) != FKVF_OK)
         ec = cli_fail_reader(rc, r, path, "");
