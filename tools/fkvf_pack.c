@@ -291,6 +291,382 @@ static void pack_free(pack_state *s)
     fkvf_writer_free(s->w);
 }
 
+/* The geometry of the pack: P positions, S leading and W trailing exact,
+ * A archived between them; S_policy is the descriptor's sinks, whatever is
+ * stored exact. */
+typedef struct pack_plan {
+    uint64_t P, S, W, A, S_policy;
+    size_t rb;             /* bytes of a row */
+    fkvf_rope rope;
+    const fkvf_rope *krope; /* &rope when the keys are archived un-rotated */
+    uint32_t k;
+    uint8_t hash[16];       /* the codebook file's content hash */
+    fkvf_codebook_shape shape;
+} pack_plan;
+
+/* The RoPE check: always with --check-rope, else when the keys are
+ * un-rotated at all. Returns -1 to go on, else the exit status (the check
+ * was all the command does, or it failed). */
+static int pack_check_rope(const pack_opts *o, pack_state *s, const pack_plan *p)
+{
+    if (!o->check_rope && !p->krope)
+        return -1;
+    kvio_cache *c = &s->c;
+    cli_rope_report rr;
+    if (cli_rope_measure(c, 0, c->n_positions, 0, &p->rope, p->krope != NULL, &rr))
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    rr.no_rope = o->keys.no_rope;
+    rr.codebook = o->cbfile;
+    /* with --json: the check's object when it is all the command does
+     * (no -o, right settings), else its table on stderr */
+    if (o->check_rope && o->json && !o->out && rr.verdict != 1)
+        cli_rope_json(stdout, o->in, &rr);
+    else if (o->check_rope)
+        cli_rope_print(o->json ? stderr : stdout, o->in, &rr);
+    else
+        cli_rope_warn(o->in, &rr);
+    if (!o->check_rope || (rr.verdict != 1 && o->out))
+        return -1;
+    if (rr.verdict == 1)
+        return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->in,
+                        "--check-rope: the RoPE settings look wrong%s%s%s", o->out ? "; " : "",
+                        o->out ? o->out : "", o->out ? " not written" : "");
+    return CLI_OK;
+}
+
+/* --train: k by the rule of pack --help when --k is not given; every
+ * position exact when even the smallest codebook costs more than the rows
+ * it would encode. */
+static void pack_choose_k(const pack_opts *o, const kvio_cache *c, pack_plan *p)
+{
+    p->k = o->code.k;
+    const char *advice = "for small caches a shared codebook compresses better: train it once "
+                         "(fkvf train CACHE... -o CODEBOOKS) and pack with --codebooks CODEBOOKS";
+    uint64_t A = p->A;
+    if (A > 0 && !o->cbfile && !o->code.k_set && o->code.ks + o->code.vs > 0) {
+        p->k = cli_auto_k(c, A, o->code.ks, o->code.vs, o->f32);
+        if (p->k)
+            return;
+        uint32_t k = p->k = CLI_CB_K_MIN;
+        uint64_t cb = cli_cb_bytes(c, k, o->code.ks, o->code.vs, o->f32, 0);
+        double idx = (double)A * c->n_layers * c->n_kv_heads * (o->code.ks + o->code.vs) *
+                     cli_quad_bits_for(k - 1) / 8.0;
+        double exact = (double)A * (double)p->rb;
+        if ((double)cb + idx >= exact) {
+            cli_note("%s: %" PRIu64 " archived positions are too few for an embedded "
+                     "codebook (k = %u: %" PRIu64 " codebook bytes + about %.0f index bytes "
+                     ">= the %.0f bytes of the rows): every position stored exact, no "
+                     "codebook, and every position a later fkvf append adds to the "
+                     "archive is stored exact too (an archive's codebook is chosen when it "
+                     "is made); --k N forces a codebook; %s",
+                     o->in, A, k, cb, idx, exact, advice);
+            p->S = p->P;
+            p->W = 0;
+            p->A = 0;
+        } else {
+            cli_warn_k_min(o->in, c, A, "archived positions", o->code.ks, o->code.vs, o->f32,
+                           advice);
+        }
+    } else if (A > 0 && !o->cbfile) {
+        cli_warn_codebook(o->in, c, p->k, cli_cb_bytes(c, p->k, o->code.ks, o->code.vs, o->f32, 0),
+                          A, A, "archived rows it encodes", "archived rows it encodes", advice);
+    }
+}
+
+/* The codebooks trained on every row of the cache (--train). */
+static int pack_train(const pack_opts *o, pack_state *s, pack_plan *p)
+{
+    const kvio_cache *c = &s->c;
+    fkvf_rows all = {s->rows, (size_t)p->P, c->dtype, 0};
+    fkvf_rvq_params prm;
+    cli_rvq_params_for(&prm, c);
+    prm.k = p->k;
+    prm.k_stages = o->code.ks;
+    prm.v_stages = o->code.vs;
+    prm.table_dtype = o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
+    prm.seed = o->code.seed;
+    prm.max_iters = o->code.iters;
+    prm.key_rope = p->krope;
+    cli_progress pg;
+    cli_progress_init(&pg, "train ", 0);
+    prm.progress = cli_progress_cb;
+    prm.progress_opaque = &pg;
+    int rc = fkvf_rvq_train(&s->q, &prm, &all, 1, NULL);
+    if (rc != FKVF_OK)
+        return cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, o->in,
+                        "training failed: %s", fkvf_strerror(rc));
+    uint32_t heads;
+    fkvf_rvq_shape(s->q, &p->shape, &heads);
+    return CLI_OK;
+}
+
+/* The A archived rows encoded into s->codes (one array of A codes per
+ * index stream), in chunks with a progress bar. */
+static int pack_encode(const pack_opts *o, pack_state *s, const pack_plan *p)
+{
+    size_t ncodes = fkvf_rvq_codes_per_position(s->q);
+    uint64_t A = p->A, P = p->P;
+    s->codes = malloc(ncodes * (size_t)A * sizeof *s->codes + 1);
+    s->sym = malloc((size_t)(A > P ? A : P) * sizeof *s->sym);
+    if (!s->codes || !s->sym)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    cli_progress pg;
+    cli_progress_init(&pg, "encode", 0);
+    const uint64_t chunk = 256;
+    for (uint64_t i = 0; i < A; i += chunk) {
+        uint64_t n = A - i < chunk ? A - i : chunk;
+        fkvf_rows part = {s->rows + (size_t)(p->S + i) * p->rb, (size_t)n, s->c.dtype, p->S + i};
+        int rc = fkvf_rvq_encode(s->q, &part, p->krope, o->code.beam, s->codes + i, 1, (size_t)A);
+        if (rc != FKVF_OK)
+            return cli_fail(cli_fkvf_exit(rc), rc, o->in, "encoding failed: %s", fkvf_strerror(rc));
+        cli_progress_cb(&pg, i + n, A);
+    }
+    return CLI_OK;
+}
+
+/* The descriptor and the metadata. *stage: what failed. */
+static int pack_write_desc(const pack_opts *o, pack_state *s, const pack_plan *p,
+                           const char **stage)
+{
+    const kvio_cache *c = &s->c;
+    fkvf_desc d;
+    cli_desc_for(&d, c, &p->rope, o->keys.no_rope, p->krope);
+    d.n_sinks = (uint32_t)p->S_policy;
+    d.window = (uint32_t)(o->code.recent > UINT32_MAX ? UINT32_MAX : o->code.recent);
+    d.model_id = o->code.model_id;
+    d.tokenizer_id = o->code.tok_id;
+    *stage = "descriptor";
+    int rc = fkvf_writer_set_desc(s->w, &d);
+    if (rc == FKVF_OK) {
+        *stage = "metadata";
+        rc = fkvf_writer_meta_utf8(s->w, "pack.source", cli_base_name(o->in));
+    }
+    if (rc == FKVF_OK)
+        rc = fkvf_writer_meta_utf8(s->w, "pack.tool", "fkvf " FKVF_VERSION_STRING);
+    if (rc == FKVF_OK)
+        rc = pack_source_meta(s->w, c, o->layout, o->in);
+    if (rc == FKVF_OK && p->A > 0) {
+        rc = fkvf_writer_meta_u64(s->w, "pack.beam", o->code.beam);
+        if (rc == FKVF_OK && o->train)
+            rc = fkvf_writer_meta_u64(s->w, "pack.seed", o->code.seed);
+        if (rc == FKVF_OK && o->cbfile)
+            rc = fkvf_writer_meta_utf8(s->w, "pack.codebooks", cli_base_name(o->cbfile));
+    }
+    return rc;
+}
+
+/* The codebooks (embedded, or the reference to the file) and the index
+ * streams. */
+static int pack_write_codebooks(const pack_opts *o, pack_state *s, const pack_plan *p,
+                                const char **stage)
+{
+    int rc;
+    *stage = "codebooks";
+    if (o->cbfile) {
+        rc = fkvf_writer_add_codebook_ref(s->w, &p->shape, p->hash, cli_base_name(o->cbfile));
+    } else {
+        size_t tsz = fkvf_rvq_tables_size(s->q);
+        s->tables = malloc(tsz ? tsz : 1);
+        rc = s->tables ? fkvf_rvq_tables(s->q, s->tables, tsz) : FKVF_E_NOMEM;
+        if (rc == FKVF_OK)
+            rc = fkvf_writer_add_codebooks(s->w, &p->shape, s->tables, tsz, 0);
+    }
+    *stage = "index streams";
+    if (rc != FKVF_OK)
+        return rc;
+    fkvf_stream_spec sp;
+    memset(&sp, 0, sizeof sp);
+    if (o->code.ngon) {
+        sp.profile = FKVF_PROFILE_NGON;
+        sp.alphabet = p->shape.k;
+    } else {
+        sp.profile = FKVF_PROFILE_QUAD;
+        sp.symbol_bits = cli_quad_bits_for(p->shape.k - 1);
+    }
+    /* s->codes holds one array of A codes per index stream */
+    return fkvf_writer_add_index_segment(s->w, &sp, 0, p->A, s->codes, 1, (size_t)p->A);
+}
+
+/* The token stream (left out, with a warning, for ids above 2^32-1). */
+static int pack_write_tokens(const pack_opts *o, pack_state *s, const pack_plan *p)
+{
+    const kvio_cache *c = &s->c;
+    uint64_t P = p->P;
+    uint32_t *tok = s->sym ? s->sym : malloc((size_t)P * sizeof *tok);
+    int64_t mx = 0;
+    int rc = FKVF_OK;
+    for (uint64_t t = 0; t < P; t++)
+        mx = c->tokens[t] > mx ? c->tokens[t] : mx;
+    if (!tok) {
+        rc = FKVF_E_NOMEM;
+    } else if (mx > (int64_t)UINT32_MAX) {
+        cli_warn("%s: token ids above 2^32-1, token stream left out", o->in);
+    } else {
+        for (uint64_t t = 0; t < P; t++)
+            tok[t] = (uint32_t)c->tokens[t];
+        fkvf_stream_spec sp;
+        memset(&sp, 0, sizeof sp);
+        sp.profile = FKVF_PROFILE_QUAD;
+        sp.symbol_bits = cli_quad_bits_for((uint64_t)mx);
+        rc = fkvf_writer_add_token_segment(s->w, &sp, 0, tok, (size_t)P);
+    }
+    if (tok != s->sym)
+        free(tok);
+    return rc;
+}
+
+/* The archive written: descriptor, metadata, exact rows, codebooks and
+ * index streams, token stream, commit. */
+static int pack_write(const pack_opts *o, pack_state *s, const pack_plan *p)
+{
+    const kvio_cache *c = &s->c;
+    uint64_t S = p->S, W = p->W, A = p->A;
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    if (o->cbfile)
+        wo.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
+    if ((A > 0 || o->cbfile) && o->code.ngon)
+        wo.required_features |= FKVF_FEAT_NGON;
+    if (o->deflate)
+        wo.required_features |= FKVF_FEAT_DEFLATE;
+    if (c->tokens)
+        wo.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
+    wo.no_replace = !o->force; /* nor one that appears meanwhile */
+    int rc = fkvf_writer_create_file(&s->w, o->out, &wo, NULL);
+    if (rc != FKVF_OK)
+        return cli_fail_writer(rc, s->w, o->out, "");
+    const char *stage = "descriptor";
+    rc = pack_write_desc(o, s, p, &stage);
+    unsigned xflags = o->deflate ? FKVF_SECTION_DEFLATE : 0;
+    if (rc == FKVF_OK && S > 0) {
+        stage = "exact rows";
+        rc = fkvf_writer_add_exact(s->w, 0, S, s->rows, (size_t)S * p->rb, xflags);
+    }
+    if (rc == FKVF_OK && W > 0) {
+        stage = "exact rows";
+        rc = fkvf_writer_add_exact(s->w, S + A, W, s->rows + (size_t)(S + A) * p->rb,
+                                   (size_t)W * p->rb, xflags);
+    }
+    if (rc == FKVF_OK && (A > 0 || o->cbfile))
+        rc = pack_write_codebooks(o, s, p, &stage);
+    if (rc == FKVF_OK && c->tokens) {
+        stage = "token stream";
+        rc = pack_write_tokens(o, s, p);
+    }
+    if (rc == FKVF_OK) {
+        stage = "commit";
+        rc = fkvf_writer_set_positions(s->w, p->P, A);
+    }
+    if (rc == FKVF_OK)
+        rc = fkvf_writer_finish(s->w);
+    if (rc != FKVF_OK) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "writing the %s failed: ", stage);
+        return cli_fail_writer(rc, s->w, o->out, pre);
+    }
+    return CLI_OK;
+}
+
+/* The archive's size and its ratio vs fp16 with the codebook counted
+ * (embedded, or the file's size), then without it. */
+static void pack_print(const pack_opts *o, const pack_state *s, const pack_plan *p)
+{
+    uint64_t P = p->P, A = p->A;
+    uint64_t bytes = cli_file_size(o->out);
+    double fp16 = cli_fp16_rows(&s->c, P);
+    uint64_t cbb = A > 0 && !o->cbfile ? fkvf_codebook_size(&p->shape) : 0;
+    char ratio[256];
+    uint64_t fb = o->cbfile ? cli_file_size(o->cbfile) : 0;
+    double r_with, r_without; /* the codebook counted, and not */
+    if (o->cbfile) {
+        r_with = fp16 / (double)(bytes + fb);
+        r_without = bytes ? fp16 / (double)bytes : 0.0;
+        snprintf(ratio, sizeof ratio, "%.2fx with the codebook file (%s, %" PRIu64
+                 " bytes), %.2fx without it", r_with, cli_base_name(o->cbfile), fb, r_without);
+    } else if (cbb && cbb < bytes) {
+        r_with = fp16 / (double)bytes;
+        r_without = fp16 / (double)(bytes - cbb);
+        snprintf(ratio, sizeof ratio, "%.2fx with the embedded codebook (k = %u, %" PRIu64
+                 " bytes), %.2fx without it", r_with, p->shape.k, cbb, r_without);
+    } else {
+        r_with = r_without = bytes ? fp16 / (double)bytes : 0.0;
+        snprintf(ratio, sizeof ratio, "%.2fx, no codebook (every position exact)", r_with);
+    }
+    if (!o->json) {
+        char msg[1024];
+        snprintf(msg, sizeof msg,
+                 "%s: %" PRIu64 " positions (%" PRIu64 " exact, %" PRIu64 " archived), %" PRIu64
+                 " bytes, ratio vs fp16 %s; fp16 cache %.0f bytes",
+                 o->out, P, P - A, A, bytes, ratio, fp16);
+        puts(msg);
+        return;
+    }
+    printf("{\"archive\":");
+    cli_json_cstr(stdout, o->out);
+    printf(",\"cache\":");
+    cli_json_cstr(stdout, o->in);
+    printf(",\"positions\":%" PRIu64 ",\"exact\":%" PRIu64 ",\"archived\":%" PRIu64
+           ",\"bytes\":%" PRIu64 ",\"fp16_bytes\":%.0f,\"codebook_bytes\":%" PRIu64
+           ",\"k\":%u,\"codebooks\":",
+           P, P - A, A, bytes, fp16, o->cbfile ? fb : cbb, A > 0 || o->cbfile ? p->shape.k : 0u);
+    if (o->cbfile) {
+        printf("{\"external\":");
+        cli_json_cstr(stdout, o->cbfile);
+        printf("}");
+    } else {
+        printf(A > 0 ? "\"embedded\"" : "null");
+    }
+    printf(",\"ratio_fp16\":%.6g,\"ratio_fp16_with_codebook\":%.6g,"
+           "\"ratio_fp16_without_codebook\":%.6g,\"indexed\":%s}\n",
+           bytes ? fp16 / (double)bytes : 0.0, r_with, r_without, o->index ? "true" : "false");
+}
+
+/* The cache read and checked, the geometry planned, the RoPE check.
+ * Returns -1 to go on, else the exit status. */
+static int pack_prepare(pack_opts *o, pack_state *s, pack_plan *p)
+{
+    int ex = read_cache(o->in, o->layout, &s->c);
+    if (ex)
+        return ex;
+    kvio_cache *c = &s->c;
+    p->P = c->n_positions;
+    p->S = o->code.sinks < p->P ? o->code.sinks : p->P;
+    p->W = o->code.recent < p->P - p->S ? o->code.recent : p->P - p->S;
+    p->A = p->P - p->S - p->W;
+    p->S_policy = p->S;
+    p->rb = cli_cache_row_elems(c) * kvio_dtype_size(c->dtype);
+    /* a codebook file is checked (and referred to) even when no position
+     * ends up archived: the archive can then archive later appends */
+    if (o->cbfile &&
+        (ex = cli_load_codebook_file(o->cbfile, c, &o->keys, &s->cbr, &p->shape, p->hash, &s->q)))
+        return ex;
+    cli_keys_hf_default(&o->keys, c, o->in);
+    if (cli_key_rope(&o->keys, c->key_dim, o->in, &p->rope, &p->krope))
+        return CLI_USAGE;
+    return pack_check_rope(o, s, p);
+}
+
+static int pack_run(pack_opts *o, pack_state *s, pack_plan *p)
+{
+    int ex = pack_prepare(o, s, p);
+    if (ex >= 0)
+        return ex;
+    s->rows = cache_to_rows(&s->c);
+    if (!s->rows)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    pack_choose_k(o, &s->c, p);
+    if (p->A > 0 && !s->q && (ex = pack_train(o, s, p)) != CLI_OK)
+        return ex;
+    if (p->A > 0 && (ex = pack_encode(o, s, p)) != CLI_OK)
+        return ex;
+    if ((ex = pack_write(o, s, p)) != CLI_OK)
+        return ex;
+    if (o->index && (ex = fkvf_cli_index_file(o->out, 0)) != CLI_OK)
+        return ex; /* search index (fkvf_search.c); the archive itself is complete */
+    pack_print(o, s, p);
+    return CLI_OK;
+}
+
 int fkvf_cli_pack(int argc, char **argv)
 {
     pack_opts o;
@@ -306,313 +682,9 @@ int fkvf_cli_pack(int argc, char **argv)
     }
     pack_state s;
     memset(&s, 0, sizeof s);
-    ex = read_cache(o.in, o.layout, &s.c);
-    if (ex)
-        return ex;
-    kvio_cache *c = &s.c;
-    uint64_t P = c->n_positions;
-    uint64_t S = o.code.sinks < P ? o.code.sinks : P;
-    uint64_t W = o.code.recent < P - S ? o.code.recent : P - S;
-    uint64_t A = P - S - W;
-    uint64_t S_policy = S; /* the descriptor's sinks, whatever is stored exact */
-    size_t es = kvio_dtype_size(c->dtype);
-    size_t rb = cli_cache_row_elems(c) * es;
-    fkvf_rope rope;
-    const fkvf_rope *krope;
-    uint8_t hash[16];
-    fkvf_codebook_shape shape;
-    memset(&shape, 0, sizeof shape);
-    char msg[1024];
-
-    /* a codebook file is checked (and referred to) even when no position
-     * ends up archived: the archive can then archive later appends */
-    if (o.cbfile) {
-        ex = cli_load_codebook_file(o.cbfile, c, &o.keys, &s.cbr, &shape, hash, &s.q);
-        if (ex)
-            goto out;
-    }
-    cli_keys_hf_default(&o.keys, c, o.in);
-    if (cli_key_rope(&o.keys, c->key_dim, o.in, &rope, &krope)) {
-        ex = CLI_USAGE;
-        goto out;
-    }
-    /* are the keys un-rotated right? (always with --check-rope; else when
-     * they are un-rotated at all) */
-    if (o.check_rope || krope) {
-        cli_rope_report rr;
-        if (cli_rope_measure(c, 0, c->n_positions, 0, &rope, krope != NULL, &rr)) {
-            ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o.in, "out of memory");
-            goto out;
-        }
-        rr.no_rope = o.keys.no_rope;
-        rr.codebook = o.cbfile;
-        /* with --json: the check's object when it is all the command does
-         * (no -o, right settings), else its table on stderr */
-        if (o.check_rope && o.json && !o.out && rr.verdict != 1)
-            cli_rope_json(stdout, o.in, &rr);
-        else if (o.check_rope)
-            cli_rope_print(o.json ? stderr : stdout, o.in, &rr);
-        else
-            cli_rope_warn(o.in, &rr);
-        if (o.check_rope && (rr.verdict == 1 || !o.out)) {
-            if (rr.verdict == 1)
-                ex = cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o.in,
-                              "--check-rope: the RoPE settings look wrong%s%s%s", o.out ? "; " : "",
-                              o.out ? o.out : "", o.out ? " not written" : "");
-            else
-                ex = CLI_OK;
-            goto out;
-        }
-    }
-    s.rows = cache_to_rows(c);
-    if (!s.rows) {
-        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o.in, "out of memory");
-        goto out;
-    }
-    /* --train: k by the rule of pack --help when --k is not given; every
-     * position exact when even the smallest codebook costs more than the
-     * rows it would encode */
-    uint32_t k = o.code.k;
-    const char *advice = "for small caches a shared codebook compresses better: train it once "
-                         "(fkvf train CACHE... -o CODEBOOKS) and pack with --codebooks CODEBOOKS";
-    if (A > 0 && !o.cbfile && !o.code.k_set && o.code.ks + o.code.vs > 0) {
-        k = cli_auto_k(c, A, o.code.ks, o.code.vs, o.f32);
-        if (!k) {
-            k = CLI_CB_K_MIN;
-            uint64_t cb = cli_cb_bytes(c, k, o.code.ks, o.code.vs, o.f32, 0);
-            double idx = (double)A * c->n_layers * c->n_kv_heads * (o.code.ks + o.code.vs) *
-                         cli_quad_bits_for(k - 1) / 8.0;
-            double exact = (double)A * (double)rb;
-            if ((double)cb + idx >= exact) {
-                cli_note("%s: %" PRIu64 " archived positions are too few for an embedded "
-                         "codebook (k = %u: %" PRIu64 " codebook bytes + about %.0f index bytes "
-                         ">= the %.0f bytes of the rows): every position stored exact, no "
-                         "codebook, and every position a later fkvf append adds to the "
-                         "archive is stored exact too (an archive's codebook is chosen when it "
-                         "is made); --k N forces a codebook; %s",
-                         o.in, A, k, cb, idx, exact, advice);
-                S = P;
-                W = 0;
-                A = 0;
-            } else {
-                cli_warn_k_min(o.in, c, A, "archived positions", o.code.ks, o.code.vs, o.f32,
-                               advice);
-            }
-        }
-    } else if (A > 0 && !o.cbfile) {
-        cli_warn_codebook(o.in, c, k, cli_cb_bytes(c, k, o.code.ks, o.code.vs, o.f32, 0), A, A,
-                          "archived rows it encodes", "archived rows it encodes", advice);
-    }
-    fkvf_rows all = {s.rows, (size_t)P, c->dtype, 0};
-    if (A > 0 && !s.q) {
-        fkvf_rvq_params prm;
-        cli_rvq_params_for(&prm, c);
-        prm.k = k;
-        prm.k_stages = o.code.ks;
-        prm.v_stages = o.code.vs;
-        prm.table_dtype = o.f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
-        prm.seed = o.code.seed;
-        prm.max_iters = o.code.iters;
-        prm.key_rope = krope;
-        cli_progress pg;
-        cli_progress_init(&pg, "train ", 0);
-        prm.progress = cli_progress_cb;
-        prm.progress_opaque = &pg;
-        int rc = fkvf_rvq_train(&s.q, &prm, &all, 1, NULL);
-        if (rc != FKVF_OK) {
-            ex = cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, o.in,
-                          "training failed: %s", fkvf_strerror(rc));
-            goto out;
-        }
-        uint32_t heads;
-        fkvf_rvq_shape(s.q, &shape, &heads);
-    }
-    size_t ncodes = s.q ? fkvf_rvq_codes_per_position(s.q) : 0;
-    if (A > 0) {
-        s.codes = malloc(ncodes * (size_t)A * sizeof *s.codes + 1);
-        s.sym = malloc((size_t)(A > P ? A : P) * sizeof *s.sym);
-        if (!s.codes || !s.sym) {
-            ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o.in, "out of memory");
-            goto out;
-        }
-        cli_progress pg;
-        cli_progress_init(&pg, "encode", 0);
-        const uint64_t chunk = 256;
-        for (uint64_t i = 0; i < A; i += chunk) {
-            uint64_t n = A - i < chunk ? A - i : chunk;
-            fkvf_rows part = {s.rows + (size_t)(S + i) * rb, (size_t)n, c->dtype, S + i};
-            int rc = fkvf_rvq_encode(s.q, &part, krope, o.code.beam, s.codes + i, 1, (size_t)A);
-            if (rc != FKVF_OK) {
-                ex = cli_fail(cli_fkvf_exit(rc), rc, o.in, "encoding failed: %s",
-                              fkvf_strerror(rc));
-                goto out;
-            }
-            cli_progress_cb(&pg, i + n, A);
-        }
-    }
-
-    /* the archive */
-    fkvf_writer_options wo;
-    fkvf_writer_options_init(&wo);
-    if (o.cbfile)
-        wo.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
-    if ((A > 0 || o.cbfile) && o.code.ngon)
-        wo.required_features |= FKVF_FEAT_NGON;
-    if (o.deflate)
-        wo.required_features |= FKVF_FEAT_DEFLATE;
-    if (c->tokens)
-        wo.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
-    wo.no_replace = !o.force; /* nor one that appears meanwhile */
-    int rc = fkvf_writer_create_file(&s.w, o.out, &wo, NULL);
-    if (rc != FKVF_OK) {
-        ex = cli_fail_writer(rc, s.w, o.out, "");
-        goto out;
-    }
-    fkvf_desc d;
-    cli_desc_for(&d, c, &rope, o.keys.no_rope, krope);
-    d.n_sinks = (uint32_t)S_policy;
-    d.window = (uint32_t)(o.code.recent > UINT32_MAX ? UINT32_MAX : o.code.recent);
-    d.model_id = o.code.model_id;
-    d.tokenizer_id = o.code.tok_id;
-    const char *stage = "descriptor";
-    rc = fkvf_writer_set_desc(s.w, &d);
-    if (rc == FKVF_OK) {
-        stage = "metadata";
-        rc = fkvf_writer_meta_utf8(s.w, "pack.source", cli_base_name(o.in));
-    }
-    if (rc == FKVF_OK)
-        rc = fkvf_writer_meta_utf8(s.w, "pack.tool", "fkvf " FKVF_VERSION_STRING);
-    if (rc == FKVF_OK)
-        rc = pack_source_meta(s.w, c, o.layout, o.in);
-    if (rc == FKVF_OK && A > 0) {
-        rc = fkvf_writer_meta_u64(s.w, "pack.beam", o.code.beam);
-        if (rc == FKVF_OK && o.train)
-            rc = fkvf_writer_meta_u64(s.w, "pack.seed", o.code.seed);
-        if (rc == FKVF_OK && o.cbfile)
-            rc = fkvf_writer_meta_utf8(s.w, "pack.codebooks", cli_base_name(o.cbfile));
-    }
-    unsigned xflags = o.deflate ? FKVF_SECTION_DEFLATE : 0;
-    if (rc == FKVF_OK && S > 0) {
-        stage = "exact rows";
-        rc = fkvf_writer_add_exact(s.w, 0, S, s.rows, (size_t)S * rb, xflags);
-    }
-    if (rc == FKVF_OK && W > 0) {
-        stage = "exact rows";
-        rc = fkvf_writer_add_exact(s.w, S + A, W, s.rows + (size_t)(S + A) * rb, (size_t)W * rb,
-                                   xflags);
-    }
-    if (rc == FKVF_OK && (A > 0 || o.cbfile)) {
-        stage = "codebooks";
-        if (o.cbfile) {
-            rc = fkvf_writer_add_codebook_ref(s.w, &shape, hash, cli_base_name(o.cbfile));
-        } else {
-            size_t tsz = fkvf_rvq_tables_size(s.q);
-            s.tables = malloc(tsz ? tsz : 1);
-            rc = s.tables ? fkvf_rvq_tables(s.q, s.tables, tsz) : FKVF_E_NOMEM;
-            if (rc == FKVF_OK)
-                rc = fkvf_writer_add_codebooks(s.w, &shape, s.tables, tsz, 0);
-        }
-        stage = "index streams";
-        if (rc == FKVF_OK) {
-            fkvf_stream_spec sp;
-            memset(&sp, 0, sizeof sp);
-            if (o.code.ngon) {
-                sp.profile = FKVF_PROFILE_NGON;
-                sp.alphabet = shape.k;
-            } else {
-                sp.profile = FKVF_PROFILE_QUAD;
-                sp.symbol_bits = cli_quad_bits_for(shape.k - 1);
-            }
-            /* s.codes holds one array of A codes per index stream */
-            rc = fkvf_writer_add_index_segment(s.w, &sp, 0, A, s.codes, 1, (size_t)A);
-        }
-    }
-    if (rc == FKVF_OK && c->tokens) {
-        stage = "token stream";
-        uint32_t *tok = s.sym ? s.sym : malloc((size_t)P * sizeof *tok);
-        int64_t mx = 0;
-        for (uint64_t t = 0; t < P; t++)
-            mx = c->tokens[t] > mx ? c->tokens[t] : mx;
-        if (!tok) {
-            rc = FKVF_E_NOMEM;
-        } else if (mx > (int64_t)UINT32_MAX) {
-            cli_warn("%s: token ids above 2^32-1, token stream left out", o.in);
-        } else {
-            for (uint64_t t = 0; t < P; t++)
-                tok[t] = (uint32_t)c->tokens[t];
-            fkvf_stream_spec sp;
-            memset(&sp, 0, sizeof sp);
-            sp.profile = FKVF_PROFILE_QUAD;
-            sp.symbol_bits = cli_quad_bits_for((uint64_t)mx);
-            rc = fkvf_writer_add_token_segment(s.w, &sp, 0, tok, (size_t)P);
-        }
-        if (tok != s.sym)
-            free(tok);
-    }
-    if (rc == FKVF_OK) {
-        stage = "commit";
-        rc = fkvf_writer_set_positions(s.w, P, A);
-    }
-    if (rc == FKVF_OK)
-        rc = fkvf_writer_finish(s.w);
-    if (rc != FKVF_OK) {
-        char pre[64];
-        snprintf(pre, sizeof pre, "writing the %s failed: ", stage);
-        ex = cli_fail_writer(rc, s.w, o.out, pre);
-        goto out;
-    }
-    if (o.index && (ex = fkvf_cli_index_file(o.out, 0)) != CLI_OK)
-        goto out; /* search index (fkvf_search.c); the archive itself is complete */
-    /* the ratio with the codebook counted (embedded, or the file's size),
-     * then without it */
-    uint64_t bytes = cli_file_size(o.out);
-    double fp16 = cli_fp16_rows(c, P);
-    uint64_t cbb = A > 0 && !o.cbfile ? fkvf_codebook_size(&shape) : 0;
-    char ratio[256];
-    uint64_t fb = o.cbfile ? cli_file_size(o.cbfile) : 0;
-    double r_with, r_without; /* the codebook counted, and not */
-    if (o.cbfile) {
-        r_with = fp16 / (double)(bytes + fb);
-        r_without = bytes ? fp16 / (double)bytes : 0.0;
-        snprintf(ratio, sizeof ratio, "%.2fx with the codebook file (%s, %" PRIu64
-                 " bytes), %.2fx without it", r_with, cli_base_name(o.cbfile), fb, r_without);
-    } else if (cbb && cbb < bytes) {
-        r_with = fp16 / (double)bytes;
-        r_without = fp16 / (double)(bytes - cbb);
-        snprintf(ratio, sizeof ratio, "%.2fx with the embedded codebook (k = %u, %" PRIu64
-                 " bytes), %.2fx without it", r_with, shape.k, cbb, r_without);
-    } else {
-        r_with = r_without = bytes ? fp16 / (double)bytes : 0.0;
-        snprintf(ratio, sizeof ratio, "%.2fx, no codebook (every position exact)", r_with);
-    }
-    if (o.json) {
-        printf("{\"archive\":");
-        cli_json_cstr(stdout, o.out);
-        printf(",\"cache\":");
-        cli_json_cstr(stdout, o.in);
-        printf(",\"positions\":%" PRIu64 ",\"exact\":%" PRIu64 ",\"archived\":%" PRIu64
-               ",\"bytes\":%" PRIu64 ",\"fp16_bytes\":%.0f,\"codebook_bytes\":%" PRIu64
-               ",\"k\":%u,\"codebooks\":",
-               P, P - A, A, bytes, fp16, o.cbfile ? fb : cbb, A > 0 || o.cbfile ? shape.k : 0u);
-        if (o.cbfile) {
-            printf("{\"external\":");
-            cli_json_cstr(stdout, o.cbfile);
-            printf("}");
-        } else {
-            printf(A > 0 ? "\"embedded\"" : "null");
-        }
-        printf(",\"ratio_fp16\":%.6g,\"ratio_fp16_with_codebook\":%.6g,"
-               "\"ratio_fp16_without_codebook\":%.6g,\"indexed\":%s}\n",
-               bytes ? fp16 / (double)bytes : 0.0, r_with, r_without, o.index ? "true" : "false");
-    } else {
-        snprintf(msg, sizeof msg,
-                 "%s: %" PRIu64 " positions (%" PRIu64 " exact, %" PRIu64 " archived), %" PRIu64
-                 " bytes, ratio vs fp16 %s; fp16 cache %.0f bytes",
-                 o.out, P, P - A, A, bytes, ratio, fp16);
-        puts(msg);
-    }
-    ex = CLI_OK;
-out:
+    pack_plan p;
+    memset(&p, 0, sizeof p);
+    ex = pack_run(&o, &s, &p);
     pack_free(&s);
     return ex;
 }
