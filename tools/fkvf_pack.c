@@ -776,11 +776,32 @@ static long unpack_st_meta(fkvf_reader *r, kvio_cache *c, int keep, const char *
     return found;
 }
 
-int fkvf_cli_unpack(int argc, char **argv)
+typedef struct unpack_opts {
+    const char *in, *out, *cbpath;
+    int dtype, names, layout; /* names: 0 as packed, 1 fkvf, 2 hf */
+    int force, json;
+    kvio_format fmt;          /* the output's, by its extension */
+} unpack_opts;
+
+/* --dtype's value into o->dtype. Returns 0, or after a usage error -1. */
+static int unpack_dtype(const char *v, unpack_opts *o)
 {
-    const char *in = NULL, *out = NULL, *cbpath = NULL;
-    int dtype = 0, names = 0, layout = CLI_LAYOUT_UNSET; /* names: 0 as packed, 1 fkvf, 2 hf */
-    int force = 0, json = 0;
+    if (!strcmp(v, "f16"))
+        o->dtype = FKVF_DTYPE_F16;
+    else if (!strcmp(v, "bf16"))
+        o->dtype = FKVF_DTYPE_BF16;
+    else if (!strcmp(v, "f32"))
+        o->dtype = FKVF_DTYPE_F32;
+    else
+        return cli_usage("--dtype: '%s' is not f16, bf16 or f32", v), -1;
+    return 0;
+}
+
+/* Returns -1 to go on, else the exit status (help printed, usage error). */
+static int unpack_parse(int argc, char **argv, unpack_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->layout = CLI_LAYOUT_UNSET;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -788,211 +809,254 @@ int fkvf_cli_unpack(int argc, char **argv)
             fputs(unpack_help, stdout);
             return CLI_OK;
         } else if (!strcmp(a, "--hf")) {
-            names = 2;
+            o->names = 2;
         } else if (!strcmp(a, "--names") || !strcmp(a, "--layout")) {
             if (!v)
                 return cli_usage("%s needs a value", a);
             i++;
             if (a[2] == 'l') {
-                if (cli_opt_layout(v, &layout))
+                if (cli_opt_layout(v, &o->layout))
                     return CLI_USAGE;
             } else if (!strcmp(v, "fkvf") || !strcmp(v, "hf")) {
-                names = v[0] == 'f' ? 1 : 2;
+                o->names = v[0] == 'f' ? 1 : 2;
             } else {
                 return cli_usage("--names: '%s' is not fkvf or hf", v);
             }
         } else if (!strcmp(a, "--force")) {
-            force = 1;
+            o->force = 1;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            o->json = 1;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--codebooks") || !strcmp(a, "--dtype")) {
             if (!v)
                 return cli_usage("%s needs a value", a);
             i++;
             if (a[1] == 'o')
-                out = v;
+                o->out = v;
             else if (a[2] == 'c')
-                cbpath = v;
-            else if (!strcmp(v, "f16"))
-                dtype = FKVF_DTYPE_F16;
-            else if (!strcmp(v, "bf16"))
-                dtype = FKVF_DTYPE_BF16;
-            else if (!strcmp(v, "f32"))
-                dtype = FKVF_DTYPE_F32;
-            else
-                return cli_usage("--dtype: '%s' is not f16, bf16 or f32", v);
+                o->cbpath = v;
+            else if (unpack_dtype(v, o))
+                return CLI_USAGE;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage("unknown option '%s' (see fkvf unpack --help)", a);
-        } else if (!in) {
-            in = a;
+        } else if (!o->in) {
+            o->in = a;
         } else {
             return cli_usage("unexpected argument '%s'", a);
         }
     }
-    if (!in || !out)
+    if (!o->in || !o->out)
         return cli_usage("need ARCHIVE and -o CACHE (see fkvf unpack --help)");
-    kvio_format fmt = kvio_format_from_path(out);
-    if (fmt == KVIO_FMT_AUTO)
-        return cli_fail(CLI_USAGE, FKVF_E_INVALID_ARG, out,
+    o->fmt = kvio_format_from_path(o->out);
+    if (o->fmt == KVIO_FMT_AUTO)
+        return cli_fail(CLI_USAGE, FKVF_E_INVALID_ARG, o->out,
                         "unknown output format (use .safetensors, .npz or .npy)");
-    const char *inputs[] = {in, cbpath};
-    int ex = cli_check_output(out, inputs, 2, force);
-    if (ex)
-        return ex;
-    fkvf_reader *r = NULL, *cb = NULL;
+    return -1;
+}
+
+typedef struct unpack_state {
+    fkvf_reader *r, *cb;
     kvio_cache c;
-    memset(&c, 0, sizeof c);
-    uint8_t *buf = NULL;
-    uint32_t *tok = NULL;
-    int rc;
-    if ((ex = cli_open_archive(&r, in)) != CLI_OK)
-        goto out;
-    ex = CLI_INVALID;
+    uint8_t *buf;
+    uint32_t *tok;
     fkvf_archive_info ai;
     fkvf_desc d;
-    if ((rc = fkvf_reader_info(r, &ai)) != FKVF_OK || (rc = fkvf_reader_desc(r, &d)) != FKVF_OK) {
-        ex = cli_fail_reader(rc, r, in, "");
-        goto out;
-    }
-    if (ai.n_positions > UINT32_MAX) {
-        ex = cli_fail(CLI_INVALID, FKVF_E_LIMIT, in,
-                      "%" PRIu64 " positions: more than a raw cache file holds", ai.n_positions);
-        goto out;
-    }
+    fkvf_dtype dt;          /* the output's element type */
+    uint32_t P;
+    size_t tidx;            /* the token stream's index */
+    int has_tok_stream;     /* the archive has token ids for every position */
+    int has_tok;            /* and the output holds them */
+    char hx[33];            /* the external codebook's content hash */
+} unpack_state;
+
+static void unpack_free(unpack_state *s)
+{
+    free(s->buf);
+    free(s->tok);
+    kvio_cache_free(&s->c);
+    fkvf_reader_free(s->r);
+    fkvf_reader_free(s->cb);
+}
+
+/* The archive opened, with its codebook file when it refers to one, and
+ * checked against the output. Returns the exit status. */
+static int unpack_open(const unpack_opts *o, unpack_state *s)
+{
+    int rc, ex;
+    const char *in = o->in;
+    if ((ex = cli_open_archive(&s->r, in)) != CLI_OK)
+        return ex;
+    if ((rc = fkvf_reader_info(s->r, &s->ai)) != FKVF_OK ||
+        (rc = fkvf_reader_desc(s->r, &s->d)) != FKVF_OK)
+        return cli_fail_reader(rc, s->r, in, "");
+    if (s->ai.n_positions > UINT32_MAX)
+        return cli_fail(CLI_INVALID, FKVF_E_LIMIT, in,
+                        "%" PRIu64 " positions: more than a raw cache file holds", s->ai.n_positions);
     int ext = 0;
     uint8_t want[16] = {0}; /* left alone by the library when not external */
-    fkvf_reader_codebook_ref(r, &ext, want, NULL);
-    char hx[33];
-    cli_hex16(want, hx); /* printed only in the messages of an external codebook */
-    if (ext && ai.n_archived > 0) {
-        if ((ex = cli_attach_codebook(r, in, cbpath, &cb, NULL, 0)))
-            goto out;
-    } else if (ext && !cbpath) {
+    fkvf_reader_codebook_ref(s->r, &ext, want, NULL);
+    cli_hex16(want, s->hx); /* printed only in the messages of an external codebook */
+    if (ext && s->ai.n_archived > 0) {
+        if ((ex = cli_open_codebook(s->r, in, o->cbpath, &s->cb, NULL)))
+            return ex;
+    } else if (ext && !o->cbpath) {
         /* not needed to restore, but it is an input all the same: the
          * output must not replace it (not found: nothing to protect) */
-        (void)fkvf_reader_find_codebook(r, getenv("FKVF_CODEBOOK_PATH"), &cb);
+        (void)fkvf_reader_find_codebook(s->r, getenv("FKVF_CODEBOOK_PATH"), &s->cb);
     }
     /* the codebook file found by its hash is an input too */
-    const char *cb_path = cb ? fkvf_reader_file_name(cb) : NULL;
-    if (!cbpath && cb_path && (ex = cli_check_output(out, &cb_path, 1, 1)))
-        goto out;
-    ex = CLI_INVALID;
-    if (fmt == KVIO_FMT_NPY && d.key_dim != d.value_dim) {
+    const char *cb_path = s->cb ? fkvf_reader_file_name(s->cb) : NULL;
+    if (!o->cbpath && cb_path && (ex = cli_check_output(o->out, &cb_path, 1, 1)))
+        return ex;
+    if (o->fmt == KVIO_FMT_NPY && s->d.key_dim != s->d.value_dim) {
         /* found before restoring anything */
-        ex = cli_fail(CLI_USAGE, FKVF_E_INVALID_ARG, out,
-                      "a .npy file holds one array: key_dim %u and value_dim %u must be equal "
-                      "(use .safetensors or .npz)",
-                      d.key_dim, d.value_dim);
-        goto out;
+        return cli_fail(CLI_USAGE, FKVF_E_INVALID_ARG, o->out,
+                        "a .npy file holds one array: key_dim %u and value_dim %u must be equal "
+                        "(use .safetensors or .npz)",
+                        s->d.key_dim, s->d.value_dim);
     }
-    fkvf_dtype dt = dtype ? (fkvf_dtype)dtype : d.dtype;
-    uint32_t P = (uint32_t)ai.n_positions;
-    fkvf_stream_info tsi;
-    size_t tidx;
-    int has_tok_stream = fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &tidx) == FKVF_OK &&
-                         fkvf_reader_stream_info(r, tidx, &tsi) == FKVF_OK && tsi.length >= P;
-    int has_tok = has_tok_stream && fmt != KVIO_FMT_NPY; /* one array: no room for token ids */
+    return CLI_OK;
+}
+
+/* Every position restored into s->c, and the token ids. Returns the exit
+ * status. */
+static int unpack_restore(const unpack_opts *o, unpack_state *s)
+{
+    const char *in = o->in;
+    fkvf_reader *r = s->r;
+    const fkvf_desc *d = &s->d;
+    uint32_t P = s->P;
+    int rc;
     char err[512];
-    if ((rc = kvio_cache_init(&c, d.n_layers, d.n_kv_heads, P, d.key_dim, d.value_dim, dt,
-                              has_tok, err, sizeof err)) != KVIO_OK) {
-        ex = cli_fail_kvio(rc, in, err);
-        goto out;
-    }
+    if ((rc = kvio_cache_init(&s->c, d->n_layers, d->n_kv_heads, P, d->key_dim, d->value_dim,
+                              s->dt, s->has_tok, err, sizeof err)) != KVIO_OK)
+        return cli_fail_kvio(rc, in, err);
     size_t rb;
-    if ((rc = fkvf_reader_row_bytes(r, dt, &rb)) != FKVF_OK) {
-        ex = cli_fail_reader(rc, r, in, "");
-        goto out;
-    }
+    if ((rc = fkvf_reader_row_bytes(r, s->dt, &rb)) != FKVF_OK)
+        return cli_fail_reader(rc, r, in, "");
     uint32_t chunk = (uint32_t)(rb >= (16u << 20) ? 1 : (16u << 20) / rb);
     if (chunk > P)
         chunk = P ? P : 1;
-    buf = malloc((size_t)chunk * rb);
-    if (!buf) {
-        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
-        goto out;
-    }
+    s->buf = malloc((size_t)chunk * rb);
+    if (!s->buf)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
     for (uint32_t p = 0; p < P; p += chunk) {
         uint32_t n = P - p < chunk ? P - p : chunk;
-        rc = fkvf_reader_restore(r, p, n, dt, buf, (size_t)chunk * rb);
-        if (rc != FKVF_OK) {
-            if (rc == FKVF_E_CODEBOOK) {
-                char pre[96];
-                snprintf(pre, sizeof pre, "(expected codebook content hash %s) ", hx);
-                ex = cli_fail_reader(rc, r, in, pre);
-            } else {
-                ex = cli_fail_reader(rc, r, in, "");
-            }
-            goto out;
+        rc = fkvf_reader_restore(r, p, n, s->dt, s->buf, (size_t)chunk * rb);
+        if (rc == FKVF_E_CODEBOOK) {
+            char pre[96];
+            snprintf(pre, sizeof pre, "(expected codebook content hash %s) ", s->hx);
+            return cli_fail_reader(rc, r, in, pre);
         }
-        rows_to_cache(&c, buf, p, n);
+        if (rc != FKVF_OK)
+            return cli_fail_reader(rc, r, in, "");
+        rows_to_cache(&s->c, s->buf, p, n);
     }
-    if (has_tok) {
-        tok = malloc((size_t)(P ? P : 1) * sizeof *tok);
-        if (!tok) {
-            ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
-            goto out;
-        }
-        if ((rc = fkvf_reader_stream_read(r, tidx, 0, tok, P)) != FKVF_OK) {
-            ex = cli_fail_reader(rc, r, in, "token stream: ");
-            goto out;
-        }
-        for (uint32_t t = 0; t < P; t++)
-            c.tokens[t] = tok[t];
-    }
-    /* names, layout and metadata as packed, unless given; the notes name
-     * the shapes written (the layout decided first) */
-    if (layout == CLI_LAYOUT_UNSET && meta_is(r, "pack.layout", "nhd")) {
-        layout = CLI_LAYOUT_NHD;
+    if (!s->has_tok)
+        return CLI_OK;
+    s->tok = malloc((size_t)(P ? P : 1) * sizeof *s->tok);
+    if (!s->tok)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
+    if ((rc = fkvf_reader_stream_read(r, s->tidx, 0, s->tok, P)) != FKVF_OK)
+        return cli_fail_reader(rc, r, in, "token stream: ");
+    for (uint32_t t = 0; t < P; t++)
+        s->c.tokens[t] = s->tok[t];
+    return CLI_OK;
+}
+
+/* Names, layout and metadata as packed, unless given (*names, *layout);
+ * the notes name the shapes written (the layout decided first), warnings
+ * what the output format cannot hold. Returns the exit status. */
+static int unpack_as_packed(const unpack_opts *o, unpack_state *s, int *names, int *layout)
+{
+    const char *out = o->out;
+    fkvf_reader *r = s->r;
+    if (*layout == CLI_LAYOUT_UNSET && meta_is(r, "pack.layout", "nhd")) {
+        *layout = CLI_LAYOUT_NHD;
         cli_note("%s: positions-first tensors [T, H, D], as packed (--layout hnd for [H, T, D])", out);
     }
-    if (!names && (meta_is(r, "pack.names", "hf") || meta_is(r, "pack.names", "hf-legacy") ||
-                   meta_is(r, "pack.names", "hf-dynamic"))) {
-        names = 2;
-        int nhd = layout == CLI_LAYOUT_NHD;
+    if (!*names && (meta_is(r, "pack.names", "hf") || meta_is(r, "pack.names", "hf-legacy") ||
+                    meta_is(r, "pack.names", "hf-dynamic"))) {
+        *names = 2;
+        int nhd = *layout == CLI_LAYOUT_NHD;
         cli_note("%s: Hugging Face names and shapes (past_key_values.{i}.key %s, input_ids), "
                  "as packed (--names fkvf for layers.{i}.key %s)",
                  out, nhd ? "[1, T, H, D]" : "[1, H, T, D]", nhd ? "[T, H, D]" : "[H, T, D]");
     }
-    long nmeta = unpack_st_meta(r, &c, fmt == KVIO_FMT_SAFETENSORS, out);
-    if (nmeta < 0) {
-        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
-        goto out;
-    }
-    if (nmeta > 0 && fmt != KVIO_FMT_SAFETENSORS)
+    long nmeta = unpack_st_meta(r, &s->c, o->fmt == KVIO_FMT_SAFETENSORS, out);
+    if (nmeta < 0)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    if (nmeta > 0 && o->fmt != KVIO_FMT_SAFETENSORS)
         cli_warn("%s: the archive's %ld safetensors __metadata__ entries are not written "
                 "(a .%s file has no metadata; use .safetensors)",
-                out, nmeta, kvio_format_name(fmt));
-    if (fmt == KVIO_FMT_NPY && has_tok_stream)
+                out, nmeta, kvio_format_name(o->fmt));
+    if (o->fmt == KVIO_FMT_NPY && s->has_tok_stream)
         cli_warn("%s: the archive's %u token ids are not written (a .npy file holds one "
                 "array; use .safetensors or .npz)",
-                out, P);
-    unsigned wflags = (names == 2 ? KVIO_WRITE_HF : 0) | (layout == CLI_LAYOUT_NHD ? KVIO_WRITE_NHD : 0) |
-                      (force ? 0 : KVIO_WRITE_NO_REPLACE);
-    if ((rc = kvio_write(out, fmt, wflags, &c, err, sizeof err)) != KVIO_OK) {
-        ex = cli_fail_kvio(rc, out, err);
-        goto out;
-    }
-    if (json) {
+                out, s->P);
+    return CLI_OK;
+}
+
+static void unpack_print(const unpack_opts *o, const unpack_state *s)
+{
+    const fkvf_archive_info *ai = &s->ai;
+    if (o->json) {
         printf("{\"archive\":");
-        cli_json_cstr(stdout, in);
+        cli_json_cstr(stdout, o->in);
         printf(",\"out\":");
-        cli_json_cstr(stdout, out);
+        cli_json_cstr(stdout, o->out);
         printf(",\"format\":\"%s\",\"dtype\":\"%s\",\"positions\":%u,\"exact\":%" PRIu64
                ",\"archived\":%" PRIu64 ",\"tokens\":%s,\"bytes\":%" PRIu64 "}\n",
-               kvio_format_name(fmt), kvio_dtype_name(dt), P, ai.n_positions - ai.n_archived,
-               ai.n_archived, has_tok ? "true" : "false", cli_file_size(out));
+               kvio_format_name(o->fmt), kvio_dtype_name(s->dt), s->P,
+               ai->n_positions - ai->n_archived, ai->n_archived, s->has_tok ? "true" : "false",
+               cli_file_size(o->out));
     } else {
-        printf("%s: %u positions (%" PRIu64 " exact, %" PRIu64 " archived), %s, %s\n", out, P,
-               ai.n_positions - ai.n_archived, ai.n_archived, kvio_dtype_name(dt),
-               kvio_format_name(fmt));
+        printf("%s: %u positions (%" PRIu64 " exact, %" PRIu64 " archived), %s, %s\n", o->out,
+               s->P, ai->n_positions - ai->n_archived, ai->n_archived, kvio_dtype_name(s->dt),
+               kvio_format_name(o->fmt));
     }
-    ex = CLI_OK;
-out:
-    free(buf);
-    free(tok);
-    kvio_cache_free(&c);
-    fkvf_reader_free(r);
-    fkvf_reader_free(cb);
+}
+
+static int unpack_run(const unpack_opts *o, unpack_state *s)
+{
+    int ex = unpack_open(o, s);
+    if (ex != CLI_OK)
+        return ex;
+    s->dt = o->dtype ? (fkvf_dtype)o->dtype : s->d.dtype;
+    s->P = (uint32_t)s->ai.n_positions;
+    fkvf_stream_info tsi;
+    s->has_tok_stream = fkvf_reader_stream_find(s->r, FKVF_STREAM_ID_TOKENS, &s->tidx) == FKVF_OK &&
+                        fkvf_reader_stream_info(s->r, s->tidx, &tsi) == FKVF_OK &&
+                        tsi.length >= s->P;
+    s->has_tok = s->has_tok_stream && o->fmt != KVIO_FMT_NPY; /* one array: no room for token ids */
+    if ((ex = unpack_restore(o, s)) != CLI_OK)
+        return ex;
+    int names = o->names, layout = o->layout;
+    if ((ex = unpack_as_packed(o, s, &names, &layout)) != CLI_OK)
+        return ex;
+    unsigned wflags = (names == 2 ? KVIO_WRITE_HF : 0) |
+                      (layout == CLI_LAYOUT_NHD ? KVIO_WRITE_NHD : 0) |
+                      (o->force ? 0 : KVIO_WRITE_NO_REPLACE);
+    char err[512];
+    int rc = kvio_write(o->out, o->fmt, wflags, &s->c, err, sizeof err);
+    if (rc != KVIO_OK)
+        return cli_fail_kvio(rc, o->out, err);
+    unpack_print(o, s);
+    return CLI_OK;
+}
+
+int fkvf_cli_unpack(int argc, char **argv)
+{
+    unpack_opts o;
+    int ex = unpack_parse(argc, argv, &o);
+    if (ex >= 0)
+        return ex;
+    const char *inputs[] = {o.in, o.cbpath};
+    if ((ex = cli_check_output(o.out, inputs, 2, o.force)))
+        return ex;
+    unpack_state s;
+    memset(&s, 0, sizeof s);
+    ex = unpack_run(&o, &s);
+    unpack_free(&s);
     return ex;
 }
 
