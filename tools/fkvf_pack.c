@@ -1098,242 +1098,290 @@ static const char *train_help =
     "different shapes; FILE exists without --force or is an input), 2 usage or\n"
     "I/O error (bad option, a path that does not exist or cannot be written).\n";
 
-int fkvf_cli_train(int argc, char **argv)
-{
-    const char *out = NULL;
-    const char **ins = calloc((size_t)argc + 1, sizeof *ins);
-    size_t nin = 0;
-    int force = 0, json = 0;
+typedef struct train_opts {
+    const char **ins; /* the caches (malloc'd) */
+    size_t nin;
+    const char *out;
+    int force, json, layout;
     cli_key_opts keys;
-    cli_key_opts_init(&keys);
     fkvf_rvq_params prm;
-    fkvf_rvq_params_init(&prm);
-    prm.table_dtype = FKVF_DTYPE_F16;
-    int ex = CLI_USAGE;
-    kvio_cache *cs = NULL;
-    uint8_t **rows = NULL;
-    fkvf_rows *blocks = NULL;
-    fkvf_rvq *q = NULL;
-    void *tables = NULL;
-    fkvf_writer *w = NULL;
-    fkvf_reader *r = NULL;
-    int layout = CLI_LAYOUT_UNSET;
-    if (!ins)
+} train_opts;
+
+/* An option with a value (argv[*i], its value v). Returns 0, or after a
+ * usage error -1. */
+static int train_value(train_opts *o, const char *a, const char *v)
+{
+    fkvf_rvq_params *prm = &o->prm;
+    if (!strcmp(a, "-o")) {
+        o->out = v;
+        return 0;
+    }
+    if (!strcmp(a, "--k"))
+        return cli_opt_k(a, v, &prm->k) ? -1 : 0;
+    if (!strcmp(a, "--k-stages"))
+        return cli_opt_stages(a, v, &prm->k_stages) ? -1 : 0;
+    if (!strcmp(a, "--v-stages"))
+        return cli_opt_stages(a, v, &prm->v_stages) ? -1 : 0;
+    if (!strcmp(a, "--seed"))
+        return cli_opt_seed(v, &prm->seed) ? -1 : 0;
+    if (!strcmp(a, "--iters"))
+        return cli_opt_iters(v, &prm->max_iters) ? -1 : 0;
+    if (!strcmp(a, "--layout"))
+        return cli_opt_layout(v, &o->layout) ? -1 : 0;
+    cli_usage("unknown option '%s' (see fkvf train --help)", a);
+    return -1;
+}
+
+/* Returns -1 to go on, else the exit status (help printed, usage error);
+ * o->ins is to free either way. */
+static int train_parse(int argc, char **argv, train_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->layout = CLI_LAYOUT_UNSET;
+    cli_key_opts_init(&o->keys);
+    fkvf_rvq_params_init(&o->prm);
+    o->prm.table_dtype = FKVF_DTYPE_F16;
+    o->ins = calloc((size_t)argc + 1, sizeof *o->ins);
+    if (!o->ins)
         return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int kr = key_opt(&keys, argc, argv, &i);
+        int kr = key_opt(&o->keys, argc, argv, &i);
         if (kr < 0)
-            goto out;
+            return CLI_USAGE;
         if (kr > 0)
             continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(train_help, stdout);
-            ex = CLI_OK;
-            goto out;
+            return CLI_OK;
         } else if (!strcmp(a, "--pooled")) {
-            prm.pooled = 1;
+            o->prm.pooled = 1;
         } else if (!strcmp(a, "--f32")) {
-            prm.table_dtype = FKVF_DTYPE_F32;
+            o->prm.table_dtype = FKVF_DTYPE_F32;
         } else if (!strcmp(a, "--force")) {
-            force = 1;
+            o->force = 1;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            o->json = 1;
         } else if (a[0] == '-' && a[1]) {
-            if (!v) {
-                cli_usage("%s needs a value (or is unknown; see fkvf train --help)", a);
-                goto out;
-            }
+            if (!v)
+                return cli_usage("%s needs a value (or is unknown; see fkvf train --help)", a);
             i++;
-            if (!strcmp(a, "-o")) {
-                out = v;
-            } else if (!strcmp(a, "--k")) {
-                if (cli_opt_k(a, v, &prm.k))
-                    goto out;
-            } else if (!strcmp(a, "--k-stages")) {
-                if (cli_opt_stages(a, v, &prm.k_stages))
-                    goto out;
-            } else if (!strcmp(a, "--v-stages")) {
-                if (cli_opt_stages(a, v, &prm.v_stages))
-                    goto out;
-            } else if (!strcmp(a, "--seed")) {
-                if (cli_opt_seed(v, &prm.seed))
-                    goto out;
-            } else if (!strcmp(a, "--iters")) {
-                if (cli_opt_iters(v, &prm.max_iters))
-                    goto out;
-            } else if (!strcmp(a, "--layout")) {
-                if (cli_opt_layout(v, &layout))
-                    goto out;
-            } else {
-                cli_usage("unknown option '%s' (see fkvf train --help)", a);
-                goto out;
-            }
+            if (train_value(o, a, v))
+                return CLI_USAGE;
         } else {
-            ins[nin++] = a;
+            o->ins[o->nin++] = a;
         }
     }
-    if (!nin || !out) {
-        cli_usage("need CACHE... and -o FILE (see fkvf train --help)");
-        goto out;
-    }
-    if ((ex = cli_check_output(out, ins, nin, force)) != CLI_OK)
-        goto out;
-    ex = CLI_USAGE;
-    cli_warn_fkvf_name(out, "codebook file");
-    cs = calloc(nin, sizeof *cs);
-    rows = calloc(nin, sizeof *rows);
-    blocks = calloc(nin, sizeof *blocks);
-    if (!cs || !rows || !blocks) {
-        cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
-        goto out;
-    }
+    if (!o->nin || !o->out)
+        return cli_usage("need CACHE... and -o FILE (see fkvf train --help)");
+    return -1;
+}
+
+typedef struct train_state {
+    kvio_cache *cs;   /* the caches, nin of them */
+    uint8_t **rows;   /* and their rows */
+    fkvf_rows *blocks;
+    fkvf_rvq *q;
+    void *tables;
+    size_t tables_size;
+    fkvf_writer *w;
+    fkvf_reader *r;   /* the file written, read back */
+    fkvf_rope rope;
+    fkvf_codebook_shape shape;
+    char hx[33];      /* its content hash */
+} train_state;
+
+static void train_free(const train_opts *o, train_state *s)
+{
+    if (s->cs)
+        for (size_t i = 0; i < o->nin; i++)
+            kvio_cache_free(&s->cs[i]);
+    if (s->rows)
+        for (size_t i = 0; i < o->nin; i++)
+            free(s->rows[i]);
+    free(s->cs);
+    free(s->rows);
+    free(s->blocks);
+    free(s->tables);
+    fkvf_rvq_free(s->q);
+    fkvf_writer_free(s->w);
+    fkvf_reader_free(s->r);
+}
+
+/* Every cache read, of one shape, as rows; the key options settled (the
+ * Hugging Face default, RoPE and its check on the first cache). Returns
+ * the exit status. */
+static int train_read(train_opts *o, train_state *s)
+{
+    size_t nin = o->nin;
+    const char **ins = o->ins;
+    s->cs = calloc(nin, sizeof *s->cs);
+    s->rows = calloc(nin, sizeof *s->rows);
+    s->blocks = calloc(nin, sizeof *s->blocks);
+    if (!s->cs || !s->rows || !s->blocks)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+    kvio_cache *cs = s->cs;
     int all_hf = 1;
     for (size_t i = 0; i < nin; i++) {
-        ex = read_cache(ins[i], layout, &cs[i]);
+        int ex = read_cache(ins[i], o->layout, &cs[i]);
         if (ex)
-            goto out;
-        ex = CLI_INVALID;
+            return ex;
         if (i > 0 && (cs[i].n_layers != cs[0].n_layers || cs[i].n_kv_heads != cs[0].n_kv_heads ||
-                      cs[i].key_dim != cs[0].key_dim || cs[i].value_dim != cs[0].value_dim)) {
-            cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, ins[i],
-                     "shape %u layers x %u heads, dims %u/%u differs from %s (%u x %u, %u/%u)",
-                     cs[i].n_layers, cs[i].n_kv_heads, cs[i].key_dim, cs[i].value_dim, ins[0],
-                     cs[0].n_layers, cs[0].n_kv_heads, cs[0].key_dim, cs[0].value_dim);
-            goto out;
-        }
-        rows[i] = cache_to_rows(&cs[i]);
-        if (!rows[i]) {
-            ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, ins[i], "out of memory");
-            goto out;
-        }
-        blocks[i].data = rows[i];
-        blocks[i].n_rows = cs[i].n_positions;
-        blocks[i].dtype = cs[i].dtype;
-        blocks[i].first_position = 0;
+                      cs[i].key_dim != cs[0].key_dim || cs[i].value_dim != cs[0].value_dim))
+            return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, ins[i],
+                            "shape %u layers x %u heads, dims %u/%u differs from %s (%u x %u, %u/%u)",
+                            cs[i].n_layers, cs[i].n_kv_heads, cs[i].key_dim, cs[i].value_dim,
+                            ins[0], cs[0].n_layers, cs[0].n_kv_heads, cs[0].key_dim,
+                            cs[0].value_dim);
+        s->rows[i] = cache_to_rows(&cs[i]);
+        if (!s->rows[i])
+            return cli_fail(CLI_USAGE, FKVF_E_NOMEM, ins[i], "out of memory");
+        s->blocks[i].data = s->rows[i];
+        s->blocks[i].n_rows = cs[i].n_positions;
+        s->blocks[i].dtype = cs[i].dtype;
+        s->blocks[i].first_position = 0;
         all_hf &= kvio_names_is_hf(cs[i].names);
     }
     if (all_hf)
-        cli_keys_hf_default(&keys, &cs[0], ins[0]);
-    fkvf_rope rope;
-    if (cli_key_rope(&keys, cs[0].key_dim, ins[0], &rope, &prm.key_rope)) {
-        ex = CLI_USAGE;
-        goto out;
-    }
-    if (prm.key_rope) {
+        cli_keys_hf_default(&o->keys, &cs[0], ins[0]);
+    if (cli_key_rope(&o->keys, cs[0].key_dim, ins[0], &s->rope, &o->prm.key_rope))
+        return CLI_USAGE;
+    if (o->prm.key_rope) {
         cli_rope_report rr;
-        if (cli_rope_measure(&cs[0], 0, cs[0].n_positions, 0, &rope, 1, &rr) == 0)
+        if (cli_rope_measure(&cs[0], 0, cs[0].n_positions, 0, &s->rope, 1, &rr) == 0)
             cli_rope_warn(ins[0], &rr);
     }
-    prm.n_layers = cs[0].n_layers;
-    prm.n_kv_heads = cs[0].n_kv_heads;
-    prm.key_dim = cs[0].key_dim;
-    prm.value_dim = cs[0].value_dim;
+    return CLI_OK;
+}
+
+/* The codebooks trained on every cache's rows, with the warning when they
+ * would memorise them, and their tables. Returns the exit status. */
+static int train_fit(train_opts *o, train_state *s)
+{
+    fkvf_rvq_params *prm = &o->prm;
+    const kvio_cache *c0 = &s->cs[0];
+    prm->n_layers = c0->n_layers;
+    prm->n_kv_heads = c0->n_kv_heads;
+    prm->key_dim = c0->key_dim;
+    prm->value_dim = c0->value_dim;
     cli_progress pg;
     cli_progress_init(&pg, "train", 0);
-    prm.progress = cli_progress_cb;
-    prm.progress_opaque = &pg;
-    int rc = fkvf_rvq_train(&q, &prm, blocks, nin, NULL);
-    if (rc != FKVF_OK) {
-        ex = cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, ins[0],
-                      "training failed: %s", fkvf_strerror(rc));
-        goto out;
-    }
-    fkvf_codebook_shape shape;
+    prm->progress = cli_progress_cb;
+    prm->progress_opaque = &pg;
+    int rc = fkvf_rvq_train(&s->q, prm, s->blocks, o->nin, NULL);
+    if (rc != FKVF_OK)
+        return cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, o->ins[0],
+                        "training failed: %s", fkvf_strerror(rc));
     uint32_t heads;
-    fkvf_rvq_shape(q, &shape, &heads);
+    fkvf_rvq_shape(s->q, &s->shape, &heads);
     /* a codebook larger than its training rows, or k near their count,
      * memorises them: it will not serve other caches */
     uint64_t n_rows = 0;
-    for (size_t i = 0; i < nin; i++)
-        n_rows += cs[i].n_positions;
-    cli_warn_codebook(out, &cs[0], shape.k, fkvf_codebook_size(&shape), n_rows,
-                      n_rows * (prm.pooled ? cs[0].n_kv_heads : 1), "training rows",
-                      prm.pooled ? "training vectors (rows x heads: pooled)" : "training rows",
+    for (size_t i = 0; i < o->nin; i++)
+        n_rows += s->cs[i].n_positions;
+    cli_warn_codebook(o->out, c0, s->shape.k, fkvf_codebook_size(&s->shape), n_rows,
+                      n_rows * (prm->pooled ? c0->n_kv_heads : 1), "training rows",
+                      prm->pooled ? "training vectors (rows x heads: pooled)" : "training rows",
                       "train on more positions (several caches: fkvf train CACHE... -o FILE) or "
                       "give a smaller --k");
-    size_t tsz = fkvf_rvq_tables_size(q);
-    tables = malloc(tsz ? tsz : 1);
-    if (!tables || fkvf_rvq_tables(q, tables, tsz) != FKVF_OK) {
-        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
-        goto out;
-    }
+    s->tables_size = fkvf_rvq_tables_size(s->q);
+    s->tables = malloc(s->tables_size ? s->tables_size : 1);
+    if (!s->tables || fkvf_rvq_tables(s->q, s->tables, s->tables_size) != FKVF_OK)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+    return CLI_OK;
+}
+
+/* The codebook file written with its train.* metadata, then read back for
+ * its content hash. Returns the exit status. */
+static int train_write(const train_opts *o, train_state *s)
+{
+    const fkvf_rvq_params *prm = &o->prm;
     fkvf_writer_options wo;
     fkvf_writer_options_init(&wo);
-    wo.no_replace = !force;
-    rc = fkvf_writer_create_file(&w, out, &wo, NULL);
+    wo.no_replace = !o->force;
+    int rc = fkvf_writer_create_file(&s->w, o->out, &wo, NULL);
     if (rc == FKVF_OK)
-        rc = fkvf_writer_meta_utf8(w, "train.keys", prm.key_rope ? "pre-rope" : "as-is");
-    if (rc == FKVF_OK && prm.key_rope) {
-        rc = fkvf_writer_meta_f64(w, "train.rope_theta", rope.theta);
+        rc = fkvf_writer_meta_utf8(s->w, "train.keys", prm->key_rope ? "pre-rope" : "as-is");
+    if (rc == FKVF_OK && prm->key_rope) {
+        rc = fkvf_writer_meta_f64(s->w, "train.rope_theta", s->rope.theta);
         if (rc == FKVF_OK)
-            rc = fkvf_writer_meta_u64(w, "train.rope_dims", rope.rope_dims);
+            rc = fkvf_writer_meta_u64(s->w, "train.rope_dims", s->rope.rope_dims);
         if (rc == FKVF_OK)
-            rc = fkvf_writer_meta_utf8(w, "train.rope_layout",
-                                       rope.layout == 1 ? "interleaved" : "half-split");
+            rc = fkvf_writer_meta_utf8(s->w, "train.rope_layout",
+                                       s->rope.layout == 1 ? "interleaved" : "half-split");
     }
     if (rc == FKVF_OK)
-        rc = fkvf_writer_meta_u64(w, "train.seed", prm.seed);
+        rc = fkvf_writer_meta_u64(s->w, "train.seed", prm->seed);
     if (rc == FKVF_OK)
-        rc = fkvf_writer_meta_u64(w, "train.caches", nin);
+        rc = fkvf_writer_meta_u64(s->w, "train.caches", o->nin);
     if (rc == FKVF_OK)
-        rc = fkvf_writer_add_codebooks(w, &shape, tables, tsz, 0);
+        rc = fkvf_writer_add_codebooks(s->w, &s->shape, s->tables, s->tables_size, 0);
     if (rc == FKVF_OK)
-        rc = fkvf_writer_finish(w);
-    if (rc != FKVF_OK) {
-        ex = cli_fail_writer(rc, w, out, "");
-        goto out;
-    }
+        rc = fkvf_writer_finish(s->w);
+    if (rc != FKVF_OK)
+        return cli_fail_writer(rc, s->w, o->out, "");
     uint8_t hash[16];
-    char hx[33];
-    rc = fkvf_reader_open_file(&r, out, 0, NULL);
+    rc = fkvf_reader_open_file(&s->r, o->out, 0, NULL);
     if (rc == FKVF_OK)
-        rc = fkvf_reader_codebook(r, NULL, NULL, NULL, hash);
-    if (rc != FKVF_OK) {
-        ex = cli_fail_reader(rc, r, out, "cannot read back: ");
-        goto out;
-    }
-    cli_hex16(hash, hx);
+        rc = fkvf_reader_codebook(s->r, NULL, NULL, NULL, hash);
+    if (rc != FKVF_OK)
+        return cli_fail_reader(rc, s->r, o->out, "cannot read back: ");
+    cli_hex16(hash, s->hx);
+    return CLI_OK;
+}
+
+static void train_print(const train_opts *o, const train_state *s)
+{
+    const fkvf_codebook_shape *sh = &s->shape;
     struct stat st;
-    long long fsz = stat(out, &st) == 0 ? (long long)st.st_size : -1LL;
-    if (json) {
-        printf("{\"out\":");
-        cli_json_cstr(stdout, out);
-        printf(",\"caches\":[");
-        for (size_t i = 0; i < nin; i++) {
-            if (i)
-                putchar(',');
-            cli_json_cstr(stdout, ins[i]);
-        }
-        printf("],\"layers\":%u,\"heads\":%u,\"pooled\":%s,\"k\":%u,\"k_stages\":%u,"
-               "\"v_stages\":%u,\"dtype\":\"%s\",\"bytes\":%lld,\"content_hash\":\"%s\"}\n",
-               shape.n_layers, shape.pooled ? 1u : shape.n_heads, shape.pooled ? "true" : "false",
-               shape.k, shape.k_stages, shape.v_stages,
-               shape.dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz, hx);
-    } else {
-        printf("%s: %u layers x %u %s, k = %u, K x%u V x%u, %s tables, %lld bytes\n", out,
-               shape.n_layers, shape.pooled ? 1u : shape.n_heads,
-               shape.pooled ? "pooled" : "heads", shape.k, shape.k_stages, shape.v_stages,
-               shape.dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz);
-        printf("content hash %s\n", hx);
+    long long fsz = stat(o->out, &st) == 0 ? (long long)st.st_size : -1LL;
+    if (!o->json) {
+        printf("%s: %u layers x %u %s, k = %u, K x%u V x%u, %s tables, %lld bytes\n", o->out,
+               sh->n_layers, sh->pooled ? 1u : sh->n_heads, sh->pooled ? "pooled" : "heads",
+               sh->k, sh->k_stages, sh->v_stages, sh->dtype == FKVF_DTYPE_F32 ? "f32" : "f16",
+               fsz);
+        printf("content hash %s\n", s->hx);
+        return;
     }
-    ex = CLI_OK;
-out:
-    if (cs)
-        for (size_t i = 0; i < nin; i++)
-            kvio_cache_free(&cs[i]);
-    if (rows)
-        for (size_t i = 0; i < nin; i++)
-            free(rows[i]);
-    free(cs);
-    free(rows);
-    free(blocks);
-    free(ins);
-    free(tables);
-    fkvf_rvq_free(q);
-    fkvf_writer_free(w);
-    fkvf_reader_free(r);
+    printf("{\"out\":");
+    cli_json_cstr(stdout, o->out);
+    printf(",\"caches\":[");
+    for (size_t i = 0; i < o->nin; i++) {
+        if (i)
+            putchar(',');
+        cli_json_cstr(stdout, o->ins[i]);
+    }
+    printf("],\"layers\":%u,\"heads\":%u,\"pooled\":%s,\"k\":%u,\"k_stages\":%u,"
+           "\"v_stages\":%u,\"dtype\":\"%s\",\"bytes\":%lld,\"content_hash\":\"%s\"}\n",
+           sh->n_layers, sh->pooled ? 1u : sh->n_heads, sh->pooled ? "true" : "false", sh->k,
+           sh->k_stages, sh->v_stages, sh->dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz, s->hx);
+}
+
+static int train_run(train_opts *o, train_state *s)
+{
+    int ex = cli_check_output(o->out, o->ins, o->nin, o->force);
+    if (ex != CLI_OK)
+        return ex;
+    cli_warn_fkvf_name(o->out, "codebook file");
+    if ((ex = train_read(o, s)) != CLI_OK || (ex = train_fit(o, s)) != CLI_OK ||
+        (ex = train_write(o, s)) != CLI_OK)
+        return ex;
+    train_print(o, s);
+    return CLI_OK;
+}
+
+int fkvf_cli_train(int argc, char **argv)
+{
+    train_opts o;
+    int ex = train_parse(argc, argv, &o);
+    if (ex < 0) {
+        train_state s;
+        memset(&s, 0, sizeof s);
+        ex = train_run(&o, &s);
+        train_free(&o, &s);
+    }
+    free(o.ins);
     return ex;
 }
 
