@@ -1416,172 +1416,222 @@ static int to_f32(const kvio_cache *c, const uint8_t *src, size_t n, float *dst)
     return fkvf_convert(FKVF_DTYPE_F32, dst, c->dtype, src, n);
 }
 
-int fkvf_cli_compare(int argc, char **argv)
+typedef struct compare_opts {
+    const char *pa, *pb; /* ORIGINAL, RESTORED */
+    uint64_t sinks, recent;
+    int json, lay[2];    /* the layout of each */
+} compare_opts;
+
+/* --layout L or L,L2 into o->lay. Returns 0, or after a usage error -1. */
+static int compare_layout(const char *v, compare_opts *o)
 {
-    const char *pa = NULL, *pb = NULL;
-    uint64_t sinks = 0, recent = 0;
-    int json = 0, lay[2] = {CLI_LAYOUT_UNSET, CLI_LAYOUT_UNSET};
+    char one[4] = "";
+    if (v && strlen(v) == 7 && v[3] == ',') {
+        memcpy(one, v, 3);
+        if (cli_opt_layout(one, &o->lay[0]) || cli_opt_layout(v + 4, &o->lay[1]))
+            return -1;
+    } else if (cli_opt_layout(v, &o->lay[0])) {
+        return -1;
+    } else {
+        o->lay[1] = o->lay[0];
+    }
+    return 0;
+}
+
+/* Returns -1 to go on, else the exit status (help printed, usage error). */
+static int compare_parse(int argc, char **argv, compare_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->lay[0] = o->lay[1] = CLI_LAYOUT_UNSET;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(compare_help, stdout);
             return CLI_OK;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            o->json = 1;
         } else if (!strcmp(a, "--layout")) {
-            const char *v = i + 1 < argc ? argv[++i] : NULL;
-            char one[4] = "";
-            if (v && strlen(v) == 7 && v[3] == ',') {
-                memcpy(one, v, 3);
-                if (cli_opt_layout(one, &lay[0]) || cli_opt_layout(v + 4, &lay[1]))
-                    return CLI_USAGE;
-            } else if (cli_opt_layout(v, &lay[0])) {
+            if (compare_layout(i + 1 < argc ? argv[++i] : NULL, o))
                 return CLI_USAGE;
-            } else {
-                lay[1] = lay[0];
-            }
         } else if (!strcmp(a, "--sinks") || !strcmp(a, "--recent")) {
-            if (i + 1 >= argc || cli_parse_u64(argv[i + 1], UINT32_MAX, a[2] == 's' ? &sinks : &recent))
+            if (i + 1 >= argc ||
+                cli_parse_u64(argv[i + 1], UINT32_MAX, a[2] == 's' ? &o->sinks : &o->recent))
                 return cli_usage("%s needs a count", a);
             i++;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage("unknown option '%s' (see fkvf compare --help)", a);
-        } else if (!pa) {
-            pa = a;
-        } else if (!pb) {
-            pb = a;
+        } else if (!o->pa) {
+            o->pa = a;
+        } else if (!o->pb) {
+            o->pb = a;
         } else {
             return cli_usage("unexpected argument '%s'", a);
         }
     }
-    if (!pa || !pb)
+    if (!o->pa || !o->pb)
         return cli_usage("need ORIGINAL and RESTORED (see fkvf compare --help)");
+    return -1;
+}
+
+/* The comparison: per keys [0] and values [1] over the archived
+ * positions, and the exact positions' identity. */
+typedef struct compare_result {
+    uint32_t P;
+    err_acc acc[2];
+    uint64_t exact_n, exact_same;
+    int tokens_same; /* -1: not both have tokens */
+} compare_result;
+
+/* The rows of one (layer, K|V) tensor at position p of both caches, as
+ * f32 in fa and fb: into acc, or for an exact position *same cleared when
+ * they differ. */
+static void compare_tensor(const kvio_cache *a, const kvio_cache *b, int kv, uint32_t l,
+                           uint32_t p, int exact, int *same, err_acc *e, float *fa, float *fb)
+{
+    size_t ea = kvio_dtype_size(a->dtype), eb = kvio_dtype_size(b->dtype);
+    size_t dim = kv ? a->value_dim : a->key_dim;
+    const uint8_t *ta = kv ? a->values[l] : a->keys[l];
+    const uint8_t *tb = kv ? b->values[l] : b->keys[l];
+    for (uint32_t h = 0; h < a->n_kv_heads; h++) {
+        size_t off = ((size_t)h * a->n_positions + p) * dim;
+        to_f32(a, ta + off * ea, dim, fa);
+        to_f32(b, tb + off * eb, dim, fb);
+        if (exact) {
+            if (a->dtype == b->dtype)
+                *same &= !memcmp(ta + off * ea, tb + off * eb, dim * ea);
+            else
+                *same &= !memcmp(fa, fb, dim * sizeof *fa);
+            continue;
+        }
+        for (size_t i = 0; i < dim; i++) {
+            double x = fa[i], y = fb[i], dd = x - y;
+            e->se += dd * dd;
+            e->ref += x * x;
+            if (fabs(dd) > e->maxabs || dd != dd)
+                e->maxabs = fabs(dd);
+        }
+        e->n += dim;
+    }
+}
+
+/* Caches a and b of one shape compared. Returns the exit status. */
+static int compare_run(const compare_opts *o, const kvio_cache *a, const kvio_cache *b,
+                       compare_result *res)
+{
+    memset(res, 0, sizeof *res);
+    uint32_t P = res->P = a->n_positions;
+    uint64_t S = o->sinks < P ? o->sinks : P;
+    uint64_t W = o->recent < P - S ? o->recent : P - S;
+    size_t dmax = a->key_dim > a->value_dim ? a->key_dim : a->value_dim;
+    float *fa = malloc(dmax * sizeof *fa);
+    float *fb = malloc(dmax * sizeof *fb);
+    if (!fa || !fb) {
+        free(fa);
+        free(fb);
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+    }
+    for (uint32_t p = 0; p < P; p++) {
+        int exact = p < S || p >= P - W;
+        int same = 1;
+        for (uint32_t l = 0; l < a->n_layers; l++)
+            for (int kv = 0; kv < 2; kv++)
+                compare_tensor(a, b, kv, l, p, exact, &same, &res->acc[kv], fa, fb);
+        if (exact) {
+            res->exact_n++;
+            res->exact_same += (uint64_t)(same != 0);
+        }
+    }
+    free(fa);
+    free(fb);
+    res->tokens_same = -1;
+    if (a->tokens && b->tokens)
+        res->tokens_same = !memcmp(a->tokens, b->tokens, (size_t)P * sizeof *a->tokens);
+    return CLI_OK;
+}
+
+static const char *const compare_names[2] = {"keys", "values"};
+
+static void compare_json(const compare_result *res)
+{
+    printf("{\"positions\":%u,\"exact_positions\":%" PRIu64 ",\"exact_identical\":%" PRIu64
+           ",\"archived_positions\":%" PRIu64,
+           res->P, res->exact_n, res->exact_same, (uint64_t)res->P - res->exact_n);
+    for (int kv = 0; kv < 2; kv++) {
+        const err_acc *e = &res->acc[kv];
+        /* JSON has no nan/inf: a non-finite value (NaN or Inf in a cache) is null */
+        printf(",\"%s\":{", compare_names[kv]);
+        if (e->n && e->ref > 0 && isfinite(e->se / e->ref))
+            printf("\"rel_mse\":%.9g,", e->se / e->ref);
+        else
+            printf("\"rel_mse\":null,");
+        if (e->n && e->se > 0 && e->ref > 0 && isfinite(log10(e->ref / e->se)))
+            printf("\"snr_db\":%.4f,", 10.0 * log10(e->ref / e->se));
+        else
+            printf("\"snr_db\":null,");
+        if (isfinite(e->maxabs))
+            printf("\"max_abs_err\":%.9g}", e->maxabs);
+        else
+            printf("\"max_abs_err\":null}");
+    }
+    printf(",\"tokens_identical\":%s}\n",
+           res->tokens_same < 0 ? "null" : res->tokens_same ? "true" : "false");
+}
+
+static void compare_text(const compare_result *res)
+{
+    printf("%u positions: %" PRIu64 " exact, %" PRIu64 " compared as archived\n", res->P,
+           res->exact_n, (uint64_t)res->P - res->exact_n);
+    for (int kv = 0; kv < 2; kv++) {
+        const err_acc *e = &res->acc[kv];
+        if (!e->n) {
+            printf("%-6s  no archived positions\n", compare_names[kv]);
+            continue;
+        }
+        /* NaN in either cache: say so, not "relative MSE 0, SNR inf dB" */
+        int nan = isnan(e->se) || isnan(e->ref);
+        printf("%-6s  relative MSE %.6g  SNR %s", compare_names[kv],
+               nan ? (double)NAN : e->ref > 0 ? e->se / e->ref : 0.0,
+               nan ? "nan dB" : e->se > 0 ? "" : "inf dB");
+        if (!nan && e->se > 0)
+            printf("%.2f dB", e->ref > 0 ? 10.0 * log10(e->ref / e->se) : -INFINITY);
+        printf("  max abs error %.6g\n", e->maxabs);
+    }
+    if (res->exact_n)
+        printf("exact positions: %" PRIu64 " of %" PRIu64 " %s\n", res->exact_same, res->exact_n,
+               res->exact_same == res->exact_n ? "bit-identical" : "identical - MISMATCH");
+    if (res->tokens_same >= 0)
+        printf("tokens: %s\n", res->tokens_same ? "identical" : "differ");
+}
+
+int fkvf_cli_compare(int argc, char **argv)
+{
+    compare_opts o;
+    int ex = compare_parse(argc, argv, &o);
+    if (ex >= 0)
+        return ex;
     kvio_cache a, b;
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
-    float *fa = NULL, *fb = NULL;
-    int ex = read_cache(pa, lay[0], &a);
+    ex = read_cache(o.pa, o.lay[0], &a);
     if (ex)
         return ex;
-    ex = read_cache(pb, lay[1], &b);
+    ex = read_cache(o.pb, o.lay[1], &b);
     if (ex) {
         kvio_cache_free(&a);
         return ex;
     }
-    ex = CLI_INVALID;
+    compare_result res;
     if (a.n_layers != b.n_layers || a.n_kv_heads != b.n_kv_heads ||
-        a.n_positions != b.n_positions || a.key_dim != b.key_dim || a.value_dim != b.value_dim) {
-        cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, pb,
-                 "differs in shape from %s: %u layers x %u heads x %u positions, dims %u/%u vs "
-                 "%u x %u x %u, %u/%u",
-                 pa, b.n_layers, b.n_kv_heads, b.n_positions, b.key_dim, b.value_dim,
-                 a.n_layers, a.n_kv_heads, a.n_positions, a.key_dim, a.value_dim);
-        goto out;
-    }
-    uint32_t P = a.n_positions;
-    uint64_t S = sinks < P ? sinks : P;
-    uint64_t W = recent < P - S ? recent : P - S;
-    size_t dmax = a.key_dim > a.value_dim ? a.key_dim : a.value_dim;
-    fa = malloc(dmax * sizeof *fa);
-    fb = malloc(dmax * sizeof *fb);
-    if (!fa || !fb) {
-        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
-        goto out;
-    }
-    err_acc acc[2];
-    memset(acc, 0, sizeof acc);
-    uint64_t exact_n = 0, exact_same = 0;
-    size_t ea = kvio_dtype_size(a.dtype), eb = kvio_dtype_size(b.dtype);
-    for (uint32_t p = 0; p < P; p++) {
-        int exact = p < S || p >= P - W;
-        int same = 1;
-        for (uint32_t l = 0; l < a.n_layers; l++)
-            for (int kv = 0; kv < 2; kv++) {
-                size_t dim = kv ? a.value_dim : a.key_dim;
-                uint8_t *ta = kv ? a.values[l] : a.keys[l];
-                uint8_t *tb = kv ? b.values[l] : b.keys[l];
-                for (uint32_t h = 0; h < a.n_kv_heads; h++) {
-                    size_t off = ((size_t)h * P + p) * dim;
-                    to_f32(&a, ta + off * ea, dim, fa);
-                    to_f32(&b, tb + off * eb, dim, fb);
-                    if (exact) {
-                        if (a.dtype == b.dtype)
-                            same &= !memcmp(ta + off * ea, tb + off * eb, dim * ea);
-                        else
-                            same &= !memcmp(fa, fb, dim * sizeof *fa);
-                        continue;
-                    }
-                    err_acc *e = &acc[kv];
-                    for (size_t i = 0; i < dim; i++) {
-                        double x = fa[i], y = fb[i], dd = x - y;
-                        e->se += dd * dd;
-                        e->ref += x * x;
-                        if (fabs(dd) > e->maxabs || dd != dd)
-                            e->maxabs = fabs(dd);
-                    }
-                    e->n += dim;
-                }
-            }
-        if (exact) {
-            exact_n++;
-            exact_same += (uint64_t)(same != 0);
-        }
-    }
-    int tokens_same = -1; /* -1: not both have tokens */
-    if (a.tokens && b.tokens)
-        tokens_same = !memcmp(a.tokens, b.tokens, (size_t)P * sizeof *a.tokens);
-    const char *names[2] = {"keys", "values"};
-    if (json) {
-        printf("{\"positions\":%u,\"exact_positions\":%" PRIu64 ",\"exact_identical\":%" PRIu64
-               ",\"archived_positions\":%" PRIu64,
-               P, exact_n, exact_same, (uint64_t)P - exact_n);
-        for (int kv = 0; kv < 2; kv++) {
-            err_acc *e = &acc[kv];
-            /* JSON has no nan/inf: a non-finite value (NaN or Inf in a cache) is null */
-            printf(",\"%s\":{", names[kv]);
-            if (e->n && e->ref > 0 && isfinite(e->se / e->ref))
-                printf("\"rel_mse\":%.9g,", e->se / e->ref);
-            else
-                printf("\"rel_mse\":null,");
-            if (e->n && e->se > 0 && e->ref > 0 && isfinite(log10(e->ref / e->se)))
-                printf("\"snr_db\":%.4f,", 10.0 * log10(e->ref / e->se));
-            else
-                printf("\"snr_db\":null,");
-            if (isfinite(e->maxabs))
-                printf("\"max_abs_err\":%.9g}", e->maxabs);
-            else
-                printf("\"max_abs_err\":null}");
-        }
-        printf(",\"tokens_identical\":%s}\n",
-               tokens_same < 0 ? "null" : tokens_same ? "true" : "false");
-    } else {
-        printf("%u positions: %" PRIu64 " exact, %" PRIu64 " compared as archived\n", P, exact_n,
-               (uint64_t)P - exact_n);
-        for (int kv = 0; kv < 2; kv++) {
-            err_acc *e = &acc[kv];
-            if (!e->n) {
-                printf("%-6s  no archived positions\n", names[kv]);
-                continue;
-            }
-            /* NaN in either cache: say so, not "relative MSE 0, SNR inf dB" */
-            int nan = isnan(e->se) || isnan(e->ref);
-            printf("%-6s  relative MSE %.6g  SNR %s", names[kv],
-                   nan ? (double)NAN : e->ref > 0 ? e->se / e->ref : 0.0,
-                   nan ? "nan dB" : e->se > 0 ? "" : "inf dB");
-            if (!nan && e->se > 0)
-                printf("%.2f dB", e->ref > 0 ? 10.0 * log10(e->ref / e->se) : -INFINITY);
-            printf("  max abs error %.6g\n", e->maxabs);
-        }
-        if (exact_n)
-            printf("exact positions: %" PRIu64 " of %" PRIu64 " %s\n", exact_same, exact_n,
-                   exact_same == exact_n ? "bit-identical" : "identical - MISMATCH");
-        if (tokens_same >= 0)
-            printf("tokens: %s\n", tokens_same ? "identical" : "differ");
-    }
-    ex = CLI_OK;
-out:
-    free(fa);
-    free(fb);
+        a.n_positions != b.n_positions || a.key_dim != b.key_dim || a.value_dim != b.value_dim)
+        ex = cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o.pb,
+                      "differs in shape from %s: %u layers x %u heads x %u positions, dims %u/%u "
+                      "vs %u x %u x %u, %u/%u",
+                      o.pa, b.n_layers, b.n_kv_heads, b.n_positions, b.key_dim, b.value_dim,
+                      a.n_layers, a.n_kv_heads, a.n_positions, a.key_dim, a.value_dim);
+    else if ((ex = compare_run(&o, &a, &b, &res)) == CLI_OK && o.json)
+        compare_json(&res);
+    else if (ex == CLI_OK)
+        compare_text(&res);
     kvio_cache_free(&a);
     kvio_cache_free(&b);
     return ex;
