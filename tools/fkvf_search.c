@@ -469,73 +469,90 @@ int fkvf_cli_search(int argc, char **argv)
 
 /* ---- context ------------------------------------------------------------ */
 
-int fkvf_cli_context(int argc, char **argv)
+typedef struct context_opts {
+    const char *path, *stream;
+    uint64_t at, len, id;
+    int json;
+} context_opts;
+
+/* Returns -1 to go on, else the exit status (help printed, usage error). */
+static int context_parse(int argc, char **argv, context_opts *o)
 {
     if (want_help(argc, argv, context_help))
         return CLI_OK;
-    const char *path = NULL, *stream = "tokens";
-    uint64_t at = 0, len = 0;
-    int has_at = 0, has_len = 0, json = 0;
+    memset(o, 0, sizeof *o);
+    o->stream = "tokens";
+    int has_at = 0, has_len = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json"))
-            json = 1;
-        else if (!strcmp(a, "--at") && v && !cli_parse_u64(v, UINT64_MAX, &at))
+            o->json = 1;
+        else if (!strcmp(a, "--at") && v && !cli_parse_u64(v, UINT64_MAX, &o->at))
             has_at = 1, i++;
-        else if (!strcmp(a, "--len") && v && !cli_parse_u64(v, 100000000, &len) && len >= 1)
+        else if (!strcmp(a, "--len") && v && !cli_parse_u64(v, 100000000, &o->len) && o->len >= 1)
             has_len = 1, i++;
         else if (!strcmp(a, "--stream") && v)
-            stream = argv[++i];
-        else if (a[0] != '-' && !path)
-            path = a;
+            o->stream = argv[++i];
+        else if (a[0] != '-' && !o->path)
+            o->path = a;
         else
             return cli_usage("bad argument '%s' (see fkvf context --help)", a);
     }
-    uint64_t id;
-    if (!path || !has_at || !has_len || !cli_parse_stream_name(stream, &id))
+    if (!o->path || !has_at || !has_len || !cli_parse_stream_name(o->stream, &o->id))
         return cli_usage("give ARCHIVE, --at T, --len N (and a valid --stream; see fkvf context "
                          "--help)");
-    fkvf_reader *r = NULL;
-    int ret = cli_open_archive(&r, path);
-    if (ret != CLI_OK)
-        return ret;
-    size_t idx, got = 0;
-    ret = CLI_INVALID;
-    uint32_t *buf = malloc((size_t)len * sizeof *buf);
-    if (!buf) {
-        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
-        goto out;
-    }
-    if (!find_stream(r, path, id, &idx))
-        goto out;
-    int rc = fkvf_search_context(r, idx, at, (size_t)len, buf, &got);
+    return -1;
+}
+
+/* The symbols up to o->at into buf (*got of them). Returns the exit
+ * status. */
+static int context_run(const context_opts *o, fkvf_reader *r, uint32_t *buf, size_t *got)
+{
+    size_t idx;
+    if (!find_stream(r, o->path, o->id, &idx))
+        return CLI_INVALID;
+    int rc = fkvf_search_context(r, idx, o->at, (size_t)o->len, buf, got);
     if (rc == FKVF_E_RANGE) {
         fkvf_stream_info si;
         memset(&si, 0, sizeof si);
         fkvf_reader_stream_info(r, idx, &si);
-        ret = cli_fail(CLI_INVALID, rc, path,
-                       "--at %" PRIu64 ": outside the stream %s (positions 0..%" PRIu64 ")", at,
-                       stream, si.length ? si.length - 1 : 0);
-        goto out;
+        return cli_fail(CLI_INVALID, rc, o->path,
+                        "--at %" PRIu64 ": outside the stream %s (positions 0..%" PRIu64 ")", o->at,
+                        o->stream, si.length ? si.length - 1 : 0);
     }
     if (rc) {
         char pre[64];
-        snprintf(pre, sizeof pre, "position %" PRIu64 ": ", at);
-        ret = cli_fail_reader(rc, r, path, pre);
-        goto out;
+        snprintf(pre, sizeof pre, "position %" PRIu64 ": ", o->at);
+        return cli_fail_reader(rc, r, o->path, pre);
     }
-    if (json) {
+    return CLI_OK;
+}
+
+int fkvf_cli_context(int argc, char **argv)
+{
+    context_opts o;
+    int ret = context_parse(argc, argv, &o);
+    if (ret >= 0)
+        return ret;
+    fkvf_reader *r = NULL;
+    if ((ret = cli_open_archive(&r, o.path)) != CLI_OK)
+        return ret;
+    size_t got = 0;
+    uint32_t *buf = malloc((size_t)o.len * sizeof *buf);
+    if (!buf)
+        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+    else
+        ret = context_run(&o, r, buf, &got);
+    if (ret == CLI_OK && o.json) {
         printf("{\"stream\":\"%s\",\"at\":%" PRIu64 ",\"first\":%" PRIu64 ",\"symbols\":[",
-               stream, at, at + 1 - got);
+               o.stream, o.at, o.at + 1 - got);
         print_syms(buf, got);
         printf("]}\n");
-    } else {
+    } else if (ret == CLI_OK) {
         print_syms(buf, got);
         printf("\n");
     }
-    ret = CLI_OK;
-out:
     free(buf);
     fkvf_reader_free(r);
     return ret;
@@ -665,61 +682,79 @@ int fkvf_cli_index_file(const char *path, int nosync)
     return index_file(path, NULL, 0, nosync, &rep);
 }
 
-int fkvf_cli_index(int argc, char **argv)
+typedef struct index_opts {
+    const char *path;
+    uint64_t ids[256]; /* --stream, each once (none: every stream) */
+    size_t nid;
+    int nosync, json;
+} index_opts;
+
+/* Returns -1 to go on, else the exit status (help printed, usage error). */
+static int index_parse(int argc, char **argv, index_opts *o)
 {
     if (want_help(argc, argv, index_help))
         return CLI_OK;
-    const char *path = NULL;
-    uint64_t ids[256];
-    size_t nid = 0;
-    int nosync = 0, json = 0;
+    memset(o, 0, sizeof *o);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--no-sync"))
-            nosync = 1;
+            o->nosync = 1;
         else if (!strcmp(a, "--json"))
-            json = 1;
-        else if (!strcmp(a, "--stream") && i + 1 < argc && nid < 256 &&
-                 cli_parse_stream_name(argv[i + 1], &ids[nid])) {
+            o->json = 1;
+        else if (!strcmp(a, "--stream") && i + 1 < argc && o->nid < 256 &&
+                 cli_parse_stream_name(argv[i + 1], &o->ids[o->nid])) {
             size_t k = 0;
-            while (k < nid && ids[k] != ids[nid])
+            while (k < o->nid && o->ids[k] != o->ids[o->nid])
                 k++;
-            nid += k == nid; /* a stream named twice is indexed once */
+            o->nid += k == o->nid; /* a stream named twice is indexed once */
             i++;
         }
-        else if (a[0] != '-' && !path)
-            path = a;
+        else if (a[0] != '-' && !o->path)
+            o->path = a;
         else
             return cli_usage("bad argument '%s' (see fkvf index --help)", a);
     }
-    if (!path)
+    if (!o->path)
         return cli_usage("give ARCHIVE (see fkvf index --help)");
-    index_report rep;
-    int ret = index_file(path, ids, nid, nosync, &rep);
-    if (ret != CLI_OK)
-        return ret;
-    if (json) {
+    return -1;
+}
+
+static void index_print(const index_opts *o, const index_report *rep)
+{
+    if (o->json) {
         printf("{\"archive\":");
-        cli_json_cstr(stdout, path);
+        cli_json_cstr(stdout, o->path);
         printf(",\"streams\":%zu,\"entries\":%" PRIu64 ",\"bytes\":%" PRIu64
                ",\"current\":%zu,\"too_short\":%zu,\"changed\":%s}\n",
-               rep.built, rep.entries, rep.bytes, rep.current, rep.short_,
-               rep.built ? "true" : "false");
-        return CLI_OK;
+               rep->built, rep->entries, rep->bytes, rep->current, rep->short_,
+               rep->built ? "true" : "false");
+        return;
     }
-    cli_text_cstr(stdout, path); /* a name for the terminal: escaped */
-    if (rep.built)
+    cli_text_cstr(stdout, o->path); /* a name for the terminal: escaped */
+    if (rep->built)
         printf(": indexed %zu stream%s (%" PRIu64 " positions in all), %" PRIu64
                " index bytes in one new commit",
-               rep.built, rep.built == 1 ? "" : "s", rep.entries, rep.bytes);
+               rep->built, rep->built == 1 ? "" : "s", rep->entries, rep->bytes);
     else
         printf(": nothing to do, the file is unchanged");
-    if (rep.current)
-        printf("; %zu stream%s already %s a current index", rep.current,
-               rep.current == 1 ? "" : "s", rep.current == 1 ? "has" : "have");
-    if (rep.short_)
-        printf("; %zu stream%s shorter than %s alignment unit (nothing to index)", rep.short_,
-               rep.short_ == 1 ? " is" : "s are", rep.short_ == 1 ? "its" : "their");
+    if (rep->current)
+        printf("; %zu stream%s already %s a current index", rep->current,
+               rep->current == 1 ? "" : "s", rep->current == 1 ? "has" : "have");
+    if (rep->short_)
+        printf("; %zu stream%s shorter than %s alignment unit (nothing to index)", rep->short_,
+               rep->short_ == 1 ? " is" : "s are", rep->short_ == 1 ? "its" : "their");
     printf("\n");
-    return CLI_OK;
+}
+
+int fkvf_cli_index(int argc, char **argv)
+{
+    index_opts o;
+    int ret = index_parse(argc, argv, &o);
+    if (ret >= 0)
+        return ret;
+    index_report rep;
+    ret = index_file(o.path, o.ids, o.nid, o.nosync, &rep);
+    if (ret == CLI_OK)
+        index_print(&o, &rep);
+    return ret;
 }
