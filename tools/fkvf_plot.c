@@ -1026,44 +1026,54 @@ static int plot(const plot_opts *o)
     return ret;
 }
 
-int fkvf_cli_plot(int argc, char **argv)
+/* Returns -1 to go on, else the exit status (help printed, usage error). */
+static int plot_parse(int argc, char **argv, plot_opts *o)
 {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(plot_help, stdout);
             return CLI_OK;
         }
-    plot_opts o = {NULL, NULL, NULL, NULL, NULL, 512, 0, 0};
+    plot_opts dflt = {NULL, NULL, NULL, NULL, NULL, 512, 0, 0};
+    *o = dflt;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--force"))
-            o.force = 1;
+            o->force = 1;
         else if (!strcmp(a, "--json"))
-            o.json = 1;
+            o->json = 1;
         else if (!strcmp(a, "--stream") && v)
-            o.stream = argv[++i];
+            o->stream = argv[++i];
         else if (!strcmp(a, "-o") && v)
-            o.out = argv[++i];
-        else if (!strcmp(a, "--size") && v && !cli_parse_u64(v, 4096, &o.size) && o.size >= 64)
+            o->out = argv[++i];
+        else if (!strcmp(a, "--size") && v && !cli_parse_u64(v, 4096, &o->size) && o->size >= 64)
             i++;
-        else if (!strcmp(a, "--highlight-tokens") && v && !o.hl_tokens)
-            o.hl_tokens = argv[++i];
-        else if (!strcmp(a, "--highlight-symbols") && v && !o.hl_symbols)
-            o.hl_symbols = argv[++i];
-        else if (a[0] != '-' && !o.path)
-            o.path = a;
+        else if (!strcmp(a, "--highlight-tokens") && v && !o->hl_tokens)
+            o->hl_tokens = argv[++i];
+        else if (!strcmp(a, "--highlight-symbols") && v && !o->hl_symbols)
+            o->hl_symbols = argv[++i];
+        else if (a[0] != '-' && !o->path)
+            o->path = a;
         else
             return cli_usage("bad argument '%s' (see fkvf plot --help)", a);
     }
-    if (!o.path || !o.stream || !o.out)
+    if (!o->path || !o->stream || !o->out)
         return cli_usage("give ARCHIVE, --stream NAME and -o FILE.png (see fkvf plot --help)");
-    if (o.hl_tokens && o.hl_symbols)
+    if (o->hl_tokens && o->hl_symbols)
         return cli_usage("give --highlight-tokens or --highlight-symbols, not both");
-    if (!ends_png(o.out))
-        return cli_usage("%s: the output is a PNG image: give a name ending in .png", o.out);
-    int ret = cli_check_output(o.out, &o.path, 1, o.force);
-    if (ret != CLI_OK)
+    if (!ends_png(o->out))
+        return cli_usage("%s: the output is a PNG image: give a name ending in .png", o->out);
+    return -1;
+}
+
+int fkvf_cli_plot(int argc, char **argv)
+{
+    plot_opts o;
+    int ret = plot_parse(argc, argv, &o);
+    if (ret >= 0)
+        return ret;
+    if ((ret = cli_check_output(o.out, &o.path, 1, o.force)) != CLI_OK)
         return ret;
     return plot(&o);
 }
