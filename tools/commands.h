@@ -11,6 +11,9 @@
 
 #include "fkvf.h"
 
+/* The program's name, in its error lines and usage texts. */
+#define CLI_PROG "fkvf"
+
 /* fkvf_inspect.c: reading an archive's structure */
 int fkvf_cli_info(int argc, char **argv);
 int fkvf_cli_verify(int argc, char **argv);

@@ -8,7 +8,7 @@
 #include "commands.h"
 #include "fkvf.h"
 
-static const char *prog = "fkvf";
+static const char *const prog = CLI_PROG;
 
 /* ---- the command table ----------------------------------------------------- */
 

@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "fkvf.h"
 
-static const char *prog = "fkvf";
+static const char *const prog = CLI_PROG;
 
 /* ---- small helpers --------------------------------------------------------- */
 
