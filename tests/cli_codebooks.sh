@@ -90,10 +90,26 @@ for f in "$T/nonexistent.fkvf" "$CACHE" "$T/other/cb.fkvf"; do
     want=1
     [ -e "$f" ] || want=2
     check unpack-given-bad-$n $want "$FKVF" unpack ../arch/a.fkvf -o z.safetensors --codebooks "$f"
+    sed -n 's/^fkvf unpack: //p' "$T/err" >unpack.err
     check compact-given-bad-$n $want "$FKVF" compact ../arch/a.fkvf -o z.fkvf --codebooks "$f"
     check append-given-bad-$n $want "$FKVF" append ../arch/live.fkvf "$CACHE" --positions 180:200 --codebooks "$f"
     check verify-given-bad-$n $want "$FKVF" verify ../arch/a.fkvf --codebooks "$f"
     grep_in given-bad-$n-hash "$hash" "$T/err"
+    # verify opens the given FILE through the helper the other commands use
+    # (cli_open_codebook): the same error line
+    sed -n 's/^fkvf verify: //p' "$T/err" >verify.err
+    same verify-given-bad-$n-line unpack.err verify.err
 done
 same append-given-bad-unchanged ../arch/live.fkvf live.before2
+# verify --json: the top level has the library's code and message of the
+# codebook file, the error object its offset and clause as in the other commands
+check verify-given-json 1 "$FKVF" verify --json ../arch/a.fkvf --codebooks "$CACHE"
+cp "$T/out" verify.json
+check verify-given-json-fields 0 /usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["valid"] is False and d["code"] == d["error"]["code"], d
+assert d["error"]["name"] == "FKVF_E_CODEBOOK" and "not an FKVF file" in d["message"], d
+assert d["error"]["offset"] == 0 and d["error"]["clause"] == "3.1", d
+' verify.json
 finish cli_codebooks

@@ -148,6 +148,40 @@ if [ -x "$KVC" ]; then
     grep_in kvc-wrap-msg "header sizes do not match" "$T/err"
     check kvc-baddtype 2 "$KVC" "$T/wrap.kvc" "$T/w.safetensors" --dtype f8
     check kvc-badpositions 2 "$KVC" "$T/wrap.kvc" "$T/w.safetensors" --positions -1
+    # a valid file (L 1, G 2, D 2, P 3; K = i, K_pre = 100 + i, V = 200 + i
+    # for the i-th element of each tensor): the first --positions 2 of keys
+    # as cached, values and tokens, with where they came from
+    check kvc-make 0 /usr/bin/python3 -c '
+import struct, sys
+L, G, D, P = 1, 2, 2, 3
+h = b"KVGENRAW" + struct.pack("<7I", 1, 64, L, G, D, P, 1) + b"\0" * 4 + struct.pack("<f", 500000.0)
+h += b"\0" * (64 - len(h))
+body = struct.pack("<%dI" % (P + 1), 7, 8, 9, 10) + struct.pack("<%dI" % P, 0, 0, 0)
+n = G * P * D
+for base in (0, 100, 200):
+    body += struct.pack("<%df" % n, *[base + i for i in range(n)])
+open(sys.argv[1], "wb").write(h + body)
+' "$T/ok.kvc"
+    check kvc-ok 0 "$KVC" "$T/ok.kvc" "$T/kvc.safetensors" --dtype f32 --positions 2
+    grep_in kvc-ok-line "kvc.safetensors: 1 layers x 2 heads x 2 positions x 2 dims, f32" "$T/out"
+    check kvc-ok-content 0 /usr/bin/python3 -c '
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+data = b[8 + n:]
+def t(name):
+    e = h[name]
+    s, f = e["data_offsets"]
+    raw = data[s:f]
+    fmt = {"F32": "f", "I64": "q", "I32": "i"}[e["dtype"]]
+    return e["shape"], list(struct.unpack("<%d%s" % (len(raw) // struct.calcsize(fmt), fmt), raw))
+assert t("layers.0.key") == ([2, 2, 2], [0, 1, 2, 3, 6, 7, 8, 9]), t("layers.0.key")
+assert t("layers.0.value") == ([2, 2, 2], [200, 201, 202, 203, 206, 207, 208, 209]), t("layers.0.value")
+assert t("tokens")[1] == [7, 8], t("tokens")
+m = h["__metadata__"]
+assert m["rope_theta"] == "500000" and m["keys"] == "after RoPE (as cached)", m
+' "$T/kvc.safetensors"
 fi
 
 # NaN in the original (first f16 key element := 0x7e00): --json stays JSON

@@ -49,6 +49,12 @@ grep_in mixed "valid_quad_f32.fkvf: valid" "$T/out"
 grep_in mixed "checksum_DESC.fkvf: offset 0x[0-9a-f]*: \[clause 4.6\] CHECKSUM" "$T/out"
 # an I/O error wins over violations: 2
 check mixed-io 2 "$FKVF" validate "$C/checksum_DESC.fkvf" "$T/nonexistent.fkvf"
+# whatever its place (each file still gets its result), with --json too
+check mixed-io-first 2 "$FKVF" validate "$T/nonexistent.fkvf" "$C/checksum_DESC.fkvf"
+grep_in mixed-io-first "checksum_DESC.fkvf: 1 violation" "$T/out"
+check mixed-io-json 2 "$FKVF" validate --json "$T/nonexistent.fkvf" "$C/checksum_DESC.fkvf"
+cp "$T/out" "$T/mixed.json"
+check mixed-io-json-obj 0 /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); f=d["files"]; assert len(f)==2 and "error" in f[0] and f[1]["valid"] is False and d["error"]["class"]=="environment", d' "$T/mixed.json"
 
 # --json: parses, one entry per file, fields present; --max-violations caps
 check json 1 "$FKVF" validate --json --strict "$C/valid_quad_f16_rope.fkvf" "$C/overlap_sections.fkvf"

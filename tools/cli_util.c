@@ -746,67 +746,96 @@ int cli_key_value(cli_key_opts *k, const char *a, const char *v)
     return 1;
 }
 
-int cli_keys_from_codebook(fkvf_reader *cb, const char *cbpath, cli_key_opts *k,
-                           uint32_t key_dim)
+/* A given key option that contradicts the codebook's training: the option,
+ * the value trained with and the value given. */
+typedef struct key_clash {
+    const char *opt; /* NULL: none (yet) */
+    char trained[64], given[64];
+} key_clash;
+
+/* train.keys: taken when --keys is not given, else compared. */
+static void cb_train_keys(fkvf_reader *cb, cli_key_opts *k, key_clash *c)
 {
     fkvf_meta_entry e;
-    /* a given option that contradicts the training: the codebook's
-     * centroids are keys un-rotated the other way, and every key would be
-     * coded against them (keys came back at 3.8 dB instead of 9.6) */
-    const char *clash = NULL;
-    char trained[64] = "", given[64] = "";
-    if (fkvf_reader_meta_find(cb, "train.keys", &e) == FKVF_OK && e.type == FKVF_META_UTF8) {
-        int v = e.value_len == 5 && !memcmp(e.value, "as-is", 5)       ? 0
-                : e.value_len == 8 && !memcmp(e.value, "pre-rope", 8) ? 1
-                                                                       : -1;
-        if (v >= 0 && !k->keys_set)
-            k->pre_rope = v;
-        else if (v >= 0 && k->pre_rope != v && !k->no_rope) {
-            clash = "--keys";
-            snprintf(trained, sizeof trained, "%s", v ? "pre-rope" : "as-is");
-            snprintf(given, sizeof given, "%s", k->pre_rope ? "pre-rope" : "as-is");
-        }
+    if (fkvf_reader_meta_find(cb, "train.keys", &e) != FKVF_OK || e.type != FKVF_META_UTF8)
+        return;
+    int v = e.value_len == 5 && !memcmp(e.value, "as-is", 5)       ? 0
+            : e.value_len == 8 && !memcmp(e.value, "pre-rope", 8) ? 1
+                                                                   : -1;
+    if (v >= 0 && !k->keys_set) {
+        k->pre_rope = v;
+    } else if (v >= 0 && k->pre_rope != v && !k->no_rope) {
+        c->opt = "--keys";
+        snprintf(c->trained, sizeof c->trained, "%s", v ? "pre-rope" : "as-is");
+        snprintf(c->given, sizeof c->given, "%s", k->pre_rope ? "pre-rope" : "as-is");
     }
-    int un_rotated = k->pre_rope && !k->no_rope; /* only then do the rope settings matter */
+}
+
+/* train.rope_theta and train.rope_dims: taken when not given, else
+ * compared (they matter only for keys archived un-rotated). */
+static void cb_train_rope(fkvf_reader *cb, cli_key_opts *k, uint32_t key_dim, int un_rotated,
+                          key_clash *c)
+{
+    fkvf_meta_entry e;
     if (fkvf_reader_meta_find(cb, "train.rope_theta", &e) == FKVF_OK && e.type == FKVF_META_F64 &&
         isfinite(e.f64) && e.f64 > 0) {
-        if (!k->theta_set)
+        if (!k->theta_set) {
             k->theta = e.f64;
-        else if (k->theta != e.f64 && un_rotated && !clash) {
-            clash = "--rope-theta";
-            snprintf(trained, sizeof trained, "%.10g", e.f64);
-            snprintf(given, sizeof given, "%.10g", k->theta);
+        } else if (k->theta != e.f64 && un_rotated && !c->opt) {
+            c->opt = "--rope-theta";
+            snprintf(c->trained, sizeof c->trained, "%.10g", e.f64);
+            snprintf(c->given, sizeof c->given, "%.10g", k->theta);
         }
     }
     if (fkvf_reader_meta_find(cb, "train.rope_dims", &e) == FKVF_OK && e.type == FKVF_META_U64 &&
         e.u64 >= 2 && e.u64 <= key_dim && e.u64 % 2 == 0) {
-        if (!k->dims_set)
+        if (!k->dims_set) {
             k->dims = (uint32_t)e.u64;
-        else if ((k->dims ? k->dims : key_dim) != e.u64 && un_rotated && !clash) {
-            clash = "--rope-dims";
-            snprintf(trained, sizeof trained, "%llu", (unsigned long long)e.u64);
-            snprintf(given, sizeof given, "%u", k->dims ? k->dims : key_dim);
+        } else if ((k->dims ? k->dims : key_dim) != e.u64 && un_rotated && !c->opt) {
+            c->opt = "--rope-dims";
+            snprintf(c->trained, sizeof c->trained, "%llu", (unsigned long long)e.u64);
+            snprintf(c->given, sizeof c->given, "%u", k->dims ? k->dims : key_dim);
         }
     }
-    if (fkvf_reader_meta_find(cb, "train.rope_layout", &e) == FKVF_OK && e.type == FKVF_META_UTF8) {
-        int v = e.value_len == 10 && !memcmp(e.value, "half-split", 10)    ? 2
-                : e.value_len == 11 && !memcmp(e.value, "interleaved", 11) ? 1
-                                                                           : 0;
-        if (v && !k->layout_set)
-            k->layout = (uint8_t)v, k->layout_cb = 1;
-        else if (v && k->layout != v && un_rotated && !clash) {
-            clash = "--rope-layout";
-            snprintf(trained, sizeof trained, "%s", v == 2 ? "half-split" : "interleaved");
-            snprintf(given, sizeof given, "%s", k->layout == 2 ? "half-split" : "interleaved");
-        }
+}
+
+/* train.rope_layout: taken when --rope-layout is not given, else compared. */
+static void cb_train_layout(fkvf_reader *cb, cli_key_opts *k, int un_rotated, key_clash *c)
+{
+    fkvf_meta_entry e;
+    if (fkvf_reader_meta_find(cb, "train.rope_layout", &e) != FKVF_OK || e.type != FKVF_META_UTF8)
+        return;
+    int v = e.value_len == 10 && !memcmp(e.value, "half-split", 10)    ? 2
+            : e.value_len == 11 && !memcmp(e.value, "interleaved", 11) ? 1
+                                                                       : 0;
+    if (v && !k->layout_set) {
+        k->layout = (uint8_t)v, k->layout_cb = 1;
+    } else if (v && k->layout != v && un_rotated && !c->opt) {
+        c->opt = "--rope-layout";
+        snprintf(c->trained, sizeof c->trained, "%s", v == 2 ? "half-split" : "interleaved");
+        snprintf(c->given, sizeof c->given, "%s", k->layout == 2 ? "half-split" : "interleaved");
     }
-    if (!clash)
+}
+
+int cli_keys_from_codebook(fkvf_reader *cb, const char *cbpath, cli_key_opts *k,
+                           uint32_t key_dim)
+{
+    /* a given option that contradicts the training: the codebook's
+     * centroids are keys un-rotated the other way, and every key would be
+     * coded against them (keys came back at 3.8 dB instead of 9.6) */
+    key_clash c;
+    memset(&c, 0, sizeof c);
+    cb_train_keys(cb, k, &c);
+    int un_rotated = k->pre_rope && !k->no_rope; /* only then do the rope settings matter */
+    cb_train_rope(cb, k, key_dim, un_rotated, &c);
+    cb_train_layout(cb, k, un_rotated, &c);
+    if (!c.opt)
         return 0;
     return cli_fail(CLI_INVALID, FKVF_E_CODEBOOK, cbpath,
                     "trained with %s %s, and %s %s was given: its centroids are keys handled "
                     "the other way. Drop %s (the codebook's setting is used), or train a "
                     "codebook with it (fkvf train CACHE... %s %s -o FILE)",
-                    clash, trained, clash, given, clash, clash, given);
+                    c.opt, c.trained, c.opt, c.given, c.opt, c.opt, c.given);
 }
 
 int cli_key_rope(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf_rope *rope,
@@ -832,12 +861,56 @@ int cli_key_rope(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf
     return 0;
 }
 
-int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
-                        fkvf_reader **cb, char *missing, size_t missing_size)
+/* The code and message of a failure about to be reported, into st (when
+ * not NULL): the message of the handle `from`, or without one the text of
+ * the library's code `lib_rc`. */
+static void codebook_failure(cli_codebook_status *st, int rc, const fkvf_reader *from, int lib_rc)
+{
+    if (!st)
+        return;
+    st->rc = rc;
+    snprintf(st->message, sizeof st->message, "%s",
+             from ? fkvf_reader_message(from) : fkvf_strerror(lib_rc));
+}
+
+/* The codebook file `given` opened and attached to r. */
+static int attach_given(fkvf_reader *r, const char *archive, const char *given, const char *hx,
+                        fkvf_reader **cb, cli_codebook_status *st)
+{
+    fkvf_reader *c = NULL;
+    int rc = fkvf_reader_open_file(&c, given, 0, NULL);
+    if (rc != FKVF_OK) {
+        /* a FILE that is not there or cannot be read: exit 2, as any
+         * path; one that is not a codebook file: invalid input */
+        char pre[200];
+        snprintf(pre, sizeof pre, "(the archive %.80s expects the codebook with content hash %s) ",
+                 archive, hx);
+        int code = rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? rc : FKVF_E_CODEBOOK;
+        codebook_failure(st, code, c, rc);
+        int ex = cli_fail_reader(code, c, given, pre);
+        fkvf_reader_free(c);
+        return ex;
+    }
+    if ((rc = fkvf_reader_attach_codebook(r, c)) != FKVF_OK) {
+        /* the library's message names the archive and the file */
+        codebook_failure(st, rc, r, rc);
+        int ex = cli_fail_reader(rc, r, archive, "");
+        fkvf_reader_free(c);
+        return ex;
+    }
+    *cb = c;
+    return CLI_OK;
+}
+
+int cli_open_codebook(fkvf_reader *r, const char *archive, const char *given, fkvf_reader **cb,
+                      cli_codebook_status *st)
 {
     *cb = NULL;
-    if (missing && missing_size)
-        missing[0] = 0;
+    if (st) {
+        st->rc = FKVF_OK;
+        st->message[0] = 0;
+        st->missing[0] = 0;
+    }
     int ext = 0;
     uint8_t want[16];
     const char *name = NULL;
@@ -845,34 +918,13 @@ int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
         return CLI_OK;
     char hx[33];
     cli_hex16(want, hx);
-    if (given) {
-        fkvf_reader *c = NULL;
-        int rc = fkvf_reader_open_file(&c, given, 0, NULL);
-        if (rc != FKVF_OK) {
-            /* a FILE that is not there or cannot be read: exit 2, as any
-             * path; one that is not a codebook file: invalid input */
-            char pre[200];
-            snprintf(pre, sizeof pre, "(the archive %.80s expects the codebook with content hash %s) ",
-                     archive, hx);
-            int ex = cli_fail_reader(rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? rc : FKVF_E_CODEBOOK,
-                                     c, given, pre);
-            fkvf_reader_free(c);
-            return ex;
-        }
-        if ((rc = fkvf_reader_attach_codebook(r, c)) != FKVF_OK) {
-            /* the library's message names the archive and the file */
-            int ex = cli_fail_reader(rc, r, archive, "");
-            fkvf_reader_free(c);
-            return ex;
-        }
-        *cb = c;
-        return CLI_OK;
-    }
+    if (given)
+        return attach_given(r, archive, given, hx, cb, st);
     int rc = fkvf_reader_find_codebook(r, getenv("FKVF_CODEBOOK_PATH"), cb);
     if (rc == FKVF_OK)
         return CLI_OK;
-    if ((rc == FKVF_E_NOT_FOUND || rc == FKVF_E_IO) && missing) {
-        snprintf(missing, missing_size, "%s", fkvf_reader_message(r));
+    if ((rc == FKVF_E_NOT_FOUND || rc == FKVF_E_IO) && st && st->allow_missing) {
+        snprintf(st->missing, sizeof st->missing, "%s", fkvf_reader_message(r));
         return CLI_OK;
     }
     /* not found or not fitting: invalid input, as a wrong --codebooks FILE;
@@ -887,12 +939,25 @@ int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
             msg[ml - tl] = 0;
         fkvf_error_info e;
         int have = fkvf_reader_error(r, &e) == FKVF_OK;
+        codebook_failure(st, FKVF_E_CODEBOOK, r, rc);
         return cli_fail_at(CLI_INVALID, FKVF_E_CODEBOOK, archive,
                            have ? e.offset : FKVF_ERROR_NO_OFFSET, have ? e.clause : NULL,
                            "%s; pass --codebooks FILE, or put its directory in FKVF_CODEBOOK_PATH",
                            msg);
     }
+    codebook_failure(st, rc, r, rc);
     return cli_fail_reader(rc, r, archive, "");
+}
+
+int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
+                        fkvf_reader **cb, char *missing, size_t missing_size)
+{
+    cli_codebook_status st;
+    st.allow_missing = missing != NULL;
+    int ex = cli_open_codebook(r, archive, given, cb, &st);
+    if (missing && missing_size)
+        snprintf(missing, missing_size, "%s", st.missing);
+    return ex;
 }
 
 unsigned cli_quad_bits_for(uint64_t maxv)

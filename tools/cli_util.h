@@ -224,9 +224,24 @@ int cli_key_rope(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf
  * archive: the one exit status of every command for a missing or wrong
  * codebook) or CLI_USAGE (a given FILE that does not exist or cannot be
  * read, as any path; out of memory; an I/O error while searching).
- * With `missing` (not NULL), a codebook that is not found is no error:
- * CLI_OK, *cb NULL and the reason (naming the hash, the hint and the
- * directories searched) in missing; "" when found or not needed. */
+ * With st->allow_missing, a codebook that is not found (or an I/O error
+ * while searching) is no error: CLI_OK, *cb NULL and the reason (naming
+ * the hash, the hint and the directories searched) in st->missing, "" when
+ * found or not needed. st->rc and st->message: the library code and
+ * message of the failure reported (FKVF_E_CODEBOOK for a given FILE that
+ * is not a codebook file), for a caller that prints them (verify --json);
+ * FKVF_OK and "" on success. st may be NULL (no missing allowed). */
+typedef struct cli_codebook_status {
+    int allow_missing;  /* in */
+    int rc;             /* out */
+    char message[1024]; /* out */
+    char missing[1024]; /* out */
+} cli_codebook_status;
+int cli_open_codebook(fkvf_reader *r, const char *archive, const char *given, fkvf_reader **cb,
+                      cli_codebook_status *st);
+
+/* cli_open_codebook, with `missing` (not NULL) allowing a codebook not
+ * found and receiving st->missing. */
 int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
                         fkvf_reader **cb, char *missing, size_t missing_size);
 

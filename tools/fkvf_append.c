@@ -13,12 +13,8 @@
 
 #include "cacheio.h"
 #include "cli_util.h"
+#include "commands.h"
 #include "fkvf.h"
-
-/* entry points, called from fkvf.c */
-int fkvf_cli_append(int argc, char **argv);
-int fkvf_cli_compact(int argc, char **argv);
-int fkvf_cli_recover(int argc, char **argv);
 
 /* ---- helpers ------------------------------------------------------------ */
 

@@ -10,15 +10,8 @@
 
 #include "cacheio.h"
 #include "cli_util.h"
+#include "commands.h"
 #include "fkvf.h"
-
-int fkvf_cli_index_file(const char *path, int nosync); /* fkvf_search.c */
-
-/* entry points, called from fkvf.c */
-int fkvf_cli_pack(int argc, char **argv);
-int fkvf_cli_unpack(int argc, char **argv);
-int fkvf_cli_train(int argc, char **argv);
-int fkvf_cli_compare(int argc, char **argv);
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -298,6 +291,382 @@ static void pack_free(pack_state *s)
     fkvf_writer_free(s->w);
 }
 
+/* The geometry of the pack: P positions, S leading and W trailing exact,
+ * A archived between them; S_policy is the descriptor's sinks, whatever is
+ * stored exact. */
+typedef struct pack_plan {
+    uint64_t P, S, W, A, S_policy;
+    size_t rb;             /* bytes of a row */
+    fkvf_rope rope;
+    const fkvf_rope *krope; /* &rope when the keys are archived un-rotated */
+    uint32_t k;
+    uint8_t hash[16];       /* the codebook file's content hash */
+    fkvf_codebook_shape shape;
+} pack_plan;
+
+/* The RoPE check: always with --check-rope, else when the keys are
+ * un-rotated at all. Returns -1 to go on, else the exit status (the check
+ * was all the command does, or it failed). */
+static int pack_check_rope(const pack_opts *o, pack_state *s, const pack_plan *p)
+{
+    if (!o->check_rope && !p->krope)
+        return -1;
+    kvio_cache *c = &s->c;
+    cli_rope_report rr;
+    if (cli_rope_measure(c, 0, c->n_positions, 0, &p->rope, p->krope != NULL, &rr))
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    rr.no_rope = o->keys.no_rope;
+    rr.codebook = o->cbfile;
+    /* with --json: the check's object when it is all the command does
+     * (no -o, right settings), else its table on stderr */
+    if (o->check_rope && o->json && !o->out && rr.verdict != 1)
+        cli_rope_json(stdout, o->in, &rr);
+    else if (o->check_rope)
+        cli_rope_print(o->json ? stderr : stdout, o->in, &rr);
+    else
+        cli_rope_warn(o->in, &rr);
+    if (!o->check_rope || (rr.verdict != 1 && o->out))
+        return -1;
+    if (rr.verdict == 1)
+        return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->in,
+                        "--check-rope: the RoPE settings look wrong%s%s%s", o->out ? "; " : "",
+                        o->out ? o->out : "", o->out ? " not written" : "");
+    return CLI_OK;
+}
+
+/* --train: k by the rule of pack --help when --k is not given; every
+ * position exact when even the smallest codebook costs more than the rows
+ * it would encode. */
+static void pack_choose_k(const pack_opts *o, const kvio_cache *c, pack_plan *p)
+{
+    p->k = o->code.k;
+    const char *advice = "for small caches a shared codebook compresses better: train it once "
+                         "(fkvf train CACHE... -o CODEBOOKS) and pack with --codebooks CODEBOOKS";
+    uint64_t A = p->A;
+    if (A > 0 && !o->cbfile && !o->code.k_set && o->code.ks + o->code.vs > 0) {
+        p->k = cli_auto_k(c, A, o->code.ks, o->code.vs, o->f32);
+        if (p->k)
+            return;
+        uint32_t k = p->k = CLI_CB_K_MIN;
+        uint64_t cb = cli_cb_bytes(c, k, o->code.ks, o->code.vs, o->f32, 0);
+        double idx = (double)A * c->n_layers * c->n_kv_heads * (o->code.ks + o->code.vs) *
+                     cli_quad_bits_for(k - 1) / 8.0;
+        double exact = (double)A * (double)p->rb;
+        if ((double)cb + idx >= exact) {
+            cli_note("%s: %" PRIu64 " archived positions are too few for an embedded "
+                     "codebook (k = %u: %" PRIu64 " codebook bytes + about %.0f index bytes "
+                     ">= the %.0f bytes of the rows): every position stored exact, no "
+                     "codebook, and every position a later fkvf append adds to the "
+                     "archive is stored exact too (an archive's codebook is chosen when it "
+                     "is made); --k N forces a codebook; %s",
+                     o->in, A, k, cb, idx, exact, advice);
+            p->S = p->P;
+            p->W = 0;
+            p->A = 0;
+        } else {
+            cli_warn_k_min(o->in, c, A, "archived positions", o->code.ks, o->code.vs, o->f32,
+                           advice);
+        }
+    } else if (A > 0 && !o->cbfile) {
+        cli_warn_codebook(o->in, c, p->k, cli_cb_bytes(c, p->k, o->code.ks, o->code.vs, o->f32, 0),
+                          A, A, "archived rows it encodes", "archived rows it encodes", advice);
+    }
+}
+
+/* The codebooks trained on every row of the cache (--train). */
+static int pack_train(const pack_opts *o, pack_state *s, pack_plan *p)
+{
+    const kvio_cache *c = &s->c;
+    fkvf_rows all = {s->rows, (size_t)p->P, c->dtype, 0};
+    fkvf_rvq_params prm;
+    cli_rvq_params_for(&prm, c);
+    prm.k = p->k;
+    prm.k_stages = o->code.ks;
+    prm.v_stages = o->code.vs;
+    prm.table_dtype = o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
+    prm.seed = o->code.seed;
+    prm.max_iters = o->code.iters;
+    prm.key_rope = p->krope;
+    cli_progress pg;
+    cli_progress_init(&pg, "train ", 0);
+    prm.progress = cli_progress_cb;
+    prm.progress_opaque = &pg;
+    int rc = fkvf_rvq_train(&s->q, &prm, &all, 1, NULL);
+    if (rc != FKVF_OK)
+        return cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, o->in,
+                        "training failed: %s", fkvf_strerror(rc));
+    uint32_t heads;
+    fkvf_rvq_shape(s->q, &p->shape, &heads);
+    return CLI_OK;
+}
+
+/* The A archived rows encoded into s->codes (one array of A codes per
+ * index stream), in chunks with a progress bar. */
+static int pack_encode(const pack_opts *o, pack_state *s, const pack_plan *p)
+{
+    size_t ncodes = fkvf_rvq_codes_per_position(s->q);
+    uint64_t A = p->A, P = p->P;
+    s->codes = malloc(ncodes * (size_t)A * sizeof *s->codes + 1);
+    s->sym = malloc((size_t)(A > P ? A : P) * sizeof *s->sym);
+    if (!s->codes || !s->sym)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    cli_progress pg;
+    cli_progress_init(&pg, "encode", 0);
+    const uint64_t chunk = 256;
+    for (uint64_t i = 0; i < A; i += chunk) {
+        uint64_t n = A - i < chunk ? A - i : chunk;
+        fkvf_rows part = {s->rows + (size_t)(p->S + i) * p->rb, (size_t)n, s->c.dtype, p->S + i};
+        int rc = fkvf_rvq_encode(s->q, &part, p->krope, o->code.beam, s->codes + i, 1, (size_t)A);
+        if (rc != FKVF_OK)
+            return cli_fail(cli_fkvf_exit(rc), rc, o->in, "encoding failed: %s", fkvf_strerror(rc));
+        cli_progress_cb(&pg, i + n, A);
+    }
+    return CLI_OK;
+}
+
+/* The descriptor and the metadata. *stage: what failed. */
+static int pack_write_desc(const pack_opts *o, pack_state *s, const pack_plan *p,
+                           const char **stage)
+{
+    const kvio_cache *c = &s->c;
+    fkvf_desc d;
+    cli_desc_for(&d, c, &p->rope, o->keys.no_rope, p->krope);
+    d.n_sinks = (uint32_t)p->S_policy;
+    d.window = (uint32_t)(o->code.recent > UINT32_MAX ? UINT32_MAX : o->code.recent);
+    d.model_id = o->code.model_id;
+    d.tokenizer_id = o->code.tok_id;
+    *stage = "descriptor";
+    int rc = fkvf_writer_set_desc(s->w, &d);
+    if (rc == FKVF_OK) {
+        *stage = "metadata";
+        rc = fkvf_writer_meta_utf8(s->w, "pack.source", cli_base_name(o->in));
+    }
+    if (rc == FKVF_OK)
+        rc = fkvf_writer_meta_utf8(s->w, "pack.tool", "fkvf " FKVF_VERSION_STRING);
+    if (rc == FKVF_OK)
+        rc = pack_source_meta(s->w, c, o->layout, o->in);
+    if (rc == FKVF_OK && p->A > 0) {
+        rc = fkvf_writer_meta_u64(s->w, "pack.beam", o->code.beam);
+        if (rc == FKVF_OK && o->train)
+            rc = fkvf_writer_meta_u64(s->w, "pack.seed", o->code.seed);
+        if (rc == FKVF_OK && o->cbfile)
+            rc = fkvf_writer_meta_utf8(s->w, "pack.codebooks", cli_base_name(o->cbfile));
+    }
+    return rc;
+}
+
+/* The codebooks (embedded, or the reference to the file) and the index
+ * streams. */
+static int pack_write_codebooks(const pack_opts *o, pack_state *s, const pack_plan *p,
+                                const char **stage)
+{
+    int rc;
+    *stage = "codebooks";
+    if (o->cbfile) {
+        rc = fkvf_writer_add_codebook_ref(s->w, &p->shape, p->hash, cli_base_name(o->cbfile));
+    } else {
+        size_t tsz = fkvf_rvq_tables_size(s->q);
+        s->tables = malloc(tsz ? tsz : 1);
+        rc = s->tables ? fkvf_rvq_tables(s->q, s->tables, tsz) : FKVF_E_NOMEM;
+        if (rc == FKVF_OK)
+            rc = fkvf_writer_add_codebooks(s->w, &p->shape, s->tables, tsz, 0);
+    }
+    *stage = "index streams";
+    if (rc != FKVF_OK)
+        return rc;
+    fkvf_stream_spec sp;
+    memset(&sp, 0, sizeof sp);
+    if (o->code.ngon) {
+        sp.profile = FKVF_PROFILE_NGON;
+        sp.alphabet = p->shape.k;
+    } else {
+        sp.profile = FKVF_PROFILE_QUAD;
+        sp.symbol_bits = cli_quad_bits_for(p->shape.k - 1);
+    }
+    /* s->codes holds one array of A codes per index stream */
+    return fkvf_writer_add_index_segment(s->w, &sp, 0, p->A, s->codes, 1, (size_t)p->A);
+}
+
+/* The token stream (left out, with a warning, for ids above 2^32-1). */
+static int pack_write_tokens(const pack_opts *o, pack_state *s, const pack_plan *p)
+{
+    const kvio_cache *c = &s->c;
+    uint64_t P = p->P;
+    uint32_t *tok = s->sym ? s->sym : malloc((size_t)P * sizeof *tok);
+    int64_t mx = 0;
+    int rc = FKVF_OK;
+    for (uint64_t t = 0; t < P; t++)
+        mx = c->tokens[t] > mx ? c->tokens[t] : mx;
+    if (!tok) {
+        rc = FKVF_E_NOMEM;
+    } else if (mx > (int64_t)UINT32_MAX) {
+        cli_warn("%s: token ids above 2^32-1, token stream left out", o->in);
+    } else {
+        for (uint64_t t = 0; t < P; t++)
+            tok[t] = (uint32_t)c->tokens[t];
+        fkvf_stream_spec sp;
+        memset(&sp, 0, sizeof sp);
+        sp.profile = FKVF_PROFILE_QUAD;
+        sp.symbol_bits = cli_quad_bits_for((uint64_t)mx);
+        rc = fkvf_writer_add_token_segment(s->w, &sp, 0, tok, (size_t)P);
+    }
+    if (tok != s->sym)
+        free(tok);
+    return rc;
+}
+
+/* The archive written: descriptor, metadata, exact rows, codebooks and
+ * index streams, token stream, commit. */
+static int pack_write(const pack_opts *o, pack_state *s, const pack_plan *p)
+{
+    const kvio_cache *c = &s->c;
+    uint64_t S = p->S, W = p->W, A = p->A;
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    if (o->cbfile)
+        wo.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
+    if ((A > 0 || o->cbfile) && o->code.ngon)
+        wo.required_features |= FKVF_FEAT_NGON;
+    if (o->deflate)
+        wo.required_features |= FKVF_FEAT_DEFLATE;
+    if (c->tokens)
+        wo.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
+    wo.no_replace = !o->force; /* nor one that appears meanwhile */
+    int rc = fkvf_writer_create_file(&s->w, o->out, &wo, NULL);
+    if (rc != FKVF_OK)
+        return cli_fail_writer(rc, s->w, o->out, "");
+    const char *stage = "descriptor";
+    rc = pack_write_desc(o, s, p, &stage);
+    unsigned xflags = o->deflate ? FKVF_SECTION_DEFLATE : 0;
+    if (rc == FKVF_OK && S > 0) {
+        stage = "exact rows";
+        rc = fkvf_writer_add_exact(s->w, 0, S, s->rows, (size_t)S * p->rb, xflags);
+    }
+    if (rc == FKVF_OK && W > 0) {
+        stage = "exact rows";
+        rc = fkvf_writer_add_exact(s->w, S + A, W, s->rows + (size_t)(S + A) * p->rb,
+                                   (size_t)W * p->rb, xflags);
+    }
+    if (rc == FKVF_OK && (A > 0 || o->cbfile))
+        rc = pack_write_codebooks(o, s, p, &stage);
+    if (rc == FKVF_OK && c->tokens) {
+        stage = "token stream";
+        rc = pack_write_tokens(o, s, p);
+    }
+    if (rc == FKVF_OK) {
+        stage = "commit";
+        rc = fkvf_writer_set_positions(s->w, p->P, A);
+    }
+    if (rc == FKVF_OK)
+        rc = fkvf_writer_finish(s->w);
+    if (rc != FKVF_OK) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "writing the %s failed: ", stage);
+        return cli_fail_writer(rc, s->w, o->out, pre);
+    }
+    return CLI_OK;
+}
+
+/* The archive's size and its ratio vs fp16 with the codebook counted
+ * (embedded, or the file's size), then without it. */
+static void pack_print(const pack_opts *o, const pack_state *s, const pack_plan *p)
+{
+    uint64_t P = p->P, A = p->A;
+    uint64_t bytes = cli_file_size(o->out);
+    double fp16 = cli_fp16_rows(&s->c, P);
+    uint64_t cbb = A > 0 && !o->cbfile ? fkvf_codebook_size(&p->shape) : 0;
+    char ratio[256];
+    uint64_t fb = o->cbfile ? cli_file_size(o->cbfile) : 0;
+    double r_with, r_without; /* the codebook counted, and not */
+    if (o->cbfile) {
+        r_with = fp16 / (double)(bytes + fb);
+        r_without = bytes ? fp16 / (double)bytes : 0.0;
+        snprintf(ratio, sizeof ratio, "%.2fx with the codebook file (%s, %" PRIu64
+                 " bytes), %.2fx without it", r_with, cli_base_name(o->cbfile), fb, r_without);
+    } else if (cbb && cbb < bytes) {
+        r_with = fp16 / (double)bytes;
+        r_without = fp16 / (double)(bytes - cbb);
+        snprintf(ratio, sizeof ratio, "%.2fx with the embedded codebook (k = %u, %" PRIu64
+                 " bytes), %.2fx without it", r_with, p->shape.k, cbb, r_without);
+    } else {
+        r_with = r_without = bytes ? fp16 / (double)bytes : 0.0;
+        snprintf(ratio, sizeof ratio, "%.2fx, no codebook (every position exact)", r_with);
+    }
+    if (!o->json) {
+        char msg[1024];
+        snprintf(msg, sizeof msg,
+                 "%s: %" PRIu64 " positions (%" PRIu64 " exact, %" PRIu64 " archived), %" PRIu64
+                 " bytes, ratio vs fp16 %s; fp16 cache %.0f bytes",
+                 o->out, P, P - A, A, bytes, ratio, fp16);
+        puts(msg);
+        return;
+    }
+    printf("{\"archive\":");
+    cli_json_cstr(stdout, o->out);
+    printf(",\"cache\":");
+    cli_json_cstr(stdout, o->in);
+    printf(",\"positions\":%" PRIu64 ",\"exact\":%" PRIu64 ",\"archived\":%" PRIu64
+           ",\"bytes\":%" PRIu64 ",\"fp16_bytes\":%.0f,\"codebook_bytes\":%" PRIu64
+           ",\"k\":%u,\"codebooks\":",
+           P, P - A, A, bytes, fp16, o->cbfile ? fb : cbb, A > 0 || o->cbfile ? p->shape.k : 0u);
+    if (o->cbfile) {
+        printf("{\"external\":");
+        cli_json_cstr(stdout, o->cbfile);
+        printf("}");
+    } else {
+        printf(A > 0 ? "\"embedded\"" : "null");
+    }
+    printf(",\"ratio_fp16\":%.6g,\"ratio_fp16_with_codebook\":%.6g,"
+           "\"ratio_fp16_without_codebook\":%.6g,\"indexed\":%s}\n",
+           bytes ? fp16 / (double)bytes : 0.0, r_with, r_without, o->index ? "true" : "false");
+}
+
+/* The cache read and checked, the geometry planned, the RoPE check.
+ * Returns -1 to go on, else the exit status. */
+static int pack_prepare(pack_opts *o, pack_state *s, pack_plan *p)
+{
+    int ex = read_cache(o->in, o->layout, &s->c);
+    if (ex)
+        return ex;
+    kvio_cache *c = &s->c;
+    p->P = c->n_positions;
+    p->S = o->code.sinks < p->P ? o->code.sinks : p->P;
+    p->W = o->code.recent < p->P - p->S ? o->code.recent : p->P - p->S;
+    p->A = p->P - p->S - p->W;
+    p->S_policy = p->S;
+    p->rb = cli_cache_row_elems(c) * kvio_dtype_size(c->dtype);
+    /* a codebook file is checked (and referred to) even when no position
+     * ends up archived: the archive can then archive later appends */
+    if (o->cbfile &&
+        (ex = cli_load_codebook_file(o->cbfile, c, &o->keys, &s->cbr, &p->shape, p->hash, &s->q)))
+        return ex;
+    cli_keys_hf_default(&o->keys, c, o->in);
+    if (cli_key_rope(&o->keys, c->key_dim, o->in, &p->rope, &p->krope))
+        return CLI_USAGE;
+    return pack_check_rope(o, s, p);
+}
+
+static int pack_run(pack_opts *o, pack_state *s, pack_plan *p)
+{
+    int ex = pack_prepare(o, s, p);
+    if (ex >= 0)
+        return ex;
+    s->rows = cache_to_rows(&s->c);
+    if (!s->rows)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    pack_choose_k(o, &s->c, p);
+    if (p->A > 0 && !s->q && (ex = pack_train(o, s, p)) != CLI_OK)
+        return ex;
+    if (p->A > 0 && (ex = pack_encode(o, s, p)) != CLI_OK)
+        return ex;
+    if ((ex = pack_write(o, s, p)) != CLI_OK)
+        return ex;
+    if (o->index && (ex = fkvf_cli_index_file(o->out, 0)) != CLI_OK)
+        return ex; /* search index (fkvf_search.c); the archive itself is complete */
+    pack_print(o, s, p);
+    return CLI_OK;
+}
+
 int fkvf_cli_pack(int argc, char **argv)
 {
     pack_opts o;
@@ -313,313 +682,9 @@ int fkvf_cli_pack(int argc, char **argv)
     }
     pack_state s;
     memset(&s, 0, sizeof s);
-    ex = read_cache(o.in, o.layout, &s.c);
-    if (ex)
-        return ex;
-    kvio_cache *c = &s.c;
-    uint64_t P = c->n_positions;
-    uint64_t S = o.code.sinks < P ? o.code.sinks : P;
-    uint64_t W = o.code.recent < P - S ? o.code.recent : P - S;
-    uint64_t A = P - S - W;
-    uint64_t S_policy = S; /* the descriptor's sinks, whatever is stored exact */
-    size_t es = kvio_dtype_size(c->dtype);
-    size_t rb = cli_cache_row_elems(c) * es;
-    fkvf_rope rope;
-    const fkvf_rope *krope;
-    uint8_t hash[16];
-    fkvf_codebook_shape shape;
-    memset(&shape, 0, sizeof shape);
-    char msg[1024];
-
-    /* a codebook file is checked (and referred to) even when no position
-     * ends up archived: the archive can then archive later appends */
-    if (o.cbfile) {
-        ex = cli_load_codebook_file(o.cbfile, c, &o.keys, &s.cbr, &shape, hash, &s.q);
-        if (ex)
-            goto out;
-    }
-    cli_keys_hf_default(&o.keys, c, o.in);
-    if (cli_key_rope(&o.keys, c->key_dim, o.in, &rope, &krope)) {
-        ex = CLI_USAGE;
-        goto out;
-    }
-    /* are the keys un-rotated right? (always with --check-rope; else when
-     * they are un-rotated at all) */
-    if (o.check_rope || krope) {
-        cli_rope_report rr;
-        if (cli_rope_measure(c, 0, c->n_positions, 0, &rope, krope != NULL, &rr)) {
-            ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o.in, "out of memory");
-            goto out;
-        }
-        rr.no_rope = o.keys.no_rope;
-        rr.codebook = o.cbfile;
-        /* with --json: the check's object when it is all the command does
-         * (no -o, right settings), else its table on stderr */
-        if (o.check_rope && o.json && !o.out && rr.verdict != 1)
-            cli_rope_json(stdout, o.in, &rr);
-        else if (o.check_rope)
-            cli_rope_print(o.json ? stderr : stdout, o.in, &rr);
-        else
-            cli_rope_warn(o.in, &rr);
-        if (o.check_rope && (rr.verdict == 1 || !o.out)) {
-            if (rr.verdict == 1)
-                ex = cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o.in,
-                              "--check-rope: the RoPE settings look wrong%s%s%s", o.out ? "; " : "",
-                              o.out ? o.out : "", o.out ? " not written" : "");
-            else
-                ex = CLI_OK;
-            goto out;
-        }
-    }
-    s.rows = cache_to_rows(c);
-    if (!s.rows) {
-        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o.in, "out of memory");
-        goto out;
-    }
-    /* --train: k by the rule of pack --help when --k is not given; every
-     * position exact when even the smallest codebook costs more than the
-     * rows it would encode */
-    uint32_t k = o.code.k;
-    const char *advice = "for small caches a shared codebook compresses better: train it once "
-                         "(fkvf train CACHE... -o CODEBOOKS) and pack with --codebooks CODEBOOKS";
-    if (A > 0 && !o.cbfile && !o.code.k_set && o.code.ks + o.code.vs > 0) {
-        k = cli_auto_k(c, A, o.code.ks, o.code.vs, o.f32);
-        if (!k) {
-            k = CLI_CB_K_MIN;
-            uint64_t cb = cli_cb_bytes(c, k, o.code.ks, o.code.vs, o.f32, 0);
-            double idx = (double)A * c->n_layers * c->n_kv_heads * (o.code.ks + o.code.vs) *
-                         cli_quad_bits_for(k - 1) / 8.0;
-            double exact = (double)A * (double)rb;
-            if ((double)cb + idx >= exact) {
-                cli_note("%s: %" PRIu64 " archived positions are too few for an embedded "
-                         "codebook (k = %u: %" PRIu64 " codebook bytes + about %.0f index bytes "
-                         ">= the %.0f bytes of the rows): every position stored exact, no "
-                         "codebook, and every position a later fkvf append adds to the "
-                         "archive is stored exact too (an archive's codebook is chosen when it "
-                         "is made); --k N forces a codebook; %s",
-                         o.in, A, k, cb, idx, exact, advice);
-                S = P;
-                W = 0;
-                A = 0;
-            } else {
-                cli_warn_k_min(o.in, c, A, "archived positions", o.code.ks, o.code.vs, o.f32,
-                               advice);
-            }
-        }
-    } else if (A > 0 && !o.cbfile) {
-        cli_warn_codebook(o.in, c, k, cli_cb_bytes(c, k, o.code.ks, o.code.vs, o.f32, 0), A, A,
-                          "archived rows it encodes", "archived rows it encodes", advice);
-    }
-    fkvf_rows all = {s.rows, (size_t)P, c->dtype, 0};
-    if (A > 0 && !s.q) {
-        fkvf_rvq_params prm;
-        cli_rvq_params_for(&prm, c);
-        prm.k = k;
-        prm.k_stages = o.code.ks;
-        prm.v_stages = o.code.vs;
-        prm.table_dtype = o.f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
-        prm.seed = o.code.seed;
-        prm.max_iters = o.code.iters;
-        prm.key_rope = krope;
-        cli_progress pg;
-        cli_progress_init(&pg, "train ", 0);
-        prm.progress = cli_progress_cb;
-        prm.progress_opaque = &pg;
-        int rc = fkvf_rvq_train(&s.q, &prm, &all, 1, NULL);
-        if (rc != FKVF_OK) {
-            ex = cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, o.in,
-                          "training failed: %s", fkvf_strerror(rc));
-            goto out;
-        }
-        uint32_t heads;
-        fkvf_rvq_shape(s.q, &shape, &heads);
-    }
-    size_t ncodes = s.q ? fkvf_rvq_codes_per_position(s.q) : 0;
-    if (A > 0) {
-        s.codes = malloc(ncodes * (size_t)A * sizeof *s.codes + 1);
-        s.sym = malloc((size_t)(A > P ? A : P) * sizeof *s.sym);
-        if (!s.codes || !s.sym) {
-            ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o.in, "out of memory");
-            goto out;
-        }
-        cli_progress pg;
-        cli_progress_init(&pg, "encode", 0);
-        const uint64_t chunk = 256;
-        for (uint64_t i = 0; i < A; i += chunk) {
-            uint64_t n = A - i < chunk ? A - i : chunk;
-            fkvf_rows part = {s.rows + (size_t)(S + i) * rb, (size_t)n, c->dtype, S + i};
-            int rc = fkvf_rvq_encode(s.q, &part, krope, o.code.beam, s.codes + i, 1, (size_t)A);
-            if (rc != FKVF_OK) {
-                ex = cli_fail(cli_fkvf_exit(rc), rc, o.in, "encoding failed: %s",
-                              fkvf_strerror(rc));
-                goto out;
-            }
-            cli_progress_cb(&pg, i + n, A);
-        }
-    }
-
-    /* the archive */
-    fkvf_writer_options wo;
-    fkvf_writer_options_init(&wo);
-    if (o.cbfile)
-        wo.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
-    if ((A > 0 || o.cbfile) && o.code.ngon)
-        wo.required_features |= FKVF_FEAT_NGON;
-    if (o.deflate)
-        wo.required_features |= FKVF_FEAT_DEFLATE;
-    if (c->tokens)
-        wo.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
-    wo.no_replace = !o.force; /* nor one that appears meanwhile */
-    int rc = fkvf_writer_create_file(&s.w, o.out, &wo, NULL);
-    if (rc != FKVF_OK) {
-        ex = cli_fail_writer(rc, s.w, o.out, "");
-        goto out;
-    }
-    fkvf_desc d;
-    cli_desc_for(&d, c, &rope, o.keys.no_rope, krope);
-    d.n_sinks = (uint32_t)S_policy;
-    d.window = (uint32_t)(o.code.recent > UINT32_MAX ? UINT32_MAX : o.code.recent);
-    d.model_id = o.code.model_id;
-    d.tokenizer_id = o.code.tok_id;
-    const char *stage = "descriptor";
-    rc = fkvf_writer_set_desc(s.w, &d);
-    if (rc == FKVF_OK) {
-        stage = "metadata";
-        rc = fkvf_writer_meta_utf8(s.w, "pack.source", cli_base_name(o.in));
-    }
-    if (rc == FKVF_OK)
-        rc = fkvf_writer_meta_utf8(s.w, "pack.tool", "fkvf " FKVF_VERSION_STRING);
-    if (rc == FKVF_OK)
-        rc = pack_source_meta(s.w, c, o.layout, o.in);
-    if (rc == FKVF_OK && A > 0) {
-        rc = fkvf_writer_meta_u64(s.w, "pack.beam", o.code.beam);
-        if (rc == FKVF_OK && o.train)
-            rc = fkvf_writer_meta_u64(s.w, "pack.seed", o.code.seed);
-        if (rc == FKVF_OK && o.cbfile)
-            rc = fkvf_writer_meta_utf8(s.w, "pack.codebooks", cli_base_name(o.cbfile));
-    }
-    unsigned xflags = o.deflate ? FKVF_SECTION_DEFLATE : 0;
-    if (rc == FKVF_OK && S > 0) {
-        stage = "exact rows";
-        rc = fkvf_writer_add_exact(s.w, 0, S, s.rows, (size_t)S * rb, xflags);
-    }
-    if (rc == FKVF_OK && W > 0) {
-        stage = "exact rows";
-        rc = fkvf_writer_add_exact(s.w, S + A, W, s.rows + (size_t)(S + A) * rb, (size_t)W * rb,
-                                   xflags);
-    }
-    if (rc == FKVF_OK && (A > 0 || o.cbfile)) {
-        stage = "codebooks";
-        if (o.cbfile) {
-            rc = fkvf_writer_add_codebook_ref(s.w, &shape, hash, cli_base_name(o.cbfile));
-        } else {
-            size_t tsz = fkvf_rvq_tables_size(s.q);
-            s.tables = malloc(tsz ? tsz : 1);
-            rc = s.tables ? fkvf_rvq_tables(s.q, s.tables, tsz) : FKVF_E_NOMEM;
-            if (rc == FKVF_OK)
-                rc = fkvf_writer_add_codebooks(s.w, &shape, s.tables, tsz, 0);
-        }
-        stage = "index streams";
-        if (rc == FKVF_OK) {
-            fkvf_stream_spec sp;
-            memset(&sp, 0, sizeof sp);
-            if (o.code.ngon) {
-                sp.profile = FKVF_PROFILE_NGON;
-                sp.alphabet = shape.k;
-            } else {
-                sp.profile = FKVF_PROFILE_QUAD;
-                sp.symbol_bits = cli_quad_bits_for(shape.k - 1);
-            }
-            /* s.codes holds one array of A codes per index stream */
-            rc = fkvf_writer_add_index_segment(s.w, &sp, 0, A, s.codes, 1, (size_t)A);
-        }
-    }
-    if (rc == FKVF_OK && c->tokens) {
-        stage = "token stream";
-        uint32_t *tok = s.sym ? s.sym : malloc((size_t)P * sizeof *tok);
-        int64_t mx = 0;
-        for (uint64_t t = 0; t < P; t++)
-            mx = c->tokens[t] > mx ? c->tokens[t] : mx;
-        if (!tok) {
-            rc = FKVF_E_NOMEM;
-        } else if (mx > (int64_t)UINT32_MAX) {
-            cli_warn("%s: token ids above 2^32-1, token stream left out", o.in);
-        } else {
-            for (uint64_t t = 0; t < P; t++)
-                tok[t] = (uint32_t)c->tokens[t];
-            fkvf_stream_spec sp;
-            memset(&sp, 0, sizeof sp);
-            sp.profile = FKVF_PROFILE_QUAD;
-            sp.symbol_bits = cli_quad_bits_for((uint64_t)mx);
-            rc = fkvf_writer_add_token_segment(s.w, &sp, 0, tok, (size_t)P);
-        }
-        if (tok != s.sym)
-            free(tok);
-    }
-    if (rc == FKVF_OK) {
-        stage = "commit";
-        rc = fkvf_writer_set_positions(s.w, P, A);
-    }
-    if (rc == FKVF_OK)
-        rc = fkvf_writer_finish(s.w);
-    if (rc != FKVF_OK) {
-        char pre[64];
-        snprintf(pre, sizeof pre, "writing the %s failed: ", stage);
-        ex = cli_fail_writer(rc, s.w, o.out, pre);
-        goto out;
-    }
-    if (o.index && (ex = fkvf_cli_index_file(o.out, 0)) != CLI_OK)
-        goto out; /* search index (fkvf_search.c); the archive itself is complete */
-    /* the ratio with the codebook counted (embedded, or the file's size),
-     * then without it */
-    uint64_t bytes = cli_file_size(o.out);
-    double fp16 = cli_fp16_rows(c, P);
-    uint64_t cbb = A > 0 && !o.cbfile ? fkvf_codebook_size(&shape) : 0;
-    char ratio[256];
-    uint64_t fb = o.cbfile ? cli_file_size(o.cbfile) : 0;
-    double r_with, r_without; /* the codebook counted, and not */
-    if (o.cbfile) {
-        r_with = fp16 / (double)(bytes + fb);
-        r_without = bytes ? fp16 / (double)bytes : 0.0;
-        snprintf(ratio, sizeof ratio, "%.2fx with the codebook file (%s, %" PRIu64
-                 " bytes), %.2fx without it", r_with, cli_base_name(o.cbfile), fb, r_without);
-    } else if (cbb && cbb < bytes) {
-        r_with = fp16 / (double)bytes;
-        r_without = fp16 / (double)(bytes - cbb);
-        snprintf(ratio, sizeof ratio, "%.2fx with the embedded codebook (k = %u, %" PRIu64
-                 " bytes), %.2fx without it", r_with, shape.k, cbb, r_without);
-    } else {
-        r_with = r_without = bytes ? fp16 / (double)bytes : 0.0;
-        snprintf(ratio, sizeof ratio, "%.2fx, no codebook (every position exact)", r_with);
-    }
-    if (o.json) {
-        printf("{\"archive\":");
-        cli_json_cstr(stdout, o.out);
-        printf(",\"cache\":");
-        cli_json_cstr(stdout, o.in);
-        printf(",\"positions\":%" PRIu64 ",\"exact\":%" PRIu64 ",\"archived\":%" PRIu64
-               ",\"bytes\":%" PRIu64 ",\"fp16_bytes\":%.0f,\"codebook_bytes\":%" PRIu64
-               ",\"k\":%u,\"codebooks\":",
-               P, P - A, A, bytes, fp16, o.cbfile ? fb : cbb, A > 0 || o.cbfile ? shape.k : 0u);
-        if (o.cbfile) {
-            printf("{\"external\":");
-            cli_json_cstr(stdout, o.cbfile);
-            printf("}");
-        } else {
-            printf(A > 0 ? "\"embedded\"" : "null");
-        }
-        printf(",\"ratio_fp16\":%.6g,\"ratio_fp16_with_codebook\":%.6g,"
-               "\"ratio_fp16_without_codebook\":%.6g,\"indexed\":%s}\n",
-               bytes ? fp16 / (double)bytes : 0.0, r_with, r_without, o.index ? "true" : "false");
-    } else {
-        snprintf(msg, sizeof msg,
-                 "%s: %" PRIu64 " positions (%" PRIu64 " exact, %" PRIu64 " archived), %" PRIu64
-                 " bytes, ratio vs fp16 %s; fp16 cache %.0f bytes",
-                 o.out, P, P - A, A, bytes, ratio, fp16);
-        puts(msg);
-    }
-    ex = CLI_OK;
-out:
+    pack_plan p;
+    memset(&p, 0, sizeof p);
+    ex = pack_run(&o, &s, &p);
     pack_free(&s);
     return ex;
 }
@@ -711,11 +776,32 @@ static long unpack_st_meta(fkvf_reader *r, kvio_cache *c, int keep, const char *
     return found;
 }
 
-int fkvf_cli_unpack(int argc, char **argv)
+typedef struct unpack_opts {
+    const char *in, *out, *cbpath;
+    int dtype, names, layout; /* names: 0 as packed, 1 fkvf, 2 hf */
+    int force, json;
+    kvio_format fmt;          /* the output's, by its extension */
+} unpack_opts;
+
+/* --dtype's value into o->dtype. Returns 0, or after a usage error -1. */
+static int unpack_dtype(const char *v, unpack_opts *o)
 {
-    const char *in = NULL, *out = NULL, *cbpath = NULL;
-    int dtype = 0, names = 0, layout = CLI_LAYOUT_UNSET; /* names: 0 as packed, 1 fkvf, 2 hf */
-    int force = 0, json = 0;
+    if (!strcmp(v, "f16"))
+        o->dtype = FKVF_DTYPE_F16;
+    else if (!strcmp(v, "bf16"))
+        o->dtype = FKVF_DTYPE_BF16;
+    else if (!strcmp(v, "f32"))
+        o->dtype = FKVF_DTYPE_F32;
+    else
+        return cli_usage("--dtype: '%s' is not f16, bf16 or f32", v), -1;
+    return 0;
+}
+
+/* Returns -1 to go on, else the exit status (help printed, usage error). */
+static int unpack_parse(int argc, char **argv, unpack_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->layout = CLI_LAYOUT_UNSET;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -723,211 +809,254 @@ int fkvf_cli_unpack(int argc, char **argv)
             fputs(unpack_help, stdout);
             return CLI_OK;
         } else if (!strcmp(a, "--hf")) {
-            names = 2;
+            o->names = 2;
         } else if (!strcmp(a, "--names") || !strcmp(a, "--layout")) {
             if (!v)
                 return cli_usage("%s needs a value", a);
             i++;
             if (a[2] == 'l') {
-                if (cli_opt_layout(v, &layout))
+                if (cli_opt_layout(v, &o->layout))
                     return CLI_USAGE;
             } else if (!strcmp(v, "fkvf") || !strcmp(v, "hf")) {
-                names = v[0] == 'f' ? 1 : 2;
+                o->names = v[0] == 'f' ? 1 : 2;
             } else {
                 return cli_usage("--names: '%s' is not fkvf or hf", v);
             }
         } else if (!strcmp(a, "--force")) {
-            force = 1;
+            o->force = 1;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            o->json = 1;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--codebooks") || !strcmp(a, "--dtype")) {
             if (!v)
                 return cli_usage("%s needs a value", a);
             i++;
             if (a[1] == 'o')
-                out = v;
+                o->out = v;
             else if (a[2] == 'c')
-                cbpath = v;
-            else if (!strcmp(v, "f16"))
-                dtype = FKVF_DTYPE_F16;
-            else if (!strcmp(v, "bf16"))
-                dtype = FKVF_DTYPE_BF16;
-            else if (!strcmp(v, "f32"))
-                dtype = FKVF_DTYPE_F32;
-            else
-                return cli_usage("--dtype: '%s' is not f16, bf16 or f32", v);
+                o->cbpath = v;
+            else if (unpack_dtype(v, o))
+                return CLI_USAGE;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage("unknown option '%s' (see fkvf unpack --help)", a);
-        } else if (!in) {
-            in = a;
+        } else if (!o->in) {
+            o->in = a;
         } else {
             return cli_usage("unexpected argument '%s'", a);
         }
     }
-    if (!in || !out)
+    if (!o->in || !o->out)
         return cli_usage("need ARCHIVE and -o CACHE (see fkvf unpack --help)");
-    kvio_format fmt = kvio_format_from_path(out);
-    if (fmt == KVIO_FMT_AUTO)
-        return cli_fail(CLI_USAGE, FKVF_E_INVALID_ARG, out,
+    o->fmt = kvio_format_from_path(o->out);
+    if (o->fmt == KVIO_FMT_AUTO)
+        return cli_fail(CLI_USAGE, FKVF_E_INVALID_ARG, o->out,
                         "unknown output format (use .safetensors, .npz or .npy)");
-    const char *inputs[] = {in, cbpath};
-    int ex = cli_check_output(out, inputs, 2, force);
-    if (ex)
-        return ex;
-    fkvf_reader *r = NULL, *cb = NULL;
+    return -1;
+}
+
+typedef struct unpack_state {
+    fkvf_reader *r, *cb;
     kvio_cache c;
-    memset(&c, 0, sizeof c);
-    uint8_t *buf = NULL;
-    uint32_t *tok = NULL;
-    int rc;
-    if ((ex = cli_open_archive(&r, in)) != CLI_OK)
-        goto out;
-    ex = CLI_INVALID;
+    uint8_t *buf;
+    uint32_t *tok;
     fkvf_archive_info ai;
     fkvf_desc d;
-    if ((rc = fkvf_reader_info(r, &ai)) != FKVF_OK || (rc = fkvf_reader_desc(r, &d)) != FKVF_OK) {
-        ex = cli_fail_reader(rc, r, in, "");
-        goto out;
-    }
-    if (ai.n_positions > UINT32_MAX) {
-        ex = cli_fail(CLI_INVALID, FKVF_E_LIMIT, in,
-                      "%" PRIu64 " positions: more than a raw cache file holds", ai.n_positions);
-        goto out;
-    }
+    fkvf_dtype dt;          /* the output's element type */
+    uint32_t P;
+    size_t tidx;            /* the token stream's index */
+    int has_tok_stream;     /* the archive has token ids for every position */
+    int has_tok;            /* and the output holds them */
+    char hx[33];            /* the external codebook's content hash */
+} unpack_state;
+
+static void unpack_free(unpack_state *s)
+{
+    free(s->buf);
+    free(s->tok);
+    kvio_cache_free(&s->c);
+    fkvf_reader_free(s->r);
+    fkvf_reader_free(s->cb);
+}
+
+/* The archive opened, with its codebook file when it refers to one, and
+ * checked against the output. Returns the exit status. */
+static int unpack_open(const unpack_opts *o, unpack_state *s)
+{
+    int rc, ex;
+    const char *in = o->in;
+    if ((ex = cli_open_archive(&s->r, in)) != CLI_OK)
+        return ex;
+    if ((rc = fkvf_reader_info(s->r, &s->ai)) != FKVF_OK ||
+        (rc = fkvf_reader_desc(s->r, &s->d)) != FKVF_OK)
+        return cli_fail_reader(rc, s->r, in, "");
+    if (s->ai.n_positions > UINT32_MAX)
+        return cli_fail(CLI_INVALID, FKVF_E_LIMIT, in,
+                        "%" PRIu64 " positions: more than a raw cache file holds", s->ai.n_positions);
     int ext = 0;
     uint8_t want[16] = {0}; /* left alone by the library when not external */
-    fkvf_reader_codebook_ref(r, &ext, want, NULL);
-    char hx[33];
-    cli_hex16(want, hx); /* printed only in the messages of an external codebook */
-    if (ext && ai.n_archived > 0) {
-        if ((ex = cli_attach_codebook(r, in, cbpath, &cb, NULL, 0)))
-            goto out;
-    } else if (ext && !cbpath) {
+    fkvf_reader_codebook_ref(s->r, &ext, want, NULL);
+    cli_hex16(want, s->hx); /* printed only in the messages of an external codebook */
+    if (ext && s->ai.n_archived > 0) {
+        if ((ex = cli_open_codebook(s->r, in, o->cbpath, &s->cb, NULL)))
+            return ex;
+    } else if (ext && !o->cbpath) {
         /* not needed to restore, but it is an input all the same: the
          * output must not replace it (not found: nothing to protect) */
-        (void)fkvf_reader_find_codebook(r, getenv("FKVF_CODEBOOK_PATH"), &cb);
+        (void)fkvf_reader_find_codebook(s->r, getenv("FKVF_CODEBOOK_PATH"), &s->cb);
     }
     /* the codebook file found by its hash is an input too */
-    const char *cb_path = cb ? fkvf_reader_file_name(cb) : NULL;
-    if (!cbpath && cb_path && (ex = cli_check_output(out, &cb_path, 1, 1)))
-        goto out;
-    ex = CLI_INVALID;
-    if (fmt == KVIO_FMT_NPY && d.key_dim != d.value_dim) {
+    const char *cb_path = s->cb ? fkvf_reader_file_name(s->cb) : NULL;
+    if (!o->cbpath && cb_path && (ex = cli_check_output(o->out, &cb_path, 1, 1)))
+        return ex;
+    if (o->fmt == KVIO_FMT_NPY && s->d.key_dim != s->d.value_dim) {
         /* found before restoring anything */
-        ex = cli_fail(CLI_USAGE, FKVF_E_INVALID_ARG, out,
-                      "a .npy file holds one array: key_dim %u and value_dim %u must be equal "
-                      "(use .safetensors or .npz)",
-                      d.key_dim, d.value_dim);
-        goto out;
+        return cli_fail(CLI_USAGE, FKVF_E_INVALID_ARG, o->out,
+                        "a .npy file holds one array: key_dim %u and value_dim %u must be equal "
+                        "(use .safetensors or .npz)",
+                        s->d.key_dim, s->d.value_dim);
     }
-    fkvf_dtype dt = dtype ? (fkvf_dtype)dtype : d.dtype;
-    uint32_t P = (uint32_t)ai.n_positions;
-    fkvf_stream_info tsi;
-    size_t tidx;
-    int has_tok_stream = fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &tidx) == FKVF_OK &&
-                         fkvf_reader_stream_info(r, tidx, &tsi) == FKVF_OK && tsi.length >= P;
-    int has_tok = has_tok_stream && fmt != KVIO_FMT_NPY; /* one array: no room for token ids */
+    return CLI_OK;
+}
+
+/* Every position restored into s->c, and the token ids. Returns the exit
+ * status. */
+static int unpack_restore(const unpack_opts *o, unpack_state *s)
+{
+    const char *in = o->in;
+    fkvf_reader *r = s->r;
+    const fkvf_desc *d = &s->d;
+    uint32_t P = s->P;
+    int rc;
     char err[512];
-    if ((rc = kvio_cache_init(&c, d.n_layers, d.n_kv_heads, P, d.key_dim, d.value_dim, dt,
-                              has_tok, err, sizeof err)) != KVIO_OK) {
-        ex = cli_fail_kvio(rc, in, err);
-        goto out;
-    }
+    if ((rc = kvio_cache_init(&s->c, d->n_layers, d->n_kv_heads, P, d->key_dim, d->value_dim,
+                              s->dt, s->has_tok, err, sizeof err)) != KVIO_OK)
+        return cli_fail_kvio(rc, in, err);
     size_t rb;
-    if ((rc = fkvf_reader_row_bytes(r, dt, &rb)) != FKVF_OK) {
-        ex = cli_fail_reader(rc, r, in, "");
-        goto out;
-    }
+    if ((rc = fkvf_reader_row_bytes(r, s->dt, &rb)) != FKVF_OK)
+        return cli_fail_reader(rc, r, in, "");
     uint32_t chunk = (uint32_t)(rb >= (16u << 20) ? 1 : (16u << 20) / rb);
     if (chunk > P)
         chunk = P ? P : 1;
-    buf = malloc((size_t)chunk * rb);
-    if (!buf) {
-        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
-        goto out;
-    }
+    s->buf = malloc((size_t)chunk * rb);
+    if (!s->buf)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
     for (uint32_t p = 0; p < P; p += chunk) {
         uint32_t n = P - p < chunk ? P - p : chunk;
-        rc = fkvf_reader_restore(r, p, n, dt, buf, (size_t)chunk * rb);
-        if (rc != FKVF_OK) {
-            if (rc == FKVF_E_CODEBOOK) {
-                char pre[96];
-                snprintf(pre, sizeof pre, "(expected codebook content hash %s) ", hx);
-                ex = cli_fail_reader(rc, r, in, pre);
-            } else {
-                ex = cli_fail_reader(rc, r, in, "");
-            }
-            goto out;
+        rc = fkvf_reader_restore(r, p, n, s->dt, s->buf, (size_t)chunk * rb);
+        if (rc == FKVF_E_CODEBOOK) {
+            char pre[96];
+            snprintf(pre, sizeof pre, "(expected codebook content hash %s) ", s->hx);
+            return cli_fail_reader(rc, r, in, pre);
         }
-        rows_to_cache(&c, buf, p, n);
+        if (rc != FKVF_OK)
+            return cli_fail_reader(rc, r, in, "");
+        rows_to_cache(&s->c, s->buf, p, n);
     }
-    if (has_tok) {
-        tok = malloc((size_t)(P ? P : 1) * sizeof *tok);
-        if (!tok) {
-            ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
-            goto out;
-        }
-        if ((rc = fkvf_reader_stream_read(r, tidx, 0, tok, P)) != FKVF_OK) {
-            ex = cli_fail_reader(rc, r, in, "token stream: ");
-            goto out;
-        }
-        for (uint32_t t = 0; t < P; t++)
-            c.tokens[t] = tok[t];
-    }
-    /* names, layout and metadata as packed, unless given; the notes name
-     * the shapes written (the layout decided first) */
-    if (layout == CLI_LAYOUT_UNSET && meta_is(r, "pack.layout", "nhd")) {
-        layout = CLI_LAYOUT_NHD;
+    if (!s->has_tok)
+        return CLI_OK;
+    s->tok = malloc((size_t)(P ? P : 1) * sizeof *s->tok);
+    if (!s->tok)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
+    if ((rc = fkvf_reader_stream_read(r, s->tidx, 0, s->tok, P)) != FKVF_OK)
+        return cli_fail_reader(rc, r, in, "token stream: ");
+    for (uint32_t t = 0; t < P; t++)
+        s->c.tokens[t] = s->tok[t];
+    return CLI_OK;
+}
+
+/* Names, layout and metadata as packed, unless given (*names, *layout);
+ * the notes name the shapes written (the layout decided first), warnings
+ * what the output format cannot hold. Returns the exit status. */
+static int unpack_as_packed(const unpack_opts *o, unpack_state *s, int *names, int *layout)
+{
+    const char *out = o->out;
+    fkvf_reader *r = s->r;
+    if (*layout == CLI_LAYOUT_UNSET && meta_is(r, "pack.layout", "nhd")) {
+        *layout = CLI_LAYOUT_NHD;
         cli_note("%s: positions-first tensors [T, H, D], as packed (--layout hnd for [H, T, D])", out);
     }
-    if (!names && (meta_is(r, "pack.names", "hf") || meta_is(r, "pack.names", "hf-legacy") ||
-                   meta_is(r, "pack.names", "hf-dynamic"))) {
-        names = 2;
-        int nhd = layout == CLI_LAYOUT_NHD;
+    if (!*names && (meta_is(r, "pack.names", "hf") || meta_is(r, "pack.names", "hf-legacy") ||
+                    meta_is(r, "pack.names", "hf-dynamic"))) {
+        *names = 2;
+        int nhd = *layout == CLI_LAYOUT_NHD;
         cli_note("%s: Hugging Face names and shapes (past_key_values.{i}.key %s, input_ids), "
                  "as packed (--names fkvf for layers.{i}.key %s)",
                  out, nhd ? "[1, T, H, D]" : "[1, H, T, D]", nhd ? "[T, H, D]" : "[H, T, D]");
     }
-    long nmeta = unpack_st_meta(r, &c, fmt == KVIO_FMT_SAFETENSORS, out);
-    if (nmeta < 0) {
-        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
-        goto out;
-    }
-    if (nmeta > 0 && fmt != KVIO_FMT_SAFETENSORS)
+    long nmeta = unpack_st_meta(r, &s->c, o->fmt == KVIO_FMT_SAFETENSORS, out);
+    if (nmeta < 0)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    if (nmeta > 0 && o->fmt != KVIO_FMT_SAFETENSORS)
         cli_warn("%s: the archive's %ld safetensors __metadata__ entries are not written "
                 "(a .%s file has no metadata; use .safetensors)",
-                out, nmeta, kvio_format_name(fmt));
-    if (fmt == KVIO_FMT_NPY && has_tok_stream)
+                out, nmeta, kvio_format_name(o->fmt));
+    if (o->fmt == KVIO_FMT_NPY && s->has_tok_stream)
         cli_warn("%s: the archive's %u token ids are not written (a .npy file holds one "
                 "array; use .safetensors or .npz)",
-                out, P);
-    unsigned wflags = (names == 2 ? KVIO_WRITE_HF : 0) | (layout == CLI_LAYOUT_NHD ? KVIO_WRITE_NHD : 0) |
-                      (force ? 0 : KVIO_WRITE_NO_REPLACE);
-    if ((rc = kvio_write(out, fmt, wflags, &c, err, sizeof err)) != KVIO_OK) {
-        ex = cli_fail_kvio(rc, out, err);
-        goto out;
-    }
-    if (json) {
+                out, s->P);
+    return CLI_OK;
+}
+
+static void unpack_print(const unpack_opts *o, const unpack_state *s)
+{
+    const fkvf_archive_info *ai = &s->ai;
+    if (o->json) {
         printf("{\"archive\":");
-        cli_json_cstr(stdout, in);
+        cli_json_cstr(stdout, o->in);
         printf(",\"out\":");
-        cli_json_cstr(stdout, out);
+        cli_json_cstr(stdout, o->out);
         printf(",\"format\":\"%s\",\"dtype\":\"%s\",\"positions\":%u,\"exact\":%" PRIu64
                ",\"archived\":%" PRIu64 ",\"tokens\":%s,\"bytes\":%" PRIu64 "}\n",
-               kvio_format_name(fmt), kvio_dtype_name(dt), P, ai.n_positions - ai.n_archived,
-               ai.n_archived, has_tok ? "true" : "false", cli_file_size(out));
+               kvio_format_name(o->fmt), kvio_dtype_name(s->dt), s->P,
+               ai->n_positions - ai->n_archived, ai->n_archived, s->has_tok ? "true" : "false",
+               cli_file_size(o->out));
     } else {
-        printf("%s: %u positions (%" PRIu64 " exact, %" PRIu64 " archived), %s, %s\n", out, P,
-               ai.n_positions - ai.n_archived, ai.n_archived, kvio_dtype_name(dt),
-               kvio_format_name(fmt));
+        printf("%s: %u positions (%" PRIu64 " exact, %" PRIu64 " archived), %s, %s\n", o->out,
+               s->P, ai->n_positions - ai->n_archived, ai->n_archived, kvio_dtype_name(s->dt),
+               kvio_format_name(o->fmt));
     }
-    ex = CLI_OK;
-out:
-    free(buf);
-    free(tok);
-    kvio_cache_free(&c);
-    fkvf_reader_free(r);
-    fkvf_reader_free(cb);
+}
+
+static int unpack_run(const unpack_opts *o, unpack_state *s)
+{
+    int ex = unpack_open(o, s);
+    if (ex != CLI_OK)
+        return ex;
+    s->dt = o->dtype ? (fkvf_dtype)o->dtype : s->d.dtype;
+    s->P = (uint32_t)s->ai.n_positions;
+    fkvf_stream_info tsi;
+    s->has_tok_stream = fkvf_reader_stream_find(s->r, FKVF_STREAM_ID_TOKENS, &s->tidx) == FKVF_OK &&
+                        fkvf_reader_stream_info(s->r, s->tidx, &tsi) == FKVF_OK &&
+                        tsi.length >= s->P;
+    s->has_tok = s->has_tok_stream && o->fmt != KVIO_FMT_NPY; /* one array: no room for token ids */
+    if ((ex = unpack_restore(o, s)) != CLI_OK)
+        return ex;
+    int names = o->names, layout = o->layout;
+    if ((ex = unpack_as_packed(o, s, &names, &layout)) != CLI_OK)
+        return ex;
+    unsigned wflags = (names == 2 ? KVIO_WRITE_HF : 0) |
+                      (layout == CLI_LAYOUT_NHD ? KVIO_WRITE_NHD : 0) |
+                      (o->force ? 0 : KVIO_WRITE_NO_REPLACE);
+    char err[512];
+    int rc = kvio_write(o->out, o->fmt, wflags, &s->c, err, sizeof err);
+    if (rc != KVIO_OK)
+        return cli_fail_kvio(rc, o->out, err);
+    unpack_print(o, s);
+    return CLI_OK;
+}
+
+int fkvf_cli_unpack(int argc, char **argv)
+{
+    unpack_opts o;
+    int ex = unpack_parse(argc, argv, &o);
+    if (ex >= 0)
+        return ex;
+    const char *inputs[] = {o.in, o.cbpath};
+    if ((ex = cli_check_output(o.out, inputs, 2, o.force)))
+        return ex;
+    unpack_state s;
+    memset(&s, 0, sizeof s);
+    ex = unpack_run(&o, &s);
+    unpack_free(&s);
     return ex;
 }
 
@@ -969,242 +1098,290 @@ static const char *train_help =
     "different shapes; FILE exists without --force or is an input), 2 usage or\n"
     "I/O error (bad option, a path that does not exist or cannot be written).\n";
 
-int fkvf_cli_train(int argc, char **argv)
-{
-    const char *out = NULL;
-    const char **ins = calloc((size_t)argc + 1, sizeof *ins);
-    size_t nin = 0;
-    int force = 0, json = 0;
+typedef struct train_opts {
+    const char **ins; /* the caches (malloc'd) */
+    size_t nin;
+    const char *out;
+    int force, json, layout;
     cli_key_opts keys;
-    cli_key_opts_init(&keys);
     fkvf_rvq_params prm;
-    fkvf_rvq_params_init(&prm);
-    prm.table_dtype = FKVF_DTYPE_F16;
-    int ex = CLI_USAGE;
-    kvio_cache *cs = NULL;
-    uint8_t **rows = NULL;
-    fkvf_rows *blocks = NULL;
-    fkvf_rvq *q = NULL;
-    void *tables = NULL;
-    fkvf_writer *w = NULL;
-    fkvf_reader *r = NULL;
-    int layout = CLI_LAYOUT_UNSET;
-    if (!ins)
+} train_opts;
+
+/* An option with a value (argv[*i], its value v). Returns 0, or after a
+ * usage error -1. */
+static int train_value(train_opts *o, const char *a, const char *v)
+{
+    fkvf_rvq_params *prm = &o->prm;
+    if (!strcmp(a, "-o")) {
+        o->out = v;
+        return 0;
+    }
+    if (!strcmp(a, "--k"))
+        return cli_opt_k(a, v, &prm->k) ? -1 : 0;
+    if (!strcmp(a, "--k-stages"))
+        return cli_opt_stages(a, v, &prm->k_stages) ? -1 : 0;
+    if (!strcmp(a, "--v-stages"))
+        return cli_opt_stages(a, v, &prm->v_stages) ? -1 : 0;
+    if (!strcmp(a, "--seed"))
+        return cli_opt_seed(v, &prm->seed) ? -1 : 0;
+    if (!strcmp(a, "--iters"))
+        return cli_opt_iters(v, &prm->max_iters) ? -1 : 0;
+    if (!strcmp(a, "--layout"))
+        return cli_opt_layout(v, &o->layout) ? -1 : 0;
+    cli_usage("unknown option '%s' (see fkvf train --help)", a);
+    return -1;
+}
+
+/* Returns -1 to go on, else the exit status (help printed, usage error);
+ * o->ins is to free either way. */
+static int train_parse(int argc, char **argv, train_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->layout = CLI_LAYOUT_UNSET;
+    cli_key_opts_init(&o->keys);
+    fkvf_rvq_params_init(&o->prm);
+    o->prm.table_dtype = FKVF_DTYPE_F16;
+    o->ins = calloc((size_t)argc + 1, sizeof *o->ins);
+    if (!o->ins)
         return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int kr = key_opt(&keys, argc, argv, &i);
+        int kr = key_opt(&o->keys, argc, argv, &i);
         if (kr < 0)
-            goto out;
+            return CLI_USAGE;
         if (kr > 0)
             continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(train_help, stdout);
-            ex = CLI_OK;
-            goto out;
+            return CLI_OK;
         } else if (!strcmp(a, "--pooled")) {
-            prm.pooled = 1;
+            o->prm.pooled = 1;
         } else if (!strcmp(a, "--f32")) {
-            prm.table_dtype = FKVF_DTYPE_F32;
+            o->prm.table_dtype = FKVF_DTYPE_F32;
         } else if (!strcmp(a, "--force")) {
-            force = 1;
+            o->force = 1;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            o->json = 1;
         } else if (a[0] == '-' && a[1]) {
-            if (!v) {
-                cli_usage("%s needs a value (or is unknown; see fkvf train --help)", a);
-                goto out;
-            }
+            if (!v)
+                return cli_usage("%s needs a value (or is unknown; see fkvf train --help)", a);
             i++;
-            if (!strcmp(a, "-o")) {
-                out = v;
-            } else if (!strcmp(a, "--k")) {
-                if (cli_opt_k(a, v, &prm.k))
-                    goto out;
-            } else if (!strcmp(a, "--k-stages")) {
-                if (cli_opt_stages(a, v, &prm.k_stages))
-                    goto out;
-            } else if (!strcmp(a, "--v-stages")) {
-                if (cli_opt_stages(a, v, &prm.v_stages))
-                    goto out;
-            } else if (!strcmp(a, "--seed")) {
-                if (cli_opt_seed(v, &prm.seed))
-                    goto out;
-            } else if (!strcmp(a, "--iters")) {
-                if (cli_opt_iters(v, &prm.max_iters))
-                    goto out;
-            } else if (!strcmp(a, "--layout")) {
-                if (cli_opt_layout(v, &layout))
-                    goto out;
-            } else {
-                cli_usage("unknown option '%s' (see fkvf train --help)", a);
-                goto out;
-            }
+            if (train_value(o, a, v))
+                return CLI_USAGE;
         } else {
-            ins[nin++] = a;
+            o->ins[o->nin++] = a;
         }
     }
-    if (!nin || !out) {
-        cli_usage("need CACHE... and -o FILE (see fkvf train --help)");
-        goto out;
-    }
-    if ((ex = cli_check_output(out, ins, nin, force)) != CLI_OK)
-        goto out;
-    ex = CLI_USAGE;
-    cli_warn_fkvf_name(out, "codebook file");
-    cs = calloc(nin, sizeof *cs);
-    rows = calloc(nin, sizeof *rows);
-    blocks = calloc(nin, sizeof *blocks);
-    if (!cs || !rows || !blocks) {
-        cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
-        goto out;
-    }
+    if (!o->nin || !o->out)
+        return cli_usage("need CACHE... and -o FILE (see fkvf train --help)");
+    return -1;
+}
+
+typedef struct train_state {
+    kvio_cache *cs;   /* the caches, nin of them */
+    uint8_t **rows;   /* and their rows */
+    fkvf_rows *blocks;
+    fkvf_rvq *q;
+    void *tables;
+    size_t tables_size;
+    fkvf_writer *w;
+    fkvf_reader *r;   /* the file written, read back */
+    fkvf_rope rope;
+    fkvf_codebook_shape shape;
+    char hx[33];      /* its content hash */
+} train_state;
+
+static void train_free(const train_opts *o, train_state *s)
+{
+    if (s->cs)
+        for (size_t i = 0; i < o->nin; i++)
+            kvio_cache_free(&s->cs[i]);
+    if (s->rows)
+        for (size_t i = 0; i < o->nin; i++)
+            free(s->rows[i]);
+    free(s->cs);
+    free(s->rows);
+    free(s->blocks);
+    free(s->tables);
+    fkvf_rvq_free(s->q);
+    fkvf_writer_free(s->w);
+    fkvf_reader_free(s->r);
+}
+
+/* Every cache read, of one shape, as rows; the key options settled (the
+ * Hugging Face default, RoPE and its check on the first cache). Returns
+ * the exit status. */
+static int train_read(train_opts *o, train_state *s)
+{
+    size_t nin = o->nin;
+    const char **ins = o->ins;
+    s->cs = calloc(nin, sizeof *s->cs);
+    s->rows = calloc(nin, sizeof *s->rows);
+    s->blocks = calloc(nin, sizeof *s->blocks);
+    if (!s->cs || !s->rows || !s->blocks)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+    kvio_cache *cs = s->cs;
     int all_hf = 1;
     for (size_t i = 0; i < nin; i++) {
-        ex = read_cache(ins[i], layout, &cs[i]);
+        int ex = read_cache(ins[i], o->layout, &cs[i]);
         if (ex)
-            goto out;
-        ex = CLI_INVALID;
+            return ex;
         if (i > 0 && (cs[i].n_layers != cs[0].n_layers || cs[i].n_kv_heads != cs[0].n_kv_heads ||
-                      cs[i].key_dim != cs[0].key_dim || cs[i].value_dim != cs[0].value_dim)) {
-            cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, ins[i],
-                     "shape %u layers x %u heads, dims %u/%u differs from %s (%u x %u, %u/%u)",
-                     cs[i].n_layers, cs[i].n_kv_heads, cs[i].key_dim, cs[i].value_dim, ins[0],
-                     cs[0].n_layers, cs[0].n_kv_heads, cs[0].key_dim, cs[0].value_dim);
-            goto out;
-        }
-        rows[i] = cache_to_rows(&cs[i]);
-        if (!rows[i]) {
-            ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, ins[i], "out of memory");
-            goto out;
-        }
-        blocks[i].data = rows[i];
-        blocks[i].n_rows = cs[i].n_positions;
-        blocks[i].dtype = cs[i].dtype;
-        blocks[i].first_position = 0;
+                      cs[i].key_dim != cs[0].key_dim || cs[i].value_dim != cs[0].value_dim))
+            return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, ins[i],
+                            "shape %u layers x %u heads, dims %u/%u differs from %s (%u x %u, %u/%u)",
+                            cs[i].n_layers, cs[i].n_kv_heads, cs[i].key_dim, cs[i].value_dim,
+                            ins[0], cs[0].n_layers, cs[0].n_kv_heads, cs[0].key_dim,
+                            cs[0].value_dim);
+        s->rows[i] = cache_to_rows(&cs[i]);
+        if (!s->rows[i])
+            return cli_fail(CLI_USAGE, FKVF_E_NOMEM, ins[i], "out of memory");
+        s->blocks[i].data = s->rows[i];
+        s->blocks[i].n_rows = cs[i].n_positions;
+        s->blocks[i].dtype = cs[i].dtype;
+        s->blocks[i].first_position = 0;
         all_hf &= kvio_names_is_hf(cs[i].names);
     }
     if (all_hf)
-        cli_keys_hf_default(&keys, &cs[0], ins[0]);
-    fkvf_rope rope;
-    if (cli_key_rope(&keys, cs[0].key_dim, ins[0], &rope, &prm.key_rope)) {
-        ex = CLI_USAGE;
-        goto out;
-    }
-    if (prm.key_rope) {
+        cli_keys_hf_default(&o->keys, &cs[0], ins[0]);
+    if (cli_key_rope(&o->keys, cs[0].key_dim, ins[0], &s->rope, &o->prm.key_rope))
+        return CLI_USAGE;
+    if (o->prm.key_rope) {
         cli_rope_report rr;
-        if (cli_rope_measure(&cs[0], 0, cs[0].n_positions, 0, &rope, 1, &rr) == 0)
+        if (cli_rope_measure(&cs[0], 0, cs[0].n_positions, 0, &s->rope, 1, &rr) == 0)
             cli_rope_warn(ins[0], &rr);
     }
-    prm.n_layers = cs[0].n_layers;
-    prm.n_kv_heads = cs[0].n_kv_heads;
-    prm.key_dim = cs[0].key_dim;
-    prm.value_dim = cs[0].value_dim;
+    return CLI_OK;
+}
+
+/* The codebooks trained on every cache's rows, with the warning when they
+ * would memorise them, and their tables. Returns the exit status. */
+static int train_fit(train_opts *o, train_state *s)
+{
+    fkvf_rvq_params *prm = &o->prm;
+    const kvio_cache *c0 = &s->cs[0];
+    prm->n_layers = c0->n_layers;
+    prm->n_kv_heads = c0->n_kv_heads;
+    prm->key_dim = c0->key_dim;
+    prm->value_dim = c0->value_dim;
     cli_progress pg;
     cli_progress_init(&pg, "train", 0);
-    prm.progress = cli_progress_cb;
-    prm.progress_opaque = &pg;
-    int rc = fkvf_rvq_train(&q, &prm, blocks, nin, NULL);
-    if (rc != FKVF_OK) {
-        ex = cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, ins[0],
-                      "training failed: %s", fkvf_strerror(rc));
-        goto out;
-    }
-    fkvf_codebook_shape shape;
+    prm->progress = cli_progress_cb;
+    prm->progress_opaque = &pg;
+    int rc = fkvf_rvq_train(&s->q, prm, s->blocks, o->nin, NULL);
+    if (rc != FKVF_OK)
+        return cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, o->ins[0],
+                        "training failed: %s", fkvf_strerror(rc));
     uint32_t heads;
-    fkvf_rvq_shape(q, &shape, &heads);
+    fkvf_rvq_shape(s->q, &s->shape, &heads);
     /* a codebook larger than its training rows, or k near their count,
      * memorises them: it will not serve other caches */
     uint64_t n_rows = 0;
-    for (size_t i = 0; i < nin; i++)
-        n_rows += cs[i].n_positions;
-    cli_warn_codebook(out, &cs[0], shape.k, fkvf_codebook_size(&shape), n_rows,
-                      n_rows * (prm.pooled ? cs[0].n_kv_heads : 1), "training rows",
-                      prm.pooled ? "training vectors (rows x heads: pooled)" : "training rows",
+    for (size_t i = 0; i < o->nin; i++)
+        n_rows += s->cs[i].n_positions;
+    cli_warn_codebook(o->out, c0, s->shape.k, fkvf_codebook_size(&s->shape), n_rows,
+                      n_rows * (prm->pooled ? c0->n_kv_heads : 1), "training rows",
+                      prm->pooled ? "training vectors (rows x heads: pooled)" : "training rows",
                       "train on more positions (several caches: fkvf train CACHE... -o FILE) or "
                       "give a smaller --k");
-    size_t tsz = fkvf_rvq_tables_size(q);
-    tables = malloc(tsz ? tsz : 1);
-    if (!tables || fkvf_rvq_tables(q, tables, tsz) != FKVF_OK) {
-        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
-        goto out;
-    }
+    s->tables_size = fkvf_rvq_tables_size(s->q);
+    s->tables = malloc(s->tables_size ? s->tables_size : 1);
+    if (!s->tables || fkvf_rvq_tables(s->q, s->tables, s->tables_size) != FKVF_OK)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+    return CLI_OK;
+}
+
+/* The codebook file written with its train.* metadata, then read back for
+ * its content hash. Returns the exit status. */
+static int train_write(const train_opts *o, train_state *s)
+{
+    const fkvf_rvq_params *prm = &o->prm;
     fkvf_writer_options wo;
     fkvf_writer_options_init(&wo);
-    wo.no_replace = !force;
-    rc = fkvf_writer_create_file(&w, out, &wo, NULL);
+    wo.no_replace = !o->force;
+    int rc = fkvf_writer_create_file(&s->w, o->out, &wo, NULL);
     if (rc == FKVF_OK)
-        rc = fkvf_writer_meta_utf8(w, "train.keys", prm.key_rope ? "pre-rope" : "as-is");
-    if (rc == FKVF_OK && prm.key_rope) {
-        rc = fkvf_writer_meta_f64(w, "train.rope_theta", rope.theta);
+        rc = fkvf_writer_meta_utf8(s->w, "train.keys", prm->key_rope ? "pre-rope" : "as-is");
+    if (rc == FKVF_OK && prm->key_rope) {
+        rc = fkvf_writer_meta_f64(s->w, "train.rope_theta", s->rope.theta);
         if (rc == FKVF_OK)
-            rc = fkvf_writer_meta_u64(w, "train.rope_dims", rope.rope_dims);
+            rc = fkvf_writer_meta_u64(s->w, "train.rope_dims", s->rope.rope_dims);
         if (rc == FKVF_OK)
-            rc = fkvf_writer_meta_utf8(w, "train.rope_layout",
-                                       rope.layout == 1 ? "interleaved" : "half-split");
+            rc = fkvf_writer_meta_utf8(s->w, "train.rope_layout",
+                                       s->rope.layout == 1 ? "interleaved" : "half-split");
     }
     if (rc == FKVF_OK)
-        rc = fkvf_writer_meta_u64(w, "train.seed", prm.seed);
+        rc = fkvf_writer_meta_u64(s->w, "train.seed", prm->seed);
     if (rc == FKVF_OK)
-        rc = fkvf_writer_meta_u64(w, "train.caches", nin);
+        rc = fkvf_writer_meta_u64(s->w, "train.caches", o->nin);
     if (rc == FKVF_OK)
-        rc = fkvf_writer_add_codebooks(w, &shape, tables, tsz, 0);
+        rc = fkvf_writer_add_codebooks(s->w, &s->shape, s->tables, s->tables_size, 0);
     if (rc == FKVF_OK)
-        rc = fkvf_writer_finish(w);
-    if (rc != FKVF_OK) {
-        ex = cli_fail_writer(rc, w, out, "");
-        goto out;
-    }
+        rc = fkvf_writer_finish(s->w);
+    if (rc != FKVF_OK)
+        return cli_fail_writer(rc, s->w, o->out, "");
     uint8_t hash[16];
-    char hx[33];
-    rc = fkvf_reader_open_file(&r, out, 0, NULL);
+    rc = fkvf_reader_open_file(&s->r, o->out, 0, NULL);
     if (rc == FKVF_OK)
-        rc = fkvf_reader_codebook(r, NULL, NULL, NULL, hash);
-    if (rc != FKVF_OK) {
-        ex = cli_fail_reader(rc, r, out, "cannot read back: ");
-        goto out;
-    }
-    cli_hex16(hash, hx);
+        rc = fkvf_reader_codebook(s->r, NULL, NULL, NULL, hash);
+    if (rc != FKVF_OK)
+        return cli_fail_reader(rc, s->r, o->out, "cannot read back: ");
+    cli_hex16(hash, s->hx);
+    return CLI_OK;
+}
+
+static void train_print(const train_opts *o, const train_state *s)
+{
+    const fkvf_codebook_shape *sh = &s->shape;
     struct stat st;
-    long long fsz = stat(out, &st) == 0 ? (long long)st.st_size : -1LL;
-    if (json) {
-        printf("{\"out\":");
-        cli_json_cstr(stdout, out);
-        printf(",\"caches\":[");
-        for (size_t i = 0; i < nin; i++) {
-            if (i)
-                putchar(',');
-            cli_json_cstr(stdout, ins[i]);
-        }
-        printf("],\"layers\":%u,\"heads\":%u,\"pooled\":%s,\"k\":%u,\"k_stages\":%u,"
-               "\"v_stages\":%u,\"dtype\":\"%s\",\"bytes\":%lld,\"content_hash\":\"%s\"}\n",
-               shape.n_layers, shape.pooled ? 1u : shape.n_heads, shape.pooled ? "true" : "false",
-               shape.k, shape.k_stages, shape.v_stages,
-               shape.dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz, hx);
-    } else {
-        printf("%s: %u layers x %u %s, k = %u, K x%u V x%u, %s tables, %lld bytes\n", out,
-               shape.n_layers, shape.pooled ? 1u : shape.n_heads,
-               shape.pooled ? "pooled" : "heads", shape.k, shape.k_stages, shape.v_stages,
-               shape.dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz);
-        printf("content hash %s\n", hx);
+    long long fsz = stat(o->out, &st) == 0 ? (long long)st.st_size : -1LL;
+    if (!o->json) {
+        printf("%s: %u layers x %u %s, k = %u, K x%u V x%u, %s tables, %lld bytes\n", o->out,
+               sh->n_layers, sh->pooled ? 1u : sh->n_heads, sh->pooled ? "pooled" : "heads",
+               sh->k, sh->k_stages, sh->v_stages, sh->dtype == FKVF_DTYPE_F32 ? "f32" : "f16",
+               fsz);
+        printf("content hash %s\n", s->hx);
+        return;
     }
-    ex = CLI_OK;
-out:
-    if (cs)
-        for (size_t i = 0; i < nin; i++)
-            kvio_cache_free(&cs[i]);
-    if (rows)
-        for (size_t i = 0; i < nin; i++)
-            free(rows[i]);
-    free(cs);
-    free(rows);
-    free(blocks);
-    free(ins);
-    free(tables);
-    fkvf_rvq_free(q);
-    fkvf_writer_free(w);
-    fkvf_reader_free(r);
+    printf("{\"out\":");
+    cli_json_cstr(stdout, o->out);
+    printf(",\"caches\":[");
+    for (size_t i = 0; i < o->nin; i++) {
+        if (i)
+            putchar(',');
+        cli_json_cstr(stdout, o->ins[i]);
+    }
+    printf("],\"layers\":%u,\"heads\":%u,\"pooled\":%s,\"k\":%u,\"k_stages\":%u,"
+           "\"v_stages\":%u,\"dtype\":\"%s\",\"bytes\":%lld,\"content_hash\":\"%s\"}\n",
+           sh->n_layers, sh->pooled ? 1u : sh->n_heads, sh->pooled ? "true" : "false", sh->k,
+           sh->k_stages, sh->v_stages, sh->dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz, s->hx);
+}
+
+static int train_run(train_opts *o, train_state *s)
+{
+    int ex = cli_check_output(o->out, o->ins, o->nin, o->force);
+    if (ex != CLI_OK)
+        return ex;
+    cli_warn_fkvf_name(o->out, "codebook file");
+    if ((ex = train_read(o, s)) != CLI_OK || (ex = train_fit(o, s)) != CLI_OK ||
+        (ex = train_write(o, s)) != CLI_OK)
+        return ex;
+    train_print(o, s);
+    return CLI_OK;
+}
+
+int fkvf_cli_train(int argc, char **argv)
+{
+    train_opts o;
+    int ex = train_parse(argc, argv, &o);
+    if (ex < 0) {
+        train_state s;
+        memset(&s, 0, sizeof s);
+        ex = train_run(&o, &s);
+        train_free(&o, &s);
+    }
+    free(o.ins);
     return ex;
 }
 
@@ -1239,172 +1416,222 @@ static int to_f32(const kvio_cache *c, const uint8_t *src, size_t n, float *dst)
     return fkvf_convert(FKVF_DTYPE_F32, dst, c->dtype, src, n);
 }
 
-int fkvf_cli_compare(int argc, char **argv)
+typedef struct compare_opts {
+    const char *pa, *pb; /* ORIGINAL, RESTORED */
+    uint64_t sinks, recent;
+    int json, lay[2];    /* the layout of each */
+} compare_opts;
+
+/* --layout L or L,L2 into o->lay. Returns 0, or after a usage error -1. */
+static int compare_layout(const char *v, compare_opts *o)
 {
-    const char *pa = NULL, *pb = NULL;
-    uint64_t sinks = 0, recent = 0;
-    int json = 0, lay[2] = {CLI_LAYOUT_UNSET, CLI_LAYOUT_UNSET};
+    char one[4] = "";
+    if (v && strlen(v) == 7 && v[3] == ',') {
+        memcpy(one, v, 3);
+        if (cli_opt_layout(one, &o->lay[0]) || cli_opt_layout(v + 4, &o->lay[1]))
+            return -1;
+    } else if (cli_opt_layout(v, &o->lay[0])) {
+        return -1;
+    } else {
+        o->lay[1] = o->lay[0];
+    }
+    return 0;
+}
+
+/* Returns -1 to go on, else the exit status (help printed, usage error). */
+static int compare_parse(int argc, char **argv, compare_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->lay[0] = o->lay[1] = CLI_LAYOUT_UNSET;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(compare_help, stdout);
             return CLI_OK;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            o->json = 1;
         } else if (!strcmp(a, "--layout")) {
-            const char *v = i + 1 < argc ? argv[++i] : NULL;
-            char one[4] = "";
-            if (v && strlen(v) == 7 && v[3] == ',') {
-                memcpy(one, v, 3);
-                if (cli_opt_layout(one, &lay[0]) || cli_opt_layout(v + 4, &lay[1]))
-                    return CLI_USAGE;
-            } else if (cli_opt_layout(v, &lay[0])) {
+            if (compare_layout(i + 1 < argc ? argv[++i] : NULL, o))
                 return CLI_USAGE;
-            } else {
-                lay[1] = lay[0];
-            }
         } else if (!strcmp(a, "--sinks") || !strcmp(a, "--recent")) {
-            if (i + 1 >= argc || cli_parse_u64(argv[i + 1], UINT32_MAX, a[2] == 's' ? &sinks : &recent))
+            if (i + 1 >= argc ||
+                cli_parse_u64(argv[i + 1], UINT32_MAX, a[2] == 's' ? &o->sinks : &o->recent))
                 return cli_usage("%s needs a count", a);
             i++;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage("unknown option '%s' (see fkvf compare --help)", a);
-        } else if (!pa) {
-            pa = a;
-        } else if (!pb) {
-            pb = a;
+        } else if (!o->pa) {
+            o->pa = a;
+        } else if (!o->pb) {
+            o->pb = a;
         } else {
             return cli_usage("unexpected argument '%s'", a);
         }
     }
-    if (!pa || !pb)
+    if (!o->pa || !o->pb)
         return cli_usage("need ORIGINAL and RESTORED (see fkvf compare --help)");
+    return -1;
+}
+
+/* The comparison: per keys [0] and values [1] over the archived
+ * positions, and the exact positions' identity. */
+typedef struct compare_result {
+    uint32_t P;
+    err_acc acc[2];
+    uint64_t exact_n, exact_same;
+    int tokens_same; /* -1: not both have tokens */
+} compare_result;
+
+/* The rows of one (layer, K|V) tensor at position p of both caches, as
+ * f32 in fa and fb: into acc, or for an exact position *same cleared when
+ * they differ. */
+static void compare_tensor(const kvio_cache *a, const kvio_cache *b, int kv, uint32_t l,
+                           uint32_t p, int exact, int *same, err_acc *e, float *fa, float *fb)
+{
+    size_t ea = kvio_dtype_size(a->dtype), eb = kvio_dtype_size(b->dtype);
+    size_t dim = kv ? a->value_dim : a->key_dim;
+    const uint8_t *ta = kv ? a->values[l] : a->keys[l];
+    const uint8_t *tb = kv ? b->values[l] : b->keys[l];
+    for (uint32_t h = 0; h < a->n_kv_heads; h++) {
+        size_t off = ((size_t)h * a->n_positions + p) * dim;
+        to_f32(a, ta + off * ea, dim, fa);
+        to_f32(b, tb + off * eb, dim, fb);
+        if (exact) {
+            if (a->dtype == b->dtype)
+                *same &= !memcmp(ta + off * ea, tb + off * eb, dim * ea);
+            else
+                *same &= !memcmp(fa, fb, dim * sizeof *fa);
+            continue;
+        }
+        for (size_t i = 0; i < dim; i++) {
+            double x = fa[i], y = fb[i], dd = x - y;
+            e->se += dd * dd;
+            e->ref += x * x;
+            if (fabs(dd) > e->maxabs || dd != dd)
+                e->maxabs = fabs(dd);
+        }
+        e->n += dim;
+    }
+}
+
+/* Caches a and b of one shape compared. Returns the exit status. */
+static int compare_run(const compare_opts *o, const kvio_cache *a, const kvio_cache *b,
+                       compare_result *res)
+{
+    memset(res, 0, sizeof *res);
+    uint32_t P = res->P = a->n_positions;
+    uint64_t S = o->sinks < P ? o->sinks : P;
+    uint64_t W = o->recent < P - S ? o->recent : P - S;
+    size_t dmax = a->key_dim > a->value_dim ? a->key_dim : a->value_dim;
+    float *fa = malloc(dmax * sizeof *fa);
+    float *fb = malloc(dmax * sizeof *fb);
+    if (!fa || !fb) {
+        free(fa);
+        free(fb);
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+    }
+    for (uint32_t p = 0; p < P; p++) {
+        int exact = p < S || p >= P - W;
+        int same = 1;
+        for (uint32_t l = 0; l < a->n_layers; l++)
+            for (int kv = 0; kv < 2; kv++)
+                compare_tensor(a, b, kv, l, p, exact, &same, &res->acc[kv], fa, fb);
+        if (exact) {
+            res->exact_n++;
+            res->exact_same += (uint64_t)(same != 0);
+        }
+    }
+    free(fa);
+    free(fb);
+    res->tokens_same = -1;
+    if (a->tokens && b->tokens)
+        res->tokens_same = !memcmp(a->tokens, b->tokens, (size_t)P * sizeof *a->tokens);
+    return CLI_OK;
+}
+
+static const char *const compare_names[2] = {"keys", "values"};
+
+static void compare_json(const compare_result *res)
+{
+    printf("{\"positions\":%u,\"exact_positions\":%" PRIu64 ",\"exact_identical\":%" PRIu64
+           ",\"archived_positions\":%" PRIu64,
+           res->P, res->exact_n, res->exact_same, (uint64_t)res->P - res->exact_n);
+    for (int kv = 0; kv < 2; kv++) {
+        const err_acc *e = &res->acc[kv];
+        /* JSON has no nan/inf: a non-finite value (NaN or Inf in a cache) is null */
+        printf(",\"%s\":{", compare_names[kv]);
+        if (e->n && e->ref > 0 && isfinite(e->se / e->ref))
+            printf("\"rel_mse\":%.9g,", e->se / e->ref);
+        else
+            printf("\"rel_mse\":null,");
+        if (e->n && e->se > 0 && e->ref > 0 && isfinite(log10(e->ref / e->se)))
+            printf("\"snr_db\":%.4f,", 10.0 * log10(e->ref / e->se));
+        else
+            printf("\"snr_db\":null,");
+        if (isfinite(e->maxabs))
+            printf("\"max_abs_err\":%.9g}", e->maxabs);
+        else
+            printf("\"max_abs_err\":null}");
+    }
+    printf(",\"tokens_identical\":%s}\n",
+           res->tokens_same < 0 ? "null" : res->tokens_same ? "true" : "false");
+}
+
+static void compare_text(const compare_result *res)
+{
+    printf("%u positions: %" PRIu64 " exact, %" PRIu64 " compared as archived\n", res->P,
+           res->exact_n, (uint64_t)res->P - res->exact_n);
+    for (int kv = 0; kv < 2; kv++) {
+        const err_acc *e = &res->acc[kv];
+        if (!e->n) {
+            printf("%-6s  no archived positions\n", compare_names[kv]);
+            continue;
+        }
+        /* NaN in either cache: say so, not "relative MSE 0, SNR inf dB" */
+        int nan = isnan(e->se) || isnan(e->ref);
+        printf("%-6s  relative MSE %.6g  SNR %s", compare_names[kv],
+               nan ? (double)NAN : e->ref > 0 ? e->se / e->ref : 0.0,
+               nan ? "nan dB" : e->se > 0 ? "" : "inf dB");
+        if (!nan && e->se > 0)
+            printf("%.2f dB", e->ref > 0 ? 10.0 * log10(e->ref / e->se) : -INFINITY);
+        printf("  max abs error %.6g\n", e->maxabs);
+    }
+    if (res->exact_n)
+        printf("exact positions: %" PRIu64 " of %" PRIu64 " %s\n", res->exact_same, res->exact_n,
+               res->exact_same == res->exact_n ? "bit-identical" : "identical - MISMATCH");
+    if (res->tokens_same >= 0)
+        printf("tokens: %s\n", res->tokens_same ? "identical" : "differ");
+}
+
+int fkvf_cli_compare(int argc, char **argv)
+{
+    compare_opts o;
+    int ex = compare_parse(argc, argv, &o);
+    if (ex >= 0)
+        return ex;
     kvio_cache a, b;
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
-    float *fa = NULL, *fb = NULL;
-    int ex = read_cache(pa, lay[0], &a);
+    ex = read_cache(o.pa, o.lay[0], &a);
     if (ex)
         return ex;
-    ex = read_cache(pb, lay[1], &b);
+    ex = read_cache(o.pb, o.lay[1], &b);
     if (ex) {
         kvio_cache_free(&a);
         return ex;
     }
-    ex = CLI_INVALID;
+    compare_result res;
     if (a.n_layers != b.n_layers || a.n_kv_heads != b.n_kv_heads ||
-        a.n_positions != b.n_positions || a.key_dim != b.key_dim || a.value_dim != b.value_dim) {
-        cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, pb,
-                 "differs in shape from %s: %u layers x %u heads x %u positions, dims %u/%u vs "
-                 "%u x %u x %u, %u/%u",
-                 pa, b.n_layers, b.n_kv_heads, b.n_positions, b.key_dim, b.value_dim,
-                 a.n_layers, a.n_kv_heads, a.n_positions, a.key_dim, a.value_dim);
-        goto out;
-    }
-    uint32_t P = a.n_positions;
-    uint64_t S = sinks < P ? sinks : P;
-    uint64_t W = recent < P - S ? recent : P - S;
-    size_t dmax = a.key_dim > a.value_dim ? a.key_dim : a.value_dim;
-    fa = malloc(dmax * sizeof *fa);
-    fb = malloc(dmax * sizeof *fb);
-    if (!fa || !fb) {
-        ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
-        goto out;
-    }
-    err_acc acc[2];
-    memset(acc, 0, sizeof acc);
-    uint64_t exact_n = 0, exact_same = 0;
-    size_t ea = kvio_dtype_size(a.dtype), eb = kvio_dtype_size(b.dtype);
-    for (uint32_t p = 0; p < P; p++) {
-        int exact = p < S || p >= P - W;
-        int same = 1;
-        for (uint32_t l = 0; l < a.n_layers; l++)
-            for (int kv = 0; kv < 2; kv++) {
-                size_t dim = kv ? a.value_dim : a.key_dim;
-                uint8_t *ta = kv ? a.values[l] : a.keys[l];
-                uint8_t *tb = kv ? b.values[l] : b.keys[l];
-                for (uint32_t h = 0; h < a.n_kv_heads; h++) {
-                    size_t off = ((size_t)h * P + p) * dim;
-                    to_f32(&a, ta + off * ea, dim, fa);
-                    to_f32(&b, tb + off * eb, dim, fb);
-                    if (exact) {
-                        if (a.dtype == b.dtype)
-                            same &= !memcmp(ta + off * ea, tb + off * eb, dim * ea);
-                        else
-                            same &= !memcmp(fa, fb, dim * sizeof *fa);
-                        continue;
-                    }
-                    err_acc *e = &acc[kv];
-                    for (size_t i = 0; i < dim; i++) {
-                        double x = fa[i], y = fb[i], dd = x - y;
-                        e->se += dd * dd;
-                        e->ref += x * x;
-                        if (fabs(dd) > e->maxabs || dd != dd)
-                            e->maxabs = fabs(dd);
-                    }
-                    e->n += dim;
-                }
-            }
-        if (exact) {
-            exact_n++;
-            exact_same += (uint64_t)(same != 0);
-        }
-    }
-    int tokens_same = -1; /* -1: not both have tokens */
-    if (a.tokens && b.tokens)
-        tokens_same = !memcmp(a.tokens, b.tokens, (size_t)P * sizeof *a.tokens);
-    const char *names[2] = {"keys", "values"};
-    if (json) {
-        printf("{\"positions\":%u,\"exact_positions\":%" PRIu64 ",\"exact_identical\":%" PRIu64
-               ",\"archived_positions\":%" PRIu64,
-               P, exact_n, exact_same, (uint64_t)P - exact_n);
-        for (int kv = 0; kv < 2; kv++) {
-            err_acc *e = &acc[kv];
-            /* JSON has no nan/inf: a non-finite value (NaN or Inf in a cache) is null */
-            printf(",\"%s\":{", names[kv]);
-            if (e->n && e->ref > 0 && isfinite(e->se / e->ref))
-                printf("\"rel_mse\":%.9g,", e->se / e->ref);
-            else
-                printf("\"rel_mse\":null,");
-            if (e->n && e->se > 0 && e->ref > 0 && isfinite(log10(e->ref / e->se)))
-                printf("\"snr_db\":%.4f,", 10.0 * log10(e->ref / e->se));
-            else
-                printf("\"snr_db\":null,");
-            if (isfinite(e->maxabs))
-                printf("\"max_abs_err\":%.9g}", e->maxabs);
-            else
-                printf("\"max_abs_err\":null}");
-        }
-        printf(",\"tokens_identical\":%s}\n",
-               tokens_same < 0 ? "null" : tokens_same ? "true" : "false");
-    } else {
-        printf("%u positions: %" PRIu64 " exact, %" PRIu64 " compared as archived\n", P, exact_n,
-               (uint64_t)P - exact_n);
-        for (int kv = 0; kv < 2; kv++) {
-            err_acc *e = &acc[kv];
-            if (!e->n) {
-                printf("%-6s  no archived positions\n", names[kv]);
-                continue;
-            }
-            /* NaN in either cache: say so, not "relative MSE 0, SNR inf dB" */
-            int nan = isnan(e->se) || isnan(e->ref);
-            printf("%-6s  relative MSE %.6g  SNR %s", names[kv],
-                   nan ? (double)NAN : e->ref > 0 ? e->se / e->ref : 0.0,
-                   nan ? "nan dB" : e->se > 0 ? "" : "inf dB");
-            if (!nan && e->se > 0)
-                printf("%.2f dB", e->ref > 0 ? 10.0 * log10(e->ref / e->se) : -INFINITY);
-            printf("  max abs error %.6g\n", e->maxabs);
-        }
-        if (exact_n)
-            printf("exact positions: %" PRIu64 " of %" PRIu64 " %s\n", exact_same, exact_n,
-                   exact_same == exact_n ? "bit-identical" : "identical - MISMATCH");
-        if (tokens_same >= 0)
-            printf("tokens: %s\n", tokens_same ? "identical" : "differ");
-    }
-    ex = CLI_OK;
-out:
-    free(fa);
-    free(fb);
+        a.n_positions != b.n_positions || a.key_dim != b.key_dim || a.value_dim != b.value_dim)
+        ex = cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o.pb,
+                      "differs in shape from %s: %u layers x %u heads x %u positions, dims %u/%u "
+                      "vs %u x %u x %u, %u/%u",
+                      o.pa, b.n_layers, b.n_kv_heads, b.n_positions, b.key_dim, b.value_dim,
+                      a.n_layers, a.n_kv_heads, a.n_positions, a.key_dim, a.value_dim);
+    else if ((ex = compare_run(&o, &a, &b, &res)) == CLI_OK && o.json)
+        compare_json(&res);
+    else if (ex == CLI_OK)
+        compare_text(&res);
     kvio_cache_free(&a);
     kvio_cache_free(&b);
     return ex;

@@ -13,15 +13,11 @@
 #include <zlib.h>
 
 #include "cli_util.h"
+#include "commands.h"
 #include "fkvf.h"
 
 #define PI 3.14159265358979323846
 
-int fkvf_cli_plot_main(int argc, char **argv);
-/* fkvf_search.c: the query against the stream's alphabet (0: refused, an
- * error line written) */
-int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *path, size_t idx,
-                               const char *name, int is_tok, const uint32_t *q, size_t qn);
 
 static const char *plot_help =
     "usage: fkvf plot ARCHIVE --stream NAME -o FILE.png [--size PIXELS]\n"
@@ -646,220 +642,266 @@ static int highlight_positions(fkvf_reader *r, const plot_opts *o, size_t idx, u
     return CLI_OK;
 }
 
-static int plot(const plot_opts *o)
-{
+/* A plot being drawn: the stream, the highlighted query, the layout (text
+ * scale sc, margins, the plot area of P x P pixels in density squares of
+ * B x B) and the canvas. */
+typedef struct plot_state {
+    fkvf_reader *r;
+    fkvf_search *s;
     uint64_t id;
-    if (!cli_parse_stream_name(o->stream, &id))
-        return cli_usage("bad stream name '%s' (tokens or Lx.Hy.K|V.stage)", o->stream);
-    uint32_t *q = NULL;
-    size_t qn = 0;
-    const char *hl = o->hl_tokens ? o->hl_tokens : o->hl_symbols;
-    if (hl && !cli_parse_list(hl, &q, &qn))
-        return cli_usage("bad symbol list '%s' (comma-separated integers)", hl);
-    fkvf_reader *r = NULL;
-    int ret = cli_open_archive(&r, o->path);
-    if (ret != CLI_OK) {
-        free(q);
-        return ret;
-    }
-    ret = CLI_USAGE;
-    canvas cv = {0, 0, NULL};
-    uint32_t *cnt = NULL;
-    uint64_t *hpos = NULL, nh = 0, outside = 0;
-    fkvf_search *s = NULL;
     size_t idx;
-    char nm[64];
-    cli_stream_name(id, nm, sizeof nm);
-    if (fkvf_reader_stream_find(r, id, &idx) != FKVF_OK) {
-        ret = cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o->path, "no stream %s in the archive%s", nm,
-                       id == FKVF_STREAM_ID_TOKENS ? " (it was packed without token ids)" : "");
-        goto out;
-    }
+    char nm[64];            /* the stream's name */
     fkvf_stream_info si;
-    fkvf_reader_stream_info(r, idx, &si);
-    int quad = si.profile == FKVF_PROFILE_QUAD;
-    if (o->hl_symbols &&
-        !fkvf_cli_query_in_alphabet(r, o->path, idx, nm, id == FKVF_STREAM_ID_TOKENS, q, qn))
-        goto out;
-    if (hl && (ret = highlight_positions(r, o, idx, id, &si, q, qn, &hpos, &nh, &outside)) != CLI_OK)
-        goto out;
-    ret = CLI_USAGE;
-    int rc = fkvf_search_open(&s, r, idx, 0, NULL);
-    if (rc) {
-        ret = cli_fail_search(rc, s, o->path, "");
-        goto out;
-    }
+    int quad;
+    const char *hl;         /* the highlight's list, or NULL */
+    uint32_t *q;            /* and its symbols */
+    size_t qn;
+    uint64_t *hpos, nh, outside; /* the matches; those at positions not in the stream */
+    long P, ML, MT, MR, MB, B, nb;
+    int sc;
+    view v;
+    canvas cv;
+    uint32_t *cnt;          /* points per density square */
+    uint32_t mx;            /* the densest square's */
+    double lm;              /* log(mx), or 1 */
+    unsigned depth, every;  /* what the grid shows (quad depth, ngon label step) */
+} plot_state;
 
-    /* layout: text scale, margins, the plot area */
-    long P = (long)o->size;
-    int sc = P >= 384 ? 2 : 1;
-    long ML = 42 * sc, MT = 32 * sc, MR = 104 * sc, MB = 34 * sc;
-    cv.w = ML + P + MR;
-    cv.h = MT + P + MB;
-    view v = {ML, MT, P, quad ? 0.0 : -1.25, quad ? 1.0 : 1.25};
-    long B = P / 128 > 1 ? P / 128 : 1; /* density squares of B x B pixels */
-    long nb = (P + B - 1) / B;
-    cv.p = malloc((size_t)cv.w * (size_t)cv.h * 3);
-    cnt = calloc((size_t)nb * (size_t)nb, sizeof *cnt);
-    if (!cv.p || !cnt) {
-        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
-        goto out;
-    }
-    memset(cv.p, 255, (size_t)cv.w * (size_t)cv.h * 3);
+static void plot_free(plot_state *st)
+{
+    fkvf_search_free(st->s);
+    free(st->cv.p);
+    free(st->cnt);
+    free(st->hpos);
+    free(st->q);
+    fkvf_reader_free(st->r);
+}
 
-    /* density */
-    uint32_t mx = 0;
-    for (uint64_t t = 0; t < si.length; t++) {
+/* The stream and the highlight's matches. Returns the exit status. */
+static int plot_open(const plot_opts *o, plot_state *st)
+{
+    if (!cli_parse_stream_name(o->stream, &st->id))
+        return cli_usage("bad stream name '%s' (tokens or Lx.Hy.K|V.stage)", o->stream);
+    uint64_t id = st->id;
+    st->hl = o->hl_tokens ? o->hl_tokens : o->hl_symbols;
+    if (st->hl && !cli_parse_list(st->hl, &st->q, &st->qn))
+        return cli_usage("bad symbol list '%s' (comma-separated integers)", st->hl);
+    int ret = cli_open_archive(&st->r, o->path);
+    if (ret != CLI_OK)
+        return ret;
+    cli_stream_name(id, st->nm, sizeof st->nm);
+    if (fkvf_reader_stream_find(st->r, id, &st->idx) != FKVF_OK)
+        return cli_fail(CLI_INVALID, FKVF_E_NOT_FOUND, o->path, "no stream %s in the archive%s",
+                        st->nm,
+                        id == FKVF_STREAM_ID_TOKENS ? " (it was packed without token ids)" : "");
+    fkvf_reader_stream_info(st->r, st->idx, &st->si);
+    st->quad = st->si.profile == FKVF_PROFILE_QUAD;
+    if (o->hl_symbols && !fkvf_cli_query_in_alphabet(st->r, o->path, st->idx, st->nm,
+                                                     id == FKVF_STREAM_ID_TOKENS, st->q, st->qn))
+        return CLI_USAGE;
+    if (st->hl && (ret = highlight_positions(st->r, o, st->idx, id, &st->si, st->q, st->qn,
+                                             &st->hpos, &st->nh, &st->outside)) != CLI_OK)
+        return ret;
+    int rc = fkvf_search_open(&st->s, st->r, st->idx, 0, NULL);
+    if (rc)
+        return cli_fail_search(rc, st->s, o->path, "");
+    return CLI_OK;
+}
+
+/* Layout: text scale, margins, the plot area; the canvas (white) and the
+ * density squares allocated. Returns the exit status. */
+static int plot_layout(const plot_opts *o, plot_state *st)
+{
+    long P = st->P = (long)o->size;
+    int sc = st->sc = P >= 384 ? 2 : 1;
+    st->ML = 42 * sc, st->MT = 32 * sc, st->MR = 104 * sc, st->MB = 34 * sc;
+    st->cv.w = st->ML + P + st->MR;
+    st->cv.h = st->MT + P + st->MB;
+    view v = {st->ML, st->MT, P, st->quad ? 0.0 : -1.25, st->quad ? 1.0 : 1.25};
+    st->v = v;
+    st->B = P / 128 > 1 ? P / 128 : 1; /* density squares of B x B pixels */
+    st->nb = (P + st->B - 1) / st->B;
+    st->cv.p = malloc((size_t)st->cv.w * (size_t)st->cv.h * 3);
+    st->cnt = calloc((size_t)st->nb * (size_t)st->nb, sizeof *st->cnt);
+    if (!st->cv.p || !st->cnt)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+    memset(st->cv.p, 255, (size_t)st->cv.w * (size_t)st->cv.h * 3);
+    return CLI_OK;
+}
+
+/* Every point of the stream counted in its density square. Returns the
+ * exit status. */
+static int plot_density(const plot_opts *o, plot_state *st)
+{
+    st->mx = 0;
+    for (uint64_t t = 0; t < st->si.length; t++) {
         fkvf_point p;
-        if ((rc = fkvf_reader_stream_point(r, idx, t, &p))) {
-            ret = cli_fail_reader(rc, r, o->path, "");
-            goto out;
-        }
+        int rc = fkvf_reader_stream_point(st->r, st->idx, t, &p);
+        if (rc)
+            return cli_fail_reader(rc, st->r, o->path, "");
         double x, y;
-        data_xy(&si, &p, &x, &y);
-        uint32_t *c = &cnt[(size_t)(prow(&v, y) / B) * (size_t)nb + (size_t)(pcol(&v, x) / B)];
+        data_xy(&st->si, &p, &x, &y);
+        uint32_t *c = &st->cnt[(size_t)(prow(&st->v, y) / st->B) * (size_t)st->nb +
+                               (size_t)(pcol(&st->v, x) / st->B)];
         if (*c < UINT32_MAX)
             (*c)++;
-        if (*c > mx)
-            mx = *c;
+        if (*c > st->mx)
+            st->mx = *c;
     }
+    st->lm = st->mx > 1 ? log((double)st->mx) : 1.0;
+    return CLI_OK;
+}
 
+/* The grid and its labels, then the points: each density square in its
+ * colour, as a dot of at least 3 text pixels so that single points are
+ * visible, the denser drawn later (on top). Returns the exit status. */
+static int plot_points(plot_state *st)
+{
+    canvas *cv = &st->cv;
+    long B = st->B, nb = st->nb, ML = st->ML, MT = st->MT, P = st->P;
+    int sc = st->sc;
     /* grid and its labels, under the points */
-    unsigned depth = 0, every = 0, d = si.symbol_bits / 2;
-    if (quad)
-        quad_grid(&cv, &v, s, si.symbol_bits, sc, &depth);
+    st->depth = 0;
+    st->every = 0;
+    if (st->quad)
+        quad_grid(cv, &st->v, st->s, st->si.symbol_bits, sc, &st->depth);
     else
-        every = ngon_grid(&cv, &v, s, &si, sc);
-
-    /* the points: each density square in its colour, as a dot of at least
-     * 3 text pixels so that single points are visible, the denser drawn
-     * later (on top) */
+        st->every = ngon_grid(cv, &st->v, st->s, &st->si, sc);
     size_t nz = 0;
     for (size_t i = 0; i < (size_t)nb * (size_t)nb; i++)
-        nz += cnt[i] != 0;
+        nz += st->cnt[i] != 0;
     sq_ent *order = malloc((nz ? nz : 1) * sizeof *order);
-    if (!order) {
-        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
-        goto out;
-    }
+    if (!order)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
     nz = 0;
     for (size_t i = 0; i < (size_t)nb * (size_t)nb; i++)
-        if (cnt[i])
-            order[nz].count = cnt[i], order[nz++].at = i;
+        if (st->cnt[i])
+            order[nz].count = st->cnt[i], order[nz++].at = i;
     qsort(order, nz, sizeof *order, cmp_sq);
-    double lm = mx > 1 ? log((double)mx) : 1.0;
     long dot = B > 3 * sc ? B : 3 * sc;
     for (size_t i = 0; i < nz; i++) {
         long bx = (long)(order[i].at % (size_t)nb), by = (long)(order[i].at / (size_t)nb);
         long cx0 = ML + bx * B + B / 2 - dot / 2, cy0 = MT + by * B + B / 2 - dot / 2;
         long x0 = cx0 < ML ? ML : cx0, y0 = cy0 < MT ? MT : cy0;
         long x1 = cx0 + dot < ML + P ? cx0 + dot : ML + P, y1 = cy0 + dot < MT + P ? cy0 + dot : MT + P;
-        rect(&cv, x0, y0, x1, y1, cmap(mx > 1 ? log((double)order[i].count) / lm : 0.0));
+        rect(cv, x0, y0, x1, y1,
+             cmap(st->mx > 1 ? log((double)order[i].count) / st->lm : 0.0));
     }
     free(order);
+    return CLI_OK;
+}
 
-    /* the query: its cell or disc, and a ring around each match */
-    if (hl) {
-        fkvf_point qp;
-        if (!o->hl_tokens || id == FKVF_STREAM_ID_TOKENS) {
-            if (fkvf_search_query_point(s, q, qn, &qp) == FKVF_OK) {
-                fkvf_search_info inf;
-                fkvf_search_info_get(s, &inf);
-                size_t m = qn < inf.key_symbols ? qn : inf.key_symbols;
-                if (quad) {
-                    double side = ldexp(1.0, -(int)(m * si.symbol_bits / 2));
-                    double x = ldexp((double)qp.x, -64), y = ldexp((double)qp.y, -64);
-                    long x0 = lround(vx(&v, x)), x1 = lround(vx(&v, x + side));
-                    long y1 = lround(vy(&v, y)), y0 = lround(vy(&v, y + side));
-                    if (x1 - x0 >= 3)
-                        for (int k = 0; k < 2; k++) {
-                            hline(&cv, x0 - k, x1 + k + 1, y0 - k, MARK);
-                            hline(&cv, x0 - k, x1 + k + 1, y1 + k, MARK);
-                            vline(&cv, x0 - k, y0 - k, y1 + k + 1, MARK);
-                            vline(&cv, x1 + k, y0 - k, y1 + k + 1, MARK);
-                        }
-                } else {
-                    double rad = pow(si.r, (double)m) * (double)P / (v.hi - v.lo);
-                    if (rad >= 3.0)
-                        ring(&cv, vx(&v, qp.fx), vy(&v, qp.fy), rad, 2, MARK);
-                }
+/* The query's cell (quad) or disc (ngon). */
+static void plot_query_mark(plot_state *st)
+{
+    fkvf_point qp;
+    if (fkvf_search_query_point(st->s, st->q, st->qn, &qp) != FKVF_OK)
+        return;
+    canvas *cv = &st->cv;
+    const view *v = &st->v;
+    fkvf_search_info inf;
+    fkvf_search_info_get(st->s, &inf);
+    size_t m = st->qn < inf.key_symbols ? st->qn : inf.key_symbols;
+    if (st->quad) {
+        double side = ldexp(1.0, -(int)(m * st->si.symbol_bits / 2));
+        double x = ldexp((double)qp.x, -64), y = ldexp((double)qp.y, -64);
+        long x0 = lround(vx(v, x)), x1 = lround(vx(v, x + side));
+        long y1 = lround(vy(v, y)), y0 = lround(vy(v, y + side));
+        if (x1 - x0 >= 3)
+            for (int k = 0; k < 2; k++) {
+                hline(cv, x0 - k, x1 + k + 1, y0 - k, MARK);
+                hline(cv, x0 - k, x1 + k + 1, y1 + k, MARK);
+                vline(cv, x0 - k, y0 - k, y1 + k + 1, MARK);
+                vline(cv, x1 + k, y0 - k, y1 + k + 1, MARK);
             }
-        }
-        for (uint64_t i = 0; i < nh && i < 100000; i++) {
-            fkvf_point p;
-            if (fkvf_reader_stream_point(r, idx, hpos[i], &p) != FKVF_OK)
-                continue;
-            double x, y;
-            data_xy(&si, &p, &x, &y);
-            ring(&cv, ML + pcol(&v, x) + 0.5, MT + prow(&v, y) + 0.5, 2.0 * sc + B / 2.0, 2, MARK);
-        }
+    } else {
+        double rad = pow(st->si.r, (double)m) * (double)st->P / (v->hi - v->lo);
+        if (rad >= 3.0)
+            ring(cv, vx(v, qp.fx), vy(v, qp.fy), rad, 2, MARK);
     }
+}
 
-    /* frame, ticks and their labels, axis names */
-    hline(&cv, ML - 1, ML + P + 1, MT - 1, AXIS);
-    hline(&cv, ML - 1, ML + P + 1, MT + P, AXIS);
-    vline(&cv, ML - 1, MT - 1, MT + P + 1, AXIS);
-    vline(&cv, ML + P, MT - 1, MT + P + 1, AXIS);
+/* The query: its cell or disc, and a ring around each match. */
+static void plot_highlight(const plot_opts *o, plot_state *st)
+{
+    if (!st->hl)
+        return;
+    if (!o->hl_tokens || st->id == FKVF_STREAM_ID_TOKENS)
+        plot_query_mark(st);
+    for (uint64_t i = 0; i < st->nh && i < 100000; i++) {
+        fkvf_point p;
+        if (fkvf_reader_stream_point(st->r, st->idx, st->hpos[i], &p) != FKVF_OK)
+            continue;
+        double x, y;
+        data_xy(&st->si, &p, &x, &y);
+        ring(&st->cv, st->ML + pcol(&st->v, x) + 0.5, st->MT + prow(&st->v, y) + 0.5,
+             2.0 * st->sc + st->B / 2.0, 2, MARK);
+    }
+}
+
+/* Frame, ticks and their labels, axis names; the title (archive, stream,
+ * points; then what the grid shows). */
+static void plot_axes(const plot_opts *o, plot_state *st)
+{
+    canvas *cv = &st->cv;
+    const view *v = &st->v;
+    long ML = st->ML, MT = st->MT, P = st->P;
+    int sc = st->sc;
+    hline(cv, ML - 1, ML + P + 1, MT - 1, AXIS);
+    hline(cv, ML - 1, ML + P + 1, MT + P, AXIS);
+    vline(cv, ML - 1, MT - 1, MT + P + 1, AXIS);
+    vline(cv, ML + P, MT - 1, MT + P + 1, AXIS);
     static const double qt[5] = {0, 0.25, 0.5, 0.75, 1}, nt[5] = {-1, -0.5, 0, 0.5, 1};
     /* five ticks, or three where five labels would not fit */
     int tstep = P >= 160 * sc ? 1 : 2;
     for (int i = 0; i < 5; i += tstep) {
-        double t = quad ? qt[i] : nt[i];
+        double t = st->quad ? qt[i] : nt[i];
         char lab[16];
         snprintf(lab, sizeof lab, "%g", t);
-        long px = lround(vx(&v, t)), py = lround(vy(&v, t));
+        long px = lround(vx(v, t)), py = lround(vy(v, t));
         if (px >= ML + P)
             px = ML + P;
         if (py <= MT - 1)
             py = MT - 1;
-        vline(&cv, px, MT + P, MT + P + 4 * sc, AXIS);
-        hline(&cv, ML - 1 - 4 * sc, ML - 1, py, AXIS);
-        text(&cv, px - text_width(lab, sc) / 2, MT + P + 6 * sc, lab, sc, INK);
-        text(&cv, ML - 6 * sc - text_width(lab, sc), py - 4 * sc, lab, sc, INK);
+        vline(cv, px, MT + P, MT + P + 4 * sc, AXIS);
+        hline(cv, ML - 1 - 4 * sc, ML - 1, py, AXIS);
+        text(cv, px - text_width(lab, sc) / 2, MT + P + 6 * sc, lab, sc, INK);
+        text(cv, ML - 6 * sc - text_width(lab, sc), py - 4 * sc, lab, sc, INK);
     }
-    text(&cv, ML + P / 2 - 2 * sc, MT + P + 17 * sc, "x", sc, INK);
-    text(&cv, 3 * sc, MT + P / 2 - 4 * sc, "y", sc, INK);
+    text(cv, ML + P / 2 - 2 * sc, MT + P + 17 * sc, "x", sc, INK);
+    text(cv, 3 * sc, MT + P / 2 - 4 * sc, "y", sc, INK);
 
     /* title: archive, stream, points; then what the grid shows */
+    const fkvf_stream_info *si = &st->si;
+    unsigned depth = st->depth, d = si->symbol_bits / 2;
     char t1[256], t2[256], line[256];
-    snprintf(line, sizeof line, "%s  %s  %" PRIu64 " point%s", cli_base_name(o->path), nm,
-             si.length, si.length == 1 ? "" : "s");
-    fit_text(t1, sizeof t1, line, sc, cv.w - 8 * sc);
-    text(&cv, 4 * sc, 3 * sc, t1, sc, INK);
-    if (quad && depth == d)
+    snprintf(line, sizeof line, "%s  %s  %" PRIu64 " point%s", cli_base_name(o->path), st->nm,
+             si->length, si->length == 1 ? "" : "s");
+    fit_text(t1, sizeof t1, line, sc, cv->w - 8 * sc);
+    text(cv, 4 * sc, 3 * sc, t1, sc, INK);
+    if (st->quad && depth == d)
         snprintf(line, sizeof line, "quad, %u-bit: one cell per last symbol (%u x %u)",
-                 si.symbol_bits, 1u << depth, 1u << depth);
-    else if (quad && depth)
+                 si->symbol_bits, 1u << depth, 1u << depth);
+    else if (st->quad && depth)
         snprintf(line, sizeof line, "quad, %u-bit: one cell per %" PRIu64 " last symbols, label = the first",
-                 si.symbol_bits, (uint64_t)1 << (2 * (d - depth)));
-    else if (quad)
-        snprintf(line, sizeof line, "quad, %u-bit symbols", si.symbol_bits);
+                 si->symbol_bits, (uint64_t)1 << (2 * (d - depth)));
+    else if (st->quad)
+        snprintf(line, sizeof line, "quad, %u-bit symbols", si->symbol_bits);
     else
         snprintf(line, sizeof line, "ngon, N = %" PRIu32 ", r = %.3g: one disc per last symbol",
-                 si.alphabet, si.r);
-    fit_text(t2, sizeof t2, line, sc, cv.w - 8 * sc);
-    text(&cv, 4 * sc, 14 * sc, t2, sc, AXIS);
+                 si->alphabet, si->r);
+    fit_text(t2, sizeof t2, line, sc, cv->w - 8 * sc);
+    text(cv, 4 * sc, 14 * sc, t2, sc, AXIS);
+}
 
-    /* legend: the colour bar (log scale), then the highlight */
-    long lx = ML + P + 10 * sc, ly = MT;
-    char sq[64];
-    if (B == 1)
-        snprintf(sq, sizeof sq, "per pixel");
-    else
-        snprintf(sq, sizeof sq, "per %ldx%ld px", B, B);
-    text(&cv, lx, ly, "points", sc, INK);
-    text(&cv, lx, ly + 10 * sc, sq, sc, INK);
-    long bt = ly + 24 * sc, bh = P / 2 > 40 * sc ? P / 2 : 40 * sc, bw = 12 * sc;
-    if (mx <= 1)
-        bh = 12 * sc; /* one colour: a swatch, not a scale */
-    for (long y = 0; y < bh; y++)
-        rect(&cv, lx, bt + y, lx + bw, bt + y + 1,
-             cmap(mx > 1 ? 1.0 - (double)y / (double)(bh - 1) : 0.0));
-    hline(&cv, lx - 1, lx + bw + 1, bt - 1, AXIS);
-    hline(&cv, lx - 1, lx + bw + 1, bt + bh, AXIS);
-    vline(&cv, lx - 1, bt - 1, bt + bh + 1, AXIS);
-    vline(&cv, lx + bw, bt - 1, bt + bh + 1, AXIS);
-    /* ticks: 1, 10, 100, ... below the maximum, and the maximum */
+/* Legend: the colour bar's ticks, 1, 10, 100, ... below the maximum, and
+ * the maximum (bar from bt, bh pixels high, at lx, bw wide). */
+static void plot_bar_ticks(plot_state *st, long lx, long bt, long bh, long bw)
+{
+    canvas *cv = &st->cv;
+    uint32_t mx = st->mx;
+    double lm = st->lm;
+    int sc = st->sc;
     for (uint64_t tv = 1; mx >= 1; tv *= 10) {
         int last = tv >= mx;
         uint64_t val = last ? mx : tv;
@@ -867,115 +909,171 @@ static int plot(const plot_opts *o)
         long y = mx > 1 ? bt + lround((1.0 - f) * (double)(bh - 1)) : bt + bh / 2;
         char lab[24];
         snprintf(lab, sizeof lab, "%" PRIu64, val);
-        hline(&cv, lx + bw, lx + bw + 3 * sc, y, AXIS);
+        hline(cv, lx + bw, lx + bw + 3 * sc, y, AXIS);
         /* keep the maximum's label clear of the one below it */
-        text(&cv, lx + bw + 5 * sc, y - 4 * sc, lab, sc, INK);
+        text(cv, lx + bw + 5 * sc, y - 4 * sc, lab, sc, INK);
         if (last || tv > UINT64_MAX / 10)
             break;
         if (tv * 10 < mx && mx > 1 && (log((double)mx) - log((double)tv * 10)) / lm * bh < 10 * sc)
             tv *= 10; /* the next power of ten would overlap the maximum */
     }
     if (!mx)
-        text(&cv, lx + bw + 5 * sc, bt - 4 * sc, "none", sc, INK);
+        text(cv, lx + bw + 5 * sc, bt - 4 * sc, "none", sc, INK);
+}
+
+/* Legend: the colour bar (log scale), then the highlight and the ngon
+ * label step. */
+static void plot_legend(plot_state *st)
+{
+    canvas *cv = &st->cv;
+    int sc = st->sc;
+    long B = st->B, P = st->P;
+    uint32_t mx = st->mx;
+    long lx = st->ML + P + 10 * sc, ly = st->MT;
+    char sq[64];
+    if (B == 1)
+        snprintf(sq, sizeof sq, "per pixel");
+    else
+        snprintf(sq, sizeof sq, "per %ldx%ld px", B, B);
+    text(cv, lx, ly, "points", sc, INK);
+    text(cv, lx, ly + 10 * sc, sq, sc, INK);
+    long bt = ly + 24 * sc, bh = P / 2 > 40 * sc ? P / 2 : 40 * sc, bw = 12 * sc;
+    if (mx <= 1)
+        bh = 12 * sc; /* one colour: a swatch, not a scale */
+    for (long y = 0; y < bh; y++)
+        rect(cv, lx, bt + y, lx + bw, bt + y + 1,
+             cmap(mx > 1 ? 1.0 - (double)y / (double)(bh - 1) : 0.0));
+    hline(cv, lx - 1, lx + bw + 1, bt - 1, AXIS);
+    hline(cv, lx - 1, lx + bw + 1, bt + bh, AXIS);
+    vline(cv, lx - 1, bt - 1, bt + bh + 1, AXIS);
+    vline(cv, lx + bw, bt - 1, bt + bh + 1, AXIS);
+    plot_bar_ticks(st, lx, bt, bh, bw);
     long hy = bt + bh + 14 * sc;
-    if (hl) {
-        ring(&cv, lx + 6 * sc, hy + 4 * sc, 2.0 * sc + B / 2.0, 2, MARK);
+    if (st->hl) {
+        ring(cv, lx + 6 * sc, hy + 4 * sc, 2.0 * sc + B / 2.0, 2, MARK);
         char hl1[48];
-        snprintf(hl1, sizeof hl1, "%" PRIu64 " match%s", nh, nh == 1 ? "" : "es");
-        text(&cv, lx + 16 * sc, hy, hl1, sc, INK);
-        text(&cv, lx, hy + 11 * sc, "of the query", sc, INK);
-        if (outside) {
-            snprintf(hl1, sizeof hl1, "(+%" PRIu64 " exact)", outside);
-            text(&cv, lx, hy + 22 * sc, hl1, sc, INK);
+        snprintf(hl1, sizeof hl1, "%" PRIu64 " match%s", st->nh, st->nh == 1 ? "" : "es");
+        text(cv, lx + 16 * sc, hy, hl1, sc, INK);
+        text(cv, lx, hy + 11 * sc, "of the query", sc, INK);
+        if (st->outside) {
+            snprintf(hl1, sizeof hl1, "(+%" PRIu64 " exact)", st->outside);
+            text(cv, lx, hy + 22 * sc, hl1, sc, INK);
         }
         hy += 36 * sc;
     }
-    if (!quad && every > 1) {
+    if (!st->quad && st->every > 1) {
         char e[32];
-        snprintf(e, sizeof e, "every %u%s", every, every == 2 ? "nd" : "th");
-        text(&cv, lx, hy, "labels:", sc, AXIS);
-        text(&cv, lx, hy + 11 * sc, e, sc, AXIS);
+        snprintf(e, sizeof e, "every %u%s", st->every, st->every == 2 ? "nd" : "th");
+        text(cv, lx, hy, "labels:", sc, AXIS);
+        text(cv, lx, hy + 11 * sc, e, sc, AXIS);
     }
+}
 
-    char werr[1024];
-    if ((rc = write_png(o->out, &cv, o->force, werr, sizeof werr)) != KVIO_OK) {
-        ret = cli_fail_kvio(rc, o->out, werr); /* exists: 1, I/O: 2 */
-        goto out;
-    }
+static void plot_print(const plot_opts *o, const plot_state *st)
+{
+    const canvas *cv = &st->cv;
+    long P = st->P, B = st->B;
+    uint64_t n = st->si.length;
     if (o->json) {
         printf("{\"archive\":");
         cli_json_cstr(stdout, o->path);
-        printf(",\"stream\":\"%s\",\"out\":", nm);
+        printf(",\"stream\":\"%s\",\"out\":", st->nm);
         cli_json_cstr(stdout, o->out);
         printf(",\"width\":%ld,\"height\":%ld,\"plot\":{\"x\":%ld,\"y\":%ld,\"size\":%ld}"
                ",\"points\":%" PRIu64 ",\"densest\":%" PRIu32 ",\"square\":%ld",
-               cv.w, cv.h, ML, MT, P, si.length, mx, B);
-        if (hl)
-            printf(",\"matches\":%" PRIu64 ",\"outside\":%" PRIu64, nh, outside);
+               cv->w, cv->h, st->ML, st->MT, P, n, st->mx, B);
+        if (st->hl)
+            printf(",\"matches\":%" PRIu64 ",\"outside\":%" PRIu64, st->nh, st->outside);
         else
             printf(",\"matches\":null");
         printf("}\n");
-        ret = CLI_OK;
-        goto out;
+        return;
     }
     cli_text_cstr(stdout, o->out); /* a name for the terminal: escaped */
     printf(": %ldx%ld pixels (plot %ldx%ld at %ld,%ld), %" PRIu64
            " point%s of %s, densest square %" PRIu32 " (%ldx%ld px)",
-           cv.w, cv.h, P, P, ML, MT, si.length, si.length == 1 ? "" : "s", nm, mx, B, B);
-    if (hl)
-        printf(", %" PRIu64 " match%s highlighted", nh, nh == 1 ? "" : "es");
-    if (outside)
-        printf(" (%" PRIu64 " more at cache positions the stream does not hold)", outside);
+           cv->w, cv->h, P, P, st->ML, st->MT, n, n == 1 ? "" : "s", st->nm, st->mx, B, B);
+    if (st->hl)
+        printf(", %" PRIu64 " match%s highlighted", st->nh, st->nh == 1 ? "" : "es");
+    if (st->outside)
+        printf(" (%" PRIu64 " more at cache positions the stream does not hold)", st->outside);
     printf("\n");
-    ret = CLI_OK;
-out:
-    fkvf_search_free(s);
-    free(cv.p);
-    free(cnt);
-    free(hpos);
-    free(q);
-    fkvf_reader_free(r);
+}
+
+static int plot_run(const plot_opts *o, plot_state *st)
+{
+    int ret;
+    if ((ret = plot_open(o, st)) != CLI_OK || (ret = plot_layout(o, st)) != CLI_OK ||
+        (ret = plot_density(o, st)) != CLI_OK || (ret = plot_points(st)) != CLI_OK)
+        return ret;
+    plot_highlight(o, st);
+    plot_axes(o, st);
+    plot_legend(st);
+    char werr[1024];
+    int rc = write_png(o->out, &st->cv, o->force, werr, sizeof werr);
+    if (rc != KVIO_OK)
+        return cli_fail_kvio(rc, o->out, werr); /* exists: 1, I/O: 2 */
+    plot_print(o, st);
+    return CLI_OK;
+}
+
+static int plot(const plot_opts *o)
+{
+    plot_state st;
+    memset(&st, 0, sizeof st);
+    int ret = plot_run(o, &st);
+    plot_free(&st);
     return ret;
 }
 
-int fkvf_cli_plot_main(int argc, char **argv)
+/* Returns -1 to go on, else the exit status (help printed, usage error). */
+static int plot_parse(int argc, char **argv, plot_opts *o)
 {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(plot_help, stdout);
             return CLI_OK;
         }
-    plot_opts o = {NULL, NULL, NULL, NULL, NULL, 512, 0, 0};
+    plot_opts dflt = {NULL, NULL, NULL, NULL, NULL, 512, 0, 0};
+    *o = dflt;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--force"))
-            o.force = 1;
+            o->force = 1;
         else if (!strcmp(a, "--json"))
-            o.json = 1;
+            o->json = 1;
         else if (!strcmp(a, "--stream") && v)
-            o.stream = argv[++i];
+            o->stream = argv[++i];
         else if (!strcmp(a, "-o") && v)
-            o.out = argv[++i];
-        else if (!strcmp(a, "--size") && v && !cli_parse_u64(v, 4096, &o.size) && o.size >= 64)
+            o->out = argv[++i];
+        else if (!strcmp(a, "--size") && v && !cli_parse_u64(v, 4096, &o->size) && o->size >= 64)
             i++;
-        else if (!strcmp(a, "--highlight-tokens") && v && !o.hl_tokens)
-            o.hl_tokens = argv[++i];
-        else if (!strcmp(a, "--highlight-symbols") && v && !o.hl_symbols)
-            o.hl_symbols = argv[++i];
-        else if (a[0] != '-' && !o.path)
-            o.path = a;
+        else if (!strcmp(a, "--highlight-tokens") && v && !o->hl_tokens)
+            o->hl_tokens = argv[++i];
+        else if (!strcmp(a, "--highlight-symbols") && v && !o->hl_symbols)
+            o->hl_symbols = argv[++i];
+        else if (a[0] != '-' && !o->path)
+            o->path = a;
         else
             return cli_usage("bad argument '%s' (see fkvf plot --help)", a);
     }
-    if (!o.path || !o.stream || !o.out)
+    if (!o->path || !o->stream || !o->out)
         return cli_usage("give ARCHIVE, --stream NAME and -o FILE.png (see fkvf plot --help)");
-    if (o.hl_tokens && o.hl_symbols)
+    if (o->hl_tokens && o->hl_symbols)
         return cli_usage("give --highlight-tokens or --highlight-symbols, not both");
-    if (!ends_png(o.out))
-        return cli_usage("%s: the output is a PNG image: give a name ending in .png", o.out);
-    int ret = cli_check_output(o.out, &o.path, 1, o.force);
-    if (ret != CLI_OK)
+    if (!ends_png(o->out))
+        return cli_usage("%s: the output is a PNG image: give a name ending in .png", o->out);
+    return -1;
+}
+
+int fkvf_cli_plot(int argc, char **argv)
+{
+    plot_opts o;
+    int ret = plot_parse(argc, argv, &o);
+    if (ret >= 0)
+        return ret;
+    if ((ret = cli_check_output(o.out, &o.path, 1, o.force)) != CLI_OK)
         return ret;
     return plot(&o);
 }

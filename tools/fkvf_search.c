@@ -9,12 +9,8 @@
 #include <string.h>
 
 #include "cli_util.h"
+#include "commands.h"
 #include "fkvf.h"
-
-int fkvf_cli_search_main(const char *cmd, int argc, char **argv);
-int fkvf_cli_plot_main(int argc, char **argv); /* fkvf_plot.c */
-int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *path, size_t idx,
-                               const char *name, int is_tok, const uint32_t *q, size_t qn);
 
 static const char *search_help =
     "usage: fkvf search ARCHIVE (--tokens LIST | --stream NAME --symbols LIST) [options]\n"
@@ -176,291 +172,387 @@ int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *path, size_t idx,
 
 /* ---- search ------------------------------------------------------------- */
 
-static int cmd_search(int argc, char **argv)
+typedef struct search_opts {
+    const char *path, *tokens, *stream, *symbols, *radius;
+    uint64_t k, ctx, maxp;
+    int json, noidx;
+    uint64_t id;   /* the stream searched */
+    uint32_t *q;   /* the query (malloc'd) */
+    size_t qn;
+    double rad;    /* --radius (0: auto) */
+    int do_rad;
+} search_opts;
+
+/* The arguments into o (defaults first). Returns -1 to go on, else the
+ * exit status of a usage error. */
+static int search_args(int argc, char **argv, search_opts *o)
 {
-    if (want_help(argc, argv, search_help))
-        return CLI_OK;
-    const char *path = NULL, *tokens = NULL, *stream = NULL, *symbols = NULL, *radius = NULL;
-    uint64_t k = 5, ctx = 0, maxp = 20;
-    int json = 0, noidx = 0;
+    memset(o, 0, sizeof *o);
+    o->k = 5;
+    o->maxp = 20;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json"))
-            json = 1;
+            o->json = 1;
         else if (!strcmp(a, "--no-index"))
-            noidx = 1;
+            o->noidx = 1;
         else if (!strcmp(a, "--tokens") && v)
-            tokens = argv[++i];
+            o->tokens = argv[++i];
         else if (!strcmp(a, "--stream") && v)
-            stream = argv[++i];
+            o->stream = argv[++i];
         else if (!strcmp(a, "--symbols") && v)
-            symbols = argv[++i];
+            o->symbols = argv[++i];
         else if (!strcmp(a, "--radius") && v)
-            radius = argv[++i];
-        else if (!strcmp(a, "--k") && v && !cli_parse_u64(v, 100000, &k) && k >= 1)
+            o->radius = argv[++i];
+        else if (!strcmp(a, "--k") && v && !cli_parse_u64(v, 100000, &o->k) && o->k >= 1)
             i++;
-        else if (!strcmp(a, "--context") && v && !cli_parse_u64(v, 100000, &ctx))
+        else if (!strcmp(a, "--context") && v && !cli_parse_u64(v, 100000, &o->ctx))
             i++;
-        else if (!strcmp(a, "--max") && v && !cli_parse_u64(v, 100000000, &maxp))
+        else if (!strcmp(a, "--max") && v && !cli_parse_u64(v, 100000000, &o->maxp))
             i++;
-        else if (a[0] != '-' && !path)
-            path = a;
+        else if (a[0] != '-' && !o->path)
+            o->path = a;
         else
             return cli_usage("bad argument '%s' (see fkvf search --help)", a);
     }
-    if (!path || (!tokens == !symbols) || (tokens && stream) || (symbols && !stream))
+    return -1;
+}
+
+/* Returns -1 to go on (o->q to free), else the exit status (help printed,
+ * usage error). */
+static int search_parse(int argc, char **argv, search_opts *o)
+{
+    if (want_help(argc, argv, search_help))
+        return CLI_OK;
+    int ex = search_args(argc, argv, o);
+    if (ex >= 0)
+        return ex;
+    if (!o->path || (!o->tokens == !o->symbols) || (o->tokens && o->stream) ||
+        (o->symbols && !o->stream))
         return cli_usage("give ARCHIVE and either --tokens LIST or --stream NAME --symbols LIST "
                          "(see fkvf search --help)");
-    uint64_t id = FKVF_STREAM_ID_TOKENS;
-    if (stream && !cli_parse_stream_name(stream, &id))
-        return cli_usage("bad stream name '%s' (tokens or Lx.Hy.K|V.stage)", stream);
-    uint32_t *q;
-    size_t qn;
-    if (!cli_parse_list(tokens ? tokens : symbols, &q, &qn))
-        return cli_usage("bad symbol list '%s' (comma-separated integers)",
-                         tokens ? tokens : symbols);
-    double rad = 0.0;
-    int do_rad = radius != NULL;
-    if (radius && strcmp(radius, "auto")) {
-        if (cli_parse_f64(radius, &rad) || !(rad > 0.0)) {
-            free(q);
-            return cli_usage("bad radius '%s' (a positive number or 'auto')", radius);
+    o->id = FKVF_STREAM_ID_TOKENS;
+    if (o->stream && !cli_parse_stream_name(o->stream, &o->id))
+        return cli_usage("bad stream name '%s' (tokens or Lx.Hy.K|V.stage)", o->stream);
+    const char *list = o->tokens ? o->tokens : o->symbols;
+    if (!cli_parse_list(list, &o->q, &o->qn))
+        return cli_usage("bad symbol list '%s' (comma-separated integers)", list);
+    o->do_rad = o->radius != NULL;
+    if (o->radius && strcmp(o->radius, "auto")) {
+        if (cli_parse_f64(o->radius, &o->rad) || !(o->rad > 0.0)) {
+            free(o->q);
+            o->q = NULL;
+            return cli_usage("bad radius '%s' (a positive number or 'auto')", o->radius);
         }
     }
-    fkvf_reader *r = NULL;
-    int ret = cli_open_archive(&r, path);
-    if (ret != CLI_OK) {
-        free(q);
-        return ret;
-    }
-    ret = CLI_INVALID;
-    size_t idx;
-    fkvf_search *s = NULL;
-    uint64_t *pos = NULL;
-    fkvf_match *m = NULL;
-    uint32_t *cbuf = NULL;
-    if (!find_stream(r, path, id, &idx))
-        goto out;
-    char nm_s[64];
-    cli_stream_name(id, nm_s, sizeof nm_s);
-    int is_tok = id == FKVF_STREAM_ID_TOKENS;
-    const char *unit = is_tok ? "token" : "symbol";
-    if (!fkvf_cli_query_in_alphabet(r, path, idx, nm_s, is_tok, q, qn)) {
-        ret = CLI_USAGE;
-        goto out;
-    }
-    int rc = fkvf_search_open(&s, r, idx, noidx ? FKVF_SEARCH_NO_INDEX : 0, NULL);
-    if (rc) {
-        ret = cli_fail_search(rc, s, path, "");
-        goto out;
-    }
-    fkvf_search_info inf;
-    fkvf_search_info_get(s, &inf);
-    pos = malloc((size_t)(maxp ? maxp : 1) * sizeof *pos);
-    m = malloc((size_t)k * sizeof *m);
-    cbuf = malloc((size_t)(ctx ? ctx : 1) * sizeof *cbuf);
-    if (!pos || !m || !cbuf) {
-        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
-        goto out;
-    }
-    uint64_t nf;
-    size_t nm;
-    fkvf_search_info ia;
+    return -1;
+}
+
+/* The search and its results. */
+typedef struct search_state {
+    fkvf_reader *r;
+    fkvf_search *s;
+    uint64_t *pos;   /* the exact occurrences' last positions */
+    fkvf_match *m;   /* the longest matches */
+    uint32_t *cbuf;  /* a match's context */
+    size_t idx;      /* the stream's index */
+    char nm_s[64];   /* its name */
+    int is_tok;
+    const char *unit; /* "token" or "symbol" */
+    fkvf_search_info inf, ia; /* before and after the exact search */
+    uint64_t nf;     /* exact occurrences */
+    size_t nm, shown; /* longest matches; exact occurrences printed */
     fkvf_radius_result rr;
-    memset(&rr, 0, sizeof rr);
-    if ((rc = fkvf_search_suffix(s, q, qn, pos, (size_t)maxp, &nf)) ||
-        (fkvf_search_info_get(s, &ia), rc = fkvf_search_longest(s, q, qn, (size_t)k, m, &nm))) {
-        ret = cli_fail_search(rc, s, path, "");
-        goto out;
-    }
-    if (do_rad) {
-        if ((rc = fkvf_search_radius(s, q, qn, rad, NULL, 0, &rr))) {
-            ret = cli_fail_search(rc, s, path, "");
-            goto out;
-        }
-    }
+    fkvf_prefix_reuse pr;
+    int has_pr;
+    uint64_t S;      /* the stream's first cache position */
+} search_state;
+
+static void search_free(search_state *st)
+{
+    fkvf_search_free(st->s);
+    fkvf_reader_free(st->r);
+    free(st->pos);
+    free(st->m);
+    free(st->cbuf);
+}
+
+/* The exact, longest and radius searches. Returns the exit status. */
+static int search_queries(const search_opts *o, search_state *st)
+{
+    const char *path = o->path;
+    st->pos = malloc((size_t)(o->maxp ? o->maxp : 1) * sizeof *st->pos);
+    st->m = malloc((size_t)o->k * sizeof *st->m);
+    st->cbuf = malloc((size_t)(o->ctx ? o->ctx : 1) * sizeof *st->cbuf);
+    if (!st->pos || !st->m || !st->cbuf)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+    int rc;
+    if ((rc = fkvf_search_suffix(st->s, o->q, o->qn, st->pos, (size_t)o->maxp, &st->nf)) ||
+        (fkvf_search_info_get(st->s, &st->ia),
+         rc = fkvf_search_longest(st->s, o->q, o->qn, (size_t)o->k, st->m, &st->nm)))
+        return cli_fail_search(rc, st->s, path, "");
+    if (o->do_rad && (rc = fkvf_search_radius(st->s, o->q, o->qn, o->rad, NULL, 0, &st->rr)))
+        return cli_fail_search(rc, st->s, path, "");
     /* token queries: how much of the query the archive holds at the same
      * positions (prefix reuse for engines) */
-    fkvf_prefix_reuse pr;
-    int has_pr = id == FKVF_STREAM_ID_TOKENS && fkvf_search_prefix_reuse(r, q, qn, &pr) == FKVF_OK;
-    uint64_t S = sinks_of(r, id);
-    size_t shown = nf < maxp ? (size_t)nf : (size_t)maxp;
-    if (json) {
-        printf("{\"stream\":\"%s\",\"length\":%" PRIu64 ",\"n_indexed\":%" PRIu64
-               ",\"cache_offset\":%" PRIu64 ",\"query\":[",
-               nm_s, inf.length, inf.n_indexed, S);
-        print_syms(q, qn);
-        printf("],\"exact\":{\"count\":%" PRIu64 ",\"candidates\":%" PRIu64 ",\"matches\":[", nf,
-               ia.candidates);
-        for (size_t i = 0; i < shown; i++)
-            printf("%s{\"first\":%" PRIu64 ",\"end\":%" PRIu64 "}", i ? "," : "",
-                   pos[i] + 1 - qn, pos[i] + 1);
-        printf("]},\"longest\":[");
-        for (size_t i = 0; i < nm; i++) {
-            printf("%s{\"first\":%" PRIu64 ",\"end\":%" PRIu64 ",\"length\":%" PRIu64,
-                   i ? "," : "", m[i].position + 1 - m[i].length, m[i].position + 1, m[i].length);
-            if (ctx) {
-                size_t got = 0;
-                fkvf_search_context(r, idx, m[i].position, (size_t)ctx, cbuf, &got);
-                printf(",\"context\":[");
-                print_syms(cbuf, got);
-                printf("]");
-            }
-            printf("}");
+    st->has_pr = o->id == FKVF_STREAM_ID_TOKENS &&
+                 fkvf_search_prefix_reuse(st->r, o->q, o->qn, &st->pr) == FKVF_OK;
+    st->S = sinks_of(st->r, o->id);
+    st->shown = st->nf < o->maxp ? (size_t)st->nf : (size_t)o->maxp;
+    return CLI_OK;
+}
+
+static int search_run(const search_opts *o, search_state *st)
+{
+    const char *path = o->path;
+    int ret = cli_open_archive(&st->r, path);
+    if (ret != CLI_OK)
+        return ret;
+    if (!find_stream(st->r, path, o->id, &st->idx))
+        return CLI_INVALID;
+    cli_stream_name(o->id, st->nm_s, sizeof st->nm_s);
+    st->is_tok = o->id == FKVF_STREAM_ID_TOKENS;
+    st->unit = st->is_tok ? "token" : "symbol";
+    if (!fkvf_cli_query_in_alphabet(st->r, path, st->idx, st->nm_s, st->is_tok, o->q, o->qn))
+        return CLI_USAGE;
+    int rc = fkvf_search_open(&st->s, st->r, st->idx, o->noidx ? FKVF_SEARCH_NO_INDEX : 0, NULL);
+    if (rc)
+        return cli_fail_search(rc, st->s, path, "");
+    fkvf_search_info_get(st->s, &st->inf);
+    return search_queries(o, st);
+}
+
+static void search_json(const search_opts *o, const search_state *st)
+{
+    size_t qn = o->qn;
+    printf("{\"stream\":\"%s\",\"length\":%" PRIu64 ",\"n_indexed\":%" PRIu64
+           ",\"cache_offset\":%" PRIu64 ",\"query\":[",
+           st->nm_s, st->inf.length, st->inf.n_indexed, st->S);
+    print_syms(o->q, qn);
+    printf("],\"exact\":{\"count\":%" PRIu64 ",\"candidates\":%" PRIu64 ",\"matches\":[", st->nf,
+           st->ia.candidates);
+    for (size_t i = 0; i < st->shown; i++)
+        printf("%s{\"first\":%" PRIu64 ",\"end\":%" PRIu64 "}", i ? "," : "",
+               st->pos[i] + 1 - qn, st->pos[i] + 1);
+    printf("]},\"longest\":[");
+    for (size_t i = 0; i < st->nm; i++) {
+        const fkvf_match *m = &st->m[i];
+        printf("%s{\"first\":%" PRIu64 ",\"end\":%" PRIu64 ",\"length\":%" PRIu64,
+               i ? "," : "", m->position + 1 - m->length, m->position + 1, m->length);
+        if (o->ctx) {
+            size_t got = 0;
+            fkvf_search_context(st->r, st->idx, m->position, (size_t)o->ctx, st->cbuf, &got);
+            printf(",\"context\":[");
+            print_syms(st->cbuf, got);
+            printf("]");
         }
-        printf("]");
-        if (has_pr)
-            printf(",\"prefix_len\":%" PRIu64, pr.prefix_len);
-        if (do_rad)
-            printf(",\"radius\":{\"radius\":%.17g,\"candidates\":%" PRIu64 ",\"verified\":%" PRIu64
-                   ",\"false_positives\":%" PRIu64 "}",
-                   rr.radius, rr.candidates, rr.verified, rr.candidates - rr.verified);
-        printf("}\n");
-    } else {
-        printf("stream      %s: %" PRIu64 " position%s", nm_s, inf.length, plural(inf.length));
-        if (S && inf.length)
-            printf(" (cache positions %" PRIu64 "..%" PRIu64 ")", S, S + inf.length - 1);
-        if (inf.n_indexed)
-            printf(", %" PRIu64 " indexed\n", inf.n_indexed);
+        printf("}");
+    }
+    printf("]");
+    if (st->has_pr)
+        printf(",\"prefix_len\":%" PRIu64, st->pr.prefix_len);
+    if (o->do_rad)
+        printf(",\"radius\":{\"radius\":%.17g,\"candidates\":%" PRIu64 ",\"verified\":%" PRIu64
+               ",\"false_positives\":%" PRIu64 "}",
+               st->rr.radius, st->rr.candidates, st->rr.verified,
+               st->rr.candidates - st->rr.verified);
+    printf("}\n");
+}
+
+/* Text: the stream, the query and the exact occurrences. */
+static void search_text_exact(const search_opts *o, const search_state *st)
+{
+    size_t qn = o->qn;
+    const fkvf_search_info *inf = &st->inf;
+    printf("stream      %s: %" PRIu64 " position%s", st->nm_s, inf->length, plural(inf->length));
+    if (st->S && inf->length)
+        printf(" (cache positions %" PRIu64 "..%" PRIu64 ")", st->S, st->S + inf->length - 1);
+    if (inf->n_indexed)
+        printf(", %" PRIu64 " indexed\n", inf->n_indexed);
+    else
+        printf(", no index (scan)\n");
+    printf("query       %zu %s%s: ", qn, st->unit, plural(qn));
+    print_syms(o->q, qn < 32 ? qn : 32);
+    printf("%s\n", qn > 32 ? ",..." : "");
+    printf("exact       %" PRIu64 " occurrence%s", st->nf, plural(st->nf));
+    if (st->shown) {
+        printf(", positions [first, end):");
+        for (size_t i = 0; i < st->shown; i++)
+            printf(" [%" PRIu64 ", %" PRIu64 ")", st->pos[i] + 1 - qn, st->pos[i] + 1);
+        if (st->nf > st->shown)
+            printf(" ... (--max)");
+    }
+    printf("\n");
+}
+
+/* Text: the longest matches, with their context. */
+static void search_text_longest(const search_opts *o, const search_state *st)
+{
+    const char *unit = st->unit;
+    size_t nm = st->nm;
+    printf("longest     %zu match%s (k = %" PRIu64 ")%s\n", nm, nm == 1 ? "" : "es", o->k,
+           nm > 1 ? ", longest first" : "");
+    for (size_t i = 0; i < nm; i++) {
+        const fkvf_match *m = &st->m[i];
+        uint64_t first = m->position + 1 - m->length, end = m->position + 1;
+        char rng[64];
+        snprintf(rng, sizeof rng, "[%" PRIu64 ", %" PRIu64 ")", first, end);
+        printf("  %-22s %" PRIu64 " %s%s", rng, m->length, unit, plural(m->length));
+        if (m->length == o->qn)
+            printf(" (the whole query)");
         else
-            printf(", no index (scan)\n");
-        printf("query       %zu %s%s: ", qn, unit, plural(qn));
-        print_syms(q, qn < 32 ? qn : 32);
-        printf("%s\n", qn > 32 ? ",..." : "");
-        printf("exact       %" PRIu64 " occurrence%s", nf, plural(nf));
-        if (shown) {
-            printf(", positions [first, end):");
-            for (size_t i = 0; i < shown; i++)
-                printf(" [%" PRIu64 ", %" PRIu64 ")", pos[i] + 1 - qn, pos[i] + 1);
-            if (nf > shown)
-                printf(" ... (--max)");
+            printf(" (the query's last %" PRIu64 ")", m->length);
+        if (st->S)
+            printf(", cache [%" PRIu64 ", %" PRIu64 ")", st->S + first, st->S + end);
+        if (o->ctx) {
+            size_t got = 0;
+            fkvf_search_context(st->r, st->idx, m->position, (size_t)o->ctx, st->cbuf, &got);
+            printf(", the %zu %s%s up to it: ", got, unit, plural(got));
+            print_syms(st->cbuf, got);
         }
         printf("\n");
-        printf("longest     %zu match%s (k = %" PRIu64 ")%s\n", nm, nm == 1 ? "" : "es", k,
-               nm > 1 ? ", longest first" : "");
-        for (size_t i = 0; i < nm; i++) {
-            uint64_t first = m[i].position + 1 - m[i].length, end = m[i].position + 1;
-            char rng[64];
-            snprintf(rng, sizeof rng, "[%" PRIu64 ", %" PRIu64 ")", first, end);
-            printf("  %-22s %" PRIu64 " %s%s", rng, m[i].length, unit, plural(m[i].length));
-            if (m[i].length == qn)
-                printf(" (the whole query)");
-            else
-                printf(" (the query's last %" PRIu64 ")", m[i].length);
-            if (S)
-                printf(", cache [%" PRIu64 ", %" PRIu64 ")", S + first, S + end);
-            if (ctx) {
-                size_t got = 0;
-                fkvf_search_context(r, idx, m[i].position, (size_t)ctx, cbuf, &got);
-                printf(", the %zu %s%s up to it: ", got, unit, plural(got));
-                print_syms(cbuf, got);
-            }
-            printf("\n");
-        }
-        if (has_pr) {
-            uint64_t p = pr.prefix_len;
-            printf("prefix      ");
-            if (pr.archive_positions == 0)
-                printf("the archive holds no tokens: no cache rows to reuse\n");
-            else if (p == 0)
-                printf("none: the query's first token is not the archive's first token (no "
-                       "cache rows to reuse)\n");
-            else if (p == qn)
-                printf("the whole query (%" PRIu64 " token%s) matches the archive's positions "
-                       "[0, %" PRIu64 "): %" PRIu64 " reusable cache row%s\n",
-                       p, plural(p), p, p, plural(p));
-            else
-                printf("the query's first %" PRIu64 " token%s %s the archive's positions [0, %" PRIu64
-                       "): %" PRIu64 " reusable cache row%s\n",
-                       p, plural(p), p == 1 ? "matches" : "match", p, p, plural(p));
-        }
-        if (do_rad)
-            printf("radius      %.6g: %" PRIu64 " candidate%s, %" PRIu64 " verified, %" PRIu64
-                   " false positive%s\n",
-                   rr.radius, rr.candidates, plural(rr.candidates), rr.verified,
-                   rr.candidates - rr.verified, plural(rr.candidates - rr.verified));
     }
-    ret = CLI_OK;
-out:
-    fkvf_search_free(s);
-    fkvf_reader_free(r);
-    free(q);
-    free(pos);
-    free(m);
-    free(cbuf);
+}
+
+/* Text: the reusable prefix (token queries) and the radius query. */
+static void search_text_prefix(const search_opts *o, const search_state *st)
+{
+    if (st->has_pr) {
+        uint64_t p = st->pr.prefix_len;
+        printf("prefix      ");
+        if (st->pr.archive_positions == 0)
+            printf("the archive holds no tokens: no cache rows to reuse\n");
+        else if (p == 0)
+            printf("none: the query's first token is not the archive's first token (no "
+                   "cache rows to reuse)\n");
+        else if (p == o->qn)
+            printf("the whole query (%" PRIu64 " token%s) matches the archive's positions "
+                   "[0, %" PRIu64 "): %" PRIu64 " reusable cache row%s\n",
+                   p, plural(p), p, p, plural(p));
+        else
+            printf("the query's first %" PRIu64 " token%s %s the archive's positions [0, %" PRIu64
+                   "): %" PRIu64 " reusable cache row%s\n",
+                   p, plural(p), p == 1 ? "matches" : "match", p, p, plural(p));
+    }
+    const fkvf_radius_result *rr = &st->rr;
+    if (o->do_rad)
+        printf("radius      %.6g: %" PRIu64 " candidate%s, %" PRIu64 " verified, %" PRIu64
+               " false positive%s\n",
+               rr->radius, rr->candidates, plural(rr->candidates), rr->verified,
+               rr->candidates - rr->verified, plural(rr->candidates - rr->verified));
+}
+
+int fkvf_cli_search(int argc, char **argv)
+{
+    search_opts o;
+    memset(&o, 0, sizeof o);
+    int ret = search_parse(argc, argv, &o);
+    if (ret >= 0) {
+        free(o.q);
+        return ret;
+    }
+    search_state st;
+    memset(&st, 0, sizeof st);
+    ret = search_run(&o, &st);
+    if (ret == CLI_OK && o.json) {
+        search_json(&o, &st);
+    } else if (ret == CLI_OK) {
+        search_text_exact(&o, &st);
+        search_text_longest(&o, &st);
+        search_text_prefix(&o, &st);
+    }
+    search_free(&st);
+    free(o.q);
     return ret;
 }
 
 /* ---- context ------------------------------------------------------------ */
 
-static int cmd_context(int argc, char **argv)
+typedef struct context_opts {
+    const char *path, *stream;
+    uint64_t at, len, id;
+    int json;
+} context_opts;
+
+/* Returns -1 to go on, else the exit status (help printed, usage error). */
+static int context_parse(int argc, char **argv, context_opts *o)
 {
     if (want_help(argc, argv, context_help))
         return CLI_OK;
-    const char *path = NULL, *stream = "tokens";
-    uint64_t at = 0, len = 0;
-    int has_at = 0, has_len = 0, json = 0;
+    memset(o, 0, sizeof *o);
+    o->stream = "tokens";
+    int has_at = 0, has_len = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json"))
-            json = 1;
-        else if (!strcmp(a, "--at") && v && !cli_parse_u64(v, UINT64_MAX, &at))
+            o->json = 1;
+        else if (!strcmp(a, "--at") && v && !cli_parse_u64(v, UINT64_MAX, &o->at))
             has_at = 1, i++;
-        else if (!strcmp(a, "--len") && v && !cli_parse_u64(v, 100000000, &len) && len >= 1)
+        else if (!strcmp(a, "--len") && v && !cli_parse_u64(v, 100000000, &o->len) && o->len >= 1)
             has_len = 1, i++;
         else if (!strcmp(a, "--stream") && v)
-            stream = argv[++i];
-        else if (a[0] != '-' && !path)
-            path = a;
+            o->stream = argv[++i];
+        else if (a[0] != '-' && !o->path)
+            o->path = a;
         else
             return cli_usage("bad argument '%s' (see fkvf context --help)", a);
     }
-    uint64_t id;
-    if (!path || !has_at || !has_len || !cli_parse_stream_name(stream, &id))
+    if (!o->path || !has_at || !has_len || !cli_parse_stream_name(o->stream, &o->id))
         return cli_usage("give ARCHIVE, --at T, --len N (and a valid --stream; see fkvf context "
                          "--help)");
-    fkvf_reader *r = NULL;
-    int ret = cli_open_archive(&r, path);
-    if (ret != CLI_OK)
-        return ret;
-    size_t idx, got = 0;
-    ret = CLI_INVALID;
-    uint32_t *buf = malloc((size_t)len * sizeof *buf);
-    if (!buf) {
-        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
-        goto out;
-    }
-    if (!find_stream(r, path, id, &idx))
-        goto out;
-    int rc = fkvf_search_context(r, idx, at, (size_t)len, buf, &got);
+    return -1;
+}
+
+/* The symbols up to o->at into buf (*got of them). Returns the exit
+ * status. */
+static int context_run(const context_opts *o, fkvf_reader *r, uint32_t *buf, size_t *got)
+{
+    size_t idx;
+    if (!find_stream(r, o->path, o->id, &idx))
+        return CLI_INVALID;
+    int rc = fkvf_search_context(r, idx, o->at, (size_t)o->len, buf, got);
     if (rc == FKVF_E_RANGE) {
         fkvf_stream_info si;
         memset(&si, 0, sizeof si);
         fkvf_reader_stream_info(r, idx, &si);
-        ret = cli_fail(CLI_INVALID, rc, path,
-                       "--at %" PRIu64 ": outside the stream %s (positions 0..%" PRIu64 ")", at,
-                       stream, si.length ? si.length - 1 : 0);
-        goto out;
+        return cli_fail(CLI_INVALID, rc, o->path,
+                        "--at %" PRIu64 ": outside the stream %s (positions 0..%" PRIu64 ")", o->at,
+                        o->stream, si.length ? si.length - 1 : 0);
     }
     if (rc) {
         char pre[64];
-        snprintf(pre, sizeof pre, "position %" PRIu64 ": ", at);
-        ret = cli_fail_reader(rc, r, path, pre);
-        goto out;
+        snprintf(pre, sizeof pre, "position %" PRIu64 ": ", o->at);
+        return cli_fail_reader(rc, r, o->path, pre);
     }
-    if (json) {
+    return CLI_OK;
+}
+
+int fkvf_cli_context(int argc, char **argv)
+{
+    context_opts o;
+    int ret = context_parse(argc, argv, &o);
+    if (ret >= 0)
+        return ret;
+    fkvf_reader *r = NULL;
+    if ((ret = cli_open_archive(&r, o.path)) != CLI_OK)
+        return ret;
+    size_t got = 0;
+    uint32_t *buf = malloc((size_t)o.len * sizeof *buf);
+    if (!buf)
+        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+    else
+        ret = context_run(&o, r, buf, &got);
+    if (ret == CLI_OK && o.json) {
         printf("{\"stream\":\"%s\",\"at\":%" PRIu64 ",\"first\":%" PRIu64 ",\"symbols\":[",
-               stream, at, at + 1 - got);
+               o.stream, o.at, o.at + 1 - got);
         print_syms(buf, got);
         printf("]}\n");
-    } else {
+    } else if (ret == CLI_OK) {
         print_syms(buf, got);
         printf("\n");
     }
-    ret = CLI_OK;
-out:
     free(buf);
     fkvf_reader_free(r);
     return ret;
@@ -584,82 +676,85 @@ out:
 }
 
 /* fkvf pack --index: index every stream of a freshly written archive. */
-int fkvf_cli_index_file(const char *path, int nosync);
 int fkvf_cli_index_file(const char *path, int nosync)
 {
     index_report rep;
     return index_file(path, NULL, 0, nosync, &rep);
 }
 
-static int cmd_index(int argc, char **argv)
+typedef struct index_opts {
+    const char *path;
+    uint64_t ids[256]; /* --stream, each once (none: every stream) */
+    size_t nid;
+    int nosync, json;
+} index_opts;
+
+/* Returns -1 to go on, else the exit status (help printed, usage error). */
+static int index_parse(int argc, char **argv, index_opts *o)
 {
     if (want_help(argc, argv, index_help))
         return CLI_OK;
-    const char *path = NULL;
-    uint64_t ids[256];
-    size_t nid = 0;
-    int nosync = 0, json = 0;
+    memset(o, 0, sizeof *o);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--no-sync"))
-            nosync = 1;
+            o->nosync = 1;
         else if (!strcmp(a, "--json"))
-            json = 1;
-        else if (!strcmp(a, "--stream") && i + 1 < argc && nid < 256 &&
-                 cli_parse_stream_name(argv[i + 1], &ids[nid])) {
+            o->json = 1;
+        else if (!strcmp(a, "--stream") && i + 1 < argc && o->nid < 256 &&
+                 cli_parse_stream_name(argv[i + 1], &o->ids[o->nid])) {
             size_t k = 0;
-            while (k < nid && ids[k] != ids[nid])
+            while (k < o->nid && o->ids[k] != o->ids[o->nid])
                 k++;
-            nid += k == nid; /* a stream named twice is indexed once */
+            o->nid += k == o->nid; /* a stream named twice is indexed once */
             i++;
         }
-        else if (a[0] != '-' && !path)
-            path = a;
+        else if (a[0] != '-' && !o->path)
+            o->path = a;
         else
             return cli_usage("bad argument '%s' (see fkvf index --help)", a);
     }
-    if (!path)
+    if (!o->path)
         return cli_usage("give ARCHIVE (see fkvf index --help)");
-    index_report rep;
-    int ret = index_file(path, ids, nid, nosync, &rep);
-    if (ret != CLI_OK)
-        return ret;
-    if (json) {
-        printf("{\"archive\":");
-        cli_json_cstr(stdout, path);
-        printf(",\"streams\":%zu,\"entries\":%" PRIu64 ",\"bytes\":%" PRIu64
-               ",\"current\":%zu,\"too_short\":%zu,\"changed\":%s}\n",
-               rep.built, rep.entries, rep.bytes, rep.current, rep.short_,
-               rep.built ? "true" : "false");
-        return CLI_OK;
-    }
-    cli_text_cstr(stdout, path); /* a name for the terminal: escaped */
-    if (rep.built)
-        printf(": indexed %zu stream%s (%" PRIu64 " positions in all), %" PRIu64
-               " index bytes in one new commit",
-               rep.built, rep.built == 1 ? "" : "s", rep.entries, rep.bytes);
-    else
-        printf(": nothing to do, the file is unchanged");
-    if (rep.current)
-        printf("; %zu stream%s already %s a current index", rep.current,
-               rep.current == 1 ? "" : "s", rep.current == 1 ? "has" : "have");
-    if (rep.short_)
-        printf("; %zu stream%s shorter than %s alignment unit (nothing to index)", rep.short_,
-               rep.short_ == 1 ? " is" : "s are", rep.short_ == 1 ? "its" : "their");
-    printf("\n");
-    return CLI_OK;
+    return -1;
 }
 
-/* Returns the exit status, or -1 when cmd is not one of these commands. */
-int fkvf_cli_search_main(const char *cmd, int argc, char **argv)
+static void index_print(const index_opts *o, const index_report *rep)
 {
-    if (!strcmp(cmd, "search"))
-        return cmd_search(argc, argv);
-    if (!strcmp(cmd, "context"))
-        return cmd_context(argc, argv);
-    if (!strcmp(cmd, "index"))
-        return cmd_index(argc, argv);
-    if (!strcmp(cmd, "plot"))
-        return fkvf_cli_plot_main(argc, argv); /* fkvf_plot.c */
-    return -1;
+    if (o->json) {
+        printf("{\"archive\":");
+        cli_json_cstr(stdout, o->path);
+        printf(",\"streams\":%zu,\"entries\":%" PRIu64 ",\"bytes\":%" PRIu64
+               ",\"current\":%zu,\"too_short\":%zu,\"changed\":%s}\n",
+               rep->built, rep->entries, rep->bytes, rep->current, rep->short_,
+               rep->built ? "true" : "false");
+        return;
+    }
+    cli_text_cstr(stdout, o->path); /* a name for the terminal: escaped */
+    if (rep->built)
+        printf(": indexed %zu stream%s (%" PRIu64 " positions in all), %" PRIu64
+               " index bytes in one new commit",
+               rep->built, rep->built == 1 ? "" : "s", rep->entries, rep->bytes);
+    else
+        printf(": nothing to do, the file is unchanged");
+    if (rep->current)
+        printf("; %zu stream%s already %s a current index", rep->current,
+               rep->current == 1 ? "" : "s", rep->current == 1 ? "has" : "have");
+    if (rep->short_)
+        printf("; %zu stream%s shorter than %s alignment unit (nothing to index)", rep->short_,
+               rep->short_ == 1 ? " is" : "s are", rep->short_ == 1 ? "its" : "their");
+    printf("\n");
+}
+
+int fkvf_cli_index(int argc, char **argv)
+{
+    index_opts o;
+    int ret = index_parse(argc, argv, &o);
+    if (ret >= 0)
+        return ret;
+    index_report rep;
+    ret = index_file(o.path, o.ids, o.nid, o.nosync, &rep);
+    if (ret == CLI_OK)
+        index_print(&o, &rep);
+    return ret;
 }

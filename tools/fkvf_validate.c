@@ -6,9 +6,8 @@
 #include <string.h>
 
 #include "cli_util.h"
+#include "commands.h"
 #include "fkvf.h"
-
-int fkvf_cli_validate(int argc, char **argv);
 
 static const char *validate_help =
     "usage: fkvf validate [--strict] [--json] [--codebooks FILE] [--max-violations N] FILE...\n"
@@ -105,128 +104,154 @@ static int on_violation(void *opaque, const fkvf_violation *v)
     return 0;
 }
 
-int fkvf_cli_validate(int argc, char **argv)
+typedef struct validate_opts {
+    int json, strict;
+    const char *cbpath;  /* --codebooks FILE (NULL: none, or "") */
+    uint64_t maxv;       /* --max-violations (0: no cap) */
+    char **files;        /* malloc'd */
+    int nfiles;
+} validate_opts;
+
+/* Returns -1 to go on, else the exit status (help printed, usage error);
+ * o->files is to free either way. */
+static int validate_parse(int argc, char **argv, validate_opts *o)
 {
-    int json = 0, strict = 0;
-    const char *cbpath = NULL;
-    uint64_t maxv = 0;
-    char **files = malloc((size_t)(argc > 0 ? argc : 1) * sizeof *files);
-    int nfiles = 0;
-    if (!files)
+    memset(o, 0, sizeof *o);
+    o->files = malloc((size_t)(argc > 0 ? argc : 1) * sizeof *o->files);
+    if (!o->files)
         return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(validate_help, stdout);
-            free(files);
             return CLI_OK;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            o->json = 1;
         } else if (!strcmp(a, "--strict")) {
-            strict = 1;
+            o->strict = 1;
         } else if (!strcmp(a, "--codebooks") || !strcmp(a, "--max-violations")) {
-            if (i + 1 >= argc) {
-                free(files);
+            if (i + 1 >= argc)
                 return cli_usage("%s needs a value", a);
-            }
             const char *val = argv[++i];
-            if (a[2] == 'c') {
-                cbpath = *val ? val : NULL; /* "" = none */
-            } else if (cli_parse_u64(val, 1000000000u, &maxv) || maxv == 0) {
-                free(files);
+            if (a[2] == 'c')
+                o->cbpath = *val ? val : NULL; /* "" = none */
+            else if (cli_parse_u64(val, 1000000000u, &o->maxv) || o->maxv == 0)
                 return cli_usage("--max-violations: '%s' is not 1..1e9", val);
-            }
         } else if (a[0] == '-' && a[1]) {
-            free(files);
             return cli_usage("unknown option '%s' (see fkvf validate --help)", a);
         } else {
-            files[nfiles++] = argv[i];
+            o->files[o->nfiles++] = argv[i];
         }
     }
-    if (!nfiles) {
-        free(files);
+    if (!o->nfiles)
         return cli_usage("no FILE (see fkvf validate --help)");
+    return -1;
+}
+
+/* One file validated and its result printed. Returns its exit status. */
+static int validate_one(const validate_opts *o, const fkvf_validate_options *opt, int f)
+{
+    const char *file = o->files[f];
+    vstate s;
+    memset(&s, 0, sizeof s);
+    s.path = file;
+    s.json = o->json;
+    if (o->json) {
+        printf("%s\n  {\"file\": ", f ? "," : "");
+        cli_json_cstr(stdout, file);
+        printf(", \"violations\": [");
     }
-    fkvf_reader *cb = NULL;
-    if (cbpath) {
-        int rc = fkvf_reader_open_file(&cb, cbpath, 0, NULL);
-        if (rc != FKVF_OK) {
-            /* a --codebooks FILE that cannot be used stops before any result
-             * (the files are not validated): exit 2 when it does not exist or
-             * cannot be read, as any path; 1 when it is not a codebook file,
-             * as in verify and unpack */
-            int ex = cli_fail_reader(rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? rc : FKVF_E_CODEBOOK,
-                                     cb, cbpath, "--codebooks: ");
-            fkvf_reader_free(cb);
-            free(files);
-            return ex;
+    fkvf_validate_result res;
+    int rc = fkvf_validate_file(file, opt, on_violation, &s, &res);
+    if (rc != FKVF_OK) {
+        int ec = cli_fail(CLI_USAGE, rc, file, "cannot validate: %s", fkvf_strerror(rc));
+        if (o->json) {
+            char m[1200];
+            snprintf(m, sizeof m, "%s: cannot validate: %s", file, fkvf_strerror(rc));
+            printf("], \"error\": ");
+            cli_json_error_object(stdout, CLI_USAGE, rc, file, m);
+            printf("}");
         }
+        return ec;
     }
+    int ec = CLI_OK;
+    if (res.violations) {
+        /* on stderr too, as every command's errors: the file, the count
+         * and the first violation (with its offset and clause) */
+        char at[32] = "-";
+        if (s.offset != FKVF_VALIDATE_NO_OFFSET)
+            snprintf(at, sizeof at, "0x%" PRIx64, s.offset);
+        ec = cli_fail_at(CLI_INVALID, s.code, file, s.offset, s.clause,
+                         "invalid: %zu violation%s%s, the first at offset %s: [clause %s] %s: %s "
+                         "(check %s)",
+                         res.violations, res.violations == 1 ? "" : "s",
+                         res.capped ? " (capped)" : "", at, s.clause, class_name(s.code),
+                         s.message, s.check);
+    }
+    if (o->json) {
+        printf("%s], \"valid\": %s, \"count\": %zu, \"capped\": %s}", s.n ? "\n    " : "",
+               res.violations ? "false" : "true", res.violations, res.capped ? "true" : "false");
+    } else if (res.violations) {
+        printf("%s: %zu violation%s%s%s\n", file, res.violations, res.violations == 1 ? "" : "s",
+               res.capped ? " (stopped at the cap)" : "", o->strict ? " (strict)" : "");
+    } else {
+        printf("%s: valid%s\n", file, o->strict ? " (strict: writer rules too)" : "");
+    }
+    return ec;
+}
+
+/* Every file validated (with the codebook file cb, or NULL). Returns the
+ * exit status: 2 when a file could not be validated, else 1 when one has
+ * a violation, else 0. */
+static int validate_run(const validate_opts *o, fkvf_reader *cb)
+{
     fkvf_validate_options opt;
     memset(&opt, 0, sizeof opt);
-    opt.flags = strict ? FKVF_VALIDATE_STRICT : 0;
-    opt.max_violations = (size_t)maxv;
+    opt.flags = o->strict ? FKVF_VALIDATE_STRICT : 0;
+    opt.max_violations = (size_t)o->maxv;
     opt.codebook = cb;
     int ec = CLI_OK;
-    if (json)
-        printf("{\"strict\": %s, \"files\": [", strict ? "true" : "false");
-    for (int f = 0; f < nfiles; f++) {
-        vstate s;
-        memset(&s, 0, sizeof s);
-        s.path = files[f];
-        s.json = json;
-        if (json) {
-            printf("%s\n  {\"file\": ", f ? "," : "");
-            cli_json_cstr(stdout, files[f]);
-            printf(", \"violations\": [");
-        }
-        fkvf_validate_result res;
-        int rc = fkvf_validate_file(files[f], &opt, on_violation, &s, &res);
-        if (rc != FKVF_OK) {
-            ec = cli_fail(CLI_USAGE, rc, files[f], "cannot validate: %s", fkvf_strerror(rc));
-            if (json) {
-                char m[1200];
-                snprintf(m, sizeof m, "%s: cannot validate: %s", files[f], fkvf_strerror(rc));
-                printf("], \"error\": ");
-                cli_json_error_object(stdout, CLI_USAGE, rc, files[f], m);
-                printf("}");
-            }
-            continue;
-        }
-        if (res.violations) {
-            /* on stderr too, as every command's errors: the file, the count
-             * and the first violation (with its offset and clause) */
-            char at[32] = "-";
-            if (s.offset != FKVF_VALIDATE_NO_OFFSET)
-                snprintf(at, sizeof at, "0x%" PRIx64, s.offset);
-            cli_fail_at(CLI_INVALID, s.code, files[f], s.offset, s.clause,
-                        "invalid: %zu violation%s%s, the first at offset %s: [clause %s] %s: %s "
-                        "(check %s)",
-                        res.violations, res.violations == 1 ? "" : "s",
-                        res.capped ? " (capped)" : "", at, s.clause, class_name(s.code),
-                        s.message, s.check);
-            if (ec == CLI_OK)
-                ec = CLI_INVALID;
-        }
-        if (json) {
-            printf("%s], \"valid\": %s, \"count\": %zu, \"capped\": %s}", s.n ? "\n    " : "",
-                   res.violations ? "false" : "true", res.violations,
-                   res.capped ? "true" : "false");
-        } else if (res.violations) {
-            printf("%s: %zu violation%s%s%s\n", files[f], res.violations,
-                   res.violations == 1 ? "" : "s", res.capped ? " (stopped at the cap)" : "",
-                   strict ? " (strict)" : "");
-        } else {
-            printf("%s: valid%s\n", files[f], strict ? " (strict: writer rules too)" : "");
-        }
+    if (o->json)
+        printf("{\"strict\": %s, \"files\": [", o->strict ? "true" : "false");
+    for (int f = 0; f < o->nfiles; f++) {
+        int fe = validate_one(o, &opt, f);
+        if (fe == CLI_USAGE || (fe == CLI_INVALID && ec == CLI_OK))
+            ec = fe;
     }
-    if (json) {
+    if (o->json) {
         printf("\n]");
         cli_json_error_member(stdout, ec);
         printf("}\n");
         cli_json_done();
     }
-    fkvf_reader_free(cb);
-    free(files);
     return ec;
+}
+
+int fkvf_cli_validate(int argc, char **argv)
+{
+    validate_opts o;
+    int ex = validate_parse(argc, argv, &o);
+    if (ex >= 0) {
+        free(o.files);
+        return ex;
+    }
+    fkvf_reader *cb = NULL;
+    if (o.cbpath) {
+        int rc = fkvf_reader_open_file(&cb, o.cbpath, 0, NULL);
+        if (rc != FKVF_OK) {
+            /* a --codebooks FILE that cannot be used stops before any result
+             * (the files are not validated): exit 2 when it does not exist or
+             * cannot be read, as any path; 1 when it is not a codebook file,
+             * as in verify and unpack */
+            ex = cli_fail_reader(rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? rc : FKVF_E_CODEBOOK, cb,
+                                 o.cbpath, "--codebooks: ");
+            fkvf_reader_free(cb);
+            free(o.files);
+            return ex;
+        }
+    }
+    ex = validate_run(&o, cb);
+    fkvf_reader_free(cb);
+    free(o.files);
+    return ex;
 }

@@ -1,0 +1,58 @@
+/* The fkvf subcommands: one entry point each, run by the command table of
+ * fkvf_cli.c with the arguments after the command name (argv[0] is the first
+ * argument, not the command). Each returns the exit status (CLI_OK,
+ * CLI_INVALID, CLI_USAGE of cli_util.h) after printing its result or its
+ * error line; cli_set_command has named the command. Public API only. */
+#ifndef FKVF_TOOLS_COMMANDS_H
+#define FKVF_TOOLS_COMMANDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fkvf.h"
+
+/* The program's name, in its error lines and usage texts. */
+#define CLI_PROG "fkvf"
+
+/* fkvf_inspect.c: reading an archive's structure */
+int fkvf_cli_info(int argc, char **argv);
+int fkvf_cli_verify(int argc, char **argv);
+int fkvf_cli_dump(int argc, char **argv);
+
+/* fkvf_validate.c: every violation of the spec */
+int fkvf_cli_validate(int argc, char **argv);
+
+/* fkvf_pack.c: raw caches to archives and back, codebooks, comparison */
+int fkvf_cli_pack(int argc, char **argv);
+int fkvf_cli_unpack(int argc, char **argv);
+int fkvf_cli_train(int argc, char **argv);
+int fkvf_cli_compare(int argc, char **argv);
+
+/* fkvf_append.c: growing, compacting and recovering archives */
+int fkvf_cli_append(int argc, char **argv);
+int fkvf_cli_compact(int argc, char **argv);
+int fkvf_cli_recover(int argc, char **argv);
+
+/* fkvf_search.c: retrieval on the streams */
+int fkvf_cli_search(int argc, char **argv);
+int fkvf_cli_context(int argc, char **argv);
+int fkvf_cli_index(int argc, char **argv);
+
+/* fkvf_plot.c */
+int fkvf_cli_plot(int argc, char **argv);
+
+/* fkvf_search.c, for pack --index: every stream of the freshly written
+ * archive at path indexed in one new commit (nosync: without fsync).
+ * Returns the exit status after any error line. */
+int fkvf_cli_index_file(const char *path, int nosync);
+
+/* fkvf_search.c, for search and plot: the query q[0..qn) against the
+ * alphabet of stream idx (named `name`, the token stream when is_tok) of
+ * the archive r opened from path. Returns 1 to go on (a token id above the
+ * token stream's width gets a note only), 0 after a usage error line for
+ * an index symbol the stream cannot hold (>= its alphabet or the embedded
+ * codebook's k). */
+int fkvf_cli_query_in_alphabet(fkvf_reader *r, const char *path, size_t idx,
+                               const char *name, int is_tok, const uint32_t *q, size_t qn);
+
+#endif
