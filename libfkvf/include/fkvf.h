@@ -10,6 +10,12 @@
  *  - A handle carries a detailed message for its last error
  *    (fkvf_reader_message / fkvf_writer_message) naming the file, offset,
  *    field and the spec clause.
+ *
+ * Two tiers. Everything up to "Second tier" below is the stable API. The
+ * second tier (codec and quantizer internals for tests, benchmarks and
+ * fuzzers: half conversions, RoPE rotation, stream layout) is declared only
+ * when FKVF_STATIC_LINKING_ONLY is defined before this header is included;
+ * it is not ABI-stable.
  */
 #ifndef FKVF_H
 #define FKVF_H
@@ -324,11 +330,6 @@ typedef struct fkvf_stream_spec fkvf_stream_spec; /* below, with the writer */
 FKVF_API int fkvf_reader_stream_spec(const fkvf_reader *r, size_t index, fkvf_stream_spec *out);
 /* One symbol, O(1): touches (and on first touch verifies) one block. */
 FKVF_API int fkvf_reader_stream_get(fkvf_reader *r, size_t index, uint64_t t, uint32_t *symbol);
-/* Same as fkvf_reader_stream_read, into bytes, for streams whose symbols fit
- * (quad widths <= 8, ngon N <= 256; else FKVF_E_INVALID_ARG). For 8-bit quad
- * streams this is a copy of the stored bytes. */
-FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t first,
-                                        uint8_t *out, size_t count);
 /* Symbols [first, first+count). */
 FKVF_API int fkvf_reader_stream_read(fkvf_reader *r, size_t index, uint64_t first,
                                      uint32_t *out, size_t count);
@@ -904,20 +905,7 @@ typedef struct fkvf_section_add {
 FKVF_API int fkvf_archive_append_sections(const char *path, const fkvf_section_add *secs,
                                           size_t n, unsigned sync, char *msg, size_t msg_size);
 
-/* Effective segment i (0 .. fkvf_stream_info.n_segments - 1, ascending
- * first_symbol) of a stream's group: the fkvf_reader_section index of its
- * STRM section, its first_symbol and the symbols it supplies (spec 11.6). */
-FKVF_API int fkvf_reader_stream_segment(const fkvf_reader *r, size_t stream_index, size_t i,
-                                        size_t *section, uint64_t *first, uint64_t *count);
-
 /* ---- end of search ---------------------------------------------------- */
-
-/* ---- codec (spec 12), for tools, tests and benchmarks ------------------- */
-
-/* r_N of a regular N-gon (spec 12.2); uses libm (writer side). */
-FKVF_API double fkvf_ngon_rmax(uint32_t n);
-/* Largest span length for ratio r (spec 12.2). */
-FKVF_API uint32_t fkvf_ngon_max_span(double r);
 
 /* ---- quantizer (spec 13) ---------------------------------------------- */
 /* Per-head residual vector quantization (RVQ) of KV-cache rows: training,
@@ -925,13 +913,6 @@ FKVF_API uint32_t fkvf_ngon_max_span(double r);
  * spec 8.1 and f16 / bf16 conversions. Handles are immutable after creation:
  * encode and decode may run concurrently on one handle. */
 
-/* f16 / bf16 <-> f32. Round to nearest, ties to even; f16 overflow gives
- * infinity; subnormals exact; NaN stays NaN (top payload bits kept, so every
- * f16 / bf16 bit pattern round-trips through f32 unchanged). */
-FKVF_API uint16_t fkvf_f32_to_f16(float f);
-FKVF_API float fkvf_f16_to_f32(uint16_t h);
-FKVF_API uint16_t fkvf_f32_to_bf16(float f);
-FKVF_API float fkvf_bf16_to_f32(uint16_t b);
 /* n elements of `from` (little-endian bytes, any alignment) to n elements of
  * `to`; any pair of FKVF_DTYPE_*. Buffers must not overlap. */
 FKVF_API int fkvf_convert(fkvf_dtype to, void *dst, fkvf_dtype from, const void *src, size_t n);
@@ -942,16 +923,6 @@ typedef struct fkvf_rope {
     uint32_t rope_dims; /* even, 2..key_dim */
     double theta;       /* finite, > 0 */
 } fkvf_rope;
-
-/* Rotate the first rope_dims components of vec (dim components) to position
- * t: pair i by angle t * theta^(-2i/rope_dims); inverse = 1 rotates by the
- * negative angle (un-rotates a cached key). Angles, sines and cosines in
- * binary64; the f32 variant rounds once at the end. FKVF_E_INVALID_ARG for
- * invalid parameters or rope_dims > dim. */
-FKVF_API int fkvf_rope_apply_f64(const fkvf_rope *rope, uint64_t t, int inverse, double *vec,
-                                 size_t dim);
-FKVF_API int fkvf_rope_apply_f32(const fkvf_rope *rope, uint64_t t, int inverse, float *vec,
-                                 size_t dim);
 
 /* Cache rows in the layout of spec 14.2 (what EXAC stores): row i holds
  * position first_position + i; per layer the keys of heads 0..H-1, then the
@@ -1012,13 +983,6 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *params,
 FKVF_API int fkvf_rvq_from_tables(fkvf_rvq **out, const fkvf_codebook_shape *shape,
                                   uint32_t n_kv_heads, const void *tables, size_t size,
                                   const fkvf_allocator *alloc);
-/* The same, for decoding only (fkvf_rvq_decode, fkvf_rvq_centroids): skips
- * the encoder's search layout (half the memory, and a sort per stage table:
- * about 17 ms at k = 256 for a small model's codebook); fkvf_rvq_encode on
- * such a handle is FKVF_E_STATE. Readers load archive codebooks this way. */
-FKVF_API int fkvf_rvq_from_tables_decode(fkvf_rvq **out, const fkvf_codebook_shape *shape,
-                                         uint32_t n_kv_heads, const void *tables, size_t size,
-                                         const fkvf_allocator *alloc);
 /* A copy with only the first k_stages / v_stages stages (at most q's). */
 FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
                              unsigned v_stages);
@@ -1031,10 +995,6 @@ FKVF_API void fkvf_rvq_shape(const fkvf_rvq *q, fkvf_codebook_shape *shape,
  * fkvf_writer_add_codebooks(w, &shape, tables, size, flags) takes. */
 FKVF_API size_t fkvf_rvq_tables_size(const fkvf_rvq *q);
 FKVF_API int fkvf_rvq_tables(const fkvf_rvq *q, void *out, size_t size);
-/* The k x dim binary32 centroids of one stage table (kv: 0 keys, 1 values;
- * head ignored when pooled); NULL if out of range. */
-FKVF_API const float *fkvf_rvq_centroids(const fkvf_rvq *q, uint32_t layer, uint32_t head,
-                                         unsigned kv, unsigned stage);
 
 /* Codes: one uint16 index per (layer, head, K|V, stage) and position. Within
  * a position code j = (layer * n_kv_heads + head) * (k_stages + v_stages)
@@ -1071,3 +1031,97 @@ FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t po
 }
 #endif
 #endif /* FKVF_H */
+
+/* ======================================================================== *
+ * Second tier: codec and quantizer internals, for tests, benchmarks and   *
+ * fuzzers (and the repository's own tools where they must).               *
+ *                                                                          *
+ * NOT ABI-STABLE: these declarations may change or disappear in any       *
+ * release, minor or patch. They are visible only to a translation unit    *
+ * that defines FKVF_STATIC_LINKING_ONLY before including fkvf.h (as       *
+ * zstd.h's ZSTD_STATIC_LINKING_ONLY); link such a program with the static *
+ * library of the same version. The conventions of the first tier hold     *
+ * (error codes, allocators, NULL handling).                                *
+ * ======================================================================== */
+#if defined(FKVF_STATIC_LINKING_ONLY) && !defined(FKVF_H_STATIC_LINKING_ONLY)
+#define FKVF_H_STATIC_LINKING_ONLY
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- reader: stream layout ---------------------------------------------- */
+
+/* Symbols [first, first+count) of stream `index` into bytes, as
+ * fkvf_reader_stream_read does into uint32_t, for streams whose symbols fit
+ * (quad widths <= 8, ngon N <= 256; else FKVF_E_INVALID_ARG); for 8-bit quad
+ * streams a copy of the stored bytes. out holds count bytes, owned by the
+ * caller. Verifies the blocks it touches on first touch (the format errors
+ * of those bytes, with r's message); FKVF_E_RANGE past the stream's length.
+ * One thread at a time per reader. The search module's scan uses it. */
+FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t first,
+                                        uint8_t *out, size_t count);
+
+/* Effective segment i (0 .. fkvf_stream_info.n_segments - 1, ascending
+ * first_symbol) of stream stream_index's group: in *section the
+ * fkvf_reader_section index of its STRM section, in *first its
+ * first_symbol, in *count the symbols it supplies (spec 11.6). No
+ * allocation, no I/O. FKVF_E_RANGE for an index out of range,
+ * FKVF_E_INVALID_ARG for a NULL output. One thread at a time per reader. */
+FKVF_API int fkvf_reader_stream_segment(const fkvf_reader *r, size_t stream_index, size_t i,
+                                        size_t *section, uint64_t *first, uint64_t *count);
+
+/* ---- codec (spec 12) ----------------------------------------------------- */
+
+/* r_N of a regular N-gon (spec 12.2), N = n in 2..65536 (0.0 otherwise); uses libm
+ * (the writer side; readers take r from the file). Pure: thread-safe. */
+FKVF_API double fkvf_ngon_rmax(uint32_t n);
+/* Largest span length L_max for ratio r (spec 12.2): the largest L with
+ * (1/r)^L <= 2^44; 0 when r is not finite or <= 0. Pure: thread-safe. */
+FKVF_API uint32_t fkvf_ngon_max_span(double r);
+
+/* ---- quantizer internals (spec 8.1, 13) ---------------------------------- */
+
+/* f16 / bf16 <-> f32, one value. Round to nearest, ties to even; f16
+ * overflow gives infinity; subnormals exact; NaN stays NaN (top payload bits
+ * kept, so every f16 / bf16 bit pattern round-trips through f32 unchanged).
+ * fkvf_convert (first tier) converts arrays the same way. Pure: thread-safe. */
+FKVF_API uint16_t fkvf_f32_to_f16(float f);
+/* f16 bits to f32, exact (see fkvf_f32_to_f16). */
+FKVF_API float fkvf_f16_to_f32(uint16_t h);
+/* f32 to bf16 bits, rounded as fkvf_f32_to_f16. */
+FKVF_API uint16_t fkvf_f32_to_bf16(float f);
+/* bf16 bits to f32, exact (see fkvf_f32_to_f16). */
+FKVF_API float fkvf_bf16_to_f32(uint16_t b);
+
+/* Rotate the first rope_dims components of vec (dim components, in place,
+ * owned by the caller) to position t: pair i by angle t * theta^(-2i/
+ * rope_dims); inverse = 1 rotates by the negative angle (un-rotates a
+ * cached key). Angles, sines and cosines in binary64; the f32 variant
+ * rounds once at the end. FKVF_E_INVALID_ARG for a NULL argument, invalid
+ * parameters or rope_dims > dim. No allocation; thread-safe. */
+FKVF_API int fkvf_rope_apply_f64(const fkvf_rope *rope, uint64_t t, int inverse, double *vec,
+                                 size_t dim);
+/* The same on binary32 components (computed in binary64, rounded once). */
+FKVF_API int fkvf_rope_apply_f32(const fkvf_rope *rope, uint64_t t, int inverse, float *vec,
+                                 size_t dim);
+
+/* fkvf_rvq_from_tables for decoding only (fkvf_rvq_decode,
+ * fkvf_rvq_centroids): skips the encoder's search layout (half the memory,
+ * and a sort per stage table: about 17 ms at k = 256 for a small model's
+ * codebook); fkvf_rvq_encode on such a handle is FKVF_E_STATE. Readers load
+ * archive codebooks this way. Same arguments, ownership and errors as
+ * fkvf_rvq_from_tables; free with fkvf_rvq_free. */
+FKVF_API int fkvf_rvq_from_tables_decode(fkvf_rvq **out, const fkvf_codebook_shape *shape,
+                                         uint32_t n_kv_heads, const void *tables, size_t size,
+                                         const fkvf_allocator *alloc);
+/* The k x dim binary32 centroids of one stage table (kv: 0 keys, 1 values;
+ * head ignored when pooled), owned by q and valid until fkvf_rvq_free; NULL
+ * if out of range. No allocation; thread-safe (q is immutable). */
+FKVF_API const float *fkvf_rvq_centroids(const fkvf_rvq *q, uint32_t layer, uint32_t head,
+                                         unsigned kv, unsigned stage);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FKVF_STATIC_LINKING_ONLY */
