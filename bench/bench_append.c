@@ -206,8 +206,8 @@ static result run(const char *dir, const fkvf_rvq *q, const uint16_t *pool, uint
     int rc = fkvf_appender_create(&a, path, &c, &o, NULL);
     if (rc)
         die("fkvf_appender_create", rc, a ? fkvf_appender_message(a) : NULL);
-    fkvf_appender_state st;
-    fkvf_appender_state_get(a, &st);
+    fkvf_append_info st;
+    fkvf_appender_info(a, &st);
     uint64_t size0 = st.file_size; /* commit 1: descriptor and the 28 MB codebook */
     double total = 0, cpu = 0;
     enc_wall = enc_cpu = 0;
@@ -233,7 +233,7 @@ static result run(const char *dir, const fkvf_rvq *q, const uint16_t *pool, uint
             die("fkvf_appender_commit", rc, fkvf_appender_message(a));
         p += m;
     }
-    fkvf_appender_state_get(a, &st);
+    fkvf_appender_info(a, &st);
     fkvf_appender_free(a);
     struct stat sb;
     if (stat(path, &sb) != 0) {

@@ -212,8 +212,8 @@ static void run_batches(int pre_rope, int with_cb, int ngon, const size_t *batch
         n += batches[i];
         rc = fkvf_appender_commit(a);
         ck_assert_msg(rc == FKVF_OK, "commit %zu: %s", i, fkvf_appender_message(a));
-        fkvf_appender_state st;
-        ck_assert_int_eq(fkvf_appender_state_get(a, &st), FKVF_OK);
+        fkvf_append_info st;
+        ck_assert_int_eq(fkvf_appender_info(a, &st), FKVF_OK);
         ck_assert_uint_eq(st.n_positions, n);
         ck_assert_uint_eq(st.n_archived, archived_after(n, with_cb));
         ck_assert_uint_eq(st.pending, 0);
@@ -521,8 +521,8 @@ START_TEST(fault_torn_every_cut)
         rc = fkvf_appender_open(&a, cut_path, &ro, NULL);
         EXPECTF(rc == FKVF_OK, "cut %llu: recover: %s", (unsigned long long)cut,
                 fkvf_appender_message(a));
-        fkvf_appender_state st;
-        EXPECT(fkvf_appender_state_get(a, &st) == FKVF_OK);
+        fkvf_append_info st;
+        EXPECT(fkvf_appender_info(a, &st) == FKVF_OK);
         EXPECT(st.recovered_bytes == cut - n0 && st.n_positions == 30 && st.n_archived == 22);
         EXPECT(file_len(cut_path) == n0);
         EXPECT(append_range(a, 30, 13) == FKVF_OK);
@@ -793,8 +793,8 @@ START_TEST(fault_token_out_of_range)
     /* nothing of it reached the file */
     ck_assert_uint_eq(file_len(path), n0);
     if (at_append) { /* refused before queuing: the handle goes on */
-        fkvf_appender_state st;
-        ck_assert_int_eq(fkvf_appender_state_get(a, &st), FKVF_OK);
+        fkvf_append_info st;
+        ck_assert_int_eq(fkvf_appender_info(a, &st), FKVF_OK);
         ck_assert_uint_eq(st.pending, 0);
         ck_assert_int_eq(append_range(a, 30, 5), FKVF_OK);
         ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
@@ -1094,8 +1094,8 @@ START_TEST(append_misuse)
     ck_assert_int_eq(fkvf_appender_append(a, rows, SIZE_MAX, SIZE_MAX / 2, tok),
                      FKVF_E_INVALID_ARG);
     ck_assert_uint_gt(strlen(fkvf_appender_message(a)), 0);
-    fkvf_appender_state st;
-    ck_assert_int_eq(fkvf_appender_state_get(a, &st), FKVF_OK);
+    fkvf_append_info st;
+    ck_assert_int_eq(fkvf_appender_info(a, &st), FKVF_OK);
     ck_assert_uint_eq(st.pending, 0); /* nothing was queued */
     ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK); /* nothing to commit */
     /* the handle still works */
@@ -1132,7 +1132,7 @@ START_TEST(append_misuse)
     ck_assert_int_eq(fkvf_appender_commit(NULL), FKVF_E_STATE);
     ck_assert_int_eq(fkvf_appender_sync(NULL), FKVF_E_STATE);
     ck_assert_int_eq(fkvf_appender_append(NULL, rows, ROW_BYTES, 1, NULL), FKVF_E_STATE);
-    ck_assert_int_eq(fkvf_appender_state_get(NULL, &st), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_appender_info(NULL, &st), FKVF_E_STATE);
     ck_assert_ptr_nonnull(fkvf_appender_message(NULL));
     ck_assert_int_eq(fkvf_appender_open(NULL, path, &o, NULL), FKVF_E_INVALID_ARG);
     fkvf_rvq_free(q);

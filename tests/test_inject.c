@@ -120,7 +120,7 @@
  *  fkvf_appender_append          | alloc: test_append (d); no I/O, asserted (appender)
  *  fkvf_appender_commit          | io (appender); fkvf_io and alloc: test_append (b), (d)
  *  fkvf_appender_sync            | io (appender); test_append fault_sync_now_fails
- *  fkvf_appender_state_get       | n/a (no allocation, no I/O)
+ *  fkvf_appender_info       | n/a (no allocation, no I/O)
  *  fkvf_appender_message         | n/a (read after every failure)
  *  fkvf_appender_error           | n/a pure (na_pure_functions: not a handle)
  *  fkvf_appender_free            | n/a free (appender; leak check)

@@ -717,8 +717,8 @@ int fkvf_cli_append(int argc, char **argv)
             goto out;
         }
     }
-    fkvf_appender_state as;
-    fkvf_appender_state_get(s.a, &as);
+    fkvf_append_info as;
+    fkvf_appender_info(s.a, &as);
     recovered = as.recovered_bytes;
     /* The positions were checked against the archive as a plain reader saw
      * it, without the lock; the appender holds it from here on. Another
@@ -763,7 +763,7 @@ int fkvf_cli_append(int argc, char **argv)
         ex = cli_fail_appender(rc, s.a, o.archive, "");
         goto out;
     }
-    fkvf_appender_state_get(s.a, &as);
+    fkvf_appender_info(s.a, &as);
     /* an archive without a codebook (fkvf pack makes one for too few
      * positions, or --exact-only) keeps the positions that leave its
      * window exact: said once per run (--create says so in its first line) */

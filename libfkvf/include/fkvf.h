@@ -742,7 +742,7 @@ FKVF_API int fkvf_appender_commit(fkvf_appender *a);
  * commits since the last successful sync are not known to be durable. */
 FKVF_API int fkvf_appender_sync(fkvf_appender *a);
 
-typedef struct fkvf_appender_state {
+typedef struct fkvf_append_info {
     uint64_t n_positions;   /* committed */
     uint64_t n_archived;    /* committed */
     uint64_t pending;       /* queued, not committed */
@@ -750,8 +750,8 @@ typedef struct fkvf_appender_state {
     uint64_t file_size;     /* committed bytes */
     uint64_t recovered_bytes; /* torn bytes truncated at open (opts.recover) */
     int has_tokens, has_codebook;
-} fkvf_appender_state;
-FKVF_API int fkvf_appender_state_get(const fkvf_appender *a, fkvf_appender_state *out);
+} fkvf_append_info;
+FKVF_API int fkvf_appender_info(const fkvf_appender *a, fkvf_append_info *out);
 FKVF_API const char *fkvf_appender_message(const fkvf_appender *a);
 /* The last error of a as fields (fkvf_error_info); an error of the archive
  * or codebook file read at open keeps that file's offset and clause. Strings

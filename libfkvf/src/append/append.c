@@ -134,7 +134,7 @@ FKVF_API void fkvf_appender_free(fkvf_appender *a)
     fkvf_free(al, a);
 }
 
-FKVF_API int fkvf_appender_state_get(const fkvf_appender *a, fkvf_appender_state *out)
+FKVF_API int fkvf_appender_info(const fkvf_appender *a, fkvf_append_info *out)
 {
     if (!a || a->magic != FKVF_APPENDER_MAGIC)
         return FKVF_E_STATE;
