@@ -272,8 +272,8 @@ static void latency(size_t n, int nq, int ngon)
             if ((rc = fkvf_search_suffix(si, q, len, out, 4096, &a)))
                 die("suffix", rc, fkvf_search_message(si));
             double s1 = now();
-            fkvf_search_info inf;
-            fkvf_search_info_get(si, &inf);
+            fkvf_search_status inf;
+            fkvf_search_info(si, &inf);
             uint64_t bb;
             double s2 = now();
             if ((rc = fkvf_search_suffix(ss, q, len, out, 4096, &bb)))

@@ -128,7 +128,7 @@
  *  fkvf_search_free              | n/a free (search)
  *  fkvf_search_message           | n/a (read after every failure)
  *  fkvf_search_error             | n/a pure (na_pure_functions)
- *  fkvf_search_info_get          | n/a asserted (search)
+ *  fkvf_search_info          | n/a asserted (search)
  *  fkvf_search_suffix            | alloc (search, search_zidx)
  *  fkvf_search_longest           | n/a asserted (search, search_zidx)
  *  fkvf_search_query_point       | n/a asserted (search)
@@ -1488,7 +1488,7 @@ typedef struct sctx {
     fkvf_reader *r;
     fkvf_search *s;
     size_t tok;
-    fkvf_search_info info;
+    fkvf_search_status info;
     uint64_t found[CAP], n_found;
     fkvf_match longest[4];
     size_t n_longest;
@@ -1538,7 +1538,7 @@ static int s_step(void *ctx, size_t i)
         fkvf_search_free(c->s);
         c->s = NULL;
         return fkvf_search_open(&c->s, c->r, c->tok, 0, &AL);
-    case 1: return fkvf_search_info_get(c->s, &c->info);
+    case 1: return fkvf_search_info(c->s, &c->info);
     case 2: return fkvf_search_suffix(c->s, query, QLEN, c->found, CAP, &c->n_found);
     case 3: return fkvf_search_longest(c->s, prompt, 6, 4, c->longest, &c->n_longest);
     case 4: return fkvf_search_query_point(c->s, query, QLEN, &c->qp);

@@ -276,8 +276,8 @@ static void check_handle(fkvf_search *s, const uint32_t *sym, uint64_t n, qset *
         uint64_t A = 0;
         (void)A;
         /* the oracle takes the part after the last invalid symbol */
-        fkvf_search_info inf;
-        ck_assert_int_eq(fkvf_search_info_get(s, &inf), FKVF_OK);
+        fkvf_search_status inf;
+        ck_assert_int_eq(fkvf_search_info(s, &inf), FKVF_OK);
         fkvf_point pp;
         while (first_ok > 0 && fkvf_search_query_point(s, q + first_ok - 1, 1, &pp) == FKVF_OK)
             first_ok--;
@@ -318,8 +318,8 @@ static void check_archive(const built *a, const uint32_t *sym, qset *qs, size_t 
         ck_assert_msg(fkvf_search_open(&s, r, idx, noidx ? FKVF_SEARCH_NO_INDEX : 0, NULL) ==
                           FKVF_OK,
                       "%s", s ? fkvf_search_message(s) : "no handle");
-        fkvf_search_info inf;
-        ck_assert_int_eq(fkvf_search_info_get(s, &inf), FKVF_OK);
+        fkvf_search_status inf;
+        ck_assert_int_eq(fkvf_search_info(s, &inf), FKVF_OK);
         ck_assert_uint_eq(inf.length, a->n);
         if (noidx || !expect_index)
             ck_assert_uint_eq(inf.n_indexed, 0);
@@ -411,8 +411,8 @@ START_TEST(worked_example_quad8)
     ck_assert_int_eq(fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &idx), FKVF_OK);
     fkvf_search *s = NULL;
     ck_assert_int_eq(fkvf_search_open(&s, r, idx, 0, NULL), FKVF_OK);
-    fkvf_search_info inf;
-    ck_assert_int_eq(fkvf_search_info_get(s, &inf), FKVF_OK);
+    fkvf_search_status inf;
+    ck_assert_int_eq(fkvf_search_info(s, &inf), FKVF_OK);
     ck_assert_uint_eq(inf.n_indexed, 16);
     static const uint32_t q[] = {7, 1, 2};
     uint64_t out[8], nf;
@@ -429,7 +429,7 @@ START_TEST(worked_example_quad8)
     ck_assert_uint_eq(out[0], 9);
     ck_assert_int_eq(fkvf_search_suffix(s, q4, 2, out, 8, &nf), FKVF_OK);
     ck_assert_uint_eq(nf, 0); /* entry 11 (t = 0) is in the key range, and dropped */
-    ck_assert_int_eq(fkvf_search_info_get(s, &inf), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_info(s, &inf), FKVF_OK);
     ck_assert_uint_eq(inf.candidates, 1);
     fkvf_match m[3];
     size_t ng;
@@ -646,8 +646,8 @@ START_TEST(index_streams)
             fkvf_search *s = NULL;
             ck_assert_int_eq(fkvf_search_open(&s, r, idx, noidx ? FKVF_SEARCH_NO_INDEX : 0, NULL),
                              FKVF_OK);
-            fkvf_search_info inf;
-            fkvf_search_info_get(s, &inf);
+            fkvf_search_status inf;
+            fkvf_search_info(s, &inf);
             ck_assert_uint_eq(inf.n_indexed, noidx ? 0 : A / fkvf_stream_spec_align(&sp) *
                                                             fkvf_stream_spec_align(&sp));
             check_handle(s, sym, A, qs, nq, prof ? "index stream ngon" : "index stream quad");
@@ -657,8 +657,8 @@ START_TEST(index_streams)
         ck_assert_int_eq(fkvf_reader_stream_find(r, FKVF_STREAM_ID(0, 0, 0, 1, 0), &idx), FKVF_OK);
         fkvf_search *s = NULL;
         ck_assert_int_eq(fkvf_search_open(&s, r, idx, 0, NULL), FKVF_OK);
-        fkvf_search_info inf;
-        fkvf_search_info_get(s, &inf);
+        fkvf_search_status inf;
+        fkvf_search_info(s, &inf);
         ck_assert_uint_eq(inf.n_indexed, 0);
         check_handle(s, streams + 2 * A, A, qs, 10, "index stream without index");
         fkvf_search_free(s);
@@ -1020,8 +1020,8 @@ START_TEST(append_index_to_file)
     ck_assert_uint_eq(ai.n_positions, n);
     fkvf_search *s = NULL;
     ck_assert_int_eq(fkvf_search_open(&s, r, 0, 0, NULL), FKVF_OK);
-    fkvf_search_info inf;
-    fkvf_search_info_get(s, &inf);
+    fkvf_search_status inf;
+    fkvf_search_info(s, &inf);
     ck_assert_uint_gt(inf.n_indexed, n - 20);
     qset qs[40];
     size_t nq = make_queries(&rng, &c, sym, n, qs, 40);

@@ -763,8 +763,8 @@ static int plot(const plot_opts *o)
         fkvf_point qp;
         if (!o->hl_tokens || id == FKVF_STREAM_ID_TOKENS) {
             if (fkvf_search_query_point(s, q, qn, &qp) == FKVF_OK) {
-                fkvf_search_info inf;
-                fkvf_search_info_get(s, &inf);
+                fkvf_search_status inf;
+                fkvf_search_info(s, &inf);
                 size_t m = qn < inf.key_symbols ? qn : inf.key_symbols;
                 if (quad) {
                     double side = ldexp(1.0, -(int)(m * si.symbol_bits / 2));

@@ -255,8 +255,8 @@ static int cmd_search(int argc, char **argv)
         ret = cli_fail_search(rc, s, path, "");
         goto out;
     }
-    fkvf_search_info inf;
-    fkvf_search_info_get(s, &inf);
+    fkvf_search_status inf;
+    fkvf_search_info(s, &inf);
     pos = malloc((size_t)(maxp ? maxp : 1) * sizeof *pos);
     m = malloc((size_t)k * sizeof *m);
     cbuf = malloc((size_t)(ctx ? ctx : 1) * sizeof *cbuf);
@@ -266,11 +266,11 @@ static int cmd_search(int argc, char **argv)
     }
     uint64_t nf;
     size_t nm;
-    fkvf_search_info ia;
+    fkvf_search_status ia;
     fkvf_radius_result rr;
     memset(&rr, 0, sizeof rr);
     if ((rc = fkvf_search_suffix(s, q, qn, pos, (size_t)maxp, &nf)) ||
-        (fkvf_search_info_get(s, &ia), rc = fkvf_search_longest(s, q, qn, (size_t)k, m, &nm))) {
+        (fkvf_search_info(s, &ia), rc = fkvf_search_longest(s, q, qn, (size_t)k, m, &nm))) {
         ret = cli_fail_search(rc, s, path, "");
         goto out;
     }
@@ -485,9 +485,9 @@ typedef struct index_report {
 static int index_is_current(fkvf_reader *r, size_t i, uint64_t want)
 {
     fkvf_search *s = NULL;
-    fkvf_search_info inf;
+    fkvf_search_status inf;
     int cur = fkvf_search_open(&s, r, i, 0, NULL) == FKVF_OK &&
-              fkvf_search_info_get(s, &inf) == FKVF_OK && inf.n_indexed == want;
+              fkvf_search_info(s, &inf) == FKVF_OK && inf.n_indexed == want;
     fkvf_search_free(s);
     return cur;
 }

@@ -799,15 +799,15 @@ FKVF_API const char *fkvf_search_message(const fkvf_search *s);
  * FKVF_E_STATE (not a search handle). One handle, one thread at a time. */
 FKVF_API int fkvf_search_error(const fkvf_search *s, fkvf_error_info *out);
 
-typedef struct fkvf_search_info {
+typedef struct fkvf_search_status {
     uint64_t length;       /* positions of the stream */
     uint64_t n_indexed;    /* positions answered from the index in use; 0: no index */
     uint64_t index_section;/* its fkvf_reader_section index (when n_indexed > 0) */
     uint32_t key_symbols;  /* symbols a point determines: quad floor(128/b), ngon L */
     uint64_t candidates;   /* last query: positions whose key or point passed the filter */
     uint64_t verified;     /* last query: of those, positions whose symbols matched */
-} fkvf_search_info;
-FKVF_API int fkvf_search_info_get(const fkvf_search *s, fkvf_search_info *out);
+} fkvf_search_status;
+FKVF_API int fkvf_search_info(const fkvf_search *s, fkvf_search_status *out);
 
 /* (a) Exact suffix query: the positions t with t >= len-1 and
  * c[t-len+1 .. t] == q[0 .. len), ascending. The first min(cap, found) go

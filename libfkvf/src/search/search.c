@@ -947,7 +947,7 @@ FKVF_API int fkvf_search_error(const fkvf_search *s, fkvf_error_info *out)
     return FKVF_OK;
 }
 
-FKVF_API int fkvf_search_info_get(const fkvf_search *s, fkvf_search_info *out)
+FKVF_API int fkvf_search_info(const fkvf_search *s, fkvf_search_status *out)
 {
     if (!s || s->magic != SEARCH_MAGIC)
         return FKVF_E_STATE;
