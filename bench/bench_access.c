@@ -173,7 +173,7 @@ static void write_main(const char *path, uint64_t n)
 {
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w;
     die("create", fkvf_writer_create_file(&w, path, &o, NULL), NULL, NULL);
     fkvf_desc d;
@@ -211,7 +211,7 @@ static uint64_t write_sized(const char *path, uint64_t bytes, size_t *n_sections
     n_arch = (n_arch + 15) / 16 * 16;
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.required_features = FKVF_FEAT_EXTERNAL_CODEBOOK;
     fkvf_writer *w;
     die("create", fkvf_writer_create_file(&w, path, &o, NULL), NULL, NULL);

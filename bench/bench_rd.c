@@ -871,7 +871,7 @@ static void wa_codebook_file(const fkvf_rvq *q, membuf *cb, uint8_t hash[16])
         wa_fail("fkvf_rvq_tables", NULL);
     fkvf_writer_options wo;
     fkvf_writer_options_init(&wo);
-    wo.no_sync = 1;
+    wo.sync = FKVF_SYNC_NONE;
     fkvf_sink sk = {membuf_write, NULL, cb};
     fkvf_writer *w = NULL;
     WA_W(fkvf_writer_create_sink(&w, &sk, &wo, NULL));
@@ -899,7 +899,7 @@ static void wa_archive(const fkvf_rvq *q, const uint16_t *rows, size_t rw, const
     fkvf_rvq_shape(q, &cshape, &heads);
     fkvf_writer_options wo;
     fkvf_writer_options_init(&wo);
-    wo.no_sync = 1;
+    wo.sync = FKVF_SYNC_NONE;
     if (hash)
         wo.required_features = FKVF_FEAT_EXTERNAL_CODEBOOK;
     fkvf_sink sk = {membuf_write, NULL, out};

@@ -101,7 +101,7 @@ static fkvf_writer *new_writer(mbuf *b, int ngon)
     fkvf_sink sink = {mbuf_write, NULL, b};
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.optional_features = FKVF_OPTFEAT_TOKEN_STREAM;
     if (ngon)
         o.required_features = FKVF_FEAT_NGON;

@@ -36,7 +36,7 @@ static void exact_archive(tu_buf *b, int deflate, uint8_t rows[N_POS * ROW_BYTES
 {
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     if (deflate)
         o.required_features |= FKVF_FEAT_DEFLATE;
     fkvf_sink sk = tu_buf_sink(b);
@@ -144,7 +144,7 @@ START_TEST(failed_writer_keeps_message)
     fkvf_sink sk = {failing_write, NULL, &f};
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w = NULL;
     int rc = fkvf_writer_create_sink(&w, &sk, &o, NULL);
     /* the header is written at create or with the first section */

@@ -115,7 +115,7 @@ static void build(built *out, const cfg *c, const uint32_t *sym, const uint64_t 
     fkvf_sink sink = tu_buf_sink(&out->b);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.block_size = 256; /* many blocks: reads that touch few of them */
     o.optional_features = FKVF_OPTFEAT_TOKEN_STREAM;
     if (c->profile == FKVF_PROFILE_NGON)
@@ -532,7 +532,7 @@ START_TEST(no_token_stream)
     fkvf_sink sink = tu_buf_sink(&a.b);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w = NULL;
     ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_OK);
     fkvf_desc d;
@@ -566,7 +566,7 @@ START_TEST(index_streams)
         fkvf_sink sink = tu_buf_sink(&b);
         fkvf_writer_options o;
         fkvf_writer_options_init(&o);
-        o.no_sync = 1;
+        o.sync = FKVF_SYNC_NONE;
         o.block_size = 128;
         o.required_features = FKVF_FEAT_NGON;
         fkvf_writer *w = NULL;
@@ -686,7 +686,7 @@ START_TEST(stale_index_ignored)
     fkvf_sink sink = tu_buf_sink(&a.b);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w = NULL;
     ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_OK);
     fkvf_desc d;
@@ -739,7 +739,7 @@ static int open_with_zidx(const cfg *c, const uint32_t *sym, uint64_t n,
     fkvf_sink sink = tu_buf_sink(b);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     if (c->profile == FKVF_PROFILE_NGON)
         o.required_features |= FKVF_FEAT_NGON;
     fkvf_writer *w = NULL;
@@ -854,7 +854,7 @@ START_TEST(index_flags)
         fkvf_sink sink = tu_buf_sink(&b);
         fkvf_writer_options o;
         fkvf_writer_options_init(&o);
-        o.no_sync = 1;
+        o.sync = FKVF_SYNC_NONE;
         o.required_features = FKVF_FEAT_DEFLATE;
         fkvf_writer *w = NULL;
         ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_OK);
@@ -1049,7 +1049,7 @@ START_TEST(append_sections_value_stages_only)
     close(fd);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w = NULL;
     ck_assert_int_eq(fkvf_writer_create_file(&w, path, &o, NULL), FKVF_OK);
     fkvf_desc d;

@@ -137,7 +137,7 @@ static tu_buf base_file(int commits)
     fkvf_sink sink = tu_buf_sink(&b);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.block_size = 64;
     fkvf_writer *w;
     ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_OK);

@@ -257,7 +257,7 @@ static void build_codebook_file(const char *name, const cfg *c)
 {
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w = NULL;
     W(fkvf_writer_create_file(&w, path_of(name), &o, NULL), name);
     rng_state = c->seed;
@@ -275,7 +275,7 @@ static void build(const char *name, const cfg *c)
     rng_state = c->seed;
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.block_size = c->block_size;
     if (c->tokens)
         o.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
@@ -1223,7 +1223,7 @@ int main(int argc, char **argv)
         /* two keys of the same length; the second renamed to the first */
         fkvf_writer_options o;
         fkvf_writer_options_init(&o);
-        o.no_sync = 1;
+        o.sync = FKVF_SYNC_NONE;
         fkvf_writer *w = NULL;
         W(fkvf_writer_create_file(&w, path_of("dup_key_meta.fkvf"), &o, NULL), "dup");
         fkvf_desc d;

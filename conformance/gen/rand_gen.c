@@ -97,7 +97,7 @@ static int write_codebook_file(const char *path, const fkvf_codebook_shape *shap
     uint8_t *tables = NULL;
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     if (deflate)
         o.required_features = FKVF_FEAT_DEFLATE;
     uint64_t size = fkvf_codebook_size(shape);
@@ -244,7 +244,7 @@ static int make_one(const char *dir, unsigned idx, uint64_t seed)
 
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.required_features = req;
     o.optional_features = tokens ? FKVF_OPTFEAT_TOKEN_STREAM : 0;
     o.block_size = rint_in(0, 1) ? 64u * rint_in(1, 8) : 0;

@@ -539,12 +539,24 @@ typedef struct fkvf_sink {
     void *opaque;
 } fkvf_sink;
 
+/* Durability, one option for the writer (fkvf_writer_options.sync), the
+ * appender (fkvf_append_options.sync) and fkvf_archive_append_sections:
+ * FKVF_SYNC_COMMIT (0, the default) syncs the data before each commit's
+ * trailer and the trailer after it (spec 7.6), so a commit is durable when
+ * the call that makes it returns; FKVF_SYNC_NONE syncs nothing (a system
+ * crash may lose commits; a process crash loses nothing written; the file
+ * never opens at a partial commit). Other values are FKVF_E_INVALID_ARG. */
+#define FKVF_SYNC_COMMIT 0u
+#define FKVF_SYNC_NONE 1u
+
 typedef struct fkvf_writer_options {
     uint64_t required_features;  /* FKVF_FEAT_*: features the file may use */
     uint64_t optional_features;
     uint32_t block_size;         /* stream block size, 0 = 4096 */
     int deflate_level;           /* for sections added with FKVF_SECTION_DEFLATE, 0 = 6 */
-    int no_sync;                 /* 1: skip fsync (tests, scratch files) */
+    unsigned sync;               /* FKVF_SYNC_COMMIT (default) or FKVF_SYNC_NONE
+                                  * (tests, scratch files): durability, as the
+                                  * appender's option of the same name */
     int no_replace;              /* 1 (file writers): never replace an existing
                                   * PATH: fkvf_writer_create_file fails with
                                   * FKVF_E_EXISTS if it exists, and so does
@@ -647,7 +659,7 @@ FKVF_API int fkvf_writer_set_positions(fkvf_writer *w, uint64_t n_positions,
 
 /* End the current commit (spec 7.6): the directory and the trailer, with a
  * sync of the sections and directory before the trailer and of the trailer
- * after it (unless no_sync). The writer stays open: what is added next goes
+ * after it (unless sync is FKVF_SYNC_NONE). The writer stays open: what is added next goes
  * into the next commit, which starts from the positions, streams and exact
  * rows of this one. A file writer's commits become visible under the final
  * path at finish. */
@@ -674,9 +686,7 @@ FKVF_API int fkvf_writer_finish(fkvf_writer *w);
  * file that opens at a partial commit. */
 typedef struct fkvf_appender fkvf_appender;
 typedef struct fkvf_rvq fkvf_rvq; /* the quantizer, below */
-
-#define FKVF_SYNC_COMMIT 0u
-#define FKVF_SYNC_NONE 1u
+/* The options' sync is FKVF_SYNC_COMMIT or FKVF_SYNC_NONE, as the writer's. */
 
 /* File I/O of an appender, replaceable for fault injection (tests, or a
  * caller's own accounting). NULL members use write(2) and fdatasync(2).

@@ -949,7 +949,7 @@ static void coalesce_exact(fkvf_writer *w)
 
 static int do_sync(fkvf_writer *w, const char *when)
 {
-    if (w->opts.no_sync || !w->sink.sync || w->sink.sync(w->sink.opaque) == 0)
+    if (w->opts.sync == FKVF_SYNC_NONE || !w->sink.sync || w->sink.sync(w->sink.opaque) == 0)
         return FKVF_OK;
     int e = errno;
     w->state = 2;
@@ -1087,7 +1087,7 @@ FKVF_API int fkvf_writer_finish(fkvf_writer *w)
             w->state = 2;
             return FAIL(FKVF_E_IO, NULL, "rename into place: %s", strerror(e));
         }
-        if (!w->opts.no_sync)
+        if (w->opts.sync != FKVF_SYNC_NONE)
             (void)sync_dir_of(w->path, w->tmp_path); /* tmp_path: n + 16 bytes */
     }
     w->state = 1;
