@@ -1142,6 +1142,64 @@ START_TEST(append_misuse)
 }
 END_TEST
 
+/* One durability option, one meaning: the writer and the appender take the
+ * same sync values and refuse any other (the writer's was an int no_sync,
+ * where any value was accepted). */
+START_TEST(sync_option_values)
+{
+    static const unsigned ok[] = {FKVF_SYNC_COMMIT, FKVF_SYNC_NONE};
+    for (size_t i = 0; i < 2; i++) {
+        tu_buf b = {0};
+        fkvf_sink sink = tu_buf_sink(&b);
+        fkvf_writer_options wo;
+        fkvf_writer_options_init(&wo);
+        ck_assert_uint_eq(wo.sync, FKVF_SYNC_COMMIT);
+        wo.sync = ok[i];
+        fkvf_writer *w = NULL;
+        ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &wo, NULL), FKVF_OK);
+        fkvf_writer_free(w);
+        tu_buf_free(&b);
+    }
+    tu_buf b = {0};
+    fkvf_sink sink = tu_buf_sink(&b);
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    wo.sync = 2;
+    fkvf_writer *w = NULL;
+    ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &wo, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(fkvf_writer_message(w), "options.sync"));
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    /* the appender: open and create refuse it, and create makes no file */
+    make_dir();
+    char path[128], p2[128];
+    path_in(path, sizeof path, "s.fkvf");
+    path_in(p2, sizeof p2, "s2.fkvf");
+    fkvf_rvq *q = train_codebook(0);
+    static const size_t batches[] = {4};
+    build(path, q, FKVF_SYNC_NONE, batches, 1);
+    fkvf_append_options o;
+    fkvf_append_options_init(&o);
+    ck_assert_uint_eq(o.sync, FKVF_SYNC_COMMIT);
+    o.sync = 2;
+    fkvf_appender *a = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_E_INVALID_ARG);
+    fkvf_appender_free(a);
+    fkvf_desc d = test_desc(0);
+    fkvf_append_create c;
+    memset(&c, 0, sizeof c);
+    c.desc = &d;
+    c.codebook = q;
+    a = NULL;
+    ck_assert_int_eq(fkvf_appender_create(&a, p2, &c, &o, NULL), FKVF_E_INVALID_ARG);
+    fkvf_appender_free(a);
+    ck_assert_int_eq(access(p2, F_OK), -1);
+    fkvf_rvq_free(q);
+    unlink(path);
+    rmdir(tmpdir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("append");
@@ -1162,6 +1220,7 @@ static Suite *suite(void)
     tcase_add_test(f, fault_kill_sync_commit);
     tcase_add_test(f, fault_alloc_every_call);
     tcase_add_test(f, append_misuse);
+    tcase_add_test(f, sync_option_values);
     suite_add_tcase(s, f);
     return s;
 }

@@ -226,6 +226,8 @@ static int writer_new(fkvf_writer **out, const fkvf_writer_options *opts,
     if (w->opts.deflate_level < 0 || w->opts.deflate_level > 9)
         return FAIL(FKVF_E_INVALID_ARG, NULL, "options.deflate_level: %d (0..9)",
                     w->opts.deflate_level);
+    if (w->opts.sync > FKVF_SYNC_NONE)
+        return FAIL(FKVF_E_INVALID_ARG, NULL, "options.sync: %u unknown", w->opts.sync);
     return FKVF_OK;
 }
 
