@@ -1665,7 +1665,7 @@ static void z_finish(void *ctx, int clean, long stopped)
 
 typedef struct actx {
     char path[128];
-    char msg[256];
+    fkvf_error_report er;
     const uint8_t *base; /* the file before */
     size_t base_size;
 } actx;
@@ -1675,13 +1675,13 @@ static const char *const as_names[] = {"archive_append_sections"};
 static const char *as_message(void *ctx)
 {
     actx *c = ctx;
-    return c->msg;
+    return c->er.message;
 }
 
 static void as_setup(void *ctx)
 {
     actx *c = ctx;
-    c->msg[0] = 0;
+    c->er.message[0] = 0;
     spit(c->path, c->base, c->base_size);
 }
 
@@ -1693,7 +1693,7 @@ static int as_step(void *ctx, size_t i)
     fkvf_section_add secs[2] = {
         {FKVF_SECTION_ZIDX, 0, zidx_ref_key, zidx_ref, zidx_ref_size},
         {FKVF_FOURCC('X', 'T', 'R', 'C'), 0, 3, extra, sizeof extra}};
-    return fkvf_archive_append_sections(c->path, secs, 2, FKVF_SYNC_COMMIT, c->msg, sizeof c->msg);
+    return fkvf_archive_append_sections(c->path, secs, 2, FKVF_SYNC_COMMIT, &c->er);
 }
 
 /* the file opens strict at n commits with the cache of the main archive */
@@ -1720,7 +1720,7 @@ static void as_after_fail(void *ctx, size_t i)
     (void)i;
     /* cut back: the file is the archive it was */
     EXPECTF(file_is(c->path, c->base, c->base_size), "append_sections: the file changed (%s)",
-            c->msg);
+            c->er.message);
 }
 
 static void as_finish(void *ctx, int clean, long stopped)

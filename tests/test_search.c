@@ -1003,14 +1003,45 @@ START_TEST(append_index_to_file)
     ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key), FKVF_OK);
     fkvf_reader_free(r);
     fkvf_section_add sa = {FKVF_SECTION_ZIDX, 0, key, zd, zs};
-    char msg[256];
-    ck_assert_msg(fkvf_archive_append_sections(path, &sa, 1, FKVF_SYNC_NONE, msg, sizeof msg) ==
-                      FKVF_OK,
-                  "%s", msg);
+    fkvf_error_report er;
+    ck_assert_msg(fkvf_archive_append_sections(path, &sa, 1, FKVF_SYNC_NONE, &er) == FKVF_OK, "%s",
+                  er.message);
+    ck_assert_int_eq(er.info.code, FKVF_OK);
+    ck_assert_str_eq(er.info.message, "");
+    ck_assert_ptr_null(er.info.clause);
+    ck_assert_uint_eq(er.info.offset, FKVF_ERROR_NO_OFFSET);
     /* a known type is refused */
     fkvf_section_add bad = {FKVF_SECTION_EXAC, 1, 0, zd, zs};
-    ck_assert_int_eq(fkvf_archive_append_sections(path, &bad, 1, FKVF_SYNC_NONE, msg, sizeof msg),
+    ck_assert_int_eq(fkvf_archive_append_sections(path, &bad, 1, FKVF_SYNC_NONE, &er),
                      FKVF_E_INVALID_ARG);
+    /* the error as fields (fkvf_error_report), and "" after a success */
+    ck_assert_int_eq(er.info.code, FKVF_E_INVALID_ARG);
+    ck_assert_ptr_eq(er.info.message, er.message);
+    ck_assert_ptr_nonnull(strstr(er.message, "section type"));
+    ck_assert_str_eq(er.info.file, path);
+    ck_assert_int_eq(fkvf_archive_append_sections(path, NULL, 1, FKVF_SYNC_NONE, &er),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_str_eq(er.info.message, "invalid arguments");
+    ck_assert_int_eq(fkvf_archive_append_sections(path, &bad, 1, FKVF_SYNC_NONE, NULL),
+                     FKVF_E_INVALID_ARG);
+    {
+        /* a file that is not an archive: the reader's error, code and clause */
+        char junk[160];
+        snprintf(junk, sizeof junk, "%s.junk", path);
+        FILE *jf = fopen(junk, "wb");
+        ck_assert_ptr_nonnull(jf);
+        for (int i = 0; i < 256; i++)
+            fputc('x', jf);
+        fclose(jf);
+        int rc = fkvf_archive_append_sections(junk, &sa, 1, FKVF_SYNC_NONE, &er);
+        ck_assert_int_eq(rc, FKVF_E_BAD_MAGIC);
+        ck_assert_int_eq(er.info.code, rc);
+        ck_assert_ptr_nonnull(er.info.clause);
+        ck_assert_str_eq(er.info.clause, er.clause);
+        ck_assert_uint_eq(er.info.offset, 0);
+        ck_assert_str_eq(er.info.file, junk);
+        unlink(junk);
+    }
     fkvf_search_buffer_free(zd);
     ck_assert_int_eq(fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL), FKVF_OK);
     ck_assert_msg(fkvf_reader_verify(r) == FKVF_OK, "%s", fkvf_reader_message(r));
@@ -1083,10 +1114,9 @@ START_TEST(append_sections_value_stages_only)
     ck_assert_uint_eq(key, FKVF_STREAM_ID(0, 0, 0, 1, 0));
     fkvf_reader_free(r);
     fkvf_section_add sa = {FKVF_SECTION_ZIDX, 0, key, zd, zs};
-    char msg[256];
-    ck_assert_msg(fkvf_archive_append_sections(path, &sa, 1, FKVF_SYNC_NONE, msg, sizeof msg) ==
-                      FKVF_OK,
-                  "%s", msg);
+    fkvf_error_report er;
+    ck_assert_msg(fkvf_archive_append_sections(path, &sa, 1, FKVF_SYNC_NONE, &er) == FKVF_OK, "%s",
+                  er.message);
     fkvf_search_buffer_free(zd);
     ck_assert_int_eq(fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL), FKVF_OK);
     ck_assert_msg(fkvf_reader_verify(r) == FKVF_OK, "%s", fkvf_reader_message(r));

@@ -565,11 +565,11 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
     fkvf_reader_free(r); /* before appending */
     r = NULL;
     if (n) {
-        char msg[512];
+        fkvf_error_report er;
         int rc = fkvf_archive_append_sections(path, secs, n, nosync ? FKVF_SYNC_NONE : FKVF_SYNC_COMMIT,
-                                              msg, sizeof msg);
+                                              &er);
         if (rc) {
-            ret = cli_fail(cli_fkvf_exit(rc), rc, path, "%s", msg);
+            ret = cli_fail(cli_fkvf_exit(rc), rc, path, "%s", er.message);
             goto out;
         }
     }

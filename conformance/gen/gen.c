@@ -753,10 +753,9 @@ int main(int argc, char **argv)
                 break;
         }
         fkvf_reader_free(r);
-        char msg[512] = "";
-        if (fkvf_archive_append_sections(path_of("valid_zidx.fkvf"), secs, k, FKVF_SYNC_NONE, msg,
-                                         sizeof msg))
-            die("append ZIDX", msg);
+        fkvf_error_report er;
+        if (fkvf_archive_append_sections(path_of("valid_zidx.fkvf"), secs, k, FKVF_SYNC_NONE, &er))
+            die("append ZIDX", er.message);
         for (size_t i = 0; i < k; i++)
             fkvf_search_buffer_free(data[i]);
         acc("valid_zidx.fkvf", "§20",

@@ -344,9 +344,10 @@ static int make_one(const char *dir, unsigned idx, uint64_t seed)
             fkvf_reader_free(r);
             r = NULL;
             fkvf_section_add sec = {FKVF_SECTION_ZIDX, 0, key, zdata, zsize};
-            char msg[256] = "";
-            if (fkvf_archive_append_sections(path, &sec, 1, 0, msg, sizeof msg)) {
-                fprintf(stderr, "fkvf-conf-rand: %s (%s): append ZIDX: %s\n", name, desc_txt, msg);
+            fkvf_error_report er;
+            if (fkvf_archive_append_sections(path, &sec, 1, FKVF_SYNC_COMMIT, &er)) {
+                fprintf(stderr, "fkvf-conf-rand: %s (%s): append ZIDX: %s\n", name, desc_txt,
+                        er.message);
                 goto fail;
             }
             zidx_done = 1;

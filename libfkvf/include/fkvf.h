@@ -901,11 +901,28 @@ FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void *
                                      size_t *size, uint64_t *key);
 FKVF_API void fkvf_search_buffer_free(void *p);
 
-/* Append one commit holding the given sections to an existing archive (the
- * archive is append-only, spec 7.4): for optional sections such as ZIDX.
- * The positions, streams and exact rows stay those of the last commit. The
- * file is locked like an appender's; a torn tail is FKVF_E_TORN. msg (may be
- * NULL) receives a message on failure. */
+/* An error reported by a call that has no handle to keep it
+ * (fkvf_archive_append_sections): info as a handle's *_error gives it, its
+ * strings pointing into this struct (message, clause) or to the caller's
+ * path (file). The caller owns the struct; the strings live as long as it
+ * and until it is passed to another call. */
+typedef struct fkvf_error_report {
+    fkvf_error_info info;
+    char message[1024];  /* info.message; a longer message is cut */
+    char clause[16];     /* info.clause when not NULL */
+} fkvf_error_report;
+
+/* Append one commit holding the given sections to an existing archive at
+ * path (the archive is append-only, spec 7.4): for optional sections such as
+ * ZIDX. The positions, streams and exact rows stay those of the last
+ * commit. The file is locked like an appender's (FKVF_E_IO when an appender
+ * holds it); a torn tail is FKVF_E_TORN. secs (n of them, borrowed during
+ * the call) may not use the known section types (FKVF_E_INVALID_ARG). sync: FKVF_SYNC_COMMIT or FKVF_SYNC_NONE.
+ * err (may be NULL) is always filled: code FKVF_OK and message "" on
+ * success, else the error with the offset and clause it cites (the
+ * appender's, or of the archive read at open). Allocates with malloc, does
+ * file I/O; safe to call from several threads on different files (the lock
+ * serializes writers of one file). */
 typedef struct fkvf_section_add {
     uint32_t type, flags; /* flags FKVF_SECTION_*; the known types are refused */
     uint64_t key;
@@ -913,7 +930,7 @@ typedef struct fkvf_section_add {
     size_t size;
 } fkvf_section_add;
 FKVF_API int fkvf_archive_append_sections(const char *path, const fkvf_section_add *secs,
-                                          size_t n, unsigned sync, char *msg, size_t msg_size);
+                                          size_t n, unsigned sync, fkvf_error_report *err);
 
 /* ---- end of search ---------------------------------------------------- */
 
