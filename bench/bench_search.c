@@ -143,7 +143,7 @@ static void build_token_archive(mbuf *b, const fkvf_stream_spec *sp, const uint3
         size_t zs;
         uint64_t key;
         double t0 = now();
-        if ((rc = fkvf_search_index_build(r, 0, &zd, &zs, &key)))
+        if ((rc = fkvf_search_index_build(r, 0, &zd, &zs, &key, NULL)))
             die("index build", rc, fkvf_reader_message(r));
         *build_s = now() - t0;
         *index_bytes = zs;
@@ -151,7 +151,7 @@ static void build_token_archive(mbuf *b, const fkvf_stream_spec *sp, const uint3
         if ((rc = fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, zd, zs)) ||
             (rc = fkvf_writer_commit(w)))
             die("index commit", rc, fkvf_writer_message(w));
-        fkvf_search_buffer_free(zd);
+        fkvf_search_buffer_free(zd, NULL);
     }
     if ((rc = fkvf_writer_finish(w)))
         die("finish", rc, fkvf_writer_message(w));

@@ -106,8 +106,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             void *zd;
             size_t zs;
             uint64_t key;
-            if (fkvf_search_index_build(r, i, &zd, &zs, &key) == FKVF_OK)
-                fkvf_search_buffer_free(zd);
+            if (fkvf_search_index_build(r, i, &zd, &zs, &key, NULL) == FKVF_OK)
+                fkvf_search_buffer_free(zd, NULL);
         }
         uint32_t prompt[3] = {1, 2, 3};
         fkvf_prefix_reuse pr;

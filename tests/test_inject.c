@@ -1549,13 +1549,13 @@ static int s_step(void *ctx, size_t i)
     default: {
         void *d = NULL;
         size_t n = 0;
-        if ((rc = fkvf_search_index_build(c->r, c->tok, &d, &n, &c->zkey)))
+        if ((rc = fkvf_search_index_build(c->r, c->tok, &d, &n, &c->zkey, NULL)))
             return rc;
         REAL_FREE(c->zidx);
         c->zidx = REAL_MALLOC(n);
         memcpy(c->zidx, d, n);
         c->zsize = n;
-        fkvf_search_buffer_free(d);
+        fkvf_search_buffer_free(d, NULL);
         return FKVF_OK;
     }
     }

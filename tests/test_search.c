@@ -99,9 +99,9 @@ static void add_index_now(fkvf_writer *w, const tu_buf *b)
     void *data;
     size_t size;
     uint64_t key;
-    ck_assert_int_eq(fkvf_search_index_build(r, idx, &data, &size, &key), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_index_build(r, idx, &data, &size, &key, NULL), FKVF_OK);
     ck_assert_int_eq(fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, data, size), FKVF_OK);
-    fkvf_search_buffer_free(data);
+    fkvf_search_buffer_free(data, NULL);
     fkvf_reader_free(r);
     ck_assert_int_eq(fkvf_writer_commit(w), FKVF_OK);
 }
@@ -625,11 +625,11 @@ START_TEST(index_streams)
         void *zd;
         size_t zs;
         uint64_t key;
-        ck_assert_int_eq(fkvf_search_index_build(r, idx, &zd, &zs, &key), FKVF_OK);
+        ck_assert_int_eq(fkvf_search_index_build(r, idx, &zd, &zs, &key, NULL), FKVF_OK);
         ck_assert_uint_eq(key, FKVF_STREAM_ID(0, 1, 0, 0, 1));
         fkvf_reader_free(r);
         ck_assert_int_eq(fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, zd, zs), FKVF_OK);
-        fkvf_search_buffer_free(zd);
+        fkvf_search_buffer_free(zd, NULL);
         ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
         fkvf_writer_free(w);
         built a = {b, A};
@@ -730,7 +730,7 @@ static int open_with_zidx(const cfg *c, const uint32_t *sym, uint64_t n,
     void *zd;
     size_t zs;
     uint64_t key;
-    ck_assert_int_eq(fkvf_search_index_build(r0, 0, &zd, &zs, &key), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_index_build(r0, 0, &zd, &zs, &key, NULL), FKVF_OK);
     fkvf_reader_free(r0);
     tu_buf_free(&a.b);
     damage(zd, zs);
@@ -752,7 +752,7 @@ static int open_with_zidx(const cfg *c, const uint32_t *sym, uint64_t n,
     fkvf_stream_spec sp = spec_of(c);
     put_commit(w, &sp, sym, 0, n);
     ck_assert_int_eq(fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, zd, zs), FKVF_OK);
-    fkvf_search_buffer_free(zd);
+    fkvf_search_buffer_free(zd, NULL);
     ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
     fkvf_writer_free(w);
     *r = NULL;
@@ -845,7 +845,7 @@ START_TEST(index_flags)
     void *zd;
     size_t zs;
     uint64_t key;
-    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key, NULL), FKVF_OK);
     fkvf_reader_free(r);
     tu_buf_free(&a.b);
     for (int k = 0; k < 2; k++) {
@@ -889,7 +889,7 @@ START_TEST(index_flags)
         fkvf_reader_free(r);
         tu_buf_free(&b);
     }
-    fkvf_search_buffer_free(zd);
+    fkvf_search_buffer_free(zd, NULL);
 }
 END_TEST
 
@@ -1000,7 +1000,7 @@ START_TEST(append_index_to_file)
     void *zd;
     size_t zs;
     uint64_t key;
-    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key, NULL), FKVF_OK);
     fkvf_reader_free(r);
     fkvf_section_add sa = {FKVF_SECTION_ZIDX, 0, key, zd, zs};
     fkvf_error_report er;
@@ -1042,7 +1042,7 @@ START_TEST(append_index_to_file)
         ck_assert_str_eq(er.info.file, junk);
         unlink(junk);
     }
-    fkvf_search_buffer_free(zd);
+    fkvf_search_buffer_free(zd, NULL);
     ck_assert_int_eq(fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL), FKVF_OK);
     ck_assert_msg(fkvf_reader_verify(r) == FKVF_OK, "%s", fkvf_reader_message(r));
     fkvf_archive_info ai;
@@ -1064,6 +1064,81 @@ START_TEST(append_index_to_file)
     tu_buf_free(&a.b);
     free(sym);
     unlink(path);
+}
+END_TEST
+
+/* fkvf_search_index_build takes the caller's allocator: every byte, the
+ * returned buffer included, comes from it, the result is the one the
+ * default allocator gives, and a failing allocator leaks nothing. */
+typedef struct count_alloc {
+    long live, calls, fail_at; /* fail_at: the call that fails, 0 never */
+} count_alloc;
+static void *ca_alloc(void *o, size_t n)
+{
+    count_alloc *c = o;
+    if (++c->calls == c->fail_at)
+        return NULL;
+    void *p = malloc(n);
+    c->live += p != NULL;
+    return p;
+}
+static void *ca_realloc(void *o, void *p, size_t n)
+{
+    count_alloc *c = o;
+    if (++c->calls == c->fail_at)
+        return NULL;
+    void *q = realloc(p, n);
+    c->live += q != NULL && p == NULL;
+    return q;
+}
+static void ca_free(void *o, void *p)
+{
+    count_alloc *c = o;
+    c->live -= p != NULL;
+    free(p);
+}
+
+START_TEST(index_build_caller_allocator)
+{
+    tu_rng rng = {12};
+    static const cfg cs[2] = {{FKVF_PROFILE_NGON, 0, 16, 0}, {FKVF_PROFILE_QUAD, 4, 0, 0}};
+    for (int ci = 0; ci < 2; ci++) {
+        uint64_t n = 500;
+        uint32_t *sym = malloc(n * sizeof *sym);
+        make_stream(&rng, &cs[ci], sym, n);
+        built a;
+        small_archive(&a, &cs[ci], sym, n, 0);
+        fkvf_reader *r = NULL;
+        ck_assert_int_eq(fkvf_reader_open_memory(&r, a.b.data, a.b.size, 0, NULL), FKVF_OK);
+        void *d0, *d1;
+        size_t z0, z1;
+        uint64_t k0, k1;
+        ck_assert_int_eq(fkvf_search_index_build(r, 0, &d0, &z0, &k0, NULL), FKVF_OK);
+        count_alloc ca = {0, 0, 0};
+        fkvf_allocator al = {ca_alloc, ca_realloc, ca_free, &ca};
+        ck_assert_int_eq(fkvf_search_index_build(r, 0, &d1, &z1, &k1, &al), FKVF_OK);
+        ck_assert_int_gt(ca.calls, 0);
+        ck_assert_int_eq(ca.live, 1); /* the buffer returned */
+        ck_assert_uint_eq(z1, z0);
+        ck_assert_uint_eq(k1, k0);
+        ck_assert_mem_eq(d1, d0, z0);
+        fkvf_search_buffer_free(d1, &al);
+        ck_assert_int_eq(ca.live, 0);
+        fkvf_search_buffer_free(d0, NULL);
+        fkvf_search_buffer_free(NULL, &al);
+        long calls = ca.calls;
+        for (long k = 1; k <= calls; k++) {
+            count_alloc cf = {0, 0, k};
+            fkvf_allocator af = {ca_alloc, ca_realloc, ca_free, &cf};
+            void *d = (void *)1;
+            ck_assert_int_eq(fkvf_search_index_build(r, 0, &d, &z1, &k1, &af), FKVF_E_NOMEM);
+            ck_assert_ptr_null(d);
+            ck_assert_int_eq(cf.live, 0);
+        }
+        fkvf_reader_free(r);
+        tu_buf_free(&a.b);
+        free(sym);
+    }
 }
 END_TEST
 
@@ -1110,14 +1185,14 @@ START_TEST(append_sections_value_stages_only)
     void *zd;
     size_t zs;
     uint64_t key;
-    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key, NULL), FKVF_OK);
     ck_assert_uint_eq(key, FKVF_STREAM_ID(0, 0, 0, 1, 0));
     fkvf_reader_free(r);
     fkvf_section_add sa = {FKVF_SECTION_ZIDX, 0, key, zd, zs};
     fkvf_error_report er;
     ck_assert_msg(fkvf_archive_append_sections(path, &sa, 1, FKVF_SYNC_NONE, &er) == FKVF_OK, "%s",
                   er.message);
-    fkvf_search_buffer_free(zd);
+    fkvf_search_buffer_free(zd, NULL);
     ck_assert_int_eq(fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL), FKVF_OK);
     ck_assert_msg(fkvf_reader_verify(r) == FKVF_OK, "%s", fkvf_reader_message(r));
     fkvf_archive_info ai;
@@ -1184,6 +1259,7 @@ int main(void)
     tcase_add_test(tc, stale_index_ignored);
     tcase_add_test(tc, corrupt_index);
     tcase_add_test(tc, append_index_to_file);
+    tcase_add_test(tc, index_build_caller_allocator);
     tcase_add_test(tc, append_sections_value_stages_only);
     tcase_add_test(tc, index_flags);
     tcase_add_test(tc, empty_stream);

@@ -1183,10 +1183,10 @@ int fkvf_cli_compact(int argc, char **argv)
         void *zd = NULL;
         size_t zn = 0;
         uint64_t zk = 0;
-        rc = fkvf_search_index_build(r, zi, &zd, &zn, &zk);
+        rc = fkvf_search_index_build(r, zi, &zd, &zn, &zk, NULL);
         if (rc == FKVF_OK)
             rc = fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, zk, zd, zn);
-        fkvf_search_buffer_free(zd);
+        fkvf_search_buffer_free(zd, NULL);
         n_idx++;
     }
     if (rc == FKVF_OK) {

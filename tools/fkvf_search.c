@@ -542,7 +542,7 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
         void *d;
         size_t sz;
         uint64_t key;
-        int rc = fkvf_search_index_build(r, i, &d, &sz, &key);
+        int rc = fkvf_search_index_build(r, i, &d, &sz, &key, NULL);
         if (rc) {
             char nm[64], pre[80];
             cli_stream_name(si.id, nm, sizeof nm);
@@ -577,7 +577,7 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
     ret = CLI_OK;
 out:
     for (size_t i = 0; i < n; i++)
-        fkvf_search_buffer_free((void *)secs[i].data);
+        fkvf_search_buffer_free((void *)secs[i].data, NULL);
     free(secs);
     fkvf_reader_free(r);
     return ret;

@@ -741,7 +741,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < ns && k < 2; i += ns - 1 ? ns - 1 : 1) {
             size_t sz;
             uint64_t key;
-            if (fkvf_search_index_build(r, i, &data[k], &sz, &key))
+            if (fkvf_search_index_build(r, i, &data[k], &sz, &key, NULL))
                 die("index build", fkvf_reader_message(r));
             secs[k].type = FKVF_SECTION_ZIDX;
             secs[k].flags = 0;
@@ -757,7 +757,7 @@ int main(int argc, char **argv)
         if (fkvf_archive_append_sections(path_of("valid_zidx.fkvf"), secs, k, FKVF_SYNC_NONE, &er))
             die("append ZIDX", er.message);
         for (size_t i = 0; i < k; i++)
-            fkvf_search_buffer_free(data[i]);
+            fkvf_search_buffer_free(data[i], NULL);
         acc("valid_zidx.fkvf", "§20",
             "valid_quad_f16_rope + fkvf_archive_append_sections: commit 2 with ZIDX of the first "
             "and last stream");

@@ -340,7 +340,7 @@ static int make_one(const char *dir, unsigned idx, uint64_t seed)
             size_t si = (size_t)rint_in(0, (uint32_t)ns - 1);
             size_t zsize = 0;
             uint64_t key = 0;
-            CHECK(fkvf_search_index_build(r, si, &zdata, &zsize, &key), NULL);
+            CHECK(fkvf_search_index_build(r, si, &zdata, &zsize, &key, NULL), NULL);
             fkvf_reader_free(r);
             r = NULL;
             fkvf_section_add sec = {FKVF_SECTION_ZIDX, 0, key, zdata, zsize};
@@ -357,7 +357,7 @@ static int make_one(const char *dir, unsigned idx, uint64_t seed)
     }
     printf("%s\t%s\t%s%s\n", name, cbkind == 2 ? cbname : "-", desc_txt,
            zidx && !zidx_done ? " (no stream to index)" : "");
-    fkvf_search_buffer_free(zdata);
+    fkvf_search_buffer_free(zdata, NULL);
     free(rows);
     free(tables);
     free(codes);
@@ -366,7 +366,7 @@ static int make_one(const char *dir, unsigned idx, uint64_t seed)
 fail:
     fkvf_writer_free(w);
     fkvf_reader_free(r);
-    fkvf_search_buffer_free(zdata);
+    fkvf_search_buffer_free(zdata, NULL);
     free(rows);
     free(tables);
     free(codes);

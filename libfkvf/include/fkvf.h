@@ -892,14 +892,21 @@ FKVF_API int fkvf_search_prefix_reuse(fkvf_reader *r, const uint32_t *prompt, si
                                       fkvf_prefix_reuse *out);
 
 /* The ZIDX index of a stream (spec 20) covering positions [0, n) with
- * n = the stream's length rounded down to its alignment unit: *data (from
- * the default allocator, free with fkvf_search_buffer_free) holds the
- * section contents, *key its directory key. Add it with
+ * n = the stream's length rounded down to its alignment unit: *data holds
+ * the section contents (*size bytes), *key its directory key. Add it with
  * fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, data, size) or
- * fkvf_archive_append_sections. */
+ * fkvf_archive_append_sections. All memory, *data included, comes from
+ * alloc (NULL = malloc family); the caller owns *data: free it with
+ * fkvf_search_buffer_free(data, alloc). Reads the stream through r (every
+ * block verified on first touch; the format errors of those bytes with r's
+ * message). Errors: FKVF_E_INVALID_ARG (NULL), FKVF_E_RANGE (no such
+ * stream), FKVF_E_LIMIT (too large for a size_t), FKVF_E_NOMEM; *data is
+ * then NULL. One thread at a time per reader. */
 FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void **data,
-                                     size_t *size, uint64_t *key);
-FKVF_API void fkvf_search_buffer_free(void *p);
+                                     size_t *size, uint64_t *key, const fkvf_allocator *alloc);
+/* Free a buffer of fkvf_search_index_build with the allocator it was built
+ * with (NULL = malloc family). p NULL is fine. */
+FKVF_API void fkvf_search_buffer_free(void *p, const fkvf_allocator *alloc);
 
 /* An error reported by a call that has no handle to keep it
  * (fkvf_archive_append_sections): info as a handle's *_error gives it, its
