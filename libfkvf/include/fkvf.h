@@ -257,7 +257,15 @@ FKVF_API int fkvf_reader_open_memory(fkvf_reader **out, const void *data, size_t
  * it with fkvf_reader_free. */
 FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned flags,
                                    const fkvf_allocator *alloc);
+/* Free r and everything it owns (its mapping or copy of the file, views,
+ * decoded codebook, messages); r NULL or not a reader is a no-op. A codebook
+ * file attached to r (fkvf_reader_attach_codebook / _find_codebook) is the
+ * caller's: free it after r. Not concurrently with another call on r. */
 FKVF_API void fkvf_reader_free(fkvf_reader *r);
+/* The message of r's last error, "" when the last call succeeded; never
+ * NULL ("not a reader handle" for NULL or another handle). Owned by r:
+ * valid until the next call on r that can fail, or fkvf_reader_free. No
+ * allocation; thread-safety as every call on r. */
 FKVF_API const char *fkvf_reader_message(const fkvf_reader *r);
 /* The path r was opened from (fkvf_reader_open_file, or the file that
  * fkvf_reader_find_codebook found), as given, NUL-terminated and owned by
@@ -288,6 +296,10 @@ typedef struct fkvf_archive_info {
     int has_desc;             /* 0 for a codebook file */
 } fkvf_archive_info;
 
+/* What the open found (header, trusted commit, sizes, counts) into *out.
+ * No allocation, no I/O (the values were read at open). FKVF_E_STATE (not a
+ * reader, or its open failed), FKVF_E_INVALID_ARG (out NULL). Thread-safety:
+ * as every call on r. */
 FKVF_API int fkvf_reader_info(const fkvf_reader *r, fkvf_archive_info *out);
 
 typedef struct fkvf_section_info {
@@ -304,6 +316,15 @@ FKVF_API int fkvf_reader_section_data(fkvf_reader *r, size_t index, const void *
                                       size_t *size);
 
 FKVF_API int fkvf_reader_desc(fkvf_reader *r, fkvf_desc *out); /* strings owned by r */
+/* Metadata (spec 9). fkvf_reader_meta_count: the entries of the META section
+ * (0 without one). fkvf_reader_meta: entry index (0 .. count-1, file order;
+ * FKVF_E_RANGE beyond). fkvf_reader_meta_find: the entry whose key is the
+ * NUL-terminated key (FKVF_E_NOT_FOUND when none). The first call verifies
+ * META (its checksum and layout: the format errors with r's message) and
+ * may inflate it into a buffer r owns. The entry's key and
+ * value point into r's memory: valid until fkvf_reader_free. FKVF_E_STATE
+ * (not a usable reader), FKVF_E_INVALID_ARG (NULL). One thread at a time
+ * per reader. */
 FKVF_API int fkvf_reader_meta_count(fkvf_reader *r, size_t *count);
 FKVF_API int fkvf_reader_meta(fkvf_reader *r, size_t index, fkvf_meta_entry *out);
 FKVF_API int fkvf_reader_meta_find(fkvf_reader *r, const char *key, fkvf_meta_entry *out);
@@ -321,6 +342,13 @@ typedef struct fkvf_stream_info {
     uint64_t stored_bytes;    /* data bytes of this stream in those segments */
 } fkvf_stream_info;
 
+/* Streams (spec 11): indices 0 .. count-1, the index streams in code order
+ * (fkvf_rvq_codes_per_position) then the token stream. fkvf_reader_stream_count:
+ * their number. fkvf_reader_stream_info: stream index's codec and sizes
+ * (FKVF_E_RANGE beyond count). fkvf_reader_stream_find: the index of the
+ * stream with id (FKVF_STREAM_ID; FKVF_E_NOT_FOUND when the archive has
+ * none). No allocation, no I/O. FKVF_E_STATE (not a usable reader),
+ * FKVF_E_INVALID_ARG (NULL). Thread-safety: as every call on r. */
 FKVF_API int fkvf_reader_stream_count(const fkvf_reader *r, size_t *count);
 FKVF_API int fkvf_reader_stream_info(const fkvf_reader *r, size_t index, fkvf_stream_info *out);
 FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *index);
@@ -339,12 +367,21 @@ typedef struct fkvf_point {
     uint64_t x, y;
     double fx, fy;
 } fkvf_point;
+/* The point of position t (0 .. length-1) of stream index into *out:
+ * decodes the symbols of t's block (quad) or span (ngon), verifying the
+ * blocks it touches on first touch (their format errors with r's message).
+ * FKVF_E_RANGE (index or t out of range), FKVF_E_STATE, FKVF_E_INVALID_ARG
+ * (out NULL). One thread at a time per reader. */
 FKVF_API int fkvf_reader_stream_point(fkvf_reader *r, size_t index, uint64_t t,
                                       fkvf_point *out);
 
 /* Exact rows (spec 14): a zero-copy view of the row of an exact position. */
 FKVF_API int fkvf_reader_exact_row(fkvf_reader *r, uint64_t position, const void **row,
                                    size_t *row_bytes);
+/* *is_exact = 1 when position (0 .. n_positions-1) is stored exactly (a sink
+ * or in the recent window, spec 14), 0 when archived. No allocation, no I/O.
+ * FKVF_E_RANGE (position out of range, or a codebook file), FKVF_E_STATE,
+ * FKVF_E_INVALID_ARG (is_exact NULL). Thread-safety: as every call on r. */
 FKVF_API int fkvf_reader_is_exact(const fkvf_reader *r, uint64_t position, int *is_exact);
 
 /* The archive's codebook (spec 13): shape, the CBK1 contents (header
@@ -414,7 +451,13 @@ FKVF_API int fkvf_reader_find_codebook(fkvf_reader *r, const char *search_path,
 
 /* Bytes of one restored row (spec 14.2 layout) in `dtype`. */
 FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_t *row_bytes);
-/* Restore positions [first, first+count): per position, per layer the keys of
+/* fkvf_reader_restore is fkvf_reader_read with every layer, head and part in
+ * FKVF_LAYOUT_ROWS (bit-identical results), kept as its own call for the
+ * whole-cache path: it decodes archived positions in batches through
+ * fkvf_rvq_decode (whole rows, the quantizer's vector kernels) where
+ * fkvf_reader_read sums centroids per selected element.
+ *
+ * Restore positions [first, first+count): per position, per layer the keys of
  * heads 0..H-1 then the values (spec 14.2), converted to `dtype`. Exact
  * positions keep their bits (dtype = the descriptor's); archived positions
  * are reconstructed from the codebook (spec 13.6), keys rotated back to
@@ -524,6 +567,9 @@ typedef struct fkvf_validate_result {
 FKVF_API int fkvf_validate_memory(const void *data, size_t size,
                                   const fkvf_validate_options *opt, fkvf_violation_fn fn,
                                   void *opaque, fkvf_validate_result *res);
+/* The same for the file at path, mapped read-only for the call. FKVF_E_IO
+ * when it cannot be opened or mapped or is not a regular file. Both are
+ * reentrant: no state outside their arguments. */
 FKVF_API int fkvf_validate_file(const char *path, const fkvf_validate_options *opt,
                                 fkvf_violation_fn fn, void *opaque, fkvf_validate_result *res);
 
@@ -532,7 +578,16 @@ FKVF_API int fkvf_validate_file(const char *path, const fkvf_validate_options *o
 typedef struct fkvf_writer fkvf_writer;
 
 /* Where a writer's bytes go. write() returns the number of bytes written
- * (short counts are retried), or -1 with errno set. */
+ * (short counts are retried), or -1 with errno set.
+ *
+ * Why two I/O types, fkvf_sink here and fkvf_io (appender): a sink IS the
+ * destination of a streaming writer: there is no file, the library never
+ * seeks, truncates, locks or renames, and sync (optional) flushes whatever
+ * the sink is. fkvf_io wraps the writes and syncs the appender makes on a
+ * file the library itself opened, locked and cuts back after a failed
+ * commit: its hooks get that file descriptor, meaningless for a sink. One
+ * type would give a sink an fd it does not have, or take the fd from the
+ * appender's hooks that need it. */
 typedef struct fkvf_sink {
     long long (*write)(void *opaque, const void *data, size_t size);
     int (*sync)(void *opaque);  /* may be NULL */
@@ -570,6 +625,9 @@ typedef struct fkvf_writer_options {
                                   * file a compaction replaces). */
 } fkvf_writer_options;
 
+/* The defaults: every field 0 (no features, block size 4096, deflate level
+ * 6, FKVF_SYNC_COMMIT, replace PATH, mode from the umask). opts NULL is a
+ * no-op. */
 FKVF_API void fkvf_writer_options_init(fkvf_writer_options *opts);
 
 /* Create a file atomically: bytes go to "PATH.tmp-XXXXXX" (a new file,
@@ -588,7 +646,12 @@ FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
 FKVF_API int fkvf_writer_create_sink(fkvf_writer **out, const fkvf_sink *sink,
                                      const fkvf_writer_options *opts,
                                      const fkvf_allocator *alloc);
+/* Free w. A file writer that did not finish removes its temporary file (PATH
+ * is untouched); a sink writer just stops. NULL or not a writer: no-op. */
 FKVF_API void fkvf_writer_free(fkvf_writer *w);
+/* The message of w's last error, "" after a success; never NULL ("not a
+ * writer handle"). Owned by w: valid until the next call on w or
+ * fkvf_writer_free. One thread at a time per handle. */
 FKVF_API const char *fkvf_writer_message(const fkvf_writer *w);
 /* The last error of w as fields (fkvf_error_info); works on the handle a
  * failed create leaves. Strings owned by w, valid until the next call on w
@@ -597,7 +660,20 @@ FKVF_API const char *fkvf_writer_message(const fkvf_writer *w);
  * at a time. */
 FKVF_API int fkvf_writer_error(const fkvf_writer *w, fkvf_error_info *out);
 
+/* The cache descriptor (spec 8), once, in commit 1, before the streams and
+ * exact rows; desc and its strings are copied. FKVF_E_INVALID_ARG for a
+ * descriptor that breaks spec 8 or does not match codebooks added already
+ * (the message names the field), FKVF_E_STATE when set already or after
+ * the first commit. Without it the writer writes a codebook file. */
 FKVF_API int fkvf_writer_set_desc(fkvf_writer *w, const fkvf_desc *desc);
+/* Metadata entries (spec 9): fkvf_writer_meta_u64, fkvf_writer_meta_i64,
+ * fkvf_writer_meta_f64, fkvf_writer_meta_bool (v != 0), fkvf_writer_meta_utf8
+ * (NUL-terminated UTF-8) and fkvf_writer_meta_bytes (n bytes) add key (1..255
+ * bytes of UTF-8, NUL-terminated, not in the reserved "fkvf." namespace) with
+ * a value of that type; key and value are copied. Written in commit 1's META
+ * section. FKVF_E_DUP_KEY (key set already), FKVF_E_INVALID_ARG (bad key or
+ * UTF-8), FKVF_E_LIMIT (spec 15: value size, entry count), FKVF_E_NOMEM,
+ * FKVF_E_STATE. One thread at a time per writer. */
 FKVF_API int fkvf_writer_meta_u64(fkvf_writer *w, const char *key, uint64_t v);
 FKVF_API int fkvf_writer_meta_i64(fkvf_writer *w, const char *key, int64_t v);
 FKVF_API int fkvf_writer_meta_f64(fkvf_writer *w, const char *key, double v);
@@ -709,6 +785,8 @@ typedef struct fkvf_append_options {
     const fkvf_io *io;          /* NULL: plain system calls */
 } fkvf_append_options;
 
+/* The defaults: every field 0 (FKVF_SYNC_COMMIT, greedy encoding, block size
+ * 4096, no codebook file, no recovery, plain system calls). NULL: no-op. */
 FKVF_API void fkvf_append_options_init(fkvf_append_options *opts);
 
 /* A new archive for appending. */
@@ -761,7 +839,13 @@ typedef struct fkvf_append_info {
     uint64_t recovered_bytes; /* torn bytes truncated at open (opts.recover) */
     int has_tokens, has_codebook;
 } fkvf_append_info;
+/* The appender's positions, queue and file into *out. No allocation, no
+ * I/O. FKVF_E_STATE (not an appender), FKVF_E_INVALID_ARG (out NULL). One
+ * thread at a time per handle. */
 FKVF_API int fkvf_appender_info(const fkvf_appender *a, fkvf_append_info *out);
+/* The message of a's last error, "" after a success; never NULL ("not an
+ * appender handle"). Owned by a: valid until the next call on a or
+ * fkvf_appender_free. A failed handle keeps its first error's message. */
 FKVF_API const char *fkvf_appender_message(const fkvf_appender *a);
 /* The last error of a as fields (fkvf_error_info); an error of the archive
  * or codebook file read at open keeps that file's offset and clause. Strings
@@ -801,7 +885,12 @@ typedef struct fkvf_search fkvf_search;
  * one that is stale (spec 20.4) is ignored. */
 FKVF_API int fkvf_search_open(fkvf_search **out, fkvf_reader *r, size_t stream_index,
                               unsigned flags, const fkvf_allocator *alloc);
+/* Free s (not its reader). NULL or not a search handle: no-op. */
 FKVF_API void fkvf_search_free(fkvf_search *s);
+/* The message of s's last error, "ok" when there is none; never NULL ("not
+ * a search handle"). Owned by s: valid until the next call on s or
+ * fkvf_search_free. Errors of the reader while s reads keep their text
+ * here too. */
 FKVF_API const char *fkvf_search_message(const fkvf_search *s);
 /* The last error of s as fields (fkvf_error_info; file is "search"). Strings
  * owned by s, valid until the next call on s or fkvf_search_free. No
@@ -817,6 +906,9 @@ typedef struct fkvf_search_status {
     uint64_t candidates;   /* last query: positions whose key or point passed the filter */
     uint64_t verified;     /* last query: of those, positions whose symbols matched */
 } fkvf_search_status;
+/* The stream, the index in use and the last query's counts into *out. No
+ * allocation, no I/O. FKVF_E_STATE (not a search handle), FKVF_E_INVALID_ARG
+ * (out NULL). One thread at a time per handle. */
 FKVF_API int fkvf_search_info(const fkvf_search *s, fkvf_search_status *out);
 
 /* (a) Exact suffix query: the positions t with t >= len-1 and
@@ -888,6 +980,11 @@ typedef struct fkvf_prefix_reuse {
     uint64_t match_end, match_len;
     uint64_t archive_positions; /* length of the token stream */
 } fkvf_prefix_reuse;
+/* prompt: n token ids, borrowed during the call; *out as above. Reads the
+ * token stream through r (blocks verified on first touch, errors with r's
+ * message) and a search handle of its own, from the malloc family (not r's
+ * allocator). FKVF_E_NOT_FOUND (no token stream), FKVF_E_INVALID_ARG
+ * (NULL), FKVF_E_NOMEM, FKVF_E_STATE. One thread at a time per reader. */
 FKVF_API int fkvf_search_prefix_reuse(fkvf_reader *r, const uint32_t *prompt, size_t n,
                                       fkvf_prefix_reuse *out);
 
@@ -936,6 +1033,7 @@ typedef struct fkvf_section_add {
     const void *data;
     size_t size;
 } fkvf_section_add;
+/* (documented above, with fkvf_section_add) */
 FKVF_API int fkvf_archive_append_sections(const char *path, const fkvf_section_add *secs,
                                           size_t n, unsigned sync, fkvf_error_report *err);
 
@@ -1020,6 +1118,7 @@ FKVF_API int fkvf_rvq_from_tables(fkvf_rvq **out, const fkvf_codebook_shape *sha
 /* A copy with only the first k_stages / v_stages stages (at most q's). */
 FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
                              unsigned v_stages);
+/* Free q (NULL is fine). Not while another thread encodes or decodes with it. */
 FKVF_API void fkvf_rvq_free(fkvf_rvq *q);
 
 /* Shape of the codebook (for fkvf_writer_add_codebooks) and heads of the rows. */
@@ -1027,6 +1126,9 @@ FKVF_API void fkvf_rvq_shape(const fkvf_rvq *q, fkvf_codebook_shape *shape,
                              uint32_t *n_kv_heads);
 /* CBK1 tables in spec 13.2 order and the shape's dtype: exactly what
  * fkvf_writer_add_codebooks(w, &shape, tables, size, flags) takes. */
+/* fkvf_rvq_tables_size: their size in bytes (0 for NULL); fkvf_rvq_tables:
+ * writes them to out, whose size must be exactly that (else
+ * FKVF_E_INVALID_ARG). No allocation; thread-safe (q is immutable). */
 FKVF_API size_t fkvf_rvq_tables_size(const fkvf_rvq *q);
 FKVF_API int fkvf_rvq_tables(const fkvf_rvq *q, void *out, size_t size);
 
@@ -1046,6 +1148,11 @@ FKVF_API size_t fkvf_rvq_codes_per_position(const fkvf_rvq *q);
  * never larger than greedy's. Non-finite inputs give valid but unspecified
  * codes. */
 #define FKVF_RVQ_MAX_BEAM 64
+/* codes: rows->n_rows * codes_per_position entries at the strides above,
+ * owned by the caller. Scratch from q's allocator per call. Errors:
+ * FKVF_E_INVALID_ARG (NULL, bad strides or beam width, rows that do not fit
+ * q's shape), FKVF_E_STATE (q loaded with fkvf_rvq_from_tables_decode),
+ * FKVF_E_NOMEM. Several threads may encode with one q at once. */
 FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_rope,
                              unsigned beam_width, uint16_t *codes, size_t pos_stride,
                              size_t code_stride);
