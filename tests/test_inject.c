@@ -120,7 +120,7 @@
  *  fkvf_appender_append          | alloc: test_append (d); no I/O, asserted (appender)
  *  fkvf_appender_commit          | io (appender); fkvf_io and alloc: test_append (b), (d)
  *  fkvf_appender_sync            | io (appender); test_append fault_sync_now_fails
- *  fkvf_appender_info       | n/a (no allocation, no I/O)
+ *  fkvf_appender_info            | n/a (no allocation, no I/O)
  *  fkvf_appender_message         | n/a (read after every failure)
  *  fkvf_appender_error           | n/a pure (na_pure_functions: not a handle)
  *  fkvf_appender_free            | n/a free (appender; leak check)
@@ -128,7 +128,7 @@
  *  fkvf_search_free              | n/a free (search)
  *  fkvf_search_message           | n/a (read after every failure)
  *  fkvf_search_error             | n/a pure (na_pure_functions)
- *  fkvf_search_info          | n/a asserted (search)
+ *  fkvf_search_info              | n/a asserted (search)
  *  fkvf_search_suffix            | alloc (search, search_zidx)
  *  fkvf_search_longest           | n/a asserted (search, search_zidx)
  *  fkvf_search_query_point       | n/a asserted (search)
@@ -136,7 +136,7 @@
  *  fkvf_search_radius            | n/a asserted (search, search_zidx)
  *  fkvf_search_context           | n/a asserted (search)
  *  fkvf_search_prefix_reuse      | alloc (search)
- *  fkvf_search_index_build       | alloc (search: default allocator, --wrap)
+ *  fkvf_search_index_build       | alloc (search: NULL, --wrap); its alloc: test_search index_build_caller_allocator
  *  fkvf_search_buffer_free       | n/a free (search)
  *  fkvf_archive_append_sections  | alloc + io (append_sections: --wrap)
  *  fkvf_reader_stream_segment    | n/a asserted (reader_mem)
