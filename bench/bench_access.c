@@ -19,6 +19,8 @@
  *     the size), page cache warm and after posix_fadvise(DONTNEED).
  * Files go to $TMPDIR (/tmp) and are removed. Output: markdown tables. */
 #define _POSIX_C_SOURCE 200809L
+/* the second tier of fkvf.h (not ABI-stable): fkvf_f32_to_f16 */
+#define FKVF_STATIC_LINKING_ONLY
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,7 +173,7 @@ static void write_main(const char *path, uint64_t n)
 {
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w;
     die("create", fkvf_writer_create_file(&w, path, &o, NULL), NULL, NULL);
     fkvf_desc d;
@@ -209,7 +211,7 @@ static uint64_t write_sized(const char *path, uint64_t bytes, size_t *n_sections
     n_arch = (n_arch + 15) / 16 * 16;
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.required_features = FKVF_FEAT_EXTERNAL_CODEBOOK;
     fkvf_writer *w;
     die("create", fkvf_writer_create_file(&w, path, &o, NULL), NULL, NULL);

@@ -42,6 +42,8 @@
  * markdown table, then the ratios cost(largest n)/cost(smallest n) per
  * (W, c, sync) series. */
 #define _POSIX_C_SOURCE 200809L
+/* the second tier of fkvf.h (not ABI-stable): fkvf_f32_to_f16 */
+#define FKVF_STATIC_LINKING_ONLY
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,8 +206,8 @@ static result run(const char *dir, const fkvf_rvq *q, const uint16_t *pool, uint
     int rc = fkvf_appender_create(&a, path, &c, &o, NULL);
     if (rc)
         die("fkvf_appender_create", rc, a ? fkvf_appender_message(a) : NULL);
-    fkvf_appender_state st;
-    fkvf_appender_state_get(a, &st);
+    fkvf_append_info st;
+    fkvf_appender_info(a, &st);
     uint64_t size0 = st.file_size; /* commit 1: descriptor and the 28 MB codebook */
     double total = 0, cpu = 0;
     enc_wall = enc_cpu = 0;
@@ -231,7 +233,7 @@ static result run(const char *dir, const fkvf_rvq *q, const uint16_t *pool, uint
             die("fkvf_appender_commit", rc, fkvf_appender_message(a));
         p += m;
     }
-    fkvf_appender_state_get(a, &st);
+    fkvf_appender_info(a, &st);
     fkvf_appender_free(a);
     struct stat sb;
     if (stat(path, &sb) != 0) {

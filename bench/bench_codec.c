@@ -485,7 +485,7 @@ static void container(size_t n, fkvf_profile prof)
     fkvf_sink sk = {mem_write, NULL, &mb};
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     if (prof == FKVF_PROFILE_NGON)
         o.required_features = FKVF_FEAT_NGON;
     fkvf_writer *w = NULL;

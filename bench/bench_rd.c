@@ -26,6 +26,8 @@
  *                 [--gpt2-positions N] [--gpt2-train N] [--gpt2-iters N]
  */
 #define _POSIX_C_SOURCE 200809L
+/* the second tier of fkvf.h (not ABI-stable): fkvf_f16_to_f32, fkvf_f32_to_f16 */
+#define FKVF_STATIC_LINKING_ONLY
 #include <fkvf.h>
 
 #include <math.h>
@@ -869,7 +871,7 @@ static void wa_codebook_file(const fkvf_rvq *q, membuf *cb, uint8_t hash[16])
         wa_fail("fkvf_rvq_tables", NULL);
     fkvf_writer_options wo;
     fkvf_writer_options_init(&wo);
-    wo.no_sync = 1;
+    wo.sync = FKVF_SYNC_NONE;
     fkvf_sink sk = {membuf_write, NULL, cb};
     fkvf_writer *w = NULL;
     WA_W(fkvf_writer_create_sink(&w, &sk, &wo, NULL));
@@ -897,7 +899,7 @@ static void wa_archive(const fkvf_rvq *q, const uint16_t *rows, size_t rw, const
     fkvf_rvq_shape(q, &cshape, &heads);
     fkvf_writer_options wo;
     fkvf_writer_options_init(&wo);
-    wo.no_sync = 1;
+    wo.sync = FKVF_SYNC_NONE;
     if (hash)
         wo.required_features = FKVF_FEAT_EXTERNAL_CODEBOOK;
     fkvf_sink sk = {membuf_write, NULL, out};

@@ -101,7 +101,7 @@ static fkvf_writer *new_writer(mbuf *b, int ngon)
     fkvf_sink sink = {mbuf_write, NULL, b};
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.optional_features = FKVF_OPTFEAT_TOKEN_STREAM;
     if (ngon)
         o.required_features = FKVF_FEAT_NGON;
@@ -143,7 +143,7 @@ static void build_token_archive(mbuf *b, const fkvf_stream_spec *sp, const uint3
         size_t zs;
         uint64_t key;
         double t0 = now();
-        if ((rc = fkvf_search_index_build(r, 0, &zd, &zs, &key)))
+        if ((rc = fkvf_search_index_build(r, 0, &zd, &zs, &key, NULL)))
             die("index build", rc, fkvf_reader_message(r));
         *build_s = now() - t0;
         *index_bytes = zs;
@@ -151,7 +151,7 @@ static void build_token_archive(mbuf *b, const fkvf_stream_spec *sp, const uint3
         if ((rc = fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, zd, zs)) ||
             (rc = fkvf_writer_commit(w)))
             die("index commit", rc, fkvf_writer_message(w));
-        fkvf_search_buffer_free(zd);
+        fkvf_search_buffer_free(zd, NULL);
     }
     if ((rc = fkvf_writer_finish(w)))
         die("finish", rc, fkvf_writer_message(w));
@@ -272,8 +272,8 @@ static void latency(size_t n, int nq, int ngon)
             if ((rc = fkvf_search_suffix(si, q, len, out, 4096, &a)))
                 die("suffix", rc, fkvf_search_message(si));
             double s1 = now();
-            fkvf_search_info inf;
-            fkvf_search_info_get(si, &inf);
+            fkvf_search_status inf;
+            fkvf_search_info(si, &inf);
             uint64_t bb;
             double s2 = now();
             if ((rc = fkvf_search_suffix(ss, q, len, out, 4096, &bb)))

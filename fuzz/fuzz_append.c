@@ -216,8 +216,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FZ_CHECK(rc == FKVF_OK);
         }
         n += k;
-        fkvf_appender_state st;
-        FZ_CHECK(fkvf_appender_state_get(a, &st) == FKVF_OK);
+        fkvf_append_info st;
+        FZ_CHECK(fkvf_appender_info(a, &st) == FKVF_OK);
         FZ_CHECK(st.n_positions == n && st.pending == 0);
         snap *s = &sn[ns++];
         take_snapshot(s, rb, with_tok);
@@ -321,8 +321,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (rc != FKVF_OK)
             fprintf(stderr, "recover: %s\n", fkvf_appender_message(a));
         FZ_CHECK(rc == FKVF_OK);
-        fkvf_appender_state st;
-        FZ_CHECK(fkvf_appender_state_get(a, &st) == FKVF_OK);
+        fkvf_append_info st;
+        FZ_CHECK(fkvf_appender_info(a, &st) == FKVF_OK);
         FZ_CHECK(st.n_positions == s->n && st.recovered_bytes == off - s->size &&
                  st.file_size == s->size);
         uint32_t t1 = 1;

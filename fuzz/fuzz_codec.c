@@ -13,6 +13,7 @@
 
 #include "codec/codec.h"
 #include "fuzz_util.h"
+#include "sym_appender.h"
 
 #define MAX_SYM 600
 

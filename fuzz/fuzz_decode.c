@@ -434,7 +434,7 @@ static void recipe(fz *f)
 
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.block_size = 64u * (1u + fz_u8(f) % 8u);
     if (ngon_ix || ngon_tok)
         o.required_features |= FKVF_FEAT_NGON;

@@ -82,8 +82,8 @@ static void queries(fkvf_search *s, fkvf_reader *r, size_t idx, uint64_t len, in
     (void)fkvf_search_radius(s, fixed, 2, 0.25, out, 8, &rr);
     if (check)
         check_answers(s, r, idx, fixed, 3);
-    fkvf_search_info inf;
-    if (fkvf_search_info_get(s, &inf) == FKVF_OK)
+    fkvf_search_status inf;
+    if (fkvf_search_info(s, &inf) == FKVF_OK)
         FZ_CHECK(inf.length == len && inf.n_indexed <= len);
 }
 
@@ -106,8 +106,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             void *zd;
             size_t zs;
             uint64_t key;
-            if (fkvf_search_index_build(r, i, &zd, &zs, &key) == FKVF_OK)
-                fkvf_search_buffer_free(zd);
+            if (fkvf_search_index_build(r, i, &zd, &zs, &key, NULL) == FKVF_OK)
+                fkvf_search_buffer_free(zd, NULL);
         }
         uint32_t prompt[3] = {1, 2, 3};
         fkvf_prefix_reuse pr;

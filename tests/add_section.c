@@ -24,10 +24,10 @@ int main(int argc, char **argv)
     s.type = (uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24;
     s.data = data;
     s.size = sizeof data - 1;
-    char msg[512];
-    int rc = fkvf_archive_append_sections(argv[1], &s, 1, FKVF_SYNC_NONE, msg, sizeof msg);
+    fkvf_error_report er;
+    int rc = fkvf_archive_append_sections(argv[1], &s, 1, FKVF_SYNC_NONE, &er);
     if (rc != FKVF_OK) {
-        fprintf(stderr, "%s: %s\n", argv[1], msg);
+        fprintf(stderr, "%s: %s\n", argv[1], er.message);
         return 1;
     }
     return 0;

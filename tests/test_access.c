@@ -97,7 +97,7 @@ static void build(const cfg *c, tu_buf *file)
     tu_rng g = {(uint64_t)c->L * 1000 + c->H * 100 + c->dk + c->bits};
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.block_size = c->block;
     if (c->prof == FKVF_PROFILE_NGON)
         o.required_features |= FKVF_FEAT_NGON;
@@ -707,7 +707,7 @@ START_TEST(read_external_codebook)
     tu_buf cbf = {0};
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_sink cs = tu_buf_sink(&cbf);
     fkvf_writer *w;
     ck_assert_int_eq(fkvf_writer_create_sink(&w, &cs, &o, NULL), FKVF_OK);

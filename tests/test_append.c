@@ -214,8 +214,8 @@ static void run_batches(int pre_rope, int with_cb, int ngon, const size_t *batch
         n += batches[i];
         rc = fkvf_appender_commit(a);
         ck_assert_msg(rc == FKVF_OK, "commit %zu: %s", i, fkvf_appender_message(a));
-        fkvf_appender_state st;
-        ck_assert_int_eq(fkvf_appender_state_get(a, &st), FKVF_OK);
+        fkvf_append_info st;
+        ck_assert_int_eq(fkvf_appender_info(a, &st), FKVF_OK);
         ck_assert_uint_eq(st.n_positions, n);
         ck_assert_uint_eq(st.n_archived, archived_after(n, with_cb));
         ck_assert_uint_eq(st.pending, 0);
@@ -523,8 +523,8 @@ START_TEST(fault_torn_every_cut)
         rc = fkvf_appender_open(&a, cut_path, &ro, NULL);
         EXPECTF(rc == FKVF_OK, "cut %llu: recover: %s", (unsigned long long)cut,
                 fkvf_appender_message(a));
-        fkvf_appender_state st;
-        EXPECT(fkvf_appender_state_get(a, &st) == FKVF_OK);
+        fkvf_append_info st;
+        EXPECT(fkvf_appender_info(a, &st) == FKVF_OK);
         EXPECT(st.recovered_bytes == cut - n0 && st.n_positions == 30 && st.n_archived == 22);
         EXPECT(file_len(cut_path) == n0);
         EXPECT(append_range(a, 30, 13) == FKVF_OK);
@@ -795,8 +795,8 @@ START_TEST(fault_token_out_of_range)
     /* nothing of it reached the file */
     ck_assert_uint_eq(file_len(path), n0);
     if (at_append) { /* refused before queuing: the handle goes on */
-        fkvf_appender_state st;
-        ck_assert_int_eq(fkvf_appender_state_get(a, &st), FKVF_OK);
+        fkvf_append_info st;
+        ck_assert_int_eq(fkvf_appender_info(a, &st), FKVF_OK);
         ck_assert_uint_eq(st.pending, 0);
         ck_assert_int_eq(append_range(a, 30, 5), FKVF_OK);
         ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
@@ -1152,8 +1152,8 @@ START_TEST(append_misuse)
     ck_assert_int_eq(fkvf_appender_append(a, rows, SIZE_MAX, SIZE_MAX / 2, tok),
                      FKVF_E_INVALID_ARG);
     ck_assert_uint_gt(strlen(fkvf_appender_message(a)), 0);
-    fkvf_appender_state st;
-    ck_assert_int_eq(fkvf_appender_state_get(a, &st), FKVF_OK);
+    fkvf_append_info st;
+    ck_assert_int_eq(fkvf_appender_info(a, &st), FKVF_OK);
     ck_assert_uint_eq(st.pending, 0); /* nothing was queued */
     ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK); /* nothing to commit */
     /* the handle still works */
@@ -1190,7 +1190,7 @@ START_TEST(append_misuse)
     ck_assert_int_eq(fkvf_appender_commit(NULL), FKVF_E_STATE);
     ck_assert_int_eq(fkvf_appender_sync(NULL), FKVF_E_STATE);
     ck_assert_int_eq(fkvf_appender_append(NULL, rows, ROW_BYTES, 1, NULL), FKVF_E_STATE);
-    ck_assert_int_eq(fkvf_appender_state_get(NULL, &st), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_appender_info(NULL, &st), FKVF_E_STATE);
     ck_assert_ptr_nonnull(fkvf_appender_message(NULL));
     ck_assert_int_eq(fkvf_appender_open(NULL, path, &o, NULL), FKVF_E_INVALID_ARG);
     fkvf_rvq_free(q);
@@ -1293,6 +1293,76 @@ START_TEST(archive_recover)
 }
 END_TEST
 
+/* One durability option, one meaning: the writer and the appender take the
+ * same sync values and refuse any other (the writer's was an int no_sync,
+ * where any value was accepted). */
+START_TEST(sync_option_values)
+{
+    static const unsigned ok[] = {FKVF_SYNC_COMMIT, FKVF_SYNC_NONE};
+    for (size_t i = 0; i < 2; i++) {
+        tu_buf b = {0};
+        fkvf_sink sink = tu_buf_sink(&b);
+        fkvf_writer_options wo;
+        fkvf_writer_options_init(&wo);
+        ck_assert_uint_eq(wo.sync, FKVF_SYNC_COMMIT);
+        wo.sync = ok[i];
+        fkvf_writer *w = NULL;
+        ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &wo, NULL), FKVF_OK);
+        fkvf_writer_free(w);
+        tu_buf_free(&b);
+    }
+    tu_buf b = {0};
+    fkvf_sink sink = tu_buf_sink(&b);
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    wo.sync = 2;
+    fkvf_writer *w = NULL;
+    ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &wo, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(fkvf_writer_message(w), "options.sync"));
+    fkvf_writer_free(w);
+    tu_buf_free(&b);
+    /* the appender: open and create refuse it, and create makes no file */
+    make_dir();
+    char path[128], p2[128];
+    path_in(path, sizeof path, "s.fkvf");
+    path_in(p2, sizeof p2, "s2.fkvf");
+    fkvf_rvq *q = train_codebook(0);
+    static const size_t batches[] = {4};
+    build(path, q, FKVF_SYNC_NONE, batches, 1);
+    fkvf_append_options o;
+    fkvf_append_options_init(&o);
+    ck_assert_uint_eq(o.sync, FKVF_SYNC_COMMIT);
+    o.sync = 2;
+    fkvf_appender *a = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_E_INVALID_ARG);
+    fkvf_appender_free(a);
+    fkvf_desc d = test_desc(0);
+    fkvf_append_create c;
+    memset(&c, 0, sizeof c);
+    c.desc = &d;
+    c.codebook = q;
+    a = NULL;
+    ck_assert_int_eq(fkvf_appender_create(&a, p2, &c, &o, NULL), FKVF_E_INVALID_ARG);
+    fkvf_appender_free(a);
+    ck_assert_int_eq(access(p2, F_OK), -1);
+    /* the whole-file operations take the same values */
+    fkvf_recover_options ro;
+    fkvf_recover_options_init(&ro);
+    ck_assert_uint_eq(ro.sync, FKVF_SYNC_COMMIT);
+    ro.sync = 2;
+    ck_assert_int_eq(fkvf_archive_recover(NULL, path, &ro, NULL), FKVF_E_INVALID_ARG);
+    fkvf_compact_options co;
+    fkvf_compact_options_init(&co);
+    ck_assert_uint_eq(co.sync, FKVF_SYNC_COMMIT);
+    co.sync = 2;
+    ck_assert_int_eq(fkvf_archive_compact(NULL, path, p2, &co, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(access(p2, F_OK), -1);
+    fkvf_rvq_free(q);
+    unlink(path);
+    rmdir(tmpdir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("append");
@@ -1315,6 +1385,7 @@ static Suite *suite(void)
     tcase_add_test(f, fault_alloc_every_call);
     tcase_add_test(f, fault_alloc_torn_open);
     tcase_add_test(f, append_misuse);
+    tcase_add_test(f, sync_option_values);
     suite_add_tcase(s, f);
     return s;
 }

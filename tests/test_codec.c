@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "codec/codec.h"
+#include "sym_appender.h"
 #include "testutil.h"
 
 static const uint32_t NGON_NS[] = {2, 3, 4, 5, 8, 16, 64, 256, 1024, 65536};

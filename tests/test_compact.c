@@ -174,8 +174,8 @@ static void build(const char *path, fkvf_reader *cb, uint64_t *commits, uint64_t
     uint16_t rows[32 * ROW_ELEMS];
     uint32_t tok[32];
     for (size_t i = 0; i < N_BATCHES; i++) {
-        fkvf_appender_state st;
-        ck_assert_int_eq(fkvf_appender_state_get(a, &st), FKVF_OK);
+        fkvf_append_info st;
+        ck_assert_int_eq(fkvf_appender_info(a, &st), FKVF_OK);
         before_last = st.file_size;
         n_before_last = n;
         seq_before_last = st.commit_seq;
@@ -188,8 +188,8 @@ static void build(const char *path, fkvf_reader *cb, uint64_t *commits, uint64_t
         ck_assert_msg(rc == FKVF_OK, "commit: %s", fkvf_appender_message(a));
         n += batches[i];
     }
-    fkvf_appender_state st;
-    ck_assert_int_eq(fkvf_appender_state_get(a, &st), FKVF_OK);
+    fkvf_append_info st;
+    ck_assert_int_eq(fkvf_appender_info(a, &st), FKVF_OK);
     fkvf_appender_free(a);
     fkvf_rvq_free(q);
     /* the last commit torn: cut in the middle */
@@ -211,7 +211,7 @@ static void build_cb(const char *path)
     ck_assert_int_eq(fkvf_rvq_tables(q, t, n), FKVF_OK);
     fkvf_writer_options wo;
     fkvf_writer_options_init(&wo);
-    wo.no_sync = 1;
+    wo.sync = FKVF_SYNC_NONE;
     fkvf_writer *w = NULL;
     ck_assert_int_eq(fkvf_writer_create_file(&w, path, &wo, NULL), FKVF_OK);
     ck_assert_int_eq(fkvf_writer_add_codebooks(w, &sh, t, n, 0), FKVF_OK);
@@ -634,12 +634,12 @@ START_TEST(compact_rebuilds_search_index)
         void *zd = NULL;
         size_t zn = 0;
         uint64_t zk = 0;
-        ck_assert_int_eq(fkvf_search_index_build(r, ti, &zd, &zn, &zk), FKVF_OK);
+        ck_assert_int_eq(fkvf_search_index_build(r, ti, &zd, &zn, &zk, NULL), FKVF_OK);
         fkvf_reader_free(r);
         fkvf_section_add sec = {FKVF_SECTION_ZIDX, 0, zk, zd, zn};
-        ck_assert_int_eq(fkvf_archive_append_sections(src, &sec, 1, FKVF_SYNC_NONE, NULL, 0),
+        ck_assert_int_eq(fkvf_archive_append_sections(src, &sec, 1, FKVF_SYNC_NONE, NULL),
                          FKVF_OK);
-        fkvf_search_buffer_free(zd);
+        fkvf_search_buffer_free(zd, NULL);
     }
     fkvf_compact_result res;
     ck_assert_int_eq(fkvf_archive_compact(NULL, src, dst, NULL, &res), FKVF_OK);

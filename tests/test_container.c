@@ -292,7 +292,7 @@ static void model_small_codec(model *m, uint32_t k, fkvf_profile profile, unsign
     memset(m, 0, sizeof *m);
     fkvf_writer_options_init(&m->opts);
     m->opts.required_features = FKVF_FEAT_NGON;
-    m->opts.no_sync = 1;
+    m->opts.sync = FKVF_SYNC_NONE;
     fkvf_desc *d = &m->desc;
     d->n_layers = 2;
     d->n_kv_heads = 2;
@@ -342,7 +342,7 @@ static void model_many(model *m, fkvf_dtype dtype)
     m->opts.optional_features = FKVF_OPTFEAT_TOKEN_STREAM;
     m->opts.block_size = 64; /* many blocks per segment */
     m->opts.deflate_level = 9;
-    m->opts.no_sync = 1;
+    m->opts.sync = FKVF_SYNC_NONE;
     fkvf_desc *d = &m->desc;
     d->n_layers = 4;
     d->n_kv_heads = 4;
@@ -382,7 +382,7 @@ static void model_all_exact(model *m)
 {
     memset(m, 0, sizeof *m);
     fkvf_writer_options_init(&m->opts);
-    m->opts.no_sync = 1;
+    m->opts.sync = FKVF_SYNC_NONE;
     fkvf_desc *d = &m->desc;
     d->n_layers = 3;
     d->n_kv_heads = 1;
@@ -1494,7 +1494,7 @@ static void model_codec_case(model *m, const codec_choice *ix, const codec_choic
     memset(m, 0, sizeof *m);
     fkvf_writer_options_init(&m->opts);
     m->opts.required_features = FKVF_FEAT_NGON;
-    m->opts.no_sync = 1;
+    m->opts.sync = FKVF_SYNC_NONE;
     m->opts.block_size = i % 3 == 0 ? 0 : 128;
     fkvf_desc *d = &m->desc;
     d->n_layers = 2;
@@ -1958,7 +1958,7 @@ START_TEST(writer_is_deterministic_through_file)
     const char *paths[2] = {p1, p2};
     for (int i = 0; i < 2; i++) {
         fkvf_writer *w = NULL;
-        m.opts.no_sync = i; /* the sync path must not change the bytes */
+        m.opts.sync = i ? FKVF_SYNC_NONE : FKVF_SYNC_COMMIT; /* the sync path must not change the bytes */
         OK_W(w, fkvf_writer_create_file(&w, paths[i], &m.opts, NULL));
         OK_W(w, write_model(&m, w));
         fkvf_writer_free(w);
@@ -2675,7 +2675,7 @@ START_TEST(writer_refuses_unknown_optional_features)
 {
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     const uint64_t bad[] = {UINT64_C(1) << 1, UINT64_C(1) << 63,
                             FKVF_OPTFEAT_TOKEN_STREAM | (UINT64_C(1) << 5)};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -4411,7 +4411,7 @@ static void build_growth(growth *g, const codec_choice *ix, const codec_choice *
     fkvf_writer_options_init(&m->opts);
     m->opts.required_features = FKVF_FEAT_NGON;
     m->opts.optional_features = FKVF_OPTFEAT_TOKEN_STREAM;
-    m->opts.no_sync = 1;
+    m->opts.sync = FKVF_SYNC_NONE;
     m->opts.block_size = 128;
     fkvf_desc *d = &m->desc;
     d->n_layers = 2;
@@ -4898,7 +4898,7 @@ static void write_codebook_file(const fkvf_codebook_shape *shape, const uint8_t 
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
     o.required_features = (flags & FKVF_SECTION_DEFLATE) ? FKVF_FEAT_DEFLATE : 0;
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w = new_writer(out, &o);
     OK_W(w, fkvf_writer_meta_utf8(w, "train.corpus", "tiny"));
     OK_W(w, fkvf_writer_add_codebooks(w, shape, tables, tsize, flags));
@@ -5009,7 +5009,7 @@ START_TEST(codebook_pooled_per_layer)
     memset(&m, 0, sizeof m);
     fkvf_writer_options_init(&m.opts);
     m.opts.required_features = FKVF_FEAT_NGON;
-    m.opts.no_sync = 1;
+    m.opts.sync = FKVF_SYNC_NONE;
     simple_desc(&m.desc);
     m.desc.n_layers = 2;
     m.desc.n_kv_heads = 3;
@@ -5104,7 +5104,7 @@ START_TEST(codebook_without_stages)
     model m;
     memset(&m, 0, sizeof m);
     fkvf_writer_options_init(&m.opts);
-    m.opts.no_sync = 1;
+    m.opts.sync = FKVF_SYNC_NONE;
     simple_desc(&m.desc);
     m.desc.dtype = FKVF_DTYPE_BF16;
     m.desc.n_sinks = 1;
@@ -6694,7 +6694,7 @@ START_TEST(many_exact_sections_are_checked_fast)
     memset(row, 0x3c, sizeof row);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     tu_buf b;
     fkvf_writer *w = new_writer(&b, &o);
     OK_W(w, fkvf_writer_set_desc(w, &d));

@@ -134,7 +134,7 @@ START_TEST(zidx_malformed)
     void *zd = NULL;
     size_t zs = 0;
     uint64_t key = 0;
-    ck_assert_int_eq(fkvf_search_index_build(r, tok, &zd, &zs, &key), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_index_build(r, tok, &zd, &zs, &key, NULL), FKVF_OK);
     fkvf_reader_free(r);
     tu_buf_free(&b);
     ck_assert_uint_eq(zs, 64 + (size_t)NT * 24);
@@ -168,7 +168,7 @@ START_TEST(zidx_malformed)
         tu_buf_free(&b);
     }
     free(z);
-    fkvf_search_buffer_free(zd);
+    fkvf_search_buffer_free(zd, NULL);
 }
 END_TEST
 

@@ -19,7 +19,7 @@ START_TEST(latest_covering_section_wins)
         fkvf_sink sink = tu_buf_sink(&b);
         fkvf_writer_options o;
         fkvf_writer_options_init(&o);
-        o.no_sync = 1;
+        o.sync = FKVF_SYNC_NONE;
         fkvf_writer *w = NULL;
         ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_OK);
         fkvf_desc d;

@@ -56,7 +56,7 @@ static void make_codebook_stages(unsigned seed, uint8_t k_stages, tu_buf *out, u
         t[i] = fkvf_f32_to_f16((float)tu_below(&g, 200) / 50.0f - 2.0f);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     memset(out, 0, sizeof *out);
     fkvf_sink sk = tu_buf_sink(out);
     fkvf_writer *w;
@@ -98,7 +98,7 @@ static void make_archive(const uint8_t hash[16], const char *hint, tu_buf *out)
         codes[i] = (uint16_t)((i * 7 + 3) % K);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.required_features = FKVF_FEAT_EXTERNAL_CODEBOOK;
     memset(out, 0, sizeof *out);
     fkvf_sink sk = tu_buf_sink(out);

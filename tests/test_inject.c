@@ -120,7 +120,7 @@
  *  fkvf_appender_append          | alloc: test_append (d); no I/O, asserted (appender)
  *  fkvf_appender_commit          | io (appender); fkvf_io and alloc: test_append (b), (d)
  *  fkvf_appender_sync            | io (appender); test_append fault_sync_now_fails
- *  fkvf_appender_state_get       | n/a (no allocation, no I/O)
+ *  fkvf_appender_info            | n/a (no allocation, no I/O)
  *  fkvf_appender_message         | n/a (read after every failure)
  *  fkvf_appender_error           | n/a pure (na_pure_functions: not a handle)
  *  fkvf_appender_free            | n/a free (appender; leak check)
@@ -135,7 +135,7 @@
  *  fkvf_search_free              | n/a free (search)
  *  fkvf_search_message           | n/a (read after every failure)
  *  fkvf_search_error             | n/a pure (na_pure_functions)
- *  fkvf_search_info_get          | n/a asserted (search)
+ *  fkvf_search_info              | n/a asserted (search)
  *  fkvf_search_suffix            | alloc (search, search_zidx)
  *  fkvf_search_longest           | n/a asserted (search, search_zidx)
  *  fkvf_search_query_point       | n/a asserted (search)
@@ -143,7 +143,7 @@
  *  fkvf_search_radius            | n/a asserted (search, search_zidx)
  *  fkvf_search_context           | n/a asserted (search)
  *  fkvf_search_prefix_reuse      | alloc (search)
- *  fkvf_search_index_build       | alloc (search: default allocator, --wrap)
+ *  fkvf_search_index_build       | alloc (search: NULL, --wrap); its alloc: test_search index_build_caller_allocator
  *  fkvf_search_buffer_free       | n/a free (search)
  *  fkvf_archive_append_sections  | alloc + io (append_sections: --wrap)
  *  fkvf_reader_stream_segment    | n/a asserted (reader_mem)
@@ -1495,7 +1495,7 @@ typedef struct sctx {
     fkvf_reader *r;
     fkvf_search *s;
     size_t tok;
-    fkvf_search_info info;
+    fkvf_search_status info;
     uint64_t found[CAP], n_found;
     fkvf_match longest[4];
     size_t n_longest;
@@ -1545,7 +1545,7 @@ static int s_step(void *ctx, size_t i)
         fkvf_search_free(c->s);
         c->s = NULL;
         return fkvf_search_open(&c->s, c->r, c->tok, 0, &AL);
-    case 1: return fkvf_search_info_get(c->s, &c->info);
+    case 1: return fkvf_search_info(c->s, &c->info);
     case 2: return fkvf_search_suffix(c->s, query, QLEN, c->found, CAP, &c->n_found);
     case 3: return fkvf_search_longest(c->s, prompt, 6, 4, c->longest, &c->n_longest);
     case 4: return fkvf_search_query_point(c->s, query, QLEN, &c->qp);
@@ -1556,13 +1556,13 @@ static int s_step(void *ctx, size_t i)
     default: {
         void *d = NULL;
         size_t n = 0;
-        if ((rc = fkvf_search_index_build(c->r, c->tok, &d, &n, &c->zkey)))
+        if ((rc = fkvf_search_index_build(c->r, c->tok, &d, &n, &c->zkey, NULL)))
             return rc;
         REAL_FREE(c->zidx);
         c->zidx = REAL_MALLOC(n);
         memcpy(c->zidx, d, n);
         c->zsize = n;
-        fkvf_search_buffer_free(d);
+        fkvf_search_buffer_free(d, NULL);
         return FKVF_OK;
     }
     }
@@ -1672,7 +1672,7 @@ static void z_finish(void *ctx, int clean, long stopped)
 
 typedef struct actx {
     char path[128];
-    char msg[256];
+    fkvf_error_report er;
     const uint8_t *base; /* the file before */
     size_t base_size;
 } actx;
@@ -1682,13 +1682,13 @@ static const char *const as_names[] = {"archive_append_sections"};
 static const char *as_message(void *ctx)
 {
     actx *c = ctx;
-    return c->msg;
+    return c->er.message;
 }
 
 static void as_setup(void *ctx)
 {
     actx *c = ctx;
-    c->msg[0] = 0;
+    c->er.message[0] = 0;
     spit(c->path, c->base, c->base_size);
 }
 
@@ -1700,7 +1700,7 @@ static int as_step(void *ctx, size_t i)
     fkvf_section_add secs[2] = {
         {FKVF_SECTION_ZIDX, 0, zidx_ref_key, zidx_ref, zidx_ref_size},
         {FKVF_FOURCC('X', 'T', 'R', 'C'), 0, 3, extra, sizeof extra}};
-    return fkvf_archive_append_sections(c->path, secs, 2, FKVF_SYNC_COMMIT, c->msg, sizeof c->msg);
+    return fkvf_archive_append_sections(c->path, secs, 2, FKVF_SYNC_COMMIT, &c->er);
 }
 
 /* the file opens strict at n commits with the cache of the main archive */
@@ -1727,7 +1727,7 @@ static void as_after_fail(void *ctx, size_t i)
     (void)i;
     /* cut back: the file is the archive it was */
     EXPECTF(file_is(c->path, c->base, c->base_size), "append_sections: the file changed (%s)",
-            c->msg);
+            c->er.message);
 }
 
 static void as_finish(void *ctx, int clean, long stopped)

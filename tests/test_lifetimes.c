@@ -36,7 +36,7 @@ static void exact_archive(tu_buf *b, int deflate, uint8_t rows[N_POS * ROW_BYTES
 {
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     if (deflate)
         o.required_features |= FKVF_FEAT_DEFLATE;
     fkvf_sink sk = tu_buf_sink(b);
@@ -144,7 +144,7 @@ START_TEST(failed_writer_keeps_message)
     fkvf_sink sk = {failing_write, NULL, &f};
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w = NULL;
     int rc = fkvf_writer_create_sink(&w, &sk, &o, NULL);
     /* the header is written at create or with the first section */
@@ -189,8 +189,8 @@ START_TEST(handles_refuse_other_kinds)
     fkvf_archive_info ai;
     size_t count;
     fkvf_error_info e;
-    fkvf_appender_state as;
-    fkvf_search_info si;
+    fkvf_append_info as;
+    fkvf_search_status si;
     /* a writer is no reader, a reader no writer, appender or search handle */
     fkvf_reader *wr = (fkvf_reader *)(void *)w;
     ck_assert_int_eq(fkvf_reader_info(wr, &ai), FKVF_E_STATE);
@@ -203,11 +203,11 @@ START_TEST(handles_refuse_other_kinds)
     ck_assert_int_eq(fkvf_writer_error(rw, &e), FKVF_E_STATE);
     ck_assert_str_eq(fkvf_writer_message(rw), "not a writer handle");
     fkvf_appender *ra = (fkvf_appender *)(void *)r;
-    ck_assert_int_eq(fkvf_appender_state_get(ra, &as), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_appender_info(ra, &as), FKVF_E_STATE);
     ck_assert_int_eq(fkvf_appender_error(ra, &e), FKVF_E_STATE);
     ck_assert_str_eq(fkvf_appender_message(ra), "not an appender handle");
     fkvf_search *rs = (fkvf_search *)(void *)r;
-    ck_assert_int_eq(fkvf_search_info_get(rs, &si), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_search_info(rs, &si), FKVF_E_STATE);
     ck_assert_int_eq(fkvf_search_error(rs, &e), FKVF_E_STATE);
     ck_assert_str_eq(fkvf_search_message(rs), "not a search handle");
     fkvf_reader_free(wr); /* not a reader: nothing freed */

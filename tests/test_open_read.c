@@ -16,7 +16,7 @@ static void write_archive(const char *path, uint64_t n)
 {
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w = NULL;
     ck_assert_int_eq(fkvf_writer_create_file(&w, path, &o, NULL), FKVF_OK);
     fkvf_desc d;

@@ -1184,7 +1184,7 @@ START_TEST(rvq_shapes_and_writer)
             fkvf_sink sink = tu_buf_sink(&buf);
             fkvf_writer_options wo;
             fkvf_writer_options_init(&wo);
-            wo.no_sync = 1;
+            wo.sync = FKVF_SYNC_NONE;
             fkvf_writer *w;
             OK(fkvf_writer_create_sink(&w, &sink, &wo, NULL));
             ck_assert_int_eq(fkvf_writer_add_codebooks(w, &sh, t, tsz, 0), FKVF_OK);

@@ -66,7 +66,7 @@ START_TEST(many_declared_streams_cost_no_memory)
     fkvf_sink sink = tu_buf_sink(&b);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.required_features = FKVF_FEAT_EXTERNAL_CODEBOOK;
     fkvf_writer *w = NULL;
     ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_OK);

@@ -67,7 +67,7 @@ static void build(fixture *f, int external)
 
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     uint8_t hash[16];
     if (external) {
         /* codebook file first, then its hash */
@@ -316,7 +316,7 @@ START_TEST(restore_zero_stage_codebook)
     fkvf_sink sk = tu_buf_sink(&buf);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w;
     ck_assert_int_eq(fkvf_writer_create_sink(&w, &sk, &o, NULL), FKVF_OK);
     fkvf_desc d;

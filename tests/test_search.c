@@ -99,9 +99,9 @@ static void add_index_now(fkvf_writer *w, const tu_buf *b)
     void *data;
     size_t size;
     uint64_t key;
-    ck_assert_int_eq(fkvf_search_index_build(r, idx, &data, &size, &key), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_index_build(r, idx, &data, &size, &key, NULL), FKVF_OK);
     ck_assert_int_eq(fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, data, size), FKVF_OK);
-    fkvf_search_buffer_free(data);
+    fkvf_search_buffer_free(data, NULL);
     fkvf_reader_free(r);
     ck_assert_int_eq(fkvf_writer_commit(w), FKVF_OK);
 }
@@ -115,7 +115,7 @@ static void build(built *out, const cfg *c, const uint32_t *sym, const uint64_t 
     fkvf_sink sink = tu_buf_sink(&out->b);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.block_size = 256; /* many blocks: reads that touch few of them */
     o.optional_features = FKVF_OPTFEAT_TOKEN_STREAM;
     if (c->profile == FKVF_PROFILE_NGON)
@@ -276,8 +276,8 @@ static void check_handle(fkvf_search *s, const uint32_t *sym, uint64_t n, qset *
         uint64_t A = 0;
         (void)A;
         /* the oracle takes the part after the last invalid symbol */
-        fkvf_search_info inf;
-        ck_assert_int_eq(fkvf_search_info_get(s, &inf), FKVF_OK);
+        fkvf_search_status inf;
+        ck_assert_int_eq(fkvf_search_info(s, &inf), FKVF_OK);
         fkvf_point pp;
         while (first_ok > 0 && fkvf_search_query_point(s, q + first_ok - 1, 1, &pp) == FKVF_OK)
             first_ok--;
@@ -318,8 +318,8 @@ static void check_archive(const built *a, const uint32_t *sym, qset *qs, size_t 
         ck_assert_msg(fkvf_search_open(&s, r, idx, noidx ? FKVF_SEARCH_NO_INDEX : 0, NULL) ==
                           FKVF_OK,
                       "%s", s ? fkvf_search_message(s) : "no handle");
-        fkvf_search_info inf;
-        ck_assert_int_eq(fkvf_search_info_get(s, &inf), FKVF_OK);
+        fkvf_search_status inf;
+        ck_assert_int_eq(fkvf_search_info(s, &inf), FKVF_OK);
         ck_assert_uint_eq(inf.length, a->n);
         if (noidx || !expect_index)
             ck_assert_uint_eq(inf.n_indexed, 0);
@@ -411,8 +411,8 @@ START_TEST(worked_example_quad8)
     ck_assert_int_eq(fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &idx), FKVF_OK);
     fkvf_search *s = NULL;
     ck_assert_int_eq(fkvf_search_open(&s, r, idx, 0, NULL), FKVF_OK);
-    fkvf_search_info inf;
-    ck_assert_int_eq(fkvf_search_info_get(s, &inf), FKVF_OK);
+    fkvf_search_status inf;
+    ck_assert_int_eq(fkvf_search_info(s, &inf), FKVF_OK);
     ck_assert_uint_eq(inf.n_indexed, 16);
     static const uint32_t q[] = {7, 1, 2};
     uint64_t out[8], nf;
@@ -429,7 +429,7 @@ START_TEST(worked_example_quad8)
     ck_assert_uint_eq(out[0], 9);
     ck_assert_int_eq(fkvf_search_suffix(s, q4, 2, out, 8, &nf), FKVF_OK);
     ck_assert_uint_eq(nf, 0); /* entry 11 (t = 0) is in the key range, and dropped */
-    ck_assert_int_eq(fkvf_search_info_get(s, &inf), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_info(s, &inf), FKVF_OK);
     ck_assert_uint_eq(inf.candidates, 1);
     fkvf_match m[3];
     size_t ng;
@@ -532,7 +532,7 @@ START_TEST(no_token_stream)
     fkvf_sink sink = tu_buf_sink(&a.b);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w = NULL;
     ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_OK);
     fkvf_desc d;
@@ -566,7 +566,7 @@ START_TEST(index_streams)
         fkvf_sink sink = tu_buf_sink(&b);
         fkvf_writer_options o;
         fkvf_writer_options_init(&o);
-        o.no_sync = 1;
+        o.sync = FKVF_SYNC_NONE;
         o.block_size = 128;
         o.required_features = FKVF_FEAT_NGON;
         fkvf_writer *w = NULL;
@@ -625,11 +625,11 @@ START_TEST(index_streams)
         void *zd;
         size_t zs;
         uint64_t key;
-        ck_assert_int_eq(fkvf_search_index_build(r, idx, &zd, &zs, &key), FKVF_OK);
+        ck_assert_int_eq(fkvf_search_index_build(r, idx, &zd, &zs, &key, NULL), FKVF_OK);
         ck_assert_uint_eq(key, FKVF_STREAM_ID(0, 1, 0, 0, 1));
         fkvf_reader_free(r);
         ck_assert_int_eq(fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, zd, zs), FKVF_OK);
-        fkvf_search_buffer_free(zd);
+        fkvf_search_buffer_free(zd, NULL);
         ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
         fkvf_writer_free(w);
         built a = {b, A};
@@ -646,8 +646,8 @@ START_TEST(index_streams)
             fkvf_search *s = NULL;
             ck_assert_int_eq(fkvf_search_open(&s, r, idx, noidx ? FKVF_SEARCH_NO_INDEX : 0, NULL),
                              FKVF_OK);
-            fkvf_search_info inf;
-            fkvf_search_info_get(s, &inf);
+            fkvf_search_status inf;
+            fkvf_search_info(s, &inf);
             ck_assert_uint_eq(inf.n_indexed, noidx ? 0 : A / fkvf_stream_spec_align(&sp) *
                                                             fkvf_stream_spec_align(&sp));
             check_handle(s, sym, A, qs, nq, prof ? "index stream ngon" : "index stream quad");
@@ -657,8 +657,8 @@ START_TEST(index_streams)
         ck_assert_int_eq(fkvf_reader_stream_find(r, FKVF_STREAM_ID(0, 0, 0, 1, 0), &idx), FKVF_OK);
         fkvf_search *s = NULL;
         ck_assert_int_eq(fkvf_search_open(&s, r, idx, 0, NULL), FKVF_OK);
-        fkvf_search_info inf;
-        fkvf_search_info_get(s, &inf);
+        fkvf_search_status inf;
+        fkvf_search_info(s, &inf);
         ck_assert_uint_eq(inf.n_indexed, 0);
         check_handle(s, streams + 2 * A, A, qs, 10, "index stream without index");
         fkvf_search_free(s);
@@ -686,7 +686,7 @@ START_TEST(stale_index_ignored)
     fkvf_sink sink = tu_buf_sink(&a.b);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w = NULL;
     ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_OK);
     fkvf_desc d;
@@ -730,7 +730,7 @@ static int open_with_zidx(const cfg *c, const uint32_t *sym, uint64_t n,
     void *zd;
     size_t zs;
     uint64_t key;
-    ck_assert_int_eq(fkvf_search_index_build(r0, 0, &zd, &zs, &key), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_index_build(r0, 0, &zd, &zs, &key, NULL), FKVF_OK);
     fkvf_reader_free(r0);
     tu_buf_free(&a.b);
     damage(zd, zs);
@@ -739,7 +739,7 @@ static int open_with_zidx(const cfg *c, const uint32_t *sym, uint64_t n,
     fkvf_sink sink = tu_buf_sink(b);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     if (c->profile == FKVF_PROFILE_NGON)
         o.required_features |= FKVF_FEAT_NGON;
     fkvf_writer *w = NULL;
@@ -752,7 +752,7 @@ static int open_with_zidx(const cfg *c, const uint32_t *sym, uint64_t n,
     fkvf_stream_spec sp = spec_of(c);
     put_commit(w, &sp, sym, 0, n);
     ck_assert_int_eq(fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, zd, zs), FKVF_OK);
-    fkvf_search_buffer_free(zd);
+    fkvf_search_buffer_free(zd, NULL);
     ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
     fkvf_writer_free(w);
     *r = NULL;
@@ -845,7 +845,7 @@ START_TEST(index_flags)
     void *zd;
     size_t zs;
     uint64_t key;
-    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key, NULL), FKVF_OK);
     fkvf_reader_free(r);
     tu_buf_free(&a.b);
     for (int k = 0; k < 2; k++) {
@@ -854,7 +854,7 @@ START_TEST(index_flags)
         fkvf_sink sink = tu_buf_sink(&b);
         fkvf_writer_options o;
         fkvf_writer_options_init(&o);
-        o.no_sync = 1;
+        o.sync = FKVF_SYNC_NONE;
         o.required_features = FKVF_FEAT_DEFLATE;
         fkvf_writer *w = NULL;
         ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_OK);
@@ -889,7 +889,7 @@ START_TEST(index_flags)
         fkvf_reader_free(r);
         tu_buf_free(&b);
     }
-    fkvf_search_buffer_free(zd);
+    fkvf_search_buffer_free(zd, NULL);
 }
 END_TEST
 
@@ -1000,18 +1000,49 @@ START_TEST(append_index_to_file)
     void *zd;
     size_t zs;
     uint64_t key;
-    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key, NULL), FKVF_OK);
     fkvf_reader_free(r);
     fkvf_section_add sa = {FKVF_SECTION_ZIDX, 0, key, zd, zs};
-    char msg[256];
-    ck_assert_msg(fkvf_archive_append_sections(path, &sa, 1, FKVF_SYNC_NONE, msg, sizeof msg) ==
-                      FKVF_OK,
-                  "%s", msg);
+    fkvf_error_report er;
+    ck_assert_msg(fkvf_archive_append_sections(path, &sa, 1, FKVF_SYNC_NONE, &er) == FKVF_OK, "%s",
+                  er.message);
+    ck_assert_int_eq(er.info.code, FKVF_OK);
+    ck_assert_str_eq(er.info.message, "");
+    ck_assert_ptr_null(er.info.clause);
+    ck_assert_uint_eq(er.info.offset, FKVF_ERROR_NO_OFFSET);
     /* a known type is refused */
     fkvf_section_add bad = {FKVF_SECTION_EXAC, 1, 0, zd, zs};
-    ck_assert_int_eq(fkvf_archive_append_sections(path, &bad, 1, FKVF_SYNC_NONE, msg, sizeof msg),
+    ck_assert_int_eq(fkvf_archive_append_sections(path, &bad, 1, FKVF_SYNC_NONE, &er),
                      FKVF_E_INVALID_ARG);
-    fkvf_search_buffer_free(zd);
+    /* the error as fields (fkvf_error_report), and "" after a success */
+    ck_assert_int_eq(er.info.code, FKVF_E_INVALID_ARG);
+    ck_assert_ptr_eq(er.info.message, er.message);
+    ck_assert_ptr_nonnull(strstr(er.message, "section type"));
+    ck_assert_str_eq(er.info.file, path);
+    ck_assert_int_eq(fkvf_archive_append_sections(path, NULL, 1, FKVF_SYNC_NONE, &er),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_str_eq(er.info.message, "invalid arguments");
+    ck_assert_int_eq(fkvf_archive_append_sections(path, &bad, 1, FKVF_SYNC_NONE, NULL),
+                     FKVF_E_INVALID_ARG);
+    {
+        /* a file that is not an archive: the reader's error, code and clause */
+        char junk[160];
+        snprintf(junk, sizeof junk, "%s.junk", path);
+        FILE *jf = fopen(junk, "wb");
+        ck_assert_ptr_nonnull(jf);
+        for (int i = 0; i < 256; i++)
+            fputc('x', jf);
+        fclose(jf);
+        int rc = fkvf_archive_append_sections(junk, &sa, 1, FKVF_SYNC_NONE, &er);
+        ck_assert_int_eq(rc, FKVF_E_BAD_MAGIC);
+        ck_assert_int_eq(er.info.code, rc);
+        ck_assert_ptr_nonnull(er.info.clause);
+        ck_assert_str_eq(er.info.clause, er.clause);
+        ck_assert_uint_eq(er.info.offset, 0);
+        ck_assert_str_eq(er.info.file, junk);
+        unlink(junk);
+    }
+    fkvf_search_buffer_free(zd, NULL);
     ck_assert_int_eq(fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL), FKVF_OK);
     ck_assert_msg(fkvf_reader_verify(r) == FKVF_OK, "%s", fkvf_reader_message(r));
     fkvf_archive_info ai;
@@ -1020,8 +1051,8 @@ START_TEST(append_index_to_file)
     ck_assert_uint_eq(ai.n_positions, n);
     fkvf_search *s = NULL;
     ck_assert_int_eq(fkvf_search_open(&s, r, 0, 0, NULL), FKVF_OK);
-    fkvf_search_info inf;
-    fkvf_search_info_get(s, &inf);
+    fkvf_search_status inf;
+    fkvf_search_info(s, &inf);
     ck_assert_uint_gt(inf.n_indexed, n - 20);
     qset qs[40];
     size_t nq = make_queries(&rng, &c, sym, n, qs, 40);
@@ -1033,6 +1064,81 @@ START_TEST(append_index_to_file)
     tu_buf_free(&a.b);
     free(sym);
     unlink(path);
+}
+END_TEST
+
+/* fkvf_search_index_build takes the caller's allocator: every byte, the
+ * returned buffer included, comes from it, the result is the one the
+ * default allocator gives, and a failing allocator leaks nothing. */
+typedef struct count_alloc {
+    long live, calls, fail_at; /* fail_at: the call that fails, 0 never */
+} count_alloc;
+static void *ca_alloc(void *o, size_t n)
+{
+    count_alloc *c = o;
+    if (++c->calls == c->fail_at)
+        return NULL;
+    void *p = malloc(n);
+    c->live += p != NULL;
+    return p;
+}
+static void *ca_realloc(void *o, void *p, size_t n)
+{
+    count_alloc *c = o;
+    if (++c->calls == c->fail_at)
+        return NULL;
+    void *q = realloc(p, n);
+    c->live += q != NULL && p == NULL;
+    return q;
+}
+static void ca_free(void *o, void *p)
+{
+    count_alloc *c = o;
+    c->live -= p != NULL;
+    free(p);
+}
+
+START_TEST(index_build_caller_allocator)
+{
+    tu_rng rng = {12};
+    static const cfg cs[2] = {{FKVF_PROFILE_NGON, 0, 16, 0}, {FKVF_PROFILE_QUAD, 4, 0, 0}};
+    for (int ci = 0; ci < 2; ci++) {
+        uint64_t n = 500;
+        uint32_t *sym = malloc(n * sizeof *sym);
+        make_stream(&rng, &cs[ci], sym, n);
+        built a;
+        small_archive(&a, &cs[ci], sym, n, 0);
+        fkvf_reader *r = NULL;
+        ck_assert_int_eq(fkvf_reader_open_memory(&r, a.b.data, a.b.size, 0, NULL), FKVF_OK);
+        void *d0, *d1;
+        size_t z0, z1;
+        uint64_t k0, k1;
+        ck_assert_int_eq(fkvf_search_index_build(r, 0, &d0, &z0, &k0, NULL), FKVF_OK);
+        count_alloc ca = {0, 0, 0};
+        fkvf_allocator al = {ca_alloc, ca_realloc, ca_free, &ca};
+        ck_assert_int_eq(fkvf_search_index_build(r, 0, &d1, &z1, &k1, &al), FKVF_OK);
+        ck_assert_int_gt(ca.calls, 0);
+        ck_assert_int_eq(ca.live, 1); /* the buffer returned */
+        ck_assert_uint_eq(z1, z0);
+        ck_assert_uint_eq(k1, k0);
+        ck_assert_mem_eq(d1, d0, z0);
+        fkvf_search_buffer_free(d1, &al);
+        ck_assert_int_eq(ca.live, 0);
+        fkvf_search_buffer_free(d0, NULL);
+        fkvf_search_buffer_free(NULL, &al);
+        long calls = ca.calls;
+        for (long k = 1; k <= calls; k++) {
+            count_alloc cf = {0, 0, k};
+            fkvf_allocator af = {ca_alloc, ca_realloc, ca_free, &cf};
+            void *d = (void *)1;
+            ck_assert_int_eq(fkvf_search_index_build(r, 0, &d, &z1, &k1, &af), FKVF_E_NOMEM);
+            ck_assert_ptr_null(d);
+            ck_assert_int_eq(cf.live, 0);
+        }
+        fkvf_reader_free(r);
+        tu_buf_free(&a.b);
+        free(sym);
+    }
 }
 END_TEST
 
@@ -1049,7 +1155,7 @@ START_TEST(append_sections_value_stages_only)
     close(fd);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w = NULL;
     ck_assert_int_eq(fkvf_writer_create_file(&w, path, &o, NULL), FKVF_OK);
     fkvf_desc d;
@@ -1079,15 +1185,14 @@ START_TEST(append_sections_value_stages_only)
     void *zd;
     size_t zs;
     uint64_t key;
-    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key, NULL), FKVF_OK);
     ck_assert_uint_eq(key, FKVF_STREAM_ID(0, 0, 0, 1, 0));
     fkvf_reader_free(r);
     fkvf_section_add sa = {FKVF_SECTION_ZIDX, 0, key, zd, zs};
-    char msg[256];
-    ck_assert_msg(fkvf_archive_append_sections(path, &sa, 1, FKVF_SYNC_NONE, msg, sizeof msg) ==
-                      FKVF_OK,
-                  "%s", msg);
-    fkvf_search_buffer_free(zd);
+    fkvf_error_report er;
+    ck_assert_msg(fkvf_archive_append_sections(path, &sa, 1, FKVF_SYNC_NONE, &er) == FKVF_OK, "%s",
+                  er.message);
+    fkvf_search_buffer_free(zd, NULL);
     ck_assert_int_eq(fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL), FKVF_OK);
     ck_assert_msg(fkvf_reader_verify(r) == FKVF_OK, "%s", fkvf_reader_message(r));
     fkvf_archive_info ai;
@@ -1154,6 +1259,7 @@ int main(void)
     tcase_add_test(tc, stale_index_ignored);
     tcase_add_test(tc, corrupt_index);
     tcase_add_test(tc, append_index_to_file);
+    tcase_add_test(tc, index_build_caller_allocator);
     tcase_add_test(tc, append_sections_value_stages_only);
     tcase_add_test(tc, index_flags);
     tcase_add_test(tc, empty_stream);

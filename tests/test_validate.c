@@ -137,7 +137,7 @@ static tu_buf base_file(int commits)
     fkvf_sink sink = tu_buf_sink(&b);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.block_size = 64;
     fkvf_writer *w;
     ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &o, NULL), FKVF_OK);
@@ -212,11 +212,11 @@ static tu_buf base_file(int commits)
         void *zd;
         size_t zn;
         uint64_t key;
-        ck_assert_int_eq(fkvf_search_index_build(r, tsi, &zd, &zn, &key), FKVF_OK);
+        ck_assert_int_eq(fkvf_search_index_build(r, tsi, &zd, &zn, &key, NULL), FKVF_OK);
         ck_assert_uint_eq(zn, 64 + 32 * 24); /* 32 positions indexed */
         rc = fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, zd, zn);
         ck_assert_msg(rc == FKVF_OK, "%s", fkvf_writer_message(w));
-        fkvf_search_buffer_free(zd);
+        fkvf_search_buffer_free(zd, NULL);
         fkvf_reader_free(r);
     }
     rc = fkvf_writer_finish(w);

@@ -523,7 +523,7 @@ typedef struct append_run {
     int use_tok;
     size_t rb;
     uint64_t recovered, commits;
-    fkvf_appender_state as;
+    fkvf_append_info as;
 } append_run;
 
 /* --create: the new archive is an output: never an input, never a file that
@@ -715,7 +715,7 @@ static int append_open(append_run *u)
         if (rc != FKVF_OK)
             return cli_fail_appender(rc, s->a, o->archive, "");
     }
-    fkvf_appender_state_get(s->a, &u->as);
+    fkvf_appender_info(s->a, &u->as);
     u->recovered = u->as.recovered_bytes;
     /* The positions were checked against the archive as a plain reader saw
      * it, without the lock; the appender holds it from here on. Another
@@ -762,14 +762,14 @@ static int append_commit_all(append_run *u)
     }
     if (o->sync == FKVF_SYNC_NONE && (rc = fkvf_appender_sync(s->a)) != FKVF_OK)
         return cli_fail_appender(rc, s->a, o->archive, "");
-    fkvf_appender_state_get(s->a, &u->as);
+    fkvf_appender_info(s->a, &u->as);
     return CLI_OK;
 }
 
 static void append_print(const append_run *u)
 {
     const append_opts *o = u->o;
-    const fkvf_appender_state *as = &u->as;
+    const fkvf_append_info *as = &u->as;
     uint32_t p0 = u->p0, p1 = u->p1, n = u->n;
     /* an archive without a codebook (fkvf pack makes one for too few
      * positions, or --exact-only) keeps the positions that leave its

@@ -799,8 +799,8 @@ static void plot_query_mark(plot_state *st)
         return;
     canvas *cv = &st->cv;
     const view *v = &st->v;
-    fkvf_search_info inf;
-    fkvf_search_info_get(st->s, &inf);
+    fkvf_search_status inf;
+    fkvf_search_info(st->s, &inf);
     size_t m = st->qn < inf.key_symbols ? st->qn : inf.key_symbols;
     if (st->quad) {
         double side = ldexp(1.0, -(int)(m * st->si.symbol_bits / 2));

@@ -260,7 +260,7 @@ typedef struct search_state {
     char nm_s[64];   /* its name */
     int is_tok;
     const char *unit; /* "token" or "symbol" */
-    fkvf_search_info inf, ia; /* before and after the exact search */
+    fkvf_search_status inf, ia; /* before and after the exact search */
     uint64_t nf;     /* exact occurrences */
     size_t nm, shown; /* longest matches; exact occurrences printed */
     fkvf_radius_result rr;
@@ -289,7 +289,7 @@ static int search_queries(const search_opts *o, search_state *st)
         return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
     int rc;
     if ((rc = fkvf_search_suffix(st->s, o->q, o->qn, st->pos, (size_t)o->maxp, &st->nf)) ||
-        (fkvf_search_info_get(st->s, &st->ia),
+        (fkvf_search_info(st->s, &st->ia),
          rc = fkvf_search_longest(st->s, o->q, o->qn, (size_t)o->k, st->m, &st->nm)))
         return cli_fail_search(rc, st->s, path, "");
     if (o->do_rad && (rc = fkvf_search_radius(st->s, o->q, o->qn, o->rad, NULL, 0, &st->rr)))
@@ -319,7 +319,7 @@ static int search_run(const search_opts *o, search_state *st)
     int rc = fkvf_search_open(&st->s, st->r, st->idx, o->noidx ? FKVF_SEARCH_NO_INDEX : 0, NULL);
     if (rc)
         return cli_fail_search(rc, st->s, path, "");
-    fkvf_search_info_get(st->s, &st->inf);
+    fkvf_search_info(st->s, &st->inf);
     return search_queries(o, st);
 }
 
@@ -364,7 +364,7 @@ static void search_json(const search_opts *o, const search_state *st)
 static void search_text_exact(const search_opts *o, const search_state *st)
 {
     size_t qn = o->qn;
-    const fkvf_search_info *inf = &st->inf;
+    const fkvf_search_status *inf = &st->inf;
     printf("stream      %s: %" PRIu64 " position%s", st->nm_s, inf->length, plural(inf->length));
     if (st->S && inf->length)
         printf(" (cache positions %" PRIu64 "..%" PRIu64 ")", st->S, st->S + inf->length - 1);
@@ -577,9 +577,9 @@ typedef struct index_report {
 static int index_is_current(fkvf_reader *r, size_t i, uint64_t want)
 {
     fkvf_search *s = NULL;
-    fkvf_search_info inf;
+    fkvf_search_status inf;
     int cur = fkvf_search_open(&s, r, i, 0, NULL) == FKVF_OK &&
-              fkvf_search_info_get(s, &inf) == FKVF_OK && inf.n_indexed == want;
+              fkvf_search_info(s, &inf) == FKVF_OK && inf.n_indexed == want;
     fkvf_search_free(s);
     return cur;
 }
@@ -634,7 +634,7 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
         void *d;
         size_t sz;
         uint64_t key;
-        int rc = fkvf_search_index_build(r, i, &d, &sz, &key);
+        int rc = fkvf_search_index_build(r, i, &d, &sz, &key, NULL);
         if (rc) {
             char nm[64], pre[80];
             cli_stream_name(si.id, nm, sizeof nm);
@@ -657,11 +657,11 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
     fkvf_reader_free(r); /* before appending */
     r = NULL;
     if (n) {
-        char msg[512];
+        fkvf_error_report er;
         int rc = fkvf_archive_append_sections(path, secs, n, nosync ? FKVF_SYNC_NONE : FKVF_SYNC_COMMIT,
-                                              msg, sizeof msg);
+                                              &er);
         if (rc) {
-            ret = cli_fail(cli_fkvf_exit(rc), rc, path, "%s", msg);
+            ret = cli_fail(cli_fkvf_exit(rc), rc, path, "%s", er.message);
             goto out;
         }
     }
@@ -669,7 +669,7 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
     ret = CLI_OK;
 out:
     for (size_t i = 0; i < n; i++)
-        fkvf_search_buffer_free((void *)secs[i].data);
+        fkvf_search_buffer_free((void *)secs[i].data, NULL);
     free(secs);
     fkvf_reader_free(r);
     return ret;

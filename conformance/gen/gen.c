@@ -7,6 +7,8 @@
  * files are made from them by byte-level surgery on the spec's layouts
  * (re-sealing the checksums that must stay valid so that each file has one
  * fault). Same bytes on every run and every host. */
+/* the second tier of fkvf.h (not ABI-stable): fkvf_f32_to_bf16, fkvf_f32_to_f16 */
+#define FKVF_STATIC_LINKING_ONLY
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -255,7 +257,7 @@ static void build_codebook_file(const char *name, const cfg *c)
 {
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     fkvf_writer *w = NULL;
     W(fkvf_writer_create_file(&w, path_of(name), &o, NULL), name);
     rng_state = c->seed;
@@ -273,7 +275,7 @@ static void build(const char *name, const cfg *c)
     rng_state = c->seed;
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.block_size = c->block_size;
     if (c->tokens)
         o.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
@@ -739,7 +741,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < ns && k < 2; i += ns - 1 ? ns - 1 : 1) {
             size_t sz;
             uint64_t key;
-            if (fkvf_search_index_build(r, i, &data[k], &sz, &key))
+            if (fkvf_search_index_build(r, i, &data[k], &sz, &key, NULL))
                 die("index build", fkvf_reader_message(r));
             secs[k].type = FKVF_SECTION_ZIDX;
             secs[k].flags = 0;
@@ -751,12 +753,11 @@ int main(int argc, char **argv)
                 break;
         }
         fkvf_reader_free(r);
-        char msg[512] = "";
-        if (fkvf_archive_append_sections(path_of("valid_zidx.fkvf"), secs, k, FKVF_SYNC_NONE, msg,
-                                         sizeof msg))
-            die("append ZIDX", msg);
+        fkvf_error_report er;
+        if (fkvf_archive_append_sections(path_of("valid_zidx.fkvf"), secs, k, FKVF_SYNC_NONE, &er))
+            die("append ZIDX", er.message);
         for (size_t i = 0; i < k; i++)
-            fkvf_search_buffer_free(data[i]);
+            fkvf_search_buffer_free(data[i], NULL);
         acc("valid_zidx.fkvf", "§20",
             "valid_quad_f16_rope + fkvf_archive_append_sections: commit 2 with ZIDX of the first "
             "and last stream");
@@ -1221,7 +1222,7 @@ int main(int argc, char **argv)
         /* two keys of the same length; the second renamed to the first */
         fkvf_writer_options o;
         fkvf_writer_options_init(&o);
-        o.no_sync = 1;
+        o.sync = FKVF_SYNC_NONE;
         fkvf_writer *w = NULL;
         W(fkvf_writer_create_file(&w, path_of("dup_key_meta.fkvf"), &o, NULL), "dup");
         fkvf_desc d;

@@ -10,6 +10,8 @@
  * stream, pre-RoPE keys, META, unknown optional sections and ZIDX. Prints one
  * line per archive: "NAME<TAB>CODEBOOK-or-'-'<TAB>description". Exit 0 when
  * every archive was written. */
+/* the second tier of fkvf.h (not ABI-stable): fkvf_f32_to_bf16, fkvf_f32_to_f16, fkvf_ngon_rmax */
+#define FKVF_STATIC_LINKING_ONLY
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,7 +97,7 @@ static int write_codebook_file(const char *path, const fkvf_codebook_shape *shap
     uint8_t *tables = NULL;
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     if (deflate)
         o.required_features = FKVF_FEAT_DEFLATE;
     uint64_t size = fkvf_codebook_size(shape);
@@ -242,7 +244,7 @@ static int make_one(const char *dir, unsigned idx, uint64_t seed)
 
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
-    o.no_sync = 1;
+    o.sync = FKVF_SYNC_NONE;
     o.required_features = req;
     o.optional_features = tokens ? FKVF_OPTFEAT_TOKEN_STREAM : 0;
     o.block_size = rint_in(0, 1) ? 64u * rint_in(1, 8) : 0;
@@ -338,13 +340,14 @@ static int make_one(const char *dir, unsigned idx, uint64_t seed)
             size_t si = (size_t)rint_in(0, (uint32_t)ns - 1);
             size_t zsize = 0;
             uint64_t key = 0;
-            CHECK(fkvf_search_index_build(r, si, &zdata, &zsize, &key), NULL);
+            CHECK(fkvf_search_index_build(r, si, &zdata, &zsize, &key, NULL), NULL);
             fkvf_reader_free(r);
             r = NULL;
             fkvf_section_add sec = {FKVF_SECTION_ZIDX, 0, key, zdata, zsize};
-            char msg[256] = "";
-            if (fkvf_archive_append_sections(path, &sec, 1, 0, msg, sizeof msg)) {
-                fprintf(stderr, "fkvf-conf-rand: %s (%s): append ZIDX: %s\n", name, desc_txt, msg);
+            fkvf_error_report er;
+            if (fkvf_archive_append_sections(path, &sec, 1, FKVF_SYNC_COMMIT, &er)) {
+                fprintf(stderr, "fkvf-conf-rand: %s (%s): append ZIDX: %s\n", name, desc_txt,
+                        er.message);
                 goto fail;
             }
             zidx_done = 1;
@@ -354,7 +357,7 @@ static int make_one(const char *dir, unsigned idx, uint64_t seed)
     }
     printf("%s\t%s\t%s%s\n", name, cbkind == 2 ? cbname : "-", desc_txt,
            zidx && !zidx_done ? " (no stream to index)" : "");
-    fkvf_search_buffer_free(zdata);
+    fkvf_search_buffer_free(zdata, NULL);
     free(rows);
     free(tables);
     free(codes);
@@ -363,7 +366,7 @@ static int make_one(const char *dir, unsigned idx, uint64_t seed)
 fail:
     fkvf_writer_free(w);
     fkvf_reader_free(r);
-    fkvf_search_buffer_free(zdata);
+    fkvf_search_buffer_free(zdata, NULL);
     free(rows);
     free(tables);
     free(codes);

@@ -529,8 +529,8 @@ static int run(const lm_model *m, run_opts *o)
                 sk.a = NULL;
                 goto out;
             }
-            fkvf_appender_state as;
-            fkvf_appender_state_get(sk.a, &as);
+            fkvf_append_info as;
+            fkvf_appender_info(sk.a, &as);
             if (as.recovered_bytes)
                 printf("resume: cut a torn tail of %llu bytes\n",
                        (unsigned long long)as.recovered_bytes);
@@ -614,8 +614,8 @@ static int run(const lm_model *m, run_opts *o)
         goto out;
     }
     if (sk.a) {
-        fkvf_appender_state as;
-        fkvf_appender_state_get(sk.a, &as);
+        fkvf_append_info as;
+        fkvf_appender_info(sk.a, &as);
         printf("archive: %s: %llu positions (%llu archived), commit %llu, %llu bytes\n", sk.path,
                (unsigned long long)as.n_positions, (unsigned long long)as.n_archived,
                (unsigned long long)as.commit_seq, (unsigned long long)as.file_size);
@@ -709,8 +709,8 @@ static int bench_resume(const lm_model *m, const char *dir, const char *codebook
         }
         if (sink_flush(&sk) || fkvf_appender_sync(sk.a))
             goto out;
-        fkvf_appender_state as;
-        fkvf_appender_state_get(sk.a, &as);
+        fkvf_append_info as;
+        fkvf_appender_info(sk.a, &as);
         fkvf_appender_free(sk.a);
         sk.a = NULL;
         volatile float sinkv = 0;

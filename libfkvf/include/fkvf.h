@@ -10,6 +10,12 @@
  *  - A handle carries a detailed message for its last error
  *    (fkvf_reader_message / fkvf_writer_message) naming the file, offset,
  *    field and the spec clause.
+ *
+ * Two tiers. Everything up to "Second tier" below is the stable API. The
+ * second tier (codec and quantizer internals for tests, benchmarks and
+ * fuzzers: half conversions, RoPE rotation, stream layout) is declared only
+ * when FKVF_STATIC_LINKING_ONLY is defined before this header is included;
+ * it is not ABI-stable.
  */
 #ifndef FKVF_H
 #define FKVF_H
@@ -256,7 +262,15 @@ FKVF_API int fkvf_reader_open_memory(fkvf_reader **out, const void *data, size_t
  * it with fkvf_reader_free. */
 FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned flags,
                                    const fkvf_allocator *alloc);
+/* Free r and everything it owns (its mapping or copy of the file, views,
+ * decoded codebook, messages); r NULL or not a reader is a no-op. A codebook
+ * file attached to r (fkvf_reader_attach_codebook / _find_codebook) is the
+ * caller's: free it after r. Not concurrently with another call on r. */
 FKVF_API void fkvf_reader_free(fkvf_reader *r);
+/* The message of r's last error, "" when the last call succeeded; never
+ * NULL ("not a reader handle" for NULL or another handle). Owned by r:
+ * valid until the next call on r that can fail, or fkvf_reader_free. No
+ * allocation; thread-safety as every call on r. */
 FKVF_API const char *fkvf_reader_message(const fkvf_reader *r);
 /* The path r was opened from (fkvf_reader_open_file, or the file that
  * fkvf_reader_find_codebook found), as given, NUL-terminated and owned by
@@ -287,6 +301,10 @@ typedef struct fkvf_archive_info {
     int has_desc;             /* 0 for a codebook file */
 } fkvf_archive_info;
 
+/* What the open found (header, trusted commit, sizes, counts) into *out.
+ * No allocation, no I/O (the values were read at open). FKVF_E_STATE (not a
+ * reader, or its open failed), FKVF_E_INVALID_ARG (out NULL). Thread-safety:
+ * as every call on r. */
 FKVF_API int fkvf_reader_info(const fkvf_reader *r, fkvf_archive_info *out);
 
 typedef struct fkvf_section_info {
@@ -303,6 +321,15 @@ FKVF_API int fkvf_reader_section_data(fkvf_reader *r, size_t index, const void *
                                       size_t *size);
 
 FKVF_API int fkvf_reader_desc(fkvf_reader *r, fkvf_desc *out); /* strings owned by r */
+/* Metadata (spec 9). fkvf_reader_meta_count: the entries of the META section
+ * (0 without one). fkvf_reader_meta: entry index (0 .. count-1, file order;
+ * FKVF_E_RANGE beyond). fkvf_reader_meta_find: the entry whose key is the
+ * NUL-terminated key (FKVF_E_NOT_FOUND when none). The first call verifies
+ * META (its checksum and layout: the format errors with r's message) and
+ * may inflate it into a buffer r owns. The entry's key and
+ * value point into r's memory: valid until fkvf_reader_free. FKVF_E_STATE
+ * (not a usable reader), FKVF_E_INVALID_ARG (NULL). One thread at a time
+ * per reader. */
 FKVF_API int fkvf_reader_meta_count(fkvf_reader *r, size_t *count);
 FKVF_API int fkvf_reader_meta(fkvf_reader *r, size_t index, fkvf_meta_entry *out);
 FKVF_API int fkvf_reader_meta_find(fkvf_reader *r, const char *key, fkvf_meta_entry *out);
@@ -320,6 +347,13 @@ typedef struct fkvf_stream_info {
     uint64_t stored_bytes;    /* data bytes of this stream in those segments */
 } fkvf_stream_info;
 
+/* Streams (spec 11): indices 0 .. count-1, the index streams in code order
+ * (fkvf_rvq_codes_per_position) then the token stream. fkvf_reader_stream_count:
+ * their number. fkvf_reader_stream_info: stream index's codec and sizes
+ * (FKVF_E_RANGE beyond count). fkvf_reader_stream_find: the index of the
+ * stream with id (FKVF_STREAM_ID; FKVF_E_NOT_FOUND when the archive has
+ * none). No allocation, no I/O. FKVF_E_STATE (not a usable reader),
+ * FKVF_E_INVALID_ARG (NULL). Thread-safety: as every call on r. */
 FKVF_API int fkvf_reader_stream_count(const fkvf_reader *r, size_t *count);
 FKVF_API int fkvf_reader_stream_info(const fkvf_reader *r, size_t index, fkvf_stream_info *out);
 FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *index);
@@ -329,11 +363,6 @@ typedef struct fkvf_stream_spec fkvf_stream_spec; /* below, with the writer */
 FKVF_API int fkvf_reader_stream_spec(const fkvf_reader *r, size_t index, fkvf_stream_spec *out);
 /* One symbol, O(1): touches (and on first touch verifies) one block. */
 FKVF_API int fkvf_reader_stream_get(fkvf_reader *r, size_t index, uint64_t t, uint32_t *symbol);
-/* Same as fkvf_reader_stream_read, into bytes, for streams whose symbols fit
- * (quad widths <= 8, ngon N <= 256; else FKVF_E_INVALID_ARG). For 8-bit quad
- * streams this is a copy of the stored bytes. */
-FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t first,
-                                        uint8_t *out, size_t count);
 /* Symbols [first, first+count). */
 FKVF_API int fkvf_reader_stream_read(fkvf_reader *r, size_t index, uint64_t first,
                                      uint32_t *out, size_t count);
@@ -343,12 +372,21 @@ typedef struct fkvf_point {
     uint64_t x, y;
     double fx, fy;
 } fkvf_point;
+/* The point of position t (0 .. length-1) of stream index into *out:
+ * decodes the symbols of t's block (quad) or span (ngon), verifying the
+ * blocks it touches on first touch (their format errors with r's message).
+ * FKVF_E_RANGE (index or t out of range), FKVF_E_STATE, FKVF_E_INVALID_ARG
+ * (out NULL). One thread at a time per reader. */
 FKVF_API int fkvf_reader_stream_point(fkvf_reader *r, size_t index, uint64_t t,
                                       fkvf_point *out);
 
 /* Exact rows (spec 14): a zero-copy view of the row of an exact position. */
 FKVF_API int fkvf_reader_exact_row(fkvf_reader *r, uint64_t position, const void **row,
                                    size_t *row_bytes);
+/* *is_exact = 1 when position (0 .. n_positions-1) is stored exactly (a sink
+ * or in the recent window, spec 14), 0 when archived. No allocation, no I/O.
+ * FKVF_E_RANGE (position out of range, or a codebook file), FKVF_E_STATE,
+ * FKVF_E_INVALID_ARG (is_exact NULL). Thread-safety: as every call on r. */
 FKVF_API int fkvf_reader_is_exact(const fkvf_reader *r, uint64_t position, int *is_exact);
 
 /* The archive's codebook (spec 13): shape, the CBK1 contents (header
@@ -418,7 +456,13 @@ FKVF_API int fkvf_reader_find_codebook(fkvf_reader *r, const char *search_path,
 
 /* Bytes of one restored row (spec 14.2 layout) in `dtype`. */
 FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_t *row_bytes);
-/* Restore positions [first, first+count): per position, per layer the keys of
+/* fkvf_reader_restore is fkvf_reader_read with every layer, head and part in
+ * FKVF_LAYOUT_ROWS (bit-identical results), kept as its own call for the
+ * whole-cache path: it decodes archived positions in batches through
+ * fkvf_rvq_decode (whole rows, the quantizer's vector kernels) where
+ * fkvf_reader_read sums centroids per selected element.
+ *
+ * Restore positions [first, first+count): per position, per layer the keys of
  * heads 0..H-1 then the values (spec 14.2), converted to `dtype`. Exact
  * positions keep their bits (dtype = the descriptor's); archived positions
  * are reconstructed from the codebook (spec 13.6), keys rotated back to
@@ -528,6 +572,9 @@ typedef struct fkvf_validate_result {
 FKVF_API int fkvf_validate_memory(const void *data, size_t size,
                                   const fkvf_validate_options *opt, fkvf_violation_fn fn,
                                   void *opaque, fkvf_validate_result *res);
+/* The same for the file at path, mapped read-only for the call. FKVF_E_IO
+ * when it cannot be opened or mapped or is not a regular file. Both are
+ * reentrant: no state outside their arguments. */
 FKVF_API int fkvf_validate_file(const char *path, const fkvf_validate_options *opt,
                                 fkvf_violation_fn fn, void *opaque, fkvf_validate_result *res);
 
@@ -536,19 +583,40 @@ FKVF_API int fkvf_validate_file(const char *path, const fkvf_validate_options *o
 typedef struct fkvf_writer fkvf_writer;
 
 /* Where a writer's bytes go. write() returns the number of bytes written
- * (short counts are retried), or -1 with errno set. */
+ * (short counts are retried), or -1 with errno set.
+ *
+ * Why two I/O types, fkvf_sink here and fkvf_io (appender): a sink IS the
+ * destination of a streaming writer: there is no file, the library never
+ * seeks, truncates, locks or renames, and sync (optional) flushes whatever
+ * the sink is. fkvf_io wraps the writes and syncs the appender makes on a
+ * file the library itself opened, locked and cuts back after a failed
+ * commit: its hooks get that file descriptor, meaningless for a sink. One
+ * type would give a sink an fd it does not have, or take the fd from the
+ * appender's hooks that need it. */
 typedef struct fkvf_sink {
     long long (*write)(void *opaque, const void *data, size_t size);
     int (*sync)(void *opaque);  /* may be NULL */
     void *opaque;
 } fkvf_sink;
 
+/* Durability, one option for the writer (fkvf_writer_options.sync), the
+ * appender (fkvf_append_options.sync) and fkvf_archive_append_sections:
+ * FKVF_SYNC_COMMIT (0, the default) syncs the data before each commit's
+ * trailer and the trailer after it (spec 7.6), so a commit is durable when
+ * the call that makes it returns; FKVF_SYNC_NONE syncs nothing (a system
+ * crash may lose commits; a process crash loses nothing written; the file
+ * never opens at a partial commit). Other values are FKVF_E_INVALID_ARG. */
+#define FKVF_SYNC_COMMIT 0u
+#define FKVF_SYNC_NONE 1u
+
 typedef struct fkvf_writer_options {
     uint64_t required_features;  /* FKVF_FEAT_*: features the file may use */
     uint64_t optional_features;
     uint32_t block_size;         /* stream block size, 0 = 4096 */
     int deflate_level;           /* for sections added with FKVF_SECTION_DEFLATE, 0 = 6 */
-    int no_sync;                 /* 1: skip fsync (tests, scratch files) */
+    unsigned sync;               /* FKVF_SYNC_COMMIT (default) or FKVF_SYNC_NONE
+                                  * (tests, scratch files): durability, as the
+                                  * appender's option of the same name */
     int no_replace;              /* 1 (file writers): never replace an existing
                                   * PATH: fkvf_writer_create_file fails with
                                   * FKVF_E_EXISTS if it exists, and so does
@@ -562,6 +630,9 @@ typedef struct fkvf_writer_options {
                                   * file a compaction replaces). */
 } fkvf_writer_options;
 
+/* The defaults: every field 0 (no features, block size 4096, deflate level
+ * 6, FKVF_SYNC_COMMIT, replace PATH, mode from the umask). opts NULL is a
+ * no-op. */
 FKVF_API void fkvf_writer_options_init(fkvf_writer_options *opts);
 
 /* Create a file atomically: bytes go to "PATH.tmp-XXXXXX" (a new file,
@@ -580,7 +651,12 @@ FKVF_API int fkvf_writer_create_file(fkvf_writer **out, const char *path,
 FKVF_API int fkvf_writer_create_sink(fkvf_writer **out, const fkvf_sink *sink,
                                      const fkvf_writer_options *opts,
                                      const fkvf_allocator *alloc);
+/* Free w. A file writer that did not finish removes its temporary file (PATH
+ * is untouched); a sink writer just stops. NULL or not a writer: no-op. */
 FKVF_API void fkvf_writer_free(fkvf_writer *w);
+/* The message of w's last error, "" after a success; never NULL ("not a
+ * writer handle"). Owned by w: valid until the next call on w or
+ * fkvf_writer_free. One thread at a time per handle. */
 FKVF_API const char *fkvf_writer_message(const fkvf_writer *w);
 /* The last error of w as fields (fkvf_error_info); works on the handle a
  * failed create leaves. Strings owned by w, valid until the next call on w
@@ -589,7 +665,20 @@ FKVF_API const char *fkvf_writer_message(const fkvf_writer *w);
  * at a time. */
 FKVF_API int fkvf_writer_error(const fkvf_writer *w, fkvf_error_info *out);
 
+/* The cache descriptor (spec 8), once, in commit 1, before the streams and
+ * exact rows; desc and its strings are copied. FKVF_E_INVALID_ARG for a
+ * descriptor that breaks spec 8 or does not match codebooks added already
+ * (the message names the field), FKVF_E_STATE when set already or after
+ * the first commit. Without it the writer writes a codebook file. */
 FKVF_API int fkvf_writer_set_desc(fkvf_writer *w, const fkvf_desc *desc);
+/* Metadata entries (spec 9): fkvf_writer_meta_u64, fkvf_writer_meta_i64,
+ * fkvf_writer_meta_f64, fkvf_writer_meta_bool (v != 0), fkvf_writer_meta_utf8
+ * (NUL-terminated UTF-8) and fkvf_writer_meta_bytes (n bytes) add key (1..255
+ * bytes of UTF-8, NUL-terminated, not in the reserved "fkvf." namespace) with
+ * a value of that type; key and value are copied. Written in commit 1's META
+ * section. FKVF_E_DUP_KEY (key set already), FKVF_E_INVALID_ARG (bad key or
+ * UTF-8), FKVF_E_LIMIT (spec 15: value size, entry count), FKVF_E_NOMEM,
+ * FKVF_E_STATE. One thread at a time per writer. */
 FKVF_API int fkvf_writer_meta_u64(fkvf_writer *w, const char *key, uint64_t v);
 FKVF_API int fkvf_writer_meta_i64(fkvf_writer *w, const char *key, int64_t v);
 FKVF_API int fkvf_writer_meta_f64(fkvf_writer *w, const char *key, double v);
@@ -651,7 +740,7 @@ FKVF_API int fkvf_writer_set_positions(fkvf_writer *w, uint64_t n_positions,
 
 /* End the current commit (spec 7.6): the directory and the trailer, with a
  * sync of the sections and directory before the trailer and of the trailer
- * after it (unless no_sync). The writer stays open: what is added next goes
+ * after it (unless sync is FKVF_SYNC_NONE). The writer stays open: what is added next goes
  * into the next commit, which starts from the positions, streams and exact
  * rows of this one. A file writer's commits become visible under the final
  * path at finish. */
@@ -678,9 +767,7 @@ FKVF_API int fkvf_writer_finish(fkvf_writer *w);
  * file that opens at a partial commit. */
 typedef struct fkvf_appender fkvf_appender;
 typedef struct fkvf_rvq fkvf_rvq; /* the quantizer, below */
-
-#define FKVF_SYNC_COMMIT 0u
-#define FKVF_SYNC_NONE 1u
+/* The options' sync is FKVF_SYNC_COMMIT or FKVF_SYNC_NONE, as the writer's. */
 
 /* File I/O of an appender, replaceable for fault injection (tests, or a
  * caller's own accounting). NULL members use write(2) and fdatasync(2).
@@ -703,6 +790,8 @@ typedef struct fkvf_append_options {
     const fkvf_io *io;          /* NULL: plain system calls */
 } fkvf_append_options;
 
+/* The defaults: every field 0 (FKVF_SYNC_COMMIT, greedy encoding, block size
+ * 4096, no codebook file, no recovery, plain system calls). NULL: no-op. */
 FKVF_API void fkvf_append_options_init(fkvf_append_options *opts);
 
 /* A new archive for appending. */
@@ -746,7 +835,7 @@ FKVF_API int fkvf_appender_commit(fkvf_appender *a);
  * commits since the last successful sync are not known to be durable. */
 FKVF_API int fkvf_appender_sync(fkvf_appender *a);
 
-typedef struct fkvf_appender_state {
+typedef struct fkvf_append_info {
     uint64_t n_positions;   /* committed */
     uint64_t n_archived;    /* committed */
     uint64_t pending;       /* queued, not committed */
@@ -754,8 +843,14 @@ typedef struct fkvf_appender_state {
     uint64_t file_size;     /* committed bytes */
     uint64_t recovered_bytes; /* torn bytes truncated at open (opts.recover) */
     int has_tokens, has_codebook;
-} fkvf_appender_state;
-FKVF_API int fkvf_appender_state_get(const fkvf_appender *a, fkvf_appender_state *out);
+} fkvf_append_info;
+/* The appender's positions, queue and file into *out. No allocation, no
+ * I/O. FKVF_E_STATE (not an appender), FKVF_E_INVALID_ARG (out NULL). One
+ * thread at a time per handle. */
+FKVF_API int fkvf_appender_info(const fkvf_appender *a, fkvf_append_info *out);
+/* The message of a's last error, "" after a success; never NULL ("not an
+ * appender handle"). Owned by a: valid until the next call on a or
+ * fkvf_appender_free. A failed handle keeps its first error's message. */
 FKVF_API const char *fkvf_appender_message(const fkvf_appender *a);
 /* The last error of a as fields (fkvf_error_info); an error of the archive
  * or codebook file read at open keeps that file's offset and clause. Strings
@@ -861,7 +956,8 @@ FKVF_API int fkvf_archive_compact(fkvf_archive_op **out, const char *src, const 
  * codebook file) is left untouched. */
 typedef struct fkvf_recover_options {
     int dry_run;                 /* 1: only report (no lock, nothing written) */
-    int no_sync;                 /* 1: no fsync after the cut (tests, scratch files) */
+    unsigned sync;               /* FKVF_SYNC_COMMIT (default): fsync after the cut;
+                                  * FKVF_SYNC_NONE: none (tests, scratch files) */
     const fkvf_allocator *alloc; /* the readers' allocations; NULL: malloc */
 } fkvf_recover_options;
 
@@ -879,7 +975,8 @@ typedef struct fkvf_recover_result {
 
 /* Recover path; opts NULL: the defaults. FKVF_OK and *result (may be NULL;
  * filled as far as known on failure too), or an error: FKVF_E_INVALID_ARG
- * (path NULL or empty), FKVF_E_IO (the file cannot be opened, locked: an
+ * (path NULL or empty, opts->sync not one of the FKVF_SYNC_* values),
+ * FKVF_E_IO (the file cannot be opened, locked: an
  * appender has it open, clause 7.4, or truncated and synced), FKVF_E_NOMEM,
  * or the reader's error for a file that is not a valid FKVF file, before
  * the cut or after it (then the message starts "after the cut: "). out (may
@@ -918,7 +1015,12 @@ typedef struct fkvf_search fkvf_search;
  * one that is stale (spec 20.4) is ignored. */
 FKVF_API int fkvf_search_open(fkvf_search **out, fkvf_reader *r, size_t stream_index,
                               unsigned flags, const fkvf_allocator *alloc);
+/* Free s (not its reader). NULL or not a search handle: no-op. */
 FKVF_API void fkvf_search_free(fkvf_search *s);
+/* The message of s's last error, "ok" when there is none; never NULL ("not
+ * a search handle"). Owned by s: valid until the next call on s or
+ * fkvf_search_free. Errors of the reader while s reads keep their text
+ * here too. */
 FKVF_API const char *fkvf_search_message(const fkvf_search *s);
 /* The last error of s as fields (fkvf_error_info; file is "search"). Strings
  * owned by s, valid until the next call on s or fkvf_search_free. No
@@ -926,15 +1028,18 @@ FKVF_API const char *fkvf_search_message(const fkvf_search *s);
  * FKVF_E_STATE (not a search handle). One handle, one thread at a time. */
 FKVF_API int fkvf_search_error(const fkvf_search *s, fkvf_error_info *out);
 
-typedef struct fkvf_search_info {
+typedef struct fkvf_search_status {
     uint64_t length;       /* positions of the stream */
     uint64_t n_indexed;    /* positions answered from the index in use; 0: no index */
     uint64_t index_section;/* its fkvf_reader_section index (when n_indexed > 0) */
     uint32_t key_symbols;  /* symbols a point determines: quad floor(128/b), ngon L */
     uint64_t candidates;   /* last query: positions whose key or point passed the filter */
     uint64_t verified;     /* last query: of those, positions whose symbols matched */
-} fkvf_search_info;
-FKVF_API int fkvf_search_info_get(const fkvf_search *s, fkvf_search_info *out);
+} fkvf_search_status;
+/* The stream, the index in use and the last query's counts into *out. No
+ * allocation, no I/O. FKVF_E_STATE (not a search handle), FKVF_E_INVALID_ARG
+ * (out NULL). One thread at a time per handle. */
+FKVF_API int fkvf_search_info(const fkvf_search *s, fkvf_search_status *out);
 
 /* (a) Exact suffix query: the positions t with t >= len-1 and
  * c[t-len+1 .. t] == q[0 .. len), ascending. The first min(cap, found) go
@@ -1005,47 +1110,64 @@ typedef struct fkvf_prefix_reuse {
     uint64_t match_end, match_len;
     uint64_t archive_positions; /* length of the token stream */
 } fkvf_prefix_reuse;
+/* prompt: n token ids, borrowed during the call; *out as above. Reads the
+ * token stream through r (blocks verified on first touch, errors with r's
+ * message) and a search handle of its own, from the malloc family (not r's
+ * allocator). FKVF_E_NOT_FOUND (no token stream), FKVF_E_INVALID_ARG
+ * (NULL), FKVF_E_NOMEM, FKVF_E_STATE. One thread at a time per reader. */
 FKVF_API int fkvf_search_prefix_reuse(fkvf_reader *r, const uint32_t *prompt, size_t n,
                                       fkvf_prefix_reuse *out);
 
 /* The ZIDX index of a stream (spec 20) covering positions [0, n) with
- * n = the stream's length rounded down to its alignment unit: *data (from
- * the default allocator, free with fkvf_search_buffer_free) holds the
- * section contents, *key its directory key. Add it with
+ * n = the stream's length rounded down to its alignment unit: *data holds
+ * the section contents (*size bytes), *key its directory key. Add it with
  * fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, data, size) or
- * fkvf_archive_append_sections. */
+ * fkvf_archive_append_sections. All memory, *data included, comes from
+ * alloc (NULL = malloc family); the caller owns *data: free it with
+ * fkvf_search_buffer_free(data, alloc). Reads the stream through r (every
+ * block verified on first touch; the format errors of those bytes with r's
+ * message). Errors: FKVF_E_INVALID_ARG (NULL), FKVF_E_RANGE (no such
+ * stream), FKVF_E_LIMIT (too large for a size_t), FKVF_E_NOMEM; *data is
+ * then NULL. One thread at a time per reader. */
 FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void **data,
-                                     size_t *size, uint64_t *key);
-FKVF_API void fkvf_search_buffer_free(void *p);
+                                     size_t *size, uint64_t *key, const fkvf_allocator *alloc);
+/* Free a buffer of fkvf_search_index_build with the allocator it was built
+ * with (NULL = malloc family). p NULL is fine. */
+FKVF_API void fkvf_search_buffer_free(void *p, const fkvf_allocator *alloc);
 
-/* Append one commit holding the given sections to an existing archive (the
- * archive is append-only, spec 7.4): for optional sections such as ZIDX.
- * The positions, streams and exact rows stay those of the last commit. The
- * file is locked like an appender's; a torn tail is FKVF_E_TORN. msg (may be
- * NULL) receives a message on failure. */
+/* An error reported by a call that has no handle to keep it
+ * (fkvf_archive_append_sections): info as a handle's *_error gives it, its
+ * strings pointing into this struct (message, clause) or to the caller's
+ * path (file). The caller owns the struct; the strings live as long as it
+ * and until it is passed to another call. */
+typedef struct fkvf_error_report {
+    fkvf_error_info info;
+    char message[1024];  /* info.message; a longer message is cut */
+    char clause[16];     /* info.clause when not NULL */
+} fkvf_error_report;
+
+/* Append one commit holding the given sections to an existing archive at
+ * path (the archive is append-only, spec 7.4): for optional sections such as
+ * ZIDX. The positions, streams and exact rows stay those of the last
+ * commit. The file is locked like an appender's (FKVF_E_IO when an appender
+ * holds it); a torn tail is FKVF_E_TORN. secs (n of them, borrowed during
+ * the call) may not use the known section types (FKVF_E_INVALID_ARG). sync: FKVF_SYNC_COMMIT or FKVF_SYNC_NONE.
+ * err (may be NULL) is always filled: code FKVF_OK and message "" on
+ * success, else the error with the offset and clause it cites (the
+ * appender's, or of the archive read at open). Allocates with malloc, does
+ * file I/O; safe to call from several threads on different files (the lock
+ * serializes writers of one file). */
 typedef struct fkvf_section_add {
     uint32_t type, flags; /* flags FKVF_SECTION_*; the known types are refused */
     uint64_t key;
     const void *data;
     size_t size;
 } fkvf_section_add;
+/* (documented above, with fkvf_section_add) */
 FKVF_API int fkvf_archive_append_sections(const char *path, const fkvf_section_add *secs,
-                                          size_t n, unsigned sync, char *msg, size_t msg_size);
-
-/* Effective segment i (0 .. fkvf_stream_info.n_segments - 1, ascending
- * first_symbol) of a stream's group: the fkvf_reader_section index of its
- * STRM section, its first_symbol and the symbols it supplies (spec 11.6). */
-FKVF_API int fkvf_reader_stream_segment(const fkvf_reader *r, size_t stream_index, size_t i,
-                                        size_t *section, uint64_t *first, uint64_t *count);
+                                          size_t n, unsigned sync, fkvf_error_report *err);
 
 /* ---- end of search ---------------------------------------------------- */
-
-/* ---- codec (spec 12), for tools, tests and benchmarks ------------------- */
-
-/* r_N of a regular N-gon (spec 12.2); uses libm (writer side). */
-FKVF_API double fkvf_ngon_rmax(uint32_t n);
-/* Largest span length for ratio r (spec 12.2). */
-FKVF_API uint32_t fkvf_ngon_max_span(double r);
 
 /* ---- quantizer (spec 13) ---------------------------------------------- */
 /* Per-head residual vector quantization (RVQ) of KV-cache rows: training,
@@ -1053,13 +1175,6 @@ FKVF_API uint32_t fkvf_ngon_max_span(double r);
  * spec 8.1 and f16 / bf16 conversions. Handles are immutable after creation:
  * encode and decode may run concurrently on one handle. */
 
-/* f16 / bf16 <-> f32. Round to nearest, ties to even; f16 overflow gives
- * infinity; subnormals exact; NaN stays NaN (top payload bits kept, so every
- * f16 / bf16 bit pattern round-trips through f32 unchanged). */
-FKVF_API uint16_t fkvf_f32_to_f16(float f);
-FKVF_API float fkvf_f16_to_f32(uint16_t h);
-FKVF_API uint16_t fkvf_f32_to_bf16(float f);
-FKVF_API float fkvf_bf16_to_f32(uint16_t b);
 /* n elements of `from` (little-endian bytes, any alignment) to n elements of
  * `to`; any pair of FKVF_DTYPE_*. Buffers must not overlap. */
 FKVF_API int fkvf_convert(fkvf_dtype to, void *dst, fkvf_dtype from, const void *src, size_t n);
@@ -1070,16 +1185,6 @@ typedef struct fkvf_rope {
     uint32_t rope_dims; /* even, 2..key_dim */
     double theta;       /* finite, > 0 */
 } fkvf_rope;
-
-/* Rotate the first rope_dims components of vec (dim components) to position
- * t: pair i by angle t * theta^(-2i/rope_dims); inverse = 1 rotates by the
- * negative angle (un-rotates a cached key). Angles, sines and cosines in
- * binary64; the f32 variant rounds once at the end. FKVF_E_INVALID_ARG for
- * invalid parameters or rope_dims > dim. */
-FKVF_API int fkvf_rope_apply_f64(const fkvf_rope *rope, uint64_t t, int inverse, double *vec,
-                                 size_t dim);
-FKVF_API int fkvf_rope_apply_f32(const fkvf_rope *rope, uint64_t t, int inverse, float *vec,
-                                 size_t dim);
 
 /* Cache rows in the layout of spec 14.2 (what EXAC stores): row i holds
  * position first_position + i; per layer the keys of heads 0..H-1, then the
@@ -1140,16 +1245,10 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *params,
 FKVF_API int fkvf_rvq_from_tables(fkvf_rvq **out, const fkvf_codebook_shape *shape,
                                   uint32_t n_kv_heads, const void *tables, size_t size,
                                   const fkvf_allocator *alloc);
-/* The same, for decoding only (fkvf_rvq_decode, fkvf_rvq_centroids): skips
- * the encoder's search layout (half the memory, and a sort per stage table:
- * about 17 ms at k = 256 for a small model's codebook); fkvf_rvq_encode on
- * such a handle is FKVF_E_STATE. Readers load archive codebooks this way. */
-FKVF_API int fkvf_rvq_from_tables_decode(fkvf_rvq **out, const fkvf_codebook_shape *shape,
-                                         uint32_t n_kv_heads, const void *tables, size_t size,
-                                         const fkvf_allocator *alloc);
 /* A copy with only the first k_stages / v_stages stages (at most q's). */
 FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
                              unsigned v_stages);
+/* Free q (NULL is fine). Not while another thread encodes or decodes with it. */
 FKVF_API void fkvf_rvq_free(fkvf_rvq *q);
 
 /* Shape of the codebook (for fkvf_writer_add_codebooks) and heads of the rows. */
@@ -1157,12 +1256,11 @@ FKVF_API void fkvf_rvq_shape(const fkvf_rvq *q, fkvf_codebook_shape *shape,
                              uint32_t *n_kv_heads);
 /* CBK1 tables in spec 13.2 order and the shape's dtype: exactly what
  * fkvf_writer_add_codebooks(w, &shape, tables, size, flags) takes. */
+/* fkvf_rvq_tables_size: their size in bytes (0 for NULL); fkvf_rvq_tables:
+ * writes them to out, whose size must be exactly that (else
+ * FKVF_E_INVALID_ARG). No allocation; thread-safe (q is immutable). */
 FKVF_API size_t fkvf_rvq_tables_size(const fkvf_rvq *q);
 FKVF_API int fkvf_rvq_tables(const fkvf_rvq *q, void *out, size_t size);
-/* The k x dim binary32 centroids of one stage table (kv: 0 keys, 1 values;
- * head ignored when pooled); NULL if out of range. */
-FKVF_API const float *fkvf_rvq_centroids(const fkvf_rvq *q, uint32_t layer, uint32_t head,
-                                         unsigned kv, unsigned stage);
 
 /* Codes: one uint16 index per (layer, head, K|V, stage) and position. Within
  * a position code j = (layer * n_kv_heads + head) * (k_stages + v_stages)
@@ -1180,6 +1278,11 @@ FKVF_API size_t fkvf_rvq_codes_per_position(const fkvf_rvq *q);
  * never larger than greedy's. Non-finite inputs give valid but unspecified
  * codes. */
 #define FKVF_RVQ_MAX_BEAM 64
+/* codes: rows->n_rows * codes_per_position entries at the strides above,
+ * owned by the caller. Scratch from q's allocator per call. Errors:
+ * FKVF_E_INVALID_ARG (NULL, bad strides or beam width, rows that do not fit
+ * q's shape), FKVF_E_STATE (q loaded with fkvf_rvq_from_tables_decode),
+ * FKVF_E_NOMEM. Several threads may encode with one q at once. */
 FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_rope,
                              unsigned beam_width, uint16_t *codes, size_t pos_stride,
                              size_t code_stride);
@@ -1199,3 +1302,97 @@ FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t po
 }
 #endif
 #endif /* FKVF_H */
+
+/* ======================================================================== *
+ * Second tier: codec and quantizer internals, for tests, benchmarks and   *
+ * fuzzers (and the repository's own tools where they must).               *
+ *                                                                          *
+ * NOT ABI-STABLE: these declarations may change or disappear in any       *
+ * release, minor or patch. They are visible only to a translation unit    *
+ * that defines FKVF_STATIC_LINKING_ONLY before including fkvf.h (as       *
+ * zstd.h's ZSTD_STATIC_LINKING_ONLY); link such a program with the static *
+ * library of the same version. The conventions of the first tier hold     *
+ * (error codes, allocators, NULL handling).                                *
+ * ======================================================================== */
+#if defined(FKVF_STATIC_LINKING_ONLY) && !defined(FKVF_H_STATIC_LINKING_ONLY)
+#define FKVF_H_STATIC_LINKING_ONLY
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- reader: stream layout ---------------------------------------------- */
+
+/* Symbols [first, first+count) of stream `index` into bytes, as
+ * fkvf_reader_stream_read does into uint32_t, for streams whose symbols fit
+ * (quad widths <= 8, ngon N <= 256; else FKVF_E_INVALID_ARG); for 8-bit quad
+ * streams a copy of the stored bytes. out holds count bytes, owned by the
+ * caller. Verifies the blocks it touches on first touch (the format errors
+ * of those bytes, with r's message); FKVF_E_RANGE past the stream's length.
+ * One thread at a time per reader. The search module's scan uses it. */
+FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t first,
+                                        uint8_t *out, size_t count);
+
+/* Effective segment i (0 .. fkvf_stream_info.n_segments - 1, ascending
+ * first_symbol) of stream stream_index's group: in *section the
+ * fkvf_reader_section index of its STRM section, in *first its
+ * first_symbol, in *count the symbols it supplies (spec 11.6). No
+ * allocation, no I/O. FKVF_E_RANGE for an index out of range,
+ * FKVF_E_INVALID_ARG for a NULL output. One thread at a time per reader. */
+FKVF_API int fkvf_reader_stream_segment(const fkvf_reader *r, size_t stream_index, size_t i,
+                                        size_t *section, uint64_t *first, uint64_t *count);
+
+/* ---- codec (spec 12) ----------------------------------------------------- */
+
+/* r_N of a regular N-gon (spec 12.2), N = n in 2..65536 (0.0 otherwise); uses libm
+ * (the writer side; readers take r from the file). Pure: thread-safe. */
+FKVF_API double fkvf_ngon_rmax(uint32_t n);
+/* Largest span length L_max for ratio r (spec 12.2): the largest L with
+ * (1/r)^L <= 2^44; 0 when r is not finite or <= 0. Pure: thread-safe. */
+FKVF_API uint32_t fkvf_ngon_max_span(double r);
+
+/* ---- quantizer internals (spec 8.1, 13) ---------------------------------- */
+
+/* f16 / bf16 <-> f32, one value. Round to nearest, ties to even; f16
+ * overflow gives infinity; subnormals exact; NaN stays NaN (top payload bits
+ * kept, so every f16 / bf16 bit pattern round-trips through f32 unchanged).
+ * fkvf_convert (first tier) converts arrays the same way. Pure: thread-safe. */
+FKVF_API uint16_t fkvf_f32_to_f16(float f);
+/* f16 bits to f32, exact (see fkvf_f32_to_f16). */
+FKVF_API float fkvf_f16_to_f32(uint16_t h);
+/* f32 to bf16 bits, rounded as fkvf_f32_to_f16. */
+FKVF_API uint16_t fkvf_f32_to_bf16(float f);
+/* bf16 bits to f32, exact (see fkvf_f32_to_f16). */
+FKVF_API float fkvf_bf16_to_f32(uint16_t b);
+
+/* Rotate the first rope_dims components of vec (dim components, in place,
+ * owned by the caller) to position t: pair i by angle t * theta^(-2i/
+ * rope_dims); inverse = 1 rotates by the negative angle (un-rotates a
+ * cached key). Angles, sines and cosines in binary64; the f32 variant
+ * rounds once at the end. FKVF_E_INVALID_ARG for a NULL argument, invalid
+ * parameters or rope_dims > dim. No allocation; thread-safe. */
+FKVF_API int fkvf_rope_apply_f64(const fkvf_rope *rope, uint64_t t, int inverse, double *vec,
+                                 size_t dim);
+/* The same on binary32 components (computed in binary64, rounded once). */
+FKVF_API int fkvf_rope_apply_f32(const fkvf_rope *rope, uint64_t t, int inverse, float *vec,
+                                 size_t dim);
+
+/* fkvf_rvq_from_tables for decoding only (fkvf_rvq_decode,
+ * fkvf_rvq_centroids): skips the encoder's search layout (half the memory,
+ * and a sort per stage table: about 17 ms at k = 256 for a small model's
+ * codebook); fkvf_rvq_encode on such a handle is FKVF_E_STATE. Readers load
+ * archive codebooks this way. Same arguments, ownership and errors as
+ * fkvf_rvq_from_tables; free with fkvf_rvq_free. */
+FKVF_API int fkvf_rvq_from_tables_decode(fkvf_rvq **out, const fkvf_codebook_shape *shape,
+                                         uint32_t n_kv_heads, const void *tables, size_t size,
+                                         const fkvf_allocator *alloc);
+/* The k x dim binary32 centroids of one stage table (kv: 0 keys, 1 values;
+ * head ignored when pooled), owned by q and valid until fkvf_rvq_free; NULL
+ * if out of range. No allocation; thread-safe (q is immutable). */
+FKVF_API const float *fkvf_rvq_centroids(const fkvf_rvq *q, uint32_t layer, uint32_t head,
+                                         unsigned kv, unsigned stage);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FKVF_STATIC_LINKING_ONLY */

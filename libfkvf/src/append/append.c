@@ -127,7 +127,7 @@ FKVF_API void fkvf_appender_free(fkvf_appender *a)
     fkvf_free(al, a);
 }
 
-FKVF_API int fkvf_appender_state_get(const fkvf_appender *a, fkvf_appender_state *out)
+FKVF_API int fkvf_appender_info(const fkvf_appender *a, fkvf_append_info *out)
 {
     if (!FKVF_HANDLE_IS(a, FKVF_HANDLE_APPENDER))
         return FKVF_E_STATE;
@@ -503,7 +503,7 @@ static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_op
     fkvf_writer_options wo;
     fkvf_writer_options_init(&wo);
     wo.block_size = a->opts.block_size;
-    wo.no_sync = a->opts.sync == FKVF_SYNC_NONE;
+    wo.sync = a->opts.sync;
     rc = fkvf_writer_resume(&a->w, &st, &wo, alloc); /* owns fd from here */
     fkvf_free(alloc, vtxs);
     if (rc) {
@@ -530,7 +530,7 @@ FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
     fkvf_writer_options wo;
     fkvf_writer_options_init(&wo);
     wo.no_replace = 1; /* nor one that appears while commit 1 is written */
-    wo.no_sync = opts && opts->sync == FKVF_SYNC_NONE;
+    wo.sync = opts ? opts->sync : FKVF_SYNC_COMMIT;
     if (opts)
         wo.block_size = opts->block_size;
     fkvf_codebook_shape shape;

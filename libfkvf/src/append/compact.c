@@ -302,10 +302,10 @@ static int rebuild_zidx(job *j)
         void *zd = NULL;
         size_t zn = 0;
         uint64_t zk = 0;
-        int rc = fkvf_search_index_build(j->r, zi, &zd, &zn, &zk);
+        int rc = fkvf_search_index_build(j->r, zi, &zd, &zn, &zk, NULL);
         if (rc == FKVF_OK)
             rc = fkvf_writer_add_section(j->w, FKVF_SECTION_ZIDX, 0, zk, zd, zn);
-        fkvf_search_buffer_free(zd);
+        fkvf_search_buffer_free(zd, NULL);
         if (rc != FKVF_OK)
             return fail_writer(c, rc, j->w, "search index");
         j->res->search_indexes++;
@@ -331,7 +331,7 @@ static int create_writer(job *j, int lockfd)
     wo.required_features = j->ai.required_features;
     wo.optional_features = j->ai.optional_features;
     wo.no_replace = !j->opt->in_place && j->opt->no_replace; /* nor one that appears meanwhile */
-    wo.no_sync = j->opt->sync == FKVF_SYNC_NONE;
+    wo.sync = j->opt->sync;
     wo.mode = j->opt->mode;
     struct stat st;
     if (!wo.mode && lockfd >= 0) { /* in place: the file keeps its permissions */

@@ -49,7 +49,7 @@ static int recover(fkvf_archive_op *op, const fkvf_recover_options *o, fkvf_reco
         res->positions = ai.n_positions;
     }
     if (rc == FKVF_OK && ai.torn_bytes && !o->dry_run) {
-        if (ftruncate(fd, (off_t)ai.committed_size) != 0 || (!o->no_sync && fsync(fd) != 0)) {
+        if (ftruncate(fd, (off_t)ai.committed_size) != 0 || (o->sync != FKVF_SYNC_NONE && fsync(fd) != 0)) {
             int e = errno;
             rc = fkvf_archive_op_fail(op, op->src, FKVF_E_IO,
                                       "cannot truncate to %" PRIu64 " bytes: %s",
@@ -83,7 +83,7 @@ FKVF_API int fkvf_archive_recover(fkvf_archive_op **out, const char *path,
     fkvf_recover_options_init(&o);
     if (opts)
         o = *opts;
-    if (!path || !*path)
+    if (!path || !*path || o.sync > FKVF_SYNC_NONE)
         return FKVF_E_INVALID_ARG;
     fkvf_archive_op *op = NULL;
     int rc = fkvf_archive_op_new(&op, path, o.alloc);

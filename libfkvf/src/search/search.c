@@ -947,7 +947,7 @@ FKVF_API int fkvf_search_error(const fkvf_search *s, fkvf_error_info *out)
     return FKVF_OK;
 }
 
-FKVF_API int fkvf_search_info_get(const fkvf_search *s, fkvf_search_info *out)
+FKVF_API int fkvf_search_info(const fkvf_search *s, fkvf_search_status *out)
 {
     if (!FKVF_HANDLE_IS(s, FKVF_HANDLE_SEARCH))
         return FKVF_E_STATE;
@@ -1056,21 +1056,25 @@ static int cmp_nent(const void *a, const void *b)
     return (x->t > y->t) - (x->t < y->t);
 }
 
-FKVF_API void fkvf_search_buffer_free(void *p) { fkvf_free(fkvf_alloc_or_default(NULL), p); }
+FKVF_API void fkvf_search_buffer_free(void *p, const fkvf_allocator *alloc)
+{
+    fkvf_free(fkvf_alloc_or_default(alloc), p);
+}
 
 FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void **data,
-                                     size_t *size, uint64_t *key)
+                                     size_t *size, uint64_t *key, const fkvf_allocator *alloc)
 {
     if (!r || !data || !size || !key)
         return FKVF_E_INVALID_ARG;
     *data = NULL;
     *size = 0;
     fkvf_search *s;
-    int rc = fkvf_search_open(&s, r, stream_index, FKVF_SEARCH_NO_INDEX, NULL);
+    int rc = fkvf_search_open(&s, r, stream_index, FKVF_SEARCH_NO_INDEX, alloc);
     if (rc) {
         fkvf_search_free(s);
         return rc;
     }
+    const fkvf_allocator *a = fkvf_alloc_or_default(alloc);
     uint64_t u = s->si.align ? s->si.align : 1, n = s->n / u * u;
     uint64_t total = fkvf_zidx_size((uint8_t)s->si.profile, n);
     size_t tsz, nn;
@@ -1080,7 +1084,6 @@ FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void *
         rc = FKVF_E_LIMIT;
         goto out;
     }
-    const fkvf_allocator *a = fkvf_alloc_or_default(NULL);
     if (!(buf = fkvf_malloc(a, tsz)) ||
         !(arr = fkvf_calloc(a, nn ? nn : 1, s->quad ? sizeof(qent) : sizeof(nent)))) {
         rc = FKVF_E_NOMEM;
@@ -1133,8 +1136,8 @@ FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void *
     *key = s->si.id;
     buf = NULL;
 out:
-    fkvf_free(fkvf_alloc_or_default(NULL), buf);
-    fkvf_free(fkvf_alloc_or_default(NULL), arr);
+    fkvf_free(a, buf);
+    fkvf_free(a, arr);
     fkvf_search_free(s);
     return rc;
 }

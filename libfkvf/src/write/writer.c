@@ -213,6 +213,8 @@ static int writer_new(fkvf_writer **out, const fkvf_writer_options *opts,
     if (w->opts.deflate_level < 0 || w->opts.deflate_level > 9)
         return FAIL(FKVF_E_INVALID_ARG, NULL, "options.deflate_level: %d (0..9)",
                     w->opts.deflate_level);
+    if (w->opts.sync > FKVF_SYNC_NONE)
+        return FAIL(FKVF_E_INVALID_ARG, NULL, "options.sync: %u unknown", w->opts.sync);
     return FKVF_OK;
 }
 
@@ -936,7 +938,7 @@ static void coalesce_exact(fkvf_writer *w)
 
 static int do_sync(fkvf_writer *w, const char *when)
 {
-    if (w->opts.no_sync || !w->sink.sync || w->sink.sync(w->sink.opaque) == 0)
+    if (w->opts.sync == FKVF_SYNC_NONE || !w->sink.sync || w->sink.sync(w->sink.opaque) == 0)
         return FKVF_OK;
     int e = errno;
     fkvf_handle_fail(&w->h, 0);
@@ -1080,7 +1082,7 @@ FKVF_API int fkvf_writer_finish(fkvf_writer *w)
             fkvf_handle_fail(&w->h, 0);
             return FAIL(FKVF_E_IO, NULL, "rename into place: %s", strerror(e));
         }
-        if (!w->opts.no_sync)
+        if (w->opts.sync != FKVF_SYNC_NONE)
             (void)sync_dir_of(w->path, w->tmp_path); /* tmp_path: n + 16 bytes */
     }
     w->h.state = FKVF_HANDLE_FINISHED;

@@ -12,8 +12,8 @@
 
 #include "alloc.h"
 #include "ckd.h"
-#include "codec.h"
 #include "le.h"
+#include "sym_appender.h"
 
 static void appender_zero(fkvf_sym_appender *a, const fkvf_allocator *alloc)
 {
