@@ -24,11 +24,13 @@ int main(int argc, char **argv)
     s.type = (uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24;
     s.data = data;
     s.size = sizeof data - 1;
-    fkvf_error_report er;
-    int rc = fkvf_archive_append_sections(argv[1], &s, 1, FKVF_SYNC_NONE, &er);
+    fkvf_archive_op *op = NULL;
+    int rc = fkvf_archive_append_sections(&op, argv[1], &s, 1, FKVF_SYNC_NONE);
     if (rc != FKVF_OK) {
-        fprintf(stderr, "%s: %s\n", argv[1], er.message);
-        return 1;
+        fkvf_error_info e;
+        fkvf_archive_op_error(op, &e);
+        fprintf(stderr, "%s\n", e.message);
     }
-    return 0;
+    fkvf_archive_op_free(op);
+    return rc == FKVF_OK ? 0 : 1;
 }

@@ -637,7 +637,7 @@ START_TEST(compact_rebuilds_search_index)
         ck_assert_int_eq(fkvf_search_index_build(r, ti, &zd, &zn, &zk, NULL), FKVF_OK);
         fkvf_reader_free(r);
         fkvf_section_add sec = {FKVF_SECTION_ZIDX, 0, zk, zd, zn};
-        ck_assert_int_eq(fkvf_archive_append_sections(src, &sec, 1, FKVF_SYNC_NONE, NULL),
+        ck_assert_int_eq(fkvf_archive_append_sections(NULL, src, &sec, 1, FKVF_SYNC_NONE),
                          FKVF_OK);
         fkvf_search_buffer_free(zd, NULL);
     }

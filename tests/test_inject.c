@@ -1672,7 +1672,7 @@ static void z_finish(void *ctx, int clean, long stopped)
 
 typedef struct actx {
     char path[128];
-    fkvf_error_report er;
+    char msg[1024];      /* the error of the last call */
     const uint8_t *base; /* the file before */
     size_t base_size;
 } actx;
@@ -1682,13 +1682,13 @@ static const char *const as_names[] = {"archive_append_sections"};
 static const char *as_message(void *ctx)
 {
     actx *c = ctx;
-    return c->er.message;
+    return c->msg;
 }
 
 static void as_setup(void *ctx)
 {
     actx *c = ctx;
-    c->er.message[0] = 0;
+    c->msg[0] = 0;
     spit(c->path, c->base, c->base_size);
 }
 
@@ -1700,7 +1700,15 @@ static int as_step(void *ctx, size_t i)
     fkvf_section_add secs[2] = {
         {FKVF_SECTION_ZIDX, 0, zidx_ref_key, zidx_ref, zidx_ref_size},
         {FKVF_FOURCC('X', 'T', 'R', 'C'), 0, 3, extra, sizeof extra}};
-    return fkvf_archive_append_sections(c->path, secs, 2, FKVF_SYNC_COMMIT, &c->er);
+    fkvf_archive_op *op = NULL;
+    int rc = fkvf_archive_append_sections(&op, c->path, secs, 2, FKVF_SYNC_COMMIT);
+    fkvf_error_info e;
+    if (fkvf_archive_op_error(op, &e) == FKVF_OK) /* op NULL: its allocation failed */
+        snprintf(c->msg, sizeof c->msg, "%s", e.message);
+    else
+        snprintf(c->msg, sizeof c->msg, "%s", fkvf_strerror(rc));
+    fkvf_archive_op_free(op);
+    return rc;
 }
 
 /* the file opens strict at n commits with the cache of the main archive */
@@ -1727,7 +1735,7 @@ static void as_after_fail(void *ctx, size_t i)
     (void)i;
     /* cut back: the file is the archive it was */
     EXPECTF(file_is(c->path, c->base, c->base_size), "append_sections: the file changed (%s)",
-            c->er.message);
+            c->msg);
 }
 
 static void as_finish(void *ctx, int clean, long stopped)

@@ -210,6 +210,10 @@ START_TEST(handles_refuse_other_kinds)
     ck_assert_int_eq(fkvf_search_info(rs, &si), FKVF_E_STATE);
     ck_assert_int_eq(fkvf_search_error(rs, &e), FKVF_E_STATE);
     ck_assert_str_eq(fkvf_search_message(rs), "not a search handle");
+    fkvf_archive_op *ro = (fkvf_archive_op *)(void *)r;
+    ck_assert_int_eq(fkvf_archive_op_error(ro, &e), FKVF_E_STATE);
+    ck_assert_int_eq(e.code, FKVF_E_STATE);
+    fkvf_archive_op_free(ro); /* not an archive operation: nothing freed */
     fkvf_reader_free(wr); /* not a reader: nothing freed */
     /* the reader still works */
     ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);

@@ -1003,26 +1003,35 @@ START_TEST(append_index_to_file)
     ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key, NULL), FKVF_OK);
     fkvf_reader_free(r);
     fkvf_section_add sa = {FKVF_SECTION_ZIDX, 0, key, zd, zs};
-    fkvf_error_report er;
-    ck_assert_msg(fkvf_archive_append_sections(path, &sa, 1, FKVF_SYNC_NONE, &er) == FKVF_OK, "%s",
-                  er.message);
-    ck_assert_int_eq(er.info.code, FKVF_OK);
-    ck_assert_str_eq(er.info.message, "");
-    ck_assert_ptr_null(er.info.clause);
-    ck_assert_uint_eq(er.info.offset, FKVF_ERROR_NO_OFFSET);
-    /* a known type is refused */
+    fkvf_archive_op *op = NULL;
+    fkvf_error_info er;
+    int arc = fkvf_archive_append_sections(&op, path, &sa, 1, FKVF_SYNC_NONE);
+    ck_assert_int_eq(fkvf_archive_op_error(op, &er), FKVF_OK);
+    ck_assert_msg(arc == FKVF_OK, "%s", er.message);
+    /* code FKVF_OK and "" after a success */
+    ck_assert_int_eq(er.code, FKVF_OK);
+    ck_assert_str_eq(er.message, "");
+    ck_assert_ptr_null(er.clause);
+    ck_assert_uint_eq(er.offset, FKVF_ERROR_NO_OFFSET);
+    fkvf_archive_op_free(op);
+    /* a known type is refused, the error as fields on the call's handle */
     fkvf_section_add bad = {FKVF_SECTION_EXAC, 1, 0, zd, zs};
-    ck_assert_int_eq(fkvf_archive_append_sections(path, &bad, 1, FKVF_SYNC_NONE, &er),
+    ck_assert_int_eq(fkvf_archive_append_sections(&op, path, &bad, 1, FKVF_SYNC_NONE),
                      FKVF_E_INVALID_ARG);
-    /* the error as fields (fkvf_error_report), and "" after a success */
-    ck_assert_int_eq(er.info.code, FKVF_E_INVALID_ARG);
-    ck_assert_ptr_eq(er.info.message, er.message);
+    ck_assert_int_eq(fkvf_archive_op_error(op, &er), FKVF_OK);
+    ck_assert_int_eq(er.code, FKVF_E_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(er.message, "section type"));
-    ck_assert_str_eq(er.info.file, path);
-    ck_assert_int_eq(fkvf_archive_append_sections(path, NULL, 1, FKVF_SYNC_NONE, &er),
+    ck_assert_str_eq(er.file, path);
+    fkvf_archive_op_free(op);
+    /* arguments wrong: no handle */
+    op = (fkvf_archive_op *)&er; /* not NULL, so that the reset shows */
+    ck_assert_int_eq(fkvf_archive_append_sections(&op, path, NULL, 1, FKVF_SYNC_NONE),
                      FKVF_E_INVALID_ARG);
-    ck_assert_str_eq(er.info.message, "invalid arguments");
-    ck_assert_int_eq(fkvf_archive_append_sections(path, &bad, 1, FKVF_SYNC_NONE, NULL),
+    ck_assert_ptr_null(op);
+    ck_assert_int_eq(fkvf_archive_append_sections(&op, path, &sa, 1, 2), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_archive_append_sections(&op, NULL, &sa, 1, FKVF_SYNC_NONE),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_archive_append_sections(NULL, path, &bad, 1, FKVF_SYNC_NONE),
                      FKVF_E_INVALID_ARG);
     {
         /* a file that is not an archive: the reader's error, code and clause */
@@ -1033,13 +1042,15 @@ START_TEST(append_index_to_file)
         for (int i = 0; i < 256; i++)
             fputc('x', jf);
         fclose(jf);
-        int rc = fkvf_archive_append_sections(junk, &sa, 1, FKVF_SYNC_NONE, &er);
+        int rc = fkvf_archive_append_sections(&op, junk, &sa, 1, FKVF_SYNC_NONE);
         ck_assert_int_eq(rc, FKVF_E_BAD_MAGIC);
-        ck_assert_int_eq(er.info.code, rc);
-        ck_assert_ptr_nonnull(er.info.clause);
-        ck_assert_str_eq(er.info.clause, er.clause);
-        ck_assert_uint_eq(er.info.offset, 0);
-        ck_assert_str_eq(er.info.file, junk);
+        ck_assert_int_eq(fkvf_archive_op_error(op, &er), FKVF_OK);
+        ck_assert_int_eq(er.code, rc);
+        ck_assert_ptr_nonnull(er.clause);
+        ck_assert_str_eq(er.clause, "3.1");
+        ck_assert_uint_eq(er.offset, 0);
+        ck_assert_str_eq(er.file, junk);
+        fkvf_archive_op_free(op);
         unlink(junk);
     }
     fkvf_search_buffer_free(zd, NULL);
@@ -1189,9 +1200,7 @@ START_TEST(append_sections_value_stages_only)
     ck_assert_uint_eq(key, FKVF_STREAM_ID(0, 0, 0, 1, 0));
     fkvf_reader_free(r);
     fkvf_section_add sa = {FKVF_SECTION_ZIDX, 0, key, zd, zs};
-    fkvf_error_report er;
-    ck_assert_msg(fkvf_archive_append_sections(path, &sa, 1, FKVF_SYNC_NONE, &er) == FKVF_OK, "%s",
-                  er.message);
+    ck_assert_int_eq(fkvf_archive_append_sections(NULL, path, &sa, 1, FKVF_SYNC_NONE), FKVF_OK);
     fkvf_search_buffer_free(zd, NULL);
     ck_assert_int_eq(fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL), FKVF_OK);
     ck_assert_msg(fkvf_reader_verify(r) == FKVF_OK, "%s", fkvf_reader_message(r));

@@ -657,13 +657,17 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
     fkvf_reader_free(r); /* before appending */
     r = NULL;
     if (n) {
-        fkvf_error_report er;
-        int rc = fkvf_archive_append_sections(path, secs, n, nosync ? FKVF_SYNC_NONE : FKVF_SYNC_COMMIT,
-                                              &er);
+        fkvf_archive_op *op = NULL;
+        int rc = fkvf_archive_append_sections(&op, path, secs, n,
+                                              nosync ? FKVF_SYNC_NONE : FKVF_SYNC_COMMIT);
         if (rc) {
-            ret = cli_fail(cli_fkvf_exit(rc), rc, path, "%s", er.message);
-            goto out;
+            fkvf_error_info e;
+            int have = fkvf_archive_op_error(op, &e) == FKVF_OK && e.code != FKVF_OK;
+            ret = cli_fail_lib(rc, have ? &e : NULL, path, "");
         }
+        fkvf_archive_op_free(op);
+        if (rc)
+            goto out;
     }
     rep->built = n;
     ret = CLI_OK;

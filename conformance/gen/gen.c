@@ -753,9 +753,13 @@ int main(int argc, char **argv)
                 break;
         }
         fkvf_reader_free(r);
-        fkvf_error_report er;
-        if (fkvf_archive_append_sections(path_of("valid_zidx.fkvf"), secs, k, FKVF_SYNC_NONE, &er))
-            die("append ZIDX", er.message);
+        fkvf_archive_op *op = NULL;
+        if (fkvf_archive_append_sections(&op, path_of("valid_zidx.fkvf"), secs, k, FKVF_SYNC_NONE)) {
+            fkvf_error_info e;
+            fkvf_archive_op_error(op, &e);
+            die("append ZIDX", e.message);
+        }
+        fkvf_archive_op_free(op);
         for (size_t i = 0; i < k; i++)
             fkvf_search_buffer_free(data[i], NULL);
         acc("valid_zidx.fkvf", "§20",

@@ -344,12 +344,16 @@ static int make_one(const char *dir, unsigned idx, uint64_t seed)
             fkvf_reader_free(r);
             r = NULL;
             fkvf_section_add sec = {FKVF_SECTION_ZIDX, 0, key, zdata, zsize};
-            fkvf_error_report er;
-            if (fkvf_archive_append_sections(path, &sec, 1, FKVF_SYNC_COMMIT, &er)) {
+            fkvf_archive_op *op = NULL;
+            if (fkvf_archive_append_sections(&op, path, &sec, 1, FKVF_SYNC_COMMIT)) {
+                fkvf_error_info e;
+                fkvf_archive_op_error(op, &e);
                 fprintf(stderr, "fkvf-conf-rand: %s (%s): append ZIDX: %s\n", name, desc_txt,
-                        er.message);
+                        e.message);
+                fkvf_archive_op_free(op);
                 goto fail;
             }
+            fkvf_archive_op_free(op);
             zidx_done = 1;
         }
         fkvf_reader_free(r);

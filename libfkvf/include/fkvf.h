@@ -861,11 +861,12 @@ FKVF_API int fkvf_appender_error(const fkvf_appender *a, fkvf_error_info *out);
 /* Close; queued positions that were not committed are dropped. NULL is fine. */
 FKVF_API void fkvf_appender_free(fkvf_appender *a);
 
-/* ---- operations on a whole archive file: compaction, recovery ---- */
-/* fkvf_archive_compact and fkvf_archive_recover each run to completion in
- * one call. Their handle, fkvf_archive_op, only carries the outcome: set
- * through the call's out parameter whenever one could be allocated (on
- * failure too), read with fkvf_archive_op_error, released with
+/* ---- operations on a whole archive file: sections, compaction, recovery ---- */
+/* fkvf_archive_append_sections, fkvf_archive_compact and fkvf_archive_recover
+ * each run to completion in one call. Their handle, fkvf_archive_op, only
+ * carries the outcome: set through the call's out parameter whenever one
+ * could be allocated (on failure too), read with fkvf_archive_op_error,
+ * released with
  * fkvf_archive_op_free. out may be NULL (the error is then only the code). */
 typedef struct fkvf_archive_op fkvf_archive_op;
 
@@ -878,6 +879,30 @@ typedef struct fkvf_archive_op fkvf_archive_op;
 FKVF_API int fkvf_archive_op_error(const fkvf_archive_op *op, fkvf_error_info *out);
 /* Release the handle (NULL is fine). */
 FKVF_API void fkvf_archive_op_free(fkvf_archive_op *op);
+
+/* One commit holding the given sections, appended to an existing archive at
+ * path (the archive is append-only, spec 7.4): for optional sections such as
+ * ZIDX (fkvf_search_index_build). The positions, streams and exact rows
+ * stay those of the last commit. The file is locked like an appender's
+ * (FKVF_E_IO when an appender holds it, clause 7.4); a torn tail is
+ * FKVF_E_TORN. secs: n sections, borrowed during the call; the known
+ * section types are refused (FKVF_E_INVALID_ARG), as are path NULL or "",
+ * secs NULL with n > 0 and a sync other than FKVF_SYNC_COMMIT /
+ * FKVF_SYNC_NONE (then no handle is made). out (may be NULL): the handle of
+ * the call (fkvf_archive_op), whose error names the file, offset and clause
+ * (the appender's, or of the archive read at open); code FKVF_OK after a
+ * success. Allocates with malloc, does file I/O; safe to call from several
+ * threads on different files (the lock serializes writers of one file). */
+typedef struct fkvf_section_add {
+    uint32_t type, flags; /* flags FKVF_SECTION_*; the known types are refused */
+    uint64_t key;
+    const void *data;
+    size_t size;
+} fkvf_section_add;
+/* (documented above, with fkvf_section_add) */
+FKVF_API int fkvf_archive_append_sections(fkvf_archive_op **out, const char *path,
+                                          const fkvf_section_add *secs, size_t n,
+                                          unsigned sync);
 
 /* fkvf_archive_compact rewrites an archive of any number of commits as one
  * commit without re-encoding anything: the descriptor, the codebook (an
@@ -1134,38 +1159,6 @@ FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void *
 /* Free a buffer of fkvf_search_index_build with the allocator it was built
  * with (NULL = malloc family). p NULL is fine. */
 FKVF_API void fkvf_search_buffer_free(void *p, const fkvf_allocator *alloc);
-
-/* An error reported by a call that has no handle to keep it
- * (fkvf_archive_append_sections): info as a handle's *_error gives it, its
- * strings pointing into this struct (message, clause) or to the caller's
- * path (file). The caller owns the struct; the strings live as long as it
- * and until it is passed to another call. */
-typedef struct fkvf_error_report {
-    fkvf_error_info info;
-    char message[1024];  /* info.message; a longer message is cut */
-    char clause[16];     /* info.clause when not NULL */
-} fkvf_error_report;
-
-/* Append one commit holding the given sections to an existing archive at
- * path (the archive is append-only, spec 7.4): for optional sections such as
- * ZIDX. The positions, streams and exact rows stay those of the last
- * commit. The file is locked like an appender's (FKVF_E_IO when an appender
- * holds it); a torn tail is FKVF_E_TORN. secs (n of them, borrowed during
- * the call) may not use the known section types (FKVF_E_INVALID_ARG). sync: FKVF_SYNC_COMMIT or FKVF_SYNC_NONE.
- * err (may be NULL) is always filled: code FKVF_OK and message "" on
- * success, else the error with the offset and clause it cites (the
- * appender's, or of the archive read at open). Allocates with malloc, does
- * file I/O; safe to call from several threads on different files (the lock
- * serializes writers of one file). */
-typedef struct fkvf_section_add {
-    uint32_t type, flags; /* flags FKVF_SECTION_*; the known types are refused */
-    uint64_t key;
-    const void *data;
-    size_t size;
-} fkvf_section_add;
-/* (documented above, with fkvf_section_add) */
-FKVF_API int fkvf_archive_append_sections(const char *path, const fkvf_section_add *secs,
-                                          size_t n, unsigned sync, fkvf_error_report *err);
 
 /* ---- end of search ---------------------------------------------------- */
 

@@ -1,6 +1,6 @@
-/* fkvf_archive_op (fkvf.h): the handle of fkvf_archive_compact and
- * fkvf_archive_recover, the operations on a whole archive file; it only
- * carries their error (archive_op.h). */
+/* fkvf_archive_op (fkvf.h): the handle of fkvf_archive_append_sections,
+ * fkvf_archive_compact and fkvf_archive_recover, the operations on a whole
+ * archive file; it only carries their error (archive_op.h). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,8 +11,6 @@
 #include "fkvf.h"
 #include "archive_op.h"
 
-#define FKVF_ARCHIVE_OP_MAGIC UINT32_C(0x504F4B46) /* "FKOP" */
-
 int fkvf_archive_op_new(fkvf_archive_op **out, const char *src, const fkvf_allocator *alloc)
 {
     const fkvf_allocator *al = fkvf_alloc_or_default(alloc);
@@ -20,7 +18,7 @@ int fkvf_archive_op_new(fkvf_archive_op **out, const char *src, const fkvf_alloc
     *out = op;
     if (!op)
         return FKVF_E_NOMEM;
-    op->magic = FKVF_ARCHIVE_OP_MAGIC;
+    fkvf_handle_init(&op->h, FKVF_HANDLE_ARCHIVE_OP);
     op->alloc = al;
     fkvf_diag_clear(&op->diag);
     if (!(op->src = fkvf_strndup(al, src, strlen(src))))
@@ -77,7 +75,7 @@ FKVF_API int fkvf_archive_op_error(const fkvf_archive_op *op, fkvf_error_info *o
 {
     if (!out)
         return FKVF_E_INVALID_ARG;
-    if (!op || op->magic != FKVF_ARCHIVE_OP_MAGIC) {
+    if (!FKVF_HANDLE_IS(op, FKVF_HANDLE_ARCHIVE_OP)) {
         memset(out, 0, sizeof *out);
         out->code = FKVF_E_STATE;
         out->offset = FKVF_ERROR_NO_OFFSET;
@@ -90,11 +88,11 @@ FKVF_API int fkvf_archive_op_error(const fkvf_archive_op *op, fkvf_error_info *o
 
 FKVF_API void fkvf_archive_op_free(fkvf_archive_op *op)
 {
-    if (!op || op->magic != FKVF_ARCHIVE_OP_MAGIC)
+    if (!FKVF_HANDLE_IS(op, FKVF_HANDLE_ARCHIVE_OP))
         return;
     const fkvf_allocator *al = op->alloc;
     fkvf_free(al, op->src);
     fkvf_free(al, op->path);
-    op->magic = 0;
+    op->h.magic = 0;
     fkvf_free(al, op);
 }

@@ -1,14 +1,16 @@
 /* Internal to the append module: the handle of the operations on a whole
- * archive file (fkvf_archive_compact, fkvf_archive_recover; fkvf.h
- * fkvf_archive_op), which carries their error as fields. */
+ * archive file (fkvf_archive_append_sections, fkvf_archive_compact,
+ * fkvf_archive_recover; fkvf.h fkvf_archive_op), which carries their error
+ * as fields. */
 #ifndef FKVF_APPEND_ARCHIVE_OP_H
 #define FKVF_APPEND_ARCHIVE_OP_H
 
 #include "error.h"
+#include "handle.h"
 #include "fkvf.h"
 
 struct fkvf_archive_op {
-    uint32_t magic;
+    fkvf_handle h;  /* FKVF_HANDLE_ARCHIVE_OP; always OPEN (it only reports) */
     const fkvf_allocator *alloc;
     fkvf_diag diag; /* name: src or path, whichever the error is about */
     char *src;      /* the archive operated on */

@@ -1,4 +1,5 @@
-/* The part every public handle (reader, writer, appender, search) shares:
+/* The part every public handle (reader, writer, appender, search, archive
+ * operation) shares:
  * a magic naming its kind, so that a NULL, freed or other kind of handle is
  * refused, and its state, so that one check at the entry of every public
  * call decides whether the call may run (as libarchive's
@@ -16,6 +17,7 @@
 #define FKVF_HANDLE_WRITER UINT32_C(0x57564B46)   /* "FKVW" */
 #define FKVF_HANDLE_APPENDER UINT32_C(0x50414B46) /* "FKAP" */
 #define FKVF_HANDLE_SEARCH UINT32_C(0x48435253)   /* "SRCH" */
+#define FKVF_HANDLE_ARCHIVE_OP UINT32_C(0x504F4B46) /* "FKOP" */
 
 typedef enum fkvf_handle_state {
     FKVF_HANDLE_OPEN = 0,     /* calls run */
