@@ -268,6 +268,41 @@ END_TEST
 
 /* ---- versions ------------------------------------------------------------------ */
 
+/* fkvf_index_stream_id against the canonical order of spec 11.2 written out
+ * as nested loops (layer, head, the key stages, then the value stages), the
+ * spec's example id of 11.1, and the shapes no archive has. */
+START_TEST(index_stream_id_canonical_order)
+{
+    static const unsigned shapes[][4] = {
+        {1, 1, 1, 0}, {1, 1, 0, 1}, {2, 3, 2, 1}, {5, 4, 2, 2}, {3, 2, 16, 16}, {2, 1, 0, 3}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        unsigned L = shapes[s][0], H = shapes[s][1], ks = shapes[s][2], vs = shapes[s][3];
+        uint64_t j = 0;
+        for (unsigned l = 0; l < L; l++)
+            for (unsigned h = 0; h < H; h++)
+                for (unsigned kv = 0; kv < 2; kv++)
+                    for (unsigned st = 0; st < (kv ? vs : ks); st++, j++)
+                        ck_assert_uint_eq(fkvf_index_stream_id(L, H, ks, vs, j),
+                                          ((uint64_t)st << 40) | ((uint64_t)kv << 32) |
+                                              ((uint64_t)h << 16) | l);
+        ck_assert_uint_eq(j, (uint64_t)L * H * (ks + vs));
+        ck_assert_uint_eq(fkvf_index_stream_id(L, H, ks, vs, j), UINT64_MAX);
+    }
+    /* spec 11.1: the values of layer 3, head 1, stage 1 */
+    ck_assert_uint_eq(fkvf_index_stream_id(4, 2, 2, 2, (3 * 2 + 1) * 4 + 2 + 1),
+                      UINT64_C(0x0000010100010003));
+    ck_assert_uint_eq(fkvf_index_stream_id(65536, 65536, 16, 16, UINT64_C(65536) * 65536 * 32 - 1),
+                      FKVF_STREAM_ID(0, 65535, 65535, 1, 15));
+    ck_assert_uint_eq(fkvf_index_stream_id(0, 1, 1, 1, 0), UINT64_MAX);
+    ck_assert_uint_eq(fkvf_index_stream_id(1, 0, 1, 1, 0), UINT64_MAX);
+    ck_assert_uint_eq(fkvf_index_stream_id(1, 1, 0, 0, 0), UINT64_MAX);
+    ck_assert_uint_eq(fkvf_index_stream_id(1, 1, 17, 1, 0), UINT64_MAX);
+    ck_assert_uint_eq(fkvf_index_stream_id(1, 1, 1, 17, 0), UINT64_MAX);
+    ck_assert_uint_eq(fkvf_index_stream_id(65537, 1, 1, 1, 0), UINT64_MAX);
+    ck_assert_uint_eq(fkvf_index_stream_id(1, 65537, 1, 1, 0), UINT64_MAX);
+}
+END_TEST
+
 START_TEST(version_macros_match_runtime)
 {
     ck_assert_uint_eq(fkvf_version_number(), FKVF_VERSION_NUMBER);
@@ -707,6 +742,7 @@ static Suite *common_suite(void)
     tcase_add_test(t, error_unknown_code_never_null);
     tcase_add_test(t, error_class_ranges);
     tcase_add_test(t, version_macros_match_runtime);
+    tcase_add_test(t, index_stream_id_canonical_order);
     tcase_add_test(t, diag_fields_beside_the_message);
     tcase_add_test(t, reader_error_names_the_field);
     tcase_add_test(t, filemap_maps_and_reads);

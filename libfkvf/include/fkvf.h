@@ -239,6 +239,17 @@ FKVF_API uint64_t fkvf_codebook_size(const fkvf_codebook_shape *shape);
 /* Content hash (spec 13.3): XXH3-128, canonical bytes, of CBK1 contents. */
 FKVF_API void fkvf_codebook_hash(const void *cbk1, size_t size, uint8_t out[16]);
 
+/* The stream id (FKVF_STREAM_ID, kind FKVF_STREAM_KIND_INDEX) of index stream
+ * j in the canonical order of spec 11.2, which is also the code order of
+ * fkvf_rvq_codes_per_position, the reader's stream indices and the codes of
+ * fkvf_writer_add_index_segment: j = (layer * n_kv_heads + head) *
+ * (k_stages + v_stages) + (keys ? stage : k_stages + stage). UINT64_MAX when
+ * j is not below n_layers * n_kv_heads * (k_stages + v_stages), or the shape
+ * cannot be an archive's (a zero count, n_layers or n_kv_heads above 65536,
+ * a stage count above 16). Pure: no allocation, no I/O, thread-safe. */
+FKVF_API uint64_t fkvf_index_stream_id(uint32_t n_layers, uint32_t n_kv_heads, unsigned k_stages,
+                                       unsigned v_stages, uint64_t j);
+
 /* ---- reader ------------------------------------------------------------ */
 
 typedef struct fkvf_reader fkvf_reader;

@@ -238,12 +238,9 @@ static int load_window(fkvf_appender *a, fkvf_reader *r, const fkvf_codebook_sha
             !(a->itail = fkvf_malloc(a->alloc, cnt * sizeof *a->itail)))
             return FAIL(FKVF_E_NOMEM, NULL, "no memory");
         uint32_t tmp[64];
-        unsigned per = (unsigned)cb->k_stages + cb->v_stages;
         for (size_t j = 0; j < a->cpp; j++) {
-            uint32_t lh = (uint32_t)(j / per), s = (uint32_t)(j % per);
-            unsigned kv = s >= cb->k_stages;
-            uint64_t id = FKVF_STREAM_ID(0, lh / a->desc.n_kv_heads, lh % a->desc.n_kv_heads, kv,
-                                         kv ? s - cb->k_stages : s);
+            uint64_t id = fkvf_index_stream_id(a->desc.n_layers, a->desc.n_kv_heads, cb->k_stages,
+                                               cb->v_stages, j);
             size_t idx;
             if ((rc = fkvf_reader_stream_find(r, id, &idx)) ||
                 (rc = fkvf_reader_stream_read(r, idx, f, tmp, a->itail_n))) {

@@ -65,16 +65,10 @@ typedef struct job {
     fkvf_compact_result *res;
 } job;
 
-/* The index stream of code j in the code order of
- * fkvf_rvq_codes_per_position: (layer * H + head) * (ks + vs) + stage, the
- * key stages first. */
+/* The index stream of code j in the code order (spec 11.2). */
 static uint64_t index_stream_id(const fkvf_desc *d, const fkvf_codebook_shape *s, size_t j)
 {
-    unsigned per = (unsigned)s->k_stages + s->v_stages;
-    uint32_t lh = (uint32_t)(j / per), st = (uint32_t)(j % per);
-    unsigned kv = st >= s->k_stages;
-    return FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, lh / d->n_kv_heads, lh % d->n_kv_heads, kv,
-                          kv ? st - s->k_stages : st);
+    return fkvf_index_stream_id(d->n_layers, d->n_kv_heads, s->k_stages, s->v_stages, j);
 }
 
 /* Metadata, entry by entry, with its type. */

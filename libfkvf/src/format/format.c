@@ -933,3 +933,18 @@ FKVF_API void fkvf_codebook_hash(const void *cbk1, size_t size, uint8_t out[16])
 {
     fkvf_xxh3_128(cbk1, size, out);
 }
+
+FKVF_API uint64_t fkvf_index_stream_id(uint32_t n_layers, uint32_t n_kv_heads, unsigned k_stages,
+                                       unsigned v_stages, uint64_t j)
+{
+    if (!n_layers || !n_kv_heads || n_layers > 65536 || n_kv_heads > 65536 || k_stages > 16 ||
+        v_stages > 16 || k_stages + v_stages == 0)
+        return UINT64_MAX;
+    uint64_t per = (uint64_t)k_stages + v_stages; /* products below 2^37: no overflow */
+    if (j >= (uint64_t)n_layers * n_kv_heads * per)
+        return UINT64_MAX;
+    uint64_t lh = j / per, s = j % per;
+    unsigned kv = s >= k_stages;
+    return FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, lh / n_kv_heads, lh % n_kv_heads, kv,
+                          kv ? s - k_stages : s);
+}

@@ -240,11 +240,8 @@ int rd_stream_at(const fkvf_reader *r, size_t index, rd_stream *s)
     } else {
         s->g = (rd_group *)ix;
         s->ord = (uint32_t)index;
-        uint32_t per_head = (uint32_t)ix->k_stages + ix->v_stages;
-        uint32_t lh = s->ord / per_head, j = s->ord % per_head;
-        uint32_t layer = lh / r->desc.n_kv_heads, head = lh % r->desc.n_kv_heads;
-        unsigned kv = j >= ix->k_stages, stage = kv ? j - ix->k_stages : j;
-        s->id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, layer, head, kv, stage);
+        s->id = fkvf_index_stream_id(r->desc.n_layers, r->desc.n_kv_heads, ix->k_stages,
+                                     ix->v_stages, s->ord);
     }
     s->stored_bytes = s->g->stored_per_stream;
     return FKVF_OK;

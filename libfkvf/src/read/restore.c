@@ -67,21 +67,17 @@ int rd_restore_prepare(fkvf_reader *r)
         fkvf_rvq_free(q);
         return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for the stream map");
     }
-    unsigned per = (unsigned)shape.k_stages + shape.v_stages;
-    for (uint32_t l = 0; l < r->desc.n_layers; l++)
-        for (uint32_t h = 0; h < r->desc.n_kv_heads; h++)
-            for (unsigned j = 0; j < per; j++) {
-                unsigned kv = j >= shape.k_stages, stage = kv ? j - shape.k_stages : j;
-                uint64_t id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, h, kv, stage);
-                size_t idx = ((size_t)l * r->desc.n_kv_heads + h) * per + j;
-                if (rd_stream_find(r, id, &map[idx]) != FKVF_OK) {
-                    /* n_archived > 0 guarantees every stream (spec 11.8) */
-                    fkvf_free(r->alloc, map);
-                    fkvf_rvq_free(q);
-                    return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "11.8",
-                                "index stream %016llx missing", (unsigned long long)id);
-                }
-            }
+    for (size_t idx = 0; idx < n; idx++) {
+        uint64_t id = fkvf_index_stream_id(r->desc.n_layers, r->desc.n_kv_heads, shape.k_stages,
+                                           shape.v_stages, idx);
+        if (rd_stream_find(r, id, &map[idx]) != FKVF_OK) {
+            /* n_archived > 0 guarantees every stream (spec 11.8) */
+            fkvf_free(r->alloc, map);
+            fkvf_rvq_free(q);
+            return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "11.8", "index stream %016llx missing",
+                        (unsigned long long)id);
+        }
+    }
     r->rvq = q;
     r->cb_streams = map;
     return FKVF_OK;
