@@ -303,6 +303,26 @@ START_TEST(index_stream_id_canonical_order)
 }
 END_TEST
 
+/* fkvf_quad_bits_for: the even widths of spec 12.1 at their edges */
+START_TEST(quad_bits_for_widths)
+{
+    static const struct {
+        uint64_t max;
+        unsigned bits;
+    } w[] = {{0, 2},           {3, 2},
+             {4, 4},           {15, 4},
+             {16, 6},          {255, 8},
+             {256, 10},        {4095, 12},
+             {65535, 16},      {65536, 18},
+             {(1u << 30) - 1, 30}, {1u << 30, 32},
+             {UINT32_MAX, 32}, {(uint64_t)UINT32_MAX + 1, 0},
+             {UINT64_MAX, 0}};
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        ck_assert_msg(fkvf_quad_bits_for(w[i].max) == w[i].bits, "max %llu: %u bits, not %u",
+                      (unsigned long long)w[i].max, fkvf_quad_bits_for(w[i].max), w[i].bits);
+}
+END_TEST
+
 START_TEST(version_macros_match_runtime)
 {
     ck_assert_uint_eq(fkvf_version_number(), FKVF_VERSION_NUMBER);
@@ -743,6 +763,7 @@ static Suite *common_suite(void)
     tcase_add_test(t, error_class_ranges);
     tcase_add_test(t, version_macros_match_runtime);
     tcase_add_test(t, index_stream_id_canonical_order);
+    tcase_add_test(t, quad_bits_for_widths);
     tcase_add_test(t, diag_fields_beside_the_message);
     tcase_add_test(t, reader_error_names_the_field);
     tcase_add_test(t, filemap_maps_and_reads);

@@ -107,6 +107,7 @@
  *  fkvf_writer_meta_bytes        | alloc (writer_*)
  *  fkvf_writer_add_exact         | alloc + io (writer_*)
  *  fkvf_stream_spec_align        | n/a pure
+ *  fkvf_quad_bits_for            | n/a pure (test_common quad_bits_for_widths)
  *  fkvf_writer_add_index_segment | alloc + io (writer_*)
  *  fkvf_writer_add_token_segment | alloc + io (writer_sink, writer_file)
  *  fkvf_writer_add_codebooks     | alloc + io (writer_*, writer_cbfile*)

@@ -960,14 +960,6 @@ int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
     return ex;
 }
 
-unsigned cli_quad_bits_for(uint64_t maxv)
-{
-    unsigned b = 2;
-    while (b < 32 && (maxv >> b) != 0)
-        b += 2;
-    return b;
-}
-
 uint64_t cli_file_size(const char *path)
 {
     struct stat st;

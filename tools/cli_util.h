@@ -245,8 +245,6 @@ int cli_open_codebook(fkvf_reader *r, const char *archive, const char *given, fk
 int cli_attach_codebook(fkvf_reader *r, const char *archive, const char *given,
                         fkvf_reader **cb, char *missing, size_t missing_size);
 
-/* Smallest even quad symbol width (2..32) whose alphabet holds 0..maxv. */
-unsigned cli_quad_bits_for(uint64_t maxv);
 
 /* Size of a file in bytes, 0 when it cannot be stat'ed. */
 uint64_t cli_file_size(const char *path);

@@ -419,8 +419,8 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         if ((uint64_t)mx > UINT32_MAX)
             return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->cache,
                             "token ids above 2^32-1 cannot be stored (use --no-tokens)");
-        if (!o->tok_bits && cli_quad_bits_for((uint64_t)mx) > bits)
-            bits = cli_quad_bits_for((uint64_t)mx);
+        if (!o->tok_bits && fkvf_quad_bits_for((uint64_t)mx) > bits)
+            bits = fkvf_quad_bits_for((uint64_t)mx);
         cr.token_codec.profile = FKVF_PROFILE_QUAD;
         cr.token_codec.symbol_bits = bits;
     }

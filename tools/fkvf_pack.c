@@ -350,7 +350,7 @@ static void pack_choose_k(const pack_opts *o, const kvio_cache *c, pack_plan *p)
         uint32_t k = p->k = CLI_CB_K_MIN;
         uint64_t cb = cli_cb_bytes(c, k, o->code.ks, o->code.vs, o->f32, 0);
         double idx = (double)A * c->n_layers * c->n_kv_heads * (o->code.ks + o->code.vs) *
-                     cli_quad_bits_for(k - 1) / 8.0;
+                     fkvf_quad_bits_for(k - 1) / 8.0;
         double exact = (double)A * (double)p->rb;
         if ((double)cb + idx >= exact) {
             cli_note("%s: %" PRIu64 " archived positions are too few for an embedded "
@@ -481,7 +481,7 @@ static int pack_write_codebooks(const pack_opts *o, pack_state *s, const pack_pl
         sp.alphabet = p->shape.k;
     } else {
         sp.profile = FKVF_PROFILE_QUAD;
-        sp.symbol_bits = cli_quad_bits_for(p->shape.k - 1);
+        sp.symbol_bits = fkvf_quad_bits_for(p->shape.k - 1);
     }
     /* s->codes holds one array of A codes per index stream */
     return fkvf_writer_add_index_segment(s->w, &sp, 0, p->A, s->codes, 1, (size_t)p->A);
@@ -507,7 +507,7 @@ static int pack_write_tokens(const pack_opts *o, pack_state *s, const pack_plan 
         fkvf_stream_spec sp;
         memset(&sp, 0, sizeof sp);
         sp.profile = FKVF_PROFILE_QUAD;
-        sp.symbol_bits = cli_quad_bits_for((uint64_t)mx);
+        sp.symbol_bits = fkvf_quad_bits_for((uint64_t)mx);
         rc = fkvf_writer_add_token_segment(s->w, &sp, 0, tok, (size_t)P);
     }
     if (tok != s->sym)

@@ -714,6 +714,13 @@ typedef struct fkvf_stream_spec {
  * (16 for 8-bit symbols), ngon the span length L; 0 for an invalid spec. */
 FKVF_API uint32_t fkvf_stream_spec_align(const fkvf_stream_spec *spec);
 
+/* The smallest quad symbol width (even, 2..32, spec 12.1) whose alphabet
+ * holds the symbols 0..max_symbol: what a stream of codebook indices
+ * (max_symbol = k - 1) or of token ids (the largest id) needs. 0 when
+ * max_symbol is above 2^32 - 1 (no quad width holds it). Pure: no
+ * allocation, no I/O, thread-safe. */
+FKVF_API unsigned fkvf_quad_bits_for(uint64_t max_symbol);
+
 /* A segment of every index stream (spec 11.2): symbols [first, first+count)
  * of each (layer, head, K|V, stage) stream, in one STRM section. Needs the
  * descriptor and the codebook (its stage counts and k) first. The symbol of

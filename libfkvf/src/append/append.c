@@ -146,14 +146,6 @@ FKVF_API int fkvf_appender_info(const fkvf_appender *a, fkvf_append_info *out)
 }
 
 /* Smallest even quad width holding symbols below k (spec 11.8). */
-static unsigned quad_bits_for(uint32_t k)
-{
-    unsigned b = 2;
-    while (b < 32 && ((uint64_t)1 << b) < k)
-        b += 2;
-    return b;
-}
-
 /* The codec of stream `id` and its length; 0 when the archive lacks it. */
 static int spec_from_stream(fkvf_reader *r, uint64_t id, fkvf_stream_spec *spec, uint64_t *len)
 {
@@ -356,7 +348,7 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
     } else if (a->q) {
         memset(&a->ispec, 0, sizeof a->ispec);
         a->ispec.profile = FKVF_PROFILE_QUAD;
-        a->ispec.symbol_bits = quad_bits_for(cb->k);
+        a->ispec.symbol_bits = fkvf_quad_bits_for((uint64_t)cb->k - 1);
     }
     a->iu = a->q ? fkvf_stream_spec_align(&a->ispec) : 1;
     st->token_present = spec_from_stream(r, FKVF_STREAM_ID_TOKENS, &st->token_spec,
@@ -549,7 +541,7 @@ FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
     if (has_cb && is.profile == 0) {
         memset(&is, 0, sizeof is);
         is.profile = FKVF_PROFILE_QUAD;
-        is.symbol_bits = quad_bits_for(shape.k);
+        is.symbol_bits = fkvf_quad_bits_for((uint64_t)shape.k - 1);
     }
     if ((has_cb && is.profile == FKVF_PROFILE_NGON) || c->token_codec.profile == FKVF_PROFILE_NGON)
         wo.required_features |= FKVF_FEAT_NGON;

@@ -572,6 +572,16 @@ static int ensure_vtxs(fkvf_writer *w, const fkvf_ngon *g)
     return FKVF_OK;
 }
 
+FKVF_API unsigned fkvf_quad_bits_for(uint64_t max_symbol)
+{
+    if (max_symbol > UINT32_MAX)
+        return 0;
+    unsigned b = 2;
+    while (b < 32 && (max_symbol >> b) != 0)
+        b += 2;
+    return b;
+}
+
 FKVF_API uint32_t fkvf_stream_spec_align(const fkvf_stream_spec *spec)
 {
     if (!spec)
