@@ -289,6 +289,34 @@ grep_in verify-torn-json-commit '"commit_served":' "$T/out"
 check append-torn 1 "$FKVF" append "$T/t.fkvf" "$CACHE" --positions 0:4
 grep_in append-torn-msg "torn tail" "$T/err"
 same append-torn-unchanged "$T/t.fkvf" "$T/t.before"
+# a file another process holds locked (as an appender does, spec 7.4):
+# recover, compact --in-place and append all refuse it with the one message
+# of the lock they share, exit 2, the file unchanged; a dry run needs no lock
+if command -v flock >/dev/null 2>&1; then
+    cp "$T/t.before" "$T/lk.fkvf"
+    rm -f "$T/lk.ready" "$T/lk.release"
+    flock -x "$T/lk.fkvf" sh -c 'touch "$1.ready"; i=0; while [ ! -e "$1.release" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done' sh "$T/lk" &
+    lkpid=$!
+    i=0; while [ ! -e "$T/lk.ready" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+    for c in "recover" "compact --in-place" "append"; do
+        n=$(echo "$c" | tr -d ' -')
+        # shellcheck disable=SC2086
+        if [ "$c" = append ]; then set -- "$CACHE" --positions 0:4 --continues --recover; else set --; fi
+        # shellcheck disable=SC2086
+        check "locked-$n" 2 "$FKVF" $c "$T/lk.fkvf" "$@"
+        grep_in "locked-$n-msg" "lk.fkvf: cannot lock the file (.*): another appender has it open (spec 7.4)" "$T/err"
+        # shellcheck disable=SC2086
+        check "locked-$n-json" 2 "$FKVF" $c "$T/lk.fkvf" "$@" --json
+        grep_in "locked-$n-json-clause" '"name":"FKVF_E_IO",.*"clause":"7.4"' "$T/out"
+        same "locked-$n-unchanged" "$T/lk.fkvf" "$T/t.before"
+    done
+    check locked-recover-dry 0 "$FKVF" recover "$T/lk.fkvf" --dry-run
+    touch "$T/lk.release"
+    wait "$lkpid"
+    rm -f "$T/lk.fkvf" "$T/lk.ready" "$T/lk.release"
+else
+    echo "cli_append: locked-file refusals SKIPPED (no flock)"
+fi
 check recover-dry 0 "$FKVF" recover "$T/t.fkvf" --dry-run
 grep_in recover-dry "would remove" "$T/out"
 same recover-dry-unchanged "$T/t.fkvf" "$T/t.before"
