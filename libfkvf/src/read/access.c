@@ -202,36 +202,14 @@ static float *stage_vec(stage *s, size_t off, uint32_t dim)
 
 /* ---- exact rows ------------------------------------------------------------ */
 
-/* The row of exact position pos: the last covering EXAC section (spec 14.3). */
-static int exact_row(fkvf_reader *r, uint64_t pos, const uint8_t **row)
-{
-    for (size_t x = r->n_exact; x-- > 0;) {
-        const rd_exact *e = &r->exact[x];
-        if (e->h.first <= pos && pos - e->h.first < e->h.count) {
-            const uint8_t *b;
-            uint64_t n;
-            int rc = rd_section_bytes(r, e->sec, &b, &n);
-            if (rc)
-                return rc;
-            uint64_t off = FKVF_SUBHDR_SIZE + (pos - e->h.first) * r->row_bytes;
-            if (!fkvf_range_ok(off, r->row_bytes, n)) /* the open checked the size */
-                return FAIL(FKVF_E_CORRUPT, r->sections[e->sec].e.offset, "14.2",
-                            "EXAC section too short for position %llu",
-                            (unsigned long long)pos);
-            *row = b + off;
-            return FKVF_OK;
-        }
-    }
-    return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "14", "exact position %llu not covered",
-                (unsigned long long)pos);
-}
-
 static int read_exact(fkvf_reader *r, const plan *p, uint64_t pos, uint8_t *out)
 {
-    const uint8_t *row = NULL;
-    int rc = exact_row(r, pos, &row);
+    const void *rowp = NULL;
+    size_t rb;
+    int rc = rd_exact_row(r, pos, &rowp, &rb); /* the latest covering EXAC (spec 14.3) */
     if (rc)
         return rc;
+    const uint8_t *row = rowp;
     const fkvf_dtype st = r->desc.dtype;
     const size_t se = fkvf_dtype_size((int)st), H = r->desc.n_kv_heads;
     const size_t i = (size_t)(pos - p->first);
