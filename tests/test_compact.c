@@ -542,6 +542,8 @@ START_TEST(compact_not_an_archive)
     ck_assert_str_eq(e.file, src);
     ck_assert_uint_eq(e.offset, 0);
     ck_assert_ptr_nonnull(e.clause);
+    ck_assert_ptr_nonnull(e.field); /* the reader's field, kept */
+    ck_assert_str_eq(e.field, "header.magic");
     /* the file named once, the code once */
     ck_assert_ptr_null(strstr(e.message + strlen(src), src));
     const char *tag = strstr(e.message, "[FKVF_E_BAD_MAGIC]");
@@ -612,12 +614,10 @@ END_TEST
 
 /* Search indexes: one rebuilt per stream that had one (two stale ones of
  * the token stream in the input give one). */
-START_TEST(compact_rebuilds_search_index)
+/* An archive at src (made in the test directory) with two commits that
+ * index its token stream (ZIDX), the second index replacing the first. */
+static void build_indexed(const char *src)
 {
-    make_dir();
-    char src[128], dst[128];
-    path_in(src, sizeof src, "a.fkvf");
-    path_in(dst, sizeof dst, "c.fkvf");
     uint64_t commits, positions;
     build(src, NULL, &commits, &positions);
     fkvf_append_options ao;
@@ -641,6 +641,15 @@ START_TEST(compact_rebuilds_search_index)
                          FKVF_OK);
         fkvf_search_buffer_free(zd, NULL);
     }
+}
+
+START_TEST(compact_rebuilds_search_index)
+{
+    make_dir();
+    char src[128], dst[128];
+    path_in(src, sizeof src, "a.fkvf");
+    path_in(dst, sizeof dst, "c.fkvf");
+    build_indexed(src);
     fkvf_compact_result res;
     ck_assert_int_eq(fkvf_archive_compact(NULL, src, dst, NULL, &res), FKVF_OK);
     ck_assert_uint_eq(res.search_indexes, 1);
@@ -760,6 +769,46 @@ static void alloc_loop(int in_place)
     remove_dir();
 }
 
+/* The rebuilt search indexes come from the caller's allocator too: some
+ * failing allocation is the index build's (fkvf_compact_options.alloc was
+ * not passed to fkvf_search_index_build, which then used malloc). */
+START_TEST(compact_search_index_caller_allocator)
+{
+    make_dir();
+    char src[128], dst[128];
+    path_in(src, sizeof src, "a.fkvf");
+    path_in(dst, sizeof dst, "c.fkvf");
+    build_indexed(src);
+    counting cnt;
+    memset(&cnt, 0, sizeof cnt);
+    fkvf_allocator al = {ca_alloc, ca_realloc, ca_free, &cnt};
+    fkvf_compact_options o;
+    fkvf_compact_options_init(&o);
+    o.alloc = &al;
+    o.sync = FKVF_SYNC_NONE;
+    fkvf_compact_result res;
+    ck_assert_int_eq(fkvf_archive_compact(NULL, src, dst, &o, &res), FKVF_OK);
+    ck_assert_uint_eq(res.search_indexes, 1);
+    ck_assert_int_eq(cnt.live, 0);
+    long total = cnt.calls, in_index = 0;
+    for (long k = 1; k <= total; k++) {
+        unlink(dst);
+        memset(&cnt, 0, sizeof cnt);
+        cnt.fail_at = k;
+        fkvf_archive_op *c = NULL;
+        int rc = fkvf_archive_compact(&c, src, dst, &o, NULL);
+        fkvf_error_info e;
+        if (rc == FKVF_E_NOMEM && fkvf_archive_op_error(c, &e) == FKVF_OK &&
+            strstr(e.message, "search index"))
+            in_index++;
+        fkvf_archive_op_free(c);
+        EXPECTF(cnt.live == 0, "k %ld: %ld blocks leaked", k, cnt.live);
+    }
+    ck_assert_int_gt(in_index, 0);
+    remove_dir();
+}
+END_TEST
+
 START_TEST(compact_alloc_every_call) { alloc_loop(0); }
 END_TEST
 
@@ -779,6 +828,7 @@ static Suite *suite(void)
     tcase_add_test(t, compact_not_an_archive);
     tcase_add_test(t, compact_external_codebook);
     tcase_add_test(t, compact_rebuilds_search_index);
+    tcase_add_test(t, compact_search_index_caller_allocator);
     tcase_add_test(t, compact_alloc_every_call);
     tcase_add_test(t, compact_in_place_alloc_every_call);
     suite_add_tcase(s, t);

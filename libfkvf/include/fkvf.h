@@ -950,9 +950,8 @@ typedef struct fkvf_compact_options {
                           * before its rename; FKVF_SYNC_NONE: not synced */
     fkvf_reader *codebook_file; /* the codebook file of an archive that refers to
                           * an external one (borrowed during the call only) */
-    const fkvf_allocator *alloc; /* every allocation of the call; NULL: malloc.
-                          * (Rebuilding a search index allocates with malloc,
-                          * as fkvf_search_index_build does.) */
+    const fkvf_allocator *alloc; /* every allocation of the call, the rebuilt
+                          * search indexes too; NULL: malloc */
     void (*progress)(void *opaque, uint64_t done, uint64_t total); /* NULL: none;
                           * called after each index stream copied */
     void *progress_opaque;

@@ -59,6 +59,7 @@ int fkvf_archive_op_fail_from(fkvf_archive_op *op, int rc, const fkvf_error_info
     if (e && e->code != FKVF_OK) {
         op->diag.offset = e->offset;
         snprintf(op->diag.clause, sizeof op->diag.clause, "%s", e->clause ? e->clause : "");
+        snprintf(op->diag.field, sizeof op->diag.field, "%s", e->field ? e->field : "");
     }
     return rc;
 }

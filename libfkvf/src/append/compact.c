@@ -296,10 +296,10 @@ static int rebuild_zidx(job *j)
         void *zd = NULL;
         size_t zn = 0;
         uint64_t zk = 0;
-        int rc = fkvf_search_index_build(j->r, zi, &zd, &zn, &zk, NULL);
+        int rc = fkvf_search_index_build(j->r, zi, &zd, &zn, &zk, c->alloc);
         if (rc == FKVF_OK)
             rc = fkvf_writer_add_section(j->w, FKVF_SECTION_ZIDX, 0, zk, zd, zn);
-        fkvf_search_buffer_free(zd, NULL);
+        fkvf_search_buffer_free(zd, c->alloc);
         if (rc != FKVF_OK)
             return fail_writer(c, rc, j->w, "search index");
         j->res->search_indexes++;
