@@ -19,8 +19,6 @@
  *     the size), page cache warm and after posix_fadvise(DONTNEED).
  * Files go to $TMPDIR (/tmp) and are removed. Output: markdown tables. */
 #define _POSIX_C_SOURCE 200809L
-/* the second tier of fkvf.h (not ABI-stable): fkvf_f32_to_f16 */
-#define FKVF_STATIC_LINKING_ONLY
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -42,8 +42,6 @@
  * markdown table, then the ratios cost(largest n)/cost(smallest n) per
  * (W, c, sync) series. */
 #define _POSIX_C_SOURCE 200809L
-/* the second tier of fkvf.h (not ABI-stable): fkvf_f32_to_f16 */
-#define FKVF_STATIC_LINKING_ONLY
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

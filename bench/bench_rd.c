@@ -26,8 +26,6 @@
  *                 [--gpt2-positions N] [--gpt2-train N] [--gpt2-iters N]
  */
 #define _POSIX_C_SOURCE 200809L
-/* the second tier of fkvf.h (not ABI-stable): fkvf_f16_to_f32, fkvf_f32_to_f16 */
-#define FKVF_STATIC_LINKING_ONLY
 #include <fkvf.h>
 
 #include <math.h>

@@ -10,8 +10,6 @@
  * of f16 / bf16 / f32 output, and memcpy of the same bytes, each as wall
  * time and as CPU time of this process (the best of several runs). */
 #define _POSIX_C_SOURCE 200809L
-/* the second tier of fkvf.h (not ABI-stable): fkvf_f32_to_f16, fkvf_rope_apply_f32 */
-#define FKVF_STATIC_LINKING_ONLY
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,8 +3,6 @@
  * looks transposed), the RoPE pair layout of Hugging Face caches, and the
  * RoPE check. See cli_util.h and docs/cache-files.md. Public API only. */
 #define _POSIX_C_SOURCE 200809L
-/* the second tier of fkvf.h (not ABI-stable): fkvf_rope_apply_f64 */
-#define FKVF_STATIC_LINKING_ONLY
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>

@@ -7,8 +7,6 @@
  * files are made from them by byte-level surgery on the spec's layouts
  * (re-sealing the checksums that must stay valid so that each file has one
  * fault). Same bytes on every run and every host. */
-/* the second tier of fkvf.h (not ABI-stable): fkvf_f32_to_bf16, fkvf_f32_to_f16 */
-#define FKVF_STATIC_LINKING_ONLY
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
  * stream, pre-RoPE keys, META, unknown optional sections and ZIDX. Prints one
  * line per archive: "NAME<TAB>CODEBOOK-or-'-'<TAB>description". Exit 0 when
  * every archive was written. */
-/* the second tier of fkvf.h (not ABI-stable): fkvf_f32_to_bf16, fkvf_f32_to_f16, fkvf_ngon_rmax */
+/* the second tier of fkvf.h (not ABI-stable): fkvf_ngon_rmax */
 #define FKVF_STATIC_LINKING_ONLY
 #include <inttypes.h>
 #include <stdio.h>

@@ -31,8 +31,6 @@
  * by fkvf_reader_restore gives the same rows bit for bit.
  */
 #define _POSIX_C_SOURCE 200809L
-/* the second tier of fkvf.h (not ABI-stable): fkvf_f16_to_f32, fkvf_f32_to_f16 */
-#define FKVF_STATIC_LINKING_ONLY
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>

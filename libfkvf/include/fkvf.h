@@ -12,8 +12,9 @@
  *    field and the spec clause.
  *
  * Two tiers. Everything up to "Second tier" below is the stable API. The
- * second tier (codec and quantizer internals for tests, benchmarks and
- * fuzzers: half conversions, RoPE rotation, stream layout) is declared only
+ * second tier (codec, quantizer and reader internals for the library's own
+ * modules, tests, benchmarks and fuzzers: the ngon geometry, the decoding-only
+ * codebook load, stage centroids, stream layout) is declared only
  * when FKVF_STATIC_LINKING_ONLY is defined before this header is included;
  * it is not ABI-stable.
  */
@@ -1196,6 +1197,30 @@ typedef struct fkvf_rope {
     double theta;       /* finite, > 0 */
 } fkvf_rope;
 
+/* f16 / bf16 <-> f32, one value. Round to nearest, ties to even; f16
+ * overflow gives infinity; subnormals exact; NaN stays NaN (top payload bits
+ * kept, so every f16 / bf16 bit pattern round-trips through f32 unchanged).
+ * fkvf_convert converts arrays the same way. Pure: thread-safe. */
+FKVF_API uint16_t fkvf_f32_to_f16(float f);
+/* f16 bits to f32, exact (see fkvf_f32_to_f16). */
+FKVF_API float fkvf_f16_to_f32(uint16_t h);
+/* f32 to bf16 bits, rounded as fkvf_f32_to_f16. */
+FKVF_API uint16_t fkvf_f32_to_bf16(float f);
+/* bf16 bits to f32, exact (see fkvf_f32_to_f16). */
+FKVF_API float fkvf_bf16_to_f32(uint16_t b);
+
+/* Rotate the first rope_dims components of vec (dim components, in place,
+ * owned by the caller) to position t: pair i by angle t * theta^(-2i/
+ * rope_dims); inverse = 1 rotates by the negative angle (un-rotates a
+ * cached key). Angles, sines and cosines in binary64; the f32 variant
+ * rounds once at the end. FKVF_E_INVALID_ARG for a NULL argument, invalid
+ * parameters or rope_dims > dim. No allocation; thread-safe. */
+FKVF_API int fkvf_rope_apply_f64(const fkvf_rope *rope, uint64_t t, int inverse, double *vec,
+                                 size_t dim);
+/* The same on binary32 components (computed in binary64, rounded once). */
+FKVF_API int fkvf_rope_apply_f32(const fkvf_rope *rope, uint64_t t, int inverse, float *vec,
+                                 size_t dim);
+
 /* Cache rows in the layout of spec 14.2 (what EXAC stores): row i holds
  * position first_position + i; per layer the keys of heads 0..H-1, then the
  * values. Elements little-endian, any alignment. */
@@ -1314,8 +1339,8 @@ FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t po
 #endif /* FKVF_H */
 
 /* ======================================================================== *
- * Second tier: codec and quantizer internals, for tests, benchmarks and   *
- * fuzzers (and the repository's own tools where they must).               *
+ * Second tier: codec, quantizer and reader internals, for the library's  *
+ * own modules, tests, benchmarks and fuzzers.                              *
  *                                                                          *
  * NOT ABI-STABLE: these declarations may change or disappear in any       *
  * release, minor or patch. They are visible only to a translation unit    *
@@ -1362,30 +1387,6 @@ FKVF_API double fkvf_ngon_rmax(uint32_t n);
 FKVF_API uint32_t fkvf_ngon_max_span(double r);
 
 /* ---- quantizer internals (spec 8.1, 13) ---------------------------------- */
-
-/* f16 / bf16 <-> f32, one value. Round to nearest, ties to even; f16
- * overflow gives infinity; subnormals exact; NaN stays NaN (top payload bits
- * kept, so every f16 / bf16 bit pattern round-trips through f32 unchanged).
- * fkvf_convert (first tier) converts arrays the same way. Pure: thread-safe. */
-FKVF_API uint16_t fkvf_f32_to_f16(float f);
-/* f16 bits to f32, exact (see fkvf_f32_to_f16). */
-FKVF_API float fkvf_f16_to_f32(uint16_t h);
-/* f32 to bf16 bits, rounded as fkvf_f32_to_f16. */
-FKVF_API uint16_t fkvf_f32_to_bf16(float f);
-/* bf16 bits to f32, exact (see fkvf_f32_to_f16). */
-FKVF_API float fkvf_bf16_to_f32(uint16_t b);
-
-/* Rotate the first rope_dims components of vec (dim components, in place,
- * owned by the caller) to position t: pair i by angle t * theta^(-2i/
- * rope_dims); inverse = 1 rotates by the negative angle (un-rotates a
- * cached key). Angles, sines and cosines in binary64; the f32 variant
- * rounds once at the end. FKVF_E_INVALID_ARG for a NULL argument, invalid
- * parameters or rope_dims > dim. No allocation; thread-safe. */
-FKVF_API int fkvf_rope_apply_f64(const fkvf_rope *rope, uint64_t t, int inverse, double *vec,
-                                 size_t dim);
-/* The same on binary32 components (computed in binary64, rounded once). */
-FKVF_API int fkvf_rope_apply_f32(const fkvf_rope *rope, uint64_t t, int inverse, float *vec,
-                                 size_t dim);
 
 /* fkvf_rvq_from_tables for decoding only (fkvf_rvq_decode,
  * fkvf_rvq_centroids): skips the encoder's search layout (half the memory,
