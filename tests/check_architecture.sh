@@ -32,6 +32,12 @@ find "$src/libfkvf" "$src/tools" "$src/tests" "$src/conformance" "$src/fuzz" \
     "$src/examples" "$src/bench" "$src/docs" "$src/spec" "$src/scripts" -type f |
     sed 's,.*/,,' | sort -u >"$tmp/files"
 
+# spans FILE: the text of FILE's backquoted spans, one a line (outside code
+# blocks; a span may go on over a line break)
+spans() {
+    awk '/^```/ { f = !f; next } !f' "$1" | tr '\n' ' ' | grep -oE '`[^`]+`' | tr -d '`'
+}
+
 # check FILE: prints each name of FILE that does not exist; the count of
 # names checked in $tmp/n. A part <like-this> of a name is a placeholder,
 # and so is a * : it must stand for something that exists
@@ -44,11 +50,11 @@ check() {
     grep -oE "(^|[^A-Za-z0-9_./<>-])($mods)/[A-Za-z0-9_<>]+\.[ch]" "$1" |
         sed -E 's/^[^a-z]//' | sort -u >"$tmp/mpaths"
     # identifiers in backquotes, outside paths
-    grep -oE '`[^`]+`' "$1" | tr -d '`' | tr -c 'A-Za-z0-9_./*<>\n-' '\n' |
+    spans "$1" | tr -c 'A-Za-z0-9_./*<>\n-' '\n' |
         grep -vE '[/.]' | grep -E '^[A-Za-z0-9_*<>]*_[A-Za-z0-9_*<>]*$' | grep -E '[A-Za-z]' |
         sort -u >"$tmp/ids"
     # file names in backquotes without a directory
-    grep -oE '`[^`]+`' "$1" | tr -d '`' | tr -c 'A-Za-z0-9_./*<>\n-' '\n' |
+    spans "$1" | tr -c 'A-Za-z0-9_./*<>\n-' '\n' |
         grep -E '^[A-Za-z0-9_*<>-]+\.(c|h|sh|py|md|cmake)$' | sort -u >"$tmp/names"
     : >"$tmp/bad"
     while read -r p; do
@@ -84,7 +90,8 @@ check() {
 
 # the checks catch what they are for
 printf '%s\n' 'See `libfkvf/src/read/no_such_file.c`, read/gone.c,' \
-    'tests/test_gone*.c, `gone.c` and `fkvf_no_such_function`.' >"$tmp/self.md"
+    'tests/test_gone*.c, `gone.c` and (a span over a line break) `a' \
+    'fkvf_no_such_function`.' >"$tmp/self.md"
 selfbad=$(check "$tmp/self.md" | wc -l)
 if [ "$selfbad" -ne 5 ]; then
     echo "architecture: the self-check found $selfbad of 5 missing names"
