@@ -2,7 +2,7 @@
 """Makes and inspects raw KV-cache files for tests/cli_cachefiles.sh, with the
 Python standard library only (no numpy): writes .safetensors, .npy and .npz
 the way safetensors and numpy.save/savez lay them out, independently of
-tools/cacheio.c.
+the CLI's readers and writers (tools/cacheio*.c).
 
 usage: cachefiles.py COMMAND ...
   convert IN.safetensors OUT [options]   rewrite a cache written by fkvf

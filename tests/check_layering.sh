@@ -28,13 +28,13 @@ deny() { # deny DIR PATTERN WHY
     if [ -n "$hits" ]; then echo "layering: $1/ $3:"; echo "$hits"; bad=1; fi
 }
 deny common 'codec/|format/|quant/|read/|write/|search/|append/|reader|writer' "must not depend on other modules"
-deny codec 'format/|read/|write/|reader|writer' "may use common/ only"
-deny format 'codec/|read/|write/|reader|writer' "may use common/ only"
-deny read 'write/|writer|quant/' "must not include the writer or quant/ internals"
-deny write 'read/|reader|quant/' "must not include the reader or quant/ internals"
-deny quant 'codec/|format/|read/|write/|reader|writer' "may use common/ only"
-deny search 'read/|write/|quant/|append/|reader|writer|format/format' "may use common/, codec/ and format/zidx.h only (the reader through fkvf.h)"
-deny append 'codec/|format/|read/|quant/|reader|write/writer\.h|write/[a-vx-z]' "may use common/ and write/writer_resume.h only"
+deny codec 'format/|quant/|read/|write/|search/|append/|validate/|reader|writer' "may use common/ only"
+deny format 'codec/|quant/|read/|write/|search/|append/|validate/|reader|writer' "may use common/ only"
+deny read 'write/|writer|quant/|search/|append/|validate/' "must not include the writer, quant/ internals or the modules above it"
+deny write 'read/|reader|quant/|search/|append/|validate/' "must not include the reader, quant/ internals or the modules above it"
+deny quant 'codec/|format/|read/|write/|search/|append/|validate/|reader|writer' "may use common/ only"
+deny search 'read/|write/|quant/|append/|validate/|reader|writer|format/format' "may use common/, codec/ and format/zidx.h only (the reader through fkvf.h)"
+deny append 'codec/|format/|read/|quant/|search/|validate/|reader|write/writer\.h|write/[a-vx-z]' "may use common/ and write/writer_resume.h only"
 # allow DIR PATTERN WHY: every include "..." of DIR is one PATTERN matches
 allow() {
     hits=$(grep -nE '#include "' "$S/$1"/*.[ch] 2>/dev/null | grep -vE "#include \"($2)\"")

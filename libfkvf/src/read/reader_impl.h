@@ -1,4 +1,6 @@
-/* Reader internals shared by reader.c and verify.c. */
+/* Reader internals shared by the files of read/ (reader.c, chain.c, load.c,
+ * query.c, stream.c, codebook.c, access.c, restore.c, find.c, verify.c,
+ * zidx.c) and, for the chain handle and section bytes, by validate/. */
 #ifndef FKVF_READER_IMPL_H
 #define FKVF_READER_IMPL_H
 
@@ -167,7 +169,7 @@ int rd_codebook(fkvf_reader *r, fkvf_codebook_shape *shape, const void **content
                 uint8_t hash[16]);
 int rd_attach_codebook(fkvf_reader *r, fkvf_reader *cf);
 
-/* Opening (reader.c): the served commit found and its chain loaded (spec
+/* Opening (reader.c, with chain.c and load.c): the served commit found and its chain loaded (spec
  * 7.2; the commits, their directories' headers, torn bytes), then every
  * directory's entries (the effective directory, spec 7.3), then the
  * contents interpreted (descriptor, codebook, exact rows, streams). */
