@@ -97,17 +97,7 @@ FKVF_API const char *fkvf_appender_message(const fkvf_appender *a)
 
 FKVF_API int fkvf_appender_error(const fkvf_appender *a, fkvf_error_info *out)
 {
-    if (!out)
-        return FKVF_E_INVALID_ARG;
-    if (!FKVF_HANDLE_IS(a, FKVF_HANDLE_APPENDER)) {
-        memset(out, 0, sizeof *out);
-        out->code = FKVF_E_STATE;
-        out->offset = FKVF_ERROR_NO_OFFSET;
-        out->message = "not an appender handle";
-        return FKVF_E_STATE;
-    }
-    fkvf_diag_info(&a->diag, out);
-    return FKVF_OK;
+    return fkvf_diag_report(FKVF_HANDLE_IS(a, FKVF_HANDLE_APPENDER) ? &a->diag : NULL, "not an appender handle", out);
 }
 
 FKVF_API void fkvf_appender_free(fkvf_appender *a)

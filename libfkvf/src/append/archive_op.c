@@ -74,17 +74,7 @@ int fkvf_archive_op_fail_reader(fkvf_archive_op *op, int rc, const fkvf_reader *
 
 FKVF_API int fkvf_archive_op_error(const fkvf_archive_op *op, fkvf_error_info *out)
 {
-    if (!out)
-        return FKVF_E_INVALID_ARG;
-    if (!FKVF_HANDLE_IS(op, FKVF_HANDLE_ARCHIVE_OP)) {
-        memset(out, 0, sizeof *out);
-        out->code = FKVF_E_STATE;
-        out->offset = FKVF_ERROR_NO_OFFSET;
-        out->message = "not an archive operation handle";
-        return FKVF_E_STATE;
-    }
-    fkvf_diag_info(&op->diag, out);
-    return FKVF_OK;
+    return fkvf_diag_report(FKVF_HANDLE_IS(op, FKVF_HANDLE_ARCHIVE_OP) ? &op->diag : NULL, "not an archive operation handle", out);
 }
 
 FKVF_API void fkvf_archive_op_free(fkvf_archive_op *op)

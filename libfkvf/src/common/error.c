@@ -114,6 +114,21 @@ void fkvf_diag_info(const fkvf_diag *d, fkvf_error_info *out)
     out->field = d->code != FKVF_OK && d->field[0] ? d->field : NULL;
 }
 
+int fkvf_diag_report(const fkvf_diag *d, const char *not_a_handle, fkvf_error_info *out)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    if (!d) {
+        memset(out, 0, sizeof *out);
+        out->code = FKVF_E_STATE;
+        out->offset = FKVF_ERROR_NO_OFFSET;
+        out->message = not_a_handle;
+        return FKVF_E_STATE;
+    }
+    fkvf_diag_info(d, out);
+    return FKVF_OK;
+}
+
 __attribute__((format(printf, 5, 0))) static int vfail(fkvf_diag *d, int code, uint64_t offset,
                                                        const char *clause, const char *fmt,
                                                        va_list ap)

@@ -30,6 +30,11 @@ void fkvf_diag_clear(fkvf_diag *d);
 /* The fields of a diagnostic as the public fkvf_error_info (the strings
  * point into d, or are NULL / a static string). */
 void fkvf_diag_info(const fkvf_diag *d, fkvf_error_info *out);
+/* The body of every public *_error function: FKVF_E_INVALID_ARG for out
+ * NULL; for d NULL (the argument is not a handle of the function's kind)
+ * *out zeroed with code FKVF_E_STATE, no offset and the message
+ * not_a_handle, and FKVF_E_STATE; else fkvf_diag_info(d, out) and FKVF_OK. */
+int fkvf_diag_report(const fkvf_diag *d, const char *not_a_handle, fkvf_error_info *out);
 /* Record an error and return `code`. `clause` like "3.1" (or NULL); fmt
  * describes the field and what is wrong. The field is named by the
  * convention every message follows: the text starts with it, up to its colon

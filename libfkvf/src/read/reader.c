@@ -303,15 +303,5 @@ FKVF_API const char *fkvf_reader_file_name(const fkvf_reader *r)
 
 FKVF_API int fkvf_reader_error(const fkvf_reader *r, fkvf_error_info *out)
 {
-    if (!out)
-        return FKVF_E_INVALID_ARG;
-    if (!FKVF_HANDLE_IS(r, FKVF_HANDLE_READER)) {
-        memset(out, 0, sizeof *out);
-        out->code = FKVF_E_STATE;
-        out->offset = FKVF_ERROR_NO_OFFSET;
-        out->message = "not a reader handle";
-        return FKVF_E_STATE;
-    }
-    fkvf_diag_info(&r->diag, out);
-    return FKVF_OK;
+    return fkvf_diag_report(FKVF_HANDLE_IS(r, FKVF_HANDLE_READER) ? &r->diag : NULL, "not a reader handle", out);
 }

@@ -934,17 +934,7 @@ FKVF_API const char *fkvf_search_message(const fkvf_search *s)
 
 FKVF_API int fkvf_search_error(const fkvf_search *s, fkvf_error_info *out)
 {
-    if (!out)
-        return FKVF_E_INVALID_ARG;
-    if (!FKVF_HANDLE_IS(s, FKVF_HANDLE_SEARCH)) {
-        memset(out, 0, sizeof *out);
-        out->code = FKVF_E_STATE;
-        out->offset = FKVF_ERROR_NO_OFFSET;
-        out->message = "not a search handle";
-        return FKVF_E_STATE;
-    }
-    fkvf_diag_info(&s->diag, out);
-    return FKVF_OK;
+    return fkvf_diag_report(FKVF_HANDLE_IS(s, FKVF_HANDLE_SEARCH) ? &s->diag : NULL, "not a search handle", out);
 }
 
 FKVF_API int fkvf_search_info(const fkvf_search *s, fkvf_search_status *out)

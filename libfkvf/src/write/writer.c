@@ -356,17 +356,7 @@ FKVF_API const char *fkvf_writer_message(const fkvf_writer *w)
 
 FKVF_API int fkvf_writer_error(const fkvf_writer *w, fkvf_error_info *out)
 {
-    if (!out)
-        return FKVF_E_INVALID_ARG;
-    if (!FKVF_HANDLE_IS(w, FKVF_HANDLE_WRITER)) {
-        memset(out, 0, sizeof *out);
-        out->code = FKVF_E_STATE;
-        out->offset = FKVF_ERROR_NO_OFFSET;
-        out->message = "not a writer handle";
-        return FKVF_E_STATE;
-    }
-    fkvf_diag_info(&w->diag, out);
-    return FKVF_OK;
+    return fkvf_diag_report(FKVF_HANDLE_IS(w, FKVF_HANDLE_WRITER) ? &w->diag : NULL, "not a writer handle", out);
 }
 
 /* ---- content ------------------------------------------------------------------ */
