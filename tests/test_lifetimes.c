@@ -214,6 +214,23 @@ START_TEST(handles_refuse_other_kinds)
     ck_assert_int_eq(fkvf_archive_op_error(ro, &e), FKVF_E_STATE);
     ck_assert_int_eq(e.code, FKVF_E_STATE);
     fkvf_archive_op_free(ro); /* not an archive operation: nothing freed */
+    /* nor a codebook handle: refused as NULL is, nothing read or freed */
+    const fkvf_rvq *rq = (const fkvf_rvq *)(const void *)r;
+    ck_assert_uint_eq(fkvf_rvq_codes_per_position(rq), 0);
+    ck_assert_uint_eq(fkvf_rvq_tables_size(rq), 0);
+    ck_assert_ptr_null(fkvf_rvq_centroids(rq, 0, 0, 0, 0));
+    fkvf_codebook_shape rsh;
+    uint32_t rheads = 7;
+    fkvf_rvq_shape(rq, &rsh, &rheads);
+    ck_assert_uint_eq(rheads, 0);
+    ck_assert_uint_eq(rsh.k, 0);
+    fkvf_rvq *rsub = NULL;
+    ck_assert_int_eq(fkvf_rvq_subset(&rsub, rq, 0, 0), FKVF_E_INVALID_ARG);
+    uint16_t rcode = 0;
+    uint8_t rout[8];
+    ck_assert_int_eq(fkvf_rvq_decode(rq, &rcode, 1, 1, 1, 0, NULL, FKVF_DTYPE_F32, rout, sizeof rout),
+                     FKVF_E_INVALID_ARG);
+    fkvf_rvq_free((fkvf_rvq *)(void *)r); /* nothing freed */
     fkvf_reader_free(wr); /* not a reader: nothing freed */
     /* the reader still works */
     ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);

@@ -1,5 +1,5 @@
 /* The part every public handle (reader, writer, appender, search, archive
- * operation) shares:
+ * operation, codebook) shares:
  * a magic naming its kind, so that a NULL, freed or other kind of handle is
  * refused, and its state, so that one check at the entry of every public
  * call decides whether the call may run (as libarchive's
@@ -18,6 +18,7 @@
 #define FKVF_HANDLE_APPENDER UINT32_C(0x50414B46) /* "FKAP" */
 #define FKVF_HANDLE_SEARCH UINT32_C(0x48435253)   /* "SRCH" */
 #define FKVF_HANDLE_ARCHIVE_OP UINT32_C(0x504F4B46) /* "FKOP" */
+#define FKVF_HANDLE_RVQ UINT32_C(0x51564B46)      /* "FKVQ" */
 
 typedef enum fkvf_handle_state {
     FKVF_HANDLE_OPEN = 0,     /* calls run */

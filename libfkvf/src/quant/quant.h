@@ -8,6 +8,11 @@
 #include <stdint.h>
 
 #include "fkvf.h"
+#include "handle.h"
+
+/* A codebook handle: what every public fkvf_rvq_* function checks first
+ * (NULL, freed or another kind of handle is refused). */
+#define FKVF_RVQ_OK(q) FKVF_HANDLE_IS(q, FKVF_HANDLE_RVQ)
 
 /* ---- element access (little-endian, any alignment) ------------------------ */
 
@@ -70,6 +75,7 @@ double fkvfq_dist(const float *x, const float *c, uint32_t dim);
 /* ---- the codebook handle --------------------------------------------------- */
 
 struct fkvf_rvq {
+    fkvf_handle h;       /* FKVF_HANDLE_RVQ; always OPEN (immutable once made) */
     fkvf_allocator alloc;
     fkvf_codebook_shape shape;
     uint32_t n_kv_heads; /* heads of the cache rows (= shape.n_heads unless pooled) */

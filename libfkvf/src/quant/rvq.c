@@ -50,6 +50,7 @@ int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
     if (!q)
         return FKVF_E_NOMEM;
     memset(q, 0, sizeof *q);
+    fkvf_handle_init(&q->h, FKVF_HANDLE_RVQ);
     q->alloc = *fkvf_alloc_or_default(alloc);
     q->shape = *shape;
     q->n_kv_heads = n_kv_heads;
@@ -78,8 +79,9 @@ int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
 
 FKVF_API void fkvf_rvq_free(fkvf_rvq *q)
 {
-    if (!q)
+    if (!FKVF_RVQ_OK(q))
         return;
+    q->h.magic = 0;
     fkvf_allocator a = q->alloc;
     fkvf_free(&a, q->rows);
     fkvf_free(&a, q->panels);
@@ -138,19 +140,20 @@ int fkvfq_rvq_prepare(fkvf_rvq *q)
 
 FKVF_API void fkvf_rvq_shape(const fkvf_rvq *q, fkvf_codebook_shape *shape, uint32_t *n_kv_heads)
 {
+    int ok = FKVF_RVQ_OK(q);
     if (shape) {
-        if (q)
+        if (ok)
             *shape = q->shape;
         else
             memset(shape, 0, sizeof *shape);
     }
     if (n_kv_heads)
-        *n_kv_heads = q ? q->n_kv_heads : 0;
+        *n_kv_heads = ok ? q->n_kv_heads : 0;
 }
 
 FKVF_API size_t fkvf_rvq_tables_size(const fkvf_rvq *q)
 {
-    if (!q)
+    if (!FKVF_RVQ_OK(q))
         return 0;
     /* n_floats * 4 was checked at allocation; f16 is half of it */
     return q->n_floats * (q->shape.dtype == FKVF_DTYPE_F16 ? 2 : 4);
@@ -158,7 +161,7 @@ FKVF_API size_t fkvf_rvq_tables_size(const fkvf_rvq *q)
 
 FKVF_API int fkvf_rvq_tables(const fkvf_rvq *q, void *out, size_t size)
 {
-    if (!q || (!out && size) || size != fkvf_rvq_tables_size(q))
+    if (!FKVF_RVQ_OK(q) || (!out && size) || size != fkvf_rvq_tables_size(q))
         return FKVF_E_INVALID_ARG;
     if (size)
         fkvfq_store(q->shape.dtype, q->rows, out, q->n_floats);
@@ -219,7 +222,7 @@ FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stage
     if (!out)
         return FKVF_E_INVALID_ARG;
     *out = NULL;
-    if (!q || k_stages > q->shape.k_stages || v_stages > q->shape.v_stages)
+    if (!FKVF_RVQ_OK(q) || k_stages > q->shape.k_stages || v_stages > q->shape.v_stages)
         return FKVF_E_INVALID_ARG;
     fkvf_codebook_shape sh = q->shape;
     sh.k_stages = (uint8_t)k_stages;
@@ -249,7 +252,7 @@ FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stage
 FKVF_API const float *fkvf_rvq_centroids(const fkvf_rvq *q, uint32_t layer, uint32_t head,
                                          unsigned kv, unsigned stage)
 {
-    if (!q || layer >= q->shape.n_layers || head >= q->n_kv_heads || kv > 1 ||
+    if (!FKVF_RVQ_OK(q) || layer >= q->shape.n_layers || head >= q->n_kv_heads || kv > 1 ||
         stage >= (kv == 0 ? q->shape.k_stages : q->shape.v_stages))
         return NULL;
     size_t tab = (size_t)layer * q->shape.n_heads + (q->shape.pooled ? 0 : head);
@@ -258,7 +261,7 @@ FKVF_API const float *fkvf_rvq_centroids(const fkvf_rvq *q, uint32_t layer, uint
 
 FKVF_API size_t fkvf_rvq_codes_per_position(const fkvf_rvq *q)
 {
-    if (!q)
+    if (!FKVF_RVQ_OK(q))
         return 0;
     return (size_t)q->shape.n_layers * q->n_kv_heads * ((size_t)q->shape.k_stages + q->shape.v_stages);
 }
@@ -430,7 +433,7 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
                              unsigned beam_width, uint16_t *codes, size_t pos_stride,
                              size_t code_stride)
 {
-    if (!q || !rows || beam_width > FKVF_RVQ_MAX_BEAM)
+    if (!FKVF_RVQ_OK(q) || !rows || beam_width > FKVF_RVQ_MAX_BEAM)
         return FKVF_E_INVALID_ARG;
     if (q->decode_only)
         return FKVF_E_STATE; /* no search layout: loaded for decoding only */
@@ -653,7 +656,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
                       const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
                       size_t out_size, int fast)
 {
-    if (!q)
+    if (!FKVF_RVQ_OK(q))
         return FKVF_E_INVALID_ARG;
     const fkvf_codebook_shape *sh = &q->shape;
     size_t es = fkvfq_dtype_size(out_dtype), rb = es ? row_bytes(q, out_dtype) : 0, all;
