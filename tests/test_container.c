@@ -1126,29 +1126,6 @@ static void rm_tmpdir(char *dir)
     free(dir);
 }
 
-static uint8_t *read_file(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "open %s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(n ? (size_t)n : 1);
-    ck_assert_ptr_nonnull(p);
-    ck_assert_uint_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *size = (size_t)n;
-    return p;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(p, 1, n, f), n);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
 static int path_exists(const char *p)
 {
     struct stat st;
@@ -1620,7 +1597,7 @@ START_TEST(roundtrip_through_file)
     OK_W(w, write_model(&m, w));
     fkvf_writer_free(w);
     size_t size;
-    uint8_t *bytes = read_file(path, &size);
+    uint8_t *bytes = tu_slurp(path, &size);
     fkvf_reader *r = NULL;
     OK_R(r, fkvf_reader_open_file(&r, path, 0, NULL));
     check_model(r, &m, NULL, size);
@@ -1769,57 +1746,6 @@ START_TEST(deflated_sections_read_back_equal)
 }
 END_TEST
 
-/* An allocator that never reuses memory and poisons what is freed, so a
- * stale view reads 0xDD even without ASan. Blocks carry their size. */
-typedef struct qalloc {
-    void *dead[256];
-    size_t n_dead;
-} qalloc;
-
-static void *qa_alloc(void *opaque, size_t size)
-{
-    (void)opaque;
-    uint8_t *p = malloc(size + 16);
-    if (!p)
-        return NULL;
-    memcpy(p, &size, sizeof size);
-    return p + 16;
-}
-
-static void qa_free(void *opaque, void *ptr)
-{
-    qalloc *q = opaque;
-    if (!ptr)
-        return;
-    uint8_t *p = (uint8_t *)ptr - 16;
-    size_t size;
-    memcpy(&size, p, sizeof size);
-    memset(ptr, 0xDD, size);
-    if (q->n_dead < sizeof q->dead / sizeof q->dead[0])
-        q->dead[q->n_dead++] = p;
-    else
-        free(p);
-}
-
-static void *qa_realloc(void *opaque, void *ptr, size_t size)
-{
-    void *n = qa_alloc(opaque, size);
-    if (n && ptr) {
-        size_t old;
-        memcpy(&old, (uint8_t *)ptr - 16, sizeof old);
-        memcpy(n, ptr, old < size ? old : size);
-        qa_free(opaque, ptr);
-    }
-    return n;
-}
-
-static void qa_release(qalloc *q)
-{
-    for (size_t i = 0; i < q->n_dead; i++)
-        free(q->dead[i]);
-    q->n_dead = 0;
-}
-
 /* Bug guard: fkvf_reader_verify freed and re-inflated the buffers of
  * deflated sections, so views handed out before (exact rows, section data,
  * metadata) dangled afterwards. */
@@ -1829,9 +1755,10 @@ START_TEST(verify_keeps_earlier_views_of_deflated_sections)
     model_many(&m, FKVF_DTYPE_F16);
     tu_buf b;
     build(&m, &b);
-    qalloc q;
-    memset(&q, 0, sizeof q);
-    fkvf_allocator qa = {qa_alloc, qa_realloc, qa_free, &q};
+    /* an allocator that never reuses memory and poisons what is freed, so a
+     * stale view reads 0xDD even without ASan */
+    tu_alloc q = {.quarantine = 1};
+    fkvf_allocator qa = tu_alloc_hook(&q);
     fkvf_reader *r = NULL;
     OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, 0, &qa));
     const void *row;
@@ -1849,7 +1776,7 @@ START_TEST(verify_keeps_earlier_views_of_deflated_sections)
     OK_R(r, fkvf_reader_exact_row(r, 0, &row2, &rb));
     ck_assert_ptr_eq(row2, row);
     fkvf_reader_free(r);
-    qa_release(&q);
+    tu_alloc_release(&q);
     tu_buf_free(&b);
     model_free(&m);
 }
@@ -1964,7 +1891,7 @@ START_TEST(writer_is_deterministic_through_file)
         fkvf_writer_free(w);
     }
     size_t n1, n2;
-    uint8_t *f1 = read_file(p1, &n1), *f2 = read_file(p2, &n2);
+    uint8_t *f1 = tu_slurp(p1, &n1), *f2 = tu_slurp(p2, &n2);
     ck_assert_uint_eq(n1, n2);
     ck_assert(memcmp(f1, f2, n1) == 0);
     tu_buf b;
@@ -2073,7 +2000,7 @@ START_TEST(writer_no_replace_keeps_existing_file)
     fkvf_error_info e;
 
     /* PATH exists at create: FKVF_E_EXISTS, nothing written */
-    write_bytes(path, other, sizeof other);
+    tu_write_file(path, other, sizeof other);
     fkvf_writer *w = NULL;
     ck_assert_int_eq(fkvf_writer_create_file(&w, path, &o, NULL), FKVF_E_EXISTS);
     ck_assert_ptr_nonnull(w);
@@ -2099,14 +2026,14 @@ START_TEST(writer_no_replace_keeps_existing_file)
     w = NULL;
     OK_W(w, fkvf_writer_create_file(&w, path, &o, NULL));
     OK_W(w, fkvf_writer_set_desc(w, &m.desc));
-    write_bytes(path, other, sizeof other);
+    tu_write_file(path, other, sizeof other);
     OK_W(w, fkvf_writer_set_positions(w, 0, 0));
     RC_W(w, fkvf_writer_finish(w), FKVF_E_EXISTS);
     ck_assert_int_eq(fkvf_writer_error(w, &e), FKVF_OK);
     ck_assert_int_eq(e.code, FKVF_E_EXISTS);
     fkvf_writer_free(w);
     size_t n;
-    uint8_t *got = read_file(path, &n);
+    uint8_t *got = tu_slurp(path, &n);
     ck_assert_uint_eq(n, sizeof other);
     ck_assert(!memcmp(got, other, n));
     free(got);
@@ -2200,7 +2127,7 @@ START_TEST(error_info_of_conformance_files)
     char path[1024];
     snprintf(path, sizeof path, "%s/conformance/manifest.tsv", src);
     size_t msize;
-    uint8_t *mtext = read_file(path, &msize);
+    uint8_t *mtext = tu_slurp(path, &msize);
     char *manifest = realloc(mtext, msize + 1);
     ck_assert_ptr_nonnull(manifest);
     manifest[msize] = 0;
@@ -2240,10 +2167,10 @@ START_TEST(error_info_of_conformance_files)
 
         /* the appender keeps the fields of the reader's error */
         size_t n;
-        uint8_t *bytes = read_file(path, &n);
+        uint8_t *bytes = tu_slurp(path, &n);
         char copy[700];
         snprintf(copy, sizeof copy, "%s/%s", dir, cases[i].name);
-        write_bytes(copy, bytes, n);
+        tu_write_file(copy, bytes, n);
         free(bytes);
         fkvf_appender *a = NULL;
         ck_assert_int_eq(fkvf_appender_open(&a, copy, NULL, NULL), rc);
@@ -2863,7 +2790,7 @@ START_TEST(truncated_files_on_disk)
     char path[600];
     snprintf(path, sizeof path, "%s/t.fkvf", dir);
     for (size_t len = 0; len < b.size; len += len < 200 ? 1 : 37) {
-        write_bytes(path, b.data, len);
+        tu_write_file(path, b.data, len);
         fkvf_reader *r = NULL;
         int rc = fkvf_reader_open_file(&r, path, 0, NULL);
         EXPECTF(rc == FKVF_E_TRUNCATED, "length %zu: %s", len, fkvf_error_name(rc));
@@ -3852,59 +3779,6 @@ END_TEST
 
 /* ==== 8. allocation failure ======================================================= */
 
-typedef struct failalloc {
-    long count;   /* allocations so far */
-    long fail_at; /* this one fails (0 = none) */
-    int sticky;   /* and every later one */
-    int failed;
-    long live;    /* blocks outstanding */
-} failalloc;
-
-static int fa_should_fail(failalloc *f)
-{
-    f->count++;
-    if (f->fail_at && (f->count == f->fail_at || (f->sticky && f->count > f->fail_at))) {
-        f->failed = 1;
-        return 1;
-    }
-    return 0;
-}
-
-static void *fa_alloc(void *opaque, size_t size)
-{
-    failalloc *f = opaque;
-    if (fa_should_fail(f))
-        return NULL;
-    /* one extra NUL byte after the block; the block itself is garbage */
-    uint8_t *p = malloc(size + 1);
-    if (p) {
-        memset(p, 0xA5, size);
-        p[size] = 0;
-        f->live++;
-    }
-    return p;
-}
-
-static void *fa_realloc(void *opaque, void *ptr, size_t size)
-{
-    failalloc *f = opaque;
-    if (fa_should_fail(f))
-        return NULL;
-    void *p = realloc(ptr, size ? size : 1);
-    if (p && !ptr)
-        f->live++;
-    return p;
-}
-
-static void fa_free(void *opaque, void *ptr)
-{
-    failalloc *f = opaque;
-    if (ptr) {
-        f->live--;
-        free(ptr);
-    }
-}
-
 /* Read everything; the first error. */
 static int read_everything(fkvf_reader *r)
 {
@@ -3967,8 +3841,10 @@ static void alloc_failure_reader(const uint8_t *data, size_t size, const char *p
 {
     long k;
     for (k = 1;; k++) {
-        failalloc f = {0, k, sticky, 0, 0};
-        fkvf_allocator a = {fa_alloc, fa_realloc, fa_free, &f};
+        /* the k-th allocation fails (and every later one if sticky); fresh
+         * blocks are garbage (0xA5) with a NUL byte after them */
+        tu_alloc f = {.fail_at = k, .fail_after = sticky, .fill = 1};
+        fkvf_allocator a = tu_alloc_hook(&f);
         fkvf_reader *r = NULL;
         int rc = path ? fkvf_reader_open_file(&r, path, 0, &a)
                       : fkvf_reader_open_memory(&r, data, size, 0, &a);
@@ -4003,7 +3879,7 @@ START_TEST(alloc_failure_open_and_read)
     char *dir = make_tmpdir();
     char path[600];
     snprintf(path, sizeof path, "%s/f.fkvf", dir);
-    write_bytes(path, b.data, b.size);
+    tu_write_file(path, b.data, b.size);
     alloc_failure_reader(NULL, 0, path, 0);
     rm_tmpdir(dir);
     tu_buf_free(&b);
@@ -4023,8 +3899,8 @@ START_TEST(alloc_failure_write)
     for (int sticky = 0; sticky < 2; sticky++) {
         long k;
         for (k = 1;; k++) {
-            failalloc f = {0, k, sticky, 0, 0};
-            fkvf_allocator a = {fa_alloc, fa_realloc, fa_free, &f};
+            tu_alloc f = {.fail_at = k, .fail_after = sticky, .fill = 1};
+            fkvf_allocator a = tu_alloc_hook(&f);
             tu_buf b;
             memset(&b, 0, sizeof b);
             fkvf_sink sink = tu_buf_sink(&b);
@@ -4072,12 +3948,12 @@ START_TEST(alloc_failure_create_file_leaves_nothing)
     char trap[6 + 16 + 1];
     memset(trap, 0xA5, 6 + 16);
     trap[6 + 16] = 0;
-    write_bytes(trap, "trap", 4);
+    tu_write_file(trap, "trap", 4);
     for (int sticky = 0; sticky < 2; sticky++) {
         long k;
         for (k = 1;; k++) {
-            failalloc f = {0, k, sticky, 0, 0};
-            fkvf_allocator a = {fa_alloc, fa_realloc, fa_free, &f};
+            tu_alloc f = {.fail_at = k, .fail_after = sticky, .fill = 1};
+            fkvf_allocator a = tu_alloc_hook(&f);
             fkvf_writer *w = NULL;
             int rc = fkvf_writer_create_file(&w, path, &m.opts, &a);
             if (rc == FKVF_OK)
@@ -4088,7 +3964,7 @@ START_TEST(alloc_failure_create_file_leaves_nothing)
             EXPECTF(path_exists(trap), "k=%ld: writer_free unlinked an unrelated file", k);
             if (rc == FKVF_OK) {
                 size_t n;
-                uint8_t *got = read_file(path, &n);
+                uint8_t *got = tu_slurp(path, &n);
                 EXPECT(n == ref.size && memcmp(got, ref.data, n) == 0);
                 free(got);
                 unlink(path);
@@ -4811,7 +4687,7 @@ START_TEST(file_writer_commits_appear_at_finish)
     fkvf_writer_free(w);
     ck_assert_uint_eq(dir_entries(dir), 1);
     size_t size;
-    uint8_t *bytes = read_file(path, &size);
+    uint8_t *bytes = tu_slurp(path, &size);
     ck_assert_uint_eq(size, g.b.size);
     ck_assert(memcmp(bytes, g.b.data, size) == 0);
     free(bytes);
@@ -6770,48 +6646,6 @@ static void build_many_streams(tu_buf *out, uint32_t n_layers)
     *out = c.b;
 }
 
-/* An allocator that keeps the peak of the bytes it has handed out. */
-typedef struct peakalloc {
-    size_t live, peak;
-} peakalloc;
-
-static void *pk_alloc(void *opaque, size_t size)
-{
-    peakalloc *q = opaque;
-    uint8_t *p = malloc(size + 16);
-    if (!p)
-        return NULL;
-    memcpy(p, &size, sizeof size);
-    q->live += size;
-    if (q->live > q->peak)
-        q->peak = q->live;
-    return p + 16;
-}
-
-static void pk_free(void *opaque, void *ptr)
-{
-    peakalloc *q = opaque;
-    if (!ptr)
-        return;
-    uint8_t *p = (uint8_t *)ptr - 16;
-    size_t size;
-    memcpy(&size, p, sizeof size);
-    q->live -= size;
-    free(p);
-}
-
-static void *pk_realloc(void *opaque, void *ptr, size_t size)
-{
-    void *n = pk_alloc(opaque, size);
-    if (n && ptr) {
-        size_t old;
-        memcpy(&old, (uint8_t *)ptr - 16, sizeof old);
-        memcpy(n, ptr, old < size ? old : size);
-        pk_free(opaque, ptr);
-    }
-    return n;
-}
-
 /* Opening a file of many streams looked each segment's stream up by a
  * linear search over the streams so far, O(streams^2), and gave every
  * stream room for 16 segments (about 2 KB for a 64-byte section). */
@@ -6824,8 +6658,9 @@ START_TEST(many_streams_open_fast)
     enum { N = 1024 * 1024 };
     tu_buf b;
     build_many_streams(&b, 1024);
-    peakalloc q = {0, 0};
-    fkvf_allocator a = {pk_alloc, pk_realloc, pk_free, &q};
+    /* the peak of the bytes handed out; realloc moves (old and new count) */
+    tu_alloc q = {.move = 1};
+    fkvf_allocator a = tu_alloc_hook(&q);
     fkvf_reader *r = NULL;
     OK_R(r, fkvf_reader_open_memory(&r, b.data, b.size, FKVF_OPEN_STRICT, &a));
     ck_assert_msg(q.peak < (size_t)N * 64, "%zu bytes for %d streams", q.peak, (int)N);
@@ -6843,7 +6678,7 @@ START_TEST(many_streams_open_fast)
     ck_assert_uint_eq(si.align, 32);
     OK_R(r, fkvf_reader_verify(r));
     fkvf_reader_free(r);
-    ck_assert_uint_eq(q.live, 0);
+    ck_assert_uint_eq(q.bytes, 0);
     tu_buf_free(&b);
 }
 END_TEST
