@@ -6,14 +6,11 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 #include "codec/codec.h"

@@ -6,20 +6,12 @@
  * loops of tens of thousands of iterations. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <zlib.h>
 #include "codec/codec.h"
-#include "common/hash.h"
 #include "common/le.h"
 #include "fkvf.h"
 #include "format/format.h"
