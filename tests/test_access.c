@@ -779,36 +779,21 @@ END_TEST
 
 /* ---- allocation failures ------------------------------------------------------ */
 
-static int fail_at, n_alloc;
-static void *f_alloc(void *o, size_t n)
-{
-    (void)o;
-    return ++n_alloc == fail_at ? NULL : malloc(n ? n : 1);
-}
-static void *f_realloc(void *o, void *p, size_t n)
-{
-    (void)o;
-    return ++n_alloc == fail_at ? NULL : realloc(p, n ? n : 1);
-}
-static void f_free(void *o, void *p)
-{
-    (void)o;
-    free(p);
-}
-
 START_TEST(read_allocation_failures)
 {
     const cfg *c = &cfgs[_i];
     fx x;
     fx_open(&x, c);
-    fkvf_allocator a = {f_alloc, f_realloc, f_free, NULL};
+    tu_alloc ta;
+    fkvf_allocator a = tu_alloc_hook(&ta);
     fkvf_read_request q = {0, x.N, 0, 0, 0, 0, 0, FKVF_DTYPE_F32, FKVF_LAYOUT_HEADS};
     uint8_t *want;
     size_t n = expect(&x, &q, &want);
     uint8_t *got = malloc(n);
     int ok = 0, nomem = 0;
-    for (fail_at = 1; fail_at < 1000 && !ok; fail_at++) {
-        n_alloc = 0;
+    for (long fail_at = 1; fail_at < 1000 && !ok; fail_at++) {
+        memset(&ta, 0, sizeof ta);
+        ta.fail_at = fail_at;
         fkvf_reader *r = NULL;
         int rc = fkvf_reader_open_memory(&r, x.file.data, x.file.size, 0, &a);
         if (rc == FKVF_OK) {
@@ -816,7 +801,7 @@ START_TEST(read_allocation_failures)
             if (rc == FKVF_E_NOMEM) /* the failure is not sticky */
                 ck_assert_int_eq(fkvf_reader_read(r, &q, got, n), FKVF_OK);
         }
-        ck_assert_msg(rc == FKVF_OK || rc == FKVF_E_NOMEM, "fail_at %d: %s", fail_at,
+        ck_assert_msg(rc == FKVF_OK || rc == FKVF_E_NOMEM, "fail_at %ld: %s", fail_at,
                       fkvf_error_name(rc));
         nomem += rc == FKVF_E_NOMEM;
         ok = rc == FKVF_OK;

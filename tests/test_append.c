@@ -328,30 +328,6 @@ static uint64_t build(const char *path, const fkvf_rvq *q, unsigned sync, const 
     return n;
 }
 
-static uint8_t *slurp(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-    long n = ftell(f);
-    ck_assert_int_ge(n, 0);
-    rewind(f);
-    uint8_t *b = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(b);
-    ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *size = (size_t)n;
-    return b;
-}
-
-static void spit(const char *path, const void *data, size_t size)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(data, 1, size, f), size);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
 static uint64_t file_len(const char *path)
 {
     struct stat sb;
@@ -455,7 +431,7 @@ START_TEST(fault_torn_every_cut)
     ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
     fkvf_appender_free(a);
     size_t n1;
-    uint8_t *full = slurp(path, &n1);
+    uint8_t *full = tu_slurp(path, &n1);
     ck_assert_uint_gt(n1, n0 + 256);
     snap last;
     snap_file(path, FKVF_OPEN_STRICT, &last);
@@ -508,7 +484,7 @@ START_TEST(fault_torn_every_cut)
     /* the appender refuses a torn file unless asked to recover; recovered,
      * it truncates and the same commit again gives the same bytes */
     for (uint64_t cut = n0 + 1; cut < n1; cut += (cut - n0) % 64 == 1 ? 62 : 1) {
-        spit(cut_path, full, (size_t)cut);
+        tu_write_file(cut_path, full, (size_t)cut);
         fkvf_append_options ro;
         fault_opts(&ro, FKVF_SYNC_NONE);
         a = NULL;
@@ -531,7 +507,7 @@ START_TEST(fault_torn_every_cut)
         EXPECT(fkvf_appender_commit(a) == FKVF_OK);
         fkvf_appender_free(a);
         size_t m;
-        uint8_t *again = slurp(cut_path, &m);
+        uint8_t *again = tu_slurp(cut_path, &m);
         EXPECTF(m == n1 && memcmp(again, full, n1) == 0,
                 "cut %llu: the recovered commit differs from the original", (unsigned long long)cut);
         free(again);
@@ -619,7 +595,7 @@ static void io_faults(size_t last_batch, int want_pad)
     static const size_t batches[] = {4, 7, 19};
     build(base_path, q, FKVF_SYNC_COMMIT, batches, 3);
     size_t n0;
-    uint8_t *base = slurp(base_path, &n0);
+    uint8_t *base = tu_slurp(base_path, &n0);
     snap prev;
     snap_file(base_path, FKVF_OPEN_STRICT, &prev);
     ck_assert_uint_eq(prev.n, 30);
@@ -631,7 +607,7 @@ static void io_faults(size_t last_batch, int want_pad)
     fkvf_append_options o;
     fault_opts(&o, FKVF_SYNC_COMMIT);
     o.io = &io;
-    spit(path, base, n0);
+    tu_write_file(path, base, n0);
     fkvf_appender *a = NULL;
     ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
     ck_assert_int_eq(append_range(a, 30, last_batch), FKVF_OK);
@@ -639,7 +615,7 @@ static void io_faults(size_t last_batch, int want_pad)
     ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
     fkvf_appender_free(a);
     size_t n1;
-    uint8_t *ref = slurp(path, &n1);
+    uint8_t *ref = tu_slurp(path, &n1);
     const int n_writes = f.writes, n_syncs = f.syncs;
     ck_assert_int_eq(n_writes, expected_writes(ref, n1, 5));
     ck_assert_int_eq(n_writes, (want_pad ? 6 : 5));
@@ -652,7 +628,7 @@ static void io_faults(size_t last_batch, int want_pad)
     for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++) {
         int kmax = modes[mi].sync ? n_syncs : n_writes;
         for (int k = 1; k <= kmax; k++) {
-            spit(path, base, n0);
+            tu_write_file(path, base, n0);
             memset(&f, 0, sizeof f);
             f.err = modes[mi].err;
             f.short_first = modes[mi].short_first;
@@ -692,7 +668,7 @@ static void io_faults(size_t last_batch, int want_pad)
             ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
             fkvf_appender_free(a);
             size_t m;
-            uint8_t *again = slurp(path, &m);
+            uint8_t *again = tu_slurp(path, &m);
             EXPECTF(m == n1 && memcmp(again, ref, n1) == 0, "mode %zu, call %d: continued file differs",
                     mi, k);
             free(again);
@@ -940,46 +916,6 @@ START_TEST(fault_kill_sync_commit)
 END_TEST
 
 /* (d) The k-th allocation fails, for every k. */
-typedef struct count_alloc {
-    long calls, fail_at, live;
-    int failed;
-} count_alloc;
-
-static void *ca_alloc(void *opaque, size_t size)
-{
-    count_alloc *c = opaque;
-    if (++c->calls == c->fail_at) {
-        c->failed = 1;
-        return NULL;
-    }
-    void *p = malloc(size ? size : 1);
-    if (p)
-        c->live++;
-    return p;
-}
-
-static void *ca_realloc(void *opaque, void *ptr, size_t size)
-{
-    count_alloc *c = opaque;
-    if (++c->calls == c->fail_at) {
-        c->failed = 1;
-        return NULL;
-    }
-    void *p = realloc(ptr, size ? size : 1);
-    if (p && !ptr)
-        c->live++;
-    return p;
-}
-
-static void ca_free(void *opaque, void *ptr)
-{
-    count_alloc *c = opaque;
-    if (ptr) {
-        c->live--;
-        free(ptr);
-    }
-}
-
 static int tmp_files_in(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -1008,14 +944,14 @@ START_TEST(fault_alloc_torn_open)
     static const size_t b[] = {4, 9, 13, 2};
     uint64_t n = build(path, q, FKVF_SYNC_NONE, b, 4);
     size_t sz;
-    uint8_t *p = slurp(path, &sz);
+    uint8_t *p = tu_slurp(path, &sz);
     uint8_t *torn = malloc(sz + 100);
     ck_assert_ptr_nonnull(torn);
     memcpy(torn, p, sz);
     memset(torn + sz, 'x', 100);
-    spit(path, torn, sz + 100);
-    count_alloc ca;
-    fkvf_allocator al = {ca_alloc, ca_realloc, ca_free, &ca};
+    tu_write_file(path, torn, sz + 100);
+    tu_alloc ca;
+    fkvf_allocator al = tu_alloc_hook(&ca);
     long total = 0;
     for (long k = 0;; k++) {
         memset(&ca, 0, sizeof ca);
@@ -1060,8 +996,9 @@ START_TEST(fault_alloc_every_call)
     fault_create_desc(&d, &c, q);
     fkvf_append_options o;
     fault_opts(&o, FKVF_SYNC_NONE);
-    static count_alloc ca; /* the handles keep a pointer to the allocator */
-    static const fkvf_allocator al = {ca_alloc, ca_realloc, ca_free, &ca};
+    static tu_alloc ca; /* the handles keep a pointer to the allocator */
+    static fkvf_allocator al;
+    al = tu_alloc_hook(&ca);
     long k;
     long failures = 0;
     for (k = 1; k < 100000; k++) {
@@ -1217,13 +1154,13 @@ START_TEST(archive_recover)
     uint64_t committed = file_len(path);
     /* a torn tail: 100 bytes of an append that did not complete */
     size_t sz;
-    uint8_t *p = slurp(path, &sz);
+    uint8_t *p = tu_slurp(path, &sz);
     uint8_t *torn = malloc(sz + 100);
     ck_assert_ptr_nonnull(torn);
     memcpy(torn, p, sz);
     memset(torn + sz, 'x', 100);
-    spit(path, torn, sz + 100);
-    spit(copy, torn, sz + 100);
+    tu_write_file(path, torn, sz + 100);
+    tu_write_file(copy, torn, sz + 100);
     fkvf_archive_op *op = NULL;
     fkvf_recover_options o;
     fkvf_recover_options_init(&o);
@@ -1272,7 +1209,7 @@ START_TEST(archive_recover)
     ck_assert_uint_eq(file_len(path), committed);
     /* not an FKVF file: the reader's error, with its file and clause */
     memset(torn, 'j', 256);
-    spit(path, torn, 256);
+    tu_write_file(path, torn, 256);
     ck_assert_int_eq(fkvf_archive_recover(&op, path, &o, &res), FKVF_E_BAD_MAGIC);
     ck_assert_int_eq(fkvf_archive_op_error(op, &e), FKVF_OK);
     ck_assert_str_eq(e.file, path);

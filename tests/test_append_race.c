@@ -72,18 +72,12 @@ static int run_append(const char *tag, ...)
 }
 
 /* The text of g_dir/NAME (malloc'd). */
-static char *slurp(const char *name)
+static char *text_of(const char *name)
 {
     char path[160];
     snprintf(path, sizeof path, "%s/%s", g_dir, name);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    char *s = calloc(1, 65536);
-    ck_assert(s != NULL);
-    size_t n = fread(s, 1, 65535, f);
-    s[n] = 0;
-    fclose(f);
-    return s;
+    size_t n;
+    return (char *)tu_slurp(path, &n);
 }
 
 /* The first exclusive lock of the command under test: the other append
@@ -130,7 +124,7 @@ static void setup(void)
     /* 50 positions, token ids 0..49 of the cache */
     int ex = run_append("create", "--create", g_archive, g_cache, "--positions", "0:50",
                         "--exact-only", (char *)NULL);
-    ck_assert_msg(ex == 0, "create: exit %d: %s", ex, slurp("create.err"));
+    ck_assert_msg(ex == 0, "create: exit %d: %s", ex, text_of("create.err"));
 }
 
 static void teardown(void)
@@ -180,7 +174,7 @@ START_TEST(new_refused_when_archive_grew)
     g_between = "50:100";
     int ex = run_append("test", g_archive, g_cache, "--new", (char *)NULL);
     ck_assert_int_eq(g_between_exit, 0);
-    char *err = slurp("test.err");
+    char *err = text_of("test.err");
     ck_assert_msg(ex == CLI_INVALID, "exit %d, want 1: %s", ex, err);
     ck_assert_msg(strstr(err, "changed meanwhile") != NULL, "message: %s", err);
     ck_assert_msg(strstr(err, "held 50 positions (commit 2)") != NULL &&
@@ -199,7 +193,7 @@ START_TEST(positions_refused_when_archive_grew)
     g_between = "50:60";
     int ex = run_append("test", g_archive, g_cache, "--positions", "50:100", (char *)NULL);
     ck_assert_int_eq(g_between_exit, 0);
-    char *err = slurp("test.err");
+    char *err = text_of("test.err");
     ck_assert_msg(ex == CLI_INVALID, "exit %d, want 1: %s", ex, err);
     ck_assert_msg(strstr(err, "changed meanwhile") != NULL, "message: %s", err);
     free(err);
@@ -223,16 +217,14 @@ START_TEST(file_replaced_before_the_lock)
     char copy[160];
     snprintf(copy, sizeof copy, "%s/copy.fkvf", g_dir);
     /* a byte-identical copy: another file (inode) with the same contents */
-    FILE *in = fopen(g_archive, "rb"), *f = fopen(copy, "wb");
-    ck_assert(in != NULL && f != NULL);
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof buf, in)) > 0;)
-        ck_assert(fwrite(buf, 1, n, f) == n);
-    ck_assert(fclose(in) == 0 && fclose(f) == 0);
+    size_t n;
+    uint8_t *bytes = tu_slurp(g_archive, &n);
+    tu_write_file(copy, bytes, n);
+    free(bytes);
     g_replace = 1;
     int ex = run_append("test", g_archive, g_cache, "--new", (char *)NULL);
     ck_assert_int_eq(g_replace, 0); /* the rename happened */
-    char *err = slurp("test.err");
+    char *err = text_of("test.err");
     ck_assert_msg(ex == CLI_OK, "exit %d: %s", ex, err);
     free(err);
     archive_is(256, 3);

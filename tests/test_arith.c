@@ -244,12 +244,7 @@ static void sample_open(sample *s)
     char path[4096];
     int pn = snprintf(path, sizeof path, "%s/testdata/sample.fkvf", src);
     ck_assert(pn > 0 && (size_t)pn < sizeof path);
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    s->file = malloc(1 << 20);
-    ck_assert_ptr_nonnull(s->file);
-    s->size = fread(s->file, 1, 1 << 20, f);
-    fclose(f);
+    s->file = tu_slurp(path, &s->size);
     ck_assert_uint_gt(s->size, 0);
     ck_assert_int_eq(fkvf_reader_open_memory(&s->r, s->file, s->size, 0, NULL), FKVF_OK);
     ck_assert_int_eq(fkvf_reader_desc(s->r, &s->d), FKVF_OK);

@@ -268,18 +268,14 @@ START_TEST(write_no_replace)
     kvio_cache c = make_cache(1, 1, 2, 2, 2, FKVF_DTYPE_F16, 1, 7), d;
     char path[256], err[ERRLEN];
     snprintf(path, sizeof path, "%s/c.safetensors", dir);
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    fputs("precious", f);
-    fclose(f);
+    tu_write_file(path, "precious", 8);
     EXPECT_ERR(kvio_write(path, KVIO_FMT_AUTO, KVIO_WRITE_NO_REPLACE, &c, err, sizeof err), err,
                KVIO_E_EXISTS, "c.safetensors", "exists");
-    f = fopen(path, "rb");
-    char buf[16] = {0};
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fread(buf, 1, sizeof buf, f), 8);
-    fclose(f);
-    ck_assert_str_eq(buf, "precious");
+    size_t kept;
+    char *got = (char *)tu_slurp(path, &kept);
+    ck_assert_uint_eq(kept, 8);
+    ck_assert_str_eq(got, "precious");
+    free(got);
     /* no file: written, under its name only */
     remove(path);
     ck_assert_int_eq(kvio_write(path, KVIO_FMT_AUTO, KVIO_WRITE_NO_REPLACE, &c, err, sizeof err),
@@ -299,23 +295,13 @@ START_TEST(write_no_replace)
 }
 END_TEST
 
-static void put_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
 static void expect_file(const char *path, const char *text)
 {
-    char buf[64] = {0};
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
+    size_t n;
+    char *got = (char *)tu_slurp(path, &n);
     ck_assert_uint_eq(n, strlen(text));
-    ck_assert_str_eq(buf, text);
+    ck_assert_str_eq(got, text);
+    free(got);
 }
 
 /* kvio_tmp_*: the output protocol of the tools. A file that appears while
@@ -341,7 +327,7 @@ START_TEST(tmp_output_files)
     ck_assert_ptr_nonnull(t.path);
     ck_assert(strncmp(t.path, path, strlen(path)) == 0);
     fputs("new", t.f);
-    put_file(path, "precious");
+    tu_write_file(path, "precious", strlen("precious"));
     EXPECT_ERR(kvio_tmp_place(&t, path, KVIO_WRITE_NO_REPLACE, err, sizeof err), err, KVIO_E_EXISTS,
                "o.bin", "appeared while it was written");
     ck_assert_ptr_null(t.path);
@@ -506,9 +492,7 @@ START_TEST(rt_files_auto_detect)
     snprintf(path, sizeof path, "%s/no/such/dir/c.npz", dir);
     EXPECT_ERR(kvio_write(path, KVIO_FMT_AUTO, 0, &c, err, sizeof err), err, KVIO_E_IO, "c.npz");
     snprintf(path, sizeof path, "%s/empty.npy", dir);
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    fclose(f);
+    tu_write_file(path, "", 0);
     EXPECT_ERR(kvio_read(path, KVIO_FMT_AUTO, 0, &d, err, sizeof err), err, KVIO_E_FORMAT, "empty.npy", "empty");
     remove(path);
     kvio_cache_free(&c);

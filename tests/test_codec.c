@@ -17,13 +17,6 @@
 static const uint32_t NGON_NS[] = {2, 3, 4, 5, 8, 16, 64, 256, 1024, 65536};
 #define N_NGON ((int)(sizeof NGON_NS / sizeof NGON_NS[0]))
 
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 static uint64_t dbits(double d)
 {
     uint64_t u;
@@ -114,14 +107,14 @@ static void quad_check_stream(unsigned bits, size_t n, uint64_t seed, int all_po
 {
     tu_rng rng = {seed};
     uint64_t alpha = UINT64_C(1) << bits;
-    uint32_t *s = xcalloc(n, sizeof *s), *o = xcalloc(n + 1, sizeof *o);
+    uint32_t *s = tu_xcalloc(n, sizeof *s), *o = tu_xcalloc(n + 1, sizeof *o);
     fill_symbols(&rng, s, n, alpha);
     uint64_t size64;
     ck_assert(fkvf_quad_data_bytes(n, bits, &size64));
     size_t size = (size_t)size64;
     ck_assert_uint_eq(size % 16, 0);
     ck_assert_uint_eq(size, (n * bits + 127) / 128 * 16);
-    uint8_t *enc = xcalloc(size + 1, 1), *ref = xcalloc(size + 1, 1);
+    uint8_t *enc = tu_xcalloc(size + 1, 1), *ref = tu_xcalloc(size + 1, 1);
     memset(enc, 0xA5, size + 1); /* encode must write every byte, padding included */
     ck_assert_int_eq(fkvf_quad_encode(s, n, bits, enc, size), FKVF_OK);
     ck_assert_uint_eq(enc[size], 0xA5); /* and nothing past the end */
@@ -224,11 +217,11 @@ START_TEST(quad_large)
         unsigned bits = widths[w];
         size_t n = 1000003;
         tu_rng rng = {77 + (uint64_t)w};
-        uint32_t *s = xcalloc(n, sizeof *s), *o = xcalloc(n, sizeof *o);
+        uint32_t *s = tu_xcalloc(n, sizeof *s), *o = tu_xcalloc(n, sizeof *o);
         fill_symbols(&rng, s, n, UINT64_C(1) << bits);
         uint64_t size;
         ck_assert(fkvf_quad_data_bytes(n, bits, &size));
-        uint8_t *enc = xcalloc((size_t)size, 1), *ref = xcalloc((size_t)size, 1);
+        uint8_t *enc = tu_xcalloc((size_t)size, 1), *ref = tu_xcalloc((size_t)size, 1);
         ck_assert_int_eq(fkvf_quad_encode(s, n, bits, enc, (size_t)size), FKVF_OK);
         naive_pack(s, n, bits, ref, (size_t)size);
         ck_assert_mem_eq(enc, ref, (size_t)size);
@@ -364,7 +357,7 @@ START_TEST(ngon_vertices_and_limits)
 {
     for (int i = 0; i < N_NGON; i++) {
         uint32_t n = NGON_NS[i];
-        double *xy = xcalloc(2 * (size_t)n, sizeof *xy);
+        double *xy = tu_xcalloc(2 * (size_t)n, sizeof *xy);
         fkvf_ngon_make_vertices(n, xy);
         ck_assert(dbits(xy[0]) == dbits(1.0) && dbits(xy[1]) == dbits(0.0));
         for (uint32_t c = 0; c < n; c++) {
@@ -496,13 +489,13 @@ static void ngon_check_stream(const fkvf_ngon *g, size_t n, uint64_t seed, int a
 {
     tu_rng rng = {seed};
     const uint32_t L = g->span;
-    uint32_t *s = xcalloc(n, sizeof *s), *o = xcalloc(n + 1, sizeof *o);
+    uint32_t *s = tu_xcalloc(n, sizeof *s), *o = tu_xcalloc(n + 1, sizeof *o);
     fill_symbols(&rng, s, n, g->n);
     uint64_t size64;
     ck_assert(fkvf_ngon_data_bytes(g, n, &size64));
     size_t size = (size_t)size64;
     ck_assert_uint_eq(size, (n + L - 1) / L * 16);
-    uint8_t *enc = xcalloc(size + 1, 1);
+    uint8_t *enc = tu_xcalloc(size + 1, 1);
     enc[size] = 0x5A;
     ck_assert_int_eq(fkvf_ngon_encode(g, s, n, enc, size), FKVF_OK);
     ck_assert_uint_eq(enc[size], 0x5A);
@@ -614,11 +607,11 @@ START_TEST(ngon_large)
         ngon_init_ok(&g, ns[i], 0, 0);
         size_t n = 1000001;
         tu_rng rng = {4242 + (uint64_t)i};
-        uint32_t *s = xcalloc(n, sizeof *s), *o = xcalloc(n, sizeof *o);
+        uint32_t *s = tu_xcalloc(n, sizeof *s), *o = tu_xcalloc(n, sizeof *o);
         fill_symbols(&rng, s, n, g.n);
         uint64_t size;
         ck_assert(fkvf_ngon_data_bytes(&g, n, &size));
-        uint8_t *enc = xcalloc((size_t)size, 1);
+        uint8_t *enc = tu_xcalloc((size_t)size, 1);
         ck_assert_int_eq(fkvf_ngon_encode(&g, s, n, enc, (size_t)size), FKVF_OK);
         for (int verify = 0; verify < 2; verify++) {
             memset(o, 0, n * sizeof *o);
@@ -728,8 +721,8 @@ START_TEST(ngon_rejects_symbols)
         fkvf_ngon g;
         ngon_init_ok(&g, NGON_NS[i], 0, 0);
         size_t n = 3 * g.span + 1;
-        uint32_t *s = xcalloc(n, sizeof *s);
-        uint8_t *out = xcalloc(16 * n, 1);
+        uint32_t *s = tu_xcalloc(n, sizeof *s);
+        uint8_t *out = tu_xcalloc(16 * n, 1);
         s[n - 1] = g.n;
         ck_assert_int_eq(fkvf_ngon_encode(&g, s, n, out, 16 * n), FKVF_E_SYMBOL);
         s[n - 1] = UINT32_MAX;
@@ -903,7 +896,7 @@ START_TEST(ngon_shuffled_table)
     const uint32_t ns[3] = {16, 256, 1024};
     for (int i = 0; i < 3; i++) {
         uint32_t n = ns[i];
-        double *xy = xcalloc(2 * (size_t)n, sizeof *xy);
+        double *xy = tu_xcalloc(2 * (size_t)n, sizeof *xy);
         fkvf_ngon_make_vertices(n, xy);
         tu_rng rng = {n};
         for (uint32_t c = n - 1; c > n / 4 + 1; c--) {
@@ -931,7 +924,7 @@ START_TEST(ngon_perturbed_table)
     const uint32_t ns[3] = {16, 256, 65536};
     for (int i = 0; i < 3; i++) {
         uint32_t n = ns[i];
-        double *xy = xcalloc(2 * (size_t)n, sizeof *xy);
+        double *xy = tu_xcalloc(2 * (size_t)n, sizeof *xy);
         fkvf_ngon_make_vertices(n, xy);
         tu_rng rng = {3 * n};
         for (uint32_t c = 1; c < n; c++) {
@@ -967,43 +960,11 @@ START_TEST(ngon_perturbed_table)
 }
 END_TEST
 
-/* Counting allocator that can fail the k-th allocation. */
-typedef struct counting {
-    long live, calls, fail_at;
-} counting;
-static void *c_alloc(void *o, size_t n)
-{
-    counting *c = o;
-    if (++c->calls == c->fail_at)
-        return NULL;
-    void *p = malloc(n ? n : 1);
-    if (p)
-        c->live++;
-    return p;
-}
-static void *c_realloc(void *o, void *p, size_t n)
-{
-    counting *c = o;
-    if (++c->calls == c->fail_at)
-        return NULL;
-    void *q = realloc(p, n ? n : 1);
-    if (q && !p)
-        c->live++;
-    return q;
-}
-static void c_free(void *o, void *p)
-{
-    counting *c = o;
-    if (p)
-        c->live--;
-    free(p);
-}
-
 START_TEST(ngon_allocator)
 {
     for (int i = 0; i < N_NGON; i += 3) {
-        counting cnt = {0, 0, 0};
-        fkvf_allocator a = {c_alloc, c_realloc, c_free, &cnt};
+        tu_alloc cnt = {0};
+        fkvf_allocator a = tu_alloc_hook(&cnt);
         fkvf_ngon g;
         ck_assert_int_eq(fkvf_ngon_init(&g, NGON_NS[i], 0, 0, NULL, &a), FKVF_OK);
         long calls = cnt.calls;
@@ -1011,8 +972,8 @@ START_TEST(ngon_allocator)
         fkvf_ngon_fini(&g);
         ck_assert_int_eq(cnt.live, 0);
         for (long k = 1; k <= calls; k++) {
-            counting c2 = {0, 0, k};
-            fkvf_allocator a2 = {c_alloc, c_realloc, c_free, &c2};
+            tu_alloc c2 = {.fail_at = k};
+            fkvf_allocator a2 = tu_alloc_hook(&c2);
             ck_assert_int_eq(fkvf_ngon_init(&g, NGON_NS[i], 0, 0, NULL, &a2), FKVF_E_NOMEM);
             ck_assert_int_eq(c2.live, 0);
             fkvf_ngon_fini(&g); /* safe after a failed init */
@@ -1034,8 +995,8 @@ START_TEST(appender_quad)
         tu_rng rng = {bits};
         uint32_t s[300];
         fill_symbols(&rng, s, n, UINT64_C(1) << bits);
-        counting cnt = {0, 0, 0};
-        fkvf_allocator al = {c_alloc, c_realloc, c_free, &cnt};
+        tu_alloc cnt = {0};
+        fkvf_allocator al = tu_alloc_hook(&cnt);
         fkvf_sym_appender a;
         ck_assert_int_eq(fkvf_sym_appender_init_quad(&a, bits, &al), FKVF_OK);
         uint8_t ref[1216];
@@ -1128,7 +1089,7 @@ START_TEST(appender_large)
     ck_assert_int_eq(fkvf_sym_appender_init_ngon(&a, &g, NULL), FKVF_OK);
     tu_rng rng = {5};
     const size_t n = 200000;
-    uint32_t *s = xcalloc(n, sizeof *s), *o = xcalloc(n, sizeof *o);
+    uint32_t *s = tu_xcalloc(n, sizeof *s), *o = tu_xcalloc(n, sizeof *o);
     fill_symbols(&rng, s, n, 256);
     for (size_t k = 0; k < n; k++)
         ck_assert_int_eq(fkvf_sym_appender_push(&a, s[k]), FKVF_OK);

@@ -526,38 +526,14 @@ END_TEST
 
 /* ---- allocation helpers ------------------------------------------------------------ */
 
-static long strndup_allocs;
-static void *count_alloc(void *opaque, size_t size)
-{
-    (void)opaque;
-    strndup_allocs++;
-    return malloc(size);
-}
-static void *count_realloc(void *opaque, void *p, size_t size)
-{
-    (void)opaque;
-    return realloc(p, size);
-}
-static void count_free(void *opaque, void *p)
-{
-    (void)opaque;
-    free(p);
-}
-static void *null_alloc(void *opaque, size_t size)
-{
-    (void)opaque;
-    (void)size;
-    return NULL;
-}
-
 START_TEST(strndup_copies_and_terminates)
 {
-    fkvf_allocator a = {count_alloc, count_realloc, count_free, NULL};
-    strndup_allocs = 0;
+    tu_alloc count = {0};
+    fkvf_allocator a = tu_alloc_hook(&count);
     char *s = fkvf_strndup(&a, "abc\0def", 7); /* embedded NUL kept, then a terminator */
     ck_assert_ptr_nonnull(s);
     ck_assert_int_eq(memcmp(s, "abc\0def", 8), 0);
-    ck_assert_int_eq(strndup_allocs, 1);
+    ck_assert_int_eq(count.calls, 1);
     fkvf_free(&a, s);
     s = fkvf_strndup(&a, "xyz", 2); /* a prefix */
     ck_assert_str_eq(s, "xy");
@@ -566,7 +542,8 @@ START_TEST(strndup_copies_and_terminates)
     ck_assert_ptr_nonnull(s);
     ck_assert_str_eq(s, "");
     fkvf_free(NULL, s);
-    fkvf_allocator none = {null_alloc, count_realloc, count_free, NULL};
+    tu_alloc fails = {.fail_at = 1, .fail_after = 1};
+    fkvf_allocator none = tu_alloc_hook(&fails);
     ck_assert_ptr_null(fkvf_strndup(&none, "abc", 3));
     ck_assert_ptr_null(fkvf_strndup(NULL, "", SIZE_MAX)); /* n + 1 overflows */
 }

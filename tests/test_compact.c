@@ -68,34 +68,10 @@ static void remove_dir(void)
     rmdir(tmpdir);
 }
 
-static uint8_t *slurp(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(p);
-    ck_assert_uint_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *size = (size_t)n;
-    return p;
-}
-
-static void spit(const char *path, const void *data, size_t size)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(data, 1, size, f), size);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
 static int same_bytes(const char *a, const char *b)
 {
     size_t na, nb;
-    uint8_t *pa = slurp(a, &na), *pb = slurp(b, &nb);
+    uint8_t *pa = tu_read_file(a, &na, NULL), *pb = tu_read_file(b, &nb, NULL);
     int same = pa && pb && na == nb && !memcmp(pa, pb, na);
     free(pa);
     free(pb);
@@ -296,8 +272,8 @@ START_TEST(compact_to_new_file)
     uint64_t commits, positions;
     build(src, NULL, &commits, &positions);
     size_t n;
-    uint8_t *orig = slurp(src, &n);
-    spit(copy, orig, n);
+    uint8_t *orig = tu_slurp(src, &n);
+    tu_write_file(copy, orig, n);
     snap s;
     snap_take(src, NULL, &s);
     ck_assert_uint_eq(s.commits, commits);
@@ -436,7 +412,7 @@ START_TEST(compact_dst_exists)
     path_in(dst, sizeof dst, "c.fkvf");
     uint64_t commits, positions;
     build(src, NULL, &commits, &positions);
-    spit(dst, "keep me", 7);
+    tu_write_file(dst, "keep me", 7);
     fkvf_compact_options o;
     fkvf_compact_options_init(&o);
     o.no_replace = 1;
@@ -449,7 +425,7 @@ START_TEST(compact_dst_exists)
     ck_assert_ptr_nonnull(strstr(e.message, dst));
     fkvf_archive_op_free(c);
     size_t n;
-    uint8_t *p = slurp(dst, &n);
+    uint8_t *p = tu_slurp(dst, &n);
     ck_assert_uint_eq(n, 7);
     ck_assert(!memcmp(p, "keep me", 7));
     free(p);
@@ -492,8 +468,8 @@ START_TEST(compact_src_locked)
     fkvf_appender *a = NULL;
     ck_assert_int_eq(fkvf_appender_open(&a, src, &ao, NULL), FKVF_OK); /* cuts the torn tail */
     size_t n;
-    uint8_t *orig = slurp(src, &n);
-    spit(copy, orig, n);
+    uint8_t *orig = tu_slurp(src, &n);
+    tu_write_file(copy, orig, n);
     free(orig);
     fkvf_compact_options o;
     fkvf_compact_options_init(&o);
@@ -533,7 +509,7 @@ START_TEST(compact_not_an_archive)
     path_in(dst, sizeof dst, "c.fkvf");
     uint8_t junk[256];
     memset(junk, 'j', sizeof junk);
-    spit(src, junk, sizeof junk);
+    tu_write_file(src, junk, sizeof junk);
     fkvf_archive_op *c = NULL;
     ck_assert_int_eq(fkvf_archive_compact(&c, src, dst, NULL, NULL), FKVF_E_BAD_MAGIC);
     fkvf_error_info e;
@@ -675,38 +651,6 @@ END_TEST
 
 /* ---- the k-th allocation fails ---------------------------------------------- */
 
-typedef struct counting {
-    long calls, fail_at, live;
-} counting;
-
-static void *ca_alloc(void *opaque, size_t n)
-{
-    counting *c = opaque;
-    if (++c->calls == c->fail_at)
-        return NULL;
-    void *p = malloc(n ? n : 1);
-    c->live += p != NULL;
-    return p;
-}
-
-static void *ca_realloc(void *opaque, void *p, size_t n)
-{
-    counting *c = opaque;
-    if (++c->calls == c->fail_at)
-        return NULL;
-    void *q = realloc(p, n ? n : 1);
-    c->live += q && !p;
-    return q;
-}
-
-static void ca_free(void *opaque, void *p)
-{
-    counting *c = opaque;
-    if (p)
-        c->live--;
-    free(p);
-}
-
 static void alloc_loop(int in_place)
 {
     make_dir();
@@ -717,12 +661,12 @@ static void alloc_loop(int in_place)
     uint64_t commits, positions;
     build(src, NULL, &commits, &positions); /* with its torn tail */
     size_t n;
-    uint8_t *orig = slurp(src, &n);
-    spit(copy, orig, n);
+    uint8_t *orig = tu_slurp(src, &n);
+    tu_write_file(copy, orig, n);
     snap s;
     snap_take(src, NULL, &s);
-    counting cnt;
-    fkvf_allocator al = {ca_alloc, ca_realloc, ca_free, &cnt};
+    tu_alloc cnt;
+    fkvf_allocator al = tu_alloc_hook(&cnt);
     fkvf_compact_options o;
     fkvf_compact_options_init(&o);
     o.alloc = &al;
@@ -737,7 +681,7 @@ static void alloc_loop(int in_place)
     expect_compacted(result, &s, NULL);
     for (long k = 1; k <= total; k++) {
         if (in_place)
-            spit(src, orig, n);
+            tu_write_file(src, orig, n);
         else
             unlink(dst);
         memset(&cnt, 0, sizeof cnt);
@@ -779,9 +723,9 @@ START_TEST(compact_search_index_caller_allocator)
     path_in(src, sizeof src, "a.fkvf");
     path_in(dst, sizeof dst, "c.fkvf");
     build_indexed(src);
-    counting cnt;
+    tu_alloc cnt;
     memset(&cnt, 0, sizeof cnt);
-    fkvf_allocator al = {ca_alloc, ca_realloc, ca_free, &cnt};
+    fkvf_allocator al = tu_alloc_hook(&cnt);
     fkvf_compact_options o;
     fkvf_compact_options_init(&o);
     o.alloc = &al;

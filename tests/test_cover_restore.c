@@ -14,26 +14,6 @@
  * = 4 MiB of binary32 tables: the threshold of the huge-page allocation */
 enum { L = 2, H = 2, D = 64, K = 1024, KS = 2, VS = 2, NP = 24 };
 
-typedef struct counting {
-    long allocs;
-} counting;
-
-static void *c_alloc(void *o, size_t n)
-{
-    ((counting *)o)->allocs++;
-    return malloc(n ? n : 1);
-}
-static void *c_realloc(void *o, void *p, size_t n)
-{
-    ((counting *)o)->allocs++;
-    return realloc(p, n ? n : 1);
-}
-static void c_free(void *o, void *p)
-{
-    (void)o;
-    free(p);
-}
-
 START_TEST(restore_huge_codebook)
 {
     fkvf_codebook_shape cs;
@@ -101,13 +81,13 @@ START_TEST(restore_huge_codebook)
     ck_assert_mem_eq(got, want, NP * rb);
 
     /* a caller's allocator is used as given (and is used) */
-    counting cnt = {0};
-    fkvf_allocator al = {c_alloc, c_realloc, c_free, &cnt};
+    tu_alloc cnt = {0};
+    fkvf_allocator al = tu_alloc_hook(&cnt);
     ck_assert_int_eq(fkvf_reader_open_memory(&r, out.data, out.size, FKVF_OPEN_STRICT, &al),
                      FKVF_OK);
-    long before = cnt.allocs;
+    long before = cnt.calls;
     ck_assert_int_eq(fkvf_reader_restore(r, 0, NP, FKVF_DTYPE_F32, got2, NP * rb), FKVF_OK);
-    ck_assert_int_gt(cnt.allocs, before); /* the codebook was built with it */
+    ck_assert_int_gt(cnt.calls, before); /* the codebook was built with it */
     fkvf_reader_free(r);
     ck_assert_mem_eq(got2, want, NP * rb);
 

@@ -34,14 +34,6 @@ static fkvf_codebook_shape shape(void)
     return s;
 }
 
-static void spit(const char *path, const void *data, size_t size)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(data, 1, size, f), size);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
 /* A codebook file whose tables come from `seed`: the bytes in *out, the
  * content hash in hash. */
 static void make_codebook_stages(unsigned seed, uint8_t k_stages, tu_buf *out, uint8_t hash[16])
@@ -133,7 +125,7 @@ static void put(const char *rel, const tu_buf *b)
 {
     char p[96];
     path(p, sizeof p, rel);
-    spit(p, b->data, b->size);
+    tu_write_file(p, b->data, b->size);
 }
 
 static void mkd(const char *rel)

@@ -567,35 +567,29 @@ static int tmp_files(void)
     return n;
 }
 
-/* plain stdio: not counted */
-static uint8_t *slurp(const char *path, size_t *size)
+/* files read into blocks of the real malloc (free with REAL_FREE): not
+ * counted (tu_read_file, plain stdio) */
+static void *real_alloc(void *opaque, size_t n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = REAL_MALLOC(n > 0 ? (size_t)n : 1);
-    ck_assert_ptr_nonnull(p);
-    ck_assert_uint_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *size = (size_t)n;
-    return p;
+    (void)opaque;
+    return REAL_MALLOC(n);
 }
-
-static void spit(const char *path, const void *data, size_t size)
+static void *real_realloc(void *opaque, void *p, size_t n)
 {
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(data, 1, size, f), size);
-    ck_assert_int_eq(fclose(f), 0);
+    (void)opaque;
+    return REAL_REALLOC(p, n);
 }
+static void real_free(void *opaque, void *p)
+{
+    (void)opaque;
+    REAL_FREE(p);
+}
+static const fkvf_allocator REAL_AL = {real_alloc, real_realloc, real_free, NULL};
 
 static int file_is(const char *path, const uint8_t *want, size_t n)
 {
     size_t m;
-    uint8_t *p = slurp(path, &m);
+    uint8_t *p = tu_read_file(path, &m, &REAL_AL);
     int same = p && m == n && memcmp(p, want, n) == 0;
     REAL_FREE(p);
     return same;
@@ -860,7 +854,7 @@ static void w_setup(void *ctx)
     if (c->to_file && c->no_replace)
         unlink(c->path);
     else if (c->to_file)
-        spit(c->path, c->old, c->old_size);
+        tu_write_file(c->path, c->old, c->old_size);
 }
 
 static int w_create(wctx *c, uint64_t req)
@@ -1172,7 +1166,7 @@ static void r_setup(void *ctx)
     rctx *c = ctx;
     c->r = NULL;
     if (c->file)
-        spit(c->path, fx->a.data, fx->a.size);
+        tu_write_file(c->path, fx->a.data, fx->a.size);
 }
 
 static fkvf_read_request r_request(void)
@@ -1691,7 +1685,7 @@ static void as_setup(void *ctx)
 {
     actx *c = ctx;
     c->msg[0] = 0;
-    spit(c->path, c->base, c->base_size);
+    tu_write_file(c->path, c->base, c->base_size);
 }
 
 static int as_step(void *ctx, size_t i)
@@ -1717,7 +1711,7 @@ static int as_step(void *ctx, size_t i)
 static void expect_archive(const char *path, uint64_t commits)
 {
     size_t n;
-    uint8_t *p = slurp(path, &n);
+    uint8_t *p = tu_read_file(path, &n, &REAL_AL);
     ck_assert_ptr_nonnull(p);
     uint64_t got = 0;
     float *a = REAL_MALLOC(N * ROW_F32), *b = REAL_MALLOC(N * ROW_F32);
@@ -1770,7 +1764,7 @@ static void cp_setup(void *ctx)
 {
     cctx *c = ctx;
     c->h = NULL;
-    spit(c->src, fx->a.data, fx->a.size);
+    tu_write_file(c->src, fx->a.data, fx->a.size);
     unlink(c->dst);
 }
 
@@ -1832,7 +1826,7 @@ static void rv_setup(void *ctx)
 {
     rvctx *c = ctx;
     c->h = NULL;
-    spit(c->path, c->torn, c->torn_size);
+    tu_write_file(c->path, c->torn, c->torn_size);
 }
 
 static int rv_step(void *ctx, size_t i)
@@ -1938,7 +1932,7 @@ static void ap_check_file(const pctx *c)
         return;
     }
     size_t n;
-    uint8_t *p = slurp(c->path, &n);
+    uint8_t *p = tu_read_file(c->path, &n, &REAL_AL);
     ck_assert_ptr_nonnull(p);
     fkvf_reader *r = NULL;
     int rc = fkvf_reader_open_memory(&r, p, n, FKVF_OPEN_STRICT, NULL);
@@ -2138,9 +2132,9 @@ START_TEST(inject_reader_find)
     memset(&c, 0, sizeof c);
     char p[128];
     path_in(c.apath, sizeof c.apath, "x.fkvf");
-    spit(c.apath, fx->x.data, fx->x.size);
+    tu_write_file(c.apath, fx->x.data, fx->x.size);
     path_in(p, sizeof p, "cb.fkvf");
-    spit(p, fx->cb.data, fx->cb.size);
+    tu_write_file(p, fx->cb.data, fx->cb.size);
     static const unsigned flags[] = {0, FKVF_OPEN_READ};
     for (size_t f = 0; f < 2; f++) {
         c.flags = flags[f];
@@ -2155,7 +2149,7 @@ START_TEST(inject_reader_find)
     /* by hash: the codebook under another name, the archive from memory */
     clear_dir();
     path_in(p, sizeof p, "shared-codebook");
-    spit(p, fx->cb.data, fx->cb.size);
+    tu_write_file(p, fx->cb.data, fx->cb.size);
     c.by_path = 1;
     c.flags = FKVF_OPEN_STRICT;
     scen s;
@@ -2192,7 +2186,7 @@ START_TEST(inject_search)
     as_setup(&ac);
     ck_assert_int_eq(as_step(&ac, 0), FKVF_OK);
     size_t n;
-    uint8_t *z = slurp(ac.path, &n);
+    uint8_t *z = tu_read_file(ac.path, &n, &REAL_AL);
     c.data = z;
     c.size = n;
     c.has_zidx = 1;
@@ -2410,7 +2404,7 @@ static const char *v_message(void *ctx)
 static void v_setup(void *ctx)
 {
     vtctx *c = ctx;
-    spit(c->path, fx->a.data, fx->a.size);
+    tu_write_file(c->path, fx->a.data, fx->a.size);
 }
 
 static int v_step(void *ctx, size_t i)
@@ -2580,12 +2574,9 @@ END_TEST
 static char *read_text(const char *path)
 {
     size_t n;
-    uint8_t *p = slurp(path, &n);
+    uint8_t *p = tu_read_file(path, &n, &REAL_AL); /* NUL-terminated */
     ck_assert_msg(p != NULL, "cannot read %s", path);
-    char *t = REAL_REALLOC(p, n + 1);
-    ck_assert_ptr_nonnull(t);
-    t[n] = 0;
-    return t;
+    return (char *)p;
 }
 
 START_TEST(public_functions_listed)

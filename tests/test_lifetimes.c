@@ -388,11 +388,8 @@ START_TEST(separate_readers_on_threads)
     char path[4096];
     int pn = snprintf(path, sizeof path, "%s/testdata/sample.fkvf", src);
     ck_assert(pn > 0 && (size_t)pn < sizeof path);
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    static uint8_t file[1 << 20];
-    size_t size = fread(file, 1, sizeof file, f);
-    fclose(f);
+    size_t size;
+    uint8_t *file = tu_slurp(path, &size);
     ck_assert_uint_gt(size, 0);
     fkvf_reader *r = NULL;
     ck_assert_int_eq(fkvf_reader_open_memory(&r, file, size, 0, NULL), FKVF_OK);
@@ -420,6 +417,7 @@ START_TEST(separate_readers_on_threads)
         free(k[i].out);
     }
     free(want);
+    free(file);
 }
 END_TEST
 

@@ -8,54 +8,6 @@
 #include "fkvf.h"
 #include "testutil.h"
 
-typedef struct counting {
-    size_t live, peak;
-} counting;
-
-typedef struct hdr {
-    size_t n;
-} hdr;
-
-static void *c_alloc(void *o, size_t n)
-{
-    counting *c = o;
-    hdr *h = malloc(sizeof(hdr) + (n ? n : 1));
-    if (!h)
-        return NULL;
-    h->n = n;
-    c->live += n;
-    if (c->live > c->peak)
-        c->peak = c->live;
-    return h + 1;
-}
-
-static void c_free(void *o, void *p)
-{
-    if (!p)
-        return;
-    counting *c = o;
-    hdr *h = (hdr *)p - 1;
-    c->live -= h->n;
-    free(h);
-}
-
-static void *c_realloc(void *o, void *p, size_t n)
-{
-    if (!p)
-        return c_alloc(o, n);
-    counting *c = o;
-    hdr *h = (hdr *)p - 1;
-    size_t old = h->n;
-    hdr *nh = realloc(h, sizeof(hdr) + (n ? n : 1));
-    if (!nh)
-        return NULL;
-    nh->n = n;
-    c->live = c->live - old + n;
-    if (c->live > c->peak)
-        c->peak = c->live;
-    return nh + 1;
-}
-
 /* A valid archive of a model with 1024 layers x 1024 KV heads and a codebook
  * of 16 + 16 stages (referred to by hash): 2^25 index streams, no position.
  * A few hundred bytes; the reader must not spend memory per stream. */
@@ -85,8 +37,8 @@ START_TEST(many_declared_streams_cost_no_memory)
     fkvf_writer_free(w);
     ck_assert_uint_lt(b.size, 2048);
 
-    counting c = {0, 0};
-    fkvf_allocator al = {c_alloc, c_realloc, c_free, &c};
+    tu_alloc c = {0};
+    fkvf_allocator al = tu_alloc_hook(&c);
     fkvf_reader *r = NULL;
     ck_assert_int_eq(fkvf_reader_open_memory(&r, b.data, b.size, FKVF_OPEN_STRICT, &al), FKVF_OK);
     fkvf_archive_info ai;
@@ -109,7 +61,7 @@ START_TEST(many_declared_streams_cost_no_memory)
     ck_assert_int_eq(fkvf_reader_verify(r), FKVF_OK);
     fkvf_reader_free(r);
     ck_assert_msg(c.peak < (size_t)1 << 20, "peak %zu bytes for a %zu-byte file", c.peak, b.size);
-    ck_assert_uint_eq(c.live, 0);
+    ck_assert_uint_eq(c.bytes, 0);
     tu_buf_free(&b);
 }
 END_TEST

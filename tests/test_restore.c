@@ -249,36 +249,21 @@ END_TEST
 
 /* Allocation failure at every step of open + restore: NOMEM or success,
  * never a leak (the sanitizer build checks leaks). */
-static int fail_at, n_alloc;
-static void *f_alloc(void *o, size_t n)
-{
-    (void)o;
-    return ++n_alloc == fail_at ? NULL : malloc(n ? n : 1);
-}
-static void *f_realloc(void *o, void *p, size_t n)
-{
-    (void)o;
-    return ++n_alloc == fail_at ? NULL : realloc(p, n ? n : 1);
-}
-static void f_free(void *o, void *p)
-{
-    (void)o;
-    free(p);
-}
-
 START_TEST(restore_allocation_failures)
 {
     build(&fx, 0);
-    fkvf_allocator a = {f_alloc, f_realloc, f_free, NULL};
+    tu_alloc ta;
+    fkvf_allocator a = tu_alloc_hook(&ta);
     static uint16_t out[N][ROW_ELEMS];
     int ok = 0;
-    for (fail_at = 1; fail_at < 500 && !ok; fail_at++) {
-        n_alloc = 0;
+    for (long fail_at = 1; fail_at < 500 && !ok; fail_at++) {
+        memset(&ta, 0, sizeof ta);
+        ta.fail_at = fail_at;
         fkvf_reader *r = NULL;
         int rc = fkvf_reader_open_memory(&r, fx.file.data, fx.file.size, 0, &a);
         if (rc == FKVF_OK)
             rc = fkvf_reader_restore(r, 0, N, FKVF_DTYPE_F16, out, sizeof out);
-        ck_assert_msg(rc == FKVF_OK || rc == FKVF_E_NOMEM, "fail_at %d: %s", fail_at,
+        ck_assert_msg(rc == FKVF_OK || rc == FKVF_E_NOMEM, "fail_at %ld: %s", fail_at,
                       fkvf_error_name(rc));
         ok = rc == FKVF_OK;
         fkvf_reader_free(r);
@@ -293,17 +278,6 @@ END_TEST
  * index streams it cannot have (spec 11.8): the writer refuses them. With
  * every position exact such an archive restores with an allocator that
  * returns NULL for zero bytes (restore used to ask for zero bytes of codes). */
-static void *strict_alloc(void *o, size_t n)
-{
-    (void)o;
-    return n ? malloc(n) : NULL;
-}
-static void *strict_realloc(void *o, void *p, size_t n)
-{
-    (void)o;
-    return n ? realloc(p, n) : NULL;
-}
-
 START_TEST(restore_zero_stage_codebook)
 {
     enum { NP = 6, NS = 1, NA = 4 };
@@ -351,7 +325,8 @@ START_TEST(restore_zero_stage_codebook)
     ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
     fkvf_writer_free(w);
 
-    fkvf_allocator a = {strict_alloc, strict_realloc, f_free, NULL};
+    tu_alloc ta = {.zero_null = 1};
+    fkvf_allocator a = tu_alloc_hook(&ta);
     fkvf_reader *r;
     ck_assert_int_eq(fkvf_reader_open_memory(&r, buf.data, buf.size, 0, &a), FKVF_OK);
     static uint16_t out[NP][ROW_ELEMS];

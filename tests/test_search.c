@@ -1081,34 +1081,6 @@ END_TEST
 /* fkvf_search_index_build takes the caller's allocator: every byte, the
  * returned buffer included, comes from it, the result is the one the
  * default allocator gives, and a failing allocator leaks nothing. */
-typedef struct count_alloc {
-    long live, calls, fail_at; /* fail_at: the call that fails, 0 never */
-} count_alloc;
-static void *ca_alloc(void *o, size_t n)
-{
-    count_alloc *c = o;
-    if (++c->calls == c->fail_at)
-        return NULL;
-    void *p = malloc(n);
-    c->live += p != NULL;
-    return p;
-}
-static void *ca_realloc(void *o, void *p, size_t n)
-{
-    count_alloc *c = o;
-    if (++c->calls == c->fail_at)
-        return NULL;
-    void *q = realloc(p, n);
-    c->live += q != NULL && p == NULL;
-    return q;
-}
-static void ca_free(void *o, void *p)
-{
-    count_alloc *c = o;
-    c->live -= p != NULL;
-    free(p);
-}
-
 START_TEST(index_build_caller_allocator)
 {
     tu_rng rng = {12};
@@ -1125,8 +1097,8 @@ START_TEST(index_build_caller_allocator)
         size_t z0, z1;
         uint64_t k0, k1;
         ck_assert_int_eq(fkvf_search_index_build(r, 0, &d0, &z0, &k0, NULL), FKVF_OK);
-        count_alloc ca = {0, 0, 0};
-        fkvf_allocator al = {ca_alloc, ca_realloc, ca_free, &ca};
+        tu_alloc ca = {0};
+        fkvf_allocator al = tu_alloc_hook(&ca);
         ck_assert_int_eq(fkvf_search_index_build(r, 0, &d1, &z1, &k1, &al), FKVF_OK);
         ck_assert_int_gt(ca.calls, 0);
         ck_assert_int_eq(ca.live, 1); /* the buffer returned */
@@ -1139,8 +1111,8 @@ START_TEST(index_build_caller_allocator)
         fkvf_search_buffer_free(NULL, &al);
         long calls = ca.calls;
         for (long k = 1; k <= calls; k++) {
-            count_alloc cf = {0, 0, k};
-            fkvf_allocator af = {ca_alloc, ca_realloc, ca_free, &cf};
+            tu_alloc cf = {.fail_at = k};
+            fkvf_allocator af = tu_alloc_hook(&cf);
             void *d = (void *)1;
             ck_assert_int_eq(fkvf_search_index_build(r, 0, &d, &z1, &k1, &af), FKVF_E_NOMEM);
             ck_assert_ptr_null(d);

@@ -694,12 +694,8 @@ START_TEST(fuzz_corpus)
         if (de->d_name[0] == '.')
             continue;
         FORMAT_FIT(path, "%s/fuzz/corpus/open/%s", src, de->d_name);
-        FILE *f = fopen(path, "rb");
-        ck_assert_ptr_nonnull(f);
-        uint8_t *d = malloc(1 << 20);
-        ck_assert_ptr_nonnull(d);
-        size_t n = fread(d, 1, 1 << 20, f);
-        fclose(f);
+        size_t n;
+        uint8_t *d = tu_slurp(path, &n);
         vlist l = validate(d, n, FKVF_VALIDATE_STRICT);
         fkvf_reader *r = NULL;
         int rc = fkvf_reader_open_memory(&r, d, n, 0, NULL);

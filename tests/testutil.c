@@ -1,4 +1,6 @@
 #include <check.h>
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,4 +69,158 @@ int tu_run_suite(Suite *s)
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+/* ---- allocators ---------------------------------------------------------------- */
+
+enum { TU_HDR = 16 }; /* keeps malloc's 16-byte alignment */
+
+static size_t block_size(void *p)
+{
+    size_t n;
+    memcpy(&n, (uint8_t *)p - TU_HDR, sizeof n);
+    return n;
+}
+
+static void count_bytes(tu_alloc *ta, size_t less, size_t more)
+{
+    ta->bytes = ta->bytes - less + more;
+    if (ta->bytes > ta->peak)
+        ta->peak = ta->bytes;
+}
+
+/* a call fails: the fail_at-th, or any after it with fail_after */
+static int call_fails(tu_alloc *ta)
+{
+    ta->calls++;
+    if (ta->fail_at > 0 &&
+        (ta->calls == ta->fail_at || (ta->fail_after && ta->calls > ta->fail_at))) {
+        ta->failed = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static void *block_new(tu_alloc *ta, size_t n, int fill)
+{
+    uint8_t *h = malloc(TU_HDR + (n ? n : 1) + (fill ? 1 : 0));
+    if (!h)
+        return NULL;
+    memcpy(h, &n, sizeof n);
+    uint8_t *p = h + TU_HDR;
+    if (fill) {
+        memset(p, 0xA5, n);
+        p[n] = 0;
+    }
+    ta->live++;
+    count_bytes(ta, 0, n);
+    return p;
+}
+
+static void block_free(tu_alloc *ta, void *p)
+{
+    if (!p)
+        return;
+    size_t n = block_size(p);
+    ta->live--;
+    count_bytes(ta, n, 0);
+    uint8_t *h = (uint8_t *)p - TU_HDR;
+    if (ta->quarantine) {
+        memset(p, 0xDD, n);
+        if (ta->n_dead < sizeof ta->dead / sizeof ta->dead[0]) {
+            ta->dead[ta->n_dead++] = h;
+            return;
+        }
+    }
+    free(h);
+}
+
+static void *tu_alloc_alloc(void *opaque, size_t n)
+{
+    tu_alloc *ta = opaque;
+    if (call_fails(ta) || (ta->zero_null && n == 0))
+        return NULL;
+    return block_new(ta, n, ta->fill);
+}
+
+static void *tu_alloc_realloc(void *opaque, void *p, size_t n)
+{
+    tu_alloc *ta = opaque;
+    if (call_fails(ta) || (ta->zero_null && n == 0))
+        return NULL;
+    if (!p)
+        return block_new(ta, n, 0);
+    size_t old = block_size(p);
+    if (ta->move || ta->quarantine) {
+        void *q = block_new(ta, n, 0);
+        if (q) {
+            memcpy(q, p, old < n ? old : n);
+            block_free(ta, p);
+        }
+        return q;
+    }
+    uint8_t *h = realloc((uint8_t *)p - TU_HDR, TU_HDR + (n ? n : 1));
+    if (!h)
+        return NULL;
+    memcpy(h, &n, sizeof n);
+    count_bytes(ta, old, n);
+    return h + TU_HDR;
+}
+
+static void tu_alloc_free(void *opaque, void *p) { block_free(opaque, p); }
+
+fkvf_allocator tu_alloc_hook(tu_alloc *ta)
+{
+    fkvf_allocator a = {tu_alloc_alloc, tu_alloc_realloc, tu_alloc_free, ta};
+    return a;
+}
+
+void tu_alloc_release(tu_alloc *ta)
+{
+    for (size_t i = 0; i < ta->n_dead; i++)
+        free(ta->dead[i]);
+    ta->n_dead = 0;
+}
+
+void *tu_xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+/* ---- files ---------------------------------------------------------------------- */
+
+uint8_t *tu_read_file(const char *path, size_t *size, const fkvf_allocator *a)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    ck_assert_int_ge(n, 0);
+    rewind(f);
+    size_t want = (size_t)n + 1;
+    uint8_t *p = a ? a->alloc(a->opaque, want) : malloc(want);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(fread(p, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    p[n] = 0;
+    *size = (size_t)n;
+    return p;
+}
+
+uint8_t *tu_slurp(const char *path, size_t *size)
+{
+    uint8_t *p = tu_read_file(path, size, NULL);
+    ck_assert_msg(p != NULL, "cannot open %s: %s", path, strerror(errno));
+    return p;
+}
+
+void tu_write_file(const char *path, const void *data, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "cannot create %s", path);
+    ck_assert_uint_eq(fwrite(data, 1, size, f), size);
+    ck_assert_int_eq(fclose(f), 0);
 }

@@ -41,6 +41,50 @@ void tu_buf_free(tu_buf *b);
 uint8_t *tu_dup_odd(const void *data, size_t size);
 void tu_free_odd(uint8_t *p);
 
+/* ---- allocators ----------------------------------------------------------------
+ * One test allocator for every suite: an fkvf_allocator over malloc that
+ * counts calls, blocks and bytes, and fails where told. Zero-initialise a
+ * tu_alloc, set the settings a test needs, and pass tu_alloc_hook(&ta) (the
+ * hook points at ta, which must outlive every handle using it). Every block
+ * carries a 16-byte header with its size, so byte counts are exact. */
+typedef struct tu_alloc {
+    /* settings */
+    long fail_at;     /* this call to alloc or realloc fails (the first is 1; 0: none) */
+    int fail_after;   /* and every call after it (failing from fail_at on) */
+    int zero_null;    /* a zero-byte request returns NULL, as malloc(0) may */
+    int fill;         /* alloc fills a block with 0xA5 and puts a NUL byte after it */
+    int quarantine;   /* free poisons a block with 0xDD and keeps it until
+                       * tu_alloc_release (a stale view reads 0xDD; at most 256
+                       * blocks kept, later ones freed); implies move */
+    int move;         /* realloc always moves: a new block, copy, free the old
+                       * (peak counts both) instead of realloc in place */
+    /* counters */
+    long calls;       /* calls to alloc and realloc so far, failed ones included */
+    int failed;       /* some call failed */
+    long live;        /* blocks outstanding */
+    size_t bytes;     /* bytes outstanding */
+    size_t peak;      /* the most bytes outstanding at once */
+    void *dead[256];  /* quarantined blocks */
+    size_t n_dead;
+} tu_alloc;
+fkvf_allocator tu_alloc_hook(tu_alloc *ta);
+/* Free the blocks quarantine kept; the counters stay. */
+void tu_alloc_release(tu_alloc *ta);
+
+/* calloc(n, size) (at least one byte) or the test fails. */
+void *tu_xcalloc(size_t n, size_t size);
+
+/* ---- files ---------------------------------------------------------------------- */
+
+/* The bytes of the file at `path` and their count in *size, in a block from
+ * `a` (NULL: malloc) with a NUL byte after them (a text file is a string);
+ * NULL if the file cannot be opened; a failed read fails the test. */
+uint8_t *tu_read_file(const char *path, size_t *size, const fkvf_allocator *a);
+/* tu_read_file with malloc, and a file that cannot be opened fails the test. */
+uint8_t *tu_slurp(const char *path, size_t *size);
+/* Create or replace the file at `path` with `size` bytes, or the test fails. */
+void tu_write_file(const char *path, const void *data, size_t size);
+
 /* Run a Check suite (CK_NORMAL output); the exit status for main(). Needs
  * <check.h> included before this header for the Suite type. */
 #ifdef CHECK_H
