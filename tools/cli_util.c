@@ -386,16 +386,22 @@ int cli_kvio_exit(int rc)
 
 /* ---- output files ----------------------------------------------------------- */
 
+int cli_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 int cli_check_output(const char *out, const char *const *in, size_t n_in, int force)
 {
-    struct stat so, si;
+    struct stat so;
     if (stat(out, &so) == 0) {
         if (S_ISDIR(so.st_mode)) /* --force could not help: say what to give */
             return cli_fail(CLI_USAGE, FKVF_E_INVALID_ARG, out,
                             "is a directory: give the name of the file to write");
         for (size_t i = 0; i < n_in; i++)
-            if (in[i] && stat(in[i], &si) == 0 && si.st_dev == so.st_dev &&
-                si.st_ino == so.st_ino)
+            if (cli_same_file(in[i], out))
                 return cli_fail(CLI_INVALID, FKVF_E_EXISTS, out,
                                 "is the same file as the input %s (an output never replaces "
                                 "an input, not even with --force)",

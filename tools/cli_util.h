@@ -113,6 +113,9 @@ int cli_kvio_exit(int rc);
  * are skipped. Returns CLI_OK, or CLI_INVALID after an error line naming
  * both paths (code FKVF_E_EXISTS). */
 int cli_check_output(const char *out, const char *const *in, size_t n_in, int force);
+/* 1 when a and b (either may be NULL) name one existing file (the same
+ * st_dev and st_ino: links and other spellings too), else 0. */
+int cli_same_file(const char *a, const char *b);
 
 /* Commands that write an FKVF file (pack, train, compact, append --create):
  * a warning when the name of out ends in the extension of another format

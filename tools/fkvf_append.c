@@ -880,14 +880,6 @@ static const char *compact_help =
     "or wrong; OUT exists without --force or is an input), 2 usage or I/O error\n"
     "(bad option, a path that does not exist, the archive locked by an appender).\n";
 
-static int same_file(const char *a, const char *b)
-{
-    struct stat sa, sb;
-    if (stat(a, &sa) != 0 || stat(b, &sb) != 0)
-        return 0;
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 typedef struct compact_opts {
     const char *in, *out, *cbpath;
     int json, in_place, force;
@@ -924,7 +916,7 @@ static int compact_parse(int argc, char **argv, compact_opts *o)
     }
     if (!o->in || (!o->out && !o->in_place))
         return cli_usage("need ARCHIVE and -o OUT or --in-place (see fkvf compact --help)"), -1;
-    if (o->in_place && o->out && strcmp(o->in, o->out) && !same_file(o->in, o->out))
+    if (o->in_place && o->out && strcmp(o->in, o->out) && !cli_same_file(o->in, o->out))
         return cli_usage("--in-place with -o %s, a different file", o->out), -1;
     return 0;
 }
@@ -934,7 +926,7 @@ static int compact_parse(int argc, char **argv, compact_opts *o)
  * exist. CLI_OK or the exit status after an error line. */
 static int compact_check_output(const compact_opts *o)
 {
-    if (!strcmp(o->in, o->out) || same_file(o->in, o->out))
+    if (!strcmp(o->in, o->out) || cli_same_file(o->in, o->out))
         return cli_fail(CLI_INVALID, FKVF_E_EXISTS, o->out,
                         "is the same file as ARCHIVE %s (an output never replaces an input, "
                         "not even with --force); use --in-place to replace it",

@@ -1169,9 +1169,10 @@ FKVF_API int fkvf_search_prefix_reuse(fkvf_reader *r, const uint32_t *prompt, si
  * alloc (NULL = malloc family); the caller owns *data: free it with
  * fkvf_search_buffer_free(data, alloc). Reads the stream through r (every
  * block verified on first touch; the format errors of those bytes with r's
- * message). Errors: FKVF_E_INVALID_ARG (NULL), FKVF_E_RANGE (no such
- * stream), FKVF_E_LIMIT (too large for a size_t), FKVF_E_NOMEM; *data is
- * then NULL. One thread at a time per reader. */
+ * message). Errors: FKVF_E_INVALID_ARG (NULL), FKVF_E_STATE (r is not a
+ * usable reader), FKVF_E_RANGE (no such stream), FKVF_E_LIMIT (too large
+ * for a size_t), FKVF_E_NOMEM; *data is then NULL. One thread at a time per
+ * reader. */
 FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void **data,
                                      size_t *size, uint64_t *key, const fkvf_allocator *alloc);
 /* Free a buffer of fkvf_search_index_build with the allocator it was built
