@@ -97,7 +97,8 @@ FKVF_API const char *fkvf_appender_message(const fkvf_appender *a)
 
 FKVF_API int fkvf_appender_error(const fkvf_appender *a, fkvf_error_info *out)
 {
-    return fkvf_diag_report(FKVF_HANDLE_IS(a, FKVF_HANDLE_APPENDER) ? &a->diag : NULL, "not an appender handle", out);
+    return fkvf_diag_report(FKVF_HANDLE_IS(a, FKVF_HANDLE_APPENDER) ? &a->diag : NULL,
+                            "not an appender handle", out);
 }
 
 FKVF_API void fkvf_appender_free(fkvf_appender *a)

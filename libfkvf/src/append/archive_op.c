@@ -74,7 +74,8 @@ int fkvf_archive_op_fail_reader(fkvf_archive_op *op, int rc, const fkvf_reader *
 
 FKVF_API int fkvf_archive_op_error(const fkvf_archive_op *op, fkvf_error_info *out)
 {
-    return fkvf_diag_report(FKVF_HANDLE_IS(op, FKVF_HANDLE_ARCHIVE_OP) ? &op->diag : NULL, "not an archive operation handle", out);
+    return fkvf_diag_report(FKVF_HANDLE_IS(op, FKVF_HANDLE_ARCHIVE_OP) ? &op->diag : NULL,
+                            "not an archive operation handle", out);
 }
 
 FKVF_API void fkvf_archive_op_free(fkvf_archive_op *op)

@@ -303,5 +303,6 @@ FKVF_API const char *fkvf_reader_file_name(const fkvf_reader *r)
 
 FKVF_API int fkvf_reader_error(const fkvf_reader *r, fkvf_error_info *out)
 {
-    return fkvf_diag_report(FKVF_HANDLE_IS(r, FKVF_HANDLE_READER) ? &r->diag : NULL, "not a reader handle", out);
+    return fkvf_diag_report(FKVF_HANDLE_IS(r, FKVF_HANDLE_READER) ? &r->diag : NULL,
+                            "not a reader handle", out);
 }

@@ -934,7 +934,8 @@ FKVF_API const char *fkvf_search_message(const fkvf_search *s)
 
 FKVF_API int fkvf_search_error(const fkvf_search *s, fkvf_error_info *out)
 {
-    return fkvf_diag_report(FKVF_HANDLE_IS(s, FKVF_HANDLE_SEARCH) ? &s->diag : NULL, "not a search handle", out);
+    return fkvf_diag_report(FKVF_HANDLE_IS(s, FKVF_HANDLE_SEARCH) ? &s->diag : NULL,
+                            "not a search handle", out);
 }
 
 FKVF_API int fkvf_search_info(const fkvf_search *s, fkvf_search_status *out)

@@ -356,7 +356,8 @@ FKVF_API const char *fkvf_writer_message(const fkvf_writer *w)
 
 FKVF_API int fkvf_writer_error(const fkvf_writer *w, fkvf_error_info *out)
 {
-    return fkvf_diag_report(FKVF_HANDLE_IS(w, FKVF_HANDLE_WRITER) ? &w->diag : NULL, "not a writer handle", out);
+    return fkvf_diag_report(FKVF_HANDLE_IS(w, FKVF_HANDLE_WRITER) ? &w->diag : NULL,
+                            "not a writer handle", out);
 }
 
 /* ---- content ------------------------------------------------------------------ */
