@@ -5,7 +5,7 @@
 # bad option, a missing argument) give the same exit status everywhere (0 ok,
 # 1 invalid input data, 2 usage or environment) and an error line
 # "fkvf CMD: FILE: what"; with --json stdout is exactly one JSON object, the
-# error object (code, name, class, message, file, offset, clause) on failure,
+# error object (code, name, class, message, file, offset, clause, field) on failure,
 # checked with python3; data faults (a stream or position that does not
 # exist, a search without a token stream) are exit 1; every --help states
 # the exit statuses.
@@ -27,7 +27,7 @@ check setup-pack 0 "$FKVF" pack "$CACHE" -o "$T/a.fkvf" $Q
 # The error object on stdout ($T/out, copied first: check rewrites it):
 #   jerr NAME EXIT FILE NAME_OR_- CLASS_OR_- [OFFSET CLAUSE]
 # asserts: one JSON object, {"error": {...}} or a result object with an
-# "error" member; the seven fields; class agrees with the exit status; the
+# "error" member; the eight fields; class agrees with the exit status; the
 # file; the code's name and class when given; the stderr line carries the
 # message.
 JERR='
@@ -38,7 +38,10 @@ text = open(out).read()
 d = json.loads(text)  # one JSON value, nothing after it ("Extra data" otherwise)
 assert isinstance(d, dict) and text.endswith("}\n"), text
 e = d["error"]
-assert set(e) == {"code", "name", "class", "message", "file", "offset", "clause"}, e
+assert set(e) == {"code", "name", "class", "message", "file", "offset", "clause", "field"}, e
+# the field is the one the message names, never a system call of an I/O error
+assert e["field"] is None or (e["field"] + ": ") in e["message"], e
+assert e["field"] is None or e["class"] != "environment", e
 assert isinstance(e["code"], int) and e["message"], e
 ex = int(ex)
 assert e["class"] in (("usage", "environment") if ex == 2 else ("format", "input")), (ex, e)

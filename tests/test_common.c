@@ -147,6 +147,12 @@ START_TEST(diag_fields_beside_the_message)
     ck_assert_str_eq(d.msg, "a.fkvf: cannot read: EIO [FKVF_E_IO]");
     ck_assert_str_eq(d.field, ""); /* "cannot read" is no field name */
     ck_assert_str_eq(d.clause, "");
+    /* nor are a system call's name and a structure that ran out of memory */
+    fkvf_fail_replace(&d, FKVF_E_IO, FKVF_NO_OFFSET, NULL, "open: %s", "ENOENT");
+    ck_assert_str_eq(d.field, "");
+    fkvf_fail_replace(&d, FKVF_E_NOMEM, 8, NULL, "META: no memory for %u keys", 3u);
+    ck_assert_str_eq(d.field, "");
+    fkvf_fail_replace(&d, FKVF_E_IO, FKVF_NO_OFFSET, NULL, "cannot read: %s", "EIO");
     t = fkvf_diag_text(&d, &len);
     ck_assert(len == strlen("cannot read: EIO") && !strncmp(t, "cannot read: EIO", len));
     fkvf_error_info e;

@@ -530,11 +530,12 @@ START_TEST(compact_not_an_archive)
     /* a missing file */
     path_in(src, sizeof src, "missing.fkvf");
     ck_assert_int_eq(fkvf_archive_compact(&c, src, dst, NULL, NULL), FKVF_E_IO);
+    ck_assert_int_eq(fkvf_archive_op_error(c, NULL), FKVF_E_INVALID_ARG); /* out NULL */
     fkvf_archive_op_free(c);
     /* not a handle */
     ck_assert_int_eq(fkvf_archive_op_error(NULL, &e), FKVF_E_STATE);
     ck_assert_int_eq(e.code, FKVF_E_STATE);
-    ck_assert_int_eq(fkvf_archive_op_error(c, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_archive_op_error(NULL, NULL), FKVF_E_INVALID_ARG);
     fkvf_archive_op_free(NULL);
     remove_dir();
 }

@@ -105,6 +105,7 @@ static struct {
     int has_file;
     uint64_t offset; /* FKVF_ERROR_NO_OFFSET: none */
     char clause[32];
+    char field[64]; /* "": none */
 } g_err;
 
 void cli_set_command(const char *prog, const char *cmd, int json)
@@ -145,7 +146,7 @@ static void copy_cut(char *out, size_t n, const char *s)
 }
 
 static void record(int ex, int code, const char *file, const char *msg, uint64_t offset,
-                   const char *clause)
+                   const char *clause, const char *field)
 {
     if (g_err.set)
         return;
@@ -157,6 +158,7 @@ static void record(int ex, int code, const char *file, const char *msg, uint64_t
     copy_cut(g_err.file, sizeof g_err.file, file ? file : "");
     g_err.offset = offset;
     copy_cut(g_err.clause, sizeof g_err.clause, clause ? clause : "");
+    copy_cut(g_err.field, sizeof g_err.field, field ? field : "");
 }
 
 static const char *const kvio_code_names[] = {"KVIO_OK",     "KVIO_E_ARG",         "KVIO_E_IO",
@@ -164,7 +166,7 @@ static const char *const kvio_code_names[] = {"KVIO_OK",     "KVIO_E_ARG",      
                                          "KVIO_E_CONVENTION", "KVIO_E_EXISTS"};
 
 static void error_object(FILE *f, int rex, int code, const char *msg, const char *file,
-                         uint64_t offset, const char *clause)
+                         uint64_t offset, const char *clause, const char *field)
 {
     if (!code)
         code = FKVF_E_INVALID_ARG;
@@ -196,12 +198,17 @@ static void error_object(FILE *f, int rex, int code, const char *msg, const char
         cli_json_cstr(f, clause);
     else
         fputs("null", f);
+    fputs(",\"field\":", f);
+    if (field && *field)
+        cli_json_cstr(f, field);
+    else
+        fputs("null", f);
     fputc('}', f);
 }
 
 void cli_json_error_object(FILE *f, int ex, int code, const char *file, const char *msg)
 {
-    error_object(f, ex, code, msg, file, FKVF_ERROR_NO_OFFSET, NULL);
+    error_object(f, ex, code, msg, file, FKVF_ERROR_NO_OFFSET, NULL, NULL);
 }
 
 static void json_error_object(FILE *f, int ex)
@@ -209,11 +216,11 @@ static void json_error_object(FILE *f, int ex)
     char generic[64];
     snprintf(generic, sizeof generic, "failed with exit status %d", ex);
     if (!g_err.set) {
-        error_object(f, ex, 0, generic, NULL, FKVF_ERROR_NO_OFFSET, NULL);
+        error_object(f, ex, 0, generic, NULL, FKVF_ERROR_NO_OFFSET, NULL, NULL);
         return;
     }
     error_object(f, g_err.ex ? g_err.ex : ex, g_err.code, g_err.msg,
-                 g_err.has_file ? g_err.file : NULL, g_err.offset, g_err.clause);
+                 g_err.has_file ? g_err.file : NULL, g_err.offset, g_err.clause, g_err.field);
 }
 
 void cli_json_error_member(FILE *f, int ex)
@@ -245,7 +252,7 @@ int cli_usage(const char *fmt, ...)
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     put_line(buf);
-    record(CLI_USAGE, FKVF_E_INVALID_ARG, NULL, buf, FKVF_ERROR_NO_OFFSET, NULL);
+    record(CLI_USAGE, FKVF_E_INVALID_ARG, NULL, buf, FKVF_ERROR_NO_OFFSET, NULL, NULL);
     return CLI_USAGE;
 }
 
@@ -296,7 +303,7 @@ int cli_fail(int ex, int code, const char *file, const char *fmt, ...)
     va_end(ap);
     with_file(buf, sizeof buf, file, body);
     put_line(buf);
-    record(ex, code, file, buf, FKVF_ERROR_NO_OFFSET, NULL);
+    record(ex, code, file, buf, FKVF_ERROR_NO_OFFSET, NULL, NULL);
     return ex;
 }
 
@@ -310,7 +317,7 @@ int cli_fail_at(int ex, int code, const char *file, uint64_t offset, const char 
     va_end(ap);
     with_file(buf, sizeof buf, file, body);
     put_line(buf);
-    record(ex, code, file, buf, offset, clause);
+    record(ex, code, file, buf, offset, clause, NULL);
     return ex;
 }
 
@@ -326,7 +333,8 @@ int cli_fail_lib(int rc, const fkvf_error_info *e, const char *file, const char 
     with_file(buf, sizeof buf, file, body);
     put_line(buf);
     int ex = cli_fkvf_exit(rc);
-    record(ex, rc, file, buf, e ? e->offset : FKVF_ERROR_NO_OFFSET, e ? e->clause : NULL);
+    record(ex, rc, file, buf, e ? e->offset : FKVF_ERROR_NO_OFFSET, e ? e->clause : NULL,
+           e ? e->field : NULL);
     return ex;
 }
 
@@ -367,7 +375,7 @@ int cli_fail_kvio(int rc, const char *file, const char *err)
     with_file(buf, sizeof buf, file, err && *err ? err : kvio_strerror(rc));
     put_line(buf);
     int ex = cli_kvio_exit(rc);
-    record(ex, code, file, buf, FKVF_ERROR_NO_OFFSET, NULL);
+    record(ex, code, file, buf, FKVF_ERROR_NO_OFFSET, NULL, NULL);
     return ex;
 }
 

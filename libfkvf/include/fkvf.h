@@ -126,8 +126,9 @@ typedef struct fkvf_error_info {
     const char *field;   /* the field the message names first, e.g.
                           * "header.magic" or "trailer.prev_trailer" (the text
                           * of the message before its colon), or NULL when it
-                          * names none (environment and argument errors mostly
-                          * name none) */
+                          * names none (FKVF_E_IO and FKVF_E_NOMEM never do;
+                          * an argument error may name the option, such as
+                          * "options.sync") */
 } fkvf_error_info;
 
 /* ---- allocator hook ---------------------------------------------------- */

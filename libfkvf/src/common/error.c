@@ -148,7 +148,12 @@ __attribute__((format(printf, 5, 0))) static int vfail(fkvf_diag *d, int code, u
              fkvf_error_name(code));
     d->body_at = (unsigned short)at;
     d->body_len = (unsigned short)strlen(body);
-    field_of(body, d->field);
+    /* an error of the environment is no fault of a field: "open: ENOENT"
+     * names a system call, "META: no memory" the structure being loaded */
+    if (code == FKVF_E_IO || code == FKVF_E_NOMEM)
+        d->field[0] = 0;
+    else
+        field_of(body, d->field);
     d->code = code;
     d->offset = offset;
     snprintf(d->clause, sizeof d->clause, "%s", clause ? clause : "");

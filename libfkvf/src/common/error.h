@@ -40,7 +40,8 @@ int fkvf_diag_report(const fkvf_diag *d, const char *not_a_handle, fkvf_error_in
  * convention every message follows: the text starts with it, up to its colon
  * ("header.magic: not an FKVF file", "directory.entry[3].offset: ..."), a
  * name of letters, digits, '_', '.', '[' and ']'; text that starts otherwise
- * names no field. The message is "NAME: offset N: TEXT (spec CLAUSE)
+ * names no field, and neither does an error of the environment (FKVF_E_IO,
+ * FKVF_E_NOMEM: "open: ..." names a system call). The message is "NAME: offset N: TEXT (spec CLAUSE)
  * [FKVF_E_...]", offset and clause left out when absent. Keeps the first
  * error recorded until cleared. */
 int fkvf_fail(fkvf_diag *d, int code, uint64_t offset, const char *clause, const char *fmt, ...)
