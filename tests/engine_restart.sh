@@ -115,7 +115,9 @@ pid=$!
 i=0
 while :; do
     c=$(grep -c '^step ' "$T/killed" 2>/dev/null)
-    [ "${c:-0}" -ge "$want_steps" ] || [ $i -ge 2000 ] && break
+    # up to 120 s: on a loaded machine the engine may take long to print its
+    # first step (killed before it made the archive, the probe below fails)
+    [ "${c:-0}" -ge "$want_steps" ] || [ $i -ge 12000 ] && break
     sleep 0.01
     i=$((i + 1))
 done

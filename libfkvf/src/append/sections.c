@@ -3,8 +3,6 @@
  * through the appender's open and commit paths (append_impl.h); the error
  * on an fkvf_archive_op (archive_op.h), as compaction and recovery. */
 #define _POSIX_C_SOURCE 200809L
-#include <stdio.h>
-#include <string.h>
 
 #include "append_impl.h"
 #include "archive_op.h"
