@@ -1187,8 +1187,7 @@ FKVF_API void fkvf_search_buffer_free(void *p, const fkvf_allocator *alloc);
  * encoding to index codes, decoding (spec 13.6), plus the RoPE rotation of
  * spec 8.1 and f16 / bf16 conversions. Handles are immutable after creation:
  * encode and decode may run concurrently on one handle. Every fkvf_rvq_*
- * function refuses a pointer that is not a codebook handle (freed, or
- * another kind of handle) as it refuses NULL. */
+ * function refuses a pointer to another kind of handle as it refuses NULL. */
 
 /* n elements of `from` (little-endian bytes, any alignment) to n elements of
  * `to`; any pair of FKVF_DTYPE_*. Buffers must not overlap. */
