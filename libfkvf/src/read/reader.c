@@ -149,7 +149,9 @@ static int reader_new(fkvf_reader **out, const fkvf_allocator *alloc, const char
     return FKVF_OK;
 }
 
-static int reader_load(fkvf_reader *r)
+/* The header (spec 3.1), the size limit (spec 15) and the served commit's
+ * chain (spec 7.2): the first steps of every open, the validator's too. */
+static int load_head(fkvf_reader *r)
 {
     size_t avail = r->size < FKVF_HEADER_SIZE ? (size_t)r->size : FKVF_HEADER_SIZE;
     int rc = fkvf_header_parse(r->data, avail, &r->hdr, &r->diag);
@@ -157,7 +159,13 @@ static int reader_load(fkvf_reader *r)
         return rc;
     if (r->size > FKVF_MAX_FILE)
         return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file larger than 2^62 bytes");
-    if ((rc = rd_find_head(r)) || (rc = rd_load_directories(r)) || (rc = rd_load_contents(r)))
+    return rd_find_head(r);
+}
+
+static int reader_load(fkvf_reader *r)
+{
+    int rc;
+    if ((rc = load_head(r)) || (rc = rd_load_directories(r)) || (rc = rd_load_contents(r)))
         return rc;
     r->h.state = FKVF_HANDLE_OPEN;
     return FKVF_OK;
@@ -179,12 +187,7 @@ int rd_open_chain(fkvf_reader **out, const void *data, size_t size, const char *
     r->data = size ? data : empty;
     r->size = size;
     *out = r;
-    size_t avail = r->size < FKVF_HEADER_SIZE ? (size_t)r->size : FKVF_HEADER_SIZE;
-    if ((rc = fkvf_header_parse(r->data, avail, &r->hdr, &r->diag)))
-        return rc;
-    if (r->size > FKVF_MAX_FILE)
-        return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file larger than 2^62 bytes");
-    return rd_find_head(r);
+    return load_head(r);
 }
 
 FKVF_API int fkvf_reader_open_memory(fkvf_reader **out, const void *data, size_t size,
