@@ -6,6 +6,8 @@ set(FKVF_FUZZ_TARGETS open decode codec quant append search)
 if(FKVF_BUILD_TOOLS)
   # tools/cacheio*.c importers and tools/cli_util.c number parsers
   list(APPEND FKVF_FUZZ_TARGETS safetensors npy npz cli_numbers)
+  # tools/llama_state.c and tools/gguf.c (the llama.cpp bridge)
+  list(APPEND FKVF_FUZZ_TARGETS llama_state gguf)
 endif()
 
 # fkvf_fuzz_link(TARGET NAME): libraries and include paths of target NAME.
@@ -15,6 +17,8 @@ function(fkvf_fuzz_link tgt name)
   target_include_directories(${tgt} PRIVATE ${PROJECT_SOURCE_DIR}/fuzz)
   if(name MATCHES "^(safetensors|npy|npz)$")
     target_link_libraries(${tgt} PRIVATE fkvf_cacheio)
+  elseif(name MATCHES "^(llama_state|gguf)$")
+    target_link_libraries(${tgt} PRIVATE fkvf_llama)
   elseif(name STREQUAL "codec")
     # the symbol appender is test code (tests/sym_appender.c), not libfkvf
     target_sources(${tgt} PRIVATE ${PROJECT_SOURCE_DIR}/tests/sym_appender.c)

@@ -1,0 +1,2 @@
+/* gguf.c - GGUF metadata (gguf.h). */
+#include "gguf.h"

@@ -1,0 +1,2 @@
+/* llama_state.c - llama.cpp state files (llama_state.h). */
+#include "llama_state.h"
