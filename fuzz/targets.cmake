@@ -24,8 +24,9 @@ function(fkvf_fuzz_link tgt name)
     target_sources(${tgt} PRIVATE ${PROJECT_SOURCE_DIR}/tests/sym_appender.c)
     target_include_directories(${tgt} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   elseif(name STREQUAL "cli_numbers")
-    target_sources(${tgt} PRIVATE ${PROJECT_SOURCE_DIR}/tools/cli_util.c)
-    target_link_libraries(${tgt} PRIVATE fkvf_cacheio m)
+    target_sources(${tgt} PRIVATE ${PROJECT_SOURCE_DIR}/tools/cli_util.c
+      ${PROJECT_SOURCE_DIR}/tools/cli_llama.c)
+    target_link_libraries(${tgt} PRIVATE fkvf_llama m)
   endif()
 endfunction()
 

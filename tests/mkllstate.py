@@ -91,6 +91,8 @@ def main():
             u32(0)
             continue
         u32(n)
+        if n == 0:
+            continue  # an empty stream: its cell count only
         for c in range(n):
             i32(a.pos_start + c)
             u32(a.n_seq_id)

@@ -167,6 +167,7 @@ const char *kvio_names_name(kvio_names names)
     case KVIO_NAMES_HF: return "hf";
     case KVIO_NAMES_HF_LEGACY: return "hf-legacy";
     case KVIO_NAMES_HF_DYNAMIC: return "hf-dynamic";
+    case KVIO_NAMES_LLAMA: return "llama.cpp";
     default: return "?";
     }
 }

@@ -94,7 +94,9 @@ typedef enum kvio_names {
     KVIO_NAMES_FKVF = 1,      /* layers.{i}.key / layers.{i}.value */
     KVIO_NAMES_HF = 2,        /* past_key_values.{i}.key / .value */
     KVIO_NAMES_HF_LEGACY = 3, /* past_key_values.{i}.0 / .1 */
-    KVIO_NAMES_HF_DYNAMIC = 4 /* key_cache.{i} / value_cache.{i} */
+    KVIO_NAMES_HF_DYNAMIC = 4, /* key_cache.{i} / value_cache.{i} */
+    KVIO_NAMES_LLAMA = 5       /* no names: a llama.cpp state file, read by the tools'
+                                * llama bridge (llama_state.h), not by kvio_read */
 } kvio_names;
 
 typedef struct kvio_meta {
@@ -125,7 +127,8 @@ size_t kvio_dtype_size(fkvf_dtype dtype);     /* 2, 2, 4; 0 if unknown */
 const char *kvio_dtype_name(fkvf_dtype dtype); /* "f16", "bf16", "f32", "?" */
 const char *kvio_format_name(kvio_format fmt); /* "safetensors", "npy", "npz", "auto" */
 const char *kvio_strerror(int code);
-/* "none", "fkvf", "hf", "hf-legacy", "hf-dynamic" ("?" if unknown). */
+/* "none", "fkvf", "hf", "hf-legacy", "hf-dynamic", "llama.cpp" ("?" if
+ * unknown). */
 const char *kvio_names_name(kvio_names names);
 /* 1 for the Hugging Face schemes (HF, HF_LEGACY, HF_DYNAMIC). */
 int kvio_names_is_hf(kvio_names names);

@@ -51,6 +51,10 @@ int cli_read_cache_layout(const char *path, int layout, kvio_cache *c)
 
 void cli_keys_hf_default(cli_key_opts *k, const kvio_cache *c, const char *path)
 {
+    if (c->names == KVIO_NAMES_LLAMA) {
+        cli_llama_key_defaults(k, c, path); /* from --model's GGUF */
+        return;
+    }
     if (k->layout_set || k->layout_cb || k->no_rope || !kvio_names_is_hf(c->names))
         return;
     k->layout = 2;

@@ -13,6 +13,8 @@
 
 #include "cacheio.h"
 #include "fkvf.h"
+#include "gguf.h"
+#include "llama_state.h"
 
 /* Exit statuses of the CLI (docs/cli.md), the same for every command:
  * 0 done (valid), 1 invalid input data (a file that is not what it should
@@ -383,7 +385,9 @@ int cli_read_cache_layout(const char *path, int layout, kvio_cache *c);
 
 /* Hugging Face caches rotate half-split pairs: when the cache's tensor names
  * are a Hugging Face scheme and the pair layout was neither given nor taken
- * from a codebook file (and not --no-rope), choose half-split and say so. */
+ * from a codebook file (and not --no-rope), choose half-split and say so.
+ * A llama.cpp state file's settings come from its model instead
+ * (cli_llama_key_defaults). */
 void cli_keys_hf_default(cli_key_opts *k, const kvio_cache *c, const char *path);
 
 /* The RoPE check: on up to 256 positions of [p0, p1) (evenly spaced), per
@@ -425,5 +429,53 @@ void cli_rope_print(FILE *f, const char *path, const cli_rope_report *r);
 void cli_rope_json(FILE *f, const char *path, const cli_rope_report *r);
 /* A warning line on stderr when the verdict is 1. */
 void cli_rope_warn(const char *path, const cli_rope_report *r);
+
+
+/* ---- llama.cpp state files as caches (cli_llama.c) ---------------------- */
+/* --model MODEL.gguf, the model the state files of this run were saved with
+ * (one per run). Returns 0, or -1 after a usage error (two different). */
+int cli_llama_set_model(const char *gguf_path);
+/* The --model path (NULL: not given). */
+const char *cli_llama_model_path(void);
+/* Its metadata, read once (gguf_read_file, with the file's XXH3-128). NULL
+ * with *ex = CLI_OK when no --model was given, NULL with *ex the exit
+ * status after an error line when it cannot be read. */
+const gguf_model *cli_llama_model(int *ex);
+/* Its XXH3-128 (16 bytes, canonical), as cli_llama_model. */
+const uint8_t *cli_llama_model_hash(int *ex);
+/* The kind of llama.cpp state file at path by its magic (LLST_KIND_NONE:
+ * not one, or unreadable); is the file at path a GGUF file? */
+llst_kind cli_llama_sniff_file(const char *path);
+int cli_llama_is_gguf_file(const char *path);
+/* A state file mapped and parsed (llst_parse); unmap frees it (NULL ok).
+ * Returns the exit status after any error line. */
+typedef struct cli_llama_file {
+    void *map;
+    size_t size;
+    llst_file st;
+} cli_llama_file;
+int cli_llama_map(const char *path, cli_llama_file *f);
+void cli_llama_unmap(cli_llama_file *f);
+/* The cache shape of --model (*m: the model, may be NULL); without --model
+ * a usage error saying it is needed for path. */
+int cli_llama_shape(const char *path, llst_shape *sh, const gguf_model **m);
+/* An error of llama_state.c (rc, its line err, which names the file). */
+int cli_fail_llst(int rc, const char *file, const char *err);
+/* A llama.cpp state file read as a cache (cli_read_cache does this for
+ * every command): shape from --model, names KVIO_NAMES_LLAMA, metadata the
+ * llst_meta_set entries plus llama.model (the GGUF's file name) and
+ * llama.model_arch. */
+int cli_llama_read_cache(const char *path, kvio_cache *c);
+/* RoPE settings of --model's architecture for keys not set by options:
+ * pair layout (llama: interleaved, NEOX-style: half-split), theta, dims;
+ * no RoPE, or keys as cached for schemes spec 8.1 cannot un-rotate
+ * (scaled frequencies, M-RoPE, unknown architectures), each with a note. */
+void cli_llama_key_defaults(cli_key_opts *k, const kvio_cache *c, const char *path);
+/* The descriptor's identity from --model: model_id (general.name, else
+ * the architecture) when d has none, weights hash XXH3-128 of the GGUF
+ * file (kind 2). Nothing without --model. */
+void cli_llama_desc(fkvf_desc *d);
+/* fkvf info on a llama.cpp state file: what it is and how to import it. */
+int cli_llama_info(const char *path, int json);
 
 #endif

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cacheio.h"
 #include "fkvf.h"
 
 /* The program's name, in its error lines and usage texts. */
@@ -27,6 +28,23 @@ int fkvf_cli_pack(int argc, char **argv);
 int fkvf_cli_unpack(int argc, char **argv);
 int fkvf_cli_train(int argc, char **argv);
 int fkvf_cli_compare(int argc, char **argv);
+
+/* fkvf_pack.c, for import-llama: fkvf pack's option parsing and run, with
+ * llama = 1 the defaults of import-llama (a llama.cpp state file, --model
+ * required, lossless unless --codebooks or --train) and its help text. */
+int cli_pack_main(int argc, char **argv, int llama, const char *help);
+/* fkvf_pack.c, for export-llama: every position of archive `in` restored
+ * as unpack does (its codebook file: cbpath, else found by content hash;
+ * out is checked not to be that file) into *c, in dtype (0: the
+ * archive's), with its token ids when it has them; *r is the archive's
+ * reader, left open for its metadata (the caller frees both). Returns the
+ * exit status after any error line. */
+int cli_restore_archive(const char *in, const char *cbpath, const char *out, int dtype,
+                        kvio_cache *c, fkvf_reader **r);
+
+/* fkvf_llama.c: llama.cpp state files in and out (docs/llamacpp.md) */
+int fkvf_cli_import_llama(int argc, char **argv);
+int fkvf_cli_export_llama(int argc, char **argv);
 
 /* fkvf_append.c: growing, compacting and recovering archives */
 int fkvf_cli_append(int argc, char **argv);

@@ -68,6 +68,8 @@ static const char *append_help =
     "  --beam B              beam width for encoding archived positions (1: greedy)\n"
     "  --layout hnd|nhd      the cache's tensors heads-first [H, T, D] (default) or\n"
     "                        positions-first [T, H, D] (docs/cache-files.md)\n"
+    "  --model MODEL.gguf    CACHE is a llama.cpp state file saved with this model\n"
+    "                        (docs/llamacpp.md; with --new: fkvf import-llama --append)\n"
     "  --json                print one JSON object (on failure {\"error\":{...}},\n"
     "                        docs/cli.md)\n"
     "\n"
@@ -188,6 +190,8 @@ static int append_value(append_opts *o, const char *a, const char *v, const char
         return cli_opt_layout(v, &o->layout) ? -1 : 0;
     } else if (!strcmp(a, "--positions")) {
         return append_opt_positions(o, v);
+    } else if (!strcmp(a, "--model")) {
+        return cli_llama_set_model(v);
     } else {
         /* options of --create */
         *create_opt = a;

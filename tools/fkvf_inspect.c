@@ -86,6 +86,8 @@ static int open_archive(int argc, char **argv, const char *cmd, const char *help
     int pc = parse_common(argc, argv, cmd, help, path, json);
     if (pc)
         return pc > 0 ? CLI_OK : CLI_USAGE;
+    if (!strcmp(cmd, "info") && cli_llama_sniff_file(*path) != LLST_KIND_NONE)
+        return cli_llama_info(*path, *json); /* what it is and how to import it */
     int ex = cli_open_reader(r, *path);
     if (ex != CLI_OK)
         return ex;
@@ -143,6 +145,9 @@ static const char *info_help =
     "it), or for an archive that refers to a codebook file, that file as found\n"
     "by content hash in the archive's directory, then in each directory of\n"
     "FKVF_CODEBOOK_PATH (docs/codebooks.md); the ratio without it too.\n"
+    "On a llama.cpp state file (llama_state_seq_save_file, llama_state_save_file):\n"
+    "what it holds (kind, tokens, cells, K/V types, V layout) and the fkvf\n"
+    "import-llama command that archives it (docs/llamacpp.md).\n"
     "\n"
     "Exit status: 0 ok, 1 invalid input (not an FKVF file, invalid metadata),\n"
     "2 usage or I/O error (also: ARCHIVE does not exist).\n";

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cacheio.h"
 #include "cli_util.h"
@@ -93,6 +94,8 @@ static int pack_source_meta(fkvf_writer *w, const kvio_cache *c, int layout, con
     int rc = fkvf_writer_meta_utf8(w, "pack.layout", layout == CLI_LAYOUT_NHD ? "nhd" : "hnd");
     if (rc == FKVF_OK && c->names != KVIO_NAMES_NONE)
         rc = fkvf_writer_meta_utf8(w, "pack.names", kvio_names_name(c->names));
+    /* a llama.cpp state file's entries are llama.* already (llst_meta_set) */
+    const char *prefix = c->names == KVIO_NAMES_LLAMA ? "" : ST_META_PREFIX;
     size_t kept = 0, over = 0;
     for (size_t i = 0; rc == FKVF_OK && i < c->n_meta; i++) {
         size_t kl = strlen(c->meta[i].key), vl = strlen(c->meta[i].value);
@@ -106,7 +109,7 @@ static int pack_source_meta(fkvf_writer *w, const kvio_cache *c, int layout, con
             continue;
         }
         char key[256];
-        snprintf(key, sizeof key, "%s%s", ST_META_PREFIX, c->meta[i].key);
+        snprintf(key, sizeof key, "%s%s", prefix, c->meta[i].key);
         rc = fkvf_writer_meta_utf8(w, key, c->meta[i].value);
         kept++;
     }
@@ -165,6 +168,8 @@ static const char *pack_help =
     "  --layout hnd|nhd      key/value tensors heads-first [H, T, D] (hnd, default) or\n"
     "                        positions-first [T, H, D] (nhd; .npy [L, 2, T, H, D]);\n"
     "                        without it, more heads than positions is warned about\n"
+    "  --model MODEL.gguf    CACHE is a llama.cpp state file saved with this model\n"
+    "                        (see fkvf import-llama, docs/llamacpp.md)\n"
     "Archive:\n"
     "  --sinks S             leading exact positions (4)\n"
     "  --recent W            trailing exact positions (32)\n"
@@ -194,13 +199,18 @@ static const char *pack_help =
 typedef struct pack_opts {
     const char *in, *out, *cbfile;
     int train, deflate, f32, index, layout, check_rope, force, json;
+    int llama;        /* fkvf import-llama: a state file, lossless unless codebooks */
+    const char *help; /* pack_help, or import-llama's */
     cli_code_opts code;
     cli_key_opts keys;
 } pack_opts;
 
-static int pack_parse(int argc, char **argv, pack_opts *o)
+static int pack_parse(int argc, char **argv, pack_opts *o, int llama, const char *help)
 {
     memset(o, 0, sizeof *o);
+    o->llama = llama;
+    o->help = help;
+    const char *cmd = llama ? "import-llama" : "pack";
     cli_code_opts_init(&o->code);
     cli_key_opts_init(&o->keys);
     for (int i = 0; i < argc; i++) {
@@ -212,7 +222,7 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
         if (r > 0)
             continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(pack_help, stdout);
+            fputs(o->help, stdout);
             return 1;
         } else if (!strcmp(a, "--train")) {
             o->train = 1;
@@ -230,12 +240,15 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
             o->json = 1;
         } else if (a[0] == '-' && a[1] != 0) {
             if (!v) {
-                cli_usage("%s needs a value (or is unknown; see fkvf pack --help)", a);
+                cli_usage("%s needs a value (or is unknown; see fkvf %s --help)", a, cmd);
                 return -1;
             }
             i++;
             if (!strcmp(a, "-o")) {
                 o->out = v;
+            } else if (!strcmp(a, "--model")) {
+                if (cli_llama_set_model(v))
+                    return -1;
             } else if (!strcmp(a, "--layout")) {
                 if (cli_opt_layout(v, &o->layout))
                     return -1;
@@ -245,7 +258,7 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
                 if (r < 0)
                     return -1;
             } else {
-                cli_usage("unknown option '%s' (see fkvf pack --help)", a);
+                cli_usage("unknown option '%s' (see fkvf %s --help)", a, cmd);
                 return -1;
             }
         } else if (!o->in) {
@@ -256,12 +269,24 @@ static int pack_parse(int argc, char **argv, pack_opts *o)
         }
     }
     if (!o->in || (!o->out && !o->check_rope)) {
-        cli_usage("need CACHE and -o ARCHIVE (see fkvf pack --help)");
+        cli_usage(llama ? "need STATE, --model MODEL.gguf and -o ARCHIVE (see fkvf import-llama "
+                          "--help)"
+                        : "need CACHE and -o ARCHIVE (see fkvf pack --help)");
         return -1;
     }
     if (o->train && o->cbfile) {
         cli_usage("--train and --codebooks exclude each other");
         return -1;
+    }
+    if (llama && !cli_llama_model_path()) {
+        cli_usage("need --model MODEL.gguf, the model %s was saved with (see fkvf import-llama "
+                  "--help)", o->in);
+        return -1;
+    }
+    if (llama && !o->train && !o->cbfile) {
+        /* lossless: every position exact, no codebook (appends stay exact) */
+        o->code.sinks = UINT32_MAX;
+        return 0;
     }
     if (!o->cbfile)
         o->train = 1;
@@ -311,6 +336,8 @@ static int pack_check_rope(const pack_opts *o, pack_state *s, const pack_plan *p
 {
     if (!o->check_rope && !p->krope)
         return -1;
+    if (!o->check_rope && o->llama && p->A == 0 && !o->cbfile)
+        return -1; /* a lossless import: no key is un-rotated */
     kvio_cache *c = &s->c;
     cli_rope_report rr;
     if (cli_rope_measure(c, 0, c->n_positions, 0, &p->rope, p->krope != NULL, &rr))
@@ -435,6 +462,11 @@ static int pack_write_desc(const pack_opts *o, pack_state *s, const pack_plan *p
     d.window = (uint32_t)(o->code.recent > UINT32_MAX ? UINT32_MAX : o->code.recent);
     d.model_id = o->code.model_id;
     d.tokenizer_id = o->code.tok_id;
+    if (c->names == KVIO_NAMES_LLAMA) {
+        cli_llama_desc(&d); /* model id and weights hash from --model */
+        if (!d.tokenizer_id)
+            d.tokenizer_id = d.model_id; /* the GGUF carries its tokenizer */
+    }
     *stage = "descriptor";
     int rc = fkvf_writer_set_desc(s->w, &d);
     if (rc == FKVF_OK) {
@@ -625,6 +657,13 @@ static void pack_print(const pack_opts *o, const pack_state *s, const pack_plan 
  * Returns -1 to go on, else the exit status. */
 static int pack_prepare(pack_opts *o, pack_state *s, pack_plan *p)
 {
+    if (o->llama && cli_llama_sniff_file(o->in) == LLST_KIND_NONE &&
+        !access(o->in, R_OK))
+        return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->in,
+                        "not a llama.cpp state file (no 'ggsq' or 'ggsn' magic)%s",
+                        cli_llama_is_gguf_file(o->in)
+                            ? ": it is a GGUF model; STATE comes first, --model MODEL.gguf"
+                            : "; fkvf pack reads .safetensors, .npz and .npy caches");
     int ex = read_cache(o->in, o->layout, &s->c);
     if (ex)
         return ex;
@@ -667,10 +706,10 @@ static int pack_run(pack_opts *o, pack_state *s, pack_plan *p)
     return CLI_OK;
 }
 
-int fkvf_cli_pack(int argc, char **argv)
+int cli_pack_main(int argc, char **argv, int llama, const char *help)
 {
     pack_opts o;
-    int pr = pack_parse(argc, argv, &o);
+    int pr = pack_parse(argc, argv, &o, llama, help);
     if (pr)
         return pr > 0 ? CLI_OK : CLI_USAGE;
     const char *inputs[] = {o.in, o.cbfile};
@@ -688,6 +727,8 @@ int fkvf_cli_pack(int argc, char **argv)
     pack_free(&s);
     return ex;
 }
+
+int fkvf_cli_pack(int argc, char **argv) { return cli_pack_main(argc, argv, 0, pack_help); }
 
 /* ---- unpack ------------------------------------------------------------- */
 
@@ -1044,6 +1085,40 @@ static int unpack_run(const unpack_opts *o, unpack_state *s)
     return CLI_OK;
 }
 
+int cli_restore_archive(const char *in, const char *cbpath, const char *out, int dtype,
+                        kvio_cache *c, fkvf_reader **r)
+{
+    unpack_opts o;
+    memset(&o, 0, sizeof o);
+    o.in = in;
+    o.out = out;
+    o.cbpath = cbpath;
+    o.dtype = dtype;
+    o.fmt = KVIO_FMT_SAFETENSORS; /* any format that holds token ids */
+    unpack_state s;
+    memset(&s, 0, sizeof s);
+    int ex = unpack_open(&o, &s);
+    if (ex == CLI_OK) {
+        s.dt = dtype ? (fkvf_dtype)dtype : s.d.dtype;
+        s.P = (uint32_t)s.ai.n_positions;
+        fkvf_stream_info tsi;
+        s.has_tok_stream = fkvf_reader_stream_find(s.r, FKVF_STREAM_ID_TOKENS, &s.tidx) ==
+                               FKVF_OK &&
+                           fkvf_reader_stream_info(s.r, s.tidx, &tsi) == FKVF_OK &&
+                           tsi.length >= s.P;
+        s.has_tok = s.has_tok_stream;
+        ex = unpack_restore(&o, &s);
+    }
+    if (ex == CLI_OK) {
+        *c = s.c;
+        memset(&s.c, 0, sizeof s.c);
+        *r = s.r;
+        s.r = NULL;
+    }
+    unpack_free(&s);
+    return ex;
+}
+
 int fkvf_cli_unpack(int argc, char **argv)
 {
     unpack_opts o;
@@ -1087,6 +1162,9 @@ static const char *train_help =
     "  --no-rope             the caches' keys are not rotated\n"
     "  --layout hnd|nhd      tensors heads-first [H, T, D] (default) or\n"
     "                        positions-first [T, H, D] (every cache)\n"
+    "  --model MODEL.gguf    the caches are llama.cpp state files saved with this\n"
+    "                        model: shape and RoPE settings from its metadata\n"
+    "                        (docs/llamacpp.md)\n"
     "  --force               replace FILE if it exists (default: refused); an input\n"
     "                        CACHE is never replaced\n"
     "  --json                one JSON object: out, caches, layers, heads, pooled, k,\n"
@@ -1128,6 +1206,8 @@ static int train_value(train_opts *o, const char *a, const char *v)
         return cli_opt_iters(v, &prm->max_iters) ? -1 : 0;
     if (!strcmp(a, "--layout"))
         return cli_opt_layout(v, &o->layout) ? -1 : 0;
+    if (!strcmp(a, "--model"))
+        return cli_llama_set_model(v);
     cli_usage("unknown option '%s' (see fkvf train --help)", a);
     return -1;
 }
@@ -1243,7 +1323,7 @@ static int train_read(train_opts *o, train_state *s)
         s->blocks[i].first_position = 0;
         all_hf &= kvio_names_is_hf(cs[i].names);
     }
-    if (all_hf)
+    if (all_hf || cs[0].names == KVIO_NAMES_LLAMA) /* llama.cpp: from --model */
         cli_keys_hf_default(&o->keys, &cs[0], ins[0]);
     if (cli_key_rope(&o->keys, cs[0].key_dim, ins[0], &s->rope, &o->prm.key_rope))
         return CLI_USAGE;
