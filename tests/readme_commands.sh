@@ -113,6 +113,8 @@ if [ -s "$T/run.sh" ]; then
     mkdir "$T/repo" "$T/home"
     (cd "$SRC" && tar --exclude='./build*' --exclude=./.git --exclude=./demo -cf - .) |
         (cd "$T/repo" && tar -xf -)
+    # ../shared (the models) beside the copy, as beside the repository
+    [ -d "$SRC/../shared" ] && ln -s "$(cd "$SRC/../shared" && pwd)" "$T/shared"
     check copy 0 test -f "$T/repo/README.md"
     (cd "$T/repo" && HOME="$T/home" sh -e -x "$T/run.sh") >"$T/log" 2>&1
     rc=$?
