@@ -110,6 +110,8 @@ grep_in "archived positions" '"archived":108' "$T/out"
 check "export archived" 0 "$FKVF" export-llama "$T/big.fkvf" -o "$T/bige.bin"
 check "archived: same size" 0 test "$(wc -c <"$T/big.bin")" -eq "$(wc -c <"$T/bige.bin")"
 check "archived export is a state file" 0 "$FKVF" info "$T/bige.bin"
+check "compare the states" 0 "$FKVF" compare "$T/big.bin" "$T/bige.bin" --model "$T/m.gguf" --sinks 4 --recent 8 --json
+grep_in "compare: exact positions" '"exact_identical":12' "$T/out"
 for i in 1 2 3; do $ST "$T/tr$i.bin" $SHAPE --cells 80 --seed $((20 + i)); done
 check "train on state files" 0 "$FKVF" train "$T/tr1.bin" "$T/tr2.bin" "$T/tr3.bin" --model "$T/m.gguf" -o "$T/cb.fkvf" --k 16
 check "import --codebooks" 0 "$FKVF" import-llama "$T/big.bin" --model "$T/m.gguf" -o "$T/bigc.fkvf" --codebooks "$T/cb.fkvf"

@@ -1468,7 +1468,8 @@ int fkvf_cli_train(int argc, char **argv)
 /* ---- compare ------------------------------------------------------------ */
 
 static const char *compare_help =
-    "usage: fkvf compare ORIGINAL RESTORED [--sinks S] [--recent W] [--layout L[,L2]] [--json]\n"
+    "usage: fkvf compare ORIGINAL RESTORED [--sinks S] [--recent W] [--layout L[,L2]]\n"
+    "                    [--model MODEL.gguf] [--json]\n"
     "\n"
     "Compare two raw caches of the same shape. Per keys and values: relative\n"
     "MSE (sum of squared errors / sum of squares of ORIGINAL), SNR in dB and\n"
@@ -1480,6 +1481,8 @@ static const char *compare_help =
     "                        first [T, H, D], for both files; hnd,nhd or nhd,hnd:\n"
     "                        ORIGINAL's, then RESTORED's (e.g. an nhd cache against\n"
     "                        what fkvf unpack --layout hnd wrote)\n"
+    "  --model MODEL.gguf    a file is a llama.cpp state file saved with this model\n"
+    "                        (e.g. a state against its fkvf export-llama; docs/llamacpp.md)\n"
     "  --json                one JSON object (on failure {\"error\":{...}},\n"
     "                        docs/cli.md)\n"
     "\n"
@@ -1538,6 +1541,11 @@ static int compare_parse(int argc, char **argv, compare_opts *o)
                 cli_parse_u64(argv[i + 1], UINT32_MAX, a[2] == 's' ? &o->sinks : &o->recent))
                 return cli_usage("%s needs a count", a);
             i++;
+        } else if (!strcmp(a, "--model")) {
+            if (i + 1 >= argc)
+                return cli_usage("--model needs a value");
+            if (cli_llama_set_model(argv[++i]))
+                return CLI_USAGE;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage("unknown option '%s' (see fkvf compare --help)", a);
         } else if (!o->pa) {
