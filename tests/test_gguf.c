@@ -890,6 +890,12 @@ START_TEST(read_file_errors_and_hash)
     ck_assert_msg(strstr(err, path) && strstr(err, "cannot open"), "%s", err);
     ck_assert_int_eq(gguf_read_file(dir, &m, h, err, ERRLEN), GGUF_E_IO);
     ck_assert_msg(strstr(err, dir) && strstr(err, "directory"), "%s", err);
+    /* a FIFO with no writer: refused, not waited on */
+    snprintf(path, sizeof path, "%s/fifo.gguf", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    ck_assert_int_eq(gguf_read_file(path, &m, h, err, ERRLEN), GGUF_E_IO);
+    ck_assert_msg(strstr(err, path) && strstr(err, "not a regular file"), "%s", err);
+    remove(path);
     snprintf(path, sizeof path, "%s/empty.gguf", dir);
     tu_write_file(path, "", 0);
     ck_assert_int_eq(gguf_read_file(path, &m, h, err, ERRLEN), GGUF_E_FORMAT);
