@@ -12,6 +12,8 @@
 #   safetensors, npy, npz  the tiny samples unpacked with `fkvf unpack` in
 #                          f16 / bf16 / f32, plus the committed corpora
 #   cli_numbers            strings for each parser (first byte picks it)
+#   gguf                   small GGUF headers from fuzz/gguf_seeds.py (its
+#                          own writer; no model file is copied)
 # Then run the fuzzers on OUT/<t> and minimize into fuzz/corpus/<t> with
 # -merge=1 (see fuzz/README.md). Needs an ordinary build with the tools.
 # Usage: fuzz/seed.sh [BUILD_DIR [OUT]]   (BUILD_DIR default: build)
@@ -95,6 +97,8 @@ for s in tokens L0.H0.K.0 L1.H2.V.3 L65535.H65535.V.255 L65536.H0.K.0 "L 1.H1.K.
     printf '\004%s' "$s" >"$c/name-$k"
     k=$((k + 1))
 done
-for t in open decode codec quant append search safetensors npy npz cli_numbers; do
+# GGUF metadata headers
+python3 fuzz/gguf_seeds.py "$OUT/gguf"
+for t in open decode codec quant append search safetensors npy npz cli_numbers gguf; do
     echo "seed.sh: $t: $(ls "$OUT/$t" | wc -l) files"
 done

@@ -44,7 +44,7 @@ mkdir -p "$W/logs" "$W/artifacts" "$W/corpus"
 dict_of() {
     case $1 in
     open | decode | search) echo fuzz/fkvf.dict ;;
-    safetensors | npy | npz | cli_numbers) echo "fuzz/$1.dict" ;;
+    safetensors | npy | npz | cli_numbers | gguf) echo "fuzz/$1.dict" ;;
     *) echo "" ;;
     esac
 }

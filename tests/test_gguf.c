@@ -747,27 +747,42 @@ START_TEST(hostile_counts)
 }
 END_TEST
 
-/* many keys: the duplicate check is not quadratic (200k keys, the llama
- * keys last; then one duplicate among them) */
+/* many keys: GGUF_MAX_KV pairs (the llama keys last) parse, and the
+ * duplicate check is not quadratic; one more pair is refused by count, one
+ * duplicate among them by name */
 START_TEST(many_keys)
 {
     gb b = gb_begin(3);
     char k[32];
-    for (int i = 0; i < 200000; i++) {
-        snprintf(k, sizeof k, "k%07d", (i * 7919) % 200000);
+    const uint32_t n = GGUF_MAX_KV - 7;
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(k, sizeof k, "k%07u", (uint32_t)(((uint64_t)i * 7919u) % n));
         kv_int(&b, k, TU8, 1);
     }
     llama_keys(&b);
     gb_done(&b);
     gguf_model m;
     char err[ERRLEN];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     ck_assert_msg(parse(&b, &m, err) == GGUF_OK, "%s", err);
-    ck_assert_uint_eq(m.n_kv, 200007);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    ck_assert_msg(s < 60.0, "%u keys took %.3f s", GGUF_MAX_KV, s);
+    ck_assert_uint_eq(m.n_kv, GGUF_MAX_KV);
     ck_assert_uint_eq(m.n_head_kv, 4);
     gguf_model_free(&m);
     kv_int(&b, "k0123456", TU8, 1);
     gb_done(&b);
-    EXPECT_ERR(parse(&b, &m, err), err, GGUF_E_FORMAT, off(b.key_at), "'k0123456'", "duplicate");
+    EXPECT_ERR(parse(&b, &m, err), err, GGUF_E_FORMAT, "offset 16:", "metadata count 1048577 exceeds the limit 1048576");
+    /* the same count of pairs with one duplicate */
+    b.n = b.key_at;
+    b.n_kv--;
+    gb_done(&b);
+    /* generated pairs are 21 bytes from offset 24; pair 2's key := pair 1's */
+    memcpy(b.p + 24 + 21 * 2 + 8, b.p + 24 + 21 * 1 + 8, 8);
+    EXPECT_ERR(parse(&b, &m, err), err, GGUF_E_FORMAT, off(24 + 21 * 2), "'k0007919'", "duplicate",
+               "first at offset 45");
     free(b.p);
 }
 END_TEST
@@ -890,6 +905,12 @@ START_TEST(read_file_errors_and_hash)
     ck_assert_msg(strstr(err, path) && strstr(err, "cannot open"), "%s", err);
     ck_assert_int_eq(gguf_read_file(dir, &m, h, err, ERRLEN), GGUF_E_IO);
     ck_assert_msg(strstr(err, dir) && strstr(err, "directory"), "%s", err);
+    /* a FIFO with no writer: refused, not waited on */
+    snprintf(path, sizeof path, "%s/fifo.gguf", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    ck_assert_int_eq(gguf_read_file(path, &m, h, err, ERRLEN), GGUF_E_IO);
+    ck_assert_msg(strstr(err, path) && strstr(err, "not a regular file"), "%s", err);
+    remove(path);
     snprintf(path, sizeof path, "%s/empty.gguf", dir);
     tu_write_file(path, "", 0);
     ck_assert_int_eq(gguf_read_file(path, &m, h, err, ERRLEN), GGUF_E_FORMAT);
@@ -994,10 +1015,10 @@ int main(void)
     tcase_add_test(t, division_errors);
     tcase_add_test(t, structure_errors);
     tcase_add_test(t, hostile_counts);
-    tcase_add_test(t, many_keys);
     suite_add_tcase(s, t);
     t = tcase_create("damage");
     tcase_set_timeout(t, 120);
+    tcase_add_test(t, many_keys);
     tcase_add_test(t, every_truncation_refused);
     tcase_add_test(t, every_bit_flip_handled);
     suite_add_tcase(s, t);

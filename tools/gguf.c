@@ -72,6 +72,8 @@ static const str NO_KEY = {NULL, 0};
 /* Write "NAME: offset N: key 'K': what" (key part omitted when key.p is NULL);
  * the key is shown with bytes outside printable ASCII as '?', cut at 96. */
 static int fail(const cur *c, size_t off, str key, int code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int fail(const cur *c, size_t off, str key, int code, const char *fmt, ...)
 {
     if (!c->err || !c->errlen)
         return code;
@@ -752,7 +754,8 @@ int gguf_read_file(const char *path, gguf_model *out, uint8_t hash[16], char *er
         rc = (code);                                                   \
         goto done;                                                     \
     } while (0)
-    int rc = GGUF_OK, fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO without a writer must not block the open */
+    int rc = GGUF_OK, fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     void *map = NULL;
     uint8_t *buf = NULL;
     size_t size = 0;

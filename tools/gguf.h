@@ -77,7 +77,10 @@ typedef struct gguf_model {
     uint32_t value_dim;     /* ARCH.attention.value_length; default n_embd / n_head */
     uint32_t context_length;/* ARCH.context_length */
     gguf_rope rope;         /* from the architecture name (the table in gguf.c,
-                             * after llama.cpp's llama_model_rope_type) */
+                             * after llama.cpp's llama_model_rope_type); for
+                             * glm4, glm4moe and hunyuan_vl also from
+                             * ARCH.rope.dimension_sections (MULTI when its
+                             * first two sections are > 0, as llama.cpp) */
     uint32_t rope_dims;     /* ARCH.rope.dimension_count; default key_dim */
     double rope_theta;      /* ARCH.rope.freq_base; default 10000 */
     int rope_scaled;        /* 1 when the frequencies are scaled or interpolated
