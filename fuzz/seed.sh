@@ -12,6 +12,7 @@
 #   safetensors, npy, npz  the tiny samples unpacked with `fkvf unpack` in
 #                          f16 / bf16 / f32, plus the committed corpora
 #   cli_numbers            strings for each parser (first byte picks it)
+#   llama_state            fuzz/llama_state_seeds.py (small state files)
 # Then run the fuzzers on OUT/<t> and minimize into fuzz/corpus/<t> with
 # -merge=1 (see fuzz/README.md). Needs an ordinary build with the tools.
 # Usage: fuzz/seed.sh [BUILD_DIR [OUT]]   (BUILD_DIR default: build)
@@ -95,6 +96,9 @@ for s in tokens L0.H0.K.0 L1.H2.V.3 L65535.H65535.V.255 L65536.H0.K.0 "L 1.H1.K.
     printf '\004%s' "$s" >"$c/name-$k"
     k=$((k + 1))
 done
+# llama.cpp state files (tools/llama_state.c): small generated files
+python3 fuzz/llama_state_seeds.py "$OUT/llama_state" >/dev/null
+echo "seed.sh: llama_state: $(ls "$OUT/llama_state" | wc -l) files"
 for t in open decode codec quant append search safetensors npy npz cli_numbers; do
     echo "seed.sh: $t: $(ls "$OUT/$t" | wc -l) files"
 done
