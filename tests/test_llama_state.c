@@ -641,6 +641,27 @@ START_TEST(write_from_cache)
 }
 END_TEST
 
+/* The size llama.cpp's f16 sequence state of the stories260K model was
+ * observed to have (issue 14): 148 + 656 N bytes for N tokens (5 layers,
+ * 4 KV heads, head dim 8), for either V layout. */
+START_TEST(write_size_matches_llama_cpp)
+{
+    for (uint32_t N = 0; N <= 7; N += 7)
+        for (uint32_t vt = 0; vt < 2; vt++) {
+            kvio_cache c;
+            char err[ERRLEN];
+            ck_assert_int_eq(kvio_cache_init(&c, 5, 4, N, 8, 8, FKVF_DTYPE_F16, 1, err, sizeof err), KVIO_OK);
+            llst_params prm = {LLST_KIND_SEQ, 1, 0, 0, vt, LLST_GGML_F16, LLST_GGML_F16, NULL};
+            uint8_t *out;
+            size_t on;
+            ck_assert_int_eq(llst_write_mem(&c, &prm, &out, &on, err, ERRLEN), LLST_OK);
+            ck_assert_uint_eq(on, N ? 148 + 656 * N : 20);
+            free(out);
+            kvio_cache_free(&c);
+        }
+}
+END_TEST
+
 START_TEST(write_refuses_bad_params)
 {
     kvio_cache c;
@@ -1170,6 +1191,7 @@ static Suite *llama_state_suite(void)
     tcase_set_timeout(t, 60);
     tcase_add_test(t, round_trip_matrix);
     tcase_add_test(t, write_from_cache);
+    tcase_add_test(t, write_size_matches_llama_cpp);
     tcase_add_test(t, write_refuses_bad_params);
     tcase_add_test(t, write_file_atomic);
     tcase_add_test(t, meta_round_trip);
