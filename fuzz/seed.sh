@@ -14,6 +14,7 @@
 #   cli_numbers            strings for each parser (first byte picks it)
 #   gguf                   small GGUF headers from fuzz/gguf_seeds.py (its
 #                          own writer; no model file is copied)
+#   llama_state            fuzz/llama_state_seeds.py (small state files)
 # Then run the fuzzers on OUT/<t> and minimize into fuzz/corpus/<t> with
 # -merge=1 (see fuzz/README.md). Needs an ordinary build with the tools.
 # Usage: fuzz/seed.sh [BUILD_DIR [OUT]]   (BUILD_DIR default: build)
@@ -99,6 +100,8 @@ for s in tokens L0.H0.K.0 L1.H2.V.3 L65535.H65535.V.255 L65536.H0.K.0 "L 1.H1.K.
 done
 # GGUF metadata headers
 python3 fuzz/gguf_seeds.py "$OUT/gguf"
-for t in open decode codec quant append search safetensors npy npz cli_numbers gguf; do
+# llama.cpp state files (tools/llama_state.c): small generated files
+python3 fuzz/llama_state_seeds.py "$OUT/llama_state" >/dev/null
+for t in open decode codec quant append search safetensors npy npz cli_numbers gguf llama_state; do
     echo "seed.sh: $t: $(ls "$OUT/$t" | wc -l) files"
 done
