@@ -20,6 +20,19 @@ int cli_opt_layout(const char *v, int *layout)
     return -1;
 }
 
+int cli_opt_dtype(const char *v, int *dtype)
+{
+    if (!strcmp(v, "f16"))
+        *dtype = FKVF_DTYPE_F16;
+    else if (!strcmp(v, "bf16"))
+        *dtype = FKVF_DTYPE_BF16;
+    else if (!strcmp(v, "f32"))
+        *dtype = FKVF_DTYPE_F32;
+    else
+        return cli_usage("--dtype: '%s' is not f16, bf16 or f32", v), -1;
+    return 0;
+}
+
 void cli_cache_notes(const char *path, const kvio_cache *c, int layout)
 {
     for (size_t i = 0; i < c->n_ignored && i < KVIO_MAX_IGNORED; i++)

@@ -374,6 +374,8 @@ int cli_warn_codebook(const char *who, const kvio_cache *c, uint32_t k, uint64_t
  * the warning of cli_cache_notes), hnd (heads-first) or nhd (positions-first). */
 enum { CLI_LAYOUT_UNSET = 0, CLI_LAYOUT_HND = 1, CLI_LAYOUT_NHD = 2 };
 int cli_opt_layout(const char *v, int *layout); /* 0, or -1 after an error line */
+/* --dtype f16|bf16|f32 into *dtype (FKVF_DTYPE_*): 0, or -1 after an error line. */
+int cli_opt_dtype(const char *v, int *dtype);
 
 /* Notes on stderr about a cache just read from path: every tensor the reader
  * skipped (kvio_cache.ignored), and, when layout is CLI_LAYOUT_UNSET, a

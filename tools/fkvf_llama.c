@@ -242,14 +242,8 @@ static int export_parse(int argc, char **argv, export_opts *o)
                     return cli_usage("--v-trans: '%s' is not 0 or 1", v);
                 o->v_trans = v[0] - '0';
             } else if (!strcmp(a, "--dtype")) {
-                if (!strcmp(v, "f16"))
-                    o->dtype = FKVF_DTYPE_F16;
-                else if (!strcmp(v, "bf16"))
-                    o->dtype = FKVF_DTYPE_BF16;
-                else if (!strcmp(v, "f32"))
-                    o->dtype = FKVF_DTYPE_F32;
-                else
-                    return cli_usage("--dtype: '%s' is not f16, bf16 or f32", v);
+                if (cli_opt_dtype(v, &o->dtype))
+                    return CLI_USAGE;
             } else if (!strcmp(a, "--seq-id")) {
                 if (cli_parse_u64(v, INT32_MAX, &u))
                     return cli_usage("--seq-id: '%s' is not a sequence id 0..%d", v, INT32_MAX);

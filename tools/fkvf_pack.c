@@ -824,20 +824,6 @@ typedef struct unpack_opts {
     kvio_format fmt;          /* the output's, by its extension */
 } unpack_opts;
 
-/* --dtype's value into o->dtype. Returns 0, or after a usage error -1. */
-static int unpack_dtype(const char *v, unpack_opts *o)
-{
-    if (!strcmp(v, "f16"))
-        o->dtype = FKVF_DTYPE_F16;
-    else if (!strcmp(v, "bf16"))
-        o->dtype = FKVF_DTYPE_BF16;
-    else if (!strcmp(v, "f32"))
-        o->dtype = FKVF_DTYPE_F32;
-    else
-        return cli_usage("--dtype: '%s' is not f16, bf16 or f32", v), -1;
-    return 0;
-}
-
 /* Returns -1 to go on, else the exit status (help printed, usage error). */
 static int unpack_parse(int argc, char **argv, unpack_opts *o)
 {
@@ -875,7 +861,7 @@ static int unpack_parse(int argc, char **argv, unpack_opts *o)
                 o->out = v;
             else if (a[2] == 'c')
                 o->cbpath = v;
-            else if (unpack_dtype(v, o))
+            else if (cli_opt_dtype(v, &o->dtype))
                 return CLI_USAGE;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage("unknown option '%s' (see fkvf unpack --help)", a);
