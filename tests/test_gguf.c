@@ -942,6 +942,126 @@ START_TEST(read_file_errors_and_hash)
 }
 END_TEST
 
+/* A tensor info after the metadata (name, n_dims, dims, type, offset). */
+static void gb_tensor(gb *b, const char *name, unsigned nd)
+{
+    gb_str(b, name);
+    gb_le(b, nd, 4);
+    for (unsigned d = 0; d < nd; d++)
+        gb_le(b, 64, 8);
+    gb_le(b, 0, 4);  /* f32 */
+    gb_le(b, 0, 8);  /* offset */
+}
+
+START_TEST(vocab_and_tensor_infos)
+{
+    char err[ERRLEN];
+    gguf_model m;
+    /* the vocabulary: tokenizer.ggml.tokens' count, unless ARCH.vocab_size */
+    gb b = gb_begin(3);
+    llama_keys(&b);
+    gb_key(&b, "tokenizer.ggml.tokens", TARR);
+    gb_le(&b, TSTR, 4);
+    gb_le(&b, 3, 8);
+    gb_str(&b, "<unk>");
+    gb_str(&b, "<s>");
+    gb_str(&b, "a");
+    gb_done(&b);
+    ck_assert_int_eq(parse(&b, &m, err), GGUF_OK);
+    ck_assert_uint_eq(m.n_vocab, 3);
+    ck_assert_int_eq(m.rope_freqs, 0);
+    ck_assert_int_eq(m.rope_scaled, 0);
+    gguf_model_free(&m);
+    kv_u32(&b, "llama.vocab_size", 512);
+    gb_done(&b);
+    ck_assert_int_eq(parse(&b, &m, err), GGUF_OK);
+    ck_assert_uint_eq(m.n_vocab, 512);
+    gguf_model_free(&m);
+    free(b.p);
+    b = gb_begin(3);
+    llama_keys(&b);
+    gb_done(&b);
+    ck_assert_int_eq(parse(&b, &m, err), GGUF_OK);
+    ck_assert_uint_eq(m.n_vocab, 0);
+    gguf_model_free(&m);
+    /* two tensor infos: a rope_freqs tensor (Llama 3.x scaling) is seen */
+    size_t meta_end = b.n;
+    b.p[8] = 2; /* n_tensors */
+    gb_tensor(&b, "token_embd.weight", 2);
+    gb_tensor(&b, "rope_freqs.weight", 1);
+    ck_assert_int_eq(parse(&b, &m, err), GGUF_OK);
+    ck_assert_int_eq(m.rope_freqs, 1);
+    ck_assert_int_eq(m.rope_scaled, 1);
+    ck_assert_int_eq(m.rope, GGUF_ROPE_NORM);
+    gguf_model_free(&m);
+    /* the same infos without it: not scaled; cut inside the infos: the
+     * metadata still parses (a prefix), rope_freqs unknown (0) */
+    b.n = meta_end;
+    gb_tensor(&b, "token_embd.weight", 2);
+    gb_tensor(&b, "output.weight", 2);
+    ck_assert_int_eq(parse(&b, &m, err), GGUF_OK);
+    ck_assert_int_eq(m.rope_freqs, 0);
+    gguf_model_free(&m);
+    b.n = meta_end;
+    gb_tensor(&b, "token_embd.weight", 2);
+    gb_tensor(&b, "rope_freqs.weight", 1);
+    size_t full = b.n;
+    b.n = full - 5;
+    ck_assert_int_eq(parse(&b, &m, err), GGUF_OK);
+    ck_assert_int_eq(m.rope_freqs, 0);
+    gguf_model_free(&m);
+    b.n = full;
+    free(b.p);
+}
+END_TEST
+
+/* gguf_read_file reads more than its first 1 MiB when the metadata is
+ * longer, finds a rope_freqs tensor after it, and hashes the whole file
+ * (gguf_hash_file: the same as a hash of the bytes); a file that ends in
+ * the middle of its metadata is an error naming it. */
+START_TEST(read_file_grows_past_1mib)
+{
+    char dir[] = "/tmp/test_gguf.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[300], err[ERRLEN];
+    gb b = gb_begin(3);
+    llama_keys(&b);
+    size_t big = (size_t)3 << 20;
+    char *s = malloc(big + 1);
+    ck_assert_ptr_nonnull(s);
+    memset(s, 'x', big);
+    s[big] = 0;
+    kv_s(&b, "general.description", s);
+    free(s);
+    gb_done(&b);
+    b.p[8] = 1;
+    gb_tensor(&b, "rope_freqs.weight", 1);
+    gb_raw(&b, "tensor data", 11);
+    snprintf(path, sizeof path, "%s/big.gguf", dir);
+    tu_write_file(path, b.p, b.n);
+    gguf_model m;
+    uint8_t h[16], h2[16], want[16];
+    ck_assert_int_eq(gguf_read_file(path, &m, h, err, ERRLEN), GGUF_OK);
+    ck_assert_uint_eq(m.n_layer, 5);
+    ck_assert_int_eq(m.rope_freqs, 1);
+    gguf_model_free(&m);
+    xxh128(b.p, b.n, want);
+    ck_assert_mem_eq(h, want, 16);
+    ck_assert_int_eq(gguf_hash_file(path, h2, err, ERRLEN), GGUF_OK);
+    ck_assert_mem_eq(h2, want, 16);
+    /* cut in the long string: malformed, named */
+    tu_write_file(path, b.p, (size_t)2 << 20);
+    ck_assert_int_eq(gguf_read_file(path, &m, h, err, ERRLEN), GGUF_E_FORMAT);
+    ck_assert_msg(strncmp(err, path, strlen(path)) == 0 && strstr(err, "general.description"),
+                  "%s", err);
+    ck_assert(model_empty(&m));
+    ck_assert_int_eq(gguf_hash_file(dir, h2, err, ERRLEN), GGUF_E_IO);
+    remove(path);
+    free(b.p);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 /* the values ../shared/models/README.md states for each model */
 typedef struct real_model {
     const char *file;
@@ -973,6 +1093,7 @@ static int check_real(const real_model *r, uint8_t hash[16])
     ck_assert_uint_eq(m.rope_dims, r->head_dim);
     ck_assert(m.rope_theta == 10000.0);
     ck_assert_int_eq(m.rope_scaled, 0);
+    ck_assert_uint_eq(m.n_vocab, 512); /* both README models: vocab 512 */
     gguf_model_free(&m);
     size_t n;
     uint8_t *d = tu_slurp(path, &n);
@@ -999,6 +1120,8 @@ int main(void)
     Suite *s = suite_create("gguf");
     TCase *t = tcase_create("parse");
     tcase_add_test(t, llama_like_fields);
+    tcase_add_test(t, vocab_and_tensor_infos);
+    tcase_add_test(t, read_file_grows_past_1mib);
     tcase_add_test(t, qwen2_like_fields);
     tcase_add_test(t, defaults);
     tcase_add_test(t, key_length_present_vs_default);

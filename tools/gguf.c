@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -310,7 +309,7 @@ const char *gguf_strerror(int code)
 
 enum {
     F_LAYER, F_EMBD, F_HEAD, F_HEAD_KV, F_KEY_LEN, F_VALUE_LEN, F_CTX, F_ROPE_DIMS,
-    F_THETA, F_SCALE_TYPE, F_SCALE_FACTOR, F_SCALE_LINEAR, F_SECTIONS, F_COUNT
+    F_THETA, F_SCALE_TYPE, F_SCALE_FACTOR, F_SCALE_LINEAR, F_SECTIONS, F_VOCAB, F_COUNT
 };
 
 /* the key after "ARCH." */
@@ -319,7 +318,7 @@ static const char *const FIELD_SUFFIX[F_COUNT] = {
     "attention.head_count_kv", "attention.key_length", "attention.value_length",
     "context_length",       "rope.dimension_count", "rope.freq_base",
     "rope.scaling.type",    "rope.scaling.factor",  "rope.scale_linear",
-    "rope.dimension_sections",
+    "rope.dimension_sections", "vocab_size",
 };
 
 typedef struct field {
@@ -519,7 +518,35 @@ static int general_str(cur *c, uint32_t t, size_t vat, str key, str *out)
     return GGUF_OK;
 }
 
-static int parse(cur *c, gguf_model *m, const uint8_t **keys)
+/* The tensor infos after the metadata (name, u32 n_dims, u64 dims[n_dims],
+ * u32 type, u64 offset each), scanned for a tensor named rope_freqs.weight;
+ * 1 when every info was in the data, 0 when they run past it (the caller
+ * may read more of the file). Malformed infos end the scan: the metadata
+ * is all this module reads. */
+static int scan_tensor_infos(const cur *c0, size_t at, gguf_model *m)
+{
+    cur c = *c0;
+    c.err = NULL; /* no message: the scan does not fail the parse */
+    c.pos = at;
+    for (uint64_t i = 0; i < m->n_tensors; i++) {
+        str name;
+        uint64_t nd, v;
+        if (left(&c) >= 8 && le(c.p + c.pos, 8) > GGUF_MAX_STRING)
+            return 1; /* malformed: the scan ends */
+        if (rd_str(&c, &name, NO_KEY, "tensor name") || rd(&c, 4, &nd, NO_KEY, "n_dims"))
+            return 0; /* ran out of data */
+        if (nd > 64)
+            return 1;
+        for (uint64_t d = 0; d < nd + 2; d++) /* dims, then type (4) and offset (8) */
+            if (rd(&c, d == nd ? 4 : 8, &v, NO_KEY, "tensor info"))
+                return 0;
+        if (key_eq(name, "rope_freqs.weight"))
+            m->rope_freqs = 1;
+    }
+    return 1;
+}
+
+static int parse(cur *c, gguf_model *m, const uint8_t **keys, int *complete)
 {
     int rc;
     uint64_t v;
@@ -555,6 +582,7 @@ static int parse(cur *c, gguf_model *m, const uint8_t **keys)
     /* pass 1: walk the pairs */
     str arch = {NULL, 0}, name = {NULL, 0};
     size_t arch_at = 0;
+    uint32_t n_tokens = 0;
     for (size_t i = 0; i < n; i++) {
         size_t kat = c->pos;
         str key;
@@ -576,6 +604,10 @@ static int parse(cur *c, gguf_model *m, const uint8_t **keys)
         } else if (key_eq(key, "general.name")) {
             if ((rc = general_str(c, (uint32_t)t, vat, key, &name)) != GGUF_OK)
                 return rc;
+        } else if (key_eq(key, "tokenizer.ggml.tokens") && t == T_ARRAY) {
+            /* the vocabulary's size: the array's count (skip_value checked it) */
+            uint64_t cnt = le(c->p + vat + 4, 8);
+            n_tokens = cnt > UINT32_MAX ? UINT32_MAX : (uint32_t)cnt;
         }
     }
     size_t end = c->pos;
@@ -699,13 +731,17 @@ static int parse(cur *c, gguf_model *m, const uint8_t **keys)
         if (!key_eq(s, "none") && !key_eq(s, "linear"))
             scaled = 1;
     }
-    m->rope_scaled = scaled;
+    m->n_vocab = f[F_VOCAB].present ? f[F_VOCAB].u : n_tokens;
+    *complete = scan_tensor_infos(c, end, m);
+    m->rope_scaled = scaled || m->rope_freqs;
     return GGUF_OK;
 }
 
-int gguf_parse(const void *data, size_t size, const char *name, gguf_model *out, char *err,
-               size_t errlen)
+/* gguf_parse, saying whether the tensor infos were all in the data. */
+static int parse_data(const void *data, size_t size, const char *name, gguf_model *out,
+                      char *err, size_t errlen, int *complete)
 {
+    *complete = 0;
     if (err && errlen)
         err[0] = 0;
     cur c = {data, size, 0, name ? name : "(gguf)", err, errlen};
@@ -729,83 +765,172 @@ int gguf_parse(const void *data, size_t size, const char *name, gguf_model *out,
                             (unsigned long long)nkv);
         }
     }
-    int rc = parse(&c, out, keys);
+    int rc = parse(&c, out, keys, complete);
     free(keys);
     if (rc)
         gguf_model_free(out);
     return rc;
 }
 
+int gguf_parse(const void *data, size_t size, const char *name, gguf_model *out, char *err,
+               size_t errlen)
+{
+    int complete;
+    return parse_data(data, size, name, out, err, errlen, &complete);
+}
+
 /* ---- files ------------------------------------------------------------------- */
+
+/* Open path for reading (a FIFO without a writer must not block: O_NONBLOCK)
+ * and check it is a non-empty regular file; its size into *size. */
+static int open_model(const char *path, size_t *size, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    const char *why = NULL;
+    int code = GGUF_E_IO, e = 0;
+    struct stat st;
+    if (fd < 0) {
+        e = errno;
+        why = "cannot open";
+    } else if (fstat(fd, &st) != 0) {
+        e = errno;
+        why = "cannot stat";
+    } else if (S_ISDIR(st.st_mode)) {
+        why = "is a directory, not a GGUF file";
+    } else if (!S_ISREG(st.st_mode)) {
+        why = "not a regular file";
+    } else if (st.st_size == 0) {
+        why = "empty file, not a GGUF file";
+        code = GGUF_E_FORMAT;
+    } else if ((uintmax_t)st.st_size > SIZE_MAX) {
+        why = "too large";
+    }
+    if (!why) {
+        *size = (size_t)st.st_size;
+        return fd;
+    }
+    if (err && errlen)
+        snprintf(err, errlen, e ? "%s: %s: %s" : "%s: %s", path, why, e ? strerror(e) : "");
+    if (fd >= 0)
+        close(fd);
+    return -code;
+}
+
+/* Read bytes [have, want) of fd into buf. */
+static int read_more(int fd, const char *path, uint8_t *buf, size_t have, size_t want, char *err,
+                     size_t errlen)
+{
+    while (have < want) {
+        ssize_t r = pread(fd, buf + have, want - have, (off_t)have);
+        if (r < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (r <= 0) {
+            if (err && errlen)
+                snprintf(err, errlen, "%s: offset %zu: %s", path, have,
+                         r < 0 ? strerror(errno) : "the file ends early (it shrank while read)");
+            return GGUF_E_IO;
+        }
+        have += (size_t)r;
+    }
+    return GGUF_OK;
+}
 
 int gguf_read_file(const char *path, gguf_model *out, uint8_t hash[16], char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = 0;
-    cur c = {NULL, 0, 0, path ? path : "(null)", err, errlen};
     if (out)
         memset(out, 0, sizeof *out);
-    if (!path || !out)
-        return fail(&c, 0, NO_KEY, GGUF_E_ARG, "no path or no output model");
-#define IOFAIL(code, ...)                                              \
-    do {                                                               \
-        if (err && errlen)                                             \
-            snprintf(err, errlen, "%s: " __VA_ARGS__);                 \
-        rc = (code);                                                   \
-        goto done;                                                     \
-    } while (0)
-    /* O_NONBLOCK: a FIFO without a writer must not block the open */
-    int rc = GGUF_OK, fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    void *map = NULL;
-    uint8_t *buf = NULL;
-    size_t size = 0;
-    if (fd < 0)
-        IOFAIL(GGUF_E_IO, "cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        IOFAIL(GGUF_E_IO, "cannot stat: %s", path, strerror(errno));
-    if (S_ISDIR(st.st_mode))
-        IOFAIL(GGUF_E_IO, "is a directory, not a GGUF file", path);
-    if (!S_ISREG(st.st_mode))
-        IOFAIL(GGUF_E_IO, "not a regular file", path);
-    if (st.st_size == 0)
-        IOFAIL(GGUF_E_FORMAT, "empty file, not a GGUF file", path);
-    if ((uintmax_t)st.st_size > SIZE_MAX)
-        IOFAIL(GGUF_E_IO, "too large to map", path);
-    size = (size_t)st.st_size;
-    map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    const uint8_t *data;
-    if (map == MAP_FAILED) {
-        map = NULL;
-        if (!(buf = malloc(size)))
-            IOFAIL(GGUF_E_NOMEM, "out of memory for %zu bytes", path, size);
-        size_t got = 0;
-        while (got < size) {
-            ssize_t r = read(fd, buf + got, size - got);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0)
-                IOFAIL(GGUF_E_IO, "read error at offset %zu: %s", path, got, strerror(errno));
-            if (r == 0)
-                IOFAIL(GGUF_E_IO, "offset %zu: the file shrank while read (%zu bytes expected)", path, got, size);
-            got += (size_t)r;
-        }
-        data = buf;
-    } else {
-        data = map;
+    if (!path || !out) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: no path or no output model", path ? path : "(null)");
+        return GGUF_E_ARG;
     }
-    rc = gguf_parse(data, size, path, out, err, errlen);
-    if (rc == GGUF_OK && hash) {
+    size_t size = 0;
+    int fd = open_model(path, &size, err, errlen);
+    if (fd < 0)
+        return -fd;
+    /* as much of the start as the metadata and tensor infos take: from
+     * 1 MiB, four times more while the parse runs out of data */
+    size_t cap = size < GGUF_MAX_HEADER ? size : GGUF_MAX_HEADER;
+    size_t n = cap < ((size_t)1 << 20) ? cap : ((size_t)1 << 20), have = 0;
+    uint8_t *buf = NULL;
+    int rc;
+    for (;;) {
+        uint8_t *nb = realloc(buf, n);
+        if (!nb) {
+            if (err && errlen)
+                snprintf(err, errlen, "%s: out of memory for %zu bytes", path, n);
+            rc = GGUF_E_NOMEM;
+            break;
+        }
+        buf = nb;
+        if ((rc = read_more(fd, path, buf, have, n, err, errlen)) != GGUF_OK)
+            break;
+        have = n;
+        int complete;
+        rc = parse_data(buf, n, path, out, err, errlen, &complete);
+        if (n == cap || (rc == GGUF_OK && complete) ||
+            (rc != GGUF_OK && rc != GGUF_E_FORMAT))
+            break;
+        /* ran out of data (or malformed: known once the whole start is read) */
+        gguf_model_free(out);
+        n = cap / 4 < n ? cap : n * 4;
+    }
+    if (rc == GGUF_E_FORMAT && n == GGUF_MAX_HEADER && size > n)
+        snprintf(err, errlen, "%s: the metadata does not end in the first %u MiB (the limit)",
+                 path, GGUF_MAX_HEADER >> 20);
+    free(buf);
+    close(fd);
+    if (rc == GGUF_OK && hash && (rc = gguf_hash_file(path, hash, err, errlen)) != GGUF_OK)
+        gguf_model_free(out);
+    return rc;
+}
+
+int gguf_hash_file(const char *path, uint8_t hash[16], char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = 0;
+    if (!path || !hash) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: no path or no hash", path ? path : "(null)");
+        return GGUF_E_ARG;
+    }
+    size_t size = 0;
+    int fd = open_model(path, &size, err, errlen);
+    if (fd < 0)
+        return -fd;
+    enum { CHUNK = 1 << 20 };
+    uint8_t *buf = malloc(CHUNK);
+    XXH3_state_t *st = XXH3_createState();
+    int rc = GGUF_OK;
+    if (!buf || !st || XXH3_128bits_reset(st) != XXH_OK) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: out of memory", path);
+        rc = GGUF_E_NOMEM;
+    }
+    for (size_t at = 0; rc == GGUF_OK && at < size;) {
+        size_t want = size - at < CHUNK ? size - at : CHUNK;
+        ssize_t r = pread(fd, buf, want, (off_t)at);
+        if (r < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (r <= 0) {
+            if (err && errlen)
+                snprintf(err, errlen, "%s: offset %zu: %s", path, at,
+                         r < 0 ? strerror(errno) : "the file ends early (it shrank while read)");
+            rc = GGUF_E_IO;
+            break;
+        }
+        XXH3_128bits_update(st, buf, (size_t)r);
+        at += (size_t)r;
+    }
+    if (rc == GGUF_OK) {
         XXH128_canonical_t cn;
-        XXH128_canonicalFromHash(&cn, XXH3_128bits(data, size));
+        XXH128_canonicalFromHash(&cn, XXH3_128bits_digest(st));
         memcpy(hash, cn.digest, 16);
     }
-#undef IOFAIL
-done:
-    if (map)
-        munmap(map, size);
+    XXH3_freeState(st);
     free(buf);
-    if (fd >= 0)
-        close(fd);
+    close(fd);
     return rc;
 }

@@ -84,9 +84,16 @@ typedef struct gguf_model {
     uint32_t rope_dims;     /* ARCH.rope.dimension_count; default key_dim */
     double rope_theta;      /* ARCH.rope.freq_base; default 10000 */
     int rope_scaled;        /* 1 when the frequencies are scaled or interpolated
-                             * (ARCH.rope.scaling.type not "none", or a scaling
-                             * factor / scale_linear other than 1): keys then
-                             * cannot be un-rotated by spec 8.1's formula */
+                             * (ARCH.rope.scaling.type not "none", a scaling
+                             * factor / scale_linear other than 1, or a
+                             * rope_freqs tensor): keys then cannot be
+                             * un-rotated by spec 8.1's formula */
+    int rope_freqs;         /* a tensor named rope_freqs.weight: per-pair
+                             * frequency factors (Llama 3.x scaling); found by
+                             * the scan of the tensor infos after the metadata,
+                             * when data holds them */
+    uint32_t n_vocab;       /* ARCH.vocab_size, else the length of the
+                             * tokenizer.ggml.tokens array; 0 if neither */
 } gguf_model;
 
 const char *gguf_strerror(int code);
@@ -105,11 +112,17 @@ int gguf_parse(const void *data, size_t size, const char *name, gguf_model *out,
                size_t errlen);
 void gguf_model_free(gguf_model *m); /* frees the strings, zeroes *m; NULL ok */
 
-/* Open and map (or read) a GGUF file, gguf_parse it, and hash the whole
- * file with XXH3-128 into hash[16] (canonical, big-endian byte order: FKVF
- * descriptor weights_hash_kind 2). hash may be NULL (not computed). */
+/* Read the start of a GGUF file, as much as its metadata and tensor infos
+ * take (read(2) into a buffer that grows from 1 MiB, at most
+ * GGUF_MAX_HEADER bytes: never the tensor data, never a mapping, so a file
+ * truncated meanwhile is an error, not a signal), gguf_parse it, and when
+ * hash is not NULL hash the whole file (gguf_hash_file). */
+#define GGUF_MAX_HEADER (256u << 20)
 int gguf_read_file(const char *path, gguf_model *out, uint8_t hash[16], char *err,
                    size_t errlen);
+/* XXH3-128 of the whole file at path into hash[16] (canonical, big-endian
+ * byte order: FKVF descriptor weights_hash_kind 2), read in chunks. */
+int gguf_hash_file(const char *path, uint8_t hash[16], char *err, size_t errlen);
 
 #ifdef __cplusplus
 }
