@@ -17,7 +17,7 @@ ST="$PY $SRC/tests/mkllstate.py"
 GG="$PY $SRC/tests/mkgguf.py"
 
 # a llama-like model: 3 layers, 8 heads, 2 KV heads (GQA), head dim 8
-$GG "$T/m.gguf" --arch llama --name tiny-llama --layers 3 --embd 64 --heads 8 --kv-heads 2
+$GG "$T/m.gguf" --arch llama --name tiny-llama --layers 3 --embd 64 --heads 8 --kv-heads 2 --vocab 512
 SHAPE="--layers 3 --heads 2 --dim 8"
 
 # ---- lossless round trips ----------------------------------------------------
@@ -62,7 +62,7 @@ check "f16 -> f32 -> f16 is exact" 0 cmp "$T/v0.bin" "$T/v0f16.bin"
 check "export --session" 0 "$FKVF" export-llama "$T/v0.fkvf" -o "$T/v0s.bin" --session
 check "info: a session" 0 "$FKVF" info "$T/v0s.bin"
 grep_in "info session" "session" "$T/out"
-grep_in "info session arch" "llama" "$T/out"
+grep_in "info session arch" "architecture  llama" "$T/out"
 check "import the session" 0 "$FKVF" import-llama "$T/v0s.bin" --model "$T/m.gguf" -o "$T/v0s.fkvf"
 check "export --seq" 0 "$FKVF" export-llama "$T/v0s.fkvf" -o "$T/v0q.bin" --seq
 check "seq -> session -> seq is exact" 0 cmp "$T/v0.bin" "$T/v0q.bin"
@@ -89,6 +89,33 @@ check "incr = last save" 0 cmp "$T/i3.bin" "$T/i3e.bin"
 check "incr: the same save again appends nothing" 0 "$FKVF" import-llama "$T/i3.bin" --model "$T/m.gguf" --append "$T/i.fkvf"
 check "incr export again" 0 "$FKVF" export-llama "$T/i.fkvf" -o "$T/i3f.bin"
 check "incr still = last save" 0 cmp "$T/i3.bin" "$T/i3f.bin"
+# token ids above the first save's: the token stream is as wide as the
+# model's vocabulary (512), not the first save's largest id
+$ST "$T/w1.bin" $SHAPE --cells 10 --seed 5
+$ST "$T/w2.bin" $SHAPE --cells 200 --seed 5
+check "wide: import 10" 0 "$FKVF" import-llama "$T/w1.bin" --model "$T/m.gguf" -o "$T/w.fkvf"
+check "wide: append 200 (ids up to 258)" 0 "$FKVF" import-llama "$T/w2.bin" --model "$T/m.gguf" --append "$T/w.fkvf"
+check "wide: export" 0 "$FKVF" export-llama "$T/w.fkvf" -o "$T/w2e.bin"
+check "wide: = last save" 0 cmp "$T/w2.bin" "$T/w2e.bin"
+# a later save of another sequence without token ids: its rows differ
+$ST "$T/n1.bin" $SHAPE --cells 20 --seed 9 --tokens 0
+$ST "$T/n2.bin" $SHAPE --cells 35 --seed 77 --tokens 0
+check "no tokens: import" 0 "$FKVF" import-llama "$T/n1.bin" --model "$T/m.gguf" -o "$T/n.fkvf"
+check "no tokens: another sequence" 1 "$FKVF" import-llama "$T/n2.bin" --model "$T/m.gguf" --append "$T/n.fkvf"
+grep_in "another sequence named" "position 0 differs" "$T/err"
+$ST "$T/n3.bin" $SHAPE --cells 35 --seed 9 --tokens 0
+check "no tokens: the same sequence" 0 "$FKVF" import-llama "$T/n3.bin" --model "$T/m.gguf" --append "$T/n.fkvf"
+# the same token ids, other rows (seed 78): refused
+$ST "$T/o2.bin" $SHAPE --cells 60 --seed 78
+check "same tokens, other rows" 1 "$FKVF" import-llama "$T/o2.bin" --model "$T/m.gguf" --append "$T/i.fkvf"
+# a save of another context (V layout, streams, sequence id): refused
+$ST "$T/c2.bin" $SHAPE --cells 60 --seed 9 --v-trans 1
+check "other v_trans" 1 "$FKVF" import-llama "$T/c2.bin" --model "$T/m.gguf" --append "$T/i.fkvf"
+grep_in "other v_trans named" "llama.v_trans is 1" "$T/err"
+$ST "$T/c3.bin" $SHAPE --cells 60 --seed 9 --n-stream 2 --stream 1 --seq-id 1
+check "other streams" 1 "$FKVF" import-llama "$T/c3.bin" --model "$T/m.gguf" --append "$T/i.fkvf"
+check "still = last save" 0 "$FKVF" export-llama "$T/i.fkvf" -o "$T/i3g.bin"
+check "refusals changed nothing" 0 cmp "$T/i3.bin" "$T/i3g.bin"
 # another sequence (other tokens) is refused
 $ST "$T/other.bin" $SHAPE --cells 60 --seed 9 --token-salt 5
 check "append another sequence" 1 "$FKVF" import-llama "$T/other.bin" --model "$T/m.gguf" --append "$T/i.fkvf"
@@ -136,6 +163,31 @@ $ST "$T/multi.bin" $SHAPE --cells 10 --n-seq-id 2
 check "cells in two sequences" 1 "$FKVF" import-llama "$T/multi.bin" --model "$T/m.gguf" -o "$T/x.fkvf"
 grep_in "sequences named" "sequence" "$T/err"
 check "output exists" 1 "$FKVF" import-llama "$T/v0.bin" --model "$T/m.gguf" -o "$T/v0.fkvf"
+cp "$T/m.gguf" "$T/keep.gguf"
+check "output is the model" 1 "$FKVF" import-llama "$T/v0.bin" --model "$T/m.gguf" -o "$T/m.gguf" --force
+check "train output is the model" 1 "$FKVF" train "$T/tr1.bin" --model "$T/m.gguf" -o "$T/m.gguf" --force
+check "the model is untouched" 0 cmp "$T/m.gguf" "$T/keep.gguf"
+check "archived options, lossless" 2 "$FKVF" import-llama "$T/v0.bin" --model "$T/m.gguf" -o "$T/x.fkvf" --recent 8
+grep_in "archived options named" "add --codebooks FILE or --train" "$T/err"
+check "STATE is a directory" 2 "$FKVF" import-llama "$T" --model "$T/m.gguf" -o "$T/x.fkvf"
+$ST "$T/sq.bin" $SHAPE --cells 10 --kind session --arch qwen2
+check "session of another architecture" 1 "$FKVF" import-llama "$T/sq.bin" --model "$T/m.gguf" -o "$T/x.fkvf"
+grep_in "architecture named" "architecture 'qwen2'" "$T/err"
+$GG "$T/vl.gguf" --arch qwen2vl --layers 3 --embd 64 --heads 8 --kv-heads 2
+check "M-RoPE model" 1 "$FKVF" import-llama "$T/v0.bin" --model "$T/vl.gguf" -o "$T/x.fkvf"
+grep_in "M-RoPE named" "M-RoPE" "$T/err"
+$GG "$T/unk.gguf" --arch notanarch --layers 3 --embd 64 --heads 8 --kv-heads 2
+check "unknown architecture: lossless" 0 "$FKVF" import-llama "$T/v0.bin" --model "$T/unk.gguf" -o "$T/unk.fkvf"
+grep_in "unknown architecture noted" "not one fkvf knows" "$T/err"
+check "unknown architecture: info" 0 "$FKVF" info "$T/unk.fkvf"
+cp "$T/out" "$T/info-unk"
+check "unknown architecture: no RoPE recorded" 1 grep -q "^keys .*RoPE" "$T/info-unk"
+check "unknown architecture: info has its cache" 0 grep -q "^cache " "$T/info-unk"
+check "llama: RoPE recorded" 0 "$FKVF" info "$T/v0.fkvf"
+grep_in "llama: interleaved pairs" "interleaved pairs" "$T/out"
+$GG "$T/sc.gguf" --arch llama --layers 3 --embd 64 --heads 8 --kv-heads 2 --scaling yarn
+check "scaled RoPE" 0 "$FKVF" import-llama "$T/v0.bin" --model "$T/sc.gguf" -o "$T/sc.fkvf" --train --k 16
+grep_in "scaled RoPE noted" "scaled" "$T/err"
 check "export output exists" 1 "$FKVF" export-llama "$T/v0.fkvf" -o "$T/v1.bin"
 check "export over its input" 1 "$FKVF" export-llama "$T/v0.fkvf" -o "$T/v0.fkvf" --force
 check "export bad --v-trans" 2 "$FKVF" export-llama "$T/v0.fkvf" -o "$T/x.bin" --v-trans 2

@@ -5,7 +5,7 @@ This script's own reading of GGUF v3, independent of tools/gguf.c.
 
 usage: mkgguf.py OUT --arch A --layers L --embd E --heads H [--kv-heads K]
        [--key-length N] [--value-length N] [--rope-dims N] [--theta X]
-       [--name S] [--scaling TYPE] [--version V]
+       [--name S] [--scaling TYPE] [--version V] [--vocab N]
 Standard library only.
 """
 import argparse
@@ -33,6 +33,7 @@ def main():
     ap.add_argument("--name")
     ap.add_argument("--scaling")
     ap.add_argument("--version", type=int, default=3)
+    ap.add_argument("--vocab", type=int, help="ARCH.vocab_size")
     a = ap.parse_args()
     kv = []  # (key, type, packed value)
     def u32(key, v):
@@ -54,6 +55,8 @@ def main():
         u32(p + "attention.key_length", a.key_length)
     if a.value_length is not None:
         u32(p + "attention.value_length", a.value_length)
+    if a.vocab is not None:
+        u32(p + "vocab_size", a.vocab)
     if a.rope_dims is not None:
         u32(p + "rope.dimension_count", a.rope_dims)
     if a.theta is not None:

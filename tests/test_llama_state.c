@@ -777,6 +777,27 @@ START_TEST(parse_errors)
     snprintf(want, sizeof want, "offset %zu: n_stream: 4294967295 streams", o.n_stream);
     EXPECT_ERR(parse(q, n, &f, err), err, LLST_E_FORMAT, want);
 
+    { /* more streams than llama.cpp has sequences (LLST_MAX_STREAMS), each
+       * empty one the 4 bytes of its count, there in the file: refused all
+       * the same; exactly LLST_MAX_STREAMS parse. p's one stream comes
+       * first, the empty ones after it. */
+        for (uint32_t ns = LLST_MAX_STREAMS; ns <= LLST_MAX_STREAMS + 1; ns++) {
+            size_t mn = n + 4 * (size_t)(ns - 1);
+            uint8_t *mp = calloc(mn, 1);
+            ck_assert_ptr_nonnull(mp);
+            memcpy(mp, p, n);
+            put32(mp, o.n_stream, ns);
+            if (ns > LLST_MAX_STREAMS) {
+                snprintf(want, sizeof want, "offset %zu: n_stream: %u streams, more than %u",
+                         o.n_stream, ns, LLST_MAX_STREAMS);
+                EXPECT_ERR(parse(mp, mn, &f, err), err, LLST_E_FORMAT, want);
+            } else {
+                ck_assert_int_eq(parse(mp, mn, &f, err), LLST_OK);
+            }
+            free(mp);
+        }
+    }
+
     memcpy(q, p, n);
     put32(q, o.count[0], 0x7FFFFFFFu);
     EXPECT_ERR(parse(q, n, &f, err), err, LLST_E_FORMAT, "cell_count 2147483647 x 8 bytes");

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +22,7 @@
 static struct {
     const char *path;
     int loaded;  /* 1 read, -1 failed (its error already reported) */
+    int hashed;  /* hash computed (only the commands that record or check it) */
     gguf_model m;
     uint8_t hash[16];
 } model;
@@ -62,7 +62,7 @@ const gguf_model *cli_llama_model(int *ex)
         return NULL;
     if (model.loaded == 0) {
         char err[1024];
-        int rc = gguf_read_file(model.path, &model.m, model.hash, err, sizeof err);
+        int rc = gguf_read_file(model.path, &model.m, NULL, err, sizeof err);
         if (rc != GGUF_OK) {
             model.loaded = -1;
             /* err names the file already */
@@ -80,16 +80,32 @@ const gguf_model *cli_llama_model(int *ex)
 
 const uint8_t *cli_llama_model_hash(int *ex)
 {
-    return cli_llama_model(ex) ? model.hash : NULL;
+    if (!cli_llama_model(ex))
+        return NULL;
+    if (!model.hashed) {
+        char err[1024];
+        int rc = gguf_hash_file(model.path, model.hash, err, sizeof err);
+        if (rc != GGUF_OK) {
+            *ex = cli_fail(exit_of_gguf(rc), code_of_gguf(rc), model.path, "%s", err);
+            return NULL;
+        }
+        model.hashed = 1;
+    }
+    return model.hash;
 }
 
 /* The first bytes of path; 0 if it cannot be read (the caller's reader
  * then says why). */
 static size_t head_of(const char *path, uint8_t *buf, size_t n)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait */
     if (fd < 0)
         return 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return 0;
+    }
     ssize_t got = read(fd, buf, n);
     close(fd);
     return got > 0 ? (size_t)got : 0;
@@ -129,46 +145,64 @@ int cli_fail_llst(int rc, const char *file, const char *err)
     return cli_fail(exit_of_llst(rc), code_of_llst(rc), file, "%s", err);
 }
 
-int cli_llama_map(const char *path, cli_llama_file *f)
+int cli_llama_load(const char *path, cli_llama_file *f)
 {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* read, not mapped: an engine rewrites its save in place, and a file cut
+     * while mapped would be a SIGBUS; O_NONBLOCK: a FIFO is refused, not
+     * waited on */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return cli_fail(CLI_USAGE, FKVF_E_IO, path, "cannot open: %s", strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        int e = errno;
+    const char *why = NULL;
+    if (fstat(fd, &st) != 0)
+        why = strerror(errno);
+    else if (S_ISDIR(st.st_mode))
+        why = "is a directory";
+    else if (!S_ISREG(st.st_mode))
+        why = "not a regular file";
+    else if ((uintmax_t)st.st_size > SIZE_MAX)
+        why = "too large";
+    if (why) {
         close(fd);
-        return cli_fail(CLI_USAGE, FKVF_E_IO, path, "%s",
-                        S_ISDIR(st.st_mode) ? "is a directory" : strerror(e));
+        return cli_fail(CLI_USAGE, FKVF_E_IO, path, "%s", why);
     }
     f->size = (size_t)st.st_size;
-    if (f->size > 0) {
-        f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (f->map == MAP_FAILED) {
+    f->data = malloc(f->size ? f->size : 1);
+    if (!f->data) {
+        close(fd);
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, path, "out of memory for %zu bytes", f->size);
+    }
+    for (size_t got = 0; got < f->size;) {
+        ssize_t r = pread(fd, (uint8_t *)f->data + got, f->size - got, (off_t)got);
+        if (r < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (r <= 0) {
             int e = errno;
             close(fd);
-            f->map = NULL;
-            return cli_fail(CLI_USAGE, FKVF_E_IO, path, "cannot map: %s", strerror(e));
+            cli_llama_file_free(f);
+            return cli_fail(CLI_USAGE, FKVF_E_IO, path, "offset %zu: %s", got,
+                            r < 0 ? strerror(e) : "the file ends early (it shrank while read)");
         }
+        got += (size_t)r;
     }
     close(fd);
     char err[1024];
-    int rc = llst_parse(f->map ? f->map : (const void *)"", f->size, path, &f->st, err, sizeof err);
+    int rc = llst_parse(f->data, f->size, path, &f->st, err, sizeof err);
     if (rc != LLST_OK) {
-        cli_llama_unmap(f);
+        cli_llama_file_free(f);
         return cli_fail_llst(rc, path, err);
     }
     return CLI_OK;
 }
 
-void cli_llama_unmap(cli_llama_file *f)
+void cli_llama_file_free(cli_llama_file *f)
 {
     if (!f)
         return;
     llst_free(&f->st);
-    if (f->map)
-        munmap(f->map, f->size);
+    free(f->data);
     memset(f, 0, sizeof *f);
 }
 
@@ -194,16 +228,41 @@ int cli_llama_shape(const char *path, llst_shape *sh, const gguf_model **mp)
     return CLI_OK;
 }
 
+/* What the model says about a state file before it is read: M-RoPE models
+ * add a per-cell extension this reader does not take; a session names the
+ * architecture it was saved with. Returns the exit status. */
+static int check_model_fits(const char *path, const gguf_model *m, const llst_file *st)
+{
+    if (m->rope == GGUF_ROPE_MULTI)
+        return cli_fail(CLI_INVALID, FKVF_E_UNSUPPORTED, path,
+                        "architecture '%s' uses M-RoPE (several positions per cell): its state "
+                        "files carry a per-cell extension that fkvf does not read",
+                        m->arch);
+    if (st && st->arch && strcmp(st->arch, m->arch))
+        return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, path,
+                        "a session of architecture '%s', and --model %s is '%s': not the model "
+                        "it was saved with",
+                        st->arch, model.path, m->arch);
+    return CLI_OK;
+}
+
 int cli_llama_read_cache(const char *path, kvio_cache *c)
 {
     memset(c, 0, sizeof *c);
     llst_shape sh;
-    int ex = cli_llama_shape(path, &sh, NULL);
+    const gguf_model *m;
+    int ex = cli_llama_shape(path, &sh, &m);
     if (ex != CLI_OK)
         return ex;
-    cli_llama_file f;
-    if ((ex = cli_llama_map(path, &f)) != CLI_OK)
+    if ((ex = check_model_fits(path, m, NULL)) != CLI_OK)
         return ex;
+    cli_llama_file f;
+    if ((ex = cli_llama_load(path, &f)) != CLI_OK)
+        return ex;
+    if ((ex = check_model_fits(path, m, &f.st)) != CLI_OK) {
+        cli_llama_file_free(&f);
+        return ex;
+    }
     char err[1024];
     int rc = llst_to_cache(&f.st, &sh, path, c, err, sizeof err);
     if (rc == LLST_OK) {
@@ -219,7 +278,7 @@ int cli_llama_read_cache(const char *path, kvio_cache *c)
         if (rc != LLST_OK)
             snprintf(err, sizeof err, "%s: out of memory", path);
     }
-    cli_llama_unmap(&f);
+    cli_llama_file_free(&f);
     if (rc != LLST_OK) {
         kvio_cache_free(c);
         return cli_fail_llst(rc, path, err);
@@ -257,11 +316,17 @@ void cli_llama_key_defaults(cli_key_opts *k, const kvio_cache *c, const char *pa
         }
         return;
     default:
-        if (!k->keys_set && !k->layout_set) {
+        /* an architecture this table does not know: its rotation (if any) is
+         * not known either, so the descriptor claims none (key_transform 0)
+         * rather than a pair layout that may be wrong; --rope-* given say
+         * what it is */
+        if (!k->keys_set && !k->layout_set && !k->theta_set && !k->dims_set) {
             k->pre_rope = 0;
-            cli_note("%s: architecture '%s': rotary scheme %s, keys archived as cached "
-                     "(--keys as-is); give --keys pre-rope with --rope-* to un-rotate them",
-                     path, arch, gguf_rope_name(m->rope));
+            k->no_rope = 1;
+            cli_note("%s: architecture '%s' is not one fkvf knows the rotary scheme of: keys "
+                     "archived as cached, no RoPE recorded; give --rope-layout and --rope-* "
+                     "(with --keys pre-rope to un-rotate them) if it uses RoPE",
+                     path, arch);
         }
         return;
     }
@@ -275,14 +340,17 @@ void cli_llama_desc(fkvf_desc *d)
         return;
     if (!d->model_id || !d->model_id[0])
         d->model_id = m->name && m->name[0] ? m->name : m->arch;
-    d->weights_hash_kind = 2;
-    memcpy(d->weights_hash, model.hash, 16);
+    const uint8_t *h = cli_llama_model_hash(&ex);
+    if (h) { /* else the error line is written; the descriptor has no hash */
+        d->weights_hash_kind = 2;
+        memcpy(d->weights_hash, h, 16);
+    }
 }
 
 int cli_llama_info(const char *path, int json)
 {
     cli_llama_file f;
-    int ex = cli_llama_map(path, &f);
+    int ex = cli_llama_load(path, &f);
     if (ex != CLI_OK)
         return ex;
     const llst_file *s = &f.st;
@@ -307,8 +375,11 @@ int cli_llama_info(const char *path, int json)
     } else {
         printf("%s: llama.cpp %s file (version %u), %" PRIu64 " bytes\n", path,
                llst_kind_name(s->kind), s->version, s->size);
-        if (s->arch)
-            printf("  architecture  %s\n", s->arch);
+        if (s->arch) {
+            fputs("  architecture  ", stdout);
+            cli_text_cstr(stdout, s->arch); /* the file's bytes: escaped */
+            putchar('\n');
+        }
         printf("  tokens        %u\n", s->n_tokens);
         printf("  cells         %u (stream %u of %u)\n", s->n_cells, s->stream, s->n_stream);
         if (l0) {
@@ -319,10 +390,13 @@ int cli_llama_info(const char *path, int json)
                    s->v_trans ? "transposed (v_trans 1: flash attention off)"
                               : "rows (v_trans 0: flash attention on)");
         }
-        printf("Not an FKVF archive. To archive it: fkvf import-llama %s --model MODEL.gguf "
-               "-o ARCHIVE.fkvf (docs/llamacpp.md)\n",
-               path);
+        if (s->n_cells == 0)
+            printf("Not an FKVF archive. It holds no cells: nothing to archive.\n");
+        else
+            printf("Not an FKVF archive. To archive it: fkvf import-llama %s --model MODEL.gguf "
+                   "-o ARCHIVE.fkvf (docs/llamacpp.md)\n",
+                   path);
     }
-    cli_llama_unmap(&f);
+    cli_llama_file_free(&f);
     return CLI_OK;
 }

@@ -449,15 +449,16 @@ const uint8_t *cli_llama_model_hash(int *ex);
  * not one, or unreadable); is the file at path a GGUF file? */
 llst_kind cli_llama_sniff_file(const char *path);
 int cli_llama_is_gguf_file(const char *path);
-/* A state file mapped and parsed (llst_parse); unmap frees it (NULL ok).
- * Returns the exit status after any error line. */
+/* A state file read whole into memory and parsed (llst_parse);
+ * cli_llama_file_free frees it (NULL ok). Returns the exit status after any
+ * error line. */
 typedef struct cli_llama_file {
-    void *map;
+    void *data; /* the file's bytes (malloc'd); st points into them */
     size_t size;
     llst_file st;
 } cli_llama_file;
-int cli_llama_map(const char *path, cli_llama_file *f);
-void cli_llama_unmap(cli_llama_file *f);
+int cli_llama_load(const char *path, cli_llama_file *f);
+void cli_llama_file_free(cli_llama_file *f);
 /* The cache shape of --model (*m: the model, may be NULL); without --model
  * a usage error saying it is needed for path. */
 int cli_llama_shape(const char *path, llst_shape *sh, const gguf_model **m);

@@ -609,6 +609,64 @@ static int append_positions(append_run *u)
     return CLI_OK;
 }
 
+/* A llama.cpp state appended to an archive imported from one (fkvf
+ * import-llama --append): the same context settings (the llama.* entries of
+ * the state, but the model's file name, are the archive's: else its export
+ * would not be this save), and the state's rows at the archive's exact
+ * positions before p0 are the archive's, bit for bit (a save of another
+ * sequence, with or without token ids, differs there). Returns the exit
+ * status. */
+static int append_check_llama(append_run *u)
+{
+    const append_opts *o = u->o;
+    const kvio_cache *c = &u->s->c;
+    fkvf_reader *r = u->s->r;
+    if (o->create || c->names != KVIO_NAMES_LLAMA)
+        return CLI_OK;
+    for (size_t i = 0; i < c->n_meta; i++) {
+        const char *k = c->meta[i].key, *v = c->meta[i].value;
+        if (strncmp(k, "llama.", 6) || !strcmp(k, "llama.model") ||
+            !strcmp(k, "llama.model_arch"))
+            continue;
+        fkvf_meta_entry e;
+        int have = fkvf_reader_meta_find(r, k, &e) == FKVF_OK && e.type == FKVF_META_UTF8;
+        if (have && e.value_len == strlen(v) && !memcmp(e.value, v, e.value_len))
+            continue;
+        return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->cache,
+                        "%s is %s, and %s holds states with %s %.*s: a save of another context "
+                        "(its export would not be this save); import it into an archive of "
+                        "its own",
+                        k, v, o->archive, k, have ? (int)(e.value_len > 64 ? 64 : e.value_len) : 4,
+                        have ? (const char *)e.value : "none");
+    }
+    uint32_t n = u->p0 < u->before_n ? u->p0 : (uint32_t)u->before_n;
+    size_t rb = cli_cache_row_bytes(c);
+    uint8_t *row = malloc(rb ? rb : 1);
+    if (!row)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->cache, "out of memory");
+    int ex = CLI_OK;
+    for (uint32_t p = 0; p < n && ex == CLI_OK; p++) {
+        int exact = 0;
+        const void *ar;
+        size_t arb;
+        if (fkvf_reader_is_exact(r, p, &exact) != FKVF_OK || !exact)
+            continue;
+        int rc = fkvf_reader_exact_row(r, p, &ar, &arb);
+        if (rc != FKVF_OK) {
+            ex = cli_fail_reader(rc, r, o->archive, "");
+            break;
+        }
+        cli_cache_rows(c, p, p + 1, row);
+        if (arb != rb || memcmp(ar, row, rb))
+            ex = cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->cache,
+                          "position %u differs from %s's (an exact position): a save of another "
+                          "sequence, not a later save of the one it holds",
+                          p, o->archive);
+    }
+    free(row);
+    return ex;
+}
+
 /* Token ids: stored when both the cache and the archive (or --create) have
  * them; --tokens requires them; they must fit the archive's stream. */
 static int append_tokens(append_run *u)
@@ -842,7 +900,8 @@ int fkvf_cli_append(int argc, char **argv)
     if ((ex = cli_read_cache_layout(o.cache, o.layout, &s.c)) != CLI_OK)
         return ex;
     if ((o.create || (ex = append_read_archive(&u)) == CLI_OK) &&
-        (ex = append_positions(&u)) == CLI_OK && (ex = append_tokens(&u)) == CLI_OK &&
+        (ex = append_positions(&u)) == CLI_OK && (ex = append_check_llama(&u)) == CLI_OK &&
+        (ex = append_tokens(&u)) == CLI_OK &&
         (ex = append_check_alignment(&u)) == CLI_OK && (ex = append_gather(&u)) == CLI_OK &&
         (ex = append_open(&u)) == CLI_OK && (ex = append_commit_all(&u)) == CLI_OK)
         append_print(&u);

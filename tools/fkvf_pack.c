@@ -211,6 +211,7 @@ static int pack_parse(int argc, char **argv, pack_opts *o, int llama, const char
     o->llama = llama;
     o->help = help;
     const char *cmd = llama ? "import-llama" : "pack";
+    const char *archived_opt = NULL; /* an option of archived positions */
     cli_code_opts_init(&o->code);
     cli_key_opts_init(&o->keys);
     for (int i = 0; i < argc; i++) {
@@ -257,6 +258,8 @@ static int pack_parse(int argc, char **argv, pack_opts *o, int llama, const char
             } else if ((r = cli_code_value(&o->code, a, v)) != 0) {
                 if (r < 0)
                     return -1;
+                if (strcmp(a, "--model-id") && strcmp(a, "--tokenizer-id"))
+                    archived_opt = a; /* shapes archived positions only */
             } else {
                 cli_usage("unknown option '%s' (see fkvf %s --help)", a, cmd);
                 return -1;
@@ -284,6 +287,12 @@ static int pack_parse(int argc, char **argv, pack_opts *o, int llama, const char
         return -1;
     }
     if (llama && !o->train && !o->cbfile) {
+        if (archived_opt || o->f32) {
+            cli_usage("%s shapes archived positions, and the import is lossless (every position "
+                      "exact): add --codebooks FILE or --train to archive",
+                      archived_opt ? archived_opt : "--f32");
+            return -1;
+        }
         /* lossless: every position exact, no codebook (appends stay exact) */
         o->code.sinks = UINT32_MAX;
         return 0;
@@ -536,6 +545,12 @@ static int pack_write_tokens(const pack_opts *o, pack_state *s, const pack_plan 
     } else {
         for (uint64_t t = 0; t < P; t++)
             tok[t] = (uint32_t)c->tokens[t];
+        /* a llama.cpp state: wide enough for the model's vocabulary, so that
+         * later saves (appended) can hold any of its ids */
+        int ex;
+        const gguf_model *m = c->names == KVIO_NAMES_LLAMA ? cli_llama_model(&ex) : NULL;
+        if (m && m->n_vocab > 0 && m->n_vocab - 1 > mx)
+            mx = m->n_vocab - 1;
         fkvf_stream_spec sp;
         memset(&sp, 0, sizeof sp);
         sp.profile = FKVF_PROFILE_QUAD;
@@ -657,8 +672,9 @@ static void pack_print(const pack_opts *o, const pack_state *s, const pack_plan 
  * Returns -1 to go on, else the exit status. */
 static int pack_prepare(pack_opts *o, pack_state *s, pack_plan *p)
 {
+    struct stat st;
     if (o->llama && cli_llama_sniff_file(o->in) == LLST_KIND_NONE &&
-        !access(o->in, R_OK))
+        stat(o->in, &st) == 0 && S_ISREG(st.st_mode) && !access(o->in, R_OK))
         return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->in,
                         "not a llama.cpp state file (no 'ggsq' or 'ggsn' magic)%s",
                         cli_llama_is_gguf_file(o->in)
@@ -712,10 +728,10 @@ int cli_pack_main(int argc, char **argv, int llama, const char *help)
     int pr = pack_parse(argc, argv, &o, llama, help);
     if (pr)
         return pr > 0 ? CLI_OK : CLI_USAGE;
-    const char *inputs[] = {o.in, o.cbfile};
+    const char *inputs[] = {o.in, o.cbfile, cli_llama_model_path()};
     int ex = CLI_OK;
     if (o.out) { /* --check-rope alone writes nothing */
-        if ((ex = cli_check_output(o.out, inputs, 2, o.force)) != CLI_OK)
+        if ((ex = cli_check_output(o.out, inputs, 3, o.force)) != CLI_OK)
             return ex;
         cli_warn_fkvf_name(o.out, "archive");
     }
@@ -1427,6 +1443,9 @@ static void train_print(const train_opts *o, const train_state *s)
 static int train_run(train_opts *o, train_state *s)
 {
     int ex = cli_check_output(o->out, o->ins, o->nin, o->force);
+    const char *model = cli_llama_model_path();
+    if (ex == CLI_OK && model)
+        ex = cli_check_output(o->out, &model, 1, o->force); /* --model is an input too */
     if (ex != CLI_OK)
         return ex;
     cli_warn_fkvf_name(o->out, "codebook file");

@@ -318,6 +318,10 @@ static int parse_memory(rd *r, llst_file *f)
         return rc;
     if (f->n_stream == 0)
         return fail(r->name, r->err, r->errlen, LLST_E_FORMAT, "offset %zu: n_stream: 0 (at least 1)", at);
+    if (f->n_stream > LLST_MAX_STREAMS)
+        return fail(r->name, r->err, r->errlen, LLST_E_FORMAT,
+                    "offset %zu: n_stream: %" PRIu32 " streams, more than %u", at, f->n_stream,
+                    LLST_MAX_STREAMS);
     if (f->n_stream > rd_left(r) / 4)
         return fail(r->name, r->err, r->errlen, LLST_E_FORMAT,
                     "offset %zu: n_stream: %" PRIu32 " streams cannot fit the %zu bytes that remain", at,
@@ -645,7 +649,7 @@ static int check_params(const kvio_cache *c, const llst_params *p, char *err, si
         return fail(nm, err, errlen, LLST_E_ARG, "no params given");
     if (p->kind != LLST_KIND_SEQ && p->kind != LLST_KIND_SESSION)
         return fail(nm, err, errlen, LLST_E_ARG, "kind %d is neither seq nor session", (int)p->kind);
-    if (p->n_stream == 0 || p->stream >= p->n_stream)
+    if (p->n_stream == 0 || p->n_stream > LLST_MAX_STREAMS || p->stream >= p->n_stream)
         return fail(nm, err, errlen, LLST_E_ARG, "stream %" PRIu32 " of %" PRIu32 " streams (n_stream >= 1, stream < n_stream)",
                     p->stream, p->n_stream);
     if (p->seq_id < 0)
@@ -876,7 +880,7 @@ int llst_meta_get(const char *(*get)(void *ctx, const char *key), void *ctx, lls
         return fail(name, err, errlen, LLST_E_FORMAT, "META %s: '%.40s' is neither 'seq' nor 'session'", K_KIND, kind);
     uint64_t ns, st, seq, vt, kt, vty;
     int rc;
-    if ((rc = meta_num(get, ctx, K_NSTREAM, UINT32_MAX, &ns, name, err, errlen)) ||
+    if ((rc = meta_num(get, ctx, K_NSTREAM, LLST_MAX_STREAMS, &ns, name, err, errlen)) ||
         (rc = meta_num(get, ctx, K_STREAM, UINT32_MAX, &st, name, err, errlen)) ||
         (rc = meta_num(get, ctx, K_SEQ, INT32_MAX, &seq, name, err, errlen)) ||
         (rc = meta_num(get, ctx, K_VTRANS, 1, &vt, name, err, errlen)) ||

@@ -70,6 +70,10 @@ enum {
 #define LLST_SESSION_MAGIC 0x6767736eu /* "ggsn" */
 #define LLST_SESSION_VERSION 10u
 
+/* Streams in a memory block at most: llama.cpp has one per sequence at most
+ * (LLAMA_MAX_SEQ, 256 in build 1); more is refused as malformed. */
+#define LLST_MAX_STREAMS 4096u
+
 /* ggml type ids of the cache types supported */
 #define LLST_GGML_F32 0
 #define LLST_GGML_F16 1
