@@ -729,7 +729,7 @@ int llst_write_mem(const kvio_cache *c, const llst_params *p, uint8_t **out, siz
     uint64_t vrow = row_of(c->n_kv_heads, c->value_dim, kvio_dtype_size(dtype_of(p->v_type)));
     uint64_t n = 12, per_layer = 24;
     int ok = krow && vrow && acc(&n, ntok, 4) && acc(&n, p->kind == LLST_KIND_SESSION ? 4 + (uint64_t)alen : 0, 1) &&
-             acc(&n, 4 + (uint64_t)p->n_stream, 4);
+             acc(&n, 1 + (uint64_t)p->n_stream, 4); /* n_stream, then each count */
     if (ok && T)
         ok = (!p->v_trans || (uint64_t)c->n_kv_heads * c->value_dim <= UINT32_MAX) && acc(&n, T, 12) &&
              acc(&n, 8, 1) && acc(&per_layer, T, krow) && acc(&per_layer, T, vrow) && acc(&n, L, per_layer);
@@ -763,7 +763,13 @@ int llst_write_mem(const kvio_cache *c, const llst_params *p, uint8_t **out, siz
         write_layers(&w, c, p);
     }
     *out = w.p;
-    *out_size = w.off; /* == n by construction */
+    if (w.off != n) { /* the size computed above is the layout written: a bug if not */
+        free(w.p);
+        *out = NULL;
+        return fail("(params)", err, errlen, LLST_E_ARG,
+                    "internal error: %zu bytes written, %" PRIu64 " computed", w.off, n);
+    }
+    *out_size = w.off;
     return LLST_OK;
 }
 
