@@ -250,7 +250,7 @@ int cli_llama_read_cache(const char *path, kvio_cache *c)
 {
     memset(c, 0, sizeof *c);
     llst_shape sh;
-    const gguf_model *m;
+    const gguf_model *m = NULL;
     int ex = cli_llama_shape(path, &sh, &m);
     if (ex != CLI_OK)
         return ex;
