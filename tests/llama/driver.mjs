@@ -6,7 +6,6 @@
 //
 // usage: node driver.mjs COMMAND --model M.gguf [--kv f16|f32] [--flash 0|1]
 //                        [--ctx 256] [--batch 256] ARGS
-//   check                               node-llama-cpp loads (exit 77 if not installed)
 //   save   --prompt IDS --state OUT [--at L1,L2,...]
 //          evaluate the prompt, llama_state_seq_save_file; with --at, evaluate
 //          it up to each length in turn and save each time, to OUT.L1, ...
@@ -15,17 +14,23 @@
 //   run    --prompt IDS --next ID --n N the same without the save and load
 //   nll    [--state FILE | --prompt IDS] --tokens IDS
 //          teacher-forced: feed the tokens after the state or prompt (or from
-//          an empty sequence), mean NLL
-//          (natural log) of tokens[1..] (the state has no logits for tokens[0])
+//          an empty sequence); the mean NLL (natural log) of tokens[1..] (a
+//          state has no logits for tokens[0])
 //   sample --n N --seed S [--temperature T]
 //          N tokens sampled from BOS (for making fixed prompts)
+//   check                               only whether node-llama-cpp is installed
+//                                       (exit 77 if not)
+// or: node driver.mjs batch FILE: one command a line, "OUT COMMAND ARGS...",
+// each on a fresh context of one process (the model loaded once), its JSON
+// written to the file OUT (loading node-llama-cpp takes seconds; a command
+// on these models, a fraction of one).
 // IDS is a comma list of token ids. resume and run print, per step (the fed
 // token, then each greedy token fed), the greedy next token, its probability
 // as the hex of its float64 and the sha256 of the whole next-token
 // distribution (token id u32 LE, probability f64 LE, by token id): two runs
 // print the same JSON only when the distributions are bit-identical.
 import { createHash } from "node:crypto";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
@@ -65,13 +70,14 @@ function int(s, what) {
     return Number(s);
 }
 
-async function loadLib() {
-    const pkg = path.join(nodeDir, "node_modules", "node-llama-cpp", "package.json");
-    if (!existsSync(pkg))
+// The installed package's entry point, or the skip when it is not there.
+function findLib() {
+    const dir = path.join(nodeDir, "node_modules", "node-llama-cpp");
+    if (!existsSync(path.join(dir, "package.json")))
         fail(`node-llama-cpp is not installed in ${nodeDir} (scripts/install-llama.sh installs it)`, SKIP);
     if (Number(process.versions.node.split(".")[0]) < 20)
         fail(`node ${process.version} is older than 20, which node-llama-cpp needs`, SKIP);
-    return import(pathToFileURL(path.join(nodeDir, "node_modules", "node-llama-cpp", "dist", "index.js")).href);
+    return pathToFileURL(path.join(dir, "dist", "index.js")).href;
 }
 
 // The distribution as bytes by token id, hashed; the selected token's
@@ -98,25 +104,21 @@ function argmax(probs) {
     return best;
 }
 
-async function main() {
-    const o = parseArgs(process.argv.slice(2));
-    if (!o.cmd)
-        fail("usage: driver.mjs COMMAND --model M.gguf [options]");
-    const lib = await loadLib();
-    const llama = await lib.getLlama({ gpu: false, build: "never", logLevel: lib.LlamaLogLevel.error,
-        maxThreads: 1, progressLogs: false });
-    if (o.cmd === "check") {
-        console.log(JSON.stringify({ ok: true, node_dir: nodeDir, build: llama.llamaCppRelease }));
-        return;
-    }
+let lib, llama;
+const models = new Map();
+
+// One command on a context of its own (a fresh one per command, so that the
+// commands of a batch do not share a cache), its result as an object.
+async function command(o) {
     if (!o.model || !existsSync(o.model))
         fail(`--model: '${o.model}' not found`);
     if (o.kv !== "f16" && o.kv !== "f32")
         fail(`--kv: '${o.kv}' (f16 or f32)`);
     if (o.flash !== "0" && o.flash !== "1")
         fail(`--flash: '${o.flash}' (0 or 1)`);
-    const model = await llama.loadModel({ modelPath: o.model, gpuLayers: 0 });
-    const context = await model.createContext({
+    if (!models.has(o.model))
+        models.set(o.model, await llama.loadModel({ modelPath: o.model, gpuLayers: 0 }));
+    const context = await models.get(o.model).createContext({
         contextSize: int(o.ctx, "ctx"), batchSize: int(o.batch, "batch"), sequences: 1,
         threads: 1, flashAttention: o.flash === "1",
         experimentalKvCacheKeyType: o.kv.toUpperCase(), experimentalKvCacheValueType: o.kv.toUpperCase(),
@@ -147,83 +149,125 @@ async function main() {
         return out;
     };
     let res;
-    switch (o.cmd) {
-    case "save": {
-        if (o.state == null)
-            fail("--state missing");
-        const p = ids(o.prompt, "prompt");
-        const at = o.at != null ? ids(o.at, "at") : [p.length];
-        res = { saves: [] };
-        let done = 0;
-        for (const len of at) {
-            if (len <= done || len > p.length)
-                fail(`--at: ${len} is not after ${done} and within the prompt's ${p.length}`);
-            await seq.evaluateWithoutGeneratingNewTokens(p.slice(done, len));
-            done = len;
-            const file = o.at != null ? `${o.state}.${len}` : o.state;
-            const { fileSize } = await seq.saveStateToFile(file);
-            res.saves.push({ file, tokens: seq.contextTokens.length, file_bytes: fileSize });
+    try {
+        switch (o.cmd) {
+        case "save": {
+            if (o.state == null)
+                fail("--state missing");
+            const p = ids(o.prompt, "prompt");
+            const at = o.at != null ? ids(o.at, "at") : [p.length];
+            res = { saves: [] };
+            let done = 0;
+            for (const len of at) {
+                if (len <= done || len > p.length)
+                    fail(`--at: ${len} is not after ${done} and within the prompt's ${p.length}`);
+                await seq.evaluateWithoutGeneratingNewTokens(p.slice(done, len));
+                done = len;
+                const file = o.at != null ? `${o.state}.${len}` : o.state;
+                const { fileSize } = await seq.saveStateToFile(file);
+                res.saves.push({ file, tokens: seq.contextTokens.length, file_bytes: fileSize });
+            }
+            break;
         }
-        break;
-    }
-    case "resave": { // llama.cpp's own reading and writing of a state file
-        if (o.state == null || o.out == null)
-            fail("--state and --out needed");
-        const n = await prefix();
-        const { fileSize } = await seq.saveStateToFile(o.out);
-        res = { tokens: n, file_bytes: fileSize };
-        break;
-    }
-    case "resume":
-        if (o.state == null)
-            fail("--state missing");
-        // fall through
-    case "run": {
-        const n = await prefix();
-        const s = await steps();
-        res = { context_tokens: n, ids: s.map((x) => x.token), steps: s };
-        break;
-    }
-    case "nll": {
-        const n = await prefix();
-        const toks = ids(o.tokens, "tokens");
-        if (toks.length < 2)
-            fail("--tokens: at least 2");
-        const items = toks.map((t, i) => (i + 1 < toks.length
-            ? [t, { generateNext: { probabilities: true, options: { temperature: 0 } } }] : t));
-        const r = await seq.controlledEvaluate(items);
-        let sum = 0;
-        for (let i = 1; i < toks.length; i++) {
-            const p = r[i - 1].next.probabilities.get(toks[i]);
-            if (!(p > 0))
-                fail(`token ${i} (${toks[i]}): probability ${p}`, 1);
-            sum -= Math.log(p);
+        case "resave": { // llama.cpp's own reading and writing of a state file
+            if (o.state == null || o.out == null)
+                fail("--state and --out needed");
+            const n = await prefix();
+            const { fileSize } = await seq.saveStateToFile(o.out);
+            res = { tokens: n, file_bytes: fileSize };
+            break;
         }
-        res = { context_tokens: n, scored: toks.length - 1, mean_nll: sum / (toks.length - 1) };
-        break;
-    }
-    case "sample": {
-        const out = [];
-        let tok = 1;
-        const opt = { token: true, options: { temperature: Number(o.temperature ?? "1"), seed: int(o.seed, "seed"),
-            topK: 0, topP: 1, minP: 0 } };
-        for (let i = 0; i < int(o.n, "n"); i++) {
-            const [r] = await seq.controlledEvaluate([[tok, { generateNext: opt }]]);
-            tok = r.next.token;
-            out.push(tok);
+        case "resume":
+            if (o.state == null)
+                fail("--state missing");
+            // fall through
+        case "run": {
+            const n = await prefix();
+            const s = await steps();
+            res = { context_tokens: n, ids: s.map((x) => x.token), steps: s };
+            break;
         }
-        res = { ids: out };
-        break;
+        case "nll": {
+            const n = await prefix();
+            const toks = ids(o.tokens, "tokens");
+            if (toks.length < 2)
+                fail("--tokens: at least 2");
+            const items = toks.map((t, i) => (i + 1 < toks.length
+                ? [t, { generateNext: { probabilities: true, options: { temperature: 0 } } }] : t));
+            const r = await seq.controlledEvaluate(items);
+            let sum = 0;
+            for (let i = 1; i < toks.length; i++) {
+                const p = r[i - 1].next.probabilities.get(toks[i]);
+                if (!(p > 0))
+                    fail(`token ${i} (${toks[i]}): probability ${p}`, 1);
+                sum -= Math.log(p);
+            }
+            res = { context_tokens: n, scored: toks.length - 1, mean_nll: sum / (toks.length - 1) };
+            break;
+        }
+        case "sample": {
+            const out = [];
+            let tok = 1;
+            const opt = { token: true, options: { temperature: Number(o.temperature ?? "1"), seed: int(o.seed, "seed"),
+                topK: 0, topP: 1, minP: 0 } };
+            for (let i = 0; i < int(o.n, "n"); i++) {
+                const [r] = await seq.controlledEvaluate([[tok, { generateNext: opt }]]);
+                tok = r.next.token;
+                out.push(tok);
+            }
+            res = { ids: out };
+            break;
+        }
+        default:
+            fail(`unknown command '${o.cmd}'`);
+        }
+    } finally {
+        await context.dispose();
     }
-    default:
-        fail(`unknown command '${o.cmd}'`);
+    return res;
+}
+
+// one step per line, so that a diff of two outputs points at the step
+const format = (res) => JSON.stringify(res).replace(/\},\{"token"/g, '},\n{"token"') + "\n";
+
+async function main() {
+    const argv = process.argv.slice(2);
+    if (argv.length === 0)
+        fail("usage: driver.mjs COMMAND --model M.gguf [options] | batch FILE");
+    const href = findLib();
+    if (argv[0] === "check") {
+        console.log(JSON.stringify({ ok: true, node_dir: nodeDir }));
+        return;
     }
-    const json = JSON.stringify(res);
-    // one step per line, so that a diff of two outputs points at the step
-    console.log(json.replace(/\},\{"token"/g, '},\n{"token"'));
-    await context.dispose();
-    await model.dispose();
+    let failed = 0;
+    lib = await import(href);
+    llama = await lib.getLlama({ gpu: false, build: "never", logLevel: lib.LlamaLogLevel.error,
+        maxThreads: 1, progressLogs: false });
+    if (argv[0] === "batch") {
+        if (argv.length !== 2)
+            fail("usage: driver.mjs batch FILE");
+        const lines = readFileSync(argv[1], "utf8").split("\n");
+        for (let i = 0; i < lines.length; i++) {
+            const w = lines[i].trim().split(/\s+/);
+            if (w[0] === "" || w[0].startsWith("#"))
+                continue;
+            if (w.length < 2)
+                fail(`${argv[1]}:${i + 1}: 'OUT COMMAND ARGS...' expected`);
+            try {
+                writeFileSync(w[0], format(await command(parseArgs(w.slice(1)))));
+            } catch (e) { // reported, and the batch goes on
+                process.stderr.write(`driver: ${argv[1]}:${i + 1}: ${w.slice(1).join(" ")}: ${e}\n`);
+                failed++;
+            }
+        }
+    } else {
+        process.stdout.write(format(await command(parseArgs(argv))));
+    }
+    for (const m of models.values())
+        await m.dispose();
     await llama.dispose();
+    if (failed > 0)
+        fail(`${failed} command(s) of ${argv[1]} failed`, 1);
 }
 
 main().catch((e) => fail(e && e.stack ? e.stack : String(e), 1));
