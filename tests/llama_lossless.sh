@@ -8,7 +8,8 @@
 #    STATE2 is STATE, byte for byte;
 #  - a fresh llama.cpp process loads STATE2, is fed the next token and makes
 #    20 greedy steps: the ids and every step's whole next-token
-#    distribution (float64 bits) equal an uninterrupted run of the prompt;
+#    distribution (float64 bits) equal an uninterrupted run of the prompt
+#    (as they do when it loads STATE itself, checked too);
 #  - the other V layout (flash on saves V as rows, v_trans 0; off,
 #    transposed, v_trans 1): export --v-trans of the other kind; llama.cpp
 #    loads it into a context with the other flash setting (it refuses a
@@ -61,6 +62,9 @@ for m in stories260K shakespeare-hd64; do
         check "$c: export-llama" 0 "$F" export-llama "$s.fkvf" -o "$s.state2"
         same "$c: the export is the saved state" "$s.state" "$s.state2"
         job $m-$kv-$fl.resume resume --model "$M" --kv $kv --flash $fl --state "$s.state2" --next "$NEXT" --n 20
+        # llama.cpp alone (resumed from its own save): tells a failure of the
+        # round trip through FKVF from one of llama.cpp's
+        job $m-$kv-$fl.resume0 resume --model "$M" --kv $kv --flash $fl --state "$s.state" --next "$NEXT" --n 20
         # the other V layout, for the other flash setting
         ovt=$fl
         check "$c: export-llama --v-trans $ovt" 0 "$F" export-llama "$s.fkvf" -o "$s.other" --v-trans $ovt
@@ -81,6 +85,7 @@ for m in stories260K shakespeare-hd64; do
         c="$m kv $kv flash $fl"
         s=$T/$m-$kv-$fl
         ovt=$fl
+        same "$c: llama.cpp resumed from its own save vs uninterrupted" "$s.run" "$s.resume0"
         same "$c: resumed from the export vs uninterrupted (ids, distributions)" "$s.run" "$s.resume"
         n=$(grep -c '"sha256"' "$s.resume" 2>/dev/null)
         [ "${n:-0}" -eq 21 ] && ok || bad "$c: ${n:-0} steps resumed, want 21"
