@@ -40,7 +40,9 @@ for m in stories260K shakespeare-hd64; do
         kv=${cf%:*} fl=${cf#*:}
         c="$m kv $kv flash $fl"
         s=$T/$m-$kv-$fl
-        check "$c: import-llama 40" 0 "$F" import-llama "$s.40" --model "$M" -o "$s.fkvf"
+        check "$c: import-llama 40" 0 "$F" import-llama "$s.40" --model "$M" -o "$s.fkvf" --json
+        [ "$(json_num "$T/out" positions):$(json_num "$T/out" archived)" = 40:0 ] && ok ||
+            bad "$c: import-llama --json: $(cat "$T/out") (want 40 positions, 0 archived)"
         cp "$s.fkvf" "$s-b.fkvf"
         cp "$s.fkvf" "$s-c.fkvf"
         check "$c: import-llama --append 70" 0 "$F" import-llama "$s.70" --model "$M" --append "$s.fkvf"

@@ -58,7 +58,9 @@ for m in stories260K shakespeare-hd64; do
         s=$T/$m-$kv-$fl
         vt=$(v_trans_of "$s.state" 60)
         [ "$vt" = $((1 - fl)) ] && ok || bad "$c: llama.cpp saved v_trans '$vt'"
-        check "$c: import-llama" 0 "$F" import-llama "$s.state" --model "$M" -o "$s.fkvf"
+        check "$c: import-llama" 0 "$F" import-llama "$s.state" --model "$M" -o "$s.fkvf" --json
+        [ "$(json_num "$T/out" positions):$(json_num "$T/out" archived)" = 60:0 ] && ok ||
+            bad "$c: import-llama --json: $(cat "$T/out") (want 60 positions, 0 archived)"
         check "$c: export-llama" 0 "$F" export-llama "$s.fkvf" -o "$s.state2"
         same "$c: the export is the saved state" "$s.state" "$s.state2"
         job $m-$kv-$fl.resume resume --model "$M" --kv $kv --flash $fl --state "$s.state2" --next "$NEXT" --n 20
