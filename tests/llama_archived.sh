@@ -56,8 +56,8 @@ for m in stories260K shakespeare-hd64; do
         s=$T/$m-eval$i
         check "$m eval$i: import-llama --codebooks" 0 \
             "$F" import-llama "$s.state" --model "$M" --codebooks "$cb" -o "$s.fkvf" --json
-        n=$(json_num "$T/out" archived)
-        [ "${n:-0}" -gt 0 ] && ok || bad "$m eval$i: ${n:-no} positions archived: $(cat "$T/out")"
+        [ "$(json_num "$T/out" positions):$(json_num "$T/out" archived)" = 180:144 ] && ok ||
+            bad "$m eval$i: import-llama --json: $(cat "$T/out") (want 180 positions, 144 archived)"
         check "$m eval$i: export-llama" 0 "$F" export-llama "$s.fkvf" -o "$s.archived" --codebooks "$cb"
         cmp -s "$s.state" "$s.archived" && bad "$m eval$i: the archived export is the exact state"
         # shellcheck disable=SC2086
