@@ -3,17 +3,23 @@
 # fuzzing FKVF need. Run as root (or with sudo). Idempotent.
 set -eu
 PKGS="build-essential cmake pkg-config zlib1g-dev libxxhash-dev libarchive-dev check libsubunit-dev clang python3 valgrind pmccabe"
+# node and npm for the tests against llama.cpp (scripts/install-llama.sh):
+# Debian's nodejs (node-llama-cpp wants 20 or later; Debian 12 has 18, the
+# build machine runs 20), and only where no node is installed, so that a
+# node from elsewhere (whose npm Debian's would conflict with) is kept.
+command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs npm"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 if [ -z "$missing" ]; then
     echo "install-deps: all packages present"
-    exit 0
+else
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -q
+    # shellcheck disable=SC2086
+    $SUDO apt-get install -y -q --no-install-recommends $missing
 fi
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-# shellcheck disable=SC2086
-$SUDO apt-get install -y -q --no-install-recommends $missing
+"$(dirname "$0")/install-llama.sh"

@@ -1,0 +1,67 @@
+#!/bin/sh
+# Incremental archiving of llama.cpp saves (tests/llama/driver.mjs,
+# node-llama-cpp 3.21.1): llama.cpp evaluates one sequence and saves it at
+# 40, 70 and 100 tokens (one process, so each save extends the one before);
+# fkvf import-llama the first, then --append the second and the third (each
+# append adds only the new positions); the archive's export equals the last
+# save byte for byte, and after the first append it equals the second save.
+# `fkvf append A STATE --model M --new` gives the same archive contents. A
+# save whose first tokens differ from the archive's is refused (exit 1) and
+# leaves the archive as it was. f16 with flash off (V transposed) and f32
+# with flash on (V as rows), stories260K and shakespeare-hd64.
+# usage: llama_incremental.sh FKVF SRCDIR
+F=$1 SRC=$2
+SUITE=llama_incremental
+. "$SRC/tests/cli_lib.sh"
+. "$SRC/tests/llama/lib.sh"
+need_model stories260K.gguf
+need_model shakespeare-hd64.gguf
+
+CONFIGS="f16:0 f32:1"
+for m in stories260K shakespeare-hd64; do
+    M=$MODELS/$m.gguf
+    if [ $m = stories260K ]; then
+        P=$(sample_ids eval2 1 99)
+    else
+        P=1,$(text_ids 1010000 99)
+    fi
+    # the same prompt with token 21 changed: another sequence from 20 on
+    t=$(ids_range "$P" 21 21)
+    D=$(ids_range "$P" 1 20),$((t == 50 ? 51 : 50)),$(ids_range "$P" 22 100)
+    for cf in $CONFIGS; do
+        kv=${cf%:*} fl=${cf#*:}
+        job $m-$kv-$fl.save save --model "$M" --kv $kv --flash $fl --prompt "$P" --at 40,70,100 \
+            --state "$T/$m-$kv-$fl"
+        job $m-$kv-$fl.other save --model "$M" --kv $kv --flash $fl --prompt "$D" --at 70 \
+            --state "$T/$m-$kv-$fl-other"
+    done
+    jobs_run
+    for cf in $CONFIGS; do
+        kv=${cf%:*} fl=${cf#*:}
+        c="$m kv $kv flash $fl"
+        s=$T/$m-$kv-$fl
+        check "$c: import-llama 40" 0 "$F" import-llama "$s.40" --model "$M" -o "$s.fkvf" --json
+        [ "$(json_num "$T/out" positions):$(json_num "$T/out" archived)" = 40:0 ] && ok ||
+            bad "$c: import-llama --json: $(cat "$T/out") (want 40 positions, 0 archived)"
+        cp "$s.fkvf" "$s-b.fkvf"
+        cp "$s.fkvf" "$s-c.fkvf"
+        check "$c: import-llama --append 70" 0 "$F" import-llama "$s.70" --model "$M" --append "$s.fkvf"
+        check "$c: export-llama after 70" 0 "$F" export-llama "$s.fkvf" -o "$s.e70"
+        same "$c: the export after appending the 70-token save is that save" "$s.70" "$s.e70"
+        check "$c: import-llama --append 100" 0 "$F" import-llama "$s.100" --model "$M" --append "$s.fkvf"
+        check "$c: export-llama after 100" 0 "$F" export-llama "$s.fkvf" -o "$s.e100"
+        same "$c: the export after appending the 100-token save is that save" "$s.100" "$s.e100"
+        # the same append as fkvf append --new
+        check "$c: fkvf append --new 70" 0 "$F" append "$s-b.fkvf" "$s.70" --model "$M" --new
+        check "$c: export-llama after append --new" 0 "$F" export-llama "$s-b.fkvf" -o "$s.b70"
+        same "$c: fkvf append --new gives the same archive contents" "$s.70" "$s.b70"
+        # another sequence's save is refused, the archive unchanged
+        check "$c: --append of another sequence's save (exit 1)" 1 \
+            "$F" import-llama "$s-other.70" --model "$M" --append "$s-c.fkvf"
+        check "$c: export-llama after the refused append" 0 "$F" export-llama "$s-c.fkvf" -o "$s.c40"
+        same "$c: the refused append left the archive as it was" "$s.40" "$s.c40"
+        echo "$c: saves of 40, 70, 100 tokens ($(wc -c <"$s.40"), $(wc -c <"$s.70"), $(wc -c <"$s.100") bytes)" \
+            "imported, appended, appended; archive $(wc -c <"$s.fkvf") bytes"
+    done
+done
+finish "$SUITE"
