@@ -20,13 +20,6 @@
 #include "testutil.h"
 
 /* ASan reports a SIGBUS itself and aborts: the fault test is left out there */
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
 
 /* Exact rows only: 1 layer, 2 heads, dims 4/4, f16, positions 0..7 (4 sinks
  * + 4 recent), exact rows deflated when `deflate`, and one metadata entry. */
@@ -330,7 +323,7 @@ START_TEST(open_read_survives_truncation)
 }
 END_TEST
 
-#ifndef UNDER_ASAN
+#if !TU_UNDER_ASAN
 /* The default open maps the file: a view of a truncated page faults. Run in
  * a forked child (CK_FORK), which must die of SIGBUS. */
 START_TEST(mapped_view_faults_after_truncation)
@@ -431,7 +424,7 @@ int main(void)
     tcase_add_test(tc, handles_refuse_other_kinds);
     tcase_add_loop_test(tc, views_stable_until_free, 0, 2);
     tcase_add_test(tc, open_read_survives_truncation);
-#ifndef UNDER_ASAN
+#if !TU_UNDER_ASAN
     tcase_add_test_raise_signal(tc, mapped_view_faults_after_truncation, SIGBUS);
 #endif
     tcase_add_test(tc, separate_readers_on_threads);

@@ -1,8 +1,12 @@
+#define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -223,4 +227,21 @@ void tu_write_file(const char *path, const void *data, size_t size)
     ck_assert_msg(f != NULL, "cannot create %s", path);
     ck_assert_uint_eq(fwrite(data, 1, size, f), size);
     ck_assert_int_eq(fclose(f), 0);
+}
+
+int tu_run_limited(size_t as_bytes, int (*fn)(void *ctx), void *ctx)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!TU_UNDER_ASAN) {
+            struct rlimit lim = {(rlim_t)as_bytes, (rlim_t)as_bytes};
+            if (setrlimit(RLIMIT_AS, &lim) != 0)
+                _exit(125);
+        }
+        _exit(fn(ctx) & 0xff);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -(WIFSIGNALED(status) ? WTERMSIG(status) : 1);
 }

@@ -85,6 +85,25 @@ uint8_t *tu_slurp(const char *path, size_t *size);
 /* Create or replace the file at `path` with `size` bytes, or the test fails. */
 void tu_write_file(const char *path, const void *data, size_t size);
 
+/* TU_UNDER_ASAN is 1 in an AddressSanitizer build (gcc or clang), else 0. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TU_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TU_UNDER_ASAN 1
+#endif
+#endif
+#ifndef TU_UNDER_ASAN
+#define TU_UNDER_ASAN 0
+#endif
+
+/* fn(ctx) in a forked child whose address space is limited to as_bytes
+ * (not under ASan, which reserves terabytes of shadow memory): what a
+ * hostile input may make a parser allocate is bounded by the test. Returns
+ * the child's exit status (fn's return value, 0..255), or -SIGNAL when the
+ * child was killed; a fork that fails fails the test. */
+int tu_run_limited(size_t as_bytes, int (*fn)(void *ctx), void *ctx);
+
 /* Run a Check suite (CK_NORMAL output); the exit status for main(). Needs
  * <check.h> included before this header for the Suite type. */
 #ifdef CHECK_H
