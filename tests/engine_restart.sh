@@ -109,12 +109,19 @@ for round in 3:80 0:30; do
 delay=${round%%:*}
 want_steps=${round#*:}
 b=$T/kill-$delay.fkvf
+# each round its own output file, made empty before the engine starts: the
+# shell truncates a redirection only once the background job runs, and the
+# loop below, reading the previous round's 80 steps meanwhile, killed the
+# engine before it had made its archive (the "archive 0, printed up to 79"
+# failures seen under load)
+K=$T/killed-$delay
+: >"$K"
 "$E" --model "$MODEL" --generate $G --temperature 1 --seed 11 --save "$b" --exact-only \
-    --commit-every 1 --delay-ms "$delay" >"$T/killed" 2>"$T/killed.err" &
+    --commit-every 1 --delay-ms "$delay" >>"$K" 2>"$K.err" &
 pid=$!
 i=0
 while :; do
-    c=$(grep -c '^step ' "$T/killed" 2>/dev/null)
+    c=$(grep -c '^step ' "$K" 2>/dev/null)
     # up to 120 s: on a loaded machine the engine may take long to print its
     # first step (killed before it made the archive, the probe below fails)
     [ "${c:-0}" -ge "$want_steps" ] || [ $i -ge 12000 ] && break
@@ -123,9 +130,9 @@ while :; do
 done
 kill -KILL $pid
 wait $pid 2>/dev/null
-seen=$(grep -c '^step ' "$T/killed")
-last=$(grep '^step ' "$T/killed" | tail -n 1 | sed 's/^step pos=\([0-9]*\).*/\1/')
-grep -q '^ids:' "$T/killed" && bad "(b) the engine finished before the kill"
+seen=$(grep -c '^step ' "$K")
+last=$(grep '^step ' "$K" | tail -n 1 | sed 's/^step pos=\([0-9]*\).*/\1/')
+grep -q '^ids:' "$K" && bad "(b) the engine finished before the kill"
 # the archive as it was left (torn tail or not): its token stream
 run probe --resume "$b" --generate 0
 torn=$(grep '^resume: cut a torn tail' "$T/probe" | sed 's/.*tail of \([0-9]*\).*/\1/')
