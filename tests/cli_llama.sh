@@ -195,6 +195,22 @@ check "export bad --dtype" 2 "$FKVF" export-llama "$T/v0.fkvf" -o "$T/x.bin" --d
 "$FKVF" pack "$SRC/testdata/sample-cache.safetensors" -o "$T/plain.fkvf" >/dev/null 2>&1
 check "export a plain archive" 1 "$FKVF" export-llama "$T/plain.fkvf" -o "$T/x.bin"
 grep_in "plain archive named" "not imported from a llama.cpp" "$T/err"
+check "verify on a state file" 1 "$FKVF" verify "$T/v0.bin"
+grep_in "verify says what it is" "is a llama.cpp sequence state file, not an FKVF archive" "$T/err"
+check "export-llama on a state file" 1 "$FKVF" export-llama "$T/v0.bin" -o "$T/x.bin"
+grep_in "export says import first" "fkvf import-llama" "$T/err"
+check "import-llama on an archive" 1 "$FKVF" import-llama "$T/v0.fkvf" --model "$T/m.gguf" -o "$T/x.fkvf"
+grep_in "import says export" "it is an FKVF archive; fkvf export-llama" "$T/err"
+check "--model given a state file" 1 "$FKVF" import-llama "$T/v0.bin" --model "$T/v1.bin" -o "$T/x.fkvf"
+grep_in "--model says GGUF" "takes the GGUF model" "$T/err"
+check "append an earlier save" 1 "$FKVF" import-llama "$T/i1.bin" --model "$T/m.gguf" --append "$T/i.fkvf"
+grep_in "earlier save named" "an earlier save" "$T/err"
+"$FKVF" unpack "$T/v0.fkvf" -o "$T/v0.safetensors" >/dev/null 2>&1
+"$FKVF" pack "$T/v0.safetensors" -o "$T/plain0.fkvf" --sinks 13 >/dev/null 2>&1
+check "append a state to a pack archive" 1 "$FKVF" append "$T/plain0.fkvf" "$T/i3.bin" --model "$T/m.gguf" --new
+grep_in "pack archive named" "not imported from a llama.cpp state file" "$T/err"
+touch "$T/m.gguf" # another mtime: hashed again, the same weights
+check "append after the model was touched" 0 "$FKVF" import-llama "$T/i4.bin" --model "$T/m.gguf" --append "$T/j.fkvf"
 check "import --help" 0 "$FKVF" import-llama --help
 grep_in "import help" "usage: fkvf import-llama" "$T/out"
 check "export --help" 0 "$FKVF" export-llama --help

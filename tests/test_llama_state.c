@@ -914,7 +914,7 @@ START_TEST(to_cache_errors)
 
     EXPECT_ERR(cache_rc(&s, &sh, o.k[0], 8, 0, 0, err), err, LLST_E_UNSUPPORTED,
                "s.bin: layer 0: K type q8_0 (ggml type 8) is quantized: use an f16, bf16 or f32 cache "
-               "(--cache-type-k f16)");
+               "(llama.cpp --cache-type-k f16; node-llama-cpp experimentalKvCacheKeyType \"F16\")");
     EXPECT_ERR(cache_rc(&s, &sh, o.v[1], 2, 0, 0, err), err, LLST_E_UNSUPPORTED,
                "layer 1: V type q4_0 (ggml type 2) is quantized", "--cache-type-v f16");
     EXPECT_ERR(cache_rc(&s, &sh, o.k[1], 26, 0, 0, err), err, LLST_E_UNSUPPORTED,

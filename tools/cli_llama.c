@@ -67,6 +67,10 @@ const gguf_model *cli_llama_model(int *ex)
             model.loaded = -1;
             /* err names the file already */
             *ex = cli_fail(exit_of_gguf(rc), code_of_gguf(rc), model.path, "%s", err);
+            if (cli_llama_sniff_file(model.path) != LLST_KIND_NONE)
+                cli_note("%s is a llama.cpp state file: --model takes the GGUF model it was "
+                         "saved with (STATE first, then --model MODEL.gguf)",
+                         model.path);
             return NULL;
         }
         model.loaded = 1;
@@ -92,6 +96,17 @@ const uint8_t *cli_llama_model_hash(int *ex)
         model.hashed = 1;
     }
     return model.hash;
+}
+
+int cli_llama_model_stat(char *out, size_t n)
+{
+    struct stat st;
+    if (!model.path || stat(model.path, &st) != 0)
+        return -1;
+    snprintf(out, n, "size %jd mtime %jd.%09ld dev %ju inode %ju", (intmax_t)st.st_size,
+             (intmax_t)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, (uintmax_t)st.st_dev,
+             (uintmax_t)st.st_ino);
+    return 0;
 }
 
 /* The first bytes of path; 0 if it cannot be read (the caller's reader
@@ -122,6 +137,13 @@ int cli_llama_is_gguf_file(const char *path)
 {
     uint8_t b[4];
     return head_of(path, b, sizeof b) == 4 && !memcmp(b, "GGUF", 4);
+}
+
+int cli_is_fkvf_file(const char *path)
+{
+    static const uint8_t magic[9] = {0x89, 'F', 'K', 'V', 'F', 0x0d, 0x0a, 0x1a, 0x0a};
+    uint8_t b[9];
+    return head_of(path, b, sizeof b) == 9 && !memcmp(b, magic, 9);
 }
 
 static int exit_of_llst(int rc)
@@ -275,6 +297,10 @@ int cli_llama_read_cache(const char *path, kvio_cache *c)
         if (rc == LLST_OK && model.m.arch &&
             kvio_cache_set_meta(c, LLST_META_PREFIX "model_arch", model.m.arch) != KVIO_OK)
             rc = LLST_E_NOMEM;
+        char ms[160];
+        if (rc == LLST_OK && cli_llama_model_stat(ms, sizeof ms) == 0 &&
+            kvio_cache_set_meta(c, LLST_META_PREFIX "model_stat", ms) != KVIO_OK)
+            rc = LLST_E_NOMEM;
         if (rc != LLST_OK)
             snprintf(err, sizeof err, "%s: out of memory", path);
     }
@@ -390,8 +416,16 @@ int cli_llama_info(const char *path, int json)
                    s->v_trans ? "transposed (v_trans 1: flash attention off)"
                               : "rows (v_trans 0: flash attention on)");
         }
+        int supported = !l0 || (llst_type_name(l0->k_type) && (l0->k_type == LLST_GGML_F32 ||
+                                l0->k_type == LLST_GGML_F16 || l0->k_type == LLST_GGML_BF16) &&
+                                (l0->v_type == LLST_GGML_F32 || l0->v_type == LLST_GGML_F16 ||
+                                 l0->v_type == LLST_GGML_BF16));
         if (s->n_cells == 0)
             printf("Not an FKVF archive. It holds no cells: nothing to archive.\n");
+        else if (!supported)
+            printf("Not an FKVF archive. fkvf imports f32, f16 and bf16 caches only: save it "
+                   "from a context with an f16 cache (llama.cpp --cache-type-k/-v f16; "
+                   "node-llama-cpp experimentalKvCacheKeyType/ValueType \"F16\").\n");
         else
             printf("Not an FKVF archive. To archive it: fkvf import-llama %s --model MODEL.gguf "
                    "-o ARCHIVE.fkvf (docs/llamacpp.md)\n",

@@ -342,7 +342,13 @@ int cli_fail_reader(int rc, const fkvf_reader *r, const char *file, const char *
 {
     fkvf_error_info e;
     int have = r && fkvf_reader_error(r, &e) == FKVF_OK && e.code != FKVF_OK;
-    return cli_fail_lib(rc, have ? &e : NULL, file, prefix);
+    int ex = cli_fail_lib(rc, have ? &e : NULL, file, prefix);
+    llst_kind k = rc == FKVF_E_BAD_MAGIC && file ? cli_llama_sniff_file(file) : LLST_KIND_NONE;
+    if (k != LLST_KIND_NONE) /* a common mix-up: say what it is */
+        cli_note("%s is a llama.cpp %s file, not an FKVF archive: fkvf info %s says what it "
+                 "holds, fkvf import-llama %s --model MODEL.gguf -o ARCHIVE archives it",
+                 file, llst_kind_name(k), file, file);
+    return ex;
 }
 
 int cli_fail_writer(int rc, const fkvf_writer *w, const char *file, const char *prefix)

@@ -443,12 +443,18 @@ const char *cli_llama_model_path(void);
  * with *ex = CLI_OK when no --model was given, NULL with *ex the exit
  * status after an error line when it cannot be read. */
 const gguf_model *cli_llama_model(int *ex);
+/* The --model file's size, mtime, device and inode as one string (the
+ * llama.model_stat entry: an append whose model still has these skips
+ * hashing it again); -1 when it cannot be stat'ed or there is none. */
+int cli_llama_model_stat(char *out, size_t n);
 /* Its XXH3-128 (16 bytes, canonical), as cli_llama_model. */
 const uint8_t *cli_llama_model_hash(int *ex);
 /* The kind of llama.cpp state file at path by its magic (LLST_KIND_NONE:
  * not one, or unreadable); is the file at path a GGUF file? */
 llst_kind cli_llama_sniff_file(const char *path);
 int cli_llama_is_gguf_file(const char *path);
+/* Does the file at path start with FKVF's magic (spec 3.1)? */
+int cli_is_fkvf_file(const char *path);
 /* A state file read whole into memory and parsed (llst_parse);
  * cli_llama_file_free frees it (NULL ok). Returns the exit status after any
  * error line. */

@@ -601,12 +601,48 @@ static int append_positions(append_run *u)
     } else if (o->newonly && !o->create) {
         if (u->before_n > c->n_positions)
             return cli_fail(CLI_INVALID, FKVF_E_RANGE, o->cache,
-                            "--new: the cache has %u positions, the archive %s already %" PRIu64,
+                            "--new: the cache has %u positions, the archive %s already %" PRIu64
+                            " (an earlier save of the sequence, or another one)",
                             c->n_positions, o->archive, u->before_n);
         u->p0 = (uint32_t)u->before_n;
     }
     u->n = u->p1 - u->p0;
     return CLI_OK;
+}
+
+/* The --model of a llama.cpp state appended is the model the archive was
+ * imported with: the descriptor's weights hash (kind 2, XXH3-128 of the
+ * GGUF file). Not hashed again when the file is the one hashed then (its
+ * size, mtime, device and inode are the archive's llama.model_stat): an
+ * engine saving every N tokens does not read a many-GB model per save.
+ * Returns the exit status. */
+static int append_same_model(append_run *u)
+{
+    const append_opts *o = u->o;
+    fkvf_reader *r = u->s->r;
+    fkvf_desc d;
+    if (fkvf_reader_desc(r, &d) != FKVF_OK || d.weights_hash_kind != 2)
+        return CLI_OK;
+    char now[160];
+    fkvf_meta_entry e;
+    if (cli_llama_model_stat(now, sizeof now) == 0 &&
+        fkvf_reader_meta_find(r, "llama.model_stat", &e) == FKVF_OK &&
+        e.type == FKVF_META_UTF8 && e.value_len == strlen(now) &&
+        !memcmp(e.value, now, e.value_len))
+        return CLI_OK; /* the same file as hashed at import */
+    int ex;
+    const uint8_t *hash = cli_llama_model_hash(&ex);
+    if (!hash)
+        return ex;
+    if (!memcmp(d.weights_hash, hash, 16))
+        return CLI_OK;
+    char a[33], b[33];
+    cli_hex16(d.weights_hash, a);
+    cli_hex16(hash, b);
+    return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->archive,
+                    "imported with another model (weights hash %s; --model %s has %s): a state "
+                    "of this model does not continue it",
+                    a, cli_llama_model_path(), b);
 }
 
 /* A llama.cpp state appended to an archive imported from one (fkvf
@@ -623,10 +659,18 @@ static int append_check_llama(append_run *u)
     fkvf_reader *r = u->s->r;
     if (o->create || c->names != KVIO_NAMES_LLAMA)
         return CLI_OK;
+    int ex = append_same_model(u);
+    if (ex != CLI_OK)
+        return ex;
+    fkvf_meta_entry kind;
+    if (fkvf_reader_meta_find(r, "llama.kind", &kind) != FKVF_OK)
+        return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->archive,
+                        "not imported from a llama.cpp state file (no llama.kind metadata): "
+                        "append llama.cpp states to an archive fkvf import-llama made");
     for (size_t i = 0; i < c->n_meta; i++) {
         const char *k = c->meta[i].key, *v = c->meta[i].value;
         if (strncmp(k, "llama.", 6) || !strcmp(k, "llama.model") ||
-            !strcmp(k, "llama.model_arch"))
+            !strcmp(k, "llama.model_arch") || !strcmp(k, "llama.model_stat"))
             continue;
         fkvf_meta_entry e;
         int have = fkvf_reader_meta_find(r, k, &e) == FKVF_OK && e.type == FKVF_META_UTF8;
@@ -644,7 +688,6 @@ static int append_check_llama(append_run *u)
     uint8_t *row = malloc(rb ? rb : 1);
     if (!row)
         return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->cache, "out of memory");
-    int ex = CLI_OK;
     for (uint32_t p = 0; p < n && ex == CLI_OK; p++) {
         int exact = 0;
         const void *ar;
@@ -836,7 +879,8 @@ static void append_print(const append_run *u)
     /* an archive without a codebook (fkvf pack makes one for too few
      * positions, or --exact-only) keeps the positions that leave its
      * window exact: said once per run (--create says so in its first line) */
-    if (!o->create && n && !as->has_codebook && as->n_positions > u->sinks + u->window)
+    if (!o->create && n && !as->has_codebook && as->n_positions > u->sinks + u->window &&
+        u->s->c.names != KVIO_NAMES_LLAMA) /* a lossless import: exact by design */
         cli_note("%s has no codebook: the positions that leave its recent window stay exact "
                  "(%" PRIu64 " of its %" PRIu64 " positions are outside its %" PRIu64
                  " sinks and %" PRIu64 " recent positions, all stored exact); an archive's "

@@ -245,6 +245,16 @@ static void info_json_cache(FILE *f, const info_facts *x)
         cli_json_cstr(f, d.model_id);
         fprintf(f, ",\"tokenizer_id\":");
         cli_json_cstr(f, d.tokenizer_id);
+        if (d.weights_hash_kind) {
+            size_t hl = d.weights_hash_kind == 1 ? 32 : 16;
+            fprintf(f, ",\"weights_hash\":{\"kind\":\"%s\",\"hex\":\"",
+                    d.weights_hash_kind == 1 ? "sha256" : "xxh3-128");
+            for (size_t i = 0; i < hl; i++)
+                fprintf(f, "%02x", d.weights_hash[i]);
+            fprintf(f, "\"}");
+        } else {
+            fprintf(f, ",\"weights_hash\":null");
+        }
         if (d.key_transform == 1)
             fprintf(f, ",\"rope\":{\"theta\":%.17g,\"dims\":%u,\"layout\":\"%s\",\"keys\":\"%s\"}",
                     d.rope_theta, d.rope_dims, d.rope_layout == 1 ? "interleaved" : "half-split",
@@ -350,6 +360,12 @@ static void info_text_head(FILE *f, const info_facts *x)
         if (*d.tokenizer_id) {
             fputs(", tokenizer ", f);
             cli_text_cstr(f, d.tokenizer_id);
+        }
+        if (d.weights_hash_kind) { /* which weights: a model's name can mislead */
+            size_t hl = d.weights_hash_kind == 1 ? 32 : 16;
+            fprintf(f, "; weights %s ", d.weights_hash_kind == 1 ? "sha256" : "xxh3-128");
+            for (size_t i = 0; i < hl; i++)
+                fprintf(f, "%02x", d.weights_hash[i]);
         }
         fputc('\n', f);
         if (d.key_transform == 1)

@@ -65,36 +65,6 @@ static const char *import_help =
     "unsupported one, a model that does not fit it; ARCHIVE exists without\n"
     "--force), 2 usage or I/O error.\n";
 
-/* The archive was imported with --model (the weights hash of its
- * descriptor, when it has one of kind 2, is the GGUF file's). Returns -1
- * to go on, else the exit status after an error line. */
-static int import_same_model(const char *archive)
-{
-    int ex;
-    const uint8_t *hash = cli_llama_model_hash(&ex);
-    if (!hash)
-        return ex;
-    fkvf_reader *r = NULL;
-    if (fkvf_reader_open_file(&r, archive, 0, NULL) != FKVF_OK) {
-        fkvf_reader_free(r);
-        return -1; /* append opens it and says what is wrong */
-    }
-    fkvf_desc d;
-    ex = -1;
-    if (fkvf_reader_desc(r, &d) == FKVF_OK && d.weights_hash_kind == 2 &&
-        memcmp(d.weights_hash, hash, 16)) {
-        char a[33], b[33];
-        cli_hex16(d.weights_hash, a);
-        cli_hex16(hash, b);
-        ex = cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, archive,
-                      "imported with another model (weights hash %s; --model %s has %s): a "
-                      "state of this model does not continue it",
-                      a, cli_llama_model_path(), b);
-    }
-    fkvf_reader_free(r);
-    return ex;
-}
-
 /* --append: fkvf append ARCHIVE STATE --new with the options given. */
 static int import_append(int argc, char **argv)
 {
@@ -142,8 +112,6 @@ static int import_append(int argc, char **argv)
     if (ex < 0 && cli_llama_sniff_file(state) == LLST_KIND_NONE && !access(state, R_OK))
         ex = cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, state,
                       "not a llama.cpp state file (no 'ggsq' or 'ggsn' magic)");
-    if (ex < 0)
-        ex = import_same_model(archive);
     if (ex < 0) {
         av[0] = (char *)archive;
         av[1] = (char *)state;

@@ -679,6 +679,9 @@ static int pack_prepare(pack_opts *o, pack_state *s, pack_plan *p)
                         "not a llama.cpp state file (no 'ggsq' or 'ggsn' magic)%s",
                         cli_llama_is_gguf_file(o->in)
                             ? ": it is a GGUF model; STATE comes first, --model MODEL.gguf"
+                        : cli_is_fkvf_file(o->in)
+                            ? ": it is an FKVF archive; fkvf export-llama ARCHIVE -o STATE writes "
+                              "it back as a state file"
                             : "; fkvf pack reads .safetensors, .npz and .npy caches");
     int ex = read_cache(o->in, o->layout, &s->c);
     if (ex)

@@ -431,8 +431,9 @@ static int check_type(const char *name, char *err, size_t errlen, uint32_t l, co
     if (quant)
         return fail(name, err, errlen, LLST_E_UNSUPPORTED,
                     "layer %" PRIu32 ": %s type %s (ggml type %" PRId32 ") is quantized: use an f16, bf16 or "
-                    "f32 cache (--cache-type-%c f16)",
-                    l, kv, n, t, kv[0] == 'K' ? 'k' : 'v');
+                    "f32 cache (llama.cpp --cache-type-%c f16; node-llama-cpp "
+                    "experimentalKvCache%sType \"F16\")",
+                    l, kv, n, t, kv[0] == 'K' ? 'k' : 'v', kv[0] == 'K' ? "Key" : "Value");
     return fail(name, err, errlen, LLST_E_UNSUPPORTED,
                 "layer %" PRIu32 ": %s type %s%s(ggml type %" PRId32 ") is not a cache type supported (f16, bf16, f32)",
                 l, kv, n ? n : "", n ? " " : "", t);
@@ -492,7 +493,8 @@ static int check_cells(const llst_file *f, const char *name, char *err, size_t e
         if (f->pos[i] != (int64_t)i)
             return fail(name, err, errlen, LLST_E_UNSUPPORTED,
                         "cell %" PRIu32 " has position %" PRId32 ", not %" PRIu32
-                        ": non-contiguous positions (a context shift or a removed range)",
+                        ": the cells are not positions 0..n-1 in order (after a context shift "
+                        "or a removed range: fkvf needs cell i at position i)",
                         i, f->pos[i], i);
         if (f->seq_id[i] < 0)
             return fail(name, err, errlen, LLST_E_FORMAT, "cell %" PRIu32 ": sequence id %" PRId32 " is negative", i,
