@@ -45,10 +45,18 @@ for m in stories260K shakespeare-hd64; do
             bad "$c: import-llama --json: $(cat "$T/out") (want 40 positions, 0 archived)"
         cp "$s.fkvf" "$s-b.fkvf"
         cp "$s.fkvf" "$s-c.fkvf"
-        check "$c: import-llama --append 70" 0 "$F" import-llama "$s.70" --model "$M" --append "$s.fkvf"
+        check "$c: import-llama --append 70" 0 "$F" import-llama "$s.70" --model "$M" --append "$s.fkvf" --json
+        # only the new positions are written: 30 of them, in at most their
+        # bytes in the state file (rows, cells, tokens) and a commit's 4 KiB
+        grow=$(($(wc -c <"$s.70") - $(wc -c <"$s.40") + 4096))
+        [ "$(json_num "$T/out" appended)" = 30 ] && [ "$(json_num "$T/out" bytes_added)" -le $grow ] && ok ||
+            bad "$c: --append 70 --json: $(cat "$T/out") (want 30 appended, at most $grow bytes added)"
         check "$c: export-llama after 70" 0 "$F" export-llama "$s.fkvf" -o "$s.e70"
         same "$c: the export after appending the 70-token save is that save" "$s.70" "$s.e70"
-        check "$c: import-llama --append 100" 0 "$F" import-llama "$s.100" --model "$M" --append "$s.fkvf"
+        check "$c: import-llama --append 100" 0 "$F" import-llama "$s.100" --model "$M" --append "$s.fkvf" --json
+        grow=$(($(wc -c <"$s.100") - $(wc -c <"$s.70") + 4096))
+        [ "$(json_num "$T/out" appended)" = 30 ] && [ "$(json_num "$T/out" bytes_added)" -le $grow ] && ok ||
+            bad "$c: --append 100 --json: $(cat "$T/out") (want 30 appended, at most $grow bytes added)"
         check "$c: export-llama after 100" 0 "$F" export-llama "$s.fkvf" -o "$s.e100"
         same "$c: the export after appending the 100-token save is that save" "$s.100" "$s.e100"
         # the same append as fkvf append --new
