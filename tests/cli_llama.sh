@@ -142,6 +142,8 @@ grep_in "compare: exact positions" '"exact_identical":12' "$T/out"
 for i in 1 2 3; do $ST "$T/tr$i.bin" $SHAPE --cells 80 --seed $((20 + i)); done
 check "train on state files" 0 "$FKVF" train "$T/tr1.bin" "$T/tr2.bin" "$T/tr3.bin" --model "$T/m.gguf" -o "$T/cb.fkvf" --k 16
 check "import --codebooks" 0 "$FKVF" import-llama "$T/big.bin" --model "$T/m.gguf" -o "$T/bigc.fkvf" --codebooks "$T/cb.fkvf"
+check "--k with --codebooks" 0 "$FKVF" import-llama "$T/big.bin" --model "$T/m.gguf" -o "$T/bigk.fkvf" --codebooks "$T/cb.fkvf" --k 64
+grep_in "--k with --codebooks warned" "is an option of --train, ignored" "$T/err"
 check "export with the codebook file" 0 "$FKVF" export-llama "$T/bigc.fkvf" -o "$T/bigce.bin"
 check "codebooks: same size" 0 test "$(wc -c <"$T/big.bin")" -eq "$(wc -c <"$T/bigce.bin")"
 

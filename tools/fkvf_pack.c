@@ -212,6 +212,7 @@ static int pack_parse(int argc, char **argv, pack_opts *o, int llama, const char
     o->help = help;
     const char *cmd = llama ? "import-llama" : "pack";
     const char *archived_opt = NULL; /* an option of archived positions */
+    const char *train_opt = NULL;    /* an option of --train's quantizer */
     cli_code_opts_init(&o->code);
     cli_key_opts_init(&o->keys);
     for (int i = 0; i < argc; i++) {
@@ -260,6 +261,9 @@ static int pack_parse(int argc, char **argv, pack_opts *o, int llama, const char
                     return -1;
                 if (strcmp(a, "--model-id") && strcmp(a, "--tokenizer-id"))
                     archived_opt = a; /* shapes archived positions only */
+                if (!strcmp(a, "--k") || !strcmp(a, "--k-stages") || !strcmp(a, "--v-stages") ||
+                    !strcmp(a, "--seed") || !strcmp(a, "--iters"))
+                    train_opt = a; /* shapes trained codebooks only */
             } else {
                 cli_usage("unknown option '%s' (see fkvf %s --help)", a, cmd);
                 return -1;
@@ -281,6 +285,10 @@ static int pack_parse(int argc, char **argv, pack_opts *o, int llama, const char
         cli_usage("--train and --codebooks exclude each other");
         return -1;
     }
+    if (o->cbfile && (train_opt || o->f32))
+        cli_warn("%s is an option of --train, ignored: the --codebooks file %s has its own k, "
+                 "stages and tables",
+                 train_opt ? train_opt : "--f32", o->cbfile);
     if (llama && !cli_llama_model_path()) {
         cli_usage("need --model MODEL.gguf, the model %s was saved with (see fkvf import-llama "
                   "--help)", o->in);

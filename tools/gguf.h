@@ -3,8 +3,9 @@
  * for the FKVF tools: the cache shape a llama.cpp state file lacks, the
  * RoPE parameters, and the model's identity (fkvf import-llama --model).
  *
- * Only the header and the key/value metadata are read; tensor infos and
- * tensor data are not (the file is hashed whole, though: gguf_read_file).
+ * The header and the key/value metadata are read, and the tensor infos
+ * after them are scanned for one name (rope_freqs.weight); tensor data are
+ * not read (gguf_hash_file reads the whole file to hash it).
  * Layout (GGUF versions 2 and 3; all integers little-endian):
  *   u32 magic "GGUF" (bytes 47 47 55 46), u32 version, u64 n_tensors,
  *   u64 n_kv, then n_kv pairs: string key, u32 value type, value.
