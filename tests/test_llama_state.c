@@ -952,7 +952,7 @@ START_TEST(to_cache_errors)
 
     /* cells */
     EXPECT_ERR(cache_rc(&s, &sh, o.cells + 2 * 12, 5, 0, 0, err), err, LLST_E_UNSUPPORTED,
-               "cell 2 has position 5, not 2: non-contiguous positions (a context shift or a removed range)");
+               "cell 2 has position 5, not 2: the cells are not positions 0..n-1 in order (after a context shift or a removed range");
     EXPECT_ERR(cache_rc(&s, &sh, o.cells, 1, o.cells + 12, 0, err), err, LLST_E_UNSUPPORTED,
                "cell 0 has position 1");
     EXPECT_ERR(cache_rc(&s, &sh, o.cells + 12 + 8, 4, 0, 0, err), err, LLST_E_UNSUPPORTED,
