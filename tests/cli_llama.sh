@@ -134,6 +134,8 @@ check "fkvf append = last save" 0 cmp "$T/i4.bin" "$T/i4e.bin"
 $ST "$T/big.bin" $SHAPE --cells 120 --seed 11
 check "import --train" 0 "$FKVF" import-llama "$T/big.bin" --model "$T/m.gguf" -o "$T/big.fkvf" --train --k 16 --recent 8 --json
 grep_in "archived positions" '"archived":108' "$T/out"
+check "import --train, a short state" 0 "$FKVF" import-llama "$T/v0.bin" --model "$T/m.gguf" -o "$T/v0t.fkvf" --train --k 16 --sinks 1 --recent 2
+grep_in "--train advice in import-llama's words" "fkvf train STATE... --model MODEL.gguf" "$T/err"
 check "export archived" 0 "$FKVF" export-llama "$T/big.fkvf" -o "$T/bige.bin"
 check "archived: same size" 0 test "$(wc -c <"$T/big.bin")" -eq "$(wc -c <"$T/bige.bin")"
 check "archived export is a state file" 0 "$FKVF" info "$T/bige.bin"

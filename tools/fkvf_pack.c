@@ -384,8 +384,12 @@ static int pack_check_rope(const pack_opts *o, pack_state *s, const pack_plan *p
 static void pack_choose_k(const pack_opts *o, const kvio_cache *c, pack_plan *p)
 {
     p->k = o->code.k;
-    const char *advice = "for small caches a shared codebook compresses better: train it once "
-                         "(fkvf train CACHE... -o CODEBOOKS) and pack with --codebooks CODEBOOKS";
+    const char *advice =
+        o->llama ? "for short states a shared codebook compresses better: train it once on states "
+                   "of other prompts (fkvf train STATE... --model MODEL.gguf -o CODEBOOKS) and "
+                   "import with --codebooks CODEBOOKS"
+                 : "for small caches a shared codebook compresses better: train it once "
+                   "(fkvf train CACHE... -o CODEBOOKS) and pack with --codebooks CODEBOOKS";
     uint64_t A = p->A;
     if (A > 0 && !o->cbfile && !o->code.k_set && o->code.ks + o->code.vs > 0) {
         p->k = cli_auto_k(c, A, o->code.ks, o->code.vs, o->f32);
