@@ -33,7 +33,8 @@ class FkvfError(Exception):
         self.field = field
 
     def __str__(self) -> str:
-        return f"{self.message} [{self.name}]"
+        # libfkvf's messages end with the error name already
+        return self.message if self.name in self.message else f"{self.message} [{self.name}]"
 
 
 class InvalidArgError(FkvfError):
@@ -42,8 +43,8 @@ class StateError(FkvfError):
     code = 2
 class NoMemError(FkvfError):
     code = 3
-class IOError_(FkvfError):
-    """FKVF_E_IO (named with a trailing underscore: IOError is a builtin alias of OSError)."""
+class IoError(FkvfError):
+    """FKVF_E_IO (not "IOError": that is a builtin alias of OSError)."""
     code = 4
 class RangeError(FkvfError):
     code = 5
