@@ -73,12 +73,12 @@ def test_corrupted_stream_fails_read_and_verify(fkvf, tmp_path):
     p.write_bytes(bytes(data))
     with fkvf.open(p) as a:  # stream blocks are checked on first touch
         a.read(positions=slice(68, 100))  # exact rows only
-        with pytest.raises(fkvf.FkvfError) as e:
+        with pytest.raises(fkvf.ChecksumError) as e:
             a.read()
-        assert e.value.error_class == "format" and strm <= e.value.offset < end
-        with pytest.raises(fkvf.FkvfError) as e2:
+        assert e.value.clause == "11.4" and strm <= e.value.offset < end
+        with pytest.raises(fkvf.ChecksumError) as e2:
             a.verify()
-        assert e2.value.error_class == "format" and strm <= e2.value.offset < end
+        assert strm <= e2.value.offset < end
 
 
 def test_torn_tail_strict(fkvf, tmp_path):
