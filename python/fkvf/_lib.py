@@ -1,11 +1,12 @@
 """Finding and loading libfkvf with ctypes, and the prototypes of the functions bound.
 
 Search order (the first that exists and loads wins):
-  1. FKVF_LIBRARY: a path to the shared library;
+  1. FKVF_LIBRARY: a path to the shared library (when set, only that one);
   2. the build tree: FKVF_BUILD_DIR/libfkvf/libfkvf.so, then ../build/libfkvf/libfkvf.so
      relative to this package (python/fkvf in the source tree);
-  3. an installed copy: the path recorded by ``cmake --install`` in fkvf/_paths.py
-     (LIBRARY), then ctypes.util.find_library("fkvf").
+  3. an installed copy: what ``cmake --install`` records in fkvf/_paths.py (LIBRARY, the
+     path of the library, or LIBDIR, the directory holding libfkvf.so / libfkvf.so.0),
+     then ctypes.util.find_library("fkvf").
 
 The structures mirror libfkvf/include/fkvf.h field for field.
 """
@@ -24,9 +25,6 @@ _SONAME = "libfkvf.so"
 
 def _candidates() -> List[str]:
     out: List[str] = []
-    env = os.environ.get("FKVF_LIBRARY")
-    if env:
-        out.append(env)
     build = os.environ.get("FKVF_BUILD_DIR")
     if build:
         out.append(os.path.join(build, "libfkvf", _SONAME))
@@ -36,7 +34,11 @@ def _candidates() -> List[str]:
         from . import _paths  # type: ignore[attr-defined]
         lib = getattr(_paths, "LIBRARY", None)
         if lib:
-            out.append(str(lib))
+            out.append(os.fspath(lib))
+        libdir = getattr(_paths, "LIBDIR", None)
+        if libdir:
+            out += [os.path.join(os.fspath(libdir), _SONAME),
+                    os.path.join(os.fspath(libdir), _SONAME + ".0")]
     except ImportError:
         pass
     found = ctypes.util.find_library("fkvf")
@@ -46,10 +48,12 @@ def _candidates() -> List[str]:
 
 
 def _load() -> ctypes.CDLL:
-    tried = []
     env = os.environ.get("FKVF_LIBRARY")
-    for path in _candidates():
-        # a bare soname from find_library is not a path: let the loader search for it
+    # an explicit FKVF_LIBRARY that does not load is an error, not a fallback to another copy
+    candidates = [env] if env else _candidates()
+    tried = []
+    for path in candidates:
+        # a bare soname from find_library is not a path: the loader searches for it
         if os.sep in path and not os.path.exists(path):
             tried.append(f"{path}: no such file")
             continue
@@ -57,8 +61,6 @@ def _load() -> ctypes.CDLL:
             return ctypes.CDLL(path)
         except OSError as e:
             tried.append(f"{path}: {e}")
-            if env and path == env:
-                break  # an explicit FKVF_LIBRARY that fails is an error, not a fallback
     raise ImportError("fkvf: cannot load libfkvf (set FKVF_LIBRARY to the path of "
                       "libfkvf.so); tried: " + "; ".join(tried or ["nothing"]))
 

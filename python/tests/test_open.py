@@ -141,3 +141,29 @@ def test_no_leak_open_close_1000(fkvf):
 def test_verify_ok(fkvf):
     with fkvf.open(SAMPLE, strict=True) as a:
         assert a.verify() is None
+
+
+def _import_in_child(env_overrides):
+    import subprocess
+    import sys
+    from conftest import SRCDIR
+    env = {k: v for k, v in os.environ.items() if k not in ("FKVF_LIBRARY", "FKVF_BUILD_DIR")}
+    env.update(env_overrides)
+    env["PYTHONPATH"] = os.path.join(SRCDIR, "python")
+    return subprocess.run([sys.executable, "-c", "import fkvf; print(fkvf._lib.lib._name)"],
+                          capture_output=True, text=True, env=env, cwd="/")
+
+
+def test_library_from_fkvf_library(fkvf):
+    lib = os.environ.get("FKVF_LIBRARY")
+    if not lib:
+        pytest.skip("FKVF_LIBRARY not set")
+    p = _import_in_child({"FKVF_LIBRARY": os.path.abspath(lib)})
+    assert p.returncode == 0 and p.stdout.strip() == os.path.abspath(lib)
+
+
+def test_library_missing_is_import_error(fkvf, tmp_path):
+    missing = str(tmp_path / "libfkvf.so")
+    p = _import_in_child({"FKVF_LIBRARY": missing})
+    assert p.returncode != 0
+    assert "ImportError" in p.stderr and missing in p.stderr and "FKVF_LIBRARY" in p.stderr
