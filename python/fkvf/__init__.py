@@ -3,15 +3,28 @@
     import fkvf
     with fkvf.open("cache.fkvf") as a:
         k, v = a.read(positions=slice(0, 64), dtype="f32")   # [L, H, T, D] each
+
+docs/python.md describes the API.
 """
 
 from . import errors
 from ._lib import version as _version
 from .archive import Archive, open
-from .errors import *  # noqa: F401,F403  (FkvfError and its subclasses)
-from .errors import FkvfError
+from .errors import (
+    FkvfError, InvalidArgError, StateError, NoMemError, IoError, RangeError,
+    NotFoundError, UnsupportedError, ExistsError, BadMagicError, VersionError,
+    FeatureError, ByteOrderError, TruncatedError, ChecksumError, AlignError,
+    BoundsError, OverlapError, PaddingError, SectionError, CorruptError, DupKeyError,
+    SymbolError, SpanError, TornError, LimitError, CodebookError, DeflateError,
+    ChainError, CodecError)
 
 __version__ = _version()
 
-__all__ = ["open", "Archive", "FkvfError", "errors", "__version__"] + [
-    c.__name__ for c in errors.BY_CODE.values()]
+__all__ = [
+    "open", "Archive", "errors", "__version__", "FkvfError", "InvalidArgError",
+    "StateError", "NoMemError", "IoError", "RangeError", "NotFoundError",
+    "UnsupportedError", "ExistsError", "BadMagicError", "VersionError", "FeatureError",
+    "ByteOrderError", "TruncatedError", "ChecksumError", "AlignError", "BoundsError",
+    "OverlapError", "PaddingError", "SectionError", "CorruptError", "DupKeyError",
+    "SymbolError", "SpanError", "TornError", "LimitError", "CodebookError",
+    "DeflateError", "ChainError", "CodecError"]

@@ -38,65 +38,177 @@ class FkvfError(Exception):
 
 
 class InvalidArgError(FkvfError):
-    code = 1
-class StateError(FkvfError):
-    code = 2
-class NoMemError(FkvfError):
-    code = 3
-class IoError(FkvfError):
-    """FKVF_E_IO (not "IOError": that is a builtin alias of OSError)."""
-    code = 4
-class RangeError(FkvfError):
-    code = 5
-class NotFoundError(FkvfError):
-    code = 6
-class UnsupportedError(FkvfError):
-    code = 7
-class ExistsError(FkvfError):
-    code = 8
-class BadMagicError(FkvfError):
-    code = 20
-class VersionError(FkvfError):
-    code = 21
-class FeatureError(FkvfError):
-    code = 22
-class ByteOrderError(FkvfError):
-    code = 23
-class TruncatedError(FkvfError):
-    code = 24
-class ChecksumError(FkvfError):
-    code = 25
-class AlignError(FkvfError):
-    code = 26
-class BoundsError(FkvfError):
-    code = 27
-class OverlapError(FkvfError):
-    code = 28
-class PaddingError(FkvfError):
-    code = 29
-class SectionError(FkvfError):
-    code = 30
-class CorruptError(FkvfError):
-    code = 31
-class DupKeyError(FkvfError):
-    code = 32
-class SymbolError(FkvfError):
-    code = 33
-class SpanError(FkvfError):
-    code = 34
-class TornError(FkvfError):
-    code = 35
-class LimitError(FkvfError):
-    code = 36
-class CodebookError(FkvfError):
-    code = 37
-class DeflateError(FkvfError):
-    code = 38
-class ChainError(FkvfError):
-    code = 39
-class CodecError(FkvfError):
-    code = 50
+    """FKVF_E_INVALID_ARG (1): bad argument (NULL, out of range, inconsistent)."""
 
+    code = 1
+
+
+class StateError(FkvfError):
+    """FKVF_E_STATE (2): handle in the wrong state, or not a handle of this kind."""
+
+    code = 2
+
+
+class NoMemError(FkvfError):
+    """FKVF_E_NOMEM (3): allocation failed."""
+
+    code = 3
+
+
+class IoError(FkvfError):
+    """FKVF_E_IO (4): operating-system I/O error (not "IOError": that is a builtin alias of OSError)."""
+
+    code = 4
+
+
+class RangeError(FkvfError):
+    """FKVF_E_RANGE (5): position, index or stream out of range."""
+
+    code = 5
+
+
+class NotFoundError(FkvfError):
+    """FKVF_E_NOT_FOUND (6): no such section, stream, key, file."""
+
+    code = 6
+
+
+class UnsupportedError(FkvfError):
+    """FKVF_E_UNSUPPORTED (7): valid request this build cannot do."""
+
+    code = 7
+
+
+class ExistsError(FkvfError):
+    """FKVF_E_EXISTS (8): the output file exists and was not to be replaced (fkvf_writer_options.no_replace, fkvf_appender_create)."""
+
+    code = 8
+
+
+class BadMagicError(FkvfError):
+    """FKVF_E_BAD_MAGIC (20): not an FKVF file (spec 3.1)."""
+
+    code = 20
+
+
+class VersionError(FkvfError):
+    """FKVF_E_VERSION (21): format major version not supported (spec 3.1, 17)."""
+
+    code = 21
+
+
+class FeatureError(FkvfError):
+    """FKVF_E_FEATURE (22): unknown required feature bit (spec 3.1)."""
+
+    code = 22
+
+
+class ByteOrderError(FkvfError):
+    """FKVF_E_BYTE_ORDER (23): byte-order check failed (spec 3.1)."""
+
+    code = 23
+
+
+class TruncatedError(FkvfError):
+    """FKVF_E_TRUNCATED (24): file or structure ends early (spec 7.2)."""
+
+    code = 24
+
+
+class ChecksumError(FkvfError):
+    """FKVF_E_CHECKSUM (25): an XXH3 checksum does not match."""
+
+    code = 25
+
+
+class AlignError(FkvfError):
+    """FKVF_E_ALIGN (26): structure not at a multiple of 64 (spec 4.1)."""
+
+    code = 26
+
+
+class BoundsError(FkvfError):
+    """FKVF_E_BOUNDS (27): section outside the file or its commit region (spec 4.5)."""
+
+    code = 27
+
+
+class OverlapError(FkvfError):
+    """FKVF_E_OVERLAP (28): sections overlap or are out of order (spec 4.5)."""
+
+    code = 28
+
+
+class PaddingError(FkvfError):
+    """FKVF_E_PADDING (29): padding or unused bits not zero (spec 4.1, 11.7)."""
+
+    code = 29
+
+
+class SectionError(FkvfError):
+    """FKVF_E_SECTION (30): unknown required section type (spec 4.3)."""
+
+    code = 30
+
+
+class CorruptError(FkvfError):
+    """FKVF_E_CORRUPT (31): a field holds an invalid value."""
+
+    code = 31
+
+
+class DupKeyError(FkvfError):
+    """FKVF_E_DUP_KEY (32): duplicate metadata key (spec 9.2)."""
+
+    code = 32
+
+
+class SymbolError(FkvfError):
+    """FKVF_E_SYMBOL (33): symbol out of its alphabet."""
+
+    code = 33
+
+
+class SpanError(FkvfError):
+    """FKVF_E_SPAN (34): ngon span does not decode back to its anchor (spec 12.2)."""
+
+    code = 34
+
+
+class TornError(FkvfError):
+    """FKVF_E_TORN (35): torn tail after the last valid commit (strict open, spec 7.2)."""
+
+    code = 35
+
+
+class LimitError(FkvfError):
+    """FKVF_E_LIMIT (36): a limit of spec 15 is exceeded."""
+
+    code = 36
+
+
+class CodebookError(FkvfError):
+    """FKVF_E_CODEBOOK (37): codebook missing or content hash mismatch (spec 13)."""
+
+    code = 37
+
+
+class DeflateError(FkvfError):
+    """FKVF_E_DEFLATE (38): deflate stream invalid or wrong length (spec 4.4)."""
+
+    code = 38
+
+
+class ChainError(FkvfError):
+    """FKVF_E_CHAIN (39): commit chain broken (spec 7.1)."""
+
+    code = 39
+
+
+class CodecError(FkvfError):
+    """FKVF_E_CODEC (50): the writer refused data the codec cannot store exactly."""
+
+    code = 50
 
 BY_CODE: Dict[int, Type[FkvfError]] = {
     c.code: c for c in list(globals().values())

@@ -2,7 +2,6 @@
 cache's own bits; external codebooks attached by path, found by content hash, or missing."""
 
 import os
-import shutil
 
 import numpy as np
 import pytest

@@ -1,6 +1,7 @@
 """Errors: FkvfError subclasses chosen by code, with file, offset, clause, field."""
 
-import os
+
+from pathlib import Path
 
 import pytest
 
@@ -36,7 +37,7 @@ def test_missing_file(fkvf, tmp_path):
 
 def test_truncated(fkvf, tmp_path):
     p = tmp_path / "trunc.fkvf"
-    p.write_bytes(open(SAMPLE, "rb").read()[:300000])
+    p.write_bytes(Path(SAMPLE).read_bytes()[:300000])
     with pytest.raises(fkvf.TruncatedError) as e:
         fkvf.open(p)
     err = e.value
@@ -45,7 +46,7 @@ def test_truncated(fkvf, tmp_path):
 
 
 def test_bad_magic(fkvf, tmp_path):
-    data = bytearray(open(SAMPLE, "rb").read())
+    data = bytearray(Path(SAMPLE).read_bytes())
     data[0] ^= 0xFF
     p = tmp_path / "magic.fkvf"
     p.write_bytes(bytes(data))
@@ -55,7 +56,7 @@ def test_bad_magic(fkvf, tmp_path):
 
 
 def test_corrupted_exact_rows_fail_open(fkvf, tmp_path):
-    data = bytearray(open(SAMPLE, "rb").read())
+    data = bytearray(Path(SAMPLE).read_bytes())
     data[20000] ^= 0x01  # inside the EXAC section at 2880 (`fkvf dump testdata/sample.fkvf`)
     p = tmp_path / "corrupt.fkvf"
     p.write_bytes(bytes(data))
@@ -66,7 +67,7 @@ def test_corrupted_exact_rows_fail_open(fkvf, tmp_path):
 
 
 def test_corrupted_stream_fails_read_and_verify(fkvf, tmp_path):
-    data = bytearray(open(SAMPLE, "rb").read())
+    data = bytearray(Path(SAMPLE).read_bytes())
     strm, end = 515008, 522816  # the index streams' STRM section (`fkvf dump`)
     data[strm + 4000] ^= 0x01
     p = tmp_path / "corrupt.fkvf"
@@ -83,7 +84,7 @@ def test_corrupted_stream_fails_read_and_verify(fkvf, tmp_path):
 
 def test_torn_tail_strict(fkvf, tmp_path):
     p = tmp_path / "torn.fkvf"
-    p.write_bytes(open(SAMPLE, "rb").read() + b"\0" * 64)
+    p.write_bytes(Path(SAMPLE).read_bytes() + b"\0" * 64)
     with fkvf.open(p) as a:
         assert a.info["torn_bytes"] == 64
     with pytest.raises(fkvf.TornError) as e:
