@@ -56,7 +56,9 @@ class NoMemError(FkvfError):
 
 
 class IoError(FkvfError):
-    """FKVF_E_IO (4): operating-system I/O error (not "IOError": that is a builtin alias of OSError)."""
+    """FKVF_E_IO (4): operating-system I/O error.
+
+    Not named "IOError": that is a builtin alias of OSError."""
 
     code = 4
 
@@ -80,7 +82,8 @@ class UnsupportedError(FkvfError):
 
 
 class ExistsError(FkvfError):
-    """FKVF_E_EXISTS (8): the output file exists and was not to be replaced (fkvf_writer_options.no_replace, fkvf_appender_create)."""
+    """FKVF_E_EXISTS (8): the output file exists and was not to be replaced
+    (fkvf_writer_options.no_replace, fkvf_appender_create)."""
 
     code = 8
 
@@ -209,6 +212,7 @@ class CodecError(FkvfError):
     """FKVF_E_CODEC (50): the writer refused data the codec cannot store exactly."""
 
     code = 50
+
 
 BY_CODE: Dict[int, Type[FkvfError]] = {
     c.code: c for c in list(globals().values())
