@@ -138,3 +138,27 @@ def test_bad_arguments(arc):
         arc.read(dtype="f64")
     with pytest.raises(ValueError, match="layout"):
         arc.read(layout="thd")
+
+
+def test_threads_share_one_archive(fkvf, sample_unpacked):
+    # calls on one Archive are serialised by its lock: concurrent reads all get the right rows
+    import threading
+    ek, _, _ = sample_unpacked["f32"]
+    errors = []
+    with fkvf.open(SAMPLE) as a:
+        def work(seed):
+            rng = np.random.default_rng(seed)
+            try:
+                for _ in range(50):
+                    idx = rng.integers(0, T, 5)
+                    k = a.read(positions=idx, part="k", dtype=np.float32)
+                    if not same(k, ek[:, :, idx]):
+                        errors.append(seed)
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
