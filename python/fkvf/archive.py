@@ -1,0 +1,415 @@
+"""Archive: a read-only FKVF archive opened through libfkvf (fkvf_reader_*)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from ctypes import byref, c_char_p, c_int, c_size_t, c_uint8, c_uint32
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _lib
+from ._lib import lib
+from .errors import FkvfError, make
+
+_DTYPE_NAMES = {_lib.DTYPE_F16: "f16", _lib.DTYPE_BF16: "bf16", _lib.DTYPE_F32: "f32"}
+# element type of each fkvf dtype in NumPy: bf16 has none, its bits come as uint16
+_NP_OF = {_lib.DTYPE_F16: np.dtype("<f2"), _lib.DTYPE_BF16: np.dtype("<u2"),
+          _lib.DTYPE_F32: np.dtype("<f4")}
+# at most this many contiguous runs of an index array are read one call each; more are read
+# as the one range that covers them
+_MAX_RUNS = 32
+
+PathLike = Union[str, bytes, "os.PathLike[str]"]
+Selector = Union[None, int, slice, Sequence[int], np.ndarray]
+
+
+def _error_from(handle: Optional[int], code: int, path: Optional[str]) -> FkvfError:
+    name = _lib.text(lib.fkvf_error_name(code)) or ""
+    eclass = lib.fkvf_error_class(code)
+    if handle:
+        info = _lib.ErrorInfo()
+        if lib.fkvf_reader_error(handle, byref(info)) == _lib.OK and info.code != _lib.OK:
+            offset = None if info.offset == _lib.ERROR_NO_OFFSET else int(info.offset)
+            code = info.code
+            return make(code, _lib.text(lib.fkvf_error_name(code)) or name,
+                        lib.fkvf_error_class(code), _lib.text(info.message) or "",
+                        _lib.text(info.file) or path, offset, _lib.text(info.clause),
+                        _lib.text(info.field))
+    message = _lib.text(lib.fkvf_strerror(code)) or name
+    if path is not None:
+        message = f"{path}: {message}"
+    return make(code, name, eclass, message, path)
+
+
+def _dtype_code(dtype: Any) -> int:
+    if isinstance(dtype, str):
+        key = dtype.lower()
+        table = {"f16": _lib.DTYPE_F16, "float16": _lib.DTYPE_F16, "bf16": _lib.DTYPE_BF16,
+                 "bfloat16": _lib.DTYPE_BF16, "f32": _lib.DTYPE_F32, "float32": _lib.DTYPE_F32}
+        if key in table:
+            return table[key]
+        raise ValueError(f"dtype {dtype!r}: expected np.float16, np.float32 or 'bf16'")
+    try:
+        d = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"dtype {dtype!r}: expected np.float16, np.float32 or 'bf16'") from None
+    if d == np.float16:
+        return _lib.DTYPE_F16
+    if d == np.float32:
+        return _lib.DTYPE_F32
+    raise ValueError(f"dtype {dtype!r}: expected np.float16, np.float32 or 'bf16'")
+
+
+def _select(sel: Selector, n: int, what: str) -> Tuple[int, int, Optional[np.ndarray]]:
+    """A selection of range(n) as (first, count, take): read [first, first+count) and then,
+    when take is not None, keep the entries take (indices relative to first)."""
+    if sel is None:
+        return 0, n, None
+    if isinstance(sel, slice):
+        start, stop, step = sel.indices(n)
+        if step == 1:
+            return start, max(0, stop - start), None
+        sel = np.arange(start, stop, step)
+    if isinstance(sel, (bool, np.bool_)):
+        raise TypeError(f"{what}: a bool is not an index")
+    if isinstance(sel, (int, np.integer)):
+        i = int(sel)
+        if not -n <= i < n:
+            raise IndexError(f"{what} {i} out of range (0..{n - 1})")
+        i %= n
+        return i, 1, None
+    arr = np.asarray(sel)
+    if arr.dtype == bool:
+        if arr.shape != (n,):
+            raise IndexError(f"{what}: boolean mask of shape {arr.shape}, expected ({n},)")
+        arr = np.flatnonzero(arr)
+    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise IndexError(f"{what}: expected None, an int, a slice or a 1-D array of ints")
+    arr = arr.astype(np.int64)
+    if arr.size and (arr.min() < -n or arr.max() >= n):
+        raise IndexError(f"{what}: index out of range (0..{n - 1})")
+    arr = np.where(arr < 0, arr + n, arr)
+    if arr.size == 0:
+        return 0, 0, arr
+    first = int(arr.min())
+    count = int(arr.max()) - first + 1
+    if count == arr.size and np.array_equal(arr, np.arange(first, first + count)):
+        return first, count, None
+    return first, count, arr - first
+
+
+class Archive:
+    """An FKVF archive opened for reading. Use as a context manager or call close()."""
+
+    def __init__(self, path: PathLike, codebooks: Optional[PathLike] = None,
+                 strict: bool = False) -> None:
+        self._h: Optional[int] = None
+        self._cb: Optional[int] = None
+        self._codebook_error: Optional[FkvfError] = None
+        self._lock = threading.RLock()
+        self._tokens: Optional[np.ndarray] = None
+        self._tokens_read = False
+        self.path = os.fsdecode(os.fspath(path))
+        flags = _lib.OPEN_STRICT if strict else 0
+        self._h = self._open_reader(self.path, flags)
+        try:
+            self._info = self._read_info()
+            self._desc = self._read_desc() if self._info["has_desc"] else None
+            self._resolve_codebook(codebooks, flags)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- opening and closing ----
+
+    @staticmethod
+    def _open_reader(path: str, flags: int) -> int:
+        h = _lib.Reader()
+        rc = lib.fkvf_reader_open_file(byref(h), os.fsencode(path), flags, None)
+        if rc != _lib.OK:
+            err = _error_from(h.value, rc, path)
+            lib.fkvf_reader_free(h)
+            raise err
+        return h.value
+
+    def _resolve_codebook(self, codebooks: Optional[PathLike], flags: int) -> None:
+        if self._desc is None:
+            return
+        is_ext = c_int(0)
+        hash_ = (c_uint8 * 16)()
+        name = c_char_p()
+        rc = lib.fkvf_reader_codebook_ref(self._h, byref(is_ext), hash_, byref(name))
+        if rc != _lib.OK:
+            raise _error_from(self._h, rc, self.path)
+        if not is_ext.value:
+            return
+        if codebooks is not None:
+            cb_path = os.fsdecode(os.fspath(codebooks))
+            self._cb = self._open_reader(cb_path, flags)
+            rc = lib.fkvf_reader_attach_codebook(self._h, self._cb)
+            if rc != _lib.OK:
+                raise _error_from(self._h, rc, self.path)
+            return
+        found = _lib.Reader()
+        search = os.environ.get("FKVF_CODEBOOK_PATH")
+        rc = lib.fkvf_reader_find_codebook(self._h, os.fsencode(search) if search else None,
+                                           byref(found))
+        if rc == _lib.OK:
+            self._cb = found.value
+        elif rc == _lib.E_NOT_FOUND:
+            # the archive stays readable at its exact positions; archived ones raise this
+            self._codebook_error = _error_from(self._h, rc, self.path)
+        else:
+            raise _error_from(self._h, rc, self.path)
+
+    def close(self) -> None:
+        """Free the reader (and the codebook file it borrowed). Idempotent."""
+        with self._lock:
+            h, cb = self._h, self._cb
+            self._h = self._cb = None
+            if h:
+                lib.fkvf_reader_free(h)
+            if cb:
+                lib.fkvf_reader_free(cb)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self) -> "Archive":
+        self._handle()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self._info['n_positions']} positions"
+        return f"<fkvf.Archive {self.path!r} {state}>"
+
+    def _handle(self) -> int:
+        if self._h is None:
+            raise ValueError(f"{self.path}: operation on a closed archive")
+        return self._h
+
+    def _check(self, rc: int) -> None:
+        if rc != _lib.OK:
+            if rc == _lib.E_CODEBOOK and self._codebook_error is not None:
+                raise self._codebook_error
+            raise _error_from(self._h, rc, self.path)
+
+    # ---- what the open found ----
+
+    def _read_info(self) -> Dict[str, int]:
+        info = _lib.ArchiveInfo()
+        self._check(lib.fkvf_reader_info(self._h, byref(info)))
+        return {name: int(getattr(info, name)) for name, _ in info._fields_}
+
+    def _read_desc(self) -> Dict[str, Any]:
+        d = _lib.Desc()
+        self._check(lib.fkvf_reader_desc(self._h, byref(d)))
+        out: Dict[str, Any] = {name: getattr(d, name) for name, _ in d._fields_}
+        out["dtype"] = _DTYPE_NAMES.get(d.dtype, str(d.dtype))
+        out["model_id"] = _lib.text(d.model_id) or ""
+        out["tokenizer_id"] = _lib.text(d.tokenizer_id) or ""
+        out["weights_hash"] = bytes(d.weights_hash) if d.weights_hash_kind else None
+        out["rope_theta"] = float(d.rope_theta)
+        return out
+
+    @property
+    def info(self) -> Dict[str, int]:
+        """fkvf_archive_info as a dict (format_major, ..., n_positions, n_archived, ...)."""
+        self._handle()
+        return dict(self._info)
+
+    @property
+    def descriptor(self) -> Optional[Dict[str, Any]]:
+        """The cache descriptor (spec 8) as a dict; None for a codebook file."""
+        self._handle()
+        return None if self._desc is None else dict(self._desc)
+
+    @property
+    def n_positions(self) -> int:
+        self._handle()
+        return self._info["n_positions"]
+
+    @property
+    def tokens(self) -> Optional[np.ndarray]:
+        """The token ids (uint32, one per position), or None without a token stream."""
+        with self._lock:
+            h = self._handle()
+            if not self._tokens_read:
+                idx = c_size_t()
+                rc = lib.fkvf_reader_stream_find(h, _lib.STREAM_ID_TOKENS, byref(idx))
+                if rc == _lib.E_NOT_FOUND:
+                    self._tokens = None
+                else:
+                    self._check(rc)
+                    si = _lib.StreamInfo()
+                    self._check(lib.fkvf_reader_stream_info(h, idx.value, byref(si)))
+                    toks = np.empty(si.length, dtype=np.uint32)
+                    if si.length:
+                        self._check(lib.fkvf_reader_stream_read(
+                            h, idx.value, 0, toks.ctypes.data_as(ctypes.POINTER(c_uint32)),
+                            si.length))
+                    toks.setflags(write=False)
+                    self._tokens = toks
+                self._tokens_read = True
+            return self._tokens
+
+    @property
+    def streams(self) -> List[Dict[str, Any]]:
+        """Every stream (spec 11) in reader order: index streams in code order, then tokens."""
+        with self._lock:
+            h = self._handle()
+            n = c_size_t()
+            self._check(lib.fkvf_reader_stream_count(h, byref(n)))
+            out = []
+            for i in range(n.value):
+                si = _lib.StreamInfo()
+                self._check(lib.fkvf_reader_stream_info(h, i, byref(si)))
+                d: Dict[str, Any] = {name: getattr(si, name) for name, _ in si._fields_}
+                d["index"] = i
+                d["profile"] = {1: "quad", 2: "ngon"}.get(si.profile, str(si.profile))
+                sid = si.id
+                kind = sid >> 56
+                if kind == 0:
+                    layer, head = sid & 0xFFFF, (sid >> 16) & 0xFFFF
+                    part, stage = "kv"[(sid >> 32) & 0xFF], (sid >> 40) & 0xFFFF
+                    d.update(kind="index", layer=layer, head=head, part=part, stage=stage,
+                             name=f"L{layer}.H{head}.{part.upper()}.{stage}")
+                else:
+                    d.update(kind="tokens" if sid == _lib.STREAM_ID_TOKENS else str(kind),
+                             name="tokens" if sid == _lib.STREAM_ID_TOKENS else f"id{sid}")
+                out.append(d)
+            return out
+
+    @property
+    def metadata(self) -> Dict[str, Any]:
+        """The META entries (spec 9): key -> int, float, bool, str or bytes."""
+        with self._lock:
+            h = self._handle()
+            n = c_size_t()
+            self._check(lib.fkvf_reader_meta_count(h, byref(n)))
+            out: Dict[str, Any] = {}
+            for i in range(n.value):
+                e = _lib.MetaEntry()
+                self._check(lib.fkvf_reader_meta(h, i, byref(e)))
+                key = ctypes.string_at(e.key, e.key_len).decode("utf-8", "replace")
+                raw = ctypes.string_at(e.value, e.value_len) if e.value_len else b""
+                if e.type == _lib.META_U64:
+                    val: Any = int(e.u64)
+                elif e.type == _lib.META_I64:
+                    val = int(e.i64)
+                elif e.type == _lib.META_F64:
+                    val = float(e.f64)
+                elif e.type == _lib.META_BOOL:
+                    val = bool(e.u64)
+                elif e.type == _lib.META_UTF8:
+                    val = raw.decode("utf-8", "replace")
+                else:
+                    val = raw
+                out[key] = val
+            return out
+
+    # ---- reading ----
+
+    def _read_block(self, first: int, count: int, l0: int, nl: int, h0: int, nh: int,
+                    part_flag: int, dt: int, dim: int) -> np.ndarray:
+        """One fkvf_reader_read call in FKVF_LAYOUT_HEADS: [nl, nh, count, dim]."""
+        req = _lib.ReadRequest(first, count, l0, nl, h0, nh, part_flag, dt, _lib.LAYOUT_HEADS)
+        out = np.empty((nl, nh, count, dim), dtype=_NP_OF[dt])
+        if out.size == 0:
+            return out
+        self._check(lib.fkvf_reader_read(self._h, byref(req), out.ctypes.data, out.nbytes))
+        return out
+
+    def _read_positions(self, pos: Tuple[int, int, Optional[np.ndarray]], l0: int, nl: int,
+                        h0: int, nh: int, part_flag: int, dt: int, dim: int) -> np.ndarray:
+        first, count, take = pos
+        if take is None or take.size == 0:
+            return self._read_block(first, count if take is None else 0, l0, nl, h0, nh,
+                                    part_flag, dt, dim)
+        # runs of consecutive requested positions, in request order
+        breaks = np.flatnonzero(np.diff(take) != 1) + 1
+        starts = np.concatenate(([0], breaks))
+        ends = np.concatenate((breaks, [take.size]))
+        if starts.size > _MAX_RUNS:
+            block = self._read_block(first, count, l0, nl, h0, nh, part_flag, dt, dim)
+            return np.ascontiguousarray(block[:, :, take, :])
+        out = np.empty((nl, nh, take.size, dim), dtype=_NP_OF[dt])
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            out[:, :, s:e, :] = self._read_block(first + int(take[s]), e - s, l0, nl, h0, nh,
+                                                 part_flag, dt, dim)
+        return out
+
+    def read(self, positions: Selector = None, layers: Selector = None, heads: Selector = None,
+             part: str = "kv", dtype: Any = None, layout: str = "lhtd") -> Any:
+        """Read a selection of the cache, bit-identical to fkvf_reader_restore.
+
+        positions, layers, heads: None (all), an int (that one; the axis is kept, length 1),
+        a slice, or a 1-D array of ints (any order, repeats allowed) or a boolean mask.
+        part: "k", "v" or "kv". dtype: np.float16, np.float32 or "bf16" (bf16 bits as uint16);
+        None = the archive's. layout: "lhtd" -> [L, H, T, D] arrays (a (k, v) pair for
+        "kv"); "hf" -> a list per layer of (k, v) pairs [1, H, T, D] (of k or v arrays for
+        part "k" / "v").
+        """
+        if part not in ("k", "v", "kv"):
+            raise ValueError(f"part {part!r}: expected 'k', 'v' or 'kv'")
+        if layout not in ("lhtd", "hf"):
+            raise ValueError(f"layout {layout!r}: expected 'lhtd' or 'hf'")
+        with self._lock:
+            self._handle()
+            if self._desc is None:
+                raise ValueError(f"{self.path}: a codebook file holds no cache to read")
+            desc = self._desc
+            dt = _dtype_code(dtype) if dtype is not None else int(
+                {"f16": 1, "bf16": 2, "f32": 3}[desc["dtype"]])
+            pos = _select(positions, self._info["n_positions"], "position")
+            l0, nl, ltake = _select(layers, desc["n_layers"], "layer")
+            h0, nh, htake = _select(heads, desc["n_kv_heads"], "head")
+            result = []
+            for p, flag, dim in (("k", _lib.PART_KEYS, desc["key_dim"]),
+                                 ("v", _lib.PART_VALUES, desc["value_dim"])):
+                if p not in part:
+                    continue
+                arr = self._read_positions(pos, l0, nl, h0, nh, flag, dt, dim)
+                if ltake is not None:
+                    arr = arr[ltake]
+                if htake is not None:
+                    arr = arr[:, htake]
+                result.append(np.ascontiguousarray(arr))
+        if layout == "hf":
+            if len(result) == 2:
+                return [(result[0][i][None], result[1][i][None]) for i in range(len(result[0]))]
+            return [result[0][i][None] for i in range(len(result[0]))]
+        return result[0] if len(result) == 1 else (result[0], result[1])
+
+    def is_exact(self, position: int) -> bool:
+        """True when position is stored exactly (a sink or in the recent window)."""
+        with self._lock:
+            h = self._handle()
+            v = c_int()
+            self._check(lib.fkvf_reader_is_exact(h, int(position), byref(v)))
+            return bool(v.value)
+
+    def verify(self) -> None:
+        """Full verification (every checksum, padding, span); raises the first error."""
+        with self._lock:
+            self._check(lib.fkvf_reader_verify(self._handle()))
+
+
+def open(path: PathLike, codebooks: Optional[PathLike] = None, strict: bool = False) -> Archive:
+    """Open the archive at path. codebooks: the codebook file of an archive that refers to
+    an external one (default: found by content hash next to the archive, then in each
+    directory of FKVF_CODEBOOK_PATH). strict: a torn tail is an error (TornError)."""
+    return Archive(path, codebooks=codebooks, strict=strict)
