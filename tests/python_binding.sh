@@ -10,6 +10,11 @@ PY=$1
 LIB=$2
 CLI=$3
 S=$4
+# the tests run in scratch directories: paths made absolute
+abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+LIB=$(abs "$LIB")
+CLI=$(abs "$CLI")
+S=$(abs "$S")
 for m in numpy pytest; do
     if ! "$PY" -c "import $m" >/dev/null 2>&1; then
         echo "python_binding: SKIPPED: $PY has no $m (Debian: apt-get install python3-$m, scripts/install-deps.sh)"

@@ -39,6 +39,9 @@ def source_copy(tmp_path):
 
 
 def pip_install(source_copy, target):
+    if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode:
+        pytest.fail(f"{sys.executable} has no pip: the documented install needs it "
+                    "(Debian: python3-pip)")
     return subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps",
          "--no-index", "--target", str(target), str(source_copy / "python")],
