@@ -1,7 +1,7 @@
 #!/bin/sh
 # Keeps docs/architecture.md honest: every path it names under a directory
 # of the repository (libfkvf/, tools/, tests/, conformance/, fuzz/, docs/,
-# spec/, scripts/, examples/, bench/, testdata/) exists, a glob such as
+# spec/, scripts/, examples/, bench/, testdata/, python/, cmake/) exists, a glob such as
 # tests/test_container*.c matches at least one file, a module path such as
 # read/chain.c exists under libfkvf/src/, a file name in backquotes
 # without its directory (`load.c`) is some file's, and every identifier in
@@ -17,19 +17,19 @@ src=$1
 doc=${2:-$src/docs/architecture.md}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-top='libfkvf|tools|tests|conformance|fuzz|docs|spec|scripts|examples|bench|testdata'
+top='libfkvf|tools|tests|conformance|fuzz|docs|spec|scripts|examples|bench|testdata|python|cmake'
 mods='common|codec|format|quant|read|write|append|search|validate'
 
 # every word of the sources, once (not of this script: its self-check names
 # a function that must not exist)
 find "$src/libfkvf" "$src/tools" "$src/tests" "$src/conformance" "$src/fuzz" \
-    "$src/examples" "$src/bench" -type f \
+    "$src/examples" "$src/bench" "$src/python" "$src/cmake" -type f \
     \( -name '*.[ch]' -o -name '*.sh' -o -name '*.py' -o -name 'CMakeLists.txt' -o -name '*.cmake' \) \
     ! -name check_architecture.sh -exec grep -ohE '[A-Za-z_][A-Za-z0-9_]*' {} + |
     sort -u >"$tmp/words"
 # the name of every file, for file names without their directory (`load.c`)
 find "$src/libfkvf" "$src/tools" "$src/tests" "$src/conformance" "$src/fuzz" \
-    "$src/examples" "$src/bench" "$src/docs" "$src/spec" "$src/scripts" -type f |
+    "$src/examples" "$src/bench" "$src/docs" "$src/spec" "$src/scripts" "$src/python" "$src/cmake" -type f |
     sed 's,.*/,,' | sort -u >"$tmp/files"
 
 # spans FILE: the text of FILE's backquoted spans, one a line (outside code

@@ -19,6 +19,9 @@
 #   cli_util.h, commands.h, llama_state.h and gguf.h); cacheio's internal header cacheio_impl.h only in cacheio's
 #   own sources (tools/cacheio.c, tools/cacheio_*.c);
 #   libfkvf never includes libarchive
+#   python/fkvf (the ctypes binding over the shared library) names no
+#   function of the second tier of fkvf.h (FKVF_STATIC_LINKING_ONLY: not
+#   ABI-stable, for the static library only)
 # usage: check_layering.sh SRCDIR
 set -u
 S=$1/libfkvf/src
@@ -48,5 +51,15 @@ tools_hits=$(grep -nE '#include "' "$1"/tools/*.[ch] | grep -vE '#include "(fkvf
 if [ -n "$tools_hits" ]; then echo "layering: tools/ must use the public header only:"; echo "$tools_hits"; bad=1; fi
 lib_ar=$(grep -rn '#include <archive' "$S" 2>/dev/null)
 if [ -n "$lib_ar" ]; then echo "layering: libarchive is for the tools, never libfkvf:"; echo "$lib_ar"; bad=1; fi
+# the second tier's functions: the declarations between its #if and #endif
+tier2=$(sed -n '/^#if defined(FKVF_STATIC_LINKING_ONLY)/,/^#endif \/\* FKVF_STATIC_LINKING_ONLY/p' \
+    "$1/libfkvf/include/fkvf.h" | grep -oE 'fkvf_[a-z0-9_]+ *\(' | tr -d ' (' | sort -u)
+if [ -z "$tier2" ]; then echo "layering: no second tier found in fkvf.h (the check broke)"; bad=1; fi
+for f in $tier2; do
+    py_hits=$(grep -nwF "$f" "$1"/python/fkvf/*.py 2>/dev/null)
+    if [ -n "$py_hits" ]; then
+        echo "layering: python/fkvf binds the shared library's first tier only, not $f:"; echo "$py_hits"; bad=1
+    fi
+done
 if [ $bad -eq 0 ]; then echo "layering: 1 passed, 0 failed"; else echo "layering: 0 passed, 1 failed"; fi
 exit $bad

@@ -9,11 +9,18 @@
 #    temporary prefix; a consumer links with --libs (shared) and with
 #    -static and --static --libs (every dependency listed)
 #  - the installed CLI and restore_archive run tests/example_restore.sh
-# usage: install_test.sh BUILD_DIR SRC_DIR C_COMPILER
+#  - the Python package (when PYTHON is not "none": FKVF_INSTALL_PYTHON):
+#    fkvf/ in PREFIX/lib/python3.X/site-packages with _paths.py naming the
+#    installed libfkvf; imported from there (PYTHONPATH, no FKVF_LIBRARY,
+#    outside the source tree) it loads the installed library, not the build
+#    tree's, gives its version, and reads testdata/sample.fkvf when the
+#    package has fkvf.open (skipped when PYTHON lacks numpy)
+# usage: install_test.sh BUILD_DIR SRC_DIR C_COMPILER [PYTHON|none]
 set -u
 B=$1
 S=$2
 CC=$3
+PY=${4:-none}
 . "$(dirname "$0")/cli_lib.sh"
 P=$T/prefix
 SAMPLE=$S/testdata/sample.fkvf
@@ -73,4 +80,58 @@ check pc-static-same 0 cmp "$T/want" "$T/got"
 check example-restore 0 env LD_LIBRARY_PATH="$LIBDIR" sh "$S/tests/example_restore.sh" \
     "$P/bin/fkvf" "$T/ex/restore_archive" "$S"
 grep_in example-restore-ran "example_restore: [1-9][0-9]* passed, 0 failed" "$T/out"
+# the Python package, imported from the prefix's site directory
+if [ "$PY" != none ]; then
+    SITE=$P/lib/$("$PY" -c 'import sys; print("python%d.%d" % sys.version_info[:2])')/site-packages
+    check py-installed 0 test -f "$SITE/fkvf/__init__.py"
+    check py-paths 0 test -f "$SITE/fkvf/_paths.py"
+    find "$P" -name '*.py' -path '*/fkvf/*' | sed "s,^$SITE/fkvf/,," | sort >"$T/pyfiles"
+    (cd "$S/python/fkvf" && ls -- *.py) | sort >"$T/pywant"
+    echo _paths.py >>"$T/pywant"
+    sort -o "$T/pywant" "$T/pywant"
+    check py-files 0 cmp "$T/pywant" "$T/pyfiles"
+    grep_in py-paths-library "^LIBRARY = \"$LIBDIR/libfkvf\.so\.0\"\$" "$SITE/fkvf/_paths.py"
+    # DESTDIR (a packager's staging directory) with prefix /usr: Debian's
+    # /usr/lib/python3/dist-packages when that Python searches it
+    if "$PY" -c 'import sys; sys.exit("/usr/lib/python3/dist-packages" not in sys.path)'; then
+        check py-destdir-install 0 env DESTDIR="$T/dd" cmake --install "$B" --prefix /usr
+        grep_in py-destdir-paths "^LIBRARY = \"/usr/.*/libfkvf\.so\.0\"\$" \
+            "$T/dd/usr/lib/python3/dist-packages/fkvf/_paths.py"
+        check py-destdir-init 0 test -f "$T/dd/usr/lib/python3/dist-packages/fkvf/__init__.py"
+    fi
+    if ! "$PY" -c 'import numpy' >/dev/null 2>&1; then
+        echo "install_test: the import of the Python package SKIPPED: $PY has no numpy"
+    else
+        "$P/bin/fkvf" --version >"$T/cliver"
+        libver=$(sed -n 's/.*(libfkvf \([^,]*\),.*/\1/p' "$T/cliver")
+        "$P/bin/fkvf" info --json "$SAMPLE" >"$T/info.json"
+        cat >"$T/import.py" <<'PYEOF'
+import json, sys
+import fkvf
+libs = sorted({l.split()[-1] for l in open("/proc/self/maps") if "libfkvf" in l})
+for l in libs:
+    print("mapped", l)
+print("version", fkvf.__version__)
+print("file", fkvf.__file__)
+if hasattr(fkvf, "open"):
+    with fkvf.open(sys.argv[1]) as a:
+        print("n_positions", a.n_positions)
+    want = json.load(open(sys.argv[2]))
+    print("want_n_positions", want["positions"])
+PYEOF
+        check py-import 0 sh -c "cd '$T' && env -u FKVF_LIBRARY -u FKVF_BUILD_DIR PYTHONDONTWRITEBYTECODE=1 \
+            PYTHONPATH='$SITE' '$PY' import.py '$SAMPLE' info.json"
+        cp "$T/out" "$T/pyout"
+        grep_in py-import-file "^file $SITE/fkvf/__init__.py\$" "$T/pyout"
+        grep_in py-import-version "^version $libver\$" "$T/pyout"
+        grep_in py-loads-installed "^mapped $LIBDIR/libfkvf\.so" "$T/pyout"
+        check py-loads-only-installed 1 sh -c "grep '^mapped' '$T/pyout' | grep -qv '^mapped $LIBDIR/'"
+        if grep -q '^n_positions' "$T/pyout"; then
+            want=$(sed -n 's/^want_n_positions //p' "$T/pyout")
+            grep_in py-read-sample "^n_positions $want\$" "$T/pyout"
+        else
+            echo "install_test: the package has no fkvf.open yet: the sample not read"
+        fi
+    fi
+fi
 finish install_test
