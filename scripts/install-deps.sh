@@ -4,8 +4,8 @@
 set -eu
 PKGS="build-essential cmake pkg-config zlib1g-dev libxxhash-dev libarchive-dev check libsubunit-dev clang python3 valgrind pmccabe"
 # the Python binding (python/fkvf, issue 15): NumPy with a fast BLAS, pytest,
-# setuptools for an offline pip install
-PKGS="$PKGS python3-numpy python3-pytest python3-setuptools libopenblas0-pthread"
+# setuptools, pip and venv for an offline pip install (README "Python")
+PKGS="$PKGS python3-numpy python3-pytest python3-setuptools python3-pip python3-venv libopenblas0-pthread"
 # node and npm for the tests against llama.cpp (scripts/install-llama.sh):
 # Debian's nodejs (node-llama-cpp wants 20 or later; Debian 12 has 18, the
 # build machine runs 20), and only where no node is installed, so that a
