@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 import threading
 from ctypes import byref, c_char_p, c_int, c_size_t, c_uint8, c_uint32
@@ -21,6 +22,8 @@ _NP_OF = {_lib.DTYPE_F16: np.dtype("<f2"), _lib.DTYPE_BF16: np.dtype("<u2"),
 # at most this many contiguous runs of an index array are read one call each; more are read
 # as the one range that covers them
 _MAX_RUNS = 32
+# ... and a span read at once holds at most this many times the positions asked for
+_MAX_SPAN_FACTOR = 4
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
 Selector = Union[None, int, slice, Sequence[int], np.ndarray]
@@ -88,9 +91,11 @@ def _select(sel: Selector, n: int, what: str) -> Tuple[int, int, Optional[np.nda
         arr = np.flatnonzero(arr)
     if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
         raise IndexError(f"{what}: expected None, an int, a slice or a 1-D array of ints")
-    arr = arr.astype(np.int64)
-    if arr.size and (arr.min() < -n or arr.max() >= n):
+    # the range is checked before any cast: a uint64 index of 2**64 - 1 must
+    # not wrap to -1 (the last position)
+    if arr.size and (int(arr.min()) < -n or int(arr.max()) >= n):
         raise IndexError(f"{what}: index out of range (0..{n - 1})")
+    arr = arr.astype(np.int64)
     arr = np.where(arr < 0, arr + n, arr)
     if arr.size == 0:
         return 0, 0, arr
@@ -145,6 +150,9 @@ class Archive:
         if rc != _lib.OK:
             raise _error_from(self._h, rc, self.path)
         if not is_ext.value:
+            if codebooks is not None:
+                raise ValueError(f"{self.path}: codebooks= given, and the archive refers to no "
+                                 "codebook file (its codebook is embedded, or it has none)")
             return
         if codebooks is not None:
             cb_path = os.fsdecode(os.fspath(codebooks))
@@ -343,7 +351,9 @@ class Archive:
         breaks = np.flatnonzero(np.diff(take) != 1) + 1
         starts = np.concatenate(([0], breaks))
         ends = np.concatenate((breaks, [take.size]))
-        if starts.size > _MAX_RUNS:
+        if starts.size > _MAX_RUNS and count <= _MAX_SPAN_FACTOR * take.size:
+            # many short runs close together: one read of the span they cover
+            # (at most _MAX_SPAN_FACTOR times the positions asked for), then a pick
             block = self._read_block(first, count, l0, nl, h0, nh, part_flag, dt, dim)
             return np.ascontiguousarray(block[:, :, take, :])
         out = np.empty((nl, nh, take.size, dim), dtype=_NP_OF[dt])
@@ -395,11 +405,20 @@ class Archive:
         return result[0] if len(result) == 1 else (result[0], result[1])
 
     def is_exact(self, position: int) -> bool:
-        """True when position is stored exactly (a sink or in the recent window)."""
+        """True when position is stored exactly (a sink or in the recent window).
+
+        position is an int counted like read's (negative: from the end); IndexError
+        outside the archive's positions, TypeError for what is not an int."""
         with self._lock:
             h = self._handle()
+            if isinstance(position, (bool, np.bool_)):
+                raise TypeError("position: a bool is not an index")
+            p = operator.index(position)
+            n = self._info["n_positions"]
+            if not -n <= p < n:
+                raise IndexError(f"position {p} out of range (0..{n - 1})")
             v = c_int()
-            self._check(lib.fkvf_reader_is_exact(h, int(position), byref(v)))
+            self._check(lib.fkvf_reader_is_exact(h, p % n, byref(v)))
             return bool(v.value)
 
     def verify(self) -> None:
