@@ -363,6 +363,21 @@ static int rd_u32_of(cur *c, uint32_t t, str key, uint32_t *out)
     return GGUF_OK;
 }
 
+/* The head of an array value of integers (the value of `key` starts at
+ * `at`): its element type into *et, its count into *n. */
+static int rd_int_array_head(cur *c, size_t at, str key, uint64_t *et, uint64_t *n)
+{
+    int rc = rd(c, 4, et, key, "array element type");
+    if (!rc)
+        rc = rd(c, 8, n, key, "array count");
+    if (rc)
+        return rc;
+    if (*et >= T_COUNT || !type_is_int((uint32_t)*et))
+        return fail(c, at, key, GGUF_E_FORMAT, "array of %s where integers were expected",
+                    type_name((uint32_t)*et));
+    return GGUF_OK;
+}
+
 /* an integer, or (head counts) an array of integers whose values are equal */
 static int rd_count(cur *c, uint32_t t, str key, int array_ok, uint32_t *out)
 {
@@ -373,14 +388,9 @@ static int rd_count(cur *c, uint32_t t, str key, int array_ok, uint32_t *out)
         return fail(c, at, key, GGUF_E_FORMAT, "%s value where an integer%s was expected",
                     type_name(t), array_ok ? " or an array of integers" : "");
     uint64_t et, n;
-    int rc = rd(c, 4, &et, key, "array element type");
-    if (!rc)
-        rc = rd(c, 8, &n, key, "array count");
+    int rc = rd_int_array_head(c, at, key, &et, &n);
     if (rc)
         return rc;
-    if (et >= T_COUNT || !type_is_int((uint32_t)et))
-        return fail(c, at, key, GGUF_E_FORMAT, "array of %s where integers were expected",
-                    type_name((uint32_t)et));
     if (n == 0)
         return fail(c, at, key, GGUF_E_FORMAT, "empty array");
     for (uint64_t i = 0; i < n; i++) {
@@ -431,14 +441,9 @@ static int rd_sections(cur *c, uint32_t t, str key, int *mrope)
         return fail(c, at, key, GGUF_E_FORMAT, "%s value where an array of integers was expected",
                     type_name(t));
     uint64_t et, n;
-    int rc = rd(c, 4, &et, key, "array element type");
-    if (!rc)
-        rc = rd(c, 8, &n, key, "array count");
+    int rc = rd_int_array_head(c, at, key, &et, &n);
     if (rc)
         return rc;
-    if (et >= T_COUNT || !type_is_int((uint32_t)et))
-        return fail(c, at, key, GGUF_E_FORMAT, "array of %s where integers were expected",
-                    type_name((uint32_t)et));
     size_t es = type_size((uint32_t)et);
     if (n > left(c) / es)
         return fail(c, at, key, GGUF_E_FORMAT, "array runs past the end of the data");
