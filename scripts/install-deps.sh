@@ -6,6 +6,9 @@ PKGS="build-essential cmake pkg-config zlib1g-dev libxxhash-dev libarchive-dev c
 # the Python binding (python/fkvf, issue 15): NumPy with a fast BLAS, pytest,
 # setuptools, pip and venv for an offline pip install (README "Python")
 PKGS="$PKGS python3-numpy python3-pytest python3-setuptools python3-pip python3-venv libopenblas0-pthread"
+# PyTorch (CPU) for the binding's tensor tests and matplotlib for its example
+# (examples/python): python3-torch is a large install (about 200 packages)
+PKGS="$PKGS python3-torch python3-matplotlib"
 # node and npm for the tests against llama.cpp (scripts/install-llama.sh):
 # Debian's nodejs (node-llama-cpp wants 20 or later; Debian 12 has 18, the
 # build machine runs 20), and only where no node is installed, so that a

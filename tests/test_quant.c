@@ -1564,6 +1564,48 @@ END_TEST
 
 /* A codebook loaded for decoding only decodes exactly as the full handle
  * (the same tables), refuses to encode, and its subsets stay decode-only. */
+/* The automatic k (docs/codebooks.md): L = H = 2, Dk = Dv = 8, K x4 V x2,
+ * f16. The codebook is 64 + 2*2*k*(4*8 + 2*8)*2 = 64 + 384k bytes and n rows
+ * are 128n fp16 bytes, so k qualifies when 4 (64 + 384k) <= 128n, i.e.
+ * n >= 2 + 12k, and 4k <= n: k = 16 from n = 194, 32 from 386, 64 from 770,
+ * 128 from 1538, 256 from 3074 on. */
+START_TEST(codebook_auto_k_rule)
+{
+    fkvf_codebook_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = 2;
+    sh.n_heads = 2;
+    sh.key_dim = 8;
+    sh.value_dim = 8;
+    sh.k_stages = 4;
+    sh.v_stages = 2;
+    sh.dtype = FKVF_DTYPE_F16;
+    sh.k = 16;
+    ck_assert_uint_eq(fkvf_codebook_size(&sh), 64 + 384 * 16);
+    sh.k = 999; /* ignored */
+    ck_assert_uint_eq(fkvf_codebook_auto_k(&sh, 2, 0), 0);
+    ck_assert_uint_eq(fkvf_codebook_auto_k(&sh, 2, 193), 0);
+    ck_assert_uint_eq(fkvf_codebook_auto_k(&sh, 2, 194), 16);
+    ck_assert_uint_eq(fkvf_codebook_auto_k(&sh, 2, 385), 16);
+    ck_assert_uint_eq(fkvf_codebook_auto_k(&sh, 2, 386), 32);
+    ck_assert_uint_eq(fkvf_codebook_auto_k(&sh, 2, 770), 64);
+    ck_assert_uint_eq(fkvf_codebook_auto_k(&sh, 2, 1537), 64);
+    ck_assert_uint_eq(fkvf_codebook_auto_k(&sh, 2, 1538), 128);
+    ck_assert_uint_eq(fkvf_codebook_auto_k(&sh, 2, 3074), 256);
+    ck_assert_uint_eq(fkvf_codebook_auto_k(&sh, 2, UINT64_MAX), 256); /* capped, no overflow */
+    /* pooled: one table set per layer, 64 + 2*k*48*2 = 64 + 192k bytes,
+     * the rows still 128n: n >= 2 + 6k and n >= 4k, so k = 16 from 98 */
+    sh.pooled = 1;
+    sh.n_heads = 1;
+    ck_assert_uint_eq(fkvf_codebook_auto_k(&sh, 2, 97), 0);
+    ck_assert_uint_eq(fkvf_codebook_auto_k(&sh, 2, 98), 16);
+    /* an invalid shape (no layers): no k */
+    sh.n_layers = 0;
+    ck_assert_uint_eq(fkvf_codebook_auto_k(&sh, 2, 100000), 0);
+    ck_assert_uint_eq(fkvf_codebook_auto_k(NULL, 2, 100000), 0);
+}
+END_TEST
+
 START_TEST(rvq_decode_only_handle)
 {
     tu_rng r = {77};
@@ -1657,6 +1699,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tq, rvq_invalid_arguments);
     tcase_add_test(tq, rvq_allocation_failures);
     tcase_add_test(tq, rvq_decode_only_handle);
+    tcase_add_test(tq, codebook_auto_k_rule);
     suite_add_tcase(su, tq);
     return su;
 }

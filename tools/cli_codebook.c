@@ -34,14 +34,16 @@ double cli_fp16_rows(const kvio_cache *c, uint64_t n)
 
 uint32_t cli_auto_k(const kvio_cache *c, uint64_t n, uint8_t ks, uint8_t vs, int f32)
 {
-    uint32_t best = 0;
-    for (uint32_t k = CLI_CB_K_MIN; k <= CLI_CB_K_MAX; k *= 2) {
-        uint64_t cb = cli_cb_bytes(c, k, ks, vs, f32, 0);
-        if (cb && (double)cb * CLI_CB_FRACTION <= cli_fp16_rows(c, n) &&
-            (uint64_t)k * CLI_CB_ROWS_PER_K <= n)
-            best = k;
-    }
-    return best;
+    fkvf_codebook_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = c->n_layers;
+    sh.n_heads = c->n_kv_heads;
+    sh.key_dim = c->key_dim;
+    sh.value_dim = c->value_dim;
+    sh.k_stages = ks;
+    sh.v_stages = vs;
+    sh.dtype = f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
+    return fkvf_codebook_auto_k(&sh, c->n_kv_heads, n);
 }
 
 void cli_warn_k_min(const char *who, const kvio_cache *c, uint64_t n, const char *noun,

@@ -335,16 +335,12 @@ int cli_load_codebook_file(const char *path, const kvio_cache *c, cli_key_opts *
                            fkvf_reader **r, fkvf_codebook_shape *shape, uint8_t hash[16],
                            fkvf_rvq **q);
 
-/* The size rules (cli_codebook.c).
- * The automatic k of embedded codebooks (fkvf pack, append --create --train;
- * docs/codebooks.md): the largest power of two from CLI_CB_K_MIN to
- * CLI_CB_K_MAX whose embedded codebook takes at most 1/CLI_CB_FRACTION of
- * the fp16 bytes of the rows it is for, with at least CLI_CB_ROWS_PER_K
- * rows per centroid (measured on stories260K caches). */
-#define CLI_CB_K_MIN 16u
-#define CLI_CB_K_MAX 256u
-#define CLI_CB_FRACTION 4u
-#define CLI_CB_ROWS_PER_K 4u
+/* The size rules (cli_codebook.c). The automatic k is the library's
+ * (fkvf_codebook_auto_k, docs/codebooks.md); these names are its bounds. */
+#define CLI_CB_K_MIN FKVF_AUTO_K_MIN
+#define CLI_CB_K_MAX FKVF_AUTO_K_MAX
+#define CLI_CB_FRACTION FKVF_AUTO_K_FRACTION
+#define CLI_CB_ROWS_PER_K FKVF_AUTO_K_ROWS_PER_K
 
 /* Bytes of the CBK1 section of k centroids per stage for the cache's shape
  * (one table set per head, or per layer when pooled); 0 when invalid. */
@@ -352,7 +348,7 @@ uint64_t cli_cb_bytes(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs, i
                       int pooled);
 /* fp16 bytes of n rows of the cache. */
 double cli_fp16_rows(const kvio_cache *c, uint64_t n);
-/* The rule for a codebook for n rows: k, or 0 when even CLI_CB_K_MIN breaks it. */
+/* fkvf_codebook_auto_k for n rows of the cache: k, or 0 when even k = 16 breaks the rule. */
 uint32_t cli_auto_k(const kvio_cache *c, uint64_t n, uint8_t ks, uint8_t vs, int f32);
 /* The warning when the rule gave 0 and CLI_CB_K_MIN is used anyway:
  * "WHO: N NOUN: even k = 16 gives a codebook of B bytes, P% of the F fp16

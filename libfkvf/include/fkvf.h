@@ -238,6 +238,22 @@ typedef struct fkvf_codebook_shape {
 /* Bytes of the CBK1 section of a shape (64-byte header + tables); 0 if the
  * shape is invalid or overflows. */
 FKVF_API uint64_t fkvf_codebook_size(const fkvf_codebook_shape *shape);
+/* The automatic k of a codebook for n_rows cache rows (the rule of
+ * docs/codebooks.md, "automatic k", which fkvf pack, fkvf append --create and
+ * the Python binding all use): the largest power of two from
+ * FKVF_AUTO_K_MIN to FKVF_AUTO_K_MAX whose codebook (shape with that k:
+ * fkvf_codebook_size) takes at most 1/FKVF_AUTO_K_FRACTION of the fp16 bytes
+ * of the rows (n_rows * n_layers * n_kv_heads * (key_dim + value_dim) * 2;
+ * n_kv_heads is the cache's, also for a pooled shape), with
+ * k * FKVF_AUTO_K_ROWS_PER_K <= n_rows. 0 when even FKVF_AUTO_K_MIN breaks
+ * the rule, or shape is NULL or invalid. shape->k is ignored. Pure: no
+ * allocation, thread-safe. */
+#define FKVF_AUTO_K_MIN 16u
+#define FKVF_AUTO_K_MAX 256u
+#define FKVF_AUTO_K_FRACTION 4u
+#define FKVF_AUTO_K_ROWS_PER_K 4u
+FKVF_API uint32_t fkvf_codebook_auto_k(const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
+                                       uint64_t n_rows);
 /* Content hash (spec 13.3): XXH3-128, canonical bytes, of CBK1 contents. */
 FKVF_API void fkvf_codebook_hash(const void *cbk1, size_t size, uint8_t out[16]);
 

@@ -929,6 +929,26 @@ FKVF_API uint64_t fkvf_codebook_size(const fkvf_codebook_shape *shape)
     return shape ? fkvf_cbk1_size(shape) : 0;
 }
 
+FKVF_API uint32_t fkvf_codebook_auto_k(const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
+                                       uint64_t n_rows)
+{
+    if (!shape)
+        return 0;
+    /* fp16 bytes of the rows, in double: n_rows may be any uint64 */
+    double fp16 = (double)n_rows * (double)shape->n_layers * (double)n_kv_heads *
+                  ((double)shape->key_dim + (double)shape->value_dim) * 2.0;
+    fkvf_codebook_shape sh = *shape;
+    uint32_t best = 0;
+    for (uint32_t k = FKVF_AUTO_K_MIN; k <= FKVF_AUTO_K_MAX; k *= 2) {
+        sh.k = k;
+        uint64_t cb = fkvf_cbk1_size(&sh);
+        if (cb && (double)cb * FKVF_AUTO_K_FRACTION <= fp16 &&
+            (uint64_t)k * FKVF_AUTO_K_ROWS_PER_K <= n_rows)
+            best = k;
+    }
+    return best;
+}
+
 FKVF_API void fkvf_codebook_hash(const void *cbk1, size_t size, uint8_t out[16])
 {
     fkvf_xxh3_128(cbk1, size, out);
