@@ -158,10 +158,18 @@ _PROTOS = {
     "fkvf_reader_verify": (c_int, [Reader]),
 }
 
-for _name, (_res, _args) in _PROTOS.items():
-    _f = getattr(lib, _name)
-    _f.restype = _res
-    _f.argtypes = _args
+
+
+def bind(protos: dict) -> None:
+    """Set restype and argtypes of each function named in protos ({name: (restype,
+    [argtypes])}). Each module binds the functions it calls (archive: the reader's, here)."""
+    for name, (res, args) in protos.items():
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args
+
+
+bind(_PROTOS)
 
 
 def version() -> str:
