@@ -11,7 +11,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,23 +134,10 @@ static int parse(const gb *b, gguf_model *m, char *err)
     return gguf_parse(b->p, b->n, "t.gguf", m, err, ERRLEN);
 }
 
-/* rc == code and the message contains every given substring */
-static void expect_err_(int rc, const char *err, int code, const char *file, int line, ...)
-{
-    if (rc != code)
-        ck_abort_msg("%s:%d: rc %d (%s), want %d; message: %s", file, line, rc, gguf_strerror(rc), code, err);
-    if (strncmp(err, "t.gguf: offset ", 15) != 0)
-        ck_abort_msg("%s:%d: message lacks the name and offset: %s", file, line, err);
-    va_list ap;
-    va_start(ap, line);
-    const char *s;
-    while ((s = va_arg(ap, const char *)) != NULL)
-        if (!strstr(err, s))
-            ck_abort_msg("%s:%d: message lacks '%s': %s", file, line, s, err);
-    va_end(ap);
-}
+/* rc == code and the message starts with the file name and offset and
+ * contains every given substring */
 #define EXPECT_ERR(rc, err, code, ...) \
-    expect_err_((rc), (err), (code), __FILE__, __LINE__, __VA_ARGS__, (const char *)NULL)
+    TU_EXPECT_ERR((rc), (code), gguf_strerror(rc), (err), "t.gguf: offset ", __VA_ARGS__)
 
 static const char *off(size_t o)
 {

@@ -13,7 +13,6 @@
  * shadow memory needs more). */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,20 +176,9 @@ static llst_shape shape_of(const spec *s)
     return sh;
 }
 
-static void expect_err_(int rc, const char *err, int code, const char *file, int line, ...)
-{
-    if (rc != code)
-        ck_abort_msg("%s:%d: rc %d (%s), want %d; message: %s", file, line, rc, llst_strerror(rc), code, err);
-    va_list ap;
-    va_start(ap, line);
-    const char *s;
-    while ((s = va_arg(ap, const char *)) != NULL)
-        if (!strstr(err, s))
-            ck_abort_msg("%s:%d: message lacks '%s': %s", file, line, s, err);
-    va_end(ap);
-}
+/* rc == code and the message contains every given substring */
 #define EXPECT_ERR(rc, err, code, ...) \
-    expect_err_((rc), (err), (code), __FILE__, __LINE__, __VA_ARGS__, (const char *)NULL)
+    TU_EXPECT_ERR((rc), (code), llst_strerror(rc), (err), NULL, __VA_ARGS__)
 
 /* parse a patched file that must fail: the file must be left empty */
 static int parse(const uint8_t *p, size_t n, llst_file *f, char *err)

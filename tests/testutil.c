@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,4 +245,23 @@ int tu_run_limited(size_t as_bytes, int (*fn)(void *ctx), void *ctx)
     int status;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -(WIFSIGNALED(status) ? WTERMSIG(status) : 1);
+}
+
+void tu_expect_err(int rc, int code, const char *rc_text, const char *err, const char *prefix,
+                   const char *file, int line, ...)
+{
+    if (rc != code)
+        ck_abort_msg("%s:%d: rc %d (%s), want %d; message: %s", file, line, rc, rc_text, code,
+                     err);
+    if (prefix && strncmp(err, prefix, strlen(prefix)) != 0)
+        ck_abort_msg("%s:%d: message does not start with '%s': %s", file, line, prefix, err);
+    va_list ap;
+    va_start(ap, line);
+    const char *s;
+    while ((s = va_arg(ap, const char *)) != NULL)
+        if (!strstr(err, s)) {
+            va_end(ap);
+            ck_abort_msg("%s:%d: message lacks '%s': %s", file, line, s, err);
+        }
+    va_end(ap);
 }

@@ -21,6 +21,16 @@
             ck_abort_msg(__VA_ARGS__); \
     } while (0)
 
+/* An error and its message: rc must be `code` (else the failure names
+ * rc_text, the text of rc), the message `err` must start with `prefix`
+ * (NULL: no check) and contain every string of the NULL-terminated list
+ * that follows `line`. Use through TU_EXPECT_ERR. */
+void tu_expect_err(int rc, int code, const char *rc_text, const char *err, const char *prefix,
+                   const char *file, int line, ...);
+#define TU_EXPECT_ERR(rc, code, rc_text, err, prefix, ...)                                  \
+    tu_expect_err((rc), (code), (rc_text), (err), (prefix), __FILE__, __LINE__, __VA_ARGS__, \
+                  (const char *)NULL)
+
 /* Deterministic PRNG (splitmix64), so every test run sees the same data. */
 typedef struct tu_rng {
     uint64_t s;
