@@ -155,7 +155,8 @@ class _KeyOpts:
                 self.dims = rd
             elif self.dims != rd and un_rotated and clash is None:
                 clash = ("rope_dims", rd, self.dims)
-        rl = {"interleaved": 1, "half-split": 2}.get(meta.get("train.rope_layout"))  # type: ignore[arg-type]
+        rl = {"interleaved": 1, "half-split": 2}.get(
+            meta.get("train.rope_layout"))  # type: ignore[arg-type]
         if rl is not None:
             if self.layout is None:
                 self.layout = rl
@@ -208,20 +209,26 @@ class Appender:
     ValueError / TypeError naming the argument. One thread at a time per appender (calls are
     serialised by a lock).
 
-    Options: recover (truncate a torn tail instead of TornError), codebooks (the codebook
-    file of an archive that refers to one; default: found by content hash next to the
-    archive, then in FKVF_CODEBOOK_PATH, as fkvf.open), sync ("commit": every commit durable
-    when commit() returns; "none": durable after sync()), beam (RVQ beam width for archived
-    positions, 1 = greedy), layout ("hnd" / "nhd" of the arrays appended). For create=True:
-    sinks, recent, codebooks (None: no codebook, every position stays exact; or a codebook
-    file from ``fkvf train``, referred to by content hash), codec ("quad" / "ngon" index
-    streams), tokens (True / False: a token stream; None: one when the first append gives
-    ids, or none when shape= is given), token_bits / vocab_size (its width: default 16, or
-    wider when the first ids need it), keys ("pre-rope" / "as-is"), rope (False: keys carry
-    no RoPE), rope_theta (10000), rope_dims (key_dim), rope_layout ("interleaved" /
-    "half-split"): the codebook file's train.* settings are used where not given and a
-    contradicting one is refused (CodebookError); model_id, tokenizer_id; shape
-    ``(n_layers, n_kv_heads, key_dim, value_dim)`` and dtype (np.float16, np.float32, "bf16").
+    Options of both: recover (truncate a torn tail instead of TornError), codebooks (an
+    opened archive's codebook file when it refers to one; default: found by content hash
+    next to the archive, then in FKVF_CODEBOOK_PATH, as fkvf.open finds it), sync ("commit":
+    a commit is durable when commit() returns; "none": after sync()), beam (RVQ beam width
+    for archived positions, 1 = greedy), layout ("hnd" / "nhd" of the arrays appended).
+
+    Options of create=True, as ``fkvf append --create``:
+      sinks (4), recent (32): the exact positions kept at the start and the end;
+      codebooks: None (no codebook: every position stays exact) or a codebook file from
+        ``fkvf train``, referred to by content hash; codec "quad" / "ngon" (index streams);
+      tokens: True / False (a token stream); None: one when the first append gives ids (no
+        stream when shape= is given); token_bits (even 2..32) or vocab_size imply True and
+        set its width (default 16, or wider when the first ids need it);
+      keys "pre-rope" (default) / "as-is", rope (False: keys carry no RoPE), rope_theta
+        (10000), rope_dims (key_dim), rope_layout "interleaved" (default) / "half-split":
+        with a codebook file its train.* settings are used where not given and a
+        contradicting one is refused (CodebookError);
+      model_id, tokenizer_id; shape ``(n_layers, n_kv_heads, key_dim, value_dim)`` with
+        dtype (np.float16, np.float32, "bf16"): the file is created at once; dtype alone:
+        the appended arrays are converted to it.
     """
 
     def __init__(self, path: PathLike, create: bool = False, *, recover: bool = False,
@@ -332,12 +339,16 @@ class Appender:
                                                                  2**32) - 1))
         if (self._token_bits is not None) and tokens is False:
             raise ValueError("token_bits= / vocab_size= with tokens=False")
+        if self._token_bits is not None:
+            self._token_max = (1 << self._token_bits) - 1
         self._keys = _KeyOpts(keys, rope, rope_theta, rope_dims, rope_layout)
         for what, s in (("model_id", model_id), ("tokenizer_id", tokenizer_id)):
             if not isinstance(s, str):
                 raise TypeError(f"{what}: a {type(s).__name__}, expected a str")
         self._ids = (model_id.encode(), tokenizer_id.encode())
-        self._has_tokens = None if tokens is None else bool(tokens)
+        # token_bits / vocab_size say there are ids to store
+        self._has_tokens = (True if self._token_bits is not None else None) if tokens is None \
+            else bool(tokens)
         self._dtype = None if dtype is None else _cache.dtype_code(dtype)
         if shape is not None:
             if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or \
@@ -368,19 +379,26 @@ class Appender:
         if self._shape is not None:
             self._create()
 
+    def _fit_codebook(self, shape: Tuple[int, int, int, int]) -> None:
+        """The codebook file of a create fits the cache's shape (CodebookError if not)."""
+        cb = self._cbfile
+        if cb is None:
+            return
+        L, H, Dk, Dv = shape
+        s = self._cbshape
+        if (s.n_layers, s.key_dim, s.value_dim) != (L, Dk, Dv) or (
+                not s.pooled and s.n_heads != H):
+            raise make(_E_CODEBOOK, "FKVF_E_CODEBOOK", lib.fkvf_error_class(_E_CODEBOOK),
+                       f"{cb.path}: codebook shape {s.n_layers} layers x {s.n_heads} heads, "
+                       f"dims {s.key_dim}/{s.value_dim} does not fit the cache ({L} layers x "
+                       f"{H} heads, dims {Dk}/{Dv})", cb.path)
+
     def _create(self) -> None:
         """fkvf_appender_create with the settings given and the shape known."""
         assert self._shape is not None and self._dtype is not None
         L, H, Dk, Dv = self._shape
         cb = self._cbfile
-        if cb is not None:
-            s = self._cbshape
-            if (s.n_layers, s.key_dim, s.value_dim) != (L, Dk, Dv) or (
-                    not s.pooled and s.n_heads != H):
-                raise make(_E_CODEBOOK, "FKVF_E_CODEBOOK", lib.fkvf_error_class(_E_CODEBOOK),
-                           f"{cb.path}: codebook shape {s.n_layers} layers x {s.n_heads} "
-                           f"heads, dims {s.key_dim}/{s.value_dim} does not fit the cache "
-                           f"({L} layers x {H} heads, dims {Dk}/{Dv})", cb.path)
+        self._fit_codebook(self._shape)
         d = _lib.Desc()
         d.n_layers, d.n_kv_heads, d.key_dim, d.value_dim = L, H, Dk, Dv
         d.dtype = self._dtype
@@ -505,6 +523,8 @@ class Appender:
                                  f"of {self.path} (ids 0..{self._token_max})")
             if self._h is None:
                 # a create waiting for its shape: it is this append's (committed first)
+                self._fit_codebook(got)
+                self._keys.desc_fields(got[2])  # rope_dims against key_dim, before queuing
                 self._shape, self._dtype, self._has_tokens = got, code, has
                 if T:
                     self._queue.append((rows, toks))
