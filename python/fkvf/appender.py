@@ -204,8 +204,9 @@ class Appender:
     stays at its last commit. ``close()`` drops queued positions (idempotent).
 
     Errors of the library are FkvfError subclasses (file, offset, clause, field). A failed
-    commit or sync cuts the file back to the previous commit and fails the handle: every
-    later call raises the same error; open a new Appender to continue. Bad arguments raise
+    commit or sync cuts the file back to the previous commit and fails the handle (the
+    library's rule): every later append, commit or sync raises the same error (``info``
+    still reports the last commit); open a new Appender to continue. Bad arguments raise
     ValueError / TypeError naming the argument. One thread at a time per appender (calls are
     serialised by a lock).
 
@@ -263,28 +264,32 @@ class Appender:
         self._dtype: Optional[int] = None
         self._has_tokens: Optional[bool] = None
         self._token_max: Optional[int] = None  # the largest id the token stream holds
-        if create:
-            self._init_create(codebooks, sinks, recent, codec, tokens, token_bits, vocab_size,
-                              keys, rope, rope_theta, rope_dims, rope_layout, model_id,
-                              tokenizer_id, shape, dtype)
-        else:
-            given = [n for n, v in (("sinks", sinks != 4), ("recent", recent != 32),
-                                    ("codec", codec != "quad"), ("tokens", tokens is not None),
-                                    ("token_bits", token_bits is not None),
-                                    ("vocab_size", vocab_size is not None),
-                                    ("keys", keys is not None), ("rope", rope is not True),
-                                    ("rope_theta", rope_theta is not None),
-                                    ("rope_dims", rope_dims is not None),
-                                    ("rope_layout", rope_layout is not None),
-                                    ("model_id", model_id != ""),
-                                    ("tokenizer_id", tokenizer_id != ""),
-                                    ("shape", shape is not None), ("dtype", dtype is not None))
-                     if v]
-            if given:
-                raise ValueError(f"{given[0]}= is an option of create=True (an existing "
-                                 "archive keeps its settings)")
-            opts.recover = 1 if recover else 0
-            self._init_open(codebooks)
+        try:
+            if create:
+                self._init_create(codebooks, sinks, recent, codec, tokens, token_bits, vocab_size,
+                                  keys, rope, rope_theta, rope_dims, rope_layout, model_id,
+                                  tokenizer_id, shape, dtype)
+            else:
+                given = [n for n, v in (("sinks", sinks != 4), ("recent", recent != 32),
+                                        ("codec", codec != "quad"), ("tokens", tokens is not None),
+                                        ("token_bits", token_bits is not None),
+                                        ("vocab_size", vocab_size is not None),
+                                        ("keys", keys is not None), ("rope", rope is not True),
+                                        ("rope_theta", rope_theta is not None),
+                                        ("rope_dims", rope_dims is not None),
+                                        ("rope_layout", rope_layout is not None),
+                                        ("model_id", model_id != ""),
+                                        ("tokenizer_id", tokenizer_id != ""),
+                                        ("shape", shape is not None), ("dtype", dtype is not None))
+                         if v]
+                if given:
+                    raise ValueError(f"{given[0]}= is an option of create=True (an existing "
+                                     "archive keeps its settings)")
+                opts.recover = 1 if recover else 0
+                self._init_open(codebooks)
+        except BaseException:
+            self.close()  # the codebook file opened for a create, if any
+            raise
 
     # ---- opening ----
 

@@ -595,3 +595,51 @@ def test_child_killed_mid_commits(fkvf, tmp_path):
 def torn_now(fkvf, p):
     with fkvf.open(p) as r:
         return r.info["torn_bytes"] > 0
+
+
+FAIL_SCRIPT = r"""
+import resource, signal, sys
+import numpy as np
+import fkvf
+path, size = sys.argv[1], int(sys.argv[2])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit: EFBIG, no signal
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 2000, resource.RLIM_INFINITY))
+k = np.ones((2, 2, 400, 8), dtype=np.float16)
+a = fkvf.Appender(path)
+a.append(k, k)
+first = None
+try:
+    a.commit()
+except fkvf.IoError as e:
+    first = e
+    print("commit", type(e).__name__, e.file == path, flush=True)
+for call in (lambda: a.append(k, k), a.commit, a.sync):
+    try:
+        call()
+        print("no error")
+    except fkvf.IoError as e2:
+        print("later", type(e2).__name__, str(e2) == str(first))
+i = a.info  # fkvf_appender_info still answers: the last commit, and what it did not write
+print("info", i["n_positions"], i["pending"], i["file_size"] == size)
+a.close()
+"""
+
+
+def test_failed_commit_fails_the_handle(fkvf, tmp_path):
+    """A commit the file system refuses (RLIMIT_FSIZE in a child process): IoError naming
+    the file, the file cut back to the previous commit, and every later call on the handle
+    raises the same error."""
+    p = tmp_path / "a.fkvf"
+    k, v = rand_cache(14, Dv=8)
+    with fkvf.Appender(p, create=True) as a:
+        a.append(k, v)
+    before = p.read_bytes()
+    out = subprocess.run([sys.executable, "-c", FAIL_SCRIPT, str(p), str(len(before))],
+                         capture_output=True, text=True, env=child_env(), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n") == ["commit IoError True"] + ["later IoError True"] * 3 + [
+        "info 5 400 True", ""]  # pending: the 400 the failed commit did not write
+    assert p.read_bytes() == before
+    with fkvf.open(p, strict=True) as r:
+        assert r.n_positions == 5
+        r.verify()
