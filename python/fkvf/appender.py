@@ -350,6 +350,8 @@ class Appender:
         for what, s in (("model_id", model_id), ("tokenizer_id", tokenizer_id)):
             if not isinstance(s, str):
                 raise TypeError(f"{what}: a {type(s).__name__}, expected a str")
+            if "\0" in s:
+                raise ValueError(f"{what}: holds a NUL character")
         self._ids = (model_id.encode(), tokenizer_id.encode())
         # token_bits / vocab_size say there are ids to store
         self._has_tokens = (True if self._token_bits is not None else None) if tokens is None \
@@ -480,7 +482,10 @@ class Appender:
     def __repr__(self) -> str:
         if self._closed:
             return f"<fkvf.Appender {self.path!r} closed>"
-        i = self.info
+        try:
+            i = self.info
+        except FkvfError as e:
+            return f"<fkvf.Appender {self.path!r} failed: {e.name}>"
         return (f"<fkvf.Appender {self.path!r} {i['n_positions']} positions, "
                 f"{i['pending']} pending>")
 

@@ -14,8 +14,8 @@ import time
 import numpy as np
 import pytest
 
-from appender_child import SHAPE, seeded_cache
-from conftest import CLI, SRCDIR, load_safetensors, run_cli, unpack
+from appender_child import seeded_cache
+from conftest import SRCDIR, load_safetensors, run_cli, unpack
 
 SAMPLE_CACHE = os.path.join(SRCDIR, "testdata", "sample-cache.safetensors")
 TRAIN_CACHE = os.path.join(SRCDIR, "testdata", "train-cache.safetensors")
@@ -374,7 +374,9 @@ def test_bad_arguments(fkvf, tmp_path):
                          ({"shape": (2, 0, 8, 8), "dtype": "f16"}, ValueError, "n_kv_heads"),
                          ({"shape": (2, 2, 8, 8)}, ValueError, "dtype="),
                          ({"shape": (2, 2, 7, 8), "dtype": "f16"}, ValueError, "odd"),
-                         ({"dtype": "f64"}, ValueError, "dtype")):
+                         ({"dtype": "f64"}, ValueError, "dtype"),
+                         ({"model_id": "a\0b"}, ValueError, "model_id"),
+                         ({"tokenizer_id": 7}, TypeError, "tokenizer_id")):
         with pytest.raises(exc, match=msg):
             fkvf.Appender(q, create=True, **kw)
         assert not q.exists()
@@ -399,6 +401,7 @@ def test_create_over_existing_file_refused(fkvf, tmp_path, sample_copy):
     assert p.read_bytes() == b"mine"
     with pytest.raises(fkvf.ExistsError):  # the failed appender fails every later call
         a.append(k, v)
+    assert "failed: FKVF_E_EXISTS" in repr(a)
     a.close()
 
 
