@@ -646,3 +646,26 @@ def test_failed_commit_fails_the_handle(fkvf, tmp_path):
     with fkvf.open(p, strict=True) as r:
         assert r.n_positions == 5
         r.verify()
+
+
+def test_beam_and_sync_none_same_bytes_as_cli(fkvf, tmp_path, codebook):
+    K, V, T = sample_cache()
+    cli = tmp_path / "cli.fkvf"
+    run_cli("append", "--create", cli, SAMPLE_CACHE, "--codebooks", codebook, "--beam", "4",
+            "--sync", "none", "--no-tokens", "--positions", "0:120", "--commit-every", "40")
+    py = tmp_path / "py.fkvf"
+    with fkvf.Appender(py, create=True, codebooks=codebook, beam=4, sync="none",
+                       tokens=False) as a:
+        for s in range(0, 120, 40):
+            a.append(K[:, :, s:s + 40], V[:, :, s:s + 40])
+            a.commit()
+        a.sync()
+        assert a.info["n_archived"] == 120 - 36
+    assert py.read_bytes() == cli.read_bytes()
+    greedy = tmp_path / "greedy.fkvf"
+    with fkvf.Appender(greedy, create=True, codebooks=codebook, tokens=False) as a:
+        a.append(K[:, :, :120], V[:, :, :120])
+    with fkvf.open(greedy, codebooks=codebook) as g, fkvf.open(py, codebooks=codebook) as b:
+        # the beam chose other codes than greedy encoding for some archived rows
+        assert not np.array_equal(g.read(positions=slice(4, 84))[0],
+                                  b.read(positions=slice(4, 84))[0])
