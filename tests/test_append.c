@@ -647,6 +647,14 @@ static void io_faults(size_t last_batch, int want_pad)
             const char *msg = fkvf_appender_message(a);
             EXPECTF(strlen(msg) > 0 && strstr(msg, modes[mi].sync ? "sync" : "write"),
                     "mode %zu, call %d: message '%s'", mi, k, msg);
+            /* the writer's message is quoted once: the file named at the
+             * start only, one code tag at the end (it was "PATH: exact
+             * rows: PATH: offset N: write: ... [FKVF_E_IO] [FKVF_E_IO]") */
+            const char *tag = strstr(msg, " [FKVF_E_IO]");
+            EXPECTF(tag && !strstr(tag + 2, "[FKVF_E_") && tag[12] == 0,
+                    "mode %zu, call %d: code tags in '%s'", mi, k, msg);
+            EXPECTF(!strncmp(msg, path, strlen(path)) && !strstr(msg + 1, path),
+                    "mode %zu, call %d: the file named more than once in '%s'", mi, k, msg);
             /* the handle is done */
             EXPECT(append_range(a, 30, 1) == FKVF_E_IO);
             EXPECT(fkvf_appender_commit(a) == FKVF_E_IO);

@@ -55,6 +55,7 @@
  *  fkvf_error_class              | n/a pure
  *  fkvf_codebook_size            | n/a pure
  *  fkvf_codebook_hash            | n/a pure
+ *  fkvf_codebook_auto_k          | n/a pure
  *  fkvf_index_stream_id          | n/a pure (test_common index_stream_id_canonical_order)
  *  fkvf_reader_open_memory       | alloc (reader_mem, reader_ext, reader_zidx)
  *  fkvf_reader_open_file         | alloc + io (reader_file: flags 0, READ, READ|STRICT)

@@ -71,10 +71,24 @@ static int fail_reader(fkvf_appender *a, int rc, const fkvf_reader *r, const cha
         return rc;
     fkvf_error_info e;
     fkvf_reader_error(r, &e);
-    fkvf_fail(&a->diag, rc, FKVF_NO_OFFSET, NULL, "%s%s", what, e.message);
+    size_t n;
+    const char *m = fkvf_quote_body(e.message, NULL, e.code, &n);
+    fkvf_fail(&a->diag, rc, FKVF_NO_OFFSET, NULL, "%s%.*s", what, (int)n, m);
     a->diag.offset = e.offset;
     snprintf(a->diag.clause, sizeof a->diag.clause, "%s", e.clause ? e.clause : "");
     return rc;
+}
+
+/* Record an error of the appender's writer (prefix: what was being written)
+ * as the appender's: the writer's message quoted without the file name the
+ * appender's message starts with anyway and without its code tag. */
+static int fail_writer(fkvf_appender *a, int rc, const char *prefix)
+{
+    if (!a->w)
+        return FAIL(rc, NULL, "%s%s", prefix, fkvf_strerror(rc));
+    size_t n;
+    const char *m = fkvf_quote_body(fkvf_writer_message(a->w), a->path, rc, &n);
+    return FAIL(rc, NULL, "%s%.*s", prefix, (int)n, m);
 }
 
 FKVF_API void fkvf_append_options_init(fkvf_append_options *opts)
@@ -488,7 +502,7 @@ static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_op
     fkvf_free(alloc, vtxs);
     if (rc) {
         fkvf_handle_fail(&a->h, 0);
-        return FAIL(rc, NULL, "%s", a->w ? fkvf_writer_message(a->w) : fkvf_strerror(rc));
+        return fail_writer(a, rc, "");
     }
     return FKVF_OK;
 }
@@ -639,9 +653,9 @@ static int put_exact(fkvf_appender *a, uint64_t p0, uint64_t p1)
 
 static int commit_fail(fkvf_appender *a, int rc, const char *what)
 {
-    if (!a->diag.code)
-        fkvf_fail(&a->diag, rc, FKVF_NO_OFFSET, NULL, "%s: %s", what,
-                  fkvf_writer_message(a->w));
+    char pre[64];
+    snprintf(pre, sizeof pre, "%s: ", what);
+    fail_writer(a, rc, pre);
     /* the commit is incomplete, whatever the error: sections already
      * written (and recorded in the writer's directory and stream lengths)
      * cannot be taken back in the writer, so cut them off the file so that
@@ -762,9 +776,11 @@ FKVF_API int fkvf_appender_sync(fkvf_appender *a)
          * (Linux reports the error once, then marks them clean): a later
          * sync must not report the commits durable */
         fkvf_handle_fail(&a->h, 0);
-        return FAIL(rc, "7.6", "%s (the commits since the last successful sync may not be "
+        size_t n;
+        const char *m = fkvf_quote_body(fkvf_writer_message(a->w), a->path, rc, &n);
+        return FAIL(rc, "7.6", "%.*s (the commits since the last successful sync may not be "
                                "durable; reopen to continue)",
-                    fkvf_writer_message(a->w));
+                    (int)n, m);
     }
     return FKVF_OK;
 }

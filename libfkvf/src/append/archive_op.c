@@ -45,15 +45,9 @@ int fkvf_archive_op_fail_from(fkvf_archive_op *op, int rc, const fkvf_error_info
 {
     if (op->diag.code != FKVF_OK)
         return rc;
-    const char *m = e && e->code != FKVF_OK && e->message[0] ? e->message : fkvf_strerror(rc);
-    size_t fl = strlen(file);
-    if (!strncmp(m, file, fl) && m[fl] == ':')
-        m += fl + 1 + (m[fl + 1] == ' ');
-    char tag[48];
-    snprintf(tag, sizeof tag, " [%s]", fkvf_error_name(rc));
-    size_t tl = strlen(tag), ml = strlen(m);
-    if (ml >= tl && !strcmp(m + ml - tl, tag))
-        ml -= tl;
+    size_t ml;
+    const char *m = fkvf_quote_body(
+        e && e->code != FKVF_OK && e->message[0] ? e->message : fkvf_strerror(rc), file, rc, &ml);
     op->diag.name = file;
     fkvf_fail(&op->diag, rc, FKVF_NO_OFFSET, NULL, "%s%.*s", prefix, (int)ml, m);
     if (e && e->code != FKVF_OK) {

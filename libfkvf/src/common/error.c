@@ -103,6 +103,20 @@ static void field_of(const char *text, char out[FKVF_FIELD_MAX])
     out[n] = 0;
 }
 
+const char *fkvf_quote_body(const char *msg, const char *file, int code, size_t *len)
+{
+    size_t fl = file ? strlen(file) : 0;
+    if (fl && !strncmp(msg, file, fl) && msg[fl] == ':')
+        msg += fl + 1 + (msg[fl + 1] == ' ');
+    char tag[48];
+    snprintf(tag, sizeof tag, " [%s]", fkvf_error_name(code));
+    size_t tl = strlen(tag), ml = strlen(msg);
+    if (ml >= tl && !strcmp(msg + ml - tl, tag))
+        ml -= tl;
+    *len = ml;
+    return msg;
+}
+
 void fkvf_diag_info(const fkvf_diag *d, fkvf_error_info *out)
 {
     memset(out, 0, sizeof *out);

@@ -27,6 +27,11 @@ typedef struct fkvf_diag {
 } fkvf_diag;
 
 void fkvf_diag_clear(fkvf_diag *d);
+/* The part of another handle's message worth quoting in a message of one's
+ * own: msg without a leading "FILE:" (file NULL: none) and one blank, and
+ * without the trailing " [FKVF_E_...]" of `code`, which the quoting message
+ * adds itself. Returns its start in msg; *len its length. */
+const char *fkvf_quote_body(const char *msg, const char *file, int code, size_t *len);
 /* The fields of a diagnostic as the public fkvf_error_info (the strings
  * point into d, or are NULL / a static string). */
 void fkvf_diag_info(const fkvf_diag *d, fkvf_error_info *out);
