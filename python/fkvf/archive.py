@@ -724,9 +724,15 @@ class Archive:
             if allow_empty:
                 return np.zeros(0, dtype=np.uint32)
             raise ValueError(f"{what}: empty (at least one token id)")
-        if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        if arr.dtype == object and all(isinstance(x, (int, np.integer))
+                                       and not isinstance(x, (bool, np.bool_)) for x in arr):
+            # Python ints beyond int64 (2**64, -2**70): range-checked as ints below
+            lo, hi = min(int(x) for x in arr), max(int(x) for x in arr)
+        elif arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
             raise TypeError(f"{what}: token ids must be integers, got dtype {arr.dtype}")
-        if int(arr.min()) < 0 or int(arr.max()) > 0xFFFFFFFF:
+        else:
+            lo, hi = int(arr.min()), int(arr.max())
+        if lo < 0 or hi > 0xFFFFFFFF:
             raise ValueError(f"{what}: token id out of range (0 .. 2**32-1)")
         return np.ascontiguousarray(arr, dtype=np.uint32)
 

@@ -211,6 +211,12 @@ def test_bad_queries(fkvf, paths):
                 call([2**32])
             with pytest.raises(ValueError, match="out of range"):
                 call(np.array([2**63], dtype=np.uint64))
+            with pytest.raises(ValueError, match="out of range"):
+                call([1, 2**70])
+            with pytest.raises(ValueError, match="out of range"):
+                call([-2**70])
+            with pytest.raises(TypeError, match="integers"):
+                call([1, "2"])
             with pytest.raises(TypeError, match="integers"):
                 call([1.0, 2.0])
             with pytest.raises(TypeError, match="integers"):
