@@ -126,7 +126,9 @@ def main():
             print(f"  {name} vs {mode}: ratio {statistics.median(r):.3f}", flush=True)
     if hasattr(fkvf, "pack"):
         cache = np.load(npy)
-        kv = (cache[:, 0], cache[:, 1])
+        # K and V as a caller holds them: each its own C-contiguous [L, H, T, D] array
+        kv = (np.ascontiguousarray(cache[:, 0]), np.ascontiguousarray(cache[:, 1]))
+        del cache
         out_py = os.path.join(args.workdir, "pack-py.fkvf")
         out_cli = os.path.join(args.workdir, "pack-cli.fkvf")
 
