@@ -159,7 +159,7 @@ class _Reader:
         self.search: Optional[int] = None
         self.archive_open = True
         self.views = 0        # live _Mapping objects
-        self.freed = False    # the reader has been freed (for tests and __repr__)
+        self.freed = False    # the reader has been freed (the tests look)
 
     def close(self) -> None:
         """The archive is closed: free the search handle now, the reader once no view is alive."""

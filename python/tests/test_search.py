@@ -3,6 +3,7 @@ from the token ids, on archives packed by the CLI: one with a known token sequen
 repeats (with and without a ZIDX search index), and the real stories260K sample cache."""
 
 import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -137,12 +138,9 @@ def test_find_beyond_first_buffer(fkvf, tmp_path):
     # 600 positions of one id: the exact search finds 600, more than one call's buffer
     tokens = np.zeros(600, dtype=np.int64)
     rng = np.random.default_rng(3)
-    arrays = {}
-    for i in range(1):
-        arrays[f"layers.{i}.key"] = rng.standard_normal((1, 600, 8)).astype(np.float16)
-        arrays[f"layers.{i}.value"] = rng.standard_normal((1, 600, 8)).astype(np.float16)
-    arrays["tokens"] = tokens
-    np.savez(tmp_path / "zeros.npz", **arrays)
+    np.savez(tmp_path / "zeros.npz", tokens=tokens,
+             **{"layers.0.key": rng.standard_normal((1, 600, 8)).astype(np.float16),
+                "layers.0.value": rng.standard_normal((1, 600, 8)).astype(np.float16)})
     run_cli("pack", tmp_path / "zeros.npz", "-o", tmp_path / "zeros.fkvf", "--no-rope")
     with fkvf.open(tmp_path / "zeros.fkvf") as a:
         assert np.array_equal(a.find([0]), np.arange(600, dtype=np.uint64))
@@ -259,7 +257,6 @@ def test_closed_archive(fkvf, paths):
 
 
 def test_search_handle_freed_with_archive(fkvf, paths):
-    import weakref
     a = fkvf.open(paths["known"])
     a.find([1])
     w = weakref.ref(a._reader)
