@@ -6,7 +6,7 @@ import ctypes
 import operator
 import os
 import threading
-from ctypes import byref, c_char_p, c_int, c_size_t, c_uint8, c_uint32
+from ctypes import byref, c_char_p, c_int, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -24,6 +24,46 @@ _NP_OF = {_lib.DTYPE_F16: np.dtype("<f2"), _lib.DTYPE_BF16: np.dtype("<u2"),
 _MAX_RUNS = 32
 # ... and a span read at once holds at most this many times the positions asked for
 _MAX_SPAN_FACTOR = 4
+
+_SUBHDR = 64  # bytes of an EXAC header before its rows (spec 14.1)
+_SECTION_EXAC = 0x43415845  # FKVF_FOURCC('E', 'X', 'A', 'C')
+_SECTION_DEFLATE = 2        # FKVF_SECTION_DEFLATE
+
+
+class _SectionInfo(ctypes.Structure):  # fkvf_section_info
+    _fields_ = [("type", c_uint32), ("flags", c_uint32), ("offset", c_uint64),
+                ("stored_size", c_uint64), ("size", c_uint64), ("key", c_uint64),
+                ("checksum", c_uint64), ("commit_seq", c_uint64)]
+
+
+class _Match(ctypes.Structure):  # fkvf_match
+    _fields_ = [("position", c_uint64), ("length", c_uint64)]
+
+
+class _PrefixReuse(ctypes.Structure):  # fkvf_prefix_reuse
+    _fields_ = [("prefix_len", c_uint64), ("match_end", c_uint64), ("match_len", c_uint64),
+                ("archive_positions", c_uint64)]
+
+
+_lib.bind({
+    "fkvf_reader_section": (c_int, [_lib.Reader, c_size_t, ctypes.POINTER(_SectionInfo)]),
+    "fkvf_reader_section_data": (c_int, [_lib.Reader, c_size_t, ctypes.POINTER(c_void_p),
+                                         ctypes.POINTER(c_size_t)]),
+    "fkvf_reader_exact_row": (c_int, [_lib.Reader, c_uint64, ctypes.POINTER(c_void_p),
+                                      ctypes.POINTER(c_size_t)]),
+    "fkvf_search_open": (c_int, [ctypes.POINTER(c_void_p), _lib.Reader, c_size_t, ctypes.c_uint,
+                                 c_void_p]),
+    "fkvf_search_free": (None, [c_void_p]),
+    "fkvf_search_error": (c_int, [c_void_p, ctypes.POINTER(_lib.ErrorInfo)]),
+    "fkvf_search_suffix": (c_int, [c_void_p, ctypes.POINTER(c_uint32), c_size_t,
+                                   ctypes.POINTER(c_uint64), c_size_t, ctypes.POINTER(c_uint64)]),
+    "fkvf_search_longest": (c_int, [c_void_p, ctypes.POINTER(c_uint32), c_size_t, c_size_t,
+                                    ctypes.POINTER(_Match), ctypes.POINTER(c_size_t)]),
+    "fkvf_search_context": (c_int, [_lib.Reader, c_size_t, c_uint64, c_size_t,
+                                    ctypes.POINTER(c_uint32), ctypes.POINTER(c_size_t)]),
+    "fkvf_search_prefix_reuse": (c_int, [_lib.Reader, ctypes.POINTER(c_uint32), c_size_t,
+                                         ctypes.POINTER(_PrefixReuse)]),
+})
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
 Selector = Union[None, int, slice, Sequence[int], np.ndarray]
@@ -106,6 +146,97 @@ def _select(sel: Selector, n: int, what: str) -> Tuple[int, int, Optional[np.nda
     return first, count, arr - first
 
 
+class _Reader:
+    """The C handles of one open archive: the reader, the codebook file it borrows and the
+    search handle on its token stream. The search handle goes when the archive is closed; the
+    reader (and the codebook file) when the archive is closed and no zero-copy view of the
+    reader's mapping is alive any more, or when this object is collected."""
+
+    def __init__(self, h: int) -> None:
+        self._lock = threading.RLock()
+        self.h: Optional[int] = h
+        self.cb: Optional[int] = None
+        self.search: Optional[int] = None
+        self.archive_open = True
+        self.views = 0        # live _Mapping objects
+        self.freed = False    # the reader has been freed (the tests look)
+
+    def close(self) -> None:
+        """The archive is closed: free the search handle now, the reader once no view is alive."""
+        with self._lock:
+            s, self.search = self.search, None
+            if s:
+                lib.fkvf_search_free(s)
+            self.archive_open = False
+            if self.views == 0:
+                self._free()
+
+    def view_born(self) -> None:
+        with self._lock:
+            self.views += 1
+
+    def view_died(self) -> None:
+        with self._lock:
+            self.views -= 1
+            if self.views == 0 and not self.archive_open:
+                self._free()
+
+    def _free(self) -> None:
+        with self._lock:
+            h, cb = self.h, self.cb
+            self.h = self.cb = None
+            if h:
+                lib.fkvf_reader_free(h)
+            if cb:
+                lib.fkvf_reader_free(cb)
+            if h or cb:
+                self.freed = True
+
+    def __del__(self) -> None:
+        try:
+            self.archive_open = False
+            s, self.search = self.search, None
+            if s:
+                lib.fkvf_search_free(s)
+            self._free()
+        except Exception:
+            pass
+
+
+class _Mapping:
+    """A read-only window [addr, addr + nbytes) of a reader's mapping (one EXAC section's
+    bytes). NumPy arrays made from it keep it, and through it the reader, alive."""
+
+    def __init__(self, owner: _Reader, addr: int, nbytes: int) -> None:
+        self._owner = owner
+        self.__array_interface__ = {"data": (addr, True), "shape": (nbytes,),
+                                    "typestr": "|u1", "version": 3}
+        owner.view_born()
+
+    def __del__(self) -> None:
+        try:
+            self._owner.view_died()
+        except Exception:
+            pass
+
+
+def _progression(sel: Tuple[int, int, Optional[np.ndarray]]) -> Optional[Tuple[int, int, int]]:
+    """A selection of _select as (start, n, step >= 0) when it is an arithmetic progression
+    (what strides can express), else None. Empty: None."""
+    first, count, take = sel
+    if take is None:
+        return (first, count, 1) if count > 0 else None
+    n = int(take.size)
+    if n == 0:
+        return None
+    if n == 1:
+        return first + int(take[0]), 1, 0
+    step = int(take[1]) - int(take[0])
+    if step < 0 or not np.array_equal(np.diff(take), np.full(n - 1, step)):
+        return None
+    return first + int(take[0]), n, step
+
+
 class Archive:
     """An FKVF archive opened for reading. Use as a context manager or call close()."""
 
@@ -113,6 +244,9 @@ class Archive:
                  strict: bool = False) -> None:
         self._h: Optional[int] = None
         self._cb: Optional[int] = None
+        self._reader: Optional[_Reader] = None
+        # the EXAC sections as (index, flags, first position, count), read when a view is asked
+        self._exact_sections: Optional[List[Tuple[int, int, int, int]]] = None
         self._codebook_error: Optional[FkvfError] = None
         self._lock = threading.RLock()
         self._tokens: Optional[np.ndarray] = None
@@ -120,6 +254,7 @@ class Archive:
         self.path = os.fsdecode(os.fspath(path))
         flags = _lib.OPEN_STRICT if strict else 0
         self._h = self._open_reader(self.path, flags)
+        self._reader = _Reader(self._h)
         try:
             self._info = self._read_info()
             self._desc = self._read_desc() if self._info["has_desc"] else None
@@ -156,7 +291,7 @@ class Archive:
             return
         if codebooks is not None:
             cb_path = os.fsdecode(os.fspath(codebooks))
-            self._cb = self._open_reader(cb_path, flags)
+            self._cb = self._reader.cb = self._open_reader(cb_path, flags)
             rc = lib.fkvf_reader_attach_codebook(self._h, self._cb)
             if rc != _lib.OK:
                 raise _error_from(self._h, rc, self.path)
@@ -166,7 +301,7 @@ class Archive:
         rc = lib.fkvf_reader_find_codebook(self._h, os.fsencode(search) if search else None,
                                            byref(found))
         if rc == _lib.OK:
-            self._cb = found.value
+            self._cb = self._reader.cb = found.value
         elif rc == _lib.E_NOT_FOUND:
             # the archive stays readable at its exact positions; archived ones raise this
             self._codebook_error = _error_from(self._h, rc, self.path)
@@ -174,14 +309,15 @@ class Archive:
             raise _error_from(self._h, rc, self.path)
 
     def close(self) -> None:
-        """Free the reader (and the codebook file it borrowed). Idempotent."""
+        """Close the archive: every later call raises ValueError. Frees the search handle,
+        and the reader (and the codebook file it borrowed) unless a zero-copy view of its
+        mapping (read(copy=False)) is alive: then the last such view to be collected frees
+        it. Idempotent."""
         with self._lock:
-            h, cb = self._h, self._cb
             self._h = self._cb = None
-            if h:
-                lib.fkvf_reader_free(h)
-            if cb:
-                lib.fkvf_reader_free(cb)
+            reader, self._reader = self._reader, None
+            if reader is not None:
+                reader.close()
 
     def __del__(self) -> None:
         try:
@@ -362,8 +498,94 @@ class Archive:
                                                  part_flag, dt, dim)
         return out
 
+    # ---- zero-copy views ----
+
+    def _exact_section_list(self) -> List[Tuple[int, int, int, int]]:
+        """The EXAC sections in section order as (index, flags, first position, count): from
+        the section table, no I/O (count from the section's size, spec 14.2)."""
+        if self._exact_sections is None:
+            row = c_size_t()
+            self._check(lib.fkvf_reader_row_bytes(self._h, self._desc_dtype(), byref(row)))
+            out = []
+            for i in range(self._info["n_sections"]):
+                si = _SectionInfo()
+                self._check(lib.fkvf_reader_section(self._h, i, byref(si)))
+                if si.type == _SECTION_EXAC and si.size >= _SUBHDR and row.value:
+                    out.append((i, int(si.flags), int(si.key),
+                                (int(si.size) - _SUBHDR) // row.value))
+            self._exact_sections = out
+        return self._exact_sections
+
+    def _desc_dtype(self) -> int:
+        return {"f16": _lib.DTYPE_F16, "bf16": _lib.DTYPE_BF16,
+                "f32": _lib.DTYPE_F32}[self._desc["dtype"]]
+
+    def _all_exact(self, lo: int, hi: int) -> bool:
+        """Every position of [lo, hi] is exact (spec 14.3)."""
+        a, s = self._info["n_archived"], self._desc["n_sinks"]
+        return a == 0 or hi < s or lo >= s + a
+
+    def _views(self, pos: Tuple[int, int, Optional[np.ndarray]],
+               lsel: Tuple[int, int, Optional[np.ndarray]],
+               hsel: Tuple[int, int, Optional[np.ndarray]], part: str,
+               dt: int) -> Optional[List[np.ndarray]]:
+        """Read-only views [nl, nh, T, D] (one per part) into the one EXAC section that holds
+        every selected row, or None when the selection cannot be a view (read copies then)."""
+        if dt != self._desc_dtype():
+            return None
+        pp, lp, hp = _progression(pos), _progression(lsel), _progression(hsel)
+        if pp is None or lp is None or hp is None:
+            return None
+        p0, n, pstep = pp
+        lo, hi = p0, p0 + (n - 1) * pstep
+        if not self._all_exact(lo, hi):
+            return None
+        h = self._h
+        ptr, size = c_void_p(), c_size_t()
+        self._check(lib.fkvf_reader_exact_row(h, lo, byref(ptr), byref(size)))
+        a_lo, rowb = int(ptr.value or 0), int(size.value)
+        self._check(lib.fkvf_reader_exact_row(h, hi, byref(ptr), byref(size)))
+        a_hi = int(ptr.value or 0)
+        secs = self._exact_section_list()
+        chosen = None
+        for j, (idx, flags, first, count) in enumerate(secs):
+            if flags & _SECTION_DEFLATE or not (first <= lo and hi < first + count):
+                continue
+            data, dsize = c_void_p(), c_size_t()
+            self._check(lib.fkvf_reader_section_data(h, idx, byref(data), byref(dsize)))
+            base = int(data.value or 0)
+            if (a_lo == base + _SUBHDR + (lo - first) * rowb
+                    and a_hi == base + _SUBHDR + (hi - first) * rowb
+                    and base + _SUBHDR + (hi - first + 1) * rowb <= base + dsize.value):
+                chosen = (j, base, int(dsize.value))
+        if chosen is None:
+            return None
+        j, base, dsize = chosen
+        # a later EXAC section holding any of [lo, hi] would win for those rows (spec 7.3)
+        if any(first <= hi and lo < first + count for _, _, first, count in secs[j + 1:]):
+            return None
+        desc = self._desc
+        e = _NP_OF[dt].itemsize
+        H, dk, dv = desc["n_kv_heads"], desc["key_dim"], desc["value_dim"]
+        layer_b = H * (dk + dv) * e
+        l0, nl, lstep = lp
+        h0, nh, hstep = hp
+        mem = np.asarray(_Mapping(self._reader, base, dsize))
+        row0 = a_lo - base  # offset of row lo in the section
+        out = []
+        for p, dim, part_off in (("k", dk, 0), ("v", dv, H * dk * e)):
+            if p not in part:
+                continue
+            arr = np.ndarray((nl, nh, n, dim), dtype=_NP_OF[dt], buffer=mem,
+                             offset=row0 + l0 * layer_b + part_off + h0 * dim * e,
+                             strides=(lstep * layer_b, hstep * dim * e, pstep * rowb, e))
+            arr.flags.writeable = False
+            out.append(arr)
+        return out
+
     def read(self, positions: Selector = None, layers: Selector = None, heads: Selector = None,
-             part: str = "kv", dtype: Any = None, layout: str = "lhtd") -> Any:
+             part: str = "kv", dtype: Any = None, layout: str = "lhtd",
+             copy: bool = True) -> Any:
         """Read a selection of the cache, bit-identical to fkvf_reader_restore.
 
         positions, layers, heads: None (all), an int (that one; the axis is kept, length 1),
@@ -372,6 +594,14 @@ class Archive:
         None = the archive's. layout: "lhtd" -> [L, H, T, D] arrays (a (k, v) pair for
         "kv"); "hf" -> a list per layer of (k, v) pairs [1, H, T, D] (of k or v arrays for
         part "k" / "v").
+
+        copy=False: where the layout allows it, read-only views into the reader's mapping
+        instead of copies: the positions are exact, an arithmetic progression (a slice,
+        an int) stored uncompressed in one EXAC section that no later section overrides,
+        dtype is the archive's, and layers and heads are progressions with a step >= 0
+        (None, an int, a slice with step > 0). Otherwise the result is a copy, as with
+        copy=True (np.shares_memory or .base tell which). A view keeps the reader alive
+        after close() until the last view is collected.
         """
         if part not in ("k", "v", "kv"):
             raise ValueError(f"part {part!r}: expected 'k', 'v' or 'kv'")
@@ -387,6 +617,10 @@ class Archive:
             pos = _select(positions, self._info["n_positions"], "position")
             l0, nl, ltake = _select(layers, desc["n_layers"], "layer")
             h0, nh, htake = _select(heads, desc["n_kv_heads"], "head")
+            views = None if copy else self._views(pos, (l0, nl, ltake), (h0, nh, htake),
+                                                   part, dt)
+            if views is not None:
+                return self._shape_result(views, layout)
             result = []
             for p, flag, dim in (("k", _lib.PART_KEYS, desc["key_dim"]),
                                  ("v", _lib.PART_VALUES, desc["value_dim"])):
@@ -398,6 +632,10 @@ class Archive:
                 if htake is not None:
                     arr = arr[:, htake]
                 result.append(np.ascontiguousarray(arr))
+        return self._shape_result(result, layout)
+
+    @staticmethod
+    def _shape_result(result: List[np.ndarray], layout: str) -> Any:
         if layout == "hf":
             if len(result) == 2:
                 return [(result[0][i][None], result[1][i][None]) for i in range(len(result[0]))]
@@ -425,6 +663,162 @@ class Archive:
         """Full verification (every checksum, padding, span); raises the first error."""
         with self._lock:
             self._check(lib.fkvf_reader_verify(self._handle()))
+
+    # ---- searching the token stream ----
+
+    def _token_stream(self) -> int:
+        """The index of the token stream; NotFoundError (naming the file) without one."""
+        idx = c_size_t()
+        rc = lib.fkvf_reader_stream_find(self._handle(), _lib.STREAM_ID_TOKENS, byref(idx))
+        if rc == _lib.E_NOT_FOUND:
+            raise make(rc, _lib.text(lib.fkvf_error_name(rc)) or "", lib.fkvf_error_class(rc),
+                       f"{self.path}: the archive has no token stream (spec 11.1) to search",
+                       self.path)
+        self._check(rc)
+        return idx.value
+
+    def _search(self) -> int:
+        """The search handle on the token stream, opened on first use, freed by close()."""
+        reader = self._reader
+        assert reader is not None
+        if reader.search is None:
+            idx = self._token_stream()
+            s = c_void_p()
+            rc = lib.fkvf_search_open(byref(s), self._h, idx, 0, None)
+            if rc != _lib.OK:
+                err = self._search_error(s.value, rc)
+                lib.fkvf_search_free(s)
+                raise err
+            reader.search = s.value
+        return reader.search
+
+    def _search_error(self, s: Optional[int], rc: int) -> FkvfError:
+        """The error of search handle s (its file is "search": this archive's path instead)."""
+        info = _lib.ErrorInfo()
+        if s and lib.fkvf_search_error(s, byref(info)) == _lib.OK and info.code != _lib.OK:
+            code = info.code
+            file = _lib.text(info.file)
+            offset = None if info.offset == _lib.ERROR_NO_OFFSET else int(info.offset)
+            message = _lib.text(info.message) or ""
+            if file in (None, "search"):
+                file = self.path
+                message = f"{self.path}: {message}"
+            return make(code, _lib.text(lib.fkvf_error_name(code)) or "",
+                        lib.fkvf_error_class(code), message, file, offset,
+                        _lib.text(info.clause), _lib.text(info.field))
+        return _error_from(self._h, rc, self.path)
+
+    @staticmethod
+    def _query(tokens: Any, what: str, allow_empty: bool = False) -> np.ndarray:
+        """Token ids as a C-contiguous uint32 array: 1-D, integers in 0 .. 2**32-1 (checked
+        before the cast), non-empty unless allow_empty."""
+        if isinstance(tokens, (bool, np.bool_)):
+            raise TypeError(f"{what}: a bool is not a token id")
+        if isinstance(tokens, (int, np.integer)):
+            tokens = [tokens]
+        arr = np.asarray(tokens)
+        if arr.ndim != 1:
+            raise ValueError(f"{what}: expected a 1-D sequence of token ids, got shape "
+                             f"{arr.shape}")
+        if arr.size == 0:
+            if allow_empty:
+                return np.zeros(0, dtype=np.uint32)
+            raise ValueError(f"{what}: empty (at least one token id)")
+        if arr.dtype == object and all(isinstance(x, (int, np.integer))
+                                       and not isinstance(x, (bool, np.bool_)) for x in arr):
+            # Python ints beyond int64 (2**64, -2**70): range-checked as ints below
+            lo, hi = min(int(x) for x in arr), max(int(x) for x in arr)
+        elif arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"{what}: token ids must be integers, got dtype {arr.dtype}")
+        else:
+            lo, hi = int(arr.min()), int(arr.max())
+        if lo < 0 or hi > 0xFFFFFFFF:
+            raise ValueError(f"{what}: token id out of range (0 .. 2**32-1)")
+        return np.ascontiguousarray(arr, dtype=np.uint32)
+
+    def search(self, tokens: Any, k: int = 5) -> List[Tuple[int, int]]:
+        """The k positions whose context (the token ids up to and including the position)
+        shares the longest suffix with tokens, as (position, length) pairs: longest first,
+        then by position (fkvf_search_longest, as `fkvf search`'s longest matches). length
+        >= 1; fewer than k pairs when fewer positions match at all."""
+        if isinstance(k, (bool, np.bool_)):
+            raise TypeError("k: a bool is not a count")
+        k = operator.index(k)
+        if k < 1:
+            raise ValueError(f"k {k}: expected at least 1")
+        q = self._query(tokens, "tokens")
+        with self._lock:
+            self._handle()
+            s = self._search()
+            k = min(k, max(self._info["n_positions"], 1))
+            out = (_Match * k)()
+            n = c_size_t()
+            rc = lib.fkvf_search_longest(s, q.ctypes.data_as(ctypes.POINTER(c_uint32)), q.size,
+                                         k, out, byref(n))
+            if rc != _lib.OK:
+                raise self._search_error(s, rc)
+            return [(int(out[i].position), int(out[i].length)) for i in range(n.value)]
+
+    def find(self, tokens: Any) -> np.ndarray:
+        """The positions where tokens occur exactly, as the position of their last token
+        (uint64, ascending; fkvf_search_suffix)."""
+        q = self._query(tokens, "tokens")
+        with self._lock:
+            self._handle()
+            s = self._search()
+            qp = q.ctypes.data_as(ctypes.POINTER(c_uint32))
+            cap = 256
+            while True:
+                out = np.empty(cap, dtype=np.uint64)
+                n = c_uint64()
+                rc = lib.fkvf_search_suffix(s, qp, q.size,
+                                            out.ctypes.data_as(ctypes.POINTER(c_uint64)), cap,
+                                            byref(n))
+                if rc != _lib.OK:
+                    raise self._search_error(s, rc)
+                if n.value <= cap:
+                    return out[:n.value].copy()
+                cap = int(n.value)
+
+    def prefix_reuse(self, prompt: Any) -> Dict[str, int]:
+        """Compare a new prompt (token ids; may be empty) with the archive's token stream
+        (fkvf_search_prefix_reuse): prefix_len (the prompt's longest prefix the archive
+        holds at the same positions: those cached rows can be reused as they are),
+        match_end / match_len (the longest earlier occurrence of the prompt's last tokens;
+        0 / 0 when none), archive_positions (the token stream's length)."""
+        q = self._query(prompt, "prompt", allow_empty=True)
+        with self._lock:
+            h = self._handle()
+            self._token_stream()
+            res = _PrefixReuse()
+            self._check(lib.fkvf_search_prefix_reuse(
+                h, q.ctypes.data_as(ctypes.POINTER(c_uint32)), q.size, byref(res)))
+            return {name: int(getattr(res, name)) for name, _ in res._fields_}
+
+    def context(self, at: int, length: int) -> np.ndarray:
+        """The token ids of the `length` positions ending at position `at` (counted like
+        read's: negative from the end), oldest first: at most `length`, fewer at the start
+        of the archive (fkvf_search_context). uint32."""
+        for name, v in (("at", at), ("length", length)):
+            if isinstance(v, (bool, np.bool_)):
+                raise TypeError(f"{name}: a bool is not an int")
+        at, length = operator.index(at), operator.index(length)
+        if length < 0:
+            raise ValueError(f"length {length}: expected >= 0")
+        with self._lock:
+            h = self._handle()
+            idx = self._token_stream()
+            n = self._info["n_positions"]
+            if not -n <= at < n:
+                raise IndexError(f"position {at} out of range (0..{n - 1})")
+            at %= n
+            m = min(length, at + 1)
+            out = np.empty(m, dtype=np.uint32)
+            got = c_size_t()
+            self._check(lib.fkvf_search_context(h, idx, at, m,
+                                                out.ctypes.data_as(ctypes.POINTER(c_uint32)),
+                                                byref(got)))
+            return out[:got.value]
 
 
 def open(path: PathLike, codebooks: Optional[PathLike] = None, strict: bool = False) -> Archive:
