@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import warnings
 from ctypes import (POINTER, Structure, byref, c_char_p, c_double, c_int, c_size_t, c_uint,
                     c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
@@ -504,6 +505,10 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
     tok = _cache.tokens_array(tokens, shape.n_positions)
     if cbpath is not None:
         _check_not_input(path, cbpath, "codebooks file")
+        if k is not None or f32_tables:
+            warnings.warn(f"{'k' if k is not None else 'f32_tables'} is an option of "
+                          f"training, ignored: the codebooks file {cbpath} has its own k, "
+                          "stages and tables", stacklevel=2)
     P = shape.n_positions
     S = min(S_opt, P)
     W = min(W_opt, P - S)
@@ -537,10 +542,16 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
                                                            False)), shape.n_kv_heads, A)
                 if not kk:
                     kk = 16
-                    if not lib.fkvf_codebook_pays(byref(_shape(shape, kk, ks, vs, f32_tables,
-                                                               False)),
-                                                  shape.n_kv_heads, A, rb, None):
+                    sh16 = _shape(shape, kk, ks, vs, f32_tables, False)
+                    if not lib.fkvf_codebook_pays(byref(sh16), shape.n_kv_heads, A, rb, None):
                         S, W, A = P, 0, 0  # every position exact, no codebook
+                    else:
+                        warnings.warn(
+                            f"{path}: {A} archived positions: even k = 16 gives a codebook "
+                            f"of {lib.fkvf_codebook_size(byref(sh16))} bytes, more than 1/4 "
+                            f"of the {A * shape.row_elems() * 2} fp16 bytes of those rows; for "
+                            "small caches a shared codebook compresses better (fkvf.train "
+                            "once, then fkvf.pack(..., codebooks=FILE))", stacklevel=2)
             if A > 0:
                 handles["q"] = _train_q([(rows, code)], shape, kk, ks, vs, f32_tables, False,
                                         seed, iters, krope, path)
