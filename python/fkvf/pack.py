@@ -65,6 +65,22 @@ class _StreamSpec(Structure):  # fkvf_stream_spec
                 ("r", c_double), ("span_symbols", c_uint32)]
 
 
+class _KeySettings(Structure):  # fkvf_key_settings
+    _fields_ = [("pre_rope", c_uint8), ("no_rope", c_uint8), ("layout", c_uint8),
+                ("dims", c_uint32), ("theta", c_double), ("keys_set", c_uint8),
+                ("theta_set", c_uint8), ("dims_set", c_uint8), ("layout_set", c_uint8),
+                ("layout_taken", c_uint8)]
+
+
+class _KeyClash(Structure):  # fkvf_key_clash
+    _fields_ = [("setting", c_char_p), ("trained", ctypes.c_char * 32),
+                ("given", ctypes.c_char * 32)]
+
+
+# the argument of fkvf.pack each setting of fkvf_key_clash is
+_CLASH_ARG = {"keys": "keys", "rope_theta": "rope theta", "rope_dims": "rope dims",
+              "rope_layout": "rope layout"}
+
 _W = c_void_p  # fkvf_writer *
 _Q = c_void_p  # fkvf_rvq *
 _R = c_void_p  # fkvf_reader *
@@ -111,7 +127,8 @@ _lib.bind({
     "fkvf_writer_finish": (c_int, [_W]),
     "fkvf_reader_codebook": (c_int, [_R, POINTER(_Shape), POINTER(c_void_p),
                                      POINTER(c_size_t), POINTER(c_uint8)]),
-    "fkvf_reader_meta_find": (c_int, [_R, c_char_p, POINTER(_lib.MetaEntry)]),
+    "fkvf_codebook_key_settings": (c_int, [_R, c_uint32, POINTER(_KeySettings),
+                                           POINTER(_KeyClash)]),
 })
 
 _FEAT_NGON, _FEAT_DEFLATE, _FEAT_EXTERNAL_CODEBOOK = 1, 2, 4
@@ -256,49 +273,26 @@ class _KeyOpts:
 
     def from_codebook(self, r: int, cbpath: str, key_dim: int) -> None:
         """The codebook file's train.* settings taken where not given; a given one that
-        contradicts them refused (as fkvf pack --codebooks: its centroids are keys
-        handled the other way)."""
-        clash: Optional[Tuple[str, str, str]] = None
-        e = _lib.MetaEntry()
-
-        def find(key: str, typ: int) -> bool:
-            return lib.fkvf_reader_meta_find(r, key.encode(), byref(e)) == _lib.OK and \
-                e.type == typ
-
-        def utf8() -> str:
-            return ctypes.string_at(e.value, e.value_len).decode("utf-8", "replace")
-
-        if find("train.keys", _lib.META_UTF8) and utf8() in ("as-is", "pre-rope"):
-            v = utf8() == "pre-rope"
-            if not self.keys_set:
-                self.pre_rope = v
-            elif self.pre_rope != v and not self.no_rope:
-                clash = ("keys", utf8(), "pre-rope" if self.pre_rope else "as-is")
-        un_rotated = self.pre_rope and not self.no_rope
-        if find("train.rope_theta", _lib.META_F64) and math.isfinite(e.f64) and e.f64 > 0:
-            if not self.theta_set:
-                self.theta = e.f64
-            elif self.theta != e.f64 and un_rotated and not clash:
-                clash = ("rope theta", f"{e.f64:.10g}", f"{self.theta:.10g}")
-        if find("train.rope_dims", _lib.META_U64) and 2 <= e.u64 <= key_dim and \
-                e.u64 % 2 == 0:
-            if not self.dims_set:
-                self.dims = int(e.u64)
-            elif (self.dims or key_dim) != e.u64 and un_rotated and not clash:
-                clash = ("rope dims", str(e.u64), str(self.dims or key_dim))
-        if find("train.rope_layout", _lib.META_UTF8) and utf8() in _LAYOUT_NAMES:
-            v = _LAYOUT_NAMES[utf8()]
-            if not self.layout_set:
-                self.layout, self.layout_cb = v, True
-            elif self.layout != v and un_rotated and not clash:
-                clash = ("rope layout", utf8(),
-                         "half-split" if self.layout == _ROPE_HALF_SPLIT else "interleaved")
-        if clash:
-            opt, trained, given = clash
-            raise _code_error(
-                37, f"trained with {opt} {trained}, and {opt} {given} was given: its centroids "
-                f"are keys handled the other way; leave {opt} out (the codebook's setting is "
-                f"used), or train a codebook with it (fkvf.train)", cbpath)
+        contradicts them refused (the library's rule, fkvf_codebook_key_settings, as
+        fkvf pack --codebooks: its centroids are keys handled the other way)."""
+        k = _KeySettings(int(self.pre_rope), int(self.no_rope), self.layout, self.dims or 0,
+                         self.theta, int(self.keys_set), int(self.theta_set),
+                         int(self.dims_set), int(self.layout_set), 0)
+        clash = _KeyClash()
+        rc = lib.fkvf_codebook_key_settings(r, key_dim, byref(k), byref(clash))
+        self.pre_rope, self.layout = bool(k.pre_rope), k.layout
+        self.dims, self.theta = k.dims or None, k.theta
+        self.layout_cb = bool(k.layout_taken)
+        if rc == _lib.OK:
+            return
+        if not clash.setting:
+            raise _code_error(rc, "the codebook's key settings", cbpath)
+        opt = _CLASH_ARG.get(clash.setting.decode(), clash.setting.decode())
+        trained, given = clash.trained.decode(), clash.given.decode()
+        raise _code_error(
+            rc, f"trained with {opt} {trained}, and {opt} {given} was given: its centroids "
+            f"are keys handled the other way; leave {opt} out (the codebook's setting is "
+            "used), or train a codebook with it (fkvf.train)", cbpath)
 
 
 def _check_stages(k_stages: Any, v_stages: Any) -> Tuple[int, int]:

@@ -221,6 +221,7 @@ def test_codebook_key_settings(fkvf, tmp_path):
         with pytest.raises(fkvf.CodebookError) as e:
             fkvf.pack((k, v), tmp_path / "x.fkvf", codebooks=tmp_path / cb, **kw)
         assert str(tmp_path / cb) in str(e.value) and e.value.file == str(tmp_path / cb)
+        assert "trained with" in str(e.value) and "was given" in str(e.value)
         assert not os.path.exists(tmp_path / "x.fkvf")
         p = run_cli("pack", CACHE, "-o", tmp_path / "x.fkvf", "--codebooks", tmp_path / cb,
                     *cli, check=False)
