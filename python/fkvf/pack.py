@@ -16,7 +16,7 @@ import math
 import os
 import warnings
 from ctypes import (POINTER, Structure, byref, c_char_p, c_double, c_int, c_size_t, c_uint,
-                    c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)
+                    c_uint8, c_uint32, c_uint64, c_void_p)
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
