@@ -54,8 +54,10 @@
  *  fkvf_error_name               | n/a pure
  *  fkvf_error_class              | n/a pure
  *  fkvf_codebook_size            | n/a pure
- *  fkvf_codebook_hash            | n/a pure
  *  fkvf_codebook_auto_k          | n/a pure
+ *  fkvf_codebook_pays            | n/a pure
+ *  fkvf_codebook_key_settings    | n/a pure (na_pure_functions: metadata index built first)
+ *  fkvf_codebook_hash            | n/a pure
  *  fkvf_index_stream_id          | n/a pure (test_common index_stream_id_canonical_order)
  *  fkvf_reader_open_memory       | alloc (reader_mem, reader_ext, reader_zidx)
  *  fkvf_reader_open_file         | alloc + io (reader_file: flags 0, READ, READ|STRICT)
@@ -2486,6 +2488,8 @@ START_TEST(na_pure_functions)
                                           NULL, NULL),
                      FKVF_E_IO);
     ck_assert_ptr_nonnull(cph);
+    size_t n_meta; /* the lazily built metadata index, before counting */
+    ck_assert_int_eq(fkvf_reader_meta_count(cbr, &n_meta), FKVF_OK);
     memset(&g, 0, sizeof g);
     g.step = -1;
     g.fail_at = 1;
@@ -2499,6 +2503,11 @@ START_TEST(na_pure_functions)
     ok &= !strcmp(fkvf_error_name(FKVF_E_IO), "FKVF_E_IO");
     ok &= fkvf_error_class(FKVF_E_CHECKSUM) == FKVF_ERRCLASS_FORMAT;
     ok &= fkvf_codebook_size(&fx->shape) == fx->tables_size + 64;
+    ok &= fkvf_codebook_auto_k(&fx->shape, H, 0) == 0;
+    ok &= fkvf_codebook_pays(&fx->shape, H, 0, 64, NULL) == 0;
+    fkvf_key_settings ks = {1, 0, 1, 0, 10000.0, 0, 0, 0, 0, 0};
+    fkvf_key_clash kc;
+    ok &= fkvf_codebook_key_settings(cbr, 8, &ks, &kc) == FKVF_OK && !kc.setting;
     uint8_t h[16];
     fkvf_codebook_hash(cbk1, cbk1_size, h);
     fkvf_writer_options wo;

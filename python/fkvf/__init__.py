@@ -11,6 +11,7 @@ from . import errors
 from ._lib import version as _version
 from .appender import Appender
 from .archive import Archive, open
+from .pack import Rope, pack, train
 from .errors import (
     FkvfError, InvalidArgError, StateError, NoMemError, IoError, RangeError,
     NotFoundError, UnsupportedError, ExistsError, BadMagicError, VersionError,
@@ -22,7 +23,8 @@ from .errors import (
 __version__ = _version()
 
 __all__ = [
-    "open", "Archive", "Appender", "errors", "__version__", "FkvfError", "InvalidArgError",
+    "open", "Archive", "Appender", "pack", "train", "Rope", "errors", "__version__",
+    "FkvfError", "InvalidArgError",
     "StateError", "NoMemError", "IoError", "RangeError", "NotFoundError",
     "UnsupportedError", "ExistsError", "BadMagicError", "VersionError", "FeatureError",
     "ByteOrderError", "TruncatedError", "ChecksumError", "AlignError", "BoundsError",
