@@ -10,7 +10,11 @@
 #    process's own NLL exactly (bit-identical rows give identical logits) and
 #    the one-pass NLL to 1e-4; with the codebook archive it is within 0.05
 #    nats per byte (5% perplexity) of it, the argmax agrees at >= 90% of the
-#    bytes, the sinks and recent rows read back as stored.
+#    bytes, the sinks and recent rows read back as stored, and the relative
+#    error per layer of the archived keys is below 0.35 (wrong RoPE pairs give
+#    0.37 to 0.57), of the values below 0.8. The NLL moves little either way
+#    (this model leans on its 32 recent exact bytes): the K error is what
+#    catches keys archived wrong.
 # Skipped (77, with a message) when PYTHON lacks numpy, torch or matplotlib,
 # or the models directory (FKVF_MODELS, default SRC_DIR/../shared/models)
 # lacks a model; the parts whose model is there run first.
@@ -99,9 +103,14 @@ if not r["exact_rows_equal"]:
 # 97 positions (BOS + 96 bytes), 4 sinks and 32 recent exact
 if r["archived"] != 97 - 4 - 32:
     fails.append(f"{r['archived']} archived positions, expected 61")
-errs = r["rel_error_k"] + r["rel_error_v"]
-if len(errs) != 8 or not all(math.isfinite(e) and 0 <= e < 1 for e in errs):
-    fails.append(f"relative errors {errs}")
+# relative errors per layer, archived positions: measured K 0.04-0.28, V 0.13-0.61
+# (k = 32, 4 passages); keys un-rotated with the wrong RoPE pairs (half-split) give K
+# 0.37-0.57, rows of zeros 1.0
+ek, ev = r["rel_error_k"], r["rel_error_v"]
+if len(ek) != 4 or len(ev) != 4 or not all(math.isfinite(e) for e in ek + ev):
+    fails.append(f"relative errors K {ek} V {ev}: expected 4 finite values each")
+elif not (all(0 < e < 0.35 for e in ek) and all(0 < e < 0.8 for e in ev)):
+    fails.append(f"relative errors K {ek} (bound 0.35) V {ev} (bound 0.8)")
 if not r["ratio_fp16"] > 1:
     fails.append(f"ratio vs fp16 {r['ratio_fp16']}")
 if fails:
