@@ -36,7 +36,9 @@ import tempfile
 import time
 
 sys.dont_write_bytecode = True                        # no __pycache__ in the source tree
-HERE = os.path.dirname(os.path.abspath(__file__))
+# this file (in a notebook kernel, which has no __file__: run from examples/python)
+SCRIPT = os.path.abspath(globals().get("__file__", "save_restore.py"))
+HERE = os.path.dirname(SCRIPT)
 SRC = os.path.dirname(os.path.dirname(HERE))          # the source tree
 
 
@@ -51,7 +53,8 @@ def default_models():
                                                          "models")
 
 
-parser = argparse.ArgumentParser(description=__doc__ if __doc__ else None)
+parser = argparse.ArgumentParser(description="Save a PyTorch KV cache to FKVF, restart, "
+                                 "restore, continue, compare (examples/python/README.md)")
 parser.add_argument("--model", help="llama2.c checkpoint (default: FKVF_MODELS or "
                     "../shared/models next to the source tree, shakespeare-hd64.bin)")
 parser.add_argument("--text", help="the text (default: shakespeare.txt next to the model)")
@@ -69,7 +72,8 @@ parser.add_argument("--recent", type=int, default=32, help="trailing exact posit
 parser.add_argument("--seed", type=int, default=0, help="where the training passages are")
 parser.add_argument("--restore", action="store_true",
                     help="(internal) be the fresh process of cell 3")
-ARGS = parser.parse_args()
+# a notebook kernel has arguments of its own: the defaults then
+ARGS = parser.parse_known_args()[0] if "ipykernel" in sys.modules else parser.parse_args()
 
 try:
     import numpy as np
@@ -83,7 +87,8 @@ except ImportError:
     # not installed: the package of the source tree (which finds build/libfkvf)
     sys.path.insert(0, os.path.join(SRC, "python"))
     import fkvf
-import tinyllama
+sys.path.insert(0, HERE)
+import tinyllama  # noqa: E402  (the model, next to this file)
 
 torch.set_num_threads(1)         # one core, and the same sums in both processes
 MODEL = ARGS.model or os.path.join(default_models(), "shakespeare-hd64.bin")
@@ -229,7 +234,7 @@ del cache, train_caches       # what follows has only the files
 
 # %% [3] Restart: a fresh process restores the cache and continues the text
 t0 = time.perf_counter()
-argv = [sys.executable, os.path.abspath(__file__), "--restore", "--out-dir", OUT,
+argv = [sys.executable, SCRIPT, "--restore", "--out-dir", OUT,
         "--model", MODEL, "--text", TEXT, "--prompt-bytes", str(ARGS.prompt_bytes),
         "--continue-bytes", str(ARGS.continue_bytes)]
 subprocess.run(argv, check=True)
