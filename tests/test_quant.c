@@ -1606,6 +1606,46 @@ START_TEST(codebook_auto_k_rule)
 }
 END_TEST
 
+/* Whether an embedded codebook pays (the all-exact rule of fkvf pack): the
+ * shape of codebook_auto_k_rule with k = 16 is 64 + 384 * 16 = 6208 bytes;
+ * the indices of a row are 2 layers * 2 heads * 6 stages * 4 bits (k - 1 =
+ * 15) / 8 = 12 bytes. f16 rows are 2 * 2 * 16 * 2 = 128 bytes: it pays when
+ * 6208 + 12n < 128n, i.e. n > 53.5; f32 rows (256 bytes) when 6208 + 12n <
+ * 256n, n > 25.4. k = 256: 64 + 384 * 256 = 98368 bytes, 8-bit indices, 24
+ * bytes a row: 98368 + 24n < 128n from n = 946 (104n > 98368 at 945.8). */
+START_TEST(codebook_pays_rule)
+{
+    fkvf_codebook_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = 2;
+    sh.n_heads = 2;
+    sh.key_dim = 8;
+    sh.value_dim = 8;
+    sh.k_stages = 4;
+    sh.v_stages = 2;
+    sh.dtype = FKVF_DTYPE_F16;
+    sh.k = 16;
+    double idx = -1;
+    ck_assert_int_eq(fkvf_codebook_pays(&sh, 2, 53, 128, &idx), 0);
+    ck_assert(idx == 53.0 * 12);
+    ck_assert_int_eq(fkvf_codebook_pays(&sh, 2, 54, 128, &idx), 1);
+    ck_assert(idx == 54.0 * 12);
+    ck_assert_int_eq(fkvf_codebook_pays(&sh, 2, 25, 256, NULL), 0);
+    ck_assert_int_eq(fkvf_codebook_pays(&sh, 2, 26, 256, NULL), 1);
+    ck_assert_int_eq(fkvf_codebook_pays(&sh, 2, 0, 128, &idx), 0); /* no rows: never */
+    ck_assert(idx == 0.0);
+    sh.k = 256;
+    ck_assert_int_eq(fkvf_codebook_pays(&sh, 2, 945, 128, NULL), 0);
+    ck_assert_int_eq(fkvf_codebook_pays(&sh, 2, 946, 128, NULL), 1);
+    /* an invalid shape (k not a power of two), NULL: no */
+    sh.k = 17;
+    idx = -1;
+    ck_assert_int_eq(fkvf_codebook_pays(&sh, 2, 100000, 128, &idx), 0);
+    ck_assert(idx == 0.0);
+    ck_assert_int_eq(fkvf_codebook_pays(NULL, 2, 100000, 128, &idx), 0);
+}
+END_TEST
+
 START_TEST(rvq_decode_only_handle)
 {
     tu_rng r = {77};
@@ -1700,6 +1740,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tq, rvq_allocation_failures);
     tcase_add_test(tq, rvq_decode_only_handle);
     tcase_add_test(tq, codebook_auto_k_rule);
+    tcase_add_test(tq, codebook_pays_rule);
     suite_add_tcase(su, tq);
     return su;
 }

@@ -396,11 +396,12 @@ static void pack_choose_k(const pack_opts *o, const kvio_cache *c, pack_plan *p)
         if (p->k)
             return;
         uint32_t k = p->k = CLI_CB_K_MIN;
-        uint64_t cb = cli_cb_bytes(c, k, o->code.ks, o->code.vs, o->f32, 0);
-        double idx = (double)A * c->n_layers * c->n_kv_heads * (o->code.ks + o->code.vs) *
-                     fkvf_quad_bits_for(k - 1) / 8.0;
-        double exact = (double)A * (double)p->rb;
-        if ((double)cb + idx >= exact) {
+        fkvf_codebook_shape sh = {c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim, k,
+                                  o->code.ks, o->code.vs,
+                                  o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16, 0};
+        uint64_t cb = fkvf_codebook_size(&sh);
+        double idx, exact = (double)A * (double)p->rb;
+        if (!fkvf_codebook_pays(&sh, c->n_kv_heads, A, p->rb, &idx)) {
             cli_note("%s: %" PRIu64 " archived positions are too few for an embedded "
                      "codebook (k = %u: %" PRIu64 " codebook bytes + about %.0f index bytes "
                      ">= the %.0f bytes of the rows): every position stored exact, no "

@@ -254,6 +254,18 @@ FKVF_API uint64_t fkvf_codebook_size(const fkvf_codebook_shape *shape);
 #define FKVF_AUTO_K_ROWS_PER_K 4u
 FKVF_API uint32_t fkvf_codebook_auto_k(const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
                                        uint64_t n_rows);
+/* Whether an embedded codebook pays for itself on n_rows archived rows of
+ * row_bytes bytes each (the rule fkvf pack and the Python binding apply when
+ * fkvf_codebook_auto_k gives 0 and the smallest k is all that is left;
+ * docs/codebooks.md): 1 when fkvf_codebook_size(shape) plus the bytes of the
+ * rows' indices, n_rows * n_layers * n_kv_heads * (k_stages + v_stages) *
+ * fkvf_quad_bits_for(k - 1) / 8 (in double), are fewer than n_rows *
+ * row_bytes; 0 when not (every position is better stored exact), or shape is
+ * NULL or invalid. n_kv_heads is the cache's, also for a pooled shape.
+ * *index_bytes (when not NULL): those index bytes (0 for an invalid shape).
+ * Pure: no allocation, thread-safe. */
+FKVF_API int fkvf_codebook_pays(const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
+                                uint64_t n_rows, uint64_t row_bytes, double *index_bytes);
 /* Content hash (spec 13.3): XXH3-128, canonical bytes, of CBK1 contents. */
 FKVF_API void fkvf_codebook_hash(const void *cbk1, size_t size, uint8_t out[16]);
 

@@ -10,6 +10,7 @@ docs/python.md describes the API.
 from . import errors
 from ._lib import version as _version
 from .archive import Archive, open
+from .pack import Rope, pack, train
 from .errors import (
     FkvfError, InvalidArgError, StateError, NoMemError, IoError, RangeError,
     NotFoundError, UnsupportedError, ExistsError, BadMagicError, VersionError,
@@ -21,7 +22,7 @@ from .errors import (
 __version__ = _version()
 
 __all__ = [
-    "open", "Archive", "errors", "__version__", "FkvfError", "InvalidArgError",
+    "open", "Archive", "errors", "__version__", "pack", "train", "Rope", "FkvfError", "InvalidArgError",
     "StateError", "NoMemError", "IoError", "RangeError", "NotFoundError",
     "UnsupportedError", "ExistsError", "BadMagicError", "VersionError", "FeatureError",
     "ByteOrderError", "TruncatedError", "ChecksumError", "AlignError", "BoundsError",

@@ -262,7 +262,7 @@ def cache_rows(keys: Any, values: Any, layout: Optional[str] = None,
             ka, va = ka.transpose(1, 0, 2), va.transpose(1, 0, 2)
         dst_k[...] = ka
         dst_v[...] = va
-    return rows.reshape(T, -1), shape, code
+    return rows.reshape(T, shape.row_elems()), shape, code  # -1 fails for T = 0
 
 
 def tokens_array(tokens: Any, n: int, what: str = "tokens") -> Optional[np.ndarray]:

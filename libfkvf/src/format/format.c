@@ -949,6 +949,23 @@ FKVF_API uint32_t fkvf_codebook_auto_k(const fkvf_codebook_shape *shape, uint32_
     return best;
 }
 
+FKVF_API int fkvf_codebook_pays(const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
+                                uint64_t n_rows, uint64_t row_bytes, double *index_bytes)
+{
+    if (index_bytes)
+        *index_bytes = 0.0;
+    uint64_t cb = shape ? fkvf_cbk1_size(shape) : 0;
+    if (!cb)
+        return 0;
+    /* in double: n_rows and row_bytes may be any uint64 */
+    double idx = (double)n_rows * (double)shape->n_layers * (double)n_kv_heads *
+                 ((double)shape->k_stages + (double)shape->v_stages) *
+                 (double)fkvf_quad_bits_for((uint64_t)shape->k - 1) / 8.0;
+    if (index_bytes)
+        *index_bytes = idx;
+    return (double)cb + idx < (double)n_rows * (double)row_bytes;
+}
+
 FKVF_API void fkvf_codebook_hash(const void *cbk1, size_t size, uint8_t out[16])
 {
     fkvf_xxh3_128(cbk1, size, out);
