@@ -215,15 +215,16 @@ for start in rng.integers(0, split - ARGS.prompt_bytes, ARGS.passages):
                                                    tinyllama.text_ids(passage)))[1])
 trained = fkvf.train(train_caches, CODEBOOK, k=ARGS.k, k_stages=4, v_stages=2,
                      rope=ROPE, overwrite=True)
-print(f"[2] codebook: {ARGS.passages} passages x {T} positions, k = {ARGS.k}, "
-      f"{os.path.getsize(CODEBOOK):,} bytes, {time.perf_counter() - t0:.2f} s")
+print(f"[2] codebook: {trained['n_caches']} passages x {T} positions, k = {trained['k']}, "
+      f"{trained['bytes']:,} bytes, content hash {trained['content_hash'][:16]}..., "
+      f"{time.perf_counter() - t0:.2f} s")
 packed = fkvf.pack(cache, ARCHIVE, codebooks=CODEBOOK, sinks=ARGS.sinks,
                    recent=ARGS.recent, tokens=prompt_ids, rope=ROPE, dtype="f16",
                    overwrite=True)
-fp16 = T * cfg.n_layers * cfg.n_kv_heads * cfg.head_size * 2 * 2
-print(f"[2] {ARCHIVE}: {packed['bytes']:,} bytes for {fp16:,} bytes of fp16 cache "
-      f"({packed['ratio_fp16']:.2f}x smaller; {packed['archived']} positions archived, "
-      f"the {ARGS.sinks} sinks and {ARGS.recent} recent exact)")
+print(f"[2] {ARCHIVE}: {packed['bytes']:,} bytes for {packed['fp16_bytes']:,} bytes of fp16 "
+      f"cache, {packed['ratio_fp16']:.2f}x smaller (the shared codebook file not counted); "
+      f"{packed['archived']} positions archived, the {ARGS.sinks} sinks and "
+      f"{ARGS.recent} recent exact")
 # The reference for cell 4: the same cache with every position exact, in float32 (no
 # codebook; bit-identical on read). A lossless archive is also how a cache is saved when
 # no quality may be lost.
