@@ -123,7 +123,7 @@ else
 fi
 
 if [ -n "$skipped" ]; then
-    echo "example_python: SKIPPED (in part): not found:$skipped (set FKVF_MODELS to the models directory)"
+    echo "example_python: SKIPPED: not found:$skipped (set FKVF_MODELS to the models directory; the parts with a model ran)"
     exit 77
 fi
 exit 0
