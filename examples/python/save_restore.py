@@ -76,11 +76,13 @@ parser.add_argument("--restore", action="store_true",
 ARGS = parser.parse_known_args()[0] if "ipykernel" in sys.modules else parser.parse_args()
 
 try:
+    import matplotlib
     import numpy as np
     import torch
 except ImportError as e:
-    skip(f"{sys.executable} has no {e.name} (Debian: python3-numpy, python3-torch; "
-         "scripts/install-deps.sh)")
+    skip(f"{sys.executable} has no {e.name} (Debian: python3-numpy, python3-torch, "
+         "python3-matplotlib; scripts/install-deps.sh)")
+matplotlib.use("Agg")            # PNG files, no display
 try:
     import fkvf
 except ImportError:
@@ -124,17 +126,17 @@ T = len(prompt_ids)
 
 
 def resume(cache, ids):
-    """How a cache of T positions is continued: the first T - 1 positions as the past and
-    the last token fed again, which gives the next token's logits (Hugging Face's
-    generate() does the same with past_key_values)."""
-    past = [(k[:, :, :T - 1], v[:, :, :T - 1]) for k, v in cache]
-    return past, ids[-1]
+    """How the cache of the tokens ids is continued: its first len(ids) - 1 positions as
+    the past and the last token fed again, which gives the next token's logits (Hugging
+    Face's generate() does the same with past_key_values)."""
+    n = len(ids) - 1
+    return [(k[:, :, :n], v[:, :, :n]) for k, v in cache], int(ids[-1])
 
 
-def continuation(cache):
-    """Greedy text after the cache, and the teacher-forced log-probs [N] of the real
-    continuation with the logits [N, vocab] that gave them."""
-    past, last = resume(cache, prompt_ids)
+def continuation(cache, ids):
+    """Greedy text after the cache of the tokens ids, and the teacher-forced log-probs [N]
+    of the real continuation with the logits [N, vocab] that gave them."""
+    past, last = resume(cache, ids)
     picks, _, _ = model.greedy([last], ARGS.continue_bytes, past)
     logp, logits = model.score([last] + real_next[:-1], real_next, past)
     return picks, logp, logits
@@ -147,7 +149,9 @@ def restart():
     t0 = time.perf_counter()
     with fkvf.open(ARCHIVE) as a:        # the codebook file is found by its content hash
         a.verify()
-        assert list(a.tokens) == prompt_ids, "the archive's tokens are the prompt's"
+        ids = [int(t) for t in a.tokens]   # the prompt, as the archive stored it
+        if ids != prompt_ids:
+            sys.exit(f"{ARCHIVE}: its tokens are not the prompt's")
         restored = [(torch.from_numpy(k), torch.from_numpy(v))
                     for k, v in a.read(layout="hf", dtype=np.float32)]
         exact_at = np.array([a.is_exact(t) for t in range(a.n_positions)])
@@ -157,9 +161,9 @@ def restart():
                  for k, v in a.read(layout="hf", dtype=np.float32)]
     print(f"[restart] read {T} positions of {len(restored)} layers in "
           f"{time.perf_counter() - t0:.3f} s; {int((~exact_at).sum())} archived")
-    picks, logp_r, logits_r = continuation(restored)
+    picks, logp_r, logits_r = continuation(restored, ids)
     print("[restart] continues:", repr(tinyllama.ids_text(picks)))
-    _, logp_e, logits_e = continuation(exact)
+    _, logp_e, logits_e = continuation(exact, ids)
     # archived positions only: how far the restored keys and values are from the exact ones
     arch = torch.from_numpy(~exact_at)
     err = {"k": [], "v": []}
@@ -191,10 +195,10 @@ if ARGS.restore:
 # saw). The cache is the model's own Hugging Face-layout list of (k, v).
 t0 = time.perf_counter()
 logits, cache = model.forward(torch.tensor(prompt_ids))
-print(f"[1] prompt: {T} positions ({repr(prompt_bytes[:60].decode())}...), "
+print(f"[1] prompt: {T} positions ({repr(prompt_bytes[:60].decode('utf-8', 'replace'))}...), "
       f"{len(cache)} layers of k, v {tuple(cache[0][0].shape)}, "
       f"{time.perf_counter() - t0:.2f} s")
-live_picks, live_logp, live_logits = continuation(cache)
+live_picks, live_logp, _ = continuation(cache, prompt_ids)
 print("[1] the live process would continue:", repr(tinyllama.ids_text(live_picks)))
 # the same NLL in one pass over prompt + continuation, with no cache handed over
 one_pass = model.score(prompt_ids + real_next[:-1], prompt_ids[1:] + real_next)[0][-len(real_next):]
@@ -256,10 +260,7 @@ print(f"      argmax agreement {100 * restored['argmax_agreement']:.1f}%; the si
       f"recent rows read back {'equal' if restored['exact_rows_equal'] else 'DIFFERENT'}")
 
 # %% [5] Plot the relative reconstruction error per layer (archived positions only)
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402  (the Agg backend, chosen in cell 0)
 
 layers = np.arange(cfg.n_layers)
 fig, ax = plt.subplots(figsize=(6, 3.5))
