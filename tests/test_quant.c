@@ -1646,6 +1646,144 @@ START_TEST(codebook_pays_rule)
 }
 END_TEST
 
+/* A codebook file (2 layers, 1 head, key_dim 8, k 16, one key stage, zero
+ * tables) with the train.* entries given (NULL / 0 / -1: left out; dims_u64
+ * 0: train.rope_dims as the f64 9.5, of the wrong type), in buf. */
+static fkvf_reader *cb_with_train(tu_buf *buf, const char *keys, double theta, int64_t dims,
+                                  const char *layout)
+{
+    fkvf_codebook_shape sh = {2, 1, 8, 8, 16, 1, 0, FKVF_DTYPE_F32, 0};
+    size_t tsz = (size_t)(fkvf_codebook_size(&sh) - 64);
+    void *t = tu_xcalloc(tsz, 1);
+    fkvf_sink sink = tu_buf_sink(buf);
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    wo.sync = FKVF_SYNC_NONE;
+    fkvf_writer *w;
+    OK(fkvf_writer_create_sink(&w, &sink, &wo, NULL));
+    if (keys)
+        OK(fkvf_writer_meta_utf8(w, "train.keys", keys));
+    if (theta != 0)
+        OK(fkvf_writer_meta_f64(w, "train.rope_theta", theta));
+    if (dims > 0)
+        OK(fkvf_writer_meta_u64(w, "train.rope_dims", (uint64_t)dims));
+    else if (dims == 0)
+        OK(fkvf_writer_meta_f64(w, "train.rope_dims", 9.5));
+    if (layout)
+        OK(fkvf_writer_meta_utf8(w, "train.rope_layout", layout));
+    OK(fkvf_writer_add_codebooks(w, &sh, t, tsz, 0));
+    OK(fkvf_writer_finish(w));
+    fkvf_writer_free(w);
+    free(t);
+    fkvf_reader *r;
+    OK(fkvf_reader_open_memory(&r, buf->data, buf->size, FKVF_OPEN_STRICT, NULL));
+    return r;
+}
+
+/* The defaults of a caller that gave nothing: pre-RoPE, theta 10000, every
+ * dim, interleaved. */
+static fkvf_key_settings keys_default(void)
+{
+    fkvf_key_settings k;
+    memset(&k, 0, sizeof k);
+    k.pre_rope = 1;
+    k.layout = 1;
+    k.theta = 10000.0;
+    return k;
+}
+
+/* fkvf_codebook_key_settings: settings not given are taken from the
+ * train.* entries, given ones that contradict them clash (keys always,
+ * RoPE settings only for un-rotated keys), invalid entries are ignored. */
+START_TEST(codebook_key_settings_rule)
+{
+    tu_buf b1 = {0}, b2 = {0}, b3 = {0}, b4 = {0};
+    fkvf_reader *hs = cb_with_train(&b1, "pre-rope", 500000.0, 4, "half-split");
+    fkvf_reader *asis = cb_with_train(&b2, "as-is", 500000.0, 4, "half-split");
+    fkvf_reader *bad = cb_with_train(&b3, "before", -1.0, 10, "zigzag"); /* all invalid */
+    fkvf_reader *none = cb_with_train(&b4, NULL, 0, 0, NULL); /* rope_dims an f64 */
+    fkvf_key_clash c;
+    /* nothing given: everything taken */
+    fkvf_key_settings k = keys_default();
+    OK(fkvf_codebook_key_settings(hs, 8, &k, &c));
+    ck_assert_ptr_null(c.setting);
+    ck_assert_uint_eq(k.pre_rope, 1);
+    ck_assert(k.theta == 500000.0);
+    ck_assert_uint_eq(k.dims, 4);
+    ck_assert_uint_eq(k.layout, 2);
+    ck_assert_uint_eq(k.layout_taken, 1);
+    k = keys_default();
+    OK(fkvf_codebook_key_settings(asis, 8, &k, &c));
+    ck_assert_uint_eq(k.pre_rope, 0);
+    /* given keys against the training: a clash, unless the keys are not rotated */
+    k = keys_default();
+    k.keys_set = 1;
+    ck_assert_int_eq(fkvf_codebook_key_settings(asis, 8, &k, &c), FKVF_E_CODEBOOK);
+    ck_assert_str_eq(c.setting, "keys");
+    ck_assert_str_eq(c.trained, "as-is");
+    ck_assert_str_eq(c.given, "pre-rope");
+    ck_assert(k.theta == 500000.0); /* not given: taken all the same */
+    k.no_rope = 1;
+    OK(fkvf_codebook_key_settings(asis, 8, &k, &c));
+    /* given RoPE settings: a clash with un-rotated keys only */
+    k = keys_default();
+    k.theta_set = 1;
+    ck_assert_int_eq(fkvf_codebook_key_settings(hs, 8, &k, &c), FKVF_E_CODEBOOK);
+    ck_assert_str_eq(c.setting, "rope_theta");
+    ck_assert_str_eq(c.trained, "500000");
+    ck_assert_str_eq(c.given, "10000");
+    ck_assert_uint_eq(k.dims, 4); /* later settings still taken */
+    k = keys_default();
+    k.theta_set = 1;
+    OK(fkvf_codebook_key_settings(asis, 8, &k, &c)); /* as-is keys: theta does not matter */
+    ck_assert(k.theta == 10000.0);
+    k = keys_default();
+    k.dims_set = 1; /* dims 0: key_dim, 8, against 4 */
+    ck_assert_int_eq(fkvf_codebook_key_settings(hs, 8, &k, &c), FKVF_E_CODEBOOK);
+    ck_assert_str_eq(c.setting, "rope_dims");
+    ck_assert_str_eq(c.trained, "4");
+    ck_assert_str_eq(c.given, "8");
+    k = keys_default();
+    k.dims_set = 1;
+    k.dims = 4;
+    k.layout_set = 1;
+    ck_assert_int_eq(fkvf_codebook_key_settings(hs, 8, &k, &c), FKVF_E_CODEBOOK);
+    ck_assert_str_eq(c.setting, "rope_layout");
+    ck_assert_str_eq(c.trained, "half-split");
+    ck_assert_str_eq(c.given, "interleaved");
+    ck_assert_uint_eq(k.layout_taken, 0);
+    /* the first clash wins: keys before theta */
+    k = keys_default();
+    k.pre_rope = 0;
+    k.keys_set = k.theta_set = 1;
+    ck_assert_int_eq(fkvf_codebook_key_settings(hs, 8, &k, &c), FKVF_E_CODEBOOK);
+    ck_assert_str_eq(c.setting, "keys");
+    /* dims above key_dim (4 > 2), invalid or missing entries: ignored */
+    k = keys_default();
+    OK(fkvf_codebook_key_settings(hs, 2, &k, &c));
+    ck_assert_uint_eq(k.dims, 0);
+    fkvf_key_settings k0 = keys_default();
+    k = k0;
+    k.keys_set = k.theta_set = k.dims_set = k.layout_set = 1;
+    k0 = k;
+    OK(fkvf_codebook_key_settings(bad, 8, &k, &c));
+    ck_assert(!memcmp(&k, &k0, sizeof k));
+    OK(fkvf_codebook_key_settings(none, 8, &k, &c));
+    ck_assert(!memcmp(&k, &k0, sizeof k));
+    ck_assert_int_eq(fkvf_codebook_key_settings(NULL, 8, &k, &c), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_codebook_key_settings(hs, 8, NULL, &c), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_codebook_key_settings(hs, 8, &k, NULL), FKVF_E_INVALID_ARG);
+    fkvf_reader_free(hs);
+    fkvf_reader_free(asis);
+    fkvf_reader_free(bad);
+    fkvf_reader_free(none);
+    tu_buf_free(&b1);
+    tu_buf_free(&b2);
+    tu_buf_free(&b3);
+    tu_buf_free(&b4);
+}
+END_TEST
+
 START_TEST(rvq_decode_only_handle)
 {
     tu_rng r = {77};
@@ -1741,6 +1879,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tq, rvq_decode_only_handle);
     tcase_add_test(tq, codebook_auto_k_rule);
     tcase_add_test(tq, codebook_pays_rule);
+    tcase_add_test(tq, codebook_key_settings_rule);
     suite_add_tcase(su, tq);
     return su;
 }

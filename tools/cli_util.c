@@ -766,96 +766,55 @@ int cli_key_value(cli_key_opts *k, const char *a, const char *v)
     return 1;
 }
 
-/* A given key option that contradicts the codebook's training: the option,
- * the value trained with and the value given. */
-typedef struct key_clash {
-    const char *opt; /* NULL: none (yet) */
-    char trained[64], given[64];
-} key_clash;
-
-/* train.keys: taken when --keys is not given, else compared. */
-static void cb_train_keys(fkvf_reader *cb, cli_key_opts *k, key_clash *c)
+/* The CLI option of each setting of fkvf_key_clash. */
+static const char *key_clash_option(const char *setting)
 {
-    fkvf_meta_entry e;
-    if (fkvf_reader_meta_find(cb, "train.keys", &e) != FKVF_OK || e.type != FKVF_META_UTF8)
-        return;
-    int v = e.value_len == 5 && !memcmp(e.value, "as-is", 5)       ? 0
-            : e.value_len == 8 && !memcmp(e.value, "pre-rope", 8) ? 1
-                                                                   : -1;
-    if (v >= 0 && !k->keys_set) {
-        k->pre_rope = v;
-    } else if (v >= 0 && k->pre_rope != v && !k->no_rope) {
-        c->opt = "--keys";
-        snprintf(c->trained, sizeof c->trained, "%s", v ? "pre-rope" : "as-is");
-        snprintf(c->given, sizeof c->given, "%s", k->pre_rope ? "pre-rope" : "as-is");
-    }
-}
-
-/* train.rope_theta and train.rope_dims: taken when not given, else
- * compared (they matter only for keys archived un-rotated). */
-static void cb_train_rope(fkvf_reader *cb, cli_key_opts *k, uint32_t key_dim, int un_rotated,
-                          key_clash *c)
-{
-    fkvf_meta_entry e;
-    if (fkvf_reader_meta_find(cb, "train.rope_theta", &e) == FKVF_OK && e.type == FKVF_META_F64 &&
-        isfinite(e.f64) && e.f64 > 0) {
-        if (!k->theta_set) {
-            k->theta = e.f64;
-        } else if (k->theta != e.f64 && un_rotated && !c->opt) {
-            c->opt = "--rope-theta";
-            snprintf(c->trained, sizeof c->trained, "%.10g", e.f64);
-            snprintf(c->given, sizeof c->given, "%.10g", k->theta);
-        }
-    }
-    if (fkvf_reader_meta_find(cb, "train.rope_dims", &e) == FKVF_OK && e.type == FKVF_META_U64 &&
-        e.u64 >= 2 && e.u64 <= key_dim && e.u64 % 2 == 0) {
-        if (!k->dims_set) {
-            k->dims = (uint32_t)e.u64;
-        } else if ((k->dims ? k->dims : key_dim) != e.u64 && un_rotated && !c->opt) {
-            c->opt = "--rope-dims";
-            snprintf(c->trained, sizeof c->trained, "%llu", (unsigned long long)e.u64);
-            snprintf(c->given, sizeof c->given, "%u", k->dims ? k->dims : key_dim);
-        }
-    }
-}
-
-/* train.rope_layout: taken when --rope-layout is not given, else compared. */
-static void cb_train_layout(fkvf_reader *cb, cli_key_opts *k, int un_rotated, key_clash *c)
-{
-    fkvf_meta_entry e;
-    if (fkvf_reader_meta_find(cb, "train.rope_layout", &e) != FKVF_OK || e.type != FKVF_META_UTF8)
-        return;
-    int v = e.value_len == 10 && !memcmp(e.value, "half-split", 10)    ? 2
-            : e.value_len == 11 && !memcmp(e.value, "interleaved", 11) ? 1
-                                                                       : 0;
-    if (v && !k->layout_set) {
-        k->layout = (uint8_t)v, k->layout_cb = 1;
-    } else if (v && k->layout != v && un_rotated && !c->opt) {
-        c->opt = "--rope-layout";
-        snprintf(c->trained, sizeof c->trained, "%s", v == 2 ? "half-split" : "interleaved");
-        snprintf(c->given, sizeof c->given, "%s", k->layout == 2 ? "half-split" : "interleaved");
-    }
+    static const char *const names[][2] = {{"keys", "--keys"},
+                                           {"rope_theta", "--rope-theta"},
+                                           {"rope_dims", "--rope-dims"},
+                                           {"rope_layout", "--rope-layout"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(setting, names[i][0]))
+            return names[i][1];
+    return setting;
 }
 
 int cli_keys_from_codebook(fkvf_reader *cb, const char *cbpath, cli_key_opts *k,
                            uint32_t key_dim)
 {
-    /* a given option that contradicts the training: the codebook's
-     * centroids are keys un-rotated the other way, and every key would be
+    /* the rule is the library's (fkvf_codebook_key_settings): a given option
+     * that contradicts the training is refused, since the codebook's
+     * centroids are keys un-rotated the other way and every key would be
      * coded against them (keys came back at 3.8 dB instead of 9.6) */
-    key_clash c;
-    memset(&c, 0, sizeof c);
-    cb_train_keys(cb, k, &c);
-    int un_rotated = k->pre_rope && !k->no_rope; /* only then do the rope settings matter */
-    cb_train_rope(cb, k, key_dim, un_rotated, &c);
-    cb_train_layout(cb, k, un_rotated, &c);
-    if (!c.opt)
+    fkvf_key_settings s;
+    memset(&s, 0, sizeof s);
+    s.pre_rope = (uint8_t)(k->pre_rope != 0);
+    s.no_rope = (uint8_t)(k->no_rope != 0);
+    s.layout = k->layout;
+    s.dims = k->dims;
+    s.theta = k->theta;
+    s.keys_set = (uint8_t)(k->keys_set != 0);
+    s.theta_set = (uint8_t)(k->theta_set != 0);
+    s.dims_set = (uint8_t)(k->dims_set != 0);
+    s.layout_set = (uint8_t)(k->layout_set != 0);
+    fkvf_key_clash c;
+    int rc = fkvf_codebook_key_settings(cb, key_dim, &s, &c);
+    k->pre_rope = s.pre_rope;
+    k->layout = s.layout;
+    k->dims = s.dims;
+    k->theta = s.theta;
+    if (s.layout_taken)
+        k->layout_cb = 1;
+    if (rc == FKVF_OK)
         return 0;
+    if (!c.setting)
+        return cli_fail(CLI_USAGE, rc, cbpath, "%s", fkvf_strerror(rc));
+    const char *opt = key_clash_option(c.setting);
     return cli_fail(CLI_INVALID, FKVF_E_CODEBOOK, cbpath,
                     "trained with %s %s, and %s %s was given: its centroids are keys handled "
                     "the other way. Drop %s (the codebook's setting is used), or train a "
                     "codebook with it (fkvf train CACHE... %s %s -o FILE)",
-                    c.opt, c.trained, c.opt, c.given, c.opt, c.opt, c.given);
+                    opt, c.trained, opt, c.given, opt, opt, c.given);
 }
 
 int cli_key_rope(const cli_key_opts *k, uint32_t key_dim, const char *path, fkvf_rope *rope,

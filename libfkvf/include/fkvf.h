@@ -444,6 +444,43 @@ FKVF_API int fkvf_reader_codebook_ref(const fkvf_reader *r, int *is_external, ui
  * must outlive r). FKVF_E_CODEBOOK, naming the expected hash, when it is not
  * a codebook file, its hash differs, or its shape does not match. */
 FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *codebook_file);
+/* How a cache's keys are handled (spec 8.1), as given by a caller and as a
+ * codebook file's training fixes them (fkvf_codebook_key_settings). */
+typedef struct fkvf_key_settings {
+    uint8_t pre_rope; /* 1 keys archived before rotation, 0 as cached */
+    uint8_t no_rope;  /* 1 the cache's keys carry no rotation */
+    uint8_t layout;   /* RoPE pairs: 1 interleaved, 2 half-split */
+    uint32_t dims;    /* rotated dims, 0 = key_dim */
+    double theta;     /* RoPE base */
+    /* 1: given by the caller (kept, and checked against the codebook) */
+    uint8_t keys_set, theta_set, dims_set, layout_set;
+    uint8_t layout_taken; /* out: 1 when layout was taken from the codebook */
+} fkvf_key_settings;
+/* A given setting that contradicts a codebook's training. */
+typedef struct fkvf_key_clash {
+    const char *setting;       /* "keys", "rope_theta", "rope_dims", "rope_layout";
+                                * NULL: none */
+    char trained[32], given[32]; /* the values as text ("as-is", "500000", "4",
+                                  * "half-split", ...) */
+} fkvf_key_clash;
+/* The key settings *k against the training of codebook_file (a reader of a
+ * codebook file or an archive): the rule of fkvf pack --codebooks, fkvf
+ * append --create --codebooks and the Python binding's fkvf.pack(codebooks=),
+ * docs/codebooks.md. A codebook file records how its keys were handled in
+ * train.* metadata (fkvf train, fkvf.train): train.keys (UTF-8 "pre-rope" or
+ * "as-is"), train.rope_theta (f64, finite, > 0), train.rope_dims (u64, even,
+ * 2..key_dim) and train.rope_layout (UTF-8 "interleaved" or "half-split"); an
+ * entry that is missing or of another type or value is ignored. A setting
+ * the caller did not give (its *_set 0) is taken from the entry; a given one
+ * that differs is a clash (the codebook's centroids are keys handled the
+ * other way): keys unless no_rope; theta, dims (0 counts as key_dim) and
+ * layout only when, keys settled, they are archived un-rotated (pre_rope and
+ * not no_rope). The first clash in that order fills *clash; the settings not
+ * given are taken all the same. Returns FKVF_OK (clash->setting NULL),
+ * FKVF_E_CODEBOOK (a clash), FKVF_E_INVALID_ARG (an argument NULL). No
+ * allocation; touches only the metadata. */
+FKVF_API int fkvf_codebook_key_settings(fkvf_reader *codebook_file, uint32_t key_dim,
+                                        fkvf_key_settings *k, fkvf_key_clash *clash);
 
 /* Entries of one directory that fkvf_reader_find_codebook looks at, at most. */
 #define FKVF_CODEBOOK_SCAN_MAX 10000

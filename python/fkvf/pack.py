@@ -14,8 +14,9 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import warnings
 from ctypes import (POINTER, Structure, byref, c_char_p, c_double, c_int, c_size_t, c_uint,
-                    c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)
+                    c_uint8, c_uint32, c_uint64, c_void_p)
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
@@ -64,6 +65,22 @@ class _StreamSpec(Structure):  # fkvf_stream_spec
                 ("r", c_double), ("span_symbols", c_uint32)]
 
 
+class _KeySettings(Structure):  # fkvf_key_settings
+    _fields_ = [("pre_rope", c_uint8), ("no_rope", c_uint8), ("layout", c_uint8),
+                ("dims", c_uint32), ("theta", c_double), ("keys_set", c_uint8),
+                ("theta_set", c_uint8), ("dims_set", c_uint8), ("layout_set", c_uint8),
+                ("layout_taken", c_uint8)]
+
+
+class _KeyClash(Structure):  # fkvf_key_clash
+    _fields_ = [("setting", c_char_p), ("trained", ctypes.c_char * 32),
+                ("given", ctypes.c_char * 32)]
+
+
+# the argument of fkvf.pack each setting of fkvf_key_clash is
+_CLASH_ARG = {"keys": "keys", "rope_theta": "rope theta", "rope_dims": "rope dims",
+              "rope_layout": "rope layout"}
+
 _W = c_void_p  # fkvf_writer *
 _Q = c_void_p  # fkvf_rvq *
 _R = c_void_p  # fkvf_reader *
@@ -110,7 +127,8 @@ _lib.bind({
     "fkvf_writer_finish": (c_int, [_W]),
     "fkvf_reader_codebook": (c_int, [_R, POINTER(_Shape), POINTER(c_void_p),
                                      POINTER(c_size_t), POINTER(c_uint8)]),
-    "fkvf_reader_meta_find": (c_int, [_R, c_char_p, POINTER(_lib.MetaEntry)]),
+    "fkvf_codebook_key_settings": (c_int, [_R, c_uint32, POINTER(_KeySettings),
+                                           POINTER(_KeyClash)]),
 })
 
 _FEAT_NGON, _FEAT_DEFLATE, _FEAT_EXTERNAL_CODEBOOK = 1, 2, 4
@@ -255,49 +273,26 @@ class _KeyOpts:
 
     def from_codebook(self, r: int, cbpath: str, key_dim: int) -> None:
         """The codebook file's train.* settings taken where not given; a given one that
-        contradicts them refused (as fkvf pack --codebooks: its centroids are keys
-        handled the other way)."""
-        clash: Optional[Tuple[str, str, str]] = None
-        e = _lib.MetaEntry()
-
-        def find(key: str, typ: int) -> bool:
-            return lib.fkvf_reader_meta_find(r, key.encode(), byref(e)) == _lib.OK and \
-                e.type == typ
-
-        def utf8() -> str:
-            return ctypes.string_at(e.value, e.value_len).decode("utf-8", "replace")
-
-        if find("train.keys", _lib.META_UTF8) and utf8() in ("as-is", "pre-rope"):
-            v = utf8() == "pre-rope"
-            if not self.keys_set:
-                self.pre_rope = v
-            elif self.pre_rope != v and not self.no_rope:
-                clash = ("keys", utf8(), "pre-rope" if self.pre_rope else "as-is")
-        un_rotated = self.pre_rope and not self.no_rope
-        if find("train.rope_theta", _lib.META_F64) and math.isfinite(e.f64) and e.f64 > 0:
-            if not self.theta_set:
-                self.theta = e.f64
-            elif self.theta != e.f64 and un_rotated and not clash:
-                clash = ("rope theta", f"{e.f64:.10g}", f"{self.theta:.10g}")
-        if find("train.rope_dims", _lib.META_U64) and 2 <= e.u64 <= key_dim and \
-                e.u64 % 2 == 0:
-            if not self.dims_set:
-                self.dims = int(e.u64)
-            elif (self.dims or key_dim) != e.u64 and un_rotated and not clash:
-                clash = ("rope dims", str(e.u64), str(self.dims or key_dim))
-        if find("train.rope_layout", _lib.META_UTF8) and utf8() in _LAYOUT_NAMES:
-            v = _LAYOUT_NAMES[utf8()]
-            if not self.layout_set:
-                self.layout, self.layout_cb = v, True
-            elif self.layout != v and un_rotated and not clash:
-                clash = ("rope layout", utf8(),
-                         "half-split" if self.layout == _ROPE_HALF_SPLIT else "interleaved")
-        if clash:
-            opt, trained, given = clash
-            raise _code_error(
-                37, f"trained with {opt} {trained}, and {opt} {given} was given: its centroids "
-                f"are keys handled the other way; leave {opt} out (the codebook's setting is "
-                f"used), or train a codebook with it (fkvf.train)", cbpath)
+        contradicts them refused (the library's rule, fkvf_codebook_key_settings, as
+        fkvf pack --codebooks: its centroids are keys handled the other way)."""
+        k = _KeySettings(int(self.pre_rope), int(self.no_rope), self.layout, self.dims or 0,
+                         self.theta, int(self.keys_set), int(self.theta_set),
+                         int(self.dims_set), int(self.layout_set), 0)
+        clash = _KeyClash()
+        rc = lib.fkvf_codebook_key_settings(r, key_dim, byref(k), byref(clash))
+        self.pre_rope, self.layout = bool(k.pre_rope), k.layout
+        self.dims, self.theta = k.dims or None, k.theta
+        self.layout_cb = bool(k.layout_taken)
+        if rc == _lib.OK:
+            return
+        if not clash.setting:
+            raise _code_error(rc, "the codebook's key settings", cbpath)
+        opt = _CLASH_ARG.get(clash.setting.decode(), clash.setting.decode())
+        trained, given = clash.trained.decode(), clash.given.decode()
+        raise _code_error(
+            rc, f"trained with {opt} {trained}, and {opt} {given} was given: its centroids "
+            f"are keys handled the other way; leave {opt} out (the codebook's setting is "
+            "used), or train a codebook with it (fkvf.train)", cbpath)
 
 
 def _check_stages(k_stages: Any, v_stages: Any) -> Tuple[int, int]:
@@ -504,6 +499,10 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
     tok = _cache.tokens_array(tokens, shape.n_positions)
     if cbpath is not None:
         _check_not_input(path, cbpath, "codebooks file")
+        if k is not None or f32_tables:
+            warnings.warn(f"{'k' if k is not None else 'f32_tables'} is an option of "
+                          f"training, ignored: the codebooks file {cbpath} has its own k, "
+                          "stages and tables", stacklevel=2)
     P = shape.n_positions
     S = min(S_opt, P)
     W = min(W_opt, P - S)
@@ -537,10 +536,16 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
                                                            False)), shape.n_kv_heads, A)
                 if not kk:
                     kk = 16
-                    if not lib.fkvf_codebook_pays(byref(_shape(shape, kk, ks, vs, f32_tables,
-                                                               False)),
-                                                  shape.n_kv_heads, A, rb, None):
+                    sh16 = _shape(shape, kk, ks, vs, f32_tables, False)
+                    if not lib.fkvf_codebook_pays(byref(sh16), shape.n_kv_heads, A, rb, None):
                         S, W, A = P, 0, 0  # every position exact, no codebook
+                    else:
+                        warnings.warn(
+                            f"{path}: {A} archived positions: even k = 16 gives a codebook "
+                            f"of {lib.fkvf_codebook_size(byref(sh16))} bytes, more than 1/4 "
+                            f"of the {A * shape.row_elems() * 2} fp16 bytes of those rows; for "
+                            "small caches a shared codebook compresses better (fkvf.train "
+                            "once, then fkvf.pack(..., codebooks=FILE))", stacklevel=2)
             if A > 0:
                 handles["q"] = _train_q([(rows, code)], shape, kk, ks, vs, f32_tables, False,
                                         seed, iters, krope, path)

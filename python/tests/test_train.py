@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import SRCDIR, run_cli
+from conftest import run_cli
 from test_pack import CACHE, TRAIN, load, metadata, sections, write_safetensors
 
 
