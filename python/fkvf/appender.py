@@ -13,8 +13,9 @@ import numpy as np
 
 from . import _cache, _lib
 from ._lib import lib
+from ._codebook import CodebookFile
 from ._keys import KeyOpts
-from .archive import Archive, PathLike, _error_from
+from .archive import Archive, PathLike
 from .errors import FkvfError, from_code, from_handle
 
 SYNC_COMMIT, SYNC_NONE = _lib.SYNC_COMMIT, _lib.SYNC_NONE
@@ -105,7 +106,7 @@ class Appender:
         self._failed: Optional[FkvfError] = None
         self._lock = threading.RLock()
         self._queue: List[Tuple[np.ndarray, Optional[np.ndarray]]] = []
-        self._cbfile: Optional[Archive] = None
+        self._cbfile: Optional[CodebookFile] = None
         self.path = os.fsdecode(os.fspath(path))
         self._layout = _cache.check_layout(layout)
         opts = _lib.AppendOptions()
@@ -226,32 +227,17 @@ class Appender:
             raise from_code(_lib.E_EXISTS, "exists; create=True never replaces a file (append "
                             "to it without create=True)", self.path)
         if codebooks is not None:
-            cb = Archive(codebooks)
+            cb = CodebookFile(os.fsdecode(os.fspath(codebooks)))
             self._cbfile = cb
-            if cb.descriptor is not None:
-                raise ValueError(f"codebooks {cb.path}: not a codebook file (it holds a cache "
-                                 "descriptor: an archive? see fkvf train)")
-            self._cbshape = _lib.CodebookShape()
-            rc = lib.fkvf_reader_codebook(cb._h, byref(self._cbshape), None, None, None)
-            if rc != _lib.OK:
-                raise _error_from(cb._h, rc, cb.path)
-            self._keys.from_codebook(cb._h, cb.path, self._cbshape.key_dim)
+            cb.settle_keys(self._keys)
         if self._shape is not None:
             self._keys.hf_default(False)  # no cache form: interleaved unless given
             self._create()
 
     def _fit_codebook(self, shape: Tuple[int, int, int, int]) -> None:
         """The codebook file of a create fits the cache's shape (CodebookError if not)."""
-        cb = self._cbfile
-        if cb is None:
-            return
-        L, H, Dk, Dv = shape
-        s = self._cbshape
-        if (s.n_layers, s.key_dim, s.value_dim) != (L, Dk, Dv) or (
-                not s.pooled and s.n_heads != H):
-            raise from_code(_lib.E_CODEBOOK, f"codebook shape {s.n_layers} layers x "
-                            f"{s.n_heads} heads, dims {s.key_dim}/{s.value_dim} does not fit "
-                            f"the cache ({L} layers x {H} heads, dims {Dk}/{Dv})", cb.path)
+        if self._cbfile is not None:
+            self._cbfile.check_fit(*shape)
 
     def _create(self) -> None:
         """fkvf_appender_create with the settings given and the shape known."""
@@ -269,11 +255,11 @@ class Appender:
         cr = _lib.AppendCreate()
         cr.desc = pointer(d)
         if cb is not None:
-            cr.codebook_ref = cb._h
-            cr.codebook_name = os.path.basename(cb.path).encode()
+            cr.codebook_ref = cb.handle
+            cr.codebook_name = cb.name.encode()
             if self._ngon:
                 cr.index_codec.profile = _lib.PROFILE_NGON
-                cr.index_codec.alphabet = self._cbshape.k
+                cr.index_codec.alphabet = cb.shape.k
         if self._has_tokens:
             bits = self._token_bits
             if bits is None:

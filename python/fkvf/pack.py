@@ -14,13 +14,14 @@ from __future__ import annotations
 import ctypes
 import os
 import warnings
-from ctypes import byref, c_size_t, c_uint8, c_uint32, c_void_p
+from ctypes import byref, c_uint8, c_uint32
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _cache, _lib
 from ._lib import lib
+from ._codebook import CodebookFile
 from ._keys import KeyOpts as _KeyOpts
 from ._keys import choice as _choice, int_arg as _int_arg, path_arg as _path_arg
 from .errors import FkvfError, from_code, from_handle
@@ -177,45 +178,22 @@ def _tables(q: int) -> np.ndarray:
 
 
 def _load_codebook(cbpath: str, shape: "_cache.Shape", keys: _KeyOpts
-                   ) -> Tuple[int, int, _Shape, bytes]:
-    """(reader, rvq, shape, content hash) of a codebook file that fits the cache; the key
-    options settled by its training. The caller frees both handles."""
-    r = _R()
-    rc = lib.fkvf_reader_open_file(byref(r), cbpath.encode(), 0, None)
+                   ) -> Tuple[CodebookFile, int]:
+    """The codebook file (fitting the cache, the key options settled by its training) and
+    an rvq of its tables. The caller closes the one and frees the other."""
+    cb = CodebookFile(cbpath)
     q = _Q()
     try:
-        if rc != _lib.OK:
-            raise _reader_error(r.value, rc, cbpath)
-        info = _lib.ArchiveInfo()
-        rc = lib.fkvf_reader_info(r, byref(info))
-        if rc != _lib.OK:
-            raise _reader_error(r.value, rc, cbpath)
-        if info.has_desc:
-            raise _code_error(_lib.E_INVALID_ARG, "not a codebook file (it holds a cache "
-                              "descriptor: an archive? see fkvf.train)", cbpath)
-        sh, contents, size = _Shape(), c_void_p(), c_size_t()
-        h = (c_uint8 * 16)()
-        rc = lib.fkvf_reader_codebook(r, byref(sh), byref(contents), byref(size), h)
-        if rc != _lib.OK:
-            raise _reader_error(r.value, _lib.E_CODEBOOK if rc == _lib.E_NOT_FOUND else rc,
-                                cbpath, "no codebook: ")
-        if (sh.n_layers, sh.key_dim, sh.value_dim) != (shape.n_layers, shape.key_dim,
-                                                       shape.value_dim) or \
-                (not sh.pooled and sh.n_heads != shape.n_kv_heads):
-            raise _code_error(
-                _lib.E_CODEBOOK, f"codebook shape {sh.n_layers} layers x {sh.n_heads} heads, "
-                f"dims {sh.key_dim}/{sh.value_dim} does not fit the cache ({shape.n_layers} "
-                f"layers x {shape.n_kv_heads} heads, dims {shape.key_dim}/{shape.value_dim})",
-                cbpath)
-        keys.from_codebook(r.value, cbpath, shape.key_dim)
-        rc = lib.fkvf_rvq_from_tables(byref(q), byref(sh), shape.n_kv_heads,
-                                      contents.value + 64, size.value - 64, None)
+        cb.check_fit(shape.n_layers, shape.n_kv_heads, shape.key_dim, shape.value_dim)
+        cb.settle_keys(keys)
+        rc = lib.fkvf_rvq_from_tables(byref(q), byref(cb.shape), shape.n_kv_heads,
+                                      cb.contents + 64, cb.size - 64, None)
         if rc != _lib.OK:
             raise _code_error(rc, "cannot load the codebook tables", cbpath)
-        return r.value, q.value, sh, bytes(h)
+        return cb, q.value
     except BaseException:
         lib.fkvf_rvq_free(q)
-        lib.fkvf_reader_free(r)
+        cb.close()
         raise
 
 
@@ -281,10 +259,11 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
     S_policy = S
     rb = rows.shape[1] * rows.itemsize
     handles: Dict[str, int] = {}
+    cb: Optional[CodebookFile] = None
     try:
-        cbhash = None
         if cbpath is not None:
-            handles["cbr"], handles["q"], cbshape, cbhash = _load_codebook(cbpath, shape, kopts)
+            cb, handles["q"] = _load_codebook(cbpath, shape, kopts)
+            cbshape = cb.shape
         kopts.hf_default(hf)
         rope_c, un_rotated = kopts.rope_for(shape.key_dim)
         krope = rope_c if un_rotated else None
@@ -376,7 +355,7 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
             stage = "codebooks"
             if cbpath is not None:
                 rc = lib.fkvf_writer_add_codebook_ref(
-                    w, byref(cbshape), (c_uint8 * 16)(*cbhash),
+                    w, byref(cbshape), (c_uint8 * 16)(*cb.content_hash),
                     os.path.basename(cbpath).encode())
             else:
                 t = _tables(handles["q"])
@@ -411,7 +390,8 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
     finally:
         lib.fkvf_writer_free(handles.get("w"))
         lib.fkvf_rvq_free(handles.get("q"))
-        lib.fkvf_reader_free(handles.get("cbr"))
+        if cb is not None:
+            cb.close()
     return _pack_result(path, cbpath, P, A, shape, cbb, k_out)
 
 
@@ -544,5 +524,5 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
     return {"out": path, "n_caches": len(items), "layers": cbshape.n_layers,
             "heads": 1 if cbshape.pooled else cbshape.n_heads, "pooled": bool(cbshape.pooled),
             "k": cbshape.k, "k_stages": cbshape.k_stages, "v_stages": cbshape.v_stages,
-            "dtype": "f32" if cbshape.dtype == _lib.DTYPE_F32 else "f16",
+            "dtype": _cache.NAME_OF.get(cbshape.dtype, str(cbshape.dtype)),
             "bytes": os.path.getsize(path), "content_hash": bytes(h).hex()}

@@ -220,7 +220,7 @@ def test_codebook_settings_win_contradictions_refused(fkvf, tmp_path, codebook):
     with pytest.raises(fkvf.CodebookError, match="does not fit"):
         a.append(K[:3], V[:3])
     a.close()
-    with pytest.raises(ValueError, match="not a codebook file"):
+    with pytest.raises(fkvf.InvalidArgError, match="not a codebook file"):
         fkvf.Appender(p, create=True, codebooks=os.path.join(SRCDIR, "testdata", "sample.fkvf"))
     assert not p.exists()
 
