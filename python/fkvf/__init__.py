@@ -11,7 +11,8 @@ from . import errors
 from ._lib import version as _version
 from .appender import Appender
 from .archive import Archive, open
-from .pack import Rope, pack, train
+from ._keys import Rope
+from .pack import pack, train
 from .errors import (
     FkvfError, InvalidArgError, StateError, NoMemError, IoError, RangeError,
     NotFoundError, UnsupportedError, ExistsError, BadMagicError, VersionError,

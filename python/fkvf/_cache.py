@@ -18,7 +18,6 @@ then the values of every head (spec 14.2), in the archive's dtype.
 
 from __future__ import annotations
 
-import ctypes
 import warnings
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -32,8 +31,6 @@ NP_OF = {_lib.DTYPE_F16: np.dtype("<f2"), _lib.DTYPE_BF16: np.dtype("<u2"),
          _lib.DTYPE_F32: np.dtype("<f4")}
 NAME_OF = {_lib.DTYPE_F16: "f16", _lib.DTYPE_BF16: "bf16", _lib.DTYPE_F32: "f32"}
 
-_lib.bind({"fkvf_convert": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
-                                           ctypes.c_void_p, ctypes.c_size_t])})
 
 
 class Tensor(NamedTuple):

@@ -110,12 +110,106 @@ class ReadRequest(Structure):
                 ("parts", c_uint), ("dtype", c_int), ("layout", c_int)]
 
 
+class SectionInfo(Structure):
+    _fields_ = [("type", c_uint32), ("flags", c_uint32), ("offset", c_uint64),
+                ("stored_size", c_uint64), ("size", c_uint64), ("key", c_uint64),
+                ("checksum", c_uint64), ("commit_seq", c_uint64)]
+
+
+class Match(Structure):
+    _fields_ = [("position", c_uint64), ("length", c_uint64)]
+
+
+class PrefixReuse(Structure):
+    _fields_ = [("prefix_len", c_uint64), ("match_end", c_uint64), ("match_len", c_uint64),
+                ("archive_positions", c_uint64)]
+
+
+class CodebookShape(Structure):
+    _fields_ = [("n_layers", c_uint32), ("n_heads", c_uint32), ("key_dim", c_uint32),
+                ("value_dim", c_uint32), ("k", c_uint32), ("k_stages", c_uint8),
+                ("v_stages", c_uint8), ("dtype", c_int), ("pooled", c_uint8)]
+
+
+class Rope(Structure):
+    _fields_ = [("layout", c_uint8), ("rope_dims", c_uint32), ("theta", c_double)]
+
+
+class Rows(Structure):
+    _fields_ = [("data", c_void_p), ("n_rows", c_size_t), ("dtype", c_int),
+                ("first_position", c_uint64)]
+
+
+class RvqParams(Structure):
+    _fields_ = [("n_layers", c_uint32), ("n_kv_heads", c_uint32), ("key_dim", c_uint32),
+                ("value_dim", c_uint32), ("k", c_uint32), ("k_stages", c_uint8),
+                ("v_stages", c_uint8), ("pooled", c_uint8), ("table_dtype", c_int),
+                ("seed", c_uint64), ("max_iters", c_uint32),
+                ("samples_per_centroid", c_uint32), ("key_rope", POINTER(Rope)),
+                ("progress", c_void_p), ("progress_opaque", c_void_p)]
+
+
+class WriterOptions(Structure):
+    _fields_ = [("required_features", c_uint64), ("optional_features", c_uint64),
+                ("block_size", c_uint32), ("deflate_level", c_int), ("sync", c_uint),
+                ("no_replace", c_int), ("mode", c_uint)]
+
+
+class StreamSpec(Structure):
+    _fields_ = [("profile", c_int), ("symbol_bits", c_uint), ("alphabet", c_uint32),
+                ("r", c_double), ("span_symbols", c_uint32)]
+
+
+class KeySettings(Structure):
+    _fields_ = [("pre_rope", c_uint8), ("no_rope", c_uint8), ("layout", c_uint8),
+                ("dims", c_uint32), ("theta", c_double), ("keys_set", c_uint8),
+                ("theta_set", c_uint8), ("dims_set", c_uint8), ("layout_set", c_uint8),
+                ("layout_taken", c_uint8)]
+
+
+class KeyClash(Structure):
+    _fields_ = [("setting", c_char_p), ("trained", c_char * 32), ("given", c_char * 32)]
+
+
+class AppendOptions(Structure):
+    _fields_ = [("sync", c_uint), ("beam_width", c_uint), ("block_size", c_uint32),
+                ("codebook_file", c_void_p), ("recover", c_int), ("io", c_void_p)]
+
+
+class AppendCreate(Structure):
+    _fields_ = [("desc", POINTER(Desc)), ("codebook", c_void_p),
+                ("codebook_ref", c_void_p), ("codebook_name", c_char_p),
+                ("index_codec", StreamSpec), ("token_codec", StreamSpec)]
+
+
+class AppendInfo(Structure):
+    _fields_ = [("n_positions", c_uint64), ("n_archived", c_uint64), ("pending", c_uint64),
+                ("commit_seq", c_uint64), ("file_size", c_uint64),
+                ("recovered_bytes", c_uint64), ("has_tokens", c_int), ("has_codebook", c_int)]
+
+
+# each Structure above and the fkvf.h type it mirrors (python/tests/test_abi.py checks
+# every one's size and field offsets against the header)
+STRUCTS = {
+    "ErrorInfo": "fkvf_error_info", "ArchiveInfo": "fkvf_archive_info", "Desc": "fkvf_desc",
+    "MetaEntry": "fkvf_meta_entry", "StreamInfo": "fkvf_stream_info",
+    "ReadRequest": "fkvf_read_request", "SectionInfo": "fkvf_section_info",
+    "Match": "fkvf_match", "PrefixReuse": "fkvf_prefix_reuse",
+    "CodebookShape": "fkvf_codebook_shape", "Rope": "fkvf_rope", "Rows": "fkvf_rows",
+    "RvqParams": "fkvf_rvq_params", "WriterOptions": "fkvf_writer_options",
+    "StreamSpec": "fkvf_stream_spec", "KeySettings": "fkvf_key_settings",
+    "KeyClash": "fkvf_key_clash", "AppendOptions": "fkvf_append_options",
+    "AppendCreate": "fkvf_append_create", "AppendInfo": "fkvf_append_info",
+}
+
+
 # ---- constants (fkvf.h) --------------------------------------------------------
 
 OK = 0
 E_INVALID_ARG = 1
 E_RANGE = 5
 E_NOT_FOUND = 6
+E_EXISTS = 8
 E_CODEBOOK = 37
 ERROR_NO_OFFSET = 2**64 - 1
 OPEN_STRICT = 1
@@ -124,9 +218,21 @@ PART_KEYS, PART_VALUES = 1, 2
 LAYOUT_ROWS, LAYOUT_HEADS = 0, 1
 META_U64, META_I64, META_F64, META_BOOL, META_UTF8, META_BYTES = 1, 2, 3, 4, 5, 6
 STREAM_ID_TOKENS = 1 << 56
+PROFILE_QUAD, PROFILE_NGON = 1, 2
+ROPE_INTERLEAVED, ROPE_HALF_SPLIT = 1, 2
+ROPE_LAYOUTS = {"interleaved": ROPE_INTERLEAVED, "half-split": ROPE_HALF_SPLIT}
+FEAT_NGON, FEAT_DEFLATE, FEAT_EXTERNAL_CODEBOOK = 1, 2, 4
+OPTFEAT_TOKEN_STREAM = 1
+SECTION_DEFLATE = 2
+SECTION_EXAC = 0x43415845  # FKVF_FOURCC('E', 'X', 'A', 'C')
+SYNC_COMMIT, SYNC_NONE = 0, 1
 
 lib = _load()
 Reader = c_void_p  # fkvf_reader *, opaque
+Writer = c_void_p  # fkvf_writer *
+Rvq = c_void_p  # fkvf_rvq *
+Search = c_void_p  # fkvf_search *
+Appender = c_void_p  # fkvf_appender *
 
 _PROTOS = {
     "fkvf_version_number": (c_uint, []),
@@ -156,17 +262,108 @@ _PROTOS = {
     "fkvf_reader_read": (c_int, [Reader, POINTER(ReadRequest), c_void_p, c_size_t]),
     "fkvf_reader_is_exact": (c_int, [Reader, c_uint64, POINTER(c_int)]),
     "fkvf_reader_verify": (c_int, [Reader]),
+    "fkvf_reader_codebook": (c_int, [Reader, POINTER(CodebookShape), POINTER(c_void_p),
+                                     POINTER(c_size_t), POINTER(c_uint8)]),
+    "fkvf_codebook_key_settings": (c_int, [Reader, c_uint32, POINTER(KeySettings),
+                                           POINTER(KeyClash)]),
+    "fkvf_reader_section": (c_int, [Reader, c_size_t, POINTER(SectionInfo)]),
+    "fkvf_reader_section_data": (c_int, [Reader, c_size_t, POINTER(c_void_p),
+                                         POINTER(c_size_t)]),
+    "fkvf_reader_exact_row": (c_int, [Reader, c_uint64, POINTER(c_void_p),
+                                      POINTER(c_size_t)]),
+    # search
+    "fkvf_search_open": (c_int, [POINTER(Search), Reader, c_size_t, c_uint, c_void_p]),
+    "fkvf_search_free": (None, [Search]),
+    "fkvf_search_error": (c_int, [Search, POINTER(ErrorInfo)]),
+    "fkvf_search_suffix": (c_int, [Search, POINTER(c_uint32), c_size_t, POINTER(c_uint64),
+                                   c_size_t, POINTER(c_uint64)]),
+    "fkvf_search_longest": (c_int, [Search, POINTER(c_uint32), c_size_t, c_size_t,
+                                    POINTER(Match), POINTER(c_size_t)]),
+    "fkvf_search_context": (c_int, [Reader, c_size_t, c_uint64, c_size_t, POINTER(c_uint32),
+                                    POINTER(c_size_t)]),
+    "fkvf_search_prefix_reuse": (c_int, [Reader, POINTER(c_uint32), c_size_t,
+                                         POINTER(PrefixReuse)]),
+    # codebooks and RVQ
+    "fkvf_codebook_size": (c_uint64, [POINTER(CodebookShape)]),
+    "fkvf_codebook_auto_k": (c_uint32, [POINTER(CodebookShape), c_uint32, c_uint64]),
+    "fkvf_codebook_pays": (c_int, [POINTER(CodebookShape), c_uint32, c_uint64, c_uint64,
+                                   POINTER(c_double)]),
+    "fkvf_quad_bits_for": (c_uint, [c_uint64]),
+    "fkvf_rvq_params_init": (None, [POINTER(RvqParams)]),
+    "fkvf_rvq_train": (c_int, [POINTER(Rvq), POINTER(RvqParams), POINTER(Rows), c_size_t,
+                               c_void_p]),
+    "fkvf_rvq_from_tables": (c_int, [POINTER(Rvq), POINTER(CodebookShape), c_uint32,
+                                     c_void_p, c_size_t, c_void_p]),
+    "fkvf_rvq_free": (None, [Rvq]),
+    "fkvf_rvq_shape": (None, [Rvq, POINTER(CodebookShape), POINTER(c_uint32)]),
+    "fkvf_rvq_tables_size": (c_size_t, [Rvq]),
+    "fkvf_rvq_tables": (c_int, [Rvq, c_void_p, c_size_t]),
+    "fkvf_rvq_codes_per_position": (c_size_t, [Rvq]),
+    "fkvf_rvq_encode": (c_int, [Rvq, POINTER(Rows), POINTER(Rope), c_uint, c_void_p,
+                                c_size_t, c_size_t]),
+    # writer
+    "fkvf_writer_options_init": (None, [POINTER(WriterOptions)]),
+    "fkvf_writer_create_file": (c_int, [POINTER(Writer), c_char_p, POINTER(WriterOptions),
+                                        c_void_p]),
+    "fkvf_writer_free": (None, [Writer]),
+    "fkvf_writer_error": (c_int, [Writer, POINTER(ErrorInfo)]),
+    "fkvf_writer_set_desc": (c_int, [Writer, POINTER(Desc)]),
+    "fkvf_writer_meta_u64": (c_int, [Writer, c_char_p, c_uint64]),
+    "fkvf_writer_meta_i64": (c_int, [Writer, c_char_p, c_int64]),
+    "fkvf_writer_meta_f64": (c_int, [Writer, c_char_p, c_double]),
+    "fkvf_writer_meta_bool": (c_int, [Writer, c_char_p, c_int]),
+    "fkvf_writer_meta_utf8": (c_int, [Writer, c_char_p, c_char_p]),
+    "fkvf_writer_meta_bytes": (c_int, [Writer, c_char_p, c_void_p, c_size_t]),
+    "fkvf_writer_add_exact": (c_int, [Writer, c_uint64, c_uint64, c_void_p, c_size_t, c_uint]),
+    "fkvf_writer_add_index_segment": (c_int, [Writer, POINTER(StreamSpec), c_uint64, c_uint64,
+                                              c_void_p, c_size_t, c_size_t]),
+    "fkvf_writer_add_token_segment": (c_int, [Writer, POINTER(StreamSpec), c_uint64, c_void_p,
+                                              c_size_t]),
+    "fkvf_writer_add_codebooks": (c_int, [Writer, POINTER(CodebookShape), c_void_p, c_size_t,
+                                          c_uint]),
+    "fkvf_writer_add_codebook_ref": (c_int, [Writer, POINTER(CodebookShape), POINTER(c_uint8),
+                                             c_char_p]),
+    "fkvf_writer_set_positions": (c_int, [Writer, c_uint64, c_uint64]),
+    "fkvf_writer_finish": (c_int, [Writer]),
+    # appender
+    "fkvf_append_options_init": (None, [POINTER(AppendOptions)]),
+    "fkvf_appender_create": (c_int, [POINTER(Appender), c_char_p, POINTER(AppendCreate),
+                                     POINTER(AppendOptions), c_void_p]),
+    "fkvf_appender_open": (c_int, [POINTER(Appender), c_char_p, POINTER(AppendOptions),
+                                   c_void_p]),
+    "fkvf_appender_append": (c_int, [Appender, c_void_p, c_size_t, c_size_t, c_void_p]),
+    "fkvf_appender_commit": (c_int, [Appender]),
+    "fkvf_appender_sync": (c_int, [Appender]),
+    "fkvf_appender_info": (c_int, [Appender, POINTER(AppendInfo)]),
+    "fkvf_appender_error": (c_int, [Appender, POINTER(ErrorInfo)]),
+    "fkvf_appender_free": (None, [Appender]),
+    # conversion
+    "fkvf_convert": (c_int, [c_int, c_void_p, c_int, c_void_p, c_size_t]),
 }
 
 
 
+_BOUND: dict = {}
+
+
 def bind(protos: dict) -> None:
     """Set restype and argtypes of each function named in protos ({name: (restype,
-    [argtypes])}). Each module binds the functions it calls (archive: the reader's, here)."""
-    for name, (res, args) in protos.items():
+    [argtypes])}). Every prototype of the package is in _PROTOS, bound here once; a second
+    binding of a name with another prototype raises TypeError (at import: two modules
+    would each break the other's calls), the same prototype again is a no-op."""
+    for name, proto in protos.items():
+        res, args = proto
+        proto = (res, tuple(args))
+        old = _BOUND.get(name)
+        if old is not None:
+            if old != proto:
+                raise TypeError(f"fkvf: {name} bound twice with different prototypes: "
+                                f"{old} and {proto}")
+            continue
         f = getattr(lib, name)
         f.restype = res
-        f.argtypes = args
+        f.argtypes = list(args)
+        _BOUND[name] = proto
 
 
 bind(_PROTOS)

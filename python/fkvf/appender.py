@@ -3,92 +3,31 @@
 
 from __future__ import annotations
 
-import math
 import operator
 import os
 import threading
-from ctypes import (POINTER, Structure, byref, pointer, c_char_p, c_double, c_int, c_size_t, c_uint,
-                    c_uint8, c_uint32, c_uint64, c_void_p)
+from ctypes import byref, pointer
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _cache, _lib
 from ._lib import lib
-from .archive import Archive, PathLike, _error_from
-from .errors import FkvfError, make
+from ._codebook import CodebookFile
+from ._keys import KeyOpts
+from .archive import Archive, PathLike
+from .errors import FkvfError, from_code, from_handle
 
-SYNC_COMMIT, SYNC_NONE = 0, 1
+SYNC_COMMIT, SYNC_NONE = _lib.SYNC_COMMIT, _lib.SYNC_NONE
 _SYNC = {"commit": SYNC_COMMIT, "none": SYNC_NONE}
-_KEYS = {"pre-rope": 1, "as-is": 0}
-_ROPE_LAYOUTS = {"interleaved": 1, "half-split": 2}
-_PROFILE_QUAD, _PROFILE_NGON = 1, 2
-_E_EXISTS, _E_CODEBOOK = 8, 37
 _TOKEN_BITS_DEFAULT = 16  # as fkvf append --create: wider when the ids need it
 _U32 = 2**32 - 1
-
-
-# ---- structures (fkvf.h, "appender") ---------------------------------------------
-
-class StreamSpec(Structure):
-    _fields_ = [("profile", c_int), ("symbol_bits", c_uint), ("alphabet", c_uint32),
-                ("r", c_double), ("span_symbols", c_uint32)]
-
-
-class CodebookShape(Structure):
-    _fields_ = [("n_layers", c_uint32), ("n_heads", c_uint32), ("key_dim", c_uint32),
-                ("value_dim", c_uint32), ("k", c_uint32), ("k_stages", c_uint8),
-                ("v_stages", c_uint8), ("dtype", c_int), ("pooled", c_uint8)]
-
-
-class AppendOptions(Structure):
-    _fields_ = [("sync", c_uint), ("beam_width", c_uint), ("block_size", c_uint32),
-                ("codebook_file", c_void_p), ("recover", c_int), ("io", c_void_p)]
-
-
-class AppendCreate(Structure):
-    _fields_ = [("desc", POINTER(_lib.Desc)), ("codebook", c_void_p),
-                ("codebook_ref", c_void_p), ("codebook_name", c_char_p),
-                ("index_codec", StreamSpec), ("token_codec", StreamSpec)]
-
-
-class AppendInfo(Structure):
-    _fields_ = [("n_positions", c_uint64), ("n_archived", c_uint64), ("pending", c_uint64),
-                ("commit_seq", c_uint64), ("file_size", c_uint64),
-                ("recovered_bytes", c_uint64), ("has_tokens", c_int), ("has_codebook", c_int)]
-
-
-_H = c_void_p  # fkvf_appender *, opaque
-_lib.bind({
-    "fkvf_append_options_init": (None, [POINTER(AppendOptions)]),
-    "fkvf_appender_create": (c_int, [POINTER(_H), c_char_p, POINTER(AppendCreate),
-                                     POINTER(AppendOptions), c_void_p]),
-    "fkvf_appender_open": (c_int, [POINTER(_H), c_char_p, POINTER(AppendOptions), c_void_p]),
-    "fkvf_appender_append": (c_int, [_H, c_void_p, c_size_t, c_size_t, c_void_p]),
-    "fkvf_appender_commit": (c_int, [_H]),
-    "fkvf_appender_sync": (c_int, [_H]),
-    "fkvf_appender_info": (c_int, [_H, POINTER(AppendInfo)]),
-    "fkvf_appender_error": (c_int, [_H, POINTER(_lib.ErrorInfo)]),
-    "fkvf_appender_free": (None, [_H]),
-    "fkvf_reader_codebook": (c_int, [_lib.Reader, POINTER(CodebookShape), POINTER(c_void_p),
-                                     POINTER(c_size_t), POINTER(c_uint8)]),
-    "fkvf_quad_bits_for": (c_uint, [c_uint64]),
-})
+_H = _lib.Appender
 
 
 def _appender_error(h: Optional[int], code: int, path: str) -> FkvfError:
-    """The FkvfError of a failed call on appender h (its fkvf_appender_error fields)."""
-    if h:
-        info = _lib.ErrorInfo()
-        if lib.fkvf_appender_error(h, byref(info)) == _lib.OK and info.code != _lib.OK:
-            c = info.code
-            offset = None if info.offset == _lib.ERROR_NO_OFFSET else int(info.offset)
-            return make(c, _lib.text(lib.fkvf_error_name(c)) or "", lib.fkvf_error_class(c),
-                        _lib.text(info.message) or "", _lib.text(info.file) or path, offset,
-                        _lib.text(info.clause), _lib.text(info.field))
-    name = _lib.text(lib.fkvf_error_name(code)) or ""
-    return make(code, name, lib.fkvf_error_class(code),
-                f"{path}: {_lib.text(lib.fkvf_strerror(code)) or name}", path)
+    """The FkvfError of a failed call on appender h (errors.from_handle)."""
+    return from_handle(lib.fkvf_appender_error, h, code, path)
 
 
 def _count(value: Any, what: str, lo: int = 0, hi: int = _U32) -> int:
@@ -107,85 +46,6 @@ def _choice(value: Any, table: Dict[str, int], what: str) -> int:
     if value not in table:
         raise ValueError(f"{what} {value!r}: expected " + " or ".join(map(repr, table)))
     return table[value]
-
-
-class _KeyOpts:
-    """keys / rope settings of a new archive, as fkvf append --create takes them (--keys,
-    --rope-theta, --rope-dims, --rope-layout, --no-rope); None = not given."""
-
-    def __init__(self, keys: Optional[str], rope: bool, theta: Optional[float],
-                 dims: Optional[int], layout: Optional[str]) -> None:
-        self.pre_rope = None if keys is None else _choice(keys, _KEYS, "keys")
-        if not isinstance(rope, (bool, np.bool_)):
-            raise TypeError(f"rope: a {type(rope).__name__}, expected True or False")
-        self.rope = bool(rope)
-        if theta is not None:
-            if isinstance(theta, (bool, np.bool_)) or not isinstance(theta, (int, float,
-                                                                              np.number)):
-                raise TypeError(f"rope_theta: a {type(theta).__name__}, expected a number")
-            if not (math.isfinite(theta) and theta > 0):
-                raise ValueError(f"rope_theta {theta}: expected a finite number > 0")
-            theta = float(theta)
-        self.theta = theta
-        self.dims = None if dims is None else _count(dims, "rope_dims", 2)
-        self.layout = None if layout is None else _choice(layout, _ROPE_LAYOUTS, "rope_layout")
-
-    def from_codebook(self, meta: Dict[str, Any], cb_path: str, key_dim: int) -> None:
-        """The codebook file's train.* settings where not given; a given one that contradicts
-        them is refused (its centroids are keys handled the other way)."""
-        clash: Optional[Tuple[str, Any, Any]] = None
-        tk = {"as-is": 0, "pre-rope": 1}.get(meta.get("train.keys"))  # type: ignore[arg-type]
-        if tk is not None:
-            if self.pre_rope is None:
-                self.pre_rope = tk
-            elif self.pre_rope != tk and self.rope:
-                clash = ("keys", {0: "as-is", 1: "pre-rope"}[tk],
-                         {0: "as-is", 1: "pre-rope"}[self.pre_rope])
-        un_rotated = self.pre_rope != 0 and self.rope  # only then do the rope settings matter
-        th = meta.get("train.rope_theta")
-        if isinstance(th, float) and math.isfinite(th) and th > 0:
-            if self.theta is None:
-                self.theta = th
-            elif self.theta != th and un_rotated and clash is None:
-                clash = ("rope_theta", th, self.theta)
-        rd = meta.get("train.rope_dims")
-        if isinstance(rd, int) and not isinstance(rd, bool) and 2 <= rd <= key_dim and \
-                rd % 2 == 0:
-            if self.dims is None:
-                self.dims = rd
-            elif self.dims != rd and un_rotated and clash is None:
-                clash = ("rope_dims", rd, self.dims)
-        rl = {"interleaved": 1, "half-split": 2}.get(
-            meta.get("train.rope_layout"))  # type: ignore[arg-type]
-        if rl is not None:
-            if self.layout is None:
-                self.layout = rl
-            elif self.layout != rl and un_rotated and clash is None:
-                names = {1: "interleaved", 2: "half-split"}
-                clash = ("rope_layout", names[rl], names[self.layout])
-        if clash is not None:
-            opt, trained, given = clash
-            raise make(_E_CODEBOOK, "FKVF_E_CODEBOOK", lib.fkvf_error_class(_E_CODEBOOK),
-                       f"{cb_path}: trained with {opt}={trained!r}, and {opt}={given!r} "
-                       "was given: its centroids are keys handled the other way. Leave "
-                       f"{opt} out (the codebook's setting is used), or train a codebook with it",
-                cb_path)
-
-    def desc_fields(self, key_dim: int) -> Dict[str, Any]:
-        """The descriptor's key fields (spec 8), as fkvf append --create sets them."""
-        if not self.rope:
-            return dict(key_transform=0, rope_layout=0, rope_dims=0, rope_theta=0.0,
-                        key_storage=0)
-        if self.dims is None and key_dim % 2:
-            raise ValueError(f"key_dim {key_dim} is odd, and RoPE rotates pairs of dims: give "
-                             f"rope_dims= (even, at most {key_dim - 1}) or rope=False")
-        dims = key_dim if self.dims is None else self.dims
-        if dims > key_dim or dims % 2:
-            raise ValueError(f"rope_dims {dims} does not fit key_dim {key_dim} (even, at most "
-                             "key_dim)")
-        return dict(key_transform=1, rope_layout=self.layout or 1, rope_dims=dims,
-                    rope_theta=10000.0 if self.theta is None else self.theta,
-                    key_storage=0 if self.pre_rope == 0 else 1)
 
 
 class Appender:
@@ -223,10 +83,11 @@ class Appender:
       tokens: True / False (a token stream); None: one when the first append gives ids (no
         stream when shape= is given); token_bits (even 2..32) or vocab_size imply True and
         set its width (default 16, or wider when the first ids need it);
-      keys "pre-rope" (default) / "as-is", rope (False: keys carry no RoPE), rope_theta
-        (10000), rope_dims (key_dim), rope_layout "interleaved" (default) / "half-split":
-        with a codebook file its train.* settings are used where not given and a
-        contradicting one is refused (CodebookError);
+      keys and rope as fkvf.pack (one rule, fkvf._keys): keys "pre-rope" (default) /
+        "as-is"; rope None, a dict or fkvf.Rope(theta, dims, layout), or False (keys carry
+        no RoPE); pairs half-split when the first append gives per-layer lists, else
+        interleaved; with a codebook file its train.* settings are used where not given
+        and a contradicting one is refused (CodebookError);
       model_id, tokenizer_id; shape ``(n_layers, n_kv_heads, key_dim, value_dim)`` with
         dtype (np.float16, np.float32, "bf16"): the file is created at once; dtype alone:
         the appended arrays are converted to it.
@@ -237,8 +98,7 @@ class Appender:
                  layout: str = "hnd", sinks: int = 4, recent: int = 32, codec: str = "quad",
                  tokens: Optional[bool] = None, token_bits: Optional[int] = None,
                  vocab_size: Optional[int] = None, keys: Optional[str] = None,
-                 rope: bool = True, rope_theta: Optional[float] = None,
-                 rope_dims: Optional[int] = None, rope_layout: Optional[str] = None,
+                 rope: Any = None,
                  model_id: str = "", tokenizer_id: str = "",
                  shape: Optional[Sequence[int]] = None, dtype: Any = None) -> None:
         self._h: Optional[int] = None
@@ -246,10 +106,10 @@ class Appender:
         self._failed: Optional[FkvfError] = None
         self._lock = threading.RLock()
         self._queue: List[Tuple[np.ndarray, Optional[np.ndarray]]] = []
-        self._cbfile: Optional[Archive] = None
+        self._cbfile: Optional[CodebookFile] = None
         self.path = os.fsdecode(os.fspath(path))
         self._layout = _cache.check_layout(layout)
-        opts = AppendOptions()
+        opts = _lib.AppendOptions()
         lib.fkvf_append_options_init(byref(opts))
         opts.sync = _choice(sync, _SYNC, "sync")
         opts.beam_width = _count(beam, "beam", 1, 64)
@@ -267,17 +127,13 @@ class Appender:
         try:
             if create:
                 self._init_create(codebooks, sinks, recent, codec, tokens, token_bits, vocab_size,
-                                  keys, rope, rope_theta, rope_dims, rope_layout, model_id,
-                                  tokenizer_id, shape, dtype)
+                                  keys, rope, model_id, tokenizer_id, shape, dtype)
             else:
                 given = [n for n, v in (("sinks", sinks != 4), ("recent", recent != 32),
                                         ("codec", codec != "quad"), ("tokens", tokens is not None),
                                         ("token_bits", token_bits is not None),
                                         ("vocab_size", vocab_size is not None),
-                                        ("keys", keys is not None), ("rope", rope is not True),
-                                        ("rope_theta", rope_theta is not None),
-                                        ("rope_dims", rope_dims is not None),
-                                        ("rope_layout", rope_layout is not None),
+                                        ("keys", keys is not None), ("rope", rope is not None),
                                         ("model_id", model_id != ""),
                                         ("tokenizer_id", tokenizer_id != ""),
                                         ("shape", shape is not None), ("dtype", dtype is not None))
@@ -323,9 +179,8 @@ class Appender:
 
     def _init_create(self, codebooks: Optional[PathLike], sinks: int, recent: int, codec: str,
                      tokens: Optional[bool], token_bits: Optional[int],
-                     vocab_size: Optional[int], keys: Optional[str], rope: bool,
-                     rope_theta: Optional[float], rope_dims: Optional[int],
-                     rope_layout: Optional[str], model_id: str, tokenizer_id: str,
+                     vocab_size: Optional[int], keys: Optional[str], rope: Any,
+                     model_id: str, tokenizer_id: str,
                      shape: Optional[Sequence[int]], dtype: Any) -> None:
         self._sinks = _count(sinks, "sinks")
         self._recent = _count(recent, "recent")
@@ -346,7 +201,7 @@ class Appender:
             raise ValueError("token_bits= / vocab_size= with tokens=False")
         if self._token_bits is not None:
             self._token_max = (1 << self._token_bits) - 1
-        self._keys = _KeyOpts(keys, rope, rope_theta, rope_dims, rope_layout)
+        self._keys = KeyOpts(keys, rope)
         for what, s in (("model_id", model_id), ("tokenizer_id", tokenizer_id)):
             if not isinstance(s, str):
                 raise TypeError(f"{what}: a {type(s).__name__}, expected a str")
@@ -369,36 +224,20 @@ class Appender:
             if self._has_tokens is None:
                 self._has_tokens = False
         if os.path.lexists(self.path):
-            raise make(_E_EXISTS, "FKVF_E_EXISTS", lib.fkvf_error_class(_E_EXISTS),
-                       f"{self.path}: exists; create=True never replaces a file (append to "
-                       "it without create=True)", self.path)
+            raise from_code(_lib.E_EXISTS, "exists; create=True never replaces a file (append "
+                            "to it without create=True)", self.path)
         if codebooks is not None:
-            cb = Archive(codebooks)
+            cb = CodebookFile(os.fsdecode(os.fspath(codebooks)))
             self._cbfile = cb
-            if cb.descriptor is not None:
-                raise ValueError(f"codebooks {cb.path}: not a codebook file (it holds a cache "
-                                 "descriptor: an archive? see fkvf train)")
-            self._cbshape = CodebookShape()
-            rc = lib.fkvf_reader_codebook(cb._h, byref(self._cbshape), None, None, None)
-            if rc != _lib.OK:
-                raise _error_from(cb._h, rc, cb.path)
-            self._keys.from_codebook(cb.metadata, cb.path, self._cbshape.key_dim)
+            cb.settle_keys(self._keys)
         if self._shape is not None:
+            self._keys.hf_default(False)  # no cache form: interleaved unless given
             self._create()
 
     def _fit_codebook(self, shape: Tuple[int, int, int, int]) -> None:
         """The codebook file of a create fits the cache's shape (CodebookError if not)."""
-        cb = self._cbfile
-        if cb is None:
-            return
-        L, H, Dk, Dv = shape
-        s = self._cbshape
-        if (s.n_layers, s.key_dim, s.value_dim) != (L, Dk, Dv) or (
-                not s.pooled and s.n_heads != H):
-            raise make(_E_CODEBOOK, "FKVF_E_CODEBOOK", lib.fkvf_error_class(_E_CODEBOOK),
-                       f"{cb.path}: codebook shape {s.n_layers} layers x {s.n_heads} heads, "
-                       f"dims {s.key_dim}/{s.value_dim} does not fit the cache ({L} layers x "
-                       f"{H} heads, dims {Dk}/{Dv})", cb.path)
+        if self._cbfile is not None:
+            self._cbfile.check_fit(*shape)
 
     def _create(self) -> None:
         """fkvf_appender_create with the settings given and the shape known."""
@@ -413,14 +252,14 @@ class Appender:
             setattr(d, name, value)
         d.n_sinks, d.window = self._sinks, self._recent
         d.model_id, d.tokenizer_id = self._ids
-        cr = AppendCreate()
+        cr = _lib.AppendCreate()
         cr.desc = pointer(d)
         if cb is not None:
-            cr.codebook_ref = cb._h
-            cr.codebook_name = os.path.basename(cb.path).encode()
+            cr.codebook_ref = cb.handle
+            cr.codebook_name = cb.name.encode()
             if self._ngon:
-                cr.index_codec.profile = _PROFILE_NGON
-                cr.index_codec.alphabet = self._cbshape.k
+                cr.index_codec.profile = _lib.PROFILE_NGON
+                cr.index_codec.alphabet = cb.shape.k
         if self._has_tokens:
             bits = self._token_bits
             if bits is None:
@@ -428,7 +267,7 @@ class Appender:
                 mx = max((int(t.max()) for _, t in self._queue if t is not None and t.size),
                          default=0)
                 bits = max(bits, int(lib.fkvf_quad_bits_for(mx)))
-            cr.token_codec.profile = _PROFILE_QUAD
+            cr.token_codec.profile = _lib.PROFILE_QUAD
             cr.token_codec.symbol_bits = bits
             self._token_max = (1 << bits) - 1
         h = _H()
@@ -534,6 +373,8 @@ class Appender:
             if self._h is None:
                 # a create waiting for its shape: it is this append's (committed first)
                 self._fit_codebook(got)
+                # per-layer lists (Hugging Face's form): half-split pairs unless given
+                self._keys.hf_default(isinstance(k, (list, tuple)))
                 self._keys.desc_fields(got[2])  # rope_dims against key_dim, before queuing
                 self._shape, self._dtype, self._has_tokens = got, code, has
                 if T:
@@ -586,7 +427,7 @@ class Appender:
                             pending=sum(r.shape[0] for r, _ in self._queue), commit_seq=0,
                             file_size=0, recovered_bytes=0, has_tokens=bool(self._has_tokens),
                             has_codebook=self._cbfile is not None)
-            i = AppendInfo()
+            i = _lib.AppendInfo()
             self._check(lib.fkvf_appender_info(self._h, byref(i)))
             out: Dict[str, Any] = {n: int(getattr(i, n)) for n, _ in i._fields_}
             out["has_tokens"] = bool(i.has_tokens)

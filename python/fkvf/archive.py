@@ -13,12 +13,9 @@ import numpy as np
 
 from . import _lib
 from ._lib import lib
-from .errors import FkvfError, make
+from . import _cache
+from .errors import FkvfError, from_handle, make
 
-_DTYPE_NAMES = {_lib.DTYPE_F16: "f16", _lib.DTYPE_BF16: "bf16", _lib.DTYPE_F32: "f32"}
-# element type of each fkvf dtype in NumPy: bf16 has none, its bits come as uint16
-_NP_OF = {_lib.DTYPE_F16: np.dtype("<f2"), _lib.DTYPE_BF16: np.dtype("<u2"),
-          _lib.DTYPE_F32: np.dtype("<f4")}
 # at most this many contiguous runs of an index array are read one call each; more are read
 # as the one range that covers them
 _MAX_RUNS = 32
@@ -26,84 +23,14 @@ _MAX_RUNS = 32
 _MAX_SPAN_FACTOR = 4
 
 _SUBHDR = 64  # bytes of an EXAC header before its rows (spec 14.1)
-_SECTION_EXAC = 0x43415845  # FKVF_FOURCC('E', 'X', 'A', 'C')
-_SECTION_DEFLATE = 2        # FKVF_SECTION_DEFLATE
-
-
-class _SectionInfo(ctypes.Structure):  # fkvf_section_info
-    _fields_ = [("type", c_uint32), ("flags", c_uint32), ("offset", c_uint64),
-                ("stored_size", c_uint64), ("size", c_uint64), ("key", c_uint64),
-                ("checksum", c_uint64), ("commit_seq", c_uint64)]
-
-
-class _Match(ctypes.Structure):  # fkvf_match
-    _fields_ = [("position", c_uint64), ("length", c_uint64)]
-
-
-class _PrefixReuse(ctypes.Structure):  # fkvf_prefix_reuse
-    _fields_ = [("prefix_len", c_uint64), ("match_end", c_uint64), ("match_len", c_uint64),
-                ("archive_positions", c_uint64)]
-
-
-_lib.bind({
-    "fkvf_reader_section": (c_int, [_lib.Reader, c_size_t, ctypes.POINTER(_SectionInfo)]),
-    "fkvf_reader_section_data": (c_int, [_lib.Reader, c_size_t, ctypes.POINTER(c_void_p),
-                                         ctypes.POINTER(c_size_t)]),
-    "fkvf_reader_exact_row": (c_int, [_lib.Reader, c_uint64, ctypes.POINTER(c_void_p),
-                                      ctypes.POINTER(c_size_t)]),
-    "fkvf_search_open": (c_int, [ctypes.POINTER(c_void_p), _lib.Reader, c_size_t, ctypes.c_uint,
-                                 c_void_p]),
-    "fkvf_search_free": (None, [c_void_p]),
-    "fkvf_search_error": (c_int, [c_void_p, ctypes.POINTER(_lib.ErrorInfo)]),
-    "fkvf_search_suffix": (c_int, [c_void_p, ctypes.POINTER(c_uint32), c_size_t,
-                                   ctypes.POINTER(c_uint64), c_size_t, ctypes.POINTER(c_uint64)]),
-    "fkvf_search_longest": (c_int, [c_void_p, ctypes.POINTER(c_uint32), c_size_t, c_size_t,
-                                    ctypes.POINTER(_Match), ctypes.POINTER(c_size_t)]),
-    "fkvf_search_context": (c_int, [_lib.Reader, c_size_t, c_uint64, c_size_t,
-                                    ctypes.POINTER(c_uint32), ctypes.POINTER(c_size_t)]),
-    "fkvf_search_prefix_reuse": (c_int, [_lib.Reader, ctypes.POINTER(c_uint32), c_size_t,
-                                         ctypes.POINTER(_PrefixReuse)]),
-})
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
 Selector = Union[None, int, slice, Sequence[int], np.ndarray]
 
 
 def _error_from(handle: Optional[int], code: int, path: Optional[str]) -> FkvfError:
-    name = _lib.text(lib.fkvf_error_name(code)) or ""
-    eclass = lib.fkvf_error_class(code)
-    if handle:
-        info = _lib.ErrorInfo()
-        if lib.fkvf_reader_error(handle, byref(info)) == _lib.OK and info.code != _lib.OK:
-            offset = None if info.offset == _lib.ERROR_NO_OFFSET else int(info.offset)
-            code = info.code
-            return make(code, _lib.text(lib.fkvf_error_name(code)) or name,
-                        lib.fkvf_error_class(code), _lib.text(info.message) or "",
-                        _lib.text(info.file) or path, offset, _lib.text(info.clause),
-                        _lib.text(info.field))
-    message = _lib.text(lib.fkvf_strerror(code)) or name
-    if path is not None:
-        message = f"{path}: {message}"
-    return make(code, name, eclass, message, path)
-
-
-def _dtype_code(dtype: Any) -> int:
-    if isinstance(dtype, str):
-        key = dtype.lower()
-        table = {"f16": _lib.DTYPE_F16, "float16": _lib.DTYPE_F16, "bf16": _lib.DTYPE_BF16,
-                 "bfloat16": _lib.DTYPE_BF16, "f32": _lib.DTYPE_F32, "float32": _lib.DTYPE_F32}
-        if key in table:
-            return table[key]
-        raise ValueError(f"dtype {dtype!r}: expected np.float16, np.float32 or 'bf16'")
-    try:
-        d = np.dtype(dtype)
-    except TypeError:
-        raise ValueError(f"dtype {dtype!r}: expected np.float16, np.float32 or 'bf16'") from None
-    if d == np.float16:
-        return _lib.DTYPE_F16
-    if d == np.float32:
-        return _lib.DTYPE_F32
-    raise ValueError(f"dtype {dtype!r}: expected np.float16, np.float32 or 'bf16'")
+    """The error of a failed call on reader handle (errors.from_handle)."""
+    return from_handle(lib.fkvf_reader_error, handle, code, path)
 
 
 def _select(sel: Selector, n: int, what: str) -> Tuple[int, int, Optional[np.ndarray]]:
@@ -362,7 +289,7 @@ class Archive:
         d = _lib.Desc()
         self._check(lib.fkvf_reader_desc(self._h, byref(d)))
         out: Dict[str, Any] = {name: getattr(d, name) for name, _ in d._fields_}
-        out["dtype"] = _DTYPE_NAMES.get(d.dtype, str(d.dtype))
+        out["dtype"] = _cache.NAME_OF.get(d.dtype, str(d.dtype))
         out["model_id"] = _lib.text(d.model_id) or ""
         out["tokenizer_id"] = _lib.text(d.tokenizer_id) or ""
         out["weights_hash"] = bytes(d.weights_hash) if d.weights_hash_kind else None
@@ -471,7 +398,7 @@ class Archive:
                     part_flag: int, dt: int, dim: int) -> np.ndarray:
         """One fkvf_reader_read call in FKVF_LAYOUT_HEADS: [nl, nh, count, dim]."""
         req = _lib.ReadRequest(first, count, l0, nl, h0, nh, part_flag, dt, _lib.LAYOUT_HEADS)
-        out = np.empty((nl, nh, count, dim), dtype=_NP_OF[dt])
+        out = np.empty((nl, nh, count, dim), dtype=_cache.NP_OF[dt])
         if out.size == 0:
             return out
         self._check(lib.fkvf_reader_read(self._h, byref(req), out.ctypes.data, out.nbytes))
@@ -492,7 +419,7 @@ class Archive:
             # (at most _MAX_SPAN_FACTOR times the positions asked for), then a pick
             block = self._read_block(first, count, l0, nl, h0, nh, part_flag, dt, dim)
             return np.ascontiguousarray(block[:, :, take, :])
-        out = np.empty((nl, nh, take.size, dim), dtype=_NP_OF[dt])
+        out = np.empty((nl, nh, take.size, dim), dtype=_cache.NP_OF[dt])
         for s, e in zip(starts.tolist(), ends.tolist()):
             out[:, :, s:e, :] = self._read_block(first + int(take[s]), e - s, l0, nl, h0, nh,
                                                  part_flag, dt, dim)
@@ -508,9 +435,9 @@ class Archive:
             self._check(lib.fkvf_reader_row_bytes(self._h, self._desc_dtype(), byref(row)))
             out = []
             for i in range(self._info["n_sections"]):
-                si = _SectionInfo()
+                si = _lib.SectionInfo()
                 self._check(lib.fkvf_reader_section(self._h, i, byref(si)))
-                if si.type == _SECTION_EXAC and si.size >= _SUBHDR and row.value:
+                if si.type == _lib.SECTION_EXAC and si.size >= _SUBHDR and row.value:
                     out.append((i, int(si.flags), int(si.key),
                                 (int(si.size) - _SUBHDR) // row.value))
             self._exact_sections = out
@@ -549,7 +476,7 @@ class Archive:
         secs = self._exact_section_list()
         chosen = None
         for j, (idx, flags, first, count) in enumerate(secs):
-            if flags & _SECTION_DEFLATE or not (first <= lo and hi < first + count):
+            if flags & _lib.SECTION_DEFLATE or not (first <= lo and hi < first + count):
                 continue
             data, dsize = c_void_p(), c_size_t()
             self._check(lib.fkvf_reader_section_data(h, idx, byref(data), byref(dsize)))
@@ -565,7 +492,7 @@ class Archive:
         if any(first <= hi and lo < first + count for _, _, first, count in secs[j + 1:]):
             return None
         desc = self._desc
-        e = _NP_OF[dt].itemsize
+        e = _cache.NP_OF[dt].itemsize
         H, dk, dv = desc["n_kv_heads"], desc["key_dim"], desc["value_dim"]
         layer_b = H * (dk + dv) * e
         l0, nl, lstep = lp
@@ -576,7 +503,7 @@ class Archive:
         for p, dim, part_off in (("k", dk, 0), ("v", dv, H * dk * e)):
             if p not in part:
                 continue
-            arr = np.ndarray((nl, nh, n, dim), dtype=_NP_OF[dt], buffer=mem,
+            arr = np.ndarray((nl, nh, n, dim), dtype=_cache.NP_OF[dt], buffer=mem,
                              offset=row0 + l0 * layer_b + part_off + h0 * dim * e,
                              strides=(lstep * layer_b, hstep * dim * e, pstep * rowb, e))
             arr.flags.writeable = False
@@ -612,7 +539,7 @@ class Archive:
             if self._desc is None:
                 raise ValueError(f"{self.path}: a codebook file holds no cache to read")
             desc = self._desc
-            dt = _dtype_code(dtype) if dtype is not None else int(
+            dt = _cache.dtype_code(dtype) if dtype is not None else int(
                 {"f16": 1, "bf16": 2, "f32": 3}[desc["dtype"]])
             pos = _select(positions, self._info["n_positions"], "position")
             l0, nl, ltake = _select(layers, desc["n_layers"], "layer")
@@ -751,7 +678,7 @@ class Archive:
             self._handle()
             s = self._search()
             k = min(k, max(self._info["n_positions"], 1))
-            out = (_Match * k)()
+            out = (_lib.Match * k)()
             n = c_size_t()
             rc = lib.fkvf_search_longest(s, q.ctypes.data_as(ctypes.POINTER(c_uint32)), q.size,
                                          k, out, byref(n))
@@ -790,7 +717,7 @@ class Archive:
         with self._lock:
             h = self._handle()
             self._token_stream()
-            res = _PrefixReuse()
+            res = _lib.PrefixReuse()
             self._check(lib.fkvf_search_prefix_reuse(
                 h, q.ctypes.data_as(ctypes.POINTER(c_uint32)), q.size, byref(res)))
             return {name: int(getattr(res, name)) for name, _ in res._fields_}

@@ -9,7 +9,10 @@ has none), clause (spec clause such as "11.4", or None) and field (or None).
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from ctypes import byref
+from typing import Any, Callable, Dict, Optional, Type
+
+from . import _lib
 
 _CLASS_NAMES = {1: "usage", 2: "format", 3: "encode"}
 
@@ -230,3 +233,35 @@ def make(code: int, name: str, error_class: int, message: str, file: Optional[st
     """The FkvfError subclass of code (FkvfError itself for a code this module does not know)."""
     cls = BY_CODE.get(code, FkvfError)
     return cls(code, name, class_name(error_class), message, file, offset, clause, field)
+
+
+def from_code(code: int, message: Optional[str] = None, path: Optional[str] = None
+              ) -> FkvfError:
+    """The FkvfError of a bare status code: "PATH: MESSAGE: <fkvf_strerror>" (the parts
+    that are None left out)."""
+    lib = _lib.lib
+    name = _lib.text(lib.fkvf_error_name(code)) or ""
+    text = _lib.text(lib.fkvf_strerror(code)) or name
+    if message:
+        text = f"{message}: {text}"
+    return make(code, name, lib.fkvf_error_class(code), f"{path}: {text}" if path else text,
+                path)
+
+
+def from_handle(get_error: Callable[[Any, Any], int], handle: Optional[int], code: int,
+                path: Optional[str], prefix: str = "") -> FkvfError:
+    """The FkvfError of a failed call on a libfkvf handle: get_error is the handle's
+    fkvf_*_error function (fkvf_reader_error, fkvf_writer_error, fkvf_appender_error,
+    fkvf_search_error); its fkvf_error_info gives the code, message, file (else path),
+    offset, clause and field. prefix goes before the message. Without a handle or an error
+    recorded in it: from_code(code, prefix, path)."""
+    lib = _lib.lib
+    if handle:
+        info = _lib.ErrorInfo()
+        if get_error(handle, byref(info)) == _lib.OK and info.code != _lib.OK:
+            c = info.code
+            offset = None if info.offset == _lib.ERROR_NO_OFFSET else int(info.offset)
+            return make(c, _lib.text(lib.fkvf_error_name(c)) or "", lib.fkvf_error_class(c),
+                        prefix + (_lib.text(info.message) or ""), _lib.text(info.file) or path,
+                        offset, _lib.text(info.clause), _lib.text(info.field))
+    return from_code(code, prefix.rstrip(": ") or None, path)

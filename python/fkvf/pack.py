@@ -12,287 +12,59 @@ DynamicCache-like objects; "hnd" / "nhd").
 from __future__ import annotations
 
 import ctypes
-import math
 import os
 import warnings
-from ctypes import (POINTER, Structure, byref, c_char_p, c_double, c_int, c_size_t, c_uint,
-                    c_uint8, c_uint32, c_uint64, c_void_p)
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
+from ctypes import byref, c_uint8, c_uint32
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _cache, _lib
 from ._lib import lib
-from .errors import FkvfError, make
+from ._codebook import CodebookFile
+from ._keys import KeyOpts as _KeyOpts
+from ._keys import choice as _choice, int_arg as _int_arg, path_arg as _path_arg
+from .errors import FkvfError, from_code, from_handle
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-# ---- structures and prototypes (fkvf.h) -----------------------------------------
-
-
-class _Shape(Structure):  # fkvf_codebook_shape
-    _fields_ = [("n_layers", c_uint32), ("n_heads", c_uint32), ("key_dim", c_uint32),
-                ("value_dim", c_uint32), ("k", c_uint32), ("k_stages", c_uint8),
-                ("v_stages", c_uint8), ("dtype", c_int), ("pooled", c_uint8)]
-
-
-class _Rope(Structure):  # fkvf_rope
-    _fields_ = [("layout", c_uint8), ("rope_dims", c_uint32), ("theta", c_double)]
-
-
-class _Rows(Structure):  # fkvf_rows
-    _fields_ = [("data", c_void_p), ("n_rows", c_size_t), ("dtype", c_int),
-                ("first_position", c_uint64)]
-
-
-class _RvqParams(Structure):  # fkvf_rvq_params
-    _fields_ = [("n_layers", c_uint32), ("n_kv_heads", c_uint32), ("key_dim", c_uint32),
-                ("value_dim", c_uint32), ("k", c_uint32), ("k_stages", c_uint8),
-                ("v_stages", c_uint8), ("pooled", c_uint8), ("table_dtype", c_int),
-                ("seed", c_uint64), ("max_iters", c_uint32),
-                ("samples_per_centroid", c_uint32), ("key_rope", POINTER(_Rope)),
-                ("progress", c_void_p), ("progress_opaque", c_void_p)]
-
-
-class _WriterOptions(Structure):  # fkvf_writer_options
-    _fields_ = [("required_features", c_uint64), ("optional_features", c_uint64),
-                ("block_size", c_uint32), ("deflate_level", c_int), ("sync", c_uint),
-                ("no_replace", c_int), ("mode", c_uint)]
-
-
-class _StreamSpec(Structure):  # fkvf_stream_spec
-    _fields_ = [("profile", c_int), ("symbol_bits", c_uint), ("alphabet", c_uint32),
-                ("r", c_double), ("span_symbols", c_uint32)]
-
-
-class _KeySettings(Structure):  # fkvf_key_settings
-    _fields_ = [("pre_rope", c_uint8), ("no_rope", c_uint8), ("layout", c_uint8),
-                ("dims", c_uint32), ("theta", c_double), ("keys_set", c_uint8),
-                ("theta_set", c_uint8), ("dims_set", c_uint8), ("layout_set", c_uint8),
-                ("layout_taken", c_uint8)]
-
-
-class _KeyClash(Structure):  # fkvf_key_clash
-    _fields_ = [("setting", c_char_p), ("trained", ctypes.c_char * 32),
-                ("given", ctypes.c_char * 32)]
-
-
-# the argument of fkvf.pack each setting of fkvf_key_clash is
-_CLASH_ARG = {"keys": "keys", "rope_theta": "rope theta", "rope_dims": "rope dims",
-              "rope_layout": "rope layout"}
-
-_W = c_void_p  # fkvf_writer *
-_Q = c_void_p  # fkvf_rvq *
-_R = c_void_p  # fkvf_reader *
-
-_lib.bind({
-    "fkvf_codebook_size": (c_uint64, [POINTER(_Shape)]),
-    "fkvf_codebook_auto_k": (c_uint32, [POINTER(_Shape), c_uint32, c_uint64]),
-    "fkvf_codebook_pays": (c_int, [POINTER(_Shape), c_uint32, c_uint64, c_uint64,
-                                   POINTER(c_double)]),
-    "fkvf_quad_bits_for": (c_uint, [c_uint64]),
-    "fkvf_rvq_params_init": (None, [POINTER(_RvqParams)]),
-    "fkvf_rvq_train": (c_int, [POINTER(_Q), POINTER(_RvqParams), POINTER(_Rows), c_size_t,
-                               c_void_p]),
-    "fkvf_rvq_from_tables": (c_int, [POINTER(_Q), POINTER(_Shape), c_uint32, c_void_p,
-                                     c_size_t, c_void_p]),
-    "fkvf_rvq_free": (None, [_Q]),
-    "fkvf_rvq_shape": (None, [_Q, POINTER(_Shape), POINTER(c_uint32)]),
-    "fkvf_rvq_tables_size": (c_size_t, [_Q]),
-    "fkvf_rvq_tables": (c_int, [_Q, c_void_p, c_size_t]),
-    "fkvf_rvq_codes_per_position": (c_size_t, [_Q]),
-    "fkvf_rvq_encode": (c_int, [_Q, POINTER(_Rows), POINTER(_Rope), c_uint, c_void_p,
-                                c_size_t, c_size_t]),
-    "fkvf_writer_options_init": (None, [POINTER(_WriterOptions)]),
-    "fkvf_writer_create_file": (c_int, [POINTER(_W), c_char_p, POINTER(_WriterOptions),
-                                        c_void_p]),
-    "fkvf_writer_free": (None, [_W]),
-    "fkvf_writer_error": (c_int, [_W, POINTER(_lib.ErrorInfo)]),
-    "fkvf_writer_set_desc": (c_int, [_W, POINTER(_lib.Desc)]),
-    "fkvf_writer_meta_u64": (c_int, [_W, c_char_p, c_uint64]),
-    "fkvf_writer_meta_i64": (c_int, [_W, c_char_p, ctypes.c_int64]),
-    "fkvf_writer_meta_f64": (c_int, [_W, c_char_p, c_double]),
-    "fkvf_writer_meta_bool": (c_int, [_W, c_char_p, c_int]),
-    "fkvf_writer_meta_utf8": (c_int, [_W, c_char_p, c_char_p]),
-    "fkvf_writer_meta_bytes": (c_int, [_W, c_char_p, c_void_p, c_size_t]),
-    "fkvf_writer_add_exact": (c_int, [_W, c_uint64, c_uint64, c_void_p, c_size_t, c_uint]),
-    "fkvf_writer_add_index_segment": (c_int, [_W, POINTER(_StreamSpec), c_uint64, c_uint64,
-                                              c_void_p, c_size_t, c_size_t]),
-    "fkvf_writer_add_token_segment": (c_int, [_W, POINTER(_StreamSpec), c_uint64, c_void_p,
-                                              c_size_t]),
-    "fkvf_writer_add_codebooks": (c_int, [_W, POINTER(_Shape), c_void_p, c_size_t, c_uint]),
-    "fkvf_writer_add_codebook_ref": (c_int, [_W, POINTER(_Shape), POINTER(c_uint8),
-                                             c_char_p]),
-    "fkvf_writer_set_positions": (c_int, [_W, c_uint64, c_uint64]),
-    "fkvf_writer_finish": (c_int, [_W]),
-    "fkvf_reader_codebook": (c_int, [_R, POINTER(_Shape), POINTER(c_void_p),
-                                     POINTER(c_size_t), POINTER(c_uint8)]),
-    "fkvf_codebook_key_settings": (c_int, [_R, c_uint32, POINTER(_KeySettings),
-                                           POINTER(_KeyClash)]),
-})
-
-_FEAT_NGON, _FEAT_DEFLATE, _FEAT_EXTERNAL_CODEBOOK = 1, 2, 4
-_OPTFEAT_TOKEN_STREAM = 1
-_SECTION_DEFLATE = 2
-_PROFILE_QUAD, _PROFILE_NGON = 1, 2
-_ROPE_INTERLEAVED, _ROPE_HALF_SPLIT = 1, 2
-_LAYOUT_NAMES = {"interleaved": _ROPE_INTERLEAVED, "half-split": _ROPE_HALF_SPLIT}
+_Shape = _lib.CodebookShape
+_Rope = _lib.Rope
+_Rows = _lib.Rows
+_RvqParams = _lib.RvqParams
+_WriterOptions = _lib.WriterOptions
+_StreamSpec = _lib.StreamSpec
+_W, _Q, _R = _lib.Writer, _lib.Rvq, _lib.Reader
+_FEAT_NGON, _FEAT_DEFLATE = _lib.FEAT_NGON, _lib.FEAT_DEFLATE
+_FEAT_EXTERNAL_CODEBOOK = _lib.FEAT_EXTERNAL_CODEBOOK
+_OPTFEAT_TOKEN_STREAM = _lib.OPTFEAT_TOKEN_STREAM
+_SECTION_DEFLATE = _lib.SECTION_DEFLATE
+_PROFILE_QUAD, _PROFILE_NGON = _lib.PROFILE_QUAD, _lib.PROFILE_NGON
 _MAX_BEAM = 64
 _ENCODE_CHUNK = 256  # rows per fkvf_rvq_encode call, as fkvf pack
 
 
-class Rope(NamedTuple):
-    """How the cache's keys are rotated (RoPE): base theta, rotated dims (even; None = every
-    key dim) and pair layout ("interleaved" pairs (2i, 2i+1), or "half-split" pairs
-    (i, i + dims/2) as Hugging Face's rotate_half). A field left None takes the default:
-    a --codebooks file's train.* setting, else 10000 / key_dim / the cache form's layout."""
-    theta: Optional[float] = None
-    dims: Optional[int] = None
-    layout: Optional[str] = None
-
-
 # ---- errors ---------------------------------------------------------------------
 
-def _code_error(code: int, message: str, path: Optional[str]) -> FkvfError:
-    name = _lib.text(lib.fkvf_error_name(code)) or ""
-    text = f"{message}: {_lib.text(lib.fkvf_strerror(code))}"
-    return make(code, name, lib.fkvf_error_class(code),
-                f"{path}: {text}" if path else text, path)
-
-
-def _handle_error(getter: Any, handle: Optional[int], code: int, path: Optional[str],
-                  prefix: str = "") -> FkvfError:
-    """The error of a writer / reader handle (fkvf_*_error): file, offset, clause, field."""
-    if handle:
-        info = _lib.ErrorInfo()
-        if getter(handle, byref(info)) == _lib.OK and info.code != _lib.OK:
-            c = info.code
-            offset = None if info.offset == _lib.ERROR_NO_OFFSET else int(info.offset)
-            return make(c, _lib.text(lib.fkvf_error_name(c)) or "", lib.fkvf_error_class(c),
-                        prefix + (_lib.text(info.message) or ""), _lib.text(info.file) or path,
-                        offset, _lib.text(info.clause), _lib.text(info.field))
-    return _code_error(code, prefix.rstrip(": ") or "failed", path)
+_code_error = from_code
 
 
 def _writer_error(w: Optional[int], code: int, path: str, stage: str = "") -> FkvfError:
-    return _handle_error(lib.fkvf_writer_error, w, code, path,
-                         f"writing the {stage} failed: " if stage else "")
+    return from_handle(lib.fkvf_writer_error, w, code, path,
+                       f"writing the {stage} failed: " if stage else "")
 
 
 def _reader_error(r: Optional[int], code: int, path: str, prefix: str = "") -> FkvfError:
-    return _handle_error(lib.fkvf_reader_error, r, code, path, prefix)
+    return from_handle(lib.fkvf_reader_error, r, code, path, prefix)
 
 
 # ---- arguments --------------------------------------------------------------------
-
-def _int_arg(name: str, v: Any, lo: int, hi: int, what: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name}: a {type(v).__name__}, expected an int ({what})")
-    if not lo <= int(v) <= hi:
-        raise ValueError(f"{name}: {v} is not {what}")
-    return int(v)
-
 
 def _k_arg(k: Any) -> int:
     k = _int_arg("k", k, 16, 4096, "a power of two from 16 to 4096")
     if k & (k - 1):
         raise ValueError(f"k: {k} is not a power of two from 16 to 4096")
     return k
-
-
-def _choice(name: str, v: Any, choices: Tuple[str, ...]) -> str:
-    if not isinstance(v, str) or v not in choices:
-        raise ValueError(f"{name}: {v!r} is not " + " or ".join(repr(c) for c in choices))
-    return v
-
-
-def _path_arg(name: str, p: Any) -> str:
-    if not isinstance(p, (str, os.PathLike)):
-        raise TypeError(f"{name}: a {type(p).__name__}, expected a path (str or os.PathLike)")
-    s = os.fspath(p)
-    if not isinstance(s, str) or not s:
-        raise ValueError(f"{name}: {p!r} is not a path")
-    return s
-
-
-class _KeyOpts:
-    """The key options as the CLI's cli_key_opts: each setting and whether it was given
-    (a given one is checked against a codebook file's training, one not given taken from
-    it)."""
-
-    def __init__(self, keys: Optional[str], rope: Any) -> None:
-        self.keys_set = keys is not None
-        self.pre_rope = _choice("keys", keys, ("pre-rope", "as-is")) == "pre-rope" \
-            if keys is not None else True
-        self.no_rope = rope is False
-        self.theta, self.dims, self.layout = 10000.0, None, _ROPE_INTERLEAVED
-        self.theta_set = self.dims_set = self.layout_set = False
-        self.layout_cb = False
-        if rope is None or rope is False:
-            return
-        if isinstance(rope, dict):
-            extra = set(rope) - {"theta", "dims", "layout"}
-            if extra:
-                raise ValueError(f"rope: unknown keys {sorted(extra)} (theta, dims, layout)")
-            rope = Rope(**rope)
-        if not isinstance(rope, Rope):
-            raise TypeError(f"rope: a {type(rope).__name__}, expected None, False, a dict or "
-                            "fkvf.Rope(theta=..., dims=..., layout=...)")
-        if rope.theta is not None:
-            if isinstance(rope.theta, bool) or not isinstance(rope.theta, (int, float)) or \
-                    not math.isfinite(rope.theta) or rope.theta <= 0:
-                raise ValueError(f"rope theta: {rope.theta!r} is not a positive number")
-            self.theta, self.theta_set = float(rope.theta), True
-        if rope.dims is not None:
-            d = _int_arg("rope dims", rope.dims, 2, 65536, "an even number >= 2")
-            if d % 2:
-                raise ValueError(f"rope dims: {d} is not an even number >= 2")
-            self.dims, self.dims_set = d, True
-        if rope.layout is not None:
-            self.layout = _LAYOUT_NAMES[_choice("rope layout", rope.layout,
-                                                tuple(_LAYOUT_NAMES))]
-            self.layout_set = True
-
-    def hf_default(self, hf: bool) -> None:
-        """Per-layer pairs and DynamicCache-like caches: half-split pairs (Hugging Face's
-        rotate_half), as the CLI for Hugging Face tensor names."""
-        if hf and not (self.layout_set or self.layout_cb or self.no_rope):
-            self.layout = _ROPE_HALF_SPLIT
-
-    def rope_for(self, key_dim: int) -> Tuple[_Rope, bool]:
-        """The RoPE settings and whether keys are archived un-rotated (cli_key_rope)."""
-        dims = self.dims if self.dims else key_dim
-        if not self.no_rope and not self.dims and key_dim % 2:
-            raise ValueError(f"rope: key_dim {key_dim} is odd, and RoPE rotates pairs of dims: "
-                             f"give rope=fkvf.Rope(dims=N) (even, at most {key_dim - 1}) or "
-                             "rope=False")
-        if not self.no_rope and (dims > key_dim or dims % 2):
-            raise ValueError(f"rope dims {dims} does not fit key_dim {key_dim} (even, at most "
-                             "key_dim)")
-        return _Rope(self.layout, dims, self.theta), self.pre_rope and not self.no_rope
-
-    def from_codebook(self, r: int, cbpath: str, key_dim: int) -> None:
-        """The codebook file's train.* settings taken where not given; a given one that
-        contradicts them refused (the library's rule, fkvf_codebook_key_settings, as
-        fkvf pack --codebooks: its centroids are keys handled the other way)."""
-        k = _KeySettings(int(self.pre_rope), int(self.no_rope), self.layout, self.dims or 0,
-                         self.theta, int(self.keys_set), int(self.theta_set),
-                         int(self.dims_set), int(self.layout_set), 0)
-        clash = _KeyClash()
-        rc = lib.fkvf_codebook_key_settings(r, key_dim, byref(k), byref(clash))
-        self.pre_rope, self.layout = bool(k.pre_rope), k.layout
-        self.dims, self.theta = k.dims or None, k.theta
-        self.layout_cb = bool(k.layout_taken)
-        if rc == _lib.OK:
-            return
-        if not clash.setting:
-            raise _code_error(rc, "the codebook's key settings", cbpath)
-        opt = _CLASH_ARG.get(clash.setting.decode(), clash.setting.decode())
-        trained, given = clash.trained.decode(), clash.given.decode()
-        raise _code_error(
-            rc, f"trained with {opt} {trained}, and {opt} {given} was given: its centroids "
-            f"are keys handled the other way; leave {opt} out (the codebook's setting is "
-            "used), or train a codebook with it (fkvf.train)", cbpath)
 
 
 def _check_stages(k_stages: Any, v_stages: Any) -> Tuple[int, int]:
@@ -406,45 +178,22 @@ def _tables(q: int) -> np.ndarray:
 
 
 def _load_codebook(cbpath: str, shape: "_cache.Shape", keys: _KeyOpts
-                   ) -> Tuple[int, int, _Shape, bytes]:
-    """(reader, rvq, shape, content hash) of a codebook file that fits the cache; the key
-    options settled by its training. The caller frees both handles."""
-    r = _R()
-    rc = lib.fkvf_reader_open_file(byref(r), cbpath.encode(), 0, None)
+                   ) -> Tuple[CodebookFile, int]:
+    """The codebook file (fitting the cache, the key options settled by its training) and
+    an rvq of its tables. The caller closes the one and frees the other."""
+    cb = CodebookFile(cbpath)
     q = _Q()
     try:
-        if rc != _lib.OK:
-            raise _reader_error(r.value, rc, cbpath)
-        info = _lib.ArchiveInfo()
-        rc = lib.fkvf_reader_info(r, byref(info))
-        if rc != _lib.OK:
-            raise _reader_error(r.value, rc, cbpath)
-        if info.has_desc:
-            raise _code_error(_lib.E_INVALID_ARG, "not a codebook file (it holds a cache "
-                              "descriptor: an archive? see fkvf.train)", cbpath)
-        sh, contents, size = _Shape(), c_void_p(), c_size_t()
-        h = (c_uint8 * 16)()
-        rc = lib.fkvf_reader_codebook(r, byref(sh), byref(contents), byref(size), h)
-        if rc != _lib.OK:
-            raise _reader_error(r.value, _lib.E_CODEBOOK if rc == _lib.E_NOT_FOUND else rc,
-                                cbpath, "no codebook: ")
-        if (sh.n_layers, sh.key_dim, sh.value_dim) != (shape.n_layers, shape.key_dim,
-                                                       shape.value_dim) or \
-                (not sh.pooled and sh.n_heads != shape.n_kv_heads):
-            raise _code_error(
-                _lib.E_CODEBOOK, f"codebook shape {sh.n_layers} layers x {sh.n_heads} heads, "
-                f"dims {sh.key_dim}/{sh.value_dim} does not fit the cache ({shape.n_layers} "
-                f"layers x {shape.n_kv_heads} heads, dims {shape.key_dim}/{shape.value_dim})",
-                cbpath)
-        keys.from_codebook(r.value, cbpath, shape.key_dim)
-        rc = lib.fkvf_rvq_from_tables(byref(q), byref(sh), shape.n_kv_heads,
-                                      contents.value + 64, size.value - 64, None)
+        cb.check_fit(shape.n_layers, shape.n_kv_heads, shape.key_dim, shape.value_dim)
+        cb.settle_keys(keys)
+        rc = lib.fkvf_rvq_from_tables(byref(q), byref(cb.shape), shape.n_kv_heads,
+                                      cb.contents + 64, cb.size - 64, None)
         if rc != _lib.OK:
             raise _code_error(rc, "cannot load the codebook tables", cbpath)
-        return r.value, q.value, sh, bytes(h)
+        return cb, q.value
     except BaseException:
         lib.fkvf_rvq_free(q)
-        lib.fkvf_reader_free(r)
+        cb.close()
         raise
 
 
@@ -510,10 +259,11 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
     S_policy = S
     rb = rows.shape[1] * rows.itemsize
     handles: Dict[str, int] = {}
+    cb: Optional[CodebookFile] = None
     try:
-        cbhash = None
         if cbpath is not None:
-            handles["cbr"], handles["q"], cbshape, cbhash = _load_codebook(cbpath, shape, kopts)
+            cb, handles["q"] = _load_codebook(cbpath, shape, kopts)
+            cbshape = cb.shape
         kopts.hf_default(hf)
         rope_c, un_rotated = kopts.rope_for(shape.key_dim)
         krope = rope_c if un_rotated else None
@@ -605,7 +355,7 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
             stage = "codebooks"
             if cbpath is not None:
                 rc = lib.fkvf_writer_add_codebook_ref(
-                    w, byref(cbshape), (c_uint8 * 16)(*cbhash),
+                    w, byref(cbshape), (c_uint8 * 16)(*cb.content_hash),
                     os.path.basename(cbpath).encode())
             else:
                 t = _tables(handles["q"])
@@ -640,7 +390,8 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
     finally:
         lib.fkvf_writer_free(handles.get("w"))
         lib.fkvf_rvq_free(handles.get("q"))
-        lib.fkvf_reader_free(handles.get("cbr"))
+        if cb is not None:
+            cb.close()
     return _pack_result(path, cbpath, P, A, shape, cbb, k_out)
 
 
@@ -773,5 +524,5 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
     return {"out": path, "n_caches": len(items), "layers": cbshape.n_layers,
             "heads": 1 if cbshape.pooled else cbshape.n_heads, "pooled": bool(cbshape.pooled),
             "k": cbshape.k, "k_stages": cbshape.k_stages, "v_stages": cbshape.v_stages,
-            "dtype": "f32" if cbshape.dtype == _lib.DTYPE_F32 else "f16",
+            "dtype": _cache.NAME_OF.get(cbshape.dtype, str(cbshape.dtype)),
             "bytes": os.path.getsize(path), "content_hash": bytes(h).hex()}

@@ -3,7 +3,6 @@ unpack, fkvf append of the same rows), the context manager, errors, and an archi
 by an Appender in another process while this one reads it."""
 
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
@@ -209,19 +208,19 @@ def test_codebook_settings_win_contradictions_refused(fkvf, tmp_path, codebook):
     K, V, _ = sample_cache()
     p = tmp_path / "a.fkvf"
     # the CLI's codebook was trained pre-rope, interleaved, theta 10000
-    with pytest.raises(fkvf.CodebookError, match="rope_layout"):
-        fkvf.Appender(p, create=True, codebooks=codebook, rope_layout="half-split")
+    with pytest.raises(fkvf.CodebookError, match="rope layout half-split was given"):
+        fkvf.Appender(p, create=True, codebooks=codebook, rope=fkvf.Rope(layout="half-split"))
     with pytest.raises(fkvf.CodebookError, match="keys"):
         fkvf.Appender(p, create=True, codebooks=codebook, keys="as-is")
-    with pytest.raises(fkvf.CodebookError, match="rope_theta"):
-        fkvf.Appender(p, create=True, codebooks=codebook, rope_theta=500000.0)
+    with pytest.raises(fkvf.CodebookError, match="rope theta 500000 was given"):
+        fkvf.Appender(p, create=True, codebooks=codebook, rope=fkvf.Rope(theta=500000.0))
     assert not p.exists()
     # its shape must fit the cache
     a = fkvf.Appender(p, create=True, codebooks=codebook)
     with pytest.raises(fkvf.CodebookError, match="does not fit"):
         a.append(K[:3], V[:3])
     a.close()
-    with pytest.raises(ValueError, match="not a codebook file"):
+    with pytest.raises(fkvf.InvalidArgError, match="not a codebook file"):
         fkvf.Appender(p, create=True, codebooks=os.path.join(SRCDIR, "testdata", "sample.fkvf"))
     assert not p.exists()
 
@@ -365,8 +364,11 @@ def test_bad_arguments(fkvf, tmp_path):
                          ({"recent": "32"}, TypeError, "recent"),
                          ({"codec": "zip"}, ValueError, "codec"),
                          ({"keys": "rotated"}, ValueError, "keys"),
-                         ({"rope_layout": "split"}, ValueError, "rope_layout"),
-                         ({"rope_theta": -1.0}, ValueError, "rope_theta"),
+                         ({"rope": fkvf.Rope(layout="split")}, ValueError, "rope layout"),
+                         ({"rope": fkvf.Rope(theta=-1.0)}, ValueError, "rope theta"),
+                         ({"rope": {"base": 1.0}}, ValueError, "unknown keys"),
+                         ({"rope": True}, TypeError, "rope"),
+                         ({"rope_theta": 10000.0}, TypeError, "rope_theta"),
                          ({"token_bits": 7}, ValueError, "token_bits"),
                          ({"token_bits": 8, "vocab_size": 256}, ValueError, "exclude"),
                          ({"tokens": False, "token_bits": 8}, ValueError, "tokens=False"),
@@ -404,42 +406,6 @@ def test_create_over_existing_file_refused(fkvf, tmp_path, sample_copy):
     assert "failed: FKVF_E_EXISTS" in repr(a)
     a.close()
 
-
-def test_struct_layout_matches_header(fkvf, tmp_path):
-    """The ctypes structures of appender.py against fkvf.h (offsets and sizes)."""
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.skip("no C compiler to read the layout of fkvf.h")
-    from fkvf import appender as ap
-    structs = {"StreamSpec": "fkvf_stream_spec", "CodebookShape": "fkvf_codebook_shape",
-               "AppendOptions": "fkvf_append_options", "AppendCreate": "fkvf_append_create",
-               "AppendInfo": "fkvf_append_info"}
-    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "fkvf.h"', "int main(void) {"]
-    want = []
-    for py, c in structs.items():
-        cls = getattr(ap, py)
-        lines.append(f'printf("%zu\\n", sizeof({c}));')
-        want.append(ctypes.sizeof(cls))
-        for name, _ in cls._fields_:
-            lines.append(f'printf("%zu %zu\\n", offsetof({c}, {name}), '
-                         f'sizeof((({c} *)0)->{name}));')
-            f = getattr(cls, name)
-            want.append((f.offset, f.size))
-    lines += ["return 0; }"]
-    src = tmp_path / "layout.c"
-    src.write_text("\n".join(lines) + "\n")
-    exe = tmp_path / "layout"
-    subprocess.run([cc, "-std=c11", "-I", os.path.join(SRCDIR, "libfkvf", "include"), str(src),
-                    "-o", str(exe)], check=True)
-    got = []
-    for line in subprocess.run([str(exe)], capture_output=True, text=True,
-                               check=True).stdout.splitlines():
-        parts = [int(x) for x in line.split()]
-        got.append(parts[0] if len(parts) == 1 else tuple(parts))
-    assert got == want
-
-
-# ---- torch ------------------------------------------------------------------------
 
 def test_torch_tensors(fkvf, tmp_path):
     torch = pytest.importorskip("torch", reason="PyTorch (Debian's python3-torch) not installed")
