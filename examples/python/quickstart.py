@@ -4,9 +4,10 @@ Two real KV caches of the stories260K model (testdata/, f16, keys as cached afte
 interleaved pairs): a shared codebook is trained on one, the other is archived with it, read
 back and compared, then grown by 16 positions with an Appender and searched.
 
-    PYTHONPATH=python /usr/bin/python3 examples/python/quickstart.py [OUT_DIR]
+    /usr/bin/python3 examples/python/quickstart.py [OUT_DIR]
 
-Without OUT_DIR the files go to a temporary directory that is removed at the end.
+Without OUT_DIR the files go to a temporary directory that is removed at the end. Without an
+installed fkvf it uses the package in python/ (which finds build/libfkvf/libfkvf.so).
 """
 
 import json
@@ -17,9 +18,12 @@ import tempfile
 
 import numpy as np
 
-import fkvf
-
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir)
+try:
+    import fkvf  # installed (cmake --install, pip)
+except ModuleNotFoundError:  # else the source tree's python/, with build/libfkvf/libfkvf.so
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import fkvf
 
 
 def load_cache(path):
