@@ -33,6 +33,7 @@ def parse():
     p.add_argument("--positions", type=int, default=2048)
     p.add_argument("--pairs", type=int, default=7, help="pairs per comparison (>= 7)")
     p.add_argument("--pack-pairs", type=int, default=7, help="pairs for pack (>= 7)")
+    p.add_argument("--no-pack", action="store_true", help="time the reads only")
     p.add_argument("--c-fresh", action="store_true",
                    help="C mallocs its output in every timed call (default: once, outside "
                         "the timing: the C library's best case)")
@@ -71,12 +72,15 @@ def c_time(args, arc, mode, first, count, reps):
 
 
 def py_time(fkvf, arc, sel, copy, reps):
+    """copy None: Archive.restore (rows, as fkvf_reader_restore); else Archive.read."""
     with fkvf.open(arc) as a:
-        a.read(positions=sel, copy=copy)  # warm-up, as the C side
+        call = ((lambda: a.restore(sel)) if copy is None
+                else (lambda: a.read(positions=sel, copy=copy)))
+        call()  # warm-up, as the C side
         ts = []
         for _ in range(reps):
             t0 = time.perf_counter()
-            a.read(positions=sel, copy=copy)
+            call()
             ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
 
@@ -114,17 +118,22 @@ def main():
         ("read(positions=slice(1000, 1064))", slice(1000, 1064), True, 1000, 64, 30),
         ("read(positions=window)", slice(n - 32, n), True, n - 32, 32, 50),
         ("read(positions=window, copy=False)", slice(n - 32, n), False, n - 32, 32, 50),
+        # the rows as the C restore gives them: [T, row], no rearranging
+        ("restore() all positions", None, None, 0, n, 5),
+        ("restore(window)", slice(n - 32, n), None, n - 32, 32, 50),
     ]
     rows = []
     for name, sel, copy, first, count, reps in cases:
         reps = args.reps or reps
-        for mode in ("restore", "read"):
+        for mode in (("restore",) if copy is None else ("restore", "read")):
             r, tp, tc = paired(args.pairs, lambda: py_time(fkvf, arc, sel, copy, reps),
                                lambda: c_time(args, arc, mode, first, count, reps))
             rows.append((name, f"C fkvf_reader_{mode}", statistics.median(tp),
                          statistics.median(tc), statistics.median(r), min(r), max(r)))
             print(f"  {name} vs {mode}: ratio {statistics.median(r):.3f}", flush=True)
-    if hasattr(fkvf, "pack"):
+    if args.no_pack:
+        print("fkvf.pack: not timed (--no-pack)")
+    elif hasattr(fkvf, "pack"):
         cache = np.load(npy)
         # K and V as a caller holds them: each its own C-contiguous [L, H, T, D] array
         kv = (np.ascontiguousarray(cache[:, 0]), np.ascontiguousarray(cache[:, 1]))

@@ -260,6 +260,7 @@ _PROTOS = {
     "fkvf_reader_row_bytes": (c_int, [Reader, c_int, POINTER(c_size_t)]),
     "fkvf_reader_read_size": (c_int, [Reader, POINTER(ReadRequest), POINTER(c_size_t)]),
     "fkvf_reader_read": (c_int, [Reader, POINTER(ReadRequest), c_void_p, c_size_t]),
+    "fkvf_reader_restore": (c_int, [Reader, c_uint64, c_uint64, c_int, c_void_p, c_size_t]),
     "fkvf_reader_is_exact": (c_int, [Reader, c_uint64, POINTER(c_int)]),
     "fkvf_reader_verify": (c_int, [Reader]),
     "fkvf_reader_codebook": (c_int, [Reader, POINTER(CodebookShape), POINTER(c_void_p),

@@ -569,6 +569,44 @@ class Archive:
             return [result[0][i][None] for i in range(len(result[0]))]
         return result[0] if len(result) == 1 else (result[0], result[1])
 
+    def restore(self, positions: Optional[slice] = None, dtype: Any = None) -> np.ndarray:
+        """The rows of a range of positions as fkvf_reader_restore gives them: a [T, row]
+        array, row = for each layer the keys of every head then the values of every head
+        (spec 14.2), the layout every writer of the package takes apart again and the fastest
+        whole-cache read (no rearranging). positions: None (all) or a slice with step 1
+        (negative bounds count from the end). dtype as read's."""
+        with self._lock:
+            h = self._handle()
+            if self._desc is None:
+                raise ValueError(f"{self.path}: a codebook file holds no cache to restore")
+            if positions is not None and not isinstance(positions, slice):
+                raise TypeError("positions: None or a slice with step 1 (use read() for a "
+                                "selection)")
+            first, count, take = _select(positions, self._info["n_positions"], "position")
+            if take is not None:
+                raise ValueError("positions: a slice with step 1 (use read() for a selection)")
+            dt = _cache.dtype_code(dtype) if dtype is not None else self._desc_dtype()
+            d = self._desc
+            elems = d["n_layers"] * d["n_kv_heads"] * (d["key_dim"] + d["value_dim"])
+            out = np.empty((count, elems), dtype=_cache.NP_OF[dt])
+            if out.size:
+                self._check(lib.fkvf_reader_restore(h, first, count, dt, out.ctypes.data,
+                                                    out.nbytes))
+            return out
+
+    @property
+    def exact(self) -> np.ndarray:
+        """A bool array, one per position: True where the position is stored exactly (the
+        sinks and the recent window; spec 14.3: the archived positions are the n_archived
+        after the first n_sinks), what is_exact answers for one position."""
+        self._handle()
+        n, a = self._info["n_positions"], self._info["n_archived"]
+        mask = np.ones(n, dtype=bool)
+        if self._desc is not None and a:
+            s = self._desc["n_sinks"]
+            mask[s:s + a] = False
+        return mask
+
     def is_exact(self, position: int) -> bool:
         """True when position is stored exactly (a sink or in the recent window).
 
