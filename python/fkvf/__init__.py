@@ -11,6 +11,7 @@ from . import errors
 from ._lib import version as _version
 from .appender import Appender
 from .archive import Archive, open
+from .compact import compact
 from ._keys import Rope
 from .pack import pack, train
 from .errors import (
@@ -24,7 +25,7 @@ from .errors import (
 __version__ = _version()
 
 __all__ = [
-    "open", "Archive", "Appender", "pack", "train", "Rope", "errors", "__version__",
+    "open", "Archive", "Appender", "pack", "train", "Rope", "compact", "errors", "__version__",
     "FkvfError", "InvalidArgError",
     "StateError", "NoMemError", "IoError", "RangeError", "NotFoundError",
     "UnsupportedError", "ExistsError", "BadMagicError", "VersionError", "FeatureError",

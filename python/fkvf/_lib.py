@@ -104,6 +104,18 @@ class StreamInfo(Structure):
                 ("stored_bytes", c_uint64)]
 
 
+class CompactOptions(Structure):
+    _fields_ = [("in_place", c_int), ("no_replace", c_int), ("mode", c_uint), ("sync", c_uint),
+                ("codebook_file", c_void_p), ("alloc", c_void_p), ("progress", c_void_p),
+                ("progress_opaque", c_void_p)]
+
+
+class CompactResult(Structure):
+    _fields_ = [("path", c_char_p), ("commits_before", c_uint64), ("size_before", c_uint64),
+                ("torn_bytes", c_uint64), ("positions", c_uint64), ("archived", c_uint64),
+                ("exact", c_uint64), ("size", c_uint64), ("search_indexes", c_size_t)]
+
+
 class ReadRequest(Structure):
     _fields_ = [("first", c_uint64), ("count", c_uint64), ("layer_first", c_uint32),
                 ("layer_count", c_uint32), ("head_first", c_uint32), ("head_count", c_uint32),
@@ -194,6 +206,7 @@ STRUCTS = {
     "ErrorInfo": "fkvf_error_info", "ArchiveInfo": "fkvf_archive_info", "Desc": "fkvf_desc",
     "MetaEntry": "fkvf_meta_entry", "StreamInfo": "fkvf_stream_info",
     "ReadRequest": "fkvf_read_request", "SectionInfo": "fkvf_section_info",
+    "CompactOptions": "fkvf_compact_options", "CompactResult": "fkvf_compact_result",
     "Match": "fkvf_match", "PrefixReuse": "fkvf_prefix_reuse",
     "CodebookShape": "fkvf_codebook_shape", "Rope": "fkvf_rope", "Rows": "fkvf_rows",
     "RvqParams": "fkvf_rvq_params", "WriterOptions": "fkvf_writer_options",
@@ -233,6 +246,7 @@ Writer = c_void_p  # fkvf_writer *
 Rvq = c_void_p  # fkvf_rvq *
 Search = c_void_p  # fkvf_search *
 Appender = c_void_p  # fkvf_appender *
+ArchiveOp = c_void_p  # fkvf_archive_op *
 
 _PROTOS = {
     "fkvf_version_number": (c_uint, []),
@@ -260,6 +274,11 @@ _PROTOS = {
     "fkvf_reader_row_bytes": (c_int, [Reader, c_int, POINTER(c_size_t)]),
     "fkvf_reader_read_size": (c_int, [Reader, POINTER(ReadRequest), POINTER(c_size_t)]),
     "fkvf_reader_read": (c_int, [Reader, POINTER(ReadRequest), c_void_p, c_size_t]),
+    "fkvf_compact_options_init": (None, [POINTER(CompactOptions)]),
+    "fkvf_archive_compact": (c_int, [POINTER(ArchiveOp), c_char_p, c_char_p,
+                                     POINTER(CompactOptions), POINTER(CompactResult)]),
+    "fkvf_archive_op_error": (c_int, [ArchiveOp, POINTER(ErrorInfo)]),
+    "fkvf_archive_op_free": (None, [ArchiveOp]),
     "fkvf_reader_restore": (c_int, [Reader, c_uint64, c_uint64, c_int, c_void_p, c_size_t]),
     "fkvf_reader_is_exact": (c_int, [Reader, c_uint64, POINTER(c_int)]),
     "fkvf_reader_verify": (c_int, [Reader]),

@@ -340,12 +340,15 @@ class Appender:
 
     # ---- appending ----
 
-    def append(self, k: Any, v: Any, tokens: Any = None) -> None:
+    def append(self, k: Any, v: Any = None, tokens: Any = None) -> None:
         """Queue new positions: k and v of any form fkvf accepts for a cache ([L, H, t, D]
         arrays, or per-layer lists of [1, H, t, D] / [H, t, D]; NumPy, torch, DLPack; the
-        appender's layout), converted to the archive's dtype. tokens: one id per position,
-        required exactly when the archive has a token stream. Nothing is written before
-        commit()."""
+        appender's layout), converted to the archive's dtype; or, with v left out, k a whole
+        cache as fkvf.pack takes one (a per-layer list of (k, v) pairs, a DynamicCache, a
+        (K, V) pair). tokens: one id per position, required exactly when the archive has a
+        token stream. Nothing is written before commit()."""
+        if v is None:
+            k, v = _cache.split_cache(k)
         with self._lock:
             self._live()
             rows, shape, code = _cache.cache_rows(

@@ -164,6 +164,18 @@ def _progression(sel: Tuple[int, int, Optional[np.ndarray]]) -> Optional[Tuple[i
     return first + int(take[0]), n, step
 
 
+def _to_torch(a: np.ndarray, dt: int) -> Any:
+    """A torch tensor sharing a's memory (a writable array the caller owns); bf16 bits
+    (uint16) become torch.bfloat16."""
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("as_torch=True needs PyTorch (Debian's python3-torch)") from None
+    if dt == _lib.DTYPE_BF16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
 class Archive:
     """An FKVF archive opened for reading. Use as a context manager or call close()."""
 
@@ -512,7 +524,7 @@ class Archive:
 
     def read(self, positions: Selector = None, layers: Selector = None, heads: Selector = None,
              part: str = "kv", dtype: Any = None, layout: str = "lhtd",
-             copy: bool = True) -> Any:
+             copy: bool = True, as_torch: bool = False) -> Any:
         """Read a selection of the cache, bit-identical to fkvf_reader_restore.
 
         positions, layers, heads: None (all), an int (that one; the axis is kept, length 1),
@@ -520,7 +532,12 @@ class Archive:
         part: "k", "v" or "kv". dtype: np.float16, np.float32 or "bf16" (bf16 bits as uint16);
         None = the archive's. layout: "lhtd" -> [L, H, T, D] arrays (a (k, v) pair for
         "kv"); "hf" -> a list per layer of (k, v) pairs [1, H, T, D] (of k or v arrays for
-        part "k" / "v").
+        part "k" / "v"); "nhd" -> [L, T, H, D] arrays (positions first, as the cache
+        fkvf.pack(layout="nhd") took).
+
+        as_torch=True: torch tensors (CPU, sharing the arrays' memory; bf16 as
+        torch.bfloat16) instead of NumPy arrays; needs PyTorch, and copy=True (a tensor
+        cannot be read-only, and a view is).
 
         copy=False: where the layout allows it, read-only views into the reader's mapping
         instead of copies: the positions are exact, an arithmetic progression (a slice,
@@ -532,8 +549,11 @@ class Archive:
         """
         if part not in ("k", "v", "kv"):
             raise ValueError(f"part {part!r}: expected 'k', 'v' or 'kv'")
-        if layout not in ("lhtd", "hf"):
-            raise ValueError(f"layout {layout!r}: expected 'lhtd' or 'hf'")
+        if layout not in ("lhtd", "hf", "nhd"):
+            raise ValueError(f"layout {layout!r}: expected 'lhtd', 'hf' or 'nhd'")
+        if as_torch and not copy:
+            raise ValueError("as_torch=True needs copy=True: a torch tensor cannot be "
+                             "read-only, and a view of the archive is")
         with self._lock:
             self._handle()
             if self._desc is None:
@@ -547,7 +567,9 @@ class Archive:
             views = None if copy else self._views(pos, (l0, nl, ltake), (h0, nh, htake),
                                                    part, dt)
             if views is not None:
-                return self._shape_result(views, layout)
+                if layout == "nhd":
+                    views = [a.transpose(0, 2, 1, 3) for a in views]
+                return self._shape_result(views, layout, False, dt)
             result = []
             for p, flag, dim in (("k", _lib.PART_KEYS, desc["key_dim"]),
                                  ("v", _lib.PART_VALUES, desc["value_dim"])):
@@ -558,23 +580,28 @@ class Archive:
                     arr = arr[ltake]
                 if htake is not None:
                     arr = arr[:, htake]
+                if layout == "nhd":
+                    arr = arr.transpose(0, 2, 1, 3)
                 result.append(np.ascontiguousarray(arr))
-        return self._shape_result(result, layout)
+        return self._shape_result(result, layout, as_torch, dt)
 
     @staticmethod
-    def _shape_result(result: List[np.ndarray], layout: str) -> Any:
+    def _shape_result(result: List[np.ndarray], layout: str, as_torch: bool, dt: int) -> Any:
+        if as_torch:
+            result = [_to_torch(a, dt) for a in result]
         if layout == "hf":
             if len(result) == 2:
                 return [(result[0][i][None], result[1][i][None]) for i in range(len(result[0]))]
             return [result[0][i][None] for i in range(len(result[0]))]
         return result[0] if len(result) == 1 else (result[0], result[1])
 
-    def restore(self, positions: Optional[slice] = None, dtype: Any = None) -> np.ndarray:
+    def restore(self, positions: Optional[slice] = None, dtype: Any = None,
+                as_torch: bool = False) -> Any:
         """The rows of a range of positions as fkvf_reader_restore gives them: a [T, row]
         array, row = for each layer the keys of every head then the values of every head
         (spec 14.2), the layout every writer of the package takes apart again and the fastest
         whole-cache read (no rearranging). positions: None (all) or a slice with step 1
-        (negative bounds count from the end). dtype as read's."""
+        (negative bounds count from the end). dtype and as_torch as read's."""
         with self._lock:
             h = self._handle()
             if self._desc is None:
@@ -592,7 +619,7 @@ class Archive:
             if out.size:
                 self._check(lib.fkvf_reader_restore(h, first, count, dt, out.ctypes.data,
                                                     out.nbytes))
-            return out
+            return _to_torch(out, dt) if as_torch else out
 
     @property
     def exact(self) -> np.ndarray:

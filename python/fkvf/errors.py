@@ -237,13 +237,13 @@ def make(code: int, name: str, error_class: int, message: str, file: Optional[st
 
 def from_code(code: int, message: Optional[str] = None, path: Optional[str] = None
               ) -> FkvfError:
-    """The FkvfError of a bare status code: "PATH: MESSAGE: <fkvf_strerror>" (the parts
-    that are None left out)."""
+    """The FkvfError of a bare status code: "PATH: MESSAGE [FKVF_E_...]", as the library's
+    messages end, or "PATH: <fkvf_strerror>" without a message (PATH left out when None).
+    The generic text of the code is not added to a message that says what is wrong: for
+    FKVF_E_CODEBOOK it reads "codebook missing or hash mismatch", wrong for a shape."""
     lib = _lib.lib
     name = _lib.text(lib.fkvf_error_name(code)) or ""
-    text = _lib.text(lib.fkvf_strerror(code)) or name
-    if message:
-        text = f"{message}: {text}"
+    text = f"{message} [{name}]" if message else (_lib.text(lib.fkvf_strerror(code)) or name)
     return make(code, name, lib.fkvf_error_class(code), f"{path}: {text}" if path else text,
                 path)
 
@@ -254,7 +254,7 @@ def from_handle(get_error: Callable[[Any, Any], int], handle: Optional[int], cod
     fkvf_*_error function (fkvf_reader_error, fkvf_writer_error, fkvf_appender_error,
     fkvf_search_error); its fkvf_error_info gives the code, message, file (else path),
     offset, clause and field. prefix goes before the message. Without a handle or an error
-    recorded in it: from_code(code, prefix, path)."""
+    recorded in it: the prefix and fkvf_strerror's text of the code."""
     lib = _lib.lib
     if handle:
         info = _lib.ErrorInfo()
@@ -264,4 +264,6 @@ def from_handle(get_error: Callable[[Any, Any], int], handle: Optional[int], cod
             return make(c, _lib.text(lib.fkvf_error_name(c)) or "", lib.fkvf_error_class(c),
                         prefix + (_lib.text(info.message) or ""), _lib.text(info.file) or path,
                         offset, _lib.text(info.clause), _lib.text(info.field))
-    return from_code(code, prefix.rstrip(": ") or None, path)
+    if prefix:  # "writing the X failed: " + what the code means
+        return from_code(code, prefix + (_lib.text(lib.fkvf_strerror(code)) or ""), path)
+    return from_code(code, None, path)

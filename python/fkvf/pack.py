@@ -146,6 +146,29 @@ def _check_not_input(path: str, inp: Optional[str], what: str) -> None:
         raise ValueError(f"path: {path} is the {what} {inp}, an input: never replaced")
 
 
+# at least this many rows per centroid (fkvf.h FKVF_AUTO_K_ROWS_PER_K), else a codebook
+# memorises its rows
+_ROWS_PER_K = 4
+
+
+def _warn_codebook(who: str, k: int, cb_bytes: int, fp16_bytes: int, n_rows: int,
+                   per_table: int, noun: str, advice: str) -> None:
+    """The CLI's warning about a codebook that will not serve other rows (tools/cli_codebook.c
+    cli_warn_codebook): larger than the fp16 bytes of the rows it is for, or k above a
+    quarter of the rows each table is trained on."""
+    big, few = cb_bytes > fp16_bytes, k * _ROWS_PER_K > per_table
+    if not big and not few:
+        return
+    if big:
+        what = (f"the codebook (k = {k}, {cb_bytes} bytes) is {cb_bytes / max(fp16_bytes, 1):.1f}x "
+                f"the {fp16_bytes} fp16 bytes of the {n_rows} {noun}"
+                + (", and k is more than a quarter of them" if few else ""))
+    else:
+        what = (f"k = {k} is more than a quarter of the {per_table} {noun} (fewer than "
+                f"{_ROWS_PER_K} per centroid: the codebook memorises them)")
+    warnings.warn(f"{who}: {what}; {advice}", stacklevel=3)
+
+
 def _train_q(blocks: List[Tuple[np.ndarray, int]], shape: "_cache.Shape", k: int, ks: int,
              vs: int, f32: bool, pooled: bool, seed: int, iters: int,
              krope: Optional[_Rope], path: str) -> int:
@@ -288,6 +311,15 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
                     kk = 16
                     sh16 = _shape(shape, kk, ks, vs, f32_tables, False)
                     if not lib.fkvf_codebook_pays(byref(sh16), shape.n_kv_heads, A, rb, None):
+                        warnings.warn(
+                            f"{path}: {A} archived positions are too few for an embedded "
+                            f"codebook (k = 16: {lib.fkvf_codebook_size(byref(sh16))} codebook "
+                            f"bytes and the indices take at least the {A * rb} bytes of the "
+                            "rows): every position stored exact, no codebook, and every "
+                            "position an Appender adds later is stored exact too; k=N forces "
+                            "a codebook; for small caches a shared codebook compresses "
+                            "better (fkvf.train once, then fkvf.pack(..., codebooks=FILE))",
+                            stacklevel=2)
                         S, W, A = P, 0, 0  # every position exact, no codebook
                     else:
                         warnings.warn(
@@ -296,6 +328,11 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
                             f"of the {A * shape.row_elems() * 2} fp16 bytes of those rows; for "
                             "small caches a shared codebook compresses better (fkvf.train "
                             "once, then fkvf.pack(..., codebooks=FILE))", stacklevel=2)
+            elif k is not None:
+                _warn_codebook(path, kk, lib.fkvf_codebook_size(byref(_shape(
+                    shape, kk, ks, vs, f32_tables, False))), A * shape.row_elems() * 2, A, A,
+                    "archived rows it encodes", "for small caches a shared codebook "
+                    "compresses better (fkvf.train once, then fkvf.pack(..., codebooks=FILE))")
             if A > 0:
                 handles["q"] = _train_q([(rows, code)], shape, kk, ks, vs, f32_tables, False,
                                         seed, iters, krope, path)
@@ -488,6 +525,12 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
                      rope_c if un_rotated else None, path)
         cbshape = _Shape()
         lib.fkvf_rvq_shape(q, byref(cbshape), byref(c_uint32()))
+        n_rows = sum(int(b[0].shape[0]) for b in blocks)
+        _warn_codebook(path, kk, lib.fkvf_codebook_size(byref(cbshape)),
+                       n_rows * shape.row_elems() * 2, n_rows,
+                       n_rows * (shape.n_kv_heads if pooled else 1),
+                       "training vectors (rows x heads: pooled)" if pooled else "training rows",
+                       "train on more positions (several caches) or give a smaller k")
         t = _tables(q)
         entries: List[Tuple[str, Any]] = [("train.keys", "pre-rope" if un_rotated else "as-is")]
         if un_rotated:
