@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fkvf.h"
@@ -67,6 +68,30 @@ START_TEST(open_read_survives_truncation)
 }
 END_TEST
 
+/* A FIFO given as the archive: refused at once as not a regular file (it
+ * waited forever for a writer in open(2)); the alarm fails the test instead
+ * of hanging it. The same for the validator. */
+START_TEST(open_fifo_does_not_hang)
+{
+    char dir[] = "/tmp/fkvf-fifo-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    alarm(10);
+    for (unsigned flags = 0; flags <= FKVF_OPEN_READ; flags += FKVF_OPEN_READ) {
+        fkvf_reader *r = NULL;
+        ck_assert_int_eq(fkvf_reader_open_file(&r, path, flags, NULL), FKVF_E_IO);
+        ck_assert_ptr_nonnull(strstr(fkvf_reader_message(r), "not a regular file"));
+        fkvf_reader_free(r);
+    }
+    ck_assert_int_eq(fkvf_validate_file(path, NULL, NULL, NULL, NULL), FKVF_E_IO);
+    alarm(0);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(open_read_flags)
 {
     fkvf_reader *r = NULL;
@@ -85,6 +110,7 @@ int main(void)
     TCase *t = tcase_create("open_read");
     tcase_add_test(t, open_read_survives_truncation);
     tcase_add_test(t, open_read_flags);
+    tcase_add_test(t, open_fifo_does_not_hang);
     suite_add_tcase(s, t);
     return tu_run_suite(s);
 }

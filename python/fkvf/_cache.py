@@ -92,19 +92,25 @@ def tensor(x: Any, what: str) -> Tensor:
 def _numpy_tensor(a: np.ndarray, what: str) -> Tensor:
     if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 (JAX): its bits
         return Tensor(a.view(np.uint16), _lib.DTYPE_BF16)
+    if a.dtype.byteorder == (">" if np.little_endian else "<"):
+        a = a.astype(a.dtype.newbyteorder("="))  # big-endian input: native order, same values
     if a.dtype == np.float16:
         return Tensor(a, _lib.DTYPE_F16)
     if a.dtype == np.float32:
         return Tensor(a, _lib.DTYPE_F32)
-    if a.dtype.kind == "f" or a.dtype.kind in "iu":
-        return Tensor(a, 0)  # float64, integers: converted to the archive's dtype
+    if a.dtype == np.uint16:
+        # the bits of bf16 values, as fkvf read(dtype="bf16") returns them and as every
+        # cache file of docs/cache-files.md holds bf16 (NumPy has no bf16)
+        return Tensor(a, _lib.DTYPE_BF16)
+    if a.dtype.kind in "fiu":
+        return Tensor(a, 0)  # float64 (integers: ids, see cache_rows) converted by writers
     raise TypeError(f"{what}: elements of type {a.dtype}, expected floating point")
 
 
 def convert(t: Tensor, to: int, what: str) -> np.ndarray:
     """t's elements in fkvf dtype `to` (bf16 as uint16 bits). f16 / bf16 / f32 to another
-    of them go through libfkvf (round to nearest even, as the C tools); others (float64,
-    integers) through float32 first."""
+    of them go through libfkvf (round to nearest even, as the C tools); float64 is cast by
+    NumPy straight to f16 or f32 (one rounding), and to bf16 through f32."""
     a, frm = t.array, t.dtype
     if frm == to:
         return a
@@ -158,8 +164,15 @@ def split_cache(cache: Any) -> Tuple[Any, Any]:
     if not items:
         raise ValueError("cache: no layers")
     ks, vs = [], []
+    if len(items) == 2 and all(isinstance(x, Sequence) and len(x) != 2 and
+                               all(_is_array(y) for y in x) for x in items):
+        # (keys per layer, values per layer): not a 2-layer cache of (k, v) pairs; refused
+        # rather than guessed (with 2 layers the two forms cannot be told apart)
+        raise TypeError("cache: a pair of per-layer lists (keys, values); give one (k, v) "
+                        "pair per layer: list(zip(keys, values)) (Appender.append takes "
+                        "append(keys, values))")
     for i, pair in enumerate(items):
-        if _is_array(pair) or not isinstance(pair, Sequence) or len(pair) < 2:
+        if _is_array(pair) or not isinstance(pair, Sequence) or len(pair) != 2:
             raise TypeError(f"cache[{i}]: expected a (k, v) pair of arrays")
         ks.append(pair[0])
         vs.append(pair[1])
@@ -179,6 +192,8 @@ def _layers(part: Any, what: str, layout: str) -> List[Tensor]:
         if t.array.ndim != 4:
             raise ValueError(f"{what}: shape {t.array.shape}, expected 4 dimensions "
                              f"[L, {'H, T' if layout == 'hnd' else 'T, H'}, D]")
+        if t.array.shape[0] == 0:
+            raise ValueError(f"{what}: shape {t.array.shape}: no layers")
         return [Tensor(t.array[i], t.dtype) for i in range(t.array.shape[0])]
     if not isinstance(part, Sequence) or isinstance(part, (str, bytes)):
         raise TypeError(f"{what}: a {type(part).__name__}, expected an array or a "
@@ -214,7 +229,8 @@ def cache_rows(keys: Any, values: Any, layout: Optional[str] = None,
                dtype: Any = None) -> Tuple[np.ndarray, Shape, int]:
     """(rows, shape, dtype code): the cache's rows, a C-contiguous [T, row elements] array
     of the archive's element type (uint16 for bf16), its shape, and its dtype (the given
-    one, else the input's; float64 and integers become f32). Keys and values must agree
+    one, else the input's; float64 becomes f32, uint16 is bf16 bits, other integers are
+    refused). Keys and values must agree
     in layers, heads, positions and dtype (unless dtype is given)."""
     lay = check_layout(layout)
     kl = _layers(keys, "keys", lay)
@@ -236,6 +252,11 @@ def cache_rows(keys: Any, values: Any, layout: Optional[str] = None,
         warnings.warn(f"cache: {H} heads and {T} positions read heads first ([H, T, D], "
                       "layout='hnd'); if the arrays are [T, H, D], pass layout='nhd'",
                       stacklevel=3)
+    for name, part in (("keys", kl), ("values", vl)):
+        for t in part:
+            if t.dtype == 0 and t.array.dtype.kind in "iu":
+                raise TypeError(f"{name}: elements of type {t.array.dtype}: a cache holds "
+                                "floating point (uint16 is taken as bf16 bits)")
     in_types = {t.dtype for t in kl + vl}
     if dtype is not None:
         code = dtype_code(dtype)

@@ -51,6 +51,16 @@ def choice(name: str, v: Any, choices: Tuple[str, ...]) -> str:
     return v
 
 
+def str_arg(name: str, s: Any) -> str:
+    """s, a str that can be a C string (no NUL character: it would end it): descriptor ids,
+    metadata keys and values."""
+    if not isinstance(s, str):
+        raise TypeError(f"{name}: a {type(s).__name__}, expected a str")
+    if "\0" in s:
+        raise ValueError(f"{name}: holds a NUL character")
+    return s
+
+
 def path_arg(name: str, p: Any) -> str:
     if not isinstance(p, (str, os.PathLike)):
         raise TypeError(f"{name}: a {type(p).__name__}, expected a path (str or os.PathLike)")

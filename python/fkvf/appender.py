@@ -14,7 +14,7 @@ import numpy as np
 from . import _cache, _lib
 from ._lib import lib
 from ._codebook import CodebookFile
-from ._keys import KeyOpts
+from ._keys import KeyOpts, str_arg
 from .archive import Archive, PathLike
 from .errors import FkvfError, from_code, from_handle
 
@@ -203,10 +203,7 @@ class Appender:
             self._token_max = (1 << self._token_bits) - 1
         self._keys = KeyOpts(keys, rope)
         for what, s in (("model_id", model_id), ("tokenizer_id", tokenizer_id)):
-            if not isinstance(s, str):
-                raise TypeError(f"{what}: a {type(s).__name__}, expected a str")
-            if "\0" in s:
-                raise ValueError(f"{what}: holds a NUL character")
+            str_arg(what, s)
         self._ids = (model_id.encode(), tokenizer_id.encode())
         # token_bits / vocab_size say there are ids to store
         self._has_tokens = (True if self._token_bits is not None else None) if tokens is None \

@@ -42,7 +42,8 @@ def _select(sel: Selector, n: int, what: str) -> Tuple[int, int, Optional[np.nda
         start, stop, step = sel.indices(n)
         if step == 1:
             return start, max(0, stop - start), None
-        sel = np.arange(start, stop, step)
+        # the indices of range(n)[sel] (a step beyond int64 gives at most one index)
+        sel = np.array(range(start, stop, step), dtype=np.int64)
     if isinstance(sel, (bool, np.bool_)):
         raise TypeError(f"{what}: a bool is not an index")
     if isinstance(sel, (int, np.integer)):
@@ -180,7 +181,7 @@ class Archive:
     """An FKVF archive opened for reading. Use as a context manager or call close()."""
 
     def __init__(self, path: PathLike, codebooks: Optional[PathLike] = None,
-                 strict: bool = False) -> None:
+                 strict: bool = False, mmap: bool = True) -> None:
         self._h: Optional[int] = None
         self._cb: Optional[int] = None
         self._reader: Optional[_Reader] = None
@@ -191,7 +192,7 @@ class Archive:
         self._tokens: Optional[np.ndarray] = None
         self._tokens_read = False
         self.path = os.fsdecode(os.fspath(path))
-        flags = _lib.OPEN_STRICT if strict else 0
+        flags = (_lib.OPEN_STRICT if strict else 0) | (0 if mmap else _lib.OPEN_READ)
         self._h = self._open_reader(self.path, flags)
         self._reader = _Reader(self._h)
         try:
@@ -813,8 +814,16 @@ class Archive:
             return out[:got.value]
 
 
-def open(path: PathLike, codebooks: Optional[PathLike] = None, strict: bool = False) -> Archive:
+def open(path: PathLike, codebooks: Optional[PathLike] = None, strict: bool = False,
+         mmap: bool = True) -> Archive:
     """Open the archive at path. codebooks: the codebook file of an archive that refers to
     an external one (default: found by content hash next to the archive, then in each
-    directory of FKVF_CODEBOOK_PATH). strict: a torn tail is an error (TornError)."""
-    return Archive(path, codebooks=codebooks, strict=strict)
+    directory of FKVF_CODEBOOK_PATH). strict: a torn tail is an error (TornError).
+
+    mmap=True (default): the file is mapped, read only where a call needs it. A file that
+    another process truncates or rewrites while it is open (not what an Appender does: it
+    only adds after the last commit) can then kill the interpreter with SIGBUS on the next
+    read. mmap=False reads the whole file into memory the reader owns at open
+    (FKVF_OPEN_READ): safe against that, at the cost of the memory and a full read (the
+    codebook file too); zero-copy views then view that copy."""
+    return Archive(path, codebooks=codebooks, strict=strict, mmap=mmap)

@@ -23,7 +23,8 @@ from . import _cache, _lib
 from ._lib import lib
 from ._codebook import CodebookFile
 from ._keys import KeyOpts as _KeyOpts
-from ._keys import choice as _choice, int_arg as _int_arg, path_arg as _path_arg
+from ._keys import choice as _choice, int_arg as _int_arg, path_arg as _path_arg, \
+    str_arg as _str_arg
 from .errors import FkvfError, from_code, from_handle
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -85,6 +86,9 @@ def _meta_items(metadata: Any) -> List[Tuple[str, Any]]:
     for key, v in metadata.items():
         if not isinstance(key, str) or not key:
             raise TypeError(f"metadata: key {key!r} is not a non-empty str")
+        _str_arg(f"metadata key {key!r}", key)
+        if isinstance(v, str):
+            _str_arg(f"metadata[{key!r}]", v)
         if isinstance(v, (np.integer, np.floating, np.bool_)):
             v = v.item()
         if isinstance(v, int) and not isinstance(v, bool) and not -2**63 <= v < 2**64:
@@ -105,10 +109,7 @@ def _write_meta(w: int, key: str, v: Any) -> int:
     if isinstance(v, float):
         return lib.fkvf_writer_meta_f64(w, k, v)
     if isinstance(v, str):
-        b = v.encode("utf-8")
-        if b"\0" in b:
-            raise ValueError(f"metadata[{key!r}]: a str with a NUL character")
-        return lib.fkvf_writer_meta_utf8(w, k, b)
+        return lib.fkvf_writer_meta_utf8(w, k, v.encode("utf-8"))
     b = bytes(v)
     return lib.fkvf_writer_meta_bytes(w, k, b, len(b))
 
@@ -262,8 +263,7 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
     beam = _int_arg("beam", beam, 1, _MAX_BEAM, f"1..{_MAX_BEAM}")
     ngon = _choice("codec", codec, ("quad", "ngon")) == "ngon"
     for name, s in (("model_id", model_id), ("tokenizer_id", tokenizer_id)):
-        if not isinstance(s, str):
-            raise TypeError(f"{name}: a {type(s).__name__}, expected a str")
+        _str_arg(name, s)
     meta = _meta_items(metadata)
     kopts = _KeyOpts(keys, rope)
     lay = _cache.check_layout(layout)

@@ -248,7 +248,9 @@ FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned
     if (rc)
         return rc;
     *out = r;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO opens at once (and is refused as not a regular
+     * file) instead of waiting for a writer; no effect on a regular file */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0)
         return FAIL(FKVF_E_IO, FKVF_NO_OFFSET, NULL, "open: %s", strerror(errno));
     rc = load_fd(r, fd);

@@ -1125,7 +1125,9 @@ FKVF_API int fkvf_validate_file(const char *path, const fkvf_validate_options *o
         memset(res, 0, sizeof *res);
     if (!path)
         return FKVF_E_INVALID_ARG;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO opens at once (and is refused as not a regular
+     * file) instead of waiting for a writer; no effect on a regular file */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0)
         return FKVF_E_IO;
     fkvf_diag d; /* no handle to report through: the return code says it */
