@@ -29,7 +29,9 @@ def _candidates() -> List[str]:
     if build:
         out.append(os.path.join(build, "libfkvf", _SONAME))
     here = os.path.dirname(os.path.abspath(__file__))
-    out.append(os.path.join(here, os.pardir, os.pardir, "build", "libfkvf", _SONAME))
+    src = os.path.join(here, os.pardir, os.pardir)
+    if os.path.exists(os.path.join(src, "libfkvf", "include", "fkvf.h")):  # the source tree
+        out.append(os.path.join(src, "build", "libfkvf", _SONAME))
     try:
         from . import _paths  # type: ignore[attr-defined]
         lib = getattr(_paths, "LIBRARY", None)
@@ -44,6 +46,8 @@ def _candidates() -> List[str]:
     found = ctypes.util.find_library("fkvf")
     if found:
         out.append(found)
+    else:
+        out.append("")  # "": the dynamic loader found none (_load says so)
     return out
 
 
@@ -53,6 +57,10 @@ def _load() -> ctypes.CDLL:
     candidates = [env] if env else _candidates()
     tried = []
     for path in candidates:
+        if path == "":
+            tried.append("the dynamic loader's search path: no libfkvf (install it, or add "
+                         "its directory to LD_LIBRARY_PATH)")
+            continue
         # a bare soname from find_library is not a path: the loader searches for it
         if os.sep in path and not os.path.exists(path):
             tried.append(f"{path}: no such file")
