@@ -20,20 +20,8 @@
 # lacks a model; the parts whose model is there run first.
 # usage: example_python.sh PYTHON LIBFKVF_SO FKVF_CLI SRC_DIR
 set -u
-PY=$1
-LIB=$2
-CLI=$3
-S=$4
-abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
-LIB=$(abs "$LIB")
-CLI=$(abs "$CLI")
-S=$(abs "$S")
-for m in numpy torch matplotlib; do
-    if ! "$PY" -c "import $m" >/dev/null 2>&1; then
-        echo "example_python: SKIPPED: $PY has no $m (Debian: apt-get install python3-$m, scripts/install-deps.sh)"
-        exit 77
-    fi
-done
+. "$(dirname "$0")/python_lib.sh"
+py_need example_python numpy torch matplotlib
 MODELS=${FKVF_MODELS:-$S/../shared/models}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/example_python.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT

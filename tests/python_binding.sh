@@ -6,21 +6,8 @@
 # python3-numpy, python3-pytest: scripts/install-deps.sh).
 # usage: python_binding.sh PYTHON LIBFKVF_SO FKVF_CLI SRC_DIR
 set -u
-PY=$1
-LIB=$2
-CLI=$3
-S=$4
-# the tests run in scratch directories: paths made absolute
-abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
-LIB=$(abs "$LIB")
-CLI=$(abs "$CLI")
-S=$(abs "$S")
-for m in numpy pytest; do
-    if ! "$PY" -c "import $m" >/dev/null 2>&1; then
-        echo "python_binding: SKIPPED: $PY has no $m (Debian: apt-get install python3-$m, scripts/install-deps.sh)"
-        exit 77
-    fi
-done
+. "$(dirname "$0")/python_lib.sh"
+py_need python_binding numpy pytest
 # no __pycache__ or .pytest_cache in the source tree
 cd "$S" && exec env PYTHONPATH="$S/python" PYTHONDONTWRITEBYTECODE=1 FKVF_LIBRARY="$LIB" \
     FKVF_CLI="$CLI" FKVF_SRCDIR="$S" "$PY" -m pytest -q -p no:cacheprovider "$S/python/tests"

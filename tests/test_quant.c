@@ -1562,14 +1562,9 @@ START_TEST(rvq_allocation_failures)
 }
 END_TEST
 
-/* A codebook loaded for decoding only decodes exactly as the full handle
- * (the same tables), refuses to encode, and its subsets stay decode-only. */
-/* The automatic k (docs/codebooks.md): L = H = 2, Dk = Dv = 8, K x4 V x2,
- * f16. The codebook is 64 + 2*2*k*(4*8 + 2*8)*2 = 64 + 384k bytes and n rows
- * are 128n fp16 bytes, so k qualifies when 4 (64 + 384k) <= 128n, i.e.
- * n >= 2 + 12k, and 4k <= n: k = 16 from n = 194, 32 from 386, 64 from 770,
- * 128 from 1538, 256 from 3074 on. */
-START_TEST(codebook_auto_k_rule)
+/* The shape of the automatic-k and pays rules' tests: L = H = 2, Dk = Dv = 8,
+ * K x4 V x2 stages, f16 tables, k = 16. */
+static fkvf_codebook_shape rule_shape(void)
 {
     fkvf_codebook_shape sh;
     memset(&sh, 0, sizeof sh);
@@ -1581,6 +1576,17 @@ START_TEST(codebook_auto_k_rule)
     sh.v_stages = 2;
     sh.dtype = FKVF_DTYPE_F16;
     sh.k = 16;
+    return sh;
+}
+
+/* The automatic k (docs/codebooks.md): L = H = 2, Dk = Dv = 8, K x4 V x2,
+ * f16. The codebook is 64 + 2*2*k*(4*8 + 2*8)*2 = 64 + 384k bytes and n rows
+ * are 128n fp16 bytes, so k qualifies when 4 (64 + 384k) <= 128n, i.e.
+ * n >= 2 + 12k, and 4k <= n: k = 16 from n = 194, 32 from 386, 64 from 770,
+ * 128 from 1538, 256 from 3074 on. */
+START_TEST(codebook_auto_k_rule)
+{
+    fkvf_codebook_shape sh = rule_shape();
     ck_assert_uint_eq(fkvf_codebook_size(&sh), 64 + 384 * 16);
     sh.k = 999; /* ignored */
     ck_assert_uint_eq(fkvf_codebook_auto_k(&sh, 2, 0), 0);
@@ -1615,16 +1621,7 @@ END_TEST
  * bytes a row: 98368 + 24n < 128n from n = 946 (104n > 98368 at 945.8). */
 START_TEST(codebook_pays_rule)
 {
-    fkvf_codebook_shape sh;
-    memset(&sh, 0, sizeof sh);
-    sh.n_layers = 2;
-    sh.n_heads = 2;
-    sh.key_dim = 8;
-    sh.value_dim = 8;
-    sh.k_stages = 4;
-    sh.v_stages = 2;
-    sh.dtype = FKVF_DTYPE_F16;
-    sh.k = 16;
+    fkvf_codebook_shape sh = rule_shape();
     double idx = -1;
     ck_assert_int_eq(fkvf_codebook_pays(&sh, 2, 53, 128, &idx), 0);
     ck_assert(idx == 53.0 * 12);
@@ -1784,6 +1781,8 @@ START_TEST(codebook_key_settings_rule)
 }
 END_TEST
 
+/* A codebook loaded for decoding only decodes exactly as the full handle
+ * (the same tables), refuses to encode, and its subsets stay decode-only. */
 START_TEST(rvq_decode_only_handle)
 {
     tu_rng r = {77};

@@ -10,8 +10,10 @@
 
 #include "cli_util.h"
 
-uint64_t cli_cb_bytes(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs, int f32,
-                      int pooled)
+/* The codebook shape of k centroids per stage for the cache (one table set
+ * per head, or per layer when pooled). */
+static fkvf_codebook_shape cb_shape(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs,
+                                    int f32, int pooled)
 {
     fkvf_codebook_shape sh;
     memset(&sh, 0, sizeof sh);
@@ -24,6 +26,13 @@ uint64_t cli_cb_bytes(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs, i
     sh.v_stages = vs;
     sh.dtype = f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
     sh.pooled = (uint8_t)(pooled != 0);
+    return sh;
+}
+
+uint64_t cli_cb_bytes(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs, int f32,
+                      int pooled)
+{
+    fkvf_codebook_shape sh = cb_shape(c, k, ks, vs, f32, pooled);
     return fkvf_codebook_size(&sh);
 }
 
@@ -34,15 +43,7 @@ double cli_fp16_rows(const kvio_cache *c, uint64_t n)
 
 uint32_t cli_auto_k(const kvio_cache *c, uint64_t n, uint8_t ks, uint8_t vs, int f32)
 {
-    fkvf_codebook_shape sh;
-    memset(&sh, 0, sizeof sh);
-    sh.n_layers = c->n_layers;
-    sh.n_heads = c->n_kv_heads;
-    sh.key_dim = c->key_dim;
-    sh.value_dim = c->value_dim;
-    sh.k_stages = ks;
-    sh.v_stages = vs;
-    sh.dtype = f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
+    fkvf_codebook_shape sh = cb_shape(c, 0, ks, vs, f32, 0);
     return fkvf_codebook_auto_k(&sh, c->n_kv_heads, n);
 }
 

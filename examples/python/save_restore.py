@@ -234,7 +234,8 @@ print(f"[2] {ARCHIVE}: {packed['bytes']:,} bytes for {packed['fp16_bytes']:,} by
 # no quality may be lost.
 fkvf.pack(cache, EXACT, sinks=T, recent=0, tokens=prompt_ids, rope=ROPE, dtype="f32",
           overwrite=True)
-print(f"[2] {EXACT}: {os.path.getsize(EXACT):,} bytes, every position exact")
+print(f"[2] {EXACT}: {os.path.getsize(EXACT):,} bytes, every position exact "
+      "(float32, as the model computes it: twice the fp16 bytes)")
 del cache, train_caches       # what follows has only the files
 
 # %% [3] Restart: a fresh process restores the cache and continues the text
