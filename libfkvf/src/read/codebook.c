@@ -1,5 +1,8 @@
 /* The codebook of an open reader (spec 13): the embedded CBK1 or the
- * external codebook attached to it. */
+ * external codebook attached to it; and the key settings a codebook file's
+ * training recorded (fkvf_codebook_key_settings). */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,4 +120,79 @@ FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
 {
     ENTER(r);
     return rd_attach_codebook(r, cf);
+}
+
+/* ---- a codebook file's key settings (train.* metadata, docs/codebooks.md) ---- */
+
+/* Is entry e the UTF-8 text word? */
+static int meta_word(const fkvf_meta_entry *e, const char *word)
+{
+    size_t n = strlen(word);
+    return e->type == FKVF_META_UTF8 && e->value_len == n && !memcmp(e->value, word, n);
+}
+
+static void key_clash(fkvf_key_clash *c, const char *setting, const char *trained,
+                      const char *given)
+{
+    c->setting = setting;
+    snprintf(c->trained, sizeof c->trained, "%s", trained);
+    snprintf(c->given, sizeof c->given, "%s", given);
+}
+
+static const char *rope_layout_name(unsigned layout)
+{
+    return layout == 2 ? "half-split" : "interleaved";
+}
+
+FKVF_API int fkvf_codebook_key_settings(fkvf_reader *codebook_file, uint32_t key_dim,
+                                        fkvf_key_settings *k, fkvf_key_clash *clash)
+{
+    if (!codebook_file || !k || !clash)
+        return FKVF_E_INVALID_ARG;
+    memset(clash, 0, sizeof *clash);
+    k->layout_taken = 0;
+    fkvf_reader *r = codebook_file;
+    fkvf_meta_entry e;
+    char t[32], g[32];
+    if (fkvf_reader_meta_find(r, "train.keys", &e) == FKVF_OK &&
+        (meta_word(&e, "pre-rope") || meta_word(&e, "as-is"))) {
+        uint8_t v = meta_word(&e, "pre-rope");
+        if (!k->keys_set)
+            k->pre_rope = v;
+        else if (k->pre_rope != v && !k->no_rope)
+            key_clash(clash, "keys", v ? "pre-rope" : "as-is", k->pre_rope ? "pre-rope" : "as-is");
+    }
+    int un_rotated = k->pre_rope && !k->no_rope; /* only then do the RoPE settings matter */
+    if (fkvf_reader_meta_find(r, "train.rope_theta", &e) == FKVF_OK &&
+        e.type == FKVF_META_F64 && isfinite(e.f64) && e.f64 > 0) {
+        if (!k->theta_set) {
+            k->theta = e.f64;
+        } else if (k->theta != e.f64 && un_rotated && !clash->setting) {
+            snprintf(t, sizeof t, "%.10g", e.f64);
+            snprintf(g, sizeof g, "%.10g", k->theta);
+            key_clash(clash, "rope_theta", t, g);
+        }
+    }
+    if (fkvf_reader_meta_find(r, "train.rope_dims", &e) == FKVF_OK &&
+        e.type == FKVF_META_U64 && e.u64 >= 2 && e.u64 <= key_dim && e.u64 % 2 == 0) {
+        uint32_t given = k->dims ? k->dims : key_dim;
+        if (!k->dims_set) {
+            k->dims = (uint32_t)e.u64;
+        } else if (given != e.u64 && un_rotated && !clash->setting) {
+            snprintf(t, sizeof t, "%u", (unsigned)e.u64);
+            snprintf(g, sizeof g, "%u", (unsigned)given);
+            key_clash(clash, "rope_dims", t, g);
+        }
+    }
+    if (fkvf_reader_meta_find(r, "train.rope_layout", &e) == FKVF_OK &&
+        (meta_word(&e, "interleaved") || meta_word(&e, "half-split"))) {
+        uint8_t v = meta_word(&e, "half-split") ? 2 : 1;
+        if (!k->layout_set) {
+            k->layout = v;
+            k->layout_taken = 1;
+        } else if (k->layout != v && un_rotated && !clash->setting) {
+            key_clash(clash, "rope_layout", rope_layout_name(v), rope_layout_name(k->layout));
+        }
+    }
+    return clash->setting ? FKVF_E_CODEBOOK : FKVF_OK;
 }
