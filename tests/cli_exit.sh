@@ -19,6 +19,13 @@ CB=$SRC/conformance/files/valid_codebook_file.fkvf
 MANIFEST=$SRC/conformance/manifest.tsv
 PY=/usr/bin/python3
 . "$(dirname "$0")/cli_lib.sh"
+# the scratch directory's name holds the words of the argument templates
+# below (NT, OUT, CACHE): their placeholders (%NT, %OUT, %CACHE) must not
+# match inside a path (a mktemp name holding "NT" broke 15 cases)
+T0=$T
+T=$T0/NT-OUT-CACHE
+mkdir "$T"
+trap 'rm -rf "$T0"' EXIT
 Q="--k 16 --k-stages 2 --v-stages 1 --iters 3"
 printf 'not an archive, not a cache: just text that is long enough to look at\n' >"$T/junk"
 NONE=$T/does-not-exist.fkvf
@@ -82,7 +89,7 @@ while read -r cmd args w_junk w_none w_cb; do
         none) X=$NONE want=$w_none ;;
         cb) X=$CB want=$w_cb ;;
         esac
-        a=$(printf '%s' "$args" | tr '_' ' ' | sed "s#@#$X#g; s#OUT#$T/o-$cmd-$kind#g; s#CACHE#$CACHE#g")
+        a=$(printf '%s' "$args" | tr '_' ' ' | sed "s#@#$X#g; s#%OUT#$T/o-$cmd-$kind#g; s#%CACHE#$CACHE#g")
         # shellcheck disable=SC2086
         check "$cmd-$kind" "$want" "$FKVF" $cmd $a
         [ "$want" -eq 0 ] && continue
@@ -117,17 +124,17 @@ info @ 1 2 0
 verify @ 1 2 0
 validate @ 1 2 0
 dump @ 1 2 0
-pack @_-o_OUT.fkvf 1 2 1
-unpack @_-o_OUT.safetensors 1 2 1
-train @_-o_OUT.fkvf 1 2 1
-compare @_CACHE 1 2 1
-append @_CACHE 1 2 1
-compact @_-o_OUT.fkvf 1 2 1
+pack @_-o_%OUT.fkvf 1 2 1
+unpack @_-o_%OUT.safetensors 1 2 1
+train @_-o_%OUT.fkvf 1 2 1
+compare @_%CACHE 1 2 1
+append @_%CACHE 1 2 1
+compact @_-o_%OUT.fkvf 1 2 1
 recover @ 1 2 0
 search @_--tokens_1 1 2 1
 context @_--at_0_--len_1 1 2 1
 index @ 1 2 1
-plot @_--stream_tokens_-o_OUT.png 1 2 1
+plot @_--stream_tokens_-o_%OUT.png 1 2 1
 EOF
 check main-help 0 "$FKVF" --help
 grep_in main-help-exit "exit status 0 ok, 1 invalid input data, 2 usage" "$T/out"
@@ -146,7 +153,7 @@ A=$T/a.fkvf
 check unpack-npy 0 "$FKVF" unpack "$A" -o "$T/nt.npy"
 check pack-no-tokens 0 "$FKVF" pack "$T/nt.npy" -o "$T/nt.fkvf" $Q
 while read -r name want ename args; do
-    a=$(printf '%s' "$args" | tr '_' ' ' | sed "s#@#$A#g; s#NT#$T/nt.fkvf#g; s#OUT#$T/o-$name#g")
+    a=$(printf '%s' "$args" | tr '_' ' ' | sed "s#@#$A#g; s#%NT#$T/nt.fkvf#g; s#%OUT#$T/o-$name#g")
     # shellcheck disable=SC2086
     check "$name" "$want" "$FKVF" $a
     first_line "$name" "${a%% *}"
@@ -155,11 +162,11 @@ while read -r name want ename args; do
     jerr "$name" "$want" - "$ename" -
 done <<EOF
 search-no-such-stream 1 FKVF_E_NOT_FOUND search_@_--stream_L99.H0.K.0_--symbols_1
-search-no-token-stream 1 FKVF_E_NOT_FOUND search_NT_--tokens_1,2
-context-no-token-stream 1 FKVF_E_NOT_FOUND context_NT_--at_0_--len_1
+search-no-token-stream 1 FKVF_E_NOT_FOUND search_%NT_--tokens_1,2
+context-no-token-stream 1 FKVF_E_NOT_FOUND context_%NT_--at_0_--len_1
 context-no-such-stream 1 FKVF_E_NOT_FOUND context_@_--at_0_--len_1_--stream_L0.H9.V.0
 context-outside 1 FKVF_E_RANGE context_@_--at_256_--len_2
-plot-no-such-stream 1 FKVF_E_NOT_FOUND plot_@_--stream_L99.H0.K.0_-o_OUT.png
+plot-no-such-stream 1 FKVF_E_NOT_FOUND plot_@_--stream_L99.H0.K.0_-o_%OUT.png
 index-no-such-stream 1 FKVF_E_NOT_FOUND index_@_--stream_L99.H0.K.0
 search-bad-list 2 FKVF_E_INVALID_ARG search_@_--tokens_1,,2
 search-bad-stream-name 2 FKVF_E_INVALID_ARG search_@_--stream_L1.X2_--symbols_1
