@@ -51,21 +51,13 @@ for m in stories260K shakespeare-hd64; do
     o="--model $M --kv f16 --flash 0"
     train=""
     for i in 1 2 3 4 5 6; do
-        if [ $m = stories260K ]; then
-            P=$(sample_ids train$i 1 199)
-        else
-            P=1,$(text_ids $((i * 150000 - 140000)) 199)
-        fi
+        P=$(model_ids $m train$i $((i * 150000 - 140000)) 199)
         # shellcheck disable=SC2086
         job $m-train$i.save save $o --prompt "$P" --state "$T/$m-train$i.state"
         train="$train $T/$m-train$i.state"
     done
     for i in 1 2 3 4; do
-        if [ $m = stories260K ]; then
-            ALL=$(sample_ids eval$i 1 239)
-        else
-            ALL=1,$(text_ids $((1003854 + (i - 1) * 25000)) 239)
-        fi
+        ALL=$(model_ids $m eval$i $((1003854 + (i - 1) * 25000)) 239)
         ids_range "$ALL" 181 240 >"$T/$m-eval$i.cont"
         # shellcheck disable=SC2086
         job $m-eval$i.save save $o --prompt "$(ids_range "$ALL" 1 180)" --state "$T/$m-eval$i.state"
@@ -97,8 +89,7 @@ for m in stories260K shakespeare-hd64; do
                 "$F" import-llama "$s.state" --model "$M" --codebooks "$cbf" --sinks "$si" \
                 --recent "$re" -o "$s.$cn.fkvf" --json
             want=$((180 - si - re))
-            [ "$(json_num "$T/out" positions):$(json_num "$T/out" archived)" = "180:$want" ] && ok ||
-                bad "$m eval$i $cn: import-llama --json: $(cat "$T/out") (want 180 positions, $want archived)"
+            counts_are "$m eval$i $cn" 180 "$want"
             check "$m eval$i $cn: export-llama" 0 "$F" export-llama "$s.$cn.fkvf" -o "$s.$cn.archived" --codebooks "$cbf"
             cmp -s "$s.state" "$s.$cn.archived" && bad "$m eval$i $cn: the archived export is the exact state"
             # shellcheck disable=SC2086

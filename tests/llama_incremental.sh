@@ -18,18 +18,26 @@ need_model stories260K.gguf
 need_model shakespeare-hd64.gguf
 
 CONFIGS="f16:0 f32:1"
+
+append_save() { # append_save PREV NEXT: import-llama --append of the NEXT-token save of $s
+    # after the PREV-token one: only the new positions are written, NEXT - PREV of them,
+    # in at most their bytes in the state file (rows, cells, tokens) and a commit's 4 KiB;
+    # the export is then the NEXT-token save
+    check "$c: import-llama --append $2" 0 "$F" import-llama "$s.$2" --model "$M" --append "$s.fkvf" --json
+    grow=$(($(wc -c <"$s.$2") - $(wc -c <"$s.$1") + 4096))
+    [ "$(json_num "$T/out" appended)" = $(($2 - $1)) ] && [ "$(json_num "$T/out" bytes_added)" -le $grow ] && ok ||
+        bad "$c: --append $2 --json: $(cat "$T/out") (want $(($2 - $1)) appended, at most $grow bytes added)"
+    check "$c: export-llama after $2" 0 "$F" export-llama "$s.fkvf" -o "$s.e$2"
+    same "$c: the export after appending the $2-token save is that save" "$s.$2" "$s.e$2"
+}
 for m in stories260K shakespeare-hd64; do
     M=$MODELS/$m.gguf
-    if [ $m = stories260K ]; then
-        P=$(sample_ids eval2 1 99)
-    else
-        P=1,$(text_ids 1010000 99)
-    fi
+    P=$(model_ids $m eval2 1010000 99)
     # the same prompt with token 21 changed: another sequence from 20 on
     t=$(ids_range "$P" 21 21)
     D=$(ids_range "$P" 1 20),$((t == 50 ? 51 : 50)),$(ids_range "$P" 22 100)
     for cf in $CONFIGS; do
-        kv=${cf%:*} fl=${cf#*:}
+        config_vars $m "$cf"
         job $m-$kv-$fl.save save --model "$M" --kv $kv --flash $fl --prompt "$P" --at 40,70,100 \
             --state "$T/$m-$kv-$fl"
         job $m-$kv-$fl.other save --model "$M" --kv $kv --flash $fl --prompt "$D" --at 70 \
@@ -37,28 +45,13 @@ for m in stories260K shakespeare-hd64; do
     done
     jobs_run
     for cf in $CONFIGS; do
-        kv=${cf%:*} fl=${cf#*:}
-        c="$m kv $kv flash $fl"
-        s=$T/$m-$kv-$fl
+        config_vars $m "$cf"
         check "$c: import-llama 40" 0 "$F" import-llama "$s.40" --model "$M" -o "$s.fkvf" --json
-        [ "$(json_num "$T/out" positions):$(json_num "$T/out" archived)" = 40:0 ] && ok ||
-            bad "$c: import-llama --json: $(cat "$T/out") (want 40 positions, 0 archived)"
+        counts_are "$c" 40 0
         cp "$s.fkvf" "$s-b.fkvf"
         cp "$s.fkvf" "$s-c.fkvf"
-        check "$c: import-llama --append 70" 0 "$F" import-llama "$s.70" --model "$M" --append "$s.fkvf" --json
-        # only the new positions are written: 30 of them, in at most their
-        # bytes in the state file (rows, cells, tokens) and a commit's 4 KiB
-        grow=$(($(wc -c <"$s.70") - $(wc -c <"$s.40") + 4096))
-        [ "$(json_num "$T/out" appended)" = 30 ] && [ "$(json_num "$T/out" bytes_added)" -le $grow ] && ok ||
-            bad "$c: --append 70 --json: $(cat "$T/out") (want 30 appended, at most $grow bytes added)"
-        check "$c: export-llama after 70" 0 "$F" export-llama "$s.fkvf" -o "$s.e70"
-        same "$c: the export after appending the 70-token save is that save" "$s.70" "$s.e70"
-        check "$c: import-llama --append 100" 0 "$F" import-llama "$s.100" --model "$M" --append "$s.fkvf" --json
-        grow=$(($(wc -c <"$s.100") - $(wc -c <"$s.70") + 4096))
-        [ "$(json_num "$T/out" appended)" = 30 ] && [ "$(json_num "$T/out" bytes_added)" -le $grow ] && ok ||
-            bad "$c: --append 100 --json: $(cat "$T/out") (want 30 appended, at most $grow bytes added)"
-        check "$c: export-llama after 100" 0 "$F" export-llama "$s.fkvf" -o "$s.e100"
-        same "$c: the export after appending the 100-token save is that save" "$s.100" "$s.e100"
+        append_save 40 70
+        append_save 70 100
         # the same append as fkvf append --new
         check "$c: fkvf append --new 70" 0 "$F" append "$s-b.fkvf" "$s.70" --model "$M" --new
         check "$c: export-llama after append --new" 0 "$F" export-llama "$s-b.fkvf" -o "$s.b70"

@@ -37,30 +37,23 @@ v_trans_of() { od -An -tu4 -j $((20 + 16 * $2)) -N 4 "$1" | tr -d ' '; }
 CONFIGS="f16:0 f16:1 f32:0 f32:1"
 for m in stories260K shakespeare-hd64; do
     M=$MODELS/$m.gguf
-    if [ $m = stories260K ]; then
-        ALL=$(sample_ids eval1 1 100)
-    else
-        ALL=1,$(text_ids 1003854 100)
-    fi
+    ALL=$(model_ids $m eval1 1003854 100)
     P=$(ids_range "$ALL" 1 60)    # BOS + 59 tokens
     NEXT=$(ids_range "$ALL" 61 61)
     C=$(ids_range "$ALL" 61 101)  # NEXT then 40 tokens scored
     # one driver process saves and runs uninterrupted, another resumes
     for cf in $CONFIGS; do
-        kv=${cf%:*} fl=${cf#*:}
+        config_vars $m "$cf"
         job $m-$kv-$fl.save save --model "$M" --kv $kv --flash $fl --prompt "$P" --state "$T/$m-$kv-$fl.state"
         job $m-$kv-$fl.run run --model "$M" --kv $kv --flash $fl --prompt "$P" --next "$NEXT" --n 20
     done
     jobs_run
     for cf in $CONFIGS; do
-        kv=${cf%:*} fl=${cf#*:}
-        c="$m kv $kv flash $fl"
-        s=$T/$m-$kv-$fl
+        config_vars $m "$cf"
         vt=$(v_trans_of "$s.state" 60)
         [ "$vt" = $((1 - fl)) ] && ok || bad "$c: llama.cpp saved v_trans '$vt'"
         check "$c: import-llama" 0 "$F" import-llama "$s.state" --model "$M" -o "$s.fkvf" --json
-        [ "$(json_num "$T/out" positions):$(json_num "$T/out" archived)" = 60:0 ] && ok ||
-            bad "$c: import-llama --json: $(cat "$T/out") (want 60 positions, 0 archived)"
+        counts_are "$c" 60 0
         check "$c: export-llama" 0 "$F" export-llama "$s.fkvf" -o "$s.state2"
         same "$c: the export is the saved state" "$s.state" "$s.state2"
         job $m-$kv-$fl.resume resume --model "$M" --kv $kv --flash $fl --state "$s.state2" --next "$NEXT" --n 20
@@ -83,9 +76,7 @@ for m in stories260K shakespeare-hd64; do
     done
     jobs_run
     for cf in $CONFIGS; do
-        kv=${cf%:*} fl=${cf#*:}
-        c="$m kv $kv flash $fl"
-        s=$T/$m-$kv-$fl
+        config_vars $m "$cf"
         ovt=$fl
         same "$c: llama.cpp resumed from its own save vs uninterrupted" "$s.run" "$s.resume0"
         same "$c: resumed from the export vs uninterrupted (ids, distributions)" "$s.run" "$s.resume"

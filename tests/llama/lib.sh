@@ -61,3 +61,21 @@ text_ids() { # text_ids OFFSET LEN: bytes of shakespeare.txt as ids (3 + byte), 
 ids_range() { # ids_range LIST FROM TO: fields FROM..TO (1-based) of a comma list
     echo "$1" | cut -d, -f"$2-$3"
 }
+model_ids() { # model_ids MODEL SAMPLE OFFSET N: BOS then N prompt ids for that model: the
+    # stories260K sample SAMPLE (stories-samples.txt), or N bytes of shakespeare.txt at OFFSET
+    if [ "$1" = stories260K ]; then
+        sample_ids "$2" 1 "$4"
+    else
+        printf '1,'
+        text_ids "$3" "$4"
+    fi
+}
+config_vars() { # config_vars MODEL KV:FLASH: kv, fl, the case name c and the file stem s
+    kv=${2%:*} fl=${2#*:}
+    c="$1 kv $kv flash $fl"
+    s=$T/$1-$kv-$fl
+}
+counts_are() { # counts_are NAME POSITIONS ARCHIVED: those counts in the --json result $T/out
+    [ "$(json_num "$T/out" positions):$(json_num "$T/out" archived)" = "$2:$3" ] && ok ||
+        bad "$1: import-llama --json: $(cat "$T/out") (want $2 positions, $3 archived)"
+}
