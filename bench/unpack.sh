@@ -16,11 +16,14 @@
 # (fkvf pack --codebooks) and, as the raw file cp copies, the .safetensors
 # unpack writes. Then PAIRS pairs of `cp raw.safetensors x.safetensors` and
 # `fkvf unpack archive -o y.safetensors` (the order swapped every other
-# pair), each under /usr/bin/time -f "%e %U %S %M". Prints one line per pair
-# and, last on stdout:
+# pair), each under /usr/bin/time -f "%e %U %S %M", and with each pair a
+# copy that is on disk when it ends as unpack's output is (unpack fsyncs
+# before it renames): `dd ... conv=fsync`. Prints one line per pair and,
+# last on stdout:
 #   RESULT unpack_vs_cp=<median wall ratio> unpack_cpu_vs_cp=<median CPU
 #   ratio> unpack_peak_mib=<largest peak RSS of unpack, MiB>
-#   cp_peak_mib=<largest of cp>
+#   cp_peak_mib=<largest of cp> unpack_vs_cp_fsync=<median wall ratio to
+#   the dd copy>
 set -eu
 FKVF=${1:?usage: bench/unpack.sh FKVF_BIN [POSITIONS [PAIRS]]}
 POS=${2:-8192}
@@ -56,7 +59,9 @@ while [ "$i" -lt "$PAIRS" ]; do
     if [ $((i % 2)) -eq 0 ]; then
         run cp cp "$W/raw.safetensors" "$W/x.safetensors"
         run unpack "$FKVF" unpack "$W/a.fkvf" -o "$W/y.safetensors"
+        run cpf dd if="$W/raw.safetensors" of="$W/x.safetensors" bs=1M conv=fsync status=none
     else
+        run cpf dd if="$W/raw.safetensors" of="$W/x.safetensors" bs=1M conv=fsync status=none
         run unpack "$FKVF" unpack "$W/a.fkvf" -o "$W/y.safetensors"
         run cp cp "$W/raw.safetensors" "$W/x.safetensors"
     fi
@@ -64,7 +69,7 @@ while [ "$i" -lt "$PAIRS" ]; do
 done
 rm -f "$W/x.safetensors" "$W/y.safetensors"
 # per pair: wall and CPU (user + system) ratios; medians; peaks
-paste -d' ' "$W/cp" "$W/unpack" | awk '
+paste -d' ' "$W/cp" "$W/unpack" "$W/cpf" | awk '
 function median(a, n,   i, j, t) {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
@@ -72,11 +77,11 @@ function median(a, n,   i, j, t) {
 {
     n++
     cw = $1 < 0.01 ? 0.01 : $1; cc = $2 + $3 < 0.01 ? 0.01 : $2 + $3
-    w[n] = $5 / cw; c[n] = ($6 + $7) / cc
+    w[n] = $5 / cw; c[n] = ($6 + $7) / cc; f[n] = $5 / ($9 < 0.01 ? 0.01 : $9)
     if ($8 > up) up = $8
     if ($4 > cpk) cpk = $4
-    printf "pair %d: cp %.2fs (cpu %.2fs, %d KiB)  unpack %.2fs (cpu %.2fs, %d KiB)  ratio wall %.2f cpu %.2f\n", n, $1, $2 + $3, $4, $5, $6 + $7, $8, w[n], c[n]
+    printf "pair %d: cp %.2fs (cpu %.2fs, %d KiB)  unpack %.2fs (cpu %.2fs, %d KiB)  ratio wall %.2f cpu %.2f  dd+fsync %.2fs ratio %.2f\n", n, $1, $2 + $3, $4, $5, $6 + $7, $8, w[n], c[n], $9, f[n]
 }
 END {
-    printf "RESULT unpack_vs_cp=%.2f unpack_cpu_vs_cp=%.2f unpack_peak_mib=%.1f cp_peak_mib=%.1f\n", median(w, n), median(c, n), up / 1024, cpk / 1024
+    printf "RESULT unpack_vs_cp=%.2f unpack_cpu_vs_cp=%.2f unpack_peak_mib=%.1f cp_peak_mib=%.1f unpack_vs_cp_fsync=%.2f\n", median(w, n), median(c, n), up / 1024, cpk / 1024, median(f, n)
 }'
