@@ -82,9 +82,23 @@ for a in $ARCHIVES; do
     done
 done
 [ -n "$REC" ] && exit 0
+# a write that fails half-way (the file size limit; SIGXFSZ ignored, so the
+# write returns EFBIG): exit 2, the file and byte offset named, no output
+# and no temporary file left
+for ext in safetensors npz npy; do
+    rm -f "$T"/o.*
+    (trap '' XFSZ; ulimit -f 40; exec "$FKVF" unpack "$SRC/testdata/sample.fkvf" -o "$T/o.$ext") \
+        >"$T/out" 2>"$T/err"
+    rc=$?
+    if [ "$rc" -eq 2 ]; then pass=$((pass + 1)); else
+        echo "FAIL efbig-$ext: exit $rc, want 2"; cat "$T/err"; fails=$((fails + 1)); fi
+    grep_in "efbig-$ext" "o.$ext.*at byte offset [0-9]* failed: File too large" "$T/err"
+    if ls "$T" | grep -q '^o\.'; then echo "FAIL efbig-$ext: left"; ls "$T"; fails=$((fails + 1)); fi
+done
+n_extra=6
 # the table covers every line asked for (none skipped by a mismatch of names)
 n=$(wc -l <"$EXPECTED")
-if [ "$pass" -ne "$n" ] && [ "$fails" -eq 0 ]; then
+if [ "$pass" -ne $((n + n_extra)) ] && [ "$fails" -eq 0 ]; then
     echo "FAIL: $pass lines matched, the table has $n"; fails=$((fails + 1))
 fi
 finish cli_unpack

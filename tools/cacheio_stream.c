@@ -188,6 +188,20 @@ int kvio_stream_open(kvio_stream **out, const char *path, kvio_format fmt, unsig
     return KVIO_OK;
 }
 
+/* n bytes at byte offset off of the data region; a .npz's is the scratch
+ * file, whose offsets are not the output's: the message says so. */
+static int stream_put(const ctx *x, const kvio_stream *w, const void *buf, size_t n, uint64_t off)
+{
+    int rc = cio_pwrite_all(x, w->fd, buf, n, off);
+    if (rc && w->fmt == KVIO_FMT_NPZ && x->err && x->errlen) {
+        static const char note[] = " (the temporary file of the members' data)";
+        size_t k = strlen(x->err);
+        if (k + sizeof note <= x->errlen)
+            memcpy(x->err + k, note, sizeof note);
+    }
+    return rc;
+}
+
 /* Room for n bytes in w->stage. */
 static int stage_room(const ctx *x, kvio_stream *w, uint64_t n)
 {
@@ -231,7 +245,7 @@ int kvio_stream_kv(kvio_stream *w, uint32_t layer, int kv, uint32_t first, uint3
         for (uint32_t i = 0; i < n; i++)
             for (uint32_t h = 0; h < H; h++, d += rb)
                 memcpy(d, s + (size_t)i * pos_stride + (size_t)h * head_stride, rb);
-        if ((rc = cio_pwrite_all(&x, w->fd, w->stage, (size_t)piece, at + (uint64_t)first * H * rb)))
+        if ((rc = stream_put(&x, w, w->stage, (size_t)piece, at + (uint64_t)first * H * rb)))
             return rc;
     } else { /* [H][T][row]: one piece per head */
         uint64_t piece = (uint64_t)n * rb;
@@ -243,7 +257,7 @@ int kvio_stream_kv(kvio_stream *w, uint32_t layer, int kv, uint32_t first, uint3
             for (uint32_t i = 0; i < n; i++, d += rb)
                 memcpy(d, hs + (size_t)i * pos_stride, rb);
             uint64_t off = at + ((uint64_t)h * T + first) * rb;
-            if ((rc = cio_pwrite_all(&x, w->fd, w->stage, (size_t)piece, off)))
+            if ((rc = stream_put(&x, w, w->stage, (size_t)piece, off)))
                 return rc;
         }
     }
@@ -276,7 +290,7 @@ int kvio_stream_tokens(kvio_stream *w, uint32_t first, uint32_t n, const int64_t
             else
                 wr64(tmp + k, (uint64_t)t);
         }
-        int rc = cio_pwrite_all(&x, w->fd, tmp, k, at);
+        int rc = stream_put(&x, w, tmp, k, at);
         if (rc)
             return rc;
         at += k;
