@@ -12,7 +12,9 @@
 # codebook, unpacked to each format heads-first, positions-first with HF
 # names, and as f32: under the bound, and UNPACK_CHECK (tests/unpack_check.c)
 # finds every element equal to fkvf_reader_restore's and every token id to
-# the archive's.
+# the archive's. Under a pseudo-terminal (script(1), when there is one)
+# unpack draws its progress bar with an ETA and a final "done in" line; with
+# stderr on a file, none.
 # usage: cli_unpack_memory.sh FKVF_BIN SRCDIR UNPACK_CHECK
 set -u
 FKVF=$1
@@ -69,6 +71,16 @@ PYEOF
 check pack-tok 0 "$FKVF" pack "$T/tok.safetensors" -o "$T/tok.fkvf" --k 16 --k-stages 2 --v-stages 1 \
     --iters 2 --no-rope
 rm -f "$T/tok.safetensors"
+if command -v script >/dev/null 2>&1; then
+    check progress-tty 0 script -qec "'$FKVF' unpack '$T/tok.fkvf' -o '$T/p.safetensors'" /dev/null
+    tr '\r' '\n' <"$T/out" >"$T/tty"
+    grep_in progress-tty-final '^unpack \[##############################\] 100%  done in [0-9][0-9hms.]* *$' "$T/tty"
+    rm -f "$T/p.safetensors"
+    check progress-file 0 "$FKVF" unpack "$T/tok.fkvf" -o "$T/p.safetensors"
+    if grep -q 'unpack \[' "$T/err"; then echo "FAIL progress-file: a bar on a file"; fails=$((fails + 1)); else
+        pass=$((pass + 1)); fi
+    rm -f "$T/p.safetensors"
+fi
 for ext in safetensors npz npy; do
     for opts in "" "--hf --layout nhd" "--dtype f32"; do
         lay=hnd
