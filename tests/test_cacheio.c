@@ -1849,6 +1849,241 @@ START_TEST(hf_writer_writes_input_ids)
 }
 END_TEST
 
+/* ---- streaming writes (kvio_stream) ------------------------------------ */
+
+/* The rows of positions [first, first + n) of c in the order of spec 14.2
+ * (per position, per layer the keys of heads 0..H-1, then their values),
+ * each position's row followed by pad bytes of 0xEE that must never reach
+ * the file. Returns the buffer; *pos_stride its bytes per position. */
+static uint8_t *rows_of(const kvio_cache *c, uint32_t first, uint32_t n, size_t pad, size_t *pos_stride)
+{
+    size_t es = kvio_dtype_size(c->dtype);
+    size_t kb = (size_t)c->key_dim * es, vb = (size_t)c->value_dim * es;
+    size_t rb = (size_t)c->n_layers * c->n_kv_heads * (kb + vb) + pad;
+    uint8_t *rows = malloc(rb * (n ? n : 1));
+    ck_assert_ptr_nonnull(rows);
+    memset(rows, 0xEE, rb * (n ? n : 1));
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t *d = rows + (size_t)i * rb;
+        for (uint32_t l = 0; l < c->n_layers; l++) {
+            for (uint32_t h = 0; h < c->n_kv_heads; h++, d += kb)
+                memcpy(d, c->keys[l] + ((size_t)h * c->n_positions + first + i) * kb, kb);
+            for (uint32_t h = 0; h < c->n_kv_heads; h++, d += vb)
+                memcpy(d, c->values[l] + ((size_t)h * c->n_positions + first + i) * vb, vb);
+        }
+    }
+    *pos_stride = rb;
+    return rows;
+}
+
+/* c written to path through a kvio_stream, in chunks of `chunk` positions
+ * (backwards when reverse; the token ids of a chunk before its keys and
+ * values when reverse). Returns kvio_stream_finish's code. */
+static int stream_write(const char *path, kvio_format f, unsigned flags, const kvio_cache *c,
+                        uint32_t chunk, int reverse, char *err)
+{
+    kvio_stream *w;
+    int rc = kvio_stream_open(&w, path, f, flags, c, c->tokens != NULL, err, ERRLEN);
+    if (rc)
+        return rc;
+    size_t es = kvio_dtype_size(c->dtype);
+    size_t kb = (size_t)c->key_dim * es, vb = (size_t)c->value_dim * es;
+    size_t lb = (size_t)c->n_kv_heads * (kb + vb);
+    uint32_t T = c->n_positions, nchunks = T ? (T + chunk - 1) / chunk : 0;
+    for (uint32_t k = 0; k < nchunks; k++) {
+        uint32_t first = (reverse ? nchunks - 1 - k : k) * chunk;
+        uint32_t n = T - first < chunk ? T - first : chunk;
+        size_t ps;
+        uint8_t *rows = rows_of(c, first, n, 3 * (k % 2), &ps);
+        if (c->tokens && reverse)
+            ck_assert_int_eq(kvio_stream_tokens(w, first, n, c->tokens + first, err, ERRLEN), KVIO_OK);
+        for (uint32_t l = 0; l < c->n_layers; l++) {
+            const uint8_t *keys = rows + l * lb, *values = keys + (size_t)c->n_kv_heads * kb;
+            ck_assert_int_eq(kvio_stream_kv(w, l, 1, first, n, values, ps, vb, err, ERRLEN), KVIO_OK);
+            ck_assert_int_eq(kvio_stream_kv(w, l, 0, first, n, keys, ps, kb, err, ERRLEN), KVIO_OK);
+        }
+        if (c->tokens && !reverse)
+            ck_assert_int_eq(kvio_stream_tokens(w, first, n, c->tokens + first, err, ERRLEN), KVIO_OK);
+        free(rows);
+    }
+    return kvio_stream_finish(w, err, ERRLEN);
+}
+
+/* The file a stream writes is byte for byte kvio_write's (the reference:
+ * the whole-cache writers), and reads back as the cache, for every format,
+ * dtype, flag set, token width, chunking and order, odd dimensions, GQA-like
+ * head counts, one and zero positions, with metadata. */
+START_TEST(stream_bytes_equal_kvio_write)
+{
+    /* thousands of files, each fsynced: in memory where there is a tmpfs */
+    char dir[] = "/dev/shm/test_cacheio.XXXXXX";
+    if (!mkdtemp(dir)) {
+        memcpy(dir, "/tmp/test_cacheio.XXXXXX", sizeof "/tmp/test_cacheio.XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+    }
+    static const uint32_t shapes[][5] = {{3, 2, 9, 4, 6}, {2, 3, 7, 5, 5}, {1, 1, 1, 1, 1},
+                                         {2, 2, 0, 4, 4}, {4, 1, 33, 3, 3}, {1, 8, 16, 16, 16}};
+    static const unsigned flagsets[] = {0, KVIO_WRITE_HF, KVIO_WRITE_NHD, KVIO_WRITE_HF | KVIO_WRITE_NHD,
+                                        KVIO_WRITE_DEFLATE, KVIO_WRITE_DEFLATE | KVIO_WRITE_NHD};
+    static const uint32_t chunks[] = {1, 2, 5, 1000}; /* odd ones backwards */
+    char ref[300], got[300], err[ERRLEN];
+    int cases = 0;
+    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++)
+        for (int d = 0; d < 3; d++)
+            for (int tok = 0; tok < 3; tok++) { /* none, int64, int32 */
+                const uint32_t *z = shapes[sh];
+                kvio_cache c = make_cache(z[0], z[1], z[2], z[3], z[4], DTYPES[d], tok > 0,
+                                          100 * sh + 10 * (uint64_t)d + (uint64_t)tok);
+                if (tok == 2)
+                    c.token_width = 4;
+                if (sh % 2)
+                    ck_assert_int_eq(kvio_cache_set_meta(&c, "model", "m \"q\" \xc3\xa9"), KVIO_OK);
+                for (int f = KVIO_FMT_SAFETENSORS; f <= KVIO_FMT_NPZ; f++) {
+                    if (f == KVIO_FMT_NPY && (tok || z[3] != z[4]))
+                        continue;
+                    for (size_t fl = 0; fl < sizeof flagsets / sizeof *flagsets; fl++) {
+                        unsigned flags = flagsets[fl];
+                        if ((flags & KVIO_WRITE_DEFLATE) && f != KVIO_FMT_NPZ)
+                            continue;
+                        const char *ext = f == KVIO_FMT_SAFETENSORS ? "safetensors" : f == KVIO_FMT_NPY ? "npy" : "npz";
+                        snprintf(ref, sizeof ref, "%s/ref.%s", dir, ext);
+                        snprintf(got, sizeof got, "%s/got.%s", dir, ext);
+                        ck_assert_int_eq(kvio_write(ref, KVIO_FMT_AUTO, flags, &c, err, sizeof err), KVIO_OK);
+                        size_t nr, ng;
+                        uint8_t *rb = tu_slurp(ref, &nr);
+                        for (size_t ch = 0; ch < sizeof chunks / sizeof *chunks; ch++) {
+                                int rev = (int)(ch % 2);
+                                int rc = stream_write(got, KVIO_FMT_AUTO, flags, &c, chunks[ch], rev, err);
+                                if (rc)
+                                    ck_abort_msg("stream %s: %s", got, err);
+                                uint8_t *gb = tu_slurp(got, &ng);
+                                if (ng != nr || memcmp(gb, rb, nr))
+                                    ck_abort_msg("shape %zu dtype %d tok %d %s flags %#x chunk %u rev %d: "
+                                                 "%zu bytes differ from kvio_write's %zu",
+                                                 sh, d, tok, ext, flags, chunks[ch], rev, ng, nr);
+                                kvio_cache back;
+                                unsigned rf = (flags & KVIO_WRITE_NHD) ? KVIO_READ_NHD : 0;
+                                ck_assert_int_eq(kvio_read(got, KVIO_FMT_AUTO, rf, &back, err, sizeof err), KVIO_OK);
+                                ck_assert(kvio_cache_equal(&c, &back));
+                                kvio_cache_free(&back);
+                                free(gb);
+                                remove(got);
+                                cases++;
+                            }
+                        free(rb);
+                        remove(ref);
+                    }
+                }
+                kvio_cache_free(&c);
+            }
+    ck_assert_int_gt(cases, 600);
+    ck_assert_int_eq(rmdir(dir), 0); /* nothing else left behind */
+}
+END_TEST
+
+/* Wrong use and failures: refused with the file and what is wrong named,
+ * and no file (neither the output nor a temporary one) left behind. */
+START_TEST(stream_errors_leave_no_file)
+{
+    char dir[] = "/tmp/test_cacheio.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kvio_cache c = make_cache(2, 2, 6, 4, 4, FKVF_DTYPE_F16, 1, 5);
+    char path[300], err[ERRLEN];
+    snprintf(path, sizeof path, "%s/s.safetensors", dir);
+    kvio_stream *w;
+    size_t ps;
+    uint8_t *rows = rows_of(&c, 0, 6, 0, &ps);
+    for (int fmt = KVIO_FMT_SAFETENSORS; fmt <= KVIO_FMT_NPZ; fmt += 2) {
+        /* incomplete: one layer's values missing, then the token ids */
+        for (int miss = 0; miss < 2; miss++) {
+            ck_assert_int_eq(kvio_stream_open(&w, path, (kvio_format)fmt, 0, &c, 1, err, sizeof err), KVIO_OK);
+            for (uint32_t l = 0; l < 2; l++) {
+                ck_assert_int_eq(kvio_stream_kv(w, l, 0, 0, 6, rows + l * 32, ps, 8, err, sizeof err), KVIO_OK);
+                if (miss || l == 0)
+                    ck_assert_int_eq(kvio_stream_kv(w, l, 1, 0, 6, rows + l * 32 + 16, ps, 8, err, sizeof err),
+                                     KVIO_OK);
+            }
+            if (!miss)
+                ck_assert_int_eq(kvio_stream_tokens(w, 0, 6, c.tokens, err, sizeof err), KVIO_OK);
+            EXPECT_ERR(kvio_stream_finish(w, err, sizeof err), err, KVIO_E_ARG, "s.safetensors", "incomplete",
+                       miss ? "0 of 6 token ids" : "288 of 384 key/value bytes");
+        }
+    }
+    /* outside the shape; bad token ids (the stream stays usable) */
+    ck_assert_int_eq(kvio_stream_open(&w, path, KVIO_FMT_AUTO, 0, &c, 1, err, sizeof err), KVIO_OK);
+    EXPECT_ERR(kvio_stream_kv(w, 2, 0, 0, 1, rows, ps, 8, err, sizeof err), err, KVIO_E_ARG, "s.safetensors",
+               "layer 2", "outside");
+    EXPECT_ERR(kvio_stream_kv(w, 0, 2, 0, 1, rows, ps, 8, err, sizeof err), err, KVIO_E_ARG, "outside");
+    EXPECT_ERR(kvio_stream_kv(w, 0, 1, 5, 2, rows, ps, 8, err, sizeof err), err, KVIO_E_ARG, "[5, 5 + 2)");
+    EXPECT_ERR(kvio_stream_kv(w, 0, 1, UINT32_MAX, 2, rows, ps, 8, err, sizeof err), err, KVIO_E_ARG, "outside");
+    EXPECT_ERR(kvio_stream_tokens(w, 4, 3, c.tokens, err, sizeof err), err, KVIO_E_ARG, "token ids [4, 4 + 3)");
+    int64_t bad[2] = {1, -3};
+    EXPECT_ERR(kvio_stream_tokens(w, 0, 2, bad, err, sizeof err), err, KVIO_E_ARG, "-3", "position 1",
+               "negative");
+    kvio_stream_discard(w);
+    kvio_stream_discard(NULL);
+    /* token ids that do not fit int32 */
+    c.token_width = 4;
+    ck_assert_int_eq(kvio_stream_open(&w, path, KVIO_FMT_AUTO, 0, &c, 1, err, sizeof err), KVIO_OK);
+    int64_t big[1] = {(int64_t)INT32_MAX + 1};
+    EXPECT_ERR(kvio_stream_tokens(w, 3, 1, big, err, sizeof err), err, KVIO_E_ARG, "position 3", "int32");
+    kvio_stream_discard(w);
+    c.token_width = 8;
+    /* .npy: no token ids, equal dims */
+    snprintf(path, sizeof path, "%s/s.npy", dir);
+    EXPECT_ERR(kvio_stream_open(&w, path, KVIO_FMT_AUTO, 0, &c, 1, err, sizeof err), err, KVIO_E_ARG, "s.npy",
+               "token ids");
+    ck_assert_ptr_null(w);
+    /* an existing file with KVIO_WRITE_NO_REPLACE; one that appears meanwhile */
+    snprintf(path, sizeof path, "%s/s.npz", dir);
+    tu_write_file(path, "precious", 8);
+    EXPECT_ERR(kvio_stream_open(&w, path, KVIO_FMT_AUTO, KVIO_WRITE_NO_REPLACE, &c, 0, err, sizeof err), err,
+               KVIO_E_EXISTS, "s.npz", "exists");
+    remove(path);
+    ck_assert_int_eq(kvio_stream_open(&w, path, KVIO_FMT_AUTO, KVIO_WRITE_NO_REPLACE, &c, 0, err, sizeof err),
+                     KVIO_OK);
+    for (uint32_t l = 0; l < 2; l++)
+        for (int kv = 0; kv < 2; kv++)
+            ck_assert_int_eq(kvio_stream_kv(w, l, kv, 0, 6, rows + l * 32 + kv * 16, ps, 8, err, sizeof err),
+                             KVIO_OK);
+    tu_write_file(path, "precious", 8);
+    EXPECT_ERR(kvio_stream_finish(w, err, sizeof err), err, KVIO_E_EXISTS, "s.npz", "not replaced");
+    expect_file(path, "precious");
+    remove(path);
+    /* no directory; unknown format; a bad shape */
+    snprintf(path, sizeof path, "%s/no/such/s.safetensors", dir);
+    EXPECT_ERR(kvio_stream_open(&w, path, KVIO_FMT_AUTO, 0, &c, 0, err, sizeof err), err, KVIO_E_IO,
+               "s.safetensors", "temporary file");
+    snprintf(path, sizeof path, "%s/s.bin", dir);
+    EXPECT_ERR(kvio_stream_open(&w, path, KVIO_FMT_AUTO, 0, &c, 0, err, sizeof err), err, KVIO_E_ARG, "s.bin",
+               "format");
+    kvio_cache z = c;
+    z.key_dim = 0;
+    EXPECT_ERR(kvio_stream_open(&w, path, KVIO_FMT_NPZ, 0, &z, 0, err, sizeof err), err, KVIO_E_ARG, ">= 1");
+    z = c;
+    z.n_positions = UINT32_MAX, z.n_layers = 65536, z.key_dim = z.value_dim = 1u << 20;
+    EXPECT_ERR(kvio_stream_open(&w, path, KVIO_FMT_NPZ, 0, &z, 0, err, sizeof err), err, KVIO_E_ARG, "overflows");
+    /* a write that fails (past the file size limit, SIGXFSZ ignored):
+     * the byte offset in the message, no file */
+    snprintf(path, sizeof path, "%s/s.safetensors", dir);
+    struct rlimit old_lim, lim;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old_lim), 0);
+    lim = old_lim;
+    lim.rlim_cur = 200;
+    void (*old_sig)(int) = signal(SIGXFSZ, SIG_IGN);
+    ck_assert_int_eq(kvio_stream_open(&w, path, KVIO_FMT_AUTO, 0, &c, 0, err, sizeof err), KVIO_OK);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int rc = kvio_stream_kv(w, 1, 1, 0, 6, rows + 48, ps, 8, err, sizeof err);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old_lim), 0);
+    signal(SIGXFSZ, old_sig);
+    EXPECT_ERR(rc, err, KVIO_E_IO, "s.safetensors", "at byte offset", "File too large");
+    kvio_stream_discard(w);
+    free(rows);
+    kvio_cache_free(&c);
+    ck_assert_int_eq(rmdir(dir), 0); /* no temporary file anywhere */
+}
+END_TEST
+
 static Suite *cacheio_suite(void)
 {
     Suite *s = suite_create("cacheio");
@@ -1921,6 +2156,11 @@ static Suite *cacheio_suite(void)
     tcase_add_test(t, companions_ignored_and_reported);
     tcase_add_test(t, no_kv_tensors_lists_schemes_and_names);
     tcase_add_test(t, hf_writer_writes_input_ids);
+    suite_add_tcase(s, t);
+    t = tcase_create("stream");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, stream_bytes_equal_kvio_write);
+    tcase_add_test(t, stream_errors_leave_no_file);
     suite_add_tcase(s, t);
     return s;
 }

@@ -310,8 +310,8 @@ const char *kvio_cache_get_meta(const kvio_cache *c, const char *key)
     return NULL;
 }
 
-/* kvio_cache_check: dtype, dimensions, and data for every layer. */
-static int check_layers(const ctx *x, const kvio_cache *c)
+/* kvio_cache_check: dtype and dimensions. */
+static int check_dims(const ctx *x, const kvio_cache *c)
 {
     if (!kvio_dtype_size(c->dtype))
         return cio_fail(x, KVIO_E_ARG, "unknown dtype %d", (int)c->dtype);
@@ -321,6 +321,16 @@ static int check_layers(const ctx *x, const kvio_cache *c)
     uint64_t kb = kvio_key_bytes(c), vb = kvio_value_bytes(c);
     if ((c->n_positions && (!kb || !vb)) || kb > SIZE_MAX || vb > SIZE_MAX)
         return cio_fail(x, KVIO_E_ARG, "layer size overflows");
+    return KVIO_OK;
+}
+
+/* kvio_cache_check: dtype, dimensions, and data for every layer. */
+static int check_layers(const ctx *x, const kvio_cache *c)
+{
+    int rc = check_dims(x, c);
+    if (rc)
+        return rc;
+    uint64_t kb = kvio_key_bytes(c), vb = kvio_value_bytes(c);
     if (!c->keys || !c->values)
         return cio_fail(x, KVIO_E_ARG, "no key/value arrays");
     for (uint32_t i = 0; i < c->n_layers; i++)
@@ -358,6 +368,16 @@ static int check_meta(const ctx *x, const kvio_cache *c)
             if (!strcmp(c->meta[i].key, c->meta[j].key))
                 return cio_fail(x, KVIO_E_ARG, "duplicate metadata key '%s'", cio_show(c->meta[i].key).s);
     }
+    return KVIO_OK;
+}
+
+int cio_check_shape(const ctx *x, const kvio_cache *c)
+{
+    int rc;
+    if ((rc = check_dims(x, c)) || (rc = check_meta(x, c)))
+        return rc;
+    if (c->token_width != 0 && c->token_width != 4 && c->token_width != 8)
+        return cio_fail(x, KVIO_E_ARG, "token_width %u (must be 4 or 8)", c->token_width);
     return KVIO_OK;
 }
 

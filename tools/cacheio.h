@@ -185,6 +185,57 @@ int kvio_write(const char *path, kvio_format fmt, unsigned flags, const kvio_cac
 int kvio_write_mem(const kvio_cache *c, kvio_format fmt, unsigned flags, uint8_t **out,
                    size_t *out_size, char *err, size_t errlen);
 
+/* ---- streaming writes -------------------------------------------------- */
+/* A cache file written piece by piece, for caches larger than memory: the
+ * same bytes kvio_write gives for the whole cache (same format, flags,
+ * shape, metadata, data), in memory bounded by the largest piece given.
+ *
+ *   kvio_stream *w;
+ *   if (kvio_stream_open(&w, path, fmt, flags, &shape, with_tokens, err, errlen)) -> error
+ *   for each chunk of positions [first, first + n):
+ *       kvio_stream_kv(w, l, kv, first, n, src, pos_stride, head_stride, ...)
+ *           for every layer l and kv 0 (keys), 1 (values);
+ *       kvio_stream_tokens(w, first, n, ids, ...) when with_tokens;
+ *   rc = kvio_stream_finish(w, err, errlen);  (or kvio_stream_discard(w))
+ *
+ * shape gives n_layers, n_kv_heads, n_positions, key_dim, value_dim, dtype,
+ * token_width and meta (.safetensors __metadata__), as kvio_cache_check
+ * requires them; its keys, values and tokens are not read (may be NULL),
+ * with_tokens says whether token ids are written. shape is read during
+ * kvio_stream_open only. flags: the KVIO_WRITE_* of kvio_write.
+ *
+ * The output goes through kvio_tmp_open/_place like kvio_write's: nothing
+ * appears at path before kvio_stream_finish succeeds, and a failure at any
+ * step (or kvio_stream_discard) leaves no file behind. A .npz output builds
+ * its data in a second temporary file next to path, unlinked as soon as it
+ * is created, and writes the zip at kvio_stream_finish.
+ *
+ * Every position of every (layer, kv) and, with tokens, every token id must
+ * be given exactly once, in any order; kvio_stream_finish refuses
+ * (KVIO_E_ARG) an incomplete cache. Errors are KVIO_E_ARG (a position range
+ * or layer outside the shape, a negative token id or one that does not fit
+ * token_width 4), KVIO_E_IO (a write failed: the message names the byte
+ * offset), KVIO_E_NOMEM, KVIO_E_EXISTS (kvio_write's KVIO_WRITE_NO_REPLACE).
+ * A stream is used by one thread at a time; after an error other than a
+ * range error the caller discards it. */
+typedef struct kvio_stream kvio_stream;
+
+int kvio_stream_open(kvio_stream **w, const char *path, kvio_format fmt, unsigned flags,
+                     const kvio_cache *shape, int with_tokens, char *err, size_t errlen);
+/* Positions [first, first + n) of layer's keys (kv 0) or values (kv 1):
+ * the row (key_dim or value_dim elements of dtype) of position first + i,
+ * head h is at src + i * pos_stride + h * head_stride. */
+int kvio_stream_kv(kvio_stream *w, uint32_t layer, int kv, uint32_t first, uint32_t n,
+                   const void *src, size_t pos_stride, size_t head_stride, char *err, size_t errlen);
+/* Token ids of positions [first, first + n). */
+int kvio_stream_tokens(kvio_stream *w, uint32_t first, uint32_t n, const int64_t *tokens, char *err,
+                       size_t errlen);
+/* Complete the file and put it at path (kvio_tmp_place); w is freed,
+ * success or not. */
+int kvio_stream_finish(kvio_stream *w, char *err, size_t errlen);
+/* Give up: the temporary files go, w is freed. NULL is fine. */
+void kvio_stream_discard(kvio_stream *w);
+
 /* ---- output files ------------------------------------------------------ */
 /* How every output file of the tools is written (kvio_write, fkvf plot):
  *

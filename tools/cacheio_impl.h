@@ -12,6 +12,7 @@
  *   cacheio_sink.c        the writers' byte sink and the tensors a cache is written as
  *   cacheio_read.c        format detection, kvio_read_mem and kvio_read (mmap)
  *   cacheio_write.c       kvio_write_mem, kvio_write and the output files (kvio_tmp_*)
+ *   cacheio_stream.c      kvio_stream_*: a cache file written chunk by chunk of positions
  *
  * Functions declared here are named cio_* (the static helpers of one source
  * keep short names); only the fkvf_cacheio library links them.
@@ -51,6 +52,9 @@ typedef struct shape_str {
 
 /* Write "FILE: <message>" into the caller's buffer; returns code. */
 int cio_fail(const ctx *x, int code, const char *fmt, ...) KVIO_PRINTF(3, 4);
+/* kvio_cache_check without the data: dtype, dimensions, token width,
+ * metadata (what a streaming writer needs of its shape). */
+int cio_check_shape(const ctx *x, const kvio_cache *c);
 /* cio_show(s).s: s made safe to print (see shown). */
 shown cio_show(const char *s);
 /* "[2, 3, 4]" (at most KVIO_MAX_NDIM dimensions listed). */
@@ -232,5 +236,23 @@ const char *cio_npy_descr(fkvf_dtype d);
 int cio_write_safetensors(const ctx *x, sink *s, const kvio_cache *c, unsigned flags);
 int cio_write_npy(const ctx *x, sink *s, const kvio_cache *c, unsigned flags);
 int cio_write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags);
+
+/* The pieces the streaming writer (cacheio_stream.c) shares with them. c's
+ * shape, dtype, token width and metadata are read, not its data; with_tokens
+ * stands for c->tokens. */
+/* The whole .safetensors prefix: 8-byte header length, JSON header. */
+int cio_st_header(const ctx *x, sink *s, const kvio_cache *c, int with_tokens, unsigned flags);
+/* The .npy header of the [L, 2, (1,) H, T, D] array (with_tokens: refused). */
+int cio_npy_cache_header(const ctx *x, sink *s, const kvio_cache *c, int with_tokens, unsigned flags);
+/* cio_write_npz with every member's data (keys and values in file order,
+ * token ids as little-endian integers) read from fd instead of c: the
+ * members' bytes one after the other from offset 0, as in a .safetensors
+ * data region. fd < 0: from c (cio_write_npz). */
+int cio_write_npz_from(const ctx *x, sink *s, const kvio_cache *c, int with_tokens, unsigned flags,
+                       int fd);
+/* Read / write exactly n bytes at byte offset off of fd (EINTR and short
+ * transfers retried); a failure or end of file names the offset. */
+int cio_pread_all(const ctx *x, int fd, void *buf, size_t n, uint64_t off);
+int cio_pwrite_all(const ctx *x, int fd, const void *buf, size_t n, uint64_t off);
 
 #endif

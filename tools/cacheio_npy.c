@@ -419,12 +419,12 @@ int cio_npy_header(sink *s, const char *descr, const uint64_t *dims, size_t ndim
     return KVIO_OK;
 }
 
-int cio_write_npy(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
+int cio_npy_cache_header(const ctx *x, sink *s, const kvio_cache *c, int with_tokens, unsigned flags)
 {
     if (c->key_dim != c->value_dim)
         return cio_fail(x, KVIO_E_ARG, "a .npy file holds one array: key_dim %u and value_dim %u must be equal "
                                    "(use .safetensors or .npz)", c->key_dim, c->value_dim);
-    if (c->tokens)
+    if (with_tokens)
         return cio_fail(x, KVIO_E_ARG, "a .npy file holds one array and cannot carry token ids "
                                    "(use .safetensors or .npz, or drop the tokens)");
     uint64_t dims[6];
@@ -439,6 +439,14 @@ int cio_write_npy(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
     dims[nd++] = c->key_dim;
     if (cio_npy_header(s, cio_npy_descr(c->dtype), dims, nd))
         return cio_fail(x, KVIO_E_ARG, "cannot build the .npy header");
+    return KVIO_OK;
+}
+
+int cio_write_npy(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
+{
+    int rc = cio_npy_cache_header(x, s, c, c->tokens != NULL, flags);
+    if (rc)
+        return rc;
     for (uint32_t l = 0; l < c->n_layers; l++) {
         out_tensor o;
         cio_out_kv(c, flags, l, 0, &o);

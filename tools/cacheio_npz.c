@@ -354,10 +354,39 @@ static int npz_put_kv(const ctx *x, struct archive *a, const kvio_cache *c, cons
     return rc;
 }
 
+/* n bytes of fd from byte offset off as the data of member mname, in the
+ * chunks of npz_put_kv (at most 1 MiB). */
+static int npz_put_file(const ctx *x, struct archive *a, int fd, uint64_t off, uint64_t n,
+                        const char *mname)
+{
+    size_t cap = n > (1u << 20) ? (1u << 20) : (size_t)n;
+    uint8_t *buf = malloc(cap ? cap : 1);
+    if (!buf)
+        return cio_fail(x, KVIO_E_NOMEM, "member '%s': out of memory", mname);
+    int rc = KVIO_OK;
+    for (uint64_t at = 0; at < n && !rc;) {
+        size_t chunk = n - at > cap ? cap : (size_t)(n - at);
+        if ((rc = cio_pread_all(x, fd, buf, chunk, off + at)) != KVIO_OK)
+            break;
+        for (size_t put = 0; put < chunk;) {
+            la_ssize_t w = archive_write_data(a, buf + put, chunk - put);
+            if (w <= 0) {
+                rc = cio_fail(x, KVIO_E_IO, "member '%s': %s", mname, archive_error_string(a));
+                break;
+            }
+            put += (size_t)w;
+        }
+        at += chunk;
+    }
+    free(buf);
+    return rc;
+}
+
 /* Tensor i of the cache (layer i / 2's keys or values, then the token ids)
- * as member "NAME.npy": its .npy header, then its data. */
+ * as member "NAME.npy": its .npy header, then its data: from the cache, or
+ * (fd >= 0) the nbytes at *data_off of fd, which then moves past them. */
 static int npz_put_member(const ctx *x, struct archive *a, struct archive_entry *e, const kvio_cache *c,
-                          unsigned flags, size_t i)
+                          unsigned flags, size_t i, int fd, uint64_t *data_off)
 {
     out_tensor o;
     const char *descr;
@@ -387,12 +416,19 @@ static int npz_put_member(const ctx *x, struct archive *a, struct archive_entry 
         return cio_fail(x, KVIO_E_IO, "member '%s': %s", mname, archive_error_string(a));
     }
     free(h.buf);
+    if (fd >= 0) {
+        uint64_t at = *data_off;
+        *data_off += o.nbytes;
+        return npz_put_file(x, a, fd, at, o.nbytes, mname);
+    }
     return o.is_tokens ? npz_put_tokens(x, a, c, mname) : npz_put_kv(x, a, c, &o, mname);
 }
 
-int cio_write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
+int cio_write_npz_from(const ctx *x, sink *s, const kvio_cache *c, int with_tokens, unsigned flags,
+                       int fd)
 {
     int rc = KVIO_OK;
+    uint64_t data_off = 0;
     struct archive *a = archive_write_new();
     struct archive_entry *e = archive_entry_new();
     if (!a || !e) {
@@ -407,9 +443,9 @@ int cio_write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
         rc = cio_fail(x, KVIO_E_IO, "cannot start the zip archive: %s", archive_error_string(a));
         goto done;
     }
-    size_t nt = 2 * (size_t)c->n_layers + (c->tokens ? 1 : 0);
+    size_t nt = 2 * (size_t)c->n_layers + (with_tokens ? 1 : 0);
     for (size_t i = 0; i < nt && !rc; i++)
-        rc = npz_put_member(x, a, e, c, flags, i);
+        rc = npz_put_member(x, a, e, c, flags, i, fd, &data_off);
     if (!rc && archive_write_close(a) != ARCHIVE_OK)
         rc = cio_fail(x, KVIO_E_IO, "cannot finish the zip archive: %s", archive_error_string(a));
 done:
@@ -420,4 +456,9 @@ done:
     if (!rc && s->rc)
         rc = cio_fail(x, s->rc, "write failed");
     return rc;
+}
+
+int cio_write_npz(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
+{
+    return cio_write_npz_from(x, s, c, c->tokens != NULL, flags, -1);
 }

@@ -711,11 +711,11 @@ static const char *st_dtype(fkvf_dtype d)
     return d == FKVF_DTYPE_F16 ? "F16" : d == FKVF_DTYPE_BF16 ? "BF16" : "F32";
 }
 
-int cio_write_safetensors(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
+int cio_st_header(const ctx *x, sink *s, const kvio_cache *c, int with_tokens, unsigned flags)
 {
     sink h = {0};
     uint64_t off = 0;
-    size_t nt = 2 * (size_t)c->n_layers + (c->tokens ? 1 : 0);
+    size_t nt = 2 * (size_t)c->n_layers + (with_tokens ? 1 : 0);
     cio_sk_put(&h, "{", 1);
     if (c->n_meta) {
         cio_sk_put(&h, "\"__metadata__\":{", 16);
@@ -759,6 +759,15 @@ int cio_write_safetensors(const ctx *x, sink *s, const kvio_cache *c, unsigned f
     cio_sk_put(s, le, 8);
     cio_sk_put(s, h.buf, h.len);
     free(h.buf);
+    return KVIO_OK;
+}
+
+int cio_write_safetensors(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
+{
+    size_t nt = 2 * (size_t)c->n_layers + (c->tokens ? 1 : 0);
+    int rc = cio_st_header(x, s, c, c->tokens != NULL, flags);
+    if (rc)
+        return rc;
     for (size_t i = 0; i < nt && !s->rc; i++) {
         out_tensor o;
         if (i < 2 * (size_t)c->n_layers)

@@ -88,7 +88,7 @@ void cio_out_kv(const kvio_cache *c, unsigned flags, uint32_t l, int kv, out_ten
     o->dims[k++] = kv ? c->value_dim : c->key_dim;
     o->ndim = k;
     o->nbytes = kv ? kvio_value_bytes(c) : kvio_key_bytes(c);
-    o->data = kv ? c->values[l] : c->keys[l];
+    o->data = (kv ? c->values : c->keys) ? (kv ? c->values[l] : c->keys[l]) : NULL;
     o->rb = (size_t)(kv ? c->value_dim : c->key_dim) * kvio_dtype_size(c->dtype);
     o->is_tokens = 0;
 }

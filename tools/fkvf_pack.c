@@ -924,6 +924,8 @@ typedef struct unpack_state {
     size_t tidx;            /* the token stream's index */
     int has_tok_stream;     /* the archive has token ids for every position */
     int has_tok;            /* and the output holds them */
+    int said_layout, said_names; /* layout, names as packed (notes to print) */
+    long nmeta;             /* the archive's safetensors metadata entries */
     char hx[33];            /* the external codebook's content hash */
 } unpack_state;
 
@@ -976,6 +978,40 @@ static int unpack_open(const unpack_opts *o, unpack_state *s)
     return CLI_OK;
 }
 
+/* Positions restored in chunks of at most this many bytes of rows (one
+ * position when a row is larger): what bounds unpack's memory. */
+#define UNPACK_CHUNK_BYTES (16u << 20)
+
+/* s->buf for chunks of *chunk positions of *rb bytes each. Returns the exit
+ * status. */
+static int unpack_chunk_buf(const unpack_opts *o, unpack_state *s, size_t *rb, uint32_t *chunk)
+{
+    int rc = fkvf_reader_row_bytes(s->r, s->dt, rb);
+    if (rc != FKVF_OK)
+        return cli_fail_reader(rc, s->r, o->in, "");
+    *chunk = (uint32_t)(*rb >= UNPACK_CHUNK_BYTES ? 1 : UNPACK_CHUNK_BYTES / *rb);
+    if (*chunk > s->P)
+        *chunk = s->P ? s->P : 1;
+    s->buf = malloc((size_t)*chunk * *rb);
+    if (!s->buf)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    return CLI_OK;
+}
+
+/* Rows of positions [p, p + n) into s->buf (room for cap bytes). Returns
+ * the exit status. */
+static int unpack_restore_chunk(const unpack_opts *o, unpack_state *s, uint32_t p, uint32_t n,
+                                size_t cap)
+{
+    int rc = fkvf_reader_restore(s->r, p, n, s->dt, s->buf, cap);
+    if (rc == FKVF_E_CODEBOOK) {
+        char pre[96];
+        snprintf(pre, sizeof pre, "(expected codebook content hash %s) ", s->hx);
+        return cli_fail_reader(rc, s->r, o->in, pre);
+    }
+    return rc == FKVF_OK ? CLI_OK : cli_fail_reader(rc, s->r, o->in, "");
+}
+
 /* Every position restored into s->c, and the token ids. Returns the exit
  * status. */
 static int unpack_restore(const unpack_opts *o, unpack_state *s)
@@ -984,30 +1020,19 @@ static int unpack_restore(const unpack_opts *o, unpack_state *s)
     fkvf_reader *r = s->r;
     const fkvf_desc *d = &s->d;
     uint32_t P = s->P;
-    int rc;
+    int rc, ex;
     char err[512];
     if ((rc = kvio_cache_init(&s->c, d->n_layers, d->n_kv_heads, P, d->key_dim, d->value_dim,
                               s->dt, s->has_tok, err, sizeof err)) != KVIO_OK)
         return cli_fail_kvio(rc, in, err);
     size_t rb;
-    if ((rc = fkvf_reader_row_bytes(r, s->dt, &rb)) != FKVF_OK)
-        return cli_fail_reader(rc, r, in, "");
-    uint32_t chunk = (uint32_t)(rb >= (16u << 20) ? 1 : (16u << 20) / rb);
-    if (chunk > P)
-        chunk = P ? P : 1;
-    s->buf = malloc((size_t)chunk * rb);
-    if (!s->buf)
-        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
+    uint32_t chunk;
+    if ((ex = unpack_chunk_buf(o, s, &rb, &chunk)) != CLI_OK)
+        return ex;
     for (uint32_t p = 0; p < P; p += chunk) {
         uint32_t n = P - p < chunk ? P - p : chunk;
-        rc = fkvf_reader_restore(r, p, n, s->dt, s->buf, (size_t)chunk * rb);
-        if (rc == FKVF_E_CODEBOOK) {
-            char pre[96];
-            snprintf(pre, sizeof pre, "(expected codebook content hash %s) ", s->hx);
-            return cli_fail_reader(rc, r, in, pre);
-        }
-        if (rc != FKVF_OK)
-            return cli_fail_reader(rc, r, in, "");
+        if ((ex = unpack_restore_chunk(o, s, p, n, (size_t)chunk * rb)) != CLI_OK)
+            return ex;
         rows_to_cache(&s->c, s->buf, p, n);
     }
     if (!s->has_tok)
@@ -1022,37 +1047,48 @@ static int unpack_restore(const unpack_opts *o, unpack_state *s)
     return CLI_OK;
 }
 
-/* Names, layout and metadata as packed, unless given (*names, *layout);
- * the notes name the shapes written (the layout decided first), warnings
- * what the output format cannot hold. Returns the exit status. */
+/* Names, layout and metadata (into s->c) as packed, unless given (*names,
+ * *layout); s->nmeta: the archive's safetensors metadata entries. Returns
+ * the exit status. */
 static int unpack_as_packed(const unpack_opts *o, unpack_state *s, int *names, int *layout)
 {
-    const char *out = o->out;
     fkvf_reader *r = s->r;
     if (*layout == CLI_LAYOUT_UNSET && meta_is(r, "pack.layout", "nhd")) {
         *layout = CLI_LAYOUT_NHD;
-        cli_note("%s: positions-first tensors [T, H, D], as packed (--layout hnd for [H, T, D])", out);
+        s->said_layout = 1;
     }
     if (!*names && (meta_is(r, "pack.names", "hf") || meta_is(r, "pack.names", "hf-legacy") ||
                     meta_is(r, "pack.names", "hf-dynamic"))) {
         *names = 2;
-        int nhd = *layout == CLI_LAYOUT_NHD;
+        s->said_names = 1;
+    }
+    s->nmeta = unpack_st_meta(r, &s->c, o->fmt == KVIO_FMT_SAFETENSORS, o->out);
+    if (s->nmeta < 0)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    return CLI_OK;
+}
+
+/* The notes on what unpack_as_packed decided (the shapes written, the
+ * layout first) and the warnings on what the output format cannot hold. */
+static void unpack_say(const unpack_opts *o, const unpack_state *s, int layout)
+{
+    const char *out = o->out;
+    if (s->said_layout)
+        cli_note("%s: positions-first tensors [T, H, D], as packed (--layout hnd for [H, T, D])", out);
+    if (s->said_names) {
+        int nhd = layout == CLI_LAYOUT_NHD;
         cli_note("%s: Hugging Face names and shapes (past_key_values.{i}.key %s, input_ids), "
                  "as packed (--names fkvf for layers.{i}.key %s)",
                  out, nhd ? "[1, T, H, D]" : "[1, H, T, D]", nhd ? "[T, H, D]" : "[H, T, D]");
     }
-    long nmeta = unpack_st_meta(r, &s->c, o->fmt == KVIO_FMT_SAFETENSORS, out);
-    if (nmeta < 0)
-        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
-    if (nmeta > 0 && o->fmt != KVIO_FMT_SAFETENSORS)
+    if (s->nmeta > 0 && o->fmt != KVIO_FMT_SAFETENSORS)
         cli_warn("%s: the archive's %ld safetensors __metadata__ entries are not written "
                 "(a .%s file has no metadata; use .safetensors)",
-                out, nmeta, kvio_format_name(o->fmt));
+                out, s->nmeta, kvio_format_name(o->fmt));
     if (o->fmt == KVIO_FMT_NPY && s->has_tok_stream)
         cli_warn("%s: the archive's %u token ids are not written (a .npy file holds one "
                 "array; use .safetensors or .npz)",
                 out, s->P);
-    return CLI_OK;
 }
 
 static void unpack_print(const unpack_opts *o, const unpack_state *s)
@@ -1075,6 +1111,63 @@ static void unpack_print(const unpack_opts *o, const unpack_state *s)
     }
 }
 
+/* Every position restored chunk by chunk into w (the rows of a chunk
+ * split into each layer's keys and values), then the token ids, with a
+ * progress bar. Returns the exit status. */
+static int unpack_stream(const unpack_opts *o, unpack_state *s, kvio_stream *w)
+{
+    const fkvf_desc *d = &s->d;
+    uint32_t P = s->P, H = d->n_kv_heads;
+    size_t es = kvio_dtype_size(s->dt);
+    size_t kb = (size_t)d->key_dim * es, vb = (size_t)d->value_dim * es;
+    size_t lb = (size_t)H * (kb + vb); /* one layer's part of a row (spec 14.2) */
+    size_t rb;
+    uint32_t chunk;
+    int ex, rc;
+    char err[512];
+    if ((ex = unpack_chunk_buf(o, s, &rb, &chunk)) != CLI_OK)
+        return ex;
+    cli_progress pg;
+    cli_progress_init(&pg, "unpack", 0);
+    for (uint32_t p = 0; p < P; p += chunk) {
+        uint32_t n = P - p < chunk ? P - p : chunk;
+        if ((ex = unpack_restore_chunk(o, s, p, n, (size_t)chunk * rb)) != CLI_OK)
+            return ex;
+        for (uint32_t l = 0; l < d->n_layers; l++) {
+            const uint8_t *keys = s->buf + (size_t)l * lb, *values = keys + (size_t)H * kb;
+            if ((rc = kvio_stream_kv(w, l, 0, p, n, keys, rb, kb, err, sizeof err)) != KVIO_OK ||
+                (rc = kvio_stream_kv(w, l, 1, p, n, values, rb, vb, err, sizeof err)) != KVIO_OK)
+                return cli_fail_kvio(rc, o->out, err);
+        }
+        cli_progress_cb(&pg, (uint64_t)p + n, P);
+    }
+    if (!s->has_tok)
+        return CLI_OK;
+    /* the token ids in chunks too */
+    uint32_t tchunk = P < 65536 ? (P ? P : 1) : 65536;
+    int64_t *ids = malloc((size_t)tchunk * sizeof *ids);
+    s->tok = malloc((size_t)tchunk * sizeof *s->tok);
+    if (!ids || !s->tok) {
+        free(ids);
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    }
+    for (uint32_t p = 0; p < P; p += tchunk) {
+        uint32_t n = P - p < tchunk ? P - p : tchunk;
+        if ((rc = fkvf_reader_stream_read(s->r, s->tidx, p, s->tok, n)) != FKVF_OK) {
+            free(ids);
+            return cli_fail_reader(rc, s->r, o->in, "token stream: ");
+        }
+        for (uint32_t i = 0; i < n; i++)
+            ids[i] = s->tok[i];
+        if ((rc = kvio_stream_tokens(w, p, n, ids, err, sizeof err)) != KVIO_OK) {
+            free(ids);
+            return cli_fail_kvio(rc, o->out, err);
+        }
+    }
+    free(ids);
+    return CLI_OK;
+}
+
 static int unpack_run(const unpack_opts *o, unpack_state *s)
 {
     int ex = unpack_open(o, s);
@@ -1087,8 +1180,14 @@ static int unpack_run(const unpack_opts *o, unpack_state *s)
                         fkvf_reader_stream_info(s->r, s->tidx, &tsi) == FKVF_OK &&
                         tsi.length >= s->P;
     s->has_tok = s->has_tok_stream && o->fmt != KVIO_FMT_NPY; /* one array: no room for token ids */
-    if ((ex = unpack_restore(o, s)) != CLI_OK)
-        return ex;
+    /* s->c: the output's shape and metadata only; the data are streamed */
+    s->c.n_layers = s->d.n_layers;
+    s->c.n_kv_heads = s->d.n_kv_heads;
+    s->c.n_positions = s->P;
+    s->c.key_dim = s->d.key_dim;
+    s->c.value_dim = s->d.value_dim;
+    s->c.dtype = s->dt;
+    s->c.token_width = 8;
     int names = o->names, layout = o->layout;
     if ((ex = unpack_as_packed(o, s, &names, &layout)) != CLI_OK)
         return ex;
@@ -1096,8 +1195,16 @@ static int unpack_run(const unpack_opts *o, unpack_state *s)
                       (layout == CLI_LAYOUT_NHD ? KVIO_WRITE_NHD : 0) |
                       (o->force ? 0 : KVIO_WRITE_NO_REPLACE);
     char err[512];
-    int rc = kvio_write(o->out, o->fmt, wflags, &s->c, err, sizeof err);
+    kvio_stream *w;
+    int rc = kvio_stream_open(&w, o->out, o->fmt, wflags, &s->c, s->has_tok, err, sizeof err);
     if (rc != KVIO_OK)
+        return cli_fail_kvio(rc, o->out, err);
+    if ((ex = unpack_stream(o, s, w)) != CLI_OK) {
+        kvio_stream_discard(w);
+        return ex;
+    }
+    unpack_say(o, s, layout);
+    if ((rc = kvio_stream_finish(w, err, sizeof err)) != KVIO_OK)
         return cli_fail_kvio(rc, o->out, err);
     unpack_print(o, s);
     return CLI_OK;
