@@ -5,7 +5,8 @@
 # Face and positions-first names/layouts, against the table
 # tests/unpack_expected.tsv (archive, options, exit status, SHA-256 of the
 # output or '-' when there is none, SHA-256 of stderr with the scratch path
-# replaced by $T). The table was recorded with the fkvf of main before the
+# replaced by $T and the source tree's by $SRC, so that the table holds
+# in any checkout). The table was recorded with the fkvf of main before the
 # change (commit e80c818, which built the whole cache in memory and wrote
 # it with kvio_write):
 #   sh tests/cli_unpack.sh OLD_FKVF SRCDIR --record > tests/unpack_expected.tsv
@@ -44,7 +45,7 @@ one() {
     # shellcheck disable=SC2086
     "$FKVF" unpack "$SRC/$a" -o "$T/o.$ext" $cb "$@" >"$T/out" 2>"$T/err"
     rc=$?
-    sed "s|$T|\$T|g" "$T/err" >"$T/err.n"
+    sed -e "s|$T|\$T|g" -e "s|$SRC|\$SRC|g" "$T/err" >"$T/err.n"
     opts=$(echo "$ext $*" | tr ' ' ,)
     line="$a	$opts	$rc	$(hash_of "$T/o.$ext")	$(hash_of "$T/err.n")"
     if [ -n "$REC" ]; then
