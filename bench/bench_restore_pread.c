@@ -51,6 +51,16 @@ enum { KS = 4, VS = 2, K = 256, SINKS = 4, RECENT = 64, TRAIN_POS = 512, CHUNK =
 static uint32_t NL = 12, NH = 12, DIM = 64;
 static uint64_t NT = 8192;
 
+/* the temporary files, removed at exit (also after an error) unless --keep */
+static char tmp_raw[512], tmp_arch[512];
+static void remove_temporaries(void)
+{
+    if (tmp_raw[0])
+        unlink(tmp_raw);
+    if (tmp_arch[0])
+        unlink(tmp_arch);
+}
+
 static double clock_s(clockid_t id)
 {
     struct timespec ts;
@@ -320,6 +330,12 @@ int main(int argc, char **argv)
     snprintf(raw, sizeof raw, "%s/bench_restore_pread_%ld.raw", tmp, (long)getpid());
     snprintf(arch, sizeof arch, "%s/bench_restore_pread_%ld.fkvf", tmp, (long)getpid());
 
+    if (!keep) {
+        if (!cache_path)
+            memcpy(tmp_raw, raw, sizeof raw);
+        memcpy(tmp_arch, arch, sizeof arch);
+        atexit(remove_temporaries);
+    }
     double t0 = clock_s(CLOCK_MONOTONIC);
     const char *raw_path = cache_path ? cache_path : raw;
     if (!cache_path) {
@@ -421,12 +437,7 @@ int main(int argc, char **argv)
     free(b);
     fkvf_reader_free(r);
     close(rfd);
-    if (keep) {
+    if (keep)
         fprintf(stderr, "kept %s%s%s\n", arch, cache_path ? "" : " and ", cache_path ? "" : raw);
-        return 0;
-    }
-    unlink(arch);
-    if (!cache_path)
-        unlink(raw);
     return 0;
 }
