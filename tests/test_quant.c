@@ -1002,6 +1002,111 @@ START_TEST(rvq_decode_kernels_match_plain_reference)
 }
 END_TEST
 
+/* f16 codebooks take the decoder's f16 path on chunks of 64 positions or
+ * more (tables copied to f16 a group of heads at a time, output written
+ * with non-temporal stores when aligned) and a prefetching binary32 path on
+ * shorter ones; both must give the portable code's bytes. f16 tables from
+ * subnormal to near the f16 maximum, signed zeros, random codes; both code
+ * layouts; RoPE off, whole-block (interleaved and half-split) and partial
+ * rotary dims; dims with tails; pooled tables for 4 KV heads; K stages 0;
+ * head groups smaller than a layer (k = 4096) and tables too large for the
+ * f16 copy; chunk tails on either side of 64 positions (rope_dims 1024:
+ * 256 positions per chunk); calls of 1..65 rows in every case; an output
+ * 2 bytes off alignment; f16, bf16 and f32 out. */
+START_TEST(rvq_decode_f16_tables_match_portable)
+{
+    static const struct {
+        uint32_t L, H, Dk, Dv, k;
+        unsigned ks, vs, pooled, kvh;
+        fkvf_rope rope;
+        uint64_t first;
+        size_t n;
+    } cases[] = {
+        {2, 3, 64, 64, 64, 4, 2, 0, 3, {2, 64, 10000.0}, 0, 600},
+        {2, 3, 64, 64, 64, 4, 2, 0, 3, {1, 64, 10000.0}, 123456789, 600},
+        {1, 2, 40, 24, 32, 3, 2, 0, 2, {1, 22, 500000.0}, 1000, 200}, /* partial, 11 pairs */
+        {1, 3, 20, 12, 16, 2, 3, 0, 3, {2, 16, 1.5}, 5, 100},         /* tail dims */
+        {2, 1, 32, 32, 32, 3, 2, 1, 4, {2, 32, 10000.0}, 17, 130},    /* pooled, 4 KV heads */
+        {1, 2, 16, 16, 16, 0, 2, 0, 2, {2, 16, 10000.0}, 3, 100},     /* no K stages */
+        {1, 2, 64, 64, 4096, 4, 2, 0, 2, {2, 64, 10000.0}, 9, 70},    /* one head per group */
+        {1, 1, 64, 64, 4096, 8, 4, 0, 1, {2, 64, 10000.0}, 9, 70},    /* no f16 copy */
+        {1, 2, 1024, 8, 16, 2, 1, 0, 2, {2, 1024, 10000.0}, 0, 600},  /* chunks 256+256+88 */
+        {1, 2, 1024, 8, 16, 2, 1, 0, 2, {1, 1024, 10000.0}, 0, 530},  /* 256+256+18 */
+    };
+    const fkvf_dtype dts[3] = {FKVF_DTYPE_F16, FKVF_DTYPE_BF16, FKVF_DTYPE_F32};
+    const size_t small[] = {1, 5, 16, 63, 64, 65};
+    tu_rng r = {9090};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const uint32_t L = cases[ci].L, H = cases[ci].H, Dk = cases[ci].Dk, Dv = cases[ci].Dv;
+        const uint32_t k = cases[ci].k, kvh = cases[ci].kvh;
+        const unsigned ks = cases[ci].ks, vs = cases[ci].vs;
+        fkvf_codebook_shape sh = {L, H, Dk, Dv, k, (uint8_t)ks, (uint8_t)vs, FKVF_DTYPE_F16,
+                                  (uint8_t)cases[ci].pooled};
+        size_t nf = (size_t)L * H * k * (ks * Dk + vs * Dv);
+        uint16_t *tab = tu_xcalloc(nf, sizeof(uint16_t));
+        for (size_t i = 0; i < nf; i++) {
+            uint32_t kind = tu_below(&r, 64);
+            double v = nrand(&r);
+            if (kind < 4)
+                v = (tu_below(&r, 2) ? 1 : -1) * 60000.0; /* sums beyond the f16 maximum */
+            else if (kind < 8)
+                v *= ldexp(1.0, (int)tu_below(&r, 12) - 24); /* f16 subnormals */
+            else if (kind < 10)
+                v = tu_below(&r, 2) ? -0.0 : 0.0;
+            tab[i] = fkvf_f32_to_f16((float)v);
+        }
+        fkvf_rvq *q;
+        OK(fkvf_rvq_from_tables_decode(&q, &sh, kvh, tab, nf * sizeof(uint16_t), NULL));
+        const size_t n = cases[ci].n, nc = fkvf_rvq_codes_per_position(q);
+        uint16_t *codes = tu_xcalloc(n * nc, sizeof(uint16_t));
+        for (size_t i = 0; i < n * nc; i++)
+            codes[i] = (uint16_t)tu_below(&r, k);
+        const size_t re = (size_t)L * kvh * (Dk + Dv), bytes = n * re * 4;
+        uint8_t *o1 = tu_xcalloc(bytes + 16, 1), *o2 = tu_xcalloc(bytes + 16, 1);
+        for (int rp = 0; rp <= 1; rp++)
+            for (int lay = 0; lay <= 1; lay++) /* pos-major, stream-major codes */
+                for (int di = 0; di < 3; di++) {
+                    const fkvf_dtype dt = dts[di];
+                    const size_t es = dt == FKVF_DTYPE_F32 ? 4 : 2, ps = lay ? 1 : nc;
+                    const size_t cst = lay ? n : 1, size = n * re * es;
+                    const fkvf_rope *rope = rp ? &cases[ci].rope : NULL;
+                    const uint64_t first = cases[ci].first;
+                    for (size_t off = 0; off <= (ci == 0 ? 2 : 0); off += 2) {
+                        memset(o1, 0xA5, bytes + 16);
+                        memset(o2, 0x5A, bytes + 16);
+                        OK(fkvf_rvq_decode(q, codes, ps, cst, n, first, rope, dt, o1 + off,
+                                           size));
+                        OK(fkvfq_rvq_decode_portable(q, codes, ps, cst, n, first, rope, dt,
+                                                     o2 + off, size));
+                        EXPECTF(memcmp(o1 + off, o2 + off, size) == 0,
+                                "case %zu rope %d layout %d dtype %d offset %zu differs", ci, rp,
+                                lay, (int)dt, off);
+                    }
+                    if (lay)
+                        continue;
+                    /* short calls: the prefetching binary32 path and its
+                     * boundary with the f16 path */
+                    for (size_t si = 0; si < sizeof small / sizeof small[0]; si++) {
+                        size_t c = small[si], at = n - c, sz = c * re * es;
+                        memset(o1, 0xA5, bytes + 16);
+                        OK(fkvf_rvq_decode(q, codes + at * nc, nc, 1, c, first + at, rope, dt,
+                                           o1, sz));
+                        OK(fkvfq_rvq_decode_portable(q, codes, nc, 1, n, first, rope, dt, o2,
+                                                     size));
+                        EXPECTF(memcmp(o1, o2 + at * re * es, sz) == 0,
+                                "case %zu rope %d dtype %d: %zu rows at %zu differ", ci, rp,
+                                (int)dt, c, at);
+                    }
+                }
+        free(tab);
+        free(codes);
+        free(o1);
+        free(o2);
+        fkvf_rvq_free(q);
+    }
+}
+END_TEST
+
 /* Beam search never ends worse than greedy, per vector, and finds better
  * paths on some. Width 1 is greedy. */
 START_TEST(rvq_beam_not_worse_than_greedy)
@@ -1868,6 +1973,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tq, rvq_encode_is_exact_greedy);
     tcase_add_test(tq, rvq_decode_matches_reference);
     tcase_add_test(tq, rvq_decode_kernels_match_plain_reference);
+    tcase_add_test(tq, rvq_decode_f16_tables_match_portable);
     tcase_add_test(tq, rvq_beam_not_worse_than_greedy);
     tcase_add_test(tq, rvq_deterministic);
     tcase_add_test(tq, rvq_shapes_and_writer);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fkvf.h"
+#include "quant/quant.h"
 #include "testutil.h"
 
 enum { L = 2, H = 2, D = 8, N = 40, S = 4, W = 16, A = N - S - W, K = 16, KS = 2, VS = 1 };
@@ -343,6 +344,115 @@ START_TEST(restore_zero_stage_codebook)
 }
 END_TEST
 
+/* Restore in batches: 1024 index streams (4 layers x 8 heads x 16 + 16
+ * stages), so that a batch's codes (4 MiB) hold 2048 positions and 2100
+ * archived positions take two; random f16 tables and codes, keys before
+ * RoPE. Every position of every call, whatever its range (the whole
+ * archive, across the sink / archived / window borders and the batch edge,
+ * single rows, runs on either side of 64 rows), in f16, bf16 and f32, is
+ * exactly the exact row converted or the portable decoder's row of that
+ * position. */
+enum { BL = 4, BH = 8, BD = 8, BK = 16, BKS = 16, BVS = 16, BS = 4, BW = 8, BA = 2100,
+       BN = BS + BA + BW };
+#define BNC (BL * BH * (BKS + BVS))
+#define BRE (BL * BH * 2 * BD)
+
+START_TEST(restore_batches_match_portable_decode)
+{
+    tu_rng g = {2026};
+    fkvf_codebook_shape sh = {BL, BH, BD, BD, BK, BKS, BVS, FKVF_DTYPE_F16, 0};
+    size_t nt = (size_t)BL * BH * BK * (BKS + BVS) * BD;
+    uint16_t *tab = tu_xcalloc(nt, sizeof(uint16_t));
+    for (size_t i = 0; i < nt; i++)
+        tab[i] = fkvf_f32_to_f16((float)((double)tu_below(&g, 20001) / 5000.0 - 2.0));
+    uint16_t *codes = tu_xcalloc((size_t)BA * BNC, sizeof(uint16_t));
+    for (size_t i = 0; i < (size_t)BA * BNC; i++)
+        codes[i] = (uint16_t)tu_below(&g, BK);
+    uint16_t *rows = tu_xcalloc((size_t)BN * BRE, sizeof(uint16_t));
+    for (size_t i = 0; i < (size_t)BN * BRE; i++)
+        rows[i] = fkvf_f32_to_f16((float)((double)tu_below(&g, 2001) / 500.0 - 2.0));
+    const size_t rb = (size_t)BRE * 2;
+
+    tu_buf file = {0};
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.sync = FKVF_SYNC_NONE;
+    fkvf_sink sk = tu_buf_sink(&file);
+    fkvf_writer *w;
+    ck_assert_int_eq(fkvf_writer_create_sink(&w, &sk, &o, NULL), FKVF_OK);
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = BL;
+    d.n_kv_heads = BH;
+    d.key_dim = d.value_dim = BD;
+    d.dtype = FKVF_DTYPE_F16;
+    d.key_transform = 1;
+    d.rope_layout = 2;
+    d.key_storage = 1;
+    d.rope_dims = BD;
+    d.rope_theta = 10000.0;
+    d.n_sinks = BS;
+    d.window = BW;
+    ck_assert_int_eq(fkvf_writer_set_desc(w, &d), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_add_exact(w, 0, BS, rows, BS * rb, 0), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_add_exact(w, BS + BA, BW, rows + (size_t)(BS + BA) * BRE,
+                                           BW * rb, 0),
+                     FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_add_codebooks(w, &sh, tab, nt * sizeof(uint16_t), 0), FKVF_OK);
+    fkvf_stream_spec sp;
+    memset(&sp, 0, sizeof sp);
+    sp.profile = FKVF_PROFILE_QUAD;
+    sp.symbol_bits = 4;
+    ck_assert_int_eq(fkvf_writer_add_index_segment(w, &sp, 0, BA, codes, BNC, 1), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_set_positions(w, BN, BA), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
+    fkvf_writer_free(w);
+
+    fkvf_rvq *q;
+    ck_assert_int_eq(fkvf_rvq_from_tables_decode(&q, &sh, BH, tab, nt * sizeof(uint16_t), NULL),
+                     FKVF_OK);
+    fkvf_reader *r;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, file.data, file.size, 0, NULL), FKVF_OK);
+    const fkvf_rope rope = {2, BD, 10000.0};
+    const fkvf_dtype dts[3] = {FKVF_DTYPE_F16, FKVF_DTYPE_BF16, FKVF_DTYPE_F32};
+    static const uint64_t ranges[][2] = {
+        {0, BN},         {BS - 1, 2050}, {BS + 2047, 3},  {BS, 1},         {BS + 2048, 1},
+        {BS + BA - 1, 1}, {BS + 10, 63},  {BS + 100, 64}, {BS + 1000, 65}, {BS + BA - 60, 65},
+        {0, BS + 7},
+    };
+    uint8_t *want = tu_xcalloc((size_t)BN * BRE, 4), *got = tu_xcalloc((size_t)BN * BRE, 4);
+    for (int di = 0; di < 3; di++) {
+        const fkvf_dtype dt = dts[di];
+        const size_t es = dt == FKVF_DTYPE_F32 ? 4 : 2, orb = (size_t)BRE * es;
+        /* the reference: exact rows converted, archived rows decoded */
+        ck_assert_int_eq(fkvf_convert(dt, want, FKVF_DTYPE_F16, rows, (size_t)BS * BRE), FKVF_OK);
+        ck_assert_int_eq(fkvfq_rvq_decode_portable(q, codes, BNC, 1, BA, BS, &rope, dt,
+                                                   want + BS * orb, (size_t)BA * orb),
+                         FKVF_OK);
+        ck_assert_int_eq(fkvf_convert(dt, want + (size_t)(BS + BA) * orb, FKVF_DTYPE_F16,
+                                      rows + (size_t)(BS + BA) * BRE, (size_t)BW * BRE),
+                         FKVF_OK);
+        for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
+            uint64_t first = ranges[ri][0], count = ranges[ri][1];
+            memset(got, 0xA5, (size_t)BN * orb);
+            ck_assert_int_eq(fkvf_reader_restore(r, first, count, dt, got, count * orb),
+                             FKVF_OK);
+            EXPECTF(memcmp(got, want + first * orb, count * orb) == 0,
+                    "dtype %d positions [%llu, +%llu) differ", (int)dt,
+                    (unsigned long long)first, (unsigned long long)count);
+        }
+    }
+    free(want);
+    free(got);
+    fkvf_reader_free(r);
+    fkvf_rvq_free(q);
+    tu_buf_free(&file);
+    free(tab);
+    free(codes);
+    free(rows);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("restore");
@@ -354,6 +464,7 @@ int main(void)
     tcase_add_test(tc, restore_rejects_bad_arguments);
     tcase_add_test(tc, restore_allocation_failures);
     tcase_add_test(tc, restore_zero_stage_codebook);
+    tcase_add_test(tc, restore_batches_match_portable_decode);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

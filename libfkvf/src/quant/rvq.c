@@ -538,62 +538,123 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
 /* ---- decoding ------------------------------------------------------------------ */
 
 /* positions decoded per pass over the tables: a (layer, head, K|V) table set
- * stays in cache while the chunk's vectors are summed from it */
-#define Q_DCHUNK 512
-/* positions ahead whose centroid rows are prefetched */
+ * stays in cache while the chunk's vectors are summed from it; the tables
+ * (56 MB at GPT-2 small) are read once per chunk */
+#define Q_DCHUNK 4096
+/* at most this many bytes of RoPE cosines and sines per chunk (fewer
+ * positions per chunk when rope_dims is large) */
+#define Q_CS_BYTES ((size_t)2 << 20)
+/* positions ahead whose centroid rows are prefetched: the binary32 path
+ * (one table set at a time), the f16 path (a group of heads at a time, so
+ * one position ahead is already the work of a whole group; 1..14 measured
+ * within noise of each other, 4 about 7% better than 1) */
 #define Q_PREFETCH 6
-/* chunks of at least this many positions stream the next table set */
+#define Q_GPREFETCH 4
+/* a chunk of fewer positions prefetches the rows of the table set
+ * Q_SET_AHEAD sets ahead */
+#define Q_SHORT 16
+#define Q_SET_AHEAD 2
+/* chunks of at least this many positions stream the next table set, and
+ * write their output with non-temporal stores (fast kernels) */
 #define Q_STREAM_MIN 64
+/* a chunk of at least Q_STREAM_MIN positions copies the tables of a group
+ * of heads of an f16 codebook to f16 scratch of at most this many bytes
+ * before using them: half the cache footprint of the binary32 rows, widened
+ * exactly when summed (GPT-2 small: a layer's 12 heads, 2.4 MB) */
+#define Q_SET16_BYTES ((size_t)4 << 20)
 
 #if defined(FKVF_HAVE_F16C)
 #define Q_DEC_FAST 1
 #define Q_FAST_TARGET __attribute__((target("avx2,f16c")))
+#define Q_FAST_INLINE __attribute__((target("avx2,f16c"), always_inline)) inline
 
 /* The decoder's kernels for CPUs with AVX2 and F16C: the same binary32 sums
  * in the same order, the same binary64 rotation, the same roundings as the
  * portable path (fkvf_stage_sum, fkvf_rope_rotate_f32, fkvfq_store); f32 -> f16
- * is fkvf_f16c_put8 (common/half.h: why it equals fkvf_cvt_f32_to_f16 here). */
+ * is fkvf_f16c_put8 (common/half.h: why it equals fkvf_cvt_f32_to_f16 here).
+ *
+ * Rows come from the binary32 tables (h16 = 0: fkvf_stage_sum8) or from an
+ * f16 copy of a table set whose values are all f16 (h16 = 1: the codebook's
+ * dtype is F16, so f32 -> f16 -> f32 is exact and the lanes summed are the
+ * same binary32 values, added in the same order from +0.0). nt = 1 writes
+ * whole 8-lane blocks with non-temporal stores (dst 16-byte aligned): the
+ * same bytes, without reading the output's cache lines first. */
+
+/* components d..d+7 of the sum of the rows */
+static Q_FAST_INLINE __m256 fast_sum8(const void *const *rowp, unsigned ns, uint32_t d, int h16)
+{
+    if (!h16)
+        return fkvf_stage_sum8((const float *const *)rowp, ns, d);
+    __m256 a = _mm256_setzero_ps();
+    for (unsigned s = 0; s < ns; s++)
+        a = _mm256_add_ps(a, _mm256_cvtph_ps(_mm_loadu_si128(
+                                 (const __m128i *)(const void *)((const uint16_t *)rowp[s] + d))));
+    return a;
+}
+
+/* component d of the sum */
+static Q_FAST_INLINE float fast_sum1(const void *const *rowp, unsigned ns, uint32_t d, int h16)
+{
+    if (!h16)
+        return fkvf_stage_sum1((const float *const *)rowp, ns, d);
+    float a = 0.0f;
+    for (unsigned s = 0; s < ns; s++)
+        a += fkvf_cvt_f16_to_f32(((const uint16_t *)rowp[s])[d]);
+    return a;
+}
 
 /* 8 lanes of a to dt at dst (16 or 32 bytes) */
-static inline Q_FAST_TARGET void fast_put8(fkvf_dtype dt, __m256 a, uint8_t *dst)
+static Q_FAST_INLINE void fast_put8(fkvf_dtype dt, __m256 a, uint8_t *dst, int nt)
 {
     if (dt == FKVF_DTYPE_F16) {
-        fkvf_f16c_put8(a, dst);
+        if (nt)
+            _mm_stream_si128((__m128i *)(void *)dst,
+                             _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+        else
+            fkvf_f16c_put8(a, dst);
     } else if (dt == FKVF_DTYPE_BF16) {
         fkvf_cvt_vi_8 bits;
         fkvf_cvt_vh_8 h;
         memcpy(&bits, &a, sizeof bits);
         fkvf_cvt_v_bf16_8(&bits, &h);
-        memcpy(dst, &h, sizeof h);
+        __m128i v;
+        memcpy(&v, &h, sizeof v);
+        if (nt)
+            _mm_stream_si128((__m128i *)(void *)dst, v);
+        else
+            _mm_storeu_si128((__m128i *)(void *)dst, v);
+    } else if (nt) {
+        _mm_stream_ps((float *)(void *)dst, _mm256_castps256_ps128(a));
+        _mm_stream_ps((float *)(void *)(dst + 16), _mm256_extractf128_ps(a, 1));
     } else {
         _mm256_storeu_ps((float *)(void *)dst, a);
     }
 }
 
 /* dim values at acc to dt at dst */
-static inline Q_FAST_TARGET void fast_store(fkvf_dtype dt, const float *acc, uint32_t dim,
-                                            uint8_t *dst)
+static Q_FAST_INLINE void fast_store(fkvf_dtype dt, const float *acc, uint32_t dim, uint8_t *dst,
+                                     int nt)
 {
     const size_t es = fkvfq_dtype_size(dt);
     uint32_t d = 0;
     for (; d + 8 <= dim; d += 8)
-        fast_put8(dt, _mm256_loadu_ps(acc + d), dst + d * es);
+        fast_put8(dt, _mm256_loadu_ps(acc + d), dst + d * es, nt);
     if (d < dim)
         fkvfq_store_portable(dt, acc + d, dst + d * es, dim - d);
 }
 
 /* the stage sum and the conversion to dt in one pass, 8 lanes, for
  * components [d, dim) */
-static Q_FAST_TARGET void fast_sum_store(fkvf_dtype dt, const float *const *rowp, unsigned ns,
-                                         uint32_t d, uint32_t dim, uint8_t *dst)
+static Q_FAST_INLINE void fast_sum_store(fkvf_dtype dt, const void *const *rowp, unsigned ns,
+                                         uint32_t d, uint32_t dim, uint8_t *dst, int h16, int nt)
 {
     const size_t es = fkvfq_dtype_size(dt);
     for (; d + 8 <= dim; d += 8)
-        fast_put8(dt, fkvf_stage_sum8(rowp, ns, d), dst + d * es);
+        fast_put8(dt, fast_sum8(rowp, ns, d, h16), dst + d * es, nt);
     if (d < dim) {
         float acc[8];
         for (uint32_t j = 0; j < dim - d; j++)
-            acc[j] = fkvf_stage_sum1(rowp, ns, d + j);
+            acc[j] = fast_sum1(rowp, ns, d + j, h16);
         fkvfq_store_portable(dt, acc, dst + d * es, dim - d);
     }
 }
@@ -602,10 +663,10 @@ static Q_FAST_TARGET void fast_sum_store(fkvf_dtype dt, const float *const *rowp
  * whole 8-lane blocks (interleaved: rd % 8 == 0; half-split: rd % 16 == 0):
  * sums, rotation (fkvf_rope_turn4) and conversion in registers, block by
  * block. */
-static Q_FAST_TARGET void fast_sum_rope_store_blocks(fkvf_dtype dt, const float *const *rowp,
+static Q_FAST_INLINE void fast_sum_rope_store_blocks(fkvf_dtype dt, const void *const *rowp,
                                                      unsigned ns, uint32_t dim, int layout,
                                                      uint32_t rd, const double *cs,
-                                                     uint8_t *dst)
+                                                     uint8_t *dst, int h16, int nt)
 {
     const size_t es = fkvfq_dtype_size(dt);
     const uint32_t half = rd / 2;
@@ -616,37 +677,152 @@ static Q_FAST_TARGET void fast_sum_rope_store_blocks(fkvf_dtype dt, const float 
         const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
         const __m256i back = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for (; d < rd; d += 8) {
-            __m256 x = _mm256_permutevar8x32_ps(fkvf_stage_sum8(rowp, ns, d), even);
+            __m256 x = _mm256_permutevar8x32_ps(fast_sum8(rowp, ns, d, h16), even);
             fkvf_rope_turn4(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1),
                             co + d / 2, si + d / 2, &y0, &y1);
             __m256 y = _mm256_insertf128_ps(_mm256_castps128_ps256(y0), y1, 1);
-            fast_put8(dt, _mm256_permutevar8x32_ps(y, back), dst + d * es);
+            fast_put8(dt, _mm256_permutevar8x32_ps(y, back), dst + d * es, nt);
         }
     } else { /* pairs (i, i + half): blocks d and d + half together */
         for (; d < half; d += 8) {
-            __m256 a = fkvf_stage_sum8(rowp, ns, d), b = fkvf_stage_sum8(rowp, ns, d + half);
+            __m256 a = fast_sum8(rowp, ns, d, h16), b = fast_sum8(rowp, ns, d + half, h16);
             fkvf_rope_turn4(_mm256_castps256_ps128(a), _mm256_castps256_ps128(b), co + d,
                             si + d, &y0, &y1);
             fkvf_rope_turn4(_mm256_extractf128_ps(a, 1), _mm256_extractf128_ps(b, 1),
                             co + d + 4, si + d + 4, &z0, &z1);
-            fast_put8(dt, _mm256_insertf128_ps(_mm256_castps128_ps256(y0), z0, 1), dst + d * es);
+            fast_put8(dt, _mm256_insertf128_ps(_mm256_castps128_ps256(y0), z0, 1), dst + d * es,
+                      nt);
             fast_put8(dt, _mm256_insertf128_ps(_mm256_castps128_ps256(y1), z1, 1),
-                      dst + (d + half) * es);
+                      dst + (d + half) * es, nt);
         }
         d = rd;
     }
-    fast_sum_store(dt, rowp, ns, d, dim, dst); /* the components after them */
+    fast_sum_store(dt, rowp, ns, d, dim, dst, h16, nt); /* the components after them */
 }
 
 /* A key before RoPE: the sums into acc, fkvf_rope_rotate_f32(r, cs, 0, acc,
  * 1), then the conversion to dt. */
-static Q_FAST_TARGET void fast_sum_rope_store(fkvf_dtype dt, const float *const *rowp,
+static Q_FAST_INLINE void fast_sum_rope_store(fkvf_dtype dt, const void *const *rowp,
                                               unsigned ns, uint32_t dim, const fkvf_rope *r,
-                                              const double *cs, float *acc, uint8_t *dst)
+                                              const double *cs, float *acc, uint8_t *dst,
+                                              int h16, int nt)
 {
-    fkvf_stage_sum(acc, rowp, ns, dim, 1);
+    uint32_t d = 0;
+    for (; d + 8 <= dim; d += 8)
+        _mm256_storeu_ps(acc + d, fast_sum8(rowp, ns, d, h16));
+    for (; d < dim; d++)
+        acc[d] = fast_sum1(rowp, ns, d, h16);
     fkvf_rope_rotate_f32(r, cs, 0, acc, 1);
-    fast_store(dt, acc, dim, dst);
+    fast_store(dt, acc, dim, dst, nt);
+}
+
+/* One vector: whichever of the three kernels applies (rope: 0 none, 1 whole
+ * blocks, 2 otherwise). */
+static Q_FAST_INLINE void fast_vector(fkvf_dtype dt, const void *const *rowp, unsigned ns,
+                                      uint32_t dim, const fkvf_rope *r, int rope,
+                                      const double *cs, float *acc, uint8_t *dst, int h16,
+                                      int nt)
+{
+    if (rope == 1)
+        fast_sum_rope_store_blocks(dt, rowp, ns, dim, r->layout, r->rope_dims, cs, dst, h16,
+                                   nt);
+    else if (rope == 2)
+        fast_sum_rope_store(dt, rowp, ns, dim, r, cs, acc, dst, h16, nt);
+    else
+        fast_sum_store(dt, rowp, ns, 0, dim, dst, h16, nt);
+}
+
+/* What the f16 path decodes in one pass: heads [h0, h0 + G) of layer l for
+ * the positions of a chunk, from t16, the f16 copy of their tables (tab by
+ * tab as in q->rows; one tab when pooled). */
+typedef struct q_group {
+    const fkvf_rvq *q;
+    const uint16_t *t16;
+    size_t tab_stride;     /* f16 values from one head's tables to the next (0: pooled) */
+    uint32_t l, h0, G;
+    const uint16_t *codes; /* the chunk's: position i, code j at codes[i * ps + j * cst] */
+    size_t ps, cst, nb;
+    uint8_t *out;          /* row 0 of the chunk */
+    size_t rb;
+    const fkvf_rope *rope; /* key_rope (rope_kind != 0) */
+    int rope_kind;         /* 0 none, 1 whole blocks, 2 otherwise */
+    const double *cs;      /* the chunk's angles, rope_dims per position */
+    float *acc;
+} q_group;
+
+/* Position by position, head by head, keys then values: the output of a
+ * position is written in runs of G vectors, its angles are read once. */
+static Q_FAST_INLINE void fast_group_body(const q_group *g, fkvf_dtype dt, int nt)
+{
+    const fkvf_codebook_shape *sh = &g->q->shape;
+    const size_t es = fkvfq_dtype_size(dt), m = (size_t)sh->k_stages + sh->v_stages;
+    const size_t srd = g->rope_kind ? g->rope->rope_dims : 0;
+    const size_t voff = (size_t)sh->k_stages * sh->k * sh->key_dim;
+    for (size_t i = 0; i < g->nb; i++) {
+        const uint16_t *cp = g->codes + i * g->ps;
+        uint8_t *row = g->out + i * g->rb;
+        for (uint32_t u = 0; u < g->G; u++) {
+            uint32_t h = g->h0 + u;
+            const uint16_t *tk = g->t16 + u * g->tab_stride;
+            size_t cj = ((size_t)g->l * g->q->n_kv_heads + h) * m;
+            for (unsigned kv = 0; kv < 2; kv++) {
+                const void *rowp[16];
+                unsigned ns = kv == 0 ? sh->k_stages : sh->v_stages;
+                uint32_t dim = kv == 0 ? sh->key_dim : sh->value_dim;
+                const uint16_t *tb = kv == 0 ? tk : tk + voff;
+                size_t c0 = cj + (kv ? sh->k_stages : 0);
+                for (unsigned s = 0; s < ns; s++)
+                    rowp[s] = tb + ((size_t)s * sh->k + cp[(c0 + s) * g->cst]) * dim;
+                /* the same vector's rows Q_GPREFETCH positions ahead: a whole
+                 * position's work hides their latency */
+                if (i + Q_GPREFETCH < g->nb)
+                    for (unsigned s = 0; s < ns; s++) {
+                        const char *r =
+                            (const char *)(tb + ((size_t)s * sh->k +
+                                                 cp[Q_GPREFETCH * g->ps + (c0 + s) * g->cst]) *
+                                                    dim);
+                        for (size_t b = 0; b < dim * sizeof(uint16_t); b += 64)
+                            _mm_prefetch(r + b, _MM_HINT_T0);
+                    }
+                fast_vector(dt, rowp, ns, dim, g->rope, kv == 0 ? g->rope_kind : 0,
+                            g->cs + i * srd, g->acc, row + vec_off(g->q, g->l, h, kv) * es, 1,
+                            nt);
+            }
+        }
+    }
+}
+
+/* fast_group_body with the output dtype and store kind fixed for the
+ * compiler (one copy of the loop per combination) */
+static Q_FAST_TARGET void fast_group(const q_group *g, fkvf_dtype dt, int nt)
+{
+    if (dt == FKVF_DTYPE_F16)
+        nt ? fast_group_body(g, FKVF_DTYPE_F16, 1) : fast_group_body(g, FKVF_DTYPE_F16, 0);
+    else if (dt == FKVF_DTYPE_BF16)
+        nt ? fast_group_body(g, FKVF_DTYPE_BF16, 1) : fast_group_body(g, FKVF_DTYPE_BF16, 0);
+    else
+        nt ? fast_group_body(g, FKVF_DTYPE_F32, 1) : fast_group_body(g, FKVF_DTYPE_F32, 0);
+    if (nt)
+        _mm_sfence(); /* the streamed stores ordered before what follows */
+}
+
+/* n binary32 values, each an f16 value, to f16 at dst (exact) */
+static Q_FAST_TARGET void fast_narrow(const float *src, uint16_t *dst, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        dst[i] = fkvf_cvt_f32_to_f16(src[i]);
+}
+
+/* one vector from binary32 rows (the path for short chunks) */
+static Q_FAST_TARGET void fast_vector32(fkvf_dtype dt, const float *const *rowp, unsigned ns,
+                                        uint32_t dim, const fkvf_rope *r, int rope,
+                                        const double *cs, float *acc, uint8_t *dst)
+{
+    fast_vector(dt, (const void *const *)rowp, ns, dim, r, rope, cs, acc, dst, 0, 0);
 }
 #endif
 
@@ -691,33 +867,87 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     const fkvf_allocator *a = &q->alloc;
     const uint32_t dmax = sh->key_dim > sh->value_dim ? sh->key_dim : sh->value_dim;
     const uint32_t rd = key_rope ? key_rope->rope_dims : 0;
+    /* positions per chunk: Q_DCHUNK, fewer when their angles would take
+     * more than Q_CS_BYTES, and no more than the call has */
+    size_t chunk = rd ? Q_CS_BYTES / ((size_t)rd * sizeof(double)) : Q_DCHUNK;
+    chunk = chunk < 1 ? 1 : chunk > Q_DCHUNK ? Q_DCHUNK : chunk;
+    chunk = chunk > n_rows ? n_rows : chunk;
+    const int avx = fast && fkvf_cpu_avx();
+#ifdef Q_DEC_FAST
+    const int kern = fast && fkvf_cpu_avx2() && fkvf_cpu_f16c();
+    /* the rotated components fill whole 8-lane blocks */
+    const int rope = !rd ? 0 : (key_rope->layout == 1 ? rd % 8 == 0 : rd % 16 == 0) ? 1 : 2;
+    /* the f16 path: G heads' tables at a time (all of a layer's heads when
+     * pooled), their f16 copy at most Q_SET16_BYTES */
+    size_t G = 0;
+    if (q->per_tab && q->per_tab <= Q_SET16_BYTES / sizeof(uint16_t))
+        G = sh->pooled ? q->n_kv_heads : Q_SET16_BYTES / sizeof(uint16_t) / q->per_tab;
+    if (G > q->n_kv_heads)
+        G = q->n_kv_heads;
+    const int use16 = kern && chunk >= Q_STREAM_MIN && sh->dtype == FKVF_DTYPE_F16 && G;
+    size_t set16 = use16 ? (sh->pooled ? 1 : G) * q->per_tab : 0;
+    /* non-temporal stores: every 8-lane block of every vector 16-byte aligned */
+    const int nt = use16 && (uintptr_t)out % 16 == 0 && (sh->key_dim * es) % 16 == 0 &&
+                   (sh->value_dim * es) % 16 == 0;
+#else
+    const int use16 = 0;
+    const size_t set16 = 0;
+#endif
     float *acc = fkvf_calloc(a, dmax, sizeof(float));
     double *freqs = NULL, *cs = NULL;
+    uint16_t *t16 = NULL;
     int ok = acc != NULL;
     if (ok && rd)
         ok = (freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
-             (cs = fkvf_calloc(a, (size_t)Q_DCHUNK * rd, sizeof(double)));
+             (cs = fkvf_calloc(a, chunk * rd, sizeof(double)));
+    if (ok && use16)
+        ok = (t16 = fkvf_malloc(a, set16 * sizeof(uint16_t))) != NULL;
     if (!ok) {
         fkvf_free(a, acc);
         fkvf_free(a, freqs);
         fkvf_free(a, cs);
+        fkvf_free(a, t16);
         return FKVF_E_NOMEM;
     }
     if (rd)
         fkvf_rope_freqs(key_rope, freqs);
     uint8_t *o = out;
     const size_t m = (size_t)sh->k_stages + sh->v_stages;
-    const int avx = fast && fkvf_cpu_avx();
-#ifdef Q_DEC_FAST
-    const int kern = fast && fkvf_cpu_avx2() && fkvf_cpu_f16c();
-    /* the rotated components fill whole 8-lane blocks */
-    const int rd_blocks = rd && (key_rope->layout == 1 ? rd % 8 == 0 : rd % 16 == 0);
-#endif
-    for (size_t i0 = 0; i0 < n_rows; i0 += Q_DCHUNK) {
-        size_t nb = n_rows - i0 < Q_DCHUNK ? n_rows - i0 : Q_DCHUNK;
+    for (size_t i0 = 0; i0 < n_rows; i0 += chunk) {
+        size_t nb = n_rows - i0 < chunk ? n_rows - i0 : chunk;
         if (rd)
             for (size_t i = 0; i < nb; i++)
                 fkvf_rope_angles(key_rope, freqs, first_position + i0 + i, cs + i * rd);
+#ifdef Q_DEC_FAST
+        if (use16 && nb >= Q_STREAM_MIN) {
+            for (uint32_t l = 0; l < sh->n_layers; l++)
+                for (uint32_t h0 = 0; h0 < q->n_kv_heads; h0 += (uint32_t)G) {
+                    q_group g;
+                    g.q = q;
+                    g.t16 = t16;
+                    g.tab_stride = sh->pooled ? 0 : q->per_tab;
+                    g.l = l;
+                    g.h0 = h0;
+                    g.G = q->n_kv_heads - h0 < G ? q->n_kv_heads - h0 : (uint32_t)G;
+                    g.codes = codes + i0 * pos_stride;
+                    g.ps = pos_stride;
+                    g.cst = code_stride;
+                    g.nb = nb;
+                    g.out = o + i0 * rb;
+                    g.rb = rb;
+                    g.rope = key_rope;
+                    g.rope_kind = rope;
+                    g.cs = cs;
+                    g.acc = acc;
+                    /* the heads' tables follow each other in q->rows */
+                    size_t tab0 = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h0);
+                    fast_narrow(q->rows + tab0 * q->per_tab, t16,
+                                (sh->pooled ? 1 : g.G) * q->per_tab);
+                    fast_group(&g, out_dtype, nt);
+                }
+            continue;
+        }
+#endif
         for (uint32_t l = 0; l < sh->n_layers; l++)
             for (uint32_t h = 0; h < q->n_kv_heads; h++)
                 for (unsigned kv = 0; kv < 2; kv++) {
@@ -746,6 +976,36 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
                                 nx_bytes = (q->n_floats - here) * sizeof(float);
                         }
                     }
+#if defined(__GNUC__) || defined(__clang__)
+                    /* A short chunk (a few rows): the in-set prefetch below
+                     * never runs; the rows of the table set Q_SET_AHEAD sets
+                     * further on instead, all its positions, so that their
+                     * misses overlap this set's work. */
+                    if (nb < Q_SHORT) {
+                        size_t t = ((size_t)l * q->n_kv_heads + h) * 2 + kv + Q_SET_AHEAD;
+                        size_t nl = t / (2 * (size_t)q->n_kv_heads);
+                        if (nl < sh->n_layers) {
+                            uint32_t nh = (uint32_t)(t / 2 % q->n_kv_heads);
+                            unsigned nkv = (unsigned)(t % 2);
+                            size_t ntab = nl * sh->n_heads + (sh->pooled ? 0 : nh);
+                            unsigned nns = nkv == 0 ? sh->k_stages : sh->v_stages;
+                            uint32_t ndim = nkv == 0 ? sh->key_dim : sh->value_dim;
+                            size_t ncj = (nl * q->n_kv_heads + nh) * m + (nkv ? sh->k_stages : 0);
+                            for (unsigned s = 0; s < nns; s++) {
+                                const float *nt0 = q->rows + fkvfq_table_off(q, ntab, nkv, s);
+                                for (size_t i = 0; i < nb; i++) {
+                                    const char *r =
+                                        (const char *)(nt0 +
+                                                       (size_t)codes[(i0 + i) * pos_stride +
+                                                                     (ncj + s) * code_stride] *
+                                                           ndim);
+                                    for (size_t b = 0; b < ndim * sizeof(float); b += 64)
+                                        __builtin_prefetch(r + b);
+                                }
+                            }
+                        }
+                    }
+#endif
                     size_t nx_step = nx ? (nx_bytes / nb + 63) & ~(size_t)63 : 0, nx_done = 0;
                     for (size_t i = 0; i < nb; i++) {
 #if defined(__GNUC__) || defined(__clang__)
@@ -779,15 +1039,8 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
                         uint8_t *dst = o + (i0 + i) * rb + ooff;
 #ifdef Q_DEC_FAST
                         if (kern) {
-                            if (kv == 0 && rd && rd_blocks)
-                                fast_sum_rope_store_blocks(out_dtype, rowp, ns, dim,
-                                                           key_rope->layout, rd, cs + i * rd,
-                                                           dst);
-                            else if (kv == 0 && rd)
-                                fast_sum_rope_store(out_dtype, rowp, ns, dim, key_rope,
-                                                    cs + i * rd, acc, dst);
-                            else
-                                fast_sum_store(out_dtype, rowp, ns, 0, dim, dst);
+                            fast_vector32(out_dtype, rowp, ns, dim, key_rope, kv == 0 ? rope : 0,
+                                          cs + i * rd, acc, dst);
                             continue;
                         }
 #endif
@@ -804,6 +1057,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     fkvf_free(a, acc);
     fkvf_free(a, freqs);
     fkvf_free(a, cs);
+    fkvf_free(a, t16);
     return FKVF_OK;
 }
 
