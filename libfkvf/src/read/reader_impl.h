@@ -131,6 +131,10 @@ struct fkvf_reader {
 
     rd_ngonctx **ngons;
     size_t n_ngons;
+
+    /* fkvf_reader_read (access.c): the RoPE inverse frequencies of the
+     * descriptor (rope_dims / 2), computed on first use; NULL before */
+    double *acc_freqs;
 };
 
 /* Checks the handle (FKVF_E_STATE also for one whose open failed); clears
