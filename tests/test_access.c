@@ -831,8 +831,24 @@ START_TEST(read_external_codebook)
     q.count = 20;
     ck_assert_int_eq(fkvf_reader_read(r, &q, buf, sizeof buf), FKVF_OK);
     ck_assert_mem_eq(buf, x.ref[c->dt], 20 * rb);
-    fkvf_reader_free(r);
+    /* the same codebook attached again from another copy of its file, the
+     * first copy then freed and its bytes overwritten: reads use the new
+     * copy's tables (the reader's table pointers into the first are dropped) */
+    uint8_t *copy = malloc(cbf.size);
+    memcpy(copy, cbf.data, cbf.size);
+    fkvf_reader *cb2;
+    ck_assert_int_eq(fkvf_reader_open_memory(&cb2, copy, cbf.size, 0, NULL), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_attach_codebook(r, cb2), FKVF_OK);
     fkvf_reader_free(cb);
+    memset(cbf.data, 0x7C, cbf.size);
+    for (uint64_t p = S; p < S + A; p += 7) {
+        fkvf_read_request one = {p, 1, 0, 0, 0, 0, 0, c->dt, FKVF_LAYOUT_ROWS};
+        ck_assert_int_eq(fkvf_reader_read(r, &one, buf, sizeof buf), FKVF_OK);
+        ck_assert_mem_eq(buf, x.ref[c->dt] + p * rb, rb);
+    }
+    fkvf_reader_free(r);
+    fkvf_reader_free(cb2);
+    free(copy);
     tu_buf_free(&af);
     tu_buf_free(&cbf);
     fx_close(&x);

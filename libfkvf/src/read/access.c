@@ -298,6 +298,24 @@ static int tables16_fit(const fkvf_codebook_shape *sh, const fkvf_desc *d, size_
            size - all >= 64;
 }
 
+/* The binary32 stage tables (tab, unless NULL) or the f16 tables in the
+ * CBK1 contents cb (tab16, unless NULL) of the selected streams, in
+ * selection order (sel_index). */
+static void tables_fill(const fkvf_reader *r, const plan *p, const work *w, const uint8_t *cb,
+                        const float **tab, const uint8_t **tab16)
+{
+    size_t j = 0;
+    for (uint32_t li = 0; li < p->nl; li++)
+        for (uint32_t hi = 0; hi < p->nh; hi++)
+            for (unsigned kv = 0; kv < 2; kv++)
+                for (unsigned s = 0; s < (kv ? w->vss : w->kss); s++, j++) {
+                    if (tab)
+                        tab[j] = fkvf_rvq_centroids(r->rvq, p->l0 + li, p->h0 + hi, kv, s);
+                    if (tab16)
+                        tab16[j] = cb + table16_off(&r->cb_shape, p->l0 + li, p->h0 + hi, kv, s);
+                }
+}
+
 static int work_init(fkvf_reader *r, const plan *p, work *w)
 {
     memset(w, 0, sizeof *w);
@@ -372,17 +390,33 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     w->codes = (uint16_t *)(void *)m;
     w->st.p = p;
     /* the stage tables of the selected streams */
-    const fkvf_rvq *q = r->rvq;
-    for (uint32_t li = 0; li < p->nl; li++)
-        for (uint32_t hi = 0; hi < p->nh; hi++)
-            for (unsigned kv = 0; kv < 2; kv++)
-                for (unsigned s = 0; s < (kv ? w->vss : w->kss); s++) {
-                    size_t j = sel_index(w, li, hi, kv, s);
-                    w->tab[j] = fkvf_rvq_centroids(q, p->l0 + li, p->h0 + hi, kv, s);
-                    if (cb)
-                        w->tab16[j] =
-                            cb + table16_off(&r->cb_shape, p->l0 + li, p->h0 + hi, kv, s);
-                }
+    /* the stage tables of the selected streams: for a selection of every
+     * stream (selection order is then the streams' order, spec 11.2) the
+     * reader's, built once; else this call's */
+    const int all = p->l0 == 0 && p->nl == r->desc.n_layers && p->h0 == 0 &&
+                    p->nh == r->desc.n_kv_heads && p->keys && p->vals && w->nsel;
+    if (all && !r->acc_tab) {
+        r->acc_tab = fkvf_malloc(r->alloc, w->nsel * sizeof *r->acc_tab);
+        if (r->acc_tab)
+            tables_fill(r, p, w, NULL, r->acc_tab, NULL);
+    }
+    if (all && cb && r->acc_cb != cb) { /* first use, or another attached codebook file */
+        fkvf_free(r->alloc, r->acc_tab16);
+        r->acc_cb = NULL;
+        r->acc_tab16 = fkvf_malloc(r->alloc, w->nsel * sizeof *r->acc_tab16);
+        if (r->acc_tab16) {
+            tables_fill(r, p, w, cb, NULL, r->acc_tab16);
+            r->acc_cb = cb;
+        }
+    }
+    if (all && r->acc_tab)
+        w->tab = r->acc_tab;
+    else
+        tables_fill(r, p, w, NULL, w->tab, NULL);
+    if (cb && all && r->acc_cb == cb)
+        w->tab16 = r->acc_tab16;
+    else if (cb)
+        tables_fill(r, p, w, cb, NULL, w->tab16);
     if (w->rd) {
         w->rope = (fkvf_rope){r->desc.rope_layout, w->rd, r->desc.rope_theta};
         if (!r->acc_freqs) { /* once per reader: rope_dims / 2 calls of pow */
