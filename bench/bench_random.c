@@ -28,6 +28,10 @@
  * repetition, then the median over the repetitions. Every read is checked
  * against the raw row outside the timed runs.
  *
+ * After the pairs, for the breakdown (not in the RESULT line): the same
+ * position read again and again (its codes and centroid rows in cache: what
+ * is not memory latency).
+ *
  * Files go to $TMPDIR (/tmp) and are removed. The last line of stdout:
  *   RESULT random_us=<median us per position> random_vs_pread=<median ratio>
  *          random_vs_memcpy=<median ratio>
@@ -288,6 +292,18 @@ int main(int argc, char **argv)
         printf("pair %d: read %.2f us (wall %.2f), pread %.2f us, memcpy %.2f us: x%.2f pread, "
                "x%.2f memcpy\n",
                k + 1, us[k], wus[k], pus[k], mus[k], vp[k], vm[k]);
+    }
+    {
+        double same[9];
+        for (int k = 0; k < 9; k++) {
+            fkvf_read_request q = {pos[k], 1, 0, 0, 0, 0, 0, FKVF_DTYPE_F16, FKVF_LAYOUT_ROWS};
+            double a = cpu_now();
+            for (int i = 0; i < reads; i++)
+                die("read", fkvf_reader_read(r, &q, out, ROW_BYTES), r, NULL);
+            same[k] = (cpu_now() - a) / reads * 1e6;
+        }
+        printf("the same position again: %.2f us CPU (median of 9 x %d)\n", median(same, 9),
+               reads);
     }
     printf("median: read %.2f us CPU (%.2f wall), pread %.2f us, memcpy %.2f us per position "
            "(checksum %u)\n",
