@@ -525,6 +525,22 @@ static uint64_t stream_ord(const fkvf_reader *r, const work *w, uint32_t li, uin
            (kv ? w->ks + s : s);
 }
 
+static inline void prefetch_bytes(const void *p, size_t bytes)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    for (size_t b = 0; b < bytes; b += 64)
+        __builtin_prefetch((const char *)p + b);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+static inline void prefetch_row(const float *row, uint32_t dim)
+{
+    prefetch_bytes(row, (size_t)dim * sizeof(float));
+}
+
 /* LAYOUT_ROWS: codes of symbols [u0, u0+n) of every selected stream of
  * segment g into w->codes[j * chunk + i]. */
 static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t u0, size_t n)
@@ -539,6 +555,10 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
          * verified yet, a code >= k) goes through read_stream */
         const unsigned sh = (unsigned)__builtin_ctzll(bs);
         const uint32_t k = r->cb_shape.k;
+        /* one position: each code's centroid row prefetched as soon as the
+         * code is loaded, so that the row misses overlap the code misses of
+         * the following streams instead of waiting for all 864 codes */
+        const int early = n == 1;
         for (uint32_t li = 0; li < p->nl; li++)
             for (uint32_t hi = 0; hi < p->nh; hi++)
                 for (unsigned kv = 0; kv < 2; kv++) {
@@ -547,6 +567,7 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
                         continue;
                     size_t j = sel_index(w, li, hi, kv, 0);
                     uint64_t ord = stream_ord(r, w, li, hi, kv, 0);
+                    const uint32_t dim = kv ? p->dv : p->dk;
                     for (unsigned s = 0; s < ns; s++, j++, ord++) {
                         uint64_t off = ord * sb + u0;
                         uint16_t *c = w->codes + j * w->chunk;
@@ -561,6 +582,13 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
                         for (size_t i = 0; i < n; i++) {
                             c[i] = src[i];
                             mx = src[i] > mx ? src[i] : mx;
+                        }
+                        if (early && mx < k) {
+                            if (w->tab16)
+                                prefetch_bytes(w->tab16[j] + (size_t)src[0] * dim * 2,
+                                               (size_t)dim * 2);
+                            else
+                                prefetch_row(w->tab[j] + (size_t)src[0] * dim, dim);
                         }
                         if (mx >= k) /* read_stream names the symbol */
                             return read_stream(r, gr, g, ord, u0, n, c);
@@ -579,22 +607,6 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
                         return rc;
                 }
     return FKVF_OK;
-}
-
-static inline void prefetch_bytes(const void *p, size_t bytes)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    for (size_t b = 0; b < bytes; b += 64)
-        __builtin_prefetch((const char *)p + b);
-#else
-    (void)p;
-    (void)bytes;
-#endif
-}
-
-static inline void prefetch_row(const float *row, uint32_t dim)
-{
-    prefetch_bytes(row, (size_t)dim * sizeof(float));
 }
 
 /* One output vector from its stage rows. */
