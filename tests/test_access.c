@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fkvf.h"
 #include "error.h"
@@ -65,6 +66,17 @@ static const cfg cfgs[] = {
      * infinities give NaNs; every output dtype must still match restore */
     {"bf16 quad4 huge centroids, pre-RoPE", 2, 2, 8, 8, FKVF_DTYPE_BF16, 2, 8, FKVF_PROFILE_QUAD,
      4, 16, 3, 2, FKVF_DTYPE_F32, 0, 1, 1, {40, 0, 0}, {50, 0, 0}, {0, 0, 0}, 64, 0, 1},
+    /* f16 tables read as stored by LAYOUT_ROWS (access.c, sum16): pooled
+     * (one table set per layer), odd dims (the scalar tail of every row),
+     * GPT-2's K x4 V x2 stages, sinks, a second segment */
+    {"f16 quad8 pooled f16 tables, dims 12 / 7, pre-RoPE, 2 commits", 2, 3, 12, 7, FKVF_DTYPE_F16,
+     2, 12, FKVF_PROFILE_QUAD, 8, 16, 4, 2, FKVF_DTYPE_F16, 1, 2, 2, {40, 70, 0}, {56, 86, 0},
+     {0, 32, 0}, 64, 0, 0},
+    /* f16 tables with 16-bit index symbols (read_codes' general path) and no
+     * key stages (keys are zero vectors) */
+    {"bf16 quad16 f16 tables, no key stages, dims 8 / 9", 1, 2, 8, 9, FKVF_DTYPE_BF16, 0, 0,
+     FKVF_PROFILE_QUAD, 16, 16, 0, 3, FKVF_DTYPE_F16, 0, 0, 1, {30, 0, 0}, {40, 0, 0}, {0, 0, 0},
+     64, 0, 0},
 };
 #define N_CFGS (sizeof cfgs / sizeof cfgs[0])
 
@@ -362,6 +374,56 @@ START_TEST(read_matches_restore)
         check_req(r, &x, &q, 1000 + i);
     }
     fkvf_reader_free(r);
+    fx_close(&x);
+}
+END_TEST
+
+/* Archives opened from a file, mapped (flags 0) and read into memory
+ * (FKVF_OPEN_READ): the first and last archived positions, the sinks and the
+ * window one by one, then random selections, against restore. */
+START_TEST(read_from_file)
+{
+    static const size_t which[] = {0, 6, N_CFGS - 2, N_CFGS - 1};
+    const cfg *c = &cfgs[which[_i / 2]];
+    const unsigned flags = _i % 2 ? FKVF_OPEN_READ : 0;
+    fx x;
+    fx_open(&x, c);
+    const char *dir = getenv("TMPDIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/test_access_%ld_%d.fkvf", dir && *dir ? dir : "/tmp",
+             (long)getpid(), _i);
+    tu_write_file(path, x.file.data, x.file.size);
+    fkvf_reader *r;
+    ck_assert_msg(fkvf_reader_open_file(&r, path, flags, NULL) == FKVF_OK, "%s",
+                  fkvf_reader_message(r));
+    const uint64_t S = c->S, A = x.A;
+    ck_assert_uint_gt(A, 1);
+    ck_assert_uint_gt(x.N, S + A); /* a window of exact positions */
+    const uint64_t probe[] = {S, S + A - 1, S + 1, S + A / 2, S + A - 2, S + A, x.N - 1};
+    for (size_t i = 0; i < sizeof probe / sizeof probe[0]; i++) {
+        fkvf_read_request q = {probe[i], 1, 0, 0, 0, 0, 0, c->dt, FKVF_LAYOUT_ROWS};
+        check_req(r, &x, &q, (int)i);
+        q.dtype = FKVF_DTYPE_F32;
+        check_req(r, &x, &q, 100 + (int)i);
+    }
+    for (uint64_t p = 0; p < S; p++) {
+        fkvf_read_request q = {p, 1, 0, 0, 0, 0, 0, c->dt, FKVF_LAYOUT_ROWS};
+        check_req(r, &x, &q, 200 + (int)p);
+    }
+    /* the last archived position with its neighbours on both sides */
+    fkvf_read_request edge = {S + A - 1, 2, 0, 0, 0, 0, 0, c->dt, FKVF_LAYOUT_ROWS};
+    check_req(r, &x, &edge, 300);
+    if (S) {
+        fkvf_read_request head = {S - 1, 2, 0, 0, 0, 0, 0, c->dt, FKVF_LAYOUT_ROWS};
+        check_req(r, &x, &head, 301);
+    }
+    tu_rng g = {777 + (uint64_t)_i};
+    for (int i = 0; i < 300; i++) {
+        fkvf_read_request q = random_req(&g, &x);
+        check_req(r, &x, &q, 400 + i);
+    }
+    fkvf_reader_free(r);
+    remove(path);
     fx_close(&x);
 }
 END_TEST
@@ -769,8 +831,24 @@ START_TEST(read_external_codebook)
     q.count = 20;
     ck_assert_int_eq(fkvf_reader_read(r, &q, buf, sizeof buf), FKVF_OK);
     ck_assert_mem_eq(buf, x.ref[c->dt], 20 * rb);
-    fkvf_reader_free(r);
+    /* the same codebook attached again from another copy of its file, the
+     * first copy then freed and its bytes overwritten: reads use the new
+     * copy's tables (the reader's table pointers into the first are dropped) */
+    uint8_t *copy = malloc(cbf.size);
+    memcpy(copy, cbf.data, cbf.size);
+    fkvf_reader *cb2;
+    ck_assert_int_eq(fkvf_reader_open_memory(&cb2, copy, cbf.size, 0, NULL), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_attach_codebook(r, cb2), FKVF_OK);
     fkvf_reader_free(cb);
+    memset(cbf.data, 0x7C, cbf.size);
+    for (uint64_t p = S; p < S + A; p += 7) {
+        fkvf_read_request one = {p, 1, 0, 0, 0, 0, 0, c->dt, FKVF_LAYOUT_ROWS};
+        ck_assert_int_eq(fkvf_reader_read(r, &one, buf, sizeof buf), FKVF_OK);
+        ck_assert_mem_eq(buf, x.ref[c->dt] + p * rb, rb);
+    }
+    fkvf_reader_free(r);
+    fkvf_reader_free(cb2);
+    free(copy);
     tu_buf_free(&af);
     tu_buf_free(&cbf);
     fx_close(&x);
@@ -823,6 +901,7 @@ int main(void)
     TCase *tc = tcase_create("access");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, read_matches_restore, 0, (int)N_CFGS);
+    tcase_add_loop_test(tc, read_from_file, 0, 8);
     tcase_add_loop_test(tc, damaged_block_fails_only_its_reads, 0, (int)N_CFGS);
     tcase_add_loop_test(tc, symbol_out_of_codebook, 0, 2);
     tcase_add_test(tc, damaged_exact_section);

@@ -7,7 +7,10 @@
  * to their position by common/rope.h, the code fkvf_rvq_decode rotates them
  * with (angles, sines and cosines in binary64, the pair rotation in binary64,
  * one rounding to binary32), then fkvf_convert (or, for f16, the F16C store
- * of common/half.h that fkvf_rvq_decode uses) to the output dtype.
+ * of common/half.h that fkvf_rvq_decode uses) to the output dtype. With an
+ * f16 codebook (and AVX + F16C), LAYOUT_ROWS reads the centroid rows from
+ * the CBK1 contents as stored, half the bytes of the binary32 tables, each
+ * element widened exactly before the same additions: the same bits.
  *
  * What is touched: all index streams share their segments (spec 11.2), so the
  * segment of a position range is found once; the byte offset of every
@@ -244,6 +247,11 @@ typedef struct work {
     uint16_t *codes;                    /* ROWS [nsel][chunk]; HEADS [16][chunk] */
     const float **tab;                  /* stage table of each selected stream */
     const float **rowp;                 /* LAYOUT_ROWS: the rows of one position */
+    /* LAYOUT_ROWS with an f16 codebook, AVX and F16C: the tables as stored
+     * (spec 13.2), each element widened to binary32 exactly when summed: the
+     * values of r->rvq's binary32 tables at half the bytes a row */
+    const uint8_t **tab16;              /* table of each selected stream, or NULL */
+    const uint8_t **rowp16;             /* the rows of one position */
     int avx;                            /* sum and rotate with AVX */
     uint32_t rd;                        /* rope dims (0: no rotation) */
     fkvf_rope rope;                     /* the archive's RoPE (rd > 0) */
@@ -256,6 +264,56 @@ typedef struct work {
 static size_t sel_index(const work *w, uint32_t li, uint32_t hi, unsigned kv, unsigned s)
 {
     return ((size_t)li * w->p->nh + hi) * w->sel_per + (kv ? w->kss + s : s);
+}
+
+/* Byte offset in the CBK1 contents of table (layer, head, kv, stage) of
+ * f16 elements (spec 13.2; a pooled codebook has one head). */
+static size_t table16_off(const fkvf_codebook_shape *sh, uint32_t l, uint32_t h, unsigned kv,
+                          unsigned s)
+{
+    size_t per_head = (size_t)sh->k *
+                      ((size_t)sh->k_stages * sh->key_dim + (size_t)sh->v_stages * sh->value_dim) *
+                      2;
+    size_t base = 64 + ((size_t)l * sh->n_heads + (sh->pooled ? 0 : h)) * per_head;
+    if (kv == 0)
+        return base + (size_t)s * sh->k * sh->key_dim * 2;
+    return base + (size_t)sh->k_stages * sh->k * sh->key_dim * 2 +
+           (size_t)s * sh->k * sh->value_dim * 2;
+}
+
+/* Do the f16 tables of shape sh for the archive's layers and heads lie
+ * within the `size` bytes of the contents? (Checked when the codebook was
+ * loaded, spec 13.2; checked again here because the offsets above rely on
+ * it.) */
+static int tables16_fit(const fkvf_codebook_shape *sh, const fkvf_desc *d, size_t size)
+{
+    uint64_t per_head = (uint64_t)sh->k *
+                        ((uint64_t)sh->k_stages * sh->key_dim + (uint64_t)sh->v_stages * sh->value_dim) *
+                        2;
+    uint64_t all;
+    if (sh->n_layers != d->n_layers || sh->n_heads != (sh->pooled ? 1 : d->n_kv_heads) ||
+        sh->key_dim != d->key_dim || sh->value_dim != d->value_dim)
+        return 0;
+    return fkvf_mul64(per_head, (uint64_t)sh->n_layers * sh->n_heads, &all) && all <= size &&
+           size - all >= 64;
+}
+
+/* The binary32 stage tables (tab, unless NULL) or the f16 tables in the
+ * CBK1 contents cb (tab16, unless NULL) of the selected streams, in
+ * selection order (sel_index). */
+static void tables_fill(const fkvf_reader *r, const plan *p, const work *w, const uint8_t *cb,
+                        const float **tab, const uint8_t **tab16)
+{
+    size_t j = 0;
+    for (uint32_t li = 0; li < p->nl; li++)
+        for (uint32_t hi = 0; hi < p->nh; hi++)
+            for (unsigned kv = 0; kv < 2; kv++)
+                for (unsigned s = 0; s < (kv ? w->vss : w->kss); s++, j++) {
+                    if (tab)
+                        tab[j] = fkvf_rvq_centroids(r->rvq, p->l0 + li, p->h0 + hi, kv, s);
+                    if (tab16)
+                        tab16[j] = cb + table16_off(&r->cb_shape, p->l0 + li, p->h0 + hi, kv, s);
+                }
 }
 
 static int work_init(fkvf_reader *r, const plan *p, work *w)
@@ -282,6 +340,18 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
         c = (size_t)p->count;
     n_codes = (p->layout == FKVF_LAYOUT_ROWS ? w->nsel : 16) * c;
     w->chunk = c;
+    const uint8_t *cb = NULL;
+#ifdef FKVF_HAVE_F16C
+    if (p->layout == FKVF_LAYOUT_ROWS && w->nsel && r->cb_shape.dtype == FKVF_DTYPE_F16 &&
+        fkvf_cpu_avx() && fkvf_cpu_f16c()) {
+        const void *c0;
+        size_t cb_size;
+        fkvf_codebook_shape sh;
+        if (rd_codebook(r, &sh, &c0, &cb_size, NULL) == FKVF_OK &&
+            tables16_fit(&sh, &r->desc, cb_size))
+            cb = c0;
+    }
+#endif
     size_t dmax = p->dk > p->dv ? p->dk : p->dv;
     size_t cap = p->total < STAGE_FLOATS ? p->total : STAGE_FLOATS;
     if (cap < dmax)
@@ -291,7 +361,7 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     size_t n_f = (cap + 1) & ~(size_t)1, n_d = w->rd ? w->rd / 2 + c * w->rd : 0;
     size_t n_c = (n_codes + 3) & ~(size_t)3;
     size_t bytes = n_f * sizeof(float) + n_d * sizeof(double) +
-                   2 * w->nsel * sizeof(float *) + n_c * sizeof(uint16_t);
+                   (cb ? 4 : 2) * w->nsel * sizeof(float *) + n_c * sizeof(uint16_t);
     uint8_t *m = fkvf_malloc(r->alloc, bytes);
     if (!m)
         return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for %zu bytes of scratch",
@@ -309,21 +379,55 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     m += w->nsel * sizeof(float *);
     w->rowp = (const float **)(void *)m;
     m += w->nsel * sizeof(float *);
+    if (cb) {
+        w->tab16 = (const uint8_t **)(void *)m;
+        m += w->nsel * sizeof(uint8_t *);
+        w->rowp16 = (const uint8_t **)(void *)m;
+        m += w->nsel * sizeof(uint8_t *);
+    }
     w->avx = fkvf_cpu_avx();
     w->st.f16c = fkvf_cpu_f16c();
     w->codes = (uint16_t *)(void *)m;
     w->st.p = p;
     /* the stage tables of the selected streams */
-    const fkvf_rvq *q = r->rvq;
-    for (uint32_t li = 0; li < p->nl; li++)
-        for (uint32_t hi = 0; hi < p->nh; hi++)
-            for (unsigned kv = 0; kv < 2; kv++)
-                for (unsigned s = 0; s < (kv ? w->vss : w->kss); s++)
-                    w->tab[sel_index(w, li, hi, kv, s)] =
-                        fkvf_rvq_centroids(q, p->l0 + li, p->h0 + hi, kv, s);
+    /* the stage tables of the selected streams: for a selection of every
+     * stream (selection order is then the streams' order, spec 11.2) the
+     * reader's, built once; else this call's */
+    const int all = p->l0 == 0 && p->nl == r->desc.n_layers && p->h0 == 0 &&
+                    p->nh == r->desc.n_kv_heads && p->keys && p->vals && w->nsel;
+    if (all && !r->acc_tab) {
+        r->acc_tab = fkvf_malloc(r->alloc, w->nsel * sizeof *r->acc_tab);
+        if (r->acc_tab)
+            tables_fill(r, p, w, NULL, r->acc_tab, NULL);
+    }
+    if (all && cb && r->acc_cb != cb) { /* first use, or another attached codebook file */
+        fkvf_free(r->alloc, r->acc_tab16);
+        r->acc_cb = NULL;
+        r->acc_tab16 = fkvf_malloc(r->alloc, w->nsel * sizeof *r->acc_tab16);
+        if (r->acc_tab16) {
+            tables_fill(r, p, w, cb, NULL, r->acc_tab16);
+            r->acc_cb = cb;
+        }
+    }
+    if (all && r->acc_tab)
+        w->tab = r->acc_tab;
+    else
+        tables_fill(r, p, w, NULL, w->tab, NULL);
+    if (cb && all && r->acc_cb == cb)
+        w->tab16 = r->acc_tab16;
+    else if (cb)
+        tables_fill(r, p, w, cb, NULL, w->tab16);
     if (w->rd) {
         w->rope = (fkvf_rope){r->desc.rope_layout, w->rd, r->desc.rope_theta};
-        fkvf_rope_freqs(&w->rope, w->freqs);
+        if (!r->acc_freqs) { /* once per reader: rope_dims / 2 calls of pow */
+            r->acc_freqs = fkvf_malloc(r->alloc, w->rd / 2 * sizeof(double));
+            if (r->acc_freqs)
+                fkvf_rope_freqs(&w->rope, r->acc_freqs);
+        }
+        if (r->acc_freqs)
+            w->freqs = r->acc_freqs;
+        else
+            fkvf_rope_freqs(&w->rope, w->freqs);
     }
     return FKVF_OK;
 }
@@ -421,6 +525,22 @@ static uint64_t stream_ord(const fkvf_reader *r, const work *w, uint32_t li, uin
            (kv ? w->ks + s : s);
 }
 
+static inline void prefetch_bytes(const void *p, size_t bytes)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    for (size_t b = 0; b < bytes; b += 64)
+        __builtin_prefetch((const char *)p + b);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+static inline void prefetch_row(const float *row, uint32_t dim)
+{
+    prefetch_bytes(row, (size_t)dim * sizeof(float));
+}
+
 /* LAYOUT_ROWS: codes of symbols [u0, u0+n) of every selected stream of
  * segment g into w->codes[j * chunk + i]. */
 static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t u0, size_t n)
@@ -435,6 +555,10 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
          * verified yet, a code >= k) goes through read_stream */
         const unsigned sh = (unsigned)__builtin_ctzll(bs);
         const uint32_t k = r->cb_shape.k;
+        /* one position: each code's centroid row prefetched as soon as the
+         * code is loaded, so that the row misses overlap the code misses of
+         * the following streams instead of waiting for all 864 codes */
+        const int early = n == 1;
         for (uint32_t li = 0; li < p->nl; li++)
             for (uint32_t hi = 0; hi < p->nh; hi++)
                 for (unsigned kv = 0; kv < 2; kv++) {
@@ -443,6 +567,7 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
                         continue;
                     size_t j = sel_index(w, li, hi, kv, 0);
                     uint64_t ord = stream_ord(r, w, li, hi, kv, 0);
+                    const uint32_t dim = kv ? p->dv : p->dk;
                     for (unsigned s = 0; s < ns; s++, j++, ord++) {
                         uint64_t off = ord * sb + u0;
                         uint16_t *c = w->codes + j * w->chunk;
@@ -457,6 +582,13 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
                         for (size_t i = 0; i < n; i++) {
                             c[i] = src[i];
                             mx = src[i] > mx ? src[i] : mx;
+                        }
+                        if (early && mx < k) {
+                            if (w->tab16)
+                                prefetch_bytes(w->tab16[j] + (size_t)src[0] * dim * 2,
+                                               (size_t)dim * 2);
+                            else
+                                prefetch_row(w->tab[j] + (size_t)src[0] * dim, dim);
                         }
                         if (mx >= k) /* read_stream names the symbol */
                             return read_stream(r, gr, g, ord, u0, n, c);
@@ -475,17 +607,6 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
                         return rc;
                 }
     return FKVF_OK;
-}
-
-static inline void prefetch_row(const float *row, uint32_t dim)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    for (size_t b = 0; b < (size_t)dim * sizeof(float); b += 64)
-        __builtin_prefetch((const char *)row + b);
-#else
-    (void)row;
-    (void)dim;
-#endif
 }
 
 /* One output vector from its stage rows. */
@@ -511,12 +632,77 @@ static void stage_rows(const work *w, size_t j0, unsigned ns, uint32_t dim, size
     }
 }
 
+#ifdef FKVF_HAVE_F16C
+/* stage_rows for the f16 tables */
+static void stage_rows16(const work *w, size_t j0, unsigned ns, uint32_t dim, size_t ci,
+                         const uint8_t **rows)
+{
+    for (unsigned s = 0; s < ns; s++) {
+        rows[s] = w->tab16[j0 + s] + (size_t)w->codes[(j0 + s) * w->chunk + ci] * dim * 2;
+        prefetch_bytes(rows[s], (size_t)dim * 2);
+    }
+}
+
+/* fkvf_stage_sum over f16 rows (little-endian, spec 13.2): every element
+ * widened to binary32 exactly (vcvtph2ps, or fkvf_cvt_f16_to_f32 for the
+ * tail), then the same binary32 additions in the same order, +0.0 + row 0 +
+ * row 1 + ...: the bits of fkvf_stage_sum over r->rvq's tables. */
+static __attribute__((target("avx,f16c"))) void sum16(float *acc, const uint8_t *const *rows,
+                                                      unsigned ns, uint32_t dim)
+{
+    uint32_t d = 0;
+    for (; d + 8 <= dim; d += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (unsigned s = 0; s < ns; s++)
+            a = _mm256_add_ps(a, _mm256_cvtph_ps(_mm_loadu_si128(
+                                     (const __m128i *)(const void *)(rows[s] + 2 * d))));
+        _mm256_storeu_ps(acc + d, a);
+    }
+    for (; d < dim; d++) {
+        float a = 0.0f;
+        for (unsigned s = 0; s < ns; s++)
+            a += fkvf_cvt_f16_to_f32(fkvf_ld16(rows[s] + 2 * d));
+        acc[d] = a;
+    }
+}
+#endif
+
 /* cos and sin of the angles of positions [pos, pos+n) into w->cs */
 static void compute_cs(work *w, uint64_t pos, size_t n)
 {
     for (size_t ci = 0; ci < n; ci++)
         fkvf_rope_angles(&w->rope, w->freqs, pos + ci, w->cs + ci * w->rd);
 }
+
+#ifdef FKVF_HAVE_F16C
+/* emit_rows' work for chunk position ci from the f16 tables */
+static void emit_rows16(work *w, size_t i0, size_t ci)
+{
+    const plan *p = w->p;
+    for (size_t j = 0; j < w->nsel; j += w->sel_per) {
+        stage_rows16(w, j, w->kss, p->dk, ci, w->rowp16 + j);
+        stage_rows16(w, j + w->kss, w->vss, p->dv, ci, w->rowp16 + j + w->kss);
+    }
+    for (uint32_t li = 0; li < p->nl; li++)
+        for (unsigned kv = 0; kv < 2; kv++) {
+            if (kv ? !p->vals : !p->keys)
+                continue;
+            uint32_t dim = kv ? p->dv : p->dk;
+            unsigned ns = kv ? w->vss : w->kss;
+            size_t run = (size_t)p->nh * dim;
+            int whole = run <= w->st.cap;
+            float *v = whole ? stage_vec(&w->st, out_off(p, i0 + ci, li, 0, kv), (uint32_t)run)
+                             : NULL;
+            for (uint32_t hi = 0; hi < p->nh; hi++) {
+                float *x = whole ? v + (size_t)hi * dim
+                                 : stage_vec(&w->st, out_off(p, i0 + ci, li, hi, kv), dim);
+                sum16(x, w->rowp16 + sel_index(w, li, hi, kv, 0), ns, dim);
+                if (kv == 0 && w->rd)
+                    fkvf_rope_rotate_f32(&w->rope, w->cs + ci * w->rd, 0, x, w->avx);
+            }
+        }
+}
+#endif
 
 /* LAYOUT_ROWS: positions [pos, pos+n) (archived; n <= chunk), codes read. */
 static void emit_rows(work *w, uint64_t pos, size_t n)
@@ -529,6 +715,12 @@ static void emit_rows(work *w, uint64_t pos, size_t n)
      * random rows of tables that may be anywhere in memory), then the
      * vectors in output order, one (layer, K|V) run of heads at a time */
     for (size_t ci = 0; ci < n; ci++) {
+#ifdef FKVF_HAVE_F16C
+        if (w->tab16) {
+            emit_rows16(w, i0, ci);
+            continue;
+        }
+#endif
         for (size_t j = 0; j < w->nsel; j += w->sel_per) {
             stage_rows(w, j, w->kss, p->dk, ci, w->rowp + j, 1);
             stage_rows(w, j + w->kss, w->vss, p->dv, ci, w->rowp + j + w->kss, 1);

@@ -265,6 +265,9 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
     const fkvf_allocator *a = r->alloc;
     fkvf_rvq_free(r->rvq);
     fkvf_free(a, r->cb_streams);
+    fkvf_free(a, r->acc_freqs);
+    fkvf_free(a, (void *)r->acc_tab);
+    fkvf_free(a, (void *)r->acc_tab16);
     for (size_t i = 0; i < r->n_sections; i++)
         fkvf_free(a, r->sections[i].inflated);
     for (int g = 0; g < 2; g++) {

@@ -131,6 +131,15 @@ struct fkvf_reader {
 
     rd_ngonctx **ngons;
     size_t n_ngons;
+
+    /* fkvf_reader_read (access.c), each built on first use (NULL before):
+     * the RoPE inverse frequencies of the descriptor (rope_dims / 2), and
+     * the stage table of every index stream in the streams' order (spec
+     * 11.2), in rvq and, for an f16 codebook, in its CBK1 contents acc_cb */
+    double *acc_freqs;
+    const float **acc_tab;
+    const uint8_t **acc_tab16;
+    const uint8_t *acc_cb;
 };
 
 /* Checks the handle (FKVF_E_STATE also for one whose open failed); clears
