@@ -333,13 +333,13 @@ typedef struct beam_cand {
 } beam_cand;
 
 typedef struct enc_scratch {
-    float *x;        /* Q_CHUNK vectors of dmax */
+    float *x;        /* one chunk (Q_CHUNK or Q_CHUNK_SMALL) of vectors of dmax */
     float *xt;       /* FKVFQ_LANES vectors of dmax, transposed (fkvfq_transpose_lanes) */
     float *pan;      /* one stage table in panels, or NULL (Q_PANEL_MIN) */
     float *scores;   /* nsc * k */
     float *pmin;     /* nsc * k / FKVFQ_PANEL */
     double *freqs;   /* rope_dims / 2 */
-    double *cs;      /* Q_CHUNK * rope_dims */
+    double *cs;      /* one chunk * rope_dims */
     /* beam */
     float *res[2];   /* B * dmax each */
     double *err[2];  /* B each */
