@@ -48,6 +48,11 @@ typedef struct fkvfq_table {
  * fkvfq_prepare_scratch(k) bytes, suitably aligned (from the allocator). */
 void fkvfq_table_prepare(const float *rows, uint32_t k, uint32_t dim, float *panels,
                          float *norms, double *cmax, void *scratch);
+/* The panels alone (k * dim floats). */
+void fkvfq_table_panels(const float *rows, uint32_t k, uint32_t dim, float *panels);
+/* The same without the panels (what fkvfq_scores_rows needs). */
+void fkvfq_table_norms(const float *rows, uint32_t k, uint32_t dim, float *norms, double *cmax,
+                       void *scratch);
 size_t fkvfq_prepare_scratch(uint32_t k);
 
 /* scores[j * k + c] = norms[c] - 2 * <x[j], c> in binary32 for j < 4 (all
@@ -59,6 +64,25 @@ void fkvfq_scores4(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK], floa
  * the CPU has them); for tests. */
 void fkvfq_scores4_portable(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK],
                             float *scores, float *pmin);
+
+/* Vectors scored together from a table's rows by fkvfq_scores_rows (the
+ * encoder's groups): the lanes of two AVX registers. */
+#define FKVFQ_LANES 16
+/* xt[d * FKVFQ_LANES + j] = element d of vector min(j, n - 1), vector j at
+ * x + j * xstride (1 <= n <= FKVFQ_LANES): the transposed group
+ * fkvfq_scores_rows reads. */
+void fkvfq_transpose_lanes(const float *x, size_t xstride, unsigned n, uint32_t dim, float *xt);
+/* Scores and panel minimums of the n vectors of xt (fkvfq_transpose_lanes)
+ * laid out as fkvfq_scores4's (scores[j * k + c], pmin[j * (k /
+ * FKVFQ_PANEL) + p], j < n) from t->rows and t->norms (t->panels is not
+ * read): bit-identical to what fkvfq_scores4 gives for each vector on the
+ * same CPU (AVX2 + FMA or the portable path). */
+void fkvfq_scores_rows(const fkvfq_table *t, const float *xt, unsigned n, float *scores,
+                       float *pmin);
+/* The same with the portable path only (equal to fkvfq_scores4_portable's
+ * scores); for tests. */
+void fkvfq_scores_rows_portable(const fkvfq_table *t, const float *xt, unsigned n,
+                                float *scores, float *pmin);
 
 /* Exact nearest centroid of x given its binary32 scores and panel minimums
  * (one vector's share of fkvfq_scores4's output): the centroid with the
@@ -83,19 +107,29 @@ struct fkvf_rvq {
     size_t per_tab;      /* floats per (layer, head): k * (ks * Dk + vs * Dv) */
     size_t n_floats;     /* n_tabs * per_tab */
     float *rows;         /* all tables, spec 13.2 order, binary32 */
-    float *panels;       /* the same, panel layout per stage table */
+    float *panels;       /* the same, panel layout per stage table (training's
+                          * handles only, FKVFQ_LAYOUT_PANELS; else NULL) */
     float *norms;        /* n_tabs * (ks + vs) * k */
     double *cmax;        /* n_tabs * (ks + vs) */
     int decode_only;     /* rows only: no search layout (fkvf_rvq_from_tables_decode) */
 };
 
-/* Allocate an empty handle for a validated shape (tables uninitialized). */
+/* What fkvfq_rvq_alloc's decode_only argument asks for: the search layout
+ * with panels (training fills and scores them, fkvfq_scores4), rows only
+ * (decoding), or the search layout of the encoder (norms and cmax; it scores
+ * from the rows, fkvfq_scores_rows). */
+#define FKVFQ_LAYOUT_PANELS 0
+#define FKVFQ_LAYOUT_DECODE 1
+#define FKVFQ_LAYOUT_ENCODE 2
+
+/* Allocate an empty handle for a validated shape (tables uninitialized);
+ * decode_only is one of FKVFQ_LAYOUT_*. */
 int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads, int decode_only,
                     const fkvf_allocator *alloc);
 /* Offset (in floats) of stage table (tab, kv, s) in rows / panels. */
 size_t fkvfq_table_off(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s);
-/* Fill panels, norms and cmax of every table from rows: FKVF_OK or
- * FKVF_E_NOMEM. */
+/* Fill norms and cmax (and the panels, when the handle has them) of every
+ * table from rows: FKVF_OK or FKVF_E_NOMEM. */
 int fkvfq_rvq_prepare(fkvf_rvq *q);
 /* One k-means stage as training runs it (for tests): n vectors of dim,
  * initial centroids `init` (k * dim) or k-means++ seeding from `seed` when

@@ -11,8 +11,18 @@
 #include "rope.h"
 #include "stage_sum.h"
 
-/* positions converted and searched together */
-#define Q_CHUNK 64
+/* positions converted and searched together (Q_CHUNK_SMALL for long
+ * vectors, to bound the scratch) */
+#define Q_CHUNK 256
+#define Q_CHUNK_SMALL 64
+/* A chunk of at least Q_PANEL_MIN vectors is scored from a panel copy of
+ * the stage table made for it (fkvfq_scores4: faster per vector, and the
+ * copy costs a few percent of that many vectors' search) when the table
+ * has at most Q_PANEL_FLOATS elements; smaller chunks (the appender's few
+ * positions per commit) and larger tables are scored from the rows
+ * (fkvfq_scores_rows). Both give the same bits. */
+#define Q_PANEL_MIN 128
+#define Q_PANEL_FLOATS ((size_t)1 << 18)
 
 /* ---- shape and handle ------------------------------------------------------ */
 
@@ -57,16 +67,17 @@ int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
     q->n_tabs = n_tabs;
     q->per_tab = per;
     q->n_floats = total;
-    q->decode_only = decode_only;
-    if (total && decode_only) {
+    q->decode_only = decode_only == FKVFQ_LAYOUT_DECODE;
+    if (total && q->decode_only) {
         if (!(q->rows = fkvf_malloc(&q->alloc, bytes))) {
             fkvf_rvq_free(q);
             return FKVF_E_NOMEM;
         }
     } else if (total) {
+        int pan = decode_only == FKVFQ_LAYOUT_PANELS;
         q->rows = fkvf_malloc(&q->alloc, bytes);
-        q->panels = q->rows ? fkvf_malloc(&q->alloc, bytes) : NULL;
-        q->norms = q->panels ? fkvf_malloc(&q->alloc, nb) : NULL;
+        q->panels = q->rows && pan ? fkvf_malloc(&q->alloc, bytes) : NULL;
+        q->norms = q->rows && (q->panels || !pan) ? fkvf_malloc(&q->alloc, nb) : NULL;
         q->cmax = q->norms ? fkvf_malloc(&q->alloc, cb) : NULL;
         if (!q->cmax) {
             fkvf_rvq_free(q);
@@ -111,7 +122,7 @@ static fkvfq_table rvq_table(const fkvf_rvq *q, size_t tab, unsigned kv, unsigne
     fkvfq_table t;
     size_t off = fkvfq_table_off(q, tab, kv, s), si = stage_index(q, tab, kv, s);
     t.rows = q->rows + off;
-    t.panels = q->panels + off;
+    t.panels = q->panels ? q->panels + off : NULL;
     t.norms = q->norms + si * q->shape.k;
     t.cmax = q->cmax[si];
     t.k = q->shape.k;
@@ -130,8 +141,12 @@ int fkvfq_rvq_prepare(fkvf_rvq *q)
             uint32_t dim = kv == 0 ? q->shape.key_dim : q->shape.value_dim;
             for (unsigned s = 0; s < ns; s++) {
                 size_t off = fkvfq_table_off(q, tab, kv, s), si = stage_index(q, tab, kv, s);
-                fkvfq_table_prepare(q->rows + off, q->shape.k, dim, q->panels + off,
-                                    q->norms + si * q->shape.k, &q->cmax[si], scratch);
+                if (q->panels)
+                    fkvfq_table_prepare(q->rows + off, q->shape.k, dim, q->panels + off,
+                                        q->norms + si * q->shape.k, &q->cmax[si], scratch);
+                else
+                    fkvfq_table_norms(q->rows + off, q->shape.k, dim,
+                                      q->norms + si * q->shape.k, &q->cmax[si], scratch);
             }
         }
     fkvf_free(&q->alloc, scratch);
@@ -180,7 +195,8 @@ static int from_tables(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_
     if (!n_kv_heads)
         n_kv_heads = shape->n_heads;
     fkvf_rvq *q;
-    int rc = fkvfq_rvq_alloc(&q, shape, n_kv_heads, decode_only, alloc);
+    int rc = fkvfq_rvq_alloc(&q, shape, n_kv_heads,
+                             decode_only ? FKVFQ_LAYOUT_DECODE : FKVFQ_LAYOUT_ENCODE, alloc);
     if (rc)
         return rc;
     if (size != fkvf_rvq_tables_size(q)) {
@@ -228,7 +244,11 @@ FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stage
     sh.k_stages = (uint8_t)k_stages;
     sh.v_stages = (uint8_t)v_stages;
     fkvf_rvq *n;
-    int rc = fkvfq_rvq_alloc(&n, &sh, q->n_kv_heads, q->decode_only, &q->alloc);
+    int rc = fkvfq_rvq_alloc(&n, &sh, q->n_kv_heads,
+                             q->decode_only ? FKVFQ_LAYOUT_DECODE
+                             : q->panels    ? FKVFQ_LAYOUT_PANELS
+                                            : FKVFQ_LAYOUT_ENCODE,
+                             &q->alloc);
     if (rc)
         return rc;
     size_t kbytes = (size_t)k_stages * sh.k * sh.key_dim * sizeof(float);
@@ -313,11 +333,13 @@ typedef struct beam_cand {
 } beam_cand;
 
 typedef struct enc_scratch {
-    float *x;        /* Q_CHUNK vectors of dmax */
+    float *x;        /* one chunk (Q_CHUNK or Q_CHUNK_SMALL) of vectors of dmax */
+    float *xt;       /* FKVFQ_LANES vectors of dmax, transposed (fkvfq_transpose_lanes) */
+    float *pan;      /* one stage table in panels, or NULL (Q_PANEL_MIN) */
     float *scores;   /* nsc * k */
     float *pmin;     /* nsc * k / FKVFQ_PANEL */
     double *freqs;   /* rope_dims / 2 */
-    double *cs;      /* Q_CHUNK * rope_dims */
+    double *cs;      /* one chunk * rope_dims */
     /* beam */
     float *res[2];   /* B * dmax each */
     double *err[2];  /* B each */
@@ -341,12 +363,11 @@ static void beam_one(const fkvf_rvq *q, enc_scratch *w, size_t tab, unsigned kv,
     for (unsigned s = 0; s < ns; s++) {
         fkvfq_table t = rvq_table(q, tab, kv, s);
         const float *res = w->res[cur];
-        for (unsigned b0 = 0; b0 < nb; b0 += FKVFQ_BLOCK) {
-            const float *xp[FKVFQ_BLOCK];
-            for (unsigned u = 0; u < FKVFQ_BLOCK; u++)
-                xp[u] = res + (size_t)(b0 + u < nb ? b0 + u : nb - 1) * dim;
-            fkvfq_scores4(&t, xp, w->scores + (size_t)b0 * k,
-                          w->pmin + (size_t)b0 * (k / FKVFQ_PANEL));
+        for (unsigned b0 = 0; b0 < nb; b0 += FKVFQ_LANES) {
+            unsigned ng = nb - b0 < FKVFQ_LANES ? nb - b0 : FKVFQ_LANES;
+            fkvfq_transpose_lanes(res + (size_t)b0 * dim, dim, ng, dim, w->xt);
+            fkvfq_scores_rows(&t, w->xt, ng, w->scores + (size_t)b0 * k,
+                              w->pmin + (size_t)b0 * (k / FKVFQ_PANEL));
         }
         /* slot 0 carries the greedy path: its exact nearest centroid */
         uint32_t cg = fkvfq_pick(&t, res, w->scores, w->pmin, NULL);
@@ -416,6 +437,8 @@ static void beam_one(const fkvf_rvq *q, enc_scratch *w, size_t tab, unsigned kv,
 static void enc_free(const fkvf_allocator *a, enc_scratch *w)
 {
     fkvf_free(a, w->x);
+    fkvf_free(a, w->xt);
+    fkvf_free(a, w->pan);
     fkvf_free(a, w->scores);
     fkvf_free(a, w->pmin);
     fkvf_free(a, w->freqs);
@@ -456,15 +479,21 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
     const unsigned B = beam_width <= 1 ? 1 : beam_width;
     const uint32_t dmax = sh->key_dim > sh->value_dim ? sh->key_dim : sh->value_dim;
     const uint32_t rd = key_rope ? key_rope->rope_dims : 0;
-    unsigned nsc = B < FKVFQ_BLOCK ? FKVFQ_BLOCK : (B + FKVFQ_BLOCK - 1) / FKVFQ_BLOCK * FKVFQ_BLOCK;
+    /* scores of the B paths (beam) or of one group of vectors (greedy) */
+    unsigned nsc = B > FKVFQ_LANES ? B : FKVFQ_LANES;
     enc_scratch w;
     memset(&w, 0, sizeof w);
-    int ok = (w.x = fkvf_calloc(a, (size_t)Q_CHUNK * dmax, sizeof(float))) &&
+    const size_t chunk = dmax <= 1024 ? Q_CHUNK : Q_CHUNK_SMALL;
+    const size_t kdmax = (size_t)k * dmax; /* k <= 4096, dmax <= 16384 */
+    const int panels = B == 1 && rows->n_rows >= Q_PANEL_MIN && kdmax <= Q_PANEL_FLOATS;
+    int ok = (w.x = fkvf_calloc(a, chunk * dmax, sizeof(float))) &&
+             (!panels || (w.pan = fkvf_calloc(a, kdmax, sizeof(float)))) &&
+             (w.xt = fkvf_calloc(a, (size_t)FKVFQ_LANES * dmax, sizeof(float))) &&
              (w.scores = fkvf_calloc(a, (size_t)nsc * k, sizeof(float))) &&
              (w.pmin = fkvf_calloc(a, (size_t)nsc * (k / FKVFQ_PANEL), sizeof(float)));
     if (ok && rd)
         ok = (w.freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
-             (w.cs = fkvf_calloc(a, (size_t)Q_CHUNK * rd, sizeof(double)));
+             (w.cs = fkvf_calloc(a, chunk * rd, sizeof(double)));
     if (ok && B > 1) {
         for (int i = 0; i < 2 && ok; i++)
             ok = (w.res[i] = fkvf_calloc(a, (size_t)B * dmax, sizeof(float))) &&
@@ -481,8 +510,8 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
         fkvf_rope_freqs(key_rope, w.freqs);
 
     const uint8_t *data = rows->data;
-    for (size_t i0 = 0; i0 < rows->n_rows; i0 += Q_CHUNK) {
-        size_t nb = rows->n_rows - i0 < Q_CHUNK ? rows->n_rows - i0 : Q_CHUNK;
+    for (size_t i0 = 0; i0 < rows->n_rows; i0 += chunk) {
+        size_t nb = rows->n_rows - i0 < chunk ? rows->n_rows - i0 : chunk;
         if (rd)
             for (size_t j = 0; j < nb; j++)
                 fkvf_rope_angles(key_rope, w.freqs, rows->first_position + i0 + j,
@@ -512,17 +541,37 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
                     }
                     for (unsigned s = 0; s < ns; s++) {
                         fkvfq_table t = rvq_table(q, tab, kv, s);
-                        for (size_t j0 = 0; j0 < nb; j0 += FKVFQ_BLOCK) {
-                            const float *xp[FKVFQ_BLOCK];
-                            for (size_t u = 0; u < FKVFQ_BLOCK; u++)
-                                xp[u] = w.x + (j0 + u < nb ? j0 + u : nb - 1) * dim;
-                            fkvfq_scores4(&t, xp, w.scores, w.pmin);
-                            for (size_t u = 0; u < FKVFQ_BLOCK && j0 + u < nb; u++) {
-                                uint32_t c = fkvfq_pick(&t, xp[u], w.scores + u * k,
-                                                        w.pmin + u * (k / FKVFQ_PANEL), NULL);
+                        if (w.pan && nb >= Q_PANEL_MIN) {
+                            fkvfq_table_panels(t.rows, k, dim, w.pan);
+                            t.panels = w.pan;
+                            for (size_t j0 = 0; j0 < nb; j0 += FKVFQ_BLOCK) {
+                                const float *xp[FKVFQ_BLOCK];
+                                for (size_t u = 0; u < FKVFQ_BLOCK; u++)
+                                    xp[u] = w.x + (j0 + u < nb ? j0 + u : nb - 1) * dim;
+                                fkvfq_scores4(&t, xp, w.scores, w.pmin);
+                                for (size_t u = 0; u < FKVFQ_BLOCK && j0 + u < nb; u++) {
+                                    float *xr = w.x + (j0 + u) * dim;
+                                    uint32_t c = fkvfq_pick(&t, xr, w.scores + u * k,
+                                                            w.pmin + u * (k / FKVFQ_PANEL), NULL);
+                                    codes[(i0 + j0 + u) * pos_stride + (c0 + s) * code_stride] =
+                                        (uint16_t)c;
+                                    const float *row = t.rows + (size_t)c * dim;
+                                    for (uint32_t d = 0; d < dim; d++)
+                                        xr[d] -= row[d];
+                                }
+                            }
+                            continue;
+                        }
+                        for (size_t j0 = 0; j0 < nb; j0 += FKVFQ_LANES) {
+                            unsigned ng = nb - j0 < FKVFQ_LANES ? (unsigned)(nb - j0) : FKVFQ_LANES;
+                            fkvfq_transpose_lanes(w.x + j0 * dim, dim, ng, dim, w.xt);
+                            fkvfq_scores_rows(&t, w.xt, ng, w.scores, w.pmin);
+                            for (unsigned u = 0; u < ng; u++) {
+                                float *xr = w.x + (j0 + u) * dim;
+                                uint32_t c = fkvfq_pick(&t, xr, w.scores + (size_t)u * k,
+                                                        w.pmin + (size_t)u * (k / FKVFQ_PANEL), NULL);
                                 codes[(i0 + j0 + u) * pos_stride + (c0 + s) * code_stride] =
                                     (uint16_t)c;
-                                float *xr = w.x + (j0 + u) * dim;
                                 const float *row = t.rows + (size_t)c * dim;
                                 for (uint32_t d = 0; d < dim; d++)
                                     xr[d] -= row[d];

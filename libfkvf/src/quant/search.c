@@ -1,24 +1,14 @@
 /* Nearest-centroid search: binary32 scores ||c||^2 - 2<x, c> computed four
- * vectors at a time, then an exact pick among the near-best (binary64). */
+ * vectors at a time from a panel copy of a table (fkvfq_scores4) or sixteen
+ * at a time from its rows (fkvfq_scores_rows; the same bits), then an exact
+ * pick among the near-best (binary64). Also the search layout of a table:
+ * norms, cmax, duplicate rows, panels. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
 #include "quant.h"
-
-typedef struct norm_ix {
-    double n2;
-    uint32_t c;
-} norm_ix;
-
-static int norm_ix_cmp(const void *pa, const void *pb)
-{
-    const norm_ix *a = pa, *b = pb;
-    if (a->n2 != b->n2)
-        return a->n2 < b->n2 ? -1 : 1;
-    return a->c < b->c ? -1 : (a->c > b->c);
-}
 
 static int rows_equal(const float *a, const float *b, uint32_t dim)
 {
@@ -28,24 +18,35 @@ static int rows_equal(const float *a, const float *b, uint32_t dim)
     return 1;
 }
 
-void fkvfq_table_prepare(const float *rows, uint32_t k, uint32_t dim, float *panels,
-                         float *norms, double *cmax, void *scratch)
+/* slots of the duplicate check's hash table: a power of two >= 2k */
+static size_t dup_slots(uint32_t k)
 {
-    norm_ix *ix = scratch;
+    size_t n = 32;
+    while (n < 2 * (size_t)k)
+        n *= 2;
+    return n;
+}
+
+void fkvfq_table_norms(const float *rows, uint32_t k, uint32_t dim, float *norms, double *cmax,
+                       void *scratch)
+{
+    /* ||c||^2: a binary64 sum over d = 0..dim-1 in order of the squares of
+     * the binary32 elements (no fused multiply-add: -ffp-contract=off), eight
+     * centroids side by side so that the sums do not wait on each other */
     double mx = 0;
-    for (uint32_t c = 0; c < k; c++) {
-        const float *r = rows + (size_t)c * dim;
-        double n2 = 0;
+    for (uint32_t c0 = 0; c0 < k; c0 += 8) {
+        double n2[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        const float *r = rows + (size_t)c0 * dim;
         for (uint32_t d = 0; d < dim; d++)
-            n2 += (double)r[d] * r[d];
-        norms[c] = (float)n2;
-        ix[c].n2 = n2;
-        ix[c].c = c;
-        if (n2 > mx)
-            mx = n2;
-        float *pan = panels + (size_t)(c / FKVFQ_PANEL) * FKVFQ_PANEL * dim + c % FKVFQ_PANEL;
-        for (uint32_t d = 0; d < dim; d++)
-            pan[(size_t)d * FKVFQ_PANEL] = r[d];
+            for (int i = 0; i < 8; i++) {
+                double v = r[(size_t)i * dim + d];
+                n2[i] += v * v;
+            }
+        for (int i = 0; i < 8; i++) {
+            norms[c0 + i] = (float)n2[i];
+            if (n2[i] > mx)
+                mx = n2[i];
+        }
     }
     /* a little above the true maximum norm */
     *cmax = sqrt(mx) * (1 + 0x1p-40);
@@ -53,24 +54,58 @@ void fkvfq_table_prepare(const float *rows, uint32_t k, uint32_t dim, float *pan
      * (ties go to the smaller index): an infinite norm keeps it out of the
      * candidates, so degenerate tables (all-zero late stages trained on
      * exhausted residuals) do not make every search a full re-check. Equal
-     * rows have equal norms: compare within runs of equal norm only. */
-    qsort(ix, k, sizeof *ix, norm_ix_cmp);
-    for (uint32_t a = 0; a < k;) {
-        uint32_t b = a + 1;
-        while (b < k && ix[b].n2 == ix[a].n2)
-            b++;
-        for (uint32_t j = a + 1; j < b; j++)
-            for (uint32_t i = a; i < j; i++)
-                if (isfinite(norms[ix[i].c]) &&
-                    rows_equal(rows + (size_t)ix[i].c * dim, rows + (size_t)ix[j].c * dim, dim)) {
-                    norms[ix[j].c] = INFINITY;
-                    break;
-                }
-        a = b;
+     * rows have equal norms: a hash table keyed by the binary32 norm holds
+     * the first centroid of every distinct row seen so far (equality of rows
+     * is transitive, so comparing with those finds every duplicate); rows
+     * are compared only when the norms are equal. An infinite norm (overflow)
+     * stays infinite and is not entered. */
+    uint32_t *slot = scratch;
+    const size_t ns = dup_slots(k), mask = ns - 1;
+    for (size_t i = 0; i < ns; i++)
+        slot[i] = UINT32_MAX;
+    for (uint32_t c = 0; c < k; c++) {
+        float nc = norms[c];
+        if (!isfinite(nc))
+            continue;
+        uint32_t bits;
+        memcpy(&bits, &nc, sizeof bits);
+        size_t h = (size_t)((bits * UINT64_C(0x9E3779B97F4A7C15)) >> 40) & mask;
+        int dup = 0;
+        for (; slot[h] != UINT32_MAX; h = (h + 1) & mask) {
+            uint32_t e = slot[h];
+            if (norms[e] == nc &&
+                rows_equal(rows + (size_t)e * dim, rows + (size_t)c * dim, dim)) {
+                dup = 1;
+                break;
+            }
+        }
+        if (dup)
+            norms[c] = INFINITY;
+        else
+            slot[h] = c;
     }
 }
 
-size_t fkvfq_prepare_scratch(uint32_t k) { return (size_t)k * sizeof(norm_ix); }
+void fkvfq_table_panels(const float *rows, uint32_t k, uint32_t dim, float *panels)
+{
+    /* written in their own order, the rows read 16 at a time */
+    for (uint32_t p = 0; p < k; p += FKVFQ_PANEL) {
+        float *pan = panels + (size_t)p * dim;
+        const float *r = rows + (size_t)p * dim;
+        for (uint32_t d = 0; d < dim; d++)
+            for (int i = 0; i < FKVFQ_PANEL; i++)
+                pan[(size_t)d * FKVFQ_PANEL + i] = r[(size_t)i * dim + d];
+    }
+}
+
+void fkvfq_table_prepare(const float *rows, uint32_t k, uint32_t dim, float *panels,
+                         float *norms, double *cmax, void *scratch)
+{
+    fkvfq_table_panels(rows, k, dim, panels);
+    fkvfq_table_norms(rows, k, dim, norms, cmax, scratch);
+}
+
+size_t fkvfq_prepare_scratch(uint32_t k) { return dup_slots(k) * sizeof(uint32_t); }
 
 /* The scoring kernels: four vectors against a panel of centroids at a time,
  * so every centroid element loaded is used four times, with the
@@ -211,7 +246,140 @@ __attribute__((target("avx2,fma"))) static void scores4_avx2(const fkvfq_table *
 #undef Q_OUT
     }
 }
+/* AVX2 + FMA on the rows themselves (no panel copy): sixteen vectors in the
+ * lanes of two registers (given transposed), four centroids at a time, two
+ * accumulators per centroid (six loads per eight fused multiply-adds, as in
+ * scores4_avx2). Every lane performs scores4_avx2's operations on the same
+ * (vector, centroid) pair in the same order (fma(x[d], c[d], acc) for d =
+ * 0..dim-1, then norm - 2 * acc with one rounding; the product inside a
+ * fused multiply-add is exact, so the operand order does not matter), and
+ * the panel minimums are reduced from the stored scores as there:
+ * bit-identical scores and minimums, not-a-number ones included. */
+__attribute__((target("avx2,fma"))) static inline void store4x8(__m256 c0, __m256 c1,
+                                                                __m256 c2, __m256 c3,
+                                                                float *s, size_t k,
+                                                                unsigned n)
+{
+    /* c_i lane j = score of vector j, centroid i: vector j's four scores
+     * go to s[j * k .. + 3] */
+    __m256 t0 = _mm256_unpacklo_ps(c0, c1), t1 = _mm256_unpackhi_ps(c0, c1);
+    __m256 t2 = _mm256_unpacklo_ps(c2, c3), t3 = _mm256_unpackhi_ps(c2, c3);
+    __m256 v[4];
+    v[0] = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)); /* vectors 0 | 4 */
+    v[1] = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)); /* 1 | 5 */
+    v[2] = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)); /* 2 | 6 */
+    v[3] = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2)); /* 3 | 7 */
+    for (unsigned j = 0; j < 4 && j < n; j++)
+        _mm_storeu_ps(s + j * k, _mm256_castps256_ps128(v[j]));
+    for (unsigned j = 4; j < 8 && j < n; j++)
+        _mm_storeu_ps(s + j * k, _mm256_extractf128_ps(v[j - 4], 1));
+}
+
+__attribute__((target("avx2,fma"))) static void scores_rows_avx2(const fkvfq_table *t,
+                                                                 const float *xt, unsigned n,
+                                                                 float *scores, float *pmin)
+{
+    const uint32_t k = t->k, dim = t->dim;
+    const size_t np = k / FKVFQ_PANEL;
+    const __m256 two = _mm256_set1_ps(2.0f);
+    for (uint32_t c0 = 0; c0 < k; c0 += 4) {
+        const float *r0 = t->rows + (size_t)c0 * dim, *r1 = r0 + dim, *r2 = r1 + dim,
+                    *r3 = r2 + dim;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0,
+               b2 = a0, b3 = a0, c;
+        for (uint32_t d = 0; d < dim; d++) {
+            const float *xd = xt + (size_t)d * FKVFQ_LANES;
+            __m256 xa = _mm256_loadu_ps(xd), xb = _mm256_loadu_ps(xd + 8);
+            c = _mm256_broadcast_ss(r0 + d);
+            a0 = _mm256_fmadd_ps(xa, c, a0);
+            b0 = _mm256_fmadd_ps(xb, c, b0);
+            c = _mm256_broadcast_ss(r1 + d);
+            a1 = _mm256_fmadd_ps(xa, c, a1);
+            b1 = _mm256_fmadd_ps(xb, c, b1);
+            c = _mm256_broadcast_ss(r2 + d);
+            a2 = _mm256_fmadd_ps(xa, c, a2);
+            b2 = _mm256_fmadd_ps(xb, c, b2);
+            c = _mm256_broadcast_ss(r3 + d);
+            a3 = _mm256_fmadd_ps(xa, c, a3);
+            b3 = _mm256_fmadd_ps(xb, c, b3);
+        }
+        const float *nm = t->norms + c0;
+        __m256 n0 = _mm256_broadcast_ss(nm), n1 = _mm256_broadcast_ss(nm + 1),
+               n2 = _mm256_broadcast_ss(nm + 2), n3 = _mm256_broadcast_ss(nm + 3);
+        store4x8(_mm256_fnmadd_ps(two, a0, n0), _mm256_fnmadd_ps(two, a1, n1),
+                 _mm256_fnmadd_ps(two, a2, n2), _mm256_fnmadd_ps(two, a3, n3), scores + c0, k,
+                 n);
+        if (n > 8)
+            store4x8(_mm256_fnmadd_ps(two, b0, n0), _mm256_fnmadd_ps(two, b1, n1),
+                     _mm256_fnmadd_ps(two, b2, n2), _mm256_fnmadd_ps(two, b3, n3),
+                     scores + 8 * (size_t)k + c0, k, n - 8);
+        if ((c0 + 4) % FKVFQ_PANEL)
+            continue;
+        /* a panel complete: its minimums, reduced as scores4_avx2 does */
+        const uint32_t p = c0 + 4 - FKVFQ_PANEL;
+        for (unsigned j = 0; j < n; j++) {
+            const float *sj = scores + (size_t)j * k + p;
+            __m256 mn = _mm256_min_ps(_mm256_loadu_ps(sj), _mm256_loadu_ps(sj + 8));
+            mn = _mm256_min_ps(mn, _mm256_permute2f128_ps(mn, mn, 1));
+            mn = _mm256_min_ps(mn, _mm256_shuffle_ps(mn, mn, _MM_SHUFFLE(1, 0, 3, 2)));
+            mn = _mm256_min_ps(mn, _mm256_shuffle_ps(mn, mn, _MM_SHUFFLE(2, 3, 0, 1)));
+            pmin[j * np + p / FKVFQ_PANEL] = _mm256_cvtss_f32(mn);
+        }
+    }
+}
 #endif
+
+/* the portable path on rows: per (vector, centroid) the plain binary32 sum
+ * of products in order d = 0..dim-1, then norm - 2 * sum, as scores4_generic
+ * computes each lane; panel minimums as panel_mins */
+static void scores_rows_generic(const fkvfq_table *t, const float *xt, unsigned n,
+                                float *scores, float *pmin)
+{
+    const uint32_t k = t->k, dim = t->dim;
+    for (unsigned j = 0; j < n; j++) {
+        float *sc = scores + (size_t)j * k;
+        for (uint32_t c = 0; c < k; c++) {
+            const float *row = t->rows + (size_t)c * dim;
+            float a = 0;
+            for (uint32_t d = 0; d < dim; d++)
+                a += xt[(size_t)d * FKVFQ_LANES + j] * row[d];
+            sc[c] = t->norms[c] - 2.0f * a;
+        }
+        for (uint32_t p = 0; p < k; p += FKVFQ_PANEL) {
+            float m = sc[p];
+            for (int l = 1; l < FKVFQ_PANEL; l++)
+                m = sc[p + l] < m ? sc[p + l] : m;
+            pmin[(size_t)j * (k / FKVFQ_PANEL) + p / FKVFQ_PANEL] = m;
+        }
+    }
+}
+
+void fkvfq_transpose_lanes(const float *x, size_t xstride, unsigned n, uint32_t dim, float *xt)
+{
+    for (unsigned j = 0; j < FKVFQ_LANES; j++) {
+        const float *v = x + (size_t)(j < n ? j : n - 1) * xstride;
+        for (uint32_t d = 0; d < dim; d++)
+            xt[(size_t)d * FKVFQ_LANES + j] = v[d];
+    }
+}
+
+void fkvfq_scores_rows(const fkvfq_table *t, const float *xt, unsigned n, float *scores,
+                       float *pmin)
+{
+#ifdef Q_HAVE_AVX2
+    if (fkvf_cpu_avx2()) {
+        scores_rows_avx2(t, xt, n, scores, pmin);
+        return;
+    }
+#endif
+    scores_rows_generic(t, xt, n, scores, pmin);
+}
+
+void fkvfq_scores_rows_portable(const fkvfq_table *t, const float *xt, unsigned n,
+                                float *scores, float *pmin)
+{
+    scores_rows_generic(t, xt, n, scores, pmin);
+}
 
 void fkvfq_scores4_portable(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK],
                             float *scores, float *pmin)

@@ -1,0 +1,316 @@
+/* Encode throughput (pack with given codebooks) on the GPT-2-small shape:
+ * 12 layers x 12 KV heads x head dim 64, keys x4 and values x2 RVQ stages of
+ * k = 256 (f16 tables), keys archived before RoPE (the encoder rotates them
+ * back at their positions), greedy search.
+ *
+ *   bench_encode [--npy FILE] [--positions N] [--pairs P] [--train T]
+ *       --npy FILE     the cache to encode, [L, 2, H, T, D] f16 as written by
+ *                      bench/mkcache.py (L = 12, H = 12, D = 64; the first N
+ *                      positions are used); without it the same kind of data
+ *                      is made in-process (a per-head Gaussian mixture)
+ *       --positions N  positions encoded per timed run (8192)
+ *       --pairs P      alternated (reference, fkvf_rvq_encode) pairs, >= 1 (5)
+ *       --train T      codebook from fkvf_rvq_train on the first T positions
+ *                      with 1 Lloyd iteration per stage (512); 0: centroids
+ *                      drawn from the data (stage 0) and from differences of
+ *                      data vectors scaled down per stage (later stages)
+ *
+ * Measures, in CPU time of this process (CLOCK_PROCESS_CPUTIME_ID):
+ * (a) the encoder before issue 16 (tests/encode_ref.c, compiled in) and
+ *     fkvf_rvq_encode on the same positions, alternated P times; the codes of
+ *     both must be identical (exit status 1 otherwise); positions/s/core of
+ *     each and the median of the per-pair ratio old / new;
+ * (b) the codebook load for encoding, P times: fkvf_rvq_from_tables_decode
+ *     (conversion and checks), then fkvf_rvq_from_tables and a 256-position
+ *     encode with it; the search layout (the difference of the two loads:
+ *     panels, norms, cmax, the duplicate check) as a share of the second
+ *     load + encode, i.e. of a 256-position pack's CPU time (median).
+ * No files are written. Final line on stdout:
+ *   RESULT encode_pos_per_s=<median new> encode_speedup=<median old/new>
+ *          cbload_share=<median> */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "encode_ref.h"
+#include "fkvf.h"
+
+enum { NL = 12, NH = 12, DIM = 64, KS = 4, VS = 2, K = 256 };
+#define ROW_ELEMS ((size_t)NL * NH * 2 * DIM)
+
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_encode: %s\n", what);
+    exit(2);
+}
+
+static uint64_t rng_s = 1;
+static double urand(void) /* [-1, 1) */
+{
+    uint64_t z = (rng_s += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1p-52 - 1.0;
+}
+static double nrand(void) { return (urand() + urand() + urand() + urand()) * 0.8660254037844386; }
+
+/* element (l, kv, h, t, d) of the row-major cache of n positions */
+static size_t row_off(size_t t, unsigned l, unsigned kv, unsigned h)
+{
+    return t * ROW_ELEMS + (size_t)l * NH * 2 * DIM + (size_t)kv * NH * DIM + (size_t)h * DIM;
+}
+
+/* n rows (spec 14.2 layout) from a [L, 2, H, T, D] f16 .npy */
+static uint16_t *load_npy(const char *path, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        die("cannot open the --npy file");
+    unsigned char pre[10];
+    if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6))
+        die("--npy: not a .npy file");
+    size_t hl = pre[8] | (size_t)pre[9] << 8, off = 10;
+    if (pre[6] >= 2) {
+        unsigned char b[2];
+        if (fread(b, 1, 2, f) != 2)
+            die("--npy: short header");
+        hl |= (size_t)b[0] << 16 | (size_t)b[1] << 24;
+        off = 12;
+    }
+    char *h = calloc(hl + 1, 1);
+    if (!h || fread(h, 1, hl, f) != hl)
+        die("--npy: short header");
+    unsigned long dims[5];
+    const char *s = strstr(h, "'shape': (");
+    if (!strstr(h, "'<f2'") || strstr(h, "'fortran_order': True") || !s ||
+        sscanf(s, "'shape': (%lu, %lu, %lu, %lu, %lu)", &dims[0], &dims[1], &dims[2], &dims[3],
+               &dims[4]) != 5)
+        die("--npy: expected a C-order [L, 2, H, T, D] float16 array");
+    if (dims[0] != NL || dims[1] != 2 || dims[2] != NH || dims[4] != DIM || dims[3] < n)
+        die("--npy: expected [12, 2, 12, T >= positions, 64]");
+    free(h);
+    size_t T = dims[3];
+    uint16_t *rows = malloc(n * ROW_ELEMS * 2), *buf = malloc(n * DIM * 2);
+    if (!rows || !buf)
+        die("out of memory");
+    for (unsigned l = 0; l < NL; l++)
+        for (unsigned kv = 0; kv < 2; kv++)
+            for (unsigned hh = 0; hh < NH; hh++) {
+                long pos = (long)(off + hl + ((((size_t)l * 2 + kv) * NH + hh) * T) * DIM * 2);
+                if (fseek(f, pos, SEEK_SET) || fread(buf, 2, n * DIM, f) != n * DIM)
+                    die("--npy: short file");
+                for (size_t t = 0; t < n; t++)
+                    memcpy(rows + row_off(t, l, kv, hh), buf + t * DIM, DIM * 2);
+            }
+    free(buf);
+    fclose(f);
+    return rows;
+}
+
+/* n rows in-process: per (layer, K|V, head) a mixture of 32 clusters with
+ * per-dimension scales, keys with two outlier channels */
+static uint16_t *make_rows(size_t n)
+{
+    enum { NC = 32 };
+    uint16_t *rows = malloc(n * ROW_ELEMS * 2);
+    static float cent[NC][DIM], scale[DIM];
+    if (!rows)
+        die("out of memory");
+    for (unsigned l = 0; l < NL; l++)
+        for (unsigned kv = 0; kv < 2; kv++)
+            for (unsigned h = 0; h < NH; h++) {
+                rng_s = 1000003u * (l * NH + h) + kv;
+                for (int d = 0; d < DIM; d++)
+                    scale[d] = (float)(0.5 + urand() * 0.4) * (kv == 0 && (d == 3 || d == 40) ? 6 : 1);
+                for (int c = 0; c < NC; c++)
+                    for (int d = 0; d < DIM; d++)
+                        cent[c][d] = (float)nrand() * scale[d];
+                for (size_t t = 0; t < n; t++) {
+                    int c = (int)((urand() + 1) * NC / 2) % NC;
+                    uint16_t *r = rows + row_off(t, l, kv, h);
+                    for (int d = 0; d < DIM; d++)
+                        r[d] = fkvf_f32_to_f16(cent[c][d] + (float)(nrand() * 0.4) * scale[d]);
+                }
+            }
+    return rows;
+}
+
+/* f16 CBK1 tables of centroids drawn from the data */
+static uint16_t *sampled_tables(const uint16_t *rows, size_t n, size_t *size)
+{
+    size_t per = (size_t)K * (KS + VS) * DIM, nt = (size_t)NL * NH;
+    uint16_t *t = malloc(nt * per * 2);
+    if (!t)
+        die("out of memory");
+    rng_s = 77;
+    for (size_t tab = 0; tab < nt; tab++)
+        for (unsigned s = 0; s < KS + VS; s++) {
+            unsigned kv = s < KS ? 0 : 1, st = kv ? s - KS : s;
+            double sc = pow(0.45, st);
+            for (unsigned c = 0; c < K; c++) {
+                uint16_t *o = t + tab * per + ((size_t)s * K + c) * DIM;
+                size_t a = (size_t)((urand() + 1) * 0.5 * n) % n, b = (size_t)((urand() + 1) * 0.5 * n) % n;
+                const uint16_t *xa = rows + row_off(a, tab / NH, kv, tab % NH);
+                const uint16_t *xb = rows + row_off(b, tab / NH, kv, tab % NH);
+                for (int d = 0; d < DIM; d++)
+                    o[d] = st ? fkvf_f32_to_f16((float)(sc * (fkvf_f16_to_f32(xa[d]) -
+                                                               fkvf_f16_to_f32(xb[d]))))
+                              : xa[d];
+            }
+        }
+    *size = nt * per * 2;
+    return t;
+}
+
+static int dbl_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, dbl_cmp);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int main(int argc, char **argv)
+{
+    const char *npy = NULL;
+    size_t n = 8192, ntrain = 512;
+    int pairs = 5;
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 < argc && !strcmp(argv[i], "--npy"))
+            npy = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--positions"))
+            n = strtoul(argv[++i], NULL, 10);
+        else if (i + 1 < argc && !strcmp(argv[i], "--pairs"))
+            pairs = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--train"))
+            ntrain = strtoul(argv[++i], NULL, 10);
+        else {
+            fprintf(stderr, "usage: bench_encode [--npy FILE] [--positions N] [--pairs P] "
+                            "[--train T]\n");
+            return 2;
+        }
+    }
+    if (n < 256 || pairs < 1 || pairs > 100 || ntrain > n)
+        die("need --positions >= 256, 1 <= --pairs <= 100, --train <= positions");
+    uint16_t *rows = npy ? load_npy(npy, n) : make_rows(n);
+    const fkvf_rope rope = {2, DIM, 10000.0};
+    fkvf_rows all = {rows, n, FKVF_DTYPE_F16, 0};
+
+    /* the codebook, as f16 CBK1 tables */
+    fkvf_codebook_shape sh = {NL, NH, DIM, DIM, K, KS, VS, FKVF_DTYPE_F16, 0};
+    size_t tsize = 0;
+    void *tables;
+    double t0 = cpu_s();
+    if (ntrain) {
+        fkvf_rvq_params p;
+        fkvf_rvq_params_init(&p);
+        p.n_layers = NL;
+        p.n_kv_heads = NH;
+        p.key_dim = DIM;
+        p.value_dim = DIM;
+        p.max_iters = 1;
+        p.key_rope = &rope;
+        fkvf_rows tr = {rows, ntrain, FKVF_DTYPE_F16, 0};
+        fkvf_rvq *q0;
+        if (fkvf_rvq_train(&q0, &p, &tr, 1, NULL))
+            die("fkvf_rvq_train failed");
+        tsize = fkvf_rvq_tables_size(q0);
+        tables = malloc(tsize);
+        if (!tables || fkvf_rvq_tables(q0, tables, tsize))
+            die("fkvf_rvq_tables failed");
+        fkvf_rvq_free(q0);
+    } else {
+        tables = sampled_tables(rows, n, &tsize);
+    }
+    printf("bench_encode: %zu positions of %s, codebook %s (%.1f s cpu)\n", n,
+           npy ? npy : "in-process data", ntrain ? "trained (1 iteration)" : "sampled",
+           cpu_s() - t0);
+
+    fkvf_rvq *q;
+    if (fkvf_rvq_from_tables(&q, &sh, 0, tables, tsize, NULL))
+        die("fkvf_rvq_from_tables failed");
+    size_t nc = fkvf_rvq_codes_per_position(q);
+    uint16_t *ca = malloc(n * nc * 2), *cb = malloc(n * nc * 2);
+    double *ratio = malloc((size_t)pairs * sizeof(double)), *pnew = malloc((size_t)pairs * sizeof(double));
+    double *pold = malloc((size_t)pairs * sizeof(double)), *share = malloc((size_t)pairs * sizeof(double));
+    if (!ca || !cb || !ratio || !pnew || !pold || !share)
+        die("out of memory");
+
+    /* (a) old and new encoder, alternated */
+    int same = 1;
+    for (int r = 0; r < pairs; r++) {
+        memset(ca, 0xff, n * nc * 2);
+        memset(cb, 0xff, n * nc * 2);
+        double a0 = cpu_s();
+        if (encode_ref(q, &all, &rope, 1, ca, nc, 1))
+            die("reference encode failed");
+        double a1 = cpu_s();
+        if (fkvf_rvq_encode(q, &all, &rope, 1, cb, nc, 1))
+            die("fkvf_rvq_encode failed");
+        double a2 = cpu_s();
+        same &= !memcmp(ca, cb, n * nc * 2);
+        pold[r] = (double)n / (a1 - a0);
+        pnew[r] = (double)n / (a2 - a1);
+        ratio[r] = (a1 - a0) / (a2 - a1);
+        printf("  pair %d: reference %.0f pos/s, fkvf_rvq_encode %.0f pos/s, ratio %.2f\n", r + 1,
+               pold[r], pnew[r], ratio[r]);
+    }
+
+    /* (b) the codebook load for encoding against a 256-position encode */
+    fkvf_rows r256 = {rows, 256, FKVF_DTYPE_F16, 0};
+    for (int r = 0; r < pairs; r++) {
+        fkvf_rvq *q2, *q3;
+        double b0 = cpu_s();
+        if (fkvf_rvq_from_tables_decode(&q3, &sh, 0, tables, tsize, NULL))
+            die("fkvf_rvq_from_tables_decode failed");
+        double b1 = cpu_s();
+        fkvf_rvq_free(q3);
+        double b2 = cpu_s();
+        if (fkvf_rvq_from_tables(&q2, &sh, 0, tables, tsize, NULL))
+            die("fkvf_rvq_from_tables failed");
+        double b3 = cpu_s();
+        if (fkvf_rvq_encode(q2, &r256, &rope, 1, cb, nc, 1))
+            die("fkvf_rvq_encode failed");
+        double b4 = cpu_s();
+        fkvf_rvq_free(q2);
+        /* the search layout: what loading for encoding adds to loading for decoding */
+        double lay = (b3 - b2) - (b1 - b0);
+        share[r] = lay / (b4 - b2);
+        printf("  load %.1f ms (for decoding %.1f ms, search layout %.1f ms), 256-position "
+               "encode %.1f ms: search layout %.1f%% of load + encode\n",
+               (b3 - b2) * 1e3, (b1 - b0) * 1e3, lay * 1e3, (b4 - b3) * 1e3, share[r] * 100);
+    }
+    double mo = median(pold, pairs), mn = median(pnew, pairs), mr = median(ratio, pairs),
+           ms = median(share, pairs);
+    printf("reference encoder %.0f positions/s/core, fkvf_rvq_encode %.0f (median of %d; "
+           "speedup %.2fx, median of per-pair ratios); codes %s\n",
+           mo, mn, pairs, mr, same ? "identical" : "DIFFER");
+    printf("codebook load for encoding (search layout): %.1f%% of load + 256-position encode "
+           "(median)\n",
+           ms * 100);
+    printf("RESULT encode_pos_per_s=%.0f encode_speedup=%.2f cbload_share=%.3f\n", mn, mr, ms);
+    fkvf_rvq_free(q);
+    free(tables);
+    free(rows);
+    free(ca);
+    free(cb);
+    free(ratio);
+    free(pnew);
+    free(pold);
+    free(share);
+    return same ? 0 : 1;
+}
