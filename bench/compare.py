@@ -15,6 +15,9 @@ vs cp / zstd -d, train. Rows measured in-process by the C bench programs:
 every program of PROGRAMS present in BIN is run (with TMPDIR = the scratch
 directory) and its last line starting `RESULT ` parsed (key=value pairs).
 Targets: TARGETS below, the ones of issue 16.
+
+    bench/compare.py --combine RUN1.json RUN2.json ...
+prints one table of several runs (min and median over the runs).
 """
 import argparse
 import json
@@ -52,11 +55,11 @@ KEYS = [
      ["bench_restore_pread", "bench_anchor"]),
     ("restore_gbps", "restore all positions: GB/s of output per CPU second",
      ["bench_restore_pread", "bench_anchor"]),
-    ("random_us", "one random position, all heads, K+V (fkvf_reader_read), us warm",
+    ("random_us", "one random position, all heads, K+V (fkvf_reader_read), us warm (CPU)",
      ["bench_random", "bench_access", "bench_anchor"]),
-    ("random_vs_pread", "one random position / one row pread (wall)",
+    ("random_vs_pread", "one random position / one row pread (CPU)",
      ["bench_random", "bench_access", "bench_anchor"]),
-    ("random_vs_memcpy", "one random position / one row memcpy (wall)",
+    ("random_vs_memcpy", "one random position / one row memcpy (CPU)",
      ["bench_random", "bench_access", "bench_anchor"]),
     ("encode_pos_per_s", "encode in-process, positions/s/core", ["bench_encode"]),
     ("encode_speedup", "encode: old path CPU / new path CPU", ["bench_encode"]),
@@ -241,7 +244,9 @@ def main():
     N = a.runs
     rawb = os.path.getsize(raw)
     t = Table(a.quick)
-    log = lambda *m: print("compare:", *m, file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    log = lambda *m: print("compare: %4.0f s:" % (time.monotonic() - t0), *m, file=sys.stderr,
+                           flush=True)
 
     # ---- train: a codebook file from the first train-positions positions
     tp = min(a.train_positions, P)
@@ -421,9 +426,11 @@ def main():
             continue
         kv = got[src]
         mn = kv.get(key + "_min")
+        wall = kv.get(key + "_wall")
         t.add(key, what, "-", "-", kv[key], mn, key, source=src,
-              note="from %s%s" % (src, " (bench_anchor: this script's baseline)"
-                                  if src == "bench_anchor" else ""))
+              note="from %s%s%s" % (src, " (this script's baseline)"
+                                    if src == "bench_anchor" else "",
+                                    "; wall: %s" % fmt(wall) if wall is not None else ""))
     print(t.markdown())
     print("\n%d positions, %d pairs per paired row (median and min of per-pair ratios FKVF / "
           "anchor); train %d positions x %d iterations; slow compressors on %d positions" %
@@ -436,7 +443,32 @@ def main():
             f.write("\n")
 
 
+def combine(paths):
+    """The table of several runs' JSON (issue 16: run it three times, report
+    min and median): per row, the min and the median over the runs of each
+    run's median figure."""
+    runs = [json.load(open(p)) for p in paths]
+    print("| id | row | target | min of %d runs | median of %d runs | runs | met (median) |"
+          % (len(runs), len(runs)))
+    print("|---|---|---|---|---|---|---|")
+    for i, r in enumerate(runs[0]["rows"]):
+        vals = [x["rows"][i]["median"] for x in runs
+                if i < len(x["rows"]) and x["rows"][i]["id"] == r["id"]]
+        vals = [v for v in vals if isinstance(v, (int, float))]
+        med = statistics.median(vals) if vals else None
+        met = r["met"]
+        if vals and r["target"] != "-" and not met.startswith("n/a"):
+            op, thr = r["target"].split()[0], float(r["target"].split()[1].replace(",", ""))
+            met = "met" if (med <= thr if op == "<=" else med >= thr) else "not met"
+        print("| %s | %s | %s | %s | %s | %s | %s |" % (
+            r["id"], r["row"], r["target"], fmt(min(vals)) if vals else "-", fmt(med),
+            " / ".join(fmt(v) for v in vals) or "-", met))
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--combine":
+        combine(sys.argv[2:])
+        sys.exit(0)
     try:
         main()
     except (RuntimeError, OSError) as e:
