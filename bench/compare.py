@@ -155,6 +155,8 @@ def fmt(x, nd=2):
         return x
     if abs(x) >= 1000:
         return "{:,.0f}".format(x)
+    if abs(x) < 1:
+        return "%.3f" % x
     return "%.*f" % (nd, x)
 
 
