@@ -87,11 +87,35 @@ static double minimum(const double *v, int n)
     return m;
 }
 
+/* what main owns, freed on every exit (bail) */
+static struct {
+    fkvf_reader *r, *cb;
+    unsigned char *src, *dst, *one;
+    uint64_t *pick;
+    double *v[12];
+    int fd;
+} g = {.fd = -1};
+
+static int bail(void)
+{
+    for (int k = 0; k < 12; k++)
+        free(g.v[k]);
+    free(g.src);
+    free(g.dst);
+    free(g.one);
+    free(g.pick);
+    if (g.fd >= 0)
+        close(g.fd);
+    fkvf_reader_free(g.r);
+    fkvf_reader_free(g.cb);
+    return 1;
+}
+
 static int fail(const char *what, int rc, const fkvf_reader *r)
 {
     fprintf(stderr, "bench_anchor: %s: %s%s%s\n", what, fkvf_error_name(rc), r ? ": " : "",
             r ? fkvf_reader_message(r) : "");
-    return 1;
+    return bail();
 }
 
 /* pread exactly n bytes at off; 0 or -1 */
@@ -159,8 +183,8 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    fkvf_reader *r = NULL, *cb = NULL;
-    int rc = fkvf_reader_open_file(&r, arch, 0, NULL);
+    int rc = fkvf_reader_open_file(&g.r, arch, 0, NULL);
+    fkvf_reader *r = g.r;
     if (rc != FKVF_OK)
         return fail(arch, rc, r);
     int ext = 0;
@@ -170,11 +194,11 @@ int main(int argc, char **argv)
     if (rc != FKVF_OK)
         return fail("codebook_ref", rc, r);
     if (ext && cbpath) {
-        if ((rc = fkvf_reader_open_file(&cb, cbpath, 0, NULL)) != FKVF_OK)
-            return fail(cbpath, rc, cb);
-        if ((rc = fkvf_reader_attach_codebook(r, cb)) != FKVF_OK)
+        if ((rc = fkvf_reader_open_file(&g.cb, cbpath, 0, NULL)) != FKVF_OK)
+            return fail(cbpath, rc, g.cb);
+        if ((rc = fkvf_reader_attach_codebook(r, g.cb)) != FKVF_OK)
             return fail("attach_codebook", rc, r);
-    } else if (ext && (rc = fkvf_reader_find_codebook(r, NULL, &cb)) != FKVF_OK) {
+    } else if (ext && (rc = fkvf_reader_find_codebook(r, NULL, &g.cb)) != FKVF_OK) {
         return fail("find_codebook", rc, r);
     }
     fkvf_archive_info info;
@@ -187,36 +211,36 @@ int main(int argc, char **argv)
     if (npos == 0 || info.n_archived == 0 || npos > SIZE_MAX / row) {
         fprintf(stderr, "bench_anchor: %s: %llu positions, %llu archived: nothing to time\n",
                 arch, (unsigned long long)npos, (unsigned long long)info.n_archived);
-        return 1;
+        return bail();
     }
     size_t total = (size_t)npos * row;
 
-    int fd = open(raw, O_RDONLY);
+    int fd = g.fd = open(raw, O_RDONLY);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_size < total) {
         fprintf(stderr, "bench_anchor: %s: cannot open, or smaller than the %zu bytes of %llu "
                         "rows of %zu bytes\n",
                 raw, total, (unsigned long long)npos, row);
-        return 1;
+        return bail();
     }
     off_t data_off = (off_t)((uint64_t)st.st_size - total);
-    unsigned char *src = malloc(total), *dst = malloc(total), *one = malloc(row);
-    uint64_t *pick = malloc((size_t)reads * sizeof *pick);
-    double *v[12];
+    unsigned char *src = g.src = malloc(total), *dst = g.dst = malloc(total),
+                  *one = g.one = malloc(row);
+    uint64_t *pick = g.pick = malloc((size_t)reads * sizeof *pick);
+    double **v = g.v;
+    int nomem = !src || !dst || !one || !pick;
     for (int k = 0; k < 12; k++)
-        v[k] = malloc((size_t)pairs * sizeof(double));
-    for (int k = 0; k < 12; k++)
-        if (!v[k])
-            src = NULL;
-    if (!src || !dst || !one || !pick) {
+        if (!(v[k] = malloc((size_t)pairs * sizeof(double))))
+            nomem = 1;
+    if (nomem) {
         fprintf(stderr, "bench_anchor: out of memory (2 x %zu bytes)\n", total);
-        return 1;
+        return bail();
     }
     /* warm: the raw bytes into the page cache and src, the codebook built,
      * the archive's pages touched and its blocks verified */
     if (pread_all(fd, src, total, data_off) != 0) {
         fprintf(stderr, "bench_anchor: %s: short read\n", raw);
-        return 1;
+        return bail();
     }
     if ((rc = fkvf_reader_restore(r, 0, npos, FKVF_DTYPE_F16, dst, total)) != FKVF_OK)
         return fail("restore", rc, r);
@@ -237,7 +261,7 @@ int main(int argc, char **argv)
                 span s = start();
                 if (pread_all(fd, dst, total, data_off) != 0) {
                     fprintf(stderr, "bench_anchor: %s: short read\n", raw);
-                    return 1;
+                    return bail();
                 }
                 tp = since(s);
                 s = start();
@@ -274,7 +298,7 @@ int main(int argc, char **argv)
                 for (int i = 0; i < reads; i++)
                     if (pread_all(fd, one, row, data_off + (off_t)(pick[i] * row)) != 0) {
                         fprintf(stderr, "bench_anchor: %s: short read\n", raw);
-                        return 1;
+                        return bail();
                     }
                 apr = since(s);
                 s = start();
@@ -318,14 +342,6 @@ int main(int argc, char **argv)
            median(rp, pairs), median(rm, pairs), median(gbps, pairs), median(us, pairs),
            median(ap, pairs), median(am, pairs), mn[0], mn[1], mn[3], mn[4], mn[5], mn[6],
            median(rpw, pairs), median(usw, pairs), median(apw, pairs));
-    for (int k = 0; k < 12; k++)
-        free(v[k]);
-    free(src);
-    free(dst);
-    free(one);
-    free(pick);
-    close(fd);
-    fkvf_reader_free(r);
-    fkvf_reader_free(cb);
+    bail();
     return 0;
 }
