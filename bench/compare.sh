@@ -37,7 +37,7 @@ py=/usr/bin/python3
 quick=0 runs="" keep="" json="" bin="" build="$root/build-bench" timeout=300
 positions="" tpos="" titers="" spos=""
 usage() {
-    sed -n '3,7p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,8p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
