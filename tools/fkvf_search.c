@@ -40,7 +40,7 @@ static const char *search_help =
     "  --radius D     plane radius; 'auto' = the bound that holds every match\n"
     "  --context N    show the N symbols up to the end of each longest match (0)\n"
     "  --max N        exact occurrences to print (20; the count is always exact)\n"
-    "  --no-index     ignore ZIDX sections (scan)\n"
+    "  --no-index     ignore search index sections (ZPOS, ZIDX): scan\n"
     "  --json         one JSON object (on failure {\"error\":{...}}, docs/cli.md)\n"
     "\n"
     "Exit status: 0 ok (also when nothing matches), 1 invalid input (not an\n"
@@ -566,7 +566,7 @@ typedef struct index_report {
     size_t current;   /* streams whose index in effect already covers what a new one would */
     size_t short_;    /* streams shorter than their alignment unit: nothing to index */
     uint64_t entries; /* positions in the new indexes, summed over the streams */
-    uint64_t bytes;   /* bytes of the new ZIDX sections */
+    uint64_t bytes;   /* bytes of the new index (ZPOS) sections */
 } index_report;
 
 /* Is the index in effect for stream i (spec 20.4, as the search handle
@@ -645,7 +645,7 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
                 ret = cli_fail_reader(rc, r, path, pre);
             goto out;
         }
-        secs[n].type = FKVF_SECTION_ZIDX;
+        secs[n].type = FKVF_SECTION_ZPOS;
         secs[n].flags = 0;
         secs[n].key = key;
         secs[n].data = d;
