@@ -1110,8 +1110,9 @@ FKVF_API int fkvf_archive_recover(fkvf_archive_op **out, const char *path,
  * effect, positions [0, n_indexed) are answered from the sorted index by
  * binary search and only the positions after it are scanned. A ZPOS index
  * (4 bytes per position) holds only the sorted positions: the handle then
- * keeps the whole stream's points as without an index and computes the key
- * of each entry it compares. A ZIDX index (1.0; 24 or 32 bytes per
+ * keeps the whole stream's points as without an index, the key of every
+ * 32nd entry (0.5 bytes per position for quad), and computes the key of
+ * each other entry it compares. A ZIDX index (1.0; 24 or 32 bytes per
  * position) is used in place, zero-copy, with the points of the scanned
  * tail only; symbols before an indexed position are decoded through the
  * reader, touching only the blocks they live in. Results are identical

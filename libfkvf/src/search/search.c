@@ -16,6 +16,7 @@
 #include "search/zidx_legacy.h"
 
 #define PAD 16                            /* zero bytes before and after the packed tail */
+#define ZSAMPLE 32 /* ZPOS: one key in memory per 32 entries (0.5 B per position, quad) */
 
 struct fkvf_search {
     fkvf_handle h; /* kind FKVF_HANDLE_SEARCH; always OPEN */
@@ -37,6 +38,8 @@ struct fkvf_search {
     uint64_t ix_off;
     size_t es;
     int zpos; /* the index is a ZPOS (positions only): keys computed from the points */
+    uint64_t *skey; /* ZPOS: the key of every ZSAMPLE-th entry (hi, lo pairs; ngon lo) */
+    uint64_t n_skey;
 
     /* tail: positions [scan0, n) are scanned; symbols from base are held
      * (base = 0 with a ZPOS index: every indexed position's key is needed) */
@@ -277,10 +280,35 @@ static inline int key_lt(const fkvf_search *s, uint64_t i, uint64_t hi, uint64_t
     return el < lo;
 }
 
-/* First entry with key >= (hi, lo) (ngon: lo only). */
+static inline int skey_lt(const fkvf_search *s, uint64_t j, uint64_t hi, uint64_t lo)
+{
+    if (s->quad) {
+        uint64_t eh = s->skey[2 * j], el = s->skey[2 * j + 1];
+        return eh < hi || (eh == hi && el < lo);
+    }
+    return s->skey[j] < lo;
+}
+
+/* First entry with key >= (hi, lo) (ngon: lo only). With a ZPOS index the
+ * sampled keys narrow the range to ZSAMPLE - 1 entries first, so that few
+ * probes compute a key from the stream; the answer is the same. */
 static uint64_t lower_bound(const fkvf_search *s, uint64_t hi, uint64_t lo)
 {
     uint64_t a = 0, b = s->n_idx;
+    if (s->skey) {
+        uint64_t ja = 0, jb = s->n_skey; /* first sample with key >= (hi, lo) */
+        while (ja < jb) {
+            uint64_t m = ja + (jb - ja) / 2;
+            if (skey_lt(s, m, hi, lo))
+                ja = m + 1;
+            else
+                jb = m;
+        }
+        if (ja == 0)
+            return 0; /* key(0) >= (hi, lo) */
+        a = (ja - 1) * ZSAMPLE + 1; /* key((ja - 1) * ZSAMPLE) < (hi, lo) */
+        b = ja < s->n_skey ? ja * ZSAMPLE : s->n_idx;
+    }
     while (a < b) {
         uint64_t m = a + (b - a) / 2;
         if (key_lt(s, m, hi, lo))
@@ -928,6 +956,30 @@ static int load_tail(fkvf_search *s)
     return FKVF_OK;
 }
 
+/* ZPOS: the keys of entries 0, ZSAMPLE, 2 ZSAMPLE, ... (the points are held). */
+static int load_samples(fkvf_search *s)
+{
+    uint64_t ns = (s->n_idx + ZSAMPLE - 1) / ZSAMPLE;
+    size_t per = s->quad ? 2 : 1;
+    if (!ns)
+        return FKVF_OK;
+    if (!(s->skey = fkvf_calloc(s->alloc, (size_t)ns, per * sizeof *s->skey)))
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory for %llu sampled index keys",
+                    (unsigned long long)ns);
+    for (uint64_t j = 0; j < ns; j++) {
+        uint64_t hi, lo;
+        ent_key(s, j * ZSAMPLE, &hi, &lo);
+        if (s->quad) {
+            s->skey[2 * j] = hi;
+            s->skey[2 * j + 1] = lo;
+        } else {
+            s->skey[j] = lo;
+        }
+    }
+    s->n_skey = ns;
+    return FKVF_OK;
+}
+
 FKVF_API int fkvf_search_open(fkvf_search **out, fkvf_reader *r, size_t stream_index,
                               unsigned flags, const fkvf_allocator *alloc)
 {
@@ -963,7 +1015,9 @@ FKVF_API int fkvf_search_open(fkvf_search **out, fkvf_reader *r, size_t stream_i
     if (!(flags & FKVF_SEARCH_NO_INDEX) && (rc = load_index(s)))
         return rc;
     s->scan0 = s->n_idx;
-    return load_tail(s);
+    if ((rc = load_tail(s)))
+        return rc;
+    return s->zpos ? load_samples(s) : FKVF_OK;
 }
 
 FKVF_API void fkvf_search_free(fkvf_search *s)
@@ -977,6 +1031,7 @@ FKVF_API void fkvf_search_free(fkvf_search *s)
     fkvf_free(a, s->sym);
     fkvf_free(a, s->px);
     fkvf_free(a, s->py);
+    fkvf_free(a, s->skey);
     fkvf_free(a, s->res);
     fkvf_free(a, s->mt);
     s->h.magic = 0;
