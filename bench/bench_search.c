@@ -1,6 +1,22 @@
 /* bench_search: suffix search on an archive's streams (fkvf.h "search",
  * spec 20).
  *
+ * Part 0 (index size, paired; always run, first): a quad b = 8 stream of
+ * --positions N symbols (default 100000; i.i.d. Zipf over 256 symbols) and
+ * an ngon N = 256 stream of N / 4, each archived three times: with a ZPOS
+ * index (what the library writes, spec 20.7), with a 1.0 ZIDX index, and
+ * without. Index bytes per indexed position from the section and from the
+ * file growth; then suffix queries of 4, 8 and 16 symbols (--queries of
+ * each) through the three handles, in rotating order, CPU time
+ * (CLOCK_PROCESS_CPUTIME_ID) per batch of 16 queries: the median of the
+ * per-batch ratios ZPOS / ZIDX and scan / ZIDX; every answer compared.
+ * Ends (after the other parts) with the line
+ *   RESULT zidx_bytes_per_pos=<ZPOS bytes per position, quad>
+ *          search_new_vs_old=<median ZPOS / ZIDX time ratio, all batches>
+ * on stdout, on one line. bench/compare.sh runs
+ *   bench_search --quick [--positions N]
+ * (--quick = --no-real --no-1m --queries 200: under a minute).
+ *
  * Part 1 (latency): a stream of 10^5 and 10^6 8-bit symbols (i.i.d. Zipf
  * over 256 symbols, the width of a k = 256 index stream) archived as quad
  * with a ZIDX index. For query lengths 4, 8, 16 and 32 symbols (the last is
@@ -22,7 +38,9 @@
  * (candidates - verified) / candidates over all queries.
  *
  * Usage: bench_search [--model PATH] [--queries N] [--no-real] [--no-1m]
- *                     [--train N] [--eval N] [--tokens T]
+ *                     [--train N] [--eval N] [--tokens T] [--positions N]
+ *                     [--quick]
+ * Archives are built in memory (no temporary files).
  */
 #define _GNU_SOURCE /* memmem */
 #include <fkvf.h>
@@ -35,6 +53,7 @@
 #include <time.h>
 
 #include "model.h"
+#include "search/zidx_legacy.h" /* the 1.0 ZIDX builder, for the paired comparison */
 
 #ifndef BENCH_SEARCH_MODEL
 #define BENCH_SEARCH_MODEL "../shared/models/stories260K.bin"
@@ -44,6 +63,13 @@ static double now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -112,9 +138,10 @@ static fkvf_writer *new_writer(mbuf *b, int ngon)
     return w;
 }
 
-/* Token-stream archive of sym[0..n) with (index = 1) a ZIDX commit. */
+/* Token-stream archive of sym[0..n) with a commit holding an index section
+ * of type `index` (FKVF_SECTION_ZPOS, FKVF_SECTION_ZIDX; 0: none). */
 static void build_token_archive(mbuf *b, const fkvf_stream_spec *sp, const uint32_t *sym, size_t n,
-                                int index, double *build_s, size_t *index_bytes)
+                                uint32_t index, double *build_s, size_t *index_bytes)
 {
     memset(b, 0, sizeof *b);
     fkvf_writer *w = new_writer(b, sp->profile == FKVF_PROFILE_NGON);
@@ -143,12 +170,14 @@ static void build_token_archive(mbuf *b, const fkvf_stream_spec *sp, const uint3
         size_t zs;
         uint64_t key;
         double t0 = now();
-        if ((rc = fkvf_search_index_build(r, 0, &zd, &zs, &key, NULL)))
+        rc = index == FKVF_SECTION_ZIDX ? fkvf_search_zidx_build(r, 0, &zd, &zs, &key, NULL)
+                                        : fkvf_search_index_build(r, 0, &zd, &zs, &key, NULL);
+        if (rc)
             die("index build", rc, fkvf_reader_message(r));
         *build_s = now() - t0;
         *index_bytes = zs;
         fkvf_reader_free(r);
-        if ((rc = fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, zd, zs)) ||
+        if ((rc = fkvf_writer_add_section(w, index, 0, key, zd, zs)) ||
             (rc = fkvf_writer_commit(w)))
             die("index commit", rc, fkvf_writer_message(w));
         fkvf_search_buffer_free(zd, NULL);
@@ -229,7 +258,7 @@ static void latency(size_t n, int nq, int ngon)
     mbuf b;
     double build_s = 0;
     size_t ib = 0;
-    build_token_archive(&b, &sp, sym, n, 1, &build_s, &ib);
+    build_token_archive(&b, &sp, sym, n, FKVF_SECTION_ZPOS, &build_s, &ib);
     fkvf_reader *r = NULL;
     int rc = fkvf_reader_open_memory(&r, b.p, b.n, 0, NULL);
     if (rc)
@@ -247,7 +276,7 @@ static void latency(size_t n, int nq, int ngon)
     for (size_t i = 0; i < n; i++)
         u8[i] = (uint8_t)sym[i];
     printf("### %s, %zu positions\n\n", ngon ? "ngon N = 256" : "quad b = 8", n);
-    printf("archive %zu bytes (ZIDX %zu bytes, built in %.1f ms); search handle open: %.2f ms "
+    printf("archive %zu bytes (ZPOS index %zu bytes, built in %.1f ms); search handle open: %.2f ms "
            "with the index, %.2f ms without (reads and holds the stream's points)\n\n",
            b.n, ib, build_s * 1e3, open_i * 1e3, open_s * 1e3);
     printf("| query symbols | matches (median) | indexed median / p90 (us) | scan median / p90 "
@@ -310,6 +339,122 @@ static void latency(size_t n, int nq, int ngon)
     fkvf_search_free(ss);
     fkvf_reader_free(r);
     free(b.p);
+    free(sym);
+}
+
+/* ---- part 0: ZPOS against ZIDX against scan, paired -------------------- */
+
+static double median_of(double *v, size_t n) { return n ? pct(v, n, 0.5) : 0.0; }
+
+typedef struct paired_out {
+    double zpos_bpp, zidx_bpp; /* section bytes per indexed position */
+    double *ratio;             /* ZPOS / ZIDX per batch, appended */
+    size_t n_ratio;
+} paired_out;
+
+static void paired(size_t n, int nq, int ngon, paired_out *po)
+{
+    uint32_t *sym = xmalloc(n * sizeof *sym);
+    zipf_stream(sym, n, 4242 + n);
+    fkvf_stream_spec sp;
+    memset(&sp, 0, sizeof sp);
+    if (ngon) {
+        sp.profile = FKVF_PROFILE_NGON;
+        sp.alphabet = 256;
+    } else {
+        sp.profile = FKVF_PROFILE_QUAD;
+        sp.symbol_bits = 8;
+    }
+    static const uint32_t types[3] = {FKVF_SECTION_ZIDX, FKVF_SECTION_ZPOS, 0};
+    static const char *names[3] = {"ZIDX (1.0)", "ZPOS", "none (scan)"};
+    mbuf b[3];
+    double bs[3] = {0, 0, 0}, op[3];
+    size_t ib[3] = {0, 0, 0};
+    fkvf_reader *r[3];
+    fkvf_search *h[3];
+    fkvf_search_status inf;
+    for (int k = 0; k < 3; k++) {
+        build_token_archive(&b[k], &sp, sym, n, types[k], &bs[k], &ib[k]);
+        r[k] = NULL;
+        h[k] = NULL;
+        int rc = fkvf_reader_open_memory(&r[k], b[k].p, b[k].n, 0, NULL);
+        if (rc)
+            die("open", rc, r[k] ? fkvf_reader_message(r[k]) : NULL);
+        double t0 = cpu_now();
+        if ((rc = fkvf_search_open(&h[k], r[k], 0, 0, NULL)))
+            die("search open", rc, h[k] ? fkvf_search_message(h[k]) : NULL);
+        op[k] = cpu_now() - t0;
+    }
+    fkvf_search_info(h[1], &inf);
+    uint64_t ni = inf.n_indexed;
+    printf("### %s, %zu positions (%llu indexed)\n\n", ngon ? "ngon N = 256" : "quad b = 8", n,
+           (unsigned long long)ni);
+    printf("| index | section bytes | bytes per indexed position | file growth per position | "
+           "build (ms) | handle open, CPU (ms) |\n|---|---|---|---|---|---|\n");
+    for (int k = 0; k < 3; k++)
+        printf("| %s | %zu | %.2f | %.2f | %.1f | %.2f |\n", names[k], ib[k],
+               ni && k < 2 ? (double)ib[k] / (double)ni : 0.0,
+               k < 2 ? (double)(b[k].n - b[2].n) / (double)n : 0.0, bs[k] * 1e3, op[k] * 1e3);
+    if (!ngon) {
+        po->zidx_bpp = (double)ib[0] / (double)ni;
+        po->zpos_bpp = (double)ib[1] / (double)ni;
+    }
+    printf("\n| query symbols | batches | ZPOS / ZIDX CPU time (median of per-batch ratios) | "
+           "scan / ZIDX | ZIDX per query (us, median) |\n|---|---|---|---|---|\n");
+    enum { BATCH = 16 };
+    static const size_t lens[] = {4, 8, 16};
+    size_t nb = (size_t)(nq + BATCH - 1) / BATCH;
+    double *rn = xmalloc(nb * sizeof *rn), *rs = xmalloc(nb * sizeof *rs),
+           *tz = xmalloc(nb * sizeof *tz);
+    uint64_t *out[3];
+    for (int k = 0; k < 3; k++)
+        out[k] = xmalloc(8192 * sizeof(uint64_t));
+    uint64_t seed = 99 + n;
+    const uint32_t *qs[BATCH];
+    for (size_t li = 0; li < 3; li++) {
+        size_t len = lens[li];
+        for (size_t bi = 0; bi < nb; bi++) {
+            for (int j = 0; j < BATCH; j++)
+                qs[j] = sym + (size_t)(rng_next(&seed) % (n - len + 1));
+            double t[3];
+            for (int rot = 0; rot < 3; rot++) {
+                int k = (int)((bi + (size_t)rot) % 3); /* rotating order */
+                double t0 = cpu_now();
+                for (int j = 0; j < BATCH; j++) {
+                    uint64_t nf;
+                    int rc = fkvf_search_suffix(h[k], qs[j], len, out[k], 8192, &nf);
+                    if (rc)
+                        die("suffix", rc, fkvf_search_message(h[k]));
+                    out[k][8191] = nf;
+                }
+                t[k] = cpu_now() - t0;
+            }
+            /* the last query's answers, compared */
+            uint64_t nf = out[0][8191];
+            for (int k = 1; k < 3; k++)
+                if (out[k][8191] != nf ||
+                    memcmp(out[k], out[0], (nf < 8191 ? nf : 8191) * sizeof(uint64_t))) {
+                    fprintf(stderr, "bench_search: %s and ZIDX answers differ\n", names[k]);
+                    exit(1);
+                }
+            rn[bi] = t[1] / t[0];
+            rs[bi] = t[2] / t[0];
+            tz[bi] = t[0] / BATCH * 1e6;
+            po->ratio[po->n_ratio++] = rn[bi];
+        }
+        double mrn = median_of(rn, nb), mrs = median_of(rs, nb), mtz = median_of(tz, nb);
+        printf("| %zu | %zu | %.3f | %.2f | %.2f |\n", len, nb, mrn, mrs, mtz);
+    }
+    printf("\n");
+    free(rn);
+    free(rs);
+    free(tz);
+    for (int k = 0; k < 3; k++) {
+        free(out[k]);
+        fkvf_search_free(h[k]);
+        fkvf_reader_free(r[k]);
+        free(b[k].p);
+    }
     free(sym);
 }
 
@@ -550,6 +695,7 @@ int main(int argc, char **argv)
 {
     const char *model = BENCH_SEARCH_MODEL;
     int nq = 1000, real = 1, big = 1, n_train = 8, n_eval = 24, T = 512;
+    long positions = 100000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--model") && i + 1 < argc)
@@ -566,12 +712,24 @@ int main(int argc, char **argv)
             real = 0;
         else if (!strcmp(a, "--no-1m"))
             big = 0;
+        else if (!strcmp(a, "--quick"))
+            real = big = 0, nq = 200;
+        else if (!strcmp(a, "--positions") && i + 1 < argc &&
+                 (positions = atol(argv[i + 1])) >= 64 && positions <= 100000000)
+            i++;
         else {
             fprintf(stderr, "usage: bench_search [--model PATH] [--queries N] [--no-real] "
-                            "[--no-1m] [--train N] [--eval N] [--tokens T]\n");
+                            "[--no-1m] [--train N] [--eval N] [--tokens T] [--positions N] "
+                            "[--quick]\n");
             return 2;
         }
     }
+    printf("## Search index size and ZPOS / ZIDX / scan latency (paired)\n\n");
+    paired_out po;
+    memset(&po, 0, sizeof po);
+    po.ratio = xmalloc(2 * 3 * ((size_t)nq / 16 + 1) * sizeof *po.ratio);
+    paired((size_t)positions, nq, 0, &po);
+    paired((size_t)positions / 4, nq, 1, &po);
     printf("## Suffix query latency\n\n");
     printf("One core; %d queries per row, each the last s symbols of a random position (so at "
            "least one match); times per query.\n\n",
@@ -582,5 +740,8 @@ int main(int argc, char **argv)
     latency(100000, nq, 1);
     if (real)
         false_positives(model, n_train, n_eval, T, nq);
+    printf("RESULT zidx_bytes_per_pos=%.3f search_new_vs_old=%.3f\n", po.zpos_bpp,
+           median_of(po.ratio, po.n_ratio));
+    free(po.ratio);
     return 0;
 }

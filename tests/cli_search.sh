@@ -25,8 +25,8 @@ done
 check help-lists-search 0 "$FKVF" --help
 grep_in help-lists-search "search ARCHIVE" "$T/out"
 
-check pack-quad 0 "$FKVF" pack "$CACHE" -o "$T/q.fkvf" $Q
-check pack-ngon 0 "$FKVF" pack "$CACHE" -o "$T/n.fkvf" $Q --codec ngon
+check pack-quad 0 "$FKVF" pack "$CACHE" -o "$T/q.fkvf" $Q --no-index
+check pack-ngon 0 "$FKVF" pack "$CACHE" -o "$T/n.fkvf" $Q --codec ngon --no-index
 check missing-file 2 "$FKVF" search "$T/none.fkvf" --tokens 1,2
 check bad-list 2 "$FKVF" search "$T/q.fkvf" --tokens 1,,2
 check bad-list2 2 "$FKVF" search "$T/q.fkvf" --tokens 1,x
@@ -140,7 +140,7 @@ for a in q n; do
     check "plot-$a-hl-alphabet" 2 "$FKVF" plot "$T/$a.fkvf" --stream L0.H0.K.0 -o "$T/$a-x.png" --highlight-symbols 16
 done
 # index one stream, then all: only the others are indexed
-check pack-part 0 "$FKVF" pack "$CACHE" -o "$T/part.fkvf" $Q
+check pack-part 0 "$FKVF" pack "$CACHE" -o "$T/part.fkvf" $Q --no-index
 check index-part-tokens 0 "$FKVF" index "$T/part.fkvf" --stream tokens --no-sync --json
 grep_in index-part-tokens-json '"streams":1,"entries":256,' "$T/out"
 check index-part-all 0 "$FKVF" index "$T/part.fkvf" --no-sync
@@ -194,6 +194,39 @@ check pack-index-search 0 "$FKVF" search "$T/pi.fkvf" --tokens "$(cat "$T/ctx100
 grep_in pack-index-used '"n_indexed":2' "$T/out"
 sed 's/"n_indexed":[0-9]*,//' "$T/out" >"$T/pi-out"
 check pack-index-same 0 cmp "$T/before-q" "$T/pi-out"
+# pack indexes the token stream by default (a second commit, ZPOS: 4 bytes a
+# position); --no-index writes one commit; the same answers either way
+check pack-default 0 "$FKVF" pack "$CACHE" -o "$T/pd.fkvf" $Q --json
+grep_in pack-default-json '"indexed":true' "$T/out"
+check pack-default-info 0 "$FKVF" info "$T/pd.fkvf"
+grep_in pack-default-commits "in 2 commit" "$T/out"
+grep_in pack-default-info-index '^search index    1088 bytes (in other), 256 positions indexed in effect (4.25 B/position)$' "$T/out"
+check pack-default-info-json 0 "$FKVF" info "$T/pd.fkvf" --json
+grep_in pack-default-info-json-index '"search_index":1088,"search_index_positions":256' "$T/out"
+check pack-default-dump 0 "$FKVF" dump "$T/pd.fkvf"
+n=$(grep -c ZPOS "$T/out"); z=$(grep -c ZIDX "$T/out")
+[ "$n" = 1 ] && [ "$z" = 0 ] && pass=$((pass + 1)) || { echo "FAIL pack-default-zpos: $n ZPOS, $z ZIDX"; fails=$((fails + 1)); }
+check pack-default-verify 0 "$FKVF" verify "$T/pd.fkvf"
+check pack-default-search 0 "$FKVF" search "$T/pd.fkvf" --tokens "$(cat "$T/ctx100")" --radius auto --json
+grep_in pack-default-used '"n_indexed":256' "$T/out"
+sed 's/"n_indexed":[0-9]*,//' "$T/out" >"$T/pd-out"
+check pack-default-same 0 cmp "$T/before-q" "$T/pd-out"
+check pack-noindex 0 "$FKVF" pack "$CACHE" -o "$T/pn.fkvf" $Q --no-index --json
+grep_in pack-noindex-json '"indexed":false' "$T/out"
+check pack-noindex-info 0 "$FKVF" info "$T/pn.fkvf"
+grep_in pack-noindex-commits "in 1 commit" "$T/out"
+grep_in pack-noindex-info-index '^search index    none' "$T/out"
+check pack-noindex-info-json 0 "$FKVF" info "$T/pn.fkvf" --json
+grep_in pack-noindex-info-json-index '"search_index":0,"search_index_positions":0' "$T/out"
+check pack-noindex-search 0 "$FKVF" search "$T/pn.fkvf" --tokens "$(cat "$T/ctx100")" --radius auto --json
+grep_in pack-noindex-scan '"n_indexed":0' "$T/out"
+# the index costs <= 8 bytes per indexed position, its commit included
+sd=$(wc -c <"$T/pd.fkvf"); sn=$(wc -c <"$T/pn.fkvf")
+if [ $((sd - sn)) -gt 0 ] && [ $((sd - sn)) -le $((8 * 256)) ]; then pass=$((pass + 1)); else echo "FAIL pack-index-size: $sd - $sn bytes for 256 positions"; fails=$((fails + 1)); fi
+# the index of the default equals what 'fkvf index --stream tokens' writes
+check pack-noindex-then-index 0 "$FKVF" index "$T/pn.fkvf" --stream tokens --no-sync --json
+grep_in pack-noindex-then-index-json '"streams":1,"entries":256,"bytes":1088,' "$T/out"
+check pack-default-same-bytes 0 cmp "$T/pd.fkvf" "$T/pn.fkvf"
 # prefix reuse: the archive's own first tokens as a prompt
 "$FKVF" context "$T/q.fkvf" --at 29 --len 30 >"$T/pfx"
 check prefix 0 "$FKVF" search "$T/q.fkvf" --tokens "$(cat "$T/pfx"),4000000000" --json

@@ -613,7 +613,7 @@ static void build_indexed(const char *src)
         uint64_t zk = 0;
         ck_assert_int_eq(fkvf_search_index_build(r, ti, &zd, &zn, &zk, NULL), FKVF_OK);
         fkvf_reader_free(r);
-        fkvf_section_add sec = {FKVF_SECTION_ZIDX, 0, zk, zd, zn};
+        fkvf_section_add sec = {FKVF_SECTION_ZPOS, 0, zk, zd, zn};
         ck_assert_int_eq(fkvf_archive_append_sections(NULL, src, &sec, 1, FKVF_SYNC_NONE),
                          FKVF_OK);
         fkvf_search_buffer_free(zd, NULL);
@@ -639,7 +639,7 @@ START_TEST(compact_rebuilds_search_index)
     for (size_t i = 0; i < ai.n_sections; i++) {
         fkvf_section_info si;
         ck_assert_int_eq(fkvf_reader_section(r, i, &si), FKVF_OK);
-        if (si.type == FKVF_SECTION_ZIDX) {
+        if (si.type == FKVF_SECTION_ZPOS) {
             nz++;
             ck_assert_uint_eq(si.key, FKVF_STREAM_ID_TOKENS);
         }

@@ -1697,7 +1697,7 @@ static int as_step(void *ctx, size_t i)
     (void)i;
     static const uint8_t extra[70] = {9};
     fkvf_section_add secs[2] = {
-        {FKVF_SECTION_ZIDX, 0, zidx_ref_key, zidx_ref, zidx_ref_size},
+        {FKVF_SECTION_ZPOS, 0, zidx_ref_key, zidx_ref, zidx_ref_size},
         {FKVF_FOURCC('X', 'T', 'R', 'C'), 0, 3, extra, sizeof extra}};
     fkvf_archive_op *op = NULL;
     int rc = fkvf_archive_append_sections(&op, c->path, secs, 2, FKVF_SYNC_COMMIT);

@@ -1,6 +1,7 @@
 /* Suffix search (fkvf.h "search", spec 12.1.5, 12.2.7, 19): every query
  * against a plain string-matching oracle (recall 1.0, nothing extra), with
- * and without a ZIDX index, on quad and ngon streams of several widths,
+ * a ZPOS index, with a 1.0 ZIDX index and without an index, on quad and
+ * ngon streams of several widths,
  * multi-segment streams, long queries, early positions and symbols outside
  * the alphabet; index building, validation and corruption. */
 #define _POSIX_C_SOURCE 200809L
@@ -12,7 +13,19 @@
 #include <unistd.h>
 
 #include "fkvf.h"
+#include "search/zidx_legacy.h"
 #include "testutil.h"
+
+/* The index type the archives of a test get: ZPOS (what the library
+ * writes) or the 1.0 ZIDX (what existing files may hold). */
+static uint32_t g_itype = FKVF_SECTION_ZPOS;
+
+static int index_build(fkvf_reader *r, size_t idx, void **d, size_t *n, uint64_t *key)
+{
+    if (g_itype == FKVF_SECTION_ZIDX)
+        return fkvf_search_zidx_build(r, idx, d, n, key, NULL);
+    return fkvf_search_index_build(r, idx, d, n, key, NULL);
+}
 
 typedef struct cfg {
     fkvf_profile profile;
@@ -99,8 +112,8 @@ static void add_index_now(fkvf_writer *w, const tu_buf *b)
     void *data;
     size_t size;
     uint64_t key;
-    ck_assert_int_eq(fkvf_search_index_build(r, idx, &data, &size, &key, NULL), FKVF_OK);
-    ck_assert_int_eq(fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, data, size), FKVF_OK);
+    ck_assert_int_eq(index_build(r, idx, &data, &size, &key), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_add_section(w, g_itype, 0, key, data, size), FKVF_OK);
     fkvf_search_buffer_free(data, NULL);
     fkvf_reader_free(r);
     ck_assert_int_eq(fkvf_writer_commit(w), FKVF_OK);
@@ -390,6 +403,154 @@ START_TEST(oracle_indexed_tail)
 }
 END_TEST
 
+/* The same with a 1.0 ZIDX index: existing files answer as before. */
+START_TEST(oracle_zidx)
+{
+    g_itype = FKVF_SECTION_ZIDX;
+    run_cfg(&CFGS[_i], 300 + (uint64_t)_i, 0, 1);
+    run_cfg(&CFGS[_i], 400 + (uint64_t)_i, 1, 1);
+    g_itype = FKVF_SECTION_ZPOS;
+}
+END_TEST
+
+/* ---- ZPOS, ZIDX and scan give the same answers ------------------------- */
+
+typedef struct answers {
+    uint64_t *suf, nsuf, cand, ver; /* suffix positions, counts of the last query */
+    fkvf_match lm[20];
+    size_t nl;
+    uint64_t *rad;
+    fkvf_radius_result rr, rr2;
+} answers;
+
+static void answer(fkvf_search *s, const uint32_t *q, size_t len, uint64_t n, answers *a)
+{
+    ck_assert_int_eq(fkvf_search_suffix(s, q, len, a->suf, n + 1, &a->nsuf), FKVF_OK);
+    fkvf_search_status inf;
+    ck_assert_int_eq(fkvf_search_info(s, &inf), FKVF_OK);
+    a->cand = inf.candidates;
+    a->ver = inf.verified;
+    ck_assert_int_eq(fkvf_search_longest(s, q, len, 20, a->lm, &a->nl), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_radius(s, q, len, 0.0, a->rad, n + 1, &a->rr), FKVF_OK);
+    double wide = fkvf_search_default_radius(s, len > 2 ? len - 2 : 1) * 1.5;
+    ck_assert_int_eq(fkvf_search_radius(s, q, len, wide, a->rad + n + 1, n + 1, &a->rr2),
+                     FKVF_OK);
+}
+
+/* Streams whose first commit ends just below, at and just above a multiple
+ * of the alignment unit (n_indexed at its edges), indexed after it, then
+ * appended to (those positions scanned): every answer of the ZPOS handle
+ * equals the ZIDX handle's (candidate counts included: the same entries in
+ * the same order) and the scan's (results; the scan has no candidates
+ * from the index). Quad 8 and 16 bits, ngon N = 64. */
+START_TEST(three_ways)
+{
+    static const cfg C3[] = {
+        {FKVF_PROFILE_QUAD, 8, 0, 0}, {FKVF_PROFILE_QUAD, 16, 0, 0}, {FKVF_PROFILE_NGON, 0, 64, 0}};
+    const cfg *c = &C3[_i];
+    fkvf_stream_spec sp = spec_of(c);
+    uint64_t u = fkvf_stream_spec_align(&sp);
+    for (int edge = -1; edge <= 1; edge++) {
+        tu_rng rng = {700 + (uint64_t)_i * 10 + (uint64_t)(edge + 1)};
+        uint64_t m = u * (1200 / u) + (uint64_t)(int64_t)edge, n = m + 137;
+        uint32_t *sym = malloc(n * sizeof *sym);
+        make_stream(&rng, c, sym, n);
+        uint64_t cuts[2] = {m, n};
+        built a[3];
+        g_itype = FKVF_SECTION_ZPOS;
+        build(&a[0], c, sym, cuts, 2, 0);
+        g_itype = FKVF_SECTION_ZIDX;
+        build(&a[1], c, sym, cuts, 2, 0);
+        g_itype = FKVF_SECTION_ZPOS;
+        build(&a[2], c, sym, cuts, 2, -1);
+        fkvf_reader *r[3];
+        fkvf_search *s[3];
+        for (int k = 0; k < 3; k++) {
+            r[k] = NULL;
+            s[k] = NULL;
+            ck_assert_int_eq(fkvf_reader_open_memory(&r[k], a[k].b.data, a[k].b.size,
+                                                     FKVF_OPEN_STRICT, NULL),
+                             FKVF_OK);
+            ck_assert_msg(fkvf_reader_verify(r[k]) == FKVF_OK, "%s", fkvf_reader_message(r[k]));
+            ck_assert_int_eq(fkvf_search_open(&s[k], r[k], 0, 0, NULL), FKVF_OK);
+            fkvf_search_status inf;
+            ck_assert_int_eq(fkvf_search_info(s[k], &inf), FKVF_OK);
+            ck_assert_uint_eq(inf.n_indexed, k == 2 ? 0 : m / u * u);
+            ck_assert_uint_eq(inf.length, n);
+        }
+        ck_assert_uint_gt(m / u * u, 0);
+        qset qs[80];
+        size_t nq = make_queries(&rng, c, sym, n, qs, 80);
+        answers an[3];
+        for (int k = 0; k < 3; k++) {
+            an[k].suf = malloc((n + 1) * sizeof(uint64_t));
+            an[k].rad = malloc(2 * (n + 1) * sizeof(uint64_t));
+        }
+        for (size_t i = 0; i < nq; i++) {
+            for (int k = 0; k < 3; k++)
+                answer(s[k], qs[i].q, qs[i].len, n, &an[k]);
+            for (int k = 1; k < 3; k++) {
+                const answers *x = &an[0], *y = &an[k];
+                ck_assert_msg(x->nsuf == y->nsuf && !memcmp(x->suf, y->suf, x->nsuf * 8),
+                              "cfg %d edge %d query %zu: suffix differs (way %d)", _i, edge, i, k);
+                ck_assert_msg(x->nl == y->nl && !memcmp(x->lm, y->lm, x->nl * sizeof x->lm[0]),
+                              "cfg %d edge %d query %zu: longest differs (way %d)", _i, edge, i, k);
+                ck_assert_uint_eq(x->rr.verified, y->rr.verified);
+                ck_assert_uint_eq(x->rr2.verified, y->rr2.verified);
+                ck_assert(!memcmp(x->rad, y->rad, x->rr.verified * 8));
+                ck_assert(!memcmp(x->rad + n + 1, y->rad + n + 1, x->rr2.verified * 8));
+                ck_assert(x->ver == y->ver);
+                if (k == 1) { /* ZIDX: the very same candidates */
+                    ck_assert_uint_eq(x->cand, y->cand);
+                    ck_assert_uint_eq(x->rr.candidates, y->rr.candidates);
+                    ck_assert_uint_eq(x->rr2.candidates, y->rr2.candidates);
+                }
+            }
+        }
+        for (int k = 0; k < 3; k++) {
+            free(an[k].suf);
+            free(an[k].rad);
+            fkvf_search_free(s[k]);
+            fkvf_reader_free(r[k]);
+            tu_buf_free(&a[k].b);
+        }
+        for (size_t i = 0; i < nq; i++)
+            free(qs[i].q);
+        free(sym);
+    }
+}
+END_TEST
+
+/* The index costs at most 8 bytes per indexed position, measured as the
+ * growth of the file (the index commit's directory and trailer included):
+ * ZPOS 4 bytes an entry, against 24 (quad) and 32 (ngon) for ZIDX. */
+START_TEST(zpos_size)
+{
+    static const cfg C2[] = {{FKVF_PROFILE_QUAD, 8, 0, 0}, {FKVF_PROFILE_NGON, 0, 16, 0}};
+    for (int k = 0; k < 2; k++) {
+        tu_rng rng = {31 + (uint64_t)k};
+        const uint64_t n = 4096;
+        uint32_t *sym = malloc(n * sizeof *sym);
+        make_stream(&rng, &C2[k], sym, n);
+        built none, zpos, zidx;
+        build(&none, &C2[k], sym, &n, 1, -1);
+        build(&zpos, &C2[k], sym, &n, 1, 0);
+        g_itype = FKVF_SECTION_ZIDX;
+        build(&zidx, &C2[k], sym, &n, 1, 0);
+        g_itype = FKVF_SECTION_ZPOS;
+        double per = (double)(zpos.b.size - none.b.size) / (double)n;
+        double old = (double)(zidx.b.size - none.b.size) / (double)n;
+        ck_assert_msg(per <= 8.0, "%d: %.2f bytes per position", k, per);
+        ck_assert_msg(per >= 4.0, "%d: %.2f bytes per position", k, per);
+        ck_assert_msg(old >= (k ? 32.0 : 24.0), "%d: ZIDX %.2f bytes per position", k, old);
+        tu_buf_free(&none.b);
+        tu_buf_free(&zpos.b);
+        tu_buf_free(&zidx.b);
+        free(sym);
+    }
+}
+END_TEST
+
 /* ---- smaller things ----------------------------------------------------- */
 
 static void small_archive(built *a, const cfg *c, const uint32_t *sym, uint64_t n, int indexed)
@@ -449,7 +610,7 @@ START_TEST(worked_example_quad8)
     for (size_t i = 0; i < ai.n_sections; i++) {
         fkvf_section_info si;
         ck_assert_int_eq(fkvf_reader_section(r, i, &si), FKVF_OK);
-        if (si.type == FKVF_SECTION_ZIDX) {
+        if (si.type == FKVF_SECTION_ZPOS) {
             const void *d;
             ck_assert_int_eq(fkvf_reader_section_data(r, i, &d, &zs), FKVF_OK);
             zb = d;
@@ -458,16 +619,30 @@ START_TEST(worked_example_quad8)
         }
     }
     ck_assert_ptr_nonnull(zb);
-    ck_assert_uint_eq(zs, 64 + 16 * 24);
-    /* position 0: z = 0x07 << 120: the smallest key with symbol 7 on top?
-     * no: symbol 1 at positions 1, 4, 8, 11, 14 sorts first; the first of
-     * them by key is position 1 (context 1, 7, then zeros) */
-    uint64_t p0 = 0;
-    for (int k = 0; k < 8; k++)
-        p0 |= (uint64_t)zb[64 + 16 + k] << (8 * k);
-    ck_assert_uint_eq(p0, 1);
-    ck_assert_uint_eq(zb[64 + 15], 1);
-    ck_assert_uint_eq(zb[64 + 14], 7);
+    /* the order of spec 20.6, computed by hand from the definition of z_t */
+    static const uint32_t order[16] = {1, 4, 14, 11, 8, 2, 5, 12, 9, 6, 15, 0, 3, 13, 10, 7};
+    ck_assert_uint_eq(zs, 64 + 16 * 4); /* ZPOS: u32 positions (spec 20.7) */
+    static const uint8_t hdr[16] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 8, 4, 0, 0, 0, 0, 0};
+    ck_assert(memcmp(zb, hdr, 16) == 0);
+    ck_assert_uint_eq(zb[16], 16);
+    for (int e = 0; e < 16; e++) {
+        uint32_t t = (uint32_t)zb[64 + 4 * e] | (uint32_t)zb[65 + 4 * e] << 8 |
+                     (uint32_t)zb[66 + 4 * e] << 16 | (uint32_t)zb[67 + 4 * e] << 24;
+        ck_assert_uint_eq(t, order[e]);
+    }
+    /* the 1.0 ZIDX of the same stream: the same positions, with their keys */
+    void *zd;
+    size_t zn;
+    uint64_t key;
+    ck_assert_int_eq(fkvf_search_zidx_build(r, idx, &zd, &zn, &key, NULL), FKVF_OK);
+    ck_assert_uint_eq(zn, 64 + 16 * 24);
+    const uint8_t *zx = zd;
+    ck_assert_uint_eq(zx[10], 24);
+    for (int e = 0; e < 16; e++)
+        ck_assert_uint_eq(zx[64 + 24 * e + 16], order[e]);
+    ck_assert_uint_eq(zx[64 + 15], 1); /* entry 0: position 1, context 7, 1 */
+    ck_assert_uint_eq(zx[64 + 14], 7);
+    fkvf_search_buffer_free(zd, NULL);
     fkvf_search_free(s);
     fkvf_reader_free(r);
     tu_buf_free(&a.b);
@@ -559,7 +734,8 @@ END_TEST
 START_TEST(index_streams)
 {
     const unsigned ks = 2, vs = 1;
-    for (int prof = 0; prof < 2; prof++) {
+    for (int prof = 0; prof < 4; prof++) {
+        g_itype = prof < 2 ? FKVF_SECTION_ZPOS : FKVF_SECTION_ZIDX;
         tu_rng rng = {900 + (uint64_t)prof};
         tu_buf b;
         memset(&b, 0, sizeof b);
@@ -603,7 +779,7 @@ START_TEST(index_streams)
         }
         fkvf_stream_spec sp;
         memset(&sp, 0, sizeof sp);
-        if (prof == 0) {
+        if (prof % 2 == 0) {
             sp.profile = FKVF_PROFILE_QUAD;
             sp.symbol_bits = 4;
         } else {
@@ -625,10 +801,10 @@ START_TEST(index_streams)
         void *zd;
         size_t zs;
         uint64_t key;
-        ck_assert_int_eq(fkvf_search_index_build(r, idx, &zd, &zs, &key, NULL), FKVF_OK);
+        ck_assert_int_eq(index_build(r, idx, &zd, &zs, &key), FKVF_OK);
         ck_assert_uint_eq(key, FKVF_STREAM_ID(0, 1, 0, 0, 1));
         fkvf_reader_free(r);
-        ck_assert_int_eq(fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, zd, zs), FKVF_OK);
+        ck_assert_int_eq(fkvf_writer_add_section(w, g_itype, 0, key, zd, zs), FKVF_OK);
         fkvf_search_buffer_free(zd, NULL);
         ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
         fkvf_writer_free(w);
@@ -650,7 +826,7 @@ START_TEST(index_streams)
             fkvf_search_info(s, &inf);
             ck_assert_uint_eq(inf.n_indexed, noidx ? 0 : A / fkvf_stream_spec_align(&sp) *
                                                             fkvf_stream_spec_align(&sp));
-            check_handle(s, sym, A, qs, nq, prof ? "index stream ngon" : "index stream quad");
+            check_handle(s, sym, A, qs, nq, prof % 2 ? "index stream ngon" : "index stream quad");
             fkvf_search_free(s);
         }
         /* another stream has no index */
@@ -669,6 +845,7 @@ START_TEST(index_streams)
         free(streams);
         tu_buf_free(&b);
     }
+    g_itype = FKVF_SECTION_ZPOS;
 }
 END_TEST
 
@@ -730,7 +907,7 @@ static int open_with_zidx(const cfg *c, const uint32_t *sym, uint64_t n,
     void *zd;
     size_t zs;
     uint64_t key;
-    ck_assert_int_eq(fkvf_search_index_build(r0, 0, &zd, &zs, &key, NULL), FKVF_OK);
+    ck_assert_int_eq(index_build(r0, 0, &zd, &zs, &key), FKVF_OK);
     fkvf_reader_free(r0);
     tu_buf_free(&a.b);
     damage(zd, zs);
@@ -751,7 +928,7 @@ static int open_with_zidx(const cfg *c, const uint32_t *sym, uint64_t n,
     ck_assert_int_eq(fkvf_writer_set_desc(w, &d), FKVF_OK);
     fkvf_stream_spec sp = spec_of(c);
     put_commit(w, &sp, sym, 0, n);
-    ck_assert_int_eq(fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, zd, zs), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_add_section(w, g_itype, 0, key, zd, zs), FKVF_OK);
     fkvf_search_buffer_free(zd, NULL);
     ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
     fkvf_writer_free(w);
@@ -773,8 +950,61 @@ static void dmg_hdr(uint8_t *p, size_t n) { (void)n; p[40] = 1; }       /* reser
 static void dmg_count(uint8_t *p, size_t n) { (void)n; p[16] ^= 0x10; }  /* n_indexed */
 static void dmg_id(uint8_t *p, size_t n) { (void)n; p[0] ^= 1; }        /* stream_id != key */
 
+/* ZPOS damage (entries of 4 bytes) */
+static void zdmg_swap(uint8_t *p, size_t n)
+{
+    (void)n;
+    uint8_t t[4];
+    memcpy(t, p + 64, 4);
+    memcpy(p + 64, p + 68, 4);
+    memcpy(p + 68, t, 4);
+}
+static void zdmg_dup(uint8_t *p, size_t n) { (void)n; memcpy(p + 68, p + 64, 4); } /* entry 1 = 0 */
+static void zdmg_pos(uint8_t *p, size_t n) { p[n - 1] = 0x7f; }                    /* last huge */
+static void zdmg_esize(uint8_t *p, size_t n) { (void)n; p[10] = 8; } /* u64 entries, n < 2^32 */
+
+START_TEST(corrupt_zpos)
+{
+    const cfg c = {FKVF_PROFILE_QUAD, 8, 0, 0};
+    uint64_t n = 320;
+    uint32_t sym[320];
+    tu_rng rng = {9};
+    for (uint64_t i = 0; i < n; i++)
+        sym[i] = tu_below(&rng, 4);
+    struct {
+        void (*f)(uint8_t *, size_t);
+        int open_rc, verify_rc;
+    } cases[] = {
+        {zdmg_swap, FKVF_OK, FKVF_E_CORRUPT},          {zdmg_dup, FKVF_OK, FKVF_E_CORRUPT},
+        {zdmg_pos, FKVF_E_CORRUPT, FKVF_E_CORRUPT},     {dmg_hdr, FKVF_E_CORRUPT, FKVF_E_CORRUPT},
+        {dmg_count, FKVF_E_TRUNCATED, FKVF_E_TRUNCATED}, {dmg_id, FKVF_E_CORRUPT, FKVF_E_CORRUPT},
+        {zdmg_esize, FKVF_E_CORRUPT, FKVF_E_CORRUPT},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tu_buf b;
+        fkvf_reader *r;
+        ck_assert_int_eq(open_with_zidx(&c, sym, n, cases[k].f, &b, &r), FKVF_OK);
+        fkvf_search *s = NULL;
+        int rc = fkvf_search_open(&s, r, 0, 0, NULL);
+        ck_assert_msg(rc == cases[k].open_rc, "case %zu: open %d", k, rc);
+        if (rc) {
+            ck_assert_ptr_nonnull(strstr(fkvf_search_message(s), "20.7"));
+            ck_assert_ptr_nonnull(strstr(fkvf_search_message(s), "ZPOS"));
+        }
+        fkvf_search_free(s);
+        rc = fkvf_reader_verify(r);
+        ck_assert_msg(rc == cases[k].verify_rc, "case %zu: verify %d (%s)", k, rc,
+                      fkvf_reader_message(r));
+        ck_assert_ptr_nonnull(strstr(fkvf_reader_message(r), "20.7"));
+        fkvf_reader_free(r);
+        tu_buf_free(&b);
+    }
+}
+END_TEST
+
 START_TEST(corrupt_index)
 {
+    g_itype = FKVF_SECTION_ZIDX; /* the 1.0 layout's damage */
     const cfg c = {FKVF_PROFILE_QUAD, 8, 0, 0};
     uint64_t n = 320;
     uint32_t sym[320];
@@ -827,6 +1057,7 @@ START_TEST(corrupt_index)
         fkvf_reader_free(r);
         tu_buf_free(&b);
     }
+    g_itype = FKVF_SECTION_ZPOS;
 }
 END_TEST
 
@@ -865,7 +1096,7 @@ START_TEST(index_flags)
         ck_assert_int_eq(fkvf_writer_set_desc(w, &d), FKVF_OK);
         fkvf_stream_spec sp = spec_of(&c);
         put_commit(w, &sp, sym, 0, 64);
-        ck_assert_int_eq(fkvf_writer_add_section(w, FKVF_SECTION_ZIDX,
+        ck_assert_int_eq(fkvf_writer_add_section(w, FKVF_SECTION_ZPOS,
                                                  k ? FKVF_SECTION_REQUIRED : FKVF_SECTION_DEFLATE,
                                                  key, zd, zs),
                          FKVF_OK);
@@ -937,7 +1168,9 @@ START_TEST(touches_only_needed_blocks)
         sym[i] = tu_below(&rng, 256);
     built a;
     uint64_t cut = n;
+    g_itype = FKVF_SECTION_ZIDX; /* in place: ZPOS reads the whole stream at open */
     build(&a, &c, sym, &cut, 1, 0); /* block_size 256: 8 blocks of symbols */
+    g_itype = FKVF_SECTION_ZPOS;
     fkvf_reader *r = NULL;
     ck_assert_int_eq(fkvf_reader_open_memory(&r, a.b.data, a.b.size, 0, NULL), FKVF_OK);
     fkvf_archive_info ai;
@@ -1002,7 +1235,7 @@ START_TEST(append_index_to_file)
     uint64_t key;
     ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key, NULL), FKVF_OK);
     fkvf_reader_free(r);
-    fkvf_section_add sa = {FKVF_SECTION_ZIDX, 0, key, zd, zs};
+    fkvf_section_add sa = {FKVF_SECTION_ZPOS, 0, key, zd, zs};
     fkvf_archive_op *op = NULL;
     fkvf_error_info er;
     int arc = fkvf_archive_append_sections(&op, path, &sa, 1, FKVF_SYNC_NONE);
@@ -1171,7 +1404,7 @@ START_TEST(append_sections_value_stages_only)
     ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zs, &key, NULL), FKVF_OK);
     ck_assert_uint_eq(key, FKVF_STREAM_ID(0, 0, 0, 1, 0));
     fkvf_reader_free(r);
-    fkvf_section_add sa = {FKVF_SECTION_ZIDX, 0, key, zd, zs};
+    fkvf_section_add sa = {FKVF_SECTION_ZPOS, 0, key, zd, zs};
     ck_assert_int_eq(fkvf_archive_append_sections(NULL, path, &sa, 1, FKVF_SYNC_NONE), FKVF_OK);
     fkvf_search_buffer_free(zd, NULL);
     ck_assert_int_eq(fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL), FKVF_OK);
@@ -1233,6 +1466,10 @@ int main(void)
     tcase_add_loop_test(tc, oracle_multisegment, 0, (int)NCFG);
     tcase_add_loop_test(tc, oracle_indexed, 0, (int)NCFG);
     tcase_add_loop_test(tc, oracle_indexed_tail, 0, (int)NCFG);
+    tcase_add_loop_test(tc, oracle_zidx, 0, (int)NCFG);
+    tcase_add_loop_test(tc, three_ways, 0, 3);
+    tcase_add_test(tc, zpos_size);
+    tcase_add_test(tc, corrupt_zpos);
     tcase_add_test(tc, worked_example_quad8);
     tcase_add_test(tc, context_and_prefix_reuse);
     tcase_add_test(tc, no_token_stream);

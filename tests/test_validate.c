@@ -18,6 +18,7 @@
 #include "common/hash.h"
 #include "common/le.h"
 #include "fkvf.h"
+#include "search/zidx_legacy.h"
 #include "testutil.h"
 
 /* ---- collecting violations --------------------------------------------------- */
@@ -126,11 +127,13 @@ static void reader_accepts(const uint8_t *d, size_t n)
 /* 1 layer, 1 head, dims 4/4, f16, 2 sinks; 12 positions of which 6 archived
  * (RVQ k = 16, 1 + 1 stages, quad 4-bit index streams), 8-bit token stream,
  * META with 3 keys; commits == 2 adds a commit with a new META (and
- * commits == 3 a ZIDX index of the token stream in it). */
+ * commits == 3 a 1.0 ZIDX index of the token stream in it, commits == 4 a
+ * ZPOS index). */
 #define NPOS 40
 #define NAR 32
 #define SINKS 2
-/* commits == 3: commit 2 as for 2, plus a ZIDX index of the token stream */
+/* commits == 3: commit 2 as for 2, plus a ZIDX index of the token stream;
+ * commits == 4: a ZPOS index instead */
 static tu_buf base_file(int commits)
 {
     tu_buf b = {0};
@@ -203,7 +206,7 @@ static tu_buf base_file(int commits)
         ck_assert_int_eq(fkvf_writer_commit(w), FKVF_OK);
         ck_assert_int_eq(fkvf_writer_meta_u64(w, "org.test.seed", 8), FKVF_OK);
     }
-    if (commits == 3) {
+    if (commits >= 3) {
         /* the index from a reader over commit 1 (the sink holds it) */
         fkvf_reader *r;
         ck_assert_int_eq(fkvf_reader_open_memory(&r, b.data, b.size, 0, NULL), FKVF_OK);
@@ -212,9 +215,15 @@ static tu_buf base_file(int commits)
         void *zd;
         size_t zn;
         uint64_t key;
-        ck_assert_int_eq(fkvf_search_index_build(r, tsi, &zd, &zn, &key, NULL), FKVF_OK);
-        ck_assert_uint_eq(zn, 64 + 32 * 24); /* 32 positions indexed */
-        rc = fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, zd, zn);
+        if (commits == 3) {
+            ck_assert_int_eq(fkvf_search_zidx_build(r, tsi, &zd, &zn, &key, NULL), FKVF_OK);
+            ck_assert_uint_eq(zn, 64 + 32 * 24); /* 32 positions indexed */
+        } else {
+            ck_assert_int_eq(fkvf_search_index_build(r, tsi, &zd, &zn, &key, NULL), FKVF_OK);
+            ck_assert_uint_eq(zn, 64 + 32 * 4);
+        }
+        rc = fkvf_writer_add_section(w, commits == 3 ? FKVF_SECTION_ZIDX : FKVF_SECTION_ZPOS, 0,
+                                     key, zd, zn);
         ck_assert_msg(rc == FKVF_OK, "%s", fkvf_writer_message(w));
         fkvf_search_buffer_free(zd, NULL);
         fkvf_reader_free(r);
@@ -316,7 +325,7 @@ static void reseal_block(uint8_t *d, const loc *l, uint64_t b)
 
 START_TEST(base_is_valid)
 {
-    for (int commits = 1; commits <= 3; commits++) {
+    for (int commits = 1; commits <= 4; commits++) {
         tu_buf b = base_file(commits);
         reader_accepts(b.data, b.size);
         vlist l = validate(b.data, b.size, FKVF_VALIDATE_STRICT);
@@ -464,6 +473,50 @@ static void inj_zidx_stream(tu_buf *b)
     reseal(b->data, &l);
 }
 
+/* ZPOS (spec 20.7): entries 0 and 1 swapped: every position once, the
+ * order the stream gives broken (found by the net: the keys are the
+ * stream's) */
+static void inj_zpos_order(tu_buf *b)
+{
+    loc l;
+    ck_assert(find_section(b->data, b->size, FKVF_SECTION_ZPOS, 0, &l));
+    uint8_t t[4], *e0 = b->data + l.off + 64, *e1 = e0 + 4;
+    memcpy(t, e0, 4);
+    memcpy(e0, e1, 4);
+    memcpy(e1, t, 4);
+    reseal(b->data, &l);
+}
+
+/* ZPOS: entry 1 repeats entry 0's position */
+static void inj_zpos_dup(tu_buf *b)
+{
+    loc l;
+    ck_assert(find_section(b->data, b->size, FKVF_SECTION_ZPOS, 0, &l));
+    memcpy(b->data + l.off + 68, b->data + l.off + 64, 4);
+    reseal(b->data, &l);
+}
+
+/* ZPOS: the last position = n_indexed */
+static void inj_zpos_range(tu_buf *b)
+{
+    loc l;
+    ck_assert(find_section(b->data, b->size, FKVF_SECTION_ZPOS, 0, &l));
+    uint64_t n = fkvf_ld64(b->data + l.off + 16);
+    fkvf_st32(b->data + l.off + 64 + (n - 1) * 4, (uint32_t)n);
+    reseal(b->data, &l);
+}
+
+/* ZPOS: an index of a stream the archive does not have */
+static void inj_zpos_stream(tu_buf *b)
+{
+    loc l;
+    ck_assert(find_section(b->data, b->size, FKVF_SECTION_ZPOS, 0, &l));
+    uint64_t id = (UINT64_C(1) << 56) | 1;
+    fkvf_st64(b->data + l.off, id);
+    fkvf_st64(b->data + l.entry + 32, id);
+    reseal(b->data, &l);
+}
+
 /* commit 1 of a two-commit file claims one more position than it covers:
  * the served commit 2 is valid, commit 1 alone is not (spec 7.3) */
 static void inj_commit1_state(tu_buf *b)
@@ -499,6 +552,10 @@ static const fixture fixtures[] = {
     {"ZIDX order", inj_zidx_order, 3, FKVF_E_CORRUPT, "20.3", "ZIDX-ORDER", 0},
     {"ZIDX stream", inj_zidx_stream, 3, FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", 0},
     {"ZIDX key", inj_zidx_key, 3, FKVF_E_CORRUPT, "20.3", "NET-VERIFY", 0},
+    {"ZPOS order", inj_zpos_order, 4, FKVF_E_CORRUPT, "20.7", "NET-VERIFY", 0},
+    {"ZPOS duplicate", inj_zpos_dup, 4, FKVF_E_CORRUPT, "20.7", "ZIDX-POSITION", 0},
+    {"ZPOS position", inj_zpos_range, 4, FKVF_E_CORRUPT, "20.7", "ZIDX-POSITION", 0},
+    {"ZPOS stream", inj_zpos_stream, 4, FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", 0},
 };
 #define N_FIXTURES (sizeof fixtures / sizeof fixtures[0])
 

@@ -62,7 +62,7 @@ int fkvf_cli_plot(int argc, char **argv);
 /* fkvf_search.c, for pack --index: every stream of the freshly written
  * archive at path indexed in one new commit (nosync: without fsync).
  * Returns the exit status after any error line. */
-int fkvf_cli_index_file(const char *path, int nosync);
+int fkvf_cli_index_file(const char *path, int tokens_only, int nosync, uint64_t *bytes);
 
 /* fkvf_search.c, for search and plot: the query q[0..qn) against the
  * alphabet of stream idx (named `name`, the token stream when is_tok) of

@@ -99,6 +99,8 @@ static int open_archive(int argc, char **argv, const char *cmd, const char *help
 
 typedef struct part_sizes {
     uint64_t window, indices, tokens, codebooks, metadata, other, structure;
+    uint64_t search; /* ZPOS and ZIDX search indexes (spec 20), also counted in other */
+    uint64_t search_positions; /* entries of those in effect (n_indexed, summed) */
 } part_sizes;
 
 static void sizes_by_part(fkvf_reader *r, const fkvf_archive_info *ai, part_sizes *ps)
@@ -129,11 +131,36 @@ static void sizes_by_part(fkvf_reader *r, const fkvf_archive_info *ai, part_size
         case FKVF_SECTION_DESC:
             ps->metadata += s.stored_size;
             break;
+        case FKVF_SECTION_ZIDX:
+        case FKVF_SECTION_ZPOS:
+            ps->search += s.stored_size;
+            ps->other += s.stored_size;
+            break;
         default:
             ps->other += s.stored_size;
         }
     }
     ps->structure = ai->committed_size - sections;
+    /* the positions the indexes in effect cover, as a search handle finds
+     * them: for each stream with an index section (once) */
+    for (size_t i = 0; ps->search && i < ai->n_sections; i++) {
+        fkvf_section_info s, e;
+        size_t si, k = 0;
+        if (fkvf_reader_section(r, i, &s) ||
+            (s.type != FKVF_SECTION_ZIDX && s.type != FKVF_SECTION_ZPOS) ||
+            fkvf_reader_stream_find(r, s.key, &si))
+            continue;
+        while (k < i && !(fkvf_reader_section(r, k, &e) == FKVF_OK && e.key == s.key &&
+                          (e.type == FKVF_SECTION_ZIDX || e.type == FKVF_SECTION_ZPOS)))
+            k++;
+        if (k < i)
+            continue; /* counted with the first */
+        fkvf_search *h = NULL;
+        fkvf_search_status st;
+        if (fkvf_search_open(&h, r, si, 0, NULL) == FKVF_OK && fkvf_search_info(h, &st) == FKVF_OK)
+            ps->search_positions += st.n_indexed;
+        fkvf_search_free(h);
+    }
 }
 
 static const char *info_help =
@@ -318,9 +345,10 @@ static void info_json(FILE *f, const info_facts *x)
     info_json_cache(f, x);
     fprintf(f, ",\"bytes\":{\"window\":%" PRIu64 ",\"indices\":%" PRIu64 ",\"tokens\":%" PRIu64
                ",\"codebooks\":%" PRIu64 ",\"metadata\":%" PRIu64 ",\"other\":%" PRIu64
-               ",\"structure\":%" PRIu64 ",\"fp16_equivalent\":%" PRIu64,
+               ",\"structure\":%" PRIu64 ",\"fp16_equivalent\":%" PRIu64
+               ",\"search_index\":%" PRIu64 ",\"search_index_positions\":%" PRIu64,
             ps.window, ps.indices, ps.tokens, ps.codebooks, ps.metadata, ps.other, ps.structure,
-            fp16_bytes);
+            fp16_bytes, ps.search, ps.search_positions);
     /* the external codebook file found by content hash (null: none, or not found) */
     if (cbf)
         fprintf(f, ",\"codebook_file\":%" PRIu64 "}", cbf_bytes);
@@ -392,6 +420,13 @@ static void info_text_ratio(FILE *f, const info_facts *x)
                ", codebooks %" PRIu64 ", metadata %" PRIu64 ", other %" PRIu64
                ", structure %" PRIu64 "\n",
             ps.window, ps.indices, ps.tokens, ps.codebooks, ps.metadata, ps.other, ps.structure);
+    if (ps.search)
+        fprintf(f, "search index    %" PRIu64 " bytes (in other), %" PRIu64
+                   " positions indexed in effect (%.2f B/position)\n",
+                ps.search, ps.search_positions,
+                ps.search_positions ? (double)ps.search / (double)ps.search_positions : 0.0);
+    else
+        fprintf(f, "search index    none (queries scan: fkvf index adds one)\n");
     int cb_external = 0;
     uint8_t cb_hash[16] = {0}; /* set only for an external codebook */
     if (fkvf_reader_codebook_ref(r, &cb_external, cb_hash, NULL) != FKVF_OK)

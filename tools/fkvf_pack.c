@@ -176,8 +176,11 @@ static const char *pack_help =
     "  --codec quad|ngon     index stream codec (quad)\n"
     "  --beam B              beam width for encoding, 1 = greedy (1)\n"
     "  --deflate             deflate the exact rows\n"
-    "  --index               also append a commit with a ZIDX search index of every\n"
-    "                        stream (as 'fkvf index' does; spec 20)\n"
+    "  --index               append a commit with a search index of every stream\n"
+    "                        (as 'fkvf index' does; spec 20) instead of the token\n"
+    "                        stream's alone\n"
+    "  --no-index            no search index: one commit (by default a second commit\n"
+    "                        holds the token stream's index, 4 bytes per position)\n"
     "  --model-id STR, --tokenizer-id STR   descriptor ids\n"
     "Output:\n"
     "  --force               replace ARCHIVE if it exists (default: refused); an\n"
@@ -198,7 +201,9 @@ static const char *pack_help =
 
 typedef struct pack_opts {
     const char *in, *out, *cbfile;
-    int train, deflate, f32, index, layout, check_rope, force, json;
+    int train, deflate, f32, layout, check_rope, force, json;
+    int index;            /* 0 --no-index, 1 the token stream (default), 2 --index: all */
+    uint64_t index_bytes; /* written by the index commit */
     int llama;        /* fkvf import-llama: a state file, lossless unless codebooks */
     const char *help; /* pack_help, or import-llama's */
     cli_code_opts code;
@@ -208,6 +213,7 @@ typedef struct pack_opts {
 static int pack_parse(int argc, char **argv, pack_opts *o, int llama, const char *help)
 {
     memset(o, 0, sizeof *o);
+    o->index = 1;
     o->llama = llama;
     o->help = help;
     const char *cmd = llama ? "import-llama" : "pack";
@@ -229,7 +235,9 @@ static int pack_parse(int argc, char **argv, pack_opts *o, int llama, const char
         } else if (!strcmp(a, "--train")) {
             o->train = 1;
         } else if (!strcmp(a, "--index")) {
-            o->index = 1;
+            o->index = 2;
+        } else if (!strcmp(a, "--no-index")) {
+            o->index = 0;
         } else if (!strcmp(a, "--deflate")) {
             o->deflate = 1;
         } else if (!strcmp(a, "--f32")) {
@@ -678,7 +686,8 @@ static void pack_print(const pack_opts *o, const pack_state *s, const pack_plan 
     }
     printf(",\"ratio_fp16\":%.6g,\"ratio_fp16_with_codebook\":%.6g,"
            "\"ratio_fp16_without_codebook\":%.6g,\"indexed\":%s}\n",
-           bytes ? fp16 / (double)bytes : 0.0, r_with, r_without, o->index ? "true" : "false");
+           bytes ? fp16 / (double)bytes : 0.0, r_with, r_without,
+           o->index_bytes ? "true" : "false");
 }
 
 /* The cache read and checked, the geometry planned, the RoPE check.
@@ -732,7 +741,7 @@ static int pack_run(pack_opts *o, pack_state *s, pack_plan *p)
         return ex;
     if ((ex = pack_write(o, s, p)) != CLI_OK)
         return ex;
-    if (o->index && (ex = fkvf_cli_index_file(o->out, 0)) != CLI_OK)
+    if (o->index && (ex = fkvf_cli_index_file(o->out, o->index == 1, 0, &o->index_bytes)))
         return ex; /* search index (fkvf_search.c); the archive itself is complete */
     pack_print(o, s, p);
     return CLI_OK;

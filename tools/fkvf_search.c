@@ -40,7 +40,7 @@ static const char *search_help =
     "  --radius D     plane radius; 'auto' = the bound that holds every match\n"
     "  --context N    show the N symbols up to the end of each longest match (0)\n"
     "  --max N        exact occurrences to print (20; the count is always exact)\n"
-    "  --no-index     ignore ZIDX sections (scan)\n"
+    "  --no-index     ignore search index sections (ZPOS, ZIDX): scan\n"
     "  --json         one JSON object (on failure {\"error\":{...}}, docs/cli.md)\n"
     "\n"
     "Exit status: 0 ok (also when nothing matches), 1 invalid input (not an\n"
@@ -61,25 +61,27 @@ static const char *context_help =
 static const char *index_help =
     "usage: fkvf index ARCHIVE [--stream NAME]... [--no-sync] [--json]\n"
     "\n"
-    "Appends one commit holding a ZIDX search index (spec 20) for every stream\n"
+    "Appends one commit holding a ZPOS search index (spec 20.7) for every stream\n"
     "(or the streams named), each covering the stream's positions rounded down\n"
     "to its alignment unit. The archive is append-only: earlier commits are not\n"
-    "touched, and readers that do not know ZIDX ignore it. Later appends are\n"
-    "scanned until the next 'fkvf index'.\n"
+    "touched, and readers that do not know ZPOS ignore it. Later appends are\n"
+    "scanned until the next 'fkvf index'. 'fkvf pack' already indexes the token\n"
+    "stream (unless --no-index).\n"
     "\n"
     "Running it again changes nothing: a stream whose index in effect (spec\n"
-    "20.4) already covers what a new one would is skipped, and when every\n"
-    "stream is skipped no commit is written (the file stays byte-identical,\n"
-    "exit 0). Streams that grew past their next alignment unit, or whose index\n"
-    "a compaction made stale, are indexed again; streams shorter than one\n"
-    "alignment unit have nothing to index.\n"
+    "20.4; a ZPOS, or the ZIDX of an older file) already covers what a new one\n"
+    "would is skipped, and when every stream is skipped no commit is written\n"
+    "(the file stays byte-identical, exit 0). Streams that grew past their next\n"
+    "alignment unit, or whose index a compaction made stale, are indexed again;\n"
+    "streams shorter than one alignment unit have nothing to index.\n"
     "\n"
-    "Size: 24 bytes per indexed position and quad stream (32 for ngon), plus 64\n"
-    "per stream and the commit's directory: 24 times an 8-bit quad stream's 1\n"
-    "byte per symbol. Indexing all 121 streams of testdata/sample.fkvf (64\n"
-    "indexed positions) adds 201472 bytes to its 523840 (3148 bytes per indexed\n"
-    "position); '--stream tokens' alone adds 1792 (28 per position). Index the\n"
-    "streams you search.\n"
+    "Size: 4 bytes per indexed position and stream (the sorted positions; the\n"
+    "keys are computed from the stream), plus 64 per stream and the commit's\n"
+    "directory (64 per stream). Indexing all 121 streams of testdata/sample.fkvf\n"
+    "(64 indexed positions) adds 46592 bytes to its 523840 (6.0 bytes per\n"
+    "indexed stream position); '--stream tokens' alone adds 512 (8 per\n"
+    "position). A search handle on a ZPOS-indexed stream holds the stream's\n"
+    "points, as a scan does.\n"
     "\n"
     "  --stream NAME  index this stream (tokens or Lx.Hy.K|V.stage; repeatable;\n"
     "                 default: every stream)\n"
@@ -566,7 +568,7 @@ typedef struct index_report {
     size_t current;   /* streams whose index in effect already covers what a new one would */
     size_t short_;    /* streams shorter than their alignment unit: nothing to index */
     uint64_t entries; /* positions in the new indexes, summed over the streams */
-    uint64_t bytes;   /* bytes of the new ZIDX sections */
+    uint64_t bytes;   /* bytes of the new index (ZPOS) sections */
 } index_report;
 
 /* Is the index in effect for stream i (spec 20.4, as the search handle
@@ -586,10 +588,11 @@ static int index_is_current(fkvf_reader *r, size_t i, uint64_t want)
 
 /* Index the streams named (all when nid = 0) of the archive at path in one
  * new commit, skipping those whose index in effect is current (so that a
- * second run changes nothing) and those too short to index. Returns an exit
- * status; *rep reports. */
-static int index_file(const char *path, const uint64_t *ids, size_t nid, int nosync,
-                      index_report *rep)
+ * second run changes nothing) and those too short to index. A stream named
+ * that the archive does not have is an error unless missing_ok. Returns an
+ * exit status; *rep reports. */
+static int index_file(const char *path, const uint64_t *ids, size_t nid, int missing_ok,
+                      int nosync, index_report *rep)
 {
     memset(rep, 0, sizeof *rep);
     fkvf_reader *r = NULL;
@@ -605,7 +608,7 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
         ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
         goto out;
     }
-    for (size_t k = 0; k < nid; k++) { /* every stream named exists */
+    for (size_t k = 0; k < nid && !missing_ok; k++) { /* every stream named exists */
         size_t idx;
         if (!find_stream(r, path, ids[k], &idx)) {
             ret = CLI_INVALID;
@@ -645,7 +648,7 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int nos
                 ret = cli_fail_reader(rc, r, path, pre);
             goto out;
         }
-        secs[n].type = FKVF_SECTION_ZIDX;
+        secs[n].type = FKVF_SECTION_ZPOS;
         secs[n].flags = 0;
         secs[n].key = key;
         secs[n].data = d;
@@ -679,11 +682,17 @@ out:
     return ret;
 }
 
-/* fkvf pack --index: index every stream of a freshly written archive. */
-int fkvf_cli_index_file(const char *path, int nosync)
+/* fkvf pack: index the token stream (tokens_only; none: nothing to do) or
+ * every stream (--index) of a freshly written archive. *bytes: the index
+ * bytes written. */
+int fkvf_cli_index_file(const char *path, int tokens_only, int nosync, uint64_t *bytes)
 {
     index_report rep;
-    return index_file(path, NULL, 0, nosync, &rep);
+    const uint64_t tok = FKVF_STREAM_ID_TOKENS;
+    int ret = tokens_only ? index_file(path, &tok, 1, 1, nosync, &rep)
+                          : index_file(path, NULL, 0, 0, nosync, &rep);
+    *bytes = ret == CLI_OK ? rep.bytes : 0;
+    return ret;
 }
 
 typedef struct index_opts {
@@ -757,7 +766,7 @@ int fkvf_cli_index(int argc, char **argv)
     if (ret >= 0)
         return ret;
     index_report rep;
-    ret = index_file(o.path, o.ids, o.nid, o.nosync, &rep);
+    ret = index_file(o.path, o.ids, o.nid, 0, o.nosync, &rep);
     if (ret == CLI_OK)
         index_print(&o, &rep);
     return ret;

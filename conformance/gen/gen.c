@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 #include "conf_digest.h"
+#include "search/zidx_legacy.h" /* the 1.0 ZIDX builder: valid_zidx.fkvf */
 
 static const char *outdir;
 static FILE *manifest;
@@ -148,6 +149,126 @@ static void acc(const char *name, const char *clause, const char *prov)
 static void rej(const char *name, const char *cls, const char *clause, const char *prov)
 {
     row(name, "reject", "reject", cls, clause, "-", prov);
+}
+
+/* ---- search indexes (§20) ------------------------------------------------ */
+
+/* dst = a copy of base with one appended commit holding an index section of
+ * `type` (ZIDX: the 1.0 builder; ZPOS: fkvf_search_index_build) for the
+ * first and the last stream */
+static void index_copy(const char *base, const char *dst, uint32_t type)
+{
+    buf q = load(base);
+    save(dst, q.p, q.n);
+    free(q.p);
+    fkvf_reader *r = NULL;
+    if (fkvf_reader_open_file(&r, path_of(dst), FKVF_OPEN_READ, NULL))
+        die("open", dst);
+    size_t ns = 0;
+    fkvf_reader_stream_count(r, &ns);
+    fkvf_section_add secs[2];
+    void *data[2] = {NULL, NULL};
+    size_t k = 0;
+    for (size_t i = 0; i < ns && k < 2; i += ns - 1 ? ns - 1 : 1) {
+        size_t sz;
+        uint64_t key;
+        int rc = type == FKVF_SECTION_ZIDX
+                     ? fkvf_search_zidx_build(r, i, &data[k], &sz, &key, NULL)
+                     : fkvf_search_index_build(r, i, &data[k], &sz, &key, NULL);
+        if (rc)
+            die("index build", fkvf_reader_message(r));
+        secs[k].type = type;
+        secs[k].flags = 0;
+        secs[k].key = key;
+        secs[k].data = data[k];
+        secs[k].size = sz;
+        k++;
+        if (ns < 2)
+            break;
+    }
+    fkvf_reader_free(r);
+    fkvf_archive_op *op = NULL;
+    if (fkvf_archive_append_sections(&op, path_of(dst), secs, k, FKVF_SYNC_NONE)) {
+        fkvf_error_info e;
+        fkvf_archive_op_error(op, &e);
+        die("append index", e.message);
+    }
+    fkvf_archive_op_free(op);
+    for (size_t i = 0; i < k; i++)
+        fkvf_search_buffer_free(data[i], NULL);
+}
+
+/* a growing buffer as a writer's sink */
+static long long membuf_write(void *o, const void *d, size_t n)
+{
+    buf *b = o;
+    unsigned char *q = realloc(b->p, b->n + n + 1);
+    if (!q)
+        return -1;
+    b->p = q;
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+    return (long long)n;
+}
+
+/* A token stream of 512 positions (commit 1), its ZPOS (commit 2), then a
+ * segment from 256 with other symbols and 288 more positions (commit 3):
+ * the ZPOS is stale (§20.4). dup: its entry 1 repeats entry 0's position. */
+static void zpos_stale(const char *name, int dup)
+{
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.sync = FKVF_SYNC_NONE;
+    o.optional_features = FKVF_OPTFEAT_TOKEN_STREAM;
+    o.block_size = 256;
+    fkvf_writer *w = NULL;
+    buf mb = {NULL, 0};
+    fkvf_sink sink = {membuf_write, NULL, &mb};
+    if (fkvf_writer_create_sink(&w, &sink, &o, NULL))
+        die("create", name);
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = d.n_kv_heads = d.key_dim = d.value_dim = 1;
+    d.dtype = FKVF_DTYPE_F16;
+    uint32_t sym[800];
+    unsigned x = 7;
+    for (int i = 0; i < 800; i++) {
+        x = x * 1103515245u + 12345u;
+        sym[i] = (x >> 16) % 5; /* few symbols: many equal keys */
+    }
+    fkvf_stream_spec sp;
+    memset(&sp, 0, sizeof sp);
+    sp.profile = FKVF_PROFILE_QUAD;
+    sp.symbol_bits = 8;
+    static const unsigned char rows[800 * 4]; /* K and V of 1 dim, f16 zeros */
+    if (fkvf_writer_set_desc(w, &d) || fkvf_writer_add_token_segment(w, &sp, 0, sym, 512) ||
+        fkvf_writer_add_exact(w, 0, 512, rows, 512 * 4, 0) || fkvf_writer_set_positions(w, 512, 0) ||
+        fkvf_writer_commit(w))
+        die("commit 1", fkvf_writer_message(w));
+    fkvf_reader *r = NULL;
+    int orc = fkvf_reader_open_memory(&r, mb.p, mb.n, 0, NULL);
+    if (orc)
+        die("open", r ? fkvf_reader_message(r) : fkvf_strerror(orc));
+    void *zd;
+    size_t zs;
+    uint64_t key;
+    if (fkvf_search_index_build(r, 0, &zd, &zs, &key, NULL))
+        die("index build", fkvf_reader_message(r));
+    fkvf_reader_free(r);
+    if (dup)
+        memcpy((unsigned char *)zd + 68, (unsigned char *)zd + 64, 4);
+    if (fkvf_writer_add_section(w, FKVF_SECTION_ZPOS, 0, key, zd, zs) || fkvf_writer_commit(w))
+        die("commit 2", fkvf_writer_message(w));
+    fkvf_search_buffer_free(zd, NULL);
+    for (int i = 256; i < 800; i++)
+        sym[i] = (sym[i] + 1) % 5;
+    if (fkvf_writer_add_token_segment(w, &sp, 256, sym + 256, 800 - 256) ||
+        fkvf_writer_add_exact(w, 512, 288, rows, 288 * 4, 0) ||
+        fkvf_writer_set_positions(w, 800, 0) || fkvf_writer_finish(w))
+        die("commit 3", fkvf_writer_message(w));
+    fkvf_writer_free(w);
+    save(name, mb.p, mb.n);
+    free(mb.p);
 }
 
 /* ---- building valid archives with the writer -------------------------- */
@@ -723,47 +844,23 @@ int main(int argc, char **argv)
             "window 6, keys pre-RoPE), RVQ-encoded with a synthetic codebook");
     }
 
-    /* ZIDX: one commit appended to a copy of the quad file */
-    {
-        buf q = load("valid_quad_f16_rope.fkvf");
-        save("valid_zidx.fkvf", q.p, q.n);
-        free(q.p);
-        fkvf_reader *r = NULL;
-        if (fkvf_reader_open_file(&r, path_of("valid_zidx.fkvf"), FKVF_OPEN_READ, NULL))
-            die("open", "valid_zidx.fkvf");
-        size_t ns = 0;
-        fkvf_reader_stream_count(r, &ns);
-        fkvf_section_add secs[2];
-        void *data[2] = {NULL, NULL};
-        size_t k = 0;
-        for (size_t i = 0; i < ns && k < 2; i += ns - 1 ? ns - 1 : 1) {
-            size_t sz;
-            uint64_t key;
-            if (fkvf_search_index_build(r, i, &data[k], &sz, &key, NULL))
-                die("index build", fkvf_reader_message(r));
-            secs[k].type = FKVF_SECTION_ZIDX;
-            secs[k].flags = 0;
-            secs[k].key = key;
-            secs[k].data = data[k];
-            secs[k].size = sz;
-            k++;
-            if (ns < 2)
-                break;
-        }
-        fkvf_reader_free(r);
-        fkvf_archive_op *op = NULL;
-        if (fkvf_archive_append_sections(&op, path_of("valid_zidx.fkvf"), secs, k, FKVF_SYNC_NONE)) {
-            fkvf_error_info e;
-            fkvf_archive_op_error(op, &e);
-            die("append ZIDX", e.message);
-        }
-        fkvf_archive_op_free(op);
-        for (size_t i = 0; i < k; i++)
-            fkvf_search_buffer_free(data[i], NULL);
-        acc("valid_zidx.fkvf", "§20",
-            "valid_quad_f16_rope + fkvf_archive_append_sections: commit 2 with ZIDX of the first "
-            "and last stream");
-    }
+    /* ZIDX (1.0) and ZPOS (§20.7): one commit appended to a copy of a file */
+    index_copy("valid_quad_f16_rope.fkvf", "valid_zidx.fkvf", FKVF_SECTION_ZIDX);
+    acc("valid_zidx.fkvf", "§20",
+        "valid_quad_f16_rope + fkvf_archive_append_sections: commit 2 with ZIDX of the first "
+        "and last stream");
+    index_copy("valid_quad_f16_rope.fkvf", "valid_zpos.fkvf", FKVF_SECTION_ZPOS);
+    acc("valid_zpos.fkvf", "§20.7",
+        "valid_quad_f16_rope + fkvf_archive_append_sections: commit 2 with ZPOS (positions "
+        "only) of the first and last stream (quad 4-bit index, 10-bit tokens)");
+    index_copy("valid_ngon_f16.fkvf", "valid_zpos_ngon.fkvf", FKVF_SECTION_ZPOS);
+    acc("valid_zpos_ngon.fkvf", "§20.7",
+        "valid_ngon_f16 + commit 2 with ZPOS of the first (ngon N=16) and last (token) stream");
+    zpos_stale("valid_zpos_stale.fkvf", 0);
+    acc("valid_zpos_stale.fkvf", "§20.4, §20.7",
+        "writer: token stream (quad 8-bit) of 512 positions, commit 2 a ZPOS of it, commit 3 a "
+        "token segment from 256 with other symbols and 288 more: the ZPOS is stale (ignored; "
+        "its order no longer holds)");
 
     /* from the future */
     {
@@ -1266,6 +1363,65 @@ int main(int argc, char **argv)
     trunc_section("valid_ngon_f16.fkvf", "VTXS", "§10.1", "reject");
     trunc_section("valid_cbrf.fkvf", "CBRF", "§13.5", "reject");
     trunc_section("valid_zidx.fkvf", "ZIDX", "§20.2", "either");
+    trunc_section("valid_zpos.fkvf", "ZPOS", "§20.7", "either");
+    {
+        /* the first index section of valid_zidx.fkvf / valid_zpos.fkvf (stream
+         * L0.H0.K.0, quad 4-bit) changed, section and directory re-sealed */
+        static const struct {
+            const char *name, *type, *cls, *clause, *prov;
+        } zm[] = {
+            {"zidx_order.fkvf", "ZIDX", "CORRUPT", "§20.3",
+             "valid_zidx.fkvf with ZIDX entries 0 and 1 swapped"},
+            {"zidx_key.fkvf", "ZIDX", "CORRUPT", "§20.3",
+             "valid_zidx.fkvf with the last ZIDX entry's key all ones: the order holds, the key "
+             "is not the stream's"},
+            {"zpos_position.fkvf", "ZPOS", "CORRUPT", "§20.7",
+             "valid_zpos.fkvf with the last ZPOS position = n_indexed"},
+            {"zpos_order.fkvf", "ZPOS", "CORRUPT", "§20.7",
+             "valid_zpos.fkvf with ZPOS entries 0 and 1 swapped (each position once, the order "
+             "by the stream's keys broken)"},
+            {"zpos_duplicate.fkvf", "ZPOS", "CORRUPT", "§20.7",
+             "valid_zpos.fkvf with ZPOS entry 1 = entry 0's position"},
+            {"zpos_entry_size.fkvf", "ZPOS", "CORRUPT", "§20.7",
+             "valid_zpos.fkvf with ZPOS entry_size 8 (n_indexed <= 2^32 needs 4)"},
+            {"limit_zpos_size.fkvf", "ZPOS", "LIMIT", "§20.7, §16.2",
+             "valid_zpos.fkvf with ZPOS n_indexed = 2^46 and entry_size 8 (64 + 2^49 > 2^48; "
+             "the section is also too short)"},
+        };
+        for (size_t k = 0; k < sizeof zm / sizeof zm[0]; k++) {
+            int zp = !strcmp(zm[k].type, "ZPOS");
+            buf zb = load(zp ? "valid_zpos.fkvf" : "valid_zidx.fkvf");
+            uint64_t zT = last_trailer(&zb), ze = entry(&zb, zT, zm[k].type, 0);
+            unsigned char *z = zb.p + sec_off(&zb, ze);
+            uint64_t n = get64(z + 16), es = zp ? 4 : 24;
+            unsigned char t[24];
+            switch (k) {
+            case 0:
+            case 3:
+                memcpy(t, z + 64, es);
+                memcpy(z + 64, z + 64 + es, es);
+                memcpy(z + 64 + es, t, es);
+                break;
+            case 1: memset(z + 64 + (n - 1) * 24, 0xFF, 16); break;
+            case 2: put32(z + 64 + (n - 1) * 4, (uint32_t)n); break;
+            case 4: memcpy(z + 68, z + 64, 4); break;
+            case 5: put16(z + 10, 8); break;
+            default:
+                put64(z + 16, (uint64_t)1 << 46);
+                put16(z + 10, 8);
+                break;
+            }
+            reseal_section(&zb, ze);
+            reseal_dir(&zb, zT);
+            save(zm[k].name, zb.p, zb.n);
+            free(zb.p);
+            row(zm[k].name, "reject", "either", zm[k].cls, zm[k].clause, "-", zm[k].prov);
+        }
+        zpos_stale("zpos_stale_duplicate.fkvf", 1);
+        row("zpos_stale_duplicate.fkvf", "reject", "either", "CORRUPT", "§20.4, §20.7", "-",
+            "valid_zpos_stale.fkvf with the stale ZPOS's entry 1 = entry 0's position (a stale "
+            "index still lists each position once)");
+    }
     {
         /* A field over its limit in a section too short for what the field
          * declares: LIMIT, not TRUNCATED (§16.2: the limit check of a field

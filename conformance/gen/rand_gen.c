@@ -343,12 +343,12 @@ static int make_one(const char *dir, unsigned idx, uint64_t seed)
             CHECK(fkvf_search_index_build(r, si, &zdata, &zsize, &key, NULL), NULL);
             fkvf_reader_free(r);
             r = NULL;
-            fkvf_section_add sec = {FKVF_SECTION_ZIDX, 0, key, zdata, zsize};
+            fkvf_section_add sec = {FKVF_SECTION_ZPOS, 0, key, zdata, zsize};
             fkvf_archive_op *op = NULL;
             if (fkvf_archive_append_sections(&op, path, &sec, 1, FKVF_SYNC_COMMIT)) {
                 fkvf_error_info e;
                 fkvf_archive_op_error(op, &e);
-                fprintf(stderr, "fkvf-conf-rand: %s (%s): append ZIDX: %s\n", name, desc_txt,
+                fprintf(stderr, "fkvf-conf-rand: %s (%s): append ZPOS: %s\n", name, desc_txt,
                         e.message);
                 fkvf_archive_op_free(op);
                 goto fail;

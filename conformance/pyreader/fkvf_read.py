@@ -33,7 +33,8 @@ F_DEFLATE = 2
 FEAT_NGON = 1
 FEAT_DEFLATE = 2
 FEAT_EXTCB = 4
-KNOWN = (b"DESC", b"META", b"VTXS", b"CBK1", b"CBRF", b"EXAC", b"STRM", b"ZIDX")
+KNOWN = (b"DESC", b"META", b"VTXS", b"CBK1", b"CBRF", b"EXAC", b"STRM", b"ZIDX", b"ZPOS")
+SEARCH_INDEX = (b"ZIDX", b"ZPOS")  # §20: keys and positions; positions only (§20.7)
 MUST_REQUIRED = (b"DESC", b"VTXS", b"CBK1", b"CBRF", b"EXAC", b"STRM")
 ESIZE = {1: 2, 2: 2, 3: 4}
 
@@ -813,14 +814,17 @@ class Reader:
             raise Reject("CORRUPT", o, "EXAC of %d bytes longer than %d" % (len(d), want), "§14.2")
         return fp, cnt
 
-    # ---- §20 ZIDX
+    # ---- §20 ZIDX, §20.7 ZPOS
     def check_zidx(self, e):
         o = e.offset
+        zpos = e.type == b"ZPOS"
+        tn = e.type.decode()
+        cl = "§20.7" if zpos else "§20.2"
         if e.flags & F_DEFLATE:
-            raise Reject("CORRUPT", e.eoff + 4, "ZIDX with DEFLATE", "§20.1")
+            raise Reject("CORRUPT", e.eoff + 4, "%s with DEFLATE" % tn, "§20.1")
         d = self.contents(e)
         if len(d) < 64:
-            raise Reject("TRUNCATED", o, "ZIDX shorter than 64 bytes", "§20.2 step 1")
+            raise Reject("TRUNCATED", o, "%s shorter than 64 bytes" % tn, cl + " step 1")
         sid = u64(d, 0)
         prof, b, esz, N = d[8], d[9], u16(d, 10), u32(d, 12)
         ni = u64(d, 16)
@@ -828,21 +832,28 @@ class Reader:
         r = f64(d, 24)
         L = u32(d, 32)
         ok = is_zero(d[36:64]) and sid == e.key
+        if zpos:  # §20.7: u32 positions up to 2^32 entries, u64 beyond
+            want_q = want_n = 4 if ni <= 1 << 32 else 8
+        else:
+            want_q, want_n = 24, 32
         if prof == 1:
-            ok = ok and b % 2 == 0 and 2 <= b <= 32 and esz == 24 and N == 0 and rb == bytes(8) and L == 0
+            ok = ok and b % 2 == 0 and 2 <= b <= 32 and esz == want_q and N == 0 and rb == bytes(8) \
+                and L == 0
         elif prof == 2:
-            ok = ok and b == 0 and esz == 32 and 2 <= N <= 65536 and math.isfinite(r) and \
+            ok = ok and b == 0 and esz == want_n and 2 <= N <= 65536 and math.isfinite(r) and \
                 0 < r <= 0.5 and 1 <= L <= 44
         else:
             ok = False
         if not ok:
-            raise Reject("CORRUPT", o, "ZIDX header fields", "§20.2 step 2")
+            raise Reject("CORRUPT", o, "%s header fields" % tn, cl + " step 2")
         if 64 + ni * esz > P48:
-            raise Reject("LIMIT", o + 16, "ZIDX size above 2^48", "§20.2 step 3")
+            raise Reject("LIMIT", o + 16, "%s size above 2^48" % tn, cl + " step 3")
         if len(d) < 64 + ni * esz:
-            raise Reject("TRUNCATED", o, "ZIDX shorter than 64 + n_indexed x entry_size", "§20.2 step 4")
+            raise Reject("TRUNCATED", o, "%s shorter than 64 + n_indexed x entry_size" % tn,
+                         cl + " step 4")
         if len(d) > 64 + ni * esz:
-            raise Reject("CORRUPT", o, "ZIDX longer than 64 + n_indexed x entry_size", "§20.2 step 4")
+            raise Reject("CORRUPT", o, "%s longer than 64 + n_indexed x entry_size" % tn,
+                         cl + " step 4")
         # step 5: the stream
         kind = sid >> 56
         g = None
@@ -859,14 +870,22 @@ class Reader:
                     j = (layer * self.H + head) * (s0.ks + s0.vs) + (stage if kv == 0 else s0.ks + stage)
         s0 = self.first_seg.get(g) if g is not None else None
         if s0 is None:
-            raise Reject("CORRUPT", o, "ZIDX stream_id 0x%016x names no stream" % sid, "§20.2 step 5")
+            raise Reject("CORRUPT", o, "%s stream_id 0x%016x names no stream" % (tn, sid),
+                         cl + " step 5")
         if prof != s0.profile or (prof == 1 and b != s0.b) or \
                 (prof == 2 and (N != s0.N or rb != s0.rbytes or L != s0.L)) or ni % s0.u:
-            raise Reject("CORRUPT", o, "ZIDX codec parameters or n_indexed differ from the stream's",
-                         "§20.2 step 5")
-        # §20.3 entries: positions, order
+            raise Reject("CORRUPT", o, "%s codec parameters or n_indexed differ from the stream's" % tn,
+                         cl + " step 5")
+        # §20.3 entries (ZIDX: stored keys; ZPOS: positions only, keys from the stream)
         ents = []
-        if prof == 1:
+        if zpos:
+            fmt = "<%d%s" % (ni, "I" if esz == 4 else "Q")
+            for i, pos in enumerate(struct.unpack_from(fmt, d, 64)):
+                if pos >= ni:
+                    raise Reject("CORRUPT", o + 64 + esz * i, "ZPOS position %d >= n_indexed %d"
+                                 % (pos, ni), "§20.7")
+                ents.append((None, pos, None))
+        elif prof == 1:
             for i in range(ni):
                 klo, khi, pos = struct.unpack_from("<3Q", d, 64 + 24 * i)
                 ents.append(((khi << 64) | klo, pos, None))
@@ -875,7 +894,7 @@ class Reader:
                 key, pos = struct.unpack_from("<2Q", d, 64 + 32 * i)
                 ents.append((key, pos, bytes(d[64 + 32 * i + 16:64 + 32 * i + 32])))
         prev = None
-        for i, (key, pos, _) in enumerate(ents):
+        for i, (key, pos, _) in enumerate(ents if not zpos else ()):
             if pos >= ni:
                 raise Reject("CORRUPT", o + 64 + esz * i, "ZIDX position %d >= n_indexed %d" % (pos, ni),
                              "§20.3")
@@ -883,13 +902,35 @@ class Reader:
                 raise Reject("CORRUPT", o + 64 + esz * i, "ZIDX entries not in ascending order", "§20.3")
             prev = (key, pos)
         # §20.4 in effect?
-        if ni > self.glen.get(g, 0):
+        stale = ni > self.glen.get(g, 0) or any(ps.first < ni and ps.order > e.order
+                                                for (ps, lo, hi) in self.pieces[g])
+        if stale:
+            if zpos:  # §20.7: a stale ZPOS still lists each position once
+                seen = set()
+                for i, (_, pos, _) in enumerate(ents):
+                    if pos in seen:
+                        raise Reject("CORRUPT", o + 64 + esz * i, "stale ZPOS repeats position %d" % pos,
+                                     "§20.7")
+                    seen.add(pos)
             return
-        for (ps, lo, hi) in self.pieces[g]:
-            if ps.first < ni and ps.order > e.order:
-                return
         syms = self.stream_symbols(g, j)[:ni]
-        if prof == 1:
+        if zpos:  # the order of (key computed from the stream, position)
+            if prof == 1:
+                keys = quad_points(syms, b)
+            else:
+                V = s0.vtx.V
+                keys = []
+                for t in range(ni):
+                    px, py = encode(syms[max(0, t - L + 1):t + 1], V, s0.r)
+                    keys.append(morton(qz(px), qz(py)))
+            prev = None
+            for i, (_, pos, _) in enumerate(ents):
+                cur = (keys[pos], pos)
+                if prev is not None and not (prev < cur):
+                    raise Reject("CORRUPT", o + 64 + esz * i, "ZPOS entry %d (position %d) not above "
+                                 "the previous in (key, position) order" % (i, pos), "§20.7")
+                prev = cur
+        elif prof == 1:
             want = quad_points(syms, b)
             for i, (key, pos, _) in enumerate(ents):
                 if key != want[pos]:
@@ -957,8 +998,8 @@ class Reader:
             for e in E:
                 if e.type in MUST_REQUIRED and not e.flags & F_REQUIRED:
                     raise Reject("CORRUPT", e.eoff + 4, "%s entry without REQUIRED" % e.tname(), "§4.3")
-                if e.type == b"ZIDX" and e.flags & F_REQUIRED:
-                    raise Reject("CORRUPT", e.eoff + 4, "ZIDX entry with REQUIRED", "§20.1")
+                if e.type in SEARCH_INDEX and e.flags & F_REQUIRED:
+                    raise Reject("CORRUPT", e.eoff + 4, "%s entry with REQUIRED" % e.tname(), "§20.1")
         self.has_desc = bool(descs)
         if not descs:
             return self.run_codebook_file(E, npos, narch)
@@ -1060,7 +1101,7 @@ class Reader:
                 self.check_meta(e)
             elif e.type not in KNOWN:
                 self.contents(e)
-            elif e.type == b"ZIDX":
+            elif e.type in SEARCH_INDEX:
                 self.check_zidx(e)
         if self.torn:
             raise Reject("TORN", self.n - self.torn, "%d torn bytes after the last valid commit" % self.torn,

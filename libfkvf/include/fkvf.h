@@ -1106,22 +1106,33 @@ FKVF_API int fkvf_archive_recover(fkvf_archive_op **out, const char *path,
  * block it touches is verified on first touch, spec 11.4). Without an index
  * it keeps the stream's points (quad: the packed symbols, b/8 bytes per
  * position; ngon: the symbols and the binary64 points, 20 bytes per
- * position) and scans them. With a ZIDX section for the stream (spec 20) in
+ * position) and scans them. With a search index for the stream (spec 20) in
  * effect, positions [0, n_indexed) are answered from the sorted index by
- * binary search and only the positions after it are scanned; symbols before
- * an indexed position are decoded through the reader, touching only the
- * blocks they live in. Results are identical with and without an index. */
+ * binary search and only the positions after it are scanned. A ZPOS index
+ * (4 bytes per position) holds only the sorted positions: the handle then
+ * keeps the whole stream's points as without an index, the key of every
+ * 32nd entry (0.5 bytes per position for quad), and computes the key of
+ * each other entry it compares. A ZIDX index (1.0; 24 or 32 bytes per
+ * position) is used in place, zero-copy, with the points of the scanned
+ * tail only; symbols before an indexed position are decoded through the
+ * reader, touching only the blocks they live in. Results are identical
+ * with either index and without one. */
 typedef struct fkvf_search fkvf_search;
 
+/* Search index section types (spec 20): ZIDX (keys and positions, read for
+ * files that have it, no longer written) and ZPOS (positions only, what
+ * fkvf_search_index_build writes). */
 #define FKVF_SECTION_ZIDX FKVF_FOURCC('Z', 'I', 'D', 'X')
+#define FKVF_SECTION_ZPOS FKVF_FOURCC('Z', 'P', 'O', 'S')
 
 /* open flags */
-#define FKVF_SEARCH_NO_INDEX 1u /* ignore ZIDX sections: scan every position */
+#define FKVF_SEARCH_NO_INDEX 1u /* ignore ZIDX and ZPOS sections: scan every position */
 
 /* The reader is borrowed and must outlive the handle. On failure *out is set
  * when a handle exists (read its message, free it). A ZIDX section that is
- * malformed is FKVF_E_CORRUPT / FKVF_E_TRUNCATED / FKVF_E_LIMIT (spec 20.2);
- * one that is stale (spec 20.4) is ignored. */
+ * malformed is FKVF_E_CORRUPT / FKVF_E_TRUNCATED / FKVF_E_LIMIT (spec 20.2,
+ * 20.7; a ZPOS position not below n_indexed is CORRUPT at open); one that is
+ * stale (spec 20.4) is ignored. */
 FKVF_API int fkvf_search_open(fkvf_search **out, fkvf_reader *r, size_t stream_index,
                               unsigned flags, const fkvf_allocator *alloc);
 /* Free s (not its reader). NULL or not a search handle: no-op. */
@@ -1227,10 +1238,11 @@ typedef struct fkvf_prefix_reuse {
 FKVF_API int fkvf_search_prefix_reuse(fkvf_reader *r, const uint32_t *prompt, size_t n,
                                       fkvf_prefix_reuse *out);
 
-/* The ZIDX index of a stream (spec 20) covering positions [0, n) with
- * n = the stream's length rounded down to its alignment unit: *data holds
- * the section contents (*size bytes), *key its directory key. Add it with
- * fkvf_writer_add_section(w, FKVF_SECTION_ZIDX, 0, key, data, size) or
+/* The ZPOS index of a stream (spec 20.7; 64 + 4 bytes per position)
+ * covering positions [0, n) with n = the stream's length rounded down to
+ * its alignment unit: *data holds the section contents (*size bytes), *key
+ * its directory key. Add it as a section of type FKVF_SECTION_ZPOS:
+ * fkvf_writer_add_section(w, FKVF_SECTION_ZPOS, 0, key, data, size) or
  * fkvf_archive_append_sections. All memory, *data included, comes from
  * alloc (NULL = malloc family); the caller owns *data: free it with
  * fkvf_search_buffer_free(data, alloc). Reads the stream through r (every

@@ -136,6 +136,11 @@ class SectionInfo(Structure):
                 ("checksum", c_uint64), ("commit_seq", c_uint64)]
 
 
+class SectionAdd(Structure):
+    _fields_ = [("type", c_uint32), ("flags", c_uint32), ("key", c_uint64),
+                ("data", c_void_p), ("size", c_size_t)]
+
+
 class Match(Structure):
     _fields_ = [("position", c_uint64), ("length", c_uint64)]
 
@@ -214,6 +219,7 @@ STRUCTS = {
     "ErrorInfo": "fkvf_error_info", "ArchiveInfo": "fkvf_archive_info", "Desc": "fkvf_desc",
     "MetaEntry": "fkvf_meta_entry", "StreamInfo": "fkvf_stream_info",
     "ReadRequest": "fkvf_read_request", "SectionInfo": "fkvf_section_info",
+    "SectionAdd": "fkvf_section_add",
     "CompactOptions": "fkvf_compact_options", "CompactResult": "fkvf_compact_result",
     "Match": "fkvf_match", "PrefixReuse": "fkvf_prefix_reuse",
     "CodebookShape": "fkvf_codebook_shape", "Rope": "fkvf_rope", "Rows": "fkvf_rows",
@@ -247,6 +253,7 @@ FEAT_NGON, FEAT_DEFLATE, FEAT_EXTERNAL_CODEBOOK = 1, 2, 4
 OPTFEAT_TOKEN_STREAM = 1
 SECTION_DEFLATE = 2
 SECTION_EXAC = 0x43415845  # FKVF_FOURCC('E', 'X', 'A', 'C')
+SECTION_ZPOS = 0x534F505A  # FKVF_FOURCC('Z', 'P', 'O', 'S'): fkvf_search_index_build's type
 SYNC_COMMIT, SYNC_NONE = 0, 1
 
 lib = _load()
@@ -288,6 +295,11 @@ _PROTOS = {
                                      POINTER(CompactOptions), POINTER(CompactResult)]),
     "fkvf_archive_op_error": (c_int, [ArchiveOp, POINTER(ErrorInfo)]),
     "fkvf_archive_op_free": (None, [ArchiveOp]),
+    "fkvf_archive_append_sections": (c_int, [POINTER(ArchiveOp), c_char_p, POINTER(SectionAdd),
+                                             c_size_t, c_uint]),
+    "fkvf_search_index_build": (c_int, [Reader, c_size_t, POINTER(c_void_p), POINTER(c_size_t),
+                                        POINTER(c_uint64), c_void_p]),
+    "fkvf_search_buffer_free": (None, [c_void_p, c_void_p]),
     "fkvf_reader_restore": (c_int, [Reader, c_uint64, c_uint64, c_int, c_void_p, c_size_t]),
     "fkvf_reader_is_exact": (c_int, [Reader, c_uint64, POINTER(c_int)]),
     "fkvf_reader_verify": (c_int, [Reader]),

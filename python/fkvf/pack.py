@@ -229,8 +229,8 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
          keys: Optional[str] = None, rope: Any = None, layout: Optional[str] = None,
          dtype: Any = None, tokens: Any = None, codec: str = "quad", beam: int = 1,
          deflate: bool = False, model_id: str = "", tokenizer_id: str = "",
-         metadata: Optional[Dict[str, Any]] = None, overwrite: bool = False
-         ) -> Dict[str, Any]:
+         metadata: Optional[Dict[str, Any]] = None, overwrite: bool = False,
+         index: bool = True) -> Dict[str, Any]:
     """Archive a KV cache at path, as ``fkvf pack CACHE -o PATH`` does.
 
     The first min(sinks, T) and the last `recent` positions are stored exact, those
@@ -250,7 +250,10 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
     fkvf.Rope(theta, dims, layout), or False (keys not rotated). tokens: one id per
     position. metadata: extra {str: str | int | float | bool | bytes} entries.
     An existing path is refused (fkvf.ExistsError) unless overwrite=True; the codebooks
-    file is never replaced. Returns what ``fkvf pack --json`` prints, as a dict.
+    file is never replaced. index: with tokens, a second commit holds the token stream's
+    search index (spec 20.7, 4 bytes per position), as ``fkvf pack`` writes by default;
+    False is ``fkvf pack --no-index`` (one commit). Returns what ``fkvf pack --json``
+    prints, as a dict.
     """
     path = _path_arg("path", path)
     cbpath = _path_arg("codebooks", codebooks) if codebooks is not None else None
@@ -429,11 +432,52 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
         lib.fkvf_rvq_free(handles.get("q"))
         if cb is not None:
             cb.close()
-    return _pack_result(path, cbpath, P, A, shape, cbb, k_out)
+    indexed = bool(index) and tok is not None and _index_tokens(path)
+    return _pack_result(path, cbpath, P, A, shape, cbb, k_out, indexed)
+
+
+def _index_tokens(path: str) -> bool:
+    """The token stream's search index appended to the archive at path in one commit, as
+    ``fkvf pack`` does (fkvf_search_index_build, fkvf_archive_append_sections with
+    SYNC_COMMIT): True when one was written (False: no token stream, or shorter than its
+    alignment unit)."""
+    r = _lib.Reader()
+    rc = lib.fkvf_reader_open_file(byref(r), os.fsencode(path), 0, None)
+    data = ctypes.c_void_p()
+    try:
+        if rc != _lib.OK:
+            raise from_handle(lib.fkvf_reader_error, r.value, rc, path)
+        si = ctypes.c_size_t()
+        if lib.fkvf_reader_stream_find(r, _lib.STREAM_ID_TOKENS, byref(si)) != _lib.OK:
+            return False
+        info = _lib.StreamInfo()
+        rc = lib.fkvf_reader_stream_info(r, si, byref(info))
+        if rc == _lib.OK and info.length < max(info.align, 1):
+            return False
+        size, key = ctypes.c_size_t(), ctypes.c_uint64()
+        if rc == _lib.OK:
+            rc = lib.fkvf_search_index_build(r, si, byref(data), byref(size), byref(key), None)
+        if rc != _lib.OK:
+            raise from_handle(lib.fkvf_reader_error, r.value, rc, path)
+        lib.fkvf_reader_free(r)
+        r = _lib.Reader()
+        sec = _lib.SectionAdd(_lib.SECTION_ZPOS, 0, key.value, data.value, size.value)
+        op = _lib.ArchiveOp()
+        try:
+            rc = lib.fkvf_archive_append_sections(byref(op), os.fsencode(path), byref(sec), 1,
+                                                  _lib.SYNC_COMMIT)
+            if rc != _lib.OK:
+                raise from_handle(lib.fkvf_archive_op_error, op.value, rc, path)
+        finally:
+            lib.fkvf_archive_op_free(op)
+        return True
+    finally:
+        lib.fkvf_search_buffer_free(data, None)
+        lib.fkvf_reader_free(r)
 
 
 def _pack_result(path: str, cbpath: Optional[str], P: int, A: int, shape: "_cache.Shape",
-                 cbb: int, k: int) -> Dict[str, Any]:
+                 cbb: int, k: int, indexed: bool = False) -> Dict[str, Any]:
     """What fkvf pack --json prints (pack_print), without "cache" (no input file)."""
     size = os.path.getsize(path)
     fp16 = float(P * shape.row_elems() * 2)
@@ -448,7 +492,7 @@ def _pack_result(path: str, cbpath: Optional[str], P: int, A: int, shape: "_cach
             "fp16_bytes": int(fp16), "codebook_bytes": fb if cbpath else cbb, "k": k,
             "codebooks": {"external": cbpath} if cbpath else ("embedded" if A > 0 else None),
             "ratio_fp16": fp16 / size if size else 0.0, "ratio_fp16_with_codebook": r_with,
-            "ratio_fp16_without_codebook": r_without, "indexed": False}
+            "ratio_fp16_without_codebook": r_without, "indexed": indexed}
 
 
 # ---- fkvf.train ---------------------------------------------------------------------

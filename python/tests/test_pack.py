@@ -45,9 +45,15 @@ def write_safetensors(path, k, v, tokens=None):
 
 
 def sections(path):
-    """Every section but the metadata: (type, key, size, stored size, checksum)."""
+    """Every section but the metadata: (type, key, size, stored size, checksum). The
+    search index of the second commit (spec 20.7) follows the metadata, whose size differs
+    between writers, so its checksum (seeded by its offset) would too: its stored bytes
+    instead."""
     d = json.loads(run_cli("dump", "--json", path).stdout)
-    return [(s["type"], s["key"], s["size"], s["stored_size"], s["checksum"])
+    data = open(path, "rb").read()
+    return [(s["type"], s["key"], s["size"], s["stored_size"],
+             data[s["offset"]:s["offset"] + s["stored_size"]] if s["type"] == "ZPOS"
+             else s["checksum"])
             for s in d["sections"] if s["type"] != "META"]
 
 
@@ -420,3 +426,25 @@ def test_torch_bf16_and_gqa(fkvf, tmp_path):
     # the CLI restores the same bits at every position
     kk, vv, _ = unpack(tmp_path, tmp_path / "a.fkvf", "bf16", extra=("--layout", "hnd"))
     assert np.array_equal(kk[:, :, exact], bits(k)[:, :, exact])
+
+
+def test_index_default_and_off(fkvf, tmp_path):
+    """fkvf.pack indexes the token stream as fkvf pack does (a second commit with one ZPOS
+    section, the same bytes); index=False is --no-index (one commit, no index section)."""
+    k, v, tok = load()
+    r = fkvf.pack((k, v), tmp_path / "py.fkvf", tokens=tok, seed=3)
+    c = cli_pack(CACHE, tmp_path / "cli.fkvf", "--seed", "3")
+    assert r["indexed"] is True and c["indexed"] is True
+    s = sections(tmp_path / "py.fkvf")
+    assert [x[0] for x in s].count("ZPOS") == 1 and s == sections(tmp_path / "cli.fkvf")
+    r = fkvf.pack((k, v), tmp_path / "py0.fkvf", tokens=tok, seed=3, index=False)
+    c = cli_pack(CACHE, tmp_path / "cli0.fkvf", "--seed", "3", "--no-index")
+    assert r["indexed"] is False and c["indexed"] is False
+    s = sections(tmp_path / "py0.fkvf")
+    assert "ZPOS" not in [x[0] for x in s] and s == sections(tmp_path / "cli0.fkvf")
+    info = json.loads(run_cli("info", "--json", tmp_path / "py.fkvf").stdout)
+    assert info["commits"] == 2 and info["bytes"]["search_index"] == 64 + 4 * info["positions"]
+    assert json.loads(run_cli("info", "--json", tmp_path / "py0.fkvf").stdout)["commits"] == 1
+    # the index: <= 8 bytes per indexed position, its commit included
+    grown = os.path.getsize(tmp_path / "py.fkvf") - os.path.getsize(tmp_path / "py0.fkvf")
+    assert 0 < grown <= 8 * info["positions"]

@@ -282,13 +282,15 @@ static int rebuild_zidx(job *j)
     for (size_t i = 0; i < j->ai.n_sections; i++) {
         fkvf_section_info zs;
         size_t zi;
-        if (fkvf_reader_section(j->r, i, &zs) != FKVF_OK || zs.type != FKVF_SECTION_ZIDX ||
+        if (fkvf_reader_section(j->r, i, &zs) != FKVF_OK ||
+            (zs.type != FKVF_SECTION_ZIDX && zs.type != FKVF_SECTION_ZPOS) ||
             fkvf_reader_stream_find(j->r, zs.key, &zi) != FKVF_OK)
             continue;
         int dup = 0;
         for (size_t k = 0; k < i && !dup; k++) {
             fkvf_section_info ps;
-            dup = fkvf_reader_section(j->r, k, &ps) == FKVF_OK && ps.type == FKVF_SECTION_ZIDX &&
+            dup = fkvf_reader_section(j->r, k, &ps) == FKVF_OK &&
+                  (ps.type == FKVF_SECTION_ZIDX || ps.type == FKVF_SECTION_ZPOS) &&
                   ps.key == zs.key;
         }
         if (dup)
@@ -298,7 +300,7 @@ static int rebuild_zidx(job *j)
         uint64_t zk = 0;
         int rc = fkvf_search_index_build(j->r, zi, &zd, &zn, &zk, c->alloc);
         if (rc == FKVF_OK)
-            rc = fkvf_writer_add_section(j->w, FKVF_SECTION_ZIDX, 0, zk, zd, zn);
+            rc = fkvf_writer_add_section(j->w, FKVF_SECTION_ZPOS, 0, zk, zd, zn);
         fkvf_search_buffer_free(zd, c->alloc);
         if (rc != FKVF_OK)
             return fail_writer(c, rc, j->w, "search index");

@@ -1,5 +1,5 @@
-/* ZIDX search index (spec 20), reader side: segment access for the search
- * module and full verification of index sections. */
+/* ZIDX and ZPOS search indexes (spec 20), reader side: segment access for
+ * the search module and full verification of index sections. */
 #include "read/zidx.h"
 
 #include <string.h>
@@ -42,6 +42,102 @@ static int in_effect(const rd_stream *st, size_t sec, uint64_t n)
     return 1;
 }
 
+/* The key of position t (spec 20.3): quad z_t from the packed symbols pk
+ * (16 zero bytes before the data), ngon morton(Q(x), Q(y)) and the point. */
+static void key_of(const rd_group *g, int quad, unsigned bits, const uint8_t *pk,
+                   const uint32_t *sym, uint64_t t, uint64_t *hi, uint64_t *lo, double *x,
+                   double *y)
+{
+    if (quad) {
+        uint64_t bit = (t + 1) * bits; /* window [bit - 128, bit) of the data */
+        const uint8_t *q = pk + (bit >> 3);
+        unsigned sh = (unsigned)(bit & 7);
+        uint64_t a = fkvf_ld64(q), m = fkvf_ld64(q + 8);
+        *lo = a;
+        *hi = m;
+        if (sh) {
+            *lo = (a >> sh) | (m << (64 - sh));
+            *hi = (m >> sh) | ((uint64_t)q[16] << (64 - sh));
+        }
+        return;
+    }
+    uint64_t f = t + 1 >= g->span ? t + 1 - g->span : 0;
+    fkvf_ngon_encode_span(g->ngon, sym + f, (uint32_t)(t + 1 - f), x, y);
+    *hi = 0;
+    *lo = fkvf_zidx_morton32(fkvf_zidx_quant(*x), fkvf_zidx_quant(*y));
+}
+
+/* ZPOS (spec 20.7): positions below n_indexed; a stale index's positions
+ * distinct (a permutation); an index in effect strictly ascending by the
+ * (key, position) the stream gives. */
+static int check_zpos(fkvf_reader *r, size_t sec, const rd_stream *st, size_t si,
+                      const uint8_t *p, const fkvf_zidx_hdr *h, size_t n)
+{
+    uint64_t off = r->sections[sec].e.offset;
+    const uint8_t *e0 = p + FKVF_ZIDX_HDR_SIZE;
+    const rd_group *g = st->g;
+    int quad = h->profile == FKVF_PROFILE_QUAD, rc = FKVF_OK;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t t = fkvf_zpos_at(e0, h->entry_size, i);
+        if (t >= h->n_indexed)
+            return FAIL(FKVF_E_CORRUPT, off + FKVF_ZIDX_HDR_SIZE + i * h->entry_size, "20.7",
+                        "ZPOS entry %zu: position %llu not below n_indexed %llu", i,
+                        (unsigned long long)t, (unsigned long long)h->n_indexed);
+    }
+    uint8_t *seen = NULL, *pk = NULL;
+    uint32_t *sym = NULL;
+    if (!in_effect(st, sec, h->n_indexed)) {
+        /* stale: its order describes symbols since replaced; a permutation still */
+        if (!(seen = fkvf_calloc(r->alloc, n / 8 + 1, 1)))
+            return FAIL(FKVF_E_NOMEM, off, NULL, "no memory to verify the index");
+        for (size_t i = 0; i < n && rc == FKVF_OK; i++) {
+            uint64_t t = fkvf_zpos_at(e0, h->entry_size, i);
+            if (seen[t >> 3] & (1u << (t & 7)))
+                rc = FAIL(FKVF_E_CORRUPT, off + FKVF_ZIDX_HDR_SIZE + i * h->entry_size,
+                          "20.7", "ZPOS entry %zu: position %llu appears twice", i,
+                          (unsigned long long)t);
+            seen[t >> 3] |= (uint8_t)(1u << (t & 7));
+        }
+        fkvf_free(r->alloc, seen);
+        return rc;
+    }
+    uint64_t bytes = 0;
+    size_t pb = 0;
+    if (!(sym = fkvf_calloc(r->alloc, n ? n : 1, sizeof *sym)))
+        return FAIL(FKVF_E_NOMEM, off, NULL, "no memory to verify the index");
+    if ((rc = rd_stream_read(r, si, 0, sym, n)))
+        goto out;
+    if (quad) {
+        if (!fkvf_quad_data_bytes(h->n_indexed, h->bits, &bytes) || !fkvf_tosz(bytes, &pb) ||
+            pb > SIZE_MAX - 64 || !(pk = fkvf_calloc(r->alloc, pb + 40, 1))) {
+            rc = FAIL(FKVF_E_NOMEM, off, NULL, "no memory to verify the index");
+            goto out;
+        }
+        if ((rc = fkvf_quad_encode(sym, n, h->bits, pk + 16, pb)))
+            goto out;
+    }
+    uint64_t ph = 0, pl = 0, pt = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t t = fkvf_zpos_at(e0, h->entry_size, i), hi, lo;
+        double x, y;
+        key_of(g, quad, h->bits, pk, sym, t, &hi, &lo, &x, &y);
+        if (i && !(ph < hi || (ph == hi && (pl < lo || (pl == lo && pt < t))))) {
+            rc = FAIL(FKVF_E_CORRUPT, off + FKVF_ZIDX_HDR_SIZE + i * h->entry_size, "20.7",
+                      "ZPOS entry %zu (position %llu) is not above entry %zu (position %llu) "
+                      "in the (key, position) order the stream gives",
+                      i, (unsigned long long)t, i - 1, (unsigned long long)pt);
+            goto out;
+        }
+        ph = hi;
+        pl = lo;
+        pt = t;
+    }
+out:
+    fkvf_free(r->alloc, sym);
+    fkvf_free(r->alloc, pk);
+    return rc;
+}
+
 static int check_one(fkvf_reader *r, size_t sec)
 {
     const rd_section *rs = &r->sections[sec];
@@ -52,13 +148,15 @@ static int check_one(fkvf_reader *r, size_t sec)
     if (rc)
         return rc;
     fkvf_zidx_hdr h;
-    if ((rc = fkvf_zidx_hdr_parse(p, size, rs->e.key, off, &h, &r->diag)))
+    int zpos = rs->e.type == FKVF_SECTION_ZPOS;
+    const char *tn = zpos ? "ZPOS" : "ZIDX", *clause = zpos ? "20.7" : "20.2";
+    if ((rc = fkvf_zidx_hdr_parse(rs->e.type, p, size, rs->e.key, off, &h, &r->diag)))
         return rc;
     size_t si;
     rd_stream stv;
     if (rd_stream_find(r, h.stream_id, &si) != FKVF_OK || rd_stream_at(r, si, &stv))
-        return fkvf_fail_replace(&r->diag, FKVF_E_CORRUPT, off, "20.2",
-                                 "ZIDX for stream %016llx, which does not exist",
+        return fkvf_fail_replace(&r->diag, FKVF_E_CORRUPT, off, clause,
+                                 "%s for stream %016llx, which does not exist", tn,
                                  (unsigned long long)h.stream_id);
     const rd_stream *st = &stv;
     const rd_group *g = st->g;
@@ -68,18 +166,20 @@ static int check_one(fkvf_reader *r, size_t sec)
                     : (h.alphabet == g->alphabet && h.span == g->span &&
                        memcmp(&h.r, &g->r, sizeof h.r) == 0));
     if (!same)
-        return FAIL(FKVF_E_CORRUPT, off + 8, "20.2",
-                    "ZIDX codec parameters differ from those of stream %016llx",
+        return FAIL(FKVF_E_CORRUPT, off + 8, clause,
+                    "%s codec parameters differ from those of stream %016llx", tn,
                     (unsigned long long)h.stream_id);
     uint32_t u = fkvf_strm_align(g->profile, g->bits, g->span);
     if (u && h.n_indexed % u)
-        return FAIL(FKVF_E_CORRUPT, off + 16, "20.2",
-                    "ZIDX.n_indexed %llu is not a multiple of the alignment unit %u",
+        return FAIL(FKVF_E_CORRUPT, off + 16, clause,
+                    "%s.n_indexed %llu is not a multiple of the alignment unit %u", tn,
                     (unsigned long long)h.n_indexed, u);
     int quad = h.profile == FKVF_PROFILE_QUAD;
     size_t es = h.entry_size, n;
     if (!fkvf_tosz(h.n_indexed, &n))
         return FAIL(FKVF_E_NOMEM, off, NULL, "index too large for this address space");
+    if (zpos)
+        return check_zpos(r, sec, st, si, p, &h, n);
     /* order and positions */
     const uint8_t *e0 = p + FKVF_ZIDX_HDR_SIZE;
     for (size_t i = 0; i < n; i++) {
@@ -161,14 +261,16 @@ out:
 int rd_zidx_verify(fkvf_reader *r)
 {
     for (size_t i = 0; i < r->n_sections; i++) {
-        if (r->sections[i].e.type != FKVF_SECTION_ZIDX)
+        uint32_t ty = r->sections[i].e.type;
+        if (!fkvf_zidx_is_index(ty))
             continue;
+        const char *tn = ty == FKVF_SECTION_ZPOS ? "ZPOS" : "ZIDX";
         if (r->sections[i].e.flags & FKVF_SECTION_DEFLATE)
             return FAIL(FKVF_E_CORRUPT, r->sections[i].e.offset, "20.1",
-                        "ZIDX section with the DEFLATE flag");
+                        "%s section with the DEFLATE flag", tn);
         if (r->sections[i].e.flags & FKVF_SECTION_REQUIRED)
             return FAIL(FKVF_E_CORRUPT, r->sections[i].e.offset, "20.1",
-                        "ZIDX section with the REQUIRED flag");
+                        "%s section with the REQUIRED flag", tn);
         int rc = check_one(r, i);
         if (rc)
             return rc;

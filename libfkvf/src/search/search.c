@@ -13,8 +13,10 @@
 #include "fkvf.h"
 #include "format/zidx.h"
 #include "le.h"
+#include "search/zidx_legacy.h"
 
 #define PAD 16                            /* zero bytes before and after the packed tail */
+#define ZSAMPLE 32 /* ZPOS: one key in memory per 32 entries (0.5 B per position, quad) */
 
 struct fkvf_search {
     fkvf_handle h; /* kind FKVF_HANDLE_SEARCH; always OPEN */
@@ -35,13 +37,18 @@ struct fkvf_search {
     size_t ix_sec;
     uint64_t ix_off;
     size_t es;
+    int zpos; /* the index is a ZPOS (positions only): keys computed from the points */
+    uint64_t *skey; /* ZPOS: the key of every ZSAMPLE-th entry (hi, lo pairs; ngon lo) */
+    uint64_t n_skey;
 
-    /* tail: positions [scan0, n) are scanned; symbols from base are held */
+    /* tail: positions [scan0, n) are scanned; symbols from base are held
+     * (base = 0 with a ZPOS index: every indexed position's key is needed) */
     uint64_t base, scan0;
     uint8_t *pk; /* quad: PAD zeros, symbols [base, n) packed, PAD + 8 zeros */
     size_t pk_data;
     uint32_t *sym;   /* ngon: symbols [base, n) */
-    double *px, *py; /* ngon: points of positions [scan0, n) */
+    double *px, *py; /* ngon: points of positions [pt0, n) */
+    uint64_t pt0;    /* scan0, or 0 with a ZPOS index */
     fkvf_ngon g;
     int has_g;
 
@@ -221,20 +228,87 @@ static inline const uint8_t *ent(const fkvf_search *s, uint64_t i)
     return s->ix + FKVF_ZIDX_HDR_SIZE + (size_t)i * s->es;
 }
 
-static inline int key_lt(const fkvf_search *s, uint64_t i, uint64_t hi, uint64_t lo)
+/* Position of entry i, unchecked (ZPOS: checked when the index was loaded;
+ * ZIDX: ent_pos checks it before use). */
+static inline uint64_t ent_t(const fkvf_search *s, uint64_t i)
 {
     const uint8_t *e = ent(s, i);
-    if (s->quad) {
-        uint64_t eh = fkvf_ld64(e + 8), el = fkvf_ld64(e);
-        return eh < hi || (eh == hi && el < lo);
-    }
-    return fkvf_ld64(e) < lo;
+    if (s->zpos)
+        return s->es == FKVF_ZPOS_ENTRY32 ? fkvf_ld32(e) : fkvf_ld64(e);
+    return fkvf_ld64(e + (s->quad ? 16 : 8));
 }
 
-/* First entry with key >= (hi, lo) (ngon: lo only). */
+/* The key of entry i: stored (ZIDX) or computed from its position's point
+ * (ZPOS, spec 20.7); ngon: in *lo, *hi = 0. */
+static inline void ent_key(const fkvf_search *s, uint64_t i, uint64_t *hi, uint64_t *lo)
+{
+    if (s->zpos) {
+        uint64_t t = ent_t(s, i);
+        if (s->quad) {
+            qkey_at(s, t, hi, lo);
+        } else {
+            *hi = 0;
+            *lo = fkvf_zidx_morton32(fkvf_zidx_quant(s->px[t]), fkvf_zidx_quant(s->py[t]));
+        }
+        return;
+    }
+    const uint8_t *e = ent(s, i);
+    *hi = s->quad ? fkvf_ld64(e + 8) : 0;
+    *lo = fkvf_ld64(e);
+}
+
+/* ngon: the point of entry i. */
+static inline void ent_xy(const fkvf_search *s, uint64_t i, double *x, double *y)
+{
+    if (s->zpos) {
+        uint64_t t = ent_t(s, i);
+        *x = s->px[t];
+        *y = s->py[t];
+        return;
+    }
+    const uint8_t *e = ent(s, i);
+    *x = fkvf_ldf64(e + 16);
+    *y = fkvf_ldf64(e + 24);
+}
+
+static inline int key_lt(const fkvf_search *s, uint64_t i, uint64_t hi, uint64_t lo)
+{
+    uint64_t eh, el;
+    ent_key(s, i, &eh, &el);
+    if (s->quad)
+        return eh < hi || (eh == hi && el < lo);
+    return el < lo;
+}
+
+static inline int skey_lt(const fkvf_search *s, uint64_t j, uint64_t hi, uint64_t lo)
+{
+    if (s->quad) {
+        uint64_t eh = s->skey[2 * j], el = s->skey[2 * j + 1];
+        return eh < hi || (eh == hi && el < lo);
+    }
+    return s->skey[j] < lo;
+}
+
+/* First entry with key >= (hi, lo) (ngon: lo only). With a ZPOS index the
+ * sampled keys narrow the range to ZSAMPLE - 1 entries first, so that few
+ * probes compute a key from the stream; the answer is the same. */
 static uint64_t lower_bound(const fkvf_search *s, uint64_t hi, uint64_t lo)
 {
     uint64_t a = 0, b = s->n_idx;
+    if (s->skey) {
+        uint64_t ja = 0, jb = s->n_skey; /* first sample with key >= (hi, lo) */
+        while (ja < jb) {
+            uint64_t m = ja + (jb - ja) / 2;
+            if (skey_lt(s, m, hi, lo))
+                ja = m + 1;
+            else
+                jb = m;
+        }
+        if (ja == 0)
+            return 0; /* key(0) >= (hi, lo) */
+        a = (ja - 1) * ZSAMPLE + 1; /* key((ja - 1) * ZSAMPLE) < (hi, lo) */
+        b = ja < s->n_skey ? ja * ZSAMPLE : s->n_idx;
+    }
     while (a < b) {
         uint64_t m = a + (b - a) / 2;
         if (key_lt(s, m, hi, lo))
@@ -257,8 +331,7 @@ static uint64_t upper_bound(const fkvf_search *s, uint64_t hi, uint64_t lo)
 
 static int ent_pos(fkvf_search *s, uint64_t i, uint64_t *t)
 {
-    const uint8_t *e = ent(s, i);
-    *t = fkvf_ld64(e + (s->quad ? 16 : 8));
+    *t = ent_t(s, i);
     if (*t >= s->n_idx)
         return fkvf_fail(&s->diag, FKVF_E_CORRUPT, s->ix_off + FKVF_ZIDX_HDR_SIZE + i * s->es,
                          "20.3", "ZIDX entry %llu: position %llu not below n_indexed %llu",
@@ -342,9 +415,9 @@ static int index_disc(fkvf_search *s, const fkvf_point *qp, double radius, hit_f
                 top_mask(2 * m, &mhi, &mlo);
                 uint64_t a = lower_bound(s, khi, klo), b = upper_bound(s, khi | ~mhi, klo | ~mlo);
                 for (uint64_t i = a; i < b; i++) {
-                    const uint8_t *e = ent(s, i);
-                    uint64_t x, y, t;
-                    fkvf_zidx_unmorton64(fkvf_ld64(e + 8), fkvf_ld64(e), &x, &y);
+                    uint64_t x, y, t, eh, el;
+                    ent_key(s, i, &eh, &el);
+                    fkvf_zidx_unmorton64(eh, el, &x, &y);
                     if (!quad_near(x, y, qp->x, qp->y, r2))
                         continue;
                     int rc = ent_pos(s, i, &t);
@@ -372,9 +445,10 @@ static int index_disc(fkvf_search *s, const fkvf_point *qp, double radius, hit_f
             uint64_t k = fkvf_zidx_morton32(m ? cx << (32 - m) : 0, m ? cy << (32 - m) : 0);
             uint64_t a = lower_bound(s, 0, k), b = upper_bound(s, 0, k | span);
             for (uint64_t i = a; i < b; i++) {
-                const uint8_t *e = ent(s, i);
                 uint64_t t;
-                if (!ngon_near(fkvf_ldf64(e + 16), fkvf_ldf64(e + 24), qp->fx, qp->fy, r2))
+                double ex, ey;
+                ent_xy(s, i, &ex, &ey);
+                if (!ngon_near(ex, ey, qp->fx, qp->fy, r2))
                     continue;
                 int rc = ent_pos(s, i, &t);
                 if (rc || (rc = fn(s, t, ctx)))
@@ -401,7 +475,7 @@ static int scan_disc(fkvf_search *s, const fkvf_point *qp, double radius, hit_fn
             fkvf_zidx_unmorton64(hi, lo, &x, &y);
             near = quad_near(x, y, qp->x, qp->y, r2);
         } else {
-            near = ngon_near(s->px[t - s->scan0], s->py[t - s->scan0], qp->fx, qp->fy, r2);
+            near = ngon_near(s->px[t - s->pt0], s->py[t - s->pt0], qp->fx, qp->fy, r2);
         }
         if (near) {
             int rc = fn(s, t, ctx);
@@ -647,9 +721,7 @@ FKVF_API int fkvf_search_longest(fkvf_search *s, const uint32_t *q, size_t len, 
                 uint64_t t, hi, lo, l;
                 if ((rc = ent_pos(s, i, &t)))
                     return rc;
-                const uint8_t *e = ent(s, i);
-                hi = fkvf_ld64(e + 8);
-                lo = fkvf_ld64(e);
+                ent_key(s, i, &hi, &lo);
                 s->last_cand++;
                 if ((rc = quad_len(s, t, hi, lo, qh, ql, m, q, len, &l)))
                     return rc;
@@ -751,7 +823,7 @@ static int load_ngon(fkvf_search *s)
     return FAIL(FKVF_E_CORRUPT, "10.3", "no VTXS section for N=%u", s->alpha);
 }
 
-/* Is ZIDX section `sec` with n_indexed n in effect for the stream (spec
+/* Is index section `sec` with n_indexed n in effect for the stream (spec
  * 20.4): n <= length, and no segment that supplies a symbol below n comes
  * after it in section order. */
 static int index_current(fkvf_search *s, size_t sec, uint64_t n, int *ok)
@@ -780,31 +852,33 @@ static int load_index(fkvf_search *s)
         return FAIL(rc, NULL, "%s", fkvf_reader_message(s->r));
     for (size_t i = ai.n_sections; i-- > 0;) {
         fkvf_section_info si;
-        if (fkvf_reader_section(s->r, i, &si) || si.type != FKVF_SECTION_ZIDX ||
+        if (fkvf_reader_section(s->r, i, &si) || !fkvf_zidx_is_index(si.type) ||
             si.key != s->si.id)
             continue;
+        int zpos = si.type == FKVF_SECTION_ZPOS;
+        const char *tn = zpos ? "ZPOS" : "ZIDX", *cl = zpos ? "20.7" : "20.2";
         if (si.flags & FKVF_SECTION_DEFLATE)
             return fkvf_fail(&s->diag, FKVF_E_CORRUPT, si.offset, "20.1",
-                             "ZIDX section with the DEFLATE flag");
+                             "%s section with the DEFLATE flag", tn);
         const void *d;
         size_t n;
         if ((rc = fkvf_reader_section_data(s->r, i, &d, &n)))
             return FAIL(rc, NULL, "%s", fkvf_reader_message(s->r));
         fkvf_zidx_hdr h;
-        if ((rc = fkvf_zidx_hdr_parse(d, n, si.key, si.offset, &h, &s->diag)))
+        if ((rc = fkvf_zidx_hdr_parse(si.type, d, n, si.key, si.offset, &h, &s->diag)))
             return rc;
         int same = h.profile == (uint8_t)s->si.profile &&
                    (s->quad ? h.bits == s->b
                             : (h.alphabet == s->alpha && h.span == s->si.span_symbols &&
                                memcmp(&h.r, &s->si.r, sizeof h.r) == 0));
         if (!same)
-            return fkvf_fail(&s->diag, FKVF_E_CORRUPT, si.offset + 8, "20.2",
-                             "ZIDX codec parameters differ from the stream's");
+            return fkvf_fail(&s->diag, FKVF_E_CORRUPT, si.offset + 8, cl,
+                             "%s codec parameters differ from the stream's", tn);
         if (s->si.align && h.n_indexed % s->si.align)
-            return fkvf_fail(&s->diag, FKVF_E_CORRUPT, si.offset + 16, "20.2",
-                             "ZIDX.n_indexed %llu is not a multiple of the stream's alignment "
+            return fkvf_fail(&s->diag, FKVF_E_CORRUPT, si.offset + 16, cl,
+                             "%s.n_indexed %llu is not a multiple of the stream's alignment "
                              "unit %u",
-                             (unsigned long long)h.n_indexed, s->si.align);
+                             tn, (unsigned long long)h.n_indexed, s->si.align);
         int ok;
         if ((rc = index_current(s, i, h.n_indexed, &ok)))
             return rc;
@@ -815,6 +889,15 @@ static int load_index(fkvf_search *s)
         s->ix_sec = i;
         s->ix_off = si.offset;
         s->es = h.entry_size;
+        s->zpos = zpos;
+        if (zpos) /* every position is checked once here, before any is used (20.3) */
+            for (uint64_t k = 0; k < s->n_idx; k++)
+                if (ent_t(s, k) >= s->n_idx)
+                    return fkvf_fail(&s->diag, FKVF_E_CORRUPT,
+                                     si.offset + FKVF_ZIDX_HDR_SIZE + k * s->es, "20.7",
+                                     "ZPOS entry %llu: position %llu not below n_indexed %llu",
+                                     (unsigned long long)k, (unsigned long long)ent_t(s, k),
+                                     (unsigned long long)s->n_idx);
         return FKVF_OK;
     }
     return FKVF_OK;
@@ -828,6 +911,9 @@ static int load_tail(fkvf_search *s)
     s->base = s->scan0 >= w ? (s->scan0 - w + 1) / u * u : 0;
     if (s->quad && s->base && s->scan0 + 1 - s->base < w)
         s->base = s->base >= u ? s->base - u : 0;
+    if (s->zpos)
+        s->base = 0; /* the keys of the indexed positions are computed */
+    s->pt0 = s->zpos ? 0 : s->scan0;
     uint64_t cnt64 = s->n - s->base, bytes;
     size_t cnt;
     if (!fkvf_tosz(cnt64, &cnt))
@@ -855,18 +941,42 @@ static int load_tail(fkvf_search *s)
         fkvf_free(s->alloc, tmp);
         return rc;
     }
-    size_t np = (size_t)(s->n - s->scan0);
+    size_t np = (size_t)(s->n - s->pt0);
     if (!(s->sym = fkvf_calloc(s->alloc, cnt ? cnt : 1, sizeof *s->sym)) ||
         !(s->px = fkvf_calloc(s->alloc, np ? np : 1, sizeof *s->px)) ||
         !(s->py = fkvf_calloc(s->alloc, np ? np : 1, sizeof *s->py)))
         return FAIL(FKVF_E_NOMEM, NULL, "no memory for %zu points", cnt);
     if ((rc = fkvf_reader_stream_read(s->r, s->stream, s->base, s->sym, cnt)))
         return FAIL(rc, NULL, "%s", fkvf_reader_message(s->r));
-    for (uint64_t t = s->scan0; t < s->n; t++) {
+    for (uint64_t t = s->pt0; t < s->n; t++) {
         uint64_t f = t + 1 >= s->cap ? t + 1 - s->cap : 0;
         fkvf_ngon_encode_span(&s->g, s->sym + (f - s->base), (uint32_t)(t + 1 - f),
-                              &s->px[t - s->scan0], &s->py[t - s->scan0]);
+                              &s->px[t - s->pt0], &s->py[t - s->pt0]);
     }
+    return FKVF_OK;
+}
+
+/* ZPOS: the keys of entries 0, ZSAMPLE, 2 ZSAMPLE, ... (the points are held). */
+static int load_samples(fkvf_search *s)
+{
+    uint64_t ns = (s->n_idx + ZSAMPLE - 1) / ZSAMPLE;
+    size_t per = s->quad ? 2 : 1;
+    if (!ns)
+        return FKVF_OK;
+    if (!(s->skey = fkvf_calloc(s->alloc, (size_t)ns, per * sizeof *s->skey)))
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory for %llu sampled index keys",
+                    (unsigned long long)ns);
+    for (uint64_t j = 0; j < ns; j++) {
+        uint64_t hi, lo;
+        ent_key(s, j * ZSAMPLE, &hi, &lo);
+        if (s->quad) {
+            s->skey[2 * j] = hi;
+            s->skey[2 * j + 1] = lo;
+        } else {
+            s->skey[j] = lo;
+        }
+    }
+    s->n_skey = ns;
     return FKVF_OK;
 }
 
@@ -905,7 +1015,9 @@ FKVF_API int fkvf_search_open(fkvf_search **out, fkvf_reader *r, size_t stream_i
     if (!(flags & FKVF_SEARCH_NO_INDEX) && (rc = load_index(s)))
         return rc;
     s->scan0 = s->n_idx;
-    return load_tail(s);
+    if ((rc = load_tail(s)))
+        return rc;
+    return s->zpos ? load_samples(s) : FKVF_OK;
 }
 
 FKVF_API void fkvf_search_free(fkvf_search *s)
@@ -919,6 +1031,7 @@ FKVF_API void fkvf_search_free(fkvf_search *s)
     fkvf_free(a, s->sym);
     fkvf_free(a, s->px);
     fkvf_free(a, s->py);
+    fkvf_free(a, s->skey);
     fkvf_free(a, s->res);
     fkvf_free(a, s->mt);
     s->h.magic = 0;
@@ -1052,8 +1165,10 @@ FKVF_API void fkvf_search_buffer_free(void *p, const fkvf_allocator *alloc)
     fkvf_free(fkvf_alloc_or_default(alloc), p);
 }
 
-FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void **data,
-                                     size_t *size, uint64_t *key, const fkvf_allocator *alloc)
+/* Sort the positions [0, n) by (key, position) (spec 20.3) and write a
+ * ZPOS (positions) or ZIDX (keys, positions, ngon points) section. */
+static int build_index(fkvf_reader *r, size_t stream_index, uint32_t type, void **data,
+                       size_t *size, uint64_t *key, const fkvf_allocator *alloc)
 {
     if (!r || !data || !size || !key)
         return FKVF_E_INVALID_ARG;
@@ -1067,7 +1182,7 @@ FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void *
     }
     const fkvf_allocator *a = fkvf_alloc_or_default(alloc);
     uint64_t u = s->si.align ? s->si.align : 1, n = s->n / u * u;
-    uint64_t total = fkvf_zidx_size((uint8_t)s->si.profile, n);
+    uint64_t total = fkvf_zidx_size(type, (uint8_t)s->si.profile, n);
     size_t tsz, nn;
     uint8_t *buf = NULL;
     void *arr = NULL;
@@ -1085,9 +1200,10 @@ FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void *
     h.stream_id = s->si.id;
     h.profile = (uint8_t)s->si.profile;
     h.n_indexed = n;
+    h.entry_size = fkvf_zidx_entry_size(type, h.profile, n);
+    uint8_t *e0 = buf + FKVF_ZIDX_HDR_SIZE;
     if (s->quad) {
         h.bits = (uint8_t)s->b;
-        h.entry_size = FKVF_ZIDX_QUAD_ENTRY;
         qent *e = arr;
         for (uint64_t t = 0; t < n; t++) {
             qkey_at(s, t, &e[t].hi, &e[t].lo);
@@ -1095,16 +1211,21 @@ FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void *
         }
         qsort(e, nn, sizeof *e, cmp_qent);
         for (size_t i = 0; i < nn; i++) {
-            uint8_t *p = buf + FKVF_ZIDX_HDR_SIZE + i * FKVF_ZIDX_QUAD_ENTRY;
-            fkvf_st64(p, e[i].lo);
-            fkvf_st64(p + 8, e[i].hi);
-            fkvf_st64(p + 16, e[i].t);
+            uint8_t *p = e0 + i * h.entry_size;
+            if (h.entry_size == FKVF_ZPOS_ENTRY32) {
+                fkvf_st32(p, (uint32_t)e[i].t);
+            } else if (h.entry_size == FKVF_ZPOS_ENTRY64) {
+                fkvf_st64(p, e[i].t);
+            } else {
+                fkvf_st64(p, e[i].lo);
+                fkvf_st64(p + 8, e[i].hi);
+                fkvf_st64(p + 16, e[i].t);
+            }
         }
     } else {
         h.alphabet = s->alpha;
         h.r = s->si.r;
         h.span = s->si.span_symbols;
-        h.entry_size = FKVF_ZIDX_NGON_ENTRY;
         nent *e = arr;
         for (uint64_t t = 0; t < n; t++) {
             e[t].x = s->px[t];
@@ -1114,11 +1235,17 @@ FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void *
         }
         qsort(e, nn, sizeof *e, cmp_nent);
         for (size_t i = 0; i < nn; i++) {
-            uint8_t *p = buf + FKVF_ZIDX_HDR_SIZE + i * FKVF_ZIDX_NGON_ENTRY;
-            fkvf_st64(p, e[i].key);
-            fkvf_st64(p + 8, e[i].t);
-            fkvf_stf64(p + 16, e[i].x);
-            fkvf_stf64(p + 24, e[i].y);
+            uint8_t *p = e0 + i * h.entry_size;
+            if (h.entry_size == FKVF_ZPOS_ENTRY32) {
+                fkvf_st32(p, (uint32_t)e[i].t);
+            } else if (h.entry_size == FKVF_ZPOS_ENTRY64) {
+                fkvf_st64(p, e[i].t);
+            } else {
+                fkvf_st64(p, e[i].key);
+                fkvf_st64(p + 8, e[i].t);
+                fkvf_stf64(p + 16, e[i].x);
+                fkvf_stf64(p + 24, e[i].y);
+            }
         }
     }
     fkvf_zidx_hdr_write(buf, &h);
@@ -1131,4 +1258,16 @@ out:
     fkvf_free(a, arr);
     fkvf_search_free(s);
     return rc;
+}
+
+FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void **data,
+                                     size_t *size, uint64_t *key, const fkvf_allocator *alloc)
+{
+    return build_index(r, stream_index, FKVF_SECTION_ZPOS, data, size, key, alloc);
+}
+
+int fkvf_search_zidx_build(fkvf_reader *r, size_t stream_index, void **data, size_t *size,
+                           uint64_t *key, const fkvf_allocator *alloc)
+{
+    return build_index(r, stream_index, FKVF_SECTION_ZIDX, data, size, key, alloc);
 }

@@ -244,7 +244,7 @@ static int known_type(uint32_t t)
 {
     return t == FKVF_SECTION_DESC || t == FKVF_SECTION_META || t == FKVF_SECTION_VTXS ||
            t == FKVF_SECTION_CBK1 || t == FKVF_SECTION_CBRF || t == FKVF_SECTION_EXAC ||
-           t == FKVF_SECTION_STRM || t == FKVF_SECTION_ZIDX;
+           t == FKVF_SECTION_STRM || fkvf_zidx_is_index(t);
 }
 
 static int load_entries(vctx *c)
@@ -336,9 +336,9 @@ static int load_entries(vctx *c)
                 if (e->type == FKVF_SECTION_STRM)
                     RS(FKVF_E_CORRUPT, "4.4", "ENT-STRM-DEFLATE", i,
                        "directory entry %u: a STRM section is never deflated", k);
-                if (e->type == FKVF_SECTION_ZIDX)
+                if (fkvf_zidx_is_index(e->type))
                     RS(FKVF_E_CORRUPT, "20.1", "ZIDX-DEFLATE", i,
-                       "directory entry %u: a ZIDX section is never deflated", k);
+                       "directory entry %u: a %s section is never deflated", k, tn);
                 if (e->size > FKVF_MAX_INFLATED ||
                     (e->stored_size <= FKVF_MAX_SECTION_SIZE &&
                      e->size > 1032 * e->stored_size + 64)) {
@@ -357,9 +357,9 @@ static int load_entries(vctx *c)
             if (!known_type(e->type) && (e->flags & FKVF_SECTION_REQUIRED))
                 RS(FKVF_E_SECTION, "4.3", "ENT-UNKNOWN-REQ", i,
                    "directory entry %u: unknown section type %s with REQUIRED set", k, tn);
-            if (e->type == FKVF_SECTION_ZIDX && (e->flags & FKVF_SECTION_REQUIRED))
+            if (fkvf_zidx_is_index(e->type) && (e->flags & FKVF_SECTION_REQUIRED))
                 RS(FKVF_E_SECTION, "20.1", "ZIDX-REQUIRED", i,
-                   "directory entry %u: ZIDX with REQUIRED set (MUST be clear)", k);
+                   "directory entry %u: %s with REQUIRED set (MUST be clear)", k, tn);
             if ((e->type == FKVF_SECTION_DESC || e->type == FKVF_SECTION_VTXS ||
                  e->type == FKVF_SECTION_CBK1 || e->type == FKVF_SECTION_CBRF ||
                  e->type == FKVF_SECTION_EXAC || e->type == FKVF_SECTION_STRM) &&
@@ -478,6 +478,38 @@ static void check_cbk1_values(vctx *c, size_t i)
             return;
         }
     }
+}
+
+/* A ZPOS section's positions (spec 20.7): each below n_indexed, none twice
+ * (the order, which needs the stream's keys, is checked by the net). */
+static int check_zpos_entries(vctx *c, size_t i)
+{
+    vsec *v = &c->vs[i];
+    size_t n = (size_t)v->z.n_indexed; /* the section, 64 + 4n bytes, is in memory */
+    uint8_t *seen = fkvf_calloc(c->r->alloc, n / 8 + 1, 1);
+    if (!seen) {
+        c->env_rc = FKVF_E_NOMEM;
+        return 0;
+    }
+    int ok = 1;
+    for (size_t k = 0; k < n && ok && !c->stop; k++) {
+        uint64_t t = fkvf_zpos_at(v->p + 64, v->z.entry_size, k);
+        if (t >= v->z.n_indexed) {
+            RS(FKVF_E_CORRUPT, "20.7", "ZIDX-POSITION", i,
+               "ZPOS section %zu: entry %zu has position %llu, n_indexed is %llu", i, k,
+               (unsigned long long)t, (unsigned long long)v->z.n_indexed);
+            ok = 0;
+        } else if (seen[t >> 3] & (1u << (t & 7))) {
+            RS(FKVF_E_CORRUPT, "20.7", "ZIDX-POSITION", i,
+               "ZPOS section %zu: entry %zu repeats position %llu", i, k,
+               (unsigned long long)t);
+            ok = 0;
+        } else {
+            seen[t >> 3] |= (uint8_t)(1u << (t & 7));
+        }
+    }
+    fkvf_free(c->r->alloc, seen);
+    return ok;
 }
 
 /* A ZIDX section's entry order and positions (spec 20.3), its header and
@@ -630,11 +662,13 @@ static void check_contents(vctx *c)
             }
             break;
         case FKVF_SECTION_ZIDX:
+        case FKVF_SECTION_ZPOS:
             if (e->flags & FKVF_SECTION_DEFLATE)
                 continue; /* reported with the directory */
             chk = "ZIDX-HEADER";
-            rc = fkvf_zidx_hdr_parse(v->p, v->n, e->key, e->offset, &v->z, &dg);
-            if (rc == FKVF_OK && !check_zidx_entries(c, i))
+            rc = fkvf_zidx_hdr_parse(e->type, v->p, v->n, e->key, e->offset, &v->z, &dg);
+            if (rc == FKVF_OK && !(e->type == FKVF_SECTION_ZPOS ? check_zpos_entries(c, i)
+                                                                : check_zidx_entries(c, i)))
                 continue; /* reported there */
             break;
         default:
@@ -859,7 +893,7 @@ static void check_between(vctx *c)
      * step 5); its keys are compared with the stream by the net */
     for (size_t i = 0; i < r->n_sections && !c->stop; i++) {
         const vsec *v = &c->vs[i];
-        if (r->sections[i].e.type != FKVF_SECTION_ZIDX || !v->parsed)
+        if (!fkvf_zidx_is_index(r->sections[i].e.type) || !v->parsed)
             continue;
         uint64_t id = v->z.stream_id;
         unsigned kind = (unsigned)(id >> 56);
