@@ -1311,9 +1311,10 @@ typedef struct fkvf_rows {
     uint64_t first_position; /* the rotary position of row 0 (spec 8.1) */
 } fkvf_rows;
 
-/* Trained or loaded codebooks, binary32. Holds every table twice (rows and a
- * search layout): 8 bytes per centroid element, 113 MB for GPT-2 small at
- * K x4 V x2, k = 256. */
+/* Trained or loaded codebooks, binary32: 4 bytes per centroid element plus a
+ * norm per centroid, 57 MB for GPT-2 small at K x4 V x2, k = 256 (a trained
+ * handle also keeps the training's panel copy of every table: 8 bytes per
+ * element). */
 typedef struct fkvf_rvq fkvf_rvq;
 
 typedef struct fkvf_rvq_params {
