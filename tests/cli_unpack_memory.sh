@@ -14,7 +14,8 @@
 # finds every element equal to fkvf_reader_restore's and every token id to
 # the archive's. Under a pseudo-terminal (script(1), when there is one)
 # unpack draws its progress bar with an ETA and a final "done in" line; with
-# stderr on a file, none.
+# stderr on a file, none. An unpack killed by SIGTERM or SIGHUP leaves no
+# temporary file.
 # usage: cli_unpack_memory.sh FKVF_BIN SRCDIR UNPACK_CHECK
 set -u
 FKVF=$1
@@ -44,6 +45,33 @@ for ext in safetensors npz npy; do
     check "compare-$ext" 0 "$FKVF" compare "$T/raw.npy" "$T/y.$ext" --sinks 4 --recent 32 --json
     grep_in "exact-$ext" '"exact_positions":36,"exact_identical":36,' "$T/out"
     rm -f "$T/y.$ext"
+done
+# an unpack ended by SIGTERM or SIGHUP while it streams (its temporary file
+# exists from the start) leaves nothing behind: the tools' handler removes
+# the temporary name and the process dies of the signal (exit 128 + n).
+# (SIGINT is ignored by a background job of a non-interactive shell, and a
+# handler is only installed for a signal at its default disposition.)
+mkdir "$T/k"
+for sig in TERM HUP; do
+    for ext in safetensors npz npy; do
+        "$FKVF" unpack "$T/a.fkvf" -o "$T/k/y.$ext" >/dev/null 2>&1 &
+        pid=$!
+        n=0
+        while [ $n -lt 1000 ] && ! ls "$T/k" | grep -q 'tmp-'; do
+            sleep 0.01
+            n=$((n + 1))
+        done
+        seen=$(ls "$T/k" | grep -c 'tmp-')
+        kill -s "$sig" "$pid" 2>/dev/null
+        wait "$pid"
+        rc=$?
+        left=$(ls -A "$T/k")
+        if [ "$seen" -ge 1 ] && [ "$rc" -gt 128 ] && [ -z "$left" ]; then pass=$((pass + 1)); else
+            echo "FAIL sig$sig-$ext: temporary file seen $seen, exit $rc, left: '$left'"
+            fails=$((fails + 1))
+        fi
+        rm -f "$T"/k/*
+    done
 done
 # the cache with token ids: layers.{i}.key/.value [H, T, D] f16, tokens [T] int64
 "$PY" - "$T/tok.safetensors" <<'PYEOF' || exit 1

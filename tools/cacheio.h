@@ -284,6 +284,16 @@ int kvio_tmp_place(kvio_tmp *t, const char *path, unsigned flags, char *err, siz
  * empty t are fine (a no-op). */
 void kvio_tmp_discard(kvio_tmp *t);
 
+/* Remove t's name now and keep t->f open (a scratch file nobody else may
+ * see); t->path becomes NULL. NULL and an empty t are fine.
+ *
+ * Until its name goes (kvio_tmp_place, _discard, _unlink), a temporary file
+ * is removed if the process is ended by SIGINT, SIGTERM or SIGHUP: the first
+ * kvio_tmp_open installs a handler for those of the three whose disposition
+ * is the default (it unlinks the live temporary names and re-raises the
+ * signal). */
+void kvio_tmp_unlink(kvio_tmp *t);
+
 #ifdef __cplusplus
 }
 #endif

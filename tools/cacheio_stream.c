@@ -172,9 +172,7 @@ int kvio_stream_open(kvio_stream **out, const char *path, kvio_format fmt, unsig
             kvio_stream_discard(w);
             return rc;
         }
-        unlink(w->scratch.path);
-        free(w->scratch.path);
-        w->scratch.path = NULL;
+        kvio_tmp_unlink(&w->scratch);
         w->fd = fileno(w->scratch.f);
         w->base = 0;
     } else {

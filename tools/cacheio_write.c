@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,68 @@ unsigned kvio_output_mode(void)
     return (unsigned)mode;
 }
 
+/* Temporary files that exist under their name right now (kvio_tmp_open to
+ * kvio_tmp_place / _discard / _unlink): a process ended by SIGINT, SIGTERM or
+ * SIGHUP removes them before it dies, so that an interrupted command (an
+ * unpack that streams for minutes) leaves nothing behind. The handler is
+ * installed at the first kvio_tmp_open, only for signals whose disposition
+ * is still the default, and does only async-signal-safe things (unlink,
+ * signal, raise). The tools are single-threaded; more slots than any
+ * command has outputs at once (a full table: that file is not watched). */
+#define TMP_SLOTS 8
+static char *volatile tmp_live[TMP_SLOTS];
+static int tmp_handlers;
+
+static void tmp_on_signal(int sig)
+{
+    for (int i = 0; i < TMP_SLOTS; i++) {
+        char *p = tmp_live[i];
+        if (p && p[0])
+            unlink(p);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig); /* delivered when the handler returns: the default action */
+}
+
+static void tmp_watch(char *path)
+{
+    if (!tmp_handlers) {
+        static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+        tmp_handlers = 1;
+        for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+            struct sigaction old, sa;
+            if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL)
+                continue; /* ignored or handled by the program: left alone */
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = tmp_on_signal;
+            sigemptyset(&sa.sa_mask);
+            (void)sigaction(sigs[i], &sa, NULL);
+        }
+    }
+    for (int i = 0; i < TMP_SLOTS; i++)
+        if (!tmp_live[i]) {
+            tmp_live[i] = path;
+            return;
+        }
+}
+
+static void tmp_unwatch(const char *path)
+{
+    for (int i = 0; i < TMP_SLOTS; i++)
+        if (tmp_live[i] == path)
+            tmp_live[i] = NULL;
+}
+
+void kvio_tmp_unlink(kvio_tmp *t)
+{
+    if (!t || !t->path)
+        return;
+    tmp_unwatch(t->path);
+    unlink(t->path);
+    free(t->path);
+    t->path = NULL;
+}
+
 void kvio_tmp_discard(kvio_tmp *t)
 {
     if (!t)
@@ -66,6 +129,7 @@ void kvio_tmp_discard(kvio_tmp *t)
     if (t->f)
         fclose(t->f);
     if (t->path) {
+        tmp_unwatch(t->path);
         unlink(t->path);
         free(t->path);
     }
@@ -111,6 +175,7 @@ int kvio_tmp_open(kvio_tmp *t, const char *path, char *err, size_t errlen)
     }
     t->path = tmp;
     t->f = f;
+    tmp_watch(tmp);
     return KVIO_OK;
 }
 
@@ -175,6 +240,7 @@ int kvio_tmp_place(kvio_tmp *t, const char *path, unsigned flags, char *err, siz
     }
     if (t->path[0])
         unlink(t->path);
+    tmp_unwatch(t->path); /* before t->path is reused for the final name */
     if (!rc) {
         /* the new name on disk too (best effort); the buffer is large enough */
         memcpy(t->path, path, strlen(path) + 1);
