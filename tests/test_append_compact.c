@@ -186,7 +186,9 @@ static uint64_t check_file(const char *path, uint64_t n_min, uint64_t n_max, int
     fkvf_reader *r = NULL;
     int rc = fkvf_reader_open_file(&r, path, strict ? FKVF_OPEN_STRICT : 0, NULL);
     EXPECTF(rc == FKVF_OK, "%s: %s", path, fkvf_reader_message(r));
-    EXPECTF(fkvf_reader_verify(r) == FKVF_OK, "verify: %s", fkvf_reader_message(r));
+    rc = fkvf_reader_verify(r); /* a kill in a commit leaves a torn tail */
+    EXPECTF(rc == FKVF_OK || (!strict && rc == FKVF_E_TORN), "verify: %s",
+            fkvf_reader_message(r));
     fkvf_archive_info ai;
     ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);
     uint64_t n = ai.n_positions;
@@ -214,7 +216,7 @@ static uint64_t check_file(const char *path, uint64_t n_min, uint64_t n_max, int
     return n;
 }
 
-/* Files in tmpdir whose name has ".autocompact-". */
+/* Files in tmpdir whose name has ".autocompact". */
 static int leftovers(void)
 {
     int n = 0;
@@ -222,7 +224,7 @@ static int leftovers(void)
     ck_assert_ptr_nonnull(dh);
     struct dirent *e;
     while ((e = readdir(dh)) != NULL)
-        n += strstr(e->d_name, ".autocompact-") != NULL;
+        n += strstr(e->d_name, ".autocompact") != NULL;
     closedir(dh);
     return n;
 }
@@ -756,9 +758,9 @@ START_TEST(leftovers_swept_at_open)
     fkvf_append_options_init(&o);
     o.sync = FKVF_SYNC_NONE;
     create(path, &o);
-    snprintf(junk, sizeof junk, "%s.autocompact-Ab3dEf", path);
-    snprintf(other, sizeof other, "%s/t.fkvf.autocompact-Ab3dEf", tmpdir);
-    snprintf(longer, sizeof longer, "%s.autocompact-Ab3dEfg", path);
+    snprintf(junk, sizeof junk, "%s.autocompact", path);
+    snprintf(other, sizeof other, "%s/t.fkvf.autocompact", tmpdir);
+    snprintf(longer, sizeof longer, "%s.autocompact-x", path);
     tu_write_file(junk, "x", 1);
     tu_write_file(other, "x", 1);
     tu_write_file(longer, "x", 1);

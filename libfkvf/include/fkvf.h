@@ -916,10 +916,10 @@ FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
  * lives: FKVF_E_IO when another appender holds it. The file locked is the
  * one PATH names once locked: a file renamed over PATH between the open and
  * the lock (a compaction in place, or another appender's automatic one) is
- * opened and locked instead of the one it replaced. Once locked, temporary
- * files an automatic compaction of this file left behind (a crash,
- * PATH.autocompact-XXXXXX next to the file its links resolve to) are
- * removed, best effort. FKVF_E_INVALID_ARG: opts->compact_ratio out of
+ * opened and locked instead of the one it replaced. Once locked, the
+ * temporary file an automatic compaction of this file left behind (a crash:
+ * PATH.autocompact next to the file its links resolve to, a name reserved
+ * for it) is removed, best effort. FKVF_E_INVALID_ARG: opts->compact_ratio out of
  * range. */
 FKVF_API int fkvf_appender_open(fkvf_appender **out, const char *path,
                                 const fkvf_append_options *opts, const fkvf_allocator *alloc);
@@ -936,7 +936,7 @@ FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t siz
  * Automatic compaction (unless opts.no_auto_compact; docs/appending.md):
  * after the commit, when the file's committed bytes exceed compact_ratio x
  * its live bytes, the archive is rewritten as fkvf_archive_compact would
- * (nothing re-encoded) into PATH.autocompact-XXXXXX in the file's directory
+ * (nothing re-encoded) into PATH.autocompact in the file's directory
  * (symbolic links resolved), through opts.io, synced whatever opts.sync,
  * locked, and renamed over the path; the directory is synced and the handle
  * continues the new file (its own descriptor and lock, commit_seq restarts

@@ -294,7 +294,7 @@ def test_auto_compaction_keeps_contents_and_footprint(fkvf, tmp_path, codebook):
             assert os.path.getsize(on) <= 1.1 * os.path.getsize(c) + 1
         assert b.info["commit_seq"] == 1 + len(range(0, n, 8))
     assert seqs.count(1) >= 3 and max(seqs) < len(seqs)
-    assert not [f for f in os.listdir(tmp_path) if ".autocompact-" in f]
+    assert not [f for f in os.listdir(tmp_path) if ".autocompact" in f]
     for x, y in zip(unpack(tmp_path, on, extra=("--codebooks", codebook)),
                     unpack(tmp_path, off, extra=("--codebooks", codebook))):
         np.testing.assert_array_equal(bits(x), bits(y))

@@ -5,10 +5,10 @@
  * (write/writer_resume.h). */
 #define _POSIX_C_SOURCE 200809L
 #define _XOPEN_SOURCE 700 /* realpath */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -524,37 +524,20 @@ int fkvf_append_lock(const char *path, int oflags, const char *purpose, fkvf_dia
 
 /* ---- automatic compaction (fkvf_appender_commit) ------------------------ */
 
-#define LEFTOVER_TAG ".autocompact-"
+#define LEFTOVER_TAG ".autocompact"
 
-/* Remove the temporary files of automatic compactions of the file at path
- * that did not finish (a crash): NAME.autocompact-XXXXXX next to the file
- * its links resolve to. Called under the lock: no compaction of this file
- * runs, since one holds the lock until its rename. Best effort. */
+/* Remove the temporary file an automatic compaction of the file at path
+ * left behind (a crash): NAME.autocompact next to the file its links
+ * resolve to. Called under the lock: no compaction of this file runs, since
+ * one holds the lock until its rename. Best effort (one unlink). */
 static void sweep_leftovers(const char *path)
 {
-    char *real = realpath(path, NULL);
-    if (!real)
+    /* no allocation: a failure here is no one's to report */
+    char real[PATH_MAX], tmp[PATH_MAX + sizeof LEFTOVER_TAG];
+    if (!realpath(path, real))
         return;
-    char *dcopy = strdup(real), *bcopy = strdup(real);
-    if (dcopy && bcopy) {
-        const char *dir = dirname(dcopy), *base = basename(bcopy);
-        size_t bl = strlen(base), tl = strlen(LEFTOVER_TAG);
-        DIR *dh = opendir(dir);
-        if (dh) {
-            int dfd = dirfd(dh);
-            struct dirent *e;
-            while ((e = readdir(dh)) != NULL) {
-                const char *n = e->d_name;
-                if (strlen(n) == bl + tl + 6 && !strncmp(n, base, bl) &&
-                    !strncmp(n + bl, LEFTOVER_TAG, tl))
-                    (void)unlinkat(dfd, n, 0);
-            }
-            closedir(dh);
-        }
-    }
-    free(dcopy);
-    free(bcopy);
-    free(real);
+    snprintf(tmp, sizeof tmp, "%s%s", real, LEFTOVER_TAG);
+    (void)unlink(tmp);
 }
 
 /* The sink of the compaction: the temporary file through the appender's io. */
@@ -667,26 +650,28 @@ static int auto_compact(fkvf_appender *a)
         goto fail;
     }
     size_t rl = strlen(real);
-    if (!(tmp = fkvf_malloc(a->alloc, rl + sizeof LEFTOVER_TAG + 6)) ||
+    if (!(tmp = fkvf_malloc(a->alloc, rl + sizeof LEFTOVER_TAG)) ||
         !(dcopy = fkvf_malloc(a->alloc, rl + 1))) {
         rc = FAIL(FKVF_E_NOMEM, NULL, "auto-compaction: no memory");
         goto fail;
     }
     memcpy(dcopy, real, rl + 1);
-    snprintf(tmp, rl + sizeof LEFTOVER_TAG + 6, "%s%sXXXXXX", real, LEFTOVER_TAG);
+    snprintf(tmp, rl + sizeof LEFTOVER_TAG, "%s%s", real, LEFTOVER_TAG);
     if (fstat(a->fd, &held) != 0 || stat(real, &named) != 0 || held.st_dev != named.st_dev ||
         held.st_ino != named.st_ino) {
         rc = FAIL(FKVF_E_IO, "7.4", "auto-compaction: %s is no longer the file locked", real);
         goto fail;
     }
-    if ((fd = mkstemp(tmp)) < 0) {
-        tmp[0] = 0;
-        rc = FAIL(FKVF_E_IO, NULL, "auto-compaction: cannot create a temporary file next to "
-                                   "%s: %s", real, strerror(errno));
+    /* one name per file: only the holder of the lock uses it, and a file
+     * of that name is a crash's leftover */
+    (void)unlink(tmp);
+    if ((fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+        int e = errno;
+        rc = FAIL(FKVF_E_IO, NULL, "auto-compaction: cannot create %s: %s", tmp, strerror(e));
+        tmp[0] = 0; /* not ours: not removed */
         goto fail;
     }
-    if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0 || fchmod(fd, held.st_mode & 07777) != 0 ||
-        flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (fchmod(fd, held.st_mode & 07777) != 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
         rc = FAIL(FKVF_E_IO, NULL, "auto-compaction: preparing %s: %s", tmp, strerror(errno));
         goto fail;
     }
