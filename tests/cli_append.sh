@@ -397,11 +397,9 @@ check ac-compact 0 "$FKVF" compact "$T/ac.fkvf" -o "$T/acc.fkvf"
 if [ "$(size_of "$T/ac.fkvf")" -le $(( $(size_of "$T/acc.fkvf") * 11 / 10 + 1 )) ]; then
     pass=$((pass + 1)); else
     echo "FAIL ac-footprint: $(size_of "$T/ac.fkvf") > 1.1 x $(size_of "$T/acc.fkvf")"; fails=$((fails + 1)); fi
-check ac-unpack 0 "$FKVF" unpack "$T/ac.fkvf" -o "$T/ac.safetensors"
 check ac-ref-create 0 "$FKVF" append --create "$T/acr.fkvf" "$CACHE" --codebooks "$T/cb.fkvf" --positions 0:100 --commit-every 8 --no-auto-compact
 check ac-ref-more 0 "$FKVF" append "$T/acr.fkvf" "$CACHE" --new --commit-every 8 --no-auto-compact
-check ac-unpack-ref 0 "$FKVF" unpack "$T/acr.fkvf" -o "$T/ac-ref.safetensors"
-same ac-same-as-grown-without "$T/ac.safetensors" "$T/ac-ref.safetensors"
+# the same contents as grown without it: their compactions are the same bytes
 check ac-ref-compact 0 "$FKVF" compact "$T/acr.fkvf" -o "$T/acrc.fkvf"
 same ac-compactions-same-bytes "$T/acc.fkvf" "$T/acrc.fkvf"
 if ls "$T" | grep -q autocompact; then echo "FAIL ac-no-temp: $(ls "$T" | grep autocompact)"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
