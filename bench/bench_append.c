@@ -40,7 +40,32 @@
  * "bytes/pos appended" is (final file size - size after commit 1, which
  * holds the descriptor and the 28 MB f16 codebook) / n. Output is a
  * markdown table, then the ratios cost(largest n)/cost(smallest n) per
- * (W, c, sync) series. */
+ * (W, c, sync) series.
+ *
+ *   bench_append --live [--positions N] [--every C] [--window W] [--pairs P]
+ *                [--dir DIR] [--train N] [--iters I]
+ *
+ * Live archives and the automatic compaction (docs/appending.md): the same
+ * shape and codebook, N positions (default 8192) appended C per commit
+ * (default 8), window W (default 32), sync none, into a fresh archive in
+ * DIR (default $TMPDIR, else /tmp; removed after); codebook trained on
+ * --train positions (256) for --iters iterations (1). P pairs (default 3)
+ * of runs, alternating which goes first, with the default automatic
+ * compaction and without it (no_auto_compact): the CPU time of the process
+ * (CLOCK_PROCESS_CPUTIME_ID) of the append and commit calls, and the bytes
+ * written (every write through fkvf_io: commits and compactions). In the
+ * runs with it after the first (one more run when P = 1), the file is
+ * compacted with fkvf_archive_compact to a scratch file (untimed) at the
+ * commit before each automatic compaction (the commits where the first run
+ * compacted; the file is then at its largest) and after the last commit:
+ * footprint = st_size (and st_blocks * 512) of the live file over those of
+ * the scratch compaction; the last such run is reported. Prints the
+ * table, then
+ *   RESULT live_peak_ratio=<max footprint/compacted> live_final_ratio=<..>
+ *          append_slowdown=<median CPU ratio with/without>
+ * (also on the line: the ratio without it, the bytes rewritten per byte
+ * appended, the compactions, and the transient peak while a compaction's
+ * new file and the old one both exist). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -51,6 +76,8 @@
 #include <unistd.h>
 
 #include "fkvf.h"
+
+static int live_main(int argc, char **argv);
 
 #define NL 12
 #define NH 12
@@ -282,6 +309,8 @@ int main(int argc, char **argv)
     uint32_t everys[2] = {16, 1024};
     int n_everys = 2;
     uint32_t iters = 3;
+    if (argc > 1 && !strcmp(argv[1], "--live"))
+        return live_main(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--sizes") && v) {
@@ -419,4 +448,318 @@ int main(int argc, char **argv)
     free(pool);
     fkvf_rvq_free(q);
     return 0;
+}
+
+/* ---- --live: the footprint of a live archive, automatic compaction ------- */
+
+/* Bytes written through the appender's io, and the bytes written to the
+ * descriptor of the first write since the last reset (the archive's, not a
+ * compaction's temporary file). */
+typedef struct live_io {
+    uint64_t total, main_bytes;
+    int main_fd;
+} live_io;
+
+static long long lio_write(void *opaque, int fd, const void *data, size_t size)
+{
+    live_io *l = opaque;
+    ssize_t n = write(fd, data, size);
+    if (n > 0) {
+        l->total += (uint64_t)n;
+        if (l->main_fd < 0)
+            l->main_fd = fd;
+        if (fd == l->main_fd)
+            l->main_bytes += (uint64_t)n;
+    }
+    return (long long)n;
+}
+
+static int lio_sync(void *opaque, int fd)
+{
+    (void)opaque;
+    return fdatasync(fd);
+}
+
+static double proc_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct live_run {
+    double cpu, wall;
+    uint64_t written, final_size;
+    uint64_t *compacted_at; /* commit numbers (1-based) that compacted */
+    size_t n_compacted;
+    /* the footprint run */
+    double peak_size, peak_blocks, final_ratio, transient;
+} live_run;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* fkvf_archive_compact of path into scratch; *size, *blocks of the result. */
+static void scratch_compact(const char *path, const char *scratch, double *size, double *blocks)
+{
+    fkvf_compact_options co;
+    fkvf_compact_options_init(&co);
+    co.sync = FKVF_SYNC_NONE;
+    fkvf_archive_op *op = NULL;
+    int rc = fkvf_archive_compact(&op, path, scratch, &co, NULL);
+    if (rc) {
+        fkvf_error_info e;
+        fkvf_archive_op_error(op, &e);
+        die("fkvf_archive_compact", rc, e.message);
+    }
+    fkvf_archive_op_free(op);
+    struct stat sb;
+    if (stat(scratch, &sb) != 0) {
+        perror(scratch);
+        exit(1);
+    }
+    *size = (double)sb.st_size;
+    *blocks = (double)sb.st_blocks * 512.0;
+    unlink(scratch);
+}
+
+/* One run: n positions, every per commit; auto: the default automatic
+ * compaction, else none. probe (the footprint run): the commits of an
+ * earlier run's compactions, before which the file is measured. */
+static live_run live_once(const char *dir, const fkvf_rvq *q, const uint16_t *pool, uint64_t n,
+                          uint32_t every, uint32_t window, int auto_on, const live_run *probe)
+{
+    char path[512], scratch[520];
+    snprintf(path, sizeof path, "%s/bench-live-%ld.fkvf", dir, (long)getpid());
+    snprintf(scratch, sizeof scratch, "%s.cmp", path);
+    unlink(path);
+    fkvf_desc d = gpt2_desc(window);
+    fkvf_append_create c;
+    memset(&c, 0, sizeof c);
+    c.desc = &d;
+    c.codebook = q;
+    live_io lio = {0, 0, -1};
+    fkvf_io io = {lio_write, lio_sync, &lio};
+    fkvf_append_options o;
+    fkvf_append_options_init(&o);
+    o.sync = FKVF_SYNC_NONE;
+    o.io = &io;
+    o.no_auto_compact = !auto_on;
+    fkvf_appender *a = NULL;
+    int rc = fkvf_appender_create(&a, path, &c, &o, NULL);
+    if (rc)
+        die("fkvf_appender_create", rc, a ? fkvf_appender_message(a) : NULL);
+    live_run r;
+    memset(&r, 0, sizeof r);
+    size_t cap = 64, next_probe = 0;
+    r.compacted_at = xmalloc(cap * sizeof *r.compacted_at);
+    lio.total = 0; /* commit 1 (create) is not appended data */
+    uint64_t commit = 0, last_size = 0;
+    for (uint64_t p = 0; p < n;) {
+        size_t m = (size_t)(n - p < every ? n - p : every);
+        size_t off = (size_t)(p % POOL);
+        lio.main_fd = -1;
+        lio.main_bytes = 0;
+        double t0 = now(), c0 = proc_cpu();
+        if (off + m <= POOL) {
+            rc = fkvf_appender_append(a, pool + off * ROW_ELEMS, m * ROW_BYTES, m, NULL);
+        } else {
+            size_t m1 = POOL - off;
+            rc = fkvf_appender_append(a, pool + off * ROW_ELEMS, m1 * ROW_BYTES, m1, NULL);
+            if (!rc)
+                rc = fkvf_appender_append(a, pool, (m - m1) * ROW_BYTES, m - m1, NULL);
+        }
+        if (rc)
+            die("fkvf_appender_append", rc, fkvf_appender_message(a));
+        rc = fkvf_appender_commit(a);
+        r.wall += now() - t0;
+        r.cpu += proc_cpu() - c0;
+        if (rc || fkvf_appender_message(a)[0])
+            die("fkvf_appender_commit", rc, fkvf_appender_message(a));
+        commit++;
+        p += m;
+        fkvf_append_info ai;
+        fkvf_appender_info(a, &ai);
+        if (auto_on && ai.commit_seq == 1) {
+            if (r.n_compacted == cap) {
+                cap *= 2;
+                uint64_t *t = realloc(r.compacted_at, cap * sizeof *t);
+                if (!t)
+                    die("realloc", FKVF_E_NOMEM, NULL);
+                r.compacted_at = t;
+            }
+            r.compacted_at[r.n_compacted++] = commit;
+            /* the old file (its size before this commit plus the commit's
+             * bytes) and the new one existed together */
+            double old_sz = (double)(last_size + lio.main_bytes), cs = (double)ai.file_size;
+            if (probe && (old_sz + cs) / cs > r.transient)
+                r.transient = (old_sz + cs) / cs;
+        }
+        last_size = ai.file_size;
+        int at_probe = probe && next_probe < probe->n_compacted &&
+                       probe->compacted_at[next_probe] == commit + 1;
+        if (probe && next_probe < probe->n_compacted && probe->compacted_at[next_probe] <= commit)
+            next_probe++;
+        if (at_probe || (probe && p >= n)) {
+            struct stat sb;
+            if (stat(path, &sb) != 0) {
+                perror(path);
+                exit(1);
+            }
+            double cs, cb;
+            scratch_compact(path, scratch, &cs, &cb);
+            double rs = (double)sb.st_size / cs, rb = (double)sb.st_blocks * 512.0 / cb;
+            if (rs > r.peak_size)
+                r.peak_size = rs;
+            if (rb > r.peak_blocks)
+                r.peak_blocks = rb;
+            if (p >= n)
+                r.final_ratio = rs > rb ? rs : rb;
+        }
+    }
+    fkvf_appender_free(a);
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        perror(path);
+        exit(1);
+    }
+    r.final_size = (uint64_t)sb.st_size;
+    r.written = lio.total;
+    if (!auto_on && !probe) {
+        /* without it: how far the file is from its compaction at the end */
+        double cs, cb;
+        scratch_compact(path, scratch, &cs, &cb);
+        r.final_ratio = (double)sb.st_size / cs;
+    }
+    unlink(path);
+    return r;
+}
+
+static int live_main(int argc, char **argv)
+{
+    uint64_t n = 8192;
+    uint32_t every = 8, window = 32, iters = 1;
+    int pairs = 3;
+    size_t n_train = 256; /* the codebook's quality does not matter here, its size does */
+    const char *dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    for (int i = 2; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (!v)
+            goto usage;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (!strcmp(argv[i], "--dir")) {
+            dir = v;
+        } else if (*end || x == 0) {
+            goto usage;
+        } else if (!strcmp(argv[i], "--positions")) {
+            n = x;
+        } else if (!strcmp(argv[i], "--every") && x <= UINT32_MAX) {
+            every = (uint32_t)x;
+        } else if (!strcmp(argv[i], "--window") && x <= UINT32_MAX) {
+            window = (uint32_t)x;
+        } else if (!strcmp(argv[i], "--pairs") && x <= 100) {
+            pairs = (int)x;
+        } else if (!strcmp(argv[i], "--train") && x >= 16) {
+            n_train = (size_t)x;
+        } else if (!strcmp(argv[i], "--iters") && x <= 1000) {
+            iters = (uint32_t)x;
+        } else {
+            goto usage;
+        }
+        i++;
+    }
+    double t0 = now();
+    uint16_t *train = make_rows(n_train);
+    fkvf_rvq_params p;
+    fkvf_rvq_params_init(&p);
+    p.n_layers = NL;
+    p.n_kv_heads = NH;
+    p.key_dim = p.value_dim = HD;
+    p.k = 256;
+    p.k_stages = 4;
+    p.v_stages = 2;
+    p.max_iters = iters;
+    fkvf_rows blk = {train, n_train, FKVF_DTYPE_F16, 0};
+    fkvf_rvq *q = NULL;
+    int rc = fkvf_rvq_train(&q, &p, &blk, 1, NULL);
+    if (rc)
+        die("fkvf_rvq_train", rc, NULL);
+    free(train);
+    uint16_t *pool = make_rows(POOL);
+    printf("live archive: GPT-2 shape %dx%dx%d, k = 256, K x4 V x2 (codebook trained on %zu "
+           "positions, %.1f s); %llu positions, commit every %u, window %u, sync none, "
+           "files in %s\n\n", NL, NH, HD, n_train, now() - t0, (unsigned long long)n, every,
+           window, dir);
+    printf("| pair | CPU s with | CPU s without | ratio | wall s with | wall s without | "
+           "compactions | bytes written with | without |\n|---:|---:|---:|---:|---:|---:|---:|"
+           "---:|---:|\n");
+    double *ratios = xmalloc((size_t)pairs * sizeof *ratios);
+    live_run first, off_last, fp;
+    memset(&first, 0, sizeof first);
+    memset(&fp, 0, sizeof fp);
+    memset(&off_last, 0, sizeof off_last);
+    for (int k = 0; k < pairs; k++) {
+        live_run on, off;
+        /* from the second pair on, the runs with it measure the footprint
+         * too (outside the timed calls) */
+        const live_run *probe = k ? &first : NULL;
+        if (k % 2 == 0) { /* alternate which goes first */
+            on = live_once(dir, q, pool, n, every, window, 1, probe);
+            off = live_once(dir, q, pool, n, every, window, 0, NULL);
+        } else {
+            off = live_once(dir, q, pool, n, every, window, 0, NULL);
+            on = live_once(dir, q, pool, n, every, window, 1, probe);
+        }
+        ratios[k] = on.cpu / off.cpu;
+        printf("| %d | %.2f | %.2f | %.3f | %.2f | %.2f | %zu | %llu | %llu |\n", k + 1, on.cpu,
+               off.cpu, ratios[k], on.wall, off.wall, on.n_compacted,
+               (unsigned long long)on.written, (unsigned long long)off.written);
+        fflush(stdout);
+        if (k == 0) {
+            first = on;
+        } else {
+            free(fp.compacted_at);
+            fp = on;
+        }
+        free(off_last.compacted_at);
+        off_last = off;
+    }
+    qsort(ratios, (size_t)pairs, sizeof *ratios, cmp_double);
+    double med = pairs % 2 ? ratios[pairs / 2] : (ratios[pairs / 2 - 1] + ratios[pairs / 2]) / 2;
+    if (pairs < 2) /* the footprint needs a run after the first */
+        fp = live_once(dir, q, pool, n, every, window, 1, &first);
+    if (fp.n_compacted != first.n_compacted)
+        fprintf(stderr, "bench_append: the footprint run compacted %zu times, the first %zu\n",
+                fp.n_compacted, first.n_compacted);
+    double rewritten = ((double)first.written - (double)off_last.written) /
+                       (double)off_last.written;
+    double peak = fp.peak_size > fp.peak_blocks ? fp.peak_size : fp.peak_blocks;
+    printf("\nwith automatic compaction (default ratio %.2f): footprint / compacted at the "
+           "commits before each compaction and at the end: peak %.3f (st_size) %.3f "
+           "(st_blocks), final %.3f; while a compaction runs (old + new file) at most %.3f; "
+           "%zu compactions, %.2f bytes rewritten per byte appended\n",
+           FKVF_APPEND_COMPACT_RATIO, fp.peak_size, fp.peak_blocks, fp.final_ratio,
+           fp.transient, first.n_compacted, rewritten);
+    printf("without it: final file / compacted %.3f\n", off_last.final_ratio);
+    printf("append CPU time with / without (median of %d pairs): %.3f\n\n", pairs, med);
+    printf("RESULT live_peak_ratio=%.3f live_final_ratio=%.3f append_slowdown=%.3f "
+           "off_final_ratio=%.3f rewritten_per_appended=%.2f compactions=%zu "
+           "transient_peak_ratio=%.3f\n",
+           peak, fp.final_ratio, med, off_last.final_ratio, rewritten, first.n_compacted,
+           fp.transient);
+    free(first.compacted_at);
+    free(off_last.compacted_at);
+    free(fp.compacted_at);
+    free(ratios);
+    free(pool);
+    fkvf_rvq_free(q);
+    return 0;
+usage:
+    fprintf(stderr, "usage: bench_append --live [--positions N] [--every C] [--window W] "
+                    "[--pairs P] [--dir DIR] [--train N] [--iters I]\n");
+    return 2;
 }

@@ -182,6 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ao.sync = FKVF_SYNC_NONE;
     ao.beam_width = fz_u8(&f) % 3;
     ao.block_size = 64u * (1u + fz_u8(&f) % 4u);
+    ao.no_auto_compact = 1; /* the properties are about the chain of commits */
     unlink(path);
     fkvf_appender *a = NULL;
     int rc = fkvf_appender_create(&a, path, &c, &ao, NULL);

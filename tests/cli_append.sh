@@ -55,13 +55,13 @@ check pack-ref 0 "$FKVF" pack "$CACHE" -o "$T/ref.fkvf" --codebooks "$T/cb.fkvf"
 check unpack-ref 0 "$FKVF" unpack "$T/ref.fkvf" -o "$T/ref.safetensors"
 
 # create with the first 100 positions, then append in several commits
-check create 0 "$FKVF" append --create "$T/a.fkvf" "$CACHE" --codebooks "$T/cb.fkvf" --positions 0:100
+check create 0 "$FKVF" append --create "$T/a.fkvf" "$CACHE" --codebooks "$T/cb.fkvf" --positions 0:100 --no-auto-compact
 grep_in create-msg "created" "$T/out"
 grep_in create-count "appended 100 positions" "$T/out"
 check create-exists 1 "$FKVF" append --create "$T/a.fkvf" "$CACHE" --codebooks "$T/cb.fkvf"
-check append-2 0 "$FKVF" append "$T/a.fkvf" "$CACHE" --positions 100:180 --commit-every 16
+check append-2 0 "$FKVF" append "$T/a.fkvf" "$CACHE" --positions 100:180 --commit-every 16 --no-auto-compact
 grep_in append-2-commits "in 5 commit(s)" "$T/out"
-check append-3 0 "$FKVF" append "$T/a.fkvf" "$CACHE" --new --commit-every 7 --sync none --json
+check append-3 0 "$FKVF" append "$T/a.fkvf" "$CACHE" --new --commit-every 7 --sync none --json --no-auto-compact
 json_ok append-3
 grep_in append-3-json '"appended":76,"commits":11,"commit_seq":18,"positions":256,"archived":220,"exact":36,"tokens":true' "$T/out"
 check append-nothing-new 0 "$FKVF" append "$T/a.fkvf" "$CACHE" --new
@@ -374,5 +374,34 @@ check verify-cb-wrong 1 "$FKVF" verify "$T/zxc.fkvf" --codebooks "$T/cb-other.fk
 grep_in verify-cb-wrong-msg "FKVF_E_CODEBOOK" "$T/err"
 check verify-cb-none 0 "$FKVF" verify "$T/zxc.fkvf" --codebooks ""
 check verify-cb-noarg 2 "$FKVF" verify "$T/zxc.fkvf" --codebooks
+
+# automatic compaction (docs/appending.md): the options, and an archive that
+# stays within the ratio of its compaction with the contents of one grown
+# without it
+check ac-help 0 "$FKVF" append --help
+grep_in ac-help-at "--compact-at RATIO" "$T/out"
+grep_in ac-help-off "--no-auto-compact" "$T/out"
+for bad in 1 0.5 abc -2 1e7; do
+    check "ac-bad-$bad" 2 "$FKVF" append "$T/ac.fkvf" "$CACHE" --compact-at "$bad"
+done
+grep_in ac-bad-msg "--compact-at: '1e7' is not a ratio > 1" "$T/err"
+check ac-both 2 "$FKVF" append "$T/ac.fkvf" "$CACHE" --compact-at 1.5 --no-auto-compact
+grep_in ac-both-msg "exclude each other" "$T/err"
+check ac-create 0 "$FKVF" append --create "$T/ac.fkvf" "$CACHE" --codebooks "$T/cb.fkvf" --positions 0:100 --commit-every 8 --compact-at 1.1
+check ac-more 0 "$FKVF" append "$T/ac.fkvf" "$CACHE" --new --commit-every 8 --compact-at 1.1 --sync none --json
+grep_in ac-more-json '"positions":256,"archived":220' "$T/out"
+check ac-info 0 "$FKVF" info "$T/ac.fkvf" --json
+if grep -q '"commits":[0-9],' "$T/out"; then pass=$((pass + 1)); else
+    echo "FAIL ac-few-commits: $(grep -o '"commits":[0-9]*' "$T/out")"; fails=$((fails + 1)); fi
+check ac-compact 0 "$FKVF" compact "$T/ac.fkvf" -o "$T/acc.fkvf"
+if [ "$(size_of "$T/ac.fkvf")" -le $(( $(size_of "$T/acc.fkvf") * 11 / 10 + 1 )) ]; then
+    pass=$((pass + 1)); else
+    echo "FAIL ac-footprint: $(size_of "$T/ac.fkvf") > 1.1 x $(size_of "$T/acc.fkvf")"; fails=$((fails + 1)); fi
+check ac-ref-create 0 "$FKVF" append --create "$T/acr.fkvf" "$CACHE" --codebooks "$T/cb.fkvf" --positions 0:100 --commit-every 8 --no-auto-compact
+check ac-ref-more 0 "$FKVF" append "$T/acr.fkvf" "$CACHE" --new --commit-every 8 --no-auto-compact
+# the same contents as grown without it: their compactions are the same bytes
+check ac-ref-compact 0 "$FKVF" compact "$T/acr.fkvf" -o "$T/acrc.fkvf"
+same ac-compactions-same-bytes "$T/acc.fkvf" "$T/acrc.fkvf"
+if ls "$T" | grep -q autocompact; then echo "FAIL ac-no-temp: $(ls "$T" | grep autocompact)"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
 
 finish cli_append

@@ -303,6 +303,9 @@ static void fault_opts(fkvf_append_options *o, unsigned sync)
     fkvf_append_options_init(o);
     o->sync = sync;
     o->block_size = 64;
+    /* these tests count the commits of a file and the calls of one commit;
+     * the automatic compaction's own are test_append_compact's */
+    o->no_auto_compact = 1;
 }
 
 /* A file with commits of the given batch sizes after commit 1. */

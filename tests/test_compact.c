@@ -143,6 +143,7 @@ static void build(const char *path, fkvf_reader *cb, uint64_t *commits, uint64_t
     fkvf_append_options_init(&o);
     o.sync = FKVF_SYNC_NONE;
     o.block_size = 64;
+    o.no_auto_compact = 1; /* many commits, for the compaction under test */
     fkvf_appender *a = NULL;
     int rc = fkvf_appender_create(&a, path, &c, &o, NULL);
     ck_assert_msg(rc == FKVF_OK, "create: %s", fkvf_appender_message(a));

@@ -59,6 +59,14 @@ static const char *append_help =
     "  --commit-every N      commit after every N positions (one commit)\n"
     "  --sync commit|none    fdatasync every commit (default), or only once at the end\n"
     "  --recover             cut off a torn tail first (spec 7.7; else refused)\n"
+    "  --compact-at RATIO    after a commit that leaves the archive larger than\n"
+    "                        RATIO x its live bytes (its size once compacted),\n"
+    "                        rewrite it as 'fkvf compact' would and rename the\n"
+    "                        result over it (RATIO > 1; default 1.4: at most ~1.4x\n"
+    "                        the compacted size after every commit, ~2.5 bytes\n"
+    "                        rewritten per byte appended; docs/appending.md)\n"
+    "  --no-auto-compact     never compact automatically (the file keeps every\n"
+    "                        commit until 'fkvf compact')\n"
     "  --codebooks FILE      the codebook file of an archive that refers to one\n"
     "                        (default: found by content hash in the archive's\n"
     "                        directory, then in FKVF_CODEBOOK_PATH; docs/codebooks.md)\n"
@@ -113,8 +121,9 @@ static const char *append_help =
 typedef struct append_opts {
     const char *archive, *cache, *cbfile;
     int create, json, recover, req_tokens, no_tokens, embed, train, exact_only, f32, newonly;
-    int continues;
+    int continues, no_auto_compact;
     int range_set, end_set, layout;
+    double compact_at; /* 0: the library's default */
     cli_code_opts code;
     cli_key_opts keys;
     uint64_t range0, range1, every, tok_bits;
@@ -136,6 +145,7 @@ static int append_flag(append_opts *o, const char *a, const char **create_opt)
         {"--no-tokens", &o->no_tokens, 1}, {"--embed", &o->embed, 1},
         {"--train", &o->train, 1},         {"--exact-only", &o->exact_only, 1},
         {"--f32", &o->f32, 1},             {"--no-rope", &o->keys.no_rope, 1},
+        {"--no-auto-compact", &o->no_auto_compact, 0},
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         if (strcmp(a, flags[i].name))
@@ -186,6 +196,9 @@ static int append_value(append_opts *o, const char *a, const char *v, const char
             return cli_usage("--sync: '%s' is not commit or none", v), -1;
     } else if (!strcmp(a, "--beam")) {
         return cli_opt_beam(v, &o->code.beam) ? -1 : 0;
+    } else if (!strcmp(a, "--compact-at")) {
+        if (cli_parse_f64(v, &o->compact_at) || !(o->compact_at > 1 && o->compact_at <= 1e6))
+            return cli_usage("--compact-at: '%s' is not a ratio > 1 (and <= 1e6)", v), -1;
     } else if (!strcmp(a, "--layout")) {
         return cli_opt_layout(v, &o->layout) ? -1 : 0;
     } else if (!strcmp(a, "--positions")) {
@@ -215,6 +228,8 @@ static int append_check_opts(append_opts *o, const char *create_opt)
     if (create_opt && !o->create)
         return cli_usage("%s is an option of --create (an existing archive keeps its settings)",
                          create_opt), -1;
+    if (o->compact_at != 0 && o->no_auto_compact)
+        return cli_usage("--compact-at and --no-auto-compact exclude each other"), -1;
     if (o->create) {
         int n = (o->cbfile != NULL) + o->train + o->exact_only;
         if (n > 1)
@@ -432,6 +447,8 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
     fkvf_append_options_init(&ao);
     ao.sync = o->sync;
     ao.beam_width = o->code.beam;
+    ao.compact_ratio = o->compact_at;
+    ao.no_auto_compact = o->no_auto_compact;
     rc = fkvf_appender_create(&s->a, o->archive, &cr, &ao, NULL);
     if (rc == FKVF_E_EXISTS)
         return cli_fail(CLI_INVALID, rc, o->archive,
@@ -816,6 +833,8 @@ static int append_open(append_run *u)
         ao.beam_width = o->code.beam;
         ao.recover = o->recover;
         ao.codebook_file = s->cb;
+        ao.compact_ratio = o->compact_at;
+        ao.no_auto_compact = o->no_auto_compact;
         rc = fkvf_appender_open(&s->a, o->archive, &ao, NULL);
         if (rc != FKVF_OK)
             return cli_fail_appender(rc, s->a, o->archive, "");
@@ -863,6 +882,9 @@ static int append_commit_all(append_run *u)
             return cli_fail_appender(rc, s->a, o->archive, pre);
         }
         u->commits++;
+        if (fkvf_appender_message(s->a)[0]) /* committed; the auto-compaction failed */
+            cli_warn("%s: %s (the commit is in the file)", o->archive,
+                     fkvf_appender_message(s->a));
         cli_progress_cb(&b, i + m, u->n);
     }
     if (o->sync == FKVF_SYNC_NONE && (rc = fkvf_appender_sync(s->a)) != FKVF_OK)

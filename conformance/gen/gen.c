@@ -818,6 +818,7 @@ int main(int argc, char **argv)
         fkvf_append_options ao;
         fkvf_append_options_init(&ao);
         ao.sync = FKVF_SYNC_NONE;
+        ao.no_auto_compact = 1; /* the file is about its 4 commits */
         remove(path_of("valid_appender_4commits.fkvf"));
         fkvf_appender *a = NULL;
         if (fkvf_appender_create(&a, path_of("valid_appender_4commits.fkvf"), &ac, &ao, NULL))

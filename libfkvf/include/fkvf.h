@@ -873,10 +873,24 @@ typedef struct fkvf_append_options {
     int recover;                /* 1: truncate a torn tail (spec 7.7) instead of
                                  * failing with FKVF_E_TORN */
     const fkvf_io *io;          /* NULL: plain system calls */
+    double compact_ratio;       /* automatic compaction (docs/appending.md): after a
+                                 * commit that leaves the file larger than
+                                 * compact_ratio x its live bytes (the appender's
+                                 * estimate of its compacted size), the file is
+                                 * rewritten as its compaction and renamed over
+                                 * the path. 0: FKVF_APPEND_COMPACT_RATIO; else
+                                 * > 1 and <= 1e6 (else FKVF_E_INVALID_ARG) */
+    int no_auto_compact;        /* 1: never compact automatically */
 } fkvf_append_options;
 
+/* The default compact_ratio: the file stays within about 1.4x its compacted
+ * size after every commit, and each compaction's rewrite is paid for by
+ * 0.4x the live bytes of growth (about 2.5 bytes rewritten per appended). */
+#define FKVF_APPEND_COMPACT_RATIO 1.4
+
 /* The defaults: every field 0 (FKVF_SYNC_COMMIT, greedy encoding, block size
- * 4096, no codebook file, no recovery, plain system calls). NULL: no-op. */
+ * 4096, no codebook file, no recovery, plain system calls, automatic
+ * compaction at FKVF_APPEND_COMPACT_RATIO). NULL: no-op. */
 FKVF_API void fkvf_append_options_init(fkvf_append_options *opts);
 
 /* A new archive for appending. */
@@ -901,8 +915,12 @@ FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
  * opts->recover. The file is locked exclusively (flock) while the handle
  * lives: FKVF_E_IO when another appender holds it. The file locked is the
  * one PATH names once locked: a file renamed over PATH between the open and
- * the lock (a compaction in place) is opened and locked instead of the one
- * it replaced. */
+ * the lock (a compaction in place, or another appender's automatic one) is
+ * opened and locked instead of the one it replaced. Once locked, the
+ * temporary file an automatic compaction of this file left behind (a crash:
+ * PATH.autocompact next to the file its links resolve to, a name reserved
+ * for it) is removed, best effort. FKVF_E_INVALID_ARG: opts->compact_ratio out of
+ * range. */
 FKVF_API int fkvf_appender_open(fkvf_appender **out, const char *path,
                                 const fkvf_append_options *opts, const fkvf_allocator *alloc);
 /* Queue n_rows new positions: rows in the descriptor's dtype and the layout
@@ -913,7 +931,27 @@ FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t siz
 /* Write the queued positions as one commit. On any failure (I/O, memory, a
  * limit, ...) the file is cut back to the previous commit, so that it opens
  * clean, and the handle fails: every later call returns the error (reopen to
- * continue). */
+ * continue).
+ *
+ * Automatic compaction (unless opts.no_auto_compact; docs/appending.md):
+ * after the commit, when the file's committed bytes exceed compact_ratio x
+ * its live bytes, the archive is rewritten as fkvf_archive_compact would
+ * (nothing re-encoded) into PATH.autocompact in the file's directory
+ * (symbolic links resolved), through opts.io, synced whatever opts.sync,
+ * locked, and renamed over the path; the directory is synced and the handle
+ * continues the new file (its own descriptor and lock, commit_seq restarts
+ * at 1 as for a reopened compacted file). Readers holding the old file keep
+ * reading it. A failure before the rename (no space, I/O, memory) removes
+ * the temporary file and leaves the path and the handle as after the
+ * commit: the call returns FKVF_OK, fkvf_appender_message and
+ * fkvf_appender_error describe the failed compaction ("auto-compaction:
+ * ..."), the handle stays usable and the next attempt waits until the file
+ * has grown by another (compact_ratio - 1) x live bytes. A failure after the
+ * rename (syncing the directory) returns FKVF_E_IO and fails the handle: the
+ * commit is in the file at PATH, whose rename may not be durable (reopen to
+ * continue). A crash at any point leaves PATH at the last commit, as the old
+ * file or the complete new one; a leftover temporary file is removed by the
+ * next fkvf_appender_open of the path. */
 FKVF_API int fkvf_appender_commit(fkvf_appender *a);
 /* Make every commit durable (FKVF_SYNC_NONE). A failed sync fails the
  * handle: the kernel may have dropped the pages it could not write, so the

@@ -198,7 +198,8 @@ class KeyClash(Structure):
 
 class AppendOptions(Structure):
     _fields_ = [("sync", c_uint), ("beam_width", c_uint), ("block_size", c_uint32),
-                ("codebook_file", c_void_p), ("recover", c_int), ("io", c_void_p)]
+                ("codebook_file", c_void_p), ("recover", c_int), ("io", c_void_p),
+                ("compact_ratio", c_double), ("no_auto_compact", c_int)]
 
 
 class AppendCreate(Structure):

@@ -74,7 +74,12 @@ class Appender:
     opened archive's codebook file when it refers to one; default: found by content hash
     next to the archive, then in FKVF_CODEBOOK_PATH, as fkvf.open finds it), sync ("commit":
     a commit is durable when commit() returns; "none": after sync()), beam (RVQ beam width
-    for archived positions, 1 = greedy), layout ("hnd" / "nhd" of the arrays appended).
+    for archived positions, 1 = greedy), layout ("hnd" / "nhd" of the arrays appended),
+    compact_at (the automatic compaction, docs/appending.md: after a commit that leaves the
+    file larger than compact_at x its live bytes, it is rewritten as fkvf.compact would and
+    renamed over the path; None: the library's default 1.4; a number > 1), auto_compact
+    (False: never; the file keeps every commit until fkvf compact). A commit whose
+    compaction failed (no space, ...) still stands: the appender goes on with the old file.
 
     Options of create=True, as ``fkvf append --create``:
       sinks (4), recent (32): the exact positions kept at the start and the end;
@@ -95,7 +100,9 @@ class Appender:
 
     def __init__(self, path: PathLike, create: bool = False, *, recover: bool = False,
                  codebooks: Optional[PathLike] = None, sync: str = "commit", beam: int = 1,
-                 layout: str = "hnd", sinks: int = 4, recent: int = 32, codec: str = "quad",
+                 layout: str = "hnd", compact_at: Optional[float] = None,
+                 auto_compact: bool = True, sinks: int = 4, recent: int = 32,
+                 codec: str = "quad",
                  tokens: Optional[bool] = None, token_bits: Optional[int] = None,
                  vocab_size: Optional[int] = None, keys: Optional[str] = None,
                  rope: Any = None,
@@ -113,6 +120,19 @@ class Appender:
         lib.fkvf_append_options_init(byref(opts))
         opts.sync = _choice(sync, _SYNC, "sync")
         opts.beam_width = _count(beam, "beam", 1, 64)
+        if not isinstance(auto_compact, (bool, np.bool_)):
+            raise TypeError(f"auto_compact: a {type(auto_compact).__name__}, expected True or "
+                            "False")
+        if compact_at is not None:
+            if isinstance(compact_at, (bool, np.bool_)) or not isinstance(
+                    compact_at, (int, float, np.integer, np.floating)):
+                raise TypeError(f"compact_at: a {type(compact_at).__name__}, expected a number")
+            if not auto_compact:
+                raise ValueError("compact_at= and auto_compact=False exclude each other")
+            if not 1 < float(compact_at) <= 1e6:
+                raise ValueError(f"compact_at {compact_at}: expected a ratio > 1 (and <= 1e6)")
+            opts.compact_ratio = float(compact_at)
+        opts.no_auto_compact = 0 if auto_compact else 1
         if not isinstance(create, (bool, np.bool_)):
             raise TypeError(f"create: a {type(create).__name__}, expected True or False")
         if not isinstance(recover, (bool, np.bool_)):

@@ -53,7 +53,7 @@ def test_create_append_in_pieces_commits_unpack(fkvf, tmp_path):
     p = tmp_path / "a.fkvf"
     k, v = rand_cache(1, T=40)
     toks = np.arange(40, dtype=np.uint32) * 3 + 1
-    a = fkvf.Appender(p, create=True, recent=8, sinks=2)
+    a = fkvf.Appender(p, create=True, recent=8, sinks=2, auto_compact=False)  # the commits
     a.append(k[:, :, :7], v[:, :, :7], tokens=toks[:7])
     assert not p.exists()  # shape from the first append: the file comes at the first commit
     a.commit()
@@ -69,7 +69,7 @@ def test_create_append_in_pieces_commits_unpack(fkvf, tmp_path):
     np.testing.assert_array_equal(bits(uv), bits(v[:, :, :25]))
     np.testing.assert_array_equal(ut, toks[:25])
     # reopened: more positions, in per-layer (k, v) form [1, H, t, D]
-    with fkvf.Appender(p) as a:
+    with fkvf.Appender(p, auto_compact=False) as a:
         assert a.n_positions == 25 and a.info["has_tokens"]
         a.append([k[i:i + 1, :, 25:] for i in range(2)], [v[i:i + 1, :, 25:] for i in range(2)],
                   tokens=toks[25:])
@@ -274,6 +274,45 @@ def test_exception_leaves_last_commit(fkvf, tmp_path):
 
 
 # ---- errors ---------------------------------------------------------------------
+
+def test_auto_compaction_keeps_contents_and_footprint(fkvf, tmp_path, codebook):
+    """compact_at= compacts as it goes (the file stays a few commits long and within the
+    ratio of its compaction), with the contents of an archive grown without it."""
+    K, V, T = sample_cache()
+    n = K.shape[2]
+    on, off = tmp_path / "on.fkvf", tmp_path / "off.fkvf"
+    seqs = []
+    with fkvf.Appender(on, create=True, codebooks=codebook, compact_at=1.1) as a, \
+            fkvf.Appender(off, create=True, codebooks=codebook, auto_compact=False) as b:
+        for s in range(0, n, 8):
+            for x in (a, b):
+                x.append(K[:, :, s:s + 8], V[:, :, s:s + 8], tokens=T[s:s + 8])
+                x.commit()
+            seqs.append(a.info["commit_seq"])
+            c = tmp_path / "c.fkvf"
+            run_cli("compact", on, "-o", c, "--force", "--codebooks", codebook)
+            assert os.path.getsize(on) <= 1.1 * os.path.getsize(c) + 1
+        assert b.info["commit_seq"] == 1 + len(range(0, n, 8))
+    assert seqs.count(1) >= 3 and max(seqs) < len(seqs)
+    assert not [f for f in os.listdir(tmp_path) if ".autocompact" in f]
+    for x, y in zip(unpack(tmp_path, on, extra=("--codebooks", codebook)),
+                    unpack(tmp_path, off, extra=("--codebooks", codebook))):
+        np.testing.assert_array_equal(bits(x), bits(y))
+
+
+def test_auto_compaction_arguments(fkvf, tmp_path):
+    p = tmp_path / "a.fkvf"
+    for bad in (1, 0.5, -2, 1e7):
+        with pytest.raises(ValueError, match="compact_at"):
+            fkvf.Appender(p, create=True, compact_at=bad)
+    with pytest.raises(TypeError, match="compact_at"):
+        fkvf.Appender(p, create=True, compact_at="1.5")
+    with pytest.raises(TypeError, match="auto_compact"):
+        fkvf.Appender(p, create=True, auto_compact=1)
+    with pytest.raises(ValueError, match="exclude"):
+        fkvf.Appender(p, create=True, compact_at=1.5, auto_compact=False)
+    assert not p.exists()
+
 
 def test_second_appender_refused(fkvf, tmp_path):
     p = tmp_path / "a.fkvf"

@@ -25,7 +25,8 @@ def grown(tmp_path_factory):
     v = np.stack([t[f"layers.{i}.value"] for i in range(5)])
     import fkvf
     path = d / "grown.fkvf"
-    with fkvf.Appender(path, create=True, codebooks=cb, recent=8) as ap:
+    with fkvf.Appender(path, create=True, codebooks=cb, recent=8,
+                       auto_compact=False) as ap:  # 81 commits, to compact here
         for p in range(80):
             ap.append(k[:, :, p:p + 1], v[:, :, p:p + 1])
             ap.commit()

@@ -4,9 +4,13 @@
  * quantizer API, and writes through the writer's internal resume interface
  * (write/writer_resume.h). */
 #define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -58,6 +62,14 @@ struct fkvf_appender {
     uint32_t *tok;
     size_t tok_n, tok_cap;
     uint64_t pending;
+
+    /* automatic compaction (fkvf_appender_commit, docs/appending.md) */
+    int fd;                        /* the locked file (owned by w) */
+    int ext_cb;                    /* the codebook is an external file's */
+    fkvf_codebook_shape cbshape;   /* as read at open */
+    double ratio;                  /* 0: off */
+    uint64_t live_fixed;           /* live bytes that do not grow with positions */
+    uint64_t retry_at;             /* after a failed compaction: not below this size */
 };
 
 #define FAIL(code, clause, ...) fkvf_fail(&a->diag, code, FKVF_NO_OFFSET, clause, __VA_ARGS__)
@@ -263,6 +275,107 @@ static int load_window(fkvf_appender *a, fkvf_reader *r, const fkvf_codebook_sha
     return FKVF_OK;
 }
 
+/* The writer's view of the served commit of r (ai: its info): the groups'
+ * codecs and lengths, the vertex tables, the sizes and counts (spec 7.6),
+ * for a writer that continues the file (writer_resume.h). */
+static int file_state(fkvf_appender *a, fkvf_reader *r, const fkvf_archive_info *ai,
+                      fkvf_resume *st, uint32_t **vtxs, size_t *n_vtxs)
+{
+    /* codecs of the groups (spec 11.2); the first index stream is key stage 0,
+     * or value stage 0 when the codebook has no key stages */
+    st->index_present = spec_from_stream(r, FKVF_STREAM_ID(0, 0, 0, 0, 0), &st->index_spec,
+                                         &st->index_length) ||
+                        spec_from_stream(r, FKVF_STREAM_ID(0, 0, 0, 1, 0), &st->index_spec,
+                                         &st->index_length);
+    st->token_present = spec_from_stream(r, FKVF_STREAM_ID_TOKENS, &st->token_spec,
+                                         &st->token_length);
+    /* vertex tables already in the file (spec 10.3) */
+    for (size_t i = 0; i < ai->n_sections; i++) {
+        fkvf_section_info s;
+        if (fkvf_reader_section(r, i, &s) || s.type != FKVF_SECTION_VTXS)
+            continue;
+        size_t cap = *n_vtxs;
+        if (fkvf_grow(a->alloc, (void **)vtxs, &cap, *n_vtxs + 1, sizeof **vtxs))
+            return FAIL(FKVF_E_NOMEM, NULL, "no memory");
+        (*vtxs)[(*n_vtxs)++] = (uint32_t)s.key;
+    }
+    st->committed_size = ai->committed_size;
+    st->last_seq = ai->n_commits;
+    st->required_features = ai->required_features;
+    st->optional_features = ai->optional_features;
+    st->n_positions = ai->n_positions;
+    st->n_archived = ai->n_archived;
+    st->desc = &a->desc;
+    return FKVF_OK;
+}
+
+/* Bits per symbol of a stream codec, for the live-bytes estimate: quad its
+ * width, ngon the quad width of its alphabet (an entropy coder's bound). */
+static unsigned est_bits(const fkvf_stream_spec *sp)
+{
+    if (sp->profile == FKVF_PROFILE_QUAD)
+        return sp->symbol_bits;
+    return fkvf_quad_bits_for(sp->alphabet > 1 ? sp->alphabet - 1u : 1u);
+}
+
+/* The live bytes that grow with the positions (docs/appending.md): the
+ * exact rows of the exact positions, the index symbols of the archived ones
+ * and the token ids, at the codecs' widths. Saturates. */
+static uint64_t live_var(const fkvf_appender *a)
+{
+    uint64_t exact = a->n - a->A, v = 0, t;
+    if (!fkvf_mul64(exact, a->row_bytes, &v))
+        return UINT64_MAX;
+    if (a->q) {
+        uint64_t bits;
+        if (!fkvf_mul64(a->A, (uint64_t)a->cpp * est_bits(&a->ispec), &bits) ||
+            !fkvf_add64(v, bits / 8, &v))
+            return UINT64_MAX;
+    }
+    if (a->has_tokens) {
+        if (!fkvf_mul64(a->n, est_bits(&a->tspec), &t) || !fkvf_add64(v, t / 8, &v))
+            return UINT64_MAX;
+    }
+    return v;
+}
+
+/* The live bytes that do not grow with the positions, as of the file open
+ * (r, ai): a file of one commit is compact (all of it but live_var); else
+ * the sections a compaction keeps whole (descriptor, codebook, vertex
+ * tables, the last metadata, one search index per stream), 64 bytes of
+ * framing each, the header, one directory and the trailer. After each
+ * automatic compaction it is measured exactly instead. */
+static uint64_t fixed_at_open(const fkvf_appender *a, fkvf_reader *r, const fkvf_archive_info *ai)
+{
+    uint64_t var = live_var(a);
+    if (ai->n_commits == 1)
+        return ai->committed_size > var ? ai->committed_size - var : 0;
+    uint64_t f = 64 + 64 + 64, meta = 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < ai->n_sections; i++) {
+        fkvf_section_info s;
+        if (fkvf_reader_section(r, i, &s))
+            continue;
+        int keep = s.type == FKVF_SECTION_DESC || s.type == FKVF_SECTION_CBK1 ||
+                   s.type == FKVF_SECTION_CBRF || s.type == FKVF_SECTION_VTXS;
+        if (s.type == FKVF_SECTION_META)
+            meta = s.stored_size + 64; /* the last one counts */
+        if (s.type == FKVF_SECTION_ZIDX) {
+            keep = 1;
+            for (size_t k = i + 1; k < ai->n_sections && keep; k++) {
+                fkvf_section_info l;
+                keep = fkvf_reader_section(r, k, &l) || l.type != FKVF_SECTION_ZIDX ||
+                       l.key != s.key; /* a later one of the same stream replaces it */
+            }
+        }
+        if (keep) {
+            f += s.stored_size + 64;
+            kept++;
+        }
+    }
+    return f + meta + 64 * (uint64_t)(kept + 8);
+}
+
 /* Everything the appender needs from the served commit, through a reader. */
 static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_t **vtxs,
                       size_t *n_vtxs, fkvf_codebook_shape *cb)
@@ -342,12 +455,8 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
         a->rope.theta = d.rope_theta;
     }
 
-    /* codecs of the groups (spec 11.2); the first index stream is key stage 0,
-     * or value stage 0 when the codebook has no key stages */
-    st->index_present = spec_from_stream(r, FKVF_STREAM_ID(0, 0, 0, 0, 0), &st->index_spec,
-                                         &st->index_length) ||
-                        spec_from_stream(r, FKVF_STREAM_ID(0, 0, 0, 1, 0), &st->index_spec,
-                                         &st->index_length);
+    if ((rc = file_state(a, r, &ai, st, vtxs, n_vtxs)))
+        return rc;
     if (st->index_present) {
         a->ispec = st->index_spec;
     } else if (a->q) {
@@ -356,8 +465,6 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
         a->ispec.symbol_bits = fkvf_quad_bits_for((uint64_t)cb->k - 1);
     }
     a->iu = a->q ? fkvf_stream_spec_align(&a->ispec) : 1;
-    st->token_present = spec_from_stream(r, FKVF_STREAM_ID_TOKENS, &st->token_spec,
-                                         &st->token_length);
     a->has_tokens = st->token_present;
     if (a->has_tokens) {
         a->tspec = st->token_spec;
@@ -366,23 +473,10 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
 
     if (!a->sections_only && (rc = load_window(a, r, cb)))
         return rc;
-    /* vertex tables already in the file (spec 10.3) */
-    for (size_t i = 0; i < ai.n_sections; i++) {
-        fkvf_section_info s;
-        if (fkvf_reader_section(r, i, &s) || s.type != FKVF_SECTION_VTXS)
-            continue;
-        size_t cap = *n_vtxs;
-        if (fkvf_grow(a->alloc, (void **)vtxs, &cap, *n_vtxs + 1, sizeof **vtxs))
-            return FAIL(FKVF_E_NOMEM, NULL, "no memory");
-        (*vtxs)[(*n_vtxs)++] = (uint32_t)s.key;
-    }
-    st->committed_size = ai.committed_size;
-    st->last_seq = ai.n_commits;
-    st->required_features = ai.required_features;
-    st->optional_features = ai.optional_features;
-    st->n_positions = a->n;
-    st->n_archived = a->A;
-    st->desc = &a->desc;
+    if (a->q)
+        a->cbshape = *cb;
+    a->ext_cb = ext;
+    a->live_fixed = fixed_at_open(a, r, &ai);
     return FKVF_OK;
 }
 
@@ -428,6 +522,226 @@ int fkvf_append_lock(const char *path, int oflags, const char *purpose, fkvf_dia
     }
 }
 
+/* ---- automatic compaction (fkvf_appender_commit) ------------------------ */
+
+#define LEFTOVER_TAG ".autocompact"
+
+/* Remove the temporary file an automatic compaction of the file at path
+ * left behind (a crash): NAME.autocompact next to the file its links
+ * resolve to. Called under the lock: no compaction of this file runs, since
+ * one holds the lock until its rename. Best effort (one unlink). */
+static void sweep_leftovers(const char *path)
+{
+    /* no allocation: a failure here is no one's to report */
+    char real[PATH_MAX], tmp[PATH_MAX + sizeof LEFTOVER_TAG];
+    if (!realpath(path, real))
+        return;
+    snprintf(tmp, sizeof tmp, "%s%s", real, LEFTOVER_TAG);
+    (void)unlink(tmp);
+}
+
+/* The sink of the compaction: the temporary file through the appender's io. */
+typedef struct tmp_sink {
+    const fkvf_io *io;
+    int fd;
+} tmp_sink;
+
+static long long tmp_write(void *opaque, const void *data, size_t size)
+{
+    tmp_sink *t = opaque;
+    if (t->io && t->io->write)
+        return t->io->write(t->io->opaque, t->fd, data, size);
+    return (long long)write(t->fd, data, size);
+}
+
+static int tmp_sync(void *opaque)
+{
+    tmp_sink *t = opaque;
+    if (t->io && t->io->sync)
+        return t->io->sync(t->io->opaque, t->fd);
+    return fdatasync(t->fd);
+}
+
+/* fsync the directory dir through the appender's io. */
+static int sync_dir(const fkvf_appender *a, const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = a->opts.io && a->opts.io->sync ? a->opts.io->sync(a->opts.io->opaque, fd)
+                                            : fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
+/* The new file at tmp, compacted and locked on fd: a writer that continues
+ * it (*w2 owns fd from the call on), after checking that it serves the
+ * appender's positions. */
+static int resume_new(fkvf_appender *a, const char *tmp, int fd, fkvf_writer **w2)
+{
+    *w2 = NULL;
+    fkvf_reader *r = NULL;
+    fkvf_resume st;
+    memset(&st, 0, sizeof st);
+    uint32_t *vtxs = NULL;
+    size_t n_vtxs = 0;
+    fkvf_archive_info ai;
+    int rc = fkvf_reader_open_file(&r, tmp, 0, a->alloc);
+    if (rc == FKVF_OK)
+        rc = fkvf_reader_info(r, &ai);
+    if (rc != FKVF_OK) {
+        rc = r ? fail_reader(a, rc, r, "auto-compaction: reading the new file: ")
+               : FAIL(rc, NULL, "auto-compaction: reading the new file: %s", fkvf_strerror(rc));
+    } else if (ai.n_positions != a->n || ai.n_archived != a->A || ai.torn_bytes) {
+        rc = FAIL(FKVF_E_CORRUPT, NULL,
+                  "auto-compaction: the new file %s holds %llu positions (%llu archived), not "
+                  "%llu (%llu)", tmp, (unsigned long long)ai.n_positions,
+                  (unsigned long long)ai.n_archived, (unsigned long long)a->n,
+                  (unsigned long long)a->A);
+    } else if ((rc = file_state(a, r, &ai, &st, &vtxs, &n_vtxs)) == FKVF_OK) {
+        st.cb_kind = a->q ? (a->ext_cb ? 2 : 1) : 0;
+        st.cb = &a->cbshape;
+    }
+    fkvf_reader_free(r);
+    if (rc != FKVF_OK) {
+        fkvf_free(a->alloc, vtxs);
+        close(fd);
+        return rc;
+    }
+    st.fd = fd;
+    st.path = a->path;
+    st.vtxs = vtxs;
+    st.n_vtxs = n_vtxs;
+    st.io = a->opts.io;
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    wo.block_size = a->opts.block_size;
+    wo.sync = a->opts.sync;
+    rc = fkvf_writer_resume(w2, &st, &wo, a->alloc); /* owns fd from here */
+    fkvf_free(a->alloc, vtxs);
+    if (rc != FKVF_OK) {
+        size_t n;
+        const char *m = *w2 ? fkvf_quote_body(fkvf_writer_message(*w2), a->path, rc, &n)
+                            : fkvf_strerror(rc);
+        if (!*w2)
+            n = strlen(m);
+        FAIL(rc, NULL, "auto-compaction: continuing the new file: %.*s", (int)n, m);
+        fkvf_writer_free(*w2);
+        *w2 = NULL;
+    }
+    return rc;
+}
+
+/* The automatic compaction after a commit (fkvf.h fkvf_appender_commit):
+ * FKVF_OK when the handle continues (the new file, or the old one after a
+ * failure before the rename, recorded in a->diag); else the error of a
+ * failure after the rename, and the handle has failed. */
+static int auto_compact(fkvf_appender *a)
+{
+    char *real = realpath(a->path, NULL), *tmp = NULL, *dcopy = NULL;
+    int fd = -1, rc = FKVF_OK;
+    fkvf_writer *w2 = NULL;
+    struct stat held, named;
+    if (!real) {
+        rc = FAIL(FKVF_E_IO, NULL, "auto-compaction: cannot resolve the path: %s",
+                  strerror(errno));
+        goto fail;
+    }
+    size_t rl = strlen(real);
+    if (!(tmp = fkvf_malloc(a->alloc, rl + sizeof LEFTOVER_TAG)) ||
+        !(dcopy = fkvf_malloc(a->alloc, rl + 1))) {
+        rc = FAIL(FKVF_E_NOMEM, NULL, "auto-compaction: no memory");
+        goto fail;
+    }
+    memcpy(dcopy, real, rl + 1);
+    snprintf(tmp, rl + sizeof LEFTOVER_TAG, "%s%s", real, LEFTOVER_TAG);
+    if (fstat(a->fd, &held) != 0 || stat(real, &named) != 0 || held.st_dev != named.st_dev ||
+        held.st_ino != named.st_ino) {
+        rc = FAIL(FKVF_E_IO, "7.4", "auto-compaction: %s is no longer the file locked", real);
+        goto fail;
+    }
+    /* one name per file: only the holder of the lock uses it, and a file
+     * of that name is a crash's leftover */
+    (void)unlink(tmp);
+    if ((fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+        int e = errno;
+        rc = FAIL(FKVF_E_IO, NULL, "auto-compaction: cannot create %s: %s", tmp, strerror(e));
+        tmp[0] = 0; /* not ours: not removed */
+        goto fail;
+    }
+    if (fchmod(fd, held.st_mode & 07777) != 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        rc = FAIL(FKVF_E_IO, NULL, "auto-compaction: preparing %s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    tmp_sink ts = {a->opts.io, fd};
+    fkvf_sink sink = {tmp_write, tmp_sync, &ts};
+    if ((rc = fkvf_compact_to_sink(real, tmp, &sink, a->q && a->ext_cb ? &a->cbshape : NULL,
+                                   a->alloc, &a->diag)) != FKVF_OK)
+        goto fail;
+    int newfd = fd;
+    rc = resume_new(a, tmp, fd, &w2); /* owns fd */
+    fd = -1;
+    if (rc != FKVF_OK)
+        goto fail;
+    /* the lock is still held: no one replaced the file meanwhile */
+    if (rename(tmp, real) != 0) {
+        rc = FAIL(FKVF_E_IO, NULL, "auto-compaction: rename over %s: %s", real,
+                  strerror(errno));
+        goto fail;
+    }
+    tmp[0] = 0;
+    /* continue the new file: the old one (and its lock) is released; an
+     * appender that opened it meanwhile finds it replaced (append_impl.h) */
+    fkvf_writer_free(a->w);
+    a->w = w2;
+    a->fd = newfd;
+    uint64_t size = fkvf_writer_committed_size(w2), var = live_var(a);
+    a->live_fixed = size > var ? size - var : 0;
+    a->seq = 1;
+    a->retry_at = 0;
+    if (sync_dir(a, dirname(dcopy)) != 0) {
+        int e = errno;
+        fkvf_handle_fail(&a->h, 0);
+        rc = FAIL(FKVF_E_IO, "7.6", "auto-compaction: syncing the directory after the rename "
+                  "failed (%s): the commit is in %s, whose rename may not be durable; reopen "
+                  "to continue", strerror(e), real);
+    }
+    free(real);
+    fkvf_free(a->alloc, tmp);
+    fkvf_free(a->alloc, dcopy);
+    return rc;
+fail:
+    /* before the rename: the path and the handle are as after the commit */
+    fkvf_writer_free(w2);
+    if (fd >= 0)
+        close(fd);
+    if (tmp && tmp[0])
+        (void)unlink(tmp);
+    free(real);
+    fkvf_free(a->alloc, tmp);
+    fkvf_free(a->alloc, dcopy);
+    uint64_t now = fkvf_writer_committed_size(a->w), grow;
+    double g = (a->ratio - 1) * ((double)a->live_fixed + (double)live_var(a));
+    grow = g >= 1.8e19 ? UINT64_MAX : (uint64_t)g;
+    a->retry_at = fkvf_add64(now, grow, &a->retry_at) ? a->retry_at : UINT64_MAX;
+    (void)rc;
+    return FKVF_OK;
+}
+
+/* After a commit: compact when the file exceeds ratio x its live bytes. */
+static int maybe_compact(fkvf_appender *a)
+{
+    if (a->ratio == 0)
+        return FKVF_OK;
+    uint64_t size = fkvf_writer_committed_size(a->w), live = a->live_fixed, var = live_var(a);
+    live = fkvf_add64(live, var, &live) ? live : UINT64_MAX;
+    if (size < a->retry_at || (double)size <= a->ratio * (double)live)
+        return FKVF_OK;
+    return auto_compact(a);
+}
+
 static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_options *opts,
                      const fkvf_allocator *alloc, int sections_only);
 
@@ -464,12 +778,22 @@ static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_op
         fkvf_handle_fail(&a->h, 0);
         return FAIL(FKVF_E_INVALID_ARG, NULL, "options.sync: %u unknown", a->opts.sync);
     }
+    double ratio = a->opts.compact_ratio;
+    if (ratio != 0 && !(ratio > 1 && ratio <= 1e6)) {
+        fkvf_handle_fail(&a->h, 0);
+        return FAIL(FKVF_E_INVALID_ARG, NULL,
+                    "options.compact_ratio: %g is not 0 (the default) or in (1, 1e6]", ratio);
+    }
+    a->ratio = a->opts.no_auto_compact || sections_only ? 0
+               : ratio != 0                             ? ratio
+                                                        : FKVF_APPEND_COMPACT_RATIO;
     /* one appender per file: an exclusive lock, held while the file is open */
     int fd = -1;
     if (fkvf_append_lock(path, O_RDWR, "appending", &a->diag, &fd) != FKVF_OK) {
         fkvf_handle_fail(&a->h, 0);
         return a->diag.code;
     }
+    sweep_leftovers(path);
     fkvf_reader *r = NULL;
     fkvf_resume st;
     memset(&st, 0, sizeof st);
@@ -490,6 +814,7 @@ static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_op
         return rc;
     }
     st.fd = fd;
+    a->fd = fd;
     st.path = a->path;
     st.vtxs = vtxs;
     st.n_vtxs = n_vtxs;
@@ -763,7 +1088,7 @@ FKVF_API int fkvf_appender_commit(fkvf_appender *a)
     a->A = A2;
     a->pending = 0;
     a->seq++;
-    return FKVF_OK;
+    return maybe_compact(a);
 }
 
 FKVF_API int fkvf_appender_sync(fkvf_appender *a)

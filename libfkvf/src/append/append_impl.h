@@ -28,4 +28,15 @@ int fkvf_appender_open_sections(fkvf_appender **out, const char *path, unsigned 
 /* One commit of the given sections; positions and streams unchanged. */
 int fkvf_appender_commit_sections(fkvf_appender *a, const fkvf_section_add *secs, size_t n);
 
+/* The copy of fkvf_archive_compact (compact.c) for the appender's automatic
+ * compaction: the archive at src, whose lock the caller holds, rewritten
+ * into the sink (the writer syncs it before and after the trailer through
+ * sink->sync), with nothing renamed; dst_name names the sink's file in
+ * messages. ext_shape: the shape of src's external
+ * codebook, which the copy's reader has no file for (NULL: src has none).
+ * FKVF_OK, or the error recorded in d ("auto-compaction: ..."). */
+int fkvf_compact_to_sink(const char *src, const char *dst_name, const fkvf_sink *sink,
+                         const fkvf_codebook_shape *ext_shape, const fkvf_allocator *alloc,
+                         fkvf_diag *d);
+
 #endif

@@ -63,6 +63,8 @@ typedef struct job {
     int has_cb;
     unsigned exac_flags, cbk_flags;
     fkvf_compact_result *res;
+    const fkvf_sink *sink;                /* the appender's compaction: write here */
+    const fkvf_codebook_shape *ext_shape; /* and the shape of its external codebook */
 } job;
 
 /* The index stream of code j in the code order (spec 11.2). */
@@ -176,6 +178,14 @@ static int copy_codebook(job *j)
     int rc = fkvf_reader_codebook(j->r, &j->shape, &contents, &size, NULL);
     if (rc == FKVF_E_NOT_FOUND)
         return FKVF_OK;
+    if (rc == FKVF_E_CODEBOOK && j->ext_shape) {
+        /* an appender's external codebook, not attached to this reader: the
+         * reference is copied with the shape the appender read at open */
+        j->shape = *j->ext_shape;
+        rc = FKVF_OK;
+        contents = NULL;
+        size = 0;
+    }
     if (rc != FKVF_OK)
         return fail_reader(c, rc, j->r, "");
     if ((rc = fkvf_reader_codebook_ref(j->r, &ext, hash, &name)) != FKVF_OK)
@@ -335,7 +345,8 @@ static int create_writer(job *j, int lockfd)
             return FAIL(c->src, FKVF_E_IO, "cannot stat the file locked: %s", strerror(errno));
         wo.mode = (unsigned)st.st_mode & 07777;
     }
-    int rc = fkvf_writer_create_file(&j->w, c->path, &wo, c->alloc);
+    int rc = j->sink ? fkvf_writer_create_sink(&j->w, j->sink, &wo, c->alloc)
+                     : fkvf_writer_create_file(&j->w, c->path, &wo, c->alloc);
     if (rc != FKVF_OK) {
         fkvf_error_info e;
         int have = j->w && fkvf_writer_error(j->w, &e) == FKVF_OK;
@@ -481,5 +492,84 @@ done:
         *result = res;
     if (!out)
         fkvf_archive_op_free(c);
+    return rc;
+}
+
+/* ---- the appender's automatic compaction (append_impl.h) ------------------ */
+
+/* The text of a copy's error for the appender's message: body with the
+ * "<sink>: offset N: " that a writer of a sink puts before its own text
+ * left out (the offset is given once, as the byte of the new file). */
+static void strip_sink(char *out, size_t cap, const char *body, size_t len)
+{
+    static const char tag[] = "<sink>: ";
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 1 < cap;) {
+        if (len - i >= sizeof tag - 1 && !memcmp(body + i, tag, sizeof tag - 1)) {
+            i += sizeof tag - 1;
+            if (len - i > 7 && !memcmp(body + i, "offset ", 7)) {
+                size_t k = i + 7;
+                while (k < len && body[k] >= '0' && body[k] <= '9')
+                    k++;
+                if (k + 1 < len && body[k] == ':' && body[k + 1] == ' ')
+                    i = k + 2;
+            }
+            continue;
+        }
+        out[o++] = body[i++];
+    }
+    out[o] = 0;
+}
+
+int fkvf_compact_to_sink(const char *src, const char *dst_name, const fkvf_sink *sink,
+                         const fkvf_codebook_shape *ext_shape, const fkvf_allocator *alloc,
+                         fkvf_diag *d)
+{
+    fkvf_compact_options o;
+    fkvf_compact_options_init(&o);
+    o.sync = FKVF_SYNC_COMMIT; /* the new file replaces one that may be durable */
+    fkvf_archive_op *c = NULL;
+    int rc = fkvf_archive_op_new(&c, src, alloc);
+    if (!c)
+        return fkvf_fail(d, rc, FKVF_NO_OFFSET, NULL, "auto-compaction: no memory");
+    fkvf_compact_result res;
+    memset(&res, 0, sizeof res);
+    job j;
+    memset(&j, 0, sizeof j);
+    j.c = c;
+    j.opt = &o;
+    j.res = &res;
+    j.sink = sink;
+    j.ext_shape = ext_shape;
+    if (rc == FKVF_OK && !(c->path = fkvf_strndup(c->alloc, dst_name, strlen(dst_name))))
+        rc = FAIL(c->src, FKVF_E_NOMEM, "no memory");
+    if (rc == FKVF_OK)
+        rc = compact(&j, -1);
+    fkvf_writer_free(j.w);
+    fkvf_reader_free(j.r);
+    if (rc != FKVF_OK) {
+        char body[FKVF_MSG_MAX];
+        const fkvf_diag *e = &c->diag;
+        if (e->code != FKVF_OK)
+            strip_sink(body, sizeof body, e->msg + e->body_at, e->body_len);
+        else
+            snprintf(body, sizeof body, "%s", fkvf_strerror(rc));
+        const char *clause = e->code != FKVF_OK && e->clause[0] ? e->clause : NULL;
+        if (e->code != FKVF_OK && e->name == c->path) {
+            /* about the new file: its offset in the text, the archive's stays none */
+            char at[160] = "";
+            if (e->offset != FKVF_NO_OFFSET)
+                snprintf(at, sizeof at, " at its byte %" PRIu64 "%s%s", e->offset,
+                         e->field[0] ? ", field " : "", e->field);
+            fkvf_fail(d, rc, FKVF_NO_OFFSET, clause, "auto-compaction: writing %s failed%s: %s",
+                      dst_name, at, body);
+        } else {
+            fkvf_fail(d, rc, e->code != FKVF_OK ? e->offset : FKVF_NO_OFFSET, clause,
+                      "auto-compaction: reading the archive: %s", body);
+            if (e->code != FKVF_OK && e->field[0])
+                snprintf(d->field, sizeof d->field, "%s", e->field);
+        }
+    }
+    fkvf_archive_op_free(c);
     return rc;
 }
