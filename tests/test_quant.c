@@ -1061,7 +1061,7 @@ START_TEST(rvq_decode_f16_tables_match_portable)
          * has the kernel: every call below decoded with it too */
         fkvf_rvq *qb = NULL;
         if (fkvfq_decode16_available())
-            OK(fkvfq_rvq_borrow_f16(&qb, &sh, kvh, tab, nf * sizeof(uint16_t), NULL));
+            OK(fkvf_rvq_from_tables16_borrow(&qb, &sh, kvh, tab, nf * sizeof(uint16_t), NULL));
         const size_t n = cases[ci].n, nc = fkvf_rvq_codes_per_position(q);
         uint16_t *codes = tu_xcalloc(n * nc, sizeof(uint16_t));
         for (size_t i = 0; i < n * nc; i++)
@@ -1129,7 +1129,7 @@ START_TEST(rvq_decode_f16_tables_match_portable)
 }
 END_TEST
 
-/* fkvfq_rvq_borrow_f16 takes only what it can decode in place: f16 tables of
+/* fkvf_rvq_from_tables16_borrow takes only what it can decode in place: f16 tables of
  * exactly the shape's size, all finite, 2-byte aligned, on a CPU with the
  * kernel (else FKVF_E_UNSUPPORTED, the caller's cue to build binary32
  * tables); the handle has no binary32 rows, the portable decoder refuses it,
@@ -1143,35 +1143,35 @@ START_TEST(rvq_borrow_f16_checks)
         tab[i] = fkvf_f32_to_f16((float)i / 64.0f);
     fkvf_rvq *b = (fkvf_rvq *)(uintptr_t)1;
     if (!fkvfq_decode16_available()) {
-        ck_assert_int_eq(fkvfq_rvq_borrow_f16(&b, &sh, 2, tab, bytes, NULL), FKVF_E_UNSUPPORTED);
+        ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, tab, bytes, NULL), FKVF_E_UNSUPPORTED);
         ck_assert_ptr_null(b);
         free(tab);
         return;
     }
-    ck_assert_int_eq(fkvfq_rvq_borrow_f16(NULL, &sh, 2, tab, bytes, NULL), FKVF_E_INVALID_ARG);
-    ck_assert_int_eq(fkvfq_rvq_borrow_f16(&b, &sh, 2, tab, bytes - 2, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(NULL, &sh, 2, tab, bytes, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, tab, bytes - 2, NULL), FKVF_E_INVALID_ARG);
     ck_assert_ptr_null(b);
-    ck_assert_int_eq(fkvfq_rvq_borrow_f16(&b, &sh, 2, tab, bytes + 2, NULL), FKVF_E_INVALID_ARG);
-    ck_assert_int_eq(fkvfq_rvq_borrow_f16(&b, &sh, 2, NULL, bytes, NULL), FKVF_E_INVALID_ARG);
-    ck_assert_int_eq(fkvfq_rvq_borrow_f16(&b, &sh, 3, tab, bytes, NULL), FKVF_E_INVALID_ARG);
-    ck_assert_int_eq(fkvfq_rvq_borrow_f16(&b, &sh, 2, (const uint8_t *)(const void *)tab + 1,
+    ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, tab, bytes + 2, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, NULL, bytes, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 3, tab, bytes, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, (const uint8_t *)(const void *)tab + 1,
                                           bytes, NULL),
                      FKVF_E_UNSUPPORTED);
     fkvf_codebook_shape s32 = sh;
     s32.dtype = FKVF_DTYPE_F32;
-    ck_assert_int_eq(fkvfq_rvq_borrow_f16(&b, &s32, 2, tab, bytes * 2, NULL), FKVF_E_UNSUPPORTED);
+    ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &s32, 2, tab, bytes * 2, NULL), FKVF_E_UNSUPPORTED);
     /* an infinity, a NaN, anywhere: refused as from_tables refuses them */
     const uint16_t bad[3] = {0x7C00, 0xFC00, 0x7E01};
     for (int i = 0; i < 3; i++) {
         uint16_t keep = tab[nf - 1 - (size_t)i * 100];
         tab[nf - 1 - (size_t)i * 100] = bad[i];
-        ck_assert_int_eq(fkvfq_rvq_borrow_f16(&b, &sh, 2, tab, bytes, NULL), FKVF_E_INVALID_ARG);
+        ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, tab, bytes, NULL), FKVF_E_INVALID_ARG);
         tab[nf - 1 - (size_t)i * 100] = keep;
     }
     /* the largest finite values are taken */
     tab[0] = 0x7BFF;
     tab[1] = 0xFBFF;
-    OK(fkvfq_rvq_borrow_f16(&b, &sh, 2, tab, bytes, NULL));
+    OK(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, tab, bytes, NULL));
     ck_assert_ptr_null(b->rows);
     fkvf_codebook_shape got;
     uint32_t kvh;

@@ -108,7 +108,7 @@ struct fkvf_rvq {
     size_t n_floats;     /* n_tabs * per_tab */
     float *rows;         /* all tables, spec 13.2 order, binary32 (NULL in a
                           * handle of borrowed f16 tables) */
-    const uint16_t *rows16; /* fkvfq_rvq_borrow_f16: the f16 tables as stored,
+    const uint16_t *rows16; /* fkvf_rvq_from_tables16_borrow: the f16 tables as stored,
                           * spec 13.2 order, borrowed (else NULL) */
     float *panels;       /* the same, panel layout per stage table (training's
                           * handles only, FKVFQ_LAYOUT_PANELS; else NULL) */
@@ -124,7 +124,7 @@ struct fkvf_rvq {
 #define FKVFQ_LAYOUT_PANELS 0
 #define FKVFQ_LAYOUT_DECODE 1
 #define FKVFQ_LAYOUT_ENCODE 2
-/* no tables at all: fkvfq_rvq_borrow_f16 sets rows16 */
+/* no tables at all: fkvf_rvq_from_tables16_borrow sets rows16 */
 #define FKVFQ_LAYOUT_F16 3
 
 /* Allocate an empty handle for a validated shape (tables uninitialized);
@@ -133,11 +133,6 @@ int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
                     const fkvf_allocator *alloc);
 /* Offset (in floats) of stage table (tab, kv, s) in rows / panels. */
 size_t fkvfq_table_off(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s);
-/* The same offset in elements for a codebook shape (spec 13.2: tab = layer *
- * n_heads + head, head 0 when pooled): the one formula for the binary32
- * rows, rows16 and the f16 elements of CBK1 contents (after its 64-byte
- * header). The shape's tables must be addressable (no overflow check). */
-size_t fkvfq_shape_table_off(const fkvf_codebook_shape *sh, size_t tab, unsigned kv, unsigned s);
 /* Fill norms and cmax (and the panels, when the handle has them) of every
  * table from rows: FKVF_OK or FKVF_E_NOMEM. */
 int fkvfq_rvq_prepare(fkvf_rvq *q);
@@ -155,19 +150,6 @@ int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t
  * group kernel that decodes from f16 tables)? The test fkvf_rvq_decode
  * itself makes; 0 in a build without them. */
 int fkvfq_decode16_available(void);
-/* A decode-only handle over the f16 tables of a CBK1 (its contents after
- * the 64-byte header, `size` bytes, spec 13.2), read in place: no binary32
- * copy. The tables are borrowed: they must stay valid and unchanged until
- * fkvf_rvq_free. Only fkvf_rvq_decode (the fast kernels: fkvfq_rvq_decode_portable
- * returns FKVF_E_UNSUPPORTED), fkvf_rvq_shape, fkvf_rvq_codes_per_position
- * and fkvf_rvq_free take such a handle (the library keeps it internal).
- * Bit-identical output to a fkvf_rvq_from_tables_decode handle of the same
- * tables. Errors: FKVF_E_UNSUPPORTED (shape not f16, CPU without the
- * kernels, tables not 2-byte aligned: use fkvf_rvq_from_tables_decode),
- * FKVF_E_INVALID_ARG (bad shape, size not the tables' size, an infinite or
- * NaN element), FKVF_E_NOMEM. Thread-safety: the handle is immutable. */
-int fkvfq_rvq_borrow_f16(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
-                         const void *tables, size_t size, const fkvf_allocator *alloc);
 
 /* fkvf_rvq_decode with the portable code only (no AVX2 / F16C kernels);
  * bit-identical output, for tests. */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "cbk1_layout.h"
 #include "ckd.h"
 #include "cpu.h"
 #include "half.h"
@@ -69,7 +70,7 @@ int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
     q->n_floats = total;
     q->decode_only = decode_only == FKVFQ_LAYOUT_DECODE || decode_only == FKVFQ_LAYOUT_F16;
     if (decode_only == FKVFQ_LAYOUT_F16) {
-        /* no tables: fkvfq_rvq_borrow_f16 points rows16 at the caller's */
+        /* no tables: fkvf_rvq_from_tables16_borrow points rows16 at the caller's */
     } else if (total && q->decode_only) {
         if (!(q->rows = fkvf_malloc(&q->alloc, bytes))) {
             fkvf_rvq_free(q);
@@ -105,7 +106,7 @@ FKVF_API void fkvf_rvq_free(fkvf_rvq *q)
 
 size_t fkvfq_table_off(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s)
 {
-    return fkvfq_shape_table_off(&q->shape, tab, kv, s);
+    return fkvf_cbk1_table_off(&q->shape, tab, kv, s);
 }
 
 static size_t stage_index(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s)
@@ -610,16 +611,6 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
  * exactly when summed (GPT-2 small: a layer's 12 heads, 2.4 MB) */
 #define Q_SET16_BYTES ((size_t)4 << 20)
 
-size_t fkvfq_shape_table_off(const fkvf_codebook_shape *sh, size_t tab, unsigned kv, unsigned s)
-{
-    size_t per_tab = (size_t)sh->k * ((size_t)sh->k_stages * sh->key_dim +
-                                      (size_t)sh->v_stages * sh->value_dim);
-    size_t base = tab * per_tab;
-    if (kv == 0)
-        return base + (size_t)s * sh->k * sh->key_dim;
-    return base + (size_t)sh->k_stages * sh->k * sh->key_dim + (size_t)s * sh->k * sh->value_dim;
-}
-
 #if defined(FKVF_HAVE_F16C)
 #define Q_DEC_FAST 1
 #define Q_FAST_TARGET __attribute__((target("avx2,f16c")))
@@ -632,7 +623,7 @@ size_t fkvfq_shape_table_off(const fkvf_codebook_shape *sh, size_t tab, unsigned
  *
  * Rows come from the binary32 tables (h16 = 0: fkvf_stage_sum8) or from f16
  * tables, an f16 copy of a table set or the codebook's f16 bytes as stored
- * (fkvfq_rvq_borrow_f16), whose values are all f16 (h16 = 1: the codebook's
+ * (fkvf_rvq_from_tables16_borrow), whose values are all f16 (h16 = 1: the codebook's
  * dtype is F16, so f32 -> f16 -> f32 is exact and the lanes summed are the
  * same binary32 values, added in the same order from +0.0). nt = 1 writes
  * whole 8-lane blocks with non-temporal stores (dst 16-byte aligned): the
@@ -893,8 +884,9 @@ int fkvfq_decode16_available(void)
 #endif
 }
 
-int fkvfq_rvq_borrow_f16(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
-                         const void *tables, size_t size, const fkvf_allocator *alloc)
+FKVF_API int fkvf_rvq_from_tables16_borrow(fkvf_rvq **out, const fkvf_codebook_shape *shape,
+                                           uint32_t n_kv_heads, const void *tables, size_t size,
+                                           const fkvf_allocator *alloc)
 {
     if (!out)
         return FKVF_E_INVALID_ARG;
@@ -977,7 +969,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     chunk = chunk < 1 ? 1 : chunk > Q_DCHUNK ? Q_DCHUNK : chunk;
     chunk = chunk > n_rows ? n_rows : chunk;
     const int avx = fast && fkvf_cpu_avx();
-    /* a handle of borrowed f16 tables (fkvfq_rvq_borrow_f16) has no binary32
+    /* a handle of borrowed f16 tables (fkvf_rvq_from_tables16_borrow) has no binary32
      * rows: the f16 group kernel decodes every chunk, whatever its size */
     const int b16 = q->rows16 != NULL;
     if (b16 && !(fast && fkvfq_decode16_available()))
@@ -1038,7 +1030,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
                     /* the heads' tables follow each other in q->rows (q->rows16) */
                     size_t tab0 = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h0);
                     g.q = q;
-                    g.t16 = b16 ? q->rows16 + fkvfq_shape_table_off(sh, tab0, 0, 0) : t16;
+                    g.t16 = b16 ? q->rows16 + fkvf_cbk1_table_off(sh, tab0, 0, 0) : t16;
                     g.tab_stride = sh->pooled ? 0 : q->per_tab;
                     g.l = l;
                     g.h0 = h0;

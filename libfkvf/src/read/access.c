@@ -28,10 +28,10 @@
 
 #include "alloc.h"
 #include "ckd.h"
+#include "cbk1_layout.h"
 #include "cpu.h"
 #include "half.h"
 #include "le.h"
-#include "quant/quant.h"
 #include "restore.h"
 #include "rope.h"
 #include "stage_sum.h"
@@ -273,7 +273,7 @@ static size_t table16_off(const fkvf_codebook_shape *sh, uint32_t l, uint32_t h,
                           unsigned s)
 {
     size_t tab = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h);
-    return 64 + 2 * fkvfq_shape_table_off(sh, tab, kv, s);
+    return 64 + 2 * fkvf_cbk1_table_off(sh, tab, kv, s);
 }
 
 /* Do the f16 tables of shape sh for the archive's layers and heads lie

@@ -1,13 +1,12 @@
 /* fkvf_reader_restore: every position of an archive back into cache rows
  * (spec 13.6, 14). Exact rows are copied (converted if asked); archived rows
- * are decoded from their index streams with the codebook (quant/: its
- * handles, fkvf_rvq_decode). */
+ * are decoded from their index streams with the codebook. Uses the
+ * quantizer through its public API. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
 #include "ckd.h"
-#include "quant/quant.h"
 #include "restore.h"
 
 #define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
@@ -122,14 +121,14 @@ static int restore_rvq(fkvf_reader *r, const fkvf_rvq **q)
     int rc = rd_codebook(r, &shape, &contents, &size, NULL);
     if (rc)
         return rc;
-    if (shape.dtype == FKVF_DTYPE_F16 && fkvfq_decode16_available()) {
+    if (shape.dtype == FKVF_DTYPE_F16) {
         const uint8_t *t = (const uint8_t *)contents + 64;
         if (!r->rvq16 || r->rvq16_cb != t) {
             fkvf_rvq_free(r->rvq16);
             r->rvq16 = NULL;
             r->rvq16_cb = NULL;
             fkvf_rvq *b = NULL;
-            rc = fkvfq_rvq_borrow_f16(&b, &shape, r->desc.n_kv_heads, t, size - 64, r->alloc);
+            rc = fkvf_rvq_from_tables16_borrow(&b, &shape, r->desc.n_kv_heads, t, size - 64, r->alloc);
             if (rc == FKVF_OK) {
                 r->rvq16 = b;
                 r->rvq16_cb = t;
