@@ -165,6 +165,7 @@
  *  fkvf_rvq_train                | alloc (rvq)
  *  fkvf_rvq_from_tables          | alloc (rvq)
  *  fkvf_rvq_from_tables_decode   | alloc (rvq)
+ *  fkvf_rvq_from_tables16_borrow | alloc (reader_mem, reader_file, reader_ext: restore of the f16 codebook on a CPU with F16C)
  *  fkvf_rvq_subset               | alloc (rvq)
  *  fkvf_rvq_free                 | n/a free (rvq)
  *  fkvf_rvq_shape                | n/a pure

@@ -1057,6 +1057,11 @@ START_TEST(rvq_decode_f16_tables_match_portable)
         }
         fkvf_rvq *q;
         OK(fkvf_rvq_from_tables_decode(&q, &sh, kvh, tab, nf * sizeof(uint16_t), NULL));
+        /* the same tables read in place (restore's handle), where the CPU
+         * has the kernel: every call below decoded with it too */
+        fkvf_rvq *qb = NULL;
+        if (fkvfq_decode16_available())
+            OK(fkvf_rvq_from_tables16_borrow(&qb, &sh, kvh, tab, nf * sizeof(uint16_t), NULL));
         const size_t n = cases[ci].n, nc = fkvf_rvq_codes_per_position(q);
         uint16_t *codes = tu_xcalloc(n * nc, sizeof(uint16_t));
         for (size_t i = 0; i < n * nc; i++)
@@ -1081,6 +1086,14 @@ START_TEST(rvq_decode_f16_tables_match_portable)
                         EXPECTF(memcmp(o1 + off, o2 + off, size) == 0,
                                 "case %zu rope %d layout %d dtype %d offset %zu differs", ci, rp,
                                 lay, (int)dt, off);
+                        if (!qb)
+                            continue;
+                        memset(o1, 0xA5, bytes + 16);
+                        OK(fkvf_rvq_decode(qb, codes, ps, cst, n, first, rope, dt, o1 + off,
+                                           size));
+                        EXPECTF(memcmp(o1 + off, o2 + off, size) == 0,
+                                "borrowed: case %zu rope %d layout %d dtype %d offset %zu differs",
+                                ci, rp, lay, (int)dt, off);
                     }
                     if (lay)
                         continue;
@@ -1096,6 +1109,14 @@ START_TEST(rvq_decode_f16_tables_match_portable)
                         EXPECTF(memcmp(o1, o2 + at * re * es, sz) == 0,
                                 "case %zu rope %d dtype %d: %zu rows at %zu differ", ci, rp,
                                 (int)dt, c, at);
+                        if (!qb)
+                            continue;
+                        memset(o1, 0xA5, bytes + 16);
+                        OK(fkvf_rvq_decode(qb, codes + at * nc, nc, 1, c, first + at, rope, dt,
+                                           o1, sz));
+                        EXPECTF(memcmp(o1, o2 + at * re * es, sz) == 0,
+                                "borrowed: case %zu rope %d dtype %d: %zu rows at %zu differ", ci,
+                                rp, (int)dt, c, at);
                     }
                 }
         free(tab);
@@ -1103,7 +1124,78 @@ START_TEST(rvq_decode_f16_tables_match_portable)
         free(o1);
         free(o2);
         fkvf_rvq_free(q);
+        fkvf_rvq_free(qb);
     }
+}
+END_TEST
+
+/* fkvf_rvq_from_tables16_borrow takes only what it can decode in place: f16 tables of
+ * exactly the shape's size, all finite, 2-byte aligned, on a CPU with the
+ * kernel (else FKVF_E_UNSUPPORTED, the caller's cue to build binary32
+ * tables); the handle has no binary32 rows, the portable decoder refuses it,
+ * and it reads the caller's bytes (a change to them shows in its output). */
+START_TEST(rvq_borrow_f16_checks)
+{
+    fkvf_codebook_shape sh = {1, 2, 8, 8, 16, 2, 1, FKVF_DTYPE_F16, 0};
+    const size_t nf = (size_t)2 * 16 * (2 * 8 + 8), bytes = nf * sizeof(uint16_t);
+    uint16_t *tab = tu_xcalloc(nf + 1, sizeof(uint16_t));
+    for (size_t i = 0; i < nf; i++)
+        tab[i] = fkvf_f32_to_f16((float)i / 64.0f);
+    fkvf_rvq *b = (fkvf_rvq *)(uintptr_t)1;
+    if (!fkvfq_decode16_available()) {
+        ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, tab, bytes, NULL), FKVF_E_UNSUPPORTED);
+        ck_assert_ptr_null(b);
+        free(tab);
+        return;
+    }
+    ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(NULL, &sh, 2, tab, bytes, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, tab, bytes - 2, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_ptr_null(b);
+    ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, tab, bytes + 2, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, NULL, bytes, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 3, tab, bytes, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, (const uint8_t *)(const void *)tab + 1,
+                                          bytes, NULL),
+                     FKVF_E_UNSUPPORTED);
+    fkvf_codebook_shape s32 = sh;
+    s32.dtype = FKVF_DTYPE_F32;
+    ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &s32, 2, tab, bytes * 2, NULL), FKVF_E_UNSUPPORTED);
+    /* an infinity, a NaN, anywhere: refused as from_tables refuses them */
+    const uint16_t bad[3] = {0x7C00, 0xFC00, 0x7E01};
+    for (int i = 0; i < 3; i++) {
+        uint16_t keep = tab[nf - 1 - (size_t)i * 100];
+        tab[nf - 1 - (size_t)i * 100] = bad[i];
+        ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, tab, bytes, NULL), FKVF_E_INVALID_ARG);
+        tab[nf - 1 - (size_t)i * 100] = keep;
+    }
+    /* the largest finite values are taken */
+    tab[0] = 0x7BFF;
+    tab[1] = 0xFBFF;
+    OK(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, tab, bytes, NULL));
+    ck_assert_ptr_null(b->rows);
+    fkvf_codebook_shape got;
+    uint32_t kvh;
+    fkvf_rvq_shape(b, &got, &kvh);
+    ck_assert_uint_eq(got.k, 16);
+    ck_assert_uint_eq(kvh, 2);
+    uint16_t codes[6] = {0};
+    uint16_t out[2 * 16];
+    ck_assert_int_eq(fkvfq_rvq_decode_portable(b, codes, 6, 1, 1, 0, NULL, FKVF_DTYPE_F16, out,
+                                               sizeof out),
+                     FKVF_E_UNSUPPORTED);
+    /* position 0, all codes 0: key of head 0 = rows 0 of stages 0 and 1 summed;
+     * element 0 is 65504 + tab[128], element 1 is -65504 + tab[129] */
+    ck_assert_int_eq(fkvf_rvq_decode(b, codes, 6, 1, 1, 0, NULL, FKVF_DTYPE_F32, NULL, 0),
+                     FKVF_E_INVALID_ARG);
+    float o32[2 * 16];
+    OK(fkvf_rvq_decode(b, codes, 6, 1, 1, 0, NULL, FKVF_DTYPE_F32, o32, sizeof o32));
+    ck_assert_float_eq(o32[0], 65504.0f + fkvf_f16_to_f32(tab[128]));
+    ck_assert_float_eq(o32[1], -65504.0f + fkvf_f16_to_f32(tab[129]));
+    tab[128] = fkvf_f32_to_f16(1.0f); /* borrowed: the next decode reads the change */
+    OK(fkvf_rvq_decode(b, codes, 6, 1, 1, 0, NULL, FKVF_DTYPE_F32, o32, sizeof o32));
+    ck_assert_float_eq(o32[0], 65505.0f);
+    fkvf_rvq_free(b);
+    free(tab);
 }
 END_TEST
 
@@ -1974,6 +2066,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tq, rvq_decode_matches_reference);
     tcase_add_test(tq, rvq_decode_kernels_match_plain_reference);
     tcase_add_test(tq, rvq_decode_f16_tables_match_portable);
+    tcase_add_test(tq, rvq_borrow_f16_checks);
     tcase_add_test(tq, rvq_beam_not_worse_than_greedy);
     tcase_add_test(tq, rvq_deterministic);
     tcase_add_test(tq, rvq_shapes_and_writer);

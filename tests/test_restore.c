@@ -453,6 +453,177 @@ START_TEST(restore_batches_match_portable_decode)
 }
 END_TEST
 
+/* Restore of an f16 codebook decodes from the f16 tables in place when the
+ * CPU has fkvf_rvq_decode's f16 kernel (fkvfq_decode16_available): every
+ * position of every range (all, single rows, runs below and above 64 rows)
+ * in f16, bf16 and f32 equals the portable decoder's row over a binary32
+ * handle of the same tables (exact rows: converted), for shapes with
+ * pooled tables, several and one kv heads (GQA caches share one kv head
+ * among query heads: the decoder only sees n_kv_heads), odd and unequal
+ * dims, k = 16, 16 stages or none, RoPE off, interleaved and half-split,
+ * whole 8-lane blocks or not (the test of the allocations below proves
+ * which path ran). */
+typedef struct f16case {
+    uint32_t l, h, dk, dv, k;
+    uint8_t ks, vs, pooled;
+    uint8_t rope_layout; /* 0: keys as cached */
+    uint32_t rope_dims;
+    uint32_t n_arch;
+} f16case;
+
+static void f16_direct_case(const f16case *c, uint64_t seed, size_t *peak)
+{
+    tu_rng g = {seed};
+    const uint32_t tabs = c->l * (c->pooled ? 1 : c->h);
+    fkvf_codebook_shape sh = {c->l, c->pooled ? 1 : c->h, c->dk, c->dv, c->k,
+                              c->ks, c->vs, FKVF_DTYPE_F16, c->pooled};
+    const size_t nt = (size_t)tabs * c->k * ((size_t)c->ks * c->dk + (size_t)c->vs * c->dv);
+    uint16_t *tab = tu_xcalloc(nt ? nt : 1, sizeof(uint16_t));
+    for (size_t i = 0; i < nt; i++) /* f16 values over a wide range, subnormals and -0 too */
+        tab[i] = (uint16_t)(tu_below(&g, 4) == 0 ? tu_below(&g, 0x400) | 0x8000u * tu_below(&g, 2)
+                                                 : fkvf_f32_to_f16((float)((double)tu_below(&g, 40001) / 1000.0 - 20.0)));
+    const size_t nc = (size_t)c->l * c->h * (c->ks + c->vs);
+    const size_t re = (size_t)c->l * c->h * (c->dk + c->dv);
+    const uint64_t fS = 2, fW = 3, fA = c->n_arch, fN = fS + fA + fW;
+    uint16_t *codes = tu_xcalloc(fA * nc + 1, sizeof(uint16_t));
+    for (size_t i = 0; i < fA * nc; i++)
+        codes[i] = (uint16_t)tu_below(&g, c->k);
+    uint16_t *rows = tu_xcalloc(fN * re, sizeof(uint16_t));
+    for (size_t i = 0; i < fN * re; i++)
+        rows[i] = fkvf_f32_to_f16((float)((double)tu_below(&g, 2001) / 500.0 - 2.0));
+    const size_t rb = re * 2;
+
+    tu_buf file = {0};
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.sync = FKVF_SYNC_NONE;
+    fkvf_sink sk = tu_buf_sink(&file);
+    fkvf_writer *w;
+    ck_assert_int_eq(fkvf_writer_create_sink(&w, &sk, &o, NULL), FKVF_OK);
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = c->l;
+    d.n_kv_heads = c->h;
+    d.key_dim = c->dk;
+    d.value_dim = c->dv;
+    d.dtype = FKVF_DTYPE_F16;
+    if (c->rope_layout) {
+        d.key_transform = 1;
+        d.rope_layout = c->rope_layout;
+        d.key_storage = 1;
+        d.rope_dims = c->rope_dims;
+        d.rope_theta = 10000.0;
+    }
+    d.n_sinks = fS;
+    d.window = fW;
+    ck_assert_int_eq(fkvf_writer_set_desc(w, &d), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_add_exact(w, 0, fS, rows, fS * rb, 0), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_add_exact(w, fS + fA, fW, rows + (fS + fA) * re, fW * rb, 0), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_add_codebooks(w, &sh, tab, nt * sizeof(uint16_t), 0), FKVF_OK);
+    if (nc) {
+        fkvf_stream_spec sp;
+        memset(&sp, 0, sizeof sp);
+        sp.profile = FKVF_PROFILE_QUAD;
+        while ((1u << sp.symbol_bits) < c->k) /* quad: an even width */
+            sp.symbol_bits += 2;
+        ck_assert_int_eq(fkvf_writer_add_index_segment(w, &sp, 0, fA, codes, nc, 1), FKVF_OK);
+    }
+    ck_assert_int_eq(fkvf_writer_set_positions(w, fN, nc ? fA : 0), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
+    fkvf_writer_free(w);
+
+    fkvf_rvq *q;
+    ck_assert_int_eq(fkvf_rvq_from_tables_decode(&q, &sh, c->h, tab, nt * sizeof(uint16_t), NULL),
+                     FKVF_OK);
+    tu_alloc ta = {0};
+    fkvf_allocator al = tu_alloc_hook(&ta);
+    fkvf_reader *r;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, file.data, file.size, 0, &al), FKVF_OK);
+    const fkvf_rope rope = {c->rope_layout, c->rope_dims, 10000.0};
+    const fkvf_dtype dts[3] = {FKVF_DTYPE_F16, FKVF_DTYPE_BF16, FKVF_DTYPE_F32};
+    const uint64_t ranges[][2] = {{0, fN},     {fS, 1},      {fS + 5, 63}, {fS + 1, 64},
+                                  {fS + 7, 65}, {fS + fA - 1, 1}, {1, fA + 2}};
+    uint8_t *want = tu_xcalloc(fN * re, 4), *got = tu_xcalloc(fN * re, 4);
+    for (int di = 0; di < 3; di++) {
+        const fkvf_dtype dt = dts[di];
+        const size_t es = dt == FKVF_DTYPE_F32 ? 4 : 2, orb = re * es;
+        ck_assert_int_eq(fkvf_convert(dt, want, FKVF_DTYPE_F16, rows, fS * re), FKVF_OK);
+        if (nc)
+            ck_assert_int_eq(fkvfq_rvq_decode_portable(q, codes, nc, 1, fA, fS,
+                                                       c->rope_layout ? &rope : NULL, dt,
+                                                       want + fS * orb, fA * orb),
+                             FKVF_OK);
+        else
+            ck_assert_int_eq(fkvf_convert(dt, want + fS * orb, FKVF_DTYPE_F16, rows + fS * re,
+                                          fA * re),
+                             FKVF_OK);
+        ck_assert_int_eq(fkvf_convert(dt, want + (fS + fA) * orb, FKVF_DTYPE_F16,
+                                      rows + (fS + fA) * re, fW * re),
+                         FKVF_OK);
+        for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
+            uint64_t first = ranges[ri][0], count = ranges[ri][1];
+            if (first + count > fN)
+                continue;
+            memset(got, 0xA5, fN * orb);
+            ck_assert_int_eq(fkvf_reader_restore(r, first, count, dt, got, count * orb),
+                             FKVF_OK);
+            EXPECTF(memcmp(got, want + first * orb, count * orb) == 0,
+                    "shape %ux%ux%u/%u k %u stages %u+%u pooled %u rope %u/%u: dtype %d "
+                    "positions [%llu, +%llu) differ",
+                    c->l, c->h, c->dk, c->dv, c->k, c->ks, c->vs, c->pooled, c->rope_layout,
+                    c->rope_dims, (int)dt, (unsigned long long)first,
+                    (unsigned long long)count);
+        }
+    }
+    if (peak)
+        *peak = ta.peak;
+    free(want);
+    free(got);
+    fkvf_reader_free(r);
+    ck_assert_uint_eq(ta.bytes, 0);
+    fkvf_rvq_free(q);
+    tu_buf_free(&file);
+    free(tab);
+    free(codes);
+    free(rows);
+}
+
+START_TEST(restore_f16_direct_matches_portable_decode)
+{
+    static const f16case cases[] = {
+        /* l  h  dk  dv   k  ks vs pooled rope rd  n_arch */
+        {2, 3, 16, 16, 16, 16, 2, 0, 2, 16, 150},  /* k = 16, 16 stages, half-split blocks */
+        {3, 2, 7, 12, 32, 2, 3, 0, 1, 6, 130},     /* odd key dim, interleaved not whole blocks */
+        {2, 4, 24, 8, 64, 3, 1, 1, 1, 24, 140},    /* pooled, interleaved whole blocks */
+        {1, 1, 40, 33, 16, 1, 1, 0, 2, 20, 100},   /* one kv head, half-split not whole */
+        {2, 2, 9, 9, 256, 2, 2, 0, 0, 0, 200},     /* keys as cached, k = 256, odd dims */
+        {2, 3, 8, 16, 16, 4, 0, 1, 2, 8, 90},      /* pooled, no value stages */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        f16_direct_case(&cases[i], 7000 + i, NULL);
+}
+END_TEST
+
+/* A reader restoring with an f16 codebook (2 layers x 4 heads, k = 256,
+ * dims 64, 2 + 2 stages: 1 MiB of f16 tables, 2 MiB as binary32) on a CPU
+ * with the f16 kernel allocates, at its peak, less than the f16 tables' size
+ * (counting allocator, the archive in the caller's memory): neither a
+ * binary32 copy nor an f16 copy of the tables is made, and the restore is
+ * still the portable decoder's. Without the kernel the binary32 tables are
+ * built (the peak is above their size): the fallback path. */
+START_TEST(restore_f16_codebook_allocates_no_binary32_tables)
+{
+    const f16case c = {2, 4, 64, 64, 256, 2, 2, 0, 2, 64, 100};
+    const size_t n16 = (size_t)2 * 4 * 256 * (2 * 64 + 2 * 64) * sizeof(uint16_t);
+    size_t peak = 0;
+    f16_direct_case(&c, 99, &peak);
+    if (fkvfq_decode16_available())
+        EXPECTF(peak < n16, "peak %zu bytes, the f16 tables %zu", peak, n16);
+    else
+        EXPECTF(peak >= 2 * n16, "peak %zu bytes, the binary32 tables %zu", peak, 2 * n16);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("restore");
@@ -465,6 +636,8 @@ int main(void)
     tcase_add_test(tc, restore_allocation_failures);
     tcase_add_test(tc, restore_zero_stage_codebook);
     tcase_add_test(tc, restore_batches_match_portable_decode);
+    tcase_add_test(tc, restore_f16_direct_matches_portable_decode);
+    tcase_add_test(tc, restore_f16_codebook_allocates_no_binary32_tables);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

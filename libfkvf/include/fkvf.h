@@ -1516,6 +1516,24 @@ FKVF_API uint32_t fkvf_ngon_max_span(double r);
 FKVF_API int fkvf_rvq_from_tables_decode(fkvf_rvq **out, const fkvf_codebook_shape *shape,
                                          uint32_t n_kv_heads, const void *tables, size_t size,
                                          const fkvf_allocator *alloc);
+/* A decode-only handle over f16 tables read in place (spec 13.2 order: a
+ * CBK1's contents after its 64-byte header, `size` bytes), without the
+ * binary32 copy fkvf_rvq_from_tables_decode makes; fkvf_reader_restore
+ * decodes f16 codebooks this way. Parameters as fkvf_rvq_from_tables_decode
+ * (n_kv_heads 0: shape->n_heads). Ownership: the tables are borrowed and
+ * must stay valid and unchanged until fkvf_rvq_free of *out; the handle
+ * (freed with fkvf_rvq_free) has no binary32 rows: only fkvf_rvq_decode
+ * (bit-identical output to a fkvf_rvq_from_tables_decode handle of the same
+ * tables), fkvf_rvq_shape, fkvf_rvq_codes_per_position and fkvf_rvq_free
+ * take it. Errors: FKVF_E_UNSUPPORTED when it cannot read the tables in
+ * place (shape not f16, a build or CPU without fkvf_rvq_decode's AVX2 +
+ * F16C kernel, tables not 2-byte aligned: use fkvf_rvq_from_tables_decode),
+ * FKVF_E_INVALID_ARG (out NULL, bad shape or n_kv_heads, size not the
+ * tables' size, an infinite or NaN element), FKVF_E_NOMEM. Thread-safe
+ * (the handle is immutable). */
+FKVF_API int fkvf_rvq_from_tables16_borrow(fkvf_rvq **out, const fkvf_codebook_shape *shape,
+                                           uint32_t n_kv_heads, const void *tables, size_t size,
+                                           const fkvf_allocator *alloc);
 /* The k x dim binary32 centroids of one stage table (kv: 0 keys, 1 values;
  * head ignored when pooled), owned by q and valid until fkvf_rvq_free; NULL
  * if out of range. No allocation; thread-safe (q is immutable). */

@@ -106,7 +106,10 @@ struct fkvf_rvq {
     size_t n_tabs;       /* n_layers * shape.n_heads */
     size_t per_tab;      /* floats per (layer, head): k * (ks * Dk + vs * Dv) */
     size_t n_floats;     /* n_tabs * per_tab */
-    float *rows;         /* all tables, spec 13.2 order, binary32 */
+    float *rows;         /* all tables, spec 13.2 order, binary32 (NULL in a
+                          * handle of borrowed f16 tables) */
+    const uint16_t *rows16; /* fkvf_rvq_from_tables16_borrow: the f16 tables as stored,
+                          * spec 13.2 order, borrowed (else NULL) */
     float *panels;       /* the same, panel layout per stage table (training's
                           * handles only, FKVFQ_LAYOUT_PANELS; else NULL) */
     float *norms;        /* n_tabs * (ks + vs) * k */
@@ -121,6 +124,8 @@ struct fkvf_rvq {
 #define FKVFQ_LAYOUT_PANELS 0
 #define FKVFQ_LAYOUT_DECODE 1
 #define FKVFQ_LAYOUT_ENCODE 2
+/* no tables at all: fkvf_rvq_from_tables16_borrow sets rows16 */
+#define FKVFQ_LAYOUT_F16 3
 
 /* Allocate an empty handle for a validated shape (tables uninitialized);
  * decode_only is one of FKVFQ_LAYOUT_*. */
@@ -140,6 +145,11 @@ int fkvfq_rvq_prepare(fkvf_rvq *q);
 int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t dim,
                  uint32_t k, const float *init, uint64_t seed, uint32_t max_iters,
                  float *centroids, uint32_t *asg, size_t *repairs, uint32_t *iters);
+
+/* Does fkvf_rvq_decode have its AVX2 + F16C kernels on this CPU (the f16
+ * group kernel that decodes from f16 tables)? The test fkvf_rvq_decode
+ * itself makes; 0 in a build without them. */
+int fkvfq_decode16_available(void);
 
 /* fkvf_rvq_decode with the portable code only (no AVX2 / F16C kernels);
  * bit-identical output, for tests. */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "cbk1_layout.h"
 #include "ckd.h"
 #include "cpu.h"
 #include "half.h"
@@ -67,8 +68,10 @@ int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
     q->n_tabs = n_tabs;
     q->per_tab = per;
     q->n_floats = total;
-    q->decode_only = decode_only == FKVFQ_LAYOUT_DECODE;
-    if (total && q->decode_only) {
+    q->decode_only = decode_only == FKVFQ_LAYOUT_DECODE || decode_only == FKVFQ_LAYOUT_F16;
+    if (decode_only == FKVFQ_LAYOUT_F16) {
+        /* no tables: fkvf_rvq_from_tables16_borrow points rows16 at the caller's */
+    } else if (total && q->decode_only) {
         if (!(q->rows = fkvf_malloc(&q->alloc, bytes))) {
             fkvf_rvq_free(q);
             return FKVF_E_NOMEM;
@@ -103,11 +106,7 @@ FKVF_API void fkvf_rvq_free(fkvf_rvq *q)
 
 size_t fkvfq_table_off(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s)
 {
-    const fkvf_codebook_shape *sh = &q->shape;
-    size_t base = tab * q->per_tab;
-    if (kv == 0)
-        return base + (size_t)s * sh->k * sh->key_dim;
-    return base + (size_t)sh->k_stages * sh->k * sh->key_dim + (size_t)s * sh->k * sh->value_dim;
+    return fkvf_cbk1_table_off(&q->shape, tab, kv, s);
 }
 
 static size_t stage_index(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s)
@@ -622,8 +621,9 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
  * portable path (fkvf_stage_sum, fkvf_rope_rotate_f32, fkvfq_store); f32 -> f16
  * is fkvf_f16c_put8 (common/half.h: why it equals fkvf_cvt_f32_to_f16 here).
  *
- * Rows come from the binary32 tables (h16 = 0: fkvf_stage_sum8) or from an
- * f16 copy of a table set whose values are all f16 (h16 = 1: the codebook's
+ * Rows come from the binary32 tables (h16 = 0: fkvf_stage_sum8) or from f16
+ * tables, an f16 copy of a table set or the codebook's f16 bytes as stored
+ * (fkvf_rvq_from_tables16_borrow), whose values are all f16 (h16 = 1: the codebook's
  * dtype is F16, so f32 -> f16 -> f32 is exact and the lanes summed are the
  * same binary32 values, added in the same order from +0.0). nt = 1 writes
  * whole 8-lane blocks with non-temporal stores (dst 16-byte aligned): the
@@ -782,8 +782,8 @@ static Q_FAST_INLINE void fast_vector(fkvf_dtype dt, const void *const *rowp, un
 }
 
 /* What the f16 path decodes in one pass: heads [h0, h0 + G) of layer l for
- * the positions of a chunk, from t16, the f16 copy of their tables (tab by
- * tab as in q->rows; one tab when pooled). */
+ * the positions of a chunk, from t16, their f16 tables (the f16 copy, or
+ * q->rows16 in place; tab by tab as in q->rows; one tab when pooled). */
 typedef struct q_group {
     const fkvf_rvq *q;
     const uint16_t *t16;
@@ -875,6 +875,53 @@ static Q_FAST_TARGET void fast_vector32(fkvf_dtype dt, const float *const *rowp,
 }
 #endif
 
+int fkvfq_decode16_available(void)
+{
+#ifdef Q_DEC_FAST
+    return fkvf_cpu_avx2() && fkvf_cpu_f16c();
+#else
+    return 0;
+#endif
+}
+
+FKVF_API int fkvf_rvq_from_tables16_borrow(fkvf_rvq **out, const fkvf_codebook_shape *shape,
+                                           uint32_t n_kv_heads, const void *tables, size_t size,
+                                           const fkvf_allocator *alloc)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    *out = NULL;
+    if (!shape || (!tables && size))
+        return FKVF_E_INVALID_ARG;
+    /* f16 elements read as uint16_t in place: 2-byte aligned, and the
+     * kernels' little-endian loads (F16C implies x86) */
+    if (shape->dtype != FKVF_DTYPE_F16 || !fkvfq_decode16_available() ||
+        (uintptr_t)tables % sizeof(uint16_t))
+        return FKVF_E_UNSUPPORTED;
+    fkvf_rvq *q;
+    int rc = fkvfq_rvq_alloc(&q, shape, n_kv_heads ? n_kv_heads : shape->n_heads,
+                             FKVFQ_LAYOUT_F16, alloc);
+    if (rc)
+        return rc;
+    if (size / sizeof(uint16_t) != q->n_floats || size % sizeof(uint16_t)) {
+        fkvf_rvq_free(q);
+        return FKVF_E_INVALID_ARG;
+    }
+    /* what from_tables refuses after widening: an infinity or a NaN (all
+     * exponent bits set) */
+    const uint16_t *t = tables;
+    unsigned bad = 0;
+    for (size_t i = 0; i < q->n_floats; i++)
+        bad |= (t[i] & 0x7C00u) == 0x7C00u;
+    if (bad) {
+        fkvf_rvq_free(q);
+        return FKVF_E_INVALID_ARG;
+    }
+    q->rows16 = t;
+    *out = q;
+    return FKVF_OK;
+}
+
 /* fkvf_rvq_decode; fast = 0 keeps to the portable code (for tests) */
 static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
                       size_t code_stride, size_t n_rows, uint64_t first_position,
@@ -922,8 +969,13 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     chunk = chunk < 1 ? 1 : chunk > Q_DCHUNK ? Q_DCHUNK : chunk;
     chunk = chunk > n_rows ? n_rows : chunk;
     const int avx = fast && fkvf_cpu_avx();
+    /* a handle of borrowed f16 tables (fkvf_rvq_from_tables16_borrow) has no binary32
+     * rows: the f16 group kernel decodes every chunk, whatever its size */
+    const int b16 = q->rows16 != NULL;
+    if (b16 && !(fast && fkvfq_decode16_available()))
+        return FKVF_E_UNSUPPORTED;
 #ifdef Q_DEC_FAST
-    const int kern = fast && fkvf_cpu_avx2() && fkvf_cpu_f16c();
+    const int kern = fast && fkvfq_decode16_available();
     /* the rotated components fill whole 8-lane blocks */
     const int rope = !rd ? 0 : (key_rope->layout == 1 ? rd % 8 == 0 : rd % 16 == 0) ? 1 : 2;
     /* the f16 path: G heads' tables at a time (all of a layer's heads when
@@ -933,8 +985,11 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
         G = sh->pooled ? q->n_kv_heads : Q_SET16_BYTES / sizeof(uint16_t) / q->per_tab;
     if (G > q->n_kv_heads)
         G = q->n_kv_heads;
-    const int use16 = kern && chunk >= Q_STREAM_MIN && sh->dtype == FKVF_DTYPE_F16 && G;
-    size_t set16 = use16 ? (sh->pooled ? 1 : G) * q->per_tab : 0;
+    if (b16 && !G)
+        G = 1; /* nothing copied: a head at a time */
+    const int use16 =
+        kern && sh->dtype == FKVF_DTYPE_F16 && G && (b16 || chunk >= Q_STREAM_MIN);
+    size_t set16 = use16 && !b16 ? (sh->pooled ? 1 : G) * q->per_tab : 0;
     /* non-temporal stores: every 8-lane block of every vector 16-byte aligned */
     const int nt = use16 && (uintptr_t)out % 16 == 0 && (sh->key_dim * es) % 16 == 0 &&
                    (sh->value_dim * es) % 16 == 0;
@@ -949,7 +1004,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     if (ok && rd)
         ok = (freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
              (cs = fkvf_calloc(a, chunk * rd, sizeof(double)));
-    if (ok && use16)
+    if (ok && set16)
         ok = (t16 = fkvf_malloc(a, set16 * sizeof(uint16_t))) != NULL;
     if (!ok) {
         fkvf_free(a, acc);
@@ -968,12 +1023,14 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
             for (size_t i = 0; i < nb; i++)
                 fkvf_rope_angles(key_rope, freqs, first_position + i0 + i, cs + i * rd);
 #ifdef Q_DEC_FAST
-        if (use16 && nb >= Q_STREAM_MIN) {
+        if (use16 && (b16 || nb >= Q_STREAM_MIN)) {
             for (uint32_t l = 0; l < sh->n_layers; l++)
                 for (uint32_t h0 = 0; h0 < q->n_kv_heads; h0 += (uint32_t)G) {
                     q_group g;
+                    /* the heads' tables follow each other in q->rows (q->rows16) */
+                    size_t tab0 = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h0);
                     g.q = q;
-                    g.t16 = t16;
+                    g.t16 = b16 ? q->rows16 + fkvf_cbk1_table_off(sh, tab0, 0, 0) : t16;
                     g.tab_stride = sh->pooled ? 0 : q->per_tab;
                     g.l = l;
                     g.h0 = h0;
@@ -988,10 +1045,9 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
                     g.rope_kind = rope;
                     g.cs = cs;
                     g.acc = acc;
-                    /* the heads' tables follow each other in q->rows */
-                    size_t tab0 = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h0);
-                    fast_narrow(q->rows + tab0 * q->per_tab, t16,
-                                (sh->pooled ? 1 : g.G) * q->per_tab);
+                    if (!b16)
+                        fast_narrow(q->rows + tab0 * q->per_tab, t16,
+                                    (sh->pooled ? 1 : g.G) * q->per_tab);
                     fast_group(&g, out_dtype, nt);
                 }
             continue;

@@ -28,6 +28,7 @@
 
 #include "alloc.h"
 #include "ckd.h"
+#include "cbk1_layout.h"
 #include "cpu.h"
 #include "half.h"
 #include "le.h"
@@ -271,14 +272,8 @@ static size_t sel_index(const work *w, uint32_t li, uint32_t hi, unsigned kv, un
 static size_t table16_off(const fkvf_codebook_shape *sh, uint32_t l, uint32_t h, unsigned kv,
                           unsigned s)
 {
-    size_t per_head = (size_t)sh->k *
-                      ((size_t)sh->k_stages * sh->key_dim + (size_t)sh->v_stages * sh->value_dim) *
-                      2;
-    size_t base = 64 + ((size_t)l * sh->n_heads + (sh->pooled ? 0 : h)) * per_head;
-    if (kv == 0)
-        return base + (size_t)s * sh->k * sh->key_dim * 2;
-    return base + (size_t)sh->k_stages * sh->k * sh->key_dim * 2 +
-           (size_t)s * sh->k * sh->value_dim * 2;
+    size_t tab = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h);
+    return 64 + 2 * fkvf_cbk1_table_off(sh, tab, kv, s);
 }
 
 /* Do the f16 tables of shape sh for the archive's layers and heads lie

@@ -264,6 +264,7 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
         return;
     const fkvf_allocator *a = r->alloc;
     fkvf_rvq_free(r->rvq);
+    fkvf_rvq_free(r->rvq16);
     fkvf_free(a, r->cb_streams);
     fkvf_free(a, r->acc_freqs);
     fkvf_free(a, (void *)r->acc_tab);

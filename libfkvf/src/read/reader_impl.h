@@ -117,6 +117,10 @@ struct fkvf_reader {
     fkvf_reader *cb_file;         /* attached codebook file (borrowed) */
     size_t cb_file_sec;
     struct fkvf_rvq *rvq;         /* codebook for restore, built on first use */
+    struct fkvf_rvq *rvq16;       /* restore of an f16 codebook on a CPU with the
+                                   * kernels: a handle borrowing its tables in the
+                                   * CBK1 contents rvq16_cb (rd_restore_rvq) */
+    const void *rvq16_cb;
     size_t *cb_streams;           /* stream index of each RVQ code j (restore) */
 
     rd_exact *exact;

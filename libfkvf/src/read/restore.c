@@ -45,20 +45,33 @@ FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_
     return rd_row_bytes(r, dtype, row_bytes);
 }
 
-/* The codebook as an fkvf_rvq and the stream of every code (built once). */
-int rd_restore_prepare(fkvf_reader *r)
+/* the index stream of every RVQ code j of shape sh (built once) */
+static int streams_prepare(fkvf_reader *r, const fkvf_codebook_shape *sh)
 {
-    if (r->rvq)
+    if (r->cb_streams)
         return FKVF_OK;
-    fkvf_codebook_shape shape;
-    const void *contents;
-    size_t size;
-    int rc = rd_codebook(r, &shape, &contents, &size, NULL);
-    if (rc)
-        return rc; /* message set: no codebook, or external not attached */
-    fkvf_rvq *q = NULL;
-    rc = fkvf_rvq_from_tables_decode(&q, &shape, r->desc.n_kv_heads, (const uint8_t *)contents + 64,
-                                     size - 64, fkvf_alloc_large_tables(r->alloc));
+    /* <= 1024 layers x 1024 heads x 32 stages (spec 15) */
+    size_t n = (size_t)r->desc.n_layers * r->desc.n_kv_heads * ((size_t)sh->k_stages + sh->v_stages);
+    size_t *map = fkvf_calloc(r->alloc, n ? n : 1, sizeof *map);
+    if (!map)
+        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for the stream map");
+    for (size_t idx = 0; idx < n; idx++) {
+        uint64_t id = fkvf_index_stream_id(r->desc.n_layers, r->desc.n_kv_heads, sh->k_stages,
+                                           sh->v_stages, idx);
+        if (rd_stream_find(r, id, &map[idx]) != FKVF_OK) {
+            /* n_archived > 0 guarantees every stream (spec 11.8) */
+            fkvf_free(r->alloc, map);
+            return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "11.8", "index stream %016llx missing",
+                        (unsigned long long)id);
+        }
+    }
+    r->cb_streams = map;
+    return FKVF_OK;
+}
+
+/* the message of a codebook whose tables cannot be made into a handle */
+static int tables_fail(fkvf_reader *r, int rc)
+{
     if (rc == FKVF_E_INVALID_ARG) {
         /* the shape was checked when the codebook was loaded: a non-finite
          * element (spec 13.2), a fault of the file, not of the caller */
@@ -67,28 +80,70 @@ int rd_restore_prepare(fkvf_reader *r)
                     "13.2", "%s codebook holds a non-finite centroid element",
                     ext ? "the external" : "the CBK1");
     }
+    return FAIL(rc, r->sections[r->cb_sec].e.offset, "13.2",
+                "codebook tables cannot be loaded (%s)", fkvf_strerror(rc));
+}
+
+int rd_restore_prepare(fkvf_reader *r)
+{
+    if (r->rvq && r->cb_streams)
+        return FKVF_OK;
+    fkvf_codebook_shape shape;
+    const void *contents;
+    size_t size;
+    int rc = rd_codebook(r, &shape, &contents, &size, NULL);
     if (rc)
-        return FAIL(rc, r->sections[r->cb_sec].e.offset, "13.2",
-                    "codebook tables cannot be loaded (%s)", fkvf_strerror(rc));
-    size_t n = fkvf_rvq_codes_per_position(q);
-    size_t *map = fkvf_calloc(r->alloc, n ? n : 1, sizeof *map);
-    if (!map) {
-        fkvf_rvq_free(q);
-        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for the stream map");
+        return rc; /* message set: no codebook, or external not attached */
+    if (!r->rvq) {
+        fkvf_rvq *q = NULL;
+        rc = fkvf_rvq_from_tables_decode(&q, &shape, r->desc.n_kv_heads,
+                                         (const uint8_t *)contents + 64, size - 64,
+                                         fkvf_alloc_large_tables(r->alloc));
+        if (rc)
+            return tables_fail(r, rc);
+        r->rvq = q;
     }
-    for (size_t idx = 0; idx < n; idx++) {
-        uint64_t id = fkvf_index_stream_id(r->desc.n_layers, r->desc.n_kv_heads, shape.k_stages,
-                                           shape.v_stages, idx);
-        if (rd_stream_find(r, id, &map[idx]) != FKVF_OK) {
-            /* n_archived > 0 guarantees every stream (spec 11.8) */
-            fkvf_free(r->alloc, map);
-            fkvf_rvq_free(q);
-            return FAIL(FKVF_E_CORRUPT, FKVF_NO_OFFSET, "11.8", "index stream %016llx missing",
-                        (unsigned long long)id);
+    return streams_prepare(r, &shape);
+}
+
+/* The handle restore decodes with, in *q: an f16 codebook on a CPU with
+ * fkvf_rvq_decode's f16 kernel is read in place from its CBK1 contents (the
+ * reader's mapping or loaded copy, or the attached codebook file's: valid
+ * while they live; rebuilt if another file was attached since) with no
+ * binary32 copy of its tables (28 MB instead of 56 at GPT-2 small); any
+ * other codebook, or that CPU without the kernel, through r->rvq
+ * (rd_restore_prepare). Both give the same bytes. */
+static int restore_rvq(fkvf_reader *r, const fkvf_rvq **q)
+{
+    fkvf_codebook_shape shape;
+    const void *contents;
+    size_t size;
+    int rc = rd_codebook(r, &shape, &contents, &size, NULL);
+    if (rc)
+        return rc;
+    if (shape.dtype == FKVF_DTYPE_F16) {
+        const uint8_t *t = (const uint8_t *)contents + 64;
+        if (!r->rvq16 || r->rvq16_cb != t) {
+            fkvf_rvq_free(r->rvq16);
+            r->rvq16 = NULL;
+            r->rvq16_cb = NULL;
+            fkvf_rvq *b = NULL;
+            rc = fkvf_rvq_from_tables16_borrow(&b, &shape, r->desc.n_kv_heads, t, size - 64, r->alloc);
+            if (rc == FKVF_OK) {
+                r->rvq16 = b;
+                r->rvq16_cb = t;
+            } else if (rc != FKVF_E_UNSUPPORTED) {
+                return tables_fail(r, rc);
+            }
+        }
+        if (r->rvq16) {
+            *q = r->rvq16;
+            return streams_prepare(r, &shape);
         }
     }
-    r->rvq = q;
-    r->cb_streams = map;
+    if ((rc = rd_restore_prepare(r)))
+        return rc;
+    *q = r->rvq;
     return FKVF_OK;
 }
 
@@ -105,10 +160,10 @@ static size_t batch_rows(size_t ncodes, uint64_t left)
 /* Archived positions [first, first+count) into out, count from batch_rows.
  * The codes are stream-major (codes[j * count + i]: code j of position
  * first + i), so that the decoder reads each table set's codes in order. */
-static int restore_archived(fkvf_reader *r, uint64_t first, size_t count, fkvf_dtype dtype,
-                            uint8_t *out, size_t row_bytes)
+static int restore_archived(fkvf_reader *r, const fkvf_rvq *q, uint64_t first, size_t count,
+                            fkvf_dtype dtype, uint8_t *out, size_t row_bytes)
 {
-    size_t ncodes = fkvf_rvq_codes_per_position(r->rvq);
+    size_t ncodes = fkvf_rvq_codes_per_position(q);
     size_t n = ncodes * count; /* <= BATCH_BYTES / 2, or ncodes (count 1) */
     uint16_t small[SMALL_CODES];
     uint16_t *codes = small;
@@ -135,7 +190,7 @@ static int restore_archived(fkvf_reader *r, uint64_t first, size_t count, fkvf_d
     }
     if (rc == FKVF_OK) {
         fkvf_rope rope = {r->desc.rope_layout, r->desc.rope_dims, r->desc.rope_theta};
-        rc = fkvf_rvq_decode(r->rvq, codes, 1, count, count, first,
+        rc = fkvf_rvq_decode(q, codes, 1, count, count, first,
                              r->desc.key_storage == 1 ? &rope : NULL, dtype, out,
                              count * row_bytes);
         if (rc)
@@ -170,14 +225,15 @@ FKVF_API int fkvf_reader_restore(fkvf_reader *r, uint64_t first, uint64_t count,
     uint8_t *o = out;
     uint64_t S = r->desc.n_sinks, A = r->n_archived;
     uint64_t p = first, end = first + count;
+    const fkvf_rvq *q = NULL; /* on the first archived position */
     while (p < end) {
         int archived = p >= S && p - S < A;
         if (archived) {
-            if ((rc = rd_restore_prepare(r)))
+            if (!q && (rc = restore_rvq(r, &q)))
                 return rc;
             uint64_t stop = S + A < end ? S + A : end;
-            size_t c = batch_rows(fkvf_rvq_codes_per_position(r->rvq), stop - p);
-            if ((rc = restore_archived(r, p, c, dtype, o, row_bytes)))
+            size_t c = batch_rows(fkvf_rvq_codes_per_position(q), stop - p);
+            if ((rc = restore_archived(r, q, p, c, dtype, o, row_bytes)))
                 return rc;
             o += c * row_bytes;
             p += c;

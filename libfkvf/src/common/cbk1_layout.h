@@ -1,0 +1,26 @@
+/* Where a stage table lies among a codebook's tables (spec 13.2): the one
+ * formula for quant/'s binary32 rows, its borrowed f16 tables and read/'s
+ * f16 elements of CBK1 contents (after the 64-byte header). */
+#ifndef FKVF_COMMON_CBK1_LAYOUT_H
+#define FKVF_COMMON_CBK1_LAYOUT_H
+
+#include <stddef.h>
+
+#include "fkvf.h"
+
+/* Element offset of stage table (tab, kv, s) of shape sh: tab = layer *
+ * n_heads + head (head 0 when pooled), kv 0 keys, 1 values. The shape's
+ * tables must be addressable (no overflow check: the callers' shapes were
+ * sized with checked products). */
+static inline size_t fkvf_cbk1_table_off(const fkvf_codebook_shape *sh, size_t tab, unsigned kv,
+                                         unsigned s)
+{
+    size_t per_tab = (size_t)sh->k * ((size_t)sh->k_stages * sh->key_dim +
+                                      (size_t)sh->v_stages * sh->value_dim);
+    size_t base = tab * per_tab;
+    if (kv == 0)
+        return base + (size_t)s * sh->k * sh->key_dim;
+    return base + (size_t)sh->k_stages * sh->k * sh->key_dim + (size_t)s * sh->k * sh->value_dim;
+}
+
+#endif
