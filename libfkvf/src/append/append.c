@@ -576,6 +576,26 @@ static int sync_dir(const fkvf_appender *a, const char *dir)
     return rc;
 }
 
+/* A writer *w that continues the file fd (state st from file_state or
+ * load_state, the file's vertices vtxs, freed here) with the appender's
+ * block size, sync policy and I/O; the writer owns fd from the call on. */
+static int resume_writer(fkvf_appender *a, fkvf_resume *st, int fd, uint32_t *vtxs, size_t n_vtxs,
+                         fkvf_writer **w)
+{
+    st->fd = fd;
+    st->path = a->path;
+    st->vtxs = vtxs;
+    st->n_vtxs = n_vtxs;
+    st->io = a->opts.io;
+    fkvf_writer_options wo;
+    fkvf_writer_options_init(&wo);
+    wo.block_size = a->opts.block_size;
+    wo.sync = a->opts.sync;
+    int rc = fkvf_writer_resume(w, st, &wo, a->alloc);
+    fkvf_free(a->alloc, vtxs);
+    return rc;
+}
+
 /* The new file at tmp, compacted and locked on fd: a writer that continues
  * it (*w2 owns fd from the call on), after checking that it serves the
  * appender's positions. */
@@ -610,17 +630,7 @@ static int resume_new(fkvf_appender *a, const char *tmp, int fd, fkvf_writer **w
         close(fd);
         return rc;
     }
-    st.fd = fd;
-    st.path = a->path;
-    st.vtxs = vtxs;
-    st.n_vtxs = n_vtxs;
-    st.io = a->opts.io;
-    fkvf_writer_options wo;
-    fkvf_writer_options_init(&wo);
-    wo.block_size = a->opts.block_size;
-    wo.sync = a->opts.sync;
-    rc = fkvf_writer_resume(w2, &st, &wo, a->alloc); /* owns fd from here */
-    fkvf_free(a->alloc, vtxs);
+    rc = resume_writer(a, &st, fd, vtxs, n_vtxs, w2);
     if (rc != FKVF_OK) {
         size_t n;
         const char *m = *w2 ? fkvf_quote_body(fkvf_writer_message(*w2), a->path, rc, &n)
@@ -813,18 +823,8 @@ static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_op
         fkvf_handle_fail(&a->h, 0);
         return rc;
     }
-    st.fd = fd;
     a->fd = fd;
-    st.path = a->path;
-    st.vtxs = vtxs;
-    st.n_vtxs = n_vtxs;
-    st.io = a->opts.io;
-    fkvf_writer_options wo;
-    fkvf_writer_options_init(&wo);
-    wo.block_size = a->opts.block_size;
-    wo.sync = a->opts.sync;
-    rc = fkvf_writer_resume(&a->w, &st, &wo, alloc); /* owns fd from here */
-    fkvf_free(alloc, vtxs);
+    rc = resume_writer(a, &st, fd, vtxs, n_vtxs, &a->w);
     if (rc) {
         fkvf_handle_fail(&a->h, 0);
         return fail_writer(a, rc, "");
