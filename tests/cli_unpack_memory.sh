@@ -26,6 +26,11 @@ PY=/usr/bin/python3
 [ -x /usr/bin/time ] || { echo "SKIP: no GNU time at /usr/bin/time"; exit 77; }
 "$PY" -c 'import numpy' 2>/dev/null || { echo "SKIP: $PY has no numpy"; exit 77; }
 BOUND_KIB=$((64 * 1024))
+# under ASan the shadow memory and the allocator's quarantine inflate the RSS
+# (72 MiB seen for the .npz case): FKVF_TEST_SANITIZER (set by
+# tests/CMakeLists.txt in an FKVF_SANITIZE build) turns the bound off and
+# keeps every other check
+under_bound() { [ -n "${FKVF_TEST_SANITIZER:-}" ] || [ "$1" -lt "$BOUND_KIB" ]; }
 shape="--layers 4 --heads 4 --dim 64"
 # shellcheck disable=SC2086
 "$PY" "$SRC/bench/mkcache.py" -o "$T/raw.npy" --positions 32768 $shape >/dev/null || exit 1
@@ -39,7 +44,7 @@ if [ "$raw" -gt $((2 * BOUND_KIB * 1024)) ]; then pass=$((pass + 1)); else
 for ext in safetensors npz npy; do
     check "unpack-$ext" 0 /usr/bin/time -o "$T/time" -f %M "$FKVF" unpack "$T/a.fkvf" -o "$T/y.$ext"
     peak=$(tail -1 "$T/time")
-    if [ "$peak" -lt "$BOUND_KIB" ]; then pass=$((pass + 1)); else
+    if under_bound "$peak"; then pass=$((pass + 1)); else
         echo "FAIL unpack-$ext: peak RSS $peak KiB, bound $BOUND_KIB KiB"; fails=$((fails + 1)); fi
     echo "unpack to .$ext: peak RSS $peak KiB"
     check "compare-$ext" 0 "$FKVF" compare "$T/raw.npy" "$T/y.$ext" --sinks 4 --recent 32 --json
@@ -117,7 +122,7 @@ for ext in safetensors npz npy; do
         check "unpack-tok-$ext$opts" 0 /usr/bin/time -o "$T/time" -f %M "$FKVF" unpack "$T/tok.fkvf" \
             -o "$T/y.$ext" $opts
         peak=$(tail -1 "$T/time")
-        if [ "$peak" -lt "$BOUND_KIB" ]; then pass=$((pass + 1)); else
+        if under_bound "$peak"; then pass=$((pass + 1)); else
             echo "FAIL unpack-tok-$ext$opts: peak RSS $peak KiB, bound $BOUND_KIB KiB"; fails=$((fails + 1)); fi
         check "restore-equal-$ext$opts" 0 "$CHECK" "$T/tok.fkvf" "$T/y.$ext" $lay
         want="token ids"
