@@ -1508,9 +1508,8 @@ FKVF_API uint32_t fkvf_ngon_max_span(double r);
 /* ---- quantizer internals (spec 8.1, 13) ---------------------------------- */
 
 /* fkvf_rvq_from_tables for decoding only (fkvf_rvq_decode,
- * fkvf_rvq_centroids): skips the encoder's search layout (half the memory,
- * and a sort per stage table: about 17 ms at k = 256 for a small model's
- * codebook); fkvf_rvq_encode on such a handle is FKVF_E_STATE. Readers load
+ * fkvf_rvq_centroids): skips the encoder's norms and duplicate marks (one
+ * pass over every table); fkvf_rvq_encode on such a handle is FKVF_E_STATE. Readers load
  * archive codebooks this way. Same arguments, ownership and errors as
  * fkvf_rvq_from_tables; free with fkvf_rvq_free. */
 FKVF_API int fkvf_rvq_from_tables_decode(fkvf_rvq **out, const fkvf_codebook_shape *shape,
