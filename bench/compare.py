@@ -84,7 +84,7 @@ RSS_DIR = "."  # set to the scratch directory by main()
 # bench/unpack.sh is not run either.
 PROGRAMS = {
     "bench_encode": ["--pairs", "3"],
-    "bench_append": [],
+    "bench_append": ["--live", "--pairs", "1"],
     "bench_search": ["--quick"],
     "bench_anchor": ["{raw}", "{archive}", "--codebooks", "{codebooks}", "--pairs", "{pairs}"],
 }
