@@ -645,7 +645,7 @@ static int live_main(int argc, char **argv)
     int pairs = 3;
     size_t n_train = 256; /* the codebook's quality does not matter here, its size does */
     const char *dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    for (int i = 2; i < argc; i++) {
+    for (int i = 2; i < argc; i += 2) { /* --option value */
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
         if (!v)
@@ -670,7 +670,6 @@ static int live_main(int argc, char **argv)
         } else {
             goto usage;
         }
-        i++;
     }
     double t0 = now();
     uint16_t *train = make_rows(n_train);
