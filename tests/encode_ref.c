@@ -1,6 +1,8 @@
 /* Reference encoder: a copy of fkvf_rvq_encode (greedy and beam) as it was
  * before issue 16's kernel on rows (encode_ref.h), with the search layout
- * (panels) the handle held then, built per call (not thread-safe). */
+ * (panels) the handle held then, built per call (not thread-safe), and the
+ * kernels of then: the AVX2 scores (not AVX-512), the scalar pick, the
+ * portable f16 load. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +97,70 @@ static void layout_free(void)
     memset(&L_, 0, sizeof L_);
 }
 
+/* fkvfq_pick as it was before issue 16's AVX-512 pick (the same results, a
+ * scalar scan and re-check) */
+static uint32_t ref_pick(const fkvfq_table *t, const float *x, const float *scores,
+                         const float *pmin, double *dist)
+{
+    const uint32_t k = t->k, dim = t->dim, np = k / FKVFQ_PANEL;
+    float bs = pmin[0];
+    for (uint32_t p = 1; p < np; p++)
+        bs = pmin[p] < bs ? pmin[p] : bs;
+    /* Rounding bound (u = 2^-24): the binary32 score of c differs from the
+     * exact ||c||^2 - 2<x, c> by at most u*||c||^2 (norm), 2*gamma_dim*
+     * ||x||*||c|| (dot product, Cauchy-Schwarz) and u*|score| (subtraction),
+     * all below u*(dim+2)*(cmax^2 + 2*||x||*cmax). E doubles that and adds a
+     * term for underflow. The true nearest centroid scores at most 2E above
+     * the best binary32 score, so only scores up to there are re-checked. */
+    double xl[4] = {0, 0, 0, 0};
+    uint32_t d = 0;
+    for (; d + 4 <= dim; d += 4)
+        for (int l = 0; l < 4; l++)
+            xl[l] += (double)x[d + l] * x[d + l];
+    for (; d < dim; d++)
+        xl[0] += (double)x[d] * x[d];
+    double xn = sqrt((xl[0] + xl[1]) + (xl[2] + xl[3])) * (1 + 0x1p-40), cm = t->cmax;
+    double e = (double)(dim + 4) * 0x1p-23 * (cm * cm + 2 * xn * cm) + (double)dim * 0x1p-120;
+    double thr = (double)bs + 2 * e;
+    float thrf = (float)thr;
+    if ((double)thrf < thr)
+        thrf = nextafterf(thrf, INFINITY);
+    /* candidates: scores <= thrf, found through the panel minimums */
+    uint32_t pick = 0, first = UINT32_MAX, nc = 0;
+    double pd = -1;
+    for (uint32_t p = 0; p < np && nc < 2; p++) {
+        if (!(pmin[p] <= thrf))
+            continue;
+        for (uint32_t c = p * FKVFQ_PANEL; c < (p + 1) * FKVFQ_PANEL; c++)
+            if (scores[c] <= thrf) {
+                if (first == UINT32_MAX)
+                    first = c;
+                if (++nc == 2)
+                    break;
+            }
+    }
+    if (nc == 1) {
+        pick = first;
+    } else if (nc > 1) {
+        for (uint32_t p = first / FKVFQ_PANEL; p < np; p++) {
+            if (!(pmin[p] <= thrf))
+                continue;
+            for (uint32_t c = p * FKVFQ_PANEL; c < (p + 1) * FKVFQ_PANEL; c++) {
+                if (!(scores[c] <= thrf))
+                    continue;
+                double dc = fkvfq_dist(x, t->rows + (size_t)c * dim, dim);
+                if (pd < 0 || dc < pd) {
+                    pd = dc;
+                    pick = c;
+                }
+            }
+        }
+    } /* nc == 0: not-a-number inputs; centroid 0 */
+    if (dist)
+        *dist = pd >= 0 ? pd : fkvfq_dist(x, t->rows + (size_t)pick * dim, dim);
+    return pick;
+}
+
 static fkvfq_table rvq_table(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s)
 {
     fkvfq_table t;
@@ -146,11 +212,11 @@ static void beam_one(const fkvf_rvq *q, enc_scratch *w, size_t tab, unsigned kv,
             const float *xp[FKVFQ_BLOCK];
             for (unsigned u = 0; u < FKVFQ_BLOCK; u++)
                 xp[u] = res + (size_t)(b0 + u < nb ? b0 + u : nb - 1) * dim;
-            fkvfq_scores4(&t, xp, w->scores + (size_t)b0 * k,
+            fkvfq_scores4_isa(FKVFQ_ISA_AVX2, &t, xp, w->scores + (size_t)b0 * k,
                           w->pmin + (size_t)b0 * (k / FKVFQ_PANEL));
         }
         /* slot 0 carries the greedy path: its exact nearest centroid */
-        uint32_t cg = fkvfq_pick(&t, res, w->scores, w->pmin, NULL);
+        uint32_t cg = ref_pick(&t, res, w->scores, w->pmin, NULL);
         /* the B-1 best other candidates by estimated error, ties to (b, c) order */
         unsigned nc = 0, cap = B - 1;
         for (unsigned b = 0; b < nb && cap; b++) {
@@ -302,7 +368,7 @@ int encode_ref(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_ro
                     size_t eoff = vec_off(q, l, h, kv) * es;
                     for (size_t j = 0; j < nb; j++) {
                         float *xj = w.x + j * dim;
-                        fkvfq_load(rows->dtype, data + (i0 + j) * rb + eoff, xj, dim);
+                        fkvfq_load_portable(rows->dtype, data + (i0 + j) * rb + eoff, xj, dim);
                         if (kv == 0 && rd)
                             fkvf_rope_rotate_f32(key_rope, w.cs + j * rd, 1, xj, 0);
                     }
@@ -320,9 +386,9 @@ int encode_ref(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_ro
                             const float *xp[FKVFQ_BLOCK];
                             for (size_t u = 0; u < FKVFQ_BLOCK; u++)
                                 xp[u] = w.x + (j0 + u < nb ? j0 + u : nb - 1) * dim;
-                            fkvfq_scores4(&t, xp, w.scores, w.pmin);
+                            fkvfq_scores4_isa(FKVFQ_ISA_AVX2, &t, xp, w.scores, w.pmin);
                             for (size_t u = 0; u < FKVFQ_BLOCK && j0 + u < nb; u++) {
-                                uint32_t c = fkvfq_pick(&t, xp[u], w.scores + u * k,
+                                uint32_t c = ref_pick(&t, xp[u], w.scores + u * k,
                                                         w.pmin + u * (k / FKVFQ_PANEL), NULL);
                                 codes[(i0 + j0 + u) * pos_stride + (c0 + s) * code_stride] =
                                     (uint16_t)c;

@@ -330,6 +330,58 @@ START_TEST(rows_scores_bit_identical)
 }
 END_TEST
 
+/* the AVX-512 scoring kernel's scores and panel minimums equal the AVX2
+ * kernel's bit for bit (the same operations per lane), for every k shape
+ * of its passes (64 centroids at a time, then single panels), with
+ * infinite and not-a-number inputs too; skipped parts say so */
+START_TEST(scores_isa_bit_identical)
+{
+    if (fkvfq_isa() < FKVFQ_ISA_AVX512) {
+        fprintf(stderr, "scores_isa_bit_identical: no AVX-512 on this CPU, AVX2 only\n");
+        if (fkvfq_isa() < FKVFQ_ISA_AVX2)
+            return;
+    }
+    const uint32_t ks[] = {16, 48, 64, 80, 256, 1024}, dims[] = {1, 7, 64, 130};
+    tu_rng r = {21};
+    for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
+            for (int special = 0; special < 2; special++) {
+                uint32_t k = ks[ki], dim = dims[di];
+                size_t np = k / FKVFQ_PANEL;
+                float *rows = malloc((size_t)k * dim * 4), *pan = malloc((size_t)k * dim * 4);
+                float *norms = malloc(k * 4), *x = malloc((size_t)4 * dim * 4);
+                float *s1 = malloc((size_t)4 * k * 4), *s2 = malloc((size_t)4 * k * 4);
+                float *p1 = malloc((size_t)4 * np * 4), *p2 = malloc((size_t)4 * np * 4);
+                void *scr = malloc(fkvfq_prepare_scratch(k));
+                ck_assert(rows && pan && norms && x && s1 && s2 && p1 && p2 && scr);
+                for (size_t i = 0; i < (size_t)k * dim; i++)
+                    rows[i] = special && tu_below(&r, 4) == 0 ? 0.0f : (float)(nrand(&r) * 3);
+                for (size_t i = 0; i < (size_t)4 * dim; i++) {
+                    x[i] = (float)(nrand(&r) * 3);
+                    if (special && tu_below(&r, 5) == 0)
+                        x[i] = tu_below(&r, 2) ? INFINITY : -INFINITY;
+                }
+                fkvfq_table t = {rows, pan, norms, 0, k, dim};
+                fkvfq_table_prepare(rows, k, dim, pan, norms, &t.cmax, scr);
+                const float *xp[4] = {x, x + dim, x + 2 * (size_t)dim, x + 3 * (size_t)dim};
+                fkvfq_scores4_isa(FKVFQ_ISA_AVX512, &t, xp, s1, p1);
+                fkvfq_scores4_isa(FKVFQ_ISA_AVX2, &t, xp, s2, p2);
+                EXPECTF(!memcmp(s1, s2, (size_t)4 * k * 4) && !memcmp(p1, p2, 4 * np * 4),
+                        "k %u dim %u special %d: AVX-512 and AVX2 scores differ", k, dim,
+                        special);
+                free(rows);
+                free(pan);
+                free(norms);
+                free(x);
+                free(s1);
+                free(s2);
+                free(p1);
+                free(p2);
+                free(scr);
+            }
+}
+END_TEST
+
 /* the search layout against a straightforward reference: panel element
  * (d, i), norm = binary64 sum in order rounded to binary32, infinite for a
  * row equal to an earlier one, cmax above the largest norm */
@@ -399,6 +451,7 @@ int main(void)
     tcase_add_loop_test(tc, encode_matches_references, 0, (int)(sizeof shapes / sizeof *shapes));
     tcase_add_test(tc, encode_many_positions);
     tcase_add_test(tc, rows_scores_bit_identical);
+    tcase_add_test(tc, scores_isa_bit_identical);
     tcase_add_test(tc, prepare_matches_reference);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -210,6 +210,24 @@ START_TEST(f16_every_pattern)
     OK(fkvf_convert(FKVF_DTYPE_BF16, odd, FKVF_DTYPE_F32, f, 65536));
     memcpy(h2, odd, 65536 * 2);
     EXPECT(memcmp(h2, h, 65536 * 2) == 0);
+    /* fkvfq_load (F16C where the CPU has it) equal to the portable load on
+     * every pattern, at an odd address, with a tail of 3 and blocks of 8
+     * that mix signaling NaNs with ordinary values */
+    {
+        memcpy(odd, h, 65536 * 2);
+        float *g = tu_xcalloc(65536, sizeof(float));
+        fkvf_dtype dts[2] = {FKVF_DTYPE_F16, FKVF_DTYPE_BF16};
+        for (int k = 0; k < 2; k++)
+            for (size_t start = 0; start < 2; start++) {
+                size_t n = 65536 - 3 - start * 0x7C01; /* start 1: from 0x7C01, sNaNs first */
+                fkvfq_load(dts[k], odd + 2 * start * 0x7C01, f, n);
+                fkvfq_load_portable(dts[k], odd + 2 * start * 0x7C01, g, n);
+                for (size_t i = 0; i < n; i++)
+                    EXPECTF(f2u(f[i]) == f2u(g[i]), "load dtype %d pattern 0x%04zx: %08x, %08x",
+                            (int)dts[k], i + start * 0x7C01, f2u(f[i]), f2u(g[i]));
+            }
+        free(g);
+    }
     tu_free_odd(odd);
     free(h);
     free(h2);
@@ -415,14 +433,15 @@ static uint32_t brute_nearest(const float *x, const float *rows, uint32_t k, uin
     return best;
 }
 
-/* Both kernels pick the brute-force nearest on random tables, including
- * duplicated centroids, exact ties and near-ties. */
+/* Every kernel set picks the brute-force nearest on random tables, including
+ * duplicated centroids, exact ties and near-ties (k = 80: the AVX-512
+ * kernel's passes of 64 centroids and its single-panel tail). */
 START_TEST(search_picks_true_nearest)
 {
-    const uint32_t ks[] = {16, 32, 256};
+    const uint32_t ks[] = {16, 32, 80, 256};
     const uint32_t dims[] = {1, 3, 8, 17, 64, 67};
     tu_rng r = {99};
-    for (size_t ki = 0; ki < 3; ki++)
+    for (size_t ki = 0; ki < 4; ki++)
         for (size_t di = 0; di < 6; di++) {
             uint32_t k = ks[ki], dim = dims[di];
             float *rows = tu_xcalloc((size_t)k * dim, sizeof(float));
@@ -461,20 +480,29 @@ START_TEST(search_picks_true_nearest)
                         }
                     }
                 const float *xp[4] = {x[0], x[1], x[2], x[3]};
-                for (int kern = 0; kern < 2; kern++) {
-                    if (kern == 0)
+                /* every kernel set this CPU runs, for the scores and the pick
+                 * (each pick on each set's scores), and fkvfq_scores4 /
+                 * fkvfq_pick themselves (kern = -1) */
+                for (int kern = -1; kern <= fkvfq_isa(); kern++) {
+                    if (kern < 0)
                         fkvfq_scores4(&t, xp, sc, pm);
                     else
-                        fkvfq_scores4_portable(&t, xp, sc, pm);
-                    for (int j = 0; j < 4; j++) {
-                        double dd;
-                        uint32_t got = fkvfq_pick(&t, x[j], sc + (size_t)j * k,
-                                                  pm + (size_t)j * (k / 16), &dd);
-                        uint32_t want = brute_nearest(x[j], rows, k, dim);
-                        EXPECTF(got == want, "k %u dim %u it %d j %d kernel %d: %u, want %u", k,
-                                dim, it, j, kern, got, want);
-                        EXPECT(dd == fkvfq_dist(x[j], rows + (size_t)want * dim, dim));
-                    }
+                        fkvfq_scores4_isa(kern, &t, xp, sc, pm);
+                    for (int pk = -1; pk <= fkvfq_isa(); pk++)
+                        for (int j = 0; j < 4; j++) {
+                            double dd = -1;
+                            const float *sj = sc + (size_t)j * k, *pj = pm + (size_t)j * (k / 16);
+                            uint32_t got = pk < 0 ? fkvfq_pick(&t, x[j], sj, pj, &dd)
+                                                  : fkvfq_pick_isa(pk, &t, x[j], sj, pj, &dd);
+                            uint32_t want = brute_nearest(x[j], rows, k, dim);
+                            EXPECTF(got == want,
+                                    "k %u dim %u it %d j %d kernel %d pick %d: %u, want %u", k,
+                                    dim, it, j, kern, pk, got, want);
+                            EXPECT(dd == fkvfq_dist(x[j], rows + (size_t)want * dim, dim));
+                            /* without dist: the same centroid */
+                            EXPECT((pk < 0 ? fkvfq_pick(&t, x[j], sj, pj, NULL)
+                                           : fkvfq_pick_isa(pk, &t, x[j], sj, pj, NULL)) == want);
+                        }
                 }
             }
             free(rows);

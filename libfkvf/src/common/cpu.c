@@ -27,6 +27,17 @@ int fkvf_cpu_avx2(void)
 #endif
 }
 
+int fkvf_cpu_avx512(void)
+{
+#ifdef CPU_X86
+    /* GCC's and clang's runtimes report avx512f only when XCR0 says the OS
+     * saves the opmask and ZMM registers */
+    return fkvf_cpu_avx2() && __builtin_cpu_supports("avx512f") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
 int fkvf_cpu_f16c(void)
 {
 #ifdef CPU_X86

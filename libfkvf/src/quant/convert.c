@@ -43,7 +43,51 @@ size_t fkvfq_dtype_size(fkvf_dtype dt)
     return 0;
 }
 
+#if defined(FKVF_HAVE_F16C) && Q_LE_HOST
+#define Q_LOAD_F16C 1
+/* f16 -> f32 with vcvtph2ps, 8 lanes at a time: exact, the same bits as
+ * fkvf_cvt_f16_to_f32 on every pattern but the signaling NaNs (the
+ * instruction sets their quiet bit), so a block with an infinity or NaN
+ * lane (exponent all ones) goes through the scalar conversion instead.
+ * bf16 -> f32 is a shift of the 16 bits into the upper half. */
+__attribute__((target("avx2,f16c"))) static void load_f16c(fkvf_dtype dt, const uint8_t *src,
+                                                          float *dst, size_t n)
+{
+    size_t i = 0;
+    const __m128i em = _mm_set1_epi16(0x7C00);
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + 2 * i));
+        if (dt == FKVF_DTYPE_BF16) {
+            _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                          _mm256_cvtepu16_epi32(h), 16)));
+            continue;
+        }
+        if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(h, em), em))) {
+            for (size_t j = i; j < i + 8; j++)
+                dst[j] = fkvf_cvt_f16_to_f32(q_ld16(src + 2 * j));
+            continue;
+        }
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; i++) {
+        uint16_t v = q_ld16(src + 2 * i);
+        dst[i] = dt == FKVF_DTYPE_F16 ? fkvf_cvt_f16_to_f32(v) : fkvf_cvt_bf16_to_f32(v);
+    }
+}
+#endif
+
 void fkvfq_load(fkvf_dtype dt, const uint8_t *src, float *dst, size_t n)
+{
+#ifdef Q_LOAD_F16C
+    if (dt != FKVF_DTYPE_F32 && fkvf_cpu_f16c() && fkvf_cpu_avx2()) {
+        load_f16c(dt, src, dst, n);
+        return;
+    }
+#endif
+    fkvfq_load_portable(dt, src, dst, n);
+}
+
+void fkvfq_load_portable(fkvf_dtype dt, const uint8_t *src, float *dst, size_t n)
 {
     size_t i = 0;
     if (dt == FKVF_DTYPE_F16 || dt == FKVF_DTYPE_BF16) {

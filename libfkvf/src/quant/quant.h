@@ -20,6 +20,8 @@
 size_t fkvfq_dtype_size(fkvf_dtype dt);
 /* n elements of dtype dt at src -> f32. */
 void fkvfq_load(fkvf_dtype dt, const uint8_t *src, float *dst, size_t n);
+/* The same without the F16C path (for tests: results are identical). */
+void fkvfq_load_portable(fkvf_dtype dt, const uint8_t *src, float *dst, size_t n);
 /* n f32 -> dtype dt at dst, rounding to nearest even. */
 void fkvfq_store(fkvf_dtype dt, const float *src, uint8_t *dst, size_t n);
 /* The same without the AVX2 path (for tests: results are identical). */
@@ -60,10 +62,26 @@ size_t fkvfq_prepare_scratch(uint32_t k);
  * pmin[j * (k / FKVFQ_PANEL) + p] = the smallest score of panel p. */
 void fkvfq_scores4(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK], float *scores,
                    float *pmin);
-/* The same with the portable kernel only (fkvfq_scores4 uses AVX2 + FMA when
- * the CPU has them); for tests. */
+/* The same with the portable kernel only (fkvfq_scores4 uses AVX-512, or
+ * AVX2 + FMA, when the CPU has them); for tests. */
 void fkvfq_scores4_portable(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK],
                             float *scores, float *pmin);
+
+/* The kernel sets of the search, in order: the portable code, AVX2 + FMA,
+ * AVX-512 (scores4 and pick). The scores of the AVX2 and AVX-512 kernels are
+ * bit-identical (the same operations per lane); the portable kernel's may
+ * differ from theirs in the last bits (no fused multiply-add), within the
+ * rounding bound fkvfq_pick allows for, so every set picks the same
+ * centroids. */
+#define FKVFQ_ISA_PORTABLE 0
+#define FKVFQ_ISA_AVX2 1
+#define FKVFQ_ISA_AVX512 2
+/* The best set this CPU runs (what fkvfq_scores4 and fkvfq_pick use). */
+int fkvfq_isa(void);
+/* fkvfq_scores4 with the kernel of set isa, or of the best set this CPU
+ * runs if that is lower (tests; the reference encoder of the benchmarks). */
+void fkvfq_scores4_isa(int isa, const fkvfq_table *t, const float *const x[FKVFQ_BLOCK],
+                       float *scores, float *pmin);
 
 /* Vectors scored together from a table's rows by fkvfq_scores_rows (the
  * encoder's groups): the lanes of two AVX registers. */
@@ -92,6 +110,11 @@ void fkvfq_scores_rows_portable(const fkvfq_table *t, const float *xt, unsigned 
  * If dist is not NULL it receives that binary64 distance. */
 uint32_t fkvfq_pick(const fkvfq_table *t, const float *x, const float *scores,
                     const float *pmin, double *dist);
+
+/* fkvfq_pick with the code of set isa (FKVFQ_ISA_*), or of the best set
+ * this CPU runs if that is lower: the same result from every set. */
+uint32_t fkvfq_pick_isa(int isa, const fkvfq_table *t, const float *x, const float *scores,
+                        const float *pmin, double *dist);
 
 /* sum over d of (x[d] - c[d])^2 in binary64, in order. */
 double fkvfq_dist(const float *x, const float *c, uint32_t dim);

@@ -327,6 +327,97 @@ __attribute__((target("avx2,fma"))) static void scores_rows_avx2(const fkvfq_tab
         }
     }
 }
+
+/* AVX-512: four panels (64 centroids = 4 registers) per pass, 16
+ * accumulators (four loads and four broadcasts per sixteen fused
+ * multiply-adds). Every lane performs scores4_avx2's operations on the same
+ * (vector, centroid) pair in the same order (fma(x[d], c[d], acc) for d =
+ * 0..dim-1, then norm - 2 * acc with one rounding), and each panel's
+ * minimum is reduced from its two halves with scores4_avx2's sequence:
+ * bit-identical scores and minimums, not-a-number ones included. A k that
+ * is not a multiple of 64 ends with single panels. */
+#define Q_HAVE_AVX512 1
+#define Q_512 __attribute__((target("avx512f,avx2,fma")))
+
+/* the smallest of a panel's 16 scores, reduced as scores4_avx2 does */
+static Q_512 inline float panel_min512(__m512 s)
+{
+    __m256 s0 = _mm512_castps512_ps256(s),
+           s1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1));
+    __m256 mn = _mm256_min_ps(s0, s1);
+    mn = _mm256_min_ps(mn, _mm256_permute2f128_ps(mn, mn, 1));
+    mn = _mm256_min_ps(mn, _mm256_shuffle_ps(mn, mn, _MM_SHUFFLE(1, 0, 3, 2)));
+    mn = _mm256_min_ps(mn, _mm256_shuffle_ps(mn, mn, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm256_cvtss_f32(mn);
+}
+
+Q_512 static void scores4_avx512(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK],
+                                 float *scores, float *pmin)
+{
+    const uint32_t k = t->k, dim = t->dim;
+    const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
+    const __m512 two = _mm512_set1_ps(2.0f);
+    const size_t np = k / FKVFQ_PANEL, pstride = (size_t)FKVFQ_PANEL * dim;
+    uint32_t p = 0;
+    for (; p + 4 * FKVFQ_PANEL <= k; p += 4 * FKVFQ_PANEL) {
+        const float *pan = t->panels + (size_t)p * dim;
+        __m512 a[4][4];
+        for (int j = 0; j < 4; j++)
+            for (int i = 0; i < 4; i++)
+                a[j][i] = _mm512_setzero_ps();
+        for (uint32_t d = 0; d < dim; d++) {
+            const float *c = pan + (size_t)d * FKVFQ_PANEL;
+            __m512 c0 = _mm512_loadu_ps(c), c1 = _mm512_loadu_ps(c + pstride),
+                   c2 = _mm512_loadu_ps(c + 2 * pstride), c3 = _mm512_loadu_ps(c + 3 * pstride);
+            __m512 b = _mm512_set1_ps(x0[d]);
+            a[0][0] = _mm512_fmadd_ps(b, c0, a[0][0]);
+            a[0][1] = _mm512_fmadd_ps(b, c1, a[0][1]);
+            a[0][2] = _mm512_fmadd_ps(b, c2, a[0][2]);
+            a[0][3] = _mm512_fmadd_ps(b, c3, a[0][3]);
+            b = _mm512_set1_ps(x1[d]);
+            a[1][0] = _mm512_fmadd_ps(b, c0, a[1][0]);
+            a[1][1] = _mm512_fmadd_ps(b, c1, a[1][1]);
+            a[1][2] = _mm512_fmadd_ps(b, c2, a[1][2]);
+            a[1][3] = _mm512_fmadd_ps(b, c3, a[1][3]);
+            b = _mm512_set1_ps(x2[d]);
+            a[2][0] = _mm512_fmadd_ps(b, c0, a[2][0]);
+            a[2][1] = _mm512_fmadd_ps(b, c1, a[2][1]);
+            a[2][2] = _mm512_fmadd_ps(b, c2, a[2][2]);
+            a[2][3] = _mm512_fmadd_ps(b, c3, a[2][3]);
+            b = _mm512_set1_ps(x3[d]);
+            a[3][0] = _mm512_fmadd_ps(b, c0, a[3][0]);
+            a[3][1] = _mm512_fmadd_ps(b, c1, a[3][1]);
+            a[3][2] = _mm512_fmadd_ps(b, c2, a[3][2]);
+            a[3][3] = _mm512_fmadd_ps(b, c3, a[3][3]);
+        }
+        for (int i = 0; i < 4; i++) {
+            const uint32_t pc = p + (uint32_t)i * FKVFQ_PANEL;
+            __m512 n = _mm512_loadu_ps(t->norms + pc);
+            for (int j = 0; j < 4; j++) {
+                __m512 s = _mm512_fnmadd_ps(two, a[j][i], n);
+                _mm512_storeu_ps(scores + (size_t)j * k + pc, s);
+                pmin[(size_t)j * np + pc / FKVFQ_PANEL] = panel_min512(s);
+            }
+        }
+    }
+    for (; p < k; p += FKVFQ_PANEL) {
+        const float *pan = t->panels + (size_t)p * dim;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (uint32_t d = 0; d < dim; d++) {
+            __m512 c = _mm512_loadu_ps(pan + (size_t)d * FKVFQ_PANEL);
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(x0[d]), c, a0);
+            a1 = _mm512_fmadd_ps(_mm512_set1_ps(x1[d]), c, a1);
+            a2 = _mm512_fmadd_ps(_mm512_set1_ps(x2[d]), c, a2);
+            a3 = _mm512_fmadd_ps(_mm512_set1_ps(x3[d]), c, a3);
+        }
+        __m512 n = _mm512_loadu_ps(t->norms + p), acc[4] = {a0, a1, a2, a3};
+        for (int j = 0; j < 4; j++) {
+            __m512 s = _mm512_fnmadd_ps(two, acc[j], n);
+            _mm512_storeu_ps(scores + (size_t)j * k + p, s);
+            pmin[(size_t)j * np + p / FKVFQ_PANEL] = panel_min512(s);
+        }
+    }
+}
 #endif
 
 /* the portable path on rows: per (vector, centroid) the plain binary32 sum
@@ -381,6 +472,39 @@ void fkvfq_scores_rows_portable(const fkvfq_table *t, const float *xt, unsigned 
     scores_rows_generic(t, xt, n, scores, pmin);
 }
 
+int fkvfq_isa(void)
+{
+#ifdef Q_HAVE_AVX512
+    if (fkvf_cpu_avx512())
+        return FKVFQ_ISA_AVX512;
+#endif
+#ifdef Q_HAVE_AVX2
+    if (fkvf_cpu_avx2())
+        return FKVFQ_ISA_AVX2;
+#endif
+    return FKVFQ_ISA_PORTABLE;
+}
+
+void fkvfq_scores4_isa(int isa, const fkvfq_table *t, const float *const x[FKVFQ_BLOCK],
+                       float *scores, float *pmin)
+{
+    if (isa > fkvfq_isa())
+        isa = fkvfq_isa();
+#ifdef Q_HAVE_AVX512
+    if (isa == FKVFQ_ISA_AVX512) {
+        scores4_avx512(t, x, scores, pmin);
+        return;
+    }
+#endif
+#ifdef Q_HAVE_AVX2
+    if (isa == FKVFQ_ISA_AVX2) {
+        scores4_avx2(t, x, scores, pmin);
+        return;
+    }
+#endif
+    scores4_generic(t, x, scores, pmin);
+}
+
 void fkvfq_scores4_portable(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK],
                             float *scores, float *pmin)
 {
@@ -390,16 +514,13 @@ void fkvfq_scores4_portable(const fkvfq_table *t, const float *const x[FKVFQ_BLO
 void fkvfq_scores4(const fkvfq_table *t, const float *const x[FKVFQ_BLOCK], float *scores,
                    float *pmin)
 {
-#ifdef Q_HAVE_AVX2
-    if (fkvf_cpu_avx2()) {
-        scores4_avx2(t, x, scores, pmin);
-        return;
-    }
-#endif
-    scores4_generic(t, x, scores, pmin);
+    fkvfq_scores4_isa(FKVFQ_ISA_AVX512, t, x, scores, pmin);
 }
 
-double fkvfq_dist(const float *x, const float *c, uint32_t dim)
+/* sum over d of (x[d] - c[d])^2 in binary64, in order (fkvfq_dist; inlined
+ * into the kernels that call it, which then run it in their own encoding) */
+static inline __attribute__((always_inline)) double dist_inl(const float *x, const float *c,
+                                                            uint32_t dim)
 {
     double s = 0;
     for (uint32_t d = 0; d < dim; d++) {
@@ -409,19 +530,49 @@ double fkvfq_dist(const float *x, const float *c, uint32_t dim)
     return s;
 }
 
-uint32_t fkvfq_pick(const fkvfq_table *t, const float *x, const float *scores,
-                    const float *pmin, double *dist)
+double fkvfq_dist(const float *x, const float *c, uint32_t dim) { return dist_inl(x, c, dim); }
+
+/* the smallest binary32 value above f, for f finite or -infinity (f below
+ * the value it is to bound: never +infinity or not-a-number here) */
+static float next_up(float f)
 {
-    const uint32_t k = t->k, dim = t->dim, np = k / FKVFQ_PANEL;
+    if (f == 0)
+        return 0x1p-149f;
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    b = f > 0 ? b + 1 : b - 1;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+/* The threshold of fkvfq_pick: the best binary32 score (the smallest panel
+ * minimum) plus twice the rounding bound E, rounded up to binary32. Rounding
+ * bound (u = 2^-24): the binary32 score of c differs from the exact
+ * ||c||^2 - 2<x, c> by at most u*||c||^2 (norm), 2*gamma_dim*||x||*||c||
+ * (dot product, Cauchy-Schwarz) and u*|score| (subtraction), all below
+ * u*(dim+2)*(cmax^2 + 2*||x||*cmax). E doubles that and adds a term for
+ * underflow. The true nearest centroid scores at most 2E above the best
+ * binary32 score, so only scores up to there are re-checked. xx is ||x||^2
+ * (pick_xx). */
+static float pick_threshold(const fkvfq_table *t, const float *pmin, double xx)
+{
+    const uint32_t np = t->k / FKVFQ_PANEL, dim = t->dim;
     float bs = pmin[0];
     for (uint32_t p = 1; p < np; p++)
         bs = pmin[p] < bs ? pmin[p] : bs;
-    /* Rounding bound (u = 2^-24): the binary32 score of c differs from the
-     * exact ||c||^2 - 2<x, c> by at most u*||c||^2 (norm), 2*gamma_dim*
-     * ||x||*||c|| (dot product, Cauchy-Schwarz) and u*|score| (subtraction),
-     * all below u*(dim+2)*(cmax^2 + 2*||x||*cmax). E doubles that and adds a
-     * term for underflow. The true nearest centroid scores at most 2E above
-     * the best binary32 score, so only scores up to there are re-checked. */
+    double xn = sqrt(xx) * (1 + 0x1p-40), cm = t->cmax;
+    double e = (double)(dim + 4) * 0x1p-23 * (cm * cm + 2 * xn * cm) + (double)dim * 0x1p-120;
+    double thr = (double)bs + 2 * e;
+    float thrf = (float)thr;
+    if ((double)thrf < thr)
+        thrf = next_up(thrf);
+    return thrf;
+}
+
+/* ||x||^2 in binary64: four partial sums (element d to sum d mod 4 while
+ * four remain, the rest to sum 0), added as (s0 + s1) + (s2 + s3) */
+static double pick_xx_portable(const float *x, uint32_t dim)
+{
     double xl[4] = {0, 0, 0, 0};
     uint32_t d = 0;
     for (; d + 4 <= dim; d += 4)
@@ -429,12 +580,79 @@ uint32_t fkvfq_pick(const fkvfq_table *t, const float *x, const float *scores,
             xl[l] += (double)x[d + l] * x[d + l];
     for (; d < dim; d++)
         xl[0] += (double)x[d] * x[d];
-    double xn = sqrt((xl[0] + xl[1]) + (xl[2] + xl[3])) * (1 + 0x1p-40), cm = t->cmax;
-    double e = (double)(dim + 4) * 0x1p-23 * (cm * cm + 2 * xn * cm) + (double)dim * 0x1p-120;
-    double thr = (double)bs + 2 * e;
-    float thrf = (float)thr;
-    if ((double)thrf < thr)
-        thrf = nextafterf(thrf, INFINITY);
+    return (xl[0] + xl[1]) + (xl[2] + xl[3]);
+}
+
+/* dist_inl of x and four rows side by side (four independent binary64
+ * chains, each the same additions in the same order: the same values) */
+static inline __attribute__((always_inline)) void dist4_inl(const float *x, const float *const c[4],
+                                                           uint32_t dim, double out[4])
+{
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (uint32_t d = 0; d < dim; d++) {
+        double v = x[d], e0 = v - (double)c[0][d], e1 = v - (double)c[1][d],
+               e2 = v - (double)c[2][d], e3 = v - (double)c[3][d];
+        s0 += e0 * e0;
+        s1 += e1 * e1;
+        s2 += e2 * e2;
+        s3 += e3 * e3;
+    }
+    out[0] = s0;
+    out[1] = s1;
+    out[2] = s2;
+    out[3] = s3;
+}
+
+/* The exact re-check among the candidates (scores <= thrf) of the panels
+ * from first / FKVFQ_PANEL on: the smallest binary64 distance, ties to the
+ * smallest index (candidates compared in index order; their distances
+ * computed four at a time). *pd receives it. Inlined into each pick, so that
+ * it runs in that pick's instruction encoding (a call from the AVX-512 pick
+ * into legacy-SSE code ran this loop twice as slow). */
+static inline __attribute__((always_inline)) uint32_t
+pick_recheck(const fkvfq_table *t, const float *x, const float *scores, const float *pmin,
+             float thrf, uint32_t first, double *pd)
+{
+    const uint32_t np = t->k / FKVFQ_PANEL, dim = t->dim;
+    uint32_t pick = first, idx[4];
+    const float *rp[4];
+    double best = -1, dd[4];
+    unsigned nq = 0;
+    for (uint32_t p = first / FKVFQ_PANEL; p < np; p++) {
+        if (!(pmin[p] <= thrf))
+            continue;
+        for (uint32_t c = p * FKVFQ_PANEL; c < (p + 1) * FKVFQ_PANEL; c++) {
+            if (!(scores[c] <= thrf))
+                continue;
+            idx[nq] = c;
+            rp[nq++] = t->rows + (size_t)c * dim;
+            if (nq < 4)
+                continue;
+            dist4_inl(x, rp, dim, dd);
+            for (unsigned i = 0; i < 4; i++)
+                if (best < 0 || dd[i] < best) {
+                    best = dd[i];
+                    pick = idx[i];
+                }
+            nq = 0;
+        }
+    }
+    for (unsigned i = 0; i < nq; i++) {
+        double dc = dist_inl(x, rp[i], dim);
+        if (best < 0 || dc < best) {
+            best = dc;
+            pick = idx[i];
+        }
+    }
+    *pd = best;
+    return pick;
+}
+
+static uint32_t pick_portable(const fkvfq_table *t, const float *x, const float *scores,
+                              const float *pmin, double *dist)
+{
+    const uint32_t np = t->k / FKVFQ_PANEL;
+    const float thrf = pick_threshold(t, pmin, pick_xx_portable(x, t->dim));
     /* candidates: scores <= thrf, found through the panel minimums */
     uint32_t pick = 0, first = UINT32_MAX, nc = 0;
     double pd = -1;
@@ -449,24 +667,80 @@ uint32_t fkvfq_pick(const fkvfq_table *t, const float *x, const float *scores,
                     break;
             }
     }
-    if (nc == 1) {
+    if (nc == 1)
         pick = first;
-    } else if (nc > 1) {
-        for (uint32_t p = first / FKVFQ_PANEL; p < np; p++) {
-            if (!(pmin[p] <= thrf))
+    else if (nc > 1)
+        pick = pick_recheck(t, x, scores, pmin, thrf, first, &pd);
+    /* nc == 0: not-a-number inputs; centroid 0 */
+    if (dist)
+        *dist = pd >= 0 ? pd : fkvfq_dist(x, t->rows + (size_t)pick * t->dim, t->dim);
+    return pick;
+}
+
+#ifdef Q_HAVE_AVX512
+/* The same with AVX-512: ||x||^2 with the four partial sums in the lanes of
+ * one register (the same additions in the same order), the candidates
+ * counted from comparison masks instead of branches. */
+Q_512 static uint32_t pick_avx512(const fkvfq_table *t, const float *x, const float *scores,
+                                  const float *pmin, double *dist)
+{
+    const uint32_t np = t->k / FKVFQ_PANEL, dim = t->dim;
+    __m256d acc = _mm256_setzero_pd();
+    uint32_t d = 0;
+    for (; d + 4 <= dim; d += 4) {
+        __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + d));
+        acc = _mm256_add_pd(acc, _mm256_mul_pd(v, v));
+    }
+    double xl[4];
+    _mm256_storeu_pd(xl, acc);
+    for (; d < dim; d++)
+        xl[0] += (double)x[d] * x[d];
+    const float thrf = pick_threshold(t, pmin, (xl[0] + xl[1]) + (xl[2] + xl[3]));
+    const __m512 th = _mm512_set1_ps(thrf);
+    uint32_t first = UINT32_MAX, nc = 0;
+    for (uint32_t p0 = 0; p0 < np && nc < 2; p0 += 32) {
+        /* the panel minimums were just stored one by one: scalar loads
+         * (a vector load of them waits for the stores to retire) */
+        uint32_t pm = 0, pe = np - p0 < 32 ? np - p0 : 32;
+        for (uint32_t i = 0; i < pe; i++)
+            pm |= (uint32_t)(pmin[p0 + i] <= thrf) << i;
+        while (pm && nc < 2) {
+            uint32_t p = p0 + (uint32_t)__builtin_ctz(pm);
+            pm &= pm - 1;
+            unsigned cm = _mm512_cmp_ps_mask(_mm512_loadu_ps(scores + (size_t)p * FKVFQ_PANEL),
+                                             th, _CMP_LE_OQ);
+            if (!cm)
                 continue;
-            for (uint32_t c = p * FKVFQ_PANEL; c < (p + 1) * FKVFQ_PANEL; c++) {
-                if (!(scores[c] <= thrf))
-                    continue;
-                double dc = fkvfq_dist(x, t->rows + (size_t)c * dim, dim);
-                if (pd < 0 || dc < pd) {
-                    pd = dc;
-                    pick = c;
-                }
-            }
+            if (first == UINT32_MAX)
+                first = p * FKVFQ_PANEL + (uint32_t)__builtin_ctz(cm);
+            nc += (uint32_t)__builtin_popcount(cm);
         }
-    } /* nc == 0: not-a-number inputs; centroid 0 */
+    }
+    uint32_t pick = 0;
+    double pd = -1;
+    if (nc == 1)
+        pick = first;
+    else if (nc > 1)
+        pick = pick_recheck(t, x, scores, pmin, thrf, first, &pd);
     if (dist)
         *dist = pd >= 0 ? pd : fkvfq_dist(x, t->rows + (size_t)pick * dim, dim);
     return pick;
+}
+#endif
+
+uint32_t fkvfq_pick_isa(int isa, const fkvfq_table *t, const float *x, const float *scores,
+                        const float *pmin, double *dist)
+{
+#ifdef Q_HAVE_AVX512
+    if (isa >= FKVFQ_ISA_AVX512 && fkvf_cpu_avx512())
+        return pick_avx512(t, x, scores, pmin, dist);
+#endif
+    (void)isa;
+    return pick_portable(t, x, scores, pmin, dist);
+}
+
+uint32_t fkvfq_pick(const fkvfq_table *t, const float *x, const float *scores,
+                    const float *pmin, double *dist)
+{
+    return fkvfq_pick_isa(FKVFQ_ISA_AVX512, t, x, scores, pmin, dist);
 }
