@@ -517,6 +517,54 @@ END_TEST
 
 /* ---- k-means (internal) ---------------------------------------------------------- */
 
+/* k-means++ seeding's distance update: every kernel set gives the portable
+ * values bit for bit (n around the AVX-512 kernel's groups of 16 and its
+ * halves of 8, dim around the lanes of 8), first and later updates, with
+ * ties between old and new distances and a not-a-number vector */
+START_TEST(seed_update_kernels_agree)
+{
+    const size_t ns[] = {1, 7, 8, 9, 15, 16, 17, 33, 100};
+    const uint32_t dims[] = {1, 5, 8, 9, 16, 64, 67};
+    tu_rng r = {17};
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+            size_t n = ns[ni];
+            uint32_t dim = dims[di];
+            float *x = tu_xcalloc(n * dim, sizeof(float)), *c = tu_xcalloc(3 * (size_t)dim, 4);
+            float *xt = tu_xcalloc(fkvfq_seed_scratch(n, dim), sizeof(float));
+            double *want = tu_xcalloc(n, sizeof(double)), *got = tu_xcalloc(n, sizeof(double));
+            /* magnitudes 2^-20..2^20: lane sums whose binary64 total
+             * depends on the order of the additions */
+            for (size_t i = 0; i < n * dim; i++)
+                x[i] = (float)ldexp(urand(&r) * 4, (int)(urand(&r) * 20));
+            if (n > 3)
+                x[3 * (size_t)dim] = NAN;
+            for (size_t i = 0; i < 3 * (size_t)dim; i++)
+                c[i] = (float)(urand(&r) * 4);
+            memcpy(c + 2 * (size_t)dim, x, dim * sizeof(float)); /* ties: vector 0 */
+            for (int isa = FKVFQ_ISA_AVX2; isa <= fkvfq_isa(); isa++)
+                for (int u = 0; u < 3; u++) {
+                    const float *cu = c + (size_t)u * dim;
+                    if (u == 0) {
+                        for (size_t i = 0; i < n; i++)
+                            want[i] = got[i] = -1;
+                    }
+                    double tw = fkvfq_seed_update_isa(FKVFQ_ISA_PORTABLE, x, n, dim, cu, want,
+                                                      u == 0, xt);
+                    double tg = fkvfq_seed_update_isa(isa, x, n, dim, cu, got, u == 0, xt);
+                    EXPECTF(!memcmp(want, got, n * sizeof(double)) &&
+                                !memcmp(&tw, &tg, sizeof tw),
+                            "n %zu dim %u set %d update %d: distances differ", n, dim, isa, u);
+                }
+            free(x);
+            free(c);
+            free(xt);
+            free(want);
+            free(got);
+        }
+}
+END_TEST
+
 /* 16 well-separated clusters in 8 dimensions: k-means++ and Lloyd find them */
 START_TEST(kmeans_finds_separated_clusters)
 {
@@ -2083,6 +2131,7 @@ static Suite *quant_suite(void)
     TCase *tk = tcase_create("search");
     tcase_set_timeout(tk, 120);
     tcase_add_test(tk, search_picks_true_nearest);
+    tcase_add_test(tk, seed_update_kernels_agree);
     tcase_add_test(tk, kmeans_finds_separated_clusters);
     tcase_add_test(tk, kmeans_repairs_empty_clusters);
     suite_add_tcase(su, tk);

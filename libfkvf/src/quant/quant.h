@@ -118,6 +118,9 @@ uint32_t fkvfq_pick_isa(int isa, const fkvfq_table *t, const float *x, const flo
 
 /* sum over d of (x[d] - c[d])^2 in binary64, in order. */
 double fkvfq_dist(const float *x, const float *c, uint32_t dim);
+/* out[i] = fkvfq_dist(x[i], c[i], dim) for i < 4 (the same values; the four
+ * sums run side by side). */
+void fkvfq_dist4(const float *const x[4], const float *const c[4], uint32_t dim, double out[4]);
 
 /* ---- the codebook handle --------------------------------------------------- */
 
@@ -168,6 +171,17 @@ int fkvfq_rvq_prepare(fkvf_rvq *q);
 int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t dim,
                  uint32_t k, const float *init, uint64_t seed, uint32_t max_iters,
                  float *centroids, uint32_t *asg, size_t *repairs, uint32_t *iters);
+
+/* k-means++ seeding's distance update with the kernel of set isa
+ * (FKVFQ_ISA_*; the best this CPU runs if lower), for tests: d2[i] = the
+ * squared distance of vector i of x (n of dim) to c, eight binary32 lanes
+ * (element d to lane d mod 8) summed in binary64 in lane order, or the
+ * smaller of it and d2[i] unless first; returns the sum of the new d2 in
+ * order i. Every set gives the same bits. xt: fkvfq_seed_scratch(n, dim)
+ * floats (the AVX-512 kernel's transposed copy). */
+double fkvfq_seed_update_isa(int isa, const float *x, size_t n, uint32_t dim, const float *c,
+                             double *d2, int first, float *xt);
+size_t fkvfq_seed_scratch(size_t n, uint32_t dim);
 
 /* Does fkvf_rvq_decode have its AVX2 + F16C kernels on this CPU (the f16
  * group kernel that decodes from f16 tables)? The test fkvf_rvq_decode

@@ -532,9 +532,27 @@ static inline __attribute__((always_inline)) double dist_inl(const float *x, con
 
 double fkvfq_dist(const float *x, const float *c, uint32_t dim) { return dist_inl(x, c, dim); }
 
+void fkvfq_dist4(const float *const x[4], const float *const c[4], uint32_t dim, double out[4])
+{
+    /* four independent chains: each the additions of fkvfq_dist in its order */
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (uint32_t d = 0; d < dim; d++) {
+        double e0 = (double)x[0][d] - (double)c[0][d], e1 = (double)x[1][d] - (double)c[1][d],
+               e2 = (double)x[2][d] - (double)c[2][d], e3 = (double)x[3][d] - (double)c[3][d];
+        s0 += e0 * e0;
+        s1 += e1 * e1;
+        s2 += e2 * e2;
+        s3 += e3 * e3;
+    }
+    out[0] = s0;
+    out[1] = s1;
+    out[2] = s2;
+    out[3] = s3;
+}
+
 /* the smallest binary32 value above f, for f finite or -infinity (f below
  * the value it is to bound: never +infinity or not-a-number here) */
-static float next_up(float f)
+static inline __attribute__((always_inline)) float next_up(float f)
 {
     if (f == 0)
         return 0x1p-149f;
@@ -554,7 +572,8 @@ static float next_up(float f)
  * underflow. The true nearest centroid scores at most 2E above the best
  * binary32 score, so only scores up to there are re-checked. xx is ||x||^2
  * (pick_xx). */
-static float pick_threshold(const fkvfq_table *t, const float *pmin, double xx)
+static inline __attribute__((always_inline)) float pick_threshold(const fkvfq_table *t,
+                                                                  const float *pmin, double xx)
 {
     const uint32_t np = t->k / FKVFQ_PANEL, dim = t->dim;
     float bs = pmin[0];
@@ -673,7 +692,7 @@ static uint32_t pick_portable(const fkvfq_table *t, const float *x, const float 
         pick = pick_recheck(t, x, scores, pmin, thrf, first, &pd);
     /* nc == 0: not-a-number inputs; centroid 0 */
     if (dist)
-        *dist = pd >= 0 ? pd : fkvfq_dist(x, t->rows + (size_t)pick * t->dim, t->dim);
+        *dist = pd >= 0 ? pd : dist_inl(x, t->rows + (size_t)pick * t->dim, t->dim);
     return pick;
 }
 
@@ -723,7 +742,7 @@ Q_512 static uint32_t pick_avx512(const fkvfq_table *t, const float *x, const fl
     else if (nc > 1)
         pick = pick_recheck(t, x, scores, pmin, thrf, first, &pd);
     if (dist)
-        *dist = pd >= 0 ? pd : fkvfq_dist(x, t->rows + (size_t)pick * dim, dim);
+        *dist = pd >= 0 ? pd : dist_inl(x, t->rows + (size_t)pick * dim, dim);
     return pick;
 }
 #endif

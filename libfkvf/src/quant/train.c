@@ -68,6 +68,8 @@ static int elem_nonfinite(fkvf_dtype dt, const uint8_t *p)
 typedef struct km {
     const fkvf_allocator *a;
     float *x;         /* n * dim training vectors (residuals), updated in place */
+    float *xt;        /* dim * seed_ld(n): the vectors transposed for seeding
+                       * (seed_update_avx512), or NULL */
     size_t n;
     uint32_t dim, k;
     uint32_t *asg, *prev; /* n */
@@ -201,11 +203,114 @@ __attribute__((target("avx2"))) static double seed_update_avx2(const float *x, s
 }
 #endif
 
-static double seed_update(const float *x, size_t n, uint32_t dim, const float *c, double *d2,
-                          int first)
+/* floats per vector of the transposed copy: n rounded up to 16 */
+static size_t seed_ld(size_t n) { return (n + 15) / 16 * 16; }
+
+/* The vectors in groups of 16, each group transposed (element d of vector
+ * 16g + j at xt[(g * dim + d) * 16 + j]: a group's elements are contiguous,
+ * read in order); the padding lanes of the last group 0. */
+static void seed_transpose(const float *x, size_t n, uint32_t dim, float *xt)
 {
+    for (size_t g = 0; g < seed_ld(n) / 16; g++)
+        for (uint32_t d = 0; d < dim; d++) {
+            float *o = xt + (g * dim + d) * 16;
+            for (size_t j = 0; j < 16; j++) {
+                size_t i = g * 16 + j;
+                o[j] = i < n ? x[i * dim + d] : 0.0f;
+            }
+        }
+}
+
+#ifdef Q_SEED_AVX2
+#define Q_SEED_AVX512 1
+/* The same on the transposed vectors, sixteen at a time, one per lane:
+ * accumulator l holds every vector's binary32 lane l of dist_lanes (element
+ * d goes to lane d mod 8, in order of d: the additions of dist_lanes, each
+ * product rounded before it is added), then the binary64 sums 0 + lane 0 +
+ * ... + lane 7 in that order, eight vectors per register; the total in
+ * order i. The same values as seed_update_portable. */
+__attribute__((target("avx512f,avx2"))) static double
+seed_update_avx512(const float *xt, size_t n, uint32_t dim, const float *c, double *d2,
+                   int first)
+{
+    double total = 0;
+    for (size_t i = 0; i < n; i += 16) {
+        const float *g = xt + i * dim; /* group i / 16 */
+        __m512 acc[8];
+        for (int l = 0; l < 8; l++)
+            acc[l] = _mm512_setzero_ps();
+        uint32_t d = 0;
+        for (; d + 8 <= dim; d += 8)
+            for (int l = 0; l < 8; l++) {
+                __m512 e = _mm512_sub_ps(_mm512_loadu_ps(g + (size_t)(d + l) * 16),
+                                         _mm512_set1_ps(c[d + l]));
+                acc[l] = _mm512_add_ps(acc[l], _mm512_mul_ps(e, e));
+            }
+        for (int l = 0; d < dim; d++, l++) {
+            __m512 e = _mm512_sub_ps(_mm512_loadu_ps(g + (size_t)d * 16),
+                                     _mm512_set1_ps(c[d]));
+            acc[l] = _mm512_add_ps(acc[l], _mm512_mul_ps(e, e));
+        }
+        const size_t left = n - i;
+        for (int half = 0; half < 2 && (size_t)half * 8 < left; half++) {
+            __m512d sm = _mm512_setzero_pd();
+            for (int l = 0; l < 8; l++) {
+                __m256 a = half ? _mm256_castpd_ps(_mm512_extractf64x4_pd(
+                                      _mm512_castps_pd(acc[l]), 1))
+                                : _mm512_castps512_ps256(acc[l]);
+                sm = _mm512_add_pd(sm, _mm512_cvtps_pd(a));
+            }
+            const size_t cnt = left - (size_t)half * 8 < 8 ? left - (size_t)half * 8 : 8;
+            const __mmask8 m = (__mmask8)((1u << cnt) - 1);
+            double *dp = d2 + i + (size_t)half * 8;
+            __m512d nw = sm;
+            if (!first) {
+                __m512d old = _mm512_maskz_loadu_pd(m, dp);
+                nw = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(sm, old, _CMP_LT_OQ), old, sm);
+            }
+            _mm512_mask_storeu_pd(dp, m, nw);
+            double v[8];
+            _mm512_storeu_pd(v, nw);
+            for (size_t j = 0; j < cnt; j++)
+                total += v[j];
+        }
+    }
+    return total;
+}
+#endif
+
+/* xt: the transposed vectors (seed_transpose) or NULL */
+static double seed_update(const float *x, const float *xt, size_t n, uint32_t dim,
+                          const float *c, double *d2, int first)
+{
+#ifdef Q_SEED_AVX512
+    if (xt && fkvf_cpu_avx512())
+        return seed_update_avx512(xt, n, dim, c, d2, first);
+#else
+    (void)xt;
+#endif
 #ifdef Q_SEED_AVX2
     if (fkvf_cpu_avx2())
+        return seed_update_avx2(x, n, dim, c, d2, first);
+#endif
+    return seed_update_portable(x, n, dim, c, d2, first);
+}
+
+size_t fkvfq_seed_scratch(size_t n, uint32_t dim) { return seed_ld(n) * dim; }
+
+double fkvfq_seed_update_isa(int isa, const float *x, size_t n, uint32_t dim, const float *c,
+                             double *d2, int first, float *xt)
+{
+#ifdef Q_SEED_AVX512
+    if (isa >= FKVFQ_ISA_AVX512 && fkvf_cpu_avx512()) {
+        seed_transpose(x, n, dim, xt);
+        return seed_update_avx512(xt, n, dim, c, d2, first);
+    }
+#else
+    (void)xt;
+#endif
+#ifdef Q_SEED_AVX2
+    if (isa >= FKVFQ_ISA_AVX2 && fkvf_cpu_avx2())
         return seed_update_avx2(x, n, dim, c, d2, first);
 #endif
     return seed_update_portable(x, n, dim, c, d2, first);
@@ -223,7 +328,12 @@ static void km_seed(km *m, q_rng *r)
     double *d2 = m->err;
     size_t first = rng_below(r, n);
     memcpy(m->rows, m->x + first * dim, dim * sizeof(float));
-    double total = seed_update(m->x, n, dim, m->rows, d2, 1);
+    const float *xt = NULL;
+    if (m->xt && fkvf_cpu_avx512()) {
+        seed_transpose(m->x, n, dim, m->xt);
+        xt = m->xt;
+    }
+    double total = seed_update(m->x, xt, n, dim, m->rows, d2, 1);
     for (uint32_t j = 1; j < m->k; j++) {
         size_t pick;
         if (total > 0) {
@@ -247,7 +357,7 @@ static void km_seed(km *m, q_rng *r)
         }
         float *c = m->rows + (size_t)j * dim;
         memcpy(c, m->x + pick * dim, dim * sizeof(float));
-        total = seed_update(m->x, n, dim, c, d2, 0);
+        total = seed_update(m->x, xt, n, dim, c, d2, 0);
     }
 }
 
@@ -261,9 +371,21 @@ static void km_assign(km *m)
         for (size_t u = 0; u < FKVFQ_BLOCK; u++)
             xp[u] = m->x + (i0 + u < m->n ? i0 + u : m->n - 1) * m->dim;
         fkvfq_scores4(&t, xp, m->scores, m->pmin);
+        const float *cp[FKVFQ_BLOCK];
+        double e[FKVFQ_BLOCK];
+        for (size_t u = 0; u < FKVFQ_BLOCK; u++) {
+            uint32_t c = fkvfq_pick(&t, xp[u], m->scores + u * m->k,
+                                    m->pmin + u * (m->k / FKVFQ_PANEL), NULL);
+            if (i0 + u < m->n)
+                m->asg[i0 + u] = c;
+            cp[u] = m->rows + (size_t)c * m->dim;
+        }
+        /* the exact distances to the picks, four at a time (the pick's own
+         * binary64 distance, computed side by side instead of one after the
+         * other) */
+        fkvfq_dist4(xp, cp, m->dim, e);
         for (size_t u = 0; u < FKVFQ_BLOCK && i0 + u < m->n; u++)
-            m->asg[i0 + u] = fkvfq_pick(&t, xp[u], m->scores + u * m->k,
-                                        m->pmin + u * (m->k / FKVFQ_PANEL), &m->err[i0 + u]);
+            m->err[i0 + u] = e[u];
     }
 }
 
@@ -371,6 +493,7 @@ int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t
     m.rows = centroids;
     m.cmax = &cmax;
     int ok = (m.x = fkvf_calloc(alloc, nd, sizeof(float))) &&
+             (m.xt = fkvf_calloc(alloc, seed_ld(n), (size_t)dim * sizeof(float))) &&
              (m.asg = fkvf_calloc(alloc, n, sizeof(uint32_t))) &&
              (m.prev = fkvf_calloc(alloc, n, sizeof(uint32_t))) &&
              (m.err = fkvf_calloc(alloc, n, sizeof(double))) &&
@@ -394,6 +517,7 @@ int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t
             *iters = m.iters;
     }
     fkvf_free(alloc, m.x);
+    fkvf_free(alloc, m.xt);
     fkvf_free(alloc, m.asg);
     fkvf_free(alloc, m.prev);
     fkvf_free(alloc, m.err);
@@ -408,6 +532,10 @@ int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t
 }
 
 /* ---- training driver ---------------------------------------------------------- */
+
+/* the most bytes of RoPE cosines and sines kept for all training rows (8192
+ * rows of head dim 64: 4 MiB) */
+#define Q_CS_ALL_BYTES ((size_t)32 << 20)
 
 static int params_check(const fkvf_rvq_params *p, const fkvf_rows *blocks, size_t n_blocks,
                         size_t *total_rows)
@@ -435,7 +563,7 @@ static int params_check(const fkvf_rvq_params *p, const fkvf_rows *blocks, size_
 }
 
 typedef struct tr_scratch {
-    float *x;
+    float *x, *xt;
     uint32_t *asg, *prev;
     double *err, *sums;
     size_t *counts;
@@ -447,6 +575,7 @@ typedef struct tr_scratch {
 static void tr_free(const fkvf_allocator *a, tr_scratch *w)
 {
     fkvf_free(a, w->x);
+    fkvf_free(a, w->xt);
     fkvf_free(a, w->asg);
     fkvf_free(a, w->prev);
     fkvf_free(a, w->err);
@@ -515,6 +644,7 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
     tr_scratch w;
     memset(&w, 0, sizeof w);
     int ok = (w.x = fkvf_calloc(a, n, (size_t)dmax * sizeof(float))) &&
+             (w.xt = fkvf_calloc(a, seed_ld(n), (size_t)dmax * sizeof(float))) &&
              (w.asg = fkvf_calloc(a, n, sizeof(uint32_t))) &&
              (w.prev = fkvf_calloc(a, n, sizeof(uint32_t))) &&
              (w.err = fkvf_calloc(a, n, sizeof(double))) &&
@@ -523,9 +653,16 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
              (w.scores = fkvf_calloc(a, (size_t)FKVFQ_BLOCK * p->k, sizeof(float))) &&
              (w.pmin = fkvf_calloc(a, (size_t)FKVFQ_BLOCK * (p->k / FKVFQ_PANEL), sizeof(float))) &&
              (w.prep = fkvf_malloc(a, fkvfq_prepare_scratch(p->k)));
+    /* the rotation's cosines and sines of every row, computed once for all
+     * key tables when they take at most Q_CS_ALL_BYTES (else per row and
+     * table, into one row's worth) */
+    size_t cs_rows = 1, csb;
+    if (rd && fkvf_mulsz(total_rows, (size_t)rd * sizeof(double), &csb) &&
+        csb <= Q_CS_ALL_BYTES && sh.k_stages)
+        cs_rows = total_rows;
     if (ok && rd)
         ok = (w.freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
-             (w.cs = fkvf_calloc(a, rd, sizeof(double)));
+             (w.cs = fkvf_calloc(a, cs_rows, (size_t)rd * sizeof(double)));
     if (!ok) {
         tr_free(a, &w);
         fkvf_rvq_free(q);
@@ -533,6 +670,11 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
     }
     if (rd)
         fkvf_rope_freqs(p->key_rope, w.freqs);
+    if (cs_rows > 1)
+        for (size_t b = 0, row = 0; b < n_blocks; b++)
+            for (size_t i = 0; i < blocks[b].n_rows; i++, row++)
+                fkvf_rope_angles(p->key_rope, w.freqs, blocks[b].first_position + i,
+                                 w.cs + row * rd);
 
     uint64_t done = 0, todo = (uint64_t)q->n_tabs * ((uint64_t)sh.k_stages + sh.v_stages);
     for (uint32_t l = 0; l < sh.n_layers && !rc; l++)
@@ -548,13 +690,14 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
                 /* deterministic selection sampling (Knuth's algorithm S) of n
                  * of the pop vectors, in population order: block, row, head */
                 uint32_t h_lo = p->pooled ? 0 : hh, h_hi = p->pooled ? H : hh + 1;
-                size_t seen = 0, got = 0;
+                size_t seen = 0, got = 0, row = 0;
                 for (size_t b = 0; b < n_blocks && got < n; b++) {
                     const fkvf_rows *blk = &blocks[b];
                     size_t es = fkvfq_dtype_size(blk->dtype), rb = elems_per_row * es;
-                    for (size_t i = 0; i < blk->n_rows && got < n; i++) {
+                    for (size_t i = 0; i < blk->n_rows && got < n; i++, row++) {
                         uint64_t pos = blk->first_position + i;
-                        int have_cs = 0;
+                        int have_cs = cs_rows > 1;
+                        const double *cs = cs_rows > 1 ? w.cs + row * rd : w.cs;
                         for (uint32_t h = h_lo; h < h_hi && got < n; h++, seen++) {
                             if ((double)(pop - seen) * rng_unit(&r) >= (double)(n - got))
                                 continue;
@@ -569,7 +712,7 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
                                     fkvf_rope_angles(p->key_rope, w.freqs, pos, w.cs);
                                     have_cs = 1;
                                 }
-                                fkvf_rope_rotate_f32(p->key_rope, w.cs, 1, x, 0);
+                                fkvf_rope_rotate_f32(p->key_rope, cs, 1, x, 0);
                                 for (uint32_t d = 0; d < dim; d++)
                                     if (!isfinite(x[d]))
                                         rc = FKVF_E_INVALID_ARG;
@@ -583,6 +726,7 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
                 km m;
                 m.a = a;
                 m.x = w.x;
+                m.xt = w.xt;
                 m.n = got;
                 m.dim = dim;
                 m.k = sh.k;
