@@ -116,6 +116,15 @@ uint32_t fkvfq_pick(const fkvfq_table *t, const float *x, const float *scores,
 uint32_t fkvfq_pick_isa(int isa, const fkvfq_table *t, const float *x, const float *scores,
                         const float *pmin, double *dist);
 
+/* ||x||^2 in binary64 as fkvfq_pick computes it (four partial sums, element
+ * d to sum d mod 4 while four remain, the rest to sum 0, added as
+ * (s0 + s1) + (s2 + s3)). */
+double fkvfq_norm2(const float *x, uint32_t dim);
+/* fkvfq_pick given xx = fkvfq_norm2(x, dim) (a caller that picks for the
+ * same vector many times computes it once): the same result. */
+uint32_t fkvfq_pick_xx(const fkvfq_table *t, const float *x, double xx, const float *scores,
+                       const float *pmin, double *dist);
+
 /* sum over d of (x[d] - c[d])^2 in binary64, in order. */
 double fkvfq_dist(const float *x, const float *c, uint32_t dim);
 /* out[i] = fkvfq_dist(x[i], c[i], dim) for i < 4 (the same values; the four

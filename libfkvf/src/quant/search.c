@@ -667,11 +667,12 @@ pick_recheck(const fkvfq_table *t, const float *x, const float *scores, const fl
     return pick;
 }
 
-static uint32_t pick_portable(const fkvfq_table *t, const float *x, const float *scores,
-                              const float *pmin, double *dist)
+/* xx < 0: compute ||x||^2 here */
+static uint32_t pick_portable(const fkvfq_table *t, const float *x, double xx,
+                              const float *scores, const float *pmin, double *dist)
 {
     const uint32_t np = t->k / FKVFQ_PANEL;
-    const float thrf = pick_threshold(t, pmin, pick_xx_portable(x, t->dim));
+    const float thrf = pick_threshold(t, pmin, xx >= 0 ? xx : pick_xx_portable(x, t->dim));
     /* candidates: scores <= thrf, found through the panel minimums */
     uint32_t pick = 0, first = UINT32_MAX, nc = 0;
     double pd = -1;
@@ -697,24 +698,27 @@ static uint32_t pick_portable(const fkvfq_table *t, const float *x, const float 
 }
 
 #ifdef Q_HAVE_AVX512
-/* The same with AVX-512: ||x||^2 with the four partial sums in the lanes of
- * one register (the same additions in the same order), the candidates
- * counted from comparison masks instead of branches. */
-Q_512 static uint32_t pick_avx512(const fkvfq_table *t, const float *x, const float *scores,
-                                  const float *pmin, double *dist)
+/* The same with AVX-512: ||x||^2 (unless given) with the four partial sums
+ * in the lanes of one register (the same additions in the same order), the
+ * candidates counted from comparison masks instead of branches. */
+Q_512 static uint32_t pick_avx512(const fkvfq_table *t, const float *x, double xx,
+                                  const float *scores, const float *pmin, double *dist)
 {
     const uint32_t np = t->k / FKVFQ_PANEL, dim = t->dim;
-    __m256d acc = _mm256_setzero_pd();
-    uint32_t d = 0;
-    for (; d + 4 <= dim; d += 4) {
-        __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + d));
-        acc = _mm256_add_pd(acc, _mm256_mul_pd(v, v));
+    if (!(xx >= 0)) {
+        __m256d acc = _mm256_setzero_pd();
+        uint32_t d = 0;
+        for (; d + 4 <= dim; d += 4) {
+            __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + d));
+            acc = _mm256_add_pd(acc, _mm256_mul_pd(v, v));
+        }
+        double xl[4];
+        _mm256_storeu_pd(xl, acc);
+        for (; d < dim; d++)
+            xl[0] += (double)x[d] * x[d];
+        xx = (xl[0] + xl[1]) + (xl[2] + xl[3]);
     }
-    double xl[4];
-    _mm256_storeu_pd(xl, acc);
-    for (; d < dim; d++)
-        xl[0] += (double)x[d] * x[d];
-    const float thrf = pick_threshold(t, pmin, (xl[0] + xl[1]) + (xl[2] + xl[3]));
+    const float thrf = pick_threshold(t, pmin, xx);
     const __m512 th = _mm512_set1_ps(thrf);
     uint32_t first = UINT32_MAX, nc = 0;
     for (uint32_t p0 = 0; p0 < np && nc < 2; p0 += 32) {
@@ -752,14 +756,26 @@ uint32_t fkvfq_pick_isa(int isa, const fkvfq_table *t, const float *x, const flo
 {
 #ifdef Q_HAVE_AVX512
     if (isa >= FKVFQ_ISA_AVX512 && fkvf_cpu_avx512())
-        return pick_avx512(t, x, scores, pmin, dist);
+        return pick_avx512(t, x, -1, scores, pmin, dist);
 #endif
     (void)isa;
-    return pick_portable(t, x, scores, pmin, dist);
+    return pick_portable(t, x, -1, scores, pmin, dist);
 }
 
 uint32_t fkvfq_pick(const fkvfq_table *t, const float *x, const float *scores,
                     const float *pmin, double *dist)
 {
     return fkvfq_pick_isa(FKVFQ_ISA_AVX512, t, x, scores, pmin, dist);
+}
+
+double fkvfq_norm2(const float *x, uint32_t dim) { return pick_xx_portable(x, dim); }
+
+uint32_t fkvfq_pick_xx(const fkvfq_table *t, const float *x, double xx, const float *scores,
+                       const float *pmin, double *dist)
+{
+#ifdef Q_HAVE_AVX512
+    if (fkvf_cpu_avx512())
+        return pick_avx512(t, x, xx, scores, pmin, dist);
+#endif
+    return pick_portable(t, x, xx, scores, pmin, dist);
 }

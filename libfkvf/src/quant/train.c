@@ -73,7 +73,10 @@ typedef struct km {
     size_t n;
     uint32_t dim, k;
     uint32_t *asg, *prev; /* n */
-    double *err;      /* n: exact squared distance to the assigned centroid */
+    double *err;      /* n: exact squared distance to the assigned centroid
+                       * (km_errors, when a repair needs them; seeding's
+                       * distances before that) */
+    double *xx;       /* n: fkvfq_norm2 of each vector (km_stage) */
     double *sums;     /* k * dim */
     size_t *counts;   /* k */
     float *scores;    /* FKVFQ_BLOCK * k */
@@ -361,7 +364,7 @@ static void km_seed(km *m, q_rng *r)
     }
 }
 
-/* exact nearest centroid of every vector: asg, err */
+/* exact nearest centroid of every vector: asg */
 static void km_assign(km *m)
 {
     fkvfq_table_prepare(m->rows, m->k, m->dim, m->panels, m->norms, m->cmax, m->prep);
@@ -371,35 +374,47 @@ static void km_assign(km *m)
         for (size_t u = 0; u < FKVFQ_BLOCK; u++)
             xp[u] = m->x + (i0 + u < m->n ? i0 + u : m->n - 1) * m->dim;
         fkvfq_scores4(&t, xp, m->scores, m->pmin);
-        const float *cp[FKVFQ_BLOCK];
-        double e[FKVFQ_BLOCK];
-        for (size_t u = 0; u < FKVFQ_BLOCK; u++) {
-            uint32_t c = fkvfq_pick(&t, xp[u], m->scores + u * m->k,
-                                    m->pmin + u * (m->k / FKVFQ_PANEL), NULL);
-            if (i0 + u < m->n)
-                m->asg[i0 + u] = c;
-            cp[u] = m->rows + (size_t)c * m->dim;
-        }
-        /* the exact distances to the picks, four at a time (the pick's own
-         * binary64 distance, computed side by side instead of one after the
-         * other) */
-        fkvfq_dist4(xp, cp, m->dim, e);
         for (size_t u = 0; u < FKVFQ_BLOCK && i0 + u < m->n; u++)
+            m->asg[i0 + u] = fkvfq_pick_xx(&t, xp[u], m->xx[i0 + u], m->scores + u * m->k,
+                                           m->pmin + u * (m->k / FKVFQ_PANEL), NULL);
+    }
+}
+
+/* err: the exact distance of every vector to its assigned centroid, four
+ * at a time (fkvfq_dist4: the same values as fkvfq_dist) */
+static void km_errors(km *m)
+{
+    for (size_t i0 = 0; i0 < m->n; i0 += 4) {
+        const float *xp[4], *cp[4];
+        double e[4];
+        for (size_t u = 0; u < 4; u++) {
+            size_t i = i0 + u < m->n ? i0 + u : m->n - 1;
+            xp[u] = m->x + i * m->dim;
+            cp[u] = m->rows + (size_t)m->asg[i] * m->dim;
+        }
+        fkvfq_dist4(xp, cp, m->dim, e);
+        for (size_t u = 0; u < 4 && i0 + u < m->n; u++)
             m->err[i0 + u] = e[u];
     }
 }
 
 /* Give every empty cluster the point that is worst served by its own
  * centroid (largest err, ties to the lowest index), taken from a cluster
- * that keeps at least one point. */
+ * that keeps at least one point. The errors are computed when the first
+ * empty cluster is found (most assignments have none). */
 static void km_repair(km *m)
 {
     memset(m->counts, 0, m->k * sizeof(size_t));
     for (size_t i = 0; i < m->n; i++)
         m->counts[m->asg[i]]++;
+    int have_err = 0;
     for (uint32_t j = 0; j < m->k; j++) {
         if (m->counts[j])
             continue;
+        if (!have_err) {
+            km_errors(m);
+            have_err = 1;
+        }
         size_t worst = m->n;
         for (size_t i = 0; i < m->n; i++)
             if (m->counts[m->asg[i]] > 1 && (worst == m->n || m->err[i] > m->err[worst]))
@@ -438,6 +453,8 @@ static void km_update(km *m)
  * and the vectors in m->x become their residuals. */
 static void km_stage(km *m, q_rng *r, uint32_t max_iters, fkvf_dtype dtype, const float *init)
 {
+    for (size_t i = 0; i < m->n; i++)
+        m->xx[i] = fkvfq_norm2(m->x + i * m->dim, m->dim);
     if (init)
         memcpy(m->rows, init, (size_t)m->k * m->dim * sizeof(float));
     else
@@ -497,6 +514,7 @@ int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t
              (m.asg = fkvf_calloc(alloc, n, sizeof(uint32_t))) &&
              (m.prev = fkvf_calloc(alloc, n, sizeof(uint32_t))) &&
              (m.err = fkvf_calloc(alloc, n, sizeof(double))) &&
+             (m.xx = fkvf_calloc(alloc, n, sizeof(double))) &&
              (m.sums = fkvf_calloc(alloc, kd, sizeof(double))) &&
              (m.counts = fkvf_calloc(alloc, k, sizeof(size_t))) &&
              (m.scores = fkvf_calloc(alloc, (size_t)FKVFQ_BLOCK * k, sizeof(float))) &&
@@ -521,6 +539,7 @@ int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t
     fkvf_free(alloc, m.asg);
     fkvf_free(alloc, m.prev);
     fkvf_free(alloc, m.err);
+    fkvf_free(alloc, m.xx);
     fkvf_free(alloc, m.sums);
     fkvf_free(alloc, m.counts);
     fkvf_free(alloc, m.scores);
@@ -565,7 +584,7 @@ static int params_check(const fkvf_rvq_params *p, const fkvf_rows *blocks, size_
 typedef struct tr_scratch {
     float *x, *xt;
     uint32_t *asg, *prev;
-    double *err, *sums;
+    double *err, *xx, *sums;
     size_t *counts;
     float *scores, *pmin;
     void *prep;
@@ -579,6 +598,7 @@ static void tr_free(const fkvf_allocator *a, tr_scratch *w)
     fkvf_free(a, w->asg);
     fkvf_free(a, w->prev);
     fkvf_free(a, w->err);
+    fkvf_free(a, w->xx);
     fkvf_free(a, w->sums);
     fkvf_free(a, w->counts);
     fkvf_free(a, w->scores);
@@ -648,6 +668,7 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
              (w.asg = fkvf_calloc(a, n, sizeof(uint32_t))) &&
              (w.prev = fkvf_calloc(a, n, sizeof(uint32_t))) &&
              (w.err = fkvf_calloc(a, n, sizeof(double))) &&
+             (w.xx = fkvf_calloc(a, n, sizeof(double))) &&
              (w.sums = fkvf_calloc(a, (size_t)p->k * dmax, sizeof(double))) &&
              (w.counts = fkvf_calloc(a, p->k, sizeof(size_t))) &&
              (w.scores = fkvf_calloc(a, (size_t)FKVFQ_BLOCK * p->k, sizeof(float))) &&
@@ -733,6 +754,7 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
                 m.asg = w.asg;
                 m.prev = w.prev;
                 m.err = w.err;
+                m.xx = w.xx;
                 m.sums = w.sums;
                 m.counts = w.counts;
                 m.scores = w.scores;
