@@ -212,6 +212,52 @@ START_TEST(rt_npy_all_dtypes)
 }
 END_TEST
 
+/* kvio_read of a heads-first .npy points the tensors into the file's
+ * private mapping instead of copying them (KVIO_READ_BORROW): the same
+ * cache as a read from memory; a write to a tensor changes the process's
+ * copy only, never the file; kvio_cache_free unmaps it. A positions-first
+ * read (transposed) and a .safetensors read copy: no mapping kept. */
+START_TEST(read_npy_in_place)
+{
+    char dir[] = "/tmp/test_cacheio.XXXXXX", path[64], err[ERRLEN];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/c.npy", dir);
+    kvio_cache c = make_cache(3, 2, 9, 4, 4, FKVF_DTYPE_F16, 0, 31), d, e;
+    ck_assert_int_eq(kvio_write(path, KVIO_FMT_AUTO, 0, &c, err, sizeof err), KVIO_OK);
+    size_t n0;
+    uint8_t *before = tu_slurp(path, &n0);
+    ck_assert_int_eq(kvio_read(path, KVIO_FMT_AUTO, 0, &d, err, sizeof err), KVIO_OK);
+    ck_assert(kvio_cache_equal(&c, &d));
+    ck_assert_ptr_nonnull(d.map);
+    for (uint32_t l = 0; l < d.n_layers; l++)
+        ck_assert(kvio_in_map(&d, d.keys[l]) && kvio_in_map(&d, d.values[l]));
+    d.keys[1][0] ^= 0xFF; /* the process's copy */
+    d.values[2][5] ^= 0xFF;
+    ck_assert(!kvio_cache_equal(&c, &d));
+    size_t n1;
+    uint8_t *after = tu_slurp(path, &n1);
+    ck_assert(n0 == n1 && !memcmp(before, after, n0));
+    kvio_cache_free(&d);
+    ck_assert_ptr_null(d.map);
+    /* positions-first: transposed into owned memory */
+    ck_assert_int_eq(kvio_read(path, KVIO_FMT_AUTO, KVIO_READ_NHD, &e, err, sizeof err), KVIO_OK);
+    ck_assert_ptr_null(e.map);
+    kvio_cache_free(&e);
+    remove(path);
+    snprintf(path, sizeof path, "%s/c.safetensors", dir);
+    ck_assert_int_eq(kvio_write(path, KVIO_FMT_AUTO, 0, &c, err, sizeof err), KVIO_OK);
+    ck_assert_int_eq(kvio_read(path, KVIO_FMT_AUTO, 0, &e, err, sizeof err), KVIO_OK);
+    ck_assert(kvio_cache_equal(&c, &e));
+    ck_assert_ptr_null(e.map);
+    kvio_cache_free(&e);
+    remove(path);
+    free(before);
+    free(after);
+    kvio_cache_free(&c);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 START_TEST(rt_npz_all_dtypes_stored_and_deflate)
 {
     for (int d = 0; d < 3; d++)
@@ -2091,6 +2137,7 @@ static Suite *cacheio_suite(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, rt_safetensors_all_dtypes_with_and_without_tokens);
     tcase_add_test(t, rt_npy_all_dtypes);
+    tcase_add_test(t, read_npy_in_place);
     tcase_add_test(t, rt_npz_all_dtypes_stored_and_deflate);
     tcase_add_test(t, rt_zero_positions);
     tcase_add_test(t, rt_safetensors_metadata);

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include "cacheio_impl.h"
@@ -203,16 +204,25 @@ uint64_t kvio_key_bytes(const kvio_cache *c) { return layer_bytes(c, c->key_dim)
 
 uint64_t kvio_value_bytes(const kvio_cache *c) { return layer_bytes(c, c->value_dim); }
 
+int kvio_in_map(const kvio_cache *c, const void *p)
+{
+    /* compared as addresses: p is either in the mapping or a heap block */
+    uintptr_t a = (uintptr_t)p, m = (uintptr_t)c->map;
+    return c->map && p && a >= m && a - m < c->map_size;
+}
+
 void kvio_cache_free(kvio_cache *c)
 {
     if (!c)
         return;
     for (uint32_t i = 0; i < c->n_layers; i++) {
-        if (c->keys)
+        if (c->keys && !kvio_in_map(c, c->keys[i]))
             free(c->keys[i]);
-        if (c->values)
+        if (c->values && !kvio_in_map(c, c->values[i]))
             free(c->values[i]);
     }
+    if (c->map)
+        munmap(c->map, c->map_size);
     free(c->keys);
     free(c->values);
     free(c->tokens);

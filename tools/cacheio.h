@@ -66,6 +66,11 @@ typedef enum kvio_format {
  * dim] or [layers, 2, 1, positions, kv_heads, dim]), and are transposed
  * into the in-memory [head][position][dim] order. Default: heads-first. */
 #define KVIO_READ_NHD 0x2u
+/* Readers of bytes in memory (set by kvio_read, which maps the file, and
+ * not for callers of kvio_read_mem): a key or value tensor stored as the
+ * cache holds it (heads-first, uncompressed) may be pointed to instead of
+ * copied; kvio_read then keeps the mapping in the cache (kvio_cache.map). */
+#define KVIO_READ_BORROW 0x4u
 /* Writers: use the Hugging Face names past_key_values.{i}.key/.value and a
  * leading batch dimension of 1 ([1, kv_heads, positions, dim]), token ids
  * as input_ids [1, positions]; .npy: shape [layers, 2, 1, kv_heads,
@@ -120,6 +125,11 @@ typedef struct kvio_cache {
                                       * in file order (npz: tensor name, or the
                                       * member name if not .npy), escaped like
                                       * names in messages; freed by kvio_cache_free */
+    /* kvio_read: the file's private writable mapping when tensors point into
+     * it (KVIO_READ_BORROW; a write to them changes this process's copy,
+     * never the file), unmapped by kvio_cache_free; else NULL. */
+    void *map;
+    size_t map_size;
 } kvio_cache;
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -151,6 +161,8 @@ int kvio_cache_init(kvio_cache *c, uint32_t n_layers, uint32_t n_kv_heads, uint3
                     uint32_t key_dim, uint32_t value_dim, fkvf_dtype dtype, int with_tokens,
                     char *err, size_t errlen);
 void kvio_cache_free(kvio_cache *c); /* frees everything, leaves *c zeroed; NULL ok */
+/* 1 if p points into the cache's file mapping (kvio_cache.map). */
+int kvio_in_map(const kvio_cache *c, const void *p);
 /* Append (or replace) a metadata entry; strings are copied. */
 int kvio_cache_set_meta(kvio_cache *c, const char *key, const char *value);
 const char *kvio_cache_get_meta(const kvio_cache *c, const char *key); /* NULL if absent */

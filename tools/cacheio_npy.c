@@ -335,7 +335,8 @@ static int npy_cache_shape(const ctx *x, const npy_hdr *h, int nhd, kvio_cache *
 /* c's n_layers layers from the array data at src: layer l's keys, then its
  * values, each transposed to [H][T][D] when positions-first (nhd). On
  * failure c is freed. */
-static int npy_take_layers(const ctx *x, kvio_cache *c, uint64_t n_layers, const uint8_t *src, int nhd)
+static int npy_take_layers(const ctx *x, kvio_cache *c, uint64_t n_layers, const uint8_t *src, int nhd,
+                           int borrow)
 {
     uint64_t lb = kvio_key_bytes(c); /* fits: the whole array is in memory */
     c->keys = calloc((size_t)n_layers, sizeof *c->keys);
@@ -345,6 +346,14 @@ static int npy_take_layers(const ctx *x, kvio_cache *c, uint64_t n_layers, const
         return cio_fail(x, KVIO_E_NOMEM, "out of memory");
     }
     c->n_layers = (uint32_t)n_layers;
+    if (borrow && !nhd && lb) {
+        /* heads-first as the cache holds them: pointed to in the mapping */
+        for (uint32_t l = 0; l < c->n_layers; l++) {
+            c->keys[l] = (uint8_t *)(uintptr_t)(src + (size_t)lb * (2 * (size_t)l));
+            c->values[l] = (uint8_t *)(uintptr_t)(src + (size_t)lb * (2 * (size_t)l + 1));
+        }
+        return KVIO_OK;
+    }
     for (uint32_t l = 0; l < c->n_layers; l++) {
         c->keys[l] = malloc(lb ? (size_t)lb : 1);
         c->values[l] = malloc(lb ? (size_t)lb : 1);
@@ -382,7 +391,8 @@ int kvio_read_npy_mem(const void *data, size_t size, const char *name, unsigned 
     if (!data && size)
         return cio_fail(&x, KVIO_E_ARG, "no data");
     if ((rc = npy_parse(&x, "array", data, size, &h)) || (rc = npy_cache_shape(&x, &h, nhd, &c)) ||
-        (rc = npy_take_layers(&x, &c, h.dims[0], (const uint8_t *)data + h.data_off, nhd)))
+        (rc = npy_take_layers(&x, &c, h.dims[0], (const uint8_t *)data + h.data_off, nhd,
+                              (flags & KVIO_READ_BORROW) != 0)))
         return rc;
     *out = c;
     return KVIO_OK;

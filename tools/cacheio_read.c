@@ -102,13 +102,28 @@ int kvio_read(const char *path, kvio_format fmt, unsigned flags, kvio_cache *out
         return cio_fail(&x, KVIO_E_NOMEM, "file too large for this platform");
     }
     size_t size = (size_t)st.st_size;
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    /* private and writable: tensors read in place (KVIO_READ_BORROW) may be
+     * changed by the caller; the file never is */
+    void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);
     if (map == MAP_FAILED)
         return cio_fail(&x, KVIO_E_IO, "cannot map: %s", strerror(e));
-    int rc = kvio_read_mem(map, size, path, fmt, flags, out, err, errlen);
-    munmap(map, size);
+    int rc = kvio_read_mem(map, size, path, fmt, flags | KVIO_READ_BORROW, out, err, errlen);
+    int keep = 0;
+    if (rc == KVIO_OK) {
+        out->map = map; /* for kvio_in_map */
+        out->map_size = size;
+        for (uint32_t l = 0; l < out->n_layers && !keep; l++)
+            keep = kvio_in_map(out, out->keys[l]) || kvio_in_map(out, out->values[l]);
+    }
+    if (!keep) {
+        munmap(map, size);
+        if (rc == KVIO_OK) {
+            out->map = NULL;
+            out->map_size = 0;
+        }
+    }
     return rc;
 }
 

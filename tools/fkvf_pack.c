@@ -320,7 +320,8 @@ static int pack_parse(int argc, char **argv, pack_opts *o, int llama, const char
 
 typedef struct pack_state {
     kvio_cache c;
-    uint8_t *rows;
+    uint8_t *rows;  /* every position as spec 14.2 rows (--train only), else NULL */
+    uint8_t *chunk; /* PACK_CHUNK rows converted at a time when rows is NULL */
     fkvf_rvq *q;
     fkvf_reader *cbr;
     uint16_t *codes;
@@ -333,6 +334,7 @@ static void pack_free(pack_state *s)
 {
     kvio_cache_free(&s->c);
     free(s->rows);
+    free(s->chunk);
     fkvf_rvq_free(s->q);
     fkvf_reader_free(s->cbr);
     free(s->codes);
@@ -457,6 +459,22 @@ static int pack_train(const pack_opts *o, pack_state *s, pack_plan *p)
     return CLI_OK;
 }
 
+/* positions encoded (and, without --train, converted to rows) at a time */
+#define PACK_CHUNK 256
+
+/* Rows [first, first + n) as spec 14.2 rows: in s->rows (--train), else
+ * converted from the cache into s->chunk (n <= PACK_CHUNK); NULL when out
+ * of memory. */
+static const uint8_t *pack_rows(pack_state *s, const pack_plan *p, uint64_t first, uint64_t n)
+{
+    if (s->rows)
+        return s->rows + (size_t)first * p->rb;
+    if (!s->chunk && !(s->chunk = malloc((size_t)PACK_CHUNK * p->rb)))
+        return NULL;
+    cli_cache_rows(&s->c, (uint32_t)first, (uint32_t)(first + n), s->chunk);
+    return s->chunk;
+}
+
 /* The A archived rows encoded into s->codes (one array of A codes per
  * index stream), in chunks with a progress bar. */
 static int pack_encode(const pack_opts *o, pack_state *s, const pack_plan *p)
@@ -469,10 +487,12 @@ static int pack_encode(const pack_opts *o, pack_state *s, const pack_plan *p)
         return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
     cli_progress pg;
     cli_progress_init(&pg, "encode", 0);
-    const uint64_t chunk = 256;
-    for (uint64_t i = 0; i < A; i += chunk) {
-        uint64_t n = A - i < chunk ? A - i : chunk;
-        fkvf_rows part = {s->rows + (size_t)(p->S + i) * p->rb, (size_t)n, s->c.dtype, p->S + i};
+    for (uint64_t i = 0; i < A; i += PACK_CHUNK) {
+        uint64_t n = A - i < PACK_CHUNK ? A - i : PACK_CHUNK;
+        const uint8_t *rows = pack_rows(s, p, p->S + i, n);
+        if (!rows)
+            return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+        fkvf_rows part = {rows, (size_t)n, s->c.dtype, p->S + i};
         int rc = fkvf_rvq_encode(s->q, &part, p->krope, o->code.beam, s->codes + i, 1, (size_t)A);
         if (rc != FKVF_OK)
             return cli_fail(cli_fkvf_exit(rc), rc, o->in, "encoding failed: %s", fkvf_strerror(rc));
@@ -606,15 +626,29 @@ static int pack_write(const pack_opts *o, pack_state *s, const pack_plan *p)
     const char *stage = "descriptor";
     rc = pack_write_desc(o, s, p, &stage);
     unsigned xflags = o->deflate ? FKVF_SECTION_DEFLATE : 0;
+    /* the exact rows: from s->rows, else converted for the two ranges
+     * (S + W rows, the window's) */
+    uint8_t *xr = s->rows;
+    if (rc == FKVF_OK)
+        stage = "exact rows";
+    if (rc == FKVF_OK && !xr && S + W > 0 &&
+        !(xr = malloc((size_t)(S + W) * p->rb))) /* S + W <= P rows fit: the cache does */
+        rc = FKVF_E_NOMEM;
+    if (rc == FKVF_OK && !s->rows) {
+        cli_cache_rows(c, 0, (uint32_t)S, xr);
+        cli_cache_rows(c, (uint32_t)(S + A), (uint32_t)(S + A + W), xr + (size_t)S * p->rb);
+    }
+    const uint8_t *wr = s->rows ? s->rows + (size_t)(S + A) * p->rb : xr + (size_t)S * p->rb;
     if (rc == FKVF_OK && S > 0) {
         stage = "exact rows";
-        rc = fkvf_writer_add_exact(s->w, 0, S, s->rows, (size_t)S * p->rb, xflags);
+        rc = fkvf_writer_add_exact(s->w, 0, S, xr, (size_t)S * p->rb, xflags);
     }
     if (rc == FKVF_OK && W > 0) {
         stage = "exact rows";
-        rc = fkvf_writer_add_exact(s->w, S + A, W, s->rows + (size_t)(S + A) * p->rb,
-                                   (size_t)W * p->rb, xflags);
+        rc = fkvf_writer_add_exact(s->w, S + A, W, wr, (size_t)W * p->rb, xflags);
     }
+    if (xr != s->rows)
+        free(xr);
     if (rc == FKVF_OK && (A > 0 || o->cbfile))
         rc = pack_write_codebooks(o, s, p, &stage);
     if (rc == FKVF_OK && c->tokens) {
@@ -731,12 +765,16 @@ static int pack_run(pack_opts *o, pack_state *s, pack_plan *p)
     int ex = pack_prepare(o, s, p);
     if (ex >= 0)
         return ex;
-    s->rows = cache_to_rows(&s->c);
-    if (!s->rows)
-        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
     pack_choose_k(o, &s->c, p);
-    if (p->A > 0 && !s->q && (ex = pack_train(o, s, p)) != CLI_OK)
-        return ex;
+    /* every row at once only to train on them; encoding converts a chunk
+     * of rows at a time (a whole copy of the cache less in memory) */
+    if (p->A > 0 && !s->q) {
+        s->rows = cache_to_rows(&s->c);
+        if (!s->rows)
+            return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+        if ((ex = pack_train(o, s, p)) != CLI_OK)
+            return ex;
+    }
     if (p->A > 0 && (ex = pack_encode(o, s, p)) != CLI_OK)
         return ex;
     if ((ex = pack_write(o, s, p)) != CLI_OK)
