@@ -69,7 +69,8 @@ typedef struct km {
     const fkvf_allocator *a;
     float *x;         /* n * dim training vectors (residuals), updated in place */
     float *xt;        /* dim * seed_ld(n): the vectors transposed for seeding
-                       * (seed_update_avx512), or NULL */
+                       * (seed_update_avx512; allocated on CPUs that run
+                       * it), or NULL */
     size_t n;
     uint32_t dim, k;
     uint32_t *asg, *prev; /* n */
@@ -510,7 +511,8 @@ int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t
     m.rows = centroids;
     m.cmax = &cmax;
     int ok = (m.x = fkvf_calloc(alloc, nd, sizeof(float))) &&
-             (m.xt = fkvf_calloc(alloc, seed_ld(n), (size_t)dim * sizeof(float))) &&
+             (!fkvf_cpu_avx512() ||
+              (m.xt = fkvf_calloc(alloc, seed_ld(n), (size_t)dim * sizeof(float)))) &&
              (m.asg = fkvf_calloc(alloc, n, sizeof(uint32_t))) &&
              (m.prev = fkvf_calloc(alloc, n, sizeof(uint32_t))) &&
              (m.err = fkvf_calloc(alloc, n, sizeof(double))) &&
@@ -664,7 +666,8 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
     tr_scratch w;
     memset(&w, 0, sizeof w);
     int ok = (w.x = fkvf_calloc(a, n, (size_t)dmax * sizeof(float))) &&
-             (w.xt = fkvf_calloc(a, seed_ld(n), (size_t)dmax * sizeof(float))) &&
+             (!fkvf_cpu_avx512() ||
+              (w.xt = fkvf_calloc(a, seed_ld(n), (size_t)dmax * sizeof(float)))) &&
              (w.asg = fkvf_calloc(a, n, sizeof(uint32_t))) &&
              (w.prev = fkvf_calloc(a, n, sizeof(uint32_t))) &&
              (w.err = fkvf_calloc(a, n, sizeof(double))) &&
