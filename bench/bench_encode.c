@@ -22,14 +22,19 @@
  *     each and the median of the per-pair ratio old / new;
  * (b) the codebook load for encoding, P times: fkvf_rvq_from_tables_decode
  *     (conversion and checks), then fkvf_rvq_from_tables and a 256-position
- *     encode with it; the whole load for encoding (fkvf_rvq_from_tables:
- *     the binary32 tables allocated and converted, the checks, the search
- *     layout) as a share of load + encode, i.e. of a 256-position pack's
- *     CPU time (median), and the search layout alone (the difference of
- *     the two loads: norms, cmax, the duplicate check) as a share of the same.
+ *     encode with it, then fkvf_rvq_from_tables16_encode (the f16 tables in
+ *     place, as fkvf pack --codebooks loads them) and the same encode with
+ *     it (the codes must be the same); the whole load for encoding as a
+ *     share of load + encode, i.e. of a 256-position pack's CPU time
+ *     (median): cbload_share for the f16 load in place, cbload_f32_share for
+ *     fkvf_rvq_from_tables (binary32 tables allocated and converted, the
+ *     checks, the search layout), and the search layout alone (the
+ *     difference of the two binary32 loads: norms, cmax, the duplicate
+ *     check) as cbload_layout_share.
  * No files are written. Final line on stdout:
  *   RESULT encode_pos_per_s=<median new> encode_speedup=<median old/new>
- *          cbload_share=<median, whole load> cbload_layout_share=<median> */
+ *          cbload_share=<median, f16 in place> cbload_f32_share=<median>
+ *          cbload_layout_share=<median> */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -250,7 +255,8 @@ int main(int argc, char **argv)
     double *ratio = malloc((size_t)pairs * sizeof(double)), *pnew = malloc((size_t)pairs * sizeof(double));
     double *pold = malloc((size_t)pairs * sizeof(double)), *share = malloc((size_t)pairs * sizeof(double));
     double *lshare = malloc((size_t)pairs * sizeof(double));
-    if (!ca || !cb || !ratio || !pnew || !pold || !share || !lshare)
+    double *fshare = malloc((size_t)pairs * sizeof(double));
+    if (!ca || !cb || !ratio || !pnew || !pold || !share || !lshare || !fshare)
         die("out of memory");
 
     /* (a) old and new encoder, alternated */
@@ -290,26 +296,45 @@ int main(int argc, char **argv)
             die("fkvf_rvq_encode failed");
         double b4 = cpu_s();
         fkvf_rvq_free(q2);
+        /* the f16 tables in place (an f16 codebook on a CPU with F16C; else
+         * the binary32 load again) */
+        fkvf_rvq *q4;
+        double b5 = cpu_s();
+        int rc16 = fkvf_rvq_from_tables16_encode(&q4, &sh, 0, tables, tsize, NULL);
+        if (rc16 == FKVF_E_UNSUPPORTED)
+            rc16 = fkvf_rvq_from_tables(&q4, &sh, 0, tables, tsize, NULL);
+        if (rc16)
+            die("fkvf_rvq_from_tables16_encode failed");
+        double b6 = cpu_s();
+        if (fkvf_rvq_encode(q4, &r256, &rope, 1, ca, nc, 1))
+            die("fkvf_rvq_encode failed");
+        double b7 = cpu_s();
+        fkvf_rvq_free(q4);
+        if (memcmp(ca, cb, 256 * nc * sizeof *ca))
+            die("the codes of the f16 tables in place differ");
         /* the search layout: what loading for encoding adds to loading for decoding */
         double lay = (b3 - b2) - (b1 - b0);
         lshare[r] = lay / (b4 - b2);
-        share[r] = (b3 - b2) / (b4 - b2);
-        printf("  load %.1f ms (for decoding %.1f ms, search layout %.1f ms), 256-position "
-               "encode %.1f ms: load %.1f%%, search layout %.1f%% of load + encode\n",
-               (b3 - b2) * 1e3, (b1 - b0) * 1e3, lay * 1e3, (b4 - b3) * 1e3, share[r] * 100,
-               lshare[r] * 100);
+        fshare[r] = (b3 - b2) / (b4 - b2);
+        share[r] = (b6 - b5) / (b7 - b5);
+        printf("  f16 in place: load %.1f ms, 256-position encode %.1f ms: load %.1f%%; binary32: "
+               "load %.1f ms (for decoding %.1f ms, search layout %.1f ms), encode %.1f ms: load "
+               "%.1f%%, search layout %.1f%%\n",
+               (b6 - b5) * 1e3, (b7 - b6) * 1e3, share[r] * 100, (b3 - b2) * 1e3,
+               (b1 - b0) * 1e3, lay * 1e3, (b4 - b3) * 1e3, fshare[r] * 100, lshare[r] * 100);
     }
     double mo = median(pold, pairs), mn = median(pnew, pairs), mr = median(ratio, pairs),
-           ms = median(share, pairs), ml = median(lshare, pairs);
+           ms = median(share, pairs), ml = median(lshare, pairs), mf = median(fshare, pairs);
     printf("reference encoder %.0f positions/s/core, fkvf_rvq_encode %.0f (median of %d; "
            "speedup %.2fx, median of per-pair ratios); codes %s\n",
            mo, mn, pairs, mr, same ? "identical" : "DIFFER");
-    printf("codebook load for encoding: %.1f%% of load + 256-position encode, the search "
-           "layout %.1f%% (medians)\n",
-           ms * 100, ml * 100);
+    printf("codebook load for encoding: %.1f%% of load + 256-position encode with the f16 "
+           "tables in place, %.1f%% with binary32 tables (of which the search layout %.1f%%) "
+           "(medians)\n",
+           ms * 100, mf * 100, ml * 100);
     printf("RESULT encode_pos_per_s=%.0f encode_speedup=%.2f cbload_share=%.3f "
-           "cbload_layout_share=%.3f\n",
-           mn, mr, ms, ml);
+           "cbload_f32_share=%.3f cbload_layout_share=%.3f\n",
+           mn, mr, ms, mf, ml);
     fkvf_rvq_free(q);
     free(tables);
     free(rows);
@@ -320,5 +345,6 @@ int main(int argc, char **argv)
     free(pold);
     free(share);
     free(lshare);
+    free(fshare);
     return same ? 0 : 1;
 }

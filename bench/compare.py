@@ -63,9 +63,11 @@ KEYS = [
      ["bench_random", "bench_access", "bench_anchor"]),
     ("encode_pos_per_s", "encode in-process, positions/s/core", ["bench_encode"]),
     ("encode_speedup", "encode: old path CPU / new path CPU", ["bench_encode"]),
-    ("cbload_share", "codebook load for encoding (whole): share of a 256-position pack",
+    ("cbload_share", "codebook load for encoding (f16 in place, as pack): share of a "
+     "256-position pack", ["bench_encode"]),
+    ("cbload_f32_share", "the same with binary32 tables (fkvf_rvq_from_tables)",
      ["bench_encode"]),
-    ("cbload_layout_share", "codebook load, its search layout alone: share of the same",
+    ("cbload_layout_share", "the binary32 load's search layout alone: share of the same",
      ["bench_encode"]),
     ("live_peak_ratio", "live archive (commit every 8): peak footprint / compacted",
      ["bench_append"]),

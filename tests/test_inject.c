@@ -166,6 +166,7 @@
  *  fkvf_rvq_from_tables          | alloc (rvq)
  *  fkvf_rvq_from_tables_decode   | alloc (rvq)
  *  fkvf_rvq_from_tables16_borrow | alloc (reader_mem, reader_file, reader_ext: restore of the f16 codebook on a CPU with F16C)
+ *  fkvf_rvq_from_tables16_encode | alloc (rvq, on a CPU with F16C)
  *  fkvf_rvq_subset               | alloc (rvq)
  *  fkvf_rvq_free                 | n/a free (rvq)
  *  fkvf_rvq_shape                | n/a pure
@@ -1983,8 +1984,8 @@ static void ap_finish(void *ctx, int clean, long stopped)
 /* ---- quantizer --------------------------------------------------------------- */
 
 typedef struct qctx {
-    fkvf_rvq *t, *q, *qd, *sub;
-    uint16_t codes[NA * 64], codes_beam[NA * 64];
+    fkvf_rvq *t, *q, *qd, *sub, *q16;
+    uint16_t codes[NA * 64], codes_beam[NA * 64], codes16[NA * 64];
     float dec[NA * ROW_F32 / 4];
     uint8_t tables[1 << 14];
     int have_ref;
@@ -1994,7 +1995,8 @@ typedef struct qctx {
 
 static const char *const q_names[] = {"rvq_train",  "rvq_from_tables", "rvq_from_tables_decode",
                                       "rvq_subset", "rvq_encode",      "rvq_encode(beam)",
-                                      "rvq_decode"};
+                                      "rvq_decode", "rvq_from_tables16_encode",
+                                      "rvq_encode(f16 in place)"};
 
 static const char *q_message(void *ctx)
 {
@@ -2005,7 +2007,7 @@ static const char *q_message(void *ctx)
 static void q_setup(void *ctx)
 {
     qctx *c = ctx;
-    c->t = c->q = c->qd = c->sub = NULL;
+    c->t = c->q = c->qd = c->sub = c->q16 = NULL;
 }
 
 static int q_step(void *ctx, size_t i)
@@ -2035,9 +2037,20 @@ static int q_step(void *ctx, size_t i)
         return fkvf_rvq_subset(&c->sub, c->q, 1, 1);
     case 4: return fkvf_rvq_encode(c->q, &arch, NULL, 1, c->codes, fx->cpp, 1);
     case 5: return fkvf_rvq_encode(c->q, &arch, NULL, 4, c->codes_beam, fx->cpp, 1);
-    default:
+    case 6:
         return fkvf_rvq_decode(c->qd, c->codes, fx->cpp, 1, NA, S, NULL, FKVF_DTYPE_F32, c->dec,
                                sizeof c->dec);
+    case 7: {
+        /* f16 tables in place (a CPU without F16C: UNSUPPORTED, and no
+         * handle; step 8 then has nothing to encode with) */
+        fkvf_rvq_free(c->q16);
+        c->q16 = NULL;
+        int rc = fkvf_rvq_from_tables16_encode(&c->q16, &fx->shape, 0, fx->tables,
+                                               fx->tables_size, &AL);
+        return rc == FKVF_E_UNSUPPORTED ? FKVF_OK : rc;
+    }
+    default:
+        return c->q16 ? fkvf_rvq_encode(c->q16, &arch, NULL, 1, c->codes16, fx->cpp, 1) : FKVF_OK;
     }
 }
 
@@ -2052,6 +2065,7 @@ static void q_finish(void *ctx, int clean, long stopped)
         EXPECT(fkvf_rvq_tables(c->t, c->tables, fx->tables_size) == FKVF_OK &&
                !memcmp(c->tables, fx->tables, fx->tables_size));
         EXPECT(!memcmp(c->codes, fx->codes, NA * fx->cpp * sizeof *c->codes));
+        EXPECT(!c->q16 || !memcmp(c->codes16, fx->codes, NA * fx->cpp * sizeof *c->codes16));
         EXPECT(fkvf_rvq_codes_per_position(c->sub) == (size_t)L * H * 2);
         if (!c->have_ref) {
             memcpy(c->ref_dec, c->dec, sizeof c->dec);
@@ -2065,7 +2079,8 @@ static void q_finish(void *ctx, int clean, long stopped)
     fkvf_rvq_free(c->q);
     fkvf_rvq_free(c->qd);
     fkvf_rvq_free(c->sub);
-    c->t = c->q = c->qd = c->sub = NULL;
+    fkvf_rvq_free(c->q16);
+    c->t = c->q = c->qd = c->sub = c->q16 = NULL;
 }
 
 #define SCEN(sc, ttl, names_, kinds_, ctx_, pre)                          \
@@ -2331,7 +2346,7 @@ START_TEST(inject_rvq)
     static qctx c;
     memset(&c, 0, sizeof c);
     scen s;
-    SCEN(s, "rvq", q_names, "AAAAAAA", &c, q);
+    SCEN(s, "rvq", q_names, "AAAAAAAAA", &c, q);
     loop(&s, MODE_ALLOC);
 }
 END_TEST

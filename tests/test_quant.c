@@ -1270,6 +1270,32 @@ START_TEST(rvq_borrow_f16_checks)
     tab[128] = fkvf_f32_to_f16(1.0f); /* borrowed: the next decode reads the change */
     OK(fkvf_rvq_decode(b, codes, 6, 1, 1, 0, NULL, FKVF_DTYPE_F32, o32, sizeof o32));
     ck_assert_float_eq(o32[0], 65505.0f);
+    /* no binary32 tables: centroids NULL, subset refused (they read NULL
+     * rows before), encode refused; the tables are the f16 bytes. The same
+     * for an encoding handle of the same tables, which also encodes. */
+    fkvf_rvq *e = NULL;
+    OK(fkvf_rvq_from_tables16_encode(&e, &sh, 2, tab, bytes, NULL));
+    ck_assert_int_eq(fkvf_rvq_from_tables16_encode(&e, &s32, 2, tab, bytes * 2, NULL),
+                     FKVF_E_UNSUPPORTED);
+    ck_assert_ptr_null(e);
+    OK(fkvf_rvq_from_tables16_encode(&e, &sh, 2, tab, bytes, NULL));
+    fkvf_rvq *hs[2] = {b, e};
+    uint16_t *back = tu_xcalloc(nf, sizeof(uint16_t));
+    for (int i = 0; i < 2; i++) {
+        fkvf_rvq *sub = (fkvf_rvq *)(uintptr_t)1;
+        ck_assert_ptr_null(fkvf_rvq_centroids(hs[i], 0, 0, 0, 0));
+        ck_assert_int_eq(fkvf_rvq_subset(&sub, hs[i], 1, 1), FKVF_E_STATE);
+        ck_assert_ptr_null(sub);
+        ck_assert_uint_eq(fkvf_rvq_tables_size(hs[i]), bytes);
+        OK(fkvf_rvq_tables(hs[i], back, bytes));
+        ck_assert(!memcmp(back, tab, bytes));
+    }
+    float x[2 * (2 * 8 + 8)] = {0};
+    fkvf_rows one = {x, 1, FKVF_DTYPE_F32, 0};
+    ck_assert_int_eq(fkvf_rvq_encode(b, &one, NULL, 1, codes, 6, 1), FKVF_E_STATE);
+    OK(fkvf_rvq_encode(e, &one, NULL, 1, codes, 6, 1));
+    free(back);
+    fkvf_rvq_free(e);
     fkvf_rvq_free(b);
     free(tab);
 }

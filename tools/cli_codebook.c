@@ -4,6 +4,8 @@
  * the automatic k, and the warnings about a codebook that costs more than
  * the rows it is for. Public API only. */
 #define _POSIX_C_SOURCE 200809L
+/* fkvf_rvq_from_tables16_encode (the CLI links libfkvf statically) */
+#define FKVF_STATIC_LINKING_ONLY
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -82,7 +84,7 @@ int cli_warn_codebook(const char *who, const kvio_cache *c, uint32_t k, uint64_t
 
 int cli_load_codebook_file(const char *path, const kvio_cache *c, cli_key_opts *keys,
                            fkvf_reader **r, fkvf_codebook_shape *shape, uint8_t hash[16],
-                           fkvf_rvq **q)
+                           fkvf_rvq **q, int in_place)
 {
     int rc = cli_open_reader(r, path);
     if (rc != CLI_OK)
@@ -108,8 +110,14 @@ int cli_load_codebook_file(const char *path, const kvio_cache *c, cli_key_opts *
     /* keys as the codebook was trained on them; a given option must agree */
     if ((rc = cli_keys_from_codebook(*r, path, keys, c->key_dim)) != 0)
         return rc;
-    if (q && (rc = fkvf_rvq_from_tables(q, shape, c->n_kv_heads, (const uint8_t *)contents + 64,
-                                        size - 64, NULL)) != FKVF_OK)
+    rc = FKVF_E_UNSUPPORTED;
+    if (q && in_place)
+        rc = fkvf_rvq_from_tables16_encode(q, shape, c->n_kv_heads,
+                                           (const uint8_t *)contents + 64, size - 64, NULL);
+    if (q && rc == FKVF_E_UNSUPPORTED)
+        rc = fkvf_rvq_from_tables(q, shape, c->n_kv_heads, (const uint8_t *)contents + 64,
+                                  size - 64, NULL);
+    if (q && rc != FKVF_OK)
         return cli_fail(cli_fkvf_exit(rc), rc, path, "cannot load the codebook tables: %s",
                         fkvf_strerror(rc));
     return CLI_OK;

@@ -329,11 +329,13 @@ void cli_desc_for(fkvf_desc *d, const kvio_cache *c, const fkvf_rope *rope, int 
  * training (cli_keys_from_codebook: a contradicting option is refused).
  * *r: its reader, set as soon as it is open (the caller frees it, also after
  * a failure); shape and hash (hash may be NULL) filled; q (NULL: not wanted)
- * the quantizer of its tables. CLI_OK, or an exit status after an error
- * line naming path. */
+ * the quantizer of its tables: with in_place, f16 tables read where the
+ * reader holds them (fkvf_rvq_from_tables16_encode; *q must then be freed
+ * before *r), else (or where that is unsupported) a binary32 copy. CLI_OK,
+ * or an exit status after an error line naming path. */
 int cli_load_codebook_file(const char *path, const kvio_cache *c, cli_key_opts *keys,
                            fkvf_reader **r, fkvf_codebook_shape *shape, uint8_t hash[16],
-                           fkvf_rvq **q);
+                           fkvf_rvq **q, int in_place);
 
 /* The size rules (cli_codebook.c). The automatic k is the library's
  * (fkvf_codebook_auto_k, docs/codebooks.md); these names are its bounds. */

@@ -343,7 +343,7 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
     memset(&shape, 0, sizeof shape);
     if (o->cbfile &&
         (rc = cli_load_codebook_file(o->cbfile, c, &o->keys, &s->cb, &shape, NULL,
-                                     o->embed ? &s->q : NULL)) != CLI_OK)
+                                     o->embed ? &s->q : NULL, 0)) != CLI_OK)
         return rc;
     cli_keys_hf_default(&o->keys, c, o->cache);
     fkvf_rope rope;

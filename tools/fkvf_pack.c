@@ -752,7 +752,8 @@ static int pack_prepare(pack_opts *o, pack_state *s, pack_plan *p)
     /* a codebook file is checked (and referred to) even when no position
      * ends up archived: the archive can then archive later appends */
     if (o->cbfile &&
-        (ex = cli_load_codebook_file(o->cbfile, c, &o->keys, &s->cbr, &p->shape, p->hash, &s->q)))
+        (ex = cli_load_codebook_file(o->cbfile, c, &o->keys, &s->cbr, &p->shape, p->hash, &s->q,
+                                     1)))
         return ex;
     cli_keys_hf_default(&o->keys, c, o->in);
     if (cli_key_rope(&o->keys, c->key_dim, o->in, &p->rope, &p->krope))

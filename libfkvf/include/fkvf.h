@@ -1399,7 +1399,9 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *params,
 FKVF_API int fkvf_rvq_from_tables(fkvf_rvq **out, const fkvf_codebook_shape *shape,
                                   uint32_t n_kv_heads, const void *tables, size_t size,
                                   const fkvf_allocator *alloc);
-/* A copy with only the first k_stages / v_stages stages (at most q's). */
+/* A copy with only the first k_stages / v_stages stages (at most q's).
+ * FKVF_E_STATE for a handle of f16 tables read in place
+ * (fkvf_rvq_from_tables16_borrow, fkvf_rvq_from_tables16_encode). */
 FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
                              unsigned v_stages);
 /* Free q (NULL is fine). Not while another thread encodes or decodes with it. */
@@ -1523,19 +1525,41 @@ FKVF_API int fkvf_rvq_from_tables_decode(fkvf_rvq **out, const fkvf_codebook_sha
  * must stay valid and unchanged until fkvf_rvq_free of *out; the handle
  * (freed with fkvf_rvq_free) has no binary32 rows: only fkvf_rvq_decode
  * (bit-identical output to a fkvf_rvq_from_tables_decode handle of the same
- * tables), fkvf_rvq_shape, fkvf_rvq_codes_per_position and fkvf_rvq_free
- * take it. Errors: FKVF_E_UNSUPPORTED when it cannot read the tables in
- * place (shape not f16, a build or CPU without fkvf_rvq_decode's AVX2 +
- * F16C kernel, tables not 2-byte aligned: use fkvf_rvq_from_tables_decode),
+ * tables), fkvf_rvq_tables, giving the f16 bytes, fkvf_rvq_shape,
+ * fkvf_rvq_codes_per_position and fkvf_rvq_free take it (fkvf_rvq_encode:
+ * FKVF_E_STATE, fkvf_rvq_subset: FKVF_E_STATE, fkvf_rvq_centroids: NULL).
+ * Errors: FKVF_E_UNSUPPORTED when it cannot read the tables in place
+ * (shape not f16, a build or CPU without fkvf_rvq_decode's AVX2 + F16C
+ * kernel, tables not 2-byte aligned: use fkvf_rvq_from_tables_decode),
  * FKVF_E_INVALID_ARG (out NULL, bad shape or n_kv_heads, size not the
  * tables' size, an infinite or NaN element), FKVF_E_NOMEM. Thread-safe
  * (the handle is immutable). */
 FKVF_API int fkvf_rvq_from_tables16_borrow(fkvf_rvq **out, const fkvf_codebook_shape *shape,
                                            uint32_t n_kv_heads, const void *tables, size_t size,
                                            const fkvf_allocator *alloc);
+/* An encoding handle over f16 tables read in place: what
+ * fkvf_rvq_from_tables16_borrow makes, plus the encoder's norms and
+ * duplicate marks (one pass that widens each stage table into a scratch
+ * table), so that fkvf_rvq_encode takes it too; the encoder widens the
+ * stage tables of one (layer, head, K|V) at a time. The same indices as a
+ * fkvf_rvq_from_tables handle of the same tables, without allocating and
+ * converting binary32 tables (2x the f16 bytes): `fkvf pack --codebooks`
+ * loads the codebook file's tables this way. Parameters, ownership (the
+ * tables borrowed until fkvf_rvq_free) and errors as
+ * fkvf_rvq_from_tables16_borrow; on FKVF_E_UNSUPPORTED, use
+ * fkvf_rvq_from_tables. Takes fkvf_rvq_encode, fkvf_rvq_decode,
+ * fkvf_rvq_tables, giving the f16 bytes as given, fkvf_rvq_shape,
+ * fkvf_rvq_codes_per_position and fkvf_rvq_free; fkvf_rvq_centroids gives
+ * NULL and fkvf_rvq_subset FKVF_E_STATE on it (and on a
+ * fkvf_rvq_from_tables16_borrow handle): there are no binary32 tables.
+ * Thread-safe (the handle is immutable). */
+FKVF_API int fkvf_rvq_from_tables16_encode(fkvf_rvq **out, const fkvf_codebook_shape *shape,
+                                           uint32_t n_kv_heads, const void *tables, size_t size,
+                                           const fkvf_allocator *alloc);
 /* The k x dim binary32 centroids of one stage table (kv: 0 keys, 1 values;
  * head ignored when pooled), owned by q and valid until fkvf_rvq_free; NULL
- * if out of range. No allocation; thread-safe (q is immutable). */
+ * if out of range, or for a handle of f16 tables read in place (it has no
+ * binary32 tables). No allocation; thread-safe (q is immutable). */
 FKVF_API const float *fkvf_rvq_centroids(const fkvf_rvq *q, uint32_t layer, uint32_t head,
                                          unsigned kv, unsigned stage);
 

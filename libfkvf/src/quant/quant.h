@@ -161,6 +161,10 @@ struct fkvf_rvq {
 #define FKVFQ_LAYOUT_ENCODE 2
 /* no tables at all: fkvf_rvq_from_tables16_borrow sets rows16 */
 #define FKVFQ_LAYOUT_F16 3
+/* no binary32 tables, the encoder's norms and cmax:
+ * fkvf_rvq_from_tables16_encode sets rows16 (the encoder widens one table
+ * set at a time into its scratch) */
+#define FKVFQ_LAYOUT_F16_ENCODE 4
 
 /* Allocate an empty handle for a validated shape (tables uninitialized);
  * decode_only is one of FKVFQ_LAYOUT_*. */

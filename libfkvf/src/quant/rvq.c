@@ -71,6 +71,13 @@ int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
     q->decode_only = decode_only == FKVFQ_LAYOUT_DECODE || decode_only == FKVFQ_LAYOUT_F16;
     if (decode_only == FKVFQ_LAYOUT_F16) {
         /* no tables: fkvf_rvq_from_tables16_borrow points rows16 at the caller's */
+    } else if (decode_only == FKVFQ_LAYOUT_F16_ENCODE) {
+        /* no tables either (fkvf_rvq_from_tables16_encode), the search layout */
+        if (total && (!(q->norms = fkvf_malloc(&q->alloc, nb)) ||
+                      !(q->cmax = fkvf_malloc(&q->alloc, cb)))) {
+            fkvf_rvq_free(q);
+            return FKVF_E_NOMEM;
+        }
     } else if (total && q->decode_only) {
         if (!(q->rows = fkvf_malloc(&q->alloc, bytes))) {
             fkvf_rvq_free(q);
@@ -120,7 +127,7 @@ static fkvfq_table rvq_table(const fkvf_rvq *q, size_t tab, unsigned kv, unsigne
 {
     fkvfq_table t;
     size_t off = fkvfq_table_off(q, tab, kv, s), si = stage_index(q, tab, kv, s);
-    t.rows = q->rows + off;
+    t.rows = q->rows ? q->rows + off : NULL; /* NULL: f16 tables in place (rows16) */
     t.panels = q->panels ? q->panels + off : NULL;
     t.norms = q->norms + si * q->shape.k;
     t.cmax = q->cmax[si];
@@ -134,6 +141,33 @@ int fkvfq_rvq_prepare(fkvf_rvq *q)
     void *scratch = fkvf_malloc(&q->alloc, fkvfq_prepare_scratch(q->shape.k));
     if (!scratch)
         return FKVF_E_NOMEM;
+    if (q->rows16) {
+        /* f16 tables in place: each stage table widened into a scratch
+         * table, then its norms (the same binary32 values as a binary32
+         * copy of the tables would hold) */
+        const uint32_t dmax = q->shape.key_dim > q->shape.value_dim ? q->shape.key_dim
+                                                                  : q->shape.value_dim;
+        float *t32 = fkvf_malloc(&q->alloc, (size_t)q->shape.k * dmax * sizeof(float));
+        if (!t32) {
+            fkvf_free(&q->alloc, scratch);
+            return FKVF_E_NOMEM;
+        }
+        for (size_t tab = 0; tab < q->n_tabs; tab++)
+            for (unsigned kv = 0; kv < 2; kv++) {
+                unsigned ns = kv == 0 ? q->shape.k_stages : q->shape.v_stages;
+                uint32_t dim = kv == 0 ? q->shape.key_dim : q->shape.value_dim;
+                for (unsigned s = 0; s < ns; s++) {
+                    size_t off = fkvfq_table_off(q, tab, kv, s), si = stage_index(q, tab, kv, s);
+                    fkvfq_load(FKVF_DTYPE_F16, (const uint8_t *)(q->rows16 + off), t32,
+                               (size_t)q->shape.k * dim);
+                    fkvfq_table_norms(t32, q->shape.k, dim, q->norms + si * q->shape.k,
+                                      &q->cmax[si], scratch);
+                }
+            }
+        fkvf_free(&q->alloc, t32);
+        fkvf_free(&q->alloc, scratch);
+        return FKVF_OK;
+    }
     for (size_t tab = 0; tab < q->n_tabs; tab++)
         for (unsigned kv = 0; kv < 2; kv++) {
             unsigned ns = kv == 0 ? q->shape.k_stages : q->shape.v_stages;
@@ -177,7 +211,9 @@ FKVF_API int fkvf_rvq_tables(const fkvf_rvq *q, void *out, size_t size)
 {
     if (!FKVF_RVQ_OK(q) || (!out && size) || size != fkvf_rvq_tables_size(q))
         return FKVF_E_INVALID_ARG;
-    if (size)
+    if (size && q->rows16)
+        memcpy(out, q->rows16, size); /* f16 in place: the tables as stored (little-endian) */
+    else if (size)
         fkvfq_store(q->shape.dtype, q->rows, out, q->n_floats);
     return FKVF_OK;
 }
@@ -239,6 +275,8 @@ FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stage
     *out = NULL;
     if (!FKVF_RVQ_OK(q) || k_stages > q->shape.k_stages || v_stages > q->shape.v_stages)
         return FKVF_E_INVALID_ARG;
+    if (q->rows16)
+        return FKVF_E_STATE; /* f16 tables read in place: no binary32 tables to copy */
     fkvf_codebook_shape sh = q->shape;
     sh.k_stages = (uint8_t)k_stages;
     sh.v_stages = (uint8_t)v_stages;
@@ -274,6 +312,8 @@ FKVF_API const float *fkvf_rvq_centroids(const fkvf_rvq *q, uint32_t layer, uint
     if (!FKVF_RVQ_OK(q) || layer >= q->shape.n_layers || head >= q->n_kv_heads || kv > 1 ||
         stage >= (kv == 0 ? q->shape.k_stages : q->shape.v_stages))
         return NULL;
+    if (!q->rows)
+        return NULL; /* f16 tables read in place: no binary32 centroids */
     size_t tab = (size_t)layer * q->shape.n_heads + (q->shape.pooled ? 0 : head);
     return q->rows + fkvfq_table_off(q, tab, kv, stage);
 }
@@ -345,7 +385,31 @@ typedef struct enc_scratch {
     uint16_t *path[2]; /* B * 16 each */
     beam_cand *cand; /* B - 1 */
     float *recon;    /* dmax */
+    /* a handle of f16 tables in place (rows16): the stage tables of one
+     * (layer, head, K|V) widened to binary32, max(ks, vs) * k * dmax */
+    float *set;
 } enc_scratch;
+
+/* Stage table (tab, kv, s) as the encoder searches it: the handle's
+ * binary32 rows, or those of w->set (filled by enc_widen_set) */
+static fkvfq_table enc_table(const fkvf_rvq *q, const enc_scratch *w, size_t tab, unsigned kv,
+                             unsigned s)
+{
+    fkvfq_table t = rvq_table(q, tab, kv, s);
+    if (q->rows16)
+        t.rows = w->set + (size_t)s * q->shape.k * t.dim;
+    return t;
+}
+
+/* q->rows16: the ns stage tables of (tab, kv), contiguous in spec 13.2
+ * order, widened exactly into w->set */
+static void enc_widen_set(const fkvf_rvq *q, enc_scratch *w, size_t tab, unsigned kv,
+                          unsigned ns)
+{
+    uint32_t dim = kv == 0 ? q->shape.key_dim : q->shape.value_dim;
+    fkvfq_load(FKVF_DTYPE_F16, (const uint8_t *)(q->rows16 + fkvfq_table_off(q, tab, kv, 0)),
+               w->set, (size_t)ns * q->shape.k * dim);
+}
 
 /* Beam search for one vector x of table set (tab, kv) with ns stages; the
  * chosen codes go to out[s * ostride]. */
@@ -360,7 +424,7 @@ static void beam_one(const fkvf_rvq *q, enc_scratch *w, size_t tab, unsigned kv,
         e0 += (double)x[d] * x[d];
     w->err[0][0] = e0;
     for (unsigned s = 0; s < ns; s++) {
-        fkvfq_table t = rvq_table(q, tab, kv, s);
+        fkvfq_table t = enc_table(q, w, tab, kv, s);
         const float *res = w->res[cur];
         for (unsigned b0 = 0; b0 < nb; b0 += FKVFQ_LANES) {
             unsigned ng = nb - b0 < FKVFQ_LANES ? nb - b0 : FKVFQ_LANES;
@@ -419,7 +483,7 @@ static void beam_one(const fkvf_rvq *q, enc_scratch *w, size_t tab, unsigned kv,
         for (uint32_t d = 0; d < dim; d++)
             w->recon[d] = 0.0f;
         for (unsigned s = 0; s < ns; s++) {
-            const float *row = q->rows + fkvfq_table_off(q, tab, kv, s) + (size_t)pa[s] * dim;
+            const float *row = enc_table(q, w, tab, kv, s).rows + (size_t)pa[s] * dim;
             for (uint32_t d = 0; d < dim; d++)
                 w->recon[d] += row[d];
         }
@@ -449,6 +513,7 @@ static void enc_free(const fkvf_allocator *a, enc_scratch *w)
     }
     fkvf_free(a, w->cand);
     fkvf_free(a, w->recon);
+    fkvf_free(a, w->set);
 }
 
 FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_rope,
@@ -493,6 +558,10 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
     if (ok && rd)
         ok = (w.freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
              (w.cs = fkvf_calloc(a, chunk * rd, sizeof(double)));
+    if (ok && q->rows16) {
+        unsigned nsm = sh->k_stages > sh->v_stages ? sh->k_stages : sh->v_stages;
+        ok = (w.set = fkvf_calloc(a, (size_t)nsm * kdmax, sizeof(float))) != NULL;
+    }
     if (ok && B > 1) {
         for (int i = 0; i < 2 && ok; i++)
             ok = (w.res[i] = fkvf_calloc(a, (size_t)B * dmax, sizeof(float))) &&
@@ -531,6 +600,8 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
                             fkvf_rope_rotate_f32(key_rope, w.cs + j * rd, 1, xj, 0);
                     }
                     size_t c0 = code_index(q, l, h, kv, 0);
+                    if (q->rows16)
+                        enc_widen_set(q, &w, tab, kv, ns);
                     if (B > 1) {
                         for (size_t j = 0; j < nb; j++)
                             beam_one(q, &w, tab, kv, ns, B, w.x + j * dim,
@@ -539,7 +610,7 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
                         continue;
                     }
                     for (unsigned s = 0; s < ns; s++) {
-                        fkvfq_table t = rvq_table(q, tab, kv, s);
+                        fkvfq_table t = enc_table(q, &w, tab, kv, s);
                         if (w.pan && nb >= Q_PANEL_MIN) {
                             fkvfq_table_panels(t.rows, k, dim, w.pan);
                             t.panels = w.pan;
@@ -884,9 +955,10 @@ int fkvfq_decode16_available(void)
 #endif
 }
 
-FKVF_API int fkvf_rvq_from_tables16_borrow(fkvf_rvq **out, const fkvf_codebook_shape *shape,
-                                           uint32_t n_kv_heads, const void *tables, size_t size,
-                                           const fkvf_allocator *alloc)
+/* the checks fkvf_rvq_from_tables16_borrow and _encode share: a handle of
+ * `layout` with rows16 pointing at the caller's tables */
+static int borrow16(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
+                    const void *tables, size_t size, const fkvf_allocator *alloc, int layout)
 {
     if (!out)
         return FKVF_E_INVALID_ARG;
@@ -899,8 +971,7 @@ FKVF_API int fkvf_rvq_from_tables16_borrow(fkvf_rvq **out, const fkvf_codebook_s
         (uintptr_t)tables % sizeof(uint16_t))
         return FKVF_E_UNSUPPORTED;
     fkvf_rvq *q;
-    int rc = fkvfq_rvq_alloc(&q, shape, n_kv_heads ? n_kv_heads : shape->n_heads,
-                             FKVFQ_LAYOUT_F16, alloc);
+    int rc = fkvfq_rvq_alloc(&q, shape, n_kv_heads ? n_kv_heads : shape->n_heads, layout, alloc);
     if (rc)
         return rc;
     if (size / sizeof(uint16_t) != q->n_floats || size % sizeof(uint16_t)) {
@@ -918,8 +989,26 @@ FKVF_API int fkvf_rvq_from_tables16_borrow(fkvf_rvq **out, const fkvf_codebook_s
         return FKVF_E_INVALID_ARG;
     }
     q->rows16 = t;
+    if (layout == FKVFQ_LAYOUT_F16_ENCODE && (rc = fkvfq_rvq_prepare(q))) {
+        fkvf_rvq_free(q);
+        return rc;
+    }
     *out = q;
     return FKVF_OK;
+}
+
+FKVF_API int fkvf_rvq_from_tables16_borrow(fkvf_rvq **out, const fkvf_codebook_shape *shape,
+                                           uint32_t n_kv_heads, const void *tables, size_t size,
+                                           const fkvf_allocator *alloc)
+{
+    return borrow16(out, shape, n_kv_heads, tables, size, alloc, FKVFQ_LAYOUT_F16);
+}
+
+FKVF_API int fkvf_rvq_from_tables16_encode(fkvf_rvq **out, const fkvf_codebook_shape *shape,
+                                           uint32_t n_kv_heads, const void *tables, size_t size,
+                                           const fkvf_allocator *alloc)
+{
+    return borrow16(out, shape, n_kv_heads, tables, size, alloc, FKVFQ_LAYOUT_F16_ENCODE);
 }
 
 /* fkvf_rvq_decode; fast = 0 keeps to the portable code (for tests) */
