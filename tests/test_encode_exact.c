@@ -419,8 +419,9 @@ START_TEST(scores_isa_bit_identical)
 END_TEST
 
 /* the search layout against a straightforward reference: panel element
- * (d, i), norm = binary64 sum in order rounded to binary32, infinite for a
- * row equal to an earlier one, cmax above the largest norm */
+ * (d, i), norm = eight binary64 partial sums (d mod 8) added pairwise,
+ * rounded to binary32, infinite for a row equal to an earlier one, cmax
+ * above the largest norm */
 START_TEST(prepare_matches_reference)
 {
     const uint32_t ks[] = {16, 64, 1024}, dims[] = {1, 5, 64};
@@ -443,6 +444,10 @@ START_TEST(prepare_matches_reference)
                 else if (m == 2 && c) /* same norm as an earlier row, other elements */
                     for (uint32_t d = 0; d < dim; d++)
                         row[d] = -rows[(size_t)(c - 1) * dim + dim - 1 - d];
+                else if (m == 3) /* magnitudes 2^-30..2^30: huge and tiny squares in one sum */
+                    for (uint32_t d = 0; d < dim; d++)
+                        row[d] = ldexpf(1.0f + (float)tu_below(&r, 1000) / 1000.0f,
+                                        (int)tu_below(&r, 61) - 30);
                 else
                     for (uint32_t d = 0; d < dim; d++)
                         row[d] = (float)((int)tu_below(&r, 5) - 2);
@@ -452,12 +457,15 @@ START_TEST(prepare_matches_reference)
             double mx = 0;
             for (uint32_t c = 0; c < k; c++) {
                 const float *row = rows + (size_t)c * dim;
-                double n2 = 0;
+                /* the norm: eight binary64 partial sums (element d to sum
+                 * d mod 8), added pairwise */
+                double ps[8] = {0, 0, 0, 0, 0, 0, 0, 0};
                 for (uint32_t d = 0; d < dim; d++) {
-                    n2 += (double)row[d] * row[d];
+                    ps[d % 8] += (double)row[d] * row[d];
                     EXPECT(!memcmp(&pan[(size_t)(c / 16) * 16 * dim + (size_t)d * 16 + c % 16],
                                    &row[d], 4));
                 }
+                double n2 = ((ps[0] + ps[1]) + (ps[2] + ps[3])) + ((ps[4] + ps[5]) + (ps[6] + ps[7]));
                 mx = n2 > mx ? n2 : mx;
                 int dup = 0;
                 for (uint32_t e = 0; e < c && !dup; e++) {

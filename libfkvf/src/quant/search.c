@@ -27,22 +27,65 @@ static size_t dup_slots(uint32_t k)
     return n;
 }
 
+/* ||c||^2 of one row (the search layout's definition; any fixed order
+ * would do: the norm only filters candidates, within fkvfq_pick's rounding
+ * bound, and equal rows must get equal norms): eight binary64 partial sums,
+ * element d to sum d mod 8 in order of d, each square of a binary32 element
+ * exact in binary64 and added with one rounding (no fused multiply-add:
+ * -ffp-contract=off), then ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)). */
+static double norm2_portable(const float *r, uint32_t dim)
+{
+    double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint32_t d = 0;
+    for (; d + 8 <= dim; d += 8)
+        for (int l = 0; l < 8; l++)
+            s[l] += (double)r[d + l] * r[d + l];
+    for (int l = 0; d < dim; d++, l++)
+        s[l] += (double)r[d] * r[d];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* norm2_portable for each of k rows, the eight partial sums in the lanes
+ * of one register: the same additions */
+__attribute__((target("avx512f"))) static void norms_avx512(const float *rows, uint32_t k,
+                                                            uint32_t dim, double *n2)
+{
+    for (uint32_t c = 0; c < k; c++) {
+        const float *r = rows + (size_t)c * dim;
+        __m512d acc = _mm512_setzero_pd();
+        uint32_t d = 0;
+        for (; d + 8 <= dim; d += 8) {
+            __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(r + d));
+            acc = _mm512_add_pd(acc, _mm512_mul_pd(v, v));
+        }
+        double s[8];
+        _mm512_storeu_pd(s, acc);
+        for (int l = 0; d < dim; d++, l++)
+            s[l] += (double)r[d] * r[d];
+        n2[c] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    }
+}
+#define Q_HAVE_NORMS512 1
+#endif
+
 void fkvfq_table_norms(const float *rows, uint32_t k, uint32_t dim, float *norms, double *cmax,
                        void *scratch)
 {
-    /* ||c||^2: a binary64 sum over d = 0..dim-1 in order of the squares of
-     * the binary32 elements (no fused multiply-add: -ffp-contract=off), eight
-     * centroids side by side so that the sums do not wait on each other */
+    /* ||c||^2 (norm2_portable) of every row, rounded to binary32 */
     double mx = 0;
-    for (uint32_t c0 = 0; c0 < k; c0 += 8) {
-        double n2[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (uint32_t c0 = 0; c0 < k; c0 += FKVFQ_PANEL) {
+        double n2[FKVFQ_PANEL];
         const float *r = rows + (size_t)c0 * dim;
-        for (uint32_t d = 0; d < dim; d++)
-            for (int i = 0; i < 8; i++) {
-                double v = r[(size_t)i * dim + d];
-                n2[i] += v * v;
-            }
-        for (int i = 0; i < 8; i++) {
+#ifdef Q_HAVE_NORMS512
+        if (fkvf_cpu_avx512())
+            norms_avx512(r, FKVFQ_PANEL, dim, n2);
+        else
+#endif
+            for (int i = 0; i < FKVFQ_PANEL; i++)
+                n2[i] = norm2_portable(r + (size_t)i * dim, dim);
+        for (int i = 0; i < FKVFQ_PANEL; i++) {
             norms[c0 + i] = (float)n2[i];
             if (n2[i] > mx)
                 mx = n2[i];
