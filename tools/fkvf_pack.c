@@ -634,11 +634,13 @@ static int pack_write(const pack_opts *o, pack_state *s, const pack_plan *p)
     if (rc == FKVF_OK && !xr && S + W > 0 &&
         !(xr = malloc((size_t)(S + W) * p->rb))) /* S + W <= P rows fit: the cache does */
         rc = FKVF_E_NOMEM;
-    if (rc == FKVF_OK && !s->rows) {
+    if (rc == FKVF_OK && !s->rows && xr) {
         cli_cache_rows(c, 0, (uint32_t)S, xr);
         cli_cache_rows(c, (uint32_t)(S + A), (uint32_t)(S + A + W), xr + (size_t)S * p->rb);
     }
-    const uint8_t *wr = s->rows ? s->rows + (size_t)(S + A) * p->rb : xr + (size_t)S * p->rb;
+    const uint8_t *wr = s->rows ? s->rows + (size_t)(S + A) * p->rb
+                        : xr    ? xr + (size_t)S * p->rb
+                                : NULL; /* W = 0 then */
     if (rc == FKVF_OK && S > 0) {
         stage = "exact rows";
         rc = fkvf_writer_add_exact(s->w, 0, S, xr, (size_t)S * p->rb, xflags);
