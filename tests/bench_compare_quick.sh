@@ -24,8 +24,8 @@ own=(train size.raw size.shared size.codebook size.shared+cb size.embedded size.
     size.gzip-6 size.zstd-19 size.xz-6 pack.pos_per_s pack.vs_zstd unpack.vs_cp.wall
     unpack.vs_cp.cpu unpack.vs_zstd unpack.peak)
 anchor=(restore_vs_pread restore_vs_memcpy restore_gbps random_us random_vs_pread random_vs_memcpy)
-others=(encode_pos_per_s encode_speedup cbload_share live_peak_ratio live_final_ratio
-    append_slowdown zidx_bytes_per_pos search_new_vs_old)
+others=(encode_pos_per_s encode_speedup cbload_share cbload_f32_share cbload_layout_share
+    live_peak_ratio live_final_ratio append_slowdown zidx_bytes_per_pos search_new_vs_old)
 
 grep -q '^| id | row | FKVF | anchor | ratio or figure, median | min | target | met | notes |$' \
     "$work/table.md" || fail "no table header"
