@@ -575,9 +575,12 @@ static inline __attribute__((always_inline)) double dist_inl(const float *x, con
 
 double fkvfq_dist(const float *x, const float *c, uint32_t dim) { return dist_inl(x, c, dim); }
 
-void fkvfq_dist4(const float *const x[4], const float *const c[4], uint32_t dim, double out[4])
+/* dist_inl(x[i], c[i]) for i < 4: four independent chains, each the
+ * additions of dist_inl in its order (the same values) */
+static inline __attribute__((always_inline)) void dist4_inl(const float *const x[4],
+                                                           const float *const c[4],
+                                                           uint32_t dim, double out[4])
 {
-    /* four independent chains: each the additions of fkvfq_dist in its order */
     double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     for (uint32_t d = 0; d < dim; d++) {
         double e0 = (double)x[0][d] - (double)c[0][d], e1 = (double)x[1][d] - (double)c[1][d],
@@ -591,6 +594,11 @@ void fkvfq_dist4(const float *const x[4], const float *const c[4], uint32_t dim,
     out[1] = s1;
     out[2] = s2;
     out[3] = s3;
+}
+
+void fkvfq_dist4(const float *const x[4], const float *const c[4], uint32_t dim, double out[4])
+{
+    dist4_inl(x, c, dim, out);
 }
 
 /* the smallest binary32 value above f, for f finite or -infinity (f below
@@ -645,26 +653,6 @@ static double pick_xx_portable(const float *x, uint32_t dim)
     return (xl[0] + xl[1]) + (xl[2] + xl[3]);
 }
 
-/* dist_inl of x and four rows side by side (four independent binary64
- * chains, each the same additions in the same order: the same values) */
-static inline __attribute__((always_inline)) void dist4_inl(const float *x, const float *const c[4],
-                                                           uint32_t dim, double out[4])
-{
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (uint32_t d = 0; d < dim; d++) {
-        double v = x[d], e0 = v - (double)c[0][d], e1 = v - (double)c[1][d],
-               e2 = v - (double)c[2][d], e3 = v - (double)c[3][d];
-        s0 += e0 * e0;
-        s1 += e1 * e1;
-        s2 += e2 * e2;
-        s3 += e3 * e3;
-    }
-    out[0] = s0;
-    out[1] = s1;
-    out[2] = s2;
-    out[3] = s3;
-}
-
 /* The exact re-check among the candidates (scores <= thrf) of the panels
  * from first / FKVFQ_PANEL on: the smallest binary64 distance, ties to the
  * smallest index (candidates compared in index order; their distances
@@ -677,7 +665,7 @@ pick_recheck(const fkvfq_table *t, const float *x, const float *scores, const fl
 {
     const uint32_t np = t->k / FKVFQ_PANEL, dim = t->dim;
     uint32_t pick = first, idx[4];
-    const float *rp[4];
+    const float *rp[4], *const xs[4] = {x, x, x, x};
     double best = -1, dd[4];
     unsigned nq = 0;
     for (uint32_t p = first / FKVFQ_PANEL; p < np; p++) {
@@ -690,7 +678,7 @@ pick_recheck(const fkvfq_table *t, const float *x, const float *scores, const fl
             rp[nq++] = t->rows + (size_t)c * dim;
             if (nq < 4)
                 continue;
-            dist4_inl(x, rp, dim, dd);
+            dist4_inl(xs, rp, dim, dd);
             for (unsigned i = 0; i < 4; i++)
                 if (best < 0 || dd[i] < best) {
                     best = dd[i];
