@@ -141,32 +141,15 @@ int fkvfq_rvq_prepare(fkvf_rvq *q)
     void *scratch = fkvf_malloc(&q->alloc, fkvfq_prepare_scratch(q->shape.k));
     if (!scratch)
         return FKVF_E_NOMEM;
-    if (q->rows16) {
-        /* f16 tables in place: each stage table widened into a scratch
-         * table, then its norms (the same binary32 values as a binary32
-         * copy of the tables would hold) */
-        const uint32_t dmax = q->shape.key_dim > q->shape.value_dim ? q->shape.key_dim
-                                                                  : q->shape.value_dim;
-        float *t32 = fkvf_malloc(&q->alloc, (size_t)q->shape.k * dmax * sizeof(float));
-        if (!t32) {
-            fkvf_free(&q->alloc, scratch);
-            return FKVF_E_NOMEM;
-        }
-        for (size_t tab = 0; tab < q->n_tabs; tab++)
-            for (unsigned kv = 0; kv < 2; kv++) {
-                unsigned ns = kv == 0 ? q->shape.k_stages : q->shape.v_stages;
-                uint32_t dim = kv == 0 ? q->shape.key_dim : q->shape.value_dim;
-                for (unsigned s = 0; s < ns; s++) {
-                    size_t off = fkvfq_table_off(q, tab, kv, s), si = stage_index(q, tab, kv, s);
-                    fkvfq_load(FKVF_DTYPE_F16, (const uint8_t *)(q->rows16 + off), t32,
-                               (size_t)q->shape.k * dim);
-                    fkvfq_table_norms(t32, q->shape.k, dim, q->norms + si * q->shape.k,
-                                      &q->cmax[si], scratch);
-                }
-            }
-        fkvf_free(&q->alloc, t32);
+    /* f16 tables in place (rows16): each stage table widened into a scratch
+     * table first, the same binary32 values a binary32 copy would hold */
+    const uint32_t dmax = q->shape.key_dim > q->shape.value_dim ? q->shape.key_dim
+                                                              : q->shape.value_dim;
+    float *t32 = NULL;
+    if (q->rows16 &&
+        !(t32 = fkvf_malloc(&q->alloc, (size_t)q->shape.k * dmax * sizeof(float)))) {
         fkvf_free(&q->alloc, scratch);
-        return FKVF_OK;
+        return FKVF_E_NOMEM;
     }
     for (size_t tab = 0; tab < q->n_tabs; tab++)
         for (unsigned kv = 0; kv < 2; kv++) {
@@ -174,14 +157,19 @@ int fkvfq_rvq_prepare(fkvf_rvq *q)
             uint32_t dim = kv == 0 ? q->shape.key_dim : q->shape.value_dim;
             for (unsigned s = 0; s < ns; s++) {
                 size_t off = fkvfq_table_off(q, tab, kv, s), si = stage_index(q, tab, kv, s);
+                const float *rows = t32 ? t32 : q->rows + off;
+                if (t32)
+                    fkvfq_load(FKVF_DTYPE_F16, (const uint8_t *)(q->rows16 + off), t32,
+                               (size_t)q->shape.k * dim);
                 if (q->panels)
-                    fkvfq_table_prepare(q->rows + off, q->shape.k, dim, q->panels + off,
+                    fkvfq_table_prepare(rows, q->shape.k, dim, q->panels + off,
                                         q->norms + si * q->shape.k, &q->cmax[si], scratch);
                 else
-                    fkvfq_table_norms(q->rows + off, q->shape.k, dim,
-                                      q->norms + si * q->shape.k, &q->cmax[si], scratch);
+                    fkvfq_table_norms(rows, q->shape.k, dim, q->norms + si * q->shape.k,
+                                      &q->cmax[si], scratch);
             }
         }
+    fkvf_free(&q->alloc, t32);
     fkvf_free(&q->alloc, scratch);
     return FKVF_OK;
 }
