@@ -533,6 +533,7 @@ START_TEST(seed_update_kernels_agree)
             float *x = tu_xcalloc(n * dim, sizeof(float)), *c = tu_xcalloc(3 * (size_t)dim, 4);
             float *xt = tu_xcalloc(fkvfq_seed_scratch(n, dim), sizeof(float));
             double *want = tu_xcalloc(n, sizeof(double)), *got = tu_xcalloc(n, sizeof(double));
+            double *cw = tu_xcalloc(n, sizeof(double)), *cg = tu_xcalloc(n, sizeof(double));
             /* magnitudes 2^-20..2^20: lane sums whose binary64 total
              * depends on the order of the additions */
             for (size_t i = 0; i < n * dim; i++)
@@ -550,17 +551,22 @@ START_TEST(seed_update_kernels_agree)
                             want[i] = got[i] = -1;
                     }
                     double tw = fkvfq_seed_update_isa(FKVFQ_ISA_PORTABLE, x, n, dim, cu, want,
-                                                      u == 0, xt);
-                    double tg = fkvfq_seed_update_isa(isa, x, n, dim, cu, got, u == 0, xt);
+                                                      cw, u == 0, xt);
+                    double tg = fkvfq_seed_update_isa(isa, x, n, dim, cu, got, cg, u == 0, xt);
                     EXPECTF(!memcmp(want, got, n * sizeof(double)) &&
-                                !memcmp(&tw, &tg, sizeof tw),
-                            "n %zu dim %u set %d update %d: distances differ", n, dim, isa, u);
+                                !memcmp(&tw, &tg, sizeof tw) &&
+                                !memcmp(cw, cg, n * sizeof(double)) &&
+                                !memcmp(&cw[n - 1], &tw, sizeof tw),
+                            "n %zu dim %u set %d update %d: distances or running sums differ", n,
+                            dim, isa, u);
                 }
             free(x);
             free(c);
             free(xt);
             free(want);
             free(got);
+            free(cw);
+            free(cg);
         }
 }
 END_TEST

@@ -190,10 +190,11 @@ int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t
  * squared distance of vector i of x (n of dim) to c, eight binary32 lanes
  * (element d to lane d mod 8) summed in binary64 in lane order, or the
  * smaller of it and d2[i] unless first; returns the sum of the new d2 in
- * order i. Every set gives the same bits. xt: fkvfq_seed_scratch(n, dim)
- * floats (the AVX-512 kernel's transposed copy). */
+ * order i, and cum[i] = that sum after term i. Every set gives the same
+ * bits. xt: fkvfq_seed_scratch(n, dim) floats (the AVX-512 kernel's
+ * transposed copy). */
 double fkvfq_seed_update_isa(int isa, const float *x, size_t n, uint32_t dim, const float *c,
-                             double *d2, int first, float *xt);
+                             double *d2, double *cum, int first, float *xt);
 size_t fkvfq_seed_scratch(size_t n, uint32_t dim);
 
 /* Does fkvf_rvq_decode have its AVX2 + F16C kernels on this CPU (the f16

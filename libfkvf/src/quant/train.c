@@ -78,6 +78,7 @@ typedef struct km {
                        * (km_errors, when a repair needs them; seeding's
                        * distances before that) */
     double *xx;       /* n: fkvfq_norm2 of each vector (km_stage) */
+    double *cum;      /* n: seeding's running sums of err */
     double *sums;     /* k * dim */
     size_t *counts;   /* k */
     float *scores;    /* FKVFQ_BLOCK * k */
@@ -125,9 +126,10 @@ static double dist_lanes(const float *x, const float *c, uint32_t dim)
 }
 
 /* d2[i] = dist_lanes(x_i, c) (first) or min(d2[i], dist_lanes(x_i, c)) for
- * every i; returns the sum of the new d2[i] in order i = 0..n-1 from 0. */
+ * every i; returns the sum of the new d2[i] in order i = 0..n-1 from 0, and
+ * cum[i] = that sum after term i (the running sums k-means++ samples from). */
 static double seed_update_portable(const float *x, size_t n, uint32_t dim, const float *c,
-                                   double *d2, int first)
+                                   double *d2, double *cum, int first)
 {
     double total = 0;
     for (size_t i = 0; i < n; i++) {
@@ -135,6 +137,7 @@ static double seed_update_portable(const float *x, size_t n, uint32_t dim, const
         if (first || e < d2[i])
             d2[i] = e;
         total += d2[i];
+        cum[i] = total;
     }
     return total;
 }
@@ -148,7 +151,8 @@ static double seed_update_portable(const float *x, size_t n, uint32_t dim, const
  * side by side in the same order l = 0..7; the total in order i. */
 __attribute__((target("avx2"))) static double seed_update_avx2(const float *x, size_t n,
                                                                uint32_t dim, const float *c,
-                                                               double *d2, int first)
+                                                               double *d2, double *cum,
+                                                               int first)
 {
     const uint32_t full = dim / 8 * 8, rem = dim - full;
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -192,16 +196,17 @@ __attribute__((target("avx2"))) static double seed_update_avx2(const float *x, s
         _mm256_storeu_pd(d2 + i, nw);
         double v[4];
         _mm256_storeu_pd(v, nw);
-        total += v[0];
-        total += v[1];
-        total += v[2];
-        total += v[3];
+        for (int p = 0; p < 4; p++) {
+            total += v[p];
+            cum[i + (size_t)p] = total;
+        }
     }
     for (; i < n; i++) {
         double e = dist_lanes(x + i * dim, c, dim);
         if (first || e < d2[i])
             d2[i] = e;
         total += d2[i];
+        cum[i] = total;
     }
     return total;
 }
@@ -235,7 +240,7 @@ static void seed_transpose(const float *x, size_t n, uint32_t dim, float *xt)
  * order i. The same values as seed_update_portable. */
 __attribute__((target("avx512f,avx2"))) static double
 seed_update_avx512(const float *xt, size_t n, uint32_t dim, const float *c, double *d2,
-                   int first)
+                   double *cum, int first)
 {
     double total = 0;
     for (size_t i = 0; i < n; i += 16) {
@@ -275,8 +280,10 @@ seed_update_avx512(const float *xt, size_t n, uint32_t dim, const float *c, doub
             _mm512_mask_storeu_pd(dp, m, nw);
             double v[8];
             _mm512_storeu_pd(v, nw);
-            for (size_t j = 0; j < cnt; j++)
+            for (size_t j = 0; j < cnt; j++) {
                 total += v[j];
+                cum[i + (size_t)half * 8 + j] = total;
+            }
         }
     }
     return total;
@@ -285,39 +292,39 @@ seed_update_avx512(const float *xt, size_t n, uint32_t dim, const float *c, doub
 
 /* xt: the transposed vectors (seed_transpose) or NULL */
 static double seed_update(const float *x, const float *xt, size_t n, uint32_t dim,
-                          const float *c, double *d2, int first)
+                          const float *c, double *d2, double *cum, int first)
 {
 #ifdef Q_SEED_AVX512
     if (xt && fkvf_cpu_avx512())
-        return seed_update_avx512(xt, n, dim, c, d2, first);
+        return seed_update_avx512(xt, n, dim, c, d2, cum, first);
 #else
     (void)xt;
 #endif
 #ifdef Q_SEED_AVX2
     if (fkvf_cpu_avx2())
-        return seed_update_avx2(x, n, dim, c, d2, first);
+        return seed_update_avx2(x, n, dim, c, d2, cum, first);
 #endif
-    return seed_update_portable(x, n, dim, c, d2, first);
+    return seed_update_portable(x, n, dim, c, d2, cum, first);
 }
 
 size_t fkvfq_seed_scratch(size_t n, uint32_t dim) { return seed_ld(n) * dim; }
 
 double fkvfq_seed_update_isa(int isa, const float *x, size_t n, uint32_t dim, const float *c,
-                             double *d2, int first, float *xt)
+                             double *d2, double *cum, int first, float *xt)
 {
 #ifdef Q_SEED_AVX512
     if (isa >= FKVFQ_ISA_AVX512 && fkvf_cpu_avx512()) {
         seed_transpose(x, n, dim, xt);
-        return seed_update_avx512(xt, n, dim, c, d2, first);
+        return seed_update_avx512(xt, n, dim, c, d2, cum, first);
     }
 #else
     (void)xt;
 #endif
 #ifdef Q_SEED_AVX2
     if (isa >= FKVFQ_ISA_AVX2 && fkvf_cpu_avx2())
-        return seed_update_avx2(x, n, dim, c, d2, first);
+        return seed_update_avx2(x, n, dim, c, d2, cum, first);
 #endif
-    return seed_update_portable(x, n, dim, c, d2, first);
+    return seed_update_portable(x, n, dim, c, d2, cum, first);
 }
 
 /* k-means++: first centre uniform, then each next one with probability
@@ -337,31 +344,36 @@ static void km_seed(km *m, q_rng *r)
         seed_transpose(m->x, n, dim, m->xt);
         xt = m->xt;
     }
-    double total = seed_update(m->x, xt, n, dim, m->rows, d2, 1);
+    double *cum = m->cum;
+    double total = seed_update(m->x, xt, n, dim, m->rows, d2, cum, 1);
     for (uint32_t j = 1; j < m->k; j++) {
         size_t pick;
         if (total > 0) {
-            double u = rng_unit(r) * total, run = 0;
-            pick = n;
-            size_t last = 0;
-            for (size_t i = 0; i < n; i++) {
-                if (d2[i] <= 0)
-                    continue;
-                last = i;
-                run += d2[i];
-                if (run > u) {
-                    pick = i;
-                    break;
-                }
+            /* the first i whose running sum of d2 (in order i) exceeds u:
+             * cum holds those sums (non-decreasing: every d2 >= 0), and an i
+             * where the sum first exceeds u has d2[i] > 0; when none does
+             * (rounding: u == total), the last i with d2[i] > 0 */
+            double u = rng_unit(r) * total;
+            size_t lo = 0, hi = n; /* cum[i] <= u for i < lo, > u for i >= hi */
+            while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (cum[mid] > u)
+                    hi = mid;
+                else
+                    lo = mid + 1;
             }
-            if (pick == n)
-                pick = last; /* rounding at the very end of the walk */
+            pick = lo;
+            if (pick == n) {
+                pick = n - 1;
+                while (pick > 0 && !(d2[pick] > 0))
+                    pick--;
+            }
         } else {
             pick = rng_below(r, n);
         }
         float *c = m->rows + (size_t)j * dim;
         memcpy(c, m->x + pick * dim, dim * sizeof(float));
-        total = seed_update(m->x, xt, n, dim, c, d2, 0);
+        total = seed_update(m->x, xt, n, dim, c, d2, cum, 0);
     }
 }
 
@@ -517,6 +529,7 @@ int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t
              (m.prev = fkvf_calloc(alloc, n, sizeof(uint32_t))) &&
              (m.err = fkvf_calloc(alloc, n, sizeof(double))) &&
              (m.xx = fkvf_calloc(alloc, n, sizeof(double))) &&
+             (m.cum = fkvf_calloc(alloc, n, sizeof(double))) &&
              (m.sums = fkvf_calloc(alloc, kd, sizeof(double))) &&
              (m.counts = fkvf_calloc(alloc, k, sizeof(size_t))) &&
              (m.scores = fkvf_calloc(alloc, (size_t)FKVFQ_BLOCK * k, sizeof(float))) &&
@@ -542,6 +555,7 @@ int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t
     fkvf_free(alloc, m.prev);
     fkvf_free(alloc, m.err);
     fkvf_free(alloc, m.xx);
+    fkvf_free(alloc, m.cum);
     fkvf_free(alloc, m.sums);
     fkvf_free(alloc, m.counts);
     fkvf_free(alloc, m.scores);
@@ -586,7 +600,7 @@ static int params_check(const fkvf_rvq_params *p, const fkvf_rows *blocks, size_
 typedef struct tr_scratch {
     float *x, *xt;
     uint32_t *asg, *prev;
-    double *err, *xx, *sums;
+    double *err, *xx, *cum, *sums;
     size_t *counts;
     float *scores, *pmin;
     void *prep;
@@ -601,6 +615,7 @@ static void tr_free(const fkvf_allocator *a, tr_scratch *w)
     fkvf_free(a, w->prev);
     fkvf_free(a, w->err);
     fkvf_free(a, w->xx);
+    fkvf_free(a, w->cum);
     fkvf_free(a, w->sums);
     fkvf_free(a, w->counts);
     fkvf_free(a, w->scores);
@@ -672,6 +687,7 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
              (w.prev = fkvf_calloc(a, n, sizeof(uint32_t))) &&
              (w.err = fkvf_calloc(a, n, sizeof(double))) &&
              (w.xx = fkvf_calloc(a, n, sizeof(double))) &&
+             (w.cum = fkvf_calloc(a, n, sizeof(double))) &&
              (w.sums = fkvf_calloc(a, (size_t)p->k * dmax, sizeof(double))) &&
              (w.counts = fkvf_calloc(a, p->k, sizeof(size_t))) &&
              (w.scores = fkvf_calloc(a, (size_t)FKVFQ_BLOCK * p->k, sizeof(float))) &&
@@ -758,6 +774,7 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
                 m.prev = w.prev;
                 m.err = w.err;
                 m.xx = w.xx;
+                m.cum = w.cum;
                 m.sums = w.sums;
                 m.counts = w.counts;
                 m.scores = w.scores;
