@@ -33,6 +33,16 @@ static size_t dup_slots(uint32_t k)
  * element d to sum d mod 8 in order of d, each square of a binary32 element
  * exact in binary64 and added with one rounding (no fused multiply-add:
  * -ffp-contract=off), then ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)). */
+/* the partial sums s of whole blocks of 8 done up to element d: the tail
+ * added to sums 0.., then the sums added pairwise (both kernels end so) */
+static inline __attribute__((always_inline)) double norm2_finish(double s[8], const float *r,
+                                                                 uint32_t d, uint32_t dim)
+{
+    for (int l = 0; d < dim; d++, l++)
+        s[l] += (double)r[d] * r[d];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
 static double norm2_portable(const float *r, uint32_t dim)
 {
     double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -40,9 +50,7 @@ static double norm2_portable(const float *r, uint32_t dim)
     for (; d + 8 <= dim; d += 8)
         for (int l = 0; l < 8; l++)
             s[l] += (double)r[d + l] * r[d + l];
-    for (int l = 0; d < dim; d++, l++)
-        s[l] += (double)r[d] * r[d];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    return norm2_finish(s, r, d, dim);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -62,9 +70,7 @@ __attribute__((target("avx512f"))) static void norms_avx512(const float *rows, u
         }
         double s[8];
         _mm512_storeu_pd(s, acc);
-        for (int l = 0; d < dim; d++, l++)
-            s[l] += (double)r[d] * r[d];
-        n2[c] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+        n2[c] = norm2_finish(s, r, d, dim);
     }
 }
 #define Q_HAVE_NORMS512 1
