@@ -77,6 +77,19 @@ static const cfg cfgs[] = {
     {"bf16 quad16 f16 tables, no key stages, dims 8 / 9", 1, 2, 8, 9, FKVF_DTYPE_BF16, 0, 0,
      FKVF_PROFILE_QUAD, 16, 16, 0, 3, FKVF_DTYPE_F16, 0, 0, 1, {30, 0, 0}, {40, 0, 0}, {0, 0, 0},
      64, 0, 0},
+    /* f16 tables to f16 output in registers (common/vec16.c, on CPUs with
+     * AVX-512): half-split over all 64 key dims with GPT-2's K x4 V x2;
+     * interleaved over 32 of 48 key dims; half-split over 16 of 32 key dims
+     * (not whole 32-lane blocks: keys staged, values in registers) */
+    {"f16 quad8 f16 tables, dims 64 / 32, half-split all dims", 2, 3, 64, 32, FKVF_DTYPE_F16, 2,
+     64, FKVF_PROFILE_QUAD, 8, 16, 4, 2, FKVF_DTYPE_F16, 0, 2, 2, {40, 70, 0}, {56, 86, 0},
+     {0, 32, 0}, 64, 0, 0},
+    {"bf16 quad8 f16 tables, dims 48 / 16, interleaved 32 dims", 2, 2, 48, 16, FKVF_DTYPE_BF16, 1,
+     32, FKVF_PROFILE_QUAD, 8, 32, 3, 1, FKVF_DTYPE_F16, 0, 3, 1, {50, 0, 0}, {60, 0, 0},
+     {0, 0, 0}, 64, 0, 0},
+    {"f16 quad8 f16 tables, dims 32 / 16, half-split 16 dims", 1, 2, 32, 16, FKVF_DTYPE_F16, 2,
+     16, FKVF_PROFILE_QUAD, 8, 16, 2, 2, FKVF_DTYPE_F16, 0, 1, 1, {30, 0, 0}, {40, 0, 0},
+     {0, 0, 0}, 64, 0, 0},
 };
 #define N_CFGS (sizeof cfgs / sizeof cfgs[0])
 

@@ -11,6 +11,7 @@
 #include "quant.h"
 #include "rope.h"
 #include "stage_sum.h"
+#include "vec16.h"
 
 /* positions converted and searched together (Q_CHUNK_SMALL for long
  * vectors, to bound the scratch) */
@@ -856,6 +857,7 @@ typedef struct q_group {
     int rope_kind;         /* 0 none, 1 whole blocks, 2 otherwise */
     const double *cs;      /* the chunk's angles, rope_dims per position */
     float *acc;
+    int v16[2];            /* f16 output of keys / values by fkvf_vec16_store */
 } q_group;
 
 /* Position by position, head by head, keys then values: the output of a
@@ -892,9 +894,13 @@ static Q_FAST_INLINE void fast_group_body(const q_group *g, fkvf_dtype dt, int n
                         for (size_t b = 0; b < dim * sizeof(uint16_t); b += 64)
                             _mm_prefetch(r + b, _MM_HINT_T0);
                     }
-                fast_vector(dt, rowp, ns, dim, g->rope, kv == 0 ? g->rope_kind : 0,
-                            g->cs + i * srd, g->acc, row + vec_off(g->q, g->l, h, kv) * es, 1,
-                            nt);
+                uint8_t *dst = row + vec_off(g->q, g->l, h, kv) * es;
+                if (dt == FKVF_DTYPE_F16 && g->v16[kv])
+                    fkvf_vec16_store(dst, rowp, ns, dim, kv == 0 && srd ? g->rope->layout : 0,
+                                     kv == 0 ? (uint32_t)srd : 0, g->cs + i * srd, nt);
+                else
+                    fast_vector(dt, rowp, ns, dim, g->rope, kv == 0 ? g->rope_kind : 0,
+                                g->cs + i * srd, g->acc, dst, 1, nt);
             }
         }
     }
@@ -1070,6 +1076,10 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     /* non-temporal stores: every 8-lane block of every vector 16-byte aligned */
     const int nt = use16 && (uintptr_t)out % 16 == 0 && (sh->key_dim * es) % 16 == 0 &&
                    (sh->value_dim * es) % 16 == 0;
+    /* f16 out, whole 16-lane blocks: common/vec16.c (AVX-512) */
+    const int v16k = out_dtype == FKVF_DTYPE_F16 &&
+                     fkvf_vec16_usable(sh->key_dim, rd, rd ? key_rope->layout : 0);
+    const int v16v = out_dtype == FKVF_DTYPE_F16 && fkvf_vec16_usable(sh->value_dim, 0, 0);
 #else
     const int use16 = 0;
     const size_t set16 = 0;
@@ -1122,6 +1132,8 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
                     g.rope_kind = rope;
                     g.cs = cs;
                     g.acc = acc;
+                    g.v16[0] = v16k;
+                    g.v16[1] = v16v;
                     if (!b16)
                         fast_narrow(q->rows + tab0 * q->per_tab, t16,
                                     (sh->pooled ? 1 : g.G) * q->per_tab);

@@ -35,6 +35,7 @@
 #include "restore.h"
 #include "rope.h"
 #include "stage_sum.h"
+#include "vec16.h"
 
 #define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
 
@@ -252,7 +253,10 @@ typedef struct work {
      * (spec 13.2), each element widened to binary32 exactly when summed: the
      * values of r->rvq's binary32 tables at half the bytes a row */
     const uint8_t **tab16;              /* table of each selected stream, or NULL */
-    const uint8_t **rowp16;             /* the rows of one position */
+    const void **rowp16;                /* the rows of one position */
+    /* f16 output from the f16 tables: keys (vec16_k) and values (vec16_v)
+     * decoded straight into the output by fkvf_vec16_store, no staging */
+    int vec16_k, vec16_v;
     int avx;                            /* sum and rotate with AVX */
     uint32_t rd;                        /* rope dims (0: no rotation) */
     fkvf_rope rope;                     /* the archive's RoPE (rd > 0) */
@@ -377,11 +381,15 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     if (cb) {
         w->tab16 = (const uint8_t **)(void *)m;
         m += w->nsel * sizeof(uint8_t *);
-        w->rowp16 = (const uint8_t **)(void *)m;
+        w->rowp16 = (const void **)(void *)m;
         m += w->nsel * sizeof(uint8_t *);
     }
     w->avx = fkvf_cpu_avx();
     w->st.f16c = fkvf_cpu_f16c();
+    if (cb && p->dt == FKVF_DTYPE_F16) {
+        w->vec16_k = !p->keys || fkvf_vec16_usable(p->dk, w->rd, r->desc.rope_layout);
+        w->vec16_v = !p->vals || fkvf_vec16_usable(p->dv, 0, 0);
+    }
     w->codes = (uint16_t *)(void *)m;
     w->st.p = p;
     /* the stage tables of the selected streams */
@@ -628,13 +636,14 @@ static void stage_rows(const work *w, size_t j0, unsigned ns, uint32_t dim, size
 }
 
 #ifdef FKVF_HAVE_F16C
-/* stage_rows for the f16 tables */
+/* stage_rows for the f16 tables (prefetch: not done by read_codes) */
 static void stage_rows16(const work *w, size_t j0, unsigned ns, uint32_t dim, size_t ci,
-                         const uint8_t **rows)
+                         const void **rows, int prefetch)
 {
     for (unsigned s = 0; s < ns; s++) {
         rows[s] = w->tab16[j0 + s] + (size_t)w->codes[(j0 + s) * w->chunk + ci] * dim * 2;
-        prefetch_bytes(rows[s], (size_t)dim * 2);
+        if (prefetch)
+            prefetch_bytes(rows[s], (size_t)dim * 2);
     }
 }
 
@@ -642,7 +651,7 @@ static void stage_rows16(const work *w, size_t j0, unsigned ns, uint32_t dim, si
  * widened to binary32 exactly (vcvtph2ps, or fkvf_cvt_f16_to_f32 for the
  * tail), then the same binary32 additions in the same order, +0.0 + row 0 +
  * row 1 + ...: the bits of fkvf_stage_sum over r->rvq's tables. */
-static __attribute__((target("avx,f16c"))) void sum16(float *acc, const uint8_t *const *rows,
+static __attribute__((target("avx,f16c"))) void sum16(float *acc, const void *const *rows,
                                                       unsigned ns, uint32_t dim)
 {
     uint32_t d = 0;
@@ -650,13 +659,13 @@ static __attribute__((target("avx,f16c"))) void sum16(float *acc, const uint8_t 
         __m256 a = _mm256_setzero_ps();
         for (unsigned s = 0; s < ns; s++)
             a = _mm256_add_ps(a, _mm256_cvtph_ps(_mm_loadu_si128(
-                                     (const __m128i *)(const void *)(rows[s] + 2 * d))));
+                                     (const __m128i *)(const void *)((const uint8_t *)rows[s] + 2 * d))));
         _mm256_storeu_ps(acc + d, a);
     }
     for (; d < dim; d++) {
         float a = 0.0f;
         for (unsigned s = 0; s < ns; s++)
-            a += fkvf_cvt_f16_to_f32(fkvf_ld16(rows[s] + 2 * d));
+            a += fkvf_cvt_f16_to_f32(fkvf_ld16((const uint8_t *)rows[s] + 2 * d));
         acc[d] = a;
     }
 }
@@ -671,12 +680,12 @@ static void compute_cs(work *w, uint64_t pos, size_t n)
 
 #ifdef FKVF_HAVE_F16C
 /* emit_rows' work for chunk position ci from the f16 tables */
-static void emit_rows16(work *w, size_t i0, size_t ci)
+static void emit_rows16(work *w, size_t i0, size_t ci, int prefetch)
 {
     const plan *p = w->p;
     for (size_t j = 0; j < w->nsel; j += w->sel_per) {
-        stage_rows16(w, j, w->kss, p->dk, ci, w->rowp16 + j);
-        stage_rows16(w, j + w->kss, w->vss, p->dv, ci, w->rowp16 + j + w->kss);
+        stage_rows16(w, j, w->kss, p->dk, ci, w->rowp16 + j, prefetch);
+        stage_rows16(w, j + w->kss, w->vss, p->dv, ci, w->rowp16 + j + w->kss, prefetch);
     }
     for (uint32_t li = 0; li < p->nl; li++)
         for (unsigned kv = 0; kv < 2; kv++) {
@@ -684,6 +693,15 @@ static void emit_rows16(work *w, size_t i0, size_t ci)
                 continue;
             uint32_t dim = kv ? p->dv : p->dk;
             unsigned ns = kv ? w->vss : w->kss;
+            if (kv ? w->vec16_v : w->vec16_k) {
+                uint32_t rd = kv ? 0 : w->rd;
+                const double *cs = rd ? w->cs + ci * rd : NULL;
+                for (uint32_t hi = 0; hi < p->nh; hi++)
+                    fkvf_vec16_store(w->st.out + out_off(p, i0 + ci, li, hi, kv) * 2,
+                                     w->rowp16 + sel_index(w, li, hi, kv, 0), ns, dim,
+                                     w->rope.layout, rd, cs, 0);
+                continue;
+            }
             size_t run = (size_t)p->nh * dim;
             int whole = run <= w->st.cap;
             float *v = whole ? stage_vec(&w->st, out_off(p, i0 + ci, li, 0, kv), (uint32_t)run)
@@ -712,7 +730,8 @@ static void emit_rows(work *w, uint64_t pos, size_t n)
     for (size_t ci = 0; ci < n; ci++) {
 #ifdef FKVF_HAVE_F16C
         if (w->tab16) {
-            emit_rows16(w, i0, ci);
+            /* one position: read_codes prefetched its rows */
+            emit_rows16(w, i0, ci, n > 1);
             continue;
         }
 #endif
