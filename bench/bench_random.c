@@ -30,7 +30,11 @@
  *
  * After the pairs, for the breakdown (not in the RESULT line): the same
  * position read again and again (its codes and centroid rows in cache: what
- * is not memory latency).
+ * is not memory latency); and, on a second reader whose index blocks are
+ * all verified, reads of one random position in each 16-position block in
+ * random order (each the first of its block: the index row cache's fill,
+ * see fkvf_reader_set_row_cache) and the pairs' last positions again with
+ * the row cache off.
  *
  * Files go to $TMPDIR (/tmp) and are removed. The last line of stdout:
  *   RESULT random_us=<median us per position> random_vs_pread=<median ratio>
@@ -46,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#define FKVF_STATIC_LINKING_ONLY /* fkvf_reader_set_row_cache */
 #include "fkvf.h"
 
 enum { NL = 12, NH = 12, DIM = 64, KS = 4, VS = 2, K = 256, SINKS = 4, RECENT = 32 };
@@ -304,6 +309,44 @@ int main(int argc, char **argv)
         }
         printf("the same position again: %.2f us CPU (median of 9 x %d)\n", median(same, 9),
                reads);
+    }
+    {
+        fkvf_reader *r2;
+        die("open", fkvf_reader_open_file(&r2, path, 0, NULL), r2, NULL);
+        size_t sz = (size_t)n_arch * ROW_BYTES;
+        uint8_t *all = xmalloc(sz);
+        fkvf_read_request q = {SINKS, n_arch, 0, 0, 0, 0, 0, FKVF_DTYPE_F16, FKVF_LAYOUT_ROWS};
+        die("read", fkvf_reader_read(r2, &q, all, sz), r2, NULL); /* every block verified */
+        free(all);
+        size_t nb = (size_t)(n_arch / 16);
+        uint64_t *blk = xmalloc((nb ? nb : 1) * sizeof *blk);
+        for (size_t i = 0; i < nb; i++)
+            blk[i] = i;
+        for (size_t i = nb; i > 1; i--) { /* shuffled */
+            size_t j = (size_t)(rnd() % i);
+            uint64_t t = blk[i - 1];
+            blk[i - 1] = blk[j];
+            blk[j] = t;
+        }
+        double a = cpu_now();
+        for (size_t i = 0; i < nb; i++) {
+            fkvf_read_request q1 = {SINKS + blk[i] * 16 + rnd() % 16, 1, 0, 0, 0, 0, 0,
+                                    FKVF_DTYPE_F16, FKVF_LAYOUT_ROWS};
+            die("read", fkvf_reader_read(r2, &q1, out, ROW_BYTES), r2, NULL);
+        }
+        double cold = nb ? (cpu_now() - a) / (double)nb * 1e6 : 0;
+        die("set_row_cache", fkvf_reader_set_row_cache(r2, 0), r2, NULL);
+        a = cpu_now();
+        for (int i = 0; i < reads; i++) {
+            fkvf_read_request q1 = {pos[i], 1, 0, 0, 0, 0, 0, FKVF_DTYPE_F16, FKVF_LAYOUT_ROWS};
+            die("read", fkvf_reader_read(r2, &q1, out, ROW_BYTES), r2, NULL);
+        }
+        double off = (cpu_now() - a) / reads * 1e6;
+        printf("first read of a 16-position block (row cache fill): %.2f us CPU (%zu blocks); "
+               "row cache off: %.2f us CPU\n",
+               cold, nb, off);
+        free(blk);
+        fkvf_reader_free(r2);
     }
     printf("median: read %.2f us CPU (%.2f wall), pread %.2f us, memcpy %.2f us per position "
            "(checksum %u)\n",

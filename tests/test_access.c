@@ -90,6 +90,10 @@ static const cfg cfgs[] = {
     {"f16 quad8 f16 tables, dims 32 / 16, half-split 16 dims", 1, 2, 32, 16, FKVF_DTYPE_F16, 2,
      16, FKVF_PROFILE_QUAD, 8, 16, 2, 2, FKVF_DTYPE_F16, 0, 1, 1, {30, 0, 0}, {40, 0, 0},
      {0, 0, 0}, 64, 0, 0},
+    /* k = 512: the index row cache keeps two bytes a code */
+    {"f32 quad16 k 512, pre-RoPE, 2 commits", 1, 2, 8, 8, FKVF_DTYPE_F32, 2, 8,
+     FKVF_PROFILE_QUAD, 16, 512, 2, 1, FKVF_DTYPE_F16, 0, 2, 2, {40, 70, 0}, {50, 80, 0},
+     {0, 32, 0}, 64, 0, 0},
 };
 #define N_CFGS (sizeof cfgs / sizeof cfgs[0])
 
@@ -370,6 +374,20 @@ START_TEST(read_matches_restore)
         fkvf_read_request q = {p, 1, 0, 0, 0, 0, 0, c->dt, FKVF_LAYOUT_ROWS};
         check_req(r, &x, &q, (int)p);
     }
+    /* the same backwards in every dtype (access.c's index row cache: blocks
+     * cached above, some evicted by their slot's other blocks), then runs of
+     * 2..15 positions, all of them (runs through the cache) */
+    for (uint64_t p = x.N; p-- > 0;) {
+        fkvf_read_request q = {p, 1, 0, 0, 0, 0, 0, (fkvf_dtype)(1 + p % 3), FKVF_LAYOUT_ROWS};
+        check_req(r, &x, &q, 2000 + (int)p);
+    }
+    tu_rng gr = {99 + (uint64_t)_i};
+    for (int i = 0; i < 200; i++) {
+        uint64_t n = 2 + tu_below(&gr, 14), p = tu_below(&gr, (uint32_t)x.N);
+        fkvf_read_request q = {p, p + n > x.N ? x.N - p : n, 0, 0, 0, 0, 0,
+                               (fkvf_dtype)(1 + tu_below(&gr, 3)), FKVF_LAYOUT_ROWS};
+        check_req(r, &x, &q, 3000 + i);
+    }
     /* random selections */
     tu_rng g = {1234 + (uint64_t)_i};
     for (int i = 0; i < 600; i++) {
@@ -391,12 +409,55 @@ START_TEST(read_matches_restore)
 }
 END_TEST
 
+/* The index row cache under budgets of one slot (every block evicts the
+ * last), of two slots and a byte, and of 0 (no cache): single positions
+ * forwards and backwards and runs of 2..15 positions, all equal to restore;
+ * fkvf_reader_set_row_cache's handle check. */
+START_TEST(row_cache_budgets)
+{
+    const cfg *c = &cfgs[_i];
+    fx x;
+    fx_open(&x, c);
+    /* a slot: 16 positions of every stream's code, a byte each when k <= 256 */
+    const size_t slot = 16 * (size_t)c->L * c->H * (c->ks + c->vs) * (c->k <= 256 ? 1 : 2);
+    const size_t budgets[] = {slot, 2 * slot + 1, 0};
+    for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
+        fkvf_reader *r;
+        ck_assert_int_eq(fkvf_reader_open_memory(&r, x.file.data, x.file.size, 0, NULL),
+                         FKVF_OK);
+        ck_assert_int_eq(fkvf_reader_set_row_cache(r, budgets[b]), FKVF_OK);
+        for (uint64_t p = 0; p < x.N; p++) {
+            fkvf_read_request q = {p, 1, 0, 0, 0, 0, 0, c->dt, FKVF_LAYOUT_ROWS};
+            check_req(r, &x, &q, (int)p);
+        }
+        for (uint64_t p = x.N; p-- > 0;) {
+            fkvf_read_request q = {p, 1, 0, 0, 0, 0, 0, FKVF_DTYPE_F32, FKVF_LAYOUT_ROWS};
+            check_req(r, &x, &q, 1000 + (int)p);
+        }
+        /* a new budget mid-way frees the cache; reads go on */
+        ck_assert_int_eq(fkvf_reader_set_row_cache(r, budgets[(b + 1) % 3]), FKVF_OK);
+        tu_rng g = {5 + (uint64_t)_i};
+        for (int i = 0; i < 100; i++) {
+            uint64_t n = 1 + tu_below(&g, 15), p = tu_below(&g, (uint32_t)x.N);
+            fkvf_read_request q = {p, p + n > x.N ? x.N - p : n, 0, 0, 0, 0, 0, c->dt,
+                                   FKVF_LAYOUT_ROWS};
+            check_req(r, &x, &q, 2000 + i);
+        }
+        fkvf_reader_free(r);
+    }
+    ck_assert_int_eq(fkvf_reader_set_row_cache(NULL, 0), FKVF_E_STATE);
+    fx_close(&x);
+}
+END_TEST
+
 /* Archives opened from a file, mapped (flags 0) and read into memory
  * (FKVF_OPEN_READ): the first and last archived positions, the sinks and the
  * window one by one, then random selections, against restore. */
 START_TEST(read_from_file)
 {
-    static const size_t which[] = {0, 6, N_CFGS - 2, N_CFGS - 1};
+    /* three commits, 700 positions, the two f16-table archives of sum16, the
+     * first of vec16 and k 512 (the two-byte row cache) */
+    static const size_t which[] = {0, 6, 8, 9, 10, N_CFGS - 1};
     const cfg *c = &cfgs[which[_i / 2]];
     const unsigned flags = _i % 2 ? FKVF_OPEN_READ : 0;
     fx x;
@@ -550,12 +611,18 @@ START_TEST(damaged_block_fails_only_its_reads)
         int failed = 0, passed = 0;
         for (int i = 0; i < 400; i++) {
             fkvf_read_request q = random_req(&g, &x);
-            if (i % 2) { /* small selections: most miss the block */
+            if (i % 3 == 1) { /* small selections: most miss the block */
                 q.count = q.count > 2 ? 2 : q.count;
                 q.layer_count = 1;
                 q.head_count = 1 + tu_below(&g, 2);
                 if (q.head_first + q.head_count > c->H)
                     q.head_count = 0;
+            } else if (i % 3 == 2) { /* a few positions, all of them: the index row
+                                      * cache's blocks may hold the damaged byte */
+                q.count = q.count > 3 ? 3 : q.count;
+                q.layer_first = q.layer_count = q.head_first = q.head_count = 0;
+                q.parts = 0;
+                q.layout = FKVF_LAYOUT_ROWS;
             }
             int hit = touches(&x, sg, nseg, &q, bad);
             uint8_t *want;
@@ -571,6 +638,9 @@ START_TEST(damaged_block_fails_only_its_reads)
                 EXPECTF(rc == FKVF_OK, "%s: trial %d read %d: %s", c->name, trial, i,
                         fkvf_reader_message(r));
                 EXPECT(memcmp(got, want, n) == 0);
+                /* no message left behind by a block the row cache gave up on */
+                EXPECTF(fkvf_reader_message(r)[0] == 0, "%s: trial %d read %d: message '%s'",
+                        c->name, trial, i, fkvf_reader_message(r));
                 passed++;
             }
             free(got);
@@ -914,7 +984,8 @@ int main(void)
     TCase *tc = tcase_create("access");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, read_matches_restore, 0, (int)N_CFGS);
-    tcase_add_loop_test(tc, read_from_file, 0, 8);
+    tcase_add_loop_test(tc, read_from_file, 0, 12);
+    tcase_add_loop_test(tc, row_cache_budgets, 0, (int)N_CFGS);
     tcase_add_loop_test(tc, damaged_block_fails_only_its_reads, 0, (int)N_CFGS);
     tcase_add_loop_test(tc, symbol_out_of_codebook, 0, 2);
     tcase_add_test(tc, damaged_exact_section);

@@ -78,6 +78,7 @@
  *  fkvf_reader_stream_spec       | n/a asserted (reader_mem)
  *  fkvf_reader_stream_get        | n/a asserted (reader_mem: block state made at open)
  *  fkvf_reader_stream_read_u8    | n/a asserted (reader_mem)
+ *  fkvf_reader_set_row_cache     | n/a asserted (reader_mem)
  *  fkvf_reader_stream_read       | n/a asserted (reader_mem)
  *  fkvf_reader_stream_point      | n/a asserted (reader_mem)
  *  fkvf_reader_exact_row         | n/a asserted (reader_mem)
@@ -1144,6 +1145,7 @@ typedef struct rctx {
     size_t row_bytes, read_bytes;
     float restored[N * ROW_F32 / 4];
     uint16_t partial[N * ROW_BYTES / 2];
+    float one[ROW_F32 / 4]; /* archived position S + 3, all of it (the index row cache) */
     /* references (the clean run) */
     int have_ref;
     float ref_restored[N * ROW_F32 / 4];
@@ -1157,7 +1159,7 @@ static const char *const r_names[] = {
     "meta",        "meta_find", "stream_count", "stream_find", "stream_info", "stream_spec",
     "stream_segment", "stream_get", "stream_read_u8", "stream_read", "stream_point",
     "exact_row",   "is_exact", "codebook",  "codebook_ref", "row_bytes", "restore",
-    "read_size",   "read",   "verify"};
+    "read_size",   "read",   "set_row_cache", "read_one", "verify"};
 enum { R_STEPS = sizeof r_names / sizeof r_names[0] };
 
 static const char *r_message(void *ctx)
@@ -1258,6 +1260,11 @@ static int r_step(void *ctx, size_t i)
         return fkvf_reader_restore(c->r, 0, N, FKVF_DTYPE_F32, c->restored, sizeof c->restored);
     case 23: return fkvf_reader_read_size(c->r, &q, &c->read_bytes);
     case 24: return fkvf_reader_read(c->r, &q, c->partial, sizeof c->partial);
+    case 25: return fkvf_reader_set_row_cache(c->r, FKVF_ROW_CACHE_DEFAULT);
+    case 26: {
+        fkvf_read_request one = {S + 3, 1, 0, 0, 0, 0, 0, FKVF_DTYPE_F32, FKVF_LAYOUT_ROWS};
+        return fkvf_reader_read(c->r, &one, c->one, sizeof c->one);
+    }
     default: return fkvf_reader_verify(c->r);
     }
 }
@@ -1286,6 +1293,9 @@ static void r_finish(void *ctx, int clean, long stopped)
         EXPECT(c->is_exact == 0 && c->is_ext == 0);
         EXPECT(c->cbs.k == K && !memcmp(c->cb_hash, fx->cb_hash, 16));
         EXPECT(c->row_bytes == ROW_F32 && c->read_bytes == (size_t)(N - 3) * 1 * 1 * D * 2);
+        /* one position read whole (through the row cache, or without it when
+         * its allocation failed) is its restored row */
+        EXPECT(!memcmp(c->one, c->restored + (S + 3) * ROW_F32 / 4, sizeof c->one));
         /* exact positions restore to their rows */
         for (size_t e = 0; e < (size_t)L * H * 2 * D; e++) {
             EXPECT(c->restored[e] == fkvf_f16_to_f32(fx->rows[e]));
@@ -1348,6 +1358,7 @@ typedef struct xctx {
     const char *name;
     float restored[N * ROW_F32 / 4];
     uint16_t partial[N * ROW_BYTES / 2];
+    float one[ROW_F32 / 4]; /* archived position S + 3, all of it (the index row cache) */
     int have_ref;
     float ref_restored[N * ROW_F32 / 4];
 } xctx;
@@ -2105,7 +2116,7 @@ START_TEST(inject_reader)
     memset(&c, 0, sizeof c);
     scen s;
     /* the stream block state is made at open; desc and meta_count parse lazily */
-    SCEN(s, "reader_mem", r_names, "A--A-A----------------A-AA", &c, r);
+    SCEN(s, "reader_mem", r_names, "A--A-A----------------A-A-AA", &c, r);
     loop(&s, MODE_ALLOC);
 }
 END_TEST

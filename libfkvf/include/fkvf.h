@@ -587,7 +587,10 @@ FKVF_API int fkvf_reader_read_size(const fkvf_reader *r, const fkvf_read_request
  * rotated to their position when archived before RoPE). Touches only what
  * the selection needs: one symbol per selected index stream and position
  * (verifying, on first touch, only the stream blocks those bytes are in) and
- * the rows of the selected exact positions. Archived positions need the
+ * the rows of the selected exact positions; a read of a few positions of
+ * every layer, head and part reads the codes of the 16-position blocks
+ * around them once and keeps them (at most 16 MiB a reader: see
+ * fkvf_reader_set_row_cache). Archived positions need the
  * codebook, built on first use as for restore. Uses a small scratch from
  * the reader's allocator per call; like every reader call that verifies
  * blocks, not for concurrent use of one handle. Errors: FKVF_E_INVALID_ARG
@@ -1488,6 +1491,27 @@ extern "C" {
  * One thread at a time per reader. The search module's scan uses it. */
 FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t first,
                                         uint8_t *out, size_t count);
+
+/* ---- reader: random access ---------------------------------------------- */
+
+/* fkvf_reader_read keeps the index codes of the positions it reads a few at
+ * a time: a read of fewer than 16 positions of every layer, head and part in
+ * FKVF_LAYOUT_ROWS copies, on first touch, the codes of every index stream
+ * for the aligned block of 16 symbols of the segment around each position
+ * into a cache, one contiguous row per position (a position's codes are
+ * otherwise one per stream, a cache line and often a page apart). Reading
+ * those positions again then touches one row. A block whose bytes fail
+ * their checksum or hold a symbol >= k is not cached (the read goes on
+ * without it and reports only what concerns its own positions).
+ *
+ * Set the most memory that cache may take: FKVF_ROW_CACHE_DEFAULT (16 MiB,
+ * the default) or any other size; 0 turns it off. Frees the cache r holds;
+ * the next such read allocates the new one, no larger than r's index
+ * segments need (FKVF_E_NOMEM from that read if it cannot). FKVF_E_STATE
+ * when r is not a usable reader. No allocation. One thread at a time per
+ * reader. */
+#define FKVF_ROW_CACHE_DEFAULT ((size_t)16 << 20)
+FKVF_API int fkvf_reader_set_row_cache(fkvf_reader *r, size_t bytes);
 
 /* Effective segment i (0 .. fkvf_stream_info.n_segments - 1, ascending
  * first_symbol) of stream stream_index's group: in *section the

@@ -257,10 +257,12 @@ typedef struct work {
     /* f16 output from the f16 tables: keys (vec16_k) and values (vec16_v)
      * decoded straight into the output by fkvf_vec16_store, no staging */
     int vec16_k, vec16_v;
+    int all;                            /* every stream selected, in the streams' order */
+    int prefetched;                     /* the rows of the chunk's one position prefetched */
     int avx;                            /* sum and rotate with AVX */
     uint32_t rd;                        /* rope dims (0: no rotation) */
     fkvf_rope rope;                     /* the archive's RoPE (rd > 0) */
-    double *freqs;                      /* rd / 2 */
+    const double *freqs;                /* rd / 2: the reader's */
     double *cs;                         /* [chunk][rd]: cosines, then sines */
     stage st;
     void *mem;
@@ -315,6 +317,14 @@ static void tables_fill(const fkvf_reader *r, const plan *p, const work *w, cons
                 }
 }
 
+/* work_init's failure to allocate what the reader keeps: w's scratch freed */
+static int work_nomem(fkvf_reader *r, work *w, const char *what)
+{
+    fkvf_free(r->alloc, w->mem);
+    w->mem = NULL;
+    return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for %s", what);
+}
+
 static int work_init(fkvf_reader *r, const plan *p, work *w)
 {
     memset(w, 0, sizeof *w);
@@ -357,7 +367,7 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
         cap = dmax;
     /* layout: floats, doubles, pointers, codes (each part's size a multiple
      * of 8, so every part stays aligned) */
-    size_t n_f = (cap + 1) & ~(size_t)1, n_d = w->rd ? w->rd / 2 + c * w->rd : 0;
+    size_t n_f = (cap + 1) & ~(size_t)1, n_d = w->rd ? c * w->rd : 0;
     size_t n_c = (n_codes + 3) & ~(size_t)3;
     size_t bytes = n_f * sizeof(float) + n_d * sizeof(double) +
                    (cb ? 4 : 2) * w->nsel * sizeof(float *) + n_c * sizeof(uint16_t);
@@ -370,8 +380,7 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     w->st.cap = cap;
     m += n_f * sizeof(float);
     if (w->rd) {
-        w->freqs = (double *)(void *)m;
-        w->cs = w->freqs + w->rd / 2;
+        w->cs = (double *)(void *)m;
         m += n_d * sizeof(double);
     }
     w->tab = (const float **)(void *)m;
@@ -398,19 +407,19 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
      * reader's, built once; else this call's */
     const int all = p->l0 == 0 && p->nl == r->desc.n_layers && p->h0 == 0 &&
                     p->nh == r->desc.n_kv_heads && p->keys && p->vals && w->nsel;
+    w->all = all;
     if (all && !r->acc_tab) {
-        r->acc_tab = fkvf_malloc(r->alloc, w->nsel * sizeof *r->acc_tab);
-        if (r->acc_tab)
-            tables_fill(r, p, w, NULL, r->acc_tab, NULL);
+        if (!(r->acc_tab = fkvf_malloc(r->alloc, w->nsel * sizeof *r->acc_tab)))
+            return work_nomem(r, w, "the stage tables");
+        tables_fill(r, p, w, NULL, r->acc_tab, NULL);
     }
     if (all && cb && r->acc_cb != cb) { /* first use, or another attached codebook file */
         fkvf_free(r->alloc, r->acc_tab16);
         r->acc_cb = NULL;
-        r->acc_tab16 = fkvf_malloc(r->alloc, w->nsel * sizeof *r->acc_tab16);
-        if (r->acc_tab16) {
-            tables_fill(r, p, w, cb, NULL, r->acc_tab16);
-            r->acc_cb = cb;
-        }
+        if (!(r->acc_tab16 = fkvf_malloc(r->alloc, w->nsel * sizeof *r->acc_tab16)))
+            return work_nomem(r, w, "the f16 stage tables");
+        tables_fill(r, p, w, cb, NULL, r->acc_tab16);
+        r->acc_cb = cb;
     }
     if (all && r->acc_tab)
         w->tab = r->acc_tab;
@@ -423,14 +432,11 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     if (w->rd) {
         w->rope = (fkvf_rope){r->desc.rope_layout, w->rd, r->desc.rope_theta};
         if (!r->acc_freqs) { /* once per reader: rope_dims / 2 calls of pow */
-            r->acc_freqs = fkvf_malloc(r->alloc, w->rd / 2 * sizeof(double));
-            if (r->acc_freqs)
-                fkvf_rope_freqs(&w->rope, r->acc_freqs);
+            if (!(r->acc_freqs = fkvf_malloc(r->alloc, w->rd / 2 * sizeof(double))))
+                return work_nomem(r, w, "the RoPE frequencies");
+            fkvf_rope_freqs(&w->rope, r->acc_freqs);
         }
-        if (r->acc_freqs)
-            w->freqs = r->acc_freqs;
-        else
-            fkvf_rope_freqs(&w->rope, w->freqs);
+        w->freqs = r->acc_freqs;
     }
     return FKVF_OK;
 }
@@ -562,6 +568,7 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
          * code is loaded, so that the row misses overlap the code misses of
          * the following streams instead of waiting for all 864 codes */
         const int early = n == 1;
+        w->prefetched = early;
         for (uint32_t li = 0; li < p->nl; li++)
             for (uint32_t hi = 0; hi < p->nh; hi++)
                 for (unsigned kv = 0; kv < 2; kv++) {
@@ -599,6 +606,7 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
                 }
         return FKVF_OK;
     }
+    w->prefetched = 0;
     for (uint32_t li = 0; li < p->nl; li++)
         for (uint32_t hi = 0; hi < p->nh; hi++)
             for (unsigned kv = 0; kv < 2; kv++)
@@ -610,6 +618,172 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
                         return rc;
                 }
     return FKVF_OK;
+}
+
+/* ---- the index row cache -------------------------------------------------
+ * A position's codes lie one in each index stream (spec 11.2), n_streams
+ * cache lines and pages apart: a read of one position of every stream
+ * touches 864 of each at GPT-2 small, most of its time. A LAYOUT_ROWS read
+ * of fewer than RC_BLOCK positions of every stream copies, on first use,
+ * the codes of a block of RC_BLOCK symbols of the segment, all streams, into
+ * a slot of position-major rows; later reads of those positions read one
+ * contiguous row. At most RC_BYTES per reader (fkvf_reader_set_row_cache
+ * changes that), direct-mapped by block, allocated on the first such read
+ * (FKVF_E_NOMEM if it cannot be), freed with the reader. A block some of
+ * whose bytes fail their checksum or hold a code >= k is not kept: the read
+ * goes the uncached way, which reports only what concerns its own
+ * positions. */
+#define RC_BLOCK 16u
+#define RC_BYTES FKVF_ROW_CACHE_DEFAULT
+
+static void rc_release(fkvf_reader *r)
+{
+    fkvf_free(r->alloc, r->rc_codes);
+    fkvf_free(r->alloc, r->rc_seg);
+    fkvf_free(r->alloc, r->rc_blk);
+    r->rc_codes = NULL;
+    r->rc_seg = NULL;
+    r->rc_blk = NULL;
+    r->rc_slots = 0;
+    r->rc_state = 0;
+}
+
+FKVF_API int fkvf_reader_set_row_cache(fkvf_reader *r, size_t bytes)
+{
+    int rc = rd_enter(r);
+    if (rc)
+        return rc;
+    rc_release(r);
+    r->rc_limit = bytes;
+    r->rc_limit_set = 1;
+    return FKVF_OK;
+}
+
+/* *use = 1 if the cache is in use for the index streams of gr (allocated
+ * on the first call: within the budget, no more slots than the segments
+ * have blocks), 0 if not (a budget below one slot). FKVF_E_NOMEM with the
+ * message when it cannot be allocated (the next call tries again). */
+static int rc_ready(fkvf_reader *r, const rd_group *gr, int *use)
+{
+    *use = r->rc_state > 0;
+    if (r->rc_state)
+        return FKVF_OK;
+    r->rc_state = -1;
+    const size_t budget = r->rc_limit_set ? r->rc_limit : RC_BYTES;
+    /* a byte a code when k <= 256 (spec 13.1: k <= 4096) */
+    const unsigned cw = r->cb_shape.k <= 256 ? 1 : 2;
+    size_t per = (size_t)RC_BLOCK * gr->n_streams * cw; /* n_streams < 2^26 */
+    if (!gr->n_streams || per > budget)
+        return FKVF_OK;
+    size_t slots = 0;
+    for (size_t i = 0; i < gr->n_segs && slots < budget / per; i++)
+        slots += (size_t)(gr->segs[i].count / RC_BLOCK) + 1;
+    if (slots > budget / per)
+        slots = budget / per;
+    r->rc_codes = fkvf_malloc(r->alloc, slots * per);
+    r->rc_seg = fkvf_malloc(r->alloc, slots * sizeof *r->rc_seg);
+    r->rc_blk = fkvf_malloc(r->alloc, slots * sizeof *r->rc_blk);
+    if (!r->rc_codes || !r->rc_seg || !r->rc_blk) {
+        rc_release(r);
+        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL,
+                    "no memory for the index row cache (%zu bytes; "
+                    "fkvf_reader_set_row_cache sets a smaller budget, 0 none)",
+                    slots * per);
+    }
+    for (size_t i = 0; i < slots; i++)
+        r->rc_seg[i] = SIZE_MAX;
+    r->rc_slots = slots;
+    r->rc_cw = cw;
+    r->rc_state = 1;
+    *use = 1;
+    return FKVF_OK;
+}
+
+/* Code c at index i of cached rows of width cw */
+static inline void rc_put(uint8_t *rows, unsigned cw, size_t i, unsigned c)
+{
+    if (cw == 1) {
+        rows[i] = (uint8_t)c;
+    } else {
+        uint16_t v = (uint16_t)c;
+        memcpy(rows + 2 * i, &v, sizeof v);
+    }
+}
+
+/* Codes of symbols [u0, u0 + m) (m <= RC_BLOCK) of every stream of segment
+ * g into rows (position-major, ns codes of r->rc_cw bytes a row): 1, or 0 if
+ * a block does not verify or a code is >= k (nothing reported: the
+ * diagnostic is cleared). */
+static int rc_fill(fkvf_reader *r, rd_group *gr, rd_seg *g, uint64_t u0, size_t m,
+                   uint8_t *rows, size_t ns)
+{
+    const unsigned cw = r->rc_cw;
+    const uint64_t sb = g->h.stream_bytes, bs = g->h.block_size;
+    const int fast = gr->profile == FKVF_PROFILE_QUAD && gr->bits == 8 && (bs & (bs - 1)) == 0 &&
+                     fkvf_range_ok(u0, m, sb);
+    const unsigned sh = fast ? (unsigned)__builtin_ctzll(bs) : 0;
+    unsigned mx = 0;
+    uint16_t c[RC_BLOCK];
+    for (size_t j = 0; j < ns; j++) {
+        uint64_t off = j * sb + u0; /* the segment holds ns * sb bytes: checked at open */
+        if (fast && g->block_ok[off >> sh] && g->block_ok[(off + m - 1) >> sh]) {
+            const uint8_t *src = g->data + off;
+            for (size_t i = 0; i < m; i++) {
+                rc_put(rows, cw, i * ns + j, src[i]);
+                mx = src[i] > mx ? src[i] : mx;
+            }
+            continue;
+        }
+        if (read_stream(r, gr, g, j, u0, m, c) != FKVF_OK) {
+            fkvf_diag_clear(&r->diag);
+            return 0;
+        }
+        for (size_t i = 0; i < m; i++)
+            rc_put(rows, cw, i * ns + j, c[i]); /* < k: read_stream checked */
+    }
+    return mx < r->cb_shape.k;
+}
+
+/* The cached row of symbol u of segment si (g), filled if need be; NULL if
+ * its block cannot be cached */
+static const uint8_t *rc_row(fkvf_reader *r, rd_group *gr, size_t si, rd_seg *g, uint64_t u)
+{
+    const size_t ns = gr->n_streams, rowb = ns * r->rc_cw;
+    const uint64_t blk = u / RC_BLOCK;
+    const size_t slot = (size_t)((g->h.first_symbol / RC_BLOCK + blk + si) % r->rc_slots);
+    uint8_t *rows = r->rc_codes + slot * RC_BLOCK * rowb;
+    if (r->rc_seg[slot] != si || r->rc_blk[slot] != blk) {
+        uint64_t u0 = blk * RC_BLOCK;
+        size_t m = g->count - u0 < RC_BLOCK ? (size_t)(g->count - u0) : RC_BLOCK;
+        r->rc_seg[slot] = SIZE_MAX;
+        if (!rc_fill(r, gr, g, u0, m, rows, ns))
+            return NULL;
+        r->rc_seg[slot] = si;
+        r->rc_blk[slot] = blk;
+    }
+    return rows + (size_t)(u % RC_BLOCK) * rowb;
+}
+
+/* read_codes through the cache (every stream selected, n < RC_BLOCK): 1 if
+ * done, 0 if a block cannot be cached (read_codes then) */
+static int rc_codes(fkvf_reader *r, work *w, rd_group *gr, size_t si, rd_seg *g, uint64_t u,
+                    size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *row = rc_row(r, gr, si, g, u + i);
+        if (!row)
+            return 0;
+        uint16_t *c = w->codes + i;
+        const size_t st = w->chunk;
+        if (r->rc_cw == 1)
+            for (size_t j = 0; j < w->nsel; j++)
+                c[j * st] = row[j];
+        else
+            for (size_t j = 0; j < w->nsel; j++)
+                memcpy(c + j * st, row + 2 * j, sizeof *c); /* rc_put's native order */
+    }
+    w->prefetched = 0;
+    return 1;
 }
 
 /* One output vector from its stage rows. */
@@ -730,8 +904,8 @@ static void emit_rows(work *w, uint64_t pos, size_t n)
     for (size_t ci = 0; ci < n; ci++) {
 #ifdef FKVF_HAVE_F16C
         if (w->tab16) {
-            /* one position: read_codes prefetched its rows */
-            emit_rows16(w, i0, ci, n > 1);
+            /* one position: read_codes may have prefetched its rows */
+            emit_rows16(w, i0, ci, !w->prefetched);
             continue;
         }
 #endif
@@ -865,8 +1039,12 @@ static int read_archived(fkvf_reader *r, work *w, uint64_t pos, uint64_t end)
             uint64_t u = pos - S - g->h.first_symbol;
             if (g->count - u < n)
                 n = (size_t)(g->count - u);
-            int rc = read_codes(r, w, gr, g, u, n);
-            if (rc)
+            int use = 0, rc;
+            if (w->all && n < RC_BLOCK && w->nsel == gr->n_streams &&
+                (rc = rc_ready(r, gr, &use)))
+                return rc;
+            if (!(use && rc_codes(r, w, gr, si, g, u, n)) &&
+                (rc = read_codes(r, w, gr, g, u, n)))
                 return rc;
             emit_rows(w, pos, n);
         }

@@ -269,6 +269,9 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
     fkvf_free(a, r->acc_freqs);
     fkvf_free(a, (void *)r->acc_tab);
     fkvf_free(a, (void *)r->acc_tab16);
+    fkvf_free(a, r->rc_codes);
+    fkvf_free(a, r->rc_seg);
+    fkvf_free(a, r->rc_blk);
     for (size_t i = 0; i < r->n_sections; i++)
         fkvf_free(a, r->sections[i].inflated);
     for (int g = 0; g < 2; g++) {

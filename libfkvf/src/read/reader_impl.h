@@ -144,6 +144,18 @@ struct fkvf_reader {
     const float **acc_tab;
     const uint8_t **acc_tab16;
     const uint8_t *acc_cb;
+    /* fkvf_reader_read's index row cache (access.c, rc_*): rc_slots slots of
+     * the codes of every index stream for a block of symbols of one segment,
+     * position-major; slot i holds block rc_blk[i] of segment rc_seg[i]
+     * (SIZE_MAX: empty). rc_state 0 not yet tried, 1 in use, -1 not used. */
+    uint8_t *rc_codes; /* codes of rc_cw bytes (1 when k <= 256, else 2) */
+    unsigned rc_cw;
+    size_t *rc_seg;
+    uint64_t *rc_blk;
+    size_t rc_slots;
+    int rc_state;
+    size_t rc_limit; /* its budget in bytes, when rc_limit_set (else RC_BYTES) */
+    int rc_limit_set;
 };
 
 /* Checks the handle (FKVF_E_STATE also for one whose open failed); clears
