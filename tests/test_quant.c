@@ -911,6 +911,21 @@ START_TEST(rvq_decode_matches_reference)
                          FKVF_E_RANGE);
         ck_assert_uint_eq(out[0], 0xAB);
         ck_assert_uint_eq(out[n * re * 4 - 1], 0xAB);
+        /* the same with one array per stream (pos_stride 1, restore's
+         * layout), the bad code in the middle of the last stream's */
+        uint16_t *sm = malloc(n * nc * sizeof *sm);
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < nc; j++)
+                sm[j * n + i] = codes[i * nc + j] & 15;
+        sm[(nc - 1) * n + n / 2] = 16;
+        ck_assert_int_eq(fkvf_rvq_decode(q, sm, 1, n, n, 0, NULL, FKVF_DTYPE_F32, out,
+                                         n * re * 4),
+                         FKVF_E_RANGE);
+        ck_assert_uint_eq(out[0], 0xAB);
+        ck_assert_uint_eq(out[n * re * 4 - 1], 0xAB);
+        sm[(nc - 1) * n + n / 2] = 15;
+        OK(fkvf_rvq_decode(q, sm, 1, n, n, 0, NULL, FKVF_DTYPE_F32, out, n * re * 4));
+        free(sm);
         free(ref);
         free(out);
         free(codes);

@@ -1030,18 +1030,25 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     /* every code in range before anything is written (k is a power of two:
      * a code is in range iff it has no bit at or above log2 k) */
     const unsigned high = (unsigned)(0xFFFFu & ~(sh->k - 1u));
-    for (size_t i = 0; i < n_rows; i++) {
-        const uint16_t *cp = codes + i * pos_stride;
-        unsigned any = 0;
-        if (code_stride == 1)
-            for (size_t j = 0; j < nc; j++)
-                any |= cp[j];
-        else
-            for (size_t j = 0; j < nc; j++)
-                any |= cp[j * code_stride];
-        if (any & high)
-            return FKVF_E_RANGE;
-    }
+    unsigned any = 0;
+    if (pos_stride == 1) /* one array per stream (restore): each read in order */
+        for (size_t j = 0; j < nc; j++) {
+            const uint16_t *cj = codes + j * code_stride;
+            for (size_t i = 0; i < n_rows; i++)
+                any |= cj[i];
+        }
+    else
+        for (size_t i = 0; i < n_rows; i++) {
+            const uint16_t *cp = codes + i * pos_stride;
+            if (code_stride == 1)
+                for (size_t j = 0; j < nc; j++)
+                    any |= cp[j];
+            else
+                for (size_t j = 0; j < nc; j++)
+                    any |= cp[j * code_stride];
+        }
+    if (any & high)
+        return FKVF_E_RANGE;
 
     const fkvf_allocator *a = &q->alloc;
     const uint32_t dmax = sh->key_dim > sh->value_dim ? sh->key_dim : sh->value_dim;
