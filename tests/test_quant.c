@@ -515,6 +515,62 @@ START_TEST(search_picks_true_nearest)
 }
 END_TEST
 
+/* fkvfq_table_norms16 (f16 rows read in place) gives fkvfq_table_norms'
+ * norms, cmax and duplicate marks on the widened rows bit for bit: dims
+ * around the lanes of 8 (tails), magnitudes across the f16 range,
+ * subnormals, duplicates (-0 equal to +0, a repeat of row 0 far down), and
+ * refuses an infinity or a NaN anywhere, tail included */
+START_TEST(table_norms16_matches_binary32)
+{
+    if (!fkvfq_table_norms16_usable())
+        return; /* the f16 path is not taken on this CPU */
+    const uint32_t dims[] = {1, 7, 8, 9, 16, 64, 67};
+    const uint32_t k = 64;
+    tu_rng r = {29};
+    for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+        uint32_t dim = dims[di];
+        uint16_t *h = tu_xcalloc((size_t)k * dim, sizeof *h);
+        float *f = tu_xcalloc((size_t)k * dim, sizeof *f);
+        float *nw = tu_xcalloc(k, sizeof *nw), *ng = tu_xcalloc(k, sizeof *ng);
+        void *scr = tu_xcalloc(fkvfq_prepare_scratch(k), 1);
+        for (size_t i = 0; i < (size_t)k * dim; i++)
+            h[i] = fkvf_f32_to_f16((float)ldexp(urand(&r) * 2 - 1, (int)(urand(&r) * 30) - 20));
+        memcpy(h + 5 * (size_t)dim, h, dim * sizeof *h);  /* row 5 = row 0 */
+        memcpy(h + 63 * (size_t)dim, h, dim * sizeof *h); /* row 63 = row 0 */
+        for (uint32_t d = 0; d < dim; d++) {              /* row 9 = row 7 with -0 for +0 */
+            h[7 * (size_t)dim + d] = d % 2 ? 0x0000 : 0x3C00;
+            h[9 * (size_t)dim + d] = d % 2 ? 0x8000 : 0x3C00;
+        }
+        h[11 * (size_t)dim] = 0x0001; /* the smallest subnormal */
+        for (size_t i = 0; i < (size_t)k * dim; i++)
+            f[i] = fkvf_f16_to_f32(h[i]);
+        double cw = -1, cg = -2;
+        fkvfq_table_norms(f, k, dim, nw, &cw, scr);
+        ck_assert_int_eq(fkvfq_table_norms16(h, k, dim, ng, &cg, scr), 1);
+        EXPECTF(!memcmp(nw, ng, k * sizeof *nw) && !memcmp(&cw, &cg, sizeof cw),
+                "dim %u: norms or cmax differ", dim);
+        EXPECTF(isinf(ng[5]) && isinf(ng[63]) && isinf(ng[9]) && !isinf(ng[0]) &&
+                    !isinf(ng[7]),
+                "dim %u: duplicates not marked", dim);
+        /* an infinity, then a NaN, in the first row, the middle, the tail */
+        const size_t at[] = {0, (size_t)k * dim / 2, (size_t)k * dim - 1};
+        for (int v = 0; v < 2; v++)
+            for (size_t a = 0; a < 3; a++) {
+                uint16_t keep = h[at[a]];
+                h[at[a]] = v ? 0x7E01 : 0xFC00;
+                EXPECTF(fkvfq_table_norms16(h, k, dim, ng, &cg, scr) == 0,
+                        "dim %u: %s at %zu accepted", dim, v ? "NaN" : "-inf", at[a]);
+                h[at[a]] = keep;
+            }
+        free(h);
+        free(f);
+        free(nw);
+        free(ng);
+        free(scr);
+    }
+}
+END_TEST
+
 /* ---- k-means (internal) ---------------------------------------------------------- */
 
 /* k-means++ seeding's distance update: every kernel set gives the portable
@@ -1263,7 +1319,20 @@ START_TEST(rvq_borrow_f16_checks)
         uint16_t keep = tab[nf - 1 - (size_t)i * 100];
         tab[nf - 1 - (size_t)i * 100] = bad[i];
         ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, tab, bytes, NULL), FKVF_E_INVALID_ARG);
+        /* the encoding handle checks them table by table, building its norms */
+        fkvf_rvq *e = (fkvf_rvq *)(uintptr_t)1;
+        ck_assert_int_eq(fkvf_rvq_from_tables16_encode(&e, &sh, 2, tab, bytes, NULL),
+                         FKVF_E_INVALID_ARG);
+        ck_assert_ptr_null(e);
         tab[nf - 1 - (size_t)i * 100] = keep;
+    }
+    for (size_t at = 0; at < nf; at += 97) { /* a NaN in every table in turn */
+        uint16_t keep = tab[at];
+        tab[at] = 0x7E00;
+        fkvf_rvq *e = (fkvf_rvq *)(uintptr_t)1;
+        ck_assert_int_eq(fkvf_rvq_from_tables16_encode(&e, &sh, 2, tab, bytes, NULL),
+                         FKVF_E_INVALID_ARG);
+        tab[at] = keep;
     }
     /* the largest finite values are taken */
     tab[0] = 0x7BFF;
@@ -2178,6 +2247,7 @@ static Suite *quant_suite(void)
     tcase_set_timeout(tk, 120);
     tcase_add_test(tk, search_picks_true_nearest);
     tcase_add_test(tk, seed_update_kernels_agree);
+    tcase_add_test(tk, table_norms16_matches_binary32);
     tcase_add_test(tk, kmeans_finds_separated_clusters);
     tcase_add_test(tk, kmeans_repairs_empty_clusters);
     suite_add_tcase(su, tk);

@@ -55,6 +55,14 @@ void fkvfq_table_panels(const float *rows, uint32_t k, uint32_t dim, float *pane
 /* The same without the panels (what fkvfq_scores_rows needs). */
 void fkvfq_table_norms(const float *rows, uint32_t k, uint32_t dim, float *norms, double *cmax,
                        void *scratch);
+/* fkvfq_table_norms over f16 rows (k rows of dim values, 2-byte aligned),
+ * each element widened exactly: the same norms, cmax and duplicates, and no
+ * binary32 copy. Only when fkvfq_table_norms16_usable() (AVX-512 and F16C).
+ * Returns 0 (norms and cmax unspecified) if an element is an infinity or a
+ * NaN, else 1. */
+int fkvfq_table_norms16_usable(void);
+int fkvfq_table_norms16(const uint16_t *rows, uint32_t k, uint32_t dim, float *norms,
+                        double *cmax, void *scratch);
 size_t fkvfq_prepare_scratch(uint32_t k);
 
 /* scores[j * k + c] = norms[c] - 2 * <x[j], c> in binary32 for j < 4 (all
@@ -173,7 +181,9 @@ int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
 /* Offset (in floats) of stage table (tab, kv, s) in rows / panels. */
 size_t fkvfq_table_off(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s);
 /* Fill norms and cmax (and the panels, when the handle has them) of every
- * table from rows: FKVF_OK or FKVF_E_NOMEM. */
+ * table from rows (or rows16: f16 tables in place, each checked for
+ * infinities and NaNs as it is widened): FKVF_OK, FKVF_E_NOMEM, or
+ * FKVF_E_INVALID_ARG for a non-finite f16 element. */
 int fkvfq_rvq_prepare(fkvf_rvq *q);
 /* One k-means stage as training runs it (for tests): n vectors of dim,
  * initial centroids `init` (k * dim) or k-means++ seeding from `seed` when

@@ -137,6 +137,16 @@ static fkvfq_table rvq_table(const fkvf_rvq *q, size_t tab, unsigned kv, unsigne
     return t;
 }
 
+/* 1 if none of the n f16 values at t is an infinity or a NaN (all exponent
+ * bits set): what fkvf_rvq_from_tables refuses after widening */
+static int f16_all_finite(const uint16_t *t, size_t n)
+{
+    unsigned bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad |= (t[i] & 0x7C00u) == 0x7C00u;
+    return !bad;
+}
+
 int fkvfq_rvq_prepare(fkvf_rvq *q)
 {
     void *scratch = fkvf_malloc(&q->alloc, fkvfq_prepare_scratch(q->shape.k));
@@ -146,8 +156,10 @@ int fkvfq_rvq_prepare(fkvf_rvq *q)
      * table first, the same binary32 values a binary32 copy would hold */
     const uint32_t dmax = q->shape.key_dim > q->shape.value_dim ? q->shape.key_dim
                                                               : q->shape.value_dim;
+    /* norms straight from the f16 rows when there are no panels to fill */
+    const int n16 = q->rows16 && !q->panels && fkvfq_table_norms16_usable();
     float *t32 = NULL;
-    if (q->rows16 &&
+    if (q->rows16 && !n16 &&
         !(t32 = fkvf_malloc(&q->alloc, (size_t)q->shape.k * dmax * sizeof(float)))) {
         fkvf_free(&q->alloc, scratch);
         return FKVF_E_NOMEM;
@@ -158,10 +170,25 @@ int fkvfq_rvq_prepare(fkvf_rvq *q)
             uint32_t dim = kv == 0 ? q->shape.key_dim : q->shape.value_dim;
             for (unsigned s = 0; s < ns; s++) {
                 size_t off = fkvfq_table_off(q, tab, kv, s), si = stage_index(q, tab, kv, s);
+                if (n16) {
+                    if (!fkvfq_table_norms16(q->rows16 + off, q->shape.k, dim,
+                                             q->norms + si * q->shape.k, &q->cmax[si],
+                                             scratch)) {
+                        fkvf_free(&q->alloc, scratch);
+                        return FKVF_E_INVALID_ARG;
+                    }
+                    continue;
+                }
                 const float *rows = t32 ? t32 : q->rows + off;
-                if (t32)
+                if (t32) {
+                    if (!f16_all_finite(q->rows16 + off, (size_t)q->shape.k * dim)) {
+                        fkvf_free(&q->alloc, t32);
+                        fkvf_free(&q->alloc, scratch);
+                        return FKVF_E_INVALID_ARG;
+                    }
                     fkvfq_load(FKVF_DTYPE_F16, (const uint8_t *)(q->rows16 + off), t32,
                                (size_t)q->shape.k * dim);
+                }
                 if (q->panels)
                     fkvfq_table_prepare(rows, q->shape.k, dim, q->panels + off,
                                         q->norms + si * q->shape.k, &q->cmax[si], scratch);
@@ -972,13 +999,11 @@ static int borrow16(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
         fkvf_rvq_free(q);
         return FKVF_E_INVALID_ARG;
     }
-    /* what from_tables refuses after widening: an infinity or a NaN (all
-     * exponent bits set) */
+    /* non-finite elements refused: here, or table by table while the
+     * search layout is built (fkvfq_rvq_prepare: one pass over the tables,
+     * not two) */
     const uint16_t *t = tables;
-    unsigned bad = 0;
-    for (size_t i = 0; i < q->n_floats; i++)
-        bad |= (t[i] & 0x7C00u) == 0x7C00u;
-    if (bad) {
+    if (layout != FKVFQ_LAYOUT_F16_ENCODE && !f16_all_finite(t, q->n_floats)) {
         fkvf_rvq_free(q);
         return FKVF_E_INVALID_ARG;
     }

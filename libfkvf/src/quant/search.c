@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "half.h"
 #include "quant.h"
 
 static int rows_equal(const float *a, const float *b, uint32_t dim)
@@ -43,6 +44,17 @@ static inline __attribute__((always_inline)) double norm2_finish(double s[8], co
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
+/* norm2_finish for f16 rows: the tail widened exactly first */
+static inline __attribute__((always_inline)) double norm2_finish16(double s[8], const uint16_t *r,
+                                                                   uint32_t d, uint32_t dim)
+{
+    float t[8];
+    uint32_t n = dim - d; /* < 8 */
+    for (uint32_t i = 0; i < n; i++)
+        t[i] = fkvf_cvt_f16_to_f32(r[d + i]);
+    return norm2_finish(s, t, 0, n);
+}
+
 static double norm2_portable(const float *r, uint32_t dim)
 {
     double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -74,7 +86,59 @@ __attribute__((target("avx512f"))) static void norms_avx512(const float *rows, u
     }
 }
 #define Q_HAVE_NORMS512 1
+
+/* norms_avx512 for f16 rows, each element widened exactly (the same
+ * additions); returns nonzero if an element is an infinity or a NaN */
+__attribute__((target("avx512f,f16c"))) static unsigned norms16_avx512(const uint16_t *rows,
+                                                                      uint32_t k, uint32_t dim,
+                                                                      double *n2)
+{
+    const __m128i ex = _mm_set1_epi16(0x7C00);
+    __m128i bad = _mm_setzero_si128();
+    for (uint32_t c = 0; c < k; c++) {
+        const uint16_t *r = rows + (size_t)c * dim;
+        __m512d acc = _mm512_setzero_pd();
+        uint32_t d = 0;
+        for (; d + 8 <= dim; d += 8) {
+            __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(r + d));
+            bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, ex), ex));
+            __m512d v = _mm512_cvtps_pd(_mm256_cvtph_ps(h));
+            acc = _mm512_add_pd(acc, _mm512_mul_pd(v, v));
+        }
+        double s[8];
+        _mm512_storeu_pd(s, acc);
+        for (uint32_t t = d; t < dim; t++) /* all bits set, as _mm_cmpeq_epi16 sets them */
+            bad = _mm_or_si128(bad, _mm_set1_epi16((short)-((r[t] & 0x7C00u) == 0x7C00u)));
+        n2[c] = norm2_finish16(s, r, d, dim);
+    }
+    return (unsigned)_mm_movemask_epi8(bad);
+}
 #endif
+
+/* rows a and b of f16 values equal as binary32 values */
+static int rows_equal16(const uint16_t *a, const uint16_t *b, uint32_t dim)
+{
+    for (uint32_t d = 0; d < dim; d++)
+        if (!(fkvf_cvt_f16_to_f32(a[d]) == fkvf_cvt_f16_to_f32(b[d])))
+            return 0;
+    return 1;
+}
+
+static void dup_mark(const float *rows, const uint16_t *rows16, uint32_t k, uint32_t dim,
+                     float *norms, void *scratch);
+
+/* the norms of a panel of 16 rows into norms, their largest into *mx */
+static void panel_norms(const double *n2, float *norms, double *mx)
+{
+    for (int i = 0; i < FKVFQ_PANEL; i++) {
+        norms[i] = (float)n2[i];
+        if (n2[i] > *mx)
+            *mx = n2[i];
+    }
+}
+
+/* a little above the true maximum norm */
+static double norm_bound(double mx) { return sqrt(mx) * (1 + 0x1p-40); }
 
 void fkvfq_table_norms(const float *rows, uint32_t k, uint32_t dim, float *norms, double *cmax,
                        void *scratch)
@@ -91,14 +155,52 @@ void fkvfq_table_norms(const float *rows, uint32_t k, uint32_t dim, float *norms
 #endif
             for (int i = 0; i < FKVFQ_PANEL; i++)
                 n2[i] = norm2_portable(r + (size_t)i * dim, dim);
-        for (int i = 0; i < FKVFQ_PANEL; i++) {
-            norms[c0 + i] = (float)n2[i];
-            if (n2[i] > mx)
-                mx = n2[i];
-        }
+        panel_norms(n2, norms + c0, &mx);
     }
-    /* a little above the true maximum norm */
-    *cmax = sqrt(mx) * (1 + 0x1p-40);
+    *cmax = norm_bound(mx);
+    dup_mark(rows, NULL, k, dim, norms, scratch);
+}
+
+int fkvfq_table_norms16_usable(void)
+{
+#ifdef Q_HAVE_NORMS512
+    return fkvf_cpu_avx512() && fkvf_cpu_f16c();
+#else
+    return 0;
+#endif
+}
+
+int fkvfq_table_norms16(const uint16_t *rows, uint32_t k, uint32_t dim, float *norms,
+                        double *cmax, void *scratch)
+{
+#ifdef Q_HAVE_NORMS512
+    double mx = 0;
+    unsigned bad = 0;
+    for (uint32_t c0 = 0; c0 < k; c0 += FKVFQ_PANEL) {
+        double n2[FKVFQ_PANEL];
+        bad |= norms16_avx512(rows + (size_t)c0 * dim, FKVFQ_PANEL, dim, n2);
+        panel_norms(n2, norms + c0, &mx);
+    }
+    if (bad)
+        return 0;
+    *cmax = norm_bound(mx);
+    dup_mark(NULL, rows, k, dim, norms, scratch);
+    return 1;
+#else
+    (void)rows;
+    (void)k;
+    (void)dim;
+    (void)norms;
+    (void)cmax;
+    (void)scratch;
+    return 0;
+#endif
+}
+
+/* Duplicates (rows, or rows16 when rows is NULL) marked in norms. */
+static void dup_mark(const float *rows, const uint16_t *rows16, uint32_t k, uint32_t dim,
+                     float *norms, void *scratch)
+{
     /* A centroid equal to one with a smaller index can never be the nearest
      * (ties go to the smaller index): an infinite norm keeps it out of the
      * candidates, so degenerate tables (all-zero late stages trained on
@@ -123,7 +225,8 @@ void fkvfq_table_norms(const float *rows, uint32_t k, uint32_t dim, float *norms
         for (; slot[h] != UINT32_MAX; h = (h + 1) & mask) {
             uint32_t e = slot[h];
             if (norms[e] == nc &&
-                rows_equal(rows + (size_t)e * dim, rows + (size_t)c * dim, dim)) {
+                (rows ? rows_equal(rows + (size_t)e * dim, rows + (size_t)c * dim, dim)
+                      : rows_equal16(rows16 + (size_t)e * dim, rows16 + (size_t)c * dim, dim))) {
                 dup = 1;
                 break;
             }
