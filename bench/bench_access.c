@@ -9,8 +9,11 @@
  *                       (1,100,1000); 0 skips it
  *
  * (a) latency of one position (all heads, K + V; and one layer / one head):
- *     warm (blocks verified), the same position again, cold (first touch of
- *     its blocks), and the first read after open (codebook load included);
+ *     warm (blocks verified; for whole positions with the reader's index
+ *     row cache off, and after every archived position was read once: the
+ *     cache filled as far as its 16 MiB go), the same position again, cold
+ *     (first touch of its blocks), and the first read after open (codebook
+ *     load included);
  * (b) one layer for all positions, LAYOUT_HEADS: first pass and warm;
  * (c) 4096 positions: fkvf_reader_restore and fkvf_reader_read against
  *     pread of the same f16 bytes from a raw file and memcpy, same run;
@@ -27,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#define FKVF_STATIC_LINKING_ONLY /* fkvf_reader_set_row_cache */
 #include "fkvf.h"
 
 enum { NL = 12, NH = 12, DIM = 64, KS = 4, VS = 2, K = 256, SINKS = 4, RECENT = 32 };
@@ -357,8 +361,21 @@ int main(int argc, char **argv)
         die("read layer", fkvf_reader_read(r, &lay, lbuf, lsz), r, NULL);
         lay_first[l] = now() - a;
     }
+    die("set_row_cache", fkvf_reader_set_row_cache(r, 0), r, NULL);
     time_reads(r, &all1, SINKS, n_arch, 0, REPS, buf, one, t);
-    row_latency("warm: 1 position, all 12x12 heads, K+V (random archived positions)", t, REPS);
+    row_latency("warm: 1 position, all 12x12 heads, K+V (random archived positions), row "
+                "cache off",
+                t, REPS);
+    die("set_row_cache", fkvf_reader_set_row_cache(r, FKVF_ROW_CACHE_DEFAULT), r, NULL);
+    for (uint64_t p = SINKS; p < SINKS + n_arch; p++) { /* the row cache filled */
+        fkvf_read_request q = all1;
+        q.first = p;
+        die("read", fkvf_reader_read(r, &q, buf, one), r, NULL);
+    }
+    time_reads(r, &all1, SINKS, n_arch, 0, REPS, buf, one, t);
+    row_latency("warm: 1 position, all 12x12 heads, K+V (random archived positions), row "
+                "cache filled",
+                t, REPS);
     time_reads(r, &all1, SINKS, n_arch, 1, REPS, buf, one, t);
     row_latency("warm: 1 position, all heads, K+V, the same position again", t, REPS);
     fkvf_read_request kv1 = all1;

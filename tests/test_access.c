@@ -434,6 +434,15 @@ START_TEST(row_cache_budgets)
             fkvf_read_request q = {p, 1, 0, 0, 0, 0, 0, FKVF_DTYPE_F32, FKVF_LAYOUT_ROWS};
             check_req(r, &x, &q, 1000 + (int)p);
         }
+        /* single positions at random, more than a window of the cache's hit
+         * rate: with one slot it falls below the floor and fills stop for a
+         * while (hits still served), then start again */
+        tu_rng h = {77 + (uint64_t)_i};
+        for (int i = 0; i < 2500; i++) {
+            fkvf_read_request q = {tu_below(&h, (uint32_t)x.N), 1, 0, 0, 0, 0, 0, c->dt,
+                                   FKVF_LAYOUT_ROWS};
+            check_req(r, &x, &q, 3000 + i);
+        }
         /* a new budget mid-way frees the cache; reads go on */
         ck_assert_int_eq(fkvf_reader_set_row_cache(r, budgets[(b + 1) % 3]), FKVF_OK);
         tu_rng g = {5 + (uint64_t)_i};

@@ -156,6 +156,10 @@ struct fkvf_reader {
     int rc_state;
     size_t rc_limit; /* its budget in bytes, when rc_limit_set (else RC_BYTES) */
     int rc_limit_set;
+    /* its hit rate (access.c rc_row): slots filled once, lookups and hits
+     * of the current window, lookups left without fills */
+    size_t rc_used;
+    uint32_t rc_looks, rc_hits, rc_nofill;
 };
 
 /* Checks the handle (FKVF_E_STATE also for one whose open failed); clears
