@@ -1502,7 +1502,10 @@ FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t f
  * otherwise one per stream, a cache line and often a page apart). Reading
  * those positions again then touches one row. A block whose bytes fail
  * their checksum or hold a symbol >= k is not cached (the read goes on
- * without it and reports only what concerns its own positions).
+ * without it and reports only what concerns its own positions). When reads
+ * spread over far more blocks than the cache holds (fewer than one in three
+ * finds its block once the cache is full), it stops filling for a while and
+ * such reads go uncached.
  *
  * Set the most memory that cache may take: FKVF_ROW_CACHE_DEFAULT (16 MiB,
  * the default) or any other size; 0 turns it off. Frees the cache r holds;
