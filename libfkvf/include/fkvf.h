@@ -596,9 +596,11 @@ FKVF_API int fkvf_reader_read_size(const fkvf_reader *r, const fkvf_read_request
  * blocks, not for concurrent use of one handle. Errors: FKVF_E_INVALID_ARG
  * (NULL, bad parts / dtype / layout, out_size below fkvf_reader_read_size:
  * the message names the size), FKVF_E_RANGE (positions, layers or heads
- * outside the archive), FKVF_E_CODEBOOK, and the format errors of the bytes
- * touched (FKVF_E_CHECKSUM, FKVF_E_SYMBOL, ...) with the reader's message;
- * after an error the contents of out are unspecified. */
+ * outside the archive), FKVF_E_CODEBOOK, FKVF_E_NOMEM (the scratch, or
+ * what the reader keeps for random access: the message says which), and the
+ * format errors of the bytes touched (FKVF_E_CHECKSUM, FKVF_E_SYMBOL, ...)
+ * with the reader's message; after an error the contents of out are
+ * unspecified. */
 FKVF_API int fkvf_reader_read(fkvf_reader *r, const fkvf_read_request *req, void *out,
                               size_t out_size);
 
