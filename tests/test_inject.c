@@ -1293,8 +1293,9 @@ static void r_finish(void *ctx, int clean, long stopped)
         EXPECT(c->is_exact == 0 && c->is_ext == 0);
         EXPECT(c->cbs.k == K && !memcmp(c->cb_hash, fx->cb_hash, 16));
         EXPECT(c->row_bytes == ROW_F32 && c->read_bytes == (size_t)(N - 3) * 1 * 1 * D * 2);
-        /* one position read whole (through the row cache, or without it when
-         * its allocation failed) is its restored row */
+        /* one position read whole (through the row cache; a failure to
+         * allocate it was reported and the retry succeeded) is its restored
+         * row */
         EXPECT(!memcmp(c->one, c->restored + (S + 3) * ROW_F32 / 4, sizeof c->one));
         /* exact positions restore to their rows */
         for (size_t e = 0; e < (size_t)L * H * 2 * D; e++) {
@@ -1358,7 +1359,6 @@ typedef struct xctx {
     const char *name;
     float restored[N * ROW_F32 / 4];
     uint16_t partial[N * ROW_BYTES / 2];
-    float one[ROW_F32 / 4]; /* archived position S + 3, all of it (the index row cache) */
     int have_ref;
     float ref_restored[N * ROW_F32 / 4];
 } xctx;
