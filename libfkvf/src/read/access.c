@@ -550,19 +550,37 @@ static inline void prefetch_row(const float *row, uint32_t dim)
     prefetch_bytes(row, (size_t)dim * sizeof(float));
 }
 
+/* The shift of segment g's block size when symbols [u0, u0 + n) of its
+ * streams can be read as their stored bytes: 8-bit quad symbols (spec
+ * 12.1.4) and a power-of-two block size of at least n bytes, so that each
+ * stream's bytes lie in at most two blocks. -1 otherwise (read_stream). */
+static int direct8_shift(const rd_group *gr, const rd_seg *g, uint64_t u0, size_t n)
+{
+    const uint64_t bs = g->h.block_size;
+    if (gr->profile != FKVF_PROFILE_QUAD || gr->bits != 8 || (bs & (bs - 1)) || n > bs ||
+        !fkvf_range_ok(u0, n, g->h.stream_bytes))
+        return -1;
+    return __builtin_ctzll(bs);
+}
+
+/* Stream ord's stored bytes of those symbols (sh from direct8_shift), or
+ * NULL when a block they lie in is not verified yet. */
+static const uint8_t *direct8_bytes(const rd_seg *g, int sh, uint64_t ord, uint64_t u0, size_t n)
+{
+    /* the segment holds n_streams * stream_bytes bytes: checked at open */
+    uint64_t off = ord * g->h.stream_bytes + u0;
+    return g->block_ok[off >> sh] && g->block_ok[(off + n - 1) >> sh] ? g->data + off : NULL;
+}
+
 /* LAYOUT_ROWS: codes of symbols [u0, u0+n) of every selected stream of
  * segment g into w->codes[j * chunk + i]. */
 static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t u0, size_t n)
 {
     const plan *p = w->p;
-    const uint64_t sb = g->h.stream_bytes, bs = g->h.block_size;
-    if (gr->profile == FKVF_PROFILE_QUAD && gr->bits == 8 && (bs & (bs - 1)) == 0 && n <= bs &&
-        fkvf_range_ok(u0, n, sb)) {
-        /* the common case inline: 8-bit symbols are the stored bytes (spec
-         * 12.1.4), a power-of-two block size of at least n bytes (so the
-         * symbols lie in at most two blocks); anything unusual (a block not
-         * verified yet, a code >= k) goes through read_stream */
-        const unsigned sh = (unsigned)__builtin_ctzll(bs);
+    const int sh = direct8_shift(gr, g, u0, n);
+    if (sh >= 0) {
+        /* the common case inline: the stored bytes; anything unusual (a
+         * block not verified yet, a code >= k) goes through read_stream */
         const uint32_t k = r->cb_shape.k;
         /* one position: each code's centroid row prefetched as soon as the
          * code is loaded, so that the row misses overlap the code misses of
@@ -579,15 +597,14 @@ static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t
                     uint64_t ord = stream_ord(r, w, li, hi, kv, 0);
                     const uint32_t dim = kv ? p->dv : p->dk;
                     for (unsigned s = 0; s < ns; s++, j++, ord++) {
-                        uint64_t off = ord * sb + u0;
                         uint16_t *c = w->codes + j * w->chunk;
-                        if (!g->block_ok[off >> sh] || !g->block_ok[(off + n - 1) >> sh]) {
+                        const uint8_t *src = direct8_bytes(g, sh, ord, u0, n);
+                        if (!src) {
                             int rc = read_stream(r, gr, g, ord, u0, n, c);
                             if (rc)
                                 return rc;
                             continue;
                         }
-                        const uint8_t *src = g->data + off;
                         unsigned mx = 0;
                         for (size_t i = 0; i < n; i++) {
                             c[i] = src[i];
@@ -730,16 +747,12 @@ static int rc_fill(fkvf_reader *r, rd_group *gr, rd_seg *g, uint64_t u0, size_t 
                    uint8_t *rows, size_t ns)
 {
     const unsigned cw = r->rc_cw;
-    const uint64_t sb = g->h.stream_bytes, bs = g->h.block_size;
-    const int fast = gr->profile == FKVF_PROFILE_QUAD && gr->bits == 8 && (bs & (bs - 1)) == 0 &&
-                     fkvf_range_ok(u0, m, sb);
-    const unsigned sh = fast ? (unsigned)__builtin_ctzll(bs) : 0;
+    const int sh = direct8_shift(gr, g, u0, m);
     unsigned mx = 0;
     uint16_t c[RC_BLOCK];
     for (size_t j = 0; j < ns; j++) {
-        uint64_t off = j * sb + u0; /* the segment holds ns * sb bytes: checked at open */
-        if (fast && g->block_ok[off >> sh] && g->block_ok[(off + m - 1) >> sh]) {
-            const uint8_t *src = g->data + off;
+        const uint8_t *src = sh >= 0 ? direct8_bytes(g, sh, j, u0, m) : NULL;
+        if (src) {
             for (size_t i = 0; i < m; i++) {
                 rc_put(rows, cw, i * ns + j, src[i]);
                 mx = src[i] > mx ? src[i] : mx;
