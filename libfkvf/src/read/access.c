@@ -421,11 +421,13 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
         tables_fill(r, p, w, cb, NULL, r->acc_tab16);
         r->acc_cb = cb;
     }
-    if (all && r->acc_tab)
+    /* the reader's lists exist now for a selection of every stream (their
+     * allocation failing is an error above) */
+    if (all)
         w->tab = r->acc_tab;
     else
         tables_fill(r, p, w, NULL, w->tab, NULL);
-    if (cb && all && r->acc_cb == cb)
+    if (cb && all)
         w->tab16 = r->acc_tab16;
     else if (cb)
         tables_fill(r, p, w, cb, NULL, w->tab16);
