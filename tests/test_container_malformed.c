@@ -279,11 +279,12 @@ END_TEST
 /* Full verification parses every META section, also one a later commit
  * replaced (spec 1.3.3, 9.3); the ordinary path reads only the one in
  * effect. Found by the second reader (conformance/pyreader). */
-/* A codebook element that is not finite breaks a writer rule (spec 13.2;
- * fkvf validate --strict W-CBK1-FINITE), which full verification does not
- * check; restoring an archived row from it fails with CORRUPT (the reader
- * used to report FKVF_E_INVALID_ARG, a caller error, spec 16.3). Found by
- * the second reader (conformance/pyreader). */
+/* A codebook element that is not finite makes the file invalid (spec 13.2):
+ * restoring an archived row from it fails with CORRUPT (the reader used to
+ * report FKVF_E_INVALID_ARG, a caller error, spec 16.3; found by the second
+ * reader, conformance/pyreader), and full verification rejects it with
+ * CORRUPT too (it used to accept such a file, issue 17 point 8:
+ * conformance/files/cbk1_value_nan*.fkvf). */
 /* An EXAC count whose rows exceed 2^48 bytes is LIMIT even though the
  * section is also shorter than they need (spec 14.2, 15, 16.2); libfkvf
  * said TRUNCATED unless count * row_bytes overflowed 64 bits. Found by the
@@ -348,7 +349,8 @@ START_TEST(codebook_value_not_finite)
     float *out = malloc(rb);
     ck_assert_ptr_nonnull(out);
     RC_R(r, fkvf_reader_restore(r, m.desc.n_sinks, 1, FKVF_DTYPE_F32, out, rb), FKVF_E_CORRUPT);
-    OK_R(r, fkvf_reader_verify(r));
+    RC_R(r, fkvf_reader_verify(r), FKVF_E_CORRUPT);
+    ck_assert_msg(strstr(fkvf_reader_message(r), "not finite"), "%s", fkvf_reader_message(r));
     free(out);
     fkvf_reader_free(r);
     tu_buf_free(&b);

@@ -861,10 +861,14 @@ static int attach_given(fkvf_reader *r, const char *archive, const char *given, 
     if (rc != FKVF_OK) {
         /* a FILE that is not there or cannot be read: exit 2, as any
          * path; one that is not a codebook file: invalid input */
-        char pre[200];
-        snprintf(pre, sizeof pre, "(the archive %.80s expects the codebook with content hash %s) ",
-                 archive, hx);
-        int code = rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? rc : FKVF_E_CODEBOOK;
+        char pre[320];
+        int env = rc == FKVF_E_IO || rc == FKVF_E_NOMEM;
+        /* not usable: CODEBOOK whatever the file's own class (spec 13.5),
+         * which the library's message that follows names */
+        snprintf(pre, sizeof pre,
+                 "(the archive %.80s expects the codebook with content hash %s)%s ", archive, hx,
+                 env ? "" : " not a usable codebook file (CODEBOOK, spec 13.5):");
+        int code = env ? rc : FKVF_E_CODEBOOK;
         codebook_failure(st, code, c, rc);
         int ex = cli_fail_reader(code, c, given, pre);
         fkvf_reader_free(c);

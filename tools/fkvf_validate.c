@@ -20,9 +20,9 @@ static const char *validate_help =
     "\n"
     "then a summary line per file. Without --strict the rules are those of full\n"
     "verification (spec 1.3.3); --strict adds the writer-side rules a reader may\n"
-    "be lenient about (reserved optional feature bits, fkvf. metadata keys, finite\n"
-    "codebook values, zero rope_theta bytes, every commit a valid state on its\n"
-    "own). spec/requirements.md maps every requirement of the spec to its check.\n"
+    "be lenient about (reserved optional feature bits, fkvf. metadata keys, zero\n"
+    "rope_theta bytes, every commit a valid state on its own).\n"
+    "spec/requirements.md maps every requirement of the spec to its check.\n"
     "\n"
     "  --strict            add the writer-side rules\n"
     "  --json              one JSON object: {\"files\": [{\"file\", \"valid\",\n"
@@ -242,9 +242,14 @@ int fkvf_cli_validate(int argc, char **argv)
             /* a --codebooks FILE that cannot be used stops before any result
              * (the files are not validated): exit 2 when it does not exist or
              * cannot be read, as any path; 1 when it is not a codebook file,
-             * as in verify and unpack */
-            ex = cli_fail_reader(rc == FKVF_E_IO || rc == FKVF_E_NOMEM ? rc : FKVF_E_CODEBOOK, cb,
-                                 o.cbpath, "--codebooks: ");
+             * as in verify and unpack, with the class spec 13.5 gives an
+             * unusable candidate, whatever its own open said (which the
+             * message names) */
+            int env = rc == FKVF_E_IO || rc == FKVF_E_NOMEM;
+            ex = cli_fail_reader(env ? rc : FKVF_E_CODEBOOK, cb, o.cbpath,
+                                 env ? "--codebooks: "
+                                     : "--codebooks: not a usable codebook file (CODEBOOK, spec "
+                                       "13.5): ");
             fkvf_reader_free(cb);
             free(o.files);
             return ex;

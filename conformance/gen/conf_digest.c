@@ -1,4 +1,4 @@
-/* Conformance digest (see conformance/README.md, "Digest"). Archived rows
+/* Conformance digest (spec/fkvf-v1.md, Annex A). Archived rows
  * are approximations that readers need not reproduce bit for bit (spec 13.6,
  * 8.1), so the digest covers what every reader must decode exactly:
  *

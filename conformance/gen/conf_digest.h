@@ -1,5 +1,5 @@
-/* The conformance digest of an opened archive (conformance/README.md,
- * "Digest"). Shared by the generator and the reference runner helper. */
+/* The conformance digest of an opened archive (spec/fkvf-v1.md,
+ * Annex A). Shared by the generator and the reference runner helper. */
 #ifndef CONF_DIGEST_H
 #define CONF_DIGEST_H
 #include <stdint.h>

@@ -61,10 +61,20 @@ int main(int argc, char **argv)
     const char *name;
     if (cbpath && fkvf_reader_codebook_ref(r, &ext, h, &name) == FKVF_OK && ext) {
         rc = fkvf_reader_open_file(&cb, cbpath, FKVF_OPEN_READ, NULL);
-        if (rc) /* the candidate is not a usable codebook file (spec 13.5) */
-            rc = FKVF_E_CODEBOOK;
-        else
+        /* a candidate that fails its open is not a usable codebook file
+         * (spec 13.5: CODEBOOK, whatever the candidate's own class); one
+         * that cannot be read is an environment failure (16.3) */
+        if (rc == FKVF_OK) {
             rc = fkvf_reader_attach_codebook(r, cb);
+        } else if (rc == FKVF_E_IO || rc == FKVF_E_NOMEM) {
+            fprintf(stderr, "fkvf-conf-read: %s: %s\n", cbpath,
+                    cb ? fkvf_reader_message(cb) : fkvf_strerror(rc));
+            fkvf_reader_free(cb);
+            fkvf_reader_free(r);
+            return 2;
+        } else {
+            rc = FKVF_E_CODEBOOK;
+        }
     }
     if (!rc && !open_mode)
         rc = fkvf_reader_verify(r);

@@ -291,6 +291,8 @@ typedef struct {
     int commits;        /* 1 or 3: commit 2 replaces META, commit 3 adds exact rows of... */
     const char *extra_type; /* an extra section of this type */
     unsigned extra_flags;
+    const void *extra_data; /* its contents (NULL: a fixed text) */
+    size_t extra_size;
     uint32_t block_size;
     uint64_t seed;
     const char *model_id, *tok_id; /* NULL: the defaults */
@@ -435,7 +437,7 @@ static void build(const char *name, const cfg *c)
     if (!c->codec)
         s = n, tail = 0;
     size_t row = (size_t)c->L * c->H * (c->KD + c->VD) * esize(c->dtype);
-    unsigned char *rows = calloc(n ? n : 1, row);
+    unsigned char *rows = calloc(1, (size_t)n * row + 1); /* n may be 0 */
     if (!rows)
         die("out of memory", "rows");
     for (size_t i = 0; i + esize(c->dtype) <= (size_t)n * row; i += esize(c->dtype))
@@ -515,7 +517,8 @@ static void build(const char *name, const cfg *c)
         static const char payload[] = "an extension section a v1.0 reader does not know";
         W(fkvf_writer_add_section(w, FKVF_FOURCC(c->extra_type[0], c->extra_type[1],
                                                  c->extra_type[2], c->extra_type[3]),
-                                  c->extra_flags, 0, payload, sizeof payload),
+                                  c->extra_flags, 0, c->extra_data ? c->extra_data : payload,
+                                  c->extra_data ? c->extra_size : sizeof payload),
           "extra section");
     }
     W(fkvf_writer_set_positions(w, n, n_arch), "positions");
@@ -619,6 +622,139 @@ static void trunc_section(const char *base, const char *type, const char *clause
     save(name, b.p, b.n);
     free(b.p);
     row(name, "reject", open, "TRUNCATED", clause, "-", prov);
+}
+
+/* ---- appending commits byte by byte --------------------------------------- */
+static uint64_t align64(uint64_t x) { return (x + 63) / 64 * 64; }
+
+/* a section for append_commit */
+typedef struct {
+    const char *type;
+    uint32_t flags;
+    uint64_t key;
+    const unsigned char *data; /* stored bytes; never inside the buf appended to */
+    size_t size;
+} new_sec;
+
+/* the first section of `type` in the last commit of b, as it is stored (not
+ * deflated), to be appended elsewhere; b must outlive the result */
+static new_sec sec_of(const buf *b, const char *type)
+{
+    uint64_t e = entry(b, last_trailer(b), type, 0);
+    if (get32(b->p + e + 4) & FKVF_SECTION_DEFLATE)
+        die("sec_of: deflated", type);
+    new_sec s = {type, get32(b->p + e + 4), get64(b->p + e + 32), b->p + sec_off(b, e),
+                 (size_t)sec_size(b, e)};
+    return s;
+}
+
+/* Appends to b (whose last commit is complete) one commit holding the n
+ * sections s, tiled as spec 4.1 lays them out, with the n_positions and
+ * n_archived of the previous commit; every checksum sealed (STRM: segment
+ * header and blocks too). As a writer appends, but with sections a writer
+ * would refuse (known types, copies, faults made afterwards). */
+static void append_commit(buf *b, const new_sec *s, size_t n)
+{
+    uint64_t Tp = last_trailer(b), dp = get64(b->p + Tp + 16), seq = get64(b->p + Tp + 8) + 1;
+    uint64_t off[4], end = b->n;
+    if (n > 4 || b->n % 64)
+        die("append_commit", "too many sections or a torn file");
+    for (size_t i = 0; i < n; i++) {
+        off[i] = align64(end);
+        end = off[i] + s[i].size;
+    }
+    uint64_t d = align64(end), T = d + 64 + 64 * (uint64_t)n;
+    unsigned char *p = realloc(b->p, T + 64 + 1);
+    if (!p)
+        die("out of memory", "append_commit");
+    memset(p + b->n, 0, T + 64 - b->n);
+    for (size_t i = 0; i < n; i++)
+        memcpy(p + off[i], s[i].data, s[i].size);
+    /* directory (spec 5.1) */
+    memcpy(p + d, "DIRC", 4);
+    put32(p + d + 4, (uint32_t)n);
+    put64(p + d + 8, seq);
+    put64(p + d + 16, get64(p + dp + 16));
+    put64(p + d + 24, get64(p + dp + 24));
+    for (size_t i = 0; i < n; i++) {
+        unsigned char *e = p + d + 64 + 64 * i;
+        memcpy(e, s[i].type, 4);
+        put32(e + 4, s[i].flags);
+        put64(e + 8, off[i]);
+        put64(e + 16, s[i].size);
+        put64(e + 24, s[i].size);
+        put64(e + 32, s[i].key);
+    }
+    /* trailer (spec 6) */
+    memcpy(p + T, "\x89" "FKVTRL\n", 8);
+    put64(p + T + 8, seq);
+    put64(p + T + 16, d);
+    put64(p + T + 24, 64 + 64 * (uint64_t)n);
+    put64(p + T + 40, Tp);
+    put64(p + T + 48, T + 64);
+    b->p = p;
+    b->n = T + 64;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t e = d + 64 + 64 * i;
+        if (!memcmp(s[i].type, "STRM", 4))
+            reseal_strm(b, e);
+        else
+            reseal_section(b, e);
+    }
+    reseal_dir(b, T);
+}
+
+/* base + one commit holding two copies of base's index segment (its first
+ * STRM, group 0): both start at symbol 0, so the second cuts the first away
+ * whole (spec 11.6) and no commit serves a symbol of the first. *first: the
+ * entry of the first copy, for the caller to damage and re-seal. */
+static buf cut_away_pair(const buf *base, uint64_t *first)
+{
+    new_sec s = sec_of(base, "STRM");
+    if (s.key != 0)
+        die("cut_away_pair", "the first STRM is not the index group");
+    new_sec two[2] = {s, s};
+    buf b = copy(*base);
+    append_commit(&b, two, 2);
+    *first = entry(&b, last_trailer(&b), "STRM", 0);
+    return b;
+}
+
+/* ---- codebook values ------------------------------------------------------ */
+/* The first symbol of b's first index stream (L0.H0.K.0, quad): the row of
+ * the first key table that restoring position n_sinks reads (spec 13.6). */
+static unsigned first_index_symbol(const buf *b)
+{
+    uint64_t e = entry(b, last_trailer(b), "STRM", 0), db, nb;
+    const unsigned char *h = b->p + sec_off(b, e);
+    if (get64(h) != 0 || h[8] != 1 || h[9] > 8 || get64(h + 24) == 0)
+        die("first_index_symbol", "no quad index stream of 8 bits or fewer");
+    return b->p[sec_off(b, e) + strm_data_off(b, e, &db, &nb)] & ((1u << h[9]) - 1);
+}
+/* Element 0 of row c of the first key table K[0][0][0] (spec 13.2) of the
+ * f16 CBK1 in the last commit of b set to the bits v; CBK1 and directory
+ * re-sealed. */
+static void cbk1_set_value(buf *b, unsigned c, uint16_t v)
+{
+    uint64_t T = last_trailer(b), e = entry(b, T, "CBK1", 0), off = sec_off(b, e);
+    if (b->p[off + 22] != FKVF_DTYPE_F16 || b->p[off + 20] == 0 || c >= get32(b->p + off + 16))
+        die("cbk1_set_value", "not an f16 CBK1 with key stages");
+    put16(b->p + off + 64 + (uint64_t)c * get32(b->p + off + 8) * 2, v);
+    reseal_section(b, e);
+    reseal_dir(b, T);
+}
+
+/* name = base with the size of its first deflated `type` section (last
+ * commit) set to 1032 x stored_size + 65, one more than spec 4.4 allows;
+ * directory re-sealed */
+static void deflate_over_ratio(const buf *base, const char *type, const char *name)
+{
+    buf b = copy(*base);
+    uint64_t T = last_trailer(&b), e = entry(&b, T, type, 0);
+    put64(b.p + e + 24, sec_size(&b, e) * 1032 + 65);
+    reseal_dir(&b, T);
+    save(name, b.p, b.n);
+    free(b.p);
 }
 
 /* ---- the suite ---------------------------------------------------------- */
@@ -1252,6 +1388,45 @@ int main(int argc, char **argv)
             "valid_ngon_f16, bit 8 of the first span's anchor x flipped (does not re-encode to "
             "itself); checksums re-sealed");
         free(b.p);
+        /* the NaN anchor of span_nan_anchor in a segment no commit serves:
+         * full verification checks every span, the access path need not */
+        uint64_t ec2;
+        b = cut_away_pair(&n, &ec2);
+        memset(b.p + sec_off(&b, ec2) + doff, 0xFF, 8);
+        reseal_strm(&b, ec2);
+        reseal_dir(&b, last_trailer(&b));
+        save("span_in_cutaway_segment.fkvf", b.p, b.n);
+        row("span_in_cutaway_segment.fkvf", "reject", "either", "SPAN", "§11.6, §12.2.5", "-",
+            "valid_ngon_f16 + commit 2 with two copies of its index segment (both from symbol "
+            "0, so the second cuts the first away whole), the first's first anchor x = NaN "
+            "bits; re-sealed");
+        free(b.p);
+        /* span_symbols one above L_max(r) = 16 (the stream size does not change) */
+        b = copy(n);
+        put32(b.p + off + 32, get32(n.p + off + 32) + 1);
+        uint64_t db2, nb2;
+        if (strm_data_off(&b, e, &db2, &nb2) != doff || db2 != db)
+            die("ngon_span_above_max", "the segment size changed");
+        reseal_strm(&b, e);
+        reseal_dir(&b, Tn);
+        save("ngon_span_above_max.fkvf", b.p, b.n);
+        rej("ngon_span_above_max.fkvf", "CORRUPT", "§11.2, §12.2.2",
+            "valid_ngon_f16 with the index segment's span_symbols L = 17 > L_max(r) = 16 (2 "
+            "spans per stream either way); re-sealed");
+        free(b.p);
+        /* a vertex table no stream uses is still checked (§10.2) */
+        b = copy(q);
+        new_sec vt = sec_of(&n, "VTXS");
+        append_commit(&b, &vt, 1);
+        uint64_t Tv = last_trailer(&b), ev2 = entry(&b, Tv, "VTXS", 0);
+        put64(b.p + sec_off(&b, ev2) + 8 + 16 * 3, UINT64_C(0x4000000000000000)); /* 2.0 */
+        reseal_section(&b, ev2);
+        reseal_dir(&b, Tv);
+        save("vtxs_unused_bad_values.fkvf", b.p, b.n);
+        row("vtxs_unused_bad_values.fkvf", "reject", "either", "CORRUPT", "§7.5, §10.2", "-",
+            "valid_quad_f16_rope (no ngon stream) + commit 2 with valid_ngon_f16's VTXS (N = 16) "
+            "whose Vx(3) = 2.0 (off the unit circle); re-sealed");
+        free(b.p);
         free(n.p);
 
         buf df = load("valid_deflate.fkvf");
@@ -1267,13 +1442,9 @@ int main(int argc, char **argv)
         rej("deflate_bad_stream.fkvf", "DEFLATE", "§4.4",
             "as checksum_deflated_CBK1 with the section checksum re-sealed (zlib/Adler-32 fails)");
         free(b.p);
-        b = copy(df);
-        put64(b.p + ec + 24, sec_size(&df, ec) * 1032 + 65);
-        reseal_dir(&b, Td);
-        save("limit_deflate_ratio.fkvf", b.p, b.n);
+        deflate_over_ratio(&df, "CBK1", "limit_deflate_ratio.fkvf");
         rej("limit_deflate_ratio.fkvf", "LIMIT", "§4.4",
             "deflated CBK1 size = 1032 * stored_size + 65; re-sealed");
-        free(b.p);
         b = copy(df);
         put64(b.p + ec + 24, get64(df.p + ec + 24) + 1);
         reseal_dir(&b, Td);
@@ -1418,6 +1589,27 @@ int main(int argc, char **argv)
             free(zb.p);
             row(zm[k].name, "reject", "either", zm[k].cls, zm[k].clause, "-", zm[k].prov);
         }
+        /* REQUIRED set on an index section (writers leave it clear): SECTION,
+         * as for a section of an unknown type with REQUIRED (§4.3) */
+        static const struct {
+            const char *name, *base, *type, *clause;
+        } req[] = {
+            {"zidx_required_flag.fkvf", "valid_zidx.fkvf", "ZIDX", "§4.3, §20.1"},
+            {"zpos_required_flag.fkvf", "valid_zpos.fkvf", "ZPOS", "§4.3, §20.7"},
+        };
+        for (size_t k = 0; k < sizeof req / sizeof req[0]; k++) {
+            buf zb = load(req[k].base);
+            uint64_t zT = last_trailer(&zb), ze = entry(&zb, zT, req[k].type, 0);
+            put32(zb.p + ze + 4, get32(zb.p + ze + 4) | FKVF_SECTION_REQUIRED);
+            reseal_dir(&zb, zT);
+            save(req[k].name, zb.p, zb.n);
+            free(zb.p);
+            char prov[160];
+            snprintf(prov, sizeof prov,
+                     "%s with the first %s entry's REQUIRED flag set; directory re-sealed",
+                     req[k].base, req[k].type);
+            rej(req[k].name, "SECTION", req[k].clause, prov);
+        }
         zpos_stale("zpos_stale_duplicate.fkvf", 1);
         row("zpos_stale_duplicate.fkvf", "reject", "either", "CORRUPT", "§20.4, §20.7", "-",
             "valid_zpos_stale.fkvf with the stale ZPOS's entry 1 = entry 0's position (a stale "
@@ -1460,6 +1652,24 @@ int main(int argc, char **argv)
             "valid_zidx.fkvf with the first ZIDX n_indexed = 2^44 (64 + 2^44 x 24 > 2^48; "
             "the section is also too short); re-sealed");
         free(lb.p);
+
+        /* EXAC rows of exactly 2^48 bytes: the section (64 + rows) exceeds 2^48 */
+        lb = load("valid_quad_f16_rope.fkvf");
+        lT = last_trailer(&lb), le = entry(&lb, lT, "EXAC", 0);
+        const unsigned char *dd = lb.p + sec_off(&lb, entry(&lb, lT, "DESC", 0));
+        uint64_t row_bytes =
+            (uint64_t)get32(dd) * get32(dd + 4) * (get32(dd + 8) + get32(dd + 12)) * 2; /* f16 */
+        if (row_bytes & (row_bytes - 1))
+            die("limit_exac_rows_2p48", "row_bytes is not a power of two");
+        put64(lb.p + sec_off(&lb, le) + 8, ((uint64_t)1 << 48) / row_bytes);
+        reseal_section(&lb, le);
+        reseal_dir(&lb, lT);
+        save("limit_exac_rows_2p48.fkvf", lb.p, lb.n);
+        rej("limit_exac_rows_2p48.fkvf", "LIMIT", "§14.2, §15, §16.2",
+            "valid_quad_f16_rope.fkvf with the first EXAC count = 2^41 (x 128-byte rows = 2^48 "
+            "exactly, so 64 + count x row_bytes > 2^48; the section is also too short); "
+            "re-sealed");
+        free(lb.p);
     }
     {
         /* symbol out of range: k = 16 with 8-bit quad symbols */
@@ -1478,6 +1688,21 @@ int main(int argc, char **argv)
         save("symbol_out_of_range.fkvf", b.p, b.n);
         rej("symbol_out_of_range.fkvf", "SYMBOL", "§11.8, §13.7",
             "8-bit quad index streams with k = 16; symbol 5 of stream 0 set to 243; checksums "
+            "re-sealed");
+        free(b.p);
+        /* the same symbol in a segment no commit serves: never decoded for a
+         * restore, but full verification checks every stored symbol */
+        uint64_t ec;
+        b = cut_away_pair(&s, &ec);
+        b.p[sec_off(&b, ec) + doff + 5] = 0xF3;
+        reseal_strm(&b, ec);
+        reseal_dir(&b, last_trailer(&b));
+        save("symbol_in_cutaway_segment.fkvf", b.p, b.n);
+        row("symbol_in_cutaway_segment.fkvf", "reject", "either", "SYMBOL",
+            "§1.3.3, §11.6, §11.8", "-",
+            "writer: 8-bit quad index streams with k = 16 (symbol_out_of_range before its "
+            "change) + commit 2 with two copies of the index segment (both from symbol 0, so "
+            "the second cuts the first away whole), the first's symbol 5 of stream 0 = 243 >= k; "
             "re-sealed");
         free(b.p);
         free(s.p);
@@ -1556,6 +1781,18 @@ int main(int argc, char **argv)
         save("desc_reserved.fkvf", b.p, b.n);
         rej("desc_reserved.fkvf", "CORRUPT", "§8.2", "DESC reserved byte 100 = 1; re-sealed");
         free(b.p);
+        {
+            buf f = load("valid_quad_f32.fkvf"); /* key_transform 0 */
+            uint64_t Tf = last_trailer(&f), ef = entry(&f, Tf, "DESC", 0);
+            put64(f.p + sec_off(&f, ef) + 24, UINT64_C(0x7FF8000000000000));
+            reseal_section(&f, ef);
+            reseal_dir(&f, Tf);
+            save("desc_theta_nan.fkvf", f.p, f.n);
+            free(f.p);
+            rej("desc_theta_nan.fkvf", "CORRUPT", "§8.2",
+                "valid_quad_f32 (key_transform 0) with rope_theta = NaN (not zero as a number); "
+                "re-sealed");
+        }
 
         buf df = load("valid_deflate.fkvf");
         uint64_t Td = last_trailer(&df), ex = entry(&df, Td, "XDFL", 0), es = entry(&df, Td, "STRM", 0);
@@ -1571,6 +1808,11 @@ int main(int argc, char **argv)
             "as unknown_optional_checksum with the section checksum re-sealed: its zlib stream "
             "(Adler-32) is invalid; readers ignore the contents, full verification checks them");
         free(b.p);
+        /* the bound of §4.4 holds for a section readers otherwise ignore */
+        deflate_over_ratio(&df, "XDFL", "limit_unknown_optional_deflate_ratio.fkvf");
+        rej("limit_unknown_optional_deflate_ratio.fkvf", "LIMIT", "§4.3, §4.4",
+            "valid_deflate with the unknown optional section XDFL's size = 1032 * stored_size "
+            "+ 65; re-sealed");
         b = copy(df);
         put32(b.p + es + 4, get32(b.p + es + 4) | FKVF_SECTION_DEFLATE);
         reseal_dir(&b, Td);
@@ -1651,6 +1893,239 @@ int main(int argc, char **argv)
             "commit 2's prev_trailer = 64 (< 128); re-sealed");
         free(b.p);
         free(m.p);
+
+        /* an earlier commit that is not valid on its own (§7.3): only the
+         * served commit's effective contents are checked */
+        buf a = load("valid_appender_4commits.fkvf");
+        uint64_t A4 = last_trailer(&a), A3 = prev_trailer(&a, A4), A2 = prev_trailer(&a, A3);
+        uint64_t d2 = get64(a.p + A2 + 16);
+        put64(a.p + d2 + 16, get64(a.p + d2 + 16) + 1);
+        reseal_dir(&a, A2);
+        save("commit_state_earlier_invalid.fkvf", a.p, a.n);
+        acc("commit_state_earlier_invalid.fkvf", "§7.3",
+            "valid_appender_4commits with commit 2's directory n_positions 10 -> 11 (its token "
+            "stream and exact rows no longer fit); re-sealed. Commit 4, valid, is served");
+        cut("commit_state_torn_serves_invalid.fkvf", a, A2 + 64 + 100);
+        rej("commit_state_torn_serves_invalid.fkvf", "CORRUPT", "§7.2, §7.3",
+            "commit_state_earlier_invalid cut 100 bytes into commit 3: commit 2, not valid, is "
+            "served");
+        free(a.p);
+    }
+
+    /* embedded codebooks (§11.8, §13): checked whether or not any position
+     * is archived */
+    {
+        buf np = load("edge_no_positions.fkvf");
+        uint64_t Tp = last_trailer(&np), es = entry(&np, Tp, "STRM", 0);
+        uint64_t ec = entry(&np, Tp, "CBK1", 0);
+        b = copy(np);
+        unsigned char *h = b.p + sec_off(&b, es), ks = h[10];
+        h[10] = h[11];
+        h[11] = ks;
+        reseal_strm(&b, es);
+        reseal_dir(&b, Tp);
+        save("stages_mismatch_no_archived.fkvf", b.p, b.n);
+        rej("stages_mismatch_no_archived.fkvf", "CORRUPT", "§11.8",
+            "edge_no_positions (n_archived = 0) with the empty index segment's k_stages and "
+            "v_stages swapped (1 + 2; the CBK1 has 2 + 1; n_streams unchanged); re-sealed");
+        free(b.p);
+        b = copy(np);
+        put32(b.p + sec_off(&b, ec), 1);
+        put32(b.p + sec_off(&b, ec) + 4, 4);
+        reseal_section(&b, ec);
+        reseal_dir(&b, Tp);
+        save("cbk1_shape_no_archived.fkvf", b.p, b.n);
+        rej("cbk1_shape_no_archived.fkvf", "CORRUPT", "§13.7",
+            "edge_no_positions (n_archived = 0) with the CBK1's n_layers 1 and n_heads 4 (the "
+            "descriptor has 2 and 2; the size is unchanged); re-sealed");
+        free(b.p);
+        free(np.p);
+
+        buf wg = load("edge_window_gt_cache.fkvf"); /* 5 positions, every one exact */
+        uint64_t Tw = last_trailer(&wg), ew = entry(&wg, Tw, "CBK1", 0);
+        b = copy(wg);
+        b.p[sec_off(&b, ew) + 40] = 1;
+        reseal_section(&b, ew);
+        reseal_dir(&b, Tw);
+        save("cbk1_reserved_no_archived.fkvf", b.p, b.n);
+        rej("cbk1_reserved_no_archived.fkvf", "CORRUPT", "§7.5, §13.1",
+            "edge_window_gt_cache (n_archived = 0) with CBK1 reserved byte 40 = 1; re-sealed");
+        free(b.p);
+        /* a value that is not finite (f16 NaN 7E00): rejected by full
+         * verification, and by the access path when a restore uses it */
+        b = copy(wg);
+        cbk1_set_value(&b, 0, 0x7E00);
+        save("cbk1_value_nan_no_archived.fkvf", b.p, b.n);
+        row("cbk1_value_nan_no_archived.fkvf", "reject", "either", "CORRUPT", "§13.2", "-",
+            "edge_window_gt_cache (n_archived = 0) with the first CBK1 table element = f16 NaN; "
+            "re-sealed");
+        free(b.p);
+        free(wg.p);
+        b = copy(q);
+        cbk1_set_value(&b, first_index_symbol(&q), 0x7E00);
+        save("cbk1_value_nan.fkvf", b.p, b.n);
+        rej("cbk1_value_nan.fkvf", "CORRUPT", "§13.2",
+            "valid_quad_f16_rope with element 0 of row s of the first key table = f16 NaN, s "
+            "the first symbol of stream L0.H0.K.0 (restoring position n_sinks uses it); "
+            "re-sealed");
+        free(b.p);
+
+        /* A deflated CBK1 whose header implies more than 2^40 bytes:
+         * TRUNCATED, the section being shorter (the 2^40 bound of §4.4 is on
+         * the entry's size). The descriptor has the CBK1's shape, so that
+         * the size is the only fault; the writer deflates the header as an
+         * optional section, renamed afterwards. */
+        cfg_init(&c);
+        c.seed = 25;
+        c.L = 1024, c.H = 4, c.KD = 16384, c.VD = 8;
+        c.k = 4096;
+        c.codec = 0, c.n_pos = 0, c.tokens = 0, c.meta = 0;
+        fkvf_codebook_shape cs = cb_shape(&c);
+        uint64_t implied = fkvf_codebook_size(&cs);
+        if (implied <= (UINT64_C(1) << 40) || implied > (UINT64_C(1) << 48))
+            die("cbk1_deflated_implied_gt_2p40", "the implied size is not in (2^40, 2^48]");
+        unsigned char hdr[64];
+        memset(hdr, 0, sizeof hdr);
+        put32(hdr, c.L);
+        put32(hdr + 4, c.H);
+        put32(hdr + 8, c.KD);
+        put32(hdr + 12, c.VD);
+        put32(hdr + 16, c.k);
+        hdr[20] = (unsigned char)c.ks, hdr[21] = (unsigned char)c.vs;
+        hdr[22] = (unsigned char)c.cb_dtype;
+        c.deflate = FKVF_SECTION_DEFLATE;
+        c.extra_type = "XCBK";
+        c.extra_flags = FKVF_SECTION_DEFLATE;
+        c.extra_data = hdr, c.extra_size = sizeof hdr;
+        build("cbk1_deflated_implied_gt_2p40.fkvf", &c);
+        b = load("cbk1_deflated_implied_gt_2p40.fkvf");
+        uint64_t Tx = last_trailer(&b), ex = entry(&b, Tx, "XCBK", 0);
+        memcpy(b.p + ex, "CBK1", 4);
+        put32(b.p + ex + 4, get32(b.p + ex + 4) | FKVF_SECTION_REQUIRED);
+        reseal_dir(&b, Tx);
+        save("cbk1_deflated_implied_gt_2p40.fkvf", b.p, b.n);
+        free(b.p);
+        rej("cbk1_deflated_implied_gt_2p40.fkvf", "TRUNCATED", "§13.1, §13.2, §15",
+            "writer: a descriptor of 1024 layers, 4 heads, key_dim 16384, value_dim 8, no "
+            "positions, and a deflated optional section XCBK of only a CBK1 header of that "
+            "shape (k 4096, 2 + 1 stages, f16: 64 + 2^24 x 65552 bytes > 2^40), the entry "
+            "renamed CBK1 with REQUIRED; directory re-sealed");
+    }
+
+    /* External codebooks (§13.5). A candidate codebook file is opened by
+     * §7.2 (non-strict) and only its CBK1 is used; each candidate is also a
+     * row of its own. The archives are copies of valid_cbrf. */
+    {
+        buf cb = load("valid_codebook_file.fkvf"), r = load("valid_cbrf.fkvf");
+        uint64_t Tc = last_trailer(&cb), ec = entry(&cb, Tc, "CBK1", 0);
+
+        b = copy(cb);
+        b.p[sec_off(&cb, ec) + 100] ^= 0x01;
+        save("codebook_file_checksum_CBK1.fkvf", b.p, b.n);
+        rej("codebook_file_checksum_CBK1.fkvf", "CHECKSUM", "§4.6, §13.4",
+            "valid_codebook_file with a byte of its CBK1 tables flipped");
+        free(b.p);
+        save("codebook_candidate_checksum_CBK1.fkvf", r.p, r.n);
+        row("codebook_candidate_checksum_CBK1.fkvf", "reject", "reject", "CODEBOOK", "§13.5",
+            "codebook_file_checksum_CBK1.fkvf",
+            "a copy of valid_cbrf given codebook_file_checksum_CBK1 (its CBK1 fails its "
+            "checksum) as its codebook");
+
+        /* faults the codebook does not use: a META, a torn tail */
+        static const unsigned char no_meta[8]; /* count 0 */
+        new_sec m = {"META", 0, 0, no_meta, sizeof no_meta};
+        buf cm = copy(cb);
+        append_commit(&cm, &m, 1);
+        b = copy(cm);
+        b.p[sec_off(&b, entry(&b, last_trailer(&b), "META", 0)) + 4] = 1;
+        save("codebook_file_checksum_META.fkvf", b.p, b.n);
+        row("codebook_file_checksum_META.fkvf", "reject", "either", "CHECKSUM", "§4.6, §9.3", "-",
+            "valid_codebook_file + commit 2 holding a META (count 0) whose reserved byte 4 was "
+            "then set to 1: its checksum fails");
+        free(b.p);
+        save("codebook_candidate_checksum_META.fkvf", r.p, r.n);
+        row("codebook_candidate_checksum_META.fkvf", "accept", "accept", "-", "§13.5",
+            "codebook_file_checksum_META.fkvf",
+            "a copy of valid_cbrf given codebook_file_checksum_META as its codebook: the "
+            "candidate's META is not checked, not even by full verification of the archive");
+        cut("torn_codebook_file.fkvf", cm, cb.n + 100);
+        row("torn_codebook_file.fkvf", "reject", "accept", "TORN", "§7.2 rule 3, §13.4", "-",
+            "valid_codebook_file + the first 100 bytes of a commit holding a META (an append "
+            "cut short): serves commit 1");
+        free(cm.p);
+        save("codebook_candidate_torn.fkvf", r.p, r.n);
+        row("codebook_candidate_torn.fkvf", "accept", "accept", "-", "§7.2, §13.5",
+            "torn_codebook_file.fkvf",
+            "a copy of valid_cbrf given torn_codebook_file as its codebook: opened by §7.2, "
+            "non-strict, its commit 1 is the codebook");
+
+        /* a value that is not finite in the codebook file an archive uses */
+        b = copy(cb);
+        cbk1_set_value(&b, first_index_symbol(&r), 0x7C00);
+        save("codebook_file_value_inf.fkvf", b.p, b.n);
+        row("codebook_file_value_inf.fkvf", "reject", "either", "CORRUPT", "§13.2", "-",
+            "valid_codebook_file with element 0 of row s of the first key table = f16 +Inf, s "
+            "the first symbol of valid_cbrf's stream L0.H0.K.0; re-sealed");
+        buf ri = copy(r);
+        uint64_t Tr = last_trailer(&ri), er = entry(&ri, Tr, "CBRF", 0);
+        XXH128_canonical_t ch;
+        XXH128_canonicalFromHash(&ch, XXH3_128bits_withSeed(b.p + sec_off(&b, ec),
+                                                             (size_t)sec_size(&b, ec), 0));
+        memcpy(ri.p + sec_off(&ri, er), ch.digest, 16);
+        reseal_section(&ri, er);
+        reseal_dir(&ri, Tr);
+        save("codebook_candidate_value_inf.fkvf", ri.p, ri.n);
+        row("codebook_candidate_value_inf.fkvf", "reject", "reject", "CODEBOOK", "§13.2, §13.5",
+            "codebook_file_value_inf.fkvf",
+            "valid_cbrf with the CBRF content_hash of codebook_file_value_inf (re-sealed), "
+            "given it as its codebook: restoring position n_sinks uses the +Inf");
+        free(ri.p);
+        free(b.p);
+
+        /* no candidate: only a restore of an archived position needs one */
+        save("cbrf_no_codebook.fkvf", r.p, r.n);
+        row("cbrf_no_codebook.fkvf", "accept", "reject", "CODEBOOK", "§13.5", "-",
+            "a copy of valid_cbrf given no codebook: full verification skips only the checks "
+            "that need it; restoring an archived position fails");
+        cfg_init(&c);
+        c.seed = 24;
+        c.cb_mode = 1;
+        c.cb_file = "valid_codebook_file.fkvf";
+        c.n_pos = 5;
+        c.window = 32;
+        build("cbrf_no_archived_no_codebook.fkvf", &c);
+        acc("cbrf_no_archived_no_codebook.fkvf", "§13.5",
+            "writer: CBRF reference to valid_codebook_file, 5 positions all exact (window 32), "
+            "given no codebook: nothing needs it");
+
+        /* codebook files with other sections in a later commit (§13.4) */
+        static const struct {
+            const char *name, *src, *type, *verify, *open, *cls, *clause, *prov;
+        } cx[] = {
+            {"codebook_file_vtxs.fkvf", "valid_ngon_f16.fkvf", "VTXS", "accept", "accept", "-",
+             "§10.3, §13.4",
+             "valid_codebook_file + commit 2 holding valid_ngon_f16's VTXS (N = 16): allowed"},
+            {"codebook_file_zidx.fkvf", "valid_zidx.fkvf", "ZIDX", "reject", "either", "CORRUPT",
+             "§13.4, §20.2",
+             "valid_codebook_file + commit 2 holding valid_zidx's first ZIDX: an index of "
+             "stream L0.H0.K.0, which a codebook file does not have"},
+            {"codebook_file_zpos.fkvf", "valid_zpos.fkvf", "ZPOS", "reject", "either", "CORRUPT",
+             "§13.4, §20.7",
+             "valid_codebook_file + commit 2 holding valid_zpos's first ZPOS: an index of "
+             "stream L0.H0.K.0, which a codebook file does not have"},
+        };
+        for (size_t k = 0; k < sizeof cx / sizeof cx[0]; k++) {
+            buf src = load(cx[k].src);
+            new_sec s = sec_of(&src, cx[k].type);
+            b = copy(cb);
+            append_commit(&b, &s, 1);
+            save(cx[k].name, b.p, b.n);
+            free(b.p);
+            free(src.p);
+            row(cx[k].name, cx[k].verify, cx[k].open, cx[k].cls, cx[k].clause, "-", cx[k].prov);
+        }
+        free(cb.p);
+        free(r.p);
     }
     free(q.p);
     fclose(manifest);

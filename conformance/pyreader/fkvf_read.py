@@ -332,6 +332,9 @@ class Reader:
                                  "§4.2")
                 if e.type not in KNOWN and e.flags & F_REQUIRED:
                     raise Reject("SECTION", eo, "unknown section type %r with REQUIRED" % tn, "§4.3")
+                if e.type in SEARCH_INDEX and e.flags & F_REQUIRED:
+                    # rejected as a reader without §20 rejects it (§20.1, §20.7)
+                    raise Reject("SECTION", eo, "%r section with REQUIRED" % tn, "§20.1")
                 if e.type == b"STRM" and e.flags & F_DEFLATE:
                     raise Reject("CORRUPT", eo + 4, "STRM with DEFLATE", "§4.4")
                 if e.type in (b"DESC", b"META", b"CBK1", b"CBRF") and e.key != 0:
@@ -703,7 +706,9 @@ class Reader:
         es = ESIZE[dt]
         per_head = k * (ks * dk + vs * dv) * es
         size = 64 + nl * nh * per_head
-        if size > (P40 if e.flags & F_DEFLATE else P48):
+        # 2^48 whether deflated or not: a deflated section's contents are
+        # at most 2^40 bytes (§4.4), so a larger size is TRUNCATED below
+        if size > P48:
             raise Reject("LIMIT", o, "CBK1 size %d beyond the limit" % size, "§13.2, §15")
         if len(d) < size:
             raise Reject("TRUNCATED", o, "CBK1 of %d bytes shorter than %d" % (len(d), size), "§13.2")
@@ -998,8 +1003,6 @@ class Reader:
             for e in E:
                 if e.type in MUST_REQUIRED and not e.flags & F_REQUIRED:
                     raise Reject("CORRUPT", e.eoff + 4, "%s entry without REQUIRED" % e.tname(), "§4.3")
-                if e.type in SEARCH_INDEX and e.flags & F_REQUIRED:
-                    raise Reject("CORRUPT", e.eoff + 4, "%s entry with REQUIRED" % e.tname(), "§20.1")
         self.has_desc = bool(descs)
         if not descs:
             return self.run_codebook_file(E, npos, narch)
@@ -1048,13 +1051,15 @@ class Reader:
             if ce.type == b"CBK1":
                 cbk = self.parse_cbk1(ce)
                 self.match_codebook(cbk, "CORRUPT", ce.offset)
-                if A and not self.full:  # restoring archived rows fails (§13.2); not verification
+                # finite values (§13.2): full verification checks them; the
+                # ordinary path when it restores archived rows
+                if self.full or A:
                     self.check_cbk_finite(cbk, ce.offset)
                 cbhash = xxh3_128_canonical(bytes(cbk.data))
             else:
                 cbhash = self.parse_cbrf(ce)
                 cbk = self.external_codebook(cbhash, ce.offset, A)
-                if cbk is not None and A and not self.full:
+                if cbk is not None and (self.full or A):
                     self.check_cbk_finite(cbk, ce.offset, "CODEBOOK")
         if A and cbk is None and not self.full:
             # restoring archived rows needs the codebook; full verification
@@ -1090,12 +1095,21 @@ class Reader:
         parts.append(struct.pack("<%dI" % len(toks), *toks))
         digest = xxh3_64(b"".join(parts), 0)
         if self.full:
-            self.verify_rest(E)
+            self.verify_rest(E, cbk.k if cbk is not None else None)
         return digest
 
-    def verify_rest(self, E):
+    def verify_rest(self, E, k=None):
         for s in getattr(self, "segs", []):
             self.verify_segment_full(s)
+            # every stored index symbol below k, also in parts later
+            # segments cut away (§11.8, full verification); k is None
+            # without a codebook (an external one not given, §13.5)
+            if s.group == 0 and k is not None:
+                for j in range(s.ns):
+                    syms = self.seg_symbols(s, j, s.count)
+                    if syms and max(syms) >= k:
+                        raise Reject("SYMBOL", s.e.offset, "STRM section stream %d holds symbol %d >= k = %d"
+                                     % (j, max(syms), k), "§11.8")
         for e in E:
             if e.type == b"META":
                 self.check_meta(e)
@@ -1120,6 +1134,7 @@ class Reader:
         self.first_seg, self.glen, self.pieces, self.segs = {}, {}, {0: [], 1: []}, []
         c = self.parse_cbk1(cb[0])
         if self.full:
+            self.check_cbk_finite(c, cb[0].offset)  # §13.2
             for e in E:
                 if e.type == b"VTXS":
                     self.load_vtxs(e)
@@ -1133,13 +1148,14 @@ class Reader:
         p = self.codebook_path
         if not p:
             return None
-        try:
-            with open(p, "rb") as fh:
-                data = fh.read()
-        except OSError as x:
-            raise Reject("CODEBOOK", off, "cannot read the codebook file %s: %s" % (p, x), "§13.5")
+        # a candidate that cannot be read is an environment failure, not a
+        # format class (§13.5, §16.3): the OSError reaches main (exit 2)
+        with open(p, "rb") as fh:
+            data = fh.read()
         # opened by §7.2 (non-strict: a torn candidate serves its last
-        # commit); its values are checked by the caller (§13.2)
+        # commit), with the checks of the ordinary path only; any failure is
+        # CODEBOOK whatever its own class; its values are checked by the
+        # caller (§13.2)
         sub = Reader(memoryview(data), "open", None, p)
         try:
             sub.run()
@@ -1244,6 +1260,9 @@ def main(argv=None):
     rd = Reader(memoryview(data), a.mode, a.codebook or None, a.file)
     try:
         digest = rd.run()
+    except OSError as x:  # the codebook file could not be read (§16.3)
+        print("fkvf_read: %s" % x, file=sys.stderr)
+        return 2
     except Reject as x:
         print("class %s" % x.cls)
         print("%s: %s" % (a.file, x.message()), file=sys.stderr)

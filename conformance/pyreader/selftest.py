@@ -74,7 +74,7 @@ check("§7.8 DESC checksum", xxh3_64(F78[64:196], 64), 0xF3CA9FB7951F7CF7)
 check("§7.8 EXAC checksum", xxh3_64(F78[256:328], 256), 0x82831C60554498CF)
 check("§7.8 directory checksum", xxh3_64(F78[384:576], 384), 0x2359E7E0E714E8F3)
 check("§7.8 trailer checksum", xxh3_64(F78[576:632], 576), 0x5B5C6F4EAD413FC0)
-# the digest as conformance/README.md defines it, from the rows §7.8 lists
+# the digest as spec Annex A defines it, from the rows §7.8 lists
 want = xxh3_64(struct.pack("<Q", 2) + bytes(16) + b"\x00" + bytes.fromhex("003c00c0")
                + b"\x00" + bytes.fromhex("00380042") + struct.pack("<Q", 0), 0)
 for mode in ("verify", "open"):

@@ -19,7 +19,7 @@ the same: the writer is deterministic), then, for every file:
   tolerance is needed), and the token ids;
 * libfkvf (fkvf-conf-read, when given, full verification and the access
   path) and the second reader (fkvf_read.py, both modes) accept it with the
-  conformance digest (conformance/README.md) computed from what the writer
+  conformance digest (spec Annex A) computed from what the writer
   was given: the rows, the index symbols in canonical order, the tokens.
 
 Then negative controls show that these checks can fail: a changed expected
@@ -71,7 +71,7 @@ def run_json(cmd):
 # ------------------------------------------------------------- expectations
 
 def digest(e):
-    """The conformance digest (conformance/README.md, "Digest") of what the
+    """The conformance digest (spec/fkvf-v1.md, Annex A) of what the
     writer was given: n, the codebook's content hash, every position (exact:
     0 and its row; archived: 1 and its u32 symbols in canonical order), the
     token ids."""

@@ -604,8 +604,16 @@ FKVF_API int fkvf_reader_read_size(const fkvf_reader *r, const fkvf_read_request
 FKVF_API int fkvf_reader_read(fkvf_reader *r, const fkvf_read_request *req, void *out,
                               size_t out_size);
 
-/* Full pass: every checksum, padding, every span, every rule the reader can
- * check. Returns the first error; the message names it. */
+/* Full verification (spec 1.3.3): every checksum, padding byte and gap,
+ * every stream block and span, every stored index symbol below k (also in
+ * parts later segments cut away), the finiteness of every codebook element,
+ * the search indexes, every rule the reader can check on the served
+ * commit; then FKVF_E_TORN for a torn tail. The codebook checks need the
+ * codebook: embedded, or an external one attached before the call
+ * (fkvf_reader_attach_codebook; a fault of an attached one is
+ * FKVF_E_CODEBOOK); without it they are skipped. Earlier commits' states
+ * are not re-derived (spec 7.3). Returns the first error; the message names
+ * it. Not for concurrent use of one handle. */
 FKVF_API int fkvf_reader_verify(fkvf_reader *r);
 
 /* ---- validation: a file against every rule of the spec ------------------ */

@@ -373,12 +373,14 @@ int fkvf_strm_hdr_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_strm
         if (h->alphabet < 2 || h->alphabet > FKVF_MAX_NGON_N)
             return fkvf_fail(d, FKVF_E_CORRUPT, off + 12, "11.2",
                              "STRM.alphabet: %u (ngon needs 2..65536)", h->alphabet);
-        if (h->span_symbols < 1 || h->span_symbols > 64)
-            return fkvf_fail(d, FKVF_E_CORRUPT, off + 32, "12.2",
-                             "STRM.span_symbols: %u out of range", h->span_symbols);
         if (!isfinite(h->r) || !(h->r > 0.0) || !(h->r <= 0.5))
             return fkvf_fail(d, FKVF_E_CORRUPT, off + 40, "12.2", "STRM.r: %g out of (0, 1/2]",
                              h->r);
+        /* L_max depends on r alone (spec 12.2.2): checked with the fields */
+        if (h->span_symbols < 1 || h->span_symbols > fkvf_ngon_max_span(h->r))
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 32, "12.2.2",
+                             "STRM.span_symbols: %u out of 1..L_max(r) = %u", h->span_symbols,
+                             fkvf_ngon_max_span(h->r));
     } else {
         return fkvf_fail(d, FKVF_E_CORRUPT, off + 8, "11.2", "STRM.profile: %u unknown",
                          h->profile);
@@ -922,6 +924,22 @@ int fkvf_cbk1_matches(const fkvf_codebook_shape *s, const fkvf_desc *desc)
     return s->n_layers == desc->n_layers && s->key_dim == desc->key_dim &&
            s->value_dim == desc->value_dim &&
            (s->pooled ? s->n_heads == 1 : s->n_heads == desc->n_kv_heads);
+}
+
+int fkvf_cbk1_finite(const uint8_t *p, uint64_t size, fkvf_dtype dtype, uint64_t *bad)
+{
+    /* f16: exponent bits all set; f32: likewise (spec 13.1: no bf16) */
+    const uint64_t e = dtype == FKVF_DTYPE_F16 ? 2 : 4;
+    for (uint64_t o = FKVF_SUBHDR_SIZE; o + e <= size; o += e) {
+        int inf_nan = e == 2 ? (fkvf_ld16(p + o) & 0x7C00u) == 0x7C00u
+                             : (fkvf_ld32(p + o) & 0x7F800000u) == 0x7F800000u;
+        if (inf_nan) {
+            if (bad)
+                *bad = o;
+            return 0;
+        }
+    }
+    return 1;
 }
 
 FKVF_API uint64_t fkvf_codebook_size(const fkvf_codebook_shape *shape)

@@ -163,6 +163,10 @@ int fkvf_cbk1_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_codebook
 /* CBRF (spec 13.5): hash and name (into p). */
 int fkvf_cbrf_parse(const uint8_t *p, uint64_t size, uint64_t off, const uint8_t **hash,
                     const uint8_t **name, uint32_t *name_len, fkvf_diag *d);
+/* Are all centroid elements of the CBK1 contents p (size bytes, header
+ * included, dtype from the header) finite (spec 13.2)? 0 with *bad the
+ * content offset of the first that is not. */
+int fkvf_cbk1_finite(const uint8_t *p, uint64_t size, fkvf_dtype dtype, uint64_t *bad);
 /* Does the shape match the descriptor (spec 13.7)? */
 int fkvf_cbk1_matches(const fkvf_codebook_shape *s, const fkvf_desc *desc);
 

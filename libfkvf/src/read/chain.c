@@ -9,6 +9,7 @@
 #include "hash.h"
 #include "le.h"
 #include "reader_impl.h"
+#include "format/zidx.h"
 
 #define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
 
@@ -314,6 +315,13 @@ int rd_load_directories(fkvf_reader *r)
                             k, tn, (unsigned long long)e->size,
                             (unsigned long long)e->stored_size);
             }
+            /* A ZIDX or ZPOS with REQUIRED set is rejected here as a reader
+             * that does not know the type rejects it (spec 20.1, 20.7) */
+            if (fkvf_zidx_is_index(e->type) && (e->flags & FKVF_SECTION_REQUIRED))
+                return FAIL(FKVF_E_SECTION, eoff, e->type == FKVF_SECTION_ZPOS ? "20.7" : "20.1",
+                            "directory entry %u: %s section with the REQUIRED flag (it MUST be "
+                            "clear)",
+                            k, tn);
             if (!known_type(e->type) && (e->flags & FKVF_SECTION_REQUIRED))
                 return FAIL(FKVF_E_SECTION, eoff, "4.3",
                             "directory entry %u: unknown required section type %s", k, tn);

@@ -157,8 +157,9 @@ static int try_file(finder *f, const char *dir, const char *name)
     }
     if ((size_t)got != sizeof magic || memcmp(magic, fkvf_magic, sizeof magic) != 0)
         goto out; /* not an FKVF file: nothing more is read */
-    /* mapped whatever r's flags: only the directory is parsed */
-    rc = rd_open_fd(&c, fd, path, r->flags & FKVF_OPEN_STRICT, f->a);
+    /* mapped; non-strict whatever r's flags (spec 13.5: a candidate with a
+     * torn tail still serves its CBK1); only the directory is parsed */
+    rc = rd_open_fd(&c, fd, path, 0, f->a);
     if (rc == FKVF_E_NOMEM) {
         fkvf_fail(&r->diag, rc, FKVF_NO_OFFSET, NULL, "codebook candidate %.200s: %s", path,
                   c ? c->diag.msg : "no memory");

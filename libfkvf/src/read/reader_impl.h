@@ -184,6 +184,10 @@ int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b);
 int rd_stream_at(const fkvf_reader *r, size_t index, rd_stream *s);
 /* Parse a STRM section's header into a segment (block flags allocated). */
 int rd_seg_init(fkvf_reader *r, size_t i, rd_seg *g);
+/* Every stored symbol of every stream of index segment g (also symbols
+ * later segments cut away) below k; FKVF_E_SYMBOL on the first that is not
+ * (spec 11.8, full verification). */
+int rd_seg_symbols_below(fkvf_reader *r, const rd_group *s, rd_seg *g, uint32_t k);
 
 /* The work of the public calls of the same name (fkvf_reader_meta_count,
  * fkvf_reader_meta, ...) without their entry check, for the reader's own

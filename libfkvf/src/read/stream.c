@@ -217,6 +217,28 @@ static int seg_read_u8(fkvf_reader *r, const rd_group *s, rd_seg *g, uint32_t or
     return FKVF_OK;
 }
 
+int rd_seg_symbols_below(fkvf_reader *r, const rd_group *s, rd_seg *g, uint32_t k)
+{
+    uint32_t buf[1024];
+    for (uint32_t o = 0; o < g->h.n_streams; o++)
+        for (uint64_t a = 0; a < g->h.symbol_count; a += 1024) {
+            size_t n = g->h.symbol_count - a < 1024 ? (size_t)(g->h.symbol_count - a) : 1024;
+            int rc = seg_read(r, s, g, o, a, n, buf);
+            if (rc)
+                return rc;
+            for (size_t i = 0; i < n; i++)
+                if (buf[i] >= k)
+                    return fkvf_fail(
+                        &r->diag, FKVF_E_SYMBOL, r->sections[g->sec].e.offset, "11.8",
+                        "STRM section at %llu, index stream %u of the group: symbol %llu is %u, "
+                        "the codebook has k = %u%s",
+                        (unsigned long long)r->sections[g->sec].e.offset, o,
+                        (unsigned long long)(g->h.first_symbol + a + i), buf[i], k,
+                        a + i < g->count ? "" : " (in a part later segments cut away)");
+        }
+    return FKVF_OK;
+}
+
 /* Symbols [first, first+count) of stream s, segment by segment, into out32
  * or (when out8 is not NULL) out8. */
 static int stream_read_at(fkvf_reader *r, rd_stream *st, uint64_t first, size_t count,

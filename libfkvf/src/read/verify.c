@@ -78,14 +78,24 @@ static int verify_strm_section(fkvf_reader *r, size_t i)
         return FAIL(FKVF_E_CORRUPT, sec->e.offset, "11.2", "STRM key %llu unknown",
                     (unsigned long long)sec->e.key);
     const rd_group *s = &r->groups[sec->e.key];
+    /* index symbols below the codebook size (spec 11.8), every stored one:
+     * once the codebook is known (an external one may not be attached) */
+    int sym = sec->e.key == FKVF_GROUP_INDEX && r->cb_known;
     rd_seg *g = effective_seg(s, i);
-    if (g)
-        return verify_stream_segment(r, s, g);
-    rd_seg cut;
-    int rc = rd_seg_init(r, i, &cut);
-    if (rc)
+    int rc;
+    if (g) {
+        rc = verify_stream_segment(r, s, g);
+        if (rc == FKVF_OK && sym)
+            rc = rd_seg_symbols_below(r, s, g, r->cb_shape.k);
         return rc;
+    }
+    rd_seg cut;
+    if ((rc = rd_seg_init(r, i, &cut)))
+        return rc;
+    cut.count = 0; /* no symbol of it is effective */
     rc = verify_stream_segment(r, s, &cut);
+    if (rc == FKVF_OK && sym)
+        rc = rd_seg_symbols_below(r, s, &cut, r->cb_shape.k);
     fkvf_free(r->alloc, cut.block_ok);
     return rc;
 }
@@ -180,29 +190,23 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
                         "%s section without the REQUIRED flag", tn);
         }
     }
-    /* index symbols below the codebook size (spec 11.8) */
-    if (r->cb_known && r->groups[FKVF_GROUP_INDEX].present &&
-        r->groups[FKVF_GROUP_INDEX].length) {
-        uint32_t buf[1024];
-        for (size_t i = 0; i < r->n_streams; i++) {
-            rd_stream st;
-            if (rd_stream_at(r, i, &st))
-                break;
-            const rd_stream *s = &st;
-            if ((s->id >> 56) != FKVF_STREAM_KIND_INDEX)
-                continue;
-            for (uint64_t t = 0; t < s->g->length; t += 1024) {
-                size_t n = s->g->length - t < 1024 ? (size_t)(s->g->length - t) : 1024;
-                if ((rc = rd_stream_read(r, i, t, buf, n)))
-                    return rc;
-                for (size_t k = 0; k < n; k++)
-                    if (buf[k] >= r->cb_shape.k)
-                        return FAIL(FKVF_E_SYMBOL, FKVF_NO_OFFSET, "11.8",
-                                    "index stream %016llx symbol %llu is %u, the codebook has "
-                                    "k = %u",
-                                    (unsigned long long)s->id, (unsigned long long)(t + k),
-                                    buf[k], r->cb_shape.k);
-            }
+    /* finite centroids (spec 13.2): of the embedded CBK1 (or of this
+     * codebook file), or of the attached external codebook */
+    if (r->cb_kind == 1 || (r->cb_kind == 2 && r->cb_known)) {
+        const void *cp;
+        size_t cn;
+        uint64_t bad;
+        if ((rc = rd_codebook(r, NULL, &cp, &cn, NULL)))
+            return rc;
+        if (!fkvf_cbk1_finite(cp, cn, r->cb_shape.dtype, &bad)) {
+            if (r->cb_kind == 1)
+                return FAIL(FKVF_E_CORRUPT, r->sections[r->cb_sec].e.offset, "13.2",
+                            "CBK1 centroid element at content offset %llu is not finite",
+                            (unsigned long long)bad);
+            return FAIL(FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "13.2",
+                        "external codebook %s: centroid element at content offset %llu is not "
+                        "finite",
+                        r->cb_file->diag.name, (unsigned long long)bad);
         }
     }
     /* search indexes (spec 20) */

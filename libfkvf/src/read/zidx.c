@@ -268,9 +268,6 @@ int rd_zidx_verify(fkvf_reader *r)
         if (r->sections[i].e.flags & FKVF_SECTION_DEFLATE)
             return FAIL(FKVF_E_CORRUPT, r->sections[i].e.offset, "20.1",
                         "%s section with the DEFLATE flag", tn);
-        if (r->sections[i].e.flags & FKVF_SECTION_REQUIRED)
-            return FAIL(FKVF_E_CORRUPT, r->sections[i].e.offset, "20.1",
-                        "%s section with the REQUIRED flag", tn);
         int rc = check_one(r, i);
         if (rc)
             return rc;

@@ -358,7 +358,8 @@ static int load_entries(vctx *c)
                 RS(FKVF_E_SECTION, "4.3", "ENT-UNKNOWN-REQ", i,
                    "directory entry %u: unknown section type %s with REQUIRED set", k, tn);
             if (fkvf_zidx_is_index(e->type) && (e->flags & FKVF_SECTION_REQUIRED))
-                RS(FKVF_E_SECTION, "20.1", "ZIDX-REQUIRED", i,
+                RS(FKVF_E_SECTION, e->type == FKVF_SECTION_ZPOS ? "20.7" : "20.1",
+                   "ZIDX-REQUIRED", i,
                    "directory entry %u: %s with REQUIRED set (MUST be clear)", k, tn);
             if ((e->type == FKVF_SECTION_DESC || e->type == FKVF_SECTION_VTXS ||
                  e->type == FKVF_SECTION_CBK1 || e->type == FKVF_SECTION_CBRF ||
@@ -462,22 +463,16 @@ static void check_sums(vctx *c)
     }
 }
 
-static int f16_finite(uint16_t h) { return (h & 0x7C00) != 0x7C00; }
-
+/* finite centroid elements (spec 13.2): a property of the file, which full
+ * verification checks too (the first one that is not finite) */
 static void check_cbk1_values(vctx *c, size_t i)
 {
     const vsec *v = &c->vs[i];
-    size_t e = v->cb.dtype == FKVF_DTYPE_F16 ? 2 : 4;
-    for (uint64_t o = 64; o + e <= v->n; o += e) {
-        int fin = e == 2 ? f16_finite(fkvf_ld16(v->p + o))
-                         : ((fkvf_ld32(v->p + o) & 0x7F800000u) != 0x7F800000u);
-        if (!fin) {
-            W(FKVF_E_CORRUPT, "13.2", "W-CBK1-FINITE", c->r->sections[i].e.offset, (long)i,
-              "CBK1 section %zu: centroid element at content offset %llu is not finite", i,
-              (unsigned long long)o);
-            return;
-        }
-    }
+    uint64_t bad;
+    if (!fkvf_cbk1_finite(v->p, v->n, v->cb.dtype, &bad))
+        RS(FKVF_E_CORRUPT, "13.2", "CBK1-VALUES", i,
+           "CBK1 section %zu: centroid element at content offset %llu is not finite", i,
+           (unsigned long long)bad);
 }
 
 /* A ZPOS section's positions (spec 20.7): each below n_indexed, none twice
@@ -634,7 +629,7 @@ static void check_contents(vctx *c)
         case FKVF_SECTION_CBK1:
             chk = "CBK1-FIELDS";
             rc = fkvf_cbk1_parse(v->p, v->n, e->offset, &v->cb, &dg);
-            if (rc == FKVF_OK && (c->flags & FKVF_VALIDATE_STRICT))
+            if (rc == FKVF_OK)
                 check_cbk1_values(c, i);
             break;
         case FKVF_SECTION_CBRF: {
