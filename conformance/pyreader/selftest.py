@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Self-test of the second FKVF reader: the hash test vectors of spec §2.6,
-the header checksums of §2.7, the one-commit file of §7.8, and the worked
+the header checksums of §2.7, the one-commit file of §7.8, the stream
+segment of §11.9, and the worked
 examples of §12.1.6 (quad points), §12.2.9 (ngon span) and §20.6 (ZIDX
 order). Every expected value below is taken from the spec text, not from
 the code under test. Exit 0 when all pass."""
@@ -74,6 +75,24 @@ check("§7.8 DESC checksum", xxh3_64(F78[64:196], 64), 0xF3CA9FB7951F7CF7)
 check("§7.8 EXAC checksum", xxh3_64(F78[256:328], 256), 0x82831C60554498CF)
 check("§7.8 directory checksum", xxh3_64(F78[384:576], 384), 0x2359E7E0E714E8F3)
 check("§7.8 trailer checksum", xxh3_64(F78[576:632], 576), 0x5B5C6F4EAD413FC0)
+# §11.9: the token stream segment given byte for byte (tokens 3 1 4 1 5,
+# quad b = 8, block_size 64, at offset 256)
+S119 = bytes.fromhex(
+    "0100000000000000010800000000000000000000000000000500000000000000"
+    "000000004000000000000000000000000100000000000000493d2ecffbd7035f"
+    "ac6b54682fe2b461000000000000000000000000000000000000000000000000"
+    "0000000000000000000000000000000000000000000000000000000000000000"
+    "03010401050000000000000000000000"
+)
+check("§11.9 segment size", len(S119), 144)
+check("§11.9 header fields", struct.unpack_from("<QBBBBIQQII", S119, 0),
+      (1, 1, 8, 0, 0, 0, 0, 5, 0, 64))
+check("§11.9 head_checksum", xxh3_64(S119[:56], 256), 0x5F03D7FBCF2E3D49)
+check("§11.9 head_checksum stored", struct.unpack_from("<Q", S119, 56)[0], 0x5F03D7FBCF2E3D49)
+check("§11.9 block checksum", xxh3_64(S119[128:144], 384), 0x61B4E22F68546BAC)
+check("§11.9 block checksum stored", struct.unpack_from("<Q", S119, 64)[0], 0x61B4E22F68546BAC)
+check("§11.9 section checksum", xxh3_64(S119, 256), 0x685FFE4321BB2932)
+check("§11.9 symbols", list(S119[128:133]), [3, 1, 4, 1, 5])
 # the digest as spec Annex A defines it, from the rows §7.8 lists
 want = xxh3_64(struct.pack("<Q", 2) + bytes(16) + b"\x00" + bytes.fromhex("003c00c0")
                + b"\x00" + bytes.fromhex("00380042") + struct.pack("<Q", 0), 0)

@@ -356,6 +356,16 @@ def main():
     try:
         d1 = a.keep or os.path.join(tmpd, "a")
         d2 = os.path.join(tmpd, "b")
+        # the worked segment of spec §11.9 (its bytes copied from the spec):
+        # the writer, whose files libfkvf accepts, produces exactly them
+        spec_119 = bytes.fromhex(
+            "0100000000000000010800000000000000000000000000000500000000000000"
+            "000000004000000000000000000000000100000000000000493d2ecffbd7035f"
+            "ac6b54682fe2b461000000000000000000000000000000000000000000000000"
+            "0000000000000000000000000000000000000000000000000000000000000000"
+            "03010401050000000000000000000000")
+        check("spec §11.9 segment written byte for byte",
+              W.sec_strm_quad(256, 1, 8, 0, 0, 0, [[3, 1, 4, 1, 5]], 64) == spec_119)
         exps = W.write_demo(d1)
         W.write_demo(d2)
         for e in exps:
