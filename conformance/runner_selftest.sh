@@ -30,5 +30,14 @@ check 1 'crash(' 'kill -SEGV $$'
 check 1 'timeout' 'sleep 5' --timeout 1
 check 1 'digest 0000000000000000 !=' 'echo digest 0000000000000000; case {file} in *valid*) exit 0;; esac; exit 1'
 check 1 'class CHECKSUM != BAD_MAGIC' 'echo class CHECKSUM; case {file} in *valid*) exit 0;; esac; exit 1'
+# the reader itself: a candidate codebook file that cannot be read is an
+# environment failure (exit 2, no class), not CODEBOOK (spec 13.5, 16.3)
+out=$("$reader" --codebooks "$tmp/no-such-codebook.fkvf" "$suite/files/valid_cbrf.fkvf" 2>&1)
+st=$?
+if [ $st -ne 2 ] || printf '%s\n' "$out" | grep -q '^class '; then
+    echo "runner_selftest: FAILED: a missing codebook file gave status $st (want 2, no class):"
+    printf '%s\n' "$out"
+    fails=$((fails + 1))
+fi
 [ $fails = 0 ] && echo "runner_selftest: run.sh catches wrong results, crashes, timeouts, digests and classes"
 [ $fails = 0 ]

@@ -100,6 +100,14 @@ for mode in ("verify", "open"):
     check("§7.8 file accepted, digest (%s)" % mode, R.Reader(F78, mode).run(), want)
 
 
+# §13.5, §16.3: a candidate codebook file that cannot be read is an
+# environment failure (exit 2), not CODEBOOK
+SUITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "files")
+check("§13.5 unreadable candidate: exit 2",
+      R.main(["--codebook", os.path.join(SUITE, "no-such-codebook.fkvf"),
+              os.path.join(SUITE, "valid_cbrf.fkvf")]), 2)
+
+
 def cls_of(data, mode="verify"):
     try:
         R.Reader(bytes(data), mode).run()
