@@ -61,6 +61,8 @@
  *  fkvf_index_stream_id          | n/a pure (test_common index_stream_id_canonical_order)
  *  fkvf_reader_open_memory       | alloc (reader_mem, reader_ext, reader_zidx)
  *  fkvf_reader_open_file         | alloc + io (reader_file: flags 0, READ, READ|STRICT)
+ *  fkvf_reader_open_source       | alloc (reader_source; the source's own failures: test_source)
+ *  fkvf_reader_source_stats      | n/a pure (na_pure_functions)
  *  fkvf_reader_free              | n/a free (every scenario; leak check)
  *  fkvf_reader_message           | n/a (read after every failure)
  *  fkvf_reader_error             | n/a pure (na_pure_functions: a failed open's handle)
@@ -1335,12 +1337,35 @@ static int rf_step(void *ctx, size_t i)
     }
 }
 
+/* reader_source: a source over the archive's bytes (test_source has its
+ * read failures); its steps and checks are reader_file's */
+static const char *const rs_names[] = {"open_source", "restore", "verify"};
+
+static int rs_read(void *opaque, uint64_t off, void *buf, size_t n)
+{
+    (void)opaque;
+    memcpy(buf, fx->a.data + off, n);
+    return FKVF_OK;
+}
+
+static int rs_step(void *ctx, size_t i)
+{
+    rctx *c = ctx;
+    if (i == 0) {
+        fkvf_reader_free(c->r);
+        c->r = NULL;
+        fkvf_source src = {rs_read, NULL, fx->a.size};
+        return fkvf_reader_open_source(&c->r, &src, 512, "source", c->flags, &AL);
+    }
+    return rf_step(ctx, i);
+}
+
 static void rf_finish(void *ctx, int clean, long stopped)
 {
     rctx *c = ctx;
     (void)clean;
-    EXPECTF(stopped < 0, "reader_file: %s failed again when retried",
-            stopped >= 0 ? rf_names[stopped] : "");
+    EXPECTF(stopped < 0, "%s: %s failed again when retried",
+            c->file ? "reader_file" : "reader_source", stopped >= 0 ? rf_names[stopped] : "");
     float *ref = REAL_MALLOC(sizeof c->restored);
     ck_assert_ptr_nonnull(ref);
     EXPECT(restore_all(fx->a.data, fx->a.size, FKVF_OPEN_STRICT, ref, NULL) == FKVF_OK);
@@ -1349,7 +1374,8 @@ static void rf_finish(void *ctx, int clean, long stopped)
     REAL_FREE(ref);
     fkvf_reader_free(c->r);
     c->r = NULL;
-    EXPECT(file_is(c->path, fx->a.data, fx->a.size));
+    if (c->file) /* the reader never writes its file */
+        EXPECT(file_is(c->path, fx->a.data, fx->a.size));
 }
 
 /* an archive that refers to an external codebook: attach, restore, read */
@@ -2146,6 +2172,27 @@ START_TEST(inject_reader_file)
 }
 END_TEST
 
+START_TEST(inject_reader_source)
+{
+    fx_build();
+    static rctx c;
+    memset(&c, 0, sizeof c);
+    static const unsigned flags[] = {0, FKVF_OPEN_STRICT};
+    for (size_t f = 0; f < 2; f++) {
+        c.flags = flags[f];
+        scen s;
+        SCEN(s, "reader_source", rs_names, "BAA", &c, r);
+        s.syscalls = 1; /* the reservation (mmap) */
+        s.step = rs_step;
+        s.finish = rf_finish;
+        loop(&s, MODE_ALLOC);
+#ifdef FKVF_INJECT_WRAP
+        loop(&s, MODE_IO_EIO);
+#endif
+    }
+}
+END_TEST
+
 START_TEST(inject_reader_ext)
 {
     fx_build();
@@ -2550,6 +2597,8 @@ START_TEST(na_pure_functions)
     ok &= fkvf_stream_spec_align(&sp) == 64; /* 128 / gcd(10, 128) */
     ok &= fkvf_ngon_rmax(4) > 0.4 && fkvf_ngon_rmax(4) < 0.6;
     ok &= fkvf_ngon_max_span(0.5) > 0;
+    uint64_t sb = 1, sr = 1;
+    ok &= fkvf_reader_source_stats(cbr, &sb, &sr) == FKVF_OK && sb == 0 && sr == 0;
     ok &= fkvf_f16_to_f32(fkvf_f32_to_f16(1.5f)) == 1.5f;
     ok &= fkvf_bf16_to_f32(fkvf_f32_to_bf16(-2.0f)) == -2.0f;
     float f[4];
@@ -2673,6 +2722,7 @@ static Suite *suite(void)
     tcase_add_test(t, inject_writer_file);
     tcase_add_test(t, inject_reader);
     tcase_add_test(t, inject_reader_file);
+    tcase_add_test(t, inject_reader_source);
     tcase_add_test(t, inject_reader_ext);
     tcase_add_test(t, inject_reader_find);
     tcase_add_test(t, inject_search);

@@ -303,6 +303,45 @@ FKVF_API int fkvf_reader_open_memory(fkvf_reader **out, const void *data, size_t
  * it with fkvf_reader_free. */
 FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned flags,
                                    const fkvf_allocator *alloc);
+/* A random-access source of a file's bytes for fkvf_reader_open_source: an
+ * object store or HTTP server read with range requests, a file of another
+ * process, anything with a size and a pread. The library does no I/O of its
+ * own on a source: it calls read. */
+typedef struct fkvf_source {
+    /* Read exactly n (> 0) bytes at offset off (off + n <= size) into buf.
+     * Return FKVF_OK, or an error code: FKVF_E_IO (or another environment
+     * code, FKVF_E_NOMEM...) when the bytes cannot be had; the reader then
+     * fails the call that needed them with that code and keeps nothing of
+     * the attempt (a later call asks again). Called from the thread that
+     * calls into the reader, never concurrently for one reader. */
+    int (*read)(void *opaque, uint64_t off, void *buf, size_t n);
+    void *opaque;  /* passed to read; the caller's, must outlive the reader */
+    uint64_t size; /* the file's size in bytes */
+} fkvf_source;
+
+/* Open an archive (or codebook file) whose bytes come from src: only the
+ * bytes the calls need are read, in units of unit bytes (a power of two,
+ * 512..2^24; 0 = 4096) aligned to unit, adjacent missing units of one need
+ * in one read call. Opening reads the header, the trailer(s), the
+ * directories and the sections spec 7.5 loads at open (DESC, the codebook
+ * section, segment headers and block tables, EXAC sections); a random read
+ * then reads the blocks of the index streams it touches; verify reads
+ * everything. Checksums are verified as for a file, so bytes that changed
+ * in the source between two reads are detected (FKVF_E_CHECKSUM), never
+ * served. What was read is kept in memory the reader owns (at most the
+ * file's size: address space for size bytes is reserved at open, memory
+ * is used as units are read) until fkvf_reader_free. name (may be NULL) is
+ * used in messages and returned by fkvf_reader_file_name. flags:
+ * FKVF_OPEN_STRICT only. Errors as fkvf_reader_open_memory, plus the
+ * source's codes and FKVF_E_LIMIT (size larger than the address space).
+ * On failure *out is still set when a handle could be made. */
+FKVF_API int fkvf_reader_open_source(fkvf_reader **out, const fkvf_source *src, uint32_t unit,
+                                     const char *name, unsigned flags,
+                                     const fkvf_allocator *alloc);
+/* What a reader opened with fkvf_reader_open_source read so far: bytes
+ * and read calls (both 0 for other readers). FKVF_E_INVALID_ARG for NULL
+ * pointers, FKVF_E_STATE for a handle that is not a reader. No I/O. */
+FKVF_API int fkvf_reader_source_stats(const fkvf_reader *r, uint64_t *bytes, uint64_t *reads);
 /* Free r and everything it owns (its mapping or copy of the file, views,
  * decoded codebook, messages); r NULL or not a reader is a no-op. A codebook
  * file attached to r (fkvf_reader_attach_codebook / _find_codebook) is the
@@ -492,7 +531,8 @@ FKVF_API int fkvf_codebook_key_settings(fkvf_reader *codebook_file, uint32_t key
  * Where, in this order, each directory once (one met again, same device and
  * inode, is skipped):
  *   1. the directory of the path r was opened with (fkvf_reader_open_file;
- *      "." for a path without '/'; none for fkvf_reader_open_memory);
+ *      "." for a path without '/'; none for fkvf_reader_open_memory and
+ *      fkvf_reader_open_source);
  *   2. each directory of search_path: a colon-separated list, searched left
  *      to right; empty entries are skipped; NULL or "" = none. Relative
  *      directories are relative to the working directory.

@@ -19,12 +19,15 @@
  * checksum and header. */
 static int trailer_at(fkvf_reader *r, uint64_t off, fkvf_trailer *t, fkvf_dirhdr *dh)
 {
-    int rc = fkvf_trailer_parse(r->data + off, off, t, &r->diag);
-    if (rc)
+    int rc = rd_ensure(r, off, 64);
+    if (rc || (rc = fkvf_trailer_parse(r->data + off, off, t, &r->diag)))
         return rc;
     size_t dsz;
     if (!fkvf_tosz(t->dir_size, &dsz))
         return FAIL(FKVF_E_LIMIT, off + 24, "15", "directory too large");
+    /* the parse checked that the directory lies before the trailer */
+    if ((rc = rd_ensure(r, t->dir_offset, t->dir_size)))
+        return rc;
     uint64_t sum = fkvf_xxh3_64(r->data + t->dir_offset, dsz, t->dir_offset);
     if (sum != t->dir_checksum)
         return FAIL(FKVF_E_CHECKSUM, t->dir_offset, "6.2",
@@ -114,7 +117,7 @@ static int load_chain(fkvf_reader *r, uint64_t head, int *head_ok, bad_set *bad)
         }
         rc = trailer_at(r, off, &t, &dh);
         if (rc) {
-            if (off != head)
+            if (off != head && fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT)
                 rc = fkvf_fail_replace(&r->diag, FKVF_E_CHAIN, off, "7.1",
                                        "commit chain: earlier trailer invalid: %s", r->diag.msg);
             break;
@@ -179,6 +182,10 @@ int rd_find_head(fkvf_reader *r)
     } else {
         int head_ok;
         first_rc = load_chain(r, last, &head_ok, NULL);
+        /* an environment failure (a source that cannot be read, memory)
+         * says nothing about the file: no torn-tail scan */
+        if (first_rc != FKVF_OK && fkvf_error_class(first_rc) != FKVF_ERRCLASS_FORMAT)
+            return first_rc;
         if (first_rc == FKVF_OK) {
             r->committed_size = size;
             return FKVF_OK;
@@ -194,13 +201,21 @@ int rd_find_head(fkvf_reader *r)
     memset(&bad, 0, sizeof bad);
     int rc = first_rc;
     for (uint64_t off = last; off >= FKVF_HEADER_SIZE + 64; off -= 64) {
+        int erc = rd_ensure(r, off, 8);
+        if (erc) {
+            fkvf_free(r->alloc, bad.slot);
+            r->n_commits = 0;
+            return erc;
+        }
         if (memcmp(r->data + off, fkvf_trailer_magic, 8) != 0 || (size % 64 == 0 && off == last) ||
             bad_has(&bad, off))
             continue;
         r->n_commits = 0;
         fkvf_diag_clear(&r->diag);
         int head_ok, lrc = load_chain(r, off, &head_ok, &bad);
-        if (lrc == FKVF_E_NOMEM) { /* not a broken chain: an earlier commit is no answer */
+        if (lrc != FKVF_OK && fkvf_error_class(lrc) != FKVF_ERRCLASS_FORMAT) {
+            /* not a broken chain (memory, a source that cannot be read):
+             * an earlier commit is no answer */
             fkvf_free(r->alloc, bad.slot);
             r->n_commits = 0;
             return lrc;

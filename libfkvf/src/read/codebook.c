@@ -22,6 +22,9 @@ int rd_codebook(fkvf_reader *r, fkvf_codebook_shape *shape, const void **content
     if (!r->cb_kind)
         return fkvf_fail(&r->diag, FKVF_E_NOT_FOUND, FKVF_NO_OFFSET, "13",
                          "the archive has no codebook");
+    int rc = rd_cbk1_load(r); /* deferred by a source reader */
+    if (rc)
+        return rc;
     if (!r->cb_known) {
         char hx[33];
         fkvf_hex16(r->cb_ref_hash, hx);
@@ -33,7 +36,7 @@ int rd_codebook(fkvf_reader *r, fkvf_codebook_shape *shape, const void **content
     size_t sec = r->cb_kind == 1 ? r->cb_sec : r->cb_file_sec;
     const uint8_t *p;
     uint64_t n;
-    int rc = rd_section_bytes(src, sec, &p, &n);
+    rc = rd_section_bytes(src, sec, &p, &n);
     if (rc) {
         if (src != r)
             fkvf_fail(&r->diag, rc, FKVF_NO_OFFSET, "13", "attached codebook: %s",
@@ -88,7 +91,9 @@ int rd_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
                          "%s is not a codebook file; expected codebook %s", cf->diag.name, hx);
     const uint8_t *p;
     uint64_t n;
-    int rc = rd_section_bytes(cf, cf->cb_sec, &p, &n);
+    int rc = rd_cbk1_load(cf); /* a codebook file over a source: on first use */
+    if (rc == FKVF_OK)
+        rc = rd_section_bytes(cf, cf->cb_sec, &p, &n);
     if (rc)
         return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "13.5",
                          "codebook file %s unreadable: %s", cf->diag.name, cf->diag.msg);

@@ -340,7 +340,8 @@ FKVF_API int fkvf_reader_find_codebook(fkvf_reader *r, const char *search_path,
         strcmp(hint, ".") && strcmp(hint, ".."))
         f.hint = hint;
     char *dir = NULL;
-    if (r->name) {
+    /* a source reader's name is no local path (a URL, say): no directory */
+    if (r->name && !r->src.read) {
         if (!(dir = dir_of(f.a, r->name)))
             rc = fkvf_fail(&r->diag, FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL,
                            "no memory for the codebook search");

@@ -109,8 +109,13 @@ int rd_seg_init(fkvf_reader *r, size_t i, rd_seg *g)
     const rd_section *sec = &r->sections[i];
     uint64_t off = sec->e.offset;
     memset(g, 0, sizeof *g);
-    int rc = fkvf_strm_hdr_parse(r->data + off, sec->e.stored_size, off, &g->h, &r->diag);
-    if (rc)
+    /* the header, then (its sizes checked against the section) the block
+     * table and the padding before the data */
+    uint64_t hn = sec->e.stored_size < FKVF_STRM_HDR_SIZE ? sec->e.stored_size : FKVF_STRM_HDR_SIZE;
+    int rc = rd_ensure(r, off, hn);
+    if (rc || (rc = fkvf_strm_hdr_parse(r->data + off, sec->e.stored_size, off, &g->h, &r->diag)))
+        return rc;
+    if ((rc = rd_ensure(r, off, g->h.data_off)))
         return rc;
     if (g->h.group != sec->e.key)
         return FAIL(FKVF_E_CORRUPT, off, "11.2",
@@ -247,29 +252,47 @@ int rd_stream_at(const fkvf_reader *r, size_t index, rd_stream *s)
     return FKVF_OK;
 }
 
-/* CBK1 header or CBRF reference (spec 13.1, 13.5). */
+/* (reader_impl.h) */
+int rd_cbk1_load(fkvf_reader *r)
+{
+    if (r->cb_kind != 1 || r->cb_known)
+        return FKVF_OK;
+    const uint8_t *p;
+    uint64_t n;
+    uint64_t off = r->sections[r->cb_sec].e.offset;
+    int rc = rd_section_bytes(r, r->cb_sec, &p, &n);
+    if (rc || (rc = fkvf_cbk1_parse(p, n, off, &r->cb_shape, &r->diag)))
+        return rc;
+    if (r->has_desc && !fkvf_cbk1_matches(&r->cb_shape, &r->desc))
+        return FAIL(FKVF_E_CORRUPT, off, "13.7",
+                    "CBK1 shape (layers %u, heads %u, dims %u/%u) does not match the "
+                    "descriptor",
+                    r->cb_shape.n_layers, r->cb_shape.n_heads, r->cb_shape.key_dim,
+                    r->cb_shape.value_dim);
+    /* the index streams' stage counts (spec 11.8), whatever n_archived */
+    if ((rc = rd_check_index_streams(r, FKVF_E_CORRUPT, NULL)))
+        return rc;
+    r->cb_known = 1;
+    return FKVF_OK;
+}
+
+/* CBK1 (spec 13.1-13.2, 13.7) or CBRF reference (spec 13.5). A CBK1 is
+ * loaded here for a file or memory (its faults found at open, as cheap as
+ * a mapping makes it) and deferred to the codebook's first use for a
+ * source (spec 7.5 step 4: a request that needs no codebook, info over a
+ * network, reads none of it). */
 static int load_codebook(fkvf_reader *r)
 {
     if (!r->cb_kind)
         return FKVF_OK;
+    if (r->cb_kind == 1)
+        return r->src.read ? FKVF_OK : rd_cbk1_load(r);
     const uint8_t *p;
     uint64_t n;
     uint64_t off = r->sections[r->cb_sec].e.offset;
     int rc = rd_section_bytes(r, r->cb_sec, &p, &n);
     if (rc)
         return rc;
-    if (r->cb_kind == 1) {
-        if ((rc = fkvf_cbk1_parse(p, n, off, &r->cb_shape, &r->diag)))
-            return rc;
-        if (r->has_desc && !fkvf_cbk1_matches(&r->cb_shape, &r->desc))
-            return FAIL(FKVF_E_CORRUPT, off, "13.7",
-                        "CBK1 shape (layers %u, heads %u, dims %u/%u) does not match the "
-                        "descriptor",
-                        r->cb_shape.n_layers, r->cb_shape.n_heads, r->cb_shape.key_dim,
-                        r->cb_shape.value_dim);
-        r->cb_known = 1;
-        return FKVF_OK;
-    }
     const uint8_t *hash, *name;
     uint32_t nl;
     if ((rc = fkvf_cbrf_parse(p, n, off, &hash, &name, &nl, &r->diag)))
@@ -525,8 +548,6 @@ int rd_load_contents(fkvf_reader *r)
     if (r->groups[FKVF_GROUP_INDEX].present && !r->cb_kind)
         return FAIL(FKVF_E_CORRUPT, r->sections[r->groups[FKVF_GROUP_INDEX].segs[0].sec].e.offset,
                     "11.8", "index streams but no codebook section (CBK1 or CBRF)");
-    if (r->cb_known && (rc = rd_check_index_streams(r, FKVF_E_CORRUPT, NULL)))
-        return rc;
     /* positions (spec 14) */
     uint64_t S = r->desc.n_sinks < r->n_positions ? r->desc.n_sinks : r->n_positions;
     if (r->n_archived && (r->desc.n_sinks > r->n_positions ||

@@ -82,6 +82,9 @@ static int section_check(fkvf_reader *r, rd_section *s)
     size_t stored;
     if (!fkvf_tosz(s->e.stored_size, &stored))
         return FAIL(FKVF_E_LIMIT, s->e.offset, "15", "section too large for this machine");
+    int rc = rd_ensure(r, s->e.offset, s->e.stored_size); /* in bounds: spec 4.5, at load */
+    if (rc)
+        return rc;
     uint64_t sum = fkvf_xxh3_64(src, stored, s->e.offset);
     if (sum != s->e.checksum) {
         char tn[12];
@@ -100,7 +103,7 @@ static int section_check(fkvf_reader *r, rd_section *s)
         uint8_t *buf = fkvf_malloc(r->alloc, n ? n : 1);
         if (!buf)
             return FAIL(FKVF_E_NOMEM, s->e.offset, NULL, "no memory to inflate %zu bytes", n);
-        int rc = inflate_exact(r, s, src, buf);
+        rc = inflate_exact(r, s, src, buf);
         if (rc) {
             fkvf_free(r->alloc, buf);
             return rc;
@@ -154,8 +157,8 @@ static int reader_new(fkvf_reader **out, const fkvf_allocator *alloc, const char
 static int load_head(fkvf_reader *r)
 {
     size_t avail = r->size < FKVF_HEADER_SIZE ? (size_t)r->size : FKVF_HEADER_SIZE;
-    int rc = fkvf_header_parse(r->data, avail, &r->hdr, &r->diag);
-    if (rc)
+    int rc = rd_ensure(r, 0, avail);
+    if (rc || (rc = fkvf_header_parse(r->data, avail, &r->hdr, &r->diag)))
         return rc;
     if (r->size > FKVF_MAX_FILE)
         return FAIL(FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file larger than 2^62 bytes");
@@ -235,6 +238,28 @@ int rd_open_fd(fkvf_reader **out, int fd, const char *name, unsigned flags,
     return load_fd(r, fd);
 }
 
+FKVF_API int fkvf_reader_open_source(fkvf_reader **out, const fkvf_source *src, uint32_t unit,
+                                     const char *name, unsigned flags,
+                                     const fkvf_allocator *alloc)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    *out = NULL;
+    if (!src || !src->read || (flags & ~FKVF_OPEN_STRICT) ||
+        (unit && (unit < 512 || unit > (UINT32_C(1) << 24) || (unit & (unit - 1)))))
+        return FKVF_E_INVALID_ARG;
+    fkvf_reader *r;
+    int rc = reader_new(&r, alloc, name, flags);
+    if (rc)
+        return rc;
+    *out = r;
+    if (!name)
+        r->diag.name = "<source>";
+    if ((rc = rd_source_init(r, src, unit)))
+        return rc;
+    return reader_load(r);
+}
+
 FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned flags,
                                    const fkvf_allocator *alloc)
 {
@@ -294,6 +319,7 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
     fkvf_free(a, r->model_id);
     fkvf_free(a, r->tokenizer_id);
     fkvf_filemap_release(&r->file, a);
+    rd_source_release(r);
     fkvf_free(a, r->name);
     r->h.magic = 0;
     fkvf_free(a, r);

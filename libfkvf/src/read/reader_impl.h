@@ -86,6 +86,14 @@ struct fkvf_reader {
     uint64_t size;
     fkvf_filemap file; /* a file's bytes, mapped or (FKVF_OPEN_READ) read */
     unsigned flags;
+    /* fkvf_reader_open_source: data is a reservation of size bytes that
+     * rd_ensure fills unit by unit from src (source.c) */
+    fkvf_source src;
+    uint8_t *src_map;
+    size_t src_map_size;
+    uint8_t *src_have; /* one bit per unit: read */
+    unsigned src_shift; /* log2 of the unit */
+    uint64_t src_bytes, src_reads;
 
     fkvf_header hdr;
     rd_commit *commits;
@@ -182,6 +190,23 @@ int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b);
 /* Stream `index` (index streams in canonical order, then the token
  * stream), computed from the groups; FKVF_E_RANGE beyond n_streams. */
 int rd_stream_at(const fkvf_reader *r, size_t index, rd_stream *s);
+/* Bytes [off, off + n) of the file present in r->data: a no-op for a file
+ * or memory; for a source, the missing units read (source.c). The range is
+ * within the file (callers check bounds first). */
+int rd_source_fill(fkvf_reader *r, uint64_t off, uint64_t n);
+static inline int rd_ensure(fkvf_reader *r, uint64_t off, uint64_t n)
+{
+    return r->src.read && n ? rd_source_fill(r, off, n) : FKVF_OK;
+}
+/* The reservation and unit map of a source reader; r->data and r->size
+ * then describe it (source.c). */
+int rd_source_init(fkvf_reader *r, const fkvf_source *src, uint32_t unit);
+/* The embedded CBK1 loaded and checked (spec 13.1-13.2, 13.7, the stage
+ * counts of 11.8), cb_known then set: at open for a file or memory, on first
+ * use for a source (load.c); a no-op otherwise or once done. */
+int rd_cbk1_load(fkvf_reader *r);
+/* Release what a source reader reserved (source.c). */
+void rd_source_release(fkvf_reader *r);
 /* Parse a STRM section's header into a segment (block flags allocated). */
 int rd_seg_init(fkvf_reader *r, size_t i, rd_seg *g);
 /* Every stored symbol of every stream of index segment g (also symbols

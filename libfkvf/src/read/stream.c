@@ -108,6 +108,9 @@ int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b)
     uint64_t start = b * h->block_size;
     uint64_t len = h->data_bytes - start < h->block_size ? h->data_bytes - start : h->block_size;
     uint64_t table = r->sections[g->sec].e.offset + FKVF_STRM_HDR_SIZE + 8 * b;
+    int rc = rd_ensure(r, g->data_fileoff + start, len); /* the table: at rd_seg_init */
+    if (rc)
+        return rc;
     uint64_t want = fkvf_ld64(r->data + table);
     uint64_t got = fkvf_xxh3_64(g->data + start, (size_t)len, g->data_fileoff + start);
     if (want != got)

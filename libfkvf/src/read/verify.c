@@ -17,6 +17,9 @@ static int zero_gap(fkvf_reader *r, uint64_t from, uint64_t to, const char *what
         return FAIL(FKVF_E_CORRUPT, from, "4.1",
                     "%llu bytes between structures before %s (at most 63 padding bytes)",
                     (unsigned long long)(to - from), what);
+    int rc = rd_ensure(r, from, to - from);
+    if (rc)
+        return rc;
     for (uint64_t i = from; i < to; i++)
         if (r->data[i])
             return FAIL(FKVF_E_PADDING, i, "4.1", "padding byte 0x%02x before %s is not zero",
@@ -149,7 +152,9 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
         if ((rc = rd_section_bytes(r, i, &p, &n)))
             return rc;
     }
-    /* 3. contents */
+    /* 3. contents; the CBK1 first if a source reader deferred it */
+    if ((rc = rd_cbk1_load(r)))
+        return rc;
     if (r->has_meta) {
         r->meta_checked = 0;
         size_t n;
