@@ -26,7 +26,7 @@ function(fkvf_fuzz_link tgt name)
   elseif(name STREQUAL "cli_numbers")
     target_sources(${tgt} PRIVATE ${PROJECT_SOURCE_DIR}/tools/cli_util.c
       ${PROJECT_SOURCE_DIR}/tools/cli_llama.c)
-    target_link_libraries(${tgt} PRIVATE fkvf_llama m)
+    target_link_libraries(${tgt} PRIVATE fkvf_llama fkvf_remote m)
   endif()
 endfunction()
 

@@ -3,6 +3,9 @@
 # fuzzing FKVF need. Run as root (or with sudo). Idempotent.
 set -eu
 PKGS="build-essential cmake pkg-config zlib1g-dev libxxhash-dev libarchive-dev check libsubunit-dev clang python3 valgrind pmccabe"
+# archives over HTTP (tools only, docs/remote.md): libcurl, and nginx for the
+# tests, which start their own on 127.0.0.1 (nginx-light starts no service)
+PKGS="$PKGS libcurl4-openssl-dev nginx-light"
 # the Python binding (python/fkvf, issue 15): NumPy with a fast BLAS, pytest,
 # setuptools, pip and venv for an offline pip install (README "Python")
 PKGS="$PKGS python3-numpy python3-pytest python3-setuptools python3-pip python3-venv libopenblas0-pthread"

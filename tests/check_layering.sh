@@ -16,9 +16,9 @@
 #   chain handle of the reader; everything else through fkvf.h), and no
 #   other module includes validate/
 #   tools/ include only the public header fkvf.h (and their own cacheio.h,
-#   cli_util.h, commands.h, llama_state.h and gguf.h); cacheio's internal header cacheio_impl.h only in cacheio's
+#   cli_util.h, cli_remote.h, commands.h, llama_state.h and gguf.h); cacheio's internal header cacheio_impl.h only in cacheio's
 #   own sources (tools/cacheio.c, tools/cacheio_*.c);
-#   libfkvf never includes libarchive
+#   libfkvf never includes libarchive or libcurl
 #   python/fkvf (the ctypes binding over the shared library) names no
 #   function of the second tier of fkvf.h (FKVF_STATIC_LINKING_ONLY: not
 #   ABI-stable, for the static library only)
@@ -46,11 +46,13 @@ allow() {
 allow validate 'fkvf\.h|alloc\.h|ckd\.h|error\.h|filemap\.h|handle\.h|hash\.h|le\.h|format/[a-z_]+\.h|read/reader_impl\.h' "may use common/, format/ and read/reader_impl.h only"
 val_hits=$(grep -rnE '#include "(validate/|\.\./validate/)' "$S" 2>/dev/null | grep -v "^$S/validate/")
 if [ -n "$val_hits" ]; then echo "layering: nothing includes validate/:"; echo "$val_hits"; bad=1; fi
-tools_hits=$(grep -nE '#include "' "$1"/tools/*.[ch] | grep -vE '#include "(fkvf|cacheio|cli_util|commands|llama_state|gguf)\.h"' |
+tools_hits=$(grep -nE '#include "' "$1"/tools/*.[ch] | grep -vE '#include "(fkvf|cacheio|cli_util|cli_remote|commands|llama_state|gguf)\.h"' |
     grep -vE '/tools/cacheio(_[a-z]+)?\.c:[0-9]+:#include "cacheio_impl\.h"')
 if [ -n "$tools_hits" ]; then echo "layering: tools/ must use the public header only:"; echo "$tools_hits"; bad=1; fi
 lib_ar=$(grep -rn '#include <archive' "$S" 2>/dev/null)
 if [ -n "$lib_ar" ]; then echo "layering: libarchive is for the tools, never libfkvf:"; echo "$lib_ar"; bad=1; fi
+lib_curl=$(grep -rn '#include <curl' "$S" 2>/dev/null)
+if [ -n "$lib_curl" ]; then echo "layering: libcurl is for the tools, never libfkvf:"; echo "$lib_curl"; bad=1; fi
 # the second tier's functions: the declarations between its #if and #endif
 tier2=$(sed -n '/^#if defined(FKVF_STATIC_LINKING_ONLY)/,/^#endif \/\* FKVF_STATIC_LINKING_ONLY/p' \
     "$1/libfkvf/include/fkvf.h" | grep -oE 'fkvf_[a-z0-9_]+ *\(' | tr -d ' (' | sort -u)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli_util.h"
+#include "cli_remote.h"
 #include "commands.h"
 #include "fkvf.h"
 
@@ -76,6 +77,11 @@ static void usage_main(FILE *f)
             "that write a file never replace an input and, without --force, never an\n"
             "existing file.\n"
             "\n"
+            "Commands that read an archive or codebook file (info, verify, dump,\n"
+            "unpack, search, context, plot, export-llama, --codebooks) also take an\n"
+            "http:// or https:// URL: only the byte ranges needed are requested\n"
+            "(docs/remote.md); --max-bytes N caps what one command transfers.\n"
+            "\n"
             "Run '%s COMMAND --help' for a command's options.\n",
             prog);
 }
@@ -111,8 +117,23 @@ static int run(int argc, char **argv)
         return CLI_OK;
     }
     const cli_command *c = find_command(cmd);
-    if (c)
-        return c->run(argc - 2, argv + 2);
+    if (c) {
+        /* --max-bytes N, for every command that reads URLs (docs/remote.md):
+         * taken out before the command parses its own options */
+        int n = 0;
+        for (int i = 2; i < argc; i++) {
+            if (!strcmp(argv[i], "--max-bytes")) {
+                uint64_t v;
+                if (i + 1 >= argc || cli_parse_u64(argv[i + 1], UINT64_MAX, &v) || v == 0)
+                    return cli_usage("--max-bytes needs a positive number of bytes");
+                cli_remote_set_max_bytes(v);
+                i++;
+                continue;
+            }
+            argv[2 + n++] = argv[i];
+        }
+        return c->run(n, argv + 2);
+    }
     cli_usage("unknown command '%s'", cmd);
     usage_main(stderr);
     return CLI_USAGE;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli_util.h"
+#include "cli_remote.h"
 #include "commands.h"
 #include "fkvf.h"
 
@@ -609,7 +610,8 @@ static void verify_run(const verify_opts *o, verify_result *v)
 {
     memset(v, 0, sizeof *v);
     v->ec = CLI_OK;
-    v->rc = fkvf_reader_open_file(&v->r, o->path, 0, NULL);
+    v->rc = cli_is_url(o->path) ? cli_remote_open(&v->r, o->path, 0)
+                                : fkvf_reader_open_file(&v->r, o->path, 0, NULL);
     if (v->rc != FKVF_OK)
         v->ec = cli_fail_reader(v->rc, v->r, o->path, "");
     else

@@ -1,0 +1,119 @@
+#!/bin/sh
+# Archives read over HTTP range requests (issue 18, docs/remote.md), from a
+# real server: nginx, started here on 127.0.0.1 on a free port, serving a
+# temporary directory, stopped at the end. Checks that the read-only
+# commands give the same results on a URL as on the file, how many bytes
+# they transfer (nginx's access log: a small part of the file for info), and
+# that server faults give a clear error, never wrong data.
+# usage: cli_remote.sh FKVF SRCDIR
+set -u
+FKVF=$1
+SRC=$2
+. "$(dirname "$0")/cli_lib.sh"
+PY=/usr/bin/python3
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+[ -x "$NGINX" ] || { echo "SKIP: no nginx (scripts/install-deps.sh installs nginx-light)"; exit 77; }
+"$PY" -c 'import numpy' 2>/dev/null || { echo "SKIP: $PY has no numpy"; exit 77; }
+
+# an archive of a few MB with an embedded codebook, and one with an external
+shape="--layers 4 --heads 4 --dim 64"
+"$PY" "$SRC/bench/mkcache.py" -o "$T/raw.npy" --positions 4096 $shape >/dev/null || exit 1
+"$PY" "$SRC/bench/mkcache.py" -o "$T/train.npy" --positions 512 $shape >/dev/null || exit 1
+mkdir "$T/www" "$T/logs"
+check train 0 "$FKVF" train "$T/train.npy" -o "$T/www/cb.fkvf" --k 64 --k-stages 2 --v-stages 2 --iters 1
+check pack 0 "$FKVF" pack "$T/raw.npy" --k 256 --k-stages 2 --v-stages 2 --iters 1 --sinks 4 --recent 8 -o "$T/www/a.fkvf"
+check pack-ext 0 "$FKVF" pack "$T/raw.npy" --codebooks "$T/www/cb.fkvf" --sinks 4 --recent 8 -o "$T/www/x.fkvf"
+cp "$T/www/a.fkvf" "$T/www/norange.fkvf"
+size=$(wc -c <"$T/www/a.fkvf")
+
+# a free port on 127.0.0.1
+port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+# as root, nginx's workers would drop to an account that cannot read $T
+user=""
+[ "$(id -u)" -eq 0 ] && user="user root;"
+cat >"$T/nginx.conf" <<EOF
+$user
+daemon on;
+pid $T/nginx.pid;
+error_log $T/logs/error.log;
+worker_processes 1;
+events { worker_connections 64; }
+http {
+    access_log $T/logs/access.log;
+    log_format bytes '\$request_uri \$status \$body_bytes_sent';
+    client_body_temp_path $T/logs; proxy_temp_path $T/logs; fastcgi_temp_path $T/logs;
+    uwsgi_temp_path $T/logs; scgi_temp_path $T/logs;
+    server {
+        listen 127.0.0.1:$port;
+        root $T/www;
+        access_log $T/logs/bytes.log bytes;
+        location = /norange.fkvf { max_ranges 0; }
+        location = /err.fkvf { return 500; }
+    }
+}
+EOF
+"$NGINX" -c "$T/nginx.conf" -p "$T" 2>"$T/nginx.err" || { echo "FAIL nginx did not start:"; cat "$T/nginx.err"; exit 1; }
+stop() { [ -f "$T/nginx.pid" ] && kill "$(cat "$T/nginx.pid")" 2>/dev/null; sleep 0.2; rm -rf "$T"; }
+trap stop EXIT
+URL="http://127.0.0.1:$port"
+i=0
+until "$PY" -c "import urllib.request; urllib.request.urlopen('$URL/cb.fkvf').read(1)"; do
+    i=$((i + 1)); [ $i -lt 50 ] || { echo "FAIL nginx does not answer"; cat "$T/nginx.err" "$T/logs/error.log"; exit 1; }; sleep 0.1
+done
+# bytes sent since the mark (the log's lines for one command)
+mark() { : >"$T/logs/bytes.log"; }
+sent() { awk '{ s += $3 } END { print s + 0 }' "$T/logs/bytes.log"; }
+requests() { wc -l <"$T/logs/bytes.log"; }
+
+# info: the same as the file's (but for the name), a small part of the file
+check info-file 0 "$FKVF" info --json "$T/www/a.fkvf"
+sed "s|$T/www/a.fkvf|NAME|g" "$T/out" >"$T/info-file.json"
+mark
+check info-url 0 "$FKVF" info --json "$URL/a.fkvf"
+sed "s|$URL/a.fkvf|NAME|g" "$T/out" >"$T/info-url.json"
+if cmp -s "$T/info-file.json" "$T/info-url.json"; then pass=$((pass + 1)); else
+    echo "FAIL info-same: URL and file differ"; diff "$T/info-file.json" "$T/info-url.json" | head; fails=$((fails + 1)); fi
+info_bytes=$(sent)
+info_req=$(requests)
+if [ "$info_bytes" -gt 0 ] && [ "$info_bytes" -lt $((size / 10)) ]; then pass=$((pass + 1)); else
+    echo "FAIL info-bytes: $info_bytes of $size bytes transferred"; fails=$((fails + 1)); fi
+
+# verify and unpack: the same results; unpack transfers the file about once
+mark
+check verify-url 0 "$FKVF" verify "$URL/a.fkvf"
+verify_bytes=$(sent)
+check unpack-file 0 "$FKVF" unpack "$T/www/a.fkvf" -o "$T/file.npy"
+mark
+check unpack-url 0 "$FKVF" unpack "$URL/a.fkvf" -o "$T/url.npy"
+unpack_bytes=$(sent)
+unpack_req=$(requests)
+if cmp -s "$T/file.npy" "$T/url.npy"; then pass=$((pass + 1)); else echo "FAIL unpack-same"; fails=$((fails + 1)); fi
+if [ "$unpack_bytes" -le $((size + 4096)) ]; then pass=$((pass + 1)); else
+    echo "FAIL unpack-bytes: $unpack_bytes for a file of $size"; fails=$((fails + 1)); fi
+# an external codebook given as a URL too
+check unpack-ext 0 "$FKVF" unpack "$URL/x.fkvf" --codebooks "$URL/cb.fkvf" -o "$T/ext.npy"
+check verify-ext 0 "$FKVF" verify "$URL/x.fkvf" --codebooks "$URL/cb.fkvf"
+# context: a few symbols before a position, a few blocks
+check context-file 0 "$FKVF" context "$T/www/a.fkvf" --at 2000 --len 8 --stream L1.H2.V.1
+cp "$T/out" "$T/ctx-file"
+mark
+check context-url 0 "$FKVF" context "$URL/a.fkvf" --at 2000 --len 8 --stream L1.H2.V.1
+if cmp -s "$T/ctx-file" "$T/out"; then pass=$((pass + 1)); else echo "FAIL context-same"; fails=$((fails + 1)); fi
+context_bytes=$(sent)
+
+# faults: a server that ignores Range, a 500, a missing object, --max-bytes
+check norange 2 "$FKVF" info "$URL/norange.fkvf"
+grep_in norange "ignores Range" "$T/err"
+mark
+check err500 2 "$FKVF" info "$URL/err.fkvf"
+grep_in err500 "server error.*after retries" "$T/err"
+[ "$(requests)" -eq 4 ] && pass=$((pass + 1)) || { echo "FAIL err500: $(requests) requests, want 4 (retries)"; fails=$((fails + 1)); }
+check missing 2 "$FKVF" info "$URL/nothing.fkvf"
+grep_in missing "refused.*404" "$T/err"
+check maxbytes 2 "$FKVF" unpack "$URL/a.fkvf" -o "$T/cap.npy" --max-bytes 100000
+grep_in maxbytes "max-bytes 100000" "$T/err"
+[ -e "$T/cap.npy" ] && { echo "FAIL maxbytes: output left behind"; fails=$((fails + 1)); } || pass=$((pass + 1))
+check maxbytes-bad 2 "$FKVF" info "$URL/a.fkvf" --max-bytes 0
+echo "remote: file $size bytes; info $info_bytes bytes in $info_req requests; verify $verify_bytes;" \
+    "unpack $unpack_bytes in $unpack_req requests; context $context_bytes"
+finish cli_remote
