@@ -431,7 +431,8 @@ START_TEST(suite_same_as_memory)
     const char *srcdir = getenv("FKVF_SRCDIR");
     ck_assert_ptr_nonnull(srcdir);
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/conformance/files", srcdir);
+    int dn = snprintf(dir, sizeof dir, "%s/conformance/files", srcdir);
+    ck_assert(dn > 0 && (size_t)dn < sizeof dir);
     DIR *d = opendir(dir);
     ck_assert_ptr_nonnull(d);
     struct dirent *e;
@@ -440,8 +441,9 @@ START_TEST(suite_same_as_memory)
         size_t nl = strlen(e->d_name);
         if (nl < 5 || strcmp(e->d_name + nl - 5, ".fkvf"))
             continue;
-        char path[4200];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        char path[4400];
+        int pn = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        ck_assert(pn > 0 && (size_t)pn < sizeof path); /* checked: never cut */
         FILE *f = fopen(path, "rb");
         ck_assert_ptr_nonnull(f);
         ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
