@@ -125,6 +125,35 @@ static fkvf_source source_of(mem_source *m, const tu_buf *b)
     return s;
 }
 
+/* positions [first, first + count), every layer, head and part */
+static fkvf_read_request request(uint64_t first, uint64_t count, fkvf_dtype dtype)
+{
+    fkvf_read_request q;
+    memset(&q, 0, sizeof q);
+    q.first = first;
+    q.count = count;
+    q.dtype = dtype;
+    return q;
+}
+
+/* fkvf_reader_read of q on r: rc_want, and (when FKVF_OK) the bytes ref
+ * serves for q */
+static void read_as(fkvf_reader *r, fkvf_reader *ref, const fkvf_read_request *q, int rc_want)
+{
+    size_t n;
+    ck_assert_int_eq(fkvf_reader_read_size(ref, q, &n), FKVF_OK);
+    uint8_t *a = malloc(n), *c = malloc(n);
+    ck_assert(a && c);
+    int rc = fkvf_reader_read(r, q, a, n);
+    ck_assert_msg(rc == rc_want, "read: %d, want %d (%s)", rc, rc_want, fkvf_reader_message(r));
+    if (rc == FKVF_OK) {
+        ck_assert_int_eq(fkvf_reader_read(ref, q, c, n), FKVF_OK);
+        ck_assert(memcmp(a, c, n) == 0);
+    }
+    free(a);
+    free(c);
+}
+
 /* open, info and one position of every layer and head: a small part of the
  * file is read, and the results equal those of a reader of memory */
 START_TEST(reads_only_what_is_needed)
@@ -150,19 +179,8 @@ START_TEST(reads_only_what_is_needed)
     /* info reads nothing more */
     ck_assert_uint_eq(m.bytes, open_bytes);
     /* one archived position, every layer and head, keys and values */
-    fkvf_read_request q;
-    memset(&q, 0, sizeof q);
-    q.first = 2000;
-    q.count = 1;
-    q.dtype = FKVF_DTYPE_F16;
-    size_t n;
-    ck_assert_int_eq(fkvf_reader_read_size(r, &q, &n), FKVF_OK);
-    uint8_t *a = malloc(n), *c = malloc(n);
-    ck_assert_ptr_nonnull(a);
-    ck_assert_ptr_nonnull(c);
-    ck_assert_int_eq(fkvf_reader_read(r, &q, a, n), FKVF_OK);
-    ck_assert_int_eq(fkvf_reader_read(ref, &q, c, n), FKVF_OK);
-    ck_assert(memcmp(a, c, n) == 0);
+    fkvf_read_request q = request(2000, 1, FKVF_DTYPE_F16);
+    read_as(r, ref, &q, FKVF_OK);
     uint64_t one = m.bytes - open_bytes;
     /* one position: the embedded codebook, whole (its checksum covers it
      * all, spec 4.6), and one 4096-byte block per stream part it touches
@@ -182,13 +200,9 @@ START_TEST(reads_only_what_is_needed)
     /* a second position nearby: only blocks, no codebook again */
     uint64_t before = m.bytes;
     q.first = 2001;
-    ck_assert_int_eq(fkvf_reader_read(r, &q, a, n), FKVF_OK);
-    ck_assert_int_eq(fkvf_reader_read(ref, &q, c, n), FKVF_OK);
-    ck_assert(memcmp(a, c, n) == 0);
+    read_as(r, ref, &q, FKVF_OK);
     ck_assert_uint_le(m.bytes - before, 64u * 2 * 4096);
     ck_assert(!m.bad_range);
-    free(a);
-    free(c);
     fkvf_reader_free(r);
     fkvf_reader_free(ref);
     tu_buf_free(&b);
@@ -257,28 +271,14 @@ START_TEST(failing_source)
     ck_assert_int_eq(fkvf_reader_open_source(&r, &src, 0, NULL, 0, NULL), FKVF_OK);
     fkvf_reader *ref = NULL;
     ck_assert_int_eq(fkvf_reader_open_memory(&ref, b.data, b.size, 0, NULL), FKVF_OK);
-    fkvf_read_request q;
-    memset(&q, 0, sizeof q);
-    q.first = 1234;
-    q.count = 2;
-    q.dtype = FKVF_DTYPE_F32;
-    size_t n;
-    ck_assert_int_eq(fkvf_reader_read_size(r, &q, &n), FKVF_OK);
-    uint8_t *a = malloc(n), *c = malloc(n);
-    ck_assert_ptr_nonnull(a);
-    ck_assert_ptr_nonnull(c);
+    fkvf_read_request q = request(1234, 2, FKVF_DTYPE_F32);
     m.fail_all = 1;
     m.fail_code = FKVF_E_IO;
-    int frc = fkvf_reader_read(r, &q, a, n);
-    ck_assert_msg(frc == FKVF_E_IO, "%d %s", frc, fkvf_reader_message(r));
+    read_as(r, ref, &q, FKVF_E_IO);
     ck_assert_int_eq(fkvf_reader_verify(r), FKVF_E_IO);
     m.fail_all = 0;
-    ck_assert_int_eq(fkvf_reader_read(r, &q, a, n), FKVF_OK);
-    ck_assert_int_eq(fkvf_reader_read(ref, &q, c, n), FKVF_OK);
-    ck_assert(memcmp(a, c, n) == 0);
+    read_as(r, ref, &q, FKVF_OK);
     ck_assert_int_eq(fkvf_reader_verify(r), FKVF_OK);
-    free(a);
-    free(c);
     fkvf_reader_free(r);
     fkvf_reader_free(ref);
     tu_buf_free(&b);
@@ -324,11 +324,7 @@ START_TEST(read_failure_loop)
     build_archive(&b);
     fkvf_reader *ref = NULL;
     ck_assert_int_eq(fkvf_reader_open_memory(&ref, b.data, b.size, 0, NULL), FKVF_OK);
-    fkvf_read_request q;
-    memset(&q, 0, sizeof q);
-    q.first = 3000;
-    q.count = 1;
-    q.dtype = FKVF_DTYPE_F16;
+    fkvf_read_request q = request(3000, 1, FKVF_DTYPE_F16);
     size_t n, all = (size_t)NPOS * ROW_BYTES;
     ck_assert_int_eq(fkvf_reader_read_size(ref, &q, &n), FKVF_OK);
     uint8_t *want1 = malloc(n), *got1 = malloc(n), *want = malloc(all), *got = malloc(all);
