@@ -101,6 +101,20 @@ check context-url 0 "$FKVF" context "$URL/a.fkvf" --at 2000 --len 8 --stream L1.
 if cmp -s "$T/ctx-file" "$T/out"; then pass=$((pass + 1)); else echo "FAIL context-same"; fails=$((fails + 1)); fi
 context_bytes=$(sent)
 
+# dump, search and plot: the same output from the URL as from the file
+check dump-file 0 "$FKVF" dump "$T/www/a.fkvf"
+sed "s|$T/www/a.fkvf|NAME|g" "$T/out" >"$T/dump-file"
+check dump-url 0 "$FKVF" dump "$URL/a.fkvf"
+sed "s|$URL/a.fkvf|NAME|g" "$T/out" >"$T/dump-url"
+if cmp -s "$T/dump-file" "$T/dump-url"; then pass=$((pass + 1)); else echo "FAIL dump-same"; diff "$T/dump-file" "$T/dump-url" | head; fails=$((fails + 1)); fi
+check search-file 0 "$FKVF" search "$T/www/a.fkvf" --stream L1.H2.V.1 --symbols 3,7
+cp "$T/out" "$T/search-file"
+check search-url 0 "$FKVF" search "$URL/a.fkvf" --stream L1.H2.V.1 --symbols 3,7
+if cmp -s "$T/search-file" "$T/out"; then pass=$((pass + 1)); else echo "FAIL search-same"; fails=$((fails + 1)); fi
+check plot-file 0 "$FKVF" plot "$T/www/a.fkvf" --stream L0.H0.K.0 -o "$T/file.png"
+check plot-url 0 "$FKVF" plot "$URL/a.fkvf" --stream L0.H0.K.0 -o "$T/url.png"
+if cmp -s "$T/file.png" "$T/url.png"; then pass=$((pass + 1)); else echo "FAIL plot-same"; fails=$((fails + 1)); fi
+
 # faults: a server that ignores Range, a 500, a missing object, --max-bytes
 check norange 2 "$FKVF" info "$URL/norange.fkvf"
 grep_in norange "ignores Range" "$T/err"
