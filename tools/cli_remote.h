@@ -22,8 +22,8 @@ int cli_is_url(const char *path);
 int cli_remote_open(fkvf_reader **r, const char *url, unsigned flags);
 
 /* Cap on the bytes one command transfers over all URLs (0: none): a read
- * that would pass it fails (FKVF_E_LIMIT, with a note). Set from
- * --max-bytes by the CLI's main. */
+ * that would pass it fails (the reader's call with FKVF_E_IO, after a note
+ * naming the cap). Set from --max-bytes by the CLI's main. */
 void cli_remote_set_max_bytes(uint64_t n);
 
 /* Bytes and requests transferred so far by the process (for --json and the

@@ -309,11 +309,12 @@ FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned
  * own on a source: it calls read. */
 typedef struct fkvf_source {
     /* Read exactly n (> 0) bytes at offset off (off + n <= size) into buf.
-     * Return FKVF_OK, or an error code: FKVF_E_IO (or another environment
-     * code, FKVF_E_NOMEM...) when the bytes cannot be had; the reader then
-     * fails the call that needed them with that code and keeps nothing of
-     * the attempt (a later call asks again). Called from the thread that
-     * calls into the reader, never concurrently for one reader. */
+     * Return FKVF_OK, or FKVF_E_NOMEM, or any other code when the bytes
+     * cannot be had; the reader then fails the call that needed them with
+     * FKVF_E_NOMEM or FKVF_E_IO (never a format error: the file is not at
+     * fault) and keeps nothing of the attempt (a later call asks again).
+     * Called from the thread that calls into the reader, never
+     * concurrently for one reader. */
     int (*read)(void *opaque, uint64_t off, void *buf, size_t n);
     void *opaque;  /* passed to read; the caller's, must outlive the reader */
     uint64_t size; /* the file's size in bytes */
@@ -332,9 +333,10 @@ typedef struct fkvf_source {
  * file's size: address space for size bytes is reserved at open, memory
  * is used as units are read) until fkvf_reader_free. name (may be NULL) is
  * used in messages and returned by fkvf_reader_file_name. flags:
- * FKVF_OPEN_STRICT only. Errors as fkvf_reader_open_memory, plus the
- * source's codes and FKVF_E_LIMIT (size larger than the address space).
- * On failure *out is still set when a handle could be made. */
+ * FKVF_OPEN_STRICT only. Errors as fkvf_reader_open_memory, plus
+ * FKVF_E_IO or FKVF_E_NOMEM from the source and FKVF_E_LIMIT (size larger
+ * than the address space). On failure *out is still set when a handle could
+ * be made. */
 FKVF_API int fkvf_reader_open_source(fkvf_reader **out, const fkvf_source *src, uint32_t unit,
                                      const char *name, unsigned flags,
                                      const fkvf_allocator *alloc);

@@ -46,7 +46,8 @@ int rd_source_fill(fkvf_reader *r, uint64_t off, uint64_t n)
         size_t len = (size_t)(b - a); /* <= size, which fits the reservation */
         int rc = r->src.read(r->src.opaque, a, r->src_map + a, len);
         if (rc != FKVF_OK) {
-            int code = fkvf_error_class(rc) == FKVF_ERRCLASS_FORMAT || rc < 0 ? FKVF_E_IO : rc;
+            /* the file is not at fault: FKVF_E_NOMEM as such, else I/O */
+            int code = rc == FKVF_E_NOMEM ? FKVF_E_NOMEM : FKVF_E_IO;
             return FAIL(code, a, NULL, "source: reading bytes [%llu, +%zu) failed (%s)",
                         (unsigned long long)a, len, fkvf_strerror(rc));
         }
