@@ -132,6 +132,7 @@ static int run(int argc, char **argv)
             }
             argv[2 + n++] = argv[i];
         }
+        argv[2 + n] = NULL; /* as after the last argument */
         return c->run(n, argv + 2);
     }
     cli_usage("unknown command '%s'", cmd);
