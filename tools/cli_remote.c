@@ -176,6 +176,12 @@ static int remote_read(void *opaque, uint64_t off, void *buf, size_t n)
     return get_range(m, off, buf, n, 1);
 }
 
+int cli_open_path_or_url(fkvf_reader **r, const char *path)
+{
+    return cli_is_url(path) ? cli_remote_open(r, path, 0)
+                            : fkvf_reader_open_file(r, path, 0, NULL);
+}
+
 int cli_remote_open(fkvf_reader **r, const char *url, unsigned flags)
 {
     *r = NULL;

@@ -21,6 +21,11 @@ int cli_is_url(const char *path);
  * FKVF_E_IO with a note on stderr when the URL cannot be read at all). */
 int cli_remote_open(fkvf_reader **r, const char *url, unsigned flags);
 
+/* A reader of path: cli_remote_open for a URL, else fkvf_reader_open_file
+ * (flags 0). Every tool that opens an archive or codebook file by a name the
+ * user gave calls this, so that a URL works wherever a file does. */
+int cli_open_path_or_url(fkvf_reader **r, const char *path);
+
 /* Cap on the bytes one command transfers over all URLs (0: none): a read
  * that would pass it fails (the reader's call with FKVF_E_IO, after a note
  * naming the cap). Set from --max-bytes by the CLI's main. */

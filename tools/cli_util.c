@@ -858,8 +858,7 @@ static int attach_given(fkvf_reader *r, const char *archive, const char *given, 
                         fkvf_reader **cb, cli_codebook_status *st)
 {
     fkvf_reader *c = NULL;
-    int rc = cli_is_url(given) ? cli_remote_open(&c, given, 0)
-                               : fkvf_reader_open_file(&c, given, 0, NULL);
+    int rc = cli_open_path_or_url(&c, given);
     if (rc != FKVF_OK) {
         /* a FILE that is not there or cannot be read: exit 2, as any
          * path; one that is not a codebook file: invalid input */
@@ -1160,9 +1159,8 @@ void cli_desc_for(fkvf_desc *d, const kvio_cache *c, const fkvf_rope *rope, int 
 int cli_open_reader(fkvf_reader **r, const char *path)
 {
     *r = NULL;
-    /* an http(s) URL: range requests (docs/remote.md) */
-    int rc = cli_is_url(path) ? cli_remote_open(r, path, 0)
-                              : fkvf_reader_open_file(r, path, 0, NULL);
+    /* a file, or an http(s) URL read with range requests (docs/remote.md) */
+    int rc = cli_open_path_or_url(r, path);
     if (rc == FKVF_OK)
         return CLI_OK;
     int ex = cli_fail_reader(rc, *r, path, "");

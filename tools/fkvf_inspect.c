@@ -610,8 +610,7 @@ static void verify_run(const verify_opts *o, verify_result *v)
 {
     memset(v, 0, sizeof *v);
     v->ec = CLI_OK;
-    v->rc = cli_is_url(o->path) ? cli_remote_open(&v->r, o->path, 0)
-                                : fkvf_reader_open_file(&v->r, o->path, 0, NULL);
+    v->rc = cli_open_path_or_url(&v->r, o->path);
     if (v->rc != FKVF_OK)
         v->ec = cli_fail_reader(v->rc, v->r, o->path, "");
     else
