@@ -440,16 +440,8 @@ START_TEST(suite_same_as_memory)
         char path[4400];
         int pn = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         ck_assert(pn > 0 && (size_t)pn < sizeof path); /* checked: never cut */
-        FILE *f = fopen(path, "rb");
-        ck_assert_ptr_nonnull(f);
-        ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-        long sz = ftell(f);
-        ck_assert_int_ge(sz, 0);
-        rewind(f);
-        tu_buf b = {malloc((size_t)sz + 1), (size_t)sz, 0};
-        ck_assert_ptr_nonnull(b.data);
-        ck_assert_uint_eq(fread(b.data, 1, (size_t)sz, f), (size_t)sz);
-        fclose(f);
+        tu_buf b = {NULL, 0, 0};
+        b.data = tu_slurp(path, &b.size);
         mem_source m;
         fkvf_source src = source_of(&m, &b);
         fkvf_reader *rs = NULL, *rm = NULL;

@@ -84,22 +84,19 @@ static int verify_strm_section(fkvf_reader *r, size_t i)
     /* index symbols below the codebook size (spec 11.8), every stored one:
      * once the codebook is known (an external one may not be attached) */
     int sym = sec->e.key == FKVF_GROUP_INDEX && r->cb_known;
-    rd_seg *g = effective_seg(s, i);
+    rd_seg cut, *g = effective_seg(s, i);
     int rc;
-    if (g) {
-        rc = verify_stream_segment(r, s, g);
-        if (rc == FKVF_OK && sym)
-            rc = rd_seg_symbols_below(r, s, g, r->cb_shape.k);
-        return rc;
+    if (!g) { /* cut away whole: its own segment state, for this pass */
+        if ((rc = rd_seg_init(r, i, &cut)))
+            return rc;
+        cut.count = 0; /* no symbol of it is effective */
+        g = &cut;
     }
-    rd_seg cut;
-    if ((rc = rd_seg_init(r, i, &cut)))
-        return rc;
-    cut.count = 0; /* no symbol of it is effective */
-    rc = verify_stream_segment(r, s, &cut);
+    rc = verify_stream_segment(r, s, g);
     if (rc == FKVF_OK && sym)
-        rc = rd_seg_symbols_below(r, s, &cut, r->cb_shape.k);
-    fkvf_free(r->alloc, cut.block_ok);
+        rc = rd_seg_symbols_below(r, s, g, r->cb_shape.k);
+    if (g == &cut)
+        fkvf_free(r->alloc, cut.block_ok);
     return rc;
 }
 
