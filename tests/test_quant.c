@@ -1162,7 +1162,8 @@ END_TEST
  * subnormal to near the f16 maximum, signed zeros, random codes; both code
  * layouts; RoPE off, whole-block (interleaved and half-split) and partial
  * rotary dims; dims with tails; pooled tables for 4 KV heads; K stages 0;
- * head groups smaller than a layer (k = 4096) and tables too large for the
+ * head groups smaller than a layer (k = 512: 2 + 1 heads of 393 KB in the
+ * 1 MB copy; k = 1024: one head a group) and tables too large for the
  * f16 copy; chunk tails on either side of 64 positions (rope_dims 1024:
  * 256 positions per chunk); calls of 1..65 rows in every case; an output
  * 2 bytes off alignment; f16, bf16 and f32 out. */
@@ -1181,7 +1182,8 @@ START_TEST(rvq_decode_f16_tables_match_portable)
         {1, 3, 20, 12, 16, 2, 3, 0, 3, {2, 16, 1.5}, 5, 100},         /* tail dims */
         {2, 1, 32, 32, 32, 3, 2, 1, 4, {2, 32, 10000.0}, 17, 130},    /* pooled, 4 KV heads */
         {1, 2, 16, 16, 16, 0, 2, 0, 2, {2, 16, 10000.0}, 3, 100},     /* no K stages */
-        {1, 2, 64, 64, 4096, 4, 2, 0, 2, {2, 64, 10000.0}, 9, 70},    /* one head per group */
+        {1, 3, 64, 64, 512, 4, 2, 0, 3, {1, 64, 10000.0}, 9, 70},     /* groups of 2 + 1 heads */
+        {1, 2, 64, 64, 1024, 4, 2, 0, 2, {2, 64, 10000.0}, 9, 70},    /* one head per group */
         {1, 1, 64, 64, 4096, 8, 4, 0, 1, {2, 64, 10000.0}, 9, 70},    /* no f16 copy */
         {1, 2, 1024, 8, 16, 2, 1, 0, 2, {2, 1024, 10000.0}, 0, 600},  /* chunks 256+256+88 */
         {1, 2, 1024, 8, 16, 2, 1, 0, 2, {1, 1024, 10000.0}, 0, 530},  /* 256+256+18 */

@@ -1,4 +1,5 @@
-/* One vector from f16 rows to f16 with AVX-512 (vec16.h). */
+/* Vectors from f16 rows to f16 with AVX-512 (vec16.h): one at a time, or a
+ * pass of positions times vectors. */
 #include "vec16.h"
 
 #include "cpu.h"
@@ -8,28 +9,30 @@
 #include <immintrin.h>
 
 #define V16 __attribute__((target("avx512f")))
+#define V16I __attribute__((target("avx512f"), always_inline)) inline
 
 /* components d..d+15 of the sum of the rows, from +0.0 in stage order */
-static inline V16 __m512 sum16(const void *const *rows, unsigned ns, uint32_t d)
+static V16I __m512 sum16(const void *const *rows, unsigned ns, uint32_t d)
 {
     __m512 a = _mm512_setzero_ps();
+#pragma GCC unroll 16
     for (unsigned s = 0; s < ns; s++)
         a = _mm512_add_ps(a, _mm512_cvtph_ps(_mm256_loadu_si256(
                                  (const __m256i *)(const void *)((const uint16_t *)rows[s] + d))));
     return a;
 }
 
-static inline V16 __m256 lo8(__m512 a)
+static V16I __m256 lo8(__m512 a)
 {
     return _mm512_castps512_ps256(a);
 }
 
-static inline V16 __m256 hi8(__m512 a)
+static V16I __m256 hi8(__m512 a)
 {
     return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
 }
 
-static inline V16 __m512 join8(__m256 lo, __m256 hi)
+static V16I __m512 join8(__m256 lo, __m256 hi)
 {
     return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)),
                                                _mm256_castps_pd(hi), 1));
@@ -38,7 +41,7 @@ static inline V16 __m512 join8(__m256 lo, __m256 hi)
 /* fkvf_rope_turn (rope.h) on eight pairs (x0[j], x1[j]), cosines co[0..7],
  * sines si[0..7]: x0 c - x1 s and x0 s + x1 c in binary64 (no fused
  * multiply-add: the build passes -ffp-contract=off), each rounded once */
-static inline V16 void turn8(__m256 x0f, __m256 x1f, const double *co, const double *si,
+static V16I void turn8(__m256 x0f, __m256 x1f, const double *co, const double *si,
                              __m256 *y0, __m256 *y1)
 {
     __m512d x0 = _mm512_cvtps_pd(x0f), x1 = _mm512_cvtps_pd(x1f);
@@ -48,7 +51,7 @@ static inline V16 void turn8(__m256 x0f, __m256 x1f, const double *co, const dou
 }
 
 /* 16 lanes as f16 at dst (32 bytes; nt: 16-byte aligned, streamed) */
-static inline V16 void put16(uint8_t *dst, __m512 a, int nt)
+static V16I void put16(uint8_t *dst, __m512 a, int nt)
 {
     __m256i h = _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT);
     if (nt) {
@@ -59,8 +62,11 @@ static inline V16 void put16(uint8_t *dst, __m512 a, int nt)
     }
 }
 
-static V16 void store_avx512(uint8_t *dst, const void *const *rows, unsigned ns, uint32_t dim,
-                             uint8_t layout, uint32_t rd, const double *cs, int nt)
+/* the vector at dst: store_avx512 below; always inlined so that a constant
+ * ns unrolls the stage loops */
+static V16I void
+vec_body(uint8_t *dst, const void *const *rows, unsigned ns, uint32_t dim, uint8_t layout,
+         uint32_t rd, const double *cs, int nt)
 {
     const uint32_t half = rd / 2;
     const double *co = cs, *si = cs + half;
@@ -87,6 +93,64 @@ static V16 void store_avx512(uint8_t *dst, const void *const *rows, unsigned ns,
     for (uint32_t d = rd; d < dim; d += 16)
         put16(dst + 2 * d, sum16(rows, ns, d), nt);
 }
+
+static V16 void store_avx512(uint8_t *dst, const void *const *rows, unsigned ns, uint32_t dim,
+                             uint8_t layout, uint32_t rd, const double *cs, int nt)
+{
+    vec_body(dst, rows, ns, dim, layout, rd, cs, nt);
+}
+
+/* vec_body with ns a constant for the usual stage counts */
+static V16I void
+vec_ns(uint8_t *dst, const void *const *rows, unsigned ns, uint32_t dim, uint8_t layout,
+       uint32_t rd, const double *cs, int nt)
+{
+    switch (ns) {
+    case 1: vec_body(dst, rows, 1, dim, layout, rd, cs, nt); break;
+    case 2: vec_body(dst, rows, 2, dim, layout, rd, cs, nt); break;
+    case 3: vec_body(dst, rows, 3, dim, layout, rd, cs, nt); break;
+    case 4: vec_body(dst, rows, 4, dim, layout, rd, cs, nt); break;
+    case 8: vec_body(dst, rows, 8, dim, layout, rd, cs, nt); break;
+    default: vec_body(dst, rows, ns, dim, layout, rd, cs, nt); break;
+    }
+}
+
+/* the pass, nt fixed for the compiler; the rows of each vector
+ * p->prefetch positions ahead fetched while this position is decoded */
+static V16I void group_body(const fkvf_vec16_pass *p, int nt)
+{
+    const size_t ps = p->pos_stride, cst = p->code_stride;
+    for (size_t i = 0; i < p->n_pos; i++) {
+        uint8_t *row = p->out + i * p->row_bytes;
+        const double *cs = p->cs ? p->cs + i * p->cs_stride : NULL;
+        const int ahead = p->prefetch && i + p->prefetch < p->n_pos;
+        for (unsigned j = 0; j < p->nv; j++) {
+            const fkvf_vec16_vec *v = &p->v[j];
+            const uint16_t *cp = v->code + i * ps;
+            const void *rows[16];
+            for (unsigned s = 0; s < v->ns; s++)
+                rows[s] = v->tab + s * v->stage_stride + (size_t)cp[s * cst] * v->dim;
+            if (ahead) {
+                const uint16_t *cq = cp + p->prefetch * ps;
+                for (unsigned s = 0; s < v->ns; s++) {
+                    const char *r = (const char *)(v->tab + s * v->stage_stride +
+                                                   (size_t)cq[s * cst] * v->dim);
+                    for (size_t b = 0; b < v->dim * sizeof(uint16_t); b += 64)
+                        _mm_prefetch(r + b, _MM_HINT_T0);
+                }
+            }
+            vec_ns(row + v->dst_off, rows, v->ns, v->dim, v->layout, v->rd, cs, nt);
+        }
+    }
+}
+
+static V16 void group_avx512(const fkvf_vec16_pass *p)
+{
+    if (p->nt)
+        group_body(p, 1);
+    else
+        group_body(p, 0);
+}
 #endif
 
 int fkvf_vec16_usable(uint32_t dim, uint32_t rd, uint8_t layout)
@@ -102,6 +166,15 @@ int fkvf_vec16_usable(uint32_t dim, uint32_t rd, uint8_t layout)
     (void)rd;
     (void)layout;
     return 0;
+#endif
+}
+
+void fkvf_vec16_group(const fkvf_vec16_pass *p)
+{
+#ifdef VEC16_X86
+    group_avx512(p);
+#else
+    (void)p;
 #endif
 }
 

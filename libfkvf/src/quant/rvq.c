@@ -695,8 +695,12 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
 /* a chunk of at least Q_STREAM_MIN positions copies the tables of a group
  * of heads of an f16 codebook to f16 scratch of at most this many bytes
  * before using them: half the cache footprint of the binary32 rows, widened
- * exactly when summed (GPT-2 small: a layer's 12 heads, 2.4 MB) */
-#define Q_SET16_BYTES ((size_t)4 << 20)
+ * exactly when summed. A group's tables fit in a 1 MB L2 (GPT-2 small: 5
+ * heads of 196 KB); a whole layer's (2.4 MB, from L3) decoded 0-10%
+ * slower (bench/README.md, session 12) */
+#define Q_SET16_BYTES ((size_t)1 << 20)
+/* groups of at most this many heads go to fkvf_vec16_group in one pass */
+#define Q_GROUP16_MAX 64
 
 #if defined(FKVF_HAVE_F16C)
 #define Q_DEC_FAST 1
@@ -887,6 +891,46 @@ typedef struct q_group {
     int v16[2];            /* f16 output of keys / values by fkvf_vec16_store */
 } q_group;
 
+/* f16 out with every vector by fkvf_vec16_store: the whole group in one
+ * fkvf_vec16_group pass (the same vectors in the same order) */
+static void group16(const q_group *g, int nt)
+{
+    const fkvf_codebook_shape *sh = &g->q->shape;
+    const size_t m = (size_t)sh->k_stages + sh->v_stages;
+    const size_t srd = g->rope_kind ? g->rope->rope_dims : 0;
+    const size_t voff = (size_t)sh->k_stages * sh->k * sh->key_dim;
+    fkvf_vec16_vec v[2 * Q_GROUP16_MAX];
+    fkvf_vec16_pass p;
+    unsigned nv = 0;
+    for (uint32_t u = 0; u < g->G; u++) {
+        const uint32_t h = g->h0 + u;
+        const size_t cj = ((size_t)g->l * g->q->n_kv_heads + h) * m;
+        for (unsigned kv = 0; kv < 2; kv++) {
+            fkvf_vec16_vec *x = &v[nv++];
+            x->dim = kv == 0 ? sh->key_dim : sh->value_dim;
+            x->tab = g->t16 + u * g->tab_stride + (kv ? voff : 0);
+            x->code = g->codes + (cj + (kv ? sh->k_stages : 0)) * g->cst;
+            x->stage_stride = (size_t)sh->k * x->dim;
+            x->dst_off = vec_off(g->q, g->l, h, kv) * sizeof(uint16_t);
+            x->rd = kv == 0 ? (uint32_t)srd : 0;
+            x->layout = kv == 0 && srd ? g->rope->layout : 0;
+            x->ns = (uint8_t)(kv == 0 ? sh->k_stages : sh->v_stages);
+        }
+    }
+    p.v = v;
+    p.nv = nv;
+    p.n_pos = g->nb;
+    p.pos_stride = g->ps;
+    p.code_stride = g->cst;
+    p.out = g->out;
+    p.row_bytes = g->rb;
+    p.cs = srd ? g->cs : NULL;
+    p.cs_stride = srd;
+    p.prefetch = Q_GPREFETCH;
+    p.nt = nt;
+    fkvf_vec16_group(&p);
+}
+
 /* Position by position, head by head, keys then values: the output of a
  * position is written in runs of G vectors, its angles are read once. */
 static Q_FAST_INLINE void fast_group_body(const q_group *g, fkvf_dtype dt, int nt)
@@ -937,7 +981,9 @@ static Q_FAST_INLINE void fast_group_body(const q_group *g, fkvf_dtype dt, int n
  * compiler (one copy of the loop per combination) */
 static Q_FAST_TARGET void fast_group(const q_group *g, fkvf_dtype dt, int nt)
 {
-    if (dt == FKVF_DTYPE_F16)
+    if (dt == FKVF_DTYPE_F16 && g->v16[0] && g->v16[1] && g->G <= Q_GROUP16_MAX)
+        group16(g, nt);
+    else if (dt == FKVF_DTYPE_F16)
         nt ? fast_group_body(g, FKVF_DTYPE_F16, 1) : fast_group_body(g, FKVF_DTYPE_F16, 0);
     else if (dt == FKVF_DTYPE_BF16)
         nt ? fast_group_body(g, FKVF_DTYPE_BF16, 1) : fast_group_body(g, FKVF_DTYPE_BF16, 0);
