@@ -889,6 +889,7 @@ typedef struct q_group {
     const double *cs;      /* the chunk's angles, rope_dims per position */
     float *acc;
     int v16[2];            /* f16 output of keys / values by fkvf_vec16_store */
+    uint16_t *pm;          /* NULL, or room for the group's codes position-major */
 } q_group;
 
 /* f16 out with every vector by fkvf_vec16_store: the whole group in one
@@ -902,14 +903,31 @@ static void group16(const q_group *g, int nt)
     fkvf_vec16_vec v[2 * Q_GROUP16_MAX];
     fkvf_vec16_pass p;
     unsigned nv = 0;
+    /* the group's codes are those of the W = G m streams from j0 on; with
+     * g->pm, position i's W codes are first made adjacent there (pm[i W + jj]
+     * = stream j0 + jj's), so that the pass reads one run a position */
+    const size_t W = (size_t)g->G * m, j0 = ((size_t)g->l * g->q->n_kv_heads + g->h0) * m;
+    const uint16_t *codes = g->codes + j0 * g->cst;
+    size_t ps = g->ps, cst = g->cst;
+    if (g->pm) {
+        for (size_t jj = 0; jj < W; jj++) {
+            const uint16_t *src = codes + jj * cst;
+            uint16_t *dst = g->pm + jj;
+            for (size_t i = 0; i < g->nb; i++)
+                dst[i * W] = src[i * ps];
+        }
+        codes = g->pm;
+        ps = W;
+        cst = 1;
+    }
     for (uint32_t u = 0; u < g->G; u++) {
         const uint32_t h = g->h0 + u;
-        const size_t cj = ((size_t)g->l * g->q->n_kv_heads + h) * m;
+        const size_t cj = (size_t)u * m; /* from stream j0 */
         for (unsigned kv = 0; kv < 2; kv++) {
             fkvf_vec16_vec *x = &v[nv++];
             x->dim = kv == 0 ? sh->key_dim : sh->value_dim;
             x->tab = g->t16 + u * g->tab_stride + (kv ? voff : 0);
-            x->code = g->codes + (cj + (kv ? sh->k_stages : 0)) * g->cst;
+            x->code = codes + (cj + (kv ? sh->k_stages : 0)) * cst;
             x->stage_stride = (size_t)sh->k * x->dim;
             x->dst_off = vec_off(g->q, g->l, h, kv) * sizeof(uint16_t);
             x->rd = kv == 0 ? (uint32_t)srd : 0;
@@ -920,8 +938,8 @@ static void group16(const q_group *g, int nt)
     p.v = v;
     p.nv = nv;
     p.n_pos = g->nb;
-    p.pos_stride = g->ps;
-    p.code_stride = g->cst;
+    p.pos_stride = ps;
+    p.code_stride = cst;
     p.out = g->out;
     p.row_bytes = g->rb;
     p.cs = srd ? g->cs : NULL;
@@ -1164,14 +1182,26 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
 #endif
     float *acc = fkvf_calloc(a, dmax, sizeof(float));
     double *freqs = NULL, *cs = NULL;
-    uint16_t *t16 = NULL;
+    uint16_t *t16 = NULL, *pm = NULL;
+    const size_t m = (size_t)sh->k_stages + sh->v_stages;
     int ok = acc != NULL;
     if (ok && rd)
         ok = (freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
              (cs = fkvf_calloc(a, chunk * rd, sizeof(double)));
     if (ok && set16)
         ok = (t16 = fkvf_malloc(a, set16 * sizeof(uint16_t))) != NULL;
+    /* codes one array per stream (restore's) go to the vec16 pass
+     * position-major (group16): 4-7% faster than read in place, measured
+     * (a position's codes in one or two cache lines instead of one a stream) */
+#ifdef Q_DEC_FAST
+    size_t pm_n = 0;
+    if (ok && use16 && v16k && v16v && out_dtype == FKVF_DTYPE_F16 && G <= Q_GROUP16_MAX &&
+        pos_stride == 1 && code_stride != 1 && nc > 1 && fkvf_mulsz(G * m, chunk, &pm_n) &&
+        pm_n <= SIZE_MAX / sizeof(uint16_t))
+        ok = (pm = fkvf_malloc(a, pm_n * sizeof(uint16_t))) != NULL;
+#endif
     if (!ok) {
+        fkvf_free(a, pm);
         fkvf_free(a, acc);
         fkvf_free(a, freqs);
         fkvf_free(a, cs);
@@ -1181,7 +1211,6 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     if (rd)
         fkvf_rope_freqs(key_rope, freqs);
     uint8_t *o = out;
-    const size_t m = (size_t)sh->k_stages + sh->v_stages;
     for (size_t i0 = 0; i0 < n_rows; i0 += chunk) {
         size_t nb = n_rows - i0 < chunk ? n_rows - i0 : chunk;
         if (rd)
@@ -1210,6 +1239,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
                     g.rope_kind = rope;
                     g.cs = cs;
                     g.acc = acc;
+                    g.pm = pm;
                     g.v16[0] = v16k;
                     g.v16[1] = v16v;
                     if (!b16)
@@ -1330,6 +1360,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     fkvf_free(a, freqs);
     fkvf_free(a, cs);
     fkvf_free(a, t16);
+    fkvf_free(a, pm);
     return FKVF_OK;
 }
 
