@@ -100,46 +100,49 @@ static V16 void store_avx512(uint8_t *dst, const void *const *rows, unsigned ns,
     vec_body(dst, rows, ns, dim, layout, rd, cs, nt);
 }
 
-/* vec_body with ns a constant for the usual stage counts */
-static V16I void
-vec_ns(uint8_t *dst, const void *const *rows, unsigned ns, uint32_t dim, uint8_t layout,
-       uint32_t rd, const double *cs, int nt)
+/* vector v of the pass's position i (output row at row, angles cs): its
+ * rows found from the codes, those of position i + p->prefetch prefetched
+ * when ahead; always inlined so that a constant ns unrolls every stage loop */
+static V16I void one_vec(const fkvf_vec16_pass *p, const fkvf_vec16_vec *v, size_t i,
+                         uint8_t *row, const double *cs, int ahead, unsigned ns, int nt)
 {
-    switch (ns) {
-    case 1: vec_body(dst, rows, 1, dim, layout, rd, cs, nt); break;
-    case 2: vec_body(dst, rows, 2, dim, layout, rd, cs, nt); break;
-    case 3: vec_body(dst, rows, 3, dim, layout, rd, cs, nt); break;
-    case 4: vec_body(dst, rows, 4, dim, layout, rd, cs, nt); break;
-    case 8: vec_body(dst, rows, 8, dim, layout, rd, cs, nt); break;
-    default: vec_body(dst, rows, ns, dim, layout, rd, cs, nt); break;
+    const size_t cst = p->code_stride;
+    const uint16_t *cp = v->code + i * p->pos_stride;
+    const void *rows[16];
+#pragma GCC unroll 16
+    for (unsigned s = 0; s < ns; s++)
+        rows[s] = v->tab + s * v->stage_stride + (size_t)cp[s * cst] * v->dim;
+    if (ahead) {
+        const uint16_t *cq = cp + p->prefetch * p->pos_stride;
+#pragma GCC unroll 16
+        for (unsigned s = 0; s < ns; s++) {
+            const char *r =
+                (const char *)(v->tab + s * v->stage_stride + (size_t)cq[s * cst] * v->dim);
+            for (size_t b = 0; b < v->dim * sizeof(uint16_t); b += 64)
+                _mm_prefetch(r + b, _MM_HINT_T0);
+        }
     }
+    vec_body(row + v->dst_off, rows, ns, v->dim, v->layout, v->rd, cs, nt);
 }
 
-/* the pass, nt fixed for the compiler; the rows of each vector
- * p->prefetch positions ahead fetched while this position is decoded */
+/* the pass, nt fixed for the compiler; one_vec with ns a constant for the
+ * usual stage counts */
 static V16I void group_body(const fkvf_vec16_pass *p, int nt)
 {
-    const size_t ps = p->pos_stride, cst = p->code_stride;
     for (size_t i = 0; i < p->n_pos; i++) {
         uint8_t *row = p->out + i * p->row_bytes;
         const double *cs = p->cs ? p->cs + i * p->cs_stride : NULL;
         const int ahead = p->prefetch && i + p->prefetch < p->n_pos;
         for (unsigned j = 0; j < p->nv; j++) {
             const fkvf_vec16_vec *v = &p->v[j];
-            const uint16_t *cp = v->code + i * ps;
-            const void *rows[16];
-            for (unsigned s = 0; s < v->ns; s++)
-                rows[s] = v->tab + s * v->stage_stride + (size_t)cp[s * cst] * v->dim;
-            if (ahead) {
-                const uint16_t *cq = cp + p->prefetch * ps;
-                for (unsigned s = 0; s < v->ns; s++) {
-                    const char *r = (const char *)(v->tab + s * v->stage_stride +
-                                                   (size_t)cq[s * cst] * v->dim);
-                    for (size_t b = 0; b < v->dim * sizeof(uint16_t); b += 64)
-                        _mm_prefetch(r + b, _MM_HINT_T0);
-                }
+            switch (v->ns) {
+            case 1: one_vec(p, v, i, row, cs, ahead, 1, nt); break;
+            case 2: one_vec(p, v, i, row, cs, ahead, 2, nt); break;
+            case 3: one_vec(p, v, i, row, cs, ahead, 3, nt); break;
+            case 4: one_vec(p, v, i, row, cs, ahead, 4, nt); break;
+            case 8: one_vec(p, v, i, row, cs, ahead, 8, nt); break;
+            default: one_vec(p, v, i, row, cs, ahead, v->ns, nt); break;
             }
-            vec_ns(row + v->dst_off, rows, v->ns, v->dim, v->layout, v->rd, cs, nt);
         }
     }
 }
