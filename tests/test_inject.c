@@ -63,6 +63,9 @@
  *  fkvf_reader_open_file         | alloc + io (reader_file: flags 0, READ, READ|STRICT)
  *  fkvf_reader_open_source       | alloc (reader_source; the source's own failures: test_source)
  *  fkvf_reader_source_stats      | n/a pure (na_pure_functions)
+ *  fkvf_reader_set_source_cache  | alloc (reader_source with 4096-byte units and a budget of
+ *                                |   one byte: every block dropped at every safe point)
+ *  fkvf_reader_source_cache      | n/a pure (na_pure_functions)
  *  fkvf_reader_free              | n/a free (every scenario; leak check)
  *  fkvf_reader_message           | n/a (read after every failure)
  *  fkvf_reader_error             | n/a pure (na_pure_functions: a failed open's handle)
@@ -1348,6 +1351,11 @@ static int rs_read(void *opaque, uint64_t off, void *buf, size_t n)
     return FKVF_OK;
 }
 
+/* the unit of the open, and the block cache's budget set after it (0:
+ * the default) */
+static uint32_t rs_unit = 512;
+static uint64_t rs_budget;
+
 static int rs_step(void *ctx, size_t i)
 {
     rctx *c = ctx;
@@ -1355,7 +1363,8 @@ static int rs_step(void *ctx, size_t i)
         fkvf_reader_free(c->r);
         c->r = NULL;
         fkvf_source src = {rs_read, NULL, fx->a.size};
-        return fkvf_reader_open_source(&c->r, &src, 512, "source", c->flags, &AL);
+        int rc = fkvf_reader_open_source(&c->r, &src, rs_unit, "source", c->flags, &AL);
+        return rc || !rs_budget ? rc : fkvf_reader_set_source_cache(c->r, rs_budget);
     }
     return rf_step(ctx, i);
 }
@@ -2177,9 +2186,12 @@ START_TEST(inject_reader_source)
     fx_build();
     static rctx c;
     memset(&c, 0, sizeof c);
-    static const unsigned flags[] = {0, FKVF_OPEN_STRICT};
-    for (size_t f = 0; f < 2; f++) {
+    static const unsigned flags[] = {0, FKVF_OPEN_STRICT, 0};
+    for (size_t f = 0; f < 3; f++) {
         c.flags = flags[f];
+        /* the third run: 4096-byte units, a cache of one byte */
+        rs_unit = f == 2 ? 4096 : 512;
+        rs_budget = f == 2 ? 1 : 0;
         scen s;
         SCEN(s, "reader_source", rs_names, "BAA", &c, r);
         s.syscalls = 1; /* the reservation (mmap) */
@@ -2599,6 +2611,8 @@ START_TEST(na_pure_functions)
     ok &= fkvf_ngon_max_span(0.5) > 0;
     uint64_t sb = 1, sr = 1;
     ok &= fkvf_reader_source_stats(cbr, &sb, &sr) == FKVF_OK && sb == 0 && sr == 0;
+    ok &= fkvf_reader_source_cache(cbr, &sb, &sr) == FKVF_OK && sb == 0 && sr == 0;
+    ok &= fkvf_reader_set_source_cache(cbr, 1) == FKVF_OK; /* not a source: a no-op */
     ok &= fkvf_f16_to_f32(fkvf_f32_to_f16(1.5f)) == 1.5f;
     ok &= fkvf_bf16_to_f32(fkvf_f32_to_bf16(-2.0f)) == -2.0f;
     float f[4];

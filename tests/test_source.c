@@ -473,6 +473,101 @@ START_TEST(suite_same_as_memory)
 END_TEST
 
 /* argument checks; a reader of memory reads nothing from a source */
+/* the block cache (fkvf_reader_set_source_cache): with a budget of 16
+ * blocks, random reads, a restore of everything and verify serve the
+ * memory reader's bytes while the cache stays within the budget plus one
+ * step's blocks; dropped blocks are read again, verified again (a source
+ * changed since is caught), and a failure while reading one again is an
+ * I/O error that a later call recovers from */
+START_TEST(block_cache_bounded)
+{
+    tu_buf b;
+    build_archive(&b);
+    mem_source m;
+    fkvf_source src = source_of(&m, &b);
+    fkvf_reader *r = NULL, *ref = NULL;
+    ck_assert_int_eq(fkvf_reader_open_source(&r, &src, 4096, NULL, 0, NULL), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_open_memory(&ref, b.data, b.size, 0, NULL), FKVF_OK);
+    const uint64_t budget = 16 * 4096, step = 64u * 2 * 4096; /* one position's blocks */
+    uint64_t cached, dropped;
+    ck_assert_int_eq(fkvf_reader_set_source_cache(r, budget), FKVF_OK);
+    /* a reader of memory has no cache: a no-op */
+    ck_assert_int_eq(fkvf_reader_set_source_cache(ref, budget), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_source_cache(ref, &cached, &dropped), FKVF_OK);
+    ck_assert_uint_eq(cached + dropped, 0);
+    tu_rng g = {11};
+    for (int k = 0; k < 200; k++) {
+        fkvf_read_request q = request(SINKS + tu_below(&g, NPOS - SINKS - RECENT), 1,
+                                      FKVF_DTYPE_F16);
+        read_as(r, ref, &q, FKVF_OK);
+        ck_assert_int_eq(fkvf_reader_source_cache(r, &cached, &dropped), FKVF_OK);
+        ck_assert_uint_le(cached, budget + step);
+    }
+    ck_assert_uint_gt(dropped, 0);
+    uint64_t before = m.bytes;
+    size_t all = NPOS * ROW_BYTES;
+    uint8_t *a = malloc(all), *c = malloc(all);
+    ck_assert(a && c);
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, NPOS, FKVF_DTYPE_F16, a, all), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_restore(ref, 0, NPOS, FKVF_DTYPE_F16, c, all), FKVF_OK);
+    ck_assert(memcmp(a, c, all) == 0);
+    ck_assert_int_eq(fkvf_reader_source_cache(r, &cached, &dropped), FKVF_OK);
+    ck_assert_uint_le(cached, budget + 2 * 4096);
+    ck_assert_uint_gt(m.bytes - before, 100000); /* blocks read again */
+    /* a failing source while blocks are read again: an I/O error, then
+     * the same restore succeeds */
+    m.fail_all = 1;
+    m.fail_code = FKVF_E_IO;
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, NPOS, FKVF_DTYPE_F16, a, all), FKVF_E_IO);
+    m.fail_all = 0;
+    memset(a, 0, all);
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, NPOS, FKVF_DTYPE_F16, a, all), FKVF_OK);
+    ck_assert(memcmp(a, c, all) == 0);
+    /* the object replaced by one with a changed byte in the index data:
+     * the dropped block that holds it is verified again when read again */
+    uint8_t *other = malloc(b.size);
+    ck_assert_ptr_nonnull(other);
+    memcpy(other, b.data, b.size);
+    fkvf_archive_info ai;
+    ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);
+    uint64_t at = 0;
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        fkvf_section_info si;
+        ck_assert_int_eq(fkvf_reader_section(r, i, &si), FKVF_OK);
+        if (si.type == FKVF_SECTION_STRM && si.key == 0)
+            at = si.offset + si.stored_size / 3;
+    }
+    ck_assert_uint_gt(at, 0);
+    other[at] ^= 0x40;
+    m.data = other;
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, NPOS, FKVF_DTYPE_F16, a, all), FKVF_E_CHECKSUM);
+    m.data = b.data;
+    /* verify (its section checksums keep every section) with a budget */
+    ck_assert_int_eq(fkvf_reader_verify(r), FKVF_OK);
+    /* 0: everything kept from now on, nothing counted */
+    ck_assert_int_eq(fkvf_reader_set_source_cache(r, 0), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_source_cache(r, &cached, &dropped), FKVF_OK);
+    ck_assert_uint_eq(cached, 0);
+    ck_assert_int_eq(fkvf_reader_restore(r, 0, NPOS, FKVF_DTYPE_F16, a, all), FKVF_OK);
+    ck_assert(memcmp(a, c, all) == 0);
+    ck_assert(!m.bad_range);
+    fkvf_reader_free(r);
+    /* units below the page size: no cache */
+    r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_source(&r, &src, 512, NULL, 0, NULL), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_set_source_cache(r, budget), FKVF_E_UNSUPPORTED);
+    ck_assert_int_eq(fkvf_reader_set_source_cache(r, 0), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_set_source_cache(NULL, 0), FKVF_E_STATE);
+    ck_assert_int_eq(fkvf_reader_source_cache(r, NULL, &dropped), FKVF_E_INVALID_ARG);
+    free(a);
+    free(c);
+    free(other);
+    fkvf_reader_free(r);
+    fkvf_reader_free(ref);
+    tu_buf_free(&b);
+}
+END_TEST
+
 START_TEST(source_arguments)
 {
     tu_buf b;
@@ -524,6 +619,7 @@ int main(void)
     tcase_add_test(t, read_failure_loop);
     tcase_add_test(t, suite_same_as_memory);
     tcase_add_test(t, source_arguments);
+    tcase_add_test(t, block_cache_bounded);
     suite_add_tcase(s, t);
     return tu_run_suite(s);
 }

@@ -329,9 +329,12 @@ typedef struct fkvf_source {
  * then reads the blocks of the index streams it touches; verify reads
  * everything. Checksums are verified as for a file, so bytes that changed
  * in the source between two reads are detected (FKVF_E_CHECKSUM), never
- * served. What was read is kept in memory the reader owns (at most the
- * file's size: address space for size bytes is reserved at open, memory
- * is used as units are read) until fkvf_reader_free. name (may be NULL) is
+ * served. What was read is kept in memory the reader owns (address space
+ * for size bytes is reserved at open, memory is used as units are read):
+ * the file's structures until fkvf_reader_free, the data of index and token
+ * blocks in a block cache of FKVF_SOURCE_CACHE_DEFAULT bytes
+ * (fkvf_reader_set_source_cache; units of at least the page size, else
+ * everything is kept). name (may be NULL) is
  * used in messages and returned by fkvf_reader_file_name. flags:
  * FKVF_OPEN_STRICT only. Errors as fkvf_reader_open_memory, plus
  * FKVF_E_IO or FKVF_E_NOMEM from the source and FKVF_E_LIMIT (size larger
@@ -344,6 +347,29 @@ FKVF_API int fkvf_reader_open_source(fkvf_reader **out, const fkvf_source *src, 
  * and read calls (both 0 for other readers). FKVF_E_INVALID_ARG for NULL
  * pointers, FKVF_E_STATE for a handle that is not a reader. No I/O. */
 FKVF_API int fkvf_reader_source_stats(const fkvf_reader *r, uint64_t *bytes, uint64_t *reads);
+/* The block cache of a source reader's default budget: 64 MiB. */
+#define FKVF_SOURCE_CACHE_DEFAULT ((uint64_t)64 << 20)
+/* Set the most bytes of index and token block data a reader opened with
+ * fkvf_reader_open_source keeps between calls (0: keep everything read,
+ * as a reader of a file). Blocks are queued as they are verified; at the
+ * start of a read, restore, stream read or search call, between the
+ * stream reads of a restore and between the blocks verify checks, the
+ * oldest are dropped while the total exceeds max_bytes (their memory
+ * released, their bytes read and verified again when next needed), so one
+ * call holds at most what one of its steps needs beyond the budget. The
+ * file's structures (header, directories, section headers and block
+ * tables, whole sections read by section: codebook, metadata, search
+ * index, and every section fkvf_reader_verify checksums whole, which
+ * is all of them) are never dropped. FKVF_E_UNSUPPORTED for a nonzero
+ * max_bytes when the reader's unit is smaller than the page size,
+ * FKVF_E_STATE for a handle that is not an open reader; a no-op (FKVF_OK)
+ * for readers of files and memory. No I/O. */
+FKVF_API int fkvf_reader_set_source_cache(fkvf_reader *r, uint64_t max_bytes);
+/* A source reader's block cache: the bytes of block data it holds now
+ * (counted per block) and the bytes it dropped so far (both 0 for other
+ * readers). FKVF_E_INVALID_ARG for NULL pointers, FKVF_E_STATE for a
+ * handle that is not a reader. No I/O. */
+FKVF_API int fkvf_reader_source_cache(const fkvf_reader *r, uint64_t *cached, uint64_t *dropped);
 /* Free r and everything it owns (its mapping or copy of the file, views,
  * decoded codebook, messages); r NULL or not a reader is a no-op. A codebook
  * file attached to r (fkvf_reader_attach_codebook / _find_codebook) is the

@@ -474,7 +474,7 @@ static int read_stream(fkvf_reader *r, rd_group *gr, rd_seg *g, uint64_t ord, ui
         b1 /= bs;
     }
     for (uint64_t b = b0; b <= b1; b++)
-        if (!g->block_ok[b]) {
+        if (!(g->block_ok[b] & RD_BLOCK_OK)) {
             int rc = rd_block_check(r, gr, g, b);
             if (rc)
                 return rc;
@@ -571,7 +571,9 @@ static const uint8_t *direct8_bytes(const rd_seg *g, int sh, uint64_t ord, uint6
 {
     /* the segment holds n_streams * stream_bytes bytes: checked at open */
     uint64_t off = ord * g->h.stream_bytes + u0;
-    return g->block_ok[off >> sh] && g->block_ok[(off + n - 1) >> sh] ? g->data + off : NULL;
+    return (g->block_ok[off >> sh] & RD_BLOCK_OK) && (g->block_ok[(off + n - 1) >> sh] & RD_BLOCK_OK)
+               ? g->data + off
+               : NULL;
 }
 
 /* LAYOUT_ROWS: codes of symbols [u0, u0+n) of every selected stream of
@@ -1102,6 +1104,7 @@ FKVF_API int fkvf_reader_read(fkvf_reader *r, const fkvf_read_request *req, void
     int rc = rd_enter(r);
     if (rc)
         return rc;
+    rd_source_trim(r);
     plan p;
     if ((rc = plan_make(&r->diag, r, req, &p)))
         return rc;

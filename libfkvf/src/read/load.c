@@ -122,6 +122,8 @@ int rd_seg_init(fkvf_reader *r, size_t i, rd_seg *g)
                     "STRM.group %llu differs from the directory key %llu",
                     (unsigned long long)g->h.group, (unsigned long long)sec->e.key);
     g->sec = i;
+    g->tracked = 0;
+    g->cache_idx = 0;
     g->count = g->h.symbol_count;
     g->data_fileoff = off + g->h.data_off;
     g->data = r->data + g->data_fileoff;
@@ -208,6 +210,8 @@ static int add_segment(fkvf_reader *r, size_t i)
         fkvf_free(r->alloc, seg.block_ok);
         return FAIL(FKVF_E_NOMEM, r->sections[i].e.offset, NULL, "no memory for stream segments");
     }
+    seg.tracked = 1; /* its blocks may be cached (source.c): it stays at this index */
+    seg.cache_idx = s->n_segs;
     s->segs[s->n_segs++] = seg;
     s->length = seg.h.first_symbol + seg.h.symbol_count;
     return FKVF_OK;

@@ -32,8 +32,20 @@ typedef struct rd_seg {
     uint64_t count;      /* effective symbols per stream (after later segments cut it) */
     const uint8_t *data; /* start of the section's data in the file */
     uint64_t data_fileoff;
-    uint8_t *block_ok;   /* one byte per block: verified */
+    uint8_t *block_ok;   /* one byte per block: RD_BLOCK_OK, RD_BLOCK_CACHED */
+    int tracked;         /* in its group's segs at cache_idx (a source reader's
+                          * cache may drop its blocks; not a verify-only copy) */
+    size_t cache_idx;
 } rd_seg;
+#define RD_BLOCK_OK 1u     /* checksum (and ngon spans) verified, bytes present */
+#define RD_BLOCK_CACHED 2u /* counted in the source cache (source.c) */
+
+/* A block in a source reader's cache: segment idx of group grp. */
+typedef struct rd_cached {
+    size_t idx;
+    uint64_t b;
+    unsigned grp;
+} rd_cached;
 
 /* A stream group (spec 11.2): the index streams, or the token stream. */
 typedef struct rd_group {
@@ -92,8 +104,16 @@ struct fkvf_reader {
     uint8_t *src_map;
     size_t src_map_size;
     uint8_t *src_have; /* one bit per unit: read */
+    uint8_t *src_pin;  /* one bit per unit: read for something other than a
+                        * block's data (kept until fkvf_reader_free) */
     unsigned src_shift; /* log2 of the unit */
     uint64_t src_bytes, src_reads;
+    /* the block cache: blocks read for calls, oldest first (a ring); their
+     * bytes dropped at the next safe point when more than src_budget
+     * (0: none dropped) */
+    rd_cached *src_q;
+    size_t src_q_head, src_q_n, src_q_cap;
+    uint64_t src_budget, src_cached, src_dropped;
 
     fkvf_header hdr;
     rd_commit *commits;
@@ -193,11 +213,31 @@ int rd_stream_at(const fkvf_reader *r, size_t index, rd_stream *s);
 /* Bytes [off, off + n) of the file present in r->data: a no-op for a file
  * or memory; for a source, the missing units read (source.c). The range is
  * within the file (callers check bounds first). */
-int rd_source_fill(fkvf_reader *r, uint64_t off, uint64_t n);
+int rd_source_fill(fkvf_reader *r, uint64_t off, uint64_t n, int pin);
 static inline int rd_ensure(fkvf_reader *r, uint64_t off, uint64_t n)
 {
-    return r->src.read && n ? rd_source_fill(r, off, n) : FKVF_OK;
+    return r->src.read && n ? rd_source_fill(r, off, n, 1) : FKVF_OK;
 }
+/* rd_ensure for the data of a block (rd_block_check): its units may be
+ * dropped again by rd_source_trim once the block is cached */
+static inline int rd_ensure_block(fkvf_reader *r, uint64_t off, uint64_t n)
+{
+    return r->src.read && n ? rd_source_fill(r, off, n, 0) : FKVF_OK;
+}
+/* Block b of segment g, just verified, counted in a source reader's cache
+ * (a no-op for other readers, untracked segments, or one already counted);
+ * FKVF_E_NOMEM when its queue cannot grow (the block stays verified,
+ * uncounted: kept until fkvf_reader_free). */
+int rd_source_cached(fkvf_reader *r, rd_seg *g, uint64_t b, uint64_t len);
+/* The units of block b of segment g that no pinned structure and no
+ * verified neighbour block share marked unread (and released when the
+ * unit is at least a page): the next use asks the source again. For a
+ * block that failed its check, and for dropped ones. */
+void rd_source_unread(fkvf_reader *r, const rd_seg *g, uint64_t b);
+/* A safe point (no pointer into block data held by the caller): when the
+ * cached blocks exceed the budget, the oldest are dropped (their units
+ * released and read again when next needed) until they do not. */
+void rd_source_trim(fkvf_reader *r);
 /* The reservation and unit map of a source reader; r->data and r->size
  * then describe it (source.c). */
 int rd_source_init(fkvf_reader *r, const fkvf_source *src, uint32_t unit);

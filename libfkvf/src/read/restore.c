@@ -177,6 +177,7 @@ static int restore_archived(fkvf_reader *r, const fkvf_rvq *q, uint64_t first, s
         uint16_t *cj = codes + j * count;
         for (size_t i0 = 0; i0 < count && rc == FKVF_OK; i0 += SYM_RUN) {
             size_t m = count - i0 < SYM_RUN ? count - i0 : SYM_RUN;
+            rd_source_trim(r); /* the reads before copied what they read */
             rc = rd_stream_read(r, r->cb_streams[j], a + i0, sym, m);
             for (size_t i = 0; rc == FKVF_OK && i < m; i++) {
                 if (sym[i] >= k)

@@ -102,22 +102,24 @@ FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *
 
 int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b)
 {
-    if (g->block_ok[b])
+    if (g->block_ok[b] & RD_BLOCK_OK)
         return FKVF_OK;
     const fkvf_strm_hdr *h = &g->h;
     uint64_t start = b * h->block_size;
     uint64_t len = h->data_bytes - start < h->block_size ? h->data_bytes - start : h->block_size;
     uint64_t table = r->sections[g->sec].e.offset + FKVF_STRM_HDR_SIZE + 8 * b;
-    int rc = rd_ensure(r, g->data_fileoff + start, len); /* the table: at rd_seg_init */
+    int rc = rd_ensure_block(r, g->data_fileoff + start, len); /* the table: at rd_seg_init */
     if (rc)
         return rc;
     uint64_t want = fkvf_ld64(r->data + table);
     uint64_t got = fkvf_xxh3_64(g->data + start, (size_t)len, g->data_fileoff + start);
-    if (want != got)
+    if (want != got) {
+        rd_source_unread(r, g, b); /* a source: asked again by a later call */
         return FAIL(FKVF_E_CHECKSUM, g->data_fileoff + start, "11.4",
                     "STRM section at %llu, block %llu: checksum stored %016llx, computed %016llx",
                     (unsigned long long)r->sections[g->sec].e.offset, (unsigned long long)b,
                     (unsigned long long)want, (unsigned long long)got);
+    }
     if (gr->profile == FKVF_PROFILE_NGON) {
         /* every span in the block must re-encode to its anchor (spec 12.2); a
          * block can hold spans of several streams */
@@ -129,17 +131,19 @@ int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b)
                                                                   : h->span_symbols;
             const uint8_t *a = g->data + o;
             if (fkvf_ngon_decode_span(gr->ngon, fkvf_ldf64(a), fkvf_ldf64(a + 8), (uint32_t)cnt,
-                                      tmp) != FKVF_OK)
+                                      tmp) != FKVF_OK) {
+                rd_source_unread(r, g, b);
                 return FAIL(FKVF_E_SPAN, g->data_fileoff + o, "12.2.5",
                             "STRM section at %llu, stream %llu of the group, span %llu: anchor "
                             "does not decode to %llu symbols that re-encode to it",
                             (unsigned long long)r->sections[g->sec].e.offset,
                             (unsigned long long)ord, (unsigned long long)j,
                             (unsigned long long)cnt);
+            }
         }
     }
-    g->block_ok[b] = 1;
-    return FKVF_OK;
+    g->block_ok[b] |= RD_BLOCK_OK;
+    return rd_source_cached(r, g, b, len);
 }
 
 /* Segment holding symbol t (binary search on first_symbol). */
@@ -226,6 +230,7 @@ int rd_seg_symbols_below(fkvf_reader *r, const rd_group *s, rd_seg *g, uint32_t 
     for (uint32_t o = 0; o < g->h.n_streams; o++)
         for (uint64_t a = 0; a < g->h.symbol_count; a += 1024) {
             size_t n = g->h.symbol_count - a < 1024 ? (size_t)(g->h.symbol_count - a) : 1024;
+            rd_source_trim(r); /* seg_read holds nothing of a block after it */
             int rc = seg_read(r, s, g, o, a, n, buf);
             if (rc)
                 return rc;
@@ -280,6 +285,7 @@ FKVF_API int fkvf_reader_stream_read(fkvf_reader *r, size_t index, uint64_t firs
                                      size_t count)
 {
     ENTER(r);
+    rd_source_trim(r);
     return rd_stream_read(r, index, first, out, count);
 }
 
@@ -287,6 +293,7 @@ FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t f
                                         uint8_t *out, size_t count)
 {
     ENTER(r);
+    rd_source_trim(r);
     if (!out && count)
         return FKVF_E_INVALID_ARG;
     rd_stream st;
@@ -303,12 +310,14 @@ FKVF_API int fkvf_reader_stream_read_u8(fkvf_reader *r, size_t index, uint64_t f
 FKVF_API int fkvf_reader_stream_get(fkvf_reader *r, size_t index, uint64_t t, uint32_t *symbol)
 {
     ENTER(r);
+    rd_source_trim(r);
     return rd_stream_read(r, index, t, symbol, 1);
 }
 
 FKVF_API int fkvf_reader_stream_point(fkvf_reader *r, size_t index, uint64_t t, fkvf_point *out)
 {
     ENTER(r);
+    rd_source_trim(r);
     if (!out)
         return FKVF_E_INVALID_ARG;
     rd_stream st_;
