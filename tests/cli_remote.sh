@@ -115,6 +115,16 @@ check plot-file 0 "$FKVF" plot "$T/www/a.fkvf" --stream L0.H0.K.0 -o "$T/file.pn
 check plot-url 0 "$FKVF" plot "$URL/a.fkvf" --stream L0.H0.K.0 -o "$T/url.png"
 if cmp -s "$T/file.png" "$T/url.png"; then pass=$((pass + 1)); else echo "FAIL plot-same"; fails=$((fails + 1)); fi
 
+# export-llama: a llama.cpp state file (this suite's own builders) imported,
+# then exported from the URL: the same bytes as the state file
+"$PY" "$SRC/tests/mkgguf.py" "$T/m.gguf" --arch llama --name tiny-llama --layers 3 --embd 64 \
+    --heads 8 --kv-heads 2 --vocab 512
+"$PY" "$SRC/tests/mkllstate.py" "$T/st.bin" --layers 3 --heads 2 --dim 8 --cells 17 --type f16 \
+    --v-trans 0 --kind seq --seed 5
+check import-llama 0 "$FKVF" import-llama "$T/st.bin" --model "$T/m.gguf" -o "$T/www/ll.fkvf"
+check export-llama-url 0 "$FKVF" export-llama "$URL/ll.fkvf" -o "$T/st2.bin"
+check export-llama-same 0 cmp "$T/st.bin" "$T/st2.bin"
+
 # faults: a server that ignores Range, a 500, a missing object, --max-bytes
 check norange 2 "$FKVF" info "$URL/norange.fkvf"
 grep_in norange "ignores Range" "$T/err"
