@@ -11,8 +11,8 @@ FKVF=$1
 SRC=$2
 . "$(dirname "$0")/cli_lib.sh"
 PY=/usr/bin/python3
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-[ -x "$NGINX" ] || { echo "SKIP: no nginx (scripts/install-deps.sh installs nginx-light)"; exit 77; }
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] ||
+    { echo "SKIP: no nginx (scripts/install-deps.sh installs nginx-light)"; exit 77; }
 "$PY" -c 'import numpy' 2>/dev/null || { echo "SKIP: $PY has no numpy"; exit 77; }
 
 # an archive of a few MB with an embedded codebook, and one with an external
@@ -26,40 +26,16 @@ check pack-ext 0 "$FKVF" pack "$T/raw.npy" --codebooks "$T/www/cb.fkvf" --sinks 
 cp "$T/www/a.fkvf" "$T/www/norange.fkvf"
 size=$(wc -c <"$T/www/a.fkvf")
 
-# a free port on 127.0.0.1
-port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-# as root, nginx's workers would drop to an account that cannot read $T
-user=""
-[ "$(id -u)" -eq 0 ] && user="user root;"
-cat >"$T/nginx.conf" <<EOF
-$user
-daemon on;
-pid $T/nginx.pid;
-error_log $T/logs/error.log;
-worker_processes 1;
-events { worker_connections 64; }
-http {
-    access_log $T/logs/access.log;
-    log_format bytes '\$request_uri \$status \$body_bytes_sent';
-    client_body_temp_path $T/logs; proxy_temp_path $T/logs; fastcgi_temp_path $T/logs;
-    uwsgi_temp_path $T/logs; scgi_temp_path $T/logs;
-    server {
-        listen 127.0.0.1:$port;
-        root $T/www;
-        access_log $T/logs/bytes.log bytes;
-        location = /norange.fkvf { max_ranges 0; }
-        location = /err.fkvf { return 500; }
-    }
-}
-EOF
-"$NGINX" -c "$T/nginx.conf" -p "$T" 2>"$T/nginx.err" || { echo "FAIL nginx did not start:"; cat "$T/nginx.err"; exit 1; }
-stop() { [ -f "$T/nginx.pid" ] && kill "$(cat "$T/nginx.pid")" 2>/dev/null; sleep 0.2; rm -rf "$T"; }
+# nginx on 127.0.0.1, its own config and logs in $T (scripts/nginx-local.sh)
+. "$SRC/scripts/nginx-local.sh"
+nginx_local_start "$T" "$T/www" '        location = /norange.fkvf { max_ranges 0; }
+        location = /err.fkvf { return 500; }'
+st=$?
+[ $st -eq 77 ] && { echo "SKIP: no nginx"; exit 77; }
+[ $st -eq 0 ] || { echo "FAIL nginx"; exit 1; }
+stop() { nginx_local_stop "$T"; rm -rf "$T"; }
 trap stop EXIT
-URL="http://127.0.0.1:$port"
-i=0
-until "$PY" -c "import urllib.request; urllib.request.urlopen('$URL/cb.fkvf').read(1)"; do
-    i=$((i + 1)); [ $i -lt 50 ] || { echo "FAIL nginx does not answer"; cat "$T/nginx.err" "$T/logs/error.log"; exit 1; }; sleep 0.1
-done
+URL=$NGINX_URL
 # bytes sent since the mark (the log's lines for one command)
 mark() { : >"$T/logs/bytes.log"; }
 sent() { awk '{ s += $3 } END { print s + 0 }' "$T/logs/bytes.log"; }
@@ -152,7 +128,7 @@ open(sys.argv[2], "wb").write(bytes(d))
 EOF2
 "$PY" "$SRC/tests/http_faults.py" "$T/www" --after "$info_req" --seconds 240 >"$T/faults.port" 2>"$T/faults.err" &
 fpid=$!
-stop() { kill "$fpid" 2>/dev/null; [ -f "$T/nginx.pid" ] && kill "$(cat "$T/nginx.pid")" 2>/dev/null; sleep 0.2; rm -rf "$T"; }
+stop() { kill "$fpid" 2>/dev/null; nginx_local_stop "$T"; rm -rf "$T"; }
 i=0
 until [ -s "$T/faults.port" ]; do
     i=$((i + 1)); [ $i -lt 50 ] || { echo "FAIL http_faults.py did not start"; cat "$T/faults.err"; exit 1; }; sleep 0.1
