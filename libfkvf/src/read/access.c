@@ -581,6 +581,24 @@ static const uint8_t *direct8_bytes(const rd_seg *g, int sh, uint64_t ord, uint6
 static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t u0, size_t n)
 {
     const plan *p = w->p;
+    if (r->src.read) {
+        /* a source reader: the blocks of every selected stream first,
+         * adjacent ones in one read */
+        rd_prefetch pf = {0, 0};
+        for (uint32_t li = 0; li < p->nl; li++)
+            for (uint32_t hi = 0; hi < p->nh; hi++)
+                for (unsigned kv = 0; kv < 2; kv++)
+                    for (unsigned s = 0; s < (kv ? w->vss : w->kss); s++) {
+                        int rc = rd_seg_prefetch(r, &pf, gr, g,
+                                                 (uint32_t)stream_ord(r, w, li, hi, kv, s), u0,
+                                                 u0 + n);
+                        if (rc)
+                            return rc;
+                    }
+        int rc = rd_prefetch_flush(r, &pf);
+        if (rc)
+            return rc;
+    }
     const int sh = direct8_shift(gr, g, u0, n);
     if (sh >= 0) {
         /* the common case inline: the stored bytes; anything unusual (a
@@ -751,6 +769,18 @@ static int rc_fill(fkvf_reader *r, rd_group *gr, rd_seg *g, uint64_t u0, size_t 
                    uint8_t *rows, size_t ns)
 {
     const unsigned cw = r->rc_cw;
+    if (r->src.read) {
+        /* a source reader: the blocks of every stream first, adjacent ones
+         * in one read (a failure shows in read_stream below) */
+        rd_prefetch pf = {0, 0};
+        int rc = FKVF_OK;
+        for (size_t j = 0; j < ns && rc == FKVF_OK; j++)
+            rc = rd_seg_prefetch(r, &pf, gr, g, (uint32_t)j, u0, u0 + m);
+        if (rc == FKVF_OK)
+            rc = rd_prefetch_flush(r, &pf);
+        if (rc != FKVF_OK)
+            fkvf_diag_clear(&r->diag);
+    }
     const int sh = direct8_shift(gr, g, u0, m);
     unsigned mx = 0;
     uint16_t c[RC_BLOCK];

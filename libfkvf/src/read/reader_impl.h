@@ -234,6 +234,29 @@ int rd_source_cached(fkvf_reader *r, rd_seg *g, uint64_t b, uint64_t len);
  * unit is at least a page): the next use asks the source again. For a
  * block that failed its check, and for dropped ones. */
 void rd_source_unread(fkvf_reader *r, const rd_seg *g, uint64_t b);
+/* Read coalescing for a source reader: byte ranges a call will need, added
+ * in file order, merged while each starts in or right after the unit where
+ * the run so far ends; a run is read (its missing units, unpinned, in as
+ * few source reads as the units present allow) when the next range does
+ * not join it, and at rd_prefetch_flush. Nothing is verified here: the
+ * blocks are checked when used, as always. No-ops for other readers. */
+typedef struct rd_prefetch {
+    uint64_t off, end; /* the run: [off, end); end == off: none */
+} rd_prefetch;
+int rd_prefetch_add(fkvf_reader *r, rd_prefetch *pf, uint64_t off, uint64_t len);
+int rd_prefetch_flush(fkvf_reader *r, rd_prefetch *pf);
+/* The bytes [*lo, *hi) of stream ord's data in segment g (from the
+ * segment's data start) that hold its local symbols [a, b), a < b. */
+void rd_seg_span(const rd_group *s, const rd_seg *g, uint32_t ord, uint64_t a, uint64_t b,
+                 uint64_t *lo, uint64_t *hi);
+/* rd_prefetch_add of the blocks holding local symbols [a, b) of stream ord
+ * of segment g (those not verified yet). */
+int rd_seg_prefetch(fkvf_reader *r, rd_prefetch *pf, const rd_group *s, const rd_seg *g,
+                    uint32_t ord, uint64_t a, uint64_t b);
+/* The same for symbols [first, first + count) of stream `index`, over its
+ * segments (restore's batches). */
+int rd_stream_prefetch(fkvf_reader *r, rd_prefetch *pf, size_t index, uint64_t first,
+                       uint64_t count);
 /* A safe point (no pointer into block data held by the caller): when the
  * cached blocks exceed the budget, the oldest are dropped (their units
  * released and read again when next needed) until they do not. */

@@ -173,6 +173,13 @@ static int restore_archived(fkvf_reader *r, const fkvf_rvq *q, uint64_t first, s
     uint32_t k = r->cb_shape.k;
     uint64_t a = first - r->desc.n_sinks; /* symbol index in the streams */
     int rc = FKVF_OK;
+    /* a source reader: the batch's blocks of every stream first, adjacent
+     * ones in one read (the streams follow each other in the file) */
+    rd_prefetch pf = {0, 0};
+    for (size_t j = 0; j < ncodes && rc == FKVF_OK; j++)
+        rc = rd_stream_prefetch(r, &pf, r->cb_streams[j], a, count);
+    if (rc == FKVF_OK)
+        rc = rd_prefetch_flush(r, &pf);
     for (size_t j = 0; j < ncodes && rc == FKVF_OK; j++) {
         uint16_t *cj = codes + j * count;
         for (size_t i0 = 0; i0 < count && rc == FKVF_OK; i0 += SYM_RUN) {

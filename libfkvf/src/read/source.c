@@ -122,6 +122,29 @@ int rd_source_init(fkvf_reader *r, const fkvf_source *src, uint32_t unit)
     return FKVF_OK;
 }
 
+int rd_prefetch_add(fkvf_reader *r, rd_prefetch *pf, uint64_t off, uint64_t len)
+{
+    if (!r->src.read || !len)
+        return FKVF_OK;
+    const unsigned sh = r->src_shift;
+    if (pf->end > pf->off && off >= pf->off && (off >> sh) <= ((pf->end - 1) >> sh) + 1) {
+        if (off + len > pf->end)
+            pf->end = off + len;
+        return FKVF_OK;
+    }
+    int rc = rd_prefetch_flush(r, pf);
+    pf->off = off;
+    pf->end = off + len;
+    return rc;
+}
+
+int rd_prefetch_flush(fkvf_reader *r, rd_prefetch *pf)
+{
+    uint64_t off = pf->off, n = pf->end - pf->off;
+    pf->off = pf->end = 0;
+    return r->src.read && n ? rd_source_fill(r, off, n, 0) : FKVF_OK;
+}
+
 void rd_source_release(fkvf_reader *r)
 {
     if (r->src_map)

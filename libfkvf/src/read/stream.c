@@ -162,19 +162,43 @@ static rd_seg *seg_for(const rd_group *s, uint64_t t)
 
 /* Make sure the blocks holding local symbols [a, b) of stream `ord` in
  * segment g are verified. */
+void rd_seg_span(const rd_group *s, const rd_seg *g, uint32_t ord, uint64_t a, uint64_t b,
+                 uint64_t *lo, uint64_t *hi)
+{
+    uint64_t base = (uint64_t)ord * g->h.stream_bytes;
+    if (s->profile == FKVF_PROFILE_QUAD) {
+        *lo = base + a * s->bits / 8;
+        *hi = base + (b * s->bits + 7) / 8;
+    } else {
+        *lo = base + a / s->span * 16;
+        *hi = base + ((b - 1) / s->span + 1) * 16;
+    }
+}
+
+int rd_seg_prefetch(fkvf_reader *r, rd_prefetch *pf, const rd_group *s, const rd_seg *g,
+                    uint32_t ord, uint64_t a, uint64_t b)
+{
+    if (!r->src.read || a >= b)
+        return FKVF_OK;
+    uint64_t lo, hi;
+    rd_seg_span(s, g, ord, a, b, &lo, &hi);
+    const uint64_t bs = g->h.block_size;
+    for (uint64_t k = lo / bs; k <= (hi - 1) / bs; k++) {
+        if (g->block_ok[k] & RD_BLOCK_OK)
+            continue;
+        uint64_t start = k * bs, len = g->h.data_bytes - start < bs ? g->h.data_bytes - start : bs;
+        int rc = rd_prefetch_add(r, pf, g->data_fileoff + start, len);
+        if (rc)
+            return rc;
+    }
+    return FKVF_OK;
+}
+
 static int seg_touch(fkvf_reader *r, const rd_group *s, rd_seg *g, uint32_t ord, uint64_t a,
                      uint64_t b)
 {
-    uint64_t lo, hi, base = (uint64_t)ord * g->h.stream_bytes;
-    if (s->profile == FKVF_PROFILE_QUAD) {
-        lo = a * s->bits / 8;
-        hi = (b * s->bits + 7) / 8;
-    } else {
-        lo = a / s->span * 16;
-        hi = ((b - 1) / s->span + 1) * 16;
-    }
-    lo += base;
-    hi += base;
+    uint64_t lo, hi;
+    rd_seg_span(s, g, ord, a, b, &lo, &hi);
     for (uint64_t k = lo / g->h.block_size; k <= (hi - 1) / g->h.block_size; k++) {
         int rc = rd_block_check(r, s, g, k);
         if (rc)
@@ -264,6 +288,29 @@ static int stream_read_at(fkvf_reader *r, rd_stream *st, uint64_t first, size_t 
         size_t n = avail < count - done ? (size_t)avail : count - done;
         int rc = out8 ? seg_read_u8(r, s, g, st->ord, a, n, out8 + done)
                       : seg_read(r, s, g, st->ord, a, n, out32 + done);
+        if (rc)
+            return rc;
+        done += n;
+    }
+    return FKVF_OK;
+}
+
+int rd_stream_prefetch(fkvf_reader *r, rd_prefetch *pf, size_t index, uint64_t first,
+                       uint64_t count)
+{
+    rd_stream st;
+    if (!r->src.read || rd_stream_at(r, index, &st))
+        return FKVF_OK; /* the read itself reports a bad index */
+    rd_group *s = st.g;
+    if (first > s->length || count > s->length - first)
+        return FKVF_OK; /* and a bad range */
+    for (uint64_t done = 0; done < count;) {
+        rd_seg *g = seg_for(s, first + done);
+        uint64_t a = first + done - g->h.first_symbol;
+        uint64_t n = g->count - a < count - done ? g->count - a : count - done;
+        if (!n)
+            break;
+        int rc = rd_seg_prefetch(r, pf, s, g, st.ord, a, a + n);
         if (rc)
             return rc;
         done += n;
