@@ -270,15 +270,15 @@ FKVF_API int fkvf_reader_set_source_cache(fkvf_reader *r, uint64_t max_bytes)
     if (max_bytes && (page <= 0 || (UINT64_C(1) << r->src_shift) < (uint64_t)page))
         return FKVF_E_UNSUPPORTED;
     r->src_budget = max_bytes;
-    if (!max_bytes) /* everything kept from now on: nothing counted */
+    if (!max_bytes) { /* everything kept from now on: nothing counted */
         while (r->src_q_n) {
             rd_cached *e = &r->src_q[r->src_q_head];
             r->groups[e->grp].segs[e->idx].block_ok[e->b] &= (uint8_t)~RD_BLOCK_CACHED;
             r->src_q_head = (r->src_q_head + 1) % r->src_q_cap;
             r->src_q_n--;
         }
-    if (!max_bytes)
         r->src_cached = 0;
+    }
     rd_source_trim(r);
     return FKVF_OK;
 }
