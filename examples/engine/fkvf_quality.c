@@ -4,7 +4,10 @@
  *
  * Protocol. S evaluation sequences of T positions are sampled from BOS at
  * temperature 1 with the exact cache (sequence i: lm_rng seeded with
- * seed * 1000003 + 10000 + i). Each configuration then teacher-forces the
+ * seed * 1000003 + 10000 + i), or with --text taken from a text's bytes
+ * (BOS, then id 3 + byte; evaluation and training ranges apart; any llama2.c
+ * model with an even head size and kv_dim a multiple of 32: stories260K's 8,
+ * shakespeare-hd64's 64). Each configuration then teacher-forces the
  * same tokens through the model (model.c) while keeping the cache the way an
  * FKVF appender with n_sinks = 4 and window = 32 keeps it: at step t the
  * attention sees positions 0..3 and t-31..t exactly and every other earlier
@@ -22,7 +25,7 @@
  * sequence i: seed * 1000003 + i, i < N; never an evaluation seed), f16
  * tables, rows encoded with fkvf_rvq_encode (greedy, as the appender) and
  * decoded with fkvf_rvq_decode to f32; "pre-RoPE" passes the model's RoPE
- * (interleaved, 8 dims, theta 10000) to train / encode / decode, so keys are
+ * (interleaved, every dim of a head, theta 10000) to train / encode / decode, so keys are
  * un-rotated at their position before quantization and the reconstruction
  * rotated back (spec 8.1, 13.6). Configurations with fewer stages are
  * fkvf_rvq_subset of one training with the most stages. Scalar peers as in
@@ -59,6 +62,7 @@ static void usage(FILE *f)
             "                    [--iters N] [--iters4096 N] [--cache-dir DIR]\n"
             "                    [--set exact|smoke|main|full] [--only NAME]... [--from-exact]\n"
             "                    [--no-verify] [--print-ids]\n"
+            "                    [--text FILE [--eval-bytes A:B] [--train-bytes A:B]]\n"
             "  --seqs S        evaluation sequences (64)\n"
             "  --tokens T      positions per sequence, BOS included (512)\n"
             "  --train N       training sequences for k = 256 and 1024 (64)\n"
@@ -73,6 +77,11 @@ static void usage(FILE *f)
             "                  rows this configuration's run computed (no compounding)\n"
             "  --print-ids     print the token ids of evaluation sequence 0 and its exact\n"
             "                  mean NLL (to compare with fkvf-engine --force)\n"
+            "  --text FILE     evaluate on FILE's bytes instead of sampled sequences (BOS, then\n"
+            "                  id 3 + byte: a byte-level model); sequence i of a range is the\n"
+            "                  T - 1 bytes at its start + i (T - 1)\n"
+            "  --eval-bytes A:B    the evaluation range (default: the last tenth of FILE)\n"
+            "  --train-bytes A:B   the codebooks' training range (default: the first 9/10)\n"
             "default model: %s\n",
             LM_DEFAULT_MODEL);
 }
@@ -115,7 +124,6 @@ typedef struct shape {
     int V;       /* vocabulary */
 } shape;
 
-static const fkvf_rope ROPE8 = {1, 8, LM_ROPE_THETA};
 
 /* Copy position p of every layer from the state into row (spec 14.2 layout:
  * per layer the keys of heads 0..H-1 after RoPE, then the values). */
@@ -140,10 +148,12 @@ static void scatter_row(const shape *s, lm_state *st, int p, const float *row, u
     }
 }
 
-/* Sample a sequence of T positions (tokens[0] = BOS) with the exact cache;
- * rows (T * RW floats) if not NULL; returns the summed NLL of tokens 1..T-1. */
+/* A sequence of T positions (tokens[0] = BOS) run with the exact cache:
+ * sampled at temperature 1 (seed), or the T - 1 bytes at text as byte tokens
+ * (id 3 + byte) when text is not NULL; rows (T * RW floats) if not NULL;
+ * returns the summed NLL of tokens 1..T-1. */
 static double sample_sequence(const lm_model *m, const shape *s, int T, uint64_t seed, int *tokens,
-                              float *rows)
+                              float *rows, const uint8_t *text)
 {
     lm_state *st = lm_state_new(m, T);
     if (!st) {
@@ -161,7 +171,7 @@ static double sample_sequence(const lm_model *m, const shape *s, int T, uint64_t
             exit(1);
         }
         if (p + 1 < T) {
-            tokens[p + 1] = lm_sample(logits, s->V, 1.0, &rng);
+            tokens[p + 1] = text ? LM_BYTE0 + text[p] : lm_sample(logits, s->V, 1.0, &rng);
             sum += lm_nll(logits, s->V, tokens[p + 1]);
         }
         if (rows)
@@ -284,7 +294,29 @@ typedef struct ctx {
     float *ev_rows;   /* --from-exact: the sampling run's rows, S * T * RW */
     float *train_rows;
     int n_train_rows; /* sequences generated so far */
+    fkvf_rope rope;   /* the model's: interleaved pairs, every dim of a head */
+    /* --text: evaluation sequence i is the T - 1 bytes at eval_off + i (T - 1),
+     * training sequence i those at train_off + i (T - 1), within their ranges */
+    const uint8_t *text;
+    size_t eval_off, eval_end, train_off, train_end;
 } ctx;
+
+/* the T - 1 text bytes of sequence i of a range, or NULL without --text;
+ * exits when the range is too short */
+static const uint8_t *text_seq(const ctx *c, size_t off, size_t end, int i, const char *what)
+{
+    if (!c->text)
+        return NULL;
+    size_t per = (size_t)c->T - 1;
+    if ((size_t)i >= (end - off) / per) {
+        fprintf(stderr,
+                "fkvf-quality: the %s byte range [%zu, %zu) holds %zu sequences of %zu bytes; "
+                "%d needed\n",
+                what, off, end, (end - off) / per, per, i + 1);
+        exit(2);
+    }
+    return c->text + off + (size_t)i * per;
+}
 
 static void ensure_train(ctx *c, int n)
 {
@@ -300,7 +332,8 @@ static void ensure_train(ctx *c, int n)
     int *tok = xmalloc((size_t)c->T * sizeof *tok);
     for (int i = c->n_train_rows; i < n; i++)
         sample_sequence(c->m, &c->s, c->T, c->seed * 1000003u + (uint64_t)i, tok,
-                        c->train_rows + (size_t)i * (size_t)c->T * c->s.RW);
+                        c->train_rows + (size_t)i * (size_t)c->T * c->s.RW,
+                        text_seq(c, c->train_off, c->train_end, i, "training"));
     free(tok);
     c->n_train_rows = n;
 }
@@ -320,9 +353,13 @@ static void cb_shape(const ctx *c, const cbspec *b, fkvf_codebook_shape *sh)
 
 static void cb_path(const ctx *c, const cbspec *b, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s/cb-k%u-%s-%s-K%dV%d-n%d-T%d-i%u-s%llu.tables", c->cache_dir, b->k,
-             b->pooled ? "pooled" : "head", b->pre_rope ? "prerope" : "asis", b->ks, b->vs,
-             b->train, c->T, b->iters, (unsigned long long)c->seed);
+    char src[64] = "";
+    if (c->text)
+        snprintf(src, sizeof src, "-text%zu", c->train_off);
+    snprintf(buf, n, "%s/cb-L%dH%dD%d-k%u-%s-%s-K%dV%d-n%d-T%d-i%u-s%llu%s.tables", c->cache_dir,
+             c->s.L, c->s.H, c->s.D, b->k, b->pooled ? "pooled" : "head",
+             b->pre_rope ? "prerope" : "asis", b->ks, b->vs, b->train, c->T, b->iters,
+             (unsigned long long)c->seed, src);
 }
 
 static fkvf_rvq *cb_get(ctx *c, cbspec *b)
@@ -365,7 +402,7 @@ static fkvf_rvq *cb_get(ctx *c, cbspec *b)
     p.table_dtype = FKVF_DTYPE_F16;
     p.seed = c->seed;
     p.max_iters = b->iters;
-    p.key_rope = b->pre_rope ? &ROPE8 : NULL;
+    p.key_rope = b->pre_rope ? &c->rope : NULL;
     fkvf_rows *blocks = xmalloc((size_t)b->train * sizeof *blocks);
     for (int i = 0; i < b->train; i++) {
         blocks[i].data = c->train_rows + (size_t)i * (size_t)c->T * c->s.RW;
@@ -675,7 +712,7 @@ static const config CONFIGS[] = {
     RVQ("RVQ per-head k=4096 K x4 V x2, keys pre-RoPE", CB4096_PRE, 4, 2),
     /* scalar peers */
     SCAL("int8 per token, asymmetric, group 32 (f16 scale+zero)", SC_TOKEN_G32, 8, 3u),
-    SCAL("int4 per token-head, symmetric (f16 scale per 8-dim vector)", SC_HEAD_SYM, 4, 3u),
+    SCAL("int4 per token-head, symmetric (f16 scale per head vector)", SC_HEAD_SYM, 4, 3u),
     SCAL("int4 per token, asymmetric, group 32 (f16 scale+zero)", SC_TOKEN_G32, 4, 3u),
     SCAL("int2 per token, asymmetric, group 32 (f16 scale+zero)", SC_TOKEN_G32, 2, 3u),
     SCAL("KIVI-2: K per channel over 32 positions, V per token group 32 (f16 scale+zero)",
@@ -704,6 +741,58 @@ static int in_set(const config *cf, int set)
     }
 }
 
+/* the whole of a text file (malloc'd), or NULL after a message */
+static uint8_t *read_text(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "fkvf-quality: %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 20, len = 0;
+    uint8_t *b = malloc(cap);
+    while (b) {
+        size_t k = fread(b + len, 1, cap - len, f);
+        len += k;
+        if (len < cap)
+            break;
+        uint8_t *nb = cap <= SIZE_MAX / 2 ? realloc(b, cap * 2) : NULL;
+        if (!nb) {
+            free(b);
+            b = NULL;
+            break;
+        }
+        b = nb;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!b || bad || len == 0) {
+        fprintf(stderr, "fkvf-quality: %s: %s\n", path,
+                !b ? "out of memory" : bad ? "read error" : "empty");
+        free(b);
+        return NULL;
+    }
+    *n = len;
+    return b;
+}
+
+/* "A:B" into [*a, *b), A < B <= n; 0, or 1 if malformed */
+static int parse_range(const char *v, size_t n, size_t *a, size_t *b)
+{
+    char *e1, *e2;
+    errno = 0;
+    unsigned long long x = strtoull(v, &e1, 10);
+    if (e1 == v || *e1 != ':' || errno)
+        return 1;
+    unsigned long long y = strtoull(e1 + 1, &e2, 10);
+    if (e2 == e1 + 1 || *e2 || errno || x >= y || y > n)
+        return 1;
+    *a = (size_t)x;
+    *b = (size_t)y;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *model = LM_DEFAULT_MODEL;
@@ -712,7 +801,7 @@ int main(int argc, char **argv)
     int set = SET_MAIN, verify = 1, print_ids = 0, from_exact = 0;
     const char *only[16];
     int n_only = 0;
-    const char *cache_dir = NULL;
+    const char *cache_dir = NULL, *text_path = NULL, *eval_range = NULL, *train_range = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -741,6 +830,12 @@ int main(int argc, char **argv)
             model = v;
         } else if (!strcmp(a, "--cache-dir")) {
             cache_dir = v;
+        } else if (!strcmp(a, "--text")) {
+            text_path = v;
+        } else if (!strcmp(a, "--eval-bytes")) {
+            eval_range = v;
+        } else if (!strcmp(a, "--train-bytes")) {
+            train_range = v;
         } else if (!strcmp(a, "--set")) {
             if (!strcmp(v, "exact"))
                 set = SET_EXACT;
@@ -788,6 +883,10 @@ int main(int argc, char **argv)
         }
         i++;
     }
+    if ((eval_range || train_range) && !text_path) {
+        fprintf(stderr, "fkvf-quality: --eval-bytes and --train-bytes go with --text\n");
+        return 2;
+    }
     char err[512];
     lm_model *m = lm_load(model, err, sizeof err);
     if (!m) {
@@ -797,14 +896,22 @@ int main(int argc, char **argv)
     const lm_config *mc = lm_model_config(m);
     if (T > mc->seq_len) {
         fprintf(stderr, "fkvf-quality: --tokens %ld exceeds the model's %d\n", T, mc->seq_len);
+        lm_free(m);
         return 2;
     }
-    if (mc->head_size != 8 || mc->kv_dim % 32 != 0) {
-        fprintf(stderr, "fkvf-quality: written for head size 8 and kv_dim a multiple of 32\n");
+    /* the scalar peers quantize groups of 32 of a layer's row; RoPE turns
+     * pairs */
+    if (mc->head_size % 2 != 0 || mc->kv_dim % 32 != 0) {
+        fprintf(stderr, "fkvf-quality: needs an even head size and kv_dim a multiple of 32 "
+                        "(this model: %d, %d)\n",
+                mc->head_size, mc->kv_dim);
+        lm_free(m);
         return 1;
     }
+
     if (cache_dir && mkdir(cache_dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "fkvf-quality: %s: %s\n", cache_dir, strerror(errno));
+        lm_free(m);
         return 1;
     }
     ctx c;
@@ -822,6 +929,33 @@ int main(int argc, char **argv)
     c.recent = (int)recent;
     c.seed = (uint64_t)seed;
     c.cache_dir = cache_dir;
+    c.rope.layout = 1; /* llama2.c turns adjacent pairs, every dim of a head */
+    c.rope.rope_dims = (uint32_t)mc->head_size;
+    c.rope.theta = LM_ROPE_THETA;
+    uint8_t *text = NULL;
+    if (text_path) {
+        size_t tn = 0;
+        if (!(text = read_text(text_path, &tn))) {
+            lm_free(m);
+            return 1;
+        }
+        /* defaults: the last tenth evaluates, the first nine tenths train
+         * (shakespeare-hd64 was trained on that first 90%) */
+        size_t cut = tn - tn / 10;
+        c.eval_off = cut;
+        c.eval_end = tn;
+        c.train_off = 0;
+        c.train_end = cut;
+        if ((eval_range && parse_range(eval_range, tn, &c.eval_off, &c.eval_end)) ||
+            (train_range && parse_range(train_range, tn, &c.train_off, &c.train_end))) {
+            fprintf(stderr, "fkvf-quality: a byte range is A:B with A < B <= %zu (the file's size)\n",
+                    tn);
+            free(text);
+            lm_free(m);
+            return 2;
+        }
+        c.text = text;
+    }
 
     const double t_start = now();
     if (from_exact) {
@@ -834,7 +968,8 @@ int main(int argc, char **argv)
         c.ev_exact[i] = sample_sequence(
             m, &c.s, c.T, c.seed * 1000003u + EVAL_SEED_OFFSET + (uint64_t)i,
             c.ev_tokens + (size_t)i * (size_t)T,
-            c.ev_rows ? c.ev_rows + (size_t)i * (size_t)T * c.s.RW : NULL);
+            c.ev_rows ? c.ev_rows + (size_t)i * (size_t)T * c.s.RW : NULL,
+            text_seq(&c, c.eval_off, c.eval_end, i, "evaluation"));
     if (print_ids) {
         printf("ids:");
         for (int p = 1; p < c.T; p++)
@@ -855,14 +990,27 @@ int main(int argc, char **argv)
     };
 
     const double fp16 = (double)c.s.RW * 2.0;
+    char ev_src[96], tr_src[96];
+    if (c.text) {
+        snprintf(ev_src, sizeof ev_src, "text bytes from %zu", c.eval_off);
+        snprintf(tr_src, sizeof tr_src, "text bytes from %zu", c.train_off);
+    } else {
+        snprintf(ev_src, sizeof ev_src, "seeds %llu * 1000003 + %u + i",
+                 (unsigned long long)c.seed, EVAL_SEED_OFFSET);
+        snprintf(tr_src, sizeof tr_src, "seeds %llu * 1000003 + i", (unsigned long long)c.seed);
+    }
     printf("fkvf-quality: model %s (%d layers, %d KV heads, head dim %d); %d evaluation "
-           "sequences x %d positions (seeds %llu * 1000003 + %u + i), %d next-token "
-           "predictions each; exact window: %d sinks + %d recent; training sequences: "
-           "seeds %llu * 1000003 + i, i < N (N = %ld; k = 4096: %ld); Lloyd iterations %ld "
-           "(k = 4096: %ld); fp16 = %.0f bytes per position\n\n",
-           model, c.s.L, c.s.H, c.s.D, c.S, c.T, (unsigned long long)c.seed, EVAL_SEED_OFFSET,
-           c.T - 1, c.sinks, c.recent, (unsigned long long)c.seed, NT, NT4096, iters, iters4096,
-           fp16);
+           "sequences x %d positions (%s), %d next-token predictions each; exact window: %d "
+           "sinks + %d recent; training sequences: %s, i < N (N = %ld; k = 4096: %ld); Lloyd "
+           "iterations %ld (k = 4096: %ld); fp16 = %.0f bytes per position\n\n",
+           model, c.s.L, c.s.H, c.s.D, c.S, c.T, ev_src, c.T - 1, c.sinks, c.recent, tr_src, NT,
+           NT4096, iters, iters4096, fp16);
+    if (c.text)
+        printf("--text %s: the sequences are its bytes (BOS, then id %d + byte), not samples: "
+               "evaluation sequence i the %d bytes at %zu + i * %d (range [%zu, %zu)), training "
+               "sequence i those at %zu + i * %d (range [%zu, %zu))\n\n",
+               text_path, LM_BYTE0, c.T - 1, c.eval_off, c.T - 1, c.eval_off, c.eval_end,
+               c.train_off, c.T - 1, c.train_off, c.train_end);
     if (from_exact)
         printf("--from-exact: archived positions are quantized from the exact cache's rows "
                "(the sampling run), not from the rows each configuration's run computed\n\n");
@@ -894,7 +1042,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "fkvf-quality: fkvf_rvq_subset failed\n");
                 return 1;
             }
-            rope = b->pre_rope ? &ROPE8 : NULL;
+            rope = b->pre_rope ? &c.rope : NULL;
             double bits = 0;
             for (uint32_t k = b->k; k > 1; k >>= 1)
                 bits += 1;
@@ -975,6 +1123,7 @@ int main(int argc, char **argv)
     free(c.ev_exact);
     free(c.ev_rows);
     free(c.train_rows);
+    free(text);
     lm_free(m);
     return rc_main;
 }

@@ -32,6 +32,7 @@ extern "C" {
 #endif
 
 #define LM_BOS 1               /* beginning-of-sequence token id */
+#define LM_BYTE0 3             /* the id of byte 0: byte b is id LM_BYTE0 + b */
 #define LM_ROPE_THETA 10000.0  /* RoPE base: f = 1 / theta^(i / head_size) */
 #define LM_RMS_EPS 1e-5f       /* RMSNorm epsilon */
 

@@ -1,0 +1,44 @@
+#!/bin/sh
+# ctest quality_text_smoke: fkvf-quality on a head-dim-64 model with real
+# text (issue 19 A.1): 2 sequences of 64 bytes of shakespeare.txt's last
+# tenth, codebooks trained on 8 sequences of its first nine tenths; the
+# exact cache, RVQ k=256 K x4 V x2 pre-RoPE (with the appender check: an
+# archive written and restored gives the study's rows bit for bit) and
+# KIVI-2. Then the argument checks: a range without --text, a range too
+# short, a malformed range. Exit 77 (skipped) where the model is absent.
+# usage: quality_text_smoke.sh FKVF_QUALITY MODEL_DIR
+q=$1
+d=$2
+m=$d/shakespeare-hd64.bin
+t=$d/shakespeare.txt
+if [ ! -f "$m" ] || [ ! -f "$t" ]; then
+    echo "quality_text_smoke: $m or $t not found, skipping"
+    exit 77
+fi
+out=$("$q" --model "$m" --text "$t" --set smoke --seqs 2 --tokens 64 --train 8 2>&1)
+st=$?
+echo "$out"
+[ $st -eq 0 ] || { echo "quality_text_smoke: exit status $st"; exit 1; }
+echo "$out" | grep -q "head dim 64" || { echo "quality_text_smoke: not head dim 64"; exit 1; }
+echo "$out" | grep -q "^--text .*range \[1003855, 1115394)" ||
+    { echo "quality_text_smoke: not the last tenth"; exit 1; }
+echo "$out" | grep -q "identical bit for bit" || { echo "quality_text_smoke: no appender check"; exit 1; }
+for row in "exact cache" "K x4 V x2, keys pre-RoPE" "KIVI-2"; do
+    echo "$out" | grep -q "^| $row\|^| .*$row" || { echo "quality_text_smoke: no row '$row'"; exit 1; }
+done
+# a byte-level model on its own held-out text: well below the ~5.5 nats of a
+# uniform guess over 256 bytes (the README's validation loss is 1.52)
+nll=$(echo "$out" | sed -n 's/^| exact cache | [^|]* | [^|]* | \([0-9.]*\) |.*/\1/p')
+awk -v n="$nll" 'BEGIN { exit !(n > 0.3 && n < 2.5) }' ||
+    { echo "quality_text_smoke: exact mean NLL '$nll' out of range"; exit 1; }
+fails=0
+"$q" --model "$m" --eval-bytes 0:100 --set exact >/dev/null 2>&1
+[ $? -eq 2 ] || { echo "quality_text_smoke: --eval-bytes without --text not refused"; fails=1; }
+err=$("$q" --model "$m" --text "$t" --eval-bytes 0:100 --set exact --seqs 2 --tokens 64 2>&1 >/dev/null)
+st=$?
+[ $st -eq 2 ] && echo "$err" | grep -q "holds 1 sequences of 63 bytes; 2 needed" ||
+    { echo "quality_text_smoke: a 100-byte range for 2 sequences not refused ($st: $err)"; fails=1; }
+"$q" --model "$m" --text "$t" --train-bytes 5:3 --set exact >/dev/null 2>&1
+[ $? -eq 2 ] || { echo "quality_text_smoke: a malformed range not refused"; fails=1; }
+[ $fails -eq 0 ] || exit 1
+echo "quality_text_smoke: OK (exact mean NLL $nll on held-out text)"
