@@ -133,33 +133,13 @@ static const char *base_name(const char *p)
  * it is given. -1 if the file cannot be read. */
 static int hash_file(const char *path, uint8_t out[16])
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    size_t n = 0;
+    unsigned char *b = lm_read_file(path, &n);
+    if (!b)
         return -1;
-    size_t cap = 1 << 20, n = 0;
-    unsigned char *b = malloc(cap);
-    while (b) {
-        if (n == cap) {
-            unsigned char *nb = realloc(b, cap * 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
-        size_t k = fread(b + n, 1, cap - n, f);
-        n += k;
-        if (k == 0)
-            break;
-    }
-    int bad = !b || ferror(f);
-    fclose(f);
-    if (!bad)
-        fkvf_codebook_hash(b, n, out);
+    fkvf_codebook_hash(b, n, out);
     free(b);
-    return bad ? -1 : 0;
+    return 0;
 }
 
 /* ---- the engine's cache <-> FKVF rows ------------------------------------- */

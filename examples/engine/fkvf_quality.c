@@ -744,36 +744,12 @@ static int in_set(const config *cf, int set)
 /* the whole of a text file (malloc'd), or NULL after a message */
 static uint8_t *read_text(const char *path, size_t *n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "fkvf-quality: %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 20, len = 0;
-    uint8_t *b = malloc(cap);
-    while (b) {
-        size_t k = fread(b + len, 1, cap - len, f);
-        len += k;
-        if (len < cap)
-            break;
-        uint8_t *nb = cap <= SIZE_MAX / 2 ? realloc(b, cap * 2) : NULL;
-        if (!nb) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        b = nb;
-        cap *= 2;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!b || bad || len == 0) {
-        fprintf(stderr, "fkvf-quality: %s: %s\n", path,
-                !b ? "out of memory" : bad ? "read error" : "empty");
+    uint8_t *b = lm_read_file(path, n);
+    if (!b || *n == 0) {
+        fprintf(stderr, "fkvf-quality: %s: %s\n", path, b ? "empty" : strerror(errno));
         free(b);
         return NULL;
     }
-    *n = len;
     return b;
 }
 

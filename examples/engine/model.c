@@ -378,6 +378,38 @@ lm_model *lm_load(const char *path, char *err, size_t errlen)
     return finish_model(m, counts, path, err, errlen);
 }
 
+unsigned char *lm_read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 20, len = 0;
+    unsigned char *b = malloc(cap);
+    while (b) {
+        size_t k = fread(b + len, 1, cap - len, f);
+        len += k;
+        if (len < cap)
+            break;
+        unsigned char *nb = cap <= SIZE_MAX / 2 ? realloc(b, cap * 2) : NULL;
+        if (!nb) {
+            free(b);
+            b = NULL;
+            break;
+        }
+        b = nb;
+        cap *= 2;
+    }
+    int e = !b ? ENOMEM : ferror(f) ? (errno ? errno : EIO) : 0;
+    fclose(f);
+    if (e) {
+        free(b);
+        errno = e;
+        return NULL;
+    }
+    *n = len;
+    return b;
+}
+
 void lm_free(lm_model *m)
 {
     if (!m)

@@ -77,6 +77,11 @@ lm_model *lm_load_memory(const void *data, size_t size, const char *name, char *
                          size_t errlen);
 
 void lm_free(lm_model *m);
+
+/* The whole of the file at path in a malloc'd buffer of *n bytes (an empty
+ * file: a buffer all the same, *n = 0), or NULL with errno set (ENOMEM, or
+ * fopen's / fread's). The caller frees it. */
+unsigned char *lm_read_file(const char *path, size_t *n);
 const lm_config *lm_model_config(const lm_model *m);
 
 /* Size in bytes of a checkpoint with this header (the seven int32 fields as
