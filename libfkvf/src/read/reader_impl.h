@@ -37,6 +37,13 @@ typedef struct rd_seg {
                           * cache may drop its blocks; not a verify-only copy) */
     size_t cache_idx;
 } rd_seg;
+/* Block b of segment g: its data at g->data_fileoff + *start (from the
+ * segment's data start: *start), *len bytes (the last block is shorter). */
+static inline void rd_block_range(const rd_seg *g, uint64_t b, uint64_t *start, uint64_t *len)
+{
+    *start = b * g->h.block_size;
+    *len = g->h.data_bytes - *start < g->h.block_size ? g->h.data_bytes - *start : g->h.block_size;
+}
 #define RD_BLOCK_OK 1u     /* checksum (and ngon spans) verified, bytes present */
 #define RD_BLOCK_CACHED 2u /* counted in the source cache (source.c) */
 

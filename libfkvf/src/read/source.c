@@ -159,12 +159,12 @@ void rd_source_release(fkvf_reader *r)
     r->src_q_n = r->src_q_cap = 0;
 }
 
-/* [*off, *off + *len): the data of block b of segment g */
+/* [*off, *off + *len): the data of block b of segment g in the file */
 static void block_range(const rd_seg *g, uint64_t b, uint64_t *off, uint64_t *len)
 {
-    uint64_t start = b * g->h.block_size;
+    uint64_t start;
+    rd_block_range(g, b, &start, len);
     *off = g->data_fileoff + start;
-    *len = g->h.data_bytes - start < g->h.block_size ? g->h.data_bytes - start : g->h.block_size;
 }
 
 int rd_source_cached(fkvf_reader *r, rd_seg *g, uint64_t b, uint64_t len)

@@ -105,8 +105,8 @@ int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b)
     if (g->block_ok[b] & RD_BLOCK_OK)
         return FKVF_OK;
     const fkvf_strm_hdr *h = &g->h;
-    uint64_t start = b * h->block_size;
-    uint64_t len = h->data_bytes - start < h->block_size ? h->data_bytes - start : h->block_size;
+    uint64_t start, len;
+    rd_block_range(g, b, &start, &len);
     uint64_t table = r->sections[g->sec].e.offset + FKVF_STRM_HDR_SIZE + 8 * b;
     int rc = rd_ensure_block(r, g->data_fileoff + start, len); /* the table: at rd_seg_init */
     if (rc)
@@ -186,7 +186,8 @@ int rd_seg_prefetch(fkvf_reader *r, rd_prefetch *pf, const rd_group *s, const rd
     for (uint64_t k = lo / bs; k <= (hi - 1) / bs; k++) {
         if (g->block_ok[k] & RD_BLOCK_OK)
             continue;
-        uint64_t start = k * bs, len = g->h.data_bytes - start < bs ? g->h.data_bytes - start : bs;
+        uint64_t start, len;
+        rd_block_range(g, k, &start, &len);
         int rc = rd_prefetch_add(r, pf, g->data_fileoff + start, len);
         if (rc)
             return rc;
