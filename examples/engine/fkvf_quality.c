@@ -224,31 +224,55 @@ static void q_asym(const float *x, float *y, size_t n, size_t stride, int bits)
     }
 }
 
-enum { SC_HEAD_SYM, SC_TOKEN_G32, SC_KIVI };
+enum { SC_HEAD_SYM, SC_HEAD_ASYM, SC_TOKEN_G32, SC_KIVI };
+#define KIVI_GROUP 32 /* KIVI's key group: 32 positions of one channel */
 
-/* Quantize position p (exact rows of the sequence in ex, T positions) into
- * out (one row). KIVI keys: per channel over the aligned group of 32
- * positions holding p (positions 32g .. 32g+31 of the sequence, all computed
- * by the time p leaves the window). */
-static void scalar_row(const shape *s, const float *ex, int T, int p, int scheme, int bits,
-                       float *out)
+/* The step at which KIVI quantizes position p's key: when p has left the
+ * window (p + recent) and every position of its aligned group of 32 has been
+ * computed (the group's last row is computed at step 32g + 31, so from step
+ * 32 (g + 1) on). Until then the key stays exact, as in KIVI, whose
+ * full-precision residual holds the incomplete group; with recent >= 32 this
+ * is always p + recent. */
+static int kivi_key_step(int p, int recent)
 {
+    const int done = (p / KIVI_GROUP + 1) * KIVI_GROUP;
+    return p + recent > done ? p + recent : done;
+}
+
+/* Quantize the parts (1 keys, 2 values) of position p into out (one row;
+ * other parts untouched), from the rows of the sequence in ex of which the
+ * first avail have been computed. KIVI keys: per channel over the aligned
+ * group of 32 positions holding p (positions 32g .. 32g+31, or to the end of
+ * the sequence), which must all be computed (see kivi_key_step): reading a row
+ * not computed yet would use a future (or stale) row, so the program stops. */
+static void scalar_row(const shape *s, const float *ex, int T, int avail, int p, int scheme,
+                       int bits, unsigned parts, float *out)
+{
+    const int g_end = (p / KIVI_GROUP + 1) * KIVI_GROUP < T ? (p / KIVI_GROUP + 1) * KIVI_GROUP : T;
+    if (p >= avail || (scheme == SC_KIVI && (parts & 1u) && g_end > avail)) {
+        fprintf(stderr, "fkvf-quality: internal error: position %d quantized with %d rows "
+                        "computed\n", p, avail);
+        abort();
+    }
     const float *x = ex + (size_t)p * s->RW;
     for (int l = 0; l < s->L; l++) {
         const size_t o = (size_t)l * 2 * s->HD;
         for (size_t kv = 0; kv < 2; kv++) {
+            if (!(parts & (1u << kv)))
+                continue;
             const float *xv = x + o + kv * s->HD;
             float *yv = out + o + kv * s->HD;
-            if (scheme == SC_HEAD_SYM) {
+            if (scheme == SC_HEAD_SYM || scheme == SC_HEAD_ASYM) {
                 for (size_t g = 0; g < s->HD; g += (size_t)s->D)
-                    q_sym(xv + g, yv + g, (size_t)s->D, 1, bits);
+                    (scheme == SC_HEAD_SYM ? q_sym : q_asym)(xv + g, yv + g, (size_t)s->D, 1,
+                                                             bits);
             } else if (scheme == SC_TOKEN_G32 || kv == 1) {
                 for (size_t j = 0; j < s->HD; j += 32)
                     q_asym(xv + j, yv + j, s->HD - j < 32 ? s->HD - j : 32, 1, bits);
             } else {
-                const int p0 = p / 32 * 32;
-                const int m = T - p0 < 32 ? T - p0 : 32;
-                float col[32], qc[32];
+                const int p0 = p / KIVI_GROUP * KIVI_GROUP;
+                const int m = T - p0 < KIVI_GROUP ? T - p0 : KIVI_GROUP;
+                float col[KIVI_GROUP], qc[KIVI_GROUP];
                 for (size_t c = 0; c < s->HD; c++) {
                     for (int i = 0; i < m; i++)
                         col[i] = ex[(size_t)(p0 + i) * s->RW + o + c];
@@ -266,6 +290,8 @@ static double scalar_bytes(const shape *s, int scheme, int bits, unsigned parts)
     const double nparts = (double)((parts & 1u) + ((parts >> 1) & 1u));
     if (scheme == SC_HEAD_SYM) /* D codes + f16 scale per vector */
         return nparts * s->L * s->H * ((double)s->D * bits / 8.0 + 2.0);
+    if (scheme == SC_HEAD_ASYM) /* D codes + f16 scale and zero per vector */
+        return nparts * s->L * s->H * ((double)s->D * bits / 8.0 + 4.0);
     /* groups of 32 elements (KIVI keys: 32 positions of one channel): 32
      * codes + f16 scale + f16 zero */
     return nparts * s->L * ((double)s->HD / 32.0) * (32.0 * bits / 8.0 + 4.0);
@@ -477,6 +503,7 @@ static void run_config(ctx *c, const config *cf, fkvf_rvq *q, const fkvf_rope *r
     memset(res, 0, sizeof *res);
     const double t0 = now();
     const int first_late = c->sinks + c->recent;
+    const int kivi_keys = cf->kind == C_SCALAR && cf->scheme == SC_KIVI && (cf->parts & 1u);
     for (int i = 0; i < c->S; i++) {
         const int *tok = c->ev_tokens + (size_t)i * (size_t)T;
         /* what is quantized: this run's own rows, or (--from-exact) the exact run's */
@@ -496,14 +523,28 @@ static void run_config(ctx *c, const config *cf, fkvf_rvq *q, const fkvf_rope *r
                                 fkvf_strerror(e));
                         exit(1);
                     }
-                } else {
-                    scalar_row(s, src, T, a, cf->scheme, cf->bits, rc);
+                    scatter_row(s, st, a, rc, cf->parts);
+                } else if (!kivi_keys) {
+                    scalar_row(s, src, T, p, a, cf->scheme, cf->bits, cf->parts, rc);
+                    scatter_row(s, st, a, rc, cf->parts);
+                } else if (cf->parts & 2u) {
+                    scalar_row(s, src, T, p, a, cf->scheme, cf->bits, 2u, rc);
+                    scatter_row(s, st, a, rc, 2u);
                 }
-                scatter_row(s, st, a, rc, cf->parts);
                 if (rec_out && i == 0) {
                     /* what the cache holds for a now */
                     gather_row(s, st, a, rec_out + (size_t)a * s->RW);
                 }
+            }
+            /* KIVI keys: those whose group is complete and that have left the
+             * window (kivi_key_step; at most a group plus one position a step) */
+            for (int b = p - KIVI_GROUP - c->recent; kivi_keys && b < p; b++) {
+                if (b < c->sinks || kivi_key_step(b, c->recent) != p)
+                    continue;
+                scalar_row(s, src, T, p, b, cf->scheme, cf->bits, 1u, rc);
+                scatter_row(s, st, b, rc, 1u);
+                if (rec_out && i == 0)
+                    gather_row(s, st, b, rec_out + (size_t)b * s->RW);
             }
             const float *logits = lm_forward(st, tok[p], p);
             if (!logits) {
@@ -650,8 +691,8 @@ enum {
     CB256P_ASIS,  /* pooled k=256 as-is, K x4 V x2 */
     CB256P_PRE,   /* pooled k=256 pre-RoPE, K x4 V x2 */
     CB1024_ASIS,  /* per-head k=1024 as-is, K x4 V x2 */
-    CB1024_PRE,   /* per-head k=1024 pre-RoPE, K x4 V x4 */
-    CB4096_PRE,   /* per-head k=4096 pre-RoPE, K x4 V x2 */
+    CB1024_PRE,   /* per-head k=1024 pre-RoPE, K x8 V x4 */
+    CB4096_PRE,   /* per-head k=4096 pre-RoPE, K x8 V x4 */
     CB256_PRE16,  /* per-head k=256 pre-RoPE, K x4 V x2, 16 training sequences */
     CB_COUNT
 };
@@ -675,6 +716,9 @@ static const config CONFIGS[] = {
     RVQ("RVQ per-head k=256 K x4 V x1, keys pre-RoPE", CB256_PRE, 4, 1),
     RVQ("RVQ per-head k=256 K x4 V x2, keys pre-RoPE", CB256_PRE, 4, 2),
     RVQ("RVQ per-head k=256 K x4 V x4, keys pre-RoPE", CB256_PRE, 4, 4),
+    RVQ("RVQ per-head k=256 K x1 V x4, keys pre-RoPE", CB256_PRE, 1, 4),
+    RVQ("RVQ per-head k=256 K x2 V x4, keys pre-RoPE", CB256_PRE, 2, 4),
+    RVQ("RVQ per-head k=256 K x8 V x1, keys pre-RoPE", CB256_PRE, 8, 1),
     RVQ("RVQ per-head k=256 K x6 V x4, keys pre-RoPE", CB256_PRE, 6, 4),
     RVQ("RVQ per-head k=256 K x8 V x4, keys pre-RoPE", CB256_PRE, 8, 4),
     RVQ("RVQ per-head k=256 K x6 V x2, keys pre-RoPE", CB256_PRE, 6, 2),
@@ -690,6 +734,7 @@ static const config CONFIGS[] = {
     RVQ("keys only: RVQ per-head k=256 K x1, keys pre-RoPE", CB256_PRE, 1, 0),
     RVQ("keys only: RVQ per-head k=256 K x2, keys pre-RoPE", CB256_PRE, 2, 0),
     RVQ("keys only: RVQ per-head k=256 K x4, keys pre-RoPE", CB256_PRE, 4, 0),
+    RVQ("keys only: RVQ per-head k=256 K x8, keys pre-RoPE", CB256_PRE, 8, 0),
     RVQ("values only: RVQ per-head k=256 V x1", CB256_PRE, 0, 1),
     RVQ("values only: RVQ per-head k=256 V x2", CB256_PRE, 0, 2),
     RVQ("values only: RVQ per-head k=256 V x4", CB256_PRE, 0, 4),
@@ -701,18 +746,40 @@ static const config CONFIGS[] = {
     /* larger k */
     RVQ("RVQ per-head k=1024 K x2 V x2, keys as-is", CB1024_ASIS, 2, 2),
     RVQ("RVQ per-head k=1024 K x4 V x2, keys as-is", CB1024_ASIS, 4, 2),
+    RVQ("RVQ per-head k=1024 K x1 V x1, keys pre-RoPE", CB1024_PRE, 1, 1),
+    RVQ("RVQ per-head k=1024 K x1 V x2, keys pre-RoPE", CB1024_PRE, 1, 2),
+    RVQ("RVQ per-head k=1024 K x1 V x4, keys pre-RoPE", CB1024_PRE, 1, 4),
+    RVQ("RVQ per-head k=1024 K x2 V x1, keys pre-RoPE", CB1024_PRE, 2, 1),
     RVQ("RVQ per-head k=1024 K x2 V x2, keys pre-RoPE", CB1024_PRE, 2, 2),
+    RVQ("RVQ per-head k=1024 K x2 V x4, keys pre-RoPE", CB1024_PRE, 2, 4),
+    RVQ("RVQ per-head k=1024 K x4 V x1, keys pre-RoPE", CB1024_PRE, 4, 1),
     RVQ("RVQ per-head k=1024 K x4 V x2, keys pre-RoPE", CB1024_PRE, 4, 2),
     RVQ("RVQ per-head k=1024 K x4 V x4, keys pre-RoPE", CB1024_PRE, 4, 4),
+    RVQ("RVQ per-head k=1024 K x8 V x1, keys pre-RoPE", CB1024_PRE, 8, 1),
+    RVQ("RVQ per-head k=1024 K x8 V x2, keys pre-RoPE", CB1024_PRE, 8, 2),
+    RVQ("RVQ per-head k=1024 K x8 V x4, keys pre-RoPE", CB1024_PRE, 8, 4),
     RVQ("keys only: RVQ per-head k=1024 K x4, keys pre-RoPE", CB1024_PRE, 4, 0),
     RVQ("values only: RVQ per-head k=1024 V x2", CB1024_PRE, 0, 2),
     RVQ("RVQ per-head k=256 K x4 V x2, keys pre-RoPE, codebooks from 16 sequences",
         CB256_PRE16, 4, 2),
+    RVQ("RVQ per-head k=4096 K x1 V x1, keys pre-RoPE", CB4096_PRE, 1, 1),
+    RVQ("RVQ per-head k=4096 K x1 V x2, keys pre-RoPE", CB4096_PRE, 1, 2),
+    RVQ("RVQ per-head k=4096 K x1 V x4, keys pre-RoPE", CB4096_PRE, 1, 4),
+    RVQ("RVQ per-head k=4096 K x2 V x1, keys pre-RoPE", CB4096_PRE, 2, 1),
     RVQ("RVQ per-head k=4096 K x2 V x2, keys pre-RoPE", CB4096_PRE, 2, 2),
+    RVQ("RVQ per-head k=4096 K x2 V x4, keys pre-RoPE", CB4096_PRE, 2, 4),
+    RVQ("RVQ per-head k=4096 K x4 V x1, keys pre-RoPE", CB4096_PRE, 4, 1),
     RVQ("RVQ per-head k=4096 K x4 V x2, keys pre-RoPE", CB4096_PRE, 4, 2),
+    RVQ("RVQ per-head k=4096 K x4 V x4, keys pre-RoPE", CB4096_PRE, 4, 4),
+    RVQ("RVQ per-head k=4096 K x8 V x1, keys pre-RoPE", CB4096_PRE, 8, 1),
+    RVQ("RVQ per-head k=4096 K x8 V x2, keys pre-RoPE", CB4096_PRE, 8, 2),
+    RVQ("RVQ per-head k=4096 K x8 V x4, keys pre-RoPE", CB4096_PRE, 8, 4),
     /* scalar peers */
     SCAL("int8 per token, asymmetric, group 32 (f16 scale+zero)", SC_TOKEN_G32, 8, 3u),
     SCAL("int4 per token-head, symmetric (f16 scale per head vector)", SC_HEAD_SYM, 4, 3u),
+    SCAL("int8 per token-head, asymmetric (f16 scale+zero per head vector)", SC_HEAD_ASYM, 8, 3u),
+    SCAL("int4 per token-head, asymmetric (f16 scale+zero per head vector)", SC_HEAD_ASYM, 4, 3u),
+    SCAL("int2 per token-head, asymmetric (f16 scale+zero per head vector)", SC_HEAD_ASYM, 2, 3u),
     SCAL("int4 per token, asymmetric, group 32 (f16 scale+zero)", SC_TOKEN_G32, 4, 3u),
     SCAL("int2 per token, asymmetric, group 32 (f16 scale+zero)", SC_TOKEN_G32, 2, 3u),
     SCAL("KIVI-2: K per channel over 32 positions, V per token group 32 (f16 scale+zero)",
@@ -724,6 +791,49 @@ static const config CONFIGS[] = {
     SCAL("keys only: KIVI-2 keys (per channel over 32 positions)", SC_KIVI, 2, 1u),
 };
 #define N_CONFIGS (sizeof CONFIGS / sizeof CONFIGS[0])
+
+/* The composition check (the paper's referee): does archiving keys and values
+ * together cost what keys alone and values alone cost, i.e. is the
+ * perplexity ratio of K xa V xb the product of those of keys only K xa and
+ * values only V xb (dNLL additive)? One line per RVQ row archiving both
+ * parts whose keys-only and values-only rows (same codebook) ran. The s.e. of
+ * the sum treats the two rows as independent (they share the evaluation
+ * sequences, so it is an approximation). */
+static void print_composition(const int *ran, const double *d_mean, const double *d_se)
+{
+    int header = 0;
+    for (size_t i = 0; i < N_CONFIGS; i++) {
+        const config *b = &CONFIGS[i];
+        if (!ran[i] || b->kind != C_RVQ || !b->ks || !b->vs || b->beam)
+            continue;
+        size_t ko = N_CONFIGS, vo = N_CONFIGS;
+        for (size_t j = 0; j < N_CONFIGS; j++) {
+            const config *o = &CONFIGS[j];
+            if (!ran[j] || o->kind != C_RVQ || o->cb != b->cb || o->beam)
+                continue;
+            if (o->ks == b->ks && o->vs == 0)
+                ko = j;
+            if (o->ks == 0 && o->vs == b->vs)
+                vo = j;
+        }
+        if (ko == N_CONFIGS || vo == N_CONFIGS)
+            continue;
+        if (!header) {
+            printf("Composition (dNLL = log perplexity ratio; independent parts add):\n\n"
+                   "| configuration | measured delta | keys only + values only: predicted delta "
+                   "| dNLL measured | dNLL keys + values | measured / predicted dNLL |\n"
+                   "|---|---|---|---|---|---|\n");
+            header = 1;
+        }
+        const double sum = d_mean[ko] + d_mean[vo];
+        const double se = sqrt(d_se[ko] * d_se[ko] + d_se[vo] * d_se[vo]);
+        printf("| %s | %+.1f%% | %+.1f%% | %+.4f +- %.4f | %+.4f +- %.4f | %.2f |\n", b->name,
+               100.0 * (exp(d_mean[i]) - 1.0), 100.0 * (exp(sum) - 1.0), d_mean[i], d_se[i], sum,
+               se, sum != 0 ? d_mean[i] / sum : NAN);
+    }
+    if (header)
+        printf("\n");
+}
 
 static int in_set(const config *cf, int set)
 {
@@ -960,8 +1070,8 @@ int main(int argc, char **argv)
         [CB256P_ASIS] = {256, 1, 0, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0},
         [CB256P_PRE] = {256, 1, 1, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0},
         [CB1024_ASIS] = {1024, 0, 0, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0},
-        [CB1024_PRE] = {1024, 0, 1, 4, 4, (int)NT, (unsigned)iters, NULL, 0, 0},
-        [CB4096_PRE] = {4096, 0, 1, 4, 2, (int)NT4096, (unsigned)iters4096, NULL, 0, 0},
+        [CB1024_PRE] = {1024, 0, 1, 8, 4, (int)NT, (unsigned)iters, NULL, 0, 0},
+        [CB4096_PRE] = {4096, 0, 1, 8, 4, (int)NT4096, (unsigned)iters4096, NULL, 0, 0},
         [CB256_PRE16] = {256, 0, 1, 4, 2, 16, (unsigned)iters, NULL, 0, 0},
     };
 
@@ -998,6 +1108,9 @@ int main(int argc, char **argv)
 
     double exact_all = NAN, exact_late = NAN;
     int verified = 0, rc_main = 0;
+    /* per configuration: run, dNLL mean and s.e. (for the composition lines) */
+    int ran[N_CONFIGS] = {0};
+    double d_mean[N_CONFIGS], d_se[N_CONFIGS];
     for (size_t ci = 0; ci < N_CONFIGS; ci++) {
         const config *cf = &CONFIGS[ci];
         if (!in_set(cf, set))
@@ -1053,6 +1166,9 @@ int main(int argc, char **argv)
         const double dmean = r.sum_diff / c.S;
         const double var = c.S > 1 ? (r.sq_diff - c.S * dmean * dmean) / (c.S - 1) : 0;
         const double se = sqrt(var > 0 ? var : 0) / sqrt((double)c.S);
+        ran[ci] = 1;
+        d_mean[ci] = dmean;
+        d_se[ci] = se;
         char bb[32], ratio[32];
         if (cf->kind == C_EXACT) {
             snprintf(bb, sizeof bb, "%.0f (fp16)", fp16);
@@ -1078,6 +1194,7 @@ int main(int argc, char **argv)
         fkvf_rvq_free(q);
     }
     printf("\n");
+    print_composition(ran, d_mean, d_se);
     for (int b = 0; b < CB_COUNT; b++)
         if (cbs[b].q && !cbs[b].loaded) {
             const double vecs = (double)cbs[b].train * c.T * (cbs[b].pooled ? c.s.H : 1);
