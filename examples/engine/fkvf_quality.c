@@ -46,6 +46,7 @@
 
 #include <fkvf.h>
 
+#include "metric.h"
 #include "model.h"
 
 #ifndef LM_DEFAULT_MODEL
@@ -60,7 +61,7 @@ static void usage(FILE *f)
             "usage: fkvf-quality [--model PATH] [--seqs S] [--tokens T] [--train N]\n"
             "                    [--train4096 N] [--seed X] [--sinks S] [--recent W]\n"
             "                    [--iters N] [--iters4096 N] [--cache-dir DIR]\n"
-            "                    [--set exact|smoke|main|full] [--only NAME]... [--from-exact]\n"
+            "                    [--set exact|smoke|main|full|metric] [--only NAME]... [--from-exact]\n"
             "                    [--no-verify] [--print-ids]\n"
             "                    [--text FILE [--eval-bytes A:B] [--train-bytes A:B]]\n"
             "  --seqs S        evaluation sequences (64)\n"
@@ -70,7 +71,9 @@ static void usage(FILE *f)
             "  --iters N       Lloyd iterations per stage (25); --iters4096 (10) for k = 4096\n"
             "  --cache-dir DIR keep trained codebooks there (reused when present)\n"
             "  --set           exact: the exact cache only; smoke: exact and two RVQ rows;\n"
-            "                  main (default): everything but k = 4096; full: with k = 4096\n"
+            "                  main (default): everything but k = 4096; full: with k = 4096;\n"
+            "                  metric: the query-/output-aware rows and the plain k = 256\n"
+            "                  pre-RoPE rows they compete with\n"
             "  --only NAME     run only the rows named NAME exactly (\"exact\": the exact cache;\n"
             "                  repeatable, at most 16)\n"
             "  --from-exact    quantize the exact run's rows of each position instead of the\n"
@@ -122,6 +125,7 @@ typedef struct shape {
     size_t HD;   /* H * D: one layer's key (or value) row */
     size_t RW;   /* floats per row (spec 14.2): L * 2 * HD */
     int V;       /* vocabulary */
+    int NH;      /* query heads */
 } shape;
 
 
@@ -152,8 +156,10 @@ static void scatter_row(const shape *s, lm_state *st, int p, const float *row, u
  * sampled at temperature 1 (seed), or the T - 1 bytes at text as byte tokens
  * (id 3 + byte) when text is not NULL; rows (T * RW floats) if not NULL;
  * returns the summed NLL of tokens 1..T-1. */
+typedef void (*step_fn)(void *u, const lm_state *st, int pos);
+
 static double sample_sequence(const lm_model *m, const shape *s, int T, uint64_t seed, int *tokens,
-                              float *rows, const uint8_t *text)
+                              float *rows, const uint8_t *text, step_fn on_step, void *u)
 {
     lm_state *st = lm_state_new(m, T);
     if (!st) {
@@ -176,6 +182,8 @@ static double sample_sequence(const lm_model *m, const shape *s, int T, uint64_t
         }
         if (rows)
             gather_row(s, st, p, rows + (size_t)p * s->RW);
+        if (on_step)
+            on_step(u, st, p);
     }
     lm_state_free(st);
     return sum;
@@ -307,7 +315,15 @@ typedef struct cbspec {
     fkvf_rvq *q;   /* trained (lazily) */
     double secs;   /* training time */
     int loaded;    /* from the cache dir */
+    int metric;    /* METRIC_*: trained and encoded under a metric (metric.h) */
 } cbspec;
+
+/* The quantization metric of a codebook (issue 19 B): keys under the query
+ * metric (pre-RoPE, averaged over the offsets at which archived keys are
+ * read), values under the output metric (W_o). */
+enum { METRIC_KEYS = 1, METRIC_VALUES = 2 };
+#define METRIC_EPS 0.01   /* qm_transform's floor, relative to the mean eigenvalue */
+#define METRIC_SEQS 16    /* training sequences whose queries give the key metric */
 
 typedef struct ctx {
     const lm_model *m;
@@ -321,6 +337,8 @@ typedef struct ctx {
     float *train_rows;
     int n_train_rows; /* sequences generated so far */
     fkvf_rope rope;   /* the model's: interleaved pairs, every dim of a head */
+    /* the metric transforms (ensure_metric): [L][H][D][D] each, A and A^-1 */
+    float *mk, *mk_inv, *mv, *mv_inv;
     /* --text: evaluation sequence i is the T - 1 bytes at eval_off + i (T - 1),
      * training sequence i those at train_off + i (T - 1), within their ranges */
     const uint8_t *text;
@@ -359,9 +377,121 @@ static void ensure_train(ctx *c, int n)
     for (int i = c->n_train_rows; i < n; i++)
         sample_sequence(c->m, &c->s, c->T, c->seed * 1000003u + (uint64_t)i, tok,
                         c->train_rows + (size_t)i * (size_t)c->T * c->s.RW,
-                        text_seq(c, c->train_off, c->train_end, i, "training"));
+                        text_seq(c, c->train_off, c->train_end, i, "training"), NULL, NULL);
     free(tok);
     c->n_train_rows = n;
+}
+
+/* ---- metrics (issue 19 B; metric.h) ------------------------------------------ */
+
+static const char *metric_name(int metric)
+{
+    static const char *const names[4] = {"", ", query-aware keys", ", output-aware values",
+                                         ", query-aware keys, output-aware values"};
+    return names[metric & 3];
+}
+
+typedef struct qacc {
+    double *M;
+    const shape *s;
+} qacc;
+
+static void add_queries(void *u, const lm_state *st, int pos)
+{
+    qacc *a = u;
+    qm_add_queries(a->M, lm_queries(st), a->s->L, a->s->NH, a->s->H, a->s->D, pos);
+}
+
+/* The metric transforms, once: keys from the queries of the first
+ * METRIC_SEQS training sequences (run with the exact cache), each KV head's
+ * sum over its query heads, averaged over the offsets d = recent .. T - 1 -
+ * sinks at which an archived key is read, weighted by how many (query, key)
+ * pairs are d apart; values from W_o. */
+static void ensure_metric(ctx *c)
+{
+    if (c->mk)
+        return;
+    const shape *s = &c->s;
+    if (s->D > 256) { /* metric_row's scratch */
+        fprintf(stderr, "fkvf-quality: the metric rows need a head size of at most 256\n");
+        exit(2);
+    }
+    const size_t dd = (size_t)s->D * (size_t)s->D, n = (size_t)s->L * (size_t)s->H * dd;
+    c->mk = xmalloc(n * sizeof(float));
+    c->mk_inv = xmalloc(n * sizeof(float));
+    c->mv = xmalloc(n * sizeof(float));
+    c->mv_inv = xmalloc(n * sizeof(float));
+    double *M = calloc(n, sizeof *M), *S = xmalloc(dd * (size_t)s->H * sizeof *S);
+    if (!M) {
+        fprintf(stderr, "fkvf-quality: out of memory\n");
+        exit(1);
+    }
+    qacc a = {M, s};
+    int *tok = xmalloc((size_t)c->T * sizeof *tok);
+    for (int i = 0; i < METRIC_SEQS; i++)
+        sample_sequence(c->m, s, c->T, c->seed * 1000003u + (uint64_t)i, tok, NULL,
+                        text_seq(c, c->train_off, c->train_end, i, "training"), add_queries, &a);
+    free(tok);
+    const int d0 = c->recent, n_pairs = c->T - c->sinks, d1 = n_pairs - 1;
+    for (int l = 0; l < s->L; l++) {
+        qm_output_metric(lm_wo(c->m, l), s->NH, s->H, s->D, S);
+        for (int h = 0; h < s->H; h++) {
+            const size_t o = ((size_t)l * (size_t)s->H + (size_t)h) * dd;
+            if (qm_transform(S + (size_t)h * dd, s->D, METRIC_EPS, c->mv + o, c->mv_inv + o)) {
+                fprintf(stderr, "fkvf-quality: the output metric of layer %d head %d failed\n",
+                        l, h);
+                exit(1);
+            }
+        }
+        for (int h = 0; h < s->H; h++) {
+            const size_t o = ((size_t)l * (size_t)s->H + (size_t)h) * dd;
+            if (d0 <= d1)
+                qm_rotation_average(M + o, s->D, d0, d1, n_pairs, S);
+            else
+                memcpy(S, M + o, dd * sizeof *S);
+            if (qm_transform(S, s->D, METRIC_EPS, c->mk + o, c->mk_inv + o)) {
+                fprintf(stderr, "fkvf-quality: the query metric of layer %d head %d failed\n",
+                        l, h);
+                exit(1);
+            }
+        }
+    }
+    free(M);
+    free(S);
+}
+
+/* One row (spec 14.2 layout, keys after RoPE) into the space a metric
+ * codebook quantizes (inverse = 0): keys un-rotated at pos then times A_k,
+ * values times A_v, for the parts the metric covers; or back (inverse = 1):
+ * keys times A_k^-1 then rotated at pos, values times A_v^-1. */
+static void metric_row(const ctx *c, int metric, const float *in, int pos, float *out,
+                       int inverse)
+{
+    const shape *s = &c->s;
+    const size_t dd = (size_t)s->D * (size_t)s->D;
+    float t[256];
+    memcpy(out, in, s->RW * sizeof(float));
+    for (int l = 0; l < s->L; l++)
+        for (int h = 0; h < s->H; h++) {
+            const size_t m = ((size_t)l * (size_t)s->H + (size_t)h) * dd;
+            float *k = out + (size_t)l * 2 * s->HD + (size_t)h * (size_t)s->D;
+            float *v = k + s->HD;
+            if (metric & METRIC_KEYS) {
+                if (!inverse) {
+                    lm_rope(k, 1, s->D, pos, 1);
+                    qm_apply(c->mk + m, s->D, k, t);
+                    memcpy(k, t, (size_t)s->D * sizeof(float));
+                } else {
+                    qm_apply(c->mk_inv + m, s->D, k, t);
+                    memcpy(k, t, (size_t)s->D * sizeof(float));
+                    lm_rope(k, 1, s->D, pos, 0);
+                }
+            }
+            if (metric & METRIC_VALUES) {
+                qm_apply((inverse ? c->mv_inv : c->mv) + m, s->D, v, t);
+                memcpy(v, t, (size_t)s->D * sizeof(float));
+            }
+        }
 }
 
 static void cb_shape(const ctx *c, const cbspec *b, fkvf_codebook_shape *sh)
@@ -379,17 +509,29 @@ static void cb_shape(const ctx *c, const cbspec *b, fkvf_codebook_shape *sh)
 
 static void cb_path(const ctx *c, const cbspec *b, char *buf, size_t n)
 {
-    char src[64] = "";
+    char src[64] = "", met[64] = "";
     if (c->text)
         snprintf(src, sizeof src, "-text%zu", c->train_off);
-    snprintf(buf, n, "%s/cb-L%dH%dD%d-k%u-%s-%s-K%dV%d-n%d-T%d-i%u-s%llu%s.tables", c->cache_dir,
-             c->s.L, c->s.H, c->s.D, b->k, b->pooled ? "pooled" : "head",
+    if (b->metric) /* the key metric depends on the window */
+        snprintf(met, sizeof met, "-metric%d-w%d+%d-e%g", b->metric, c->sinks, c->recent,
+                 METRIC_EPS);
+    snprintf(buf, n, "%s/cb-L%dH%dD%d-k%u-%s-%s-K%dV%d-n%d-T%d-i%u-s%llu%s%s.tables",
+             c->cache_dir, c->s.L, c->s.H, c->s.D, b->k, b->pooled ? "pooled" : "head",
              b->pre_rope ? "prerope" : "asis", b->ks, b->vs, b->train, c->T, b->iters,
-             (unsigned long long)c->seed, src);
+             (unsigned long long)c->seed, src, met);
+}
+
+/* The RoPE the library applies for codebook b: the model's for pre-RoPE keys,
+ * unless the metric already un-rotates them (metric_row). */
+static const fkvf_rope *cb_rope(const ctx *c, const cbspec *b)
+{
+    return b->pre_rope && !(b->metric & METRIC_KEYS) ? &c->rope : NULL;
 }
 
 static fkvf_rvq *cb_get(ctx *c, cbspec *b)
 {
+    if (b->metric)
+        ensure_metric(c); /* needed to encode, also with loaded tables */
     if (b->q)
         return b->q;
     char path[1024];
@@ -428,10 +570,20 @@ static fkvf_rvq *cb_get(ctx *c, cbspec *b)
     p.table_dtype = FKVF_DTYPE_F16;
     p.seed = c->seed;
     p.max_iters = b->iters;
-    p.key_rope = b->pre_rope ? &c->rope : NULL;
+    p.key_rope = cb_rope(c, b);
+    /* a metric codebook trains on the rows mapped into its space */
+    float *mrows = NULL;
+    if (b->metric) {
+        const size_t per = (size_t)c->T * c->s.RW;
+        mrows = xmalloc(xsize((size_t)b->train, per, 1, sizeof(float)));
+        for (int i = 0; i < b->train; i++)
+            for (int pos = 0; pos < c->T; pos++)
+                metric_row(c, b->metric, c->train_rows + (size_t)i * per + (size_t)pos * c->s.RW,
+                           pos, mrows + (size_t)i * per + (size_t)pos * c->s.RW, 0);
+    }
     fkvf_rows *blocks = xmalloc((size_t)b->train * sizeof *blocks);
     for (int i = 0; i < b->train; i++) {
-        blocks[i].data = c->train_rows + (size_t)i * (size_t)c->T * c->s.RW;
+        blocks[i].data = (mrows ? mrows : c->train_rows) + (size_t)i * (size_t)c->T * c->s.RW;
         blocks[i].n_rows = (size_t)c->T;
         blocks[i].dtype = FKVF_DTYPE_F32;
         blocks[i].first_position = 0;
@@ -443,6 +595,7 @@ static fkvf_rvq *cb_get(ctx *c, cbspec *b)
     int rc = fkvf_rvq_train(&b->q, &p, blocks, (size_t)b->train, NULL);
     b->secs = now() - t0;
     free(blocks);
+    free(mrows);
     if (rc != FKVF_OK) {
         fprintf(stderr, "fkvf-quality: fkvf_rvq_train: %s\n", fkvf_strerror(rc));
         exit(1);
@@ -486,13 +639,14 @@ typedef struct result {
 
 /* One configuration over all evaluation sequences. rec/ex_out (both or
  * neither): rows of evaluation sequence 0 as reconstructed / as computed. */
-static void run_config(ctx *c, const config *cf, fkvf_rvq *q, const fkvf_rope *rope, result *res,
-                       float *rec_out, float *ex_out)
+static void run_config(ctx *c, const config *cf, fkvf_rvq *q, const fkvf_rope *rope, int metric,
+                       result *res, float *rec_out, float *ex_out)
 {
     const shape *s = &c->s;
     const int T = c->T;
     float *ex = xmalloc(xsize((size_t)T, s->RW, 1, sizeof(float)));
     float *rc = xmalloc(xsize(1, s->RW, 1, sizeof(float)));
+    float *mrow = xmalloc(xsize(1, s->RW, 1, sizeof(float)));
     size_t cpp = q ? fkvf_rvq_codes_per_position(q) : 0;
     uint16_t *codes = xmalloc((cpp ? cpp : 1) * sizeof *codes);
     lm_state *st = lm_state_new(c->m, T);
@@ -513,7 +667,12 @@ static void run_config(ctx *c, const config *cf, fkvf_rvq *q, const fkvf_rope *r
             const int a = p - c->recent; /* leaves the window now */
             if (cf->kind != C_EXACT && a >= c->sinks) {
                 if (cf->kind == C_RVQ) {
-                    fkvf_rows r = {src + (size_t)a * s->RW, 1, FKVF_DTYPE_F32, (uint64_t)a};
+                    const float *x = src + (size_t)a * s->RW;
+                    if (metric) { /* into the metric's space, and back below */
+                        metric_row(c, metric, x, a, mrow, 0);
+                        x = mrow;
+                    }
+                    fkvf_rows r = {x, 1, FKVF_DTYPE_F32, (uint64_t)a};
                     int e = fkvf_rvq_encode(q, &r, rope, cf->beam, codes, cpp, 1);
                     if (e == FKVF_OK)
                         e = fkvf_rvq_decode(q, codes, cpp, 1, 1, (uint64_t)a, rope,
@@ -522,6 +681,10 @@ static void run_config(ctx *c, const config *cf, fkvf_rvq *q, const fkvf_rope *r
                         fprintf(stderr, "fkvf-quality: RVQ encode/decode: %s\n",
                                 fkvf_strerror(e));
                         exit(1);
+                    }
+                    if (metric) {
+                        metric_row(c, metric, rc, a, mrow, 1);
+                        memcpy(rc, mrow, s->RW * sizeof(float));
                     }
                     scatter_row(s, st, a, rc, cf->parts);
                 } else if (!kivi_keys) {
@@ -579,6 +742,7 @@ static void run_config(ctx *c, const config *cf, fkvf_rvq *q, const fkvf_rope *r
     lm_state_free(st);
     free(ex);
     free(rc);
+    free(mrow);
     free(codes);
 }
 
@@ -682,7 +846,7 @@ static int parse_int(const char *a, long lo, long hi, long *out)
     return 0;
 }
 
-enum { SET_EXACT, SET_SMOKE, SET_MAIN, SET_FULL };
+enum { SET_EXACT, SET_SMOKE, SET_MAIN, SET_FULL, SET_METRIC };
 
 /* codebook specs (index constants used by the configuration table) */
 enum {
@@ -694,6 +858,9 @@ enum {
     CB1024_PRE,   /* per-head k=1024 pre-RoPE, K x8 V x4 */
     CB4096_PRE,   /* per-head k=4096 pre-RoPE, K x8 V x4 */
     CB256_PRE16,  /* per-head k=256 pre-RoPE, K x4 V x2, 16 training sequences */
+    CB256_QK,     /* per-head k=256 pre-RoPE, K x8 V x4, query-aware keys */
+    CB256_OV,     /* the same, output-aware values */
+    CB256_QKOV,   /* the same, both */
     CB_COUNT
 };
 
@@ -774,6 +941,22 @@ static const config CONFIGS[] = {
     RVQ("RVQ per-head k=4096 K x8 V x1, keys pre-RoPE", CB4096_PRE, 8, 1),
     RVQ("RVQ per-head k=4096 K x8 V x2, keys pre-RoPE", CB4096_PRE, 8, 2),
     RVQ("RVQ per-head k=4096 K x8 V x4, keys pre-RoPE", CB4096_PRE, 8, 4),
+    /* issue 19 B: codebooks trained and indices chosen under the query metric
+     * (keys) and the output metric (values); decoded as plain RVQ */
+    RVQ("query-aware keys: RVQ per-head k=256 K x2 V x2, keys pre-RoPE", CB256_QK, 2, 2),
+    RVQ("query-aware keys: RVQ per-head k=256 K x4 V x2, keys pre-RoPE", CB256_QK, 4, 2),
+    RVQ("keys only, query-aware: RVQ per-head k=256 K x1, keys pre-RoPE", CB256_QK, 1, 0),
+    RVQ("keys only, query-aware: RVQ per-head k=256 K x2, keys pre-RoPE", CB256_QK, 2, 0),
+    RVQ("keys only, query-aware: RVQ per-head k=256 K x4, keys pre-RoPE", CB256_QK, 4, 0),
+    RVQ("output-aware values: RVQ per-head k=256 K x4 V x2, keys pre-RoPE", CB256_OV, 4, 2),
+    RVQ("values only, output-aware: RVQ per-head k=256 V x1", CB256_OV, 0, 1),
+    RVQ("values only, output-aware: RVQ per-head k=256 V x2", CB256_OV, 0, 2),
+    RVQ("values only, output-aware: RVQ per-head k=256 V x4", CB256_OV, 0, 4),
+    RVQ("query- and output-aware: RVQ per-head k=256 K x1 V x1, keys pre-RoPE", CB256_QKOV, 1, 1),
+    RVQ("query- and output-aware: RVQ per-head k=256 K x2 V x2, keys pre-RoPE", CB256_QKOV, 2, 2),
+    RVQ("query- and output-aware: RVQ per-head k=256 K x4 V x2, keys pre-RoPE", CB256_QKOV, 4, 2),
+    RVQ("query- and output-aware: RVQ per-head k=256 K x4 V x4, keys pre-RoPE", CB256_QKOV, 4, 4),
+    RVQ("query- and output-aware: RVQ per-head k=256 K x8 V x4, keys pre-RoPE", CB256_QKOV, 8, 4),
     /* scalar peers */
     SCAL("int8 per token, asymmetric, group 32 (f16 scale+zero)", SC_TOKEN_G32, 8, 3u),
     SCAL("int4 per token-head, symmetric (f16 scale per head vector)", SC_HEAD_SYM, 4, 3u),
@@ -846,6 +1029,13 @@ static int in_set(const config *cf, int set)
                (cf->kind == C_SCALAR && cf->scheme == SC_KIVI && cf->parts == 3u);
     case SET_MAIN:
         return !(cf->kind == C_RVQ && cf->cb == CB4096_PRE);
+    case SET_METRIC: /* the metric rows and the plain rows they compete with */
+        return cf->kind == C_EXACT ||
+               (cf->kind == C_RVQ && !cf->beam &&
+                (cf->cb == CB256_PRE || cf->cb == CB256_QK || cf->cb == CB256_OV ||
+                 cf->cb == CB256_QKOV) &&
+                cf->ks <= 8 && cf->vs <= 4 && (cf->ks & (cf->ks - 1)) == 0 &&
+                (cf->vs & (cf->vs - 1)) == 0);
     default:
         return 1;
     }
@@ -931,6 +1121,8 @@ int main(int argc, char **argv)
                 set = SET_MAIN;
             else if (!strcmp(v, "full"))
                 set = SET_FULL;
+            else if (!strcmp(v, "metric"))
+                set = SET_METRIC;
             else {
                 usage(stderr);
                 return 2;
@@ -1009,6 +1201,7 @@ int main(int argc, char **argv)
     c.s.HD = (size_t)mc->kv_dim;
     c.s.RW = (size_t)c.s.L * 2 * c.s.HD;
     c.s.V = mc->vocab_size;
+    c.s.NH = mc->n_heads;
     c.S = (int)S;
     c.T = (int)T;
     c.sinks = (int)sinks;
@@ -1055,7 +1248,7 @@ int main(int argc, char **argv)
             m, &c.s, c.T, c.seed * 1000003u + EVAL_SEED_OFFSET + (uint64_t)i,
             c.ev_tokens + (size_t)i * (size_t)T,
             c.ev_rows ? c.ev_rows + (size_t)i * (size_t)T * c.s.RW : NULL,
-            text_seq(&c, c.eval_off, c.eval_end, i, "evaluation"));
+            text_seq(&c, c.eval_off, c.eval_end, i, "evaluation"), NULL, NULL);
     if (print_ids) {
         printf("ids:");
         for (int p = 1; p < c.T; p++)
@@ -1065,14 +1258,18 @@ int main(int argc, char **argv)
     }
 
     cbspec cbs[CB_COUNT] = {
-        [CB256_ASIS] = {256, 0, 0, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0},
-        [CB256_PRE] = {256, 0, 1, 8, 4, (int)NT, (unsigned)iters, NULL, 0, 0},
-        [CB256P_ASIS] = {256, 1, 0, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0},
-        [CB256P_PRE] = {256, 1, 1, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0},
-        [CB1024_ASIS] = {1024, 0, 0, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0},
-        [CB1024_PRE] = {1024, 0, 1, 8, 4, (int)NT, (unsigned)iters, NULL, 0, 0},
-        [CB4096_PRE] = {4096, 0, 1, 8, 4, (int)NT4096, (unsigned)iters4096, NULL, 0, 0},
-        [CB256_PRE16] = {256, 0, 1, 4, 2, 16, (unsigned)iters, NULL, 0, 0},
+        [CB256_ASIS] = {256, 0, 0, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0, 0},
+        [CB256_PRE] = {256, 0, 1, 8, 4, (int)NT, (unsigned)iters, NULL, 0, 0, 0},
+        [CB256P_ASIS] = {256, 1, 0, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0, 0},
+        [CB256P_PRE] = {256, 1, 1, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0, 0},
+        [CB1024_ASIS] = {1024, 0, 0, 4, 2, (int)NT, (unsigned)iters, NULL, 0, 0, 0},
+        [CB1024_PRE] = {1024, 0, 1, 8, 4, (int)NT, (unsigned)iters, NULL, 0, 0, 0},
+        [CB4096_PRE] = {4096, 0, 1, 8, 4, (int)NT4096, (unsigned)iters4096, NULL, 0, 0, 0},
+        [CB256_PRE16] = {256, 0, 1, 4, 2, 16, (unsigned)iters, NULL, 0, 0, 0},
+        [CB256_QK] = {256, 0, 1, 8, 4, (int)NT, (unsigned)iters, NULL, 0, 0, METRIC_KEYS},
+        [CB256_OV] = {256, 0, 1, 8, 4, (int)NT, (unsigned)iters, NULL, 0, 0, METRIC_VALUES},
+        [CB256_QKOV] = {256, 0, 1, 8, 4, (int)NT, (unsigned)iters, NULL, 0, 0,
+                        METRIC_KEYS | METRIC_VALUES},
     };
 
     const double fp16 = (double)c.s.RW * 2.0;
@@ -1123,6 +1320,7 @@ int main(int argc, char **argv)
             continue;
         fkvf_rvq *q = NULL;
         const fkvf_rope *rope = NULL;
+        int metric = 0;
         double bytes = 0;
         if (cf->kind == C_RVQ) {
             cbspec *b = &cbs[cf->cb];
@@ -1131,7 +1329,8 @@ int main(int argc, char **argv)
                 fprintf(stderr, "fkvf-quality: fkvf_rvq_subset failed\n");
                 return 1;
             }
-            rope = b->pre_rope ? &c.rope : NULL;
+            rope = cb_rope(&c, b);
+            metric = b->metric;
             double bits = 0;
             for (uint32_t k = b->k; k > 1; k >>= 1)
                 bits += 1;
@@ -1148,7 +1347,7 @@ int main(int argc, char **argv)
             ex = xmalloc(xsize((size_t)c.T, c.s.RW, 1, sizeof(float)));
         }
         result r;
-        run_config(&c, cf, q, rope, &r, rec, ex);
+        run_config(&c, cf, q, rope, metric, &r, rec, ex);
         const double mean = r.sum_all / r.n_all, late = r.sum_late / r.n_late;
         if (cf->kind == C_EXACT) {
             exact_all = mean;
@@ -1199,15 +1398,16 @@ int main(int argc, char **argv)
         if (cbs[b].q && !cbs[b].loaded) {
             const double vecs = (double)cbs[b].train * c.T * (cbs[b].pooled ? c.s.H : 1);
             const double used = vecs < 256.0 * cbs[b].k ? vecs : 256.0 * cbs[b].k;
-            printf("codebook k=%u %s %s K x%d V x%d: trained on %d x %d positions (%.0f "
+            printf("codebook k=%u %s %s%s K x%d V x%d: trained on %d x %d positions (%.0f "
                    "vectors per table, %.1f per centroid), %u Lloyd iterations max, %.1f s\n",
                    cbs[b].k, cbs[b].pooled ? "pooled" : "per-head",
-                   cbs[b].pre_rope ? "pre-RoPE" : "as-is", cbs[b].ks, cbs[b].vs, cbs[b].train,
+                   cbs[b].pre_rope ? "pre-RoPE" : "as-is", metric_name(cbs[b].metric), cbs[b].ks,
+                   cbs[b].vs, cbs[b].train,
                    c.T, used, used / cbs[b].k, cbs[b].iters, cbs[b].secs);
         } else if (cbs[b].q) {
-            printf("codebook k=%u %s %s: loaded from %s\n", cbs[b].k,
+            printf("codebook k=%u %s %s%s: loaded from %s\n", cbs[b].k,
                    cbs[b].pooled ? "pooled" : "per-head", cbs[b].pre_rope ? "pre-RoPE" : "as-is",
-                   c.cache_dir);
+                   metric_name(cbs[b].metric), c.cache_dir);
         }
     printf("total wall time %.1f s\n", now() - t_start);
     for (int b = 0; b < CB_COUNT; b++)
@@ -1216,6 +1416,10 @@ int main(int argc, char **argv)
     free(c.ev_exact);
     free(c.ev_rows);
     free(c.train_rows);
+    free(c.mk);
+    free(c.mk_inv);
+    free(c.mv);
+    free(c.mv_inv);
     free(text);
     lm_free(m);
     return rc_main;

@@ -666,6 +666,13 @@ const float *lm_forward(lm_state *s, int token, int pos)
     return s->logits;
 }
 
+const float *lm_wo(const lm_model *m, int layer)
+{
+    if (!m || layer < 0 || layer >= m->cfg.n_layers)
+        return NULL;
+    return m->w[A_WO] + (size_t)layer * (size_t)m->cfg.dim * (size_t)m->cfg.dim;
+}
+
 const float *lm_logits(const lm_state *s)
 {
     return s ? s->logits : NULL;

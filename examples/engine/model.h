@@ -89,6 +89,11 @@ const lm_config *lm_model_config(const lm_model *m);
  * header is invalid. */
 uint64_t lm_checkpoint_size(const int32_t header[7]);
 
+/* Layer l's attention output projection wo: dim x dim floats, row-major
+ * (out x in; query head h's input columns are h * head_size ..). NULL on a
+ * bad layer. Owned by the model. */
+const float *lm_wo(const lm_model *m, int layer);
+
 /* ---- state and forward pass ----------------------------------------------- */
 
 /* A new state with room for `capacity` positions (0 means seq_len; at most

@@ -4,7 +4,7 @@
 # tenth, codebooks trained on 8 sequences of its first nine tenths; the
 # exact cache, RVQ k=256 K x4 V x2 pre-RoPE (with the appender check: an
 # archive written and restored gives the study's rows bit for bit) and
-# KIVI-2. Then the argument checks: a range without --text, a range too
+# KIVI-2; a query- and output-aware codebook row. Then the argument checks: a range without --text, a range too
 # short, a malformed range. Exit 77 (skipped) where the model is absent.
 # usage: quality_text_smoke.sh FKVF_QUALITY MODEL_DIR
 q=$1
@@ -31,6 +31,17 @@ done
 nll=$(echo "$out" | sed -n 's/^| exact cache | [^|]* | [^|]* | \([0-9.]*\) |.*/\1/p')
 awk -v n="$nll" 'BEGIN { exit !(n > 0.3 && n < 2.5) }' ||
     { echo "quality_text_smoke: exact mean NLL '$nll' out of range"; exit 1; }
+# the metric codebooks (issue 19 B): query- and output-aware K x4 V x2 runs and
+# stays near the exact cache (tiny training: a loose bound)
+row="query- and output-aware: RVQ per-head k=256 K x4 V x2, keys pre-RoPE"
+mo=$("$q" --model "$m" --text "$t" --set metric --seqs 2 --tokens 64 --train 8 --only exact \
+    --only "$row" 2>&1)
+st=$?
+echo "$mo" | grep "^| "
+[ $st -eq 0 ] || { echo "$mo"; echo "quality_text_smoke: the metric run failed ($st)"; exit 1; }
+mn=$(echo "$mo" | grep -F "| $row |" | cut -d'|' -f5 | tr -d ' ')
+awk -v n="$mn" -v e="$nll" 'BEGIN { exit !(n > 0.3 && n < e + 0.5) }' ||
+    { echo "quality_text_smoke: metric row mean NLL '$mn' (exact $nll)"; exit 1; }
 fails=0
 "$q" --model "$m" --eval-bytes 0:100 --set exact >/dev/null 2>&1
 [ $? -eq 2 ] || { echo "quality_text_smoke: --eval-bytes without --text not refused"; fails=1; }
