@@ -62,7 +62,7 @@ static void usage(FILE *f)
             "                    [--train4096 N] [--seed X] [--sinks S] [--recent W]\n"
             "                    [--iters N] [--iters4096 N] [--cache-dir DIR]\n"
             "                    [--set exact|smoke|main|full|metric] [--only NAME]... [--from-exact]\n"
-            "                    [--no-verify] [--print-ids]\n"
+            "                    [--no-verify] [--print-ids] [--alloc BYTES [--alloc-cal N] [--alloc-metric]]\n"
             "                    [--text FILE [--eval-bytes A:B] [--train-bytes A:B]]\n"
             "  --seqs S        evaluation sequences (64)\n"
             "  --tokens T      positions per sequence, BOS included (512)\n"
@@ -78,6 +78,11 @@ static void usage(FILE *f)
             "                  repeatable, at most 16)\n"
             "  --from-exact    quantize the exact run's rows of each position instead of the\n"
             "                  rows this configuration's run computed (no compounding)\n"
+            "  --alloc BYTES   also choose per-layer stage counts of the k = 256 pre-RoPE\n"
+            "                  codebook for BYTES per archived position on calibration\n"
+            "                  sequences (--alloc-cal N, 16), with and without layer 0 from a\n"
+            "                  token table, and evaluate them; --alloc-metric: the query- and\n"
+            "                  output-aware codebook\n"
             "  --print-ids     print the token ids of evaluation sequence 0 and its exact\n"
             "                  mean NLL (to compare with fkvf-engine --force)\n"
             "  --text FILE     evaluate on FILE's bytes instead of sampled sequences (BOS, then\n"
@@ -629,6 +634,13 @@ typedef struct config {
     unsigned beam;   /* C_RVQ: fkvf_rvq_encode beam width (0: greedy, the appender's default) */
 } config;
 
+/* Per-layer stage counts (issue 19 B.5): layer l's keys use k[l] stages and
+ * its values v[l] (0: that part of the layer stays exact). */
+#define MAX_ALLOC_LAYERS 16
+typedef struct alloc {
+    unsigned char k[MAX_ALLOC_LAYERS], v[MAX_ALLOC_LAYERS];
+} alloc;
+
 typedef struct result {
     double bytes;
     double sum_all, sum_late; /* summed NLL: all predictions; steps >= sinks + recent */
@@ -637,17 +649,58 @@ typedef struct result {
     double secs;
 } result;
 
+/* Overwrite layer l of position p: keys (parts & 1) and values (parts & 2)
+ * from row (a whole row, spec 14.2 layout). */
+static void scatter_layer(const shape *s, lm_state *st, int p, const float *row, int l,
+                          unsigned parts)
+{
+    const float *r = row + (size_t)l * 2 * s->HD;
+    if (parts & 1u)
+        lm_cache_set(st, l, p, LM_KEY, r);
+    if (parts & 2u)
+        lm_cache_set(st, l, p, LM_VALUE, r + s->HD);
+}
+
+/* Encode row x (in the codebook's space) with q and decode it into out, back
+ * in the cache's space (mtmp: a row of scratch for a metric codebook). */
+static void rvq_roundtrip(ctx *c, fkvf_rvq *q, const fkvf_rope *rope, int metric, unsigned beam,
+                          const float *x, int a, uint16_t *codes, float *out, float *mtmp)
+{
+    const shape *s = &c->s;
+    const size_t cpp = fkvf_rvq_codes_per_position(q);
+    fkvf_rows r = {x, 1, FKVF_DTYPE_F32, (uint64_t)a};
+    int e = fkvf_rvq_encode(q, &r, rope, beam, codes, cpp, 1);
+    if (e == FKVF_OK)
+        e = fkvf_rvq_decode(q, codes, cpp, 1, 1, (uint64_t)a, rope, FKVF_DTYPE_F32, out,
+                            s->RW * sizeof(float));
+    if (e != FKVF_OK) {
+        fprintf(stderr, "fkvf-quality: RVQ encode/decode: %s\n", fkvf_strerror(e));
+        exit(1);
+    }
+    if (metric) {
+        metric_row(c, metric, out, a, mtmp, 1);
+        memcpy(out, mtmp, s->RW * sizeof(float));
+    }
+}
+
 /* One configuration over all evaluation sequences. rec/ex_out (both or
- * neither): rows of evaluation sequence 0 as reconstructed / as computed. */
+ * neither): rows of evaluation sequence 0 as reconstructed / as computed.
+ * With al (per-layer stage counts), lq[l] is layer l's quantizer (NULL: the
+ * layer stays exact) and q is unused. */
 static void run_config(ctx *c, const config *cf, fkvf_rvq *q, const fkvf_rope *rope, int metric,
-                       result *res, float *rec_out, float *ex_out)
+                       const alloc *al, fkvf_rvq *const *lq, result *res, float *rec_out,
+                       float *ex_out)
 {
     const shape *s = &c->s;
     const int T = c->T;
     float *ex = xmalloc(xsize((size_t)T, s->RW, 1, sizeof(float)));
     float *rc = xmalloc(xsize(1, s->RW, 1, sizeof(float)));
     float *mrow = xmalloc(xsize(1, s->RW, 1, sizeof(float)));
+    float *mtmp = xmalloc(xsize(1, s->RW, 1, sizeof(float)));
     size_t cpp = q ? fkvf_rvq_codes_per_position(q) : 0;
+    for (int l = 0; al && l < s->L; l++)
+        if (lq[l] && fkvf_rvq_codes_per_position(lq[l]) > cpp)
+            cpp = fkvf_rvq_codes_per_position(lq[l]);
     uint16_t *codes = xmalloc((cpp ? cpp : 1) * sizeof *codes);
     lm_state *st = lm_state_new(c->m, T);
     if (!st) {
@@ -668,25 +721,27 @@ static void run_config(ctx *c, const config *cf, fkvf_rvq *q, const fkvf_rope *r
             if (cf->kind != C_EXACT && a >= c->sinks) {
                 if (cf->kind == C_RVQ) {
                     const float *x = src + (size_t)a * s->RW;
-                    if (metric) { /* into the metric's space, and back below */
+                    if (metric) { /* into the metric's space (rvq_roundtrip maps back) */
                         metric_row(c, metric, x, a, mrow, 0);
                         x = mrow;
                     }
-                    fkvf_rows r = {x, 1, FKVF_DTYPE_F32, (uint64_t)a};
-                    int e = fkvf_rvq_encode(q, &r, rope, cf->beam, codes, cpp, 1);
-                    if (e == FKVF_OK)
-                        e = fkvf_rvq_decode(q, codes, cpp, 1, 1, (uint64_t)a, rope,
-                                            FKVF_DTYPE_F32, rc, s->RW * sizeof(float));
-                    if (e != FKVF_OK) {
-                        fprintf(stderr, "fkvf-quality: RVQ encode/decode: %s\n",
-                                fkvf_strerror(e));
-                        exit(1);
+                    if (!al) {
+                        rvq_roundtrip(c, q, rope, metric, cf->beam, x, a, codes, rc, mtmp);
+                        scatter_row(s, st, a, rc, cf->parts);
                     }
-                    if (metric) {
-                        metric_row(c, metric, rc, a, mrow, 1);
-                        memcpy(rc, mrow, s->RW * sizeof(float));
+                    /* per layer: one round trip a distinct quantizer, its layers' parts */
+                    for (int l = 0; al && l < s->L; l++) {
+                        int seen = !lq[l];
+                        for (int j = 0; j < l && !seen; j++)
+                            seen = lq[j] == lq[l];
+                        if (seen)
+                            continue;
+                        rvq_roundtrip(c, lq[l], rope, metric, cf->beam, x, a, codes, rc, mtmp);
+                        for (int m = l; m < s->L; m++)
+                            if (lq[m] == lq[l])
+                                scatter_layer(s, st, a, rc, m,
+                                              (al->k[m] ? 1u : 0u) | (al->v[m] ? 2u : 0u));
                     }
-                    scatter_row(s, st, a, rc, cf->parts);
                 } else if (!kivi_keys) {
                     scalar_row(s, src, T, p, a, cf->scheme, cf->bits, cf->parts, rc);
                     scatter_row(s, st, a, rc, cf->parts);
@@ -743,6 +798,7 @@ static void run_config(ctx *c, const config *cf, fkvf_rvq *q, const fkvf_rope *r
     free(ex);
     free(rc);
     free(mrow);
+    free(mtmp);
     free(codes);
 }
 
@@ -975,6 +1031,33 @@ static const config CONFIGS[] = {
 };
 #define N_CONFIGS (sizeof CONFIGS / sizeof CONFIGS[0])
 
+/* One table row: name, bytes per archived position (0: the exact cache), the
+ * result against the exact cache's mean NLL over all and late predictions;
+ * returns the dNLL mean (s.e. into *se_out if not NULL). */
+static double print_row(const ctx *c, const char *name, double bytes, double fp16,
+                        const result *r, double exact_all, double exact_late, double *se_out)
+{
+    const double mean = r->sum_all / r->n_all, late = r->sum_late / r->n_late;
+    const double dmean = r->sum_diff / c->S;
+    const double var = c->S > 1 ? (r->sq_diff - c->S * dmean * dmean) / (c->S - 1) : 0;
+    const double se = sqrt(var > 0 ? var : 0) / sqrt((double)c->S);
+    char bb[32], ratio[32];
+    if (bytes == 0) {
+        snprintf(bb, sizeof bb, "%.0f (fp16)", fp16);
+        snprintf(ratio, sizeof ratio, "1x");
+    } else {
+        snprintf(bb, sizeof bb, "%.1f", bytes);
+        snprintf(ratio, sizeof ratio, "%.2fx", fp16 / bytes);
+    }
+    printf("| %s | %s | %s | %.4f | %.3f | %+.1f%% | %+.1f%% | %+.4f +- %.4f |\n", name, bb,
+           ratio, mean, exp(mean), 100.0 * (exp(mean - exact_all) - 1.0),
+           100.0 * (exp(late - exact_late) - 1.0), dmean, se);
+    fflush(stdout);
+    if (se_out)
+        *se_out = se;
+    return dmean;
+}
+
 /* The composition check (the paper's referee): does archiving keys and values
  * together cost what keys alone and values alone cost, i.e. is the
  * perplexity ratio of K xa V xb the product of those of keys only K xa and
@@ -1069,12 +1152,221 @@ static int parse_range(const char *v, size_t n, size_t *a, size_t *b)
     return 0;
 }
 
+/* ---- per-layer stage counts (issue 19 B.5, B.6) ---------------------------------- */
+
+#define CAL_SEED_OFFSET 20000u /* calibration sequences: seed * 1000003 + this + i */
+
+/* The per-layer quantizers of allocation al from codebook full (NULL for a
+ * layer with no stage); one subset a layer (freed by free_lq). */
+static void make_lq(const ctx *c, fkvf_rvq *full, const alloc *al, fkvf_rvq **lq)
+{
+    for (int l = 0; l < c->s.L; l++) {
+        lq[l] = NULL;
+        if ((al->k[l] || al->v[l]) &&
+            fkvf_rvq_subset(&lq[l], full, al->k[l], al->v[l]) != FKVF_OK) {
+            fprintf(stderr, "fkvf-quality: fkvf_rvq_subset failed\n");
+            exit(1);
+        }
+    }
+}
+
+static void free_lq(const ctx *c, fkvf_rvq **lq)
+{
+    for (int l = 0; l < c->s.L; l++)
+        fkvf_rvq_free(lq[l]);
+}
+
+/* "K x4,4,2 V x2,2,1": an allocation's stage counts by layer */
+static void alloc_name(const ctx *c, const alloc *al, char *buf, size_t n)
+{
+    size_t o = (size_t)snprintf(buf, n, "K x");
+    for (int l = 0; l < c->s.L && o < n; l++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%u", l ? "," : "", al->k[l]);
+    if (o < n)
+        o += (size_t)snprintf(buf + o, n - o, " V x");
+    for (int l = 0; l < c->s.L && o < n; l++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%u", l ? "," : "", al->v[l]);
+}
+
+#define ALLOC_MAXS 17 /* stage counts 0..16 (spec 13.1) */
+
+/* The cost of each part of each layer (slot 2 l: keys, 2 l + 1: values) at
+ * each stage count of codebook b (b->q already trained): the dNLL on cal
+ * (calibration sequences, not the evaluation ones) of archiving that part of
+ * that layer alone. Prints them. */
+static void measure_costs(ctx *cal, cbspec *b, double f[][ALLOC_MAXS])
+{
+    const shape *s = &cal->s;
+    fkvf_rvq *full = b->q;
+    const fkvf_rope *rope = cb_rope(cal, b);
+    const config cf = {"calibration", C_RVQ, 0, 0, 0, 0, 0, 3u, 0};
+    printf("Per-layer costs (codebook k=%u%s, %d calibration sequences): dNLL of archiving one "
+           "part of one layer alone, by stage count\n\n| layer | part |",
+           b->k, metric_name(b->metric), cal->S);
+    const int maxs = b->ks > b->vs ? b->ks : b->vs;
+    for (int st = 1; st <= maxs; st++)
+        printf(" x%d |", st);
+    printf("\n|---|---|");
+    for (int st = 1; st <= maxs; st++)
+        printf("---|");
+    printf("\n");
+    for (int slot = 0; slot < 2 * s->L; slot++) {
+        const int l = slot / 2, part = slot % 2, ms = part ? b->vs : b->ks;
+        f[slot][0] = 0;
+        printf("| %d | %s |", l, part ? "V" : "K");
+        for (int st = 1; st <= maxs; st++) {
+            if (st > ms) {
+                f[slot][st] = INFINITY;
+                printf(" |");
+                continue;
+            }
+            alloc al;
+            memset(&al, 0, sizeof al);
+            (part ? al.v : al.k)[l] = (unsigned char)st;
+            fkvf_rvq *lq[MAX_ALLOC_LAYERS];
+            make_lq(cal, full, &al, lq);
+            result r;
+            run_config(cal, &cf, NULL, rope, b->metric, &al, lq, &r, NULL, NULL);
+            free_lq(cal, lq);
+            f[slot][st] = r.sum_diff / cal->S;
+            printf(" %+.4f |", f[slot][st]);
+            fflush(stdout);
+        }
+        printf("\n");
+    }
+    printf("\n");
+}
+
+/* The per-layer stage counts of least summed cost f (measure_costs) within
+ * budget bytes per archived position, the costs taken as additive (the
+ * composition lines check that for K | V): a knapsack over stage units of
+ * H * log2(k) / 8 bytes. layer0_free: layer 0 is restored exactly from a
+ * token-indexed table (issue 19 B.6), so it takes no stage. Returns the
+ * predicted dNLL. */
+static double knapsack(const ctx *c, const cbspec *b, double f[][ALLOC_MAXS], double budget,
+                       int layer0_free, alloc *out)
+{
+    const shape *s = &c->s;
+    int bits = 0;
+    for (uint32_t k = b->k; k > 1; k >>= 1)
+        bits++;
+    const double unit = (double)s->H * bits / 8.0;
+    const int U = (int)floor(budget / unit + 1e-9);
+    /* best[j][u] = least cost of slots 0..j-1 within u units */
+    const int n = 2 * s->L;
+    double *best = xmalloc(xsize((size_t)n + 1, (size_t)U + 1, 1, sizeof(double)));
+    int *pick = xmalloc(xsize((size_t)n, (size_t)U + 1, 1, sizeof(int)));
+    for (int u = 0; u <= U; u++)
+        best[u] = 0;
+    for (int j = 0; j < n; j++) {
+        const int l = j / 2, ms = j % 2 ? b->vs : b->ks;
+        /* every part takes a stage at least (an exact part would cost its fp16
+         * bytes), but layer 0's with the token table, which takes none */
+        const int lo = layer0_free && l == 0 ? 0 : 1, hi = layer0_free && l == 0 ? 0 : ms;
+        for (int u = 0; u <= U; u++) {
+            double bv = INFINITY;
+            int bs = 0;
+            for (int st = lo; st <= hi && st <= u; st++) {
+                /* a stage more never costs more (RVQ refines): a measured rise
+                 * is noise, so the cost is the least at this count or fewer,
+                 * and ties go to more stages */
+                double fs = f[j][lo];
+                for (int t = lo; t <= st; t++)
+                    fs = f[j][t] < fs ? f[j][t] : fs;
+                const double v = best[(size_t)j * (size_t)(U + 1) + (size_t)(u - st)] + fs;
+                if (v <= bv) {
+                    bv = v;
+                    bs = st;
+                }
+            }
+            best[(size_t)(j + 1) * (size_t)(U + 1) + (size_t)u] = bv;
+            pick[(size_t)j * (size_t)(U + 1) + (size_t)u] = bs;
+        }
+    }
+    memset(out, 0, sizeof *out);
+    int u = U;
+    for (int j = n - 1; j >= 0; j--) {
+        const int st = pick[(size_t)j * (size_t)(U + 1) + (size_t)u];
+        (j % 2 ? out->v : out->k)[j / 2] = (unsigned char)st;
+        u -= st;
+    }
+    const double predicted = best[(size_t)n * (size_t)(U + 1) + (size_t)U];
+    if (!isfinite(predicted)) {
+        fprintf(stderr, "fkvf-quality: --alloc %.0f: below one stage a part (%.0f bytes)\n",
+                budget, unit * (n - (layer0_free ? 2 : 0)));
+        exit(2);
+    }
+    free(best);
+    free(pick);
+    return predicted;
+}
+
+/* --alloc: choose the allocations for the budget (all layers; layer 0 from a
+ * token table) on calibration sequences and evaluate them, with the uniform
+ * allocation they compete with, on the evaluation sequences. */
+static void run_alloc(ctx *c, cbspec *b, double budget, int n_cal, double fp16,
+                      double exact_all, double exact_late)
+{
+    cb_get(c, b); /* trained (or loaded) and the metric ready before cal shares c's buffers */
+    /* the calibration set: sequences the codebook was not trained on and that
+     * are not evaluated */
+    ctx cal = *c;
+    cal.S = n_cal;
+    cal.ev_rows = NULL;
+    cal.ev_tokens = xmalloc(xsize((size_t)n_cal, (size_t)c->T, 1, sizeof(int)));
+    cal.ev_exact = xmalloc((size_t)n_cal * sizeof(double));
+    for (int i = 0; i < n_cal; i++)
+        cal.ev_exact[i] = sample_sequence(
+            c->m, &c->s, c->T, c->seed * 1000003u + CAL_SEED_OFFSET + (uint64_t)i,
+            cal.ev_tokens + (size_t)i * (size_t)c->T, NULL,
+            text_seq(c, c->train_off, c->train_end, b->train + i, "calibration"), NULL, NULL);
+    int bits = 0;
+    for (uint32_t k = b->k; k > 1; k >>= 1)
+        bits++;
+    const double unit = (double)c->s.H * bits / 8.0;
+    double f[2 * MAX_ALLOC_LAYERS][ALLOC_MAXS];
+    measure_costs(&cal, b, f);
+    alloc al[2];
+    double pred[2];
+    for (int v = 0; v < 2; v++)
+        pred[v] = knapsack(c, b, f, budget, v, &al[v]);
+    free(cal.ev_tokens);
+    free(cal.ev_exact);
+    printf("| configuration | bytes/archived pos | vs fp16 | mean NLL | perplexity | delta | "
+           "delta, steps >= %d | dNLL +- s.e. |\n|---|---|---|---|---|---|---|---|\n",
+           c->sinks + c->recent);
+    const fkvf_rope *rope = cb_rope(c, b);
+    const config cf = {"allocation", C_RVQ, 0, 0, 0, 0, 0, 3u, 0};
+    for (int v = 0; v < 2; v++) {
+        int units = 0;
+        for (int l = 0; l < c->s.L; l++)
+            units += al[v].k[l] + al[v].v[l];
+        char an[128], name[320];
+        alloc_name(c, &al[v], an, sizeof an);
+        snprintf(name, sizeof name,
+                 "RVQ per-head k=%u%s per-layer %s, keys pre-RoPE (chosen for %.0f B%s; "
+                 "predicted dNLL %+.4f)",
+                 b->k, metric_name(b->metric), an, budget,
+                 v ? ", layer 0 from the token table" : "", pred[v]);
+        fkvf_rvq *lq[MAX_ALLOC_LAYERS];
+        make_lq(c, cb_get(c, b), &al[v], lq);
+        result r;
+        run_config(c, &cf, NULL, rope, b->metric, &al[v], lq, &r, NULL, NULL);
+        free_lq(c, lq);
+        print_row(c, name, units * unit, fp16, &r, exact_all, exact_late, NULL);
+        fprintf(stderr, "fkvf-quality: %s: %.1f s\n", name, r.secs);
+    }
+    printf("\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *model = LM_DEFAULT_MODEL;
     long S = 64, T = 512, NT = 64, NT4096 = 128, seed = 1, sinks = 4, recent = 32, iters = 25,
          iters4096 = 10;
-    int set = SET_MAIN, verify = 1, print_ids = 0, from_exact = 0;
+    int set = SET_MAIN, verify = 1, print_ids = 0, from_exact = 0, alloc_metric = 0;
+    long n_cal = 16;
+    double alloc_budget = 0;
     const char *only[16];
     int n_only = 0;
     const char *cache_dir = NULL, *text_path = NULL, *eval_range = NULL, *train_range = NULL;
@@ -1092,6 +1384,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--from-exact")) {
             from_exact = 1;
             continue;
+        } else if (!strcmp(a, "--alloc-metric")) {
+            alloc_metric = 1;
+            continue;
         } else if (!strcmp(a, "--only") && v && n_only < 16) {
             only[n_only++] = v;
             i++;
@@ -1102,6 +1397,17 @@ int main(int argc, char **argv)
         } else if (!v) {
             usage(stderr);
             return 2;
+        } else if (!strcmp(a, "--alloc")) {
+            char *end;
+            errno = 0;
+            alloc_budget = strtod(v, &end);
+            if (errno || end == v || *end || !(alloc_budget > 0 && alloc_budget <= 1e6)) {
+                fprintf(stderr, "fkvf-quality: bad value for --alloc: %s\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--alloc-cal")) {
+            target = &n_cal;
+            hi = 100000;
         } else if (!strcmp(a, "--model")) {
             model = v;
         } else if (!strcmp(a, "--cache-dir")) {
@@ -1347,11 +1653,10 @@ int main(int argc, char **argv)
             ex = xmalloc(xsize((size_t)c.T, c.s.RW, 1, sizeof(float)));
         }
         result r;
-        run_config(&c, cf, q, rope, metric, &r, rec, ex);
-        const double mean = r.sum_all / r.n_all, late = r.sum_late / r.n_late;
+        run_config(&c, cf, q, rope, metric, NULL, NULL, &r, rec, ex);
         if (cf->kind == C_EXACT) {
-            exact_all = mean;
-            exact_late = late;
+            exact_all = r.sum_all / r.n_all;
+            exact_late = r.sum_late / r.n_late;
             double gen = 0;
             for (int i = 0; i < c.S; i++)
                 gen += c.ev_exact[i];
@@ -1362,24 +1667,9 @@ int main(int argc, char **argv)
                 rc_main = 1;
             }
         }
-        const double dmean = r.sum_diff / c.S;
-        const double var = c.S > 1 ? (r.sq_diff - c.S * dmean * dmean) / (c.S - 1) : 0;
-        const double se = sqrt(var > 0 ? var : 0) / sqrt((double)c.S);
         ran[ci] = 1;
-        d_mean[ci] = dmean;
-        d_se[ci] = se;
-        char bb[32], ratio[32];
-        if (cf->kind == C_EXACT) {
-            snprintf(bb, sizeof bb, "%.0f (fp16)", fp16);
-            snprintf(ratio, sizeof ratio, "1x");
-        } else {
-            snprintf(bb, sizeof bb, "%.1f", bytes);
-            snprintf(ratio, sizeof ratio, "%.2fx", fp16 / bytes);
-        }
-        printf("| %s | %s | %s | %.4f | %.3f | %+.1f%% | %+.1f%% | %+.4f +- %.4f |\n", cf->name,
-               bb, ratio, mean, exp(mean), 100.0 * (exp(mean - exact_all) - 1.0),
-               100.0 * (exp(late - exact_late) - 1.0), dmean, se);
-        fflush(stdout);
+        d_mean[ci] = print_row(&c, cf->name, cf->kind == C_EXACT ? 0 : bytes, fp16, &r, exact_all,
+                               exact_late, &d_se[ci]);
         fprintf(stderr, "fkvf-quality: %s: %.1f s\n", cf->name, r.secs);
         if (check) {
             if (verify_archive(&c, q, cbs[cf->cb].pre_rope, ex, rec,
@@ -1394,6 +1684,21 @@ int main(int argc, char **argv)
     }
     printf("\n");
     print_composition(ran, d_mean, d_se);
+    if (alloc_budget > 0) {
+        if (c.s.L > MAX_ALLOC_LAYERS) {
+            fprintf(stderr, "fkvf-quality: --alloc handles at most %d layers\n",
+                    MAX_ALLOC_LAYERS);
+            return 2;
+        }
+        if (isnan(exact_all)) { /* the reference of the rows: the exact cache */
+            result r;
+            run_config(&c, &CONFIGS[0], NULL, NULL, 0, NULL, NULL, &r, NULL, NULL);
+            exact_all = r.sum_all / r.n_all;
+            exact_late = r.sum_late / r.n_late;
+        }
+        run_alloc(&c, &cbs[alloc_metric ? CB256_QKOV : CB256_PRE], alloc_budget, (int)n_cal,
+                  fp16, exact_all, exact_late);
+    }
     for (int b = 0; b < CB_COUNT; b++)
         if (cbs[b].q && !cbs[b].loaded) {
             const double vecs = (double)cbs[b].train * c.T * (cbs[b].pooled ? c.s.H : 1);

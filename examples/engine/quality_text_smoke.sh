@@ -4,7 +4,8 @@
 # tenth, codebooks trained on 8 sequences of its first nine tenths; the
 # exact cache, RVQ k=256 K x4 V x2 pre-RoPE (with the appender check: an
 # archive written and restored gives the study's rows bit for bit) and
-# KIVI-2; a query- and output-aware codebook row. Then the argument checks: a range without --text, a range too
+# KIVI-2; a query- and output-aware codebook row; per-layer stage counts
+# (--alloc). Then the argument checks: a range without --text, a range too
 # short, a malformed range. Exit 77 (skipped) where the model is absent.
 # usage: quality_text_smoke.sh FKVF_QUALITY MODEL_DIR
 q=$1
@@ -42,6 +43,22 @@ echo "$mo" | grep "^| "
 mn=$(echo "$mo" | grep -F "| $row |" | cut -d'|' -f5 | tr -d ' ')
 awk -v n="$mn" -v e="$nll" 'BEGIN { exit !(n > 0.3 && n < e + 0.5) }' ||
     { echo "quality_text_smoke: metric row mean NLL '$mn' (exact $nll)"; exit 1; }
+# per-layer stage counts (issue 19 B.5, B.6): --alloc 48 (24 stage units of 2
+# bytes) prints the per-layer costs and two rows within the budget, the second
+# with no stage for layer 0 (the token table)
+ao=$("$q" --model "$m" --text "$t" --set exact --seqs 2 --tokens 64 --train 8 --alloc 48 \
+    --alloc-cal 2 --no-verify 2>&1)
+st=$?
+echo "$ao" | grep "^| "
+[ $st -eq 0 ] || { echo "$ao"; echo "quality_text_smoke: --alloc failed ($st)"; exit 1; }
+echo "$ao" | grep -q "^| 3 | V |" || { echo "quality_text_smoke: no per-layer costs"; exit 1; }
+[ "$(echo "$ao" | grep -c "^| RVQ per-head k=256 per-layer .* | 48.0 | 42.67x |")" -eq 2 ] ||
+    { echo "quality_text_smoke: --alloc rows not at 48 bytes"; exit 1; }
+echo "$ao" | grep -q "^| RVQ per-head k=256 per-layer K x0,[0-9,]* V x0,.*layer 0 from the token" ||
+    { echo "quality_text_smoke: layer 0 takes stages with the token table"; exit 1; }
+"$q" --model "$m" --text "$t" --set exact --seqs 2 --tokens 64 --train 8 --alloc 8 \
+    --alloc-cal 2 >/dev/null 2>&1
+[ $? -eq 2 ] || { echo "quality_text_smoke: a budget under a stage a part not refused"; exit 1; }
 fails=0
 "$q" --model "$m" --eval-bytes 0:100 --set exact >/dev/null 2>&1
 [ $? -eq 2 ] || { echo "quality_text_smoke: --eval-bytes without --text not refused"; fails=1; }
