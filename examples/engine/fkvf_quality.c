@@ -62,7 +62,8 @@ static void usage(FILE *f)
             "                    [--train4096 N] [--seed X] [--sinks S] [--recent W]\n"
             "                    [--iters N] [--iters4096 N] [--cache-dir DIR]\n"
             "                    [--set exact|smoke|main|full|metric] [--only NAME]... [--from-exact]\n"
-            "                    [--no-verify] [--print-ids] [--alloc BYTES [--alloc-cal N] [--alloc-metric]]\n"
+            "                    [--no-verify] [--print-ids] [--alloc BYTES [--alloc-cal N]\n"
+            "                    [--alloc-metric] [--alloc-beam W]]\n"
             "                    [--text FILE [--eval-bytes A:B] [--train-bytes A:B]]\n"
             "  --seqs S        evaluation sequences (64)\n"
             "  --tokens T      positions per sequence, BOS included (512)\n"
@@ -82,7 +83,8 @@ static void usage(FILE *f)
             "                  codebook for BYTES per archived position on calibration\n"
             "                  sequences (--alloc-cal N, 16), with and without layer 0 from a\n"
             "                  token table, and evaluate them; --alloc-metric: the query- and\n"
-            "                  output-aware codebook\n"
+            "                  output-aware codebook; --alloc-beam W: encode their rows with\n"
+            "                  beam width W (the costs are measured greedy)\n"
             "  --print-ids     print the token ids of evaluation sequence 0 and its exact\n"
             "                  mean NLL (to compare with fkvf-engine --force)\n"
             "  --text FILE     evaluate on FILE's bytes instead of sampled sequences (BOS, then\n"
@@ -1304,7 +1306,7 @@ static double knapsack(const ctx *c, const cbspec *b, double f[][ALLOC_MAXS], do
 /* --alloc: choose the allocations for the budget (all layers; layer 0 from a
  * token table) on calibration sequences and evaluate them, with the uniform
  * allocation they compete with, on the evaluation sequences. */
-static void run_alloc(ctx *c, cbspec *b, double budget, int n_cal, double fp16,
+static void run_alloc(ctx *c, cbspec *b, double budget, int n_cal, unsigned beam, double fp16,
                       double exact_all, double exact_late)
 {
     cb_get(c, b); /* trained (or loaded) and the metric ready before cal shares c's buffers */
@@ -1336,17 +1338,20 @@ static void run_alloc(ctx *c, cbspec *b, double budget, int n_cal, double fp16,
            "delta, steps >= %d | dNLL +- s.e. |\n|---|---|---|---|---|---|---|---|\n",
            c->sinks + c->recent);
     const fkvf_rope *rope = cb_rope(c, b);
-    const config cf = {"allocation", C_RVQ, 0, 0, 0, 0, 0, 3u, 0};
+    const config cf = {"allocation", C_RVQ, 0, 0, 0, 0, 0, 3u, beam};
     for (int v = 0; v < 2; v++) {
         int units = 0;
         for (int l = 0; l < c->s.L; l++)
             units += al[v].k[l] + al[v].v[l];
         char an[128], name[320];
         alloc_name(c, &al[v], an, sizeof an);
+        char bw[32] = "";
+        if (beam)
+            snprintf(bw, sizeof bw, ", beam %u", beam);
         snprintf(name, sizeof name,
-                 "RVQ per-head k=%u%s per-layer %s, keys pre-RoPE (chosen for %.0f B%s; "
+                 "RVQ per-head k=%u%s per-layer %s, keys pre-RoPE%s (chosen for %.0f B%s; "
                  "predicted dNLL %+.4f)",
-                 b->k, metric_name(b->metric), an, budget,
+                 b->k, metric_name(b->metric), an, bw, budget,
                  v ? ", layer 0 from the token table" : "", pred[v]);
         fkvf_rvq *lq[MAX_ALLOC_LAYERS];
         make_lq(c, cb_get(c, b), &al[v], lq);
@@ -1365,7 +1370,7 @@ int main(int argc, char **argv)
     long S = 64, T = 512, NT = 64, NT4096 = 128, seed = 1, sinks = 4, recent = 32, iters = 25,
          iters4096 = 10;
     int set = SET_MAIN, verify = 1, print_ids = 0, from_exact = 0, alloc_metric = 0;
-    long n_cal = 16;
+    long n_cal = 16, alloc_beam = 0;
     double alloc_budget = 0;
     const char *only[16];
     int n_only = 0;
@@ -1408,6 +1413,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--alloc-cal")) {
             target = &n_cal;
             hi = 100000;
+        } else if (!strcmp(a, "--alloc-beam")) {
+            target = &alloc_beam;
+            lo = 0;
+            hi = 64;
         } else if (!strcmp(a, "--model")) {
             model = v;
         } else if (!strcmp(a, "--cache-dir")) {
@@ -1697,7 +1706,7 @@ int main(int argc, char **argv)
             exact_late = r.sum_late / r.n_late;
         }
         run_alloc(&c, &cbs[alloc_metric ? CB256_QKOV : CB256_PRE], alloc_budget, (int)n_cal,
-                  fp16, exact_all, exact_late);
+                  (unsigned)alloc_beam, fp16, exact_all, exact_late);
     }
     for (int b = 0; b < CB_COUNT; b++)
         if (cbs[b].q && !cbs[b].loaded) {

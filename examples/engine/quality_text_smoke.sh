@@ -35,7 +35,7 @@ awk -v n="$nll" 'BEGIN { exit !(n > 0.3 && n < 2.5) }' ||
 # the metric codebooks (issue 19 B): query- and output-aware K x4 V x2 runs and
 # stays near the exact cache (tiny training: a loose bound)
 row="query- and output-aware: RVQ per-head k=256 K x4 V x2, keys pre-RoPE"
-mo=$("$q" --model "$m" --text "$t" --set metric --seqs 2 --tokens 64 --train 8 --only exact \
+mo=$("$q" --model "$m" --text "$t" --set metric --seqs 2 --tokens 64 --train 8 --iters 3 --only exact \
     --only "$row" 2>&1)
 st=$?
 echo "$mo" | grep "^| "
@@ -46,8 +46,8 @@ awk -v n="$mn" -v e="$nll" 'BEGIN { exit !(n > 0.3 && n < e + 0.5) }' ||
 # per-layer stage counts (issue 19 B.5, B.6): --alloc 48 (24 stage units of 2
 # bytes) prints the per-layer costs and two rows within the budget, the second
 # with no stage for layer 0 (the token table)
-ao=$("$q" --model "$m" --text "$t" --set exact --seqs 2 --tokens 64 --train 8 --alloc 48 \
-    --alloc-cal 2 --no-verify 2>&1)
+ao=$("$q" --model "$m" --text "$t" --set exact --seqs 1 --tokens 32 --train 8 --iters 3 --alloc 48 \
+    --alloc-cal 1 --no-verify 2>&1)
 st=$?
 echo "$ao" | grep "^| "
 [ $st -eq 0 ] || { echo "$ao"; echo "quality_text_smoke: --alloc failed ($st)"; exit 1; }
@@ -56,8 +56,8 @@ echo "$ao" | grep -q "^| 3 | V |" || { echo "quality_text_smoke: no per-layer co
     { echo "quality_text_smoke: --alloc rows not at 48 bytes"; exit 1; }
 echo "$ao" | grep -q "^| RVQ per-head k=256 per-layer K x0,[0-9,]* V x0,.*layer 0 from the token" ||
     { echo "quality_text_smoke: layer 0 takes stages with the token table"; exit 1; }
-"$q" --model "$m" --text "$t" --set exact --seqs 2 --tokens 64 --train 8 --alloc 8 \
-    --alloc-cal 2 >/dev/null 2>&1
+"$q" --model "$m" --text "$t" --set exact --seqs 1 --tokens 32 --train 8 --iters 3 --alloc 8 \
+    --alloc-cal 1 >/dev/null 2>&1
 [ $? -eq 2 ] || { echo "quality_text_smoke: a budget under a stage a part not refused"; exit 1; }
 fails=0
 "$q" --model "$m" --eval-bytes 0:100 --set exact >/dev/null 2>&1
