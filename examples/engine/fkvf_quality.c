@@ -9,11 +9,12 @@
  * model with an even head size and kv_dim a multiple of 32: stories260K's 8,
  * shakespeare-hd64's 64). Each configuration then teacher-forces the
  * same tokens through the model (model.c) while keeping the cache the way an
- * FKVF appender with n_sinks = 4 and window = 32 keeps it: at step t the
- * attention sees positions 0..3 and t-31..t exactly and every other earlier
- * position as its reconstruction. A position is quantized once, from the
- * exact row this run computed for it, at the step it leaves the window (step
- * p + 32 for position p), and its reconstruction then replaces it in the
+ * FKVF appender with n_sinks = 4 and window = 32 keeps it (--sinks, --recent):
+ * at step t the attention sees positions 0..3 and t-31..t exactly and every
+ * other earlier position as its reconstruction. A position is quantized once,
+ * from the exact row this run computed for it, at the step it leaves the
+ * window (step p + 32 for position p; KIVI's keys wait for their group of 32,
+ * kivi_key_step), and its reconstruction then replaces it in the
  * cache for the rest of the sequence. The NLL of every next token (T - 1 per
  * sequence) is summed; mean NLL, perplexity = exp(mean NLL), and the
  * perplexity change against the exact cache in percent are printed, also for
@@ -32,6 +33,12 @@
  * bench/bench_rd.c (f16 scales and zero points, counted in the bytes).
  * --verify checks once that an archive written by fkvf_appender and restored
  * by fkvf_reader_restore gives the same rows bit for bit.
+ *
+ * Issue 19 B (docs/quality-study.md): codebooks trained and rows encoded under
+ * the query metric (keys) and the output metric (values) of metric.c, decoded
+ * as plain RVQ (--set metric); per-layer stage counts chosen for a byte budget
+ * on calibration sequences, with or without layer 0 from a token table
+ * (--alloc).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -499,6 +506,15 @@ static void metric_row(const ctx *c, int metric, const float *in, int pos, float
                 memcpy(v, t, (size_t)s->D * sizeof(float));
             }
         }
+}
+
+/* Bits of an index of codebook b: log2(k) (k a power of two). */
+static int cb_bits(const cbspec *b)
+{
+    int bits = 0;
+    for (uint32_t k = b->k; k > 1; k >>= 1)
+        bits++;
+    return bits;
 }
 
 static void cb_shape(const ctx *c, const cbspec *b, fkvf_codebook_shape *sh)
@@ -1249,10 +1265,7 @@ static double knapsack(const ctx *c, const cbspec *b, double f[][ALLOC_MAXS], do
                        int layer0_free, alloc *out)
 {
     const shape *s = &c->s;
-    int bits = 0;
-    for (uint32_t k = b->k; k > 1; k >>= 1)
-        bits++;
-    const double unit = (double)s->H * bits / 8.0;
+    const double unit = (double)s->H * cb_bits(b) / 8.0;
     const int U = (int)floor(budget / unit + 1e-9);
     /* best[j][u] = least cost of slots 0..j-1 within u units */
     const int n = 2 * s->L;
@@ -1304,8 +1317,10 @@ static double knapsack(const ctx *c, const cbspec *b, double f[][ALLOC_MAXS], do
 }
 
 /* --alloc: choose the allocations for the budget (all layers; layer 0 from a
- * token table) on calibration sequences and evaluate them, with the uniform
- * allocation they compete with, on the evaluation sequences. */
+ * token table) on calibration sequences (sampled: seeds seed * 1000003 +
+ * 20000 + i; text: the training range's sequences after the codebook's) and
+ * evaluate them on the evaluation sequences, as rows of a second table (the
+ * uniform rows they compete with are in the first). */
 static void run_alloc(ctx *c, cbspec *b, double budget, int n_cal, unsigned beam, double fp16,
                       double exact_all, double exact_late)
 {
@@ -1322,10 +1337,7 @@ static void run_alloc(ctx *c, cbspec *b, double budget, int n_cal, unsigned beam
             c->m, &c->s, c->T, c->seed * 1000003u + CAL_SEED_OFFSET + (uint64_t)i,
             cal.ev_tokens + (size_t)i * (size_t)c->T, NULL,
             text_seq(c, c->train_off, c->train_end, b->train + i, "calibration"), NULL, NULL);
-    int bits = 0;
-    for (uint32_t k = b->k; k > 1; k >>= 1)
-        bits++;
-    const double unit = (double)c->s.H * bits / 8.0;
+    const double unit = (double)c->s.H * cb_bits(b) / 8.0;
     double f[2 * MAX_ALLOC_LAYERS][ALLOC_MAXS];
     measure_costs(&cal, b, f);
     alloc al[2];
@@ -1646,10 +1658,7 @@ int main(int argc, char **argv)
             }
             rope = cb_rope(&c, b);
             metric = b->metric;
-            double bits = 0;
-            for (uint32_t k = b->k; k > 1; k >>= 1)
-                bits += 1;
-            bytes = (double)(cf->ks + cf->vs) * bits / 8.0 * c.s.L * c.s.H;
+            bytes = (double)(cf->ks + cf->vs) * cb_bits(b) / 8.0 * c.s.L * c.s.H;
         } else if (cf->kind == C_SCALAR) {
             bytes = scalar_bytes(&c.s, cf->scheme, cf->bits, cf->parts);
         }
