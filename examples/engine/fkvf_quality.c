@@ -55,6 +55,7 @@
 
 #include "metric.h"
 #include "model.h"
+#include "study.h"
 
 #ifndef LM_DEFAULT_MODEL
 #define LM_DEFAULT_MODEL "../shared/models/stories260K.bin"
@@ -166,41 +167,29 @@ static void scatter_row(const shape *s, lm_state *st, int p, const float *row, u
     }
 }
 
-/* A sequence of T positions (tokens[0] = BOS) run with the exact cache:
- * sampled at temperature 1 (seed), or the T - 1 bytes at text as byte tokens
- * (id 3 + byte) when text is not NULL; rows (T * RW floats) if not NULL;
- * returns the summed NLL of tokens 1..T-1. */
-typedef void (*step_fn)(void *u, const lm_state *st, int pos);
+/* A sequence run with the exact cache (st_run_sequence, study.h), its rows
+ * gathered into rows (T * RW floats) if not NULL, on_step called after. */
+typedef struct gather {
+    const shape *s;
+    float *rows;
+    st_step_fn inner;
+    void *u;
+} gather;
+
+static void gather_step(void *u, const lm_state *st, int pos)
+{
+    gather *g = u;
+    if (g->rows)
+        gather_row(g->s, st, pos, g->rows + (size_t)pos * g->s->RW);
+    if (g->inner)
+        g->inner(g->u, st, pos);
+}
 
 static double sample_sequence(const lm_model *m, const shape *s, int T, uint64_t seed, int *tokens,
-                              float *rows, const uint8_t *text, step_fn on_step, void *u)
+                              float *rows, const uint8_t *text, st_step_fn on_step, void *u)
 {
-    lm_state *st = lm_state_new(m, T);
-    if (!st) {
-        fprintf(stderr, "fkvf-quality: lm_state_new failed\n");
-        exit(1);
-    }
-    lm_rng rng;
-    lm_rng_seed(&rng, seed);
-    double sum = 0;
-    tokens[0] = LM_BOS;
-    for (int p = 0; p < T; p++) {
-        const float *logits = lm_forward(st, tokens[p], p);
-        if (!logits) {
-            fprintf(stderr, "fkvf-quality: lm_forward failed\n");
-            exit(1);
-        }
-        if (p + 1 < T) {
-            tokens[p + 1] = text ? LM_BYTE0 + text[p] : lm_sample(logits, s->V, 1.0, &rng);
-            sum += lm_nll(logits, s->V, tokens[p + 1]);
-        }
-        if (rows)
-            gather_row(s, st, p, rows + (size_t)p * s->RW);
-        if (on_step)
-            on_step(u, st, p);
-    }
-    lm_state_free(st);
-    return sum;
+    gather g = {s, rows, on_step, u};
+    return st_run_sequence("fkvf-quality", m, T, seed, text, tokens, gather_step, &g);
 }
 
 /* ---- scalar peers (definitions of bench/bench_rd.c) ---------------------------- */
@@ -363,17 +352,7 @@ typedef struct ctx {
  * exits when the range is too short */
 static const uint8_t *text_seq(const ctx *c, size_t off, size_t end, int i, const char *what)
 {
-    if (!c->text)
-        return NULL;
-    size_t per = (size_t)c->T - 1;
-    if ((size_t)i >= (end - off) / per) {
-        fprintf(stderr,
-                "fkvf-quality: the %s byte range [%zu, %zu) holds %zu sequences of %zu bytes; "
-                "%d needed\n",
-                what, off, end, (end - off) / per, per, i + 1);
-        exit(2);
-    }
-    return c->text + off + (size_t)i * per;
+    return c->text ? st_text_seq("fkvf-quality", c->text, off, end, c->T, i, what) : NULL;
 }
 
 static void ensure_train(ctx *c, int n)
@@ -1142,34 +1121,6 @@ static int in_set(const config *cf, int set)
     }
 }
 
-/* the whole of a text file (malloc'd), or NULL after a message */
-static uint8_t *read_text(const char *path, size_t *n)
-{
-    uint8_t *b = lm_read_file(path, n);
-    if (!b || *n == 0) {
-        fprintf(stderr, "fkvf-quality: %s: %s\n", path, b ? "empty" : strerror(errno));
-        free(b);
-        return NULL;
-    }
-    return b;
-}
-
-/* "A:B" into [*a, *b), A < B <= n; 0, or 1 if malformed */
-static int parse_range(const char *v, size_t n, size_t *a, size_t *b)
-{
-    char *e1, *e2;
-    errno = 0;
-    unsigned long long x = strtoull(v, &e1, 10);
-    if (e1 == v || *e1 != ':' || errno)
-        return 1;
-    unsigned long long y = strtoull(e1 + 1, &e2, 10);
-    if (e2 == e1 + 1 || *e2 || errno || x >= y || y > n)
-        return 1;
-    *a = (size_t)x;
-    *b = (size_t)y;
-    return 0;
-}
-
 /* ---- per-layer stage counts (issue 19 B.5, B.6) ---------------------------------- */
 
 #define CAL_SEED_OFFSET 20000u /* calibration sequences: seed * 1000003 + this + i */
@@ -1541,7 +1492,7 @@ int main(int argc, char **argv)
     uint8_t *text = NULL;
     if (text_path) {
         size_t tn = 0;
-        if (!(text = read_text(text_path, &tn))) {
+        if (!(text = st_read_text("fkvf-quality", text_path, &tn))) {
             lm_free(m);
             return 1;
         }
@@ -1552,8 +1503,8 @@ int main(int argc, char **argv)
         c.eval_end = tn;
         c.train_off = 0;
         c.train_end = cut;
-        if ((eval_range && parse_range(eval_range, tn, &c.eval_off, &c.eval_end)) ||
-            (train_range && parse_range(train_range, tn, &c.train_off, &c.train_end))) {
+        if ((eval_range && st_parse_range(eval_range, tn, &c.eval_off, &c.eval_end)) ||
+            (train_range && st_parse_range(train_range, tn, &c.train_off, &c.train_end))) {
             fprintf(stderr, "fkvf-quality: a byte range is A:B with A < B <= %zu (the file's size)\n",
                     tn);
             free(text);
