@@ -293,7 +293,7 @@ int main(int argc, char **argv)
     long S = 16, T = 512, sinks = 4, recent = 32, seed = 1;
     long ms[MAX_M];
     int n_m = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value, but --help */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long *target = NULL, lo = 1, hi = 1000000;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -331,7 +331,6 @@ int main(int argc, char **argv)
             fprintf(stderr, PROG ": bad value for %s: %s\n", a, v);
             return 2;
         }
-        i++;
     }
     if (n_m == 0) {
         const long def[] = {16, 32, 64, 128};
