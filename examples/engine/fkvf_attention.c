@@ -105,9 +105,11 @@ typedef struct run {
     double *mass, *picked, *steps;
 } run;
 
-static size_t acc(const run *r, int rule, int mi, int l)
+static size_t acc(const run *r, int rule, int mi, int l, int h)
 {
-    return ((size_t)rule * (size_t)r->n_m + (size_t)mi) * (size_t)r->mc->n_layers + (size_t)l;
+    return (((size_t)rule * (size_t)r->n_m + (size_t)mi) * (size_t)r->mc->n_layers + (size_t)l) *
+               (size_t)r->mc->n_heads +
+           (size_t)h;
 }
 
 static const double *g_key; /* the sort key of cmp_desc (single-threaded) */
@@ -265,8 +267,8 @@ static void on_step(void *u, const lm_state *st, int t)
                 got[R_ORACLE_SHARED] = r->cum[4][m - 1];
                 n_got[R_NORM] = n_got[R_H2O] = n_got[R_ORACLE] = n_got[R_ORACLE_SHARED] = m;
                 for (int k = 0; k < R_COUNT; k++) {
-                    r->mass[acc(r, k, mi, l)] += got[k];
-                    r->picked[acc(r, k, mi, l)] += n_got[k];
+                    r->mass[acc(r, k, mi, l, h)] += got[k];
+                    r->picked[acc(r, k, mi, l, h)] += n_got[k];
                 }
                 r->steps[(size_t)mi * (size_t)L + (size_t)l] += 1;
             }
@@ -392,7 +394,7 @@ int main(int argc, char **argv)
         r.cum[k] = xmalloc((size_t)T * sizeof *r.cum[k]);
     }
     r.h2o = xmalloc((size_t)L * (size_t)NH * (size_t)T * sizeof *r.h2o);
-    const size_t na = (size_t)R_COUNT * (size_t)n_m * (size_t)L;
+    const size_t na = (size_t)R_COUNT * (size_t)n_m * (size_t)L * (size_t)NH;
     r.mass = calloc(na, sizeof *r.mass);
     r.picked = calloc(na, sizeof *r.picked);
     r.steps = calloc((size_t)n_m * (size_t)L, sizeof *r.steps);
@@ -429,8 +431,10 @@ int main(int argc, char **argv)
         for (int mi = 0; mi < n_m; mi++) {
             double ms_ = 0, np = 0, st = 0;
             for (int l = 0; l < L; l++) {
-                ms_ += r.mass[acc(&r, k, mi, l)];
-                np += r.picked[acc(&r, k, mi, l)];
+                for (int h = 0; h < NH; h++) {
+                    ms_ += r.mass[acc(&r, k, mi, l, h)];
+                    np += r.picked[acc(&r, k, mi, l, h)];
+                }
                 st += r.steps[(size_t)mi * (size_t)L + (size_t)l];
             }
             if (st > 0)
@@ -451,12 +455,38 @@ int main(int argc, char **argv)
         printf("| %s |", rule_names[k]);
         for (int l = 0; l < L; l++) {
             const double st = r.steps[l];
+            double ms_ = 0;
+            for (int h = 0; h < NH; h++)
+                ms_ += r.mass[acc(&r, k, 0, l, h)];
             if (st > 0)
-                printf(" %.3f |", r.mass[acc(&r, k, 0, l)] / st);
+                printf(" %.3f |", ms_ / st);
             else
                 printf(" - |");
         }
         printf("\n");
+    }
+    /* by head: where induction-style heads would show */
+    const int by_head[] = {R_ALL, R_SUFFIX, R_SUCC, R_RECENT, R_ORACLE};
+    for (size_t bi = 0; bi < sizeof by_head / sizeof by_head[0]; bi++) {
+        const int k = by_head[bi];
+        printf("\n%s by layer (rows) and head (columns), m = %d:\n\n| layer |", rule_names[k],
+               r.m[0]);
+        for (int h = 0; h < NH; h++)
+            printf(" head %d |", h);
+        printf("\n|---|");
+        for (int h = 0; h < NH; h++)
+            printf("---|");
+        printf("\n");
+        for (int l = 0; l < L; l++) {
+            printf("| %d |", l);
+            const double st = r.steps[l] / NH; /* steps of one head */
+            for (int h = 0; h < NH; h++)
+                if (st > 0)
+                    printf(" %.3f |", r.mass[acc(&r, k, 0, l, h)] / st);
+                else
+                    printf(" - |");
+            printf("\n");
+        }
     }
     free(r.att);
     free(r.key);
