@@ -1275,6 +1275,12 @@ static double knapsack(const ctx *c, const cbspec *b, double f[][ALLOC_MAXS], do
 static void run_alloc(ctx *c, cbspec *b, double budget, int n_cal, unsigned beam, double fp16,
                       double exact_all, double exact_late)
 {
+    const double unit = (double)c->s.H * cb_bits(b) / 8.0;
+    if (budget < unit * 2 * c->s.L) { /* before any work: every part takes a stage */
+        fprintf(stderr, "fkvf-quality: --alloc %g: below one stage a part (%.0f bytes)\n", budget,
+                unit * 2 * c->s.L);
+        exit(2);
+    }
     cb_get(c, b); /* trained (or loaded) and the metric ready before cal shares c's buffers */
     /* the calibration set: sequences the codebook was not trained on and that
      * are not evaluated */
@@ -1288,7 +1294,6 @@ static void run_alloc(ctx *c, cbspec *b, double budget, int n_cal, unsigned beam
             c->m, &c->s, c->T, c->seed * 1000003u + CAL_SEED_OFFSET + (uint64_t)i,
             cal.ev_tokens + (size_t)i * (size_t)c->T, NULL,
             text_seq(c, c->train_off, c->train_end, b->train + i, "calibration"), NULL, NULL);
-    const double unit = (double)c->s.H * cb_bits(b) / 8.0;
     double f[2 * MAX_ALLOC_LAYERS][ALLOC_MAXS];
     measure_costs(&cal, b, f);
     alloc al[2];
