@@ -21,8 +21,9 @@
 # Full sizes: stories260K 32 sampled sequences of 512 positions, codebooks
 # from 64 (k = 4096: 128) other sampled sequences; shakespeare-hd64 96
 # sequences of 255 bytes of shakespeare.txt's last tenth, codebooks from 256
-# (k = 4096: 512) sequences of its first nine tenths. Run it under nice: it
-# takes about an hour a model on one core of the development machine.
+# (k = 4096: 512) sequences of its first nine tenths. Run it under nice: part A
+# took about 70 minutes for stories260K and several hours for shakespeare-hd64
+# (its k = 4096 codebook and rows) on the 2-core development machine.
 set -u
 q=$1
 d=$2
