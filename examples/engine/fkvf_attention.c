@@ -1,5 +1,5 @@
 /* fkvf-attention: does a retrieval rule find the archived positions attention
- * reads? (issue 19 C.8; docs/retrieval-study.md when written.)
+ * reads? (issue 19 C.8; results in docs/retrieval-study.md).
  *
  * Each evaluation sequence (sampled, or a text's bytes: study.h) is run with
  * the exact cache. At every step t, for every layer and query head, the
