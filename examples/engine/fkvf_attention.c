@@ -45,7 +45,6 @@
 #endif
 
 #define PROG "fkvf-attention"
-#define EVAL_SEED_OFFSET 10000u /* the evaluation seeds of fkvf-quality */
 #define MAX_M 8
 
 enum {
@@ -99,7 +98,7 @@ typedef struct run {
                                 shared oracle) */
     double *cum[5];          /* scratch: T each, their cumulative mass */
     int *lcs;                /* scratch: T */
-    uint64_t rng;
+    lm_rng rng;
     /* sums [rule][m][layer] of mass and of positions picked over steps and
      * heads; (step, head) pairs counted [m][layer] */
     double *mass, *picked, *steps;
@@ -139,14 +138,6 @@ static int rank(const double *att, int lo, int hi, const double *key, int filter
     for (int i = 0; i < n; i++)
         cum[i] = s += att[idx[i]];
     return n;
-}
-
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
 }
 
 static void on_step(void *u, const lm_state *st, int t)
@@ -253,7 +244,7 @@ static void on_step(void *u, const lm_state *st, int t)
                     r->idx[i] = lo + i;
                 s = 0;
                 for (int i = 0; i < m; i++) {
-                    const int j = i + (int)(splitmix(&r->rng) % (uint64_t)(n_arch - i));
+                    const int j = i + (int)(lm_rng_next(&r->rng) % (uint64_t)(n_arch - i));
                     const int x = r->idx[i];
                     r->idx[i] = r->idx[j];
                     r->idx[j] = x;
@@ -276,17 +267,6 @@ static void on_step(void *u, const lm_state *st, int t)
                 h2o[p] += att[p];
         }
     }
-}
-
-static int parse_long(const char *a, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(a, &end, 10);
-    if (errno || end == a || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
 }
 
 int main(int argc, char **argv)
@@ -329,7 +309,7 @@ int main(int argc, char **argv)
             usage(stderr);
             return 2;
         }
-        if (target && parse_long(v, lo, hi, target)) {
+        if (target && st_parse_long(v, lo, hi, target)) {
             fprintf(stderr, PROG ": bad value for %s: %s\n", a, v);
             return 2;
         }
@@ -404,12 +384,12 @@ int main(int argc, char **argv)
         return 1;
     }
     r.tok = tok;
-    r.rng = (uint64_t)seed;
+    lm_rng_seed(&r.rng, (uint64_t)seed);
     for (int i = 0; i < (int)S; i++) {
         memset(r.h2o, 0, (size_t)L * (size_t)NH * (size_t)T * sizeof *r.h2o);
         /* the tokens are known only as the run makes them: on_step reads
          * r.tok[0..t], which st_run_sequence has written by then */
-        st_run_sequence(PROG, mdl, (int)T, (uint64_t)seed * 1000003u + EVAL_SEED_OFFSET + (uint64_t)i,
+        st_run_sequence(PROG, mdl, (int)T, (uint64_t)seed * 1000003u + ST_EVAL_SEED_OFFSET + (uint64_t)i,
                         text ? st_text_seq(PROG, text, off, end, (int)T, i, "evaluation") : NULL,
                         tok, on_step, &r);
     }

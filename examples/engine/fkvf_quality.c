@@ -61,7 +61,6 @@
 #define LM_DEFAULT_MODEL "../shared/models/stories260K.bin"
 #endif
 
-#define EVAL_SEED_OFFSET 10000u
 
 static void usage(FILE *f)
 {
@@ -496,6 +495,13 @@ static int cb_bits(const cbspec *b)
     return bits;
 }
 
+/* Bytes per archived position of one stage of one part across a layer's KV
+ * heads: H indices of log2(k) bits. */
+static double stage_bytes(const ctx *c, const cbspec *b)
+{
+    return (double)c->s.H * cb_bits(b) / 8.0;
+}
+
 static void cb_shape(const ctx *c, const cbspec *b, fkvf_codebook_shape *sh)
 {
     memset(sh, 0, sizeof *sh);
@@ -888,16 +894,6 @@ out:
 
 /* ---- main ------------------------------------------------------------------ */
 
-static int parse_int(const char *a, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(a, &end, 10);
-    if (errno || end == a || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
 
 enum { SET_EXACT, SET_SMOKE, SET_MAIN, SET_FULL, SET_METRIC };
 
@@ -1027,6 +1023,15 @@ static const config CONFIGS[] = {
     SCAL("keys only: KIVI-2 keys (per channel over 32 positions)", SC_KIVI, 2, 1u),
 };
 #define N_CONFIGS (sizeof CONFIGS / sizeof CONFIGS[0])
+
+/* The header of a results table. */
+static void print_header(const ctx *c)
+{
+    printf("| configuration | bytes/archived pos | vs fp16 | mean NLL | perplexity | delta | "
+           "delta, steps >= %d | dNLL +- s.e. |\n|---|---|---|---|---|---|---|---|\n",
+           c->sinks + c->recent);
+    fflush(stdout);
+}
 
 /* One table row: name, bytes per archived position (0: the exact cache), the
  * result against the exact cache's mean NLL over all and late predictions;
@@ -1216,7 +1221,7 @@ static double knapsack(const ctx *c, const cbspec *b, double f[][ALLOC_MAXS], do
                        int layer0_free, alloc *out)
 {
     const shape *s = &c->s;
-    const double unit = (double)s->H * cb_bits(b) / 8.0;
+    const double unit = stage_bytes(c, b);
     const int U = (int)floor(budget / unit + 1e-9);
     /* best[j][u] = least cost of slots 0..j-1 within u units */
     const int n = 2 * s->L;
@@ -1229,17 +1234,17 @@ static double knapsack(const ctx *c, const cbspec *b, double f[][ALLOC_MAXS], do
         /* every part takes a stage at least (an exact part would cost its fp16
          * bytes), but layer 0's with the token table, which takes none */
         const int lo = layer0_free && l == 0 ? 0 : 1, hi = layer0_free && l == 0 ? 0 : ms;
+        /* a stage more never costs more (RVQ refines): a measured rise is
+         * noise, so the cost of st stages is the least at st or fewer, and
+         * ties go to more stages */
+        double fm[ALLOC_MAXS];
+        for (int st = lo; st <= hi; st++)
+            fm[st] = st > lo && fm[st - 1] < f[j][st] ? fm[st - 1] : f[j][st];
         for (int u = 0; u <= U; u++) {
             double bv = INFINITY;
             int bs = 0;
             for (int st = lo; st <= hi && st <= u; st++) {
-                /* a stage more never costs more (RVQ refines): a measured rise
-                 * is noise, so the cost is the least at this count or fewer,
-                 * and ties go to more stages */
-                double fs = f[j][lo];
-                for (int t = lo; t <= st; t++)
-                    fs = f[j][t] < fs ? f[j][t] : fs;
-                const double v = best[(size_t)j * (size_t)(U + 1) + (size_t)(u - st)] + fs;
+                const double v = best[(size_t)j * (size_t)(U + 1) + (size_t)(u - st)] + fm[st];
                 if (v <= bv) {
                     bv = v;
                     bs = st;
@@ -1275,7 +1280,7 @@ static double knapsack(const ctx *c, const cbspec *b, double f[][ALLOC_MAXS], do
 static void run_alloc(ctx *c, cbspec *b, double budget, int n_cal, unsigned beam, double fp16,
                       double exact_all, double exact_late)
 {
-    const double unit = (double)c->s.H * cb_bits(b) / 8.0;
+    const double unit = stage_bytes(c, b);
     if (budget < unit * 2 * c->s.L) { /* before any work: every part takes a stage */
         fprintf(stderr, "fkvf-quality: --alloc %g: below one stage a part (%.0f bytes)\n", budget,
                 unit * 2 * c->s.L);
@@ -1302,9 +1307,7 @@ static void run_alloc(ctx *c, cbspec *b, double budget, int n_cal, unsigned beam
         pred[v] = knapsack(c, b, f, budget, v, &al[v]);
     free(cal.ev_tokens);
     free(cal.ev_exact);
-    printf("| configuration | bytes/archived pos | vs fp16 | mean NLL | perplexity | delta | "
-           "delta, steps >= %d | dNLL +- s.e. |\n|---|---|---|---|---|---|---|---|\n",
-           c->sinks + c->recent);
+    print_header(c);
     const fkvf_rope *rope = cb_rope(c, b);
     const config cf = {"allocation", C_RVQ, 0, 0, 0, 0, 0, 3u, beam};
     for (int v = 0; v < 2; v++) {
@@ -1438,7 +1441,7 @@ int main(int argc, char **argv)
             usage(stderr);
             return 2;
         }
-        if (target && parse_int(v, lo, hi, target)) {
+        if (target && st_parse_long(v, lo, hi, target)) {
             fprintf(stderr, "fkvf-quality: bad value for %s: %s\n", a, v);
             return 2;
         }
@@ -1528,7 +1531,7 @@ int main(int argc, char **argv)
     c.ev_exact = xmalloc((size_t)S * sizeof(double));
     for (int i = 0; i < c.S; i++)
         c.ev_exact[i] = sample_sequence(
-            m, &c.s, c.T, c.seed * 1000003u + EVAL_SEED_OFFSET + (uint64_t)i,
+            m, &c.s, c.T, c.seed * 1000003u + ST_EVAL_SEED_OFFSET + (uint64_t)i,
             c.ev_tokens + (size_t)i * (size_t)T,
             c.ev_rows ? c.ev_rows + (size_t)i * (size_t)T * c.s.RW : NULL,
             text_seq(&c, c.eval_off, c.eval_end, i, "evaluation"), NULL, NULL);
@@ -1562,7 +1565,7 @@ int main(int argc, char **argv)
         snprintf(tr_src, sizeof tr_src, "text bytes from %zu", c.train_off);
     } else {
         snprintf(ev_src, sizeof ev_src, "seeds %llu * 1000003 + %u + i",
-                 (unsigned long long)c.seed, EVAL_SEED_OFFSET);
+                 (unsigned long long)c.seed, ST_EVAL_SEED_OFFSET);
         snprintf(tr_src, sizeof tr_src, "seeds %llu * 1000003 + i", (unsigned long long)c.seed);
     }
     printf("fkvf-quality: model %s (%d layers, %d KV heads, head dim %d); %d evaluation "
@@ -1580,11 +1583,7 @@ int main(int argc, char **argv)
     if (from_exact)
         printf("--from-exact: archived positions are quantized from the exact cache's rows "
                "(the sampling run), not from the rows each configuration's run computed\n\n");
-    printf("| configuration | bytes/archived pos | vs fp16 | mean NLL | perplexity | delta | "
-           "delta, steps >= %d | dNLL +- s.e. |\n",
-           c.sinks + c.recent);
-    printf("|---|---|---|---|---|---|---|---|\n");
-    fflush(stdout);
+    print_header(&c);
 
     double exact_all = NAN, exact_late = NAN;
     int verified = 0, rc_main = 0;
@@ -1614,7 +1613,7 @@ int main(int argc, char **argv)
             }
             rope = cb_rope(&c, b);
             metric = b->metric;
-            bytes = (double)(cf->ks + cf->vs) * cb_bits(b) / 8.0 * c.s.L * c.s.H;
+            bytes = (double)(cf->ks + cf->vs) * c.s.L * stage_bytes(&c, b);
         } else if (cf->kind == C_SCALAR) {
             bytes = scalar_bytes(&c.s, cf->scheme, cf->bits, cf->parts);
         }

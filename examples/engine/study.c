@@ -61,6 +61,17 @@ uint8_t *st_read_text(const char *prog, const char *path, size_t *n)
     return b;
 }
 
+int st_parse_long(const char *a, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(a, &end, 10);
+    if (errno || end == a || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
 int st_parse_range(const char *v, size_t n, size_t *a, size_t *b)
 {
     char *e1, *e2;

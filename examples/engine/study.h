@@ -16,6 +16,10 @@
 extern "C" {
 #endif
 
+/* Sampled evaluation sequence i is seeded seed * 1000003 + ST_EVAL_SEED_OFFSET + i
+ * (training sequence i: seed * 1000003 + i). */
+#define ST_EVAL_SEED_OFFSET 10000u
+
 /* Called after each position's forward pass (the state holds positions
  * 0..pos). */
 typedef void (*st_step_fn)(void *u, const lm_state *st, int pos);
@@ -37,6 +41,10 @@ const uint8_t *st_text_seq(const char *prog, const uint8_t *text, size_t off, si
 /* The whole of a text file (malloc'd), or NULL after a message on stderr
  * (an empty file too). */
 uint8_t *st_read_text(const char *prog, const char *path, size_t *n);
+
+/* A decimal option value in [lo, hi] into *out: 0, or -1 if malformed or out
+ * of range. */
+int st_parse_long(const char *a, long lo, long hi, long *out);
 
 /* "A:B" into [*a, *b) with A < B <= n: 0, or 1 if malformed. */
 int st_parse_range(const char *v, size_t n, size_t *a, size_t *b);
