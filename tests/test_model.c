@@ -667,6 +667,121 @@ START_TEST(prerope_keys_rotate_to_cached_keys)
 }
 END_TEST
 
+/* lm_forward_hooked (the studies' attention hooks). */
+typedef struct hook_log {
+    int hide;          /* the position select hides (-1: none) */
+    int calls, bad;    /* select calls; attended calls whose weights are wrong */
+    int n_heads;
+} hook_log;
+
+static void hide_one(void *u, const lm_state *s, int layer, int head, const float *q, int pos,
+                     unsigned char *visible)
+{
+    hook_log *h = u;
+    (void)s;
+    (void)layer;
+    (void)head;
+    (void)q;
+    h->calls++;
+    for (int t = 0; t <= pos; t++)
+        if (visible[t] != 1) /* every position starts visible */
+            h->bad++;
+    if (h->hide >= 0 && h->hide <= pos)
+        visible[h->hide] = 0;
+}
+
+static void check_weights(void *u, int layer, int head, int pos, const float *att, float sum)
+{
+    hook_log *h = u;
+    (void)layer;
+    (void)head;
+    double tot = 0;
+    for (int t = 0; t <= pos; t++) {
+        if (t == h->hide && t != pos && att[t] != 0.0f)
+            h->bad++; /* a hidden position got weight */
+        tot += att[t] / sum;
+    }
+    if (fabs(tot - 1.0) > 1e-5)
+        h->bad++;
+}
+
+/* Leaving every position visible gives lm_forward's logits bit for bit;
+ * hiding position p makes the logits independent of p's cached row (a
+ * state whose row p is overwritten with other values gives the same
+ * logits bit for bit) while without hiding that row changes them; every
+ * (layer, head) is hooked once a step; hidden positions get weight 0 and the
+ * weights sum to 1; pos itself cannot be hidden. */
+START_TEST(forward_hooks_select_and_attend)
+{
+    lm_model *m = tiny_model(21);
+    const lm_config *c = lm_model_config(m);
+    const int n = 12, hide = 3;
+    int tokens[12];
+    sample_run(m, 5, n, tokens);
+    tokens[0] = LM_BOS;
+    lm_state *a = lm_state_new(m, 0), *b = lm_state_new(m, 0), *d = lm_state_new(m, 0);
+    lm_state *e = lm_state_new(m, 0);
+    ck_assert(a && b && d && e);
+    hook_log all = {-1, 0, 0, c->n_heads}, hid = {hide, 0, 0, c->n_heads};
+    const lm_hooks h_all = {hide_one, check_weights, &all}, h_hid = {hide_one, check_weights, &hid};
+    float *junk = malloc((size_t)c->kv_dim * sizeof(float));
+    ck_assert_ptr_nonnull(junk);
+    for (int i = 0; i < c->kv_dim; i++)
+        junk[i] = 0.37f * (float)(i % 5) - 0.6f;
+    int differs = 0;
+    for (int p = 0; p < n; p++) {
+        const float *l0 = lm_forward(a, tokens[p], p);
+        const float *l1 = lm_forward_hooked(b, tokens[p], p, &h_all);
+        ck_assert(memcmp(l0, l1, (size_t)c->vocab_size * sizeof(float)) == 0);
+        const float *l2 = lm_forward_hooked(d, tokens[p], p, &h_hid);
+        const float *l3 = lm_forward_hooked(e, tokens[p], p, &h_hid);
+        ck_assert(memcmp(l2, l3, (size_t)c->vocab_size * sizeof(float)) == 0);
+        if (p > hide && memcmp(l0, l2, (size_t)c->vocab_size * sizeof(float)) != 0)
+            differs = 1;
+        if (p == hide) /* state e's row p becomes junk in every layer */
+            for (int l = 0; l < c->n_layers; l++) {
+                ck_assert_int_eq(lm_cache_set(e, l, p, LM_KEY, junk), 0);
+                ck_assert_int_eq(lm_cache_set(e, l, p, LM_VALUE, junk), 0);
+            }
+    }
+    ck_assert_msg(differs, "hiding a position changed no logits");
+    /* the junk row, seen, changes the logits (of the last step) */
+    lm_state *f = lm_state_new(m, 0);
+    ck_assert_ptr_nonnull(f);
+    for (int p = 0; p < n; p++) {
+        ck_assert_ptr_nonnull(lm_forward(f, tokens[p], p));
+        if (p == hide)
+            for (int l = 0; l < c->n_layers; l++) {
+                ck_assert_int_eq(lm_cache_set(f, l, p, LM_KEY, junk), 0);
+                ck_assert_int_eq(lm_cache_set(f, l, p, LM_VALUE, junk), 0);
+            }
+    }
+    ck_assert_msg(memcmp(lm_logits(a), lm_logits(f), (size_t)c->vocab_size * sizeof(float)) != 0,
+                  "the replaced row changed nothing: the test shows nothing");
+    ck_assert_int_eq(all.calls, n * c->n_layers * c->n_heads);
+    ck_assert_int_eq(hid.calls, 2 * n * c->n_layers * c->n_heads);
+    ck_assert_int_eq(all.bad, 0);
+    ck_assert_int_eq(hid.bad, 0);
+    /* the current position cannot be hidden: hiding pos 0 at step 0 still runs */
+    hook_log self = {0, 0, 0, c->n_heads};
+    const lm_hooks h_self = {hide_one, check_weights, &self};
+    lm_state *g = lm_state_new(m, 0);
+    ck_assert_ptr_nonnull(g);
+    const float *lg = lm_forward_hooked(g, tokens[0], 0, &h_self);
+    ck_assert_ptr_nonnull(lg);
+    ck_assert(memcmp(lg, lm_forward(f, tokens[0], 0), (size_t)c->vocab_size * sizeof(float)) == 0);
+    ck_assert_int_eq(self.bad, 0);
+    lm_state_free(g);
+    lm_state_free(f);
+    free(junk);
+    lm_state_free(a);
+    lm_state_free(b);
+    lm_state_free(d);
+    lm_state_free(e);
+    lm_free(m);
+}
+END_TEST
+
 static Suite *model_suite(void)
 {
     Suite *s = suite_create("model");
@@ -693,6 +808,7 @@ static Suite *model_suite(void)
     tcase_add_test(t, forward_and_cache_reject_bad_arguments);
     tcase_add_test(t, cache_overwrite_and_restore_are_bit_identical);
     tcase_add_test(t, prerope_keys_rotate_to_cached_keys);
+    tcase_add_test(t, forward_hooks_select_and_attend);
     suite_add_tcase(s, t);
     return s;
 }

@@ -42,6 +42,7 @@ struct lm_state {
     float *x, *xb, *xb2, *q, *k, *v, *hb, *hb2, *att, *logits, *tmp;
     float *rc, *rs;             /* RoPE cos/sin for the current position */
     float *qs;                  /* post-RoPE queries of the last call: [layer][dim] */
+    unsigned char *vis;         /* lm_forward_hooked: positions attention sees, [cap] */
 };
 
 /* ---- errors ----------------------------------------------------------------- */
@@ -459,7 +460,8 @@ lm_state *lm_state_new(const lm_model *m, int capacity)
     s->rc = calloc(hs2, sizeof(float));
     s->rs = calloc(hs2, sizeof(float));
     s->qs = calloc((size_t)c->n_layers * (size_t)c->dim, sizeof(float));
-    if (!s->qs || !s->kc || !s->kr || !s->vc || !s->x || !s->xb || !s->xb2 || !s->q || !s->k ||
+    s->vis = calloc((size_t)capacity, 1);
+    if (!s->qs || !s->vis || !s->kc || !s->kr || !s->vc || !s->x || !s->xb || !s->xb2 || !s->q || !s->k ||
         !s->v || !s->tmp || !s->hb || !s->hb2 || !s->att || !s->logits || !s->rc || !s->rs) {
         lm_state_free(s);
         return NULL;
@@ -475,6 +477,7 @@ void lm_state_free(lm_state *s)
                      s->tmp, s->hb, s->hb2, s->att, s->logits, s->rc, s->rs, s->qs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
+    free(s->vis);
     free(s);
 }
 
@@ -573,6 +576,11 @@ static void get_row(float *row, const float *base, int n_kv, int cap, int hs, in
 
 const float *lm_forward(lm_state *s, int token, int pos)
 {
+    return lm_forward_hooked(s, token, pos, NULL);
+}
+
+const float *lm_forward_hooked(lm_state *s, int token, int pos, const lm_hooks *hk)
+{
     if (!s)
         return NULL;
     const lm_model *m = s->m;
@@ -619,7 +627,18 @@ const float *lm_forward(lm_state *s, int token, int pos)
             const float *V = vc + g * (size_t)s->cap * (size_t)hs;
             float *att = s->att;
             float mx = -INFINITY;
+            const unsigned char *vis = NULL;
+            if (hk && hk->select) {
+                memset(s->vis, 1, (size_t)pos + 1);
+                hk->select(hk->u, s, l, h, qh, pos, s->vis);
+                s->vis[pos] = 1;
+                vis = s->vis;
+            }
             for (int t = 0; t <= pos; t++) {
+                if (vis && !vis[t]) { /* hidden: exp(-inf) = 0 below */
+                    att[t] = -INFINITY;
+                    continue;
+                }
                 const float *kt = K + (size_t)t * (size_t)hs;
                 float d = 0.0f;
                 for (int i = 0; i < hs; i++)
@@ -634,6 +653,8 @@ const float *lm_forward(lm_state *s, int token, int pos)
                 att[t] = expf(att[t] - mx);
                 sum += att[t];
             }
+            if (hk && hk->attended)
+                hk->attended(hk->u, l, h, pos, att, sum);
             float *out = s->xb2 + (size_t)h * (size_t)hs;
             for (int i = 0; i < hs; i++)
                 out[i] = 0.0f;

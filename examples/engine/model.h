@@ -112,6 +112,28 @@ int lm_state_capacity(const lm_state *s);
  * any, is discarded). NULL on a bad argument. */
 const float *lm_forward(lm_state *s, int token, int pos);
 
+/* Hooks into lm_forward_hooked's attention, for studies of what attention
+ * reads. For every layer and query head, after the step's keys and values
+ * are cached:
+ *   select    (may be NULL) is given the head's query after RoPE (head_size
+ *             floats) and visible[0..pos], all 1; it clears the positions
+ *             attention must not see (the softmax then runs over the others;
+ *             pos itself always stays visible). The state's cache holds this
+ *             layer's rows 0..pos and the earlier layers' of this step.
+ *   attended  (may be NULL) is given the head's attention: att[t] / sum is
+ *             the weight of position t (0 where hidden), t = 0..pos.
+ * u is passed to both. */
+typedef struct lm_hooks {
+    void (*select)(void *u, const lm_state *s, int layer, int head, const float *q, int pos,
+                   unsigned char *visible);
+    void (*attended)(void *u, int layer, int head, int pos, const float *att, float sum);
+    void *u;
+} lm_hooks;
+
+/* lm_forward with hooks (NULL: exactly lm_forward; with every position left
+ * visible the logits are bit-identical to lm_forward's). */
+const float *lm_forward_hooked(lm_state *s, int token, int pos, const lm_hooks *hooks);
+
 /* The logits of the last lm_forward call (zeros before the first). */
 const float *lm_logits(const lm_state *s);
 
