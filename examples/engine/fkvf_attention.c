@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "retrieval.h"
 #include "study.h"
 
 #ifndef LM_DEFAULT_MODEL
@@ -47,21 +48,35 @@
 #define PROG "fkvf-attention"
 #define MAX_M 8
 
-enum {
-    R_ALL, R_SUFFIX, R_SUCC, R_RECENT, R_RANDOM, R_NORM, R_H2O, R_ORACLE_SHARED, R_ORACLE,
-    R_COUNT
-};
-static const char *const rule_names[R_COUNT] = {
-    "all archived",        "suffix matches",   "their successors",
-    "most recent",         "random",           "largest key norm",
-    "heavy hitters (H2O)", "oracle, one set for all heads", "oracle top-m a head",
-};
+/* the printed rows: all archived, the rules of retrieval.h but the oracle of a
+ * head, the oracle shared by all heads, the oracle of a head */
+enum { ROW_ALL = 0, ROW_SHARED = RT_COUNT, ROW_ORACLE = RT_COUNT + 1, ROW_COUNT = RT_COUNT + 2 };
+
+static int row_of(rt_rule k)
+{
+    return k == RT_ORACLE ? ROW_ORACLE : 1 + (int)k;
+}
+
+static const char *row_name(int row)
+{
+    if (row == ROW_ALL)
+        return "all archived";
+    if (row == ROW_SHARED)
+        return "oracle, one set for all heads";
+    return rt_rule_names[row == ROW_ORACLE ? RT_ORACLE : row - 1];
+}
+
+static int row_needs_codebooks(int row)
+{
+    return row > ROW_ALL && row < ROW_SHARED && rt_rule_needs_codebooks((rt_rule)(row - 1));
+}
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: " PROG " [--model PATH] [--seqs S] [--tokens T] [--sinks S] [--recent W]\n"
-            "                      [--m M]... [--seed X] [--text FILE [--eval-bytes A:B]]\n"
+            "                      [--m M]... [--seed X] [--train N] [--k K] [--stages S]\n"
+            "                      [--cand C] [--text FILE [--eval-bytes A:B] [--train-bytes A:B]]\n"
             "  --seqs S      evaluation sequences (16)\n"
             "  --tokens T    positions per sequence, BOS included (512; at most the model's)\n"
             "  --sinks S     exact sink positions (4); --recent W exact recent positions (32)\n"
@@ -69,8 +84,16 @@ static void usage(FILE *f)
             "                32, 64, 128)\n"
             "  --seed X      sampled sequence i is seeded X * 1000003 + 10000 + i, as\n"
             "                fkvf-quality's evaluation sequences (1)\n"
+            "  --train N     the key-symbol rules' codebooks are trained on N sequences\n"
+            "                (sampled: seeds X * 1000003 + i; text: --train-bytes) (16;\n"
+            "                0: no key-symbol rules)\n"
+            "  --k K         centroids a stage (256); --stages S key stages (4)\n"
+            "  --cand C      the refined key-symbol rules rank C * m candidates (4)\n"
+            "  --chunk P     the pre-RoPE key-symbol rules score centroids per chunk of P\n"
+            "                archived positions (0: the whole range, one chunk) (0)\n"
             "  --text FILE   the sequences are FILE's bytes (BOS, then id 3 + byte) from\n"
-            "                --eval-bytes A:B (default: the last tenth)\n"
+            "                --eval-bytes A:B (default: the last tenth); training\n"
+            "                sequences from --train-bytes A:B (default: the first 9/10)\n"
             "default model: %s\n",
             MAX_M, LM_DEFAULT_MODEL);
 }
@@ -87,26 +110,20 @@ static void *xmalloc(size_t n)
 
 typedef struct run {
     const lm_config *mc;
-    int T, sinks, recent, n_m, m[MAX_M], m_min;
-    const int *tok;          /* the sequence's tokens */
-    double *att;             /* the step's attention: [L][NH][T] */
-    double *shared;          /* scratch: T, attention summed over every head */
-    double *h2o;             /* [L][NH][T]: attention received so far */
-    int *idx;                /* scratch: T */
-    double *key;             /* scratch: T, a sort key */
-    int *ranked[5];          /* scratch: T each, the ranked rules (suffix, norm, H2O, oracle,
-                                shared oracle) */
-    double *cum[5];          /* scratch: T each, their cumulative mass */
-    int *lcs;                /* scratch: T */
-    lm_rng rng;
-    /* sums [rule][m][layer] of mass and of positions picked over steps and
-     * heads; (step, head) pairs counted [m][layer] */
-    double *mass, *picked, *steps;
+    int T, sinks, recent, n_m, m[MAX_M], have_cb;
+    rt_ctx *rt;
+    double *att;     /* the step's attention: [L][NH][T] */
+    double *shared;  /* scratch: T, attention summed over every head */
+    int *shared_rk;  /* scratch: T, archived positions by shared attention */
+    int *idx;        /* scratch: T */
+    /* sums [row][m][layer][head] of mass, positions picked and dot products
+     * over steps; (step, head) pairs counted [m][layer] */
+    double *mass, *picked, *examined, *steps;
 } run;
 
-static size_t acc(const run *r, int rule, int mi, int l, int h)
+static size_t acc(const run *r, int row, int mi, int l, int h)
 {
-    return (((size_t)rule * (size_t)r->n_m + (size_t)mi) * (size_t)r->mc->n_layers + (size_t)l) *
+    return (((size_t)row * (size_t)r->n_m + (size_t)mi) * (size_t)r->mc->n_layers + (size_t)l) *
                (size_t)r->mc->n_heads +
            (size_t)h;
 }
@@ -122,22 +139,12 @@ static int cmp_desc(const void *a, const void *b)
     return i < j ? -1 : i > j;
 }
 
-/* The archived positions lo..hi ranked by key (descending; with filter only
- * those whose key exceeds min_key) into idx, and cum[i] = the attention mass
- * of the first i + 1. Returns how many were ranked. */
-static int rank(const double *att, int lo, int hi, const double *key, int filter,
-                double min_key, int *idx, double *cum)
+static void add(run *r, int row, int mi, int l, int h, double mass, int n, double ex)
 {
-    int n = 0;
-    for (int p = lo; p <= hi; p++)
-        if (!filter || key[p] > min_key)
-            idx[n++] = p;
-    g_key = key;
-    qsort(idx, (size_t)n, sizeof *idx, cmp_desc);
-    double s = 0;
-    for (int i = 0; i < n; i++)
-        cum[i] = s += att[idx[i]];
-    return n;
+    const size_t a = acc(r, row, mi, l, h);
+    r->mass[a] += mass;
+    r->picked[a] += n;
+    r->examined[a] += ex;
 }
 
 static void on_step(void *u, const lm_state *st, int t)
@@ -149,13 +156,6 @@ static void on_step(void *u, const lm_state *st, int t)
     const int lo = r->sinks, hi = t - r->recent; /* archived: lo .. hi */
     const int n_arch = hi - lo + 1;
     const float *q = lm_queries(st);
-    /* the longest common suffix of the contexts ending at p and at t */
-    for (int p = 0; p <= t; p++) {
-        int n = 0;
-        while (n <= p && r->tok[p - n] == r->tok[t - n] && p != t)
-            n++;
-        r->lcs[p] = n;
-    }
     /* every head's attention, and their sum */
     for (int p = 0; p <= t; p++)
         r->shared[p] = 0;
@@ -183,96 +183,69 @@ static void on_step(void *u, const lm_state *st, int t)
             }
         }
     }
+    int n_shared = 0;
+    if (n_arch > 0) {
+        for (int p = lo; p <= hi; p++)
+            r->shared_rk[n_shared++] = p;
+        g_key = r->shared;
+        qsort(r->shared_rk, (size_t)n_shared, sizeof *r->shared_rk, cmp_desc);
+    }
     for (int l = 0; l < L; l++) {
-        const float *K = lm_cache_data(st, l, LM_KEY);
         for (int h = 0; h < NH; h++) {
-            const float *Kg = K + (size_t)(h / group) * (size_t)lm_state_capacity(st) * (size_t)D;
+            const float *qh = q + ((size_t)l * (size_t)NH + (size_t)h) * (size_t)D;
             const double *att = r->att + ((size_t)l * (size_t)NH + (size_t)h) * (size_t)r->T;
-            double *h2o = r->h2o + ((size_t)l * (size_t)NH + (size_t)h) * (size_t)r->T;
-            /* the ranked rules, once for every m */
-            int nr[5] = {0, 0, 0, 0, 0};
-            if (n_arch > r->m_min) {
-                for (int p = 0; p <= t; p++)
-                    r->key[p] = (double)r->lcs[p]; /* suffix matches: length >= 1 */
-                nr[0] = rank(att, lo, hi, r->key, 1, 0.5, r->ranked[0], r->cum[0]);
-                for (int p = lo; p <= hi; p++) {
-                    double nn = 0;
-                    for (int i = 0; i < D; i++) {
-                        const double k = Kg[(size_t)p * (size_t)D + (size_t)i];
-                        nn += k * k;
-                    }
-                    r->key[p] = nn;
-                }
-                nr[1] = rank(att, lo, hi, r->key, 0, 0, r->ranked[1], r->cum[1]);
-                nr[2] = rank(att, lo, hi, h2o, 0, 0, r->ranked[2], r->cum[2]);
-                nr[3] = rank(att, lo, hi, att, 0, 0, r->ranked[3], r->cum[3]);
-                nr[4] = rank(att, lo, hi, r->shared, 0, 0, r->ranked[4], r->cum[4]);
-            }
             for (int mi = 0; mi < r->n_m; mi++) {
                 const int m = r->m[mi];
                 if (n_arch <= m)
                     continue;
-                double got[R_COUNT];
-                int n_got[R_COUNT];
-                double all = 0;
-                for (int p = lo; p <= hi; p++)
-                    all += att[p];
-                got[R_ALL] = all;
-                n_got[R_ALL] = n_arch;
-                const int ks = nr[0] < m ? nr[0] : m;
-                got[R_SUFFIX] = ks ? r->cum[0][ks - 1] : 0;
-                n_got[R_SUFFIX] = ks;
-                /* their successors, where archived */
                 double s = 0;
-                int ns = 0;
-                for (int i = 0; i < ks; i++) {
-                    const int p = r->ranked[0][i] + 1;
-                    if (p <= hi) {
-                        s += att[p];
-                        ns++;
-                    }
-                }
-                got[R_SUCC] = s;
-                n_got[R_SUCC] = ns;
-                s = 0;
-                for (int p = hi - m + 1; p <= hi; p++)
+                for (int p = lo; p <= hi; p++)
                     s += att[p];
-                got[R_RECENT] = s;
-                n_got[R_RECENT] = m;
-                /* random: a partial Fisher-Yates over the archived positions */
-                for (int i = 0; i < n_arch; i++)
-                    r->idx[i] = lo + i;
+                add(r, ROW_ALL, mi, l, h, s, n_arch, 0);
                 s = 0;
-                for (int i = 0; i < m; i++) {
-                    const int j = i + (int)(lm_rng_next(&r->rng) % (uint64_t)(n_arch - i));
-                    const int x = r->idx[i];
-                    r->idx[i] = r->idx[j];
-                    r->idx[j] = x;
-                    s += att[r->idx[i]];
-                }
-                got[R_RANDOM] = s;
-                n_got[R_RANDOM] = m;
-                got[R_NORM] = r->cum[1][m - 1];
-                got[R_H2O] = r->cum[2][m - 1];
-                got[R_ORACLE] = r->cum[3][m - 1];
-                got[R_ORACLE_SHARED] = r->cum[4][m - 1];
-                n_got[R_NORM] = n_got[R_H2O] = n_got[R_ORACLE] = n_got[R_ORACLE_SHARED] = m;
-                for (int k = 0; k < R_COUNT; k++) {
-                    r->mass[acc(r, k, mi, l, h)] += got[k];
-                    r->picked[acc(r, k, mi, l, h)] += n_got[k];
+                for (int i = 0; i < m; i++)
+                    s += att[r->shared_rk[i]];
+                add(r, ROW_SHARED, mi, l, h, s, m, 0);
+                for (int k = 0; k < RT_COUNT; k++) {
+                    if (rt_rule_needs_codebooks((rt_rule)k) && !r->have_cb)
+                        continue;
+                    double ex;
+                    const int n = rt_pick(r->rt, (rt_rule)k, st, l, h, qh, t, m, r->idx, &ex);
+                    if (n < 0) {
+                        fprintf(stderr, PROG ": rt_pick failed (%s)\n", rt_rule_names[k]);
+                        exit(1);
+                    }
+                    s = 0;
+                    for (int i = 0; i < n; i++)
+                        s += att[r->idx[i]];
+                    add(r, row_of((rt_rule)k), mi, l, h, s, n, ex);
                 }
                 r->steps[(size_t)mi * (size_t)L + (size_t)l] += 1;
             }
-            for (int p = 0; p <= t; p++)
-                h2o[p] += att[p];
+            rt_observe(r->rt, l, h, t, att);
         }
     }
+    rt_add(r->rt, st, t);
+}
+
+/* the mean of the sums at a (row, m) over layers and heads, per (step, head) */
+static double mean_of(const run *r, const double *sums, int row, int mi)
+{
+    double v = 0, st = 0;
+    for (int l = 0; l < r->mc->n_layers; l++) {
+        for (int h = 0; h < r->mc->n_heads; h++)
+            v += sums[acc(r, row, mi, l, h)];
+        st += r->steps[(size_t)mi * (size_t)r->mc->n_layers + (size_t)l];
+    }
+    return st > 0 ? v / st : NAN;
 }
 
 int main(int argc, char **argv)
 {
     const char *model = LM_DEFAULT_MODEL, *text_path = NULL, *eval_range = NULL;
-    long S = 16, T = 512, sinks = 4, recent = 32, seed = 1;
+    const char *train_range = NULL;
+    long S = 16, T = 512, sinks = 4, recent = 32, seed = 1, n_train = 16, k = 256, stages = 4;
+    long cand = 4, chunk = 0;
     long ms[MAX_M];
     int n_m = 0;
     for (int i = 1; i < argc; i += 2) { /* every option takes a value, but --help */
@@ -290,6 +263,8 @@ int main(int argc, char **argv)
             text_path = v;
         } else if (!strcmp(a, "--eval-bytes")) {
             eval_range = v;
+        } else if (!strcmp(a, "--train-bytes")) {
+            train_range = v;
         } else if (!strcmp(a, "--seqs")) {
             target = &S;
         } else if (!strcmp(a, "--tokens")) {
@@ -303,6 +278,22 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--seed")) {
             target = &seed;
             lo = 0;
+        } else if (!strcmp(a, "--train")) {
+            target = &n_train;
+            lo = 0;
+        } else if (!strcmp(a, "--k")) {
+            target = &k;
+            lo = 16;
+            hi = 4096;
+        } else if (!strcmp(a, "--stages")) {
+            target = &stages;
+            hi = 16;
+        } else if (!strcmp(a, "--cand")) {
+            target = &cand;
+            hi = 64;
+        } else if (!strcmp(a, "--chunk")) {
+            target = &chunk;
+            lo = 0;
         } else if (!strcmp(a, "--m") && n_m < MAX_M) {
             target = &ms[n_m++];
         } else {
@@ -314,13 +305,17 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (k & (k - 1)) {
+        fprintf(stderr, PROG ": --k must be a power of two (16..4096)\n");
+        return 2;
+    }
     if (n_m == 0) {
         const long def[] = {16, 32, 64, 128};
         for (n_m = 0; n_m < 4; n_m++)
             ms[n_m] = def[n_m];
     }
-    if (eval_range && !text_path) {
-        fprintf(stderr, PROG ": --eval-bytes goes with --text\n");
+    if ((eval_range || train_range) && !text_path) {
+        fprintf(stderr, PROG ": --eval-bytes and --train-bytes go with --text\n");
         return 2;
     }
     char err[512];
@@ -336,7 +331,7 @@ int main(int argc, char **argv)
         return 2;
     }
     uint8_t *text = NULL;
-    size_t tn = 0, off = 0, end = 0;
+    size_t tn = 0, off = 0, end = 0, toff = 0, tend = 0;
     if (text_path) {
         if (!(text = st_read_text(PROG, text_path, &tn))) {
             lm_free(mdl);
@@ -344,13 +339,20 @@ int main(int argc, char **argv)
         }
         off = tn - tn / 10;
         end = tn;
-        if (eval_range && st_parse_range(eval_range, tn, &off, &end)) {
+        toff = 0;
+        tend = off;
+        if ((eval_range && st_parse_range(eval_range, tn, &off, &end)) ||
+            (train_range && st_parse_range(train_range, tn, &toff, &tend))) {
             fprintf(stderr, PROG ": a byte range is A:B with A < B <= %zu (the file's size)\n", tn);
             free(text);
             lm_free(mdl);
             return 2;
         }
     }
+    fkvf_rvq *asis = NULL, *pre = NULL;
+    if (n_train > 0)
+        rt_train(PROG, mdl, (int)T, (int)n_train, (uint64_t)seed, text, toff, tend, (uint32_t)k,
+                 (int)stages, &asis, &pre);
     const int L = mc->n_layers, NH = mc->n_heads;
     run r;
     memset(&r, 0, sizeof r);
@@ -359,85 +361,111 @@ int main(int argc, char **argv)
     r.sinks = (int)sinks;
     r.recent = (int)recent;
     r.n_m = n_m;
-    r.m_min = (int)ms[0];
-    for (int i = 0; i < n_m; i++) {
+    r.have_cb = asis != NULL;
+    for (int i = 0; i < n_m; i++)
         r.m[i] = (int)ms[i];
-        r.m_min = r.m[i] < r.m_min ? r.m[i] : r.m_min;
-    }
-    r.att = xmalloc((size_t)L * (size_t)NH * (size_t)T * sizeof *r.att);
-    r.key = xmalloc((size_t)T * sizeof *r.key);
-    r.idx = xmalloc((size_t)T * sizeof *r.idx);
-    r.lcs = xmalloc((size_t)T * sizeof *r.lcs);
-    r.shared = xmalloc((size_t)T * sizeof *r.shared);
-    for (int k = 0; k < 5; k++) {
-        r.ranked[k] = xmalloc((size_t)T * sizeof *r.ranked[k]);
-        r.cum[k] = xmalloc((size_t)T * sizeof *r.cum[k]);
-    }
-    r.h2o = xmalloc((size_t)L * (size_t)NH * (size_t)T * sizeof *r.h2o);
-    const size_t na = (size_t)R_COUNT * (size_t)n_m * (size_t)L * (size_t)NH;
-    r.mass = calloc(na, sizeof *r.mass);
-    r.picked = calloc(na, sizeof *r.picked);
-    r.steps = calloc((size_t)n_m * (size_t)L, sizeof *r.steps);
-    int *tok = xmalloc((size_t)T * sizeof *tok);
-    if (!r.mass || !r.picked || !r.steps) {
+    r.rt = rt_new(mc, (int)T, (int)sinks, (int)recent, (uint64_t)seed, asis, pre, (int)cand,
+                   (int)chunk);
+    if (!r.rt) {
         fprintf(stderr, PROG ": out of memory\n");
         return 1;
     }
-    r.tok = tok;
-    lm_rng_seed(&r.rng, (uint64_t)seed);
+    r.att = xmalloc((size_t)L * (size_t)NH * (size_t)T * sizeof *r.att);
+    r.idx = xmalloc((size_t)T * sizeof *r.idx);
+    r.shared = xmalloc((size_t)T * sizeof *r.shared);
+    r.shared_rk = xmalloc((size_t)T * sizeof *r.shared_rk);
+    const size_t na = (size_t)ROW_COUNT * (size_t)n_m * (size_t)L * (size_t)NH;
+    r.mass = calloc(na, sizeof *r.mass);
+    r.picked = calloc(na, sizeof *r.picked);
+    r.examined = calloc(na, sizeof *r.examined);
+    r.steps = calloc((size_t)n_m * (size_t)L, sizeof *r.steps);
+    int *tok = xmalloc((size_t)T * sizeof *tok);
+    if (!r.mass || !r.picked || !r.examined || !r.steps) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return 1;
+    }
     for (int i = 0; i < (int)S; i++) {
-        memset(r.h2o, 0, (size_t)L * (size_t)NH * (size_t)T * sizeof *r.h2o);
         /* the tokens are known only as the run makes them: on_step reads
-         * r.tok[0..t], which st_run_sequence has written by then */
-        st_run_sequence(PROG, mdl, (int)T, (uint64_t)seed * 1000003u + ST_EVAL_SEED_OFFSET + (uint64_t)i,
+         * tok[0..t], which st_run_sequence has written by then */
+        rt_begin(r.rt, tok);
+        st_run_sequence(PROG, mdl, (int)T,
+                        (uint64_t)seed * 1000003u + ST_EVAL_SEED_OFFSET + (uint64_t)i,
                         text ? st_text_seq(PROG, text, off, end, (int)T, i, "evaluation") : NULL,
                         tok, on_step, &r);
     }
     printf(PROG ": model %s (%d layers, %d query heads, %d KV heads, head dim %d); %ld sequences "
            "x %ld positions (%s); exact window %ld sinks + %ld recent; mass = the share of a "
            "step's attention (a layer's query head) on the positions a rule picks, mean over "
-           "steps with more than m archived positions, sequences, layers and heads\n\n",
+           "steps with more than m archived positions, sequences, layers and heads\n",
            model, L, NH, mc->n_kv_heads, mc->head_size, S, T, text ? "text" : "sampled", sinks,
            recent);
-    printf("| rule |");
+    char chunk_s[32];
+    if (chunk)
+        snprintf(chunk_s, sizeof chunk_s, "%ld", chunk);
+    else
+        snprintf(chunk_s, sizeof chunk_s, "all");
+    if (asis)
+        printf("key-symbol rules: codebooks k = %ld, %ld key stages, trained on %ld %s sequences; "
+               "refined: %ld x m candidates; pre-RoPE chunks of %s positions\n",
+               k, stages, n_train, text ? "text" : "sampled", cand, chunk_s);
+    else
+        printf("key-symbol rules: not run (--train 0)\n");
+    printf("\n| rule |");
     for (int mi = 0; mi < n_m; mi++)
         printf(" m = %d |", r.m[mi]);
     printf("\n|---|");
     for (int mi = 0; mi < n_m; mi++)
         printf("---|");
     printf("\n");
-    for (int k = 0; k < R_COUNT; k++) {
-        printf("| %s |", rule_names[k]);
+    for (int row = 0; row < ROW_COUNT; row++) {
+        printf("| %s |", row_name(row));
         for (int mi = 0; mi < n_m; mi++) {
-            double ms_ = 0, np = 0, st = 0;
-            for (int l = 0; l < L; l++) {
-                for (int h = 0; h < NH; h++) {
-                    ms_ += r.mass[acc(&r, k, mi, l, h)];
-                    np += r.picked[acc(&r, k, mi, l, h)];
-                }
-                st += r.steps[(size_t)mi * (size_t)L + (size_t)l];
-            }
-            if (st > 0)
-                printf(" %.3f (%.1f) |", ms_ / st, np / st);
-            else
+            const double ms_ = mean_of(&r, r.mass, row, mi), np = mean_of(&r, r.picked, row, mi);
+            if (isnan(ms_) || (row_needs_codebooks(row) && !r.have_cb))
                 printf(" - |");
+            else
+                printf(" %.3f (%.1f) |", ms_, np);
         }
         printf("\n");
     }
-    printf("\n(in brackets: positions picked, mean)\n\nBy layer, m = %d:\n\n| rule |", r.m[0]);
+    printf("\n(in brackets: positions picked, mean)\n\nCost: key dot products a pick "
+           "(centroids scored + candidates decoded; the oracle scores every archived key):\n\n"
+           "| rule |");
+    for (int mi = 0; mi < n_m; mi++)
+        printf(" m = %d |", r.m[mi]);
+    printf("\n|---|");
+    for (int mi = 0; mi < n_m; mi++)
+        printf("---|");
+    printf("\n");
+    for (int row = 0; row < ROW_COUNT; row++) {
+        if (!(row_needs_codebooks(row) && r.have_cb) && row != ROW_ORACLE)
+            continue;
+        printf("| %s |", row_name(row));
+        for (int mi = 0; mi < n_m; mi++) {
+            const double ex = mean_of(&r, r.examined, row, mi);
+            if (isnan(ex))
+                printf(" - |");
+            else
+                printf(" %.0f |", ex);
+        }
+        printf("\n");
+    }
+    printf("\nBy layer, m = %d:\n\n| rule |", r.m[0]);
     for (int l = 0; l < L; l++)
         printf(" layer %d |", l);
     printf("\n|---|");
     for (int l = 0; l < L; l++)
         printf("---|");
     printf("\n");
-    for (int k = 0; k < R_COUNT; k++) {
-        printf("| %s |", rule_names[k]);
+    for (int row = 0; row < ROW_COUNT; row++) {
+        if (row_needs_codebooks(row) && !r.have_cb)
+            continue;
+        printf("| %s |", row_name(row));
         for (int l = 0; l < L; l++) {
             const double st = r.steps[l];
             double ms_ = 0;
             for (int h = 0; h < NH; h++)
-                ms_ += r.mass[acc(&r, k, 0, l, h)];
+                ms_ += r.mass[acc(&r, row, 0, l, h)];
             if (st > 0)
                 printf(" %.3f |", ms_ / st);
             else
@@ -446,10 +474,13 @@ int main(int argc, char **argv)
         printf("\n");
     }
     /* by head: where induction-style heads would show */
-    const int by_head[] = {R_ALL, R_SUFFIX, R_SUCC, R_RECENT, R_ORACLE};
+    const int by_head[] = {ROW_ALL, row_of(RT_SUFFIX), row_of(RT_SUCC), row_of(RT_RECENT),
+                           row_of(RT_KEYSYM_PRE), ROW_ORACLE};
     for (size_t bi = 0; bi < sizeof by_head / sizeof by_head[0]; bi++) {
-        const int k = by_head[bi];
-        printf("\n%s by layer (rows) and head (columns), m = %d:\n\n| layer |", rule_names[k],
+        const int row = by_head[bi];
+        if (row_needs_codebooks(row) && !r.have_cb)
+            continue;
+        printf("\n%s by layer (rows) and head (columns), m = %d:\n\n| layer |", row_name(row),
                r.m[0]);
         for (int h = 0; h < NH; h++)
             printf(" head %d |", h);
@@ -462,24 +493,22 @@ int main(int argc, char **argv)
             const double st = r.steps[l] / NH; /* steps of one head */
             for (int h = 0; h < NH; h++)
                 if (st > 0)
-                    printf(" %.3f |", r.mass[acc(&r, k, 0, l, h)] / st);
+                    printf(" %.3f |", r.mass[acc(&r, row, 0, l, h)] / st);
                 else
                     printf(" - |");
             printf("\n");
         }
     }
+    rt_free(r.rt);
+    fkvf_rvq_free(asis);
+    fkvf_rvq_free(pre);
     free(r.att);
-    free(r.key);
     free(r.idx);
-    free(r.lcs);
     free(r.shared);
-    for (int k = 0; k < 5; k++) {
-        free(r.ranked[k]);
-        free(r.cum[k]);
-    }
-    free(r.h2o);
+    free(r.shared_rk);
     free(r.mass);
     free(r.picked);
+    free(r.examined);
     free(r.steps);
     free(tok);
     free(text);
