@@ -7,7 +7,8 @@
  * itself: every suffix hit and longest match holds the query's symbols
  * (fkvf_search_context), longest matches come by length descending then
  * position ascending, and a radius query with the default radius verifies
- * exactly the suffix hits. */
+ * exactly the suffix hits. Key retrieval (fkvf_search_keys) runs a few
+ * queries on the first KV heads: hits in range, at most m, best first. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -87,6 +88,40 @@ static void queries(fkvf_search *s, fkvf_reader *r, size_t idx, uint64_t len, in
         FZ_CHECK(inf.length == len && inf.n_indexed <= len);
 }
 
+/* key retrieval on layer 0 and the last layer, head 0, with a few queries */
+static void key_queries(fkvf_reader *r)
+{
+    fkvf_desc d;
+    fkvf_archive_info ai;
+    if (fkvf_reader_desc(r, &d) || fkvf_reader_info(r, &ai) || d.key_dim > 256 ||
+        ai.n_archived > 100000)
+        return;
+    fkvf_key_search *ks = NULL;
+    if (fkvf_search_keys_open(&ks, r, NULL) == FKVF_OK) {
+        float q[256];
+        for (uint32_t i = 0; i < d.key_dim; i++)
+            q[i] = (float)((int)(i * 7 % 5) - 2);
+        fkvf_key_hit hits[8];
+        const uint32_t layers[2] = {0, d.n_layers - 1};
+        for (int li = 0; li < 2; li++)
+            for (int v = 0; v < 3; v++) {
+                fkvf_key_query kq = {layers[li], 0, q, d.key_dim, v == 2 ? d.n_sinks + 3 : 0,
+                                     0, 8, v == 1 ? FKVF_KEY_CANDIDATES_MAX : 0,
+                                     v == 2 ? 5 : 0};
+                size_t n = 99;
+                if (fkvf_search_keys(ks, &kq, hits, &n, NULL) != FKVF_OK)
+                    continue;
+                FZ_CHECK(n <= 8);
+                for (size_t i = 0; i < n; i++) {
+                    FZ_CHECK(hits[i].position >= d.n_sinks && hits[i].position >= kq.first &&
+                             hits[i].position < (uint64_t)d.n_sinks + ai.n_archived);
+                    FZ_CHECK(i == 0 || hits[i].score <= hits[i - 1].score);
+                }
+            }
+    }
+    fkvf_search_keys_free(ks);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fkvf_reader *r = NULL;
@@ -112,6 +147,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint32_t prompt[3] = {1, 2, 3};
         fkvf_prefix_reuse pr;
         (void)fkvf_search_prefix_reuse(r, prompt, 3, &pr);
+        key_queries(r);
         (void)fkvf_reader_verify(r);
     }
     fkvf_reader_free(r);

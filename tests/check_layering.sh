@@ -11,7 +11,7 @@
 #   append/ includes common/ and write/writer_resume.h only (read/ and quant/
 #   through fkvf.h)
 #   search/ includes common/, codec/ and format/zidx.h only (the reader
-#   through fkvf.h)
+#   and the quantizer through fkvf.h)
 #   validate/ includes common/, format/ and read/reader_impl.h only (the
 #   chain handle of the reader; everything else through fkvf.h), and no
 #   other module includes validate/
@@ -36,7 +36,7 @@ deny format 'codec/|quant/|read/|write/|search/|append/|validate/|reader|writer'
 deny read 'write/|writer|quant/|search/|append/|validate/' "must not include the writer, quant/ internals or the modules above it"
 deny write 'read/|reader|quant/|search/|append/|validate/' "must not include the reader, quant/ internals or the modules above it"
 deny quant 'codec/|format/|read/|write/|search/|append/|validate/|reader|writer' "may use common/ only"
-deny search 'read/|write/|quant/|append/|validate/|reader|writer|format/format' "may use common/, codec/ and format/zidx.h only (the reader through fkvf.h)"
+deny search 'read/|write/|quant/|append/|validate/|reader|writer|format/format' "may use common/, codec/ and format/zidx.h only (the reader and the quantizer through fkvf.h)"
 deny append 'codec/|format/|read/|quant/|search/|validate/|reader|write/writer\.h|write/[a-vx-z]' "may use common/ and write/writer_resume.h only"
 # allow DIR PATTERN WHY: every include "..." of DIR is one PATTERN matches
 allow() {

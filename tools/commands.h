@@ -51,6 +51,8 @@ int fkvf_cli_append(int argc, char **argv);
 int fkvf_cli_compact(int argc, char **argv);
 int fkvf_cli_recover(int argc, char **argv);
 
+/* fkvf_keys.c: key retrieval (fkvf_search_keys) */
+int fkvf_cli_keys(int argc, char **argv);
 /* fkvf_search.c: retrieval on the streams */
 int fkvf_cli_search(int argc, char **argv);
 int fkvf_cli_context(int argc, char **argv);

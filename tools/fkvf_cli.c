@@ -40,6 +40,8 @@ static const cli_command commands[] = {
     {"compact", fkvf_cli_compact, "ARCHIVE -o OUT", "rewrite a many-commit archive as one commit"},
     {"recover", fkvf_cli_recover, "ARCHIVE", "cut off a torn tail (an append that did not complete)"},
     {"search", fkvf_cli_search, "ARCHIVE --tokens L", "suffix search: where did these symbols occur?"},
+    {"keys", fkvf_cli_keys, "ARCHIVE --layer L ...",
+     "the archived positions a query vector's\nattention weighs most"},
     {"context", fkvf_cli_context, "ARCHIVE --at T", "decode the symbols before a position"},
     {"index", fkvf_cli_index, "ARCHIVE", "append a commit with ZIDX search indexes"},
     {"plot", fkvf_cli_plot, "ARCHIVE --stream S", "PNG of a stream's chaos-game points"},

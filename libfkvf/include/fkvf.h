@@ -1376,6 +1376,110 @@ FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void *
  * with (NULL = malloc family). p NULL is fine. */
 FKVF_API void fkvf_search_buffer_free(void *p, const fkvf_allocator *alloc);
 
+/* ---- key retrieval ---------------------------------------------------- */
+/* Which archived positions would attention weigh most? For one KV head and a
+ * query vector q (as attention applies it: after RoPE at the query's own
+ * position), the archived positions p whose keys k_p (decoded, spec 13.6,
+ * rotated to p when archived before rotation) give the largest q . k_p,
+ * answered in place from the codebook and the index streams, never decoding
+ * the whole range (docs/retrieval.md; measured in docs/retrieval-study.md):
+ *   1. the head's stage-0 key centroids c_j are scored s_j = q~ . c_j (k
+ *      dot products): q~ = q for keys archived as cached (key_storage 0).
+ *      For keys archived before rotation q . R(p) c_j depends on p (R(p):
+ *      the RoPE rotation to p): the range is cut into chunks
+ *      (fkvf_key_query.chunk) and in each chunk q~ = the mean over its
+ *      positions of R(p)^T q, so that s_j is the mean of q . R(p) c_j there
+ *      (k dot products a chunk; the pairs that turn fast within a chunk
+ *      average out);
+ *   2. (chunk, symbol) pairs best first (ties: smaller symbol, then earlier
+ *      chunk), the positions of the chunk whose stage-0 key symbol is that
+ *      symbol are gathered (a symbol's positions come from a length-1
+ *      fkvf_search_suffix query on the stage-0 key stream, answered from its
+ *      ZPOS / ZIDX index when the archive has one, once a query), until
+ *      there are at least candidates * m or no pair is left;
+ *   3. each candidate's key is decoded from all its key stages and scored
+ *      q . k_p (binary64); the best m are returned by score descending, then
+ *      position ascending.
+ * When candidates * m covers the range, the result is exactly the top m of
+ * q . k_p over the range. Positions in the exact window (sinks, recent
+ * positions: fkvf_reader_is_exact) are not searched; their keys are in the
+ * exact rows. Measured (bench/README.md "Key retrieval"): with keys
+ * archived before rotation over 16384 positions, chunks of 1024 find 0.93
+ * of the exact top 16 where one chunk finds 0.04. */
+typedef struct fkvf_key_search fkvf_key_search;
+
+/* candidates per result position when fkvf_key_query.candidates is 0, and
+ * the most it may be */
+#define FKVF_KEY_CANDIDATES 4u
+#define FKVF_KEY_CANDIDATES_MAX 1024u
+/* the default chunk (keys archived before rotation), and the most centroid
+ * scores (chunks x k) one query may compute (FKVF_E_LIMIT beyond) */
+#define FKVF_KEY_CHUNK 1024u
+#define FKVF_KEY_SCORES_MAX (1u << 22)
+
+typedef struct fkvf_key_query {
+    uint32_t layer, head;   /* the KV head (a GQA group's query heads share it) */
+    const float *query;     /* dim floats, finite; borrowed during the call */
+    size_t dim;             /* must equal the archive's key_dim */
+    uint64_t first, end;    /* search the archived positions in [first, end);
+                             * end 0: up to the last archived position */
+    size_t m;               /* positions wanted (0: none) */
+    uint32_t candidates;    /* candidates per wanted position (0: FKVF_KEY_CANDIDATES;
+                             * at most FKVF_KEY_CANDIDATES_MAX) */
+    uint64_t chunk;         /* keys archived before rotation: the range is cut into
+                             * chunks of this many positions, each scored with its
+                             * own mean query (0: FKVF_KEY_CHUNK, or longer where the
+                             * range would need more than FKVF_KEY_SCORES_MAX scores;
+                             * >= the range: one chunk); ignored for keys archived
+                             * as cached */
+} fkvf_key_query;
+
+typedef struct fkvf_key_hit {
+    uint64_t position;
+    double score; /* q . k_p */
+} fkvf_key_hit;
+
+typedef struct fkvf_key_stats {
+    uint64_t centroids_scored; /* k */
+    uint64_t symbols_searched; /* stage-0 symbols whose positions were gathered */
+    uint64_t candidates;       /* positions whose keys were decoded and scored */
+} fkvf_key_stats;
+
+/* A key search over the archive r reads (borrowed: it must outlive the
+ * handle; an external codebook must be attached first). Loads the
+ * codebook's tables in binary32 (4 bytes a centroid element, as
+ * fkvf_rvq_from_tables_decode) and finds the key streams; the stage-0 suffix
+ * search of a head is opened on its first query and kept, and for keys
+ * archived before rotation a table of rotations (5 x 256 x key_dim doubles)
+ * is built on the first query that decodes a candidate. On failure *out is
+ * set when a handle exists (read its message, free it): FKVF_E_NOT_FOUND (a
+ * codebook file, no codebook, no key stages), FKVF_E_CODEBOOK (an external
+ * codebook not attached), the reader's errors, FKVF_E_NOMEM;
+ * FKVF_E_INVALID_ARG (out or r NULL; *out then NULL). Memory from alloc
+ * (NULL = malloc family). */
+FKVF_API int fkvf_search_keys_open(fkvf_key_search **out, fkvf_reader *r,
+                                   const fkvf_allocator *alloc);
+/* Free ks (not its reader). NULL or not a key search handle: no-op. */
+FKVF_API void fkvf_search_keys_free(fkvf_key_search *ks);
+/* The message of ks's last error, "ok" when there is none; never NULL ("not
+ * a key search handle"). Owned by ks: valid until the next call on ks. */
+FKVF_API const char *fkvf_search_keys_message(const fkvf_key_search *ks);
+/* The last error of ks as fields (fkvf_error_info). FKVF_OK,
+ * FKVF_E_INVALID_ARG (out NULL) or FKVF_E_STATE (not a key search handle). */
+FKVF_API int fkvf_search_keys_error(const fkvf_key_search *ks, fkvf_error_info *out);
+/* Run query q: at most q->m hits into out (room for q->m), their number in
+ * *n_out; stats (may be NULL) says what the query cost. Errors:
+ * FKVF_E_INVALID_ARG (NULL, dim not key_dim, a non-finite query component,
+ * candidates above FKVF_KEY_CANDIDATES_MAX), FKVF_E_RANGE (layer or head
+ * out of range), FKVF_E_NOMEM, and the reader's format errors of the blocks
+ * it reads (FKVF_E_CHECKSUM, FKVF_E_SYMBOL, ...), with ks's message. An
+ * empty range (or m 0) is FKVF_OK with *n_out 0. Allocates scratch that
+ * grows with the largest symbol's positions and the candidates; reads the
+ * blocks holding the candidates' symbols. One thread at a time per handle
+ * and per reader. */
+FKVF_API int fkvf_search_keys(fkvf_key_search *ks, const fkvf_key_query *q, fkvf_key_hit *out,
+                              size_t *n_out, fkvf_key_stats *stats);
+
 /* ---- end of search ---------------------------------------------------- */
 
 /* ---- quantizer (spec 13) ---------------------------------------------- */

@@ -145,6 +145,21 @@ class Match(Structure):
     _fields_ = [("position", c_uint64), ("length", c_uint64)]
 
 
+class KeyQuery(Structure):
+    _fields_ = [("layer", c_uint32), ("head", c_uint32), ("query", c_void_p), ("dim", c_size_t),
+                ("first", c_uint64), ("end", c_uint64), ("m", c_size_t),
+                ("candidates", c_uint32), ("chunk", c_uint64)]
+
+
+class KeyHit(Structure):
+    _fields_ = [("position", c_uint64), ("score", c_double)]
+
+
+class KeyStats(Structure):
+    _fields_ = [("centroids_scored", c_uint64), ("symbols_searched", c_uint64),
+                ("candidates", c_uint64)]
+
+
 class PrefixReuse(Structure):
     _fields_ = [("prefix_len", c_uint64), ("match_end", c_uint64), ("match_len", c_uint64),
                 ("archive_positions", c_uint64)]
@@ -223,6 +238,7 @@ STRUCTS = {
     "SectionAdd": "fkvf_section_add",
     "CompactOptions": "fkvf_compact_options", "CompactResult": "fkvf_compact_result",
     "Match": "fkvf_match", "PrefixReuse": "fkvf_prefix_reuse",
+    "KeyQuery": "fkvf_key_query", "KeyHit": "fkvf_key_hit", "KeyStats": "fkvf_key_stats",
     "CodebookShape": "fkvf_codebook_shape", "Rope": "fkvf_rope", "Rows": "fkvf_rows",
     "RvqParams": "fkvf_rvq_params", "WriterOptions": "fkvf_writer_options",
     "StreamSpec": "fkvf_stream_spec", "KeySettings": "fkvf_key_settings",
@@ -262,8 +278,10 @@ Reader = c_void_p  # fkvf_reader *, opaque
 Writer = c_void_p  # fkvf_writer *
 Rvq = c_void_p  # fkvf_rvq *
 Search = c_void_p  # fkvf_search *
+KeySearch = c_void_p  # fkvf_key_search *
 Appender = c_void_p  # fkvf_appender *
 ArchiveOp = c_void_p  # fkvf_archive_op *
+KEY_CANDIDATES_MAX = 1024  # FKVF_KEY_CANDIDATES_MAX
 
 _PROTOS = {
     "fkvf_version_number": (c_uint, []),
@@ -325,6 +343,11 @@ _PROTOS = {
                                     POINTER(c_size_t)]),
     "fkvf_search_prefix_reuse": (c_int, [Reader, POINTER(c_uint32), c_size_t,
                                          POINTER(PrefixReuse)]),
+    "fkvf_search_keys_open": (c_int, [POINTER(KeySearch), Reader, c_void_p]),
+    "fkvf_search_keys_free": (None, [KeySearch]),
+    "fkvf_search_keys_error": (c_int, [KeySearch, POINTER(ErrorInfo)]),
+    "fkvf_search_keys": (c_int, [KeySearch, POINTER(KeyQuery), POINTER(KeyHit),
+                                 POINTER(c_size_t), POINTER(KeyStats)]),
     # codebooks and RVQ
     "fkvf_codebook_size": (c_uint64, [POINTER(CodebookShape)]),
     "fkvf_codebook_auto_k": (c_uint32, [POINTER(CodebookShape), c_uint32, c_uint64]),

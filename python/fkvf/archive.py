@@ -75,8 +75,9 @@ def _select(sel: Selector, n: int, what: str) -> Tuple[int, int, Optional[np.nda
 
 
 class _Reader:
-    """The C handles of one open archive: the reader, the codebook file it borrows and the
-    search handle on its token stream. The search handle goes when the archive is closed; the
+    """The C handles of one open archive: the reader, the codebook file it borrows, the
+    search handle on its token stream and the key search. The search handles go when the
+    archive is closed; the
     reader (and the codebook file) when the archive is closed and no zero-copy view of the
     reader's mapping is alive any more, or when this object is collected."""
 
@@ -85,16 +86,24 @@ class _Reader:
         self.h: Optional[int] = h
         self.cb: Optional[int] = None
         self.search: Optional[int] = None
+        self.key_search: Optional[int] = None
         self.archive_open = True
         self.views = 0        # live _Mapping objects
         self.freed = False    # the reader has been freed (the tests look)
 
+    def _free_searches(self) -> None:
+        s, self.search = self.search, None
+        if s:
+            lib.fkvf_search_free(s)
+        ks, self.key_search = self.key_search, None
+        if ks:
+            lib.fkvf_search_keys_free(ks)
+
     def close(self) -> None:
-        """The archive is closed: free the search handle now, the reader once no view is alive."""
+        """The archive is closed: free the search handles now, the reader once no view is
+        alive."""
         with self._lock:
-            s, self.search = self.search, None
-            if s:
-                lib.fkvf_search_free(s)
+            self._free_searches()
             self.archive_open = False
             if self.views == 0:
                 self._free()
@@ -123,9 +132,7 @@ class _Reader:
     def __del__(self) -> None:
         try:
             self.archive_open = False
-            s, self.search = self.search, None
-            if s:
-                lib.fkvf_search_free(s)
+            self._free_searches()
             self._free()
         except Exception:
             pass
@@ -772,6 +779,91 @@ class Archive:
                 if n.value <= cap:
                     return out[:n.value].copy()
                 cap = int(n.value)
+
+    def search_keys(self, layer: int, head: int, query: Any, m: int = 16, first: int = 0,
+                    end: Optional[int] = None, candidates: int = 0,
+                    chunk: int = 0) -> List[Tuple[int, float]]:
+        """The m archived positions whose keys the query vector weighs most (key retrieval,
+        fkvf_search_keys; `fkvf keys`): (position, q . k) pairs, best first, k the key the
+        archive decodes for the position. query: key_dim finite numbers (as attention
+        applies it: after RoPE at the query's position). layer, head: the KV head. first,
+        end: search the archived positions in [first, end) (end None: to the last).
+        candidates: keys decoded and ranked per position returned (0: 4; at most 1024;
+        with candidates * m at least the positions searched the answer is exact). chunk:
+        keys archived before rotation are scored per chunk of this many positions (0: the
+        library's default, 1024). The exact window is not searched."""
+        for name, v in (("layer", layer), ("head", head), ("m", m), ("first", first),
+                        ("candidates", candidates), ("chunk", chunk)):
+            if isinstance(v, (bool, np.bool_)):
+                raise TypeError(f"{name}: a bool is not an int")
+        layer, head, m = operator.index(layer), operator.index(head), operator.index(m)
+        first, candidates, chunk = (operator.index(first), operator.index(candidates),
+                                    operator.index(chunk))
+        if end is not None:
+            if isinstance(end, (bool, np.bool_)):
+                raise TypeError("end: a bool is not an int")
+            end = operator.index(end)
+        if m < 1:
+            raise ValueError(f"m {m}: expected at least 1")
+        if not 0 <= candidates <= _lib.KEY_CANDIDATES_MAX:
+            raise ValueError(f"candidates {candidates}: expected 0 .. {_lib.KEY_CANDIDATES_MAX}")
+        bounds = [("first", first), ("chunk", chunk)]
+        if end is not None:
+            bounds.append(("end", end))
+        for name, v in bounds:
+            if not 0 <= v < 2 ** 64:
+                raise ValueError(f"{name} {v}: expected 0 .. 2**64-1")
+        if end == 0:
+            return []  # [first, 0): nothing (end 0 means "to the last" in C)
+        q = np.asarray(query)
+        if q.ndim != 1 or not (np.issubdtype(q.dtype, np.floating) or
+                               np.issubdtype(q.dtype, np.integer)) or q.dtype == bool:
+            raise TypeError(f"query: expected a 1-D array of numbers, got {q.dtype} {q.shape}")
+        q = np.ascontiguousarray(q, dtype=np.float32)
+        if not np.all(np.isfinite(q)):
+            raise ValueError("query: every component must be finite")
+        with self._lock:
+            h = self._handle()
+            desc = self._desc
+            if desc is None:
+                raise ValueError(f"{self.path}: a codebook file has no archived positions")
+            if not (0 <= layer < desc["n_layers"] and 0 <= head < desc["n_kv_heads"]):
+                raise IndexError(f"layer {layer}, head {head}: the archive has "
+                                 f"{desc['n_layers']} layers of {desc['n_kv_heads']} KV heads")
+            if q.size != desc["key_dim"]:
+                raise ValueError(f"query: {q.size} components; the archive's keys have "
+                                 f"{desc['key_dim']}")
+            reader = self._reader
+            assert reader is not None
+            if reader.key_search is None:
+                ks = c_void_p()
+                rc = lib.fkvf_search_keys_open(byref(ks), h, None)
+                if rc != _lib.OK:
+                    err = self._key_search_error(ks.value, rc)
+                    lib.fkvf_search_keys_free(ks)
+                    raise err
+                reader.key_search = ks.value
+            ks = reader.key_search
+            kq = _lib.KeyQuery(layer, head, q.ctypes.data, q.size, first,
+                               0 if end is None else end, m, candidates, chunk)
+            out = (_lib.KeyHit * m)()
+            n = c_size_t()
+            rc = lib.fkvf_search_keys(ks, byref(kq), out, byref(n), None)
+            if rc != _lib.OK:
+                raise self._key_search_error(ks, rc)
+            return [(int(out[i].position), float(out[i].score)) for i in range(n.value)]
+
+    def _key_search_error(self, ks: Optional[int], rc: int) -> FkvfError:
+        """The error of key search handle ks, naming this archive."""
+        info = _lib.ErrorInfo()
+        if ks and lib.fkvf_search_keys_error(ks, byref(info)) == _lib.OK and info.code != _lib.OK:
+            code = info.code
+            message = _lib.text(info.message) or ""
+            if self.path not in message:
+                message = f"{self.path}: {message}"
+            return make(code, _lib.text(lib.fkvf_error_name(code)) or "",
+                        lib.fkvf_error_class(code), message, self.path)
+        return _error_from(self._h, rc, self.path)
 
     def prefix_reuse(self, prompt: Any) -> Dict[str, int]:
         """Compare a new prompt (token ids; may be empty) with the archive's token stream

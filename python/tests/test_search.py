@@ -263,3 +263,73 @@ def test_search_handle_freed_with_archive(fkvf, paths):
     del a
     gc.collect()
     assert w() is None
+
+
+# ---- key retrieval (Archive.search_keys, fkvf_search_keys) ----
+
+def _top(keys, q, lo, hi, m):
+    """The brute-force top m of q . k over positions [lo, hi): (position, score), best
+    first, then by position."""
+    s = keys[lo:hi].astype(np.float64) @ np.asarray(q, dtype=np.float32).astype(np.float64)
+    order = sorted(range(hi - lo), key=lambda i: (-s[i], i))[:m]
+    return [(lo + i, float(s[i])) for i in order]
+
+
+@pytest.mark.parametrize("rope", [False, True])
+def test_search_keys_against_brute_force(fkvf, tmp_path, rope):
+    """With candidates covering the range the hits are the brute-force top m over the keys
+    Archive.read decodes (f32); with the default they lie in the range, best first, each
+    scored as its decoded key."""
+    path = pack_npz(tmp_path, "k")  # --no-rope: keys archived as given
+    if rope:  # keys with RoPE, archived before rotation (the pack default)
+        src = tmp_path / "k.npz"
+        path = str(tmp_path / "kr.fkvf")
+        run_cli("pack", src, "-o", path, "--sinks", 4, "--recent", 32)
+    rng = np.random.default_rng(3)
+    with fkvf.open(path) as a:
+        lo, hi = 4, T - 32
+        for layer in range(L):
+            for head in range(H):
+                keys = a.read(layers=layer, heads=head, part="k", dtype=np.float32)[0, 0]
+                q = rng.standard_normal(D).astype(np.float32)
+                got = a.search_keys(layer, head, q, m=7, candidates=1024)
+                want = _top(keys, q, lo, hi, 7)
+                assert [p for p, _ in got] == [p for p, _ in want]
+                assert np.allclose([s for _, s in got], [s for _, s in want], rtol=1e-6)
+                got = a.search_keys(layer, head, q, m=5, first=50, end=90, candidates=1024,
+                                    chunk=16)
+                assert [p for p, _ in got] == [p for p, _ in _top(keys, q, 50, 90, 5)]
+                got = a.search_keys(layer, head, q.astype(np.float64), m=9)
+                assert len(got) == 9
+                full = dict(_top(keys, q, lo, hi, hi - lo))
+                for p, s in got:
+                    assert lo <= p < hi and abs(full[p] - s) <= 1e-6 * (1 + abs(s))
+                assert all((x[1], -x[0]) > (y[1], -y[0]) for x, y in zip(got, got[1:]))
+        assert a.search_keys(0, 0, np.ones(D), first=hi) == []
+        assert a.search_keys(0, 0, np.ones(D), end=0) == []
+
+
+def test_search_keys_errors(fkvf, tmp_path):
+    path = pack_npz(tmp_path, "e")
+    with fkvf.open(path) as a:
+        with pytest.raises(ValueError, match="components"):
+            a.search_keys(0, 0, np.ones(D - 1))
+        with pytest.raises(ValueError, match="finite"):
+            a.search_keys(0, 0, np.r_[np.ones(D - 1), np.nan])
+        with pytest.raises(TypeError):
+            a.search_keys(0, 0, np.ones((2, D)))
+        with pytest.raises(TypeError):
+            a.search_keys(0, 0, np.array(["a"] * D))
+        with pytest.raises(IndexError, match="layers"):
+            a.search_keys(L, 0, np.ones(D))
+        with pytest.raises(IndexError):
+            a.search_keys(0, H, np.ones(D))
+        with pytest.raises(ValueError, match="m 0"):
+            a.search_keys(0, 0, np.ones(D), m=0)
+        with pytest.raises(ValueError, match="candidates"):
+            a.search_keys(0, 0, np.ones(D), candidates=1025)
+        with pytest.raises(TypeError):
+            a.search_keys(True, 0, np.ones(D))
+        assert len(a.search_keys(0, 0, np.ones(D), m=3)) == 3
+    with pytest.raises(ValueError, match="closed"):
+        a.search_keys(0, 0, np.ones(D))

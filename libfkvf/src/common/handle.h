@@ -19,6 +19,7 @@
 #define FKVF_HANDLE_SEARCH UINT32_C(0x48435253)   /* "SRCH" */
 #define FKVF_HANDLE_ARCHIVE_OP UINT32_C(0x504F4B46) /* "FKOP" */
 #define FKVF_HANDLE_RVQ UINT32_C(0x51564B46)      /* "FKVQ" */
+#define FKVF_HANDLE_KEY_SEARCH UINT32_C(0x4B53564B) /* "KVSK" */
 
 typedef enum fkvf_handle_state {
     FKVF_HANDLE_OPEN = 0,     /* calls run */

@@ -115,6 +115,22 @@ void fkvf_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, flo
         turn_f32(a, b, step, i, co[i], sg * si[i]);
 }
 
+void fkvf_rope_mean_transpose(const fkvf_rope *r, double *q, uint64_t first, uint64_t count)
+{
+    const double n = (double)count;
+    for (uint32_t i = 0; i < r->rope_dims / 2; i++) {
+        /* sum_{j < n} e^{i w (first + j)} = e^{i w (first + (n - 1) / 2)} sin(n w / 2) / sin(w / 2) */
+        const double w = inv_freq(r, i), h = sin(w / 2);
+        const double mid = ((double)first + (n - 1) / 2) * w;
+        const double f = h != 0 ? sin(n * w / 2) / h / n : 1.0;
+        const double c = f * cos(mid), s = f * sin(mid); /* mean cos, mean sin */
+        double *x0 = q + pair_j0(r, i), *x1 = q + pair_j1(r, i);
+        const double a = *x0, b = *x1; /* R^T (a, b) = (a c + b s, b c - a s) */
+        *x0 = a * c + b * s;
+        *x1 = b * c - a * s;
+    }
+}
+
 static int rope_args(const fkvf_rope *rope, const void *vec, size_t dim)
 {
     if (!rope || !vec || dim > UINT32_MAX || !fkvf_rope_valid(rope, (uint32_t)dim))

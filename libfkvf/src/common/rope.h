@@ -30,6 +30,15 @@ void fkvf_rope_angles(const fkvf_rope *r, const double *freqs, uint64_t t, doubl
  * the forward rotation run four pairs at a time; the result is the same. */
 void fkvf_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, float *v, int avx);
 
+/* Key retrieval's mean query (fkvf_search_keys), in place: q (binary64, at
+ * least rope_dims components) becomes the mean over the positions p = first
+ * .. first + count - 1 of R(p)^T q, R(p) the rotation of spec 8.1 to p, so
+ * that q . c is then the mean of q . R(p) c over those p for every key c
+ * archived before rotation (pairs that turn fast over the range average
+ * out). Components beyond rope_dims are left alone. count >= 1; the sums of
+ * cos and sin over the range in closed form. r must be valid. */
+void fkvf_rope_mean_transpose(const fkvf_rope *r, double *q, uint64_t first, uint64_t count);
+
 /* One pair (x0, x1) rotated by the angle of cosine c and sine s. */
 static inline void fkvf_rope_turn(double c, double s, double *x0, double *x1)
 {
