@@ -1,6 +1,6 @@
 #!/bin/sh
 # ctest rehydrate_smoke: fkvf-rehydrate (issue 19 C.10) on stories260K, 2
-# sequences of 128 positions, key-symbol codebooks of k = 16 on 2 sequences
+# sequences of 80 positions, key-symbol codebooks of k = 16 on 2 sequences
 # (pre-RoPE rules in chunks of 8 positions).
 # Checks what holds by definition: with m = 128 no step has more than m
 # archived positions, so every rule sees the full cache and its change is
@@ -15,7 +15,7 @@ if [ ! -f "$m" ]; then
     echo "rehydrate_smoke: $m not found, skipping"
     exit 77
 fi
-out=$("$a" --model "$m" --seqs 2 --tokens 128 --m 16 --m 128 --train 2 --k 16 --chunk 8 2>&1)
+out=$("$a" --model "$m" --seqs 2 --tokens 80 --m 16 --m 128 --train 2 --k 16 --chunk 8 2>&1)
 st=$?
 echo "$out"
 [ $st -eq 0 ] || { echo "rehydrate_smoke: exit status $st"; exit 1; }
