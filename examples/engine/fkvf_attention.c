@@ -46,7 +46,6 @@
 #endif
 
 #define PROG "fkvf-attention"
-#define MAX_M 8
 
 /* the printed rows: all archived, the rules of retrieval.h but the oracle of a
  * head, the oracle shared by all heads, the oracle of a head */
@@ -73,29 +72,8 @@ static int row_needs_codebooks(int row)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: " PROG " [--model PATH] [--seqs S] [--tokens T] [--sinks S] [--recent W]\n"
-            "                      [--m M]... [--seed X] [--train N] [--k K] [--stages S]\n"
-            "                      [--cand C] [--text FILE [--eval-bytes A:B] [--train-bytes A:B]]\n"
-            "  --seqs S      evaluation sequences (16)\n"
-            "  --tokens T    positions per sequence, BOS included (512; at most the model's)\n"
-            "  --sinks S     exact sink positions (4); --recent W exact recent positions (32)\n"
-            "  --m M         positions a rule may pick (repeatable, at most %d; default 16,\n"
-            "                32, 64, 128)\n"
-            "  --seed X      sampled sequence i is seeded X * 1000003 + 10000 + i, as\n"
-            "                fkvf-quality's evaluation sequences (1)\n"
-            "  --train N     the key-symbol rules' codebooks are trained on N sequences\n"
-            "                (sampled: seeds X * 1000003 + i; text: --train-bytes) (16;\n"
-            "                0: no key-symbol rules)\n"
-            "  --k K         centroids a stage (256); --stages S key stages (4)\n"
-            "  --cand C      the refined key-symbol rules rank C * m candidates (4)\n"
-            "  --chunk P     the pre-RoPE key-symbol rules score centroids per chunk of P\n"
-            "                archived positions (0: the whole range, one chunk) (0)\n"
-            "  --text FILE   the sequences are FILE's bytes (BOS, then id 3 + byte) from\n"
-            "                --eval-bytes A:B (default: the last tenth); training\n"
-            "                sequences from --train-bytes A:B (default: the first 9/10)\n"
-            "default model: %s\n",
-            MAX_M, LM_DEFAULT_MODEL);
+    fprintf(f, "usage: " PROG " [OPTIONS]\n");
+    rt_usage(f, LM_DEFAULT_MODEL);
 }
 
 static void *xmalloc(size_t n)
@@ -110,7 +88,7 @@ static void *xmalloc(size_t n)
 
 typedef struct run {
     const lm_config *mc;
-    int T, sinks, recent, n_m, m[MAX_M], have_cb;
+    int T, sinks, recent, n_m, m[RT_MAX_M], have_cb;
     rt_ctx *rt;
     double *att;     /* the step's attention: [L][NH][T] */
     double *shared;  /* scratch: T, attention summed over every head */
@@ -242,130 +220,41 @@ static double mean_of(const run *r, const double *sums, int row, int mi)
 
 int main(int argc, char **argv)
 {
-    const char *model = LM_DEFAULT_MODEL, *text_path = NULL, *eval_range = NULL;
-    const char *train_range = NULL;
-    long S = 16, T = 512, sinks = 4, recent = 32, seed = 1, n_train = 16, k = 256, stages = 4;
-    long cand = 4, chunk = 0;
-    long ms[MAX_M];
-    int n_m = 0;
+    rt_opts o;
+    rt_opts_init(&o, LM_DEFAULT_MODEL);
     for (int i = 1; i < argc; i += 2) { /* every option takes a value, but --help */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long *target = NULL, lo = 1, hi = 1000000;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
-        } else if (!v) {
-            usage(stderr);
-            return 2;
-        } else if (!strcmp(a, "--model")) {
-            model = v;
-        } else if (!strcmp(a, "--text")) {
-            text_path = v;
-        } else if (!strcmp(a, "--eval-bytes")) {
-            eval_range = v;
-        } else if (!strcmp(a, "--train-bytes")) {
-            train_range = v;
-        } else if (!strcmp(a, "--seqs")) {
-            target = &S;
-        } else if (!strcmp(a, "--tokens")) {
-            target = &T;
-            lo = 2;
-        } else if (!strcmp(a, "--sinks")) {
-            target = &sinks;
-            lo = 0;
-        } else if (!strcmp(a, "--recent")) {
-            target = &recent;
-        } else if (!strcmp(a, "--seed")) {
-            target = &seed;
-            lo = 0;
-        } else if (!strcmp(a, "--train")) {
-            target = &n_train;
-            lo = 0;
-        } else if (!strcmp(a, "--k")) {
-            target = &k;
-            lo = 16;
-            hi = 4096;
-        } else if (!strcmp(a, "--stages")) {
-            target = &stages;
-            hi = 16;
-        } else if (!strcmp(a, "--cand")) {
-            target = &cand;
-            hi = 64;
-        } else if (!strcmp(a, "--chunk")) {
-            target = &chunk;
-            lo = 0;
-        } else if (!strcmp(a, "--m") && n_m < MAX_M) {
-            target = &ms[n_m++];
-        } else {
-            usage(stderr);
-            return 2;
         }
-        if (target && st_parse_long(v, lo, hi, target)) {
-            fprintf(stderr, PROG ": bad value for %s: %s\n", a, v);
+        const int t = v ? rt_opts_take(&o, PROG, a, v) : 0;
+        if (t <= 0) {
+            if (t == 0)
+                usage(stderr);
             return 2;
         }
     }
-    if (k & (k - 1)) {
-        fprintf(stderr, PROG ": --k must be a power of two (16..4096)\n");
-        return 2;
-    }
-    if (n_m == 0) {
-        const long def[] = {16, 32, 64, 128};
-        for (n_m = 0; n_m < 4; n_m++)
-            ms[n_m] = def[n_m];
-    }
-    if ((eval_range || train_range) && !text_path) {
-        fprintf(stderr, PROG ": --eval-bytes and --train-bytes go with --text\n");
-        return 2;
-    }
-    char err[512];
-    lm_model *mdl = lm_load(model, err, sizeof err);
-    if (!mdl) {
-        fprintf(stderr, PROG ": %s\n", err);
-        return 1;
-    }
-    const lm_config *mc = lm_model_config(mdl);
-    if (T > mc->seq_len) {
-        fprintf(stderr, PROG ": --tokens %ld exceeds the model's %d\n", T, mc->seq_len);
-        lm_free(mdl);
-        return 2;
-    }
-    uint8_t *text = NULL;
-    size_t tn = 0, off = 0, end = 0, toff = 0, tend = 0;
-    if (text_path) {
-        if (!(text = st_read_text(PROG, text_path, &tn))) {
-            lm_free(mdl);
-            return 1;
-        }
-        off = tn - tn / 10;
-        end = tn;
-        toff = 0;
-        tend = off;
-        if ((eval_range && st_parse_range(eval_range, tn, &off, &end)) ||
-            (train_range && st_parse_range(train_range, tn, &toff, &tend))) {
-            fprintf(stderr, PROG ": a byte range is A:B with A < B <= %zu (the file's size)\n", tn);
-            free(text);
-            lm_free(mdl);
-            return 2;
-        }
-    }
-    fkvf_rvq *asis = NULL, *pre = NULL;
-    if (n_train > 0)
-        rt_train(PROG, mdl, (int)T, (int)n_train, (uint64_t)seed, text, toff, tend, (uint32_t)k,
-                 (int)stages, &asis, &pre);
+    rt_setup su;
+    int ret = rt_setup_run(PROG, &o, &su);
+    if (ret)
+        return ret;
+    const lm_config *mc = lm_model_config(su.mdl);
+    const long S = o.S, T = o.T;
+    const int n_m = o.n_m;
     const int L = mc->n_layers, NH = mc->n_heads;
     run r;
     memset(&r, 0, sizeof r);
     r.mc = mc;
     r.T = (int)T;
-    r.sinks = (int)sinks;
-    r.recent = (int)recent;
+    r.sinks = (int)o.sinks;
+    r.recent = (int)o.recent;
     r.n_m = n_m;
-    r.have_cb = asis != NULL;
+    r.have_cb = su.asis != NULL;
     for (int i = 0; i < n_m; i++)
-        r.m[i] = (int)ms[i];
-    r.rt = rt_new(mc, (int)T, (int)sinks, (int)recent, (uint64_t)seed, asis, pre, (int)cand,
-                   (int)chunk);
+        r.m[i] = (int)o.ms[i];
+    r.rt = rt_new(mc, (int)T, (int)o.sinks, (int)o.recent, (uint64_t)o.seed, su.asis, su.pre,
+                  (int)o.cand, (int)o.chunk);
     if (!r.rt) {
         fprintf(stderr, PROG ": out of memory\n");
         return 1;
@@ -388,28 +277,18 @@ int main(int argc, char **argv)
         /* the tokens are known only as the run makes them: on_step reads
          * tok[0..t], which st_run_sequence has written by then */
         rt_begin(r.rt, tok);
-        st_run_sequence(PROG, mdl, (int)T,
-                        (uint64_t)seed * 1000003u + ST_EVAL_SEED_OFFSET + (uint64_t)i,
-                        text ? st_text_seq(PROG, text, off, end, (int)T, i, "evaluation") : NULL,
-                        tok, on_step, &r);
+        st_run_sequence(
+            PROG, su.mdl, (int)T, (uint64_t)o.seed * 1000003u + ST_EVAL_SEED_OFFSET + (uint64_t)i,
+            su.text ? st_text_seq(PROG, su.text, su.off, su.end, (int)T, i, "evaluation") : NULL,
+            tok, on_step, &r);
     }
     printf(PROG ": model %s (%d layers, %d query heads, %d KV heads, head dim %d); %ld sequences "
            "x %ld positions (%s); exact window %ld sinks + %ld recent; mass = the share of a "
            "step's attention (a layer's query head) on the positions a rule picks, mean over "
            "steps with more than m archived positions, sequences, layers and heads\n",
-           model, L, NH, mc->n_kv_heads, mc->head_size, S, T, text ? "text" : "sampled", sinks,
-           recent);
-    char chunk_s[32];
-    if (chunk)
-        snprintf(chunk_s, sizeof chunk_s, "%ld", chunk);
-    else
-        snprintf(chunk_s, sizeof chunk_s, "all");
-    if (asis)
-        printf("key-symbol rules: codebooks k = %ld, %ld key stages, trained on %ld %s sequences; "
-               "refined: %ld x m candidates; pre-RoPE chunks of %s positions\n",
-               k, stages, n_train, text ? "text" : "sampled", cand, chunk_s);
-    else
-        printf("key-symbol rules: not run (--train 0)\n");
+           o.model, L, NH, mc->n_kv_heads, mc->head_size, S, T, su.text ? "text" : "sampled",
+           o.sinks, o.recent);
+    rt_print_settings(&o, &su);
     printf("\n| rule |");
     for (int mi = 0; mi < n_m; mi++)
         printf(" m = %d |", r.m[mi]);
@@ -500,8 +379,6 @@ int main(int argc, char **argv)
         }
     }
     rt_free(r.rt);
-    fkvf_rvq_free(asis);
-    fkvf_rvq_free(pre);
     free(r.att);
     free(r.idx);
     free(r.shared);
@@ -511,7 +388,6 @@ int main(int argc, char **argv)
     free(r.examined);
     free(r.steps);
     free(tok);
-    free(text);
-    lm_free(mdl);
+    rt_setup_free(&su);
     return 0;
 }

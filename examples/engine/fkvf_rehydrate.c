@@ -32,36 +32,13 @@
 #endif
 
 #define PROG "fkvf-rehydrate"
-#define MAX_M 8
-
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: " PROG " [--model PATH] [--seqs S] [--tokens T] [--sinks S] [--recent W]\n"
-            "                      [--m M]... [--rule NAME]... [--seed X] [--train N] [--k K]\n"
-            "                      [--stages S] [--cand C] [--chunk P]\n"
-            "                      [--text FILE [--eval-bytes A:B] [--train-bytes A:B]]\n"
-            "  --seqs S      evaluation sequences (16)\n"
-            "  --tokens T    positions per sequence, BOS included (512; at most the model's)\n"
-            "  --sinks S     exact sink positions (4); --recent W exact recent positions (32)\n"
-            "  --m M         archived positions attention may see (repeatable, at most %d;\n"
-            "                default 16, 32, 64, 128)\n"
-            "  --rule NAME   run only this rule (repeatable): suffix, successors, recent,\n"
-            "                random, norm, h2o, keysym0, keysym, keysym0-pre, keysym-pre,\n"
-            "                oracle (default: all)\n"
-            "  --seed X      sampled sequence i is seeded X * 1000003 + 10000 + i, as\n"
-            "                fkvf-quality's evaluation sequences (1)\n"
-            "  --train N     the key-symbol rules' codebooks are trained on N sequences (16;\n"
-            "                0: no key-symbol rules)\n"
-            "  --k K         centroids a stage (256); --stages S key stages (4)\n"
-            "  --cand C      the refined key-symbol rules rank C * m candidates (4)\n"
-            "  --chunk P     the pre-RoPE key-symbol rules score centroids per chunk of P\n"
-            "                archived positions (0: the whole range, one chunk) (0)\n"
-            "  --text FILE   the sequences are FILE's bytes (BOS, then id 3 + byte) from\n"
-            "                --eval-bytes A:B (default: the last tenth); training\n"
-            "                sequences from --train-bytes A:B (default: the first 9/10)\n"
-            "default model: %s\n",
-            MAX_M, LM_DEFAULT_MODEL);
+    fprintf(f, "usage: " PROG " [OPTIONS] [--rule NAME]...\n"
+               "  --rule NAME   run only this rule (repeatable): suffix, successors, recent,\n"
+               "                random, norm, h2o, keysym0, keysym, keysym0-pre, keysym-pre,\n"
+               "                oracle (default: all)\n");
+    rt_usage(f, LM_DEFAULT_MODEL);
 }
 
 static const char *const rule_keys[RT_COUNT] = {
@@ -162,29 +139,17 @@ static double change(const double *v, const double *full, int S, double npred, d
 
 int main(int argc, char **argv)
 {
-    const char *model = LM_DEFAULT_MODEL, *text_path = NULL, *eval_range = NULL;
-    const char *train_range = NULL;
-    long S = 16, T = 512, sinks = 4, recent = 32, seed = 1, n_train = 16, k = 256, stages = 4;
-    long cand = 4, chunk = 0;
-    long ms[MAX_M];
-    int n_m = 0, want[RT_COUNT] = {0}, n_want = 0;
+    rt_opts o;
+    rt_opts_init(&o, LM_DEFAULT_MODEL);
+    int want[RT_COUNT] = {0}, n_want = 0;
     for (int i = 1; i < argc; i += 2) { /* every option takes a value, but --help */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long *target = NULL, lo = 1, hi = 1000000;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
         } else if (!v) {
             usage(stderr);
             return 2;
-        } else if (!strcmp(a, "--model")) {
-            model = v;
-        } else if (!strcmp(a, "--text")) {
-            text_path = v;
-        } else if (!strcmp(a, "--eval-bytes")) {
-            eval_range = v;
-        } else if (!strcmp(a, "--train-bytes")) {
-            train_range = v;
         } else if (!strcmp(a, "--rule")) {
             int found = 0;
             for (int r = 0; r < RT_COUNT; r++)
@@ -196,104 +161,34 @@ int main(int argc, char **argv)
                 fprintf(stderr, PROG ": unknown rule %s (see --help)\n", v);
                 return 2;
             }
-        } else if (!strcmp(a, "--seqs")) {
-            target = &S;
-        } else if (!strcmp(a, "--tokens")) {
-            target = &T;
-            lo = 2;
-        } else if (!strcmp(a, "--sinks")) {
-            target = &sinks;
-            lo = 0;
-        } else if (!strcmp(a, "--recent")) {
-            target = &recent;
-        } else if (!strcmp(a, "--seed")) {
-            target = &seed;
-            lo = 0;
-        } else if (!strcmp(a, "--train")) {
-            target = &n_train;
-            lo = 0;
-        } else if (!strcmp(a, "--k")) {
-            target = &k;
-            lo = 16;
-            hi = 4096;
-        } else if (!strcmp(a, "--stages")) {
-            target = &stages;
-            hi = 16;
-        } else if (!strcmp(a, "--cand")) {
-            target = &cand;
-            hi = 64;
-        } else if (!strcmp(a, "--chunk")) {
-            target = &chunk;
-            lo = 0;
-        } else if (!strcmp(a, "--m") && n_m < MAX_M) {
-            target = &ms[n_m++];
         } else {
-            usage(stderr);
-            return 2;
+            const int t = rt_opts_take(&o, PROG, a, v);
+            if (t <= 0) {
+                if (t == 0)
+                    usage(stderr);
+                return 2;
+            }
         }
-        if (target && st_parse_long(v, lo, hi, target)) {
-            fprintf(stderr, PROG ": bad value for %s: %s\n", a, v);
-            return 2;
-        }
-    }
-    if (k & (k - 1)) {
-        fprintf(stderr, PROG ": --k must be a power of two (16..4096)\n");
-        return 2;
-    }
-    if (n_m == 0) {
-        const long def[] = {16, 32, 64, 128};
-        for (n_m = 0; n_m < 4; n_m++)
-            ms[n_m] = def[n_m];
-    }
-    if ((eval_range || train_range) && !text_path) {
-        fprintf(stderr, PROG ": --eval-bytes and --train-bytes go with --text\n");
-        return 2;
     }
     for (int r = 0; r < RT_COUNT; r++) {
         if (n_want == 0)
-            want[r] = !(rt_rule_needs_codebooks((rt_rule)r) && n_train == 0);
-        else if (want[r] && rt_rule_needs_codebooks((rt_rule)r) && n_train == 0) {
+            want[r] = !(rt_rule_needs_codebooks((rt_rule)r) && o.n_train == 0);
+        else if (want[r] && rt_rule_needs_codebooks((rt_rule)r) && o.n_train == 0) {
             fprintf(stderr, PROG ": --rule %s needs codebooks (--train N, N > 0)\n", rule_keys[r]);
             return 2;
         }
     }
-    char err[512];
-    lm_model *mdl = lm_load(model, err, sizeof err);
-    if (!mdl) {
-        fprintf(stderr, PROG ": %s\n", err);
-        return 1;
-    }
+    rt_setup su;
+    int ret = rt_setup_run(PROG, &o, &su);
+    if (ret)
+        return ret;
+    lm_model *mdl = su.mdl;
     const lm_config *mc = lm_model_config(mdl);
-    if (T > mc->seq_len) {
-        fprintf(stderr, PROG ": --tokens %ld exceeds the model's %d\n", T, mc->seq_len);
-        lm_free(mdl);
-        return 2;
-    }
-    uint8_t *text = NULL;
-    size_t tn = 0, off = 0, end = 0, toff = 0, tend = 0;
-    if (text_path) {
-        if (!(text = st_read_text(PROG, text_path, &tn))) {
-            lm_free(mdl);
-            return 1;
-        }
-        off = tn - tn / 10;
-        end = tn;
-        toff = 0;
-        tend = off;
-        if ((eval_range && st_parse_range(eval_range, tn, &off, &end)) ||
-            (train_range && st_parse_range(train_range, tn, &toff, &tend))) {
-            fprintf(stderr, PROG ": a byte range is A:B with A < B <= %zu (the file's size)\n", tn);
-            free(text);
-            lm_free(mdl);
-            return 2;
-        }
-    }
-    fkvf_rvq *asis = NULL, *pre = NULL;
-    if (n_train > 0)
-        rt_train(PROG, mdl, (int)T, (int)n_train, (uint64_t)seed, text, toff, tend, (uint32_t)k,
-                 (int)stages, &asis, &pre);
-    rt_ctx *rt = rt_new(mc, (int)T, (int)sinks, (int)recent, (uint64_t)seed, asis, pre, (int)cand,
-                   (int)chunk);
+    const long S = o.S, T = o.T;
+    const int n_m = o.n_m;
+    const long *ms = o.ms;
+    rt_ctx *rt = rt_new(mc, (int)T, (int)o.sinks, (int)o.recent, (uint64_t)o.seed, su.asis, su.pre,
+                        (int)o.cand, (int)o.chunk);
     if (!rt) {
         fprintf(stderr, PROG ": out of memory\n");
         return 1;
@@ -301,7 +196,7 @@ int main(int argc, char **argv)
     int max_m = 1;
     for (int i = 0; i < n_m; i++)
         max_m = ms[i] > max_m ? (int)ms[i] : max_m;
-    hook_ctx hc = {rt, 0, 0, (int)sinks, (int)recent, xmalloc((size_t)max_m * sizeof(int)),
+    hook_ctx hc = {rt, 0, 0, (int)o.sinks, (int)o.recent, xmalloc((size_t)max_m * sizeof(int)),
                    xmalloc((size_t)T * sizeof(double))};
     const lm_hooks hooks = {select_rows, attended, &hc};
     /* per sequence: the NLL of the full cache, the window alone, each (rule, m) */
@@ -315,11 +210,10 @@ int main(int argc, char **argv)
     }
     const time_t t0 = time(NULL);
     for (int i = 0; i < (int)S; i++) {
-        full[i] = st_run_sequence(PROG, mdl, (int)T,
-                                  (uint64_t)seed * 1000003u + ST_EVAL_SEED_OFFSET + (uint64_t)i,
-                                  text ? st_text_seq(PROG, text, off, end, (int)T, i, "evaluation")
-                                       : NULL,
-                                  tok, NULL, NULL);
+        full[i] = st_run_sequence(
+            PROG, mdl, (int)T, (uint64_t)o.seed * 1000003u + ST_EVAL_SEED_OFFSET + (uint64_t)i,
+            su.text ? st_text_seq(PROG, su.text, su.off, su.end, (int)T, i, "evaluation") : NULL,
+            tok, NULL, NULL);
         hc.m = 0;
         hc.rule = RT_RECENT;
         win[i] = run_hooked(mdl, tok, (int)T, &hooks, rt);
@@ -346,17 +240,9 @@ int main(int argc, char **argv)
            "rows); perplexity change against the full cache over all %ld predictions a "
            "sequence (in brackets: the NLL change a prediction +- its standard error over "
            "sequences)\n",
-           model, mc->n_layers, mc->n_heads, mc->n_kv_heads, mc->head_size, S, T,
-           text ? "text" : "sampled", sinks, recent, T - 1);
-    char chunk_s[32];
-    if (chunk)
-        snprintf(chunk_s, sizeof chunk_s, "%ld", chunk);
-    else
-        snprintf(chunk_s, sizeof chunk_s, "all");
-    if (asis)
-        printf("key-symbol rules: codebooks k = %ld, %ld key stages, trained on %ld %s sequences; "
-               "refined: %ld x m candidates; pre-RoPE chunks of %s positions\n",
-               k, stages, n_train, text ? "text" : "sampled", cand, chunk_s);
+           o.model, mc->n_layers, mc->n_heads, mc->n_kv_heads, mc->head_size, S, T,
+           su.text ? "text" : "sampled", o.sinks, o.recent, T - 1);
+    rt_print_settings(&o, &su);
     printf("\nfull cache: mean NLL %.4f, perplexity %.3f\n", full_mean, exp(full_mean));
     double se;
     double d = change(win, full, (int)S, npred, &se);
@@ -380,15 +266,12 @@ int main(int argc, char **argv)
         printf("\n");
     }
     rt_free(rt);
-    fkvf_rvq_free(asis);
-    fkvf_rvq_free(pre);
     free(hc.pick);
     free(hc.att);
     free(full);
     free(win);
     free(nll);
     free(tok);
-    free(text);
-    lm_free(mdl);
+    rt_setup_free(&su);
     return 0;
 }

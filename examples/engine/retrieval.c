@@ -613,3 +613,163 @@ int rt_pick(rt_ctx *r, rt_rule rule, const lm_state *st, int layer, int head, co
         *examined = r->rk_examined[rule];
     return n;
 }
+
+/* ---- options and set-up --------------------------------------------------------- */
+
+void rt_opts_init(rt_opts *o, const char *default_model)
+{
+    memset(o, 0, sizeof *o);
+    o->model = default_model;
+    o->S = 16;
+    o->T = 512;
+    o->sinks = 4;
+    o->recent = 32;
+    o->seed = 1;
+    o->n_train = 16;
+    o->k = 256;
+    o->stages = 4;
+    o->cand = 4;
+}
+
+int rt_opts_take(rt_opts *o, const char *prog, const char *a, const char *v)
+{
+    long *target = NULL, lo = 1, hi = 1000000;
+    if (!strcmp(a, "--model"))
+        o->model = v;
+    else if (!strcmp(a, "--text"))
+        o->text_path = v;
+    else if (!strcmp(a, "--eval-bytes"))
+        o->eval_range = v;
+    else if (!strcmp(a, "--train-bytes"))
+        o->train_range = v;
+    else if (!strcmp(a, "--seqs"))
+        target = &o->S;
+    else if (!strcmp(a, "--tokens"))
+        target = &o->T, lo = 2;
+    else if (!strcmp(a, "--sinks"))
+        target = &o->sinks, lo = 0;
+    else if (!strcmp(a, "--recent"))
+        target = &o->recent;
+    else if (!strcmp(a, "--seed"))
+        target = &o->seed, lo = 0;
+    else if (!strcmp(a, "--train"))
+        target = &o->n_train, lo = 0;
+    else if (!strcmp(a, "--k"))
+        target = &o->k, lo = 16, hi = 4096;
+    else if (!strcmp(a, "--stages"))
+        target = &o->stages, hi = 16;
+    else if (!strcmp(a, "--cand"))
+        target = &o->cand, hi = 64;
+    else if (!strcmp(a, "--chunk"))
+        target = &o->chunk, lo = 0;
+    else if (!strcmp(a, "--m") && o->n_m < RT_MAX_M)
+        target = &o->ms[o->n_m++];
+    else
+        return 0;
+    if (target && st_parse_long(v, lo, hi, target)) {
+        fprintf(stderr, "%s: bad value for %s: %s\n", prog, a, v);
+        return -1;
+    }
+    return 1;
+}
+
+void rt_usage(FILE *f, const char *default_model)
+{
+    fprintf(f,
+            "  --model PATH  a llama2.c checkpoint\n"
+            "  --seqs S      evaluation sequences (16)\n"
+            "  --tokens T    positions per sequence, BOS included (512; at most the model's)\n"
+            "  --sinks S     exact sink positions (4); --recent W exact recent positions (32)\n"
+            "  --m M         archived positions a rule picks (repeatable, at most %d;\n"
+            "                default 16, 32, 64, 128)\n"
+            "  --seed X      sampled sequence i is seeded X * 1000003 + 10000 + i, as\n"
+            "                fkvf-quality's evaluation sequences (1)\n"
+            "  --train N     the key-symbol rules' codebooks are trained on N sequences\n"
+            "                (sampled: seeds X * 1000003 + i; text: --train-bytes) (16;\n"
+            "                0: no key-symbol rules)\n"
+            "  --k K         centroids a stage (256); --stages S key stages (4)\n"
+            "  --cand C      the refined key-symbol rules rank C * m candidates (4)\n"
+            "  --chunk P     the pre-RoPE key-symbol rules score centroids per chunk of P\n"
+            "                archived positions (0: the whole range, one chunk) (0)\n"
+            "  --text FILE   the sequences are FILE's bytes (BOS, then id 3 + byte) from\n"
+            "                --eval-bytes A:B (default: the last tenth); training\n"
+            "                sequences from --train-bytes A:B (default: the first 9/10)\n"
+            "default model: %s\n",
+            RT_MAX_M, default_model);
+}
+
+void rt_setup_free(rt_setup *s)
+{
+    fkvf_rvq_free(s->asis);
+    fkvf_rvq_free(s->pre);
+    free(s->text);
+    lm_free(s->mdl);
+    memset(s, 0, sizeof *s);
+}
+
+int rt_setup_run(const char *prog, rt_opts *o, rt_setup *s)
+{
+    memset(s, 0, sizeof *s);
+    if (o->k & (o->k - 1)) {
+        fprintf(stderr, "%s: --k must be a power of two (16..4096)\n", prog);
+        return 2;
+    }
+    if (o->n_m == 0) {
+        const long def[] = {16, 32, 64, 128};
+        for (o->n_m = 0; o->n_m < 4; o->n_m++)
+            o->ms[o->n_m] = def[o->n_m];
+    }
+    if ((o->eval_range || o->train_range) && !o->text_path) {
+        fprintf(stderr, "%s: --eval-bytes and --train-bytes go with --text\n", prog);
+        return 2;
+    }
+    char err[512];
+    if (!(s->mdl = lm_load(o->model, err, sizeof err))) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return 1;
+    }
+    const lm_config *mc = lm_model_config(s->mdl);
+    if (o->T > mc->seq_len) {
+        fprintf(stderr, "%s: --tokens %ld exceeds the model's %d\n", prog, o->T, mc->seq_len);
+        rt_setup_free(s);
+        return 2;
+    }
+    if (o->text_path) {
+        size_t tn;
+        if (!(s->text = st_read_text(prog, o->text_path, &tn))) {
+            rt_setup_free(s);
+            return 1;
+        }
+        s->off = tn - tn / 10;
+        s->end = tn;
+        s->toff = 0;
+        s->tend = s->off;
+        if ((o->eval_range && st_parse_range(o->eval_range, tn, &s->off, &s->end)) ||
+            (o->train_range && st_parse_range(o->train_range, tn, &s->toff, &s->tend))) {
+            fprintf(stderr, "%s: a byte range is A:B with A < B <= %zu (the file's size)\n", prog,
+                    tn);
+            rt_setup_free(s);
+            return 2;
+        }
+    }
+    if (o->n_train > 0)
+        rt_train(prog, s->mdl, (int)o->T, (int)o->n_train, (uint64_t)o->seed, s->text, s->toff,
+                 s->tend, (uint32_t)o->k, (int)o->stages, &s->asis, &s->pre);
+    return 0;
+}
+
+void rt_print_settings(const rt_opts *o, const rt_setup *s)
+{
+    if (!s->asis) {
+        printf("key-symbol rules: not run (--train 0)\n");
+        return;
+    }
+    char chunk_s[32];
+    if (o->chunk)
+        snprintf(chunk_s, sizeof chunk_s, "%ld", o->chunk);
+    else
+        snprintf(chunk_s, sizeof chunk_s, "all");
+    printf("key-symbol rules: codebooks k = %ld, %ld key stages, trained on %ld %s sequences; "
+           "refined: %ld x m candidates; pre-RoPE chunks of %s positions\n",
+           o->k, o->stages, o->n_train, s->text ? "text" : "sampled", o->cand, chunk_s);
+}

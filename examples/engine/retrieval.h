@@ -46,6 +46,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <fkvf.h>
 
@@ -131,6 +132,45 @@ int rt_pick(rt_ctx *r, rt_rule rule, const lm_state *st, int layer, int head, co
  * those p for any pre-RoPE key c (R(x): RoPE at position x). head_size even,
  * 2..1024 (else out is left alone). Exposed for the tests. */
 void rt_mean_query(const float *q, int head_size, int t, int lo, int hi, float *out);
+
+/* ---- the options and set-up the retrieval studies share ------------------- */
+
+#define RT_MAX_M 8 /* values of --m */
+
+/* fkvf-attention's and fkvf-rehydrate's common options (rt_usage says what
+ * each means; defaults by rt_opts_init). */
+typedef struct rt_opts {
+    const char *model, *text_path, *eval_range, *train_range;
+    long S, T, sinks, recent, seed, n_train, k, stages, cand, chunk;
+    long ms[RT_MAX_M];
+    int n_m;
+} rt_opts;
+
+void rt_opts_init(rt_opts *o, const char *default_model);
+/* Option a with value v: 1 taken, 0 not one of the common options, -1 a bad
+ * value (a message naming prog printed). */
+int rt_opts_take(rt_opts *o, const char *prog, const char *a, const char *v);
+/* The common options' usage lines, default model named. */
+void rt_usage(FILE *f, const char *default_model);
+
+/* What the options give: the model, the text (NULL: sampled sequences) and
+ * its evaluation and training ranges, the key codebooks (NULL with --train
+ * 0). */
+typedef struct rt_setup {
+    lm_model *mdl;
+    uint8_t *text;
+    size_t off, end, toff, tend;
+    fkvf_rvq *asis, *pre;
+} rt_setup;
+
+/* Checks the options together (--k a power of two, ranges with --text,
+ * --tokens within the model; default m values), loads the model and the
+ * text, trains the codebooks. 0, or the exit status after a message (2
+ * usage, 1 a file that does not load); *s is then freed. */
+int rt_setup_run(const char *prog, rt_opts *o, rt_setup *s);
+void rt_setup_free(rt_setup *s);
+/* The printed line of the key-symbol rules' settings. */
+void rt_print_settings(const rt_opts *o, const rt_setup *s);
 
 #ifdef __cplusplus
 }
