@@ -173,6 +173,38 @@ START_TEST(diag_fields_beside_the_message)
 }
 END_TEST
 
+/* A long text is cut to 759 bytes and the message keeps its file name, its
+ * code name at the end and fits FKVF_MSG_MAX with its NUL: what
+ * docs/library.md promises (it said 511 bytes while messages reach 1023). */
+START_TEST(diag_message_length_is_documented)
+{
+    ck_assert_int_eq(FKVF_MSG_MAX, 1024);
+    char big[3000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    fkvf_diag d;
+    d.name = "a.fkvf";
+    fkvf_diag_clear(&d);
+    fkvf_fail(&d, FKVF_E_CORRUPT, 77, "5.3", "%s", big);
+    const size_t n = strlen(d.msg);
+    ck_assert_uint_lt(n, FKVF_MSG_MAX);
+    ck_assert(!strncmp(d.msg, "a.fkvf: offset 77: ", 19));
+    ck_assert_str_eq(d.msg + n - strlen(" (spec 5.3) [FKVF_E_CORRUPT]"),
+                     " (spec 5.3) [FKVF_E_CORRUPT]");
+    size_t len;
+    (void)fkvf_diag_text(&d, &len);
+    ck_assert_uint_eq(len, 759);
+    /* the longest parts all at once still fit */
+    char name[300];
+    memset(name, 'n', sizeof name - 1);
+    name[sizeof name - 1] = 0;
+    d.name = name;
+    fkvf_fail_replace(&d, FKVF_E_CORRUPT, UINT64_MAX - 1, "19.12.3", "%s", big);
+    ck_assert_uint_lt(strlen(d.msg), FKVF_MSG_MAX);
+    ck_assert_str_eq(d.msg + strlen(d.msg) - strlen("[FKVF_E_CORRUPT]"), "[FKVF_E_CORRUPT]");
+}
+END_TEST
+
 /* the public fields of a reader's error name the field its message names */
 START_TEST(reader_error_names_the_field)
 {
@@ -748,6 +780,7 @@ static Suite *common_suite(void)
     tcase_add_test(t, index_stream_id_canonical_order);
     tcase_add_test(t, quad_bits_for_widths);
     tcase_add_test(t, diag_fields_beside_the_message);
+    tcase_add_test(t, diag_message_length_is_documented);
     tcase_add_test(t, reader_error_names_the_field);
     tcase_add_test(t, filemap_maps_and_reads);
     tcase_add_test(t, alloc_large_tables);

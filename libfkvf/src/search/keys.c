@@ -33,7 +33,7 @@ struct fkvf_key_search {
     fkvf_reader *r;
     fkvf_desc desc;
     uint64_t n_archived;
-    unsigned ks, vs; /* key and value stages */
+    unsigned ks;     /* key stages */
     uint32_t k;      /* centroids a stage */
     int pre_rope;    /* keys archived before rotation (key_storage 1) */
     fkvf_rope rope;
@@ -142,7 +142,6 @@ FKVF_API int fkvf_search_keys_open(fkvf_key_search **out, fkvf_reader *r,
         return FAIL(rc, "%s: the codebook's tables: %s", fkvf_reader_file_name(r),
                     fkvf_strerror(rc));
     ks->ks = sh.k_stages;
-    ks->vs = sh.v_stages;
     ks->k = sh.k;
     ks->pre_rope = ks->desc.key_storage == 1;
     if (ks->pre_rope) {
