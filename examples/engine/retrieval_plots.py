@@ -3,13 +3,16 @@
 
 Reads, in DIR (default docs/retrieval-study):
   MODEL-wW.md            fkvf-attention outputs (attention mass a rule finds, by m and layer)
-  MODEL-wW-rehydrate.md  fkvf-rehydrate outputs (perplexity change by rule and m)
+  MODEL-wW-rehydrate.md  fkvf-rehydrate outputs (perplexity change by rule and m); the
+                         rows of MODEL-wW-rehydrate-chunk16.md, when there is one, replace
+                         its rows of the same rules
 for MODEL in stories260K and shakespeare-hd64, and writes there:
   attention-mass.png  the attention mass of the m positions each rule picks, by m, one panel
                       a model and window;
   perplexity.png      the perplexity change of attending to the exact window plus the m
-                      positions a rule picks, by m (log scale), one panel a model and window
-                      that has a rehydrate output;
+                      positions a rule picks, by m (log scale; changes of 0.01% and below,
+                      zero and negative ones too, drawn at 0.01%), one panel a model and
+                      window that has a rehydrate output;
   layers.png          the attention mass by layer at the smallest m, one panel a model (the
                       window given by --layers-window, 32 by default).
 usage: retrieval_plots.py [DIR] [--layers-window W]
@@ -128,6 +131,9 @@ def main():
             with open(p, encoding="utf-8") as f:
                 win = re.search(r"window only \(m = 0\): ([+-]?[0-9.]+)%", f.read())
             t = by_m(tables(p)[0])
+            extra = os.path.join(d, f"{mod}-w{w}-rehydrate-chunk16.md")
+            if os.path.exists(extra):
+                t.update(by_m(tables(extra)[0]))
             for rule, st in STYLE.items():
                 if rule in t and t[rule]:
                     xs, ys = zip(*t[rule])
@@ -141,7 +147,7 @@ def main():
             ax.set_xticklabels(["16", "32", "64", "128"])
             ax.set_title(f"{title}, window 4 + {w}", fontsize=10)
             ax.set_xlabel("m (archived positions attention sees)")
-            ax.set_ylabel("perplexity change vs the full cache (%)")
+            ax.set_ylabel("perplexity change (%)")
             ax.grid(alpha=0.3, which="both")
         h, lab = axes[0][0].get_legend_handles_labels()
         fig.legend(h, lab, loc="lower center", ncol=3, fontsize=9)
