@@ -156,6 +156,11 @@
  *  fkvf_search_prefix_reuse      | alloc (search)
  *  fkvf_search_index_build       | alloc (search: NULL, --wrap); its alloc: test_search index_build_caller_allocator
  *  fkvf_search_buffer_free       | n/a free (search)
+ *  fkvf_search_keys_open         | alloc (search_keys)
+ *  fkvf_search_keys_free         | n/a free (search_keys)
+ *  fkvf_search_keys_message      | n/a (read after every failure)
+ *  fkvf_search_keys_error        | n/a pure (na_pure_functions)
+ *  fkvf_search_keys              | alloc (search_keys)
  *  fkvf_archive_append_sections  | alloc + io (append_sections: --wrap)
  *  fkvf_reader_stream_segment    | n/a asserted (reader_mem)
  *  fkvf_ngon_rmax                | n/a pure
@@ -1673,6 +1678,75 @@ static void s_finish(void *ctx, int clean, long stopped)
 }
 
 
+/* key retrieval: open, then two queries (the whole archived range with every
+ * candidate, so the answer is exact; a part of it with the default
+ * candidates and chunks of 5 positions), answers equal to the run without
+ * failures */
+typedef struct kctx {
+    fkvf_reader *r;
+    fkvf_key_search *ks;
+    fkvf_key_hit hits[2][8];
+    size_t n[2];
+} kctx;
+
+static const char *const k_names[] = {"search_keys_open", "search_keys_all", "search_keys_part"};
+static fkvf_key_hit keys_ref[2][8];
+static size_t keys_ref_n[2];
+static int keys_ref_set;
+
+static const char *k_message(void *ctx)
+{
+    kctx *c = ctx;
+    return c->ks ? fkvf_search_keys_message(c->ks) : NULL;
+}
+
+static void k_setup(void *ctx)
+{
+    kctx *c = ctx;
+    c->ks = NULL;
+    c->r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&c->r, fx->a.data, fx->a.size, 0, &AL), FKVF_OK);
+}
+
+static int k_step(void *ctx, size_t i)
+{
+    kctx *c = ctx;
+    static const float q[D] = {1.0f, -0.5f, 0.25f, 2.0f};
+    if (i == 0) {
+        fkvf_search_keys_free(c->ks);
+        c->ks = NULL;
+        return fkvf_search_keys_open(&c->ks, c->r, &AL);
+    }
+    fkvf_key_query kq = {1, 1, q, D, 0, 0, 8, i == 1 ? FKVF_KEY_CANDIDATES_MAX : 0,
+                         i == 1 ? 0 : 5};
+    if (i == 2) {
+        kq.first = S + 10;
+        kq.end = S + 40;
+    }
+    return fkvf_search_keys(c->ks, &kq, c->hits[i - 1], &c->n[i - 1], NULL);
+}
+
+static void k_finish(void *ctx, int clean, long stopped)
+{
+    kctx *c = ctx;
+    EXPECTF(stopped < 0, "search_keys: %s failed again when retried",
+            stopped >= 0 ? k_names[stopped] : "");
+    if (stopped < 0) {
+        if (clean && !keys_ref_set) {
+            memcpy(keys_ref, c->hits, sizeof keys_ref);
+            memcpy(keys_ref_n, c->n, sizeof keys_ref_n);
+            keys_ref_set = 1;
+        }
+        EXPECT(c->n[0] == 8 && c->n[1] == 8);
+        EXPECT(!memcmp(c->n, keys_ref_n, sizeof keys_ref_n) &&
+               !memcmp(c->hits, keys_ref, sizeof keys_ref));
+    }
+    fkvf_search_keys_free(c->ks);
+    fkvf_reader_free(c->r);
+    c->ks = NULL;
+    c->r = NULL;
+}
+
 /* open + verify of an archive with a ZIDX section (its verification allocates) */
 typedef struct zctx {
     const uint8_t *data;
@@ -2297,6 +2371,18 @@ START_TEST(inject_search)
 }
 END_TEST
 
+START_TEST(inject_search_keys)
+{
+    fx_build();
+    static kctx c;
+    memset(&c, 0, sizeof c);
+    scen s;
+    /* the second query reuses the first one's scratch: no allocation */
+    SCEN(s, "search_keys", k_names, "AA-", &c, k);
+    loop(&s, MODE_ALLOC);
+}
+END_TEST
+
 START_TEST(inject_append_sections)
 {
     fx_build();
@@ -2572,6 +2658,8 @@ START_TEST(na_pure_functions)
     ck_assert_int_eq(fkvf_reader_open_memory(&ar, fx->a.data, fx->a.size, 0, NULL), FKVF_OK);
     fkvf_search *srch = NULL;
     ck_assert_int_eq(fkvf_search_open(&srch, ar, 0, 0, NULL), FKVF_OK);
+    fkvf_key_search *kso = NULL;
+    ck_assert_int_eq(fkvf_search_keys_open(&kso, ar, NULL), FKVF_OK);
     fkvf_archive_op *cph = NULL; /* a compaction of a file that does not exist */
     ck_assert_int_eq(fkvf_archive_compact(&cph, "/nonexistent/a.fkvf", "/nonexistent/c.fkvf",
                                           NULL, NULL),
@@ -2649,6 +2737,10 @@ START_TEST(na_pure_functions)
     ok &= fkvf_search_error(srch, &ei) == FKVF_OK && ei.code == FKVF_OK &&
           !strcmp(ei.file, "search");
     ok &= fkvf_search_error(NULL, &ei) == FKVF_E_STATE;
+    ok &= fkvf_search_keys_error(kso, &ei) == FKVF_OK && ei.code == FKVF_OK &&
+          !strcmp(fkvf_search_keys_message(kso), "ok");
+    ok &= fkvf_search_keys_error(NULL, &ei) == FKVF_E_STATE &&
+          !strcmp(fkvf_search_keys_message(NULL), "not a key search handle");
     fkvf_compact_options co;
     fkvf_compact_options_init(&co);
     ok &= co.in_place == 0 && co.alloc == NULL;
@@ -2664,6 +2756,7 @@ START_TEST(na_pure_functions)
     ck_assert_uint_eq(cbk1_size, fx->tables_size + 64);
     fkvf_reader_free(cbr);
     fkvf_search_free(srch);
+    fkvf_search_keys_free(kso);
     fkvf_reader_free(ar);
     fkvf_reader_free(bad);
     fkvf_writer_free(bw);
@@ -2740,6 +2833,7 @@ static Suite *suite(void)
     tcase_add_test(t, inject_reader_ext);
     tcase_add_test(t, inject_reader_find);
     tcase_add_test(t, inject_search);
+    tcase_add_test(t, inject_search_keys);
     tcase_add_test(t, inject_append_sections);
     tcase_add_test(t, inject_compact);
     tcase_add_test(t, inject_recover);

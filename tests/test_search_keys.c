@@ -488,6 +488,119 @@ START_TEST(keys_errors)
 }
 END_TEST
 
+/* An allocator whose fail_at-th call (alloc or realloc, counting from 1)
+ * fails; it counts calls and live blocks. */
+typedef struct fail_al {
+    long calls, fail_at, live;
+} fail_al;
+
+static void *fa_alloc(void *o, size_t n)
+{
+    fail_al *f = o;
+    if (++f->calls == f->fail_at)
+        return NULL;
+    void *p = malloc(n ? n : 1);
+    f->live += p != NULL;
+    return p;
+}
+
+static void *fa_realloc(void *o, void *p, size_t n)
+{
+    fail_al *f = o;
+    if (++f->calls == f->fail_at)
+        return NULL;
+    void *q = realloc(p, n ? n : 1);
+    f->live += q && !p;
+    return q;
+}
+
+static void fa_free(void *o, void *p)
+{
+    fail_al *f = o;
+    f->live -= p != NULL;
+    free(p);
+}
+
+/* open and three queries (default, chunks of 5, a range with every
+ * candidate) through the handle's allocator; returns the hits' digest, or 0
+ * with *failed = the call that failed (1 open, 2.. a query) */
+static uint64_t keys_run(fkvf_reader *r, const fkvf_allocator *al, int *failed, int retry)
+{
+    fkvf_key_search *ks = NULL;
+    *failed = 0;
+    int rc = fkvf_search_keys_open(&ks, r, al);
+    if (rc) {
+        ck_assert_int_eq(rc, FKVF_E_NOMEM);
+        ck_assert_msg(!ks || strstr(fkvf_search_keys_message(ks), "FKVF_E_NOMEM"), "%s",
+                      fkvf_search_keys_message(ks));
+        fkvf_search_keys_free(ks);
+        *failed = 1;
+        return 0;
+    }
+    uint64_t d = 0;
+    float q[DK];
+    make_query(3, q);
+    const fkvf_key_query qs[3] = {{1, 0, q, DK, 0, 0, 16, 0, 0},
+                                  {1, 0, q, DK, 0, 0, 16, 0, 5},
+                                  {0, 1, q, DK, 100, 300, 8, FKVF_KEY_CANDIDATES_MAX, 0}};
+    for (int i = 0; i < 3; i++) {
+        fkvf_key_hit hits[16];
+        size_t n;
+        rc = fkvf_search_keys(ks, &qs[i], hits, &n, NULL);
+        if (rc && retry) { /* the handle stays usable: the same query again */
+            ck_assert_int_eq(rc, FKVF_E_NOMEM);
+            *failed = 2 + i;
+            rc = fkvf_search_keys(ks, &qs[i], hits, &n, NULL);
+        }
+        if (rc) {
+            ck_assert_int_eq(rc, FKVF_E_NOMEM);
+            *failed = 2 + i;
+            fkvf_search_keys_free(ks);
+            return 0;
+        }
+        for (size_t j = 0; j < n; j++)
+            d = d * 1000003u + hits[j].position;
+    }
+    fkvf_search_keys_free(ks);
+    return d;
+}
+
+/* Every allocation of the key search (through its allocator) failing in
+ * turn: the call says FKVF_E_NOMEM, the failed query succeeds when retried
+ * with the same answers as a run without failures, and nothing leaks. */
+START_TEST(keys_allocation_failures)
+{
+    char path[128];
+    new_path(path, sizeof path, "a.fkvf");
+    make_archive(path, 1, 0, 1);
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_file(&r, path, 0, NULL), FKVF_OK);
+    fail_al f = {0, 0, 0};
+    const fkvf_allocator al = {fa_alloc, fa_realloc, fa_free, &f};
+    int failed;
+    const uint64_t want = keys_run(r, &al, &failed, 0);
+    ck_assert_int_eq(failed, 0);
+    ck_assert_int_eq(f.live, 0);
+    const long total = f.calls;
+    ck_assert_int_gt(total, 10);
+    int seen[5] = {0};
+    for (long k = 1; k <= total; k++) {
+        f.calls = f.live = 0;
+        f.fail_at = k;
+        const uint64_t got = keys_run(r, &al, &failed, 1);
+        ck_assert_msg(failed != 0, "allocation %ld of %ld failed unnoticed", k, total);
+        seen[failed]++;
+        if (failed >= 2) /* retried: the same answers */
+            ck_assert_msg(got == want, "allocation %ld: other answers after the retry", k);
+        ck_assert_msg(f.live == 0, "allocation %ld: %ld blocks leaked", k, f.live);
+    }
+    /* the open and every query allocate something */
+    ck_assert(seen[1] > 0 && seen[2] > 0 && seen[3] > 0);
+    fkvf_reader_free(r);
+    drop_path(path);
+}
+END_TEST
+
 static Suite *keys_suite(void)
 {
     Suite *s = suite_create("search_keys");
@@ -497,6 +610,7 @@ static Suite *keys_suite(void)
     tcase_add_test(t, keys_pre_rope_quad);
     tcase_add_test(t, keys_pre_rope_ngon);
     tcase_add_test(t, keys_errors);
+    tcase_add_test(t, keys_allocation_failures);
     suite_add_tcase(s, t);
     return s;
 }
