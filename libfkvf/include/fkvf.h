@@ -1403,9 +1403,10 @@ FKVF_API void fkvf_search_buffer_free(void *p, const fkvf_allocator *alloc);
  * When candidates * m covers the range, the result is exactly the top m of
  * q . k_p over the range. Positions in the exact window (sinks, recent
  * positions: fkvf_reader_is_exact) are not searched; their keys are in the
- * exact rows. Measured (bench/README.md "Key retrieval"): with keys
- * archived before rotation over 16384 positions, chunks of 1024 find 0.93
- * of the exact top 16 where one chunk finds 0.04. */
+ * exact rows. Measured (bench/README.md "Key retrieval", synthetic keys
+ * archived before rotation, 131,072 positions): chunks of 1024 find 0.85 of
+ * the exact top 16 at 1/37 of the cost of reading and scoring every key;
+ * one chunk finds 0.005. */
 typedef struct fkvf_key_search fkvf_key_search;
 
 /* candidates per result position when fkvf_key_query.candidates is 0, and
@@ -1440,7 +1441,7 @@ typedef struct fkvf_key_hit {
 } fkvf_key_hit;
 
 typedef struct fkvf_key_stats {
-    uint64_t centroids_scored; /* k */
+    uint64_t centroids_scored; /* chunks x k */
     uint64_t symbols_searched; /* stage-0 symbols whose positions were gathered */
     uint64_t candidates;       /* positions whose keys were decoded and scored */
 } fkvf_key_stats;
@@ -1450,8 +1451,8 @@ typedef struct fkvf_key_stats {
  * codebook's tables in binary32 (4 bytes a centroid element, as
  * fkvf_rvq_from_tables_decode) and finds the key streams; the stage-0 suffix
  * search of a head is opened on its first query and kept, and for keys
- * archived before rotation a table of rotations (5 x 256 x key_dim doubles)
- * is built on the first query that decodes a candidate. On failure *out is
+ * archived before rotation a table of rotations (5 x 256 x rope_dims
+ * doubles) is built on the first query that decodes a candidate. On failure *out is
  * set when a handle exists (read its message, free it): FKVF_E_NOT_FOUND (a
  * codebook file, no codebook, no key stages), FKVF_E_CODEBOOK (an external
  * codebook not attached), the reader's errors, FKVF_E_NOMEM;
@@ -1471,11 +1472,13 @@ FKVF_API int fkvf_search_keys_error(const fkvf_key_search *ks, fkvf_error_info *
  * *n_out; stats (may be NULL) says what the query cost. Errors:
  * FKVF_E_INVALID_ARG (NULL, dim not key_dim, a non-finite query component,
  * candidates above FKVF_KEY_CANDIDATES_MAX), FKVF_E_RANGE (layer or head
- * out of range), FKVF_E_NOMEM, and the reader's format errors of the blocks
- * it reads (FKVF_E_CHECKSUM, FKVF_E_SYMBOL, ...), with ks's message. An
- * empty range (or m 0) is FKVF_OK with *n_out 0. Allocates scratch that
- * grows with the largest symbol's positions and the candidates; reads the
- * blocks holding the candidates' symbols. One thread at a time per handle
+ * out of range), FKVF_E_LIMIT (a chunk so short that chunks x k exceeds
+ * FKVF_KEY_SCORES_MAX), FKVF_E_NOMEM, and the reader's format errors of the
+ * blocks it reads (FKVF_E_CHECKSUM, FKVF_E_SYMBOL, ...), with ks's message.
+ * An empty range (or m 0) is FKVF_OK with *n_out 0. Allocates scratch that
+ * grows with the chunks x k scores, the positions of the symbols gathered
+ * and the candidates (kept for the next query); reads the blocks holding the
+ * symbols it gathers and decodes. One thread at a time per handle
  * and per reader. */
 FKVF_API int fkvf_search_keys(fkvf_key_search *ks, const fkvf_key_query *q, fkvf_key_hit *out,
                               size_t *n_out, fkvf_key_stats *stats);
