@@ -187,6 +187,7 @@ static void check_best_symbol(fkvf_reader *r, fkvf_key_search *ks, const fkvf_rv
     const fkvf_rope rope = {1, DK, 10000.0};
     const uint64_t clen = pre_rope && chunk && chunk < hi - lo ? chunk : hi - lo;
     static double sc[N][16]; /* [chunk][symbol] */
+    int ok = 1; /* (one assertion at the end: Check logs every assertion it runs) */
     for (uint64_t c0p = lo, ci = 0; c0p < hi; c0p += clen, ci++) {
         const uint64_t c1p = c0p + clen < hi ? c0p + clen : hi;
         for (int j = 0; j < 16; j++) {
@@ -196,7 +197,7 @@ static void check_best_symbol(fkvf_reader *r, fkvf_key_search *ks, const fkvf_rv
                 for (int i = 0; i < DK; i++)
                     c[i] = c0[j * DK + i];
                 if (pre_rope)
-                    ck_assert_int_eq(fkvf_rope_apply_f64(&rope, p, 0, c, DK), FKVF_OK);
+                    ok &= fkvf_rope_apply_f64(&rope, p, 0, c, DK) == FKVF_OK;
                 for (int i = 0; i < DK; i++)
                     tot += (double)q[i] * c[i];
             }
@@ -205,10 +206,11 @@ static void check_best_symbol(fkvf_reader *r, fkvf_key_search *ks, const fkvf_rv
     }
     double best = -INFINITY;
     for (uint64_t p = lo; p < hi; p++) {
-        uint32_t sym;
-        ck_assert_int_eq(fkvf_reader_stream_get(r, idx, p - S, &sym), FKVF_OK);
+        uint32_t sym = 0;
+        ok &= fkvf_reader_stream_get(r, idx, p - S, &sym) == FKVF_OK;
         best = sc[(p - lo) / clen][sym] > best ? sc[(p - lo) / clen][sym] : best;
     }
+    ck_assert(ok);
     fkvf_key_query kq = {(uint32_t)layer, (uint32_t)head, q, DK, first, end, 1, 1,
                          chunk ? chunk : UINT64_MAX};
     fkvf_key_hit hit;
@@ -488,6 +490,71 @@ START_TEST(keys_errors)
 }
 END_TEST
 
+/* FKVF_E_LIMIT: chunks x k above FKVF_KEY_SCORES_MAX (k = 1024, chunks of
+ * one position over 4,193 archived positions: 4.3 million scores), said in
+ * the message; chunks of two positions (2.1 million) run. */
+START_TEST(keys_too_many_scores)
+{
+    enum { NT = 1100, NP = 4200 };
+    float *rows = malloc((size_t)NP * ROW_FLOATS * sizeof(float)); /* NP > NT */
+    ck_assert_ptr_nonnull(rows);
+    gen_rows(rows, 700000, NT);
+    fkvf_rvq_params p;
+    fkvf_rvq_params_init(&p);
+    p.n_layers = L;
+    p.n_kv_heads = H;
+    p.key_dim = DK;
+    p.value_dim = DV;
+    p.k = 1024;
+    p.k_stages = 1;
+    p.v_stages = 0;
+    p.max_iters = 1;
+    fkvf_rope rope = {1, DK, 10000.0};
+    p.key_rope = &rope;
+    fkvf_rows blk = {rows, NT, FKVF_DTYPE_F32, 700000};
+    fkvf_rvq *q = NULL;
+    ck_assert_int_eq(fkvf_rvq_train(&q, &p, &blk, 1, NULL), FKVF_OK);
+    char path[128];
+    new_path(path, sizeof path, "l.fkvf");
+    fkvf_desc d = test_desc(1);
+    fkvf_append_create c;
+    memset(&c, 0, sizeof c);
+    c.desc = &d;
+    c.codebook = q;
+    fkvf_append_options o;
+    fkvf_append_options_init(&o);
+    o.sync = FKVF_SYNC_NONE;
+    fkvf_appender *a = NULL;
+    ck_assert_int_eq(fkvf_appender_create(&a, path, &c, &o, NULL), FKVF_OK);
+    gen_rows(rows, 0, NP);
+    ck_assert_int_eq(fkvf_appender_append(a, rows, NP * ROW_FLOATS * sizeof(float), NP, NULL),
+                     FKVF_OK);
+    ck_assert_int_eq(fkvf_appender_commit(a), FKVF_OK);
+    fkvf_appender_free(a);
+    fkvf_rvq_free(q);
+    free(rows);
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_file(&r, path, 0, NULL), FKVF_OK);
+    fkvf_key_search *ks = NULL;
+    ck_assert_int_eq(fkvf_search_keys_open(&ks, r, NULL), FKVF_OK);
+    float qv[DK];
+    make_query(1, qv);
+    fkvf_key_hit hits[4];
+    size_t n;
+    fkvf_key_query kq = {0, 0, qv, DK, 0, 0, 4, 0, 1};
+    ck_assert_int_eq(fkvf_search_keys(ks, &kq, hits, &n, NULL), FKVF_E_LIMIT);
+    ck_assert_ptr_nonnull(strstr(fkvf_search_keys_message(ks), "centroid scores"));
+    kq.chunk = 2;
+    ck_assert_int_eq(fkvf_search_keys(ks, &kq, hits, &n, NULL), FKVF_OK);
+    ck_assert_uint_eq(n, 4);
+    kq.chunk = 0; /* the default: 1024 */
+    ck_assert_int_eq(fkvf_search_keys(ks, &kq, hits, &n, NULL), FKVF_OK);
+    fkvf_search_keys_free(ks);
+    fkvf_reader_free(r);
+    drop_path(path);
+}
+END_TEST
+
 /* An allocator whose fail_at-th call (alloc or realloc, counting from 1)
  * fails; it counts calls and live blocks. */
 typedef struct fail_al {
@@ -611,6 +678,7 @@ static Suite *keys_suite(void)
     tcase_add_test(t, keys_pre_rope_ngon);
     tcase_add_test(t, keys_errors);
     tcase_add_test(t, keys_allocation_failures);
+    tcase_add_test(t, keys_too_many_scores);
     suite_add_tcase(s, t);
     return s;
 }
