@@ -484,6 +484,12 @@ START_TEST(keys_errors)
     ck_assert_ptr_nonnull(ks);
     ck_assert_ptr_nonnull(strstr(fkvf_search_keys_message(ks), "no codebook"));
     ck_assert_ptr_nonnull(strstr(fkvf_search_keys_message(ks), "x.fkvf"));
+    /* the handle of a failed open refuses queries with that error, message kept */
+    kq.first = kq.end = 0;
+    ck_assert_int_eq(fkvf_search_keys(ks, &kq, hits, &n, NULL), FKVF_E_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(fkvf_search_keys_message(ks), "no codebook"));
+    ck_assert_int_eq(fkvf_search_keys_error(ks, &ei), FKVF_OK);
+    ck_assert_int_eq(ei.code, FKVF_E_NOT_FOUND);
     fkvf_search_keys_free(ks);
     fkvf_reader_free(r);
     drop_path(path);

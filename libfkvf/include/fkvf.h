@@ -1452,12 +1452,13 @@ typedef struct fkvf_key_stats {
  * fkvf_rvq_from_tables_decode) and finds the key streams; the stage-0 suffix
  * search of a head is opened on its first query and kept, and for keys
  * archived before rotation a table of rotations (5 x 256 x rope_dims
- * doubles) is built on the first query that decodes a candidate. On failure *out is
- * set when a handle exists (read its message, free it): FKVF_E_NOT_FOUND (a
- * codebook file, no codebook, no key stages), FKVF_E_CODEBOOK (an external
- * codebook not attached), the reader's errors, FKVF_E_NOMEM;
- * FKVF_E_INVALID_ARG (out or r NULL; *out then NULL). Memory from alloc
- * (NULL = malloc family). */
+ * doubles) is built on the first query that decodes a candidate. On failure
+ * *out is set when a handle exists (read its message, free it; queries on
+ * it return the open's error): FKVF_E_NOT_FOUND (a codebook file, no
+ * codebook, no key stages), FKVF_E_CODEBOOK (an external codebook not
+ * attached), the reader's errors, FKVF_E_LIMIT (layers x heads x stages
+ * beyond a size_t), FKVF_E_NOMEM; FKVF_E_INVALID_ARG (out or r NULL; *out
+ * then NULL). Memory from alloc (NULL = malloc family). */
 FKVF_API int fkvf_search_keys_open(fkvf_key_search **out, fkvf_reader *r,
                                    const fkvf_allocator *alloc);
 /* Free ks (not its reader). NULL or not a key search handle: no-op. */

@@ -27,7 +27,7 @@
 #define DIGIT_VALUES 256
 
 struct fkvf_key_search {
-    fkvf_handle h; /* kind FKVF_HANDLE_KEY_SEARCH; always OPEN */
+    fkvf_handle h; /* kind FKVF_HANDLE_KEY_SEARCH; OPEN, or FAILED by its open */
     const fkvf_allocator *alloc;
     fkvf_diag diag;
     fkvf_reader *r;
@@ -96,23 +96,10 @@ FKVF_API int fkvf_search_keys_error(const fkvf_key_search *ks, fkvf_error_info *
                             "not a key search handle", out);
 }
 
-FKVF_API int fkvf_search_keys_open(fkvf_key_search **out, fkvf_reader *r,
-                                   const fkvf_allocator *alloc)
+/* the open of a handle made: the archive's shape, codebook and key streams */
+static int open_archive(fkvf_key_search *ks, fkvf_reader *r)
 {
-    if (!out)
-        return FKVF_E_INVALID_ARG;
-    *out = NULL;
-    if (!r)
-        return FKVF_E_INVALID_ARG;
-    alloc = fkvf_alloc_or_default(alloc);
-    fkvf_key_search *ks = fkvf_calloc(alloc, 1, sizeof *ks);
-    if (!ks)
-        return FKVF_E_NOMEM;
-    fkvf_handle_init(&ks->h, FKVF_HANDLE_KEY_SEARCH);
-    ks->alloc = alloc;
-    ks->diag.name = "key search";
-    ks->r = r;
-    *out = ks;
+    const fkvf_allocator *alloc = ks->alloc;
     fkvf_archive_info ai;
     int rc = fkvf_reader_info(r, &ai);
     if (rc)
@@ -155,8 +142,12 @@ FKVF_API int fkvf_search_keys_open(fkvf_key_search **out, fkvf_reader *r,
             return FAIL(FKVF_E_NOMEM, "out of memory");
         fkvf_rope_freqs(&ks->rope, ks->freq);
     }
-    const size_t LH = (size_t)ks->desc.n_layers * ks->desc.n_kv_heads;
-    ks->stream = fkvf_calloc(alloc, LH * ks->ks, sizeof *ks->stream);
+    size_t LH, LHS;
+    if (!fkvf_mulsz(ks->desc.n_layers, ks->desc.n_kv_heads, &LH) ||
+        !fkvf_mulsz(LH, ks->ks, &LHS))
+        return FAIL(FKVF_E_LIMIT, "%u layers x %u heads x %u stages: too many for a size_t",
+                    ks->desc.n_layers, ks->desc.n_kv_heads, ks->ks);
+    ks->stream = fkvf_calloc(alloc, LHS, sizeof *ks->stream);
     ks->s0 = fkvf_calloc(alloc, LH, sizeof *ks->s0);
     ks->off = fkvf_calloc(alloc, ks->k, sizeof *ks->off);
     ks->cnt = fkvf_calloc(alloc, ks->k, sizeof *ks->cnt);
@@ -176,6 +167,29 @@ FKVF_API int fkvf_search_keys_open(fkvf_key_search **out, fkvf_reader *r,
                                 fkvf_reader_file_name(r), l, hd, s, fkvf_reader_message(r));
             }
     return FKVF_OK;
+}
+
+FKVF_API int fkvf_search_keys_open(fkvf_key_search **out, fkvf_reader *r,
+                                   const fkvf_allocator *alloc)
+{
+    if (!out)
+        return FKVF_E_INVALID_ARG;
+    *out = NULL;
+    if (!r)
+        return FKVF_E_INVALID_ARG;
+    alloc = fkvf_alloc_or_default(alloc);
+    fkvf_key_search *ks = fkvf_calloc(alloc, 1, sizeof *ks);
+    if (!ks)
+        return FKVF_E_NOMEM;
+    fkvf_handle_init(&ks->h, FKVF_HANDLE_KEY_SEARCH);
+    ks->alloc = alloc;
+    ks->diag.name = "key search";
+    ks->r = r;
+    *out = ks;
+    const int rc = open_archive(ks, r);
+    if (rc) /* every later call returns this error and keeps the message */
+        fkvf_handle_fail(&ks->h, rc);
+    return rc;
 }
 
 /* 1 when entry x comes before y: higher score, then smaller symbol, then
