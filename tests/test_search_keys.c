@@ -63,28 +63,37 @@ static fkvf_desc test_desc(int pre_rope)
     return d;
 }
 
-static fkvf_rvq *train(int pre_rope)
+/* codebooks of k centroids, ks key and vs value stages, trained on nt rows
+ * of positions first.. (rows: room for nt) */
+static fkvf_rvq *train_k(int pre_rope, uint32_t k, unsigned ks, unsigned vs, unsigned iters,
+                         size_t nt, uint64_t first, float *rows)
 {
-    enum { NT = 512 };
-    float *rows = malloc((size_t)NT * ROW_FLOATS * sizeof(float));
-    ck_assert_ptr_nonnull(rows);
-    gen_rows(rows, 500000, NT);
+    gen_rows(rows, first, nt);
     fkvf_rvq_params p;
     fkvf_rvq_params_init(&p);
     p.n_layers = L;
     p.n_kv_heads = H;
     p.key_dim = DK;
     p.value_dim = DV;
-    p.k = 16;
-    p.k_stages = 3;
-    p.v_stages = 1;
-    p.max_iters = 6;
+    p.k = k;
+    p.k_stages = (uint8_t)ks;
+    p.v_stages = (uint8_t)vs;
+    p.max_iters = iters;
     fkvf_rope rope = {1, DK, 10000.0};
     if (pre_rope)
         p.key_rope = &rope;
-    fkvf_rows blk = {rows, NT, FKVF_DTYPE_F32, 500000};
+    fkvf_rows blk = {rows, nt, FKVF_DTYPE_F32, first};
     fkvf_rvq *q = NULL;
     ck_assert_int_eq(fkvf_rvq_train(&q, &p, &blk, 1, NULL), FKVF_OK);
+    return q;
+}
+
+static fkvf_rvq *train(int pre_rope)
+{
+    enum { NT = 512 };
+    float *rows = malloc((size_t)NT * ROW_FLOATS * sizeof(float));
+    ck_assert_ptr_nonnull(rows);
+    fkvf_rvq *q = train_k(pre_rope, 16, 3, 1, 6, NT, 500000, rows);
     free(rows);
     return q;
 }
@@ -504,22 +513,7 @@ START_TEST(keys_too_many_scores)
     enum { NT = 1100, NP = 4200 };
     float *rows = malloc((size_t)NP * ROW_FLOATS * sizeof(float)); /* NP > NT */
     ck_assert_ptr_nonnull(rows);
-    gen_rows(rows, 700000, NT);
-    fkvf_rvq_params p;
-    fkvf_rvq_params_init(&p);
-    p.n_layers = L;
-    p.n_kv_heads = H;
-    p.key_dim = DK;
-    p.value_dim = DV;
-    p.k = 1024;
-    p.k_stages = 1;
-    p.v_stages = 0;
-    p.max_iters = 1;
-    fkvf_rope rope = {1, DK, 10000.0};
-    p.key_rope = &rope;
-    fkvf_rows blk = {rows, NT, FKVF_DTYPE_F32, 700000};
-    fkvf_rvq *q = NULL;
-    ck_assert_int_eq(fkvf_rvq_train(&q, &p, &blk, 1, NULL), FKVF_OK);
+    fkvf_rvq *q = train_k(1, 1024, 1, 0, 1, NT, 700000, rows);
     char path[128];
     new_path(path, sizeof path, "l.fkvf");
     fkvf_desc d = test_desc(1);
