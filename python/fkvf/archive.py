@@ -77,9 +77,9 @@ def _select(sel: Selector, n: int, what: str) -> Tuple[int, int, Optional[np.nda
 class _Reader:
     """The C handles of one open archive: the reader, the codebook file it borrows, the
     search handle on its token stream and the key search. The search handles go when the
-    archive is closed; the
-    reader (and the codebook file) when the archive is closed and no zero-copy view of the
-    reader's mapping is alive any more, or when this object is collected."""
+    archive is closed; the reader (and the codebook file) when the archive is closed and no
+    zero-copy view of the reader's mapping is alive any more, or when this object is
+    collected."""
 
     def __init__(self, h: int) -> None:
         self._lock = threading.RLock()
