@@ -555,39 +555,6 @@ START_TEST(keys_too_many_scores)
 }
 END_TEST
 
-/* An allocator whose fail_at-th call (alloc or realloc, counting from 1)
- * fails; it counts calls and live blocks. */
-typedef struct fail_al {
-    long calls, fail_at, live;
-} fail_al;
-
-static void *fa_alloc(void *o, size_t n)
-{
-    fail_al *f = o;
-    if (++f->calls == f->fail_at)
-        return NULL;
-    void *p = malloc(n ? n : 1);
-    f->live += p != NULL;
-    return p;
-}
-
-static void *fa_realloc(void *o, void *p, size_t n)
-{
-    fail_al *f = o;
-    if (++f->calls == f->fail_at)
-        return NULL;
-    void *q = realloc(p, n ? n : 1);
-    f->live += q && !p;
-    return q;
-}
-
-static void fa_free(void *o, void *p)
-{
-    fail_al *f = o;
-    f->live -= p != NULL;
-    free(p);
-}
-
 /* open and three queries (default, chunks of 5, a range with every
  * candidate) through the handle's allocator; returns the hits' digest, or 0
  * with *failed = the call that failed (1 open, 2.. a query) */
@@ -642,8 +609,9 @@ START_TEST(keys_allocation_failures)
     make_archive(path, 1, 0, 1);
     fkvf_reader *r = NULL;
     ck_assert_int_eq(fkvf_reader_open_file(&r, path, 0, NULL), FKVF_OK);
-    fail_al f = {0, 0, 0};
-    const fkvf_allocator al = {fa_alloc, fa_realloc, fa_free, &f};
+    tu_alloc f;
+    memset(&f, 0, sizeof f);
+    const fkvf_allocator al = tu_alloc_hook(&f);
     int failed;
     const uint64_t want = keys_run(r, &al, &failed, 0);
     ck_assert_int_eq(failed, 0);
