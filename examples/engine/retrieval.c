@@ -352,7 +352,9 @@ static void mean_rotation(int D, int t, int lo, int hi, double *a, double *b)
     }
 }
 
-/* q~ from q and the mean rotation (a, b): see rt_mean_query */
+/* q~ from q and the mean rotation (a, b) of mean_rotation: q~ . c is the mean
+ * of q . R(p) c over the positions (a, b) were taken over, for any pre-RoPE
+ * key c (q_pre = q rotated back by t; q~ = mean_p R(p - t)^T q_pre pairwise) */
 static void apply_mean(const float *q, int D, int t, const double *a, const double *b, float *out)
 {
     memcpy(out, q, (size_t)D * sizeof *out);
@@ -362,15 +364,6 @@ static void apply_mean(const float *q, int D, int t, const double *a, const doub
         out[i] = (float)(a[i / 2] * x + b[i / 2] * y);
         out[i + 1] = (float)(a[i / 2] * y - b[i / 2] * x);
     }
-}
-
-void rt_mean_query(const float *q, int head_size, int t, int lo, int hi, float *out)
-{
-    double a[512], b[512];
-    if (head_size < 2 || head_size > 1024) /* (lm_config's head sizes are even, >= 2) */
-        return;
-    mean_rotation(head_size, t, lo, hi, a, b);
-    apply_mean(q, head_size, t, a, b, out);
 }
 
 /* the suffix matches of step t, ranked (cached a step) */

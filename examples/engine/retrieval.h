@@ -34,8 +34,8 @@
  *                 position p: the archived range is cut into chunks of
  *                 `chunk` positions (0: one chunk) and in each a symbol is
  *                 ranked by its mean over the chunk's positions: q~ . c, with
- *                 q~ such that q~ . c = mean_p q . R(p) c (rt_mean_query:
- *                 pairs that turn fast within a chunk average out); (chunk,
+ *                 q~ such that q~ . c = mean_p q . R(p) c (pairs that turn
+ *                 fast within a chunk average out); (chunk,
  *                 symbol) pairs best first, as fkvf_search_keys does; the
  *                 refinement decodes each candidate rotated to its own p;
  *   RT_ORACLE     the largest exact q . k (the m positions this head weighs
@@ -126,12 +126,6 @@ void rt_observe(rt_ctx *r, int layer, int head, int t, const double *att);
  * (rule, layer, head, t) and any m reuse one ranking. */
 int rt_pick(rt_ctx *r, rt_rule rule, const lm_state *st, int layer, int head, const float *q,
             int t, int m, int *out, double *examined);
-
-/* q~ = the mean over positions p in lo..hi of R(p - t)^T q_pre, where q_pre
- * is q (after RoPE at t) rotated back: q~ . c is the mean of q . R(p) c over
- * those p for any pre-RoPE key c (R(x): RoPE at position x). head_size even,
- * 2..1024 (else out is left alone). Exposed for the tests. */
-void rt_mean_query(const float *q, int head_size, int t, int lo, int hi, float *out);
 
 /* ---- the options and set-up the retrieval studies share ------------------- */
 
