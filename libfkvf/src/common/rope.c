@@ -115,12 +115,13 @@ void fkvf_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, flo
         turn_f32(a, b, step, i, co[i], sg * si[i]);
 }
 
-void fkvf_rope_mean_transpose(const fkvf_rope *r, double *q, uint64_t first, uint64_t count)
+void fkvf_rope_mean_transpose(const fkvf_rope *r, const double *freqs, double *q, uint64_t first,
+                              uint64_t count)
 {
     const double n = (double)count;
     for (uint32_t i = 0; i < r->rope_dims / 2; i++) {
         /* sum_{j < n} e^{i w (first + j)} = e^{i w (first + (n - 1) / 2)} sin(n w / 2) / sin(w / 2) */
-        const double w = inv_freq(r, i), h = sin(w / 2);
+        const double w = freqs[i], h = sin(w / 2);
         const double mid = ((double)first + (n - 1) / 2) * w;
         const double f = h != 0 ? sin(n * w / 2) / h / n : 1.0;
         const double c = f * cos(mid), s = f * sin(mid); /* mean cos, mean sin */

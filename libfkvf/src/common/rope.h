@@ -36,8 +36,10 @@ void fkvf_rope_rotate_f32(const fkvf_rope *r, const double *cs, int inverse, flo
  * that q . c is then the mean of q . R(p) c over those p for every key c
  * archived before rotation (pairs that turn fast over the range average
  * out). Components beyond rope_dims are left alone. count >= 1; the sums of
- * cos and sin over the range in closed form. r must be valid. */
-void fkvf_rope_mean_transpose(const fkvf_rope *r, double *q, uint64_t first, uint64_t count);
+ * cos and sin over the range in closed form. r must be valid; freqs is
+ * fkvf_rope_freqs' table for r. */
+void fkvf_rope_mean_transpose(const fkvf_rope *r, const double *freqs, double *q, uint64_t first,
+                              uint64_t count);
 
 /* One pair (x0, x1) rotated by the angle of cosine c and sine s. */
 static inline void fkvf_rope_turn(double c, double s, double *x0, double *x1)

@@ -377,7 +377,7 @@ FKVF_API int fkvf_search_keys(fkvf_key_search *ks, const fkvf_key_query *kq, fkv
         for (uint32_t d = 0; d < D; d++)
             ks->qt[d] = kq->query[d];
         if (ks->pre_rope)
-            fkvf_rope_mean_transpose(&ks->rope, ks->qt, a, len);
+            fkvf_rope_mean_transpose(&ks->rope, ks->freq, ks->qt, a, len);
         struct entry *e = ks->ent + (size_t)c * ks->k;
         for (uint32_t j = 0; j < ks->k; j++) {
             double sc = 0;
