@@ -152,10 +152,8 @@ static int load_query(const keys_opts *o, float **q, size_t *n)
     float *v = malloc(got);
     if (!v)
         return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+    fkvf_convert(FKVF_DTYPE_F32, v, FKVF_DTYPE_F32, buf, got / 4); /* little-endian bytes */
     for (size_t i = 0; i < got / 4; i++) {
-        uint32_t u = (uint32_t)buf[4 * i] | (uint32_t)buf[4 * i + 1] << 8 |
-                     (uint32_t)buf[4 * i + 2] << 16 | (uint32_t)buf[4 * i + 3] << 24;
-        memcpy(&v[i], &u, 4);
         if (!isfinite(v[i])) {
             free(v);
             return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->qfile,
