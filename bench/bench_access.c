@@ -166,7 +166,7 @@ static void add_codes(fkvf_writer *w, uint64_t n_arch, uint64_t piece)
 
 static fkvf_codebook_shape gpt2_shape(void)
 {
-    fkvf_codebook_shape sh = {NL, NH, DIM, DIM, K, KS, VS, FKVF_DTYPE_F16, 0};
+    fkvf_codebook_shape sh = {NL, NH, DIM, DIM, K, KS, VS, FKVF_DTYPE_F16, 0, NULL};
     return sh;
 }
 

@@ -495,7 +495,7 @@ static void container(size_t n, fkvf_profile prof)
     d.n_layers = d.n_kv_heads = d.key_dim = d.value_dim = 1;
     d.dtype = FKVF_DTYPE_F16;
     die_rc("desc", fkvf_writer_set_desc(w, &d));
-    fkvf_codebook_shape cs = {1, 1, 1, 1, 256, 1, 0, FKVF_DTYPE_F16, 0};
+    fkvf_codebook_shape cs = {1, 1, 1, 1, 256, 1, 0, FKVF_DTYPE_F16, 0, NULL};
     uint16_t tables[256] = {0};
     die_rc("codebook", fkvf_writer_add_codebooks(w, &cs, tables, sizeof tables, 0));
     uint16_t *sym = xmalloc(n * sizeof *sym);

@@ -218,7 +218,7 @@ int main(int argc, char **argv)
     fkvf_rows all = {rows, n, FKVF_DTYPE_F16, 0};
 
     /* the codebook, as f16 CBK1 tables */
-    fkvf_codebook_shape sh = {NL, NH, DIM, DIM, K, KS, VS, FKVF_DTYPE_F16, 0};
+    fkvf_codebook_shape sh = {NL, NH, DIM, DIM, K, KS, VS, FKVF_DTYPE_F16, 0, NULL};
     size_t tsize = 0;
     void *tables;
     double t0 = cpu_s();

@@ -157,7 +157,7 @@ static void write_archive(const char *path, uint64_t n)
                               RECENT * (size_t)ROW_BYTES, 0),
         NULL, w);
     free(rows);
-    fkvf_codebook_shape sh = {NL, NH, DIM, DIM, K, KS, VS, FKVF_DTYPE_F16, 0};
+    fkvf_codebook_shape sh = {NL, NH, DIM, DIM, K, KS, VS, FKVF_DTYPE_F16, 0, NULL};
     size_t tsz = (size_t)fkvf_codebook_size(&sh) - 64;
     uint16_t *tab = xmalloc(tsz);
     for (size_t i = 0; i < tsz / 2; i++)

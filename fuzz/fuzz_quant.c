@@ -64,15 +64,17 @@ static size_t vec_off(const shape_ctx *s, uint32_t l, uint32_t h, unsigned kv)
 
 static size_t code_idx(const shape_ctx *s, uint32_t l, uint32_t h, unsigned kv, unsigned st)
 {
-    return ((size_t)l * s->heads + h) * ((size_t)s->cs.k_stages + s->cs.v_stages) +
-           (kv == 0 ? st : (size_t)s->cs.k_stages + st);
+    /* spec 11.2 (P(l) with a layer table): the order the codes follow */
+    uint64_t j = fkvf_index_stream_ord(&s->cs, s->heads, l, h, kv, st);
+    FZ_CHECK(j != UINT64_MAX);
+    return (size_t)j;
 }
 
 /* binary32 decoding of one vector from codes (stage order, +0.0 start) */
 static void ref_decode(const fkvf_rvq *q, const shape_ctx *s, const uint16_t *codes, uint32_t l,
                        uint32_t h, unsigned kv, float *out)
 {
-    unsigned ns = kv == 0 ? s->cs.k_stages : s->cs.v_stages;
+    unsigned ns = kv == 0 ? fkvf_layer_k_stages(&s->cs, l) : fkvf_layer_v_stages(&s->cs, l);
     uint32_t dim = kv == 0 ? s->cs.key_dim : s->cs.value_dim;
     for (uint32_t d = 0; d < dim; d++)
         out[d] = 0.0f;
@@ -113,10 +115,26 @@ static void check_codebook(fz *f)
     uint8_t m3 = fz_u8(f);
     s.cs.key_dim = 1 + m3 % 8;
     s.cs.value_dim = 1 + (m3 >> 3) % 8;
+    /* stage counts per layer (format 1.1, spec 13.1): the header's are the maxima */
+    uint8_t lst[2 * 4];
+    if (m3 >> 6) {
+        s.cs.n_layers = 1 + (m3 >> 6); /* 2, 3 or 4 layers */
+        unsigned mk = 0, mv = 0;
+        for (uint32_t l = 0; l < s.cs.n_layers; l++) {
+            uint8_t b = fz_u8(f);
+            lst[2 * l] = b % 4;
+            lst[2 * l + 1] = (b >> 2) % 4;
+            mk = lst[2 * l] > mk ? lst[2 * l] : mk;
+            mv = lst[2 * l + 1] > mv ? lst[2 * l + 1] : mv;
+        }
+        s.cs.k_stages = (uint8_t)mk;
+        s.cs.v_stages = (uint8_t)mv;
+        s.cs.layer_stages = lst;
+    }
     fkvf_dtype rdt = (fkvf_dtype)(1 + (m2 >> 4) % 3);
     uint64_t cbk = fkvf_codebook_size(&s.cs);
     FZ_CHECK(cbk >= 64);
-    size_t tsize = (size_t)(cbk - 64);
+    size_t tsize = (size_t)(cbk - fkvf_codebook_tables_offset(&s.cs));
     size_t es = s.cs.dtype == FKVF_DTYPE_F32 ? 4 : 2;
     uint8_t *tables = malloc(tsize + 1);
     FZ_CHECK(tables);
@@ -149,7 +167,14 @@ static void check_codebook(fz *f)
              got.v_stages == s.cs.v_stages && got.key_dim == s.cs.key_dim);
 
     s.cpp = fkvf_rvq_codes_per_position(q);
-    FZ_CHECK(s.cpp == (size_t)s.cs.n_layers * s.heads * (s.cs.k_stages + s.cs.v_stages));
+    FZ_CHECK(s.cpp == fkvf_index_stream_count(&s.cs, s.heads));
+    /* the handle keeps a table only when the layers' counts differ */
+    if (got.layer_stages)
+        FZ_CHECK(s.cs.layer_stages &&
+                 !memcmp(got.layer_stages, s.cs.layer_stages, 2 * (size_t)s.cs.n_layers));
+    else if (s.cs.layer_stages)
+        for (uint32_t l = 1; l < s.cs.n_layers; l++)
+            FZ_CHECK(lst[2 * l] == lst[0] && lst[2 * l + 1] == lst[1]);
     s.row_elems = (size_t)s.cs.n_layers * s.heads * (s.cs.key_dim + s.cs.value_dim);
     size_t es_r = rdt == FKVF_DTYPE_F32 ? 4 : 2;
     size_t n = fz_range(f, 1, MAXR);
@@ -180,7 +205,8 @@ static void check_codebook(fz *f)
             for (uint32_t h = 0; h < s.heads; h++)
                 for (unsigned kv = 0; kv < 2; kv++) {
                     uint32_t dim = kv == 0 ? s.cs.key_dim : s.cs.value_dim;
-                    unsigned ns = kv == 0 ? s.cs.k_stages : s.cs.v_stages;
+                    unsigned ns = kv == 0 ? fkvf_layer_k_stages(&s.cs, l)
+                                          : fkvf_layer_v_stages(&s.cs, l);
                     const uint8_t *src = rows + (i * s.row_elems + vec_off(&s, l, h, kv)) * es_r;
                     for (uint32_t d = 0; d < dim; d++)
                         res[d] = x[d] = load_elem(rdt, src + d * es_r);

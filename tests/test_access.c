@@ -163,7 +163,7 @@ static void build(const cfg *c, tu_buf *file)
         ck_assert_int_eq(fkvf_writer_add_exact(w, 0, c->S, rows, c->S * rb, xf), FKVF_OK);
     /* codebook: random tables */
     fkvf_codebook_shape sh = {c->L, c->pooled ? 1 : c->H, c->dk, c->dv, c->k, c->ks, c->vs,
-                              c->tdt, c->pooled};
+                              c->tdt, c->pooled, NULL};
     size_t tsz = (size_t)fkvf_codebook_size(&sh) - 64;
     uint8_t *tab = malloc(tsz + 1);
     for (size_t i = 0; i < tsz / esize(c->tdt); i++) {

@@ -102,30 +102,30 @@ END_TEST
 
 START_TEST(codebook_size_of_shapes)
 {
-    fkvf_codebook_shape s = {1, 1, 1, 1, 16, 0, 0, FKVF_DTYPE_F16, 0};
+    fkvf_codebook_shape s = {1, 1, 1, 1, 16, 0, 0, FKVF_DTYPE_F16, 0, NULL};
     ck_assert_uint_eq(fkvf_codebook_size(&s), 64); /* no stages: the header alone */
     s.k_stages = 1;
     ck_assert_uint_eq(fkvf_codebook_size(&s), 64 + 16 * 2);
-    s = (fkvf_codebook_shape){1, 1, 16384, 16384, 4096, 16, 16, FKVF_DTYPE_F32, 0};
+    s = (fkvf_codebook_shape){1, 1, 16384, 16384, 4096, 16, 16, FKVF_DTYPE_F32, 0, NULL};
     ck_assert_uint_eq(fkvf_codebook_size(&s), 64 + (UINT64_C(1) << 33));
-    s = (fkvf_codebook_shape){1024, 1024, 1, 1, 16, 1, 0, FKVF_DTYPE_F16, 0};
+    s = (fkvf_codebook_shape){1024, 1024, 1, 1, 16, 1, 0, FKVF_DTYPE_F16, 0, NULL};
     ck_assert_uint_eq(fkvf_codebook_size(&s), 64 + (UINT64_C(1) << 25));
-    s = (fkvf_codebook_shape){3, 1, 5, 7, 64, 2, 3, FKVF_DTYPE_F32, 1};
+    s = (fkvf_codebook_shape){3, 1, 5, 7, 64, 2, 3, FKVF_DTYPE_F32, 1, NULL};
     ck_assert_uint_eq(fkvf_codebook_size(&s), 64 + 3 * 64 * (2 * 5 + 3 * 7) * 4);
     /* beyond 2^48 */
-    s = (fkvf_codebook_shape){1024, 1024, 16384, 16384, 4096, 16, 16, FKVF_DTYPE_F32, 0};
+    s = (fkvf_codebook_shape){1024, 1024, 16384, 16384, 4096, 16, 16, FKVF_DTYPE_F32, 0, NULL};
     ck_assert_uint_eq(fkvf_codebook_size(&s), 0);
     /* fields out of range (spec 13.1) */
     static const fkvf_codebook_shape bad[] = {
-        {0, 1, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 0},    {1025, 1, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 0},
-        {1, 0, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 0},    {1, 1025, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 0},
-        {1, 1, 0, 4, 16, 1, 1, FKVF_DTYPE_F16, 0},    {1, 1, 16385, 4, 16, 1, 1, FKVF_DTYPE_F16, 0},
-        {1, 1, 4, 0, 16, 1, 1, FKVF_DTYPE_F16, 0},    {1, 1, 4, 4, 8, 1, 1, FKVF_DTYPE_F16, 0},
-        {1, 1, 4, 4, 15, 1, 1, FKVF_DTYPE_F16, 0},    {1, 1, 4, 4, 48, 1, 1, FKVF_DTYPE_F16, 0},
-        {1, 1, 4, 4, 8192, 1, 1, FKVF_DTYPE_F16, 0},  {1, 1, 4, 4, 16, 17, 1, FKVF_DTYPE_F16, 0},
-        {1, 1, 4, 4, 16, 1, 17, FKVF_DTYPE_F16, 0},   {1, 1, 4, 4, 16, 1, 1, FKVF_DTYPE_BF16, 0},
-        {1, 1, 4, 4, 16, 1, 1, (fkvf_dtype)0, 0},     {1, 2, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 1},
-        {1, 1, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 2},
+        {0, 1, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 0, NULL},    {1025, 1, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 0, NULL},
+        {1, 0, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 0, NULL},    {1, 1025, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 0, NULL},
+        {1, 1, 0, 4, 16, 1, 1, FKVF_DTYPE_F16, 0, NULL},    {1, 1, 16385, 4, 16, 1, 1, FKVF_DTYPE_F16, 0, NULL},
+        {1, 1, 4, 0, 16, 1, 1, FKVF_DTYPE_F16, 0, NULL},    {1, 1, 4, 4, 8, 1, 1, FKVF_DTYPE_F16, 0, NULL},
+        {1, 1, 4, 4, 15, 1, 1, FKVF_DTYPE_F16, 0, NULL},    {1, 1, 4, 4, 48, 1, 1, FKVF_DTYPE_F16, 0, NULL},
+        {1, 1, 4, 4, 8192, 1, 1, FKVF_DTYPE_F16, 0, NULL},  {1, 1, 4, 4, 16, 17, 1, FKVF_DTYPE_F16, 0, NULL},
+        {1, 1, 4, 4, 16, 1, 17, FKVF_DTYPE_F16, 0, NULL},   {1, 1, 4, 4, 16, 1, 1, FKVF_DTYPE_BF16, 0, NULL},
+        {1, 1, 4, 4, 16, 1, 1, (fkvf_dtype)0, 0, NULL},     {1, 2, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 1, NULL},
+        {1, 1, 4, 4, 16, 1, 1, FKVF_DTYPE_F16, 2, NULL},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(fkvf_codebook_size(&bad[i]) == 0, "case %zu", i);
@@ -1589,7 +1589,7 @@ END_TEST
  * tables would exceed 2^48 bytes is LIMIT (it was reported as CORRUPT). */
 START_TEST(cbk1_size_beyond_limit_is_limit)
 {
-    fkvf_codebook_shape big = {1024, 1024, 16384, 16384, 4096, 16, 16, FKVF_DTYPE_F32, 0};
+    fkvf_codebook_shape big = {1024, 1024, 16384, 16384, 4096, 16, 16, FKVF_DTYPE_F32, 0, NULL};
     uint8_t hdr[64];
     fkvf_cbk1_hdr_write(hdr, &big);
     craft c;

@@ -212,7 +212,7 @@ static void run_case(const shape_case *c, int kind, fkvf_dtype dt, size_t n, uin
     size_t nt;
     float *tables = make_tables(c, kind, dt, &r, &nt);
     fkvf_codebook_shape sh = {c->layers, c->pooled ? 1 : c->heads, c->kdim, c->vdim, c->k,
-                              c->ks, c->vs, FKVF_DTYPE_F32, c->pooled};
+                              c->ks, c->vs, FKVF_DTYPE_F32, c->pooled, NULL};
     fkvf_rvq *q;
     ck_assert_int_eq(fkvf_rvq_from_tables(&q, &sh, c->kv_heads, tables, nt * 4, NULL), FKVF_OK);
     void *rows = make_rows(c, kind, dt, tables, n, &r);

@@ -54,11 +54,15 @@
  *  fkvf_error_name               | n/a pure
  *  fkvf_error_class              | n/a pure
  *  fkvf_codebook_size            | n/a pure
+ *  fkvf_codebook_tables_offset   | n/a pure (test_layer_stages layout_worked_example)
  *  fkvf_codebook_auto_k          | n/a pure
  *  fkvf_codebook_pays            | n/a pure
  *  fkvf_codebook_key_settings    | n/a pure (na_pure_functions: metadata index built first)
  *  fkvf_codebook_hash            | n/a pure
  *  fkvf_index_stream_id          | n/a pure (test_common index_stream_id_canonical_order)
+ *  fkvf_index_stream_id_shape    | n/a pure (test_layer_stages layout_worked_example)
+ *  fkvf_index_stream_count       | n/a pure (test_layer_stages layout_worked_example)
+ *  fkvf_index_stream_ord         | n/a pure (test_layer_stages layout_worked_example)
  *  fkvf_reader_open_memory       | alloc (reader_mem, reader_ext, reader_zidx)
  *  fkvf_reader_open_file         | alloc + io (reader_file: flags 0, READ, READ|STRICT)
  *  fkvf_reader_open_source       | alloc (reader_source; the source's own failures: test_source)

@@ -1037,7 +1037,7 @@ START_TEST(rvq_decode_kernels_match_plain_reference)
         const uint32_t k = cases[ci].k;
         const unsigned ks = cases[ci].ks, vs = cases[ci].vs, m = ks + vs;
         const size_t n = cases[ci].n, cst = cases[ci].code_stride;
-        fkvf_codebook_shape sh = {L, H, Dk, Dv, k, (uint8_t)ks, (uint8_t)vs, FKVF_DTYPE_F32, 0};
+        fkvf_codebook_shape sh = {L, H, Dk, Dv, k, (uint8_t)ks, (uint8_t)vs, FKVF_DTYPE_F32, 0, NULL};
         size_t nf = (size_t)L * H * k * (ks * Dk + vs * Dv);
         float *tab = tu_xcalloc(nf, sizeof(float));
         for (size_t i = 0; i < nf; i++) {
@@ -1196,7 +1196,7 @@ START_TEST(rvq_decode_f16_tables_match_portable)
         const uint32_t k = cases[ci].k, kvh = cases[ci].kvh;
         const unsigned ks = cases[ci].ks, vs = cases[ci].vs;
         fkvf_codebook_shape sh = {L, H, Dk, Dv, k, (uint8_t)ks, (uint8_t)vs, FKVF_DTYPE_F16,
-                                  (uint8_t)cases[ci].pooled};
+                                  (uint8_t)cases[ci].pooled, NULL};
         size_t nf = (size_t)L * H * k * (ks * Dk + vs * Dv);
         uint16_t *tab = tu_xcalloc(nf, sizeof(uint16_t));
         for (size_t i = 0; i < nf; i++) {
@@ -1291,7 +1291,7 @@ END_TEST
  * and it reads the caller's bytes (a change to them shows in its output). */
 START_TEST(rvq_borrow_f16_checks)
 {
-    fkvf_codebook_shape sh = {1, 2, 8, 8, 16, 2, 1, FKVF_DTYPE_F16, 0};
+    fkvf_codebook_shape sh = {1, 2, 8, 8, 16, 2, 1, FKVF_DTYPE_F16, 0, NULL};
     const size_t nf = (size_t)2 * 16 * (2 * 8 + 8), bytes = nf * sizeof(uint16_t);
     uint16_t *tab = tu_xcalloc(nf + 1, sizeof(uint16_t));
     for (size_t i = 0; i < nf; i++)
@@ -2039,7 +2039,7 @@ END_TEST
 static fkvf_reader *cb_with_train(tu_buf *buf, const char *keys, double theta, int64_t dims,
                                   const char *layout)
 {
-    fkvf_codebook_shape sh = {2, 1, 8, 8, 16, 1, 0, FKVF_DTYPE_F32, 0};
+    fkvf_codebook_shape sh = {2, 1, 8, 8, 16, 1, 0, FKVF_DTYPE_F32, 0, NULL};
     size_t tsz = (size_t)(fkvf_codebook_size(&sh) - 64);
     void *t = tu_xcalloc(tsz, 1);
     fkvf_sink sink = tu_buf_sink(buf);
@@ -2176,7 +2176,7 @@ END_TEST
 START_TEST(rvq_decode_only_handle)
 {
     tu_rng r = {77};
-    fkvf_codebook_shape sh = {2, 3, 8, 6, 16, 3, 2, FKVF_DTYPE_F32, 0};
+    fkvf_codebook_shape sh = {2, 3, 8, 6, 16, 3, 2, FKVF_DTYPE_F32, 0, NULL};
     size_t nf = (size_t)2 * 3 * 16 * (3 * 8 + 2 * 6);
     float *tab = tu_xcalloc(nf, sizeof(float));
     for (size_t i = 0; i < nf; i++)

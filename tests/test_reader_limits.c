@@ -28,7 +28,7 @@ START_TEST(many_declared_streams_cost_no_memory)
     d.key_dim = d.value_dim = 1;
     d.dtype = FKVF_DTYPE_F16;
     ck_assert_int_eq(fkvf_writer_set_desc(w, &d), FKVF_OK);
-    fkvf_codebook_shape cs = {1024, 1024, 1, 1, 16, 16, 16, FKVF_DTYPE_F16, 0};
+    fkvf_codebook_shape cs = {1024, 1024, 1, 1, 16, 16, 16, FKVF_DTYPE_F16, 0, NULL};
     uint8_t hash[16] = {1, 2, 3};
     ck_assert_int_eq(fkvf_writer_add_codebook_ref(w, &cs, hash, "big"), FKVF_OK);
     fkvf_stream_spec sp = {FKVF_PROFILE_QUAD, 4, 0, 0, 0};

@@ -286,7 +286,7 @@ START_TEST(restore_zero_stage_codebook)
     for (int p = 0; p < NP; p++)
         for (int e = 0; e < ROW_ELEMS; e++)
             rows[p][e] = fkvf_f32_to_f16((float)(p + 1));
-    fkvf_codebook_shape shape = {L, H, D, D, 16, 0, 0, FKVF_DTYPE_F16, 0};
+    fkvf_codebook_shape shape = {L, H, D, D, 16, 0, 0, FKVF_DTYPE_F16, 0, NULL};
     tu_buf buf = {0};
     fkvf_sink sk = tu_buf_sink(&buf);
     fkvf_writer_options o;
@@ -360,7 +360,7 @@ enum { BL = 4, BH = 8, BD = 8, BK = 16, BKS = 16, BVS = 16, BS = 4, BW = 8, BA =
 START_TEST(restore_batches_match_portable_decode)
 {
     tu_rng g = {2026};
-    fkvf_codebook_shape sh = {BL, BH, BD, BD, BK, BKS, BVS, FKVF_DTYPE_F16, 0};
+    fkvf_codebook_shape sh = {BL, BH, BD, BD, BK, BKS, BVS, FKVF_DTYPE_F16, 0, NULL};
     size_t nt = (size_t)BL * BH * BK * (BKS + BVS) * BD;
     uint16_t *tab = tu_xcalloc(nt, sizeof(uint16_t));
     for (size_t i = 0; i < nt; i++)
@@ -476,7 +476,7 @@ static void f16_direct_case(const f16case *c, uint64_t seed, size_t *peak)
     tu_rng g = {seed};
     const uint32_t tabs = c->l * (c->pooled ? 1 : c->h);
     fkvf_codebook_shape sh = {c->l, c->pooled ? 1 : c->h, c->dk, c->dv, c->k,
-                              c->ks, c->vs, FKVF_DTYPE_F16, c->pooled};
+                              c->ks, c->vs, FKVF_DTYPE_F16, c->pooled, NULL};
     const size_t nt = (size_t)tabs * c->k * ((size_t)c->ks * c->dk + (size_t)c->vs * c->dv);
     uint16_t *tab = tu_xcalloc(nt ? nt : 1, sizeof(uint16_t));
     for (size_t i = 0; i < nt; i++) /* f16 values over a wide range, subnormals and -0 too */

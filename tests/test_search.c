@@ -1382,7 +1382,7 @@ START_TEST(append_sections_value_stages_only)
     d.value_dim = 2;
     d.dtype = FKVF_DTYPE_F32;
     ck_assert_int_eq(fkvf_writer_set_desc(w, &d), FKVF_OK);
-    fkvf_codebook_shape cs = {1, 1, 2, 2, 16, 0, 1, FKVF_DTYPE_F32, 0};
+    fkvf_codebook_shape cs = {1, 1, 2, 2, 16, 0, 1, FKVF_DTYPE_F32, 0, NULL};
     float tables[16 * 2];
     for (int i = 0; i < 32; i++)
         tables[i] = (float)i;

@@ -111,12 +111,13 @@ int cli_load_codebook_file(const char *path, const kvio_cache *c, cli_key_opts *
     if ((rc = cli_keys_from_codebook(*r, path, keys, c->key_dim)) != 0)
         return rc;
     rc = FKVF_E_UNSUPPORTED;
+    const size_t to = (size_t)fkvf_codebook_tables_offset(shape); /* after a layer table */
     if (q && in_place)
         rc = fkvf_rvq_from_tables16_encode(q, shape, c->n_kv_heads,
-                                           (const uint8_t *)contents + 64, size - 64, NULL);
+                                           (const uint8_t *)contents + to, size - to, NULL);
     if (q && rc == FKVF_E_UNSUPPORTED)
-        rc = fkvf_rvq_from_tables(q, shape, c->n_kv_heads, (const uint8_t *)contents + 64,
-                                  size - 64, NULL);
+        rc = fkvf_rvq_from_tables(q, shape, c->n_kv_heads, (const uint8_t *)contents + to,
+                                  size - to, NULL);
     if (q && rc != FKVF_OK)
         return cli_fail(cli_fkvf_exit(rc), rc, path, "cannot load the codebook tables: %s",
                         fkvf_strerror(rc));

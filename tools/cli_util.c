@@ -602,6 +602,55 @@ int cli_opt_stages(const char *a, const char *v, uint8_t *s)
     return 0;
 }
 
+int cli_opt_layer_stages(const char *a, const char *v, uint8_t *lst, uint32_t *n, uint8_t *ks,
+                         uint8_t *vs)
+{
+    uint32_t m = 0;
+    uint8_t mk = 0, mv = 0;
+    const char *p = v ? v : "";
+    for (;;) {
+        char *end;
+        unsigned long k, s;
+        if (*p < '0' || *p > '9')
+            break;
+        k = strtoul(p, &end, 10);
+        if (*end != ':' || end[1] < '0' || end[1] > '9' || k > 16)
+            break;
+        s = strtoul(end + 1, &end, 10);
+        if (s > 16 || m >= 1024 || (*end != ',' && *end != '\0'))
+            break;
+        lst[2 * m] = (uint8_t)k;
+        lst[2 * m + 1] = (uint8_t)s;
+        mk = (uint8_t)k > mk ? (uint8_t)k : mk;
+        mv = (uint8_t)s > mv ? (uint8_t)s : mv;
+        m++;
+        if (*end == '\0') {
+            *n = m;
+            *ks = mk;
+            *vs = mv;
+            return 0;
+        }
+        p = end + 1;
+    }
+    cli_usage("%s: '%s' is not a list of KEY:VALUE stage counts (0..16 each), one a layer, "
+              "separated by commas (e.g. 1:1,4:2,4:2)",
+              a, v ? v : "");
+    return -1;
+}
+
+const uint8_t *cli_layer_table(const uint8_t *lst, uint32_t n, uint32_t n_layers, int *bad)
+{
+    *bad = 0;
+    if (!n)
+        return NULL;
+    if (n != n_layers) {
+        cli_usage("--layer-stages gives %u layers, the cache has %u", n, n_layers);
+        *bad = 1;
+        return NULL;
+    }
+    return lst;
+}
+
 int cli_opt_count(const char *a, const char *v, uint64_t *n)
 {
     if (cli_parse_u64(v, UINT32_MAX, n)) {
@@ -714,6 +763,8 @@ int cli_code_value(cli_code_opts *o, const char *a, const char *v)
         bad = cli_opt_stages(a, v, &o->ks);
     else if (!strcmp(a, "--v-stages"))
         bad = cli_opt_stages(a, v, &o->vs);
+    else if (!strcmp(a, "--layer-stages"))
+        bad = cli_opt_layer_stages(a, v, o->lst, &o->n_lst, &o->ks, &o->vs);
     else if (!strcmp(a, "--sinks"))
         bad = cli_opt_count(a, v, &o->sinks);
     else if (!strcmp(a, "--recent"))

@@ -152,6 +152,15 @@ void cli_stream_name(uint64_t id, char *out, size_t n);
  * given, where one function serves several). */
 int cli_opt_k(const char *a, const char *v, uint32_t *k);      /* power of two 16..4096 */
 int cli_opt_stages(const char *a, const char *v, uint8_t *s);  /* 0..16 */
+/* --layer-stages K:V,K:V,...: a key and a value stage count (0..16) per
+ * layer, into lst (2 * 1024 bytes), *n the layers given, *ks and *vs their
+ * maxima. 0, or after a usage error -1. */
+int cli_opt_layer_stages(const char *a, const char *v, uint8_t *lst, uint32_t *n, uint8_t *ks,
+                         uint8_t *vs);
+/* The layer table of --layer-stages for a cache of n_layers layers: NULL
+ * when none was given (n 0), else lst; a usage error line and *bad = 1 when
+ * it gives another number of layers. */
+const uint8_t *cli_layer_table(const uint8_t *lst, uint32_t n, uint32_t n_layers, int *bad);
 int cli_opt_count(const char *a, const char *v, uint64_t *n);  /* 0..2^32-1 */
 int cli_opt_codec(const char *v, int *ngon);                   /* --codec quad|ngon */
 int cli_opt_beam(const char *v, uint32_t *beam);               /* 1..FKVF_RVQ_MAX_BEAM */
@@ -169,6 +178,8 @@ typedef struct cli_code_opts {
     uint32_t k, beam, iters;
     int k_set; /* --k given */
     uint8_t ks, vs;
+    uint8_t lst[2 * 1024]; /* --layer-stages: the pairs of n_lst layers */
+    uint32_t n_lst;
     uint64_t sinks, recent, seed;
     int ngon;
     const char *model_id, *tok_id;

@@ -88,7 +88,8 @@ static const char *append_help =
     "  --embed               embed a copy of the --codebooks file instead\n"
     "  --train               train codebooks on this cache's appended positions and\n"
     "                        embed them (default): --k N --k-stages N (4) --v-stages N\n"
-    "                        (2) --seed S --iters N (25) --f32. k by the rule of fkvf\n"
+    "                        (2) (or --layer-stages K:V,... a pair a layer) --seed S\n"
+    "                        --iters N (25) --f32. k by the rule of fkvf\n"
     "                        pack for the rows trained on when --k is not given: the\n"
     "                        largest power of two from 16 to 256 whose codebook takes at\n"
     "                        most 1/4 of their fp16 bytes, k <= rows / 4; k = 16 with a\n"
@@ -388,6 +389,10 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         prm.k = k;
         prm.k_stages = o->code.ks;
         prm.v_stages = o->code.vs;
+        int bad;
+        prm.layer_stages = cli_layer_table(o->code.lst, o->code.n_lst, c->n_layers, &bad);
+        if (bad)
+            return CLI_USAGE;
         prm.table_dtype = o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
         prm.seed = o->code.seed;
         prm.max_iters = o->code.iters;

@@ -369,11 +369,12 @@ static void info_text_head(FILE *f, const info_facts *x)
     const fkvf_desc d = x->d;
     const int has_desc = x->has_desc;
     fprintf(f, "file            %s\n", path);
-    fprintf(f, "format          FKVF %u.%u, required features 0x%" PRIx64 "%s%s%s, optional 0x%" PRIx64 "\n",
+    fprintf(f, "format          FKVF %u.%u, required features 0x%" PRIx64 "%s%s%s%s, optional 0x%" PRIx64 "\n",
             ai.format_major, ai.format_minor, ai.required_features,
             ai.required_features & FKVF_FEAT_NGON ? " ngon" : "",
             ai.required_features & FKVF_FEAT_DEFLATE ? " deflate" : "",
             ai.required_features & FKVF_FEAT_EXTERNAL_CODEBOOK ? " external-codebook" : "",
+            ai.required_features & FKVF_FEAT_LAYER_STAGES ? " layer-stages" : "",
             ai.optional_features);
     fprintf(f, "size            %" PRIu64 " bytes in %" PRIu64 " commit(s)", ai.file_size, ai.n_commits);
     if (ai.torn_bytes)

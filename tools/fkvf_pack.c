@@ -148,6 +148,8 @@ static const char *pack_help =
     "                        k > archived rows / 4; docs/codebooks.md)\n"
     "  --k-stages N          key stages 0..16 (4)\n"
     "  --v-stages N          value stages 0..16 (2)\n"
+    "  --layer-stages K:V,...  key and value stages per layer instead, one pair a\n"
+    "                        layer (format 1.1: readers of FKVF 1.0 refuse the file)\n"
     "  --seed S              training seed (0)\n"
     "  --iters N             Lloyd iterations per stage (25)\n"
     "  --f32                 binary32 centroid tables (default f16)\n"
@@ -408,7 +410,7 @@ static void pack_choose_k(const pack_opts *o, const kvio_cache *c, pack_plan *p)
         uint32_t k = p->k = CLI_CB_K_MIN;
         fkvf_codebook_shape sh = {c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim, k,
                                   o->code.ks, o->code.vs,
-                                  o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16, 0};
+                                  o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16, 0, NULL};
         uint64_t cb = fkvf_codebook_size(&sh);
         double idx, exact = (double)A * (double)p->rb;
         if (!fkvf_codebook_pays(&sh, c->n_kv_heads, A, p->rb, &idx)) {
@@ -442,6 +444,10 @@ static int pack_train(const pack_opts *o, pack_state *s, pack_plan *p)
     prm.k = p->k;
     prm.k_stages = o->code.ks;
     prm.v_stages = o->code.vs;
+    int bad;
+    prm.layer_stages = cli_layer_table(o->code.lst, o->code.n_lst, c->n_layers, &bad);
+    if (bad)
+        return CLI_USAGE;
     prm.table_dtype = o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
     prm.seed = o->code.seed;
     prm.max_iters = o->code.iters;
@@ -617,6 +623,8 @@ static int pack_write(const pack_opts *o, pack_state *s, const pack_plan *p)
         wo.required_features |= FKVF_FEAT_NGON;
     if (o->deflate)
         wo.required_features |= FKVF_FEAT_DEFLATE;
+    if ((A > 0 || o->cbfile) && p->shape.layer_stages) /* stage counts per layer */
+        wo.required_features |= FKVF_FEAT_LAYER_STAGES;
     if (c->tokens)
         wo.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
     wo.no_replace = !o->force; /* nor one that appears meanwhile */
@@ -1324,6 +1332,9 @@ static const char *train_help =
     "  --k N                 centroids per stage, power of two 16..4096 (256)\n"
     "  --k-stages N          key stages 0..16 (4)\n"
     "  --v-stages N          value stages 0..16 (2)\n"
+    "  --layer-stages K:V,...  key and value stages per layer instead, one pair a\n"
+    "                        layer (format 1.1: readers of FKVF 1.0 refuse such a\n"
+    "                        codebook; docs/quality-study.md: when it pays)\n"
     "  --pooled              one codebook per layer shared by all heads\n"
     "  --seed S              training seed (0)\n"
     "  --iters N             Lloyd iterations per stage (25)\n"
@@ -1358,6 +1369,8 @@ typedef struct train_opts {
     int force, json, layout;
     cli_key_opts keys;
     fkvf_rvq_params prm;
+    uint8_t lst[2 * 1024]; /* --layer-stages: the pairs of n_lst layers */
+    uint32_t n_lst;
 } train_opts;
 
 /* An option with a value (argv[*i], its value v). Returns 0, or after a
@@ -1375,6 +1388,10 @@ static int train_value(train_opts *o, const char *a, const char *v)
         return cli_opt_stages(a, v, &prm->k_stages) ? -1 : 0;
     if (!strcmp(a, "--v-stages"))
         return cli_opt_stages(a, v, &prm->v_stages) ? -1 : 0;
+    if (!strcmp(a, "--layer-stages"))
+        return cli_opt_layer_stages(a, v, o->lst, &o->n_lst, &prm->k_stages, &prm->v_stages)
+                   ? -1
+                   : 0;
     if (!strcmp(a, "--seed"))
         return cli_opt_seed(v, &prm->seed) ? -1 : 0;
     if (!strcmp(a, "--iters"))
@@ -1520,6 +1537,10 @@ static int train_fit(train_opts *o, train_state *s)
     prm->n_kv_heads = c0->n_kv_heads;
     prm->key_dim = c0->key_dim;
     prm->value_dim = c0->value_dim;
+    int bad;
+    prm->layer_stages = cli_layer_table(o->lst, o->n_lst, c0->n_layers, &bad);
+    if (bad)
+        return CLI_USAGE;
     cli_progress pg;
     cli_progress_init(&pg, "train", 0);
     prm->progress = cli_progress_cb;
@@ -1555,6 +1576,8 @@ static int train_write(const train_opts *o, train_state *s)
     fkvf_writer_options wo;
     fkvf_writer_options_init(&wo);
     wo.no_replace = !o->force;
+    if (s->shape.layer_stages) /* stage counts per layer (spec 13.1) */
+        wo.required_features |= FKVF_FEAT_LAYER_STAGES;
     int rc = fkvf_writer_create_file(&s->w, o->out, &wo, NULL);
     if (rc == FKVF_OK)
         rc = fkvf_writer_meta_utf8(s->w, "train.keys", prm->key_rope ? "pre-rope" : "as-is");

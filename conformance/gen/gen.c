@@ -280,6 +280,7 @@ typedef struct {
     int cb_mode;        /* 0 embedded, 1 reference to cb_file */
     const char *cb_file;
     unsigned ks, vs, k, qbits;
+    const uint8_t *lst; /* stage counts per layer (LAYER_STAGES), NULL: ks, vs */
     int pooled;
     fkvf_dtype cb_dtype;
     int rope;           /* keys archived before RoPE */
@@ -354,6 +355,7 @@ static fkvf_codebook_shape cb_shape(const cfg *c)
     cs.v_stages = (uint8_t)c->vs;
     cs.dtype = c->cb_dtype;
     cs.pooled = (uint8_t)c->pooled;
+    cs.layer_stages = c->lst;
     return cs;
 }
 /* centroid tables in spec 13.2 order (the generator only needs the size) */
@@ -363,7 +365,7 @@ static unsigned char *cb_tables(const cfg *c, size_t *size)
     uint64_t total = fkvf_codebook_size(&cs);
     if (total < 64)
         die("codebook", "bad shape");
-    *size = (size_t)(total - 64);
+    *size = (size_t)(total - fkvf_codebook_tables_offset(&cs));
     size_t e = esize(c->cb_dtype);
     unsigned char *t = malloc(*size);
     if (!t)
@@ -379,6 +381,8 @@ static void build_codebook_file(const char *name, const cfg *c)
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
     o.sync = FKVF_SYNC_NONE;
+    if (c->lst)
+        o.required_features |= FKVF_FEAT_LAYER_STAGES;
     fkvf_writer *w = NULL;
     W(fkvf_writer_create_file(&w, path_of(name), &o, NULL), name);
     rng_state = c->seed;
@@ -406,6 +410,8 @@ static void build(const char *name, const cfg *c)
         o.required_features |= FKVF_FEAT_DEFLATE;
     if (c->codec && c->cb_mode == 1)
         o.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
+    if (c->lst)
+        o.required_features |= FKVF_FEAT_LAYER_STAGES;
     fkvf_writer *w = NULL;
     W(fkvf_writer_create_file(&w, path_of(name), &o, NULL), name);
     fkvf_desc d;
@@ -465,7 +471,8 @@ static void build(const char *name, const cfg *c)
             W(fkvf_writer_add_codebook_ref(w, &cs, h, c->cb_file), "codebook ref");
             fkvf_reader_free(cr);
         }
-        size_t n_idx = (size_t)c->L * c->H * (c->ks + c->vs);
+        fkvf_codebook_shape ics = cb_shape(c);
+        size_t n_idx = (size_t)fkvf_index_stream_count(&ics, c->H);
         uint16_t *codes = malloc((n_idx * n_arch + 1) * sizeof *codes);
         if (!codes)
             die("out of memory", "codes");
@@ -844,6 +851,37 @@ int main(int argc, char **argv)
     row("valid_cbrf.fkvf", "accept", "accept", "-", "§13.5", "valid_codebook_file.fkvf",
         "writer: CBRF reference (EXTERNAL_CODEBOOK) to valid_codebook_file.fkvf");
 
+    /* version 1.1: stage counts per layer (LAYER_STAGES, spec 13.1) */
+    static const uint8_t lst4[8] = {2, 1, 0, 1, 0, 0, 1, 2};
+    cfg_init(&c);
+    c.seed = 20;
+    c.L = 4;
+    c.ks = 2;
+    c.vs = 2;
+    c.lst = lst4;
+    c.rope = 1;
+    build("valid_layer_stages.fkvf", &c);
+    acc("valid_layer_stages.fkvf", "§11.2, §13.1, §13.2",
+        "writer: LAYER_STAGES (format 1.1), embedded codebook of 4 layers with (2, 1), (0, 1), "
+        "(0, 0), (1, 2) key and value stages (14 index streams), keys pre-RoPE, token stream");
+    cfg_init(&c);
+    c.seed = 21;
+    c.L = 4;
+    c.ks = 2;
+    c.vs = 2;
+    c.lst = lst4;
+    build_codebook_file("valid_layer_stages_codebook_file.fkvf", &c);
+    acc("valid_layer_stages_codebook_file.fkvf", "§13.1, §13.4",
+        "writer: a codebook file with a layer table (LAYER_STAGES)");
+    c.cb_mode = 1;
+    c.cb_file = "valid_layer_stages_codebook_file.fkvf";
+    c.seed = 22;
+    build("valid_layer_stages_cbrf.fkvf", &c);
+    row("valid_layer_stages_cbrf.fkvf", "accept", "accept", "-", "§11.2, §13.5",
+        "valid_layer_stages_codebook_file.fkvf",
+        "writer: CBRF reference to valid_layer_stages_codebook_file.fkvf (LAYER_STAGES, "
+        "EXTERNAL_CODEBOOK)");
+
     cfg_init(&c);
     c.seed = 9;
     c.tok_bits = 32;
@@ -1096,10 +1134,20 @@ int main(int argc, char **argv)
     rej("hdr_reserved.fkvf", "CORRUPT", "§3.1 step 7", "header reserved byte 44 = 1; re-sealed");
     free(b.p);
     b = copy(q);
+    put64(b.p + 24, get64(b.p + 24) | (UINT64_C(1) << 4));
+    reseal_header(&b);
+    save("hdr_feature_bit4.fkvf", b.p, b.n);
+    rej("hdr_feature_bit4.fkvf", "FEATURE", "§3.1 step 8, §3.4",
+        "required_features bit 4 (the first bit version 1.1 leaves reserved); re-sealed");
+    free(b.p);
+    /* bit 3 (LAYER_STAGES, version 1.1) declared and not used: valid (§3.3) */
+    b = copy(q);
     put64(b.p + 24, get64(b.p + 24) | (UINT64_C(1) << 3));
     reseal_header(&b);
-    save("hdr_feature_bit3.fkvf", b.p, b.n);
-    rej("hdr_feature_bit3.fkvf", "FEATURE", "§3.1 step 8, §3.4", "required_features bit 3; re-sealed");
+    save("hdr_feature_bit3_unused.fkvf", b.p, b.n);
+    acc("hdr_feature_bit3_unused.fkvf", "§3.3, §3.4",
+        "valid_quad_f16_rope with required_features bit 3 (LAYER_STAGES) and a codebook without "
+        "a layer table; re-sealed");
     free(b.p);
 
     /* open / truncation (§7.2) */
@@ -1951,6 +1999,58 @@ int main(int argc, char **argv)
         rej("cbk1_reserved_no_archived.fkvf", "CORRUPT", "§7.5, §13.1",
             "edge_window_gt_cache (n_archived = 0) with CBK1 reserved byte 40 = 1; re-sealed");
         free(b.p);
+
+        /* LAYER_STAGES (version 1.1, spec 13.1): the layer table's rules */
+        {
+            buf ls = load("valid_layer_stages.fkvf");
+            uint64_t Tl = last_trailer(&ls), el = entry(&ls, Tl, "CBK1", 0);
+            uint64_t co = sec_off(&ls, el);
+            b = copy(ls);
+            put64(b.p + 24, get64(b.p + 24) & ~(UINT64_C(1) << 3));
+            reseal_header(&b);
+            save("layer_stages_bit_clear.fkvf", b.p, b.n);
+            rej("layer_stages_bit_clear.fkvf", "CORRUPT", "§3.3, §13.1",
+                "valid_layer_stages with required_features bit 3 cleared (its CBK1 has "
+                "layer_stages = 1); header re-sealed");
+            free(b.p);
+            struct {
+                const char *name, *clause, *prov;
+                uint64_t at;
+                uint8_t v;
+            } lc[] = {
+                {"layer_stages_flag2.fkvf", "§13.1", "CBK1.layer_stages = 2", 24, 2},
+                {"layer_stages_count17.fkvf", "§13.1, §15", "layer 3's value count 17", 64 + 7, 17},
+                {"layer_stages_maxima.fkvf", "§13.1",
+                 "CBK1.k_stages 3 (the largest key count of the layer table is 2)", 20, 3},
+                {"layer_stages_padding.fkvf", "§13.1", "a non-zero padding byte after the pairs",
+                 64 + 40, 1},
+            };
+            for (size_t i = 0; i < sizeof lc / sizeof lc[0]; i++) {
+                b = copy(ls);
+                b.p[co + lc[i].at] = lc[i].v;
+                reseal_section(&b, el);
+                reseal_dir(&b, Tl);
+                save(lc[i].name, b.p, b.n);
+                char prov[256];
+                snprintf(prov, sizeof prov, "valid_layer_stages with %s; re-sealed", lc[i].prov);
+                rej(lc[i].name, "CORRUPT", lc[i].clause, prov);
+                free(b.p);
+            }
+            /* n_streams 12 < 14: within the uniform count's bound (step 6), not
+             * the layer table's (spec 11.8) */
+            uint64_t est = entry(&ls, Tl, "STRM", 0);
+            b = copy(ls);
+            put32(b.p + sec_off(&b, est) + 48, 12);
+            reseal_strm(&b, est);
+            reseal_dir(&b, Tl);
+            save("layer_stages_nstreams.fkvf", b.p, b.n);
+            rej("layer_stages_nstreams.fkvf", "CORRUPT", "§11.2, §11.8",
+                "valid_layer_stages with the index segment's n_streams 12 (at most the uniform "
+                "count 16, so step 6 passes; the layer table makes 14, and the section is now "
+                "longer than the header's derived size, step 5); re-sealed");
+            free(b.p);
+            free(ls.p);
+        }
         /* a value that is not finite (f16 NaN 7E00): rejected by full
          * verification, and by the access path when a restore uses it */
         b = copy(wg);

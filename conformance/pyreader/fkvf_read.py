@@ -33,6 +33,8 @@ F_DEFLATE = 2
 FEAT_NGON = 1
 FEAT_DEFLATE = 2
 FEAT_EXTCB = 4
+FEAT_LAYER = 8    # LAYER_STAGES (version 1.1): per-layer stage counts (§3.4, §13.1)
+FEAT_KNOWN = FEAT_NGON | FEAT_DEFLATE | FEAT_EXTCB | FEAT_LAYER
 KNOWN = (b"DESC", b"META", b"VTXS", b"CBK1", b"CBRF", b"EXAC", b"STRM", b"ZIDX", b"ZPOS")
 SEARCH_INDEX = (b"ZIDX", b"ZPOS")  # §20: keys and positions; positions only (§20.7)
 MUST_REQUIRED = (b"DESC", b"VTXS", b"CBK1", b"CBRF", b"EXAC", b"STRM")
@@ -120,6 +122,111 @@ class Vtx:
     pass
 
 
+class Cbk:
+    """A parsed CBK1 (§13.1-§13.2). lks[l], lvs[l]: the stage counts of layer
+    l (ks(l), vs(l); the header's for every layer when layer_stages = 0);
+    T: the size of the layer table; data: the section contents."""
+
+    def stages(self, l):
+        return self.lks[l], self.lvs[l]
+
+    def prefix(self, H, l):
+        """§11.2: P(l) = n_kv_heads * (m(0) + ... + m(l-1)), m = ks + vs;
+        P(n_layers) is the number of index streams."""
+        return H * self._msum[l]
+
+    def stream_j(self, H, l, h, kv, s):
+        """§11.2: the canonical number j of index stream (l, h, kv, s)."""
+        ks, vs = self.lks[l], self.lvs[l]
+        return H * self._msum[l] + h * (ks + vs) + (s if kv == 0 else ks + s)
+
+    def base(self, l, h):
+        """§13.2: base(l, h) = 64 + T + n_heads * (per_head(0) + ... +
+        per_head(l-1)) + h * per_head(l)."""
+        return 64 + self.T + self.nh * self._psum[l] + h * self._per_head[l]
+
+    def key_row(self, l, h, s, c):
+        """§13.2: offset of row c of K[l][h][s] in the contents."""
+        return self.base(l, h) + (s * self.k + c) * self.dk * self.es
+
+    def value_row(self, l, h, s, c):
+        """§13.2: offset of row c of V[l][h][s] in the contents."""
+        return self.base(l, h) + self.lks[l] * self.k * self.dk * self.es \
+            + (s * self.k + c) * self.dv * self.es
+
+    def row(self, kv, l, h, s, c):
+        """Row c of K[l][h][s] (kv 0) or V[l][h][s] (kv 1) as floats."""
+        if kv == 0:
+            o, n = self.key_row(l, h, s, c), self.dk
+        else:
+            o, n = self.value_row(l, h, s, c), self.dv
+        return struct.unpack_from("<%d%s" % (n, "e" if self.dtype == 1 else "f"), self.data, o)
+
+
+def parse_cbk1_contents(d, o, req):
+    """§13.1-§13.2: check and parse the contents d of a CBK1 section at file
+    offset o, in a file whose required_features are req; returns a Cbk or
+    raises Reject. The order: the fixed header (TRUNCATED), its fields
+    (CORRUPT), the layer table's presence (TRUNCATED), its counts and
+    padding (CORRUPT: fields come before the size checks that use them,
+    §16.2), then the size (LIMIT, TRUNCATED, CORRUPT)."""
+    if len(d) < 64:
+        raise Reject("TRUNCATED", o, "CBK1 shorter than 64 bytes", "§13.2")
+    nl, nh, dk, dv, k = struct.unpack_from("<5I", d, 0)
+    ks, vs, dt, pooled, ls = d[20], d[21], d[22], d[23], d[24]
+    if not is_zero(d[25:64]) or not (1 <= nl <= 1024 and 1 <= nh <= 1024 and 1 <= dk <= 16384
+                                     and 1 <= dv <= 16384) \
+            or not (16 <= k <= 4096 and k & (k - 1) == 0) or ks > 16 or vs > 16 \
+            or dt not in (1, 3) or pooled not in (0, 1) or (pooled == 1 and nh != 1):
+        raise Reject("CORRUPT", o, "CBK1 header field out of range or reserved bytes", "§13.1, §13.2")
+    if ls > 1:
+        raise Reject("CORRUPT", o + 24, "CBK1 layer_stages %d > 1" % ls, "§13.1")
+    if ls == 1 and not req & FEAT_LAYER:
+        raise Reject("CORRUPT", o + 24, "CBK1 layer_stages 1 without the LAYER_STAGES feature",
+                     "§3.3, §13.1")
+    if ls == 1:
+        T = align64(2 * nl)
+        if len(d) < 64 + T:
+            raise Reject("TRUNCATED", o, "CBK1 of %d bytes shorter than its layer table (64 + %d)"
+                         % (len(d), T), "§13.1")
+        lks = list(d[64:64 + 2 * nl:2])
+        lvs = list(d[65:64 + 2 * nl:2])
+        for l in range(nl):
+            if lks[l] > 16 or lvs[l] > 16:
+                raise Reject("CORRUPT", o + 64 + 2 * l, "CBK1 layer %d stage counts %d + %d above 16"
+                             % (l, lks[l], lvs[l]), "§13.1, §15")
+        if max(lks) != ks or max(lvs) != vs:
+            raise Reject("CORRUPT", o + 20, "CBK1 k_stages %d, v_stages %d are not the largest layer "
+                         "counts %d, %d" % (ks, vs, max(lks), max(lvs)), "§13.1")
+        if not is_zero(d[64 + 2 * nl:64 + T]):
+            raise Reject("CORRUPT", o + 64 + 2 * nl, "CBK1 layer table padding not zero", "§13.1")
+    else:
+        T = 0
+        lks, lvs = [ks] * nl, [vs] * nl
+    es = ESIZE[dt]
+    per_head = [k * (lks[l] * dk + lvs[l] * dv) * es for l in range(nl)]
+    psum, msum = [0], [0]
+    for l in range(nl):
+        psum.append(psum[-1] + per_head[l])
+        msum.append(msum[-1] + lks[l] + lvs[l])
+    size = 64 + T + nh * psum[nl]
+    # 2^48 whether deflated or not: a deflated section's contents are
+    # at most 2^40 bytes (§4.4), so a larger size is TRUNCATED below
+    if size > P48:
+        raise Reject("LIMIT", o, "CBK1 size %d beyond the limit" % size, "§13.2, §15")
+    if len(d) < size:
+        raise Reject("TRUNCATED", o, "CBK1 of %d bytes shorter than %d" % (len(d), size), "§13.2")
+    if len(d) > size:
+        raise Reject("CORRUPT", o, "CBK1 of %d bytes longer than %d" % (len(d), size), "§13.2")
+    c = Cbk()
+    c.nl, c.nh, c.dk, c.dv, c.k, c.ks, c.vs, c.dtype, c.pooled = nl, nh, dk, dv, k, ks, vs, dt, pooled
+    c.layer_stages, c.T, c.lks, c.lvs, c.es = ls, T, lks, lvs, es
+    c._per_head, c._psum, c._msum = per_head, psum, msum
+    c.data = d
+    c.size = size
+    return c
+
+
 # ------------------------------------------------------------------- reader
 
 class Reader:
@@ -132,6 +239,7 @@ class Reader:
         self.name = name
         self._trl = {}
         self.vtx = {}
+        self.cbk = None       # the codebook (Cbk) once known
 
     # ---- §3.1 header
     def check_header(self):
@@ -158,9 +266,9 @@ class Reader:
                          "§3.1 step 7")
         self.req = u64(F, 24)
         self.opt = u64(F, 32)
-        if self.req & ~7:
-            raise Reject("FEATURE", 24, "required_features has unknown bits 0x%x" % (self.req & ~7),
-                         "§3.1 step 8")
+        if self.req & ~FEAT_KNOWN:
+            raise Reject("FEATURE", 24, "required_features has unknown bits 0x%x"
+                         % (self.req & ~FEAT_KNOWN), "§3.1 step 8")
 
     # ---- §6.2 trailer checks; returns a Trailer or raises Reject
     def trailer(self, T):
@@ -438,6 +546,7 @@ class Reader:
             raise Reject("CORRUPT", o, "DESC: " + bad, "§8.2")
         self.nl, self.H, self.dk, self.dv, self.dtype = nl, H, dk, dv, dtype
         self.S = S
+        self.rope = (rl, ks, rdims, theta) if kt == 1 else None
         self.row_bytes = nl * H * (dk + dv) * ESIZE[dtype]
 
     # ---- §10 VTXS
@@ -545,7 +654,12 @@ class Reader:
             if not self.has_desc:
                 raise Reject("CORRUPT", o, "index segment in a file without DESC", "§11.2, §13.4")
             want = self.nl * self.H * (ks + vs)
-            if ns != want:
+            if self.req & FEAT_LAYER:
+                # per-layer stage counts: at most the uniform count here,
+                # exactly the codebook's P(n_layers) once it is known (§11.8)
+                if ns > want:
+                    raise Reject("CORRUPT", o + 48, "n_streams %d > %d" % (ns, want), "§11.2 step 6")
+            elif ns != want:
                 raise Reject("CORRUPT", o + 48, "n_streams %d != %d" % (ns, want), "§11.2 step 6")
         s = Segment()
         if prof == 2:
@@ -673,8 +787,12 @@ class Reader:
                     raise Reject("CORRUPT", e.offset + 16, "first segment of group %d starts at %d"
                                  % (g, s.first), "§11.6")
             else:
-                if (s.profile, s.b, s.N, s.L, s.rbytes, s.ks, s.vs) != \
-                        (f0.profile, f0.b, f0.N, f0.L, f0.rbytes, f0.ks, f0.vs):
+                # n_streams too: step 6 of §11.2 fixes it for a uniform
+                # codebook; with LAYER_STAGES every segment must have the
+                # codebook's one P(n_layers) (§11.8), so two values cannot
+                # both be right, with or without the codebook
+                if (s.profile, s.b, s.N, s.L, s.rbytes, s.ks, s.vs, s.ns) != \
+                        (f0.profile, f0.b, f0.N, f0.L, f0.rbytes, f0.ks, f0.vs, f0.ns):
                     raise Reject("CORRUPT", e.offset, "segment parameters differ from the group's first",
                                  "§11.6")
                 if s.first > self.glen[g]:
@@ -691,38 +809,13 @@ class Reader:
             s.order = e.order
 
     # ---- §13 codebooks
-    def parse_cbk1(self, e, where="CBK1"):
-        d = self.contents(e)
-        o = e.offset
-        if len(d) < 64:
-            raise Reject("TRUNCATED", o, "CBK1 shorter than 64 bytes", "§13.2")
-        nl, nh, dk, dv, k = struct.unpack_from("<5I", d, 0)
-        ks, vs, dt, pooled = d[20], d[21], d[22], d[23]
-        if not is_zero(d[24:64]) or not (1 <= nl <= 1024 and 1 <= nh <= 1024 and 1 <= dk <= 16384
-                                         and 1 <= dv <= 16384) \
-                or not (16 <= k <= 4096 and k & (k - 1) == 0) or ks > 16 or vs > 16 \
-                or dt not in (1, 3) or pooled not in (0, 1) or (pooled == 1 and nh != 1):
-            raise Reject("CORRUPT", o, "CBK1 header field out of range or reserved bytes", "§13.1, §13.2")
-        es = ESIZE[dt]
-        per_head = k * (ks * dk + vs * dv) * es
-        size = 64 + nl * nh * per_head
-        # 2^48 whether deflated or not: a deflated section's contents are
-        # at most 2^40 bytes (§4.4), so a larger size is TRUNCATED below
-        if size > P48:
-            raise Reject("LIMIT", o, "CBK1 size %d beyond the limit" % size, "§13.2, §15")
-        if len(d) < size:
-            raise Reject("TRUNCATED", o, "CBK1 of %d bytes shorter than %d" % (len(d), size), "§13.2")
-        if len(d) > size:
-            raise Reject("CORRUPT", o, "CBK1 of %d bytes longer than %d" % (len(d), size), "§13.2")
-        c = Segment()
-        c.nl, c.nh, c.dk, c.dv, c.k, c.ks, c.vs, c.dtype, c.pooled = nl, nh, dk, dv, k, ks, vs, dt, pooled
-        c.data = d
-        c.size = size
-        return c
+    def parse_cbk1(self, e):
+        # the layer table (layer_stages = 1) needs this file's LAYER_STAGES bit (§3.3)
+        return parse_cbk1_contents(self.contents(e), e.offset, self.req)
 
     def check_cbk_finite(self, c, off, cls="CORRUPT"):
-        fmt = "<%d%s" % ((c.size - 64) // ESIZE[c.dtype], "e" if c.dtype == 1 else "f")
-        for x in struct.unpack_from(fmt, c.data, 64):
+        fmt = "<%d%s" % ((c.size - 64 - c.T) // ESIZE[c.dtype], "e" if c.dtype == 1 else "f")
+        for x in struct.unpack_from(fmt, c.data, 64 + c.T):
             if not math.isfinite(x):
                 raise Reject(cls, off, "CBK1 holds a non-finite centroid element", "§13.2")
 
@@ -744,10 +837,19 @@ class Reader:
         if c.nl != self.nl or c.dk != self.dk or c.dv != self.dv or \
                 c.nh != (1 if c.pooled else self.H):
             raise Reject(cls, off, "codebook shape does not match the descriptor", "§13.7")
+        if c.layer_stages and not self.req & FEAT_LAYER:
+            # only a candidate gets here (§13.5: CODEBOOK); an embedded CBK1
+            # with a layer table is CORRUPT in such a file (§3.3, §13.1)
+            raise Reject(cls, off, "codebook with a layer table for an archive without the "
+                         "LAYER_STAGES feature", "§13.5, §3.4")
         s0 = self.first_seg.get(0)
         if s0 is not None and (s0.ks, s0.vs) != (c.ks, c.vs):
             raise Reject(cls, off, "codebook stages %d+%d != index group's %d+%d"
                          % (c.ks, c.vs, s0.ks, s0.vs), "§11.8")
+        # every segment of the group has the first one's n_streams (§11.6 above)
+        if s0 is not None and s0.ns != c.prefix(self.H, c.nl):
+            raise Reject(cls, off, "index group n_streams %d != the codebook's P(n_layers) = %d"
+                         % (s0.ns, c.prefix(self.H, c.nl)), "§11.8, §11.2")
 
     # ---- §9 META
     def check_meta(self, e):
@@ -871,8 +973,22 @@ class Reader:
                 s0 = self.first_seg.get(0)
                 if s0 is not None and layer < self.nl and head < self.H and kv < 2 and \
                         stage < (s0.ks if kv == 0 else s0.vs):
-                    g = 0
-                    j = (layer * self.H + head) * (s0.ks + s0.vs) + (stage if kv == 0 else s0.ks + stage)
+                    if not self.req & FEAT_LAYER:
+                        g = 0
+                        j = (layer * self.H + head) * (s0.ks + s0.vs) + \
+                            (stage if kv == 0 else s0.ks + stage)
+                    elif self.cbk is not None:
+                        # names follow the codebook's layer counts (§11.2)
+                        lk, lv = self.cbk.stages(layer)
+                        if stage < (lk if kv == 0 else lv):
+                            g = 0
+                            j = self.cbk.stream_j(self.H, layer, head, kv, stage)
+                    else:
+                        # an external codebook without a candidate: which
+                        # index stream the id names needs its layer table
+                        # (§11.2, §13.5); every check that does not need
+                        # the stream's symbols is still made
+                        g, j = 0, None
         s0 = self.first_seg.get(g) if g is not None else None
         if s0 is None:
             raise Reject("CORRUPT", o, "%s stream_id 0x%016x names no stream" % (tn, sid),
@@ -909,12 +1025,15 @@ class Reader:
         # §20.4 in effect?
         stale = ni > self.glen.get(g, 0) or any(ps.first < ni and ps.order > e.order
                                                 for (ps, lo, hi) in self.pieces[g])
-        if stale:
+        if stale or j is None:
+            # stale, or (j None) an index stream whose symbols cannot be
+            # named without the codebook: the keys are not compared
             if zpos:  # §20.7: a stale ZPOS still lists each position once
                 seen = set()
                 for i, (_, pos, _) in enumerate(ents):
                     if pos in seen:
-                        raise Reject("CORRUPT", o + 64 + esz * i, "stale ZPOS repeats position %d" % pos,
+                        raise Reject("CORRUPT", o + 64 + esz * i, "%sZPOS repeats position %d"
+                                     % ("stale " if stale else "", pos),
                                      "§20.7")
                     seen.add(pos)
             return
@@ -1077,6 +1196,7 @@ class Reader:
                     raise Reject("SYMBOL", None, "index stream %d symbol %d is %d >= k = %d"
                                  % (j, a, syms[a], cbk.k), "§11.8")
                 idx.append(syms)
+        self.cbk, self._exact, self._idx = cbk, rows, idx   # for restore()
         toks = self.stream_symbols(1, 0) if 1 in self.first_seg else []
         parts = [struct.pack("<Q", n), cbhash]
         rb = self.row_bytes
@@ -1120,6 +1240,47 @@ class Reader:
         if self.torn:
             raise Reject("TORN", self.n - self.torn, "%d torn bytes after the last valid commit" % self.torn,
                          "§7.2, §1.3.3")
+
+    def restore(self, t):
+        """§14.4: the row of position t (bytes, §14.2 layout), after run().
+        An exact row as stored; an archived one reconstructed by §13.6 with
+        the layer's stage counts ks(l), vs(l) and the reference computation
+        (centroids to binary32, summed from +0.0 in stage order, each sum a
+        binary32 operation; for key_storage 1 the rotation of §8.1 in
+        binary64; rounded to the descriptor's dtype at the end). The digest
+        does not cover archived rows (Annex A): this is for tools and tests
+        (writer_check.py compares it with the writer's own sums)."""
+        if not 0 <= t < self.commits[-1].n_positions:
+            raise IndexError("position %d beyond n_positions" % t)
+        if t in self._exact:
+            e, fp = self._exact[t]
+            rb = self.row_bytes
+            return bytes(self.contents(e)[64 + (t - fp) * rb:64 + (t - fp + 1) * rb])
+        c = self.cbk
+        if c is None:
+            raise Reject("CODEBOOK", None, "archived position %d needs the external codebook; none given"
+                         % t, "§13.5")
+        a = t - self.S
+        out = bytearray()
+        for l in range(self.nl):
+            ks, vs = c.stages(l)
+            keys, values = [], []
+            for h in range(self.H):
+                hh = 0 if c.pooled else h
+                vecs = []
+                for kv, stages, dim in ((0, ks, self.dk), (1, vs, self.dv)):
+                    acc = [0.0] * dim          # zero stages: the zero vector
+                    for st in range(stages):
+                        sym = self._idx[c.stream_j(self.H, l, h, kv, st)][a]
+                        acc = [f32r(x + y) for x, y in zip(acc, c.row(kv, l, hh, st, sym))]
+                    vecs.append(acc)
+                if self.rope is not None and self.rope[1] == 1:
+                    vecs[0] = rope_rotate(vecs[0], t, self.rope)
+                keys.append(vecs[0])
+                values.append(vecs[1])
+            for v in keys + values:
+                out += pack_elems(v, self.dtype)
+        return bytes(out)
 
     def run_codebook_file(self, E, npos, narch):
         for e in E:
@@ -1170,6 +1331,53 @@ class Reader:
                          "§13.5")
         self.match_codebook(c, "CODEBOOK", off)
         return c
+
+
+# ------------------------------------------------- element types (§2.1, §13.6)
+
+def f32r(x):
+    """x rounded to binary32 (nearest even); beyond its range an infinity."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def pack_elems(vals, dtype):
+    """Little-endian elements of dtype, each rounded to nearest even: f16
+    beyond its range an infinity, bf16 the rounded upper half of the
+    binary32 (§13.6)."""
+    out = bytearray()
+    for v in vals:
+        if dtype == 3:
+            out += struct.pack("<f", f32r(v))
+        elif dtype == 1:
+            try:
+                out += struct.pack("<e", v)
+            except OverflowError:
+                out += struct.pack("<e", math.copysign(math.inf, v))
+        else:
+            u = struct.unpack("<I", struct.pack("<f", f32r(v)))[0]
+            if (u & 0x7F800000) == 0x7F800000 and u & 0x7FFFFF:
+                h = (u >> 16) | 0x40          # a NaN stays a NaN
+            else:
+                h = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+            out += struct.pack("<H", h & 0xFFFF)
+    return bytes(out)
+
+
+def rope_rotate(key, t, rope):
+    """§8.1: R(+angle(t, .)) applied to every pair of key, in binary64."""
+    layout, _storage, dims, theta = rope
+    half = dims // 2
+    out = list(key)
+    for i in range(half):
+        j0, j1 = (2 * i, 2 * i + 1) if layout == 1 else (i, i + half)
+        ang = t * theta ** (-2.0 * i / dims)
+        c, s = math.cos(ang), math.sin(ang)
+        out[j0] = key[j0] * c - key[j1] * s
+        out[j1] = key[j0] * s + key[j1] * c
+    return out
 
 
 # ------------------------------------------------------------ codec helpers

@@ -19,12 +19,23 @@ pseudo-random data, no clock) and prints, for each, the positions it holds:
                               keys archived as cached (key_storage 0)
     pyw_multi_appended.fkvf   pyw_multi.fkvf plus two appended commits, the
                               second one archiving new positions directly
+    pyw_layers.fkvf           per-layer stage counts (LAYER_STAGES, spec 1.1):
+                              4 layers x 2 heads, the layer table (2, 1),
+                              (0, 1), (0, 0), (1, 2) (a layer without key
+                              stages, one without any stage), 14 index
+                              streams, a token stream; format_minor 1
+    pyw_layers_appended.fkvf  pyw_layers.fkvf plus two appended commits
 
 What it writes: the header (§3), sections tiled at 64-byte boundaries with
-zero padding (§4.1), DESC (§8), META (§9), CBK1 (§13.1-§13.2), EXAC (§14),
-STRM segments of the quad profile (§11.2-§11.4, §12.1.4: the data is the
-packed symbols), one directory and one trailer per commit (§5, §6, §7.6).
-What it does not write: ngon streams, VTXS, deflated sections, CBRF, ZIDX /
+zero padding (§4.1), DESC (§8), META (§9), CBK1 (§13.1-§13.2, with or
+without a layer table: a codebook with a layer table sets the LAYER_STAGES
+required bit and format_minor 1, §3.4, §1.3.1, and numbers its index
+streams with P(l), §11.2), EXAC (§14), STRM segments of the quad profile
+(§11.2-§11.4, §12.1.4: the data is the packed symbols), one directory and
+one trailer per commit (§5, §6, §7.6); as a library also a codebook file
+(§13.4) and an archive that refers to it with a CBRF (§13.5), not among the
+demonstration files (appending to such an archive is not supported).
+What it does not write: ngon streams, VTXS, deflated sections, ZIDX /
 ZPOS (all optional for a writer). Appending (§7.4, §7.6.1) opens the file
 from its end, refuses a torn or damaged one (§7.7), reads the DESC, the
 codebook, the effective streams and the exact rows it needs, and appends
@@ -53,6 +64,8 @@ TRL_MAGIC = b"\x89FKVTRL\n"            # §6
 F_REQUIRED = 1                         # §4.2 entry flags
 F_DEFLATE = 2
 OPT_TOKEN_STREAM = 1                   # §3.4 optional_features bit 0
+REQ_EXTERNAL_CODEBOOK = 4              # §3.4 required_features bit 2
+REQ_LAYER_STAGES = 8                   # §3.4 required_features bit 3 (version 1.1)
 DT_F16, DT_BF16, DT_F32 = 1, 2, 3      # §8 dtype
 ESIZE = {DT_F16: 2, DT_BF16: 2, DT_F32: 4}
 GROUP_INDEX, GROUP_TOKEN = 0, 1        # §11
@@ -213,12 +226,34 @@ class Desc:
 # -------------------------------------------------------------- codebook (§13)
 
 class Codebook:
-    """An RVQ codebook: tables[l][h][kv][s] is a list of k centroid rows."""
+    """An RVQ codebook: tables[l][h][kv][s] is a list of k centroid rows.
+
+    layer_stages, if given, is the layer table of §13.1 (version 1.1): one
+    (ks, vs) pair per layer, layer l having ks key and vs value stages
+    (tables[l][h][0] then holds ks stages, tables[l][h][1] vs). k_stages and
+    v_stages are then the largest counts (None: computed). A table whose
+    pairs are all equal is stored as a uniform codebook (layer_stages 0, as
+    §13.1 recommends) unless force_table is set."""
 
     def __init__(self, n_layers, n_heads, key_dim, value_dim, k, k_stages, v_stages,
-                 dtype, pooled, tables):
+                 dtype, pooled, tables, layer_stages=None, force_table=False):
         if k < 16 or k > 4096 or k & (k - 1):
             raise WriteError("codebook k must be a power of two in 16..4096 (§13.1)")
+        if layer_stages is not None:
+            layer_stages = [(int(a), int(b)) for a, b in layer_stages]
+            if len(layer_stages) != n_layers or \
+                    not all(0 <= a <= 16 and 0 <= b <= 16 for a, b in layer_stages):
+                raise WriteError("layer table: one (ks, vs) pair per layer, each 0..16 (§13.1)")
+            mk = max(a for a, _ in layer_stages)
+            mv = max(b for _, b in layer_stages)
+            if (k_stages is not None and k_stages != mk) or (v_stages is not None and v_stages != mv):
+                raise WriteError("with a layer table, k_stages and v_stages are the largest "
+                                 "layer counts (§13.1)")
+            k_stages, v_stages = mk, mv
+            if not force_table and len(set(layer_stages)) == 1:
+                layer_stages = None        # the same counts everywhere: uniform (§13.1 SHOULD)
+        elif k_stages is None or v_stages is None:
+            raise WriteError("k_stages and v_stages are needed without a layer table (§13.1)")
         if dtype not in (DT_F16, DT_F32) or not (0 <= k_stages <= 16 and 0 <= v_stages <= 16):
             raise WriteError("codebook dtype or stage count out of range (§13.1)")
         if pooled and n_heads != 1:
@@ -226,15 +261,45 @@ class Codebook:
         self.L, self.H, self.Dk, self.Dv = n_layers, n_heads, key_dim, value_dim
         self.k, self.ks, self.vs = k, k_stages, v_stages
         self.dtype, self.pooled = dtype, pooled
+        self.layer_table = layer_stages    # None: uniform (layer_stages = 0)
         self.tables = tables
+        self._msum = [0]                   # m(0) + ... + m(l-1), l = 0 .. n_layers
+        for l in range(n_layers):
+            self._msum.append(self._msum[-1] + sum(self.stages(l)))
+        for l in range(n_layers):
+            lk, lv = self.stages(l)
+            for h in range(n_heads):
+                if len(tables[l][h][0]) != lk or len(tables[l][h][1]) != lv:
+                    raise WriteError("layer %d head %d: tables for %d + %d stages, the counts "
+                                     "are %d + %d" % (l, h, len(tables[l][h][0]),
+                                                      len(tables[l][h][1]), lk, lv))
+
+    def stages(self, l):
+        """(ks(l), vs(l)): layer l's key and value stage counts (§13.1)."""
+        if self.layer_table is None:
+            return self.ks, self.vs
+        return self.layer_table[l]
+
+    def required_features(self):
+        """The required feature bits a file holding (or naming) this codebook
+        sets (§3.4): LAYER_STAGES when it has a layer table."""
+        return REQ_LAYER_STAGES if self.layer_table is not None else 0
 
     def pack(self):
-        """The CBK1 section contents (§13.1 header, §13.2 tables)."""
-        out = bytearray(struct.pack("<IIIIIBBBB40x", self.L, self.H, self.Dk, self.Dv, self.k,
-                                    self.ks, self.vs, self.dtype, self.pooled))
+        """The CBK1 section contents (§13.1 header and layer table, §13.2
+        tables)."""
+        out = bytearray(struct.pack("<IIIIIBBBBB39x", self.L, self.H, self.Dk, self.Dv, self.k,
+                                    self.ks, self.vs, self.dtype, self.pooled,
+                                    0 if self.layer_table is None else 1))
+        if self.layer_table is not None:
+            # n_layers (ks, vs) pairs, zero bytes up to T = align64(2 n_layers)
+            for lk, lv in self.layer_table:
+                out += struct.pack("<BB", lk, lv)
+            out += bytes(align64(2 * self.L) - 2 * self.L)
         for l in range(self.L):
+            lk, lv = self.stages(l)
             for h in range(self.H):
-                for kv, stages in ((0, self.ks), (1, self.vs)):
+                for kv, stages in ((0, lk), (1, lv)):
                     for s in range(stages):
                         for row in self.tables[l][h][kv][s]:
                             out += encode_elems(row, self.dtype)
@@ -244,18 +309,28 @@ class Codebook:
     def unpack(b):
         if len(b) < 64:
             raise WriteError("CBK1 shorter than its header")
-        L, H, Dk, Dv, k, ks, vs, dtype, pooled = struct.unpack_from("<IIIIIBBBB", b, 0)
+        L, H, Dk, Dv, k, ks, vs, dtype, pooled, ls = struct.unpack_from("<IIIIIBBBBB", b, 0)
         e = ESIZE.get(dtype, 0)
+        if ls == 1:
+            T = align64(2 * L)
+            if len(b) < 64 + T:
+                raise WriteError("CBK1 shorter than its layer table (§13.1)")
+            table = [(b[64 + 2 * l], b[65 + 2 * l]) for l in range(L)]
+        elif ls == 0:
+            T, table = 0, None
+        else:
+            raise WriteError("CBK1 layer_stages %d (§13.1)" % ls)
+        counts = table if table is not None else [(ks, vs)] * L
         if dtype not in (DT_F16, DT_F32) or \
-                len(b) != 64 + L * H * k * (ks * Dk + vs * Dv) * e:
+                len(b) != 64 + T + H * k * sum(lk * Dk + lv * Dv for lk, lv in counts) * e:
             raise WriteError("CBK1 dtype or size does not match its header (§13.2)")
-        o = 64
+        o = 64 + T
         tables = []
-        for _l in range(L):
+        for l in range(L):
             per_h = []
             for _h in range(H):
                 per_kv = []
-                for stages, dim in ((ks, Dk), (vs, Dv)):
+                for stages, dim in ((counts[l][0], Dk), (counts[l][1], Dv)):
                     st = []
                     for _s in range(stages):
                         rows = []
@@ -266,7 +341,8 @@ class Codebook:
                     per_kv.append(st)
                 per_h.append(per_kv)
             tables.append(per_h)
-        return Codebook(L, H, Dk, Dv, k, ks, vs, dtype, pooled, tables)
+        return Codebook(L, H, Dk, Dv, k, ks, vs, dtype, pooled, tables, layer_stages=table,
+                        force_table=True)
 
     def content_hash(self):
         """§13.3: XXH3-128 of the CBK1 contents, canonical form."""
@@ -277,13 +353,21 @@ class Codebook:
         return (self.L == d.L and self.Dk == d.Dk and self.Dv == d.Dv
                 and self.H == (1 if self.pooled else d.H))
 
+    def prefix(self, d, l):
+        """§11.2: P(l) = n_kv_heads * (m(0) + ... + m(l-1)), m = ks + vs: the
+        number of index streams of the layers before l."""
+        return d.H * self._msum[l]
+
     def n_streams(self, d):
-        """§11.2: n_layers * n_kv_heads * (k_stages + v_stages)."""
-        return d.L * d.H * (self.ks + self.vs)
+        """§11.2: P(n_layers); n_layers * n_kv_heads * (k_stages + v_stages)
+        for a uniform codebook."""
+        return self.prefix(d, d.L)
 
     def stream_index(self, d, l, h, kv, s):
-        """§11.2 canonical order: per layer and head, key stages then value stages."""
-        return (l * d.H + h) * (self.ks + self.vs) + (s if kv == 0 else self.ks + s)
+        """§11.2 canonical order: per layer and head, key stages then value
+        stages: j = P(l) + h * m(l) + (kv = 0 ? s : ks(l) + s)."""
+        lk, lv = self.stages(l)
+        return self.prefix(d, l) + h * (lk + lv) + (s if kv == 0 else lk + s)
 
     def quantize(self, d, row):
         """Greedy residual quantization of one row: the symbol of every index
@@ -292,7 +376,7 @@ class Codebook:
         syms = [0] * self.n_streams(d)
         for (l, h), vecs in parts.items():
             hh = 0 if self.pooled else h
-            for kv, stages in ((0, self.ks), (1, self.vs)):
+            for kv, stages in zip((0, 1), self.stages(l)):
                 res = list(vecs[kv])
                 for s in range(stages):
                     best, bestd = 0, None
@@ -315,8 +399,8 @@ class Codebook:
             for h in range(d.H):
                 hh = 0 if self.pooled else h
                 vecs = []
-                for kv, stages, dim in ((0, self.ks, d.Dk), (1, self.vs, d.Dv)):
-                    acc = [0.0] * dim
+                for kv, stages, dim in zip((0, 1), self.stages(l), (d.Dk, d.Dv)):
+                    acc = [0.0] * dim                # zero stages: the zero vector (§13.6)
                     for s in range(stages):
                         cen = self.tables[l][hh][kv][s][syms[self.stream_index(d, l, h, kv, s)]]
                         acc = [f32(a + f32(c)) for a, c in zip(acc, cen)]
@@ -325,20 +409,25 @@ class Codebook:
         return d.join_row(parts)
 
 
-def random_codebook(rng, d, k, k_stages, v_stages, dtype, pooled=False):
+def random_codebook(rng, d, k, k_stages, v_stages, dtype, pooled=False, layer_stages=None):
     """Centroids of stage s are multiples of 2^-(3+3s) below 2^(1-3s) in
     magnitude: every sum of one centroid per stage is then exact in binary32
     and in f16 (at most 3 stages here), so the restored values do not depend
-    on the summation order a reader uses (§13.6 only RECOMMENDS one)."""
-    if k_stages > 3 or v_stages > 3:
+    on the summation order a reader uses (§13.6 only RECOMMENDS one).
+    layer_stages: a layer table, one (ks, vs) pair per layer (§13.1, version
+    1.1); k_stages and v_stages are then its maxima (or None)."""
+    counts = layer_stages if layer_stages is not None else [(k_stages, v_stages)] * d.L
+    if len(counts) != d.L:
+        raise WriteError("random_codebook: one (ks, vs) pair per layer")
+    if any(a > 3 or b > 3 for a, b in counts):
         raise WriteError("random_codebook: at most 3 stages (exact sums)")
     H = 1 if pooled else d.H
     tables = []
-    for _l in range(d.L):
+    for l in range(d.L):
         per_h = []
         for _h in range(H):
             per_kv = []
-            for stages, dim in ((k_stages, d.Dk), (v_stages, d.Dv)):
+            for stages, dim in ((counts[l][0], d.Dk), (counts[l][1], d.Dv)):
                 st = []
                 for s in range(stages):
                     scale = 2.0 ** -(3 + 3 * s)
@@ -347,7 +436,8 @@ def random_codebook(rng, d, k, k_stages, v_stages, dtype, pooled=False):
                 per_kv.append(st)
             per_h.append(per_kv)
         tables.append(per_h)
-    return Codebook(d.L, H, d.Dk, d.Dv, k, k_stages, v_stages, dtype, 1 if pooled else 0, tables)
+    return Codebook(d.L, H, d.Dk, d.Dv, k, k_stages, v_stages, dtype, 1 if pooled else 0, tables,
+                    layer_stages=layer_stages)
 
 
 def random_row(rng, d):
@@ -453,8 +543,11 @@ def sec_strm_quad(offset, group, b, k_stages, v_stages, first, streams, block_si
 # ------------------------------------------------------- header, commit (§3, §7.6)
 
 def file_header(required, optional):
-    """The 64-byte header (§3), format 1.0."""
-    h = MAGIC + b"\x00" + struct.pack("<HHHIIQQ16x", 1, 0, 64, 0x0A0B0C0D, 0, required, optional)
+    """The 64-byte header (§3): format 1.1 (format_minor 1) when it sets a
+    required bit added in 1.1 (LAYER_STAGES), else 1.0 (§1.3.1, §17.2)."""
+    minor = 1 if required & REQ_LAYER_STAGES else 0
+    h = MAGIC + b"\x00" + struct.pack("<HHHIIQQ16x", 1, minor, 64, 0x0A0B0C0D, 0, required,
+                                      optional)
     return h + struct.pack("<Q", xxh3_64(h, 0))
 
 
@@ -507,24 +600,35 @@ def archived_after(S, W, n, A):
 # ---------------------------------------------------------- a new file (§7.6)
 
 def create(path, d, rows, tokens=None, codebook=None, meta=None, block_size=4096,
-           token_bits=16, sync=True):
+           token_bits=16, sync=True, codebook_ref=None):
     """Write a new one-commit archive: rows[p] is the row of position p
     (d.dtype elements, §14.2 layout). Positions [S, S + A) with
     A = archived_after(S, W, n, 0) are archived with `codebook` (required
-    when A > 0); the others are stored exact. Returns (n, A)."""
+    when A > 0); the others are stored exact. The codebook is embedded (a
+    CBK1), or, when codebook_ref (a name hint) is given, referred to by a
+    CBRF (§13.5; the codebook file is create_codebook_file's). A codebook
+    with a layer table sets LAYER_STAGES and format_minor 1 (§3.4, §1.3.1).
+    Returns (n, A)."""
     n = len(rows)
     S = d.S
     A = archived_after(S, d.W, n, 0) if codebook is not None else 0
     if codebook is not None and not codebook.matches(d):
         raise WriteError("the codebook does not fit the descriptor (§13.7)")
+    if A > 0 and codebook.ks + codebook.vs == 0:
+        raise WriteError("a codebook without stages cannot archive a position (§11.8)")
     if tokens is not None and len(tokens) != n:
         raise WriteError("one token id per position (§11.1)")
     opt = OPT_TOKEN_STREAM if tokens is not None else 0
+    req = codebook.required_features() if codebook is not None else 0
     secs = [Section(b"DESC", 0, d.pack())]
     if meta is not None:
         secs.append(Section(b"META", 0, sec_meta(meta), required=False))
     if codebook is not None:
-        secs.append(Section(b"CBK1", 0, codebook.pack()))
+        if codebook_ref is None:
+            secs.append(Section(b"CBK1", 0, codebook.pack()))
+        else:
+            req |= REQ_EXTERNAL_CODEBOOK
+            secs.append(Section(b"CBRF", 0, sec_cbrf(codebook, codebook_ref)))
         if A > 0:
             # the index group: one segment, every stream's symbols [0, A)
             b = quad_bits_for(codebook.k)
@@ -539,16 +643,36 @@ def create(path, d, rows, tokens=None, codebook=None, meta=None, block_size=4096
                                                         [list(tokens)], block_size)))
     secs += _exac_runs(d, [p for p in range(n) if p < S or p >= S + A], rows.__getitem__)
     body, trl = build_commit(64, secs, 1, n, A)
+    _write_new(path, file_header(req, opt), body, trl, sync)
+    return n, A
+
+
+def create_codebook_file(path, codebook, sync=True):
+    """Write a codebook file (§13.4): one commit holding the CBK1 alone,
+    n_positions = n_archived = 0; LAYER_STAGES set (and format_minor 1)
+    when the codebook has a layer table (§3.4)."""
+    body, trl = build_commit(64, [Section(b"CBK1", 0, codebook.pack())], 1, 0, 0)
+    _write_new(path, file_header(codebook.required_features(), 0), body, trl, sync)
+
+
+def sec_cbrf(codebook, name):
+    """A CBRF section (§13.5): the codebook's content hash and a name hint."""
+    nb = name.encode("utf-8")
+    if len(nb) > 4096:
+        raise WriteError("CBRF name longer than 4096 bytes (§13.5)")
+    return codebook.content_hash() + struct.pack("<II", len(nb), 0) + nb
+
+
+def _write_new(path, header, body, trl, sync):
     # written under a temporary name and renamed into place once durable (§7.6)
     tmp = path + ".tmp"
     with open(tmp, "wb") as fh:
-        fh.write(file_header(0, opt))
+        fh.write(header)
         fh.write(body)
         _sync(fh, sync)          # sections and directory before the trailer
         fh.write(trl)
         _sync(fh, sync)
     os.replace(tmp, path)
-    return n, A
 
 
 def _strm(group, b, ks, vs, first, streams, block_size):
@@ -589,11 +713,12 @@ class Opened:
                 or struct.unpack_from("<Q", F, 56)[0] != xxh3_64(F[:56], 0):
             raise WriteError("unsupported or damaged header (§3.1)")
         self.required, self.optional = struct.unpack_from("<QQ", F, 24)
-        if self.required:
-            # this writer implements no required feature (ngon, deflate,
-            # external codebook), so it must not append to such files (§17.5)
+        if self.required & ~REQ_LAYER_STAGES:
+            # this writer implements no other required feature when it
+            # appends (ngon, deflate, external codebook), so it must not
+            # append to such files (§17.5)
             raise WriteError("required feature bits 0x%x: not supported by this writer"
-                             % self.required)
+                             % (self.required & ~REQ_LAYER_STAGES))
         # §7.2 step 1: the last 64 bytes must be a valid trailer; a writer
         # never appends after a torn tail (§7.7)
         if n % 64 or self._trailer(n - 64) is None:
@@ -634,6 +759,10 @@ class Opened:
             if cbs[0][0] != b"CBK1":
                 raise WriteError("an external codebook (CBRF) is not supported by this writer")
             self.codebook = Codebook.unpack(self.contents(cbs[0]))
+            if self.codebook.required_features() & ~self.required:
+                # a layer table in a file without LAYER_STAGES (§3.3)
+                raise WriteError("the codebook has a layer table but the header lacks "
+                                 "LAYER_STAGES (§3.3)")
         self.groups = {}
         for e in self.entries:
             if e[0] == b"STRM":
@@ -714,6 +843,8 @@ def append(path, new_rows, new_tokens=None, meta=None, block_size=4096, sync=Tru
         A1 = archived_after(S, d.W, n1, A0) if cb is not None else A0
         if A1 > A0 and cb is None:
             raise WriteError("positions to archive but no codebook")
+        if A1 > A0 and cb.ks + cb.vs == 0:
+            raise WriteError("a codebook without stages cannot archive a position (§11.8)")
 
         def row(p):                   # the original bits of position p
             return new_rows[p - n0] if p >= n0 else o.exact_row(p)
@@ -851,7 +982,41 @@ def write_demo(outdir, sync=False):
     append(path("pyw_multi_appended.fkvf"), rows[80:83], block_size=128, sync=sync)
     n, A = append(path("pyw_multi_appended.fkvf"), rows[83:160], block_size=64, sync=sync)
     out.append(Expect("pyw_multi_appended.fkvf", d, cb, rows, None, n, A, 3, None))
+
+    # (f) per-layer stage counts (LAYER_STAGES, version 1.1): 4 layers x 2
+    # heads, Dk 4, Dv 6, f16 rows; k = 16 (4-bit quad, u = 32); the layer
+    # table (2, 1), (0, 1), (0, 0), (1, 2): layer 1 has no key stage, layer
+    # 2 no stage at all (its keys and values restore as zero vectors);
+    # header k_stages 2, v_stages 2; m = 3, 1, 0, 3, so P(0..4) = 0, 6, 8,
+    # 8, 14 and n_streams = P(4) = 14 (32 for a uniform 2 + 2 codebook);
+    # S = 2, W = 3, 40 positions: 35 archived; token ids
+    rng = Rng(20)
+    d = Desc(4, 2, 4, 6, DT_F16, n_sinks=2, window=3, model_id="pyw layer-stages demo",
+             tokenizer_id="pyw-synthetic-1k")
+    cb = random_codebook(rng, d, k=16, k_stages=None, v_stages=None, dtype=DT_F16,
+                         layer_stages=LAYERS_DEMO)
+    rows = [random_row(rng, d) for _ in range(70)]
+    tokens = [rng.below(1000) for _ in range(70)]
+    n, A = create(path("pyw_layers.fkvf"), d, rows[:40], tokens=tokens[:40], codebook=cb,
+                  block_size=64, sync=sync)
+    out.append(Expect("pyw_layers.fkvf", d, cb, rows, tokens, n, A, 1, None))
+
+    # (g) (f) plus two commits: 2 positions (A 35 -> 37: index segment from
+    # 32, the partial unit re-stored), then 28 (A -> 65)
+    with open(path("pyw_layers.fkvf"), "rb") as fh:
+        data = fh.read()
+    with open(path("pyw_layers_appended.fkvf"), "wb") as fh:
+        fh.write(data)
+    append(path("pyw_layers_appended.fkvf"), rows[40:42], new_tokens=tokens[40:42],
+           block_size=64, sync=sync)
+    n, A = append(path("pyw_layers_appended.fkvf"), rows[42:70], new_tokens=tokens[42:70],
+                  block_size=128, sync=sync)
+    out.append(Expect("pyw_layers_appended.fkvf", d, cb, rows, tokens, n, A, 3, None))
     return out
+
+
+# the layer table of the LAYER_STAGES demonstration files (§13.1)
+LAYERS_DEMO = [(2, 1), (0, 1), (0, 0), (1, 2)]
 
 
 def main(argv=None):

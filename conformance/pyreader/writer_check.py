@@ -3,6 +3,7 @@
 the second reader (issue 17, point 12).
 
     writer_check.py --fkvf PATH/fkvf [--conf-read PATH/fkvf-conf-read] [--keep DIR]
+                    [--c-layer-stages]
 
 Writes the demonstration files of fkvf_write.py twice (the bytes must be
 the same: the writer is deterministic), then, for every file:
@@ -20,7 +21,16 @@ the same: the writer is deterministic), then, for every file:
 * libfkvf (fkvf-conf-read, when given, full verification and the access
   path) and the second reader (fkvf_read.py, both modes) accept it with the
   conformance digest (spec Annex A) computed from what the writer
-  was given: the rows, the index symbols in canonical order, the tokens.
+  was given: the rows, the index symbols in canonical order, the tokens;
+  and the second reader restores every position (§14.4, §13.6) to the row
+  the writer expects;
+* the header has format_minor 1 and LAYER_STAGES exactly when the codebook
+  has a layer table (§1.3.1, §3.4).
+
+The files with per-layer stage counts (pyw_layers*.fkvf, LAYER_STAGES,
+spec version 1.1) are checked by libfkvf (validate, verify, info, unpack,
+fkvf-conf-read) like the others (C_LAYER_STAGES below, --c-layer-stages);
+the second reader checks them always.
 
 Then negative controls show that these checks can fail: a changed expected
 row, symbol or token is noticed; a flipped byte is rejected by validate,
@@ -45,6 +55,9 @@ import fkvf_write as W  # noqa: E402
 from xxh3 import xxh3_64  # noqa: E402
 
 failures = []
+# libfkvf reads files with per-layer stage counts (LAYER_STAGES, spec 1.1)
+# since it implements format 1.1: the C checks run on the pyw_layers* files
+C_LAYER_STAGES = True
 
 
 def check(name, ok, detail=""):
@@ -173,7 +186,7 @@ def expected_streams(e):
         b = W.quad_bits_for(cb.k)
         for l in range(d.L):
             for h in range(d.H):
-                for kv, stages in ((0, cb.ks), (1, cb.vs)):
+                for kv, stages in zip((0, 1), cb.stages(l)):   # the layer's counts (§11.1)
                     for s in range(stages):
                         out[l | h << 16 | kv << 32 | s << 40] = (b, e.A)
     if e.tokens is not None:
@@ -183,7 +196,52 @@ def expected_streams(e):
 
 # ------------------------------------------------------------------ checks
 
+def layered(e):
+    return e.codebook is not None and e.codebook.layer_table is not None
+
+
 def check_file(e, path, a, tmp):
+    nm = e.name
+    req = e.codebook.required_features() if e.codebook is not None else 0
+    with open(path, "rb") as fh:
+        data = fh.read()
+    minor, = struct.unpack_from("<H", data, 12)
+    freq, = struct.unpack_from("<Q", data, 24)
+    check("%s: header format_minor %d, required_features 0x%x (§1.3.1, §3.4)"
+          % (nm, 1 if layered(e) else 0, req),
+          minor == (1 if layered(e) else 0) and freq == req, "minor %d, required 0x%x" % (minor, freq))
+    check_second_reader(e, data)
+    if layered(e) and not a.c_layer_stages:
+        print("skip %s: libfkvf checks (validate, verify, info, unpack, fkvf-conf-read): "
+              "LAYER_STAGES not enabled for libfkvf (--c-layer-stages)" % nm)
+        return
+    check_file_c(e, path, a, tmp, req)
+
+
+def check_second_reader(e, data):
+    """The second reader: both modes accept with the expected digest, and
+    every position restores to the row the writer expects."""
+    nm = e.name
+    want = digest(e)
+    for mode in ("verify", "open"):
+        try:
+            rd = R.Reader(memoryview(data), mode)
+            got = "%016x" % rd.run()
+            check("%s: second reader (%s) digest %s" % (nm, mode, want), got == want,
+                  "digest %s" % got)
+        except R.Reject as x:
+            check("%s: second reader (%s)" % (nm, mode), False, x.message())
+            continue
+        if mode == "open":
+            try:
+                bad = [t for t in range(e.n) if rd.restore(t) != e.rows[t]]
+            except R.Reject as x:
+                bad = ["rejected: " + x.message()]
+            check("%s: second reader restores the %d positions (%d archived)" % (nm, e.n, e.A),
+                  not bad, "positions %r" % bad[:5])
+
+
+def check_file_c(e, path, a, tmp, req):
     nm = e.name
     size = os.path.getsize(path)
     rc, out, err = run([a.fkvf, "validate", "--strict", path])
@@ -214,7 +272,7 @@ def check_file(e, path, a, tmp):
                    if s["profile"] == "quad"}
         meta = {k: (bytes(v).hex() if t == "bytes" else v) for k, t, v in (e.meta or [])}
         want = (want_cache, e.n, e.A, e.commits, expected_streams(e), meta,
-                W.OPT_TOKEN_STREAM if e.tokens is not None else 0, 0)
+                W.OPT_TOKEN_STREAM if e.tokens is not None else 0, req)
         got = (got_cache, js["positions"], js["archived"], js["commits"], streams,
                js.get("metadata", {}), js["optional_features"], js["required_features"])
         ok = got == want and len(js["stream_list"]) == len(streams)
@@ -246,15 +304,6 @@ def check_file(e, path, a, tmp):
             check("%s: libfkvf (fkvf-conf-read, %s) digest %s" % (nm, mode, want),
                   rc == 0 and out.split() == ["digest", want],
                   "exit %d %s %s" % (rc, out.strip(), err.strip()))
-    with open(path, "rb") as fh:
-        data = fh.read()
-    for mode in ("verify", "open"):
-        try:
-            got = "%016x" % R.Reader(memoryview(data), mode).run()
-            check("%s: second reader (%s) digest %s" % (nm, mode, want), got == want,
-                  "digest %s" % got)
-        except R.Reject as x:
-            check("%s: second reader (%s)" % (nm, mode), False, x.message())
 
 
 def negative_controls(exps, d1, a, tmp):
@@ -322,13 +371,40 @@ def negative_controls(exps, d1, a, tmp):
     # appending never rewrites (§7.4): commit 1 of the appended files is the
     # one-commit file byte for byte
     for one, more in (("pyw_archive.fkvf", "pyw_appended.fkvf"),
-                      ("pyw_multi.fkvf", "pyw_multi_appended.fkvf")):
+                      ("pyw_multi.fkvf", "pyw_multi_appended.fkvf"),
+                      ("pyw_layers.fkvf", "pyw_layers_appended.fkvf")):
         with open(os.path.join(d1, one), "rb") as fh:
             a1 = fh.read()
         with open(os.path.join(d1, more), "rb") as fh:
             a2 = fh.read()
         check("%s begins with %s byte for byte (§7.4)" % (more, one),
               len(a2) > len(a1) and a2[:len(a1)] == a1)
+
+    # a layer table in a file whose LAYER_STAGES bit is clear (header
+    # re-sealed, format_minor left at 1) is CORRUPT (§3.3, §13.1)
+    with open(os.path.join(d1, "pyw_layers.fkvf"), "rb") as fh:
+        data = bytearray(fh.read())
+    data[24] &= ~W.REQ_LAYER_STAGES & 0xFF
+    data[56:64] = struct.pack("<Q", xxh3_64(bytes(data[:56]), 0))
+    nobit = os.path.join(tmp, "layers_nobit.fkvf")
+    with open(nobit, "wb") as fh:
+        fh.write(data)
+    for mode in ("verify", "open"):
+        try:
+            R.Reader(memoryview(bytes(data)), mode).run()
+            check("control: a layer table without LAYER_STAGES, second reader (%s)" % mode, False,
+                  "accepted")
+        except R.Reject as x:
+            check("control: a layer table without LAYER_STAGES, second reader (%s): CORRUPT" % mode,
+                  x.cls == "CORRUPT", x.message())
+    if a.c_layer_stages:
+        rc, out, err = run([a.fkvf, "verify", nobit])
+        check("control: a layer table without LAYER_STAGES, fkvf verify", rc == 1,
+              "exit %d %s %s" % (rc, out, err))
+        if a.conf_read:
+            rc, out, err = run([a.conf_read, nobit])
+            check("control: a layer table without LAYER_STAGES, fkvf-conf-read: CORRUPT",
+                  rc == 1 and out.split()[:2] == ["class", "CORRUPT"], "exit %d %s" % (rc, out))
 
     # the appender refuses a torn file (§7.7) and leaves it unchanged
     torn = os.path.join(tmp, "torn.fkvf")
@@ -351,6 +427,8 @@ def main():
     ap.add_argument("--fkvf", required=True, help="the fkvf command-line tool")
     ap.add_argument("--conf-read", help="fkvf-conf-read (libfkvf digest), optional")
     ap.add_argument("--keep", help="write the files here (default: a temporary directory)")
+    ap.add_argument("--c-layer-stages", action="store_true", default=C_LAYER_STAGES,
+                    help="check the LAYER_STAGES files (pyw_layers*) with libfkvf too")
     a = ap.parse_args()
     tmpd = tempfile.mkdtemp(prefix="fkvf-pywrite-")
     try:

@@ -45,9 +45,15 @@ extern "C" {
     (FKVF_VERSION_MAJOR * 10000 + FKVF_VERSION_MINOR * 100 + FKVF_VERSION_PATCH)
 #define FKVF_VERSION_STRING "0.1.0"
 
-/* Version of the file format this library reads and writes. */
+/* Version of the file format this library reads and writes (spec 1.1). Its
+ * writers put minor 1 in a file only when the file declares a feature added
+ * in 1.1 (FKVF_FEAT_LAYER_STAGES), else minor 0: such files are 1.0 files,
+ * byte for byte what a 1.0 writer makes (spec 1.3.1). */
 #define FKVF_FORMAT_MAJOR 1
-#define FKVF_FORMAT_MINOR 0
+#define FKVF_FORMAT_MINOR 1
+/* The minor version a file with these required_features is written with. */
+#define FKVF_FORMAT_MINOR_FOR(required_features) \
+    (((required_features) & FKVF_FEAT_LAYER_STAGES) ? 1 : 0)
 
 FKVF_API unsigned fkvf_version_number(void);     /* == FKVF_VERSION_NUMBER */
 FKVF_API const char *fkvf_version_string(void);  /* == FKVF_VERSION_STRING */
@@ -158,7 +164,9 @@ typedef enum fkvf_profile {
 #define FKVF_FEAT_NGON              (UINT64_C(1) << 0)
 #define FKVF_FEAT_DEFLATE           (UINT64_C(1) << 1)
 #define FKVF_FEAT_EXTERNAL_CODEBOOK (UINT64_C(1) << 2)
-#define FKVF_FEATURES_KNOWN         (UINT64_C(7))
+/* format 1.1: a codebook with stage counts per layer (spec 3.4, 13.1) */
+#define FKVF_FEAT_LAYER_STAGES      (UINT64_C(1) << 3)
+#define FKVF_FEATURES_KNOWN         (UINT64_C(15))
 #define FKVF_OPTFEAT_TOKEN_STREAM   (UINT64_C(1) << 0)
 
 /* Section types (spec 4.3): FourCC, first character in the lowest byte. */
@@ -230,14 +238,42 @@ typedef struct fkvf_codebook_shape {
     uint32_t n_layers, n_heads; /* n_heads = 1 when pooled */
     uint32_t key_dim, value_dim;
     uint32_t k;                 /* centroids per stage: power of two, 16..4096 */
-    uint8_t k_stages, v_stages; /* 0..16 each */
+    uint8_t k_stages, v_stages; /* 0..16 each; with layer_stages, their maxima */
     fkvf_dtype dtype;           /* F16 or F32 */
     uint8_t pooled;             /* 0 per (layer, head), 1 per layer */
+    /* Stage counts per layer (format 1.1, spec 13.1 layer table, feature
+     * LAYER_STAGES): NULL when every layer has k_stages key and v_stages
+     * value stages; else 2 * n_layers bytes, the pairs (key stages, value
+     * stages) of layers 0, 1, ..., each 0..16, whose maxima must be k_stages
+     * and v_stages. Borrowed: a shape the library fills (fkvf_rvq_shape,
+     * fkvf_reader_codebook) points into memory of the handle it came from,
+     * valid while that handle lives; a shape the caller passes is read
+     * during the call only. A table whose pairs are all equal is the uniform
+     * shape (the library writes and keeps it without a table). A zeroed
+     * shape or one set field by field before this member existed has NULL. */
+    const uint8_t *layer_stages;
 } fkvf_codebook_shape;
+
+/* Key and value stage counts of layer l of a shape (the layer table's pair,
+ * or k_stages and v_stages without one); l must be < shape->n_layers. Pure. */
+static inline unsigned fkvf_layer_k_stages(const fkvf_codebook_shape *shape, uint32_t l)
+{
+    return shape->layer_stages ? shape->layer_stages[2 * (size_t)l] : shape->k_stages;
+}
+static inline unsigned fkvf_layer_v_stages(const fkvf_codebook_shape *shape, uint32_t l)
+{
+    return shape->layer_stages ? shape->layer_stages[2 * (size_t)l + 1] : shape->v_stages;
+}
 
 /* Bytes of the CBK1 section of a shape (64-byte header + tables); 0 if the
  * shape is invalid or overflows. */
 FKVF_API uint64_t fkvf_codebook_size(const fkvf_codebook_shape *shape);
+/* Where the tables start in the CBK1 contents of a shape: 64, or 64 plus the
+ * padded layer table (spec 13.1) when the shape has one; the tables that
+ * fkvf_writer_add_codebooks and fkvf_rvq_from_tables take are the
+ * fkvf_codebook_size - fkvf_codebook_tables_offset bytes from there. 0 if
+ * the shape is invalid. Pure. */
+FKVF_API uint64_t fkvf_codebook_tables_offset(const fkvf_codebook_shape *shape);
 /* The automatic k of a codebook for n_rows cache rows (the rule of
  * docs/codebooks.md, "automatic k", which fkvf pack, fkvf append --create and
  * the Python binding all use): the largest power of two from
@@ -279,6 +315,26 @@ FKVF_API void fkvf_codebook_hash(const void *cbk1, size_t size, uint8_t out[16])
  * a stage count above 16). Pure: no allocation, no I/O, thread-safe. */
 FKVF_API uint64_t fkvf_index_stream_id(uint32_t n_layers, uint32_t n_kv_heads, unsigned k_stages,
                                        unsigned v_stages, uint64_t j);
+/* The same for any codebook shape, with or without a layer table (spec
+ * 11.2: j = P(l) + head * m(l) + (keys ? stage : ks(l) + stage), P(l) =
+ * n_kv_heads * (m(0) + ... + m(l-1)), m(l) = ks(l) + vs(l)); n_kv_heads is
+ * the archive's (also for a pooled shape). UINT64_MAX when j is not below
+ * fkvf_index_stream_count, or the shape is not one fkvf_codebook_size
+ * accepts, or n_kv_heads is 0 or above 1024. O(n_layers). Pure. */
+FKVF_API uint64_t fkvf_index_stream_id_shape(const fkvf_codebook_shape *shape,
+                                             uint32_t n_kv_heads, uint64_t j);
+/* The number of index streams of an archive of n_kv_heads heads with a
+ * codebook of this shape, P(n_layers) of spec 11.2 (n_layers * n_kv_heads *
+ * (k_stages + v_stages) without a layer table); 0 for an invalid shape or
+ * n_kv_heads. Pure. */
+FKVF_API uint64_t fkvf_index_stream_count(const fkvf_codebook_shape *shape, uint32_t n_kv_heads);
+/* The canonical index j (spec 11.2) of the index stream (layer, head, kv,
+ * stage), the inverse of fkvf_index_stream_id_shape; UINT64_MAX when there is
+ * no such stream (a stage at or above the layer's count, a layer or head out
+ * of range) or the shape or n_kv_heads is invalid. O(n_layers). Pure. */
+FKVF_API uint64_t fkvf_index_stream_ord(const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
+                                        uint32_t layer, uint32_t head, unsigned kv,
+                                        unsigned stage);
 
 /* ---- reader ------------------------------------------------------------ */
 
@@ -442,6 +498,8 @@ FKVF_API int fkvf_reader_meta_count(fkvf_reader *r, size_t *count);
 FKVF_API int fkvf_reader_meta(fkvf_reader *r, size_t index, fkvf_meta_entry *out);
 FKVF_API int fkvf_reader_meta_find(fkvf_reader *r, const char *key, fkvf_meta_entry *out);
 
+/* fkvf_stream_info.id of an index stream whose name is not known (above) */
+#define FKVF_STREAM_ID_UNNAMED UINT64_MAX
 typedef struct fkvf_stream_info {
     uint64_t id;
     fkvf_profile profile;
@@ -460,8 +518,14 @@ typedef struct fkvf_stream_info {
  * their number. fkvf_reader_stream_info: stream index's codec and sizes
  * (FKVF_E_RANGE beyond count). fkvf_reader_stream_find: the index of the
  * stream with id (FKVF_STREAM_ID; FKVF_E_NOT_FOUND when the archive has
- * none). No allocation, no I/O. FKVF_E_STATE (not a usable reader),
- * FKVF_E_INVALID_ARG (NULL). Thread-safety: as every call on r. */
+ * none). An archive with per-layer stage counts (FKVF_FEAT_LAYER_STAGES)
+ * names its index streams by its codebook's layer table (spec 11.2): with an
+ * external codebook not attached, fkvf_reader_stream_info gives an index
+ * stream the id FKVF_STREAM_ID_UNNAMED and fkvf_reader_stream_find of an
+ * index stream id is FKVF_E_CODEBOOK (reading a stream's symbols by its
+ * index needs no name). No
+ * allocation, no I/O. FKVF_E_STATE (not a usable reader), FKVF_E_INVALID_ARG
+ * (NULL). Thread-safety: as every call on r. */
 FKVF_API int fkvf_reader_stream_count(const fkvf_reader *r, size_t *count);
 FKVF_API int fkvf_reader_stream_info(const fkvf_reader *r, size_t index, fkvf_stream_info *out);
 FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *index);
@@ -1549,7 +1613,7 @@ typedef struct fkvf_rvq_params {
     uint32_t n_layers, n_kv_heads, key_dim, value_dim;
     /* codebook */
     uint32_t k;                 /* centroids per stage: power of two 16..4096 (256) */
-    uint8_t k_stages, v_stages; /* 0..16 each (4, 2) */
+    uint8_t k_stages, v_stages; /* 0..16 each (4, 2); with layer_stages, their maxima */
     uint8_t pooled;             /* 1: one table set per layer shared by all heads (0) */
     fkvf_dtype table_dtype;     /* F16 or F32: centroids are rounded to it, F16 clamped
                                  * to +-65504 (F16) */
@@ -1563,6 +1627,11 @@ typedef struct fkvf_rvq_params {
     /* called after every trained stage table; may be NULL */
     void (*progress)(void *opaque, uint64_t done, uint64_t total);
     void *progress_opaque;
+    /* stage counts per layer, as fkvf_codebook_shape.layer_stages (NULL:
+     * k_stages and v_stages in every layer; their maxima must be k_stages and
+     * v_stages), read during the call; a table whose layers all have the
+     * same counts trains the uniform codebook (NULL) */
+    const uint8_t *layer_stages;
 } fkvf_rvq_params;
 
 /* Defaults (values in parentheses above); shape fields 0. */

@@ -168,7 +168,8 @@ class PrefixReuse(Structure):
 class CodebookShape(Structure):
     _fields_ = [("n_layers", c_uint32), ("n_heads", c_uint32), ("key_dim", c_uint32),
                 ("value_dim", c_uint32), ("k", c_uint32), ("k_stages", c_uint8),
-                ("v_stages", c_uint8), ("dtype", c_int), ("pooled", c_uint8)]
+                ("v_stages", c_uint8), ("dtype", c_int), ("pooled", c_uint8),
+                ("layer_stages", POINTER(c_uint8))]
 
 
 class Rope(Structure):
@@ -186,7 +187,8 @@ class RvqParams(Structure):
                 ("v_stages", c_uint8), ("pooled", c_uint8), ("table_dtype", c_int),
                 ("seed", c_uint64), ("max_iters", c_uint32),
                 ("samples_per_centroid", c_uint32), ("key_rope", POINTER(Rope)),
-                ("progress", c_void_p), ("progress_opaque", c_void_p)]
+                ("progress", c_void_p), ("progress_opaque", c_void_p),
+                ("layer_stages", POINTER(c_uint8))]
 
 
 class WriterOptions(Structure):
@@ -266,7 +268,7 @@ STREAM_ID_TOKENS = 1 << 56
 PROFILE_QUAD, PROFILE_NGON = 1, 2
 ROPE_INTERLEAVED, ROPE_HALF_SPLIT = 1, 2
 ROPE_LAYOUTS = {"interleaved": ROPE_INTERLEAVED, "half-split": ROPE_HALF_SPLIT}
-FEAT_NGON, FEAT_DEFLATE, FEAT_EXTERNAL_CODEBOOK = 1, 2, 4
+FEAT_NGON, FEAT_DEFLATE, FEAT_EXTERNAL_CODEBOOK, FEAT_LAYER_STAGES = 1, 2, 4, 8
 OPTFEAT_TOKEN_STREAM = 1
 SECTION_DEFLATE = 2
 SECTION_EXAC = 0x43415845  # FKVF_FOURCC('E', 'X', 'A', 'C')
@@ -350,6 +352,7 @@ _PROTOS = {
                                  POINTER(c_size_t), POINTER(KeyStats)]),
     # codebooks and RVQ
     "fkvf_codebook_size": (c_uint64, [POINTER(CodebookShape)]),
+    "fkvf_codebook_tables_offset": (c_uint64, [POINTER(CodebookShape)]),
     "fkvf_codebook_auto_k": (c_uint32, [POINTER(CodebookShape), c_uint32, c_uint64]),
     "fkvf_codebook_pays": (c_int, [POINTER(CodebookShape), c_uint32, c_uint64, c_uint64,
                                    POINTER(c_double)]),

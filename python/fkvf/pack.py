@@ -14,7 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 import warnings
-from ctypes import byref, c_uint8, c_uint32
+from ctypes import POINTER, byref, c_uint8, c_uint32
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -38,6 +38,7 @@ _StreamSpec = _lib.StreamSpec
 _W, _Q, _R = _lib.Writer, _lib.Rvq, _lib.Reader
 _FEAT_NGON, _FEAT_DEFLATE = _lib.FEAT_NGON, _lib.FEAT_DEFLATE
 _FEAT_EXTERNAL_CODEBOOK = _lib.FEAT_EXTERNAL_CODEBOOK
+_FEAT_LAYER_STAGES = _lib.FEAT_LAYER_STAGES
 _OPTFEAT_TOKEN_STREAM = _lib.OPTFEAT_TOKEN_STREAM
 _SECTION_DEFLATE = _lib.SECTION_DEFLATE
 _PROFILE_QUAD, _PROFILE_NGON = _lib.PROFILE_QUAD, _lib.PROFILE_NGON
@@ -74,6 +75,30 @@ def _check_stages(k_stages: Any, v_stages: Any) -> Tuple[int, int]:
     if ks + vs == 0:
         raise ValueError("k_stages and v_stages: both 0; a codebook needs a stage")
     return ks, vs
+
+
+def _layer_stages_arg(layer_stages: Any, n_layers: int, ks: int, vs: int
+                      ) -> Tuple[int, int, Any]:
+    """k_stages, v_stages and the C layer table (spec 13.1, format 1.1) of a layer_stages
+    argument: None (the uniform ks, vs), or one (key stages, value stages) pair per layer.
+    Pairs all equal are the uniform codebook (no table); else the counts are the maxima."""
+    if layer_stages is None:
+        return ks, vs, None
+    pairs = list(layer_stages)
+    if len(pairs) != n_layers:
+        raise ValueError(f"layer_stages: {len(pairs)} pairs, the cache has {n_layers} layers")
+    flat: List[int] = []
+    for i, p in enumerate(pairs):
+        if not isinstance(p, (tuple, list)) or len(p) != 2:
+            raise ValueError(f"layer_stages[{i}]: not a (key stages, value stages) pair")
+        flat += [_int_arg(f"layer_stages[{i}][0]", p[0], 0, 16, "a stage count 0..16"),
+                 _int_arg(f"layer_stages[{i}][1]", p[1], 0, 16, "a stage count 0..16")]
+    mk, mv = max(flat[0::2]), max(flat[1::2])
+    if mk + mv == 0:
+        raise ValueError("layer_stages: no stage in any layer; a codebook needs a stage")
+    if all(flat[2 * i] == flat[0] and flat[2 * i + 1] == flat[1] for i in range(n_layers)):
+        return flat[0], flat[1], None
+    return mk, mv, (c_uint8 * len(flat))(*flat)
 
 
 def _meta_items(metadata: Any) -> List[Tuple[str, Any]]:
@@ -172,12 +197,14 @@ def _warn_codebook(who: str, k: int, cb_bytes: int, fp16_bytes: int, n_rows: int
 
 def _train_q(blocks: List[Tuple[np.ndarray, int]], shape: "_cache.Shape", k: int, ks: int,
              vs: int, f32: bool, pooled: bool, seed: int, iters: int,
-             krope: Optional[_Rope], path: str) -> int:
+             krope: Optional[_Rope], path: str, lst: Any = None) -> int:
     prm = _RvqParams()
     lib.fkvf_rvq_params_init(byref(prm))
     prm.n_layers, prm.n_kv_heads = shape.n_layers, shape.n_kv_heads
     prm.key_dim, prm.value_dim = shape.key_dim, shape.value_dim
     prm.k, prm.k_stages, prm.v_stages, prm.pooled = k, ks, vs, int(pooled)
+    if lst is not None:
+        prm.layer_stages = ctypes.cast(lst, POINTER(c_uint8))
     prm.table_dtype = _lib.DTYPE_F32 if f32 else _lib.DTYPE_F16
     prm.seed, prm.max_iters = seed, iters
     prm.key_rope = ctypes.pointer(krope) if krope is not None else None
@@ -210,8 +237,9 @@ def _load_codebook(cbpath: str, shape: "_cache.Shape", keys: _KeyOpts
     try:
         cb.check_fit(shape.n_layers, shape.n_kv_heads, shape.key_dim, shape.value_dim)
         cb.settle_keys(keys)
+        to = lib.fkvf_codebook_tables_offset(byref(cb.shape))  # after a layer table
         rc = lib.fkvf_rvq_from_tables(byref(q), byref(cb.shape), shape.n_kv_heads,
-                                      cb.contents + 64, cb.size - 64, None)
+                                      cb.contents + to, cb.size - to, None)
         if rc != _lib.OK:
             raise _code_error(rc, "cannot load the codebook tables", cbpath)
         return cb, q.value
@@ -230,8 +258,9 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
          dtype: Any = None, tokens: Any = None, codec: str = "quad", beam: int = 1,
          deflate: bool = False, model_id: str = "", tokenizer_id: str = "",
          metadata: Optional[Dict[str, Any]] = None, overwrite: bool = False,
-         index: bool = True) -> Dict[str, Any]:
+         index: bool = True, layer_stages: Any = None) -> Dict[str, Any]:
     """Archive a KV cache at path, as ``fkvf pack CACHE -o PATH`` does.
+    layer_stages: as fkvf.train, for the embedded codebook (``--layer-stages``).
 
     The first min(sinks, T) and the last `recent` positions are stored exact, those
     between as per-head RVQ indices. Without `codebooks` a codebook is trained on this
@@ -271,6 +300,7 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
     kopts = _KeyOpts(keys, rope)
     lay = _cache.check_layout(layout)
     rows, shape, code, hf = _rows_of(cache, layout, dtype, "cache")
+    ks, vs, lst = _layer_stages_arg(layer_stages, shape.n_layers, ks, vs)
     tok = _cache.tokens_array(tokens, shape.n_positions)
     if cbpath is not None:
         _check_not_input(path, cbpath, "codebooks file")
@@ -298,6 +328,10 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
         lib.fkvf_writer_options_init(byref(wo))
         if cbpath is not None:
             wo.required_features |= _FEAT_EXTERNAL_CODEBOOK
+            if cb is not None and cb.shape.layer_stages:
+                wo.required_features |= _FEAT_LAYER_STAGES
+        elif A > 0 and lst is not None:
+            wo.required_features |= _FEAT_LAYER_STAGES
         if (A > 0 or cbpath is not None) and ngon:
             wo.required_features |= _FEAT_NGON
         if deflate:
@@ -338,7 +372,7 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
                     "compresses better (fkvf.train once, then fkvf.pack(..., codebooks=FILE))")
             if A > 0:
                 handles["q"] = _train_q([(rows, code)], shape, kk, ks, vs, f32_tables, False,
-                                        seed, iters, krope, path)
+                                        seed, iters, krope, path, lst)
                 cbshape = _Shape()
                 lib.fkvf_rvq_shape(handles["q"], byref(cbshape), byref(c_uint32()))
         codes = None
@@ -520,7 +554,8 @@ def _is_cache_list(caches: Any) -> bool:
 def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_stages: int = 2,
           seed: int = 0, iters: int = 25, f32_tables: bool = False, pooled: bool = False,
           keys: Optional[str] = None, rope: Any = None, layout: Optional[str] = None,
-          dtype: Any = None, overwrite: bool = False) -> Dict[str, Any]:
+          dtype: Any = None, overwrite: bool = False,
+          layer_stages: Any = None) -> Dict[str, Any]:
     """Train per-head RVQ codebooks on one or more caches of one shape and write a codebook
     file at path, as ``fkvf train CACHE... -o PATH`` does (the same train.* metadata, so
     ``fkvf pack --codebooks PATH`` and fkvf.pack(codebooks=PATH) take it).
@@ -529,9 +564,12 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
     are caches: (K, V) pairs of [L, H, T, D] arrays with L > 1, lists of per-layer pairs,
     DynamicCache-like objects; a list of per-layer (k, v) pairs is one cache). keys / rope
     as fkvf.pack (half-split pairs when every cache is per-layer pairs or DynamicCache-
-    like). pooled: one table set per layer shared by all heads. An existing path is
-    refused (fkvf.ExistsError) unless overwrite=True. Returns what ``fkvf train --json``
-    prints (without "caches": the number of caches is "n_caches").
+    like). pooled: one table set per layer shared by all heads. layer_stages: one (key
+    stages, value stages) pair per layer instead of k_stages / v_stages, as ``fkvf train
+    --layer-stages`` (format 1.1: FKVF 1.0 readers refuse the file; pairs all equal give
+    the uniform codebook). An existing path is refused (fkvf.ExistsError) unless
+    overwrite=True. Returns what ``fkvf train --json`` prints (without "caches": the
+    number of caches is "n_caches").
     """
     path = _path_arg("path", path)
     kk = _k_arg(k)
@@ -557,16 +595,19 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
         blocks.append((rows, code))
         all_hf &= hf
     shape = shapes[0]
+    ks, vs, lst = _layer_stages_arg(layer_stages, shape.n_layers, ks, vs)
     kopts.hf_default(all_hf)
     rope_c, un_rotated = kopts.rope_for(shape.key_dim)
     wo = _WriterOptions()
     lib.fkvf_writer_options_init(byref(wo))
     wo.no_replace = 0 if overwrite else 1
+    if lst is not None:
+        wo.required_features |= _FEAT_LAYER_STAGES
     w = _create_writer(path, wo)
     q = r = None
     try:
         q = _train_q(blocks, shape, kk, ks, vs, f32_tables, bool(pooled), seed, iters,
-                     rope_c if un_rotated else None, path)
+                     rope_c if un_rotated else None, path, lst)
         cbshape = _Shape()
         lib.fkvf_rvq_shape(q, byref(cbshape), byref(c_uint32()))
         n_rows = sum(int(b[0].shape[0]) for b in blocks)

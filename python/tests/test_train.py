@@ -30,6 +30,9 @@ def check_same(py_path, cli_path, r, c):
      ["--k", "32", "--k-stages", "2", "--v-stages", "1", "--seed", "9", "--iters", "4",
       "--f32"]),
     ({"k": 16, "pooled": True}, ["--k", "16", "--pooled"]),
+    # stage counts per layer (format 1.1): the same table either way
+    ({"k": 16, "layer_stages": [(0, 1), (3, 2), (2, 2), (2, 1), (1, 1)]},
+     ["--k", "16", "--layer-stages", "0:1,3:2,2:2,2:1,1:1"]),
     ({"k": 16, "keys": "as-is"}, ["--k", "16", "--keys", "as-is"]),
     ({"k": 16, "rope": False}, ["--k", "16", "--no-rope"]),
     ({"k": 16, "rope": {"theta": 1e6, "dims": 6, "layout": "half-split"}},
@@ -81,6 +84,42 @@ def test_torch_caches(fkvf, tmp_path):
     fkvf.train((torch.from_numpy(k.copy()), torch.from_numpy(v.copy())), tmp_path / "t.fkvf",
                k=16)
     assert sections(tmp_path / "np.fkvf") == sections(tmp_path / "t.fkvf")
+
+
+def test_layer_stages(fkvf, tmp_path):
+    """A codebook with stage counts per layer: a format 1.1 codebook file (LAYER_STAGES),
+    packed against by both packs, restored; an all-equal table is the uniform codebook
+    (a 1.0 file); bad tables refused."""
+    k, v, _ = load(TRAIN)
+    table = [(0, 1), (3, 2), (2, 2), (2, 1), (1, 1)]
+    r = fkvf.train((k, v), tmp_path / "cb.fkvf", k=16, layer_stages=table)
+    assert (r["k_stages"], r["v_stages"]) == (3, 2)  # the maxima
+    info = json.loads(run_cli("info", "--json", tmp_path / "cb.fkvf").stdout)
+    assert info["format"] == "1.1" and info["required_features"] & 8
+    run_cli("pack", CACHE, "-o", tmp_path / "a.fkvf", "--codebooks", tmp_path / "cb.fkvf")
+    fkvf.pack(load(CACHE)[:2], tmp_path / "b.fkvf", codebooks=tmp_path / "cb.fkvf",
+              rope={"layout": "interleaved"})
+    for name in ("a.fkvf", "b.fkvf"):
+        run_cli("verify", tmp_path / name, "--codebooks", tmp_path / "cb.fkvf")
+        info = json.loads(run_cli("info", "--json", tmp_path / name).stdout)
+        assert info["required_features"] & 8, name
+    # embedded, trained by fkvf.pack; every position restores within the quantizer's error
+    kc, vc, _ = load(CACHE)
+    fkvf.pack((kc, vc), tmp_path / "e.fkvf", k=16, layer_stages=table, recent=0, sinks=0)
+    run_cli("verify", tmp_path / "e.fkvf")
+    with fkvf.open(tmp_path / "e.fkvf") as a:
+        kr, vr = a.read()
+    assert kr.shape == kc.shape and vr.shape == vc.shape
+    assert np.all(kr[0] == 0)  # layer 0 has no key stage: its keys restore as zeros
+    assert np.all(vr[4] != 0)
+    # pairs all equal: the uniform codebook, a 1.0 file
+    fkvf.train((k, v), tmp_path / "u.fkvf", k=16, layer_stages=[(2, 1)] * 5)
+    info = json.loads(run_cli("info", "--json", tmp_path / "u.fkvf").stdout)
+    assert info["format"] == "1.0" and not info["required_features"] & 8
+    for bad, msg in (([(1, 1)] * 4, "5 layers"), ([(17, 1)] * 5, "0..16"),
+                     ([(0, 0)] * 5, "no stage"), ([1, 2, 3, 4, 5], "pair")):
+        with pytest.raises(ValueError, match=msg):
+            fkvf.train((k, v), tmp_path / "x.fkvf", k=16, layer_stages=bad)
 
 
 def test_cli_pack_takes_it(fkvf, tmp_path):

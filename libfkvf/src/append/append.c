@@ -66,7 +66,8 @@ struct fkvf_appender {
     /* automatic compaction (fkvf_appender_commit, docs/appending.md) */
     int fd;                        /* the locked file (owned by w) */
     int ext_cb;                    /* the codebook is an external file's */
-    fkvf_codebook_shape cbshape;   /* as read at open */
+    fkvf_codebook_shape cbshape;   /* as read at open; its layer table: cb_layers */
+    uint8_t *cb_layers;            /* the appender's copy of the codebook's layer table */
     double ratio;                  /* 0: off */
     uint64_t live_fixed;           /* live bytes that do not grow with positions */
     uint64_t retry_at;             /* after a failed compaction: not below this size */
@@ -136,6 +137,7 @@ FKVF_API void fkvf_appender_free(fkvf_appender *a)
     fkvf_rvq_free(a->q);
     fkvf_free(al, a->rows);
     fkvf_free(al, a->itail);
+    fkvf_free(al, a->cb_layers);
     fkvf_free(al, a->tok);
     fkvf_free(al, a->model_id);
     fkvf_free(al, a->tokenizer_id);
@@ -164,16 +166,20 @@ FKVF_API int fkvf_appender_info(const fkvf_appender *a, fkvf_append_info *out)
 
 /* Smallest even quad width holding symbols below k (spec 11.8). */
 /* The codec of stream `id` and its length; 0 when the archive lacks it. */
-static int spec_from_stream(fkvf_reader *r, uint64_t id, fkvf_stream_spec *spec, uint64_t *len)
+static int spec_from_index(fkvf_reader *r, size_t idx, fkvf_stream_spec *spec, uint64_t *len)
 {
-    size_t idx;
     fkvf_stream_info si;
-    if (fkvf_reader_stream_find(r, id, &idx) != FKVF_OK ||
-        fkvf_reader_stream_spec(r, idx, spec) != FKVF_OK ||
+    if (fkvf_reader_stream_spec(r, idx, spec) != FKVF_OK ||
         fkvf_reader_stream_info(r, idx, &si) != FKVF_OK)
         return 0;
     *len = si.length;
     return 1;
+}
+
+static int spec_from_stream(fkvf_reader *r, uint64_t id, fkvf_stream_spec *spec, uint64_t *len)
+{
+    size_t idx;
+    return fkvf_reader_stream_find(r, id, &idx) == FKVF_OK && spec_from_index(r, idx, spec, len);
 }
 
 /* Room for `extra` more rows in the window buffer. */
@@ -248,8 +254,7 @@ static int load_window(fkvf_appender *a, fkvf_reader *r, const fkvf_codebook_sha
             return FAIL(FKVF_E_NOMEM, NULL, "no memory");
         uint32_t tmp[64];
         for (size_t j = 0; j < a->cpp; j++) {
-            uint64_t id = fkvf_index_stream_id(a->desc.n_layers, a->desc.n_kv_heads, cb->k_stages,
-                                               cb->v_stages, j);
+            uint64_t id = fkvf_index_stream_id_shape(cb, a->desc.n_kv_heads, j);
             size_t idx;
             if ((rc = fkvf_reader_stream_find(r, id, &idx)) ||
                 (rc = fkvf_reader_stream_read(r, idx, f, tmp, a->itail_n))) {
@@ -281,14 +286,18 @@ static int load_window(fkvf_appender *a, fkvf_reader *r, const fkvf_codebook_sha
 static int file_state(fkvf_appender *a, fkvf_reader *r, const fkvf_archive_info *ai,
                       fkvf_resume *st, uint32_t **vtxs, size_t *n_vtxs)
 {
-    /* codecs of the groups (spec 11.2); the first index stream is key stage 0,
-     * or value stage 0 when the codebook has no key stages */
-    st->index_present = spec_from_stream(r, FKVF_STREAM_ID(0, 0, 0, 0, 0), &st->index_spec,
-                                         &st->index_length) ||
-                        spec_from_stream(r, FKVF_STREAM_ID(0, 0, 0, 1, 0), &st->index_spec,
-                                         &st->index_length);
+    /* codecs of the groups (spec 11.2): the index streams are the streams
+     * before the token stream, taken by index (their names may need a layer
+     * table, spec 11.2, that an external codebook not attached would give;
+     * and with one, layer 0 may have no stage at all) */
+    size_t n_all = 0, ti = 0;
     st->token_present = spec_from_stream(r, FKVF_STREAM_ID_TOKENS, &st->token_spec,
                                          &st->token_length);
+    if (fkvf_reader_stream_count(r, &n_all) != FKVF_OK)
+        n_all = 0;
+    if (st->token_present && fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK)
+        n_all = ti; /* the last stream */
+    st->index_present = n_all > 0 && spec_from_index(r, 0, &st->index_spec, &st->index_length);
     /* vertex tables already in the file (spec 10.3) */
     for (size_t i = 0; i < ai->n_sections; i++) {
         fkvf_section_info s;
@@ -433,12 +442,21 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
     size_t csize;
     rc = ext && a->sections_only ? FKVF_E_NOT_FOUND
                                  : fkvf_reader_codebook(r, cb, &contents, &csize, NULL);
+    if (rc == FKVF_OK && cb->layer_stages) {
+        /* the appender's own copy: the reader is freed before the writer resumes */
+        size_t tn = 2 * (size_t)cb->n_layers;
+        if (!(a->cb_layers = fkvf_malloc(a->alloc, tn)))
+            return FAIL(FKVF_E_NOMEM, NULL, "no memory for the codebook's layer table");
+        memcpy(a->cb_layers, cb->layer_stages, tn);
+        cb->layer_stages = a->cb_layers;
+    }
     if (rc == FKVF_OK && a->sections_only) {
         st->cb_kind = 1;
         st->cb = cb;
     } else if (rc == FKVF_OK) {
-        rc = fkvf_rvq_from_tables(&a->q, cb, d.n_kv_heads, (const uint8_t *)contents + 64,
-                                  csize - 64, a->alloc);
+        size_t to = (size_t)fkvf_codebook_tables_offset(cb);
+        rc = fkvf_rvq_from_tables(&a->q, cb, d.n_kv_heads, (const uint8_t *)contents + to,
+                                  csize - to, a->alloc);
         if (rc)
             return FAIL(rc, "13.2", "the archive's codebook cannot be loaded (%s)",
                         fkvf_strerror(rc));
@@ -866,6 +884,8 @@ FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
             return rc;
         wo.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
     }
+    if (shape.layer_stages) /* stage counts per layer (spec 3.4) */
+        wo.required_features |= FKVF_FEAT_LAYER_STAGES;
     int has_cb = c->codebook || c->codebook_ref;
     fkvf_stream_spec is = c->index_codec;
     if (has_cb && is.profile == 0) {

@@ -70,7 +70,7 @@ typedef struct job {
 /* The index stream of code j in the code order (spec 11.2). */
 static uint64_t index_stream_id(const fkvf_desc *d, const fkvf_codebook_shape *s, size_t j)
 {
-    return fkvf_index_stream_id(d->n_layers, d->n_kv_heads, s->k_stages, s->v_stages, j);
+    return fkvf_index_stream_id_shape(s, d->n_kv_heads, j);
 }
 
 /* Metadata, entry by entry, with its type. */
@@ -194,8 +194,9 @@ static int copy_codebook(job *j)
     if (ext)
         rc = fkvf_writer_add_codebook_ref(j->w, &j->shape, hash, name);
     else
-        rc = fkvf_writer_add_codebooks(j->w, &j->shape, (const uint8_t *)contents + 64,
-                                       size - 64, j->cbk_flags);
+        rc = fkvf_writer_add_codebooks(
+            j->w, &j->shape, (const uint8_t *)contents + fkvf_codebook_tables_offset(&j->shape),
+            size - (size_t)fkvf_codebook_tables_offset(&j->shape), j->cbk_flags);
     return rc != FKVF_OK ? fail_writer(c, rc, j->w, "codebook") : FKVF_OK;
 }
 
@@ -205,14 +206,24 @@ static int copy_index(job *j)
     fkvf_archive_op *c = j->c;
     size_t i0;
     fkvf_stream_spec isp; /* the codec the copy keeps */
-    if (!j->has_cb ||
-        fkvf_reader_stream_find(j->r, FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, 0, 0, 0, 0), &i0) !=
-            FKVF_OK ||
-        fkvf_reader_stream_spec(j->r, i0, &isp) != FKVF_OK)
+    /* the index streams are streams 0 .. cpp-1 in code order (spec 11.2),
+     * before the token stream: by index, as their names may need an
+     * external codebook's layer table that this reader has not */
+    size_t n_all = 0, ti;
+    if (!j->has_cb || fkvf_reader_stream_count(j->r, &n_all) != FKVF_OK)
+        return FKVF_OK;
+    if (fkvf_reader_stream_find(j->r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK)
+        n_all--; /* the last one */
+    i0 = 0;
+    if (!n_all || fkvf_reader_stream_spec(j->r, i0, &isp) != FKVF_OK)
         return FKVF_OK;
     uint64_t A = j->ai.n_archived;
-    size_t per = (size_t)j->shape.k_stages + j->shape.v_stages, cpp, na, n_codes, cbytes, sbytes;
-    if (!fkvf_mulsz((size_t)j->d.n_layers * j->d.n_kv_heads, per, &cpp) || !fkvf_tosz(A, &na) ||
+    size_t cpp, na, n_codes, cbytes, sbytes;
+    cpp = (size_t)fkvf_index_stream_count(&j->shape, j->d.n_kv_heads);
+    if (cpp != n_all)
+        return FAIL(c->src, FKVF_E_CORRUPT, "%zu index streams, the codebook makes %zu", n_all,
+                    cpp);
+    if (!fkvf_tosz(A, &na) ||
         !fkvf_mulsz(cpp, na, &n_codes) || !fkvf_mulsz(n_codes, sizeof(uint16_t), &cbytes) ||
         !fkvf_mulsz(na, sizeof(uint32_t), &sbytes))
         return FAIL(c->src, FKVF_E_LIMIT, "the index streams of %" PRIu64 " archived positions "
@@ -224,10 +235,10 @@ static int copy_index(job *j)
         rc = fail_writer(c, FKVF_E_NOMEM, NULL, "index streams");
     for (size_t k = 0; rc == FKVF_OK && k < cpp; k++) {
         uint64_t id = index_stream_id(&j->d, &j->shape, k);
-        size_t idx;
+        size_t idx = k;
         fkvf_stream_info si;
-        if (fkvf_reader_stream_find(j->r, id, &idx) != FKVF_OK ||
-            fkvf_reader_stream_info(j->r, idx, &si) != FKVF_OK || si.length < A) {
+        if (fkvf_reader_stream_info(j->r, idx, &si) != FKVF_OK ||
+            (si.id != id && si.id != FKVF_STREAM_ID_UNNAMED) || si.length < A) {
             rc = FAIL(c->src, FKVF_E_CORRUPT,
                       "index stream %016" PRIx64 " missing or shorter than the %" PRIu64
                       " archived positions", id, A);

@@ -819,7 +819,23 @@ int fkvf_vtxs_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t key,
 
 /* ---- codebooks ------------------------------------------------------------- */
 
-/* Every field in its range (spec 13.1)? */
+/* The layer table of a shape (spec 13.1): 0 when every pair is at most 16
+ * and the maxima are k_stages and v_stages, else the first layer whose pair
+ * breaks it plus 1 (n_layers + 1: the maxima are not the header's). */
+static uint32_t layer_table_bad(const fkvf_codebook_shape *s)
+{
+    unsigned mk = 0, mv = 0;
+    for (uint32_t l = 0; l < s->n_layers; l++) {
+        unsigned a = s->layer_stages[2 * (size_t)l], b = s->layer_stages[2 * (size_t)l + 1];
+        if (a > 16 || b > 16)
+            return l + 1;
+        mk = a > mk ? a : mk;
+        mv = b > mv ? b : mv;
+    }
+    return mk == s->k_stages && mv == s->v_stages ? 0 : s->n_layers + 1;
+}
+
+/* Every field in its range (spec 13.1), the layer table included? */
 static int cbk1_shape_ok(const fkvf_codebook_shape *s)
 {
     return !(s->n_layers < 1 || s->n_layers > FKVF_MAX_LAYERS || s->n_heads < 1 ||
@@ -827,26 +843,42 @@ static int cbk1_shape_ok(const fkvf_codebook_shape *s)
              s->value_dim < 1 || s->value_dim > FKVF_MAX_DIM || s->k < 16 || s->k > 4096 ||
              (s->k & (s->k - 1)) || s->k_stages > 16 || s->v_stages > 16 ||
              (s->dtype != FKVF_DTYPE_F16 && s->dtype != FKVF_DTYPE_F32) || s->pooled > 1 ||
-             (s->pooled && s->n_heads != 1));
+             (s->pooled && s->n_heads != 1) || (s->layer_stages && layer_table_bad(s)));
+}
+
+uint64_t fkvf_cbk1_head_size(const fkvf_codebook_shape *s)
+{
+    /* n_layers <= 1024: no overflow */
+    return s->layer_stages ? 64 + (((uint64_t)2 * s->n_layers + 63) & ~(uint64_t)63) : 64;
 }
 
 /* Section size of a shape whose fields are in range (spec 13.2); 0 when it
  * exceeds the section limit of spec 15. */
 static uint64_t cbk1_bytes(const fkvf_codebook_shape *s)
 {
-    uint64_t per, t;
-    if (!fkvf_mul64(s->k_stages, s->key_dim, &per) || !fkvf_mul64(s->v_stages, s->value_dim, &t) ||
-        !fkvf_add64(per, t, &per) || !fkvf_mul64(per, s->k, &per) ||
-        !fkvf_mul64(per, fkvf_dtype_size(s->dtype), &per) || !fkvf_mul64(per, s->n_heads, &per) ||
-        !fkvf_mul64(per, s->n_layers, &per) || !fkvf_add64(per, 64, &per) ||
-        per > FKVF_MAX_SECTION_SIZE)
+    uint64_t all = 0;
+    /* the sum over layers of k * (ks(l) * key_dim + vs(l) * value_dim):
+     * each term below 2^12 * 2^5 * 2^14, n_layers <= 2^10, no overflow */
+    for (uint32_t l = 0; l < s->n_layers; l++)
+        all += (uint64_t)s->k * ((uint64_t)fkvf_layer_k_stages(s, l) * s->key_dim +
+                                 (uint64_t)fkvf_layer_v_stages(s, l) * s->value_dim);
+    if (!fkvf_mul64(all, fkvf_dtype_size(s->dtype), &all) || !fkvf_mul64(all, s->n_heads, &all) ||
+        !fkvf_add64(all, fkvf_cbk1_head_size(s), &all) || all > FKVF_MAX_SECTION_SIZE)
         return 0;
-    return per;
+    return all;
 }
 
 uint64_t fkvf_cbk1_size(const fkvf_codebook_shape *s)
 {
     return cbk1_shape_ok(s) ? cbk1_bytes(s) : 0;
+}
+
+void fkvf_cbk1_layer_table_write(uint8_t *out, const fkvf_codebook_shape *s)
+{
+    size_t t = (size_t)(fkvf_cbk1_head_size(s) - 64);
+    memset(out, 0, t);
+    if (s->layer_stages)
+        memcpy(out, s->layer_stages, 2 * (size_t)s->n_layers);
 }
 
 void fkvf_cbk1_hdr_write(uint8_t out[64], const fkvf_codebook_shape *s)
@@ -861,10 +893,11 @@ void fkvf_cbk1_hdr_write(uint8_t out[64], const fkvf_codebook_shape *s)
     out[21] = s->v_stages;
     out[22] = (uint8_t)s->dtype;
     out[23] = s->pooled;
+    out[24] = s->layer_stages ? 1 : 0;
 }
 
-int fkvf_cbk1_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_codebook_shape *s,
-                    fkvf_diag *d)
+int fkvf_cbk1_parse(const uint8_t *p, uint64_t size, uint64_t off, int layer_stages_ok,
+                    fkvf_codebook_shape *s, fkvf_diag *d)
 {
     if (size < 64)
         return fkvf_fail(d, FKVF_E_TRUNCATED, off, "13.2", "CBK1: %llu bytes, header needs 64",
@@ -879,8 +912,40 @@ int fkvf_cbk1_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_codebook
     s->v_stages = p[21];
     s->dtype = (fkvf_dtype)p[22];
     s->pooled = p[23];
-    if (!all_zero(p + 24, 40))
-        return fkvf_fail(d, FKVF_E_CORRUPT, off + 24, "13.1", "CBK1: reserved bytes not zero");
+    if (!all_zero(p + 25, 39))
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 25, "13.1", "CBK1: reserved bytes not zero");
+    if (p[24] > 1)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 24, "13.1", "CBK1.layer_stages: %u, must be 0 or 1",
+                         p[24]);
+    if (p[24] == 1) {
+        if (!layer_stages_ok)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 24, "3.3",
+                             "CBK1.layer_stages: 1, but the header does not declare the "
+                             "LAYER_STAGES feature");
+        if (s->n_layers < 1 || s->n_layers > FKVF_MAX_LAYERS)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off, "13.1", "CBK1.n_layers: %u, must be 1..%u",
+                             s->n_layers, FKVF_MAX_LAYERS);
+        s->layer_stages = p + 64; /* a flag for fkvf_cbk1_head_size until checked below */
+        uint64_t head = fkvf_cbk1_head_size(s);
+        if (size < head)
+            return fkvf_fail(d, FKVF_E_TRUNCATED, off, "13.1",
+                             "CBK1: %llu bytes, the header and layer table of %u layers need %llu",
+                             (unsigned long long)size, s->n_layers, (unsigned long long)head);
+        uint32_t bad = layer_table_bad(s);
+        if (bad && bad <= s->n_layers)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 64 + 2 * (uint64_t)(bad - 1), "13.1",
+                             "CBK1 layer table: layer %u has %u + %u stages, at most 16 each",
+                             bad - 1, p[64 + 2 * (size_t)(bad - 1)], p[65 + 2 * (size_t)(bad - 1)]);
+        if (bad)
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + 20, "13.1",
+                             "CBK1: k_stages %u and v_stages %u are not the largest counts of "
+                             "the layer table",
+                             s->k_stages, s->v_stages);
+        size_t used = 64 + 2 * (size_t)s->n_layers;
+        if (!all_zero(p + used, (size_t)head - used))
+            return fkvf_fail(d, FKVF_E_CORRUPT, off + used, "13.1",
+                             "CBK1 layer table: padding bytes not zero");
+    }
     if (!cbk1_shape_ok(s))
         return fkvf_fail(d, FKVF_E_CORRUPT, off, "13.1",
                          "CBK1: shape out of range (layers %u, heads %u, dims %u/%u, k %u, "
@@ -930,7 +995,12 @@ int fkvf_cbk1_finite(const uint8_t *p, uint64_t size, fkvf_dtype dtype, uint64_t
 {
     /* f16: exponent bits all set; f32: likewise (spec 13.1: no bf16) */
     const uint64_t e = dtype == FKVF_DTYPE_F16 ? 2 : 4;
-    for (uint64_t o = FKVF_SUBHDR_SIZE; o + e <= size; o += e) {
+    /* the tables start after the layer table, if any (a parsed section:
+     * size covers it) */
+    uint64_t first = FKVF_SUBHDR_SIZE;
+    if (size >= 64 && p[24] == 1)
+        first += ((uint64_t)2 * fkvf_ld32(p) + 63) & ~(uint64_t)63;
+    for (uint64_t o = first; o + e <= size; o += e) {
         int inf_nan = e == 2 ? (fkvf_ld16(p + o) & 0x7C00u) == 0x7C00u
                              : (fkvf_ld32(p + o) & 0x7F800000u) == 0x7F800000u;
         if (inf_nan) {
@@ -945,6 +1015,11 @@ int fkvf_cbk1_finite(const uint8_t *p, uint64_t size, fkvf_dtype dtype, uint64_t
 FKVF_API uint64_t fkvf_codebook_size(const fkvf_codebook_shape *shape)
 {
     return shape ? fkvf_cbk1_size(shape) : 0;
+}
+
+FKVF_API uint64_t fkvf_codebook_tables_offset(const fkvf_codebook_shape *shape)
+{
+    return shape && fkvf_cbk1_size(shape) ? fkvf_cbk1_head_size(shape) : 0;
 }
 
 FKVF_API uint32_t fkvf_codebook_auto_k(const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
@@ -976,8 +1051,7 @@ FKVF_API int fkvf_codebook_pays(const fkvf_codebook_shape *shape, uint32_t n_kv_
     if (!cb)
         return 0;
     /* in double: n_rows and row_bytes may be any uint64 */
-    double idx = (double)n_rows * (double)shape->n_layers * (double)n_kv_heads *
-                 ((double)shape->k_stages + (double)shape->v_stages) *
+    double idx = (double)n_rows * (double)fkvf_index_stream_count(shape, n_kv_heads) *
                  (double)fkvf_quad_bits_for((uint64_t)shape->k - 1) / 8.0;
     if (index_bytes)
         *index_bytes = idx;
@@ -1002,4 +1076,59 @@ FKVF_API uint64_t fkvf_index_stream_id(uint32_t n_layers, uint32_t n_kv_heads, u
     unsigned kv = s >= k_stages;
     return FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, lh / n_kv_heads, lh % n_kv_heads, kv,
                           kv ? s - k_stages : s);
+}
+
+/* m(0) + ... + m(l-1) of spec 11.2 (stages per head of the layers before l) */
+static uint64_t stages_before(const fkvf_codebook_shape *s, uint32_t l)
+{
+    if (!s->layer_stages)
+        return (uint64_t)l * ((uint64_t)s->k_stages + s->v_stages);
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < l; i++)
+        n += (uint64_t)s->layer_stages[2 * (size_t)i] + s->layer_stages[2 * (size_t)i + 1];
+    return n;
+}
+
+static int ids_shape_ok(const fkvf_codebook_shape *s, uint32_t n_kv_heads)
+{
+    return s && n_kv_heads >= 1 && n_kv_heads <= FKVF_MAX_HEADS && fkvf_cbk1_size(s) != 0;
+}
+
+FKVF_API uint64_t fkvf_index_stream_count(const fkvf_codebook_shape *shape, uint32_t n_kv_heads)
+{
+    if (!ids_shape_ok(shape, n_kv_heads))
+        return 0;
+    return n_kv_heads * stages_before(shape, shape->n_layers); /* < 2^35 */
+}
+
+FKVF_API uint64_t fkvf_index_stream_id_shape(const fkvf_codebook_shape *shape,
+                                             uint32_t n_kv_heads, uint64_t j)
+{
+    if (!ids_shape_ok(shape, n_kv_heads))
+        return UINT64_MAX;
+    uint64_t base = 0;
+    for (uint32_t l = 0; l < shape->n_layers; l++) {
+        uint64_t ks = fkvf_layer_k_stages(shape, l), m = ks + fkvf_layer_v_stages(shape, l);
+        uint64_t here = m * n_kv_heads;
+        if (j < base + here) {
+            uint64_t r = j - base, s = r % m;
+            unsigned kv = s >= ks;
+            return FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, r / m, kv, kv ? s - ks : s);
+        }
+        base += here;
+    }
+    return UINT64_MAX;
+}
+
+FKVF_API uint64_t fkvf_index_stream_ord(const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
+                                        uint32_t layer, uint32_t head, unsigned kv,
+                                        unsigned stage)
+{
+    if (!ids_shape_ok(shape, n_kv_heads) || layer >= shape->n_layers || head >= n_kv_heads ||
+        kv > 1)
+        return UINT64_MAX;
+    uint64_t ks = fkvf_layer_k_stages(shape, layer), vs = fkvf_layer_v_stages(shape, layer);
+    if (stage >= (kv ? vs : ks))
+        return UINT64_MAX;
+    return n_kv_heads * stages_before(shape, layer) + head * (ks + vs) + (kv ? ks + stage : stage);
 }

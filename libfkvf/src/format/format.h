@@ -154,12 +154,21 @@ int fkvf_vtxs_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t key,
 
 /* codebooks (spec 13) */
 #define FKVF_CBRF_FIXED 24
-/* Validates a shape (spec 13.1 ranges); returns its section size or 0. */
+/* Validates a shape (spec 13.1 ranges, the layer table included); returns
+ * its section size or 0. */
 uint64_t fkvf_cbk1_size(const fkvf_codebook_shape *s);
+/* Bytes before the tables: 64, plus the padded layer table when the shape
+ * has one (spec 13.1). */
+uint64_t fkvf_cbk1_head_size(const fkvf_codebook_shape *s);
 void fkvf_cbk1_hdr_write(uint8_t out[64], const fkvf_codebook_shape *s);
-/* Parse + check the header and the exact section size (spec 13.1-13.2). */
-int fkvf_cbk1_parse(const uint8_t *p, uint64_t size, uint64_t off, fkvf_codebook_shape *s,
-                    fkvf_diag *d);
+/* The fkvf_cbk1_head_size - 64 bytes after the header: the layer table and
+ * its zero padding (nothing without a table). */
+void fkvf_cbk1_layer_table_write(uint8_t *out, const fkvf_codebook_shape *s);
+/* Parse + check the header, the layer table and the exact section size (spec
+ * 13.1-13.2). layer_stages_ok: the file declares LAYER_STAGES (spec 3.3).
+ * s->layer_stages points into p when the section has a layer table. */
+int fkvf_cbk1_parse(const uint8_t *p, uint64_t size, uint64_t off, int layer_stages_ok,
+                    fkvf_codebook_shape *s, fkvf_diag *d);
 /* CBRF (spec 13.5): hash and name (into p). */
 int fkvf_cbrf_parse(const uint8_t *p, uint64_t size, uint64_t off, const uint8_t **hash,
                     const uint8_t **name, uint32_t *name_len, fkvf_diag *d);

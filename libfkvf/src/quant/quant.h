@@ -158,6 +158,18 @@ struct fkvf_rvq {
     float *norms;        /* n_tabs * (ks + vs) * k */
     double *cmax;        /* n_tabs * (ks + vs) */
     int decode_only;     /* rows only: no search layout (fkvf_rvq_from_tables_decode) */
+    /* Stage counts per layer (spec 13.1 layer table; layers.c): the table
+     * (shape.layer_stages points at it), one uniform handle of one layer per
+     * layer that holds its tables and does its work, and the first code of
+     * each layer (n_layers + 1 entries). All NULL in a uniform handle, whose
+     * shape never has a table. */
+    uint8_t *lst;
+    struct fkvf_rvq **lay;
+    size_t *lcode;
+    /* A one-layer handle of a per-layer one works on whole cache rows:
+     * row_elems elements a row (0: the handle's own rows), its layer at
+     * element layer_elem. */
+    size_t row_elems, layer_elem;
 };
 
 /* What fkvfq_rvq_alloc's decode_only argument asks for: the search layout
@@ -178,6 +190,25 @@ struct fkvf_rvq {
  * decode_only is one of FKVFQ_LAYOUT_*. */
 int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads, int decode_only,
                     const fkvf_allocator *alloc);
+/* ---- layers.c: handles with stage counts per layer ------------------------ */
+
+/* 1 when shape s has no layer table or every layer has the same counts. */
+int fkvfq_lay_uniform(const fkvf_codebook_shape *s);
+/* The shape of layer l of s alone: one layer, that layer's counts. */
+fkvf_codebook_shape fkvfq_lay_shape(const fkvf_codebook_shape *s, uint32_t l);
+/* An empty per-layer handle for a valid shape with a table that is not
+ * uniform (its layer handles NULL until fkvfq_lay_adopt). */
+int fkvfq_lay_new(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
+                  const fkvf_allocator *alloc);
+/* q takes sub (a handle of fkvfq_lay_shape(&q->shape, l)) as layer l. */
+void fkvfq_lay_adopt(fkvf_rvq *q, uint32_t l, fkvf_rvq *sub);
+/* Frees the layer handles and tables of a per-layer handle (not q). */
+void fkvfq_lay_release(fkvf_rvq *q);
+/* A per-layer handle of shape `want` (q's shape with a table that is not
+ * uniform) whose layer l has the first ks(l) and vs(l) stage tables of q's
+ * layer l, in q's layout (training's panels, or the encoder's), prepared. */
+int fkvfq_rvq_take_layers(fkvf_rvq **out, const fkvf_rvq *q, const fkvf_codebook_shape *want);
+
 /* Offset (in floats) of stage table (tab, kv, s) in rows / panels. */
 size_t fkvfq_table_off(const fkvf_rvq *q, size_t tab, unsigned kv, unsigned s);
 /* Fill norms and cmax (and the panels, when the handle has them) of every

@@ -37,7 +37,27 @@ static int shape_check(const fkvf_codebook_shape *s)
         s->v_stages > 16 || (s->dtype != FKVF_DTYPE_F16 && s->dtype != FKVF_DTYPE_F32) ||
         s->pooled > 1 || (s->pooled && s->n_heads != 1))
         return FKVF_E_INVALID_ARG;
+    if (s->layer_stages) { /* each count <= 16, the maxima the header's */
+        unsigned mk = 0, mv = 0;
+        for (size_t i = 0; i < 2 * (size_t)s->n_layers; i += 2) {
+            unsigned a = s->layer_stages[i], b = s->layer_stages[i + 1];
+            mk = a > mk ? a : mk;
+            mv = b > mv ? b : mv;
+        }
+        if (mk != s->k_stages || mv != s->v_stages)
+            return FKVF_E_INVALID_ARG;
+    }
     return FKVF_OK;
+}
+
+/* A valid shape as the handle keeps it: a table whose layers all have the
+ * same counts dropped (the uniform shape, spec 13.1). */
+static fkvf_codebook_shape shape_norm(const fkvf_codebook_shape *s)
+{
+    fkvf_codebook_shape n = *s;
+    if (fkvfq_lay_uniform(s))
+        n.layer_stages = NULL;
+    return n;
 }
 
 int fkvfq_rvq_alloc(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
@@ -104,6 +124,7 @@ FKVF_API void fkvf_rvq_free(fkvf_rvq *q)
     if (!FKVF_RVQ_OK(q))
         return;
     q->h.magic = 0;
+    fkvfq_lay_release(q);
     fkvf_allocator a = q->alloc;
     fkvf_free(&a, q->rows);
     fkvf_free(&a, q->panels);
@@ -227,10 +248,60 @@ FKVF_API int fkvf_rvq_tables(const fkvf_rvq *q, void *out, size_t size)
 {
     if (!FKVF_RVQ_OK(q) || (!out && size) || size != fkvf_rvq_tables_size(q))
         return FKVF_E_INVALID_ARG;
+    if (q->lay) { /* spec 13.2: the layers' tables one after another */
+        uint8_t *o = out;
+        for (uint32_t l = 0; l < q->shape.n_layers; l++) {
+            size_t n = fkvf_rvq_tables_size(q->lay[l]);
+            int rc = fkvf_rvq_tables(q->lay[l], o, n);
+            if (rc)
+                return rc;
+            o += n;
+        }
+        return FKVF_OK;
+    }
     if (size && q->rows16)
         memcpy(out, q->rows16, size); /* f16 in place: the tables as stored (little-endian) */
     else if (size)
         fkvfq_store(q->shape.dtype, q->rows, out, q->n_floats);
+    return FKVF_OK;
+}
+
+/* A per-layer handle of shape (a table that is not uniform) made by `one`
+ * (from_tables or borrow16) from each layer's slice of the tables (spec
+ * 13.2: layer after layer). */
+typedef int (*one_fn)(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
+                      const void *tables, size_t size, const fkvf_allocator *alloc, int mode);
+static int from_layers(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n_kv_heads,
+                       const void *tables, size_t size, const fkvf_allocator *alloc, int mode,
+                       one_fn one)
+{
+    if (!n_kv_heads)
+        n_kv_heads = shape->n_heads;
+    if (n_kv_heads < 1 || n_kv_heads > 1024 || (!shape->pooled && n_kv_heads != shape->n_heads))
+        return FKVF_E_INVALID_ARG;
+    fkvf_rvq *q;
+    int rc = fkvfq_lay_new(&q, shape, n_kv_heads, alloc);
+    if (rc)
+        return rc;
+    const uint8_t *t = tables;
+    size_t left = size;
+    for (uint32_t l = 0; l < shape->n_layers; l++) {
+        fkvf_codebook_shape one_sh = fkvfq_lay_shape(shape, l);
+        uint64_t n = fkvf_codebook_size(&one_sh) - 64;
+        fkvf_rvq *sub;
+        if (n > left || (rc = one(&sub, &one_sh, n_kv_heads, t, (size_t)n, alloc, mode))) {
+            fkvf_rvq_free(q);
+            return rc ? rc : FKVF_E_INVALID_ARG;
+        }
+        fkvfq_lay_adopt(q, l, sub);
+        t += n;
+        left -= (size_t)n;
+    }
+    if (left) {
+        fkvf_rvq_free(q);
+        return FKVF_E_INVALID_ARG;
+    }
+    *out = q;
     return FKVF_OK;
 }
 
@@ -243,6 +314,10 @@ static int from_tables(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_
     *out = NULL;
     if (shape_check(shape) || (!tables && size))
         return FKVF_E_INVALID_ARG;
+    if (!fkvfq_lay_uniform(shape))
+        return from_layers(out, shape, n_kv_heads, tables, size, alloc, decode_only, from_tables);
+    fkvf_codebook_shape norm = shape_norm(shape);
+    shape = &norm;
     if (!n_kv_heads)
         n_kv_heads = shape->n_heads;
     fkvf_rvq *q;
@@ -283,6 +358,112 @@ FKVF_API int fkvf_rvq_from_tables_decode(fkvf_rvq **out, const fkvf_codebook_sha
     return from_tables(out, shape, n_kv_heads, tables, size, alloc, 1);
 }
 
+int fkvfq_rvq_take_layers(fkvf_rvq **out, const fkvf_rvq *q, const fkvf_codebook_shape *want)
+{
+    *out = NULL;
+    fkvf_rvq *n;
+    int rc = fkvfq_lay_new(&n, want, q->n_kv_heads, &q->alloc);
+    if (rc)
+        return rc;
+    const int layout = q->decode_only ? FKVFQ_LAYOUT_DECODE
+                       : q->panels    ? FKVFQ_LAYOUT_PANELS
+                                      : FKVFQ_LAYOUT_ENCODE;
+    for (uint32_t l = 0; l < want->n_layers; l++) {
+        fkvf_codebook_shape one = fkvfq_lay_shape(want, l);
+        fkvf_rvq *sub;
+        if ((rc = fkvfq_rvq_alloc(&sub, &one, q->n_kv_heads, layout, &q->alloc))) {
+            fkvf_rvq_free(n);
+            return rc;
+        }
+        size_t kb = (size_t)one.k_stages * one.k * one.key_dim * sizeof(float);
+        size_t vb = (size_t)one.v_stages * one.k * one.value_dim * sizeof(float);
+        for (uint32_t h = 0; h < one.n_heads; h++) {
+            size_t tab = (size_t)l * q->shape.n_heads + h;
+            if (kb)
+                memcpy(sub->rows + fkvfq_table_off(sub, h, 0, 0),
+                       q->rows + fkvfq_table_off(q, tab, 0, 0), kb);
+            if (vb)
+                memcpy(sub->rows + fkvfq_table_off(sub, h, 1, 0),
+                       q->rows + fkvfq_table_off(q, tab, 1, 0), vb);
+        }
+        if (!sub->decode_only && (rc = fkvfq_rvq_prepare(sub))) {
+            fkvf_rvq_free(sub);
+            fkvf_rvq_free(n);
+            return rc;
+        }
+        fkvfq_lay_adopt(n, l, sub);
+    }
+    *out = n;
+    return FKVF_OK;
+}
+
+/* fkvf_rvq_subset of a per-layer handle: at most k_stages and v_stages in
+ * every layer; a uniform handle when every layer is then left with the same
+ * counts (the layers' tables copied into one set of tables). */
+static int subset_layers(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
+                         unsigned v_stages)
+{
+    const uint32_t L = q->shape.n_layers;
+    if (q->lay[0]->rows16)
+        return FKVF_E_STATE;
+    uint8_t t[2 * 1024];
+    unsigned mk = 0, mv = 0;
+    for (uint32_t l = 0; l < L; l++) {
+        unsigned a = q->lst[2 * l] < k_stages ? q->lst[2 * l] : k_stages;
+        unsigned b = q->lst[2 * l + 1] < v_stages ? q->lst[2 * l + 1] : v_stages;
+        t[2 * l] = (uint8_t)a;
+        t[2 * l + 1] = (uint8_t)b;
+        mk = a > mk ? a : mk;
+        mv = b > mv ? b : mv;
+    }
+    fkvf_codebook_shape sh = q->shape;
+    sh.layer_stages = t;
+    sh.k_stages = (uint8_t)mk;
+    sh.v_stages = (uint8_t)mv;
+    const int layout = q->decode_only ? FKVFQ_LAYOUT_DECODE
+                       : q->lay[0]->panels ? FKVFQ_LAYOUT_PANELS
+                                           : FKVFQ_LAYOUT_ENCODE;
+    fkvf_rvq *n;
+    int rc;
+    if (fkvfq_lay_uniform(&sh)) {
+        sh.layer_stages = NULL;
+        if ((rc = fkvfq_rvq_alloc(&n, &sh, q->n_kv_heads, layout, &q->alloc)))
+            return rc;
+        /* layer l's tables: those of its handle's first stages */
+        size_t kb = (size_t)mk * sh.k * sh.key_dim * sizeof(float);
+        size_t vb = (size_t)mv * sh.k * sh.value_dim * sizeof(float);
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t h = 0; h < sh.n_heads; h++) {
+                const fkvf_rvq *sub = q->lay[l];
+                size_t tab = (size_t)l * sh.n_heads + h;
+                if (kb)
+                    memcpy(n->rows + fkvfq_table_off(n, tab, 0, 0),
+                           sub->rows + fkvfq_table_off(sub, h, 0, 0), kb);
+                if (vb)
+                    memcpy(n->rows + fkvfq_table_off(n, tab, 1, 0),
+                           sub->rows + fkvfq_table_off(sub, h, 1, 0), vb);
+            }
+        if (!n->decode_only && (rc = fkvfq_rvq_prepare(n))) {
+            fkvf_rvq_free(n);
+            return rc;
+        }
+        *out = n;
+        return FKVF_OK;
+    }
+    if ((rc = fkvfq_lay_new(&n, &sh, q->n_kv_heads, &q->alloc)))
+        return rc;
+    for (uint32_t l = 0; l < L; l++) {
+        fkvf_rvq *sub;
+        if ((rc = fkvf_rvq_subset(&sub, q->lay[l], t[2 * l], t[2 * l + 1]))) {
+            fkvf_rvq_free(n);
+            return rc;
+        }
+        fkvfq_lay_adopt(n, l, sub);
+    }
+    *out = n;
+    return FKVF_OK;
+}
+
 FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
                              unsigned v_stages)
 {
@@ -291,6 +472,8 @@ FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stage
     *out = NULL;
     if (!FKVF_RVQ_OK(q) || k_stages > q->shape.k_stages || v_stages > q->shape.v_stages)
         return FKVF_E_INVALID_ARG;
+    if (q->lay)
+        return subset_layers(out, q, k_stages, v_stages);
     if (q->rows16)
         return FKVF_E_STATE; /* f16 tables read in place: no binary32 tables to copy */
     fkvf_codebook_shape sh = q->shape;
@@ -325,6 +508,9 @@ FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stage
 FKVF_API const float *fkvf_rvq_centroids(const fkvf_rvq *q, uint32_t layer, uint32_t head,
                                          unsigned kv, unsigned stage)
 {
+    if (FKVF_RVQ_OK(q) && q->lay)
+        return layer < q->shape.n_layers ? fkvf_rvq_centroids(q->lay[layer], 0, head, kv, stage)
+                                         : NULL;
     if (!FKVF_RVQ_OK(q) || layer >= q->shape.n_layers || head >= q->n_kv_heads || kv > 1 ||
         stage >= (kv == 0 ? q->shape.k_stages : q->shape.v_stages))
         return NULL;
@@ -338,6 +524,8 @@ FKVF_API size_t fkvf_rvq_codes_per_position(const fkvf_rvq *q)
 {
     if (!FKVF_RVQ_OK(q))
         return 0;
+    if (q->lay)
+        return q->lcode[q->shape.n_layers];
     return (size_t)q->shape.n_layers * q->n_kv_heads * ((size_t)q->shape.k_stages + q->shape.v_stages);
 }
 
@@ -348,7 +536,11 @@ static size_t row_bytes(const fkvf_rvq *q, fkvf_dtype dt)
 {
     size_t es = fkvfq_dtype_size(dt), n;
     size_t per_layer = (size_t)q->n_kv_heads * ((size_t)q->shape.key_dim + q->shape.value_dim);
-    if (!fkvf_mulsz(per_layer, q->shape.n_layers, &n) || !fkvf_mulsz(n, es, &n))
+    if (q->row_elems) /* a layer of a per-layer handle: whole rows */
+        n = q->row_elems;
+    else if (!fkvf_mulsz(per_layer, q->shape.n_layers, &n))
+        return 0;
+    if (!fkvf_mulsz(n, es, &n))
         return 0;
     return n;
 }
@@ -357,7 +549,7 @@ static size_t row_bytes(const fkvf_rvq *q, fkvf_dtype dt)
 static size_t vec_off(const fkvf_rvq *q, uint32_t l, uint32_t h, unsigned kv)
 {
     size_t H = q->n_kv_heads, Dk = q->shape.key_dim, Dv = q->shape.value_dim;
-    size_t base = (size_t)l * H * (Dk + Dv);
+    size_t base = q->layer_elem + (size_t)l * H * (Dk + Dv);
     return kv == 0 ? base + h * Dk : base + H * Dk + h * Dv;
 }
 
@@ -540,6 +732,18 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
         return FKVF_E_INVALID_ARG;
     if (q->decode_only)
         return FKVF_E_STATE; /* no search layout: loaded for decoding only */
+    if (q->lay) { /* each layer by its own handle, its codes from lcode[l] on */
+        size_t es = fkvfq_dtype_size(rows->dtype), rb = es ? row_bytes(q, rows->dtype) : 0, all;
+        if (!rb || !fkvf_mulsz(rows->n_rows, rb, &all) || (rows->n_rows && !rows->data) ||
+            (rows->n_rows && !codes))
+            return FKVF_E_INVALID_ARG;
+        int rc = codes_check(q, rows->n_rows, pos_stride, code_stride);
+        for (uint32_t l = 0; l < q->shape.n_layers && !rc; l++)
+            rc = fkvf_rvq_encode(q->lay[l], rows, key_rope, beam_width,
+                                 codes ? codes + q->lcode[l] * code_stride : NULL, pos_stride,
+                                 code_stride);
+        return rc;
+    }
     const fkvf_codebook_shape *sh = &q->shape;
     size_t es = fkvfq_dtype_size(rows->dtype), rb = es ? row_bytes(q, rows->dtype) : 0, all;
     if (!rb || (key_rope && !fkvf_rope_valid(key_rope, sh->key_dim)) ||
@@ -1055,6 +1259,12 @@ static int borrow16(fkvf_rvq **out, const fkvf_codebook_shape *shape, uint32_t n
     if (shape->dtype != FKVF_DTYPE_F16 || !fkvfq_decode16_available() ||
         (uintptr_t)tables % sizeof(uint16_t))
         return FKVF_E_UNSUPPORTED;
+    if (shape_check(shape))
+        return FKVF_E_INVALID_ARG;
+    if (!fkvfq_lay_uniform(shape)) /* each layer's slice stays 2-byte aligned */
+        return from_layers(out, shape, n_kv_heads, tables, size, alloc, layout, borrow16);
+    fkvf_codebook_shape norm = shape_norm(shape);
+    shape = &norm;
     fkvf_rvq *q;
     int rc = fkvfq_rvq_alloc(&q, shape, n_kv_heads ? n_kv_heads : shape->n_heads, layout, alloc);
     if (rc)
@@ -1094,6 +1304,18 @@ FKVF_API int fkvf_rvq_from_tables16_encode(fkvf_rvq **out, const fkvf_codebook_s
     return borrow16(out, shape, n_kv_heads, tables, size, alloc, FKVFQ_LAYOUT_F16_ENCODE);
 }
 
+/* The OR of the nc codes of n_rows positions (a code >= k has a bit at or
+ * above log2 k set in it). */
+static unsigned codes_high(const uint16_t *codes, size_t pos_stride, size_t code_stride,
+                           size_t n_rows, size_t nc)
+{
+    unsigned any = 0;
+    for (size_t i = 0; i < n_rows; i++)
+        for (size_t j = 0; j < nc; j++)
+            any |= codes[i * pos_stride + j * code_stride];
+    return any;
+}
+
 /* fkvf_rvq_decode; fast = 0 keeps to the portable code (for tests) */
 static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
                       size_t code_stride, size_t n_rows, uint64_t first_position,
@@ -1119,6 +1341,14 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     /* every code in range before anything is written (k is a power of two:
      * a code is in range iff it has no bit at or above log2 k) */
     const unsigned high = (unsigned)(0xFFFFu & ~(sh->k - 1u));
+    if (q->lay) { /* all layers' codes checked, then each layer by its handle */
+        if (codes_high(codes, pos_stride, code_stride, n_rows, nc) & high)
+            return FKVF_E_RANGE;
+        for (uint32_t l = 0; l < sh->n_layers && !rc; l++)
+            rc = rvq_decode(q->lay[l], codes + q->lcode[l] * code_stride, pos_stride, code_stride,
+                            n_rows, first_position, key_rope, out_dtype, out, all, fast);
+        return rc;
+    }
     unsigned any = 0;
     if (pos_stride == 1) /* one array per stream (restore): each read in order */
         for (size_t j = 0; j < nc; j++) {

@@ -583,6 +583,15 @@ static int params_check(const fkvf_rvq_params *p, const fkvf_rows *blocks, size_
         p->max_iters < 1 || p->samples_per_centroid < 1 ||
         (p->key_rope && !fkvf_rope_valid(p->key_rope, p->key_dim)))
         return FKVF_E_INVALID_ARG;
+    if (p->layer_stages) { /* each count <= 16, the maxima k_stages and v_stages */
+        unsigned mk = 0, mv = 0;
+        for (size_t i = 0; i < 2 * (size_t)p->n_layers; i += 2) {
+            mk = p->layer_stages[i] > mk ? p->layer_stages[i] : mk;
+            mv = p->layer_stages[i + 1] > mv ? p->layer_stages[i + 1] : mv;
+        }
+        if (mk != p->k_stages || mv != p->v_stages)
+            return FKVF_E_INVALID_ARG;
+    }
     size_t n = 0;
     for (size_t b = 0; b < n_blocks; b++) {
         const fkvf_rows *r = &blocks[b];
@@ -647,6 +656,14 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
     sh.v_stages = p->v_stages;
     sh.dtype = p->table_dtype;
     sh.pooled = p->pooled;
+    /* per-layer counts: the tables of every layer trained up to its own
+     * counts in a handle of the maxima (the stages a layer does not use stay
+     * untrained), then each layer's taken into a per-layer handle. Stage s
+     * of a table depends only on the stages before it (and the seed), so a
+     * layer's tables are those a uniform training at its counts makes. */
+    fkvf_codebook_shape want = sh;
+    want.layer_stages = p->layer_stages;
+    const int per_layer = !fkvfq_lay_uniform(&want);
 
     const uint32_t H = p->n_kv_heads, Dk = p->key_dim, Dv = p->value_dim;
     const uint32_t dmax = Dk > Dv ? Dk : Dv;
@@ -716,11 +733,15 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
                 fkvf_rope_angles(p->key_rope, w.freqs, blocks[b].first_position + i,
                                  w.cs + row * rd);
 
-    uint64_t done = 0, todo = (uint64_t)q->n_tabs * ((uint64_t)sh.k_stages + sh.v_stages);
+    uint64_t done = 0, todo = 0;
+    for (uint32_t l = 0; l < sh.n_layers; l++)
+        todo += (uint64_t)sh.n_heads *
+                (fkvf_layer_k_stages(&want, l) + (uint64_t)fkvf_layer_v_stages(&want, l));
     for (uint32_t l = 0; l < sh.n_layers && !rc; l++)
         for (uint32_t hh = 0; hh < sh.n_heads && !rc; hh++)
             for (unsigned kv = 0; kv < 2 && !rc; kv++) {
-                unsigned ns = kv == 0 ? sh.k_stages : sh.v_stages;
+                unsigned ns = kv == 0 ? fkvf_layer_k_stages(&want, l)
+                                      : fkvf_layer_v_stages(&want, l);
                 uint32_t dim = kv == 0 ? Dk : Dv;
                 if (!ns)
                     continue;
@@ -800,9 +821,18 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
                 }
             }
     tr_free(a, &w);
-    if (rc || (rc = fkvfq_rvq_prepare(q))) {
+    /* a per-layer training's handle is only the source of its layers' tables */
+    if (rc || (!per_layer && (rc = fkvfq_rvq_prepare(q)))) {
         fkvf_rvq_free(q);
         return rc;
+    }
+    if (per_layer) {
+        fkvf_rvq *lq;
+        rc = fkvfq_rvq_take_layers(&lq, q, &want);
+        fkvf_rvq_free(q);
+        if (rc)
+            return rc;
+        q = lq;
     }
     *out = q;
     return FKVF_OK;

@@ -207,17 +207,12 @@ static float *stage_vec(stage *s, size_t off, uint32_t dim)
 
 /* ---- exact rows ------------------------------------------------------------ */
 
-static int read_exact(fkvf_reader *r, const plan *p, uint64_t pos, uint8_t *out)
+/* The selection of p from a whole row (spec 14.2) of dtype st, position
+ * p->first + i, into out. */
+static void extract_row(const fkvf_reader *r, const plan *p, const uint8_t *row, fkvf_dtype st,
+                        size_t i, uint8_t *out)
 {
-    const void *rowp = NULL;
-    size_t rb;
-    int rc = rd_exact_row(r, pos, &rowp, &rb); /* the latest covering EXAC (spec 14.3) */
-    if (rc)
-        return rc;
-    const uint8_t *row = rowp;
-    const fkvf_dtype st = r->desc.dtype;
     const size_t se = fkvf_dtype_size((int)st), H = r->desc.n_kv_heads;
-    const size_t i = (size_t)(pos - p->first);
     for (uint32_t li = 0; li < p->nl; li++) {
         size_t lrow = (size_t)(p->l0 + li) * H * (p->dk + p->dv); /* elements */
         for (unsigned kv = 0; kv < 2; kv++) {
@@ -235,7 +230,46 @@ static int read_exact(fkvf_reader *r, const plan *p, uint64_t pos, uint8_t *out)
                                    row + (src + hi * dim) * se, dim);
         }
     }
+}
+
+static int read_exact(fkvf_reader *r, const plan *p, uint64_t pos, uint8_t *out)
+{
+    const void *rowp = NULL;
+    size_t rb;
+    int rc = rd_exact_row(r, pos, &rowp, &rb); /* the latest covering EXAC (spec 14.3) */
+    if (rc)
+        return rc;
+    extract_row(r, p, rowp, r->desc.dtype, (size_t)(pos - p->first), out);
     return FKVF_OK;
+}
+
+/* Archived positions [pos, stop) of a codebook with per-layer stage counts
+ * (spec 13.1 layer table): whole rows restored FULL_ROWS at a time
+ * (fkvf_reader_restore's binary32 sums, which round to any dtype as the
+ * reconstruction of spec 13.6 does), the selection copied out. Slower than
+ * the selective path below for a small selection; the same values. */
+#define FULL_ROWS 16
+static int read_archived_full(fkvf_reader *r, const plan *p, uint64_t pos, uint64_t stop,
+                              uint8_t *out)
+{
+    size_t rb;
+    int rc = rd_row_bytes(r, FKVF_DTYPE_F32, &rb);
+    if (rc)
+        return rc;
+    if (rb > SIZE_MAX / FULL_ROWS)
+        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "rows of %zu bytes", rb);
+    uint8_t *buf = fkvf_malloc(r->alloc, rb * FULL_ROWS);
+    if (!buf)
+        return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for %d rows", FULL_ROWS);
+    while (pos < stop && rc == FKVF_OK) {
+        size_t n = stop - pos < FULL_ROWS ? (size_t)(stop - pos) : FULL_ROWS;
+        rc = fkvf_reader_restore(r, pos, n, FKVF_DTYPE_F32, buf, rb * FULL_ROWS);
+        for (size_t i = 0; rc == FKVF_OK && i < n; i++)
+            extract_row(r, p, buf + i * rb, FKVF_DTYPE_F32, (size_t)(pos + i - p->first), out);
+        pos += n;
+    }
+    fkvf_free(r->alloc, buf);
+    return rc;
 }
 
 /* ---- archived positions ------------------------------------------------------ */
@@ -1155,13 +1189,20 @@ FKVF_API int fkvf_reader_read(fkvf_reader *r, const fkvf_read_request *req, void
     int have_work = 0;
     while (pos < end && rc == FKVF_OK) {
         if (pos >= a0 && pos < a1) {
+            uint64_t stop = a1 < end ? a1 : end;
+            if (!have_work && (rc = rd_restore_prepare(r)))
+                return rc;
+            if (r->cb_shape.layer_stages) {
+                rc = read_archived_full(r, &p, pos, stop, o);
+                pos = stop;
+                continue;
+            }
             if (!have_work) {
-                if ((rc = rd_restore_prepare(r)) || (rc = work_init(r, &p, &w)))
+                if ((rc = work_init(r, &p, &w)))
                     return rc;
                 w.st.out = o;
                 have_work = 1;
             }
-            uint64_t stop = a1 < end ? a1 : end;
             rc = read_archived(r, &w, pos, stop);
             pos = stop;
         } else {

@@ -109,6 +109,11 @@ int rd_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
     if (!fkvf_cbk1_matches(&cf->cb_shape, &r->desc))
         return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "13.7",
                          "codebook %s does not match the descriptor's shape", hx);
+    if (cf->cb_shape.layer_stages && !(r->hdr.required_features & FKVF_FEAT_LAYER_STAGES))
+        return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "3.4",
+                         "codebook %s has stage counts per layer, but the archive does not "
+                         "declare the LAYER_STAGES feature",
+                         hx);
     fkvf_codebook_shape saved = r->cb_shape;
     r->cb_shape = cf->cb_shape;
     if ((rc = rd_check_index_streams(r, FKVF_E_CODEBOOK, hx))) {

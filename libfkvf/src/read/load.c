@@ -145,7 +145,16 @@ static int seg_admit(fkvf_reader *r, const rd_section *sec, const rd_seg *g)
         uint64_t want = r->has_desc ? (uint64_t)r->desc.n_layers * r->desc.n_kv_heads *
                                           (h->k_stages + h->v_stages)
                                     : 0;
-        if (!r->has_desc || h->n_streams != want)
+        /* per-layer stage counts (spec 11.2 step 6): at most the uniform
+         * count here, the exact one against the codebook (rd_check_index_streams) */
+        if (r->hdr.required_features & FKVF_FEAT_LAYER_STAGES) {
+            if (!r->has_desc || h->n_streams > want)
+                return FAIL(FKVF_E_CORRUPT, off + 48, "11.2",
+                            "STRM.n_streams %u: more than %u layers x %u heads x (%u + %u) "
+                            "stages, %llu",
+                            h->n_streams, r->desc.n_layers, r->desc.n_kv_heads, h->k_stages,
+                            h->v_stages, (unsigned long long)want);
+        } else if (!r->has_desc || h->n_streams != want)
             return FAIL(FKVF_E_CORRUPT, off + 48, "11.2",
                         "STRM.n_streams %u: %u layers x %u heads x (%u + %u) stages need %llu",
                         h->n_streams, r->desc.n_layers, r->desc.n_kv_heads, h->k_stages,
@@ -171,7 +180,8 @@ static int seg_admit(fkvf_reader *r, const rd_section *sec, const rd_seg *g)
         s->n_streams = h->n_streams;
     } else if (s->profile != h->profile || s->bits != h->bits || s->alphabet != h->alphabet ||
                s->span != h->span_symbols || memcmp(&s->r, &h->r, sizeof h->r) != 0 ||
-               s->k_stages != h->k_stages || s->v_stages != h->v_stages) {
+               s->k_stages != h->k_stages || s->v_stages != h->v_stages ||
+               s->n_streams != h->n_streams) {
         return FAIL(FKVF_E_CORRUPT, off + 8, "11.6",
                     "STRM segment parameters (codec or stages) differ from the group's earlier "
                     "segments");
@@ -249,8 +259,13 @@ int rd_stream_at(const fkvf_reader *r, size_t index, rd_stream *s)
     } else {
         s->g = (rd_group *)ix;
         s->ord = (uint32_t)index;
-        s->id = fkvf_index_stream_id(r->desc.n_layers, r->desc.n_kv_heads, ix->k_stages,
-                                     ix->v_stages, s->ord);
+        if (!(r->hdr.required_features & FKVF_FEAT_LAYER_STAGES))
+            s->id = fkvf_index_stream_id(r->desc.n_layers, r->desc.n_kv_heads, ix->k_stages,
+                                         ix->v_stages, s->ord);
+        else /* named by the codebook's layer table (spec 11.2): unknown without it */
+            s->id = r->cb_known ? fkvf_index_stream_id_shape(&r->cb_shape, r->desc.n_kv_heads,
+                                                             s->ord)
+                                : UINT64_MAX;
     }
     s->stored_bytes = s->g->stored_per_stream;
     return FKVF_OK;
@@ -265,8 +280,19 @@ int rd_cbk1_load(fkvf_reader *r)
     uint64_t n;
     uint64_t off = r->sections[r->cb_sec].e.offset;
     int rc = rd_section_bytes(r, r->cb_sec, &p, &n);
-    if (rc || (rc = fkvf_cbk1_parse(p, n, off, &r->cb_shape, &r->diag)))
+    if (rc || (rc = fkvf_cbk1_parse(p, n, off,
+                                    (r->hdr.required_features & FKVF_FEAT_LAYER_STAGES) != 0,
+                                    &r->cb_shape, &r->diag)))
         return rc;
+    if (r->cb_shape.layer_stages) {
+        /* the reader's own copy: the section bytes may be a source's buffer */
+        size_t tn = 2 * (size_t)r->cb_shape.n_layers;
+        fkvf_free(r->alloc, r->cb_layers);
+        if (!(r->cb_layers = fkvf_malloc(r->alloc, tn)))
+            return FAIL(FKVF_E_NOMEM, off, NULL, "no memory for the codebook's layer table");
+        memcpy(r->cb_layers, r->cb_shape.layer_stages, tn);
+        r->cb_shape.layer_stages = r->cb_layers;
+    }
     if (r->has_desc && !fkvf_cbk1_matches(&r->cb_shape, &r->desc))
         return FAIL(FKVF_E_CORRUPT, off, "13.7",
                     "CBK1 shape (layers %u, heads %u, dims %u/%u) does not match the "
@@ -289,8 +315,10 @@ static int load_codebook(fkvf_reader *r)
 {
     if (!r->cb_kind)
         return FKVF_OK;
-    if (r->cb_kind == 1)
-        return r->src.read ? FKVF_OK : rd_cbk1_load(r);
+    if (r->cb_kind == 1) /* with LAYER_STAGES, the layer table names the index streams */
+        return r->src.read && !(r->hdr.required_features & FKVF_FEAT_LAYER_STAGES)
+                   ? FKVF_OK
+                   : rd_cbk1_load(r);
     const uint8_t *p;
     uint64_t n;
     uint64_t off = r->sections[r->cb_sec].e.offset;
@@ -321,6 +349,11 @@ int rd_check_index_streams(fkvf_reader *r, int code, const char *ext)
                     "%s%s%sthe index streams have %u key and %u value stages, the codebook %u "
                     "and %u",
                     pre, hx, sep, g->k_stages, g->v_stages, cb->k_stages, cb->v_stages);
+    uint64_t want = fkvf_index_stream_count(cb, r->desc.n_kv_heads);
+    if (g->n_streams != want)
+        return FAIL(code, r->sections[g->segs[0].sec].e.offset + 48, "11.8",
+                    "%s%s%sthe index streams number %u, the codebook's layer table makes %llu",
+                    pre, hx, sep, g->n_streams, (unsigned long long)want);
     return FKVF_OK;
 }
 

@@ -314,6 +314,7 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
     fkvf_free(a, r->sections);
     fkvf_free(a, r->commits);
     fkvf_free(a, r->cb_ref_name);
+    fkvf_free(a, r->cb_layers);
     fkvf_free(a, r->meta_off);
     fkvf_free(a, r->vtxs_seen);
     fkvf_free(a, r->model_id);

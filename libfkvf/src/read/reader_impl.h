@@ -145,7 +145,10 @@ struct fkvf_reader {
     int cb_kind;                  /* 0 none, 1 embedded CBK1, 2 external CBRF */
     size_t cb_sec;
     int cb_known;                 /* shape known: embedded, or external attached */
-    fkvf_codebook_shape cb_shape;
+    fkvf_codebook_shape cb_shape; /* its layer_stages: cb_layers, or the
+                                   * attached codebook file's */
+    uint8_t *cb_layers;           /* the embedded CBK1's layer table (2 * n_layers),
+                                   * copied when loaded; NULL without one */
     uint8_t cb_ref_hash[16];
     char *cb_ref_name;
     uint32_t cb_ref_name_len;     /* its length in the CBRF (a NUL inside: strlen is shorter) */

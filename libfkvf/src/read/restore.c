@@ -51,13 +51,12 @@ static int streams_prepare(fkvf_reader *r, const fkvf_codebook_shape *sh)
     if (r->cb_streams)
         return FKVF_OK;
     /* <= 1024 layers x 1024 heads x 32 stages (spec 15) */
-    size_t n = (size_t)r->desc.n_layers * r->desc.n_kv_heads * ((size_t)sh->k_stages + sh->v_stages);
+    size_t n = (size_t)fkvf_index_stream_count(sh, r->desc.n_kv_heads);
     size_t *map = fkvf_calloc(r->alloc, n ? n : 1, sizeof *map);
     if (!map)
         return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for the stream map");
     for (size_t idx = 0; idx < n; idx++) {
-        uint64_t id = fkvf_index_stream_id(r->desc.n_layers, r->desc.n_kv_heads, sh->k_stages,
-                                           sh->v_stages, idx);
+        uint64_t id = fkvf_index_stream_id_shape(sh, r->desc.n_kv_heads, idx);
         if (rd_stream_find(r, id, &map[idx]) != FKVF_OK) {
             /* n_archived > 0 guarantees every stream (spec 11.8) */
             fkvf_free(r->alloc, map);
@@ -96,8 +95,9 @@ int rd_restore_prepare(fkvf_reader *r)
         return rc; /* message set: no codebook, or external not attached */
     if (!r->rvq) {
         fkvf_rvq *q = NULL;
+        size_t to = (size_t)fkvf_codebook_tables_offset(&shape);
         rc = fkvf_rvq_from_tables_decode(&q, &shape, r->desc.n_kv_heads,
-                                         (const uint8_t *)contents + 64, size - 64,
+                                         (const uint8_t *)contents + to, size - to,
                                          fkvf_alloc_large_tables(r->alloc));
         if (rc)
             return tables_fail(r, rc);
@@ -122,13 +122,15 @@ static int restore_rvq(fkvf_reader *r, const fkvf_rvq **q)
     if (rc)
         return rc;
     if (shape.dtype == FKVF_DTYPE_F16) {
-        const uint8_t *t = (const uint8_t *)contents + 64;
+        size_t to = (size_t)fkvf_codebook_tables_offset(&shape);
+        const uint8_t *t = (const uint8_t *)contents + to;
         if (!r->rvq16 || r->rvq16_cb != t) {
             fkvf_rvq_free(r->rvq16);
             r->rvq16 = NULL;
             r->rvq16_cb = NULL;
             fkvf_rvq *b = NULL;
-            rc = fkvf_rvq_from_tables16_borrow(&b, &shape, r->desc.n_kv_heads, t, size - 64, r->alloc);
+            rc = fkvf_rvq_from_tables16_borrow(&b, &shape, r->desc.n_kv_heads, t, size - to,
+                                               r->alloc);
             if (rc == FKVF_OK) {
                 r->rvq16 = b;
                 r->rvq16_cb = t;

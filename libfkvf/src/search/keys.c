@@ -33,7 +33,8 @@ struct fkvf_key_search {
     fkvf_reader *r;
     fkvf_desc desc;
     uint64_t n_archived;
-    unsigned ks;     /* key stages */
+    unsigned ks;     /* key stages (the most of any layer) */
+    uint8_t *lks;    /* [layer]: key stages of the layer (spec 13.1 layer table) */
     uint32_t k;      /* centroids a stage */
     int pre_rope;    /* keys archived before rotation (key_storage 1) */
     fkvf_rope rope;
@@ -69,6 +70,7 @@ FKVF_API void fkvf_search_keys_free(fkvf_key_search *ks)
             fkvf_search_free(ks->s0[i]);
     fkvf_free(a, ks->s0);
     fkvf_free(a, ks->stream);
+    fkvf_free(a, ks->lks);
     fkvf_rvq_free(ks->q);
     fkvf_free(a, ks->ent);
     fkvf_free(a, ks->pool);
@@ -121,14 +123,19 @@ static int open_archive(fkvf_key_search *ks, fkvf_reader *r)
     if (sh.k_stages == 0)
         return FAIL(FKVF_E_NOT_FOUND, "%s: the codebook has no key stages",
                     fkvf_reader_file_name(r));
-    if (size < CBK1_HEADER)
+    const size_t to = (size_t)fkvf_codebook_tables_offset(&sh); /* after the layer table */
+    if (size < to || to < CBK1_HEADER)
         return FAIL(FKVF_E_CORRUPT, "%s: codebook of %zu bytes", fkvf_reader_file_name(r), size);
-    rc = fkvf_rvq_from_tables_decode(&ks->q, &sh, ks->desc.n_kv_heads,
-                                     (const uint8_t *)cbk + CBK1_HEADER, size - CBK1_HEADER, alloc);
+    rc = fkvf_rvq_from_tables_decode(&ks->q, &sh, ks->desc.n_kv_heads, (const uint8_t *)cbk + to,
+                                     size - to, alloc);
     if (rc)
         return FAIL(rc, "%s: the codebook's tables: %s", fkvf_reader_file_name(r),
                     fkvf_strerror(rc));
     ks->ks = sh.k_stages;
+    if (!(ks->lks = fkvf_malloc(alloc, sh.n_layers)))
+        return FAIL(FKVF_E_NOMEM, "out of memory");
+    for (uint32_t l = 0; l < sh.n_layers; l++)
+        ks->lks[l] = (uint8_t)fkvf_layer_k_stages(&sh, l);
     ks->k = sh.k;
     ks->pre_rope = ks->desc.key_storage == 1;
     if (ks->pre_rope) {
@@ -159,7 +166,7 @@ static int open_archive(fkvf_key_search *ks, fkvf_reader *r)
         return FKVF_OK; /* no streams to look at: every query finds nothing */
     for (uint32_t l = 0; l < ks->desc.n_layers; l++)
         for (uint32_t hd = 0; hd < ks->desc.n_kv_heads; hd++)
-            for (unsigned s = 0; s < ks->ks; s++) {
+            for (unsigned s = 0; s < ks->lks[l]; s++) {
                 const uint64_t id = FKVF_STREAM_ID(FKVF_STREAM_KIND_INDEX, l, hd, 0, s);
                 size_t *at = ks->stream + ((size_t)l * ks->desc.n_kv_heads + hd) * ks->ks + s;
                 if ((rc = fkvf_reader_stream_find(r, id, at)))
@@ -282,7 +289,7 @@ static int decode_key(fkvf_key_search *ks, uint32_t layer, uint32_t head, uint64
     const uint64_t a = p - ks->desc.n_sinks; /* its symbol in the index streams (spec 11) */
     for (uint32_t d = 0; d < D; d++)
         ks->vec[d] = 0.0f;
-    for (unsigned s = 0; s < ks->ks; s++) {
+    for (unsigned s = 0; s < ks->lks[layer]; s++) {
         uint32_t sym;
         int rc = fkvf_reader_stream_get(ks->r, st[s], a, &sym);
         if (rc)
@@ -328,6 +335,9 @@ FKVF_API int fkvf_search_keys(fkvf_key_search *ks, const fkvf_key_query *kq, fkv
     if (kq->layer >= ks->desc.n_layers || kq->head >= ks->desc.n_kv_heads)
         return FAIL(FKVF_E_RANGE, "layer %u, head %u: the archive has %u layers of %u KV heads",
                     kq->layer, kq->head, ks->desc.n_layers, ks->desc.n_kv_heads);
+    if (!ks->lks[kq->layer])
+        return FAIL(FKVF_E_NOT_FOUND, "layer %u: the codebook has no key stages for it",
+                    kq->layer);
     for (uint32_t d = 0; d < D; d++)
         if (!isfinite(kq->query[d]))
             return FAIL(FKVF_E_INVALID_ARG, "query component %u is not finite", d);

@@ -628,7 +628,9 @@ static void check_contents(vctx *c)
         }
         case FKVF_SECTION_CBK1:
             chk = "CBK1-FIELDS";
-            rc = fkvf_cbk1_parse(v->p, v->n, e->offset, &v->cb, &dg);
+            rc = fkvf_cbk1_parse(v->p, v->n, e->offset,
+                                 (r->hdr.required_features & FKVF_FEAT_LAYER_STAGES) != 0, &v->cb,
+                                 &dg);
             if (rc == FKVF_OK)
                 check_cbk1_values(c, i);
             break;
@@ -723,9 +725,13 @@ static void check_segment(vctx *c, size_t i, vgroup *groups)
     if (h->group == FKVF_GROUP_INDEX && c->have_desc) {
         uint64_t want = (uint64_t)c->desc.d.n_layers * c->desc.d.n_kv_heads *
                         ((uint64_t)h->k_stages + h->v_stages);
-        if (h->n_streams != want)
+        /* per-layer stage counts: at most that, exactly the codebook's
+         * count (below, STRM-STAGES) */
+        if (r->hdr.required_features & FKVF_FEAT_LAYER_STAGES ? h->n_streams > want
+                                                               : h->n_streams != want)
             RS(FKVF_E_CORRUPT, "11.2", "STRM-NSTREAMS", i,
-               "STRM section %zu: n_streams %u, the descriptor gives %llu", i, h->n_streams,
+               "STRM section %zu: n_streams %u, the descriptor gives %s%llu", i, h->n_streams,
+               r->hdr.required_features & FKVF_FEAT_LAYER_STAGES ? "at most " : "",
                (unsigned long long)want);
     }
     if (h->profile == FKVF_PROFILE_NGON) {
@@ -769,7 +775,8 @@ static void check_segment(vctx *c, size_t i, vgroup *groups)
             memcpy(&rb2, &h->r, 8);
             if (f->profile != h->profile || f->bits != h->bits || f->alphabet != h->alphabet ||
                 f->span_symbols != h->span_symbols || rb1 != rb2 ||
-                f->k_stages != h->k_stages || f->v_stages != h->v_stages)
+                f->k_stages != h->k_stages || f->v_stages != h->v_stages ||
+                f->n_streams != h->n_streams)
                 RS(FKVF_E_CORRUPT, "11.6", "STRM-SAME-CODEC", i,
                    "STRM section %zu: codec parameters or stage counts differ from the group's "
                    "first segment (section %zu)",
@@ -905,6 +912,11 @@ static void check_between(vctx *c)
             exists = ((id >> 48) & 0xFF) == 0 && layer < c->desc.d.n_layers &&
                      hd < c->desc.d.n_kv_heads && kv <= 1 &&
                      stage < (kv ? h->v_stages : h->k_stages);
+            /* per-layer counts: the embedded codebook's layer table says
+             * (an external one is checked by the net, with its candidate) */
+            if (exists && cb_kind == 1 && c->vs[cb_sec].parsed && c->vs[cb_sec].cb.layer_stages)
+                exists = fkvf_index_stream_ord(&c->vs[cb_sec].cb, c->desc.d.n_kv_heads, layer, hd,
+                                               kv, stage) != UINT64_MAX;
         }
         if (!exists) {
             RS(FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", i,
@@ -978,6 +990,11 @@ static void check_between(vctx *c)
                 RS(FKVF_E_CORRUPT, "11.8", "STRM-STAGES", groups[0].first,
                    "index streams with %u+%u stages, the codebook has %u+%u", h->k_stages,
                    h->v_stages, s->k_stages, s->v_stages);
+            else if (fkvf_cbk1_matches(s, &c->desc.d) &&
+                     h->n_streams != fkvf_index_stream_count(s, c->desc.d.n_kv_heads))
+                RS(FKVF_E_CORRUPT, "11.8", "STRM-STAGES", groups[0].first,
+                   "%u index streams, the codebook's layer table makes %llu", h->n_streams,
+                   (unsigned long long)fkvf_index_stream_count(s, c->desc.d.n_kv_heads));
         }
     }
     if (c->have_desc && nar && c->desc.d.n_sinks + nar > npos)

@@ -61,7 +61,8 @@ struct fkvf_writer {
     uint64_t n_positions, n_archived;
 
     int cb_kind; /* 0 none, 1 CBK1, 2 CBRF */
-    fkvf_codebook_shape cb;
+    fkvf_codebook_shape cb; /* its layer_stages: cb_layers */
+    uint8_t *cb_layers;     /* the writer's copy of the layer table, or NULL */
 
     int resumed;           /* continues an existing file (writer_resume.h) */
     uint64_t committed;    /* end of the last complete commit */
@@ -223,7 +224,7 @@ static int write_header(fkvf_writer *w)
     fkvf_header h;
     memset(&h, 0, sizeof h);
     h.major = FKVF_FORMAT_MAJOR;
-    h.minor = FKVF_FORMAT_MINOR;
+    h.minor = FKVF_FORMAT_MINOR_FOR(w->opts.required_features);
     h.required_features = w->opts.required_features;
     h.optional_features = w->opts.optional_features;
     uint8_t buf[64];
@@ -341,6 +342,7 @@ FKVF_API void fkvf_writer_free(fkvf_writer *w)
     fkvf_free(a, w->meta);
     fkvf_free(a, w->exact);
     fkvf_free(a, w->vtxs_written);
+    fkvf_free(a, w->cb_layers);
     fkvf_free(a, (void *)w->desc.model_id);
     fkvf_free(a, (void *)w->desc.tokenizer_id);
     w->h.magic = 0;
@@ -609,7 +611,8 @@ static int put_segment(fkvf_writer *w, unsigned grp, const fkvf_stream_spec *spe
     if (grp == FKVF_GROUP_INDEX) {
         h.k_stages = w->cb.k_stages;
         h.v_stages = w->cb.v_stages;
-        h.n_streams = w->desc.n_layers * w->desc.n_kv_heads * (uint32_t)(h.k_stages + h.v_stages);
+        /* P(n_layers) of spec 11.2: < 2^25 for a valid shape */
+        h.n_streams = (uint32_t)fkvf_index_stream_count(&w->cb, w->desc.n_kv_heads);
     }
     fkvf_ngon g;
     int have_ngon = 0, rc;
@@ -738,7 +741,8 @@ FKVF_API int fkvf_writer_add_index_segment(fkvf_writer *w, const fkvf_stream_spe
         return FKVF_E_INVALID_ARG;
     if (!w->has_desc || !w->cb_kind)
         return FAIL(FKVF_E_STATE, "11.8", "index streams need the descriptor and the codebook first");
-    if (w->cb.k_stages + w->cb.v_stages == 0) /* a group of 0 streams is invalid (spec 11.2) */
+    if (fkvf_index_stream_count(&w->cb, w->desc.n_kv_heads) == 0) /* a group of 0 streams
+                                                                   * is invalid (spec 11.2) */
         return FAIL(FKVF_E_INVALID_ARG, "11.2",
                     "the codebook has no stages, so there are no index streams");
     static const uint16_t none = 0;
@@ -775,10 +779,41 @@ FKVF_API int fkvf_writer_add_section(fkvf_writer *w, uint32_t type, uint32_t fla
     return put_section(w, type, flags, key, data, size);
 }
 
+/* The writer's copy of shape in w->cb, its layer table in w->cb_layers
+ * (none when every layer has the same counts: the uniform shape, spec
+ * 13.1, unless keep_table). */
+static int keep_shape(fkvf_writer *w, const fkvf_codebook_shape *shape, int keep_table)
+{
+    fkvf_codebook_shape sh = *shape;
+    uint8_t *t = NULL;
+    if (sh.layer_stages) {
+        size_t n = 2 * (size_t)sh.n_layers;
+        int uniform = 1;
+        for (size_t i = 2; i < n && uniform; i++)
+            uniform = sh.layer_stages[i] == sh.layer_stages[i % 2];
+        if (uniform && !keep_table) {
+            sh.layer_stages = NULL;
+        } else {
+            if (!(t = fkvf_malloc(w->alloc, n)))
+                return FAIL(FKVF_E_NOMEM, NULL, "no memory for the layer table");
+            memcpy(t, sh.layer_stages, n);
+            sh.layer_stages = t;
+        }
+    }
+    fkvf_free(w->alloc, w->cb_layers);
+    w->cb_layers = t;
+    w->cb = sh;
+    return FKVF_OK;
+}
+
 static int codebook_common(fkvf_writer *w, const fkvf_codebook_shape *shape)
 {
     if (w->cb_kind)
         return FAIL(FKVF_E_STATE, "13.7", "the codebook is already set");
+    if (shape->layer_stages && !(w->opts.required_features & FKVF_FEAT_LAYER_STAGES))
+        return FAIL(FKVF_E_INVALID_ARG, "3.3",
+                    "a codebook with stage counts per layer needs FKVF_FEAT_LAYER_STAGES in the "
+                    "create options");
     if (fkvf_cbk1_size(shape) == 0)
         return FAIL(FKVF_E_INVALID_ARG, "13.1",
                     "codebook shape out of range (layers %u, heads %u, dims %u/%u, k %u, stages "
@@ -800,10 +835,15 @@ FKVF_API int fkvf_writer_add_codebooks(fkvf_writer *w, const fkvf_codebook_shape
         return FKVF_E_INVALID_ARG;
     if ((rc = check_section_flags(w, section_flags)) || (rc = codebook_common(w, shape)))
         return rc;
-    uint64_t total = fkvf_cbk1_size(shape);
-    if (size != total - 64)
+    uint64_t total = fkvf_cbk1_size(shape), head = fkvf_cbk1_head_size(shape);
+    if (size != total - head)
         return FAIL(FKVF_E_INVALID_ARG, "13.2", "codebook tables are %zu bytes, the shape needs %llu",
-                    size, (unsigned long long)(total - 64));
+                    size, (unsigned long long)(total - head));
+    if ((rc = keep_shape(w, shape, 0)))
+        return rc;
+    shape = &w->cb; /* the table, unless every layer has the same counts */
+    head = fkvf_cbk1_head_size(shape);
+    total = head + size;
     if (total > SIZE_MAX)
         return FAIL(FKVF_E_LIMIT, "15", "codebook too large");
     /* spec 13.2: writers store finite values (exponent not all ones) */
@@ -819,15 +859,15 @@ FKVF_API int fkvf_writer_add_codebooks(fkvf_writer *w, const fkvf_codebook_shape
         return FAIL(FKVF_E_NOMEM, NULL, "no memory for %llu codebook bytes",
                     (unsigned long long)total);
     fkvf_cbk1_hdr_write(buf, shape);
+    fkvf_cbk1_layer_table_write(buf + 64, shape);
     if (size)
-        memcpy(buf + 64, tables, size);
+        memcpy(buf + head, tables, size);
     rc = put_section(w, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED | section_flags, 0, buf,
                      (size_t)total);
     fkvf_free(w->alloc, buf);
     if (rc)
         return rc;
     w->cb_kind = 1;
-    w->cb = *shape;
     return FKVF_OK;
 }
 
@@ -850,6 +890,8 @@ FKVF_API int fkvf_writer_add_codebook_ref(fkvf_writer *w, const fkvf_codebook_sh
     if (nl > FKVF_MAX_ID_LEN || !fkvf_utf8_valid((const uint8_t *)name, nl))
         return FAIL(FKVF_E_INVALID_ARG, "13.5", "codebook name: at most %u bytes of UTF-8",
                     FKVF_MAX_ID_LEN);
+    if ((rc = keep_shape(w, shape, 1)))
+        return rc;
     uint8_t *buf = fkvf_calloc(w->alloc, FKVF_CBRF_FIXED + nl, 1);
     if (!buf)
         return FAIL(FKVF_E_NOMEM, NULL, "no memory");
@@ -862,7 +904,6 @@ FKVF_API int fkvf_writer_add_codebook_ref(fkvf_writer *w, const fkvf_codebook_sh
     if (rc)
         return rc;
     w->cb_kind = 2;
-    w->cb = *shape;
     return FKVF_OK;
 }
 
@@ -1162,8 +1203,11 @@ int fkvf_writer_resume(fkvf_writer **out, const fkvf_resume *st, const fkvf_writ
     w->row_bytes = fkvf_desc_row_bytes(st->desc);
     w->has_desc = 1;
     if (st->cb_kind) {
+        if ((rc = keep_shape(w, st->cb, 1))) {
+            fkvf_handle_fail(&w->h, 0);
+            return rc;
+        }
         w->cb_kind = st->cb_kind;
-        w->cb = *st->cb;
     }
     w->groups[FKVF_GROUP_INDEX].present = st->index_present;
     w->groups[FKVF_GROUP_INDEX].spec = st->index_spec;
