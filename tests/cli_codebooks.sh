@@ -112,4 +112,34 @@ assert d["valid"] is False and d["code"] == d["error"]["code"], d
 assert d["error"]["name"] == "FKVF_E_CODEBOOK" and "not an FKVF file" in d["message"], d
 assert d["error"]["offset"] == 0 and d["error"]["clause"] == "3.1", d
 ' verify.json
+# stage counts per layer (format 1.1): train, pack against it, unpack; the
+# table in the text and JSON outputs; the archive declares the feature;
+# refusals of a malformed table and of one for another number of layers
+cd "$T" || exit 2
+check layers-train 0 "$FKVF" train "$TRAIN" -o "$T/lay.fkvf" --k 16 --iters 5 \
+    --layer-stages 0:1,3:2,2:2,2:1,1:1
+grep_in layers-train-text "K x0,3,2,2,1 V x1,2,2,1,1" "$T/out"
+check layers-info 0 "$FKVF" info "$T/lay.fkvf"
+grep_in layers-info-format "FKVF 1.1, required features 0x8 layer-stages" "$T/out"
+check layers-pack 0 "$FKVF" pack "$CACHE" -o "$T/lay-a.fkvf" --codebooks "$T/lay.fkvf"
+check layers-info-archive 0 "$FKVF" info "$T/lay-a.fkvf"
+grep_in layers-archive-features "external-codebook layer-stages" "$T/out"
+check layers-verify 0 "$FKVF" verify "$T/lay-a.fkvf" --codebooks "$T/lay.fkvf"
+check layers-unpack 0 "$FKVF" unpack "$T/lay-a.fkvf" -o "$T/lay-u.safetensors" --codebooks "$T/lay.fkvf"
+check layers-compare 0 "$FKVF" compare "$CACHE" "$T/lay-u.safetensors" --sinks 4 --recent 32
+grep_in layers-exact "exact positions: 36 of 36 bit-identical" "$T/out"
+check layers-json 0 "$FKVF" train "$TRAIN" -o "$T/lay2.fkvf" --k 16 --iters 5 --json \
+    --layer-stages 0:1,3:2,2:2,2:1,1:1
+grep_in layers-json-table '"layer_stages":\[\[0,1\],\[3,2\],\[2,2\],\[2,1\],\[1,1\]\]' "$T/out"
+check layers-embedded 0 "$FKVF" pack "$CACHE" -o "$T/lay-e.fkvf" --k 16 --layer-stages 1:1,2:1,2:1,2:1,1:0
+check layers-embedded-verify 0 "$FKVF" verify "$T/lay-e.fkvf"
+check layers-uniform 0 "$FKVF" train "$TRAIN" -o "$T/lay-u.fkvf" --k 16 --iters 5 --layer-stages 2:1,2:1,2:1,2:1,2:1
+check layers-uniform-info 0 "$FKVF" info "$T/lay-u.fkvf"
+grep_in layers-uniform-is-1.0 "FKVF 1.0, required features 0x0" "$T/out"
+check layers-syntax 2 "$FKVF" train "$TRAIN" -o "$T/x.fkvf" --layer-stages 1:1,2
+grep_in layers-syntax-message "is not a list of KEY:VALUE stage counts" "$T/err"
+check layers-count17 2 "$FKVF" train "$TRAIN" -o "$T/x.fkvf" --layer-stages 17:1,1:1,1:1,1:1,1:1
+check layers-number 2 "$FKVF" train "$TRAIN" -o "$T/x.fkvf" --layer-stages 1:1,1:1
+grep_in layers-number-message "gives 2 layers, the cache has 5" "$T/err"
+check layers-number-pack 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --layer-stages 1:1
 finish cli_codebooks

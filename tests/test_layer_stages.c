@@ -324,10 +324,11 @@ START_TEST(rvq_subsets_and_uniform_tables)
     fkvf_rvq_shape(c, &sh, NULL);
     ck_assert_ptr_null(sh.layer_stages);
     ck_assert_uint_eq(fkvf_rvq_codes_per_position(c), 0);
+    fkvf_rvq_free(c);
     ck_assert_int_eq(fkvf_rvq_subset(&c, ql, 3, 0), FKVF_E_INVALID_ARG);
+    ck_assert_ptr_null(c);
     fkvf_rvq_free(a);
     fkvf_rvq_free(b);
-    fkvf_rvq_free(c);
     /* an all-equal table trains the uniform codebook */
     static const uint8_t same[2 * L] = {2, 2, 2, 2, 2, 2, 2, 2};
     fkvf_rvq *qs = train(same), *qu = train(NULL);
@@ -677,6 +678,122 @@ START_TEST(regress_appender_layer0_without_stages)
 }
 END_TEST
 
+/* The k-th allocation failing, for every k, on every per-layer path that
+ * allocates: FKVF_E_NOMEM (no handle, nothing leaked) until a k at which
+ * the call succeeds. The handle under test is made with the same allocator
+ * (its layers keep it), which starts failing only after the handle exists. */
+START_TEST(allocation_failures)
+{
+    fkvf_rvq *ql = train(pairs);
+    fkvf_codebook_shape sh;
+    fkvf_rvq_shape(ql, &sh, NULL);
+    size_t tn = fkvf_rvq_tables_size(ql);
+    void *tables = malloc(tn);
+    ck_assert_int_eq(fkvf_rvq_tables(ql, tables, tn), FKVF_OK);
+    enum { N = 24 };
+    uint16_t *rows = malloc((size_t)N * ROW_BYTES), *codes = malloc((size_t)N * CPP * 2);
+    uint16_t *out = malloc((size_t)N * ROW_BYTES);
+    ck_assert(rows && codes && out);
+    gen_rows(rows, 77, N);
+    fkvf_rows blk = {rows, N, FKVF_DTYPE_F16, 0};
+    ck_assert_int_eq(fkvf_rvq_encode(ql, &blk, NULL, 1, codes, CPP, 1), FKVF_OK);
+    fkvf_rvq_params p;
+    params(&p, pairs);
+    p.max_iters = 2;
+    /* an archive of the codebook, for the reader's paths */
+    tu_buf file = {0};
+    {
+        fkvf_writer_options wo;
+        fkvf_writer_options_init(&wo);
+        wo.required_features = FKVF_FEAT_LAYER_STAGES;
+        fkvf_sink sink = tu_buf_sink(&file);
+        fkvf_writer *w = NULL;
+        ck_assert_int_eq(fkvf_writer_create_sink(&w, &sink, &wo, NULL), FKVF_OK);
+        fkvf_desc d;
+        desc_init(&d);
+        d.n_sinks = 0;
+        d.window = 0;
+        ck_assert_int_eq(fkvf_writer_set_desc(w, &d), FKVF_OK);
+        ck_assert_int_eq(fkvf_writer_add_codebooks(w, &sh, tables, tn, 0), FKVF_OK);
+        fkvf_stream_spec sp = {FKVF_PROFILE_QUAD, 4, 0, 0, 0};
+        ck_assert_int_eq(fkvf_writer_add_index_segment(w, &sp, 0, N, codes, CPP, 1), FKVF_OK);
+        ck_assert_int_eq(fkvf_writer_set_positions(w, N, N), FKVF_OK);
+        ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
+        fkvf_writer_free(w);
+    }
+    for (int op = 0; op < 9; op++) {
+        int done = 0;
+        for (long k = 0; !done; k++) {
+            ck_assert_int_lt(k, 2000);
+            tu_alloc fa = {0};
+            fkvf_allocator al = tu_alloc_hook(&fa);
+            fkvf_rvq *q = NULL, *base = NULL;
+            if (op >= 3 && op <= 6)
+                ck_assert_int_eq(fkvf_rvq_from_tables(&base, &sh, H, tables, tn, &al), FKVF_OK);
+            fa.fail_at = fa.calls + k + 1; /* the k-th allocation from here on fails */
+            fa.fail_after = 1;
+            int rc = FKVF_OK;
+            switch (op) {
+            case 0:
+                rc = fkvf_rvq_train(&q, &p, &blk, 1, &al);
+                break;
+            case 1:
+                rc = fkvf_rvq_from_tables(&q, &sh, H, tables, tn, &al);
+                break;
+            case 2:
+                rc = fkvf_rvq_from_tables16_borrow(&q, &sh, H, tables, tn, &al);
+                if (rc == FKVF_E_UNSUPPORTED)
+                    rc = FKVF_OK; /* no f16 kernels on this CPU */
+                break;
+            case 3:
+                rc = fkvf_rvq_subset(&q, base, 1, 1);
+                break;
+            case 4:
+                rc = fkvf_rvq_encode(base, &blk, NULL, 3, codes, CPP, 1);
+                break;
+            case 5:
+                rc = fkvf_rvq_decode(base, codes, CPP, 1, N, 0, NULL, FKVF_DTYPE_F16, out,
+                                     (size_t)N * ROW_BYTES);
+                break;
+            case 6:
+                rc = fkvf_rvq_subset(&q, base, 0, 0); /* to a uniform handle */
+                break;
+            default: {
+                /* the reader: open, restore, a selection (whole rows decoded) */
+                fkvf_reader *r = NULL;
+                rc = fkvf_reader_open_memory(&r, file.data, file.size, 0, &al);
+                if (rc == FKVF_OK)
+                    rc = op == 7 ? fkvf_reader_restore(r, 0, N, FKVF_DTYPE_F16, out,
+                                                       (size_t)N * ROW_BYTES)
+                                 : fkvf_reader_read(r,
+                                                    &(fkvf_read_request){2, 9, 1, 2, 0, 1,
+                                                                         FKVF_PART_KEYS,
+                                                                         FKVF_DTYPE_F32,
+                                                                         FKVF_LAYOUT_ROWS},
+                                                    out, (size_t)N * ROW_BYTES);
+                fkvf_reader_free(r);
+                break;
+            }
+            }
+            ck_assert_msg(rc == FKVF_OK || rc == FKVF_E_NOMEM, "op %d k %ld: %s", op, k,
+                          fkvf_error_name(rc));
+            if (rc != FKVF_OK)
+                ck_assert_msg(q == NULL && fa.failed, "op %d k %ld", op, k);
+            fkvf_rvq_free(q);
+            fkvf_rvq_free(base);
+            ck_assert_msg(fa.live == 0, "op %d k %ld: %ld allocations leaked", op, k, fa.live);
+            done = rc == FKVF_OK;
+        }
+    }
+    tu_buf_free(&file);
+    free(tables);
+    free(rows);
+    free(codes);
+    free(out);
+    fkvf_rvq_free(ql);
+}
+END_TEST
+
 /* ---- crafted codebook files ------------------------------------------------------ */
 
 /* A codebook file holding one CBK1 of 3 layers (2, 1), (0, 1), (0, 0), 1
@@ -800,6 +917,7 @@ static Suite *suite(void)
     tcase_add_test(tc, archive_embedded_append_reopen_compact);
     tcase_add_test(tc, archive_external_codebook);
     tcase_add_test(tc, regress_appender_layer0_without_stages);
+    tcase_add_test(tc, allocation_failures);
     tcase_add_test(tc, reader_refusals);
     suite_add_tcase(s, tc);
     return s;

@@ -1354,7 +1354,8 @@ static const char *train_help =
     "  --force               replace FILE if it exists (default: refused); an input\n"
     "                        CACHE is never replaced\n"
     "  --json                one JSON object: out, caches, layers, heads, pooled, k,\n"
-    "                        k_stages, v_stages, dtype, bytes, content_hash (on\n"
+    "                        k_stages, v_stages, layer_stages ([[k, v], ...] or\n"
+    "                        null), dtype, bytes, content_hash (on\n"
     "                        failure {\"error\":{...}}, docs/cli.md)\n"
     "A warning says so when FILE's name ends in the extension of another format.\n"
     "\n"
@@ -1615,10 +1616,18 @@ static void train_print(const train_opts *o, const train_state *s)
     struct stat st;
     long long fsz = stat(o->out, &st) == 0 ? (long long)st.st_size : -1LL;
     if (!o->json) {
-        printf("%s: %u layers x %u %s, k = %u, K x%u V x%u, %s tables, %lld bytes\n", o->out,
-               sh->n_layers, sh->pooled ? 1u : sh->n_heads, sh->pooled ? "pooled" : "heads",
-               sh->k, sh->k_stages, sh->v_stages, sh->dtype == FKVF_DTYPE_F32 ? "f32" : "f16",
-               fsz);
+        printf("%s: %u layers x %u %s, k = %u, ", o->out, sh->n_layers,
+               sh->pooled ? 1u : sh->n_heads, sh->pooled ? "pooled" : "heads", sh->k);
+        if (sh->layer_stages) { /* per layer: K xk0,k1,... V xv0,v1,... */
+            for (unsigned kv = 0; kv < 2; kv++) {
+                printf("%s x", kv ? " V" : "K");
+                for (uint32_t l = 0; l < sh->n_layers; l++)
+                    printf("%s%u", l ? "," : "", sh->layer_stages[2 * (size_t)l + kv]);
+            }
+        } else {
+            printf("K x%u V x%u", sh->k_stages, sh->v_stages);
+        }
+        printf(", %s tables, %lld bytes\n", sh->dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz);
         printf("content hash %s\n", s->hx);
         return;
     }
@@ -1631,9 +1640,19 @@ static void train_print(const train_opts *o, const train_state *s)
         cli_json_cstr(stdout, o->ins[i]);
     }
     printf("],\"layers\":%u,\"heads\":%u,\"pooled\":%s,\"k\":%u,\"k_stages\":%u,"
-           "\"v_stages\":%u,\"dtype\":\"%s\",\"bytes\":%lld,\"content_hash\":\"%s\"}\n",
+           "\"v_stages\":%u,\"layer_stages\":",
            sh->n_layers, sh->pooled ? 1u : sh->n_heads, sh->pooled ? "true" : "false", sh->k,
-           sh->k_stages, sh->v_stages, sh->dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz, s->hx);
+           sh->k_stages, sh->v_stages);
+    if (sh->layer_stages) { /* [[k, v], ...] a layer; null: k_stages, v_stages in each */
+        for (uint32_t l = 0; l < sh->n_layers; l++)
+            printf("%s[%u,%u]", l ? "," : "[", sh->layer_stages[2 * (size_t)l],
+                   sh->layer_stages[2 * (size_t)l + 1]);
+        putchar(']');
+    } else {
+        printf("null");
+    }
+    printf(",\"dtype\":\"%s\",\"bytes\":%lld,\"content_hash\":\"%s\"}\n",
+           sh->dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz, s->hx);
 }
 
 static int train_run(train_opts *o, train_state *s)

@@ -610,6 +610,9 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
                      rope_c if un_rotated else None, path, lst)
         cbshape = _Shape()
         lib.fkvf_rvq_shape(q, byref(cbshape), byref(c_uint32()))
+        # the layer table lives in q: copied before q is freed
+        table = ([[cbshape.layer_stages[2 * i], cbshape.layer_stages[2 * i + 1]]
+                  for i in range(cbshape.n_layers)] if cbshape.layer_stages else None)
         n_rows = sum(int(b[0].shape[0]) for b in blocks)
         _warn_codebook(path, kk, lib.fkvf_codebook_size(byref(cbshape)),
                        n_rows * shape.row_elems() * 2, n_rows,
@@ -652,5 +655,6 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
     return {"out": path, "n_caches": len(items), "layers": cbshape.n_layers,
             "heads": 1 if cbshape.pooled else cbshape.n_heads, "pooled": bool(cbshape.pooled),
             "k": cbshape.k, "k_stages": cbshape.k_stages, "v_stages": cbshape.v_stages,
+            "layer_stages": table,
             "dtype": _cache.NAME_OF.get(cbshape.dtype, str(cbshape.dtype)),
             "bytes": os.path.getsize(path), "content_hash": bytes(h).hex()}

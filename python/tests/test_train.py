@@ -18,8 +18,8 @@ def cli_train(out, *args):
 def check_same(py_path, cli_path, r, c):
     assert sections(py_path) == sections(cli_path)
     assert metadata(py_path) == metadata(cli_path)
-    for key in ("layers", "heads", "pooled", "k", "k_stages", "v_stages", "dtype", "bytes",
-                "content_hash"):
+    for key in ("layers", "heads", "pooled", "k", "k_stages", "v_stages", "layer_stages",
+                "dtype", "bytes", "content_hash"):
         assert r[key] == c[key], key
     assert r["bytes"] == os.path.getsize(py_path)
 
@@ -94,6 +94,7 @@ def test_layer_stages(fkvf, tmp_path):
     table = [(0, 1), (3, 2), (2, 2), (2, 1), (1, 1)]
     r = fkvf.train((k, v), tmp_path / "cb.fkvf", k=16, layer_stages=table)
     assert (r["k_stages"], r["v_stages"]) == (3, 2)  # the maxima
+    assert r["layer_stages"] == [list(p) for p in table]
     info = json.loads(run_cli("info", "--json", tmp_path / "cb.fkvf").stdout)
     assert info["format"] == "1.1" and info["required_features"] & 8
     run_cli("pack", CACHE, "-o", tmp_path / "a.fkvf", "--codebooks", tmp_path / "cb.fkvf")
