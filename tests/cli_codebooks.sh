@@ -142,4 +142,9 @@ check layers-count17 2 "$FKVF" train "$TRAIN" -o "$T/x.fkvf" --layer-stages 17:1
 check layers-number 2 "$FKVF" train "$TRAIN" -o "$T/x.fkvf" --layer-stages 1:1,1:1
 grep_in layers-number-message "gives 2 layers, the cache has 5" "$T/err"
 check layers-number-pack 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --layer-stages 1:1
+check layers-and-k-stages 2 "$FKVF" train "$TRAIN" -o "$T/x.fkvf" --layer-stages 1:1,1:1,1:1,1:1,1:1 --k-stages 2
+grep_in layers-and-k-stages-message "exclude each other" "$T/err"
+check layers-and-v-stages-pack 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --v-stages 1 --layer-stages 1:1,1:1,1:1,1:1,1:1
+check layers-with-codebooks 0 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --codebooks "$T/lay.fkvf" --layer-stages 1:1,1:1,1:1,1:1,1:1
+grep_in layers-with-codebooks-warned "is an option of --train, ignored" "$T/err"
 finish cli_codebooks

@@ -613,9 +613,48 @@ START_TEST(archive_external_codebook)
     uint16_t row[ROW_ELEMS];
     ck_assert_int_eq(fkvf_reader_restore(r, SINKS, 1, FKVF_DTYPE_F16, row, ROW_BYTES),
                      FKVF_E_CODEBOOK);
+    /* no search index for a stream without a name (it would be keyed by no
+     * stream id), a scan instead; the writer refuses a key that is no id */
+    void *zd = NULL;
+    size_t zn = 0;
+    uint64_t zk = 0;
+    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zn, &zk, NULL), FKVF_E_CODEBOOK);
+    ck_assert_ptr_null(zd);
+    fkvf_search *sh0 = NULL;
+    ck_assert_int_eq(fkvf_search_open(&sh0, r, 0, 0, NULL), FKVF_OK);
+    uint32_t sym0;
+    ck_assert_int_eq(fkvf_reader_stream_get(r, 0, 3, &sym0), FKVF_OK);
+    uint64_t hits0[64], nf0 = 0;
+    ck_assert_int_eq(fkvf_search_suffix(sh0, &sym0, 1, hits0, 64, &nf0), FKVF_OK);
+    ck_assert_uint_ge(nf0, 1);
+    fkvf_search_free(sh0);
+    fkvf_section_add bad = {FKVF_SECTION_ZPOS, 0, FKVF_STREAM_ID_UNNAMED, "x", 1};
+    fkvf_archive_op *op = NULL;
+    ck_assert_int_eq(fkvf_archive_append_sections(&op, a, &bad, 1, FKVF_SYNC_NONE),
+                     FKVF_E_INVALID_ARG);
+    fkvf_archive_op_free(op);
     ck_assert_int_eq(fkvf_reader_attach_codebook(r, cb), FKVF_OK);
     check_reader(r, ql, n);
+    /* with the codebook: an index of stream 0, keyed by its name */
+    ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zn, &zk, NULL), FKVF_OK);
+    ck_assert_uint_eq(zk, fkvf_index_stream_id_shape(&sh, H, 0));
     fkvf_reader_free(r);
+    fkvf_section_add zs = {FKVF_SECTION_ZPOS, 0, zk, zd, zn};
+    op = NULL;
+    ck_assert_int_eq(fkvf_archive_append_sections(&op, a, &zs, 1, FKVF_SYNC_NONE), FKVF_OK);
+    fkvf_archive_op_free(op);
+    fkvf_search_buffer_free(zd, NULL);
+    /* verified with the codebook, and without it: which stream the index
+     * names is then not checked (spec 13.5), not CORRUPT */
+    for (int with = 0; with < 2; with++) {
+        ck_assert_int_eq(fkvf_reader_open_file(&r, a, FKVF_OPEN_STRICT, NULL), FKVF_OK);
+        if (with)
+            ck_assert_int_eq(fkvf_reader_attach_codebook(r, cb), FKVF_OK);
+        int vrc = fkvf_reader_verify(r);
+        ck_assert_msg(vrc == FKVF_OK, "verify %s the codebook: %s", with ? "with" : "without",
+                      fkvf_reader_message(r));
+        fkvf_reader_free(r);
+    }
     fkvf_reader_free(cb);
     fkvf_rvq_free(ql);
     rm_dir();

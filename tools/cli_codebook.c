@@ -15,7 +15,7 @@
 /* The codebook shape of k centroids per stage for the cache (one table set
  * per head, or per layer when pooled). */
 static fkvf_codebook_shape cb_shape(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs,
-                                    int f32, int pooled)
+                                    const uint8_t *lst, int f32, int pooled)
 {
     fkvf_codebook_shape sh;
     memset(&sh, 0, sizeof sh);
@@ -28,13 +28,14 @@ static fkvf_codebook_shape cb_shape(const kvio_cache *c, uint32_t k, uint8_t ks,
     sh.v_stages = vs;
     sh.dtype = f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
     sh.pooled = (uint8_t)(pooled != 0);
+    sh.layer_stages = lst;
     return sh;
 }
 
-uint64_t cli_cb_bytes(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs, int f32,
-                      int pooled)
+uint64_t cli_cb_bytes(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs,
+                      const uint8_t *lst, int f32, int pooled)
 {
-    fkvf_codebook_shape sh = cb_shape(c, k, ks, vs, f32, pooled);
+    fkvf_codebook_shape sh = cb_shape(c, k, ks, vs, lst, f32, pooled);
     return fkvf_codebook_size(&sh);
 }
 
@@ -43,16 +44,17 @@ double cli_fp16_rows(const kvio_cache *c, uint64_t n)
     return (double)n * (double)cli_cache_row_elems(c) * 2.0;
 }
 
-uint32_t cli_auto_k(const kvio_cache *c, uint64_t n, uint8_t ks, uint8_t vs, int f32)
+uint32_t cli_auto_k(const kvio_cache *c, uint64_t n, uint8_t ks, uint8_t vs, const uint8_t *lst,
+                    int f32)
 {
-    fkvf_codebook_shape sh = cb_shape(c, 0, ks, vs, f32, 0);
+    fkvf_codebook_shape sh = cb_shape(c, 0, ks, vs, lst, f32, 0);
     return fkvf_codebook_auto_k(&sh, c->n_kv_heads, n);
 }
 
 void cli_warn_k_min(const char *who, const kvio_cache *c, uint64_t n, const char *noun,
-                    uint8_t ks, uint8_t vs, int f32, const char *advice)
+                    uint8_t ks, uint8_t vs, const uint8_t *lst, int f32, const char *advice)
 {
-    uint64_t cb = cli_cb_bytes(c, CLI_CB_K_MIN, ks, vs, f32, 0);
+    uint64_t cb = cli_cb_bytes(c, CLI_CB_K_MIN, ks, vs, lst, f32, 0);
     double fp = cli_fp16_rows(c, n);
     cli_warn("%s: %" PRIu64 " %s: even k = %u gives a codebook of %" PRIu64 " bytes, %.0f%% of "
              "the %.0f fp16 bytes of those rows (the automatic k keeps it within 1/%u); %s",

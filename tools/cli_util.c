@@ -575,6 +575,9 @@ void cli_stream_name(uint64_t id, char *out, size_t n)
 {
     if ((id >> 56) == FKVF_STREAM_KIND_TOKENS)
         snprintf(out, n, "tokens");
+    else if (id == FKVF_STREAM_ID_UNNAMED) /* the layer table of an external codebook
+                                            * not attached names it (spec 11.2) */
+        snprintf(out, n, "unnamed");
     else
         snprintf(out, n, "L%u.H%u.%c.%u", (unsigned)(id & 0xFFFF), (unsigned)(id >> 16 & 0xFFFF),
                  (id >> 32 & 0xFF) ? 'V' : 'K', (unsigned)(id >> 40 & 0xFF));
@@ -759,10 +762,14 @@ int cli_code_value(cli_code_opts *o, const char *a, const char *v)
     if (!strcmp(a, "--k")) {
         bad = cli_opt_k(a, v, &o->k);
         o->k_set = 1;
-    } else if (!strcmp(a, "--k-stages"))
-        bad = cli_opt_stages(a, v, &o->ks);
+    } else if ((!strcmp(a, "--k-stages") || !strcmp(a, "--v-stages")) && o->n_lst)
+        bad = (cli_usage("%s and --layer-stages exclude each other", a), 1);
+    else if (!strcmp(a, "--k-stages"))
+        bad = (o->ks_set = 1, cli_opt_stages(a, v, &o->ks));
     else if (!strcmp(a, "--v-stages"))
-        bad = cli_opt_stages(a, v, &o->vs);
+        bad = (o->ks_set = 1, cli_opt_stages(a, v, &o->vs));
+    else if (!strcmp(a, "--layer-stages") && o->ks_set)
+        bad = (cli_usage("--layer-stages and --k-stages / --v-stages exclude each other"), 1);
     else if (!strcmp(a, "--layer-stages"))
         bad = cli_opt_layer_stages(a, v, o->lst, &o->n_lst, &o->ks, &o->vs);
     else if (!strcmp(a, "--sinks"))

@@ -180,6 +180,7 @@ typedef struct cli_code_opts {
     uint8_t ks, vs;
     uint8_t lst[2 * 1024]; /* --layer-stages: the pairs of n_lst layers */
     uint32_t n_lst;
+    int ks_set; /* --k-stages or --v-stages given */
     uint64_t sinks, recent, seed;
     int ngon;
     const char *model_id, *tok_id;
@@ -356,18 +357,21 @@ int cli_load_codebook_file(const char *path, const kvio_cache *c, cli_key_opts *
 #define CLI_CB_ROWS_PER_K FKVF_AUTO_K_ROWS_PER_K
 
 /* Bytes of the CBK1 section of k centroids per stage for the cache's shape
- * (one table set per head, or per layer when pooled); 0 when invalid. */
-uint64_t cli_cb_bytes(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs, int f32,
-                      int pooled);
+ * (one table set per head, or per layer when pooled); 0 when invalid. lst:
+ * the --layer-stages table (ks, vs its maxima), or NULL; in every function
+ * below too. */
+uint64_t cli_cb_bytes(const kvio_cache *c, uint32_t k, uint8_t ks, uint8_t vs,
+                      const uint8_t *lst, int f32, int pooled);
 /* fp16 bytes of n rows of the cache. */
 double cli_fp16_rows(const kvio_cache *c, uint64_t n);
 /* fkvf_codebook_auto_k for n rows of the cache: k, or 0 when even k = 16 breaks the rule. */
-uint32_t cli_auto_k(const kvio_cache *c, uint64_t n, uint8_t ks, uint8_t vs, int f32);
+uint32_t cli_auto_k(const kvio_cache *c, uint64_t n, uint8_t ks, uint8_t vs, const uint8_t *lst,
+                    int f32);
 /* The warning when the rule gave 0 and CLI_CB_K_MIN is used anyway:
  * "WHO: N NOUN: even k = 16 gives a codebook of B bytes, P% of the F fp16
  * bytes of those rows (...); ADVICE". */
 void cli_warn_k_min(const char *who, const kvio_cache *c, uint64_t n, const char *noun,
-                    uint8_t ks, uint8_t vs, int f32, const char *advice);
+                    uint8_t ks, uint8_t vs, const uint8_t *lst, int f32, const char *advice);
 /* A warning when a codebook of k (cb bytes) wastes bytes: larger than the
  * fp16 bytes of the n rows it is for, or fewer than CLI_CB_ROWS_PER_K rows
  * per centroid (per_table rows train each table set: it memorises them).

@@ -368,18 +368,21 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
          * given; a given --k that wastes bytes is warned about */
         uint64_t n_train = p1 - p0;
         uint32_t k = o->code.k;
+        /* the --layer-stages table when it fits the cache (else training refuses it) */
+        const uint8_t *lst = o->code.n_lst == c->n_layers ? o->code.lst : NULL;
         const char *advice = "the archive keeps this codebook for every later append; for small "
                              "caches a shared codebook compresses better: train it once (fkvf "
                              "train CACHE... -o CODEBOOKS) and create with --codebooks CODEBOOKS";
         if (o->code.ks + o->code.vs > 0 && !o->code.k_set) {
-            k = cli_auto_k(c, n_train, o->code.ks, o->code.vs, o->f32);
+            k = cli_auto_k(c, n_train, o->code.ks, o->code.vs, lst, o->f32);
             if (!k) {
                 k = CLI_CB_K_MIN;
                 cli_warn_k_min(o->cache, c, n_train, "positions to train the codebook on",
-                               o->code.ks, o->code.vs, o->f32, advice);
+                               o->code.ks, o->code.vs, lst, o->f32, advice);
             }
         } else if (o->code.ks + o->code.vs > 0) {
-            cli_warn_codebook(o->cache, c, k, cli_cb_bytes(c, k, o->code.ks, o->code.vs, o->f32, 0),
+            cli_warn_codebook(o->cache, c, k,
+                              cli_cb_bytes(c, k, o->code.ks, o->code.vs, lst, o->f32, 0),
                               n_train, n_train, "rows it is trained on", "rows it is trained on",
                               advice);
         }

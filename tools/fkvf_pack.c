@@ -272,7 +272,8 @@ static int pack_parse(int argc, char **argv, pack_opts *o, int llama, const char
                 if (strcmp(a, "--model-id") && strcmp(a, "--tokenizer-id"))
                     archived_opt = a; /* shapes archived positions only */
                 if (!strcmp(a, "--k") || !strcmp(a, "--k-stages") || !strcmp(a, "--v-stages") ||
-                    !strcmp(a, "--seed") || !strcmp(a, "--iters"))
+                    !strcmp(a, "--layer-stages") || !strcmp(a, "--seed") ||
+                    !strcmp(a, "--iters"))
                     train_opt = a; /* shapes trained codebooks only */
             } else {
                 cli_usage("unknown option '%s' (see fkvf %s --help)", a, cmd);
@@ -403,14 +404,16 @@ static void pack_choose_k(const pack_opts *o, const kvio_cache *c, pack_plan *p)
                  : "for small caches a shared codebook compresses better: train it once "
                    "(fkvf train CACHE... -o CODEBOOKS) and pack with --codebooks CODEBOOKS";
     uint64_t A = p->A;
+    /* the --layer-stages table when it fits the cache (else training refuses it) */
+    const uint8_t *lst = o->code.n_lst == c->n_layers ? o->code.lst : NULL;
     if (A > 0 && !o->cbfile && !o->code.k_set && o->code.ks + o->code.vs > 0) {
-        p->k = cli_auto_k(c, A, o->code.ks, o->code.vs, o->f32);
+        p->k = cli_auto_k(c, A, o->code.ks, o->code.vs, lst, o->f32);
         if (p->k)
             return;
         uint32_t k = p->k = CLI_CB_K_MIN;
         fkvf_codebook_shape sh = {c->n_layers, c->n_kv_heads, c->key_dim, c->value_dim, k,
                                   o->code.ks, o->code.vs,
-                                  o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16, 0, NULL};
+                                  o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16, 0, lst};
         uint64_t cb = fkvf_codebook_size(&sh);
         double idx, exact = (double)A * (double)p->rb;
         if (!fkvf_codebook_pays(&sh, c->n_kv_heads, A, p->rb, &idx)) {
@@ -425,11 +428,12 @@ static void pack_choose_k(const pack_opts *o, const kvio_cache *c, pack_plan *p)
             p->W = 0;
             p->A = 0;
         } else {
-            cli_warn_k_min(o->in, c, A, "archived positions", o->code.ks, o->code.vs, o->f32,
+            cli_warn_k_min(o->in, c, A, "archived positions", o->code.ks, o->code.vs, lst, o->f32,
                            advice);
         }
     } else if (A > 0 && !o->cbfile) {
-        cli_warn_codebook(o->in, c, p->k, cli_cb_bytes(c, p->k, o->code.ks, o->code.vs, o->f32, 0),
+        cli_warn_codebook(o->in, c, p->k,
+                          cli_cb_bytes(c, p->k, o->code.ks, o->code.vs, lst, o->f32, 0),
                           A, A, "archived rows it encodes", "archived rows it encodes", advice);
     }
 }
@@ -1372,6 +1376,7 @@ typedef struct train_opts {
     fkvf_rvq_params prm;
     uint8_t lst[2 * 1024]; /* --layer-stages: the pairs of n_lst layers */
     uint32_t n_lst;
+    int ks_set; /* --k-stages or --v-stages given */
 } train_opts;
 
 /* An option with a value (argv[*i], its value v). Returns 0, or after a
@@ -1385,10 +1390,18 @@ static int train_value(train_opts *o, const char *a, const char *v)
     }
     if (!strcmp(a, "--k"))
         return cli_opt_k(a, v, &prm->k) ? -1 : 0;
+    if ((!strcmp(a, "--k-stages") || !strcmp(a, "--v-stages")) && o->n_lst) {
+        cli_usage("%s and --layer-stages exclude each other", a);
+        return -1;
+    }
     if (!strcmp(a, "--k-stages"))
-        return cli_opt_stages(a, v, &prm->k_stages) ? -1 : 0;
+        return (o->ks_set = 1, cli_opt_stages(a, v, &prm->k_stages)) ? -1 : 0;
     if (!strcmp(a, "--v-stages"))
-        return cli_opt_stages(a, v, &prm->v_stages) ? -1 : 0;
+        return (o->ks_set = 1, cli_opt_stages(a, v, &prm->v_stages)) ? -1 : 0;
+    if (!strcmp(a, "--layer-stages") && o->ks_set) {
+        cli_usage("--layer-stages and --k-stages / --v-stages exclude each other");
+        return -1;
+    }
     if (!strcmp(a, "--layer-stages"))
         return cli_opt_layer_stages(a, v, o->lst, &o->n_lst, &prm->k_stages, &prm->v_stages)
                    ? -1

@@ -567,6 +567,8 @@ typedef struct index_report {
     size_t built;     /* streams given a new index */
     size_t current;   /* streams whose index in effect already covers what a new one would */
     size_t short_;    /* streams shorter than their alignment unit: nothing to index */
+    size_t unnamed;   /* index streams without a name (an external codebook's layer
+                       * table, spec 11.2): no key for an index */
     uint64_t entries; /* positions in the new indexes, summed over the streams */
     uint64_t bytes;   /* bytes of the new index (ZPOS) sections */
 } index_report;
@@ -624,6 +626,10 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int mis
                 want |= ids[k] == si.id;
             if (!want)
                 continue;
+        }
+        if (si.id == FKVF_STREAM_ID_UNNAMED) {
+            rep->unnamed++;
+            continue;
         }
         uint64_t u = si.align ? si.align : 1, cover = si.length / u * u;
         if (cover == 0) {
@@ -738,9 +744,9 @@ static void index_print(const index_opts *o, const index_report *rep)
         printf("{\"archive\":");
         cli_json_cstr(stdout, o->path);
         printf(",\"streams\":%zu,\"entries\":%" PRIu64 ",\"bytes\":%" PRIu64
-               ",\"current\":%zu,\"too_short\":%zu,\"changed\":%s}\n",
+               ",\"current\":%zu,\"too_short\":%zu,\"changed\":%s,\"unnamed\":%zu}\n",
                rep->built, rep->entries, rep->bytes, rep->current, rep->short_,
-               rep->built ? "true" : "false");
+               rep->built ? "true" : "false", rep->unnamed);
         return;
     }
     cli_text_cstr(stdout, o->path); /* a name for the terminal: escaped */
@@ -756,6 +762,10 @@ static void index_print(const index_opts *o, const index_report *rep)
     if (rep->short_)
         printf("; %zu stream%s shorter than %s alignment unit (nothing to index)", rep->short_,
                rep->short_ == 1 ? " is" : "s are", rep->short_ == 1 ? "its" : "their");
+    if (rep->unnamed)
+        printf("; %zu index stream%s not indexed: %s named by the layer table of the external "
+               "codebook, which this command does not read",
+               rep->unnamed, rep->unnamed == 1 ? "" : "s", rep->unnamed == 1 ? "it is" : "they are");
     printf("\n");
 }
 

@@ -2036,19 +2036,34 @@ int main(int argc, char **argv)
                 rej(lc[i].name, "CORRUPT", lc[i].clause, prov);
                 free(b.p);
             }
-            /* n_streams 12 < 14: within the uniform count's bound (step 6), not
-             * the layer table's (spec 11.8) */
-            uint64_t est = entry(&ls, Tl, "STRM", 0);
-            b = copy(ls);
-            put32(b.p + sec_off(&b, est) + 48, 12);
-            reseal_strm(&b, est);
-            reseal_dir(&b, Tl);
-            save("layer_stages_nstreams.fkvf", b.p, b.n);
+            /* a sound index segment of 12 streams (the layer table (2, 2), (2, 0),
+             * (0, 0), (0, 0), key_dim 16, value_dim 8) under a CBK1 whose table
+             * says (2, 1), (0, 1), (0, 0), (1, 2): the same maxima and the same
+             * table bytes (so the section keeps its size), 14 streams; within
+             * step 6's bound, refused by the count of spec 11.8 */
+            static const uint8_t lst_b[8] = {2, 2, 2, 0, 0, 0, 0, 0};
+            cfg cb12;
+            cfg_init(&cb12);
+            cb12.seed = 23;
+            cb12.L = 4;
+            cb12.KD = 16;
+            cb12.VD = 8;
+            cb12.ks = 2;
+            cb12.vs = 2;
+            cb12.lst = lst_b;
+            build("layer_stages_nstreams.fkvf", &cb12);
+            buf ns = load("layer_stages_nstreams.fkvf");
+            uint64_t Tn = last_trailer(&ns), en = entry(&ns, Tn, "CBK1", 0);
+            memcpy(ns.p + sec_off(&ns, en) + 64, lst4, sizeof lst4);
+            reseal_section(&ns, en);
+            reseal_dir(&ns, Tn);
+            save("layer_stages_nstreams.fkvf", ns.p, ns.n);
             rej("layer_stages_nstreams.fkvf", "CORRUPT", "§11.2, §11.8",
-                "valid_layer_stages with the index segment's n_streams 12 (at most the uniform "
-                "count 16, so step 6 passes; the layer table makes 14, and the section is now "
-                "longer than the header's derived size, step 5); re-sealed");
-            free(b.p);
+                "writer: LAYER_STAGES, 4 layers, key_dim 16, value_dim 8, an index segment of 12 "
+                "streams for the layer table (2, 2), (2, 0), (0, 0), (0, 0), whose CBK1 table was "
+                "then replaced by (2, 1), (0, 1), (0, 0), (1, 2) (the same maxima and table bytes: "
+                "14 streams); CBK1 re-sealed");
+            free(ns.p);
             free(ls.p);
         }
         /* a value that is not finite (f16 NaN 7E00): rejected by full

@@ -39,11 +39,11 @@ extern "C" {
 /* ---- versions --------------------------------------------------------- */
 
 #define FKVF_VERSION_MAJOR 0
-#define FKVF_VERSION_MINOR 1
+#define FKVF_VERSION_MINOR 2
 #define FKVF_VERSION_PATCH 0
 #define FKVF_VERSION_NUMBER \
     (FKVF_VERSION_MAJOR * 10000 + FKVF_VERSION_MINOR * 100 + FKVF_VERSION_PATCH)
-#define FKVF_VERSION_STRING "0.1.0"
+#define FKVF_VERSION_STRING "0.2.0"
 
 /* Version of the file format this library reads and writes (spec 1.1). Its
  * writers put minor 1 in a file only when the file declares a feature added
@@ -249,8 +249,10 @@ typedef struct fkvf_codebook_shape {
      * fkvf_reader_codebook) points into memory of the handle it came from,
      * valid while that handle lives; a shape the caller passes is read
      * during the call only. A table whose pairs are all equal is the uniform
-     * shape (the library writes and keeps it without a table). A zeroed
-     * shape or one set field by field before this member existed has NULL. */
+     * shape (the library writes and keeps it without a table). A caller that
+     * fills a shape field by field must set this member too (NULL): zero the
+     * whole struct first. (Added in 0.2.0, which changed the size of this
+     * struct and of fkvf_rvq_params: the soname changed with it.) */
     const uint8_t *layer_stages;
 } fkvf_codebook_shape;
 
@@ -294,7 +296,7 @@ FKVF_API uint32_t fkvf_codebook_auto_k(const fkvf_codebook_shape *shape, uint32_
  * row_bytes bytes each (the rule fkvf pack and the Python binding apply when
  * fkvf_codebook_auto_k gives 0 and the smallest k is all that is left;
  * docs/codebooks.md): 1 when fkvf_codebook_size(shape) plus the bytes of the
- * rows' indices, n_rows * n_layers * n_kv_heads * (k_stages + v_stages) *
+ * rows' indices, n_rows * fkvf_index_stream_count(shape, n_kv_heads) *
  * fkvf_quad_bits_for(k - 1) / 8 (in double), are fewer than n_rows *
  * row_bytes; 0 when not (every position is better stored exact), or shape is
  * NULL or invalid. n_kv_heads is the cache's, also for a pooled shape.
@@ -305,8 +307,10 @@ FKVF_API int fkvf_codebook_pays(const fkvf_codebook_shape *shape, uint32_t n_kv_
 /* Content hash (spec 13.3): XXH3-128, canonical bytes, of CBK1 contents. */
 FKVF_API void fkvf_codebook_hash(const void *cbk1, size_t size, uint8_t out[16]);
 
-/* The stream id (FKVF_STREAM_ID, kind FKVF_STREAM_KIND_INDEX) of index stream
- * j in the canonical order of spec 11.2, which is also the code order of
+/* For a uniform codebook (no layer table; with one:
+ * fkvf_index_stream_id_shape below), the stream id (FKVF_STREAM_ID, kind
+ * FKVF_STREAM_KIND_INDEX) of index stream j in the canonical order of spec
+ * 11.2, which is also the code order of
  * fkvf_rvq_codes_per_position, the reader's stream indices and the codes of
  * fkvf_writer_add_index_segment: j = (layer * n_kv_heads + head) *
  * (k_stages + v_stages) + (keys ? stage : k_stages + stage). UINT64_MAX when
@@ -950,7 +954,9 @@ FKVF_API int fkvf_writer_add_token_segment(fkvf_writer *w, const fkvf_stream_spe
                                            size_t count);
 
 /* Embedded codebooks (spec 13): `tables` holds the centroid tables in the
- * order of spec 13.2 (size = fkvf_codebook_size - 64). Must come before the
+ * order of spec 13.2 (size = fkvf_codebook_size - fkvf_codebook_tables_offset;
+ * a layer table is written from shape->layer_stages, dropped when every layer
+ * has the same counts, and needs FKVF_FEAT_LAYER_STAGES). Must come before the
  * index streams, which are checked against k. A writer without a descriptor
  * writes a codebook file (spec 13.4). */
 FKVF_API int fkvf_writer_add_codebooks(fkvf_writer *w, const fkvf_codebook_shape *shape,
@@ -1431,9 +1437,10 @@ FKVF_API int fkvf_search_prefix_reuse(fkvf_reader *r, const uint32_t *prompt, si
  * fkvf_search_buffer_free(data, alloc). Reads the stream through r (every
  * block verified on first touch; the format errors of those bytes with r's
  * message). Errors: FKVF_E_INVALID_ARG (NULL), FKVF_E_STATE (r is not a
- * usable reader), FKVF_E_RANGE (no such stream), FKVF_E_LIMIT (too large
- * for a size_t), FKVF_E_NOMEM; *data is then NULL. One thread at a time per
- * reader. */
+ * usable reader), FKVF_E_RANGE (no such stream), FKVF_E_CODEBOOK (an index
+ * stream without a name, FKVF_STREAM_ID_UNNAMED: attach the external
+ * codebook first), FKVF_E_LIMIT (too large for a size_t), FKVF_E_NOMEM;
+ * *data is then NULL. One thread at a time per reader. */
 FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void **data,
                                      size_t *size, uint64_t *key, const fkvf_allocator *alloc);
 /* Free a buffer of fkvf_search_index_build with the allocator it was built
@@ -1678,7 +1685,8 @@ FKVF_API int fkvf_rvq_tables(const fkvf_rvq *q, void *out, size_t size);
 
 /* Codes: one uint16 index per (layer, head, K|V, stage) and position. Within
  * a position code j = (layer * n_kv_heads + head) * (k_stages + v_stages)
- * + (kv == 0 ? stage : k_stages + stage); the code of position i (row i)
+ * + (kv == 0 ? stage : k_stages + stage) (with a layer table, spec 11.2's
+ * P(l) numbering: fkvf_index_stream_ord); the code of position i (row i)
  * and index j is codes[i * pos_stride + j * code_stride]. So pos_stride =
  * codes_per_position, code_stride = 1 gives one row of codes per position;
  * pos_stride = 1, code_stride = n_rows gives one array per index stream

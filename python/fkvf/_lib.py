@@ -5,7 +5,7 @@ Search order (the first that exists and loads wins):
   2. the build tree: FKVF_BUILD_DIR/libfkvf/libfkvf.so, then ../build/libfkvf/libfkvf.so
      relative to this package (python/fkvf in the source tree);
   3. an installed copy: what ``cmake --install`` records in fkvf/_paths.py (LIBRARY, the
-     path of the library, or LIBDIR, the directory holding libfkvf.so / libfkvf.so.0),
+     path of the library, or LIBDIR, the directory holding libfkvf.so / libfkvf.so.0.2),
      then ctypes.util.find_library("fkvf").
 
 The structures mirror libfkvf/include/fkvf.h field for field.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import glob
 import os
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int64, c_size_t,
                     c_uint, c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)
@@ -39,8 +40,10 @@ def _candidates() -> List[str]:
             out.append(os.fspath(lib))
         libdir = getattr(_paths, "LIBDIR", None)
         if libdir:
-            out += [os.path.join(os.fspath(libdir), _SONAME),
-                    os.path.join(os.fspath(libdir), _SONAME + ".0")]
+            d = os.fspath(libdir)
+            # the development link, then the runtime names (libfkvf.so.0.2, ...)
+            out += [os.path.join(d, _SONAME)] + sorted(
+                glob.glob(os.path.join(glob.escape(d), _SONAME + ".*")), reverse=True)
     except ImportError:
         pass
     found = ctypes.util.find_library("fkvf")
@@ -436,9 +439,19 @@ def bind(protos: dict) -> None:
 
 bind(_PROTOS)
 
+# The structures above are those of fkvf.h 0.2 (fkvf_codebook_shape and
+# fkvf_rvq_params grew in 0.2.0): a library of another 0.x release has other
+# layouts, and calls through them would read and write past its structs.
+_ABI = (0, 2)
+_v = lib.fkvf_version_number()
+if (_v // 10000, _v // 100 % 100) != _ABI:
+    raise ImportError(f"fkvf: the loaded libfkvf is {_v // 10000}.{_v // 100 % 100}."
+                      f"{_v % 100}, this binding needs {_ABI[0]}.{_ABI[1]}.x (set FKVF_LIBRARY to "
+                      "the path of a matching libfkvf.so)")
+
 
 def version() -> str:
-    """The version string of the loaded libfkvf (e.g. "0.1.0")."""
+    """The version string of the loaded libfkvf (e.g. "0.2.0")."""
     return lib.fkvf_version_string().decode()
 
 

@@ -373,7 +373,11 @@ class Archive:
                 d["profile"] = {1: "quad", 2: "ngon"}.get(si.profile, str(si.profile))
                 sid = si.id
                 kind = sid >> 56
-                if kind == 0:
+                if sid == 2**64 - 1:  # FKVF_STREAM_ID_UNNAMED: an external codebook's layer
+                    # table names it (spec 11.2), and that codebook is not attached
+                    d.update(kind="index", layer=None, head=None, part=None, stage=None,
+                             name="unnamed")
+                elif kind == 0:
                     layer, head = sid & 0xFFFF, (sid >> 16) & 0xFFFF
                     part, stage = "kv"[(sid >> 32) & 0xFF], (sid >> 40) & 0xFFFF
                     d.update(kind="index", layer=layer, head=head, part=part, stage=stage,

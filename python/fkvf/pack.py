@@ -139,9 +139,15 @@ def _write_meta(w: int, key: str, v: Any) -> int:
     return lib.fkvf_writer_meta_bytes(w, k, b, len(b))
 
 
-def _shape(sh: "_cache.Shape", k: int, ks: int, vs: int, f32: bool, pooled: bool) -> _Shape:
-    return _Shape(sh.n_layers, 1 if pooled else sh.n_kv_heads, sh.key_dim, sh.value_dim, k,
-                  ks, vs, _lib.DTYPE_F32 if f32 else _lib.DTYPE_F16, int(pooled))
+def _shape(sh: "_cache.Shape", k: int, ks: int, vs: int, f32: bool, pooled: bool,
+           lst: Any = None) -> _Shape:
+    """The codebook shape (lst: a layer table from _layer_stages_arg, kept alive by the
+    caller while the shape is used)."""
+    out = _Shape(sh.n_layers, 1 if pooled else sh.n_kv_heads, sh.key_dim, sh.value_dim, k,
+                 ks, vs, _lib.DTYPE_F32 if f32 else _lib.DTYPE_F16, int(pooled))
+    if lst is not None:
+        out.layer_stages = ctypes.cast(lst, POINTER(c_uint8))
+    return out
 
 
 def _rows_of(cache: Any, layout: Optional[str], dtype: Any, what: str
@@ -343,10 +349,10 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
         if cbpath is None and A > 0:
             if kk is None:
                 kk = lib.fkvf_codebook_auto_k(byref(_shape(shape, 16, ks, vs, f32_tables,
-                                                           False)), shape.n_kv_heads, A)
+                                                           False, lst)), shape.n_kv_heads, A)
                 if not kk:
                     kk = 16
-                    sh16 = _shape(shape, kk, ks, vs, f32_tables, False)
+                    sh16 = _shape(shape, kk, ks, vs, f32_tables, False, lst)
                     if not lib.fkvf_codebook_pays(byref(sh16), shape.n_kv_heads, A, rb, None):
                         warnings.warn(
                             f"{path}: {A} archived positions are too few for an embedded "
@@ -367,7 +373,7 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
                             "once, then fkvf.pack(..., codebooks=FILE))", stacklevel=2)
             elif k is not None:
                 _warn_codebook(path, kk, lib.fkvf_codebook_size(byref(_shape(
-                    shape, kk, ks, vs, f32_tables, False))), A * shape.row_elems() * 2, A, A,
+                    shape, kk, ks, vs, f32_tables, False, lst))), A * shape.row_elems() * 2, A, A,
                     "archived rows it encodes", "for small caches a shared codebook "
                     "compresses better (fkvf.train once, then fkvf.pack(..., codebooks=FILE))")
             if A > 0:

@@ -23,4 +23,16 @@ static inline size_t fkvf_cbk1_table_off(const fkvf_codebook_shape *sh, size_t t
     return base + (size_t)sh->k_stages * sh->k * sh->key_dim + (size_t)s * sh->k * sh->value_dim;
 }
 
+/* 1 when shape sh has no layer table or every layer of its table has the
+ * same counts (the uniform codebook, spec 13.1); the one test of it. */
+static inline int fkvf_cbk1_table_uniform(const fkvf_codebook_shape *sh)
+{
+    if (!sh->layer_stages)
+        return 1;
+    for (size_t i = 2; i < 2 * (size_t)sh->n_layers; i++)
+        if (sh->layer_stages[i] != sh->layer_stages[i % 2])
+            return 0;
+    return 1;
+}
+
 #endif

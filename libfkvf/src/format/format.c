@@ -914,6 +914,13 @@ int fkvf_cbk1_parse(const uint8_t *p, uint64_t size, uint64_t off, int layer_sta
     s->pooled = p[23];
     if (!all_zero(p + 25, 39))
         return fkvf_fail(d, FKVF_E_CORRUPT, off + 25, "13.1", "CBK1: reserved bytes not zero");
+    /* the header's fields, then the layer table (spec 13.1 gives the order) */
+    if (!cbk1_shape_ok(s))
+        return fkvf_fail(d, FKVF_E_CORRUPT, off, "13.1",
+                         "CBK1: shape out of range (layers %u, heads %u, dims %u/%u, k %u, "
+                         "stages %u/%u, dtype %u, pooled %u)",
+                         s->n_layers, s->n_heads, s->key_dim, s->value_dim, s->k, s->k_stages,
+                         s->v_stages, (unsigned)s->dtype, s->pooled);
     if (p[24] > 1)
         return fkvf_fail(d, FKVF_E_CORRUPT, off + 24, "13.1", "CBK1.layer_stages: %u, must be 0 or 1",
                          p[24]);
@@ -922,9 +929,6 @@ int fkvf_cbk1_parse(const uint8_t *p, uint64_t size, uint64_t off, int layer_sta
             return fkvf_fail(d, FKVF_E_CORRUPT, off + 24, "3.3",
                              "CBK1.layer_stages: 1, but the header does not declare the "
                              "LAYER_STAGES feature");
-        if (s->n_layers < 1 || s->n_layers > FKVF_MAX_LAYERS)
-            return fkvf_fail(d, FKVF_E_CORRUPT, off, "13.1", "CBK1.n_layers: %u, must be 1..%u",
-                             s->n_layers, FKVF_MAX_LAYERS);
         s->layer_stages = p + 64; /* a flag for fkvf_cbk1_head_size until checked below */
         uint64_t head = fkvf_cbk1_head_size(s);
         if (size < head)
@@ -946,12 +950,6 @@ int fkvf_cbk1_parse(const uint8_t *p, uint64_t size, uint64_t off, int layer_sta
             return fkvf_fail(d, FKVF_E_CORRUPT, off + used, "13.1",
                              "CBK1 layer table: padding bytes not zero");
     }
-    if (!cbk1_shape_ok(s))
-        return fkvf_fail(d, FKVF_E_CORRUPT, off, "13.1",
-                         "CBK1: shape out of range (layers %u, heads %u, dims %u/%u, k %u, "
-                         "stages %u/%u, dtype %u, pooled %u)",
-                         s->n_layers, s->n_heads, s->key_dim, s->value_dim, s->k, s->k_stages,
-                         s->v_stages, (unsigned)s->dtype, s->pooled);
     uint64_t want = cbk1_bytes(s);
     if (want == 0)
         return fkvf_fail(d, FKVF_E_LIMIT, off, "13.2",
@@ -1098,7 +1096,7 @@ FKVF_API uint64_t fkvf_index_stream_count(const fkvf_codebook_shape *shape, uint
 {
     if (!ids_shape_ok(shape, n_kv_heads))
         return 0;
-    return n_kv_heads * stages_before(shape, shape->n_layers); /* < 2^35 */
+    return n_kv_heads * stages_before(shape, shape->n_layers); /* <= 2^10 * 2^15 */
 }
 
 FKVF_API uint64_t fkvf_index_stream_id_shape(const fkvf_codebook_shape *shape,

@@ -7,18 +7,11 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "cbk1_layout.h"
 #include "ckd.h"
 #include "quant.h"
 
-int fkvfq_lay_uniform(const fkvf_codebook_shape *s)
-{
-    if (!s->layer_stages)
-        return 1;
-    for (size_t i = 2; i < 2 * (size_t)s->n_layers; i++)
-        if (s->layer_stages[i] != s->layer_stages[i % 2])
-            return 0;
-    return 1;
-}
+int fkvfq_lay_uniform(const fkvf_codebook_shape *s) { return fkvf_cbk1_table_uniform(s); }
 
 fkvf_codebook_shape fkvfq_lay_shape(const fkvf_codebook_shape *s, uint32_t l)
 {

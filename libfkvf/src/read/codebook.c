@@ -110,7 +110,7 @@ int rd_attach_codebook(fkvf_reader *r, fkvf_reader *cf)
         return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "13.7",
                          "codebook %s does not match the descriptor's shape", hx);
     if (cf->cb_shape.layer_stages && !(r->hdr.required_features & FKVF_FEAT_LAYER_STAGES))
-        return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "3.4",
+        return fkvf_fail(&r->diag, FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "13.5",
                          "codebook %s has stage counts per layer, but the archive does not "
                          "declare the LAYER_STAGES feature",
                          hx);

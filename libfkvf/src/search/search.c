@@ -1012,7 +1012,10 @@ FKVF_API int fkvf_search_open(fkvf_search **out, fkvf_reader *r, size_t stream_i
         if ((rc = load_ngon(s)))
             return rc;
     }
-    if (!(flags & FKVF_SEARCH_NO_INDEX) && (rc = load_index(s)))
+    /* a stream without a name (spec 11.2: an external codebook's layer table
+     * not known) has no index that can be told to be its own: a scan */
+    if (!(flags & FKVF_SEARCH_NO_INDEX) && s->si.id != FKVF_STREAM_ID_UNNAMED &&
+        (rc = load_index(s)))
         return rc;
     s->scan0 = s->n_idx;
     if ((rc = load_tail(s)))
@@ -1179,6 +1182,12 @@ static int build_index(fkvf_reader *r, size_t stream_index, uint32_t type, void 
     if (rc) {
         fkvf_search_free(s);
         return rc;
+    }
+    if (s->si.id == FKVF_STREAM_ID_UNNAMED) {
+        /* an index named by the layer table of an external codebook not
+         * attached (spec 11.2): no id to key the section with (spec 20.1) */
+        fkvf_search_free(s);
+        return FKVF_E_CODEBOOK;
     }
     const fkvf_allocator *a = fkvf_alloc_or_default(alloc);
     uint64_t u = s->si.align ? s->si.align : 1, n = s->n / u * u;

@@ -15,6 +15,7 @@
 #include <zlib.h>
 
 #include "alloc.h"
+#include "cbk1_layout.h"
 #include "ckd.h"
 #include "codec/codec.h"
 #include "error.h"
@@ -776,6 +777,13 @@ FKVF_API int fkvf_writer_add_section(fkvf_writer *w, uint32_t type, uint32_t fla
         type == FKVF_SECTION_CBK1 || type == FKVF_SECTION_CBRF)
         return FAIL(FKVF_E_INVALID_ARG, "4.3",
                     "use the dedicated function for this section type");
+    /* a search index is keyed by a stream id (spec 20.1, 11.1): kind 0 or 1,
+     * reserved bits zero (not FKVF_STREAM_ID_UNNAMED) */
+    if ((type == FKVF_SECTION_ZIDX || type == FKVF_SECTION_ZPOS) &&
+        ((key >> 56) > 1 || ((key >> 48) & 0xFF) != 0))
+        return FAIL(FKVF_E_INVALID_ARG, "20.1",
+                    "a search index keyed %016llx, which is not a stream id",
+                    (unsigned long long)key);
     return put_section(w, type, flags, key, data, size);
 }
 
@@ -788,10 +796,7 @@ static int keep_shape(fkvf_writer *w, const fkvf_codebook_shape *shape, int keep
     uint8_t *t = NULL;
     if (sh.layer_stages) {
         size_t n = 2 * (size_t)sh.n_layers;
-        int uniform = 1;
-        for (size_t i = 2; i < n && uniform; i++)
-            uniform = sh.layer_stages[i] == sh.layer_stages[i % 2];
-        if (uniform && !keep_table) {
+        if (fkvf_cbk1_table_uniform(&sh) && !keep_table) {
             sh.layer_stages = NULL;
         } else {
             if (!(t = fkvf_malloc(w->alloc, n)))
@@ -806,11 +811,14 @@ static int keep_shape(fkvf_writer *w, const fkvf_codebook_shape *shape, int keep
     return FKVF_OK;
 }
 
-static int codebook_common(fkvf_writer *w, const fkvf_codebook_shape *shape)
+static int codebook_common(fkvf_writer *w, const fkvf_codebook_shape *shape, int ref)
 {
     if (w->cb_kind)
         return FAIL(FKVF_E_STATE, "13.7", "the codebook is already set");
-    if (shape->layer_stages && !(w->opts.required_features & FKVF_FEAT_LAYER_STAGES))
+    /* a table the writer drops (layers all alike, an embedded CBK1) needs no
+     * bit; one it keeps, or a CBRF's codebook's (spec 3.4), does */
+    if (shape->layer_stages && (!fkvf_cbk1_table_uniform(shape) || ref) &&
+        !(w->opts.required_features & FKVF_FEAT_LAYER_STAGES))
         return FAIL(FKVF_E_INVALID_ARG, "3.3",
                     "a codebook with stage counts per layer needs FKVF_FEAT_LAYER_STAGES in the "
                     "create options");
@@ -833,17 +841,12 @@ FKVF_API int fkvf_writer_add_codebooks(fkvf_writer *w, const fkvf_codebook_shape
         return rc;
     if (!shape || (!tables && size))
         return FKVF_E_INVALID_ARG;
-    if ((rc = check_section_flags(w, section_flags)) || (rc = codebook_common(w, shape)))
+    if ((rc = check_section_flags(w, section_flags)) || (rc = codebook_common(w, shape, 0)))
         return rc;
     uint64_t total = fkvf_cbk1_size(shape), head = fkvf_cbk1_head_size(shape);
     if (size != total - head)
         return FAIL(FKVF_E_INVALID_ARG, "13.2", "codebook tables are %zu bytes, the shape needs %llu",
                     size, (unsigned long long)(total - head));
-    if ((rc = keep_shape(w, shape, 0)))
-        return rc;
-    shape = &w->cb; /* the table, unless every layer has the same counts */
-    head = fkvf_cbk1_head_size(shape);
-    total = head + size;
     if (total > SIZE_MAX)
         return FAIL(FKVF_E_LIMIT, "15", "codebook too large");
     /* spec 13.2: writers store finite values (exponent not all ones) */
@@ -854,6 +857,11 @@ FKVF_API int fkvf_writer_add_codebooks(fkvf_writer *w, const fkvf_codebook_shape
                     : (fkvf_ld32(tb + i) & UINT32_C(0x7F800000)) == UINT32_C(0x7F800000))
             return FAIL(FKVF_E_INVALID_ARG, "13.2",
                         "codebook table element %zu is not finite", i / es);
+    if ((rc = keep_shape(w, shape, 0)))
+        return rc;
+    shape = &w->cb; /* the table, unless every layer has the same counts */
+    head = fkvf_cbk1_head_size(shape);
+    total = head + size;
     uint8_t *buf = fkvf_malloc(w->alloc, (size_t)total);
     if (!buf)
         return FAIL(FKVF_E_NOMEM, NULL, "no memory for %llu codebook bytes",
@@ -884,7 +892,7 @@ FKVF_API int fkvf_writer_add_codebook_ref(fkvf_writer *w, const fkvf_codebook_sh
                     "a codebook reference needs FKVF_FEAT_EXTERNAL_CODEBOOK in the create options");
     if (!w->has_desc)
         return FAIL(FKVF_E_STATE, "13.4", "a codebook file cannot refer to another codebook");
-    if ((rc = codebook_common(w, shape)))
+    if ((rc = codebook_common(w, shape, 1)))
         return rc;
     size_t nl = name ? strlen(name) : 0;
     if (nl > FKVF_MAX_ID_LEN || !fkvf_utf8_valid((const uint8_t *)name, nl))
