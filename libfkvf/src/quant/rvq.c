@@ -358,6 +358,21 @@ FKVF_API int fkvf_rvq_from_tables_decode(fkvf_rvq **out, const fkvf_codebook_sha
     return from_tables(out, shape, n_kv_heads, tables, size, alloc, 1);
 }
 
+/* The first ks key and vs value stage tables of table set stab of src into
+ * table set dtab of dst (binary32 rows; both have at least those stages). */
+static void copy_stages(fkvf_rvq *dst, size_t dtab, const fkvf_rvq *src, size_t stab,
+                        unsigned ks, unsigned vs)
+{
+    size_t kb = (size_t)ks * src->shape.k * src->shape.key_dim * sizeof(float);
+    size_t vb = (size_t)vs * src->shape.k * src->shape.value_dim * sizeof(float);
+    if (kb)
+        memcpy(dst->rows + fkvfq_table_off(dst, dtab, 0, 0),
+               src->rows + fkvfq_table_off(src, stab, 0, 0), kb);
+    if (vb)
+        memcpy(dst->rows + fkvfq_table_off(dst, dtab, 1, 0),
+               src->rows + fkvfq_table_off(src, stab, 1, 0), vb);
+}
+
 int fkvfq_rvq_take_layers(fkvf_rvq **out, const fkvf_rvq *q, const fkvf_codebook_shape *want)
 {
     *out = NULL;
@@ -375,17 +390,8 @@ int fkvfq_rvq_take_layers(fkvf_rvq **out, const fkvf_rvq *q, const fkvf_codebook
             fkvf_rvq_free(n);
             return rc;
         }
-        size_t kb = (size_t)one.k_stages * one.k * one.key_dim * sizeof(float);
-        size_t vb = (size_t)one.v_stages * one.k * one.value_dim * sizeof(float);
-        for (uint32_t h = 0; h < one.n_heads; h++) {
-            size_t tab = (size_t)l * q->shape.n_heads + h;
-            if (kb)
-                memcpy(sub->rows + fkvfq_table_off(sub, h, 0, 0),
-                       q->rows + fkvfq_table_off(q, tab, 0, 0), kb);
-            if (vb)
-                memcpy(sub->rows + fkvfq_table_off(sub, h, 1, 0),
-                       q->rows + fkvfq_table_off(q, tab, 1, 0), vb);
-        }
+        for (uint32_t h = 0; h < one.n_heads; h++)
+            copy_stages(sub, h, q, (size_t)l * q->shape.n_heads + h, one.k_stages, one.v_stages);
         if (!sub->decode_only && (rc = fkvfq_rvq_prepare(sub))) {
             fkvf_rvq_free(sub);
             fkvf_rvq_free(n);
@@ -430,19 +436,9 @@ static int subset_layers(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
         if ((rc = fkvfq_rvq_alloc(&n, &sh, q->n_kv_heads, layout, &q->alloc)))
             return rc;
         /* layer l's tables: those of its handle's first stages */
-        size_t kb = (size_t)mk * sh.k * sh.key_dim * sizeof(float);
-        size_t vb = (size_t)mv * sh.k * sh.value_dim * sizeof(float);
         for (uint32_t l = 0; l < L; l++)
-            for (uint32_t h = 0; h < sh.n_heads; h++) {
-                const fkvf_rvq *sub = q->lay[l];
-                size_t tab = (size_t)l * sh.n_heads + h;
-                if (kb)
-                    memcpy(n->rows + fkvfq_table_off(n, tab, 0, 0),
-                           sub->rows + fkvfq_table_off(sub, h, 0, 0), kb);
-                if (vb)
-                    memcpy(n->rows + fkvfq_table_off(n, tab, 1, 0),
-                           sub->rows + fkvfq_table_off(sub, h, 1, 0), vb);
-            }
+            for (uint32_t h = 0; h < sh.n_heads; h++)
+                copy_stages(n, (size_t)l * sh.n_heads + h, q->lay[l], h, mk, mv);
         if (!n->decode_only && (rc = fkvfq_rvq_prepare(n))) {
             fkvf_rvq_free(n);
             return rc;
@@ -487,16 +483,8 @@ FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stage
                              &q->alloc);
     if (rc)
         return rc;
-    size_t kbytes = (size_t)k_stages * sh.k * sh.key_dim * sizeof(float);
-    size_t vbytes = (size_t)v_stages * sh.k * sh.value_dim * sizeof(float);
-    for (size_t tab = 0; tab < q->n_tabs; tab++) {
-        if (kbytes)
-            memcpy(n->rows + fkvfq_table_off(n, tab, 0, 0), q->rows + fkvfq_table_off(q, tab, 0, 0),
-                   kbytes);
-        if (vbytes)
-            memcpy(n->rows + fkvfq_table_off(n, tab, 1, 0), q->rows + fkvfq_table_off(q, tab, 1, 0),
-                   vbytes);
-    }
+    for (size_t tab = 0; tab < q->n_tabs; tab++)
+        copy_stages(n, tab, q, tab, k_stages, v_stages);
     if (!n->decode_only && (rc = fkvfq_rvq_prepare(n))) {
         fkvf_rvq_free(n);
         return rc;
