@@ -176,6 +176,16 @@ static int spec_from_index(fkvf_reader *r, size_t idx, fkvf_stream_spec *spec, u
     return 1;
 }
 
+size_t fkvf_append_index_streams(const fkvf_reader *r)
+{
+    size_t n = 0, ti;
+    if (fkvf_reader_stream_count(r, &n) != FKVF_OK)
+        return 0;
+    if (fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK)
+        n = ti; /* the last stream */
+    return n;
+}
+
 static int spec_from_stream(fkvf_reader *r, uint64_t id, fkvf_stream_spec *spec, uint64_t *len)
 {
     size_t idx;
@@ -290,14 +300,10 @@ static int file_state(fkvf_appender *a, fkvf_reader *r, const fkvf_archive_info 
      * before the token stream, taken by index (their names may need a layer
      * table, spec 11.2, that an external codebook not attached would give;
      * and with one, layer 0 may have no stage at all) */
-    size_t n_all = 0, ti = 0;
     st->token_present = spec_from_stream(r, FKVF_STREAM_ID_TOKENS, &st->token_spec,
                                          &st->token_length);
-    if (fkvf_reader_stream_count(r, &n_all) != FKVF_OK)
-        n_all = 0;
-    if (st->token_present && fkvf_reader_stream_find(r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK)
-        n_all = ti; /* the last stream */
-    st->index_present = n_all > 0 && spec_from_index(r, 0, &st->index_spec, &st->index_length);
+    st->index_present = fkvf_append_index_streams(r) > 0 &&
+                        spec_from_index(r, 0, &st->index_spec, &st->index_length);
     /* vertex tables already in the file (spec 10.3) */
     for (size_t i = 0; i < ai->n_sections; i++) {
         fkvf_section_info s;

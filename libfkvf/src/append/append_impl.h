@@ -35,6 +35,12 @@ int fkvf_appender_commit_sections(fkvf_appender *a, const fkvf_section_add *secs
  * messages. ext_shape: the shape of src's external
  * codebook, which the copy's reader has no file for (NULL: src has none).
  * FKVF_OK, or the error recorded in d ("auto-compaction: ..."). */
+/* The number of index streams of r: every stream before the token stream
+ * (spec 11.2: the index group, in code order, then the token stream), by
+ * index, without their names (which a layer table of an external codebook
+ * not attached would give). 0 when there are none or the count fails. */
+size_t fkvf_append_index_streams(const fkvf_reader *r);
+
 int fkvf_compact_to_sink(const char *src, const char *dst_name, const fkvf_sink *sink,
                          const fkvf_codebook_shape *ext_shape, const fkvf_allocator *alloc,
                          fkvf_diag *d);

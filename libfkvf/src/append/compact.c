@@ -204,18 +204,12 @@ static int copy_codebook(job *j)
 static int copy_index(job *j)
 {
     fkvf_archive_op *c = j->c;
-    size_t i0;
     fkvf_stream_spec isp; /* the codec the copy keeps */
     /* the index streams are streams 0 .. cpp-1 in code order (spec 11.2),
      * before the token stream: by index, as their names may need an
      * external codebook's layer table that this reader has not */
-    size_t n_all = 0, ti;
-    if (!j->has_cb || fkvf_reader_stream_count(j->r, &n_all) != FKVF_OK)
-        return FKVF_OK;
-    if (fkvf_reader_stream_find(j->r, FKVF_STREAM_ID_TOKENS, &ti) == FKVF_OK)
-        n_all--; /* the last one */
-    i0 = 0;
-    if (!n_all || fkvf_reader_stream_spec(j->r, i0, &isp) != FKVF_OK)
+    size_t n_all = j->has_cb ? fkvf_append_index_streams(j->r) : 0;
+    if (!n_all || fkvf_reader_stream_spec(j->r, 0, &isp) != FKVF_OK)
         return FKVF_OK;
     uint64_t A = j->ai.n_archived;
     size_t cpp, na, n_codes, cbytes, sbytes;

@@ -23,6 +23,24 @@ static inline size_t fkvf_cbk1_table_off(const fkvf_codebook_shape *sh, size_t t
     return base + (size_t)sh->k_stages * sh->k * sh->key_dim + (size_t)s * sh->k * sh->value_dim;
 }
 
+/* A layer table (spec 13.1: n_layers pairs (ks(l), vs(l))) against the
+ * header's counts ks and vs: 0 when every count is at most 16 and the
+ * largest are ks and vs; else the first layer with a count above 16, plus 1,
+ * or n_layers + 1 when the largest are not ks and vs. The one test of it. */
+static inline uint32_t fkvf_cbk1_table_bad(const uint8_t *lst, uint32_t n_layers, unsigned ks,
+                                           unsigned vs)
+{
+    unsigned mk = 0, mv = 0;
+    for (uint32_t l = 0; l < n_layers; l++) {
+        unsigned a = lst[2 * (size_t)l], b = lst[2 * (size_t)l + 1];
+        if (a > 16 || b > 16)
+            return l + 1;
+        mk = a > mk ? a : mk;
+        mv = b > mv ? b : mv;
+    }
+    return mk == ks && mv == vs ? 0 : n_layers + 1;
+}
+
 /* 1 when shape sh has no layer table or every layer of its table has the
  * same counts (the uniform codebook, spec 13.1); the one test of it. */
 static inline int fkvf_cbk1_table_uniform(const fkvf_codebook_shape *sh)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "cbk1_layout.h"
 #include "ckd.h"
 #include "hash.h"
 #include "le.h"
@@ -819,20 +820,10 @@ int fkvf_vtxs_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t key,
 
 /* ---- codebooks ------------------------------------------------------------- */
 
-/* The layer table of a shape (spec 13.1): 0 when every pair is at most 16
- * and the maxima are k_stages and v_stages, else the first layer whose pair
- * breaks it plus 1 (n_layers + 1: the maxima are not the header's). */
+/* The layer table of a shape (spec 13.1): fkvf_cbk1_table_bad's answer. */
 static uint32_t layer_table_bad(const fkvf_codebook_shape *s)
 {
-    unsigned mk = 0, mv = 0;
-    for (uint32_t l = 0; l < s->n_layers; l++) {
-        unsigned a = s->layer_stages[2 * (size_t)l], b = s->layer_stages[2 * (size_t)l + 1];
-        if (a > 16 || b > 16)
-            return l + 1;
-        mk = a > mk ? a : mk;
-        mv = b > mv ? b : mv;
-    }
-    return mk == s->k_stages && mv == s->v_stages ? 0 : s->n_layers + 1;
+    return fkvf_cbk1_table_bad(s->layer_stages, s->n_layers, s->k_stages, s->v_stages);
 }
 
 /* Every field in its range (spec 13.1), the layer table included? */

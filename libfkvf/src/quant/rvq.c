@@ -37,16 +37,9 @@ static int shape_check(const fkvf_codebook_shape *s)
         s->v_stages > 16 || (s->dtype != FKVF_DTYPE_F16 && s->dtype != FKVF_DTYPE_F32) ||
         s->pooled > 1 || (s->pooled && s->n_heads != 1))
         return FKVF_E_INVALID_ARG;
-    if (s->layer_stages) { /* each count <= 16, the maxima the header's */
-        unsigned mk = 0, mv = 0;
-        for (size_t i = 0; i < 2 * (size_t)s->n_layers; i += 2) {
-            unsigned a = s->layer_stages[i], b = s->layer_stages[i + 1];
-            mk = a > mk ? a : mk;
-            mv = b > mv ? b : mv;
-        }
-        if (mk != s->k_stages || mv != s->v_stages)
-            return FKVF_E_INVALID_ARG;
-    }
+    if (s->layer_stages &&
+        fkvf_cbk1_table_bad(s->layer_stages, s->n_layers, s->k_stages, s->v_stages))
+        return FKVF_E_INVALID_ARG;
     return FKVF_OK;
 }
 
@@ -1293,14 +1286,27 @@ FKVF_API int fkvf_rvq_from_tables16_encode(fkvf_rvq **out, const fkvf_codebook_s
 }
 
 /* The OR of the nc codes of n_rows positions (a code >= k has a bit at or
- * above log2 k set in it). */
+ * above log2 k set in it), read in the order they lie in memory. */
 static unsigned codes_high(const uint16_t *codes, size_t pos_stride, size_t code_stride,
                            size_t n_rows, size_t nc)
 {
     unsigned any = 0;
-    for (size_t i = 0; i < n_rows; i++)
-        for (size_t j = 0; j < nc; j++)
-            any |= codes[i * pos_stride + j * code_stride];
+    if (pos_stride == 1) /* one array per stream (restore): each read in order */
+        for (size_t j = 0; j < nc; j++) {
+            const uint16_t *cj = codes + j * code_stride;
+            for (size_t i = 0; i < n_rows; i++)
+                any |= cj[i];
+        }
+    else
+        for (size_t i = 0; i < n_rows; i++) {
+            const uint16_t *cp = codes + i * pos_stride;
+            if (code_stride == 1)
+                for (size_t j = 0; j < nc; j++)
+                    any |= cp[j];
+            else
+                for (size_t j = 0; j < nc; j++)
+                    any |= cp[j * code_stride];
+        }
     return any;
 }
 
@@ -1329,33 +1335,14 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     /* every code in range before anything is written (k is a power of two:
      * a code is in range iff it has no bit at or above log2 k) */
     const unsigned high = (unsigned)(0xFFFFu & ~(sh->k - 1u));
-    if (q->lay) { /* all layers' codes checked, then each layer by its handle */
-        if (codes_high(codes, pos_stride, code_stride, n_rows, nc) & high)
-            return FKVF_E_RANGE;
+    if (codes_high(codes, pos_stride, code_stride, n_rows, nc) & high)
+        return FKVF_E_RANGE;
+    if (q->lay) { /* every layer's codes checked above, then each layer by its handle */
         for (uint32_t l = 0; l < sh->n_layers && !rc; l++)
             rc = rvq_decode(q->lay[l], codes + q->lcode[l] * code_stride, pos_stride, code_stride,
                             n_rows, first_position, key_rope, out_dtype, out, all, fast);
         return rc;
     }
-    unsigned any = 0;
-    if (pos_stride == 1) /* one array per stream (restore): each read in order */
-        for (size_t j = 0; j < nc; j++) {
-            const uint16_t *cj = codes + j * code_stride;
-            for (size_t i = 0; i < n_rows; i++)
-                any |= cj[i];
-        }
-    else
-        for (size_t i = 0; i < n_rows; i++) {
-            const uint16_t *cp = codes + i * pos_stride;
-            if (code_stride == 1)
-                for (size_t j = 0; j < nc; j++)
-                    any |= cp[j];
-            else
-                for (size_t j = 0; j < nc; j++)
-                    any |= cp[j * code_stride];
-        }
-    if (any & high)
-        return FKVF_E_RANGE;
 
     const fkvf_allocator *a = &q->alloc;
     const uint32_t dmax = sh->key_dim > sh->value_dim ? sh->key_dim : sh->value_dim;

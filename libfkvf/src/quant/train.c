@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "cbk1_layout.h"
 #include "ckd.h"
 #include "cpu.h"
 #include "half.h"
@@ -583,15 +584,9 @@ static int params_check(const fkvf_rvq_params *p, const fkvf_rows *blocks, size_
         p->max_iters < 1 || p->samples_per_centroid < 1 ||
         (p->key_rope && !fkvf_rope_valid(p->key_rope, p->key_dim)))
         return FKVF_E_INVALID_ARG;
-    if (p->layer_stages) { /* each count <= 16, the maxima k_stages and v_stages */
-        unsigned mk = 0, mv = 0;
-        for (size_t i = 0; i < 2 * (size_t)p->n_layers; i += 2) {
-            mk = p->layer_stages[i] > mk ? p->layer_stages[i] : mk;
-            mv = p->layer_stages[i + 1] > mv ? p->layer_stages[i + 1] : mv;
-        }
-        if (mk != p->k_stages || mv != p->v_stages)
-            return FKVF_E_INVALID_ARG;
-    }
+    if (p->layer_stages &&
+        fkvf_cbk1_table_bad(p->layer_stages, p->n_layers, p->k_stages, p->v_stages))
+        return FKVF_E_INVALID_ARG;
     size_t n = 0;
     for (size_t b = 0; b < n_blocks; b++) {
         const fkvf_rows *r = &blocks[b];

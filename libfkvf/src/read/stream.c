@@ -85,27 +85,22 @@ int rd_stream_find(const fkvf_reader *r, uint64_t id, size_t *index)
     }
     uint32_t layer = (uint32_t)(id & 0xFFFF), head = (uint32_t)(id >> 16 & 0xFFFF);
     unsigned kv = (unsigned)(id >> 32 & 0xFF), stage = (unsigned)(id >> 40 & 0xFF);
-    if (ix->present && (r->hdr.required_features & FKVF_FEAT_LAYER_STAGES)) {
-        /* named by the codebook's layer table (spec 11.2); without it, an id
-         * that could name one (within the group's largest counts) is
-         * CODEBOOK, any other NOT_FOUND */
+    /* an index stream within the group's stage counts (the largest of any
+     * layer with a layer table) */
+    if (!ix->present || (id >> 48) != 0 || kv > 1 || layer >= r->desc.n_layers ||
+        head >= r->desc.n_kv_heads || stage >= (kv ? ix->v_stages : ix->k_stages))
+        return FKVF_E_NOT_FOUND;
+    if (r->hdr.required_features & FKVF_FEAT_LAYER_STAGES) {
+        /* named by the codebook's layer table (spec 11.2), CODEBOOK without it */
         if (!r->cb_known)
-            return (id >> 48) == 0 && kv <= 1 && layer < r->desc.n_layers &&
-                           head < r->desc.n_kv_heads &&
-                           stage < (kv ? ix->v_stages : ix->k_stages)
-                       ? FKVF_E_CODEBOOK
-                       : FKVF_E_NOT_FOUND;
-        uint64_t j = (id >> 48) != 0 ? UINT64_MAX
-                                     : fkvf_index_stream_ord(&r->cb_shape, r->desc.n_kv_heads,
-                                                             layer, head, kv, stage);
+            return FKVF_E_CODEBOOK;
+        uint64_t j =
+            fkvf_index_stream_ord(&r->cb_shape, r->desc.n_kv_heads, layer, head, kv, stage);
         if (j >= n_index)
             return FKVF_E_NOT_FOUND;
         *index = (size_t)j;
         return FKVF_OK;
     }
-    if (!ix->present || (id >> 48) != 0 || kv > 1 || layer >= r->desc.n_layers ||
-        head >= r->desc.n_kv_heads || stage >= (kv ? ix->v_stages : ix->k_stages))
-        return FKVF_E_NOT_FOUND;
     uint32_t per_head = (uint32_t)ix->k_stages + ix->v_stages;
     *index = ((size_t)layer * r->desc.n_kv_heads + head) * per_head +
              (kv ? ix->k_stages + stage : stage);
