@@ -751,7 +751,7 @@ START_TEST(writer_refuses_unknown_optional_features)
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
     o.sync = FKVF_SYNC_NONE;
-    const uint64_t bad[] = {UINT64_C(1) << 1, UINT64_C(1) << 63,
+    const uint64_t bad[] = {UINT64_C(1) << 2, UINT64_C(1) << 63,
                             FKVF_OPTFEAT_TOKEN_STREAM | (UINT64_C(1) << 5)};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         o.optional_features = bad[i];

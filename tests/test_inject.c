@@ -95,6 +95,7 @@
  *  fkvf_reader_codebook          | n/a asserted (reader_mem, reader_ext)
  *  fkvf_reader_codebook_ref      | n/a asserted (reader_mem, reader_ext)
  *  fkvf_reader_attach_codebook   | n/a asserted (reader_ext: the codebook is built at first use)
+ *  fkvf_reader_metric            | alloc (test_encoder_metric allocation_failures)
  *  fkvf_reader_find_codebook     | alloc + io (reader_find: by hint in the archive's directory,
  *                                |   flags 0 and READ; by hash in a search path, memory archive)
  *  fkvf_reader_row_bytes         | n/a asserted (reader_mem)
@@ -125,6 +126,8 @@
  *  fkvf_writer_add_token_segment | alloc + io (writer_sink, writer_file)
  *  fkvf_writer_add_codebooks     | alloc + io (writer_*, writer_cbfile*)
  *  fkvf_writer_add_codebook_ref  | alloc + io (writer_ext)
+ *  fkvf_writer_add_metric        | alloc (test_encoder_metric allocation_failures); its
+ *                                |   I/O is fkvf_writer_add_section's (writer_sink)
  *  fkvf_writer_add_section       | alloc + io (writer_sink, writer_file: deflated and plain)
  *  fkvf_writer_set_positions     | n/a asserted (writer_*)
  *  fkvf_writer_commit            | alloc + io (writer_sink, writer_file)
@@ -189,7 +192,12 @@
  *  fkvf_rvq_tables               | n/a pure
  *  fkvf_rvq_centroids            | n/a pure
  *  fkvf_rvq_codes_per_position   | n/a pure
- *  fkvf_rvq_encode               | alloc (rvq: greedy and beam)
+ *  fkvf_rvq_encode               | alloc (rvq: greedy and beam; under a metric:
+ *                                |   test_encoder_metric allocation_failures)
+ *  fkvf_rvq_set_metric           | alloc (test_encoder_metric allocation_failures)
+ *  fkvf_rvq_get_metric           | n/a pure
+ *  fkvf_metric_matrix_check      | no allocator argument (malloc scratch; -1 when it
+ *                                |   fails): test_encoder_metric metric_refusals
  *  fkvf_rvq_decode               | alloc (rvq)
  */
 #define _GNU_SOURCE

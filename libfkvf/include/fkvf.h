@@ -39,11 +39,11 @@ extern "C" {
 /* ---- versions --------------------------------------------------------- */
 
 #define FKVF_VERSION_MAJOR 0
-#define FKVF_VERSION_MINOR 2
+#define FKVF_VERSION_MINOR 3
 #define FKVF_VERSION_PATCH 0
 #define FKVF_VERSION_NUMBER \
     (FKVF_VERSION_MAJOR * 10000 + FKVF_VERSION_MINOR * 100 + FKVF_VERSION_PATCH)
-#define FKVF_VERSION_STRING "0.2.0"
+#define FKVF_VERSION_STRING "0.3.0"
 
 /* Version of the file format this library reads and writes (spec 1.1). Its
  * writers put minor 1 in a file only when the file declares a feature added
@@ -168,6 +168,10 @@ typedef enum fkvf_profile {
 #define FKVF_FEAT_LAYER_STAGES      (UINT64_C(1) << 3)
 #define FKVF_FEATURES_KNOWN         (UINT64_C(15))
 #define FKVF_OPTFEAT_TOKEN_STREAM   (UINT64_C(1) << 0)
+/* format 1.2: the file holds a CMET section, the codebook's encoder metric
+ * (spec 3.4, 13.8) */
+#define FKVF_OPTFEAT_ENCODER_METRIC (UINT64_C(1) << 1)
+#define FKVF_OPTFEATURES_KNOWN      (UINT64_C(3))
 
 /* Section types (spec 4.3): FourCC, first character in the lowest byte. */
 #define FKVF_FOURCC(a, b, c, d) \
@@ -181,6 +185,8 @@ typedef enum fkvf_profile {
 #define FKVF_SECTION_EXAC FKVF_FOURCC('E', 'X', 'A', 'C')
 #define FKVF_SECTION_STRM FKVF_FOURCC('S', 'T', 'R', 'M')
 #define FKVF_SECTION_DIRC FKVF_FOURCC('D', 'I', 'R', 'C')
+/* format 1.2, optional: the codebook's encoder metric (spec 13.8) */
+#define FKVF_SECTION_CMET FKVF_FOURCC('C', 'M', 'E', 'T')
 
 #define FKVF_SECTION_REQUIRED 1u
 #define FKVF_SECTION_DEFLATE 2u
@@ -579,6 +585,19 @@ FKVF_API int fkvf_reader_codebook_ref(const fkvf_reader *r, int *is_external, ui
  * must outlive r). FKVF_E_CODEBOOK, naming the expected hash, when it is not
  * a codebook file, its hash differs, or its shape does not match. */
 FKVF_API int fkvf_reader_attach_codebook(fkvf_reader *r, fkvf_reader *codebook_file);
+typedef struct fkvf_rvq_metric fkvf_rvq_metric; /* the quantizer's, below */
+/* The codebook's encoder metric (spec 13.8): the CMET of the file that holds
+ * the CBK1 (r, or the codebook file attached to r), checked as the clause
+ * says (its header, its match with the codebook, every matrix: the format
+ * class of the first failure), converted to binary32 arrays owned by that
+ * reader (valid while it is open), in the layout fkvf_rvq_set_metric takes;
+ * a part the section does not hold is NULL. For an attached codebook file
+ * this is a call on its reader too (the metric is loaded there on first
+ * use): not while that reader is used by another thread.
+ * FKVF_E_NOT_FOUND when the codebook has none (or the archive has no
+ * codebook); FKVF_E_CODEBOOK for an external codebook not attached. One
+ * thread at a time per reader. */
+FKVF_API int fkvf_reader_metric(fkvf_reader *r, fkvf_rvq_metric *out);
 /* How a cache's keys are handled (spec 8.1), as given by a caller and as a
  * codebook file's training fixes them (fkvf_codebook_key_settings). */
 typedef struct fkvf_key_settings {
@@ -965,6 +984,19 @@ FKVF_API int fkvf_writer_add_codebooks(fkvf_writer *w, const fkvf_codebook_shape
  * FKVF_FEAT_EXTERNAL_CODEBOOK); the shape is that codebook's. */
 FKVF_API int fkvf_writer_add_codebook_ref(fkvf_writer *w, const fkvf_codebook_shape *shape,
                                           const uint8_t hash[16], const char *name);
+
+/* The codebook's encoder metric (spec 13.8): a CMET section bound to the
+ * CBK1 this writer added (fkvf_writer_add_codebooks, in this or an earlier
+ * commit of this writer), with the matrices of m (fkvf_rvq_metric, for that
+ * codebook's shape; fkvf_rvq_get_metric gives a handle's). Set
+ * FKVF_OPTFEAT_ENCODER_METRIC in the options to declare it (spec 3.4). The
+ * section holds each matrix's symmetric part. section_flags: 0 or
+ * FKVF_SECTION_DEFLATE. Errors: FKVF_E_STATE (no embedded codebook in this
+ * writer, or a metric added already), FKVF_E_INVALID_ARG (a matrix
+ * fkvf_metric_matrix_check refuses, both parts NULL, a dimension above
+ * 1024), FKVF_E_NOMEM. */
+FKVF_API int fkvf_writer_add_metric(fkvf_writer *w, const fkvf_rvq_metric *m,
+                                    unsigned section_flags);
 
 /* Any section (for extensions and tests); flags FKVF_SECTION_*. */
 FKVF_API int fkvf_writer_add_section(fkvf_writer *w, uint32_t type, uint32_t flags, uint64_t key,
@@ -1560,8 +1592,9 @@ FKVF_API int fkvf_search_keys(fkvf_key_search *ks, const fkvf_key_query *q, fkvf
 /* ---- quantizer (spec 13) ---------------------------------------------- */
 /* Per-head residual vector quantization (RVQ) of KV-cache rows: training,
  * encoding to index codes, decoding (spec 13.6), plus the RoPE rotation of
- * spec 8.1 and f16 / bf16 conversions. Handles are immutable after creation:
- * encode and decode may run concurrently on one handle. Every fkvf_rvq_*
+ * spec 8.1 and f16 / bf16 conversions. Handles are immutable after creation
+ * (fkvf_rvq_set_metric, part of a handle's set-up, aside): encode and decode
+ * may run concurrently on one handle. Every fkvf_rvq_*
  * function refuses a pointer to another kind of handle as it refuses NULL. */
 
 /* n elements of `from` (little-endian bytes, any alignment) to n elements of
@@ -1639,6 +1672,11 @@ typedef struct fkvf_rvq_params {
      * v_stages), read during the call; a table whose layers all have the
      * same counts trains the uniform codebook (NULL) */
     const uint8_t *layer_stages;
+    /* train under an encoder metric (spec 13.8, fkvf_rvq_metric below; NULL:
+     * Euclidean), read during the call; the result carries it (as
+     * fkvf_rvq_set_metric). (Added in 0.3.0, which changed the size of this
+     * struct: the soname changed with it.) */
+    const struct fkvf_rvq_metric *metric;
 } fkvf_rvq_params;
 
 /* Defaults (values in parentheses above); shape fields 0. */
@@ -1708,6 +1746,55 @@ FKVF_API size_t fkvf_rvq_codes_per_position(const fkvf_rvq *q);
 FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_rope,
                              unsigned beam_width, uint16_t *codes, size_t pos_stride,
                              size_t code_stride);
+/* Encoder metric (spec 13.8): per codebook table (layer, head; head 0 when
+ * pooled) and part, a symmetric positive definite matrix M under which the
+ * encoder minimises e^T M e instead of e^T e (e the vector's error in the
+ * frame of the tables: keys un-rotated when the handle encodes pre-RoPE
+ * keys). Query-aware keys take M = the second moment of the queries that
+ * read the KV head; output-aware values M = W_o,h^T W_o,h summed over the
+ * query heads that read it (docs/codebooks.md). Decoding is unchanged.
+ * keys: n_layers * n_heads * key_dim * key_dim floats, matrix (l, h) at
+ * (l * n_heads + h) * key_dim^2, row-major; values likewise with value_dim;
+ * either may be NULL (that part Euclidean), not both. Each matrix is taken
+ * as its symmetric part (fkvf_metric_matrix_check says what is accepted).
+ * Dimensions of a part given: at most 1024. */
+typedef struct fkvf_rvq_metric {
+    const float *keys;
+    const float *values;
+} fkvf_rvq_metric;
+
+/* One matrix of an encoder metric as fkvf_rvq_set_metric, training and
+ * fkvf_writer_add_metric take it: its symmetric part (m + m^T) / 2 (each
+ * pair summed in binary64, rounded once; the error e^T M e depends on
+ * nothing else, and a Gram matrix computed in floating point is often not
+ * symmetric to the last bit) must be finite and positive definite (every
+ * pivot of its binary64 Cholesky factorization > 0, spec 13.8). Returns 0,
+ * else the first fault, FKVF_METRIC_NONFINITE then FKVF_METRIC_NOT_PD, with
+ * *bad (may be NULL) its element index i * dim + j (for NOT_PD the pivot's
+ * j * dim + j); -1 for m NULL, dim outside 1..1024 or no memory. (A file's
+ * matrices must be symmetric themselves: fkvf_reader_metric.) Allocates
+ * 12 dim^2 bytes (malloc); thread-safe. */
+#define FKVF_METRIC_NONFINITE 1
+#define FKVF_METRIC_NOT_PD 3
+FKVF_API int fkvf_metric_matrix_check(const float *m, uint32_t dim, size_t *bad);
+
+/* Give q a metric (copied; NULL or both parts NULL: remove it). Encoding
+ * then picks, stage by stage (greedy) or over the beam, the centroids of
+ * least e^T M e: the Euclidean search on U x against U c with M = U^T U
+ * (Cholesky, binary64; U x rounded to binary32). Training under a metric
+ * (fkvf_rvq_params.metric) does the same. Not while another thread uses q
+ * (it replaces the encoder's tables). Errors: FKVF_E_INVALID_ARG (a NULL
+ * or decode-only handle (fkvf_rvq_from_tables_decode,
+ * fkvf_rvq_from_tables16_borrow), a matrix fkvf_metric_matrix_check
+ * refuses, a dimension above 1024), FKVF_E_NOMEM (q keeps its previous
+ * metric). fkvf_rvq_get_metric then gives the symmetric parts. Memory: the binary32 tables once more plus 8 bytes
+ * a matrix element. */
+FKVF_API int fkvf_rvq_set_metric(fkvf_rvq *q, const fkvf_rvq_metric *metric);
+/* q's metric: the matrices (owned by q, valid until fkvf_rvq_set_metric or
+ * fkvf_rvq_free); both NULL without one. Returns 1 when q has one, else 0
+ * (also for NULL). */
+FKVF_API int fkvf_rvq_get_metric(const fkvf_rvq *q, fkvf_rvq_metric *out);
+
 /* Decode n_rows positions (spec 13.6): per vector the sum of the chosen
  * centroids in stage order in binary32, keys rotated to their position
  * (first_position + i) when key_rope is given, rounded to out_dtype, in the

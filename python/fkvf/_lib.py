@@ -5,7 +5,7 @@ Search order (the first that exists and loads wins):
   2. the build tree: FKVF_BUILD_DIR/libfkvf/libfkvf.so, then ../build/libfkvf/libfkvf.so
      relative to this package (python/fkvf in the source tree);
   3. an installed copy: what ``cmake --install`` records in fkvf/_paths.py (LIBRARY, the
-     path of the library, or LIBDIR, the directory holding libfkvf.so / libfkvf.so.0.2),
+     path of the library, or LIBDIR, the directory holding libfkvf.so / libfkvf.so.0.3),
      then ctypes.util.find_library("fkvf").
 
 The structures mirror libfkvf/include/fkvf.h field for field.
@@ -17,8 +17,8 @@ import ctypes
 import ctypes.util
 import glob
 import os
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int64, c_size_t,
-                    c_uint, c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int, c_int64,
+                    c_size_t, c_uint, c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)
 from typing import List, Optional
 
 _SONAME = "libfkvf.so"
@@ -41,7 +41,7 @@ def _candidates() -> List[str]:
         libdir = getattr(_paths, "LIBDIR", None)
         if libdir:
             d = os.fspath(libdir)
-            # the development link, then the runtime names (libfkvf.so.0.2, ...)
+            # the development link, then the runtime names (libfkvf.so.0.3, ...)
             out += [os.path.join(d, _SONAME)] + sorted(
                 glob.glob(os.path.join(glob.escape(d), _SONAME + ".*")), reverse=True)
     except ImportError:
@@ -184,6 +184,11 @@ class Rows(Structure):
                 ("first_position", c_uint64)]
 
 
+class RvqMetric(Structure):
+    # the encoder metric (spec 13.8): per codebook table a D x D binary32 matrix, row-major
+    _fields_ = [("keys", POINTER(c_float)), ("values", POINTER(c_float))]
+
+
 class RvqParams(Structure):
     _fields_ = [("n_layers", c_uint32), ("n_kv_heads", c_uint32), ("key_dim", c_uint32),
                 ("value_dim", c_uint32), ("k", c_uint32), ("k_stages", c_uint8),
@@ -191,7 +196,7 @@ class RvqParams(Structure):
                 ("seed", c_uint64), ("max_iters", c_uint32),
                 ("samples_per_centroid", c_uint32), ("key_rope", POINTER(Rope)),
                 ("progress", c_void_p), ("progress_opaque", c_void_p),
-                ("layer_stages", POINTER(c_uint8))]
+                ("layer_stages", POINTER(c_uint8)), ("metric", POINTER(RvqMetric))]
 
 
 class WriterOptions(Structure):
@@ -245,7 +250,8 @@ STRUCTS = {
     "Match": "fkvf_match", "PrefixReuse": "fkvf_prefix_reuse",
     "KeyQuery": "fkvf_key_query", "KeyHit": "fkvf_key_hit", "KeyStats": "fkvf_key_stats",
     "CodebookShape": "fkvf_codebook_shape", "Rope": "fkvf_rope", "Rows": "fkvf_rows",
-    "RvqParams": "fkvf_rvq_params", "WriterOptions": "fkvf_writer_options",
+    "RvqMetric": "fkvf_rvq_metric", "RvqParams": "fkvf_rvq_params",
+    "WriterOptions": "fkvf_writer_options",
     "StreamSpec": "fkvf_stream_spec", "KeySettings": "fkvf_key_settings",
     "KeyClash": "fkvf_key_clash", "AppendOptions": "fkvf_append_options",
     "AppendCreate": "fkvf_append_create", "AppendInfo": "fkvf_append_info",
@@ -272,7 +278,11 @@ PROFILE_QUAD, PROFILE_NGON = 1, 2
 ROPE_INTERLEAVED, ROPE_HALF_SPLIT = 1, 2
 ROPE_LAYOUTS = {"interleaved": ROPE_INTERLEAVED, "half-split": ROPE_HALF_SPLIT}
 FEAT_NGON, FEAT_DEFLATE, FEAT_EXTERNAL_CODEBOOK, FEAT_LAYER_STAGES = 1, 2, 4, 8
-OPTFEAT_TOKEN_STREAM = 1
+OPTFEAT_TOKEN_STREAM, OPTFEAT_ENCODER_METRIC = 1, 2
+METRIC_DIM_MAX = 1024  # the largest key_dim / value_dim of a metric's part (spec 13.8)
+# fkvf_metric_matrix_check's findings (fkvf.h)
+METRIC_NONFINITE = 1
+METRIC_NOT_PD = 3
 SECTION_DEFLATE = 2
 SECTION_EXAC = 0x43415845  # FKVF_FOURCC('E', 'X', 'A', 'C')
 SECTION_ZPOS = 0x534F505A  # FKVF_FOURCC('Z', 'P', 'O', 'S'): fkvf_search_index_build's type
@@ -372,6 +382,10 @@ _PROTOS = {
     "fkvf_rvq_codes_per_position": (c_size_t, [Rvq]),
     "fkvf_rvq_encode": (c_int, [Rvq, POINTER(Rows), POINTER(Rope), c_uint, c_void_p,
                                 c_size_t, c_size_t]),
+    "fkvf_rvq_set_metric": (c_int, [Rvq, POINTER(RvqMetric)]),
+    "fkvf_metric_matrix_check": (c_int, [c_void_p, c_uint32, POINTER(c_size_t)]),
+    "fkvf_rvq_get_metric": (c_int, [Rvq, POINTER(RvqMetric)]),
+    "fkvf_reader_metric": (c_int, [Reader, POINTER(RvqMetric)]),
     # writer
     "fkvf_writer_options_init": (None, [POINTER(WriterOptions)]),
     "fkvf_writer_create_file": (c_int, [POINTER(Writer), c_char_p, POINTER(WriterOptions),
@@ -394,6 +408,7 @@ _PROTOS = {
                                           c_uint]),
     "fkvf_writer_add_codebook_ref": (c_int, [Writer, POINTER(CodebookShape), POINTER(c_uint8),
                                              c_char_p]),
+    "fkvf_writer_add_metric": (c_int, [Writer, POINTER(RvqMetric), c_uint]),
     "fkvf_writer_set_positions": (c_int, [Writer, c_uint64, c_uint64]),
     "fkvf_writer_finish": (c_int, [Writer]),
     # appender
@@ -439,10 +454,11 @@ def bind(protos: dict) -> None:
 
 bind(_PROTOS)
 
-# The structures above are those of fkvf.h 0.2 (fkvf_codebook_shape and
-# fkvf_rvq_params grew in 0.2.0): a library of another 0.x release has other
-# layouts, and calls through them would read and write past its structs.
-_ABI = (0, 2)
+# The structures above are those of fkvf.h 0.3 (fkvf_codebook_shape and
+# fkvf_rvq_params grew in 0.2.0, fkvf_rvq_params again in 0.3.0: its metric): a
+# library of another 0.x release has other layouts, and calls through them would
+# read and write past its structs.
+_ABI = (0, 3)
 _v = lib.fkvf_version_number()
 if (_v // 10000, _v // 100 % 100) != _ABI:
     raise ImportError(f"fkvf: the loaded libfkvf is {_v // 10000}.{_v // 100 % 100}."
@@ -451,7 +467,7 @@ if (_v // 10000, _v // 100 % 100) != _ABI:
 
 
 def version() -> str:
-    """The version string of the loaded libfkvf (e.g. "0.2.0")."""
+    """The version string of the loaded libfkvf (e.g. "0.3.0")."""
     return lib.fkvf_version_string().decode()
 
 

@@ -466,6 +466,16 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
         if (rc)
             return FAIL(rc, "13.2", "the archive's codebook cannot be loaded (%s)",
                         fkvf_strerror(rc));
+        /* new positions are encoded under the codebook's metric, if it has
+         * one (spec 13.8); one that fails its checks stops the append */
+        fkvf_rvq_metric mm;
+        rc = fkvf_reader_metric(r, &mm);
+        if (rc != FKVF_OK && rc != FKVF_E_NOT_FOUND)
+            return fail_reader(a, rc, r, "the codebook's encoder metric: ");
+        if (rc == FKVF_OK && (rc = fkvf_rvq_set_metric(a->q, &mm)))
+            return FAIL(rc, "13.8", "the codebook's encoder metric cannot be used (%s)",
+                        fkvf_strerror(rc));
+        rc = FKVF_OK;
         a->cpp = fkvf_rvq_codes_per_position(a->q);
         st->cb_kind = ext ? 2 : 1;
         st->cb = cb;
@@ -882,9 +892,12 @@ FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
     size_t ref_size = 0;
     uint8_t hash[16];
     int rc;
+    fkvf_rvq_metric metric = {NULL, NULL};
     if (c->codebook) {
         uint32_t heads;
         fkvf_rvq_shape(c->codebook, &shape, &heads);
+        if (fkvf_rvq_get_metric(c->codebook, &metric)) /* kept with it (spec 13.8) */
+            wo.optional_features |= FKVF_OPTFEAT_ENCODER_METRIC;
     } else if (c->codebook_ref) {
         if ((rc = fkvf_reader_codebook(c->codebook_ref, &shape, &ref_contents, &ref_size, hash)))
             return rc;
@@ -918,6 +931,8 @@ FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
         rc = fkvf_rvq_tables(c->codebook, tables, tsz);
         if (rc == FKVF_OK)
             rc = fkvf_writer_add_codebooks(w, &shape, tables, tsz, 0);
+        if (rc == FKVF_OK && (metric.keys || metric.values))
+            rc = fkvf_writer_add_metric(w, &metric, 0);
         fkvf_free(fkvf_alloc_or_default(alloc), tables);
         if (rc)
             goto out;

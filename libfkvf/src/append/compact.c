@@ -197,7 +197,20 @@ static int copy_codebook(job *j)
         rc = fkvf_writer_add_codebooks(
             j->w, &j->shape, (const uint8_t *)contents + fkvf_codebook_tables_offset(&j->shape),
             size - (size_t)fkvf_codebook_tables_offset(&j->shape), j->cbk_flags);
-    return rc != FKVF_OK ? fail_writer(c, rc, j->w, "codebook") : FKVF_OK;
+    if (rc != FKVF_OK)
+        return fail_writer(c, rc, j->w, "codebook");
+    if (ext)
+        return FKVF_OK; /* the codebook file keeps its own metric */
+    /* the encoder metric goes with its CBK1 (spec 13.8), whose contents and
+     * so content hash do not change */
+    fkvf_rvq_metric mm;
+    rc = fkvf_reader_metric(j->r, &mm);
+    if (rc == FKVF_E_NOT_FOUND)
+        return FKVF_OK;
+    if (rc != FKVF_OK)
+        return fail_reader(c, rc, j->r, "");
+    rc = fkvf_writer_add_metric(j->w, &mm, j->cbk_flags);
+    return rc != FKVF_OK ? fail_writer(c, rc, j->w, "encoder metric") : FKVF_OK;
 }
 
 /* The index streams, symbol for symbol, in one segment with their codec. */

@@ -25,6 +25,13 @@ static inline double fkvf_ldf64(const uint8_t *p)
     memcpy(&d, &u, sizeof d);
     return d;
 }
+static inline float fkvf_ldf32(const uint8_t *p)
+{
+    uint32_t u = fkvf_ld32(p);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 static inline void fkvf_st16(uint8_t *p, uint16_t v)
 {
     p[0] = (uint8_t)v;
@@ -41,6 +48,12 @@ static inline void fkvf_st64(uint8_t *p, uint64_t v)
 {
     fkvf_st32(p, (uint32_t)v);
     fkvf_st32(p + 4, (uint32_t)(v >> 32));
+}
+static inline void fkvf_stf32(uint8_t *p, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    fkvf_st32(p, u);
 }
 static inline void fkvf_stf64(uint8_t *p, double d)
 {

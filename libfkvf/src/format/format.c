@@ -11,6 +11,7 @@
 #include "ckd.h"
 #include "hash.h"
 #include "le.h"
+#include "metric_matrix.h"
 
 const uint8_t fkvf_magic[9] = {0x89, 'F', 'K', 'V', 'F', 0x0D, 0x0A, 0x1A, 0x0A};
 const uint8_t fkvf_trailer_magic[8] = {0x89, 'F', 'K', 'V', 'T', 'R', 'L', 0x0A};
@@ -971,6 +972,122 @@ int fkvf_cbrf_parse(const uint8_t *p, uint64_t size, uint64_t off, const uint8_t
     *name = p + FKVF_CBRF_FIXED;
     *name_len = nl;
     return FKVF_OK;
+}
+
+/* ---- CMET (spec 13.8) ---------------------------------------------------------- */
+
+int fkvf_cmet_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t key,
+                    fkvf_cmet_hdr *h, fkvf_diag *d)
+{
+    if (size < FKVF_CMET_HDR)
+        return fkvf_fail(d, FKVF_E_TRUNCATED, off, "13.8", "CMET: %llu bytes, needs %u",
+                         (unsigned long long)size, FKVF_CMET_HDR);
+    memcpy(h->hash, p, 16);
+    h->n_layers = fkvf_ld32(p + 16);
+    h->n_heads = fkvf_ld32(p + 20);
+    h->key_dim = fkvf_ld32(p + 24);
+    h->value_dim = fkvf_ld32(p + 28);
+    h->parts = p[32];
+    if (key != 0)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off, "13.8", "CMET: directory key %llu, must be 0",
+                         (unsigned long long)key);
+    if (!all_zero(p + 34, FKVF_CMET_HDR - 34))
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 34, "13.8", "CMET: reserved bytes not zero");
+    if (h->parts < 1 || h->parts > 3)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 32, "13.8", "CMET.parts: %u, must be 1, 2 or 3",
+                         h->parts);
+    if (p[33] != FKVF_DTYPE_F32)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 33, "13.8", "CMET.dtype: %u, must be 3 (f32)",
+                         p[33]);
+    if (h->n_layers < 1 || h->n_layers > 1024 || h->n_heads < 1 || h->n_heads > 1024)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 16, "13.8",
+                         "CMET: %u layers x %u heads outside 1..1024", h->n_layers, h->n_heads);
+    if (h->key_dim < 1 || h->key_dim > 16384 || h->value_dim < 1 || h->value_dim > 16384)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 24, "13.8",
+                         "CMET: dims %u / %u outside 1..16384", h->key_dim, h->value_dim);
+    if (((h->parts & 1) && h->key_dim > FKVF_METRIC_MAX_DIM) ||
+        ((h->parts & 2) && h->value_dim > FKVF_METRIC_MAX_DIM))
+        return fkvf_fail(d, FKVF_E_LIMIT, off + 24, "15",
+                         "CMET: a matrix of dimension %u > %u",
+                         (h->parts & 1) && h->key_dim > FKVF_METRIC_MAX_DIM ? h->key_dim
+                                                                           : h->value_dim,
+                         FKVF_METRIC_MAX_DIM);
+    return exact_size(d, size, fkvf_cmet_size(h), off, "13.8", "CMET", "its header implies");
+}
+
+static uint64_t cmet_per_tab(const fkvf_cmet_hdr *h)
+{
+    return ((h->parts & 1) ? (uint64_t)h->key_dim * h->key_dim : 0) +
+           ((h->parts & 2) ? (uint64_t)h->value_dim * h->value_dim : 0);
+}
+
+uint64_t fkvf_cmet_size(const fkvf_cmet_hdr *h)
+{
+    /* at most 2^20 tables x 2^21 elements x 4 bytes: no overflow */
+    return FKVF_CMET_HDR + (uint64_t)h->n_layers * h->n_heads * cmet_per_tab(h) * 4;
+}
+
+uint64_t fkvf_cmet_matrix_off(const fkvf_cmet_hdr *h, size_t tab, unsigned kv)
+{
+    uint64_t o = FKVF_CMET_HDR + (uint64_t)tab * cmet_per_tab(h) * 4;
+    if (kv == 1 && (h->parts & 1))
+        o += (uint64_t)h->key_dim * h->key_dim * 4;
+    return o;
+}
+
+int fkvf_cmet_match(const fkvf_cmet_hdr *h, const fkvf_codebook_shape *cb,
+                    const uint8_t hash[16], uint64_t off, fkvf_diag *d)
+{
+    if (memcmp(h->hash, hash, 16) != 0)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off, "13.8",
+                         "CMET: content_hash is not the codebook's (the metric belongs to "
+                         "another CBK1)");
+    if (h->n_layers != cb->n_layers || h->n_heads != cb->n_heads ||
+        h->key_dim != cb->key_dim || h->value_dim != cb->value_dim)
+        return fkvf_fail(d, FKVF_E_CORRUPT, off + 16, "13.8",
+                         "CMET: %u layers x %u heads, dims %u / %u; the codebook has %u x %u, "
+                         "%u / %u",
+                         h->n_layers, h->n_heads, h->key_dim, h->value_dim, cb->n_layers,
+                         cb->n_heads, cb->key_dim, cb->value_dim);
+    return FKVF_OK;
+}
+
+int fkvf_cmet_matrices(const uint8_t *p, const fkvf_cmet_hdr *h, uint64_t off, float *m,
+                       double *l, fkvf_diag *d)
+{
+    static const char *const what[] = {"", "an infinity or a NaN", "not symmetric",
+                                       "not positive definite"};
+    size_t n_tabs = (size_t)h->n_layers * h->n_heads;
+    for (size_t tab = 0; tab < n_tabs; tab++)
+        for (unsigned kv = 0; kv < 2; kv++) {
+            if (!(h->parts & (1u << kv)))
+                continue;
+            uint32_t n = kv ? h->value_dim : h->key_dim;
+            uint64_t mo = fkvf_cmet_matrix_off(h, tab, kv);
+            size_t nn = (size_t)n * n, bad = 0;
+            for (size_t i = 0; i < nn; i++)
+                m[i] = fkvf_ldf32(p + mo + 4 * i);
+            int v = fkvf_metric_check(m, n, l, &bad);
+            if (v != FKVF_METRIC_OK)
+                return fkvf_fail(d, FKVF_E_CORRUPT, off + mo + 4 * (uint64_t)bad, "13.8",
+                                 "CMET: the %s matrix of layer %zu, head %zu is %s (element "
+                                 "%zu, %zu)",
+                                 kv ? "value" : "key", tab / h->n_heads, tab % h->n_heads,
+                                 what[v], bad / n, bad % n);
+        }
+    return FKVF_OK;
+}
+
+void fkvf_cmet_hdr_write(uint8_t out[64], const fkvf_cmet_hdr *h)
+{
+    memset(out, 0, FKVF_CMET_HDR);
+    memcpy(out, h->hash, 16);
+    fkvf_st32(out + 16, h->n_layers);
+    fkvf_st32(out + 20, h->n_heads);
+    fkvf_st32(out + 24, h->key_dim);
+    fkvf_st32(out + 28, h->value_dim);
+    out[32] = (uint8_t)h->parts;
+    out[33] = FKVF_DTYPE_F32;
 }
 
 int fkvf_cbk1_matches(const fkvf_codebook_shape *s, const fkvf_desc *desc)

@@ -179,6 +179,32 @@ int fkvf_cbk1_finite(const uint8_t *p, uint64_t size, fkvf_dtype dtype, uint64_t
 /* Does the shape match the descriptor (spec 13.7)? */
 int fkvf_cbk1_matches(const fkvf_codebook_shape *s, const fkvf_desc *desc);
 
+/* Encoder metric, CMET (spec 13.8). */
+#define FKVF_CMET_HDR 64
+typedef struct fkvf_cmet_hdr {
+    uint8_t hash[16]; /* content hash of its CBK1 */
+    uint32_t n_layers, n_heads, key_dim, value_dim;
+    unsigned parts;   /* bit 0 key matrices, bit 1 value matrices */
+} fkvf_cmet_hdr;
+/* Steps 1-4 of spec 13.8: the header's fields, the dimension limit and the
+ * exact size (p: the section contents, key: its directory key). */
+int fkvf_cmet_parse(const uint8_t *p, uint64_t size, uint64_t off, uint64_t key,
+                    fkvf_cmet_hdr *h, fkvf_diag *d);
+/* The size a valid header implies (dims within FKVF_METRIC_MAX_DIM). */
+uint64_t fkvf_cmet_size(const fkvf_cmet_hdr *h);
+/* Byte offset, in the contents, of the matrix of (tab = layer * n_heads +
+ * head, kv 0 keys / 1 values), a part the header holds. */
+uint64_t fkvf_cmet_matrix_off(const fkvf_cmet_hdr *h, size_t tab, unsigned kv);
+/* Step 6: the header against its CBK1 (shape and content hash). */
+int fkvf_cmet_match(const fkvf_cmet_hdr *h, const fkvf_codebook_shape *cb,
+                    const uint8_t hash[16], uint64_t off, fkvf_diag *d);
+/* Step 7: every matrix in order (fkvf_metric_check). m: dmax * dmax
+ * floats, l: dmax * dmax doubles of scratch, dmax the larger dimension of
+ * the parts held. */
+int fkvf_cmet_matrices(const uint8_t *p, const fkvf_cmet_hdr *h, uint64_t off, float *m,
+                       double *l, fkvf_diag *d);
+void fkvf_cmet_hdr_write(uint8_t out[64], const fkvf_cmet_hdr *h);
+
 /* UTF-8 validity (no overlongs, no surrogates, <= U+10FFFF). */
 int fkvf_utf8_valid(const uint8_t *s, size_t n);
 

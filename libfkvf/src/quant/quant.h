@@ -170,7 +170,40 @@ struct fkvf_rvq {
      * row_elems elements a row (0: the handle's own rows), its layer at
      * element layer_elem. */
     size_t row_elems, layer_elem;
+    /* Encoder metric (spec 13.8, metric.c; NULL without): the matrices as
+     * given (mk, mv: n_layers * shape.n_heads matrices of Dk^2 / Dv^2
+     * floats, NULL for a part without), their factors U = L^T (uk, uv,
+     * binary64, fkvf_metric_check / fkvf_metric_transpose), and menc, a
+     * handle of the same shape whose binary32 tables are U c: encoding
+     * searches it with U x (so Euclidean distances there are e^T M e). */
+    float *mk, *mv;
+    double *uk, *uv;
+    struct fkvf_rvq *menc;
 };
+
+/* The metric factors an encode applies to the vectors it loads: uk / uv
+ * hold the U of tables 0.. of the handle being encoded (a layer's share for
+ * a layer handle); NULL for a Euclidean part. */
+typedef struct fkvfq_xform {
+    const double *uk, *uv;
+} fkvfq_xform;
+
+/* ---- metric.c: the encoder metric ------------------------------------------ */
+
+/* Frees q's metric (matrices, factors, menc). */
+void fkvfq_metric_release(fkvf_rvq *q);
+/* Factors of a metric given to training or fkvf_rvq_set_metric, for a
+ * shape: *uk / *uv allocated (NULL for a part without), each matrix checked.
+ * FKVF_E_INVALID_ARG (not finite, symmetric, positive definite; a dimension
+ * above FKVF_METRIC_MAX_DIM; no part), FKVF_E_NOMEM. */
+int fkvfq_metric_factor(const fkvf_allocator *a, const fkvf_codebook_shape *sh,
+                        const fkvf_rvq_metric *m, double **uk, double **uv);
+/* x = U^-1 y (back substitution, binary64), U upper triangular n x n. */
+void fkvfq_metric_solve(const double *u, uint32_t n, const float *y, double *x);
+/* The encode of fkvf_rvq_encode, vectors transformed by xf when not NULL. */
+int fkvfq_rvq_encode_xf(const fkvf_rvq *q, const fkvfq_xform *xf, const fkvf_rows *rows,
+                        const fkvf_rope *key_rope, unsigned beam_width, uint16_t *codes,
+                        size_t pos_stride, size_t code_stride);
 
 /* What fkvfq_rvq_alloc's decode_only argument asks for: the search layout
  * with panels (training fills and scores them, fkvfq_scores4), rows only

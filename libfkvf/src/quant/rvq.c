@@ -9,6 +9,7 @@
 #include "cpu.h"
 #include "half.h"
 #include "quant.h"
+#include "metric_matrix.h"
 #include "rope.h"
 #include "stage_sum.h"
 #include "vec16.h"
@@ -118,6 +119,7 @@ FKVF_API void fkvf_rvq_free(fkvf_rvq *q)
         return;
     q->h.magic = 0;
     fkvfq_lay_release(q);
+    fkvfq_metric_release(q);
     fkvf_allocator a = q->alloc;
     fkvf_free(&a, q->rows);
     fkvf_free(&a, q->panels);
@@ -453,8 +455,25 @@ static int subset_layers(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
     return FKVF_OK;
 }
 
+static int subset_tables(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
+                         unsigned v_stages);
+
 FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
                              unsigned v_stages)
+{
+    int rc = subset_tables(out, q, k_stages, v_stages);
+    if (rc != FKVF_OK || (q->mk == NULL && q->mv == NULL))
+        return rc;
+    fkvf_rvq_metric m = {q->mk, q->mv}; /* the subset encodes under q's metric */
+    if ((rc = fkvf_rvq_set_metric(*out, &m)) != FKVF_OK) {
+        fkvf_rvq_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+static int subset_tables(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stages,
+                         unsigned v_stages)
 {
     if (!out)
         return FKVF_E_INVALID_ARG;
@@ -577,6 +596,7 @@ typedef struct enc_scratch {
     /* a handle of f16 tables in place (rows16): the stage tables of one
      * (layer, head, K|V) widened to binary32, max(ks, vs) * k * dmax */
     float *set;
+    float *mt;       /* dmax: a vector transformed by a metric's U */
 } enc_scratch;
 
 /* Stage table (tab, kv, s) as the encoder searches it: the handle's
@@ -703,11 +723,27 @@ static void enc_free(const fkvf_allocator *a, enc_scratch *w)
     fkvf_free(a, w->cand);
     fkvf_free(a, w->recon);
     fkvf_free(a, w->set);
+    fkvf_free(a, w->mt);
 }
 
 FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_rope,
                              unsigned beam_width, uint16_t *codes, size_t pos_stride,
                              size_t code_stride)
+{
+    if (!FKVF_RVQ_OK(q))
+        return FKVF_E_INVALID_ARG;
+    if (q->menc) { /* under a metric: the transformed tables, U x */
+        fkvfq_xform xf = {q->uk, q->uv};
+        return fkvfq_rvq_encode_xf(q->menc, &xf, rows, key_rope, beam_width, codes, pos_stride,
+                                   code_stride);
+    }
+    return fkvfq_rvq_encode_xf(q, NULL, rows, key_rope, beam_width, codes, pos_stride,
+                               code_stride);
+}
+
+int fkvfq_rvq_encode_xf(const fkvf_rvq *q, const fkvfq_xform *xf, const fkvf_rows *rows,
+                        const fkvf_rope *key_rope, unsigned beam_width, uint16_t *codes,
+                        size_t pos_stride, size_t code_stride)
 {
     if (!FKVF_RVQ_OK(q) || !rows || beam_width > FKVF_RVQ_MAX_BEAM)
         return FKVF_E_INVALID_ARG;
@@ -719,10 +755,16 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
             (rows->n_rows && !codes))
             return FKVF_E_INVALID_ARG;
         int rc = codes_check(q, rows->n_rows, pos_stride, code_stride);
-        for (uint32_t l = 0; l < q->shape.n_layers && !rc; l++)
-            rc = fkvf_rvq_encode(q->lay[l], rows, key_rope, beam_width,
-                                 codes ? codes + q->lcode[l] * code_stride : NULL, pos_stride,
-                                 code_stride);
+        size_t hk = (size_t)q->shape.n_heads * q->shape.key_dim * q->shape.key_dim;
+        size_t hv = (size_t)q->shape.n_heads * q->shape.value_dim * q->shape.value_dim;
+        for (uint32_t l = 0; l < q->shape.n_layers && !rc; l++) {
+            /* layer l's share of the factors */
+            fkvfq_xform lx = {xf && xf->uk ? xf->uk + l * hk : NULL,
+                              xf && xf->uv ? xf->uv + l * hv : NULL};
+            rc = fkvfq_rvq_encode_xf(q->lay[l], xf ? &lx : NULL, rows, key_rope, beam_width,
+                                     codes ? codes + q->lcode[l] * code_stride : NULL,
+                                     pos_stride, code_stride);
+        }
         return rc;
     }
     const fkvf_codebook_shape *sh = &q->shape;
@@ -763,6 +805,8 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
         unsigned nsm = sh->k_stages > sh->v_stages ? sh->k_stages : sh->v_stages;
         ok = (w.set = fkvf_calloc(a, (size_t)nsm * kdmax, sizeof(float))) != NULL;
     }
+    if (ok && xf)
+        ok = (w.mt = fkvf_calloc(a, dmax, sizeof(float))) != NULL;
     if (ok && B > 1) {
         for (int i = 0; i < 2 && ok; i++)
             ok = (w.res[i] = fkvf_calloc(a, (size_t)B * dmax, sizeof(float))) &&
@@ -794,11 +838,18 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
                         continue;
                     size_t tab = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h);
                     size_t eoff = vec_off(q, l, h, kv) * es;
+                    const double *ut = !xf ? NULL : kv == 0 ? xf->uk : xf->uv;
+                    if (ut)
+                        ut += tab * dim * dim;
                     for (size_t j = 0; j < nb; j++) {
                         float *xj = w.x + j * dim;
                         fkvfq_load(rows->dtype, data + (i0 + j) * rb + eoff, xj, dim);
                         if (kv == 0 && rd)
                             fkvf_rope_rotate_f32(key_rope, w.cs + j * rd, 1, xj, 0);
+                        if (ut) { /* into the metric's frame */
+                            fkvf_metric_apply(ut, dim, xj, w.mt);
+                            memcpy(xj, w.mt, dim * sizeof(float));
+                        }
                     }
                     size_t c0 = code_index(q, l, h, kv, 0);
                     if (q->rows16)

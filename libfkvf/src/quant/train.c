@@ -12,6 +12,7 @@
 #include "cpu.h"
 #include "half.h"
 #include "quant.h"
+#include "metric_matrix.h"
 #include "rope.h"
 
 /* ---- PRNG (splitmix64) -------------------------------------------------------- */
@@ -88,6 +89,12 @@ typedef struct km {
     /* the table being trained lives in the handle's arrays */
     float *rows, *panels, *norms;
     double *cmax;
+    /* training under a metric (spec 13.8): the vectors are U x, the table
+     * U c; u the table's factor (dim x dim, NULL: Euclidean), orig the table
+     * in the codebook's own frame (k * dim), sol dim doubles of scratch */
+    const double *u;
+    float *orig;
+    double *sol;
     /* statistics */
     size_t repairs;   /* empty clusters re-seeded */
     uint32_t iters;   /* Lloyd iterations run in the last stage */
@@ -463,6 +470,19 @@ static void km_update(km *m)
     }
 }
 
+/* v rounded to a table dtype (F16: clamped to its range first) */
+static float km_round(float v, fkvf_dtype dtype)
+{
+    if (dtype == FKVF_DTYPE_F16) {
+        if (v > 65504.0f)
+            v = 65504.0f;
+        else if (v < -65504.0f)
+            v = -65504.0f;
+        v = fkvf_cvt_f16_to_f32(fkvf_cvt_f32_to_f16(v));
+    }
+    return v;
+}
+
 /* Train one stage: the table ends up in m->rows (rounded to dtype, prepared)
  * and the vectors in m->x become their residuals. */
 static void km_stage(km *m, q_rng *r, uint32_t max_iters, fkvf_dtype dtype, const float *init)
@@ -486,16 +506,19 @@ static void km_stage(km *m, q_rng *r, uint32_t max_iters, fkvf_dtype dtype, cons
         m->asg = t;
     }
     size_t total = (size_t)m->k * m->dim;
-    for (size_t i = 0; i < total; i++) {
-        float v = m->rows[i];
-        if (dtype == FKVF_DTYPE_F16) {
-            if (v > 65504.0f)
-                v = 65504.0f;
-            else if (v < -65504.0f)
-                v = -65504.0f;
-            v = fkvf_cvt_f16_to_f32(fkvf_cvt_f32_to_f16(v));
+    if (m->u) {
+        /* rounded in the codebook's frame (what a file stores), then mapped
+         * back as the encoder maps it (fkvf_rvq_set_metric: U c) */
+        for (uint32_t j = 0; j < m->k; j++) {
+            float *row = m->rows + (size_t)j * m->dim, *o = m->orig + (size_t)j * m->dim;
+            fkvfq_metric_solve(m->u, m->dim, row, m->sol);
+            for (uint32_t d = 0; d < m->dim; d++)
+                o[d] = km_round((float)m->sol[d], dtype);
+            fkvf_metric_apply(m->u, m->dim, o, row);
         }
-        m->rows[i] = v;
+    } else {
+        for (size_t i = 0; i < total; i++)
+            m->rows[i] = km_round(m->rows[i], dtype);
     }
     /* residuals through the encoder's own search on the final table */
     km_assign(m);
@@ -677,7 +700,24 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
     fkvf_rvq *q;
     if ((rc = fkvfq_rvq_alloc(&q, &sh, H, 0, alloc)))
         return rc;
-    const fkvf_allocator *a = &q->alloc;
+    const fkvf_allocator al = q->alloc, *a = &al; /* outlives q (replaced under a metric) */
+    /* under a metric: its factors, and the tables in the codebook's frame
+     * (q's rows hold U c, what the encoder will search) */
+    double *uk = NULL, *uv = NULL, *sol = NULL;
+    float *orig = NULL, *mt = NULL;
+    if (p->metric) {
+        if ((rc = fkvfq_metric_factor(a, &sh, p->metric, &uk, &uv)) ||
+            !(orig = fkvf_calloc(a, q->n_floats ? q->n_floats : 1, sizeof(float))) ||
+            !(sol = fkvf_calloc(a, dmax, sizeof(double))) ||
+            !(mt = fkvf_calloc(a, dmax, sizeof(float)))) {
+            fkvf_free(a, uk);
+            fkvf_free(a, uv);
+            fkvf_free(a, orig);
+            fkvf_free(a, sol);
+            fkvf_rvq_free(q);
+            return rc ? rc : FKVF_E_NOMEM;
+        }
+    }
 
     /* training vectors per table */
     size_t pop, cap, n;
@@ -779,8 +819,18 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
                 }
                 if (rc)
                     break;
+                const double *u = kv == 0 ? uk : uv;
+                if (u) { /* the metric's frame: U x */
+                    u += tab * dim * dim;
+                    for (size_t i = 0; i < got; i++) {
+                        fkvf_metric_apply(u, dim, w.x + i * dim, mt);
+                        memcpy(w.x + i * dim, mt, dim * sizeof(float));
+                    }
+                }
                 km m;
                 m.a = a;
+                m.u = u;
+                m.sol = sol;
                 m.x = w.x;
                 m.xt = w.xt;
                 m.n = got;
@@ -803,6 +853,7 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
                     size_t si = tab * ((size_t)sh.k_stages + sh.v_stages) +
                                 (kv == 0 ? s : (size_t)sh.k_stages + s);
                     m.rows = q->rows + off;
+                    m.orig = orig ? orig + off : NULL;
                     m.panels = q->panels + off;
                     m.norms = q->norms + si * sh.k;
                     m.cmax = &q->cmax[si];
@@ -816,11 +867,34 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
                 }
             }
     tr_free(a, &w);
-    /* a per-layer training's handle is only the source of its layers' tables */
-    if (rc || (!per_layer && (rc = fkvfq_rvq_prepare(q)))) {
+    fkvf_free(a, uk);
+    fkvf_free(a, uv);
+    fkvf_free(a, sol);
+    fkvf_free(a, mt);
+    if (!rc && orig) {
+        /* under a metric: the handle of the tables in the codebook's frame;
+         * fkvf_rvq_set_metric below gives it the encoder's U c again */
+        fkvf_rvq *oq = NULL;
+        size_t es = sh.dtype == FKVF_DTYPE_F16 ? 2 : 4, nb = q->n_floats * es;
+        uint8_t *raw = fkvf_malloc(a, nb ? nb : 1);
+        if (!raw) {
+            rc = FKVF_E_NOMEM;
+        } else {
+            fkvfq_store(sh.dtype, orig, raw, q->n_floats);
+            rc = fkvf_rvq_from_tables(&oq, &sh, H, raw, nb, a);
+            fkvf_free(a, raw);
+        }
+        fkvf_rvq_free(q);
+        q = oq;
+    }
+    /* a per-layer training's handle is only the source of its layers' tables
+     * (and one from fkvf_rvq_from_tables is prepared already) */
+    if (rc || (!per_layer && !orig && (rc = fkvfq_rvq_prepare(q)))) {
+        fkvf_free(a, orig);
         fkvf_rvq_free(q);
         return rc;
     }
+    fkvf_free(a, orig);
     if (per_layer) {
         fkvf_rvq *lq;
         rc = fkvfq_rvq_take_layers(&lq, q, &want);
@@ -828,6 +902,10 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
         if (rc)
             return rc;
         q = lq;
+    }
+    if (p->metric && (rc = fkvf_rvq_set_metric(q, p->metric))) {
+        fkvf_rvq_free(q);
+        return rc;
     }
     *out = q;
     return FKVF_OK;

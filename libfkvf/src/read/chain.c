@@ -337,6 +337,11 @@ int rd_load_directories(fkvf_reader *r)
                             "directory entry %u: %s section with the REQUIRED flag (it MUST be "
                             "clear)",
                             k, tn);
+            if (e->type == FKVF_SECTION_CMET && (e->flags & FKVF_SECTION_REQUIRED))
+                return FAIL(FKVF_E_SECTION, eoff, "13.8",
+                            "directory entry %u: CMET section with the REQUIRED flag (it MUST "
+                            "be clear)",
+                            k);
             if (!known_type(e->type) && (e->flags & FKVF_SECTION_REQUIRED))
                 return FAIL(FKVF_E_SECTION, eoff, "4.3",
                             "directory entry %u: unknown required section type %s", k, tn);

@@ -315,6 +315,8 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r)
     fkvf_free(a, r->commits);
     fkvf_free(a, r->cb_ref_name);
     fkvf_free(a, r->cb_layers);
+    fkvf_free(a, r->metric_k);
+    fkvf_free(a, r->metric_v);
     fkvf_free(a, r->meta_off);
     fkvf_free(a, r->vtxs_seen);
     fkvf_free(a, r->model_id);

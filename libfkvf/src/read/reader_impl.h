@@ -160,6 +160,9 @@ struct fkvf_reader {
                                    * CBK1 contents rvq16_cb (rd_restore_rvq) */
     const void *rvq16_cb;
     size_t *cb_streams;           /* stream index of each RVQ code j (restore) */
+    float *metric_k, *metric_v;   /* the CMET's matrices in binary32, once
+                                   * fkvf_reader_metric checked it (metric.c) */
+    int metric_loaded;
 
     rd_exact *exact;
     size_t n_exact;
@@ -210,6 +213,10 @@ int rd_enter(const fkvf_reader *r);
         if (rc_)                \
             return rc_;         \
     } while (0)
+/* The encoder metric (spec 13.8, metric.c): the checks of the clause on
+ * r's CMET section (FKVF_E_NOT_FOUND when the chain has none); *sec its
+ * index and *h its header when FKVF_OK. */
+int rd_metric_check(fkvf_reader *r, size_t *sec, fkvf_cmet_hdr *h);
 /* Bytes of section i, checksum-verified (and inflated) on first touch. */
 int rd_section_bytes(fkvf_reader *r, size_t i, const uint8_t **p, uint64_t *size);
 /* The vertex table of VTXS section i, sizes checked (spec 10.1), values not:

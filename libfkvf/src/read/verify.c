@@ -226,6 +226,13 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
                         r->cb_file->diag.name, (unsigned long long)bad);
         }
     }
+    /* the encoder metric (spec 13.8) */
+    size_t msec;
+    fkvf_cmet_hdr mh;
+    if ((rc = rd_metric_check(r, &msec, &mh)) == FKVF_E_NOT_FOUND)
+        fkvf_diag_clear(&r->diag);
+    else if (rc)
+        return rc;
     /* search indexes (spec 20) */
     if ((rc = rd_zidx_verify(r)))
         return rc;

@@ -228,10 +228,13 @@ static int check_header(vctx *c)
           (unsigned long long)req);
     uint64_t opt = fkvf_ld64(p + 32);
     /* a file created under a later minor version may use optional bits that
-     * version defines (spec 17.2): the writer rule binds version-1.0 files */
-    if ((c->flags & FKVF_VALIDATE_STRICT) && fkvf_ld16(p + 12) == 0 && (opt & ~UINT64_C(1)))
+     * version defines (spec 17.2): the writer rule binds files of the minor
+     * versions this one knows (0 and 1: format 1.2 defines bits 0 and 1
+     * and keeps format_minor, spec 1.3.1) */
+    if ((c->flags & FKVF_VALIDATE_STRICT) && fkvf_ld16(p + 12) <= 1 &&
+        (opt & ~FKVF_OPTFEATURES_KNOWN))
         report(c, FKVF_E_CORRUPT, "3.4", "W-OPTBITS", 1, 32, -1, 0,
-               "optional_features 0x%llx: bits 1-63 are reserved, writers write 0",
+               "optional_features 0x%llx: bits 2-63 are reserved, writers write 0",
                (unsigned long long)opt);
     if (c->n > FKVF_MAX_FILE)
         R(FKVF_E_LIMIT, "7.2", "LIM-FILE", NO_OFF, "file larger than 2^62 bytes");
@@ -244,7 +247,7 @@ static int known_type(uint32_t t)
 {
     return t == FKVF_SECTION_DESC || t == FKVF_SECTION_META || t == FKVF_SECTION_VTXS ||
            t == FKVF_SECTION_CBK1 || t == FKVF_SECTION_CBRF || t == FKVF_SECTION_EXAC ||
-           t == FKVF_SECTION_STRM || fkvf_zidx_is_index(t);
+           t == FKVF_SECTION_STRM || fkvf_zidx_is_index(t) || t == FKVF_SECTION_CMET;
 }
 
 static int load_entries(vctx *c)
@@ -354,6 +357,9 @@ static int load_entries(vctx *c)
                    tn, (unsigned long long)e->size, (unsigned long long)e->stored_size);
                 ok = 0;
             }
+            if (e->type == FKVF_SECTION_CMET && (e->flags & FKVF_SECTION_REQUIRED))
+                RS(FKVF_E_SECTION, "13.8", "CMET-REQUIRED", i,
+                   "directory entry %u: CMET with REQUIRED set (MUST be clear)", k);
             if (!known_type(e->type) && (e->flags & FKVF_SECTION_REQUIRED))
                 RS(FKVF_E_SECTION, "4.3", "ENT-UNKNOWN-REQ", i,
                    "directory entry %u: unknown section type %s with REQUIRED set", k, tn);

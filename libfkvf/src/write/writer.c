@@ -23,6 +23,7 @@
 #include "format/format.h"
 #include "hash.h"
 #include "le.h"
+#include "metric_matrix.h"
 #include "writer_resume.h"
 
 /* A stream group (spec 11.2) as written so far, over all commits. */
@@ -64,6 +65,9 @@ struct fkvf_writer {
     int cb_kind; /* 0 none, 1 CBK1, 2 CBRF */
     fkvf_codebook_shape cb; /* its layer_stages: cb_layers */
     uint8_t *cb_layers;     /* the writer's copy of the layer table, or NULL */
+    uint8_t cb_hash[16];    /* content hash of the CBK1 this writer added (spec 13.3) */
+    int cb_added;           /* this writer added the CBK1 (the hash is known) */
+    int metric_added;       /* a CMET (spec 13.8) */
 
     int resumed;           /* continues an existing file (writer_resume.h) */
     uint64_t committed;    /* end of the last complete commit */
@@ -202,10 +206,10 @@ static int writer_new(fkvf_writer **out, const fkvf_writer_options *opts,
     *out = w;
     if (w->opts.required_features & ~FKVF_FEATURES_KNOWN)
         return FAIL(FKVF_E_INVALID_ARG, "3.1", "options.required_features: unknown bits");
-    if (w->opts.optional_features & ~FKVF_OPTFEAT_TOKEN_STREAM)
+    if (w->opts.optional_features & ~FKVF_OPTFEATURES_KNOWN)
         return FAIL(FKVF_E_INVALID_ARG, "3.4",
                     "options.optional_features: unknown bits 0x%llx (reserved: writers write 0)",
-                    (unsigned long long)(w->opts.optional_features & ~FKVF_OPTFEAT_TOKEN_STREAM));
+                    (unsigned long long)(w->opts.optional_features & ~FKVF_OPTFEATURES_KNOWN));
     if (w->opts.block_size == 0)
         w->opts.block_size = 4096;
     if (w->opts.block_size < FKVF_MIN_BLOCK || w->opts.block_size > FKVF_MAX_BLOCK ||
@@ -872,11 +876,87 @@ FKVF_API int fkvf_writer_add_codebooks(fkvf_writer *w, const fkvf_codebook_shape
         memcpy(buf + head, tables, size);
     rc = put_section(w, FKVF_SECTION_CBK1, FKVF_SECTION_REQUIRED | section_flags, 0, buf,
                      (size_t)total);
+    if (rc == FKVF_OK)
+        fkvf_xxh3_128(buf, (size_t)total, w->cb_hash); /* for a CMET (spec 13.8) */
     fkvf_free(w->alloc, buf);
     if (rc)
         return rc;
     w->cb_kind = 1;
+    w->cb_added = 1;
     return FKVF_OK;
+}
+
+FKVF_API int fkvf_writer_add_metric(fkvf_writer *w, const fkvf_rvq_metric *m,
+                                    unsigned section_flags)
+{
+    int rc = w_enter(w);
+    if (rc)
+        return rc;
+    if (!m || (!m->keys && !m->values) || (section_flags & ~FKVF_SECTION_DEFLATE))
+        return FKVF_E_INVALID_ARG;
+    if ((rc = check_section_flags(w, section_flags)))
+        return rc;
+    if (w->cb_kind != 1 || !w->cb_added)
+        return FAIL(FKVF_E_STATE, "13.8",
+                    "an encoder metric belongs with a codebook this writer added "
+                    "(fkvf_writer_add_codebooks first)");
+    if (w->metric_added)
+        return FAIL(FKVF_E_STATE, "13.8", "an encoder metric was added already (at most one)");
+    fkvf_cmet_hdr h;
+    memcpy(h.hash, w->cb_hash, 16);
+    h.n_layers = w->cb.n_layers;
+    h.n_heads = w->cb.n_heads;
+    h.key_dim = w->cb.key_dim;
+    h.value_dim = w->cb.value_dim;
+    h.parts = (m->keys ? 1u : 0u) | (m->values ? 2u : 0u);
+    if (((h.parts & 1) && h.key_dim > FKVF_METRIC_MAX_DIM) ||
+        ((h.parts & 2) && h.value_dim > FKVF_METRIC_MAX_DIM))
+        return FAIL(FKVF_E_INVALID_ARG, "13.8", "an encoder metric of dimension above %u",
+                    FKVF_METRIC_MAX_DIM);
+    uint64_t total = fkvf_cmet_size(&h);
+    uint32_t dk = (h.parts & 1) ? h.key_dim : 0, dv = (h.parts & 2) ? h.value_dim : 0;
+    uint32_t dmax = dk > dv ? dk : dv;
+    size_t nn = (size_t)dmax * dmax;
+    uint8_t *buf = total <= SIZE_MAX ? fkvf_malloc(w->alloc, (size_t)total) : NULL;
+    double *l = fkvf_malloc(w->alloc, nn * sizeof(double));
+    float *sym = fkvf_malloc(w->alloc, nn * sizeof(float));
+    if (!buf || !l || !sym) {
+        fkvf_free(w->alloc, buf);
+        fkvf_free(w->alloc, l);
+        fkvf_free(w->alloc, sym);
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory for a %llu-byte encoder metric",
+                    (unsigned long long)total);
+    }
+    fkvf_cmet_hdr_write(buf, &h);
+    size_t n_tabs = (size_t)h.n_layers * h.n_heads;
+    for (size_t tab = 0; tab < n_tabs && !rc; tab++)
+        for (unsigned kv = 0; kv < 2 && !rc; kv++) {
+            const float *src = kv ? m->values : m->keys;
+            if (!src)
+                continue;
+            uint32_t dim = kv ? h.value_dim : h.key_dim;
+            size_t dd = (size_t)dim * dim, bad = 0;
+            /* the symmetric part (what e^T M e depends on): writers write
+             * symmetric positive definite matrices (13.8) */
+            fkvf_metric_symmetrize(src + tab * dd, dim, sym);
+            if (fkvf_metric_check(sym, dim, l, &bad) != FKVF_METRIC_OK)
+                rc = FAIL(FKVF_E_INVALID_ARG, "13.8",
+                          "the %s matrix of layer %zu, head %zu is not finite and positive "
+                          "definite (element %zu, %zu)",
+                          kv ? "value" : "key", tab / h.n_heads, tab % h.n_heads, bad / dim,
+                          bad % dim);
+            uint8_t *dst = buf + fkvf_cmet_matrix_off(&h, tab, kv);
+            for (size_t i = 0; i < dd && !rc; i++)
+                fkvf_stf32(dst + 4 * i, sym[i]);
+        }
+    fkvf_free(w->alloc, l);
+    fkvf_free(w->alloc, sym);
+    if (rc == FKVF_OK)
+        rc = put_section(w, FKVF_SECTION_CMET, section_flags, 0, buf, (size_t)total);
+    fkvf_free(w->alloc, buf);
+    if (rc == FKVF_OK)
+        w->metric_added = 1;
+    return rc;
 }
 
 FKVF_API int fkvf_writer_add_codebook_ref(fkvf_writer *w, const fkvf_codebook_shape *shape,
