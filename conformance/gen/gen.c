@@ -298,6 +298,9 @@ typedef struct {
     uint64_t seed;
     const char *model_id, *tok_id; /* NULL: the defaults */
     const char *long_key;          /* an extra META key */
+    unsigned metric_parts;  /* version 1.2: a CMET section (spec 13.8) with these parts, 0 none */
+    unsigned metric_flags;  /* its flags (FKVF_SECTION_DEFLATE) */
+    int metric_commit2;     /* archives: the CMET alone in a second commit */
 } cfg;
 
 static void cfg_init(cfg *c)
@@ -375,7 +378,146 @@ static unsigned char *cb_tables(const cfg *c, size_t *size)
     return t;
 }
 
-/* a codebook file (spec 13.4) */
+/* ---- encoder metric (CMET, version 1.2, spec 13.8) ------------------------ */
+/* optional_features bit 1 (spec 3.4) */
+#define GEN_OPTFEAT_ENCODER_METRIC (UINT64_C(1) << 1)
+
+/* The CMET of a codebook of shape cs whose content hash is hash: the 64-byte
+ * header, then per layer and codebook head MK (parts bit 0) and MV (bit 1),
+ * f32 row-major, each M = A A^T / n + I / 2 with A from a generator of its own
+ * (seed), so symmetric (M(j, i) copied from M(i, j)) and positive definite
+ * (smallest eigenvalue >= 1/2). extra: that many zero bytes appended (or,
+ * when negative, removed). */
+static unsigned char *cmet_bytes(const fkvf_codebook_shape *cs, const uint8_t hash[16],
+                                 unsigned parts, uint64_t seed, long extra, size_t *size)
+{
+    uint64_t per = (uint64_t)((parts & 1) ? cs->key_dim * cs->key_dim : 0) +
+                   ((parts & 2) ? cs->value_dim * cs->value_dim : 0);
+    size_t n = (size_t)(64 + (uint64_t)cs->n_layers * cs->n_heads * per * 4);
+    unsigned char *p = calloc(1, n + (extra > 0 ? (size_t)extra : 0) + 1);
+    if (!p || cs->key_dim > 64 || cs->value_dim > 64)
+        die("cmet_bytes", "out of memory or dimensions above 64");
+    memcpy(p, hash, 16);
+    put32(p + 16, cs->n_layers);
+    put32(p + 20, cs->n_heads);
+    put32(p + 24, cs->key_dim);
+    put32(p + 28, cs->value_dim);
+    p[32] = (unsigned char)parts;
+    p[33] = 3; /* f32 */
+    uint64_t saved = rng_state;
+    rng_state = seed;
+    size_t o = 64;
+    for (uint32_t l = 0; l < cs->n_layers; l++)
+        for (uint32_t h = 0; h < cs->n_heads; h++)
+            for (unsigned part = 0; part < 2; part++) {
+                if (!(parts & (1u << part)))
+                    continue;
+                unsigned d = part ? cs->value_dim : cs->key_dim;
+                double a[64 * 64];
+                for (unsigned i = 0; i < d * d; i++)
+                    a[i] = unitf();
+                for (unsigned i = 0; i < d; i++)
+                    for (unsigned j = i; j < d; j++) {
+                        double m = i == j ? 0.5 : 0.0;
+                        for (unsigned q = 0; q < d; q++)
+                            m += a[i * d + q] * a[j * d + q] / d;
+                        float f = (float)m;
+                        uint32_t x;
+                        memcpy(&x, &f, 4);
+                        put32(p + o + 4 * (i * d + j), x);
+                        put32(p + o + 4 * (j * d + i), x);
+                    }
+                o += (size_t)d * d * 4;
+            }
+    rng_state = saved;
+    *size = extra < 0 ? n - (size_t)-extra : n + (size_t)extra;
+    return p;
+}
+
+/* offset, within a CMET of shape cs and parts, of matrix part (0 MK, 1 MV) of
+ * layer l, codebook head h (spec 13.8) */
+static size_t cmet_matrix(const fkvf_codebook_shape *cs, unsigned parts, uint32_t l, uint32_t h,
+                          unsigned part)
+{
+    size_t kk = (parts & 1) ? (size_t)cs->key_dim * cs->key_dim : 0;
+    size_t vv = (parts & 2) ? (size_t)cs->value_dim * cs->value_dim : 0;
+    return 64 + 4 * (((size_t)l * cs->n_heads + h) * (kk + vv) + (part ? kk : 0));
+}
+
+/* the content hash (spec 13.3) of the CBK1 the writer makes of shape cs and
+ * tables t: a codebook file written to memory and read back */
+static void cb_hash(const fkvf_codebook_shape *cs, const unsigned char *t, size_t tn,
+                    uint8_t hash[16])
+{
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.sync = FKVF_SYNC_NONE;
+    if (cs->layer_stages)
+        o.required_features |= FKVF_FEAT_LAYER_STAGES;
+    fkvf_writer *w = NULL;
+    buf mb = {NULL, 0};
+    fkvf_sink sink = {membuf_write, NULL, &mb};
+    W(fkvf_writer_create_sink(&w, &sink, &o, NULL), "cb_hash");
+    W(fkvf_writer_add_codebooks(w, cs, t, tn, 0), "cb_hash codebooks");
+    W(fkvf_writer_finish(w), "cb_hash");
+    fkvf_writer_free(w);
+    fkvf_reader *r = NULL;
+    fkvf_codebook_shape rs;
+    const void *cc = NULL;
+    size_t cn = 0;
+    uint8_t h2[16];
+    if (fkvf_reader_open_memory(&r, mb.p, mb.n, 0, NULL) ||
+        fkvf_reader_codebook(r, &rs, &cc, &cn, hash))
+        die("cb_hash", "cannot read the codebook back");
+    fkvf_codebook_hash(cc, cn, h2); /* the public hash over the contents: the same */
+    if (memcmp(h2, hash, 16))
+        die("cb_hash", "fkvf_codebook_hash differs from the reader's hash");
+    fkvf_reader_free(r);
+    free(mb.p);
+}
+
+/* the CMET (as cmet_bytes) of the codebook of file b (an archive with an
+ * embedded codebook, or a codebook file); *shape (may be NULL): its shape */
+static unsigned char *cmet_of(const buf *b, unsigned parts, uint64_t seed, long extra,
+                              size_t *size, fkvf_codebook_shape *shape)
+{
+    fkvf_reader *r = NULL;
+    fkvf_codebook_shape cs;
+    memset(&cs, 0, sizeof cs);
+    const void *cc;
+    size_t cn;
+    uint8_t h[16] = {0};
+    if (fkvf_reader_open_memory(&r, b->p, b->n, 0, NULL) ||
+        fkvf_reader_codebook(r, &cs, &cc, &cn, h))
+        die("cmet_of", "no codebook");
+    fkvf_reader_free(r);
+    cs.layer_stages = NULL; /* owned by the reader */
+    if (shape)
+        *shape = cs;
+    return cmet_bytes(&cs, h, parts, seed, extra, size);
+}
+
+/* sets optional_features bit 1 (ENCODER_METRIC, spec 3.4) of a written file
+ * (header re-sealed; nothing changes when the writer set it already) */
+static void set_metric_bit(const char *name)
+{
+    buf b = load(name);
+    put64(b.p + 32, get64(b.p + 32) | GEN_OPTFEAT_ENCODER_METRIC);
+    put64(b.p + 56, XXH3_64bits_withSeed(b.p, 56, 0));
+    save(name, b.p, b.n);
+    free(b.p);
+}
+/* the writer option, where libfkvf knows the bit (it refuses unknown bits) */
+static void metric_option(fkvf_writer_options *o)
+{
+#ifdef FKVF_OPTFEAT_ENCODER_METRIC
+    o->optional_features |= FKVF_OPTFEAT_ENCODER_METRIC;
+#else
+    (void)o;
+#endif
+}
+
+/* a codebook file (spec 13.4), with a CMET when c->metric_parts */
 static void build_codebook_file(const char *name, const cfg *c)
 {
     fkvf_writer_options o;
@@ -383,6 +525,11 @@ static void build_codebook_file(const char *name, const cfg *c)
     o.sync = FKVF_SYNC_NONE;
     if (c->lst)
         o.required_features |= FKVF_FEAT_LAYER_STAGES;
+    if (c->metric_parts) {
+        metric_option(&o);
+        if (c->metric_flags & FKVF_SECTION_DEFLATE)
+            o.required_features |= FKVF_FEAT_DEFLATE;
+    }
     fkvf_writer *w = NULL;
     W(fkvf_writer_create_file(&w, path_of(name), &o, NULL), name);
     rng_state = c->seed;
@@ -390,9 +537,20 @@ static void build_codebook_file(const char *name, const cfg *c)
     unsigned char *t = cb_tables(c, &n);
     fkvf_codebook_shape cs = cb_shape(c);
     W(fkvf_writer_add_codebooks(w, &cs, t, n, 0), "codebooks");
+    if (c->metric_parts) {
+        uint8_t h[16];
+        size_t mn;
+        cb_hash(&cs, t, n, h);
+        unsigned char *m = cmet_bytes(&cs, h, c->metric_parts, c->seed + 1000, 0, &mn);
+        W(fkvf_writer_add_section(w, FKVF_FOURCC('C', 'M', 'E', 'T'), c->metric_flags, 0, m, mn),
+          "CMET");
+        free(m);
+    }
     free(t);
     W(fkvf_writer_finish(w), name);
     fkvf_writer_free(w);
+    if (c->metric_parts)
+        set_metric_bit(name);
 }
 
 static void build(const char *name, const cfg *c)
@@ -412,6 +570,8 @@ static void build(const char *name, const cfg *c)
         o.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
     if (c->lst)
         o.required_features |= FKVF_FEAT_LAYER_STAGES;
+    if (c->metric_parts)
+        metric_option(&o);
     fkvf_writer *w = NULL;
     W(fkvf_writer_create_file(&w, path_of(name), &o, NULL), name);
     fkvf_desc d;
@@ -451,13 +611,24 @@ static void build(const char *name, const cfg *c)
     unsigned xf = c->deflate_all ? c->deflate : 0;
     if (s)
         W(fkvf_writer_add_exact(w, 0, s, rows, (size_t)s * row, xf), "exact rows");
+    unsigned char *metric = NULL; /* the CMET (spec 13.8), when c->metric_parts */
+    size_t metric_n = 0;
     if (c->codec) {
         if (c->cb_mode == 0) {
             size_t tn;
             unsigned char *t = cb_tables(c, &tn);
             fkvf_codebook_shape cs = cb_shape(c);
             W(fkvf_writer_add_codebooks(w, &cs, t, tn, xf), "codebooks");
+            if (c->metric_parts) {
+                uint8_t h[16];
+                cb_hash(&cs, t, tn, h);
+                metric = cmet_bytes(&cs, h, c->metric_parts, c->seed + 1000, 0, &metric_n);
+            }
             free(t);
+            if (metric && !c->metric_commit2)
+                W(fkvf_writer_add_section(w, FKVF_FOURCC('C', 'M', 'E', 'T'), c->metric_flags, 0,
+                                          metric, metric_n),
+                  "CMET");
         } else {
             fkvf_reader *cr = NULL;
             if (fkvf_reader_open_file(&cr, path_of(c->cb_file), 0, NULL))
@@ -542,8 +713,19 @@ static void build(const char *name, const cfg *c)
         W(fkvf_writer_meta_u64(w, "conformance.commit", 3), "meta");
         W(fkvf_writer_set_positions(w, n, n_arch), "positions");
     }
+    if (metric && c->metric_commit2) {
+        /* the metric added later, alone in commit 2 (spec 13.8: one per chain) */
+        W(fkvf_writer_commit(w), "commit 1");
+        W(fkvf_writer_add_section(w, FKVF_FOURCC('C', 'M', 'E', 'T'), c->metric_flags, 0, metric,
+                                  metric_n),
+          "CMET");
+        W(fkvf_writer_set_positions(w, n, n_arch), "positions");
+    }
+    free(metric);
     W(fkvf_writer_finish(w), name);
     fkvf_writer_free(w);
+    if (c->metric_parts)
+        set_metric_bit(name);
 }
 
 /* ---- surgery ------------------------------------------------------------ */
@@ -2241,6 +2423,238 @@ int main(int argc, char **argv)
         }
         free(cb.p);
         free(r.p);
+    }
+
+    /* == version 1.2: the encoder metric (CMET, spec 13.8) =================== */
+    {
+        /* valid: written by the writer, optional_features bit 1 set */
+        cfg_init(&c);
+        c.seed = 30;
+        c.KD = 4, c.VD = 2;
+        c.n_pos = 16;
+        c.meta = 0;
+        c.metric_parts = 3;
+        build("valid_metric.fkvf", &c);
+        acc("valid_metric.fkvf", "§3.4, §13.8",
+            "writer: 16 positions (8 archived), embedded f16 CBK1 (2 layers, 2 heads, key_dim 4, "
+            "value_dim 2) and a CMET "
+            "with parts 3 (MK 4x4 and MV 2x2 per layer and head, symmetric positive definite), "
+            "ENCODER_METRIC optional bit; the digest ignores the CMET");
+
+        cfg_init(&c);
+        c.seed = 31;
+        c.KD = 3, c.VD = 2;
+        c.metric_parts = 3;
+        c.metric_flags = FKVF_SECTION_DEFLATE;
+        build_codebook_file("valid_metric_codebook_file.fkvf", &c);
+        acc("valid_metric_codebook_file.fkvf", "§4.4, §13.4, §13.8",
+            "writer: a codebook file (key_dim 3, value_dim 2) with a deflated CMET, parts 3 "
+            "(DEFLATE and ENCODER_METRIC set)");
+        c.cb_mode = 1;
+        c.cb_file = "valid_metric_codebook_file.fkvf";
+        c.metric_parts = 0, c.metric_flags = 0;
+        c.seed = 32;
+        build("valid_metric_cbrf.fkvf", &c);
+        row("valid_metric_cbrf.fkvf", "accept", "accept", "-", "§13.5, §13.8",
+            "valid_metric_codebook_file.fkvf",
+            "writer: CBRF reference to valid_metric_codebook_file (whose CMET is the archive's "
+            "metric; the archive holds none)");
+
+        cfg_init(&c);
+        c.seed = 33;
+        c.KD = 2, c.VD = 3;
+        c.pooled = 1;
+        c.metric_parts = 2;
+        build("valid_metric_pooled.fkvf", &c);
+        acc("valid_metric_pooled.fkvf", "§13.8",
+            "writer: pooled codebook (n_heads 1, 2 kv heads, key_dim 2, value_dim 3) and a CMET "
+            "with parts 2 (one MV 3x3 per layer)");
+
+        static const uint8_t lstm[8] = {2, 1, 0, 1, 0, 0, 1, 2};
+        cfg_init(&c);
+        c.seed = 34;
+        c.L = 4;
+        c.KD = 2, c.VD = 2;
+        c.ks = 2, c.vs = 2;
+        c.lst = lstm;
+        c.metric_parts = 1;
+        build("valid_metric_layer_stages.fkvf", &c);
+        acc("valid_metric_layer_stages.fkvf", "§13.1, §13.8",
+            "writer: LAYER_STAGES codebook of 4 layers with (2, 1), (0, 1), (0, 0), (1, 2) "
+            "stages, key_dim 2, and a CMET with parts 1: an MK for every layer and head, those "
+            "without key stages included");
+
+        cfg_init(&c);
+        c.seed = 35;
+        c.L = 1;
+        c.KD = 2, c.VD = 2;
+        c.metric_parts = 3;
+        c.metric_commit2 = 1;
+        build("valid_metric_commit2.fkvf", &c);
+        acc("valid_metric_commit2.fkvf", "§7.3, §13.8",
+            "writer: commit 1 an archive with an embedded codebook (1 layer, 2 heads, dims 2), "
+            "commit 2 a CMET (parts 3) alone");
+
+        /* invalid, each from valid_metric with one change (re-sealed) */
+        buf vm = load("valid_metric.fkvf");
+        uint64_t Tm = last_trailer(&vm), em = entry(&vm, Tm, "CMET", 0), mo = sec_off(&vm, em);
+        fkvf_codebook_shape ms;
+        size_t mn;
+        free(cmet_of(&vm, 3, 0, 0, &mn, &ms));
+        if (mn != sec_size(&vm, em) || (get32(vm.p + em + 4) & FKVF_SECTION_DEFLATE))
+            die("metric", "valid_metric's CMET is not as expected");
+        struct {
+            const char *name, *cls, *open, *clause, *prov;
+            uint64_t at;   /* offset in the CMET */
+            int width;     /* bytes written: 1, 4 (u32 or f32 bits), 0: the entry (below) */
+            uint32_t v;
+        } mc[] = {
+            {"metric_key.fkvf", "CORRUPT", "either", "§4.3, §13.8 check 2",
+             "the CMET entry's key = 1", 0, 0, 1},
+            {"metric_required.fkvf", "SECTION", "reject", "§13.8, §20.1",
+             "the CMET entry's REQUIRED flag set", 0, 0, 2},
+            {"metric_checksum.fkvf", "CHECKSUM", "either", "§4.6, §13.8",
+             "a byte of the CMET's first matrix flipped (not re-sealed)", 0, 0, 3},
+            {"metric_reserved.fkvf", "CORRUPT", "either", "§13.8 check 2",
+             "CMET reserved byte 63 = 1", 63, 1, 1},
+            {"metric_parts0.fkvf", "CORRUPT", "either", "§13.8 check 2", "CMET parts = 0", 32, 1,
+             0},
+            {"metric_parts4.fkvf", "CORRUPT", "either", "§13.8 check 2", "CMET parts = 4", 32, 1,
+             4},
+            {"metric_dtype.fkvf", "CORRUPT", "either", "§13.8 check 2",
+             "CMET dtype = 1 (f16; only 3, f32, is allowed)", 33, 1, 1},
+            {"metric_dim_limit.fkvf", "LIMIT", "either", "§13.8 check 3, §15, §16.2",
+             "CMET key_dim = 1025 with parts bit 0 set (within the range of §13.1; the section "
+             "is also too short for it and the CBK1's key_dim is 4: the limit comes first)",
+             24, 4, 1025},
+            {"metric_hash.fkvf", "CORRUPT", "either", "§13.3, §13.8 check 6",
+             "CMET content_hash byte 0 changed (the CBK1's hash differs)", 0, 1,
+             (uint32_t)(vm.p[mo] ^ 1)},
+            {"metric_shape.fkvf", "CORRUPT", "either", "§13.8 check 6",
+             "CMET key_dim 2 and value_dim 4 (the CBK1 has 4 and 2; the size is unchanged)", 24,
+             8, 0},
+            {"metric_nonfinite.fkvf", "CORRUPT", "either", "§13.8 check 7",
+             "element (1, 1) of the last matrix (MV of layer 1, head 1) = +Inf (symmetric; "
+             "every Cholesky pivot stays > 0)",
+             cmet_matrix(&ms, 3, 1, 1, 1) + 4 * 3, 4, UINT32_C(0x7F800000)},
+            {"metric_asymmetric.fkvf", "CORRUPT", "either", "§13.8 check 7",
+             "element (1, 2) of MK of layer 1, head 0 one unit in the last place larger in "
+             "magnitude than element (2, 1)", cmet_matrix(&ms, 3, 1, 0, 0) + 4 * (1 * 4 + 2), 4, 1},
+            {"metric_indefinite.fkvf", "CORRUPT", "either", "§13.8 check 7",
+             "MV of layer 0, head 1 = [[1, 2], [2, 1]] (eigenvalues 3 and -1: the second "
+             "Cholesky pivot is -3)", cmet_matrix(&ms, 3, 0, 1, 1), 16, 0},
+            {"metric_zero_diag.fkvf", "CORRUPT", "either", "§13.8 check 7",
+             "element (0, 0) of MK of layer 1, head 1 = +0.0 (the first Cholesky pivot is "
+             "exactly 0, not greater than 0)", cmet_matrix(&ms, 3, 1, 1, 0), 4, 0},
+        };
+        for (size_t k = 0; k < sizeof mc / sizeof mc[0]; k++) {
+            b = copy(vm);
+            unsigned char *m = b.p + mo;
+            if (mc[k].width == 0) {
+                if (mc[k].v == 1)
+                    put64(b.p + em + 32, 1);
+                else if (mc[k].v == 2)
+                    put32(b.p + em + 4, get32(b.p + em + 4) | FKVF_SECTION_REQUIRED);
+                else
+                    m[64 + 5] ^= 0x10;
+            } else if (mc[k].width == 1) {
+                m[mc[k].at] = (unsigned char)mc[k].v;
+            } else if (mc[k].width == 8) { /* swap key_dim and value_dim */
+                uint32_t kd = get32(m + 24);
+                put32(m + 24, get32(m + 28));
+                put32(m + 28, kd);
+            } else if (mc[k].width == 16) { /* a 2x2 matrix [[1, 2], [2, 1]] */
+                put32(m + mc[k].at, UINT32_C(0x3F800000));
+                put32(m + mc[k].at + 4, UINT32_C(0x40000000));
+                put32(m + mc[k].at + 8, UINT32_C(0x40000000));
+                put32(m + mc[k].at + 12, UINT32_C(0x3F800000));
+            } else if (!strcmp(mc[k].name, "metric_asymmetric.fkvf")) {
+                put32(m + mc[k].at, get32(m + mc[k].at) + 1); /* one ulp in magnitude */
+            } else {
+                put32(m + mc[k].at, mc[k].v);
+            }
+            if (strcmp(mc[k].name, "metric_checksum.fkvf"))
+                reseal_section(&b, em);
+            reseal_dir(&b, Tm);
+            save(mc[k].name, b.p, b.n);
+            free(b.p);
+            char prov[400];
+            snprintf(prov, sizeof prov, "valid_metric with %s; re-sealed", mc[k].prov);
+            if (!strcmp(mc[k].name, "metric_checksum.fkvf"))
+                snprintf(prov, sizeof prov, "valid_metric with %s", mc[k].prov);
+            row(mc[k].name, "reject", mc[k].open, mc[k].cls, mc[k].clause, "-", prov);
+        }
+        {
+            /* the section shorter than the header, than its matrices, longer:
+             * commit 1 of valid_metric_commit2 (its archive, no CMET) + a
+             * commit holding a CMET of its codebook (parts 1: MK 2x2 for each
+             * of 2 heads) of the wrong size */
+            static const struct {
+                const char *name, *cls, *clause, *prov;
+                long extra;
+            } ms2[] = {
+                {"metric_short_header.fkvf", "TRUNCATED", "§13.8 check 1",
+                 "a CMET of 40 bytes (the first 40 of its header)", -56},
+                {"metric_size_short.fkvf", "TRUNCATED", "§13.8 check 4",
+                 "a CMET 4 bytes shorter than 64 + 1 x 2 x 4 x 4 = 96 (its last 4 removed)", -4},
+                {"metric_size_long.fkvf", "CORRUPT", "§13.8 check 4",
+                 "a CMET 4 bytes longer than 96 (4 zero bytes appended)", 4},
+            };
+            buf c2 = load("valid_metric_commit2.fkvf");
+            c2.n = (size_t)prev_trailer(&c2, last_trailer(&c2)) + 64; /* commit 1 */
+            for (size_t k = 0; k < sizeof ms2 / sizeof ms2[0]; k++) {
+                size_t n;
+                unsigned char *m = cmet_of(&c2, 1, 36, ms2[k].extra, &n, NULL);
+                if ((ms2[k].extra == -56 && n != 40) || (ms2[k].extra == 4 && n != 100))
+                    die(ms2[k].name, "not of the intended size");
+                new_sec s = {"CMET", 0, 0, m, n};
+                b = copy(c2);
+                append_commit(&b, &s, 1);
+                save(ms2[k].name, b.p, b.n);
+                free(b.p);
+                free(m);
+                char prov[300];
+                snprintf(prov, sizeof prov,
+                         "valid_metric_commit2 cut after commit 1 + a commit holding %s, made for "
+                         "its codebook", ms2[k].prov);
+                row(ms2[k].name, "reject", "either", ms2[k].cls, ms2[k].clause, "-", prov);
+            }
+            free(c2.p);
+        }
+        {
+            /* where the chain may not hold it (spec 13.8 check 5) */
+            new_sec s = sec_of(&vm, "CMET");
+            b = copy(vm);
+            append_commit(&b, &s, 1);
+            save("metric_twice.fkvf", b.p, b.n);
+            free(b.p);
+            row("metric_twice.fkvf", "reject", "either", "CORRUPT", "§13.8 check 5", "-",
+                "valid_metric + commit 2 holding a copy of its CMET (valid on its own): two in "
+                "the chain");
+            buf wo = load("edge_window_only.fkvf");
+            b = copy(wo);
+            append_commit(&b, &s, 1);
+            save("metric_no_codebook.fkvf", b.p, b.n);
+            free(b.p);
+            free(wo.p);
+            row("metric_no_codebook.fkvf", "reject", "either", "CORRUPT", "§13.8 check 5", "-",
+                "edge_window_only (no codebook) + commit 2 holding valid_metric's CMET");
+            buf cbf = load("valid_codebook_file.fkvf"), rf = load("valid_cbrf.fkvf");
+            size_t n;
+            unsigned char *m = cmet_of(&cbf, 3, 37, 0, &n, NULL);
+            new_sec s2 = {"CMET", 0, 0, m, n};
+            append_commit(&rf, &s2, 1);
+            save("metric_in_cbrf_archive.fkvf", rf.p, rf.n);
+            free(m);
+            free(rf.p);
+            free(cbf.p);
+            row("metric_in_cbrf_archive.fkvf", "reject", "either", "CORRUPT", "§13.5, §13.8 check 5",
+                "valid_codebook_file.fkvf",
+                "valid_cbrf + commit 2 holding a CMET of valid_codebook_file's codebook (right "
+                "hash and shape): the archive's chain holds no CBK1 (the metric belongs in the "
+                "codebook file)");
+        }
+        free(vm.p);
     }
     free(q.p);
     fclose(manifest);

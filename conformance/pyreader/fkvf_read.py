@@ -35,8 +35,11 @@ FEAT_DEFLATE = 2
 FEAT_EXTCB = 4
 FEAT_LAYER = 8    # LAYER_STAGES (version 1.1): per-layer stage counts (§3.4, §13.1)
 FEAT_KNOWN = FEAT_NGON | FEAT_DEFLATE | FEAT_EXTCB | FEAT_LAYER
-KNOWN = (b"DESC", b"META", b"VTXS", b"CBK1", b"CBRF", b"EXAC", b"STRM", b"ZIDX", b"ZPOS")
+KNOWN = (b"DESC", b"META", b"VTXS", b"CBK1", b"CBRF", b"EXAC", b"STRM", b"ZIDX", b"ZPOS",
+         b"CMET")
 SEARCH_INDEX = (b"ZIDX", b"ZPOS")  # §20: keys and positions; positions only (§20.7)
+CMET = b"CMET"    # the encoder metric (version 1.2, §13.8): optional, REQUIRED clear
+METRIC_MAX_DIM = 1024   # §13.8 check 3, §15
 MUST_REQUIRED = (b"DESC", b"VTXS", b"CBK1", b"CBRF", b"EXAC", b"STRM")
 ESIZE = {1: 2, 2: 2, 3: 4}
 
@@ -443,6 +446,9 @@ class Reader:
                 if e.type in SEARCH_INDEX and e.flags & F_REQUIRED:
                     # rejected as a reader without §20 rejects it (§20.1, §20.7)
                     raise Reject("SECTION", eo, "%r section with REQUIRED" % tn, "§20.1")
+                if e.type == CMET and e.flags & F_REQUIRED:
+                    # as a reader of 1.0 or 1.1 rejects it, in every mode (§13.8)
+                    raise Reject("SECTION", eo, "CMET section with REQUIRED", "§13.8, §20.1")
                 if e.type == b"STRM" and e.flags & F_DEFLATE:
                     raise Reject("CORRUPT", eo + 4, "STRM with DEFLATE", "§4.4")
                 if e.type in (b"DESC", b"META", b"CBK1", b"CBRF") and e.key != 0:
@@ -921,6 +927,70 @@ class Reader:
             raise Reject("CORRUPT", o, "EXAC of %d bytes longer than %d" % (len(d), want), "§14.2")
         return fp, cnt
 
+    # ---- §13.8 CMET (version 1.2): full verification only; the ordinary
+    # path ignores it beyond its directory entry (§7.5)
+    def check_cmet(self, cmets, c):
+        """cmets: the chain's CMET entries, oldest first; c: the CBK1 the
+        chain holds (already checked by §13.1-§13.2), or None. The checks
+        of §13.8 in its order: 1-4 on each section, then 5 (one per chain,
+        only with a CBK1), 6 (bound to that CBK1) and 7 (the matrices)."""
+        hdrs = []
+        for e in cmets:
+            d = self.contents(e)
+            o = e.offset
+            if len(d) < 64:
+                raise Reject("TRUNCATED", o, "CMET of %d bytes shorter than 64" % len(d), "§13.8 check 1")
+            nl, nh, dk, dv = struct.unpack_from("<4I", d, 16)
+            parts, dtype = d[32], d[33]
+            if e.key != 0:
+                raise Reject("CORRUPT", e.eoff + 32, "CMET key %d != 0" % e.key, "§13.8 check 2")
+            if not is_zero(d[34:64]):
+                raise Reject("CORRUPT", o + 34, "CMET reserved bytes not zero", "§13.8 check 2")
+            if parts not in (1, 2, 3):
+                raise Reject("CORRUPT", o + 32, "CMET parts %d not 1, 2 or 3" % parts, "§13.8 check 2")
+            if dtype != 3:
+                raise Reject("CORRUPT", o + 33, "CMET dtype %d != 3 (f32)" % dtype, "§13.8 check 2")
+            if not (1 <= nl <= 1024 and 1 <= nh <= 1024 and 1 <= dk <= 16384 and 1 <= dv <= 16384):
+                raise Reject("CORRUPT", o + 16, "CMET n_layers %d, n_heads %d, key_dim %d, value_dim %d "
+                             "outside the ranges of §13.1" % (nl, nh, dk, dv), "§13.8 check 2")
+            b0, b1 = parts & 1, parts >> 1 & 1
+            if (b0 and dk > METRIC_MAX_DIM) or (b1 and dv > METRIC_MAX_DIM):
+                raise Reject("LIMIT", o + 24, "CMET key_dim %d / value_dim %d of a part it holds above %d"
+                             % (dk, dv, METRIC_MAX_DIM), "§13.8 check 3, §15")
+            size = 64 + nl * nh * (b0 * dk * dk + b1 * dv * dv) * 4
+            if len(d) < size:
+                raise Reject("TRUNCATED", o, "CMET of %d bytes shorter than %d" % (len(d), size),
+                             "§13.8 check 4")
+            if len(d) > size:
+                raise Reject("CORRUPT", o, "CMET of %d bytes longer than %d" % (len(d), size),
+                             "§13.8 check 4")
+            hdrs.append((e, d, nl, nh, dk, dv, b0, b1))
+        if not hdrs:
+            return
+        if len(hdrs) > 1:
+            raise Reject("CORRUPT", hdrs[1][0].eoff, "a second CMET in the chain", "§13.8 check 5")
+        e, d, nl, nh, dk, dv, b0, b1 = hdrs[0]
+        o = e.offset
+        if c is None:
+            raise Reject("CORRUPT", e.eoff, "a CMET in a chain that holds no CBK1", "§13.8 check 5")
+        if bytes(d[0:16]) != xxh3_128_canonical(bytes(c.data)):
+            raise Reject("CORRUPT", o, "CMET content_hash is not the CBK1's", "§13.8 check 6, §13.3")
+        if (nl, nh, dk, dv) != (c.nl, c.nh, c.dk, c.dv):
+            raise Reject("CORRUPT", o + 16, "CMET shape %d x %d, key_dim %d, value_dim %d differs from the "
+                         "CBK1's %d x %d, %d, %d" % (nl, nh, dk, dv, c.nl, c.nh, c.dk, c.dv),
+                         "§13.8 check 6")
+        p = 64
+        for l in range(nl):
+            for h in range(nh):
+                for part, n, present in ((0, dk, b0), (1, dv, b1)):
+                    if not present:
+                        continue
+                    what = "CMET %s[%d][%d]" % ("MK" if part == 0 else "MV", l, h)
+                    bad = metric_fault(struct.unpack_from("<%df" % (n * n), d, p), n)
+                    if bad is not None:
+                        raise Reject("CORRUPT", o + p, "%s %s" % (what, bad), "§13.8 check 7")
+                    p += 4 * n * n
+
     # ---- §20 ZIDX, §20.7 ZPOS
     def check_zidx(self, e):
         o = e.offset
@@ -1215,10 +1285,15 @@ class Reader:
         parts.append(struct.pack("<%dI" % len(toks), *toks))
         digest = xxh3_64(b"".join(parts), 0)
         if self.full:
-            self.verify_rest(E, cbk.k if cbk is not None else None)
+            self.verify_rest(E, cbk.k if cbk is not None else None,
+                             cbk if cbs and cbs[0].type == b"CBK1" else None)
         return digest
 
-    def verify_rest(self, E, k=None):
+    def verify_rest(self, E, k=None, chain_cbk=None):
+        """The checks only full verification makes, after the ordinary
+        path's; chain_cbk: the CBK1 the chain itself holds (embedded, or the
+        codebook file's own), None for a CBRF archive or one without a
+        codebook (§13.8 check 5)."""
         for s in getattr(self, "segs", []):
             self.verify_segment_full(s)
             # every stored index symbol below k, also in parts later
@@ -1237,6 +1312,7 @@ class Reader:
                 self.contents(e)
             elif e.type in SEARCH_INDEX:
                 self.check_zidx(e)
+        self.check_cmet([e for e in E if e.type == CMET], chain_cbk)
         if self.torn:
             raise Reject("TORN", self.n - self.torn, "%d torn bytes after the last valid commit" % self.torn,
                          "§7.2, §1.3.3")
@@ -1302,7 +1378,7 @@ class Reader:
         self.cbk = c
         digest = xxh3_64(bytes(c.data), 0)
         if self.full:
-            self.verify_rest(E)
+            self.verify_rest(E, None, c)
         return digest
 
     def external_codebook(self, want, off, A):
@@ -1331,6 +1407,42 @@ class Reader:
                          "§13.5")
         self.match_codebook(c, "CODEBOOK", off)
         return c
+
+
+# ------------------------------------------------------ encoder metric (§13.8)
+
+def metric_fault(m, n):
+    """Check 7 of §13.8 on the n x n matrix m (row-major, the f32 values as
+    binary64): None when every element is finite, element (i, j) equals
+    element (j, i) in value, and the Cholesky factorization M = L L^T in
+    binary64 (column by column, L(j,j)^2 = M(j,j) - sum_{p<j} L(j,p)^2, the
+    sums in increasing p) has every pivot greater than zero; else what
+    fails. O(n^3) in Python: fine for the small matrices of the suite."""
+    for i, x in enumerate(m):
+        if not math.isfinite(x):
+            return "element (%d, %d) is not finite (%r)" % (i // n, i % n, x)
+    for i in range(n):
+        for j in range(i + 1, n):
+            if m[i * n + j] != m[j * n + i]:
+                return "not symmetric: element (%d, %d) = %r, (%d, %d) = %r" \
+                    % (i, j, m[i * n + j], j, i, m[j * n + i])
+    L = [[0.0] * n for _ in range(n)]
+    for j in range(n):
+        Lj = L[j]
+        s = m[j * n + j]
+        for p in range(j):
+            s -= Lj[p] * Lj[p]
+        if not s > 0.0:
+            return "not positive definite: Cholesky pivot %d is %r" % (j, s)
+        r = math.sqrt(s)
+        Lj[j] = r
+        for i in range(j + 1, n):
+            Li = L[i]
+            t = m[i * n + j]
+            for p in range(j):
+                t -= Li[p] * Lj[p]
+            Li[j] = t / r
+    return None
 
 
 # ------------------------------------------------- element types (§2.1, §13.6)

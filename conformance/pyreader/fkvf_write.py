@@ -25,6 +25,12 @@ pseudo-random data, no clock) and prints, for each, the positions it holds:
                               stages, one without any stage), 14 index
                               streams, a token stream; format_minor 1
     pyw_layers_appended.fkvf  pyw_layers.fkvf plus two appended commits
+    pyw_metric.fkvf           an encoder metric (CMET, spec 1.2, §13.8): key and
+                              value matrices for an embedded codebook, the
+                              ENCODER_METRIC optional bit; the encoder chooses
+                              symbols by e^T M e
+    pyw_metric_appended.fkvf  pyw_metric.fkvf plus an appended commit encoded
+                              with the metric read back from the file
 
 What it writes: the header (§3), sections tiled at 64-byte boundaries with
 zero padding (§4.1), DESC (§8), META (§9), CBK1 (§13.1-§13.2, with or
@@ -33,8 +39,10 @@ required bit and format_minor 1, §3.4, §1.3.1, and numbers its index
 streams with P(l), §11.2), EXAC (§14), STRM segments of the quad profile
 (§11.2-§11.4, §12.1.4: the data is the packed symbols), one directory and
 one trailer per commit (§5, §6, §7.6); as a library also a codebook file
-(§13.4) and an archive that refers to it with a CBRF (§13.5), not among the
-demonstration files (appending to such an archive is not supported).
+(§13.4, with or without a CMET) and an archive that refers to it with a
+CBRF (§13.5), not among the demonstration files (appending to such an
+archive is not supported); CMET (§13.8, version 1.2) with an embedded
+codebook or in a codebook file, the appender using (and checking) it.
 What it does not write: ngon streams, VTXS, deflated sections, ZIDX /
 ZPOS (all optional for a writer). Appending (§7.4, §7.6.1) opens the file
 from its end, refuses a torn or damaged one (§7.7), reads the DESC, the
@@ -64,6 +72,8 @@ TRL_MAGIC = b"\x89FKVTRL\n"            # §6
 F_REQUIRED = 1                         # §4.2 entry flags
 F_DEFLATE = 2
 OPT_TOKEN_STREAM = 1                   # §3.4 optional_features bit 0
+OPT_ENCODER_METRIC = 2                 # §3.4 optional_features bit 1 (version 1.2, §13.8)
+METRIC_MAX_DIM = 1024                  # §13.8, §15: key_dim, value_dim of a part a CMET holds
 REQ_EXTERNAL_CODEBOOK = 4              # §3.4 required_features bit 2
 REQ_LAYER_STAGES = 8                   # §3.4 required_features bit 3 (version 1.1)
 DT_F16, DT_BF16, DT_F32 = 1, 2, 3      # §8 dtype
@@ -369,19 +379,28 @@ class Codebook:
         lk, lv = self.stages(l)
         return self.prefix(d, l) + h * (lk + lv) + (s if kv == 0 else lk + s)
 
-    def quantize(self, d, row):
+    def quantize(self, d, row, metric=None):
         """Greedy residual quantization of one row: the symbol of every index
-        stream, in canonical order (the encoder is not specified, §1.1)."""
+        stream, in canonical order (the encoder is not specified, §1.1).
+        Each stage picks the centroid c that minimises the error e = res - c
+        of the residual res: e^T e, or e^T M e with M the matrix of the
+        part (layer, codebook head, key or value) in `metric` (a Metric,
+        §13.8) when it holds one."""
         parts = d.split_row(row)
         syms = [0] * self.n_streams(d)
         for (l, h), vecs in parts.items():
             hh = 0 if self.pooled else h
             for kv, stages in zip((0, 1), self.stages(l)):
                 res = list(vecs[kv])
+                M = metric.matrix(kv, l, hh) if metric is not None else None
                 for s in range(stages):
                     best, bestd = 0, None
                     for c, cen in enumerate(self.tables[l][hh][kv][s]):
-                        dist = sum((a - b) * (a - b) for a, b in zip(res, cen))
+                        e = [a - b for a, b in zip(res, cen)]
+                        if M is None:
+                            dist = sum(x * x for x in e)
+                        else:
+                            dist = sum(x * sum(m * y for m, y in zip(Mi, e)) for x, Mi in zip(e, M))
                         if bestd is None or dist < bestd:
                             best, bestd = c, dist
                     res = [a - b for a, b in zip(res, self.tables[l][hh][kv][s][best])]
@@ -448,6 +467,139 @@ def random_row(rng, d):
     else:  # f16 / bf16: 8 significant bits fit both
         vals = [rng.between(-256, 256) / 128.0 for _ in range(n)]
     return encode_elems(vals, d.dtype)
+
+
+# ------------------------------------------------- encoder metric (§13.8, 1.2)
+
+def metric_fault(m):
+    """Why the n x n matrix m (rows of numbers) may not be written or used
+    (§13.8 check 7), or None: an element that is not finite, element (i, j)
+    not equal to element (j, i), or a Cholesky pivot (binary64, column by
+    column, L(j,j)^2 = M(j,j) - sum_{p<j} L(j,p)^2) not greater than zero."""
+    n = len(m)
+    for i in range(n):
+        for j in range(n):
+            if not math.isfinite(m[i][j]):
+                return "element (%d, %d) is not finite" % (i, j)
+    for i in range(n):
+        for j in range(i):
+            if m[i][j] != m[j][i]:
+                return "elements (%d, %d) and (%d, %d) differ" % (i, j, j, i)
+    L = [[0.0] * n for _ in range(n)]
+    for j in range(n):
+        piv = m[j][j]
+        for p in range(j):
+            piv -= L[j][p] * L[j][p]
+        if not piv > 0.0:
+            return "not positive definite (Cholesky pivot %d is %r)" % (j, piv)
+        L[j][j] = math.sqrt(piv)
+        for i in range(j + 1, n):
+            t = m[i][j]
+            for p in range(j):
+                t -= L[i][p] * L[j][p]
+            L[i][j] = t / L[j][j]
+    return None
+
+
+class Metric:
+    """The encoder metric of a codebook (a CMET section, §13.8, version 1.2):
+    mk[l][h] (key_dim x key_dim, parts bit 0) and mv[l][h] (value_dim x
+    value_dim, parts bit 1) for every layer l and codebook head h (one per
+    layer when the codebook is pooled), each a list of rows; the values are
+    rounded to binary32 (dtype 3) and every matrix must be symmetric and
+    positive definite (§13.8: writers MUST; WriteError otherwise)."""
+
+    def __init__(self, codebook, mk=None, mv=None):
+        cb = codebook
+        self.parts = (1 if mk is not None else 0) | (2 if mv is not None else 0)
+        if not self.parts:
+            raise WriteError("a CMET holds key matrices, value matrices or both (§13.8)")
+        if (mk is not None and cb.Dk > METRIC_MAX_DIM) or (mv is not None and cb.Dv > METRIC_MAX_DIM):
+            raise WriteError("CMET matrices of more than %d rows (§13.8, §15)" % METRIC_MAX_DIM)
+        self.L, self.H, self.Dk, self.Dv = cb.L, cb.H, cb.Dk, cb.Dv
+        self.hash = cb.content_hash()
+        self.m = {}
+        for kv, mats, n in ((0, mk, cb.Dk), (1, mv, cb.Dv)):
+            if mats is None:
+                continue
+            for l in range(cb.L):
+                for h in range(cb.H):
+                    m = mats[l][h]
+                    if len(m) != n or any(len(r) != n for r in m):
+                        raise WriteError("CMET %s[%d][%d] is not %d x %d (§13.8)"
+                                         % ("MK" if kv == 0 else "MV", l, h, n, n))
+                    m = [[f32(x) for x in r] for r in m]
+                    bad = metric_fault(m)
+                    if bad is not None:
+                        raise WriteError("CMET %s[%d][%d]: %s (§13.8: writers write symmetric "
+                                         "positive definite matrices)"
+                                         % ("MK" if kv == 0 else "MV", l, h, bad))
+                    self.m[(kv, l, h)] = m
+
+    def matrix(self, kv, l, h):
+        """The matrix of part kv (0 keys, 1 values), layer l, codebook head
+        h, or None (Euclidean)."""
+        return self.m.get((kv, l, h))
+
+    def pack(self):
+        """The CMET contents: the 64-byte header, then per layer and head MK
+        and/or MV, f32, row-major (§13.8)."""
+        out = bytearray(self.hash + struct.pack("<IIIIBB30x", self.L, self.H, self.Dk, self.Dv,
+                                                self.parts, DT_F32))
+        for l in range(self.L):
+            for h in range(self.H):
+                for kv in (0, 1):
+                    m = self.m.get((kv, l, h))
+                    if m is not None:
+                        for r in m:
+                            out += struct.pack("<%df" % len(r), *r)
+        return bytes(out)
+
+    @staticmethod
+    def unpack(b, codebook):
+        """The metric in CMET contents b for `codebook`, with the checks of
+        §13.8 an encoder makes (a metric that fails them MUST NOT be used:
+        WriteError)."""
+        cb = codebook
+        if len(b) < 64:
+            raise WriteError("CMET shorter than 64 bytes (§13.8)")
+        L, H, Dk, Dv, parts, dtype = struct.unpack_from("<IIIIBB", b, 16)
+        if any(b[34:64]) or parts not in (1, 2, 3) or dtype != DT_F32:
+            raise WriteError("CMET reserved bytes, parts or dtype (§13.8)")
+        if bytes(b[:16]) != cb.content_hash() or (L, H, Dk, Dv) != (cb.L, cb.H, cb.Dk, cb.Dv):
+            raise WriteError("the CMET does not describe this codebook (hash or shape, §13.8)")
+        if (parts & 1 and Dk > METRIC_MAX_DIM) or (parts & 2 and Dv > METRIC_MAX_DIM):
+            raise WriteError("CMET dimension above %d (§13.8, §15)" % METRIC_MAX_DIM)
+        size = 64 + L * H * ((Dk * Dk if parts & 1 else 0) + (Dv * Dv if parts & 2 else 0)) * 4
+        if len(b) != size:
+            raise WriteError("CMET of %d bytes, its header says %d (§13.8)" % (len(b), size))
+        mk = [[None] * H for _ in range(L)] if parts & 1 else None
+        mv = [[None] * H for _ in range(L)] if parts & 2 else None
+        o = 64
+        for l in range(L):
+            for h in range(H):
+                for mats, n in ((mk, Dk), (mv, Dv)):
+                    if mats is not None:
+                        vals = struct.unpack_from("<%df" % (n * n), b, o)
+                        mats[l][h] = [list(vals[i * n:(i + 1) * n]) for i in range(n)]
+                        o += 4 * n * n
+        return Metric(cb, mk, mv)
+
+
+def random_metric(rng, codebook, parts):
+    """A metric for codebook with the given parts (1 keys, 2 values, 3
+    both): each matrix A A^T + I with A of integers in [-2, 2] (symmetric,
+    positive definite, exact in binary32)."""
+    cb = codebook
+
+    def one(n):
+        a = [[rng.between(-2, 2) for _ in range(n)] for _ in range(n)]
+        return [[float(sum(a[i][p] * a[j][p] for p in range(n)) + (1 if i == j else 0))
+                 for j in range(n)] for i in range(n)]
+
+    mk = [[one(cb.Dk) for _ in range(cb.H)] for _ in range(cb.L)] if parts & 1 else None
+    mv = [[one(cb.Dv) for _ in range(cb.H)] for _ in range(cb.L)] if parts & 2 else None
+    return Metric(cb, mk, mv)
 
 
 # -------------------------------------------------------------- sections
@@ -600,7 +752,7 @@ def archived_after(S, W, n, A):
 # ---------------------------------------------------------- a new file (§7.6)
 
 def create(path, d, rows, tokens=None, codebook=None, meta=None, block_size=4096,
-           token_bits=16, sync=True, codebook_ref=None):
+           token_bits=16, sync=True, codebook_ref=None, metric=None):
     """Write a new one-commit archive: rows[p] is the row of position p
     (d.dtype elements, §14.2 layout). Positions [S, S + A) with
     A = archived_after(S, W, n, 0) are archived with `codebook` (required
@@ -608,7 +760,9 @@ def create(path, d, rows, tokens=None, codebook=None, meta=None, block_size=4096
     CBK1), or, when codebook_ref (a name hint) is given, referred to by a
     CBRF (§13.5; the codebook file is create_codebook_file's). A codebook
     with a layer table sets LAYER_STAGES and format_minor 1 (§3.4, §1.3.1).
-    Returns (n, A)."""
+    metric (a Metric of the embedded codebook): written as a CMET section
+    with the ENCODER_METRIC optional bit, and the encoder uses it (§13.8;
+    format_minor is not raised). Returns (n, A)."""
     n = len(rows)
     S = d.S
     A = archived_after(S, d.W, n, 0) if codebook is not None else 0
@@ -618,7 +772,13 @@ def create(path, d, rows, tokens=None, codebook=None, meta=None, block_size=4096
         raise WriteError("a codebook without stages cannot archive a position (§11.8)")
     if tokens is not None and len(tokens) != n:
         raise WriteError("one token id per position (§11.1)")
+    if metric is not None and (codebook is None or codebook_ref is not None
+                               or metric.hash != codebook.content_hash()):
+        raise WriteError("a CMET goes with the CBK1 it describes: an embedded codebook, or the "
+                         "codebook file of a CBRF (§13.8)")
     opt = OPT_TOKEN_STREAM if tokens is not None else 0
+    if metric is not None:
+        opt |= OPT_ENCODER_METRIC
     req = codebook.required_features() if codebook is not None else 0
     secs = [Section(b"DESC", 0, d.pack())]
     if meta is not None:
@@ -626,13 +786,15 @@ def create(path, d, rows, tokens=None, codebook=None, meta=None, block_size=4096
     if codebook is not None:
         if codebook_ref is None:
             secs.append(Section(b"CBK1", 0, codebook.pack()))
+            if metric is not None:   # optional: REQUIRED clear (§13.8)
+                secs.append(Section(b"CMET", 0, metric.pack(), required=False))
         else:
             req |= REQ_EXTERNAL_CODEBOOK
             secs.append(Section(b"CBRF", 0, sec_cbrf(codebook, codebook_ref)))
         if A > 0:
             # the index group: one segment, every stream's symbols [0, A)
             b = quad_bits_for(codebook.k)
-            per_pos = [codebook.quantize(d, rows[p]) for p in range(S, S + A)]
+            per_pos = [codebook.quantize(d, rows[p], metric) for p in range(S, S + A)]
             streams = [[per_pos[a][j] for a in range(A)]
                        for j in range(codebook.n_streams(d))]
             secs.append(Section(b"STRM", GROUP_INDEX, _strm(GROUP_INDEX, b, codebook.ks,
@@ -647,12 +809,19 @@ def create(path, d, rows, tokens=None, codebook=None, meta=None, block_size=4096
     return n, A
 
 
-def create_codebook_file(path, codebook, sync=True):
-    """Write a codebook file (§13.4): one commit holding the CBK1 alone,
-    n_positions = n_archived = 0; LAYER_STAGES set (and format_minor 1)
-    when the codebook has a layer table (§3.4)."""
-    body, trl = build_commit(64, [Section(b"CBK1", 0, codebook.pack())], 1, 0, 0)
-    _write_new(path, file_header(codebook.required_features(), 0), body, trl, sync)
+def create_codebook_file(path, codebook, sync=True, metric=None):
+    """Write a codebook file (§13.4): one commit holding the CBK1 (and the
+    CMET of `metric`, a Metric of this codebook, with the ENCODER_METRIC
+    optional bit, §13.8), n_positions = n_archived = 0; LAYER_STAGES set
+    (and format_minor 1) when the codebook has a layer table (§3.4)."""
+    secs = [Section(b"CBK1", 0, codebook.pack())]
+    if metric is not None:
+        if metric.hash != codebook.content_hash():
+            raise WriteError("the metric describes another codebook (§13.8)")
+        secs.append(Section(b"CMET", 0, metric.pack(), required=False))
+    body, trl = build_commit(64, secs, 1, 0, 0)
+    _write_new(path, file_header(codebook.required_features(),
+                                 OPT_ENCODER_METRIC if metric is not None else 0), body, trl, sync)
 
 
 def sec_cbrf(codebook, name):
@@ -763,6 +932,16 @@ class Opened:
                 # a layer table in a file without LAYER_STAGES (§3.3)
                 raise WriteError("the codebook has a layer table but the header lacks "
                                  "LAYER_STAGES (§3.3)")
+        # the encoder metric (§13.8): at most one, only with the CBK1; an
+        # encoder MUST NOT use one that fails its checks (and refuses the file)
+        cmets = [e for e in self.entries if e[0] == b"CMET"]
+        self.metric = None
+        if len(cmets) > 1 or (cmets and self.codebook is None):
+            raise WriteError("a second CMET, or a CMET without the CBK1 it describes (§13.8)")
+        if cmets:
+            if cmets[0][1] != 0:
+                raise WriteError("CMET key %d != 0 (§13.8)" % cmets[0][1])
+            self.metric = Metric.unpack(self.contents(cmets[0]), self.codebook)
         self.groups = {}
         for e in self.entries:
             if e[0] == b"STRM":
@@ -859,7 +1038,7 @@ def append(path, new_rows, new_tokens=None, meta=None, block_size=4096, sync=Tru
             b = g["bits"] if g else quad_bits_for(cb.k)
             u = quad_unit(b)
             first = A0 // u * u
-            new = [cb.quantize(d, row(p)) for p in range(S + A0, S + A1)]
+            new = [cb.quantize(d, row(p), o.metric) for p in range(S + A0, S + A1)]
             streams = []
             for j in range(cb.n_streams(d)):
                 old = g["streams"][j][first:A0] if g else []
@@ -898,17 +1077,18 @@ class Expect:
     (the original rows, the codebook and the window policy), not from the
     file: writer_check.py compares libfkvf and the second reader with it."""
 
-    def __init__(self, name, d, cb, rows, tokens, n, A, commits, meta):
-        self.name, self.desc, self.codebook = name, d, cb
+    def __init__(self, name, d, cb, rows, tokens, n, A, commits, meta, metric=None):
+        self.name, self.desc, self.codebook, self.metric = name, d, cb, metric
         self.n, self.A, self.commits = n, A, commits
         self.tokens = list(tokens[:n]) if tokens is not None else None
         self.meta = meta
         S = d.S
+        self.rows_in = rows     # the rows the writer was given
         self.rows = []          # the row a reader restores, per position (§14.4)
         self.archived = []      # per archived position: its symbols, canonical order
         for p in range(n):
             if S <= p < S + A:
-                syms = cb.quantize(d, rows[p])
+                syms = cb.quantize(d, rows[p], metric)
                 self.archived.append(syms)
                 self.rows.append(cb.reconstruct(d, syms))
             else:
@@ -1012,6 +1192,31 @@ def write_demo(outdir, sync=False):
     n, A = append(path("pyw_layers_appended.fkvf"), rows[42:70], new_tokens=tokens[42:70],
                   block_size=128, sync=sync)
     out.append(Expect("pyw_layers_appended.fkvf", d, cb, rows, tokens, n, A, 3, None))
+
+    # (h) an encoder metric (CMET, version 1.2, §13.8): 2 layers x 2 heads,
+    # Dk 4, Dv 3, f16; k = 16, 2 key + 1 value stages; a CMET with key and
+    # value matrices (parts 3), which the encoder uses (e^T M e); S = 2,
+    # W = 3, 36 positions: 31 archived; token ids
+    rng = Rng(21)
+    d = Desc(2, 2, 4, 3, DT_F16, n_sinks=2, window=3, model_id="pyw encoder-metric demo",
+             tokenizer_id="pyw-synthetic-1k")
+    cb = random_codebook(rng, d, k=16, k_stages=2, v_stages=1, dtype=DT_F16)
+    met = random_metric(rng, cb, 3)
+    rows = [random_row(rng, d) for _ in range(60)]
+    tokens = [rng.below(1000) for _ in range(60)]
+    n, A = create(path("pyw_metric.fkvf"), d, rows[:36], tokens=tokens[:36], codebook=cb,
+                  block_size=64, sync=sync, metric=met)
+    out.append(Expect("pyw_metric.fkvf", d, cb, rows, tokens, n, A, 1, None, met))
+
+    # (i) (h) plus a commit of 24 positions: the appender reads the CMET
+    # from the file and encodes the newly archived positions with it
+    with open(path("pyw_metric.fkvf"), "rb") as fh:
+        data = fh.read()
+    with open(path("pyw_metric_appended.fkvf"), "wb") as fh:
+        fh.write(data)
+    n, A = append(path("pyw_metric_appended.fkvf"), rows[36:60], new_tokens=tokens[36:60],
+                  block_size=64, sync=sync)
+    out.append(Expect("pyw_metric_appended.fkvf", d, cb, rows, tokens, n, A, 2, None, met))
     return out
 
 

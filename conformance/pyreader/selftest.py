@@ -13,7 +13,12 @@ below from the formulas of §11.2 and §13.2, its CBK1 bytes are built by
 hand, and the reader (and the writer, fkvf_write.py) must agree with them;
 the reader's checks of §13.1, §11.2 step 6, §11.8, §13.5 and §20 are then
 exercised on files built with fkvf_write.py, each expected class taken from
-the clause cited."""
+the clause cited.
+
+The encoder metric (CMET, version 1.2, §13.8): check 7 (finite, symmetric,
+binary64 Cholesky pivots above zero) on 2 x 2 matrices worked by hand, and
+a file of the Python writer with a CMET, its hash changed (CORRUPT in full
+verification only) and its REQUIRED flag set (SECTION in both modes)."""
 
 import math
 import os
@@ -485,6 +490,61 @@ else:
             want[ko + 1] = k0 * math.sin(t) + k1 * math.cos(t)
     want = W.decode_elems(W.encode_elems(want, W.DT_BF16), W.DT_BF16)
     check("LS pooled f32 codebook, bf16 rows, key_storage 1: restored row", got, want)
+
+# the encoder metric (§13.8, version 1.2): check 7 on matrices worked by
+# hand; Cholesky pivots of [[4, 2], [2, 3]]: 4, then 3 - (2/2)^2 = 2
+check("CMET §13.8 [[4, 2], [2, 3]] positive definite", R.metric_fault([4.0, 2.0, 2.0, 3.0], 2), None)
+check("CMET §13.8 [[1, 2], [2, 1]]: pivot 1 is 1 - 2^2 = -3",
+      R.metric_fault([1.0, 2.0, 2.0, 1.0], 2), "not positive definite: Cholesky pivot 1 is -3.0")
+check("CMET §13.8 zero diagonal: pivot 0 is 0 (not > 0)",
+      R.metric_fault([0.0, 0.0, 0.0, 1.0], 2), "not positive definite: Cholesky pivot 0 is 0.0")
+check("CMET §13.8 (0, 1) != (1, 0)", (R.metric_fault([2.0, 0.5, 0.25, 2.0], 2) or "")[:14],
+      "not symmetric:")
+check("CMET §13.8 +Inf on the diagonal (the pivots alone would pass)",
+      (R.metric_fault([1.0, 0.0, 0.0, float("inf")], 2) or "")[:22], "element (1, 1) is not ")
+check("CMET §13.8 -0.0 and +0.0 are equal in value", R.metric_fault([1.0, -0.0, 0.0, 1.0], 2), None)
+# a file: the Python writer's CMET, accepted; its hash changed, CORRUPT in
+# full verification only; the REQUIRED flag set, SECTION in both modes
+mdsc = W.Desc(1, 2, 3, 2, W.DT_F16, n_sinks=1, window=2)
+mrng = W.Rng(35)
+mcb = W.random_codebook(mrng, mdsc, 16, 1, 1, W.DT_F16)
+met = W.random_metric(mrng, mcb, 3)
+mrows = [W.random_row(mrng, mdsc) for _ in range(8)]
+mfd, mtmp = tempfile.mkstemp(suffix=".fkvf")
+os.close(mfd)
+try:
+    W.create(mtmp, mdsc, mrows, codebook=mcb, metric=met, sync=False)
+    with open(mtmp, "rb") as fh:
+        MF = fh.read()
+finally:
+    if os.path.exists(mtmp):
+        os.remove(mtmp)
+
+
+def metric_mut(fn):
+    """MF with fn(data, entry offset, section offset) applied, the CMET,
+    directory and trailer re-sealed."""
+    d = bytearray(MF)
+    T = len(d) - 64
+    dof, dsz = struct.unpack_from("<QQ", d, T + 16)
+    for i in range(struct.unpack_from("<I", d, dof + 4)[0]):
+        eo = dof + 64 + 64 * i
+        if d[eo:eo + 4] == b"CMET":
+            off, st = struct.unpack_from("<QQ", d, eo + 8)
+            fn(d, eo, off)
+            struct.pack_into("<Q", d, eo + 40, xxh3_64(bytes(d[off:off + st]), off))
+    struct.pack_into("<Q", d, T + 32, xxh3_64(bytes(d[dof:dof + dsz]), dof))
+    struct.pack_into("<Q", d, T + 56, xxh3_64(bytes(d[T:T + 56]), T))
+    return bytes(d)
+
+
+check("CMET file of the Python writer (verify)", cls_of(MF), "accept")
+mh = metric_mut(lambda d, eo, off: d.__setitem__(off, d[off] ^ 1))
+check("CMET content_hash changed (verify)", cls_of(mh), "CORRUPT")
+check("CMET content_hash changed (open: ignored)", cls_of(mh, "open"), "accept")
+mr = metric_mut(lambda d, eo, off: struct.pack_into("<I", d, eo + 4, 1))
+check("CMET with REQUIRED (verify)", cls_of(mr), "SECTION")
+check("CMET with REQUIRED (open)", cls_of(mr, "open"), "SECTION")
 
 print("selftest: %d failed" % len(failures))
 sys.exit(1 if failures else 0)

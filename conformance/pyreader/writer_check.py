@@ -25,19 +25,29 @@ the same: the writer is deterministic), then, for every file:
   and the second reader restores every position (§14.4, §13.6) to the row
   the writer expects;
 * the header has format_minor 1 and LAYER_STAGES exactly when the codebook
-  has a layer table (§1.3.1, §3.4).
+  has a layer table (§1.3.1, §3.4), and the optional bit ENCODER_METRIC
+  exactly when the file holds a CMET (§3.4, §13.8; format_minor is not
+  raised by it);
+* the encoder metric (pyw_metric*.fkvf) changes the symbols of some
+  archived positions (compared with the Euclidean choice).
 
 The files with per-layer stage counts (pyw_layers*.fkvf, LAYER_STAGES,
 spec version 1.1) are checked by libfkvf (validate, verify, info, unpack,
 fkvf-conf-read) like the others (C_LAYER_STAGES below, --c-layer-stages);
-the second reader checks them always.
+the second reader checks them always. The files with an encoder metric
+(pyw_metric*.fkvf, CMET, spec version 1.2) are checked by libfkvf too
+(C_METRIC below, on since libfkvf 0.3.0; --c-metric) and by the second
+reader always (its full verification checks §13.8).
 
 Then negative controls show that these checks can fail: a changed expected
 row, symbol or token is noticed; a flipped byte is rejected by validate,
 verify and the second reader (CHECKSUM); a header with a reserved optional
 feature bit (re-sealed) passes plain validation but not --strict; the
 appender refuses a torn file, and appending left the earlier commit's bytes
-untouched (§7.4). Exit 0 when everything holds, 1 otherwise.
+untouched (§7.4); a CMET with an asymmetric matrix (re-sealed) fails the
+second reader's full verification but not its access path, and the
+appender refuses to encode with it (§13.8). Exit 0 when everything holds,
+1 otherwise.
 """
 
 import argparse
@@ -58,6 +68,9 @@ failures = []
 # libfkvf reads files with per-layer stage counts (LAYER_STAGES, spec 1.1)
 # since it implements format 1.1: the C checks run on the pyw_layers* files
 C_LAYER_STAGES = True
+# the encoder metric (CMET, spec 1.2, §13.8): libfkvf implements it (0.3.0),
+# so the C checks run on the pyw_metric* files too
+C_METRIC = True
 
 
 def check(name, ok, detail=""):
@@ -206,16 +219,34 @@ def check_file(e, path, a, tmp):
     with open(path, "rb") as fh:
         data = fh.read()
     minor, = struct.unpack_from("<H", data, 12)
-    freq, = struct.unpack_from("<Q", data, 24)
+    freq, fopt = struct.unpack_from("<QQ", data, 24)
     check("%s: header format_minor %d, required_features 0x%x (§1.3.1, §3.4)"
           % (nm, 1 if layered(e) else 0, req),
           minor == (1 if layered(e) else 0) and freq == req, "minor %d, required 0x%x" % (minor, freq))
+    check("%s: optional_features 0x%x (§3.4)" % (nm, opt_bits(e)), fopt == opt_bits(e),
+          "0x%x" % fopt)
     check_second_reader(e, data)
+    if e.metric is not None:
+        d, S = e.desc, e.desc.S
+        euclid = sum(e.codebook.quantize(d, e.rows_in[p]) != e.archived[p - S]
+                     for p in range(S, S + e.A))
+        check("%s: the metric changes the symbols of some archived positions (%d of %d)"
+              % (nm, euclid, e.A), euclid > 0)
     if layered(e) and not a.c_layer_stages:
         print("skip %s: libfkvf checks (validate, verify, info, unpack, fkvf-conf-read): "
               "LAYER_STAGES not enabled for libfkvf (--c-layer-stages)" % nm)
         return
+    if e.metric is not None and not a.c_metric:
+        print("skip %s: libfkvf checks (validate, verify, info, unpack, fkvf-conf-read): "
+              "the encoder metric (CMET, §13.8) not enabled for libfkvf (--c-metric)" % nm)
+        return
     check_file_c(e, path, a, tmp, req)
+
+
+def opt_bits(e):
+    """The optional feature bits the writer sets (§3.4)."""
+    return (W.OPT_TOKEN_STREAM if e.tokens is not None else 0) | \
+        (W.OPT_ENCODER_METRIC if e.metric is not None else 0)
 
 
 def check_second_reader(e, data):
@@ -271,8 +302,7 @@ def check_file_c(e, path, a, tmp, req):
         streams = {s["id"]: (s["bits"], s["symbols"]) for s in js["stream_list"]
                    if s["profile"] == "quad"}
         meta = {k: (bytes(v).hex() if t == "bytes" else v) for k, t, v in (e.meta or [])}
-        want = (want_cache, e.n, e.A, e.commits, expected_streams(e), meta,
-                W.OPT_TOKEN_STREAM if e.tokens is not None else 0, req)
+        want = (want_cache, e.n, e.A, e.commits, expected_streams(e), meta, opt_bits(e), req)
         got = (got_cache, js["positions"], js["archived"], js["commits"], streams,
                js.get("metadata", {}), js["optional_features"], js["required_features"])
         ok = got == want and len(js["stream_list"]) == len(streams)
@@ -354,11 +384,12 @@ def negative_controls(exps, d1, a, tmp):
     except R.Reject as x:
         check("control: ... and the second reader (CHECKSUM)", x.cls == "CHECKSUM", x.message())
 
-    # a reserved optional feature bit (§3.4: writers write 0), header re-sealed:
-    # a reader ignores it, --strict flags it as a writer rule
+    # a reserved optional feature bit (§3.4: writers write 0; bit 2, the
+    # first one version 1.2 leaves reserved), header re-sealed: a reader
+    # ignores it, --strict flags it as a writer rule
     with open(os.path.join(d1, "pyw_exact.fkvf"), "rb") as fh:
         data = bytearray(fh.read())
-    data[32] |= 2
+    data[32] |= 4
     data[56:64] = struct.pack("<Q", xxh3_64(bytes(data[:56]), 0))
     opt_path = os.path.join(tmp, "optbit.fkvf")
     with open(opt_path, "wb") as fh:
@@ -372,7 +403,8 @@ def negative_controls(exps, d1, a, tmp):
     # one-commit file byte for byte
     for one, more in (("pyw_archive.fkvf", "pyw_appended.fkvf"),
                       ("pyw_multi.fkvf", "pyw_multi_appended.fkvf"),
-                      ("pyw_layers.fkvf", "pyw_layers_appended.fkvf")):
+                      ("pyw_layers.fkvf", "pyw_layers_appended.fkvf"),
+                      ("pyw_metric.fkvf", "pyw_metric_appended.fkvf")):
         with open(os.path.join(d1, one), "rb") as fh:
             a1 = fh.read()
         with open(os.path.join(d1, more), "rb") as fh:
@@ -406,6 +438,36 @@ def negative_controls(exps, d1, a, tmp):
             check("control: a layer table without LAYER_STAGES, fkvf-conf-read: CORRUPT",
                   rc == 1 and out.split()[:2] == ["class", "CORRUPT"], "exit %d %s" % (rc, out))
 
+    # a CMET matrix made asymmetric (one unit in the last place of element
+    # (0, 1) of the first matrix; section, directory and trailer re-sealed):
+    # full verification rejects it (CORRUPT), the access path ignores the
+    # CMET (§7.5), and the appender refuses to encode with it (§13.8)
+    with open(os.path.join(d1, "pyw_metric.fkvf"), "rb") as fh:
+        data = bytearray(fh.read())
+    reseal_section(data, b"CMET", lambda off: data.__setitem__(
+        slice(off + 68, off + 72),
+        struct.pack("<I", struct.unpack_from("<I", data, off + 68)[0] + 1)))
+    for mode, want in (("verify", "CORRUPT"), ("open", None)):
+        try:
+            R.Reader(memoryview(bytes(data)), mode).run()
+            got = None
+        except R.Reject as x:
+            got = x.cls
+        check("control: an asymmetric CMET matrix, second reader (%s): %s"
+              % (mode, want or "accepted"), got == want, "got %s" % got)
+    asym = os.path.join(tmp, "metric_asym.fkvf")
+    with open(asym, "wb") as fh:
+        fh.write(data)
+    e = by["pyw_metric.fkvf"]
+    try:
+        W.append(asym, [e.rows_in[36]], new_tokens=[1], sync=False)
+        refused = False
+    except W.WriteError:
+        refused = True
+    with open(asym, "rb") as fh:
+        check("control: the appender refuses a file whose CMET fails §13.8 and leaves it "
+              "unchanged", refused and fh.read() == bytes(data))
+
     # the appender refuses a torn file (§7.7) and leaves it unchanged
     torn = os.path.join(tmp, "torn.fkvf")
     with open(os.path.join(d1, "pyw_archive.fkvf"), "rb") as fh:
@@ -422,6 +484,25 @@ def negative_controls(exps, d1, a, tmp):
               refused and fh.read() == data + bytes(100))
 
 
+def reseal_section(data, typ, change):
+    """Apply change(offset) to the first section of type typ in the last
+    commit of data (a bytearray), then re-seal its checksum, the directory
+    checksum and the trailer (§4.6, §6)."""
+    T = len(data) - 64
+    dof, dsz = struct.unpack_from("<QQ", data, T + 16)
+    cnt, = struct.unpack_from("<I", data, dof + 4)
+    for i in range(cnt):
+        eo = dof + 64 + 64 * i
+        if bytes(data[eo:eo + 4]) == typ:
+            off, stored = struct.unpack_from("<QQ", data, eo + 8)
+            change(off)
+            struct.pack_into("<Q", data, eo + 40, xxh3_64(bytes(data[off:off + stored]), off))
+            struct.pack_into("<Q", data, T + 32, xxh3_64(bytes(data[dof:dof + dsz]), dof))
+            struct.pack_into("<Q", data, T + 56, xxh3_64(bytes(data[T:T + 56]), T))
+            return
+    raise ValueError("no %r section in the last commit" % typ)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fkvf", required=True, help="the fkvf command-line tool")
@@ -429,6 +510,8 @@ def main():
     ap.add_argument("--keep", help="write the files here (default: a temporary directory)")
     ap.add_argument("--c-layer-stages", action="store_true", default=C_LAYER_STAGES,
                     help="check the LAYER_STAGES files (pyw_layers*) with libfkvf too")
+    ap.add_argument("--c-metric", action="store_true", default=C_METRIC,
+                    help="check the encoder-metric files (pyw_metric*, CMET) with libfkvf too")
     a = ap.parse_args()
     tmpd = tempfile.mkdtemp(prefix="fkvf-pywrite-")
     try:
