@@ -147,4 +147,91 @@ grep_in layers-and-k-stages-message "exclude each other" "$T/err"
 check layers-and-v-stages-pack 2 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --v-stages 1 --layer-stages 1:1,1:1,1:1,1:1,1:1
 check layers-with-codebooks 0 "$FKVF" pack "$CACHE" -o "$T/x.fkvf" --codebooks "$T/lay.fkvf" --layer-stages 1:1,1:1,1:1,1:1,1:1
 grep_in layers-with-codebooks-warned "is an option of --train, ignored" "$T/err"
+
+# the encoder metric (format 1.2, spec 13.8): fkvf train --key-metric /
+# --value-metric take float32 .npy arrays of [layers, heads, dim, dim]; the
+# codebook file keeps them (info), fkvf pack and fkvf append encode under
+# them (the archive differs from one packed with the same tables under the
+# Euclidean metric, which is what the identity metric gives); refusals
+npy() { # npy OUT KIND: spd (anisotropic, per table), id (identity), asym (spd with
+       # (0, 1) of table 0 doubled and (1, 0) zeroed: the same symmetric part),
+       # indef (table 0 indefinite), shape (3 heads)
+    /usr/bin/python3 - "$1" "$2" <<'PY'
+import struct, sys, random
+out, kind = sys.argv[1], sys.argv[2]
+L, H, D = 5, (3 if kind == "shape" else 4), 8
+vals = []
+for t in range(L * H):
+    rnd = random.Random(t + 1)
+    b = [[(rnd.random() - 0.5) * 4.0 / (1.0 + 3.0 * j) for j in range(D)] for _ in range(D)]
+    for i in range(D):
+        for j in range(D):
+            if kind == "id":
+                v = 1.0 if i == j else 0.0
+            else:
+                v = sum(b[i][p] * b[j][p] for p in range(D)) + (0.05 if i == j else 0.0)
+            vals.append(v)
+# exactly symmetric as float32: the lower triangle copies the upper
+for t in range(L * H):
+    for i in range(D):
+        for j in range(i):
+            vals[t * D * D + i * D + j] = vals[t * D * D + j * D + i]
+if kind == "asym":
+    vals[1], vals[D] = 2.0 * vals[1], 0.0
+if kind == "indef":
+    for i in range(D):
+        for j in range(D):
+            vals[i * D + j] = (1.0 if i == j else 0.0) if i < D - 1 or j != i else -1.0
+hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d, %d, %d), }" % (L, H, D, D)
+hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
+with open(out, "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
+    f.write(struct.pack("<%df" % len(vals), *vals))
+PY
+}
+npy "$T/mk.npy" spd
+npy "$T/mid.npy" id
+npy "$T/masym.npy" asym
+npy "$T/mindef.npy" indef
+npy "$T/mshape.npy" shape
+check metric-train 0 "$FKVF" train "$TRAIN" -o "$T/met.fkvf" $Q --key-metric "$T/mk.npy" --value-metric "$T/mk.npy"
+grep_in metric-train-text "encoder metric: keys+values" "$T/out"
+check metric-info 0 "$FKVF" info "$T/met.fkvf"
+grep_in metric-info-line "encoder metric  keys+values" "$T/out"
+grep_in metric-info-optional "(optional: encoder-metric)" "$T/out"
+check metric-info-json 0 "$FKVF" info --json "$T/met.fkvf"
+grep_in metric-info-json-key '"metric":"keys+values"' "$T/out"
+check metric-verify 0 "$FKVF" verify "$T/met.fkvf"
+check metric-json 0 "$FKVF" train "$TRAIN" -o "$T/met-k.fkvf" $Q --key-metric "$T/mk.npy" --json
+grep_in metric-json-key '"metric":"keys"' "$T/out"
+check metric-json-none 0 "$FKVF" train "$TRAIN" -o "$T/met-n.fkvf" $Q --json
+grep_in metric-json-null '"metric":null' "$T/out"
+# the identity metric trains the same tables as none (same content hash)
+check metric-identity 0 "$FKVF" train "$TRAIN" -o "$T/met-id.fkvf" $Q --key-metric "$T/mid.npy" --value-metric "$T/mid.npy" --json
+grep_in metric-identity-hash "$hash" "$T/out"
+# packing encodes under the file's metric: the same tables without their
+# metric (the identity) give another archive; with their metric, the same
+# archive as the appender's
+check metric-pack 0 "$FKVF" pack "$CACHE" -o "$T/met-a.fkvf" --codebooks "$T/met.fkvf"
+check metric-pack-verify 0 "$FKVF" verify "$T/met-a.fkvf" --codebooks "$T/met.fkvf"
+check metric-pack-id 0 "$FKVF" pack "$CACHE" -o "$T/met-b.fkvf" --codebooks "$T/met-id.fkvf"
+check metric-pack-plain 0 "$FKVF" pack "$CACHE" -o "$T/met-c.fkvf" --codebooks "$T/cbs/renamed-codebook"
+check metric-unpack-id 0 "$FKVF" unpack "$T/met-b.fkvf" -o "$T/met-b.safetensors" --codebooks "$T/met-id.fkvf"
+check metric-unpack-plain 0 "$FKVF" unpack "$T/met-c.fkvf" -o "$T/met-c.safetensors" --codebooks "$T/cbs/renamed-codebook"
+same metric-pack-id-is-plain "$T/met-b.safetensors" "$T/met-c.safetensors"
+check metric-unpack 0 "$FKVF" unpack "$T/met-a.fkvf" -o "$T/met-a.safetensors" --codebooks "$T/met.fkvf"
+check metric-compare 0 "$FKVF" compare "$CACHE" "$T/met-a.safetensors" --sinks 4 --recent 32
+grep_in metric-compare-exact "exact positions: 36 of 36 bit-identical" "$T/out"
+# other tables (trained under the metric), other archived rows
+if cmp -s "$T/met-a.safetensors" "$T/met-c.safetensors"; then echo "FAIL metric-pack-differs"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
+# a matrix is taken as its symmetric part: the same codebook file
+check metric-asym 0 "$FKVF" train "$TRAIN" -o "$T/met-asym.fkvf" $Q --key-metric "$T/masym.npy" --value-metric "$T/mk.npy"
+same metric-asym-same "$T/met.fkvf" "$T/met-asym.fkvf"
+check metric-refuse-indef 1 "$FKVF" train "$TRAIN" -o "$T/mx.fkvf" $Q --key-metric "$T/mindef.npy"
+grep_in metric-refuse-indef-message "matrix of layer 0, head 0 is not positive definite (element \[7, 7\])" "$T/err"
+check metric-refuse-shape 1 "$FKVF" train "$TRAIN" -o "$T/mx.fkvf" $Q --value-metric "$T/mshape.npy"
+grep_in metric-refuse-shape-message "needs \[layers, heads, dim, dim\] = \[5, 4, 8, 8\]" "$T/err"
+check metric-refuse-missing 2 "$FKVF" train "$TRAIN" -o "$T/mx.fkvf" $Q --key-metric "$T/none.npy"
+check metric-refuse-cache 1 "$FKVF" train "$TRAIN" -o "$T/mx.fkvf" $Q --key-metric "$TRAIN"
+if [ -e "$T/mx.fkvf" ]; then echo "FAIL metric-refusals-wrote: $T/mx.fkvf"; fails=$((fails + 1)); else pass=$((pass + 1)); fi
 finish cli_codebooks

@@ -185,6 +185,19 @@ int kvio_read_npy_mem(const void *data, size_t size, const char *name, unsigned 
 int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned flags,
                       kvio_cache *out, char *err, size_t errlen);
 
+/* A plain array from a .npy file: little-endian float32 ('<f4'), C order,
+ * 1..KVIO_MAX_NDIM dimensions (another dtype is KVIO_E_UNSUPPORTED: save
+ * it as float32); for matrices such as an encoder metric (fkvf train
+ * --key-metric). data: n floats in host order, malloc'd (kvio_array_free). */
+typedef struct kvio_array {
+    float *data;
+    uint64_t n;
+    uint64_t dims[KVIO_MAX_NDIM];
+    size_t ndim;
+} kvio_array;
+int kvio_read_array(const char *path, kvio_array *out, char *err, size_t errlen);
+void kvio_array_free(kvio_array *a); /* leaves *a zeroed; NULL ok */
+
 /* ---- writing ----------------------------------------------------------- */
 /* Write a file (fmt AUTO: by extension) through kvio_tmp_open/_place (see
  * "output files" below): a temporary file next to it, renamed over path when

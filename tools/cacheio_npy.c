@@ -5,8 +5,11 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cacheio_impl.h"
 
@@ -466,4 +469,68 @@ int cio_write_npy(const ctx *x, sink *s, const kvio_cache *c, unsigned flags)
     }
     return s->rc ? cio_fail(x, s->rc, "write failed: %s", s->rc == KVIO_E_IO ? strerror(errno) : "out of memory")
                  : KVIO_OK;
+}
+
+/* ---- a plain float32 array ---------------------------------------------- */
+
+void kvio_array_free(kvio_array *a)
+{
+    if (!a)
+        return;
+    free(a->data);
+    memset(a, 0, sizeof *a);
+}
+
+int kvio_read_array(const char *path, kvio_array *out, char *err, size_t errlen)
+{
+    ctx x = {path, err, errlen};
+    if (!path || !out)
+        return cio_fail(&x, KVIO_E_ARG, "no path or output array");
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return cio_fail(&x, KVIO_E_IO, "cannot open: %s", strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return cio_fail(&x, KVIO_E_IO, "not a regular file");
+    }
+    if ((uint64_t)st.st_size > SIZE_MAX) {
+        close(fd);
+        return cio_fail(&x, KVIO_E_NOMEM, "file too large for this platform");
+    }
+    size_t size = (size_t)st.st_size;
+    uint8_t *d = malloc(size ? size : 1);
+    if (!d) {
+        close(fd);
+        return cio_fail(&x, KVIO_E_NOMEM, "out of memory");
+    }
+    int rc = cio_pread_all(&x, fd, d, size, 0);
+    close(fd);
+    npy_hdr h;
+    if (rc == KVIO_OK)
+        rc = npy_parse(&x, "array", d, size, &h);
+    if (rc == KVIO_OK && h.type != T_F32)
+        rc = cio_fail(&x, KVIO_E_UNSUPPORTED, "array: dtype %s, not float32 ('<f4'): save it "
+                                              "as float32",
+                      cio_show(h.descr).s);
+    if (rc == KVIO_OK && (h.ndim < 1 || h.ndim > KVIO_MAX_NDIM))
+        rc = cio_fail(&x, KVIO_E_UNSUPPORTED, "array: %zu dimensions", h.ndim);
+    if (rc == KVIO_OK) {
+        size_t n = (size_t)(h.nbytes / 4); /* nbytes <= size: it fits */
+        out->data = malloc(n ? n * sizeof(float) : 1);
+        if (!out->data) {
+            rc = cio_fail(&x, KVIO_E_NOMEM, "out of memory");
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                uint32_t u = rd32(d + h.data_off + 4 * i);
+                memcpy(&out->data[i], &u, 4);
+            }
+            out->n = n;
+            out->ndim = h.ndim;
+            memcpy(out->dims, h.dims, h.ndim * sizeof h.dims[0]);
+        }
+    }
+    free(d);
+    return rc;
 }

@@ -123,5 +123,13 @@ int cli_load_codebook_file(const char *path, const kvio_cache *c, cli_key_opts *
     if (q && rc != FKVF_OK)
         return cli_fail(cli_fkvf_exit(rc), rc, path, "cannot load the codebook tables: %s",
                         fkvf_strerror(rc));
+    /* encode under the codebook's metric, if the file has one (spec 13.8) */
+    fkvf_rvq_metric m;
+    rc = q ? fkvf_reader_metric(*r, &m) : FKVF_E_NOT_FOUND;
+    if (rc != FKVF_OK && rc != FKVF_E_NOT_FOUND)
+        return cli_fail_reader(rc, *r, path, "its encoder metric: ");
+    if (rc == FKVF_OK && (rc = fkvf_rvq_set_metric(*q, &m)) != FKVF_OK)
+        return cli_fail(cli_fkvf_exit(rc), rc, path, "cannot use its encoder metric: %s",
+                        fkvf_strerror(rc));
     return CLI_OK;
 }

@@ -126,6 +126,7 @@ static void sizes_by_part(fkvf_reader *r, const fkvf_archive_info *ai, part_size
         case FKVF_SECTION_CBK1:
         case FKVF_SECTION_CBRF:
         case FKVF_SECTION_VTXS:
+        case FKVF_SECTION_CMET: /* the codebook's encoder metric (spec 13.8) */
             ps->codebooks += s.stored_size;
             break;
         case FKVF_SECTION_META:
@@ -168,7 +169,9 @@ static const char *info_help =
     "Shows the header, the commits, the cache shape, the codec of each stream,\n"
     "bytes per part and the metadata (of an archive or a codebook file). --json\n"
     "prints one JSON object (with \"error\": null, or the error object of\n"
-    "docs/cli.md when the metadata is invalid).\n"
+    "docs/cli.md when the metadata or the encoder metric is invalid; \"metric\":\n"
+    "the codebook's encoder metric, \"keys\", \"values\", \"keys+values\" or null,\n"
+    "spec 13.8).\n"
     "The ratio vs fp16 counts the codebook: an embedded one (also given without\n"
     "it), or for an archive that refers to a codebook file, that file as found\n"
     "by content hash in the archive's directory, then in each directory of\n"
@@ -177,7 +180,8 @@ static const char *info_help =
     "what it holds (kind, tokens, cells, K/V types, V layout) and the fkvf\n"
     "import-llama command that archives it (docs/llamacpp.md).\n"
     "\n"
-    "Exit status: 0 ok, 1 invalid input (not an FKVF file, invalid metadata),\n"
+    "Exit status: 0 ok, 1 invalid input (not an FKVF file, invalid metadata or\n"
+    "encoder metric),\n"
     "2 usage or I/O error (also: ARCHIVE does not exist).\n";
 
 static void print_meta_value(FILE *f, const fkvf_meta_entry *e, int json)
@@ -224,8 +228,23 @@ typedef struct info_facts {
     char meta_msg[1024];            /* and the message when invalid */
     uint64_t fp16_bytes, no_cb;     /* the cache as fp16; the archive without its codebooks */
     uint64_t cbf_bytes;             /* the external codebook file's size */
+    int metric_rc;                  /* fkvf_reader_metric's result (spec 13.8) */
+    unsigned metric_parts;          /* and its parts: 1 keys, 2 values */
     int ec;                         /* the exit status (errors reported) */
 } info_facts;
+
+/* The encoder metric as info prints it: "keys", "values", "keys+values",
+ * "none", or why it is not known. */
+static const char *metric_text(const info_facts *x)
+{
+    if (x->metric_rc == FKVF_OK)
+        return x->metric_parts == 3 ? "keys+values" : x->metric_parts == 1 ? "keys" : "values";
+    if (x->metric_rc == FKVF_E_NOT_FOUND)
+        return "none";
+    if (x->metric_rc == FKVF_E_CODEBOOK)
+        return "not known (the codebook file was not found)";
+    return "invalid (see the error above; fkvf verify)";
+}
 
 /* The facts of the archive x->r (opened from x->path): errors (invalid
  * metadata, an external codebook of its hash that does not fit) are
@@ -258,6 +277,14 @@ static void info_run(info_facts *x)
         x->cbf_bytes = cbi.file_size;
     if (ext_rc != CLI_OK)
         x->ec = ext_rc; /* a file of its hash that does not fit: reported */
+    /* the codebook's encoder metric: with the codebook (embedded, or the
+     * codebook file attached above) */
+    fkvf_rvq_metric m;
+    x->metric_rc = fkvf_reader_metric(r, &m);
+    x->metric_parts = (m.keys ? 1u : 0u) | (m.values ? 2u : 0u);
+    if (x->metric_rc != FKVF_OK && x->metric_rc != FKVF_E_NOT_FOUND &&
+        x->metric_rc != FKVF_E_CODEBOOK)
+        x->ec = cli_fail_reader(x->metric_rc, r, x->path, "encoder metric: ");
 }
 
 /* --json: the "cache" member (the descriptor). */
@@ -344,6 +371,11 @@ static void info_json(FILE *f, const info_facts *x)
             ai.file_size, ai.committed_size, ai.torn_bytes, ai.n_commits, ai.n_positions,
             ai.n_archived, ai.n_sections, ai.n_streams);
     info_json_cache(f, x);
+    /* "keys", "values", "keys+values"; null: none (or not known) */
+    if (x->metric_rc == FKVF_OK)
+        fprintf(f, ",\"metric\":\"%s\"", metric_text(x));
+    else
+        fprintf(f, ",\"metric\":null");
     fprintf(f, ",\"bytes\":{\"window\":%" PRIu64 ",\"indices\":%" PRIu64 ",\"tokens\":%" PRIu64
                ",\"codebooks\":%" PRIu64 ",\"metadata\":%" PRIu64 ",\"other\":%" PRIu64
                ",\"structure\":%" PRIu64 ",\"fp16_equivalent\":%" PRIu64
@@ -376,6 +408,13 @@ static void info_text_head(FILE *f, const info_facts *x)
             ai.required_features & FKVF_FEAT_EXTERNAL_CODEBOOK ? " external-codebook" : "",
             ai.required_features & FKVF_FEAT_LAYER_STAGES ? " layer-stages" : "",
             ai.optional_features);
+    if (ai.optional_features & (FKVF_OPTFEAT_TOKEN_STREAM | FKVF_OPTFEAT_ENCODER_METRIC))
+        fprintf(f, "                (optional: %s%s)\n",
+                ai.optional_features & FKVF_OPTFEAT_TOKEN_STREAM ? "token-stream" : "",
+                ai.optional_features & FKVF_OPTFEAT_ENCODER_METRIC
+                    ? (ai.optional_features & FKVF_OPTFEAT_TOKEN_STREAM ? " encoder-metric"
+                                                                          : "encoder-metric")
+                    : "");
     fprintf(f, "size            %" PRIu64 " bytes in %" PRIu64 " commit(s)", ai.file_size, ai.n_commits);
     if (ai.torn_bytes)
         fprintf(f, "; TORN TAIL: %" PRIu64 " bytes after commit %" PRIu64
@@ -408,6 +447,8 @@ static void info_text_head(FILE *f, const info_facts *x)
     } else {
         fprintf(f, "kind            codebook file (no cache descriptor)\n");
     }
+    if (x->metric_rc != FKVF_E_NOT_FOUND)
+        fprintf(f, "encoder metric  %s\n", metric_text(x));
 }
 
 /* Text: the bytes by part and the ratio vs fp16. */

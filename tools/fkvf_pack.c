@@ -1340,6 +1340,14 @@ static const char *train_help =
     "                        layer (format 1.1: readers of FKVF 1.0 refuse such a\n"
     "                        codebook; docs/quality-study.md: when it pays)\n"
     "  --pooled              one codebook per layer shared by all heads\n"
+    "  --key-metric M.npy    train and encode keys under an encoder metric: a\n"
+    "                        float32 .npy of [layers, heads, key_dim, key_dim]\n"
+    "                        ([layers, key_dim, key_dim] with --pooled), one\n"
+    "                        symmetric positive definite matrix a head, e.g.\n"
+    "                        the second moment of the queries that read it;\n"
+    "                        kept in FILE (format 1.2, spec 13.8), so fkvf pack\n"
+    "                        and fkvf append encode under it (docs/codebooks.md)\n"
+    "  --value-metric M.npy  the same for values, e.g. W_o,h^T W_o,h\n"
     "  --seed S              training seed (0)\n"
     "  --iters N             Lloyd iterations per stage (25)\n"
     "  --f32                 binary32 tables (default f16)\n"
@@ -1359,7 +1367,8 @@ static const char *train_help =
     "                        CACHE is never replaced\n"
     "  --json                one JSON object: out, caches, layers, heads, pooled, k,\n"
     "                        k_stages, v_stages, layer_stages ([[k, v], ...] or\n"
-    "                        null), dtype, bytes, content_hash (on\n"
+    "                        null), metric (null, \"keys\", \"values\" or\n"
+    "                        \"keys+values\"), dtype, bytes, content_hash (on\n"
     "                        failure {\"error\":{...}}, docs/cli.md)\n"
     "A warning says so when FILE's name ends in the extension of another format.\n"
     "\n"
@@ -1377,6 +1386,7 @@ typedef struct train_opts {
     uint8_t lst[2 * 1024]; /* --layer-stages: the pairs of n_lst layers */
     uint32_t n_lst;
     int ks_set; /* --k-stages or --v-stages given */
+    const char *metric_path[2]; /* --key-metric, --value-metric */
 } train_opts;
 
 /* An option with a value (argv[*i], its value v). Returns 0, or after a
@@ -1414,6 +1424,10 @@ static int train_value(train_opts *o, const char *a, const char *v)
         return cli_opt_layout(v, &o->layout) ? -1 : 0;
     if (!strcmp(a, "--model"))
         return cli_llama_set_model(v);
+    if (!strcmp(a, "--key-metric") || !strcmp(a, "--value-metric")) {
+        o->metric_path[a[2] == 'v'] = v;
+        return 0;
+    }
     cli_usage("unknown option '%s' (see fkvf train --help)", a);
     return -1;
 }
@@ -1476,6 +1490,8 @@ typedef struct train_state {
     fkvf_rope rope;
     fkvf_codebook_shape shape;
     char hx[33];      /* its content hash */
+    kvio_array metric[2];     /* --key-metric, --value-metric */
+    fkvf_rvq_metric rvq_metric;
 } train_state;
 
 static void train_free(const train_opts *o, train_state *s)
@@ -1493,6 +1509,66 @@ static void train_free(const train_opts *o, train_state *s)
     fkvf_rvq_free(s->q);
     fkvf_writer_free(s->w);
     fkvf_reader_free(s->r);
+    kvio_array_free(&s->metric[0]);
+    kvio_array_free(&s->metric[1]);
+}
+
+/* The --key-metric / --value-metric arrays read and checked against the
+ * codebook's shape (a matrix a layer and codebook head) and the rule of
+ * spec 13.8. Returns the exit status. */
+static int train_metric(const train_opts *o, train_state *s)
+{
+    const fkvf_rvq_params *prm = &o->prm;
+    uint32_t heads = prm->pooled ? 1 : prm->n_kv_heads;
+    for (int kv = 0; kv < 2; kv++) {
+        const char *path = o->metric_path[kv];
+        if (!path)
+            continue;
+        const char *opt = kv ? "--value-metric" : "--key-metric";
+        uint32_t dim = kv ? prm->value_dim : prm->key_dim;
+        kvio_array *a = &s->metric[kv];
+        char err[512];
+        int rc = kvio_read_array(path, a, err, sizeof err);
+        if (rc != KVIO_OK)
+            return cli_fail(rc == KVIO_E_IO ? CLI_USAGE : CLI_INVALID, FKVF_E_INVALID_ARG, NULL,
+                            "%s: %s", opt, err);
+        const uint64_t *d = a->dims;
+        int fits = (a->ndim == 4 && d[0] == prm->n_layers && d[1] == heads && d[2] == dim &&
+                    d[3] == dim) ||
+                   (a->ndim == 3 && heads == 1 && d[0] == prm->n_layers && d[1] == dim &&
+                    d[2] == dim);
+        if (!fits)
+            return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, path,
+                            "%s: an array of %zu dimensions [%llu, %llu, ...] does not fit: it "
+                            "needs [layers, %s, dim, dim] = [%u, %u, %u, %u]",
+                            opt, a->ndim, (unsigned long long)d[0],
+                            (unsigned long long)(a->ndim > 1 ? d[1] : 0),
+                            prm->pooled ? "1 (pooled)" : "heads", prm->n_layers, heads, dim, dim);
+        if (dim > 1024)
+            return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, path,
+                            "%s: an encoder metric of dimension %u (at most 1024, spec 13.8)",
+                            opt, dim);
+        size_t nn = (size_t)dim * dim;
+        for (size_t t = 0; t < (size_t)prm->n_layers * heads; t++) {
+            size_t bad = 0;
+            int v = fkvf_metric_matrix_check(a->data + t * nn, dim, &bad);
+            if (v < 0)
+                return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+            if (v > 0)
+                return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, path,
+                                "%s: the matrix of layer %zu, head %zu is %s (element [%zu, %zu]); "
+                                "an encoder metric is positive definite (its symmetric part is "
+                                "taken)",
+                                opt, t / heads, t % heads,
+                                v == FKVF_METRIC_NONFINITE ? "not finite" : "not positive definite",
+                                bad / dim, bad % dim);
+        }
+        if (kv)
+            s->rvq_metric.values = a->data;
+        else
+            s->rvq_metric.keys = a->data;
+    }
+    return CLI_OK;
 }
 
 /* Every cache read, of one shape, as rows; the key options settled (the
@@ -1555,6 +1631,10 @@ static int train_fit(train_opts *o, train_state *s)
     prm->layer_stages = cli_layer_table(o->lst, o->n_lst, c0->n_layers, &bad);
     if (bad)
         return CLI_USAGE;
+    int ex = train_metric(o, s);
+    if (ex != CLI_OK)
+        return ex;
+    prm->metric = s->rvq_metric.keys || s->rvq_metric.values ? &s->rvq_metric : NULL;
     cli_progress pg;
     cli_progress_init(&pg, "train", 0);
     prm->progress = cli_progress_cb;
@@ -1592,6 +1672,8 @@ static int train_write(const train_opts *o, train_state *s)
     wo.no_replace = !o->force;
     if (s->shape.layer_stages) /* stage counts per layer (spec 13.1) */
         wo.required_features |= FKVF_FEAT_LAYER_STAGES;
+    if (prm->metric) /* kept with the codebook (spec 13.8) */
+        wo.optional_features |= FKVF_OPTFEAT_ENCODER_METRIC;
     int rc = fkvf_writer_create_file(&s->w, o->out, &wo, NULL);
     if (rc == FKVF_OK)
         rc = fkvf_writer_meta_utf8(s->w, "train.keys", prm->key_rope ? "pre-rope" : "as-is");
@@ -1609,6 +1691,8 @@ static int train_write(const train_opts *o, train_state *s)
         rc = fkvf_writer_meta_u64(s->w, "train.caches", o->nin);
     if (rc == FKVF_OK)
         rc = fkvf_writer_add_codebooks(s->w, &s->shape, s->tables, s->tables_size, 0);
+    if (rc == FKVF_OK && prm->metric)
+        rc = fkvf_writer_add_metric(s->w, prm->metric, 0);
     if (rc == FKVF_OK)
         rc = fkvf_writer_finish(s->w);
     if (rc != FKVF_OK)
@@ -1621,6 +1705,12 @@ static int train_write(const train_opts *o, train_state *s)
         return cli_fail_reader(rc, s->r, o->out, "cannot read back: ");
     cli_hex16(hash, s->hx);
     return CLI_OK;
+}
+
+/* "keys", "values" or "keys+values": the parts the encoder metric has */
+static const char *train_metric_name(const train_opts *o)
+{
+    return !o->metric_path[1] ? "keys" : !o->metric_path[0] ? "values" : "keys+values";
 }
 
 static void train_print(const train_opts *o, const train_state *s)
@@ -1641,6 +1731,8 @@ static void train_print(const train_opts *o, const train_state *s)
             printf("K x%u V x%u", sh->k_stages, sh->v_stages);
         }
         printf(", %s tables, %lld bytes\n", sh->dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz);
+        if (o->prm.metric)
+            printf("encoder metric: %s\n", train_metric_name(o));
         printf("content hash %s\n", s->hx);
         return;
     }
@@ -1664,6 +1756,11 @@ static void train_print(const train_opts *o, const train_state *s)
     } else {
         printf("null");
     }
+    printf(",\"metric\":");
+    if (o->prm.metric)
+        printf("\"%s\"", train_metric_name(o));
+    else
+        printf("null");
     printf(",\"dtype\":\"%s\",\"bytes\":%lld,\"content_hash\":\"%s\"}\n",
            sh->dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz, s->hx);
 }
