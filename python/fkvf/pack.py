@@ -40,6 +40,7 @@ _FEAT_NGON, _FEAT_DEFLATE = _lib.FEAT_NGON, _lib.FEAT_DEFLATE
 _FEAT_EXTERNAL_CODEBOOK = _lib.FEAT_EXTERNAL_CODEBOOK
 _FEAT_LAYER_STAGES = _lib.FEAT_LAYER_STAGES
 _OPTFEAT_TOKEN_STREAM = _lib.OPTFEAT_TOKEN_STREAM
+_OPTFEAT_ENCODER_METRIC = _lib.OPTFEAT_ENCODER_METRIC
 _SECTION_DEFLATE = _lib.SECTION_DEFLATE
 _PROFILE_QUAD, _PROFILE_NGON = _lib.PROFILE_QUAD, _lib.PROFILE_NGON
 _MAX_BEAM = 64
@@ -99,6 +100,56 @@ def _layer_stages_arg(layer_stages: Any, n_layers: int, ks: int, vs: int
     if all(flat[2 * i] == flat[0] and flat[2 * i + 1] == flat[1] for i in range(n_layers)):
         return flat[0], flat[1], None
     return mk, mv, (c_uint8 * len(flat))(*flat)
+
+
+def _metric_arg(name: str, m: Any, n_layers: int, n_heads: int, pooled: bool, dim: int,
+                dim_name: str) -> Optional[np.ndarray]:
+    """A key_metric / value_metric argument of fkvf.train as the C layout (spec 13.8,
+    fkvf_rvq_metric): None, or contiguous float32 [n_layers, n_heads, dim, dim] (n_heads
+    the codebook's: 1 when pooled, where [n_layers, dim, dim] is taken too). Its shape is
+    checked here, and each matrix (after the rounding to float32) by the library's one
+    rule (fkvf_metric_matrix_check: its symmetric part finite and positive definite),
+    naming the first that fails."""
+    if m is None:
+        return None
+    try:
+        a = np.asarray(m)
+    except Exception as e:  # an object NumPy cannot take (a CUDA tensor, ...)
+        raise TypeError(f"{name}: a {type(m).__name__}, expected an array of "
+                        f"[n_layers, n_heads, {dim_name}, {dim_name}] matrices ({e})") from None
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"{name}: dtype {a.dtype}, expected real numbers")
+    want = (n_layers, n_heads, dim, dim)
+    if pooled and a.ndim == 3:
+        a = a[:, None]
+    if a.shape != want:
+        heads = "1 (pooled)" if pooled else f"{n_heads} (the cache's KV heads)"
+        alt = f" or ({n_layers}, {dim}, {dim})" if pooled else ""
+        raise ValueError(f"{name}: shape {tuple(np.shape(m))}, expected {want}{alt}: one "
+                         f"{dim_name} x {dim_name} matrix per layer and codebook head "
+                         f"[n_layers, n_heads, {dim_name}, {dim_name}], n_heads {heads}")
+    if dim > _lib.METRIC_DIM_MAX:
+        raise ValueError(f"{name}: {dim_name} {dim} is above {_lib.METRIC_DIM_MAX}, the "
+                         "largest dimension an encoder metric may have (spec 13.8)")
+    with np.errstate(over="ignore"):
+        a = np.ascontiguousarray(a, dtype=np.float32)
+    bad = ctypes.c_size_t()
+    for l in range(n_layers):
+        for h in range(n_heads):
+            v = lib.fkvf_metric_matrix_check(a[l, h].ctypes.data, dim, byref(bad))
+            if v < 0:
+                raise MemoryError(f"{name}: no memory to check the matrix [{l}, {h}]")
+            if v > 0:
+                i, j = divmod(bad.value, dim)
+                what = (f"element ({i}, {j}) is {a[l, h, i, j]} and ({j}, {i}) "
+                        f"{a[l, h, j, i]} (as float32): not finite"
+                        if v == _lib.METRIC_NONFINITE else
+                        f"not positive definite (the Cholesky pivot of column {j} is not "
+                        "above zero)")
+                raise ValueError(f"{name}[{l}, {h}]: {what}; a metric must be positive "
+                                 "definite (its symmetric part (M + M^T) / 2 is taken; "
+                                 "spec 13.8)")
+    return a
 
 
 def _meta_items(metadata: Any) -> List[Tuple[str, Any]]:
@@ -203,7 +254,12 @@ def _warn_codebook(who: str, k: int, cb_bytes: int, fp16_bytes: int, n_rows: int
 
 def _train_q(blocks: List[Tuple[np.ndarray, int]], shape: "_cache.Shape", k: int, ks: int,
              vs: int, f32: bool, pooled: bool, seed: int, iters: int,
-             krope: Optional[_Rope], path: str, lst: Any = None) -> int:
+             krope: Optional[_Rope], path: str, lst: Any = None,
+             metric: Optional[Tuple[Optional[np.ndarray], Optional[np.ndarray]]] = None
+             ) -> int:
+    """Train an rvq on blocks (metric: the (keys, values) matrices of _metric_arg, not
+    both None, or None: Euclidean; a matrix the library refuses as not positive definite:
+    a ValueError naming it)."""
     prm = _RvqParams()
     lib.fkvf_rvq_params_init(byref(prm))
     prm.n_layers, prm.n_kv_heads = shape.n_layers, shape.n_kv_heads
@@ -214,6 +270,8 @@ def _train_q(blocks: List[Tuple[np.ndarray, int]], shape: "_cache.Shape", k: int
     prm.table_dtype = _lib.DTYPE_F32 if f32 else _lib.DTYPE_F16
     prm.seed, prm.max_iters = seed, iters
     prm.key_rope = ctypes.pointer(krope) if krope is not None else None
+    if metric is not None:
+        prm.metric = ctypes.pointer(_metric_struct(*metric))
     arr = (_Rows * len(blocks))()
     for i, (rows, code) in enumerate(blocks):
         arr[i] = _Rows(rows.ctypes.data, rows.shape[0], code, 0)
@@ -223,6 +281,14 @@ def _train_q(blocks: List[Tuple[np.ndarray, int]], shape: "_cache.Shape", k: int
         lib.fkvf_rvq_free(q)
         raise _code_error(rc, "training failed", path)
     return q.value
+
+
+def _metric_struct(keys: Optional[np.ndarray], values: Optional[np.ndarray]
+                   ) -> "_lib.RvqMetric":
+    """fkvf_rvq_metric over the arrays (the caller keeps them alive while it is used)."""
+    fp = POINTER(ctypes.c_float)
+    return _lib.RvqMetric(ctypes.cast(keys.ctypes.data, fp) if keys is not None else None,
+                          ctypes.cast(values.ctypes.data, fp) if values is not None else None)
 
 
 def _tables(q: int) -> np.ndarray:
@@ -237,7 +303,8 @@ def _tables(q: int) -> np.ndarray:
 def _load_codebook(cbpath: str, shape: "_cache.Shape", keys: _KeyOpts
                    ) -> Tuple[CodebookFile, int]:
     """The codebook file (fitting the cache, the key options settled by its training) and
-    an rvq of its tables. The caller closes the one and frees the other."""
+    an rvq of its tables, under the file's encoder metric when it holds one. The caller
+    closes the one and frees the other."""
     cb = CodebookFile(cbpath)
     q = _Q()
     try:
@@ -248,6 +315,16 @@ def _load_codebook(cbpath: str, shape: "_cache.Shape", keys: _KeyOpts
                                       cb.contents + to, cb.size - to, None)
         if rc != _lib.OK:
             raise _code_error(rc, "cannot load the codebook tables", cbpath)
+        # the codebook's encoder metric (spec 13.8), if its file holds one: packing
+        # encodes under it, as the C appender does (spec 13.8: encoders SHOULD)
+        m = _lib.RvqMetric()
+        rc = lib.fkvf_reader_metric(cb.handle, byref(m))
+        if rc == _lib.OK:
+            rc = lib.fkvf_rvq_set_metric(q, byref(m))
+            if rc != _lib.OK:
+                raise _code_error(rc, "the codebook's encoder metric cannot be used", cbpath)
+        elif rc != _lib.E_NOT_FOUND:
+            raise _reader_error(cb.handle, rc, cbpath, "the codebook's encoder metric: ")
         return cb, q.value
     except BaseException:
         lib.fkvf_rvq_free(q)
@@ -275,7 +352,9 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
     rows it encodes (fkvf_codebook_pays) every position is stored exact. With
     ``codebooks=FILE`` (from fkvf.train or ``fkvf train``) the archive refers to that file
     by content hash; its shape must fit and its train.* key settings are used (a given
-    `keys` / `rope` setting that contradicts them is a CodebookError).
+    `keys` / `rope` setting that contradicts them is a CodebookError), and the archived
+    positions are encoded under its encoder metric when it holds one (fkvf.train's
+    key_metric / value_metric).
 
     cache: anything fkvf._cache takes ((K, V) of [L, H, T, D], per-layer (k, v) pairs,
     DynamicCache-like; NumPy, torch, DLPack; `layout` "hnd" or "nhd"; `dtype` the archive's
@@ -561,7 +640,8 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
           seed: int = 0, iters: int = 25, f32_tables: bool = False, pooled: bool = False,
           keys: Optional[str] = None, rope: Any = None, layout: Optional[str] = None,
           dtype: Any = None, overwrite: bool = False,
-          layer_stages: Any = None) -> Dict[str, Any]:
+          layer_stages: Any = None, key_metric: Any = None,
+          value_metric: Any = None) -> Dict[str, Any]:
     """Train per-head RVQ codebooks on one or more caches of one shape and write a codebook
     file at path, as ``fkvf train CACHE... -o PATH`` does (the same train.* metadata, so
     ``fkvf pack --codebooks PATH`` and fkvf.pack(codebooks=PATH) take it).
@@ -573,9 +653,26 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
     like). pooled: one table set per layer shared by all heads. layer_stages: one (key
     stages, value stages) pair per layer instead of k_stages / v_stages, as ``fkvf train
     --layer-stages`` (format 1.1: FKVF 1.0 readers refuse the file; pairs all equal give
-    the uniform codebook). An existing path is refused (fkvf.ExistsError) unless
-    overwrite=True. Returns what ``fkvf train --json`` prints (without "caches": the
-    number of caches is "n_caches").
+    the uniform codebook).
+
+    key_metric, value_metric: train, and have every later encoder encode, under an
+    encoder metric (spec 13.8, an optional section of FKVF 1.2 that older readers skip;
+    docs/codebooks.md): the codebook minimises
+    e^T M e instead of e^T e for a vector's error e. Each an array-like of shape
+    [n_layers, n_heads, dim, dim] (n_heads: the cache's KV heads, 1 when pooled, where
+    [n_layers, dim, dim] is taken too; dim: key_dim or value_dim, at most 1024) of
+    symmetric positive definite matrices, converted to float32: for keys typically the
+    second moment of the queries that read the KV head (query-aware; in the frame of the
+    stored keys, un-rotated with keys="pre-rope"), for values W_o^T W_o over the query
+    heads that read it (output-aware). None (default): that part Euclidean. The file
+    holds the matrices (a CMET section, the optional feature ENCODER_METRIC); packing
+    against it (fkvf.pack(codebooks=), an Appender) encodes under them, decoding is
+    unchanged. A wrong shape, a non-finite value, a matrix that
+    is not symmetric or not positive definite: ValueError naming it.
+
+    An existing path is refused (fkvf.ExistsError) unless overwrite=True. Returns what
+    ``fkvf train --json`` prints (without "caches": the number of caches is "n_caches";
+    "metric": None, "keys", "values" or "keys+values").
     """
     path = _path_arg("path", path)
     kk = _k_arg(k)
@@ -602,6 +699,12 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
         all_hf &= hf
     shape = shapes[0]
     ks, vs, lst = _layer_stages_arg(layer_stages, shape.n_layers, ks, vs)
+    cb_heads = 1 if pooled else shape.n_kv_heads
+    mk = _metric_arg("key_metric", key_metric, shape.n_layers, cb_heads, bool(pooled),
+                     shape.key_dim, "key_dim")
+    mv = _metric_arg("value_metric", value_metric, shape.n_layers, cb_heads, bool(pooled),
+                     shape.value_dim, "value_dim")
+    metric = (mk, mv) if mk is not None or mv is not None else None
     kopts.hf_default(all_hf)
     rope_c, un_rotated = kopts.rope_for(shape.key_dim)
     wo = _WriterOptions()
@@ -609,11 +712,13 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
     wo.no_replace = 0 if overwrite else 1
     if lst is not None:
         wo.required_features |= _FEAT_LAYER_STAGES
+    if metric is not None:
+        wo.optional_features |= _OPTFEAT_ENCODER_METRIC
     w = _create_writer(path, wo)
     q = r = None
     try:
         q = _train_q(blocks, shape, kk, ks, vs, f32_tables, bool(pooled), seed, iters,
-                     rope_c if un_rotated else None, path, lst)
+                     rope_c if un_rotated else None, path, lst, metric)
         cbshape = _Shape()
         lib.fkvf_rvq_shape(q, byref(cbshape), byref(c_uint32()))
         # the layer table lives in q: copied before q is freed
@@ -641,6 +746,10 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
         if rc == _lib.OK:
             stage = "codebooks"
             rc = lib.fkvf_writer_add_codebooks(w, byref(cbshape), t.ctypes.data, t.size, 0)
+        qm = _lib.RvqMetric()
+        if rc == _lib.OK and lib.fkvf_rvq_get_metric(q, byref(qm)):
+            stage = "encoder metric"  # the matrices q trained under (spec 13.8)
+            rc = lib.fkvf_writer_add_metric(w, byref(qm), 0)
         if rc == _lib.OK:
             stage = "commit"
             rc = lib.fkvf_writer_finish(w)
@@ -662,5 +771,7 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
             "heads": 1 if cbshape.pooled else cbshape.n_heads, "pooled": bool(cbshape.pooled),
             "k": cbshape.k, "k_stages": cbshape.k_stages, "v_stages": cbshape.v_stages,
             "layer_stages": table,
+            "metric": None if metric is None else "+".join(
+                n for n, m in zip(("keys", "values"), metric) if m is not None),
             "dtype": _cache.NAME_OF.get(cbshape.dtype, str(cbshape.dtype)),
             "bytes": os.path.getsize(path), "content_hash": bytes(h).hex()}

@@ -21,6 +21,8 @@ def check_same(py_path, cli_path, r, c):
     for key in ("layers", "heads", "pooled", "k", "k_stages", "v_stages", "layer_stages",
                 "dtype", "bytes", "content_hash"):
         assert r[key] == c[key], key
+    if "metric" in c:  # the encoder metric (spec 13.8), once the CLI prints it
+        assert r["metric"] == c["metric"]
     assert r["bytes"] == os.path.getsize(py_path)
 
 
