@@ -351,6 +351,37 @@ START_TEST(training_under_metric)
 }
 END_TEST
 
+/* A metric of one part leaves the other part's tables as Euclidean training
+ * makes them, bit for bit (each table is trained on its own; regression: the
+ * Euclidean part's tables of a keys-only metric training came back zero). */
+START_TEST(regress_partial_metric_keeps_other_tables)
+{
+    float *mk = gen_metric(0), *mv = gen_metric(1);
+    fkvf_rvq *qe = train(NULL, 100, 96);
+    for (int part = 0; part < 2; part++) {
+        fkvf_rvq_metric met = {part ? NULL : mk, part ? mv : NULL};
+        fkvf_rvq *qm = train(&met, 100, 96);
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t h = 0; h < H; h++)
+                for (unsigned kv = 0; kv < 2; kv++)
+                    for (unsigned st = 0; st < (kv ? VS : KS); st++) {
+                        const float *a = fkvf_rvq_centroids(qe, l, h, kv, st);
+                        const float *b = fkvf_rvq_centroids(qm, l, h, kv, st);
+                        int same = !memcmp(a, b, sizeof(float) * K * D);
+                        /* the part under the metric differs, the other is equal */
+                        ck_assert_msg(same == ((int)kv != part),
+                                      "metric on %s: table (%u, %u, %u, %u) %s",
+                                      part ? "values" : "keys", l, h, kv, st,
+                                      same ? "equal" : "differs");
+                    }
+        fkvf_rvq_free(qm);
+    }
+    fkvf_rvq_free(qe);
+    free(mk);
+    free(mv);
+}
+END_TEST
+
 /* A matrix is taken as its symmetric part; one whose symmetric part is not
  * finite and positive definite, and shapes the metric does not allow, are
  * refused; the handle keeps its metric. */
@@ -926,6 +957,7 @@ static Suite *suite(void)
     tcase_add_test(tc, encode_under_metric);
     tcase_add_test(tc, identity_is_euclidean);
     tcase_add_test(tc, training_under_metric);
+    tcase_add_test(tc, regress_partial_metric_keeps_other_tables);
     tcase_add_test(tc, metric_refusals);
     tcase_add_test(tc, archive_embedded);
     tcase_add_test(tc, archive_external);

@@ -519,6 +519,8 @@ static void km_stage(km *m, q_rng *r, uint32_t max_iters, fkvf_dtype dtype, cons
     } else {
         for (size_t i = 0; i < total; i++)
             m->rows[i] = km_round(m->rows[i], dtype);
+        if (m->orig) /* a Euclidean part of a metric training: the same frame */
+            memcpy(m->orig, m->rows, total * sizeof(float));
     }
     /* residuals through the encoder's own search on the final table */
     km_assign(m);
