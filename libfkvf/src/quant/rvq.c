@@ -1220,12 +1220,13 @@ static Q_FAST_INLINE void fast_group_body(const q_group *g, fkvf_dtype dt, int n
                             _mm_prefetch(r + b, _MM_HINT_T0);
                     }
                 uint8_t *dst = row + vec_off(g->q, g->l, h, kv) * es;
+                const double *csi = g->cs ? g->cs + i * srd : NULL; /* NULL: no RoPE */
                 if (dt == FKVF_DTYPE_F16 && g->v16[kv])
                     fkvf_vec16_store(dst, rowp, ns, dim, kv == 0 && srd ? g->rope->layout : 0,
-                                     kv == 0 ? (uint32_t)srd : 0, g->cs + i * srd, nt);
+                                     kv == 0 ? (uint32_t)srd : 0, csi, nt);
                 else
-                    fast_vector(dt, rowp, ns, dim, g->rope, kv == 0 ? g->rope_kind : 0,
-                                g->cs + i * srd, g->acc, dst, 1, nt);
+                    fast_vector(dt, rowp, ns, dim, g->rope, kv == 0 ? g->rope_kind : 0, csi,
+                                g->acc, dst, 1, nt);
             }
         }
     }
@@ -1598,7 +1599,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
 #ifdef Q_DEC_FAST
                         if (kern) {
                             fast_vector32(out_dtype, rowp, ns, dim, key_rope, kv == 0 ? rope : 0,
-                                          cs + i * rd, acc, dst);
+                                          cs ? cs + i * rd : NULL, acc, dst);
                             continue;
                         }
 #endif
