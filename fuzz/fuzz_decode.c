@@ -110,6 +110,20 @@ static void check_codebook(fkvf_reader *r)
     FZ_CHECK(fkvf_codebook_size(&cs) == sz);
     fkvf_codebook_hash(c, sz, h2);
     FZ_CHECK(memcmp(h, h2, 16) == 0);
+    /* an encoder metric the reader hands out passed spec 13.8's checks:
+     * every matrix is what the quantizer accepts, and a handle of these
+     * tables takes it */
+    fkvf_rvq_metric m;
+    if (fkvf_reader_metric(r, &m) != FKVF_OK)
+        return;
+    FZ_CHECK(m.keys || m.values);
+    for (unsigned kv = 0; kv < 2; kv++) {
+        const float *a = kv ? m.values : m.keys;
+        uint32_t dim = kv ? cs.value_dim : cs.key_dim;
+        size_t n_tabs = (size_t)cs.n_layers * cs.n_heads, nn = (size_t)dim * dim;
+        for (size_t t = 0; a && t < n_tabs && t < 4; t++)
+            FZ_CHECK(fkvf_metric_matrix_check(a + t * nn, dim, NULL) == 0);
+    }
 }
 
 /* element e of a restored row (layout 14.2) from layer l, head h, kv, d */

@@ -56,6 +56,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             size_t rb;
             (void)fkvf_reader_exact_row(r, pos, &row, &rb);
         }
+        fkvf_rvq_metric m; /* the encoder metric's checks (spec 13.8) */
+        (void)fkvf_reader_metric(r, &m);
         (void)fkvf_reader_verify(r);
     }
     fkvf_reader_free(r);

@@ -234,6 +234,100 @@ static void check_codebook(fz *f)
                     FZ_CHECK(dist64(x, db, dim) <= dist64(x, dg, dim));
                 }
 
+    /* an encoder metric (spec 13.8): built from the input, SPD (B B^T + c I)
+     * or raw bytes; set_metric takes it exactly when every matrix passes
+     * fkvf_metric_matrix_check; then the first stage picks the centroid of
+     * least e^T M e (within the rounding of the binary32 transform), and the
+     * identity metric changes no code */
+    {
+        uint8_t mm = fz_u8(f);
+        int raw = mm & 1, ident = (mm >> 1) & 1;
+        size_t n_tabs = (size_t)s.cs.n_layers * s.cs.n_heads;
+        float *mt[2] = {NULL, NULL};
+        int all_ok = 1;
+        for (unsigned kv = 0; kv < 2; kv++) {
+            uint32_t dim = kv ? s.cs.value_dim : s.cs.key_dim;
+            size_t nn = (size_t)dim * dim;
+            if (!((mm >> (2 + kv)) & 1) && kv == 1 && mt[0])
+                continue; /* keys only */
+            mt[kv] = malloc(n_tabs * nn * sizeof(float) + 1);
+            FZ_CHECK(mt[kv]);
+            for (size_t t = 0; t < n_tabs; t++) {
+                float *a = mt[kv] + t * nn;
+                if (raw) {
+                    fz_fill(f, (uint8_t *)a, nn * sizeof(float));
+                } else {
+                    float b[64];
+                    for (size_t i = 0; i < nn; i++)
+                        b[i] = ident ? 0.0f : tame(f);
+                    for (uint32_t i = 0; i < dim; i++)
+                        for (uint32_t j = i; j < dim; j++) {
+                            double v = i == j ? (ident ? 1.0 : 0.25) : 0.0;
+                            for (uint32_t p = 0; p < dim; p++)
+                                v += (double)b[i * dim + p] * b[j * dim + p];
+                            a[i * dim + j] = a[j * dim + i] = (float)v;
+                        }
+                }
+                all_ok &= fkvf_metric_matrix_check(a, dim, NULL) == 0;
+            }
+        }
+        fkvf_rvq_metric met = {mt[0], mt[1]};
+        rc = fkvf_rvq_set_metric(q, &met);
+        /* raw bytes (of the metric or the tables) may pass the check and
+         * still be refused: U c beyond binary32 for huge values */
+        FZ_CHECK(all_ok ? rc == FKVF_OK || ((raw || !tame_vals) && rc == FKVF_E_INVALID_ARG)
+                        : rc == FKVF_E_INVALID_ARG);
+        FZ_CHECK(fkvf_rvq_get_metric(q, NULL) == (rc == FKVF_OK));
+        if (rc == FKVF_OK) {
+            uint16_t *mc = calloc(n * s.cpp + 1, sizeof *mc);
+            FZ_CHECK(mc);
+            FZ_CHECK(fkvf_rvq_encode(q, &rw, NULL, 1 + (mm >> 4) % 3, mc, s.cpp, 1) == FKVF_OK);
+            for (size_t i = 0; i < n * s.cpp; i++)
+                FZ_CHECK(mc[i] < s.cs.k);
+            /* (raw: the matrices are the input's bytes, whatever ident says;
+             * they may be far too ill-conditioned for the tolerance below) */
+            if (ident && !raw && tame_vals && (mm >> 4) % 3 == 0)
+                FZ_CHECK(!memcmp(mc, codes, n * s.cpp * sizeof *mc));
+            for (size_t i = 0; i < n && tame_vals && !ident && !raw; i++)
+                for (uint32_t l = 0; l < s.cs.n_layers; l++)
+                    for (uint32_t h = 0; h < s.heads; h++)
+                        for (unsigned kv = 0; kv < 2; kv++) {
+                            uint32_t dim = kv == 0 ? s.cs.key_dim : s.cs.value_dim;
+                            unsigned ns = kv == 0 ? fkvf_layer_k_stages(&s.cs, l)
+                                                  : fkvf_layer_v_stages(&s.cs, l);
+                            if (!ns || (mm >> 4) % 3 != 0)
+                                continue;
+                            const float *a = mt[kv] ? mt[kv] + ((size_t)l * s.cs.n_heads +
+                                                                (s.cs.pooled ? 0 : h)) *
+                                                                   dim * dim
+                                                    : NULL;
+                            const uint8_t *src =
+                                rows + (i * s.row_elems + vec_off(&s, l, h, kv)) * es_r;
+                            for (uint32_t d = 0; d < dim; d++)
+                                x[d] = load_elem(rdt, src + d * es_r);
+                            const float *c = fkvf_rvq_centroids(q, l, h, kv, 0);
+                            double best = INFINITY, gotd = 0;
+                            uint16_t got_c = mc[i * s.cpp + code_idx(&s, l, h, kv, 0)];
+                            for (uint32_t j = 0; j < s.cs.k; j++) {
+                                double e[8], dj = 0;
+                                for (uint32_t d = 0; d < dim; d++)
+                                    e[d] = (double)x[d] - c[(size_t)j * dim + d];
+                                for (uint32_t u = 0; u < dim; u++)
+                                    for (uint32_t v = 0; v < dim; v++)
+                                        dj += e[u] * (a ? (double)a[u * dim + v] : u == v) * e[v];
+                                best = dj < best ? dj : best;
+                                if (j == got_c)
+                                    gotd = dj;
+                            }
+                            FZ_CHECK(gotd <= best * (1 + 1e-3) + 1e-3);
+                        }
+            free(mc);
+        }
+        FZ_CHECK(fkvf_rvq_set_metric(q, NULL) == FKVF_OK);
+        free(mt[0]);
+        free(mt[1]);
+    }
+
     /* decode input-chosen codes (some may be >= k) */
     uint16_t *dcodes = calloc(n * s.cpp + 1, sizeof *dcodes);
     FZ_CHECK(dcodes);

@@ -1786,7 +1786,8 @@ FKVF_API int fkvf_metric_matrix_check(const float *m, uint32_t dim, size_t *bad)
  * (it replaces the encoder's tables). Errors: FKVF_E_INVALID_ARG (a NULL
  * or decode-only handle (fkvf_rvq_from_tables_decode,
  * fkvf_rvq_from_tables16_borrow), a matrix fkvf_metric_matrix_check
- * refuses, a dimension above 1024), FKVF_E_NOMEM (q keeps its previous
+ * refuses, a dimension above 1024, a metric so large that a transformed
+ * centroid U c overflows binary32), FKVF_E_NOMEM (q keeps its previous
  * metric). fkvf_rvq_get_metric then gives the symmetric parts. Memory: the binary32 tables once more plus 8 bytes
  * a matrix element. */
 FKVF_API int fkvf_rvq_set_metric(fkvf_rvq *q, const fkvf_rvq_metric *metric);
