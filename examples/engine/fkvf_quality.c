@@ -67,7 +67,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: fkvf-quality [--model PATH] [--seqs S] [--tokens T] [--train N]\n"
             "                    [--train4096 N] [--seed X] [--sinks S] [--recent W]\n"
-            "                    [--iters N] [--iters4096 N] [--cache-dir DIR]\n"
+            "                    [--iters N] [--iters4096 N] [--cache-dir DIR] [--metric-out DIR]\n"
+            "                    [--metric-native]\n"
             "                    [--set exact|smoke|main|full|metric] [--only NAME]... [--from-exact]\n"
             "                    [--no-verify] [--print-ids] [--alloc BYTES [--alloc-cal N]\n"
             "                    [--alloc-metric] [--alloc-beam W]]\n"
@@ -78,6 +79,14 @@ static void usage(FILE *f)
             "  --train4096 N   training sequences for k = 4096 (128)\n"
             "  --iters N       Lloyd iterations per stage (25); --iters4096 (10) for k = 4096\n"
             "  --cache-dir DIR keep trained codebooks there (reused when present)\n"
+            "  --metric-native the metric rows (--set metric, --alloc-metric) through the\n"
+            "                  library's encoder metric (fkvf_rvq_params.metric, format 1.2)\n"
+            "                  on the rows as cached, not on rows the study maps itself\n"
+            "  --metric-out DIR write the query metric of the keys (pre-RoPE, for the window\n"
+            "                  --recent) and the output metric of the values, computed as\n"
+            "                  --set metric computes them, to DIR/key-metric.npy and\n"
+            "                  DIR/value-metric.npy (float32 [layers, kv_heads, D, D]: what\n"
+            "                  fkvf train --key-metric / --value-metric take), and exit\n"
             "  --set           exact: the exact cache only; smoke: exact and two RVQ rows;\n"
             "                  main (default): everything but k = 4096; full: with k = 4096;\n"
             "                  metric: the query-/output-aware rows and the plain k = 256\n"
@@ -331,6 +340,10 @@ typedef struct ctx {
     const lm_model *m;
     shape s;
     int S, T, sinks, recent;
+    /* --metric-native: metric codebooks through the library's own encoder
+     * metric (fkvf_rvq_params.metric, fkvf_rvq_set_metric: format 1.2) on
+     * the rows as cached, instead of the rows mapped by A (metric_row) */
+    int native;
     uint64_t seed;
     const char *cache_dir;
     int *ev_tokens;   /* S * T */
@@ -341,6 +354,9 @@ typedef struct ctx {
     fkvf_rope rope;   /* the model's: interleaved pairs, every dim of a head */
     /* the metric transforms (ensure_metric): [L][H][D][D] each, A and A^-1 */
     float *mk, *mk_inv, *mv, *mv_inv;
+    /* and the metrics A^T A themselves, as a codebook file records them
+     * (qm_metric_matrix; --metric-out): [L][H][D][D], exactly symmetric */
+    float *fk, *fv;
     /* --text: evaluation sequence i is the T - 1 bytes at eval_off + i (T - 1),
      * training sequence i those at train_off + i (T - 1), within their ranges */
     const uint8_t *text;
@@ -394,6 +410,69 @@ static void add_queries(void *u, const lm_state *st, int pos)
     qm_add_queries(a->M, lm_queries(st), a->s->L, a->s->NH, a->s->H, a->s->D, pos);
 }
 
+/* f = qm_metric_matrix(S) rounded to float, its upper triangle mirrored so
+ * that it is symmetric exactly (spec 13.8) */
+static void file_metric(const double *S, int D, float *f)
+{
+    double *M = xmalloc((size_t)D * (size_t)D * sizeof *M);
+    if (qm_metric_matrix(S, D, METRIC_EPS, M)) {
+        fprintf(stderr, "fkvf-quality: a metric with no positive trace\n");
+        exit(1);
+    }
+    for (int i = 0; i < D; i++)
+        for (int j = i; j < D; j++)
+            f[(size_t)i * (size_t)D + (size_t)j] = f[(size_t)j * (size_t)D + (size_t)i] =
+                (float)M[(size_t)i * (size_t)D + (size_t)j];
+    free(M);
+}
+
+/* The metrics (file_metric) as float32 .npy files of [L, H, D, D], what
+ * fkvf train --key-metric / --value-metric take: DIR/key-metric.npy and
+ * DIR/value-metric.npy. Returns 0 or 1 (a message said why). */
+static int write_metrics(const ctx *c, const char *dir)
+{
+    const shape *s = &c->s;
+    const size_t n = (size_t)s->L * (size_t)s->H * (size_t)s->D * (size_t)s->D;
+    for (int kv = 0; kv < 2; kv++) {
+        char path[4096], hdr[128];
+        snprintf(path, sizeof path, "%s/%s-metric.npy", dir, kv ? "value" : "key");
+        int hl = snprintf(hdr, sizeof hdr,
+                          "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d, %d, %d), }",
+                          s->L, s->H, s->D, s->D);
+        /* magic, version 1.0, a u16 length, the dict padded with spaces and a
+         * newline to a multiple of 64 bytes */
+        int total = (10 + hl + 1 + 63) / 64 * 64, pad = total - 10 - hl - 1;
+        FILE *f = fopen(path, "wb");
+        if (!f) {
+            fprintf(stderr, "fkvf-quality: %s: %s\n", path, strerror(errno));
+            return 1;
+        }
+        unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+                                 (unsigned char)((total - 10) & 0xFF),
+                                 (unsigned char)((total - 10) >> 8)};
+        fwrite(pre, 1, sizeof pre, f);
+        fwrite(hdr, 1, (size_t)hl, f);
+        for (int i = 0; i < pad; i++)
+            fputc(' ', f);
+        fputc('\n', f);
+        const float *src = kv ? c->fv : c->fk;
+        for (size_t i = 0; i < n; i++) { /* little-endian whatever the host */
+            uint32_t u;
+            memcpy(&u, &src[i], 4);
+            unsigned char b[4] = {(unsigned char)u, (unsigned char)(u >> 8),
+                                  (unsigned char)(u >> 16), (unsigned char)(u >> 24)};
+            fwrite(b, 1, 4, f);
+        }
+        int bad = ferror(f) != 0;
+        if (fclose(f) != 0 || bad) {
+            fprintf(stderr, "fkvf-quality: %s: write failed\n", path);
+            return 1;
+        }
+        printf("%s metric: %s\n", kv ? "value" : "key", path);
+    }
+    return 0;
+}
+
 /* The metric transforms, once: keys from the queries of the first
  * METRIC_SEQS training sequences (run with the exact cache), each KV head's
  * sum over its query heads, averaged over the offsets d = recent .. T - 1 -
@@ -413,6 +492,8 @@ static void ensure_metric(ctx *c)
     c->mk_inv = xmalloc(n * sizeof(float));
     c->mv = xmalloc(n * sizeof(float));
     c->mv_inv = xmalloc(n * sizeof(float));
+    c->fk = xmalloc(n * sizeof(float));
+    c->fv = xmalloc(n * sizeof(float));
     double *M = calloc(n, sizeof *M), *S = xmalloc(dd * (size_t)s->H * sizeof *S);
     if (!M) {
         fprintf(stderr, "fkvf-quality: out of memory\n");
@@ -434,6 +515,7 @@ static void ensure_metric(ctx *c)
                         l, h);
                 exit(1);
             }
+            file_metric(S + (size_t)h * dd, s->D, c->fv + o);
         }
         for (int h = 0; h < s->H; h++) {
             const size_t o = ((size_t)l * (size_t)s->H + (size_t)h) * dd;
@@ -446,6 +528,7 @@ static void ensure_metric(ctx *c)
                         l, h);
                 exit(1);
             }
+            file_metric(S, s->D, c->fk + o);
         }
     }
     free(M);
@@ -521,8 +604,8 @@ static void cb_path(const ctx *c, const cbspec *b, char *buf, size_t n)
     if (c->text)
         snprintf(src, sizeof src, "-text%zu", c->train_off);
     if (b->metric) /* the key metric depends on the window */
-        snprintf(met, sizeof met, "-metric%d-w%d+%d-e%g", b->metric, c->sinks, c->recent,
-                 METRIC_EPS);
+        snprintf(met, sizeof met, "-metric%d-w%d+%d-e%g%s", b->metric, c->sinks, c->recent,
+                 METRIC_EPS, c->native ? "-native" : "");
     snprintf(buf, n, "%s/cb-L%dH%dD%d-k%u-%s-%s-K%dV%d-n%d-T%d-i%u-s%llu%s%s.tables",
              c->cache_dir, c->s.L, c->s.H, c->s.D, b->k, b->pooled ? "pooled" : "head",
              b->pre_rope ? "prerope" : "asis", b->ks, b->vs, b->train, c->T, b->iters,
@@ -530,10 +613,19 @@ static void cb_path(const ctx *c, const cbspec *b, char *buf, size_t n)
 }
 
 /* The RoPE the library applies for codebook b: the model's for pre-RoPE keys,
- * unless the metric already un-rotates them (metric_row). */
+ * unless the metric already un-rotates them (metric_row; not with
+ * --metric-native, where the library does). */
 static const fkvf_rope *cb_rope(const ctx *c, const cbspec *b)
 {
-    return b->pre_rope && !(b->metric & METRIC_KEYS) ? &c->rope : NULL;
+    return b->pre_rope && (!(b->metric & METRIC_KEYS) || c->native) ? &c->rope : NULL;
+}
+
+/* The metric as the library takes it (--metric-native): the parts of b's. */
+static fkvf_rvq_metric cb_native_metric(const ctx *c, const cbspec *b)
+{
+    fkvf_rvq_metric m = {(b->metric & METRIC_KEYS) ? c->fk : NULL,
+                         (b->metric & METRIC_VALUES) ? c->fv : NULL};
+    return m;
 }
 
 static fkvf_rvq *cb_get(ctx *c, cbspec *b)
@@ -553,9 +645,11 @@ static fkvf_rvq *cb_get(ctx *c, cbspec *b)
             void *buf = xmalloc((size_t)want);
             const size_t got = fread(buf, 1, (size_t)want, f);
             fclose(f);
+            fkvf_rvq_metric nm = cb_native_metric(c, b);
             if (got == want &&
                 fkvf_rvq_from_tables(&b->q, &sh, (uint32_t)c->s.H, buf, (size_t)want, NULL) ==
-                    FKVF_OK) {
+                    FKVF_OK &&
+                (!c->native || !b->metric || fkvf_rvq_set_metric(b->q, &nm) == FKVF_OK)) {
                 free(buf);
                 b->loaded = 1;
                 fprintf(stderr, "fkvf-quality: loaded %s\n", path);
@@ -579,9 +673,13 @@ static fkvf_rvq *cb_get(ctx *c, cbspec *b)
     p.seed = c->seed;
     p.max_iters = b->iters;
     p.key_rope = cb_rope(c, b);
-    /* a metric codebook trains on the rows mapped into its space */
+    /* a metric codebook trains on the rows mapped into its space, or
+     * (--metric-native) under the library's metric on the rows as they are */
     float *mrows = NULL;
-    if (b->metric) {
+    fkvf_rvq_metric nm = cb_native_metric(c, b);
+    if (b->metric && c->native)
+        p.metric = &nm;
+    if (b->metric && !c->native) {
         const size_t per = (size_t)c->T * c->s.RW;
         mrows = xmalloc(xsize((size_t)b->train, per, 1, sizeof(float)));
         for (int i = 0; i < b->train; i++)
@@ -680,7 +778,7 @@ static void rvq_roundtrip(ctx *c, fkvf_rvq *q, const fkvf_rope *rope, int metric
         fprintf(stderr, "fkvf-quality: RVQ encode/decode: %s\n", fkvf_strerror(e));
         exit(1);
     }
-    if (metric) {
+    if (metric && !c->native) {
         metric_row(c, metric, out, a, mtmp, 1);
         memcpy(out, mtmp, s->RW * sizeof(float));
     }
@@ -724,7 +822,8 @@ static void run_config(ctx *c, const config *cf, fkvf_rvq *q, const fkvf_rope *r
             if (cf->kind != C_EXACT && a >= c->sinks) {
                 if (cf->kind == C_RVQ) {
                     const float *x = src + (size_t)a * s->RW;
-                    if (metric) { /* into the metric's space (rvq_roundtrip maps back) */
+                    if (metric && !c->native) { /* into the metric's space (rvq_roundtrip
+                                                 * maps back) */
                         metric_row(c, metric, x, a, mrow, 0);
                         x = mrow;
                     }
@@ -1027,6 +1126,8 @@ static const config CONFIGS[] = {
 /* The header of a results table. */
 static void print_header(const ctx *c)
 {
+    if (c->native)
+        printf("(metric rows: the library's encoder metric, --metric-native)\n\n");
     printf("| configuration | bytes/archived pos | vs fp16 | mean NLL | perplexity | delta | "
            "delta, steps >= %d | dNLL +- s.e. |\n|---|---|---|---|---|---|---|---|\n",
            c->sinks + c->recent);
@@ -1341,6 +1442,8 @@ int main(int argc, char **argv)
     long S = 64, T = 512, NT = 64, NT4096 = 128, seed = 1, sinks = 4, recent = 32, iters = 25,
          iters4096 = 10;
     int set = SET_MAIN, verify = 1, print_ids = 0, from_exact = 0, alloc_metric = 0;
+    const char *metric_out = NULL; /* --metric-out DIR */
+    int native = 0;                /* --metric-native */
     long n_cal = 16, alloc_beam = 0;
     double alloc_budget = 0;
     const char *only[16];
@@ -1370,6 +1473,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--print-ids")) {
             print_ids = 1;
             continue;
+        } else if (!strcmp(a, "--metric-native")) {
+            native = 1;
+            continue;
         } else if (!v) {
             usage(stderr);
             return 2;
@@ -1390,6 +1496,10 @@ int main(int argc, char **argv)
             hi = 64;
         } else if (!strcmp(a, "--model")) {
             model = v;
+        } else if (!strcmp(a, "--metric-out") && v) {
+            metric_out = v;
+            i++;
+            continue;
         } else if (!strcmp(a, "--cache-dir")) {
             cache_dir = v;
         } else if (!strcmp(a, "--text")) {
@@ -1492,6 +1602,7 @@ int main(int argc, char **argv)
     c.T = (int)T;
     c.sinks = (int)sinks;
     c.recent = (int)recent;
+    c.native = native;
     c.seed = (uint64_t)seed;
     c.cache_dir = cache_dir;
     c.rope.layout = 1; /* llama2.c turns adjacent pairs, every dim of a head */
@@ -1522,6 +1633,13 @@ int main(int argc, char **argv)
         c.text = text;
     }
 
+    if (metric_out) { /* the metrics for fkvf train, then done */
+        ensure_metric(&c);
+        int rc = write_metrics(&c, metric_out);
+        free(text);
+        lm_free(m);
+        return rc;
+    }
     const double t_start = now();
     if (from_exact) {
         c.ev_rows = xmalloc(xsize((size_t)S, (size_t)T, c.s.RW, sizeof(float)));

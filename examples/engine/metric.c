@@ -134,7 +134,7 @@ int qm_eigen_sym(double *a, int n, double *w, double *v)
     return -1;
 }
 
-int qm_transform(const double *S, int D, double eps, float *A, float *Ainv)
+int qm_metric_matrix(const double *S, int D, double eps, double *M)
 {
     const size_t N = (size_t)D;
     double tr = 0;
@@ -142,14 +142,20 @@ int qm_transform(const double *S, int D, double eps, float *A, float *Ainv)
         tr += S[i * N + i];
     if (!(tr > 0))
         return -1;
+    for (size_t i = 0; i < N; i++)
+        for (size_t j = 0; j < N; j++)
+            M[i * N + j] = S[i * N + j] * (double)D / tr + (i == j ? eps : 0.0);
+    return 0;
+}
+
+int qm_transform(const double *S, int D, double eps, float *A, float *Ainv)
+{
+    const size_t N = (size_t)D;
     double *a = malloc(N * N * sizeof *a), *v = malloc(N * N * sizeof *v),
            *w = malloc(N * sizeof *w);
     if (!a || !v || !w)
         abort();
-    for (size_t i = 0; i < N; i++)
-        for (size_t j = 0; j < N; j++)
-            a[i * N + j] = S[i * N + j] * (double)D / tr + (i == j ? eps : 0.0);
-    int rc = qm_eigen_sym(a, D, w, v) < 0 ? -1 : 0;
+    int rc = qm_metric_matrix(S, D, eps, a) ? -1 : qm_eigen_sym(a, D, w, v) < 0 ? -1 : 0;
     for (size_t i = 0; rc == 0 && i < N; i++) {
         const double l = w[i] > eps ? w[i] : eps; /* rounding may dip below */
         const double r = sqrt(l);

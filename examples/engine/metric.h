@@ -48,6 +48,12 @@ void qm_output_metric(const float *wo, int n_heads, int n_kv, int D, double *S);
  * v (n x n). Returns the number of sweeps, or -1 if it did not converge. */
 int qm_eigen_sym(double *a, int n, double *w, double *v);
 
+/* The metric S (D x D, positive semi-definite) as a codebook file records
+ * it (spec 13.8, fkvf train --key-metric): S normalised to trace D, plus
+ * eps * I, positive definite; qm_transform factors the same matrix.
+ * Returns 0, or -1 if S's trace is not positive. */
+int qm_metric_matrix(const double *S, int D, double eps, double *M);
+
 /* From a metric S (D x D, positive semi-definite): S normalised to trace D,
  * plus eps * I (so no direction is free and A^-1 stays bounded), then
  * A = L^(1/2) U^T and its inverse U L^(-1/2), as float. Returns 0, or -1 if

@@ -4,8 +4,9 @@
 # tenth, codebooks trained on 8 sequences of its first nine tenths; the
 # exact cache, RVQ k=256 K x4 V x2 pre-RoPE (with the appender check: an
 # archive written and restored gives the study's rows bit for bit) and
-# KIVI-2; a query- and output-aware codebook row; per-layer stage counts
-# (--alloc). Then the argument checks: a range without --text, a range too
+# KIVI-2; a query- and output-aware codebook row, also through the
+# library's encoder metric (--metric-native), and the metrics written for
+# fkvf train (--metric-out); per-layer stage counts (--alloc). Then the argument checks: a range without --text, a range too
 # short, a malformed range. Exit 77 (skipped) where the model is absent.
 # usage: quality_text_smoke.sh FKVF_QUALITY MODEL_DIR
 q=$1
@@ -44,6 +45,31 @@ mn=$(echo "$mo" | grep -F "| $row |" | cut -d'|' -f5 | tr -d ' ')
 me=$(echo "$mo" | grep -F "| exact cache |" | cut -d'|' -f5 | tr -d ' ')
 awk -v n="$mn" -v e="$me" 'BEGIN { exit !(n > 0.3 && e > 0.3 && n < e + 0.5) }' ||
     { echo "quality_text_smoke: metric row mean NLL '$mn' (exact '$me')"; exit 1; }
+# the same row through the library's own encoder metric (--metric-native:
+# fkvf_rvq_params.metric, format 1.2) instead of the study's transformed rows
+mo=$("$q" --model "$m" --text "$t" --set metric --seqs 1 --tokens 32 --train 8 --iters 3 --only exact \
+    --only "$row" --metric-native 2>&1)
+st=$?
+echo "$mo" | grep "^| "
+[ $st -eq 0 ] || { echo "$mo"; echo "quality_text_smoke: the native metric run failed ($st)"; exit 1; }
+echo "$mo" | grep -q "the library's encoder metric" || { echo "quality_text_smoke: not native"; exit 1; }
+mn=$(echo "$mo" | grep -F "| $row |" | cut -d'|' -f5 | tr -d ' ')
+awk -v n="$mn" -v e="$me" 'BEGIN { exit !(n > 0.3 && n < e + 0.5) }' ||
+    { echo "quality_text_smoke: native metric row mean NLL '$mn' (exact '$me')"; exit 1; }
+# --metric-out: the metrics as float32 .npy of [4, 2, 64, 64] (fkvf train's)
+md=$(mktemp -d)
+"$q" --model "$m" --text "$t" --tokens 32 --train 8 --metric-out "$md" >/dev/null 2>&1 ||
+    { rm -rf "$md"; echo "quality_text_smoke: --metric-out failed"; exit 1; }
+for part in key value; do
+    f=$md/$part-metric.npy
+    n=$(wc -c <"$f" 2>/dev/null || echo 0)
+    hdr=$(head -c 128 "$f" 2>/dev/null | tr -d '\000' | tr -c '[:print:]' '.')
+    case $hdr in *"'descr': '<f4', 'fortran_order': False, 'shape': (4, 2, 64, 64)"*) ;;
+    *) rm -rf "$md"; echo "quality_text_smoke: $part-metric.npy header '$hdr'"; exit 1 ;; esac
+    [ "$n" -eq $((128 + 4 * 2 * 64 * 64 * 4)) ] ||
+        { rm -rf "$md"; echo "quality_text_smoke: $part-metric.npy is $n bytes"; exit 1; }
+done
+rm -rf "$md"
 # per-layer stage counts (issue 19 B.5, B.6): --alloc 48 (24 stage units of 2
 # bytes) prints the per-layer costs and two rows within the budget, the second
 # with no stage for layer 0 (the token table)
