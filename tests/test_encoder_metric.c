@@ -820,6 +820,24 @@ START_TEST(crafted_refusals)
         tu_buf_free(&file);
         free(cm);
     }
+    /* raw CMET bytes are not appended to a file: a metric is written with its
+     * codebook (fkvf_writer_add_metric checks it) */
+    {
+        tu_buf f2 = {0};
+        write_raw(&f2, q, good, cn, 0);
+        tu_write_file(path, f2.data, f2.size);
+        fkvf_section_add sec = {FKVF_SECTION_CMET, 0, 0, good, cn};
+        fkvf_archive_op *op = NULL;
+        ck_assert_int_eq(fkvf_archive_append_sections(&op, path, &sec, 1, FKVF_SYNC_NONE),
+                         FKVF_E_INVALID_ARG);
+        fkvf_archive_op_free(op);
+        size_t n2 = 0;
+        uint8_t *back = tu_slurp(path, &n2);
+        ck_assert(n2 == f2.size && !memcmp(back, f2.data, n2)); /* untouched */
+        free(back);
+        unlink(path);
+        tu_buf_free(&f2);
+    }
     /* with REQUIRED the entry is refused at open (as an unknown required one) */
     tu_buf file = {0};
     write_raw(&file, q, good, cn, FKVF_SECTION_REQUIRED);

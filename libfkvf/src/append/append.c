@@ -1168,6 +1168,14 @@ int fkvf_appender_commit_sections(fkvf_appender *a, const fkvf_section_add *secs
         return rc;
     if (a->pending)
         return FAIL(FKVF_E_STATE, NULL, "positions are queued: commit them first");
+    /* an encoder metric is checked against its codebook as it is written
+     * (fkvf_writer_add_metric); raw bytes here would not be (spec 13.8) */
+    for (size_t i = 0; i < n; i++)
+        if (secs[i].type == FKVF_SECTION_CMET)
+            return FAIL(FKVF_E_INVALID_ARG, "13.8",
+                        "a CMET section (the encoder metric) is written with its codebook "
+                        "(fkvf train --key-metric / --value-metric, fkvf_writer_add_metric), "
+                        "not appended as raw bytes");
     for (size_t i = 0; i < n; i++)
         if ((rc = fkvf_writer_add_section(a->w, secs[i].type, secs[i].flags, secs[i].key,
                                           secs[i].data, secs[i].size)))
