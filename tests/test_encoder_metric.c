@@ -554,16 +554,27 @@ static void check_metric(fkvf_reader *r, const float *mk, const float *mv)
 /* An appender creates an archive with a codebook that has a metric: the
  * CMET is written, new positions are encoded under it, also after reopening
  * (the metric read from the file), and compaction keeps it. */
+/* The files' fixture: the metric (mk, mv), a codebook without it (qe) and
+ * the same tables with it (qm). */
+static void files_fixture(float **mk, float **mv, fkvf_rvq **qe, fkvf_rvq **qm)
+{
+    *mk = gen_metric(0);
+    *mv = gen_metric(1);
+    fkvf_rvq_metric met = {*mk, *mv};
+    *qe = train(NULL, 100, 96);
+    *qm = train(NULL, 100, 96);
+    ck_assert_int_eq(fkvf_rvq_set_metric(*qm, &met), FKVF_OK);
+}
+
 START_TEST(archive_embedded)
 {
     make_dir();
     char a[128], b[128];
     path_in(a, sizeof a, "a.fkvf");
     path_in(b, sizeof b, "b.fkvf");
-    float *mk = gen_metric(0), *mv = gen_metric(1);
-    fkvf_rvq_metric met = {mk, mv};
-    fkvf_rvq *qe = train(NULL, 100, 96), *qm = train(NULL, 100, 96);
-    ck_assert_int_eq(fkvf_rvq_set_metric(qm, &met), FKVF_OK);
+    float *mk, *mv;
+    fkvf_rvq *qe, *qm;
+    files_fixture(&mk, &mv, &qe, &qm);
     uint64_t n = 0;
     append_batches(a, qm, NULL, 0, 2, &n);
     append_batches(a, NULL, NULL, 2, N_BATCHES, &n);
@@ -586,8 +597,6 @@ START_TEST(archive_embedded)
     check_restore(r, qm, qe, n);
     fkvf_reader_free(r);
     /* appending to the compacted file keeps encoding under the metric */
-    static const size_t more[] = {6};
-    (void)more;
     append_batches(b, NULL, NULL, 3, N_BATCHES, &n);
     ck_assert_int_eq(fkvf_reader_open_file(&r, b, FKVF_OPEN_STRICT, NULL), FKVF_OK);
     check_restore(r, qm, qe, n);
@@ -609,10 +618,10 @@ START_TEST(archive_external)
     char cb[128], a[128];
     path_in(cb, sizeof cb, "cb.fkvf");
     path_in(a, sizeof a, "ext.fkvf");
-    float *mk = gen_metric(0), *mv = gen_metric(1);
+    float *mk, *mv;
+    fkvf_rvq *qe, *qm;
+    files_fixture(&mk, &mv, &qe, &qm);
     fkvf_rvq_metric met = {mk, mv};
-    fkvf_rvq *qe = train(NULL, 100, 96), *qm = train(NULL, 100, 96);
-    ck_assert_int_eq(fkvf_rvq_set_metric(qm, &met), FKVF_OK);
     {
         fkvf_writer_options wo;
         fkvf_writer_options_init(&wo);
