@@ -966,6 +966,7 @@ START_TEST(allocation_failures)
             fkvf_rvq_free(qq);
             fkvf_reader_free(r);
             tu_alloc_release(&fa);
+            ck_assert_msg(fa.live == 0, "op %d k %ld: %ld allocations leaked", op, k, fa.live);
         }
     }
     tu_buf_free(&file);

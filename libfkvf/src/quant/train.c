@@ -703,23 +703,6 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
     if ((rc = fkvfq_rvq_alloc(&q, &sh, H, 0, alloc)))
         return rc;
     const fkvf_allocator al = q->alloc, *a = &al; /* outlives q (replaced under a metric) */
-    /* under a metric: its factors, and the tables in the codebook's frame
-     * (q's rows hold U c, what the encoder will search) */
-    double *uk = NULL, *uv = NULL, *sol = NULL;
-    float *orig = NULL, *mt = NULL;
-    if (p->metric) {
-        if ((rc = fkvfq_metric_factor(a, &sh, p->metric, &uk, &uv)) ||
-            !(orig = fkvf_calloc(a, q->n_floats ? q->n_floats : 1, sizeof(float))) ||
-            !(sol = fkvf_calloc(a, dmax, sizeof(double))) ||
-            !(mt = fkvf_calloc(a, dmax, sizeof(float)))) {
-            fkvf_free(a, uk);
-            fkvf_free(a, uv);
-            fkvf_free(a, orig);
-            fkvf_free(a, sol);
-            fkvf_rvq_free(q);
-            return rc ? rc : FKVF_E_NOMEM;
-        }
-    }
 
     /* training vectors per table */
     size_t pop, cap, n;
@@ -761,6 +744,24 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
         tr_free(a, &w);
         fkvf_rvq_free(q);
         return FKVF_E_NOMEM;
+    }
+    /* under a metric: its factors, and the tables in the codebook's frame
+     * (q's rows hold U c, what the encoder will search) */
+    double *uk = NULL, *uv = NULL, *sol = NULL;
+    float *orig = NULL, *mt = NULL;
+    if (p->metric) {
+        if ((rc = fkvfq_metric_factor(a, &sh, p->metric, &uk, &uv)) ||
+            !(orig = fkvf_calloc(a, q->n_floats ? q->n_floats : 1, sizeof(float))) ||
+            !(sol = fkvf_calloc(a, dmax, sizeof(double))) ||
+            !(mt = fkvf_calloc(a, dmax, sizeof(float)))) {
+            fkvf_free(a, uk);
+            fkvf_free(a, uv);
+            fkvf_free(a, orig);
+            fkvf_free(a, sol);
+            tr_free(a, &w);
+            fkvf_rvq_free(q);
+            return rc ? rc : FKVF_E_NOMEM;
+        }
     }
     if (rd)
         fkvf_rope_freqs(p->key_rope, w.freqs);
