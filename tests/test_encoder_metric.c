@@ -583,7 +583,7 @@ START_TEST(archive_embedded)
     fkvf_archive_info ai;
     ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);
     ck_assert(ai.optional_features & FKVF_OPTFEAT_ENCODER_METRIC);
-    ck_assert_uint_eq(ai.format_minor, 0); /* an optional section raises nothing */
+    ck_assert_uint_eq(ai.format_minor, 2); /* the bit came with 1.2 (spec 1.3.1) */
     check_metric(r, mk, mv);
     check_restore(r, qm, qe, n);
     fkvf_reader_free(r);
@@ -601,6 +601,70 @@ START_TEST(archive_embedded)
     ck_assert_int_eq(fkvf_reader_open_file(&r, b, FKVF_OPEN_STRICT, NULL), FKVF_OK);
     check_restore(r, qm, qe, n);
     fkvf_reader_free(r);
+    fkvf_rvq_free(qe);
+    fkvf_rvq_free(qm);
+    free(mk);
+    free(mv);
+    rm_dir();
+}
+END_TEST
+
+/* Regression: the appender's estimate of its compacted size left the CMET
+ * out after a reopen, so small commits of later sessions set off automatic
+ * compactions early (with a large metric, every other session). Sessions
+ * of two positions each, reopened every time: the metric's bytes are live
+ * bytes, so the archive with it compacts for the first time no earlier
+ * than the same archive without it. */
+static void sessions(const char *path, const fkvf_rvq *q, uint64_t *commits, int n_sessions)
+{
+    uint64_t n = 0;
+    append_batches(path, q, NULL, 0, 1, &n);
+    uint16_t rows[2 * ROW_ELEMS];
+    for (int session = 0; session < n_sessions; session++) {
+        fkvf_append_options o;
+        fkvf_append_options_init(&o);
+        o.sync = FKVF_SYNC_NONE;
+        fkvf_appender *ap = NULL;
+        ck_assert_int_eq(fkvf_appender_open(&ap, path, &o, NULL), FKVF_OK);
+        gen_rows(rows, n, 2);
+        ck_assert_int_eq(fkvf_appender_append(ap, rows, sizeof rows, 2, NULL), FKVF_OK);
+        ck_assert_int_eq(fkvf_appender_commit(ap), FKVF_OK);
+        n += 2;
+        fkvf_appender_free(ap);
+        fkvf_reader *r = NULL;
+        ck_assert_int_eq(fkvf_reader_open_file(&r, path, 0, NULL), FKVF_OK);
+        fkvf_archive_info ai;
+        ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);
+        fkvf_reader_free(r);
+        commits[session] = ai.n_commits;
+    }
+}
+
+START_TEST(regress_autocompact_counts_metric)
+{
+    make_dir();
+    char a[128], b[128];
+    path_in(a, sizeof a, "a.fkvf");
+    path_in(b, sizeof b, "b.fkvf");
+    float *mk, *mv;
+    fkvf_rvq *qe, *qm;
+    files_fixture(&mk, &mv, &qe, &qm);
+    enum { NS = 8 };
+    uint64_t ce[NS], cm[NS];
+    sessions(a, qe, ce, NS);
+    sessions(b, qm, cm, NS);
+    /* the first session whose commit did not add to the count (a compaction
+     * restarted it); created with 2 commits */
+    int fe = NS, fm = NS;
+    for (int i = 0; i < NS; i++) {
+        uint64_t before_e = i ? ce[i - 1] : 2, before_m = i ? cm[i - 1] : 2;
+        if (fe == NS && ce[i] != before_e + 1)
+            fe = i;
+        if (fm == NS && cm[i] != before_m + 1)
+            fm = i;
+    }
+    ck_assert_msg(fe < NS, "no compaction without the metric in %d sessions", NS);
+    ck_assert_msg(fm >= fe, "first compaction at session %d with the metric, %d without", fm, fe);
     fkvf_rvq_free(qe);
     fkvf_rvq_free(qm);
     free(mk);
@@ -861,6 +925,48 @@ START_TEST(crafted_refusals)
 }
 END_TEST
 
+/* Regression: a CMET in an archive that refers to an external codebook is a
+ * fault (spec 13.8 step 5) that fkvf_reader_metric, and so the appender,
+ * ignored (they went to the codebook file). The conformance file
+ * metric_in_cbrf_archive with its codebook file. */
+START_TEST(regress_metric_in_cbrf_archive)
+{
+    const char *src = getenv("FKVF_SRCDIR");
+    ck_assert_ptr_nonnull(src);
+    char in[512], cbp[512], path[128];
+    snprintf(in, sizeof in, "%s/conformance/files/metric_in_cbrf_archive.fkvf", src);
+    snprintf(cbp, sizeof cbp, "%s/conformance/files/valid_codebook_file.fkvf", src);
+    make_dir();
+    path_in(path, sizeof path, "ext.fkvf");
+    size_t n = 0;
+    uint8_t *data = tu_slurp(in, &n);
+    tu_write_file(path, data, n);
+    fkvf_reader *cb = NULL, *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_file(&cb, cbp, 0, NULL), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_open_file(&r, path, 0, NULL), FKVF_OK);
+    fkvf_rvq_metric m;
+    ck_assert_int_eq(fkvf_reader_metric(r, &m), FKVF_E_CORRUPT); /* also before attaching */
+    ck_assert_int_eq(fkvf_reader_attach_codebook(r, cb), FKVF_OK);
+    ck_assert_int_eq(fkvf_reader_metric(r, &m), FKVF_E_CORRUPT);
+    ck_assert(strstr(fkvf_reader_message(r), "13.8") != NULL);
+    fkvf_reader_free(r);
+    fkvf_append_options o;
+    fkvf_append_options_init(&o);
+    o.sync = FKVF_SYNC_NONE;
+    o.codebook_file = cb;
+    fkvf_appender *a = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_E_CORRUPT);
+    fkvf_appender_free(a);
+    size_t n2 = 0;
+    uint8_t *back = tu_slurp(path, &n2);
+    ck_assert(n2 == n && !memcmp(back, data, n)); /* untouched */
+    free(back);
+    free(data);
+    fkvf_reader_free(cb);
+    rm_dir();
+}
+END_TEST
+
 /* ---- allocation failures ------------------------------------------------------------ */
 
 START_TEST(allocation_failures)
@@ -988,8 +1094,10 @@ static Suite *suite(void)
     tcase_add_test(tc, regress_partial_metric_keeps_other_tables);
     tcase_add_test(tc, metric_refusals);
     tcase_add_test(tc, archive_embedded);
+    tcase_add_test(tc, regress_autocompact_counts_metric);
     tcase_add_test(tc, archive_external);
     tcase_add_test(tc, crafted_refusals);
+    tcase_add_test(tc, regress_metric_in_cbrf_archive);
     tcase_add_test(tc, allocation_failures);
     suite_add_tcase(s, tc);
     return s;

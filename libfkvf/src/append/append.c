@@ -372,7 +372,8 @@ static uint64_t fixed_at_open(const fkvf_appender *a, fkvf_reader *r, const fkvf
         if (fkvf_reader_section(r, i, &s))
             continue;
         int keep = s.type == FKVF_SECTION_DESC || s.type == FKVF_SECTION_CBK1 ||
-                   s.type == FKVF_SECTION_CBRF || s.type == FKVF_SECTION_VTXS;
+                   s.type == FKVF_SECTION_CBRF || s.type == FKVF_SECTION_VTXS ||
+                   s.type == FKVF_SECTION_CMET; /* compaction carries the metric (13.8) */
         if (s.type == FKVF_SECTION_META)
             meta = s.stored_size + 64; /* the last one counts */
         if (s.type == FKVF_SECTION_ZIDX) {

@@ -699,14 +699,24 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
                 return FKVF_E_INVALID_ARG;
     }
 
-    fkvf_rvq *q;
-    if ((rc = fkvfq_rvq_alloc(&q, &sh, H, 0, alloc)))
+    /* a metric is checked, and factored, before any work */
+    double *uk = NULL, *uv = NULL, *sol = NULL;
+    float *orig = NULL, *mt = NULL;
+    if (p->metric && (rc = fkvfq_metric_factor(alloc, &sh, p->metric, &uk, &uv)))
         return rc;
+    fkvf_rvq *q;
+    if ((rc = fkvfq_rvq_alloc(&q, &sh, H, 0, alloc))) {
+        fkvf_free(alloc, uk);
+        fkvf_free(alloc, uv);
+        return rc;
+    }
     const fkvf_allocator al = q->alloc, *a = &al; /* outlives q (replaced under a metric) */
 
     /* training vectors per table */
     size_t pop, cap, n;
     if (!fkvf_mulsz(total_rows, p->pooled ? H : 1, &pop)) {
+        fkvf_free(a, uk);
+        fkvf_free(a, uv);
         fkvf_rvq_free(q);
         return FKVF_E_NOMEM;
     }
@@ -740,28 +750,20 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
     if (ok && rd)
         ok = (w.freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
              (w.cs = fkvf_calloc(a, cs_rows, (size_t)rd * sizeof(double)));
+    /* under a metric: the tables in the codebook's frame (q's rows hold U c,
+     * what the encoder will search) and scratch */
+    if (ok && p->metric)
+        ok = (orig = fkvf_calloc(a, q->n_floats ? q->n_floats : 1, sizeof(float))) &&
+             (sol = fkvf_calloc(a, dmax, sizeof(double))) &&
+             (mt = fkvf_calloc(a, dmax, sizeof(float)));
     if (!ok) {
+        fkvf_free(a, uk);
+        fkvf_free(a, uv);
+        fkvf_free(a, orig);
+        fkvf_free(a, sol);
         tr_free(a, &w);
         fkvf_rvq_free(q);
         return FKVF_E_NOMEM;
-    }
-    /* under a metric: its factors, and the tables in the codebook's frame
-     * (q's rows hold U c, what the encoder will search) */
-    double *uk = NULL, *uv = NULL, *sol = NULL;
-    float *orig = NULL, *mt = NULL;
-    if (p->metric) {
-        if ((rc = fkvfq_metric_factor(a, &sh, p->metric, &uk, &uv)) ||
-            !(orig = fkvf_calloc(a, q->n_floats ? q->n_floats : 1, sizeof(float))) ||
-            !(sol = fkvf_calloc(a, dmax, sizeof(double))) ||
-            !(mt = fkvf_calloc(a, dmax, sizeof(float)))) {
-            fkvf_free(a, uk);
-            fkvf_free(a, uv);
-            fkvf_free(a, orig);
-            fkvf_free(a, sol);
-            tr_free(a, &w);
-            fkvf_rvq_free(q);
-            return rc ? rc : FKVF_E_NOMEM;
-        }
     }
     if (rd)
         fkvf_rope_freqs(p->key_rope, w.freqs);

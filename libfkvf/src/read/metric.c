@@ -106,10 +106,18 @@ FKVF_API int fkvf_reader_metric(fkvf_reader *r, fkvf_rvq_metric *out)
         return FKVF_E_INVALID_ARG;
     out->keys = out->values = NULL;
     if (r->cb_kind == 2) {
+        /* a CMET of the archive itself is a fault (step 5: it belongs with a
+         * CBK1), whatever the codebook file holds */
+        size_t sec;
+        fkvf_cmet_hdr h;
+        int rc = rd_metric_check(r, &sec, &h);
+        if (rc != FKVF_E_NOT_FOUND)
+            return rc; /* never FKVF_OK here: no CBK1 in the chain */
+        fkvf_diag_clear(&r->diag);
         if (!r->cb_known)
             return FAIL(FKVF_E_CODEBOOK, r->sections[r->cb_sec].e.offset, "13.5",
                         "the external codebook is not attached: its file holds the metric");
-        int rc = fkvf_reader_metric(r->cb_file, out);
+        rc = fkvf_reader_metric(r->cb_file, out);
         if (rc && rc != FKVF_E_NOT_FOUND)
             fkvf_fail(&r->diag, rc, FKVF_NO_OFFSET, "13.8", "codebook file %s: %s",
                       r->cb_file->diag.name, r->cb_file->diag.msg);
@@ -118,9 +126,7 @@ FKVF_API int fkvf_reader_metric(fkvf_reader *r, fkvf_rvq_metric *out)
     if (!r->metric_loaded) {
         size_t sec;
         fkvf_cmet_hdr h;
-        int rc = r->cb_kind == 1 ? rd_metric_check(r, &sec, &h)
-                                 : fkvf_fail(&r->diag, FKVF_E_NOT_FOUND, FKVF_NO_OFFSET, "13",
-                                             "the archive has no codebook");
+        int rc = rd_metric_check(r, &sec, &h); /* without a CBK1: NOT_FOUND or CORRUPT */
         if (rc)
             return rc;
         const uint8_t *p;
