@@ -498,11 +498,14 @@ static unsigned char *cmet_of(const buf *b, unsigned parts, uint64_t seed, long 
 }
 
 /* sets optional_features bit 1 (ENCODER_METRIC, spec 3.4) of a written file
- * (header re-sealed; nothing changes when the writer set it already) */
+ * and the format_minor 2 that goes with it (spec 1.3.1; header re-sealed;
+ * nothing changes when the writer set them already) */
 static void set_metric_bit(const char *name)
 {
     buf b = load(name);
     put64(b.p + 32, get64(b.p + 32) | GEN_OPTFEAT_ENCODER_METRIC);
+    b.p[12] = 2;
+    b.p[13] = 0;
     put64(b.p + 56, XXH3_64bits_withSeed(b.p, 56, 0));
     save(name, b.p, b.n);
     free(b.p);

@@ -695,9 +695,10 @@ def sec_strm_quad(offset, group, b, k_stages, v_stages, first, streams, block_si
 # ------------------------------------------------------- header, commit (§3, §7.6)
 
 def file_header(required, optional):
-    """The 64-byte header (§3): format 1.1 (format_minor 1) when it sets a
-    required bit added in 1.1 (LAYER_STAGES), else 1.0 (§1.3.1, §17.2)."""
-    minor = 1 if required & REQ_LAYER_STAGES else 0
+    """The 64-byte header (§3): format_minor the lowest minor version that
+    defines every bit it sets: 2 with ENCODER_METRIC (1.2), else 1 with
+    LAYER_STAGES (1.1), else 0 (§1.3.1, §17.2)."""
+    minor = 2 if optional & OPT_ENCODER_METRIC else 1 if required & REQ_LAYER_STAGES else 0
     h = MAGIC + b"\x00" + struct.pack("<HHHIIQQ16x", 1, minor, 64, 0x0A0B0C0D, 0, required,
                                       optional)
     return h + struct.pack("<Q", xxh3_64(h, 0))
@@ -761,8 +762,8 @@ def create(path, d, rows, tokens=None, codebook=None, meta=None, block_size=4096
     CBRF (§13.5; the codebook file is create_codebook_file's). A codebook
     with a layer table sets LAYER_STAGES and format_minor 1 (§3.4, §1.3.1).
     metric (a Metric of the embedded codebook): written as a CMET section
-    with the ENCODER_METRIC optional bit, and the encoder uses it (§13.8;
-    format_minor is not raised). Returns (n, A)."""
+    with the ENCODER_METRIC optional bit (format_minor 2), and the encoder
+    uses it (§13.8, §1.3.1). Returns (n, A)."""
     n = len(rows)
     S = d.S
     A = archived_after(S, d.W, n, 0) if codebook is not None else 0

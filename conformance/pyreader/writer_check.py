@@ -24,10 +24,10 @@ the same: the writer is deterministic), then, for every file:
   was given: the rows, the index symbols in canonical order, the tokens;
   and the second reader restores every position (§14.4, §13.6) to the row
   the writer expects;
-* the header has format_minor 1 and LAYER_STAGES exactly when the codebook
-  has a layer table (§1.3.1, §3.4), and the optional bit ENCODER_METRIC
-  exactly when the file holds a CMET (§3.4, §13.8; format_minor is not
-  raised by it);
+* the header has LAYER_STAGES exactly when the codebook has a layer table
+  and the optional bit ENCODER_METRIC exactly when the file holds a CMET
+  (§3.4, §13.8), and format_minor the lowest version defining its bits: 2
+  with ENCODER_METRIC, else 1 with LAYER_STAGES, else 0 (§1.3.1);
 * the encoder metric (pyw_metric*.fkvf) changes the symbols of some
   archived positions (compared with the Euclidean choice).
 
@@ -220,9 +220,10 @@ def check_file(e, path, a, tmp):
         data = fh.read()
     minor, = struct.unpack_from("<H", data, 12)
     freq, fopt = struct.unpack_from("<QQ", data, 24)
+    want_minor = 2 if e.metric is not None else 1 if layered(e) else 0
     check("%s: header format_minor %d, required_features 0x%x (§1.3.1, §3.4)"
-          % (nm, 1 if layered(e) else 0, req),
-          minor == (1 if layered(e) else 0) and freq == req, "minor %d, required 0x%x" % (minor, freq))
+          % (nm, want_minor, req),
+          minor == want_minor and freq == req, "minor %d, required 0x%x" % (minor, freq))
     check("%s: optional_features 0x%x (§3.4)" % (nm, opt_bits(e)), fopt == opt_bits(e),
           "0x%x" % fopt)
     check_second_reader(e, data)

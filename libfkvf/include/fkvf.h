@@ -45,15 +45,18 @@ extern "C" {
     (FKVF_VERSION_MAJOR * 10000 + FKVF_VERSION_MINOR * 100 + FKVF_VERSION_PATCH)
 #define FKVF_VERSION_STRING "0.3.0"
 
-/* Version of the file format this library reads and writes (spec 1.1). Its
- * writers put minor 1 in a file only when the file declares a feature added
- * in 1.1 (FKVF_FEAT_LAYER_STAGES), else minor 0: such files are 1.0 files,
- * byte for byte what a 1.0 writer makes (spec 1.3.1). */
+/* Version of the file format this library reads and writes (spec 1.2). Its
+ * writers put in a file the lowest minor version that defines every feature
+ * bit the file declares (spec 1.3.1): 2 with FKVF_OPTFEAT_ENCODER_METRIC, else
+ * 1 with FKVF_FEAT_LAYER_STAGES, else 0 (such files are 1.0 files, byte for
+ * byte what a 1.0 writer makes). */
 #define FKVF_FORMAT_MAJOR 1
-#define FKVF_FORMAT_MINOR 1
-/* The minor version a file with these required_features is written with. */
-#define FKVF_FORMAT_MINOR_FOR(required_features) \
-    (((required_features) & FKVF_FEAT_LAYER_STAGES) ? 1 : 0)
+#define FKVF_FORMAT_MINOR 2
+/* The minor version a file with these feature words is written with. */
+#define FKVF_FORMAT_MINOR_FOR(required_features, optional_features) \
+    (((optional_features) & FKVF_OPTFEAT_ENCODER_METRIC)  ? 2       \
+     : ((required_features) & FKVF_FEAT_LAYER_STAGES) ? 1 \
+                                                      : 0)
 
 FKVF_API unsigned fkvf_version_number(void);     /* == FKVF_VERSION_NUMBER */
 FKVF_API const char *fkvf_version_string(void);  /* == FKVF_VERSION_STRING */

@@ -106,7 +106,7 @@ def test_train_writes_the_metric(fkvf, tmp_path):
         assert r["metric"] == want
         info = json.loads(run_cli("info", "--json", p).stdout)
         assert info["optional_features"] & OPTFEAT_ENCODER_METRIC
-        assert info["format"] == "1.0"  # an optional section does not raise the version
+        assert info["format"] == "1.2"  # the bit came with 1.2 (spec 1.3.1)
         got = reader_metric(fkvf, p)
         for given, read in zip((kw.get("key_metric"), kw.get("value_metric")), got):
             if given is None:

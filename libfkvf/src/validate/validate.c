@@ -229,13 +229,14 @@ static int check_header(vctx *c)
     uint64_t opt = fkvf_ld64(p + 32);
     /* a file created under a later minor version may use optional bits that
      * version defines (spec 17.2): the writer rule binds files of the minor
-     * versions this one knows (0 and 1: format 1.2 defines bits 0 and 1
-     * and keeps format_minor, spec 1.3.1) */
-    if ((c->flags & FKVF_VALIDATE_STRICT) && fkvf_ld16(p + 12) <= 1 &&
-        (opt & ~FKVF_OPTFEATURES_KNOWN))
+     * versions this one knows; bit 1 came with 1.2 (spec 3.4, 1.3.1) */
+    unsigned minor = fkvf_ld16(p + 12);
+    uint64_t known_opt = minor >= 2 ? FKVF_OPTFEATURES_KNOWN : FKVF_OPTFEAT_TOKEN_STREAM;
+    if ((c->flags & FKVF_VALIDATE_STRICT) && minor <= FKVF_FORMAT_MINOR && (opt & ~known_opt))
         report(c, FKVF_E_CORRUPT, "3.4", "W-OPTBITS", 1, 32, -1, 0,
-               "optional_features 0x%llx: bits 2-63 are reserved, writers write 0",
-               (unsigned long long)opt);
+               "optional_features 0x%llx: bits %s-63 are reserved in a file of format 1.%u, "
+               "writers write 0",
+               (unsigned long long)opt, minor >= 2 ? "2" : "1", minor);
     if (c->n > FKVF_MAX_FILE)
         R(FKVF_E_LIMIT, "7.2", "LIM-FILE", NO_OFF, "file larger than 2^62 bytes");
     return 1;

@@ -229,7 +229,7 @@ static int write_header(fkvf_writer *w)
     fkvf_header h;
     memset(&h, 0, sizeof h);
     h.major = FKVF_FORMAT_MAJOR;
-    h.minor = FKVF_FORMAT_MINOR_FOR(w->opts.required_features);
+    h.minor = FKVF_FORMAT_MINOR_FOR(w->opts.required_features, w->opts.optional_features);
     h.required_features = w->opts.required_features;
     h.optional_features = w->opts.optional_features;
     uint8_t buf[64];
