@@ -9,7 +9,7 @@ SRC=$3
 . "$(dirname "$0")/cli_lib.sh"
 
 check version 0 "$FKVF" --version
-grep_in version "format 1.1" "$T/out"
+grep_in version "format 1.2" "$T/out"
 check help 0 "$FKVF" --help
 grep_in help "verify ARCHIVE" "$T/out"
 for c in info verify dump; do

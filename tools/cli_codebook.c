@@ -128,8 +128,9 @@ int cli_load_codebook_file(const char *path, const kvio_cache *c, cli_key_opts *
     rc = q ? fkvf_reader_metric(*r, &m) : FKVF_E_NOT_FOUND;
     if (rc != FKVF_OK && rc != FKVF_E_NOT_FOUND)
         return cli_fail_reader(rc, *r, path, "its encoder metric: ");
+    /* refused (not NOMEM): a property of the file, so invalid input */
     if (rc == FKVF_OK && (rc = fkvf_rvq_set_metric(*q, &m)) != FKVF_OK)
-        return cli_fail(cli_fkvf_exit(rc), rc, path, "cannot use its encoder metric: %s",
-                        fkvf_strerror(rc));
+        return cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, path,
+                        "cannot use its encoder metric: %s", fkvf_strerror(rc));
     return CLI_OK;
 }

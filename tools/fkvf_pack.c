@@ -133,7 +133,9 @@ static const char *pack_help =
     "                        and stores only indices: best for many or small caches;\n"
     "                        keys mode and RoPE are those it was trained with (its\n"
     "                        train.* metadata; a --keys/--rope-* option that\n"
-    "                        contradicts them is refused: train another codebook)\n"
+    "                        contradicts them is refused: train another codebook);\n"
+    "                        positions are encoded under its encoder metric when it\n"
+    "                        has one (fkvf train --key-metric; fkvf info shows it)\n"
     "Quantizer (with --train):\n"
     "  --k N                 centroids per stage, power of two 16..4096 (default:\n"
     "                        automatic, the largest power of two from 16 to 256 whose\n"
@@ -1529,9 +1531,11 @@ static int train_metric(const train_opts *o, train_state *s)
         kvio_array *a = &s->metric[kv];
         char err[512];
         int rc = kvio_read_array(path, a, err, sizeof err);
-        if (rc != KVIO_OK)
-            return cli_fail(rc == KVIO_E_IO ? CLI_USAGE : CLI_INVALID, FKVF_E_INVALID_ARG, NULL,
-                            "%s: %s", opt, err);
+        if (rc != KVIO_OK) {
+            char what[600];
+            snprintf(what, sizeof what, "%s: %s", opt, err);
+            return cli_fail_kvio(rc, NULL, what);
+        }
         const uint64_t *d = a->dims;
         int fits = (a->ndim == 4 && d[0] == prm->n_layers && d[1] == heads && d[2] == dim &&
                     d[3] == dim) ||
@@ -1556,12 +1560,14 @@ static int train_metric(const train_opts *o, train_state *s)
                 return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
             if (v > 0)
                 return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, path,
-                                "%s: the matrix of layer %zu, head %zu is %s (element [%zu, %zu]); "
-                                "an encoder metric is positive definite (its symmetric part is "
-                                "taken)",
+                                "%s: the matrix of layer %zu, head %zu is %s (elements [%zu, %zu] "
+                                "= %g and [%zu, %zu] = %g); an encoder metric is positive "
+                                "definite (its symmetric part is taken)",
                                 opt, t / heads, t % heads,
                                 v == FKVF_METRIC_NONFINITE ? "not finite" : "not positive definite",
-                                bad / dim, bad % dim);
+                                bad / dim, bad % dim, (double)a->data[t * nn + bad],
+                                bad % dim, bad / dim,
+                                (double)a->data[t * nn + (bad % dim) * dim + bad / dim]);
         }
         if (kv)
             s->rvq_metric.values = a->data;

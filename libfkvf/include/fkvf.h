@@ -1001,7 +1001,9 @@ FKVF_API int fkvf_writer_add_codebook_ref(fkvf_writer *w, const fkvf_codebook_sh
 FKVF_API int fkvf_writer_add_metric(fkvf_writer *w, const fkvf_rvq_metric *m,
                                     unsigned section_flags);
 
-/* Any section (for extensions and tests); flags FKVF_SECTION_*. */
+/* Any section (for extensions and tests); flags FKVF_SECTION_*. Its bytes are
+ * written as given, unchecked: a CMET this way is not an encoder metric the
+ * writer knows of (use fkvf_writer_add_metric, which checks it). */
 FKVF_API int fkvf_writer_add_section(fkvf_writer *w, uint32_t type, uint32_t flags, uint64_t key,
                                      const void *data, size_t size);
 

@@ -661,14 +661,15 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
     e^T M e instead of e^T e for a vector's error e. Each an array-like of shape
     [n_layers, n_heads, dim, dim] (n_heads: the cache's KV heads, 1 when pooled, where
     [n_layers, dim, dim] is taken too; dim: key_dim or value_dim, at most 1024) of
-    symmetric positive definite matrices, converted to float32: for keys typically the
+    positive definite matrices, converted to float32 (each taken as its symmetric part
+    (M + M^T) / 2, all that e^T M e depends on): for keys typically the
     second moment of the queries that read the KV head (query-aware; in the frame of the
     stored keys, un-rotated with keys="pre-rope"), for values W_o^T W_o over the query
     heads that read it (output-aware). None (default): that part Euclidean. The file
     holds the matrices (a CMET section, the optional feature ENCODER_METRIC); packing
     against it (fkvf.pack(codebooks=), an Appender) encodes under them, decoding is
-    unchanged. A wrong shape, a non-finite value, a matrix that
-    is not symmetric or not positive definite: ValueError naming it.
+    unchanged. A wrong shape, a non-finite value, a matrix whose symmetric part is not
+    positive definite: ValueError naming it.
 
     An existing path is refused (fkvf.ExistsError) unless overwrite=True. Returns what
     ``fkvf train --json`` prints (without "caches": the number of caches is "n_caches";

@@ -209,7 +209,15 @@ static int copy_codebook(job *j)
         return FKVF_OK;
     if (rc != FKVF_OK)
         return fail_reader(c, rc, j->r, "");
-    rc = fkvf_writer_add_metric(j->w, &mm, j->cbk_flags);
+    /* deflated as it was (an invalid CMET stops the copy above: the input
+     * fails full verification, fkvf verify says why) */
+    unsigned mflags = 0;
+    for (size_t i = 0; i < j->ai.n_sections; i++) {
+        fkvf_section_info si;
+        if (fkvf_reader_section(j->r, i, &si) == FKVF_OK && si.type == FKVF_SECTION_CMET)
+            mflags = si.flags & FKVF_SECTION_DEFLATE;
+    }
+    rc = fkvf_writer_add_metric(j->w, &mm, mflags);
     return rc != FKVF_OK ? fail_writer(c, rc, j->w, "encoder metric") : FKVF_OK;
 }
 
