@@ -771,6 +771,15 @@ START_TEST(conformance_suite)
             for (size_t i = 0; i < l.n && i < MAXV; i++)
                 found |= !strcmp(fkvf_error_name(l.code[i]), want);
             ck_assert_msg(found, "%s: no violation of class %s:%s", name, cls, s);
+            /* the encoder metric's faults (spec 13.8) by the validator's own
+             * CMET-* checks, not only by the full verification net */
+            if (!strncmp(name, "metric_", 7) && strcmp(cls, "SECTION") && strcmp(cls, "CHECKSUM")) {
+                int own = 0;
+                for (size_t i = 0; i < l.n && i < MAXV; i++)
+                    own |= !strncmp(l.check[i], "CMET-", 5) &&
+                           !strcmp(fkvf_error_name(l.code[i]), want);
+                ck_assert_msg(own, "%s: no CMET-* check of class %s:%s", name, cls, s);
+            }
         }
         fkvf_reader_free(cb);
     }

@@ -46,6 +46,7 @@ typedef struct vsec {
     uint32_t vtxs_n;      /* VTXS */
     fkvf_codebook_shape cb; /* CBK1 */
     fkvf_zidx_hdr z;        /* ZIDX (spec 20.2) */
+    fkvf_cmet_hdr cm;       /* CMET (spec 13.8) */
 } vsec;
 
 typedef struct vctx {
@@ -472,6 +473,25 @@ static void check_sums(vctx *c)
 
 /* finite centroid elements (spec 13.2): a property of the file, which full
  * verification checks too (the first one that is not finite) */
+/* Every matrix of CMET section i (spec 13.8 step 7), its header parsed. */
+static void check_cmet_matrices(vctx *c, size_t i)
+{
+    const vsec *v = &c->vs[i];
+    uint32_t dk = (v->cm.parts & 1) ? v->cm.key_dim : 0, dv = (v->cm.parts & 2) ? v->cm.value_dim : 0;
+    size_t nn = (size_t)(dk > dv ? dk : dv) * (dk > dv ? dk : dv); /* dims <= 1024 (step 3) */
+    float *m = fkvf_calloc(c->r->alloc, nn, sizeof(float));
+    double *l = fkvf_calloc(c->r->alloc, nn, sizeof(double));
+    fkvf_diag dg;
+    dg.name = "";
+    fkvf_diag_clear(&dg);
+    if (!m || !l)
+        c->env_rc = FKVF_E_NOMEM;
+    else if (fkvf_cmet_matrices(v->p, &v->cm, c->r->sections[i].e.offset, m, l, &dg))
+        report_diag(c, &dg, "CMET-MATRIX", (long)i, 0);
+    fkvf_free(c->r->alloc, m);
+    fkvf_free(c->r->alloc, l);
+}
+
 static void check_cbk1_values(vctx *c, size_t i)
 {
     const vsec *v = &c->vs[i];
@@ -665,6 +685,12 @@ static void check_contents(vctx *c)
                        (unsigned long long)xh.first, (unsigned long long)e->key);
             }
             break;
+        case FKVF_SECTION_CMET:
+            chk = "CMET-FIELDS";
+            rc = fkvf_cmet_parse(v->p, v->n, e->offset, e->key, &v->cm, &dg);
+            if (rc == FKVF_OK)
+                check_cmet_matrices(c, i);
+            break;
         case FKVF_SECTION_ZIDX:
         case FKVF_SECTION_ZPOS:
             if (e->flags & FKVF_SECTION_DEFLATE)
@@ -841,7 +867,7 @@ static void check_between(vctx *c)
     fkvf_reader *r = c->r;
     const rd_commit *head = &r->commits[r->n_commits - 1];
     uint64_t npos = head->dh.n_positions, nar = head->dh.n_archived;
-    size_t n_desc = 0, n_cb = 0, cb_sec = 0;
+    size_t n_desc = 0, n_cb = 0, cb_sec = 0, n_cmet = 0, cmet_sec = 0;
     int cb_kind = 0;
     vgroup groups[2];
     memset(groups, 0, sizeof groups);
@@ -870,6 +896,13 @@ static void check_between(vctx *c)
                 !(r->hdr.required_features & FKVF_FEAT_EXTERNAL_CODEBOOK))
                 RS(FKVF_E_CORRUPT, "3.3", "FEAT-EXTCB", i,
                    "CBRF section %zu, but the header does not declare EXTERNAL_CODEBOOK", i);
+            break;
+        case FKVF_SECTION_CMET: /* spec 13.8 step 5 */
+            if (n_cmet++)
+                RS(FKVF_E_CORRUPT, "13.8", "CMET-ONE", i,
+                   "a second CMET section (section %zu; at most one in a chain)", i);
+            else
+                cmet_sec = i;
             break;
         case FKVF_SECTION_VTXS:
             for (size_t j = 0; j < i; j++)
@@ -943,6 +976,23 @@ static void check_between(vctx *c)
             RS(FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", i,
                "ZIDX section %zu: n_indexed %llu is not a multiple of the stream's unit %u", i,
                (unsigned long long)v->z.n_indexed, u);
+    }
+    /* the encoder metric belongs with a CBK1 and matches it (spec 13.8 steps
+     * 5 and 6) */
+    if (n_cmet && cb_kind != 1)
+        RS(FKVF_E_CORRUPT, "13.8", "CMET-CBK1", cmet_sec,
+           "CMET section %zu in a file without an embedded codebook (CBK1)%s", cmet_sec,
+           cb_kind == 2 ? ": an archive that refers to a codebook file finds the metric there"
+                        : "");
+    else if (n_cmet && c->vs[cmet_sec].parsed && c->vs[cb_sec].parsed) {
+        uint8_t h[16];
+        fkvf_diag dg;
+        dg.name = "";
+        fkvf_diag_clear(&dg);
+        fkvf_codebook_hash(c->vs[cb_sec].p, (size_t)c->vs[cb_sec].n, h);
+        if (fkvf_cmet_match(&c->vs[cmet_sec].cm, &c->vs[cb_sec].cb, h,
+                            r->sections[cmet_sec].e.offset, &dg))
+            report_diag(c, &dg, "CMET-MATCH", (long)cmet_sec, 0);
     }
     int has_desc = n_desc > 0;
     if (!has_desc) {
