@@ -1636,6 +1636,13 @@ int main(int argc, char **argv)
     if (metric_out) { /* the metrics for fkvf train, then done */
         ensure_metric(&c);
         int rc = write_metrics(&c, metric_out);
+        free(c.mk);
+        free(c.mk_inv);
+        free(c.mv);
+        free(c.mv_inv);
+        free(c.fk);
+        free(c.fv);
+        free(c.train_rows);
         free(text);
         lm_free(m);
         return rc;
@@ -1816,6 +1823,8 @@ int main(int argc, char **argv)
     free(c.mk_inv);
     free(c.mv);
     free(c.mv_inv);
+    free(c.fk);
+    free(c.fv);
     free(text);
     lm_free(m);
     return rc_main;
