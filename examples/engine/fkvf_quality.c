@@ -410,6 +410,17 @@ static void add_queries(void *u, const lm_state *st, int pos)
     qm_add_queries(a->M, lm_queries(st), a->s->L, a->s->NH, a->s->H, a->s->D, pos);
 }
 
+/* Frees what ensure_metric allocated (nothing if it did not run). */
+static void free_metrics(ctx *c)
+{
+    free(c->mk);
+    free(c->mk_inv);
+    free(c->mv);
+    free(c->mv_inv);
+    free(c->fk);
+    free(c->fv);
+}
+
 /* f = qm_metric_matrix(S) rounded to float, its upper triangle mirrored so
  * that it is symmetric exactly (spec 13.8) */
 static void file_metric(const double *S, int D, float *f)
@@ -1636,12 +1647,7 @@ int main(int argc, char **argv)
     if (metric_out) { /* the metrics for fkvf train, then done */
         ensure_metric(&c);
         int rc = write_metrics(&c, metric_out);
-        free(c.mk);
-        free(c.mk_inv);
-        free(c.mv);
-        free(c.mv_inv);
-        free(c.fk);
-        free(c.fv);
+        free_metrics(&c);
         free(c.train_rows);
         free(text);
         lm_free(m);
@@ -1819,12 +1825,7 @@ int main(int argc, char **argv)
     free(c.ev_exact);
     free(c.ev_rows);
     free(c.train_rows);
-    free(c.mk);
-    free(c.mk_inv);
-    free(c.mv);
-    free(c.mv_inv);
-    free(c.fk);
-    free(c.fv);
+    free_metrics(&c);
     free(text);
     lm_free(m);
     return rc_main;
