@@ -67,6 +67,43 @@ void tu_free_odd(uint8_t *p)
         free(p - 1);
 }
 
+int tu_host_le(void)
+{
+    const uint16_t one = 1;
+    uint8_t b[2];
+    memcpy(b, &one, sizeof b);
+    return b[0] == 1;
+}
+
+void tu_le_swap(void *p, size_t n, size_t width)
+{
+    if (tu_host_le())
+        return;
+    uint8_t *b = p;
+    for (size_t i = 0; i < n; i++, b += width)
+        for (size_t j = 0; j < width / 2; j++) {
+            uint8_t t = b[j];
+            b[j] = b[width - 1 - j];
+            b[width - 1 - j] = t;
+        }
+}
+
+uint16_t tu_ld16le(const void *p)
+{
+    const uint8_t *b = p;
+    return (uint16_t)(b[0] | (b[1] << 8));
+}
+
+float tu_ldf32le(const void *p)
+{
+    const uint8_t *b = p;
+    uint32_t u = (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) |
+                 ((uint32_t)b[3] << 24);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 int tu_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);

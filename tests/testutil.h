@@ -84,6 +84,21 @@ void tu_alloc_release(tu_alloc *ta);
 /* calloc(n, size) (at least one byte) or the test fails. */
 void *tu_xcalloc(size_t n, size_t size);
 
+/* ---- byte order -----------------------------------------------------------------
+ * The library's element arrays (fkvf_rows, codebook tables, fkvf_convert's
+ * buffers, what restore and random access write) are little-endian bytes
+ * (fkvf.h); tests compute host values. tu_le_swap turns n elements of
+ * `width` bytes (2, 4 or 8) between host order and little-endian in place:
+ * nothing on a little-endian host, each element's bytes reversed on a
+ * big-endian one (s390x, scripts/test-cross.sh), so one call goes either
+ * way. The loads read one little-endian element at any address. */
+int tu_host_le(void);
+void tu_le_swap(void *p, size_t n, size_t width);
+static inline void tu_le_f32(float *p, size_t n) { tu_le_swap(p, n, 4); }
+static inline void tu_le_u16(uint16_t *p, size_t n) { tu_le_swap(p, n, 2); }
+uint16_t tu_ld16le(const void *p);
+float tu_ldf32le(const void *p);
+
 /* ---- files ---------------------------------------------------------------------- */
 
 /* The bytes of the file at `path` and their count in *size, in a block from

@@ -7,6 +7,17 @@
 #include <stdint.h>
 #include <string.h>
 
+/* 1 on a little-endian host, where an array of host integers or floats
+ * already is its little-endian byte image (shortcuts use memcpy then); 0
+ * elsewhere (s390x, scripts/test-cross.sh), where every element goes through
+ * the helpers below. */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define FKVF_HOST_LE 1
+#else
+#define FKVF_HOST_LE 0
+#endif
+
 /* Unchecked loads/stores on byte pointers: any alignment, any host order.
  * Callers have already checked the range. */
 static inline uint16_t fkvf_ld16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
@@ -125,6 +136,22 @@ static inline int fkvf_rd_ok(const fkvf_rd *r) { return !r->bad; }
 static inline int fkvf_range_ok(uint64_t off, uint64_t len, uint64_t size)
 {
     return off <= size && len <= size - off;
+}
+
+/* n host binary32 values to their little-endian byte image, in place
+ * (nothing to do on a little-endian host). */
+static inline void fkvf_f32_to_le_inplace(float *v, size_t n)
+{
+#if !FKVF_HOST_LE
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, v + i, sizeof u);
+        fkvf_st32((uint8_t *)(void *)(v + i), u);
+    }
+#else
+    (void)v;
+    (void)n;
+#endif
 }
 
 #endif

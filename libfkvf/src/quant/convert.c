@@ -6,12 +6,7 @@
 #include "cpu.h"
 #include "quant.h"
 
-#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) && \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define Q_LE_HOST 1
-#else
-#define Q_LE_HOST 0
-#endif
+#define Q_LE_HOST FKVF_HOST_LE
 
 static inline uint16_t q_ld16(const uint8_t *p)
 {

@@ -1434,8 +1434,7 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
                      fkvf_vec16_usable(sh->key_dim, rd, rd ? key_rope->layout : 0);
     const int v16v = out_dtype == FKVF_DTYPE_F16 && fkvf_vec16_usable(sh->value_dim, 0, 0);
 #else
-    const int use16 = 0;
-    const size_t set16 = 0;
+    const size_t set16 = 0; /* no f16 tables without the x86-64 kernels */
 #endif
     float *acc = fkvf_calloc(a, dmax, sizeof(float));
     double *freqs = NULL, *cs = NULL;

@@ -320,6 +320,7 @@ size_t fkvfq_seed_scratch(size_t n, uint32_t dim) { return seed_ld(n) * dim; }
 double fkvfq_seed_update_isa(int isa, const float *x, size_t n, uint32_t dim, const float *c,
                              double *d2, double *cum, int first, float *xt)
 {
+    (void)isa; /* only the x86-64 kernels are chosen by it */
 #ifdef Q_SEED_AVX512
     if (isa >= FKVFQ_ISA_AVX512 && fkvf_cpu_avx512()) {
         seed_transpose(x, n, dim, xt);

@@ -188,7 +188,9 @@ static void stage_flush(stage *s)
         return;
     }
 #endif
-    /* valid dtypes and buffers: cannot fail */
+    /* fkvf_convert reads little-endian bytes; the staged values are host
+     * binary32 (valid dtypes and buffers: cannot fail) */
+    fkvf_f32_to_le_inplace(s->buf, s->len);
     (void)fkvf_convert(s->p->dt, dst, FKVF_DTYPE_F32, s->buf, s->len);
     s->len = 0;
 }
@@ -316,10 +318,11 @@ static size_t table16_off(const fkvf_codebook_shape *sh, uint32_t l, uint32_t h,
     return 64 + 2 * fkvf_cbk1_table_off(sh, tab, kv, s);
 }
 
+#ifdef FKVF_HAVE_F16C
 /* Do the f16 tables of shape sh for the archive's layers and heads lie
  * within the `size` bytes of the contents? (Checked when the codebook was
  * loaded, spec 13.2; checked again here because the offsets above rely on
- * it.) */
+ * it.) Only the F16C kernel reads the f16 tables in place. */
 static int tables16_fit(const fkvf_codebook_shape *sh, const fkvf_desc *d, size_t size)
 {
     uint64_t per_head = (uint64_t)sh->k *
@@ -332,6 +335,7 @@ static int tables16_fit(const fkvf_codebook_shape *sh, const fkvf_desc *d, size_
     return fkvf_mul64(per_head, (uint64_t)sh->n_layers * sh->n_heads, &all) && all <= size &&
            size - all >= 64;
 }
+#endif
 
 /* The binary32 stage tables (tab, unless NULL) or the f16 tables in the
  * CBK1 contents cb (tab16, unless NULL) of the selected streams, in
