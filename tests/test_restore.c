@@ -14,7 +14,7 @@ enum { L = 2, H = 2, D = 8, N = 40, S = 4, W = 16, A = N - S - W, K = 16, KS = 2
 #define ROW_ELEMS (L * H * 2 * D)
 
 typedef struct fixture {
-    uint16_t rows[N][ROW_ELEMS]; /* f16 cache rows, spec 14.2 layout */
+    uint16_t rows[N][ROW_ELEMS]; /* f16 cache rows, spec 14.2 layout, little-endian */
     fkvf_rvq *q;
     uint16_t codes[A][L * H * (KS + VS)];
     fkvf_desc desc;
@@ -33,6 +33,7 @@ static void make_rows(fixture *f)
             double x = c + ((double)tu_below(&g, 1000) / 1000.0 - 0.5) * 0.2;
             f->rows[p][e] = fkvf_f32_to_f16((float)x);
         }
+    tu_le_u16(&f->rows[0][0], (size_t)N * ROW_ELEMS); /* the library's element order */
 }
 
 static void build(fixture *f, int external)
@@ -159,7 +160,8 @@ START_TEST(restore_embedded_f16)
     double err = 0, ref = 0;
     for (int p = S; p < S + A; p++)
         for (int e = 0; e < ROW_ELEMS; e++) {
-            double a = fkvf_f16_to_f32(fx.rows[p][e]), b = fkvf_f16_to_f32(out[p][e]);
+            double a = fkvf_f16_to_f32(tu_ld16le(&fx.rows[p][e]));
+            double b = fkvf_f16_to_f32(tu_ld16le(&out[p][e]));
             err += (a - b) * (a - b);
             ref += a * a;
         }
@@ -187,10 +189,13 @@ START_TEST(restore_converts_dtype)
     ck_assert_int_eq(fkvf_reader_restore(r, 0, N, FKVF_DTYPE_F32, f32, sizeof f32), FKVF_OK);
     for (int p = 0; p < N; p++)
         for (int e = 0; e < ROW_ELEMS; e++) {
+            /* both outputs are little-endian element arrays */
+            const float x = tu_ldf32le(&f32[p][e]);
+            const uint16_t y = tu_ld16le(&h[p][e]);
             if (p < S || p >= S + A) /* exact: f16 -> f32 is exact */
-                ck_assert(f32[p][e] == fkvf_f16_to_f32(h[p][e]));
+                ck_assert(x == fkvf_f16_to_f32(y));
             else /* archived: f16 output is the f32 result rounded once */
-                ck_assert_uint_eq(fkvf_f32_to_f16(f32[p][e]), h[p][e]);
+                ck_assert_uint_eq(fkvf_f32_to_f16(x), y);
         }
     fkvf_reader_free(r);
     done(&fx);
@@ -286,6 +291,7 @@ START_TEST(restore_zero_stage_codebook)
     for (int p = 0; p < NP; p++)
         for (int e = 0; e < ROW_ELEMS; e++)
             rows[p][e] = fkvf_f32_to_f16((float)(p + 1));
+    tu_le_u16(&rows[0][0], (size_t)NP * ROW_ELEMS); /* rows are little-endian bytes */
     fkvf_codebook_shape shape = {L, H, D, D, 16, 0, 0, FKVF_DTYPE_F16, 0, NULL};
     tu_buf buf = {0};
     fkvf_sink sk = tu_buf_sink(&buf);
@@ -365,12 +371,14 @@ START_TEST(restore_batches_match_portable_decode)
     uint16_t *tab = tu_xcalloc(nt, sizeof(uint16_t));
     for (size_t i = 0; i < nt; i++)
         tab[i] = fkvf_f32_to_f16((float)((double)tu_below(&g, 20001) / 5000.0 - 2.0));
+    tu_le_u16(tab, nt); /* codebook tables are little-endian bytes */
     uint16_t *codes = tu_xcalloc((size_t)BA * BNC, sizeof(uint16_t));
     for (size_t i = 0; i < (size_t)BA * BNC; i++)
         codes[i] = (uint16_t)tu_below(&g, BK);
     uint16_t *rows = tu_xcalloc((size_t)BN * BRE, sizeof(uint16_t));
     for (size_t i = 0; i < (size_t)BN * BRE; i++)
         rows[i] = fkvf_f32_to_f16((float)((double)tu_below(&g, 2001) / 500.0 - 2.0));
+    tu_le_u16(rows, (size_t)BN * BRE); /* and so are rows */
     const size_t rb = (size_t)BRE * 2;
 
     tu_buf file = {0};
@@ -482,6 +490,7 @@ static void f16_direct_case(const f16case *c, uint64_t seed, size_t *peak)
     for (size_t i = 0; i < nt; i++) /* f16 values over a wide range, subnormals and -0 too */
         tab[i] = (uint16_t)(tu_below(&g, 4) == 0 ? tu_below(&g, 0x400) | 0x8000u * tu_below(&g, 2)
                                                  : fkvf_f32_to_f16((float)((double)tu_below(&g, 40001) / 1000.0 - 20.0)));
+    tu_le_u16(tab, nt); /* codebook tables are little-endian bytes */
     const size_t nc = (size_t)c->l * c->h * (c->ks + c->vs);
     const size_t re = (size_t)c->l * c->h * (c->dk + c->dv);
     const uint64_t fS = 2, fW = 3, fA = c->n_arch, fN = fS + fA + fW;
@@ -491,6 +500,7 @@ static void f16_direct_case(const f16case *c, uint64_t seed, size_t *peak)
     uint16_t *rows = tu_xcalloc(fN * re, sizeof(uint16_t));
     for (size_t i = 0; i < fN * re; i++)
         rows[i] = fkvf_f32_to_f16((float)((double)tu_below(&g, 2001) / 500.0 - 2.0));
+    tu_le_u16(rows, fN * re); /* and so are rows */
     const size_t rb = re * 2;
 
     tu_buf file = {0};
