@@ -57,7 +57,8 @@ static void rm_dir(void)
     rmdir(tmpdir);
 }
 
-/* f16 rows of positions [first, first+n), deterministic per position. */
+/* f16 rows of positions [first, first+n), deterministic per position, as
+ * the library takes them: little-endian elements (fkvf_rows). */
 static void gen_rows(uint16_t *out, uint64_t first, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -67,6 +68,7 @@ static void gen_rows(uint16_t *out, uint64_t first, size_t n)
             out[i * ROW_ELEMS + e] = fkvf_f32_to_f16((float)v);
         }
     }
+    tu_le_u16(out, n * ROW_ELEMS);
 }
 
 static void params(fkvf_rvq_params *p, const uint8_t *table)
@@ -549,7 +551,8 @@ START_TEST(archive_embedded_append_reopen_compact)
     for (uint64_t p = SINKS; p + WINDOW < n; p++) {
         double s = 0;
         for (uint32_t e = 0; e < D; e++)
-            s += (double)qv[e] * fkvf_f16_to_f32(want[p * ROW_ELEMS + 3 * H * 2 * D + e]);
+            s += (double)qv[e] *
+                 fkvf_f16_to_f32(tu_ld16le(&want[p * ROW_ELEMS + 3 * H * 2 * D + e]));
         best = s > best ? s : best;
     }
     (void)c;
