@@ -57,7 +57,8 @@ static void rm_dir(void)
     rmdir(tmpdir);
 }
 
-/* f16 rows of positions [first, first+n), deterministic per position */
+/* f16 rows of positions [first, first+n), deterministic per position, as
+ * the library takes them: little-endian elements (fkvf_rows) */
 static void gen_rows(uint16_t *out, uint64_t first, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -67,6 +68,7 @@ static void gen_rows(uint16_t *out, uint64_t first, size_t n)
             out[i * ROW_ELEMS + e] = fkvf_f32_to_f16((float)v);
         }
     }
+    tu_le_u16(out, n * ROW_ELEMS);
 }
 
 /* Strongly anisotropic SPD matrices, one per table: M = B B^T + 0.05 I
@@ -146,12 +148,12 @@ static double mdist(const float *m, const double *x, const double *c)
     return s;
 }
 
-/* vector (l, h, kv) of row i, binary64 */
+/* vector (l, h, kv) of row i (little-endian rows), binary64 */
 static void vec_of(const uint16_t *rows, size_t i, int l, int h, int kv, double *x)
 {
     size_t off = (size_t)i * ROW_ELEMS + (size_t)l * H * 2 * D + (size_t)kv * H * D + (size_t)h * D;
     for (int e = 0; e < D; e++)
-        x[e] = fkvf_f16_to_f32(rows[off + e]);
+        x[e] = fkvf_f16_to_f32(tu_ld16le(&rows[off + e]));
 }
 
 /* the code of (l, h, kv, s) in a position's codes (uniform numbering) */
