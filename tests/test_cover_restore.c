@@ -32,6 +32,7 @@ START_TEST(restore_huge_codebook)
     tu_rng rng = {7};
     for (size_t i = 0; i < n_el; i++)
         tables[i] = fkvf_f32_to_f16((float)((int)tu_below(&rng, 4001) - 2000) / 1000.0f);
+    tu_le_u16(tables, n_el); /* CBK1 tables are little-endian bytes (fkvf.h) */
     const size_t cpp = (size_t)L * H * (KS + VS);
     uint16_t *codes = malloc(cpp * NP * sizeof *codes);
     ck_assert_ptr_nonnull(codes);
