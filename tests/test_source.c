@@ -45,6 +45,7 @@ static void build_archive(tu_buf *b)
     for (size_t i = 0; i < (SINKS + RECENT) * ROW_BYTES / 2; i++)
         rows[i] = (uint16_t)((tu_below(&g, 2) << 15) | ((13 + tu_below(&g, 2)) << 10) |
                              tu_below(&g, 1024));
+    tu_le_u16(rows, (SINKS + RECENT) * ROW_BYTES / 2); /* rows are little-endian (fkvf.h) */
     ck_assert_int_eq(fkvf_writer_add_exact(w, 0, SINKS, rows, SINKS * ROW_BYTES, 0), FKVF_OK);
     fkvf_codebook_shape cs;
     memset(&cs, 0, sizeof cs);
@@ -60,6 +61,7 @@ static void build_archive(tu_buf *b)
     ck_assert_ptr_nonnull(t);
     for (size_t i = 0; i < tn / 2; i++)
         t[i] = (uint16_t)((tu_below(&g, 2) << 15) | (12 << 10) | tu_below(&g, 1024));
+    tu_le_u16(t, tn / 2); /* so are the CBK1 tables */
     ck_assert_int_eq(fkvf_writer_add_codebooks(w, &cs, t, tn, 0), FKVF_OK);
     free(t);
     const uint64_t A = NPOS - SINKS - RECENT;
