@@ -99,8 +99,9 @@ static const cfg cfgs[] = {
 
 static size_t esize(fkvf_dtype d) { return d == FKVF_DTYPE_F32 ? 4 : 2; }
 
-/* a random value of dtype d at p: full-precision significands, magnitudes
- * 2^-8 .. 2, so that binary32 sums round (and their order matters) */
+/* a random value of dtype d at p, little-endian (the library's element
+ * arrays, fkvf.h): full-precision significands, magnitudes 2^-8 .. 2, so
+ * that binary32 sums round (and their order matters) */
 static void put_rand(tu_rng *g, fkvf_dtype d, uint8_t *p)
 {
     double m = (double)(tu_next(g) >> 11) / 9007199254740992.0; /* [0, 1) */
@@ -108,10 +109,12 @@ static void put_rand(tu_rng *g, fkvf_dtype d, uint8_t *p)
     if (tu_below(g, 2))
         x = -x;
     if (d == FKVF_DTYPE_F32) {
+        tu_le_f32(&x, 1);
         memcpy(p, &x, 4);
         return;
     }
     uint16_t h = d == FKVF_DTYPE_F16 ? fkvf_f32_to_f16(x) : fkvf_f32_to_bf16(x);
+    tu_le_u16(&h, 1);
     memcpy(p, &h, 2);
 }
 
@@ -172,6 +175,7 @@ static void build(const cfg *c, tu_buf *file)
             float f = (1.0f + (float)tu_below(&g, 1000) / 1000.0f) * 1.0e38f;
             if (tu_below(&g, 2))
                 f = -f;
+            tu_le_f32(&f, 1);
             memcpy(tab + i * 4, &f, 4);
         }
     }
@@ -354,8 +358,7 @@ START_TEST(read_matches_restore)
     if (c->huge) { /* the reference holds infinities and NaNs */
         size_t ninf = 0, nnan = 0, ne = row_bytes(c) / esize(c->dt) * x.N;
         for (size_t i = 0; i < ne; i++) {
-            float f;
-            memcpy(&f, x.ref[FKVF_DTYPE_F32] + 4 * i, 4);
+            float f = tu_ldf32le(x.ref[FKVF_DTYPE_F32] + 4 * i);
             ninf += f - f != 0.0f && f == f;
             nnan += f != f;
         }
