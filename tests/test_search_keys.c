@@ -31,6 +31,8 @@ static float val(uint64_t p, int i)
     return (float)((double)(x >> 11) / 9007199254740992.0 - 0.5);
 }
 
+/* rows as the library takes them (fkvf_rows, the appender): little-endian
+ * binary32 */
 static void gen_rows(float *rows, uint64_t first, size_t n)
 {
     for (size_t r = 0; r < n; r++) {
@@ -39,6 +41,7 @@ static void gen_rows(float *rows, uint64_t first, size_t n)
         for (int i = 0; i < ROW_FLOATS; i++)
             row[i] = val(p, i) * (1.0f + 3.0f * (float)((p * 7 + (uint64_t)i) % 5 == 0));
     }
+    tu_le_f32(rows, n * ROW_FLOATS);
 }
 
 static fkvf_desc test_desc(int pre_rope)
@@ -167,6 +170,7 @@ static void brute(const float *restored, int layer, int head, const float *q, do
     }
 }
 
+/* every position restored as binary32, in host order */
 static float *restore_all(fkvf_reader *r)
 {
     size_t rb;
@@ -175,6 +179,7 @@ static float *restore_all(fkvf_reader *r)
     float *all = malloc((size_t)N * rb);
     ck_assert_ptr_nonnull(all);
     ck_assert_int_eq(fkvf_reader_restore(r, 0, N, FKVF_DTYPE_F32, all, (size_t)N * rb), FKVF_OK);
+    tu_le_f32(all, (size_t)N * ROW_FLOATS); /* restore writes little-endian elements */
     return all;
 }
 
