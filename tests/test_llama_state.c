@@ -368,8 +368,7 @@ static void expect_elem(const kvio_cache *c, int kv, uint32_t l, uint32_t h, uin
     ck_assert_uint_eq(cel, 4);
     uint16_t bits = (uint16_t)(want[0] | want[1] << 8);
     float w = c->dtype == FKVF_DTYPE_F32 && file_el == 2 ? fkvf_f16_to_f32(bits) : 0;
-    float g;
-    memcpy(&g, got, 4);
+    float g = tu_ldf32le(got); /* the cache holds little-endian elements (cacheio.h) */
     EXPECTF(!memcmp(&g, &w, 4) || (w != w && g != g), "%s l%u h%u t%u d%u: %g, want %g", kv ? "V" : "K", l, h, t,
             d, (double)g, (double)w);
 }
@@ -462,7 +461,12 @@ START_TEST(to_cache_vtrans_by_hand)
     int rc = parse_cache(b.p, b.n, &sh, &c, err);
     if (rc)
         ck_abort_msg("%s", err);
-    const float *K = (const float *)(void *)c.keys[0], *V = (const float *)(void *)c.values[0];
+    /* the cache's elements are little-endian bytes (cacheio.h) */
+    float K[4], V[4];
+    for (int i = 0; i < 4; i++) {
+        K[i] = tu_ldf32le(c.keys[0] + 4 * i);
+        V[i] = tu_ldf32le(c.values[0] + 4 * i);
+    }
     /* keys [head][pos]: h0 = (1, 3), h1 = (2, 4); values h0 = (10, 11), h1 = (20, 21) */
     ck_assert(K[0] == 1 && K[1] == 3 && K[2] == 2 && K[3] == 4);
     ck_assert(V[0] == 10 && V[1] == 11 && V[2] == 20 && V[3] == 21);
@@ -601,6 +605,7 @@ START_TEST(write_from_cache)
     free(out);
     /* f32 1.5 written as f16 is 0x3E00, as bf16 0x3FC0 */
     float one5 = 1.5f;
+    tu_le_f32(&one5, 1); /* a cache element: little-endian bytes (cacheio.h) */
     memcpy(c.keys[0], &one5, 4);
     prm.k_type = LLST_GGML_F16;
     prm.v_trans = 0;
