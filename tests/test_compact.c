@@ -78,7 +78,8 @@ static int same_bytes(const char *a, const char *b)
     return same;
 }
 
-/* f16 rows of positions [first, first+n), deterministic per position. */
+/* f16 rows of positions [first, first+n), deterministic per position, as
+ * the library takes rows: little-endian element bytes. */
 static void gen_rows(uint16_t *out, uint64_t first, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -88,6 +89,7 @@ static void gen_rows(uint16_t *out, uint64_t first, size_t n)
             out[i * ROW_ELEMS + e] = fkvf_f32_to_f16((float)v);
         }
     }
+    tu_le_u16(out, n * ROW_ELEMS);
 }
 
 static fkvf_rvq *train(void)
