@@ -58,7 +58,8 @@ static void path_in(char *out, size_t n, const char *name)
     snprintf(out, n, "%s/%s", tmpdir, name);
 }
 
-/* f16 rows of positions [first, first+n), deterministic per position. */
+/* f16 rows of positions [first, first+n), deterministic per position, as
+ * the library takes and gives rows: little-endian element bytes. */
 static void gen_rows(uint16_t *out, uint64_t first, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -68,6 +69,7 @@ static void gen_rows(uint16_t *out, uint64_t first, size_t n)
             out[i * ROW_ELEMS + e] = fkvf_f32_to_f16((float)v);
         }
     }
+    tu_le_u16(out, n * ROW_ELEMS);
 }
 
 static uint32_t token_of(uint64_t p)
