@@ -33,6 +33,35 @@ static float u2f(uint32_t u)
     return f;
 }
 
+/* The library's element arrays (rows, tables, fkvf_convert's buffers,
+ * decoded rows) are little-endian bytes; the tests compute host values.
+ * le32: the bits of the little-endian binary32 at p (no float load, so a
+ * NaN's bits stay as they are). le_copy: a little-endian copy of n host
+ * floats (free it). st_f32le: store host value v as the little-endian
+ * element p. */
+static uint32_t le32(const void *p)
+{
+    const uint8_t *b = p;
+    return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
+}
+static float *le_copy(const float *p, size_t n)
+{
+    float *c = tu_xcalloc(n ? n : 1, sizeof(float));
+    memcpy(c, p, n * sizeof(float));
+    tu_le_f32(c, n);
+    return c;
+}
+static void st_f32le(float *p, float v)
+{
+    memcpy(p, &v, sizeof v);
+    tu_le_f32(p, 1);
+}
+static void st16le(uint16_t *p, uint16_t v)
+{
+    *p = v;
+    tu_le_u16(p, 1);
+}
+
 /* uniform in [-1, 1) */
 static double urand(tu_rng *r) { return (double)(tu_next(r) >> 11) * 0x1p-52 - 1.0; }
 /* roughly normal (sum of four uniforms), unit variance */
@@ -196,17 +225,21 @@ START_TEST(f16_every_pattern)
         /* and bf16 patterns through f32 */
         EXPECTF(fkvf_f32_to_bf16(fkvf_bf16_to_f32((uint16_t)i)) == i, "bf16 0x%04x", i);
     }
-    /* bulk (vectorized) paths, at an odd address */
+    /* from here on h is the patterns' little-endian image, as fkvf_convert
+     * and fkvfq_load take them */
+    tu_le_u16(h, 65536);
+    /* bulk (vectorized) paths, at an odd address; f holds little-endian
+     * binary32 (le32 reads its bits) */
     uint8_t *odd = tu_dup_odd(h, 65536 * 2);
     OK(fkvf_convert(FKVF_DTYPE_F32, f, FKVF_DTYPE_F16, odd, 65536));
     for (uint32_t i = 0; i < 65536; i++)
-        EXPECTF(f2u(f[i]) == f2u(fkvf_f16_to_f32((uint16_t)i)), "bulk 0x%04x", i);
+        EXPECTF(le32(&f[i]) == f2u(fkvf_f16_to_f32((uint16_t)i)), "bulk 0x%04x", i);
     OK(fkvf_convert(FKVF_DTYPE_F16, odd, FKVF_DTYPE_F32, f, 65536));
     memcpy(h2, odd, 65536 * 2);
     EXPECT(memcmp(h2, h, 65536 * 2) == 0);
     OK(fkvf_convert(FKVF_DTYPE_F32, f, FKVF_DTYPE_BF16, odd, 65536));
     for (uint32_t i = 0; i < 65536; i++)
-        EXPECTF(f2u(f[i]) == ((uint32_t)i << 16), "bulk bf16 0x%04x", i);
+        EXPECTF(le32(&f[i]) == ((uint32_t)i << 16), "bulk bf16 0x%04x", i);
     OK(fkvf_convert(FKVF_DTYPE_BF16, odd, FKVF_DTYPE_F32, f, 65536));
     memcpy(h2, odd, 65536 * 2);
     EXPECT(memcmp(h2, h, 65536 * 2) == 0);
@@ -284,6 +317,8 @@ START_TEST(f32_to_half_against_reference)
         size_t m = N - 3;
         fkvfq_store(dts[k], f, (uint8_t *)a, m);
         fkvfq_store_portable(dts[k], f, (uint8_t *)b, m);
+        tu_le_u16(a, m); /* stored little-endian: to host values */
+        tu_le_u16(b, m);
         for (size_t i = 0; i < m; i++) {
             uint16_t want = k == 0 ? fkvf_f32_to_f16(f[i]) : fkvf_f32_to_bf16(f[i]);
             EXPECTF(a[i] == want && b[i] == want, "dtype %d block %zu: %04x %04x want %04x",
@@ -300,16 +335,17 @@ START_TEST(convert_args)
 {
     float f[3] = {1, 2, 3};
     uint16_t h[3];
+    tu_le_f32(f, 3); /* fkvf_convert's elements are little-endian */
     ck_assert_int_eq(fkvf_convert((fkvf_dtype)0, h, FKVF_DTYPE_F32, f, 3), FKVF_E_INVALID_ARG);
     ck_assert_int_eq(fkvf_convert(FKVF_DTYPE_F16, h, (fkvf_dtype)4, f, 3), FKVF_E_INVALID_ARG);
     ck_assert_int_eq(fkvf_convert(FKVF_DTYPE_F16, NULL, FKVF_DTYPE_F32, f, 3), FKVF_E_INVALID_ARG);
     ck_assert_int_eq(fkvf_convert(FKVF_DTYPE_F16, h, FKVF_DTYPE_F32, NULL, 3), FKVF_E_INVALID_ARG);
     OK(fkvf_convert(FKVF_DTYPE_F16, NULL, FKVF_DTYPE_F32, NULL, 0));
     OK(fkvf_convert(FKVF_DTYPE_F16, h, FKVF_DTYPE_F32, f, 3));
-    ck_assert_uint_eq(h[2], 0x4200);
+    ck_assert_uint_eq(tu_ld16le(&h[2]), 0x4200);
     float g[3];
     OK(fkvf_convert(FKVF_DTYPE_F32, g, FKVF_DTYPE_F32, f, 3));
-    ck_assert(g[1] == 2.0f);
+    ck_assert(tu_ldf32le(&g[1]) == 2.0f);
 }
 END_TEST
 
@@ -727,7 +763,8 @@ static size_t val_off(const cache_shape *s, uint32_t l, uint32_t h)
     return (size_t)l * s->H * (s->Dk + s->Dv) + (size_t)s->H * s->Dk + (size_t)h * s->Dv;
 }
 
-/* n rows (f32) with clustered keys and values: the cluster centres depend on
+/* n rows (f32, host values: le_copy gives what the library takes) with
+ * clustered keys and values: the cluster centres depend on
  * `dist_seed` only, the samples on `seed`, so two seeds give training and
  * held-out data of one distribution. With `rope`, keys are rotated to their
  * position (first + i) as a model caches them. */
@@ -777,24 +814,27 @@ static fkvf_rvq *train(const cache_shape *s, const float *rows, size_t n, uint32
     p.pooled = (uint8_t)pooled;
     p.seed = seed;
     p.key_rope = rope;
-    fkvf_rows blk = {rows, n, FKVF_DTYPE_F32, 0};
+    float *le = le_copy(rows, n * row_elems(s));
+    fkvf_rows blk = {le, n, FKVF_DTYPE_F32, 0};
     fkvf_rvq *q = NULL;
     OK(fkvf_rvq_train(&q, &p, &blk, 1, NULL));
     ck_assert_ptr_nonnull(q);
+    free(le);
     return q;
 }
 
 /* squared reconstruction error of keys and values (binary64) after
- * encode -> decode to f32 */
+ * encode -> decode to f32 (rows: host values) */
 static void recon_error(const fkvf_rvq *q, const cache_shape *s, const float *rows, size_t n,
                         const fkvf_rope *rope, unsigned beam, double *ek, double *ev)
 {
     size_t nc = fkvf_rvq_codes_per_position(q), re = row_elems(s);
     uint16_t *codes = tu_xcalloc(n * nc + 1, sizeof(uint16_t));
-    float *out = tu_xcalloc(n * re, sizeof(float));
-    fkvf_rows blk = {rows, n, FKVF_DTYPE_F32, 0};
+    float *out = tu_xcalloc(n * re, sizeof(float)), *le = le_copy(rows, n * re);
+    fkvf_rows blk = {le, n, FKVF_DTYPE_F32, 0};
     OK(fkvf_rvq_encode(q, &blk, rope, beam, codes, nc, 1));
     OK(fkvf_rvq_decode(q, codes, nc, 1, n, 0, rope, FKVF_DTYPE_F32, out, n * re * 4));
+    tu_le_f32(out, n * re);
     *ek = *ev = 0;
     for (size_t i = 0; i < n; i++)
         for (uint32_t l = 0; l < s->L; l++)
@@ -805,6 +845,7 @@ static void recon_error(const fkvf_rvq *q, const cache_shape *s, const float *ro
             }
     free(codes);
     free(out);
+    free(le);
 }
 
 /* ---- RVQ ----------------------------------------------------------------------------- */
@@ -860,7 +901,8 @@ START_TEST(rvq_encode_is_exact_greedy)
         ck_assert_uint_eq(nc, (size_t)s.L * s.H * 5);
         /* stream-major layout this time */
         uint16_t *codes = tu_xcalloc(n * nc, sizeof(uint16_t));
-        fkvf_rows blk = {rows, n, FKVF_DTYPE_F32, 0};
+        float *le = le_copy(rows, n * re);
+        fkvf_rows blk = {le, n, FKVF_DTYPE_F32, 0};
         OK(fkvf_rvq_encode(q, &blk, rp, 0, codes, 1, n));
         float x[16];
         for (size_t i = 0; i < n; i++)
@@ -892,6 +934,7 @@ START_TEST(rvq_encode_is_exact_greedy)
             for (size_t j = 0; j < nc; j++)
                 EXPECT(pm[i * nc + j] == codes[j * n + i]);
         free(pm);
+        free(le);
         free(codes);
         fkvf_rvq_free(q);
     }
@@ -947,7 +990,7 @@ START_TEST(rvq_decode_matches_reference)
                     for (size_t e = 0; e < re; e++) {
                         uint32_t got, want;
                         if (es == 4) {
-                            memcpy(&got, o + 4 * e, 4);
+                            got = le32(o + 4 * e);
                             want = f2u(ref[e]);
                         } else {
                             got = (uint32_t)(o[2 * e] | (o[2 * e + 1] << 8));
@@ -1051,6 +1094,7 @@ START_TEST(rvq_decode_kernels_match_plain_reference)
                 v *= 30000.0; /* near the f16 overflow threshold */
             tab[i] = (float)v;
         }
+        tu_le_f32(tab, nf); /* tables are little-endian bytes */
         fkvf_rvq *q;
         OK(fkvf_rvq_from_tables(&q, &sh, 0, tab, nf * sizeof(float), NULL));
         const size_t nc = fkvf_rvq_codes_per_position(q), ps = nc * cst + 3;
@@ -1109,8 +1153,8 @@ START_TEST(rvq_decode_kernels_match_plain_reference)
                 for (size_t e = 0; e < n * re; e++) {
                     uint32_t want = ref_out_bits(dt, ref[e]), g1 = 0, g2 = 0;
                     if (es == 4) {
-                        memcpy(&g1, o1 + 4 * e, 4);
-                        memcpy(&g2, o2 + 4 * e, 4);
+                        g1 = le32(o1 + 4 * e);
+                        g2 = le32(o2 + 4 * e);
                     } else {
                         g1 = (uint32_t)(o1[2 * e] | (o1[2 * e + 1] << 8));
                         g2 = (uint32_t)(o2[2 * e] | (o2[2 * e + 1] << 8));
@@ -1210,6 +1254,7 @@ START_TEST(rvq_decode_f16_tables_match_portable)
                 v = tu_below(&r, 2) ? -0.0 : 0.0;
             tab[i] = fkvf_f32_to_f16((float)v);
         }
+        tu_le_u16(tab, nf); /* tables are little-endian bytes */
         fkvf_rvq *q;
         OK(fkvf_rvq_from_tables_decode(&q, &sh, kvh, tab, nf * sizeof(uint16_t), NULL));
         /* the same tables read in place (restore's handle), where the CPU
@@ -1295,7 +1340,7 @@ START_TEST(rvq_borrow_f16_checks)
     const size_t nf = (size_t)2 * 16 * (2 * 8 + 8), bytes = nf * sizeof(uint16_t);
     uint16_t *tab = tu_xcalloc(nf + 1, sizeof(uint16_t));
     for (size_t i = 0; i < nf; i++)
-        tab[i] = fkvf_f32_to_f16((float)i / 64.0f);
+        st16le(&tab[i], fkvf_f32_to_f16((float)i / 64.0f)); /* tables: little-endian */
     fkvf_rvq *b = (fkvf_rvq *)(uintptr_t)1;
     if (!fkvfq_decode16_available()) {
         ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, tab, bytes, NULL), FKVF_E_UNSUPPORTED);
@@ -1319,7 +1364,7 @@ START_TEST(rvq_borrow_f16_checks)
     const uint16_t bad[3] = {0x7C00, 0xFC00, 0x7E01};
     for (int i = 0; i < 3; i++) {
         uint16_t keep = tab[nf - 1 - (size_t)i * 100];
-        tab[nf - 1 - (size_t)i * 100] = bad[i];
+        st16le(&tab[nf - 1 - (size_t)i * 100], bad[i]);
         ck_assert_int_eq(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, tab, bytes, NULL), FKVF_E_INVALID_ARG);
         /* the encoding handle checks them table by table, building its norms */
         fkvf_rvq *e = (fkvf_rvq *)(uintptr_t)1;
@@ -1330,15 +1375,15 @@ START_TEST(rvq_borrow_f16_checks)
     }
     for (size_t at = 0; at < nf; at += 97) { /* a NaN in every table in turn */
         uint16_t keep = tab[at];
-        tab[at] = 0x7E00;
+        st16le(&tab[at], 0x7E00);
         fkvf_rvq *e = (fkvf_rvq *)(uintptr_t)1;
         ck_assert_int_eq(fkvf_rvq_from_tables16_encode(&e, &sh, 2, tab, bytes, NULL),
                          FKVF_E_INVALID_ARG);
         tab[at] = keep;
     }
     /* the largest finite values are taken */
-    tab[0] = 0x7BFF;
-    tab[1] = 0xFBFF;
+    st16le(&tab[0], 0x7BFF);
+    st16le(&tab[1], 0xFBFF);
     OK(fkvf_rvq_from_tables16_borrow(&b, &sh, 2, tab, bytes, NULL));
     ck_assert_ptr_null(b->rows);
     fkvf_codebook_shape got;
@@ -1357,11 +1402,11 @@ START_TEST(rvq_borrow_f16_checks)
                      FKVF_E_INVALID_ARG);
     float o32[2 * 16];
     OK(fkvf_rvq_decode(b, codes, 6, 1, 1, 0, NULL, FKVF_DTYPE_F32, o32, sizeof o32));
-    ck_assert_float_eq(o32[0], 65504.0f + fkvf_f16_to_f32(tab[128]));
-    ck_assert_float_eq(o32[1], -65504.0f + fkvf_f16_to_f32(tab[129]));
-    tab[128] = fkvf_f32_to_f16(1.0f); /* borrowed: the next decode reads the change */
+    ck_assert_float_eq(tu_ldf32le(&o32[0]), 65504.0f + fkvf_f16_to_f32(tu_ld16le(&tab[128])));
+    ck_assert_float_eq(tu_ldf32le(&o32[1]), -65504.0f + fkvf_f16_to_f32(tu_ld16le(&tab[129])));
+    st16le(&tab[128], fkvf_f32_to_f16(1.0f)); /* borrowed: the next decode reads the change */
     OK(fkvf_rvq_decode(b, codes, 6, 1, 1, 0, NULL, FKVF_DTYPE_F32, o32, sizeof o32));
-    ck_assert_float_eq(o32[0], 65505.0f);
+    ck_assert_float_eq(tu_ldf32le(&o32[0]), 65505.0f);
     /* no binary32 tables: centroids NULL, subset refused (they read NULL
      * rows before), encode refused; the tables are the f16 bytes. The same
      * for an encoding handle of the same tables, which also encodes. */
@@ -1401,17 +1446,20 @@ START_TEST(rvq_beam_not_worse_than_greedy)
     float *tr = gen_rows(&s, 800, 4, 500, NULL, 0), *x = gen_rows(&s, n, 4, 600, NULL, 0);
     fkvf_rvq *q = train(&s, tr, 800, 16, 4, 2, 0, 2, NULL);
     size_t nc = fkvf_rvq_codes_per_position(q), re = row_elems(&s);
-    fkvf_rows blk = {x, n, FKVF_DTYPE_F32, 0};
+    float *xle = le_copy(x, n * re);
+    fkvf_rows blk = {xle, n, FKVF_DTYPE_F32, 0};
     uint16_t *g = tu_xcalloc(n * nc, 2), *b = tu_xcalloc(n * nc, 2);
     float *og = tu_xcalloc(n * re, 4), *ob = tu_xcalloc(n * re, 4);
     OK(fkvf_rvq_encode(q, &blk, NULL, 0, g, nc, 1));
     OK(fkvf_rvq_encode(q, &blk, NULL, 1, b, nc, 1));
     ck_assert(memcmp(g, b, n * nc * 2) == 0);
     OK(fkvf_rvq_decode(q, g, nc, 1, n, 0, NULL, FKVF_DTYPE_F32, og, n * re * 4));
+    tu_le_f32(og, n * re);
     const unsigned widths[] = {2, 3, 4, 8, 64};
     for (size_t wi = 0; wi < 5; wi++) {
         OK(fkvf_rvq_encode(q, &blk, NULL, widths[wi], b, nc, 1));
         OK(fkvf_rvq_decode(q, b, nc, 1, n, 0, NULL, FKVF_DTYPE_F32, ob, n * re * 4));
+        tu_le_f32(ob, n * re);
         double tg = 0, tb = 0;
         int better = 0;
         for (size_t i = 0; i < n; i++)
@@ -1436,6 +1484,7 @@ START_TEST(rvq_beam_not_worse_than_greedy)
     free(ob);
     free(tr);
     free(x);
+    free(xle);
     fkvf_rvq_free(q);
 }
 END_TEST
@@ -1478,8 +1527,9 @@ START_TEST(rvq_deterministic)
     p.v_stages = 2;
     p.seed = 77;
     size_t re = row_elems(&s);
-    fkvf_rows two[2] = {{rows, 250, FKVF_DTYPE_F32, 0},
-                        {rows + 250 * re, n - 250, FKVF_DTYPE_F32, 250}};
+    float *le = le_copy(rows, n * re);
+    fkvf_rows two[2] = {{le, 250, FKVF_DTYPE_F32, 0},
+                        {le + 250 * re, n - 250, FKVF_DTYPE_F32, 250}};
     fkvf_rvq *d;
     OK(fkvf_rvq_train(&d, &p, two, 2, NULL));
     uint8_t *td = tables_of(d, &sd);
@@ -1505,6 +1555,7 @@ START_TEST(rvq_deterministic)
     fkvf_rvq_free(d);
     fkvf_rvq_free(e);
     fkvf_rvq_free(sub);
+    free(le);
     free(rows);
 }
 END_TEST
@@ -1516,7 +1567,7 @@ START_TEST(rvq_shapes_and_writer)
 {
     cache_shape s = {3, 4, 8, 12};
     size_t n = 300;
-    float *rows = gen_rows(&s, n, 6, 800, NULL, 0);
+    float *rows = gen_rows(&s, n, 6, 800, NULL, 0), *le = le_copy(rows, n * row_elems(&s));
     for (int pooled = 0; pooled <= 1; pooled++)
         for (int f32 = 0; f32 <= 1; f32++) {
             fkvf_rvq_params p;
@@ -1530,7 +1581,7 @@ START_TEST(rvq_shapes_and_writer)
             p.v_stages = 1;
             p.pooled = (uint8_t)pooled;
             p.table_dtype = f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
-            fkvf_rows blk = {rows, n, FKVF_DTYPE_F32, 0};
+            fkvf_rows blk = {le, n, FKVF_DTYPE_F32, 0};
             fkvf_rvq *q;
             OK(fkvf_rvq_train(&q, &p, &blk, 1, NULL));
             fkvf_codebook_shape sh;
@@ -1608,6 +1659,7 @@ START_TEST(rvq_shapes_and_writer)
             free(t);
             fkvf_rvq_free(q);
         }
+    free(le);
     free(rows);
 }
 END_TEST
@@ -1638,12 +1690,15 @@ START_TEST(rvq_keys_before_rope)
         for (uint32_t h = 0; h < s.H; h++)
             OK(fkvf_rope_apply_f32(&rope, i, 1, un + i * re + key_off(&s, 0, h), s.Dk));
     uint16_t *c1 = tu_xcalloc(nh * nc, 2), *c2 = tu_xcalloc(nh * nc, 2);
-    fkvf_rows b1 = {ho, nh, FKVF_DTYPE_F32, 0}, b2 = {un, nh, FKVF_DTYPE_F32, 0};
+    float *hle = le_copy(ho, nh * re);
+    tu_le_f32(un, nh * re);
+    fkvf_rows b1 = {hle, nh, FKVF_DTYPE_F32, 0}, b2 = {un, nh, FKVF_DTYPE_F32, 0};
     OK(fkvf_rvq_encode(pre, &b1, &rope, 0, c1, nc, 1));
     OK(fkvf_rvq_encode(pre, &b2, NULL, 0, c2, nc, 1));
     ck_assert(memcmp(c1, c2, nh * nc * 2) == 0);
     free(c1);
     free(c2);
+    free(hle);
     free(un);
     free(tr);
     free(ho);
@@ -1660,6 +1715,7 @@ START_TEST(rvq_input_dtypes)
     float *rows = gen_rows(&s, n, 8, 1000, NULL, 0);
     fkvf_rvq *q = train(&s, rows, n, 16, 2, 2, 0, 5, NULL);
     size_t nc = fkvf_rvq_codes_per_position(q);
+    tu_le_f32(rows, n * re); /* from here on the library's little-endian rows */
     for (int k = 0; k < 2; k++) {
         fkvf_dtype dt = k ? FKVF_DTYPE_BF16 : FKVF_DTYPE_F16;
         uint8_t *h = tu_xcalloc(n * re, 2);
@@ -1679,8 +1735,8 @@ START_TEST(rvq_input_dtypes)
         free(c2);
     }
     /* non-finite inputs: encoding still gives codes in range */
-    rows[3] = NAN;
-    rows[re + 1] = INFINITY;
+    st_f32le(&rows[3], NAN);
+    st_f32le(&rows[re + 1], INFINITY);
     uint16_t *c = tu_xcalloc(n * nc, 2);
     fkvf_rows b = {rows, n, FKVF_DTYPE_F32, 0};
     OK(fkvf_rvq_encode(q, &b, NULL, 0, c, nc, 1));
@@ -1700,6 +1756,7 @@ START_TEST(rvq_invalid_arguments)
     cache_shape s = {1, 2, 8, 8};
     size_t n = 64, re = row_elems(&s);
     float *rows = gen_rows(&s, n, 9, 1100, NULL, 0);
+    tu_le_f32(rows, n * re); /* the library's little-endian rows */
     fkvf_rvq_params p0;
     fkvf_rvq_params_init(&p0);
     ck_assert_uint_eq(p0.k, 256);
@@ -1747,13 +1804,15 @@ START_TEST(rvq_invalid_arguments)
     ck_assert_int_eq(fkvf_rvq_train(NULL, &p0, &blk, 1, NULL), FKVF_E_INVALID_ARG);
     ck_assert_int_eq(fkvf_rvq_train(&q, NULL, &blk, 1, NULL), FKVF_E_INVALID_ARG);
     /* non-finite training data */
-    float keep = rows[5];
-    rows[5] = NAN;
+    uint8_t keep[4];
+    memcpy(keep, &rows[5], 4);
+    st_f32le(&rows[5], NAN);
     ck_assert_int_eq(fkvf_rvq_train(&q, &p0, &blk, 1, NULL), FKVF_E_INVALID_ARG);
-    rows[5] = -INFINITY;
+    st_f32le(&rows[5], -INFINITY);
     ck_assert_int_eq(fkvf_rvq_train(&q, &p0, &blk, 1, NULL), FKVF_E_INVALID_ARG);
-    rows[5] = keep;
+    memcpy(&rows[5], keep, 4);
     uint16_t h16[2] = {0x3C00, 0x7C00}; /* key 1.0, value infinity */
+    tu_le_u16(h16, 2);
     fkvf_rows hb = {h16, 1, FKVF_DTYPE_F16, 0};
     fkvf_rvq_params p1 = p0;
     p1.n_layers = p1.n_kv_heads = p1.key_dim = p1.value_dim = 1;
@@ -1818,7 +1877,7 @@ START_TEST(rvq_invalid_arguments)
     ck_assert_uint_eq(fkvf_rvq_tables_size(sub), 0);
     OK(fkvf_rvq_decode(sub, NULL, 0, 0, n, 0, NULL, FKVF_DTYPE_F32, out, osz));
     for (size_t i = 0; i < n * re; i++)
-        EXPECT(out[i] == 0.0f);
+        EXPECT(tu_ldf32le(&out[i]) == 0.0f);
     OK(fkvf_rvq_encode(sub, &blk, NULL, 0, NULL, 0, 0));
     fkvf_rvq_free(sub);
     ck_assert_int_eq(fkvf_rvq_tables(NULL, out, 4), FKVF_E_INVALID_ARG);
@@ -1872,6 +1931,7 @@ START_TEST(rvq_allocation_failures)
     p.k_stages = 2;
     p.v_stages = 1;
     p.key_rope = &rope;
+    tu_le_f32(rows, n * re); /* the library's little-endian rows */
     fkvf_rows blk = {rows, n, FKVF_DTYPE_F32, 0};
     size_t nc = (size_t)s.L * s.H * 3, tsz = 0;
     uint16_t *codes = tu_xcalloc(n * nc, 2);
@@ -2181,6 +2241,7 @@ START_TEST(rvq_decode_only_handle)
     float *tab = tu_xcalloc(nf, sizeof(float));
     for (size_t i = 0; i < nf; i++)
         tab[i] = (float)((double)tu_below(&r, 20001) / 1000.0 - 10.0);
+    tu_le_f32(tab, nf); /* tables are little-endian bytes */
     fkvf_rvq *full, *dec;
     OK(fkvf_rvq_from_tables(&full, &sh, 0, tab, nf * sizeof(float), NULL));
     OK(fkvf_rvq_from_tables_decode(&dec, &sh, 0, tab, nf * sizeof(float), NULL));
