@@ -405,8 +405,18 @@ void *__wrap_aligned_alloc(size_t a, size_t n)
 }
 
 /* the system calls libfkvf makes */
-int __real_open(const char *path, int flags, ...);
-int __wrap_open(const char *path, int flags, ...);
+/* On a 32-bit build (_FILE_OFFSET_BITS=64, CMakeLists.txt) glibc's headers
+ * turn these calls into their 64-bit-offset forms (open64, fstat64, ...),
+ * which are the symbols --wrap has to catch (tests/CMakeLists.txt). */
+#ifdef FKVF_INJECT_LFS64
+#define WRAPPED(f) __wrap_##f##64
+#define REAL(f) __real_##f##64
+#else
+#define WRAPPED(f) __wrap_##f
+#define REAL(f) __real_##f
+#endif
+int REAL(open)(const char *path, int flags, ...);
+int WRAPPED(open)(const char *path, int flags, ...);
 ssize_t __real_read(int fd, void *buf, size_t n);
 ssize_t __wrap_read(int fd, void *buf, size_t n);
 ssize_t __real_write(int fd, const void *buf, size_t n);
@@ -417,26 +427,26 @@ int __real_fdatasync(int fd);
 int __wrap_fdatasync(int fd);
 int __real_rename(const char *a, const char *b);
 int __wrap_rename(const char *a, const char *b);
-int __real_mkstemp(char *tmpl);
-int __wrap_mkstemp(char *tmpl);
-int __real_ftruncate(int fd, off_t n);
-int __wrap_ftruncate(int fd, off_t n);
-int __real_fstat(int fd, struct stat *st);
-int __wrap_fstat(int fd, struct stat *st);
-void *__real_mmap(void *addr, size_t n, int prot, int flags, int fd, off_t off);
-void *__wrap_mmap(void *addr, size_t n, int prot, int flags, int fd, off_t off);
+int REAL(mkstemp)(char *tmpl);
+int WRAPPED(mkstemp)(char *tmpl);
+int REAL(ftruncate)(int fd, off_t n);
+int WRAPPED(ftruncate)(int fd, off_t n);
+int REAL(fstat)(int fd, struct stat *st);
+int WRAPPED(fstat)(int fd, struct stat *st);
+void *REAL(mmap)(void *addr, size_t n, int prot, int flags, int fd, off_t off);
+void *WRAPPED(mmap)(void *addr, size_t n, int prot, int flags, int fd, off_t off);
 int __real_flock(int fd, int op);
 int __wrap_flock(int fd, int op);
 int __real_link(const char *a, const char *b);
 int __wrap_link(const char *a, const char *b);
-int __real_lstat(const char *path, struct stat *st);
-int __wrap_lstat(const char *path, struct stat *st);
+int REAL(lstat)(const char *path, struct stat *st);
+int WRAPPED(lstat)(const char *path, struct stat *st);
 DIR *__real_opendir(const char *path);
 DIR *__wrap_opendir(const char *path);
-struct dirent *__real_readdir(DIR *d);
-struct dirent *__wrap_readdir(DIR *d);
+struct dirent *REAL(readdir)(DIR *d);
+struct dirent *WRAPPED(readdir)(DIR *d);
 
-int __wrap_open(const char *path, int flags, ...)
+int WRAPPED(open)(const char *path, int flags, ...)
 {
     mode_t mode = 0;
     if (flags & (O_CREAT | O_TMPFILE)) {
@@ -447,7 +457,7 @@ int __wrap_open(const char *path, int flags, ...)
     }
     if (io_fails("open"))
         return -1;
-    return __real_open(path, flags, mode);
+    return REAL(open)(path, flags, mode);
 }
 ssize_t __wrap_read(int fd, void *buf, size_t n)
 {
@@ -471,21 +481,21 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n)
 int __wrap_fsync(int fd) { return io_fails("fsync") ? -1 : __real_fsync(fd); }
 int __wrap_fdatasync(int fd) { return io_fails("fdatasync") ? -1 : __real_fdatasync(fd); }
 int __wrap_rename(const char *a, const char *b) { return io_fails("rename") ? -1 : __real_rename(a, b); }
-int __wrap_mkstemp(char *tmpl) { return io_fails("mkstemp") ? -1 : __real_mkstemp(tmpl); }
+int WRAPPED(mkstemp)(char *tmpl) { return io_fails("mkstemp") ? -1 : REAL(mkstemp)(tmpl); }
 int __wrap_link(const char *a, const char *b) { return io_fails("link") ? -1 : __real_link(a, b); }
-int __wrap_ftruncate(int fd, off_t n) { return io_fails("ftruncate") ? -1 : __real_ftruncate(fd, n); }
-int __wrap_fstat(int fd, struct stat *st) { return io_fails("fstat") ? -1 : __real_fstat(fd, st); }
-void *__wrap_mmap(void *addr, size_t n, int prot, int flags, int fd, off_t off)
+int WRAPPED(ftruncate)(int fd, off_t n) { return io_fails("ftruncate") ? -1 : REAL(ftruncate)(fd, n); }
+int WRAPPED(fstat)(int fd, struct stat *st) { return io_fails("fstat") ? -1 : REAL(fstat)(fd, st); }
+void *WRAPPED(mmap)(void *addr, size_t n, int prot, int flags, int fd, off_t off)
 {
-    return io_fails("mmap") ? MAP_FAILED : __real_mmap(addr, n, prot, flags, fd, off);
+    return io_fails("mmap") ? MAP_FAILED : REAL(mmap)(addr, n, prot, flags, fd, off);
 }
 int __wrap_flock(int fd, int op) { return io_fails("flock") ? -1 : __real_flock(fd, op); }
-int __wrap_lstat(const char *path, struct stat *st)
+int WRAPPED(lstat)(const char *path, struct stat *st)
 {
-    return io_fails("lstat") ? -1 : __real_lstat(path, st);
+    return io_fails("lstat") ? -1 : REAL(lstat)(path, st);
 }
 DIR *__wrap_opendir(const char *path) { return io_fails("opendir") ? NULL : __real_opendir(path); }
-struct dirent *__wrap_readdir(DIR *d) { return io_fails("readdir") ? NULL : __real_readdir(d); }
+struct dirent *WRAPPED(readdir)(DIR *d) { return io_fails("readdir") ? NULL : REAL(readdir)(d); }
 #endif
 
 /* the allocator hook: the same counter and live set */

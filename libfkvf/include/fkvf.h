@@ -369,7 +369,9 @@ FKVF_API int fkvf_reader_open_memory(fkvf_reader **out, const void *data, size_t
                                      unsigned flags, const fkvf_allocator *alloc);
 /* Open a file by path (read-only mmap, owned by the reader). On failure *out
  * is still set when a handle could be made, so the message can be read; free
- * it with fkvf_reader_free. */
+ * it with fkvf_reader_free. A file larger than the address space (over 4 GiB
+ * on a 32-bit build) is FKVF_E_LIMIT, as it is for fkvf_reader_open_source
+ * (which reserves the source's size in address space). */
 FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned flags,
                                    const fkvf_allocator *alloc);
 /* A random-access source of a file's bytes for fkvf_reader_open_source: an
@@ -822,7 +824,9 @@ FKVF_API int fkvf_validate_memory(const void *data, size_t size,
                                   const fkvf_validate_options *opt, fkvf_violation_fn fn,
                                   void *opaque, fkvf_validate_result *res);
 /* The same for the file at path, mapped read-only for the call. FKVF_E_IO
- * when it cannot be opened or mapped or is not a regular file. Both are
+ * when it cannot be opened or mapped or is not a regular file; FKVF_E_LIMIT
+ * when it is larger than the address space (over 4 GiB on a 32-bit build:
+ * validate it on a 64-bit one). Both are
  * reentrant: no state outside their arguments. */
 FKVF_API int fkvf_validate_file(const char *path, const fkvf_validate_options *opt,
                                 fkvf_violation_fn fn, void *opaque, fkvf_validate_result *res);

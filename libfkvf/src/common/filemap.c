@@ -55,8 +55,13 @@ int fkvf_filemap_fd(fkvf_filemap *m, int fd, int read_copy, const fkvf_allocator
         return fkvf_fail(d, FKVF_E_IO, FKVF_NO_OFFSET, NULL, "not a regular file");
     if (st.st_size <= 0)
         return FKVF_OK;
+    /* a 32-bit build: the whole file must fit the address space (the size
+     * must not wrap: a file of 4 GiB + 64 bytes is not a 64-byte file) */
     if ((uint64_t)st.st_size > SIZE_MAX)
-        return fkvf_fail(d, FKVF_E_LIMIT, FKVF_NO_OFFSET, "15", "file too large to map");
+        return fkvf_fail(d, FKVF_E_LIMIT, FKVF_NO_OFFSET, "15",
+                         "file of %llu bytes is larger than this build's address space "
+                         "(%zu-bit): open it on a 64-bit build",
+                         (unsigned long long)st.st_size, sizeof(size_t) * 8);
     if (read_copy)
         return read_all(m, fd, (size_t)st.st_size, alloc, d);
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);

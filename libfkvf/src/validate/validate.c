@@ -1240,7 +1240,7 @@ FKVF_API int fkvf_validate_file(const char *path, const fkvf_validate_options *o
     int rc = fkvf_filemap_fd(&m, fd, 0, NULL, &d);
     close(fd);
     if (rc)
-        return FKVF_E_IO;
+        return rc == FKVF_E_LIMIT ? rc : FKVF_E_IO; /* LIMIT: larger than the address space */
     rc = fkvf_validate_memory(m.data, m.size, opt, fn, opaque, res);
     fkvf_filemap_release(&m, NULL);
     return rc;
