@@ -16,8 +16,17 @@
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${FKVF_CROSS_DIR:-$ROOT/build-deps/cross}
-ARCHES="s390x i386"
-HOST_PKGS="gcc-s390x-linux-gnu libc6-dev-s390x-cross gcc-i686-linux-gnu libc6-dev-i386-cross qemu-user"
+# Debian architectures to set up (FKVF_CROSS_ARCHES: a subset, or armhf)
+ARCHES=${FKVF_CROSS_ARCHES:-s390x armhf}
+HOST_PKGS="qemu-user"
+for a in $ARCHES; do
+    case $a in
+        s390x) HOST_PKGS="$HOST_PKGS gcc-s390x-linux-gnu libc6-dev-s390x-cross" ;;
+        i386) HOST_PKGS="$HOST_PKGS gcc-i686-linux-gnu libc6-dev-i386-cross" ;;
+        armhf) HOST_PKGS="$HOST_PKGS gcc-arm-linux-gnueabihf libc6-dev-armhf-cross" ;;
+        *) echo "install-cross-deps: unknown architecture $a (s390x, i386, armhf)" >&2; exit 2 ;;
+    esac
+done
 TARGET_LIBS="zlib1g-dev libxxhash-dev check libsubunit-dev libarchive-dev libcurl4-openssl-dev"
 # The C library, kernel headers and compiler runtime come with the cross
 # compiler (/usr/<triplet>); programs of the dependency closure are not needed.

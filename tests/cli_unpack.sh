@@ -35,10 +35,20 @@ done
 
 hash_of() { if [ -e "$1" ]; then sha256sum <"$1" | cut -c1-64; else echo -; fi; }
 
+# FKVF_TEST_SPARSE=1 (the sanitizer run of scripts/test.sh, where every fkvf
+# run costs several times more): every third line of the table (each
+# archive, format and option still met across the lines); the plain build
+# runs them all
+SPARSE=${FKVF_TEST_SPARSE:-0}
+k=0 ran=0
+
 # one ARCHIVE EXT OPTIONS...: one line of the table for this unpack
 one() {
     a=$1 ext=$2
     shift 2
+    k=$((k + 1))
+    if [ "$SPARSE" = 1 ] && [ -z "$REC" ] && [ $((k % 3)) -ne 1 ]; then return; fi
+    ran=$((ran + 1))
     rm -f "$T"/o.* "$T"/o.*.tmp-*
     cb=
     case $a in *valid_cbrf*|*codebook_*) cb="--codebooks $CF/valid_codebook_file.fkvf" ;; esac
@@ -99,7 +109,8 @@ done
 n_extra=6
 # the table covers every line asked for (none skipped by a mismatch of names)
 n=$(wc -l <"$EXPECTED")
-if [ "$pass" -ne $((n + n_extra)) ] && [ "$fails" -eq 0 ]; then
-    echo "FAIL: $pass lines matched, the table has $n"; fails=$((fails + 1))
+[ "$k" -eq "$n" ] || { echo "FAIL: $k lines asked for, the table has $n"; fails=$((fails + 1)); }
+if [ "$pass" -ne $((ran + n_extra)) ] && [ "$fails" -eq 0 ]; then
+    echo "FAIL: $pass of $ran lines matched (the table has $n)"; fails=$((fails + 1))
 fi
 finish cli_unpack
