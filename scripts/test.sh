@@ -9,12 +9,15 @@
 #     result does not depend on how the project was compiled, which the
 #     first build runs: valgrind_cli (memcheck of the CLI tests, slow),
 #     readme_commands (builds its own copy) and the Python-only conformance
-#     runs (conformance_python_verify|open|selftest);
+#     runs (conformance_python_verify|open|selftest); and, for time, the two
+#     slowest CLI suites, cli_llama and cli_unpack (builds 1 and 2 run them);
 #  4. clang RelWithDebInfo: the whole project built (clang's warnings; the
 #     fuzz build below is clang too, but of the fuzz targets only), no tests;
-#  then every fuzz target for 30 s (scripts/fuzz-ci.sh 30, when clang is there;
-#  30 rather than the script's default 60 keeps the whole run under 30 minutes:
-#  it took 33 with 60 s and 29.8 with 40 s on 2026-12-06).
+#  5. cross builds for s390x (big-endian) and armhf (32-bit) under qemu
+#     user-mode emulation (scripts/test-cross.sh, issue 20);
+#  then every fuzz target for 20 s (scripts/fuzz-ci.sh 20, when clang is there;
+#  20 rather than the script's default 60 keeps the whole run near 30 minutes:
+#  it took 33 with 60 s and 29.8 with 40 s on 2026-12-06, before step 5).
 # Warnings are errors in every build (FKVF_WERROR, on by default).
 # Installs the Debian packages it needs first.
 #

@@ -61,7 +61,7 @@ static void remove_big(void)
 
 static int addr32(void) { return SIZE_MAX <= UINT32_MAX; }
 
-START_TEST(reader_refuses_or_rejects_big_file)
+START_TEST(big_file_refused_by_32_bit_builds)
 {
     if (!make_big()) {
         remove_big();
@@ -106,7 +106,7 @@ int main(void)
     Suite *s = suite_create("large_file");
     TCase *tc = tcase_create("large_file");
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, reader_refuses_or_rejects_big_file);
+    tcase_add_test(tc, big_file_refused_by_32_bit_builds);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
