@@ -35,8 +35,6 @@ same() { # same FILE...: byte-identical in $W/n and $W/t
         checks=$((checks + 1))
     done
 }
-# native FILE_IN_DIR_A DIR_B: copy an output of one side to the other
-swap() { cp "$W/$1/$3" "$W/$2/$3.from-$1"; }
 
 # 1. pack with a trained, embedded codebook (k-means, RoPE un-rotation,
 #    RVQ encoding, codecs, deflate, token stream, checksums)
