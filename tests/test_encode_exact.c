@@ -217,10 +217,7 @@ static void run_case(const shape_case *c, int kind, fkvf_dtype dt, size_t n, uin
     fkvf_codebook_shape sh = {c->layers, c->pooled ? 1 : c->heads, c->kdim, c->vdim, c->k,
                               c->ks, c->vs, FKVF_DTYPE_F32, c->pooled, NULL};
     /* the library takes the tables as little-endian bytes */
-    float *tle = malloc(nt * sizeof(float));
-    ck_assert_ptr_nonnull(tle);
-    memcpy(tle, tables, nt * sizeof(float));
-    tu_le_f32(tle, nt);
+    float *tle = tu_le_f32_copy(tables, nt);
     fkvf_rvq *q;
     ck_assert_int_eq(fkvf_rvq_from_tables(&q, &sh, c->kv_heads, tle, nt * 4, NULL), FKVF_OK);
     void *rows = make_rows(c, kind, dt, tables, n, &r);

@@ -34,23 +34,9 @@ static float u2f(uint32_t u)
 }
 
 /* The library's element arrays (rows, tables, fkvf_convert's buffers,
- * decoded rows) are little-endian bytes; the tests compute host values.
- * le32: the bits of the little-endian binary32 at p (no float load, so a
- * NaN's bits stay as they are). le_copy: a little-endian copy of n host
- * floats (free it). st_f32le: store host value v as the little-endian
- * element p. */
-static uint32_t le32(const void *p)
-{
-    const uint8_t *b = p;
-    return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
-}
-static float *le_copy(const float *p, size_t n)
-{
-    float *c = tu_xcalloc(n ? n : 1, sizeof(float));
-    memcpy(c, p, n * sizeof(float));
-    tu_le_f32(c, n);
-    return c;
-}
+ * decoded rows) are little-endian bytes; the tests compute host values
+ * (tu_ld32le, tu_le_f32_copy: testutil.h). st_f32le: store host value v as
+ * the little-endian element p. */
 static void st_f32le(float *p, float v)
 {
     memcpy(p, &v, sizeof v);
@@ -229,17 +215,17 @@ START_TEST(f16_every_pattern)
      * and fkvfq_load take them */
     tu_le_u16(h, 65536);
     /* bulk (vectorized) paths, at an odd address; f holds little-endian
-     * binary32 (le32 reads its bits) */
+     * binary32 (tu_ld32le reads its bits) */
     uint8_t *odd = tu_dup_odd(h, 65536 * 2);
     OK(fkvf_convert(FKVF_DTYPE_F32, f, FKVF_DTYPE_F16, odd, 65536));
     for (uint32_t i = 0; i < 65536; i++)
-        EXPECTF(le32(&f[i]) == f2u(fkvf_f16_to_f32((uint16_t)i)), "bulk 0x%04x", i);
+        EXPECTF(tu_ld32le(&f[i]) == f2u(fkvf_f16_to_f32((uint16_t)i)), "bulk 0x%04x", i);
     OK(fkvf_convert(FKVF_DTYPE_F16, odd, FKVF_DTYPE_F32, f, 65536));
     memcpy(h2, odd, 65536 * 2);
     EXPECT(memcmp(h2, h, 65536 * 2) == 0);
     OK(fkvf_convert(FKVF_DTYPE_F32, f, FKVF_DTYPE_BF16, odd, 65536));
     for (uint32_t i = 0; i < 65536; i++)
-        EXPECTF(le32(&f[i]) == ((uint32_t)i << 16), "bulk bf16 0x%04x", i);
+        EXPECTF(tu_ld32le(&f[i]) == ((uint32_t)i << 16), "bulk bf16 0x%04x", i);
     OK(fkvf_convert(FKVF_DTYPE_BF16, odd, FKVF_DTYPE_F32, f, 65536));
     memcpy(h2, odd, 65536 * 2);
     EXPECT(memcmp(h2, h, 65536 * 2) == 0);
@@ -763,7 +749,7 @@ static size_t val_off(const cache_shape *s, uint32_t l, uint32_t h)
     return (size_t)l * s->H * (s->Dk + s->Dv) + (size_t)s->H * s->Dk + (size_t)h * s->Dv;
 }
 
-/* n rows (f32, host values: le_copy gives what the library takes) with
+/* n rows (f32, host values: tu_le_f32_copy gives what the library takes) with
  * clustered keys and values: the cluster centres depend on
  * `dist_seed` only, the samples on `seed`, so two seeds give training and
  * held-out data of one distribution. With `rope`, keys are rotated to their
@@ -814,7 +800,7 @@ static fkvf_rvq *train(const cache_shape *s, const float *rows, size_t n, uint32
     p.pooled = (uint8_t)pooled;
     p.seed = seed;
     p.key_rope = rope;
-    float *le = le_copy(rows, n * row_elems(s));
+    float *le = tu_le_f32_copy(rows, n * row_elems(s));
     fkvf_rows blk = {le, n, FKVF_DTYPE_F32, 0};
     fkvf_rvq *q = NULL;
     OK(fkvf_rvq_train(&q, &p, &blk, 1, NULL));
@@ -830,7 +816,7 @@ static void recon_error(const fkvf_rvq *q, const cache_shape *s, const float *ro
 {
     size_t nc = fkvf_rvq_codes_per_position(q), re = row_elems(s);
     uint16_t *codes = tu_xcalloc(n * nc + 1, sizeof(uint16_t));
-    float *out = tu_xcalloc(n * re, sizeof(float)), *le = le_copy(rows, n * re);
+    float *out = tu_xcalloc(n * re, sizeof(float)), *le = tu_le_f32_copy(rows, n * re);
     fkvf_rows blk = {le, n, FKVF_DTYPE_F32, 0};
     OK(fkvf_rvq_encode(q, &blk, rope, beam, codes, nc, 1));
     OK(fkvf_rvq_decode(q, codes, nc, 1, n, 0, rope, FKVF_DTYPE_F32, out, n * re * 4));
@@ -901,7 +887,7 @@ START_TEST(rvq_encode_is_exact_greedy)
         ck_assert_uint_eq(nc, (size_t)s.L * s.H * 5);
         /* stream-major layout this time */
         uint16_t *codes = tu_xcalloc(n * nc, sizeof(uint16_t));
-        float *le = le_copy(rows, n * re);
+        float *le = tu_le_f32_copy(rows, n * re);
         fkvf_rows blk = {le, n, FKVF_DTYPE_F32, 0};
         OK(fkvf_rvq_encode(q, &blk, rp, 0, codes, 1, n));
         float x[16];
@@ -990,7 +976,7 @@ START_TEST(rvq_decode_matches_reference)
                     for (size_t e = 0; e < re; e++) {
                         uint32_t got, want;
                         if (es == 4) {
-                            got = le32(o + 4 * e);
+                            got = tu_ld32le(o + 4 * e);
                             want = f2u(ref[e]);
                         } else {
                             got = (uint32_t)(o[2 * e] | (o[2 * e + 1] << 8));
@@ -1153,8 +1139,8 @@ START_TEST(rvq_decode_kernels_match_plain_reference)
                 for (size_t e = 0; e < n * re; e++) {
                     uint32_t want = ref_out_bits(dt, ref[e]), g1 = 0, g2 = 0;
                     if (es == 4) {
-                        g1 = le32(o1 + 4 * e);
-                        g2 = le32(o2 + 4 * e);
+                        g1 = tu_ld32le(o1 + 4 * e);
+                        g2 = tu_ld32le(o2 + 4 * e);
                     } else {
                         g1 = (uint32_t)(o1[2 * e] | (o1[2 * e + 1] << 8));
                         g2 = (uint32_t)(o2[2 * e] | (o2[2 * e + 1] << 8));
@@ -1446,7 +1432,7 @@ START_TEST(rvq_beam_not_worse_than_greedy)
     float *tr = gen_rows(&s, 800, 4, 500, NULL, 0), *x = gen_rows(&s, n, 4, 600, NULL, 0);
     fkvf_rvq *q = train(&s, tr, 800, 16, 4, 2, 0, 2, NULL);
     size_t nc = fkvf_rvq_codes_per_position(q), re = row_elems(&s);
-    float *xle = le_copy(x, n * re);
+    float *xle = tu_le_f32_copy(x, n * re);
     fkvf_rows blk = {xle, n, FKVF_DTYPE_F32, 0};
     uint16_t *g = tu_xcalloc(n * nc, 2), *b = tu_xcalloc(n * nc, 2);
     float *og = tu_xcalloc(n * re, 4), *ob = tu_xcalloc(n * re, 4);
@@ -1527,7 +1513,7 @@ START_TEST(rvq_deterministic)
     p.v_stages = 2;
     p.seed = 77;
     size_t re = row_elems(&s);
-    float *le = le_copy(rows, n * re);
+    float *le = tu_le_f32_copy(rows, n * re);
     fkvf_rows two[2] = {{le, 250, FKVF_DTYPE_F32, 0},
                         {le + 250 * re, n - 250, FKVF_DTYPE_F32, 250}};
     fkvf_rvq *d;
@@ -1567,7 +1553,7 @@ START_TEST(rvq_shapes_and_writer)
 {
     cache_shape s = {3, 4, 8, 12};
     size_t n = 300;
-    float *rows = gen_rows(&s, n, 6, 800, NULL, 0), *le = le_copy(rows, n * row_elems(&s));
+    float *rows = gen_rows(&s, n, 6, 800, NULL, 0), *le = tu_le_f32_copy(rows, n * row_elems(&s));
     for (int pooled = 0; pooled <= 1; pooled++)
         for (int f32 = 0; f32 <= 1; f32++) {
             fkvf_rvq_params p;
@@ -1690,7 +1676,7 @@ START_TEST(rvq_keys_before_rope)
         for (uint32_t h = 0; h < s.H; h++)
             OK(fkvf_rope_apply_f32(&rope, i, 1, un + i * re + key_off(&s, 0, h), s.Dk));
     uint16_t *c1 = tu_xcalloc(nh * nc, 2), *c2 = tu_xcalloc(nh * nc, 2);
-    float *hle = le_copy(ho, nh * re);
+    float *hle = tu_le_f32_copy(ho, nh * re);
     tu_le_f32(un, nh * re);
     fkvf_rows b1 = {hle, nh, FKVF_DTYPE_F32, 0}, b2 = {un, nh, FKVF_DTYPE_F32, 0};
     OK(fkvf_rvq_encode(pre, &b1, &rope, 0, c1, nc, 1));

@@ -94,14 +94,27 @@ uint16_t tu_ld16le(const void *p)
     return (uint16_t)(b[0] | (b[1] << 8));
 }
 
-float tu_ldf32le(const void *p)
+uint32_t tu_ld32le(const void *p)
 {
     const uint8_t *b = p;
-    uint32_t u = (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) |
-                 ((uint32_t)b[3] << 24);
+    return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
+}
+
+float tu_ldf32le(const void *p)
+{
+    uint32_t u = tu_ld32le(p);
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
+}
+
+float *tu_le_f32_copy(const float *p, size_t n)
+{
+    float *c = tu_xcalloc(n ? n : 1, sizeof(float));
+    if (n)
+        memcpy(c, p, n * sizeof(float));
+    tu_le_f32(c, n);
+    return c;
 }
 
 int tu_run_suite(Suite *s)

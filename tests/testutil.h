@@ -97,7 +97,10 @@ void tu_le_swap(void *p, size_t n, size_t width);
 static inline void tu_le_f32(float *p, size_t n) { tu_le_swap(p, n, 4); }
 static inline void tu_le_u16(uint16_t *p, size_t n) { tu_le_swap(p, n, 2); }
 uint16_t tu_ld16le(const void *p);
+uint32_t tu_ld32le(const void *p); /* the bits: a NaN's payload kept */
 float tu_ldf32le(const void *p);
+/* A little-endian copy of n host floats, from tu_xcalloc (free it). */
+float *tu_le_f32_copy(const float *p, size_t n);
 
 /* ---- files ---------------------------------------------------------------------- */
 
