@@ -1,8 +1,8 @@
 #!/bin/sh
 # Installs what the cross builds of scripts/test-cross.sh need (issue 20):
 #  - on the host, from Debian 12: the cross compilers for s390x (big-endian,
-#    64-bit) and i686 (32-bit), each with its C library, and qemu user-mode
-#    emulation (qemu-user);
+#    64-bit) and armhf (32-bit; i686 with FKVF_CROSS_ARCHES=i386), each with
+#    its C library, and qemu user-mode emulation (qemu-user);
 #  - for each target, the libraries that libfkvf, its tests and the CLI link
 #    (zlib, xxHash, Check, libarchive, libcurl and what they depend on), as
 #    Debian's own packages of that architecture, unpacked (dpkg -x) into a
@@ -12,7 +12,7 @@
 # archive carries no s390x, so zlib1g:s390x cannot match the host's updated
 # zlib1g; the unpacked packages never meet the host's.
 # Run as root (or with sudo) for the host packages. Idempotent: quiet when
-# everything is there. The sysroots take about 100 MB.
+# everything is there. The sysroots take about 70 MB each.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${FKVF_CROSS_DIR:-$ROOT/build-deps/cross}
@@ -38,13 +38,15 @@ export DEBIAN_FRONTEND=noninteractive
 
 updated=0
 apt_update() { [ $updated -eq 1 ] || { $SUDO apt-get update -q >/dev/null; updated=1; }; }
+added=0
 for a in $ARCHES; do
     if ! dpkg --print-foreign-architectures | grep -qx "$a"; then
         $SUDO dpkg --add-architecture "$a"
-        updated=0
-        apt_update
+        added=1
     fi
 done
+# the new architectures' package lists, once for all of them
+[ $added -eq 0 ] || apt_update
 missing=""
 for p in $HOST_PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
