@@ -32,13 +32,17 @@ set -eu
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 JOBS=$(nproc 2>/dev/null || echo 2)
+# each step's heading carries the seconds since the start (after the
+# package installation), so that a run's log shows where its time went
+t0=$(date +%s)
+step() { echo "== $* ($(($(date +%s) - t0)) s) =="; }
 
-echo "== normal build (gcc RelWithDebInfo) =="
+step "normal build (gcc RelWithDebInfo)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$JOBS"
 ctest --test-dir build --output-on-failure -j"$JOBS"
 
-echo "== ASan+UBSan build (gcc Debug) =="
+step "ASan+UBSan build (gcc Debug)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFKVF_SANITIZE=ON -DFKVF_BUILD_BENCH=OFF >/dev/null
 cmake --build build-asan -j"$JOBS"
 # FKVF_TEST_SPARSE: cli_llama's damaged state files and GGUF headers a third
@@ -46,13 +50,13 @@ cmake --build build-asan -j"$JOBS"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     FKVF_TEST_SPARSE=1 ctest --test-dir build-asan --output-on-failure -j"$JOBS" -E '^quality_study_smoke$'
 
-echo "== Release build (gcc -O3) =="
+step "Release build (gcc -O3)"
 CC=gcc cmake -S . -B build-gcc-release -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-gcc-release -j"$JOBS"
 ctest --test-dir build-gcc-release --output-on-failure -j"$JOBS" \
     -E '^(valgrind_cli|readme_commands|conformance_python_(verify|open|selftest)|cli_llama|cli_unpack)$'
 
-echo "== clang build (RelWithDebInfo, build only) =="
+step "clang build (RelWithDebInfo, build only)"
 if command -v clang >/dev/null 2>&1; then
     CC=clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
     cmake --build build-clang -j"$JOBS"
@@ -60,16 +64,17 @@ else
     echo "clang build: SKIPPED: clang not found (scripts/install-deps.sh installs it)"
 fi
 
-echo "== cross builds under qemu: s390x (big-endian), armhf (32-bit) =="
+step "cross builds under qemu: s390x (big-endian), armhf (32-bit)"
 # scripts/test-cross.sh: every target's build, its Check suites but the
 # slowest under emulation (scripts/test-cross.sh --full runs them all), the
 # conformance suite in both modes and files byte-identical across
 # architectures (issue 20)
 ./scripts/test-cross.sh
 
-echo "== fuzzing (libFuzzer, clang, 20 s per target, two at a time) =="
+step "fuzzing (libFuzzer, clang, 20 s per target, two at a time)"
 if command -v clang >/dev/null 2>&1; then
     ./scripts/fuzz-ci.sh 20
 else
     echo "fuzz: SKIPPED: clang not found (scripts/install-deps.sh installs it)"
 fi
+step "test.sh: passed"
