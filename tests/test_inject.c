@@ -162,6 +162,7 @@
  *  fkvf_search_context           | n/a asserted (search)
  *  fkvf_search_prefix_reuse      | alloc (search)
  *  fkvf_search_index_build       | alloc (search: NULL, --wrap); its alloc: test_search index_build_caller_allocator
+ *  fkvf_search_index_build_as    | alloc (search: NULL, --wrap, a named stream); an unnamed one, its alloc: test_layer_stages archive_external_codebook
  *  fkvf_search_buffer_free       | n/a free (search)
  *  fkvf_search_keys_open         | alloc (search_keys)
  *  fkvf_search_keys_free         | n/a free (search_keys)
@@ -1583,6 +1584,8 @@ typedef struct sctx {
     uint8_t *zidx; /* the index built (copy) */
     size_t zsize;
     uint64_t zkey;
+    uint8_t *zidx_as; /* built by fkvf_search_index_build_as (copy) */
+    size_t zsize_as;
 } sctx;
 
 static const uint32_t query[QLEN] = {5, 9, 3};
@@ -1592,7 +1595,7 @@ static const char *const s_names[] = {"search_open", "search_info_get", "search_
                                       "search_longest", "search_query_point",
                                       "search_default_radius", "search_radius",
                                       "search_context", "search_prefix_reuse",
-                                      "search_index_build"};
+                                      "search_index_build", "search_index_build_as"};
 
 static const char *s_message(void *ctx)
 {
@@ -1609,6 +1612,8 @@ static void s_setup(void *ctx)
     ck_assert_int_eq(fkvf_reader_stream_find(c->r, FKVF_STREAM_ID_TOKENS, &c->tok), FKVF_OK);
     REAL_FREE(c->zidx);
     c->zidx = NULL;
+    REAL_FREE(c->zidx_as);
+    c->zidx_as = NULL;
 }
 
 static int s_step(void *ctx, size_t i)
@@ -1628,7 +1633,7 @@ static int s_step(void *ctx, size_t i)
     case 6: return fkvf_search_radius(c->s, query, QLEN, 0, c->rad, CAP, &c->rr);
     case 7: return fkvf_search_context(c->r, c->tok, 40, 8, c->ctxs, &c->n_ctx);
     case 8: return fkvf_search_prefix_reuse(c->r, prompt, 6, &c->pr);
-    default: {
+    case 9: {
         void *d = NULL;
         size_t n = 0;
         if ((rc = fkvf_search_index_build(c->r, c->tok, &d, &n, &c->zkey, NULL)))
@@ -1637,6 +1642,19 @@ static int s_step(void *ctx, size_t i)
         c->zidx = REAL_MALLOC(n);
         memcpy(c->zidx, d, n);
         c->zsize = n;
+        fkvf_search_buffer_free(d, NULL);
+        return FKVF_OK;
+    }
+    default: {
+        /* a named stream, given its own name: the same index */
+        void *d = NULL;
+        size_t n = 0;
+        if ((rc = fkvf_search_index_build_as(c->r, c->tok, FKVF_STREAM_ID_TOKENS, &d, &n, NULL)))
+            return rc;
+        REAL_FREE(c->zidx_as);
+        c->zidx_as = REAL_MALLOC(n);
+        memcpy(c->zidx_as, d, n);
+        c->zsize_as = n;
         fkvf_search_buffer_free(d, NULL);
         return FKVF_OK;
     }
@@ -1691,6 +1709,7 @@ static void s_finish(void *ctx, int clean, long stopped)
         }
         EXPECT(c->zsize == zidx_ref_size && !memcmp(c->zidx, zidx_ref, c->zsize) &&
                c->zkey == zidx_ref_key);
+        EXPECT(c->zsize_as == zidx_ref_size && !memcmp(c->zidx_as, zidx_ref, c->zsize_as));
     }
     fkvf_search_free(c->s);
     fkvf_reader_free(c->r);
@@ -1698,6 +1717,8 @@ static void s_finish(void *ctx, int clean, long stopped)
     c->r = NULL;
     REAL_FREE(c->zidx);
     c->zidx = NULL;
+    REAL_FREE(c->zidx_as);
+    c->zidx_as = NULL;
 }
 
 
@@ -2363,7 +2384,7 @@ START_TEST(inject_search)
     c.data = fx->a.data;
     c.size = fx->a.size;
     scen s;
-    SCEN(s, "search", s_names, "A-A-----AA", &c, s);
+    SCEN(s, "search", s_names, "A-A-----AAA", &c, s);
     loop(&s, MODE_ALLOC);
     /* with the index appended: the search answers from it */
     make_dir();
@@ -2379,7 +2400,7 @@ START_TEST(inject_search)
     c.data = z;
     c.size = n;
     c.has_zidx = 1;
-    SCEN(s, "search_zidx", s_names, "A-A-----AA", &c, s);
+    SCEN(s, "search_zidx", s_names, "A-A-----AAA", &c, s);
     s.n_steps = 7; /* open .. radius */
     s.kinds = "A-A----";
     c.partial = 1;

@@ -623,6 +623,47 @@ START_TEST(archive_external_codebook)
     uint64_t zk = 0;
     ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zn, &zk, NULL), FKVF_E_CODEBOOK);
     ck_assert_ptr_null(zd);
+    /* ... unless the caller names it (second tier): the same bytes as the
+     * index built with the codebook attached (below); no id is refused */
+    void *zas = NULL;
+    size_t zasn = 0;
+    uint64_t id0 = fkvf_index_stream_id_shape(&sh, H, 0);
+    ck_assert_int_eq(fkvf_search_index_build_as(r, 0, FKVF_STREAM_ID_UNNAMED, &zas, &zasn, NULL),
+                     FKVF_E_INVALID_ARG);
+    ck_assert_ptr_null(zas);
+    ck_assert_int_eq(fkvf_search_index_build_as(r, 0, id0, &zas, &zasn, NULL), FKVF_OK);
+    /* with each of its allocations failing in turn: FKVF_E_NOMEM, no
+     * buffer, nothing leaked; then the same bytes */
+    for (long k = 0;; k++) {
+        ck_assert_int_lt(k, 2000);
+        tu_alloc fa = {0};
+        fkvf_allocator al = tu_alloc_hook(&fa);
+        fa.fail_at = k + 1;
+        fa.fail_after = 1;
+        void *zf = NULL;
+        size_t zfn = 0;
+        int frc = fkvf_search_index_build_as(r, 0, id0, &zf, &zfn, &al);
+        ck_assert_msg(frc == FKVF_OK || frc == FKVF_E_NOMEM, "k %ld: %s", k, fkvf_error_name(frc));
+        if (frc != FKVF_OK) {
+            ck_assert_ptr_null(zf);
+            ck_assert(fa.failed);
+        } else {
+            ck_assert_uint_eq(zfn, zasn);
+            ck_assert_int_eq(memcmp(zf, zas, zfn), 0);
+        }
+        fkvf_search_buffer_free(zf, &al);
+        ck_assert_msg(fa.live == 0, "k %ld: %ld allocations leaked", k, fa.live);
+        if (frc == FKVF_OK)
+            break;
+    }
+    /* the token stream has its own name: no other is taken */
+    void *zt = NULL;
+    size_t ztn = 0;
+    ck_assert_int_eq(fkvf_search_index_build_as(r, CPP, id0, &zt, &ztn, NULL), FKVF_E_INVALID_ARG);
+    ck_assert_ptr_null(zt);
+    ck_assert_int_eq(fkvf_search_index_build_as(r, CPP, FKVF_STREAM_ID_TOKENS, &zt, &ztn, NULL),
+                     FKVF_OK);
+    fkvf_search_buffer_free(zt, NULL);
     fkvf_search *sh0 = NULL;
     ck_assert_int_eq(fkvf_search_open(&sh0, r, 0, 0, NULL), FKVF_OK);
     uint32_t sym0;
@@ -640,7 +681,10 @@ START_TEST(archive_external_codebook)
     check_reader(r, ql, n);
     /* with the codebook: an index of stream 0, keyed by its name */
     ck_assert_int_eq(fkvf_search_index_build(r, 0, &zd, &zn, &zk, NULL), FKVF_OK);
-    ck_assert_uint_eq(zk, fkvf_index_stream_id_shape(&sh, H, 0));
+    ck_assert_uint_eq(zk, id0);
+    ck_assert_uint_eq(zn, zasn);
+    ck_assert_int_eq(memcmp(zd, zas, zn), 0);
+    fkvf_search_buffer_free(zas, NULL);
     fkvf_reader_free(r);
     fkvf_section_add zs = {FKVF_SECTION_ZPOS, 0, zk, zd, zn};
     op = NULL;
@@ -658,6 +702,71 @@ START_TEST(archive_external_codebook)
                       fkvf_reader_message(r));
         fkvf_reader_free(r);
     }
+    /* An appender's automatic compaction reads the archive without the
+     * codebook file (the appender had it at open only) and used to drop
+     * that index, its stream having no name there; it rebuilds it now,
+     * keyed by the name the codebook's shape gives. */
+    fkvf_append_options o;
+    fkvf_append_options_init(&o);
+    o.sync = FKVF_SYNC_NONE;
+    o.block_size = 64;
+    o.codebook_file = cb;
+    o.compact_ratio = 1.0001;
+    fkvf_appender *ap = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&ap, a, &o, NULL), FKVF_OK);
+    uint16_t rows[16 * ROW_ELEMS];
+    uint32_t tok[7];
+    gen_rows(rows, n, 7);
+    for (size_t k = 0; k < 7; k++)
+        tok[k] = (uint32_t)((n + k) * 31 % 1000);
+    ck_assert_int_eq(fkvf_appender_append(ap, rows, 7 * ROW_BYTES, 7, tok), FKVF_OK);
+    int crc = fkvf_appender_commit(ap);
+    ck_assert_msg(crc == FKVF_OK, "commit: %s", fkvf_appender_message(ap));
+    n += 7;
+    fkvf_appender_free(ap);
+    ck_assert_int_eq(fkvf_reader_open_file(&r, a, FKVF_OPEN_STRICT, NULL), FKVF_OK);
+    fkvf_archive_info ai;
+    ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);
+    ck_assert_uint_eq(ai.n_commits, 1); /* compacted */
+    size_t nz = 0, zsec = 0;
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        fkvf_section_info sec;
+        ck_assert_int_eq(fkvf_reader_section(r, i, &sec), FKVF_OK);
+        if (sec.type == FKVF_SECTION_ZPOS && sec.key == zk) {
+            nz++;
+            zsec = i;
+        }
+    }
+    ck_assert_uint_eq(nz, 1);
+    ck_assert_int_eq(fkvf_reader_attach_codebook(r, cb), FKVF_OK);
+    int vrc = fkvf_reader_verify(r);
+    ck_assert_msg(vrc == FKVF_OK, "verify: %s", fkvf_reader_message(r));
+    check_reader(r, ql, n);
+    /* in effect over every archived position, and it answers as a scan */
+    fkvf_search *six = NULL, *sscan = NULL;
+    ck_assert_int_eq(fkvf_search_open(&six, r, 0, 0, NULL), FKVF_OK);
+    ck_assert_int_eq(fkvf_search_open(&sscan, r, 0, FKVF_SEARCH_NO_INDEX, NULL), FKVF_OK);
+    fkvf_search_status st;
+    ck_assert_int_eq(fkvf_search_info(six, &st), FKVF_OK);
+    ck_assert_uint_eq(st.index_section, zsec);
+    fkvf_stream_info s0;
+    ck_assert_int_eq(fkvf_reader_stream_info(r, 0, &s0), FKVF_OK);
+    ck_assert_uint_eq(st.n_indexed, s0.align ? s0.length / s0.align * s0.align : s0.length);
+    ck_assert_uint_gt(st.n_indexed, 0);
+    for (uint64_t p = 0; p < s0.length; p += 5) {
+        uint32_t q;
+        ck_assert_int_eq(fkvf_reader_stream_get(r, 0, p, &q), FKVF_OK);
+        uint64_t h1[64], h2[64], n1 = 0, n2 = 0;
+        ck_assert_int_eq(fkvf_search_suffix(six, &q, 1, h1, 64, &n1), FKVF_OK);
+        ck_assert_int_eq(fkvf_search_suffix(sscan, &q, 1, h2, 64, &n2), FKVF_OK);
+        ck_assert_uint_eq(n1, n2);
+        ck_assert_uint_ge(n1, 1);
+        for (uint64_t k = 0; k < n1 && k < 64; k++)
+            ck_assert_uint_eq(h1[k], h2[k]);
+    }
+    fkvf_search_free(six);
+    fkvf_search_free(sscan);
+    fkvf_reader_free(r);
     fkvf_reader_free(cb);
     fkvf_rvq_free(ql);
     rm_dir();

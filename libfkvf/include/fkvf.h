@@ -1885,6 +1885,23 @@ FKVF_API int fkvf_reader_set_row_cache(fkvf_reader *r, size_t bytes);
 FKVF_API int fkvf_reader_stream_segment(const fkvf_reader *r, size_t stream_index, size_t i,
                                         size_t *section, uint64_t *first, uint64_t *count);
 
+/* ---- search: an index for a stream the reader cannot name ---------------- */
+
+/* As fkvf_search_index_build, a ZPOS section in *data of *size bytes, freed
+ * with fkvf_search_buffer_free, for index stream stream_index of an archive
+ * whose external codebook has a layer table and is not attached to r: r
+ * cannot name that stream (FKVF_STREAM_ID_UNNAMED, spec 11.2), the caller
+ * can (fkvf_index_stream_id_shape with the codebook's shape) and gives its
+ * id, which keys the section (spec 20.1). The entries depend on the symbols
+ * only. A stream r can name must be given its own id; id
+ * FKVF_STREAM_ID_UNNAMED: FKVF_E_INVALID_ARG (both). The caller answers for
+ * the id: given the wrong one, the section names another stream. The
+ * appender's automatic compaction uses it: it holds the codebook's shape,
+ * not the codebook. Errors and threading as fkvf_search_index_build. */
+FKVF_API int fkvf_search_index_build_as(fkvf_reader *r, size_t stream_index, uint64_t id,
+                                        void **data, size_t *size,
+                                        const fkvf_allocator *alloc);
+
 /* ---- codec (spec 12) ----------------------------------------------------- */
 
 /* r_N of a regular N-gon (spec 12.2), N = n in 2..65536 (0.0 otherwise); uses libm

@@ -308,41 +308,100 @@ static int copy_tokens(job *j)
     return rc;
 }
 
+/* An index stream's id and its stream index (the ids of streams the
+ * reader cannot name, sorted for lookup). */
+typedef struct id_stream {
+    uint64_t id;
+    size_t k;
+} id_stream;
+
+static int cmp_id_stream(const void *a, const void *b)
+{
+    uint64_t x = ((const id_stream *)a)->id, y = ((const id_stream *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+/* The names of the index streams the reader cannot name (an appender's
+ * external codebook with a layer table, not attached: spec 11.2), from the
+ * codebook's shape, which names streams 0 .. cpp-1 in code order: *out
+ * sorted by id (NULL, *n 0 when there are none). */
+static int unnamed_ids(job *j, id_stream **out, size_t *n)
+{
+    fkvf_archive_op *c = j->c;
+    *out = NULL;
+    *n = 0;
+    uint64_t cpp = j->has_cb ? fkvf_index_stream_count(&j->shape, j->d.n_kv_heads) : 0;
+    if (cpp > j->ai.n_streams)
+        cpp = j->ai.n_streams;
+    id_stream *t = cpp ? fkvf_calloc(c->alloc, (size_t)cpp, sizeof *t) : NULL;
+    if (cpp && !t)
+        return fail_writer(c, FKVF_E_NOMEM, NULL, "search index");
+    size_t m = 0;
+    for (size_t k = 0; k < (size_t)cpp; k++) {
+        fkvf_stream_info si;
+        if (fkvf_reader_stream_info(j->r, k, &si) == FKVF_OK && si.id == FKVF_STREAM_ID_UNNAMED)
+            t[m++] = (id_stream){index_stream_id(&j->d, &j->shape, k), k};
+    }
+    if (m)
+        qsort(t, m, sizeof *t, cmp_id_stream);
+    *out = t;
+    *n = m;
+    return FKVF_OK;
+}
+
 /* Search indexes (spec 20): rebuilt for every stream that had one, after
  * the stream segments so that no later segment makes them stale (20.4);
  * the streams are copied symbol for symbol, so the input's symbols give the
- * same keys. One index per stream, however many the input had. */
+ * same keys. One index per stream, however many the input had, in the
+ * order of their first. A stream the reader cannot name gets its index
+ * keyed by the name the codebook's shape gives (fkvf_search_index_build_as:
+ * an automatic compaction has the appender's shape, not the codebook). */
 static int rebuild_zidx(job *j)
 {
     fkvf_archive_op *c = j->c;
-    for (size_t i = 0; i < j->ai.n_sections; i++) {
+    id_stream *ids = NULL;
+    size_t n_ids = 0;
+    unsigned char *done = j->ai.n_streams ? fkvf_calloc(c->alloc, j->ai.n_streams, 1) : NULL;
+    if (j->ai.n_streams && !done)
+        return fail_writer(c, FKVF_E_NOMEM, NULL, "search index");
+    int rc = unnamed_ids(j, &ids, &n_ids);
+    for (size_t i = 0; rc == FKVF_OK && i < j->ai.n_sections; i++) {
         fkvf_section_info zs;
         size_t zi;
+        int unnamed = 0;
         if (fkvf_reader_section(j->r, i, &zs) != FKVF_OK ||
-            (zs.type != FKVF_SECTION_ZIDX && zs.type != FKVF_SECTION_ZPOS) ||
-            fkvf_reader_stream_find(j->r, zs.key, &zi) != FKVF_OK)
+            (zs.type != FKVF_SECTION_ZIDX && zs.type != FKVF_SECTION_ZPOS))
             continue;
-        int dup = 0;
-        for (size_t k = 0; k < i && !dup; k++) {
-            fkvf_section_info ps;
-            dup = fkvf_reader_section(j->r, k, &ps) == FKVF_OK &&
-                  (ps.type == FKVF_SECTION_ZIDX || ps.type == FKVF_SECTION_ZPOS) &&
-                  ps.key == zs.key;
+        if (fkvf_reader_stream_find(j->r, zs.key, &zi) != FKVF_OK) {
+            id_stream want = {zs.key, 0};
+            const id_stream *hit =
+                n_ids ? bsearch(&want, ids, n_ids, sizeof *ids, cmp_id_stream) : NULL;
+            if (!hit)
+                continue;
+            zi = hit->k;
+            unnamed = 1;
         }
-        if (dup)
+        if (zi >= j->ai.n_streams || done[zi])
             continue;
+        done[zi] = 1;
         void *zd = NULL;
         size_t zn = 0;
-        uint64_t zk = 0;
-        int rc = fkvf_search_index_build(j->r, zi, &zd, &zn, &zk, c->alloc);
+        uint64_t zk = zs.key;
+        if (unnamed)
+            rc = fkvf_search_index_build_as(j->r, zi, zs.key, &zd, &zn, c->alloc);
+        else
+            rc = fkvf_search_index_build(j->r, zi, &zd, &zn, &zk, c->alloc);
         if (rc == FKVF_OK)
             rc = fkvf_writer_add_section(j->w, FKVF_SECTION_ZPOS, 0, zk, zd, zn);
         fkvf_search_buffer_free(zd, c->alloc);
         if (rc != FKVF_OK)
-            return fail_writer(c, rc, j->w, "search index");
-        j->res->search_indexes++;
+            rc = fail_writer(c, rc, j->w, "search index");
+        else
+            j->res->search_indexes++;
     }
-    return FKVF_OK;
+    fkvf_free(c->alloc, ids);
+    fkvf_free(c->alloc, done);
+    return rc;
 }
 
 /* The writer of the new file: the input's feature bits and deflate flags. */

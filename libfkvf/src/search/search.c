@@ -1169,9 +1169,11 @@ FKVF_API void fkvf_search_buffer_free(void *p, const fkvf_allocator *alloc)
 }
 
 /* Sort the positions [0, n) by (key, position) (spec 20.3) and write a
- * ZPOS (positions) or ZIDX (keys, positions, ngon points) section. */
-static int build_index(fkvf_reader *r, size_t stream_index, uint32_t type, void **data,
-                       size_t *size, uint64_t *key, const fkvf_allocator *alloc)
+ * ZPOS (positions) or ZIDX (keys, positions, ngon points) section, keyed by
+ * the stream's id, or by `id` for a stream the reader cannot name (id
+ * FKVF_STREAM_ID_UNNAMED: the stream's own). */
+static int build_index(fkvf_reader *r, size_t stream_index, uint32_t type, uint64_t id,
+                       void **data, size_t *size, uint64_t *key, const fkvf_allocator *alloc)
 {
     if (!r || !data || !size || !key)
         return FKVF_E_INVALID_ARG;
@@ -1183,6 +1185,12 @@ static int build_index(fkvf_reader *r, size_t stream_index, uint32_t type, void 
         fkvf_search_free(s);
         return rc;
     }
+    if (s->si.id != FKVF_STREAM_ID_UNNAMED && id != FKVF_STREAM_ID_UNNAMED && id != s->si.id) {
+        fkvf_search_free(s);
+        return FKVF_E_INVALID_ARG; /* a named stream keeps its name */
+    }
+    if (s->si.id == FKVF_STREAM_ID_UNNAMED)
+        s->si.id = id;
     if (s->si.id == FKVF_STREAM_ID_UNNAMED) {
         /* an index named by the layer table of an external codebook not
          * attached (spec 11.2): no id to key the section with (spec 20.1) */
@@ -1272,11 +1280,28 @@ out:
 FKVF_API int fkvf_search_index_build(fkvf_reader *r, size_t stream_index, void **data,
                                      size_t *size, uint64_t *key, const fkvf_allocator *alloc)
 {
-    return build_index(r, stream_index, FKVF_SECTION_ZPOS, data, size, key, alloc);
+    return build_index(r, stream_index, FKVF_SECTION_ZPOS, FKVF_STREAM_ID_UNNAMED, data, size,
+                       key, alloc);
+}
+
+FKVF_API int fkvf_search_index_build_as(fkvf_reader *r, size_t stream_index, uint64_t id,
+                                        void **data, size_t *size,
+                                        const fkvf_allocator *alloc)
+{
+    uint64_t key;
+    if (id == FKVF_STREAM_ID_UNNAMED) {
+        if (data)
+            *data = NULL;
+        if (size)
+            *size = 0;
+        return FKVF_E_INVALID_ARG;
+    }
+    return build_index(r, stream_index, FKVF_SECTION_ZPOS, id, data, size, &key, alloc);
 }
 
 int fkvf_search_zidx_build(fkvf_reader *r, size_t stream_index, void **data, size_t *size,
                            uint64_t *key, const fkvf_allocator *alloc)
 {
-    return build_index(r, stream_index, FKVF_SECTION_ZIDX, data, size, key, alloc);
+    return build_index(r, stream_index, FKVF_SECTION_ZIDX, FKVF_STREAM_ID_UNNAMED, data, size,
+                       key, alloc);
 }
