@@ -1808,7 +1808,7 @@ START_TEST(companions_ignored_and_reported)
     free(b);
     /* more than KVIO_MAX_IGNORED: all counted, the first 8 kept */
     st_part q[12];
-    char names[10][16];
+    char names[10][24]; /* room for any int: -O1 -Wformat-truncation */
     q[0] = p[0];
     q[1] = p[1];
     for (int i = 0; i < 10; i++) {
