@@ -23,7 +23,11 @@
 #
 # Usage (as root on Debian 12): scripts/test-cross.sh [--full] [ARCH...]
 #   ARCH: s390x, armhf (default both); --full: every Check suite.
-# Time (2 cores): see the closing note of issue 20 and README "Platforms".
+# Time, 2 idle cores, from a fresh clone (2026-12-07): 276 s for both
+# targets, 29 s of it unpacking their libraries; s390x: build 51 s, Check
+# suites 28 s, conformance 14 s, round trip 33 s; armhf: build 60 s, suites
+# 33 s, conformance 15 s, round trip 12 s. --full s390x: the Check suites
+# alone took 1249 s at -j2 (test_encode_exact 980 s of it).
 set -eu
 cd "$(dirname "$0")/.."
 ROOT=$PWD

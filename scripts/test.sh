@@ -29,12 +29,12 @@
 # Time: CI gives 90 minutes and the project keeps the run under 30. Each
 # step's heading shows the seconds since the start. A fresh clone on the
 # 2-core build machine, otherwise idle, with the packages installed
-# (2026-12-06, 20 s fuzz runs, Release with the Python tests): 29.6 min in
-# all: the package check 13 s, build 1 68 s + its ctest 365 s, build 2
-# 61 + 522 s, build 3 65 + 137 s, build 4 66 s, step 5 287 s (33 s of it
-# unpacking the two targets' libraries), fuzzing 191 s (its build 50 s).
-# Every ctest run is CPU-bound (the tests' seconds add up to twice its
-# wall time). On a fresh machine the package installations come on top.
+# (2026-12-07, commit 1542912): 27.7 min in all: the package check 13 s,
+# build 1 70 s + its ctest 375 s, build 2 87 + 415 s, build 3 67 + 128 s,
+# build 4 66 s, step 5 276 s (29 s of it unpacking the two targets'
+# libraries), fuzzing 162 s (its build 44 s). Every ctest run is CPU-bound
+# (the tests' seconds add up to twice its wall time). On a fresh machine the
+# package installations come on top.
 # Usage (as root on Debian 12): ./scripts/test.sh
 set -eu
 cd "$(dirname "$0")/.."
@@ -54,8 +54,8 @@ step "ASan+UBSan build (gcc Debug, -O1)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DFKVF_SANITIZE=ON \
     -DFKVF_BUILD_BENCH=OFF >/dev/null
 cmake --build build-asan -j"$JOBS"
-# FKVF_TEST_SPARSE: cli_llama's damaged state files and GGUF headers a third
-# as dense after their structure fields (all of them in the builds above)
+# FKVF_TEST_SPARSE: every third of cli_llama's damaged state files and GGUF
+# headers and of cli_unpack's table lines (all of them in build 1)
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     FKVF_TEST_SPARSE=1 ctest --test-dir build-asan --output-on-failure -j"$JOBS" -E '^quality_study_smoke$'
 
