@@ -1616,6 +1616,17 @@ static void s_setup(void *ctx)
     c->zidx_as = NULL;
 }
 
+/* a copy of the index the library built (d, n) in *keep, outside the
+ * counted allocations; the library's buffer freed */
+static void keep_index(uint8_t **keep, size_t *keep_n, void *d, size_t n)
+{
+    REAL_FREE(*keep);
+    *keep = REAL_MALLOC(n);
+    memcpy(*keep, d, n);
+    *keep_n = n;
+    fkvf_search_buffer_free(d, NULL);
+}
+
 static int s_step(void *ctx, size_t i)
 {
     sctx *c = ctx;
@@ -1638,11 +1649,7 @@ static int s_step(void *ctx, size_t i)
         size_t n = 0;
         if ((rc = fkvf_search_index_build(c->r, c->tok, &d, &n, &c->zkey, NULL)))
             return rc;
-        REAL_FREE(c->zidx);
-        c->zidx = REAL_MALLOC(n);
-        memcpy(c->zidx, d, n);
-        c->zsize = n;
-        fkvf_search_buffer_free(d, NULL);
+        keep_index(&c->zidx, &c->zsize, d, n);
         return FKVF_OK;
     }
     default: {
@@ -1651,11 +1658,7 @@ static int s_step(void *ctx, size_t i)
         size_t n = 0;
         if ((rc = fkvf_search_index_build_as(c->r, c->tok, FKVF_STREAM_ID_TOKENS, &d, &n, NULL)))
             return rc;
-        REAL_FREE(c->zidx_as);
-        c->zidx_as = REAL_MALLOC(n);
-        memcpy(c->zidx_as, d, n);
-        c->zsize_as = n;
-        fkvf_search_buffer_free(d, NULL);
+        keep_index(&c->zidx_as, &c->zsize_as, d, n);
         return FKVF_OK;
     }
     }
