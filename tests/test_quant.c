@@ -979,7 +979,7 @@ START_TEST(rvq_decode_matches_reference)
                             got = tu_ld32le(o + 4 * e);
                             want = f2u(ref[e]);
                         } else {
-                            got = (uint32_t)(o[2 * e] | (o[2 * e + 1] << 8));
+                            got = tu_ld16le(o + 2 * e);
                             want = dts[di] == FKVF_DTYPE_F16 ? fkvf_f32_to_f16(ref[e])
                                                              : fkvf_f32_to_bf16(ref[e]);
                         }
@@ -1142,8 +1142,8 @@ START_TEST(rvq_decode_kernels_match_plain_reference)
                         g1 = tu_ld32le(o1 + 4 * e);
                         g2 = tu_ld32le(o2 + 4 * e);
                     } else {
-                        g1 = (uint32_t)(o1[2 * e] | (o1[2 * e + 1] << 8));
-                        g2 = (uint32_t)(o2[2 * e] | (o2[2 * e + 1] << 8));
+                        g1 = tu_ld16le(o1 + 2 * e);
+                        g2 = tu_ld16le(o2 + 2 * e);
                     }
                     EXPECTF(g1 == want && g2 == want,
                             "case %zu rope %d dtype %d elem %zu (pos %zu): fast 0x%x portable "
