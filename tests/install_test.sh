@@ -90,12 +90,12 @@ if [ "$PY" != none ]; then
     echo _paths.py >>"$T/pywant"
     sort -o "$T/pywant" "$T/pywant"
     check py-files 0 cmp "$T/pywant" "$T/pyfiles"
-    grep_in py-paths-library "^LIBRARY = \"$LIBDIR/libfkvf\.so\.0\.3\"\$" "$SITE/fkvf/_paths.py"
+    grep_in py-paths-library "^LIBRARY = \"$LIBDIR/libfkvf\.so\.0\.4\"\$" "$SITE/fkvf/_paths.py"
     # DESTDIR (a packager's staging directory) with prefix /usr: Debian's
     # /usr/lib/python3/dist-packages when that Python searches it
     if "$PY" -c 'import sys; sys.exit("/usr/lib/python3/dist-packages" not in sys.path)'; then
         check py-destdir-install 0 env DESTDIR="$T/dd" cmake --install "$B" --prefix /usr
-        grep_in py-destdir-paths "^LIBRARY = \"/usr/.*/libfkvf\.so\.0\.3\"\$" \
+        grep_in py-destdir-paths "^LIBRARY = \"/usr/.*/libfkvf\.so\.0\.4\"\$" \
             "$T/dd/usr/lib/python3/dist-packages/fkvf/_paths.py"
         check py-destdir-init 0 test -f "$T/dd/usr/lib/python3/dist-packages/fkvf/__init__.py"
     fi

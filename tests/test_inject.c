@@ -100,6 +100,7 @@
  *                                |   flags 0 and READ; by hash in a search path, memory archive)
  *  fkvf_reader_row_bytes         | n/a asserted (reader_mem)
  *  fkvf_reader_restore           | alloc (reader_mem, reader_file, reader_ext)
+ *  fkvf_reader_set_threads       | n/a pure (na_pure_functions); threaded runs: test_threads
  *  fkvf_reader_read_size         | n/a asserted (reader_mem)
  *  fkvf_reader_read              | alloc (reader_mem, reader_ext)
  *  fkvf_reader_verify            | alloc (reader_mem, reader_file, reader_zidx)
@@ -188,6 +189,8 @@
  *  fkvf_rvq_from_tables16_encode | alloc (rvq, on a CPU with F16C)
  *  fkvf_rvq_subset               | alloc (rvq)
  *  fkvf_rvq_free                 | n/a free (rvq)
+ *  fkvf_rvq_set_threads          | n/a pure (na_pure_functions); threaded runs: test_threads
+ *  fkvf_cpu_count                | n/a pure (na_pure_functions)
  *  fkvf_rvq_shape                | n/a pure
  *  fkvf_rvq_tables_size          | n/a pure
  *  fkvf_rvq_tables               | n/a pure
@@ -2779,6 +2782,9 @@ START_TEST(na_pure_functions)
     ok &= fkvf_rvq_codes_per_position(fx->q) == fx->cpp;
     ok &= fkvf_rvq_centroids(fx->q, 1, 1, 1, 0) != NULL;
     ok &= fkvf_rvq_tables(fx->q, NULL, 0) != FKVF_OK; /* too small: refused, no allocation */
+    ok &= fkvf_cpu_count() >= 1;
+    ok &= fkvf_rvq_set_threads(fx->q, 1) == FKVF_OK && fkvf_rvq_set_threads(NULL, 2) != FKVF_OK;
+    ok &= fkvf_reader_set_threads(cbr, 1) == FKVF_OK && fkvf_reader_set_threads(NULL, 2) != FKVF_OK;
     fkvf_error_info ei;
     ok &= fkvf_reader_error(bad, &ei) == FKVF_OK && ei.code == FKVF_E_BAD_MAGIC &&
           ei.offset == 0 && ei.clause && !strcmp(ei.clause, "3.1") && *ei.message;

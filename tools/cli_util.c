@@ -1240,3 +1240,36 @@ int cli_open_archive(fkvf_reader **r, const char *path)
     return cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, path,
                     "a codebook file (no cache descriptor), not an archive");
 }
+
+/* ---- threads ----------------------------------------------------------------- */
+
+static unsigned cli_nthreads; /* 0: not given */
+
+int cli_set_threads(const char *v)
+{
+    uint64_t n;
+    if (!v || cli_parse_u64(v, CLI_THREADS_MAX, &n) || n == 0)
+        return -1;
+    cli_nthreads = (unsigned)n;
+    return 0;
+}
+
+int cli_threads_setup(void)
+{
+    if (cli_nthreads)
+        return CLI_OK;
+    const char *env = getenv("FKVF_THREADS");
+    if (env && *env) {
+        if (cli_set_threads(env))
+            return cli_usage("FKVF_THREADS='%s' is not a number of threads, 1 to %u", env,
+                             CLI_THREADS_MAX);
+        return CLI_OK;
+    }
+    cli_nthreads = fkvf_cpu_count();
+    return CLI_OK;
+}
+
+unsigned cli_threads(void)
+{
+    return cli_nthreads ? cli_nthreads : 1;
+}

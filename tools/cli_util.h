@@ -134,6 +134,23 @@ void cli_hex16(const uint8_t h[16], char out[33]);
 /* Decimal digits only (no blank, sign or '+'), at most max: 0, or -1. */
 int cli_parse_u64(const char *s, uint64_t max, uint64_t *out);
 
+/* ---- threads ----------------------------------------------------------------
+ * The threads of the commands that encode, train or restore: --threads N
+ * (fkvf_cli.c takes it out for them), else the environment's FKVF_THREADS,
+ * else every CPU the process may use (fkvf_cpu_count). Output never depends
+ * on it. */
+#define CLI_THREADS_MAX 1024u
+/* Take the count from text v (--threads' value or FKVF_THREADS): 0, or -1
+ * when v is not a number of threads 1..CLI_THREADS_MAX (nothing printed). */
+int cli_set_threads(const char *v);
+/* Before a command that uses threads runs: --threads' value if given, else
+ * FKVF_THREADS if set (a usage error when it is not such a number: returns
+ * CLI_USAGE after the error line), else fkvf_cpu_count(). CLI_OK. */
+int cli_threads_setup(void);
+/* The thread count to hand the library (after cli_threads_setup; 1 when it
+ * did not run). */
+unsigned cli_threads(void);
+
 /* A finite double, the whole string (no blanks around it): 0, or -1. */
 int cli_parse_f64(const char *s, double *out);
 

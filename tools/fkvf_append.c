@@ -78,6 +78,8 @@ static const char *append_help =
     "                        positions-first [T, H, D] (docs/cache-files.md)\n"
     "  --model MODEL.gguf    CACHE is a llama.cpp state file saved with this model\n"
     "                        (docs/llamacpp.md; with --new: fkvf import-llama --append)\n"
+    "  --threads N           threads (default: every CPU this process may use,\n"
+    "                        or FKVF_THREADS); the output is the same for any N\n"
     "  --json                print one JSON object (on failure {\"error\":{...}},\n"
     "                        docs/cli.md)\n"
     "\n"
@@ -406,6 +408,7 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         prm.progress_opaque = &b;
         /* the rows being appended are positions 0.. of the new archive */
         fkvf_rows all = {s->rows, (size_t)(p1 - p0), c->dtype, 0};
+        prm.n_threads = cli_threads();
         rc = fkvf_rvq_train(&s->q, &prm, &all, 1, NULL);
         if (rc != FKVF_OK)
             return cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, o->cache,
@@ -455,6 +458,7 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
     fkvf_append_options_init(&ao);
     ao.sync = o->sync;
     ao.beam_width = o->code.beam;
+    ao.n_threads = cli_threads();
     ao.compact_ratio = o->compact_at;
     ao.no_auto_compact = o->no_auto_compact;
     rc = fkvf_appender_create(&s->a, o->archive, &cr, &ao, NULL);
@@ -839,6 +843,7 @@ static int append_open(append_run *u)
         fkvf_append_options_init(&ao);
         ao.sync = o->sync;
         ao.beam_width = o->code.beam;
+        ao.n_threads = cli_threads();
         ao.recover = o->recover;
         ao.codebook_file = s->cb;
         ao.compact_ratio = o->compact_at;

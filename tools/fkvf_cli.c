@@ -20,31 +20,32 @@ typedef struct cli_command {
     int (*run)(int argc, char **argv);
     const char *args;
     const char *summary;
+    int threads; /* 1: takes --threads N (cli_threads) */
 } cli_command;
 
 static const cli_command commands[] = {
-    {"info", fkvf_cli_info, "ARCHIVE [--json]", "header, commits, cache shape, codecs, sizes, metadata"},
+    {"info", fkvf_cli_info, "ARCHIVE [--json]", "header, commits, cache shape, codecs, sizes, metadata", 0},
     {"verify", fkvf_cli_verify, "ARCHIVE [--json]",
-     "full structure and checksum pass\n(exit 0 valid, 1 invalid, 2 usage or I/O error)"},
-    {"validate", fkvf_cli_validate, "[--strict] FILE...", "every violation of the spec, with its clause"},
-    {"dump", fkvf_cli_dump, "ARCHIVE [--json]", "directory and section details"},
-    {"pack", fkvf_cli_pack, "CACHE -o ARCHIVE", "archive a raw cache (.safetensors, .npy, .npz)"},
-    {"unpack", fkvf_cli_unpack, "ARCHIVE -o CACHE", "restore every position into a raw cache file"},
-    {"train", fkvf_cli_train, "CACHE... -o FILE", "train a shared codebook file"},
+     "full structure and checksum pass\n(exit 0 valid, 1 invalid, 2 usage or I/O error)", 0},
+    {"validate", fkvf_cli_validate, "[--strict] FILE...", "every violation of the spec, with its clause", 0},
+    {"dump", fkvf_cli_dump, "ARCHIVE [--json]", "directory and section details", 0},
+    {"pack", fkvf_cli_pack, "CACHE -o ARCHIVE", "archive a raw cache (.safetensors, .npy, .npz)", 1},
+    {"unpack", fkvf_cli_unpack, "ARCHIVE -o CACHE", "restore every position into a raw cache file", 1},
+    {"train", fkvf_cli_train, "CACHE... -o FILE", "train a shared codebook file", 1},
     {"import-llama", fkvf_cli_import_llama, "STATE --model M",
-     "archive a llama.cpp state file (-o ARCHIVE,\nlossless by default; --append ARCHIVE)"},
-    {"export-llama", fkvf_cli_export_llama, "ARCHIVE -o STATE", "write a llama.cpp state file back"},
-    {"compare", fkvf_cli_compare, "ORIG RESTORED", "reconstruction error of a restored cache"},
+     "archive a llama.cpp state file (-o ARCHIVE,\nlossless by default; --append ARCHIVE)", 1},
+    {"export-llama", fkvf_cli_export_llama, "ARCHIVE -o STATE", "write a llama.cpp state file back", 1},
+    {"compare", fkvf_cli_compare, "ORIG RESTORED", "reconstruction error of a restored cache", 0},
     {"append", fkvf_cli_append, "ARCHIVE CACHE",
-     "append a raw cache's positions as new commits\n(--create: start a new archive)"},
-    {"compact", fkvf_cli_compact, "ARCHIVE -o OUT", "rewrite a many-commit archive as one commit"},
-    {"recover", fkvf_cli_recover, "ARCHIVE", "cut off a torn tail (an append that did not complete)"},
-    {"search", fkvf_cli_search, "ARCHIVE --tokens L", "suffix search: where did these symbols occur?"},
+     "append a raw cache's positions as new commits\n(--create: start a new archive)", 1},
+    {"compact", fkvf_cli_compact, "ARCHIVE -o OUT", "rewrite a many-commit archive as one commit", 0},
+    {"recover", fkvf_cli_recover, "ARCHIVE", "cut off a torn tail (an append that did not complete)", 0},
+    {"search", fkvf_cli_search, "ARCHIVE --tokens L", "suffix search: where did these symbols occur?", 0},
     {"keys", fkvf_cli_keys, "ARCHIVE --layer L ...",
-     "the archived positions a query vector's\nattention weighs most"},
-    {"context", fkvf_cli_context, "ARCHIVE --at T", "decode the symbols before a position"},
-    {"index", fkvf_cli_index, "ARCHIVE", "append a commit with ZIDX search indexes"},
-    {"plot", fkvf_cli_plot, "ARCHIVE --stream S", "PNG of a stream's chaos-game points"},
+     "the archived positions a query vector's\nattention weighs most", 0},
+    {"context", fkvf_cli_context, "ARCHIVE --at T", "decode the symbols before a position", 0},
+    {"index", fkvf_cli_index, "ARCHIVE", "append a commit with ZIDX search indexes", 0},
+    {"plot", fkvf_cli_plot, "ARCHIVE --stream S", "PNG of a stream's chaos-game points", 0},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -84,6 +85,11 @@ static void usage_main(FILE *f)
             "http:// or https:// URL: only the byte ranges needed are requested\n"
             "(docs/remote.md); --max-bytes N caps what one command transfers.\n"
             "\n"
+            "Commands that encode, train or restore (pack, unpack, train, append,\n"
+            "import-llama, export-llama) take --threads N: N threads (default: every\n"
+            "CPU this process may use, or FKVF_THREADS); the output is byte-identical\n"
+            "for every N.\n"
+            "\n"
             "Run '%s COMMAND --help' for a command's options.\n",
             prog);
 }
@@ -120,8 +126,9 @@ static int run(int argc, char **argv)
     }
     const cli_command *c = find_command(cmd);
     if (c) {
-        /* --max-bytes N, for every command that reads URLs (docs/remote.md):
-         * taken out before the command parses its own options */
+        /* --max-bytes N, for every command that reads URLs (docs/remote.md),
+         * and --threads N, for the commands that use threads: taken out
+         * before the command parses its own options */
         int n = 0;
         for (int i = 2; i < argc; i++) {
             if (!strcmp(argv[i], "--max-bytes")) {
@@ -132,9 +139,18 @@ static int run(int argc, char **argv)
                 i++;
                 continue;
             }
+            if (!strcmp(argv[i], "--threads") && c->threads) {
+                if (i + 1 >= argc || cli_set_threads(argv[i + 1]))
+                    return cli_usage("--threads needs a number of threads, 1 to %u",
+                                     CLI_THREADS_MAX);
+                i++;
+                continue;
+            }
             argv[2 + n++] = argv[i];
         }
         argv[2 + n] = NULL; /* as after the last argument */
+        if (c->threads && cli_threads_setup() != CLI_OK)
+            return CLI_USAGE;
         return c->run(n, argv + 2);
     }
     cli_usage("unknown command '%s'", cmd);

@@ -189,6 +189,8 @@ static const char *pack_help =
     "Output:\n"
     "  --force               replace ARCHIVE if it exists (default: refused); an\n"
     "                        input (CACHE, the --codebooks FILE) is never replaced\n"
+    "  --threads N           threads (default: every CPU this process may use,\n"
+    "                        or FKVF_THREADS); the output is the same for any N\n"
     "  --json                one JSON object: archive, cache, positions, exact,\n"
     "                        archived, bytes, fp16_bytes, codebook_bytes, ratio_fp16\n"
     "                        (on failure {\"error\":{...}}, docs/cli.md)\n"
@@ -458,6 +460,7 @@ static int pack_train(const pack_opts *o, pack_state *s, pack_plan *p)
     prm.seed = o->code.seed;
     prm.max_iters = o->code.iters;
     prm.key_rope = p->krope;
+    prm.n_threads = cli_threads();
     cli_progress pg;
     cli_progress_init(&pg, "train ", 0);
     prm.progress = cli_progress_cb;
@@ -471,8 +474,20 @@ static int pack_train(const pack_opts *o, pack_state *s, pack_plan *p)
     return CLI_OK;
 }
 
-/* positions encoded (and, without --train, converted to rows) at a time */
+/* positions encoded (and, without --train, converted to rows) at a time:
+ * PACK_CHUNK a thread, as many as PACK_CHUNK_BYTES of rows hold when that is
+ * fewer (at least PACK_CHUNK): each thread encodes a range of them */
 #define PACK_CHUNK 256
+#define PACK_CHUNK_BYTES ((size_t)64 << 20)
+
+static uint64_t pack_chunk_rows(const pack_plan *p)
+{
+    uint64_t n = (uint64_t)PACK_CHUNK * cli_threads();
+    uint64_t fit = p->rb ? PACK_CHUNK_BYTES / p->rb : n;
+    if (n > fit)
+        n = fit;
+    return n < PACK_CHUNK ? PACK_CHUNK : n;
+}
 
 /* Rows [first, first + n) as spec 14.2 rows: in s->rows (--train), else
  * converted from the cache into s->chunk (n <= PACK_CHUNK); NULL when out
@@ -481,7 +496,7 @@ static const uint8_t *pack_rows(pack_state *s, const pack_plan *p, uint64_t firs
 {
     if (s->rows)
         return s->rows + (size_t)first * p->rb;
-    if (!s->chunk && !(s->chunk = malloc((size_t)PACK_CHUNK * p->rb)))
+    if (!s->chunk && !(s->chunk = malloc((size_t)pack_chunk_rows(p) * p->rb)))
         return NULL;
     cli_cache_rows(&s->c, (uint32_t)first, (uint32_t)(first + n), s->chunk);
     return s->chunk;
@@ -497,10 +512,12 @@ static int pack_encode(const pack_opts *o, pack_state *s, const pack_plan *p)
     s->sym = malloc((size_t)(A > P ? A : P) * sizeof *s->sym);
     if (!s->codes || !s->sym)
         return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    fkvf_rvq_set_threads(s->q, cli_threads());
+    const uint64_t chunk = pack_chunk_rows(p);
     cli_progress pg;
     cli_progress_init(&pg, "encode", 0);
-    for (uint64_t i = 0; i < A; i += PACK_CHUNK) {
-        uint64_t n = A - i < PACK_CHUNK ? A - i : PACK_CHUNK;
+    for (uint64_t i = 0; i < A; i += chunk) {
+        uint64_t n = A - i < chunk ? A - i : chunk;
         const uint8_t *rows = pack_rows(s, p, p->S + i, n);
         if (!rows)
             return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
@@ -849,6 +866,8 @@ static const char *unpack_help =
     "                        (default: as packed, the archive's pack.layout, else hnd)\n"
     "  --force               replace CACHE if it exists (default: refused); an input\n"
     "                        (ARCHIVE, its codebook file) is never replaced\n"
+    "  --threads N           threads (default: every CPU this process may use,\n"
+    "                        or FKVF_THREADS); the output is the same for any N\n"
     "  --json                one JSON object: archive, out, format, dtype, positions,\n"
     "                        exact, archived, tokens, bytes (on failure\n"
     "                        {\"error\":{...}}, docs/cli.md)\n"
@@ -1053,6 +1072,7 @@ static int unpack_chunk_buf(const unpack_opts *o, unpack_state *s, size_t *rb, u
     int rc = fkvf_reader_row_bytes(s->r, s->dt, rb);
     if (rc != FKVF_OK)
         return cli_fail_reader(rc, s->r, o->in, "");
+    fkvf_reader_set_threads(s->r, cli_threads());
     *chunk = (uint32_t)(*rb >= UNPACK_CHUNK_BYTES ? 1 : UNPACK_CHUNK_BYTES / *rb);
     if (*chunk > s->P)
         *chunk = s->P ? s->P : 1;
@@ -1367,6 +1387,8 @@ static const char *train_help =
     "                        (docs/llamacpp.md)\n"
     "  --force               replace FILE if it exists (default: refused); an input\n"
     "                        CACHE is never replaced\n"
+    "  --threads N           threads (default: every CPU this process may use,\n"
+    "                        or FKVF_THREADS); the output is the same for any N\n"
     "  --json                one JSON object: out, caches, layers, heads, pooled, k,\n"
     "                        k_stages, v_stages, layer_stages ([[k, v], ...] or\n"
     "                        null), metric (null, \"keys\", \"values\" or\n"
@@ -1645,6 +1667,7 @@ static int train_fit(train_opts *o, train_state *s)
     cli_progress_init(&pg, "train", 0);
     prm->progress = cli_progress_cb;
     prm->progress_opaque = &pg;
+    prm->n_threads = cli_threads();
     int rc = fkvf_rvq_train(&s->q, prm, s->blocks, o->nin, NULL);
     if (rc != FKVF_OK)
         return cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, o->ins[0],

@@ -39,11 +39,11 @@ extern "C" {
 /* ---- versions --------------------------------------------------------- */
 
 #define FKVF_VERSION_MAJOR 0
-#define FKVF_VERSION_MINOR 3
+#define FKVF_VERSION_MINOR 4
 #define FKVF_VERSION_PATCH 0
 #define FKVF_VERSION_NUMBER \
     (FKVF_VERSION_MAJOR * 10000 + FKVF_VERSION_MINOR * 100 + FKVF_VERSION_PATCH)
-#define FKVF_VERSION_STRING "0.3.0"
+#define FKVF_VERSION_STRING "0.4.0"
 
 /* Version of the file format this library reads and writes (spec 1.2). Its
  * writers put in a file the lowest minor version that defines every feature
@@ -149,6 +149,35 @@ typedef struct fkvf_allocator {
     void (*free)(void *opaque, void *ptr);
     void *opaque;
 } fkvf_allocator;
+
+/* ---- threads ------------------------------------------------------------ */
+/* The threading model (docs/library.md, "Threads"). A handle is used by one
+ * thread at a time unless its functions say otherwise. The heavy operations
+ * can also use threads of their own, which a call starts and joins before it
+ * returns (nothing runs in the background between calls):
+ *   encoding  fkvf_rvq_encode (fkvf_rvq_set_threads); the appender's commit
+ *             (fkvf_append_options.n_threads)
+ *   decoding  fkvf_rvq_decode (fkvf_rvq_set_threads); fkvf_reader_restore
+ *             (fkvf_reader_set_threads)
+ *   training  fkvf_rvq_train (fkvf_rvq_params.n_threads)
+ * Everything else (opening, random access, verification, search, the
+ * writer) runs on the calling thread.
+ * A count of 0 or 1, the default everywhere, does the work on the calling
+ * thread and starts no thread; FKVF_THREADS_ALL takes fkvf_cpu_count();
+ * any other count that many (at most 256: more are taken as 256). Every
+ * result is bit-identical for every thread count: the work is cut into
+ * pieces (ranges of positions, stage tables, sections) whose results do not
+ * depend on which thread computes them or when. With more than one thread
+ * a handle's allocator is called from several threads at once (it must be
+ * thread-safe; the default malloc family is), and so is training's progress
+ * callback (one call at a time, done still counting up by one). A thread
+ * that cannot be started leaves its share to the others. */
+#define FKVF_THREADS_ALL 0xFFFFFFFFu
+
+/* The number of CPUs this process may run on (sched_getaffinity; 1 when it
+ * cannot be known), at most 256: what FKVF_THREADS_ALL uses. No allocation;
+ * thread-safe. */
+FKVF_API unsigned fkvf_cpu_count(void);
 
 /* ---- shared types ----------------------------------------------------- */
 
@@ -710,6 +739,13 @@ FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_
  * out_size >= count * fkvf_reader_row_bytes(dtype). */
 FKVF_API int fkvf_reader_restore(fkvf_reader *r, uint64_t first, uint64_t count, fkvf_dtype dtype,
                                  void *out, size_t out_size);
+/* Threads fkvf_reader_restore decodes archived positions with (the
+ * threading model near the top of this header; a new reader has 1): each
+ * batch of positions is cut into one range per thread. The restored bytes
+ * are bit-identical for every count. Reading the streams, the exact rows and
+ * everything else stays on the calling thread. FKVF_E_STATE when r is not
+ * a usable reader. No allocation. One thread at a time per reader. */
+FKVF_API int fkvf_reader_set_threads(fkvf_reader *r, unsigned n_threads);
 
 /* ---- random access (spec 11.5, 13.6, 14) ---- */
 /* Parts of a read request. */
@@ -1073,6 +1109,11 @@ typedef struct fkvf_append_options {
                                  * the path. 0: FKVF_APPEND_COMPACT_RATIO; else
                                  * > 1 and <= 1e6 (else FKVF_E_INVALID_ARG) */
     int no_auto_compact;        /* 1: never compact automatically */
+    unsigned n_threads;         /* threads a commit encodes the positions leaving
+                                 * the window with (the threading model near the
+                                 * top of this header): 0 or 1 the calling
+                                 * thread; the file's bytes are the same for
+                                 * every count. (Added in 0.4.0.) */
 } fkvf_append_options;
 
 /* The default compact_ratio: the file stays within about 1.4x its compacted
@@ -1686,6 +1727,10 @@ typedef struct fkvf_rvq_params {
      * fkvf_rvq_set_metric). (Added in 0.3.0, which changed the size of this
      * struct: the soname changed with it.) */
     const struct fkvf_rvq_metric *metric;
+    /* threads (the threading model above; 1): the stage tables of different
+     * (layer, head, K|V) train at once, each on one thread. The codebook is
+     * bit-identical for every count. (Added in 0.4.0, with a new soname.) */
+    uint32_t n_threads;
 } fkvf_rvq_params;
 
 /* Defaults (values in parentheses above); shape fields 0. */
@@ -1699,9 +1744,11 @@ FKVF_API void fkvf_rvq_params_init(fkvf_rvq_params *p);
  * after the previous, already rounded, stages. Training vectors are a
  * deterministic sample of at most samples_per_centroid * k of all vectors
  * (all of them when fewer). The result depends only on the inputs and the
- * seed, not on which search kernel the CPU runs (assignments are exact).
- * Single-threaded; cost about n * k * dim * (max_iters + 1) multiply-adds
- * per stage table. Non-finite inputs are FKVF_E_INVALID_ARG. */
+ * seed, not on which search kernel the CPU runs (assignments are exact), nor
+ * on params->n_threads; cost about n * k * dim * (max_iters + 1)
+ * multiply-adds per stage table. Memory: the sample of one table's
+ * vectors (n * dim binary32 values) and its scratch per thread. Non-finite
+ * inputs are FKVF_E_INVALID_ARG. */
 FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *params,
                             const fkvf_rows *blocks, size_t n_blocks,
                             const fkvf_allocator *alloc);
@@ -1718,6 +1765,14 @@ FKVF_API int fkvf_rvq_subset(fkvf_rvq **out, const fkvf_rvq *q, unsigned k_stage
                              unsigned v_stages);
 /* Free q (NULL is fine). Not while another thread encodes or decodes with it. */
 FKVF_API void fkvf_rvq_free(fkvf_rvq *q);
+
+/* Threads each fkvf_rvq_encode and fkvf_rvq_decode call with q uses (the
+ * threading model above; a new handle has 1): a call's positions are cut
+ * into one range per thread, of at least 16 positions. Codes and decoded
+ * rows are bit-identical for every count. Part of q's set-up: not while
+ * another thread uses q. FKVF_E_INVALID_ARG for a NULL handle or one of
+ * another kind. No allocation. */
+FKVF_API int fkvf_rvq_set_threads(fkvf_rvq *q, unsigned n_threads);
 
 /* Shape of the codebook (for fkvf_writer_add_codebooks) and heads of the rows. */
 FKVF_API void fkvf_rvq_shape(const fkvf_rvq *q, fkvf_codebook_shape *shape,

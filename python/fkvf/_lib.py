@@ -5,7 +5,7 @@ Search order (the first that exists and loads wins):
   2. the build tree: FKVF_BUILD_DIR/libfkvf/libfkvf.so, then ../build/libfkvf/libfkvf.so
      relative to this package (python/fkvf in the source tree);
   3. an installed copy: what ``cmake --install`` records in fkvf/_paths.py (LIBRARY, the
-     path of the library, or LIBDIR, the directory holding libfkvf.so / libfkvf.so.0.3),
+     path of the library, or LIBDIR, the directory holding libfkvf.so / libfkvf.so.0.4),
      then ctypes.util.find_library("fkvf").
 
 The structures mirror libfkvf/include/fkvf.h field for field.
@@ -41,7 +41,7 @@ def _candidates() -> List[str]:
         libdir = getattr(_paths, "LIBDIR", None)
         if libdir:
             d = os.fspath(libdir)
-            # the development link, then the runtime names (libfkvf.so.0.3, ...)
+            # the development link, then the runtime names (libfkvf.so.0.4, ...)
             out += [os.path.join(d, _SONAME)] + sorted(
                 glob.glob(os.path.join(glob.escape(d), _SONAME + ".*")), reverse=True)
     except ImportError:
@@ -196,7 +196,8 @@ class RvqParams(Structure):
                 ("seed", c_uint64), ("max_iters", c_uint32),
                 ("samples_per_centroid", c_uint32), ("key_rope", POINTER(Rope)),
                 ("progress", c_void_p), ("progress_opaque", c_void_p),
-                ("layer_stages", POINTER(c_uint8)), ("metric", POINTER(RvqMetric))]
+                ("layer_stages", POINTER(c_uint8)), ("metric", POINTER(RvqMetric)),
+                ("n_threads", c_uint32)]
 
 
 class WriterOptions(Structure):
@@ -224,7 +225,7 @@ class KeyClash(Structure):
 class AppendOptions(Structure):
     _fields_ = [("sync", c_uint), ("beam_width", c_uint), ("block_size", c_uint32),
                 ("codebook_file", c_void_p), ("recover", c_int), ("io", c_void_p),
-                ("compact_ratio", c_double), ("no_auto_compact", c_int)]
+                ("compact_ratio", c_double), ("no_auto_compact", c_int), ("n_threads", c_uint)]
 
 
 class AppendCreate(Structure):
@@ -335,6 +336,7 @@ _PROTOS = {
                                         POINTER(c_uint64), c_void_p]),
     "fkvf_search_buffer_free": (None, [c_void_p, c_void_p]),
     "fkvf_reader_restore": (c_int, [Reader, c_uint64, c_uint64, c_int, c_void_p, c_size_t]),
+    "fkvf_reader_set_threads": (c_int, [Reader, c_uint]),
     "fkvf_reader_is_exact": (c_int, [Reader, c_uint64, POINTER(c_int)]),
     "fkvf_reader_verify": (c_int, [Reader]),
     "fkvf_reader_codebook": (c_int, [Reader, POINTER(CodebookShape), POINTER(c_void_p),
@@ -376,6 +378,8 @@ _PROTOS = {
     "fkvf_rvq_from_tables": (c_int, [POINTER(Rvq), POINTER(CodebookShape), c_uint32,
                                      c_void_p, c_size_t, c_void_p]),
     "fkvf_rvq_free": (None, [Rvq]),
+    "fkvf_rvq_set_threads": (c_int, [Rvq, c_uint]),
+    "fkvf_cpu_count": (c_uint, []),
     "fkvf_rvq_shape": (None, [Rvq, POINTER(CodebookShape), POINTER(c_uint32)]),
     "fkvf_rvq_tables_size": (c_size_t, [Rvq]),
     "fkvf_rvq_tables": (c_int, [Rvq, c_void_p, c_size_t]),
@@ -454,11 +458,12 @@ def bind(protos: dict) -> None:
 
 bind(_PROTOS)
 
-# The structures above are those of fkvf.h 0.3 (fkvf_codebook_shape and
-# fkvf_rvq_params grew in 0.2.0, fkvf_rvq_params again in 0.3.0: its metric): a
+# The structures above are those of fkvf.h 0.4 (fkvf_codebook_shape and
+# fkvf_rvq_params grew in 0.2.0, again in 0.3.0 (its metric) and 0.4.0 (n_threads;
+# fkvf_append_options too): a
 # library of another 0.x release has other layouts, and calls through them would
 # read and write past its structs.
-_ABI = (0, 3)
+_ABI = (0, 4)
 _v = lib.fkvf_version_number()
 if (_v // 10000, _v // 100 % 100) != _ABI:
     raise ImportError(f"fkvf: the loaded libfkvf is {_v // 10000}.{_v // 100 % 100}."
@@ -467,7 +472,7 @@ if (_v // 10000, _v // 100 % 100) != _ABI:
 
 
 def version() -> str:
-    """The version string of the loaded libfkvf (e.g. "0.3.0")."""
+    """The version string of the loaded libfkvf (e.g. "0.4.0")."""
     return lib.fkvf_version_string().decode()
 
 

@@ -310,5 +310,5 @@ def test_abi_check_refuses_a_0_2_library(fkvf):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        cwd="/")
     assert p.returncode != 0
-    assert "ImportError: fkvf: the loaded libfkvf is 0.2.5, this binding needs 0.3.x (set " \
+    assert "ImportError: fkvf: the loaded libfkvf is 0.2.5, this binding needs 0.4.x (set " \
         "FKVF_LIBRARY to the path of a matching libfkvf.so)" in p.stderr, p.stderr

@@ -1060,6 +1060,7 @@ FKVF_API int fkvf_appender_commit(fkvf_appender *a)
         rr.n_rows = (size_t)(A2 - a->A);
         rr.dtype = a->desc.dtype;
         rr.first_position = S + a->A;
+        fkvf_rvq_set_threads(a->q, a->opts.n_threads);
         rc = fkvf_rvq_encode(a->q, &rr, a->pre_rope ? &a->rope : NULL, a->opts.beam_width,
                              codes + a->itail_n * a->cpp, a->cpp, 1);
         if (rc) {

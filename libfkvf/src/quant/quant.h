@@ -179,6 +179,10 @@ struct fkvf_rvq {
     float *mk, *mv;
     double *uk, *uv;
     struct fkvf_rvq *menc;
+    /* threads of an encode or decode call (fkvf_rvq_set_threads; 0 or 1:
+     * the calling thread only). Only the handle a caller holds has it: the
+     * layer and metric handles inside run on the threads it starts. */
+    unsigned threads;
 };
 
 /* The metric factors an encode applies to the vectors it loads: uk / uv

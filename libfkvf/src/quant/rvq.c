@@ -10,6 +10,7 @@
 #include "half.h"
 #include "quant.h"
 #include "metric_matrix.h"
+#include "parallel.h"
 #include "rope.h"
 #include "stage_sum.h"
 #include "vec16.h"
@@ -26,6 +27,11 @@
  * (fkvfq_scores_rows). Both give the same bits. */
 #define Q_PANEL_MIN 128
 #define Q_PANEL_FLOATS ((size_t)1 << 18)
+/* With several threads (fkvf_rvq_set_threads) a call's rows are cut into one
+ * contiguous range per thread, none shorter than this many rows (a shorter
+ * call runs on the calling thread): every row is encoded and decoded on its
+ * own, so the ranges give the bits one range gives. */
+#define Q_PAR_ROWS 16
 
 /* ---- shape and handle ------------------------------------------------------ */
 
@@ -726,12 +732,10 @@ static void enc_free(const fkvf_allocator *a, enc_scratch *w)
     fkvf_free(a, w->mt);
 }
 
-FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_rope,
-                             unsigned beam_width, uint16_t *codes, size_t pos_stride,
-                             size_t code_stride)
+/* One thread's work: encode rows through q's metric handle when it has one. */
+static int encode_one(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_rope,
+                      unsigned beam_width, uint16_t *codes, size_t pos_stride, size_t code_stride)
 {
-    if (!FKVF_RVQ_OK(q))
-        return FKVF_E_INVALID_ARG;
     if (q->menc) { /* under a metric: the transformed tables, U x */
         fkvfq_xform xf = {q->uk, q->uv};
         return fkvfq_rvq_encode_xf(q->menc, &xf, rows, key_rope, beam_width, codes, pos_stride,
@@ -739,6 +743,64 @@ FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkv
     }
     return fkvfq_rvq_encode_xf(q, NULL, rows, key_rope, beam_width, codes, pos_stride,
                                code_stride);
+}
+
+/* A call cut into ranges of `per` rows, one per item (fkvf_par_for). */
+typedef struct enc_job {
+    const fkvf_rvq *q;
+    const fkvf_rows *rows;
+    const fkvf_rope *rope;
+    unsigned beam;
+    uint16_t *codes;
+    size_t ps, cs, per, rb;
+} enc_job;
+
+static int enc_item(void *ctx, unsigned worker, size_t item)
+{
+    const enc_job *j = ctx;
+    (void)worker;
+    size_t i0 = item * j->per, n = j->rows->n_rows - i0 < j->per ? j->rows->n_rows - i0 : j->per;
+    fkvf_rows part = *j->rows;
+    part.data = (const uint8_t *)j->rows->data + i0 * j->rb;
+    part.n_rows = n;
+    part.first_position += i0;
+    return encode_one(j->q, &part, j->rope, j->beam, j->codes + i0 * j->ps, j->ps, j->cs);
+}
+
+/* Rows per range for n rows on q's threads; n when one range does. */
+static size_t par_rows(const fkvf_rvq *q, size_t n)
+{
+    unsigned t = fkvf_par_threads(q->threads);
+    if (t <= 1 || n < 2 * (size_t)Q_PAR_ROWS)
+        return n;
+    size_t per = (n + t - 1) / t;
+    return per < Q_PAR_ROWS ? Q_PAR_ROWS : per;
+}
+
+FKVF_API int fkvf_rvq_encode(const fkvf_rvq *q, const fkvf_rows *rows, const fkvf_rope *key_rope,
+                             unsigned beam_width, uint16_t *codes, size_t pos_stride,
+                             size_t code_stride)
+{
+    if (!FKVF_RVQ_OK(q) || !rows)
+        return FKVF_E_INVALID_ARG;
+    size_t per = par_rows(q, rows->n_rows), rb = row_bytes(q, rows->dtype), all;
+    /* one range, or arguments the ranges would not all see: as they are */
+    if (per >= rows->n_rows || !rb || !rows->data || !codes ||
+        !fkvf_mulsz(rows->n_rows, rb, &all) ||
+        codes_check(q, rows->n_rows, pos_stride, code_stride) ||
+        !fkvf_rvq_codes_per_position(q))
+        return encode_one(q, rows, key_rope, beam_width, codes, pos_stride, code_stride);
+    enc_job j = {q, rows, key_rope, beam_width, codes, pos_stride, code_stride, per, rb};
+    return fkvf_par_for(fkvf_par_threads(q->threads), (rows->n_rows + per - 1) / per, enc_item,
+                        &j);
+}
+
+FKVF_API int fkvf_rvq_set_threads(fkvf_rvq *q, unsigned n_threads)
+{
+    if (!FKVF_RVQ_OK(q))
+        return FKVF_E_INVALID_ARG;
+    q->threads = n_threads;
+    return FKVF_OK;
 }
 
 int fkvfq_rvq_encode_xf(const fkvf_rvq *q, const fkvfq_xform *xf, const fkvf_rows *rows,
@@ -1362,6 +1424,31 @@ static unsigned codes_high(const uint16_t *codes, size_t pos_stride, size_t code
     return any;
 }
 
+static int decode_rows(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
+                       size_t code_stride, size_t n_rows, uint64_t first_position,
+                       const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out, int fast);
+
+/* A decode cut into ranges of `per` rows, one per item (fkvf_par_for). */
+typedef struct dec_job {
+    const fkvf_rvq *q;
+    const uint16_t *codes;
+    size_t ps, cs, n_rows, per, rb;
+    uint64_t first;
+    const fkvf_rope *rope;
+    fkvf_dtype dt;
+    uint8_t *out;
+    int fast;
+} dec_job;
+
+static int dec_item(void *ctx, unsigned worker, size_t item)
+{
+    const dec_job *j = ctx;
+    (void)worker;
+    size_t i0 = item * j->per, n = j->n_rows - i0 < j->per ? j->n_rows - i0 : j->per;
+    return decode_rows(j->q, j->codes ? j->codes + i0 * j->ps : NULL, j->ps, j->cs, n,
+                       j->first + i0, j->rope, j->dt, j->out + i0 * j->rb, j->fast);
+}
+
 /* fkvf_rvq_decode; fast = 0 keeps to the portable code (for tests) */
 static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
                       size_t code_stride, size_t n_rows, uint64_t first_position,
@@ -1389,10 +1476,29 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     const unsigned high = (unsigned)(0xFFFFu & ~(sh->k - 1u));
     if (codes_high(codes, pos_stride, code_stride, n_rows, nc) & high)
         return FKVF_E_RANGE;
-    if (q->lay) { /* every layer's codes checked above, then each layer by its handle */
+    size_t per = par_rows(q, n_rows);
+    if (per >= n_rows)
+        return decode_rows(q, codes, pos_stride, code_stride, n_rows, first_position, key_rope,
+                           out_dtype, out, fast);
+    dec_job j = {q, codes, pos_stride, code_stride, n_rows, per, rb, first_position, key_rope,
+                 out_dtype, out, fast};
+    return fkvf_par_for(fkvf_par_threads(q->threads), (n_rows + per - 1) / per, dec_item, &j);
+}
+
+/* Decode n_rows positions whose arguments and codes rvq_decode checked:
+ * each layer by its own handle, or the kernels below. */
+static int decode_rows(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
+                       size_t code_stride, size_t n_rows, uint64_t first_position,
+                       const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out, int fast)
+{
+    const fkvf_codebook_shape *sh = &q->shape;
+    size_t es = fkvfq_dtype_size(out_dtype), rb = row_bytes(q, out_dtype);
+    size_t nc = fkvf_rvq_codes_per_position(q);
+    if (q->lay) { /* each layer by its handle */
+        int rc = FKVF_OK;
         for (uint32_t l = 0; l < sh->n_layers && !rc; l++)
-            rc = rvq_decode(q->lay[l], codes + q->lcode[l] * code_stride, pos_stride, code_stride,
-                            n_rows, first_position, key_rope, out_dtype, out, all, fast);
+            rc = decode_rows(q->lay[l], codes + q->lcode[l] * code_stride, pos_stride,
+                             code_stride, n_rows, first_position, key_rope, out_dtype, out, fast);
         return rc;
     }
 

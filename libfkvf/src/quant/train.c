@@ -11,6 +11,7 @@
 #include "ckd.h"
 #include "cpu.h"
 #include "half.h"
+#include "parallel.h"
 #include "quant.h"
 #include "metric_matrix.h"
 #include "rope.h"
@@ -53,6 +54,7 @@ FKVF_API void fkvf_rvq_params_init(fkvf_rvq_params *p)
     p->seed = 0;
     p->max_iters = 25;
     p->samples_per_centroid = 256;
+    p->n_threads = 1;
 }
 
 /* 1 if the element at p (dtype dt) is not finite */
@@ -627,6 +629,8 @@ static int params_check(const fkvf_rvq_params *p, const fkvf_rows *blocks, size_
     return FKVF_OK;
 }
 
+/* One worker's scratch: the sample of the table it trains and k-means'
+ * working arrays (km), for one table at a time. */
 typedef struct tr_scratch {
     float *x, *xt;
     uint32_t *asg, *prev;
@@ -634,7 +638,9 @@ typedef struct tr_scratch {
     size_t *counts;
     float *scores, *pmin;
     void *prep;
-    double *freqs, *cs;
+    double *cs;  /* one row's RoPE cosines and sines, when not kept for all rows */
+    double *sol; /* under a metric: dmax doubles */
+    float *mt;   /* under a metric: dmax floats */
 } tr_scratch;
 
 static void tr_free(const fkvf_allocator *a, tr_scratch *w)
@@ -651,8 +657,328 @@ static void tr_free(const fkvf_allocator *a, tr_scratch *w)
     fkvf_free(a, w->scores);
     fkvf_free(a, w->pmin);
     fkvf_free(a, w->prep);
-    fkvf_free(a, w->freqs);
     fkvf_free(a, w->cs);
+    fkvf_free(a, w->sol);
+    fkvf_free(a, w->mt);
+}
+
+/* Scratch for n training vectors of at most dmax dimensions; 0 when out of
+ * memory (w then holds what was allocated, for tr_free). */
+static int tr_alloc(const fkvf_allocator *a, tr_scratch *w, size_t n, uint32_t dmax, uint32_t k,
+                    uint32_t one_cs, int metric)
+{
+    memset(w, 0, sizeof *w);
+    int ok = (w->x = fkvf_calloc(a, n, (size_t)dmax * sizeof(float))) &&
+             (!fkvf_cpu_avx512() ||
+              (w->xt = fkvf_calloc(a, seed_ld(n), (size_t)dmax * sizeof(float)))) &&
+             (w->asg = fkvf_calloc(a, n, sizeof(uint32_t))) &&
+             (w->prev = fkvf_calloc(a, n, sizeof(uint32_t))) &&
+             (w->err = fkvf_calloc(a, n, sizeof(double))) &&
+             (w->xx = fkvf_calloc(a, n, sizeof(double))) &&
+             (w->cum = fkvf_calloc(a, n, sizeof(double))) &&
+             (w->sums = fkvf_calloc(a, (size_t)k * dmax, sizeof(double))) &&
+             (w->counts = fkvf_calloc(a, k, sizeof(size_t))) &&
+             (w->scores = fkvf_calloc(a, (size_t)FKVFQ_BLOCK * k, sizeof(float))) &&
+             (w->pmin = fkvf_calloc(a, (size_t)FKVFQ_BLOCK * (k / FKVFQ_PANEL), sizeof(float))) &&
+             (w->prep = fkvf_malloc(a, fkvfq_prepare_scratch(k)));
+    if (ok && one_cs)
+        ok = (w->cs = fkvf_calloc(a, one_cs, sizeof(double))) != NULL;
+    if (ok && metric)
+        ok = (w->sol = fkvf_calloc(a, dmax, sizeof(double))) &&
+             (w->mt = fkvf_calloc(a, dmax, sizeof(float)));
+    return ok;
+}
+
+/* One training: what every table's work reads (shared, unchanged while the
+ * tables train) and where it writes (q's arrays and orig: each table its
+ * own part). Item i is table set (layer, head, K|V) = (i / 2 / n_heads,
+ * i / 2 % n_heads, i % 2), the order of spec 13.2. */
+typedef struct tr_job {
+    const fkvf_rvq_params *p;
+    const fkvf_rows *blocks;
+    size_t n_blocks;
+    fkvf_rvq *q;
+    const fkvf_codebook_shape *want; /* the stage counts per layer */
+    size_t elems_per_row, pop, n;    /* row elements; vectors per table; sampled */
+    uint32_t rd;                     /* rope_dims, 0 without un-rotation */
+    const double *freqs;             /* rd / 2 */
+    const double *cs_all;            /* every row's angles (rows * rd), or NULL */
+    const double *uk, *uv;           /* the metric's factors, or NULL */
+    float *orig;                     /* under a metric: the tables in their own frame */
+    tr_scratch *w;                   /* one per worker */
+    fkvf_par_lock lock;              /* the progress count */
+    uint64_t done, todo;
+} tr_job;
+
+/* The seed of table set (l, hh, kv): the stages' seeds derive from it. */
+static q_rng tr_rng(uint64_t seed, uint32_t l, uint32_t hh, unsigned kv)
+{
+    q_rng r = {mix64(seed ^ mix64(((uint64_t)l << 32) | ((uint64_t)hh << 8) |
+                                  ((uint64_t)kv << 1) | 1u))};
+    return r;
+}
+
+/* The training vectors of table set (l, hh, kv) into w->x: a deterministic
+ * selection sampling (Knuth's algorithm S) of n of the pop vectors, in
+ * population order (block, row, head), keys un-rotated at their position.
+ * *got: how many. FKVF_E_INVALID_ARG when an un-rotated key is not finite. */
+static int tr_sample(const tr_job *j, tr_scratch *w, q_rng *r, uint32_t l, uint32_t hh,
+                     unsigned kv, size_t *got_out)
+{
+    const fkvf_rvq_params *p = j->p;
+    const uint32_t H = p->n_kv_heads, Dk = p->key_dim, Dv = p->value_dim, rd = j->rd;
+    const uint32_t dim = kv == 0 ? Dk : Dv;
+    uint32_t h_lo = p->pooled ? 0 : hh, h_hi = p->pooled ? H : hh + 1;
+    size_t seen = 0, got = 0, row = 0, n = j->n, pop = j->pop;
+    int rc = FKVF_OK;
+    for (size_t b = 0; b < j->n_blocks && got < n; b++) {
+        const fkvf_rows *blk = &j->blocks[b];
+        size_t es = fkvfq_dtype_size(blk->dtype), rb = j->elems_per_row * es;
+        for (size_t i = 0; i < blk->n_rows && got < n; i++, row++) {
+            int have_cs = j->cs_all != NULL;
+            const double *cs = j->cs_all ? j->cs_all + row * rd : w->cs;
+            for (uint32_t h = h_lo; h < h_hi && got < n; h++, seen++) {
+                if ((double)(pop - seen) * rng_unit(r) >= (double)(n - got))
+                    continue;
+                size_t base = (size_t)l * H * ((size_t)Dk + Dv);
+                size_t off = kv == 0 ? base + (size_t)h * Dk : base + (size_t)H * Dk + (size_t)h * Dv;
+                float *x = w->x + got * dim;
+                fkvfq_load(blk->dtype, (const uint8_t *)blk->data + i * rb + off * es, x, dim);
+                if (kv == 0 && rd) {
+                    if (!have_cs) {
+                        fkvf_rope_angles(p->key_rope, j->freqs, blk->first_position + i, w->cs);
+                        have_cs = 1;
+                    }
+                    fkvf_rope_rotate_f32(p->key_rope, cs, 1, x, 0);
+                    for (uint32_t d = 0; d < dim; d++)
+                        if (!isfinite(x[d]))
+                            rc = FKVF_E_INVALID_ARG;
+                }
+                got++;
+            }
+        }
+    }
+    *got_out = got;
+    return rc;
+}
+
+/* One stage table trained: report it (one call at a time, done counting up) */
+static void tr_progress(tr_job *j, int serial)
+{
+    if (!j->p->progress)
+        return;
+    if (!serial)
+        fkvf_par_enter(&j->lock);
+    j->done++;
+    j->p->progress(j->p->progress_opaque, j->done, j->todo);
+    if (!serial)
+        fkvf_par_leave(&j->lock);
+}
+
+/* The stages of table set `item` (tr_job), on worker `worker`'s scratch. */
+static int tr_table(tr_job *j, unsigned worker, size_t item, int serial)
+{
+    fkvf_rvq *q = j->q;
+    const fkvf_codebook_shape *sh = &q->shape;
+    uint32_t l = (uint32_t)(item / 2 / sh->n_heads), hh = (uint32_t)(item / 2 % sh->n_heads);
+    unsigned kv = (unsigned)(item % 2);
+    unsigned ns = kv == 0 ? fkvf_layer_k_stages(j->want, l) : fkvf_layer_v_stages(j->want, l);
+    if (!ns)
+        return FKVF_OK;
+    tr_scratch *w = &j->w[worker];
+    const uint32_t dim = kv == 0 ? sh->key_dim : sh->value_dim;
+    const size_t tab = (size_t)l * sh->n_heads + hh;
+    q_rng r = tr_rng(j->p->seed, l, hh, kv);
+    size_t got;
+    int rc = tr_sample(j, w, &r, l, hh, kv, &got);
+    if (rc)
+        return rc;
+    const double *u = kv == 0 ? j->uk : j->uv;
+    if (u) { /* the metric's frame: U x */
+        u += tab * dim * dim;
+        for (size_t i = 0; i < got; i++) {
+            fkvf_metric_apply(u, dim, w->x + i * dim, w->mt);
+            memcpy(w->x + i * dim, w->mt, dim * sizeof(float));
+        }
+    }
+    km m;
+    memset(&m, 0, sizeof m);
+    m.a = &q->alloc;
+    m.u = u;
+    m.sol = w->sol;
+    m.x = w->x;
+    m.xt = w->xt;
+    m.n = got;
+    m.dim = dim;
+    m.k = sh->k;
+    m.asg = w->asg;
+    m.prev = w->prev;
+    m.err = w->err;
+    m.xx = w->xx;
+    m.cum = w->cum;
+    m.sums = w->sums;
+    m.counts = w->counts;
+    m.scores = w->scores;
+    m.pmin = w->pmin;
+    m.prep = w->prep;
+    for (unsigned s = 0; s < ns; s++) {
+        size_t off = fkvfq_table_off(q, tab, kv, s);
+        size_t si = tab * ((size_t)sh->k_stages + sh->v_stages) +
+                    (kv == 0 ? s : (size_t)sh->k_stages + s);
+        m.rows = q->rows + off;
+        m.orig = j->orig ? j->orig + off : NULL;
+        m.panels = q->panels + off;
+        m.norms = q->norms + si * sh->k;
+        m.cmax = &q->cmax[si];
+        q_rng rs = {mix64(r.s ^ mix64(UINT64_C(0x5157) + s))};
+        km_stage(&m, &rs, j->p->max_iters, sh->dtype, NULL);
+        w->asg = m.asg; /* km_stage swaps them */
+        w->prev = m.prev;
+        tr_progress(j, serial);
+    }
+    return FKVF_OK;
+}
+
+static int tr_item(void *ctx, unsigned worker, size_t item)
+{
+    return tr_table(ctx, worker, item, 0);
+}
+
+/* The codebook shape params ask for (without the layer table). */
+static fkvf_codebook_shape train_shape(const fkvf_rvq_params *p)
+{
+    fkvf_codebook_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = p->n_layers;
+    sh.n_heads = p->pooled ? 1 : p->n_kv_heads;
+    sh.key_dim = p->key_dim;
+    sh.value_dim = p->value_dim;
+    sh.k = p->k;
+    sh.k_stages = p->k_stages;
+    sh.v_stages = p->v_stages;
+    sh.dtype = p->table_dtype;
+    sh.pooled = p->pooled;
+    return sh;
+}
+
+/* Every element of every block finite, and the blocks' sizes computable:
+ * FKVF_OK, else FKVF_E_INVALID_ARG. */
+static int blocks_finite(const fkvf_rows *blocks, size_t n_blocks, size_t elems_per_row)
+{
+    for (size_t b = 0; b < n_blocks; b++) {
+        size_t es = fkvfq_dtype_size(blocks[b].dtype), rb, all;
+        if (!fkvf_mulsz(elems_per_row, es, &rb) || !fkvf_mulsz(rb, blocks[b].n_rows, &all))
+            return FKVF_E_INVALID_ARG;
+        const uint8_t *d = blocks[b].data;
+        for (size_t i = 0; i < all; i += es)
+            if (elem_nonfinite(blocks[b].dtype, d + i))
+                return FKVF_E_INVALID_ARG;
+    }
+    return FKVF_OK;
+}
+
+/* Train every table set of j->q on j->p's threads: the workers' scratch
+ * and the rotation's angles made, the tables trained, the scratch freed.
+ * total_rows: the rows of all blocks. */
+static int tr_tables(tr_job *j, const fkvf_allocator *a, size_t total_rows)
+{
+    const fkvf_rvq_params *p = j->p;
+    const fkvf_codebook_shape *sh = &j->q->shape;
+    const uint32_t dmax = p->key_dim > p->value_dim ? p->key_dim : p->value_dim, rd = j->rd;
+    /* the rotation's cosines and sines of every row, computed once for all
+     * key tables when they take at most Q_CS_ALL_BYTES (else per row and
+     * table, into one row's worth per worker) */
+    size_t csb;
+    double *freqs = NULL, *cs_all = NULL;
+    const int keep_cs = rd && fkvf_mulsz(total_rows, (size_t)rd * sizeof(double), &csb) &&
+                        csb <= Q_CS_ALL_BYTES && sh->k_stages;
+    const size_t items = (size_t)sh->n_layers * sh->n_heads * 2;
+    const unsigned nt = fkvf_par_threads(p->n_threads), nw = fkvf_par_workers(nt, items);
+    tr_scratch *ws = fkvf_calloc(a, nw, sizeof(tr_scratch));
+    int ok = ws != NULL, rc = FKVF_OK;
+    for (unsigned i = 0; ok && i < nw; i++)
+        ok = tr_alloc(a, &ws[i], j->n, dmax, p->k, rd && !keep_cs ? rd : 0, p->metric != NULL);
+    if (ok && rd)
+        ok = (freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
+             (!keep_cs || (cs_all = fkvf_calloc(a, total_rows, (size_t)rd * sizeof(double))));
+    if (ok) {
+        if (rd)
+            fkvf_rope_freqs(p->key_rope, freqs);
+        if (cs_all)
+            for (size_t b = 0, row = 0; b < j->n_blocks; b++)
+                for (size_t i = 0; i < j->blocks[b].n_rows; i++, row++)
+                    fkvf_rope_angles(p->key_rope, freqs, j->blocks[b].first_position + i,
+                                     cs_all + row * rd);
+        j->freqs = freqs;
+        j->cs_all = cs_all;
+        j->w = ws;
+        for (uint32_t l = 0; l < sh->n_layers; l++)
+            j->todo += (uint64_t)sh->n_heads * (fkvf_layer_k_stages(j->want, l) +
+                                                (uint64_t)fkvf_layer_v_stages(j->want, l));
+        if (nw <= 1)
+            for (size_t i = 0; i < items && !rc; i++)
+                rc = tr_table(j, 0, i, 1);
+        else
+            rc = fkvf_par_for(nt, items, tr_item, j);
+    } else {
+        rc = FKVF_E_NOMEM;
+    }
+    for (unsigned i = 0; ws && i < nw; i++)
+        tr_free(a, &ws[i]);
+    fkvf_free(a, ws);
+    fkvf_free(a, freqs);
+    fkvf_free(a, cs_all);
+    return rc;
+}
+
+/* Under a metric: *q replaced by the handle of the tables in the codebook's
+ * own frame, orig (fkvf_rvq_set_metric later gives it the encoder's U c
+ * again). *q is freed either way; NULL on failure. */
+static int tr_unmetric(fkvf_rvq **q, const fkvf_codebook_shape *sh, uint32_t heads,
+                       const float *orig, const fkvf_allocator *a)
+{
+    fkvf_rvq *oq = NULL;
+    size_t es = sh->dtype == FKVF_DTYPE_F16 ? 2 : 4, nb = (*q)->n_floats * es;
+    uint8_t *raw = fkvf_malloc(a, nb ? nb : 1);
+    int rc = FKVF_E_NOMEM;
+    if (raw) {
+        fkvfq_store(sh->dtype, orig, raw, (*q)->n_floats);
+        rc = fkvf_rvq_from_tables(&oq, sh, heads, raw, nb, a);
+        fkvf_free(a, raw);
+    }
+    fkvf_rvq_free(*q);
+    *q = oq;
+    return rc;
+}
+
+/* The trained handle as the caller gets it: prepared for encoding, or each
+ * layer's tables taken into a per-layer handle (want has a layer table),
+ * and the metric set. Frees q on failure. */
+static int tr_finish(fkvf_rvq **out, fkvf_rvq *q, const fkvf_codebook_shape *want,
+                     int prepared, const fkvf_rvq_metric *metric)
+{
+    int rc = FKVF_OK;
+    const int per_layer = !fkvfq_lay_uniform(want);
+    /* a per-layer training's handle is only the source of its layers' tables
+     * (and one from fkvf_rvq_from_tables is prepared already) */
+    if (!per_layer && !prepared && (rc = fkvfq_rvq_prepare(q))) {
+        fkvf_rvq_free(q);
+        return rc;
+    }
+    if (per_layer) {
+        fkvf_rvq *lq;
+        rc = fkvfq_rvq_take_layers(&lq, q, want);
+        fkvf_rvq_free(q);
+        if (rc)
+            return rc;
+        q = lq;
+    }
+    if (metric && (rc = fkvf_rvq_set_metric(q, metric))) {
+        fkvf_rvq_free(q);
+        return rc;
+    }
+    *out = q;
+    return FKVF_OK;
 }
 
 FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
@@ -666,17 +992,7 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
     int rc = params_check(p, blocks, n_blocks, &total_rows);
     if (rc)
         return rc;
-    fkvf_codebook_shape sh;
-    memset(&sh, 0, sizeof sh);
-    sh.n_layers = p->n_layers;
-    sh.n_heads = p->pooled ? 1 : p->n_kv_heads;
-    sh.key_dim = p->key_dim;
-    sh.value_dim = p->value_dim;
-    sh.k = p->k;
-    sh.k_stages = p->k_stages;
-    sh.v_stages = p->v_stages;
-    sh.dtype = p->table_dtype;
-    sh.pooled = p->pooled;
+    fkvf_codebook_shape sh = train_shape(p);
     /* per-layer counts: the tables of every layer trained up to its own
      * counts in a handle of the maxima (the stages a layer does not use stay
      * untrained), then each layer's taken into a per-layer handle. Stage s
@@ -684,25 +1000,15 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
      * layer's tables are those a uniform training at its counts makes. */
     fkvf_codebook_shape want = sh;
     want.layer_stages = p->layer_stages;
-    const int per_layer = !fkvfq_lay_uniform(&want);
-
-    const uint32_t H = p->n_kv_heads, Dk = p->key_dim, Dv = p->value_dim;
-    const uint32_t dmax = Dk > Dv ? Dk : Dv;
+    const uint32_t H = p->n_kv_heads;
     /* row geometry and a full pass for non-finite values */
-    size_t elems_per_row = (size_t)p->n_layers * H * ((size_t)Dk + Dv);
-    for (size_t b = 0; b < n_blocks; b++) {
-        size_t es = fkvfq_dtype_size(blocks[b].dtype), rb, all;
-        if (!fkvf_mulsz(elems_per_row, es, &rb) || !fkvf_mulsz(rb, blocks[b].n_rows, &all))
-            return FKVF_E_INVALID_ARG;
-        const uint8_t *d = blocks[b].data;
-        for (size_t i = 0; i < all; i += es)
-            if (elem_nonfinite(blocks[b].dtype, d + i))
-                return FKVF_E_INVALID_ARG;
-    }
+    size_t elems_per_row = (size_t)p->n_layers * H * ((size_t)p->key_dim + p->value_dim);
+    if ((rc = blocks_finite(blocks, n_blocks, elems_per_row)))
+        return rc;
 
     /* a metric is checked, and factored, before any work */
-    double *uk = NULL, *uv = NULL, *sol = NULL;
-    float *orig = NULL, *mt = NULL;
+    double *uk = NULL, *uv = NULL;
+    float *orig = NULL;
     if (p->metric && (rc = fkvfq_metric_factor(alloc, &sh, p->metric, &uk, &uv)))
         return rc;
     fkvf_rvq *q;
@@ -712,207 +1018,32 @@ FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *p,
         return rc;
     }
     const fkvf_allocator al = q->alloc, *a = &al; /* outlives q (replaced under a metric) */
-
-    /* training vectors per table */
-    size_t pop, cap, n;
-    if (!fkvf_mulsz(total_rows, p->pooled ? H : 1, &pop)) {
-        fkvf_free(a, uk);
-        fkvf_free(a, uv);
-        fkvf_rvq_free(q);
-        return FKVF_E_NOMEM;
-    }
+    /* training vectors per table: at most samples_per_centroid * k */
+    size_t pop, cap;
+    if (!fkvf_mulsz(total_rows, p->pooled ? H : 1, &pop))
+        rc = FKVF_E_NOMEM;
     if (!fkvf_mulsz(p->samples_per_centroid, p->k, &cap))
         cap = SIZE_MAX;
-    n = pop < cap ? pop : cap;
-    const uint32_t rd = p->key_rope ? p->key_rope->rope_dims : 0;
-
-    tr_scratch w;
-    memset(&w, 0, sizeof w);
-    int ok = (w.x = fkvf_calloc(a, n, (size_t)dmax * sizeof(float))) &&
-             (!fkvf_cpu_avx512() ||
-              (w.xt = fkvf_calloc(a, seed_ld(n), (size_t)dmax * sizeof(float)))) &&
-             (w.asg = fkvf_calloc(a, n, sizeof(uint32_t))) &&
-             (w.prev = fkvf_calloc(a, n, sizeof(uint32_t))) &&
-             (w.err = fkvf_calloc(a, n, sizeof(double))) &&
-             (w.xx = fkvf_calloc(a, n, sizeof(double))) &&
-             (w.cum = fkvf_calloc(a, n, sizeof(double))) &&
-             (w.sums = fkvf_calloc(a, (size_t)p->k * dmax, sizeof(double))) &&
-             (w.counts = fkvf_calloc(a, p->k, sizeof(size_t))) &&
-             (w.scores = fkvf_calloc(a, (size_t)FKVFQ_BLOCK * p->k, sizeof(float))) &&
-             (w.pmin = fkvf_calloc(a, (size_t)FKVFQ_BLOCK * (p->k / FKVFQ_PANEL), sizeof(float))) &&
-             (w.prep = fkvf_malloc(a, fkvfq_prepare_scratch(p->k)));
-    /* the rotation's cosines and sines of every row, computed once for all
-     * key tables when they take at most Q_CS_ALL_BYTES (else per row and
-     * table, into one row's worth) */
-    size_t cs_rows = 1, csb;
-    if (rd && fkvf_mulsz(total_rows, (size_t)rd * sizeof(double), &csb) &&
-        csb <= Q_CS_ALL_BYTES && sh.k_stages)
-        cs_rows = total_rows;
-    if (ok && rd)
-        ok = (w.freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
-             (w.cs = fkvf_calloc(a, cs_rows, (size_t)rd * sizeof(double)));
     /* under a metric: the tables in the codebook's frame (q's rows hold U c,
-     * what the encoder will search) and scratch */
-    if (ok && p->metric)
-        ok = (orig = fkvf_calloc(a, q->n_floats ? q->n_floats : 1, sizeof(float))) &&
-             (sol = fkvf_calloc(a, dmax, sizeof(double))) &&
-             (mt = fkvf_calloc(a, dmax, sizeof(float)));
-    if (!ok) {
-        fkvf_free(a, uk);
-        fkvf_free(a, uv);
-        fkvf_free(a, orig);
-        fkvf_free(a, sol);
-        tr_free(a, &w);
-        fkvf_rvq_free(q);
-        return FKVF_E_NOMEM;
+     * what the encoder will search) */
+    if (!rc && p->metric &&
+        !(orig = fkvf_calloc(a, q->n_floats ? q->n_floats : 1, sizeof(float))))
+        rc = FKVF_E_NOMEM;
+    if (!rc) {
+        tr_job j = {p, blocks, n_blocks, q, &want, elems_per_row, pop, pop < cap ? pop : cap,
+                    p->key_rope ? p->key_rope->rope_dims : 0, NULL, NULL, uk, uv, orig, NULL,
+                    FKVF_PAR_LOCK_INIT, 0, 0};
+        rc = tr_tables(&j, a, total_rows);
     }
-    if (rd)
-        fkvf_rope_freqs(p->key_rope, w.freqs);
-    if (cs_rows > 1)
-        for (size_t b = 0, row = 0; b < n_blocks; b++)
-            for (size_t i = 0; i < blocks[b].n_rows; i++, row++)
-                fkvf_rope_angles(p->key_rope, w.freqs, blocks[b].first_position + i,
-                                 w.cs + row * rd);
-
-    uint64_t done = 0, todo = 0;
-    for (uint32_t l = 0; l < sh.n_layers; l++)
-        todo += (uint64_t)sh.n_heads *
-                (fkvf_layer_k_stages(&want, l) + (uint64_t)fkvf_layer_v_stages(&want, l));
-    for (uint32_t l = 0; l < sh.n_layers && !rc; l++)
-        for (uint32_t hh = 0; hh < sh.n_heads && !rc; hh++)
-            for (unsigned kv = 0; kv < 2 && !rc; kv++) {
-                unsigned ns = kv == 0 ? fkvf_layer_k_stages(&want, l)
-                                      : fkvf_layer_v_stages(&want, l);
-                uint32_t dim = kv == 0 ? Dk : Dv;
-                if (!ns)
-                    continue;
-                size_t tab = (size_t)l * sh.n_heads + hh;
-                q_rng r = {mix64(p->seed ^ mix64(((uint64_t)l << 32) | ((uint64_t)hh << 8) |
-                                                 ((uint64_t)kv << 1) | 1u))};
-                /* deterministic selection sampling (Knuth's algorithm S) of n
-                 * of the pop vectors, in population order: block, row, head */
-                uint32_t h_lo = p->pooled ? 0 : hh, h_hi = p->pooled ? H : hh + 1;
-                size_t seen = 0, got = 0, row = 0;
-                for (size_t b = 0; b < n_blocks && got < n; b++) {
-                    const fkvf_rows *blk = &blocks[b];
-                    size_t es = fkvfq_dtype_size(blk->dtype), rb = elems_per_row * es;
-                    for (size_t i = 0; i < blk->n_rows && got < n; i++, row++) {
-                        uint64_t pos = blk->first_position + i;
-                        int have_cs = cs_rows > 1;
-                        const double *cs = cs_rows > 1 ? w.cs + row * rd : w.cs;
-                        for (uint32_t h = h_lo; h < h_hi && got < n; h++, seen++) {
-                            if ((double)(pop - seen) * rng_unit(&r) >= (double)(n - got))
-                                continue;
-                            size_t base = (size_t)l * H * ((size_t)Dk + Dv);
-                            size_t off = kv == 0 ? base + (size_t)h * Dk
-                                                 : base + (size_t)H * Dk + (size_t)h * Dv;
-                            float *x = w.x + got * dim;
-                            fkvfq_load(blk->dtype, (const uint8_t *)blk->data + i * rb + off * es,
-                                       x, dim);
-                            if (kv == 0 && rd) {
-                                if (!have_cs) {
-                                    fkvf_rope_angles(p->key_rope, w.freqs, pos, w.cs);
-                                    have_cs = 1;
-                                }
-                                fkvf_rope_rotate_f32(p->key_rope, cs, 1, x, 0);
-                                for (uint32_t d = 0; d < dim; d++)
-                                    if (!isfinite(x[d]))
-                                        rc = FKVF_E_INVALID_ARG;
-                            }
-                            got++;
-                        }
-                    }
-                }
-                if (rc)
-                    break;
-                const double *u = kv == 0 ? uk : uv;
-                if (u) { /* the metric's frame: U x */
-                    u += tab * dim * dim;
-                    for (size_t i = 0; i < got; i++) {
-                        fkvf_metric_apply(u, dim, w.x + i * dim, mt);
-                        memcpy(w.x + i * dim, mt, dim * sizeof(float));
-                    }
-                }
-                km m;
-                m.a = a;
-                m.u = u;
-                m.sol = sol;
-                m.x = w.x;
-                m.xt = w.xt;
-                m.n = got;
-                m.dim = dim;
-                m.k = sh.k;
-                m.asg = w.asg;
-                m.prev = w.prev;
-                m.err = w.err;
-                m.xx = w.xx;
-                m.cum = w.cum;
-                m.sums = w.sums;
-                m.counts = w.counts;
-                m.scores = w.scores;
-                m.pmin = w.pmin;
-                m.prep = w.prep;
-                m.repairs = 0;
-                m.iters = 0;
-                for (unsigned s = 0; s < ns; s++) {
-                    size_t off = fkvfq_table_off(q, tab, kv, s);
-                    size_t si = tab * ((size_t)sh.k_stages + sh.v_stages) +
-                                (kv == 0 ? s : (size_t)sh.k_stages + s);
-                    m.rows = q->rows + off;
-                    m.orig = orig ? orig + off : NULL;
-                    m.panels = q->panels + off;
-                    m.norms = q->norms + si * sh.k;
-                    m.cmax = &q->cmax[si];
-                    q_rng rs = {mix64(r.s ^ mix64(UINT64_C(0x5157) + s))};
-                    km_stage(&m, &rs, p->max_iters, sh.dtype, NULL);
-                    w.asg = m.asg; /* km_stage swaps them */
-                    w.prev = m.prev;
-                    done++;
-                    if (p->progress)
-                        p->progress(p->progress_opaque, done, todo);
-                }
-            }
-    tr_free(a, &w);
     fkvf_free(a, uk);
     fkvf_free(a, uv);
-    fkvf_free(a, sol);
-    fkvf_free(a, mt);
-    if (!rc && orig) {
-        /* under a metric: the handle of the tables in the codebook's frame;
-         * fkvf_rvq_set_metric below gives it the encoder's U c again */
-        fkvf_rvq *oq = NULL;
-        size_t es = sh.dtype == FKVF_DTYPE_F16 ? 2 : 4, nb = q->n_floats * es;
-        uint8_t *raw = fkvf_malloc(a, nb ? nb : 1);
-        if (!raw) {
-            rc = FKVF_E_NOMEM;
-        } else {
-            fkvfq_store(sh.dtype, orig, raw, q->n_floats);
-            rc = fkvf_rvq_from_tables(&oq, &sh, H, raw, nb, a);
-            fkvf_free(a, raw);
-        }
-        fkvf_rvq_free(q);
-        q = oq;
-    }
-    /* a per-layer training's handle is only the source of its layers' tables
-     * (and one from fkvf_rvq_from_tables is prepared already) */
-    if (rc || (!per_layer && !orig && (rc = fkvfq_rvq_prepare(q)))) {
-        fkvf_free(a, orig);
-        fkvf_rvq_free(q);
-        return rc;
-    }
+    const int from_tables = orig != NULL; /* tr_unmetric's handle is prepared */
+    if (!rc && orig)
+        rc = tr_unmetric(&q, &sh, H, orig, a);
     fkvf_free(a, orig);
-    if (per_layer) {
-        fkvf_rvq *lq;
-        rc = fkvfq_rvq_take_layers(&lq, q, &want);
-        fkvf_rvq_free(q);
-        if (rc)
-            return rc;
-        q = lq;
-    }
-    if (p->metric && (rc = fkvf_rvq_set_metric(q, p->metric))) {
+    if (rc) {
         fkvf_rvq_free(q);
         return rc;
     }
-    *out = q;
-    return FKVF_OK;
+    return tr_finish(out, q, &want, from_tables, p->metric);
 }

@@ -159,6 +159,7 @@ struct fkvf_reader {
                                    * kernels: a handle borrowing its tables in the
                                    * CBK1 contents rvq16_cb (rd_restore_rvq) */
     const void *rvq16_cb;
+    unsigned threads;             /* of restore's decoding (fkvf_reader_set_threads) */
     size_t *cb_streams;           /* stream index of each RVQ code j (restore) */
     float *metric_k, *metric_v;   /* the CMET's matrices in binary32, once
                                    * fkvf_reader_metric checked it (metric.c) */

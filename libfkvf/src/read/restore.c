@@ -139,13 +139,24 @@ static int restore_rvq(fkvf_reader *r, const fkvf_rvq **q)
             }
         }
         if (r->rvq16) {
+            fkvf_rvq_set_threads(r->rvq16, r->threads);
             *q = r->rvq16;
             return streams_prepare(r, &shape);
         }
     }
     if ((rc = rd_restore_prepare(r)))
         return rc;
+    fkvf_rvq_set_threads(r->rvq, r->threads);
     *q = r->rvq;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_reader_set_threads(fkvf_reader *r, unsigned n_threads)
+{
+    int rc = rd_enter(r);
+    if (rc)
+        return rc;
+    r->threads = n_threads;
     return FKVF_OK;
 }
 

@@ -1,0 +1,520 @@
+/* Threads (fkvf.h "threads"): every multi-threaded operation gives the bytes
+ * of its one-thread run, for 2, 3 and 7 threads and FKVF_THREADS_ALL:
+ * encoding (fkvf_rvq_encode: greedy and beam, f16 / bf16 / f32 rows, keys
+ * un-rotated, per-layer stage counts, an encoder metric, f16 tables read in
+ * place, both code layouts, row counts around the 16-row range minimum),
+ * decoding (fkvf_rvq_decode to every dtype, rotated keys, borrowed f16
+ * tables; a code out of range refused with nothing written), training
+ * (fkvf_rvq_train: the tables of plain, rotated, pooled, per-layer and
+ * metric training; the progress callback still counts 1, 2, ... todo), the
+ * appender (the file of n_threads 3 is the file of 1) and
+ * fkvf_reader_restore. And the parallel loop itself: the error of the
+ * lowest failing item whatever the schedule. */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fkvf.h"
+#include "parallel.h"
+#include "testutil.h"
+
+enum { L = 3, H = 2, D = 32, K = 64, ROW_ELEMS = L * H * 2 * D };
+
+static const unsigned thread_counts[] = {2, 3, 7, FKVF_THREADS_ALL};
+#define N_COUNTS (sizeof thread_counts / sizeof thread_counts[0])
+
+static const fkvf_rope rope = {1, D, 10000.0};
+
+/* n rows of random values in [-2, 2), as f32 host values */
+static float *gen_f32(uint64_t seed, size_t n)
+{
+    float *v = tu_xcalloc(n * ROW_ELEMS, sizeof(float));
+    tu_rng r = {seed * 0x9E3779B97F4A7C15u + 7};
+    for (size_t i = 0; i < n * ROW_ELEMS; i++) {
+        /* clustered a little, so that the tables mean something */
+        double c = (double)(i % 7) / 4.0 - 0.75;
+        v[i] = (float)(c + (double)(tu_next(&r) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    return v;
+}
+
+/* rows as the library takes them: little-endian bytes of dtype dt */
+static void *rows_as(const float *v, size_t n, fkvf_dtype dt)
+{
+    size_t es = dt == FKVF_DTYPE_F32 ? 4 : 2;
+    float *le = tu_le_f32_copy(v, n * ROW_ELEMS);
+    void *out = tu_xcalloc(n * ROW_ELEMS, es);
+    ck_assert_int_eq(fkvf_convert(dt, out, FKVF_DTYPE_F32, le, n * ROW_ELEMS), FKVF_OK);
+    free(le);
+    return out;
+}
+
+static void base_params(fkvf_rvq_params *p)
+{
+    fkvf_rvq_params_init(p);
+    p->n_layers = L;
+    p->n_kv_heads = H;
+    p->key_dim = p->value_dim = D;
+    p->k = K;
+    p->k_stages = 2;
+    p->v_stages = 1;
+    p->max_iters = 4;
+    p->samples_per_centroid = 8;
+}
+
+/* symmetric, diagonally dominant: positive definite */
+static float *gen_metric(uint64_t seed)
+{
+    size_t n = (size_t)L * H;
+    float *m = tu_xcalloc(n * D * D, sizeof(float));
+    tu_rng r = {seed};
+    for (size_t t = 0; t < n; t++) {
+        float *a = m + t * D * D;
+        for (int i = 0; i < D; i++)
+            for (int j = 0; j <= i; j++) {
+                float v = i == j ? 4.0f : (float)((double)tu_below(&r, 1000) / 4000.0);
+                a[i * D + j] = a[j * D + i] = v;
+            }
+    }
+    return m;
+}
+
+static uint8_t *tables_of(const fkvf_rvq *q, size_t *size)
+{
+    *size = fkvf_rvq_tables_size(q);
+    uint8_t *t = tu_xcalloc(*size ? *size : 1, 1);
+    ck_assert_int_eq(fkvf_rvq_tables(q, t, *size), FKVF_OK);
+    return t;
+}
+
+typedef enum { V_PLAIN, V_ROPE, V_POOLED, V_LAYERS, V_METRIC, V_COUNT } variant;
+static const uint8_t layer_table[2 * L] = {2, 1, 1, 0, 0, 1};
+
+static fkvf_rvq *train_variant(variant v, unsigned threads, const void *rows, size_t n,
+                               fkvf_dtype dt, float *metric_k)
+{
+    fkvf_rvq_params p;
+    base_params(&p);
+    p.n_threads = threads;
+    fkvf_rvq_metric m = {metric_k, NULL};
+    if (v == V_ROPE)
+        p.key_rope = &rope;
+    if (v == V_POOLED)
+        p.pooled = 1;
+    if (v == V_LAYERS)
+        p.layer_stages = layer_table;
+    if (v == V_METRIC)
+        p.metric = &m;
+    fkvf_rows blk = {rows, n, dt, 5};
+    fkvf_rvq *q = NULL;
+    int rc = fkvf_rvq_train(&q, &p, &blk, 1, NULL);
+    ck_assert_msg(rc == FKVF_OK, "train variant %d threads %u: %s", (int)v, threads,
+                  fkvf_error_name(rc));
+    return q;
+}
+
+/* ---- the parallel loop ---------------------------------------------------- */
+
+typedef struct loop_ctx {
+    atomic_int ran[64];
+    atomic_uint max_worker;
+    unsigned workers;
+} loop_ctx;
+
+static int loop_item(void *ctx, unsigned worker, size_t item)
+{
+    loop_ctx *c = ctx;
+    atomic_fetch_add(&c->ran[item], 1);
+    ck_assert_uint_lt(worker, c->workers);
+    if (worker > atomic_load(&c->max_worker))
+        atomic_store(&c->max_worker, worker);
+    if (item == 9)
+        nanosleep(&(struct timespec){0, 2000000}, NULL); /* a slow failure: the faster one
+                                                          * above it must not win */
+    return item == 9 ? -3 : item == 20 ? -4 : 0;
+}
+
+START_TEST(par_for_lowest_error)
+{
+    const unsigned counts[] = {1, 2, 3, 7, 64};
+    for (size_t t = 0; t < sizeof counts / sizeof counts[0]; t++) {
+        loop_ctx c;
+        memset(&c, 0, sizeof c);
+        c.workers = fkvf_par_workers(counts[t], 64);
+        ck_assert_uint_eq(c.workers, counts[t] < 64 ? counts[t] : 64);
+        int rc = fkvf_par_for(counts[t], 64, loop_item, &c);
+        ck_assert_int_eq(rc, -3); /* item 9's, though item 20 may fail first */
+        for (int i = 0; i <= 9; i++)
+            ck_assert_int_eq(atomic_load(&c.ran[i]), 1); /* every item below ran, once */
+        for (int i = 10; i < 64; i++)
+            ck_assert_int_le(atomic_load(&c.ran[i]), 1);
+        if (counts[t] == 1)
+            for (int i = 10; i < 64; i++)
+                ck_assert_int_eq(atomic_load(&c.ran[i]), 0); /* serial: stops at 9 */
+    }
+    ck_assert_uint_eq(fkvf_par_workers(0, 5), 1);
+    ck_assert_uint_eq(fkvf_par_workers(8, 0), 1);
+    ck_assert_uint_eq(fkvf_par_threads(0), 1);
+    ck_assert_uint_eq(fkvf_par_threads(1), 1);
+    ck_assert_uint_eq(fkvf_par_threads(5), 5);
+    ck_assert_uint_eq(fkvf_par_threads(100000), FKVF_PAR_MAX);
+    ck_assert_uint_eq(fkvf_par_threads(FKVF_THREADS_ALL), fkvf_cpu_count());
+    ck_assert_uint_ge(fkvf_cpu_count(), 1);
+    ck_assert_uint_le(fkvf_cpu_count(), 256);
+}
+END_TEST
+
+START_TEST(api_defaults_and_refusals)
+{
+    fkvf_rvq_params p;
+    fkvf_rvq_params_init(&p);
+    ck_assert_uint_eq(p.n_threads, 1);
+    fkvf_append_options o;
+    fkvf_append_options_init(&o);
+    ck_assert_uint_eq(o.n_threads, 0);
+    ck_assert_int_eq(fkvf_rvq_set_threads(NULL, 2), FKVF_E_INVALID_ARG);
+    ck_assert_int_eq(fkvf_reader_set_threads(NULL, 2), FKVF_E_STATE);
+    /* a reader handle is not a quantizer */
+    ck_assert_int_eq(fkvf_rvq_set_threads((fkvf_rvq *)(void *)&p, 2), FKVF_E_INVALID_ARG);
+}
+END_TEST
+
+/* ---- training --------------------------------------------------------------- */
+
+typedef struct prog {
+    uint64_t calls, last, total;
+    int bad;
+} prog;
+
+static void on_progress(void *opaque, uint64_t done, uint64_t total)
+{
+    prog *g = opaque; /* one call at a time (the library's lock) */
+    if (done != g->last + 1 || (g->total && total != g->total))
+        g->bad = 1;
+    g->last = done;
+    g->total = total;
+    g->calls++;
+}
+
+START_TEST(train_same_any_threads)
+{
+    const size_t n = 300;
+    float *v = gen_f32(1, n);
+    void *rows = rows_as(v, n, FKVF_DTYPE_F16);
+    float *mk = gen_metric(3);
+    for (int var = 0; var < V_COUNT; var++) {
+        fkvf_rvq *q1 = train_variant((variant)var, 1, rows, n, FKVF_DTYPE_F16, mk);
+        size_t s1;
+        uint8_t *t1 = tables_of(q1, &s1);
+        for (size_t c = 0; c < N_COUNTS; c++) {
+            fkvf_rvq *qn = train_variant((variant)var, thread_counts[c], rows, n,
+                                         FKVF_DTYPE_F16, mk);
+            size_t sn;
+            uint8_t *tn = tables_of(qn, &sn);
+            ck_assert_uint_eq(sn, s1);
+            ck_assert_msg(memcmp(t1, tn, s1) == 0, "variant %d: tables differ at %u threads",
+                          var, thread_counts[c]);
+            free(tn);
+            fkvf_rvq_free(qn);
+        }
+        free(t1);
+        fkvf_rvq_free(q1);
+    }
+    /* the progress callback from worker threads: 1, 2, ..., todo */
+    fkvf_rvq_params p;
+    base_params(&p);
+    p.n_threads = 3;
+    prog g = {0, 0, 0, 0};
+    p.progress = on_progress;
+    p.progress_opaque = &g;
+    fkvf_rows blk = {rows, n, FKVF_DTYPE_F16, 0};
+    fkvf_rvq *q = NULL;
+    ck_assert_int_eq(fkvf_rvq_train(&q, &p, &blk, 1, NULL), FKVF_OK);
+    ck_assert_int_eq(g.bad, 0);
+    ck_assert_uint_eq(g.calls, (uint64_t)L * H * 3);
+    ck_assert_uint_eq(g.last, g.total);
+    fkvf_rvq_free(q);
+    free(mk);
+    free(rows);
+    free(v);
+}
+END_TEST
+
+/* ---- encoding --------------------------------------------------------------- */
+
+static uint16_t *encode_with(fkvf_rvq *q, unsigned threads, const void *rows, size_t n,
+                             fkvf_dtype dt, const fkvf_rope *kr, unsigned beam, int per_stream)
+{
+    size_t cpp = fkvf_rvq_codes_per_position(q);
+    uint16_t *codes = tu_xcalloc(n * cpp + 1, sizeof(uint16_t));
+    fkvf_rows r = {rows, n, dt, 11};
+    ck_assert_int_eq(fkvf_rvq_set_threads(q, threads), FKVF_OK);
+    int rc = per_stream ? fkvf_rvq_encode(q, &r, kr, beam, codes, 1, n)
+                        : fkvf_rvq_encode(q, &r, kr, beam, codes, cpp, 1);
+    ck_assert_msg(rc == FKVF_OK, "encode: %s", fkvf_error_name(rc));
+    return codes;
+}
+
+static void encode_check(fkvf_rvq *q, const void *rows, size_t n, fkvf_dtype dt,
+                         const fkvf_rope *kr, unsigned beam, const char *what)
+{
+    size_t cpp = fkvf_rvq_codes_per_position(q);
+    for (int ps = 0; ps < 2; ps++) {
+        uint16_t *c1 = encode_with(q, 1, rows, n, dt, kr, beam, ps);
+        for (size_t c = 0; c < N_COUNTS; c++) {
+            uint16_t *cn = encode_with(q, thread_counts[c], rows, n, dt, kr, beam, ps);
+            ck_assert_msg(memcmp(c1, cn, n * cpp * sizeof(uint16_t)) == 0,
+                          "%s: %zu rows, layout %d: codes differ at %u threads", what, n, ps,
+                          thread_counts[c]);
+            free(cn);
+        }
+        free(c1);
+    }
+}
+
+START_TEST(encode_same_any_threads)
+{
+    const size_t sizes[] = {1, 31, 33, 100, 300};
+    const size_t nmax = 300;
+    float *tv = gen_f32(2, nmax);
+    void *train16 = rows_as(tv, nmax, FKVF_DTYPE_F16);
+    float *v = gen_f32(4, nmax);
+    float *mk = gen_metric(5);
+    for (int var = 0; var < V_COUNT; var++) {
+        fkvf_rvq *q = train_variant((variant)var, 1, train16, nmax, FKVF_DTYPE_F16, mk);
+        const fkvf_rope *kr = var == V_ROPE ? &rope : NULL;
+        for (int dt = FKVF_DTYPE_F16; dt <= FKVF_DTYPE_F32; dt++) {
+            void *rows = rows_as(v, nmax, (fkvf_dtype)dt);
+            for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+                if (dt == FKVF_DTYPE_F16 || sizes[i] == 100)
+                    encode_check(q, rows, sizes[i], (fkvf_dtype)dt, kr, 1, "greedy");
+            if (dt == FKVF_DTYPE_F16 && var == V_PLAIN)
+                encode_check(q, rows, 100, (fkvf_dtype)dt, kr, 4, "beam 4");
+            free(rows);
+        }
+        fkvf_rvq_free(q);
+    }
+    /* f16 tables encoded in place (fkvf_rvq_from_tables16_encode) */
+    fkvf_rvq *q = train_variant(V_PLAIN, 1, train16, nmax, FKVF_DTYPE_F16, NULL);
+    fkvf_codebook_shape sh;
+    uint32_t heads;
+    fkvf_rvq_shape(q, &sh, &heads);
+    size_t ts;
+    uint8_t *t = tables_of(q, &ts);
+    fkvf_rvq *q16 = NULL;
+    ck_assert_int_eq(fkvf_rvq_from_tables16_encode(&q16, &sh, heads, t, ts, NULL), FKVF_OK);
+    void *rows = rows_as(v, nmax, FKVF_DTYPE_F16);
+    encode_check(q16, rows, 300, FKVF_DTYPE_F16, NULL, 1, "f16 tables in place");
+    /* and the same codes as the handle they came from */
+    uint16_t *a = encode_with(q, 1, rows, 300, FKVF_DTYPE_F16, NULL, 1, 0);
+    uint16_t *b = encode_with(q16, 3, rows, 300, FKVF_DTYPE_F16, NULL, 1, 0);
+    ck_assert_mem_eq(a, b, 300 * fkvf_rvq_codes_per_position(q) * sizeof(uint16_t));
+    free(a);
+    free(b);
+    free(rows);
+    free(t);
+    fkvf_rvq_free(q16);
+    fkvf_rvq_free(q);
+    free(mk);
+    free(v);
+    free(train16);
+    free(tv);
+}
+END_TEST
+
+/* ---- decoding --------------------------------------------------------------- */
+
+static void decode_check(fkvf_rvq *q, const uint16_t *codes, size_t n, const fkvf_rope *kr,
+                         const char *what)
+{
+    size_t cpp = fkvf_rvq_codes_per_position(q);
+    for (int dt = FKVF_DTYPE_F16; dt <= FKVF_DTYPE_F32; dt++) {
+        size_t size = n * ROW_ELEMS * (dt == FKVF_DTYPE_F32 ? 4 : 2);
+        uint8_t *o1 = tu_xcalloc(size, 1), *on = tu_xcalloc(size, 1);
+        ck_assert_int_eq(fkvf_rvq_set_threads(q, 1), FKVF_OK);
+        ck_assert_int_eq(
+            fkvf_rvq_decode(q, codes, cpp, 1, n, 3, kr, (fkvf_dtype)dt, o1, size), FKVF_OK);
+        for (size_t c = 0; c < N_COUNTS; c++) {
+            memset(on, 0x5A, size);
+            ck_assert_int_eq(fkvf_rvq_set_threads(q, thread_counts[c]), FKVF_OK);
+            ck_assert_int_eq(
+                fkvf_rvq_decode(q, codes, cpp, 1, n, 3, kr, (fkvf_dtype)dt, on, size), FKVF_OK);
+            ck_assert_msg(memcmp(o1, on, size) == 0, "%s: dtype %d, %zu rows: differ at %u threads",
+                          what, dt, n, thread_counts[c]);
+        }
+        free(o1);
+        free(on);
+    }
+}
+
+START_TEST(decode_same_any_threads)
+{
+    const size_t n = 300;
+    float *v = gen_f32(6, n);
+    void *rows = rows_as(v, n, FKVF_DTYPE_F16);
+    float *mk = gen_metric(7);
+    for (int var = 0; var < V_COUNT; var++) {
+        fkvf_rvq *q = train_variant((variant)var, 1, rows, n, FKVF_DTYPE_F16, mk);
+        const fkvf_rope *kr = var == V_ROPE ? &rope : NULL;
+        uint16_t *codes = encode_with(q, 1, rows, n, FKVF_DTYPE_F16, kr, 1, 0);
+        decode_check(q, codes, n, kr, "decode");
+        decode_check(q, codes, 40, kr, "decode 40 rows");
+        /* the handle restore decodes f16 codebooks with, where the CPU has it */
+        fkvf_codebook_shape sh;
+        uint32_t heads;
+        fkvf_rvq_shape(q, &sh, &heads);
+        size_t ts;
+        uint8_t *t = tables_of(q, &ts);
+        fkvf_rvq *b = NULL;
+        int rc = fkvf_rvq_from_tables16_borrow(&b, &sh, heads, t, ts, NULL);
+        ck_assert(rc == FKVF_OK || rc == FKVF_E_UNSUPPORTED);
+        if (rc == FKVF_OK)
+            decode_check(b, codes, n, kr, "borrowed f16 tables");
+        /* a code out of range in the last row: refused, nothing written */
+        size_t cpp = fkvf_rvq_codes_per_position(q), size = n * ROW_ELEMS * 4;
+        codes[(n - 1) * cpp] = K;
+        uint8_t *o = tu_xcalloc(size, 1);
+        memset(o, 0xAB, size);
+        ck_assert_int_eq(fkvf_rvq_set_threads(q, 3), FKVF_OK);
+        ck_assert_int_eq(fkvf_rvq_decode(q, codes, cpp, 1, n, 0, kr, FKVF_DTYPE_F32, o, size),
+                         FKVF_E_RANGE);
+        for (size_t i = 0; i < size; i++)
+            ck_assert_uint_eq(o[i], 0xAB);
+        free(o);
+        fkvf_rvq_free(b);
+        free(t);
+        free(codes);
+        fkvf_rvq_free(q);
+    }
+    free(mk);
+    free(rows);
+    free(v);
+}
+END_TEST
+
+/* ---- the appender and restore ----------------------------------------------- */
+
+static char tmpdir[64];
+
+static void archive_with(const char *path, const fkvf_rvq *q, unsigned threads, const void *rows,
+                         size_t n)
+{
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = L;
+    d.n_kv_heads = H;
+    d.key_dim = d.value_dim = D;
+    d.dtype = FKVF_DTYPE_F16;
+    d.n_sinks = 2;
+    d.window = 8;
+    d.key_transform = 1;
+    d.rope_layout = 1;
+    d.key_storage = 1;
+    d.rope_dims = D;
+    d.rope_theta = rope.theta;
+    d.model_id = "test/threads";
+    fkvf_append_create c;
+    memset(&c, 0, sizeof c);
+    c.desc = &d;
+    c.codebook = q;
+    fkvf_append_options o;
+    fkvf_append_options_init(&o);
+    o.sync = FKVF_SYNC_NONE;
+    o.n_threads = threads;
+    o.no_auto_compact = 1;
+    fkvf_appender *a = NULL;
+    int rc = fkvf_appender_create(&a, path, &c, &o, NULL);
+    ck_assert_msg(rc == FKVF_OK, "create: %s", fkvf_appender_message(a));
+    const size_t batches[] = {1, 50, 3, 200, 46};
+    size_t at = 0;
+    for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
+        size_t m = batches[i] < n - at ? batches[i] : n - at;
+        rc = fkvf_appender_append(a, (const uint8_t *)rows + at * ROW_ELEMS * 2,
+                                  m * ROW_ELEMS * 2, m, NULL);
+        ck_assert_int_eq(rc, FKVF_OK);
+        ck_assert_msg(fkvf_appender_commit(a) == FKVF_OK, "commit: %s",
+                      fkvf_appender_message(a));
+        at += m;
+    }
+    fkvf_appender_free(a);
+}
+
+START_TEST(append_and_restore_same_any_threads)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/fkvf-threads-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    const size_t n = 300;
+    float *v = gen_f32(8, n);
+    void *rows = rows_as(v, n, FKVF_DTYPE_F16);
+    fkvf_rvq *q = train_variant(V_ROPE, 1, rows, n, FKVF_DTYPE_F16, NULL);
+    char p1[128], p3[128];
+    snprintf(p1, sizeof p1, "%s/t1.fkvf", tmpdir);
+    snprintf(p3, sizeof p3, "%s/t3.fkvf", tmpdir);
+    archive_with(p1, q, 1, rows, n);
+    archive_with(p3, q, 3, rows, n);
+    size_t s1, s3;
+    uint8_t *f1 = tu_slurp(p1, &s1), *f3 = tu_slurp(p3, &s3);
+    ck_assert_uint_eq(s1, s3);
+    ck_assert_msg(memcmp(f1, f3, s1) == 0, "the appender's files differ at 3 threads");
+    free(f3);
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, f1, s1, 0, NULL), FKVF_OK);
+    fkvf_archive_info info;
+    ck_assert_int_eq(fkvf_reader_info(r, &info), FKVF_OK);
+    ck_assert_uint_gt(info.n_archived, 200);
+    for (int dt = FKVF_DTYPE_F16; dt <= FKVF_DTYPE_F32; dt++) {
+        size_t rb;
+        ck_assert_int_eq(fkvf_reader_row_bytes(r, (fkvf_dtype)dt, &rb), FKVF_OK);
+        uint8_t *o1 = tu_xcalloc(n, rb), *on = tu_xcalloc(n, rb);
+        ck_assert_int_eq(fkvf_reader_set_threads(r, 1), FKVF_OK);
+        ck_assert_int_eq(fkvf_reader_restore(r, 0, n, (fkvf_dtype)dt, o1, n * rb), FKVF_OK);
+        for (size_t c = 0; c < N_COUNTS; c++) {
+            memset(on, 0x33, n * rb);
+            ck_assert_int_eq(fkvf_reader_set_threads(r, thread_counts[c]), FKVF_OK);
+            ck_assert_int_eq(fkvf_reader_restore(r, 0, n, (fkvf_dtype)dt, on, n * rb), FKVF_OK);
+            ck_assert_msg(memcmp(o1, on, n * rb) == 0, "restore dtype %d differs at %u threads",
+                          dt, thread_counts[c]);
+            /* a part of the archive, starting inside the archived range */
+            memset(on, 0x33, n * rb);
+            ck_assert_int_eq(fkvf_reader_restore(r, 37, 201, (fkvf_dtype)dt, on, n * rb),
+                             FKVF_OK);
+            ck_assert_mem_eq(o1 + 37 * rb, on, 201 * rb);
+        }
+        free(o1);
+        free(on);
+    }
+    fkvf_reader_free(r);
+    free(f1);
+    unlink(p1);
+    unlink(p3);
+    rmdir(tmpdir);
+    fkvf_rvq_free(q);
+    free(rows);
+    free(v);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("threads");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, par_for_lowest_error);
+    tcase_add_test(tc, api_defaults_and_refusals);
+    tcase_add_test(tc, train_same_any_threads);
+    tcase_add_test(tc, encode_same_any_threads);
+    tcase_add_test(tc, decode_same_any_threads);
+    tcase_add_test(tc, append_and_restore_same_any_threads);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tu_run_suite(suite());
+}
