@@ -803,6 +803,180 @@ FKVF_API int fkvf_rvq_set_threads(fkvf_rvq *q, unsigned n_threads)
     return FKVF_OK;
 }
 
+/* What one encode call does, chosen once: the rows, where their codes go,
+ * the beam width and the chunk of vectors loaded at a time. */
+typedef struct enc_plan {
+    const fkvf_rvq *q;
+    const fkvfq_xform *xf;
+    const fkvf_rows *rows;
+    const fkvf_rope *rope;
+    uint16_t *codes;
+    size_t ps, cs;   /* the codes' position and code strides */
+    unsigned B;      /* beam width; 1: greedy */
+    size_t chunk;    /* vectors loaded and searched together */
+    size_t es, rb;   /* bytes of an element and of a row of the rows */
+    uint32_t rd;     /* rope_dims of the keys' un-rotation, or 0 */
+    int panels;      /* greedy chunks of >= Q_PANEL_MIN vectors use a panel copy */
+} enc_plan;
+
+/* Each layer of a per-layer handle by its own handle (its codes from
+ * lcode[l] on, its share of the metric's factors). */
+static int encode_layers(const fkvf_rvq *q, const fkvfq_xform *xf, const fkvf_rows *rows,
+                         const fkvf_rope *key_rope, unsigned beam_width, uint16_t *codes,
+                         size_t pos_stride, size_t code_stride)
+{
+    size_t es = fkvfq_dtype_size(rows->dtype), rb = es ? row_bytes(q, rows->dtype) : 0, all;
+    if (!rb || !fkvf_mulsz(rows->n_rows, rb, &all) || (rows->n_rows && !rows->data) ||
+        (rows->n_rows && !codes))
+        return FKVF_E_INVALID_ARG;
+    int rc = codes_check(q, rows->n_rows, pos_stride, code_stride);
+    size_t hk = (size_t)q->shape.n_heads * q->shape.key_dim * q->shape.key_dim;
+    size_t hv = (size_t)q->shape.n_heads * q->shape.value_dim * q->shape.value_dim;
+    for (uint32_t l = 0; l < q->shape.n_layers && !rc; l++) {
+        fkvfq_xform lx = {xf && xf->uk ? xf->uk + l * hk : NULL,
+                          xf && xf->uv ? xf->uv + l * hv : NULL};
+        rc = fkvfq_rvq_encode_xf(q->lay[l], xf ? &lx : NULL, rows, key_rope, beam_width,
+                                 codes ? codes + q->lcode[l] * code_stride : NULL, pos_stride,
+                                 code_stride);
+    }
+    return rc;
+}
+
+/* The scratch of plan p; FKVF_E_NOMEM (w then holds what was allocated). */
+static int enc_alloc(const enc_plan *p, enc_scratch *w)
+{
+    const fkvf_allocator *a = &p->q->alloc;
+    const fkvf_codebook_shape *sh = &p->q->shape;
+    const uint32_t k = sh->k, dmax = sh->key_dim > sh->value_dim ? sh->key_dim : sh->value_dim;
+    const size_t kdmax = (size_t)k * dmax; /* k <= 4096, dmax <= 16384 */
+    const unsigned B = p->B, nsc = B > FKVFQ_LANES ? B : FKVFQ_LANES;
+    memset(w, 0, sizeof *w);
+    int ok = (w->x = fkvf_calloc(a, p->chunk * dmax, sizeof(float))) &&
+             (!p->panels || (w->pan = fkvf_calloc(a, kdmax, sizeof(float)))) &&
+             (w->xt = fkvf_calloc(a, (size_t)FKVFQ_LANES * dmax, sizeof(float))) &&
+             (w->scores = fkvf_calloc(a, (size_t)nsc * k, sizeof(float))) &&
+             (w->pmin = fkvf_calloc(a, (size_t)nsc * (k / FKVFQ_PANEL), sizeof(float)));
+    if (ok && p->rd)
+        ok = (w->freqs = fkvf_calloc(a, p->rd / 2, sizeof(double))) &&
+             (w->cs = fkvf_calloc(a, p->chunk * p->rd, sizeof(double)));
+    if (ok && p->q->rows16) {
+        unsigned nsm = sh->k_stages > sh->v_stages ? sh->k_stages : sh->v_stages;
+        ok = (w->set = fkvf_calloc(a, (size_t)nsm * kdmax, sizeof(float))) != NULL;
+    }
+    if (ok && p->xf)
+        ok = (w->mt = fkvf_calloc(a, dmax, sizeof(float))) != NULL;
+    if (ok && B > 1) {
+        for (int i = 0; i < 2 && ok; i++)
+            ok = (w->res[i] = fkvf_calloc(a, (size_t)B * dmax, sizeof(float))) &&
+                 (w->err[i] = fkvf_calloc(a, B, sizeof(double))) &&
+                 (w->path[i] = fkvf_calloc(a, (size_t)B * 16, sizeof(uint16_t)));
+        ok = ok && (w->cand = fkvf_calloc(a, B, sizeof(beam_cand))) &&
+             (w->recon = fkvf_calloc(a, dmax, sizeof(float)));
+    }
+    return ok ? FKVF_OK : FKVF_E_NOMEM;
+}
+
+/* The nb vectors (l, h, kv) of rows i0.. into w->x, in the frame the
+ * tables are searched in: keys un-rotated (angles in w->cs), then U x under
+ * a metric. */
+static void enc_load(const enc_plan *p, enc_scratch *w, size_t i0, size_t nb, uint32_t l,
+                     uint32_t h, unsigned kv)
+{
+    const fkvf_rvq *q = p->q;
+    const fkvf_codebook_shape *sh = &q->shape;
+    const uint32_t dim = kv == 0 ? sh->key_dim : sh->value_dim;
+    const uint8_t *data = (const uint8_t *)p->rows->data + vec_off(q, l, h, kv) * p->es;
+    const double *ut = !p->xf ? NULL : kv == 0 ? p->xf->uk : p->xf->uv;
+    if (ut)
+        ut += ((size_t)l * sh->n_heads + (sh->pooled ? 0 : h)) * dim * dim;
+    for (size_t j = 0; j < nb; j++) {
+        float *xj = w->x + j * dim;
+        fkvfq_load(p->rows->dtype, data + (i0 + j) * p->rb, xj, dim);
+        if (kv == 0 && p->rd)
+            fkvf_rope_rotate_f32(p->rope, w->cs + j * p->rd, 1, xj, 0);
+        if (ut) { /* into the metric's frame */
+            fkvf_metric_apply(ut, dim, xj, w->mt);
+            memcpy(xj, w->mt, dim * sizeof(float));
+        }
+    }
+}
+
+/* Vector xr (row `row` of the call) takes its nearest centroid of t given
+ * its scores: the code stored at code index ci, the centroid subtracted. */
+static void enc_take(const enc_plan *p, const fkvfq_table *t, float *xr, const float *scores,
+                     const float *pmin, size_t row, size_t ci)
+{
+    uint32_t c = fkvfq_pick(t, xr, scores, pmin, NULL);
+    p->codes[row * p->ps + ci * p->cs] = (uint16_t)c;
+    const float *cr = t->rows + (size_t)c * t->dim;
+    for (uint32_t d = 0; d < t->dim; d++)
+        xr[d] -= cr[d];
+}
+
+/* One greedy stage of table t for the nb vectors of w->x (rows i0..), the
+ * table copied to panels first: FKVFQ_BLOCK vectors scored at a time. */
+static void enc_stage_panels(const enc_plan *p, enc_scratch *w, fkvfq_table t, size_t i0,
+                             size_t nb, size_t ci)
+{
+    const uint32_t k = t.k, dim = t.dim;
+    fkvfq_table_panels(t.rows, k, dim, w->pan);
+    t.panels = w->pan;
+    for (size_t j0 = 0; j0 < nb; j0 += FKVFQ_BLOCK) {
+        const float *xp[FKVFQ_BLOCK];
+        for (size_t u = 0; u < FKVFQ_BLOCK; u++)
+            xp[u] = w->x + (j0 + u < nb ? j0 + u : nb - 1) * dim;
+        fkvfq_scores4(&t, xp, w->scores, w->pmin);
+        for (size_t u = 0; u < FKVFQ_BLOCK && j0 + u < nb; u++)
+            enc_take(p, &t, w->x + (j0 + u) * dim, w->scores + u * k,
+                     w->pmin + u * (k / FKVFQ_PANEL), i0 + j0 + u, ci);
+    }
+}
+
+/* The same scored from the table's rows, FKVFQ_LANES vectors at a time
+ * (short chunks, large tables). */
+static void enc_stage_rows(const enc_plan *p, enc_scratch *w, const fkvfq_table *t, size_t i0,
+                           size_t nb, size_t ci)
+{
+    const uint32_t k = t->k, dim = t->dim;
+    for (size_t j0 = 0; j0 < nb; j0 += FKVFQ_LANES) {
+        unsigned ng = nb - j0 < FKVFQ_LANES ? (unsigned)(nb - j0) : FKVFQ_LANES;
+        fkvfq_transpose_lanes(w->x + j0 * dim, dim, ng, dim, w->xt);
+        fkvfq_scores_rows(t, w->xt, ng, w->scores, w->pmin);
+        for (unsigned u = 0; u < ng; u++)
+            enc_take(p, t, w->x + (j0 + u) * dim, w->scores + (size_t)u * k,
+                     w->pmin + (size_t)u * (k / FKVFQ_PANEL), i0 + j0 + u, ci);
+    }
+}
+
+/* Table set (l, h, kv) for the nb rows i0..: load, then the beam or each
+ * greedy stage. */
+static void enc_set(const enc_plan *p, enc_scratch *w, size_t i0, size_t nb, uint32_t l,
+                    uint32_t h, unsigned kv)
+{
+    const fkvf_rvq *q = p->q;
+    const fkvf_codebook_shape *sh = &q->shape;
+    const unsigned ns = kv == 0 ? sh->k_stages : sh->v_stages;
+    const uint32_t dim = kv == 0 ? sh->key_dim : sh->value_dim;
+    const size_t tab = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h);
+    const size_t c0 = code_index(q, l, h, kv, 0);
+    enc_load(p, w, i0, nb, l, h, kv);
+    if (q->rows16)
+        enc_widen_set(q, w, tab, kv, ns);
+    if (p->B > 1) {
+        for (size_t j = 0; j < nb; j++)
+            beam_one(q, w, tab, kv, ns, p->B, w->x + j * dim,
+                     p->codes + (i0 + j) * p->ps + c0 * p->cs, p->cs);
+        return;
+    }
+    for (unsigned s = 0; s < ns; s++) {
+        fkvfq_table t = enc_table(q, w, tab, kv, s);
+        if (w->pan && nb >= Q_PANEL_MIN)
+            enc_stage_panels(p, w, t, i0, nb, c0 + s);
+        else
+            enc_stage_rows(p, w, &t, i0, nb, c0 + s);
+    }
+}
+
 int fkvfq_rvq_encode_xf(const fkvf_rvq *q, const fkvfq_xform *xf, const fkvf_rows *rows,
                         const fkvf_rope *key_rope, unsigned beam_width, uint16_t *codes,
                         size_t pos_stride, size_t code_stride)
@@ -811,24 +985,8 @@ int fkvfq_rvq_encode_xf(const fkvf_rvq *q, const fkvfq_xform *xf, const fkvf_row
         return FKVF_E_INVALID_ARG;
     if (q->decode_only)
         return FKVF_E_STATE; /* no search layout: loaded for decoding only */
-    if (q->lay) { /* each layer by its own handle, its codes from lcode[l] on */
-        size_t es = fkvfq_dtype_size(rows->dtype), rb = es ? row_bytes(q, rows->dtype) : 0, all;
-        if (!rb || !fkvf_mulsz(rows->n_rows, rb, &all) || (rows->n_rows && !rows->data) ||
-            (rows->n_rows && !codes))
-            return FKVF_E_INVALID_ARG;
-        int rc = codes_check(q, rows->n_rows, pos_stride, code_stride);
-        size_t hk = (size_t)q->shape.n_heads * q->shape.key_dim * q->shape.key_dim;
-        size_t hv = (size_t)q->shape.n_heads * q->shape.value_dim * q->shape.value_dim;
-        for (uint32_t l = 0; l < q->shape.n_layers && !rc; l++) {
-            /* layer l's share of the factors */
-            fkvfq_xform lx = {xf && xf->uk ? xf->uk + l * hk : NULL,
-                              xf && xf->uv ? xf->uv + l * hv : NULL};
-            rc = fkvfq_rvq_encode_xf(q->lay[l], xf ? &lx : NULL, rows, key_rope, beam_width,
-                                     codes ? codes + q->lcode[l] * code_stride : NULL,
-                                     pos_stride, code_stride);
-        }
-        return rc;
-    }
+    if (q->lay)
+        return encode_layers(q, xf, rows, key_rope, beam_width, codes, pos_stride, code_stride);
     const fkvf_codebook_shape *sh = &q->shape;
     size_t es = fkvfq_dtype_size(rows->dtype), rb = es ? row_bytes(q, rows->dtype) : 0, all;
     if (!rb || (key_rope && !fkvf_rope_valid(key_rope, sh->key_dim)) ||
@@ -843,128 +1001,39 @@ int fkvfq_rvq_encode_xf(const fkvf_rvq *q, const fkvfq_xform *xf, const fkvf_row
     if (!codes)
         return FKVF_E_INVALID_ARG;
 
-    const fkvf_allocator *a = &q->alloc;
-    const uint32_t k = sh->k;
-    const unsigned B = beam_width <= 1 ? 1 : beam_width;
     const uint32_t dmax = sh->key_dim > sh->value_dim ? sh->key_dim : sh->value_dim;
-    const uint32_t rd = key_rope ? key_rope->rope_dims : 0;
-    /* scores of the B paths (beam) or of one group of vectors (greedy) */
-    unsigned nsc = B > FKVFQ_LANES ? B : FKVFQ_LANES;
+    enc_plan p;
+    p.q = q;
+    p.xf = xf;
+    p.rows = rows;
+    p.rope = key_rope;
+    p.codes = codes;
+    p.ps = pos_stride;
+    p.cs = code_stride;
+    p.B = beam_width <= 1 ? 1 : beam_width;
+    p.chunk = dmax <= 1024 ? Q_CHUNK : Q_CHUNK_SMALL;
+    p.es = es;
+    p.rb = rb;
+    p.rd = key_rope ? key_rope->rope_dims : 0;
+    p.panels = p.B == 1 && rows->n_rows >= Q_PANEL_MIN && (size_t)sh->k * dmax <= Q_PANEL_FLOATS;
     enc_scratch w;
-    memset(&w, 0, sizeof w);
-    const size_t chunk = dmax <= 1024 ? Q_CHUNK : Q_CHUNK_SMALL;
-    const size_t kdmax = (size_t)k * dmax; /* k <= 4096, dmax <= 16384 */
-    const int panels = B == 1 && rows->n_rows >= Q_PANEL_MIN && kdmax <= Q_PANEL_FLOATS;
-    int ok = (w.x = fkvf_calloc(a, chunk * dmax, sizeof(float))) &&
-             (!panels || (w.pan = fkvf_calloc(a, kdmax, sizeof(float)))) &&
-             (w.xt = fkvf_calloc(a, (size_t)FKVFQ_LANES * dmax, sizeof(float))) &&
-             (w.scores = fkvf_calloc(a, (size_t)nsc * k, sizeof(float))) &&
-             (w.pmin = fkvf_calloc(a, (size_t)nsc * (k / FKVFQ_PANEL), sizeof(float)));
-    if (ok && rd)
-        ok = (w.freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
-             (w.cs = fkvf_calloc(a, chunk * rd, sizeof(double)));
-    if (ok && q->rows16) {
-        unsigned nsm = sh->k_stages > sh->v_stages ? sh->k_stages : sh->v_stages;
-        ok = (w.set = fkvf_calloc(a, (size_t)nsm * kdmax, sizeof(float))) != NULL;
+    if ((rc = enc_alloc(&p, &w))) {
+        enc_free(&q->alloc, &w);
+        return rc;
     }
-    if (ok && xf)
-        ok = (w.mt = fkvf_calloc(a, dmax, sizeof(float))) != NULL;
-    if (ok && B > 1) {
-        for (int i = 0; i < 2 && ok; i++)
-            ok = (w.res[i] = fkvf_calloc(a, (size_t)B * dmax, sizeof(float))) &&
-                 (w.err[i] = fkvf_calloc(a, B, sizeof(double))) &&
-                 (w.path[i] = fkvf_calloc(a, (size_t)B * 16, sizeof(uint16_t)));
-        ok = ok && (w.cand = fkvf_calloc(a, B, sizeof(beam_cand))) &&
-             (w.recon = fkvf_calloc(a, dmax, sizeof(float)));
-    }
-    if (!ok) {
-        enc_free(a, &w);
-        return FKVF_E_NOMEM;
-    }
-    if (rd)
+    if (p.rd)
         fkvf_rope_freqs(key_rope, w.freqs);
-
-    const uint8_t *data = rows->data;
-    for (size_t i0 = 0; i0 < rows->n_rows; i0 += chunk) {
-        size_t nb = rows->n_rows - i0 < chunk ? rows->n_rows - i0 : chunk;
-        if (rd)
-            for (size_t j = 0; j < nb; j++)
-                fkvf_rope_angles(key_rope, w.freqs, rows->first_position + i0 + j,
-                                  w.cs + j * rd);
+    for (size_t i0 = 0; i0 < rows->n_rows; i0 += p.chunk) {
+        size_t nb = rows->n_rows - i0 < p.chunk ? rows->n_rows - i0 : p.chunk;
+        for (size_t j = 0; p.rd && j < nb; j++)
+            fkvf_rope_angles(key_rope, w.freqs, rows->first_position + i0 + j, w.cs + j * p.rd);
         for (uint32_t l = 0; l < sh->n_layers; l++)
             for (uint32_t h = 0; h < q->n_kv_heads; h++)
-                for (unsigned kv = 0; kv < 2; kv++) {
-                    unsigned ns = kv == 0 ? sh->k_stages : sh->v_stages;
-                    uint32_t dim = kv == 0 ? sh->key_dim : sh->value_dim;
-                    if (!ns)
-                        continue;
-                    size_t tab = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h);
-                    size_t eoff = vec_off(q, l, h, kv) * es;
-                    const double *ut = !xf ? NULL : kv == 0 ? xf->uk : xf->uv;
-                    if (ut)
-                        ut += tab * dim * dim;
-                    for (size_t j = 0; j < nb; j++) {
-                        float *xj = w.x + j * dim;
-                        fkvfq_load(rows->dtype, data + (i0 + j) * rb + eoff, xj, dim);
-                        if (kv == 0 && rd)
-                            fkvf_rope_rotate_f32(key_rope, w.cs + j * rd, 1, xj, 0);
-                        if (ut) { /* into the metric's frame */
-                            fkvf_metric_apply(ut, dim, xj, w.mt);
-                            memcpy(xj, w.mt, dim * sizeof(float));
-                        }
-                    }
-                    size_t c0 = code_index(q, l, h, kv, 0);
-                    if (q->rows16)
-                        enc_widen_set(q, &w, tab, kv, ns);
-                    if (B > 1) {
-                        for (size_t j = 0; j < nb; j++)
-                            beam_one(q, &w, tab, kv, ns, B, w.x + j * dim,
-                                     codes + (i0 + j) * pos_stride + c0 * code_stride,
-                                     code_stride);
-                        continue;
-                    }
-                    for (unsigned s = 0; s < ns; s++) {
-                        fkvfq_table t = enc_table(q, &w, tab, kv, s);
-                        if (w.pan && nb >= Q_PANEL_MIN) {
-                            fkvfq_table_panels(t.rows, k, dim, w.pan);
-                            t.panels = w.pan;
-                            for (size_t j0 = 0; j0 < nb; j0 += FKVFQ_BLOCK) {
-                                const float *xp[FKVFQ_BLOCK];
-                                for (size_t u = 0; u < FKVFQ_BLOCK; u++)
-                                    xp[u] = w.x + (j0 + u < nb ? j0 + u : nb - 1) * dim;
-                                fkvfq_scores4(&t, xp, w.scores, w.pmin);
-                                for (size_t u = 0; u < FKVFQ_BLOCK && j0 + u < nb; u++) {
-                                    float *xr = w.x + (j0 + u) * dim;
-                                    uint32_t c = fkvfq_pick(&t, xr, w.scores + u * k,
-                                                            w.pmin + u * (k / FKVFQ_PANEL), NULL);
-                                    codes[(i0 + j0 + u) * pos_stride + (c0 + s) * code_stride] =
-                                        (uint16_t)c;
-                                    const float *row = t.rows + (size_t)c * dim;
-                                    for (uint32_t d = 0; d < dim; d++)
-                                        xr[d] -= row[d];
-                                }
-                            }
-                            continue;
-                        }
-                        for (size_t j0 = 0; j0 < nb; j0 += FKVFQ_LANES) {
-                            unsigned ng = nb - j0 < FKVFQ_LANES ? (unsigned)(nb - j0) : FKVFQ_LANES;
-                            fkvfq_transpose_lanes(w.x + j0 * dim, dim, ng, dim, w.xt);
-                            fkvfq_scores_rows(&t, w.xt, ng, w.scores, w.pmin);
-                            for (unsigned u = 0; u < ng; u++) {
-                                float *xr = w.x + (j0 + u) * dim;
-                                uint32_t c = fkvfq_pick(&t, xr, w.scores + (size_t)u * k,
-                                                        w.pmin + (size_t)u * (k / FKVFQ_PANEL), NULL);
-                                codes[(i0 + j0 + u) * pos_stride + (c0 + s) * code_stride] =
-                                    (uint16_t)c;
-                                const float *row = t.rows + (size_t)c * dim;
-                                for (uint32_t d = 0; d < dim; d++)
-                                    xr[d] -= row[d];
-                            }
-                        }
-                    }
-                }
+                for (unsigned kv = 0; kv < 2; kv++)
+                    if (kv == 0 ? sh->k_stages : sh->v_stages)
+                        enc_set(&p, &w, i0, nb, l, h, kv);
     }
-    enc_free(a, &w);
+    enc_free(&q->alloc, &w);
     return FKVF_OK;
 }
 
@@ -1485,41 +1554,48 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     return fkvf_par_for(fkvf_par_threads(q->threads), (n_rows + per - 1) / per, dec_item, &j);
 }
 
-/* Decode n_rows positions whose arguments and codes rvq_decode checked:
- * each layer by its own handle, or the kernels below. */
-static int decode_rows(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
-                       size_t code_stride, size_t n_rows, uint64_t first_position,
-                       const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out, int fast)
-{
-    const fkvf_codebook_shape *sh = &q->shape;
-    size_t es = fkvfq_dtype_size(out_dtype), rb = row_bytes(q, out_dtype);
-    size_t nc = fkvf_rvq_codes_per_position(q);
-    if (q->lay) { /* each layer by its handle */
-        int rc = FKVF_OK;
-        for (uint32_t l = 0; l < sh->n_layers && !rc; l++)
-            rc = decode_rows(q->lay[l], codes + q->lcode[l] * code_stride, pos_stride,
-                             code_stride, n_rows, first_position, key_rope, out_dtype, out, fast);
-        return rc;
-    }
+/* What one decode call does, chosen once: which kernel, which group of
+ * heads, which stores. */
+typedef struct dec_plan {
+    const fkvf_rvq *q;
+    const uint16_t *codes;
+    size_t ps, cst;        /* the codes' position and code strides */
+    uint64_t first;        /* the rotary position of row 0 */
+    const fkvf_rope *rope;
+    fkvf_dtype dt;         /* of the output */
+    uint8_t *out;
+    size_t es, rb, nc, m;  /* output element and row bytes; codes per position and per (layer, head) */
+    uint32_t rd;           /* rope_dims of the keys' rotation, or 0 */
+    size_t chunk;          /* positions per pass over the tables */
+    int fast;              /* 0: the portable code only (the reference) */
+    int avx;               /* fkvf_stage_sum's AVX sums */
+    int b16;               /* borrowed f16 tables (fkvf_rvq_from_tables16_borrow) */
+    int kern;              /* the AVX2 + F16C vector kernel (fast_vector32) */
+    int rope_kind;         /* 1: the rotated components fill whole 8-lane blocks, 2: not */
+    int use16;             /* chunks go to the f16 group kernel (fast_group) */
+    size_t G;              /* heads per group of that kernel */
+    size_t set16;          /* f16 elements of a group's table copy (0: none) */
+    int nt;                /* non-temporal stores */
+    int v16[2];            /* keys, values through fkvf_vec16_store (f16 out, AVX-512) */
+    size_t pm_n;           /* codes of a chunk made position-major for group16 (0: none) */
+} dec_plan;
 
-    const fkvf_allocator *a = &q->alloc;
-    const uint32_t dmax = sh->key_dim > sh->value_dim ? sh->key_dim : sh->value_dim;
-    const uint32_t rd = key_rope ? key_rope->rope_dims : 0;
-    /* positions per chunk: Q_DCHUNK, fewer when their angles would take
-     * more than Q_CS_BYTES, and no more than the call has */
-    size_t chunk = rd ? Q_CS_BYTES / ((size_t)rd * sizeof(double)) : Q_DCHUNK;
-    chunk = chunk < 1 ? 1 : chunk > Q_DCHUNK ? Q_DCHUNK : chunk;
-    chunk = chunk > n_rows ? n_rows : chunk;
-    const int avx = fast && fkvf_cpu_avx();
-    /* a handle of borrowed f16 tables (fkvf_rvq_from_tables16_borrow) has no binary32
-     * rows: the f16 group kernel decodes every chunk, whatever its size */
-    const int b16 = q->rows16 != NULL;
-    if (b16 && !(fast && fkvfq_decode16_available()))
-        return FKVF_E_UNSUPPORTED;
+typedef struct dec_scratch {
+    float *acc;     /* dmax */
+    double *freqs;  /* rd / 2 */
+    double *cs;     /* chunk * rd */
+    uint16_t *t16;  /* set16 */
+    uint16_t *pm;   /* pm_n */
+} dec_scratch;
+
+/* The kernel choices of the x86-64 decoder (none elsewhere). */
+static void dec_plan_fast(dec_plan *p)
+{
 #ifdef Q_DEC_FAST
-    const int kern = fast && fkvfq_decode16_available();
-    /* the rotated components fill whole 8-lane blocks */
-    const int rope = !rd ? 0 : (key_rope->layout == 1 ? rd % 8 == 0 : rd % 16 == 0) ? 1 : 2;
+    const fkvf_rvq *q = p->q;
+    const fkvf_codebook_shape *sh = &q->shape;
+    p->kern = p->fast && fkvfq_decode16_available();
+    p->rope_kind = !p->rd ? 0 : (p->rope->layout == 1 ? p->rd % 8 == 0 : p->rd % 16 == 0) ? 1 : 2;
     /* the f16 path: G heads' tables at a time (all of a layer's heads when
      * pooled), their f16 copy at most Q_SET16_BYTES */
     size_t G = 0;
@@ -1527,202 +1603,314 @@ static int decode_rows(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stri
         G = sh->pooled ? q->n_kv_heads : Q_SET16_BYTES / sizeof(uint16_t) / q->per_tab;
     if (G > q->n_kv_heads)
         G = q->n_kv_heads;
-    if (b16 && !G)
+    if (p->b16 && !G)
         G = 1; /* nothing copied: a head at a time */
-    const int use16 =
-        kern && sh->dtype == FKVF_DTYPE_F16 && G && (b16 || chunk >= Q_STREAM_MIN);
-    size_t set16 = use16 && !b16 ? (sh->pooled ? 1 : G) * q->per_tab : 0;
+    p->G = G;
+    p->use16 = p->kern && sh->dtype == FKVF_DTYPE_F16 && G &&
+               (p->b16 || p->chunk >= Q_STREAM_MIN);
+    p->set16 = p->use16 && !p->b16 ? (sh->pooled ? 1 : G) * q->per_tab : 0;
     /* non-temporal stores: every 8-lane block of every vector 16-byte aligned */
-    const int nt = use16 && (uintptr_t)out % 16 == 0 && (sh->key_dim * es) % 16 == 0 &&
-                   (sh->value_dim * es) % 16 == 0;
+    p->nt = p->use16 && (uintptr_t)p->out % 16 == 0 && (sh->key_dim * p->es) % 16 == 0 &&
+            (sh->value_dim * p->es) % 16 == 0;
     /* f16 out, whole 16-lane blocks: common/vec16.c (AVX-512) */
-    const int v16k = out_dtype == FKVF_DTYPE_F16 &&
-                     fkvf_vec16_usable(sh->key_dim, rd, rd ? key_rope->layout : 0);
-    const int v16v = out_dtype == FKVF_DTYPE_F16 && fkvf_vec16_usable(sh->value_dim, 0, 0);
-#else
-    const size_t set16 = 0; /* no f16 tables without the x86-64 kernels */
-#endif
-    float *acc = fkvf_calloc(a, dmax, sizeof(float));
-    double *freqs = NULL, *cs = NULL;
-    uint16_t *t16 = NULL, *pm = NULL;
-    const size_t m = (size_t)sh->k_stages + sh->v_stages;
-    int ok = acc != NULL;
-    if (ok && rd)
-        ok = (freqs = fkvf_calloc(a, rd / 2, sizeof(double))) &&
-             (cs = fkvf_calloc(a, chunk * rd, sizeof(double)));
-    if (ok && set16)
-        ok = (t16 = fkvf_malloc(a, set16 * sizeof(uint16_t))) != NULL;
+    p->v16[0] = p->dt == FKVF_DTYPE_F16 &&
+                fkvf_vec16_usable(sh->key_dim, p->rd, p->rd ? p->rope->layout : 0);
+    p->v16[1] = p->dt == FKVF_DTYPE_F16 && fkvf_vec16_usable(sh->value_dim, 0, 0);
     /* codes one array per stream (restore's) go to the vec16 pass
      * position-major (group16): 4-7% faster than read in place, measured
      * (a position's codes in one or two cache lines instead of one a stream) */
-#ifdef Q_DEC_FAST
     size_t pm_n = 0;
-    if (ok && use16 && v16k && v16v && out_dtype == FKVF_DTYPE_F16 && G <= Q_GROUP16_MAX &&
-        pos_stride == 1 && code_stride != 1 && nc > 1 && fkvf_mulsz(G * m, chunk, &pm_n) &&
+    if (p->use16 && p->v16[0] && p->v16[1] && G <= Q_GROUP16_MAX && p->ps == 1 &&
+        p->cst != 1 && p->nc > 1 && fkvf_mulsz(G * p->m, p->chunk, &pm_n) &&
         pm_n <= SIZE_MAX / sizeof(uint16_t))
-        ok = (pm = fkvf_malloc(a, pm_n * sizeof(uint16_t))) != NULL;
+        p->pm_n = pm_n;
+#else
+    (void)p;
 #endif
-    if (!ok) {
-        fkvf_free(a, pm);
-        fkvf_free(a, acc);
-        fkvf_free(a, freqs);
-        fkvf_free(a, cs);
-        fkvf_free(a, t16);
-        return FKVF_E_NOMEM;
-    }
-    if (rd)
-        fkvf_rope_freqs(key_rope, freqs);
-    uint8_t *o = out;
-    for (size_t i0 = 0; i0 < n_rows; i0 += chunk) {
-        size_t nb = n_rows - i0 < chunk ? n_rows - i0 : chunk;
-        if (rd)
-            for (size_t i = 0; i < nb; i++)
-                fkvf_rope_angles(key_rope, freqs, first_position + i0 + i, cs + i * rd);
+}
+
+/* The plan of a decode of n_rows rows (arguments checked). FKVF_E_UNSUPPORTED
+ * for borrowed f16 tables without the kernel that reads them. */
+static int dec_plan_make(dec_plan *p, const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
+                         size_t code_stride, size_t n_rows, uint64_t first_position,
+                         const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out, int fast)
+{
+    const fkvf_codebook_shape *sh = &q->shape;
+    memset(p, 0, sizeof *p);
+    p->q = q;
+    p->codes = codes;
+    p->ps = pos_stride;
+    p->cst = code_stride;
+    p->first = first_position;
+    p->rope = key_rope;
+    p->dt = out_dtype;
+    p->out = out;
+    p->es = fkvfq_dtype_size(out_dtype);
+    p->rb = row_bytes(q, out_dtype);
+    p->nc = fkvf_rvq_codes_per_position(q);
+    p->m = (size_t)sh->k_stages + sh->v_stages;
+    p->rd = key_rope ? key_rope->rope_dims : 0;
+    /* positions per chunk: Q_DCHUNK, fewer when their angles would take
+     * more than Q_CS_BYTES, and no more than the call has */
+    size_t chunk = p->rd ? Q_CS_BYTES / ((size_t)p->rd * sizeof(double)) : Q_DCHUNK;
+    chunk = chunk < 1 ? 1 : chunk > Q_DCHUNK ? Q_DCHUNK : chunk;
+    p->chunk = chunk > n_rows ? n_rows : chunk;
+    p->fast = fast;
+    p->avx = fast && fkvf_cpu_avx();
+    /* a handle of borrowed f16 tables has no binary32 rows: the f16 group
+     * kernel decodes every chunk, whatever its size */
+    p->b16 = q->rows16 != NULL;
+    if (p->b16 && !(fast && fkvfq_decode16_available()))
+        return FKVF_E_UNSUPPORTED;
+    dec_plan_fast(p);
+    return FKVF_OK;
+}
+
+static void dec_free(const fkvf_allocator *a, dec_scratch *w)
+{
+    fkvf_free(a, w->pm);
+    fkvf_free(a, w->acc);
+    fkvf_free(a, w->freqs);
+    fkvf_free(a, w->cs);
+    fkvf_free(a, w->t16);
+}
+
+/* The scratch of plan p; FKVF_E_NOMEM (w then holds what was allocated). */
+static int dec_alloc(const dec_plan *p, dec_scratch *w)
+{
+    const fkvf_allocator *a = &p->q->alloc;
+    const fkvf_codebook_shape *sh = &p->q->shape;
+    const uint32_t dmax = sh->key_dim > sh->value_dim ? sh->key_dim : sh->value_dim;
+    memset(w, 0, sizeof *w);
+    int ok = (w->acc = fkvf_calloc(a, dmax, sizeof(float))) != NULL;
+    if (ok && p->rd)
+        ok = (w->freqs = fkvf_calloc(a, p->rd / 2, sizeof(double))) &&
+             (w->cs = fkvf_calloc(a, p->chunk * p->rd, sizeof(double)));
+    if (ok && p->set16)
+        ok = (w->t16 = fkvf_malloc(a, p->set16 * sizeof(uint16_t))) != NULL;
+    if (ok && p->pm_n)
+        ok = (w->pm = fkvf_malloc(a, p->pm_n * sizeof(uint16_t))) != NULL;
+    return ok ? FKVF_OK : FKVF_E_NOMEM;
+}
+
 #ifdef Q_DEC_FAST
-        if (use16 && (b16 || nb >= Q_STREAM_MIN)) {
-            for (uint32_t l = 0; l < sh->n_layers; l++)
-                for (uint32_t h0 = 0; h0 < q->n_kv_heads; h0 += (uint32_t)G) {
-                    q_group g;
-                    /* the heads' tables follow each other in q->rows (q->rows16) */
-                    size_t tab0 = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h0);
-                    g.q = q;
-                    g.t16 = b16 ? q->rows16 + fkvf_cbk1_table_off(sh, tab0, 0, 0) : t16;
-                    g.tab_stride = sh->pooled ? 0 : q->per_tab;
-                    g.l = l;
-                    g.h0 = h0;
-                    g.G = q->n_kv_heads - h0 < G ? q->n_kv_heads - h0 : (uint32_t)G;
-                    g.codes = codes + i0 * pos_stride;
-                    g.ps = pos_stride;
-                    g.cst = code_stride;
-                    g.nb = nb;
-                    g.out = o + i0 * rb;
-                    g.rb = rb;
-                    g.rope = key_rope;
-                    g.rope_kind = rope;
-                    g.cs = cs;
-                    g.acc = acc;
-                    g.pm = pm;
-                    g.v16[0] = v16k;
-                    g.v16[1] = v16v;
-                    if (!b16)
-                        fast_narrow(q->rows + tab0 * q->per_tab, t16,
-                                    (sh->pooled ? 1 : g.G) * q->per_tab);
-                    fast_group(&g, out_dtype, nt);
-                }
+/* The nb positions i0.. by the f16 group kernel: per layer, G heads at a
+ * time (their tables narrowed to f16 scratch, or read in place). */
+static void dec_chunk_group16(const dec_plan *p, const dec_scratch *w, size_t i0, size_t nb)
+{
+    const fkvf_rvq *q = p->q;
+    const fkvf_codebook_shape *sh = &q->shape;
+    for (uint32_t l = 0; l < sh->n_layers; l++)
+        for (uint32_t h0 = 0; h0 < q->n_kv_heads; h0 += (uint32_t)p->G) {
+            q_group g;
+            /* the heads' tables follow each other in q->rows (q->rows16) */
+            size_t tab0 = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h0);
+            g.q = q;
+            g.t16 = p->b16 ? q->rows16 + fkvf_cbk1_table_off(sh, tab0, 0, 0) : w->t16;
+            g.tab_stride = sh->pooled ? 0 : q->per_tab;
+            g.l = l;
+            g.h0 = h0;
+            g.G = q->n_kv_heads - h0 < p->G ? q->n_kv_heads - h0 : (uint32_t)p->G;
+            g.codes = p->codes + i0 * p->ps;
+            g.ps = p->ps;
+            g.cst = p->cst;
+            g.nb = nb;
+            g.out = p->out + i0 * p->rb;
+            g.rb = p->rb;
+            g.rope = p->rope;
+            g.rope_kind = p->rope_kind;
+            g.cs = w->cs;
+            g.acc = w->acc;
+            g.pm = w->pm;
+            g.v16[0] = p->v16[0];
+            g.v16[1] = p->v16[1];
+            if (!p->b16)
+                fast_narrow(q->rows + tab0 * q->per_tab, w->t16,
+                            (sh->pooled ? 1 : g.G) * q->per_tab);
+            fast_group(&g, p->dt, p->nt);
+        }
+}
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define Q_PREFETCH_OK 1
+#endif
+
+/* A short chunk (a few rows): the in-set prefetch never runs; the rows of
+ * the table set Q_SET_AHEAD sets after (l, h, kv) instead, all its
+ * positions, so that their misses overlap this set's work. */
+static void dec_prefetch_set_ahead(const dec_plan *p, size_t i0, size_t nb, uint32_t l,
+                                   uint32_t h, unsigned kv)
+{
+#ifdef Q_PREFETCH_OK
+    const fkvf_rvq *q = p->q;
+    const fkvf_codebook_shape *sh = &q->shape;
+    size_t t = ((size_t)l * q->n_kv_heads + h) * 2 + kv + Q_SET_AHEAD;
+    size_t nl = t / (2 * (size_t)q->n_kv_heads);
+    if (nl >= sh->n_layers)
+        return;
+    uint32_t nh = (uint32_t)(t / 2 % q->n_kv_heads);
+    unsigned nkv = (unsigned)(t % 2);
+    size_t ntab = nl * sh->n_heads + (sh->pooled ? 0 : nh);
+    unsigned nns = nkv == 0 ? sh->k_stages : sh->v_stages;
+    uint32_t ndim = nkv == 0 ? sh->key_dim : sh->value_dim;
+    size_t ncj = (nl * q->n_kv_heads + nh) * p->m + (nkv ? sh->k_stages : 0);
+    for (unsigned s = 0; s < nns; s++) {
+        const float *nt0 = q->rows + fkvfq_table_off(q, ntab, nkv, s);
+        for (size_t i = 0; i < nb; i++) {
+            const char *r =
+                (const char *)(nt0 + (size_t)p->codes[(i0 + i) * p->ps + (ncj + s) * p->cst] *
+                                         ndim);
+            for (size_t b = 0; b < ndim * sizeof(float); b += 64)
+                __builtin_prefetch(r + b);
+        }
+    }
+#else
+    (void)p, (void)i0, (void)nb, (void)l, (void)h, (void)kv;
+#endif
+}
+
+/* The rows of the position Q_PREFETCH ahead of i (a table set's random rows
+ * that may not be in cache yet), and its output bytes: rows lie a whole
+ * cache row apart, beyond the hardware prefetchers. */
+static inline void dec_prefetch_position(const dec_plan *p, const float *const *tb, unsigned ns,
+                                         uint32_t dim, size_t cj, size_t ooff, size_t at)
+{
+#ifdef Q_PREFETCH_OK
+    size_t cn = at * p->ps + cj * p->cst;
+    for (unsigned s = 0; s < ns; s++) {
+        const char *r = (const char *)(tb[s] + (size_t)p->codes[cn + s * p->cst] * dim);
+        for (size_t b = 0; b < dim * sizeof(float); b += 64)
+            __builtin_prefetch(r + b);
+    }
+    const char *od = (const char *)(p->out + at * p->rb + ooff);
+    for (size_t b = 0; b < dim * p->es; b += 64)
+        __builtin_prefetch(od + b, 1);
+#else
+    (void)p, (void)tb, (void)ns, (void)dim, (void)cj, (void)ooff, (void)at;
+#endif
+}
+
+/* The next step of streaming bytes [*done, n) of the next table set into
+ * cache: at most step bytes. */
+static inline void dec_prefetch_stream(const char *nx, size_t n, size_t step, size_t *done)
+{
+#ifdef Q_PREFETCH_OK
+    for (size_t b = 0; b < step && *done < n; b += 64, *done += 64)
+        __builtin_prefetch(nx + *done);
+#else
+    (void)nx, (void)n, (void)step, (void)done;
+#endif
+}
+
+/* One vector: the sum of its rows, keys rotated, stored in the output dtype
+ * (the AVX2 + F16C kernel, or the portable steps). */
+static inline void dec_vector(const dec_plan *p, const dec_scratch *w, const float *const *rowp,
+                              unsigned ns, uint32_t dim, unsigned kv, size_t i, uint8_t *dst)
+{
+#ifdef Q_DEC_FAST
+    if (p->kern) {
+        fast_vector32(p->dt, rowp, ns, dim, p->rope, kv == 0 ? p->rope_kind : 0,
+                      w->cs ? w->cs + i * p->rd : NULL, w->acc, dst);
+        return;
+    }
+#endif
+    fkvf_stage_sum(w->acc, rowp, ns, dim, p->avx);
+    if (kv == 0 && p->rd)
+        fkvf_rope_rotate_f32(p->rope, w->cs + i * p->rd, 0, w->acc, p->avx);
+    if (p->fast)
+        fkvfq_store(p->dt, w->acc, dst, dim);
+    else
+        fkvfq_store_portable(p->dt, w->acc, dst, dim);
+}
+
+/* Table set (l, h, kv) for the nb positions i0.. from the binary32 rows,
+ * streaming the next table set into cache meanwhile. */
+static void dec_set(const dec_plan *p, const dec_scratch *w, size_t i0, size_t nb, uint32_t l,
+                    uint32_t h, unsigned kv)
+{
+    const fkvf_rvq *q = p->q;
+    const fkvf_codebook_shape *sh = &q->shape;
+    const size_t tab = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h);
+    const unsigned ns = kv == 0 ? sh->k_stages : sh->v_stages;
+    const uint32_t dim = kv == 0 ? sh->key_dim : sh->value_dim;
+    const size_t cj = ((size_t)l * q->n_kv_heads + h) * p->m + (kv ? sh->k_stages : 0);
+    const size_t ooff = vec_off(q, l, h, kv) * p->es;
+    const float *tb[16], *rowp[16];
+    for (unsigned s = 0; s < ns; s++)
+        tb[s] = q->rows + fkvfq_table_off(q, tab, kv, s);
+    /* Stream the next table set (they follow each other in memory in this
+     * loop order) into cache while this one is used: sequential reads
+     * instead of random misses. */
+    const char *nx = NULL;
+    size_t nx_bytes = 0;
+    if (nb >= Q_STREAM_MIN && ns) {
+        size_t here = fkvfq_table_off(q, tab, kv, 0) + (size_t)ns * sh->k * dim;
+        unsigned nns = kv == 0 ? sh->v_stages : sh->k_stages;
+        uint32_t ndim = kv == 0 ? sh->value_dim : sh->key_dim;
+        if (here < q->n_floats) {
+            nx = (const char *)(q->rows + here);
+            nx_bytes = (size_t)nns * sh->k * ndim * sizeof(float);
+            if (nx_bytes > (q->n_floats - here) * sizeof(float))
+                nx_bytes = (q->n_floats - here) * sizeof(float);
+        }
+    }
+    if (nb < Q_SHORT)
+        dec_prefetch_set_ahead(p, i0, nb, l, h, kv);
+    size_t nx_step = nx ? (nx_bytes / nb + 63) & ~(size_t)63 : 0, nx_done = 0;
+    for (size_t i = 0; i < nb; i++) {
+        dec_prefetch_stream(nx, nx_bytes, nx_step, &nx_done);
+        const uint16_t *ci = p->codes + (i0 + i) * p->ps + cj * p->cst;
+        for (unsigned s = 0; s < ns; s++)
+            rowp[s] = tb[s] + (size_t)ci[s * p->cst] * dim;
+        if (i + Q_PREFETCH < nb)
+            dec_prefetch_position(p, tb, ns, dim, cj, ooff, i0 + i + Q_PREFETCH);
+        dec_vector(p, w, rowp, ns, dim, kv, i, p->out + (i0 + i) * p->rb + ooff);
+    }
+}
+
+/* Decode n_rows positions whose arguments and codes rvq_decode checked:
+ * each layer by its own handle, or chunk by chunk with the plan's kernels. */
+static int decode_rows(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
+                       size_t code_stride, size_t n_rows, uint64_t first_position,
+                       const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out, int fast)
+{
+    const fkvf_codebook_shape *sh = &q->shape;
+    if (q->lay) { /* each layer by its handle */
+        int rc = FKVF_OK;
+        for (uint32_t l = 0; l < sh->n_layers && !rc; l++)
+            rc = decode_rows(q->lay[l], codes + q->lcode[l] * code_stride, pos_stride,
+                             code_stride, n_rows, first_position, key_rope, out_dtype, out, fast);
+        return rc;
+    }
+    dec_plan p;
+    dec_scratch w;
+    int rc = dec_plan_make(&p, q, codes, pos_stride, code_stride, n_rows, first_position,
+                           key_rope, out_dtype, out, fast);
+    if (rc)
+        return rc;
+    if ((rc = dec_alloc(&p, &w))) {
+        dec_free(&q->alloc, &w);
+        return rc;
+    }
+    if (p.rd)
+        fkvf_rope_freqs(key_rope, w.freqs);
+    for (size_t i0 = 0; i0 < n_rows; i0 += p.chunk) {
+        size_t nb = n_rows - i0 < p.chunk ? n_rows - i0 : p.chunk;
+        for (size_t i = 0; p.rd && i < nb; i++)
+            fkvf_rope_angles(key_rope, w.freqs, first_position + i0 + i, w.cs + i * p.rd);
+#ifdef Q_DEC_FAST
+        if (p.use16 && (p.b16 || nb >= Q_STREAM_MIN)) {
+            dec_chunk_group16(&p, &w, i0, nb);
             continue;
         }
 #endif
         for (uint32_t l = 0; l < sh->n_layers; l++)
             for (uint32_t h = 0; h < q->n_kv_heads; h++)
-                for (unsigned kv = 0; kv < 2; kv++) {
-                    size_t tab = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h);
-                    unsigned ns = kv == 0 ? sh->k_stages : sh->v_stages;
-                    uint32_t dim = kv == 0 ? sh->key_dim : sh->value_dim;
-                    size_t cj = ((size_t)l * q->n_kv_heads + h) * m + (kv ? sh->k_stages : 0);
-                    size_t ooff = vec_off(q, l, h, kv) * es;
-                    const float *tb[16], *rowp[16];
-                    for (unsigned s = 0; s < ns; s++)
-                        tb[s] = q->rows + fkvfq_table_off(q, tab, kv, s);
-                    /* Stream the next table set (they follow each other in
-                     * memory in this loop order) into cache while this one
-                     * is used: sequential reads instead of random misses. */
-                    const char *nx = NULL;
-                    size_t nx_bytes = 0;
-                    if (nb >= Q_STREAM_MIN && ns) {
-                        size_t here = fkvfq_table_off(q, tab, kv, 0) +
-                                      (size_t)ns * sh->k * dim;
-                        unsigned nns = kv == 0 ? sh->v_stages : sh->k_stages;
-                        uint32_t ndim = kv == 0 ? sh->value_dim : sh->key_dim;
-                        if (here < q->n_floats) {
-                            nx = (const char *)(q->rows + here);
-                            nx_bytes = (size_t)nns * sh->k * ndim * sizeof(float);
-                            if (nx_bytes > (q->n_floats - here) * sizeof(float))
-                                nx_bytes = (q->n_floats - here) * sizeof(float);
-                        }
-                    }
-#if defined(__GNUC__) || defined(__clang__)
-                    /* A short chunk (a few rows): the in-set prefetch below
-                     * never runs; the rows of the table set Q_SET_AHEAD sets
-                     * further on instead, all its positions, so that their
-                     * misses overlap this set's work. */
-                    if (nb < Q_SHORT) {
-                        size_t t = ((size_t)l * q->n_kv_heads + h) * 2 + kv + Q_SET_AHEAD;
-                        size_t nl = t / (2 * (size_t)q->n_kv_heads);
-                        if (nl < sh->n_layers) {
-                            uint32_t nh = (uint32_t)(t / 2 % q->n_kv_heads);
-                            unsigned nkv = (unsigned)(t % 2);
-                            size_t ntab = nl * sh->n_heads + (sh->pooled ? 0 : nh);
-                            unsigned nns = nkv == 0 ? sh->k_stages : sh->v_stages;
-                            uint32_t ndim = nkv == 0 ? sh->key_dim : sh->value_dim;
-                            size_t ncj = (nl * q->n_kv_heads + nh) * m + (nkv ? sh->k_stages : 0);
-                            for (unsigned s = 0; s < nns; s++) {
-                                const float *nt0 = q->rows + fkvfq_table_off(q, ntab, nkv, s);
-                                for (size_t i = 0; i < nb; i++) {
-                                    const char *r =
-                                        (const char *)(nt0 +
-                                                       (size_t)codes[(i0 + i) * pos_stride +
-                                                                     (ncj + s) * code_stride] *
-                                                           ndim);
-                                    for (size_t b = 0; b < ndim * sizeof(float); b += 64)
-                                        __builtin_prefetch(r + b);
-                                }
-                            }
-                        }
-                    }
-#endif
-                    size_t nx_step = nx ? (nx_bytes / nb + 63) & ~(size_t)63 : 0, nx_done = 0;
-                    for (size_t i = 0; i < nb; i++) {
-#if defined(__GNUC__) || defined(__clang__)
-                        for (size_t b = 0; b < nx_step && nx_done < nx_bytes; b += 64, nx_done += 64)
-                            __builtin_prefetch(nx + nx_done);
-#endif
-                        for (unsigned s = 0; s < ns; s++)
-                            rowp[s] = tb[s] + (size_t)codes[(i0 + i) * pos_stride +
-                                                            (cj + s) * code_stride] *
-                                                  dim;
-#if defined(__GNUC__) || defined(__clang__)
-                        /* the rows a few positions ahead: random rows of a
-                         * table set that may not be in cache yet */
-                        if (i + Q_PREFETCH < nb) {
-                            size_t cn = (i0 + i + Q_PREFETCH) * pos_stride + cj * code_stride;
-                            for (unsigned s = 0; s < ns; s++) {
-                                const char *r = (const char *)(tb[s] +
-                                                               (size_t)codes[cn + s * code_stride] *
-                                                                   dim);
-                                for (size_t b = 0; b < dim * sizeof(float); b += 64)
-                                    __builtin_prefetch(r + b);
-                            }
-                            /* and the output bytes there: rows lie a whole
-                             * cache row apart, beyond the hardware prefetchers */
-                            const char *od =
-                                (const char *)(o + (i0 + i + Q_PREFETCH) * rb + ooff);
-                            for (size_t b = 0; b < dim * es; b += 64)
-                                __builtin_prefetch(od + b, 1);
-                        }
-#endif
-                        uint8_t *dst = o + (i0 + i) * rb + ooff;
-#ifdef Q_DEC_FAST
-                        if (kern) {
-                            fast_vector32(out_dtype, rowp, ns, dim, key_rope, kv == 0 ? rope : 0,
-                                          cs ? cs + i * rd : NULL, acc, dst);
-                            continue;
-                        }
-#endif
-                        fkvf_stage_sum(acc, rowp, ns, dim, avx);
-                        if (kv == 0 && rd)
-                            fkvf_rope_rotate_f32(key_rope, cs + i * rd, 0, acc, avx);
-                        if (fast)
-                            fkvfq_store(out_dtype, acc, dst, dim);
-                        else
-                            fkvfq_store_portable(out_dtype, acc, dst, dim);
-                    }
-                }
+                for (unsigned kv = 0; kv < 2; kv++)
+                    dec_set(&p, &w, i0, nb, l, h, kv);
     }
-    fkvf_free(a, acc);
-    fkvf_free(a, freqs);
-    fkvf_free(a, cs);
-    fkvf_free(a, t16);
-    fkvf_free(a, pm);
+    dec_free(&q->alloc, &w);
     return FKVF_OK;
 }
 
