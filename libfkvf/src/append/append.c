@@ -392,51 +392,86 @@ static uint64_t fixed_at_open(const fkvf_appender *a, fkvf_reader *r, const fkvf
     return f + meta + 64 * (uint64_t)(kept + 8);
 }
 
-/* Everything the appender needs from the served commit, through a reader. */
-static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_t **vtxs,
-                      size_t *n_vtxs, fkvf_codebook_shape *cb)
+/* The archive's summary into *ai: an archive (not a codebook file), without
+ * a torn tail unless the recover option is set. */
+static int load_info(fkvf_appender *a, fkvf_reader *r, fkvf_archive_info *ai)
 {
     int rc;
-    fkvf_archive_info ai;
-    if ((rc = fkvf_reader_info(r, &ai)))
+    if ((rc = fkvf_reader_info(r, ai)))
         return fail_reader(a, rc, r, "");
-    if (!ai.has_desc)
+    if (!ai->has_desc)
         return FAIL(FKVF_E_INVALID_ARG, "13.4", "a codebook file, not an archive");
-    if (ai.torn_bytes && !a->opts.recover)
+    if (ai->torn_bytes && !a->opts.recover)
         return FAIL(FKVF_E_TORN, "7.7",
                     "%llu bytes after the last complete commit (a torn append): recover the "
                     "file first (fkvf recover, or the recover option)",
-                    (unsigned long long)ai.torn_bytes);
-    a->recovered = ai.torn_bytes;
-    fkvf_desc d;
-    if ((rc = fkvf_reader_desc(r, &d)))
+                    (unsigned long long)ai->torn_bytes);
+    a->recovered = ai->torn_bytes;
+    return FKVF_OK;
+}
+
+/* The descriptor into *d and a->desc (with the appender's own copies of its
+ * strings), and the size of a row of its dtype. */
+static int load_desc(fkvf_appender *a, fkvf_reader *r, fkvf_desc *d)
+{
+    int rc;
+    if ((rc = fkvf_reader_desc(r, d)))
         return fail_reader(a, rc, r, "");
-    size_t ml = d.model_id ? strlen(d.model_id) : 0, tl = d.tokenizer_id ? strlen(d.tokenizer_id) : 0;
-    if (!(a->model_id = fkvf_strndup(a->alloc, d.model_id ? d.model_id : "", ml)) ||
-        !(a->tokenizer_id = fkvf_strndup(a->alloc, d.tokenizer_id ? d.tokenizer_id : "", tl)))
+    size_t ml = d->model_id ? strlen(d->model_id) : 0;
+    size_t tl = d->tokenizer_id ? strlen(d->tokenizer_id) : 0;
+    if (!(a->model_id = fkvf_strndup(a->alloc, d->model_id ? d->model_id : "", ml)) ||
+        !(a->tokenizer_id = fkvf_strndup(a->alloc, d->tokenizer_id ? d->tokenizer_id : "", tl)))
         return FAIL(FKVF_E_NOMEM, NULL, "no memory for the descriptor");
-    a->desc = d;
+    a->desc = *d;
     a->desc.model_id = a->model_id;
     a->desc.tokenizer_id = a->tokenizer_id;
-    if ((rc = fkvf_reader_row_bytes(r, d.dtype, &a->row_bytes)))
+    if ((rc = fkvf_reader_row_bytes(r, d->dtype, &a->row_bytes)))
         return fail_reader(a, rc, r, "");
-    a->S = d.n_sinks;
-    a->W = d.window;
-    a->n = ai.n_positions;
-    a->A = ai.n_archived;
-    a->seq = ai.n_commits;
+    return FKVF_OK;
+}
 
-    /* codebook (spec 13): embedded, or external and given */
-    int ext = 0;
+/* The quantizer a->q of the codebook cb (contents of csize bytes), under
+ * the codebook's encoder metric if it has one (spec 13.2, 13.8): one that
+ * fails its checks stops the append. */
+static int load_quantizer(fkvf_appender *a, fkvf_reader *r, const fkvf_codebook_shape *cb,
+                          uint32_t n_kv_heads, const void *contents, size_t csize)
+{
+    size_t to = (size_t)fkvf_codebook_tables_offset(cb);
+    int rc = fkvf_rvq_from_tables(&a->q, cb, n_kv_heads, (const uint8_t *)contents + to,
+                                  csize - to, a->alloc);
+    if (rc)
+        return FAIL(rc, "13.2", "the archive's codebook cannot be loaded (%s)",
+                    fkvf_strerror(rc));
+    fkvf_rvq_metric mm;
+    rc = fkvf_reader_metric(r, &mm);
+    if (rc != FKVF_OK && rc != FKVF_E_NOT_FOUND)
+        return fail_reader(a, rc, r, "the codebook's encoder metric: ");
+    if (rc == FKVF_OK && (rc = fkvf_rvq_set_metric(a->q, &mm)))
+        return FAIL(rc, "13.8", "the codebook's encoder metric cannot be used (%s)",
+                    fkvf_strerror(rc));
+    a->cpp = fkvf_rvq_codes_per_position(a->q);
+    return FKVF_OK;
+}
+
+/* The codebook (spec 13): embedded, or external and given (attached to r);
+ * its shape into *cb, the quantizer (not for sections only) and
+ * st->cb_kind / st->cb. *ext: the archive refers to an external codebook.
+ * An archive without one leaves a->q NULL: every position stays exact. */
+static int load_codebook(fkvf_appender *a, fkvf_reader *r, uint32_t n_kv_heads, fkvf_resume *st,
+                         fkvf_codebook_shape *cb, int *ext)
+{
+    int rc;
     uint8_t hash[16];
     const char *name;
-    if ((rc = fkvf_reader_codebook_ref(r, &ext, hash, &name)))
+    if ((rc = fkvf_reader_codebook_ref(r, ext, hash, &name)))
         return fail_reader(a, rc, r, "");
-    if (ext && a->sections_only) {
+    if (*ext && a->sections_only) {
         /* no index segment will be written: the shape is not needed */
         st->cb_kind = 2;
         st->cb = cb;
-    } else if (ext) {
+        return FKVF_OK;
+    }
+    if (*ext) {
         if (!a->opts.codebook_file)
             return FAIL(FKVF_E_CODEBOOK, "13.5",
                         "the archive refers to an external codebook (\"%s\"): give it as the "
@@ -447,9 +482,12 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
     }
     const void *contents;
     size_t csize;
-    rc = ext && a->sections_only ? FKVF_E_NOT_FOUND
-                                 : fkvf_reader_codebook(r, cb, &contents, &csize, NULL);
-    if (rc == FKVF_OK && cb->layer_stages) {
+    rc = fkvf_reader_codebook(r, cb, &contents, &csize, NULL);
+    if (rc == FKVF_E_NOT_FOUND)
+        return FKVF_OK;
+    if (rc)
+        return fail_reader(a, rc, r, "");
+    if (cb->layer_stages) {
         /* the appender's own copy: the reader is freed before the writer resumes */
         size_t tn = 2 * (size_t)cb->n_layers;
         if (!(a->cb_layers = fkvf_malloc(a->alloc, tn)))
@@ -457,41 +495,19 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
         memcpy(a->cb_layers, cb->layer_stages, tn);
         cb->layer_stages = a->cb_layers;
     }
-    if (rc == FKVF_OK && a->sections_only) {
-        st->cb_kind = 1;
-        st->cb = cb;
-    } else if (rc == FKVF_OK) {
-        size_t to = (size_t)fkvf_codebook_tables_offset(cb);
-        rc = fkvf_rvq_from_tables(&a->q, cb, d.n_kv_heads, (const uint8_t *)contents + to,
-                                  csize - to, a->alloc);
-        if (rc)
-            return FAIL(rc, "13.2", "the archive's codebook cannot be loaded (%s)",
-                        fkvf_strerror(rc));
-        /* new positions are encoded under the codebook's metric, if it has
-         * one (spec 13.8); one that fails its checks stops the append */
-        fkvf_rvq_metric mm;
-        rc = fkvf_reader_metric(r, &mm);
-        if (rc != FKVF_OK && rc != FKVF_E_NOT_FOUND)
-            return fail_reader(a, rc, r, "the codebook's encoder metric: ");
-        if (rc == FKVF_OK && (rc = fkvf_rvq_set_metric(a->q, &mm)))
-            return FAIL(rc, "13.8", "the codebook's encoder metric cannot be used (%s)",
-                        fkvf_strerror(rc));
-        rc = FKVF_OK;
-        a->cpp = fkvf_rvq_codes_per_position(a->q);
-        st->cb_kind = ext ? 2 : 1;
-        st->cb = cb;
-    } else if (rc != FKVF_E_NOT_FOUND) {
-        return fail_reader(a, rc, r, "");
-    }
-    if (d.key_transform == 1 && d.key_storage == 1) {
-        a->pre_rope = 1;
-        a->rope.layout = d.rope_layout;
-        a->rope.rope_dims = d.rope_dims;
-        a->rope.theta = d.rope_theta;
-    }
-
-    if ((rc = file_state(a, r, &ai, st, vtxs, n_vtxs)))
+    if (!a->sections_only && (rc = load_quantizer(a, r, cb, n_kv_heads, contents, csize)))
         return rc;
+    st->cb_kind = *ext ? 2 : 1;
+    st->cb = cb;
+    return FKVF_OK;
+}
+
+/* The codecs the appender continues the streams with: the file's, or for
+ * index streams not in it yet quad at the codebook's width; their
+ * alignment units. */
+static void set_stream_codecs(fkvf_appender *a, const fkvf_resume *st,
+                              const fkvf_codebook_shape *cb)
+{
     if (st->index_present) {
         a->ispec = st->index_spec;
     } else if (a->q) {
@@ -505,7 +521,37 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
         a->tspec = st->token_spec;
         a->tu = fkvf_stream_spec_align(&a->tspec);
     }
+}
 
+/* Everything the appender needs from the served commit, through a reader. */
+static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_t **vtxs,
+                      size_t *n_vtxs, fkvf_codebook_shape *cb)
+{
+    int rc;
+    fkvf_archive_info ai;
+    if ((rc = load_info(a, r, &ai)))
+        return rc;
+    fkvf_desc d;
+    if ((rc = load_desc(a, r, &d)))
+        return rc;
+    a->S = d.n_sinks;
+    a->W = d.window;
+    a->n = ai.n_positions;
+    a->A = ai.n_archived;
+    a->seq = ai.n_commits;
+    int ext = 0;
+    if ((rc = load_codebook(a, r, d.n_kv_heads, st, cb, &ext)))
+        return rc;
+    if (d.key_transform == 1 && d.key_storage == 1) {
+        a->pre_rope = 1;
+        a->rope.layout = d.rope_layout;
+        a->rope.rope_dims = d.rope_dims;
+        a->rope.theta = d.rope_theta;
+    }
+
+    if ((rc = file_state(a, r, &ai, st, vtxs, n_vtxs)))
+        return rc;
+    set_stream_codecs(a, st, cb);
     if (!a->sections_only && (rc = load_window(a, r, cb)))
         return rc;
     if (a->q)
@@ -867,6 +913,129 @@ static int open_impl(fkvf_appender **out, const char *path, const fkvf_append_op
     return FKVF_OK;
 }
 
+/* What fkvf_appender_create writes as commit 1 of a new archive. */
+typedef struct create_plan {
+    fkvf_writer_options wo;
+    fkvf_codebook_shape shape; /* of the codebook, embedded or referred to */
+    uint8_t hash[16];          /* of the codebook referred to */
+    fkvf_rvq_metric metric;    /* of the embedded codebook, if it has one */
+    int has_cb;
+    fkvf_stream_spec is; /* the index streams' codec */
+} create_plan;
+
+/* Neither a file nor anything else at path (never replaced). */
+static int check_path_free(const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb) == 0)
+        return FKVF_E_EXISTS; /* never replace a file */
+    if (errno != ENOENT)
+        return FKVF_E_IO; /* cannot tell whether it exists */
+    return FKVF_OK;
+}
+
+/* The codebook's shape and metric (embedded) or shape and hash (referred
+ * to), and the features they need. */
+static int plan_codebook(const fkvf_append_create *c, create_plan *pl)
+{
+    memset(&pl->shape, 0, sizeof pl->shape);
+    pl->metric = (fkvf_rvq_metric){NULL, NULL};
+    if (c->codebook) {
+        uint32_t heads;
+        fkvf_rvq_shape(c->codebook, &pl->shape, &heads);
+        if (fkvf_rvq_get_metric(c->codebook, &pl->metric)) /* kept with it (spec 13.8) */
+            pl->wo.optional_features |= FKVF_OPTFEAT_ENCODER_METRIC;
+    } else if (c->codebook_ref) {
+        const void *ref_contents = NULL;
+        size_t ref_size = 0;
+        int rc = fkvf_reader_codebook(c->codebook_ref, &pl->shape, &ref_contents, &ref_size,
+                                      pl->hash);
+        if (rc)
+            return rc;
+        pl->wo.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
+    }
+    if (pl->shape.layer_stages) /* stage counts per layer (spec 3.4) */
+        pl->wo.required_features |= FKVF_FEAT_LAYER_STAGES;
+    return FKVF_OK;
+}
+
+/* The writer's options, the codebook and the codecs: the index codec quad
+ * at the codebook's width unless given; the features the codecs need. */
+static int plan_create(const fkvf_append_create *c, const fkvf_append_options *opts,
+                       create_plan *pl)
+{
+    fkvf_writer_options_init(&pl->wo);
+    pl->wo.no_replace = 1; /* nor one that appears while commit 1 is written */
+    pl->wo.sync = opts ? opts->sync : FKVF_SYNC_COMMIT;
+    if (opts)
+        pl->wo.block_size = opts->block_size;
+    int rc = plan_codebook(c, pl);
+    if (rc)
+        return rc;
+    pl->has_cb = c->codebook || c->codebook_ref;
+    pl->is = c->index_codec;
+    if (pl->has_cb && pl->is.profile == 0) {
+        memset(&pl->is, 0, sizeof pl->is);
+        pl->is.profile = FKVF_PROFILE_QUAD;
+        pl->is.symbol_bits = fkvf_quad_bits_for((uint64_t)pl->shape.k - 1);
+    }
+    if ((pl->has_cb && pl->is.profile == FKVF_PROFILE_NGON) ||
+        c->token_codec.profile == FKVF_PROFILE_NGON)
+        pl->wo.required_features |= FKVF_FEAT_NGON;
+    if (c->token_codec.profile)
+        pl->wo.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
+    return FKVF_OK;
+}
+
+/* The embedded codebook's tables and its metric, or the reference to the
+ * codebook file, written to w. */
+static int write_codebook(fkvf_writer *w, const fkvf_append_create *c, const create_plan *pl,
+                          const fkvf_allocator *alloc)
+{
+    if (!c->codebook)
+        return c->codebook_ref
+                   ? fkvf_writer_add_codebook_ref(w, &pl->shape, pl->hash, c->codebook_name)
+                   : FKVF_OK;
+    size_t tsz = fkvf_rvq_tables_size(c->codebook);
+    void *tables = fkvf_malloc(fkvf_alloc_or_default(alloc), tsz ? tsz : 1);
+    if (!tables)
+        return FKVF_E_NOMEM;
+    int rc = fkvf_rvq_tables(c->codebook, tables, tsz);
+    if (rc == FKVF_OK)
+        rc = fkvf_writer_add_codebooks(w, &pl->shape, tables, tsz, 0);
+    if (rc == FKVF_OK && (pl->metric.keys || pl->metric.values))
+        rc = fkvf_writer_add_metric(w, &pl->metric, 0);
+    fkvf_free(fkvf_alloc_or_default(alloc), tables);
+    return rc;
+}
+
+/* Commit 1 of the new archive at path: the descriptor, the codebook, empty
+ * stream groups, no positions. */
+static int write_first_commit(const char *path, const fkvf_append_create *c,
+                              const create_plan *pl, const fkvf_allocator *alloc)
+{
+    fkvf_writer *w = NULL;
+    int rc;
+    if ((rc = fkvf_writer_create_file(&w, path, &pl->wo, alloc)))
+        goto out;
+    if ((rc = fkvf_writer_set_desc(w, c->desc)))
+        goto out;
+    if ((rc = write_codebook(w, c, pl, alloc)))
+        goto out;
+    /* empty groups record the codecs for every later commit (spec 11.8) */
+    if (pl->has_cb && (rc = fkvf_writer_add_index_segment(w, &pl->is, 0, 0, NULL, 0, 0)))
+        goto out;
+    if (c->token_codec.profile &&
+        (rc = fkvf_writer_add_token_segment(w, &c->token_codec, 0, NULL, 0)))
+        goto out;
+    rc = fkvf_writer_set_positions(w, 0, 0);
+    if (rc == FKVF_OK)
+        rc = fkvf_writer_finish(w);
+out:
+    fkvf_writer_free(w);
+    return rc;
+}
+
 FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
                                   const fkvf_append_create *c, const fkvf_append_options *opts,
                                   const fkvf_allocator *alloc)
@@ -876,82 +1045,13 @@ FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
     *out = NULL;
     if (!path || !*path || !c || !c->desc || (c->codebook && c->codebook_ref))
         return FKVF_E_INVALID_ARG;
-    struct stat sb;
-    if (lstat(path, &sb) == 0)
-        return FKVF_E_EXISTS; /* never replace a file */
-    if (errno != ENOENT)
-        return FKVF_E_IO; /* cannot tell whether it exists */
-    fkvf_writer_options wo;
-    fkvf_writer_options_init(&wo);
-    wo.no_replace = 1; /* nor one that appears while commit 1 is written */
-    wo.sync = opts ? opts->sync : FKVF_SYNC_COMMIT;
-    if (opts)
-        wo.block_size = opts->block_size;
-    fkvf_codebook_shape shape;
-    memset(&shape, 0, sizeof shape);
-    const void *ref_contents = NULL;
-    size_t ref_size = 0;
-    uint8_t hash[16];
-    int rc;
-    fkvf_rvq_metric metric = {NULL, NULL};
-    if (c->codebook) {
-        uint32_t heads;
-        fkvf_rvq_shape(c->codebook, &shape, &heads);
-        if (fkvf_rvq_get_metric(c->codebook, &metric)) /* kept with it (spec 13.8) */
-            wo.optional_features |= FKVF_OPTFEAT_ENCODER_METRIC;
-    } else if (c->codebook_ref) {
-        if ((rc = fkvf_reader_codebook(c->codebook_ref, &shape, &ref_contents, &ref_size, hash)))
-            return rc;
-        wo.required_features |= FKVF_FEAT_EXTERNAL_CODEBOOK;
-    }
-    if (shape.layer_stages) /* stage counts per layer (spec 3.4) */
-        wo.required_features |= FKVF_FEAT_LAYER_STAGES;
-    int has_cb = c->codebook || c->codebook_ref;
-    fkvf_stream_spec is = c->index_codec;
-    if (has_cb && is.profile == 0) {
-        memset(&is, 0, sizeof is);
-        is.profile = FKVF_PROFILE_QUAD;
-        is.symbol_bits = fkvf_quad_bits_for((uint64_t)shape.k - 1);
-    }
-    if ((has_cb && is.profile == FKVF_PROFILE_NGON) || c->token_codec.profile == FKVF_PROFILE_NGON)
-        wo.required_features |= FKVF_FEAT_NGON;
-    if (c->token_codec.profile)
-        wo.optional_features |= FKVF_OPTFEAT_TOKEN_STREAM;
-    fkvf_writer *w = NULL;
-    if ((rc = fkvf_writer_create_file(&w, path, &wo, alloc)))
-        goto out;
-    if ((rc = fkvf_writer_set_desc(w, c->desc)))
-        goto out;
-    if (c->codebook) {
-        size_t tsz = fkvf_rvq_tables_size(c->codebook);
-        void *tables = fkvf_malloc(fkvf_alloc_or_default(alloc), tsz ? tsz : 1);
-        if (!tables) {
-            rc = FKVF_E_NOMEM;
-            goto out;
-        }
-        rc = fkvf_rvq_tables(c->codebook, tables, tsz);
-        if (rc == FKVF_OK)
-            rc = fkvf_writer_add_codebooks(w, &shape, tables, tsz, 0);
-        if (rc == FKVF_OK && (metric.keys || metric.values))
-            rc = fkvf_writer_add_metric(w, &metric, 0);
-        fkvf_free(fkvf_alloc_or_default(alloc), tables);
-        if (rc)
-            goto out;
-    } else if (c->codebook_ref) {
-        if ((rc = fkvf_writer_add_codebook_ref(w, &shape, hash, c->codebook_name)))
-            goto out;
-    }
-    /* empty groups record the codecs for every later commit (spec 11.8) */
-    if (has_cb && (rc = fkvf_writer_add_index_segment(w, &is, 0, 0, NULL, 0, 0)))
-        goto out;
-    if (c->token_codec.profile &&
-        (rc = fkvf_writer_add_token_segment(w, &c->token_codec, 0, NULL, 0)))
-        goto out;
-    if ((rc = fkvf_writer_set_positions(w, 0, 0)) || (rc = fkvf_writer_finish(w)))
-        goto out;
-out:
-    fkvf_writer_free(w);
+    int rc = check_path_free(path);
     if (rc)
+        return rc;
+    create_plan pl;
+    if ((rc = plan_create(c, opts, &pl)))
+        return rc;
+    if ((rc = write_first_commit(path, c, &pl, alloc)))
         return rc;
     fkvf_append_options o;
     fkvf_append_options_init(&o);

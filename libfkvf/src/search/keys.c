@@ -316,16 +316,11 @@ static int decode_key(fkvf_key_search *ks, uint32_t layer, uint32_t head, uint64
     return FKVF_OK;
 }
 
-FKVF_API int fkvf_search_keys(fkvf_key_search *ks, const fkvf_key_query *kq, fkvf_key_hit *out,
-                              size_t *n_out, fkvf_key_stats *stats)
+/* the arguments of a query: present, of the key dimension, a layer and head
+ * of the archive with key stages, finite, candidates within the limit */
+static int check_query(fkvf_key_search *ks, const fkvf_key_query *kq, const fkvf_key_hit *out,
+                       const size_t *n_out)
 {
-    int rc = FKVF_HANDLE_ENTER(ks, FKVF_HANDLE_KEY_SEARCH, "key search");
-    if (rc)
-        return rc;
-    if (n_out)
-        *n_out = 0;
-    if (stats)
-        memset(stats, 0, sizeof *stats);
     if (!kq || !n_out || (!out && kq->m > 0) || !kq->query)
         return FAIL(FKVF_E_INVALID_ARG, "NULL argument");
     const uint32_t D = ks->desc.key_dim;
@@ -344,20 +339,40 @@ FKVF_API int fkvf_search_keys(fkvf_key_search *ks, const fkvf_key_query *kq, fkv
     if (kq->candidates > FKVF_KEY_CANDIDATES_MAX)
         return FAIL(FKVF_E_INVALID_ARG, "candidates %u: at most %u", kq->candidates,
                     (unsigned)FKVF_KEY_CANDIDATES_MAX);
-    /* the archived positions searched: [lo, hi) */
+    return FKVF_OK;
+}
+
+/* what a query searches: the archived positions [lo, hi) in nch chunks of
+ * clen positions (the last one shorter) */
+typedef struct key_plan {
+    uint64_t lo, hi, clen, nch;
+    uint64_t need;  /* candidates wanted: m x the candidate factor, at most the range */
+    uint64_t n_ent; /* (chunk, symbol) scores: nch x k */
+} key_plan;
+
+/* the range [lo, hi) and the candidates wanted; 0 when there is nothing to
+ * search (m == 0 or an empty range) */
+static int plan_range(const fkvf_key_search *ks, const fkvf_key_query *kq, key_plan *pl)
+{
     const uint64_t S = ks->desc.n_sinks, A = ks->n_archived;
-    uint64_t lo = kq->first > S ? kq->first : S, hi = S + A;
-    if (kq->end && kq->end < hi)
-        hi = kq->end;
-    if (kq->m == 0 || lo >= hi)
-        return FKVF_OK;
-    const uint64_t range = hi - lo;
-    uint64_t need;
+    pl->lo = kq->first > S ? kq->first : S;
+    pl->hi = S + A;
+    if (kq->end && kq->end < pl->hi)
+        pl->hi = kq->end;
+    if (kq->m == 0 || pl->lo >= pl->hi)
+        return 0;
+    const uint64_t range = pl->hi - pl->lo;
     const unsigned cf = kq->candidates ? kq->candidates : FKVF_KEY_CANDIDATES;
-    if (!fkvf_mul64((uint64_t)kq->m, cf, &need) || need > range)
-        need = range;
-    /* the chunks: keys archived before rotation, kq->chunk positions each
-     * (the last one shorter); otherwise the whole range */
+    if (!fkvf_mul64((uint64_t)kq->m, cf, &pl->need) || pl->need > range)
+        pl->need = range;
+    return 1;
+}
+
+/* the chunks: keys archived before rotation, kq->chunk positions each;
+ * otherwise the whole range. FKVF_E_LIMIT when they make too many scores. */
+static int plan_chunks(fkvf_key_search *ks, const fkvf_key_query *kq, key_plan *pl)
+{
+    const uint64_t range = pl->hi - pl->lo;
     uint64_t clen = range;
     if (ks->pre_rope && kq->chunk < range) {
         clen = kq->chunk;
@@ -368,22 +383,28 @@ FKVF_API int fkvf_search_keys(fkvf_key_search *ks, const fkvf_key_query *kq, fkv
         }
     }
     const uint64_t nch = range / clen + (range % clen != 0);
-    uint64_t n_ent;
-    if (!fkvf_mul64(nch, ks->k, &n_ent) || n_ent > FKVF_KEY_SCORES_MAX)
+    pl->clen = clen;
+    pl->nch = nch;
+    if (!fkvf_mul64(nch, ks->k, &pl->n_ent) || pl->n_ent > FKVF_KEY_SCORES_MAX)
         return FAIL(FKVF_E_LIMIT, "chunks of %llu positions over %llu make %llu x %u centroid "
                     "scores; at most %u",
                     (unsigned long long)clen, (unsigned long long)range,
                     (unsigned long long)nch, ks->k, (unsigned)FKVF_KEY_SCORES_MAX);
-    if (fkvf_grow(ks->alloc, (void **)&ks->ent, &ks->ent_cap, (size_t)n_ent, sizeof *ks->ent))
-        return FAIL(FKVF_E_NOMEM, "out of memory");
-    /* 1. the stage-0 centroids scored with q (keys as cached) or, per chunk,
-     *    with the mean over the chunk of R(p)^T q (keys archived before
-     *    rotation) */
+    return FKVF_OK;
+}
+
+/* 1. the stage-0 centroids scored with q (keys as cached) or, per chunk,
+ *    with the mean over the chunk of R(p)^T q (keys archived before
+ *    rotation), into ks->ent; then made a max-heap */
+static int score_centroids(fkvf_key_search *ks, const fkvf_key_query *kq, const key_plan *pl)
+{
+    const uint32_t D = ks->desc.key_dim;
     const float *c0 = fkvf_rvq_centroids(ks->q, kq->layer, kq->head, 0, 0);
     if (!c0)
         return FAIL(FKVF_E_STATE, "the codebook's tables are not available");
-    for (uint64_t c = 0; c < nch; c++) {
-        const uint64_t a = lo + c * clen, len = hi - a < clen ? hi - a : clen;
+    for (uint64_t c = 0; c < pl->nch; c++) {
+        const uint64_t a = pl->lo + c * pl->clen;
+        const uint64_t len = pl->hi - a < pl->clen ? pl->hi - a : pl->clen;
         for (uint32_t d = 0; d < D; d++)
             ks->qt[d] = kq->query[d];
         if (ks->pre_rope)
@@ -398,70 +419,114 @@ FKVF_API int fkvf_search_keys(fkvf_key_search *ks, const fkvf_key_query *kq, fkv
             e[j].chunk = (uint32_t)c;
         }
     }
-    size_t heap = (size_t)n_ent;
+    const size_t heap = (size_t)pl->n_ent;
     for (size_t i = heap / 2; i-- > 0;)
         sift_down(ks->ent, heap, i);
-    /* 2. best entries first, the positions of the entry's symbol in its
-     *    chunk (a length-1 suffix query on the stage-0 stream, once a symbol
-     *    and query), until there are need candidates */
-    const size_t lh = (size_t)kq->layer * ks->desc.n_kv_heads + kq->head;
-    fkvf_search **s0 = ks->s0 + lh;
+    return FKVF_OK;
+}
+
+/* the suffix search on the stage-0 stream of (layer, head) lh, opened on
+ * first use */
+static int open_stage0(fkvf_key_search *ks, size_t lh, fkvf_search **s0)
+{
+    int rc;
     if (!*s0 && (rc = fkvf_search_open(s0, ks->r, ks->stream[lh * ks->ks], 0, ks->alloc))) {
         FAIL(rc, "%s", fkvf_search_message(*s0));
         fkvf_search_free(*s0);
         *s0 = NULL;
         return rc;
     }
+    return FKVF_OK;
+}
+
+/* the stage-0 positions of sym appended to the pool at *pool_n (grown as
+ * needed), recorded in ks->off and ks->cnt */
+static int fetch_symbol(fkvf_key_search *ks, fkvf_search *s0, uint32_t sym, size_t *pool_n)
+{
+    uint64_t found;
+    for (;;) {
+        int rc = fkvf_search_suffix(s0, &sym, 1, ks->pool + *pool_n, ks->pool_cap - *pool_n,
+                                    &found);
+        if (rc)
+            return FAIL(rc, "%s", fkvf_search_message(s0));
+        if (found <= ks->pool_cap - *pool_n)
+            break;
+        if (found > SIZE_MAX / sizeof *ks->pool - *pool_n ||
+            fkvf_grow(ks->alloc, (void **)&ks->pool, &ks->pool_cap, *pool_n + (size_t)found,
+                      sizeof *ks->pool))
+            return FAIL(FKVF_E_NOMEM, "out of memory");
+    }
+    ks->off[sym] = *pool_n;
+    ks->cnt[sym] = (size_t)found;
+    *pool_n += (size_t)found;
+    return FKVF_OK;
+}
+
+/* the fetched positions of entry e's symbol inside its chunk appended to the
+ * candidates at *n */
+static int add_chunk_candidates(fkvf_key_search *ks, const key_plan *pl, const struct entry *e,
+                                size_t *n)
+{
+    const uint64_t S = ks->desc.n_sinks;
+    const uint32_t sym = e->sym;
+    /* the chunk's positions [a, b) as stream indices [a - S, b - S) */
+    const uint64_t c_first = pl->lo + (uint64_t)e->chunk * pl->clen;
+    const uint64_t c_end = pl->hi - c_first < pl->clen ? pl->hi : c_first + pl->clen;
+    const uint64_t a = c_first - S, b = c_end - S;
+    const uint64_t *v = ks->pool + ks->off[sym];
+    size_t l = 0, r = ks->cnt[sym];
+    while (l < r) { /* the first index >= a */
+        const size_t mid = l + (r - l) / 2;
+        if (v[mid] < a)
+            l = mid + 1;
+        else
+            r = mid;
+    }
+    for (size_t i = l; i < ks->cnt[sym] && v[i] < b; i++) {
+        if (*n == ks->cand_cap &&
+            fkvf_grow(ks->alloc, (void **)&ks->cand, &ks->cand_cap, *n + 1, sizeof *ks->cand))
+            return FAIL(FKVF_E_NOMEM, "out of memory");
+        ks->cand[*n].position = S + v[i];
+        ks->cand[(*n)++].score = 0;
+    }
+    return FKVF_OK;
+}
+
+/* 2. best entries first, the positions of the entry's symbol in its chunk
+ *    (a length-1 suffix query on the stage-0 stream, once a symbol and
+ *    query), until there are pl->need candidates: *n of them, *searched
+ *    symbols fetched */
+static int gather_candidates(fkvf_key_search *ks, const fkvf_key_query *kq, const key_plan *pl,
+                             size_t *n, uint64_t *searched)
+{
+    const size_t lh = (size_t)kq->layer * ks->desc.n_kv_heads + kq->head;
+    fkvf_search **s0 = ks->s0 + lh;
+    int rc = open_stage0(ks, lh, s0);
+    if (rc)
+        return rc;
     for (uint32_t j = 0; j < ks->k; j++)
         ks->off[j] = SIZE_MAX;
-    size_t n = 0, pool_n = 0;
-    uint64_t searched = 0;
-    while (heap > 0 && n < need) {
+    size_t heap = (size_t)pl->n_ent, pool_n = 0;
+    while (heap > 0 && *n < pl->need) {
         const struct entry e = ks->ent[0];
         ks->ent[0] = ks->ent[--heap];
         sift_down(ks->ent, heap, 0);
-        const uint32_t sym = e.sym;
-        if (ks->off[sym] == SIZE_MAX) { /* fetch the symbol's positions */
-            uint64_t found;
-            for (;;) {
-                rc = fkvf_search_suffix(*s0, &sym, 1, ks->pool + pool_n, ks->pool_cap - pool_n,
-                                        &found);
-                if (rc)
-                    return FAIL(rc, "%s", fkvf_search_message(*s0));
-                if (found <= ks->pool_cap - pool_n)
-                    break;
-                if (found > SIZE_MAX / sizeof *ks->pool - pool_n ||
-                    fkvf_grow(ks->alloc, (void **)&ks->pool, &ks->pool_cap,
-                              pool_n + (size_t)found, sizeof *ks->pool))
-                    return FAIL(FKVF_E_NOMEM, "out of memory");
-            }
-            ks->off[sym] = pool_n;
-            ks->cnt[sym] = (size_t)found;
-            pool_n += (size_t)found;
-            searched++;
+        if (ks->off[e.sym] == SIZE_MAX) { /* fetch the symbol's positions */
+            if ((rc = fetch_symbol(ks, *s0, e.sym, &pool_n)))
+                return rc;
+            (*searched)++;
         }
-        /* the chunk's positions [a, b) as stream indices [a - S, b - S) */
-        const uint64_t c_first = lo + (uint64_t)e.chunk * clen;
-        const uint64_t c_end = hi - c_first < clen ? hi : c_first + clen;
-        const uint64_t a = c_first - S, b = c_end - S;
-        const uint64_t *v = ks->pool + ks->off[sym];
-        size_t l = 0, r = ks->cnt[sym];
-        while (l < r) { /* the first index >= a */
-            const size_t mid = l + (r - l) / 2;
-            if (v[mid] < a)
-                l = mid + 1;
-            else
-                r = mid;
-        }
-        for (size_t i = l; i < ks->cnt[sym] && v[i] < b; i++) {
-            if (n == ks->cand_cap &&
-                fkvf_grow(ks->alloc, (void **)&ks->cand, &ks->cand_cap, n + 1, sizeof *ks->cand))
-                return FAIL(FKVF_E_NOMEM, "out of memory");
-            ks->cand[n].position = S + v[i];
-            ks->cand[n++].score = 0;
-        }
+        if ((rc = add_chunk_candidates(ks, pl, &e, n)))
+            return rc;
     }
-    /* 3. each candidate scored with its key decoded from every key stage */
+    return FKVF_OK;
+}
+
+/* 3. each of the n candidates scored with its key decoded from every key
+ *    stage */
+static int score_candidates(fkvf_key_search *ks, const fkvf_key_query *kq, size_t n)
+{
+    int rc;
     if (ks->pre_rope && n && !ks->rot && (rc = build_rot(ks)))
         return rc;
     double *cs = ks->qt; /* step 1 is done with it: rope_dims doubles of scratch */
@@ -469,17 +534,47 @@ FKVF_API int fkvf_search_keys(fkvf_key_search *ks, const fkvf_key_query *kq, fkv
         if ((rc = decode_key(ks, kq->layer, kq->head, ks->cand[i].position, cs)))
             return rc;
         double s = 0;
-        for (uint32_t d = 0; d < D; d++)
+        for (uint32_t d = 0; d < ks->desc.key_dim; d++)
             s += (double)kq->query[d] * (double)ks->vec[d];
         ks->cand[i].score = s == s ? s : -INFINITY; /* NaN (inf - inf) ranks last */
     }
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_search_keys(fkvf_key_search *ks, const fkvf_key_query *kq, fkvf_key_hit *out,
+                              size_t *n_out, fkvf_key_stats *stats)
+{
+    int rc = FKVF_HANDLE_ENTER(ks, FKVF_HANDLE_KEY_SEARCH, "key search");
+    if (rc)
+        return rc;
+    if (n_out)
+        *n_out = 0;
+    if (stats)
+        memset(stats, 0, sizeof *stats);
+    if ((rc = check_query(ks, kq, out, n_out)))
+        return rc;
+    key_plan pl;
+    if (!plan_range(ks, kq, &pl))
+        return FKVF_OK;
+    if ((rc = plan_chunks(ks, kq, &pl)))
+        return rc;
+    if (fkvf_grow(ks->alloc, (void **)&ks->ent, &ks->ent_cap, (size_t)pl.n_ent, sizeof *ks->ent))
+        return FAIL(FKVF_E_NOMEM, "out of memory");
+    if ((rc = score_centroids(ks, kq, &pl)))
+        return rc;
+    size_t n = 0;
+    uint64_t searched = 0;
+    if ((rc = gather_candidates(ks, kq, &pl, &n, &searched)))
+        return rc;
+    if ((rc = score_candidates(ks, kq, n)))
+        return rc;
     qsort(ks->cand, n, sizeof *ks->cand, cmp_hit);
     const size_t k = n < kq->m ? n : kq->m;
     if (k)
         memcpy(out, ks->cand, k * sizeof *out);
     *n_out = k;
     if (stats) {
-        stats->centroids_scored = n_ent;
+        stats->centroids_scored = pl.n_ent;
         stats->symbols_searched = searched;
         stats->candidates = n;
     }

@@ -252,7 +252,9 @@ static int known_type(uint32_t t)
            t == FKVF_SECTION_STRM || fkvf_zidx_is_index(t) || t == FKVF_SECTION_CMET;
 }
 
-static int load_entries(vctx *c)
+/* the arrays for every directory entry of the chain (at most 2^22, spec
+ * 4.5); 0 when there are more (reported) or no memory */
+static int alloc_entries(vctx *c)
 {
     fkvf_reader *r = c->r;
     uint64_t total = 0;
@@ -270,126 +272,182 @@ static int load_entries(vctx *c)
         c->env_rc = FKVF_E_NOMEM;
         return 0;
     }
-    uint64_t req = r->hdr.required_features;
+    return 1;
+}
+
+/* entry k (section i, at eoff): its flags, reserved bytes and type (spec
+ * 4.2, 4.3) */
+static void check_entry_bits(vctx *c, size_t i, uint32_t k, uint64_t eoff, const char *tn)
+{
+    const fkvf_dirent *e = &c->r->sections[i].e;
+    if (e->flags & ~(uint32_t)(FKVF_SECTION_REQUIRED | FKVF_SECTION_DEFLATE))
+        RS(FKVF_E_CORRUPT, "4.2", "ENT-FLAGS", i,
+           "directory entry %u (%s) at %llu: flags 0x%x has bits 2-31 set", k, tn,
+           (unsigned long long)eoff, e->flags);
+    if (fkvf_ld64(c->d + eoff + 48) || fkvf_ld64(c->d + eoff + 56))
+        RS(FKVF_E_CORRUPT, "4.2", "ENT-RESERVED", i,
+           "directory entry %u (%s) at %llu: reserved bytes not zero", k, tn,
+           (unsigned long long)eoff);
+    if (e->type == FKVF_SECTION_DIRC)
+        RS(FKVF_E_CORRUPT, "4.3", "ENT-DIRC", i,
+           "directory entry %u: type DIRC (a directory is never a section)", k);
+}
+
+/* entry k (section i) of commit ci: aligned, within the size limits, inside
+ * the commit's region and not before prev_end, the end of the previous entry
+ * (spec 4.1, 4.2, 4.5). 0 when its place is wrong; *end is the end of the
+ * section when the sizes are within the limits. An entry out of order marks
+ * the layout of the commit bad. */
+static int check_entry_place(vctx *c, size_t i, uint32_t k, const char *tn, size_t ci,
+                             uint64_t prev_end, uint64_t *end)
+{
+    const rd_commit *cm = &c->r->commits[ci];
+    const fkvf_dirent *e = &c->r->sections[i].e;
+    int ok = 1;
+    if (e->offset % 64) {
+        RS(FKVF_E_ALIGN, "4.1", "ENT-ALIGN", i,
+           "directory entry %u (%s): offset %llu is not a multiple of 64", k, tn,
+           (unsigned long long)e->offset);
+        ok = 0;
+    }
+    if (e->stored_size > FKVF_MAX_SECTION_SIZE || e->size > FKVF_MAX_SECTION_SIZE) {
+        RS(FKVF_E_LIMIT, "4.2", "ENT-LIMIT", i,
+           "directory entry %u (%s): stored_size %llu / size %llu above 2^48", k, tn,
+           (unsigned long long)e->stored_size, (unsigned long long)e->size);
+        ok = 0;
+    }
+    *end = 0;
+    if (!ok) {
+        /* no bounds for an entry whose sizes are already wrong */
+    } else if (!fkvf_add64(e->offset, e->stored_size, end) || e->offset < cm->region_start ||
+               *end > cm->dir_off) {
+        RS(FKVF_E_BOUNDS, "4.5", "ENT-BOUNDS", i,
+           "directory entry %u (%s): [%llu, +%llu) outside commit %llu's region "
+           "[%llu, %llu)",
+           k, tn, (unsigned long long)e->offset, (unsigned long long)e->stored_size,
+           (unsigned long long)cm->seq, (unsigned long long)cm->region_start,
+           (unsigned long long)cm->dir_off);
+        ok = 0;
+    } else if (e->offset < prev_end) {
+        RS(FKVF_E_OVERLAP, "4.5", "ENT-ORDER", i,
+           "directory entry %u (%s): offset %llu before the end %llu of the previous "
+           "entry (sections overlap or are not in ascending order)",
+           k, tn, (unsigned long long)e->offset, (unsigned long long)prev_end);
+        c->layout_bad[ci] = 1;
+    }
+    return ok;
+}
+
+/* entry k (section i): DEFLATE where allowed, its inflated size within the
+ * limit, or size == stored_size without it (spec 3.3, 4.2, 4.4, 20.1); 0
+ * when the sizes are wrong */
+static int check_entry_sizes(vctx *c, size_t i, uint32_t k, const char *tn)
+{
+    const fkvf_dirent *e = &c->r->sections[i].e;
+    if (!(e->flags & FKVF_SECTION_DEFLATE)) {
+        if (e->size == e->stored_size)
+            return 1;
+        RS(FKVF_E_CORRUPT, "4.2", "ENT-SIZE", i,
+           "directory entry %u (%s): size %llu != stored_size %llu without DEFLATE", k, tn,
+           (unsigned long long)e->size, (unsigned long long)e->stored_size);
+        return 0;
+    }
+    if (!(c->r->hdr.required_features & FKVF_FEAT_DEFLATE))
+        RS(FKVF_E_CORRUPT, "3.3", "FEAT-DEFLATE", i,
+           "directory entry %u (%s): DEFLATE flag, but the header does not declare "
+           "the DEFLATE feature",
+           k, tn);
+    if (e->type == FKVF_SECTION_STRM)
+        RS(FKVF_E_CORRUPT, "4.4", "ENT-STRM-DEFLATE", i,
+           "directory entry %u: a STRM section is never deflated", k);
+    if (fkvf_zidx_is_index(e->type))
+        RS(FKVF_E_CORRUPT, "20.1", "ZIDX-DEFLATE", i,
+           "directory entry %u: a %s section is never deflated", k, tn);
+    if (e->size > FKVF_MAX_INFLATED ||
+        (e->stored_size <= FKVF_MAX_SECTION_SIZE && e->size > 1032 * e->stored_size + 64)) {
+        RS(FKVF_E_LIMIT, "4.4", "ENT-INFLATE-LIMIT", i,
+           "directory entry %u (%s): inflated size %llu from %llu stored bytes "
+           "exceeds the limit",
+           k, tn, (unsigned long long)e->size, (unsigned long long)e->stored_size);
+        return 0;
+    }
+    return 1;
+}
+
+/* entry k (section i): the REQUIRED flag and the key its type asks for
+ * (spec 4.3, 13.8, 20.1, 20.7) */
+static void check_entry_type_rules(vctx *c, size_t i, uint32_t k, const char *tn)
+{
+    const fkvf_dirent *e = &c->r->sections[i].e;
+    if (e->type == FKVF_SECTION_CMET && (e->flags & FKVF_SECTION_REQUIRED))
+        RS(FKVF_E_SECTION, "13.8", "CMET-REQUIRED", i,
+           "directory entry %u: CMET with REQUIRED set (MUST be clear)", k);
+    if (!known_type(e->type) && (e->flags & FKVF_SECTION_REQUIRED))
+        RS(FKVF_E_SECTION, "4.3", "ENT-UNKNOWN-REQ", i,
+           "directory entry %u: unknown section type %s with REQUIRED set", k, tn);
+    if (fkvf_zidx_is_index(e->type) && (e->flags & FKVF_SECTION_REQUIRED))
+        RS(FKVF_E_SECTION, e->type == FKVF_SECTION_ZPOS ? "20.7" : "20.1", "ZIDX-REQUIRED", i,
+           "directory entry %u: %s with REQUIRED set (MUST be clear)", k, tn);
+    if ((e->type == FKVF_SECTION_DESC || e->type == FKVF_SECTION_VTXS ||
+         e->type == FKVF_SECTION_CBK1 || e->type == FKVF_SECTION_CBRF ||
+         e->type == FKVF_SECTION_EXAC || e->type == FKVF_SECTION_STRM) &&
+        !(e->flags & FKVF_SECTION_REQUIRED))
+        RS(FKVF_E_CORRUPT, "4.3", "ENT-REQUIRED-FLAG", i,
+           "directory entry %u: %s section without the REQUIRED flag", k, tn);
+    /* key per type (spec 4.3); EXAC, STRM, VTXS and ZIDX keys are
+     * checked against their contents */
+    if ((e->type == FKVF_SECTION_DESC || e->type == FKVF_SECTION_META ||
+         e->type == FKVF_SECTION_CBK1 || e->type == FKVF_SECTION_CBRF) &&
+        e->key != 0)
+        RS(FKVF_E_CORRUPT, "4.3", "ENT-KEY", i, "directory entry %u (%s): key %llu, must be 0",
+           k, tn, (unsigned long long)e->key);
+    if (e->type == FKVF_SECTION_STRM && e->key > FKVF_GROUP_TOKENS)
+        RS(FKVF_E_CORRUPT, "4.3", "ENT-KEY", i,
+           "directory entry %u (STRM): key %llu is no group (0 or 1)", k,
+           (unsigned long long)e->key);
+}
+
+/* directory entry k of commit ci read into the next section and checked;
+ * *prev_end is the end of the entries before it */
+static void load_entry(vctx *c, size_t ci, uint32_t k, uint64_t *prev_end)
+{
+    fkvf_reader *r = c->r;
+    const rd_commit *cm = &r->commits[ci];
+    size_t i = r->n_sections++;
+    uint64_t eoff = cm->dir_off + FKVF_DIRHDR_SIZE + (uint64_t)k * FKVF_DIRENT_SIZE;
+    rd_section *s = &r->sections[i];
+    vsec *v = &c->vs[i];
+    fkvf_dirent_read(c->d + eoff, &s->e);
+    s->commit_seq = cm->seq;
+    v->commit = ci;
+    v->entry_off = eoff;
+    const fkvf_dirent *e = &s->e;
+    char tn[12];
+    tn_of(e->type, tn);
+    check_entry_bits(c, i, k, eoff, tn);
+    uint64_t end;
+    int ok = check_entry_place(c, i, k, tn, ci, *prev_end, &end);
+    if (ok && end > *prev_end)
+        *prev_end = end;
+    if (!check_entry_sizes(c, i, k, tn))
+        ok = 0;
+    check_entry_type_rules(c, i, k, tn);
+    v->in_file = ok && end <= cm->dir_off && e->offset >= cm->region_start;
+    if (!ok)
+        c->layout_bad[ci] = 1; /* the layout of this commit is not checked further */
+}
+
+static int load_entries(vctx *c)
+{
+    fkvf_reader *r = c->r;
+    if (!alloc_entries(c))
+        return 0;
     for (size_t ci = 0; ci < r->n_commits && !c->stop; ci++) {
         rd_commit *cm = &r->commits[ci];
         cm->first_section = r->n_sections;
         uint64_t prev_end = cm->region_start;
-        for (uint32_t k = 0; k < cm->dh.entry_count && !c->stop; k++) {
-            size_t i = r->n_sections++;
-            uint64_t eoff = cm->dir_off + FKVF_DIRHDR_SIZE + (uint64_t)k * FKVF_DIRENT_SIZE;
-            rd_section *s = &r->sections[i];
-            vsec *v = &c->vs[i];
-            fkvf_dirent_read(c->d + eoff, &s->e);
-            s->commit_seq = cm->seq;
-            v->commit = ci;
-            v->entry_off = eoff;
-            const fkvf_dirent *e = &s->e;
-            char tn[12];
-            tn_of(e->type, tn);
-            if (e->flags & ~(uint32_t)(FKVF_SECTION_REQUIRED | FKVF_SECTION_DEFLATE))
-                RS(FKVF_E_CORRUPT, "4.2", "ENT-FLAGS", i,
-                   "directory entry %u (%s) at %llu: flags 0x%x has bits 2-31 set", k, tn,
-                   (unsigned long long)eoff, e->flags);
-            if (fkvf_ld64(c->d + eoff + 48) || fkvf_ld64(c->d + eoff + 56))
-                RS(FKVF_E_CORRUPT, "4.2", "ENT-RESERVED", i,
-                   "directory entry %u (%s) at %llu: reserved bytes not zero", k, tn,
-                   (unsigned long long)eoff);
-            if (e->type == FKVF_SECTION_DIRC)
-                RS(FKVF_E_CORRUPT, "4.3", "ENT-DIRC", i,
-                   "directory entry %u: type DIRC (a directory is never a section)", k);
-            int ok = 1;
-            if (e->offset % 64) {
-                RS(FKVF_E_ALIGN, "4.1", "ENT-ALIGN", i,
-                   "directory entry %u (%s): offset %llu is not a multiple of 64", k, tn,
-                   (unsigned long long)e->offset);
-                ok = 0;
-            }
-            if (e->stored_size > FKVF_MAX_SECTION_SIZE || e->size > FKVF_MAX_SECTION_SIZE) {
-                RS(FKVF_E_LIMIT, "4.2", "ENT-LIMIT", i,
-                   "directory entry %u (%s): stored_size %llu / size %llu above 2^48", k, tn,
-                   (unsigned long long)e->stored_size, (unsigned long long)e->size);
-                ok = 0;
-            }
-            uint64_t end = 0;
-            if (!ok) {
-                /* no bounds for an entry whose sizes are already wrong */
-            } else if (!fkvf_add64(e->offset, e->stored_size, &end) ||
-                       e->offset < cm->region_start || end > cm->dir_off) {
-                RS(FKVF_E_BOUNDS, "4.5", "ENT-BOUNDS", i,
-                   "directory entry %u (%s): [%llu, +%llu) outside commit %llu's region "
-                   "[%llu, %llu)",
-                   k, tn, (unsigned long long)e->offset, (unsigned long long)e->stored_size,
-                   (unsigned long long)cm->seq, (unsigned long long)cm->region_start,
-                   (unsigned long long)cm->dir_off);
-                ok = 0;
-            } else if (e->offset < prev_end) {
-                RS(FKVF_E_OVERLAP, "4.5", "ENT-ORDER", i,
-                   "directory entry %u (%s): offset %llu before the end %llu of the previous "
-                   "entry (sections overlap or are not in ascending order)",
-                   k, tn, (unsigned long long)e->offset, (unsigned long long)prev_end);
-                c->layout_bad[ci] = 1;
-            }
-            if (ok && end > prev_end)
-                prev_end = end;
-            if (e->flags & FKVF_SECTION_DEFLATE) {
-                if (!(req & FKVF_FEAT_DEFLATE))
-                    RS(FKVF_E_CORRUPT, "3.3", "FEAT-DEFLATE", i,
-                       "directory entry %u (%s): DEFLATE flag, but the header does not declare "
-                       "the DEFLATE feature",
-                       k, tn);
-                if (e->type == FKVF_SECTION_STRM)
-                    RS(FKVF_E_CORRUPT, "4.4", "ENT-STRM-DEFLATE", i,
-                       "directory entry %u: a STRM section is never deflated", k);
-                if (fkvf_zidx_is_index(e->type))
-                    RS(FKVF_E_CORRUPT, "20.1", "ZIDX-DEFLATE", i,
-                       "directory entry %u: a %s section is never deflated", k, tn);
-                if (e->size > FKVF_MAX_INFLATED ||
-                    (e->stored_size <= FKVF_MAX_SECTION_SIZE &&
-                     e->size > 1032 * e->stored_size + 64)) {
-                    RS(FKVF_E_LIMIT, "4.4", "ENT-INFLATE-LIMIT", i,
-                       "directory entry %u (%s): inflated size %llu from %llu stored bytes "
-                       "exceeds the limit",
-                       k, tn, (unsigned long long)e->size, (unsigned long long)e->stored_size);
-                    ok = 0;
-                }
-            } else if (e->size != e->stored_size) {
-                RS(FKVF_E_CORRUPT, "4.2", "ENT-SIZE", i,
-                   "directory entry %u (%s): size %llu != stored_size %llu without DEFLATE", k,
-                   tn, (unsigned long long)e->size, (unsigned long long)e->stored_size);
-                ok = 0;
-            }
-            if (e->type == FKVF_SECTION_CMET && (e->flags & FKVF_SECTION_REQUIRED))
-                RS(FKVF_E_SECTION, "13.8", "CMET-REQUIRED", i,
-                   "directory entry %u: CMET with REQUIRED set (MUST be clear)", k);
-            if (!known_type(e->type) && (e->flags & FKVF_SECTION_REQUIRED))
-                RS(FKVF_E_SECTION, "4.3", "ENT-UNKNOWN-REQ", i,
-                   "directory entry %u: unknown section type %s with REQUIRED set", k, tn);
-            if (fkvf_zidx_is_index(e->type) && (e->flags & FKVF_SECTION_REQUIRED))
-                RS(FKVF_E_SECTION, e->type == FKVF_SECTION_ZPOS ? "20.7" : "20.1",
-                   "ZIDX-REQUIRED", i,
-                   "directory entry %u: %s with REQUIRED set (MUST be clear)", k, tn);
-            if ((e->type == FKVF_SECTION_DESC || e->type == FKVF_SECTION_VTXS ||
-                 e->type == FKVF_SECTION_CBK1 || e->type == FKVF_SECTION_CBRF ||
-                 e->type == FKVF_SECTION_EXAC || e->type == FKVF_SECTION_STRM) &&
-                !(e->flags & FKVF_SECTION_REQUIRED))
-                RS(FKVF_E_CORRUPT, "4.3", "ENT-REQUIRED-FLAG", i,
-                   "directory entry %u: %s section without the REQUIRED flag", k, tn);
-            /* key per type (spec 4.3); EXAC, STRM, VTXS and ZIDX keys are
-             * checked against their contents */
-            if ((e->type == FKVF_SECTION_DESC || e->type == FKVF_SECTION_META ||
-                 e->type == FKVF_SECTION_CBK1 || e->type == FKVF_SECTION_CBRF) &&
-                e->key != 0)
-                RS(FKVF_E_CORRUPT, "4.3", "ENT-KEY", i, "directory entry %u (%s): key %llu, must be 0",
-                   k, tn, (unsigned long long)e->key);
-            if (e->type == FKVF_SECTION_STRM && e->key > FKVF_GROUP_TOKENS)
-                RS(FKVF_E_CORRUPT, "4.3", "ENT-KEY", i,
-                   "directory entry %u (STRM): key %llu is no group (0 or 1)", k,
-                   (unsigned long long)e->key);
-            v->in_file = ok && end <= cm->dir_off && e->offset >= cm->region_start;
-            if (!ok)
-                c->layout_bad[ci] = 1; /* the layout of this commit is not checked further */
-        }
+        for (uint32_t k = 0; k < cm->dh.entry_count && !c->stop; k++)
+            load_entry(c, ci, k, &prev_end);
         cm->n_sections = r->n_sections - cm->first_section;
     }
     return 1;
@@ -862,165 +920,219 @@ static void check_segment(vctx *c, size_t i, vgroup *groups)
 
 /* ---- rules between sections (spec 3.3, 8.3, 10.3, 11.8, 13.4, 13.7, 14.3) -- */
 
-static void check_between(vctx *c)
+/* what the pass over the entries (check_between) counted and found */
+typedef struct vbetween {
+    size_t n_desc, n_cb, cb_sec, n_cmet, cmet_sec;
+    int cb_kind; /* the codebook section: 1 CBK1, 2 CBRF, 0 none */
+    vgroup groups[2];
+} vbetween;
+
+/* one DESC, in commit 1 (spec 8.3) */
+static void between_desc(vctx *c, size_t i, vbetween *b)
 {
     fkvf_reader *r = c->r;
-    const rd_commit *head = &r->commits[r->n_commits - 1];
-    uint64_t npos = head->dh.n_positions, nar = head->dh.n_archived;
-    size_t n_desc = 0, n_cb = 0, cb_sec = 0, n_cmet = 0, cmet_sec = 0;
-    int cb_kind = 0;
-    vgroup groups[2];
-    memset(groups, 0, sizeof groups);
-    for (size_t i = 0; i < r->n_sections && !c->stop; i++) {
-        const fkvf_dirent *e = &r->sections[i].e;
-        const vsec *v = &c->vs[i];
-        switch (e->type) {
-        case FKVF_SECTION_DESC:
-            if (n_desc++)
-                RS(FKVF_E_CORRUPT, "8.3", "DESC-ONE", i, "a second DESC section (section %zu)", i);
-            else if (r->commits[v->commit].seq != 1)
-                RS(FKVF_E_CORRUPT, "8.3", "DESC-COMMIT1", i,
-                   "DESC section %zu in commit %llu: it must be in commit 1", i,
-                   (unsigned long long)r->commits[v->commit].seq);
-            break;
-        case FKVF_SECTION_CBK1:
-        case FKVF_SECTION_CBRF:
-            if (n_cb++)
-                RS(FKVF_E_CORRUPT, "13.7", "CB-ONE", i,
-                   "a second codebook section (section %zu; at most one CBK1 or CBRF)", i);
-            else {
-                cb_kind = e->type == FKVF_SECTION_CBK1 ? 1 : 2;
-                cb_sec = i;
-            }
-            if (e->type == FKVF_SECTION_CBRF &&
-                !(r->hdr.required_features & FKVF_FEAT_EXTERNAL_CODEBOOK))
-                RS(FKVF_E_CORRUPT, "3.3", "FEAT-EXTCB", i,
-                   "CBRF section %zu, but the header does not declare EXTERNAL_CODEBOOK", i);
-            break;
-        case FKVF_SECTION_CMET: /* spec 13.8 step 5 */
-            if (n_cmet++)
-                RS(FKVF_E_CORRUPT, "13.8", "CMET-ONE", i,
-                   "a second CMET section (section %zu; at most one in a chain)", i);
-            else
-                cmet_sec = i;
-            break;
-        case FKVF_SECTION_VTXS:
-            for (size_t j = 0; j < i; j++)
-                if (r->sections[j].e.type == FKVF_SECTION_VTXS && r->sections[j].e.key == e->key) {
-                    RS(FKVF_E_CORRUPT, "10.3", "VTXS-ONE", i,
-                       "a second VTXS section for N = %llu (section %zu)",
-                       (unsigned long long)e->key, i);
-                    break;
-                }
-            break;
-        case FKVF_SECTION_STRM:
-            if (v->in_file && e->stored_size >= 64)
-                check_segment(c, i, groups);
-            else if (v->in_file)
-                RS(FKVF_E_TRUNCATED, "11.2", "STRM-HEADER", i,
-                   "STRM section %zu: %llu bytes, the header needs 64", i,
-                   (unsigned long long)e->stored_size);
-            if (!v->in_file)
-                c->strm_bad = 1;
-            break;
-        default:
+    const vsec *v = &c->vs[i];
+    if (b->n_desc++)
+        RS(FKVF_E_CORRUPT, "8.3", "DESC-ONE", i, "a second DESC section (section %zu)", i);
+    else if (r->commits[v->commit].seq != 1)
+        RS(FKVF_E_CORRUPT, "8.3", "DESC-COMMIT1", i,
+           "DESC section %zu in commit %llu: it must be in commit 1", i,
+           (unsigned long long)r->commits[v->commit].seq);
+}
+
+/* at most one CBK1 or CBRF (spec 13.7); a CBRF needs EXTERNAL_CODEBOOK (3.3) */
+static void between_codebook(vctx *c, size_t i, vbetween *b)
+{
+    const fkvf_dirent *e = &c->r->sections[i].e;
+    if (b->n_cb++)
+        RS(FKVF_E_CORRUPT, "13.7", "CB-ONE", i,
+           "a second codebook section (section %zu; at most one CBK1 or CBRF)", i);
+    else {
+        b->cb_kind = e->type == FKVF_SECTION_CBK1 ? 1 : 2;
+        b->cb_sec = i;
+    }
+    if (e->type == FKVF_SECTION_CBRF &&
+        !(c->r->hdr.required_features & FKVF_FEAT_EXTERNAL_CODEBOOK))
+        RS(FKVF_E_CORRUPT, "3.3", "FEAT-EXTCB", i,
+           "CBRF section %zu, but the header does not declare EXTERNAL_CODEBOOK", i);
+}
+
+/* at most one CMET in a chain (spec 13.8 step 5) */
+static void between_cmet(vctx *c, size_t i, vbetween *b)
+{
+    if (b->n_cmet++)
+        RS(FKVF_E_CORRUPT, "13.8", "CMET-ONE", i,
+           "a second CMET section (section %zu; at most one in a chain)", i);
+    else
+        b->cmet_sec = i;
+}
+
+/* one VTXS per N (spec 10.3): the first earlier one with the same key */
+static void between_vtxs(vctx *c, size_t i)
+{
+    fkvf_reader *r = c->r;
+    const fkvf_dirent *e = &r->sections[i].e;
+    for (size_t j = 0; j < i; j++)
+        if (r->sections[j].e.type == FKVF_SECTION_VTXS && r->sections[j].e.key == e->key) {
+            RS(FKVF_E_CORRUPT, "10.3", "VTXS-ONE", i,
+               "a second VTXS section for N = %llu (section %zu)", (unsigned long long)e->key,
+               i);
             break;
         }
-        if (c->env_rc)
-            return;
+}
+
+/* a STRM segment in the file is checked and counted into its group; one
+ * outside the file leaves the stream rules unknown */
+static void between_strm(vctx *c, size_t i, vbetween *b)
+{
+    const fkvf_dirent *e = &c->r->sections[i].e;
+    const vsec *v = &c->vs[i];
+    if (v->in_file && e->stored_size >= 64)
+        check_segment(c, i, b->groups);
+    else if (v->in_file)
+        RS(FKVF_E_TRUNCATED, "11.2", "STRM-HEADER", i,
+           "STRM section %zu: %llu bytes, the header needs 64", i,
+           (unsigned long long)e->stored_size);
+    if (!v->in_file)
+        c->strm_bad = 1;
+}
+
+static void between_section(vctx *c, size_t i, vbetween *b)
+{
+    switch (c->r->sections[i].e.type) {
+    case FKVF_SECTION_DESC:
+        between_desc(c, i, b);
+        break;
+    case FKVF_SECTION_CBK1:
+    case FKVF_SECTION_CBRF:
+        between_codebook(c, i, b);
+        break;
+    case FKVF_SECTION_CMET:
+        between_cmet(c, i, b);
+        break;
+    case FKVF_SECTION_VTXS:
+        between_vtxs(c, i);
+        break;
+    case FKVF_SECTION_STRM:
+        between_strm(c, i, b);
+        break;
+    default:
+        break;
     }
-    if (c->stop)
+}
+
+/* 1 when the stream `id` that a ZIDX names exists; h is the header of the
+ * first segment of its group (NULL: no such group) */
+static int zidx_stream_exists(const vctx *c, const vbetween *b, uint64_t id,
+                              const fkvf_strm_hdr *h)
+{
+    unsigned kind = (unsigned)(id >> 56);
+    if (h && kind == 1)
+        return id == (UINT64_C(1) << 56);
+    if (!(h && kind == 0 && c->have_desc))
+        return 0;
+    unsigned layer = (unsigned)(id & 0xFFFF), hd = (unsigned)((id >> 16) & 0xFFFF);
+    unsigned kv = (unsigned)((id >> 32) & 0xFF), stage = (unsigned)((id >> 40) & 0xFF);
+    int exists = ((id >> 48) & 0xFF) == 0 && layer < c->desc.d.n_layers &&
+                 hd < c->desc.d.n_kv_heads && kv <= 1 &&
+                 stage < (kv ? h->v_stages : h->k_stages);
+    /* per-layer counts: the embedded codebook's layer table says
+     * (an external one is checked by the net, with its candidate) */
+    const vsec *cb = &c->vs[b->cb_sec];
+    if (exists && b->cb_kind == 1 && cb->parsed && cb->cb.layer_stages)
+        exists = fkvf_index_stream_ord(&cb->cb, c->desc.d.n_kv_heads, layer, hd, kv, stage) !=
+                 UINT64_MAX;
+    return exists;
+}
+
+/* the stream ZIDX section i names exists, with the header's codec (spec 20.2
+ * step 5) */
+static void check_zidx_stream(vctx *c, size_t i, const vbetween *b)
+{
+    const vsec *v = &c->vs[i];
+    uint64_t id = v->z.stream_id;
+    unsigned kind = (unsigned)(id >> 56);
+    const vgroup *g = kind <= 1 ? &b->groups[kind] : NULL;
+    if (g && g->present == 2)
+        return; /* a segment header is bad: unknown */
+    const fkvf_strm_hdr *h = g && g->present ? &c->vs[g->first].h : NULL;
+    if (!zidx_stream_exists(c, b, id, h)) {
+        RS(FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", i,
+           "ZIDX section %zu: stream %016llx does not exist", i, (unsigned long long)id);
         return;
-    /* the stream a ZIDX names exists, with the header's codec (spec 20.2
-     * step 5); its keys are compared with the stream by the net */
-    for (size_t i = 0; i < r->n_sections && !c->stop; i++) {
-        const vsec *v = &c->vs[i];
-        if (!fkvf_zidx_is_index(r->sections[i].e.type) || !v->parsed)
-            continue;
-        uint64_t id = v->z.stream_id;
-        unsigned kind = (unsigned)(id >> 56);
-        const vgroup *g = kind <= 1 ? &groups[kind] : NULL;
-        if (g && g->present == 2)
-            continue; /* a segment header is bad: unknown */
-        const fkvf_strm_hdr *h = g && g->present ? &c->vs[g->first].h : NULL;
-        int exists = 0;
-        if (h && kind == 1)
-            exists = id == (UINT64_C(1) << 56);
-        else if (h && kind == 0 && c->have_desc) {
-            unsigned layer = (unsigned)(id & 0xFFFF), hd = (unsigned)((id >> 16) & 0xFFFF);
-            unsigned kv = (unsigned)((id >> 32) & 0xFF), stage = (unsigned)((id >> 40) & 0xFF);
-            exists = ((id >> 48) & 0xFF) == 0 && layer < c->desc.d.n_layers &&
-                     hd < c->desc.d.n_kv_heads && kv <= 1 &&
-                     stage < (kv ? h->v_stages : h->k_stages);
-            /* per-layer counts: the embedded codebook's layer table says
-             * (an external one is checked by the net, with its candidate) */
-            if (exists && cb_kind == 1 && c->vs[cb_sec].parsed && c->vs[cb_sec].cb.layer_stages)
-                exists = fkvf_index_stream_ord(&c->vs[cb_sec].cb, c->desc.d.n_kv_heads, layer, hd,
-                                               kv, stage) != UINT64_MAX;
-        }
-        if (!exists) {
-            RS(FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", i,
-               "ZIDX section %zu: stream %016llx does not exist", i, (unsigned long long)id);
-            continue;
-        }
-        uint32_t u = fkvf_strm_align(h->profile, h->bits, h->span_symbols);
-        if (v->z.profile != h->profile ||
-            (h->profile == FKVF_PROFILE_QUAD ? v->z.bits != h->bits
-                                              : (v->z.alphabet != h->alphabet ||
-                                                 memcmp(&v->z.r, &h->r, 8) ||
-                                                 v->z.span != h->span_symbols)))
-            RS(FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", i,
-               "ZIDX section %zu: codec parameters differ from those of stream %016llx", i,
-               (unsigned long long)id);
-        else if (u && v->z.n_indexed % u)
-            RS(FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", i,
-               "ZIDX section %zu: n_indexed %llu is not a multiple of the stream's unit %u", i,
-               (unsigned long long)v->z.n_indexed, u);
     }
-    /* the encoder metric belongs with a CBK1 and matches it (spec 13.8 steps
-     * 5 and 6) */
-    if (n_cmet && cb_kind != 1)
+    uint32_t u = fkvf_strm_align(h->profile, h->bits, h->span_symbols);
+    if (v->z.profile != h->profile ||
+        (h->profile == FKVF_PROFILE_QUAD
+             ? v->z.bits != h->bits
+             : (v->z.alphabet != h->alphabet || memcmp(&v->z.r, &h->r, 8) ||
+                v->z.span != h->span_symbols)))
+        RS(FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", i,
+           "ZIDX section %zu: codec parameters differ from those of stream %016llx", i,
+           (unsigned long long)id);
+    else if (u && v->z.n_indexed % u)
+        RS(FKVF_E_CORRUPT, "20.2", "ZIDX-STREAM", i,
+           "ZIDX section %zu: n_indexed %llu is not a multiple of the stream's unit %u", i,
+           (unsigned long long)v->z.n_indexed, u);
+}
+
+/* the encoder metric belongs with a CBK1 and matches it (spec 13.8 steps
+ * 5 and 6) */
+static void check_cmet_pairing(vctx *c, const vbetween *b)
+{
+    size_t cmet_sec = b->cmet_sec, cb_sec = b->cb_sec;
+    if (b->n_cmet && b->cb_kind != 1)
         RS(FKVF_E_CORRUPT, "13.8", "CMET-CBK1", cmet_sec,
            "CMET section %zu in a file without an embedded codebook (CBK1)%s", cmet_sec,
-           cb_kind == 2 ? ": an archive that refers to a codebook file finds the metric there"
-                        : "");
-    else if (n_cmet && c->vs[cmet_sec].parsed && c->vs[cb_sec].parsed) {
+           b->cb_kind == 2 ? ": an archive that refers to a codebook file finds the metric there"
+                           : "");
+    else if (b->n_cmet && c->vs[cmet_sec].parsed && c->vs[cb_sec].parsed) {
         uint8_t h[16];
         fkvf_diag dg;
         dg.name = "";
         fkvf_diag_clear(&dg);
         fkvf_codebook_hash(c->vs[cb_sec].p, (size_t)c->vs[cb_sec].n, h);
         if (fkvf_cmet_match(&c->vs[cmet_sec].cm, &c->vs[cb_sec].cb, h,
-                            r->sections[cmet_sec].e.offset, &dg))
+                            c->r->sections[cmet_sec].e.offset, &dg))
             report_diag(c, &dg, "CMET-MATCH", (long)cmet_sec, 0);
     }
-    int has_desc = n_desc > 0;
-    if (!has_desc) {
-        /* a codebook file (spec 13.4) */
-        for (size_t i = 0; i < r->n_sections; i++) {
-            uint32_t t = r->sections[i].e.type;
-            if (t == FKVF_SECTION_EXAC || t == FKVF_SECTION_STRM || t == FKVF_SECTION_CBRF) {
-                char tn[12];
-                tn_of(t, tn);
-                RS(FKVF_E_CORRUPT, "13.4", "CBFILE-CONTENTS", i,
-                   "a file without DESC (a codebook file) holds a %s section", tn);
-            }
+}
+
+/* a file without DESC is a codebook file (spec 13.4) */
+static void check_codebook_file(vctx *c, const vbetween *b)
+{
+    fkvf_reader *r = c->r;
+    const rd_commit *head = &r->commits[r->n_commits - 1];
+    uint64_t npos = head->dh.n_positions, nar = head->dh.n_archived;
+    for (size_t i = 0; i < r->n_sections; i++) {
+        uint32_t t = r->sections[i].e.type;
+        if (t == FKVF_SECTION_EXAC || t == FKVF_SECTION_STRM || t == FKVF_SECTION_CBRF) {
+            char tn[12];
+            tn_of(t, tn);
+            RS(FKVF_E_CORRUPT, "13.4", "CBFILE-CONTENTS", i,
+               "a file without DESC (a codebook file) holds a %s section", tn);
         }
-        if (cb_kind != 1)
-            R(FKVF_E_CORRUPT, "13.4", "CBFILE-CBK1", NO_OFF,
-              "a file without DESC (a codebook file) has no CBK1 section");
-        if (npos || nar)
-            R(FKVF_E_CORRUPT, "13.4", "CBFILE-POSITIONS", head->dir_off + 16,
-              "a codebook file with n_positions %llu, n_archived %llu (must be 0)",
-              (unsigned long long)npos, (unsigned long long)nar);
-        return;
     }
-    if (c->strm_bad) /* unknown: the group rules are not checked */
-        groups[0].present = groups[1].present = 2;
-    if (nar && !n_cb)
+    if (b->cb_kind != 1)
+        R(FKVF_E_CORRUPT, "13.4", "CBFILE-CBK1", NO_OFF,
+          "a file without DESC (a codebook file) has no CBK1 section");
+    if (npos || nar)
+        R(FKVF_E_CORRUPT, "13.4", "CBFILE-POSITIONS", head->dir_off + 16,
+          "a codebook file with n_positions %llu, n_archived %llu (must be 0)",
+          (unsigned long long)npos, (unsigned long long)nar);
+}
+
+/* the codebook, the index streams and the counts of the head commit agree
+ * (spec 11.6, 11.8, 13.7); groups present == 2 are unknown */
+static void check_stream_counts(vctx *c, const vbetween *b)
+{
+    const rd_commit *head = &c->r->commits[c->r->n_commits - 1];
+    uint64_t npos = head->dh.n_positions, nar = head->dh.n_archived;
+    const vgroup *groups = b->groups;
+    if (nar && !b->n_cb)
         R(FKVF_E_CORRUPT, "13.7", "CB-NEEDED", head->dir_off + 24,
           "n_archived %llu but the archive has no codebook section", (unsigned long long)nar);
-    if (groups[0].present == 1 && !n_cb)
+    if (groups[0].present == 1 && !b->n_cb)
         R(FKVF_E_CORRUPT, "11.8", "STRM-INDEX-NOCB", NO_OFF,
           "index streams in a file without a codebook section");
     if (nar && !groups[0].present)
@@ -1034,26 +1146,62 @@ static void check_between(vctx *c)
         R(FKVF_E_CORRUPT, "11.6", "STRM-LENGTH", head->dir_off + 16,
           "the token stream has %llu symbols, n_positions is %llu",
           (unsigned long long)groups[1].length, (unsigned long long)npos);
-    if (cb_kind == 1 && c->vs[cb_sec].parsed && c->have_desc) {
-        const fkvf_codebook_shape *s = &c->vs[cb_sec].cb;
-        if (!fkvf_cbk1_matches(s, &c->desc.d))
-            RS(FKVF_E_CORRUPT, "13.7", "CB-MATCH", cb_sec,
-               "the CBK1 shape (layers %u, heads %u, dims %u/%u, pooled %u) does not match the "
-               "descriptor",
-               s->n_layers, s->n_heads, s->key_dim, s->value_dim, s->pooled);
-        if (groups[0].present == 1) {
-            const fkvf_strm_hdr *h = &c->vs[groups[0].first].h;
-            if (h->k_stages != s->k_stages || h->v_stages != s->v_stages)
-                RS(FKVF_E_CORRUPT, "11.8", "STRM-STAGES", groups[0].first,
-                   "index streams with %u+%u stages, the codebook has %u+%u", h->k_stages,
-                   h->v_stages, s->k_stages, s->v_stages);
-            else if (fkvf_cbk1_matches(s, &c->desc.d) &&
-                     h->n_streams != fkvf_index_stream_count(s, c->desc.d.n_kv_heads))
-                RS(FKVF_E_CORRUPT, "11.8", "STRM-STAGES", groups[0].first,
-                   "%u index streams, the codebook's layer table makes %llu", h->n_streams,
-                   (unsigned long long)fkvf_index_stream_count(s, c->desc.d.n_kv_heads));
-        }
+}
+
+/* the CBK1 matches the descriptor and the index streams' stages (spec 13.7,
+ * 11.8) */
+static void check_cbk1_shape(vctx *c, const vbetween *b)
+{
+    size_t cb_sec = b->cb_sec;
+    const fkvf_codebook_shape *s = &c->vs[cb_sec].cb;
+    if (!fkvf_cbk1_matches(s, &c->desc.d))
+        RS(FKVF_E_CORRUPT, "13.7", "CB-MATCH", cb_sec,
+           "the CBK1 shape (layers %u, heads %u, dims %u/%u, pooled %u) does not match the "
+           "descriptor",
+           s->n_layers, s->n_heads, s->key_dim, s->value_dim, s->pooled);
+    if (b->groups[0].present != 1)
+        return;
+    size_t first = b->groups[0].first;
+    const fkvf_strm_hdr *h = &c->vs[first].h;
+    if (h->k_stages != s->k_stages || h->v_stages != s->v_stages)
+        RS(FKVF_E_CORRUPT, "11.8", "STRM-STAGES", first,
+           "index streams with %u+%u stages, the codebook has %u+%u", h->k_stages, h->v_stages,
+           s->k_stages, s->v_stages);
+    else if (fkvf_cbk1_matches(s, &c->desc.d) &&
+             h->n_streams != fkvf_index_stream_count(s, c->desc.d.n_kv_heads))
+        RS(FKVF_E_CORRUPT, "11.8", "STRM-STAGES", first,
+           "%u index streams, the codebook's layer table makes %llu", h->n_streams,
+           (unsigned long long)fkvf_index_stream_count(s, c->desc.d.n_kv_heads));
+}
+
+static void check_between(vctx *c)
+{
+    fkvf_reader *r = c->r;
+    const rd_commit *head = &r->commits[r->n_commits - 1];
+    uint64_t npos = head->dh.n_positions, nar = head->dh.n_archived;
+    vbetween b;
+    memset(&b, 0, sizeof b);
+    for (size_t i = 0; i < r->n_sections && !c->stop; i++) {
+        between_section(c, i, &b);
+        if (c->env_rc)
+            return;
     }
+    if (c->stop)
+        return;
+    /* the ZIDX streams; their keys are compared with the stream by the net */
+    for (size_t i = 0; i < r->n_sections && !c->stop; i++)
+        if (fkvf_zidx_is_index(r->sections[i].e.type) && c->vs[i].parsed)
+            check_zidx_stream(c, i, &b);
+    check_cmet_pairing(c, &b);
+    if (!b.n_desc) {
+        check_codebook_file(c, &b);
+        return;
+    }
+    if (c->strm_bad) /* unknown: the group rules are not checked */
+        b.groups[0].present = b.groups[1].present = 2;
+    check_stream_counts(c, &b);
+    if (b.cb_kind == 1 && c->vs[b.cb_sec].parsed && c->have_desc)
+        check_cbk1_shape(c, &b);
     if (c->have_desc && nar && c->desc.d.n_sinks + nar > npos)
         R(FKVF_E_CORRUPT, "14.3", "POS-RANGE", head->dir_off + 24,
           "n_sinks %u + n_archived %llu > n_positions %llu", c->desc.d.n_sinks,

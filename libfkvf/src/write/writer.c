@@ -597,6 +597,164 @@ FKVF_API uint32_t fkvf_stream_spec_align(const fkvf_stream_spec *spec)
     return fkvf_ngon_max_span(r);
 }
 
+/* The symbols of a segment: `n_streams` streams of `count` symbols, symbol
+ * i of stream j = sym16[i * ps + j * cs] (index) or sym32[i] (tokens). */
+typedef struct seg_symbols {
+    uint64_t count;
+    const uint16_t *sym16;
+    size_t ps, cs;
+    const uint32_t *sym32;
+} seg_symbols;
+
+/* The STRM header of a segment of group grp before its codec: first, count,
+ * block size and, for the index group, the stages and the stream count
+ * (spec 11.2). */
+static void segment_header(const fkvf_writer *w, unsigned grp, const fkvf_stream_spec *spec,
+                           uint64_t first, uint64_t count, fkvf_strm_hdr *h)
+{
+    memset(h, 0, sizeof *h);
+    h->group = grp;
+    h->profile = (uint8_t)spec->profile;
+    h->first_symbol = first;
+    h->symbol_count = count;
+    h->block_size = w->opts.block_size;
+    h->n_streams = 1;
+    if (grp == FKVF_GROUP_INDEX) {
+        h->k_stages = w->cb.k_stages;
+        h->v_stages = w->cb.v_stages;
+        /* P(n_layers) of spec 11.2: < 2^25 for a valid shape */
+        h->n_streams = (uint32_t)fkvf_index_stream_count(&w->cb, w->desc.n_kv_heads);
+    }
+}
+
+/* The codec of spec into h (spec 12.1, 12.2) and its normal form into
+ * *norm: the other profile's fields 0, an ngon's r and span resolved. An
+ * ngon is initialized into *g with *have_ngon = 1 (the caller finishes it). */
+static int segment_codec(fkvf_writer *w, const fkvf_stream_spec *spec, fkvf_strm_hdr *h,
+                         fkvf_stream_spec *norm, fkvf_ngon *g, int *have_ngon)
+{
+    *norm = *spec;
+    if (spec->profile == FKVF_PROFILE_QUAD) {
+        if (spec->symbol_bits < 2 || spec->symbol_bits > 32 || (spec->symbol_bits & 1))
+            return FAIL(FKVF_E_INVALID_ARG, "12.1", "quad symbol_bits %u (even, 2..32)",
+                        spec->symbol_bits);
+        h->bits = (uint8_t)spec->symbol_bits;
+        norm->alphabet = 0;
+        norm->r = 0.0;
+        norm->span_symbols = 0;
+        return FKVF_OK;
+    }
+    if (spec->profile != FKVF_PROFILE_NGON)
+        return FAIL(FKVF_E_INVALID_ARG, "11.2", "unknown profile %d", (int)spec->profile);
+    if (!(w->opts.required_features & FKVF_FEAT_NGON))
+        return FAIL(FKVF_E_INVALID_ARG, "3.3",
+                    "ngon streams need FKVF_FEAT_NGON in the create options");
+    int rc = fkvf_ngon_init(g, spec->alphabet, spec->r, spec->span_symbols, NULL, w->alloc);
+    if (rc)
+        return FAIL(rc == FKVF_E_NOMEM ? rc : FKVF_E_INVALID_ARG, "12.2",
+                    "ngon N=%u r=%g L=%u: invalid parameters", spec->alphabet, spec->r,
+                    spec->span_symbols);
+    *have_ngon = 1;
+    h->alphabet = g->n;
+    h->r = g->r;
+    h->span_symbols = g->span;
+    norm->symbol_bits = 0;
+    norm->r = g->r;
+    norm->span_symbols = g->span;
+    return FKVF_OK;
+}
+
+/* The segment continues group gr: the codec of its earlier segments, first
+ * a multiple of the alignment unit and at most the group's length (spec
+ * 11.6); then h's layout derived, within the limits (spec 15). */
+static int check_segment_fits(fkvf_writer *w, const wr_group *gr, const char *what,
+                              const fkvf_stream_spec *norm, fkvf_strm_hdr *h)
+{
+    const uint64_t first = h->first_symbol, count = h->symbol_count;
+    uint32_t u = fkvf_strm_align(h->profile, h->bits, h->span_symbols);
+    if (gr->present &&
+        (gr->spec.profile != norm->profile || gr->spec.symbol_bits != norm->symbol_bits ||
+         gr->spec.alphabet != norm->alphabet || gr->spec.span_symbols != norm->span_symbols ||
+         memcmp(&gr->spec.r, &norm->r, sizeof norm->r) != 0))
+        return FAIL(FKVF_E_INVALID_ARG, "11.6", "%s: codec differs from their earlier segments",
+                    what);
+    if (first % u || first > gr->length)
+        return FAIL(FKVF_E_INVALID_ARG, "11.6",
+                    "%s: first symbol %llu must be a multiple of %u and at most their length %llu",
+                    what, (unsigned long long)first, u, (unsigned long long)gr->length);
+    if (fkvf_strm_hdr_derive(h) || h->section_size > SIZE_MAX || count > SIZE_MAX ||
+        first + count < first)
+        return FAIL(FKVF_E_LIMIT, "15", "%s: segment of %llu symbols too large", what,
+                    (unsigned long long)count);
+    return FKVF_OK;
+}
+
+/* Index stream j's symbols gathered into tmp, each below the codebook's k
+ * (spec 11.8). */
+static int gather_index_stream(fkvf_writer *w, const seg_symbols *s, uint32_t j, uint32_t *tmp)
+{
+    for (size_t i = 0; i < (size_t)s->count; i++) {
+        tmp[i] = s->sym16[i * s->ps + j * s->cs];
+        if (tmp[i] >= w->cb.k)
+            return FAIL(FKVF_E_INVALID_ARG, "11.8",
+                        "index stream %u, symbol %zu is %u, the codebook has k = %u", j, i,
+                        tmp[i], w->cb.k);
+    }
+    return FKVF_OK;
+}
+
+/* Every stream of the segment encoded into data, stream j at
+ * j * stream_bytes (spec 12); tmp: scratch of count symbols for index
+ * streams. */
+static int encode_streams(fkvf_writer *w, const fkvf_strm_hdr *h, const fkvf_ngon *g,
+                          const char *what, const seg_symbols *s, uint32_t *tmp, uint8_t *data)
+{
+    int rc;
+    for (uint32_t j = 0; j < h->n_streams; j++) {
+        const uint32_t *src = s->sym32;
+        if (s->sym16) {
+            if ((rc = gather_index_stream(w, s, j, tmp)))
+                return rc;
+            src = tmp;
+        }
+        uint8_t *dst = data + (size_t)(j * h->stream_bytes);
+        if (h->profile == FKVF_PROFILE_QUAD)
+            rc = fkvf_quad_encode(src, (size_t)s->count, h->bits, dst, (size_t)h->stream_bytes);
+        else
+            rc = fkvf_ngon_encode(g, src, (size_t)s->count, dst, (size_t)h->stream_bytes);
+        if (rc) {
+            /* a symbol outside the alphabet is the caller's error */
+            return FAIL(rc == FKVF_E_SYMBOL ? FKVF_E_INVALID_ARG : rc, "12", "%s, stream %u: %s",
+                        what, j,
+                        rc == FKVF_E_SYMBOL ? "a symbol is outside the alphabet"
+                                            : "a span does not decode back exactly");
+        }
+    }
+    return FKVF_OK;
+}
+
+/* The segment buf written as a STRM section of group grp: its header and
+ * block checksums are seeded by the section offset, known only once the
+ * output is padded (spec 11.2, 11.4). */
+static int seal_segment(fkvf_writer *w, unsigned grp, uint8_t *buf, const fkvf_strm_hdr *h)
+{
+    int rc;
+    if ((rc = out_pad64(w)))
+        return rc;
+    uint64_t off = w->pos;
+    const uint8_t *data = buf + h->data_off;
+    fkvf_strm_hdr_write(buf, h, off);
+    for (uint64_t b = 0; b < h->n_blocks; b++) {
+        uint64_t start = b * h->block_size;
+        uint64_t len = h->data_bytes - start < h->block_size ? h->data_bytes - start
+                                                               : h->block_size;
+        fkvf_st64(buf + 64 + 8 * b,
+                  fkvf_xxh3_64(data + start, (size_t)len, off + h->data_off + start));
+    }
+    return put_section(w, FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, grp, buf,
+                       (size_t)h->section_size);
+}
+
 /* One STRM section of group `grp`: `n_streams` streams of `count` symbols,
  * symbol i of stream j = sym16[i * ps + j * cs] (index) or sym32[i] (tokens). */
 static int put_segment(fkvf_writer *w, unsigned grp, const fkvf_stream_spec *spec, uint64_t first,
@@ -605,123 +763,30 @@ static int put_segment(fkvf_writer *w, unsigned grp, const fkvf_stream_spec *spe
 {
     wr_group *gr = &w->groups[grp];
     const char *what = grp == FKVF_GROUP_INDEX ? "index streams" : "token stream";
+    const seg_symbols s = {count, sym16, ps, cs, sym32};
     fkvf_strm_hdr h;
-    memset(&h, 0, sizeof h);
-    h.group = grp;
-    h.profile = (uint8_t)spec->profile;
-    h.first_symbol = first;
-    h.symbol_count = count;
-    h.block_size = w->opts.block_size;
-    h.n_streams = 1;
-    if (grp == FKVF_GROUP_INDEX) {
-        h.k_stages = w->cb.k_stages;
-        h.v_stages = w->cb.v_stages;
-        /* P(n_layers) of spec 11.2: < 2^25 for a valid shape */
-        h.n_streams = (uint32_t)fkvf_index_stream_count(&w->cb, w->desc.n_kv_heads);
-    }
+    segment_header(w, grp, spec, first, count, &h);
     fkvf_ngon g;
-    int have_ngon = 0, rc;
-    fkvf_stream_spec norm = *spec;
-    if (spec->profile == FKVF_PROFILE_QUAD) {
-        if (spec->symbol_bits < 2 || spec->symbol_bits > 32 || (spec->symbol_bits & 1))
-            return FAIL(FKVF_E_INVALID_ARG, "12.1", "quad symbol_bits %u (even, 2..32)",
-                        spec->symbol_bits);
-        h.bits = (uint8_t)spec->symbol_bits;
-        norm.alphabet = 0;
-        norm.r = 0.0;
-        norm.span_symbols = 0;
-    } else if (spec->profile == FKVF_PROFILE_NGON) {
-        if (!(w->opts.required_features & FKVF_FEAT_NGON))
-            return FAIL(FKVF_E_INVALID_ARG, "3.3",
-                        "ngon streams need FKVF_FEAT_NGON in the create options");
-        rc = fkvf_ngon_init(&g, spec->alphabet, spec->r, spec->span_symbols, NULL, w->alloc);
-        if (rc)
-            return FAIL(rc == FKVF_E_NOMEM ? rc : FKVF_E_INVALID_ARG, "12.2",
-                        "ngon N=%u r=%g L=%u: invalid parameters", spec->alphabet, spec->r,
-                        spec->span_symbols);
-        have_ngon = 1;
-        h.alphabet = g.n;
-        h.r = g.r;
-        h.span_symbols = g.span;
-        norm.symbol_bits = 0;
-        norm.r = g.r;
-        norm.span_symbols = g.span;
-    } else {
-        return FAIL(FKVF_E_INVALID_ARG, "11.2", "unknown profile %d", (int)spec->profile);
-    }
+    fkvf_stream_spec norm;
+    int have_ngon = 0;
+    int rc = segment_codec(w, spec, &h, &norm, &g, &have_ngon);
+    if (rc)
+        return rc;
     uint8_t *buf = NULL;
     uint32_t *tmp = NULL;
-    uint32_t u = fkvf_strm_align(h.profile, h.bits, h.span_symbols);
-    if (gr->present &&
-        (gr->spec.profile != norm.profile || gr->spec.symbol_bits != norm.symbol_bits ||
-         gr->spec.alphabet != norm.alphabet || gr->spec.span_symbols != norm.span_symbols ||
-         memcmp(&gr->spec.r, &norm.r, sizeof norm.r) != 0)) {
-        rc = FAIL(FKVF_E_INVALID_ARG, "11.6", "%s: codec differs from their earlier segments",
-                  what);
+    if ((rc = check_segment_fits(w, gr, what, &norm, &h)))
         goto out;
-    }
-    if (first % u || first > gr->length) {
-        rc = FAIL(FKVF_E_INVALID_ARG, "11.6",
-                  "%s: first symbol %llu must be a multiple of %u and at most their length %llu",
-                  what, (unsigned long long)first, u, (unsigned long long)gr->length);
-        goto out;
-    }
-    if ((rc = fkvf_strm_hdr_derive(&h)) || h.section_size > SIZE_MAX || count > SIZE_MAX ||
-        first + count < first) {
-        rc = FAIL(FKVF_E_LIMIT, "15", "%s: segment of %llu symbols too large", what,
-                  (unsigned long long)count);
-        goto out;
-    }
     if (!(buf = fkvf_calloc(w->alloc, (size_t)h.section_size, 1)) ||
         (sym16 && !(tmp = fkvf_malloc(w->alloc, count ? (size_t)count * sizeof *tmp : 1)))) {
         rc = FAIL(FKVF_E_NOMEM, NULL, "no memory for a segment of %llu bytes",
                   (unsigned long long)h.section_size);
         goto out;
     }
-    uint8_t *data = buf + h.data_off;
-    for (uint32_t j = 0; j < h.n_streams; j++) {
-        const uint32_t *src = sym32;
-        if (sym16) {
-            for (size_t i = 0; i < (size_t)count; i++) {
-                tmp[i] = sym16[i * ps + j * cs];
-                if (tmp[i] >= w->cb.k) {
-                    rc = FAIL(FKVF_E_INVALID_ARG, "11.8",
-                              "index stream %u, symbol %zu is %u, the codebook has k = %u", j, i,
-                              tmp[i], w->cb.k);
-                    goto out;
-                }
-            }
-            src = tmp;
-        }
-        uint8_t *dst = data + (size_t)(j * h.stream_bytes);
-        if (h.profile == FKVF_PROFILE_QUAD)
-            rc = fkvf_quad_encode(src, (size_t)count, h.bits, dst, (size_t)h.stream_bytes);
-        else
-            rc = fkvf_ngon_encode(&g, src, (size_t)count, dst, (size_t)h.stream_bytes);
-        if (rc) {
-            /* a symbol outside the alphabet is the caller's error */
-            rc = FAIL(rc == FKVF_E_SYMBOL ? FKVF_E_INVALID_ARG : rc, "12", "%s, stream %u: %s",
-                      what, j,
-                      rc == FKVF_E_SYMBOL ? "a symbol is outside the alphabet"
-                                          : "a span does not decode back exactly");
-            goto out;
-        }
-    }
+    if ((rc = encode_streams(w, &h, &g, what, &s, tmp, buf + h.data_off)))
+        goto out;
     if (have_ngon && (rc = ensure_vtxs(w, &g)))
         goto out;
-    /* section offset is known only now: header and block checksums are seeded by it */
-    if ((rc = out_pad64(w)))
-        goto out;
-    uint64_t off = w->pos;
-    fkvf_strm_hdr_write(buf, &h, off);
-    for (uint64_t b = 0; b < h.n_blocks; b++) {
-        uint64_t start = b * h.block_size;
-        uint64_t len = h.data_bytes - start < h.block_size ? h.data_bytes - start : h.block_size;
-        fkvf_st64(buf + 64 + 8 * b,
-                  fkvf_xxh3_64(data + start, (size_t)len, off + h.data_off + start));
-    }
-    rc = put_section(w, FKVF_SECTION_STRM, FKVF_SECTION_REQUIRED, grp, buf,
-                     (size_t)h.section_size);
+    rc = seal_segment(w, grp, buf, &h);
     if (rc == FKVF_OK) {
         gr->present = 1;
         gr->spec = norm;
