@@ -383,8 +383,10 @@ START_TEST(decode_same_any_threads)
         ck_assert_int_eq(fkvf_rvq_set_threads(q, 3), FKVF_OK);
         ck_assert_int_eq(fkvf_rvq_decode(q, codes, cpp, 1, n, 0, kr, FKVF_DTYPE_F32, o, size),
                          FKVF_E_RANGE);
+        size_t touched = 0; /* one assertion: Check writes a message per assertion */
         for (size_t i = 0; i < size; i++)
-            ck_assert_uint_eq(o[i], 0xAB);
+            touched += o[i] != 0xAB;
+        ck_assert_uint_eq(touched, 0);
         free(o);
         fkvf_rvq_free(b);
         free(t);

@@ -1803,7 +1803,8 @@ FKVF_API size_t fkvf_rvq_codes_per_position(const fkvf_rvq *q);
  * codes. */
 #define FKVF_RVQ_MAX_BEAM 64
 /* codes: rows->n_rows * codes_per_position entries at the strides above,
- * owned by the caller. Scratch from q's allocator per call. Errors:
+ * owned by the caller. Scratch from q's allocator per call (per range of
+ * rows on several threads: fkvf_rvq_set_threads). Errors:
  * FKVF_E_INVALID_ARG (NULL, bad strides or beam width, rows that do not fit
  * q's shape), FKVF_E_STATE (q loaded with fkvf_rvq_from_tables_decode),
  * FKVF_E_NOMEM. Several threads may encode with one q at once. */
@@ -1864,7 +1865,8 @@ FKVF_API int fkvf_rvq_get_metric(const fkvf_rvq *q, fkvf_rvq_metric *out);
  * centroids in stage order in binary32, keys rotated to their position
  * (first_position + i) when key_rope is given, rounded to out_dtype, in the
  * row layout of spec 14.2. out_size >= n_rows * row bytes. A code >= k is
- * FKVF_E_RANGE. */
+ * FKVF_E_RANGE (every code is checked before anything is written). On
+ * fkvf_rvq_set_threads' threads, one range of rows each. */
 FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
                              size_t code_stride, size_t n_rows, uint64_t first_position,
                              const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
