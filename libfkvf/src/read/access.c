@@ -363,9 +363,10 @@ static int work_nomem(fkvf_reader *r, work *w, const char *what)
     return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for %s", what);
 }
 
-static int work_init(fkvf_reader *r, const plan *p, work *w)
+/* The stages of the selected streams (per (layer, head) and in all) and the
+ * rope dims of the selected keys (0: no rotation). */
+static void work_select(const fkvf_reader *r, const plan *p, work *w)
 {
-    memset(w, 0, sizeof *w);
     w->p = p;
     w->ks = r->cb_shape.k_stages;
     w->vs = r->cb_shape.v_stages;
@@ -374,7 +375,14 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     w->sel_per = w->kss + w->vss;
     w->nsel = (size_t)p->nl * p->nh * w->sel_per; /* <= 2^20 * 32 */
     w->rd = r->desc.key_storage == 1 && p->keys ? r->desc.rope_dims : 0;
-    size_t c, n_codes;
+}
+
+/* Positions per chunk (LAYOUT_ROWS: CODE_BUDGET codes, 1 to MAX_CHUNK
+ * positions) or per block (LAYOUT_HEADS: HEADS_CHUNK, at most CS_BUDGET /
+ * rope dims), and never more than the request's count. */
+static size_t work_chunk(const plan *p, const work *w)
+{
+    size_t c;
     if (p->layout == FKVF_LAYOUT_ROWS) {
         c = w->nsel ? CODE_BUDGET / w->nsel : MAX_CHUNK;
         c = c < 1 ? 1 : c > MAX_CHUNK ? MAX_CHUNK : c;
@@ -385,8 +393,13 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     }
     if (c > p->count)
         c = (size_t)p->count;
-    n_codes = (p->layout == FKVF_LAYOUT_ROWS ? w->nsel : 16) * c;
-    w->chunk = c;
+    return c;
+}
+
+/* The CBK1 contents whose f16 tables LAYOUT_ROWS reads in place (an f16
+ * codebook, AVX and F16C, tables that fit), or NULL. */
+static const uint8_t *work_tables16_source(fkvf_reader *r, const plan *p, const work *w)
+{
     const uint8_t *cb = NULL;
 #ifdef FKVF_HAVE_F16C
     if (p->layout == FKVF_LAYOUT_ROWS && w->nsel && r->cb_shape.dtype == FKVF_DTYPE_F16 &&
@@ -398,7 +411,21 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
             tables16_fit(&sh, &r->desc, cb_size))
             cb = c0;
     }
+#else
+    (void)r;
+    (void)p;
+    (void)w;
 #endif
+    return cb;
+}
+
+/* The scratch, one allocation carved into the staging floats, the cosines
+ * and sines (rope dims > 0), the pointer lists (tab, rowp; tab16 and rowp16
+ * when with16) and the codes. */
+static int work_alloc(fkvf_reader *r, const plan *p, work *w, int with16)
+{
+    size_t c = w->chunk;
+    size_t n_codes = (p->layout == FKVF_LAYOUT_ROWS ? w->nsel : 16) * c;
     size_t dmax = p->dk > p->dv ? p->dk : p->dv;
     size_t cap = p->total < STAGE_FLOATS ? p->total : STAGE_FLOATS;
     if (cap < dmax)
@@ -408,7 +435,7 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     size_t n_f = (cap + 1) & ~(size_t)1, n_d = w->rd ? c * w->rd : 0;
     size_t n_c = (n_codes + 3) & ~(size_t)3;
     size_t bytes = n_f * sizeof(float) + n_d * sizeof(double) +
-                   (cb ? 4 : 2) * w->nsel * sizeof(float *) + n_c * sizeof(uint16_t);
+                   (with16 ? 4 : 2) * w->nsel * sizeof(float *) + n_c * sizeof(uint16_t);
     uint8_t *m = fkvf_malloc(r->alloc, bytes);
     if (!m)
         return FAIL(FKVF_E_NOMEM, FKVF_NO_OFFSET, NULL, "no memory for %zu bytes of scratch",
@@ -425,33 +452,48 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
     m += w->nsel * sizeof(float *);
     w->rowp = (const float **)(void *)m;
     m += w->nsel * sizeof(float *);
-    if (cb) {
+    if (with16) {
         w->tab16 = (const uint8_t **)(void *)m;
         m += w->nsel * sizeof(uint8_t *);
         w->rowp16 = (const void **)(void *)m;
         m += w->nsel * sizeof(uint8_t *);
     }
+    w->codes = (uint16_t *)(void *)m;
+    return FKVF_OK;
+}
+
+/* The kernels: AVX sums, F16C conversions, and (f16 output from the f16
+ * tables) keys and values stored straight into the output. */
+static void work_kernels(const fkvf_reader *r, const plan *p, work *w, int with16)
+{
     w->avx = fkvf_cpu_avx();
     w->st.f16c = fkvf_cpu_f16c();
-    if (cb && p->dt == FKVF_DTYPE_F16) {
+    if (with16 && p->dt == FKVF_DTYPE_F16) {
         w->vec16_k = !p->keys || fkvf_vec16_usable(p->dk, w->rd, r->desc.rope_layout);
         w->vec16_v = !p->vals || fkvf_vec16_usable(p->dv, 0, 0);
     }
-    w->codes = (uint16_t *)(void *)m;
     w->st.p = p;
-    /* the stage tables of the selected streams */
-    /* the stage tables of the selected streams: for a selection of every
-     * stream (selection order is then the streams' order, spec 11.2) the
-     * reader's, built once; else this call's */
-    const int all = p->l0 == 0 && p->nl == r->desc.n_layers && p->h0 == 0 &&
-                    p->nh == r->desc.n_kv_heads && p->keys && p->vals && w->nsel;
-    w->all = all;
-    if (all && !r->acc_tab) {
+}
+
+/* Does the request select every stream? (Selection order is then the
+ * streams' order, spec 11.2.) */
+static int selects_all(const fkvf_reader *r, const plan *p, const work *w)
+{
+    return p->l0 == 0 && p->nl == r->desc.n_layers && p->h0 == 0 &&
+           p->nh == r->desc.n_kv_heads && p->keys && p->vals && w->nsel;
+}
+
+/* The reader's stage tables of every stream, built on first use; the f16
+ * ones of the CBK1 contents cb (unless NULL) again for another attached
+ * codebook file. */
+static int reader_tables(fkvf_reader *r, const plan *p, work *w, const uint8_t *cb)
+{
+    if (!r->acc_tab) {
         if (!(r->acc_tab = fkvf_malloc(r->alloc, w->nsel * sizeof *r->acc_tab)))
             return work_nomem(r, w, "the stage tables");
         tables_fill(r, p, w, NULL, r->acc_tab, NULL);
     }
-    if (all && cb && r->acc_cb != cb) { /* first use, or another attached codebook file */
+    if (cb && r->acc_cb != cb) { /* first use, or another attached codebook file */
         fkvf_free(r->alloc, r->acc_tab16);
         r->acc_cb = NULL;
         if (!(r->acc_tab16 = fkvf_malloc(r->alloc, w->nsel * sizeof *r->acc_tab16)))
@@ -459,26 +501,59 @@ static int work_init(fkvf_reader *r, const plan *p, work *w)
         tables_fill(r, p, w, cb, NULL, r->acc_tab16);
         r->acc_cb = cb;
     }
-    /* the reader's lists exist now for a selection of every stream (their
-     * allocation failing is an error above) */
-    if (all)
-        w->tab = r->acc_tab;
-    else
-        tables_fill(r, p, w, NULL, w->tab, NULL);
-    if (cb && all)
-        w->tab16 = r->acc_tab16;
-    else if (cb)
-        tables_fill(r, p, w, cb, NULL, w->tab16);
-    if (w->rd) {
-        w->rope = (fkvf_rope){r->desc.rope_layout, w->rd, r->desc.rope_theta};
-        if (!r->acc_freqs) { /* once per reader: rope_dims / 2 calls of pow */
-            if (!(r->acc_freqs = fkvf_malloc(r->alloc, w->rd / 2 * sizeof(double))))
-                return work_nomem(r, w, "the RoPE frequencies");
-            fkvf_rope_freqs(&w->rope, r->acc_freqs);
-        }
-        w->freqs = r->acc_freqs;
-    }
     return FKVF_OK;
+}
+
+/* The stage tables of the selected streams (the f16 ones too from the CBK1
+ * contents cb, unless NULL): for a selection of every stream the reader's,
+ * built once; else this call's. */
+static int work_tables(fkvf_reader *r, const plan *p, work *w, const uint8_t *cb)
+{
+    w->all = selects_all(r, p, w);
+    if (!w->all) {
+        tables_fill(r, p, w, NULL, w->tab, NULL);
+        if (cb)
+            tables_fill(r, p, w, cb, NULL, w->tab16);
+        return FKVF_OK;
+    }
+    int rc = reader_tables(r, p, w, cb);
+    if (rc)
+        return rc;
+    /* the reader's lists exist now (their allocation failing is an error
+     * above) */
+    w->tab = r->acc_tab;
+    if (cb)
+        w->tab16 = r->acc_tab16;
+    return FKVF_OK;
+}
+
+/* The archive's RoPE, and its frequencies: the reader's, computed once per
+ * reader (rope_dims / 2 calls of pow). */
+static int work_rope(fkvf_reader *r, work *w)
+{
+    w->rope = (fkvf_rope){r->desc.rope_layout, w->rd, r->desc.rope_theta};
+    if (!r->acc_freqs) {
+        if (!(r->acc_freqs = fkvf_malloc(r->alloc, w->rd / 2 * sizeof(double))))
+            return work_nomem(r, w, "the RoPE frequencies");
+        fkvf_rope_freqs(&w->rope, r->acc_freqs);
+    }
+    w->freqs = r->acc_freqs;
+    return FKVF_OK;
+}
+
+static int work_init(fkvf_reader *r, const plan *p, work *w)
+{
+    memset(w, 0, sizeof *w);
+    work_select(r, p, w);
+    w->chunk = work_chunk(p, w);
+    const uint8_t *cb = work_tables16_source(r, p, w);
+    int rc = work_alloc(r, p, w, cb != NULL);
+    if (rc)
+        return rc;
+    work_kernels(r, p, w, cb != NULL);
+    if ((rc = work_tables(r, p, w, cb)))
+        return rc;
+    return w->rd ? work_rope(r, w) : FKVF_OK;
 }
 
 /* Symbols [u0, u0+n) (segment-local, n <= HEADS_CHUNK) of index stream ord
@@ -614,75 +689,89 @@ static const uint8_t *direct8_bytes(const rd_seg *g, int sh, uint64_t ord, uint6
                : NULL;
 }
 
+/* A source reader's blocks of symbols [u0, u0+n) of every selected stream
+ * of segment g, adjacent ones in one read. */
+static int prefetch_codes(fkvf_reader *r, const work *w, rd_group *gr, rd_seg *g, uint64_t u0,
+                          size_t n)
+{
+    const plan *p = w->p;
+    rd_prefetch pf = {0, 0};
+    for (uint32_t li = 0; li < p->nl; li++)
+        for (uint32_t hi = 0; hi < p->nh; hi++)
+            for (unsigned kv = 0; kv < 2; kv++)
+                for (unsigned s = 0; s < (kv ? w->vss : w->kss); s++) {
+                    int rc = rd_seg_prefetch(r, &pf, gr, g,
+                                             (uint32_t)stream_ord(r, w, li, hi, kv, s), u0,
+                                             u0 + n);
+                    if (rc)
+                        return rc;
+                }
+    return rd_prefetch_flush(r, &pf);
+}
+
+/* read_codes' common case inline (sh from direct8_shift): the stored bytes;
+ * anything unusual (a block not verified yet, a code >= k) goes through
+ * read_stream. */
+static int read_codes_direct8(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, int sh,
+                              uint64_t u0, size_t n)
+{
+    const plan *p = w->p;
+    const uint32_t k = r->cb_shape.k;
+    /* one position: each code's centroid row prefetched as soon as the
+     * code is loaded, so that the row misses overlap the code misses of
+     * the following streams instead of waiting for all 864 codes */
+    const int early = n == 1;
+    w->prefetched = early;
+    for (uint32_t li = 0; li < p->nl; li++)
+        for (uint32_t hi = 0; hi < p->nh; hi++)
+            for (unsigned kv = 0; kv < 2; kv++) {
+                unsigned ns = kv ? w->vss : w->kss;
+                if (!ns)
+                    continue;
+                size_t j = sel_index(w, li, hi, kv, 0);
+                uint64_t ord = stream_ord(r, w, li, hi, kv, 0);
+                const uint32_t dim = kv ? p->dv : p->dk;
+                for (unsigned s = 0; s < ns; s++, j++, ord++) {
+                    uint16_t *c = w->codes + j * w->chunk;
+                    const uint8_t *src = direct8_bytes(g, sh, ord, u0, n);
+                    if (!src) {
+                        int rc = read_stream(r, gr, g, ord, u0, n, c);
+                        if (rc)
+                            return rc;
+                        continue;
+                    }
+                    unsigned mx = 0;
+                    for (size_t i = 0; i < n; i++) {
+                        c[i] = src[i];
+                        mx = src[i] > mx ? src[i] : mx;
+                    }
+                    if (early && mx < k) {
+                        if (w->tab16)
+                            prefetch_bytes(w->tab16[j] + (size_t)src[0] * dim * 2,
+                                           (size_t)dim * 2);
+                        else
+                            prefetch_row(w->tab[j] + (size_t)src[0] * dim, dim);
+                    }
+                    if (mx >= k) /* read_stream names the symbol */
+                        return read_stream(r, gr, g, ord, u0, n, c);
+                }
+            }
+    return FKVF_OK;
+}
+
 /* LAYOUT_ROWS: codes of symbols [u0, u0+n) of every selected stream of
  * segment g into w->codes[j * chunk + i]. */
 static int read_codes(fkvf_reader *r, work *w, rd_group *gr, rd_seg *g, uint64_t u0, size_t n)
 {
     const plan *p = w->p;
     if (r->src.read) {
-        /* a source reader: the blocks of every selected stream first,
-         * adjacent ones in one read */
-        rd_prefetch pf = {0, 0};
-        for (uint32_t li = 0; li < p->nl; li++)
-            for (uint32_t hi = 0; hi < p->nh; hi++)
-                for (unsigned kv = 0; kv < 2; kv++)
-                    for (unsigned s = 0; s < (kv ? w->vss : w->kss); s++) {
-                        int rc = rd_seg_prefetch(r, &pf, gr, g,
-                                                 (uint32_t)stream_ord(r, w, li, hi, kv, s), u0,
-                                                 u0 + n);
-                        if (rc)
-                            return rc;
-                    }
-        int rc = rd_prefetch_flush(r, &pf);
+        int rc = prefetch_codes(r, w, gr, g, u0, n);
         if (rc)
             return rc;
     }
     const int sh = direct8_shift(gr, g, u0, n);
-    if (sh >= 0) {
-        /* the common case inline: the stored bytes; anything unusual (a
-         * block not verified yet, a code >= k) goes through read_stream */
-        const uint32_t k = r->cb_shape.k;
-        /* one position: each code's centroid row prefetched as soon as the
-         * code is loaded, so that the row misses overlap the code misses of
-         * the following streams instead of waiting for all 864 codes */
-        const int early = n == 1;
-        w->prefetched = early;
-        for (uint32_t li = 0; li < p->nl; li++)
-            for (uint32_t hi = 0; hi < p->nh; hi++)
-                for (unsigned kv = 0; kv < 2; kv++) {
-                    unsigned ns = kv ? w->vss : w->kss;
-                    if (!ns)
-                        continue;
-                    size_t j = sel_index(w, li, hi, kv, 0);
-                    uint64_t ord = stream_ord(r, w, li, hi, kv, 0);
-                    const uint32_t dim = kv ? p->dv : p->dk;
-                    for (unsigned s = 0; s < ns; s++, j++, ord++) {
-                        uint16_t *c = w->codes + j * w->chunk;
-                        const uint8_t *src = direct8_bytes(g, sh, ord, u0, n);
-                        if (!src) {
-                            int rc = read_stream(r, gr, g, ord, u0, n, c);
-                            if (rc)
-                                return rc;
-                            continue;
-                        }
-                        unsigned mx = 0;
-                        for (size_t i = 0; i < n; i++) {
-                            c[i] = src[i];
-                            mx = src[i] > mx ? src[i] : mx;
-                        }
-                        if (early && mx < k) {
-                            if (w->tab16)
-                                prefetch_bytes(w->tab16[j] + (size_t)src[0] * dim * 2,
-                                               (size_t)dim * 2);
-                            else
-                                prefetch_row(w->tab[j] + (size_t)src[0] * dim, dim);
-                        }
-                        if (mx >= k) /* read_stream names the symbol */
-                            return read_stream(r, gr, g, ord, u0, n, c);
-                    }
-                }
-        return FKVF_OK;
-    }
+    if (sh >= 0)
+        return read_codes_direct8(r, w, gr, g, sh, u0, n);
     w->prefetched = 0;
     for (uint32_t li = 0; li < p->nl; li++)
         for (uint32_t hi = 0; hi < p->nh; hi++)

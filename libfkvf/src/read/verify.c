@@ -133,13 +133,11 @@ static int verify_vtxs(fkvf_reader *r, size_t i)
     return FKVF_OK;
 }
 
-FKVF_API int fkvf_reader_verify(fkvf_reader *r)
+/* 1. layout: every byte from the header to the last trusted trailer is a
+ * structure or zero padding */
+static int verify_layout(fkvf_reader *r)
 {
-    int rc = rd_enter(r);
-    if (rc)
-        return rc;
-    /* 1. layout: every byte from the header to the last trusted trailer is a
-     * structure or zero padding */
+    int rc;
     uint64_t pos = FKVF_HEADER_SIZE;
     for (size_t ci = 0; ci < r->n_commits; ci++) {
         const rd_commit *c = &r->commits[ci];
@@ -154,27 +152,36 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
             return rc;
         pos = c->trailer_off + 64;
     }
-    /* 2. every section's checksum (and inflation). Buffers already inflated
-     * are kept: callers may hold views into them. */
+    return FKVF_OK;
+}
+
+/* 2. every section's checksum (and inflation). Buffers already inflated
+ * are kept: callers may hold views into them. */
+static int verify_checksums(fkvf_reader *r)
+{
     for (size_t i = 0; i < r->n_sections; i++) {
         rd_section *s = &r->sections[i];
         s->checked = 0;
         const uint8_t *p;
         uint64_t n;
-        if ((rc = rd_section_bytes(r, i, &p, &n)))
+        int rc = rd_section_bytes(r, i, &p, &n);
+        if (rc)
             return rc;
     }
-    /* 3. contents; the CBK1 first if a source reader deferred it */
-    if ((rc = rd_cbk1_load(r)))
-        return rc;
+    return FKVF_OK;
+}
+
+/* The effective META section, and those a later one replaced: they are
+ * part of the committed file too (spec 1.3.3, 9.3). */
+static int verify_meta(fkvf_reader *r)
+{
+    int rc;
     if (r->has_meta) {
         r->meta_checked = 0;
         size_t n;
         if ((rc = rd_meta_count(r, &n)))
             return rc;
     }
-    /* META sections a later one replaced are part of the committed file too
-     * (spec 1.3.3, 9.3) */
     for (size_t i = 0; i < r->n_sections; i++) {
         if (r->sections[i].e.type != FKVF_SECTION_META || (r->has_meta && i == r->meta_sec))
             continue;
@@ -189,12 +196,26 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
         if (rc)
             return rc;
     }
+    return FKVF_OK;
+}
+
+/* Every STRM and VTXS section's contents, in section order. */
+static int verify_streams_and_vertices(fkvf_reader *r)
+{
+    int rc = FKVF_OK;
     for (size_t i = 0; i < r->n_sections; i++) {
         uint32_t t = r->sections[i].e.type;
         if ((t == FKVF_SECTION_STRM && (rc = verify_strm_section(r, i))) ||
             (t == FKVF_SECTION_VTXS && (rc = verify_vtxs(r, i))))
             return rc;
     }
+    return FKVF_OK;
+}
+
+/* The sections of the types this version defines carry the REQUIRED flag
+ * (spec 4.3). */
+static int verify_required_flags(fkvf_reader *r)
+{
     for (size_t i = 0; i < r->n_sections; i++) {
         const rd_section *s = &r->sections[i];
         uint32_t t = s->e.type;
@@ -207,34 +228,58 @@ FKVF_API int fkvf_reader_verify(fkvf_reader *r)
                         "%s section without the REQUIRED flag", tn);
         }
     }
-    /* finite centroids (spec 13.2): of the embedded CBK1 (or of this
-     * codebook file), or of the attached external codebook */
-    if (r->cb_kind == 1 || (r->cb_kind == 2 && r->cb_known)) {
-        const void *cp;
-        size_t cn;
-        uint64_t bad;
-        if ((rc = rd_codebook(r, NULL, &cp, &cn, NULL)))
-            return rc;
-        if (!fkvf_cbk1_finite(cp, cn, r->cb_shape.dtype, &bad)) {
-            if (r->cb_kind == 1)
-                return FAIL(FKVF_E_CORRUPT, r->sections[r->cb_sec].e.offset, "13.2",
-                            "CBK1 centroid element at content offset %llu is not finite",
-                            (unsigned long long)bad);
-            return FAIL(FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "13.2",
-                        "external codebook %s: centroid element at content offset %llu is not "
-                        "finite",
-                        r->cb_file->diag.name, (unsigned long long)bad);
-        }
-    }
-    /* the encoder metric (spec 13.8) */
+    return FKVF_OK;
+}
+
+/* finite centroids (spec 13.2): of the embedded CBK1 (or of this codebook
+ * file), or of the attached external codebook */
+static int verify_centroids(fkvf_reader *r)
+{
+    if (!(r->cb_kind == 1 || (r->cb_kind == 2 && r->cb_known)))
+        return FKVF_OK;
+    const void *cp;
+    size_t cn;
+    uint64_t bad;
+    int rc = rd_codebook(r, NULL, &cp, &cn, NULL);
+    if (rc)
+        return rc;
+    if (fkvf_cbk1_finite(cp, cn, r->cb_shape.dtype, &bad))
+        return FKVF_OK;
+    if (r->cb_kind == 1)
+        return FAIL(FKVF_E_CORRUPT, r->sections[r->cb_sec].e.offset, "13.2",
+                    "CBK1 centroid element at content offset %llu is not finite",
+                    (unsigned long long)bad);
+    return FAIL(FKVF_E_CODEBOOK, FKVF_NO_OFFSET, "13.2",
+                "external codebook %s: centroid element at content offset %llu is not "
+                "finite",
+                r->cb_file->diag.name, (unsigned long long)bad);
+}
+
+/* the encoder metric (spec 13.8), if there is one */
+static int verify_metric(fkvf_reader *r)
+{
     size_t msec;
     fkvf_cmet_hdr mh;
-    if ((rc = rd_metric_check(r, &msec, &mh)) == FKVF_E_NOT_FOUND)
+    int rc = rd_metric_check(r, &msec, &mh);
+    if (rc == FKVF_E_NOT_FOUND) {
         fkvf_diag_clear(&r->diag);
-    else if (rc)
+        return FKVF_OK;
+    }
+    return rc;
+}
+
+FKVF_API int fkvf_reader_verify(fkvf_reader *r)
+{
+    int rc = rd_enter(r);
+    if (rc)
         return rc;
-    /* search indexes (spec 20) */
-    if ((rc = rd_zidx_verify(r)))
+    /* 1. the layout, 2. every section's checksum, 3. the contents (the CBK1
+     * first if a source reader deferred it), the search indexes (spec 20)
+     * last; the first error stops the pass */
+    if ((rc = verify_layout(r)) || (rc = verify_checksums(r)) || (rc = rd_cbk1_load(r)) ||
+        (rc = verify_meta(r)) || (rc = verify_streams_and_vertices(r)) ||
+        (rc = verify_required_flags(r)) || (rc = verify_centroids(r)) ||
+        (rc = verify_metric(r)) || (rc = rd_zidx_verify(r)))
         return rc;
     if (r->torn_bytes)
         return FAIL(FKVF_E_TORN, r->committed_size, "7.2",
