@@ -181,6 +181,8 @@
  *  fkvf_convert                  | n/a pure
  *  fkvf_rope_apply_f64           | n/a pure
  *  fkvf_rope_apply_f32           | n/a pure
+ *  fkvf_rope_table               | n/a pure
+ *  fkvf_rope_apply_table_f64     | n/a pure
  *  fkvf_rvq_params_init          | n/a pure
  *  fkvf_rvq_train                | alloc (rvq)
  *  fkvf_rvq_from_tables          | alloc (rvq)
@@ -2771,6 +2773,9 @@ START_TEST(na_pure_functions)
     double v[4] = {1, 0, 1, 0};
     ok &= fkvf_rope_apply_f64(&rope, 3, 0, v, 4) == FKVF_OK && v[0] != 1;
     ok &= fkvf_rope_apply_f32(&rope, 3, 1, f, 4) == FKVF_OK;
+    double cs4[4];
+    ok &= fkvf_rope_table(&rope, 3, cs4, 4) == FKVF_OK;
+    ok &= fkvf_rope_apply_table_f64(&rope, cs4, 1, v, 4) == FKVF_OK && v[0] > 0.999 && v[0] < 1.001;
     fkvf_rvq_params p;
     fkvf_rvq_params_init(&p);
     ok &= p.k == 256;

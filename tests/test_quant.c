@@ -419,6 +419,41 @@ START_TEST(rope_roundtrip)
 }
 END_TEST
 
+/* fkvf_rope_table + fkvf_rope_apply_table_f64 give the bits of
+ * fkvf_rope_apply_f64, both directions, every layout and rope_dims */
+START_TEST(rope_table_same_bits)
+{
+    tu_rng r = {11};
+    const uint64_t ts[] = {0, 1, 3, 999, 65535, UINT64_C(1) << 33};
+    const uint32_t dims[][2] = {{2, 2}, {8, 8}, {64, 32}, {10, 4}, {128, 128}};
+    for (int layout = 1; layout <= 2; layout++)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+            for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++)
+                for (int inv = 0; inv <= 1; inv++) {
+                    uint32_t dim = dims[di][0];
+                    fkvf_rope rp = {(uint8_t)layout, dims[di][1], ti % 2 ? 10000.0 : 1e6};
+                    double a[128], b[128], cs[128];
+                    for (uint32_t j = 0; j < dim; j++)
+                        a[j] = b[j] = nrand(&r) * 5;
+                    OK(fkvf_rope_apply_f64(&rp, ts[ti], inv, a, dim));
+                    OK(fkvf_rope_table(&rp, ts[ti], cs, rp.rope_dims));
+                    OK(fkvf_rope_apply_table_f64(&rp, cs, inv, b, dim));
+                    EXPECTF(memcmp(a, b, dim * sizeof(double)) == 0,
+                            "layout %d dims %u/%u t %llu inverse %d", layout, dim, rp.rope_dims,
+                            (unsigned long long)ts[ti], inv);
+                }
+    fkvf_rope rp = {1, 8, 10000.0};
+    double cs[8], v[8] = {0};
+    EXPECT(fkvf_rope_table(&rp, 1, cs, 7) == FKVF_E_INVALID_ARG); /* n < rope_dims */
+    EXPECT(fkvf_rope_table(NULL, 1, cs, 8) == FKVF_E_INVALID_ARG);
+    EXPECT(fkvf_rope_table(&rp, 1, NULL, 8) == FKVF_E_INVALID_ARG);
+    OK(fkvf_rope_table(&rp, 1, cs, 8));
+    EXPECT(fkvf_rope_apply_table_f64(&rp, NULL, 0, v, 8) == FKVF_E_INVALID_ARG);
+    EXPECT(fkvf_rope_apply_table_f64(&rp, cs, 0, v, 6) == FKVF_E_INVALID_ARG); /* dim < dims */
+    EXPECT(fkvf_rope_apply_table_f64(NULL, cs, 0, v, 8) == FKVF_E_INVALID_ARG);
+}
+END_TEST
+
 START_TEST(rope_invalid)
 {
     double v[8] = {0};
@@ -2289,6 +2324,7 @@ static Suite *quant_suite(void)
     TCase *tr = tcase_create("rope");
     tcase_add_test(tr, rope_hand_example);
     tcase_add_test(tr, rope_roundtrip);
+    tcase_add_test(tr, rope_table_same_bits);
     tcase_add_test(tr, rope_invalid);
     suite_add_tcase(su, tr);
 

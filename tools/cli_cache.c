@@ -129,40 +129,56 @@ int cli_rope_measure(const kvio_cache *c, uint32_t p0, uint32_t p1, uint64_t pos
     r->sampled = n;
     size_t es = kvio_dtype_size(c->dtype);
     float *f = malloc((size_t)D * sizeof *f);
-    double *v = malloc((size_t)D * sizeof *v), *sum = malloc((size_t)D * sizeof *sum);
+    double *v = malloc((size_t)D * sizeof *v), *sum = calloc(r->n * D, sizeof *sum);
     double *var = calloc(r->n, sizeof *var), *energy = calloc(r->n, sizeof *energy);
-    double *hv = malloc(r->n * sizeof *hv);
+    double *hv = malloc(r->n * sizeof *hv), *sq = calloc(r->n, sizeof *sq);
+    /* every candidate's angles at every sampled position, once for all
+     * heads (fkvf_rope_table: the bits fkvf_rope_apply_f64 computes) */
+    double *cs = calloc(r->n * n * dims, sizeof *cs);
     int rc = -1;
-    if (!f || !v || !sum || !var || !energy || !hv)
+    if (!f || !v || !sum || !var || !energy || !hv || !sq || !cs)
         goto out;
+    for (size_t k = 0; k < r->n; k++)
+        for (uint32_t i = 0; i < n && !r->c[k].as_cached; i++) {
+            uint32_t t = p0 + (uint32_t)((uint64_t)i * r->positions / n);
+            if (fkvf_rope_table(&r->c[k].rope, pos0 + (t - p0), cs + (k * n + i) * dims, dims) !=
+                FKVF_OK)
+                goto out;
+        }
     for (uint32_t l = 0; l < c->n_layers; l++)
         for (uint32_t h = 0; h < c->n_kv_heads; h++) {
-            for (size_t k = 0; k < r->n; k++) {
-                const cli_rope_cand *x = &r->c[k];
-                double sq = 0;
-                memset(sum, 0, (size_t)D * sizeof *sum);
-                for (uint32_t i = 0; i < n; i++) {
-                    uint32_t t = p0 + (uint32_t)((uint64_t)i * r->positions / n);
-                    const uint8_t *src = c->keys[l] + ((size_t)h * c->n_positions + t) * D * es;
-                    fkvf_convert(FKVF_DTYPE_F32, f, c->dtype, src, D);
+            memset(sum, 0, r->n * D * sizeof *sum);
+            memset(sq, 0, r->n * sizeof *sq);
+            /* each sampled key converted once, then turned by each candidate */
+            for (uint32_t i = 0; i < n; i++) {
+                uint32_t t = p0 + (uint32_t)((uint64_t)i * r->positions / n);
+                const uint8_t *src = c->keys[l] + ((size_t)h * c->n_positions + t) * D * es;
+                fkvf_convert(FKVF_DTYPE_F32, f, c->dtype, src, D);
+                for (size_t k = 0; k < r->n; k++) {
+                    const cli_rope_cand *x = &r->c[k];
+                    double *sk = sum + k * D;
                     for (uint32_t d = 0; d < D; d++)
                         v[d] = f[d];
                     if (!x->as_cached &&
-                        fkvf_rope_apply_f64(&x->rope, pos0 + (t - p0), 1, v, D) != FKVF_OK)
+                        fkvf_rope_apply_table_f64(&x->rope, cs + (k * n + i) * dims, 1, v, D) !=
+                            FKVF_OK)
                         goto out;
                     for (uint32_t d = 0; d < D; d++) {
-                        sum[d] += v[d];
-                        sq += v[d] * v[d];
+                        sk[d] += v[d];
+                        sq[k] += v[d] * v[d];
                     }
                 }
+            }
+            for (size_t k = 0; k < r->n; k++) {
+                const double *sk = sum + k * D;
                 double m2 = 0;
                 for (uint32_t d = 0; d < D; d++)
-                    m2 += (sum[d] / n) * (sum[d] / n);
+                    m2 += (sk[d] / n) * (sk[d] / n);
                 /* n * (mean squared norm - squared norm of the mean) */
-                double hvar = sq - n * m2;
+                double hvar = sq[k] - n * m2;
                 var[k] += hvar > 0 ? hvar : 0;
-                energy[k] += sq;
-                hv[k] = sq > 0 ? hvar / sq : 0;
+                energy[k] += sq[k];
+                hv[k] = sq[k] > 0 ? hvar / sq[k] : 0;
             }
             size_t best = 0;
             for (size_t k = 1; k < r->n; k++)
@@ -191,6 +207,8 @@ out:
     free(var);
     free(energy);
     free(hv);
+    free(sq);
+    free(cs);
     return rc;
 }
 

@@ -1681,6 +1681,17 @@ FKVF_API int fkvf_rope_apply_f64(const fkvf_rope *rope, uint64_t t, int inverse,
 /* The same on binary32 components (computed in binary64, rounded once). */
 FKVF_API int fkvf_rope_apply_f32(const fkvf_rope *rope, uint64_t t, int inverse, float *vec,
                                  size_t dim);
+/* For many vectors rotated at the same positions, the angles once: the
+ * cosines and sines of position t's rotation into cs (n >= rope_dims
+ * doubles: cs[i] the cosine of pair i's angle t * theta^(-2i/rope_dims),
+ * cs[rope_dims/2 + i] its sine, i < rope_dims/2, binary64), then
+ * fkvf_rope_apply_table_f64 rotates vec with them: bit for bit what
+ * fkvf_rope_apply_f64 at t does, without its pow, cos and sin per pair.
+ * FKVF_E_INVALID_ARG for a NULL argument, invalid parameters, n too small
+ * or rope_dims > dim. No allocation; thread-safe. */
+FKVF_API int fkvf_rope_table(const fkvf_rope *rope, uint64_t t, double *cs, size_t n);
+FKVF_API int fkvf_rope_apply_table_f64(const fkvf_rope *rope, const double *cs, int inverse,
+                                       double *vec, size_t dim);
 
 /* Cache rows in the layout of spec 14.2 (what EXAC stores): row i holds
  * position first_position + i; per layer the keys of heads 0..H-1, then the

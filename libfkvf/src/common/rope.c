@@ -164,6 +164,33 @@ FKVF_API int fkvf_rope_apply_f64(const fkvf_rope *rope, uint64_t t, int inverse,
     return apply(rope, t, inverse, vec, NULL, dim);
 }
 
+FKVF_API int fkvf_rope_table(const fkvf_rope *rope, uint64_t t, double *cs, size_t n)
+{
+    if (!rope || !cs || !fkvf_rope_valid(rope, rope->rope_dims) || n < rope->rope_dims)
+        return FKVF_E_INVALID_ARG;
+    uint32_t half = rope->rope_dims / 2;
+    for (uint32_t i = 0; i < half; i++) {
+        double pc[2];
+        cs_of(inv_freq(rope, i), t, pc); /* as apply: the same bits */
+        cs[i] = pc[0];
+        cs[half + i] = pc[1];
+    }
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_rope_apply_table_f64(const fkvf_rope *rope, const double *cs, int inverse,
+                                       double *vec, size_t dim)
+{
+    int rc = rope_args(rope, vec, dim);
+    if (rc || !cs)
+        return rc ? rc : FKVF_E_INVALID_ARG;
+    uint32_t half = rope->rope_dims / 2;
+    for (uint32_t i = 0; i < half; i++)
+        fkvf_rope_turn(cs[i], inverse ? -cs[half + i] : cs[half + i], vec + pair_j0(rope, i),
+                       vec + pair_j1(rope, i));
+    return FKVF_OK;
+}
+
 FKVF_API int fkvf_rope_apply_f32(const fkvf_rope *rope, uint64_t t, int inverse, float *vec,
                                  size_t dim)
 {
