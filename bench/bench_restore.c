@@ -13,7 +13,8 @@
  *
  * Output buffers are allocated once, outside the timing; with "fresh" each
  * timed call mallocs (and frees) its own, as Archive.read must (it returns
- * new arrays). Prints the median seconds per call on stdout (one number);
+ * new arrays). FKVF_THREADS=N: restore decodes on N threads
+ * (fkvf_reader_set_threads; default 1). Prints the median seconds per call on stdout (one number);
  * errors on stderr, exit 1. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -122,6 +123,14 @@ int main(int argc, char **argv)
         status = fail(r, rc, "codebook");
         goto out;
     }
+    /* FKVF_THREADS: restore's decoding threads (fkvf_reader_set_threads) */
+    const char *th = getenv("FKVF_THREADS");
+    unsigned long long nth = 1;
+    if (th && (parse_u64(th, &nth) || nth == 0 || nth > 256)) {
+        fprintf(stderr, "bench_restore: FKVF_THREADS='%s' is not 1..256\n", th);
+        goto out;
+    }
+    fkvf_reader_set_threads(r, (unsigned)nth);
     j.dtype = d.dtype;
     if (j.restore) {
         size_t row;
