@@ -55,7 +55,8 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1"
     -DFKVF_BUILD_BENCH=OFF >/dev/null
 cmake --build build-asan -j"$JOBS"
 # FKVF_TEST_SPARSE: every third of cli_llama's damaged state files and GGUF
-# headers and of cli_unpack's table lines (all of them in build 1)
+# headers and of cli_unpack's table lines, test_threads' 3 threads against 1
+# on every other variant (all of them in build 1)
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     FKVF_TEST_SPARSE=1 ctest --test-dir build-asan --output-on-failure -j"$JOBS" -E '^quality_study_smoke$'
 
