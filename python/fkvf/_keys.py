@@ -45,6 +45,24 @@ def int_arg(name: str, v: Any, lo: int, hi: int, what: str) -> int:
     return int(v)
 
 
+THREADS_MAX = 1024
+
+
+def threads_arg(v: Any) -> int:
+    """The thread count of a call that encodes, trains or restores, as the fkvf commands
+    take it: an int 1..1024, or None for the environment's FKVF_THREADS, else every CPU
+    the process may run on (fkvf_cpu_count). Results never depend on it."""
+    if v is None:
+        env = os.environ.get("FKVF_THREADS", "")
+        if not env:
+            return int(_lib.lib.fkvf_cpu_count())
+        if not env.isdigit() or not 1 <= int(env) <= THREADS_MAX:
+            raise ValueError(f"FKVF_THREADS={env!r} is not a number of threads, 1 to "
+                             f"{THREADS_MAX}")
+        return int(env)
+    return int_arg("threads", v, 1, THREADS_MAX, f"a number of threads, 1 to {THREADS_MAX}")
+
+
 def choice(name: str, v: Any, choices: Tuple[str, ...]) -> str:
     if not isinstance(v, str) or v not in choices:
         raise ValueError(f"{name}: {v!r} is not " + " or ".join(repr(c) for c in choices))

@@ -14,7 +14,7 @@ import numpy as np
 from . import _cache, _lib
 from ._lib import lib
 from ._codebook import CodebookFile
-from ._keys import KeyOpts, str_arg
+from ._keys import KeyOpts, str_arg, threads_arg
 from .archive import Archive, PathLike
 from .errors import FkvfError, from_code, from_handle
 
@@ -74,7 +74,9 @@ class Appender:
     opened archive's codebook file when it refers to one; default: found by content hash
     next to the archive, then in FKVF_CODEBOOK_PATH, as fkvf.open finds it), sync ("commit":
     a commit is durable when commit() returns; "none": after sync()), beam (RVQ beam width
-    for archived positions, 1 = greedy), layout ("hnd" / "nhd" of the arrays appended),
+    for archived positions, 1 = greedy), threads (of a commit's encoding: None is
+    FKVF_THREADS, else every CPU the process may run on; the file is the same for every
+    count), layout ("hnd" / "nhd" of the arrays appended),
     compact_at (the automatic compaction, docs/appending.md: after a commit that leaves the
     file larger than compact_at x its live bytes, it is rewritten as fkvf.compact would and
     renamed over the path; None: the library's default 1.4; a number > 1), auto_compact
@@ -107,7 +109,8 @@ class Appender:
                  vocab_size: Optional[int] = None, keys: Optional[str] = None,
                  rope: Any = None,
                  model_id: str = "", tokenizer_id: str = "",
-                 shape: Optional[Sequence[int]] = None, dtype: Any = None) -> None:
+                 shape: Optional[Sequence[int]] = None, dtype: Any = None,
+                 threads: Optional[int] = None) -> None:
         self._h: Optional[int] = None
         self._closed = False
         self._failed: Optional[FkvfError] = None
@@ -120,6 +123,7 @@ class Appender:
         lib.fkvf_append_options_init(byref(opts))
         opts.sync = _choice(sync, _SYNC, "sync")
         opts.beam_width = _count(beam, "beam", 1, 64)
+        opts.n_threads = threads_arg(threads)
         if not isinstance(auto_compact, (bool, np.bool_)):
             raise TypeError(f"auto_compact: a {type(auto_compact).__name__}, expected True or "
                             "False")

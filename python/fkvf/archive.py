@@ -14,6 +14,7 @@ import numpy as np
 from . import _lib
 from ._lib import lib
 from . import _cache
+from ._keys import threads_arg
 from .errors import FkvfError, from_handle, make
 
 # at most this many contiguous runs of an index array are read one call each; more are read
@@ -188,7 +189,7 @@ class Archive:
     """An FKVF archive opened for reading. Use as a context manager or call close()."""
 
     def __init__(self, path: PathLike, codebooks: Optional[PathLike] = None,
-                 strict: bool = False, mmap: bool = True) -> None:
+                 strict: bool = False, mmap: bool = True, threads: Optional[int] = None) -> None:
         self._h: Optional[int] = None
         self._cb: Optional[int] = None
         self._reader: Optional[_Reader] = None
@@ -200,8 +201,10 @@ class Archive:
         self._tokens_read = False
         self.path = os.fsdecode(os.fspath(path))
         flags = (_lib.OPEN_STRICT if strict else 0) | (0 if mmap else _lib.OPEN_READ)
+        nthreads = threads_arg(threads)
         self._h = self._open_reader(self.path, flags)
         self._reader = _Reader(self._h)
+        lib.fkvf_reader_set_threads(self._h, nthreads)
         try:
             self._info = self._read_info()
             self._desc = self._read_desc() if self._info["has_desc"] else None
@@ -911,7 +914,7 @@ class Archive:
 
 
 def open(path: PathLike, codebooks: Optional[PathLike] = None, strict: bool = False,
-         mmap: bool = True) -> Archive:
+         mmap: bool = True, threads: Optional[int] = None) -> Archive:
     """Open the archive at path. codebooks: the codebook file of an archive that refers to
     an external one (default: found by content hash next to the archive, then in each
     directory of FKVF_CODEBOOK_PATH). strict: a torn tail is an error (TornError).
@@ -921,5 +924,9 @@ def open(path: PathLike, codebooks: Optional[PathLike] = None, strict: bool = Fa
     only adds after the last commit) can then kill the interpreter with SIGBUS on the next
     read. mmap=False reads the whole file into memory the reader owns at open
     (FKVF_OPEN_READ): safe against that, at the cost of the memory and a full read (the
-    codebook file too); zero-copy views then view that copy."""
-    return Archive(path, codebooks=codebooks, strict=strict, mmap=mmap)
+    codebook file too); zero-copy views then view that copy.
+
+    threads: the threads restore() decodes archived positions with (fkvf_reader_set_threads):
+    None is the environment's FKVF_THREADS, else every CPU the process may run on; the rows
+    are the same for every count."""
+    return Archive(path, codebooks=codebooks, strict=strict, mmap=mmap, threads=threads)

@@ -23,6 +23,7 @@ from . import _cache, _lib
 from ._lib import lib
 from ._codebook import CodebookFile
 from ._keys import KeyOpts as _KeyOpts
+from ._keys import threads_arg as _threads_arg
 from ._keys import choice as _choice, int_arg as _int_arg, path_arg as _path_arg, \
     str_arg as _str_arg
 from .errors import FkvfError, from_code, from_handle
@@ -44,7 +45,7 @@ _OPTFEAT_ENCODER_METRIC = _lib.OPTFEAT_ENCODER_METRIC
 _SECTION_DEFLATE = _lib.SECTION_DEFLATE
 _PROFILE_QUAD, _PROFILE_NGON = _lib.PROFILE_QUAD, _lib.PROFILE_NGON
 _MAX_BEAM = 64
-_ENCODE_CHUNK = 256  # rows per fkvf_rvq_encode call, as fkvf pack
+_ENCODE_CHUNK = 256  # rows per fkvf_rvq_encode call and thread, as fkvf pack
 
 
 # ---- errors ---------------------------------------------------------------------
@@ -255,8 +256,8 @@ def _warn_codebook(who: str, k: int, cb_bytes: int, fp16_bytes: int, n_rows: int
 def _train_q(blocks: List[Tuple[np.ndarray, int]], shape: "_cache.Shape", k: int, ks: int,
              vs: int, f32: bool, pooled: bool, seed: int, iters: int,
              krope: Optional[_Rope], path: str, lst: Any = None,
-             metric: Optional[Tuple[Optional[np.ndarray], Optional[np.ndarray]]] = None
-             ) -> int:
+             metric: Optional[Tuple[Optional[np.ndarray], Optional[np.ndarray]]] = None,
+             threads: int = 1) -> int:
     """Train an rvq on blocks (metric: the (keys, values) matrices of _metric_arg, not
     both None, or None: Euclidean; a matrix the library refuses as not positive definite:
     a ValueError naming it)."""
@@ -269,6 +270,7 @@ def _train_q(blocks: List[Tuple[np.ndarray, int]], shape: "_cache.Shape", k: int
         prm.layer_stages = ctypes.cast(lst, POINTER(c_uint8))
     prm.table_dtype = _lib.DTYPE_F32 if f32 else _lib.DTYPE_F16
     prm.seed, prm.max_iters = seed, iters
+    prm.n_threads = threads
     prm.key_rope = ctypes.pointer(krope) if krope is not None else None
     if metric is not None:
         prm.metric = ctypes.pointer(_metric_struct(*metric))
@@ -341,9 +343,13 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
          dtype: Any = None, tokens: Any = None, codec: str = "quad", beam: int = 1,
          deflate: bool = False, model_id: str = "", tokenizer_id: str = "",
          metadata: Optional[Dict[str, Any]] = None, overwrite: bool = False,
-         index: bool = True, layer_stages: Any = None) -> Dict[str, Any]:
+         index: bool = True, layer_stages: Any = None,
+         threads: Optional[int] = None) -> Dict[str, Any]:
     """Archive a KV cache at path, as ``fkvf pack CACHE -o PATH`` does.
     layer_stages: as fkvf.train, for the embedded codebook (``--layer-stages``).
+    threads: threads of the training and the encoding (``--threads``): None is the
+    environment's FKVF_THREADS, else every CPU the process may run on; the archive is the
+    same for every count.
 
     The first min(sinks, T) and the last `recent` positions are stored exact, those
     between as per-head RVQ indices. Without `codebooks` a codebook is trained on this
@@ -378,6 +384,7 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
     S_opt = _int_arg("sinks", sinks, 0, 2**32 - 1, "a count 0..2**32-1")
     W_opt = _int_arg("recent", recent, 0, 2**32 - 1, "a count 0..2**32-1")
     beam = _int_arg("beam", beam, 1, _MAX_BEAM, f"1..{_MAX_BEAM}")
+    nthreads = _threads_arg(threads)
     ngon = _choice("codec", codec, ("quad", "ngon")) == "ngon"
     for name, s in (("model_id", model_id), ("tokenizer_id", tokenizer_id)):
         _str_arg(name, s)
@@ -457,7 +464,7 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
                     "compresses better (fkvf.train once, then fkvf.pack(..., codebooks=FILE))")
             if A > 0:
                 handles["q"] = _train_q([(rows, code)], shape, kk, ks, vs, f32_tables, False,
-                                        seed, iters, krope, path, lst)
+                                        seed, iters, krope, path, lst, threads=nthreads)
                 cbshape = _Shape()
                 lib.fkvf_rvq_shape(handles["q"], byref(cbshape), byref(c_uint32()))
         codes = None
@@ -465,8 +472,10 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
             q = handles["q"]
             ncodes = lib.fkvf_rvq_codes_per_position(q)
             codes = np.empty((ncodes, A), dtype=np.uint16)  # one array per index stream
-            for i in range(0, A, _ENCODE_CHUNK):
-                n = min(_ENCODE_CHUNK, A - i)
+            lib.fkvf_rvq_set_threads(q, nthreads)
+            chunk = _ENCODE_CHUNK * nthreads  # each thread encodes a range of a call's rows
+            for i in range(0, A, chunk):
+                n = min(chunk, A - i)
                 part = _Rows(rows.ctypes.data + (S + i) * rb, n, code, S + i)
                 rc = lib.fkvf_rvq_encode(q, byref(part), byref(krope) if krope else None,
                                          beam, codes.ctypes.data + 2 * i, 1, A)
@@ -641,7 +650,7 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
           keys: Optional[str] = None, rope: Any = None, layout: Optional[str] = None,
           dtype: Any = None, overwrite: bool = False,
           layer_stages: Any = None, key_metric: Any = None,
-          value_metric: Any = None) -> Dict[str, Any]:
+          value_metric: Any = None, threads: Optional[int] = None) -> Dict[str, Any]:
     """Train per-head RVQ codebooks on one or more caches of one shape and write a codebook
     file at path, as ``fkvf train CACHE... -o PATH`` does (the same train.* metadata, so
     ``fkvf pack --codebooks PATH`` and fkvf.pack(codebooks=PATH) take it).
@@ -650,7 +659,8 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
     are caches: (K, V) pairs of [L, H, T, D] arrays with L > 1, lists of per-layer pairs,
     DynamicCache-like objects; a list of per-layer (k, v) pairs is one cache). keys / rope
     as fkvf.pack (half-split pairs when every cache is per-layer pairs or DynamicCache-
-    like). pooled: one table set per layer shared by all heads. layer_stages: one (key
+    like). threads: as fkvf.pack (the codebook is the same for every count). pooled: one
+    table set per layer shared by all heads. layer_stages: one (key
     stages, value stages) pair per layer instead of k_stages / v_stages, as ``fkvf train
     --layer-stages`` (format 1.1: FKVF 1.0 readers refuse the file; pairs all equal give
     the uniform codebook).
@@ -680,6 +690,7 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
     ks, vs = _check_stages(k_stages, v_stages)
     seed = _int_arg("seed", seed, 0, 2**64 - 1, "0..2**64-1")
     iters = _int_arg("iters", iters, 1, 100000, "1..100000")
+    nthreads = _threads_arg(threads)
     kopts = _KeyOpts(keys, rope)
     _cache.check_layout(layout)
     items = caches if _is_cache_list(caches) else [caches]
@@ -719,7 +730,7 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
     q = r = None
     try:
         q = _train_q(blocks, shape, kk, ks, vs, f32_tables, bool(pooled), seed, iters,
-                     rope_c if un_rotated else None, path, lst, metric)
+                     rope_c if un_rotated else None, path, lst, metric, threads=nthreads)
         cbshape = _Shape()
         lib.fkvf_rvq_shape(q, byref(cbshape), byref(c_uint32()))
         # the layer table lives in q: copied before q is freed
