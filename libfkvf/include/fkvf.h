@@ -166,7 +166,7 @@ typedef struct fkvf_allocator {
  * thread and starts no thread; FKVF_THREADS_ALL takes fkvf_cpu_count();
  * any other count that many (at most 256: more are taken as 256). Every
  * result is bit-identical for every thread count: the work is cut into
- * pieces (ranges of positions, stage tables, sections) whose results do not
+ * pieces (ranges of positions, stage tables) whose results do not
  * depend on which thread computes them or when. With more than one thread
  * a handle's allocator is called from several threads at once (it must be
  * thread-safe; the default malloc family is), and so is training's progress

@@ -1,6 +1,6 @@
 /* The parallel loop of common/parallel.h: POSIX threads, one mutex guarding
  * the next item and the lowest failure. Items are coarse (a range of rows,
- * one stage table set, one section), so a lock per item costs nothing. */
+ * one stage table set), so a lock per item costs nothing. */
 #define _GNU_SOURCE
 #include "parallel.h"
 
