@@ -20,9 +20,9 @@
 #                                              (bs=16M, page cache warm)
 #   read     bench_restore ARCHIVE read FIRST 1 101: one random archived
 #            position, all layers and heads, K and V (median of 101 calls)
-# pack and unpack at --threads 1 and --threads ALL; restore and read use the
-# library's default of one thread. When BIN has bench/bench_anchor, it also
-# runs once per (shape, positions) (in-process pairs: pread + memcpy of the
+# pack, unpack and restore at 1 and ALL threads (restore: bench_restore
+# with FKVF_THREADS); verify and read run on one thread. When BIN has
+# bench/bench_anchor, it also runs once per (shape, positions) (in-process pairs: pread + memcpy of the
 # raw bytes vs restore, one position vs one row's pread) and its wall ratios
 # fill the "in-process" column of the restore and read rows.
 #   --quick           smoke test: 2 layers (4 for llama70b), positions
@@ -306,9 +306,12 @@ EOF
         pairs verify 1 "$raw" "" 0 -- "$fkvf" verify "$arch" --codebooks "$cb" --
         # into memory: the output buffer (bench_restore), twice for bench_anchor
         if ge "$(mem_avail)" "$(awk -v r="$raw" 'BEGIN { print r * 1.2 + 268435456 }')"; then
-            say "$shape $P: restore vs dd"
-            pairs restore 1 "$raw" "pread (dd)" "$raw" -- "$brestore" "$arch" restore 0 "$P" 1 -- \
-                dd if="$npy" of=/dev/null bs=16M status=none
+            for th in "${threads[@]}"; do
+                say "$shape $P: restore vs dd, $th thread(s)"
+                pairs restore "$th" "$raw" "pread (dd)" "$raw" -- \
+                    env FKVF_THREADS="$th" "$brestore" "$arch" restore 0 "$P" 1 -- \
+                    dd if="$npy" of=/dev/null bs=16M status=none
+            done
         else
             skip "$shape" "$P" "restore: $((raw / 1048576)) MiB do not fit in memory" note_restore
         fi
