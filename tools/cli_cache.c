@@ -102,6 +102,124 @@ static void add_cand(cli_rope_report *r, int as_cached, uint8_t layout, double t
     x->rope.rope_dims = dims;
 }
 
+/* The candidates, the chosen settings first: as cached, or un-rotated with
+ * rope; then as cached, and each layout with rope's theta and the usual ones. */
+static void rope_candidates(cli_rope_report *r, const fkvf_rope *rope, int unrotate,
+                            uint32_t dims)
+{
+    add_cand(r, !unrotate, rope->layout, rope->theta, dims);
+    add_cand(r, 1, 0, 0, dims);
+    for (int l = 1; l <= 2; l++) {
+        add_cand(r, 0, (uint8_t)l, rope->theta, dims);
+        for (size_t i = 0; i < sizeof USUAL_THETAS / sizeof USUAL_THETAS[0]; i++)
+            add_cand(r, 0, (uint8_t)l, USUAL_THETAS[i], dims);
+    }
+    r->chosen = 0;
+}
+
+/* The check's scratch: n sampled positions of keys of D components, dims
+ * of them rotated. */
+typedef struct rope_work {
+    uint32_t D, dims, n, p0;
+    uint64_t pos0;
+    size_t es;
+    float *f;            /* D: a sampled key */
+    double *v;           /* D: it turned by a candidate */
+    double *sum, *sq;    /* per candidate, of one head: D sums of components, 1 of squares */
+    double *var, *energy; /* per candidate, over every head */
+    double *hv;          /* per candidate: one head's relative variance */
+    double *cs;          /* per candidate and sample: dims cosines and sines */
+} rope_work;
+
+static void rope_work_free(rope_work *w)
+{
+    free(w->f);
+    free(w->v);
+    free(w->sum);
+    free(w->sq);
+    free(w->var);
+    free(w->energy);
+    free(w->hv);
+    free(w->cs);
+}
+
+/* Sample i's position in the cache */
+static uint32_t rope_sample(const cli_rope_report *r, const rope_work *w, uint32_t i)
+{
+    return w->p0 + (uint32_t)((uint64_t)i * r->positions / w->n);
+}
+
+/* Every candidate's angles at every sampled position, once for all heads
+ * (fkvf_rope_table: the bits fkvf_rope_apply_f64 computes). -1 on failure. */
+static int rope_tables(const cli_rope_report *r, rope_work *w)
+{
+    for (size_t k = 0; k < r->n; k++)
+        for (uint32_t i = 0; i < w->n && !r->c[k].as_cached; i++)
+            if (fkvf_rope_table(&r->c[k].rope, w->pos0 + (rope_sample(r, w, i) - w->p0),
+                                w->cs + (k * w->n + i) * w->dims, w->dims) != FKVF_OK)
+                return -1;
+    return 0;
+}
+
+/* Head (l, h): each sampled key converted once, then turned by each
+ * candidate; its relative variance per candidate into w->hv, its totals
+ * added to w->var and w->energy. -1 on failure. */
+static int rope_head(const kvio_cache *c, const cli_rope_report *r, rope_work *w, uint32_t l,
+                     uint32_t h)
+{
+    const uint32_t D = w->D, n = w->n;
+    memset(w->sum, 0, r->n * D * sizeof *w->sum);
+    memset(w->sq, 0, r->n * sizeof *w->sq);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t t = rope_sample(r, w, i);
+        const uint8_t *src = c->keys[l] + ((size_t)h * c->n_positions + t) * D * w->es;
+        fkvf_convert(FKVF_DTYPE_F32, w->f, c->dtype, src, D);
+        for (size_t k = 0; k < r->n; k++) {
+            double *sk = w->sum + k * D;
+            for (uint32_t d = 0; d < D; d++)
+                w->v[d] = w->f[d];
+            if (!r->c[k].as_cached &&
+                fkvf_rope_apply_table_f64(&r->c[k].rope, w->cs + (k * n + i) * w->dims, 1, w->v,
+                                          D) != FKVF_OK)
+                return -1;
+            for (uint32_t d = 0; d < D; d++) {
+                sk[d] += w->v[d];
+                w->sq[k] += w->v[d] * w->v[d];
+            }
+        }
+    }
+    for (size_t k = 0; k < r->n; k++) {
+        const double *sk = w->sum + k * D;
+        double m2 = 0;
+        for (uint32_t d = 0; d < D; d++)
+            m2 += (sk[d] / n) * (sk[d] / n);
+        /* n * (mean squared norm - squared norm of the mean) */
+        double hvar = w->sq[k] - n * m2;
+        w->var[k] += hvar > 0 ? hvar : 0;
+        w->energy[k] += w->sq[k];
+        w->hv[k] = w->sq[k] > 0 ? hvar / w->sq[k] : 0;
+    }
+    return 0;
+}
+
+/* Every candidate's spread, the lowest and the verdict. */
+static void rope_verdict(cli_rope_report *r, const rope_work *w)
+{
+    r->best = 0;
+    int finite = 1;
+    for (size_t k = 0; k < r->n; k++) {
+        r->c[k].spread = w->energy[k] > 0 ? w->var[k] / w->energy[k] : 0;
+        finite &= isfinite(r->c[k].spread) && isfinite(w->energy[k]) && w->energy[k] > 0;
+        if (r->c[k].spread < r->c[r->best].spread)
+            r->best = k;
+    }
+    if (!finite || w->n < ROPE_MIN_SAMPLES)
+        r->verdict = -1;
+    else
+        r->verdict = r->best != r->chosen &&
+                     r->c[r->best].spread < ROPE_MARGIN * r->c[r->chosen].spread;
+}
+
 int cli_rope_measure(const kvio_cache *c, uint32_t p0, uint32_t p1, uint64_t pos0,
                      const fkvf_rope *rope, int unrotate, cli_rope_report *r)
 {
@@ -116,99 +234,38 @@ int cli_rope_measure(const kvio_cache *c, uint32_t p0, uint32_t p1, uint64_t pos
     dims &= ~1u;
     if (dims < 2 || p1 <= p0)
         return 0; /* nothing to rotate, or no keys */
-    /* the chosen settings first: as cached, or un-rotated with rope */
-    add_cand(r, !unrotate, rope->layout, rope->theta, dims);
-    add_cand(r, 1, 0, 0, dims);
-    for (int l = 1; l <= 2; l++) {
-        add_cand(r, 0, (uint8_t)l, rope->theta, dims);
-        for (size_t i = 0; i < sizeof USUAL_THETAS / sizeof USUAL_THETAS[0]; i++)
-            add_cand(r, 0, (uint8_t)l, USUAL_THETAS[i], dims);
-    }
-    r->chosen = 0;
+    rope_candidates(r, rope, unrotate, dims);
     uint32_t n = r->positions < ROPE_SAMPLES ? r->positions : ROPE_SAMPLES;
     r->sampled = n;
-    size_t es = kvio_dtype_size(c->dtype);
-    float *f = malloc((size_t)D * sizeof *f);
-    double *v = malloc((size_t)D * sizeof *v), *sum = calloc(r->n * D, sizeof *sum);
-    double *var = calloc(r->n, sizeof *var), *energy = calloc(r->n, sizeof *energy);
-    double *hv = malloc(r->n * sizeof *hv), *sq = calloc(r->n, sizeof *sq);
-    /* every candidate's angles at every sampled position, once for all
-     * heads (fkvf_rope_table: the bits fkvf_rope_apply_f64 computes) */
-    double *cs = calloc(r->n * n * dims, sizeof *cs);
+    rope_work w;
+    memset(&w, 0, sizeof w);
+    w.D = D;
+    w.dims = dims;
+    w.n = n;
+    w.p0 = p0;
+    w.pos0 = pos0;
+    w.es = kvio_dtype_size(c->dtype);
     int rc = -1;
-    if (!f || !v || !sum || !var || !energy || !hv || !sq || !cs)
-        goto out;
-    for (size_t k = 0; k < r->n; k++)
-        for (uint32_t i = 0; i < n && !r->c[k].as_cached; i++) {
-            uint32_t t = p0 + (uint32_t)((uint64_t)i * r->positions / n);
-            if (fkvf_rope_table(&r->c[k].rope, pos0 + (t - p0), cs + (k * n + i) * dims, dims) !=
-                FKVF_OK)
-                goto out;
-        }
-    for (uint32_t l = 0; l < c->n_layers; l++)
-        for (uint32_t h = 0; h < c->n_kv_heads; h++) {
-            memset(sum, 0, r->n * D * sizeof *sum);
-            memset(sq, 0, r->n * sizeof *sq);
-            /* each sampled key converted once, then turned by each candidate */
-            for (uint32_t i = 0; i < n; i++) {
-                uint32_t t = p0 + (uint32_t)((uint64_t)i * r->positions / n);
-                const uint8_t *src = c->keys[l] + ((size_t)h * c->n_positions + t) * D * es;
-                fkvf_convert(FKVF_DTYPE_F32, f, c->dtype, src, D);
-                for (size_t k = 0; k < r->n; k++) {
-                    const cli_rope_cand *x = &r->c[k];
-                    double *sk = sum + k * D;
-                    for (uint32_t d = 0; d < D; d++)
-                        v[d] = f[d];
-                    if (!x->as_cached &&
-                        fkvf_rope_apply_table_f64(&x->rope, cs + (k * n + i) * dims, 1, v, D) !=
-                            FKVF_OK)
-                        goto out;
-                    for (uint32_t d = 0; d < D; d++) {
-                        sk[d] += v[d];
-                        sq[k] += v[d] * v[d];
-                    }
-                }
+    if ((w.f = malloc((size_t)D * sizeof *w.f)) && (w.v = malloc((size_t)D * sizeof *w.v)) &&
+        (w.sum = calloc(r->n * D, sizeof *w.sum)) && (w.sq = calloc(r->n, sizeof *w.sq)) &&
+        (w.var = calloc(r->n, sizeof *w.var)) && (w.energy = calloc(r->n, sizeof *w.energy)) &&
+        (w.hv = malloc(r->n * sizeof *w.hv)) &&
+        (w.cs = calloc(r->n * n * dims, sizeof *w.cs)) && rope_tables(r, &w) == 0) {
+        rc = 0;
+        for (uint32_t l = 0; l < c->n_layers && !rc; l++)
+            for (uint32_t h = 0; h < c->n_kv_heads && !rc; h++) {
+                if ((rc = rope_head(c, r, &w, l, h)))
+                    break;
+                size_t best = 0;
+                for (size_t k = 1; k < r->n; k++)
+                    if (w.hv[k] < w.hv[best])
+                        best = k;
+                r->c[best].wins++;
             }
-            for (size_t k = 0; k < r->n; k++) {
-                const double *sk = sum + k * D;
-                double m2 = 0;
-                for (uint32_t d = 0; d < D; d++)
-                    m2 += (sk[d] / n) * (sk[d] / n);
-                /* n * (mean squared norm - squared norm of the mean) */
-                double hvar = sq[k] - n * m2;
-                var[k] += hvar > 0 ? hvar : 0;
-                energy[k] += sq[k];
-                hv[k] = sq[k] > 0 ? hvar / sq[k] : 0;
-            }
-            size_t best = 0;
-            for (size_t k = 1; k < r->n; k++)
-                if (hv[k] < hv[best])
-                    best = k;
-            r->c[best].wins++;
-        }
-    r->best = 0;
-    int finite = 1;
-    for (size_t k = 0; k < r->n; k++) {
-        r->c[k].spread = energy[k] > 0 ? var[k] / energy[k] : 0;
-        finite &= isfinite(r->c[k].spread) && isfinite(energy[k]) && energy[k] > 0;
-        if (r->c[k].spread < r->c[r->best].spread)
-            r->best = k;
+        if (!rc)
+            rope_verdict(r, &w);
     }
-    if (!finite || n < ROPE_MIN_SAMPLES)
-        r->verdict = -1;
-    else
-        r->verdict = r->best != r->chosen &&
-                     r->c[r->best].spread < ROPE_MARGIN * r->c[r->chosen].spread;
-    rc = 0;
-out:
-    free(f);
-    free(v);
-    free(sum);
-    free(var);
-    free(energy);
-    free(hv);
-    free(sq);
-    free(cs);
+    rope_work_free(&w);
     return rc;
 }
 
