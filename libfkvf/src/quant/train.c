@@ -763,20 +763,18 @@ static int tr_sample(const tr_job *j, tr_scratch *w, q_rng *r, uint32_t l, uint3
 }
 
 /* One stage table trained: report it (one call at a time, done counting up) */
-static void tr_progress(tr_job *j, int serial)
+static void tr_progress(tr_job *j)
 {
     if (!j->p->progress)
         return;
-    if (!serial)
-        fkvf_par_enter(&j->lock);
+    fkvf_par_enter(&j->lock);
     j->done++;
     j->p->progress(j->p->progress_opaque, j->done, j->todo);
-    if (!serial)
-        fkvf_par_leave(&j->lock);
+    fkvf_par_leave(&j->lock);
 }
 
 /* The stages of table set `item` (tr_job), on worker `worker`'s scratch. */
-static int tr_table(tr_job *j, unsigned worker, size_t item, int serial)
+static int tr_table(tr_job *j, unsigned worker, size_t item)
 {
     fkvf_rvq *q = j->q;
     const fkvf_codebook_shape *sh = &q->shape;
@@ -834,14 +832,14 @@ static int tr_table(tr_job *j, unsigned worker, size_t item, int serial)
         km_stage(&m, &rs, j->p->max_iters, sh->dtype, NULL);
         w->asg = m.asg; /* km_stage swaps them */
         w->prev = m.prev;
-        tr_progress(j, serial);
+        tr_progress(j);
     }
     return FKVF_OK;
 }
 
 static int tr_item(void *ctx, unsigned worker, size_t item)
 {
-    return tr_table(ctx, worker, item, 0);
+    return tr_table(ctx, worker, item);
 }
 
 /* The codebook shape params ask for (without the layer table). */
@@ -915,11 +913,7 @@ static int tr_tables(tr_job *j, const fkvf_allocator *a, size_t total_rows)
         for (uint32_t l = 0; l < sh->n_layers; l++)
             j->todo += (uint64_t)sh->n_heads * (fkvf_layer_k_stages(j->want, l) +
                                                 (uint64_t)fkvf_layer_v_stages(j->want, l));
-        if (nw <= 1)
-            for (size_t i = 0; i < items && !rc; i++)
-                rc = tr_table(j, 0, i, 1);
-        else
-            rc = fkvf_par_for(nt, items, tr_item, j);
+        rc = fkvf_par_for(nt, items, tr_item, j); /* one worker: this thread, in order */
     } else {
         rc = FKVF_E_NOMEM;
     }
