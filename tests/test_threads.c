@@ -99,6 +99,23 @@ static uint8_t *tables_of(const fkvf_rvq *q, size_t *size)
     return t;
 }
 
+/* The f16 handle of q's tables that encodes them in place (encode16) or
+ * decodes them in place: FKVF_OK with *out and the tables in *tables (free
+ * both), or FKVF_E_UNSUPPORTED where the CPU lacks its F16C kernel. */
+static int f16_twin(const fkvf_rvq *q, int encode16, uint8_t **tables, fkvf_rvq **out)
+{
+    fkvf_codebook_shape sh;
+    uint32_t heads;
+    fkvf_rvq_shape(q, &sh, &heads);
+    size_t ts;
+    *tables = tables_of(q, &ts);
+    *out = NULL;
+    int rc = encode16 ? fkvf_rvq_from_tables16_encode(out, &sh, heads, *tables, ts, NULL)
+                      : fkvf_rvq_from_tables16_borrow(out, &sh, heads, *tables, ts, NULL);
+    ck_assert(rc == FKVF_OK || rc == FKVF_E_UNSUPPORTED);
+    return rc;
+}
+
 /* in this order so that the sparse runs (every other one) keep rotated keys,
  * per-layer stages and the metric */
 typedef enum { V_ROPE, V_POOLED, V_LAYERS, V_PLAIN, V_METRIC, V_COUNT } variant;
@@ -312,15 +329,9 @@ START_TEST(encode_same_any_threads)
     }
     /* f16 tables encoded in place (fkvf_rvq_from_tables16_encode) */
     fkvf_rvq *q = train_variant(V_PLAIN, 1, train16, 128, FKVF_DTYPE_F16, NULL);
-    fkvf_codebook_shape sh;
-    uint32_t heads;
-    fkvf_rvq_shape(q, &sh, &heads);
-    size_t ts;
-    uint8_t *t = tables_of(q, &ts);
-    fkvf_rvq *q16 = NULL;
-    /* where the CPU has the F16C kernel (elsewhere FKVF_E_UNSUPPORTED) */
-    int rc = fkvf_rvq_from_tables16_encode(&q16, &sh, heads, t, ts, NULL);
-    ck_assert(rc == FKVF_OK || rc == FKVF_E_UNSUPPORTED);
+    uint8_t *t;
+    fkvf_rvq *q16;
+    int rc = f16_twin(q, 1, &t, &q16);
     void *rows = rows_as(v, nmax, FKVF_DTYPE_F16);
     if (rc == FKVF_OK) {
         encode_check(q16, rows, 300, FKVF_DTYPE_F16, NULL, 1, "f16 tables in place");
@@ -380,15 +391,9 @@ START_TEST(decode_same_any_threads)
         decode_check(q, codes, n, kr, "decode");
         decode_check(q, codes, 40, kr, "decode 40 rows");
         /* the handle restore decodes f16 codebooks with, where the CPU has it */
-        fkvf_codebook_shape sh;
-        uint32_t heads;
-        fkvf_rvq_shape(q, &sh, &heads);
-        size_t ts;
-        uint8_t *t = tables_of(q, &ts);
-        fkvf_rvq *b = NULL;
-        int rc = fkvf_rvq_from_tables16_borrow(&b, &sh, heads, t, ts, NULL);
-        ck_assert(rc == FKVF_OK || rc == FKVF_E_UNSUPPORTED);
-        if (rc == FKVF_OK)
+        uint8_t *t;
+        fkvf_rvq *b;
+        if (f16_twin(q, 0, &t, &b) == FKVF_OK)
             decode_check(b, codes, n, kr, "borrowed f16 tables");
         /* a code out of range in the last row: refused, nothing written */
         size_t cpp = fkvf_rvq_codes_per_position(q), size = n * ROW_ELEMS * 4;
