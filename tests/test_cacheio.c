@@ -258,6 +258,185 @@ START_TEST(read_npy_in_place)
 }
 END_TEST
 
+/* ---- lazy reads (KVIO_READ_LAZY, kvio_read_kv) ------------------------- */
+
+/* Every position range of a few sizes, both strides, every layer and K|V,
+ * read from lazy as from eager (heads-first in memory): one comparison a
+ * call, the assertion once at the end. */
+static int lazy_matches(const kvio_cache *eager, const kvio_cache *lazy)
+{
+    const uint32_t T = eager->n_positions, H = eager->n_kv_heads;
+    size_t es = kvio_dtype_size(eager->dtype);
+    size_t rb = (size_t)(eager->key_dim > eager->value_dim ? eager->key_dim : eager->value_dim) * es;
+    size_t cap = (size_t)T * H * rb + 64;
+    uint8_t *a = malloc(cap), *b = malloc(cap);
+    char err[ERRLEN];
+    int bad = 0;
+    const uint32_t lens[] = {1, 2, 3, T / 2 + 1, T};
+    for (uint32_t l = 0; l < eager->n_layers; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++)
+                for (uint32_t first = 0; first + lens[k] <= T; first += lens[k] > 2 ? 1 : 3) {
+                    size_t r = (size_t)(kv ? eager->value_dim : eager->key_dim) * es;
+                    /* positions-major and heads-major destinations, with a gap */
+                    size_t ps = k % 2 ? H * r + 5 : r, hs = k % 2 ? r : lens[k] * r + 3;
+                    memset(a, 0xA5, cap);
+                    memset(b, 0xA5, cap);
+                    bad |= kvio_read_kv(eager, l, kv, first, lens[k], a, ps, hs, err, sizeof err);
+                    bad |= kvio_read_kv(lazy, l, kv, first, lens[k], b, ps, hs, err, sizeof err);
+                    bad |= memcmp(a, b, cap) != 0;
+                }
+    free(a);
+    free(b);
+    return bad;
+}
+
+START_TEST(lazy_reads_match_eager_reads)
+{
+    char dir[] = "/tmp/test_cacheio.XXXXXX", path[64], err[ERRLEN];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const struct {
+        const char *ext;
+        unsigned wflags;
+    } f[] = {{"safetensors", 0}, {"safetensors", KVIO_WRITE_NHD}, {"safetensors", KVIO_WRITE_HF},
+             {"npy", 0},         {"npy", KVIO_WRITE_NHD},         {"npz", 0},
+             {"npz", KVIO_WRITE_NHD | KVIO_WRITE_DEFLATE}};
+    const fkvf_dtype dts[] = {FKVF_DTYPE_F16, FKVF_DTYPE_BF16, FKVF_DTYPE_F32};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        for (size_t d = 0; d < 3; d++) {
+            /* npy holds one dim for keys and values */
+            int npy = !strcmp(f[i].ext, "npy"); /* one dim, no token ids */
+            kvio_cache c = make_cache(3, 2, 11, 4, npy ? 4 : 6, dts[d], !npy, 7 + i * 3 + d), e, z;
+            snprintf(path, sizeof path, "%s/c.%s", dir, f[i].ext);
+            int wrc = kvio_write(path, KVIO_FMT_AUTO, f[i].wflags, &c, err, sizeof err);
+            ck_assert_msg(wrc == KVIO_OK, "%s", err);
+            unsigned rf = f[i].wflags & KVIO_WRITE_NHD ? KVIO_READ_NHD : 0;
+            ck_assert_int_eq(kvio_read(path, KVIO_FMT_AUTO, rf, &e, err, sizeof err), KVIO_OK);
+            ck_assert_int_eq(kvio_read(path, KVIO_FMT_AUTO, rf | KVIO_READ_LAZY, &z, err, sizeof err),
+                             KVIO_OK);
+            ck_assert(kvio_cache_equal(&c, &e));
+            /* npz members are read into memory as without the flag */
+            int in_file = strcmp(f[i].ext, "npz") != 0;
+            ck_assert_int_eq(z.lazy != NULL, in_file);
+            ck_assert_ptr_null(z.map);
+            ck_assert_int_eq(z.keys[1] == NULL, in_file);
+            ck_assert_int_eq(z.n_positions, 11);
+            ck_assert_int_eq(z.dtype, dts[d]);
+            ck_assert(npy || (z.tokens && !memcmp(z.tokens, c.tokens, 11 * sizeof *c.tokens)));
+            ck_assert_msg(!lazy_matches(&e, &z), "%s flags %x dtype %d", f[i].ext, f[i].wflags,
+                          (int)dts[d]);
+            /* the file stays open: removing its name changes nothing */
+            remove(path);
+            ck_assert(!lazy_matches(&e, &z));
+            if (in_file) {
+                ck_assert(!kvio_cache_equal(&e, &z));
+                ck_assert_int_ne(kvio_cache_check(&z, err, sizeof err), KVIO_OK);
+                ck_assert_int_ne(kvio_write(path, KVIO_FMT_AUTO, 0, &z, err, sizeof err), KVIO_OK);
+                ck_assert_int_ne(access(path, F_OK), 0);
+            }
+            kvio_cache_free(&z);
+            kvio_cache_free(&e);
+            kvio_cache_free(&c);
+        }
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+START_TEST(lazy_reads_cross_pieces)
+{
+    /* tensors of several read pieces (4 MiB) per head and per range: the
+     * piece loop's offsets checked against the eager read */
+    char dir[] = "/tmp/test_cacheio.XXXXXX", path[64], err[ERRLEN];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/c.safetensors", dir);
+    const uint32_t T = 9000, H = 3, D = 128; /* 4.6 MB a head, 13.8 MB a layer's keys */
+    kvio_cache c = make_cache(1, H, T, D, 2, FKVF_DTYPE_F32, 0, 5), e, z;
+    size_t rb = (size_t)D * 4, cap = (size_t)T * H * rb;
+    uint8_t *a = malloc(cap), *b = malloc(cap);
+    for (unsigned nhd = 0; nhd < 2; nhd++) {
+        ck_assert_int_eq(kvio_write(path, KVIO_FMT_AUTO, nhd ? KVIO_WRITE_NHD : 0, &c, err,
+                                    sizeof err), KVIO_OK);
+        unsigned rf = nhd ? KVIO_READ_NHD : 0;
+        ck_assert_int_eq(kvio_read(path, KVIO_FMT_AUTO, rf, &e, err, sizeof err), KVIO_OK);
+        ck_assert_int_eq(kvio_read(path, KVIO_FMT_AUTO, rf | KVIO_READ_LAZY, &z, err, sizeof err),
+                         KVIO_OK);
+        const uint32_t ranges[][2] = {{0, T}, {1, T - 1}, {8191, 2}, {4000, 5000}};
+        int bad = 0;
+        for (size_t r = 0; r < 4; r++) {
+            memset(a, 1, cap);
+            memset(b, 2, cap);
+            uint32_t f = ranges[r][0], n = ranges[r][1];
+            bad |= kvio_read_kv(&e, 0, 0, f, n, a, H * rb, rb, err, sizeof err);
+            bad |= kvio_read_kv(&z, 0, 0, f, n, b, H * rb, rb, err, sizeof err);
+            bad |= memcmp(a, b, (size_t)n * H * rb) != 0;
+        }
+        ck_assert_msg(!bad, "nhd %u", nhd);
+        kvio_cache_free(&z);
+        kvio_cache_free(&e);
+        remove(path);
+    }
+    free(a);
+    free(b);
+    kvio_cache_free(&c);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+START_TEST(lazy_read_errors)
+{
+    char dir[] = "/tmp/test_cacheio.XXXXXX", path[64], err[ERRLEN];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/c.safetensors", dir);
+    kvio_cache c = make_cache(2, 3, 40, 8, 8, FKVF_DTYPE_F16, 0, 99), z;
+    ck_assert_int_eq(kvio_write(path, KVIO_FMT_AUTO, 0, &c, err, sizeof err), KVIO_OK);
+    ck_assert_int_eq(kvio_read(path, KVIO_FMT_AUTO, KVIO_READ_LAZY, &z, err, sizeof err), KVIO_OK);
+    uint8_t buf[40 * 3 * 16];
+    /* ranges, layers and kv outside the cache */
+    EXPECT_ERR(kvio_read_kv(&z, 2, 0, 0, 1, buf, 48, 16, err, sizeof err), err, KVIO_E_ARG,
+               "c.safetensors", "layer 2");
+    EXPECT_ERR(kvio_read_kv(&z, 0, 1, 39, 2, buf, 48, 16, err, sizeof err), err, KVIO_E_ARG,
+               "[39, 41)", "40 positions");
+    EXPECT_ERR(kvio_read_kv(&z, 0, 1, 41, 0, buf, 48, 16, err, sizeof err), err, KVIO_E_ARG,
+               "outside");
+    EXPECT_ERR(kvio_read_kv(&z, 0, 2, 0, 1, buf, 48, 16, err, sizeof err), err, KVIO_E_ARG, "kv");
+    EXPECT_ERR(kvio_read_kv(&z, 0, 0, 0, 1, NULL, 48, 16, err, sizeof err), err, KVIO_E_ARG,
+               "destination");
+    ck_assert_int_eq(kvio_read_kv(&z, 1, 1, 40, 0, NULL, 0, 0, err, sizeof err), KVIO_OK);
+    /* the file cut after it was opened: an I/O error naming the file, the
+     * tensor and the offset, never a crash */
+    ck_assert_int_eq(truncate(path, 200), 0);
+    EXPECT_ERR(kvio_read_kv(&z, 1, 1, 0, 40, buf, 48, 16, err, sizeof err), err, KVIO_E_IO,
+               "c.safetensors", "layer 1's values", "at byte", "ended early");
+    kvio_cache_free(&z);
+    /* kvio_read_mem never reads lazily nor points into the caller's bytes */
+    ck_assert_int_eq(kvio_write(path, KVIO_FMT_AUTO, 0, &c, err, sizeof err), KVIO_OK);
+    size_t n;
+    uint8_t *bytes = tu_slurp(path, &n);
+    ck_assert_int_eq(kvio_read_mem(bytes, n, "m.safetensors", KVIO_FMT_AUTO,
+                                   KVIO_READ_LAZY | KVIO_READ_BORROW, &z, err, sizeof err),
+                     KVIO_OK);
+    ck_assert_ptr_null(z.lazy);
+    ck_assert(kvio_cache_equal(&c, &z));
+    memset(bytes, 0, n);
+    ck_assert(kvio_cache_equal(&c, &z));
+    free(bytes);
+    /* kvio_cache_drop_data: shape kept, data gone, reads refused */
+    kvio_cache_drop_data(&z);
+    ck_assert_int_eq(z.n_positions, 40);
+    EXPECT_ERR(kvio_read_kv(&z, 0, 0, 0, 1, buf, 48, 16, err, sizeof err), err, KVIO_E_ARG,
+               "no data");
+    kvio_cache_free(&z);
+    ck_assert_int_eq(kvio_read(path, KVIO_FMT_AUTO, KVIO_READ_LAZY, &z, err, sizeof err), KVIO_OK);
+    kvio_cache_drop_data(&z);
+    ck_assert_ptr_null(z.lazy);
+    kvio_cache_free(&z);
+    kvio_cache_drop_data(NULL);
+    remove(path);
+    kvio_cache_free(&c);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 START_TEST(rt_npz_all_dtypes_stored_and_deflate)
 {
     for (int d = 0; d < 3; d++)
@@ -2203,6 +2382,12 @@ static Suite *cacheio_suite(void)
     tcase_add_test(t, companions_ignored_and_reported);
     tcase_add_test(t, no_kv_tensors_lists_schemes_and_names);
     tcase_add_test(t, hf_writer_writes_input_ids);
+    suite_add_tcase(s, t);
+    t = tcase_create("lazy");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, lazy_reads_match_eager_reads);
+    tcase_add_test(t, lazy_reads_cross_pieces);
+    tcase_add_test(t, lazy_read_errors);
     suite_add_tcase(s, t);
     t = tcase_create("stream");
     tcase_set_timeout(t, 300);

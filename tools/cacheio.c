@@ -211,7 +211,7 @@ int kvio_in_map(const kvio_cache *c, const void *p)
     return c->map && p && a >= m && a - m < c->map_size;
 }
 
-void kvio_cache_free(kvio_cache *c)
+void kvio_cache_drop_data(kvio_cache *c)
 {
     if (!c)
         return;
@@ -220,9 +220,24 @@ void kvio_cache_free(kvio_cache *c)
             free(c->keys[i]);
         if (c->values && !kvio_in_map(c, c->values[i]))
             free(c->values[i]);
+        if (c->keys)
+            c->keys[i] = NULL;
+        if (c->values)
+            c->values[i] = NULL;
     }
     if (c->map)
         munmap(c->map, c->map_size);
+    c->map = NULL;
+    c->map_size = 0;
+    cio_lazy_free(c->lazy);
+    c->lazy = NULL;
+}
+
+void kvio_cache_free(kvio_cache *c)
+{
+    if (!c)
+        return;
+    kvio_cache_drop_data(c);
     free(c->keys);
     free(c->values);
     free(c->tokens);
@@ -406,7 +421,8 @@ int kvio_cache_equal(const kvio_cache *a, const kvio_cache *b)
 {
     if (a->n_layers != b->n_layers || a->n_kv_heads != b->n_kv_heads ||
         a->n_positions != b->n_positions || a->key_dim != b->key_dim ||
-        a->value_dim != b->value_dim || a->dtype != b->dtype || !a->tokens != !b->tokens)
+        a->value_dim != b->value_dim || a->dtype != b->dtype || !a->tokens != !b->tokens ||
+        a->lazy || b->lazy)
         return 0;
     size_t kb = (size_t)kvio_key_bytes(a), vb = (size_t)kvio_value_bytes(a);
     for (uint32_t i = 0; i < a->n_layers; i++)

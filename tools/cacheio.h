@@ -71,6 +71,16 @@ typedef enum kvio_format {
  * cache holds it (heads-first, uncompressed) may be pointed to instead of
  * copied; kvio_read then keeps the mapping in the cache (kvio_cache.map). */
 #define KVIO_READ_BORROW 0x4u
+/* kvio_read only (kvio_read_mem refuses it): the key/value tensors stored
+ * uncompressed in the file (.safetensors, .npy; not .npz members, which are
+ * read into memory as before) are not read at all: their keys[l] /
+ * values[l] stay NULL and the cache keeps the file open (kvio_cache.lazy)
+ * so that kvio_read_kv reads positions on demand, in memory bounded by
+ * what the caller asks for. Shape, dtype, token ids and metadata are read
+ * and checked as without the flag. A lazy cache is for reading rows only:
+ * writers and kvio_cache_check refuse it (a layer without data),
+ * kvio_cache_equal says 0. */
+#define KVIO_READ_LAZY 0x8u
 /* Writers: use the Hugging Face names past_key_values.{i}.key/.value and a
  * leading batch dimension of 1 ([1, kv_heads, positions, dim]), token ids
  * as input_ids [1, positions]; .npy: shape [layers, 2, 1, kv_heads,
@@ -130,6 +140,9 @@ typedef struct kvio_cache {
      * never the file), unmapped by kvio_cache_free; else NULL. */
     void *map;
     size_t map_size;
+    /* kvio_read with KVIO_READ_LAZY: the open file the NULL layers are read
+     * from (kvio_read_kv); freed (and closed) by kvio_cache_free. */
+    struct kvio_lazy *lazy;
 } kvio_cache;
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -161,6 +174,11 @@ int kvio_cache_init(kvio_cache *c, uint32_t n_layers, uint32_t n_kv_heads, uint3
                     uint32_t key_dim, uint32_t value_dim, fkvf_dtype dtype, int with_tokens,
                     char *err, size_t errlen);
 void kvio_cache_free(kvio_cache *c); /* frees everything, leaves *c zeroed; NULL ok */
+/* Free the cache's key/value data (memory, mapping, a lazy cache's open
+ * file), keeping its shape, dtype, token ids, metadata and names: for a
+ * caller that has the rows elsewhere. kvio_read_kv fails on it afterwards
+ * (a layer without data). NULL ok. */
+void kvio_cache_drop_data(kvio_cache *c);
 /* 1 if p points into the cache's file mapping (kvio_cache.map). */
 int kvio_in_map(const kvio_cache *c, const void *p);
 /* Append (or replace) a metadata entry; strings are copied. */
@@ -197,6 +215,19 @@ typedef struct kvio_array {
 } kvio_array;
 int kvio_read_array(const char *path, kvio_array *out, char *err, size_t errlen);
 void kvio_array_free(kvio_array *a); /* leaves *a zeroed; NULL ok */
+
+/* Positions [first, first + n) of layer's keys (kv 0) or values (kv 1),
+ * every head, in memory or (a lazy cache) read from the file: the row
+ * (key_dim or value_dim elements of dtype) of position first + i, head h
+ * goes to dst + i * pos_stride + h * head_stride, the placement of
+ * kvio_stream_kv. A lazy layer is read with pread(2) in pieces of at most
+ * a few MiB (a scratch buffer kept in the cache, so one thread at a time
+ * per cache). KVIO_E_ARG (a range or layer outside the cache, no dst),
+ * KVIO_E_IO (a read failed or the file ended early: it changed after it
+ * was opened; the message names the file, the tensor and the byte offset),
+ * KVIO_E_NOMEM. */
+int kvio_read_kv(const kvio_cache *c, uint32_t layer, int kv, uint32_t first, uint32_t n,
+                 void *dst, size_t pos_stride, size_t head_stride, char *err, size_t errlen);
 
 /* ---- writing ----------------------------------------------------------- */
 /* Write a file (fmt AUTO: by extension) through kvio_tmp_open/_place (see

@@ -421,10 +421,38 @@ static int take_tokens(const ctx *x, const kv_tensor *tok, int nhd, kvio_cache *
     return KVIO_OK;
 }
 
+/* A lazy read (kvio_read with KVIO_READ_LAZY): every key and value tensor
+ * pointed to where it lies in the mapped file, whatever its layout, for
+ * kvio_read to turn into file offsets; 0 (nothing done) when a tensor's
+ * bytes are the reader's own (npz members: copied as without the flag) or
+ * empty. */
+static int take_lazily(kv_tensor **key_of, kv_tensor **val_of, size_t L, kvio_cache *out)
+{
+    for (size_t l = 0; l < L; l++)
+        if (key_of[l]->owned || val_of[l]->owned || !key_of[l]->nbytes || !val_of[l]->nbytes)
+            return 0;
+    out->keys = calloc(L, sizeof *out->keys);
+    out->values = calloc(L, sizeof *out->values);
+    if (!out->keys || !out->values) {
+        free(out->keys);
+        free(out->values);
+        out->keys = out->values = NULL;
+        return 0; /* the copying path reports it */
+    }
+    out->n_layers = (uint32_t)L;
+    for (size_t l = 0; l < L; l++) {
+        out->keys[l] = (uint8_t *)(uintptr_t)key_of[l]->data;
+        out->values[l] = (uint8_t *)(uintptr_t)val_of[l]->data;
+    }
+    return 1;
+}
+
 /* out->keys and out->values: the L layers' bytes, in [H][T][D] order. */
 static int take_layers(const ctx *x, kv_tensor **key_of, kv_tensor **val_of, size_t L, int nhd,
-                       const uint32_t k0[3], const uint32_t v0[3], kvio_cache *out)
+                       int lazy, const uint32_t k0[3], const uint32_t v0[3], kvio_cache *out)
 {
+    if (lazy && take_lazily(key_of, val_of, L, out))
+        return KVIO_OK;
     out->keys = calloc(L, sizeof *out->keys);
     out->values = calloc(L, sizeof *out->values);
     if (!out->keys || !out->values)
@@ -482,7 +510,10 @@ int cio_assemble(const ctx *x, kv_tensor *t, size_t n, unsigned flags, kvio_meta
     }
     if ((rc = set_geometry(x, key_of, val_of, L, nhd, k0, v0, out)) ||
         (tok && (rc = take_tokens(x, tok, nhd, out))) ||
-        (rc = take_layers(x, key_of, val_of, L, nhd, k0, v0, out)))
+        (rc = take_layers(x, key_of, val_of, L, nhd,
+                          (flags & (KVIO_READ_LAZY | KVIO_READ_BORROW)) ==
+                              (KVIO_READ_LAZY | KVIO_READ_BORROW),
+                          k0, v0, out)))
         goto done;
     out->names = (kvio_names)(KVIO_NAMES_FKVF + first->scheme);
     out->n_ignored = ign->n;

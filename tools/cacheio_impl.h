@@ -11,6 +11,7 @@
  *   cacheio_npz.c         .npz reader and writer (libarchive)
  *   cacheio_sink.c        the writers' byte sink and the tensors a cache is written as
  *   cacheio_read.c        format detection, kvio_read_mem and kvio_read (mmap)
+ *   cacheio_lazy.c        a lazily read cache: tensors left in the file, kvio_read_kv
  *   cacheio_write.c       kvio_write_mem, kvio_write and the output files (kvio_tmp_*)
  *   cacheio_stream.c      kvio_stream_*: a cache file written chunk by chunk of positions
  *
@@ -117,6 +118,17 @@ static inline char *dupstr(const char *s)
         memcpy(p, s, n);
     return p;
 }
+
+/* ---- a lazily read cache (cacheio_lazy.c) ------------------------------ */
+
+/* kvio_read with KVIO_READ_LAZY: the tensors the parser left in the
+ * mapping (keys[l] / values[l] pointing into map .. map + size) become file
+ * offsets (those pointers NULL), the mapping goes and fd is kept (owned by
+ * the cache from then on). nhd: those tensors are positions-first in the
+ * file. A cache without such tensors is left as it is and fd closed. */
+int cio_lazy_adopt(const ctx *x, kvio_cache *c, int fd, const uint8_t *map, size_t size, int nhd);
+/* kvio_cache_free's part: close the file, free the offsets. */
+void cio_lazy_free(struct kvio_lazy *lz);
 
 /* ---- the naming convention (cacheio_convention.c) ---------------------- */
 

@@ -336,8 +336,9 @@ static int npy_cache_shape(const ctx *x, const npy_hdr *h, int nhd, kvio_cache *
 }
 
 /* c's n_layers layers from the array data at src: layer l's keys, then its
- * values, each transposed to [H][T][D] when positions-first (nhd). On
- * failure c is freed. */
+ * values, each transposed to [H][T][D] when positions-first (nhd); pointed
+ * to instead when borrow is 1 and heads-first, or borrow is 2 (a lazy read:
+ * kvio_read makes them file offsets). On failure c is freed. */
 static int npy_take_layers(const ctx *x, kvio_cache *c, uint64_t n_layers, const uint8_t *src, int nhd,
                            int borrow)
 {
@@ -349,8 +350,9 @@ static int npy_take_layers(const ctx *x, kvio_cache *c, uint64_t n_layers, const
         return cio_fail(x, KVIO_E_NOMEM, "out of memory");
     }
     c->n_layers = (uint32_t)n_layers;
-    if (borrow && !nhd && lb) {
-        /* heads-first as the cache holds them: pointed to in the mapping */
+    if (borrow && (!nhd || borrow > 1) && lb) {
+        /* heads-first as the cache holds them, or any layout for a lazy
+         * read (borrow 2): pointed to in the mapping */
         for (uint32_t l = 0; l < c->n_layers; l++) {
             c->keys[l] = (uint8_t *)(uintptr_t)(src + (size_t)lb * (2 * (size_t)l));
             c->values[l] = (uint8_t *)(uintptr_t)(src + (size_t)lb * (2 * (size_t)l + 1));
@@ -395,7 +397,9 @@ int kvio_read_npy_mem(const void *data, size_t size, const char *name, unsigned 
         return cio_fail(&x, KVIO_E_ARG, "no data");
     if ((rc = npy_parse(&x, "array", data, size, &h)) || (rc = npy_cache_shape(&x, &h, nhd, &c)) ||
         (rc = npy_take_layers(&x, &c, h.dims[0], (const uint8_t *)data + h.data_off, nhd,
-                              (flags & KVIO_READ_BORROW) != 0)))
+                              !(flags & KVIO_READ_BORROW) ? 0
+                              : (flags & KVIO_READ_LAZY)  ? 2
+                                                          : 1)))
         return rc;
     *out = c;
     return KVIO_OK;

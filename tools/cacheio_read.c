@@ -54,8 +54,9 @@ kvio_format kvio_format_sniff(const void *data, size_t size)
     return KVIO_FMT_AUTO;
 }
 
-int kvio_read_mem(const void *data, size_t size, const char *name, kvio_format fmt,
-                  unsigned flags, kvio_cache *out, char *err, size_t errlen)
+/* kvio_read_mem with every flag (kvio_read's borrowing and lazy reading). */
+static int read_mem(const void *data, size_t size, const char *name, kvio_format fmt,
+                    unsigned flags, kvio_cache *out, char *err, size_t errlen)
 {
     ctx x = {name, err, errlen};
     if (fmt == KVIO_FMT_AUTO)
@@ -71,6 +72,14 @@ int kvio_read_mem(const void *data, size_t size, const char *name, kvio_format f
             memset(out, 0, sizeof *out);
         return cio_fail(&x, KVIO_E_FORMAT, "not a .safetensors, .npy or .npz file");
     }
+}
+
+int kvio_read_mem(const void *data, size_t size, const char *name, kvio_format fmt,
+                  unsigned flags, kvio_cache *out, char *err, size_t errlen)
+{
+    /* the bytes are the caller's: never pointed to, never left in a file */
+    return read_mem(data, size, name, fmt, flags & ~(KVIO_READ_BORROW | KVIO_READ_LAZY), out, err,
+                    errlen);
 }
 
 int kvio_read(const char *path, kvio_format fmt, unsigned flags, kvio_cache *out, char *err, size_t errlen)
@@ -106,14 +115,31 @@ int kvio_read(const char *path, kvio_format fmt, unsigned flags, kvio_cache *out
      * changed by the caller; the file never is */
     void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     int e = errno;
-    close(fd);
-    if (map == MAP_FAILED)
+    if (map == MAP_FAILED) {
+        close(fd);
         return cio_fail(&x, KVIO_E_IO, "cannot map: %s", strerror(e));
-    int rc = kvio_read_mem(map, size, path, fmt, flags | KVIO_READ_BORROW, out, err, errlen);
+    }
+    int rc = read_mem(map, size, path, fmt, flags | KVIO_READ_BORROW, out, err, errlen);
     int keep = 0;
     if (rc == KVIO_OK) {
         out->map = map; /* for kvio_in_map */
         out->map_size = size;
+    }
+    if (rc == KVIO_OK && (flags & KVIO_READ_LAZY)) {
+        /* the tensors left in the mapping are read from fd from now on
+         * (fd is the cache's now, or closed) */
+        rc = cio_lazy_adopt(&x, out, fd, map, size, (flags & KVIO_READ_NHD) != 0);
+        if (rc != KVIO_OK) {
+            kvio_cache_free(out); /* unmaps */
+            return rc;
+        }
+        out->map = NULL;
+        out->map_size = 0;
+        munmap(map, size);
+        return KVIO_OK;
+    }
+    close(fd);
+    if (rc == KVIO_OK) {
         for (uint32_t l = 0; l < out->n_layers && !keep; l++)
             keep = kvio_in_map(out, out->keys[l]) || kvio_in_map(out, out->values[l]);
     }

@@ -54,9 +54,11 @@ void cli_cache_notes(const char *path, const kvio_cache *c, int layout)
                 c->n_kv_heads > 64 ? ", more KV heads than models have" : "");
 }
 
-int cli_read_cache_layout(const char *path, int layout, kvio_cache *c)
+int cli_read_cache_layout(const char *path, int layout, int lazy, kvio_cache *c)
 {
-    int ex = cli_read_cache(path, layout == CLI_LAYOUT_NHD ? KVIO_READ_NHD : 0, c);
+    int ex = cli_read_cache(path, (layout == CLI_LAYOUT_NHD ? KVIO_READ_NHD : 0) |
+                                      (lazy ? KVIO_READ_LAZY : 0),
+                            c);
     if (ex == CLI_OK)
         cli_cache_notes(path, c, layout);
     return ex;
@@ -129,6 +131,7 @@ typedef struct rope_work {
     double *var, *energy; /* per candidate, over every head */
     double *hv;          /* per candidate: one head's relative variance */
     double *cs;          /* per candidate and sample: dims cosines and sines */
+    uint8_t *keys;       /* one layer's sampled keys, [head][sample][D] in the cache's dtype */
 } rope_work;
 
 static void rope_work_free(rope_work *w)
@@ -141,6 +144,7 @@ static void rope_work_free(rope_work *w)
     free(w->energy);
     free(w->hv);
     free(w->cs);
+    free(w->keys);
 }
 
 /* Sample i's position in the cache */
@@ -161,18 +165,31 @@ static int rope_tables(const cli_rope_report *r, rope_work *w)
     return 0;
 }
 
-/* Head (l, h): each sampled key converted once, then turned by each
- * candidate; its relative variance per candidate into w->hv, its totals
- * added to w->var and w->energy. -1 on failure. */
-static int rope_head(const kvio_cache *c, const cli_rope_report *r, rope_work *w, uint32_t l,
-                     uint32_t h)
+/* Layer l's sampled keys of every head into w->keys (from memory or, a
+ * lazy cache, its file): 0, or an exit status after an error line. */
+static int rope_layer(const kvio_cache *c, const cli_rope_report *r, rope_work *w, uint32_t l)
+{
+    size_t kb = (size_t)w->D * w->es;
+    char err[1024];
+    for (uint32_t i = 0; i < w->n; i++) {
+        int rc = kvio_read_kv(c, l, 0, rope_sample(r, w, i), 1, w->keys + i * kb, kb,
+                              (size_t)w->n * kb, err, sizeof err);
+        if (rc != KVIO_OK)
+            return cli_fail_kvio(rc, NULL, err);
+    }
+    return 0;
+}
+
+/* Head h of the layer in w->keys: each sampled key converted once, then
+ * turned by each candidate; its relative variance per candidate into
+ * w->hv, its totals added to w->var and w->energy. -1 on failure. */
+static int rope_head(const kvio_cache *c, const cli_rope_report *r, rope_work *w, uint32_t h)
 {
     const uint32_t D = w->D, n = w->n;
     memset(w->sum, 0, r->n * D * sizeof *w->sum);
     memset(w->sq, 0, r->n * sizeof *w->sq);
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t t = rope_sample(r, w, i);
-        const uint8_t *src = c->keys[l] + ((size_t)h * c->n_positions + t) * D * w->es;
+        const uint8_t *src = w->keys + ((size_t)h * n + i) * D * w->es;
         fkvf_convert(FKVF_DTYPE_F32, w->f, c->dtype, src, D);
         for (size_t k = 0; k < r->n; k++) {
             double *sk = w->sum + k * D;
@@ -250,11 +267,12 @@ int cli_rope_measure(const kvio_cache *c, uint32_t p0, uint32_t p1, uint64_t pos
         (w.sum = calloc(r->n * D, sizeof *w.sum)) && (w.sq = calloc(r->n, sizeof *w.sq)) &&
         (w.var = calloc(r->n, sizeof *w.var)) && (w.energy = calloc(r->n, sizeof *w.energy)) &&
         (w.hv = malloc(r->n * sizeof *w.hv)) &&
-        (w.cs = calloc(r->n * n * dims, sizeof *w.cs)) && rope_tables(r, &w) == 0) {
+        (w.cs = calloc(r->n * n * dims, sizeof *w.cs)) &&
+        (w.keys = malloc((size_t)c->n_kv_heads * n * D * w.es)) && rope_tables(r, &w) == 0) {
         rc = 0;
         for (uint32_t l = 0; l < c->n_layers && !rc; l++)
             for (uint32_t h = 0; h < c->n_kv_heads && !rc; h++) {
-                if ((rc = rope_head(c, r, &w, l, h)))
+                if ((h == 0 && (rc = rope_layer(c, r, &w, l))) || (rc = rope_head(c, r, &w, h)))
                     break;
                 size_t best = 0;
                 for (size_t k = 1; k < r->n; k++)

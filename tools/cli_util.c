@@ -1158,7 +1158,7 @@ int cli_read_cache(const char *path, unsigned flags, kvio_cache *c)
     if (cli_llama_sniff_file(path) != LLST_KIND_NONE)
         return cli_llama_read_cache(path, c); /* cli_llama.c, with --model */
     uint64_t size = cli_file_size(path);
-    if (size < CLI_READ_PROGRESS_MIN || !isatty(STDERR_FILENO) ||
+    if (size < CLI_READ_PROGRESS_MIN || !isatty(STDERR_FILENO) || (flags & KVIO_READ_LAZY) ||
         read_cache_progress(path, size, flags, c, err, sizeof err, &rc))
         rc = kvio_read(path, KVIO_FMT_AUTO, KVIO_READ_IGNORE_EXTRA | flags, c, err, sizeof err);
     if (rc != KVIO_OK)
@@ -1173,18 +1173,23 @@ size_t cli_cache_row_elems(const kvio_cache *c)
 
 size_t cli_cache_row_bytes(const kvio_cache *c) { return cli_cache_row_elems(c) * kvio_dtype_size(c->dtype); }
 
-void cli_cache_rows(const kvio_cache *c, uint32_t p0, uint32_t p1, uint8_t *out)
+int cli_cache_rows(const kvio_cache *c, uint32_t p0, uint32_t p1, uint8_t *out)
 {
     size_t es = kvio_dtype_size(c->dtype);
     size_t kb = (size_t)c->key_dim * es, vb = (size_t)c->value_dim * es;
-    for (uint32_t p = p0; p < p1; p++) {
-        for (uint32_t l = 0; l < c->n_layers; l++) {
-            for (uint32_t h = 0; h < c->n_kv_heads; h++, out += kb)
-                memcpy(out, c->keys[l] + ((size_t)h * c->n_positions + p) * kb, kb);
-            for (uint32_t h = 0; h < c->n_kv_heads; h++, out += vb)
-                memcpy(out, c->values[l] + ((size_t)h * c->n_positions + p) * vb, vb);
-        }
+    size_t rb = cli_cache_row_bytes(c);
+    char err[1024];
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        /* layer l's keys, then its values, at this offset of every row */
+        size_t at = (size_t)l * c->n_kv_heads * (kb + vb);
+        int rc = kvio_read_kv(c, l, 0, p0, p1 - p0, out + at, rb, kb, err, sizeof err);
+        if (rc == KVIO_OK)
+            rc = kvio_read_kv(c, l, 1, p0, p1 - p0, out + at + c->n_kv_heads * kb, rb, vb, err,
+                              sizeof err);
+        if (rc != KVIO_OK)
+            return cli_fail_kvio(rc, NULL, err);
     }
+    return CLI_OK;
 }
 
 void cli_rvq_params_for(fkvf_rvq_params *prm, const kvio_cache *c)

@@ -321,16 +321,19 @@ void cli_progress_format(char *out, size_t n, const char *label, uint64_t done, 
 /* Read a raw cache (any format cacheio knows, extra tensors ignored; flags:
  * more KVIO_READ_* flags). Files of CLI_READ_PROGRESS_MIN bytes or more are read with a progress bar
  * when stderr is a terminal (the mapping is read page by page, then
- * parsed). Returns CLI_OK, or an exit status after an error line. */
+ * parsed), except with KVIO_READ_LAZY (nothing but the header is read:
+ * the rows come later through cli_cache_rows and kvio_read_kv). Returns
+ * CLI_OK, or an exit status after an error line. */
 #define CLI_READ_PROGRESS_MIN (64u << 20)
 int cli_read_cache(const char *path, unsigned flags, kvio_cache *c);
 
 /* Rows of spec 14.2 (per position, per layer the keys of heads 0..H-1, then
  * the values, in the cache's dtype): elements and bytes of one row, and the
- * rows of positions [p0, p1) written to out. */
+ * rows of positions [p0, p1) written to out, from memory or (a lazy cache)
+ * read from its file: CLI_OK, or an exit status after an error line. */
 size_t cli_cache_row_elems(const kvio_cache *c);
 size_t cli_cache_row_bytes(const kvio_cache *c);
-void cli_cache_rows(const kvio_cache *c, uint32_t p0, uint32_t p1, uint8_t *out);
+int cli_cache_rows(const kvio_cache *c, uint32_t p0, uint32_t p1, uint8_t *out);
 
 /* Open an archive or codebook file for reading. Returns CLI_OK, or after
  * "PROG CMD: PATH: MESSAGE" cli_fkvf_exit (CLI_USAGE for an I/O error, a
@@ -412,8 +415,10 @@ int cli_opt_dtype(const char *v, int *dtype);
  * warning naming --layout if there are more "heads" than "positions". */
 void cli_cache_notes(const char *path, const kvio_cache *c, int layout);
 
-/* cli_read_cache in the given layout, then cli_cache_notes. */
-int cli_read_cache_layout(const char *path, int layout, kvio_cache *c);
+/* cli_read_cache in the given layout, then cli_cache_notes; lazy: with
+ * KVIO_READ_LAZY (the commands that read rows a chunk at a time: memory
+ * bounded by the chunk, whatever the cache's size). */
+int cli_read_cache_layout(const char *path, int layout, int lazy, kvio_cache *c);
 
 /* Hugging Face caches rotate half-split pairs: when the cache's tensor names
  * are a Hugging Face scheme and the pair layout was neither given nor taken
@@ -450,7 +455,8 @@ typedef struct cli_rope_report {
 
 /* Measure (pos0 + t - p0 is the rotary position of cache position t; rope:
  * the chosen settings, unrotate 0 when the keys are archived as cached).
- * 0, or -1 when out of memory. */
+ * 0, -1 when out of memory, or an exit status (> 0) after an error line
+ * (a lazy cache's file could not be read). */
 int cli_rope_measure(const kvio_cache *c, uint32_t p0, uint32_t p1, uint64_t pos0,
                      const fkvf_rope *rope, int unrotate, cli_rope_report *r);
 /* The table and the verdict (fkvf pack --check-rope). */

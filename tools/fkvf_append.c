@@ -356,7 +356,10 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
     if (krope && (s->q || s->cb || o->train)) {
         /* the rows p0.. are positions 0.. of the new archive */
         cli_rope_report rr;
-        if (cli_rope_measure(c, p0, p1, 0, &rope, 1, &rr) == 0) {
+        int ex = cli_rope_measure(c, p0, p1, 0, &rope, 1, &rr);
+        if (ex > 0)
+            return ex;
+        if (ex == 0) {
             rr.codebook = s->cb ? o->cbfile : NULL;
             cli_rope_warn(o->cache, &rr);
         }
@@ -728,7 +731,8 @@ static int append_check_llama(append_run *u)
             ex = cli_fail_reader(rc, r, o->archive, "");
             break;
         }
-        cli_cache_rows(c, p, p + 1, row);
+        if ((ex = cli_cache_rows(c, p, p + 1, row)) != CLI_OK)
+            break;
         if (arb != rb || memcmp(ar, row, rb))
             ex = cli_fail(CLI_INVALID, FKVF_E_INVALID_ARG, o->cache,
                           "position %u differs from %s's (an exact position): a save of another "
@@ -820,7 +824,9 @@ static int append_gather(append_run *u)
     s->tok = malloc(sizeof *s->tok * (u->n ? u->n : 1));
     if (!s->rows || !s->tok)
         return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->cache, "out of memory");
-    cli_cache_rows(c, u->p0, u->p1, s->rows);
+    int ex = cli_cache_rows(c, u->p0, u->p1, s->rows);
+    if (ex != CLI_OK)
+        return ex;
     for (uint32_t t = 0; u->use_tok && t < u->n; t++)
         s->tok[t] = (uint32_t)c->tokens[u->p0 + t];
     return CLI_OK;
@@ -976,7 +982,7 @@ int fkvf_cli_append(int argc, char **argv)
     int ex;
     if (o.create && (ex = append_check_create(&o)) != CLI_OK)
         return ex;
-    if ((ex = cli_read_cache_layout(o.cache, o.layout, &s.c)) != CLI_OK)
+    if ((ex = cli_read_cache_layout(o.cache, o.layout, 1, &s.c)) != CLI_OK)
         return ex;
     if ((o.create || (ex = append_read_archive(&u)) == CLI_OK) &&
         (ex = append_positions(&u)) == CLI_OK && (ex = append_check_llama(&u)) == CLI_OK &&

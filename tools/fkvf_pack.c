@@ -16,13 +16,31 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* The whole cache as spec 14.2 rows (malloc'd). */
-static uint8_t *cache_to_rows(const kvio_cache *c)
+/* The whole cache as spec 14.2 rows (malloc'd); NULL after an error line
+ * (*ex: the exit status). */
+static uint8_t *cache_to_rows(const kvio_cache *c, const char *path, int *ex)
 {
     uint8_t *rows = malloc(cli_cache_row_bytes(c) * (c->n_positions ? c->n_positions : 1));
-    if (!rows)
+    if (!rows) {
+        *ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, path, "out of memory");
         return NULL;
-    cli_cache_rows(c, 0, c->n_positions, rows);
+    }
+    /* a chunk of positions at a time, with the read bar of cli_read_cache
+     * for large caches (a lazy cache is read here, not when opened) */
+    size_t rb = cli_cache_row_bytes(c);
+    uint64_t total = (uint64_t)rb * c->n_positions;
+    uint32_t step = (uint32_t)(((size_t)8 << 20) / (rb ? rb : 1) + 1);
+    cli_progress pg;
+    cli_progress_init(&pg, "read", total < CLI_READ_PROGRESS_MIN);
+    pg.bytes = 1;
+    for (uint32_t p = 0; p < c->n_positions; p += step) {
+        uint32_t n = c->n_positions - p < step ? c->n_positions - p : step;
+        if ((*ex = cli_cache_rows(c, p, p + n, rows + (size_t)p * rb)) != CLI_OK) {
+            free(rows);
+            return NULL;
+        }
+        cli_progress_cb(&pg, (uint64_t)(p + n) * rb, total);
+    }
     return rows;
 }
 
@@ -44,10 +62,11 @@ static void rows_to_cache(kvio_cache *c, const uint8_t *rows, uint32_t first, ui
     }
 }
 
-/* A raw cache with at least one position (layout: CLI_LAYOUT_*). */
-static int read_cache(const char *path, int layout, kvio_cache *c)
+/* A raw cache with at least one position (layout: CLI_LAYOUT_*; lazy: its
+ * rows left in the file until asked for). */
+static int read_cache(const char *path, int layout, int lazy, kvio_cache *c)
 {
-    int ex = cli_read_cache_layout(path, layout, c);
+    int ex = cli_read_cache_layout(path, layout, lazy, c);
     if (ex != CLI_OK)
         return ex;
     if (c->n_positions == 0) {
@@ -374,8 +393,11 @@ static int pack_check_rope(const pack_opts *o, pack_state *s, const pack_plan *p
         return -1; /* a lossless import: no key is un-rotated */
     kvio_cache *c = &s->c;
     cli_rope_report rr;
-    if (cli_rope_measure(c, 0, c->n_positions, 0, &p->rope, p->krope != NULL, &rr))
+    int ex = cli_rope_measure(c, 0, c->n_positions, 0, &p->rope, p->krope != NULL, &rr);
+    if (ex < 0)
         return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    if (ex > 0)
+        return ex; /* the cache's file could not be read */
     rr.no_rope = o->keys.no_rope;
     rr.codebook = o->cbfile;
     /* with --json: the check's object when it is all the command does
@@ -474,11 +496,16 @@ static int pack_train(const pack_opts *o, pack_state *s, pack_plan *p)
     return CLI_OK;
 }
 
-/* positions encoded (and, without --train, converted to rows) at a time:
- * PACK_CHUNK a thread, as many as PACK_CHUNK_BYTES of rows hold when that is
- * fewer (at least PACK_CHUNK): each thread encodes a range of them */
+/* positions encoded (and, without --train, read and converted to rows) at
+ * a time: PACK_CHUNK a thread, as many as PACK_CHUNK_BYTES of rows hold when
+ * that is fewer (at least PACK_CHUNK): each thread encodes a range of them.
+ * Exact rows are written in sections of at most that many positions too. */
 #define PACK_CHUNK 256
 #define PACK_CHUNK_BYTES ((size_t)64 << 20)
+/* codes of one index segment (spec 11.2) at most: a longer run of archived
+ * positions is written as several segments, so that memory does not grow
+ * with the cache (the writer holds one segment's streams at a time) */
+#define PACK_SEGMENT_BYTES ((size_t)32 << 20)
 
 static uint64_t pack_chunk_rows(const pack_plan *p)
 {
@@ -489,45 +516,103 @@ static uint64_t pack_chunk_rows(const pack_plan *p)
     return n < PACK_CHUNK ? PACK_CHUNK : n;
 }
 
+/* Archived positions in one index segment: as many as PACK_SEGMENT_BYTES of
+ * codes hold, a multiple of the streams' alignment (spec 11.6). Depends on
+ * the shape alone, so the archive is the same for any thread count. */
+static uint64_t pack_segment_rows(size_t ncodes, uint32_t align)
+{
+    uint64_t n = PACK_SEGMENT_BYTES / (ncodes ? ncodes * sizeof(uint16_t) : 1);
+    if (align == 0)
+        align = 1;
+    n -= n % align;
+    return n < align ? align : n;
+}
+
 /* Rows [first, first + n) as spec 14.2 rows: in s->rows (--train), else
- * converted from the cache into s->chunk (n <= PACK_CHUNK); NULL when out
- * of memory. */
-static const uint8_t *pack_rows(pack_state *s, const pack_plan *p, uint64_t first, uint64_t n)
+ * read and converted from the cache into s->chunk (n <= pack_chunk_rows);
+ * NULL after an error line (*ex). */
+static const uint8_t *pack_rows(const pack_opts *o, pack_state *s, const pack_plan *p,
+                                uint64_t first, uint64_t n, int *ex)
 {
     if (s->rows)
         return s->rows + (size_t)first * p->rb;
-    if (!s->chunk && !(s->chunk = malloc((size_t)pack_chunk_rows(p) * p->rb)))
+    if (!s->chunk && !(s->chunk = malloc((size_t)pack_chunk_rows(p) * p->rb))) {
+        *ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
         return NULL;
-    cli_cache_rows(&s->c, (uint32_t)first, (uint32_t)(first + n), s->chunk);
+    }
+    if ((*ex = cli_cache_rows(&s->c, (uint32_t)first, (uint32_t)(first + n), s->chunk)) != CLI_OK)
+        return NULL;
     return s->chunk;
 }
 
-/* The A archived rows encoded into s->codes (one array of A codes per
- * index stream), in chunks with a progress bar. */
-static int pack_encode(const pack_opts *o, pack_state *s, const pack_plan *p)
+/* Archived positions [i0, i0 + n) (stream symbols; cache positions S + i)
+ * encoded into s->codes (one array of n codes per index stream), a chunk
+ * at a time, the progress bar moved on. */
+static int pack_encode(const pack_opts *o, pack_state *s, const pack_plan *p, uint64_t i0,
+                       uint64_t n, cli_progress *pg)
 {
-    size_t ncodes = fkvf_rvq_codes_per_position(s->q);
-    uint64_t A = p->A, P = p->P;
-    s->codes = malloc(ncodes * (size_t)A * sizeof *s->codes + 1);
-    s->sym = malloc((size_t)(A > P ? A : P) * sizeof *s->sym);
-    if (!s->codes || !s->sym)
-        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
-    fkvf_rvq_set_threads(s->q, cli_threads());
     const uint64_t chunk = pack_chunk_rows(p);
-    cli_progress pg;
-    cli_progress_init(&pg, "encode", 0);
-    for (uint64_t i = 0; i < A; i += chunk) {
-        uint64_t n = A - i < chunk ? A - i : chunk;
-        const uint8_t *rows = pack_rows(s, p, p->S + i, n);
+    for (uint64_t i = 0; i < n; i += chunk) {
+        uint64_t m = n - i < chunk ? n - i : chunk;
+        int ex;
+        const uint8_t *rows = pack_rows(o, s, p, p->S + i0 + i, m, &ex);
         if (!rows)
-            return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
-        fkvf_rows part = {rows, (size_t)n, s->c.dtype, p->S + i};
-        int rc = fkvf_rvq_encode(s->q, &part, p->krope, o->code.beam, s->codes + i, 1, (size_t)A);
+            return ex;
+        fkvf_rows part = {rows, (size_t)m, s->c.dtype, p->S + i0 + i};
+        int rc = fkvf_rvq_encode(s->q, &part, p->krope, o->code.beam, s->codes + i, 1, (size_t)n);
         if (rc != FKVF_OK)
             return cli_fail(cli_fkvf_exit(rc), rc, o->in, "encoding failed: %s", fkvf_strerror(rc));
-        cli_progress_cb(&pg, i + n, A);
+        cli_progress_cb(pg, i0 + i + m, p->A);
     }
     return CLI_OK;
+}
+
+/* The index streams: the A archived positions encoded and written one
+ * segment (pack_segment_rows) at a time. *ex: the exit status when the
+ * failure was not the writer's (its message printed). */
+static int pack_write_index(const pack_opts *o, pack_state *s, const pack_plan *p,
+                            const fkvf_stream_spec *sp, int *ex)
+{
+    size_t ncodes = fkvf_rvq_codes_per_position(s->q);
+    uint64_t seg = pack_segment_rows(ncodes, fkvf_stream_spec_align(sp));
+    uint64_t most = p->A < seg ? p->A : seg;
+    if (!(s->codes = malloc(ncodes * (size_t)most * sizeof *s->codes + 1))) {
+        *ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+        return FKVF_E_NOMEM;
+    }
+    fkvf_rvq_set_threads(s->q, cli_threads());
+    cli_progress pg;
+    cli_progress_init(&pg, "encode", 0);
+    for (uint64_t i = 0; i < p->A; i += seg) {
+        uint64_t n = p->A - i < seg ? p->A - i : seg;
+        if ((*ex = pack_encode(o, s, p, i, n, &pg)) != CLI_OK)
+            return FKVF_E_INVALID_ARG;
+        /* s->codes holds one array of n codes per index stream */
+        int rc = fkvf_writer_add_index_segment(s->w, sp, i, n, s->codes, 1, (size_t)n);
+        if (rc != FKVF_OK)
+            return rc;
+    }
+    return FKVF_OK;
+}
+
+/* Exact rows of positions [first, first + n): sections of at most
+ * pack_chunk_rows positions (from s->rows, else read a chunk at a time).
+ * *ex as for pack_write_index. */
+static int pack_write_exact(const pack_opts *o, pack_state *s, const pack_plan *p,
+                            uint64_t first, uint64_t n, int *ex)
+{
+    const uint64_t chunk = pack_chunk_rows(p);
+    unsigned xflags = o->deflate ? FKVF_SECTION_DEFLATE : 0;
+    for (uint64_t i = 0; i < n; i += chunk) {
+        uint64_t m = n - i < chunk ? n - i : chunk;
+        const uint8_t *rows = pack_rows(o, s, p, first + i, m, ex);
+        if (!rows)
+            return FKVF_E_INVALID_ARG;
+        int rc = fkvf_writer_add_exact(s->w, first + i, m, rows, (size_t)m * p->rb, xflags);
+        if (rc != FKVF_OK)
+            return rc;
+    }
+    return FKVF_OK;
 }
 
 /* The descriptor and the metadata. *stage: what failed. */
@@ -567,9 +652,9 @@ static int pack_write_desc(const pack_opts *o, pack_state *s, const pack_plan *p
 }
 
 /* The codebooks (embedded, or the reference to the file) and the index
- * streams. */
+ * streams (encoded here). *ex as for pack_write_index. */
 static int pack_write_codebooks(const pack_opts *o, pack_state *s, const pack_plan *p,
-                                const char **stage)
+                                const char **stage, int *ex)
 {
     int rc;
     *stage = "codebooks";
@@ -583,7 +668,7 @@ static int pack_write_codebooks(const pack_opts *o, pack_state *s, const pack_pl
             rc = fkvf_writer_add_codebooks(s->w, &p->shape, s->tables, tsz, 0);
     }
     *stage = "index streams";
-    if (rc != FKVF_OK)
+    if (rc != FKVF_OK || p->A == 0)
         return rc;
     fkvf_stream_spec sp;
     memset(&sp, 0, sizeof sp);
@@ -594,8 +679,7 @@ static int pack_write_codebooks(const pack_opts *o, pack_state *s, const pack_pl
         sp.profile = FKVF_PROFILE_QUAD;
         sp.symbol_bits = fkvf_quad_bits_for(p->shape.k - 1);
     }
-    /* s->codes holds one array of A codes per index stream */
-    return fkvf_writer_add_index_segment(s->w, &sp, 0, p->A, s->codes, 1, (size_t)p->A);
+    return pack_write_index(o, s, p, &sp, ex);
 }
 
 /* The token stream (left out, with a warning, for ids above 2^32-1). */
@@ -656,34 +740,17 @@ static int pack_write(const pack_opts *o, pack_state *s, const pack_plan *p)
         return cli_fail_writer(rc, s->w, o->out, "");
     const char *stage = "descriptor";
     rc = pack_write_desc(o, s, p, &stage);
-    unsigned xflags = o->deflate ? FKVF_SECTION_DEFLATE : 0;
-    /* the exact rows: from s->rows, else converted for the two ranges
-     * (S + W rows, the window's) */
-    uint8_t *xr = s->rows;
+    int ex = CLI_OK; /* a failure other than the writer's, reported already */
     if (rc == FKVF_OK)
         stage = "exact rows";
-    if (rc == FKVF_OK && !xr && S + W > 0 &&
-        !(xr = malloc((size_t)(S + W) * p->rb))) /* S + W <= P rows fit: the cache does */
-        rc = FKVF_E_NOMEM;
-    if (rc == FKVF_OK && !s->rows && xr) {
-        cli_cache_rows(c, 0, (uint32_t)S, xr);
-        cli_cache_rows(c, (uint32_t)(S + A), (uint32_t)(S + A + W), xr + (size_t)S * p->rb);
-    }
-    const uint8_t *wr = s->rows ? s->rows + (size_t)(S + A) * p->rb
-                        : xr    ? xr + (size_t)S * p->rb
-                                : NULL; /* W = 0 then */
-    if (rc == FKVF_OK && S > 0) {
-        stage = "exact rows";
-        rc = fkvf_writer_add_exact(s->w, 0, S, xr, (size_t)S * p->rb, xflags);
-    }
-    if (rc == FKVF_OK && W > 0) {
-        stage = "exact rows";
-        rc = fkvf_writer_add_exact(s->w, S + A, W, wr, (size_t)W * p->rb, xflags);
-    }
-    if (xr != s->rows)
-        free(xr);
+    if (rc == FKVF_OK && S > 0)
+        rc = pack_write_exact(o, s, p, 0, S, &ex);
+    if (rc == FKVF_OK && W > 0)
+        rc = pack_write_exact(o, s, p, S + A, W, &ex);
     if (rc == FKVF_OK && (A > 0 || o->cbfile))
-        rc = pack_write_codebooks(o, s, p, &stage);
+        rc = pack_write_codebooks(o, s, p, &stage, &ex);
+    if (ex != CLI_OK)
+        return ex;
     if (rc == FKVF_OK && c->tokens) {
         stage = "token stream";
         rc = pack_write_tokens(o, s, p);
@@ -772,7 +839,7 @@ static int pack_prepare(pack_opts *o, pack_state *s, pack_plan *p)
                             ? ": it is an FKVF archive; fkvf export-llama ARCHIVE -o STATE writes "
                               "it back as a state file"
                             : "; fkvf pack reads .safetensors, .npz and .npy caches");
-    int ex = read_cache(o->in, o->layout, &s->c);
+    int ex = read_cache(o->in, o->layout, 1, &s->c);
     if (ex)
         return ex;
     kvio_cache *c = &s->c;
@@ -800,17 +867,15 @@ static int pack_run(pack_opts *o, pack_state *s, pack_plan *p)
     if (ex >= 0)
         return ex;
     pack_choose_k(o, &s->c, p);
-    /* every row at once only to train on them; encoding converts a chunk
-     * of rows at a time (a whole copy of the cache less in memory) */
+    /* every row at once only to train on them; else the rows are read
+     * from the cache's file a chunk at a time while the archive is written
+     * (memory bounded whatever the cache's size) */
     if (p->A > 0 && !s->q) {
-        s->rows = cache_to_rows(&s->c);
-        if (!s->rows)
-            return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+        if (!(s->rows = cache_to_rows(&s->c, o->in, &ex)))
+            return ex;
         if ((ex = pack_train(o, s, p)) != CLI_OK)
             return ex;
     }
-    if (p->A > 0 && (ex = pack_encode(o, s, p)) != CLI_OK)
-        return ex;
     if ((ex = pack_write(o, s, p)) != CLI_OK)
         return ex;
     if (o->index && (ex = fkvf_cli_index_file(o->out, o->index == 1, 0, &o->index_bytes)))
@@ -1614,7 +1679,7 @@ static int train_read(train_opts *o, train_state *s)
     kvio_cache *cs = s->cs;
     int all_hf = 1;
     for (size_t i = 0; i < nin; i++) {
-        int ex = read_cache(ins[i], o->layout, &cs[i]);
+        int ex = read_cache(ins[i], o->layout, 1, &cs[i]);
         if (ex)
             return ex;
         if (i > 0 && (cs[i].n_layers != cs[0].n_layers || cs[i].n_kv_heads != cs[0].n_kv_heads ||
@@ -1624,9 +1689,10 @@ static int train_read(train_opts *o, train_state *s)
                             cs[i].n_layers, cs[i].n_kv_heads, cs[i].key_dim, cs[i].value_dim,
                             ins[0], cs[0].n_layers, cs[0].n_kv_heads, cs[0].key_dim,
                             cs[0].value_dim);
-        s->rows[i] = cache_to_rows(&cs[i]);
-        if (!s->rows[i])
-            return cli_fail(CLI_USAGE, FKVF_E_NOMEM, ins[i], "out of memory");
+        if (!(s->rows[i] = cache_to_rows(&cs[i], ins[i], &ex)))
+            return ex;
+        if (i > 0) /* its rows are in s->rows[i]: no second copy, no open file */
+            kvio_cache_drop_data(&cs[i]);
         s->blocks[i].data = s->rows[i];
         s->blocks[i].n_rows = cs[i].n_positions;
         s->blocks[i].dtype = cs[i].dtype;
@@ -1639,7 +1705,10 @@ static int train_read(train_opts *o, train_state *s)
         return CLI_USAGE;
     if (o->prm.key_rope) {
         cli_rope_report rr;
-        if (cli_rope_measure(&cs[0], 0, cs[0].n_positions, 0, &s->rope, 1, &rr) == 0)
+        int ex = cli_rope_measure(&cs[0], 0, cs[0].n_positions, 0, &s->rope, 1, &rr);
+        if (ex > 0)
+            return ex;
+        if (ex == 0)
             cli_rope_warn(ins[0], &rr);
     }
     return CLI_OK;
@@ -2059,10 +2128,10 @@ int fkvf_cli_compare(int argc, char **argv)
     kvio_cache a, b;
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
-    ex = read_cache(o.pa, o.lay[0], &a);
+    ex = read_cache(o.pa, o.lay[0], 0, &a);
     if (ex)
         return ex;
-    ex = read_cache(o.pb, o.lay[1], &b);
+    ex = read_cache(o.pb, o.lay[1], 0, &b);
     if (ex) {
         kvio_cache_free(&a);
         return ex;
