@@ -522,6 +522,10 @@ static uint64_t pack_chunk_rows(const pack_plan *p)
 static uint64_t pack_segment_rows(size_t ncodes, uint32_t align)
 {
     uint64_t n = PACK_SEGMENT_BYTES / (ncodes ? ncodes * sizeof(uint16_t) : 1);
+    /* tests make many segments of a small cache (docs/testing.md) */
+    const char *t = getenv("FKVF_TEST_PACK_SEGMENT");
+    if (t && strtoull(t, NULL, 10) > 0)
+        n = strtoull(t, NULL, 10);
     if (align == 0)
         align = 1;
     n -= n % align;
@@ -878,7 +882,9 @@ static int pack_run(pack_opts *o, pack_state *s, pack_plan *p)
     }
     if ((ex = pack_write(o, s, p)) != CLI_OK)
         return ex;
-    if (o->index && (ex = fkvf_cli_index_file(o->out, o->index == 1, 0, &o->index_bytes)))
+    /* the default indexes the token stream: none without token ids */
+    if ((o->index == 2 || (o->index == 1 && s->c.tokens)) &&
+        (ex = fkvf_cli_index_file(o->out, o->index == 1, 0, &o->index_bytes)))
         return ex; /* search index (fkvf_search.c); the archive itself is complete */
     pack_print(o, s, p);
     return CLI_OK;

@@ -1,0 +1,85 @@
+#!/bin/sh
+# fkvf pack runs in bounded memory (issue 37, part 2): it reads the cache's
+# rows from the file a chunk at a time (cacheio's lazy caches), writes exact
+# rows in sections of one chunk and the index streams in segments of at most
+# 32 MiB of codes. A 128 MiB cache (4 layers x 4 heads x dim 64, 32768
+# positions, f16; bench/mkcache.py) is packed under a peak RSS (GNU time %M)
+# of 64 MiB: with a codebook file (heads-first .npy), with every position
+# exact (all 128 MiB as exact sections), and positions-first (a .safetensors
+# with Hugging Face names, --layout nhd). Reading whole, main (56acfe0) held
+# the cache: 160 MiB on the first. The positions-first cache gives the rows
+# the heads-first one gives; the lossless archive restores the cache bit for
+# bit; an archive of many index segments (FKVF_TEST_PACK_SEGMENT, positions
+# per segment) restores the same rows as one of one segment, verifies, takes
+# a search index and keeps its rows.
+# usage: cli_pack_memory.sh FKVF_BIN SRCDIR
+set -u
+FKVF=$1
+SRC=$2
+. "$(dirname "$0")/cli_lib.sh"
+PY=/usr/bin/python3
+[ -x /usr/bin/time ] || { echo "SKIP: no GNU time at /usr/bin/time"; exit 77; }
+"$PY" -c 'import numpy' 2>/dev/null || { echo "SKIP: $PY has no numpy"; exit 77; }
+BOUND_KIB=$((64 * 1024))
+# ASan's shadow memory and quarantine inflate the RSS: FKVF_TEST_SANITIZER
+# (tests/CMakeLists.txt, FKVF_SANITIZE builds) turns the bound off
+under_bound() { [ -n "${FKVF_TEST_SANITIZER:-}" ] || [ "$1" -lt "$BOUND_KIB" ]; }
+bounded() { # bounded NAME CMD...: exit 0 and a peak RSS under the bound
+    name=$1
+    shift
+    check "$name" 0 /usr/bin/time -o "$T/time" -f %M "$@"
+    peak=$(tail -1 "$T/time")
+    echo "$name: peak RSS $peak KiB"
+    if under_bound "$peak"; then pass=$((pass + 1)); else
+        echo "FAIL $name: peak RSS $peak KiB, bound $BOUND_KIB KiB"; fails=$((fails + 1)); fi
+}
+same() { # same NAME A B
+    if cmp -s "$2" "$3"; then pass=$((pass + 1)); else
+        echo "FAIL $1: $2 and $3 differ"; fails=$((fails + 1)); fi
+}
+shape="--layers 4 --heads 4 --dim 64"
+# shellcheck disable=SC2086
+"$PY" "$SRC/bench/mkcache.py" -o "$T/raw.npy" --positions 32768 $shape >/dev/null || exit 1
+# shellcheck disable=SC2086
+"$PY" "$SRC/bench/mkcache.py" -o "$T/train.npy" --positions 512 $shape >/dev/null || exit 1
+raw=$(wc -c <"$T/raw.npy")
+if [ "$raw" -gt $((2 * BOUND_KIB * 1024)) ]; then pass=$((pass + 1)); else
+    echo "FAIL: the cache ($raw bytes) is not larger than twice the bound"; fails=$((fails + 1)); fi
+check train 0 "$FKVF" train "$T/train.npy" -o "$T/cb.fkvf" --k 16 --k-stages 2 --v-stages 1 \
+    --iters 1 --no-rope
+bounded pack-codebooks "$FKVF" pack "$T/raw.npy" --codebooks "$T/cb.fkvf" --no-rope -o "$T/a.fkvf"
+check unpack-a 0 "$FKVF" unpack "$T/a.fkvf" -o "$T/a.npy"
+# every position exact: 128 MiB of exact rows, written a chunk at a time
+bounded pack-lossless "$FKVF" pack "$T/raw.npy" --sinks 32768 -o "$T/x.fkvf"
+check unpack-x 0 "$FKVF" unpack "$T/x.fkvf" -o "$T/x.npy"
+check compare-x 0 "$FKVF" compare "$T/raw.npy" "$T/x.npy" --json
+grep_in lossless '"max_abs_err":0[,}]' "$T/out"
+# positions-first with Hugging Face names: the same rows, so the same codes
+check unpack-nhd 0 "$FKVF" unpack "$T/x.fkvf" -o "$T/n.safetensors" --hf --layout nhd
+rm -f "$T/x.fkvf" "$T/x.npy"
+bounded pack-nhd "$FKVF" pack "$T/n.safetensors" --layout nhd --codebooks "$T/cb.fkvf" --no-rope \
+    -o "$T/n.fkvf"
+rm -f "$T/n.safetensors"
+check unpack-n 0 "$FKVF" unpack "$T/n.fkvf" -o "$T/n.npy" --layout hnd --names fkvf
+same nhd-rows "$T/a.npy" "$T/n.npy"
+rm -f "$T/n.fkvf" "$T/n.npy"
+# many index segments (992 positions each: 1000 rounded down to the
+# alignment of 4-bit symbols, 32): the rows of one segment
+FKVF_TEST_PACK_SEGMENT=1000 bounded pack-segments "$FKVF" pack "$T/raw.npy" \
+    --codebooks "$T/cb.fkvf" --no-rope -o "$T/s.fkvf"
+segments() { # segments ARCHIVE: its index STRM sections (group key 0)
+    "$FKVF" dump "$1" | awk '$2 == "STRM" && $7 == "0"' | wc -l
+}
+n=$(segments "$T/s.fkvf")
+m=$(segments "$T/a.fkvf")
+if [ "$n" -eq 33 ] && [ "$m" -eq 1 ]; then pass=$((pass + 1)); else
+    echo "FAIL segments: $n and $m index segments, want 33 and 1"; fails=$((fails + 1)); fi
+check verify-s 0 "$FKVF" verify "$T/s.fkvf" --codebooks "$T/cb.fkvf"
+check unpack-s 0 "$FKVF" unpack "$T/s.fkvf" -o "$T/s.npy"
+same segment-rows "$T/a.npy" "$T/s.npy"
+check index-s 0 "$FKVF" index "$T/s.fkvf"
+check verify-si 0 "$FKVF" verify "$T/s.fkvf" --codebooks "$T/cb.fkvf"
+rm -f "$T/s.npy"
+check unpack-si 0 "$FKVF" unpack "$T/s.fkvf" -o "$T/s.npy"
+same indexed-rows "$T/a.npy" "$T/s.npy"
+finish cli_pack_memory
