@@ -1,12 +1,14 @@
 /* Check suite for tools/cli_util: the progress line (elapsed time, ETA,
  * final line), the duration format and JSON strings, checked against
- * strings written out by hand. */
+ * strings written out by hand; the background job runner (cli_bg). */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
+#include <time.h>
 
 #include "cli_util.h"
 #include "testutil.h"
@@ -133,6 +135,68 @@ START_TEST(progress_line_small_buffer)
 }
 END_TEST
 
+/* ---- cli_bg: one background job at a time ------------------------------ */
+
+typedef struct bg_log {
+    int order[8], n; /* ids of the jobs, as they ran */
+    atomic_int go;   /* set by the poster after the post returned */
+    int saw_go;      /* the waiting job saw it */
+} bg_log;
+
+typedef struct bg_job {
+    bg_log *log;
+    int id, result, wait_for_go;
+} bg_job;
+
+static int bg_run(void *opaque)
+{
+    bg_job *j = opaque;
+    if (j->wait_for_go) { /* up to 2 s: the poster goes on while this runs */
+        struct timespec ms = {0, 1000000};
+        for (int i = 0; i < 2000 && !atomic_load(&j->log->go); i++)
+            nanosleep(&ms, NULL);
+        j->log->saw_go = atomic_load(&j->log->go);
+    }
+    j->log->order[j->log->n++] = j->id;
+    return j->result;
+}
+
+/* posts jobs 1, 2 (fails with 7), 3 and checks what ran; threaded: job 1
+ * runs while the poster goes on */
+static void bg_sequence(cli_bg *bg, int threaded)
+{
+    bg_log log;
+    memset(&log, 0, sizeof log);
+    bg_job j1 = {&log, 1, 0, threaded}, j2 = {&log, 2, 7, 0}, j3 = {&log, 3, 0, 0};
+    ck_assert_int_eq(cli_bg_post(bg, bg_run, &j1), 0);
+    atomic_store(&log.go, 1);
+    int r2 = cli_bg_post(bg, bg_run, &j2); /* waits for job 1 */
+    int w = cli_bg_wait(bg);
+    int r3 = cli_bg_post(bg, bg_run, &j3); /* refused: job 2 failed */
+    int st = cli_bg_stop(bg);
+    ck_assert_msg(r2 == (threaded ? 0 : 7) && w == 7 && r3 == 7 && st == 7,
+                  "post %d wait %d post %d stop %d", r2, w, r3, st);
+    ck_assert_msg(log.n == 2 && log.order[0] == 1 && log.order[1] == 2, "ran %d jobs", log.n);
+    ck_assert_int_eq(log.saw_go, threaded);
+}
+
+START_TEST(bg_jobs_in_order_first_failure_kept)
+{
+    cli_bg bg;
+    cli_bg_start(&bg);
+    ck_assert_ptr_nonnull(bg.t);
+    bg_sequence(&bg, 1);
+    ck_assert_ptr_null(bg.t);
+    /* without a thread (one that could not start): the same results */
+    memset(&bg, 0, sizeof bg);
+    bg_sequence(&bg, 0);
+    /* a runner with no job stops at once */
+    cli_bg_start(&bg);
+    ck_assert_int_eq(cli_bg_wait(&bg), 0);
+    ck_assert_int_eq(cli_bg_stop(&bg), 0);
+}
+END_TEST
+
 static Suite *cli_util_suite(void)
 {
     Suite *s = suite_create("cli_util");
@@ -144,6 +208,9 @@ static Suite *cli_util_suite(void)
     tcase_add_test(t, progress_line_final);
     tcase_add_test(t, progress_line_bytes);
     tcase_add_test(t, progress_line_small_buffer);
+    suite_add_tcase(s, t);
+    t = tcase_create("bg");
+    tcase_add_test(t, bg_jobs_in_order_first_failure_kept);
     suite_add_tcase(s, t);
     return s;
 }

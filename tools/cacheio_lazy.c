@@ -5,7 +5,6 @@
  * cache larger than memory.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,25 +81,6 @@ int cio_lazy_adopt(const ctx *x, kvio_cache *c, int fd, const uint8_t *map, size
     return KVIO_OK;
 }
 
-/* size bytes at off into buf: 0, or -1 with errno (0 when the file ended). */
-static int pread_full(int fd, uint8_t *buf, size_t size, uint64_t off)
-{
-    while (size) {
-        ssize_t r = pread(fd, buf, size, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            if (r == 0)
-                errno = 0;
-            return -1;
-        }
-        buf += r;
-        size -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
-}
-
 /* The scratch buffer of at least n bytes; NULL when out of memory. */
 static uint8_t *lazy_buf(struct kvio_lazy *lz, size_t n)
 {
@@ -124,14 +104,12 @@ static const uint8_t *lazy_read(const ctx *x, struct kvio_lazy *lz, uint32_t lay
         *rc = cio_fail(x, KVIO_E_NOMEM, "out of memory for %zu bytes", size);
         return NULL;
     }
-    if (pread_full(lz->fd, b, size, base + at) != 0) {
-        int e = errno;
-        *rc = cio_fail(x, KVIO_E_IO,
-                       "reading layer %u's %s (%zu bytes at byte %" PRIu64 "): %s", layer,
-                       kv ? "values" : "keys", size, base + at,
-                       e ? strerror(e) : "the file ended early (did it change after it was opened?)");
-        return NULL;
-    }
+    /* the message names the tensor: "FILE: layer 3's values: read of ..." */
+    char who[512];
+    snprintf(who, sizeof who, "%s: layer %u's %s", x->file, layer, kv ? "values" : "keys");
+    ctx y = {who, x->err, x->errlen};
+    if ((*rc = cio_pread_all(&y, lz->fd, b, size, base + at)) != KVIO_OK)
+        return NULL; /* "end of file": the file changed after it was opened */
     return b;
 }
 

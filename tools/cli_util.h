@@ -327,6 +327,30 @@ void cli_progress_format(char *out, size_t n, const char *label, uint64_t done, 
 #define CLI_READ_PROGRESS_MIN (64u << 20)
 int cli_read_cache(const char *path, unsigned flags, kvio_cache *c);
 
+/* A background job (cli_bg.c): one function at a time on one more thread,
+ * for a command that writes one chunk while it computes the next.
+ *
+ *   cli_bg bg;
+ *   cli_bg_start(&bg);              (no thread if one cannot start: jobs
+ *                                    then run inside cli_bg_post)
+ *   rc = cli_bg_post(&bg, fn, arg); waits for the job before, then starts
+ *                                    fn(arg); returns the first nonzero
+ *                                    result of a job so far (fn is then not
+ *                                    run), else 0
+ *   rc = cli_bg_wait(&bg);          waits for the job; the first failure
+ *   rc = cli_bg_stop(&bg);          waits, ends the thread; the first failure
+ *
+ * A job must not touch what the poster changes until the next post or wait
+ * returns (double buffers). cli_bg_stop is needed on every path. */
+typedef struct cli_bg {
+    struct cli_bg_thread *t; /* NULL: no thread */
+    int rc;                  /* the first nonzero result of a job */
+} cli_bg;
+void cli_bg_start(cli_bg *bg);
+int cli_bg_post(cli_bg *bg, int (*fn)(void *), void *arg);
+int cli_bg_wait(cli_bg *bg);
+int cli_bg_stop(cli_bg *bg);
+
 /* Rows of spec 14.2 (per position, per layer the keys of heads 0..H-1, then
  * the values, in the cache's dtype): elements and bytes of one row, and the
  * rows of positions [p0, p1) written to out, from memory or (a lazy cache)

@@ -1069,7 +1069,7 @@ static int unpack_parse(int argc, char **argv, unpack_opts *o)
 typedef struct unpack_state {
     fkvf_reader *r, *cb;
     kvio_cache c;
-    uint8_t *buf;
+    uint8_t *buf, *buf2; /* restored rows: a chunk, and unpack's second one */
     uint32_t *tok;
     fkvf_archive_info ai;
     fkvf_desc d;
@@ -1086,6 +1086,7 @@ typedef struct unpack_state {
 static void unpack_free(unpack_state *s)
 {
     free(s->buf);
+    free(s->buf2);
     free(s->tok);
     kvio_cache_free(&s->c);
     fkvf_reader_free(s->r);
@@ -1266,36 +1267,83 @@ static void unpack_print(const unpack_opts *o, const unpack_state *s)
     }
 }
 
-/* Every position restored chunk by chunk into w (the rows of a chunk
- * split into each layer's keys and values), then the token ids, with a
- * progress bar. Returns the exit status. */
-static int unpack_stream(const unpack_opts *o, unpack_state *s, kvio_stream *w)
+/* One chunk of restored rows written into the stream: each layer's keys
+ * and values (a job of unpack's writer thread). */
+typedef struct unpack_job {
+    kvio_stream *w;
+    const uint8_t *rows;
+    uint32_t p, n, layers, heads;
+    size_t rb, kb, vb;
+    int rc;        /* the kvio error, 0 */
+    char err[512]; /* its message */
+} unpack_job;
+
+static int unpack_write_chunk(void *opaque)
+{
+    unpack_job *j = opaque;
+    size_t lb = (size_t)j->heads * (j->kb + j->vb); /* a layer's part of a row (spec 14.2) */
+    for (uint32_t l = 0; l < j->layers && !j->rc; l++) {
+        const uint8_t *keys = j->rows + (size_t)l * lb, *values = keys + (size_t)j->heads * j->kb;
+        if ((j->rc = kvio_stream_kv(j->w, l, 0, j->p, j->n, keys, j->rb, j->kb, j->err,
+                                    sizeof j->err)) == KVIO_OK)
+            j->rc = kvio_stream_kv(j->w, l, 1, j->p, j->n, values, j->rb, j->vb, j->err,
+                                   sizeof j->err);
+    }
+    return j->rc;
+}
+
+/* Every position restored chunk by chunk and written into w: a chunk is
+ * written by a thread of its own while the next one is restored (two
+ * buffers), so that decoding and writing overlap. Returns the exit
+ * status. */
+static int unpack_stream_rows(const unpack_opts *o, unpack_state *s, kvio_stream *w)
 {
     const fkvf_desc *d = &s->d;
-    uint32_t P = s->P, H = d->n_kv_heads;
-    size_t es = kvio_dtype_size(s->dt);
-    size_t kb = (size_t)d->key_dim * es, vb = (size_t)d->value_dim * es;
-    size_t lb = (size_t)H * (kb + vb); /* one layer's part of a row (spec 14.2) */
-    size_t rb;
-    uint32_t chunk;
-    int ex, rc;
-    char err[512];
+    size_t es = kvio_dtype_size(s->dt), rb;
+    uint32_t P = s->P, chunk;
+    int ex;
     if ((ex = unpack_chunk_buf(o, s, &rb, &chunk)) != CLI_OK)
         return ex;
+    if (!(s->buf2 = malloc((size_t)chunk * rb)))
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    unpack_job job[2];
+    for (int b = 0; b < 2; b++)
+        job[b] = (unpack_job){w, b ? s->buf2 : s->buf, 0, 0, d->n_layers, d->n_kv_heads, rb,
+                              (size_t)d->key_dim * es, (size_t)d->value_dim * es, 0, {0}};
+    cli_bg bg;
+    cli_bg_start(&bg);
     cli_progress pg;
     cli_progress_init(&pg, "unpack", 0);
-    for (uint32_t p = 0; p < P; p += chunk) {
+    int b = 0;
+    for (uint32_t p = 0; p < P && ex == CLI_OK; p += chunk, b ^= 1) {
         uint32_t n = P - p < chunk ? P - p : chunk;
+        /* job[b]'s buffer is free: the job before the last has ended */
+        s->buf = (uint8_t *)job[b].rows;
         if ((ex = unpack_restore_chunk(o, s, p, n, (size_t)chunk * rb)) != CLI_OK)
-            return ex;
-        for (uint32_t l = 0; l < d->n_layers; l++) {
-            const uint8_t *keys = s->buf + (size_t)l * lb, *values = keys + (size_t)H * kb;
-            if ((rc = kvio_stream_kv(w, l, 0, p, n, keys, rb, kb, err, sizeof err)) != KVIO_OK ||
-                (rc = kvio_stream_kv(w, l, 1, p, n, values, rb, vb, err, sizeof err)) != KVIO_OK)
-                return cli_fail_kvio(rc, o->out, err);
-        }
+            break;
+        job[b].p = p;
+        job[b].n = n;
+        if (cli_bg_post(&bg, unpack_write_chunk, &job[b]))
+            break;
         cli_progress_cb(&pg, (uint64_t)p + n, P);
     }
+    s->buf = (uint8_t *)job[0].rows; /* both freed by unpack_free */
+    if (cli_bg_stop(&bg) && ex == CLI_OK) {
+        const unpack_job *f = job[0].rc ? &job[0] : &job[1];
+        ex = cli_fail_kvio(f->rc, o->out, f->err);
+    }
+    return ex;
+}
+
+/* Every position restored chunk by chunk into w, then the token ids, with
+ * a progress bar. Returns the exit status. */
+static int unpack_stream(const unpack_opts *o, unpack_state *s, kvio_stream *w)
+{
+    uint32_t P = s->P;
+    int ex, rc;
+    char err[512];
+    if ((ex = unpack_stream_rows(o, s, w)) != CLI_OK)
+        return ex;
     if (!s->has_tok)
         return CLI_OK;
     /* the token ids in chunks too */
