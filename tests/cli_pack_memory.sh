@@ -6,8 +6,11 @@
 # positions, f16; bench/mkcache.py) is packed under a peak RSS (GNU time %M)
 # of 64 MiB: with a codebook file (heads-first .npy), with every position
 # exact (all 128 MiB as exact sections), and positions-first (a .safetensors
-# with Hugging Face names, --layout nhd). Reading whole, main (56acfe0) held
-# the cache: 160 MiB on the first. The positions-first cache gives the rows
+# with Hugging Face names, --layout nhd), and with token ids (the default
+# second commit indexes them through a reader of the new archive); verify
+# and info of that lossless archive stay under the bound too (the reader
+# lets go of the pages of the sections it only checks). Reading whole, main
+# (56acfe0) held the cache: 146-273 MiB; its verify 142 MiB. The positions-first cache gives the rows
 # the heads-first one gives; the lossless archive restores the cache bit for
 # bit; an archive of many index segments (FKVF_TEST_PACK_SEGMENT, positions
 # per segment) restores the same rows as one of one segment, verifies, takes
@@ -54,6 +57,36 @@ bounded pack-lossless "$FKVF" pack "$T/raw.npy" --sinks 32768 -o "$T/x.fkvf"
 check unpack-x 0 "$FKVF" unpack "$T/x.fkvf" -o "$T/x.npy"
 check compare-x 0 "$FKVF" compare "$T/raw.npy" "$T/x.npy" --json
 grep_in lossless '"max_abs_err":0[,}]' "$T/out"
+# with token ids: the default second commit indexes them, through a reader
+# of the new archive, whose open checks every EXAC section (128 MiB) and
+# lets go of its pages; verify reads every section once, info opens
+"$PY" - "$T/tok.safetensors" <<'PYEOF' || exit 1
+import json, struct, sys
+import numpy as np
+rng = np.random.default_rng(3)
+L, H, T, D = 4, 4, 32768, 64
+ts = {}
+for l in range(L):
+    ts[f"layers.{l}.key"] = rng.standard_normal((H, T, D)).astype(np.float16)
+    ts[f"layers.{l}.value"] = rng.standard_normal((H, T, D)).astype(np.float16)
+ts["tokens"] = rng.integers(0, 50000, T).astype(np.int64)
+hdr, off = {}, 0
+for k, v in ts.items():
+    hdr[k] = {"dtype": "F16" if v.dtype == np.float16 else "I64", "shape": list(v.shape),
+              "data_offsets": [off, off + v.nbytes]}
+    off += v.nbytes
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    for v in ts.values():
+        f.write(v.tobytes())
+PYEOF
+bounded pack-lossless-tokens "$FKVF" pack "$T/tok.safetensors" --sinks 32768 --no-rope -o "$T/t.fkvf"
+rm -f "$T/tok.safetensors"
+bounded verify-lossless "$FKVF" verify "$T/t.fkvf"
+bounded info-lossless "$FKVF" info "$T/t.fkvf"
+rm -f "$T/t.fkvf"
 # positions-first with Hugging Face names: the same rows, so the same codes
 check unpack-nhd 0 "$FKVF" unpack "$T/x.fkvf" -o "$T/n.safetensors" --hf --layout nhd
 rm -f "$T/x.fkvf" "$T/x.npy"

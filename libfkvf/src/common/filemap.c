@@ -1,4 +1,8 @@
+#if defined(__linux__)
+#define _DEFAULT_SOURCE /* madvise, MADV_DONTNEED */
+#else
 #define _POSIX_C_SOURCE 200809L
+#endif
 #include "filemap.h"
 
 #include <errno.h>
@@ -72,6 +76,25 @@ int fkvf_filemap_fd(fkvf_filemap *m, int fd, int read_copy, const fkvf_allocator
     m->data = p;
     m->size = (size_t)st.st_size;
     return FKVF_OK;
+}
+
+void fkvf_filemap_drop(const fkvf_filemap *m, uint64_t off, uint64_t len)
+{
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    long pg = sysconf(_SC_PAGESIZE);
+    if (!m->map || pg <= 0 || off >= m->map_size)
+        return;
+    if (len > m->map_size - off)
+        len = m->map_size - off;
+    uint64_t a = (off + (uint64_t)pg - 1) / (uint64_t)pg * (uint64_t)pg; /* whole pages */
+    uint64_t b = (off + len) / (uint64_t)pg * (uint64_t)pg;
+    if (b > a) /* read-only and private: nothing of ours is lost */
+        (void)madvise((uint8_t *)m->map + a, (size_t)(b - a), MADV_DONTNEED);
+#else
+    (void)m;
+    (void)off;
+    (void)len;
+#endif
 }
 
 void fkvf_filemap_release(fkvf_filemap *m, const fkvf_allocator *alloc)

@@ -27,6 +27,12 @@ typedef struct fkvf_filemap {
  * to release. */
 int fkvf_filemap_fd(fkvf_filemap *m, int fd, int read_copy, const fkvf_allocator *alloc,
                     fkvf_diag *d);
+/* The pages wholly inside bytes [off, off + len) of a mapped file leave the
+ * process's resident set (Linux: madvise MADV_DONTNEED; the bytes stay in
+ * the page cache and a later access maps them again); elsewhere, and for a
+ * read copy, nothing happens. For bytes read once (checked) and not needed
+ * again soon, so that a pass over a large file does not hold it all. */
+void fkvf_filemap_drop(const fkvf_filemap *m, uint64_t off, uint64_t len);
 /* Unmap or free what *m holds (alloc: the one it was read with); *m is then
  * empty. */
 void fkvf_filemap_release(fkvf_filemap *m, const fkvf_allocator *alloc);

@@ -425,6 +425,7 @@ static int apply_sections(fkvf_reader *r)
                             "EXAC.first_position %llu differs from the directory key %llu",
                             (unsigned long long)x->h.first, (unsigned long long)s->e.key);
             r->n_exact++;
+            rd_section_drop(r, i); /* checked; its rows are read when asked for */
             break;
         }
         case FKVF_SECTION_STRM:

@@ -114,6 +114,12 @@ static int section_check(fkvf_reader *r, rd_section *s)
     return FKVF_OK;
 }
 
+void rd_section_drop(fkvf_reader *r, size_t i)
+{
+    const rd_section *s = &r->sections[i];
+    fkvf_filemap_drop(&r->file, s->e.offset, s->e.stored_size);
+}
+
 int rd_section_bytes(fkvf_reader *r, size_t i, const uint8_t **p, uint64_t *size)
 {
     rd_section *s = &r->sections[i];

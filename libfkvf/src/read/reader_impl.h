@@ -220,6 +220,11 @@ int rd_enter(const fkvf_reader *r);
 int rd_metric_check(fkvf_reader *r, size_t *sec, fkvf_cmet_hdr *h);
 /* Bytes of section i, checksum-verified (and inflated) on first touch. */
 int rd_section_bytes(fkvf_reader *r, size_t i, const uint8_t **p, uint64_t *size);
+/* Section i's stored bytes leave the resident set of a mapped file
+ * (fkvf_filemap_drop): after a pass that only checks them (the EXAC
+ * sections at open, verify), so that opening or verifying a large file
+ * does not hold it all. A later access maps them again. */
+void rd_section_drop(fkvf_reader *r, size_t i);
 /* The vertex table of VTXS section i, sizes checked (spec 10.1), values not:
  * 2N doubles in *xy, to be freed with fkvf_free(r->alloc, ...). */
 int rd_vtxs_table(fkvf_reader *r, size_t i, double **xy, uint32_t *n);

@@ -167,6 +167,7 @@ static int verify_checksums(fkvf_reader *r)
         int rc = rd_section_bytes(r, i, &p, &n);
         if (rc)
             return rc;
+        rd_section_drop(r, i);
     }
     return FKVF_OK;
 }
