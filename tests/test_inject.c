@@ -101,6 +101,7 @@
  *  fkvf_reader_row_bytes         | n/a asserted (reader_mem)
  *  fkvf_reader_restore           | alloc (reader_mem, reader_file, reader_ext)
  *  fkvf_reader_set_threads       | n/a pure (na_pure_functions); threaded runs: test_threads
+ *  fkvf_reader_trim              | n/a pure (na_pure_functions); its effect: cli_memory (RSS)
  *  fkvf_reader_read_size         | n/a asserted (reader_mem)
  *  fkvf_reader_read              | alloc (reader_mem, reader_ext)
  *  fkvf_reader_verify            | alloc (reader_mem, reader_file, reader_zidx)
@@ -2790,6 +2791,7 @@ START_TEST(na_pure_functions)
     ok &= fkvf_cpu_count() >= 1;
     ok &= fkvf_rvq_set_threads(fx->q, 1) == FKVF_OK && fkvf_rvq_set_threads(NULL, 2) != FKVF_OK;
     ok &= fkvf_reader_set_threads(cbr, 1) == FKVF_OK && fkvf_reader_set_threads(NULL, 2) != FKVF_OK;
+    ok &= fkvf_reader_trim(cbr) == FKVF_OK && fkvf_reader_trim(NULL) == FKVF_E_STATE;
     fkvf_error_info ei;
     ok &= fkvf_reader_error(bad, &ei) == FKVF_OK && ei.code == FKVF_E_BAD_MAGIC &&
           ei.offset == 0 && ei.clause && !strcmp(ei.clause, "3.1") && *ei.message;

@@ -1321,6 +1321,7 @@ static int unpack_stream_rows(const unpack_opts *o, unpack_state *s, kvio_stream
         s->buf = (uint8_t *)job[b].rows;
         if ((ex = unpack_restore_chunk(o, s, p, n, (size_t)chunk * rb)) != CLI_OK)
             break;
+        (void)fkvf_reader_trim(s->r); /* the archive's pages read for this chunk */
         job[b].p = p;
         job[b].n = n;
         if (cli_bg_post(&bg, unpack_write_chunk, &job[b]))

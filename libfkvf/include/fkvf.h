@@ -480,6 +480,18 @@ FKVF_API void fkvf_reader_free(fkvf_reader *r);
  * valid until the next call on r that can fail, or fkvf_reader_free. No
  * allocation; thread-safety as every call on r. */
 FKVF_API const char *fkvf_reader_message(const fkvf_reader *r);
+/* Let go of the memory r holds for bytes it can read again: the pages of a
+ * mapped file (fkvf_reader_open_file without FKVF_OPEN_READ) leave the
+ * process's resident set (Linux: madvise MADV_DONTNEED; the bytes stay in
+ * the page cache, every view stays valid, and touching one maps its page
+ * again). For a long pass over a large archive (restoring it a chunk at a
+ * time, copying it), between chunks, so that the resident set stays the
+ * size of a chunk; the library's own passes that only check bytes (the
+ * EXAC sections at open, fkvf_reader_verify) do it for what they checked.
+ * A reader of memory, of a source or of a read copy: nothing happens.
+ * FKVF_OK, FKVF_E_STATE (not a usable reader). No allocation, no I/O.
+ * Thread-safety: as every call on r. */
+FKVF_API int fkvf_reader_trim(fkvf_reader *r);
 /* The path r was opened from (fkvf_reader_open_file, or the file that
  * fkvf_reader_find_codebook found), as given, NUL-terminated and owned by
  * r: valid until fkvf_reader_free. NULL for a reader of memory
@@ -1291,7 +1303,8 @@ typedef struct fkvf_compact_options {
     const fkvf_allocator *alloc; /* every allocation of the call, the rebuilt
                           * search indexes too; NULL: malloc */
     void (*progress)(void *opaque, uint64_t done, uint64_t total); /* NULL: none;
-                          * called after each index stream copied */
+                          * called after each index segment copied: done of
+                          * total archived positions */
     void *progress_opaque;
 } fkvf_compact_options;
 

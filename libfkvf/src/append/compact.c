@@ -121,6 +121,45 @@ static int copy_meta(job *j)
     return FKVF_OK;
 }
 
+/* Memory the copy holds at once, whatever the archive's size: exact rows
+ * are copied in sections of at most COMPACT_CHUNK_BYTES (one row when a row
+ * is larger), index streams in segments of at most COMPACT_SEGMENT_BYTES of
+ * codes (a multiple of the codec's alignment, spec 11.6); between chunks
+ * the source's mapped pages are let go (fkvf_reader_trim). An archive
+ * smaller than that is copied as one section and one segment, as before. */
+#define COMPACT_CHUNK_BYTES ((size_t)8 << 20)
+#define COMPACT_SEGMENT_BYTES ((size_t)32 << 20)
+
+/* Exact rows [a0, a1) copied in sections of at most `per` rows (rows: room
+ * for them). */
+static int copy_exact_range(job *j, uint64_t a0, uint64_t a1, size_t rb, size_t per,
+                            uint8_t *rows)
+{
+    fkvf_archive_op *c = j->c;
+    int rc;
+    for (uint64_t b0 = a0; b0 < a1; b0 += per) {
+        uint64_t n = a1 - b0 < per ? a1 - b0 : per;
+        for (uint64_t p = b0; p < b0 + n; p++) {
+            const void *row;
+            size_t got;
+            if ((rc = fkvf_reader_exact_row(j->r, p, &row, &got)) != FKVF_OK || got != rb) {
+                char pre[64];
+                snprintf(pre, sizeof pre, "exact row of position %" PRIu64 ": ", p);
+                if (rc)
+                    return fail_reader(c, rc, j->r, pre);
+                return FAIL(c->src, FKVF_E_CORRUPT, "%sunexpected size", pre);
+            }
+            memcpy(rows + (size_t)(p - b0) * rb, row, rb);
+        }
+        rc = fkvf_writer_add_exact(j->w, b0, n, rows, (size_t)n * rb, j->exac_flags);
+        if (rc != FKVF_OK)
+            return fail_writer(c, rc, j->w, "exact rows");
+        (void)fkvf_reader_trim(j->r);
+        j->res->exact += n;
+    }
+    return FKVF_OK;
+}
+
 /* The exact rows: sinks [0, min(S, P)) and the window [S + A, P); all of
  * them when nothing is archived. */
 static int copy_exact(job *j)
@@ -133,37 +172,26 @@ static int copy_exact(job *j)
     int rc = fkvf_reader_row_bytes(j->r, j->d.dtype, &rb);
     if (rc != FKVF_OK)
         return fail_reader(c, rc, j->r, "");
-    for (int k = 0; k < 2; k++) {
-        uint64_t a0 = ranges[k][0], a1 = ranges[k][1];
-        if (a1 <= a0)
-            continue;
-        size_t n, bytes;
-        if (!fkvf_tosz(a1 - a0, &n) || !fkvf_mulsz(n, rb, &bytes))
-            return FAIL(c->src, FKVF_E_LIMIT, "%" PRIu64 " exact rows of %zu bytes do not fit "
-                        "in memory", a1 - a0, rb);
-        uint8_t *rows = fkvf_malloc(c->alloc, bytes);
-        if (!rows)
-            return fail_writer(c, FKVF_E_NOMEM, NULL, "exact rows");
-        for (uint64_t p = a0; p < a1; p++) {
-            const void *row;
-            size_t got;
-            if ((rc = fkvf_reader_exact_row(j->r, p, &row, &got)) != FKVF_OK || got != rb) {
-                fkvf_free(c->alloc, rows);
-                char pre[64];
-                snprintf(pre, sizeof pre, "exact row of position %" PRIu64 ": ", p);
-                if (rc)
-                    return fail_reader(c, rc, j->r, pre);
-                return FAIL(c->src, FKVF_E_CORRUPT, "%sunexpected size", pre);
-            }
-            memcpy(rows + (size_t)(p - a0) * rb, row, rb);
-        }
-        rc = fkvf_writer_add_exact(j->w, a0, a1 - a0, rows, bytes, j->exac_flags);
-        fkvf_free(c->alloc, rows);
-        if (rc != FKVF_OK)
-            return fail_writer(c, rc, j->w, "exact rows");
-        j->res->exact += a1 - a0;
-    }
-    return FKVF_OK;
+    uint64_t most = 0; /* rows of the longer range */
+    for (int k = 0; k < 2; k++)
+        if (ranges[k][1] > ranges[k][0] && ranges[k][1] - ranges[k][0] > most)
+            most = ranges[k][1] - ranges[k][0];
+    size_t per = rb && COMPACT_CHUNK_BYTES / rb ? COMPACT_CHUNK_BYTES / rb : 1;
+    if (most < per)
+        per = (size_t)most; /* most fits: below per */
+    if (per == 0)
+        return FKVF_OK;
+    size_t bytes;
+    if (!fkvf_mulsz(per, rb, &bytes))
+        return FAIL(c->src, FKVF_E_LIMIT, "exact rows of %zu bytes do not fit in memory", rb);
+    uint8_t *rows = fkvf_malloc(c->alloc, bytes ? bytes : 1);
+    if (!rows)
+        return fail_writer(c, FKVF_E_NOMEM, NULL, "exact rows");
+    for (int k = 0; k < 2 && rc == FKVF_OK; k++)
+        if (ranges[k][1] > ranges[k][0])
+            rc = copy_exact_range(j, ranges[k][0], ranges[k][1], rb, per, rows);
+    fkvf_free(c->alloc, rows);
+    return rc;
 }
 
 /* The codebook: the same external reference, or the embedded tables. */
@@ -221,7 +249,57 @@ static int copy_codebook(job *j)
     return rc != FKVF_OK ? fail_writer(c, rc, j->w, "encoder metric") : FKVF_OK;
 }
 
-/* The index streams, symbol for symbol, in one segment with their codec. */
+/* Archived positions in one index segment of the copy: as many as
+ * COMPACT_SEGMENT_BYTES of codes hold, a multiple of the codec's alignment,
+ * at most A (at least one alignment unit). */
+static size_t compact_segment_rows(const fkvf_stream_spec *isp, size_t cpp, size_t na)
+{
+    size_t align = fkvf_stream_spec_align(isp);
+    size_t n = COMPACT_SEGMENT_BYTES / (cpp ? cpp * sizeof(uint16_t) : 1);
+    if (align == 0)
+        align = 1;
+    n -= n % align;
+    if (n < align)
+        n = align;
+    return n < na ? n : na;
+}
+
+/* Each index stream k of cpp: it exists, has its name, holds >= A symbols. */
+static int check_index_streams(job *j, size_t cpp, uint64_t A)
+{
+    fkvf_archive_op *c = j->c;
+    for (size_t k = 0; k < cpp; k++) {
+        uint64_t id = index_stream_id(&j->d, &j->shape, k);
+        fkvf_stream_info si;
+        if (fkvf_reader_stream_info(j->r, k, &si) != FKVF_OK ||
+            (si.id != id && si.id != FKVF_STREAM_ID_UNNAMED) || si.length < A)
+            return FAIL(c->src, FKVF_E_CORRUPT,
+                        "index stream %016" PRIx64 " missing or shorter than the %" PRIu64
+                        " archived positions", id, A);
+    }
+    return FKVF_OK;
+}
+
+/* Symbols [t0, t0 + m) of the cpp index streams into codes (stream k's at
+ * k * m), then written as one segment. */
+static int copy_index_segment(job *j, const fkvf_stream_spec *isp, size_t cpp, size_t t0,
+                              size_t m, uint16_t *codes, uint32_t *sym)
+{
+    fkvf_archive_op *c = j->c;
+    int rc;
+    for (size_t k = 0; k < cpp; k++) {
+        if ((rc = fkvf_reader_stream_read(j->r, k, t0, sym, m)) != FKVF_OK)
+            return fail_reader(c, rc, j->r, "");
+        for (size_t t = 0; t < m; t++)
+            codes[k * m + t] = (uint16_t)sym[t];
+    }
+    rc = fkvf_writer_add_index_segment(j->w, isp, t0, m, codes, 1, m);
+    (void)fkvf_reader_trim(j->r);
+    return rc != FKVF_OK ? fail_writer(c, rc, j->w, "index streams") : FKVF_OK;
+}
+
+/* The index streams, symbol for symbol, with their codec, in segments of
+ * compact_segment_rows positions (one when they fit). */
 static int copy_index(job *j)
 {
     fkvf_archive_op *c = j->c;
@@ -233,45 +311,32 @@ static int copy_index(job *j)
     if (!n_all || fkvf_reader_stream_spec(j->r, 0, &isp) != FKVF_OK)
         return FKVF_OK;
     uint64_t A = j->ai.n_archived;
-    size_t cpp, na, n_codes, cbytes, sbytes;
-    cpp = (size_t)fkvf_index_stream_count(&j->shape, j->d.n_kv_heads);
+    size_t cpp = (size_t)fkvf_index_stream_count(&j->shape, j->d.n_kv_heads), na, seg;
+    size_t n_codes, cbytes, sbytes;
     if (cpp != n_all)
         return FAIL(c->src, FKVF_E_CORRUPT, "%zu index streams, the codebook makes %zu", n_all,
                     cpp);
-    if (!fkvf_tosz(A, &na) ||
-        !fkvf_mulsz(cpp, na, &n_codes) || !fkvf_mulsz(n_codes, sizeof(uint16_t), &cbytes) ||
-        !fkvf_mulsz(na, sizeof(uint32_t), &sbytes))
+    int rc = check_index_streams(j, cpp, A);
+    if (rc)
+        return rc;
+    if (!fkvf_tosz(A, &na) || !(seg = compact_segment_rows(&isp, cpp, na), 1) ||
+        !fkvf_mulsz(cpp, seg, &n_codes) || !fkvf_mulsz(n_codes, sizeof(uint16_t), &cbytes) ||
+        !fkvf_mulsz(seg, sizeof(uint32_t), &sbytes))
         return FAIL(c->src, FKVF_E_LIMIT, "the index streams of %" PRIu64 " archived positions "
                     "do not fit in memory", A);
+    if (na == 0) /* streams of no symbols: one empty segment, as before */
+        rc = fkvf_writer_add_index_segment(j->w, &isp, 0, 0, NULL, 1, 1);
+    if (na == 0)
+        return rc != FKVF_OK ? fail_writer(c, rc, j->w, "index streams") : FKVF_OK;
     uint16_t *codes = fkvf_malloc(c->alloc, cbytes + 1);
     uint32_t *sym = fkvf_malloc(c->alloc, sbytes + 1);
-    int rc = FKVF_OK;
     if (!codes || !sym)
         rc = fail_writer(c, FKVF_E_NOMEM, NULL, "index streams");
-    for (size_t k = 0; rc == FKVF_OK && k < cpp; k++) {
-        uint64_t id = index_stream_id(&j->d, &j->shape, k);
-        size_t idx = k;
-        fkvf_stream_info si;
-        if (fkvf_reader_stream_info(j->r, idx, &si) != FKVF_OK ||
-            (si.id != id && si.id != FKVF_STREAM_ID_UNNAMED) || si.length < A) {
-            rc = FAIL(c->src, FKVF_E_CORRUPT,
-                      "index stream %016" PRIx64 " missing or shorter than the %" PRIu64
-                      " archived positions", id, A);
-            break;
-        }
-        if (na && (rc = fkvf_reader_stream_read(j->r, idx, 0, sym, na)) != FKVF_OK) {
-            fail_reader(c, rc, j->r, "");
-            break;
-        }
-        for (size_t t = 0; t < na; t++)
-            codes[k * na + t] = (uint16_t)sym[t];
-        if (j->opt->progress)
-            j->opt->progress(j->opt->progress_opaque, k + 1, cpp);
-    }
-    if (rc == FKVF_OK) {
-        rc = fkvf_writer_add_index_segment(j->w, &isp, 0, A, na ? codes : NULL, 1, na ? na : 1);
-        if (rc != FKVF_OK)
-            fail_writer(c, rc, j->w, "index streams");
+    for (size_t t0 = 0; rc == FKVF_OK && t0 < na; t0 += seg) {
+        size_t m = na - t0 < seg ? na - t0 : seg;
+        rc = copy_index_segment(j, &isp, cpp, t0, m, codes, sym);
+        if (rc == FKVF_OK && j->opt->progress)
+            j->opt->progress(j->opt->progress_opaque, t0 + m, na);
     }
     fkvf_free(c->alloc, codes);
     fkvf_free(c->alloc, sym);

@@ -289,6 +289,15 @@ FKVF_API int fkvf_reader_open_file(fkvf_reader **out, const char *path, unsigned
     return rc;
 }
 
+FKVF_API int fkvf_reader_trim(fkvf_reader *r)
+{
+    int rc = rd_enter(r);
+    if (rc)
+        return rc;
+    fkvf_filemap_drop(&r->file, 0, r->file.map_size);
+    return FKVF_OK;
+}
+
 FKVF_API void fkvf_reader_free(fkvf_reader *r)
 {
     if (!FKVF_HANDLE_IS(r, FKVF_HANDLE_READER))

@@ -15,7 +15,7 @@
 # bit; an archive of many index segments (FKVF_TEST_PACK_SEGMENT, positions
 # per segment) restores the same rows as one of one segment, verifies, takes
 # a search index and keeps its rows.
-# usage: cli_pack_memory.sh FKVF_BIN SRCDIR
+# usage: cli_memory.sh FKVF_BIN SRCDIR
 set -u
 FKVF=$1
 SRC=$2
@@ -86,7 +86,15 @@ bounded pack-lossless-tokens "$FKVF" pack "$T/tok.safetensors" --sinks 32768 --n
 rm -f "$T/tok.safetensors"
 bounded verify-lossless "$FKVF" verify "$T/t.fkvf"
 bounded info-lossless "$FKVF" info "$T/t.fkvf"
-rm -f "$T/t.fkvf"
+# compact copies the exact rows in sections of 8 MiB, letting go of the
+# source's pages between them (it held the rows twice and the file: 404 MiB)
+bounded compact-lossless "$FKVF" compact "$T/t.fkvf" -o "$T/tc.fkvf"
+check verify-compacted 0 "$FKVF" verify "$T/tc.fkvf"
+# unpack lets go of the archive's pages after each chunk it restores
+bounded unpack-lossless "$FKVF" unpack "$T/t.fkvf" -o "$T/t.npy"
+check unpack-tc 0 "$FKVF" unpack "$T/tc.fkvf" -o "$T/tc.npy"
+same compacted-rows "$T/t.npy" "$T/tc.npy"
+rm -f "$T/t.fkvf" "$T/tc.fkvf" "$T/t.npy" "$T/tc.npy"
 # positions-first with Hugging Face names: the same rows, so the same codes
 check unpack-nhd 0 "$FKVF" unpack "$T/x.fkvf" -o "$T/n.safetensors" --hf --layout nhd
 rm -f "$T/x.fkvf" "$T/x.npy"
@@ -115,4 +123,26 @@ check verify-si 0 "$FKVF" verify "$T/s.fkvf" --codebooks "$T/cb.fkvf"
 rm -f "$T/s.npy"
 check unpack-si 0 "$FKVF" unpack "$T/s.fkvf" -o "$T/s.npy"
 same indexed-rows "$T/a.npy" "$T/s.npy"
-finish cli_pack_memory
+# compact writes the index streams in segments of at most 32 MiB of codes:
+# 2,048 streams (32 layers x 8 heads, K x4 V x4) of 9,000 archived
+# positions are two segments (8,192 positions each at most), which restore
+# the rows of the one-segment archive
+# shellcheck disable=SC2086
+"$PY" "$SRC/bench/mkcache.py" -o "$T/wide.npy" --positions 9036 --layers 32 --heads 8 --dim 8 \
+    >/dev/null || exit 1
+check train-wide 0 "$FKVF" train "$T/wide.npy" -o "$T/cbw.fkvf" --k 16 --k-stages 4 --v-stages 4 \
+    --iters 1 --no-rope
+check pack-wide 0 "$FKVF" pack "$T/wide.npy" --codebooks "$T/cbw.fkvf" --no-rope -o "$T/w.fkvf"
+n=$(segments "$T/w.fkvf")
+if [ "$n" -eq 2 ]; then pass=$((pass + 1)); else
+    echo "FAIL wide-pack-segments: $n index segments, want 2"; fails=$((fails + 1)); fi
+FKVF_TEST_PACK_SEGMENT=64 check pack-wide-64 0 "$FKVF" pack "$T/wide.npy" --codebooks \
+    "$T/cbw.fkvf" --no-rope -o "$T/w64.fkvf"
+check compact-wide 0 "$FKVF" compact "$T/w64.fkvf" -o "$T/wc.fkvf"
+n=$(segments "$T/wc.fkvf")
+if [ "$n" -eq 2 ]; then pass=$((pass + 1)); else
+    echo "FAIL wide-compact-segments: $n index segments, want 2"; fails=$((fails + 1)); fi
+check unpack-w 0 "$FKVF" unpack "$T/w.fkvf" -o "$T/w.npy"
+check unpack-wc 0 "$FKVF" unpack "$T/wc.fkvf" -o "$T/wc.npy"
+same wide-compacted-rows "$T/w.npy" "$T/wc.npy"
+finish cli_memory
