@@ -304,6 +304,58 @@ START_TEST(filemap_maps_and_reads)
 }
 END_TEST
 
+/* fkvf_xxh3_64_pair is XXH3-64 of the two buffers joined (xxhash's
+ * one-shot call on a joined copy), for every split of a few lengths;
+ * fkvf_filemap_drop keeps a mapping's bytes (pages re-read) and ignores a
+ * read copy and ranges past the end. */
+START_TEST(hash_pair_and_filemap_drop)
+{
+    uint8_t buf[600];
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (uint8_t)(i * 131 + 7);
+    int bad = 0;
+    const size_t lens[] = {0, 1, 63, 64, 65, 240, 241, 600};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++)
+        for (size_t na = 0; na <= lens[k]; na++) {
+            uint64_t want = (uint64_t)XXH3_64bits_withSeed(buf, lens[k], 0x1234 + k);
+            bad |= fkvf_xxh3_64_pair(buf, na, buf + na, lens[k] - na, 0x1234 + k) != want;
+        }
+    ck_assert_msg(!bad, "fkvf_xxh3_64_pair differs from XXH3 of the joined bytes");
+    char dir[] = "/tmp/fkvf_filemap_XXXXXX", path[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/f", dir);
+    size_t n = (size_t)1 << 20;
+    uint8_t *big = malloc(n);
+    ck_assert_ptr_nonnull(big);
+    for (size_t i = 0; i < n; i++)
+        big[i] = (uint8_t)(i ^ (i >> 9));
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, big, n), (ssize_t)n);
+    close(fd);
+    fkvf_diag d;
+    d.name = path;
+    fkvf_diag_clear(&d);
+    for (int read_copy = 0; read_copy < 2; read_copy++) {
+        fd = open(path, O_RDONLY);
+        fkvf_filemap m;
+        ck_assert_int_eq(fkvf_filemap_fd(&m, fd, read_copy, NULL, &d), FKVF_OK);
+        close(fd);
+        int same = memcmp(m.data, big, n) == 0;
+        fkvf_filemap_drop(&m, 100, n - 5000);
+        fkvf_filemap_drop(&m, 0, n);
+        fkvf_filemap_drop(&m, n - 1, 10);
+        fkvf_filemap_drop(&m, n + 10, 10);
+        same &= memcmp(m.data, big, n) == 0;
+        ck_assert_msg(same, "read_copy %d: bytes changed", read_copy);
+        fkvf_filemap_release(&m, NULL);
+    }
+    free(big);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 /* ---- versions ------------------------------------------------------------------ */
 
 /* fkvf_index_stream_id against the canonical order of spec 11.2 written out
@@ -783,6 +835,7 @@ static Suite *common_suite(void)
     tcase_add_test(t, diag_message_length_is_documented);
     tcase_add_test(t, reader_error_names_the_field);
     tcase_add_test(t, filemap_maps_and_reads);
+    tcase_add_test(t, hash_pair_and_filemap_drop);
     tcase_add_test(t, alloc_large_tables);
     suite_add_tcase(s, t);
     t = tcase_create("le_ckd");

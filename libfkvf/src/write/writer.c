@@ -134,9 +134,41 @@ static int fd_sync(void *opaque)
     return fsync(w->fd);
 }
 
-/* Append a section: pad, (deflate), write, record the directory entry. */
-static int put_section(fkvf_writer *w, uint32_t type, uint32_t flags, uint64_t key,
-                       const void *data, size_t size)
+/* The stored form of a deflated section of the bytes of a then b: *z
+ * (from w->alloc) and its size. */
+static int deflate_parts(fkvf_writer *w, const void *a, size_t na, const void *b, size_t nb,
+                         uint8_t **z, uLongf *zlen)
+{
+    size_t size = na + nb; /* both in memory: no overflow */
+    const uint8_t *src = a;
+    uint8_t *joined = NULL;
+    if (nb) {
+        if (!(joined = fkvf_malloc(w->alloc, size)))
+            return w_broken(w, FAIL(FKVF_E_NOMEM, NULL, "no memory to deflate %zu bytes", size));
+        memcpy(joined, a, na);
+        memcpy(joined + na, b, nb);
+        src = joined;
+    }
+    uLong bound = compressBound((uLong)size);
+    *z = fkvf_malloc(w->alloc, bound);
+    int rc = FKVF_OK;
+    if (!*z) {
+        rc = w_broken(w, FAIL(FKVF_E_NOMEM, NULL, "no memory to deflate %zu bytes", size));
+    } else {
+        *zlen = bound;
+        int lvl = w->opts.deflate_level ? w->opts.deflate_level : 6;
+        if (compress2(*z, zlen, src, (uLong)size, lvl) != Z_OK)
+            rc = w_broken(w, FAIL(FKVF_E_NOMEM, NULL, "zlib compress2 failed"));
+    }
+    fkvf_free(w->alloc, joined);
+    return rc;
+}
+
+/* Append a section whose contents are the bytes of a then those of b (nb
+ * may be 0): pad, (deflate), write, record the directory entry. Two parts
+ * so that a header and the caller's rows need not be copied together. */
+static int put_section_parts(fkvf_writer *w, uint32_t type, uint32_t flags, uint64_t key,
+                             const void *a, size_t na, const void *b, size_t nb)
 {
     int rc;
     if (w->n_dir >= FKVF_MAX_DIR_ENTRIES)
@@ -152,33 +184,37 @@ static int put_section(fkvf_writer *w, uint32_t type, uint32_t flags, uint64_t k
     e.flags = flags;
     e.offset = w->pos;
     e.key = key;
-    e.size = size;
-    const void *stored = data;
-    uint8_t *z = NULL;
+    e.size = (uint64_t)na + nb;
     if (flags & FKVF_SECTION_DEFLATE) {
-        uLong bound = compressBound((uLong)size);
-        z = fkvf_malloc(w->alloc, bound);
-        if (!z)
-            return w_broken(w, FAIL(FKVF_E_NOMEM, NULL, "no memory to deflate %zu bytes", size));
-        uLongf zlen = bound;
-        int lvl = w->opts.deflate_level ? w->opts.deflate_level : 6;
-        if (compress2(z, &zlen, data, (uLong)size, lvl) != Z_OK) {
+        uint8_t *z = NULL;
+        uLongf zlen = 0;
+        if ((rc = deflate_parts(w, a, na, b, nb, &z, &zlen))) {
             fkvf_free(w->alloc, z);
-            return w_broken(w, FAIL(FKVF_E_NOMEM, NULL, "zlib compress2 failed"));
+            return rc;
         }
-        stored = z;
         e.stored_size = zlen;
+        e.checksum = fkvf_xxh3_64(z, (size_t)zlen, e.offset);
+        rc = out_bytes(w, z, (size_t)zlen);
+        fkvf_free(w->alloc, z);
     } else {
-        e.stored_size = size;
+        e.stored_size = e.size;
+        e.checksum = fkvf_xxh3_64_pair(a, na, b, nb, e.offset);
+        rc = out_bytes(w, a, na);
+        if (rc == FKVF_OK && nb)
+            rc = out_bytes(w, b, nb);
     }
-    e.checksum = fkvf_xxh3_64(stored, (size_t)e.stored_size, e.offset);
-    rc = out_bytes(w, stored, (size_t)e.stored_size);
-    fkvf_free(w->alloc, z);
     if (rc)
         return rc;
     w->dir[w->n_dir++] = e;
     w->dirty = 1;
     return FKVF_OK;
+}
+
+/* Append a section of size bytes at data. */
+static int put_section(fkvf_writer *w, uint32_t type, uint32_t flags, uint64_t key,
+                       const void *data, size_t size)
+{
+    return put_section_parts(w, type, flags, key, data, size, NULL, 0);
 }
 
 /* ---- create / free ----------------------------------------------------------- */
@@ -523,19 +559,15 @@ FKVF_API int fkvf_writer_add_exact(fkvf_writer *w, uint64_t first, uint64_t coun
         return FAIL(FKVF_E_INVALID_ARG, "14", "%llu rows of %llu bytes are %llu bytes, got %zu",
                     (unsigned long long)count, (unsigned long long)w->row_bytes,
                     (unsigned long long)want, size);
-    uint8_t *buf = fkvf_malloc(w->alloc, (size_t)total);
-    if (!buf || fkvf_grow(w->alloc, (void **)&w->exact, &w->cap_exact, w->n_exact + 1,
-                          sizeof *w->exact)) {
-        fkvf_free(w->alloc, buf);
+    if (fkvf_grow(w->alloc, (void **)&w->exact, &w->cap_exact, w->n_exact + 1,
+                  sizeof *w->exact))
         return FAIL(FKVF_E_NOMEM, NULL, "no memory for %zu bytes of exact rows", size);
-    }
+    /* the 64-byte header, then the caller's rows: written as they are */
+    uint8_t hdr[64];
     fkvf_exac_hdr h = {first, count, (uint8_t)w->desc.dtype};
-    fkvf_exac_hdr_write(buf, &h);
-    if (size)
-        memcpy(buf + 64, rows, size);
-    rc = put_section(w, FKVF_SECTION_EXAC, FKVF_SECTION_REQUIRED | section_flags, first, buf,
-                     (size_t)total);
-    fkvf_free(w->alloc, buf);
+    fkvf_exac_hdr_write(hdr, &h);
+    rc = put_section_parts(w, FKVF_SECTION_EXAC, FKVF_SECTION_REQUIRED | section_flags, first,
+                           hdr, sizeof hdr, rows, size);
     if (rc)
         return rc;
     w->exact[w->n_exact].first = first;
