@@ -57,6 +57,7 @@ grep_in train-sample-note "note: .*training on a sample of 128 of the 512 positi
 grep_in train-sample-advice "'all' trains on every position" "$T/err"
 check train-sample2 0 "$FKVF" train "$TRAIN" "$CACHE" -o "$T/s2.fkvf" $Q --max-train-positions 256 --json
 grep_in train-sample2-note "training on a sample of 256 of the 768 positions of the caches" "$T/err"
+grep_in train-sample2-json '"positions":768,"trained_positions":256}' "$T/out"
 check train-sample-seed 0 "$FKVF" train "$TRAIN" -o "$T/s3.fkvf" $Q --max-train-positions 128 --seed 3
 isnt train-sample-seed-differs "$(hash_of)" "$s1"
 

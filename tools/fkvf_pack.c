@@ -1487,7 +1487,8 @@ static const char *train_help =
     "  --json                one JSON object: out, caches, layers, heads, pooled, k,\n"
     "                        k_stages, v_stages, layer_stages ([[k, v], ...] or\n"
     "                        null), metric (null, \"keys\", \"values\" or\n"
-    "                        \"keys+values\"), dtype, bytes, content_hash (on\n"
+    "                        \"keys+values\"), dtype, bytes, content_hash,\n"
+    "                        positions, trained_positions (fewer when sampled; on\n"
     "                        failure {\"error\":{...}}, docs/cli.md)\n"
     "A warning says so when FILE's name ends in the extension of another format.\n"
     "\n"
@@ -1983,8 +1984,12 @@ static void train_print(const train_opts *o, const train_state *s)
         printf("\"%s\"", train_metric_name(o));
     else
         printf("null");
-    printf(",\"dtype\":\"%s\",\"bytes\":%lld,\"content_hash\":\"%s\"}\n",
-           sh->dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz, s->hx);
+    uint64_t total = 0;
+    for (size_t i = 0; i < o->nin; i++)
+        total += s->n_pos[i];
+    printf(",\"dtype\":\"%s\",\"bytes\":%lld,\"content_hash\":\"%s\",\"positions\":%" PRIu64
+           ",\"trained_positions\":%" PRIu64 "}\n",
+           sh->dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz, s->hx, total, s->used);
 }
 
 static int train_run(train_opts *o, train_state *s)
