@@ -136,6 +136,19 @@ keys_db_at_least rope-pack-train "$T/r-p.fkvf" 5.5
 check rope-append-train 0 "$FKVF" append --create "$T/r-ap.fkvf" "$CACHE" $Q --max-train-positions 128 --seed 2
 keys_db_at_least rope-append-train "$T/r-ap.fkvf" 5.5
 
+# llama.cpp state files (read whole, not lazily: opened, closed, read again
+# for the sample): two copies of a 64-position state, a sample of one run
+# is one whole copy, whichever: the codebook of one copy (ab29b93's hash)
+MODEL=$SRC/../shared/models/stories260K.gguf
+if [ -f "$MODEL" ]; then
+    STATE=$SRC/testdata/llama-stories260K.bin
+    check llama-sample 0 "$FKVF" train "$STATE" "$STATE" --model "$MODEL" -o "$T/ll.fkvf" --k 16 --max-train-positions 64
+    is llama-sample-hash "$(hash_of)" 3ec90f48b37cbe93eb26e15ea6c0bc0b
+    grep_in llama-sample-note "training on a sample of 64 of the 128 positions of the caches" "$T/err"
+else
+    echo "note: $MODEL missing: the llama.cpp state case skipped"
+fi
+
 # bad values: usage errors (exit 2), nothing written
 for v in 63 1 -1 abc 1.5 "" 18446744073709551616 all0; do
     check "bad[$v]" 2 "$FKVF" train "$TRAIN" -o "$T/bad.fkvf" --max-train-positions "$v"
