@@ -290,6 +290,15 @@ SAMPLE_RUN = 64
 _M64 = (1 << 64) - 1
 
 
+def _max_train_arg(v: Optional[int]) -> int:
+    """max_train_positions: None or 0 -> 0 (every position), else a count >= 64"""
+    n = 0 if v is None else _int_arg("max_train_positions", v, 0, 2**64 - 2,
+                                     "0 or a count >= 64")
+    if 0 < n < SAMPLE_RUN:
+        raise ValueError(f"max_train_positions: {n} is not 0 or a count >= 64 (a run)")
+    return n
+
+
 def _sample_runs(n_pos: List[int], max_pos: int, seed: int) -> List[Tuple[int, int, int]]:
     """The training sample of fkvf train --max-train-positions max_pos (docs/codebooks.md,
     "Training on a sample of positions"; tools/cli_sample.c): (input, first, n) runs of
@@ -376,12 +385,14 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
          deflate: bool = False, model_id: str = "", tokenizer_id: str = "",
          metadata: Optional[Dict[str, Any]] = None, overwrite: bool = False,
          index: bool = True, layer_stages: Any = None,
-         threads: Optional[int] = None) -> Dict[str, Any]:
+         threads: Optional[int] = None,
+         max_train_positions: Optional[int] = None) -> Dict[str, Any]:
     """Archive a KV cache at path, as ``fkvf pack CACHE -o PATH`` does.
     layer_stages: as fkvf.train, for the embedded codebook (``--layer-stages``).
     threads: threads of the training and the encoding (``--threads``): None is the
     environment's FKVF_THREADS, else every CPU the process may run on; the archive is the
-    same for every count.
+    same for every count. max_train_positions: as fkvf.train, for the embedded codebook
+    (``--max-train-positions N``; None or 0, the default: every position).
 
     The first min(sinks, T) and the last `recent` positions are stored exact, those
     between as per-head RVQ indices. Without `codebooks` a codebook is trained on this
@@ -417,6 +428,7 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
     W_opt = _int_arg("recent", recent, 0, 2**32 - 1, "a count 0..2**32-1")
     beam = _int_arg("beam", beam, 1, _MAX_BEAM, f"1..{_MAX_BEAM}")
     nthreads = _threads_arg(threads)
+    max_pos = _max_train_arg(max_train_positions)
     ngon = _choice("codec", codec, ("quad", "ngon")) == "ngon"
     for name, s in (("model_id", model_id), ("tokenizer_id", tokenizer_id)):
         _str_arg(name, s)
@@ -495,7 +507,9 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
                     "archived rows it encodes", "for small caches a shared codebook "
                     "compresses better (fkvf.train once, then fkvf.pack(..., codebooks=FILE))")
             if A > 0:
-                handles["q"] = _train_q([(rows, code, 0)], shape, kk, ks, vs, f32_tables, False,
+                blocks = [(rows[p:p + n], code, p)
+                          for _, p, n in _sample_runs([P], max_pos or 2**64 - 1, seed)]
+                handles["q"] = _train_q(blocks, shape, kk, ks, vs, f32_tables, False,
                                         seed, iters, krope, path, lst, threads=nthreads)
                 cbshape = _Shape()
                 lib.fkvf_rvq_shape(handles["q"], byref(cbshape), byref(c_uint32()))
@@ -729,10 +743,7 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
     seed = _int_arg("seed", seed, 0, 2**64 - 1, "0..2**64-1")
     iters = _int_arg("iters", iters, 1, 100000, "1..100000")
     nthreads = _threads_arg(threads)
-    max_pos = 0 if max_train_positions is None else _int_arg(
-        "max_train_positions", max_train_positions, 0, 2**64 - 2, "0 or a count >= 64")
-    if 0 < max_pos < SAMPLE_RUN:
-        raise ValueError(f"max_train_positions: {max_pos} is not 0 or a count >= 64 (a run)")
+    max_pos = _max_train_arg(max_train_positions)
     kopts = _KeyOpts(keys, rope)
     _cache.check_layout(layout)
     items = caches if _is_cache_list(caches) else [caches]
