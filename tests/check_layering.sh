@@ -16,7 +16,7 @@
 #   chain handle of the reader; everything else through fkvf.h), and no
 #   other module includes validate/
 #   tools/ include only the public header fkvf.h (and their own cacheio.h,
-#   cli_util.h, cli_remote.h, commands.h, llama_state.h and gguf.h); cacheio's internal header cacheio_impl.h only in cacheio's
+#   cli_util.h, cli_remote.h, cli_sample.h, commands.h, llama_state.h and gguf.h); cacheio's internal header cacheio_impl.h only in cacheio's
 #   own sources (tools/cacheio.c, tools/cacheio_*.c);
 #   libfkvf never includes libarchive or libcurl
 #   python/fkvf (the ctypes binding over the shared library) names no
@@ -46,7 +46,7 @@ allow() {
 allow validate 'fkvf\.h|alloc\.h|ckd\.h|error\.h|filemap\.h|handle\.h|hash\.h|le\.h|format/[a-z_]+\.h|read/reader_impl\.h' "may use common/, format/ and read/reader_impl.h only"
 val_hits=$(grep -rnE '#include "(validate/|\.\./validate/)' "$S" 2>/dev/null | grep -v "^$S/validate/")
 if [ -n "$val_hits" ]; then echo "layering: nothing includes validate/:"; echo "$val_hits"; bad=1; fi
-tools_hits=$(grep -nE '#include "' "$1"/tools/*.[ch] | grep -vE '#include "(fkvf|cacheio|cli_util|cli_remote|commands|llama_state|gguf)\.h"' |
+tools_hits=$(grep -nE '#include "' "$1"/tools/*.[ch] | grep -vE '#include "(fkvf|cacheio|cli_util|cli_remote|cli_sample|commands|llama_state|gguf)\.h"' |
     grep -vE '/tools/cacheio(_[a-z]+)?\.c:[0-9]+:#include "cacheio_impl\.h"')
 if [ -n "$tools_hits" ]; then echo "layering: tools/ must use the public header only:"; echo "$tools_hits"; bad=1; fi
 lib_ar=$(grep -rn '#include <archive' "$S" 2>/dev/null)

@@ -401,3 +401,58 @@ void cli_rope_warn(const char *path, const cli_rope_report *r)
              "measurement)",
              path, r->c[r->chosen].spread, a, r->c[r->best].spread, b, advice);
 }
+
+/* ---- the training sample ------------------------------------------------ */
+
+int cli_train_sample(const char *path, const uint64_t *n_pos, size_t n_in, size_t row_bytes,
+                     uint64_t max_opt, uint64_t seed, cli_run **runs, size_t *n_runs,
+                     uint64_t *used)
+{
+    uint64_t max = max_opt ? max_opt : cli_sample_default(row_bytes);
+    if (cli_sample_runs(n_pos, n_in, max, seed, runs, n_runs, used))
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, path, "out of memory");
+    uint64_t total = 0;
+    for (size_t i = 0; i < n_in; i++)
+        total += n_pos[i]; /* no overflow: cli_sample_runs summed them */
+    if (*used == total)
+        return CLI_OK;
+    char why[96];
+    if (max_opt)
+        snprintf(why, sizeof why, "--max-train-positions %" PRIu64, max_opt);
+    else
+        snprintf(why, sizeof why, "the default: as many as %" PRIu64 " MiB of rows hold",
+                 CLI_SAMPLE_BUDGET >> 20);
+    cli_note("%s%straining on a sample of %" PRIu64 " of the %" PRIu64 " positions%s (%s): "
+             "runs of %u consecutive positions chosen by the training seed %" PRIu64 "; "
+             "--max-train-positions N changes it, 'all' trains on every position "
+             "(docs/codebooks.md)",
+             path ? path : "", path ? ": " : "", *used, total, n_in > 1 ? " of the caches" : "",
+             why, CLI_SAMPLE_RUN, seed);
+    return CLI_OK;
+}
+
+int cli_sample_read(const kvio_cache *c, const char *path, const cli_run *runs, size_t n,
+                    size_t input, uint8_t **dst, cli_progress *pg, uint64_t *done, uint64_t total)
+{
+    const size_t rb = cli_cache_row_bytes(c);
+    /* a piece of about 8 MiB at a time, for the progress bar */
+    const uint64_t step = ((uint64_t)8 << 20) / (rb ? rb : 1) + 1;
+    for (size_t r = 0; r < n; r++) {
+        if (runs[r].input != input)
+            continue;
+        if (runs[r].first + runs[r].n > c->n_positions)
+            return cli_fail(CLI_INVALID, FKVF_E_RANGE, path,
+                            "the cache changed while it was read (%" PRIu32 " positions)",
+                            c->n_positions);
+        for (uint64_t p = runs[r].first, end = p + runs[r].n; p < end; p += step) {
+            uint64_t m = end - p < step ? end - p : step;
+            int ex = cli_cache_rows(c, (uint32_t)p, (uint32_t)(p + m), *dst);
+            if (ex != CLI_OK)
+                return ex;
+            *dst += (size_t)m * rb;
+            *done += (uint64_t)m * rb;
+            cli_progress_cb(pg, *done, total);
+        }
+    }
+    return CLI_OK;
+}

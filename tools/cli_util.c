@@ -704,6 +704,22 @@ int cli_opt_seed(const char *v, uint64_t *seed)
     return 0;
 }
 
+int cli_opt_max_train(const char *a, const char *v, uint64_t *n)
+{
+    if (!strcmp(v, "all")) {
+        *n = CLI_SAMPLE_ALL;
+        return 0;
+    }
+    if (cli_parse_u64(v, UINT64_MAX - 1, n) || (*n != 0 && *n < CLI_SAMPLE_RUN)) {
+        cli_usage("%s: '%s' is not a number of positions >= %u (a run), 0 or all", a, v,
+                  CLI_SAMPLE_RUN);
+        return -1;
+    }
+    if (*n == 0)
+        *n = CLI_SAMPLE_ALL;
+    return 0;
+}
+
 int cli_opt_keys(const char *v, int *pre_rope)
 {
     if (!strcmp(v, "pre-rope") || !strcmp(v, "as-is")) {
@@ -784,6 +800,8 @@ int cli_code_value(cli_code_opts *o, const char *a, const char *v)
         bad = cli_opt_iters(v, &o->iters);
     else if (!strcmp(a, "--seed"))
         bad = cli_opt_seed(v, &o->seed);
+    else if (!strcmp(a, "--max-train-positions"))
+        bad = cli_opt_max_train(a, v, &o->max_train);
     else if (!strcmp(a, "--model-id"))
         bad = (o->model_id = v, 0);
     else if (!strcmp(a, "--tokenizer-id"))

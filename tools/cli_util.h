@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "cacheio.h"
+#include "cli_sample.h"
 #include "fkvf.h"
 #include "gguf.h"
 #include "llama_state.h"
@@ -187,6 +188,9 @@ int cli_opt_keys(const char *v, int *pre_rope);                /* pre-rope|as-is
 int cli_opt_rope_theta(const char *v, double *theta);          /* > 0 */
 int cli_opt_rope_dims(const char *v, uint32_t *dims);          /* even, 2..65536 */
 int cli_opt_rope_layout(const char *v, uint8_t *layout);       /* 1 interleaved, 2 half-split */
+/* --max-train-positions N: a count >= CLI_SAMPLE_RUN, or 0 / all
+ * (CLI_SAMPLE_ALL) */
+int cli_opt_max_train(const char *a, const char *v, uint64_t *n);
 
 /* Coding options of fkvf pack and append --create: --k, --k-stages,
  * --v-stages, --sinks, --recent, --codec, --beam, --iters, --seed,
@@ -199,6 +203,7 @@ typedef struct cli_code_opts {
     uint32_t n_lst;
     int ks_set; /* --k-stages or --v-stages given */
     uint64_t sinks, recent, seed;
+    uint64_t max_train; /* --max-train-positions: 0 the default budget, CLI_SAMPLE_ALL all */
     int ngon;
     const char *model_id, *tok_id;
 } cli_code_opts;
@@ -358,6 +363,20 @@ int cli_bg_stop(cli_bg *bg);
 size_t cli_cache_row_elems(const kvio_cache *c);
 size_t cli_cache_row_bytes(const kvio_cache *c);
 int cli_cache_rows(const kvio_cache *c, uint32_t p0, uint32_t p1, uint8_t *out);
+
+/* The training sample (cli_sample.h) of n_in inputs of n_pos[i] positions,
+ * rows of at most row_bytes: max_opt (--max-train-positions; 0: the
+ * default budget) and the training seed; a note on stderr naming what
+ * when it is not every position (path: the input, or NULL for several).
+ * *runs malloc'd. Returns the exit status. */
+int cli_train_sample(const char *path, const uint64_t *n_pos, size_t n_in, size_t row_bytes,
+                     uint64_t max_opt, uint64_t seed, cli_run **runs, size_t *n_runs,
+                     uint64_t *used);
+/* The rows of the runs of input `input` (of runs[0..n), in order) read from
+ * c into *dst as spec 14.2 rows, *dst moved past them; pg moved on.
+ * Returns the exit status. */
+int cli_sample_read(const kvio_cache *c, const char *path, const cli_run *runs, size_t n,
+                    size_t input, uint8_t **dst, cli_progress *pg, uint64_t *done, uint64_t total);
 
 /* Open an archive or codebook file for reading. Returns CLI_OK, or after
  * "PROG CMD: PATH: MESSAGE" cli_fkvf_exit (CLI_USAGE for an I/O error, a

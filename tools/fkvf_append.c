@@ -99,7 +99,10 @@ static const char *append_help =
     "                        a warning when its codebook is larger than those rows or\n"
     "                        k > rows / 4 (docs/codebooks.md). The codebook serves every\n"
     "                        later append: for small caches a shared one from fkvf train\n"
-    "                        (--codebooks) compresses better\n"
+    "                        (--codebooks) compresses better\n"    "  --max-train-positions N|all  with --train: train on at most N of the\n"
+    "                        positions appended (at least 64), runs of 64 chosen by\n"
+    "                        --seed as fkvf train does (default: as many as 1 GiB of\n"
+    "                        rows hold; 0 or all: every one)\n"
     "  --exact-only          no codebook: every position stays exact\n"
     "  --sinks S             leading exact positions (4)\n"
     "  --recent W            trailing exact positions, the window (32)\n"
@@ -297,6 +300,7 @@ typedef struct append_state {
     uint8_t *rows;
     uint32_t *tok;
     uint32_t k_trained; /* --create --train: the k of the codebook trained */
+    uint64_t n_trained; /* and the positions it was trained on */
 } append_state;
 
 static void append_free(append_state *s)
@@ -334,6 +338,29 @@ static int check_shape(const append_opts *o, const kvio_cache *c, const fkvf_des
                         "archive's descriptor; convert it, e.g. fkvf unpack --dtype)",
                         kvio_dtype_name(c->dtype), o->archive, kvio_dtype_name(d->dtype));
     return CLI_OK;
+}
+
+/* --create --train: the blocks of the rows trained on, in s->rows (the
+ * positions p0..p1 appended, which are positions 0.. of the new archive):
+ * their sample when there are more than the budget (fkvf train's rule,
+ * cli_sample.h). *blocks malloc'd. Returns the exit status. */
+static int append_train_blocks(const append_opts *o, append_state *s, uint32_t p0,
+                               uint32_t p1, fkvf_rows **blocks, size_t *n)
+{
+    const kvio_cache *c = &s->c;
+    const size_t rb = cli_cache_row_bytes(c);
+    uint64_t np = p1 - p0;
+    cli_run *runs;
+    int ex = cli_train_sample(o->cache, &np, 1, rb, o->code.max_train, o->code.seed, &runs, n,
+                              &s->n_trained);
+    if (ex != CLI_OK)
+        return ex;
+    *blocks = calloc(*n ? *n : 1, sizeof **blocks);
+    for (size_t r = 0; *blocks && r < *n; r++)
+        (*blocks)[r] = (fkvf_rows){s->rows + (size_t)runs[r].first * rb, (size_t)runs[r].n,
+                                   c->dtype, runs[r].first};
+    free(runs);
+    return *blocks ? CLI_OK : cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->cache, "out of memory");
 }
 
 /* --create: the descriptor and the codebook from the options and the cache.
@@ -409,10 +436,13 @@ static int append_create(append_opts *o, append_state *s, uint32_t p0, uint32_t 
         cli_progress_init(&b, "train ", o->json);
         prm.progress = cli_progress_cb;
         prm.progress_opaque = &b;
-        /* the rows being appended are positions 0.. of the new archive */
-        fkvf_rows all = {s->rows, (size_t)(p1 - p0), c->dtype, 0};
+        fkvf_rows *blocks;
+        size_t nb;
+        if ((rc = append_train_blocks(o, s, p0, p1, &blocks, &nb)) != CLI_OK)
+            return rc;
         prm.n_threads = cli_threads();
-        rc = fkvf_rvq_train(&s->q, &prm, &all, 1, NULL);
+        rc = fkvf_rvq_train(&s->q, &prm, blocks, nb, NULL);
+        free(blocks);
         if (rc != FKVF_OK)
             return cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, o->cache,
                             "training failed: %s", fkvf_strerror(rc));
@@ -950,8 +980,8 @@ static void append_print(const append_run *u)
         printf("%s: recovered: cut off a torn tail of %" PRIu64 " bytes\n", o->archive,
                u->recovered);
     if (o->create && u->s->k_trained)
-        printf("%s: created (commit 1: descriptor, codebook trained on %u positions, k = "
-               "%u)\n", o->archive, n, u->s->k_trained);
+        printf("%s: created (commit 1: descriptor, codebook trained on %" PRIu64 " positions, "
+               "k = %u)\n", o->archive, u->s->n_trained, u->s->k_trained);
     else if (o->create)
         printf("%s: created (commit 1: descriptor%s)\n", o->archive,
                as->has_codebook ? ", codebook" : ", no codebook: every position exact");

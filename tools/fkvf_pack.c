@@ -16,34 +16,6 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* The whole cache as spec 14.2 rows (malloc'd); NULL after an error line
- * (*ex: the exit status). */
-static uint8_t *cache_to_rows(const kvio_cache *c, const char *path, int *ex)
-{
-    uint8_t *rows = malloc(cli_cache_row_bytes(c) * (c->n_positions ? c->n_positions : 1));
-    if (!rows) {
-        *ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, path, "out of memory");
-        return NULL;
-    }
-    /* a chunk of positions at a time, with the read bar of cli_read_cache
-     * for large caches (a lazy cache is read here, not when opened) */
-    size_t rb = cli_cache_row_bytes(c);
-    uint64_t total = (uint64_t)rb * c->n_positions;
-    uint32_t step = (uint32_t)(((size_t)8 << 20) / (rb ? rb : 1) + 1);
-    cli_progress pg;
-    cli_progress_init(&pg, "read", total < CLI_READ_PROGRESS_MIN);
-    pg.bytes = 1;
-    for (uint32_t p = 0; p < c->n_positions; p += step) {
-        uint32_t n = c->n_positions - p < step ? c->n_positions - p : step;
-        if ((*ex = cli_cache_rows(c, p, p + n, rows + (size_t)p * rb)) != CLI_OK) {
-            free(rows);
-            return NULL;
-        }
-        cli_progress_cb(&pg, (uint64_t)(p + n) * rb, total);
-    }
-    return rows;
-}
-
 /* Rows [first, first+n) back into the kvio layout. */
 static void rows_to_cache(kvio_cache *c, const uint8_t *rows, uint32_t first, uint32_t n)
 {
@@ -171,8 +143,14 @@ static const char *pack_help =
     "  --v-stages N          value stages 0..16 (2)\n"
     "  --layer-stages K:V,...  key and value stages per layer instead, one pair a\n"
     "                        layer (format 1.1: readers of FKVF 1.0 refuse the file)\n"
-    "  --seed S              training seed (0)\n"
+    "  --seed S              training seed (0); it also chooses the sample\n"
     "  --iters N             Lloyd iterations per stage (25)\n"
+    "  --max-train-positions N|all  train on at most N positions (at least 64):\n"
+    "                        when the cache holds more, runs of 64 consecutive\n"
+    "                        positions chosen by the seed (sinks and window\n"
+    "                        included, as in full training), a note says so\n"
+    "                        (default: as many as 1 GiB of rows hold; 0 or all:\n"
+    "                        every position; docs/codebooks.md)\n"
     "  --f32                 binary32 centroid tables (default f16)\n"
     "Keys:\n"
     "  --keys pre-rope|as-is archive keys before RoPE (default) or as cached\n"
@@ -296,7 +274,7 @@ static int pack_parse(int argc, char **argv, pack_opts *o, int llama, const char
                     archived_opt = a; /* shapes archived positions only */
                 if (!strcmp(a, "--k") || !strcmp(a, "--k-stages") || !strcmp(a, "--v-stages") ||
                     !strcmp(a, "--layer-stages") || !strcmp(a, "--seed") ||
-                    !strcmp(a, "--iters"))
+                    !strcmp(a, "--iters") || !strcmp(a, "--max-train-positions"))
                     train_opt = a; /* shapes trained codebooks only */
             } else {
                 cli_usage("unknown option '%s' (see fkvf %s --help)", a, cmd);
@@ -346,8 +324,8 @@ static int pack_parse(int argc, char **argv, pack_opts *o, int llama, const char
 
 typedef struct pack_state {
     kvio_cache c;
-    uint8_t *rows;  /* every position as spec 14.2 rows (--train only), else NULL */
-    uint8_t *chunk; /* PACK_CHUNK rows converted at a time when rows is NULL */
+    uint8_t *rows;  /* --train: the rows trained on, while it trains; else NULL */
+    uint8_t *chunk; /* PACK_CHUNK rows converted at a time */
     fkvf_rvq *q;
     fkvf_reader *cbr;
     uint16_t *codes;
@@ -464,11 +442,58 @@ static void pack_choose_k(const pack_opts *o, const kvio_cache *c, pack_plan *p)
     }
 }
 
-/* The codebooks trained on every row of the cache (--train). */
+/* The rows --train trains on: the cache's sample (every position when
+ * they fit the budget; sinks and window are positions too) into s->rows,
+ * a block per run (*blocks, *n). Returns the exit status. */
+static int pack_train_rows(const pack_opts *o, pack_state *s, const pack_plan *p,
+                           fkvf_rows **blocks, size_t *n)
+{
+    const kvio_cache *c = &s->c;
+    cli_run *runs = NULL;
+    size_t nr = 0;
+    uint64_t used, P = p->P;
+    int ex = cli_train_sample(o->in, &P, 1, p->rb, o->code.max_train, o->code.seed, &runs, &nr,
+                              &used);
+    if (ex != CLI_OK)
+        return ex;
+    if (p->rb && used > SIZE_MAX / p->rb) {
+        free(runs);
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    }
+    s->rows = malloc((size_t)(used ? used : 1) * p->rb);
+    *blocks = calloc(nr ? nr : 1, sizeof **blocks);
+    if (!s->rows || !*blocks) {
+        free(runs);
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    }
+    uint8_t *at = s->rows;
+    for (size_t r = 0; r < nr; r++) {
+        (*blocks)[r] = (fkvf_rows){at, (size_t)runs[r].n, c->dtype, runs[r].first};
+        at += (size_t)runs[r].n * p->rb;
+    }
+    *n = nr;
+    cli_progress pg;
+    cli_progress_init(&pg, "read", used * p->rb < CLI_READ_PROGRESS_MIN);
+    pg.bytes = 1;
+    uint64_t done = 0;
+    at = s->rows;
+    ex = cli_sample_read(c, o->in, runs, nr, 0, &at, &pg, &done, used * p->rb);
+    free(runs);
+    return ex;
+}
+
+/* The codebooks trained on the cache's rows (--train), or on its sample
+ * when they do not fit the budget; the rows freed after. */
 static int pack_train(const pack_opts *o, pack_state *s, pack_plan *p)
 {
     const kvio_cache *c = &s->c;
-    fkvf_rows all = {s->rows, (size_t)p->P, c->dtype, 0};
+    fkvf_rows *blocks = NULL;
+    size_t nb = 0;
+    int ex = pack_train_rows(o, s, p, &blocks, &nb);
+    if (ex != CLI_OK) {
+        free(blocks);
+        return ex;
+    }
     fkvf_rvq_params prm;
     cli_rvq_params_for(&prm, c);
     prm.k = p->k;
@@ -476,8 +501,10 @@ static int pack_train(const pack_opts *o, pack_state *s, pack_plan *p)
     prm.v_stages = o->code.vs;
     int bad;
     prm.layer_stages = cli_layer_table(o->code.lst, o->code.n_lst, c->n_layers, &bad);
-    if (bad)
+    if (bad) {
+        free(blocks);
         return CLI_USAGE;
+    }
     prm.table_dtype = o->f32 ? FKVF_DTYPE_F32 : FKVF_DTYPE_F16;
     prm.seed = o->code.seed;
     prm.max_iters = o->code.iters;
@@ -487,7 +514,10 @@ static int pack_train(const pack_opts *o, pack_state *s, pack_plan *p)
     cli_progress_init(&pg, "train ", 0);
     prm.progress = cli_progress_cb;
     prm.progress_opaque = &pg;
-    int rc = fkvf_rvq_train(&s->q, &prm, &all, 1, NULL);
+    int rc = fkvf_rvq_train(&s->q, &prm, blocks, nb, NULL);
+    free(blocks);
+    free(s->rows); /* the archive's rows are read a chunk at a time */
+    s->rows = NULL;
     if (rc != FKVF_OK)
         return cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, o->in,
                         "training failed: %s", fkvf_strerror(rc));
@@ -532,14 +562,12 @@ static uint64_t pack_segment_rows(size_t ncodes, uint32_t align)
     return n < align ? align : n;
 }
 
-/* Rows [first, first + n) as spec 14.2 rows: in s->rows (--train), else
- * read and converted from the cache into s->chunk (n <= pack_chunk_rows);
- * NULL after an error line (*ex). */
+/* Rows [first, first + n) as spec 14.2 rows, read and converted from the
+ * cache into s->chunk (n <= pack_chunk_rows); NULL after an error line
+ * (*ex). */
 static const uint8_t *pack_rows(const pack_opts *o, pack_state *s, const pack_plan *p,
                                 uint64_t first, uint64_t n, int *ex)
 {
-    if (s->rows)
-        return s->rows + (size_t)first * p->rb;
     if (!s->chunk && !(s->chunk = malloc((size_t)pack_chunk_rows(p) * p->rb))) {
         *ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
         return NULL;
@@ -600,7 +628,7 @@ static int pack_write_index(const pack_opts *o, pack_state *s, const pack_plan *
 }
 
 /* Exact rows of positions [first, first + n): sections of at most
- * pack_chunk_rows positions (from s->rows, else read a chunk at a time).
+ * pack_chunk_rows positions (read a chunk at a time).
  * *ex as for pack_write_index. */
 static int pack_write_exact(const pack_opts *o, pack_state *s, const pack_plan *p,
                             uint64_t first, uint64_t n, int *ex)
@@ -871,15 +899,12 @@ static int pack_run(pack_opts *o, pack_state *s, pack_plan *p)
     if (ex >= 0)
         return ex;
     pack_choose_k(o, &s->c, p);
-    /* every row at once only to train on them; else the rows are read
-     * from the cache's file a chunk at a time while the archive is written
-     * (memory bounded whatever the cache's size) */
-    if (p->A > 0 && !s->q) {
-        if (!(s->rows = cache_to_rows(&s->c, o->in, &ex)))
-            return ex;
-        if ((ex = pack_train(o, s, p)) != CLI_OK)
-            return ex;
-    }
+    /* the rows trained on (the budget's worth at most) are read for
+     * training and freed; the archive's rows are read from the cache's
+     * file a chunk at a time while it is written (memory bounded whatever
+     * the cache's size) */
+    if (p->A > 0 && !s->q && (ex = pack_train(o, s, p)) != CLI_OK)
+        return ex;
     if ((ex = pack_write(o, s, p)) != CLI_OK)
         return ex;
     /* the default indexes the token stream: none without token ids */
@@ -1490,8 +1515,13 @@ static const char *train_help =
     "                        kept in FILE (format 1.2, spec 13.8), so fkvf pack\n"
     "                        and fkvf append encode under it (docs/codebooks.md)\n"
     "  --value-metric M.npy  the same for values, e.g. W_o,h^T W_o,h\n"
-    "  --seed S              training seed (0)\n"
+    "  --seed S              training seed (0); it also chooses the sample\n"
     "  --iters N             Lloyd iterations per stage (25)\n"
+    "  --max-train-positions N|all  train on at most N positions (at least 64):\n"
+    "                        when the caches hold more, runs of 64 consecutive\n"
+    "                        positions chosen by the seed, a note says so\n"
+    "                        (default: as many as 1 GiB of rows hold; 0 or all:\n"
+    "                        every position; docs/codebooks.md)\n"
     "  --f32                 binary32 tables (default f16)\n"
     "  --keys pre-rope|as-is train on keys before RoPE (default) or as cached\n"
     "  --rope-theta X, --rope-dims N, --rope-layout interleaved|half-split\n"
@@ -1512,7 +1542,8 @@ static const char *train_help =
     "  --json                one JSON object: out, caches, layers, heads, pooled, k,\n"
     "                        k_stages, v_stages, layer_stages ([[k, v], ...] or\n"
     "                        null), metric (null, \"keys\", \"values\" or\n"
-    "                        \"keys+values\"), dtype, bytes, content_hash (on\n"
+    "                        \"keys+values\"), dtype, bytes, content_hash,\n"
+    "                        positions, trained_positions (fewer when sampled; on\n"
     "                        failure {\"error\":{...}}, docs/cli.md)\n"
     "A warning says so when FILE's name ends in the extension of another format.\n"
     "\n"
@@ -1531,6 +1562,7 @@ typedef struct train_opts {
     uint32_t n_lst;
     int ks_set; /* --k-stages or --v-stages given */
     const char *metric_path[2]; /* --key-metric, --value-metric */
+    uint64_t max_train;         /* --max-train-positions (0: the default budget) */
 } train_opts;
 
 /* An option with a value (argv[*i], its value v). Returns 0, or after a
@@ -1564,6 +1596,8 @@ static int train_value(train_opts *o, const char *a, const char *v)
         return cli_opt_seed(v, &prm->seed) ? -1 : 0;
     if (!strcmp(a, "--iters"))
         return cli_opt_iters(v, &prm->max_iters) ? -1 : 0;
+    if (!strcmp(a, "--max-train-positions"))
+        return cli_opt_max_train(a, v, &o->max_train) ? -1 : 0;
     if (!strcmp(a, "--layout"))
         return cli_opt_layout(v, &o->layout) ? -1 : 0;
     if (!strcmp(a, "--model"))
@@ -1623,8 +1657,13 @@ static int train_parse(int argc, char **argv, train_opts *o)
 }
 
 typedef struct train_state {
-    kvio_cache *cs;   /* the caches, nin of them */
-    uint8_t **rows;   /* and their rows */
+    kvio_cache *cs;   /* the caches, nin of them (their rows not held) */
+    uint64_t *n_pos;  /* and their positions */
+    size_t row_max;   /* the largest row's bytes */
+    cli_run *runs;    /* the training sample: n_runs runs, used positions */
+    size_t n_runs;
+    uint64_t used;
+    uint8_t *rows;    /* the sample's rows, a block per run */
     fkvf_rows *blocks;
     fkvf_rvq *q;
     void *tables;
@@ -1643,10 +1682,9 @@ static void train_free(const train_opts *o, train_state *s)
     if (s->cs)
         for (size_t i = 0; i < o->nin; i++)
             kvio_cache_free(&s->cs[i]);
-    if (s->rows)
-        for (size_t i = 0; i < o->nin; i++)
-            free(s->rows[i]);
     free(s->cs);
+    free(s->n_pos);
+    free(s->runs);
     free(s->rows);
     free(s->blocks);
     free(s->tables);
@@ -1719,20 +1757,19 @@ static int train_metric(const train_opts *o, train_state *s)
     return CLI_OK;
 }
 
-/* Every cache read, of one shape, as rows; the key options settled (the
- * Hugging Face default, RoPE and its check on the first cache). Returns
- * the exit status. */
-static int train_read(train_opts *o, train_state *s)
+/* Every cache opened, of one shape, its rows left in the file; every one
+ * but the first dropped (closed) until its sample is read. Returns the
+ * exit status. */
+static int train_open(train_opts *o, train_state *s, int *all_hf)
 {
     size_t nin = o->nin;
     const char **ins = o->ins;
     s->cs = calloc(nin, sizeof *s->cs);
-    s->rows = calloc(nin, sizeof *s->rows);
-    s->blocks = calloc(nin, sizeof *s->blocks);
-    if (!s->cs || !s->rows || !s->blocks)
+    s->n_pos = calloc(nin, sizeof *s->n_pos);
+    if (!s->cs || !s->n_pos)
         return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
     kvio_cache *cs = s->cs;
-    int all_hf = 1;
+    *all_hf = 1;
     for (size_t i = 0; i < nin; i++) {
         int ex = read_cache(ins[i], o->layout, 1, &cs[i]);
         if (ex)
@@ -1744,29 +1781,119 @@ static int train_read(train_opts *o, train_state *s)
                             cs[i].n_layers, cs[i].n_kv_heads, cs[i].key_dim, cs[i].value_dim,
                             ins[0], cs[0].n_layers, cs[0].n_kv_heads, cs[0].key_dim,
                             cs[0].value_dim);
-        if (!(s->rows[i] = cache_to_rows(&cs[i], ins[i], &ex)))
-            return ex;
-        if (i > 0) /* its rows are in s->rows[i]: no second copy, no open file */
+        if (i > 0) /* read again for its sample: no open file per cache */
             kvio_cache_drop_data(&cs[i]);
-        s->blocks[i].data = s->rows[i];
-        s->blocks[i].n_rows = cs[i].n_positions;
-        s->blocks[i].dtype = cs[i].dtype;
-        s->blocks[i].first_position = 0;
-        all_hf &= kvio_names_is_hf(cs[i].names);
+        s->n_pos[i] = cs[i].n_positions;
+        size_t rb = cli_cache_row_bytes(&cs[i]);
+        s->row_max = rb > s->row_max ? rb : s->row_max;
+        *all_hf &= kvio_names_is_hf(cs[i].names);
     }
-    if (all_hf || cs[0].names == KVIO_NAMES_LLAMA) /* llama.cpp: from --model */
-        cli_keys_hf_default(&o->keys, &cs[0], ins[0]);
-    if (cli_key_rope(&o->keys, cs[0].key_dim, ins[0], &s->rope, &o->prm.key_rope))
+    return CLI_OK;
+}
+
+/* The key options settled (the Hugging Face default, RoPE) and the RoPE
+ * check on the first cache. Returns the exit status. */
+static int train_keys(train_opts *o, train_state *s, int all_hf)
+{
+    kvio_cache *c0 = &s->cs[0];
+    if (all_hf || c0->names == KVIO_NAMES_LLAMA) /* llama.cpp: from --model */
+        cli_keys_hf_default(&o->keys, c0, o->ins[0]);
+    if (cli_key_rope(&o->keys, c0->key_dim, o->ins[0], &s->rope, &o->prm.key_rope))
         return CLI_USAGE;
     if (o->prm.key_rope) {
         cli_rope_report rr;
-        int ex = cli_rope_measure(&cs[0], 0, cs[0].n_positions, 0, &s->rope, 1, &rr);
+        int ex = cli_rope_measure(c0, 0, c0->n_positions, 0, &s->rope, 1, &rr);
         if (ex > 0)
             return ex;
         if (ex == 0)
-            cli_rope_warn(ins[0], &rr);
+            cli_rope_warn(o->ins[0], &rr);
     }
     return CLI_OK;
+}
+
+/* The buffer of the sample's rows and a block per run into it. */
+static int train_blocks(train_opts *o, train_state *s, size_t *bytes)
+{
+    size_t total = 0;
+    for (size_t r = 0; r < s->n_runs; r++) {
+        size_t rb = cli_cache_row_bytes(&s->cs[s->runs[r].input]);
+        if (rb && s->runs[r].n > (SIZE_MAX - total) / rb)
+            return cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+        total += (size_t)s->runs[r].n * rb;
+    }
+    s->rows = malloc(total ? total : 1);
+    s->blocks = calloc(s->n_runs ? s->n_runs : 1, sizeof *s->blocks);
+    if (!s->rows || !s->blocks)
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->nin == 1 ? o->ins[0] : NULL,
+                        "out of memory");
+    uint8_t *at = s->rows;
+    for (size_t r = 0; r < s->n_runs; r++) {
+        const kvio_cache *c = &s->cs[s->runs[r].input];
+        s->blocks[r].data = at;
+        s->blocks[r].n_rows = (size_t)s->runs[r].n;
+        s->blocks[r].dtype = c->dtype;
+        s->blocks[r].first_position = s->runs[r].first;
+        at += (size_t)s->runs[r].n * cli_cache_row_bytes(c);
+    }
+    *bytes = total;
+    return CLI_OK;
+}
+
+/* The rows of the sample: each cache with a run read (again, but the
+ * first, which is open) and closed after it. Returns the exit status. */
+static int train_rows(train_opts *o, train_state *s)
+{
+    size_t total = 0;
+    int ex = train_blocks(o, s, &total);
+    if (ex != CLI_OK)
+        return ex;
+    cli_progress pg;
+    cli_progress_init(&pg, "read", total < CLI_READ_PROGRESS_MIN);
+    pg.bytes = 1;
+    uint8_t *at = s->rows;
+    uint64_t done = 0;
+    for (size_t i = 0, r = 0; i < o->nin && ex == CLI_OK; i++) {
+        while (r < s->n_runs && s->runs[r].input < i)
+            r++;
+        if (i > 0 && (r == s->n_runs || s->runs[r].input != i))
+            continue; /* none of its positions sampled */
+        kvio_cache again, *c = &s->cs[0];
+        memset(&again, 0, sizeof again);
+        if (i > 0) {
+            c = &again;
+            ex = cli_read_cache(o->ins[i],
+                                (o->layout == CLI_LAYOUT_NHD ? KVIO_READ_NHD : 0) | KVIO_READ_LAZY,
+                                c);
+            if (ex == CLI_OK && c->n_positions != s->n_pos[i])
+                ex = cli_fail(CLI_INVALID, FKVF_E_RANGE, o->ins[i],
+                              "the cache changed while it was read (%u positions, were %" PRIu64
+                              ")", c->n_positions, s->n_pos[i]);
+        }
+        if (ex == CLI_OK)
+            ex = cli_sample_read(c, o->ins[i], s->runs + r, s->n_runs - r, i, &at, &pg, &done,
+                                 total);
+        if (i > 0)
+            kvio_cache_free(&again);
+        else /* shape, names, metadata kept */
+            kvio_cache_drop_data(&s->cs[0]);
+    }
+    return ex;
+}
+
+/* Every cache opened, of one shape; the key options settled (the Hugging
+ * Face default, RoPE and its check on the first cache); the training
+ * sample chosen (every position when they fit the budget) and its rows
+ * read. Returns the exit status. */
+static int train_read(train_opts *o, train_state *s)
+{
+    int all_hf = 0, ex;
+    if ((ex = train_open(o, s, &all_hf)) != CLI_OK || (ex = train_keys(o, s, all_hf)) != CLI_OK)
+        return ex;
+    ex = cli_train_sample(o->nin == 1 ? o->ins[0] : NULL, s->n_pos, o->nin, s->row_max,
+                          o->max_train, o->prm.seed, &s->runs, &s->n_runs, &s->used);
+    if (ex != CLI_OK)
+        return ex;
+    return train_rows(o, s);
 }
 
 /* The codebooks trained on every cache's rows, with the warning when they
@@ -1792,7 +1919,7 @@ static int train_fit(train_opts *o, train_state *s)
     prm->progress = cli_progress_cb;
     prm->progress_opaque = &pg;
     prm->n_threads = cli_threads();
-    int rc = fkvf_rvq_train(&s->q, prm, s->blocks, o->nin, NULL);
+    int rc = fkvf_rvq_train(&s->q, prm, s->blocks, s->n_runs, NULL);
     if (rc != FKVF_OK)
         return cli_fail(rc == FKVF_E_NOMEM ? CLI_USAGE : CLI_INVALID, rc, o->ins[0],
                         "training failed: %s", fkvf_strerror(rc));
@@ -1800,9 +1927,7 @@ static int train_fit(train_opts *o, train_state *s)
     fkvf_rvq_shape(s->q, &s->shape, &heads);
     /* a codebook larger than its training rows, or k near their count,
      * memorises them: it will not serve other caches */
-    uint64_t n_rows = 0;
-    for (size_t i = 0; i < o->nin; i++)
-        n_rows += s->cs[i].n_positions;
+    uint64_t n_rows = s->used;
     cli_warn_codebook(o->out, c0, s->shape.k, fkvf_codebook_size(&s->shape), n_rows,
                       n_rows * (prm->pooled ? c0->n_kv_heads : 1), "training rows",
                       prm->pooled ? "training vectors (rows x heads: pooled)" : "training rows",
@@ -1914,8 +2039,12 @@ static void train_print(const train_opts *o, const train_state *s)
         printf("\"%s\"", train_metric_name(o));
     else
         printf("null");
-    printf(",\"dtype\":\"%s\",\"bytes\":%lld,\"content_hash\":\"%s\"}\n",
-           sh->dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz, s->hx);
+    uint64_t total = 0;
+    for (size_t i = 0; i < o->nin; i++)
+        total += s->n_pos[i];
+    printf(",\"dtype\":\"%s\",\"bytes\":%lld,\"content_hash\":\"%s\",\"positions\":%" PRIu64
+           ",\"trained_positions\":%" PRIu64 "}\n",
+           sh->dtype == FKVF_DTYPE_F32 ? "f32" : "f16", fsz, s->hx, total, s->used);
 }
 
 static int train_run(train_opts *o, train_state *s)

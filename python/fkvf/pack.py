@@ -253,12 +253,13 @@ def _warn_codebook(who: str, k: int, cb_bytes: int, fp16_bytes: int, n_rows: int
     warnings.warn(f"{who}: {what}; {advice}", stacklevel=3)
 
 
-def _train_q(blocks: List[Tuple[np.ndarray, int]], shape: "_cache.Shape", k: int, ks: int,
+def _train_q(blocks: List[Tuple[np.ndarray, int, int]], shape: "_cache.Shape", k: int, ks: int,
              vs: int, f32: bool, pooled: bool, seed: int, iters: int,
              krope: Optional[_Rope], path: str, lst: Any = None,
              metric: Optional[Tuple[Optional[np.ndarray], Optional[np.ndarray]]] = None,
              threads: int = 1) -> int:
-    """Train an rvq on blocks (metric: the (keys, values) matrices of _metric_arg, not
+    """Train an rvq on blocks of (rows, dtype code, first position) (metric: the (keys,
+    values) matrices of _metric_arg, not
     both None, or None: Euclidean; a matrix the library refuses as not positive definite:
     a ValueError naming it)."""
     prm = _RvqParams()
@@ -275,14 +276,54 @@ def _train_q(blocks: List[Tuple[np.ndarray, int]], shape: "_cache.Shape", k: int
     if metric is not None:
         prm.metric = ctypes.pointer(_metric_struct(*metric))
     arr = (_Rows * len(blocks))()
-    for i, (rows, code) in enumerate(blocks):
-        arr[i] = _Rows(rows.ctypes.data, rows.shape[0], code, 0)
+    for i, (rows, code, first) in enumerate(blocks):
+        arr[i] = _Rows(rows.ctypes.data, rows.shape[0], code, first)
     q = _Q()
     rc = lib.fkvf_rvq_train(byref(q), byref(prm), arr, len(blocks), None)
     if rc != _lib.OK:
         lib.fkvf_rvq_free(q)
         raise _code_error(rc, "training failed", path)
     return q.value
+
+
+SAMPLE_RUN = 64
+_M64 = (1 << 64) - 1
+
+
+def _max_train_arg(v: Optional[int]) -> int:
+    """max_train_positions: None or 0 -> 0 (every position), else a count >= 64"""
+    n = 0 if v is None else _int_arg("max_train_positions", v, 0, 2**64 - 2,
+                                     "0 or a count >= 64")
+    if 0 < n < SAMPLE_RUN:
+        raise ValueError(f"max_train_positions: {n} is not 0 or a count >= 64 (a run)")
+    return n
+
+
+def _sample_runs(n_pos: List[int], max_pos: int, seed: int) -> List[Tuple[int, int, int]]:
+    """The training sample of fkvf train --max-train-positions max_pos (docs/codebooks.md,
+    "Training on a sample of positions"; tools/cli_sample.c): (input, first, n) runs of
+    at most max_pos of the positions of inputs of n_pos positions, by seed."""
+    if sum(n_pos) <= max_pos:
+        return [(i, 0, n) for i, n in enumerate(n_pos) if n]
+    runs = [(i, p, min(SAMPLE_RUN, n - p)) for i, n in enumerate(n_pos)
+            for p in range(0, n, SAMPLE_RUN)]
+    u, m = len(runs), max_pos // SAMPLE_RUN
+    s, got, out = seed, 0, []  # type: ignore[var-annotated]
+    for t, (i, p, n) in enumerate(runs):
+        if got == m:
+            break
+        s = (s + 0x9E3779B97F4A7C15) & _M64  # splitmix64
+        z = s
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+        if (z ^ (z >> 31)) % (u - t) >= m - got:
+            continue
+        got += 1
+        if out and out[-1][0] == i and out[-1][1] + out[-1][2] == p:
+            out[-1] = (i, out[-1][1], out[-1][2] + n)
+        else:
+            out.append((i, p, n))
+    return out
 
 
 def _metric_struct(keys: Optional[np.ndarray], values: Optional[np.ndarray]
@@ -344,12 +385,14 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
          deflate: bool = False, model_id: str = "", tokenizer_id: str = "",
          metadata: Optional[Dict[str, Any]] = None, overwrite: bool = False,
          index: bool = True, layer_stages: Any = None,
-         threads: Optional[int] = None) -> Dict[str, Any]:
+         threads: Optional[int] = None,
+         max_train_positions: Optional[int] = None) -> Dict[str, Any]:
     """Archive a KV cache at path, as ``fkvf pack CACHE -o PATH`` does.
     layer_stages: as fkvf.train, for the embedded codebook (``--layer-stages``).
     threads: threads of the training and the encoding (``--threads``): None is the
     environment's FKVF_THREADS, else every CPU the process may run on; the archive is the
-    same for every count.
+    same for every count. max_train_positions: as fkvf.train, for the embedded codebook
+    (``--max-train-positions N``; None or 0, the default: every position).
 
     The first min(sinks, T) and the last `recent` positions are stored exact, those
     between as per-head RVQ indices. Without `codebooks` a codebook is trained on this
@@ -385,6 +428,7 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
     W_opt = _int_arg("recent", recent, 0, 2**32 - 1, "a count 0..2**32-1")
     beam = _int_arg("beam", beam, 1, _MAX_BEAM, f"1..{_MAX_BEAM}")
     nthreads = _threads_arg(threads)
+    max_pos = _max_train_arg(max_train_positions)
     ngon = _choice("codec", codec, ("quad", "ngon")) == "ngon"
     for name, s in (("model_id", model_id), ("tokenizer_id", tokenizer_id)):
         _str_arg(name, s)
@@ -463,7 +507,9 @@ def pack(cache: Any, path: PathLike, *, codebooks: Optional[PathLike] = None,
                     "archived rows it encodes", "for small caches a shared codebook "
                     "compresses better (fkvf.train once, then fkvf.pack(..., codebooks=FILE))")
             if A > 0:
-                handles["q"] = _train_q([(rows, code)], shape, kk, ks, vs, f32_tables, False,
+                blocks = [(rows[p:p + n], code, p)
+                          for _, p, n in _sample_runs([P], max_pos or 2**64 - 1, seed)]
+                handles["q"] = _train_q(blocks, shape, kk, ks, vs, f32_tables, False,
                                         seed, iters, krope, path, lst, threads=nthreads)
                 cbshape = _Shape()
                 lib.fkvf_rvq_shape(handles["q"], byref(cbshape), byref(c_uint32()))
@@ -650,7 +696,8 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
           keys: Optional[str] = None, rope: Any = None, layout: Optional[str] = None,
           dtype: Any = None, overwrite: bool = False,
           layer_stages: Any = None, key_metric: Any = None,
-          value_metric: Any = None, threads: Optional[int] = None) -> Dict[str, Any]:
+          value_metric: Any = None, threads: Optional[int] = None,
+          max_train_positions: Optional[int] = None) -> Dict[str, Any]:
     """Train per-head RVQ codebooks on one or more caches of one shape and write a codebook
     file at path, as ``fkvf train CACHE... -o PATH`` does (the same train.* metadata, so
     ``fkvf pack --codebooks PATH`` and fkvf.pack(codebooks=PATH) take it).
@@ -659,7 +706,12 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
     are caches: (K, V) pairs of [L, H, T, D] arrays with L > 1, lists of per-layer pairs,
     DynamicCache-like objects; a list of per-layer (k, v) pairs is one cache). keys / rope
     as fkvf.pack (half-split pairs when every cache is per-layer pairs or DynamicCache-
-    like). threads: as fkvf.pack (the codebook is the same for every count). pooled: one
+    like). threads: as fkvf.pack (the codebook is the same for every count).
+    max_train_positions: None (default) or 0: every position (the arrays are in memory
+    already); an int >= 64: at most that many, as ``fkvf train --max-train-positions N``
+    (the same sample, so the same codebook as the command for the same caches: runs of
+    64 consecutive positions chosen by seed when the caches hold more; docs/codebooks.md;
+    the command's default budget is 1 GiB of rows). pooled: one
     table set per layer shared by all heads. layer_stages: one (key
     stages, value stages) pair per layer instead of k_stages / v_stages, as ``fkvf train
     --layer-stages`` (format 1.1: FKVF 1.0 readers refuse the file; pairs all equal give
@@ -691,10 +743,11 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
     seed = _int_arg("seed", seed, 0, 2**64 - 1, "0..2**64-1")
     iters = _int_arg("iters", iters, 1, 100000, "1..100000")
     nthreads = _threads_arg(threads)
+    max_pos = _max_train_arg(max_train_positions)
     kopts = _KeyOpts(keys, rope)
     _cache.check_layout(layout)
     items = caches if _is_cache_list(caches) else [caches]
-    blocks: List[Tuple[np.ndarray, int]] = []
+    blocks: List[Tuple[np.ndarray, int, int]] = []
     shapes, all_hf = [], True
     for i, c in enumerate(items):
         what = f"caches[{i}]" if items is caches else "cache"
@@ -707,8 +760,11 @@ def train(caches: Any, path: PathLike, *, k: int = 256, k_stages: int = 4, v_sta
                              f"dims {sh.key_dim}/{sh.value_dim} differs from caches[0]'s "
                              f"({s0.n_layers} x {s0.n_kv_heads}, {s0.key_dim}/{s0.value_dim})")
         shapes.append(sh)
-        blocks.append((rows, code))
+        blocks.append((rows, code, 0))
         all_hf &= hf
+    if max_pos:
+        runs = _sample_runs([int(b[0].shape[0]) for b in blocks], max_pos, seed)
+        blocks = [(blocks[i][0][p:p + n], blocks[i][1], p) for i, p, n in runs]
     shape = shapes[0]
     ks, vs, lst = _layer_stages_arg(layer_stages, shape.n_layers, ks, vs)
     cb_heads = 1 if pooled else shape.n_kv_heads

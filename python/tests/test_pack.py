@@ -94,6 +94,10 @@ RESULT_KEYS = ("positions", "exact", "archived", "fp16_bytes", "codebook_bytes",
     ({"sinks": 300}, ["--sinks", "300"]),  # every position a sink
     ({"model_id": "stories260K", "tokenizer_id": "tok"},
      ["--model-id", "stories260K", "--tokenizer-id", "tok"]),
+    # the embedded codebook trained on fkvf pack's sample (runs of 64 by the seed)
+    ({"max_train_positions": 128, "seed": 2}, ["--max-train-positions", "128", "--seed", "2"]),
+    ({"max_train_positions": 64}, ["--max-train-positions", "64"]),
+    ({"max_train_positions": 0}, ["--max-train-positions", "all"]),
 ])
 def test_same_as_cli(fkvf, tmp_path, py, cli):
     k, v, tok = load()

@@ -49,6 +49,50 @@ def test_same_as_cli(fkvf, tmp_path, py, cli):
     assert r["n_caches"] == 1 and r["out"] == str(tmp_path / "py.fkvf")
 
 
+@pytest.mark.parametrize("n, seed", [(128, 0), (192, 3), (512, 0), (0, 0)])
+def test_sample_same_as_cli(fkvf, tmp_path, n, seed):
+    """max_train_positions: the sample of fkvf train --max-train-positions (runs of 64
+    chosen by the seed, keys un-rotated at their true positions): the same codebook"""
+    k, v, _ = load(TRAIN)
+    r = fkvf.train((k, v), tmp_path / "py.fkvf", k=16, seed=seed, max_train_positions=n)
+    c = cli_train(tmp_path / "cli.fkvf", TRAIN, "--k", "16", "--seed", str(seed),
+                  "--max-train-positions", str(n))
+    check_same(tmp_path / "py.fkvf", tmp_path / "cli.fkvf", r, c)
+    full = cli_train(tmp_path / "full.fkvf", TRAIN, "--k", "16", "--seed", str(seed))
+    assert (c["content_hash"] == full["content_hash"]) == (n in (0, 512))
+
+
+def test_sample_several_caches(fkvf, tmp_path):
+    k, v, _ = load(TRAIN)
+    k2, v2, _ = load(CACHE)
+    write_safetensors(tmp_path / "b.safetensors", k2[:, :, :100], v2[:, :, :100])
+    r = fkvf.train([(k, v), (k2[:, :, :100], v2[:, :, :100])], tmp_path / "py.fkvf", k=16,
+                   seed=4, max_train_positions=256)
+    c = cli_train(tmp_path / "cli.fkvf", TRAIN, tmp_path / "b.safetensors", "--k", "16",
+                  "--seed", "4", "--max-train-positions", "256")
+    check_same(tmp_path / "py.fkvf", tmp_path / "cli.fkvf", r, c)
+
+
+def test_sample_runs_rule(fkvf):
+    """the rule itself, against runs computed by hand from docs/codebooks.md (the same
+    cases as tests/test_cli_sample.c)"""
+    from fkvf.pack import _sample_runs
+    assert _sample_runs([1000], 256, 0) == [(0, 64, 64), (0, 640, 128), (0, 832, 64)]
+    assert _sample_runs([300, 70, 1000], 320, 42) == \
+        [(0, 0, 64), (0, 128, 64), (2, 512, 64), (2, 768, 128)]
+    assert _sample_runs([130, 130], 128, 1) == [(1, 64, 66)]
+    assert _sample_runs([300, 0, 70], 370, 5) == [(0, 0, 300), (2, 0, 70)]
+
+
+@pytest.mark.parametrize("bad, exc", [(63, ValueError), (-1, ValueError), (1.5, TypeError),
+                                      ("all", TypeError)])
+def test_sample_bad_values(fkvf, tmp_path, bad, exc):
+    k, v, _ = load(TRAIN)
+    with pytest.raises(exc, match="max_train_positions"):
+        fkvf.train((k, v), tmp_path / "bad.fkvf", k=16, max_train_positions=bad)
+    assert not (tmp_path / "bad.fkvf").exists()
+
+
 def test_defaults_and_metadata(fkvf, tmp_path):
     k, v, _ = load(TRAIN)
     r = fkvf.train((k, v), tmp_path / "a.fkvf")
