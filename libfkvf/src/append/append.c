@@ -39,6 +39,7 @@ struct fkvf_appender {
     uint64_t S, W;
 
     fkvf_rvq *q; /* NULL: no codebook, every position stays exact */
+    uint8_t *cb_tables; /* the f16 tables q encodes with in place (it borrows them), or NULL */
     size_t cpp;  /* codes per position */
     fkvf_rope rope;
     int pre_rope;
@@ -152,6 +153,7 @@ FKVF_API void fkvf_appender_free(fkvf_appender *a)
         (void)fkvf_writer_rollback(a->w);
     fkvf_writer_free(a->w); /* closes the file (and its lock) */
     fkvf_rvq_free(a->q);
+    fkvf_free(al, a->cb_tables); /* after q, which borrowed them */
     fkvf_free(al, a->rows);
     fkvf_free(al, a->itail);
     fkvf_free(al, a->cb_layers);
@@ -433,9 +435,24 @@ static int load_desc(fkvf_appender *a, fkvf_reader *r, fkvf_desc *d)
 static int load_quantizer(fkvf_appender *a, fkvf_reader *r, const fkvf_codebook_shape *cb,
                           uint32_t n_kv_heads, const void *contents, size_t csize)
 {
-    size_t to = (size_t)fkvf_codebook_tables_offset(cb);
-    int rc = fkvf_rvq_from_tables(&a->q, cb, n_kv_heads, (const uint8_t *)contents + to,
-                                  csize - to, a->alloc);
+    size_t to = (size_t)fkvf_codebook_tables_offset(cb), tsz = csize - to;
+    const uint8_t *tables = (const uint8_t *)contents + to;
+    int rc = FKVF_E_UNSUPPORTED;
+    if (cb->dtype == FKVF_DTYPE_F16) {
+        /* f16 tables encoded in place: the appender's one copy of them (the
+         * reader's mapping goes after the open), not binary32 tables of
+         * twice their size; the same indices (fkvf.h) */
+        if (!(a->cb_tables = fkvf_malloc(a->alloc, tsz ? tsz : 1)))
+            return FAIL(FKVF_E_NOMEM, NULL, "no memory for the codebook's tables");
+        memcpy(a->cb_tables, tables, tsz);
+        rc = fkvf_rvq_from_tables16_encode(&a->q, cb, n_kv_heads, a->cb_tables, tsz, a->alloc);
+        if (rc == FKVF_E_UNSUPPORTED) { /* this CPU or build: binary32 tables */
+            fkvf_free(a->alloc, a->cb_tables);
+            a->cb_tables = NULL;
+        }
+    }
+    if (rc == FKVF_E_UNSUPPORTED)
+        rc = fkvf_rvq_from_tables(&a->q, cb, n_kv_heads, tables, tsz, a->alloc);
     if (rc)
         return FAIL(rc, "13.2", "the archive's codebook cannot be loaded (%s)",
                     fkvf_strerror(rc));
