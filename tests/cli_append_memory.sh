@@ -11,7 +11,8 @@
 # compaction is byte for byte that of the same cache appended 1024
 # positions a commit (32 MiB, below the queue's bound: written at the
 # commit, as before), so every symbol and exact row is the same. --threads
-# 1 and 2 give the same file.
+# 1 and 2 give the same file. An archive without a codebook (--exact-only)
+# grows in bounded memory too.
 # usage: cli_append_memory.sh FKVF_BIN SRCDIR
 set -u
 FKVF=$1
@@ -86,4 +87,25 @@ check compact-b 0 "$FKVF" compact "$T/b.fkvf" -o "$T/bc.fkvf"
 if cmp -s "$T/ac.fkvf" "$T/bc.fkvf"; then pass=$((pass + 1)); else
     echo "FAIL same-append: the compactions of the created and the appended archives differ"
     fails=$((fails + 1)); fi
+rm -f "$T/a.fkvf" "$T/b.fkvf" "$T/bc.fkvf"
+
+# an archive without a codebook (every position exact) of 2048 positions
+# (64 MiB), grown by 2048 more: the appender kept every exact row of such an
+# archive in memory (loaded at open), and the new ones; now none of the
+# committed ones. Opening the archive maps it and checks every EXAC
+# section's checksum (spec 7.5): that much is in the peak RSS of any command
+# that opens it (fkvf info's is the reference); the append may add 48 MiB
+# (main added 200 here)
+check create-exact 0 "$FKVF" append --create "$T/e.fkvf" "$T/raw.npy" --positions 0:2048 --exact-only
+check info-exact 0 /usr/bin/time -o "$T/time" -f %M "$FKVF" info "$T/e.fkvf"
+open_kib=$(tail -1 "$T/time")
+check append-exact 0 /usr/bin/time -o "$T/time" -f %M "$FKVF" append "$T/e.fkvf" "$T/raw.npy" \
+    --positions 2048:4096
+peak=$(tail -1 "$T/time")
+echo "append-exact: peak RSS $peak KiB, fkvf info $open_kib KiB"
+if [ -n "${FKVF_TEST_SANITIZER:-}" ] || [ "$peak" -lt $((open_kib + 48 * 1024)) ]; then
+    pass=$((pass + 1)); else
+    echo "FAIL append-exact: peak RSS $peak KiB, fkvf info $open_kib KiB + 48 MiB"
+    fails=$((fails + 1)); fi
+check verify-exact 0 "$FKVF" verify "$T/e.fkvf"
 finish cli_append_memory

@@ -64,10 +64,10 @@ struct fkvf_appender {
     size_t tok_n, tok_cap;
     uint64_t pending;
 
-    /* the open commit (fkvf.h fkvf_appender_append): once the queue reaches
-     * qmax rows beyond the rows it keeps, the queued positions whose place
-     * is decided are written past the committed end (spill); the commit
-     * writes the rest and its trailer */
+    /* the open commit (fkvf.h fkvf_appender_append): once the buffer holds
+     * queue_limit rows, the queued positions whose place is decided are
+     * written past the committed end (spill); the commit writes the rest
+     * and its trailer */
     size_t queue_bytes; /* fkvf_appender_set_queue_bytes (0: the default) */
     uint64_t Aw;        /* archived positions whose indices are written: [A, Aw) in the
                          * open commit; itail holds the codes of
