@@ -12,7 +12,8 @@
 # positions a commit (32 MiB, below the queue's bound: written at the
 # commit, as before), so every symbol and exact row is the same. --threads
 # 1 and 2 give the same file. An archive without a codebook (--exact-only)
-# grows in bounded memory too.
+# grows in bounded memory too, and a compaction writes index segments of
+# at most 32 MiB of codes.
 # usage: cli_append_memory.sh FKVF_BIN SRCDIR
 set -u
 FKVF=$1
@@ -108,4 +109,36 @@ if [ -n "${FKVF_TEST_SANITIZER:-}" ] || [ "$peak" -lt $((open_kib + 48 * 1024)) 
     echo "FAIL append-exact: peak RSS $peak KiB, fkvf info $open_kib KiB + 48 MiB"
     fails=$((fails + 1)); fi
 check verify-exact 0 "$FKVF" verify "$T/e.fkvf"
+# its compaction: 128 MiB of exact rows in EXAC sections of <= 16 MiB (main:
+# one section, held in memory twice), restoring the same rows
+check compact-exact 0 "$FKVF" compact "$T/e.fkvf" -o "$T/ec.fkvf"
+check verify-exact-c 0 "$FKVF" verify "$T/ec.fkvf"
+grep_in compact-exact-pieces 'OK (1 commit(s), 9 sections' "$T/out"
+check unpack-e 0 "$FKVF" unpack "$T/e.fkvf" -o "$T/e.u.npy"
+check unpack-ec 0 "$FKVF" unpack "$T/ec.fkvf" -o "$T/ec.u.npy"
+if cmp -s "$T/e.u.npy" "$T/ec.u.npy"; then pass=$((pass + 1)); else
+    echo "FAIL compact-exact-same: the compaction restores other rows"; fails=$((fails + 1)); fi
+rm -f "$T/ec.fkvf" "$T/e.u.npy" "$T/ec.u.npy"
+rm -f "$T/e.fkvf" "$T/raw.npy"
+
+# compaction (fkvf compact, and the appender's automatic one) holds a piece
+# at a time too: an archive of 512 index streams (32 layers x 8 heads x dim
+# 1, one key and one value stage) and 40000 positions has 40 MiB of codes,
+# compacted into two index segments of <= 32 MiB (main: one); the same rows
+"$PY" "$SRC/bench/mkcache.py" -o "$T/d1.npy" --positions 40000 --layers 32 --heads 8 --dim 1 \
+    >/dev/null || exit 1
+"$PY" "$SRC/bench/mkcache.py" -o "$T/d1t.npy" --positions 256 --layers 32 --heads 8 --dim 1 \
+    --seed 1 >/dev/null || exit 1
+check train-d1 0 "$FKVF" train "$T/d1t.npy" -o "$T/d1cb.fkvf" --k 16 --k-stages 1 --v-stages 1 \
+    --iters 1 --no-rope
+check create-d1 0 "$FKVF" append --create "$T/d1.fkvf" "$T/d1.npy" --codebooks "$T/d1cb.fkvf" \
+    --no-rope
+check compact-d1 0 "$FKVF" compact "$T/d1.fkvf" -o "$T/d1c.fkvf"
+check verify-d1 0 "$FKVF" verify "$T/d1c.fkvf"
+# DESC, CBRF, the sinks' and the window's EXAC, and the index segments
+grep_in compact-pieces 'OK (1 commit(s), 6 sections' "$T/out"
+check unpack-d1 0 "$FKVF" unpack "$T/d1.fkvf" -o "$T/d1.u.npy"
+check unpack-d1c 0 "$FKVF" unpack "$T/d1c.fkvf" -o "$T/d1c.u.npy"
+if cmp -s "$T/d1.u.npy" "$T/d1c.u.npy"; then pass=$((pass + 1)); else
+    echo "FAIL compact-same: the compaction restores other rows"; fails=$((fails + 1)); fi
 finish cli_append_memory

@@ -1302,7 +1302,9 @@ FKVF_API int fkvf_archive_append_sections(fkvf_archive_op **out, const char *pat
  * embedded copy, or the same external reference), the metadata, the rows of
  * the exact positions (sinks and recent window, spec 14.3) only, the index
  * streams symbol for symbol with their codec, the token stream, and a new
- * search index (spec 20) for every stream that had one. Every position of
+ * search index (spec 20) for every stream that had one. It holds a piece at
+ * a time: EXAC sections of at most 16 MiB of rows, index segments of at most
+ * 32 MiB of codes (one section per run and one segment below that). Every position of
  * the result restores bit for bit as in the input; superseded exact rows,
  * stream cuts and the per-commit directories and trailers are dropped. A
  * torn tail of the input is ignored (only committed data is read). The
@@ -1328,7 +1330,8 @@ typedef struct fkvf_compact_options {
     const fkvf_allocator *alloc; /* every allocation of the call, the rebuilt
                           * search indexes too; NULL: malloc */
     void (*progress)(void *opaque, uint64_t done, uint64_t total); /* NULL: none;
-                          * called after each index stream copied */
+                          * called after each index stream's piece copied
+                          * (total: streams x pieces) */
     void *progress_opaque;
 } fkvf_compact_options;
 

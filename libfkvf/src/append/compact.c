@@ -121,8 +121,40 @@ static int copy_meta(job *j)
     return FKVF_OK;
 }
 
+/* A compaction holds a piece of the archive at a time, whatever its size:
+ * EXAC sections of at most COMPACT_EXACT_BYTES of rows, index segments of
+ * at most COMPACT_SEGMENT_BYTES of codes (as fkvf pack and the appender
+ * write them). An archive under both bounds is copied in one section per
+ * run and one index segment, as before. */
+#define COMPACT_EXACT_BYTES ((size_t)16 << 20)
+#define COMPACT_SEGMENT_BYTES ((size_t)32 << 20)
+
+/* Exact rows [a0, a1) (a1 - a0 <= the buffer's rows) as one EXAC section. */
+static int copy_exact_run(job *j, uint64_t a0, uint64_t a1, size_t rb, uint8_t *rows)
+{
+    fkvf_archive_op *c = j->c;
+    int rc;
+    for (uint64_t p = a0; p < a1; p++) {
+        const void *row;
+        size_t got;
+        if ((rc = fkvf_reader_exact_row(j->r, p, &row, &got)) != FKVF_OK || got != rb) {
+            char pre[64];
+            snprintf(pre, sizeof pre, "exact row of position %" PRIu64 ": ", p);
+            if (rc)
+                return fail_reader(c, rc, j->r, pre);
+            return FAIL(c->src, FKVF_E_CORRUPT, "%sunexpected size", pre);
+        }
+        memcpy(rows + (size_t)(p - a0) * rb, row, rb);
+    }
+    rc = fkvf_writer_add_exact(j->w, a0, a1 - a0, rows, (size_t)(a1 - a0) * rb, j->exac_flags);
+    if (rc != FKVF_OK)
+        return fail_writer(c, rc, j->w, "exact rows");
+    j->res->exact += a1 - a0;
+    return FKVF_OK;
+}
+
 /* The exact rows: sinks [0, min(S, P)) and the window [S + A, P); all of
- * them when nothing is archived. */
+ * them when nothing is archived. In sections of COMPACT_EXACT_BYTES. */
 static int copy_exact(job *j)
 {
     fkvf_archive_op *c = j->c;
@@ -133,37 +165,25 @@ static int copy_exact(job *j)
     int rc = fkvf_reader_row_bytes(j->r, j->d.dtype, &rb);
     if (rc != FKVF_OK)
         return fail_reader(c, rc, j->r, "");
-    for (int k = 0; k < 2; k++) {
-        uint64_t a0 = ranges[k][0], a1 = ranges[k][1];
-        if (a1 <= a0)
-            continue;
-        size_t n, bytes;
-        if (!fkvf_tosz(a1 - a0, &n) || !fkvf_mulsz(n, rb, &bytes))
-            return FAIL(c->src, FKVF_E_LIMIT, "%" PRIu64 " exact rows of %zu bytes do not fit "
-                        "in memory", a1 - a0, rb);
-        uint8_t *rows = fkvf_malloc(c->alloc, bytes);
-        if (!rows)
-            return fail_writer(c, FKVF_E_NOMEM, NULL, "exact rows");
-        for (uint64_t p = a0; p < a1; p++) {
-            const void *row;
-            size_t got;
-            if ((rc = fkvf_reader_exact_row(j->r, p, &row, &got)) != FKVF_OK || got != rb) {
-                fkvf_free(c->alloc, rows);
-                char pre[64];
-                snprintf(pre, sizeof pre, "exact row of position %" PRIu64 ": ", p);
-                if (rc)
-                    return fail_reader(c, rc, j->r, pre);
-                return FAIL(c->src, FKVF_E_CORRUPT, "%sunexpected size", pre);
-            }
-            memcpy(rows + (size_t)(p - a0) * rb, row, rb);
-        }
-        rc = fkvf_writer_add_exact(j->w, a0, a1 - a0, rows, bytes, j->exac_flags);
-        fkvf_free(c->alloc, rows);
-        if (rc != FKVF_OK)
-            return fail_writer(c, rc, j->w, "exact rows");
-        j->res->exact += a1 - a0;
-    }
-    return FKVF_OK;
+    uint64_t most = rb ? COMPACT_EXACT_BYTES / rb : 1, need = 0;
+    most = most ? most : 1;
+    for (int k = 0; k < 2; k++)
+        if (ranges[k][1] > ranges[k][0] && ranges[k][1] - ranges[k][0] > need)
+            need = ranges[k][1] - ranges[k][0];
+    need = need < most ? need : most;
+    size_t n, bytes;
+    if (!fkvf_tosz(need, &n) || !fkvf_mulsz(n, rb, &bytes))
+        return FAIL(c->src, FKVF_E_LIMIT, "%" PRIu64 " exact rows of %zu bytes do not fit "
+                    "in memory", need, rb);
+    uint8_t *rows = need ? fkvf_malloc(c->alloc, bytes) : NULL;
+    if (need && !rows)
+        return fail_writer(c, FKVF_E_NOMEM, NULL, "exact rows");
+    for (int k = 0; k < 2 && rc == FKVF_OK; k++)
+        for (uint64_t a0 = ranges[k][0]; a0 < ranges[k][1] && rc == FKVF_OK; a0 += most)
+            rc = copy_exact_run(j, a0, ranges[k][1] - a0 < most ? ranges[k][1] : a0 + most, rb,
+                                rows);
+    fkvf_free(c->alloc, rows);
+    return rc;
 }
 
 /* The codebook: the same external reference, or the embedded tables. */
@@ -221,7 +241,35 @@ static int copy_codebook(job *j)
     return rc != FKVF_OK ? fail_writer(c, rc, j->w, "encoder metric") : FKVF_OK;
 }
 
-/* The index streams, symbol for symbol, in one segment with their codec. */
+/* Symbols [i, i + m) of the cpp index streams into codes (stream k's at
+ * codes[k * m ..]), through sym (m symbols); the progress moved on. */
+static int read_index_piece(job *j, size_t cpp, uint64_t i, size_t m, uint16_t *codes,
+                            uint32_t *sym, uint64_t done, uint64_t total)
+{
+    fkvf_archive_op *c = j->c;
+    for (size_t k = 0; k < cpp; k++) {
+        uint64_t id = index_stream_id(&j->d, &j->shape, k);
+        size_t idx = k;
+        fkvf_stream_info si;
+        if (fkvf_reader_stream_info(j->r, idx, &si) != FKVF_OK ||
+            (si.id != id && si.id != FKVF_STREAM_ID_UNNAMED) || si.length < j->ai.n_archived)
+            return FAIL(c->src, FKVF_E_CORRUPT,
+                        "index stream %016" PRIx64 " missing or shorter than the %" PRIu64
+                        " archived positions", id, j->ai.n_archived);
+        int rc = m ? fkvf_reader_stream_read(j->r, idx, i, sym, m) : FKVF_OK;
+        if (rc != FKVF_OK)
+            return fail_reader(c, rc, j->r, "");
+        for (size_t t = 0; t < m; t++)
+            codes[k * m + t] = (uint16_t)sym[t];
+        if (j->opt->progress)
+            j->opt->progress(j->opt->progress_opaque, done + k + 1, total);
+    }
+    return FKVF_OK;
+}
+
+/* The index streams, symbol for symbol, with their codec: segments of
+ * COMPACT_SEGMENT_BYTES of codes, a multiple of the alignment unit each
+ * (spec 11.6); one (empty) segment when nothing is archived. */
 static int copy_index(job *j)
 {
     fkvf_archive_op *c = j->c;
@@ -233,13 +281,17 @@ static int copy_index(job *j)
     if (!n_all || fkvf_reader_stream_spec(j->r, 0, &isp) != FKVF_OK)
         return FKVF_OK;
     uint64_t A = j->ai.n_archived;
-    size_t cpp, na, n_codes, cbytes, sbytes;
-    cpp = (size_t)fkvf_index_stream_count(&j->shape, j->d.n_kv_heads);
+    size_t cpp = (size_t)fkvf_index_stream_count(&j->shape, j->d.n_kv_heads);
     if (cpp != n_all)
         return FAIL(c->src, FKVF_E_CORRUPT, "%zu index streams, the codebook makes %zu", n_all,
                     cpp);
-    if (!fkvf_tosz(A, &na) ||
-        !fkvf_mulsz(cpp, na, &n_codes) || !fkvf_mulsz(n_codes, sizeof(uint16_t), &cbytes) ||
+    uint64_t u = fkvf_stream_spec_align(&isp), seg;
+    u = u ? u : 1;
+    seg = COMPACT_SEGMENT_BYTES / (cpp * sizeof(uint16_t)) / u * u;
+    seg = seg < u ? u : seg;
+    size_t na, n_codes, cbytes, sbytes;
+    if (!fkvf_tosz(A < seg ? A : seg, &na) || !fkvf_mulsz(cpp, na, &n_codes) ||
+        !fkvf_mulsz(n_codes, sizeof(uint16_t), &cbytes) ||
         !fkvf_mulsz(na, sizeof(uint32_t), &sbytes))
         return FAIL(c->src, FKVF_E_LIMIT, "the index streams of %" PRIu64 " archived positions "
                     "do not fit in memory", A);
@@ -248,29 +300,14 @@ static int copy_index(job *j)
     int rc = FKVF_OK;
     if (!codes || !sym)
         rc = fail_writer(c, FKVF_E_NOMEM, NULL, "index streams");
-    for (size_t k = 0; rc == FKVF_OK && k < cpp; k++) {
-        uint64_t id = index_stream_id(&j->d, &j->shape, k);
-        size_t idx = k;
-        fkvf_stream_info si;
-        if (fkvf_reader_stream_info(j->r, idx, &si) != FKVF_OK ||
-            (si.id != id && si.id != FKVF_STREAM_ID_UNNAMED) || si.length < A) {
-            rc = FAIL(c->src, FKVF_E_CORRUPT,
-                      "index stream %016" PRIx64 " missing or shorter than the %" PRIu64
-                      " archived positions", id, A);
-            break;
-        }
-        if (na && (rc = fkvf_reader_stream_read(j->r, idx, 0, sym, na)) != FKVF_OK) {
-            fail_reader(c, rc, j->r, "");
-            break;
-        }
-        for (size_t t = 0; t < na; t++)
-            codes[k * na + t] = (uint16_t)sym[t];
-        if (j->opt->progress)
-            j->opt->progress(j->opt->progress_opaque, k + 1, cpp);
-    }
-    if (rc == FKVF_OK) {
-        rc = fkvf_writer_add_index_segment(j->w, &isp, 0, A, na ? codes : NULL, 1, na ? na : 1);
-        if (rc != FKVF_OK)
+    const uint64_t pieces = A ? (A + seg - 1) / seg : 1;
+    for (uint64_t pc = 0; rc == FKVF_OK && pc < pieces; pc++) {
+        uint64_t i = pc * seg;
+        size_t m = (size_t)(A - i < seg ? A - i : seg);
+        rc = read_index_piece(j, cpp, i, m, codes, sym, pc * cpp, pieces * cpp);
+        if (rc == FKVF_OK &&
+            (rc = fkvf_writer_add_index_segment(j->w, &isp, i, m, m ? codes : NULL, 1,
+                                                m ? m : 1)) != FKVF_OK)
             fail_writer(c, rc, j->w, "index streams");
     }
     fkvf_free(c->alloc, codes);
