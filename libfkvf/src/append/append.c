@@ -846,6 +846,16 @@ static int maybe_compact(fkvf_appender *a)
     live = fkvf_add64(live, var, &live) ? live : UINT64_MAX;
     if (size < a->retry_at || (double)size <= a->ratio * (double)live)
         return FKVF_OK;
+    /* the queue's buffer back to the window's rows while the compaction
+     * holds its own pieces (best effort: a failed shrink keeps it) */
+    size_t keep = a->rows_n ? a->rows_n : 1, bytes;
+    if (a->rows_cap > keep && fkvf_mulsz(keep, a->row_bytes, &bytes)) {
+        uint8_t *p = fkvf_realloc(a->alloc, a->rows, bytes ? bytes : 1);
+        if (p) {
+            a->rows = p;
+            a->rows_cap = keep;
+        }
+    }
     return auto_compact(a);
 }
 
