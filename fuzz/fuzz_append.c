@@ -1,7 +1,9 @@
 /* Fuzz target: the appender (spec 7.4-7.7, 14.3) and crash recovery.
  * The input chooses a cache shape, codebook (or none), codecs, window and
  * sinks, then up to 5 appends + commits of input-derived rows and tokens
- * into a file on tmpfs (no fsync). After every commit the whole archive is
+ * into a file on tmpfs (no fsync), with the appender's queue at its
+ * default or at its smallest (the appends then write ahead of the commit).
+ * After every commit the whole archive is
  * read back and kept as that commit's snapshot (restored rows in the
  * descriptor's dtype + token ids); it must hold the appended rows exactly
  * at exact positions and the RVQ decoding of their greedy/beam codes at
@@ -180,13 +182,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fkvf_append_options ao;
     fkvf_append_options_init(&ao);
     ao.sync = FKVF_SYNC_NONE;
-    ao.beam_width = fz_u8(&f) % 3;
+    uint8_t beam_byte = fz_u8(&f);
+    ao.beam_width = beam_byte % 3;
     ao.block_size = 64u * (1u + fz_u8(&f) % 4u);
     ao.no_auto_compact = 1; /* the properties are about the chain of commits */
     unlink(path);
     fkvf_appender *a = NULL;
     int rc = fkvf_appender_create(&a, path, &c, &ao, NULL);
     FZ_CHECK(rc == FKVF_OK);
+    /* the top bit of the beam's byte: the smallest queue, so that appends
+     * write index segments and sink rows before their commit (fkvf.h
+     * fkvf_appender_append); the properties below are the same */
+    FZ_CHECK(fkvf_appender_set_queue_bytes(a, beam_byte >> 7 ? 1 : 0) == FKVF_OK);
 
     size_t row_elems = (size_t)d.n_layers * d.n_kv_heads * (d.key_dim + d.value_dim);
     size_t rb = row_elems * dsize(d.dtype);

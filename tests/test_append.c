@@ -930,6 +930,384 @@ START_TEST(fault_kill_sync_commit)
 }
 END_TEST
 
+/* ---- a commit written in pieces (fkvf.h fkvf_appender_append): with the
+ * queue's bound made small (fkvf_appender_set_queue_bytes), appends write
+ * the positions whose place is decided before the commit; what the file
+ * restores to must not change, nor must a failure or a crash before the
+ * commit leave anything of it. Archive shape as above (S = 3, W = 5, k =
+ * 16: 4-bit index symbols, unit 32). ---- */
+
+typedef struct spill_plan {
+    int pre_rope, ngon, with_cb;
+    size_t queue;          /* fkvf_appender_set_queue_bytes; 0: the default */
+    size_t piece;          /* positions per fkvf_appender_append; 0: the whole commit */
+    const size_t *commits; /* positions per commit */
+    size_t n_commits;
+    int reopen; /* a new appender for every commit */
+} spill_plan;
+
+/* A new archive at path grown as the plan says; the token ids in tokens. */
+static uint64_t spill_build(const char *path, const fkvf_rvq *q, const spill_plan *p,
+                            uint32_t *tokens)
+{
+    fkvf_desc d = test_desc(p->pre_rope);
+    fkvf_append_create c;
+    memset(&c, 0, sizeof c);
+    c.desc = &d;
+    c.codebook = p->with_cb ? q : NULL;
+    if (p->ngon) {
+        c.index_codec.profile = FKVF_PROFILE_NGON;
+        c.index_codec.alphabet = 16;
+    }
+    c.token_codec.profile = FKVF_PROFILE_QUAD;
+    c.token_codec.symbol_bits = 10;
+    fkvf_append_options o;
+    fault_opts(&o, FKVF_SYNC_NONE);
+    unlink(path);
+    fkvf_appender *a = NULL;
+    int rc = fkvf_appender_create(&a, path, &c, &o, NULL);
+    ck_assert_msg(rc == FKVF_OK, "create: %s", fkvf_appender_message(a));
+    uint64_t n = 0;
+    for (size_t i = 0; i < p->n_commits; i++) {
+        if (p->reopen && i) {
+            fkvf_appender_free(a);
+            a = NULL;
+            ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+        }
+        ck_assert_int_eq(fkvf_appender_set_queue_bytes(a, p->queue), FKVF_OK);
+        size_t m = p->commits[i], step = p->piece ? p->piece : m;
+        for (size_t j = 0; j < m; j += step)
+            append_n(a, n + j, m - j < step ? m - j : step, tokens, 1);
+        n += m;
+        rc = fkvf_appender_commit(a);
+        ck_assert_msg(rc == FKVF_OK, "commit %zu: %s", i, fkvf_appender_message(a));
+    }
+    fkvf_appender_free(a);
+    return n;
+}
+
+/* STRM sections of the index group, and EXAC sections, of commit seq. */
+static void commit_sections(const char *path, uint64_t seq, int *n_index, int *n_exact)
+{
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL), FKVF_OK);
+    fkvf_archive_info ai;
+    ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);
+    *n_index = *n_exact = 0;
+    for (size_t i = 0; i < ai.n_sections; i++) {
+        fkvf_section_info si;
+        ck_assert_int_eq(fkvf_reader_section(r, i, &si), FKVF_OK);
+        if (si.commit_seq != seq)
+            continue;
+        *n_index += si.type == FKVF_SECTION_STRM && si.key == 0; /* the index group */
+        *n_exact += si.type == FKVF_SECTION_EXAC;
+    }
+    fkvf_reader_free(r);
+}
+
+/* One variant: the reference (the default queue, one call per commit: no
+ * spill), the same commits with a small queue in one call per commit and
+ * in calls of 13 positions, and with another small queue. */
+static void spill_variant(int pre_rope, int ngon, int with_cb, int reopen)
+{
+    make_dir();
+    char ref[128], one[128], pieces[128], other[128];
+    path_in(ref, sizeof ref, "ref.fkvf");
+    path_in(one, sizeof one, "one.fkvf");
+    path_in(pieces, sizeof pieces, "pieces.fkvf");
+    path_in(other, sizeof other, "other.fkvf");
+    fkvf_rvq *q = with_cb ? train_codebook(pre_rope) : NULL;
+    static const size_t commits[] = {150, 7, 300, 1, 64};
+    spill_plan p = {pre_rope, ngon, with_cb, 0, 0, commits, 5, reopen};
+    uint32_t tokens[1024];
+    uint64_t n = spill_build(ref, q, &p, tokens);
+    p.queue = 1; /* one alignment unit of rows */
+    ck_assert_uint_eq(spill_build(one, q, &p, tokens), n);
+    p.piece = 13;
+    ck_assert_uint_eq(spill_build(pieces, q, &p, tokens), n);
+    p.piece = 0;
+    p.queue = 41 * ROW_BYTES;
+    ck_assert_uint_eq(spill_build(other, q, &p, tokens), n);
+    /* every position as the codebook gives it, independently of the code */
+    check_file(one, q, pre_rope, n, archived_after(n, with_cb), tokens);
+    check_file(other, q, pre_rope, n, archived_after(n, with_cb), tokens);
+    /* the same as the reference, and the same bytes however the rows of a
+     * commit were split between calls */
+    snap a, b, c;
+    snap_file(ref, FKVF_OPEN_STRICT, &a);
+    snap_file(one, FKVF_OPEN_STRICT, &b);
+    snap_file(other, FKVF_OPEN_STRICT, &c);
+    EXPECT(snap_same(&a, &b) && snap_same(&a, &c));
+    snap_free(&a);
+    snap_free(&b);
+    snap_free(&c);
+    size_t s1, s2;
+    uint8_t *f1 = tu_slurp(one, &s1), *f2 = tu_slurp(pieces, &s2);
+    EXPECT(s1 == s2 && memcmp(f1, f2, s1) == 0);
+    free(f1);
+    free(f2);
+    /* the 300-position commit (commit 4) was written in pieces with the
+     * small queue, in one index segment (one EXAC section without a
+     * codebook) with the default one */
+    int ri, rx, si, sx;
+    commit_sections(ref, 4, &ri, &rx);
+    commit_sections(one, 4, &si, &sx);
+    if (with_cb) {
+        EXPECTF(ri == 1 && si > 3, "index segments of commit 4: %d and %d", ri, si);
+    } else {
+        EXPECTF(ri == 0 && si == 0 && rx == 1 && sx > 3, "EXAC sections of commit 4: %d and %d",
+                rx, sx);
+    }
+    fkvf_rvq_free(q);
+    unlink(ref);
+    unlink(one);
+    unlink(pieces);
+    unlink(other);
+    rmdir(tmpdir);
+}
+
+START_TEST(append_spill_same_rows)
+{
+    spill_variant(0, 0, 1, 0);
+    spill_variant(1, 0, 1, 1); /* keys before RoPE, reopened after every commit */
+    spill_variant(0, 1, 1, 0); /* ngon */
+    spill_variant(0, 0, 0, 1); /* no codebook: every position exact */
+}
+END_TEST
+
+/* A file of 30 committed positions (A = 22: a partial unit) at path, its
+ * bytes in *base (n0), its contents in *prev. */
+static uint8_t *spill_base(const char *path, const fkvf_rvq *q, size_t *n0, snap *prev)
+{
+    static const size_t batches[] = {4, 7, 19};
+    build(path, q, FKVF_SYNC_COMMIT, batches, 3);
+    uint8_t *base = tu_slurp(path, n0);
+    snap_file(path, FKVF_OPEN_STRICT, prev);
+    ck_assert_uint_eq(prev->n, 30);
+    return base;
+}
+
+/* 150 positions after the 30, in calls of 50, with a queue of one unit:
+ * the appends write index segments (and the commit the rest). The first
+ * failing call's code into *rc_out (FKVF_OK: none), the call in *at (0..2
+ * the appends, 3 the commit). */
+static void spill_run(fkvf_appender *a, int *rc_out, int *at)
+{
+    *rc_out = FKVF_OK;
+    *at = -1;
+    ck_assert_int_eq(fkvf_appender_set_queue_bytes(a, 1), FKVF_OK);
+    for (int i = 0; i < 4; i++) {
+        int rc = i < 3 ? append_range(a, 30 + 50 * (uint64_t)i, 50) : fkvf_appender_commit(a);
+        if (rc != FKVF_OK) {
+            *rc_out = rc;
+            *at = i;
+            return;
+        }
+    }
+}
+
+/* Every write and sync of a commit written in pieces fails in turn (an
+ * error, or a short write after which every write fails): the failing call
+ * (an append or the commit) says so, the handle is done, the file is the
+ * previous commit again, byte for byte, and continues. With a codebook the
+ * appends write index segments; without one, EXAC sections. */
+static void spill_io_faults(int with_cb)
+{
+    make_dir();
+    char path[128], base_path[128];
+    path_in(path, sizeof path, "a.fkvf");
+    path_in(base_path, sizeof base_path, "base.fkvf");
+    fkvf_rvq *q = with_cb ? train_codebook(0) : NULL;
+    size_t n0;
+    snap prev;
+    uint8_t *base = spill_base(base_path, q, &n0, &prev);
+
+    fault_io f;
+    memset(&f, 0, sizeof f);
+    fkvf_io io = {fio_write, fio_sync, &f};
+    fkvf_append_options o;
+    fault_opts(&o, FKVF_SYNC_COMMIT);
+    o.io = &io;
+    /* the reference: the writes of the appends, then of the commit */
+    tu_write_file(path, base, n0);
+    fkvf_appender *a = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+    f.armed = 1;
+    int rc, at, cum[4]; /* writes made by the end of each call */
+    ck_assert_int_eq(fkvf_appender_set_queue_bytes(a, 1), FKVF_OK);
+    for (int i = 0; i < 4; i++) {
+        rc = i < 3 ? append_range(a, 30 + 50 * (uint64_t)i, 50) : fkvf_appender_commit(a);
+        ck_assert_int_eq(rc, FKVF_OK);
+        cum[i] = f.writes;
+    }
+    fkvf_appender_free(a);
+    const int n_writes = f.writes, n_syncs = f.syncs, writes_appends = cum[2];
+    /* every call wrote: the appends before the commit */
+    ck_assert(cum[0] > 0 && cum[1] > cum[0] && cum[2] > cum[1] && cum[3] > cum[2]);
+    ck_assert_int_eq(n_syncs, 2);
+    size_t n1;
+    uint8_t *ref = tu_slurp(path, &n1);
+    snap last;
+    snap_file(path, FKVF_OPEN_STRICT, &last);
+    ck_assert_uint_eq(last.n, 180);
+    if (q)
+        snap_expect(&last, q);
+    int si, sx;
+    commit_sections(path, 5, &si, &sx);
+    ck_assert_int_gt(q ? si : sx, 2);
+
+    static const struct {
+        int err, short_first, sync;
+    } modes[] = {{EIO, 0, 0}, {ENOSPC, 0, 0}, {EIO, 1, 0}, {ENOSPC, 1, 0}, {EIO, 0, 1}};
+    int cases = 0, in_appends = 0;
+    for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++) {
+        int kmax = modes[mi].sync ? n_syncs : n_writes;
+        for (int k = 1; k <= kmax; k++) {
+            tu_write_file(path, base, n0);
+            memset(&f, 0, sizeof f);
+            f.err = modes[mi].err;
+            f.short_first = modes[mi].short_first;
+            if (modes[mi].sync)
+                f.fail_sync = k;
+            else
+                f.fail_write = k;
+            a = NULL;
+            ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+            f.armed = 1;
+            spill_run(a, &rc, &at);
+            EXPECTF(rc == FKVF_E_IO, "mode %zu, call %d: %s at call %d", mi, k,
+                    fkvf_error_name(rc), at);
+            /* the call that failed is the one that made the failing write */
+            int want_at = 3;
+            for (int i = 2; i >= 0 && !modes[mi].sync; i--)
+                want_at = k <= cum[i] ? i : want_at;
+            EXPECTF(at == want_at, "mode %zu, call %d failed in call %d, not %d", mi, k, at,
+                    want_at);
+            in_appends += at < 3;
+            EXPECTF(strstr(fkvf_appender_message(a), modes[mi].sync ? "sync" : "write"),
+                    "mode %zu, call %d: message '%s'", mi, k, fkvf_appender_message(a));
+            /* the handle is done */
+            EXPECT(append_range(a, 30, 1) == FKVF_E_IO);
+            EXPECT(fkvf_appender_commit(a) == FKVF_E_IO);
+            fkvf_appender_free(a);
+            /* nothing of the commit is left: the previous one, clean */
+            EXPECTF(file_len(path) == n0, "mode %zu, call %d: %llu bytes, want %zu", mi, k,
+                    (unsigned long long)file_len(path), n0);
+            snap s;
+            snap_file(path, FKVF_OPEN_STRICT, &s);
+            EXPECT(s.torn == 0 && snap_same(&s, &prev));
+            snap_free(&s);
+            /* and it continues: the same appends give the reference bytes */
+            fkvf_append_options o2;
+            fault_opts(&o2, FKVF_SYNC_COMMIT);
+            a = NULL;
+            ck_assert_int_eq(fkvf_appender_open(&a, path, &o2, NULL), FKVF_OK);
+            spill_run(a, &rc, &at);
+            EXPECT(rc == FKVF_OK);
+            fkvf_appender_free(a);
+            size_t m;
+            uint8_t *again = tu_slurp(path, &m);
+            EXPECTF(m == n1 && memcmp(again, ref, n1) == 0,
+                    "mode %zu, call %d: continued file differs", mi, k);
+            free(again);
+            cases++;
+        }
+    }
+    ck_assert_int_eq(cases, 4 * n_writes + n_syncs);
+    ck_assert_int_eq(in_appends, 4 * writes_appends); /* failures inside the appends seen */
+    free(base);
+    free(ref);
+    snap_free(&prev);
+    snap_free(&last);
+    fkvf_rvq_free(q);
+    unlink(path);
+    unlink(base_path);
+    rmdir(tmpdir);
+}
+
+START_TEST(fault_spill_io_every_call)
+{
+    spill_io_faults(1);
+    spill_io_faults(0);
+}
+END_TEST
+
+/* Queued positions written before a commit that never comes: freeing the
+ * appender cuts them off (the file is the previous commit, clean); a
+ * process killed before the commit leaves them as a torn tail, which
+ * readers ignore (serving the previous commit) and recovery cuts off. */
+START_TEST(spill_uncommitted)
+{
+    make_dir();
+    char path[128], base_path[128];
+    path_in(path, sizeof path, "a.fkvf");
+    path_in(base_path, sizeof base_path, "base.fkvf");
+    fkvf_rvq *q = train_codebook(0);
+    size_t n0;
+    snap prev;
+    uint8_t *base = spill_base(base_path, q, &n0, &prev);
+    fkvf_append_options o;
+    fault_opts(&o, FKVF_SYNC_NONE);
+
+    /* freed without a commit */
+    tu_write_file(path, base, n0);
+    fkvf_appender *a = NULL;
+    ck_assert_int_eq(fkvf_appender_open(&a, path, &o, NULL), FKVF_OK);
+    ck_assert_int_eq(fkvf_appender_set_queue_bytes(a, 1), FKVF_OK);
+    ck_assert_int_eq(append_range(a, 30, 150), FKVF_OK);
+    uint64_t grown = file_len(path);
+    fkvf_append_info st;
+    ck_assert_int_eq(fkvf_appender_info(a, &st), FKVF_OK);
+    fkvf_appender_free(a);
+    ck_assert_uint_gt(grown, n0); /* it did write */
+    EXPECT(st.pending == 150 && st.n_positions == 30 && st.file_size == n0);
+    EXPECT(file_len(path) == n0);
+    snap s;
+    snap_file(path, FKVF_OPEN_STRICT, &s);
+    EXPECT(snap_same(&s, &prev));
+    snap_free(&s);
+
+    /* killed before the commit */
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        a = NULL;
+        if (fkvf_appender_open(&a, path, &o, NULL) != FKVF_OK ||
+            fkvf_appender_set_queue_bytes(a, 1) != FKVF_OK || append_range(a, 30, 150) != FKVF_OK)
+            _exit(3);
+        kill(getpid(), SIGKILL);
+        _exit(4);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    ck_assert_uint_gt(file_len(path), n0);
+    snap_file(path, 0, &s);
+    EXPECT(s.torn == file_len(path) - n0 && s.committed == n0 && snap_same(&s, &prev));
+    snap_free(&s);
+    fkvf_reader *r = NULL;
+    EXPECT(fkvf_reader_open_file(&r, path, FKVF_OPEN_STRICT, NULL) == FKVF_E_TORN);
+    fkvf_reader_free(r);
+    fkvf_recover_options ro;
+    fkvf_recover_options_init(&ro);
+    fkvf_recover_result res;
+    fkvf_archive_op *op = NULL;
+    EXPECT(fkvf_archive_recover(&op, path, &ro, &res) == FKVF_OK);
+    fkvf_archive_op_free(op);
+    EXPECT(file_len(path) == n0);
+    snap_file(path, FKVF_OPEN_STRICT, &s);
+    EXPECT(snap_same(&s, &prev));
+    snap_free(&s);
+    free(base);
+    snap_free(&prev);
+    fkvf_rvq_free(q);
+    unlink(path);
+    unlink(base_path);
+    rmdir(tmpdir);
+}
+END_TEST
+
 /* (d) The k-th allocation fails, for every k. */
 static int tmp_files_in(const char *dir)
 {
@@ -1324,12 +1702,15 @@ static Suite *suite(void)
     tcase_add_test(t, append_batches_reopen);
     tcase_add_test(t, append_batches_ngon);
     tcase_add_test(t, append_without_codebook_all_exact);
+    tcase_add_test(t, append_spill_same_rows);
     tcase_add_test(t, archive_recover);
     suite_add_tcase(s, t);
     TCase *f = tcase_create("faults");
     tcase_set_timeout(f, 300);
     tcase_add_test(f, fault_torn_every_cut);
     tcase_add_test(f, fault_io_every_call);
+    tcase_add_test(f, fault_spill_io_every_call);
+    tcase_add_test(f, spill_uncommitted);
     tcase_add_test(f, fault_sync_now_fails);
     tcase_add_test(f, fault_token_out_of_range);
     tcase_add_test(f, fault_kill_sync_none);

@@ -137,7 +137,9 @@
  *  fkvf_append_options_init      | n/a pure
  *  fkvf_appender_create          | io (appender, system calls); alloc: test_append (d)
  *  fkvf_appender_open            | io (appender); alloc: test_append (d)
- *  fkvf_appender_append          | alloc: test_append (d); no I/O, asserted (appender)
+ *  fkvf_appender_append          | alloc: test_append (d); no I/O, asserted (appender);
+ *                                |   alloc + io when it writes (appender_spill: --wrap)
+ *  fkvf_appender_set_queue_bytes | n/a asserted (appender_spill)
  *  fkvf_appender_commit          | io (appender); fkvf_io and alloc: test_append (b), (d)
  *  fkvf_appender_sync            | io (appender); test_append fault_sync_now_fails
  *  fkvf_appender_info            | n/a (no allocation, no I/O)
@@ -2044,11 +2046,22 @@ typedef struct pctx {
     char path[128];
     fkvf_appender *a;
     uint64_t committed; /* positions of the last successful commit */
+    int spill;          /* 16-bit index symbols (unit 8) and the smallest queue: the
+                         * appends write what is decided before the commit */
 } pctx;
 
 static const char *const ap_names[] = {"appender_create", "appender_append", "appender_commit",
                                        "appender_open",   "appender_append", "appender_commit",
                                        "appender_sync"};
+
+/* appender_spill: the steps of ap_names with the queue set after the
+ * create and the open (-1) */
+static const char *const aps_names[] = {"appender_create",    "appender_set_queue",
+                                        "appender_append",    "appender_commit",
+                                        "appender_open",      "appender_set_queue",
+                                        "appender_append",    "appender_commit",
+                                        "appender_sync"};
+static const int aps_step[] = {0, -1, 1, 2, 3, -1, 4, 5, 6};
 
 static const char *ap_message(void *ctx)
 {
@@ -2074,6 +2087,11 @@ static int ap_step(void *ctx, size_t i)
      * leaves the commit standing, FKVF_OK) are test_append_compact's */
     o.no_auto_compact = 1;
     int rc;
+    if (c->spill) {
+        if (aps_step[i] < 0)
+            return fkvf_appender_set_queue_bytes(c->a, 1);
+        i = (size_t)aps_step[i];
+    }
     switch (i) {
     case 0: {
         fkvf_desc d = fx_desc();
@@ -2082,6 +2100,10 @@ static int ap_step(void *ctx, size_t i)
         cr.desc = &d;
         cr.codebook = fx->q;
         cr.token_codec = tok_spec();
+        if (c->spill) {
+            cr.index_codec = idx_spec();
+            cr.index_codec.symbol_bits = 16;
+        }
         fkvf_appender_free(c->a);
         c->a = NULL;
         return fkvf_appender_create(&c->a, c->path, &cr, &o, NULL);
@@ -2120,8 +2142,11 @@ static void ap_check_file(const pctx *c)
     fkvf_archive_info ai;
     EXPECTF(rc == FKVF_OK && fkvf_reader_info(r, &ai) == FKVF_OK &&
                 ai.n_positions == c->committed,
-            "appender: the file does not open strict at %llu positions: %s",
-            (unsigned long long)c->committed, r ? fkvf_reader_message(r) : fkvf_strerror(rc));
+            "appender: the file does not open strict at %llu positions: %s (%s; %s failed in "
+            "step %d, I/O call %ld, allocation %ld)",
+            (unsigned long long)c->committed, r ? fkvf_reader_message(r) : "",
+            fkvf_error_name(rc), g.fail_call ? g.fail_call : "nothing", g.fail_step,
+            g.io_fail_at, g.fail_at);
     if (rc == FKVF_OK && c->committed) {
         /* the recent window is exact: the rows appended */
         const void *row;
@@ -2547,6 +2572,37 @@ START_TEST(inject_appender_io)
     remove_dir();
 }
 END_TEST
+
+/* The same with commits written in pieces (fkvf_appender_append writes
+ * index segments and sink rows before the commit), under the I/O loops and
+ * the allocation loop: a failure anywhere, in an append too, leaves the
+ * file at the previous commit, opening strict (nothing half-committed:
+ * ap_after_fail), and the handle done, or (memory for the call's first
+ * rows) nothing queued. The allocation loop found two bugs: a spill that
+ * failed before writing left the call's rows queued in a usable handle
+ * (retried, they were queued twice), and the codes kept for the next
+ * commit were allocated after the trailer (a durable commit reported as
+ * FKVF_E_NOMEM). */
+START_TEST(inject_appender_spill_io)
+{
+    fx_build();
+    make_dir();
+    static pctx c;
+    memset(&c, 0, sizeof c);
+    c.spill = 1;
+    path_in(c.path, sizeof c.path, "p.fkvf");
+    scen s;
+    SCEN(s, "appender_spill", aps_names, "B-BBB-BBI", &c, ap);
+    s.syscalls = 1;
+    s.after_fail = ap_after_fail;
+    s.quiet_io_step = "appender_create";
+    loop(&s, MODE_IO_EIO);
+    loop(&s, MODE_IO_ENOSPC);
+    loop(&s, MODE_IO_SHORT);
+    loop(&s, MODE_ALLOC);
+    remove_dir();
+}
+END_TEST
 #endif
 
 START_TEST(inject_rvq)
@@ -2910,6 +2966,7 @@ static Suite *suite(void)
     tcase_add_test(t, inject_recover);
 #ifdef FKVF_INJECT_WRAP
     tcase_add_test(t, inject_appender_io);
+    tcase_add_test(t, inject_appender_spill_io);
 #endif
     tcase_add_test(t, inject_rvq);
 #ifdef FKVF_VALIDATE_STRICT

@@ -38,7 +38,10 @@ static const char *append_help =
     "the new positions that stay in the recent window, the RVQ indices of the\n"
     "positions that leave it (encoded with the archive's codebook) and the\n"
     "token ids. The cache must match the archive's descriptor (layers, heads,\n"
-    "dims, dtype). A crash never loses an earlier commit.\n"
+    "dims, dtype). A crash never loses an earlier commit. Memory does not grow\n"
+    "with the cache or the commit: the rows are read 16 MiB at a time, and a\n"
+    "large commit is written while its positions are queued, its trailer last\n"
+    "(docs/appending.md).\n"
     "\n"
     "Positions: a cache's position p is sequence position p, so an append\n"
     "continues the archive at the cache position equal to the archive's count N:\n"
@@ -297,7 +300,8 @@ typedef struct append_state {
     fkvf_reader *cb;  /* codebook file */
     fkvf_rvq *q;      /* --create: the quantizer to embed */
     fkvf_appender *a;
-    uint8_t *rows;
+    uint8_t *rows;  /* --create --train: every row appended (the training set), else NULL */
+    uint8_t *chunk; /* else: the rows of one fkvf_appender_append, read from the cache */
     uint32_t *tok;
     uint32_t k_trained; /* --create --train: the k of the codebook trained */
     uint64_t n_trained; /* and the positions it was trained on */
@@ -311,6 +315,7 @@ static void append_free(append_state *s)
     fkvf_reader_free(s->cb);
     fkvf_rvq_free(s->q);
     free(s->rows);
+    free(s->chunk);
     free(s->tok);
 }
 
@@ -842,24 +847,30 @@ static int append_check_alignment(append_run *u)
     return CLI_OK;
 }
 
-/* The rows (and token ids) of the positions appended, in the archive's row
- * layout. */
+/* rows read from the cache and handed to the appender at a time: the
+ * appender queues them (its own bound, fkvf.h) and writes what is decided
+ * as it goes, so memory does not grow with the cache */
+#define APPEND_CHUNK_BYTES ((size_t)16 << 20)
+
+/* The token ids of the positions appended; with --create --train every row
+ * (the codebook is trained on them), in the archive's row layout. Without
+ * it the rows are read a chunk at a time while appending (append_rows). */
 static int append_gather(append_run *u)
 {
     const append_opts *o = u->o;
     append_state *s = u->s;
     const kvio_cache *c = &s->c;
     u->rb = cli_cache_row_bytes(c);
-    s->rows = malloc(u->rb * (u->n ? u->n : 1));
     s->tok = malloc(sizeof *s->tok * (u->n ? u->n : 1));
-    if (!s->rows || !s->tok)
+    if (!s->tok)
         return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->cache, "out of memory");
-    int ex = cli_cache_rows(c, u->p0, u->p1, s->rows);
-    if (ex != CLI_OK)
-        return ex;
     for (uint32_t t = 0; u->use_tok && t < u->n; t++)
         s->tok[t] = (uint32_t)c->tokens[u->p0 + t];
-    return CLI_OK;
+    if (!(o->create && o->train))
+        return CLI_OK;
+    if (u->n && (u->rb > SIZE_MAX / u->n || !(s->rows = malloc(u->rb * u->n))))
+        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->cache, "out of memory");
+    return u->n ? cli_cache_rows(c, u->p0, u->p1, s->rows) : CLI_OK;
 }
 
 /* The appender: a new archive (--create), or the archive opened and locked,
@@ -887,6 +898,9 @@ static int append_open(append_run *u)
         rc = fkvf_appender_open(&s->a, o->archive, &ao, NULL);
         if (rc != FKVF_OK)
             return cli_fail_appender(rc, s->a, o->archive, "");
+        /* borrowed during open only: its mapping goes now */
+        fkvf_reader_free(s->cb);
+        s->cb = NULL;
     }
     fkvf_appender_info(s->a, &u->as);
     u->recovered = u->as.recovered_bytes;
@@ -906,6 +920,37 @@ static int append_open(append_run *u)
     return CLI_OK;
 }
 
+/* The positions [i, i + m) of the run (cache positions p0 + i ..) queued
+ * in the appender a chunk (APPEND_CHUNK_BYTES) at a time, the progress bar
+ * moved on; *ex set when the failure was the cache's (its line printed),
+ * else the appender's rc. */
+static int append_rows(append_run *u, uint64_t i, uint64_t m, cli_progress *b, int *ex)
+{
+    append_state *s = u->s;
+    uint64_t chunk = u->rb ? APPEND_CHUNK_BYTES / u->rb : m;
+    if (chunk == 0)
+        chunk = 1;
+    if (!s->rows && !s->chunk && m &&
+        !(s->chunk = malloc((size_t)(u->n < chunk ? u->n : chunk) * u->rb + 1))) {
+        *ex = cli_fail(CLI_USAGE, FKVF_E_NOMEM, u->o->cache, "out of memory");
+        return FKVF_E_NOMEM;
+    }
+    for (uint64_t j = 0; j < m; j += chunk) {
+        uint64_t k = m - j < chunk ? m - j : chunk, at = i + j;
+        const uint8_t *rows = s->rows ? s->rows + (size_t)at * u->rb : s->chunk;
+        if (!s->rows && (*ex = cli_cache_rows(&s->c, (uint32_t)(u->p0 + at),
+                                              (uint32_t)(u->p0 + at + k), s->chunk)) != CLI_OK)
+            return FKVF_E_IO;
+        int rc = fkvf_appender_append(s->a, rows, (size_t)k * u->rb, (size_t)k,
+                                      u->use_tok ? s->tok + at : NULL);
+        if (rc != FKVF_OK)
+            return rc;
+        if (j + k < m) /* the commit's last piece: once committed */
+            cli_progress_cb(b, at + k, u->n);
+    }
+    return FKVF_OK;
+}
+
 /* The commits: every --commit-every positions (one commit by default). */
 static int append_commit_all(append_run *u)
 {
@@ -918,8 +963,10 @@ static int append_commit_all(append_run *u)
     cli_progress_init(&b, "append", o->json);
     for (uint64_t i = 0; i < u->n; i += every) {
         uint64_t m = u->n - i < every ? u->n - i : every;
-        rc = fkvf_appender_append(s->a, s->rows + (size_t)i * u->rb, (size_t)m * u->rb, (size_t)m,
-                                  u->use_tok ? s->tok + i : NULL);
+        int ex = CLI_OK;
+        rc = append_rows(u, i, m, &b, &ex);
+        if (ex != CLI_OK)
+            return ex;
         if (rc == FKVF_OK)
             rc = fkvf_appender_commit(s->a);
         if (rc != FKVF_OK) {

@@ -1082,7 +1082,10 @@ FKVF_API int fkvf_writer_finish(fkvf_writer *w);
  * the recent window, the indices of positions that left it (quantized with
  * the archive's codebook, spec 13.6), a token-stream segment, a directory
  * and a trailer chained to the previous one. Its cost does not depend on the
- * archive's size. After a crash the file opens at the last complete commit.
+ * archive's size, and its memory not on its number of positions: the rows
+ * of a large commit are written as they are appended (fkvf_appender_append),
+ * the commit's directory and trailer last. After a crash the file opens at
+ * the last complete commit.
  *
  * Durability: with FKVF_SYNC_COMMIT (the default) a commit is durable when
  * fkvf_appender_commit returns (fdatasync before and after its trailer, spec
@@ -1169,14 +1172,45 @@ FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
 FKVF_API int fkvf_appender_open(fkvf_appender **out, const char *path,
                                 const fkvf_append_options *opts, const fkvf_allocator *alloc);
 /* Queue n_rows new positions: rows in the descriptor's dtype and the layout
- * of spec 14.2 (size = n_rows * row bytes); tokens: n_rows token ids when the
- * archive has a token stream, else NULL. Nothing is written before commit. */
+ * of spec 14.2 (size = n_rows * row bytes, copied: the caller's buffer is
+ * free again on return); tokens: n_rows token ids when the archive has a
+ * token stream, else NULL. They become part of the file at the next
+ * fkvf_appender_commit.
+ *
+ * Memory stays bounded whatever is queued: the appender holds the rows of
+ * the recent window and at most FKVF_APPEND_QUEUE_DEFAULT (64 MiB) of rows
+ * more (fkvf_appender_set_queue_bytes, second tier), plus 4 bytes per
+ * queued position for token ids. When the queue is full, the queued
+ * positions whose place is decided are written past the committed end as
+ * sections of the commit to come: the exact rows of new sinks (in an
+ * archive without a codebook, of every position), and the indices of the
+ * positions that leave the window whatever is appended next (index
+ * segments, spec 11.6); their rows are dropped. Those bytes belong to no
+ * commit until fkvf_appender_commit writes the directory and trailer after
+ * them: a reader meanwhile serves the last commit and reports them as a
+ * torn tail (spec 7.2), and a crash leaves them as one (fkvf_archive_recover
+ * cuts it off). The sections and index segments of a commit, and so its
+ * bytes, depend on the positions queued since the last commit and on the
+ * queue's bound only (not on how the rows were split between calls, nor
+ * on n_threads); a commit whose positions never filled the queue is
+ * written as before this bound existed (0.4.0: one index segment, one EXAC
+ * section per run of exact positions).
+ *
+ * Errors: FKVF_E_INVALID_ARG, FKVF_E_LIMIT (nothing queued; the handle stays
+ * usable); FKVF_E_NOMEM when the queue cannot grow for the call's first
+ * rows (nothing queued, usable); any other failure (a write, memory,
+ * encoding), like a failed commit: the file is cut back to the previous
+ * commit, so that it opens clean, and the handle fails (every later call
+ * returns the error; reopen to continue). */
 FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t size, size_t n_rows,
                                   const uint32_t *tokens);
-/* Write the queued positions as one commit. On any failure (I/O, memory, a
- * limit, ...) the file is cut back to the previous commit, so that it opens
- * clean, and the handle fails: every later call returns the error (reopen to
- * continue).
+/* Write the queued positions as one commit: what fkvf_appender_append has
+ * not written yet, then the directory and the trailer. On any failure (I/O,
+ * memory, a limit, ...) the file is cut back to the previous commit, so
+ * that it opens clean, and the handle fails: every later call returns the
+ * error (reopen to continue). (A failed encoding of positions of a commit
+ * that has written nothing yet, the file untouched, leaves the handle
+ * usable.)
  *
  * Automatic compaction (unless opts.no_auto_compact; docs/appending.md):
  * after the commit, when the file's committed bytes exceed compact_ratio x
@@ -1206,7 +1240,8 @@ FKVF_API int fkvf_appender_sync(fkvf_appender *a);
 typedef struct fkvf_append_info {
     uint64_t n_positions;   /* committed */
     uint64_t n_archived;    /* committed */
-    uint64_t pending;       /* queued, not committed */
+    uint64_t pending;       /* queued, not committed (written past the committed
+                             * end or not: fkvf_appender_append) */
     uint64_t commit_seq;    /* of the last commit */
     uint64_t file_size;     /* committed bytes */
     uint64_t recovered_bytes; /* torn bytes truncated at open (opts.recover) */
@@ -1226,7 +1261,9 @@ FKVF_API const char *fkvf_appender_message(const fkvf_appender *a);
  * allocation, no I/O. FKVF_OK, FKVF_E_INVALID_ARG (out NULL) or
  * FKVF_E_STATE (not an appender handle). One handle, one thread at a time. */
 FKVF_API int fkvf_appender_error(const fkvf_appender *a, fkvf_error_info *out);
-/* Close; queued positions that were not committed are dropped. NULL is fine. */
+/* Close; queued positions that were not committed are dropped, and the
+ * bytes the queue wrote past the last commit cut off (best effort: else a
+ * torn tail, which readers ignore). NULL is fine. */
 FKVF_API void fkvf_appender_free(fkvf_appender *a);
 
 /* ---- operations on a whole archive file: sections, compaction, recovery ---- */
@@ -1277,7 +1314,9 @@ FKVF_API int fkvf_archive_append_sections(fkvf_archive_op **out, const char *pat
  * embedded copy, or the same external reference), the metadata, the rows of
  * the exact positions (sinks and recent window, spec 14.3) only, the index
  * streams symbol for symbol with their codec, the token stream, and a new
- * search index (spec 20) for every stream that had one. Every position of
+ * search index (spec 20) for every stream that had one. It holds a piece at
+ * a time: EXAC sections of at most 8 MiB of rows, index segments of at most
+ * 32 MiB of codes (one section per run and one segment below that). Every position of
  * the result restores bit for bit as in the input; superseded exact rows,
  * stream cuts and the per-commit directories and trailers are dropped. A
  * torn tail of the input is ignored (only committed data is read). The
@@ -1965,6 +2004,23 @@ FKVF_API int fkvf_reader_set_row_cache(fkvf_reader *r, size_t bytes);
  * FKVF_E_INVALID_ARG for a NULL output. One thread at a time per reader. */
 FKVF_API int fkvf_reader_stream_segment(const fkvf_reader *r, size_t stream_index, size_t i,
                                         size_t *section, uint64_t *first, uint64_t *count);
+
+/* ---- appender: the queue ------------------------------------------------ */
+
+/* fkvf_appender_append keeps at most this many bytes of queued rows beyond
+ * the rows of the recent window before it writes the queued positions
+ * whose place is decided past the committed end (fkvf.h
+ * fkvf_appender_append): the default, 64 MiB. */
+#define FKVF_APPEND_QUEUE_DEFAULT ((size_t)64 << 20)
+/* Set that bound for the appender a: bytes of rows (0: the default); it is
+ * at least one alignment unit of the index streams (spec 11.6) in rows,
+ * whatever the value. Takes effect from the next fkvf_appender_append. A
+ * smaller bound means less memory and more, smaller sections per commit;
+ * the positions and what they restore to are the same for every bound.
+ * Tests set a small one to make a commit of a few positions write in
+ * pieces. FKVF_OK, or FKVF_E_STATE (not an appender, or a failed one: its
+ * error). No allocation, no I/O. One thread at a time per handle. */
+FKVF_API int fkvf_appender_set_queue_bytes(fkvf_appender *a, size_t bytes);
 
 /* ---- search: an index for a stream the reader cannot name ---------------- */
 

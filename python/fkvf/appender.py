@@ -367,7 +367,8 @@ class Appender:
         appender's layout), converted to the archive's dtype; or, with v left out, k a whole
         cache as fkvf.pack takes one (a per-layer list of (k, v) pairs, a DynamicCache, a
         (K, V) pair). tokens: one id per position, required exactly when the archive has a
-        token stream. Nothing is written before commit()."""
+        token stream. The positions become part of the file at commit() (libfkvf writes a
+        large queue ahead, past the committed end: a torn tail until then)."""
         if v is None:
             k, v = _cache.split_cache(k)
         with self._lock:

@@ -39,6 +39,7 @@ struct fkvf_appender {
     uint64_t S, W;
 
     fkvf_rvq *q; /* NULL: no codebook, every position stays exact */
+    uint8_t *cb_tables; /* the f16 tables q encodes with in place (it borrows them), or NULL */
     size_t cpp;  /* codes per position */
     fkvf_rope rope;
     int pre_rope;
@@ -57,11 +58,22 @@ struct fkvf_appender {
     uint64_t b0;
     /* codes of archived positions [A - itail_n, A) (the partial unit) */
     uint16_t *itail;
-    size_t itail_n;
+    size_t itail_n, itail_cap; /* positions of codes held, room for */
     /* token ids of positions [n - ttail_n, n + pending) */
     uint32_t *tok;
     size_t tok_n, tok_cap;
     uint64_t pending;
+
+    /* the open commit (fkvf.h fkvf_appender_append): once the buffer holds
+     * queue_limit rows, the queued positions whose place is decided are
+     * written past the committed end (spill); the commit writes the rest
+     * and its trailer */
+    size_t queue_bytes; /* fkvf_appender_set_queue_bytes (0: the default) */
+    uint64_t Aw;        /* archived positions whose indices are written: [A, Aw) in the
+                         * open commit; itail holds the codes of
+                         * [Aw / iu * iu, Aw) */
+    uint64_t xw;        /* queued positions [n, xw) whose exact rows are written */
+    int spilled;        /* the open commit has bytes past the committed end */
 
     /* automatic compaction (fkvf_appender_commit, docs/appending.md) */
     int fd;                        /* the locked file (owned by w) */
@@ -74,6 +86,8 @@ struct fkvf_appender {
 };
 
 #define FAIL(code, clause, ...) fkvf_fail(&a->diag, code, FKVF_NO_OFFSET, clause, __VA_ARGS__)
+
+static int rows_reserve(fkvf_appender *a, size_t extra);
 
 /* Record an error of the reader r (what: a prefix for the message) as the
  * appender's, keeping its offset and clause as fields (fkvf_appender_error);
@@ -133,8 +147,13 @@ FKVF_API void fkvf_appender_free(fkvf_appender *a)
     if (!FKVF_HANDLE_IS(a, FKVF_HANDLE_APPENDER))
         return;
     const fkvf_allocator *al = a->alloc;
+    /* the open commit's spilled sections belong to no commit: cut them off
+     * (best effort; a torn tail otherwise, which readers ignore) */
+    if (a->spilled)
+        (void)fkvf_writer_rollback(a->w);
     fkvf_writer_free(a->w); /* closes the file (and its lock) */
     fkvf_rvq_free(a->q);
+    fkvf_free(al, a->cb_tables); /* after q, which borrowed them */
     fkvf_free(al, a->rows);
     fkvf_free(al, a->itail);
     fkvf_free(al, a->cb_layers);
@@ -192,28 +211,6 @@ static int spec_from_stream(fkvf_reader *r, uint64_t id, fkvf_stream_spec *spec,
     return fkvf_reader_stream_find(r, id, &idx) == FKVF_OK && spec_from_index(r, idx, spec, len);
 }
 
-/* Room for `extra` more rows in the window buffer. */
-static int rows_reserve(fkvf_appender *a, size_t extra)
-{
-    size_t need;
-    if (!fkvf_addsz(a->rows_n, extra, &need))
-        return FAIL(FKVF_E_LIMIT, NULL, "too many queued positions");
-    if (need <= a->rows_cap)
-        return FKVF_OK;
-    size_t cap = a->rows_cap ? a->rows_cap : 16;
-    while (cap < need)
-        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    size_t bytes;
-    if (!fkvf_mulsz(cap, a->row_bytes, &bytes))
-        return FAIL(FKVF_E_LIMIT, NULL, "too many queued positions");
-    uint8_t *p = fkvf_realloc(a->alloc, a->rows, bytes ? bytes : 1);
-    if (!p)
-        return FAIL(FKVF_E_NOMEM, NULL, "no memory for %zu queued rows", need);
-    a->rows = p;
-    a->rows_cap = cap;
-    return FKVF_OK;
-}
-
 static int tok_reserve(fkvf_appender *a, size_t extra)
 {
     size_t need;
@@ -241,7 +238,8 @@ static int load_window(fkvf_appender *a, fkvf_reader *r, const fkvf_codebook_sha
 {
     int rc;
     /* the window: rows of exact positions [b0, n) */
-    a->b0 = a->n < a->S ? a->n : a->S + a->A;
+    /* without a codebook no row is needed again: every position stays exact */
+    a->b0 = !a->q || a->n < a->S ? a->n : a->S + a->A;
     size_t nw = (size_t)(a->n - a->b0);
     if ((rc = rows_reserve(a, nw)))
         return rc;
@@ -262,6 +260,7 @@ static int load_window(fkvf_appender *a, fkvf_reader *r, const fkvf_codebook_sha
         if (!fkvf_mulsz(a->itail_n, a->cpp, &cnt) ||
             !(a->itail = fkvf_malloc(a->alloc, cnt * sizeof *a->itail)))
             return FAIL(FKVF_E_NOMEM, NULL, "no memory");
+        a->itail_cap = a->itail_n;
         uint32_t tmp[64];
         for (size_t j = 0; j < a->cpp; j++) {
             uint64_t id = fkvf_index_stream_id_shape(cb, a->desc.n_kv_heads, j);
@@ -436,9 +435,24 @@ static int load_desc(fkvf_appender *a, fkvf_reader *r, fkvf_desc *d)
 static int load_quantizer(fkvf_appender *a, fkvf_reader *r, const fkvf_codebook_shape *cb,
                           uint32_t n_kv_heads, const void *contents, size_t csize)
 {
-    size_t to = (size_t)fkvf_codebook_tables_offset(cb);
-    int rc = fkvf_rvq_from_tables(&a->q, cb, n_kv_heads, (const uint8_t *)contents + to,
-                                  csize - to, a->alloc);
+    size_t to = (size_t)fkvf_codebook_tables_offset(cb), tsz = csize - to;
+    const uint8_t *tables = (const uint8_t *)contents + to;
+    int rc = FKVF_E_UNSUPPORTED;
+    if (cb->dtype == FKVF_DTYPE_F16) {
+        /* f16 tables encoded in place: the appender's one copy of them (the
+         * reader's mapping goes after the open), not binary32 tables of
+         * twice their size; the same indices (fkvf.h) */
+        if (!(a->cb_tables = fkvf_malloc(a->alloc, tsz ? tsz : 1)))
+            return FAIL(FKVF_E_NOMEM, NULL, "no memory for the codebook's tables");
+        memcpy(a->cb_tables, tables, tsz);
+        rc = fkvf_rvq_from_tables16_encode(&a->q, cb, n_kv_heads, a->cb_tables, tsz, a->alloc);
+        if (rc == FKVF_E_UNSUPPORTED) { /* this CPU or build: binary32 tables */
+            fkvf_free(a->alloc, a->cb_tables);
+            a->cb_tables = NULL;
+        }
+    }
+    if (rc == FKVF_E_UNSUPPORTED)
+        rc = fkvf_rvq_from_tables(&a->q, cb, n_kv_heads, tables, tsz, a->alloc);
     if (rc)
         return FAIL(rc, "13.2", "the archive's codebook cannot be loaded (%s)",
                     fkvf_strerror(rc));
@@ -539,6 +553,8 @@ static int load_state(fkvf_appender *a, fkvf_reader *r, fkvf_resume *st, uint32_
     a->n = ai.n_positions;
     a->A = ai.n_archived;
     a->seq = ai.n_commits;
+    a->Aw = a->A;
+    a->xw = a->n;
     int ext = 0;
     if ((rc = load_codebook(a, r, d.n_kv_heads, st, cb, &ext)))
         return rc;
@@ -830,6 +846,16 @@ static int maybe_compact(fkvf_appender *a)
     live = fkvf_add64(live, var, &live) ? live : UINT64_MAX;
     if (size < a->retry_at || (double)size <= a->ratio * (double)live)
         return FKVF_OK;
+    /* the queue's buffer back to the window's rows while the compaction
+     * holds its own pieces (best effort: a failed shrink keeps it) */
+    size_t keep = a->rows_n ? a->rows_n : 1, bytes;
+    if (a->rows_cap > keep && fkvf_mulsz(keep, a->row_bytes, &bytes)) {
+        uint8_t *p = fkvf_realloc(a->alloc, a->rows, bytes ? bytes : 1);
+        if (p) {
+            a->rows = p;
+            a->rows_cap = keep;
+        }
+    }
     return auto_compact(a);
 }
 
@@ -1065,12 +1091,220 @@ FKVF_API int fkvf_appender_create(fkvf_appender **out, const char *path,
     return rc;
 }
 
-FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t size, size_t n_rows,
-                                  const uint32_t *tokens)
+/* ---- the queue and the open commit (fkvf.h fkvf_appender_append) ---------- */
+
+/* codes of one index segment a spill writes at most (as fkvf pack) */
+#define APPEND_SEGMENT_BYTES ((size_t)32 << 20)
+/* rows of one EXAC section a spill writes at most */
+#define APPEND_EXACT_BYTES ((size_t)16 << 20)
+
+/* Rows the queue takes beyond those the appender keeps anyway (the recent
+ * window): queue_bytes of rows, at least one alignment unit of the index
+ * streams, so that a spill always makes room: the buffer is full at W + Q
+ * rows from b0 = S + Aw, so the positions that leave the window reach Aw +
+ * Q >= Aw + iu, and a spill leaves fewer than W + iu rows. */
+static uint64_t queue_rows(const fkvf_appender *a)
+{
+    size_t qb = a->queue_bytes ? a->queue_bytes : FKVF_APPEND_QUEUE_DEFAULT;
+    uint64_t n = a->row_bytes ? qb / a->row_bytes : qb;
+    return n < a->iu ? a->iu : n;
+}
+
+/* Rows the buffer holds at most before a spill: the window's (with a
+ * codebook: they may leave it later and are encoded then) and the queue's. */
+static uint64_t queue_limit(const fkvf_appender *a)
+{
+    uint64_t lim;
+    return fkvf_add64(a->q ? a->W : 0, queue_rows(a), &lim) ? lim : UINT64_MAX;
+}
+
+/* Room for `extra` more rows in the window buffer. */
+static int rows_reserve(fkvf_appender *a, size_t extra)
+{
+    size_t need;
+    if (!fkvf_addsz(a->rows_n, extra, &need))
+        return FAIL(FKVF_E_LIMIT, NULL, "too many queued positions");
+    if (need <= a->rows_cap)
+        return FKVF_OK;
+    size_t cap = a->rows_cap ? a->rows_cap : 16;
+    while (cap < need)
+        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    uint64_t lim = queue_limit(a); /* the buffer never grows past it */
+    if (cap > lim && need <= lim)
+        cap = (size_t)lim;
+    size_t bytes;
+    if (!fkvf_mulsz(cap, a->row_bytes, &bytes))
+        return FAIL(FKVF_E_LIMIT, NULL, "too many queued positions");
+    uint8_t *p = fkvf_realloc(a->alloc, a->rows, bytes ? bytes : 1);
+    if (!p)
+        return FAIL(FKVF_E_NOMEM, NULL, "no memory for %zu queued rows", need);
+    a->rows = p;
+    a->rows_cap = cap;
+    return FKVF_OK;
+}
+
+/* The open commit fails after its first byte may have been written: the
+ * file is cut back to the previous commit, so that it opens clean, and the
+ * handle fails (reopen to continue). rc and the message are a's already. */
+static int abandon(fkvf_appender *a, int rc)
+{
+    (void)fkvf_writer_rollback(a->w);
+    a->spilled = 0;
+    fkvf_handle_fail(&a->h, 0);
+    return rc;
+}
+
+static int commit_fail(fkvf_appender *a, int rc, const char *what)
+{
+    char pre[64];
+    snprintf(pre, sizeof pre, "%s: ", what);
+    fail_writer(a, rc, pre);
+    /* the commit is incomplete, whatever the error: sections already
+     * written (and recorded in the writer's directory and stream lengths)
+     * cannot be taken back in the writer, so cut them off the file so that
+     * it opens clean, and fail the handle (reopen to continue) */
+    return abandon(a, rc);
+}
+
+/* Exact rows of positions [p0, p1) (all in the buffer) as one EXAC section. */
+static int put_exact(fkvf_appender *a, uint64_t p0, uint64_t p1)
+{
+    if (p1 <= p0)
+        return FKVF_OK;
+    const uint8_t *src = a->rows + (size_t)(p0 - a->b0) * a->row_bytes;
+    return fkvf_writer_add_exact(a->w, p0, p1 - p0, src, (size_t)(p1 - p0) * a->row_bytes, 0);
+}
+
+/* The archived positions [Aw, upto) (stream symbols; their rows are in the
+ * buffer) encoded and written as one index segment from the unit boundary
+ * f = Aw / iu * iu: the codes of [f, Aw) (itail) again, then theirs (spec
+ * 11.6). *codes_out: the segment's codes, for the caller to free. On a
+ * failure the open commit is abandoned once it has bytes in the file; a
+ * failed encoding of a commit that wrote nothing leaves the handle usable. */
+static int put_index(fkvf_appender *a, uint64_t upto, uint16_t **codes_out)
+{
+    *codes_out = NULL;
+    const uint64_t S = a->S, f = a->Aw / a->iu * a->iu;
+    size_t cnt = (size_t)(upto - f), ncodes, bytes;
+    uint16_t *codes = NULL;
+    if (!fkvf_mulsz(cnt, a->cpp, &ncodes) || !fkvf_mulsz(ncodes, sizeof *codes, &bytes) ||
+        !(codes = fkvf_malloc(a->alloc, bytes ? bytes : 1))) {
+        int rc = FAIL(FKVF_E_NOMEM, NULL, "no memory for %zu codes", ncodes);
+        return a->spilled ? abandon(a, rc) : rc;
+    }
+    if (a->itail_n)
+        memcpy(codes, a->itail, a->itail_n * a->cpp * sizeof *codes);
+    fkvf_rows rr;
+    rr.data = a->rows + (size_t)(S + a->Aw - a->b0) * a->row_bytes;
+    rr.n_rows = (size_t)(upto - a->Aw);
+    rr.dtype = a->desc.dtype;
+    rr.first_position = S + a->Aw;
+    fkvf_rvq_set_threads(a->q, a->opts.n_threads);
+    int rc = fkvf_rvq_encode(a->q, &rr, a->pre_rope ? &a->rope : NULL, a->opts.beam_width,
+                             codes + a->itail_n * a->cpp, a->cpp, 1);
+    if (rc) {
+        fkvf_free(a->alloc, codes);
+        FAIL(rc, "13.6", "encoding positions %llu..%llu failed",
+             (unsigned long long)(S + a->Aw), (unsigned long long)(S + upto - 1));
+        return a->spilled ? abandon(a, rc) : rc;
+    }
+    a->spilled = 1; /* from the first byte the writer may write */
+    rc = fkvf_writer_add_index_segment(a->w, &a->ispec, f, cnt, codes, a->cpp, 1);
+    if (rc) {
+        fkvf_free(a->alloc, codes);
+        return commit_fail(a, rc, "index streams");
+    }
+    *codes_out = codes;
+    return FKVF_OK;
+}
+
+/* Archived positions in one index segment a spill writes: as many as
+ * APPEND_SEGMENT_BYTES of codes hold, a multiple of the alignment unit. */
+static uint64_t segment_rows(const fkvf_appender *a)
+{
+    uint64_t per = (uint64_t)(a->cpp ? a->cpp : 1) * sizeof(uint16_t);
+    uint64_t n = APPEND_SEGMENT_BYTES / per / a->iu * a->iu;
+    return n < a->iu ? a->iu : n;
+}
+
+/* Exact rows [p0, p1) in EXAC sections of at most APPEND_EXACT_BYTES. */
+static int spill_exact(fkvf_appender *a, uint64_t p0, uint64_t p1)
+{
+    uint64_t most = a->row_bytes ? APPEND_EXACT_BYTES / a->row_bytes : 1;
+    if (most == 0)
+        most = 1;
+    a->spilled = 1;
+    for (uint64_t p = p0; p < p1; p += most) {
+        int rc = put_exact(a, p, p1 - p < most ? p1 : p + most);
+        if (rc)
+            return commit_fail(a, rc, "exact rows");
+    }
+    a->xw = p1;
+    return FKVF_OK;
+}
+
+/* Write what is decided of the open commit past the committed end, then
+ * drop the rows no longer needed: the exact rows of new sinks (without a
+ * codebook, of every queued position), and the indices of the positions
+ * that leave the window whatever is appended next (at least W before the
+ * queue's end), up to a unit boundary, in segments of segment_rows. The
+ * commit writes the rest. Where it cuts depends only on the positions
+ * queued, the queue's size and the archive's shape. */
+static int spill(fkvf_appender *a)
+{
+    const uint64_t N = a->n + a->pending, S = a->S;
+    int rc;
+    uint64_t x1 = a->q && N > S ? S : N;
+    if (x1 > a->xw && (rc = spill_exact(a, a->xw, x1)))
+        return rc;
+    if (a->q && N > S + a->W) {
+        const uint64_t top = (N - S - a->W) / a->iu * a->iu, seg = segment_rows(a);
+        while (a->Aw < top) {
+            uint64_t f = a->Aw / a->iu * a->iu, e = top - f > seg ? f + seg : top;
+            uint16_t *codes;
+            if ((rc = put_index(a, e, &codes)))
+                return rc;
+            fkvf_free(a->alloc, codes);
+            a->Aw = e;
+            a->itail_n = 0; /* e is a unit boundary */
+        }
+    }
+    uint64_t b1 = !a->q || N <= S ? N : S + a->Aw;
+    size_t drop = (size_t)(b1 - a->b0);
+    a->rows_n -= drop;
+    if (a->rows_n && drop)
+        memmove(a->rows, a->rows + drop * a->row_bytes, a->rows_n * a->row_bytes);
+    a->b0 = b1;
+    return FKVF_OK;
+}
+
+FKVF_API int fkvf_appender_set_queue_bytes(fkvf_appender *a, size_t bytes)
 {
     int rc = a_enter(a);
     if (rc)
         return rc;
+    a->queue_bytes = bytes;
+    return FKVF_OK;
+}
+
+/* The rows and token ids [done, done + m) of an append call into the queue
+ * (room reserved). */
+static void enqueue(fkvf_appender *a, const uint8_t *rows, const uint32_t *tokens, size_t m)
+{
+    if (m)
+        memcpy(a->rows + a->rows_n * a->row_bytes, rows, m * a->row_bytes);
+    a->rows_n += m;
+    if (tokens && m) {
+        memcpy(a->tok + a->tok_n, tokens, m * sizeof *tokens);
+        a->tok_n += m;
+    }
+    a->pending += m;
+}
+
+/* The arguments of fkvf_appender_append: FKVF_OK, or the error recorded. */
+static int check_append(fkvf_appender *a, const void *rows, size_t size, size_t n_rows,
+                        const uint32_t *tokens)
+{
     if ((!rows && n_rows) || (tokens && !a->has_tokens))
         return FAIL(FKVF_E_INVALID_ARG, NULL, "%s",
                     tokens ? "the archive has no token stream; create it with a token codec"
@@ -1096,40 +1330,41 @@ FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t siz
     uint64_t total;
     if (!fkvf_add64(a->n + a->pending, n_rows, &total) || total > (UINT64_C(1) << 48))
         return FAIL(FKVF_E_LIMIT, "15", "too many positions");
-    if ((rc = rows_reserve(a, n_rows)) || (tokens && (rc = tok_reserve(a, n_rows))))
-        return rc;
-    if (want)
-        memcpy(a->rows + a->rows_n * a->row_bytes, rows, want);
-    a->rows_n += n_rows;
-    if (tokens && n_rows) {
-        memcpy(a->tok + a->tok_n, tokens, n_rows * sizeof *tokens);
-        a->tok_n += n_rows;
-    }
-    a->pending += n_rows;
     return FKVF_OK;
 }
 
-/* Exact rows of positions [p0, p1) (all in the buffer) as one EXAC section. */
-static int put_exact(fkvf_appender *a, uint64_t p0, uint64_t p1)
+FKVF_API int fkvf_appender_append(fkvf_appender *a, const void *rows, size_t size, size_t n_rows,
+                                  const uint32_t *tokens)
 {
-    if (p1 <= p0)
-        return FKVF_OK;
-    const uint8_t *src = a->rows + (size_t)(p0 - a->b0) * a->row_bytes;
-    return fkvf_writer_add_exact(a->w, p0, p1 - p0, src, (size_t)(p1 - p0) * a->row_bytes, 0);
-}
-
-static int commit_fail(fkvf_appender *a, int rc, const char *what)
-{
-    char pre[64];
-    snprintf(pre, sizeof pre, "%s: ", what);
-    fail_writer(a, rc, pre);
-    /* the commit is incomplete, whatever the error: sections already
-     * written (and recorded in the writer's directory and stream lengths)
-     * cannot be taken back in the writer, so cut them off the file so that
-     * it opens clean, and fail the handle (reopen to continue) */
-    (void)fkvf_writer_rollback(a->w);
-    fkvf_handle_fail(&a->h, 0);
-    return rc;
+    int rc = a_enter(a);
+    if (rc)
+        return rc;
+    if ((rc = check_append(a, rows, size, n_rows, tokens)))
+        return rc;
+    if (tokens && (rc = tok_reserve(a, n_rows)))
+        return rc;
+    /* a piece at a time: the buffer fills up to its limit, then what is
+     * decided is written (spill) */
+    const uint8_t *src = rows;
+    const uint64_t lim = queue_limit(a);
+    size_t done = 0;
+    while (done < n_rows) {
+        /* a failed spill fails the handle even when it wrote nothing: rows
+         * of this call (or of earlier ones) are queued, half an append */
+        if (a->rows_n >= lim && (rc = spill(a)))
+            return abandon(a, rc);
+        uint64_t room = lim > a->rows_n ? lim - a->rows_n : 0;
+        if (room == 0) /* a spill always makes room (queue_rows): never */
+            return abandon(a, FAIL(FKVF_E_STATE, NULL, "the queue cannot be written"));
+        size_t m = n_rows - done < room ? n_rows - done : (size_t)room;
+        if ((rc = rows_reserve(a, m))) /* queued rows of this call stay: the handle fails */
+            return done ? abandon(a, rc) : rc;
+        enqueue(a, src + done * a->row_bytes, tokens ? tokens + done : NULL, m);
+        done += m;
+    }
+    if (a->rows_n >= lim && (rc = spill(a)))
+        return abandon(a, rc);
+    return FKVF_OK;
 }
 
 FKVF_API int fkvf_appender_commit(fkvf_appender *a)
@@ -1144,40 +1379,14 @@ FKVF_API int fkvf_appender_commit(fkvf_appender *a)
     if (a->q && N > S + a->W && N - S - a->W > A2)
         A2 = N - S - a->W;
     uint16_t *codes = NULL;
-    size_t ncodes = 0;
-    /* 1. quantize positions that leave the window: [S + A, S + A2) */
-    if (A2 > a->A) {
-        uint64_t f = a->A / a->iu * a->iu;
-        size_t cnt = (size_t)(A2 - f), bytes;
-        if (!fkvf_mulsz(cnt, a->cpp, &ncodes) ||
-            !fkvf_mulsz(ncodes, sizeof *codes, &bytes) ||
-            !(codes = fkvf_malloc(a->alloc, bytes ? bytes : 1)))
-            return FAIL(FKVF_E_NOMEM, NULL, "no memory for %zu codes", ncodes);
-        if (a->itail_n)
-            memcpy(codes, a->itail, a->itail_n * a->cpp * sizeof *codes);
-        fkvf_rows rr;
-        rr.data = a->rows + (size_t)(S + a->A - a->b0) * a->row_bytes;
-        rr.n_rows = (size_t)(A2 - a->A);
-        rr.dtype = a->desc.dtype;
-        rr.first_position = S + a->A;
-        fkvf_rvq_set_threads(a->q, a->opts.n_threads);
-        rc = fkvf_rvq_encode(a->q, &rr, a->pre_rope ? &a->rope : NULL, a->opts.beam_width,
-                             codes + a->itail_n * a->cpp, a->cpp, 1);
-        if (rc) {
-            fkvf_free(a->alloc, codes);
-            return FAIL(rc, "13.6", "encoding positions %llu..%llu failed",
-                        (unsigned long long)(S + a->A), (unsigned long long)(S + A2 - 1));
-        }
-        rc = fkvf_writer_add_index_segment(a->w, &a->ispec, f, cnt, codes, a->cpp, 1);
-        if (rc) {
-            fkvf_free(a->alloc, codes);
-            return commit_fail(a, rc, "index streams");
-        }
-    }
-    /* 2. exact rows of the new positions that stay exact: sinks, then the
-     *    recent window */
-    uint64_t s_end = N < S ? N : S, r_start = S + A2 > a->n ? S + A2 : a->n;
-    if ((a->n < s_end && (rc = put_exact(a, a->n, s_end))) ||
+    /* 1. quantize positions that leave the window and were not spilled:
+     *    [S + Aw, S + A2) */
+    if (A2 > a->Aw && (rc = put_index(a, A2, &codes)))
+        return rc;
+    /* 2. exact rows of the new positions that stay exact and were not
+     *    spilled: sinks, then the recent window */
+    uint64_t s_end = N < S ? N : S, r_start = S + A2 > a->xw ? S + A2 : a->xw;
+    if ((a->xw < s_end && (rc = put_exact(a, a->xw, s_end))) ||
         (r_start < N && (rc = put_exact(a, r_start, N)))) {
         fkvf_free(a->alloc, codes);
         return commit_fail(a, rc, "exact rows");
@@ -1191,44 +1400,52 @@ FKVF_API int fkvf_appender_commit(fkvf_appender *a)
             return commit_fail(a, rc, "token stream");
         }
     }
+    /* room for the partial unit the next commit starts from, made before
+     * the trailer: once it is written nothing may fail (a failed commit
+     * leaves the previous one; it was a durable commit reported as
+     * FKVF_E_NOMEM) */
+    const uint64_t f2 = A2 / a->iu * a->iu;
+    const size_t keep = codes ? (size_t)(A2 - f2) : 0; /* codes: the index segment's */
+    if (keep > a->itail_cap) {
+        uint16_t *t = fkvf_realloc(a->alloc, a->itail, keep * a->cpp * sizeof *t);
+        if (!t) {
+            fkvf_free(a->alloc, codes);
+            return abandon(a, FAIL(FKVF_E_NOMEM, NULL, "no memory for the codes of %zu "
+                                   "positions", keep));
+        }
+        a->itail = t;
+        a->itail_cap = keep;
+    }
     /* 4. directory and trailer */
     if ((rc = fkvf_writer_set_positions(a->w, N, A2)) || (rc = fkvf_writer_commit(a->w))) {
         fkvf_free(a->alloc, codes);
         return commit_fail(a, rc, "commit");
     }
+    a->spilled = 0;
     /* committed: slide the state */
-    if (A2 > a->A) {
-        uint64_t f = a->A / a->iu * a->iu, f2 = A2 / a->iu * a->iu;
-        size_t keep = (size_t)(A2 - f2);
-        if (keep > a->itail_n) {
-            uint16_t *t = fkvf_realloc(a->alloc, a->itail, keep * a->cpp * sizeof *t);
-            if (!t) {
-                fkvf_free(a->alloc, codes);
-                fkvf_handle_fail(&a->h, 0); /* the file is fine; this handle cannot go on */
-                return FAIL(FKVF_E_NOMEM, NULL, "no memory after a commit (it is durable)");
-            }
-            a->itail = t;
-        }
+    if (codes) {
+        uint64_t f = a->Aw / a->iu * a->iu;
         if (keep)
             memcpy(a->itail, codes + (size_t)(f2 - f) * a->cpp, keep * a->cpp * sizeof *codes);
         a->itail_n = keep;
     }
     fkvf_free(a->alloc, codes);
-    uint64_t b1 = N < S ? N : S + A2;
+    uint64_t b1 = !a->q || N < S ? N : S + A2;
     size_t drop = (size_t)(b1 - a->b0);
     a->rows_n -= drop;
     if (a->rows_n)
         memmove(a->rows, a->rows + drop * a->row_bytes, a->rows_n * a->row_bytes);
     a->b0 = b1;
     if (a->has_tokens) {
-        uint64_t f = a->n / a->tu * a->tu, f2 = N / a->tu * a->tu;
-        size_t d = (size_t)(f2 - f);
+        uint64_t t0 = a->n / a->tu * a->tu, t1 = N / a->tu * a->tu;
+        size_t d = (size_t)(t1 - t0);
         a->tok_n -= d;
         if (a->tok_n)
             memmove(a->tok, a->tok + d, a->tok_n * sizeof *a->tok);
     }
     a->n = N;
-    a->A = A2;
+    a->A = a->Aw = A2;
+    a->xw = N;
     a->pending = 0;
     a->seq++;
     return maybe_compact(a);
