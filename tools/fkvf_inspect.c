@@ -657,6 +657,8 @@ static void verify_run(const verify_opts *o, verify_result *v)
         v->ec = cli_fail_reader(v->rc, v->r, o->path, "");
     else
         verify_codebook(o, v);
+    if (v->rc == FKVF_OK)
+        fkvf_reader_set_threads(v->r, cli_threads()); /* the result is the same for any */
     if (v->rc == FKVF_OK && (v->rc = fkvf_reader_verify(v->r)) != FKVF_OK)
         v->ec = cli_fail_reader(v->rc, v->r, o->path, "");
     if (*v->cb_note && v->rc == FKVF_OK)
