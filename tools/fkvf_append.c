@@ -1140,6 +1140,7 @@ int fkvf_cli_compact(int argc, char **argv)
     co.in_place = o.in_place;
     co.no_replace = !o.in_place && !o.force;
     co.codebook_file = cb;
+    co.n_threads = cli_threads(); /* the search indexes' rebuild */
     cli_progress b;
     cli_progress_init(&b, "copy  ", o.json);
     co.progress = cli_progress_cb;

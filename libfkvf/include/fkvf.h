@@ -1293,6 +1293,14 @@ typedef struct fkvf_compact_options {
     void (*progress)(void *opaque, uint64_t done, uint64_t total); /* NULL: none;
                           * called after each index stream copied */
     void *progress_opaque;
+    unsigned n_threads;  /* threads the search indexes are rebuilt on (the
+                          * threading model near the top of this header; 0 and
+                          * 1: the calling thread): the streams' indexes are
+                          * built a batch at a time, each on one thread with a
+                          * reader of src of its own (codebook_file attached
+                          * to each: see docs/library.md on sharing one), and
+                          * added in order. The file is byte-identical for
+                          * every count. (Added in 0.4.0.) */
 } fkvf_compact_options;
 
 /* Defaults: a new dst that may replace a file, synced, 0666 less the umask. */
