@@ -86,9 +86,9 @@ static void usage_main(FILE *f)
             "(docs/remote.md); --max-bytes N caps what one command transfers.\n"
             "\n"
             "Commands that encode, train, restore, verify or index (pack, unpack,\n"
-            "train, append, import-llama, export-llama, verify, index, compact) take\n"
-            "--threads N: N threads (default: every CPU this process may use, or\n"
-            "FKVF_THREADS); the output is byte-identical for every N.\n"
+            "train, append, import-llama, export-llama, verify, index, compact)\n"
+            "take --threads N: N threads (default: every CPU this process may use,\n"
+            "or FKVF_THREADS); the output is byte-identical for every N.\n"
             "\n"
             "Run '%s COMMAND --help' for a command's options.\n",
             prog);
