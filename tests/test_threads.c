@@ -11,7 +11,8 @@
  * fkvf_reader_restore, fkvf_reader_verify (OK files, and damaged ones
  * with faults in several pieces of one check: the code, offset and message
  * of the one-thread run, the first fault's, for every count: NaNs in a
- * codebook's centroids, out-of-order search index entries, checksums) and
+ * codebook's centroids, out-of-order search index entries, section and
+ * stream block checksums, padding bits of a large segment's streams) and
  * compaction's rebuild of the search indexes (fkvf_compact_options.
  * n_threads). And the parallel loops themselves: the error of the lowest
  * failing item whatever the schedule (fkvf_par_for; verify's rd_check_par,
@@ -668,7 +669,7 @@ START_TEST(check_par_lowest_error)
             atomic_init(&ran[i], 0);
         ck_assert_int_eq(fkvf_reader_set_threads(r, counts[t]), FKVF_OK);
         fkvf_diag_clear(&r->diag);
-        int rc = rd_check_par(r, 64, check_item, ran);
+        int rc = rd_check_par(r, 64, 64 * RD_PAR_BYTES, check_item, ran);
         fkvf_error_info e;
         ck_assert_int_eq(fkvf_reader_error(r, &e), FKVF_OK);
         int ok = rc == FKVF_E_CORRUPT && e.code == rc && e.offset == 9 &&
@@ -834,6 +835,143 @@ START_TEST(verify_archive_same_any_threads)
 }
 END_TEST
 
+/* An archive of one large index segment (A positions, 18 streams of
+ * 12-bit symbols, k = 2048: 432 KiB, so that its blocks, padding and
+ * symbols are checked in several pieces) and its embedded codebook,
+ * written by the writer; one commit. */
+enum { BIG_A = 16001 };
+static uint8_t *big_archive(const char *path, size_t *size)
+{
+    fkvf_codebook_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = L;
+    sh.n_heads = H;
+    sh.key_dim = sh.value_dim = D;
+    sh.k = 2048;
+    sh.k_stages = 2;
+    sh.v_stages = 1;
+    sh.dtype = FKVF_DTYPE_F16;
+    size_t ts = (size_t)(fkvf_codebook_size(&sh) - fkvf_codebook_tables_offset(&sh));
+    uint16_t *t = tu_xcalloc(ts / 2, 2);
+    tu_rng g = {7};
+    for (size_t i = 0; i < ts / 2; i++)
+        t[i] = (uint16_t)(0x3000 + tu_below(&g, 0x1000));
+    tu_le_u16(t, ts / 2);
+    const size_t ns = (size_t)L * H * 3;
+    uint16_t *codes = tu_xcalloc((size_t)BIG_A * ns, sizeof *codes);
+    for (size_t i = 0; i < (size_t)BIG_A * ns; i++)
+        codes[i] = (uint16_t)tu_below(&g, 2048);
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = L;
+    d.n_kv_heads = H;
+    d.key_dim = d.value_dim = D;
+    d.dtype = FKVF_DTYPE_F16;
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.sync = FKVF_SYNC_NONE;
+    fkvf_writer *w = NULL;
+    ck_assert_int_eq(fkvf_writer_create_file(&w, path, &o, NULL), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_set_desc(w, &d), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_add_codebooks(w, &sh, t, ts, 0), FKVF_OK);
+    fkvf_stream_spec sp = {FKVF_PROFILE_QUAD, 12, 0, 0, 0};
+    ck_assert_int_eq(fkvf_writer_add_index_segment(w, &sp, 0, BIG_A, codes, ns, 1), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_set_positions(w, BIG_A, BIG_A), FKVF_OK);
+    ck_assert_msg(fkvf_writer_finish(w) == FKVF_OK, "%s", fkvf_writer_message(w));
+    fkvf_writer_free(w);
+    free(t);
+    free(codes);
+    uint8_t *f = tu_slurp(path, size);
+    unlink(path);
+    return f;
+}
+
+/* The STRM section of one-commit file f: its directory entry, offset, and
+ * geometry (spec 11.3; quad). */
+typedef struct strm_loc {
+    uint64_t entry, off, size, data_off, stream_bytes, data_bytes, n_blocks;
+    uint32_t block_size, n_streams;
+} strm_loc;
+
+static strm_loc find_strm(const uint8_t *f, size_t n)
+{
+    strm_loc l;
+    memset(&l, 0, sizeof l);
+    uint64_t tr = n - 64, dir = fkvf_ld64(f + tr + 16);
+    for (uint32_t k = 0; k < fkvf_ld32(f + dir + 4) && !l.entry; k++)
+        if (fkvf_ld32(f + dir + 64 + 64 * (uint64_t)k) == FKVF_SECTION_STRM)
+            l.entry = dir + 64 + 64 * (uint64_t)k;
+    ck_assert_uint_ne(l.entry, 0);
+    l.off = fkvf_ld64(f + l.entry + 8);
+    l.size = fkvf_ld64(f + l.entry + 16);
+    const uint8_t *h = f + l.off;
+    uint64_t count = fkvf_ld64(h + 24);
+    l.block_size = fkvf_ld32(h + 36);
+    l.n_streams = fkvf_ld32(h + 48);
+    l.stream_bytes = (count * h[9] + 127) / 128 * 16;
+    l.data_bytes = l.n_streams * l.stream_bytes;
+    l.n_blocks = (l.data_bytes + l.block_size - 1) / l.block_size;
+    l.data_off = (64 + 8 * l.n_blocks + 63) / 64 * 64;
+    ck_assert_uint_eq(l.data_off + l.data_bytes, l.size);
+    return l;
+}
+
+/* The byte at data offset at of the STRM section xored with x; its block's
+ * checksum computed again when reblock; the section's, the directory's
+ * and the trailer's always (one commit). */
+static void strm_poke(uint8_t *f, size_t n, const strm_loc *l, uint64_t at, uint8_t x, int reblock)
+{
+    uint64_t start = l->off + l->data_off;
+    f[start + at] ^= x;
+    if (reblock) {
+        uint64_t b = at / l->block_size, from = b * l->block_size;
+        uint64_t len = l->data_bytes - from < l->block_size ? l->data_bytes - from : l->block_size;
+        fkvf_st64(f + l->off + 64 + 8 * b, fkvf_xxh3_64(f + start + from, (size_t)len, start + from));
+    }
+    fkvf_st64(f + l->entry + 40, fkvf_xxh3_64(f + l->off, (size_t)l->size, l->off));
+    uint64_t tr = n - 64, dir = fkvf_ld64(f + tr + 16), dsz = fkvf_ld64(f + tr + 24);
+    fkvf_st64(f + tr + 32, fkvf_xxh3_64(f + dir, (size_t)dsz, dir));
+    fkvf_st64(f + tr + 56, fkvf_xxh3_64(f + tr, 56, tr));
+}
+
+START_TEST(verify_segment_same_any_threads)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/fkvf-threads-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    char p[128];
+    snprintf(p, sizeof p, "%s/big.fkvf", tmpdir);
+    size_t n;
+    uint8_t *f = big_archive(p, &n), *c = tu_xcalloc(n, 1);
+    rmdir(tmpdir);
+    strm_loc l = find_strm(f, n);
+    ck_assert_uint_ge(l.data_bytes, 6 * RD_PAR_BYTES); /* several workers */
+    ck_assert_uint_gt(l.n_blocks, 64 + 40); /* two pieces of 64 blocks */
+    vresult one;
+    verify_same(f, n, FKVF_OK, &one, "one large segment");
+    /* bytes of blocks 100, 20 and 70 changed (the section re-sealed, not
+     * the blocks; 20 in the first piece, the others in the second): block
+     * 20's checksum */
+    memcpy(c, f, n);
+    const uint64_t blocks[] = {100, 20, 70};
+    for (size_t i = 0; i < 3; i++)
+        strm_poke(c, n, &l, blocks[i] * l.block_size + 5, 0x21, 0);
+    verify_same(c, n, FKVF_E_CHECKSUM, &one, "damaged blocks");
+    ck_assert_uint_eq(one.offset, l.off + l.data_off + 20 * l.block_size);
+    ck_assert_ptr_nonnull(strstr(one.msg, "block 20: checksum"));
+    /* padding bits set after the last symbol of streams 17, 4 and 16 (their
+     * blocks re-sealed; pieces of 16 streams): stream 4's */
+    memcpy(c, f, n);
+    const uint32_t streams[] = {17, 4, 16};
+    for (size_t i = 0; i < 3; i++)
+        strm_poke(c, n, &l, (streams[i] + 1) * l.stream_bytes - 1, 0x80, 1);
+    verify_same(c, n, FKVF_E_PADDING, &one, "padding bits");
+    ck_assert_uint_eq(one.offset, l.off + l.data_off + 5 * l.stream_bytes - 16);
+    ck_assert_ptr_nonnull(strstr(one.msg, "stream 4 of the group: bits after the last symbol"));
+    free(c);
+    free(f);
+}
+END_TEST
+
 /* compaction rebuilds the search indexes: the file of n_threads 1 for any */
 START_TEST(compact_same_any_threads)
 {
@@ -895,6 +1033,7 @@ static Suite *suite(void)
                  {"check_par", check_par_lowest_error},
                  {"verify_codebook", verify_codebook_same_any_threads},
                  {"verify_archive", verify_archive_same_any_threads},
+                 {"verify_segment", verify_segment_same_any_threads},
                  {"compact", compact_same_any_threads}};
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         TCase *tc = tcase_create(tests[i].name);

@@ -305,15 +305,17 @@ int rd_seg_symbols_below(fkvf_reader *r, const rd_group *s, rd_seg *g, uint32_t 
                          uint32_t o1, fkvf_diag *d);
 
 /* Verification on the reader's threads (fkvf_reader_set_threads; verify.c):
- * fn(r, ctx, i, d) for items i = 0 .. n - 1, each error's message into d.
- * One worker (one thread asked for, or a source reader, whose reads fill
- * the reader's state) runs the items in order with d = &r->diag, stopping
- * at the first error. Several run them at once, each with a message of
+ * fn(r, ctx, i, d) for items i = 0 .. n - 1, each error's message into d,
+ * on at most one worker per RD_PAR_BYTES of the `bytes` the items read.
+ * One worker (one thread asked for, little to check, or a source reader,
+ * whose reads fill the reader's state) runs the items in order with d =
+ * &r->diag, stopping at the first error. Several run them at once, each with a message of
  * its own: fn must then write nothing of r but what belongs to item i
  * alone. Either way the result is the error of the lowest failing item,
  * its message copied to r->diag: the same for every thread count. */
 typedef int (*rd_check_fn)(fkvf_reader *r, void *ctx, size_t item, fkvf_diag *d);
-int rd_check_par(fkvf_reader *r, size_t n, rd_check_fn fn, void *ctx);
+#define RD_PAR_BYTES ((uint64_t)64 << 10)
+int rd_check_par(fkvf_reader *r, size_t n, uint64_t bytes, rd_check_fn fn, void *ctx);
 
 /* The work of the public calls of the same name (fkvf_reader_meta_count,
  * fkvf_reader_meta, ...) without their entry check, for the reader's own

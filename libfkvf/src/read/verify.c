@@ -45,9 +45,14 @@ static int check_serial(fkvf_reader *r, size_t n, rd_check_fn fn, void *ctx)
     return FKVF_OK;
 }
 
-int rd_check_par(fkvf_reader *r, size_t n, rd_check_fn fn, void *ctx)
+int rd_check_par(fkvf_reader *r, size_t n, uint64_t bytes, rd_check_fn fn, void *ctx)
 {
+    /* a worker per RD_PAR_BYTES of input at most: starting a thread costs
+     * about what checking that much does */
+    uint64_t most = bytes / RD_PAR_BYTES + 1;
     unsigned nw = r->src.read ? 1 : fkvf_par_workers(fkvf_par_threads(r->threads), n);
+    if (nw > most)
+        nw = (unsigned)most;
     if (nw <= 1)
         return check_serial(r, n, fn, ctx);
     par_check p = {r, fn, ctx, fkvf_calloc(r->alloc, nw, sizeof(fkvf_diag)),
@@ -182,9 +187,9 @@ static int verify_stream_segment(fkvf_reader *r, const rd_group *s, rd_seg *g, i
     j.n_sym = sym ? per : 0;
     /* n_blocks fits a size_t: its flags were allocated */
     size_t nb = (size_t)(g->h.n_blocks / SEG_BLOCKS + (g->h.n_blocks % SEG_BLOCKS != 0));
-    int rc = rd_check_par(r, nb, check_blocks, &j);
+    int rc = rd_check_par(r, nb, g->h.data_bytes, check_blocks, &j);
     /* the stream items read the blocks just verified: they write nothing */
-    return rc ? rc : rd_check_par(r, j.n_pad + j.n_sym, check_streams, &j);
+    return rc ? rc : rd_check_par(r, j.n_pad + j.n_sym, g->h.data_bytes, check_streams, &j);
 }
 
 /* The effective segment of group s held by section i, or NULL when later
@@ -278,7 +283,7 @@ static int check_section_sum(fkvf_reader *r, void *ctx, size_t i, fkvf_diag *d)
  * are kept: callers may hold views into them. */
 static int verify_checksums(fkvf_reader *r)
 {
-    return rd_check_par(r, r->n_sections, check_section_sum, NULL);
+    return rd_check_par(r, r->n_sections, r->committed_size, check_section_sum, NULL);
 }
 
 /* The effective META section, and those a later one replaced: they are
@@ -379,7 +384,7 @@ static int verify_centroids(fkvf_reader *r)
         return rc;
     cb_job j = {cp, fkvf_cbk1_elements_at(cp, cn), cn, r->cb_shape.dtype};
     uint64_t n = j.first < cn ? (cn - j.first + CB_CHUNK - 1) / CB_CHUNK : 0;
-    return rd_check_par(r, (size_t)n, check_centroids, &j);
+    return rd_check_par(r, (size_t)n, cn, check_centroids, &j);
 }
 
 /* the encoder metric (spec 13.8), if there is one */

@@ -295,5 +295,5 @@ static int check_one(fkvf_reader *r, void *ctx, size_t sec, fkvf_diag *d)
 
 int rd_zidx_verify(fkvf_reader *r)
 {
-    return rd_check_par(r, r->n_sections, check_one, NULL);
+    return rd_check_par(r, r->n_sections, r->committed_size, check_one, NULL);
 }
