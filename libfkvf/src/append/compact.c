@@ -350,6 +350,9 @@ static int unnamed_ids(job *j, id_stream **out, size_t *n)
     return FKVF_OK;
 }
 
+/* The most bytes of rebuilt search index sections one batch holds. */
+#define ZIDX_BATCH_BYTES ((uint64_t)64 << 20)
+
 /* One stream's search index to rebuild: its stream, the key its old index
  * had, whether the reader can name the stream; then the new section. */
 typedef struct zitem {
@@ -454,8 +457,9 @@ static unsigned zidx_readers(job *j, fkvf_reader **rs, unsigned nw)
  * an automatic compaction has the appender's shape, not the codebook).
  * The builds (sorting every stream's positions: most of a compaction's
  * work when the streams were indexed) run on opt->n_threads workers in
- * batches of 4 per worker, each section added in order after its batch:
- * the same file for every count. */
+ * batches (4 to 64 streams a worker, at most ZIDX_BATCH_BYTES of
+ * sections), each section added in order after its batch: the same file
+ * for every count. */
 static int rebuild_zidx(job *j)
 {
     fkvf_archive_op *c = j->c;
@@ -465,7 +469,14 @@ static int rebuild_zidx(job *j)
     fkvf_reader *rs[FKVF_PAR_MAX] = {j->r};
     unsigned nw = fkvf_par_workers(fkvf_par_threads(j->opt->n_threads), n);
     nw = zidx_readers(j, rs, nw);
-    size_t batch = nw > 1 ? (size_t)4 * nw : 1;
+    /* a batch holds at most ZIDX_BATCH_BYTES of sections (at least 4 a
+     * worker): each starts the workers again, so as few as that allows */
+    uint64_t per = UINT64_MAX, e; /* a ZPOS section: 64 + 4 per position (spec 20.7) */
+    if (fkvf_mul64(j->ai.n_positions, 4, &e) && e <= UINT64_MAX - 64)
+        per = e + 64;
+    uint64_t fit = ZIDX_BATCH_BYTES / per;
+    size_t batch = nw <= 1 ? 1 : fit > (uint64_t)64 * nw ? (size_t)64 * nw
+                                 : fit < (uint64_t)4 * nw ? (size_t)4 * nw : (size_t)fit;
     for (size_t b0 = 0; rc == FKVF_OK && b0 < n; b0 += batch) {
         size_t m = n - b0 < batch ? n - b0 : batch;
         zbatch z = {rs, it + b0, c->alloc};
