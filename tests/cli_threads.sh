@@ -104,6 +104,10 @@ check threads-info 2 "$FKVF" info "$T/pt-1.fkvf" --threads 2
 # --help names the option
 check help-pack 0 "$FKVF" pack --help
 grep_in help-pack-threads "--threads N" "$T/out"
+for c in verify index compact; do
+    check "help-$c" 0 "$FKVF" "$c" --help
+    grep_in "help-$c-threads" "--threads N" "$T/out"
+done
 check help-main 0 "$FKVF" --help
 grep_in help-main-threads "take --threads N" "$T/out"
 finish cli_threads

@@ -574,6 +574,10 @@ static const char *verify_help =
     "                     (docs/codebooks.md); when none is found, a note on stderr\n"
     "                     and those checks are not made (a file of that hash that\n"
     "                     does not fit: exit 1)\n"
+    "  --threads N        threads the checks run on (default: every CPU this\n"
+    "                     process may use, or FKVF_THREADS); the result (the\n"
+    "                     first error, its message and offset) is the same for\n"
+    "                     any N\n"
     "  --json             one JSON object: file, valid, code, recoverable_torn_tail,\n"
     "                     message, commits, torn_bytes, committed_size and error\n"
     "                     (null, or the error object of docs/cli.md)\n";

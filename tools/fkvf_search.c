@@ -88,6 +88,8 @@ static const char *index_help =
     "  --stream NAME  index this stream (tokens or Lx.Hy.K|V.stage; repeatable;\n"
     "                 default: every stream)\n"
     "  --no-sync      do not fsync the new commit\n"
+    "  --threads N    streams indexed at once (default: every CPU this process\n"
+    "                 may use, or FKVF_THREADS); the file is the same for any N\n"
     "  --json         one JSON object: streams indexed, entries, bytes, streams\n"
     "                 already current, streams too short, changed (on failure\n"
     "                 {\"error\":{...}}, docs/cli.md)\n"
