@@ -14,14 +14,14 @@
 # these commands run, in alternating pairs with their anchors:
 #   pack     fkvf pack --codebooks         vs  zstd -3 -T0 of the same .npy
 #   unpack   fkvf unpack (to .npy; fsyncs) vs  cp + sync of the copy
-#   verify   fkvf verify --codebooks       (no anchor; single-threaded)
+#   verify   fkvf verify --codebooks       (no anchor)
 #   restore  bench_restore ARCHIVE restore 0 P 1: fkvf_reader_restore of
 #            every position into memory    vs  dd of the .npy to /dev/null
 #                                              (bs=16M, page cache warm)
 #   read     bench_restore ARCHIVE read FIRST 1 101: one random archived
 #            position, all layers and heads, K and V (median of 101 calls)
-# pack, unpack and restore at 1 and ALL threads (restore: bench_restore
-# with FKVF_THREADS); verify and read run on one thread. When BIN has
+# pack, unpack, verify and restore at 1 and ALL threads (restore:
+# bench_restore with FKVF_THREADS); read runs on one thread. When BIN has
 # bench/bench_anchor, it also runs once per (shape, positions) (in-process pairs: pread + memcpy of the
 # raw bytes vs restore, one position vs one row's pread) and its wall ratios
 # fill the "in-process" column of the restore and read rows.
@@ -302,8 +302,11 @@ EOF
                 "$fkvf" unpack "$arch" --codebooks "$cb" -o "$dir/x.npy" --threads "$th" -- \
                 sh -c 'cp "$1" "$2" && sync "$2"' sh "$npy" "$dir/x.copy"
         done
-        say "$shape $P: verify"
-        pairs verify 1 "$raw" "" 0 -- "$fkvf" verify "$arch" --codebooks "$cb" --
+        for th in "${threads[@]}"; do
+            say "$shape $P: verify, $th thread(s)"
+            pairs verify "$th" "$raw" "" 0 -- "$fkvf" verify "$arch" --codebooks "$cb" \
+                --threads "$th" --
+        done
         # into memory: the output buffer (bench_restore), twice for bench_anchor
         if ge "$(mem_avail)" "$(awk -v r="$raw" 'BEGIN { print r * 1.2 + 268435456 }')"; then
             for th in "${threads[@]}"; do

@@ -4,7 +4,9 @@
 # 1, 2, 3 and 7 threads and for the default (every CPU): pack (trained and
 # with a codebook file, keys un-rotated, beam search), train, unpack in
 # every dtype, append (--create, then a commit with archived positions),
-# and, where the model is there, import-llama / export-llama. Bad counts
+# index (every stream), compact (the indexes rebuilt), verify's JSON (OK,
+# and the first of several damaged search indexes) and, where the model is
+# there, import-llama / export-llama. Bad counts
 # are usage errors naming the option or variable; --threads on a command
 # that runs on one thread is an unknown option.
 # usage: cli_threads.sh FKVF_BIN SRCDIR
@@ -33,6 +35,24 @@ for n in 1 2 3 7 default; do
     check "append-create-$n" 0 "$FKVF" append "$T/ap-$n.fkvf" "$SC" --create \
         --codebooks "$T/cb-1.fkvf" --recent 8 $opt
     check "append-$n" 0 "$FKVF" append "$T/ap-$n.fkvf" "$TR" --continues --codebooks "$T/cb-1.fkvf" $opt
+    # index (every stream), verify (OK, and with flipped bytes in several
+    # search indexes: the first one's checksum), compact (rebuilds them)
+    cp "$T/pt-1.fkvf" "$T/ix-$n.fkvf"
+    check "index-$n" 0 "$FKVF" index "$T/ix-$n.fkvf" --no-sync $opt
+    if [ "$n" = 1 ]; then
+        cp "$T/ix-1.fkvf" "$T/bad.fkvf"
+        "$FKVF" dump "$T/ix-1.fkvf" | awk '$2 == "ZPOS" && ++k % 3 == 2 { print $4 + 80 }' >"$T/zpos"
+        [ "$(wc -l <"$T/zpos")" -ge 3 ] && pass=$((pass + 1)) || { echo "FAIL: too few ZPOS sections"; fails=$((fails + 1)); }
+        while read -r off; do
+            printf '\252' | dd of="$T/bad.fkvf" bs=1 seek="$off" conv=notrunc 2>/dev/null
+        done <"$T/zpos"
+    fi
+    check "verify-$n" 0 "$FKVF" verify "$T/ix-1.fkvf" --json $opt
+    cp "$T/out" "$T/verify-$n.json"
+    check "verify-bad-$n" 1 "$FKVF" verify "$T/bad.fkvf" --json $opt
+    cp "$T/out" "$T/verify-bad-$n.json"
+    grep_in "verify-bad-checksum-$n" '"code":25,' "$T/out"
+    check "compact-$n" 0 "$FKVF" compact "$T/ix-1.fkvf" -o "$T/cp-$n.fkvf" $opt
     if [ "$n" != 1 ]; then
         same "train-same-$n" "$T/cb-1.fkvf" "$T/cb-$n.fkvf"
         same "pack-train-same-$n" "$T/pt-1.fkvf" "$T/pt-$n.fkvf"
@@ -41,6 +61,10 @@ for n in 1 2 3 7 default; do
             same "unpack-$dt-same-$n" "$T/u-$dt-1.safetensors" "$T/u-$dt-$n.safetensors"
         done
         same "append-same-$n" "$T/ap-1.fkvf" "$T/ap-$n.fkvf"
+        same "index-same-$n" "$T/ix-1.fkvf" "$T/ix-$n.fkvf"
+        same "verify-same-$n" "$T/verify-1.json" "$T/verify-$n.json"
+        same "verify-bad-same-$n" "$T/verify-bad-1.json" "$T/verify-bad-$n.json"
+        same "compact-same-$n" "$T/cp-1.fkvf" "$T/cp-$n.fkvf"
     fi
 done
 # FKVF_THREADS: the same bytes again; --threads wins over it
@@ -80,6 +104,10 @@ check threads-info 2 "$FKVF" info "$T/pt-1.fkvf" --threads 2
 # --help names the option
 check help-pack 0 "$FKVF" pack --help
 grep_in help-pack-threads "--threads N" "$T/out"
+for c in verify index compact; do
+    check "help-$c" 0 "$FKVF" "$c" --help
+    grep_in "help-$c-threads" "--threads N" "$T/out"
+done
 check help-main 0 "$FKVF" --help
 grep_in help-main-threads "take --threads N" "$T/out"
 finish cli_threads

@@ -7,9 +7,16 @@
  * tables; a code out of range refused with nothing written), training
  * (fkvf_rvq_train: the tables of plain, rotated, pooled, per-layer and
  * metric training; the progress callback still counts 1, 2, ... todo), the
- * appender (the file of n_threads 3 is the file of 1) and
- * fkvf_reader_restore. And the parallel loop itself: the error of the
- * lowest failing item whatever the schedule. */
+ * appender (the file of n_threads 3 is the file of 1),
+ * fkvf_reader_restore, fkvf_reader_verify (OK files, and damaged ones
+ * with faults in several pieces of one check: the code, offset and message
+ * of the one-thread run, the first fault's, for every count: NaNs in a
+ * codebook's centroids, out-of-order search index entries, section and
+ * stream block checksums, padding bits of a large segment's streams) and
+ * compaction's rebuild of the search indexes (fkvf_compact_options.
+ * n_threads). And the parallel loops themselves: the error of the lowest
+ * failing item whatever the schedule (fkvf_par_for; verify's rd_check_par,
+ * with that item's message). */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <stdatomic.h>
@@ -20,7 +27,10 @@
 #include <unistd.h>
 
 #include "fkvf.h"
+#include "hash.h"
+#include "le.h"
 #include "parallel.h"
+#include "read/reader_impl.h"
 #include "testutil.h"
 
 enum { L = 3, H = 2, D = 32, K = 32, ROW_ELEMS = L * H * 2 * D };
@@ -536,6 +546,495 @@ START_TEST(append_and_restore_same_any_threads)
 }
 END_TEST
 
+/* ---- verification, compaction's index rebuild ------------------------------ */
+
+/* The result of a verification: code, offset and message. */
+typedef struct vresult {
+    int rc;
+    uint64_t offset;
+    char msg[1024];
+} vresult;
+
+static vresult verify_at(fkvf_reader *r, unsigned threads)
+{
+    vresult v;
+    memset(&v, 0, sizeof v);
+    ck_assert_int_eq(fkvf_reader_set_threads(r, threads), FKVF_OK);
+    v.rc = fkvf_reader_verify(r);
+    fkvf_error_info e;
+    ck_assert_int_eq(fkvf_reader_error(r, &e), FKVF_OK);
+    v.offset = e.offset;
+    snprintf(v.msg, sizeof v.msg, "%s", e.message ? e.message : "");
+    return v;
+}
+
+/* The verification of file (size bytes) at every thread count gives the
+ * one-thread result, whose code is want; *one gets it. */
+static void verify_same(const uint8_t *file, size_t size, int want, vresult *one, const char *what)
+{
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, file, size, 0, NULL), FKVF_OK);
+    *one = verify_at(r, 1);
+    ck_assert_msg(one->rc == want, "%s: verify at 1 thread: %d (%s), expected %d", what, one->rc,
+                  one->msg, want);
+    /* every count twice: the schedule differs from run to run */
+    for (size_t c = 0; c < 2 * N_COUNTS; c++) {
+        vresult v = verify_at(r, COUNT(c % N_COUNTS));
+        int same = v.rc == one->rc && v.offset == one->offset && !strcmp(v.msg, one->msg);
+        ck_assert_msg(same, "%s at %u threads: %d at %llu '%s'; 1 thread: %d at %llu '%s'", what,
+                      COUNT(c % N_COUNTS), v.rc, (unsigned long long)v.offset, v.msg, one->rc,
+                      (unsigned long long)one->offset, one->msg);
+    }
+    fkvf_reader_free(r);
+}
+
+/* A codebook file of 4.5 MiB of f16 tables (several pieces of the
+ * centroid check), with NaNs at the table elements bad[0 .. nbad) (the
+ * writer refuses them: put in afterwards, the checksums re-sealed).
+ * Returns the file's bytes (written to path, then removed); *nan_at the
+ * content offset of the first NaN. */
+static uint8_t *codebook_file(const char *path, const size_t *bad, size_t nbad, size_t *size,
+                              uint64_t *nan_at)
+{
+    fkvf_codebook_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = L;
+    sh.n_heads = H;
+    sh.key_dim = sh.value_dim = D;
+    sh.k = 4096;
+    sh.k_stages = 2;
+    sh.v_stages = 1;
+    sh.dtype = FKVF_DTYPE_F16;
+    size_t ts = (size_t)(fkvf_codebook_size(&sh) - fkvf_codebook_tables_offset(&sh));
+    uint16_t *t = tu_xcalloc(ts / 2, 2);
+    tu_rng g = {99};
+    for (size_t i = 0; i < ts / 2; i++)
+        t[i] = (uint16_t)(0x3000 + tu_below(&g, 0x1000)); /* finite */
+    tu_le_u16(t, ts / 2);
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.sync = FKVF_SYNC_NONE;
+    fkvf_writer *w = NULL;
+    ck_assert_int_eq(fkvf_writer_create_file(&w, path, &o, NULL), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_add_codebooks(w, &sh, t, ts, 0), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_finish(w), FKVF_OK);
+    fkvf_writer_free(w);
+    free(t);
+    uint8_t *f = tu_slurp(path, size);
+    unlink(path);
+    if (!nbad)
+        return f;
+    /* the CBK1's directory entry (one commit: the trailer is the file's
+     * last 64 bytes, spec 6), its contents patched, its checksum, the
+     * directory's and the trailer's computed again */
+    uint64_t tr = *size - 64, dir = fkvf_ld64(f + tr + 16), e = 0;
+    for (uint32_t k = 0; k < fkvf_ld32(f + dir + 4) && !e; k++)
+        if (fkvf_ld32(f + dir + 64 + 64 * (uint64_t)k) == FKVF_SECTION_CBK1)
+            e = dir + 64 + 64 * (uint64_t)k;
+    ck_assert_uint_ne(e, 0);
+    uint64_t off = fkvf_ld64(f + e + 8), sz = fkvf_ld64(f + e + 16);
+    uint64_t first = fkvf_codebook_tables_offset(&sh);
+    *nan_at = UINT64_MAX;
+    for (size_t i = 0; i < nbad; i++) {
+        uint64_t at = first + 2 * bad[i];
+        ck_assert_uint_lt(at + 1, sz);
+        f[off + at] = 0x00;
+        f[off + at + 1] = 0x7E; /* an f16 NaN */
+        *nan_at = at < *nan_at ? at : *nan_at;
+    }
+    fkvf_st64(f + e + 40, fkvf_xxh3_64(f + off, (size_t)sz, off));
+    uint64_t dsz = fkvf_ld64(f + tr + 24);
+    fkvf_st64(f + tr + 32, fkvf_xxh3_64(f + dir, (size_t)dsz, dir));
+    fkvf_st64(f + tr + 56, fkvf_xxh3_64(f + tr, 56, tr));
+    return f;
+}
+
+/* verify's loop (rd_check_par): the message of the lowest failing item,
+ * though a higher one fails first, on the worker's own message */
+static int check_item(fkvf_reader *r, void *ctx, size_t item, fkvf_diag *d)
+{
+    (void)r;
+    atomic_int *ran = ctx;
+    atomic_fetch_add(&ran[item], 1);
+    if (item == 9) {
+        nanosleep(&(struct timespec){0, 2000000}, NULL);
+        return fkvf_fail(d, FKVF_E_CORRUPT, 9, "1.2", "item %zu failed", item);
+    }
+    if (item == 20 || item >= 40)
+        return fkvf_fail(d, FKVF_E_CHECKSUM, item, NULL, "item %zu failed", item);
+    return FKVF_OK;
+}
+
+START_TEST(check_par_lowest_error)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/fkvf-threads-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    char p[128];
+    snprintf(p, sizeof p, "%s/cb.fkvf", tmpdir);
+    size_t n;
+    uint64_t unused;
+    uint8_t *f = codebook_file(p, NULL, 0, &n, &unused);
+    rmdir(tmpdir);
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, f, n, 0, NULL), FKVF_OK);
+    const unsigned counts[] = {1, 2, 3, 7, 64};
+    for (size_t t = 0; t < sizeof counts / sizeof counts[0]; t++) {
+        atomic_int ran[64];
+        for (int i = 0; i < 64; i++)
+            atomic_init(&ran[i], 0);
+        ck_assert_int_eq(fkvf_reader_set_threads(r, counts[t]), FKVF_OK);
+        fkvf_diag_clear(&r->diag);
+        int rc = rd_check_par(r, 64, 64 * RD_PAR_BYTES, check_item, ran);
+        fkvf_error_info e;
+        ck_assert_int_eq(fkvf_reader_error(r, &e), FKVF_OK);
+        int ok = rc == FKVF_E_CORRUPT && e.code == rc && e.offset == 9 &&
+                 strstr(e.message, "item 9 failed (spec 1.2)") != NULL;
+        ck_assert_msg(ok, "%u threads: %d at %llu: %s", counts[t], rc,
+                      (unsigned long long)e.offset, e.message);
+        int below = 1, above = 0;
+        for (int i = 0; i < 64; i++) {
+            below &= i > 9 || atomic_load(&ran[i]) == 1;
+            above += i > 9 ? atomic_load(&ran[i]) : 0;
+        }
+        ck_assert_msg(below, "%u threads: an item below the failure did not run once", counts[t]);
+        if (counts[t] == 1)
+            ck_assert_int_eq(above, 0); /* in order: stops at the failure */
+    }
+    fkvf_reader_free(r);
+    free(f);
+}
+END_TEST
+
+START_TEST(verify_codebook_same_any_threads)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/fkvf-threads-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    char p[128];
+    snprintf(p, sizeof p, "%s/cb.fkvf", tmpdir);
+    size_t n;
+    uint64_t nan_at = 0;
+    uint8_t *f = codebook_file(p, NULL, 0, &n, &nan_at);
+    ck_assert_uint_gt(n, (size_t)4 << 20);
+    vresult one;
+    verify_same(f, n, FKVF_OK, &one, "the codebook file");
+    free(f);
+    /* NaNs in pieces 1 (twice), 2 and 4 of the check (1 MiB = 524288
+     * elements each), ..., in each of the first four: the first is reported */
+    const size_t bad[][4] = {{524288 + 17, 2 * 524288 + 5, 600000, 4 * 524288 + 1},
+                             {2 * 524288 + 3, 2 * 524288 + 2, 3 * 524288, 1},
+                             {4 * 524288 + 3, 4 * 524288 + 9, 3 * 524288 + 7, 2 * 524288 + 8},
+                             {3 * 524288 + 1, 2 * 524288 + 1, 524288 + 1, 9}};
+    for (size_t v = 0; v < sizeof bad / sizeof bad[0]; v++) {
+        f = codebook_file(p, bad[v], 4, &n, &nan_at);
+        verify_same(f, n, FKVF_E_CORRUPT, &one, "a codebook file with NaNs");
+        char want[96];
+        snprintf(want, sizeof want, "content offset %llu is not finite",
+                 (unsigned long long)nan_at);
+        ck_assert_msg(strstr(one.msg, want) != NULL, "'%s' does not say '%s'", one.msg, want);
+        free(f);
+    }
+    rmdir(tmpdir);
+}
+END_TEST
+
+/* A ZPOS section of every stream of the archive at path (stream order),
+ * appended as one commit; every: in every such stream (0: none; 1: all; 3:
+ * every third, from stream 1), two entries swapped (at entry 3 + the
+ * stream's index) so that its order is wrong. *first_bad: the stream of
+ * the first swapped one. */
+static void index_all(const char *path, size_t every, size_t *first_bad)
+{
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_file(&r, path, 0, NULL), FKVF_OK);
+    size_t ns;
+    ck_assert_int_eq(fkvf_reader_stream_count(r, &ns), FKVF_OK);
+    fkvf_section_add *secs = tu_xcalloc(ns, sizeof *secs);
+    *first_bad = SIZE_MAX;
+    for (size_t i = 0; i < ns; i++) {
+        void *d;
+        size_t sz;
+        uint64_t key;
+        ck_assert_int_eq(fkvf_search_index_build(r, i, &d, &sz, &key, NULL), FKVF_OK);
+        if (every && i % every == every / 2) {
+            uint8_t *e = (uint8_t *)d + 64 + 4 * (3 + i), tmp[4];
+            ck_assert_uint_ge(sz, 64 + 4 * (5 + i));
+            memcpy(tmp, e, 4);
+            memcpy(e, e + 4, 4);
+            memcpy(e + 4, tmp, 4);
+            *first_bad = *first_bad < i ? *first_bad : i;
+        }
+        secs[i] = (fkvf_section_add){FKVF_SECTION_ZPOS, 0, key, d, sz};
+    }
+    fkvf_reader_free(r);
+    fkvf_archive_op *op = NULL;
+    ck_assert_int_eq(fkvf_archive_append_sections(&op, path, secs, ns, FKVF_SYNC_NONE), FKVF_OK);
+    fkvf_archive_op_free(op);
+    for (size_t i = 0; i < ns; i++)
+        fkvf_search_buffer_free((void *)secs[i].data, NULL);
+    free(secs);
+}
+
+/* The first section of type `type` in commit seq of file f, from the
+ * k-th one of that commit on: its index and info. */
+static size_t nth_section(const uint8_t *f, size_t n, uint32_t type, size_t k,
+                          fkvf_section_info *out)
+{
+    fkvf_reader *r = NULL;
+    ck_assert_int_eq(fkvf_reader_open_memory(&r, f, n, 0, NULL), FKVF_OK);
+    fkvf_archive_info ai;
+    ck_assert_int_eq(fkvf_reader_info(r, &ai), FKVF_OK);
+    size_t seen = 0, at = SIZE_MAX;
+    for (size_t i = 0; i < ai.n_sections && at == SIZE_MAX; i++) {
+        ck_assert_int_eq(fkvf_reader_section(r, i, out), FKVF_OK);
+        if (out->type == type && seen++ == k)
+            at = i;
+    }
+    ck_assert_uint_ne(at, SIZE_MAX);
+    fkvf_reader_free(r);
+    return at;
+}
+
+START_TEST(verify_archive_same_any_threads)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/fkvf-threads-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    const size_t n = 300;
+    float *v = gen_f32(8, n);
+    void *rows = rows_as(v, n, FKVF_DTYPE_F16);
+    fkvf_rvq *q = train_variant(V_ROPE, 1, rows, n, FKVF_DTYPE_F16, NULL);
+    char pa[128], pb[128];
+    snprintf(pa, sizeof pa, "%s/ok.fkvf", tmpdir);
+    snprintf(pb, sizeof pb, "%s/bad.fkvf", tmpdir);
+    archive_with(pa, q, 1, rows, n, 0); /* 5 commits: several stream segments */
+    size_t bad_stream, sa;
+    index_all(pa, 0, &bad_stream);
+    uint8_t *fa = tu_slurp(pa, &sa);
+    vresult one;
+    verify_same(fa, sa, FKVF_OK, &one, "the indexed archive");
+    /* out-of-order entries in every third index, then in all (several
+     * items fail at once): the first one's */
+    fkvf_section_info si;
+    for (size_t every = 3; every; every = every == 3 ? 1 : 0) {
+        size_t sb;
+        archive_with(pb, q, 1, rows, n, 0);
+        index_all(pb, every, &bad_stream);
+        uint8_t *fb = tu_slurp(pb, &sb);
+        unlink(pb);
+        verify_same(fb, sb, FKVF_E_CORRUPT, &one, "swapped index entries");
+        nth_section(fb, sb, FKVF_SECTION_ZPOS, bad_stream, &si);
+        ck_assert_uint_eq(one.offset, si.offset + 64 + 4 * (4 + bad_stream));
+        ck_assert_ptr_nonnull(strstr(one.msg, "in the (key, position) order the stream gives"));
+        free(fb);
+    }
+    /* a byte of every fourth index from the 6th on flipped, then of every
+     * one from the 2nd on: the first one's checksum */
+    for (size_t step = 4; step; step = step == 4 ? 1 : 0) {
+        uint8_t *fc = tu_xcalloc(sa, 1);
+        memcpy(fc, fa, sa);
+        uint64_t first = UINT64_MAX;
+        for (size_t k = step == 4 ? 5 : 1; k < L * H * 3; k += step) {
+            nth_section(fc, sa, FKVF_SECTION_ZPOS, k, &si);
+            fc[si.offset + 64 + k] ^= 0x40;
+            first = first < si.offset ? first : si.offset;
+        }
+        verify_same(fc, sa, FKVF_E_CHECKSUM, &one, "flipped index bytes");
+        ck_assert_uint_eq(one.offset, first);
+        free(fc);
+    }
+    free(fa);
+    unlink(pa);
+    rmdir(tmpdir);
+    fkvf_rvq_free(q);
+    free(rows);
+    free(v);
+}
+END_TEST
+
+/* An archive of one large index segment (A positions, 18 streams of
+ * 12-bit symbols, k = 2048: 432 KiB, so that its blocks, padding and
+ * symbols are checked in several pieces) and its embedded codebook,
+ * written by the writer; one commit. */
+enum { BIG_A = 16001 };
+static uint8_t *big_archive(const char *path, size_t *size)
+{
+    fkvf_codebook_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = L;
+    sh.n_heads = H;
+    sh.key_dim = sh.value_dim = D;
+    sh.k = 2048;
+    sh.k_stages = 2;
+    sh.v_stages = 1;
+    sh.dtype = FKVF_DTYPE_F16;
+    size_t ts = (size_t)(fkvf_codebook_size(&sh) - fkvf_codebook_tables_offset(&sh));
+    uint16_t *t = tu_xcalloc(ts / 2, 2);
+    tu_rng g = {7};
+    for (size_t i = 0; i < ts / 2; i++)
+        t[i] = (uint16_t)(0x3000 + tu_below(&g, 0x1000));
+    tu_le_u16(t, ts / 2);
+    const size_t ns = (size_t)L * H * 3;
+    uint16_t *codes = tu_xcalloc((size_t)BIG_A * ns, sizeof *codes);
+    for (size_t i = 0; i < (size_t)BIG_A * ns; i++)
+        codes[i] = (uint16_t)tu_below(&g, 2048);
+    fkvf_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_layers = L;
+    d.n_kv_heads = H;
+    d.key_dim = d.value_dim = D;
+    d.dtype = FKVF_DTYPE_F16;
+    fkvf_writer_options o;
+    fkvf_writer_options_init(&o);
+    o.sync = FKVF_SYNC_NONE;
+    fkvf_writer *w = NULL;
+    ck_assert_int_eq(fkvf_writer_create_file(&w, path, &o, NULL), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_set_desc(w, &d), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_add_codebooks(w, &sh, t, ts, 0), FKVF_OK);
+    fkvf_stream_spec sp = {FKVF_PROFILE_QUAD, 12, 0, 0, 0};
+    ck_assert_int_eq(fkvf_writer_add_index_segment(w, &sp, 0, BIG_A, codes, ns, 1), FKVF_OK);
+    ck_assert_int_eq(fkvf_writer_set_positions(w, BIG_A, BIG_A), FKVF_OK);
+    ck_assert_msg(fkvf_writer_finish(w) == FKVF_OK, "%s", fkvf_writer_message(w));
+    fkvf_writer_free(w);
+    free(t);
+    free(codes);
+    uint8_t *f = tu_slurp(path, size);
+    unlink(path);
+    return f;
+}
+
+/* The STRM section of one-commit file f: its directory entry, offset, and
+ * geometry (spec 11.3; quad). */
+typedef struct strm_loc {
+    uint64_t entry, off, size, data_off, stream_bytes, data_bytes, n_blocks;
+    uint32_t block_size, n_streams;
+} strm_loc;
+
+static strm_loc find_strm(const uint8_t *f, size_t n)
+{
+    strm_loc l;
+    memset(&l, 0, sizeof l);
+    uint64_t tr = n - 64, dir = fkvf_ld64(f + tr + 16);
+    for (uint32_t k = 0; k < fkvf_ld32(f + dir + 4) && !l.entry; k++)
+        if (fkvf_ld32(f + dir + 64 + 64 * (uint64_t)k) == FKVF_SECTION_STRM)
+            l.entry = dir + 64 + 64 * (uint64_t)k;
+    ck_assert_uint_ne(l.entry, 0);
+    l.off = fkvf_ld64(f + l.entry + 8);
+    l.size = fkvf_ld64(f + l.entry + 16);
+    const uint8_t *h = f + l.off;
+    uint64_t count = fkvf_ld64(h + 24);
+    l.block_size = fkvf_ld32(h + 36);
+    l.n_streams = fkvf_ld32(h + 48);
+    l.stream_bytes = (count * h[9] + 127) / 128 * 16;
+    l.data_bytes = l.n_streams * l.stream_bytes;
+    l.n_blocks = (l.data_bytes + l.block_size - 1) / l.block_size;
+    l.data_off = (64 + 8 * l.n_blocks + 63) / 64 * 64;
+    ck_assert_uint_eq(l.data_off + l.data_bytes, l.size);
+    return l;
+}
+
+/* The byte at data offset at of the STRM section xored with x; its block's
+ * checksum computed again when reblock; the section's, the directory's
+ * and the trailer's always (one commit). */
+static void strm_poke(uint8_t *f, size_t n, const strm_loc *l, uint64_t at, uint8_t x, int reblock)
+{
+    uint64_t start = l->off + l->data_off;
+    f[start + at] ^= x;
+    if (reblock) {
+        uint64_t b = at / l->block_size, from = b * l->block_size;
+        uint64_t len = l->data_bytes - from < l->block_size ? l->data_bytes - from : l->block_size;
+        fkvf_st64(f + l->off + 64 + 8 * b, fkvf_xxh3_64(f + start + from, (size_t)len, start + from));
+    }
+    fkvf_st64(f + l->entry + 40, fkvf_xxh3_64(f + l->off, (size_t)l->size, l->off));
+    uint64_t tr = n - 64, dir = fkvf_ld64(f + tr + 16), dsz = fkvf_ld64(f + tr + 24);
+    fkvf_st64(f + tr + 32, fkvf_xxh3_64(f + dir, (size_t)dsz, dir));
+    fkvf_st64(f + tr + 56, fkvf_xxh3_64(f + tr, 56, tr));
+}
+
+START_TEST(verify_segment_same_any_threads)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/fkvf-threads-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    char p[128];
+    snprintf(p, sizeof p, "%s/big.fkvf", tmpdir);
+    size_t n;
+    uint8_t *f = big_archive(p, &n), *c = tu_xcalloc(n, 1);
+    rmdir(tmpdir);
+    strm_loc l = find_strm(f, n);
+    ck_assert_uint_ge(l.data_bytes, 6 * RD_PAR_BYTES); /* several workers */
+    ck_assert_uint_gt(l.n_blocks, 64 + 40); /* two pieces of 64 blocks */
+    vresult one;
+    verify_same(f, n, FKVF_OK, &one, "one large segment");
+    /* bytes of blocks 100, 20 and 70 changed (the section re-sealed, not
+     * the blocks; 20 in the first piece, the others in the second): block
+     * 20's checksum */
+    memcpy(c, f, n);
+    const uint64_t blocks[] = {100, 20, 70};
+    for (size_t i = 0; i < 3; i++)
+        strm_poke(c, n, &l, blocks[i] * l.block_size + 5, 0x21, 0);
+    verify_same(c, n, FKVF_E_CHECKSUM, &one, "damaged blocks");
+    ck_assert_uint_eq(one.offset, l.off + l.data_off + 20 * l.block_size);
+    ck_assert_ptr_nonnull(strstr(one.msg, "block 20: checksum"));
+    /* padding bits set after the last symbol of streams 17, 4 and 16 (their
+     * blocks re-sealed; pieces of 16 streams): stream 4's */
+    memcpy(c, f, n);
+    const uint32_t streams[] = {17, 4, 16};
+    for (size_t i = 0; i < 3; i++)
+        strm_poke(c, n, &l, (streams[i] + 1) * l.stream_bytes - 1, 0x80, 1);
+    verify_same(c, n, FKVF_E_PADDING, &one, "padding bits");
+    ck_assert_uint_eq(one.offset, l.off + l.data_off + 5 * l.stream_bytes - 16);
+    ck_assert_ptr_nonnull(strstr(one.msg, "stream 4 of the group: bits after the last symbol"));
+    free(c);
+    free(f);
+}
+END_TEST
+
+/* compaction rebuilds the search indexes: the file of n_threads 1 for any */
+START_TEST(compact_same_any_threads)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/fkvf-threads-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    const size_t n = 300;
+    float *v = gen_f32(9, n);
+    void *rows = rows_as(v, n, FKVF_DTYPE_F16);
+    fkvf_rvq *q = train_variant(V_PLAIN, 1, rows, n, FKVF_DTYPE_F16, NULL);
+    char pa[128], po[128];
+    snprintf(pa, sizeof pa, "%s/src.fkvf", tmpdir);
+    archive_with(pa, q, 1, rows, n, 0);
+    size_t unused;
+    index_all(pa, 0, &unused);
+    uint8_t *f1 = NULL;
+    size_t s1 = 0;
+    for (size_t c = 0; c <= N_COUNTS; c++) {
+        unsigned t = c ? COUNT(c - 1) : 1;
+        snprintf(po, sizeof po, "%s/c%zu.fkvf", tmpdir, c);
+        fkvf_compact_options o;
+        fkvf_compact_options_init(&o);
+        o.sync = FKVF_SYNC_NONE;
+        o.n_threads = t;
+        fkvf_archive_op *op = NULL;
+        fkvf_compact_result res;
+        ck_assert_int_eq(fkvf_archive_compact(&op, pa, po, &o, &res), FKVF_OK);
+        fkvf_archive_op_free(op);
+        ck_assert_uint_eq(res.search_indexes, L * H * 3);
+        size_t sn;
+        uint8_t *fn = tu_slurp(po, &sn);
+        unlink(po);
+        if (!c) {
+            f1 = fn;
+            s1 = sn;
+            continue;
+        }
+        ck_assert_msg(sn == s1 && memcmp(f1, fn, s1) == 0, "the compacted file differs at %u threads", t);
+        free(fn);
+    }
+    free(f1);
+    unlink(pa);
+    rmdir(tmpdir);
+    fkvf_rvq_free(q);
+    free(rows);
+    free(v);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("threads");
@@ -545,7 +1044,12 @@ static Suite *suite(void)
         const TTest *test;
     } tests[] = {{"loop", par_for_lowest_error},     {"api", api_defaults_and_refusals},
                  {"train", train_same_any_threads},  {"encode", encode_same_any_threads},
-                 {"decode", decode_same_any_threads}, {"append", append_and_restore_same_any_threads}};
+                 {"decode", decode_same_any_threads}, {"append", append_and_restore_same_any_threads},
+                 {"check_par", check_par_lowest_error},
+                 {"verify_codebook", verify_codebook_same_any_threads},
+                 {"verify_archive", verify_archive_same_any_threads},
+                 {"verify_segment", verify_segment_same_any_threads},
+                 {"compact", compact_same_any_threads}};
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         TCase *tc = tcase_create(tests[i].name);
         tcase_set_timeout(tc, 600);

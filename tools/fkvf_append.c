@@ -1097,6 +1097,9 @@ static const char *compact_help =
     "  --codebooks FILE      the codebook file of an archive that refers to one\n"
     "                        (needed for its shape; default: found by content hash\n"
     "                        in the archive's directory, then in FKVF_CODEBOOK_PATH)\n"
+    "  --threads N           threads the search indexes are rebuilt on (default:\n"
+    "                        every CPU this process may use, or FKVF_THREADS);\n"
+    "                        the output is the same for any N\n"
     "  --json                print one JSON object (on failure {\"error\":{...}},\n"
     "                        docs/cli.md)\n"
     "A warning says so when OUT's name ends in the extension of another format.\n"
@@ -1217,6 +1220,7 @@ int fkvf_cli_compact(int argc, char **argv)
     co.in_place = o.in_place;
     co.no_replace = !o.in_place && !o.force;
     co.codebook_file = cb;
+    co.n_threads = cli_threads(); /* the search indexes' rebuild */
     cli_progress b;
     cli_progress_init(&b, "copy  ", o.json);
     co.progress = cli_progress_cb;

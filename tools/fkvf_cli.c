@@ -26,7 +26,7 @@ typedef struct cli_command {
 static const cli_command commands[] = {
     {"info", fkvf_cli_info, "ARCHIVE [--json]", "header, commits, cache shape, codecs, sizes, metadata", 0},
     {"verify", fkvf_cli_verify, "ARCHIVE [--json]",
-     "full structure and checksum pass\n(exit 0 valid, 1 invalid, 2 usage or I/O error)", 0},
+     "full structure and checksum pass\n(exit 0 valid, 1 invalid, 2 usage or I/O error)", 1},
     {"validate", fkvf_cli_validate, "[--strict] FILE...", "every violation of the spec, with its clause", 0},
     {"dump", fkvf_cli_dump, "ARCHIVE [--json]", "directory and section details", 0},
     {"pack", fkvf_cli_pack, "CACHE -o ARCHIVE", "archive a raw cache (.safetensors, .npy, .npz)", 1},
@@ -38,13 +38,13 @@ static const cli_command commands[] = {
     {"compare", fkvf_cli_compare, "ORIG RESTORED", "reconstruction error of a restored cache", 0},
     {"append", fkvf_cli_append, "ARCHIVE CACHE",
      "append a raw cache's positions as new commits\n(--create: start a new archive)", 1},
-    {"compact", fkvf_cli_compact, "ARCHIVE -o OUT", "rewrite a many-commit archive as one commit", 0},
+    {"compact", fkvf_cli_compact, "ARCHIVE -o OUT", "rewrite a many-commit archive as one commit", 1},
     {"recover", fkvf_cli_recover, "ARCHIVE", "cut off a torn tail (an append that did not complete)", 0},
     {"search", fkvf_cli_search, "ARCHIVE --tokens L", "suffix search: where did these symbols occur?", 0},
     {"keys", fkvf_cli_keys, "ARCHIVE --layer L ...",
      "the archived positions a query vector's\nattention weighs most", 0},
     {"context", fkvf_cli_context, "ARCHIVE --at T", "decode the symbols before a position", 0},
-    {"index", fkvf_cli_index, "ARCHIVE", "append a commit with ZIDX search indexes", 0},
+    {"index", fkvf_cli_index, "ARCHIVE", "append a commit with ZIDX search indexes", 1},
     {"plot", fkvf_cli_plot, "ARCHIVE --stream S", "PNG of a stream's chaos-game points", 0},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
@@ -85,10 +85,10 @@ static void usage_main(FILE *f)
             "http:// or https:// URL: only the byte ranges needed are requested\n"
             "(docs/remote.md); --max-bytes N caps what one command transfers.\n"
             "\n"
-            "Commands that encode, train or restore (pack, unpack, train, append,\n"
-            "import-llama, export-llama) take --threads N: N threads (default: every\n"
-            "CPU this process may use, or FKVF_THREADS); the output is byte-identical\n"
-            "for every N.\n"
+            "Commands that encode, train, restore, verify or index (pack, unpack,\n"
+            "train, append, import-llama, export-llama, verify, index, compact)\n"
+            "take --threads N: N threads (default: every CPU this process may use,\n"
+            "or FKVF_THREADS); the output is byte-identical for every N.\n"
             "\n"
             "Run '%s COMMAND --help' for a command's options.\n",
             prog);

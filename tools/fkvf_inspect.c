@@ -574,6 +574,10 @@ static const char *verify_help =
     "                     (docs/codebooks.md); when none is found, a note on stderr\n"
     "                     and those checks are not made (a file of that hash that\n"
     "                     does not fit: exit 1)\n"
+    "  --threads N        threads the checks run on (default: every CPU this\n"
+    "                     process may use, or FKVF_THREADS); the result (the\n"
+    "                     first error, its message and offset) is the same for\n"
+    "                     any N\n"
     "  --json             one JSON object: file, valid, code, recoverable_torn_tail,\n"
     "                     message, commits, torn_bytes, committed_size and error\n"
     "                     (null, or the error object of docs/cli.md)\n";
@@ -657,6 +661,8 @@ static void verify_run(const verify_opts *o, verify_result *v)
         v->ec = cli_fail_reader(v->rc, v->r, o->path, "");
     else
         verify_codebook(o, v);
+    if (v->rc == FKVF_OK)
+        fkvf_reader_set_threads(v->r, cli_threads()); /* the result is the same for any */
     if (v->rc == FKVF_OK && (v->rc = fkvf_reader_verify(v->r)) != FKVF_OK)
         v->ec = cli_fail_reader(v->rc, v->r, o->path, "");
     if (*v->cb_note && v->rc == FKVF_OK)

@@ -4,10 +4,12 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_remote.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "fkvf.h"
@@ -86,6 +88,8 @@ static const char *index_help =
     "  --stream NAME  index this stream (tokens or Lx.Hy.K|V.stage; repeatable;\n"
     "                 default: every stream)\n"
     "  --no-sync      do not fsync the new commit\n"
+    "  --threads N    streams indexed at once (default: every CPU this process\n"
+    "                 may use, or FKVF_THREADS); the file is the same for any N\n"
     "  --json         one JSON object: streams indexed, entries, bytes, streams\n"
     "                 already current, streams too short, changed (on failure\n"
     "                 {\"error\":{...}}, docs/cli.md)\n"
@@ -588,45 +592,139 @@ static int index_is_current(fkvf_reader *r, size_t i, uint64_t want)
     return cur;
 }
 
-/* Index the streams named (all when nid = 0) of the archive at path in one
- * new commit, skipping those whose index in effect is current (so that a
- * second run changes nothing) and those too short to index. A stream named
- * that the archive does not have is an error unless missing_ok. Returns an
- * exit status; *rep reports. */
-static int index_file(const char *path, const uint64_t *ids, size_t nid, int missing_ok,
-                      int nosync, index_report *rep)
+/* ---- index builds on threads ---------------------------------------------
+ * A stream's index depends on that stream alone: the streams to index are
+ * built on --threads workers, each with a reader of its own (a reader is
+ * used by one thread at a time; a second open of the file is an mmap), and
+ * the sections go into the commit in stream order: the same bytes for
+ * every thread count. */
+
+/* One stream to index, and what became of it. */
+typedef struct index_item {
+    size_t stream;
+    uint64_t cover; /* positions [0, cover) to index */
+    int built;      /* 0: its index in effect is current */
+    int rc;         /* the build's error (FKVF_OK: none) */
+    unsigned worker;
+    void *data;
+    size_t size;
+    uint64_t key;
+} index_item;
+
+typedef struct index_job {
+    fkvf_reader **rs; /* one per worker */
+    index_item *it;
+    size_t n;
+    pthread_mutex_t mu; /* PTHREAD_MUTEX_INITIALIZER */
+    size_t next, fail;  /* the next item to start; the lowest failed (n: none) */
+} index_job;
+
+static int index_one(index_job *j, unsigned w, size_t i)
 {
-    memset(rep, 0, sizeof *rep);
-    fkvf_reader *r = NULL;
-    int ret = cli_open_archive(&r, path);
-    if (ret != CLI_OK)
-        return ret;
+    index_item *it = &j->it[i];
+    fkvf_reader *r = j->rs[w];
+    it->worker = w;
+    if (index_is_current(r, it->stream, it->cover))
+        return FKVF_OK;
+    it->rc = fkvf_search_index_build(r, it->stream, &it->data, &it->size, &it->key, NULL);
+    it->built = it->rc == FKVF_OK;
+    return it->rc;
+}
+
+/* The next item for a worker: in ascending order, none above a failure. */
+static size_t index_take(index_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    size_t i = j->next < j->fail ? j->next++ : j->n;
+    pthread_mutex_unlock(&j->mu);
+    return i;
+}
+
+typedef struct index_worker {
+    index_job *j;
+    unsigned id;
+} index_worker;
+
+static void *index_work(void *arg)
+{
+    index_worker *w = arg;
+    for (size_t i; (i = index_take(w->j)) < w->j->n;)
+        if (index_one(w->j, w->id, i) != FKVF_OK) {
+            pthread_mutex_lock(&w->j->mu);
+            if (i < w->j->fail)
+                w->j->fail = i;
+            pthread_mutex_unlock(&w->j->mu);
+        }
+    return NULL;
+}
+
+/* Every item on nw workers (the calling thread being worker 0; nw 1 starts
+ * no thread); returns the lowest failed item, n when none did. A thread
+ * that cannot be started leaves its share to the others. */
+static size_t index_run(index_job *j, unsigned nw)
+{
+    j->next = 0;
+    j->fail = j->n;
+    index_worker w[CLI_THREADS_MAX];
+    pthread_t tid[CLI_THREADS_MAX];
+    unsigned started = 0;
+    if (nw <= 1) {
+        for (size_t i = 0; i < j->n; i++)
+            if (index_one(j, 0, i) != FKVF_OK)
+                return i;
+        return j->n;
+    }
+    for (unsigned k = 1; k < nw; k++) {
+        w[k].j = j;
+        w[k].id = k;
+        if (pthread_create(&tid[started], NULL, index_work, &w[k]) != 0)
+            break;
+        started++;
+    }
+    w[0].j = j;
+    w[0].id = 0;
+    index_work(&w[0]);
+    for (unsigned k = 0; k < started; k++)
+        pthread_join(tid[k], NULL);
+    return j->fail;
+}
+
+/* The readers of workers 1 .. nw - 1 (rs[0] is the command's); returns
+ * how many workers have one (a reader that cannot be opened: fewer
+ * workers, the same result). */
+static unsigned index_readers(fkvf_reader **rs, unsigned nw, const char *path)
+{
+    for (unsigned w = 1; w < nw; w++)
+        if (cli_open_path_or_url(&rs[w], path) != FKVF_OK) {
+            fkvf_reader_free(rs[w]);
+            rs[w] = NULL;
+            return w;
+        }
+    return nw;
+}
+
+/* The streams to index (named, when nid, and not too short or unnamed)
+ * into it[0 .. *n); the others counted in rep. 0, or 1 when a stream
+ * named does not exist (reported). */
+static int index_plan(fkvf_reader *r, const char *path, const uint64_t *ids, size_t nid,
+                      int missing_ok, index_item *it, size_t *n, index_report *rep)
+{
     size_t ns = 0;
     fkvf_reader_stream_count(r, &ns);
-    fkvf_section_add *secs = calloc(ns ? ns : 1, sizeof *secs);
-    size_t n = 0;
-    ret = CLI_USAGE;
-    if (!secs) {
-        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
-        goto out;
-    }
     for (size_t k = 0; k < nid && !missing_ok; k++) { /* every stream named exists */
         size_t idx;
-        if (!find_stream(r, path, ids[k], &idx)) {
-            ret = CLI_INVALID;
-            goto out;
-        }
+        if (!find_stream(r, path, ids[k], &idx))
+            return 1;
     }
+    *n = 0;
     for (size_t i = 0; i < ns; i++) {
         fkvf_stream_info si;
         fkvf_reader_stream_info(r, i, &si);
-        if (nid) {
-            int want = 0;
-            for (size_t k = 0; k < nid; k++)
-                want |= ids[k] == si.id;
-            if (!want)
-                continue;
-        }
+        int want = !nid;
+        for (size_t k = 0; k < nid; k++)
+            want |= ids[k] == si.id;
+        if (!want)
+            continue;
         if (si.id == FKVF_STREAM_ID_UNNAMED) {
             rep->unnamed++;
             continue;
@@ -636,55 +734,108 @@ static int index_file(const char *path, const uint64_t *ids, size_t nid, int mis
             rep->short_++;
             continue;
         }
-        if (index_is_current(r, i, cover)) {
+        memset(&it[*n], 0, sizeof it[*n]);
+        it[*n].stream = i;
+        it[*n].cover = cover;
+        ++*n;
+    }
+    return 0;
+}
+
+/* The error of a failed build, with its worker's reader's message. */
+static int index_fail(fkvf_reader *r, const index_item *it, const char *path)
+{
+    fkvf_stream_info si;
+    char nm[64], pre[80];
+    fkvf_reader_stream_info(r, it->stream, &si);
+    cli_stream_name(si.id, nm, sizeof nm);
+    snprintf(pre, sizeof pre, "stream %s: ", nm);
+    if (it->rc == FKVF_E_NOMEM)
+        return cli_fail(CLI_USAGE, it->rc, path, "%sout of memory", pre);
+    return cli_fail_reader(it->rc, r, path, pre);
+}
+
+/* Append the built indexes as one commit. */
+static int index_commit(const char *path, const fkvf_section_add *secs, size_t n, int nosync)
+{
+    fkvf_archive_op *op = NULL;
+    int rc = fkvf_archive_append_sections(&op, path, secs, n,
+                                          nosync ? FKVF_SYNC_NONE : FKVF_SYNC_COMMIT);
+    int ret = CLI_OK;
+    if (rc) {
+        fkvf_error_info e;
+        int have = fkvf_archive_op_error(op, &e) == FKVF_OK && e.code != FKVF_OK;
+        ret = cli_fail_lib(rc, have ? &e : NULL, path, "");
+    }
+    fkvf_archive_op_free(op);
+    return ret;
+}
+
+/* Index the streams named (all when nid = 0) of the archive at path in one
+ * new commit, skipping those whose index in effect is current (so that a
+ * second run changes nothing) and those too short to index. A stream named
+ * that the archive does not have is an error unless missing_ok. The
+ * streams are built on cli_threads() workers. Returns an exit status;
+ * *rep reports. */
+static int index_file(const char *path, const uint64_t *ids, size_t nid, int missing_ok,
+                      int nosync, index_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    fkvf_reader *rs[CLI_THREADS_MAX] = {NULL};
+    int ret = cli_open_archive(&rs[0], path);
+    if (ret != CLI_OK)
+        return ret;
+    size_t ns = 0, n = 0, nb = 0;
+    fkvf_reader_stream_count(rs[0], &ns);
+    index_job j = {rs, calloc(ns ? ns : 1, sizeof *j.it), 0, PTHREAD_MUTEX_INITIALIZER, 0, 0};
+    fkvf_section_add *secs = calloc(ns ? ns : 1, sizeof *secs);
+    unsigned nw = 1;
+    ret = CLI_USAGE;
+    if (!j.it || !secs) {
+        ret = cli_fail(CLI_USAGE, FKVF_E_NOMEM, NULL, "out of memory");
+        goto out;
+    }
+    if (index_plan(rs[0], path, ids, nid, missing_ok, j.it, &n, rep)) {
+        ret = CLI_INVALID;
+        goto out;
+    }
+    j.n = n;
+    nw = cli_threads() < n ? cli_threads() : (n ? (unsigned)n : 1);
+    nw = index_readers(rs, nw, path);
+    size_t f = index_run(&j, nw);
+    if (f < n) {
+        ret = index_fail(rs[j.it[f].worker], &j.it[f], path);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!j.it[i].built) {
             rep->current++;
             continue;
         }
-        void *d;
-        size_t sz;
-        uint64_t key;
-        int rc = fkvf_search_index_build(r, i, &d, &sz, &key, NULL);
-        if (rc) {
-            char nm[64], pre[80];
-            cli_stream_name(si.id, nm, sizeof nm);
-            snprintf(pre, sizeof pre, "stream %s: ", nm);
-            if (rc == FKVF_E_NOMEM)
-                ret = cli_fail(CLI_USAGE, rc, path, "%sout of memory", pre);
-            else
-                ret = cli_fail_reader(rc, r, path, pre);
-            goto out;
-        }
-        secs[n].type = FKVF_SECTION_ZPOS;
-        secs[n].flags = 0;
-        secs[n].key = key;
-        secs[n].data = d;
-        secs[n].size = sz;
-        rep->bytes += sz;
-        rep->entries += cover;
-        n++;
+        secs[nb].type = FKVF_SECTION_ZPOS;
+        secs[nb].flags = 0;
+        secs[nb].key = j.it[i].key;
+        secs[nb].data = j.it[i].data;
+        secs[nb].size = j.it[i].size;
+        rep->bytes += j.it[i].size;
+        rep->entries += j.it[i].cover;
+        nb++;
     }
-    fkvf_reader_free(r); /* before appending */
-    r = NULL;
-    if (n) {
-        fkvf_archive_op *op = NULL;
-        int rc = fkvf_archive_append_sections(&op, path, secs, n,
-                                              nosync ? FKVF_SYNC_NONE : FKVF_SYNC_COMMIT);
-        if (rc) {
-            fkvf_error_info e;
-            int have = fkvf_archive_op_error(op, &e) == FKVF_OK && e.code != FKVF_OK;
-            ret = cli_fail_lib(rc, have ? &e : NULL, path, "");
-        }
-        fkvf_archive_op_free(op);
-        if (rc)
-            goto out;
+    for (unsigned w = 0; w < nw; w++) { /* before appending */
+        fkvf_reader_free(rs[w]);
+        rs[w] = NULL;
     }
-    rep->built = n;
+    if (nb && (ret = index_commit(path, secs, nb, nosync)) != CLI_OK)
+        goto out;
+    rep->built = nb;
     ret = CLI_OK;
 out:
     for (size_t i = 0; i < n; i++)
-        fkvf_search_buffer_free((void *)secs[i].data, NULL);
+        fkvf_search_buffer_free(j.it[i].data, NULL);
+    free(j.it);
     free(secs);
-    fkvf_reader_free(r);
+    for (unsigned w = 0; w < nw; w++)
+        fkvf_reader_free(rs[w]);
     return ret;
 }
 

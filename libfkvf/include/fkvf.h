@@ -160,14 +160,18 @@ typedef struct fkvf_allocator {
  *   decoding  fkvf_rvq_decode (fkvf_rvq_set_threads); fkvf_reader_restore
  *             (fkvf_reader_set_threads)
  *   training  fkvf_rvq_train (fkvf_rvq_params.n_threads)
- * Everything else (opening, random access, verification, search, the
- * writer) runs on the calling thread.
+ *   checking  fkvf_reader_verify (fkvf_reader_set_threads)
+ *   indexing  fkvf_archive_compact's rebuild of the search indexes
+ *             (fkvf_compact_options.n_threads)
+ * Everything else (opening, random access, search, building one search
+ * index, the writer) runs on the calling thread.
  * A count of 0 or 1, the default everywhere, does the work on the calling
  * thread and starts no thread; FKVF_THREADS_ALL takes fkvf_cpu_count();
  * any other count that many (at most 256: more are taken as 256). Every
  * result is bit-identical for every thread count: the work is cut into
- * pieces (ranges of positions, stage tables) whose results do not
- * depend on which thread computes them or when. With more than one thread
+ * pieces (ranges of positions, stage tables, pieces of a check, streams)
+ * whose results do not depend on which thread computes them or when; an
+ * error is that of the first piece in order that fails, with its message. With more than one thread
  * a handle's allocator is called from several threads at once (it must be
  * thread-safe; the default malloc family is), and so is training's progress
  * callback (one call at a time, done still counting up by one). A thread
@@ -751,12 +755,22 @@ FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_
  * out_size >= count * fkvf_reader_row_bytes(dtype). */
 FKVF_API int fkvf_reader_restore(fkvf_reader *r, uint64_t first, uint64_t count, fkvf_dtype dtype,
                                  void *out, size_t out_size);
-/* Threads fkvf_reader_restore decodes archived positions with (the
- * threading model near the top of this header; a new reader has 1): each
- * batch of positions is cut into one range per thread. The restored bytes
- * are bit-identical for every count. Reading the streams, the exact rows and
- * everything else stays on the calling thread. FKVF_E_STATE when r is not
- * a usable reader. No allocation. One thread at a time per reader. */
+/* Threads of fkvf_reader_restore and fkvf_reader_verify (the threading
+ * model near the top of this header; a new reader has 1). Restore decodes
+ * archived positions with them: each batch of positions is cut into one
+ * range per thread; the restored bytes are bit-identical for every count,
+ * and reading the streams, the exact rows and everything else stays on the
+ * calling thread. Verify checks pieces of its steps on them, each step's
+ * pieces in parallel, the steps in order: section checksums (a section a
+ * piece), a stream segment's blocks (64 a piece), then its streams' padding
+ * bits and symbols (16 streams a piece), the codebook's centroids (1 MiB a
+ * piece), the search indexes (a section a piece); its result (code, message,
+ * offset) is the first error in that order, the one the one-thread pass
+ * finds, for every count. A reader opened with fkvf_reader_open_source
+ * verifies on the calling thread (its reads fill the reader's state). With
+ * more than one thread the reader's allocator is called from several
+ * threads. FKVF_E_STATE when r is not a usable reader. No allocation. One
+ * thread at a time per reader. */
 FKVF_API int fkvf_reader_set_threads(fkvf_reader *r, unsigned n_threads);
 
 /* ---- random access (spec 11.5, 13.6, 14) ---- */
@@ -821,7 +835,9 @@ FKVF_API int fkvf_reader_read(fkvf_reader *r, const fkvf_read_request *req, void
  * (fkvf_reader_attach_codebook; a fault of an attached one is
  * FKVF_E_CODEBOOK); without it they are skipped. Earlier commits' states
  * are not re-derived (spec 7.3). Returns the first error; the message names
- * it. Not for concurrent use of one handle. */
+ * it. Runs on the threads of fkvf_reader_set_threads (1 by default: the
+ * calling thread), with the same result for every count. Not for
+ * concurrent use of one handle. */
 FKVF_API int fkvf_reader_verify(fkvf_reader *r);
 
 /* ---- validation: a file against every rule of the spec ------------------ */
@@ -1345,6 +1361,14 @@ typedef struct fkvf_compact_options {
                           * called after each index segment copied: done of
                           * total archived positions */
     void *progress_opaque;
+    unsigned n_threads;  /* threads the search indexes are rebuilt on (the
+                          * threading model near the top of this header; 0 and
+                          * 1: the calling thread): the streams' indexes are
+                          * built a batch at a time, each on one thread with a
+                          * reader of src of its own (codebook_file attached
+                          * to each: see docs/library.md on sharing one), and
+                          * added in order. The file is byte-identical for
+                          * every count. (Added in 0.4.0.) */
 } fkvf_compact_options;
 
 /* Defaults: a new dst that may replace a file, synced, 0666 less the umask. */

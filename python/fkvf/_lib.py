@@ -118,7 +118,7 @@ class StreamInfo(Structure):
 class CompactOptions(Structure):
     _fields_ = [("in_place", c_int), ("no_replace", c_int), ("mode", c_uint), ("sync", c_uint),
                 ("codebook_file", c_void_p), ("alloc", c_void_p), ("progress", c_void_p),
-                ("progress_opaque", c_void_p)]
+                ("progress_opaque", c_void_p), ("n_threads", c_uint)]
 
 
 class CompactResult(Structure):
@@ -460,7 +460,7 @@ bind(_PROTOS)
 
 # The structures above are those of fkvf.h 0.4 (fkvf_codebook_shape and
 # fkvf_rvq_params grew in 0.2.0, again in 0.3.0 (its metric) and 0.4.0 (n_threads;
-# fkvf_append_options too): a
+# fkvf_append_options and fkvf_compact_options too): a
 # library of another 0.x release has other layouts, and calls through them would
 # read and write past its structs.
 _ABI = (0, 4)

@@ -926,7 +926,7 @@ def open(path: PathLike, codebooks: Optional[PathLike] = None, strict: bool = Fa
     (FKVF_OPEN_READ): safe against that, at the cost of the memory and a full read (the
     codebook file too); zero-copy views then view that copy.
 
-    threads: the threads restore() decodes archived positions with (fkvf_reader_set_threads):
-    None is the environment's FKVF_THREADS, else every CPU the process may run on; the rows
-    are the same for every count."""
+    threads: the threads restore() decodes archived positions with and verify() checks with
+    (fkvf_reader_set_threads): None is the environment's FKVF_THREADS, else every CPU the
+    process may run on; the rows, and verify()'s error, are the same for every count."""
     return Archive(path, codebooks=codebooks, strict=strict, mmap=mmap, threads=threads)

@@ -8,6 +8,7 @@ from typing import Any, Dict, Optional, Union
 
 from . import _lib
 from ._lib import lib
+from ._keys import threads_arg
 from .archive import Archive
 from .errors import from_handle
 
@@ -16,7 +17,7 @@ PathLike = Union[str, bytes, "os.PathLike[str]"]
 
 def compact(path: PathLike, out: Optional[PathLike] = None, *, in_place: bool = False,
             codebooks: Optional[PathLike] = None, overwrite: bool = False,
-            sync: bool = True) -> Dict[str, Any]:
+            sync: bool = True, threads: Optional[int] = None) -> Dict[str, Any]:
     """Rewrite the archive at path as one commit into out, as ``fkvf compact PATH -o OUT``
     does: the same positions, the same restored bits, without what later commits superseded
     (the exact rows of positions that have left the recent window since, older directories
@@ -27,7 +28,10 @@ def compact(path: PathLike, out: Optional[PathLike] = None, *, in_place: bool = 
     overwrite=True). in_place=True (out None): replace path itself, atomically (locked as an
     Appender locks it: IoError while one has it open). codebooks: the codebook file of an
     archive that refers to one (default: found as fkvf.open finds it). sync: the result is
-    made durable before it is renamed into place.
+    made durable before it is renamed into place. threads: the threads the search indexes
+    are rebuilt on (fkvf_compact_options.n_threads): None is the environment's
+    FKVF_THREADS, else every CPU the process may run on; the file is the same for every
+    count.
 
     Returns fkvf_compact_result as a dict: path (the file written), commits_before,
     size_before, torn_bytes, positions, archived, exact, size, search_indexes. Errors: the
@@ -39,6 +43,7 @@ def compact(path: PathLike, out: Optional[PathLike] = None, *, in_place: bool = 
     if not in_place and out is None:
         raise ValueError("compact: give out= (a new file) or in_place=True")
     dst = None if out is None else os.fsdecode(os.fspath(out))
+    nthreads = threads_arg(threads)
     # the archive opened as fkvf.open opens it, for its codebook file (found by hash or
     # given); its errors (not an archive, no codebook file) are the open's
     with Archive(src, codebooks=codebooks) as arch:
@@ -52,6 +57,7 @@ def compact(path: PathLike, out: Optional[PathLike] = None, *, in_place: bool = 
         opts.no_replace = 0 if overwrite or in_place else 1
         opts.sync = _lib.SYNC_COMMIT if sync else _lib.SYNC_NONE
         opts.codebook_file = arch._cb
+        opts.n_threads = nthreads
         res = _lib.CompactResult()
         op = _lib.ArchiveOp()
         try:

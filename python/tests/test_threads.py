@@ -1,6 +1,7 @@
-"""threads= of fkvf.pack, fkvf.train, fkvf.open and fkvf.Appender (fkvf_rvq_set_threads,
-fkvf_rvq_params.n_threads, fkvf_reader_set_threads, fkvf_append_options.n_threads): the
-same files and rows for 1, 2, 3 and 7 threads and for the default (FKVF_THREADS, else
+"""threads= of fkvf.pack, fkvf.train, fkvf.open, fkvf.Appender and fkvf.compact
+(fkvf_rvq_set_threads, fkvf_rvq_params.n_threads, fkvf_reader_set_threads,
+fkvf_append_options.n_threads, fkvf_compact_options.n_threads): the same files, rows
+and verify() errors for 1, 2, 3 and 7 threads and for the default (FKVF_THREADS, else
 every CPU); bad counts refused."""
 
 import os
@@ -63,6 +64,37 @@ def test_appender_same_for_every_count(fkvf, tmp_path):
                 a.commit()
         files.append(data(p))
     assert files[1] == files[0]
+
+
+def test_verify_compact_same_for_every_count(fkvf, tmp_path):
+    from conftest import run_cli
+    k, v = load()
+    a = tmp_path / "a.fkvf"
+    fkvf.pack((k, v), a, k=32)
+    run_cli("index", a, "--no-sync", "--threads", "1")  # every stream's search index
+    bad = tmp_path / "bad.fkvf"
+    b = bytearray(data(a))
+    zpos = [int(ln.split()[3]) for ln in run_cli("dump", a).stdout.splitlines()
+            if ln.split()[1:2] == ["ZPOS"]]
+    assert len(zpos) > 100
+    for off in zpos[1::3]:  # every third search index: the first one's checksum error
+        b[off + 80] ^= 0x5A
+    bad.write_bytes(bytes(b))
+    files, errs = [], []
+    for i, t in enumerate(COUNTS):
+        with fkvf.open(a, threads=t) as ar:
+            ar.verify()
+        with fkvf.open(bad, threads=t) as ar:
+            with pytest.raises(fkvf.FkvfError) as e:
+                ar.verify()
+            errs.append((type(e.value), str(e.value)))
+            assert f"offset {zpos[1]}: section ZPOS" in errs[-1][1], errs[-1][1]
+        out = tmp_path / f"c{i}.fkvf"
+        assert fkvf.compact(a, out, threads=t)["search_indexes"] > 100
+        files.append(data(out))
+    for i in range(1, len(COUNTS)):
+        assert files[i] == files[0], COUNTS[i]
+        assert errs[i] == errs[0], COUNTS[i]
 
 
 def test_env_and_refusals(fkvf, tmp_path, monkeypatch):

@@ -22,6 +22,7 @@
 #include "ckd.h"
 #include "error.h"
 #include "fkvf.h"
+#include "parallel.h"
 #include "append_impl.h"
 #include "archive_op.h"
 
@@ -414,22 +415,31 @@ static int unnamed_ids(job *j, id_stream **out, size_t *n)
     return FKVF_OK;
 }
 
-/* Search indexes (spec 20): rebuilt for every stream that had one, after
- * the stream segments so that no later segment makes them stale (20.4);
- * the streams are copied symbol for symbol, so the input's symbols give the
- * same keys. One index per stream, however many the input had, in the
- * order of their first. A stream the reader cannot name gets its index
- * keyed by the name the codebook's shape gives (fkvf_search_index_build_as:
- * an automatic compaction has the appender's shape, not the codebook). */
-static int rebuild_zidx(job *j)
+/* The most bytes of rebuilt search index sections one batch holds. */
+#define ZIDX_BATCH_BYTES ((uint64_t)64 << 20)
+
+/* One stream's search index to rebuild: its stream, the key its old index
+ * had, whether the reader can name the stream; then the new section. */
+typedef struct zitem {
+    size_t zi;
+    uint64_t key;
+    int unnamed;
+    int rc;
+    void *data;
+    size_t size;
+} zitem;
+
+/* The indexes to rebuild, in the order of their first section: *out (NULL,
+ * *n 0 when there are none). */
+static int zidx_plan(job *j, zitem **out, size_t *n)
 {
     fkvf_archive_op *c = j->c;
     id_stream *ids = NULL;
-    size_t n_ids = 0;
+    size_t n_ids = 0, m = 0;
     unsigned char *done = j->ai.n_streams ? fkvf_calloc(c->alloc, j->ai.n_streams, 1) : NULL;
-    if (j->ai.n_streams && !done)
-        return fail_writer(c, FKVF_E_NOMEM, NULL, "search index");
-    int rc = unnamed_ids(j, &ids, &n_ids);
+    zitem *t = j->ai.n_streams ? fkvf_calloc(c->alloc, j->ai.n_streams, sizeof *t) : NULL;
+    int rc = j->ai.n_streams && (!done || !t) ? fail_writer(c, FKVF_E_NOMEM, NULL, "search index")
+                                              : unnamed_ids(j, &ids, &n_ids);
     for (size_t i = 0; rc == FKVF_OK && i < j->ai.n_sections; i++) {
         fkvf_section_info zs;
         size_t zi;
@@ -449,23 +459,107 @@ static int rebuild_zidx(job *j)
         if (zi >= j->ai.n_streams || done[zi])
             continue;
         done[zi] = 1;
-        void *zd = NULL;
-        size_t zn = 0;
-        uint64_t zk = zs.key;
-        if (unnamed)
-            rc = fkvf_search_index_build_as(j->r, zi, zs.key, &zd, &zn, c->alloc);
-        else
-            rc = fkvf_search_index_build(j->r, zi, &zd, &zn, &zk, c->alloc);
-        if (rc == FKVF_OK)
-            rc = fkvf_writer_add_section(j->w, FKVF_SECTION_ZPOS, 0, zk, zd, zn);
-        fkvf_search_buffer_free(zd, c->alloc);
-        if (rc != FKVF_OK)
-            rc = fail_writer(c, rc, j->w, "search index");
-        else
-            j->res->search_indexes++;
+        t[m++] = (zitem){zi, zs.key, unnamed, FKVF_OK, NULL, 0};
     }
     fkvf_free(c->alloc, ids);
     fkvf_free(c->alloc, done);
+    if (rc != FKVF_OK) {
+        fkvf_free(c->alloc, t);
+        t = NULL;
+        m = 0;
+    }
+    *out = t;
+    *n = m;
+    return rc;
+}
+
+/* The builds of one batch, on the workers' readers (a reader is used by
+ * one thread at a time). */
+typedef struct zbatch {
+    fkvf_reader **rs;
+    zitem *it;
+    const fkvf_allocator *alloc;
+} zbatch;
+
+static int zbuild(void *ctx, unsigned worker, size_t i)
+{
+    zbatch *z = ctx;
+    zitem *t = &z->it[i];
+    uint64_t zk = t->key;
+    if (t->unnamed)
+        t->rc = fkvf_search_index_build_as(z->rs[worker], t->zi, t->key, &t->data, &t->size,
+                                           z->alloc);
+    else
+        t->rc = fkvf_search_index_build(z->rs[worker], t->zi, &t->data, &t->size, &zk, z->alloc);
+    t->key = zk;
+    return t->rc;
+}
+
+/* Readers of src for workers 1 .. nw - 1 (rs[0] is the job's), with the
+ * job's codebook file attached as to it: how many workers have one (a
+ * reader that cannot be opened leaves fewer, the same result). */
+static unsigned zidx_readers(job *j, fkvf_reader **rs, unsigned nw)
+{
+    for (unsigned w = 1; w < nw; w++) {
+        int rc = fkvf_reader_open_file(&rs[w], j->c->src, 0, j->c->alloc);
+        if (rc == FKVF_OK && j->opt->codebook_file)
+            rc = fkvf_reader_attach_codebook(rs[w], j->opt->codebook_file);
+        if (rc != FKVF_OK) {
+            fkvf_reader_free(rs[w]);
+            rs[w] = NULL;
+            return w;
+        }
+    }
+    return nw;
+}
+
+/* Search indexes (spec 20): rebuilt for every stream that had one, after
+ * the stream segments so that no later segment makes them stale (20.4);
+ * the streams are copied symbol for symbol, so the input's symbols give the
+ * same keys. One index per stream, however many the input had, in the
+ * order of their first. A stream the reader cannot name gets its index
+ * keyed by the name the codebook's shape gives (fkvf_search_index_build_as:
+ * an automatic compaction has the appender's shape, not the codebook).
+ * The builds (sorting every stream's positions: most of a compaction's
+ * work when the streams were indexed) run on opt->n_threads workers in
+ * batches (4 to 64 streams a worker, at most ZIDX_BATCH_BYTES of
+ * sections), each section added in order after its batch: the same file
+ * for every count. */
+static int rebuild_zidx(job *j)
+{
+    fkvf_archive_op *c = j->c;
+    zitem *it;
+    size_t n;
+    int rc = zidx_plan(j, &it, &n);
+    fkvf_reader *rs[FKVF_PAR_MAX] = {j->r};
+    unsigned nw = fkvf_par_workers(fkvf_par_threads(j->opt->n_threads), n);
+    nw = zidx_readers(j, rs, nw);
+    /* a batch holds at most ZIDX_BATCH_BYTES of sections (at least 4 a
+     * worker): each starts the workers again, so as few as that allows */
+    uint64_t per = UINT64_MAX, e; /* a ZPOS section: 64 + 4 per position (spec 20.7) */
+    if (fkvf_mul64(j->ai.n_positions, 4, &e) && e <= UINT64_MAX - 64)
+        per = e + 64;
+    uint64_t fit = ZIDX_BATCH_BYTES / per;
+    size_t batch = nw <= 1 ? 1 : fit > (uint64_t)64 * nw ? (size_t)64 * nw
+                                 : fit < (uint64_t)4 * nw ? (size_t)4 * nw : (size_t)fit;
+    for (size_t b0 = 0; rc == FKVF_OK && b0 < n; b0 += batch) {
+        size_t m = n - b0 < batch ? n - b0 : batch;
+        zbatch z = {rs, it + b0, c->alloc};
+        fkvf_par_for(nw, m, zbuild, &z);
+        for (size_t k = 0; k < m; k++) {
+            zitem *t = &it[b0 + k];
+            if (rc == FKVF_OK && (rc = t->rc) == FKVF_OK)
+                rc = fkvf_writer_add_section(j->w, FKVF_SECTION_ZPOS, 0, t->key, t->data, t->size);
+            if (rc == FKVF_OK)
+                j->res->search_indexes++;
+            fkvf_search_buffer_free(t->data, c->alloc);
+        }
+        if (rc != FKVF_OK)
+            rc = fail_writer(c, rc, j->w, "search index");
+    }
+    for (unsigned w = 1; w < nw; w++)
+        fkvf_reader_free(rs[w]);
+    fkvf_free(c->alloc, it);
     return rc;
 }
 

@@ -1,8 +1,9 @@
 /* The library's one way to use several threads: a parallel loop over
  * numbered items with a deterministic result.
  *
- * Every multi-threaded operation of libfkvf (encoding, decoding, training)
- * cuts its work into items whose results go to disjoint places and do not
+ * Every multi-threaded operation of libfkvf (encoding, decoding, training,
+ * full verification: read/verify.c's rd_check_par, compaction's index
+ * rebuild) cuts its work into items whose results go to disjoint places and do not
  * depend on which thread computes them or in what order,
  * so the output is bit-identical for every thread count. A thread count of
  * 1 runs every item on the calling thread and makes no pthread call (the

@@ -1097,16 +1097,22 @@ int fkvf_cbk1_matches(const fkvf_codebook_shape *s, const fkvf_desc *desc)
            (s->pooled ? s->n_heads == 1 : s->n_heads == desc->n_kv_heads);
 }
 
-int fkvf_cbk1_finite(const uint8_t *p, uint64_t size, fkvf_dtype dtype, uint64_t *bad)
+uint64_t fkvf_cbk1_elements_at(const uint8_t *p, uint64_t size)
 {
-    /* f16: exponent bits all set; f32: likewise (spec 13.1: no bf16) */
-    const uint64_t e = dtype == FKVF_DTYPE_F16 ? 2 : 4;
     /* the tables start after the layer table, if any (a parsed section:
      * size covers it) */
     uint64_t first = FKVF_SUBHDR_SIZE;
     if (size >= 64 && p[24] == 1)
         first += ((uint64_t)2 * fkvf_ld32(p) + 63) & ~(uint64_t)63;
-    for (uint64_t o = first; o + e <= size; o += e) {
+    return first;
+}
+
+int fkvf_cbk1_finite_range(const uint8_t *p, uint64_t from, uint64_t to, fkvf_dtype dtype,
+                           uint64_t *bad)
+{
+    /* f16: exponent bits all set; f32: likewise (spec 13.1: no bf16) */
+    const uint64_t e = dtype == FKVF_DTYPE_F16 ? 2 : 4;
+    for (uint64_t o = from; o + e <= to; o += e) {
         int inf_nan = e == 2 ? (fkvf_ld16(p + o) & 0x7C00u) == 0x7C00u
                              : (fkvf_ld32(p + o) & 0x7F800000u) == 0x7F800000u;
         if (inf_nan) {
@@ -1116,6 +1122,11 @@ int fkvf_cbk1_finite(const uint8_t *p, uint64_t size, fkvf_dtype dtype, uint64_t
         }
     }
     return 1;
+}
+
+int fkvf_cbk1_finite(const uint8_t *p, uint64_t size, fkvf_dtype dtype, uint64_t *bad)
+{
+    return fkvf_cbk1_finite_range(p, fkvf_cbk1_elements_at(p, size), size, dtype, bad);
 }
 
 FKVF_API uint64_t fkvf_codebook_size(const fkvf_codebook_shape *shape)

@@ -176,6 +176,13 @@ int fkvf_cbrf_parse(const uint8_t *p, uint64_t size, uint64_t off, const uint8_t
  * included, dtype from the header) finite (spec 13.2)? 0 with *bad the
  * content offset of the first that is not. */
 int fkvf_cbk1_finite(const uint8_t *p, uint64_t size, fkvf_dtype dtype, uint64_t *bad);
+/* The same in two steps, for a check cut into pieces: the content offset
+ * of the first centroid element (after the header and any layer table),
+ * then the elements in [from, to) (content offsets; from at an element
+ * boundary, an element that does not end by `to` is not looked at). */
+uint64_t fkvf_cbk1_elements_at(const uint8_t *p, uint64_t size);
+int fkvf_cbk1_finite_range(const uint8_t *p, uint64_t from, uint64_t to, fkvf_dtype dtype,
+                           uint64_t *bad);
 /* Does the shape match the descriptor (spec 13.7)? */
 int fkvf_cbk1_matches(const fkvf_codebook_shape *s, const fkvf_desc *desc);
 

@@ -24,12 +24,12 @@ int rd_enter(const fkvf_reader *r) { return FKVF_HANDLE_ENTER(r, FKVF_HANDLE_REA
 
 /* ---- section bytes --------------------------------------------------------- */
 
-static int inflate_exact(fkvf_reader *r, const rd_section *s, const uint8_t *src, uint8_t *dst)
+static int inflate_exact(const rd_section *s, const uint8_t *src, uint8_t *dst, fkvf_diag *d)
 {
     z_stream z;
     memset(&z, 0, sizeof z);
     if (inflateInit(&z) != Z_OK)
-        return FAIL(FKVF_E_NOMEM, s->e.offset, NULL, "zlib: inflateInit failed");
+        return fkvf_fail(d, FKVF_E_NOMEM, s->e.offset, NULL, "zlib: inflateInit failed");
     /* zlib counts in uInt: feed in chunks so sizes above 4 GiB work. */
     uint64_t in_left = s->e.stored_size, out_left = s->e.size;
     const uint8_t *in = src;
@@ -65,23 +65,25 @@ static int inflate_exact(fkvf_reader *r, const rd_section *s, const uint8_t *src
     int trailing = z.avail_in != 0 || in_left != 0;
     inflateEnd(&z);
     if (!ended)
-        return FAIL(FKVF_E_DEFLATE, s->e.offset, "4.4",
+        return fkvf_fail(d, FKVF_E_DEFLATE, s->e.offset, "4.4",
                     "section: deflate stream invalid or longer than size %llu",
                     (unsigned long long)s->e.size);
     if (produced != s->e.size || trailing)
-        return FAIL(FKVF_E_DEFLATE, s->e.offset, "4.4",
+        return fkvf_fail(d, FKVF_E_DEFLATE, s->e.offset, "4.4",
                     "section: inflates to %llu bytes (size says %llu)%s",
                     (unsigned long long)produced, (unsigned long long)s->e.size,
                     trailing ? ", with bytes after the stream" : "");
     return FKVF_OK;
 }
 
-static int section_check(fkvf_reader *r, rd_section *s)
+/* The checksum of section s (and its inflation, once), errors into d:
+ * the reader's message, or one of verify's workers' (rd_check_par). */
+static int section_check(fkvf_reader *r, rd_section *s, fkvf_diag *d)
 {
     const uint8_t *src = r->data + s->e.offset;
     size_t stored;
     if (!fkvf_tosz(s->e.stored_size, &stored))
-        return FAIL(FKVF_E_LIMIT, s->e.offset, "15", "section too large for this machine");
+        return fkvf_fail(d, FKVF_E_LIMIT, s->e.offset, "15", "section too large for this machine");
     int rc = rd_ensure(r, s->e.offset, s->e.stored_size); /* in bounds: spec 4.5, at load */
     if (rc)
         return rc;
@@ -89,7 +91,7 @@ static int section_check(fkvf_reader *r, rd_section *s)
     if (sum != s->e.checksum) {
         char tn[12];
         fkvf_type_name(s->e.type, tn);
-        return FAIL(FKVF_E_CHECKSUM, s->e.offset, "4.6",
+        return fkvf_fail(d, FKVF_E_CHECKSUM, s->e.offset, "4.6",
                     "section %s (key %llu): checksum stored %016llx, computed %016llx", tn,
                     (unsigned long long)s->e.key, (unsigned long long)s->e.checksum,
                     (unsigned long long)sum);
@@ -99,11 +101,11 @@ static int section_check(fkvf_reader *r, rd_section *s)
     if ((s->e.flags & FKVF_SECTION_DEFLATE) && !s->inflated) {
         size_t n;
         if (!fkvf_tosz(s->e.size, &n))
-            return FAIL(FKVF_E_LIMIT, s->e.offset, "15", "section too large for this machine");
+            return fkvf_fail(d, FKVF_E_LIMIT, s->e.offset, "15", "section too large for this machine");
         uint8_t *buf = fkvf_malloc(r->alloc, n ? n : 1);
         if (!buf)
-            return FAIL(FKVF_E_NOMEM, s->e.offset, NULL, "no memory to inflate %zu bytes", n);
-        rc = inflate_exact(r, s, src, buf);
+            return fkvf_fail(d, FKVF_E_NOMEM, s->e.offset, NULL, "no memory to inflate %zu bytes", n);
+        rc = inflate_exact(s, src, buf, d);
         if (rc) {
             fkvf_free(r->alloc, buf);
             return rc;
@@ -124,13 +126,19 @@ int rd_section_bytes(fkvf_reader *r, size_t i, const uint8_t **p, uint64_t *size
 {
     rd_section *s = &r->sections[i];
     if (!s->checked) {
-        int rc = section_check(r, s);
+        int rc = section_check(r, s, &r->diag);
         if (rc)
             return rc;
     }
     *p = s->inflated ? s->inflated : r->data + s->e.offset;
     *size = s->e.size;
     return FKVF_OK;
+}
+
+int rd_section_check(fkvf_reader *r, size_t i, fkvf_diag *d)
+{
+    r->sections[i].checked = 0;
+    return section_check(r, &r->sections[i], d);
 }
 
 /* ---- open / free ------------------------------------------------------------- */

@@ -225,11 +225,18 @@ int rd_section_bytes(fkvf_reader *r, size_t i, const uint8_t **p, uint64_t *size
  * sections at open, verify), so that opening or verifying a large file
  * does not hold it all. A later access maps them again. */
 void rd_section_drop(fkvf_reader *r, size_t i);
+/* Section i's checksum (and inflation) checked again, its error into d
+ * (verify; for a reader that is not a source it writes only section i's
+ * state and d). */
+int rd_section_check(fkvf_reader *r, size_t i, fkvf_diag *d);
 /* The vertex table of VTXS section i, sizes checked (spec 10.1), values not:
  * 2N doubles in *xy, to be freed with fkvf_free(r->alloc, ...). */
 int rd_vtxs_table(fkvf_reader *r, size_t i, double **xy, uint32_t *n);
 /* Verify block b of a segment (checksum, and for ngon every span in it). */
 int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b);
+/* The same with its error into d (rd_check_par's workers: for a reader
+ * that is not a source, it writes only block b's flag and d). */
+int rd_block_check_d(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b, fkvf_diag *d);
 /* Stream `index` (index streams in canonical order, then the token
  * stream), computed from the groups; FKVF_E_RANGE beyond n_streams. */
 int rd_stream_at(const fkvf_reader *r, size_t index, rd_stream *s);
@@ -295,10 +302,25 @@ int rd_cbk1_load(fkvf_reader *r);
 void rd_source_release(fkvf_reader *r);
 /* Parse a STRM section's header into a segment (block flags allocated). */
 int rd_seg_init(fkvf_reader *r, size_t i, rd_seg *g);
-/* Every stored symbol of every stream of index segment g (also symbols
- * later segments cut away) below k; FKVF_E_SYMBOL on the first that is not
- * (spec 11.8, full verification). */
-int rd_seg_symbols_below(fkvf_reader *r, const rd_group *s, rd_seg *g, uint32_t k);
+/* Every stored symbol of streams [o0, o1) of index segment g (also symbols
+ * later segments cut away) below k; FKVF_E_SYMBOL, its message into d, on
+ * the first that is not (spec 11.8, full verification). Once every block
+ * of g is verified, on a reader that is not a source, it only reads. */
+int rd_seg_symbols_below(fkvf_reader *r, const rd_group *s, rd_seg *g, uint32_t k, uint32_t o0,
+                         uint32_t o1, fkvf_diag *d);
+
+/* Verification on the reader's threads (fkvf_reader_set_threads; verify.c):
+ * fn(r, ctx, i, d) for items i = 0 .. n - 1, each error's message into d,
+ * on at most one worker per RD_PAR_BYTES of the `bytes` the items read.
+ * One worker (one thread asked for, little to check, or a source reader,
+ * whose reads fill the reader's state) runs the items in order with d =
+ * &r->diag, stopping at the first error. Several run them at once, each with a message of
+ * its own: fn must then write nothing of r but what belongs to item i
+ * alone. Either way the result is the error of the lowest failing item,
+ * its message copied to r->diag: the same for every thread count. */
+typedef int (*rd_check_fn)(fkvf_reader *r, void *ctx, size_t item, fkvf_diag *d);
+#define RD_PAR_BYTES ((uint64_t)64 << 10)
+int rd_check_par(fkvf_reader *r, size_t n, uint64_t bytes, rd_check_fn fn, void *ctx);
 
 /* The work of the public calls of the same name (fkvf_reader_meta_count,
  * fkvf_reader_meta, ...) without their entry check, for the reader's own

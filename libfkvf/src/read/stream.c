@@ -113,7 +113,7 @@ FKVF_API int fkvf_reader_stream_find(const fkvf_reader *r, uint64_t id, size_t *
     return rd_stream_find(r, id, index);
 }
 
-int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b)
+int rd_block_check_d(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b, fkvf_diag *d)
 {
     if (g->block_ok[b] & RD_BLOCK_OK)
         return FKVF_OK;
@@ -128,7 +128,7 @@ int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b)
     uint64_t got = fkvf_xxh3_64(g->data + start, (size_t)len, g->data_fileoff + start);
     if (want != got) {
         rd_source_unread(r, g, b); /* a source: asked again by a later call */
-        return FAIL(FKVF_E_CHECKSUM, g->data_fileoff + start, "11.4",
+        return fkvf_fail(d, FKVF_E_CHECKSUM, g->data_fileoff + start, "11.4",
                     "STRM section at %llu, block %llu: checksum stored %016llx, computed %016llx",
                     (unsigned long long)r->sections[g->sec].e.offset, (unsigned long long)b,
                     (unsigned long long)want, (unsigned long long)got);
@@ -146,7 +146,7 @@ int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b)
             if (fkvf_ngon_decode_span(gr->ngon, fkvf_ldf64(a), fkvf_ldf64(a + 8), (uint32_t)cnt,
                                       tmp) != FKVF_OK) {
                 rd_source_unread(r, g, b);
-                return FAIL(FKVF_E_SPAN, g->data_fileoff + o, "12.2.5",
+                return fkvf_fail(d, FKVF_E_SPAN, g->data_fileoff + o, "12.2.5",
                             "STRM section at %llu, stream %llu of the group, span %llu: anchor "
                             "does not decode to %llu symbols that re-encode to it",
                             (unsigned long long)r->sections[g->sec].e.offset,
@@ -157,6 +157,11 @@ int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b)
     }
     g->block_ok[b] |= RD_BLOCK_OK;
     return rd_source_cached(r, g, b, len);
+}
+
+int rd_block_check(fkvf_reader *r, const rd_group *gr, rd_seg *g, uint64_t b)
+{
+    return rd_block_check_d(r, gr, g, b, &r->diag);
 }
 
 /* Segment holding symbol t (binary search on first_symbol). */
@@ -262,20 +267,22 @@ static int seg_read_u8(fkvf_reader *r, const rd_group *s, rd_seg *g, uint32_t or
     return FKVF_OK;
 }
 
-int rd_seg_symbols_below(fkvf_reader *r, const rd_group *s, rd_seg *g, uint32_t k)
+int rd_seg_symbols_below(fkvf_reader *r, const rd_group *s, rd_seg *g, uint32_t k, uint32_t o0,
+                         uint32_t o1, fkvf_diag *d)
 {
     uint32_t buf[1024];
-    for (uint32_t o = 0; o < g->h.n_streams; o++)
+    for (uint32_t o = o0; o < o1; o++)
         for (uint64_t a = 0; a < g->h.symbol_count; a += 1024) {
             size_t n = g->h.symbol_count - a < 1024 ? (size_t)(g->h.symbol_count - a) : 1024;
-            rd_source_trim(r); /* seg_read holds nothing of a block after it */
+            if (r->src.read)
+                rd_source_trim(r); /* seg_read holds nothing of a block after it */
             int rc = seg_read(r, s, g, o, a, n, buf);
             if (rc)
                 return rc;
             for (size_t i = 0; i < n; i++)
                 if (buf[i] >= k)
                     return fkvf_fail(
-                        &r->diag, FKVF_E_SYMBOL, r->sections[g->sec].e.offset, "11.8",
+                        d, FKVF_E_SYMBOL, r->sections[g->sec].e.offset, "11.8",
                         "STRM section at %llu, index stream %u of the group: symbol %llu is %u, "
                         "the codebook has k = %u%s",
                         (unsigned long long)r->sections[g->sec].e.offset, o,

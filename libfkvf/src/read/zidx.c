@@ -9,7 +9,9 @@
 #include "format/zidx.h"
 #include "le.h"
 
-#define FAIL(code, off, clause, ...) fkvf_fail(&r->diag, code, off, clause, __VA_ARGS__)
+/* the verification's errors go to d: the reader's message, or one of
+ * rd_check_par's workers' */
+#define FAIL(code, off, clause, ...) fkvf_fail(d, code, off, clause, __VA_ARGS__)
 
 FKVF_API int fkvf_reader_stream_segment(const fkvf_reader *r, size_t stream_index, size_t i,
                                         size_t *section, uint64_t *first, uint64_t *count)
@@ -71,7 +73,7 @@ static void key_of(const rd_group *g, int quad, unsigned bits, const uint8_t *pk
  * packed into *pk (16 zero bytes before the data) for key_of. The caller
  * frees both, also on failure. */
 static int index_symbols(fkvf_reader *r, size_t si, const fkvf_zidx_hdr *h, uint64_t off,
-                         size_t n, uint32_t **sym, uint8_t **pk)
+                         size_t n, uint32_t **sym, uint8_t **pk, fkvf_diag *d)
 {
     uint64_t bytes = 0;
     size_t pb = 0;
@@ -90,7 +92,7 @@ static int index_symbols(fkvf_reader *r, size_t si, const fkvf_zidx_hdr *h, uint
  * distinct (a permutation); an index in effect strictly ascending by the
  * (key, position) the stream gives. */
 static int check_zpos(fkvf_reader *r, size_t sec, const rd_stream *st, size_t si,
-                      const uint8_t *p, const fkvf_zidx_hdr *h, size_t n)
+                      const uint8_t *p, const fkvf_zidx_hdr *h, size_t n, fkvf_diag *d)
 {
     uint64_t off = r->sections[sec].e.offset;
     const uint8_t *e0 = p + FKVF_ZIDX_HDR_SIZE;
@@ -120,7 +122,7 @@ static int check_zpos(fkvf_reader *r, size_t sec, const rd_stream *st, size_t si
         fkvf_free(r->alloc, seen);
         return rc;
     }
-    if ((rc = index_symbols(r, si, h, off, n, &sym, &pk)))
+    if ((rc = index_symbols(r, si, h, off, n, &sym, &pk, d)))
         goto out;
     uint64_t ph = 0, pl = 0, pt = 0;
     for (size_t i = 0; i < n; i++) {
@@ -148,8 +150,8 @@ out:
  * with h's codec, and n_indexed is a multiple of its alignment unit (spec
  * 20.2, 20.7). *unchecked = 1 (and FKVF_OK) for an index stream named by
  * the layer table of an external codebook not attached (spec 13.5). */
-static int index_stream(fkvf_reader *r, const rd_section *rs, const fkvf_zidx_hdr *h,
-                        size_t *si, rd_stream *st, int *unchecked)
+static int index_stream(const fkvf_reader *r, const rd_section *rs, const fkvf_zidx_hdr *h,
+                        size_t *si, rd_stream *st, int *unchecked, fkvf_diag *d)
 {
     uint64_t off = rs->e.offset;
     int zpos = rs->e.type == FKVF_SECTION_ZPOS;
@@ -160,7 +162,7 @@ static int index_stream(fkvf_reader *r, const rd_section *rs, const fkvf_zidx_hd
         return FKVF_OK;
     }
     if (frc != FKVF_OK || rd_stream_at(r, *si, st))
-        return fkvf_fail_replace(&r->diag, FKVF_E_CORRUPT, off, clause,
+        return fkvf_fail_replace(d, FKVF_E_CORRUPT, off, clause,
                                  "%s for stream %016llx, which does not exist", tn,
                                  (unsigned long long)h->stream_id);
     const rd_group *g = st->g;
@@ -183,8 +185,8 @@ static int index_stream(fkvf_reader *r, const rd_section *rs, const fkvf_zidx_hd
 
 /* ZIDX (spec 20.3): the n entries' positions below n_indexed, the entries
  * strictly ascending in (key, position) order */
-static int check_zidx_order(fkvf_reader *r, uint64_t off, const uint8_t *p,
-                            const fkvf_zidx_hdr *h, size_t n)
+static int check_zidx_order(uint64_t off, const uint8_t *p, const fkvf_zidx_hdr *h, size_t n,
+                            fkvf_diag *d)
 {
     int quad = h->profile == FKVF_PROFILE_QUAD;
     size_t es = h->entry_size;
@@ -230,14 +232,14 @@ static int entry_key_ok(const rd_group *g, const fkvf_zidx_hdr *h, const uint8_t
 
 /* ZIDX in effect (spec 20.3): every entry's key recomputed from the stream */
 static int check_zidx_keys(fkvf_reader *r, size_t si, const rd_stream *st, uint64_t off,
-                           const uint8_t *p, const fkvf_zidx_hdr *h, size_t n)
+                           const uint8_t *p, const fkvf_zidx_hdr *h, size_t n, fkvf_diag *d)
 {
     int quad = h->profile == FKVF_PROFILE_QUAD;
     size_t es = h->entry_size;
     const uint8_t *e0 = p + FKVF_ZIDX_HDR_SIZE;
     uint32_t *sym = NULL;
     uint8_t *pk = NULL;
-    int rc = index_symbols(r, si, h, off, n, &sym, &pk);
+    int rc = index_symbols(r, si, h, off, n, &sym, &pk, d);
     for (size_t i = 0; i < n && !rc; i++) {
         const uint8_t *e = e0 + i * es;
         uint64_t t = fkvf_ld64(e + (quad ? 16 : 8));
@@ -252,49 +254,46 @@ static int check_zidx_keys(fkvf_reader *r, size_t si, const rd_stream *st, uint6
     return rc;
 }
 
-/* index section sec: its header, its stream, then ZPOS or ZIDX entries */
-static int check_one(fkvf_reader *r, size_t sec)
+/* index section sec: its header, its stream, then ZPOS or ZIDX entries.
+ * An item of rd_check_par: every section's checksum and every stream block
+ * were verified before (fkvf_reader_verify), so on a reader that is not a
+ * source the section bytes and stream reads below only read. */
+static int check_one(fkvf_reader *r, void *ctx, size_t sec, fkvf_diag *d)
 {
+    (void)ctx;
     const rd_section *rs = &r->sections[sec];
+    if (!fkvf_zidx_is_index(rs->e.type))
+        return FKVF_OK;
     uint64_t off = rs->e.offset;
+    if (rs->e.flags & FKVF_SECTION_DEFLATE)
+        return FAIL(FKVF_E_CORRUPT, off, "20.1", "%s section with the DEFLATE flag",
+                    rs->e.type == FKVF_SECTION_ZPOS ? "ZPOS" : "ZIDX");
     const uint8_t *p;
     uint64_t size;
     int rc = rd_section_bytes(r, sec, &p, &size);
     if (rc)
         return rc;
     fkvf_zidx_hdr h;
-    if ((rc = fkvf_zidx_hdr_parse(rs->e.type, p, size, rs->e.key, off, &h, &r->diag)))
+    if ((rc = fkvf_zidx_hdr_parse(rs->e.type, p, size, rs->e.key, off, &h, d)))
         return rc;
     size_t si;
     rd_stream st;
     int unchecked = 0;
-    if ((rc = index_stream(r, rs, &h, &si, &st, &unchecked)) || unchecked)
+    if ((rc = index_stream(r, rs, &h, &si, &st, &unchecked, d)) || unchecked)
         return rc;
     size_t n;
     if (!fkvf_tosz(h.n_indexed, &n))
         return FAIL(FKVF_E_NOMEM, off, NULL, "index too large for this address space");
     if (rs->e.type == FKVF_SECTION_ZPOS)
-        return check_zpos(r, sec, &st, si, p, &h, n);
-    if ((rc = check_zidx_order(r, off, p, &h, n)))
+        return check_zpos(r, sec, &st, si, p, &h, n, d);
+    if ((rc = check_zidx_order(off, p, &h, n, d)))
         return rc;
     if (!in_effect(&st, sec, h.n_indexed))
         return FKVF_OK; /* stale (20.4): its keys describe symbols since replaced */
-    return check_zidx_keys(r, si, &st, off, p, &h, n);
+    return check_zidx_keys(r, si, &st, off, p, &h, n, d);
 }
 
 int rd_zidx_verify(fkvf_reader *r)
 {
-    for (size_t i = 0; i < r->n_sections; i++) {
-        uint32_t ty = r->sections[i].e.type;
-        if (!fkvf_zidx_is_index(ty))
-            continue;
-        const char *tn = ty == FKVF_SECTION_ZPOS ? "ZPOS" : "ZIDX";
-        if (r->sections[i].e.flags & FKVF_SECTION_DEFLATE)
-            return FAIL(FKVF_E_CORRUPT, r->sections[i].e.offset, "20.1",
-                        "%s section with the DEFLATE flag", tn);
-        int rc = check_one(r, i);
-        if (rc)
-            return rc;
-    }
-    return FKVF_OK;
+    return rd_check_par(r, r->n_sections, r->committed_size, check_one, NULL);
 }
