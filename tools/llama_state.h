@@ -98,6 +98,8 @@ typedef struct llst_layer {
     uint32_t v_n_embd;     /* v_trans = 1: values per cell (n_embd_v_gqa); 0 else */
     const uint8_t *v;      /* v_trans = 0: cell_count rows; 1: v_n_embd channels of
                             * cell_count elements each */
+    uint64_t k_off, v_off; /* the byte offsets of k and v in the file (llst_open: k
+                            * and v are NULL, the rows are there) */
 } llst_layer;
 
 /* A parsed state file: what the file says, checked for framing only (every
@@ -118,6 +120,8 @@ typedef struct llst_file {
     uint32_t n_layer;
     llst_layer *layers; /* [n_layer] (malloc'd) */
     uint64_t size;      /* bytes of the file */
+    struct llst_src *src; /* llst_open: the open file (llst_free closes it, or
+                           * llst_to_cache_lazy moves it into the cache); else NULL */
 } llst_file;
 
 /* The cache shape the state file lacks, from the model (gguf.h). */
@@ -155,6 +159,29 @@ const char *llst_type_name(int32_t ggml_type);
 int llst_parse(const void *data, size_t size, const char *name, llst_file *out, char *err,
                size_t errlen);
 void llst_free(llst_file *f); /* frees what llst_parse allocated, zeroes *f; NULL ok */
+
+/* llst_parse of an open state file without reading its rows: the header,
+ * the cells and each layer's header are read (pread, through a small
+ * window) and checked as llst_parse checks them, with its messages; the
+ * rows are skipped (every layer's k and v NULL, k_off and v_off where they
+ * are). fd (a regular file of size bytes, opened for reading) is out's
+ * from the call on, success or not: kept in out->src (closed by llst_free)
+ * for llst_to_cache_lazy, closed here on failure. A read that fails or
+ * finds the file shorter than size is LLST_E_IO naming the offset. */
+int llst_open(int fd, uint64_t size, const char *name, llst_file *out, char *err,
+              size_t errlen);
+
+/* llst_to_cache for a file from llst_open, with its checks, dtype and
+ * tokens; the cache's layers stay in the file: a lazy cache
+ * (kvio_cache_init_source) whose kvio_read_kv reads and converts the rows
+ * of the positions asked for (K rows, V rows, or a transposed V's channels
+ * for those cells), in pieces of at most a few MiB, so memory is bounded
+ * by what the caller asks for whatever the file's size. The open file
+ * moves from f into the cache (f->src NULL on success; f's other fields
+ * stay). A read that fails later (the file changed) is KVIO_E_IO from
+ * kvio_read_kv, naming the file (name), the layer and the byte offset. */
+int llst_to_cache_lazy(llst_file *f, const llst_shape *shape, const char *name, kvio_cache *out,
+                       char *err, size_t errlen);
 
 /* The cache of a parsed file, checked against the model's shape (row bytes
  * = n_kv_heads x dim x element bytes, n_layer = n_layers) and the support
