@@ -956,7 +956,8 @@ static int acc(uint64_t *a, uint64_t b, uint64_t c)
     return 1;
 }
 
-static int check_params(const kvio_cache *c, const llst_params *p, char *err, size_t errlen)
+/* The params alone. */
+static int check_p(const llst_params *p, char *err, size_t errlen)
 {
     const char *nm = "(params)";
     if (!p)
@@ -977,6 +978,15 @@ static int check_params(const kvio_cache *c, const llst_params *p, char *err, si
         return fail(nm, err, errlen, LLST_E_ARG, "a session needs the architecture name");
     if (p->kind == LLST_KIND_SESSION && strlen(p->arch) > UINT32_MAX)
         return fail(nm, err, errlen, LLST_E_ARG, "architecture name too long");
+    return LLST_OK;
+}
+
+static int check_params(const kvio_cache *c, const llst_params *p, char *err, size_t errlen)
+{
+    const char *nm = "(params)";
+    int rc = check_p(p, err, errlen);
+    if (rc)
+        return rc;
     char e2[256];
     if (kvio_cache_check(c, e2, sizeof e2) != KVIO_OK)
         return fail(nm, err, errlen, LLST_E_ARG, "%s", e2);
@@ -1025,6 +1035,42 @@ static void write_layers(wr *w, const kvio_cache *c, const llst_params *p)
     }
 }
 
+/* Where things go in a state file written with params p (llst_write_mem,
+ * llst_stream): every offset overflow-checked. */
+typedef struct layout {
+    uint64_t size;        /* bytes of the file */
+    uint64_t mem;         /* the memory block (n_stream) */
+    uint64_t cells;       /* the stream's first cell (T > 0) */
+    uint64_t data;        /* layer 0's K header (T > 0) */
+    uint64_t krow, vrow;  /* bytes of a K row, a V row in the file */
+    uint64_t kblock, vblock; /* a layer's K: 12-byte header and T rows; V likewise */
+} layout;
+
+/* 0, or -1 when a size overflows. */
+static int layout_of(const kvio_cache *c, uint32_t ntok, const llst_params *p, layout *lo)
+{
+    uint32_t T = c->n_positions, L = c->n_layers;
+    size_t alen = p->kind == LLST_KIND_SESSION ? strlen(p->arch) : 0;
+    memset(lo, 0, sizeof *lo);
+    lo->krow = row_of(c->n_kv_heads, c->key_dim, kvio_dtype_size(dtype_of(p->k_type)));
+    lo->vrow = row_of(c->n_kv_heads, c->value_dim, kvio_dtype_size(dtype_of(p->v_type)));
+    uint64_t n = 12;
+    lo->kblock = lo->vblock = 12;
+    int ok = lo->krow && lo->vrow && acc(&n, ntok, 4) &&
+             acc(&n, p->kind == LLST_KIND_SESSION ? 4 + (uint64_t)alen : 0, 1);
+    lo->mem = n;
+    ok = ok && acc(&n, 1 + (uint64_t)p->stream + 1, 4); /* n_stream, the counts up to the stream's */
+    lo->cells = n;
+    if (ok && T)
+        ok = (!p->v_trans || (uint64_t)c->n_kv_heads * c->value_dim <= UINT32_MAX) && acc(&n, T, 12) &&
+             acc(&n, 8, 1) && acc(&lo->kblock, T, lo->krow) && acc(&lo->vblock, T, lo->vrow);
+    lo->data = n;
+    ok = ok && (!T || (acc(&n, L, lo->kblock) && acc(&n, L, lo->vblock))) &&
+         acc(&n, (uint64_t)p->n_stream - p->stream - 1, 4); /* the counts after it */
+    lo->size = n;
+    return ok ? 0 : -1;
+}
+
 int llst_write_mem(const kvio_cache *c, const llst_params *p, uint8_t **out, size_t *out_size,
                    char *err, size_t errlen)
 {
@@ -1039,16 +1085,10 @@ int llst_write_mem(const kvio_cache *c, const llst_params *p, uint8_t **out, siz
         return rc;
     uint32_t T = c->n_positions, L = c->n_layers, ntok = c->tokens ? T : 0;
     size_t alen = p->kind == LLST_KIND_SESSION ? strlen(p->arch) : 0;
-    uint64_t krow = row_of(c->n_kv_heads, c->key_dim, kvio_dtype_size(dtype_of(p->k_type)));
-    uint64_t vrow = row_of(c->n_kv_heads, c->value_dim, kvio_dtype_size(dtype_of(p->v_type)));
-    uint64_t n = 12, per_layer = 24;
-    int ok = krow && vrow && acc(&n, ntok, 4) && acc(&n, p->kind == LLST_KIND_SESSION ? 4 + (uint64_t)alen : 0, 1) &&
-             acc(&n, 1 + (uint64_t)p->n_stream, 4); /* n_stream, then each count */
-    if (ok && T)
-        ok = (!p->v_trans || (uint64_t)c->n_kv_heads * c->value_dim <= UINT32_MAX) && acc(&n, T, 12) &&
-             acc(&n, 8, 1) && acc(&per_layer, T, krow) && acc(&per_layer, T, vrow) && acc(&n, L, per_layer);
-    if (!ok || n > SIZE_MAX)
+    layout lo;
+    if (layout_of(c, ntok, p, &lo) || lo.size > SIZE_MAX)
         return fail("(params)", err, errlen, LLST_E_ARG, "the state file's size overflows");
+    uint64_t n = lo.size;
     wr w = {malloc((size_t)n), 0};
     if (!w.p)
         return fail("(params)", err, errlen, LLST_E_NOMEM, "out of memory for %" PRIu64 " bytes", n);
@@ -1234,4 +1274,331 @@ int llst_meta_get(const char *(*get)(void *ctx, const char *key), void *ctx, lls
 bad:
     memset(p, 0, sizeof *p);
     return rc;
+}
+
+/* ---- writing chunk by chunk (llst_stream) ------------------------------------------ */
+
+/* bytes staged before one pwrite (more when one row is larger) */
+#define STREAM_PIECE ((size_t)4 << 20)
+
+struct llst_stream {
+    kvio_tmp t;
+    int fd;
+    char *path;
+    unsigned flags;
+    kvio_cache shape;      /* dimensions and dtype only */
+    llst_params p;
+    char *arch;            /* p.arch's copy */
+    layout lo;
+    uint32_t ntok;
+    uint64_t rows_done, tok_done; /* (layer, kv, position) rows put, token ids put */
+    uint8_t *stage;
+    size_t cap;
+};
+
+void llst_stream_discard(llst_stream *w)
+{
+    if (!w)
+        return;
+    kvio_tmp_discard(&w->t);
+    free(w->path);
+    free(w->arch);
+    free(w->stage);
+    free(w);
+}
+
+static uint8_t *stage_of(llst_stream *w, size_t n)
+{
+    if (n > w->cap) {
+        uint8_t *b = realloc(w->stage, n);
+        if (!b)
+            return NULL;
+        w->stage = b;
+        w->cap = n;
+    }
+    return w->stage;
+}
+
+/* n bytes at byte off of the temporary file. */
+static int put_at(const llst_stream *w, const void *buf, size_t n, uint64_t off, char *err, size_t errlen)
+{
+    const uint8_t *b = buf;
+    while (n) {
+        ssize_t r = off > (uint64_t)INT64_MAX ? -1 : pwrite(w->fd, b, n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return fail(w->path, err, errlen, LLST_E_IO, "write of %zu bytes at offset %" PRIu64 " failed: %s", n,
+                        off, r < 0 ? strerror(errno) : "nothing written");
+        b += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return LLST_OK;
+}
+
+/* The stream's count, its cells, v_trans and n_layer (from lo.cells - 4
+ * on), in pieces of the stage. */
+static int stream_cells(llst_stream *w, char *err, size_t errlen)
+{
+    uint32_t T = w->shape.n_positions;
+    size_t per = 65536 / 12;
+    wr b = {stage_of(w, 65536 + 16), 0};
+    if (!b.p)
+        return fail(w->path, err, errlen, LLST_E_NOMEM, "out of memory");
+    uint64_t at = w->lo.cells - 4;
+    put_u32(&b, T);
+    for (uint32_t t = 0; t < T; t++) {
+        put_i32(&b, (int32_t)t);
+        put_u32(&b, 1);
+        put_i32(&b, w->p.seq_id);
+        if ((t + 1) % per == 0 || t + 1 == T) {
+            if (t + 1 == T) {
+                put_u32(&b, w->p.v_trans);
+                put_u32(&b, w->shape.n_layers);
+            }
+            int rc = put_at(w, b.p, b.off, at, err, errlen);
+            if (rc)
+                return rc;
+            at += b.off;
+            b.off = 0;
+        }
+    }
+    return T ? LLST_OK : put_at(w, b.p, b.off, at, err, errlen);
+}
+
+/* Everything but the rows and the token ids: the prefix, the memory
+ * block's counts and cells, every layer's K and V header. */
+static int stream_frame(llst_stream *w, char *err, size_t errlen)
+{
+    const llst_params *p = &w->p;
+    uint32_t L = w->shape.n_layers, T = w->shape.n_positions;
+    uint8_t h[12];
+    wr b = {h, 0};
+    put_u32(&b, p->kind == LLST_KIND_SEQ ? LLST_SEQ_MAGIC : LLST_SESSION_MAGIC);
+    put_u32(&b, p->kind == LLST_KIND_SEQ ? LLST_SEQ_VERSION : LLST_SESSION_VERSION);
+    put_u32(&b, w->ntok);
+    int rc = put_at(w, h, 12, 0, err, errlen);
+    uint64_t at = 12 + (uint64_t)w->ntok * 4;
+    if (!rc && p->kind == LLST_KIND_SESSION) {
+        size_t alen = strlen(p->arch);
+        b.off = 0;
+        put_u32(&b, (uint32_t)alen);
+        if (!(rc = put_at(w, h, 4, at, err, errlen)))
+            rc = put_at(w, p->arch, alen, at + 4, err, errlen);
+    }
+    b.off = 0;
+    put_u32(&b, p->n_stream);
+    if (!rc)
+        rc = put_at(w, h, 4, w->lo.mem, err, errlen);
+    b.off = 0;
+    put_u32(&b, 0);
+    for (uint32_t s = 0; !rc && s < p->n_stream; s++) /* the other streams: empty */
+        if (s != p->stream)
+            rc = put_at(w, h, 4, s < p->stream ? w->lo.mem + 4 + 4 * (uint64_t)s
+                                               : w->lo.size - 4 * (uint64_t)(p->n_stream - s),
+                        err, errlen);
+    if (!rc)
+        rc = stream_cells(w, err, errlen);
+    for (uint32_t l = 0; !rc && T && l < 2 * L; l++) {
+        int kv = l >= L;
+        uint32_t y = kv ? l - L : l;
+        b.off = 0;
+        put_i32(&b, kv ? p->v_type : p->k_type);
+        if (kv && p->v_trans) {
+            put_u32(&b, (uint32_t)kvio_dtype_size(dtype_of(p->v_type)));
+            put_u32(&b, w->shape.n_kv_heads * w->shape.value_dim);
+        } else {
+            put_u64(&b, kv ? w->lo.vrow : w->lo.krow);
+        }
+        uint64_t off = w->lo.data + (kv ? (uint64_t)L * w->lo.kblock + y * w->lo.vblock : y * w->lo.kblock);
+        rc = put_at(w, h, 12, off, err, errlen);
+    }
+    return rc;
+}
+
+/* The shape a stream writes: kvio_cache_init's rules without the data. */
+static int check_stream_shape(const kvio_cache *c, char *err, size_t errlen)
+{
+    const char *nm = "(params)";
+    if (!c)
+        return fail(nm, err, errlen, LLST_E_ARG, "no shape given");
+    if (c->dtype != FKVF_DTYPE_F32 && c->dtype != FKVF_DTYPE_F16 && c->dtype != FKVF_DTYPE_BF16)
+        return fail(nm, err, errlen, LLST_E_ARG, "dtype %d is not f16, bf16 or f32", (int)c->dtype);
+    if (!c->n_layers || !c->n_kv_heads || !c->key_dim || !c->value_dim)
+        return fail(nm, err, errlen, LLST_E_ARG, "layers, kv_heads and dims must be >= 1");
+    if (c->n_positions > (uint32_t)INT32_MAX + 1u)
+        return fail(nm, err, errlen, LLST_E_ARG, "%" PRIu32 " positions do not fit int32", c->n_positions);
+    return LLST_OK;
+}
+
+int llst_stream_open(llst_stream **out, const char *path, unsigned flags, const kvio_cache *shape,
+                     int with_tokens, const llst_params *p, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = 0;
+    if (!out || !path || !*path)
+        return fail("(state)", err, errlen, LLST_E_ARG, "no stream handle or no path given");
+    *out = NULL;
+    int rc = check_p(p, err, errlen);
+    if (rc || (rc = check_stream_shape(shape, err, errlen)))
+        return rc;
+    llst_stream *w = calloc(1, sizeof *w);
+    if (!w || !(w->path = malloc(strlen(path) + 1)) ||
+        (p->kind == LLST_KIND_SESSION && !(w->arch = malloc(strlen(p->arch) + 1)))) {
+        llst_stream_discard(w);
+        return fail(path, err, errlen, LLST_E_NOMEM, "out of memory");
+    }
+    strcpy(w->path, path);
+    w->flags = flags;
+    w->p = *p;
+    if (w->arch)
+        w->p.arch = strcpy(w->arch, p->arch);
+    w->shape.n_layers = shape->n_layers;
+    w->shape.n_kv_heads = shape->n_kv_heads;
+    w->shape.n_positions = shape->n_positions;
+    w->shape.key_dim = shape->key_dim;
+    w->shape.value_dim = shape->value_dim;
+    w->shape.dtype = shape->dtype;
+    w->ntok = with_tokens ? shape->n_positions : 0;
+    if (layout_of(&w->shape, w->ntok, &w->p, &w->lo)) {
+        llst_stream_discard(w);
+        return fail("(params)", err, errlen, LLST_E_ARG, "the state file's size overflows");
+    }
+    if ((rc = kvio_tmp_open(&w->t, path, err, errlen)) != KVIO_OK) {
+        llst_stream_discard(w);
+        return rc == KVIO_E_NOMEM ? LLST_E_NOMEM : rc == KVIO_E_ARG ? LLST_E_ARG : LLST_E_IO;
+    }
+    w->fd = fileno(w->t.f);
+    if ((rc = stream_frame(w, err, errlen))) {
+        llst_stream_discard(w);
+        return rc;
+    }
+    *out = w;
+    return LLST_OK;
+}
+
+/* A request of llst_stream_kv. */
+typedef struct put_req {
+    uint32_t first, n;
+    const uint8_t *src;
+    size_t ps, hs;
+    uint64_t base;       /* the block's first row (or channel) in the file */
+} put_req;
+
+/* K rows, or V rows (v_trans 0): runs of whole rows, converted in the stage. */
+static int put_rows(llst_stream *w, const put_req *q, int kv, char *err, size_t errlen)
+{
+    uint32_t H = w->shape.n_kv_heads, D = kv ? w->shape.value_dim : w->shape.key_dim;
+    fkvf_dtype td = dtype_of(kv ? w->p.v_type : w->p.k_type), cd = w->shape.dtype;
+    size_t tel = kvio_dtype_size(td), cel = kvio_dtype_size(cd);
+    size_t row = (size_t)H * D * tel, per = STREAM_PIECE / row ? STREAM_PIECE / row : 1;
+    uint8_t *b = stage_of(w, (q->n < per ? q->n : per) * row);
+    if (!b)
+        return fail(w->path, err, errlen, LLST_E_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < q->n; i += (uint32_t)per) {
+        uint32_t m = q->n - i < per ? q->n - i : (uint32_t)per;
+        for (uint32_t j = 0; j < m; j++)
+            for (uint32_t h = 0; h < H; h++)
+                cvt(td, b + (size_t)j * row + (size_t)h * D * tel, cd,
+                    q->src + (size_t)(i + j) * q->ps + h * q->hs, D, cel);
+        int rc = put_at(w, b, (size_t)m * row, q->base + (uint64_t)(q->first + i) * row, err, errlen);
+        if (rc)
+            return rc;
+    }
+    return LLST_OK;
+}
+
+/* A transposed V: each channel's run of the cells given, gathered in the
+ * stage; consecutive channels in one write when the run is every cell
+ * (then they are contiguous in the file). */
+static int put_vtrans(llst_stream *w, const put_req *q, char *err, size_t errlen)
+{
+    uint32_t H = w->shape.n_kv_heads, Dv = w->shape.value_dim, T = w->shape.n_positions;
+    fkvf_dtype vd = dtype_of(w->p.v_type), cd = w->shape.dtype;
+    size_t vel = kvio_dtype_size(vd), cel = kvio_dtype_size(cd);
+    size_t run = (size_t)q->n * vel, nch = (size_t)H * Dv;
+    size_t per = q->n == T && STREAM_PIECE / run > 1 ? STREAM_PIECE / run : 1; /* channels a write */
+    if (per > nch)
+        per = nch;
+    uint8_t *b = stage_of(w, per * run);
+    if (!b)
+        return fail(w->path, err, errlen, LLST_E_NOMEM, "out of memory");
+    for (size_t j0 = 0; j0 < nch; j0 += per) {
+        size_t k = nch - j0 < per ? nch - j0 : per;
+        for (size_t c = 0; c < k; c++) {
+            size_t j = j0 + c, h = j / Dv, d = j % Dv;
+            const uint8_t *s = q->src + h * q->hs + d * cel;
+            for (uint32_t t = 0; t < q->n; t++)
+                cvt(vd, b + c * run + (size_t)t * vel, cd, s + (size_t)t * q->ps, 1, cel);
+        }
+        int rc = put_at(w, b, k * run, q->base + ((uint64_t)j0 * T + q->first) * vel, err, errlen);
+        if (rc)
+            return rc;
+    }
+    return LLST_OK;
+}
+
+int llst_stream_kv(llst_stream *w, uint32_t layer, int kv, uint32_t first, uint32_t n, const void *src,
+                   size_t pos_stride, size_t head_stride, char *err, size_t errlen)
+{
+    if (!w || (kv != 0 && kv != 1) || (!src && n))
+        return fail("(state)", err, errlen, LLST_E_ARG, "no stream, no rows or kv not 0 or 1");
+    const kvio_cache *c = &w->shape;
+    if (layer >= c->n_layers || first > c->n_positions || n > c->n_positions - first)
+        return fail(w->path, err, errlen, LLST_E_ARG,
+                    "layer %" PRIu32 ", positions [%" PRIu32 ", %" PRIu64 ") outside the cache (%" PRIu32
+                    " layers, %" PRIu32 " positions)",
+                    layer, first, (uint64_t)first + n, c->n_layers, c->n_positions);
+    if (n == 0)
+        return LLST_OK;
+    put_req q = {first, n, src, pos_stride, head_stride, 0};
+    q.base = w->lo.data + 12 +
+             (kv ? (uint64_t)c->n_layers * w->lo.kblock + layer * w->lo.vblock : layer * w->lo.kblock);
+    int rc = kv && w->p.v_trans ? put_vtrans(w, &q, err, errlen) : put_rows(w, &q, kv, err, errlen);
+    if (!rc)
+        w->rows_done += n;
+    return rc;
+}
+
+int llst_stream_tokens(llst_stream *w, uint32_t first, uint32_t n, const int64_t *ids, char *err,
+                       size_t errlen)
+{
+    if (!w || (!ids && n))
+        return fail("(state)", err, errlen, LLST_E_ARG, "no stream or no token ids");
+    if (!w->ntok || first > w->ntok || n > w->ntok - first)
+        return fail(w->path, err, errlen, LLST_E_ARG,
+                    "token ids [%" PRIu32 ", %" PRIu64 ") outside the file's %" PRIu32, first,
+                    (uint64_t)first + n, w->ntok);
+    uint8_t *b = stage_of(w, (size_t)(n ? n : 1) * 4);
+    if (!b)
+        return fail(w->path, err, errlen, LLST_E_NOMEM, "out of memory");
+    wr o = {b, 0};
+    for (uint32_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] > INT32_MAX)
+            return fail(w->path, err, errlen, LLST_E_ARG,
+                        "token id %" PRId64 " at position %" PRIu32 " does not fit int32", ids[i], first + i);
+        put_i32(&o, (int32_t)ids[i]);
+    }
+    int rc = put_at(w, b, o.off, 12 + 4 * (uint64_t)first, err, errlen);
+    if (!rc)
+        w->tok_done += n;
+    return rc;
+}
+
+int llst_stream_finish(llst_stream *w, char *err, size_t errlen)
+{
+    if (!w)
+        return fail("(state)", err, errlen, LLST_E_ARG, "no stream");
+    uint64_t want = 2 * (uint64_t)w->shape.n_layers * w->shape.n_positions;
+    if (w->rows_done != want || w->tok_done != w->ntok) {
+        int rc = fail(w->path, err, errlen, LLST_E_ARG,
+                      "incomplete: %" PRIu64 " of %" PRIu64 " rows and %" PRIu64 " of %" PRIu32 " token ids given",
+                      w->rows_done, want, w->tok_done, w->ntok);
+        llst_stream_discard(w);
+        return rc;
+    }
+    int rc = kvio_tmp_place(&w->t, w->path, w->flags, err, errlen);
+    llst_stream_discard(w);
+    return rc == KVIO_OK ? LLST_OK : rc == KVIO_E_NOMEM ? LLST_E_NOMEM : rc == KVIO_E_ARG ? LLST_E_ARG : LLST_E_IO;
 }

@@ -206,6 +206,46 @@ int llst_write_mem(const kvio_cache *c, const llst_params *p, uint8_t **out, siz
 int llst_write_file(const char *path, unsigned flags, const kvio_cache *c, const llst_params *p,
                     char *err, size_t errlen);
 
+/* A state file written chunk by chunk of positions (fkvf export-llama):
+ * the bytes llst_write_file gives for the whole cache, in memory bounded by
+ * the pieces given (plus a stage of a few MiB), whatever the file's size.
+ *
+ *   llst_stream *w;
+ *   llst_stream_open(&w, path, flags, &shape, with_tokens, &params, err, errlen);
+ *   for each chunk of positions [first, first + n):
+ *       llst_stream_kv(w, l, kv, first, n, src, pos_stride, head_stride, ...)
+ *           for every layer l and kv 0 (keys), 1 (values);
+ *       llst_stream_tokens(w, first, n, ids, ...) when with_tokens;
+ *   rc = llst_stream_finish(w, err, errlen);  (or llst_stream_discard(w))
+ *
+ * shape gives n_layers, n_kv_heads, n_positions, key_dim, value_dim and
+ * dtype (the rows' element type; its data and tokens are not read); p as
+ * for llst_write_file. The file is built in a temporary file next to path
+ * (kvio_tmp_open): the prefix, cells and layer headers at open, each piece
+ * at its offset (pwrite): a K or V range as runs of rows, a transposed V
+ * range as each channel's run of those cells. Nothing is at path until
+ * llst_stream_finish puts it there (kvio_tmp_place, flags as
+ * llst_write_file's); a failure, or llst_stream_discard, leaves no file.
+ * Every position of every (layer, kv) and, with tokens, every token id must
+ * be given exactly once, in any order: finish refuses (LLST_E_ARG) fewer.
+ * Errors: LLST_E_ARG (a range or layer outside the shape, a token id that
+ * does not fit int32), LLST_E_IO (a write failed: the offset is named),
+ * LLST_E_NOMEM. After an error other than a range error, discard w. */
+typedef struct llst_stream llst_stream;
+int llst_stream_open(llst_stream **w, const char *path, unsigned flags, const kvio_cache *shape,
+                     int with_tokens, const llst_params *p, char *err, size_t errlen);
+/* Positions [first, first + n) of layer's keys (kv 0) or values (kv 1): the
+ * row of position first + i, head h at src + i * pos_stride + h * head_stride
+ * (kvio_stream_kv's placement), in shape->dtype. */
+int llst_stream_kv(llst_stream *w, uint32_t layer, int kv, uint32_t first, uint32_t n,
+                   const void *src, size_t pos_stride, size_t head_stride, char *err,
+                   size_t errlen);
+int llst_stream_tokens(llst_stream *w, uint32_t first, uint32_t n, const int64_t *ids, char *err,
+                       size_t errlen);
+/* Complete: w is freed, success or not. */
+int llst_stream_finish(llst_stream *w, char *err, size_t errlen);
+void llst_stream_discard(llst_stream *w); /* NULL ok */
+
 /* META entries of an FKVF archive that carry the params (docs/llamacpp.md):
  * llama.kind ("seq" | "session"), llama.n_stream, llama.stream,
  * llama.seq_id, llama.v_trans, llama.k_type, llama.v_type (ggml type ids,
