@@ -764,8 +764,12 @@ int llst_to_cache(const llst_file *f, const llst_shape *shape, const char *name,
 
 /* ---- rows on demand (llst_to_cache_lazy) ------------------------------------------- */
 
-/* bytes read from the file in one pread (more when one row is larger) */
-#define SRC_PIECE ((size_t)4 << 20)
+/* bytes read from the file in one pread, or staged for one pwrite (more
+ * when one row is larger): 4 MiB, or what llst_set_piece set (tests) */
+#define PIECE_DEFAULT ((size_t)4 << 20)
+static size_t piece = PIECE_DEFAULT;
+
+void llst_set_piece(size_t bytes) { piece = bytes ? bytes : PIECE_DEFAULT; }
 
 static uint8_t *src_buf(struct llst_src *s, size_t n)
 {
@@ -809,7 +813,7 @@ static int src_rows(struct llst_src *s, const src_req *q, int kv, char *err, siz
     uint32_t D = kv ? s->Dv : s->Dk;
     fkvf_dtype ft = kv ? s->vd : s->kd;
     size_t fel = kvio_dtype_size(ft);
-    size_t row = (size_t)s->H * D * fel, per = SRC_PIECE / row ? SRC_PIECE / row : 1;
+    size_t row = (size_t)s->H * D * fel, per = piece / row ? piece / row : 1;
     uint64_t base = s->off[2 * (size_t)q->layer + (size_t)kv];
     int rc = KVIO_OK;
     for (uint32_t i = 0; i < q->n; i += (uint32_t)per) {
@@ -832,7 +836,7 @@ static int src_rows(struct llst_src *s, const src_req *q, int kv, char *err, siz
 static int src_vtrans(struct llst_src *s, const src_req *q, char *err, size_t errlen)
 {
     size_t vel = kvio_dtype_size(s->vd), cel = kvio_dtype_size(s->cd);
-    size_t per = SRC_PIECE / vel;
+    size_t per = piece / vel ? piece / vel : 1;
     uint64_t base = s->off[2 * (size_t)q->layer + 1];
     int rc = KVIO_OK;
     for (uint32_t h = 0; h < s->H; h++)
@@ -1278,8 +1282,6 @@ bad:
 
 /* ---- writing chunk by chunk (llst_stream) ------------------------------------------ */
 
-/* bytes staged before one pwrite (more when one row is larger) */
-#define STREAM_PIECE ((size_t)4 << 20)
 
 struct llst_stream {
     kvio_tmp t;
@@ -1492,7 +1494,7 @@ static int put_rows(llst_stream *w, const put_req *q, int kv, char *err, size_t 
     uint32_t H = w->shape.n_kv_heads, D = kv ? w->shape.value_dim : w->shape.key_dim;
     fkvf_dtype td = dtype_of(kv ? w->p.v_type : w->p.k_type), cd = w->shape.dtype;
     size_t tel = kvio_dtype_size(td), cel = kvio_dtype_size(cd);
-    size_t row = (size_t)H * D * tel, per = STREAM_PIECE / row ? STREAM_PIECE / row : 1;
+    size_t row = (size_t)H * D * tel, per = piece / row ? piece / row : 1;
     uint8_t *b = stage_of(w, (q->n < per ? q->n : per) * row);
     if (!b)
         return fail(w->path, err, errlen, LLST_E_NOMEM, "out of memory");
@@ -1518,7 +1520,7 @@ static int put_vtrans(llst_stream *w, const put_req *q, char *err, size_t errlen
     fkvf_dtype vd = dtype_of(w->p.v_type), cd = w->shape.dtype;
     size_t vel = kvio_dtype_size(vd), cel = kvio_dtype_size(cd);
     size_t run = (size_t)q->n * vel, nch = (size_t)H * Dv;
-    size_t per = q->n == T && STREAM_PIECE / run > 1 ? STREAM_PIECE / run : 1; /* channels a write */
+    size_t per = q->n == T && piece / run > 1 ? piece / run : 1; /* channels a write */
     if (per > nch)
         per = nch;
     uint8_t *b = stage_of(w, per * run);

@@ -246,6 +246,12 @@ int llst_stream_tokens(llst_stream *w, uint32_t first, uint32_t n, const int64_t
 int llst_stream_finish(llst_stream *w, char *err, size_t errlen);
 void llst_stream_discard(llst_stream *w); /* NULL ok */
 
+/* The most bytes one pread of a lazy cache (llst_to_cache_lazy) or one
+ * pwrite of a stream moves, unless one row (or element) is larger: 4 MiB by
+ * default (bytes 0). For tests, which make it small to cut every range
+ * into pieces. Not thread-safe: set it before anything runs. */
+void llst_set_piece(size_t bytes);
+
 /* META entries of an FKVF archive that carry the params (docs/llamacpp.md):
  * llama.kind ("seq" | "session"), llama.n_stream, llama.stream,
  * llama.seq_id, llama.v_trans, llama.k_type, llama.v_type (ggml type ids,
