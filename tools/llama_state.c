@@ -1369,43 +1369,57 @@ static int stream_cells(llst_stream *w, char *err, size_t errlen)
     return T ? LLST_OK : put_at(w, b.p, b.off, at, err, errlen);
 }
 
-/* Everything but the rows and the token ids: the prefix, the memory
- * block's counts and cells, every layer's K and V header. */
-static int stream_frame(llst_stream *w, char *err, size_t errlen)
+/* magic, version, n_tokens (the ids come later), a session's architecture. */
+static int stream_prefix(llst_stream *w, char *err, size_t errlen)
 {
     const llst_params *p = &w->p;
-    uint32_t L = w->shape.n_layers, T = w->shape.n_positions;
     uint8_t h[12];
     wr b = {h, 0};
     put_u32(&b, p->kind == LLST_KIND_SEQ ? LLST_SEQ_MAGIC : LLST_SESSION_MAGIC);
     put_u32(&b, p->kind == LLST_KIND_SEQ ? LLST_SEQ_VERSION : LLST_SESSION_VERSION);
     put_u32(&b, w->ntok);
     int rc = put_at(w, h, 12, 0, err, errlen);
+    if (rc || p->kind != LLST_KIND_SESSION)
+        return rc;
     uint64_t at = 12 + (uint64_t)w->ntok * 4;
-    if (!rc && p->kind == LLST_KIND_SESSION) {
-        size_t alen = strlen(p->arch);
-        b.off = 0;
-        put_u32(&b, (uint32_t)alen);
-        if (!(rc = put_at(w, h, 4, at, err, errlen)))
-            rc = put_at(w, p->arch, alen, at + 4, err, errlen);
-    }
+    size_t alen = strlen(p->arch);
     b.off = 0;
+    put_u32(&b, (uint32_t)alen);
+    if (!(rc = put_at(w, h, 4, at, err, errlen)))
+        rc = put_at(w, p->arch, alen, at + 4, err, errlen);
+    return rc;
+}
+
+/* n_stream and the other streams' counts (0): before the stream's, and
+ * after its data at the end of the file. */
+static int stream_counts(llst_stream *w, char *err, size_t errlen)
+{
+    const llst_params *p = &w->p;
+    uint8_t h[4];
+    wr b = {h, 0};
     put_u32(&b, p->n_stream);
-    if (!rc)
-        rc = put_at(w, h, 4, w->lo.mem, err, errlen);
+    int rc = put_at(w, h, 4, w->lo.mem, err, errlen);
     b.off = 0;
     put_u32(&b, 0);
-    for (uint32_t s = 0; !rc && s < p->n_stream; s++) /* the other streams: empty */
+    for (uint32_t s = 0; !rc && s < p->n_stream; s++)
         if (s != p->stream)
             rc = put_at(w, h, 4, s < p->stream ? w->lo.mem + 4 + 4 * (uint64_t)s
                                                : w->lo.size - 4 * (uint64_t)(p->n_stream - s),
                         err, errlen);
-    if (!rc)
-        rc = stream_cells(w, err, errlen);
-    for (uint32_t l = 0; !rc && T && l < 2 * L; l++) {
+    return rc;
+}
+
+/* Every layer's K header, then every layer's V header. */
+static int stream_layer_headers(llst_stream *w, char *err, size_t errlen)
+{
+    const llst_params *p = &w->p;
+    uint32_t L = w->shape.n_layers;
+    int rc = LLST_OK;
+    for (uint32_t l = 0; !rc && l < 2 * L; l++) {
         int kv = l >= L;
         uint32_t y = kv ? l - L : l;
-        b.off = 0;
+        uint8_t h[12];
+        wr b = {h, 0};
         put_i32(&b, kv ? p->v_type : p->k_type);
         if (kv && p->v_trans) {
             put_u32(&b, (uint32_t)kvio_dtype_size(dtype_of(p->v_type)));
@@ -1416,6 +1430,20 @@ static int stream_frame(llst_stream *w, char *err, size_t errlen)
         uint64_t off = w->lo.data + (kv ? (uint64_t)L * w->lo.kblock + y * w->lo.vblock : y * w->lo.kblock);
         rc = put_at(w, h, 12, off, err, errlen);
     }
+    return rc;
+}
+
+/* Everything but the rows and the token ids: the prefix, the memory
+ * block's counts and cells, every layer's K and V header. */
+static int stream_frame(llst_stream *w, char *err, size_t errlen)
+{
+    int rc = stream_prefix(w, err, errlen);
+    if (!rc)
+        rc = stream_counts(w, err, errlen);
+    if (!rc)
+        rc = stream_cells(w, err, errlen);
+    if (!rc && w->shape.n_positions)
+        rc = stream_layer_headers(w, err, errlen);
     return rc;
 }
 
