@@ -36,7 +36,8 @@ int cli_pack_main(int argc, char **argv, int llama, const char *help);
 /* fkvf_pack.c, for export-llama: every position of archive `in` restored
  * as unpack does (its codebook file: cbpath, else found by content hash;
  * out is checked not to be that file), a chunk of positions at a time (at
- * most 16 MiB of rows), in dtype (0: the archive's), handed to sink: begin
+ * most sink->chunk_bytes of rows, 0: 16 MiB; one position when a row is
+ * larger), in dtype (0: the archive's), handed to sink: begin
  * once the archive is open (its reader, for the metadata; the cache's
  * shape, no data; whether token ids follow), then rows for each chunk
  * (spec 14.2 rows of row_bytes each, positions [first, first + n)), then
@@ -49,6 +50,7 @@ typedef struct cli_restore_sink {
     int (*rows)(void *opaque, const uint8_t *rows, size_t row_bytes, uint32_t first, uint32_t n);
     int (*tokens)(void *opaque, const int64_t *ids, uint32_t first, uint32_t n);
     void *opaque;
+    size_t chunk_bytes;
 } cli_restore_sink;
 int cli_restore_stream(const char *in, const char *cbpath, const char *out, int dtype,
                        const cli_restore_sink *sink, fkvf_reader **r);

@@ -1112,15 +1112,19 @@ static int unpack_open(const unpack_opts *o, unpack_state *s)
  * position when a row is larger): what bounds unpack's memory. */
 #define UNPACK_CHUNK_BYTES (16u << 20)
 
-/* s->buf for chunks of *chunk positions of *rb bytes each. Returns the exit
- * status. */
-static int unpack_chunk_buf(const unpack_opts *o, unpack_state *s, size_t *rb, uint32_t *chunk)
+/* s->buf for chunks of *chunk positions of *rb bytes each, at most bytes
+ * of rows (0: UNPACK_CHUNK_BYTES) unless one row is larger. Returns the
+ * exit status. */
+static int unpack_chunk_buf(const unpack_opts *o, unpack_state *s, size_t bytes, size_t *rb,
+                            uint32_t *chunk)
 {
+    if (!bytes)
+        bytes = UNPACK_CHUNK_BYTES;
     int rc = fkvf_reader_row_bytes(s->r, s->dt, rb);
     if (rc != FKVF_OK)
         return cli_fail_reader(rc, s->r, o->in, "");
     fkvf_reader_set_threads(s->r, cli_threads());
-    *chunk = (uint32_t)(*rb >= UNPACK_CHUNK_BYTES ? 1 : UNPACK_CHUNK_BYTES / *rb);
+    *chunk = (uint32_t)(*rb >= bytes ? 1 : bytes / *rb);
     if (*chunk > s->P)
         *chunk = s->P ? s->P : 1;
     s->buf = malloc((size_t)*chunk * *rb);
@@ -1221,7 +1225,7 @@ static int unpack_stream(const unpack_opts *o, unpack_state *s, kvio_stream *w)
     uint32_t chunk;
     int ex, rc;
     char err[512];
-    if ((ex = unpack_chunk_buf(o, s, &rb, &chunk)) != CLI_OK)
+    if ((ex = unpack_chunk_buf(o, s, 0, &rb, &chunk)) != CLI_OK)
         return ex;
     cli_progress pg;
     cli_progress_init(&pg, "unpack", 0);
@@ -1342,7 +1346,7 @@ static int restore_run(const unpack_opts *o, unpack_state *s, const cli_restore_
     int ex = k->begin(k->opaque, s->r, &s->c, s->has_tok);
     size_t rb;
     uint32_t chunk;
-    if (ex != CLI_OK || (ex = unpack_chunk_buf(o, s, &rb, &chunk)) != CLI_OK)
+    if (ex != CLI_OK || (ex = unpack_chunk_buf(o, s, k->chunk_bytes, &rb, &chunk)) != CLI_OK)
         return ex;
     cli_progress pg;
     cli_progress_init(&pg, "export", 0);
