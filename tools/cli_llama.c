@@ -171,6 +171,7 @@ int cli_fail_llst(int rc, const char *file, const char *err)
  * status after any error line. */
 static int open_state(const char *path, int *fd, uint64_t *size)
 {
+    *size = 0;
     /* read, not mapped: an engine rewrites its save in place, and a file cut
      * while mapped would be a SIGBUS; O_NONBLOCK: a FIFO is refused, not
      * waited on */
@@ -197,8 +198,8 @@ static int open_state(const char *path, int *fd, uint64_t *size)
 int cli_llama_load(const char *path, cli_llama_file *f)
 {
     memset(f, 0, sizeof *f);
-    int fd;
-    uint64_t size64;
+    int fd = -1;
+    uint64_t size64 = 0;
     int ex = open_state(path, &fd, &size64);
     if (ex != CLI_OK)
         return ex;
@@ -238,8 +239,8 @@ int cli_llama_load(const char *path, cli_llama_file *f)
 int cli_llama_open(const char *path, cli_llama_file *f)
 {
     memset(f, 0, sizeof *f);
-    int fd;
-    uint64_t size;
+    int fd = -1;
+    uint64_t size = 0;
     int ex = open_state(path, &fd, &size);
     if (ex != CLI_OK)
         return ex;
