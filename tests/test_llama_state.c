@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -213,6 +214,94 @@ static int parse_cache(const uint8_t *p, size_t n, const llst_shape *sh, kvio_ca
     }
     llst_free(&f);
     return rc;
+}
+
+/* ---- files on disk (llst_open, llst_stream) -------------------------------- */
+
+/* A scratch directory for one test (removed by tmp_done, which fails the
+ * test if anything is left in it). */
+static void tmp_dir(char dir[40])
+{
+    strcpy(dir, "/tmp/test_llama_state.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+static void tmp_done(const char *dir)
+{
+    ck_assert_msg(rmdir(dir) == 0, "%s: not empty (a temporary file left?)", dir);
+}
+
+/* bytes p[0..n) as the file path, opened and given to llst_open */
+static int open_bytes(const char *path, const uint8_t *p, size_t n, llst_file *f, char *err)
+{
+    tu_write_file(path, p, n);
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    return llst_open(fd, n, "s.bin", f, err, ERRLEN);
+}
+
+/* Every range of positions of sizes 1, 2, 3 and all, from every first
+ * position, of every layer's keys and values, read from a (eager) and b
+ * (lazy) with tight and padded strides into buffers of the same filler:
+ * 0 when every byte agrees, else 1. */
+static int reads_agree(const kvio_cache *a, const kvio_cache *b)
+{
+    uint32_t T = a->n_positions, H = a->n_kv_heads;
+    size_t el = kvio_dtype_size(a->dtype), D = a->key_dim > a->value_dim ? a->key_dim : a->value_dim;
+    size_t hs = D * el + 3, ps = H * hs + 5, cap = (size_t)(T ? T : 1) * ps;
+    uint8_t *x = malloc(cap), *y = malloc(cap);
+    char err[ERRLEN];
+    int bad = a->dtype != b->dtype || T != b->n_positions || !a->tokens != !b->tokens ||
+              (a->tokens && memcmp(a->tokens, b->tokens, T * sizeof *a->tokens)) ||
+              a->token_width != b->token_width;
+    for (uint32_t l = 0; l < a->n_layers; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (uint32_t len = 1; len <= T; len = len == 3 && T > 3 ? T : len + 1)
+                for (uint32_t first = 0; first + len <= T; first++)
+                    for (int pad = 0; pad < 2; pad++) {
+                        size_t rb = (kv ? a->value_dim : a->key_dim) * el;
+                        size_t h2 = pad ? hs : rb, p2 = pad ? ps : H * rb;
+                        memset(x, 0xA5, cap);
+                        memset(y, 0xA5, cap);
+                        bad |= kvio_read_kv(a, l, kv, first, len, x, p2, h2, err, ERRLEN) != KVIO_OK;
+                        bad |= kvio_read_kv(b, l, kv, first, len, y, p2, h2, err, ERRLEN) != KVIO_OK;
+                        bad |= memcmp(x, y, cap) != 0;
+                    }
+    free(x);
+    free(y);
+    return bad;
+}
+
+/* The file built from s, read eagerly (llst_parse, llst_to_cache) and
+ * lazily (llst_open of it on disk, llst_to_cache_lazy): 0 when both agree
+ * in every field and every read, else 1. */
+static int lazy_vs_eager(const spec *s, const char *path)
+{
+    size_t n;
+    uint8_t *p = build(s, &n, NULL);
+    llst_shape sh = shape_of(s);
+    llst_file f, g;
+    kvio_cache a, b;
+    char err[ERRLEN];
+    int bad = llst_parse(p, n, "s.bin", &f, err, ERRLEN) != LLST_OK;
+    bad |= open_bytes(path, p, n, &g, err) != LLST_OK;
+    if (!bad) {
+        bad |= f.n_cells != g.n_cells || f.v_trans != g.v_trans || f.n_layer != g.n_layer ||
+               f.n_tokens != g.n_tokens || f.stream != g.stream || f.size != g.size;
+        for (uint32_t l = 0; !bad && l < f.n_layer; l++)
+            bad |= f.layers[l].k_off != g.layers[l].k_off || f.layers[l].v_off != g.layers[l].v_off ||
+                   g.layers[l].k || g.layers[l].v;
+        bad |= llst_to_cache(&f, &sh, "s.bin", &a, err, ERRLEN) != LLST_OK;
+        bad |= llst_to_cache_lazy(&g, &sh, "s.bin", &b, err, ERRLEN) != LLST_OK;
+        if (!bad)
+            bad |= reads_agree(&a, &b) | (b.lazy == NULL) | (g.src != NULL);
+        kvio_cache_free(&a);
+        kvio_cache_free(&b);
+    }
+    llst_free(&f);
+    llst_free(&g);
+    remove(path);
+    free(p);
+    return bad;
 }
 
 /* ---- parse -------------------------------------------------------------- */
@@ -990,6 +1079,10 @@ static uint8_t *small_file(int which, size_t *n)
 
 START_TEST(every_truncation_is_format)
 {
+    char dir[40], path[80];
+    tmp_dir(dir);
+    snprintf(path, sizeof path, "%s/s.bin", dir);
+    int differ = 0; /* llst_open's result or message is not llst_parse's */
     for (int w = 0; w < 2; w++) {
         size_t n;
         uint8_t *p = small_file(w, &n);
@@ -1003,15 +1096,45 @@ START_TEST(every_truncation_is_format)
             EXPECTF(rc == LLST_E_FORMAT && err[0] && strstr(err, "offset "), "prefix %zu of %zu: rc %d: %s", k, n,
                     rc, err);
             EXPECT(f.layers == NULL && f.tokens == NULL && f.n_cells == 0);
+            char err2[ERRLEN];
+            err2[0] = 0;
+            int rc2 = open_bytes(path, q, k, &f, err2);
+            differ |= rc2 != rc || strcmp(err, err2) != 0 || f.layers || f.tokens || f.src;
             free(q);
         }
         free(p);
     }
+    remove(path);
+    tmp_done(dir);
+    ck_assert_msg(!differ, "llst_open of a truncated file differs from llst_parse");
 }
 END_TEST
 
 /* Every flip of one bit: parse, and if that works llst_to_cache, and if
  * that works llst_write_mem; no crash, and every failure has a message. */
+/* The flipped file through llst_open and llst_to_cache_lazy: the same
+ * results and messages as in memory (rc, err: llst_parse's, then cache_rc,
+ * err2: llst_to_cache's when it ran), the same rows; 8 if not. */
+static int flip_lazy(const uint8_t *q, size_t n, const llst_shape *sh, int rc, const char *err,
+                     int cache_rc, const char *err2, const kvio_cache *eager)
+{
+    char path[64], e[ERRLEN];
+    snprintf(path, sizeof path, "/tmp/test_llama_state.flip.%ld", (long)getpid());
+    llst_file g;
+    e[0] = 0;
+    int bad = open_bytes(path, q, n, &g, e) != rc || strcmp(e, err) != 0;
+    if (!bad && rc == LLST_OK) {
+        kvio_cache b;
+        e[0] = 0;
+        int r2 = llst_to_cache_lazy(&g, sh, "s.bin", &b, e, ERRLEN);
+        bad = r2 != cache_rc || strcmp(e, err2) != 0 || (r2 == LLST_OK && reads_agree(eager, &b));
+        kvio_cache_free(&b);
+    }
+    llst_free(&g);
+    remove(path);
+    return bad ? 8 : 0;
+}
+
 static int flip_all(const uint8_t *p, size_t n, const llst_shape *sh)
 {
     uint8_t *q = malloc(n);
@@ -1020,18 +1143,21 @@ static int flip_all(const uint8_t *p, size_t n, const llst_shape *sh)
         memcpy(q, p, n);
         q[bit / 8] ^= (uint8_t)(1u << (bit % 8));
         llst_file f;
-        char err[ERRLEN];
+        char err[ERRLEN], err2[ERRLEN];
         err[0] = 0;
         int rc = llst_parse(q, n, "s.bin", &f, err, ERRLEN);
+        if (rc != LLST_OK)
+            bad |= flip_lazy(q, n, sh, rc, err, 0, "", NULL);
         if (rc != LLST_OK) {
             bad |= (!err[0]) | (rc == LLST_E_NOMEM) << 2;
             continue;
         }
         kvio_cache c;
-        err[0] = 0;
-        rc = llst_to_cache(&f, sh, "s.bin", &c, err, ERRLEN);
-        if (rc != LLST_OK) {
-            bad |= (!err[0]) | (rc == LLST_E_NOMEM) << 2;
+        err2[0] = 0;
+        int crc = llst_to_cache(&f, sh, "s.bin", &c, err2, ERRLEN);
+        bad |= flip_lazy(q, n, sh, rc, err, crc, err2, &c);
+        if (crc != LLST_OK) {
+            bad |= (!err2[0]) | (crc == LLST_E_NOMEM) << 2;
             llst_free(&f);
             continue;
         }
@@ -1074,9 +1200,257 @@ START_TEST(every_bit_flip_no_crash)
         ck_assert_msg(status >= 0, "file %d: the child died of signal %d", w, -status);
         ck_assert_msg(status == 0, "file %d: child status %d (bits: 1 a failure without a message, 2 a "
                       "flipped file that parsed did not write back to its bytes, 4 out of memory: an "
-                      "allocation the file does not justify)", w, status);
+                      "allocation the file does not justify, 8 llst_open or llst_to_cache_lazy "
+                      "differ from llst_parse or llst_to_cache)", w, status);
         free(p);
     }
+}
+END_TEST
+
+/* ---- lazy reads and streamed writes ---------------------------------------- */
+
+/* For every K type and V type (mixed ones read as f32), both V layouts,
+ * both kinds, with and without token ids, each of three piece sizes (1
+ * byte: every read a row or an element; 7; the default): what a lazy
+ * cache reads equals the eager cache, range by range. */
+START_TEST(lazy_matches_eager)
+{
+    static const int32_t types[3] = {LLST_GGML_F16, LLST_GGML_F32, LLST_GGML_BF16};
+    static const size_t pieces[3] = {1, 7, 0};
+    char dir[40], path[80];
+    tmp_dir(dir);
+    snprintf(path, sizeof path, "%s/s.bin", dir);
+    int bad = 0, cases = 0, first_bad = -1;
+    for (int pi = 0; pi < 3; pi++) {
+        llst_set_piece(pieces[pi]);
+        for (int kt = 0; kt < 3; kt++)
+            for (int vt = 0; vt < 3; vt++)
+                for (uint32_t tr = 0; tr < 2; tr++)
+                    for (int kind = 1; kind <= 2; kind++) {
+                        spec s = base_spec();
+                        s.kt = types[kt];
+                        s.vt = types[vt];
+                        s.v_trans = tr;
+                        s.kind = (llst_kind)kind;
+                        s.T = 7;
+                        s.n_tokens = kind == 1 ? 7 : 0;
+                        s.L = 2;
+                        s.H = 3;
+                        s.Dk = 4;
+                        s.Dv = 5;
+                        int b = lazy_vs_eager(&s, path);
+                        if (b && first_bad < 0)
+                            first_bad = cases;
+                        bad |= b;
+                        cases++;
+                    }
+    }
+    llst_set_piece(0);
+    tmp_done(dir);
+    ck_assert_msg(bad == 0 && cases == 3 * 3 * 3 * 2 * 2, "%d cases, the first that differs: %d",
+                  cases, first_bad);
+}
+END_TEST
+
+/* A state file cut after llst_open: reading what is gone is KVIO_E_IO
+ * naming the file, the layer and the offset; what remains still reads. */
+START_TEST(lazy_truncated_is_io_error)
+{
+    char dir[40], path[80], err[ERRLEN];
+    tmp_dir(dir);
+    snprintf(path, sizeof path, "%s/s.bin", dir);
+    spec s = base_spec();
+    s.T = 40;
+    s.n_tokens = 40;
+    s.v_trans = 1;
+    size_t n;
+    offs o;
+    uint8_t *p = build(&s, &n, &o);
+    llst_file f;
+    kvio_cache c;
+    llst_shape sh = shape_of(&s);
+    ck_assert_int_eq(open_bytes(path, p, n, &f, err), LLST_OK);
+    ck_assert_int_eq(llst_to_cache_lazy(&f, &sh, "s.bin", &c, err, ERRLEN), LLST_OK);
+    ck_assert_int_eq(truncate(path, (off_t)o.v[1]), 0); /* layer 1's V gone */
+    uint8_t buf[4096];
+    size_t rb = (size_t)s.Dv * 2;
+    char want[64];
+    snprintf(want, sizeof want, "offset %zu", o.v[1] + 12); /* its first channel */
+    EXPECT_ERR(kvio_read_kv(&c, 1, 1, 0, 3, buf, s.H * rb, rb, err, ERRLEN), err, KVIO_E_IO, "s.bin",
+               want, "layer 1 V", "ended early");
+    ck_assert_int_eq(kvio_read_kv(&c, 1, 0, 0, 40, buf, s.H * (size_t)s.Dk * 2, (size_t)s.Dk * 2, err,
+                                  ERRLEN),
+                     KVIO_OK);
+    kvio_cache_free(&c);
+    llst_free(&f);
+    remove(path);
+    tmp_done(dir);
+    free(p);
+}
+END_TEST
+
+/* The state written through llst_stream, a chunk of c positions at a time
+ * (forward or backward), into path: its bytes (malloc'd), or NULL after a
+ * failure. */
+static uint8_t *stream_out(const kvio_cache *cache, const llst_params *prm, const char *path,
+                           uint32_t c, int backward, size_t *n)
+{
+    char err[ERRLEN];
+    llst_stream *w;
+    uint32_t T = cache->n_positions, H = cache->n_kv_heads;
+    size_t el = kvio_dtype_size(cache->dtype), kb = cache->key_dim * el, vb = cache->value_dim * el;
+    if (llst_stream_open(&w, path, 0, cache, cache->tokens != NULL, prm, err, ERRLEN) != LLST_OK)
+        return NULL;
+    uint8_t *k = malloc((size_t)(T ? T : 1) * H * kb), *v = malloc((size_t)(T ? T : 1) * H * vb);
+    int rc = LLST_OK;
+    for (uint32_t i = 0; rc == LLST_OK && i < T; i += c) {
+        uint32_t m = T - i < c ? T - i : c, first = backward ? T - i - m : i;
+        for (uint32_t l = 0; rc == LLST_OK && l < cache->n_layers; l++) {
+            /* the rows positions-first, as a restored chunk holds them */
+            kvio_read_kv(cache, l, 0, first, m, k, H * kb, kb, err, ERRLEN);
+            kvio_read_kv(cache, l, 1, first, m, v, H * vb, vb, err, ERRLEN);
+            rc = llst_stream_kv(w, l, 0, first, m, k, H * kb, kb, err, ERRLEN);
+            if (rc == LLST_OK)
+                rc = llst_stream_kv(w, l, 1, first, m, v, H * vb, vb, err, ERRLEN);
+        }
+        if (rc == LLST_OK && cache->tokens)
+            rc = llst_stream_tokens(w, first, m, cache->tokens + first, err, ERRLEN);
+    }
+    free(k);
+    free(v);
+    if (rc != LLST_OK) {
+        llst_stream_discard(w);
+        return NULL;
+    }
+    if (llst_stream_finish(w, err, ERRLEN) != LLST_OK)
+        return NULL;
+    uint8_t *out = tu_slurp(path, n);
+    remove(path);
+    return out;
+}
+
+/* llst_stream writes what llst_write_mem writes: for caches of every
+ * dtype (f16 also with 0 and 1 positions, several streams, without token
+ * ids), every K and V type of the file and both V layouts, the kinds,
+ * chunks of 1, 2 and all positions forward and backward, pieces of 1 byte
+ * and the default. (Each write ends with an fsync: 144 of them.) */
+START_TEST(stream_matches_write_mem)
+{
+    static const int32_t types[3] = {LLST_GGML_F16, LLST_GGML_F32, LLST_GGML_BF16};
+    /* cache dtype, positions, n_stream, stream, token ids */
+    static const uint32_t caches[8][5] = {{0, 5, 1, 0, 1}, {1, 5, 1, 0, 1}, {2, 5, 1, 0, 1},
+                                          {0, 5, 3, 0, 0}, {0, 5, 3, 2, 1}, {0, 0, 1, 0, 0},
+                                          {0, 0, 3, 2, 0}, {0, 1, 1, 0, 1}};
+    char dir[40], path[80];
+    tmp_dir(dir);
+    snprintf(path, sizeof path, "%s/s.bin", dir);
+    int bad = 0, cases = 0, first_bad = -1;
+    for (int ci = 0; ci < 8; ci++) {
+        const uint32_t *cc = caches[ci];
+        spec s = base_spec();
+        s.kt = s.vt = types[cc[0]];
+        s.T = cc[1];
+        s.n_tokens = cc[4] ? s.T : 0;
+        s.H = 3;
+        size_t n;
+        uint8_t *p = build(&s, &n, NULL);
+        llst_shape sh = shape_of(&s);
+        kvio_cache c;
+        char err[ERRLEN];
+        bad |= parse_cache(p, n, &sh, &c, err) != LLST_OK;
+        free(p);
+        for (int kt = 0; kt < 3; kt++)
+            for (int vt = 0; vt < 3; vt++)
+                for (uint32_t tr = 0; tr < 2; tr++) {
+                    int kind = 1 + (kt + ci) % 2, ch = (int)((vt + tr + (uint32_t)ci) % 3);
+                    llst_params prm = {(llst_kind)kind, cc[2], cc[3], 2, tr, types[kt], types[vt], "llama"};
+                    uint8_t *want = NULL, *got;
+                    size_t wn = 0, gn = 0;
+                    llst_set_piece(ch == 1 ? 1 : 0);
+                    bad |= llst_write_mem(&c, &prm, &want, &wn, err, ERRLEN) != LLST_OK;
+                    got = stream_out(&c, &prm, path, ch == 0 ? 1 : ch == 1 ? 2 : s.T + 1, (kt + vt) % 2, &gn);
+                    int b = !got || gn != wn || memcmp(got, want, wn) != 0;
+                    if (b && first_bad < 0)
+                        first_bad = cases;
+                    bad |= b;
+                    free(want);
+                    free(got);
+                    cases++;
+                }
+        kvio_cache_free(&c);
+    }
+    llst_set_piece(0);
+    tmp_done(dir);
+    ck_assert_msg(bad == 0 && cases == 8 * 18, "%d cases, the first that differs: %d (bad %d)", cases,
+                  first_bad, bad);
+}
+END_TEST
+
+/* What llst_stream refuses, and that nothing is left at path unless the
+ * file is complete. */
+START_TEST(stream_refusals)
+{
+    char dir[40], path[80], err[ERRLEN];
+    tmp_dir(dir);
+    snprintf(path, sizeof path, "%s/s.bin", dir);
+    spec s = base_spec();
+    size_t n;
+    uint8_t *p = build(&s, &n, NULL);
+    llst_shape sh = shape_of(&s);
+    kvio_cache c;
+    ck_assert_int_eq(parse_cache(p, n, &sh, &c, err), LLST_OK);
+    llst_params prm = {LLST_KIND_SEQ, 1, 0, 0, 0, LLST_GGML_F16, LLST_GGML_F16, NULL};
+    size_t kb = (size_t)s.Dk * 2, vb = (size_t)s.Dv * 2;
+    uint8_t k[256], v[256];
+    llst_stream *w;
+    ck_assert_int_eq(llst_stream_open(&w, path, 0, &c, 1, &prm, err, ERRLEN), LLST_OK);
+    ck_assert_int_ne(access(path, F_OK), 0); /* nothing at path while it is written */
+    EXPECT_ERR(llst_stream_kv(w, 2, 0, 0, 1, k, s.H * kb, kb, err, ERRLEN), err, LLST_E_ARG, "layer 2",
+               "outside");
+    EXPECT_ERR(llst_stream_kv(w, 0, 1, 2, 2, v, s.H * vb, vb, err, ERRLEN), err, LLST_E_ARG, "[2, 4)");
+    int64_t big[1] = {(int64_t)INT32_MAX + 1};
+    EXPECT_ERR(llst_stream_tokens(w, 0, 1, big, err, ERRLEN), err, LLST_E_ARG, "does not fit int32");
+    for (uint32_t l = 0; l < s.L; l++) { /* every row but layer 1's last value */
+        kvio_read_kv(&c, l, 0, 0, s.T, k, s.H * kb, kb, err, ERRLEN);
+        kvio_read_kv(&c, l, 1, 0, s.T, v, s.H * vb, vb, err, ERRLEN);
+        ck_assert_int_eq(llst_stream_kv(w, l, 0, 0, s.T, k, s.H * kb, kb, err, ERRLEN), LLST_OK);
+        ck_assert_int_eq(llst_stream_kv(w, l, 1, 0, s.T - (l == 1), v, s.H * vb, vb, err, ERRLEN), LLST_OK);
+    }
+    ck_assert_int_eq(llst_stream_tokens(w, 0, s.T, c.tokens, err, ERRLEN), LLST_OK);
+    int rc = llst_stream_finish(w, err, ERRLEN); /* once: it frees w */
+    EXPECT_ERR(rc, err, LLST_E_ARG, "incomplete");
+    ck_assert_int_ne(access(path, F_OK), 0);
+    /* discarded: nothing left */
+    ck_assert_int_eq(llst_stream_open(&w, path, 0, &c, 1, &prm, err, ERRLEN), LLST_OK);
+    llst_stream_discard(w);
+    /* NO_REPLACE: an existing file stays */
+    tu_write_file(path, "x", 1);
+    uint8_t *got = stream_out(&c, &prm, path, 5, 0, &n);
+    ck_assert_ptr_nonnull(got); /* replaced without the flag */
+    free(got);
+    tu_write_file(path, "x", 1);
+    ck_assert_int_eq(llst_stream_open(&w, path, KVIO_WRITE_NO_REPLACE, &c, 0, &prm, err, ERRLEN), LLST_OK);
+    for (uint32_t l = 0; l < s.L; l++) {
+        kvio_read_kv(&c, l, 0, 0, s.T, k, s.H * kb, kb, err, ERRLEN);
+        kvio_read_kv(&c, l, 1, 0, s.T, v, s.H * vb, vb, err, ERRLEN);
+        llst_stream_kv(w, l, 0, 0, s.T, k, s.H * kb, kb, err, ERRLEN);
+        llst_stream_kv(w, l, 1, 0, s.T, v, s.H * vb, vb, err, ERRLEN);
+    }
+    rc = llst_stream_finish(w, err, ERRLEN);
+    EXPECT_ERR(rc, err, LLST_E_IO, "s.bin");
+    size_t xn;
+    uint8_t *x = tu_slurp(path, &xn);
+    ck_assert(xn == 1 && x[0] == 'x');
+    free(x);
+    remove(path);
+    char nodir[100];
+    snprintf(nodir, sizeof nodir, "%s/no/s.bin", dir);
+    ck_assert_int_eq(llst_stream_open(&w, nodir, 0, &c, 0, &prm, err, ERRLEN), LLST_E_IO);
+    prm.k_type = 8; /* q8_0 */
+    EXPECT_ERR(llst_stream_open(&w, path, 0, &c, 0, &prm, err, ERRLEN), err, LLST_E_ARG, "K type");
+    tmp_done(dir);
+    kvio_cache_free(&c);
+    free(p);
 }
 END_TEST
 
@@ -1201,6 +1575,13 @@ static Suite *llama_state_suite(void)
     tcase_add_test(t, write_file_atomic);
     tcase_add_test(t, meta_round_trip);
     tcase_add_test(t, meta_errors);
+    suite_add_tcase(s, t);
+    t = tcase_create("lazy");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, lazy_matches_eager);
+    tcase_add_test(t, lazy_truncated_is_io_error);
+    tcase_add_test(t, stream_matches_write_mem);
+    tcase_add_test(t, stream_refusals);
     suite_add_tcase(s, t);
     t = tcase_create("hostile");
     tcase_set_timeout(t, 300);

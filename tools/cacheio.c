@@ -251,6 +251,57 @@ void kvio_cache_free(kvio_cache *c)
     memset(c, 0, sizeof *c);
 }
 
+/* kvio_cache_init's shape and layer arrays; the layers' data when with_data. */
+static int init_shape(const ctx *x, kvio_cache *c, uint32_t n_layers, uint32_t n_kv_heads,
+                      uint32_t n_positions, uint32_t key_dim, uint32_t value_dim,
+                      fkvf_dtype dtype, int with_data)
+{
+    memset(c, 0, sizeof *c);
+    if (!kvio_dtype_size(dtype))
+        return cio_fail(x, KVIO_E_ARG, "unknown dtype %d", (int)dtype);
+    if (!n_layers || !n_kv_heads || !key_dim || !value_dim)
+        return cio_fail(x, KVIO_E_ARG, "layers, kv_heads and dims must be >= 1");
+    c->n_kv_heads = n_kv_heads;
+    c->n_positions = n_positions;
+    c->key_dim = key_dim;
+    c->value_dim = value_dim;
+    c->dtype = dtype;
+    uint64_t kb = kvio_key_bytes(c), vb = kvio_value_bytes(c);
+    if ((n_positions && (!kb || !vb)) || (with_data && (kb > SIZE_MAX || vb > SIZE_MAX)))
+        return cio_fail(x, KVIO_E_ARG, "layer size overflows");
+    c->keys = calloc(n_layers, sizeof *c->keys);
+    c->values = calloc(n_layers, sizeof *c->values);
+    if (!c->keys || !c->values) {
+        kvio_cache_free(c);
+        return cio_fail(x, KVIO_E_NOMEM, "out of memory");
+    }
+    c->n_layers = n_layers;
+    for (uint32_t i = 0; with_data && i < n_layers; i++) {
+        c->keys[i] = calloc(kb ? (size_t)kb : 1, 1);
+        c->values[i] = calloc(vb ? (size_t)vb : 1, 1);
+        if (!c->keys[i] || !c->values[i]) {
+            kvio_cache_free(c);
+            return cio_fail(x, KVIO_E_NOMEM, "out of memory for %u layers of %" PRIu64 " bytes",
+                            n_layers, kb + vb);
+        }
+    }
+    return KVIO_OK;
+}
+
+/* The token ids of an initialised cache (zero-filled), when with_tokens. */
+static int init_tokens(const ctx *x, kvio_cache *c, int with_tokens)
+{
+    c->token_width = 8;
+    if (!with_tokens)
+        return KVIO_OK;
+    c->tokens = calloc(c->n_positions ? c->n_positions : 1, sizeof *c->tokens);
+    if (!c->tokens) {
+        kvio_cache_free(c);
+        return cio_fail(x, KVIO_E_NOMEM, "out of memory");
+    }
+    return KVIO_OK;
+}
+
 int kvio_cache_init(kvio_cache *c, uint32_t n_layers, uint32_t n_kv_heads, uint32_t n_positions,
                     uint32_t key_dim, uint32_t value_dim, fkvf_dtype dtype, int with_tokens,
                     char *err, size_t errlen)
@@ -258,45 +309,31 @@ int kvio_cache_init(kvio_cache *c, uint32_t n_layers, uint32_t n_kv_heads, uint3
     ctx x = {"(cache)", err, errlen};
     if (!c)
         return cio_fail(&x, KVIO_E_ARG, "no cache given");
-    memset(c, 0, sizeof *c);
-    if (!kvio_dtype_size(dtype))
-        return cio_fail(&x, KVIO_E_ARG, "unknown dtype %d", (int)dtype);
-    if (!n_layers || !n_kv_heads || !key_dim || !value_dim)
-        return cio_fail(&x, KVIO_E_ARG, "layers, kv_heads and dims must be >= 1");
-    c->n_kv_heads = n_kv_heads;
-    c->n_positions = n_positions;
-    c->key_dim = key_dim;
-    c->value_dim = value_dim;
-    c->dtype = dtype;
-    uint64_t kb = kvio_key_bytes(c), vb = kvio_value_bytes(c);
-    if ((n_positions && (!kb || !vb)) || kb > SIZE_MAX || vb > SIZE_MAX)
-        return cio_fail(&x, KVIO_E_ARG, "layer size overflows");
-    c->keys = calloc(n_layers, sizeof *c->keys);
-    c->values = calloc(n_layers, sizeof *c->values);
-    if (!c->keys || !c->values) {
-        kvio_cache_free(c);
-        return cio_fail(&x, KVIO_E_NOMEM, "out of memory");
-    }
-    c->n_layers = n_layers;
-    for (uint32_t i = 0; i < n_layers; i++) {
-        c->keys[i] = calloc(kb ? (size_t)kb : 1, 1);
-        c->values[i] = calloc(vb ? (size_t)vb : 1, 1);
-        if (!c->keys[i] || !c->values[i]) {
-            kvio_cache_free(c);
-            return cio_fail(&x, KVIO_E_NOMEM, "out of memory for %u layers of %" PRIu64 " bytes",
-                        n_layers, kb + vb);
-        }
-    }
-    c->token_width = 8;
-    if (with_tokens) {
-        c->tokens = calloc(n_positions ? n_positions : 1, sizeof *c->tokens);
-        if (!c->tokens) {
-            kvio_cache_free(c);
-            return cio_fail(&x, KVIO_E_NOMEM, "out of memory");
-        }
-    }
-    return KVIO_OK;
+    int rc = init_shape(&x, c, n_layers, n_kv_heads, n_positions, key_dim, value_dim, dtype, 1);
+    return rc ? rc : init_tokens(&x, c, with_tokens);
 }
+
+int kvio_cache_init_source(kvio_cache *c, uint32_t n_layers, uint32_t n_kv_heads,
+                           uint32_t n_positions, uint32_t key_dim, uint32_t value_dim,
+                           fkvf_dtype dtype, int with_tokens, const kvio_source *src, char *err,
+                           size_t errlen)
+{
+    ctx x = {src && src->name ? src->name : "(cache)", err, errlen};
+    int rc = !c ? cio_fail(&x, KVIO_E_ARG, "no cache given")
+                : init_shape(&x, c, n_layers, n_kv_heads, n_positions, key_dim, value_dim,
+                             dtype, 0);
+    if (rc) {
+        if (src && src->free)
+            src->free(src->opaque);
+        return rc;
+    }
+    if ((rc = cio_lazy_set(&x, c, src)) != KVIO_OK) {
+        kvio_cache_free(c);
+        return rc;
+    }
+    return init_tokens(&x, c, with_tokens);
+}
+
 
 int kvio_cache_set_meta(kvio_cache *c, const char *key, const char *value)
 {

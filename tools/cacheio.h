@@ -140,8 +140,9 @@ typedef struct kvio_cache {
      * never the file), unmapped by kvio_cache_free; else NULL. */
     void *map;
     size_t map_size;
-    /* kvio_read with KVIO_READ_LAZY: the open file the NULL layers are read
-     * from (kvio_read_kv); freed (and closed) by kvio_cache_free. */
+    /* kvio_read with KVIO_READ_LAZY, or kvio_cache_init_source: the source
+     * the NULL layers are read from (kvio_read_kv: an open file); freed (and
+     * closed) by kvio_cache_free. */
     struct kvio_lazy *lazy;
 } kvio_cache;
 
@@ -228,6 +229,37 @@ void kvio_array_free(kvio_array *a); /* leaves *a zeroed; NULL ok */
  * KVIO_E_NOMEM. */
 int kvio_read_kv(const kvio_cache *c, uint32_t layer, int kv, uint32_t first, uint32_t n,
                  void *dst, size_t pos_stride, size_t head_stride, char *err, size_t errlen);
+
+/* ---- lazy sources ------------------------------------------------------ */
+/* Where a lazy cache's layers without data are read from: kvio_read's
+ * (KVIO_READ_LAZY: pread of the tensors in a .safetensors or .npy file) or
+ * another reader's (the llama.cpp bridge: a state file's rows converted on
+ * demand, llama_state.h). read_kv is called by kvio_read_kv for a layer
+ * whose keys[l] / values[l] is NULL, its arguments checked (layer <
+ * n_layers, kv 0 or 1, [first, first + n) inside the cache, n >= 1, dst
+ * given), with kvio_read_kv's contract for the rest (placement, errors:
+ * KVIO_E_IO naming the file and the byte offset). free (may be NULL)
+ * releases opaque; name (may be NULL) is the file named in kvio_read_kv's
+ * argument errors, owned by opaque. */
+typedef struct kvio_source {
+    int (*read_kv)(void *opaque, const kvio_cache *c, uint32_t layer, int kv, uint32_t first,
+                   uint32_t n, void *dst, size_t pos_stride, size_t head_stride, char *err,
+                   size_t errlen);
+    void (*free)(void *opaque);
+    void *opaque;
+    const char *name;
+} kvio_source;
+
+/* A cache of this shape whose layers all come from src (keys[l] and
+ * values[l] NULL; token ids zero-filled when with_tokens, token_width 8):
+ * kvio_cache_init without the data, for a reader of a format cacheio does
+ * not know. The cache owns src->opaque from the call on, success or not
+ * (on failure it is freed here; kvio_cache_free frees it). The layer sizes
+ * need not fit memory. KVIO_E_ARG (a bad shape, no read_kv), KVIO_E_NOMEM. */
+int kvio_cache_init_source(kvio_cache *c, uint32_t n_layers, uint32_t n_kv_heads,
+                           uint32_t n_positions, uint32_t key_dim, uint32_t value_dim,
+                           fkvf_dtype dtype, int with_tokens, const kvio_source *src, char *err,
+                           size_t errlen);
 
 /* ---- writing ----------------------------------------------------------- */
 /* Write a file (fmt AUTO: by extension) through kvio_tmp_open/_place (see

@@ -127,8 +127,12 @@ static inline char *dupstr(const char *s)
  * the cache from then on). nhd: those tensors are positions-first in the
  * file. A cache without such tensors is left as it is and fd closed. */
 int cio_lazy_adopt(const ctx *x, kvio_cache *c, int fd, const uint8_t *map, size_t size, int nhd);
-/* kvio_cache_free's part: close the file, free the offsets. */
+/* kvio_cache_free's part: the source's free (close the file, free the
+ * offsets). */
 void cio_lazy_free(struct kvio_lazy *lz);
+/* c reads its layers without data through src from now on (c->lazy);
+ * src->opaque is c's from the call on, freed here on failure. */
+int cio_lazy_set(const ctx *x, kvio_cache *c, const kvio_source *src);
 
 /* ---- the naming convention (cacheio_convention.c) ---------------------- */
 

@@ -167,30 +167,47 @@ int cli_fail_llst(int rc, const char *file, const char *err)
     return cli_fail(exit_of_llst(rc), code_of_llst(rc), file, "%s", err);
 }
 
-int cli_llama_load(const char *path, cli_llama_file *f)
+/* The state file at path opened for reading: *fd, *size. Returns the exit
+ * status after any error line. */
+static int open_state(const char *path, int *fd, uint64_t *size)
 {
-    memset(f, 0, sizeof *f);
+    *size = 0;
     /* read, not mapped: an engine rewrites its save in place, and a file cut
      * while mapped would be a SIGBUS; O_NONBLOCK: a FIFO is refused, not
      * waited on */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (*fd < 0)
         return cli_fail(CLI_USAGE, FKVF_E_IO, path, "cannot open: %s", strerror(errno));
     struct stat st;
     const char *why = NULL;
-    if (fstat(fd, &st) != 0)
+    if (fstat(*fd, &st) != 0)
         why = strerror(errno);
     else if (S_ISDIR(st.st_mode))
         why = "is a directory";
     else if (!S_ISREG(st.st_mode))
         why = "not a regular file";
-    else if ((uintmax_t)st.st_size > SIZE_MAX)
-        why = "too large";
     if (why) {
-        close(fd);
+        close(*fd);
+        *fd = -1;
         return cli_fail(CLI_USAGE, FKVF_E_IO, path, "%s", why);
     }
-    f->size = (size_t)st.st_size;
+    *size = (uint64_t)st.st_size;
+    return CLI_OK;
+}
+
+int cli_llama_load(const char *path, cli_llama_file *f)
+{
+    memset(f, 0, sizeof *f);
+    int fd = -1;
+    uint64_t size64 = 0;
+    int ex = open_state(path, &fd, &size64);
+    if (ex != CLI_OK)
+        return ex;
+    if (size64 > SIZE_MAX) {
+        close(fd);
+        return cli_fail(CLI_USAGE, FKVF_E_IO, path, "%s", "too large");
+    }
+    f->size = (size_t)size64;
     f->data = malloc(f->size ? f->size : 1);
     if (!f->data) {
         close(fd);
@@ -216,6 +233,21 @@ int cli_llama_load(const char *path, cli_llama_file *f)
         cli_llama_file_free(f);
         return cli_fail_llst(rc, path, err);
     }
+    return CLI_OK;
+}
+
+int cli_llama_open(const char *path, cli_llama_file *f)
+{
+    memset(f, 0, sizeof *f);
+    int fd = -1;
+    uint64_t size = 0;
+    int ex = open_state(path, &fd, &size);
+    if (ex != CLI_OK)
+        return ex;
+    char err[1024];
+    int rc = llst_open(fd, size, path, &f->st, err, sizeof err); /* fd is its */
+    if (rc != LLST_OK)
+        return cli_fail_llst(rc, path, err);
     return CLI_OK;
 }
 
@@ -268,7 +300,27 @@ static int check_model_fits(const char *path, const gguf_model *m, const llst_fi
     return CLI_OK;
 }
 
-int cli_llama_read_cache(const char *path, kvio_cache *c)
+/* The llama.* metadata entries of a cache read from st. LLST_OK or
+ * LLST_E_NOMEM. */
+static int read_cache_meta(const llst_file *st, kvio_cache *c)
+{
+    llst_params p;
+    llst_params_from_file(st, &p);
+    int rc = llst_meta_set(c, &p);
+    if (rc == LLST_OK &&
+        kvio_cache_set_meta(c, LLST_META_PREFIX "model", cli_base_name(model.path)) != KVIO_OK)
+        rc = LLST_E_NOMEM;
+    if (rc == LLST_OK && model.m.arch &&
+        kvio_cache_set_meta(c, LLST_META_PREFIX "model_arch", model.m.arch) != KVIO_OK)
+        rc = LLST_E_NOMEM;
+    char ms[160];
+    if (rc == LLST_OK && cli_llama_model_stat(ms, sizeof ms) == 0 &&
+        kvio_cache_set_meta(c, LLST_META_PREFIX "model_stat", ms) != KVIO_OK)
+        rc = LLST_E_NOMEM;
+    return rc == LLST_OK ? LLST_OK : LLST_E_NOMEM;
+}
+
+int cli_llama_read_cache(const char *path, int lazy, kvio_cache *c)
 {
     memset(c, 0, sizeof *c);
     llst_shape sh;
@@ -279,31 +331,17 @@ int cli_llama_read_cache(const char *path, kvio_cache *c)
     if ((ex = check_model_fits(path, m, NULL)) != CLI_OK)
         return ex;
     cli_llama_file f;
-    if ((ex = cli_llama_load(path, &f)) != CLI_OK)
+    if ((ex = lazy ? cli_llama_open(path, &f) : cli_llama_load(path, &f)) != CLI_OK)
         return ex;
     if ((ex = check_model_fits(path, m, &f.st)) != CLI_OK) {
         cli_llama_file_free(&f);
         return ex;
     }
     char err[1024];
-    int rc = llst_to_cache(&f.st, &sh, path, c, err, sizeof err);
-    if (rc == LLST_OK) {
-        llst_params p;
-        llst_params_from_file(&f.st, &p);
-        rc = llst_meta_set(c, &p);
-        if (rc == LLST_OK && kvio_cache_set_meta(c, LLST_META_PREFIX "model",
-                                                 cli_base_name(model.path)) != KVIO_OK)
-            rc = LLST_E_NOMEM;
-        if (rc == LLST_OK && model.m.arch &&
-            kvio_cache_set_meta(c, LLST_META_PREFIX "model_arch", model.m.arch) != KVIO_OK)
-            rc = LLST_E_NOMEM;
-        char ms[160];
-        if (rc == LLST_OK && cli_llama_model_stat(ms, sizeof ms) == 0 &&
-            kvio_cache_set_meta(c, LLST_META_PREFIX "model_stat", ms) != KVIO_OK)
-            rc = LLST_E_NOMEM;
-        if (rc != LLST_OK)
-            snprintf(err, sizeof err, "%s: out of memory", path);
-    }
+    int rc = lazy ? llst_to_cache_lazy(&f.st, &sh, path, c, err, sizeof err)
+                  : llst_to_cache(&f.st, &sh, path, c, err, sizeof err);
+    if (rc == LLST_OK && (rc = read_cache_meta(&f.st, c)) != LLST_OK)
+        snprintf(err, sizeof err, "%s: out of memory", path);
     cli_llama_file_free(&f);
     if (rc != LLST_OK) {
         kvio_cache_free(c);
@@ -376,7 +414,7 @@ void cli_llama_desc(fkvf_desc *d)
 int cli_llama_info(const char *path, int json)
 {
     cli_llama_file f;
-    int ex = cli_llama_load(path, &f);
+    int ex = cli_llama_open(path, &f); /* the rows are not needed */
     if (ex != CLI_OK)
         return ex;
     const llst_file *s = &f.st;

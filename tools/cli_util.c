@@ -1174,7 +1174,7 @@ int cli_read_cache(const char *path, unsigned flags, kvio_cache *c)
     char err[1024];
     int rc;
     if (cli_llama_sniff_file(path) != LLST_KIND_NONE)
-        return cli_llama_read_cache(path, c); /* cli_llama.c, with --model */
+        return cli_llama_read_cache(path, (flags & KVIO_READ_LAZY) != 0, c); /* cli_llama.c */
     uint64_t size = cli_file_size(path);
     if (size < CLI_READ_PROGRESS_MIN || !isatty(STDERR_FILENO) || (flags & KVIO_READ_LAZY) ||
         read_cache_progress(path, size, flags, c, err, sizeof err, &rc))

@@ -543,6 +543,9 @@ typedef struct cli_llama_file {
     llst_file st;
 } cli_llama_file;
 int cli_llama_load(const char *path, cli_llama_file *f);
+/* The same without reading the rows (llst_open): data NULL, the file kept
+ * open in st.src (what a lazy cache reads from: cli_llama_read_cache). */
+int cli_llama_open(const char *path, cli_llama_file *f);
 void cli_llama_file_free(cli_llama_file *f);
 /* The cache shape of --model (*m: the model, may be NULL); without --model
  * a usage error saying it is needed for path. */
@@ -552,8 +555,10 @@ int cli_fail_llst(int rc, const char *file, const char *err);
 /* A llama.cpp state file read as a cache (cli_read_cache does this for
  * every command): shape from --model, names KVIO_NAMES_LLAMA, metadata the
  * llst_meta_set entries plus llama.model (the GGUF's file name) and
- * llama.model_arch. */
-int cli_llama_read_cache(const char *path, kvio_cache *c);
+ * llama.model_arch. lazy: the rows stay in the file, converted when
+ * kvio_read_kv asks for them (llst_to_cache_lazy: the commands that read
+ * rows a chunk at a time, KVIO_READ_LAZY); else read whole. */
+int cli_llama_read_cache(const char *path, int lazy, kvio_cache *c);
 /* RoPE settings of --model's architecture for keys not set by options:
  * pair layout (llama: interleaved, NEOX-style: half-split), theta, dims;
  * no RoPE, or keys as cached for schemes spec 8.1 cannot un-rotate

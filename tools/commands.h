@@ -35,12 +35,25 @@ int fkvf_cli_compare(int argc, char **argv);
 int cli_pack_main(int argc, char **argv, int llama, const char *help);
 /* fkvf_pack.c, for export-llama: every position of archive `in` restored
  * as unpack does (its codebook file: cbpath, else found by content hash;
- * out is checked not to be that file) into *c, in dtype (0: the
- * archive's), with its token ids when it has them; *r is the archive's
- * reader, left open for its metadata (the caller frees both). Returns the
- * exit status after any error line. */
-int cli_restore_archive(const char *in, const char *cbpath, const char *out, int dtype,
-                        kvio_cache *c, fkvf_reader **r);
+ * out is checked not to be that file), a chunk of positions at a time (at
+ * most sink->chunk_bytes of rows, 0: 16 MiB; one position when a row is
+ * larger), in dtype (0: the archive's), handed to sink: begin
+ * once the archive is open (its reader, for the metadata; the cache's
+ * shape, no data; whether token ids follow), then rows for each chunk
+ * (spec 14.2 rows of row_bytes each, positions [first, first + n)), then
+ * tokens for each chunk of token ids when there are. Each returns the exit
+ * status (CLI_OK to go on, else after its error line). *r is the archive's
+ * reader (NULL when it could not be opened), left open for the caller,
+ * which frees it, success or not. Returns the exit status. */
+typedef struct cli_restore_sink {
+    int (*begin)(void *opaque, fkvf_reader *r, const kvio_cache *shape, int has_tokens);
+    int (*rows)(void *opaque, const uint8_t *rows, size_t row_bytes, uint32_t first, uint32_t n);
+    int (*tokens)(void *opaque, const int64_t *ids, uint32_t first, uint32_t n);
+    void *opaque;
+    size_t chunk_bytes;
+} cli_restore_sink;
+int cli_restore_stream(const char *in, const char *cbpath, const char *out, int dtype,
+                       const cli_restore_sink *sink, fkvf_reader **r);
 
 /* fkvf_llama.c: llama.cpp state files in and out (docs/llamacpp.md) */
 int fkvf_cli_import_llama(int argc, char **argv);

@@ -16,24 +16,6 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* Rows [first, first+n) back into the kvio layout. */
-static void rows_to_cache(kvio_cache *c, const uint8_t *rows, uint32_t first, uint32_t n)
-{
-    size_t es = kvio_dtype_size(c->dtype);
-    size_t rb = cli_cache_row_bytes(c);
-    size_t kb = (size_t)c->key_dim * es, vb = (size_t)c->value_dim * es;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t p = first + i;
-        const uint8_t *s = rows + (size_t)i * rb;
-        for (uint32_t l = 0; l < c->n_layers; l++) {
-            for (uint32_t h = 0; h < c->n_kv_heads; h++, s += kb)
-                memcpy(c->keys[l] + ((size_t)h * c->n_positions + p) * kb, s, kb);
-            for (uint32_t h = 0; h < c->n_kv_heads; h++, s += vb)
-                memcpy(c->values[l] + ((size_t)h * c->n_positions + p) * vb, s, vb);
-        }
-    }
-}
-
 /* A raw cache with at least one position (layout: CLI_LAYOUT_*; lazy: its
  * rows left in the file until asked for). */
 static int read_cache(const char *path, int layout, int lazy, kvio_cache *c)
@@ -1162,15 +1144,19 @@ static int unpack_open(const unpack_opts *o, unpack_state *s)
  * position when a row is larger): what bounds unpack's memory. */
 #define UNPACK_CHUNK_BYTES (16u << 20)
 
-/* s->buf for chunks of *chunk positions of *rb bytes each. Returns the exit
- * status. */
-static int unpack_chunk_buf(const unpack_opts *o, unpack_state *s, size_t *rb, uint32_t *chunk)
+/* s->buf for chunks of *chunk positions of *rb bytes each, at most bytes
+ * of rows (0: UNPACK_CHUNK_BYTES) unless one row is larger. Returns the
+ * exit status. */
+static int unpack_chunk_buf(const unpack_opts *o, unpack_state *s, size_t bytes, size_t *rb,
+                            uint32_t *chunk)
 {
+    if (!bytes)
+        bytes = UNPACK_CHUNK_BYTES;
     int rc = fkvf_reader_row_bytes(s->r, s->dt, rb);
     if (rc != FKVF_OK)
         return cli_fail_reader(rc, s->r, o->in, "");
     fkvf_reader_set_threads(s->r, cli_threads());
-    *chunk = (uint32_t)(*rb >= UNPACK_CHUNK_BYTES ? 1 : UNPACK_CHUNK_BYTES / *rb);
+    *chunk = (uint32_t)(*rb >= bytes ? 1 : bytes / *rb);
     if (*chunk > s->P)
         *chunk = s->P ? s->P : 1;
     s->buf = malloc((size_t)*chunk * *rb);
@@ -1191,41 +1177,6 @@ static int unpack_restore_chunk(const unpack_opts *o, unpack_state *s, uint32_t 
         return cli_fail_reader(rc, s->r, o->in, pre);
     }
     return rc == FKVF_OK ? CLI_OK : cli_fail_reader(rc, s->r, o->in, "");
-}
-
-/* Every position restored into s->c, and the token ids. Returns the exit
- * status. */
-static int unpack_restore(const unpack_opts *o, unpack_state *s)
-{
-    const char *in = o->in;
-    fkvf_reader *r = s->r;
-    const fkvf_desc *d = &s->d;
-    uint32_t P = s->P;
-    int rc, ex;
-    char err[512];
-    if ((rc = kvio_cache_init(&s->c, d->n_layers, d->n_kv_heads, P, d->key_dim, d->value_dim,
-                              s->dt, s->has_tok, err, sizeof err)) != KVIO_OK)
-        return cli_fail_kvio(rc, in, err);
-    size_t rb;
-    uint32_t chunk;
-    if ((ex = unpack_chunk_buf(o, s, &rb, &chunk)) != CLI_OK)
-        return ex;
-    for (uint32_t p = 0; p < P; p += chunk) {
-        uint32_t n = P - p < chunk ? P - p : chunk;
-        if ((ex = unpack_restore_chunk(o, s, p, n, (size_t)chunk * rb)) != CLI_OK)
-            return ex;
-        rows_to_cache(&s->c, s->buf, p, n);
-    }
-    if (!s->has_tok)
-        return CLI_OK;
-    s->tok = malloc((size_t)(P ? P : 1) * sizeof *s->tok);
-    if (!s->tok)
-        return cli_fail(CLI_USAGE, FKVF_E_NOMEM, in, "out of memory");
-    if ((rc = fkvf_reader_stream_read(r, s->tidx, 0, s->tok, P)) != FKVF_OK)
-        return cli_fail_reader(rc, r, in, "token stream: ");
-    for (uint32_t t = 0; t < P; t++)
-        s->c.tokens[t] = s->tok[t];
-    return CLI_OK;
 }
 
 /* Names, layout and metadata (into s->c) as packed, unless given (*names,
@@ -1327,7 +1278,7 @@ static int unpack_stream_rows(const unpack_opts *o, unpack_state *s, kvio_stream
     size_t es = kvio_dtype_size(s->dt), rb;
     uint32_t P = s->P, chunk;
     int ex;
-    if ((ex = unpack_chunk_buf(o, s, &rb, &chunk)) != CLI_OK)
+    if ((ex = unpack_chunk_buf(o, s, 0, &rb, &chunk)) != CLI_OK)
         return ex;
     if (!(s->buf2 = malloc((size_t)chunk * rb)))
         return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
@@ -1439,8 +1390,58 @@ static int unpack_run(const unpack_opts *o, unpack_state *s)
     return CLI_OK;
 }
 
-int cli_restore_archive(const char *in, const char *cbpath, const char *out, int dtype,
-                        kvio_cache *c, fkvf_reader **r)
+/* cli_restore_stream's token ids, a chunk at a time. Returns the exit status. */
+static int restore_tokens(const unpack_opts *o, unpack_state *s, const cli_restore_sink *k)
+{
+    uint32_t P = s->P, tchunk = P < 65536 ? (P ? P : 1) : 65536;
+    int64_t *ids = malloc((size_t)tchunk * sizeof *ids);
+    s->tok = malloc((size_t)tchunk * sizeof *s->tok);
+    int ex = ids && s->tok ? CLI_OK : cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
+    for (uint32_t p = 0; ex == CLI_OK && p < P; p += tchunk) {
+        uint32_t n = P - p < tchunk ? P - p : tchunk;
+        int rc = fkvf_reader_stream_read(s->r, s->tidx, p, s->tok, n);
+        if (rc != FKVF_OK) {
+            ex = cli_fail_reader(rc, s->r, o->in, "token stream: ");
+            break;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            ids[i] = s->tok[i];
+        ex = k->tokens(k->opaque, ids, p, n);
+    }
+    free(ids);
+    return ex;
+}
+
+/* cli_restore_stream once the archive is open: the shape to the sink, the
+ * rows a chunk at a time, the token ids. Returns the exit status. */
+static int restore_run(const unpack_opts *o, unpack_state *s, const cli_restore_sink *k)
+{
+    const fkvf_desc *d = &s->d;
+    s->c.n_layers = d->n_layers;
+    s->c.n_kv_heads = d->n_kv_heads;
+    s->c.n_positions = s->P;
+    s->c.key_dim = d->key_dim;
+    s->c.value_dim = d->value_dim;
+    s->c.dtype = s->dt;
+    int ex = k->begin(k->opaque, s->r, &s->c, s->has_tok);
+    size_t rb;
+    uint32_t chunk;
+    if (ex != CLI_OK || (ex = unpack_chunk_buf(o, s, k->chunk_bytes, &rb, &chunk)) != CLI_OK)
+        return ex;
+    cli_progress pg;
+    cli_progress_init(&pg, "export", 0);
+    for (uint32_t p = 0; p < s->P; p += chunk) {
+        uint32_t n = s->P - p < chunk ? s->P - p : chunk;
+        if ((ex = unpack_restore_chunk(o, s, p, n, (size_t)chunk * rb)) != CLI_OK ||
+            (ex = k->rows(k->opaque, s->buf, rb, p, n)) != CLI_OK)
+            return ex;
+        cli_progress_cb(&pg, (uint64_t)p + n, s->P);
+    }
+    return s->has_tok ? restore_tokens(o, s, k) : CLI_OK;
+}
+
+int cli_restore_stream(const char *in, const char *cbpath, const char *out, int dtype,
+                       const cli_restore_sink *sink, fkvf_reader **r)
 {
     unpack_opts o;
     memset(&o, 0, sizeof o);
@@ -1461,14 +1462,11 @@ int cli_restore_archive(const char *in, const char *cbpath, const char *out, int
                            fkvf_reader_stream_info(s.r, s.tidx, &tsi) == FKVF_OK &&
                            tsi.length >= s.P;
         s.has_tok = s.has_tok_stream;
-        ex = unpack_restore(&o, &s);
+        ex = restore_run(&o, &s, sink);
     }
-    if (ex == CLI_OK) {
-        *c = s.c;
-        memset(&s.c, 0, sizeof s.c);
-        *r = s.r;
-        s.r = NULL;
-    }
+    *r = s.r; /* the caller's, also after a failure (NULL if not opened) */
+    s.r = NULL;
+    memset(&s.c, 0, sizeof s.c); /* a shape only: nothing of its own */
     unpack_free(&s);
     return ex;
 }

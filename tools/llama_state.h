@@ -98,6 +98,8 @@ typedef struct llst_layer {
     uint32_t v_n_embd;     /* v_trans = 1: values per cell (n_embd_v_gqa); 0 else */
     const uint8_t *v;      /* v_trans = 0: cell_count rows; 1: v_n_embd channels of
                             * cell_count elements each */
+    uint64_t k_off, v_off; /* the byte offsets of k and v in the file (llst_open: k
+                            * and v are NULL, the rows are there) */
 } llst_layer;
 
 /* A parsed state file: what the file says, checked for framing only (every
@@ -118,6 +120,8 @@ typedef struct llst_file {
     uint32_t n_layer;
     llst_layer *layers; /* [n_layer] (malloc'd) */
     uint64_t size;      /* bytes of the file */
+    struct llst_src *src; /* llst_open: the open file (llst_free closes it, or
+                           * llst_to_cache_lazy moves it into the cache); else NULL */
 } llst_file;
 
 /* The cache shape the state file lacks, from the model (gguf.h). */
@@ -156,6 +160,29 @@ int llst_parse(const void *data, size_t size, const char *name, llst_file *out, 
                size_t errlen);
 void llst_free(llst_file *f); /* frees what llst_parse allocated, zeroes *f; NULL ok */
 
+/* llst_parse of an open state file without reading its rows: the header,
+ * the cells and each layer's header are read (pread, through a small
+ * window) and checked as llst_parse checks them, with its messages; the
+ * rows are skipped (every layer's k and v NULL, k_off and v_off where they
+ * are). fd (a regular file of size bytes, opened for reading) is out's
+ * from the call on, success or not: kept in out->src (closed by llst_free)
+ * for llst_to_cache_lazy, closed here on failure. A read that fails or
+ * finds the file shorter than size is LLST_E_IO naming the offset. */
+int llst_open(int fd, uint64_t size, const char *name, llst_file *out, char *err,
+              size_t errlen);
+
+/* llst_to_cache for a file from llst_open, with its checks, dtype and
+ * tokens; the cache's layers stay in the file: a lazy cache
+ * (kvio_cache_init_source) whose kvio_read_kv reads and converts the rows
+ * of the positions asked for (K rows, V rows, or a transposed V's channels
+ * for those cells), in pieces of at most a few MiB, so memory is bounded
+ * by what the caller asks for whatever the file's size. The open file
+ * moves from f into the cache (f->src NULL on success; f's other fields
+ * stay). A read that fails later (the file changed) is KVIO_E_IO from
+ * kvio_read_kv, naming the file (name), the layer and the byte offset. */
+int llst_to_cache_lazy(llst_file *f, const llst_shape *shape, const char *name, kvio_cache *out,
+                       char *err, size_t errlen);
+
 /* The cache of a parsed file, checked against the model's shape (row bytes
  * = n_kv_heads x dim x element bytes, n_layer = n_layers) and the support
  * rules above. The cache's dtype is the file's when K and V have the same
@@ -178,6 +205,52 @@ int llst_write_mem(const kvio_cache *c, const llst_params *p, uint8_t **out, siz
  * flags as kvio_tmp_place: KVIO_WRITE_NO_REPLACE refuses an existing path). */
 int llst_write_file(const char *path, unsigned flags, const kvio_cache *c, const llst_params *p,
                     char *err, size_t errlen);
+
+/* A state file written chunk by chunk of positions (fkvf export-llama):
+ * the bytes llst_write_file gives for the whole cache, in memory bounded by
+ * the pieces given (plus a stage of a few MiB), whatever the file's size.
+ *
+ *   llst_stream *w;
+ *   llst_stream_open(&w, path, flags, &shape, with_tokens, &params, err, errlen);
+ *   for each chunk of positions [first, first + n):
+ *       llst_stream_kv(w, l, kv, first, n, src, pos_stride, head_stride, ...)
+ *           for every layer l and kv 0 (keys), 1 (values);
+ *       llst_stream_tokens(w, first, n, ids, ...) when with_tokens;
+ *   rc = llst_stream_finish(w, err, errlen);  (or llst_stream_discard(w))
+ *
+ * shape gives n_layers, n_kv_heads, n_positions, key_dim, value_dim and
+ * dtype (the rows' element type; its data and tokens are not read); p as
+ * for llst_write_file. The file is built in a temporary file next to path
+ * (kvio_tmp_open): the prefix, cells and layer headers at open, each piece
+ * at its offset (pwrite): a K or V range as runs of rows, a transposed V
+ * range as each channel's run of those cells. Nothing is at path until
+ * llst_stream_finish puts it there (kvio_tmp_place, flags as
+ * llst_write_file's); a failure, or llst_stream_discard, leaves no file.
+ * Every position of every (layer, kv) and, with tokens, every token id must
+ * be given exactly once, in any order: finish refuses (LLST_E_ARG) fewer.
+ * Errors: LLST_E_ARG (a range or layer outside the shape, a token id that
+ * does not fit int32), LLST_E_IO (a write failed: the offset is named),
+ * LLST_E_NOMEM. After an error other than a range error, discard w. */
+typedef struct llst_stream llst_stream;
+int llst_stream_open(llst_stream **w, const char *path, unsigned flags, const kvio_cache *shape,
+                     int with_tokens, const llst_params *p, char *err, size_t errlen);
+/* Positions [first, first + n) of layer's keys (kv 0) or values (kv 1): the
+ * row of position first + i, head h at src + i * pos_stride + h * head_stride
+ * (kvio_stream_kv's placement), in shape->dtype. */
+int llst_stream_kv(llst_stream *w, uint32_t layer, int kv, uint32_t first, uint32_t n,
+                   const void *src, size_t pos_stride, size_t head_stride, char *err,
+                   size_t errlen);
+int llst_stream_tokens(llst_stream *w, uint32_t first, uint32_t n, const int64_t *ids, char *err,
+                       size_t errlen);
+/* Complete: w is freed, success or not. */
+int llst_stream_finish(llst_stream *w, char *err, size_t errlen);
+void llst_stream_discard(llst_stream *w); /* NULL ok */
+
+/* The most bytes one pread of a lazy cache (llst_to_cache_lazy) or one
+ * pwrite of a stream moves, unless one row (or element) is larger: 4 MiB by
+ * default (bytes 0). For tests, which make it small to cut every range
+ * into pieces. Not thread-safe: set it before anything runs. */
+void llst_set_piece(size_t bytes);
 
 /* META entries of an FKVF archive that carry the params (docs/llamacpp.md):
  * llama.kind ("seq" | "session"), llama.n_stream, llama.stream,
