@@ -1435,6 +1435,7 @@ static int restore_run(const unpack_opts *o, unpack_state *s, const cli_restore_
         if ((ex = unpack_restore_chunk(o, s, p, n, (size_t)chunk * rb)) != CLI_OK ||
             (ex = k->rows(k->opaque, s->buf, rb, p, n)) != CLI_OK)
             return ex;
+        (void)fkvf_reader_trim(s->r); /* the archive's pages read for this chunk */
         cli_progress_cb(&pg, (uint64_t)p + n, s->P);
     }
     return s->has_tok ? restore_tokens(o, s, k) : CLI_OK;
