@@ -791,15 +791,22 @@ static inline __attribute__((always_inline)) float next_up(float f)
  * underflow. The true nearest centroid scores at most 2E above the best
  * binary32 score, so only scores up to there are re-checked. xx is ||x||^2
  * (pick_xx). */
+static inline __attribute__((always_inline)) double score_bound(const fkvfq_table *t, double xx)
+{
+    double xn = sqrt(xx) * (1 + 0x1p-40), cm = t->cmax;
+    return (double)(t->dim + 4) * 0x1p-23 * (cm * cm + 2 * xn * cm) + (double)t->dim * 0x1p-120;
+}
+
+double fkvfq_score_bound(const fkvfq_table *t, double xx) { return score_bound(t, xx); }
+
 static inline __attribute__((always_inline)) float pick_threshold(const fkvfq_table *t,
                                                                   const float *pmin, double xx)
 {
-    const uint32_t np = t->k / FKVFQ_PANEL, dim = t->dim;
+    const uint32_t np = t->k / FKVFQ_PANEL;
     float bs = pmin[0];
     for (uint32_t p = 1; p < np; p++)
         bs = pmin[p] < bs ? pmin[p] : bs;
-    double xn = sqrt(xx) * (1 + 0x1p-40), cm = t->cmax;
-    double e = (double)(dim + 4) * 0x1p-23 * (cm * cm + 2 * xn * cm) + (double)dim * 0x1p-120;
+    double e = score_bound(t, xx);
     double thr = (double)bs + 2 * e;
     float thrf = (float)thr;
     if ((double)thrf < thr)
