@@ -476,7 +476,7 @@ static int km_proves(double ub, double lb, double g)
 }
 
 /* centroids that moved the most, checked one by one (km_bound_move) */
-#define Q_MOVERS 4
+#define Q_MOVERS 8
 
 /* The Q_MOVERS centroids that moved most (mv) into jo, and the largest
  * move of the others; 0 if k <= Q_MOVERS. */
