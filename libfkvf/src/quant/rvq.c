@@ -958,9 +958,11 @@ static void enc_prefetch(const enc_plan *p, const enc_scratch *w, size_t i0, siz
             __builtin_prefetch(v + b);
         __builtin_prefetch(v + w->pf_bytes - 1);
     }
-    if (w->pft)
-        for (size_t b = w->pft_bytes * j0 / nb / 64 * 64; b < w->pft_bytes * j1 / nb; b += 64)
-            __builtin_prefetch(w->pft + b);
+    if (w->pft) { /* this block's share of the tables (64-bit: no overflow) */
+        const uint64_t tb = w->pft_bytes;
+        for (uint64_t b = tb * j0 / nb / 64 * 64; b < tb * j1 / nb; b += 64)
+            __builtin_prefetch(w->pft + (size_t)b);
+    }
 #else
     (void)p;
     (void)w;
