@@ -509,17 +509,50 @@ static double km_movers(const km *m, uint32_t jo[Q_MOVERS])
 }
 
 /* A lower bound of vector i's true distance to each of the movers jo other
- * than near[i]; +infinity when near[i] is the only one. */
-static double km_movers_bound(const km *m, size_t i, const uint32_t jo[Q_MOVERS], double g)
+ * than near[i] (+infinity when near[i] is the only one), given ub (its
+ * distance to near[i] is at most that), lb0 (its bound before the move)
+ * and cc (k * Q_MOVERS lower bounds of the distances between every
+ * centroid and each mover, or NULL): first the triangle inequality,
+ * through the mover's old place and through near[i]; a mover whose bound
+ * so stays below lb (the bound of the others) is measured. */
+static double km_movers_bound(const km *m, size_t i, const uint32_t jo[Q_MOVERS], double g,
+                              double ub, double lb0, double lb, const double *cc)
 {
     const uint32_t dim = m->dim, a = m->near[i];
     double lo = INFINITY;
-    for (unsigned q = 0; q < Q_MOVERS; q++)
-        if (jo[q] != a) {
-            double e = km_dist(m->x + i * dim, m->rows + (size_t)jo[q] * dim, dim);
-            lo = e < lo ? e : lo;
+    for (unsigned q = 0; q < Q_MOVERS; q++) {
+        if (jo[q] == a)
+            continue;
+        double t = (lb0 - m->mv[jo[q]]) * (1 - 0x1p-40);
+        if (cc) {
+            double u = (cc[(size_t)a * Q_MOVERS + q] - ub) * (1 - 0x1p-40);
+            t = u > t ? u : t;
         }
-    return lo > 0 ? sqrt(lo / (1 + g)) * (1 - 0x1p-40) : 0;
+        if (!(t >= lb)) {
+            double e = km_dist(m->x + i * dim, m->rows + (size_t)jo[q] * dim, dim);
+            double u = e > 0 ? sqrt(e / (1 + g)) * (1 - 0x1p-40) : 0;
+            t = u > t ? u : t;
+        }
+        t = t > 0 ? t : 0;
+        lo = t < lo ? t : lo;
+    }
+    return lo;
+}
+
+/* cc of km_movers_bound into m->sums (free until km_update), when it has
+ * room (dim >= Q_MOVERS); else NULL */
+static const double *km_movers_cc(km *m, const uint32_t jo[Q_MOVERS], double g)
+{
+    if (m->dim < Q_MOVERS)
+        return NULL;
+    double *cc = m->sums;
+    for (uint32_t j = 0; j < m->k; j++)
+        for (unsigned q = 0; q < Q_MOVERS; q++) {
+            double e = km_dist(m->rows + (size_t)j * m->dim, m->rows + (size_t)jo[q] * m->dim,
+                               m->dim);
+            cc[(size_t)j * Q_MOVERS + q] = e > 0 ? sqrt(e / (1 + g)) * (1 - 0x1p-40) : 0;
+        }
+    return cc;
 }
 
 /* Move the bounds to the table in rows: mv[j] >= how far centroid j moved
@@ -546,6 +579,7 @@ static void km_bound_move(km *m, uint8_t *need)
     double rest = km_movers(m, jo);
     const int few = m->k > Q_MOVERS && rest < 0.75 * mx;
     const double drop = few ? rest : mx;
+    const double *cc = few ? km_movers_cc(m, jo, g) : NULL;
     for (size_t i = 0; i < m->n; i++) {
         double ub = (m->ub[i] + m->mv[m->near[i]]) * (1 + 0x1p-40);
         double lb = (m->lb[i] - drop) * (1 - 0x1p-40);
@@ -558,7 +592,7 @@ static void km_bound_move(km *m, uint8_t *need)
             tight = 1;
         }
         if (km_proves(ub, lb, g) && few) {
-            double lj = km_movers_bound(m, i, jo, g);
+            double lj = km_movers_bound(m, i, jo, g, ub, m->lb[i], lb, cc);
             lb = lj < lb ? lj : lb;
             if (!km_proves(ub, lb, g) && !tight) {
                 double d = km_dist(m->x + i * dim, m->rows + (size_t)m->near[i] * dim, dim);
