@@ -133,6 +133,11 @@ double fkvfq_norm2(const float *x, uint32_t dim);
 uint32_t fkvfq_pick_xx(const fkvfq_table *t, const float *x, double xx, const float *scores,
                        const float *pmin, double *dist);
 
+/* E of fkvfq_pick's threshold for a vector with xx = fkvfq_norm2(x): the
+ * binary32 score of every centroid of t lies within E of its exact value
+ * ||c||^2 - 2<x, c> (with room to spare: E is twice a proven bound). */
+double fkvfq_score_bound(const fkvfq_table *t, double xx);
+
 /* sum over d of (x[d] - c[d])^2 in binary64, in order. */
 double fkvfq_dist(const float *x, const float *c, uint32_t dim);
 /* out[i] = fkvfq_dist(x[i], c[i], dim) for i < 4 (the same values; the four

@@ -603,6 +603,11 @@ typedef struct enc_scratch {
      * (layer, head, K|V) widened to binary32, max(ks, vs) * k * dmax */
     float *set;
     float *mt;       /* dmax: a vector transformed by a metric's U */
+    /* the vectors of the table set after the current one (enc_next_set):
+     * the current set's first stage prefetches them, pf_bytes a vector
+     * (NULL: none) */
+    const uint8_t *pf, *pft;
+    size_t pf_bytes, pft_bytes;
 } enc_scratch;
 
 /* Stage table (tab, kv, s) as the encoder searches it: the handle's
@@ -901,6 +906,73 @@ static void enc_load(const enc_plan *p, enc_scratch *w, size_t i0, size_t nb, ui
     }
 }
 
+/* The table set after (l, h, kv) in the encoder's order (one with
+ * stages) into *l, *h, *kv; 0 after the last one. */
+static int enc_next_set(const enc_plan *p, uint32_t *l, uint32_t *h, unsigned *kv)
+{
+    const fkvf_codebook_shape *sh = &p->q->shape;
+    const unsigned k0 = sh->k_stages ? 0 : 1;
+    if (*kv == 0 && sh->v_stages)
+        *kv = 1;
+    else if (++*h < p->q->n_kv_heads)
+        *kv = k0;
+    else if (++*l < sh->n_layers)
+        *h = 0, *kv = k0;
+    else
+        return 0;
+    return 1;
+}
+
+/* What set (l, h, kv)'s first stage prefetches: the next set's vectors
+ * (the rows of a chunk lie a whole cache row apart, so no hardware
+ * prefetcher finds them, and each one a set loads would wait for memory)
+ * and, in a handle of f16 tables, its tables (enc_widen_set reads them). */
+static void enc_prefetch_plan(const enc_plan *p, enc_scratch *w, uint32_t l, uint32_t h,
+                              unsigned kv)
+{
+    const fkvf_rvq *q = p->q;
+    const fkvf_codebook_shape *sh = &q->shape;
+    w->pf = NULL;
+    w->pft = NULL;
+    if (!enc_next_set(p, &l, &h, &kv))
+        return;
+    const uint32_t dim = kv == 0 ? sh->key_dim : sh->value_dim;
+    w->pf = (const uint8_t *)p->rows->data + vec_off(q, l, h, kv) * p->es;
+    w->pf_bytes = dim * p->es;
+    if (q->rows16) {
+        size_t tab = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h);
+        w->pft = (const uint8_t *)(q->rows16 + fkvfq_table_off(q, tab, kv, 0));
+        w->pft_bytes = (size_t)(kv == 0 ? sh->k_stages : sh->v_stages) * sh->k * dim * 2;
+    }
+}
+
+/* Prefetch the next set's vectors of rows i0 + j, j in [j0, j1) of a
+ * chunk of nb, and the same share of its tables. */
+static void enc_prefetch(const enc_plan *p, const enc_scratch *w, size_t i0, size_t j0,
+                         size_t j1, size_t nb)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    for (size_t j = j0; w->pf && j < j1; j++) {
+        const uint8_t *v = w->pf + (i0 + j) * p->rb;
+        for (size_t b = 0; b < w->pf_bytes; b += 64)
+            __builtin_prefetch(v + b);
+        __builtin_prefetch(v + w->pf_bytes - 1);
+    }
+    if (w->pft) { /* this block's share of the tables (64-bit: no overflow) */
+        const uint64_t tb = w->pft_bytes;
+        for (uint64_t b = tb * j0 / nb / 64 * 64; b < tb * j1 / nb; b += 64)
+            __builtin_prefetch(w->pft + (size_t)b);
+    }
+#else
+    (void)p;
+    (void)w;
+    (void)i0;
+    (void)j0;
+    (void)j1;
+    (void)nb;
+#endif
+}
+
 /* Vector xr (row `row` of the call) takes its nearest centroid of t given
  * its scores: the code stored at code index ci, the centroid subtracted. */
 static void enc_take(const enc_plan *p, const fkvfq_table *t, float *xr, const float *scores,
@@ -916,12 +988,14 @@ static void enc_take(const enc_plan *p, const fkvfq_table *t, float *xr, const f
 /* One greedy stage of table t for the nb vectors of w->x (rows i0..), the
  * table copied to panels first: FKVFQ_BLOCK vectors scored at a time. */
 static void enc_stage_panels(const enc_plan *p, enc_scratch *w, fkvfq_table t, size_t i0,
-                             size_t nb, size_t ci)
+                             size_t nb, size_t ci, int pf)
 {
     const uint32_t k = t.k, dim = t.dim;
     fkvfq_table_panels(t.rows, k, dim, w->pan);
     t.panels = w->pan;
     for (size_t j0 = 0; j0 < nb; j0 += FKVFQ_BLOCK) {
+        if (pf)
+            enc_prefetch(p, w, i0, j0, j0 + FKVFQ_BLOCK < nb ? j0 + FKVFQ_BLOCK : nb, nb);
         const float *xp[FKVFQ_BLOCK];
         for (size_t u = 0; u < FKVFQ_BLOCK; u++)
             xp[u] = w->x + (j0 + u < nb ? j0 + u : nb - 1) * dim;
@@ -935,11 +1009,13 @@ static void enc_stage_panels(const enc_plan *p, enc_scratch *w, fkvfq_table t, s
 /* The same scored from the table's rows, FKVFQ_LANES vectors at a time
  * (short chunks, large tables). */
 static void enc_stage_rows(const enc_plan *p, enc_scratch *w, const fkvfq_table *t, size_t i0,
-                           size_t nb, size_t ci)
+                           size_t nb, size_t ci, int pf)
 {
     const uint32_t k = t->k, dim = t->dim;
     for (size_t j0 = 0; j0 < nb; j0 += FKVFQ_LANES) {
         unsigned ng = nb - j0 < FKVFQ_LANES ? (unsigned)(nb - j0) : FKVFQ_LANES;
+        if (pf)
+            enc_prefetch(p, w, i0, j0, j0 + ng, nb);
         fkvfq_transpose_lanes(w->x + j0 * dim, dim, ng, dim, w->xt);
         fkvfq_scores_rows(t, w->xt, ng, w->scores, w->pmin);
         for (unsigned u = 0; u < ng; u++)
@@ -968,12 +1044,13 @@ static void enc_set(const enc_plan *p, enc_scratch *w, size_t i0, size_t nb, uin
                      p->codes + (i0 + j) * p->ps + c0 * p->cs, p->cs);
         return;
     }
+    enc_prefetch_plan(p, w, l, h, kv);
     for (unsigned s = 0; s < ns; s++) {
         fkvfq_table t = enc_table(q, w, tab, kv, s);
         if (w->pan && nb >= Q_PANEL_MIN)
-            enc_stage_panels(p, w, t, i0, nb, c0 + s);
+            enc_stage_panels(p, w, t, i0, nb, c0 + s, s == 0);
         else
-            enc_stage_rows(p, w, &t, i0, nb, c0 + s);
+            enc_stage_rows(p, w, &t, i0, nb, c0 + s, s == 0);
     }
 }
 

@@ -238,16 +238,75 @@ static void dup_mark(const float *rows, const uint16_t *rows16, uint32_t k, uint
     }
 }
 
-void fkvfq_table_panels(const float *rows, uint32_t k, uint32_t dim, float *panels)
+/* elements d0.. of the panel of 16 rows at r into pan (the copy's order) */
+static void panel_copy(const float *r, uint32_t dim, uint32_t d0, float *pan)
 {
-    /* written in their own order, the rows read 16 at a time */
+    for (uint32_t d = d0; d < dim; d++)
+        for (int i = 0; i < FKVFQ_PANEL; i++)
+            pan[(size_t)d * FKVFQ_PANEL + i] = r[(size_t)i * dim + d];
+}
+
+#ifdef Q_HAVE_NORMS512
+/* The same copy, 16 x 16 blocks transposed in registers: element d of
+ * row i of a block goes to lane i of output d (exact copies of the values;
+ * the elements past the last whole block as panel_copy). */
+__attribute__((target("avx512f"))) static void panels_avx512(const float *rows, uint32_t k,
+                                                             uint32_t dim, float *panels)
+{
     for (uint32_t p = 0; p < k; p += FKVFQ_PANEL) {
         float *pan = panels + (size_t)p * dim;
         const float *r = rows + (size_t)p * dim;
-        for (uint32_t d = 0; d < dim; d++)
-            for (int i = 0; i < FKVFQ_PANEL; i++)
-                pan[(size_t)d * FKVFQ_PANEL + i] = r[(size_t)i * dim + d];
+        uint32_t d0 = 0;
+        for (; d0 + 16 <= dim; d0 += 16) {
+            __m512 a[16], b[16];
+            for (int i = 0; i < 16; i++)
+                a[i] = _mm512_loadu_ps(r + (size_t)i * dim + d0);
+            /* pairs of rows interleaved within 128-bit lanes */
+            for (int i = 0; i < 16; i += 2) {
+                b[i] = _mm512_unpacklo_ps(a[i], a[i + 1]);
+                b[i + 1] = _mm512_unpackhi_ps(a[i], a[i + 1]);
+            }
+            /* a[4g + m], 128-bit lane L: element 4L + m of rows 4g..4g+3 */
+            for (int g = 0; g < 4; g++) {
+                const __m512 *u = b + 4 * g;
+                a[4 * g] = _mm512_shuffle_ps(u[0], u[2], _MM_SHUFFLE(1, 0, 1, 0));
+                a[4 * g + 1] = _mm512_shuffle_ps(u[0], u[2], _MM_SHUFFLE(3, 2, 3, 2));
+                a[4 * g + 2] = _mm512_shuffle_ps(u[1], u[3], _MM_SHUFFLE(1, 0, 1, 0));
+                a[4 * g + 3] = _mm512_shuffle_ps(u[1], u[3], _MM_SHUFFLE(3, 2, 3, 2));
+            }
+            /* output 4L + m: lane L of a[m], a[4 + m], a[8 + m], a[12 + m] */
+            for (int m = 0; m < 4; m++) {
+                __m512 x = _mm512_shuffle_f32x4(a[m], a[4 + m], _MM_SHUFFLE(2, 0, 2, 0));
+                __m512 y = _mm512_shuffle_f32x4(a[m], a[4 + m], _MM_SHUFFLE(3, 1, 3, 1));
+                __m512 z = _mm512_shuffle_f32x4(a[8 + m], a[12 + m], _MM_SHUFFLE(2, 0, 2, 0));
+                __m512 w = _mm512_shuffle_f32x4(a[8 + m], a[12 + m], _MM_SHUFFLE(3, 1, 3, 1));
+                float *o = pan + (size_t)d0 * FKVFQ_PANEL;
+                _mm512_storeu_ps(o + (size_t)m * FKVFQ_PANEL,
+                                 _mm512_shuffle_f32x4(x, z, _MM_SHUFFLE(2, 0, 2, 0)));
+                _mm512_storeu_ps(o + (size_t)(8 + m) * FKVFQ_PANEL,
+                                 _mm512_shuffle_f32x4(x, z, _MM_SHUFFLE(3, 1, 3, 1)));
+                _mm512_storeu_ps(o + (size_t)(4 + m) * FKVFQ_PANEL,
+                                 _mm512_shuffle_f32x4(y, w, _MM_SHUFFLE(2, 0, 2, 0)));
+                _mm512_storeu_ps(o + (size_t)(12 + m) * FKVFQ_PANEL,
+                                 _mm512_shuffle_f32x4(y, w, _MM_SHUFFLE(3, 1, 3, 1)));
+            }
+        }
+        panel_copy(r, dim, d0, pan);
     }
+}
+#endif
+
+void fkvfq_table_panels(const float *rows, uint32_t k, uint32_t dim, float *panels)
+{
+#ifdef Q_HAVE_NORMS512
+    if (fkvf_cpu_avx512()) {
+        panels_avx512(rows, k, dim, panels);
+        return;
+    }
+#endif
+    /* written in their own order, the rows read 16 at a time */
+    for (uint32_t p = 0; p < k; p += FKVFQ_PANEL)
+        panel_copy(rows + (size_t)p * dim, dim, 0, panels + (size_t)p * dim);
 }
 
 void fkvfq_table_prepare(const float *rows, uint32_t k, uint32_t dim, float *panels,
@@ -732,15 +791,22 @@ static inline __attribute__((always_inline)) float next_up(float f)
  * underflow. The true nearest centroid scores at most 2E above the best
  * binary32 score, so only scores up to there are re-checked. xx is ||x||^2
  * (pick_xx). */
+static inline __attribute__((always_inline)) double score_bound(const fkvfq_table *t, double xx)
+{
+    double xn = sqrt(xx) * (1 + 0x1p-40), cm = t->cmax;
+    return (double)(t->dim + 4) * 0x1p-23 * (cm * cm + 2 * xn * cm) + (double)t->dim * 0x1p-120;
+}
+
+double fkvfq_score_bound(const fkvfq_table *t, double xx) { return score_bound(t, xx); }
+
 static inline __attribute__((always_inline)) float pick_threshold(const fkvfq_table *t,
                                                                   const float *pmin, double xx)
 {
-    const uint32_t np = t->k / FKVFQ_PANEL, dim = t->dim;
+    const uint32_t np = t->k / FKVFQ_PANEL;
     float bs = pmin[0];
     for (uint32_t p = 1; p < np; p++)
         bs = pmin[p] < bs ? pmin[p] : bs;
-    double xn = sqrt(xx) * (1 + 0x1p-40), cm = t->cmax;
-    double e = (double)(dim + 4) * 0x1p-23 * (cm * cm + 2 * xn * cm) + (double)dim * 0x1p-120;
+    double e = score_bound(t, xx);
     double thr = (double)bs + 2 * e;
     float thrf = (float)thr;
     if ((double)thrf < thr)

@@ -97,6 +97,18 @@ typedef struct km {
     const double *u;
     float *orig;
     double *sol;
+    /* Exact skipping of assignments (km_assign): near[i] the centroid the
+     * last assignment picked for vector i (before any repair), ub[i] an
+     * upper bound of its true Euclidean distance to that centroid and lb[i]
+     * a lower bound of its distance to every other centroid, both for the
+     * table old (k * dim, the table of that assignment) moved by mv (k:
+     * upper bounds of each centroid's move since); bounds 0 until an
+     * assignment has set them (not after one on a table with duplicates) */
+    uint32_t *near;
+    double *ub, *lb, *mv;
+    float *old;
+    uint8_t *need; /* n: km_assign's scratch */
+    int bounds;
     /* statistics */
     size_t repairs;   /* empty clusters re-seeded */
     uint32_t iters;   /* Lloyd iterations run in the last stage */
@@ -388,20 +400,261 @@ static void km_seed(km *m, q_rng *r)
     }
 }
 
-/* exact nearest centroid of every vector: asg */
+#ifdef Q_SEED_AVX512
+/* sum over d of (x[d] - c[d])^2 in binary64 in any order: eight lanes,
+ * two accumulators, fused multiply-adds (a bound's input: within
+ * km_gamma of the true value as fkvfq_dist is, not the same bits) */
+__attribute__((target("avx512f"))) static double km_dist_avx512(const float *x, const float *c,
+                                                                uint32_t dim)
+{
+    __m512d a0 = _mm512_setzero_pd(), a1 = a0;
+    uint32_t d = 0;
+    for (; d + 16 <= dim; d += 16) {
+        __m512d e0 = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + d)),
+                                   _mm512_cvtps_pd(_mm256_loadu_ps(c + d)));
+        __m512d e1 = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + d + 8)),
+                                   _mm512_cvtps_pd(_mm256_loadu_ps(c + d + 8)));
+        a0 = _mm512_fmadd_pd(e0, e0, a0);
+        a1 = _mm512_fmadd_pd(e1, e1, a1);
+    }
+    double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+    for (; d < dim; d++) {
+        double e = (double)x[d] - (double)c[d];
+        s += e * e;
+    }
+    return s;
+}
+#endif
+
+/* A squared distance for the bounds (any order of the additions) */
+static double km_dist(const float *x, const float *c, uint32_t dim)
+{
+#ifdef Q_SEED_AVX512
+    if (fkvf_cpu_avx512())
+        return km_dist_avx512(x, c, dim);
+#endif
+    return fkvfq_dist(x, c, dim);
+}
+
+/* Relative error bound of a binary64 distance over dim elements (fkvfq_dist:
+ * each difference and square rounded once, dim - 1 additions of
+ * non-negative terms) against the true squared distance, with room. */
+static double km_gamma(uint32_t dim) { return (double)(dim + 4) * 0x1p-52; }
+
+/* Bounds of vector x after a full search picked a (at squared distance da,
+ * km_dist)
+ * from scores sc and panel minimums pm: ub an upper bound of the true
+ * distance to a, lb a lower bound of the true distance to every other
+ * centroid: ||x||^2 + (the smallest binary32 score of another centroid)
+ * - E (fkvfq_score_bound: every score lies within E of its exact value,
+ * and the true squared distance is ||x||^2 + that value). */
+static void km_bound_set(const km *m, const fkvfq_table *t, size_t i, uint32_t a, double da,
+                         const float *sc, const float *pm)
+{
+    const uint32_t np = m->k / FKVFQ_PANEL, pa = a / FKVFQ_PANEL;
+    const double g = km_gamma(m->dim);
+    float f2 = INFINITY;
+    for (uint32_t p = 0; p < np; p++)
+        if (p != pa && pm[p] < f2)
+            f2 = pm[p];
+    for (uint32_t c = pa * FKVFQ_PANEL; c < (pa + 1) * FKVFQ_PANEL; c++)
+        if (c != a && sc[c] < f2)
+            f2 = sc[c];
+    /* less the rounding of these three binary64 operations (the sum may
+     * cancel: absolute, of the largest magnitude) */
+    double xx = m->xx[i], e = fkvfq_score_bound(t, xx), f = (double)f2;
+    double l2 = xx * (1 - g) + f - e - 0x1p-50 * (xx + fabs(f) + e);
+    m->ub[i] = sqrt(da / (1 - g)) * (1 + 0x1p-40);
+    m->lb[i] = l2 > 0 ? sqrt(l2) * (1 - 0x1p-40) : 0;
+}
+
+/* ub, lb prove the nearest strict: every binary64 distance to another
+ * centroid above the one to near[i] */
+static int km_proves(double ub, double lb, double g)
+{
+    return ub * ub * (1 + g) < lb * lb * (1 - g);
+}
+
+/* centroids that moved the most, checked one by one (km_bound_move) */
+#define Q_MOVERS 8
+
+/* The Q_MOVERS centroids that moved most (mv) into jo, and the largest
+ * move of the others; 0 if k <= Q_MOVERS. */
+static double km_movers(const km *m, uint32_t jo[Q_MOVERS])
+{
+    if (m->k <= Q_MOVERS)
+        return 0;
+    unsigned nj = 0;
+    for (uint32_t j = 0; j < m->k; j++) {
+        unsigned pos = nj < Q_MOVERS ? nj++ : Q_MOVERS;
+        if (pos == Q_MOVERS && !(m->mv[j] > m->mv[jo[Q_MOVERS - 1]]))
+            continue;
+        if (pos == Q_MOVERS)
+            pos = Q_MOVERS - 1;
+        while (pos > 0 && m->mv[j] > m->mv[jo[pos - 1]]) {
+            jo[pos] = jo[pos - 1];
+            pos--;
+        }
+        jo[pos] = j;
+    }
+    double rest = 0;
+    for (uint32_t j = 0; j < m->k; j++) {
+        int in = 0;
+        for (unsigned q = 0; q < Q_MOVERS; q++)
+            in |= jo[q] == j;
+        if (!in && m->mv[j] > rest)
+            rest = m->mv[j];
+    }
+    return rest;
+}
+
+/* A lower bound of vector i's true distance to each of the movers jo other
+ * than near[i] (+infinity when near[i] is the only one), given ub (its
+ * distance to near[i] is at most that), lb0 (its bound before the move)
+ * and cc (k * Q_MOVERS lower bounds of the distances between every
+ * centroid and each mover, or NULL): first the triangle inequality,
+ * through the mover's old place and through near[i]; a mover whose bound
+ * so stays below lb (the bound of the others) is measured. */
+static double km_movers_bound(const km *m, size_t i, const uint32_t jo[Q_MOVERS], double g,
+                              double ub, double lb0, double lb, const double *cc)
+{
+    const uint32_t dim = m->dim, a = m->near[i];
+    double lo = INFINITY;
+    for (unsigned q = 0; q < Q_MOVERS; q++) {
+        if (jo[q] == a)
+            continue;
+        double t = (lb0 - m->mv[jo[q]]) * (1 - 0x1p-40);
+        if (cc) {
+            double u = (cc[(size_t)a * Q_MOVERS + q] - ub) * (1 - 0x1p-40);
+            t = u > t ? u : t;
+        }
+        if (!(t >= lb)) {
+            double e = km_dist(m->x + i * dim, m->rows + (size_t)jo[q] * dim, dim);
+            double u = e > 0 ? sqrt(e / (1 + g)) * (1 - 0x1p-40) : 0;
+            t = u > t ? u : t;
+        }
+        t = t > 0 ? t : 0;
+        lo = t < lo ? t : lo;
+    }
+    return lo;
+}
+
+/* cc of km_movers_bound into m->sums (free until km_update), when it has
+ * room (dim >= Q_MOVERS); else NULL */
+static const double *km_movers_cc(km *m, const uint32_t jo[Q_MOVERS], double g)
+{
+    if (m->dim < Q_MOVERS)
+        return NULL;
+    double *cc = m->sums;
+    for (uint32_t j = 0; j < m->k; j++)
+        for (unsigned q = 0; q < Q_MOVERS; q++) {
+            double e = km_dist(m->rows + (size_t)j * m->dim, m->rows + (size_t)jo[q] * m->dim,
+                               m->dim);
+            cc[(size_t)j * Q_MOVERS + q] = e > 0 ? sqrt(e / (1 + g)) * (1 - 0x1p-40) : 0;
+        }
+    return cc;
+}
+
+/* Move the bounds to the table in rows: mv[j] >= how far centroid j moved
+ * from old; vectors whose bounds still prove near[i] the strict nearest
+ * keep it without a search (0 in need[i]), the others are marked 1. When a
+ * few centroids moved much more than the rest (an empty cluster re-seeded
+ * far away), the lower bound drops by the largest move of the rest and
+ * those few are measured. */
+static void km_bound_move(km *m, uint8_t *need)
+{
+    const uint32_t dim = m->dim;
+    const double g = km_gamma(dim);
+    double mx = 0;
+    for (uint32_t j = 0; j < m->k; j++) {
+        double s = km_dist(m->rows + (size_t)j * dim, m->old + (size_t)j * dim, dim);
+        m->mv[j] = sqrt(s / (1 - g)) * (1 + 0x1p-40);
+        mx = m->mv[j] > mx ? m->mv[j] : mx;
+    }
+    if (!isfinite(mx)) {
+        memset(need, 1, m->n);
+        return;
+    }
+    uint32_t jo[Q_MOVERS];
+    double rest = km_movers(m, jo);
+    const int few = m->k > Q_MOVERS && rest < 0.75 * mx;
+    const double drop = few ? rest : mx;
+    const double *cc = few ? km_movers_cc(m, jo, g) : NULL;
+    for (size_t i = 0; i < m->n; i++) {
+        double ub = (m->ub[i] + m->mv[m->near[i]]) * (1 + 0x1p-40);
+        double lb = (m->lb[i] - drop) * (1 - 0x1p-40);
+        int tight = 0;
+        lb = lb > 0 ? lb : 0;
+        need[i] = 1;
+        if (!km_proves(ub, lb, g)) { /* the distance to near[i] itself */
+            double d = km_dist(m->x + i * dim, m->rows + (size_t)m->near[i] * dim, dim);
+            ub = sqrt(d / (1 - g)) * (1 + 0x1p-40);
+            tight = 1;
+        }
+        if (km_proves(ub, lb, g) && few) {
+            double lj = km_movers_bound(m, i, jo, g, ub, m->lb[i], lb, cc);
+            lb = lj < lb ? lj : lb;
+            if (!km_proves(ub, lb, g) && !tight) {
+                double d = km_dist(m->x + i * dim, m->rows + (size_t)m->near[i] * dim, dim);
+                ub = sqrt(d / (1 - g)) * (1 + 0x1p-40);
+            }
+        }
+        m->ub[i] = ub;
+        m->lb[i] = lb;
+        need[i] = !km_proves(ub, lb, g);
+    }
+}
+
+/* 1 if the prepared table has a duplicate row (an infinite norm) */
+static int km_has_dup(const km *m)
+{
+    for (uint32_t j = 0; j < m->k; j++)
+        if (!isfinite(m->norms[j]))
+            return 1;
+    return 0;
+}
+
+/* exact nearest centroid of every vector: asg (and near). With bounds from
+ * the last assignment, a vector they prove keeps its centroid is not
+ * searched: the same result (the nearest is the strict nearest there). */
 static void km_assign(km *m)
 {
     fkvfq_table_prepare(m->rows, m->k, m->dim, m->panels, m->norms, m->cmax, m->prep);
     fkvfq_table t = km_table(m);
-    for (size_t i0 = 0; i0 < m->n; i0 += FKVFQ_BLOCK) {
+    uint8_t *need = m->need;
+    if (m->bounds)
+        km_bound_move(m, need);
+    else
+        memset(need, 1, m->n);
+    const int keep = !km_has_dup(m);
+    size_t idx[FKVFQ_BLOCK], i = 0;
+    while (i < m->n) {
+        unsigned nq = 0;
+        for (; i < m->n && nq < FKVFQ_BLOCK; i++) {
+            if (need[i])
+                idx[nq++] = i;
+            else
+                m->asg[i] = m->near[i];
+        }
+        if (!nq)
+            break;
         const float *xp[FKVFQ_BLOCK];
-        for (size_t u = 0; u < FKVFQ_BLOCK; u++)
-            xp[u] = m->x + (i0 + u < m->n ? i0 + u : m->n - 1) * m->dim;
+        for (unsigned u = 0; u < FKVFQ_BLOCK; u++)
+            xp[u] = m->x + idx[u < nq ? u : nq - 1] * m->dim;
         fkvfq_scores4(&t, xp, m->scores, m->pmin);
-        for (size_t u = 0; u < FKVFQ_BLOCK && i0 + u < m->n; u++)
-            m->asg[i0 + u] = fkvfq_pick_xx(&t, xp[u], m->xx[i0 + u], m->scores + u * m->k,
-                                           m->pmin + u * (m->k / FKVFQ_PANEL), NULL);
+        for (unsigned u = 0; u < nq; u++) {
+            const float *sc = m->scores + u * m->k, *pm = m->pmin + u * (m->k / FKVFQ_PANEL);
+            uint32_t a = fkvfq_pick_xx(&t, xp[u], m->xx[idx[u]], sc, pm, NULL);
+            m->asg[idx[u]] = m->near[idx[u]] = a;
+            if (keep)
+                km_bound_set(m, &t, idx[u], a,
+                             km_dist(xp[u], m->rows + (size_t)a * m->dim, m->dim), sc, pm);
+        }
     }
+    /* a table with duplicates: its bounds would leave out the later copies */
+    m->bounds = keep;
+    if (keep)
+        memcpy(m->old, m->rows, (size_t)m->k * m->dim * sizeof(float));
 }
 
 /* err: the exact distance of every vector to its assigned centroid, four
@@ -453,17 +706,41 @@ static void km_repair(km *m)
     }
 }
 
+#ifdef Q_SEED_AVX512
+/* km_update's sums with AVX-512: each element's binary64 additions in
+ * index order, eight elements per register (the same values) */
+__attribute__((target("avx512f"))) static void km_sums_avx512(km *m)
+{
+    const uint32_t dim = m->dim;
+    for (size_t i = 0; i < m->n; i++) {
+        double *s = m->sums + (size_t)m->asg[i] * dim;
+        const float *x = m->x + i * dim;
+        uint32_t d = 0;
+        for (; d + 8 <= dim; d += 8)
+            _mm512_storeu_pd(s + d, _mm512_add_pd(_mm512_loadu_pd(s + d),
+                                                  _mm512_cvtps_pd(_mm256_loadu_ps(x + d))));
+        for (; d < dim; d++)
+            s[d] += x[d];
+    }
+}
+#endif
+
 /* centroids = means of their clusters (binary64 sums in index order) */
 static void km_update(km *m)
 {
     const uint32_t dim = m->dim;
     memset(m->sums, 0, (size_t)m->k * dim * sizeof(double));
-    for (size_t i = 0; i < m->n; i++) {
-        double *s = m->sums + (size_t)m->asg[i] * dim;
-        const float *x = m->x + i * dim;
-        for (uint32_t d = 0; d < dim; d++)
-            s[d] += x[d];
-    }
+#ifdef Q_SEED_AVX512
+    if (fkvf_cpu_avx512())
+        km_sums_avx512(m);
+    else
+#endif
+        for (size_t i = 0; i < m->n; i++) {
+            double *s = m->sums + (size_t)m->asg[i] * dim;
+            const float *x = m->x + i * dim;
+            for (uint32_t d = 0; d < dim; d++)
+                s[d] += x[d];
+        }
     for (uint32_t j = 0; j < m->k; j++) {
         if (!m->counts[j])
             continue;
@@ -490,6 +767,7 @@ static float km_round(float v, fkvf_dtype dtype)
  * and the vectors in m->x become their residuals. */
 static void km_stage(km *m, q_rng *r, uint32_t max_iters, fkvf_dtype dtype, const float *init)
 {
+    m->bounds = 0;
     for (size_t i = 0; i < m->n; i++)
         m->xx[i] = fkvfq_norm2(m->x + i * m->dim, m->dim);
     if (init)
@@ -565,7 +843,13 @@ int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t
              (m.pmin = fkvf_calloc(alloc, (size_t)FKVFQ_BLOCK * (k / FKVFQ_PANEL), sizeof(float))) &&
              (m.prep = fkvf_malloc(alloc, fkvfq_prepare_scratch(k))) &&
              (m.panels = fkvf_calloc(alloc, kd, sizeof(float))) &&
-             (m.norms = fkvf_calloc(alloc, k, sizeof(float)));
+             (m.norms = fkvf_calloc(alloc, k, sizeof(float))) &&
+             (m.near = fkvf_calloc(alloc, n, sizeof(uint32_t))) &&
+             (m.ub = fkvf_calloc(alloc, n, sizeof(double))) &&
+             (m.lb = fkvf_calloc(alloc, n, sizeof(double))) &&
+             (m.mv = fkvf_calloc(alloc, k, sizeof(double))) &&
+             (m.old = fkvf_calloc(alloc, kd, sizeof(float))) &&
+             (m.need = fkvf_calloc(alloc, n, 1));
     if (ok) {
         memcpy(m.x, x, nd * sizeof(float));
         q_rng r = {seed};
@@ -592,6 +876,12 @@ int fkvfq_kmeans(const fkvf_allocator *alloc, const float *x, size_t n, uint32_t
     fkvf_free(alloc, m.prep);
     fkvf_free(alloc, m.panels);
     fkvf_free(alloc, m.norms);
+    fkvf_free(alloc, m.near);
+    fkvf_free(alloc, m.ub);
+    fkvf_free(alloc, m.lb);
+    fkvf_free(alloc, m.mv);
+    fkvf_free(alloc, m.old);
+    fkvf_free(alloc, m.need);
     return ok ? FKVF_OK : FKVF_E_NOMEM;
 }
 
@@ -641,6 +931,10 @@ typedef struct tr_scratch {
     double *cs;  /* one row's RoPE cosines and sines, when not kept for all rows */
     double *sol; /* under a metric: dmax doubles */
     float *mt;   /* under a metric: dmax floats */
+    uint32_t *near; /* km's bounds: n, n, n, k, k * dmax, n */
+    double *ub, *lb, *mv;
+    float *old;
+    uint8_t *need;
 } tr_scratch;
 
 static void tr_free(const fkvf_allocator *a, tr_scratch *w)
@@ -660,6 +954,12 @@ static void tr_free(const fkvf_allocator *a, tr_scratch *w)
     fkvf_free(a, w->cs);
     fkvf_free(a, w->sol);
     fkvf_free(a, w->mt);
+    fkvf_free(a, w->near);
+    fkvf_free(a, w->ub);
+    fkvf_free(a, w->lb);
+    fkvf_free(a, w->mv);
+    fkvf_free(a, w->old);
+    fkvf_free(a, w->need);
 }
 
 /* Scratch for n training vectors of at most dmax dimensions; 0 when out of
@@ -680,7 +980,13 @@ static int tr_alloc(const fkvf_allocator *a, tr_scratch *w, size_t n, uint32_t d
              (w->counts = fkvf_calloc(a, k, sizeof(size_t))) &&
              (w->scores = fkvf_calloc(a, (size_t)FKVFQ_BLOCK * k, sizeof(float))) &&
              (w->pmin = fkvf_calloc(a, (size_t)FKVFQ_BLOCK * (k / FKVFQ_PANEL), sizeof(float))) &&
-             (w->prep = fkvf_malloc(a, fkvfq_prepare_scratch(k)));
+             (w->prep = fkvf_malloc(a, fkvfq_prepare_scratch(k))) &&
+             (w->near = fkvf_calloc(a, n, sizeof(uint32_t))) &&
+             (w->ub = fkvf_calloc(a, n, sizeof(double))) &&
+             (w->lb = fkvf_calloc(a, n, sizeof(double))) &&
+             (w->mv = fkvf_calloc(a, k, sizeof(double))) &&
+             (w->old = fkvf_calloc(a, (size_t)k * dmax, sizeof(float))) &&
+             (w->need = fkvf_calloc(a, n, 1));
     if (ok && one_cs)
         ok = (w->cs = fkvf_calloc(a, one_cs, sizeof(double))) != NULL;
     if (ok && metric)
@@ -819,6 +1125,12 @@ static int tr_table(tr_job *j, unsigned worker, size_t item)
     m.scores = w->scores;
     m.pmin = w->pmin;
     m.prep = w->prep;
+    m.near = w->near;
+    m.ub = w->ub;
+    m.lb = w->lb;
+    m.mv = w->mv;
+    m.old = w->old;
+    m.need = w->need;
     for (unsigned s = 0; s < ns; s++) {
         size_t off = fkvfq_table_off(q, tab, kv, s);
         size_t si = tab * ((size_t)sh->k_stages + sh->v_stages) +
