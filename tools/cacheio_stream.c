@@ -11,12 +11,7 @@
  * built in an unnamed scratch file next to the output, and at the end the
  * zip writer (cio_write_npz_from) copies it into the members in order.
  */
-#if defined(__linux__)
-#define _GNU_SOURCE /* sync_file_range */
-#include <fcntl.h>
-#else
 #define _POSIX_C_SOURCE 200809L
-#endif
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -42,28 +37,8 @@ struct kvio_stream {
     uint64_t tok_done;          /* token ids put */
     uint8_t *stage;             /* a piece in file order before its pwrite */
     size_t stage_cap;
-    uint64_t unflushed;         /* bytes written since writeback was last started */
 };
 
-/* Data written to the output (not a .npz's scratch file, which is read
- * back) start going to disk every STREAM_FLUSH_BYTES (Linux:
- * sync_file_range, which does not wait), so that the fsync of
- * kvio_stream_finish has little left to write and the disk works while the
- * caller computes the next piece. */
-#define STREAM_FLUSH_BYTES ((uint64_t)64 << 20)
-
-static void stream_flush_start(kvio_stream *w, size_t n)
-{
-    if (w->fmt == KVIO_FMT_NPZ)
-        return;
-    w->unflushed += n;
-    if (w->unflushed < STREAM_FLUSH_BYTES)
-        return;
-    w->unflushed = 0;
-#if defined(__linux__)
-    (void)sync_file_range(w->fd, 0, 0, SYNC_FILE_RANGE_WRITE); /* a hint: errors come at fsync */
-#endif
-}
 
 int cio_pread_all(const ctx *x, int fd, void *buf, size_t n, uint64_t off)
 {
@@ -214,11 +189,9 @@ int kvio_stream_open(kvio_stream **out, const char *path, kvio_format fmt, unsig
 
 /* n bytes at byte offset off of the data region; a .npz's is the scratch
  * file, whose offsets are not the output's: the message says so. */
-static int stream_put(const ctx *x, kvio_stream *w, const void *buf, size_t n, uint64_t off)
+static int stream_put(const ctx *x, const kvio_stream *w, const void *buf, size_t n, uint64_t off)
 {
     int rc = cio_pwrite_all(x, w->fd, buf, n, off);
-    if (rc == KVIO_OK)
-        stream_flush_start(w, n);
     if (rc && w->fmt == KVIO_FMT_NPZ && x->err && x->errlen) {
         static const char note[] = " (the temporary file of the members' data)";
         size_t k = strlen(x->err);
