@@ -372,6 +372,25 @@ START_TEST(read_matches_restore)
             fkvf_read_request q = {0, x.N, 0, 0, 0, 0, 0, (fkvf_dtype)dt, (fkvf_layout)lay};
             check_req(r, &x, &q, -1);
         }
+    /* every head and both parts of each range of layers, from a position
+     * before the first archived one and from one inside the run (the
+     * decoder's bulk path when 64 or more archived positions remain),
+     * both layouts, every dtype, on 1 and 3 threads */
+    uint64_t starts[2] = {c->S > 0 ? c->S - 1 : 0, c->S + 3};
+    for (unsigned th = 1; th <= 3; th += 2) {
+        ck_assert_int_eq(fkvf_reader_set_threads(r, th), FKVF_OK);
+        for (int si = 0; si < 2; si++)
+            for (uint32_t l0 = 0; l0 < c->L; l0++)
+                for (uint32_t nl = 1; l0 + nl <= c->L; nl++)
+                    for (int dt = 1; dt <= 3; dt++)
+                        for (int lay = 0; lay < 2; lay++) {
+                            uint64_t f = starts[si] < x.N ? starts[si] : 0;
+                            fkvf_read_request q = {f, x.N - f, l0, nl, 0, 0, 0, (fkvf_dtype)dt,
+                                                   (fkvf_layout)lay};
+                            check_req(r, &x, &q, -2);
+                        }
+    }
+    ck_assert_int_eq(fkvf_reader_set_threads(r, 1), FKVF_OK);
     /* each position alone, all of it */
     for (uint64_t p = 0; p < x.N; p++) {
         fkvf_read_request q = {p, 1, 0, 0, 0, 0, 0, c->dt, FKVF_LAYOUT_ROWS};

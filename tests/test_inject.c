@@ -208,6 +208,7 @@
  *  fkvf_metric_matrix_check      | no allocator argument (malloc scratch; -1 when it
  *                                |   fails): test_encoder_metric metric_refusals
  *  fkvf_rvq_decode               | alloc (rvq)
+ *  fkvf_rvq_decode_to            | alloc (rvq: layers 1.., heads-first)
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -2184,16 +2185,16 @@ static void ap_finish(void *ctx, int clean, long stopped)
 typedef struct qctx {
     fkvf_rvq *t, *q, *qd, *sub, *q16;
     uint16_t codes[NA * 64], codes_beam[NA * 64], codes16[NA * 64];
-    float dec[NA * ROW_F32 / 4];
+    float dec[NA * ROW_F32 / 4], dec_to[NA * ROW_F32 / 4];
     uint8_t tables[1 << 14];
     int have_ref;
-    float ref_dec[NA * ROW_F32 / 4];
+    float ref_dec[NA * ROW_F32 / 4], ref_dec_to[NA * ROW_F32 / 4];
     uint16_t ref_beam[NA * 64];
 } qctx;
 
 static const char *const q_names[] = {"rvq_train",  "rvq_from_tables", "rvq_from_tables_decode",
                                       "rvq_subset", "rvq_encode",      "rvq_encode(beam)",
-                                      "rvq_decode", "rvq_from_tables16_encode",
+                                      "rvq_decode", "rvq_decode_to", "rvq_from_tables16_encode",
                                       "rvq_encode(f16 in place)"};
 
 static const char *q_message(void *ctx)
@@ -2239,6 +2240,13 @@ static int q_step(void *ctx, size_t i)
         return fkvf_rvq_decode(c->qd, c->codes, fx->cpp, 1, NA, S, NULL, FKVF_DTYPE_F32, c->dec,
                                sizeof c->dec);
     case 7: {
+        /* layers 1.. heads-first: the codes of those layers only */
+        fkvf_rvq_decode_target t = {1, L - 1, FKVF_LAYOUT_HEADS, NA, 0};
+        size_t skip = fx->cpp / L; /* codes of layer 0 */
+        return fkvf_rvq_decode_to(c->qd, &t, c->codes + skip, fx->cpp, 1, NA, S, NULL,
+                                  FKVF_DTYPE_F32, c->dec_to, sizeof c->dec_to);
+    }
+    case 8: {
         /* f16 tables in place (a CPU without F16C: UNSUPPORTED, and no
          * handle; step 8 then has nothing to encode with) */
         fkvf_rvq_free(c->q16);
@@ -2267,10 +2275,12 @@ static void q_finish(void *ctx, int clean, long stopped)
         EXPECT(fkvf_rvq_codes_per_position(c->sub) == (size_t)L * H * 2);
         if (!c->have_ref) {
             memcpy(c->ref_dec, c->dec, sizeof c->dec);
+            memcpy(c->ref_dec_to, c->dec_to, sizeof c->dec_to);
             memcpy(c->ref_beam, c->codes_beam, sizeof c->codes_beam);
             c->have_ref = 1;
         }
         EXPECT(!memcmp(c->dec, c->ref_dec, sizeof c->dec));
+        EXPECT(!memcmp(c->dec_to, c->ref_dec_to, sizeof c->dec_to));
         EXPECT(!memcmp(c->codes_beam, c->ref_beam, sizeof c->codes_beam));
     }
     fkvf_rvq_free(c->t);
@@ -2612,7 +2622,7 @@ START_TEST(inject_rvq)
     memset(&c, 0, sizeof c);
     /* f16 tables in place need the CPU's f16 kernel (x86 with F16C): without
      * it fkvf_rvq_from_tables16_encode is FKVF_E_UNSUPPORTED before it
-     * allocates, and step 8 has no handle to encode with (asserted: neither
+     * allocates, and step 9 has no handle to encode with (asserted: neither
      * step allocates) */
     fkvf_rvq *probe = NULL;
     int rc16 = fkvf_rvq_from_tables16_encode(&probe, &fx->shape, 0, fx->tables, fx->tables_size,
@@ -2621,7 +2631,7 @@ START_TEST(inject_rvq)
     ck_assert(rc16 == FKVF_OK ? probe != NULL : probe == NULL);
     fkvf_rvq_free(probe);
     scen s;
-    SCEN(s, "rvq", q_names, rc16 == FKVF_OK ? "AAAAAAAAA" : "AAAAAAA--", &c, q);
+    SCEN(s, "rvq", q_names, rc16 == FKVF_OK ? "AAAAAAAAAA" : "AAAAAAAA--", &c, q);
     loop(&s, MODE_ALLOC);
 }
 END_TEST

@@ -1232,6 +1232,140 @@ END_TEST
  * f16 copy; chunk tails on either side of 64 positions (rope_dims 1024:
  * 256 positions per chunk); calls of 1..65 rows in every case; an output
  * 2 bytes off alignment; f16, bf16 and f32 out. */
+/* fkvf_rvq_decode_to: every layer range, both layouts, rows placed at an
+ * offset inside a larger output, on 1 and 3 threads, binary32 and f16
+ * in-place tables, a per-layer stage table; each vector must equal the
+ * portable whole-row decode's (rearranged here), and the rows outside the
+ * target range must stay untouched. */
+static const uint8_t dt_stages[6] = {4, 2, 1, 3, 0, 2};
+
+static size_t sel_index(int heads, size_t n_out, uint32_t ls, uint32_t H, uint32_t Dk, uint32_t Dv,
+                        uint32_t nsel, uint32_t h, unsigned kv, size_t row)
+{
+    size_t E = (size_t)H * (Dk + Dv), in = kv ? (size_t)H * Dk + (size_t)h * Dv : (size_t)h * Dk;
+    if (heads)
+        return (ls * E + in) * n_out + row * (kv ? Dv : Dk);
+    return row * nsel * E + ls * E + in;
+}
+
+START_TEST(rvq_decode_to_matches_rows)
+{
+    static const struct {
+        uint32_t L, H, Dk, Dv, k;
+        unsigned ks, vs, per_layer;
+        fkvf_rope rope;
+    } cases[] = {
+        {3, 2, 64, 64, 32, 4, 2, 0, {2, 64, 10000.0}},
+        {3, 3, 40, 24, 16, 3, 2, 0, {1, 22, 500000.0}},
+        {3, 2, 32, 32, 16, 4, 3, 1, {2, 32, 10000.0}},
+    };
+    const fkvf_dtype dts[3] = {FKVF_DTYPE_F16, FKVF_DTYPE_BF16, FKVF_DTYPE_F32};
+    const size_t n = 150, pad = 7, row0 = 5, n_out = n + pad;
+    tu_rng r = {4242};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const uint32_t L = cases[ci].L, H = cases[ci].H, Dk = cases[ci].Dk, Dv = cases[ci].Dv;
+        fkvf_codebook_shape sh = {L, H, Dk, Dv, cases[ci].k, (uint8_t)cases[ci].ks,
+                                  (uint8_t)cases[ci].vs, FKVF_DTYPE_F16, 0,
+                                  cases[ci].per_layer ? dt_stages : NULL};
+        size_t nf = (size_t)(fkvf_codebook_size(&sh) - fkvf_codebook_tables_offset(&sh)) / 2;
+        ck_assert_uint_gt(nf, 0);
+        uint16_t *tab = tu_xcalloc(nf, sizeof(uint16_t));
+        for (size_t i = 0; i < nf; i++)
+            tab[i] = fkvf_f32_to_f16((float)nrand(&r));
+        tu_le_u16(tab, nf);
+        fkvf_rvq *hs[2] = {NULL, NULL};
+        OK(fkvf_rvq_from_tables_decode(&hs[0], &sh, H, tab, nf * 2, NULL));
+        if (fkvfq_decode16_available())
+            OK(fkvf_rvq_from_tables16_borrow(&hs[1], &sh, H, tab, nf * 2, NULL));
+        const size_t nc = fkvf_rvq_codes_per_position(hs[0]), re = (size_t)L * H * (Dk + Dv);
+        uint16_t *codes = tu_xcalloc(n * nc, sizeof(uint16_t)); /* stream-major */
+        for (size_t i = 0; i < n * nc; i++)
+            codes[i] = (uint16_t)tu_below(&r, cases[ci].k);
+        uint8_t *ref = tu_xcalloc(n * re, 4), *out = tu_xcalloc(n_out * re, 4);
+        size_t bad = 0, calls = 0;
+        for (int hi = 0; hi < 2; hi++)
+            for (int rp = 0; rp <= 1; rp++)
+                for (int di = 0; di < 3; di++) {
+                    fkvf_rvq *q = hs[hi];
+                    if (!q)
+                        continue;
+                    const fkvf_dtype dt = dts[di];
+                    const size_t es = dt == FKVF_DTYPE_F32 ? 4 : 2;
+                    const fkvf_rope *rope = rp ? &cases[ci].rope : NULL;
+                    OK(fkvfq_rvq_decode_portable(hs[0], codes, 1, n, n, 77, rope, dt, ref,
+                                                 n * re * es));
+                    for (uint32_t l0 = 0; l0 < L; l0++)
+                        for (uint32_t nl = 1; l0 + nl <= L; nl++)
+                            for (int heads = 0; heads <= 1; heads++)
+                                for (unsigned th = 1; th <= 3; th += 2) {
+                                    fkvf_rvq_set_threads(q, th);
+                                    /* the codes of layers l0.. (stream-major: contiguous) */
+                                    size_t j0 = 0;
+                                    for (uint32_t l = 0; l < l0; l++)
+                                        j0 += (size_t)H * (fkvf_layer_k_stages(&sh, l) +
+                                                           fkvf_layer_v_stages(&sh, l));
+                                    fkvf_rvq_decode_target t = {
+                                        l0, nl, heads ? FKVF_LAYOUT_HEADS : FKVF_LAYOUT_ROWS,
+                                        n_out, row0};
+                                    size_t sel = (size_t)nl * H * (Dk + Dv) * es * n_out;
+                                    memset(out, 0xA5, sel);
+                                    OK(fkvf_rvq_decode_to(q, &t, codes + j0 * n, 1, n, n, 77,
+                                                          rope, dt, out, sel));
+                                    calls++;
+                                    for (size_t row = 0; row < n_out; row++)
+                                        for (uint32_t ls = 0; ls < nl; ls++)
+                                            for (uint32_t h = 0; h < H; h++)
+                                                for (unsigned kv = 0; kv < 2; kv++) {
+                                                    size_t dim = kv ? Dv : Dk;
+                                                    size_t o = sel_index(heads, n_out, ls, H, Dk,
+                                                                         Dv, nl, h, kv, row);
+                                                    const uint8_t *g = out + o * es;
+                                                    if (row < row0 || row >= row0 + n) {
+                                                        for (size_t b = 0; b < dim * es; b++)
+                                                            bad += g[b] != 0xA5;
+                                                        continue;
+                                                    }
+                                                    size_t w = sel_index(0, n, l0 + ls, H, Dk, Dv,
+                                                                         L, h, kv, row - row0);
+                                                    bad += memcmp(g, ref + w * es, dim * es) != 0;
+                                                }
+                                }
+                    EXPECTF(bad == 0, "case %zu handle %d rope %d dtype %d: %zu vectors differ",
+                            ci, hi, rp, (int)dt, bad);
+                }
+        ck_assert_uint_gt(calls, 0);
+        /* refusals: a bad layout, layers or rows outside, a small buffer */
+        fkvf_rvq_decode_target t = {0, L, (fkvf_layout)2, n_out, 0};
+        ck_assert_int_eq(fkvf_rvq_decode_to(hs[0], &t, codes, 1, n, n, 0, NULL, FKVF_DTYPE_F32,
+                                            out, n_out * re * 4),
+                         FKVF_E_INVALID_ARG);
+        t.layout = FKVF_LAYOUT_HEADS;
+        t.layer_first = 1;
+        ck_assert_int_eq(fkvf_rvq_decode_to(hs[0], &t, codes, 1, n, n, 0, NULL, FKVF_DTYPE_F32,
+                                            out, n_out * re * 4),
+                         FKVF_E_INVALID_ARG);
+        t.layer_first = 0;
+        t.row_first = pad + 1;
+        ck_assert_int_eq(fkvf_rvq_decode_to(hs[0], &t, codes, 1, n, n, 0, NULL, FKVF_DTYPE_F32,
+                                            out, n_out * re * 4),
+                         FKVF_E_INVALID_ARG);
+        t.row_first = 0;
+        ck_assert_int_eq(fkvf_rvq_decode_to(hs[0], &t, codes, 1, n, n, 0, NULL, FKVF_DTYPE_F32,
+                                            out, n_out * re * 4 - 1),
+                         FKVF_E_INVALID_ARG);
+        ck_assert_int_eq(fkvf_rvq_decode_to(hs[0], NULL, codes, 1, n, n, 0, NULL, FKVF_DTYPE_F32,
+                                            out, n_out * re * 4),
+                         FKVF_E_INVALID_ARG);
+        fkvf_rvq_free(hs[0]);
+        fkvf_rvq_free(hs[1]);
+        free(codes);
+        free(ref);
+        free(out);
+        free(tab);
+    }
+}
+END_TEST
+
 START_TEST(rvq_decode_f16_tables_match_portable)
 {
     static const struct {
@@ -2344,6 +2478,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tq, rvq_decode_matches_reference);
     tcase_add_test(tq, rvq_decode_kernels_match_plain_reference);
     tcase_add_test(tq, rvq_decode_f16_tables_match_portable);
+    tcase_add_test(tq, rvq_decode_to_matches_rows);
     tcase_add_test(tq, rvq_borrow_f16_checks);
     tcase_add_test(tq, rvq_beam_not_worse_than_greedy);
     tcase_add_test(tq, rvq_deterministic);

@@ -158,13 +158,14 @@ typedef struct fkvf_allocator {
  *   encoding  fkvf_rvq_encode (fkvf_rvq_set_threads); the appender's commit
  *             (fkvf_append_options.n_threads)
  *   decoding  fkvf_rvq_decode (fkvf_rvq_set_threads); fkvf_reader_restore
- *             (fkvf_reader_set_threads)
+ *             and fkvf_reader_read of every head and both parts of 64 or
+ *             more archived positions (fkvf_reader_set_threads)
  *   training  fkvf_rvq_train (fkvf_rvq_params.n_threads)
  *   checking  fkvf_reader_verify (fkvf_reader_set_threads)
  *   indexing  fkvf_archive_compact's rebuild of the search indexes
  *             (fkvf_compact_options.n_threads)
- * Everything else (opening, random access, search, building one search
- * index, the writer) runs on the calling thread.
+ * Everything else (opening, other random access, search, building one
+ * search index, the writer) runs on the calling thread.
  * A count of 0 or 1, the default everywhere, does the work on the calling
  * thread and starts no thread; FKVF_THREADS_ALL takes fkvf_cpu_count();
  * any other count that many (at most 256: more are taken as 256). Every
@@ -741,9 +742,10 @@ FKVF_API int fkvf_reader_find_codebook(fkvf_reader *r, const char *search_path,
 FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_t *row_bytes);
 /* fkvf_reader_restore is fkvf_reader_read with every layer, head and part in
  * FKVF_LAYOUT_ROWS (bit-identical results), kept as its own call for the
- * whole-cache path: it decodes archived positions in batches through
- * fkvf_rvq_decode (whole rows, the quantizer's vector kernels) where
- * fkvf_reader_read sums centroids per selected element.
+ * whole-cache path: it decodes archived positions in batches through the
+ * quantizer's vector kernels (fkvf_rvq_decode_to), as fkvf_reader_read does
+ * for a selection of every head and both parts of at least 64 archived
+ * positions; a smaller selection is summed centroid by centroid.
  *
  * Restore positions [first, first+count): per position, per layer the keys of
  * heads 0..H-1 then the values (spec 14.2), converted to `dtype`. Exact
@@ -809,7 +811,11 @@ FKVF_API int fkvf_reader_read_size(const fkvf_reader *r, const fkvf_read_request
  * rotated to their position when archived before RoPE). Touches only what
  * the selection needs: one symbol per selected index stream and position
  * (verifying, on first touch, only the stream blocks those bytes are in) and
- * the rows of the selected exact positions; a read of a few positions of
+ * the rows of the selected exact positions. A selection of every head and
+ * both parts (any layers, either layout) with 64 or more archived positions
+ * is decoded as fkvf_reader_restore decodes: in batches, straight into the
+ * layout, on the threads of fkvf_reader_set_threads (what `fkvf unpack`
+ * reads, a group of layers at a time); a read of a few positions of
  * every layer, head and part reads the codes of the 16-position blocks
  * around them once and keeps them (at most 16 MiB a reader: see
  * fkvf_reader_set_row_cache). Archived positions need the
@@ -2127,6 +2133,33 @@ FKVF_API int fkvf_rvq_from_tables16_encode(fkvf_rvq **out, const fkvf_codebook_s
  * binary32 tables). No allocation; thread-safe (q is immutable). */
 FKVF_API const float *fkvf_rvq_centroids(const fkvf_rvq *q, uint32_t layer, uint32_t head,
                                          unsigned kv, unsigned stage);
+/* Where fkvf_rvq_decode_to puts what it decodes: layers [layer_first,
+ * +layer_count) only, as rows [row_first, +n_rows) of an output of n_out
+ * rows laid out as fkvf_reader_read's `layout` (FKVF_LAYOUT_ROWS: per row
+ * the selected layers of spec 14.2's row; FKVF_LAYOUT_HEADS: per selected
+ * layer, keys [head][row][key_dim] then values [head][row][value_dim],
+ * row counting all n_out rows). */
+typedef struct fkvf_rvq_decode_target {
+    uint32_t layer_first, layer_count;
+    fkvf_layout layout;
+    size_t n_out, row_first;
+} fkvf_rvq_decode_target;
+/* fkvf_rvq_decode of the target's layers into its layout: every vector the
+ * same bits as fkvf_rvq_decode gives it. codes: the codes of the selected
+ * layers only (a position's codes from the first code of layer_first to the
+ * last of layer_first + layer_count - 1, in their order in a whole
+ * position), code j of row i at codes[i * pos_stride + j * code_stride].
+ * out_size >= n_out * layer_count * n_kv_heads * (key_dim + value_dim)
+ * elements of out_dtype; rows outside [row_first, +n_rows) are not
+ * touched. Errors and threads as fkvf_rvq_decode (FKVF_E_INVALID_ARG also
+ * for a target outside q's layers or row_first + n_rows > n_out).
+ * fkvf_reader_read decodes large selections of every head and part this
+ * way. */
+FKVF_API int fkvf_rvq_decode_to(const fkvf_rvq *q, const fkvf_rvq_decode_target *target,
+                                const uint16_t *codes, size_t pos_stride, size_t code_stride,
+                                size_t n_rows, uint64_t first_position,
+                                const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
+                                size_t out_size);
 
 #ifdef __cplusplus
 }

@@ -104,7 +104,7 @@ static V16 void store_avx512(uint8_t *dst, const void *const *rows, unsigned ns,
  * rows found from the codes, those of position i + p->prefetch prefetched
  * when ahead; always inlined so that a constant ns unrolls every stage loop */
 static V16I void one_vec(const fkvf_vec16_pass *p, const fkvf_vec16_vec *v, size_t i,
-                         uint8_t *row, const double *cs, int ahead, unsigned ns, int nt)
+                         const double *cs, int ahead, unsigned ns, int nt)
 {
     const size_t cst = p->code_stride;
     const uint16_t *cp = v->code + i * p->pos_stride;
@@ -122,7 +122,7 @@ static V16I void one_vec(const fkvf_vec16_pass *p, const fkvf_vec16_vec *v, size
                 _mm_prefetch(r + b, _MM_HINT_T0);
         }
     }
-    vec_body(row + v->dst_off, rows, ns, v->dim, v->layout, v->rd, cs, nt);
+    vec_body(v->dst + i * v->dst_stride, rows, ns, v->dim, v->layout, v->rd, cs, nt);
 }
 
 /* the pass, nt fixed for the compiler; one_vec with ns a constant for the
@@ -130,18 +130,17 @@ static V16I void one_vec(const fkvf_vec16_pass *p, const fkvf_vec16_vec *v, size
 static V16I void group_body(const fkvf_vec16_pass *p, int nt)
 {
     for (size_t i = 0; i < p->n_pos; i++) {
-        uint8_t *row = p->out + i * p->row_bytes;
         const double *cs = p->cs ? p->cs + i * p->cs_stride : NULL;
         const int ahead = p->prefetch && i + p->prefetch < p->n_pos;
         for (unsigned j = 0; j < p->nv; j++) {
             const fkvf_vec16_vec *v = &p->v[j];
             switch (v->ns) {
-            case 1: one_vec(p, v, i, row, cs, ahead, 1, nt); break;
-            case 2: one_vec(p, v, i, row, cs, ahead, 2, nt); break;
-            case 3: one_vec(p, v, i, row, cs, ahead, 3, nt); break;
-            case 4: one_vec(p, v, i, row, cs, ahead, 4, nt); break;
-            case 8: one_vec(p, v, i, row, cs, ahead, 8, nt); break;
-            default: one_vec(p, v, i, row, cs, ahead, v->ns, nt); break;
+            case 1: one_vec(p, v, i, cs, ahead, 1, nt); break;
+            case 2: one_vec(p, v, i, cs, ahead, 2, nt); break;
+            case 3: one_vec(p, v, i, cs, ahead, 3, nt); break;
+            case 4: one_vec(p, v, i, cs, ahead, 4, nt); break;
+            case 8: one_vec(p, v, i, cs, ahead, 8, nt); break;
+            default: one_vec(p, v, i, cs, ahead, v->ns, nt); break;
             }
         }
     }

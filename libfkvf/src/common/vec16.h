@@ -35,13 +35,14 @@ void fkvf_vec16_store(uint8_t *dst, const void *const *rows, unsigned ns, uint32
 /* One vector of a pass of fkvf_vec16_group: its stage-s row for a position
  * whose code of stage s is c is tab + s * stage_stride + c * dim (f16
  * elements); that code is code[i * pos_stride + s * code_stride] for the
- * pass's position i; the vector goes to dst_off bytes into the position's
- * output row. */
+ * pass's position i; the vector goes to dst + i * dst_stride (rows of a
+ * cache or heads-first runs: the caller's layout). */
 typedef struct fkvf_vec16_vec {
     const uint16_t *tab;
     const uint16_t *code;
     size_t stage_stride;
-    size_t dst_off;
+    uint8_t *dst;
+    size_t dst_stride;
     uint32_t dim;
     uint32_t rd;     /* rotated components (0: none) */
     uint8_t layout;  /* their RoPE layout when rd > 0 */
@@ -49,7 +50,7 @@ typedef struct fkvf_vec16_vec {
 } fkvf_vec16_vec;
 
 /* A pass: positions 0 .. n_pos - 1, each its vectors v[0 .. nv - 1] in
- * that order, into out + i * row_bytes; position i's angles at
+ * that order, each where its dst says; position i's angles at
  * cs + i * cs_stride (the layout of fkvf_vec16_store's cs). The rows of
  * position i + prefetch are prefetched while position i is decoded
  * (prefetch 0: none). nt as in fkvf_vec16_store. */
@@ -58,8 +59,6 @@ typedef struct fkvf_vec16_pass {
     unsigned nv;
     size_t n_pos;
     size_t pos_stride, code_stride;
-    uint8_t *out;
-    size_t row_bytes;
     const double *cs;
     size_t cs_stride;
     unsigned prefetch;

@@ -292,4 +292,25 @@ int fkvfq_rvq_decode_portable(const fkvf_rvq *q, const uint16_t *codes, size_t p
                               const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
                               size_t out_size);
 
+/* Where fkvfq_rvq_decode_map puts the vectors it decodes: layers
+ * [l0, l0 + nl) only (their codes alone: a position's first code is that of
+ * layer l0, then the codes of a whole position in their order up to the
+ * end of layer l0 + nl - 1), stored as the rows of those layers (spec 14.2
+ * restricted to them: FKVF_LAYOUT_ROWS) or, heads = 1, heads-first
+ * (FKVF_LAYOUT_HEADS: per layer, keys [head][row][Dk] then values
+ * [head][row][Dv]), as rows [row0, row0 + n_rows) of an output of n_out
+ * rows (fkvf_rvq_decode_target). */
+typedef struct fkvfq_dec_map {
+    uint32_t l0, nl;
+    int heads;
+    size_t n_out, row0; /* the output's rows; the first decoded row's place in it */
+} fkvfq_dec_map;
+
+/* fkvf_rvq_decode_to with map (fast = 0: the portable code only, for
+ * tests). */
+int fkvfq_rvq_decode_map(const fkvf_rvq *q, const fkvfq_dec_map *map, const uint16_t *codes,
+                         size_t pos_stride, size_t code_stride, size_t n_rows,
+                         uint64_t first_position, const fkvf_rope *key_rope, fkvf_dtype out_dtype,
+                         void *out, size_t out_size, int fast);
+
 #endif

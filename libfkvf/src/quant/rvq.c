@@ -559,9 +559,10 @@ static size_t vec_off(const fkvf_rvq *q, uint32_t l, uint32_t h, unsigned kv)
     return kv == 0 ? base + h * Dk : base + H * Dk + h * Dv;
 }
 
-static int codes_check(const fkvf_rvq *q, size_t n_rows, size_t pos_stride, size_t code_stride)
+/* Do n_rows positions of nc codes at these strides fit in a size_t? */
+static int codes_check_n(size_t nc, size_t n_rows, size_t pos_stride, size_t code_stride)
 {
-    size_t nc = fkvf_rvq_codes_per_position(q), a, b, c;
+    size_t a, b, c;
     if (!n_rows || !nc)
         return FKVF_OK;
     if ((n_rows > 1 && !pos_stride) || (nc > 1 && !code_stride))
@@ -570,6 +571,11 @@ static int codes_check(const fkvf_rvq *q, size_t n_rows, size_t pos_stride, size
         !fkvf_addsz(a, b, &c))
         return FKVF_E_INVALID_ARG;
     return FKVF_OK;
+}
+
+static int codes_check(const fkvf_rvq *q, size_t n_rows, size_t pos_stride, size_t code_stride)
+{
+    return codes_check_n(fkvf_rvq_codes_per_position(q), n_rows, pos_stride, code_stride);
 }
 
 static size_t code_index(const fkvf_rvq *q, uint32_t l, uint32_t h, unsigned kv, unsigned s)
@@ -1146,6 +1152,76 @@ int fkvfq_rvq_encode_xf(const fkvf_rvq *q, const fkvfq_xform *xf, const fkvf_row
 /* groups of at most this many heads go to fkvf_vec16_group in one pass */
 #define Q_GROUP16_MAX 64
 
+/* One decode (a thread's range of rows of it): the codes, where the
+ * vectors go (the map: layers [l0, l0 + nl) of the handle, stored as rows
+ * of the selected layers or heads-first, fkvfq_dec_map), the rows. */
+typedef struct dec_call {
+    const uint16_t *codes; /* code j of the handle's layers [l0, l0 + nl) of row 0 at
+                            * codes[j * cst] (row i: + i * ps) */
+    size_t ps, cst, n_rows;
+    uint64_t first;        /* the rotary position of row 0 */
+    const fkvf_rope *rope;
+    fkvf_dtype dt;         /* of the output */
+    uint8_t *out;          /* the whole output's first byte */
+    size_t row0;           /* row 0's row in the whole output */
+    size_t n_out;          /* rows of the whole output */
+    uint32_t l0, nl;       /* the handle's layers decoded */
+    uint32_t lsel0;        /* layer l0's place among the output's layers */
+    uint32_t nsel;         /* layers of the output */
+    int heads;             /* 1: FKVF_LAYOUT_HEADS, 0: rows */
+    int fast;              /* 0: the portable code only (the reference) */
+} dec_call;
+
+/* What one decode call does, chosen once: which kernel, which group of
+ * heads, which stores, where each vector goes. */
+typedef struct dec_plan {
+    const fkvf_rvq *q;
+    const uint16_t *codes;
+    size_t ps, cst;        /* the codes' position and code strides */
+    uint64_t first;        /* the rotary position of row 0 */
+    const fkvf_rope *rope;
+    fkvf_dtype dt;         /* of the output */
+    uint8_t *out;          /* the whole output */
+    size_t row0, n_out;    /* the call's row 0 in it; its rows */
+    uint32_t l0, nl, lsel0;
+    int heads;
+    size_t E;              /* elements of a layer of a row (heads * (Dk + Dv)) */
+    size_t ostr[2];        /* bytes from a row's key (value) vector to the next row's */
+    size_t es, nc, m;      /* output element bytes; codes per position and per (layer, head) */
+    uint32_t rd;           /* rope_dims of the keys' rotation, or 0 */
+    size_t chunk;          /* positions per pass over the tables */
+    int fast;              /* 0: the portable code only (the reference) */
+    int avx;               /* fkvf_stage_sum's AVX sums */
+    int b16;               /* borrowed f16 tables (fkvf_rvq_from_tables16_borrow) */
+    int kern;              /* the AVX2 + F16C vector kernel (fast_vector32) */
+    int rope_kind;         /* 1: the rotated components fill whole 8-lane blocks, 2: not */
+    int use16;             /* chunks go to the f16 group kernel (fast_group) */
+    size_t G;              /* heads per group of that kernel */
+    size_t set16;          /* f16 elements of a group's table copy (0: none) */
+    int nt;                /* non-temporal stores */
+    int v16[2];            /* keys, values through fkvf_vec16_store (f16 out, AVX-512) */
+    size_t pm_n;           /* codes of a chunk made position-major for group16 (0: none) */
+} dec_plan;
+
+/* The code index (within the call's codes) of (layer l, head h, stage 0
+ * of the keys). */
+static inline size_t dec_cj(const dec_plan *p, uint32_t l, uint32_t h)
+{
+    return ((size_t)(l - p->l0) * p->q->n_kv_heads + h) * p->m;
+}
+
+/* Where vector (l, h, kv) of the call's row i goes: rows of the output's
+ * layers (spec 14.2 restricted to them), or heads-first (per layer: keys
+ * [head][row][Dk], then values [head][row][Dv]). */
+static inline uint8_t *dec_dst(const dec_plan *p, uint32_t l, uint32_t h, unsigned kv, size_t i)
+{
+    const size_t H = p->q->n_kv_heads, Dk = p->q->shape.key_dim, Dv = p->q->shape.value_dim;
+    const size_t ls = (size_t)(l - p->l0) + p->lsel0;
+    const size_t in = kv == 0 ? h * Dk : H * Dk + h * Dv; /* within a layer */
+    const size_t unit = p->heads ? (ls * p->E + in) * p->n_out : ls * p->E + in;
+    return p->out + unit * p->es + (p->row0 + i) * p->ostr[kv];
+}
+
 #if defined(FKVF_HAVE_F16C)
 #define Q_DEC_FAST 1
 #define Q_FAST_TARGET __attribute__((target("avx2,f16c")))
@@ -1326,8 +1402,8 @@ typedef struct q_group {
     uint32_t l, h0, G;
     const uint16_t *codes; /* the chunk's: position i, code j at codes[i * ps + j * cst] */
     size_t ps, cst, nb;
-    uint8_t *out;          /* row 0 of the chunk */
-    size_t rb;
+    const struct dec_plan *p; /* the output map (dec_dst) */
+    size_t i0;             /* the chunk's first row in the call */
     const fkvf_rope *rope; /* key_rope (rope_kind != 0) */
     int rope_kind;         /* 0 none, 1 whole blocks, 2 otherwise */
     const double *cs;      /* the chunk's angles, rope_dims per position */
@@ -1350,7 +1426,7 @@ static void group16(const q_group *g, int nt)
     /* the group's codes are those of the W = G m streams from j0 on; with
      * g->pm, position i's W codes are first made adjacent there (pm[i W + jj]
      * = stream j0 + jj's), so that the pass reads one run a position */
-    const size_t W = (size_t)g->G * m, j0 = ((size_t)g->l * g->q->n_kv_heads + g->h0) * m;
+    const size_t W = (size_t)g->G * m, j0 = dec_cj(g->p, g->l, g->h0);
     const uint16_t *codes = g->codes + j0 * g->cst;
     size_t ps = g->ps, cst = g->cst;
     if (g->pm) {
@@ -1373,7 +1449,8 @@ static void group16(const q_group *g, int nt)
             x->tab = g->t16 + u * g->tab_stride + (kv ? voff : 0);
             x->code = codes + (cj + (kv ? sh->k_stages : 0)) * cst;
             x->stage_stride = (size_t)sh->k * x->dim;
-            x->dst_off = vec_off(g->q, g->l, h, kv) * sizeof(uint16_t);
+            x->dst = dec_dst(g->p, g->l, h, kv, g->i0);
+            x->dst_stride = g->p->ostr[kv];
             x->rd = kv == 0 ? (uint32_t)srd : 0;
             x->layout = kv == 0 && srd ? g->rope->layout : 0;
             x->ns = (uint8_t)(kv == 0 ? sh->k_stages : sh->v_stages);
@@ -1384,8 +1461,6 @@ static void group16(const q_group *g, int nt)
     p.n_pos = g->nb;
     p.pos_stride = ps;
     p.code_stride = cst;
-    p.out = g->out;
-    p.row_bytes = g->rb;
     p.cs = srd ? g->cs : NULL;
     p.cs_stride = srd;
     p.prefetch = Q_GPREFETCH;
@@ -1398,16 +1473,14 @@ static void group16(const q_group *g, int nt)
 static Q_FAST_INLINE void fast_group_body(const q_group *g, fkvf_dtype dt, int nt)
 {
     const fkvf_codebook_shape *sh = &g->q->shape;
-    const size_t es = fkvfq_dtype_size(dt), m = (size_t)sh->k_stages + sh->v_stages;
     const size_t srd = g->rope_kind ? g->rope->rope_dims : 0;
     const size_t voff = (size_t)sh->k_stages * sh->k * sh->key_dim;
     for (size_t i = 0; i < g->nb; i++) {
         const uint16_t *cp = g->codes + i * g->ps;
-        uint8_t *row = g->out + i * g->rb;
         for (uint32_t u = 0; u < g->G; u++) {
             uint32_t h = g->h0 + u;
             const uint16_t *tk = g->t16 + u * g->tab_stride;
-            size_t cj = ((size_t)g->l * g->q->n_kv_heads + h) * m;
+            size_t cj = dec_cj(g->p, g->l, h);
             for (unsigned kv = 0; kv < 2; kv++) {
                 const void *rowp[16];
                 unsigned ns = kv == 0 ? sh->k_stages : sh->v_stages;
@@ -1427,7 +1500,7 @@ static Q_FAST_INLINE void fast_group_body(const q_group *g, fkvf_dtype dt, int n
                         for (size_t b = 0; b < dim * sizeof(uint16_t); b += 64)
                             _mm_prefetch(r + b, _MM_HINT_T0);
                     }
-                uint8_t *dst = row + vec_off(g->q, g->l, h, kv) * es;
+                uint8_t *dst = dec_dst(g->p, g->l, h, kv, g->i0 + i);
                 const double *csi = g->cs ? g->cs + i * srd : NULL; /* NULL: no RoPE */
                 if (dt == FKVF_DTYPE_F16 && g->v16[kv])
                     fkvf_vec16_store(dst, rowp, ns, dim, kv == 0 && srd ? g->rope->layout : 0,
@@ -1570,51 +1643,76 @@ static unsigned codes_high(const uint16_t *codes, size_t pos_stride, size_t code
     return any;
 }
 
-static int decode_rows(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
-                       size_t code_stride, size_t n_rows, uint64_t first_position,
-                       const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out, int fast);
+static int decode_rows(const fkvf_rvq *q, const dec_call *c);
 
 /* A decode cut into ranges of `per` rows, one per item (fkvf_par_for). */
 typedef struct dec_job {
     const fkvf_rvq *q;
-    const uint16_t *codes;
-    size_t ps, cs, n_rows, per, rb;
-    uint64_t first;
-    const fkvf_rope *rope;
-    fkvf_dtype dt;
-    uint8_t *out;
-    int fast;
+    const dec_call *c;
+    size_t per;
 } dec_job;
 
 static int dec_item(void *ctx, unsigned worker, size_t item)
 {
     const dec_job *j = ctx;
     (void)worker;
-    size_t i0 = item * j->per, n = j->n_rows - i0 < j->per ? j->n_rows - i0 : j->per;
-    return decode_rows(j->q, j->codes ? j->codes + i0 * j->ps : NULL, j->ps, j->cs, n,
-                       j->first + i0, j->rope, j->dt, j->out + i0 * j->rb, j->fast);
+    dec_call c = *j->c;
+    size_t i0 = item * j->per;
+    c.n_rows = j->c->n_rows - i0 < j->per ? j->c->n_rows - i0 : j->per;
+    c.codes = c.codes ? c.codes + i0 * c.ps : NULL;
+    c.first += i0;
+    c.row0 += i0;
+    return decode_rows(j->q, &c);
 }
 
-/* fkvf_rvq_decode; fast = 0 keeps to the portable code (for tests) */
-static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
-                      size_t code_stride, size_t n_rows, uint64_t first_position,
-                      const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
-                      size_t out_size, int fast)
+/* The codes of a position that map decodes: the first's index in a whole
+ * position (*j0) and their count. */
+static size_t map_codes(const fkvf_rvq *q, const fkvfq_dec_map *map, size_t *j0)
 {
-    if (!FKVF_RVQ_OK(q))
+    if (q->lay) {
+        *j0 = q->lcode[map->l0];
+        return q->lcode[map->l0 + map->nl] - q->lcode[map->l0];
+    }
+    size_t per = (size_t)q->n_kv_heads * ((size_t)q->shape.k_stages + q->shape.v_stages);
+    *j0 = (size_t)map->l0 * per;
+    return (size_t)map->nl * per;
+}
+
+/* Bytes of map's output of n_rows rows in dtype dt (0: too large). */
+static size_t map_bytes(const fkvf_rvq *q, const fkvfq_dec_map *map, size_t n_rows, fkvf_dtype dt)
+{
+    size_t e = (size_t)q->n_kv_heads * ((size_t)q->shape.key_dim + q->shape.value_dim), n;
+    if (!fkvf_mulsz(e, map->nl, &n) || !fkvf_mulsz(n, fkvfq_dtype_size(dt), &n) ||
+        !fkvf_mulsz(n, n_rows, &n))
+        return 0;
+    return n;
+}
+
+/* fkvfq_rvq_decode_map (fkvf_rvq_decode: every layer, rows); fast = 0
+ * keeps to the portable code (for tests) */
+static int rvq_decode(const fkvf_rvq *q, const fkvfq_dec_map *map, const uint16_t *codes,
+                      size_t pos_stride, size_t code_stride, size_t n_rows,
+                      uint64_t first_position, const fkvf_rope *key_rope, fkvf_dtype out_dtype,
+                      void *out, size_t out_size, int fast)
+{
+    if (!FKVF_RVQ_OK(q) || !map)
         return FKVF_E_INVALID_ARG;
     const fkvf_codebook_shape *sh = &q->shape;
-    size_t es = fkvfq_dtype_size(out_dtype), rb = es ? row_bytes(q, out_dtype) : 0, all;
-    if (!rb || (key_rope && !fkvf_rope_valid(key_rope, sh->key_dim)) ||
-        !fkvf_mulsz(n_rows, rb, &all) || out_size < all || (n_rows && !out) ||
+    if (map->nl < 1 || map->l0 > sh->n_layers || map->nl > sh->n_layers - map->l0 ||
+        map->row0 > map->n_out || n_rows > map->n_out - map->row0)
+        return FKVF_E_INVALID_ARG;
+    size_t es = fkvfq_dtype_size(out_dtype);
+    size_t all = es ? map_bytes(q, map, map->n_out, out_dtype) : 0;
+    if (!es || (map->n_out && !all) || (key_rope && !fkvf_rope_valid(key_rope, sh->key_dim)) ||
+        out_size < all || (n_rows && !out) ||
         (n_rows && first_position > UINT64_MAX - (n_rows - 1)))
         return FKVF_E_INVALID_ARG;
-    int rc = codes_check(q, n_rows, pos_stride, code_stride);
+    size_t j0, nc = map_codes(q, map, &j0);
+    int rc = codes_check_n(nc, n_rows, pos_stride, code_stride);
     if (rc)
         return rc;
     if (!n_rows)
         return FKVF_OK;
-    size_t nc = fkvf_rvq_codes_per_position(q);
     if (nc && !codes)
         return FKVF_E_INVALID_ARG;
     /* every code in range before anything is written (k is a power of two:
@@ -1622,40 +1720,15 @@ static int rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_strid
     const unsigned high = (unsigned)(0xFFFFu & ~(sh->k - 1u));
     if (codes_high(codes, pos_stride, code_stride, n_rows, nc) & high)
         return FKVF_E_RANGE;
+    dec_call c = {codes,   pos_stride, code_stride, n_rows, first_position, key_rope, out_dtype,
+                  out,     map->row0,  map->n_out,  map->l0, map->nl,        0,        map->nl,
+                  map->heads != 0, fast};
     size_t per = par_rows(q, n_rows);
     if (per >= n_rows)
-        return decode_rows(q, codes, pos_stride, code_stride, n_rows, first_position, key_rope,
-                           out_dtype, out, fast);
-    dec_job j = {q, codes, pos_stride, code_stride, n_rows, per, rb, first_position, key_rope,
-                 out_dtype, out, fast};
+        return decode_rows(q, &c);
+    dec_job j = {q, &c, per};
     return fkvf_par_for(fkvf_par_threads(q->threads), (n_rows + per - 1) / per, dec_item, &j);
 }
-
-/* What one decode call does, chosen once: which kernel, which group of
- * heads, which stores. */
-typedef struct dec_plan {
-    const fkvf_rvq *q;
-    const uint16_t *codes;
-    size_t ps, cst;        /* the codes' position and code strides */
-    uint64_t first;        /* the rotary position of row 0 */
-    const fkvf_rope *rope;
-    fkvf_dtype dt;         /* of the output */
-    uint8_t *out;
-    size_t es, rb, nc, m;  /* output element and row bytes; codes per position and per (layer, head) */
-    uint32_t rd;           /* rope_dims of the keys' rotation, or 0 */
-    size_t chunk;          /* positions per pass over the tables */
-    int fast;              /* 0: the portable code only (the reference) */
-    int avx;               /* fkvf_stage_sum's AVX sums */
-    int b16;               /* borrowed f16 tables (fkvf_rvq_from_tables16_borrow) */
-    int kern;              /* the AVX2 + F16C vector kernel (fast_vector32) */
-    int rope_kind;         /* 1: the rotated components fill whole 8-lane blocks, 2: not */
-    int use16;             /* chunks go to the f16 group kernel (fast_group) */
-    size_t G;              /* heads per group of that kernel */
-    size_t set16;          /* f16 elements of a group's table copy (0: none) */
-    int nt;                /* non-temporal stores */
-    int v16[2];            /* keys, values through fkvf_vec16_store (f16 out, AVX-512) */
-    size_t pm_n;           /* codes of a chunk made position-major for group16 (0: none) */
-} dec_plan;
 
 typedef struct dec_scratch {
     float *acc;     /* dmax */
@@ -1706,38 +1779,45 @@ static void dec_plan_fast(dec_plan *p)
 #endif
 }
 
-/* The plan of a decode of n_rows rows (arguments checked). FKVF_E_UNSUPPORTED
+/* The plan of call c (arguments checked) on handle q. FKVF_E_UNSUPPORTED
  * for borrowed f16 tables without the kernel that reads them. */
-static int dec_plan_make(dec_plan *p, const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
-                         size_t code_stride, size_t n_rows, uint64_t first_position,
-                         const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out, int fast)
+static int dec_plan_make(dec_plan *p, const fkvf_rvq *q, const dec_call *c)
 {
     const fkvf_codebook_shape *sh = &q->shape;
     memset(p, 0, sizeof *p);
     p->q = q;
-    p->codes = codes;
-    p->ps = pos_stride;
-    p->cst = code_stride;
-    p->first = first_position;
-    p->rope = key_rope;
-    p->dt = out_dtype;
-    p->out = out;
-    p->es = fkvfq_dtype_size(out_dtype);
-    p->rb = row_bytes(q, out_dtype);
-    p->nc = fkvf_rvq_codes_per_position(q);
+    p->codes = c->codes;
+    p->ps = c->ps;
+    p->cst = c->cst;
+    p->first = c->first;
+    p->rope = c->rope;
+    p->dt = c->dt;
+    p->out = c->out;
+    p->row0 = c->row0;
+    p->n_out = c->n_out;
+    p->l0 = c->l0;
+    p->nl = c->nl;
+    p->lsel0 = c->lsel0;
+    p->heads = c->heads;
+    p->es = fkvfq_dtype_size(c->dt);
+    p->E = (size_t)q->n_kv_heads * ((size_t)sh->key_dim + sh->value_dim);
+    /* rows: a whole row of the output's layers; heads: one vector */
+    p->ostr[0] = (c->heads ? sh->key_dim : p->E * c->nsel) * p->es;
+    p->ostr[1] = (c->heads ? sh->value_dim : p->E * c->nsel) * p->es;
     p->m = (size_t)sh->k_stages + sh->v_stages;
-    p->rd = key_rope ? key_rope->rope_dims : 0;
+    p->nc = (size_t)c->nl * q->n_kv_heads * p->m;
+    p->rd = c->rope ? c->rope->rope_dims : 0;
     /* positions per chunk: Q_DCHUNK, fewer when their angles would take
      * more than Q_CS_BYTES, and no more than the call has */
     size_t chunk = p->rd ? Q_CS_BYTES / ((size_t)p->rd * sizeof(double)) : Q_DCHUNK;
     chunk = chunk < 1 ? 1 : chunk > Q_DCHUNK ? Q_DCHUNK : chunk;
-    p->chunk = chunk > n_rows ? n_rows : chunk;
-    p->fast = fast;
-    p->avx = fast && fkvf_cpu_avx();
+    p->chunk = chunk > c->n_rows ? c->n_rows : chunk;
+    p->fast = c->fast;
+    p->avx = c->fast && fkvf_cpu_avx();
     /* a handle of borrowed f16 tables has no binary32 rows: the f16 group
      * kernel decodes every chunk, whatever its size */
     p->b16 = q->rows16 != NULL;
-    if (p->b16 && !(fast && fkvfq_decode16_available()))
+    if (p->b16 && !(c->fast && fkvfq_decode16_available()))
         return FKVF_E_UNSUPPORTED;
     dec_plan_fast(p);
     return FKVF_OK;
@@ -1777,7 +1857,7 @@ static void dec_chunk_group16(const dec_plan *p, const dec_scratch *w, size_t i0
 {
     const fkvf_rvq *q = p->q;
     const fkvf_codebook_shape *sh = &q->shape;
-    for (uint32_t l = 0; l < sh->n_layers; l++)
+    for (uint32_t l = p->l0; l < p->l0 + p->nl; l++)
         for (uint32_t h0 = 0; h0 < q->n_kv_heads; h0 += (uint32_t)p->G) {
             q_group g;
             /* the heads' tables follow each other in q->rows (q->rows16) */
@@ -1792,8 +1872,8 @@ static void dec_chunk_group16(const dec_plan *p, const dec_scratch *w, size_t i0
             g.ps = p->ps;
             g.cst = p->cst;
             g.nb = nb;
-            g.out = p->out + i0 * p->rb;
-            g.rb = p->rb;
+            g.p = p;
+            g.i0 = i0;
             g.rope = p->rope;
             g.rope_kind = p->rope_kind;
             g.cs = w->cs;
@@ -1824,14 +1904,14 @@ static void dec_prefetch_set_ahead(const dec_plan *p, size_t i0, size_t nb, uint
     const fkvf_codebook_shape *sh = &q->shape;
     size_t t = ((size_t)l * q->n_kv_heads + h) * 2 + kv + Q_SET_AHEAD;
     size_t nl = t / (2 * (size_t)q->n_kv_heads);
-    if (nl >= sh->n_layers)
+    if (nl >= (size_t)p->l0 + p->nl)
         return;
     uint32_t nh = (uint32_t)(t / 2 % q->n_kv_heads);
     unsigned nkv = (unsigned)(t % 2);
     size_t ntab = nl * sh->n_heads + (sh->pooled ? 0 : nh);
     unsigned nns = nkv == 0 ? sh->k_stages : sh->v_stages;
     uint32_t ndim = nkv == 0 ? sh->key_dim : sh->value_dim;
-    size_t ncj = (nl * q->n_kv_heads + nh) * p->m + (nkv ? sh->k_stages : 0);
+    size_t ncj = dec_cj(p, (uint32_t)nl, nh) + (nkv ? sh->k_stages : 0);
     for (unsigned s = 0; s < nns; s++) {
         const float *nt0 = q->rows + fkvfq_table_off(q, ntab, nkv, s);
         for (size_t i = 0; i < nb; i++) {
@@ -1851,7 +1931,7 @@ static void dec_prefetch_set_ahead(const dec_plan *p, size_t i0, size_t nb, uint
  * that may not be in cache yet), and its output bytes: rows lie a whole
  * cache row apart, beyond the hardware prefetchers. */
 static inline void dec_prefetch_position(const dec_plan *p, const float *const *tb, unsigned ns,
-                                         uint32_t dim, size_t cj, size_t ooff, size_t at)
+                                         uint32_t dim, size_t cj, size_t at, const uint8_t *od)
 {
 #ifdef Q_PREFETCH_OK
     size_t cn = at * p->ps + cj * p->cst;
@@ -1860,11 +1940,10 @@ static inline void dec_prefetch_position(const dec_plan *p, const float *const *
         for (size_t b = 0; b < dim * sizeof(float); b += 64)
             __builtin_prefetch(r + b);
     }
-    const char *od = (const char *)(p->out + at * p->rb + ooff);
     for (size_t b = 0; b < dim * p->es; b += 64)
-        __builtin_prefetch(od + b, 1);
+        __builtin_prefetch((const char *)od + b, 1);
 #else
-    (void)p, (void)tb, (void)ns, (void)dim, (void)cj, (void)ooff, (void)at;
+    (void)p, (void)tb, (void)ns, (void)dim, (void)cj, (void)od, (void)at;
 #endif
 }
 
@@ -1911,8 +1990,7 @@ static void dec_set(const dec_plan *p, const dec_scratch *w, size_t i0, size_t n
     const size_t tab = (size_t)l * sh->n_heads + (sh->pooled ? 0 : h);
     const unsigned ns = kv == 0 ? sh->k_stages : sh->v_stages;
     const uint32_t dim = kv == 0 ? sh->key_dim : sh->value_dim;
-    const size_t cj = ((size_t)l * q->n_kv_heads + h) * p->m + (kv ? sh->k_stages : 0);
-    const size_t ooff = vec_off(q, l, h, kv) * p->es;
+    const size_t cj = dec_cj(p, l, h) + (kv ? sh->k_stages : 0);
     const float *tb[16], *rowp[16];
     for (unsigned s = 0; s < ns; s++)
         tb[s] = q->rows + fkvfq_table_off(q, tab, kv, s);
@@ -1941,29 +2019,31 @@ static void dec_set(const dec_plan *p, const dec_scratch *w, size_t i0, size_t n
         for (unsigned s = 0; s < ns; s++)
             rowp[s] = tb[s] + (size_t)ci[s * p->cst] * dim;
         if (i + Q_PREFETCH < nb)
-            dec_prefetch_position(p, tb, ns, dim, cj, ooff, i0 + i + Q_PREFETCH);
-        dec_vector(p, w, rowp, ns, dim, kv, i, p->out + (i0 + i) * p->rb + ooff);
+            dec_prefetch_position(p, tb, ns, dim, cj, i0 + i + Q_PREFETCH,
+                                  dec_dst(p, l, h, kv, i0 + i + Q_PREFETCH));
+        dec_vector(p, w, rowp, ns, dim, kv, i, dec_dst(p, l, h, kv, i0 + i));
     }
 }
 
 /* Decode n_rows positions whose arguments and codes rvq_decode checked:
  * each layer by its own handle, or chunk by chunk with the plan's kernels. */
-static int decode_rows(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
-                       size_t code_stride, size_t n_rows, uint64_t first_position,
-                       const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out, int fast)
+static int decode_rows(const fkvf_rvq *q, const dec_call *c)
 {
-    const fkvf_codebook_shape *sh = &q->shape;
-    if (q->lay) { /* each layer by its handle */
+    if (q->lay) { /* each layer by its handle (of one layer) */
         int rc = FKVF_OK;
-        for (uint32_t l = 0; l < sh->n_layers && !rc; l++)
-            rc = decode_rows(q->lay[l], codes + q->lcode[l] * code_stride, pos_stride,
-                             code_stride, n_rows, first_position, key_rope, out_dtype, out, fast);
+        for (uint32_t l = c->l0; l < c->l0 + c->nl && !rc; l++) {
+            dec_call one = *c;
+            one.codes = c->codes + (q->lcode[l] - q->lcode[c->l0]) * c->cst;
+            one.l0 = 0;
+            one.nl = 1;
+            one.lsel0 = c->lsel0 + (l - c->l0);
+            rc = decode_rows(q->lay[l], &one);
+        }
         return rc;
     }
     dec_plan p;
     dec_scratch w;
-    int rc = dec_plan_make(&p, q, codes, pos_stride, code_stride, n_rows, first_position,
-                           key_rope, out_dtype, out, fast);
+    int rc = dec_plan_make(&p, q, c);
     if (rc)
         return rc;
     if ((rc = dec_alloc(&p, &w))) {
@@ -1971,18 +2051,18 @@ static int decode_rows(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stri
         return rc;
     }
     if (p.rd)
-        fkvf_rope_freqs(key_rope, w.freqs);
-    for (size_t i0 = 0; i0 < n_rows; i0 += p.chunk) {
-        size_t nb = n_rows - i0 < p.chunk ? n_rows - i0 : p.chunk;
+        fkvf_rope_freqs(c->rope, w.freqs);
+    for (size_t i0 = 0; i0 < c->n_rows; i0 += p.chunk) {
+        size_t nb = c->n_rows - i0 < p.chunk ? c->n_rows - i0 : p.chunk;
         for (size_t i = 0; p.rd && i < nb; i++)
-            fkvf_rope_angles(key_rope, w.freqs, first_position + i0 + i, w.cs + i * p.rd);
+            fkvf_rope_angles(c->rope, w.freqs, c->first + i0 + i, w.cs + i * p.rd);
 #ifdef Q_DEC_FAST
         if (p.use16 && (p.b16 || nb >= Q_STREAM_MIN)) {
             dec_chunk_group16(&p, &w, i0, nb);
             continue;
         }
 #endif
-        for (uint32_t l = 0; l < sh->n_layers; l++)
+        for (uint32_t l = c->l0; l < c->l0 + c->nl; l++)
             for (uint32_t h = 0; h < q->n_kv_heads; h++)
                 for (unsigned kv = 0; kv < 2; kv++)
                     dec_set(&p, &w, i0, nb, l, h, kv);
@@ -1991,12 +2071,20 @@ static int decode_rows(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stri
     return FKVF_OK;
 }
 
+/* every layer, as rows */
+static fkvfq_dec_map map_all(const fkvf_rvq *q, size_t n_rows)
+{
+    fkvfq_dec_map m = {0, FKVF_RVQ_OK(q) ? q->shape.n_layers : 0, 0, n_rows, 0};
+    return m;
+}
+
 FKVF_API int fkvf_rvq_decode(const fkvf_rvq *q, const uint16_t *codes, size_t pos_stride,
                              size_t code_stride, size_t n_rows, uint64_t first_position,
                              const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
                              size_t out_size)
 {
-    return rvq_decode(q, codes, pos_stride, code_stride, n_rows, first_position, key_rope,
+    fkvfq_dec_map m = map_all(q, n_rows);
+    return rvq_decode(q, &m, codes, pos_stride, code_stride, n_rows, first_position, key_rope,
                       out_dtype, out, out_size, 1);
 }
 
@@ -2005,6 +2093,30 @@ int fkvfq_rvq_decode_portable(const fkvf_rvq *q, const uint16_t *codes, size_t p
                               const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
                               size_t out_size)
 {
-    return rvq_decode(q, codes, pos_stride, code_stride, n_rows, first_position, key_rope,
+    fkvfq_dec_map m = map_all(q, n_rows);
+    return rvq_decode(q, &m, codes, pos_stride, code_stride, n_rows, first_position, key_rope,
                       out_dtype, out, out_size, 0);
+}
+
+int fkvfq_rvq_decode_map(const fkvf_rvq *q, const fkvfq_dec_map *map, const uint16_t *codes,
+                         size_t pos_stride, size_t code_stride, size_t n_rows,
+                         uint64_t first_position, const fkvf_rope *key_rope, fkvf_dtype out_dtype,
+                         void *out, size_t out_size, int fast)
+{
+    return rvq_decode(q, map, codes, pos_stride, code_stride, n_rows, first_position, key_rope,
+                      out_dtype, out, out_size, fast != 0);
+}
+
+FKVF_API int fkvf_rvq_decode_to(const fkvf_rvq *q, const fkvf_rvq_decode_target *target,
+                                const uint16_t *codes, size_t pos_stride, size_t code_stride,
+                                size_t n_rows, uint64_t first_position,
+                                const fkvf_rope *key_rope, fkvf_dtype out_dtype, void *out,
+                                size_t out_size)
+{
+    if (!target || (target->layout != FKVF_LAYOUT_ROWS && target->layout != FKVF_LAYOUT_HEADS))
+        return FKVF_E_INVALID_ARG;
+    fkvfq_dec_map m = {target->layer_first, target->layer_count,
+                       target->layout == FKVF_LAYOUT_HEADS, target->n_out, target->row_first};
+    return rvq_decode(q, &m, codes, pos_stride, code_stride, n_rows, first_position, key_rope,
+                      out_dtype, out, out_size, 1);
 }

@@ -274,6 +274,25 @@ static int read_archived_full(fkvf_reader *r, const plan *p, uint64_t pos, uint6
     return rc;
 }
 
+/* A selection of every head and both parts, at least BULK_MIN archived
+ * positions in a run: decoded as restore decodes (rd_restore_archived: the
+ * decoder's vector kernels, straight into the selection's layout, on the
+ * reader's threads) instead of centroid by centroid; the same values. */
+#define BULK_MIN 64
+static int bulk_ok(const fkvf_reader *r, const plan *p, uint64_t n)
+{
+    return p->h0 == 0 && p->nh == r->desc.n_kv_heads && p->keys && p->vals &&
+           (n >= BULK_MIN || r->cb_shape.layer_stages);
+}
+
+static int read_archived_bulk(fkvf_reader *r, const plan *p, uint64_t pos, uint64_t stop,
+                              void *out, size_t out_size)
+{
+    rd_target t = {{p->l0, p->nl, p->layout, (size_t)p->count, 0}, p->first, p->dt, out,
+                   out_size};
+    return rd_restore_archived(r, &t, pos, stop);
+}
+
 /* ---- archived positions ------------------------------------------------------ */
 
 /* Per call scratch (one allocation). */
@@ -1285,6 +1304,11 @@ FKVF_API int fkvf_reader_read(fkvf_reader *r, const fkvf_read_request *req, void
             uint64_t stop = a1 < end ? a1 : end;
             if (!have_work && (rc = rd_restore_prepare(r)))
                 return rc;
+            if (bulk_ok(r, &p, stop - pos)) {
+                rc = read_archived_bulk(r, &p, pos, stop, o, need);
+                pos = stop;
+                continue;
+            }
             if (r->cb_shape.layer_stages) {
                 rc = read_archived_full(r, &p, pos, stop, o);
                 pos = stop;

@@ -170,13 +170,31 @@ static size_t batch_rows(size_t ncodes, uint64_t left)
     return left < cap ? (size_t)left : cap;
 }
 
-/* Archived positions [first, first+count) into out, count from batch_rows.
- * The codes are stream-major (codes[j * count + i]: code j of position
- * first + i), so that the decoder reads each table set's codes in order. */
-static int restore_archived(fkvf_reader *r, const fkvf_rvq *q, uint64_t first, size_t count,
-                            fkvf_dtype dtype, uint8_t *out, size_t row_bytes)
+/* The codes of a position for layers [l0, l0 + nl) (spec 11.2: P(l) of
+ * each layer): the first one's index in *j0, their count returned. */
+static size_t layer_codes(const fkvf_reader *r, uint32_t l0, uint32_t nl, size_t *j0)
 {
-    size_t ncodes = fkvf_rvq_codes_per_position(q);
+    const fkvf_codebook_shape *sh = &r->cb_shape;
+    size_t H = r->desc.n_kv_heads, at = 0, n = 0;
+    for (uint32_t l = 0; l < l0 + nl; l++) {
+        size_t m = H * (fkvf_layer_k_stages(sh, l) + fkvf_layer_v_stages(sh, l));
+        if (l < l0)
+            at += m;
+        else
+            n += m;
+    }
+    *j0 = at;
+    return n;
+}
+
+/* Archived positions [first, first+count) (count from batch_rows) into
+ * target t's rows (first - t_first).. of out. The codes are stream-major
+ * (codes[j * count + i]: code j of the target's layers of position
+ * first + i), so that the decoder reads each table set's codes in order. */
+static int restore_archived(fkvf_reader *r, const fkvf_rvq *q, const rd_target *t,
+                            uint64_t first, size_t count)
+{
+    size_t j0, ncodes = layer_codes(r, t->dec.layer_first, t->dec.layer_count, &j0);
     size_t n = ncodes * count; /* <= BATCH_BYTES / 2, or ncodes (count 1) */
     uint16_t small[SMALL_CODES];
     uint16_t *codes = small;
@@ -185,12 +203,13 @@ static int restore_archived(fkvf_reader *r, const fkvf_rvq *q, uint64_t first, s
     uint32_t sym[SYM_RUN];
     uint32_t k = r->cb_shape.k;
     uint64_t a = first - r->desc.n_sinks; /* symbol index in the streams */
+    const size_t *streams = r->cb_streams + j0;
     int rc = FKVF_OK;
     /* a source reader: the batch's blocks of every stream first, adjacent
      * ones in one read (the streams follow each other in the file) */
     rd_prefetch pf = {0, 0};
     for (size_t j = 0; j < ncodes && rc == FKVF_OK; j++)
-        rc = rd_stream_prefetch(r, &pf, r->cb_streams[j], a, count);
+        rc = rd_stream_prefetch(r, &pf, streams[j], a, count);
     if (rc == FKVF_OK)
         rc = rd_prefetch_flush(r, &pf);
     for (size_t j = 0; j < ncodes && rc == FKVF_OK; j++) {
@@ -198,12 +217,12 @@ static int restore_archived(fkvf_reader *r, const fkvf_rvq *q, uint64_t first, s
         for (size_t i0 = 0; i0 < count && rc == FKVF_OK; i0 += SYM_RUN) {
             size_t m = count - i0 < SYM_RUN ? count - i0 : SYM_RUN;
             rd_source_trim(r); /* the reads before copied what they read */
-            rc = rd_stream_read(r, r->cb_streams[j], a + i0, sym, m);
+            rc = rd_stream_read(r, streams[j], a + i0, sym, m);
             for (size_t i = 0; rc == FKVF_OK && i < m; i++) {
                 if (sym[i] >= k)
                     rc = FAIL(FKVF_E_SYMBOL, FKVF_NO_OFFSET, "11.8",
                               "index stream %zu symbol %llu is %u, the codebook has k = %u",
-                              r->cb_streams[j], (unsigned long long)(a + i0 + i), sym[i], k);
+                              streams[j], (unsigned long long)(a + i0 + i), sym[i], k);
                 else
                     cj[i0 + i] = (uint16_t)sym[i];
             }
@@ -211,15 +230,30 @@ static int restore_archived(fkvf_reader *r, const fkvf_rvq *q, uint64_t first, s
     }
     if (rc == FKVF_OK) {
         fkvf_rope rope = {r->desc.rope_layout, r->desc.rope_dims, r->desc.rope_theta};
-        rc = fkvf_rvq_decode(q, codes, 1, count, count, first,
-                             r->desc.key_storage == 1 ? &rope : NULL, dtype, out,
-                             count * row_bytes);
+        fkvf_rvq_decode_target d = t->dec;
+        d.row_first = (size_t)(first - t->first);
+        rc = fkvf_rvq_decode_to(q, &d, codes, 1, count, count, first,
+                                r->desc.key_storage == 1 ? &rope : NULL, t->dtype, t->out,
+                                t->out_size);
         if (rc)
             FAIL(rc, FKVF_NO_OFFSET, "13.6", "decoding positions %llu..%llu failed",
                  (unsigned long long)first, (unsigned long long)(first + count - 1));
     }
     if (codes != small)
         fkvf_free(r->alloc, codes);
+    return rc;
+}
+
+int rd_restore_archived(fkvf_reader *r, const rd_target *t, uint64_t first, uint64_t stop)
+{
+    const fkvf_rvq *q = NULL;
+    int rc = restore_rvq(r, &q);
+    size_t j0, nc = layer_codes(r, t->dec.layer_first, t->dec.layer_count, &j0);
+    while (rc == FKVF_OK && first < stop) {
+        size_t c = batch_rows(nc, stop - first);
+        rc = restore_archived(r, q, t, first, c);
+        first += c;
+    }
     return rc;
 }
 
@@ -246,18 +280,16 @@ FKVF_API int fkvf_reader_restore(fkvf_reader *r, uint64_t first, uint64_t count,
     uint8_t *o = out;
     uint64_t S = r->desc.n_sinks, A = r->n_archived;
     uint64_t p = first, end = first + count;
-    const fkvf_rvq *q = NULL; /* on the first archived position */
+    rd_target t = {{0, r->desc.n_layers, FKVF_LAYOUT_ROWS, (size_t)count, 0}, first, dtype, out,
+                   (size_t)need};
     while (p < end) {
         int archived = p >= S && p - S < A;
         if (archived) {
-            if (!q && (rc = restore_rvq(r, &q)))
-                return rc;
             uint64_t stop = S + A < end ? S + A : end;
-            size_t c = batch_rows(fkvf_rvq_codes_per_position(q), stop - p);
-            if ((rc = restore_archived(r, q, p, c, dtype, o, row_bytes)))
+            if ((rc = rd_restore_archived(r, &t, p, stop)))
                 return rc;
-            o += c * row_bytes;
-            p += c;
+            o += (size_t)(stop - p) * row_bytes;
+            p = stop;
         } else {
             const void *row;
             size_t rb;
