@@ -10,7 +10,9 @@
 # change (commit e80c818, which built the whole cache in memory and wrote
 # it with kvio_write):
 #   sh tests/cli_unpack.sh OLD_FKVF SRCDIR --record > tests/unpack_expected.tsv
-# A failure also leaves no output and no temporary file behind.
+# A failure also leaves no output and no temporary file behind. Every other
+# line unpacks in small chunks (FKVF_TEST_UNPACK_CHUNK): a group of layers a
+# pass, a position a chunk; the bytes must not change.
 # usage: cli_unpack.sh FKVF_BIN SRCDIR [--record]
 set -u
 FKVF=$1
@@ -52,8 +54,14 @@ one() {
     rm -f "$T"/o.* "$T"/o.*.tmp-*
     cb=
     case $a in *valid_cbrf*|*codebook_*) cb="--codebooks $CF/valid_codebook_file.fkvf" ;; esac
+    # every other line in small chunks (FKVF_TEST_UNPACK_CHUNK, bytes a
+    # chunk; docs/testing.md): layers a pass at a time, several passes,
+    # chunks of one position; the same bytes
+    chunk=0
+    [ $((k % 2)) -eq 0 ] && chunk=$(((k / 2) % 5 * 700 + 1))
     # shellcheck disable=SC2086
-    "$FKVF" unpack "$SRC/$a" -o "$T/o.$ext" $cb "$@" >"$T/out" 2>"$T/err"
+    FKVF_TEST_UNPACK_CHUNK=$chunk "$FKVF" unpack "$SRC/$a" -o "$T/o.$ext" $cb "$@" \
+        >"$T/out" 2>"$T/err"
     rc=$?
     sed -e "s|$T|\$T|g" -e "s|$SRC|\$SRC|g" "$T/err" >"$T/err.n"
     opts=$(echo "$ext $*" | tr ' ' ,)

@@ -315,6 +315,13 @@ int kvio_stream_open(kvio_stream **w, const char *path, kvio_format fmt, unsigne
  * head h is at src + i * pos_stride + h * head_stride. */
 int kvio_stream_kv(kvio_stream *w, uint32_t layer, int kv, uint32_t first, uint32_t n,
                    const void *src, size_t pos_stride, size_t head_stride, char *err, size_t errlen);
+/* Start writing the bytes of layers [layer_first, + layer_count) (keys
+ * and values) to disk without waiting (Linux: sync_file_range), once they
+ * are complete, so that the fsync of kvio_stream_finish has little left and
+ * the disk works while the caller computes the next layers: a hint, errors
+ * come at kvio_stream_finish. Nothing for a .npz (its data are copied into
+ * the zip at the end) or elsewhere than on Linux. */
+void kvio_stream_kick(kvio_stream *w, uint32_t layer_first, uint32_t layer_count);
 /* Token ids of positions [first, first + n). */
 int kvio_stream_tokens(kvio_stream *w, uint32_t first, uint32_t n, const int64_t *tokens, char *err,
                        size_t errlen);

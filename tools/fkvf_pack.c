@@ -1243,13 +1243,59 @@ static void unpack_print(const unpack_opts *o, const unpack_state *s)
     }
 }
 
-/* One chunk of restored rows written into the stream: each layer's keys
- * and values (a job of unpack's writer thread). */
+/* How unpack reads the archive: positions [p, p + n) of layers
+ * [l0, l0 + nl) at a time, heads-first when the output is [H, T, D] (each
+ * head's rows one run in the file) and as rows when it is [T, H, D]. When
+ * few positions are exact, a pass goes over all positions for a group of
+ * layers (layer-major: the output's tensors are finished one layer after
+ * the other, so their bytes start going to disk while the next layers are
+ * decoded); else over all layers at once (a pass re-reads every exact row it
+ * covers: LAYER_MAJOR_EXACT bounds that re-reading at once the output). */
+#define LAYER_MAJOR_EXACT 1
+typedef struct unpack_plan {
+    uint32_t n;      /* positions per chunk */
+    uint32_t nl;     /* layers per pass */
+    int heads;       /* FKVF_LAYOUT_HEADS (else ROWS) */
+    size_t lb;       /* bytes of one position of one layer */
+} unpack_plan;
+
+static void unpack_plan_make(const unpack_state *s, int nhd, unpack_plan *pl)
+{
+    const fkvf_desc *d = &s->d;
+    uint32_t L = d->n_layers, P = s->P ? s->P : 1;
+    pl->lb = (size_t)d->n_kv_heads * ((size_t)d->key_dim + d->value_dim) * kvio_dtype_size(s->dt);
+    pl->heads = !nhd;
+    uint64_t cb = UNPACK_CHUNK_BYTES;
+    /* tests make many small chunks of a small archive (docs/testing.md) */
+    const char *t = getenv("FKVF_TEST_UNPACK_CHUNK");
+    if (t && strtoull(t, NULL, 10) > 0)
+        cb = strtoull(t, NULL, 10);
+    uint64_t n = cb / pl->lb ? cb / pl->lb : 1;
+    pl->n = (uint32_t)(n < P ? n : P);
+    uint64_t nl = cb / ((uint64_t)pl->n * pl->lb);
+    nl = nl < 1 ? 1 : nl > L ? L : nl;
+    /* layer-major only while the passes re-read few exact rows:
+     * exact * (passes - 1) <= LAYER_MAJOR_EXACT * P */
+    uint64_t passes = (L + nl - 1) / nl, exact = s->ai.n_positions - s->ai.n_archived;
+    if (passes > 1 && exact * (passes - 1) > (uint64_t)LAYER_MAJOR_EXACT * P) {
+        nl = L; /* every layer of a chunk in one pass: fewer positions a chunk */
+        uint64_t rb = (uint64_t)pl->lb * L;
+        n = cb / rb ? cb / rb : 1;
+        pl->n = (uint32_t)(n < P ? n : P);
+    }
+    pl->nl = (uint32_t)nl;
+}
+
+/* One chunk read from the archive (layers [l0, l0 + nl), positions
+ * [p, p + n)) written into the stream, each layer's keys and values; with
+ * kick, the output's bytes of those layers then start going to disk (a job
+ * of unpack's writer thread). */
 typedef struct unpack_job {
     kvio_stream *w;
-    const uint8_t *rows;
-    uint32_t p, n, layers, heads;
-    size_t rb, kb, vb;
+    const uint8_t *buf;
+    uint32_t p, n, l0, nl, heads;
+    size_t kb, vb; /* one key row, one value row */
+    int heads_first, kick;
     int rc;        /* the kvio error, 0 */
     char err[512]; /* its message */
 } unpack_job;
@@ -1257,54 +1303,88 @@ typedef struct unpack_job {
 static int unpack_write_chunk(void *opaque)
 {
     unpack_job *j = opaque;
-    size_t lb = (size_t)j->heads * (j->kb + j->vb); /* a layer's part of a row (spec 14.2) */
-    for (uint32_t l = 0; l < j->layers && !j->rc; l++) {
-        const uint8_t *keys = j->rows + (size_t)l * lb, *values = keys + (size_t)j->heads * j->kb;
-        if ((j->rc = kvio_stream_kv(j->w, l, 0, j->p, j->n, keys, j->rb, j->kb, j->err,
+    size_t H = j->heads, n = j->n, lb = H * (j->kb + j->vb);
+    for (uint32_t i = 0; i < j->nl && !j->rc; i++) {
+        /* heads-first: per layer keys [h][n][Dk] then values [h][n][Dv];
+         * rows: per position the layers' keys then values (spec 14.2) */
+        const uint8_t *k = j->buf + (j->heads_first ? i * lb * n : i * lb);
+        const uint8_t *v = k + (j->heads_first ? H * j->kb * n : H * j->kb);
+        size_t kps = j->heads_first ? j->kb : lb * j->nl, khs = j->heads_first ? n * j->kb : j->kb;
+        size_t vps = j->heads_first ? j->vb : lb * j->nl, vhs = j->heads_first ? n * j->vb : j->vb;
+        if ((j->rc = kvio_stream_kv(j->w, j->l0 + i, 0, j->p, j->n, k, kps, khs, j->err,
                                     sizeof j->err)) == KVIO_OK)
-            j->rc = kvio_stream_kv(j->w, l, 1, j->p, j->n, values, j->rb, j->vb, j->err,
+            j->rc = kvio_stream_kv(j->w, j->l0 + i, 1, j->p, j->n, v, vps, vhs, j->err,
                                    sizeof j->err);
     }
+    if (!j->rc && j->kick)
+        kvio_stream_kick(j->w, j->l0, j->nl);
     return j->rc;
 }
 
-/* Every position restored chunk by chunk and written into w: a chunk is
- * written by a thread of its own while the next one is restored (two
+/* Positions [p, p + n) of layers [l0, l0 + nl) into s->buf as plan pl
+ * says. Returns the exit status. */
+static int unpack_read_chunk(const unpack_opts *o, unpack_state *s, const unpack_plan *pl,
+                             uint32_t p, uint32_t n, uint32_t l0, uint32_t nl)
+{
+    fkvf_read_request q = {p, n, l0, nl, 0, 0, 0, s->dt,
+                           pl->heads ? FKVF_LAYOUT_HEADS : FKVF_LAYOUT_ROWS};
+    int rc = fkvf_reader_read(s->r, &q, s->buf, (size_t)n * nl * pl->lb);
+    if (rc == FKVF_E_CODEBOOK) {
+        char pre[96];
+        snprintf(pre, sizeof pre, "(expected codebook content hash %s) ", s->hx);
+        return cli_fail_reader(rc, s->r, o->in, pre);
+    }
+    return rc == FKVF_OK ? CLI_OK : cli_fail_reader(rc, s->r, o->in, "");
+}
+
+/* Every position read chunk by chunk (unpack_plan) and written into w: a
+ * chunk is written by a thread of its own while the next one is read (two
  * buffers), so that decoding and writing overlap. Returns the exit
  * status. */
-static int unpack_stream_rows(const unpack_opts *o, unpack_state *s, kvio_stream *w)
+static int unpack_stream_rows(const unpack_opts *o, unpack_state *s, kvio_stream *w, int nhd)
 {
     const fkvf_desc *d = &s->d;
-    size_t es = kvio_dtype_size(s->dt), rb;
-    uint32_t P = s->P, chunk;
-    int ex;
-    if ((ex = unpack_chunk_buf(o, s, 0, &rb, &chunk)) != CLI_OK)
-        return ex;
-    if (!(s->buf2 = malloc((size_t)chunk * rb)))
+    size_t es = kvio_dtype_size(s->dt);
+    uint32_t P = s->P, L = d->n_layers;
+    unpack_plan pl;
+    unpack_plan_make(s, nhd, &pl);
+    fkvf_reader_set_threads(s->r, cli_threads());
+    size_t cap = (size_t)pl.n * pl.nl * pl.lb;
+    if (!(s->buf = malloc(cap)) || !(s->buf2 = malloc(cap)))
         return cli_fail(CLI_USAGE, FKVF_E_NOMEM, o->in, "out of memory");
     unpack_job job[2];
     for (int b = 0; b < 2; b++)
-        job[b] = (unpack_job){w, b ? s->buf2 : s->buf, 0, 0, d->n_layers, d->n_kv_heads, rb,
-                              (size_t)d->key_dim * es, (size_t)d->value_dim * es, 0, {0}};
+        job[b] = (unpack_job){w, b ? s->buf2 : s->buf, 0, 0, 0, 0, d->n_kv_heads,
+                              (size_t)d->key_dim * es, (size_t)d->value_dim * es, pl.heads,
+                              0, 0, {0}};
     cli_bg bg;
     cli_bg_start(&bg);
     cli_progress pg;
     cli_progress_init(&pg, "unpack", 0);
-    int b = 0;
-    for (uint32_t p = 0; p < P && ex == CLI_OK; p += chunk, b ^= 1) {
-        uint32_t n = P - p < chunk ? P - p : chunk;
-        /* job[b]'s buffer is free: the job before the last has ended */
-        s->buf = (uint8_t *)job[b].rows;
-        if ((ex = unpack_restore_chunk(o, s, p, n, (size_t)chunk * rb)) != CLI_OK)
-            break;
-        (void)fkvf_reader_trim(s->r); /* the archive's pages read for this chunk */
-        job[b].p = p;
-        job[b].n = n;
-        if (cli_bg_post(&bg, unpack_write_chunk, &job[b]))
-            break;
-        cli_progress_cb(&pg, (uint64_t)p + n, P);
+    uint64_t done = 0, total = (uint64_t)P * L;
+    int b = 0, ex = CLI_OK;
+    for (uint32_t l0 = 0; l0 < L && ex == CLI_OK; l0 += pl.nl) {
+        uint32_t nl = L - l0 < pl.nl ? L - l0 : pl.nl;
+        for (uint32_t p = 0; p < P && ex == CLI_OK; p += pl.n, b ^= 1) {
+            uint32_t n = P - p < pl.n ? P - p : pl.n;
+            /* job[b]'s buffer is free: the job before the last has ended */
+            s->buf = (uint8_t *)job[b].buf;
+            if ((ex = unpack_read_chunk(o, s, &pl, p, n, l0, nl)) != CLI_OK)
+                break;
+            (void)fkvf_reader_trim(s->r); /* the archive's pages read for this chunk */
+            job[b].p = p;
+            job[b].n = n;
+            job[b].l0 = l0;
+            job[b].nl = nl;
+            job[b].kick = nl < L && p + n == P; /* these layers are complete */
+            if (cli_bg_post(&bg, unpack_write_chunk, &job[b]))
+                break;
+            done += (uint64_t)n * nl;
+            cli_progress_cb(&pg, done, total);
+        }
     }
-    s->buf = (uint8_t *)job[0].rows; /* both freed by unpack_free */
+    s->buf = (uint8_t *)job[0].buf; /* both freed by unpack_free */
+    s->buf2 = (uint8_t *)job[1].buf;
     if (cli_bg_stop(&bg) && ex == CLI_OK) {
         const unpack_job *f = job[0].rc ? &job[0] : &job[1];
         ex = cli_fail_kvio(f->rc, o->out, f->err);
@@ -1314,12 +1394,12 @@ static int unpack_stream_rows(const unpack_opts *o, unpack_state *s, kvio_stream
 
 /* Every position restored chunk by chunk into w, then the token ids, with
  * a progress bar. Returns the exit status. */
-static int unpack_stream(const unpack_opts *o, unpack_state *s, kvio_stream *w)
+static int unpack_stream(const unpack_opts *o, unpack_state *s, kvio_stream *w, int nhd)
 {
     uint32_t P = s->P;
     int ex, rc;
     char err[512];
-    if ((ex = unpack_stream_rows(o, s, w)) != CLI_OK)
+    if ((ex = unpack_stream_rows(o, s, w, nhd)) != CLI_OK)
         return ex;
     if (!s->has_tok)
         return CLI_OK;
@@ -1379,7 +1459,7 @@ static int unpack_run(const unpack_opts *o, unpack_state *s)
     int rc = kvio_stream_open(&w, o->out, o->fmt, wflags, &s->c, s->has_tok, err, sizeof err);
     if (rc != KVIO_OK)
         return cli_fail_kvio(rc, o->out, err);
-    if ((ex = unpack_stream(o, s, w)) != CLI_OK) {
+    if ((ex = unpack_stream(o, s, w, layout == CLI_LAYOUT_NHD)) != CLI_OK) {
         kvio_stream_discard(w);
         return ex;
     }
@@ -1424,8 +1504,8 @@ static int restore_run(const unpack_opts *o, unpack_state *s, const cli_restore_
     s->c.value_dim = d->value_dim;
     s->c.dtype = s->dt;
     int ex = k->begin(k->opaque, s->r, &s->c, s->has_tok);
-    size_t rb;
-    uint32_t chunk;
+    size_t rb = 0;
+    uint32_t chunk = 1;
     if (ex != CLI_OK || (ex = unpack_chunk_buf(o, s, k->chunk_bytes, &rb, &chunk)) != CLI_OK)
         return ex;
     cli_progress pg;
