@@ -43,10 +43,11 @@
 #include <time.h>
 
 #include "encode_ref.h"
+#include "bench_cache.h"
 #include "fkvf.h"
 
 enum { NL = 12, NH = 12, DIM = 64, KS = 4, VS = 2, K = 256 };
-#define ROW_ELEMS ((size_t)NL * NH * 2 * DIM)
+static const bench_shape SHAPE = {NL, NH, DIM};
 
 static double cpu_s(void)
 {
@@ -61,97 +62,9 @@ static void die(const char *what)
     exit(2);
 }
 
-static uint64_t rng_s = 1;
-static double urand(void) /* [-1, 1) */
-{
-    uint64_t z = (rng_s += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1p-52 - 1.0;
-}
-static double nrand(void) { return (urand() + urand() + urand() + urand()) * 0.8660254037844386; }
 
-/* element (l, kv, h, t, d) of the row-major cache of n positions */
-static size_t row_off(size_t t, unsigned l, unsigned kv, unsigned h)
-{
-    return t * ROW_ELEMS + (size_t)l * NH * 2 * DIM + (size_t)kv * NH * DIM + (size_t)h * DIM;
-}
 
-/* n rows (spec 14.2 layout) from a [L, 2, H, T, D] f16 .npy */
-static uint16_t *load_npy(const char *path, size_t n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        die("cannot open the --npy file");
-    unsigned char pre[10];
-    if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6))
-        die("--npy: not a .npy file");
-    size_t hl = pre[8] | (size_t)pre[9] << 8, off = 10;
-    if (pre[6] >= 2) {
-        unsigned char b[2];
-        if (fread(b, 1, 2, f) != 2)
-            die("--npy: short header");
-        hl |= (size_t)b[0] << 16 | (size_t)b[1] << 24;
-        off = 12;
-    }
-    char *h = calloc(hl + 1, 1);
-    if (!h || fread(h, 1, hl, f) != hl)
-        die("--npy: short header");
-    unsigned long dims[5];
-    const char *s = strstr(h, "'shape': (");
-    if (!strstr(h, "'<f2'") || strstr(h, "'fortran_order': True") || !s ||
-        sscanf(s, "'shape': (%lu, %lu, %lu, %lu, %lu)", &dims[0], &dims[1], &dims[2], &dims[3],
-               &dims[4]) != 5)
-        die("--npy: expected a C-order [L, 2, H, T, D] float16 array");
-    if (dims[0] != NL || dims[1] != 2 || dims[2] != NH || dims[4] != DIM || dims[3] < n)
-        die("--npy: expected [12, 2, 12, T >= positions, 64]");
-    free(h);
-    size_t T = dims[3];
-    uint16_t *rows = malloc(n * ROW_ELEMS * 2), *buf = malloc(n * DIM * 2);
-    if (!rows || !buf)
-        die("out of memory");
-    for (unsigned l = 0; l < NL; l++)
-        for (unsigned kv = 0; kv < 2; kv++)
-            for (unsigned hh = 0; hh < NH; hh++) {
-                long pos = (long)(off + hl + ((((size_t)l * 2 + kv) * NH + hh) * T) * DIM * 2);
-                if (fseek(f, pos, SEEK_SET) || fread(buf, 2, n * DIM, f) != n * DIM)
-                    die("--npy: short file");
-                for (size_t t = 0; t < n; t++)
-                    memcpy(rows + row_off(t, l, kv, hh), buf + t * DIM, DIM * 2);
-            }
-    free(buf);
-    fclose(f);
-    return rows;
-}
 
-/* n rows in-process: per (layer, K|V, head) a mixture of 32 clusters with
- * per-dimension scales, keys with two outlier channels */
-static uint16_t *make_rows(size_t n)
-{
-    enum { NC = 32 };
-    uint16_t *rows = malloc(n * ROW_ELEMS * 2);
-    static float cent[NC][DIM], scale[DIM];
-    if (!rows)
-        die("out of memory");
-    for (unsigned l = 0; l < NL; l++)
-        for (unsigned kv = 0; kv < 2; kv++)
-            for (unsigned h = 0; h < NH; h++) {
-                rng_s = 1000003u * (l * NH + h) + kv;
-                for (int d = 0; d < DIM; d++)
-                    scale[d] = (float)(0.5 + urand() * 0.4) * (kv == 0 && (d == 3 || d == 40) ? 6 : 1);
-                for (int c = 0; c < NC; c++)
-                    for (int d = 0; d < DIM; d++)
-                        cent[c][d] = (float)nrand() * scale[d];
-                for (size_t t = 0; t < n; t++) {
-                    int c = (int)((urand() + 1) * NC / 2) % NC;
-                    uint16_t *r = rows + row_off(t, l, kv, h);
-                    for (int d = 0; d < DIM; d++)
-                        r[d] = fkvf_f32_to_f16(cent[c][d] + (float)(nrand() * 0.4) * scale[d]);
-                }
-            }
-    return rows;
-}
 
 /* f16 CBK1 tables of centroids drawn from the data */
 static uint16_t *sampled_tables(const uint16_t *rows, size_t n, size_t *size)
@@ -160,16 +73,16 @@ static uint16_t *sampled_tables(const uint16_t *rows, size_t n, size_t *size)
     uint16_t *t = malloc(nt * per * 2);
     if (!t)
         die("out of memory");
-    rng_s = 77;
+    bench_seed(77);
     for (size_t tab = 0; tab < nt; tab++)
         for (unsigned s = 0; s < KS + VS; s++) {
             unsigned kv = s < KS ? 0 : 1, st = kv ? s - KS : s;
             double sc = pow(0.45, st);
             for (unsigned c = 0; c < K; c++) {
                 uint16_t *o = t + tab * per + ((size_t)s * K + c) * DIM;
-                size_t a = (size_t)((urand() + 1) * 0.5 * n) % n, b = (size_t)((urand() + 1) * 0.5 * n) % n;
-                const uint16_t *xa = rows + row_off(a, tab / NH, kv, tab % NH);
-                const uint16_t *xb = rows + row_off(b, tab / NH, kv, tab % NH);
+                size_t a = (size_t)((bench_urand() + 1) * 0.5 * n) % n, b = (size_t)((bench_urand() + 1) * 0.5 * n) % n;
+                const uint16_t *xa = rows + bench_row_off(&SHAPE, a, tab / NH, kv, tab % NH);
+                const uint16_t *xb = rows + bench_row_off(&SHAPE, b, tab / NH, kv, tab % NH);
                 for (int d = 0; d < DIM; d++)
                     o[d] = st ? fkvf_f32_to_f16((float)(sc * (fkvf_f16_to_f32(xa[d]) -
                                                                fkvf_f16_to_f32(xb[d]))))
@@ -213,7 +126,8 @@ int main(int argc, char **argv)
     }
     if (n < 256 || pairs < 1 || pairs > 100 || ntrain > n)
         die("need --positions >= 256, 1 <= --pairs <= 100, --train <= positions");
-    uint16_t *rows = npy ? load_npy(npy, n) : make_rows(n);
+    uint16_t *rows = npy ? bench_load_npy(&SHAPE, npy, n, "bench_encode")
+                         : bench_make_rows(&SHAPE, n, "bench_encode");
     const fkvf_rope rope = {2, DIM, 10000.0};
     fkvf_rows all = {rows, n, FKVF_DTYPE_F16, 0};
 

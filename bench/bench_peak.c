@@ -50,11 +50,12 @@
 #include <time.h>
 
 #include "cpu.h"
+#include "bench_cache.h"
 #include "fkvf.h"
 #include "quant/quant.h"
 
 static unsigned NL = 32, NH = 8, DIM = 128, K = 256, KS = 4, VS = 2;
-#define ROW_ELEMS ((size_t)NL * NH * 2 * DIM)
+static bench_shape SHAPE; /* NL x NH x DIM, set once the options are read */
 
 static double cpu_s(void)
 {
@@ -160,101 +161,9 @@ static double peak_run(int isa, long n)
 
 /* ---- data and codebook ----------------------------------------------------- */
 
-static uint64_t rng_s = 1;
-static double urand(void) /* [-1, 1) */
-{
-    uint64_t z = (rng_s += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1p-52 - 1.0;
-}
-static double nrand(void) { return (urand() + urand() + urand() + urand()) * 0.8660254037844386; }
 
-/* element (l, kv, h, t, 0) of the row-major cache (spec 14.2 layout) */
-static size_t row_off(size_t t, unsigned l, unsigned kv, unsigned h)
-{
-    return t * ROW_ELEMS + (size_t)l * NH * 2 * DIM + (size_t)kv * NH * DIM + (size_t)h * DIM;
-}
 
-/* n rows from a [L, 2, H, T, D] f16 .npy */
-static uint16_t *load_npy(const char *path, size_t n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        die("cannot open the --npy file");
-    unsigned char pre[10];
-    if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6))
-        die("--npy: not a .npy file");
-    size_t hl = pre[8] | (size_t)pre[9] << 8, off = 10;
-    if (pre[6] >= 2) {
-        unsigned char b[2];
-        if (fread(b, 1, 2, f) != 2)
-            die("--npy: short header");
-        hl |= (size_t)b[0] << 16 | (size_t)b[1] << 24;
-        off = 12;
-    }
-    char *h = calloc(hl + 1, 1);
-    if (!h || fread(h, 1, hl, f) != hl)
-        die("--npy: short header");
-    unsigned long dims[5];
-    const char *s = strstr(h, "'shape': (");
-    if (!strstr(h, "'<f2'") || strstr(h, "'fortran_order': True") || !s ||
-        sscanf(s, "'shape': (%lu, %lu, %lu, %lu, %lu)", &dims[0], &dims[1], &dims[2], &dims[3],
-               &dims[4]) != 5)
-        die("--npy: expected a C-order [L, 2, H, T, D] float16 array");
-    if (dims[0] != NL || dims[1] != 2 || dims[2] != NH || dims[4] != DIM || dims[3] < n)
-        die("--npy: its shape is not [layers, 2, heads, T >= positions, dim]");
-    free(h);
-    size_t T = dims[3];
-    uint16_t *rows = malloc(n * ROW_ELEMS * 2), *buf = malloc(n * DIM * 2);
-    if (!rows || !buf)
-        die("out of memory");
-    for (unsigned l = 0; l < NL; l++)
-        for (unsigned kv = 0; kv < 2; kv++)
-            for (unsigned hh = 0; hh < NH; hh++) {
-                long pos = (long)(off + hl + ((((size_t)l * 2 + kv) * NH + hh) * T) * DIM * 2);
-                if (fseek(f, pos, SEEK_SET) || fread(buf, 2, n * DIM, f) != n * DIM)
-                    die("--npy: short file");
-                for (size_t t = 0; t < n; t++)
-                    memcpy(rows + row_off(t, l, kv, hh), buf + t * DIM, DIM * 2);
-            }
-    free(buf);
-    fclose(f);
-    return rows;
-}
 
-/* n rows made here: per (layer, K|V, head) a mixture of 32 clusters with
- * per-dimension scales, keys with two outlier channels */
-static uint16_t *make_rows(size_t n)
-{
-    enum { NC = 32 };
-    uint16_t *rows = malloc(n * ROW_ELEMS * 2);
-    float *cent = malloc((size_t)NC * DIM * sizeof(float)), *scale = malloc(DIM * sizeof(float));
-    if (!rows || !cent || !scale)
-        die("out of memory");
-    for (unsigned l = 0; l < NL; l++)
-        for (unsigned kv = 0; kv < 2; kv++)
-            for (unsigned h = 0; h < NH; h++) {
-                rng_s = 1000003u * (l * NH + h) + kv;
-                for (unsigned d = 0; d < DIM; d++)
-                    scale[d] = (float)(0.5 + urand() * 0.4) *
-                               (kv == 0 && (d == 3 || d == DIM / 2 + 8) ? 6 : 1);
-                for (unsigned c = 0; c < NC; c++)
-                    for (unsigned d = 0; d < DIM; d++)
-                        cent[c * DIM + d] = (float)nrand() * scale[d];
-                for (size_t t = 0; t < n; t++) {
-                    unsigned c = (unsigned)((urand() + 1) * NC / 2) % NC;
-                    uint16_t *r = rows + row_off(t, l, kv, h);
-                    for (unsigned d = 0; d < DIM; d++)
-                        r[d] = fkvf_f32_to_f16(cent[c * DIM + d] +
-                                               (float)(nrand() * 0.4) * scale[d]);
-                }
-            }
-    free(cent);
-    free(scale);
-    return rows;
-}
 
 /* the CBK1 tables of a codebook file (copied) */
 static void *file_tables(const char *path, const fkvf_codebook_shape *want, size_t *size)
@@ -339,7 +248,7 @@ static void kern_make(kern *kk, const fkvf_rvq *q32, const uint16_t *rows, size_
     fkvfq_table_prepare(kk->rows, K, DIM, kk->panels, kk->norms, &kk->cmax, kk->prep);
     for (size_t t = 0; t < n; t++)
         for (unsigned d = 0; d < DIM; d++)
-            kk->x[t * DIM + d] = fkvf_f16_to_f32(rows[row_off(t, 0, 0, 0) + d]);
+            kk->x[t * DIM + d] = fkvf_f16_to_f32(rows[bench_row_off(&SHAPE, t, 0, 0, 0) + d]);
     kk->t.rows = kk->rows;
     kk->t.panels = kk->panels;
     kk->t.norms = kk->norms;
@@ -444,7 +353,9 @@ int main(int argc, char **argv)
            "positions, %s, keys %s; encoder kernels %s\n",
            NL, NH, DIM, K, KS, VS, n, npy ? npy : "in-process data",
            rope_on ? "un-rotated (RoPE)" : "as-is", isa == FKVFQ_ISA_AVX512 ? "AVX-512" : "AVX2+FMA");
-    uint16_t *rows = npy ? load_npy(npy, n) : make_rows(n);
+    SHAPE = (bench_shape){NL, NH, DIM};
+    uint16_t *rows = npy ? bench_load_npy(&SHAPE, npy, n, "bench_peak")
+                         : bench_make_rows(&SHAPE, n, "bench_peak");
     const fkvf_rope rope = {2, DIM, 10000.0};
     const fkvf_rope *rp = rope_on ? &rope : NULL;
     fkvf_rows all = {rows, n, FKVF_DTYPE_F16, 0};

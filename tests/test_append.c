@@ -31,29 +31,15 @@
 
 static char tmpdir[64];
 
-static void make_dir(void)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/fkvf-append-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
+static void make_dir(void) { tu_tmpdir_make(tmpdir, sizeof tmpdir, "append"); }
 
-static void path_in(char *out, size_t n, const char *name)
-{
-    snprintf(out, n, "%s/%s", tmpdir, name);
-}
+static void path_in(char *out, size_t n, const char *name) { tu_tmp_path(out, n, tmpdir, name); }
 
 /* f16 rows of positions [first, first+n), deterministic per position, as
  * the library takes and gives rows: little-endian element bytes. */
 static void gen_rows(uint16_t *out, uint64_t first, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        tu_rng rng = {(first + i) * 0x9E3779B97F4A7C15u + 1};
-        for (size_t e = 0; e < ROW_ELEMS; e++) {
-            double v = (double)(tu_next(&rng) >> 11) / 9007199254740992.0 * 4.0 - 2.0;
-            out[i * ROW_ELEMS + e] = fkvf_f32_to_f16((float)v);
-        }
-    }
-    tu_le_u16(out, n * ROW_ELEMS);
+    tu_f16_rows(out, first, n, ROW_ELEMS, 1);
 }
 
 static fkvf_desc test_desc(int pre_rope)

@@ -47,29 +47,15 @@
 static char tmpdir[64];
 static fkvf_rvq *Q;
 
-static void make_dir(void)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/fkvf-acompact-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
+static void make_dir(void) { tu_tmpdir_make(tmpdir, sizeof tmpdir, "acompact"); }
 
-static void path_in(char *out, size_t n, const char *name)
-{
-    snprintf(out, n, "%s/%s", tmpdir, name);
-}
+static void path_in(char *out, size_t n, const char *name) { tu_tmp_path(out, n, tmpdir, name); }
 
 /* f16 rows of positions [first, first+n), deterministic per position, as
  * the library takes and gives rows: little-endian element bytes. */
 static void gen_rows(uint16_t *out, uint64_t first, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        tu_rng rng = {(first + i) * 0x9E3779B97F4A7C15u + 7};
-        for (size_t e = 0; e < ROW_ELEMS; e++) {
-            double v = (double)(tu_next(&rng) >> 11) / 9007199254740992.0 * 4.0 - 2.0;
-            out[i * ROW_ELEMS + e] = fkvf_f32_to_f16((float)v);
-        }
-    }
-    tu_le_u16(out, n * ROW_ELEMS);
+    tu_f16_rows(out, first, n, ROW_ELEMS, 7);
 }
 
 static uint32_t token_of(uint64_t p)
@@ -107,18 +93,7 @@ static void teardown(void)
 {
     fkvf_rvq_free(Q);
     Q = NULL;
-    DIR *dh = opendir(tmpdir);
-    if (dh) {
-        struct dirent *e;
-        char p[400];
-        while ((e = readdir(dh)) != NULL)
-            if (e->d_name[0] != '.') {
-                snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-                unlink(p);
-            }
-        closedir(dh);
-    }
-    rmdir(tmpdir);
+    tu_tmpdir_remove(tmpdir);
 }
 
 /* Create path (no positions) with the codebook Q and a 16-bit token stream. */

@@ -30,16 +30,9 @@
 
 static char tmpdir[64];
 
-static void make_dir(void)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/fkvf-compact-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
+static void make_dir(void) { tu_tmpdir_make(tmpdir, sizeof tmpdir, "compact"); }
 
-static void path_in(char *out, size_t n, const char *name)
-{
-    snprintf(out, n, "%s/%s", tmpdir, name);
-}
+static void path_in(char *out, size_t n, const char *name) { tu_tmp_path(out, n, tmpdir, name); }
 
 /* Files in tmpdir (temporary files left behind show up here). */
 static int n_files(void)
@@ -53,20 +46,7 @@ static int n_files(void)
     return n;
 }
 
-static void remove_dir(void)
-{
-    DIR *d = opendir(tmpdir);
-    ck_assert_ptr_nonnull(d);
-    char p[400];
-    for (struct dirent *e; (e = readdir(d));) {
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(tmpdir);
-}
+static void remove_dir(void) { tu_tmpdir_remove(tmpdir); }
 
 static int same_bytes(const char *a, const char *b)
 {
@@ -82,14 +62,7 @@ static int same_bytes(const char *a, const char *b)
  * the library takes rows: little-endian element bytes. */
 static void gen_rows(uint16_t *out, uint64_t first, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        tu_rng rng = {(first + i) * 0x9E3779B97F4A7C15u + 7};
-        for (size_t e = 0; e < ROW_ELEMS; e++) {
-            double v = (double)(tu_next(&rng) >> 11) / 9007199254740992.0 * 4.0 - 2.0;
-            out[i * ROW_ELEMS + e] = fkvf_f32_to_f16((float)v);
-        }
-    }
-    tu_le_u16(out, n * ROW_ELEMS);
+    tu_f16_rows(out, first, n, ROW_ELEMS, 7);
 }
 
 static fkvf_rvq *train(void)

@@ -35,40 +35,15 @@ static const uint8_t pairs[2 * L] = {2, 1, 0, 1, 0, 0, 1, 2};
 
 static char tmpdir[64];
 
-static void make_dir(void)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/fkvf-layers-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void path_in(char *out, size_t n, const char *name)
-{
-    snprintf(out, n, "%s/%s", tmpdir, name);
-}
-
-static void rm_dir(void)
-{
-    const char *names[] = {"a.fkvf", "b.fkvf", "cb.fkvf", "ext.fkvf", "c.fkvf"};
-    char p[128];
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        path_in(p, sizeof p, names[i]);
-        unlink(p);
-    }
-    rmdir(tmpdir);
-}
+static void make_dir(void) { tu_tmpdir_make(tmpdir, sizeof tmpdir, "layers"); }
+static void path_in(char *out, size_t n, const char *name) { tu_tmp_path(out, n, tmpdir, name); }
+static void rm_dir(void) { tu_tmpdir_remove(tmpdir); }
 
 /* f16 rows of positions [first, first+n), deterministic per position, as
- * the library takes them: little-endian elements (fkvf_rows). */
+ * the library takes them: little-endian elements (fkvf_rows) */
 static void gen_rows(uint16_t *out, uint64_t first, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        tu_rng rng = {(first + i) * 0x9E3779B97F4A7C15u + 11};
-        for (size_t e = 0; e < ROW_ELEMS; e++) {
-            double v = (double)(tu_next(&rng) >> 11) / 9007199254740992.0 * 4.0 - 2.0;
-            out[i * ROW_ELEMS + e] = fkvf_f32_to_f16((float)v);
-        }
-    }
-    tu_le_u16(out, n * ROW_ELEMS);
+    tu_f16_rows(out, first, n, ROW_ELEMS, 11);
 }
 
 static void params(fkvf_rvq_params *p, const uint8_t *table)

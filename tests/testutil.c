@@ -1,5 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -278,6 +279,48 @@ void tu_write_file(const char *path, const void *data, size_t size)
     ck_assert_msg(f != NULL, "cannot create %s", path);
     ck_assert_uint_eq(fwrite(data, 1, size, f), size);
     ck_assert_int_eq(fclose(f), 0);
+}
+
+void tu_tmpdir_make(char *dir, size_t n, const char *tag)
+{
+    int k = snprintf(dir, n, "/tmp/fkvf-%s-XXXXXX", tag);
+    ck_assert_msg(k > 0 && (size_t)k < n, "scratch directory name for %s too long", tag);
+    ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp %s: %s", dir, strerror(errno));
+}
+
+void tu_tmp_path(char *out, size_t n, const char *dir, const char *name)
+{
+    int k = snprintf(out, n, "%s/%s", dir, name);
+    ck_assert_msg(k > 0 && (size_t)k < n, "path %s/%s too long", dir, name);
+}
+
+void tu_tmpdir_remove(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[4096];
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p)
+            unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+void tu_f16_rows(uint16_t *out, uint64_t first, size_t n, size_t row_elems, uint64_t salt)
+{
+    for (size_t i = 0; i < n; i++) {
+        tu_rng rng = {(first + i) * UINT64_C(0x9E3779B97F4A7C15) + salt};
+        for (size_t e = 0; e < row_elems; e++) {
+            double v = (double)(tu_next(&rng) >> 11) / 9007199254740992.0 * 4.0 - 2.0;
+            out[i * row_elems + e] = fkvf_f32_to_f16((float)v);
+        }
+    }
+    tu_le_u16(out, n * row_elems);
 }
 
 int tu_run_limited(size_t as_bytes, int (*fn)(void *ctx), void *ctx)

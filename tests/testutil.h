@@ -112,6 +112,19 @@ uint8_t *tu_read_file(const char *path, size_t *size, const fkvf_allocator *a);
 uint8_t *tu_slurp(const char *path, size_t *size);
 /* Create or replace the file at `path` with `size` bytes, or the test fails. */
 void tu_write_file(const char *path, const void *data, size_t size);
+/* A scratch directory /tmp/fkvf-TAG-XXXXXX (mkdtemp) into dir (n bytes;
+ * 64 are enough for a short tag), or the test fails. */
+void tu_tmpdir_make(char *dir, size_t n, const char *tag);
+/* dir/name into out (n bytes), or the test fails when it does not fit. */
+void tu_tmp_path(char *out, size_t n, const char *dir, const char *name);
+/* Remove every file in dir (one level: the tests make no subdirectories),
+ * then dir. */
+void tu_tmpdir_remove(const char *dir);
+
+/* n rows of row_elems f16 elements, positions [first, first + n): uniform
+ * in [-2, 2), each position's its own (from first + i and salt), as the
+ * library takes rows (little-endian elements). */
+void tu_f16_rows(uint16_t *out, uint64_t first, size_t n, size_t row_elems, uint64_t salt);
 
 /* TU_UNDER_ASAN is 1 in an AddressSanitizer build (gcc or clang), else 0. */
 #if defined(__SANITIZE_ADDRESS__)
