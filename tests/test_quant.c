@@ -1248,6 +1248,24 @@ static size_t sel_index(int heads, size_t n_out, uint32_t ls, uint32_t H, uint32
     return row * nsel * E + ls * E + in;
 }
 
+/* Training's worker count under its scratch budget: what the threads ask
+ * for while their scratch fits FKVFQ_TRAIN_SCRATCH_BYTES, fewer when it
+ * does not, never none. */
+START_TEST(train_threads_within_scratch_budget)
+{
+    const size_t B = FKVFQ_TRAIN_SCRATCH_BYTES;
+    ck_assert_uint_eq(fkvfq_train_threads(64, 9u << 20), 64);          /* 576 MiB */
+    ck_assert_uint_eq(fkvfq_train_threads(64, (size_t)69 << 20), B / ((size_t)69 << 20));
+    ck_assert_uint_le(fkvfq_train_threads(64, (size_t)69 << 20) * ((size_t)69 << 20), B);
+    ck_assert_uint_eq(fkvfq_train_threads(256, B / 256), 256);         /* exactly fits */
+    ck_assert_uint_eq(fkvfq_train_threads(256, B / 256 + 1), 255);
+    ck_assert_uint_eq(fkvfq_train_threads(4, B + 1), 1);               /* one always runs */
+    ck_assert_uint_eq(fkvfq_train_threads(4, SIZE_MAX), 1);
+    ck_assert_uint_eq(fkvfq_train_threads(1, 0), 1);
+    ck_assert_uint_eq(fkvfq_train_threads(7, 0), 7);
+}
+END_TEST
+
 START_TEST(rvq_decode_to_matches_rows)
 {
     static const struct {
@@ -2479,6 +2497,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tq, rvq_decode_kernels_match_plain_reference);
     tcase_add_test(tq, rvq_decode_f16_tables_match_portable);
     tcase_add_test(tq, rvq_decode_to_matches_rows);
+    tcase_add_test(tq, train_threads_within_scratch_budget);
     tcase_add_test(tq, rvq_borrow_f16_checks);
     tcase_add_test(tq, rvq_beam_not_worse_than_greedy);
     tcase_add_test(tq, rvq_deterministic);

@@ -1839,8 +1839,10 @@ FKVF_API void fkvf_rvq_params_init(fkvf_rvq_params *p);
  * (all of them when fewer). The result depends only on the inputs and the
  * seed, not on which search kernel the CPU runs (assignments are exact), nor
  * on params->n_threads; cost about n * k * dim * (max_iters + 1)
- * multiply-adds per stage table. Memory: the sample of one table's
- * vectors (n * dim binary32 values) and its scratch per thread. Non-finite
+ * multiply-adds per stage table. Memory: per worker thread the sample of
+ * one table's vectors (n * dim binary32 values) and k-means' scratch, about
+ * 8 * dim + 53 bytes a vector; a call starts no more workers than fit 1 GiB
+ * of it (at least one), whatever n_threads asks for. Non-finite
  * inputs are FKVF_E_INVALID_ARG. */
 FKVF_API int fkvf_rvq_train(fkvf_rvq **out, const fkvf_rvq_params *params,
                             const fkvf_rows *blocks, size_t n_blocks,

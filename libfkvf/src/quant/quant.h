@@ -280,6 +280,15 @@ double fkvfq_seed_update_isa(int isa, const float *x, size_t n, uint32_t dim, co
                              double *d2, double *cum, int first, float *xt);
 size_t fkvfq_seed_scratch(size_t n, uint32_t dim);
 
+/* Training's workers each hold one table's sample and k-means' arrays
+ * (about 8 * dim + 53 bytes a sample vector): a training starts no more of
+ * them than fit FKVFQ_TRAIN_SCRATCH_BYTES, and at least one, whatever
+ * n_threads asks for (the codebook is the same for any count).
+ * fkvfq_train_threads: that count for n_threads asked and scratch_bytes a
+ * worker. Pure. */
+#define FKVFQ_TRAIN_SCRATCH_BYTES ((size_t)1 << 30)
+unsigned fkvfq_train_threads(unsigned n_threads, size_t scratch_bytes);
+
 /* Does fkvf_rvq_decode have its AVX2 + F16C kernels on this CPU (the f16
  * group kernel that decodes from f16 tables)? The test fkvf_rvq_decode
  * itself makes; 0 in a build without them. */

@@ -995,6 +995,30 @@ static int tr_alloc(const fkvf_allocator *a, tr_scratch *w, size_t n, uint32_t d
     return ok;
 }
 
+/* Bytes of tr_alloc's scratch for n vectors (an upper bound: the AVX-512
+ * transposed copy counted whether made or not). */
+static size_t tr_scratch_bytes(size_t n, uint32_t dmax, uint32_t k, uint32_t one_cs)
+{
+    size_t per_row = 2 * (size_t)dmax * sizeof(float) + 3 * sizeof(uint32_t) +
+                     5 * sizeof(double) + 1; /* x, xt; asg, prev, near; err..lb; need */
+    size_t per_k = (size_t)dmax * (sizeof(double) + sizeof(float)) + sizeof(size_t) +
+                   sizeof(double) + (size_t)FKVFQ_BLOCK * sizeof(float) * 2; /* sums, old, ... */
+    size_t a, b;
+    if (!fkvf_mulsz(seed_ld(n), per_row, &a) || !fkvf_mulsz(k, per_k, &b) ||
+        !fkvf_addsz(a, b, &a) || !fkvf_addsz(a, fkvfq_prepare_scratch(k), &a) ||
+        !fkvf_addsz(a, (size_t)one_cs * sizeof(double) + (size_t)dmax * 12, &a))
+        return SIZE_MAX;
+    return a;
+}
+
+unsigned fkvfq_train_threads(unsigned n_threads, size_t scratch_bytes)
+{
+    size_t fit = scratch_bytes ? FKVFQ_TRAIN_SCRATCH_BYTES / scratch_bytes : SIZE_MAX;
+    if (fit < 1)
+        fit = 1;
+    return n_threads > fit ? (unsigned)fit : n_threads;
+}
+
 /* One training: what every table's work reads (shared, unchanged while the
  * tables train) and where it writes (q's arrays and orig: each table its
  * own part). Item i is table set (layer, head, K|V) = (i / 2 / n_heads,
@@ -1203,7 +1227,12 @@ static int tr_tables(tr_job *j, const fkvf_allocator *a, size_t total_rows)
     const int keep_cs = rd && fkvf_mulsz(total_rows, (size_t)rd * sizeof(double), &csb) &&
                         csb <= Q_CS_ALL_BYTES && sh->k_stages;
     const size_t items = (size_t)sh->n_layers * sh->n_heads * 2;
-    const unsigned nt = fkvf_par_threads(p->n_threads), nw = fkvf_par_workers(nt, items);
+    /* as many workers as the threads asked for, the items and the scratch
+     * budget allow (each holds one table's sample and k-means' arrays) */
+    const unsigned nt = fkvfq_train_threads(
+        fkvf_par_threads(p->n_threads),
+        tr_scratch_bytes(j->n, dmax, p->k, rd && !keep_cs ? rd : 0));
+    const unsigned nw = fkvf_par_workers(nt, items);
     tr_scratch *ws = fkvf_calloc(a, nw, sizeof(tr_scratch));
     int ok = ws != NULL, rc = FKVF_OK;
     for (unsigned i = 0; ok && i < nw; i++)
