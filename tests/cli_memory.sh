@@ -14,7 +14,9 @@
 # the heads-first one gives; the lossless archive restores the cache bit for
 # bit; an archive of many index segments (FKVF_TEST_PACK_SEGMENT, positions
 # per segment) restores the same rows as one of one segment, verifies, takes
-# a search index and keeps its rows.
+# a search index and keeps its rows. A .npz of the cache, stored and
+# deflated, packs under the bound too (its members' data go to a file in
+# $TMPDIR, not to memory) into an archive of the same rows.
 # usage: cli_memory.sh FKVF_BIN SRCDIR
 set -u
 FKVF=$1
@@ -52,6 +54,34 @@ check train 0 "$FKVF" train "$T/train.npy" -o "$T/cb.fkvf" --k 16 --k-stages 2 -
     --iters 1 --no-rope
 bounded pack-codebooks "$FKVF" pack "$T/raw.npy" --codebooks "$T/cb.fkvf" --no-rope -o "$T/a.fkvf"
 check unpack-a 0 "$FKVF" unpack "$T/a.fkvf" -o "$T/a.npy"
+# .npz (stored as numpy.savez writes it, and deflated as savez_compressed):
+# the key and value members are inflated into an unlinked file in $TMPDIR
+# and read from it a chunk at a time as a .npy's; the same archive rows
+"$PY" -c "
+import sys, numpy as np
+a = np.load(sys.argv[1], mmap_mode='r')
+d = {}
+for l in range(a.shape[0]):
+    d['layers.%d.key' % l] = a[l, 0]
+    d['layers.%d.value' % l] = a[l, 1]
+np.savez(sys.argv[2], **d)
+np.savez_compressed(sys.argv[3], **d)
+" "$T/raw.npy" "$T/s.npz" "$T/c.npz" || exit 1
+mkdir -p "$T/spill"
+for z in s c; do
+    TMPDIR=$T/spill bounded "pack-npz-$z" "$FKVF" pack "$T/$z.npz" --codebooks "$T/cb.fkvf" \
+        --no-rope -o "$T/z$z.fkvf"
+    check "unpack-npz-$z" 0 "$FKVF" unpack "$T/z$z.fkvf" -o "$T/z$z.npy"
+    same "npz-$z-rows" "$T/a.npy" "$T/z$z.npy"
+    rm -f "$T/z$z.npy" "$T/z$z.fkvf"
+done
+if [ -z "$(ls "$T/spill")" ]; then pass=$((pass + 1)); else
+    echo "FAIL: files left in TMPDIR:"; ls -la "$T/spill"; fails=$((fails + 1)); fi
+# no room for the spill file: the error names the directory
+TMPDIR=$T/no-such-dir check npz-no-tmpdir 2 "$FKVF" pack "$T/s.npz" --codebooks "$T/cb.fkvf" \
+    --no-rope -o "$T/zx.fkvf"
+grep_in npz-no-tmpdir "temporary file in $T/no-such-dir" "$T/err"
+rm -f "$T/s.npz" "$T/c.npz"
 # every position exact: 128 MiB of exact rows, written a chunk at a time
 bounded pack-lossless "$FKVF" pack "$T/raw.npy" --sinks 32768 -o "$T/x.fkvf"
 check unpack-x 0 "$FKVF" unpack "$T/x.fkvf" -o "$T/x.npy"

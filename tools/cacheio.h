@@ -72,8 +72,9 @@ typedef enum kvio_format {
  * copied; kvio_read then keeps the mapping in the cache (kvio_cache.map). */
 #define KVIO_READ_BORROW 0x4u
 /* kvio_read only (kvio_read_mem refuses it): the key/value tensors stored
- * uncompressed in the file (.safetensors, .npy; not .npz members, which are
- * read into memory as before) are not read at all: their keys[l] /
+ * uncompressed in the file (.safetensors, .npy) are not read at all; those
+ * of a .npz are inflated (or copied) into an unlinked temporary file in
+ * $TMPDIR (default /tmp) as they are read; either way their keys[l] /
  * values[l] stay NULL and the cache keeps the file open (kvio_cache.lazy)
  * so that kvio_read_kv reads positions on demand, in memory bounded by
  * what the caller asks for. Shape, dtype, token ids and metadata are read

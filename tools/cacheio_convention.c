@@ -423,9 +423,9 @@ static int take_tokens(const ctx *x, const kv_tensor *tok, int nhd, kvio_cache *
 
 /* A lazy read (kvio_read with KVIO_READ_LAZY): every key and value tensor
  * pointed to where it lies in the mapped file, whatever its layout, for
- * kvio_read to turn into file offsets; 0 (nothing done) when a tensor's
- * bytes are the reader's own (npz members: copied as without the flag) or
- * empty. */
+ * kvio_read to turn into file offsets (a .npz's: where they lie in the
+ * mapped spill file of its members' data); 0 (nothing done) when a
+ * tensor's bytes are the reader's own or empty. */
 static int take_lazily(kv_tensor **key_of, kv_tensor **val_of, size_t L, kvio_cache *out)
 {
     for (size_t l = 0; l < L; l++)

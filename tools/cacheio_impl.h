@@ -151,6 +151,8 @@ typedef struct kv_tensor {
     const uint8_t *data;
     uint64_t nbytes;
     uint8_t *owned; /* npz: malloc'd member bytes that `data` points into */
+    int spilled;        /* npz, lazy: the data are in the spill file ... */
+    uint64_t spill_off; /* ... at this offset (data set once it is mapped) */
     int role, scheme;
     uint32_t layer;
 } kv_tensor;

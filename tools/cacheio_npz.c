@@ -2,6 +2,10 @@
  * cacheio_npz.c - .npz, a zip of .npy members (docs/cache-files.md section
  * 5), read and written through libarchive.
  */
+#if defined(__linux__)
+#define _DEFAULT_SOURCE /* madvise */
+#endif
+#define _POSIX_C_SOURCE 200809L
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
@@ -9,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cacheio_impl.h"
 
@@ -94,10 +100,62 @@ static int npz_short_header(const ctx *x, const char *label, npz_buf *b)
     return rc;
 }
 
+/* Where a lazy read (KVIO_READ_LAZY) puts the key and value members' data:
+ * an unlinked temporary file (fd -1: none, members are read into memory),
+ * len bytes of it written. */
+typedef struct npz_spill {
+    int fd;
+    uint64_t len;
+} npz_spill;
+
+/* bytes inflated at a time into the spill file */
+#define NPZ_SPILL_PIECE ((size_t)1 << 20)
+
+/* The rest of the current member after its .npy header (b holds the header
+ * and the first data bytes) into the spill file at sp->len, bounded as
+ * npz_member bounds it; t then refers to it (t->spilled). */
+static int npz_spill_rest(const ctx *x, struct archive *a, const char *label, npz_buf *b,
+                          npz_spill *sp, uint64_t *used, uint64_t budget, kv_tensor *t)
+{
+    uint64_t want = b->h.nbytes, got = b->len - b->hdr_end, at = sp->len;
+    int rc = got ? cio_pwrite_all(x, sp->fd, b->buf + b->hdr_end, (size_t)got, at) : KVIO_OK;
+    uint8_t *piece = rc ? NULL : malloc(NPZ_SPILL_PIECE);
+    if (!rc && !piece)
+        rc = cio_fail(x, KVIO_E_NOMEM, "%s: out of memory", label);
+    while (!rc) {
+        la_ssize_t r = archive_read_data(a, piece, NPZ_SPILL_PIECE);
+        if (r < 0)
+            rc = cio_fail(x, KVIO_E_FORMAT, "%s: corrupt member: %s", label, archive_error_string(a));
+        else if (r == 0)
+            break;
+        else if ((uint64_t)r > want - got)
+            rc = cio_fail(x, KVIO_E_FORMAT,
+                          "%s: member holds more bytes than its .npy header describes (%" PRIu64 ")",
+                          label, b->expect);
+        else if ((*used += (uint64_t)r) > budget)
+            rc = cio_fail(x, KVIO_E_FORMAT,
+                          "%s: the archive decompresses to more than %u times its size; refusing",
+                          label, KVIO_NPZ_MAX_EXPANSION);
+        else if (!(rc = cio_pwrite_all(x, sp->fd, piece, (size_t)r, at + got)))
+            got += (uint64_t)r;
+    }
+    free(piece);
+    if (!rc && got < want)
+        rc = cio_fail(x, KVIO_E_FORMAT, "%s: truncated: member ends after %" PRIu64 " of %" PRIu64
+                      " bytes", label, b->hdr_end + got, b->expect);
+    if (rc)
+        return rc;
+    t->spilled = 1;
+    t->spill_off = at;
+    sp->len = (at + want + 63) / 64 * 64; /* the next member 64-byte aligned */
+    return KVIO_OK;
+}
+
 /* Read the current member fully (bounded by its .npy header and the
- * expansion budget) into a malloc'd buffer; fill t. */
+ * expansion budget) into a malloc'd buffer, or with sp its data into the
+ * spill file; fill t. */
 static int npz_member(const ctx *x, struct archive *a, struct archive_entry *e, const char *label,
-                      uint64_t *used, uint64_t budget, kv_tensor *t)
+                      uint64_t *used, uint64_t budget, npz_spill *sp, kv_tensor *t)
 {
     npz_buf b;
     int rc = KVIO_OK;
@@ -139,12 +197,16 @@ static int npz_member(const ctx *x, struct archive *a, struct archive_entry *e, 
                 break;
             rc = KVIO_OK;
         }
+        if (b.parsed && sp) {
+            rc = npz_spill_rest(x, a, label, &b, sp, used, budget, t);
+            break;
+        }
     }
     if (!rc && !b.parsed)
         rc = npz_short_header(x, label, &b);
-    else if (!rc && b.len < b.expect)
-        rc = cio_fail(x, KVIO_E_FORMAT, "%s: truncated: member ends after %zu of %" PRIu64 " bytes", label,
-                      b.len, b.expect);
+    else if (!rc && !t->spilled && b.len < b.expect)
+        rc = cio_fail(x, KVIO_E_FORMAT, "%s: truncated: member ends after %zu of %" PRIu64 " bytes",
+                      label, b.len, b.expect);
     if (!rc) {
         snprintf(t->dtype_name, sizeof t->dtype_name, "%s", b.h.descr);
         t->type = b.h.type;
@@ -152,9 +214,11 @@ static int npz_member(const ctx *x, struct archive *a, struct archive_entry *e, 
         t->ndim = b.h.ndim;
         memcpy(t->dims, b.h.dims, sizeof t->dims);
         t->nbytes = b.h.nbytes;
-        t->data = b.buf + b.hdr_end;
-        t->owned = b.buf;
-        b.buf = NULL;
+        if (!t->spilled) {
+            t->data = b.buf + b.hdr_end;
+            t->owned = b.buf;
+            b.buf = NULL;
+        }
     }
     free(b.buf);
     return rc;
@@ -167,6 +231,7 @@ typedef struct npz_read {
     ign_list ign;          /* members skipped */
     uint64_t used, budget; /* bytes decompressed, and the most allowed */
     unsigned flags;
+    npz_spill spill;       /* KVIO_READ_LAZY: where the key and value data go */
 } npz_read;
 
 /* The tensor name of a member "NAME.npy" (malloc'd) in *tname; NULL for a
@@ -247,7 +312,82 @@ static int npz_entry(const ctx *x, struct archive *a, struct archive_entry *e, n
     r->t[r->n++] = tmp; /* owns tname from here on */
     char label[300];
     snprintf(label, sizeof label, "tensor '%s' (member '%s')", cio_show(tname).s, cio_show(mname).s);
-    return npz_member(x, a, e, label, &r->used, r->budget, &r->t[r->n - 1]);
+    int kv = tmp.role == R_KEY || tmp.role == R_VALUE;
+    return npz_member(x, a, e, label, &r->used, r->budget, kv && r->spill.fd >= 0 ? &r->spill : NULL,
+                      &r->t[r->n - 1]);
+}
+
+/* The pages of the file's mapping (data, size: kvio_read's private map, of
+ * which the reader writes nothing) before byte `pos` let go: a lazy read
+ * of a large .npz keeps only the member it reads resident (the pages come
+ * back from the file if read again). */
+static void npz_drop_before(const void *data, size_t size, la_int64_t pos)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || pos <= 0)
+        return;
+    uintptr_t base = (uintptr_t)data, first = (base + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t end = base + ((uint64_t)pos < size ? (size_t)pos : size);
+    end &= ~((uintptr_t)page - 1);
+#if defined(__linux__)
+    /* MADV_DONTNEED: glibc's posix_madvise makes POSIX_MADV_DONTNEED a no-op */
+    if (end > first)
+        (void)madvise((void *)first, end - first, MADV_DONTNEED);
+#else
+    if (end > first)
+        (void)posix_madvise((void *)first, end - first, POSIX_MADV_DONTNEED);
+#endif
+}
+
+/* The spill file of a lazy read: an unlinked temporary file in $TMPDIR
+ * (default /tmp). */
+static int npz_spill_open(const ctx *x, npz_spill *sp)
+{
+    const char *dir = getenv("TMPDIR");
+    char path[4096];
+    if (!dir || !*dir)
+        dir = "/tmp";
+    if (snprintf(path, sizeof path, "%s/fkvf-npz-XXXXXX", dir) >= (int)sizeof path)
+        return cio_fail(x, KVIO_E_IO, "TMPDIR too long for a temporary file");
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return cio_fail(x, KVIO_E_IO, "cannot create a temporary file in %s for the members' data: %s",
+                        dir, strerror(errno));
+    unlink(path); /* gone when closed, whatever happens */
+    sp->fd = fd;
+    sp->len = 0;
+    return KVIO_OK;
+}
+
+/* A lazy read's end: the spilled tensors pointed into a read-only mapping
+ * of the spill file, the cache assembled, its key and value tensors then
+ * read from the spill file (cio_lazy_adopt takes the fd). */
+static int npz_assemble_spilled(const ctx *x, npz_read *r, unsigned flags, kvio_cache *out)
+{
+    uint8_t *map = NULL;
+    if (r->spill.len) {
+        if (r->spill.len > SIZE_MAX)
+            return cio_fail(x, KVIO_E_NOMEM, "the members' data are too large for this platform");
+        void *m = mmap(NULL, (size_t)r->spill.len, PROT_READ, MAP_PRIVATE, r->spill.fd, 0);
+        if (m == MAP_FAILED)
+            return cio_fail(x, KVIO_E_IO, "cannot map the temporary file of the members' data: %s",
+                            strerror(errno));
+        map = m;
+    }
+    for (size_t i = 0; i < r->n; i++)
+        if (r->t[i].spilled)
+            r->t[i].data = map ? map + r->t[i].spill_off : (const uint8_t *)"";
+    int rc = cio_assemble(x, r->t, r->n, flags, NULL, 0, &r->ign, out);
+    if (rc == KVIO_OK) {
+        rc = cio_lazy_adopt(x, out, r->spill.fd, map, (size_t)r->spill.len,
+                            (flags & KVIO_READ_NHD) != 0);
+        r->spill.fd = -1; /* the cache's now, or closed */
+        if (rc)
+            kvio_cache_free(out);
+    }
+    if (map)
+        munmap(map, (size_t)r->spill.len);
+    return rc;
 }
 
 int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned flags,
@@ -258,6 +398,7 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
     int rc = KVIO_OK;
     memset(&r, 0, sizeof r);
     r.flags = flags;
+    r.spill.fd = -1;
     if (!out)
         return cio_fail(&x, KVIO_E_ARG, "no output cache");
     memset(out, 0, sizeof *out);
@@ -265,9 +406,15 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
         return cio_fail(&x, KVIO_E_FORMAT, "empty file (not a zip archive)");
     if (!mul_ok(size, KVIO_NPZ_MAX_EXPANSION, &r.budget) || !add_ok(r.budget, 1u << 20, &r.budget))
         r.budget = UINT64_MAX;
+    if ((flags & KVIO_READ_LAZY) && (flags & KVIO_READ_BORROW) &&
+        (rc = npz_spill_open(&x, &r.spill)))
+        return rc;
     struct archive *a = archive_read_new();
-    if (!a)
+    if (!a) {
+        if (r.spill.fd >= 0)
+            close(r.spill.fd);
         return cio_fail(&x, KVIO_E_NOMEM, "out of memory");
+    }
     archive_read_support_format_zip_seekable(a); /* needs the central directory */
     if (archive_read_open_memory(a, data, size) != ARCHIVE_OK) {
         rc = cio_fail(&x, KVIO_E_FORMAT, "not a readable zip archive: %s", archive_error_string(a));
@@ -282,11 +429,16 @@ int kvio_read_npz_mem(const void *data, size_t size, const char *name, unsigned 
             rc = cio_fail(&x, KVIO_E_FORMAT, "corrupt zip archive: %s", archive_error_string(a));
             goto done;
         }
+        if (r.spill.fd >= 0) /* a lazy read: the members before this one are read */
+            npz_drop_before(data, size, archive_read_header_position(a));
         if ((rc = npz_entry(&x, a, e, &r)))
             goto done;
     }
-    rc = cio_assemble(&x, r.t, r.n, flags, NULL, 0, &r.ign, out);
+    rc = r.spill.fd >= 0 ? npz_assemble_spilled(&x, &r, flags, out)
+                         : cio_assemble(&x, r.t, r.n, flags, NULL, 0, &r.ign, out);
 done:
+    if (r.spill.fd >= 0)
+        close(r.spill.fd);
     cio_ign_free(&r.ign);
     for (size_t i = 0; i < r.n; i++) {
         free(r.t[i].owned);
