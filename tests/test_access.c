@@ -372,9 +372,9 @@ START_TEST(read_matches_restore)
             fkvf_read_request q = {0, x.N, 0, 0, 0, 0, 0, (fkvf_dtype)dt, (fkvf_layout)lay};
             check_req(r, &x, &q, -1);
         }
-    /* every head and both parts of each range of layers, from a position
-     * before the first archived one and from one inside the run (the
-     * decoder's bulk path when 64 or more archived positions remain),
+    /* every head of each range of layers, both parts and each alone, from a
+     * position before the first archived one and from one inside the run
+     * (the decoder's bulk path when 64 or more archived positions remain),
      * both layouts, every dtype, on 1 and 3 threads */
     uint64_t starts[2] = {c->S > 0 ? c->S - 1 : 0, c->S + 3};
     for (unsigned th = 1; th <= 3; th += 2) {
@@ -383,10 +383,13 @@ START_TEST(read_matches_restore)
             for (uint32_t l0 = 0; l0 < c->L; l0++)
                 for (uint32_t nl = 1; l0 + nl <= c->L; nl++)
                     for (int dt = 1; dt <= 3; dt++)
-                        for (int lay = 0; lay < 2; lay++) {
+                        for (int lay = 0; lay < 4; lay++) {
                             uint64_t f = starts[si] < x.N ? starts[si] : 0;
-                            fkvf_read_request q = {f, x.N - f, l0, nl, 0, 0, 0, (fkvf_dtype)dt,
-                                                   (fkvf_layout)lay};
+                            /* both parts in both layouts; keys alone heads-first,
+                             * values alone as rows */
+                            unsigned parts = lay < 2 ? 0 : lay == 2 ? 1 : 2;
+                            fkvf_read_request q = {f,     x.N - f, l0, nl, 0, 0, parts,
+                                                   (fkvf_dtype)dt, (fkvf_layout)(lay == 1 || lay == 2)};
                             check_req(r, &x, &q, -2);
                         }
     }

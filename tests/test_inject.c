@@ -2241,7 +2241,7 @@ static int q_step(void *ctx, size_t i)
                                sizeof c->dec);
     case 7: {
         /* layers 1.. heads-first: the codes of those layers only */
-        fkvf_rvq_decode_target t = {1, L - 1, FKVF_LAYOUT_HEADS, NA, 0};
+        fkvf_rvq_decode_target t = {1, L - 1, FKVF_LAYOUT_HEADS, NA, 0, 0};
         size_t skip = fx->cpp / L; /* codes of layer 0 */
         return fkvf_rvq_decode_to(c->qd, &t, c->codes + skip, fx->cpp, 1, NA, S, NULL,
                                   FKVF_DTYPE_F32, c->dec_to, sizeof c->dec_to);

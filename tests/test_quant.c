@@ -1239,13 +1239,52 @@ END_TEST
  * target range must stay untouched. */
 static const uint8_t dt_stages[6] = {4, 2, 1, 3, 0, 2};
 
-static size_t sel_index(int heads, size_t n_out, uint32_t ls, uint32_t H, uint32_t Dk, uint32_t Dv,
-                        uint32_t nsel, uint32_t h, unsigned kv, size_t row)
+/* The element offset of vector (selected layer ls, head h, kv) of row
+ * `row` in an output of n_out rows of nsel layers holding `parts`, rows
+ * (heads 0) or heads-first (heads 1), as fkvf_rvq_decode_to documents it
+ * (written here from that text, not from the library's code). */
+typedef struct dt_geom {
+    uint32_t H, Dk, Dv, nsel;
+    unsigned parts;
+    int heads;
+    size_t n_out;
+} dt_geom;
+
+static size_t sel_index(const dt_geom *g, uint32_t ls, uint32_t h, unsigned kv, size_t row)
 {
-    size_t E = (size_t)H * (Dk + Dv), in = kv ? (size_t)H * Dk + (size_t)h * Dv : (size_t)h * Dk;
-    if (heads)
-        return (ls * E + in) * n_out + row * (kv ? Dv : Dk);
-    return row * nsel * E + ls * E + in;
+    size_t dk = g->parts & 1u ? g->Dk : 0, dv = g->parts & 2u ? g->Dv : 0;
+    size_t E = (size_t)g->H * (dk + dv);
+    size_t in = kv ? (size_t)g->H * dk + (size_t)h * g->Dv : (size_t)h * g->Dk;
+    if (g->heads)
+        return (ls * E + in) * g->n_out + row * (kv ? g->Dv : g->Dk);
+    return row * g->nsel * E + ls * E + in;
+}
+
+/* Vectors of one fkvf_rvq_decode_to output (rows [row0, row0 + n) of g,
+ * layers l0..) that differ from ref (the whole rows of n positions, every
+ * layer and part), plus bytes outside the rows that are not 0xA5. */
+static size_t target_mismatches(const uint8_t *out, const uint8_t *ref, const dt_geom *g,
+                                uint32_t L, uint32_t l0, size_t row0, size_t n, size_t es)
+{
+    dt_geom all = {g->H, g->Dk, g->Dv, L, 3u, 0, n};
+    size_t bad = 0;
+    for (size_t row = 0; row < g->n_out; row++)
+        for (uint32_t ls = 0; ls < g->nsel; ls++)
+            for (uint32_t h = 0; h < g->H; h++)
+                for (unsigned kv = 0; kv < 2; kv++) {
+                    if (!(g->parts >> kv & 1u))
+                        continue;
+                    size_t dim = kv ? g->Dv : g->Dk;
+                    const uint8_t *got = out + sel_index(g, ls, h, kv, row) * es;
+                    if (row < row0 || row >= row0 + n) {
+                        for (size_t b = 0; b < dim * es; b++)
+                            bad += got[b] != 0xA5;
+                        continue;
+                    }
+                    size_t w = sel_index(&all, l0 + ls, h, kv, row - row0);
+                    bad += memcmp(got, ref + w * es, dim * es) != 0;
+                }
+    return bad;
 }
 
 /* Training's worker count under its scratch budget: what the threads ask
@@ -1299,7 +1338,7 @@ START_TEST(rvq_decode_to_matches_rows)
         uint16_t *codes = tu_xcalloc(n * nc, sizeof(uint16_t)); /* stream-major */
         for (size_t i = 0; i < n * nc; i++)
             codes[i] = (uint16_t)tu_below(&r, cases[ci].k);
-        uint8_t *ref = tu_xcalloc(n * re, 4), *out = tu_xcalloc(n_out * re, 4);
+        uint8_t *ref = tu_xcalloc(n * re, 4), *out = tu_xcalloc(n_out * re * 4 + 64, 1);
         size_t bad = 0, calls = 0;
         for (int hi = 0; hi < 2; hi++)
             for (int rp = 0; rp <= 1; rp++)
@@ -1314,9 +1353,9 @@ START_TEST(rvq_decode_to_matches_rows)
                                                  n * re * es));
                     for (uint32_t l0 = 0; l0 < L; l0++)
                         for (uint32_t nl = 1; l0 + nl <= L; nl++)
-                            for (int heads = 0; heads <= 1; heads++)
-                                for (unsigned th = 1; th <= 3; th += 2) {
-                                    fkvf_rvq_set_threads(q, th);
+                            for (unsigned parts = 1; parts <= 3; parts++)
+                                for (int heads = 0; heads <= 1; heads++) {
+                                    fkvf_rvq_set_threads(q, 1 + 2 * (calls % 2));
                                     /* the codes of layers l0.. (stream-major: contiguous) */
                                     size_t j0 = 0;
                                     for (uint32_t l = 0; l < l0; l++)
@@ -1324,40 +1363,34 @@ START_TEST(rvq_decode_to_matches_rows)
                                                            fkvf_layer_v_stages(&sh, l));
                                     fkvf_rvq_decode_target t = {
                                         l0, nl, heads ? FKVF_LAYOUT_HEADS : FKVF_LAYOUT_ROWS,
-                                        n_out, row0};
-                                    size_t sel = (size_t)nl * H * (Dk + Dv) * es * n_out;
-                                    memset(out, 0xA5, sel);
+                                        n_out, row0, parts == 3 ? 0 : parts};
+                                    dt_geom g = {H, Dk, Dv, nl, parts, heads, n_out};
+                                    size_t sel = (size_t)nl * H *
+                                                 ((parts & 1u ? Dk : 0) + (parts & 2u ? Dv : 0)) *
+                                                 es * n_out;
+                                    memset(out, 0xA5, sel + 64);
                                     OK(fkvf_rvq_decode_to(q, &t, codes + j0 * n, 1, n, n, 77,
                                                           rope, dt, out, sel));
                                     calls++;
-                                    for (size_t row = 0; row < n_out; row++)
-                                        for (uint32_t ls = 0; ls < nl; ls++)
-                                            for (uint32_t h = 0; h < H; h++)
-                                                for (unsigned kv = 0; kv < 2; kv++) {
-                                                    size_t dim = kv ? Dv : Dk;
-                                                    size_t o = sel_index(heads, n_out, ls, H, Dk,
-                                                                         Dv, nl, h, kv, row);
-                                                    const uint8_t *g = out + o * es;
-                                                    if (row < row0 || row >= row0 + n) {
-                                                        for (size_t b = 0; b < dim * es; b++)
-                                                            bad += g[b] != 0xA5;
-                                                        continue;
-                                                    }
-                                                    size_t w = sel_index(0, n, l0 + ls, H, Dk, Dv,
-                                                                         L, h, kv, row - row0);
-                                                    bad += memcmp(g, ref + w * es, dim * es) != 0;
-                                                }
+                                    bad += target_mismatches(out, ref, &g, L, l0, row0, n, es);
+                                    for (size_t b = sel; b < sel + 64; b++) /* nothing after */
+                                        bad += out[b] != 0xA5;
                                 }
                     EXPECTF(bad == 0, "case %zu handle %d rope %d dtype %d: %zu vectors differ",
                             ci, hi, rp, (int)dt, bad);
                 }
         ck_assert_uint_gt(calls, 0);
         /* refusals: a bad layout, layers or rows outside, a small buffer */
-        fkvf_rvq_decode_target t = {0, L, (fkvf_layout)2, n_out, 0};
+        fkvf_rvq_decode_target t = {0, L, (fkvf_layout)2, n_out, 0, 0};
         ck_assert_int_eq(fkvf_rvq_decode_to(hs[0], &t, codes, 1, n, n, 0, NULL, FKVF_DTYPE_F32,
                                             out, n_out * re * 4),
                          FKVF_E_INVALID_ARG);
         t.layout = FKVF_LAYOUT_HEADS;
+        t.parts = 4;
+        ck_assert_int_eq(fkvf_rvq_decode_to(hs[0], &t, codes, 1, n, n, 0, NULL, FKVF_DTYPE_F32,
+                                            out, n_out * re * 4),
+                         FKVF_E_INVALID_ARG);
+        t.parts = 0;
         t.layer_first = 1;
         ck_assert_int_eq(fkvf_rvq_decode_to(hs[0], &t, codes, 1, n, n, 0, NULL, FKVF_DTYPE_F32,
                                             out, n_out * re * 4),

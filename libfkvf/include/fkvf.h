@@ -158,8 +158,8 @@ typedef struct fkvf_allocator {
  *   encoding  fkvf_rvq_encode (fkvf_rvq_set_threads); the appender's commit
  *             (fkvf_append_options.n_threads)
  *   decoding  fkvf_rvq_decode (fkvf_rvq_set_threads); fkvf_reader_restore
- *             and fkvf_reader_read of every head and both parts of 64 or
- *             more archived positions (fkvf_reader_set_threads)
+ *             and fkvf_reader_read of every head (keys, values or both) of
+ *             64 or more archived positions (fkvf_reader_set_threads)
  *   training  fkvf_rvq_train (fkvf_rvq_params.n_threads)
  *   checking  fkvf_reader_verify (fkvf_reader_set_threads)
  *   indexing  fkvf_archive_compact's rebuild of the search indexes
@@ -744,8 +744,8 @@ FKVF_API int fkvf_reader_row_bytes(const fkvf_reader *r, fkvf_dtype dtype, size_
  * FKVF_LAYOUT_ROWS (bit-identical results), kept as its own call for the
  * whole-cache path: it decodes archived positions in batches through the
  * quantizer's vector kernels (fkvf_rvq_decode_to), as fkvf_reader_read does
- * for a selection of every head and both parts of at least 64 archived
- * positions; a smaller selection is summed centroid by centroid.
+ * for a selection of every head (keys, values or both) of at least 64
+ * archived positions; a smaller selection is summed centroid by centroid.
  *
  * Restore positions [first, first+count): per position, per layer the keys of
  * heads 0..H-1 then the values (spec 14.2), converted to `dtype`. Exact
@@ -811,9 +811,9 @@ FKVF_API int fkvf_reader_read_size(const fkvf_reader *r, const fkvf_read_request
  * rotated to their position when archived before RoPE). Touches only what
  * the selection needs: one symbol per selected index stream and position
  * (verifying, on first touch, only the stream blocks those bytes are in) and
- * the rows of the selected exact positions. A selection of every head and
- * both parts (any layers, either layout) with 64 or more archived positions
- * is decoded as fkvf_reader_restore decodes: in batches, straight into the
+ * the rows of the selected exact positions. A selection of every head
+ * (any layers, keys, values or both, either layout) with 64 or more archived
+ * positions is decoded as fkvf_reader_restore decodes: in batches, straight into the
  * layout, on the threads of fkvf_reader_set_threads (what `fkvf unpack`
  * reads, a group of layers at a time); a read of a few positions of
  * every layer, head and part reads the codes of the 16-position blocks
@@ -2145,13 +2145,15 @@ typedef struct fkvf_rvq_decode_target {
     uint32_t layer_first, layer_count;
     fkvf_layout layout;
     size_t n_out, row_first;
+    unsigned parts; /* FKVF_PART_KEYS | FKVF_PART_VALUES, 0 for both: the
+                     * vectors decoded, the output holding those parts only */
 } fkvf_rvq_decode_target;
 /* fkvf_rvq_decode of the target's layers into its layout: every vector the
  * same bits as fkvf_rvq_decode gives it. codes: the codes of the selected
  * layers only (a position's codes from the first code of layer_first to the
  * last of layer_first + layer_count - 1, in their order in a whole
  * position), code j of row i at codes[i * pos_stride + j * code_stride].
- * out_size >= n_out * layer_count * n_kv_heads * (key_dim + value_dim)
+ * out_size >= n_out * layer_count * n_kv_heads * (the parts' dims)
  * elements of out_dtype; rows outside [row_first, +n_rows) are not
  * touched. Errors and threads as fkvf_rvq_decode (FKVF_E_INVALID_ARG also
  * for a target outside q's layers or row_first + n_rows > n_out).

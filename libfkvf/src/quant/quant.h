@@ -313,6 +313,7 @@ typedef struct fkvfq_dec_map {
     uint32_t l0, nl;
     int heads;
     size_t n_out, row0; /* the output's rows; the first decoded row's place in it */
+    unsigned parts;     /* FKVF_PART_KEYS | FKVF_PART_VALUES (0: both) */
 } fkvfq_dec_map;
 
 /* fkvf_rvq_decode_to with map (fast = 0: the portable code only, for

@@ -1169,6 +1169,7 @@ typedef struct dec_call {
     uint32_t lsel0;        /* layer l0's place among the output's layers */
     uint32_t nsel;         /* layers of the output */
     int heads;             /* 1: FKVF_LAYOUT_HEADS, 0: rows */
+    unsigned parts;        /* 1 keys, 2 values, 3 both */
     int fast;              /* 0: the portable code only (the reference) */
 } dec_call;
 
@@ -1185,7 +1186,8 @@ typedef struct dec_plan {
     size_t row0, n_out;    /* the call's row 0 in it; its rows */
     uint32_t l0, nl, lsel0;
     int heads;
-    size_t E;              /* elements of a layer of a row (heads * (Dk + Dv)) */
+    unsigned parts;        /* 1 keys, 2 values, 3 both: the vectors decoded and stored */
+    size_t E;              /* elements of a layer of an output row (heads * the parts' dims) */
     size_t ostr[2];        /* bytes from a row's key (value) vector to the next row's */
     size_t es, nc, m;      /* output element bytes; codes per position and per (layer, head) */
     uint32_t rd;           /* rope_dims of the keys' rotation, or 0 */
@@ -1211,13 +1213,15 @@ static inline size_t dec_cj(const dec_plan *p, uint32_t l, uint32_t h)
 }
 
 /* Where vector (l, h, kv) of the call's row i goes: rows of the output's
- * layers (spec 14.2 restricted to them), or heads-first (per layer: keys
- * [head][row][Dk], then values [head][row][Dv]). */
+ * layers (spec 14.2 restricted to them and to the decoded parts), or
+ * heads-first (per layer: keys [head][row][Dk], then values
+ * [head][row][Dv], each when decoded). */
 static inline uint8_t *dec_dst(const dec_plan *p, uint32_t l, uint32_t h, unsigned kv, size_t i)
 {
     const size_t H = p->q->n_kv_heads, Dk = p->q->shape.key_dim, Dv = p->q->shape.value_dim;
     const size_t ls = (size_t)(l - p->l0) + p->lsel0;
-    const size_t in = kv == 0 ? h * Dk : H * Dk + h * Dv; /* within a layer */
+    /* within a layer: the keys (if decoded), then the values */
+    const size_t in = kv == 0 ? h * Dk : (p->parts & 1u ? H * Dk : 0) + h * Dv;
     const size_t unit = p->heads ? (ls * p->E + in) * p->n_out : ls * p->E + in;
     return p->out + unit * p->es + (p->row0 + i) * p->ostr[kv];
 }
@@ -1444,6 +1448,8 @@ static void group16(const q_group *g, int nt)
         const uint32_t h = g->h0 + u;
         const size_t cj = (size_t)u * m; /* from stream j0 */
         for (unsigned kv = 0; kv < 2; kv++) {
+            if (!(g->p->parts >> kv & 1u))
+                continue;
             fkvf_vec16_vec *x = &v[nv++];
             x->dim = kv == 0 ? sh->key_dim : sh->value_dim;
             x->tab = g->t16 + u * g->tab_stride + (kv ? voff : 0);
@@ -1482,6 +1488,8 @@ static Q_FAST_INLINE void fast_group_body(const q_group *g, fkvf_dtype dt, int n
             const uint16_t *tk = g->t16 + u * g->tab_stride;
             size_t cj = dec_cj(g->p, g->l, h);
             for (unsigned kv = 0; kv < 2; kv++) {
+                if (!(g->p->parts >> kv & 1u))
+                    continue;
                 const void *rowp[16];
                 unsigned ns = kv == 0 ? sh->k_stages : sh->v_stages;
                 uint32_t dim = kv == 0 ? sh->key_dim : sh->value_dim;
@@ -1681,7 +1689,9 @@ static size_t map_codes(const fkvf_rvq *q, const fkvfq_dec_map *map, size_t *j0)
 /* Bytes of map's output of n_rows rows in dtype dt (0: too large). */
 static size_t map_bytes(const fkvf_rvq *q, const fkvfq_dec_map *map, size_t n_rows, fkvf_dtype dt)
 {
-    size_t e = (size_t)q->n_kv_heads * ((size_t)q->shape.key_dim + q->shape.value_dim), n;
+    unsigned parts = map->parts ? map->parts : 3u;
+    size_t e = (size_t)q->n_kv_heads * ((parts & 1u ? (size_t)q->shape.key_dim : 0) +
+                                        (parts & 2u ? (size_t)q->shape.value_dim : 0)), n;
     if (!fkvf_mulsz(e, map->nl, &n) || !fkvf_mulsz(n, fkvfq_dtype_size(dt), &n) ||
         !fkvf_mulsz(n, n_rows, &n))
         return 0;
@@ -1699,7 +1709,7 @@ static int rvq_decode(const fkvf_rvq *q, const fkvfq_dec_map *map, const uint16_
         return FKVF_E_INVALID_ARG;
     const fkvf_codebook_shape *sh = &q->shape;
     if (map->nl < 1 || map->l0 > sh->n_layers || map->nl > sh->n_layers - map->l0 ||
-        map->row0 > map->n_out || n_rows > map->n_out - map->row0)
+        map->row0 > map->n_out || n_rows > map->n_out - map->row0 || map->parts > 3u)
         return FKVF_E_INVALID_ARG;
     size_t es = fkvfq_dtype_size(out_dtype);
     size_t all = es ? map_bytes(q, map, map->n_out, out_dtype) : 0;
@@ -1722,7 +1732,7 @@ static int rvq_decode(const fkvf_rvq *q, const fkvfq_dec_map *map, const uint16_
         return FKVF_E_RANGE;
     dec_call c = {codes,   pos_stride, code_stride, n_rows, first_position, key_rope, out_dtype,
                   out,     map->row0,  map->n_out,  map->l0, map->nl,        0,        map->nl,
-                  map->heads != 0, fast};
+                  map->heads != 0, map->parts ? map->parts : 3u, fast};
     size_t per = par_rows(q, n_rows);
     if (per >= n_rows)
         return decode_rows(q, &c);
@@ -1800,7 +1810,9 @@ static int dec_plan_make(dec_plan *p, const fkvf_rvq *q, const dec_call *c)
     p->lsel0 = c->lsel0;
     p->heads = c->heads;
     p->es = fkvfq_dtype_size(c->dt);
-    p->E = (size_t)q->n_kv_heads * ((size_t)sh->key_dim + sh->value_dim);
+    p->parts = c->parts;
+    p->E = (size_t)q->n_kv_heads * ((c->parts & 1u ? (size_t)sh->key_dim : 0) +
+                                    (c->parts & 2u ? (size_t)sh->value_dim : 0));
     /* rows: a whole row of the output's layers; heads: one vector */
     p->ostr[0] = (c->heads ? sh->key_dim : p->E * c->nsel) * p->es;
     p->ostr[1] = (c->heads ? sh->value_dim : p->E * c->nsel) * p->es;
@@ -2065,7 +2077,8 @@ static int decode_rows(const fkvf_rvq *q, const dec_call *c)
         for (uint32_t l = c->l0; l < c->l0 + c->nl; l++)
             for (uint32_t h = 0; h < q->n_kv_heads; h++)
                 for (unsigned kv = 0; kv < 2; kv++)
-                    dec_set(&p, &w, i0, nb, l, h, kv);
+                    if (c->parts >> kv & 1u)
+                        dec_set(&p, &w, i0, nb, l, h, kv);
     }
     dec_free(&q->alloc, &w);
     return FKVF_OK;
@@ -2074,7 +2087,7 @@ static int decode_rows(const fkvf_rvq *q, const dec_call *c)
 /* every layer, as rows */
 static fkvfq_dec_map map_all(const fkvf_rvq *q, size_t n_rows)
 {
-    fkvfq_dec_map m = {0, FKVF_RVQ_OK(q) ? q->shape.n_layers : 0, 0, n_rows, 0};
+    fkvfq_dec_map m = {0, FKVF_RVQ_OK(q) ? q->shape.n_layers : 0, 0, n_rows, 0, 3u};
     return m;
 }
 
@@ -2116,7 +2129,8 @@ FKVF_API int fkvf_rvq_decode_to(const fkvf_rvq *q, const fkvf_rvq_decode_target 
     if (!target || (target->layout != FKVF_LAYOUT_ROWS && target->layout != FKVF_LAYOUT_HEADS))
         return FKVF_E_INVALID_ARG;
     fkvfq_dec_map m = {target->layer_first, target->layer_count,
-                       target->layout == FKVF_LAYOUT_HEADS, target->n_out, target->row_first};
+                       target->layout == FKVF_LAYOUT_HEADS, target->n_out, target->row_first,
+                       target->parts};
     return rvq_decode(q, &m, codes, pos_stride, code_stride, n_rows, first_position, key_rope,
                       out_dtype, out, out_size, 1);
 }

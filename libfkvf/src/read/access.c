@@ -274,21 +274,22 @@ static int read_archived_full(fkvf_reader *r, const plan *p, uint64_t pos, uint6
     return rc;
 }
 
-/* A selection of every head and both parts, at least BULK_MIN archived
- * positions in a run: decoded as restore decodes (rd_restore_archived: the
- * decoder's vector kernels, straight into the selection's layout, on the
- * reader's threads) instead of centroid by centroid; the same values. */
+/* A selection of every head, at least BULK_MIN archived positions in a
+ * run: decoded as restore decodes (rd_restore_archived: the decoder's
+ * vector kernels, straight into the selection's layout, on the reader's
+ * threads) instead of centroid by centroid; the same values. */
 #define BULK_MIN 64
 static int bulk_ok(const fkvf_reader *r, const plan *p, uint64_t n)
 {
-    return p->h0 == 0 && p->nh == r->desc.n_kv_heads && p->keys && p->vals &&
+    return p->h0 == 0 && p->nh == r->desc.n_kv_heads &&
            (n >= BULK_MIN || r->cb_shape.layer_stages);
 }
 
 static int read_archived_bulk(fkvf_reader *r, const plan *p, uint64_t pos, uint64_t stop,
                               void *out, size_t out_size)
 {
-    rd_target t = {{p->l0, p->nl, p->layout, (size_t)p->count, 0}, p->first, p->dt, out,
+    unsigned parts = (p->keys ? FKVF_PART_KEYS : 0) | (p->vals ? FKVF_PART_VALUES : 0);
+    rd_target t = {{p->l0, p->nl, p->layout, (size_t)p->count, 0, parts}, p->first, p->dt, out,
                    out_size};
     return rd_restore_archived(r, &t, pos, stop);
 }

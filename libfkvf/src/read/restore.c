@@ -187,6 +187,24 @@ static size_t layer_codes(const fkvf_reader *r, uint32_t l0, uint32_t nl, size_t
     return n;
 }
 
+/* Is code j (from the first code of layer l0 on) one of the parts asked
+ * for (a key stage's with FKVF_PART_KEYS, a value stage's with
+ * FKVF_PART_VALUES)? */
+static int code_wanted(const fkvf_reader *r, uint32_t l0, size_t j, unsigned parts)
+{
+    if (parts == (FKVF_PART_KEYS | FKVF_PART_VALUES))
+        return 1;
+    const fkvf_codebook_shape *sh = &r->cb_shape;
+    for (uint32_t l = l0; l < sh->n_layers; l++) {
+        size_t ks = fkvf_layer_k_stages(sh, l), m = ks + fkvf_layer_v_stages(sh, l);
+        size_t lay = (size_t)r->desc.n_kv_heads * m;
+        if (j < lay)
+            return (j % m < ks ? FKVF_PART_KEYS : FKVF_PART_VALUES) & parts ? 1 : 0;
+        j -= lay;
+    }
+    return 0;
+}
+
 /* Archived positions [first, first+count) (count from batch_rows) into
  * target t's rows (first - t_first).. of out. The codes are stream-major
  * (codes[j * count + i]: code j of the target's layers of position
@@ -205,15 +223,21 @@ static int restore_archived(fkvf_reader *r, const fkvf_rvq *q, const rd_target *
     uint64_t a = first - r->desc.n_sinks; /* symbol index in the streams */
     const size_t *streams = r->cb_streams + j0;
     int rc = FKVF_OK;
+    unsigned parts = t->dec.parts ? t->dec.parts : FKVF_PART_KEYS | FKVF_PART_VALUES;
     /* a source reader: the batch's blocks of every stream first, adjacent
      * ones in one read (the streams follow each other in the file) */
     rd_prefetch pf = {0, 0};
     for (size_t j = 0; j < ncodes && rc == FKVF_OK; j++)
-        rc = rd_stream_prefetch(r, &pf, streams[j], a, count);
+        if (code_wanted(r, t->dec.layer_first, j, parts))
+            rc = rd_stream_prefetch(r, &pf, streams[j], a, count);
     if (rc == FKVF_OK)
         rc = rd_prefetch_flush(r, &pf);
     for (size_t j = 0; j < ncodes && rc == FKVF_OK; j++) {
         uint16_t *cj = codes + j * count;
+        if (!code_wanted(r, t->dec.layer_first, j, parts)) { /* a part not decoded */
+            memset(cj, 0, count * sizeof *cj);
+            continue;
+        }
         for (size_t i0 = 0; i0 < count && rc == FKVF_OK; i0 += SYM_RUN) {
             size_t m = count - i0 < SYM_RUN ? count - i0 : SYM_RUN;
             rd_source_trim(r); /* the reads before copied what they read */
@@ -280,7 +304,7 @@ FKVF_API int fkvf_reader_restore(fkvf_reader *r, uint64_t first, uint64_t count,
     uint8_t *o = out;
     uint64_t S = r->desc.n_sinks, A = r->n_archived;
     uint64_t p = first, end = first + count;
-    rd_target t = {{0, r->desc.n_layers, FKVF_LAYOUT_ROWS, (size_t)count, 0}, first, dtype, out,
+    rd_target t = {{0, r->desc.n_layers, FKVF_LAYOUT_ROWS, (size_t)count, 0, 0}, first, dtype, out,
                    (size_t)need};
     while (p < end) {
         int archived = p >= S && p - S < A;
