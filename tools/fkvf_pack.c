@@ -1252,6 +1252,7 @@ static void unpack_print(const unpack_opts *o, const unpack_state *s)
  * decoded); else over all layers at once (a pass re-reads every exact row it
  * covers: LAYER_MAJOR_EXACT bounds that re-reading at once the output). */
 #define LAYER_MAJOR_EXACT 1
+#define UNPACK_ROPE_PASSES 8
 typedef struct unpack_plan {
     uint32_t n;      /* positions per chunk */
     uint32_t nl;     /* layers per pass */
@@ -1270,10 +1271,17 @@ static void unpack_plan_make(const unpack_state *s, int nhd, unpack_plan *pl)
     const char *t = getenv("FKVF_TEST_UNPACK_CHUNK");
     if (t && strtoull(t, NULL, 10) > 0)
         cb = strtoull(t, NULL, 10);
-    uint64_t n = cb / pl->lb ? cb / pl->lb : 1;
+    /* keys archived before RoPE: each pass computes the rotation angles of
+     * every position again (64 sines and cosines a position at head dim
+     * 128: 2.7 s for 32 passes over 32,768 positions), so at most
+     * UNPACK_ROPE_PASSES passes, of more layers and fewer positions each */
+    uint64_t min_nl = 1;
+    if (d->key_storage == 1 && d->rope_dims > 0)
+        min_nl = (L + UNPACK_ROPE_PASSES - 1) / UNPACK_ROPE_PASSES;
+    uint64_t n = cb / (pl->lb * min_nl) ? cb / (pl->lb * min_nl) : 1;
     pl->n = (uint32_t)(n < P ? n : P);
     uint64_t nl = cb / ((uint64_t)pl->n * pl->lb);
-    nl = nl < 1 ? 1 : nl > L ? L : nl;
+    nl = nl < min_nl ? min_nl : nl > L ? L : nl;
     /* layer-major only while the passes re-read few exact rows:
      * exact * (passes - 1) <= LAYER_MAJOR_EXACT * P */
     uint64_t passes = (L + nl - 1) / nl, exact = s->ai.n_positions - s->ai.n_archived;

@@ -1303,13 +1303,15 @@ FKVF_API int fkvf_reader_read(fkvf_reader *r, const fkvf_read_request *req, void
     while (pos < end && rc == FKVF_OK) {
         if (pos >= a0 && pos < a1) {
             uint64_t stop = a1 < end ? a1 : end;
-            if (!have_work && (rc = rd_restore_prepare(r)))
-                return rc;
+            /* the bulk path decodes from the f16 tables in place where it
+             * can (restore.c): no binary32 copy of them made for it */
             if (bulk_ok(r, &p, stop - pos)) {
                 rc = read_archived_bulk(r, &p, pos, stop, o, need);
                 pos = stop;
                 continue;
             }
+            if (!have_work && (rc = rd_restore_prepare(r)))
+                return rc;
             if (r->cb_shape.layer_stages) {
                 rc = read_archived_full(r, &p, pos, stop, o);
                 pos = stop;
