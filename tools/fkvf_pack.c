@@ -1141,8 +1141,11 @@ static int unpack_open(const unpack_opts *o, unpack_state *s)
 }
 
 /* Positions restored in chunks of at most this many bytes of rows (one
- * position when a row is larger): what bounds unpack's memory. */
-#define UNPACK_CHUNK_BYTES (16u << 20)
+ * position when a row is larger): what bounds unpack's memory (two of
+ * them: one read while the other is written). 8 MiB: unpack of a GPT-2
+ * size cache in 61 MiB peak RSS (78 MiB with 16 MiB chunks; compare.sh's
+ * bound is 64), pieces of 256-512 KiB a head at head dim 64-128. */
+#define UNPACK_CHUNK_BYTES (8u << 20)
 
 /* s->buf for chunks of *chunk positions of *rb bytes each, at most bytes
  * of rows (0: UNPACK_CHUNK_BYTES) unless one row is larger. Returns the
