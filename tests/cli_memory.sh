@@ -90,28 +90,8 @@ grep_in lossless '"max_abs_err":0[,}]' "$T/out"
 # with token ids: the default second commit indexes them, through a reader
 # of the new archive, whose open checks every EXAC section (128 MiB) and
 # lets go of its pages; verify reads every section once, info opens
-"$PY" - "$T/tok.safetensors" <<'PYEOF' || exit 1
-import json, struct, sys
-import numpy as np
-rng = np.random.default_rng(3)
-L, H, T, D = 4, 4, 32768, 64
-ts = {}
-for l in range(L):
-    ts[f"layers.{l}.key"] = rng.standard_normal((H, T, D)).astype(np.float16)
-    ts[f"layers.{l}.value"] = rng.standard_normal((H, T, D)).astype(np.float16)
-ts["tokens"] = rng.integers(0, 50000, T).astype(np.int64)
-hdr, off = {}, 0
-for k, v in ts.items():
-    hdr[k] = {"dtype": "F16" if v.dtype == np.float16 else "I64", "shape": list(v.shape),
-              "data_offsets": [off, off + v.nbytes]}
-    off += v.nbytes
-h = json.dumps(hdr).encode()
-h += b" " * (-len(h) % 8)
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h)
-    for v in ts.values():
-        f.write(v.tobytes())
-PYEOF
+"$PY" "$SRC/tests/mktokcache.py" "$T/tok.safetensors" --layers 4 --heads 4 --positions 32768 \
+    --dim 64 --seed 3 || exit 1
 bounded pack-lossless-tokens "$FKVF" pack "$T/tok.safetensors" --sinks 32768 --no-rope -o "$T/t.fkvf"
 rm -f "$T/tok.safetensors"
 bounded verify-lossless "$FKVF" verify "$T/t.fkvf"

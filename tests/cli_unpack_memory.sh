@@ -79,28 +79,8 @@ for sig in TERM HUP; do
     done
 done
 # the cache with token ids: layers.{i}.key/.value [H, T, D] f16, tokens [T] int64
-"$PY" - "$T/tok.safetensors" <<'PYEOF' || exit 1
-import json, struct, sys
-import numpy as np
-rng = np.random.default_rng(1)
-L, H, T, D = 2, 2, 70001, 64
-ts = {}
-for l in range(L):
-    ts[f"layers.{l}.key"] = (rng.standard_normal((H, T, D)) * (1 + np.arange(D) / 16)).astype(np.float16)
-    ts[f"layers.{l}.value"] = rng.standard_normal((H, T, D)).astype(np.float16)
-ts["tokens"] = rng.integers(0, 50000, T).astype(np.int64)
-hdr, off = {"__metadata__": {"model": "synthetic"}}, 0
-for k, v in ts.items():
-    hdr[k] = {"dtype": "F16" if v.dtype == np.float16 else "I64", "shape": list(v.shape),
-              "data_offsets": [off, off + v.nbytes]}
-    off += v.nbytes
-h = json.dumps(hdr).encode()
-h += b" " * (-len(h) % 8)
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h)
-    for v in ts.values():
-        f.write(v.tobytes())
-PYEOF
+"$PY" "$SRC/tests/mktokcache.py" "$T/tok.safetensors" --layers 2 --heads 2 --positions 70001 \
+    --dim 64 --seed 1 --key-ramp --meta model=synthetic || exit 1
 check pack-tok 0 "$FKVF" pack "$T/tok.safetensors" -o "$T/tok.fkvf" --k 16 --k-stages 2 --v-stages 1 \
     --iters 2 --no-rope
 rm -f "$T/tok.safetensors"
