@@ -1,11 +1,33 @@
-/* bench_cache.h: the encoder benchmarks' synthetic caches and .npy reader. */
+/* bench_cache.h: the encoder benchmarks' clock, median, synthetic caches
+ * and .npy reader. */
+#define _POSIX_C_SOURCE 200809L
 #include "bench_cache.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fkvf.h"
+
+double bench_cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int dbl_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double bench_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, dbl_cmp);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 static void die(const char *prog, const char *what)
 {

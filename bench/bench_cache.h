@@ -1,5 +1,5 @@
-/* The synthetic KV caches the encoder benchmarks share (bench_encode,
- * bench_peak): rows in the layout of spec 14.2 (per position, per layer the
+/* What the encoder benchmarks share (bench_encode, bench_peak): their CPU
+ * clock and median, and their synthetic KV caches: rows in the layout of spec 14.2 (per position, per layer the
  * keys of every head, then the values) of f16 elements, for a shape of
  * `layers` x `heads` x `dim` (keys and values of the same dim), made here
  * or read from a [L, 2, H, T, D] f16 .npy (bench/mkcache.py). */
@@ -8,6 +8,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* CPU seconds of this process (CLOCK_PROCESS_CPUTIME_ID). */
+double bench_cpu_s(void);
+/* The median of v[0 .. n-1] (n >= 1; sorts v). */
+double bench_median(double *v, int n);
 
 typedef struct bench_shape {
     unsigned layers, heads, dim;

@@ -49,12 +49,6 @@
 enum { NL = 12, NH = 12, DIM = 64, KS = 4, VS = 2, K = 256 };
 static const bench_shape SHAPE = {NL, NH, DIM};
 
-static double cpu_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static void die(const char *what)
 {
@@ -93,16 +87,6 @@ static uint16_t *sampled_tables(const uint16_t *rows, size_t n, size_t *size)
     return t;
 }
 
-static int dbl_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, dbl_cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 int main(int argc, char **argv)
 {
@@ -135,7 +119,7 @@ int main(int argc, char **argv)
     fkvf_codebook_shape sh = {NL, NH, DIM, DIM, K, KS, VS, FKVF_DTYPE_F16, 0, NULL};
     size_t tsize = 0;
     void *tables;
-    double t0 = cpu_s();
+    double t0 = bench_cpu_s();
     if (ntrain) {
         fkvf_rvq_params p;
         fkvf_rvq_params_init(&p);
@@ -159,7 +143,7 @@ int main(int argc, char **argv)
     }
     printf("bench_encode: %zu positions of %s, codebook %s (%.1f s cpu)\n", n,
            npy ? npy : "in-process data", ntrain ? "trained (1 iteration)" : "sampled",
-           cpu_s() - t0);
+           bench_cpu_s() - t0);
 
     fkvf_rvq *q;
     if (fkvf_rvq_from_tables(&q, &sh, 0, tables, tsize, NULL))
@@ -178,13 +162,13 @@ int main(int argc, char **argv)
     for (int r = 0; r < pairs; r++) {
         memset(ca, 0xff, n * nc * 2);
         memset(cb, 0xff, n * nc * 2);
-        double a0 = cpu_s();
+        double a0 = bench_cpu_s();
         if (encode_ref(q, &all, &rope, 1, ca, nc, 1))
             die("reference encode failed");
-        double a1 = cpu_s();
+        double a1 = bench_cpu_s();
         if (fkvf_rvq_encode(q, &all, &rope, 1, cb, nc, 1))
             die("fkvf_rvq_encode failed");
-        double a2 = cpu_s();
+        double a2 = bench_cpu_s();
         same &= !memcmp(ca, cb, n * nc * 2);
         pold[r] = (double)n / (a1 - a0);
         pnew[r] = (double)n / (a2 - a1);
@@ -197,32 +181,32 @@ int main(int argc, char **argv)
     fkvf_rows r256 = {rows, 256, FKVF_DTYPE_F16, 0};
     for (int r = 0; r < pairs; r++) {
         fkvf_rvq *q2, *q3;
-        double b0 = cpu_s();
+        double b0 = bench_cpu_s();
         if (fkvf_rvq_from_tables_decode(&q3, &sh, 0, tables, tsize, NULL))
             die("fkvf_rvq_from_tables_decode failed");
-        double b1 = cpu_s();
+        double b1 = bench_cpu_s();
         fkvf_rvq_free(q3);
-        double b2 = cpu_s();
+        double b2 = bench_cpu_s();
         if (fkvf_rvq_from_tables(&q2, &sh, 0, tables, tsize, NULL))
             die("fkvf_rvq_from_tables failed");
-        double b3 = cpu_s();
+        double b3 = bench_cpu_s();
         if (fkvf_rvq_encode(q2, &r256, &rope, 1, cb, nc, 1))
             die("fkvf_rvq_encode failed");
-        double b4 = cpu_s();
+        double b4 = bench_cpu_s();
         fkvf_rvq_free(q2);
         /* the f16 tables in place (an f16 codebook on a CPU with F16C; else
          * the binary32 load again) */
         fkvf_rvq *q4;
-        double b5 = cpu_s();
+        double b5 = bench_cpu_s();
         int rc16 = fkvf_rvq_from_tables16_encode(&q4, &sh, 0, tables, tsize, NULL);
         if (rc16 == FKVF_E_UNSUPPORTED)
             rc16 = fkvf_rvq_from_tables(&q4, &sh, 0, tables, tsize, NULL);
         if (rc16)
             die("fkvf_rvq_from_tables16_encode failed");
-        double b6 = cpu_s();
+        double b6 = bench_cpu_s();
         if (fkvf_rvq_encode(q4, &r256, &rope, 1, ca, nc, 1))
             die("fkvf_rvq_encode failed");
-        double b7 = cpu_s();
+        double b7 = bench_cpu_s();
         fkvf_rvq_free(q4);
         if (memcmp(ca, cb, 256 * nc * sizeof *ca))
             die("the codes of the f16 tables in place differ");
@@ -237,8 +221,8 @@ int main(int argc, char **argv)
                (b6 - b5) * 1e3, (b7 - b6) * 1e3, share[r] * 100, (b3 - b2) * 1e3,
                (b1 - b0) * 1e3, lay * 1e3, (b4 - b3) * 1e3, fshare[r] * 100, lshare[r] * 100);
     }
-    double mo = median(pold, pairs), mn = median(pnew, pairs), mr = median(ratio, pairs),
-           ms = median(share, pairs), ml = median(lshare, pairs), mf = median(fshare, pairs);
+    double mo = bench_median(pold, pairs), mn = bench_median(pnew, pairs), mr = bench_median(ratio, pairs),
+           ms = bench_median(share, pairs), ml = bench_median(lshare, pairs), mf = bench_median(fshare, pairs);
     printf("reference encoder %.0f positions/s/core, fkvf_rvq_encode %.0f (median of %d; "
            "speedup %.2fx, median of per-pair ratios); codes %s\n",
            mo, mn, pairs, mr, same ? "identical" : "DIFFER");

@@ -57,12 +57,6 @@
 static unsigned NL = 32, NH = 8, DIM = 128, K = 256, KS = 4, VS = 2;
 static bench_shape SHAPE; /* NL x NH x DIM, set once the options are read */
 
-static double cpu_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static void die(const char *what)
 {
@@ -148,14 +142,14 @@ static double peak_flops(int isa, long n)
 /* one run: FLOP/s of CPU time */
 static double peak_run(int isa, long n)
 {
-    double t0 = cpu_s();
+    double t0 = bench_cpu_s();
 #ifdef PEAK_X86
     if (isa == FKVFQ_ISA_AVX512)
         peak_sink = peak_avx512(n);
     else if (isa == FKVFQ_ISA_AVX2)
         peak_sink = peak_avx2(n);
 #endif
-    double t = cpu_s() - t0;
+    double t = bench_cpu_s() - t0;
     return t > 0 ? peak_flops(isa, n) / t : 0;
 }
 
@@ -196,21 +190,10 @@ static void *file_tables(const char *path, const fkvf_codebook_shape *want, size
 
 /* ---- statistics ------------------------------------------------------------ */
 
-static int dbl_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-/* sorts v */
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, dbl_cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void summary(const char *what, double *v, int n, double scale, const char *unit)
 {
-    double md = median(v, n);
+    double md = bench_median(v, n);
     printf("  %-44s min %10.3f  median %10.3f  max %10.3f %s\n", what, v[0] * scale, md * scale,
            v[n - 1] * scale, unit);
 }
@@ -363,7 +346,7 @@ int main(int argc, char **argv)
     fkvf_codebook_shape sh = {NL, NH, DIM, DIM, K, KS, VS, FKVF_DTYPE_F16, 0, NULL};
     size_t tsize = 0;
     void *tables;
-    double t0 = cpu_s();
+    double t0 = bench_cpu_s();
     if (cbf) {
         tables = file_tables(cbf, &sh, &tsize);
     } else {
@@ -388,7 +371,7 @@ int main(int argc, char **argv)
             die("fkvf_rvq_tables failed");
         fkvf_rvq_free(q0);
     }
-    printf("codebook: %s (%.1f s cpu)\n", cbf ? cbf : "trained here, 1 iteration", cpu_s() - t0);
+    printf("codebook: %s (%.1f s cpu)\n", cbf ? cbf : "trained here, 1 iteration", bench_cpu_s() - t0);
 
     fkvf_rvq *q, *q32;
     int rc = fkvf_rvq_from_tables16_encode(&q, &sh, 0, tables, tsize, NULL);
@@ -415,12 +398,12 @@ int main(int argc, char **argv)
     long piters = 2000000;
     int kreps = 1;
     {
-        double a = cpu_s();
+        double a = bench_cpu_s();
         peak_run(isa, piters / 10);
-        double tp = cpu_s() - a;
-        a = cpu_s();
+        double tp = bench_cpu_s() - a;
+        a = bench_cpu_s();
         kern_run(&kk, 1);
-        double tk = cpu_s() - a;
+        double tk = bench_cpu_s() - a;
         double te = enc_flops / (peak_flops(isa, piters / 10) / (tp > 0 ? tp : 1e-3)) / 0.6;
         piters = (long)((double)piters / 10 * (te > 0.2 ? te : 0.2) / (tp > 0 ? tp : 1e-3));
         if (piters < 1000)
@@ -437,17 +420,17 @@ int main(int argc, char **argv)
             int what = (step + r) % 3;
             if (only >= 0 && what != only)
                 continue;
-            double a = cpu_s();
+            double a = bench_cpu_s();
             if (what == 0) {
                 pk[r] = peak_run(isa, piters);
-                tpk = cpu_s() - a;
+                tpk = bench_cpu_s() - a;
             } else if (what == 1) {
                 if (fkvf_rvq_encode(q, &all, rp, 1, codes, nc, 1))
                     die("fkvf_rvq_encode failed");
-                te = cpu_s() - a;
+                te = bench_cpu_s() - a;
             } else {
                 kern_run(&kk, kreps);
-                tk = cpu_s() - a;
+                tk = bench_cpu_s() - a;
             }
         }
         if (r == 0)
@@ -476,8 +459,8 @@ int main(int argc, char **argv)
     /* the arrays are sorted now: medians */
     printf("RESULT peak_gflops=%.2f encode_gflops=%.2f encode_fraction=%.3f "
            "encode_pos_per_s=%.0f kernel_fraction=%.3f\n",
-           median(pk, pairs) * 1e-9, median(en, pairs) * 1e-9, median(fr, pairs),
-           median(pp, pairs), median(kf, pairs));
+           bench_median(pk, pairs) * 1e-9, bench_median(en, pairs) * 1e-9, bench_median(fr, pairs),
+           bench_median(pp, pairs), bench_median(kf, pairs));
     kern_free(&kk);
     fkvf_rvq_free(q);
     fkvf_rvq_free(q32);
