@@ -588,6 +588,27 @@ static void verify_same(const uint8_t *file, size_t size, int want, vresult *one
     fkvf_reader_free(r);
 }
 
+/* The shape (L x H x D, k, keys x2 values x1, f16) in *sh and its tables,
+ * finite f16 values in [0.125, 2) drawn from g (ts: their bytes),
+ * little-endian; malloc'd. */
+static uint16_t *f16_tables(fkvf_codebook_shape *sh, uint32_t k, tu_rng *g, size_t *ts)
+{
+    memset(sh, 0, sizeof *sh);
+    sh->n_layers = L;
+    sh->n_heads = H;
+    sh->key_dim = sh->value_dim = D;
+    sh->k = k;
+    sh->k_stages = 2;
+    sh->v_stages = 1;
+    sh->dtype = FKVF_DTYPE_F16;
+    *ts = (size_t)(fkvf_codebook_size(sh) - fkvf_codebook_tables_offset(sh));
+    uint16_t *t = tu_xcalloc(*ts / 2, 2);
+    for (size_t i = 0; i < *ts / 2; i++)
+        t[i] = (uint16_t)(0x3000 + tu_below(g, 0x1000)); /* finite */
+    tu_le_u16(t, *ts / 2);
+    return t;
+}
+
 /* A codebook file of 4.5 MiB of f16 tables (several pieces of the
  * centroid check), with NaNs at the table elements bad[0 .. nbad) (the
  * writer refuses them: put in afterwards, the checksums re-sealed).
@@ -597,20 +618,9 @@ static uint8_t *codebook_file(const char *path, const size_t *bad, size_t nbad, 
                               uint64_t *nan_at)
 {
     fkvf_codebook_shape sh;
-    memset(&sh, 0, sizeof sh);
-    sh.n_layers = L;
-    sh.n_heads = H;
-    sh.key_dim = sh.value_dim = D;
-    sh.k = 4096;
-    sh.k_stages = 2;
-    sh.v_stages = 1;
-    sh.dtype = FKVF_DTYPE_F16;
-    size_t ts = (size_t)(fkvf_codebook_size(&sh) - fkvf_codebook_tables_offset(&sh));
-    uint16_t *t = tu_xcalloc(ts / 2, 2);
+    size_t ts;
     tu_rng g = {99};
-    for (size_t i = 0; i < ts / 2; i++)
-        t[i] = (uint16_t)(0x3000 + tu_below(&g, 0x1000)); /* finite */
-    tu_le_u16(t, ts / 2);
+    uint16_t *t = f16_tables(&sh, 4096, &g, &ts);
     fkvf_writer_options o;
     fkvf_writer_options_init(&o);
     o.sync = FKVF_SYNC_NONE;
@@ -858,20 +868,9 @@ enum { BIG_A = 16001 };
 static uint8_t *big_archive(const char *path, size_t *size)
 {
     fkvf_codebook_shape sh;
-    memset(&sh, 0, sizeof sh);
-    sh.n_layers = L;
-    sh.n_heads = H;
-    sh.key_dim = sh.value_dim = D;
-    sh.k = 2048;
-    sh.k_stages = 2;
-    sh.v_stages = 1;
-    sh.dtype = FKVF_DTYPE_F16;
-    size_t ts = (size_t)(fkvf_codebook_size(&sh) - fkvf_codebook_tables_offset(&sh));
-    uint16_t *t = tu_xcalloc(ts / 2, 2);
+    size_t ts;
     tu_rng g = {7};
-    for (size_t i = 0; i < ts / 2; i++)
-        t[i] = (uint16_t)(0x3000 + tu_below(&g, 0x1000));
-    tu_le_u16(t, ts / 2);
+    uint16_t *t = f16_tables(&sh, 2048, &g, &ts);
     const size_t ns = (size_t)L * H * 3;
     uint16_t *codes = tu_xcalloc((size_t)BIG_A * ns, sizeof *codes);
     for (size_t i = 0; i < (size_t)BIG_A * ns; i++)
